@@ -1,0 +1,82 @@
+"""The study's CNN baselines: shapes, BatchNorm behaviour, dtype."""
+
+import flax
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from vit_jax.models import SimpleCNN
+from vit_jax.models import SmallResNet
+
+MODELS = [SimpleCNN, SmallResNet]
+
+
+def _images(batch=4, seed=0):
+  return jax.random.normal(jax.random.key(seed), (batch, 32, 32, 3))
+
+
+@pytest.mark.parametrize('model_class', MODELS)
+def test_output_shape_and_collections(model_class):
+  logits, variables = model_class(num_classes=7).init_with_output(
+      jax.random.key(0), _images(), train=False)
+  assert logits.shape == (4, 7)
+  assert logits.dtype == jnp.float32
+  assert set(variables) == {'params', 'batch_stats'}
+
+
+@pytest.mark.parametrize('model_class', MODELS)
+def test_batch_stats_change_only_in_training(model_class):
+  model = model_class()
+  images = _images()
+  variables = model.init(jax.random.key(0), images, train=False)
+
+  _, updated = model.apply(variables, images, train=True,
+                           mutable=['batch_stats'])
+  for before, after in zip(jax.tree.leaves(variables['batch_stats']),
+                           jax.tree.leaves(updated['batch_stats'])):
+    assert not np.allclose(before, after)
+
+  # Eval needs no mutable collection: it only reads the running statistics.
+  model.apply(variables, images, train=False)
+
+
+@pytest.mark.parametrize('model_class', MODELS)
+def test_eval_uses_running_statistics(model_class):
+  model = model_class()
+  images = _images(batch=6)
+  variables = model.init(jax.random.key(0), images, train=False)
+  _, stats = model.apply(variables, images, train=True, mutable=['batch_stats'])
+  variables = {'params': variables['params'], **stats}
+
+  # Each example's eval logits do not depend on the rest of the batch...
+  full = model.apply(variables, images, train=False)
+  np.testing.assert_allclose(
+      full[:2], model.apply(variables, images[:2], train=False), atol=1e-5)
+  # ...but do depend on the running statistics.
+  shifted = jax.tree.map(lambda s: s + 1.0, stats)
+  assert not np.allclose(
+      full, model.apply({'params': variables['params'], **shifted}, images,
+                        train=False))
+
+
+def test_small_resnet_projects_only_where_the_shape_changes():
+  params = SmallResNet().init(
+      jax.random.key(0), _images(), train=False)['params']
+  projected = sorted(name for name, block in params.items()
+                     if 'shortcut_conv' in block)
+  assert projected == ['stage2_block1', 'stage3_block1']
+  flat = flax.traverse_util.flatten_dict(params, sep='/')
+  assert flat['stage3_block1/shortcut_conv/kernel'].shape == (1, 1, 32, 64)
+  assert not any(k.endswith('conv_0/bias') for k in flat)
+
+
+@pytest.mark.parametrize('model_class', MODELS)
+def test_bfloat16_forward_is_finite_and_close_to_float32(model_class):
+  images = _images()
+  variables = model_class().init(jax.random.key(0), images, train=False)
+  high = model_class().apply(variables, images, train=False)
+  low = model_class(dtype=jnp.bfloat16).apply(variables, images, train=False)
+  assert low.dtype == jnp.float32
+  assert np.all(np.isfinite(low))
+  np.testing.assert_allclose(low, high, atol=0.05 * np.abs(high).max())

@@ -1,0 +1,70 @@
+"""Every registered model: exact parameter counts, one calling convention."""
+
+import jax
+import jax.numpy as jnp
+import pytest
+
+from vit_jax.models import create_model
+from vit_jax.models import MODEL_NAMES
+
+# (image size, classes, parameters). The paper-sized counts are the official
+# models' at 224x224 with 1000 classes; the small ones are the study's.
+PARAMETER_COUNTS = {
+    'ViT-Ti_16': (224, 1000, 5_717_416),
+    'ViT-S_16': (224, 1000, 22_050_664),
+    'ViT-S_32': (224, 1000, 22_878_952),
+    'ViT-B_8': (224, 1000, 86_576_872),
+    'ViT-B_16': (224, 1000, 86_567_656),
+    'ViT-B_32': (224, 1000, 88_224_232),
+    'ViT-L_16': (224, 1000, 304_326_632),
+    'ViT-L_32': (224, 1000, 306_535_400),
+    'ViT-H_14': (224, 1000, 632_045_800),
+    'ViT-Tiny-CIFAR_4': (32, 10, 1_205_898),
+    'SimpleCNN': (32, 10, 141_354),
+    'SmallResNet': (32, 10, 175_258),
+}
+
+STUDY_MODELS = ['ViT-Tiny-CIFAR_4', 'SimpleCNN', 'SmallResNet']
+
+
+def test_every_registered_model_has_a_count():
+  assert set(MODEL_NAMES) == set(PARAMETER_COUNTS)
+
+
+@pytest.mark.parametrize('name', sorted(PARAMETER_COUNTS))
+def test_exact_parameter_count(name):
+  size, classes, expected = PARAMETER_COUNTS[name]
+  model = create_model(name, classes)
+  # eval_shape allocates nothing, so the 632M-parameter ViT-H costs no memory.
+  variables = jax.eval_shape(lambda: model.init(
+      jax.random.key(0), jnp.zeros((1, size, size, 3)), train=False))
+  assert sum(a.size for a in jax.tree.leaves(variables['params'])) == expected
+
+
+@pytest.mark.parametrize('name', STUDY_MODELS)
+def test_models_are_called_the_same_way(name):
+  model = create_model(name, 10)
+  images = jnp.zeros((2, 32, 32, 3))
+  variables = model.init(jax.random.key(0), images, train=False)
+  assert model.apply(variables, images, train=False).shape == (2, 10)
+  mutable = [c for c in variables if c != 'params']
+  logits, _ = model.apply(variables, images, train=True, mutable=mutable,
+                          rngs={'dropout': jax.random.key(1)})
+  assert logits.shape == (2, 10)
+
+
+def test_overrides_set_module_fields():
+  model = create_model('ViT-B_16', 3, dtype=jnp.bfloat16, dropout_rate=0.2)
+  assert (model.dtype, model.dropout_rate, model.num_classes) == (
+      jnp.bfloat16, 0.2, 3)
+  assert create_model('SmallResNet', 100).num_classes == 100
+
+
+def test_unknown_name_lists_the_known_ones():
+  with pytest.raises(ValueError, match="Unknown model 'ViT-X_16'.*ViT-B_16"):
+    create_model('ViT-X_16', 10)
+
+
+def test_unknown_override_lists_the_fields():
+  with pytest.raises(ValueError, match='no field.*dropout.*dropout_rate'):
+    create_model('ViT-Ti_16', 10, dropout=0.1)

@@ -1,0 +1,251 @@
+"""The ViT against the official linen model's parameter tree and forward pass."""
+
+import flax
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from vit_jax.models import attention_weights
+from vit_jax.models import create_model
+from vit_jax.models import VisionTransformer
+
+SMALL = dict(patch_size=4, hidden_size=32, num_layers=2, num_heads=4,
+             mlp_dim=64)
+
+
+def _flat(tree):
+  return flax.traverse_util.flatten_dict(tree, sep='/')
+
+
+def official_param_shapes(*, patch, hidden, layers, heads, mlp, tokens,
+                          num_classes, classifier='token',
+                          representation_size=None):
+  """Path -> shape of google-research/vision_transformer's linen ViT."""
+  head_dim = hidden // heads
+  shapes = {
+      'embedding/kernel': (patch, patch, 3, hidden),
+      'embedding/bias': (hidden,),
+      'Transformer/posembed_input/pos_embedding': (1, tokens, hidden),
+      'Transformer/encoder_norm/scale': (hidden,),
+      'Transformer/encoder_norm/bias': (hidden,),
+  }
+  if classifier == 'token':
+    shapes['cls'] = (1, 1, hidden)
+  for i in range(layers):
+    block = f'Transformer/encoderblock_{i}'
+    for norm in ('LayerNorm_0', 'LayerNorm_1'):
+      shapes[f'{block}/{norm}/scale'] = (hidden,)
+      shapes[f'{block}/{norm}/bias'] = (hidden,)
+    attention = f'{block}/MultiHeadDotProductAttention_0'
+    for projection in ('query', 'key', 'value'):
+      shapes[f'{attention}/{projection}/kernel'] = (hidden, heads, head_dim)
+      shapes[f'{attention}/{projection}/bias'] = (heads, head_dim)
+    shapes[f'{attention}/out/kernel'] = (heads, head_dim, hidden)
+    shapes[f'{attention}/out/bias'] = (hidden,)
+    mlp_block = f'{block}/MlpBlock_0'
+    shapes[f'{mlp_block}/Dense_0/kernel'] = (hidden, mlp)
+    shapes[f'{mlp_block}/Dense_0/bias'] = (mlp,)
+    shapes[f'{mlp_block}/Dense_1/kernel'] = (mlp, hidden)
+    shapes[f'{mlp_block}/Dense_1/bias'] = (hidden,)
+  width = hidden
+  if representation_size is not None:
+    shapes['pre_logits/kernel'] = (hidden, representation_size)
+    shapes['pre_logits/bias'] = (representation_size,)
+    width = representation_size
+  shapes['head/kernel'] = (width, num_classes)
+  shapes['head/bias'] = (num_classes,)
+  return shapes
+
+
+def _layer_norm(x, p):
+  mean = x.mean(-1, keepdims=True)
+  var = x.var(-1, keepdims=True)
+  return (x - mean) / np.sqrt(var + 1e-6) * p['scale'] + p['bias']
+
+
+def _gelu(x):
+  return 0.5 * x * (1 + np.tanh(np.sqrt(2 / np.pi) * (x + 0.044715 * x**3)))
+
+
+def _softmax(x):
+  e = np.exp(x - x.max(-1, keepdims=True))
+  return e / e.sum(-1, keepdims=True)
+
+
+def reference_logits(params, images, *, classifier):
+  """The official ViT forward pass in NumPy, written from the paper's equations."""
+  p = jax.tree.map(lambda a: np.asarray(a, np.float64), params)
+  x = np.asarray(images, np.float64)
+  kernel = p['embedding']['kernel']
+  patch, hidden = kernel.shape[0], kernel.shape[-1]
+  b, h, w, c = x.shape
+  x = x.reshape(b, h // patch, patch, w // patch, patch, c)
+  x = x.transpose(0, 1, 3, 2, 4, 5).reshape(b, -1, patch * patch * c)
+  x = x @ kernel.reshape(-1, hidden) + p['embedding']['bias']
+  if classifier == 'token':
+    x = np.concatenate([np.broadcast_to(p['cls'], (b, 1, hidden)), x], axis=1)
+  t = p['Transformer']
+  x = x + t['posembed_input']['pos_embedding']
+  i = 0
+  while f'encoderblock_{i}' in t:
+    block = t[f'encoderblock_{i}']
+    att = block['MultiHeadDotProductAttention_0']
+    y = _layer_norm(x, block['LayerNorm_0'])
+    q, k, v = (np.einsum('bnd,dhe->bnhe', y, att[n]['kernel']) + att[n]['bias']
+               for n in ('query', 'key', 'value'))
+    logits = np.einsum('bqhe,bkhe->bhqk', q, k) / np.sqrt(q.shape[-1])
+    y = np.einsum('bhqk,bkhe->bqhe', _softmax(logits), v)
+    x = x + np.einsum('bqhe,hed->bqd', y, att['out']['kernel']) + att['out'][
+        'bias']
+    mlp = block['MlpBlock_0']
+    y = _layer_norm(x, block['LayerNorm_1'])
+    y = _gelu(y @ mlp['Dense_0']['kernel'] + mlp['Dense_0']['bias'])
+    x = x + y @ mlp['Dense_1']['kernel'] + mlp['Dense_1']['bias']
+    i += 1
+  x = _layer_norm(x, t['encoder_norm'])
+  x = x[:, 0] if classifier == 'token' else x.mean(1)
+  if 'pre_logits' in p:
+    x = np.tanh(x @ p['pre_logits']['kernel'] + p['pre_logits']['bias'])
+  return x @ p['head']['kernel'] + p['head']['bias']
+
+
+def _randomized(params, seed=0):
+  """Every parameter random (heads and biases included), so nothing is zero."""
+  leaves, treedef = jax.tree.flatten(params)
+  keys = jax.random.split(jax.random.key(seed), len(leaves))
+  return jax.tree.unflatten(treedef, [
+      0.3 * jax.random.normal(k, a.shape, a.dtype) + (a.ndim == 1)
+      for k, a in zip(keys, leaves)
+  ])
+
+
+def _images(batch=2, size=16, seed=1):
+  return jax.random.normal(jax.random.key(seed), (batch, size, size, 3))
+
+
+def test_vit_b16_tree_matches_official_key_for_key():
+  model = create_model('ViT-B_16', 1000)
+  variables = jax.eval_shape(
+      lambda: model.init(jax.random.key(0), jnp.zeros((1, 224, 224, 3)),
+                         train=False))
+  assert set(variables) == {'params'}
+  ours = {k: v.shape for k, v in _flat(variables['params']).items()}
+  official = official_param_shapes(
+      patch=16, hidden=768, layers=12, heads=12, mlp=3072, tokens=197,
+      num_classes=1000)
+  assert ours == official
+
+
+@pytest.mark.parametrize('classifier,representation_size', [('token', None),
+                                                            ('gap', 24)])
+def test_tree_and_logits_match_the_official_model(classifier,
+                                                  representation_size):
+  model = VisionTransformer(num_classes=5, classifier=classifier,
+                            representation_size=representation_size, **SMALL)
+  images = _images()
+  params = model.init(jax.random.key(0), images, train=False)['params']
+  shapes = {k: v.shape for k, v in _flat(params).items()}
+  assert shapes == official_param_shapes(
+      patch=4, hidden=32, layers=2, heads=4, mlp=64,
+      tokens=16 + (classifier == 'token'), num_classes=5,
+      classifier=classifier, representation_size=representation_size)
+
+  params = _randomized(params)
+  logits = model.apply({'params': params}, images, train=False)
+  np.testing.assert_allclose(
+      logits, reference_logits(params, images, classifier=classifier),
+      rtol=1e-4, atol=1e-4)
+
+
+def test_initialisation_follows_the_official_model():
+  model = VisionTransformer(num_classes=5, **SMALL)
+  params = model.init(jax.random.key(0), _images(), train=False)['params']
+  assert not np.any(params['cls'])
+  assert not np.any(params['head']['kernel'])
+  pos = params['Transformer']['posembed_input']['pos_embedding']
+  assert 0.01 < float(np.std(pos)) < 0.03
+
+
+def test_head_bias_init():
+  model = VisionTransformer(num_classes=5, head_bias_init=-3.0, **SMALL)
+  logits, _ = model.init_with_output(
+      jax.random.key(0), _images(), train=False)
+  np.testing.assert_allclose(logits, -3.0)
+
+
+@pytest.mark.parametrize('classifier', ['token', 'gap'])
+def test_output_shape(classifier):
+  model = VisionTransformer(num_classes=7, classifier=classifier, **SMALL)
+  logits, variables = model.init_with_output(
+      jax.random.key(0), _images(batch=3), train=False)
+  assert logits.shape == (3, 7)
+  assert logits.dtype == jnp.float32
+  assert ('cls' in variables['params']) == (classifier == 'token')
+
+
+def test_attention_weights_are_probabilities_per_layer():
+  model = VisionTransformer(num_classes=5, **SMALL)
+  images = _images(batch=3)
+  variables = model.init(jax.random.key(0), images, train=False)
+  variables = {'params': _randomized(variables['params'])}
+  maps = attention_weights(model, variables, images)
+  assert len(maps) == SMALL['num_layers']
+  for a in maps:
+    assert a.shape == (3, SMALL['num_heads'], 17, 17)
+    assert np.all(a >= 0)
+    np.testing.assert_allclose(a.sum(-1), 1.0, rtol=1e-5)
+  # Sowing leaves the parameters alone.
+  assert set(model.init(jax.random.key(0), images, train=False)) == {'params'}
+
+
+def test_eval_is_deterministic_and_train_applies_dropout():
+  model = VisionTransformer(num_classes=5, dropout_rate=0.3,
+                            attention_dropout_rate=0.3, **SMALL)
+  images = _images()
+  variables = {'params': _randomized(
+      model.init(jax.random.key(0), images, train=False)['params'])}
+
+  def run(train, seed):
+    return model.apply(variables, images, train=train,
+                       rngs={'dropout': jax.random.key(seed)})
+
+  np.testing.assert_array_equal(run(False, 1), run(False, 2))
+  np.testing.assert_array_equal(run(False, 1),
+                                model.apply(variables, images, train=False))
+  assert not np.allclose(run(True, 1), run(True, 2))
+
+
+def test_bfloat16_compute_with_float32_parameters():
+  images = _images(batch=4)
+  f32 = VisionTransformer(num_classes=5, **SMALL)
+  bf16 = VisionTransformer(num_classes=5, dtype=jnp.bfloat16, **SMALL)
+  params = bf16.init(jax.random.key(0), images, train=False)['params']
+  assert {a.dtype for a in jax.tree.leaves(params)} == {jnp.dtype('float32')}
+
+  params = _randomized(params)
+  low = bf16.apply({'params': params}, images, train=False)
+  high = f32.apply({'params': params}, images, train=False)
+  assert low.dtype == jnp.float32
+  assert np.all(np.isfinite(low))
+  np.testing.assert_allclose(low, high, atol=0.05 * np.abs(high).max())
+
+
+def test_image_size_not_divisible_by_patch_is_a_clear_error():
+  model = VisionTransformer(num_classes=5, **SMALL)
+  with pytest.raises(ValueError, match='not divisible by the patch size 4'):
+    model.init(jax.random.key(0), jnp.zeros((1, 18, 18, 3)), train=False)
+
+
+def test_other_image_size_than_at_init_is_a_clear_error():
+  model = VisionTransformer(num_classes=5, **SMALL)
+  variables = model.init(jax.random.key(0), _images(size=16), train=False)
+  with pytest.raises(ValueError, match='position embedding was made for 17'):
+    model.apply(variables, _images(size=32), train=False)
+
+
+def test_invalid_configurations_are_clear_errors():
+  with pytest.raises(ValueError, match="classifier='cls'"):
+    VisionTransformer(num_classes=5, classifier='cls', **SMALL)
+  with pytest.raises(ValueError, match='not divisible by num_heads=5'):
+    VisionTransformer(num_classes=5, **{**SMALL, 'num_heads': 5})

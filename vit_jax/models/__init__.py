@@ -1,0 +1,17 @@
+"""Models: the ViT family and the small-data study's CNN baselines."""
+
+from vit_jax.models.cnn import SimpleCNN
+from vit_jax.models.cnn import SmallResNet
+from vit_jax.models.registry import create_model
+from vit_jax.models.registry import MODEL_NAMES
+from vit_jax.models.vit import attention_weights
+from vit_jax.models.vit import VisionTransformer
+
+__all__ = [
+    'MODEL_NAMES',
+    'SimpleCNN',
+    'SmallResNet',
+    'VisionTransformer',
+    'attention_weights',
+    'create_model',
+]

@@ -1,0 +1,146 @@
+"""The CNN baselines of the small-data study: SimpleCNN and SmallResNet.
+
+The study trained these in PyTorch, so convolutions, padding, BatchNorm
+(momentum 0.1 in PyTorch's convention, eps 1e-5) and initialisation follow
+PyTorch's defaults: the baselines start where the study's did.
+
+Both take `train`: BatchNorm normalises with batch statistics and updates its
+running averages (apply with `mutable=['batch_stats']`) when training, and uses
+the running averages otherwise.
+"""
+
+import math
+from typing import Any, Sequence
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+Dtype = Any
+
+# PyTorch's kaiming_uniform(a=sqrt(5)): uniform(+-1/sqrt(fan_in)).
+_torch_kernel_init = nn.initializers.variance_scaling(1 / 3, 'fan_in',
+                                                      'uniform')
+
+
+def _torch_bias_init(fan_in: int):
+  bound = 1 / math.sqrt(fan_in)
+
+  def init(key, shape, dtype=jnp.float32):
+    return jax.random.uniform(key, shape, dtype, -bound, bound)
+
+  return init
+
+
+def _conv(x: jax.Array, features: int, kernel_size: int, *, strides: int = 1,
+          use_bias: bool, dtype: Dtype, name: str) -> jax.Array:
+  fan_in = kernel_size * kernel_size * x.shape[-1]
+  return nn.Conv(
+      features,
+      kernel_size=(kernel_size, kernel_size),
+      strides=(strides, strides),
+      padding=kernel_size // 2,  # PyTorch-style symmetric padding.
+      use_bias=use_bias,
+      dtype=dtype,
+      kernel_init=_torch_kernel_init,
+      bias_init=_torch_bias_init(fan_in),
+      name=name)(
+          x)
+
+
+def _batch_norm(x: jax.Array, *, train: bool, dtype: Dtype,
+                name: str) -> jax.Array:
+  return nn.BatchNorm(
+      use_running_average=not train,
+      momentum=0.9,
+      epsilon=1e-5,
+      dtype=dtype,
+      name=name)(
+          x)
+
+
+def _head(x: jax.Array, num_classes: int) -> jax.Array:
+  # float32, like the ViT head, so logits are float32 whatever the dtype.
+  return nn.Dense(
+      num_classes,
+      kernel_init=_torch_kernel_init,
+      bias_init=_torch_bias_init(x.shape[-1]),
+      name='head')(
+          x)
+
+
+class SimpleCNN(nn.Module):
+  """Five 3x3 conv-BN-ReLU layers, 2x2 max-pool after the 2nd and 4th,
+  global average pool, linear head. 141,354 parameters for 10 classes."""
+
+  num_classes: int = 10
+  widths: Sequence[int] = (32, 32, 64, 64, 128)
+  pool_after: Sequence[int] = (1, 3)
+  dtype: Dtype = jnp.float32
+
+  @nn.compact
+  def __call__(self, images: jax.Array, *, train: bool) -> jax.Array:
+    x = images
+    for i, width in enumerate(self.widths):
+      x = _conv(x, width, 3, use_bias=True, dtype=self.dtype, name=f'conv_{i}')
+      x = _batch_norm(x, train=train, dtype=self.dtype, name=f'bn_{i}')
+      x = nn.relu(x)
+      if i in self.pool_after:
+        x = nn.max_pool(x, window_shape=(2, 2), strides=(2, 2))
+    x = jnp.mean(x, axis=(1, 2))
+    return _head(x, self.num_classes)
+
+
+class BasicBlock(nn.Module):
+  """ResNet basic block (He et al. 2016): two 3x3 conv-BN, projection shortcut
+  (1x1 conv-BN) where the shape changes, ReLU after the sum."""
+
+  features: int
+  strides: int = 1
+  dtype: Dtype = jnp.float32
+
+  @nn.compact
+  def __call__(self, x: jax.Array, *, train: bool) -> jax.Array:
+    y = _conv(x, self.features, 3, strides=self.strides, use_bias=False,
+              dtype=self.dtype, name='conv_0')
+    y = _batch_norm(y, train=train, dtype=self.dtype, name='bn_0')
+    y = nn.relu(y)
+    y = _conv(y, self.features, 3, use_bias=False, dtype=self.dtype,
+              name='conv_1')
+    y = _batch_norm(y, train=train, dtype=self.dtype, name='bn_1')
+
+    shortcut = x
+    if self.strides != 1 or x.shape[-1] != self.features:
+      shortcut = _conv(x, self.features, 1, strides=self.strides,
+                       use_bias=False, dtype=self.dtype, name='shortcut_conv')
+      shortcut = _batch_norm(shortcut, train=train, dtype=self.dtype,
+                             name='shortcut_bn')
+    return nn.relu(shortcut + y)
+
+
+class SmallResNet(nn.Module):
+  """CIFAR ResNet: 3x3 stem (16 channels), three stages of 16/32/64 channels
+  with 2 basic blocks each (stride 2 entering stages 2 and 3), global average
+  pool, linear head. 175,258 parameters for 10 classes."""
+
+  num_classes: int = 10
+  stage_widths: Sequence[int] = (16, 32, 64)
+  blocks_per_stage: int = 2
+  dtype: Dtype = jnp.float32
+
+  @nn.compact
+  def __call__(self, images: jax.Array, *, train: bool) -> jax.Array:
+    x = _conv(images, self.stage_widths[0], 3, use_bias=False, dtype=self.dtype,
+              name='stem_conv')
+    x = _batch_norm(x, train=train, dtype=self.dtype, name='stem_bn')
+    x = nn.relu(x)
+    for stage, width in enumerate(self.stage_widths):
+      for block in range(self.blocks_per_stage):
+        x = BasicBlock(
+            width,
+            strides=2 if stage > 0 and block == 0 else 1,
+            dtype=self.dtype,
+            name=f'stage{stage + 1}_block{block + 1}')(
+                x, train=train)
+    x = jnp.mean(x, axis=(1, 2))
+    return _head(x, self.num_classes)

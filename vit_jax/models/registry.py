@@ -1,0 +1,73 @@
+"""Every model by name: `create_model(name, num_classes, **overrides)`."""
+
+import dataclasses
+import functools
+from typing import Callable
+
+import flax.linen as nn
+
+from vit_jax.models.cnn import SimpleCNN
+from vit_jax.models.cnn import SmallResNet
+from vit_jax.models.vit import VisionTransformer
+
+
+def _vit(patch_size, hidden_size, num_layers, num_heads, mlp_dim,
+         dropout_rate=0.0):
+  # Dropout rates are the official configs' (google-research/vision_transformer
+  # vit_jax/configs/models.py); attention dropout is 0 in all of them.
+  return functools.partial(
+      VisionTransformer,
+      patch_size=patch_size,
+      hidden_size=hidden_size,
+      num_layers=num_layers,
+      num_heads=num_heads,
+      mlp_dim=mlp_dim,
+      dropout_rate=dropout_rate)
+
+
+_MODELS: dict[str, Callable[..., nn.Module]] = {
+    'ViT-Ti_16': _vit(16, 192, 12, 3, 768),
+    'ViT-S_16': _vit(16, 384, 12, 6, 1536),
+    'ViT-S_32': _vit(32, 384, 12, 6, 1536),
+    'ViT-B_8': _vit(8, 768, 12, 12, 3072),
+    'ViT-B_16': _vit(16, 768, 12, 12, 3072),
+    'ViT-B_32': _vit(32, 768, 12, 12, 3072),
+    'ViT-L_16': _vit(16, 1024, 24, 16, 4096, dropout_rate=0.1),
+    'ViT-L_32': _vit(32, 1024, 24, 16, 4096),
+    'ViT-H_14': _vit(14, 1280, 32, 16, 5120, dropout_rate=0.1),
+    # The small-data study's ViT-Tiny for 32x32 CIFAR images (64 patches).
+    # The study does not state its dropout; 0.1 is the usual choice for such
+    # small ViTs and a config can override it.
+    'ViT-Tiny-CIFAR_4': _vit(4, 128, 6, 4, 512, dropout_rate=0.1),
+    'SimpleCNN': SimpleCNN,
+    'SmallResNet': SmallResNet,
+}
+
+MODEL_NAMES = tuple(_MODELS)
+
+
+def _module_class(factory) -> type[nn.Module]:
+  return factory.func if isinstance(factory, functools.partial) else factory
+
+
+def create_model(name: str, num_classes: int, **overrides) -> nn.Module:
+  """Returns the linen module registered as `name`.
+
+  Every model is applied as `model.apply(variables, images_nhwc, train=...)`
+  and returns logits; the CNNs also need `mutable=['batch_stats']` when
+  `train=True`. `overrides` set module fields, e.g. `dtype=jnp.bfloat16` or
+  `dropout_rate=0.0`.
+  """
+  if name not in _MODELS:
+    raise ValueError(f'Unknown model {name!r}. Known models: '
+                     f'{", ".join(MODEL_NAMES)}.')
+  factory = _MODELS[name]
+  fields = {
+      f.name for f in dataclasses.fields(_module_class(factory))
+      if f.name not in ('parent', 'name', 'num_classes')
+  }
+  unknown = sorted(set(overrides) - fields)
+  if unknown:
+    raise ValueError(f'{name} has no field(s) {", ".join(unknown)}. Its '
+                     f'fields: {", ".join(sorted(fields))}.')
+  return factory(num_classes=num_classes, **overrides)

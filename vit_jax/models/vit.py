@@ -1,0 +1,220 @@
+"""The Vision Transformer (Dosovitskiy et al., ICLR 2021) in flax.linen.
+
+Module names, nesting, shapes and initialisers follow the official linen model
+(google-research/vision_transformer, `vit_jax/models_vit.py`), so the same
+parameters give the same logits and released checkpoints load by renaming keys.
+"""
+
+from typing import Any
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+Dtype = Any
+
+CLASSIFIERS = ('token', 'gap')
+
+
+class AddPositionEmbs(nn.Module):
+  """Adds a learned 1-D position embedding, one vector per token."""
+
+  @nn.compact
+  def __call__(self, tokens: jax.Array) -> jax.Array:
+    shape = (1, tokens.shape[1], tokens.shape[2])
+    if self.has_variable('params', 'pos_embedding'):
+      stored = self.get_variable('params', 'pos_embedding').shape
+      if stored != shape:
+        raise ValueError(
+            f'The position embedding was made for {stored[1]} tokens but the '
+            f'input gives {shape[1]}: the image size differs from the one the '
+            'parameters were initialised at. Use that image size, or resize '
+            'the position embedding to the new patch grid (fine-tuning).')
+    # normal(0.02) as in BERT and the official ViT.
+    pos_embedding = self.param(
+        'pos_embedding', nn.initializers.normal(stddev=0.02), shape)
+    return tokens + pos_embedding.astype(tokens.dtype)
+
+
+class MlpBlock(nn.Module):
+  """Transformer MLP: Dense -> GELU -> dropout -> Dense -> dropout."""
+
+  mlp_dim: int
+  dropout_rate: float = 0.0
+  dtype: Dtype = jnp.float32
+
+  @nn.compact
+  def __call__(self, x: jax.Array, *, deterministic: bool) -> jax.Array:
+    def dense(features):
+      return nn.Dense(
+          features,
+          dtype=self.dtype,
+          kernel_init=nn.initializers.xavier_uniform(),
+          bias_init=nn.initializers.normal(stddev=1e-6))
+
+    y = dense(self.mlp_dim)(x)
+    y = nn.gelu(y)  # tanh approximation, as in the official code.
+    y = nn.Dropout(self.dropout_rate)(y, deterministic=deterministic)
+    y = dense(x.shape[-1])(y)
+    return nn.Dropout(self.dropout_rate)(y, deterministic=deterministic)
+
+
+class Encoder1DBlock(nn.Module):
+  """Pre-LayerNorm encoder block: x + MSA(LN(x)), then x + MLP(LN(x)).
+
+  The attention probabilities are sown into the `intermediates` collection
+  (`MultiHeadDotProductAttention_0/attention_weights`); apply with
+  `mutable=['intermediates']` to get them, see `attention_weights`.
+  """
+
+  mlp_dim: int
+  num_heads: int
+  dropout_rate: float = 0.0
+  attention_dropout_rate: float = 0.0
+  dtype: Dtype = jnp.float32
+
+  @nn.compact
+  def __call__(self, inputs: jax.Array, *, deterministic: bool) -> jax.Array:
+    x = nn.LayerNorm(dtype=self.dtype)(inputs)
+    x = nn.MultiHeadDotProductAttention(
+        num_heads=self.num_heads,
+        dtype=self.dtype,
+        kernel_init=nn.initializers.xavier_uniform(),
+        broadcast_dropout=False,
+        dropout_rate=self.attention_dropout_rate)(
+            x, x, deterministic=deterministic, sow_weights=True)
+    x = nn.Dropout(self.dropout_rate)(x, deterministic=deterministic)
+    x = x + inputs
+
+    y = nn.LayerNorm(dtype=self.dtype)(x)
+    y = MlpBlock(
+        mlp_dim=self.mlp_dim, dropout_rate=self.dropout_rate, dtype=self.dtype)(
+            y, deterministic=deterministic)
+    return x + y
+
+
+class Encoder(nn.Module):
+  """Position embedding, `num_layers` encoder blocks and a final LayerNorm."""
+
+  num_layers: int
+  mlp_dim: int
+  num_heads: int
+  dropout_rate: float = 0.0
+  attention_dropout_rate: float = 0.0
+  dtype: Dtype = jnp.float32
+
+  @nn.compact
+  def __call__(self, x: jax.Array, *, train: bool) -> jax.Array:
+    x = AddPositionEmbs(name='posembed_input')(x)
+    x = nn.Dropout(self.dropout_rate)(x, deterministic=not train)
+    for i in range(self.num_layers):
+      x = Encoder1DBlock(
+          mlp_dim=self.mlp_dim,
+          num_heads=self.num_heads,
+          dropout_rate=self.dropout_rate,
+          attention_dropout_rate=self.attention_dropout_rate,
+          dtype=self.dtype,
+          name=f'encoderblock_{i}')(
+              x, deterministic=not train)
+    return nn.LayerNorm(dtype=self.dtype, name='encoder_norm')(x)
+
+
+class VisionTransformer(nn.Module):
+  """ViT: patch embedding, [CLS] token, Transformer encoder, classifier head.
+
+  Parameters stay in float32 whatever `dtype` is; `dtype` sets the computation
+  (e.g. `jnp.bfloat16`). The optional `pre_logits` and the `head` always
+  compute in float32, so logits are float32.
+  """
+
+  num_classes: int
+  patch_size: int
+  hidden_size: int
+  num_layers: int
+  num_heads: int
+  mlp_dim: int
+  dropout_rate: float = 0.0
+  attention_dropout_rate: float = 0.0
+  classifier: str = 'token'
+  representation_size: int | None = None
+  head_bias_init: float = 0.0
+  dtype: Dtype = jnp.float32
+
+  def __post_init__(self):
+    if self.classifier not in CLASSIFIERS:
+      raise ValueError(f'classifier={self.classifier!r}; use one of '
+                       f'{CLASSIFIERS}.')
+    if self.hidden_size % self.num_heads:
+      raise ValueError(f'hidden_size={self.hidden_size} is not divisible by '
+                       f'num_heads={self.num_heads}.')
+    if self.patch_size < 1:
+      raise ValueError(f'patch_size={self.patch_size} must be positive.')
+    super().__post_init__()
+
+  @nn.compact
+  def __call__(self, images: jax.Array, *, train: bool) -> jax.Array:
+    if images.ndim != 4:
+      raise ValueError(f'Expected images of shape (batch, height, width, '
+                       f'channels), got shape {images.shape}.')
+    _, height, width, _ = images.shape
+    if height % self.patch_size or width % self.patch_size:
+      raise ValueError(
+          f'Image size {height}x{width} is not divisible by the patch size '
+          f'{self.patch_size}: resize or crop the images to a multiple of '
+          f'{self.patch_size}.')
+
+    # A conv with kernel = stride = patch size is the linear patch projection.
+    x = nn.Conv(
+        self.hidden_size,
+        kernel_size=(self.patch_size, self.patch_size),
+        strides=(self.patch_size, self.patch_size),
+        padding='VALID',
+        dtype=self.dtype,
+        name='embedding')(
+            images)
+    n, h, w, c = x.shape
+    x = jnp.reshape(x, (n, h * w, c))
+
+    if self.classifier == 'token':
+      cls = self.param('cls', nn.initializers.zeros, (1, 1, c))
+      cls = jnp.broadcast_to(cls.astype(x.dtype), (n, 1, c))
+      x = jnp.concatenate([cls, x], axis=1)
+
+    x = Encoder(
+        num_layers=self.num_layers,
+        mlp_dim=self.mlp_dim,
+        num_heads=self.num_heads,
+        dropout_rate=self.dropout_rate,
+        attention_dropout_rate=self.attention_dropout_rate,
+        dtype=self.dtype,
+        name='Transformer')(
+            x, train=train)
+
+    x = x[:, 0] if self.classifier == 'token' else jnp.mean(x, axis=1)
+
+    if self.representation_size is not None:
+      x = nn.Dense(self.representation_size, name='pre_logits')(x)
+      x = nn.tanh(x)
+
+    return nn.Dense(
+        self.num_classes,
+        kernel_init=nn.initializers.zeros,
+        bias_init=nn.initializers.constant(self.head_bias_init),
+        name='head')(
+            x)
+
+
+def attention_weights(model: VisionTransformer, variables: Any,
+                      images: jax.Array) -> list[jax.Array]:
+  """Every layer's attention probabilities for `images`, in eval mode.
+
+  Returns one array per encoder block, in depth order, each of shape
+  (batch, heads, tokens, tokens) with rows (queries) summing to 1.
+  """
+  _, state = model.apply(
+      variables, images, train=False, mutable=['intermediates'])
+  blocks = state['intermediates']['Transformer']
+  return [
+      blocks[f'encoderblock_{i}']['MultiHeadDotProductAttention_0']
+      ['attention_weights'][0] for i in range(model.num_layers)
+  ]
