@@ -1,0 +1,302 @@
+"""Where data enters: datasets read into uint8 arrays on the host, placed on
+the devices once, and batched, augmented and normalised there.
+
+Sources (`config.dataset`):
+  cifar10, cifar100   the official binary or python release under
+                      `config.data_dir` or $VIT_JAX_DATA_DIR;
+  image_folder        `data_dir/{train,test}/<class>/*.{jpg,jpeg,png}`;
+  tfds:NAME           any tensorflow-datasets dataset already prepared in
+                      `data_dir` (needs TensorFlow: `pip install -e '.[tf]'`).
+Nothing is downloaded: a missing dataset is a `DatasetError` that says where
+it looked and how to supply the data.
+"""
+
+import dataclasses
+import os
+import pathlib
+import pickle
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+DATA_DIR_ENV = 'VIT_JAX_DATA_DIR'
+_CIFAR_SIDE = 32
+_CIFAR_PIXELS = _CIFAR_SIDE * _CIFAR_SIDE * 3
+_IMAGE_SUFFIXES = ('.jpg', '.jpeg', '.png')
+
+
+class DatasetError(ValueError):
+  """The dataset is missing, malformed or misconfigured."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Split:
+  images: Any  # uint8 (N, H, W, 3), numpy on the host or a jax.Array
+  labels: Any  # int32 (N,)
+
+  def __len__(self):
+    return len(self.labels)
+
+
+@dataclasses.dataclass(frozen=True)
+class Dataset:
+  train: Split
+  test: Split
+  num_classes: int
+
+
+# --------------------------------------------------------------- reading ---
+
+
+def _cifar_records(path: pathlib.Path, label_bytes: int,
+                   label_offset: int) -> Split:
+  raw = np.fromfile(path, dtype=np.uint8)
+  record = label_bytes + _CIFAR_PIXELS
+  if raw.size == 0 or raw.size % record:
+    raise DatasetError(
+        f'{path} is not a CIFAR binary file: {raw.size} bytes is not a '
+        f'multiple of the {record}-byte record.')
+  raw = raw.reshape(-1, record)
+  return Split(_planar_to_nhwc(raw[:, label_bytes:]),
+               raw[:, label_offset].astype(np.int32))
+
+
+def _cifar_pickle(path: pathlib.Path, label_key: bytes) -> Split:
+  try:
+    with open(path, 'rb') as f:
+      batch = pickle.load(f, encoding='bytes')
+    data = np.asarray(batch[b'data'], dtype=np.uint8)
+    labels = np.asarray(batch[label_key], dtype=np.int32)
+  except (pickle.UnpicklingError, EOFError, KeyError, TypeError,
+          ValueError) as e:
+    raise DatasetError(f'{path} is not a CIFAR python batch: {e!r}') from e
+  if data.ndim != 2 or data.shape[1] != _CIFAR_PIXELS:
+    raise DatasetError(f'{path}: data has shape {data.shape}, expected '
+                       f'(N, {_CIFAR_PIXELS}).')
+  return Split(_planar_to_nhwc(data), labels)
+
+
+def _planar_to_nhwc(rows: np.ndarray) -> np.ndarray:
+  return rows.reshape(-1, 3, _CIFAR_SIDE, _CIFAR_SIDE).transpose(0, 2, 3, 1)
+
+
+def _concatenate(splits: list[Split]) -> Split:
+  return Split(np.concatenate([s.images for s in splits]),
+               np.concatenate([s.labels for s in splits]))
+
+
+# (folder, train files, test file, reader) per format; the first folder found
+# under the data directory (or the data directory itself) is used.
+_CIFAR_FORMATS = {
+    'cifar10': [
+        ('cifar-10-batches-bin', 'data_batch_*.bin', 'test_batch.bin',
+         lambda p: _cifar_records(p, label_bytes=1, label_offset=0)),
+        ('cifar-10-batches-py', 'data_batch_[0-9]', 'test_batch',
+         lambda p: _cifar_pickle(p, b'labels')),
+    ],
+    'cifar100': [
+        ('cifar-100-binary', 'train.bin', 'test.bin',
+         lambda p: _cifar_records(p, label_bytes=2, label_offset=1)),
+        ('cifar-100-python', 'train', 'test',
+         lambda p: _cifar_pickle(p, b'fine_labels')),
+    ],
+}
+_CIFAR_CLASSES = {'cifar10': 10, 'cifar100': 100}
+
+
+def load_cifar(name: str, data_dir: pathlib.Path) -> Dataset:
+  """CIFAR-10/100 from either official format under `data_dir`."""
+  looked = []
+  for folder, train_pattern, test_file, read in _CIFAR_FORMATS[name]:
+    for root in (data_dir / folder, data_dir):
+      train_files = sorted(root.glob(train_pattern))
+      looked.append(str(root / folder) if root == data_dir else str(root))
+      if train_files and (root / test_file).is_file():
+        dataset = Dataset(
+            train=_concatenate([read(p) for p in train_files]),
+            test=read(root / test_file),
+            num_classes=_CIFAR_CLASSES[name])
+        for split in (dataset.train, dataset.test):
+          if split.labels.min() < 0 or split.labels.max() >= dataset.num_classes:
+            raise DatasetError(
+                f'{root}: labels outside 0..{dataset.num_classes - 1}; is '
+                f'this {name}?')
+        return dataset
+  binary, python = (f[0] for f in _CIFAR_FORMATS[name])
+  raise DatasetError(
+      f'No {name} found in {data_dir} (looked for {binary}/ and {python}/ '
+      f'in: {", ".join(dict.fromkeys(looked))}). Unpack the official '
+      f'{name} release (binary or python version) into a directory and pass '
+      f'--config.data_dir=DIR or set ${DATA_DIR_ENV}=DIR.')
+
+
+def _read_image(path: pathlib.Path, size: int) -> np.ndarray:
+  from PIL import Image  # pylint: disable=g-import-not-at-top
+  try:
+    with Image.open(path) as image:
+      image = image.convert('RGB')
+      if image.size != (size, size):
+        image = image.resize((size, size), Image.BILINEAR)
+      return np.asarray(image, dtype=np.uint8)
+  except OSError as e:
+    raise DatasetError(f'Cannot read image {path}: {e}') from e
+
+
+def load_image_folder(data_dir: pathlib.Path, image_size: int) -> Dataset:
+  """`data_dir/{train,test}/<class>/*` images, resized to `image_size`."""
+  train_dir = data_dir / 'train'
+  class_names = sorted(p.name for p in train_dir.iterdir()
+                       if p.is_dir()) if train_dir.is_dir() else []
+  if not class_names or not (data_dir / 'test').is_dir():
+    raise DatasetError(
+        f'No image folder found in {data_dir}: expected '
+        f'{data_dir}/train/<class>/*.jpg and {data_dir}/test/<class>/*.jpg.')
+
+  def read_split(split: str) -> Split:
+    images, labels = [], []
+    for folder in sorted((data_dir / split).iterdir()):
+      if not folder.is_dir():
+        continue
+      if folder.name not in class_names:
+        raise DatasetError(f'{folder}: class {folder.name!r} is not among the '
+                           f'training classes {class_names}.')
+      for path in sorted(folder.iterdir()):
+        if path.suffix.lower() in _IMAGE_SUFFIXES:
+          images.append(_read_image(path, image_size))
+          labels.append(class_names.index(folder.name))
+    if not images:
+      raise DatasetError(f'No .jpg/.jpeg/.png images under {data_dir / split}.')
+    return Split(np.stack(images), np.asarray(labels, np.int32))
+
+  return Dataset(read_split('train'), read_split('test'), len(class_names))
+
+
+def load_tfds(name: str, data_dir: pathlib.Path | None, train_split: str,
+              test_split: str) -> Dataset:
+  """A prepared tensorflow-datasets dataset; never downloads."""
+  try:
+    import tensorflow  # pylint: disable=g-import-not-at-top,unused-import
+    import tensorflow_datasets as tfds  # pylint: disable=g-import-not-at-top
+  except ImportError as e:
+    raise DatasetError(
+        f'tfds:{name} needs TensorFlow, which is optional: '
+        "pip install -e '.[tf]'.") from e
+  try:
+    builder = tfds.builder(name, data_dir=data_dir and str(data_dir))
+  except tfds.core.registered.DatasetNotFoundError as e:
+    raise DatasetError(f'tensorflow-datasets has no dataset {name!r}.') from e
+  if not builder.is_prepared():
+    raise DatasetError(
+        f'tfds:{name} is not prepared in {builder.data_dir}; this job does not '
+        'download. Prepare it where there is network (tfds build '
+        f'{name} --data_dir=DIR) and pass --config.data_dir=DIR.')
+
+  def read_split(split: str) -> Split:
+    data = tfds.as_numpy(
+        builder.as_dataset(split=split, batch_size=-1, as_supervised=True))
+    return Split(np.asarray(data[0], np.uint8), np.asarray(data[1], np.int32))
+
+  return Dataset(read_split(train_split), read_split(test_split),
+                 builder.info.features['label'].num_classes)
+
+
+def _first(split: Split, count: int, what: str) -> Split:
+  """The first `count` examples: deterministic, in the source's order."""
+  if not count:
+    return split
+  if count > len(split):
+    raise DatasetError(f'config.{what}={count} but the dataset has only '
+                       f'{len(split)}; lower it or set it to 0 for all.')
+  return Split(split.images[:count], split.labels[:count])
+
+
+def load_dataset(config) -> Dataset:
+  """The dataset `config` names, as host arrays, cut to the requested sizes."""
+  data_dir = config.get('data_dir') or os.environ.get(DATA_DIR_ENV)
+  data_dir = pathlib.Path(data_dir).expanduser() if data_dir else None
+  name = config.dataset
+  if name in _CIFAR_FORMATS or name == 'image_folder':
+    if data_dir is None:
+      raise DatasetError(
+          f'{name} is read from a local directory: pass --config.data_dir=DIR '
+          f'or set ${DATA_DIR_ENV}=DIR.')
+    if not data_dir.is_dir():
+      raise DatasetError(f'Data directory {data_dir} does not exist.')
+  if name in _CIFAR_FORMATS:
+    dataset = load_cifar(name, data_dir)
+  elif name == 'image_folder':
+    dataset = load_image_folder(data_dir, config.image_size)
+  elif name.startswith('tfds:'):
+    dataset = load_tfds(name[len('tfds:'):], data_dir, config.train_split,
+                        config.test_split)
+  else:
+    raise DatasetError(
+        f'Unknown dataset {name!r}: use cifar10, cifar100, image_folder or '
+        'tfds:NAME.')
+  return Dataset(
+      train=_first(dataset.train, config.train_examples, 'train_examples'),
+      test=_first(dataset.test, config.test_examples, 'test_examples'),
+      num_classes=dataset.num_classes)
+
+
+# ------------------------------------------------------------ on device ---
+
+
+def put_replicated(split: Split, sharding: jax.sharding.Sharding) -> Split:
+  """Copies a split to every device once; batches are gathered from it there."""
+  return Split(jax.device_put(split.images, sharding),
+               jax.device_put(split.labels, sharding))
+
+
+def epoch_batches(seed: int, epoch: int, num_examples: int,
+                  batch_size: int) -> np.ndarray:
+  """(steps, batch_size) example indices: a fresh shuffle each epoch, the
+  remainder dropped. The same on every process and on resumption."""
+  order = np.random.default_rng([seed, epoch]).permutation(num_examples)
+  steps = num_examples // batch_size
+  return order[:steps * batch_size].reshape(steps, batch_size).astype(np.int32)
+
+
+def eval_batches(num_examples: int,
+                 batch_size: int) -> tuple[np.ndarray, np.ndarray]:
+  """Indices and a 0/1 mask covering every example exactly once; the last
+  batch is padded (with example 0, masked out)."""
+  steps = -(-num_examples // batch_size)
+  indices = np.arange(steps * batch_size, dtype=np.int32)
+  mask = indices < num_examples
+  indices = np.where(mask, indices, 0)
+  return (indices.reshape(steps, batch_size),
+          mask.reshape(steps, batch_size).astype(np.float32))
+
+
+def random_crop_and_flip(key: jax.Array, images: jax.Array,
+                         padding: int = 4) -> jax.Array:
+  """Per image: zero-pad by `padding`, crop back at a random offset, flip
+  left-right with probability 1/2 (torchvision's RandomCrop + RandomFlip)."""
+  n, h, w, _ = images.shape
+  crop_key, flip_key = jax.random.split(key)
+  offsets = jax.random.randint(crop_key, (n, 2), 0, 2 * padding + 1)
+  flips = jax.random.bernoulli(flip_key, 0.5, (n,))
+  padded = jnp.pad(images, ((0, 0), (padding, padding), (padding, padding),
+                            (0, 0)))
+
+  def crop(image, offset, flip):
+    image = jax.lax.dynamic_slice(image, (offset[0], offset[1], 0),
+                                  (h, w, image.shape[-1]))
+    return jnp.where(flip, image[:, ::-1], image)
+
+  return jax.vmap(crop)(padded, offsets, flips)
+
+
+def preprocess(images: jax.Array, *, key: jax.Array | None, augment: bool,
+               image_size: int, mean, std) -> jax.Array:
+  """uint8 NHWC -> float32 in [0, 1], augmented, resized, normalised."""
+  x = images.astype(jnp.float32) / 255.0
+  if augment:
+    x = random_crop_and_flip(key, x)
+  if x.shape[1:3] != (image_size, image_size):
+    x = jax.image.resize(x, (x.shape[0], image_size, image_size, x.shape[3]),
+                         method='bilinear')
+  return (x - jnp.asarray(mean)) / jnp.asarray(std)

@@ -1,0 +1,385 @@
+"""Training and evaluation: the state, the compiled steps and the epoch loop.
+
+One `jax.jit` train step and one eval step run over a `Mesh` of all devices:
+the batch is sharded along the `data` axis, parameters and optimizer state are
+replicated, and the state's buffers are donated. The dataset sits on every
+device (see `input_pipeline`), so a step gathers its batch where it runs and
+the same code serves 1 CPU, N GPUs or many hosts.
+"""
+
+import functools
+import json
+import math
+import pathlib
+import time
+from typing import Any
+
+from absl import logging
+from flax.training import train_state
+import jax
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+import optax
+import orbax.checkpoint as ocp
+
+from vit_jax import input_pipeline
+from vit_jax import metric_writer
+from vit_jax import models
+
+DTYPES = {'float32': jnp.float32, 'bfloat16': jnp.bfloat16}
+OPTIMIZERS = ('adamw', 'sgd')
+
+
+class ConfigError(ValueError):
+  """The configuration cannot be run as it is."""
+
+
+class TrainingDivergedError(RuntimeError):
+  """The loss stopped being finite."""
+
+
+class TrainState(train_state.TrainState):
+  batch_stats: Any = None
+
+
+# ------------------------------------------------------------ set-up -------
+
+
+def validate_config(config: ml_collections.ConfigDict, num_devices: int):
+  """Checks what needs no data; raises ConfigError before anything compiles."""
+  positive = ('learning_rate', 'num_epochs', 'batch_size', 'eval_batch_size',
+              'image_size', 'checkpoint_every_epochs', 'keep_checkpoints')
+  for field in positive:
+    if not config[field] > 0:
+      raise ConfigError(f'config.{field}={config[field]} must be positive.')
+  for field in ('warmup_epochs', 'weight_decay', 'grad_clip_norm'):
+    if config[field] < 0:
+      raise ConfigError(f'config.{field}={config[field]} must be >= 0.')
+  if not 0 <= config.label_smoothing < 1:
+    raise ConfigError(f'config.label_smoothing={config.label_smoothing} must '
+                      'be in [0, 1).')
+  if config.optimizer not in OPTIMIZERS:
+    raise ConfigError(f'config.optimizer={config.optimizer!r}; use one of '
+                      f'{OPTIMIZERS}.')
+  if config.dtype not in DTYPES:
+    raise ConfigError(f'config.dtype={config.dtype!r}; use one of '
+                      f'{tuple(DTYPES)}.')
+  for field in ('batch_size', 'eval_batch_size'):
+    if config[field] % num_devices:
+      raise ConfigError(
+          f'config.{field}={config[field]} is not divisible by the '
+          f'{num_devices} devices; use a multiple of {num_devices}.')
+
+
+def create_model(config: ml_collections.ConfigDict, num_classes: int):
+  try:
+    model = models.create_model(
+        config.model, num_classes, dtype=DTYPES[config.dtype],
+        **config.get('model_overrides', {}))
+  except (ValueError, TypeError) as e:
+    raise ConfigError(str(e)) from e
+  patch_size = getattr(model, 'patch_size', None)
+  if patch_size and config.image_size % patch_size:
+    raise ConfigError(
+        f'config.image_size={config.image_size} is not divisible by the patch '
+        f'size {patch_size} of {config.model}; use a multiple of {patch_size}.')
+  return model
+
+
+def create_learning_rate_schedule(config, steps_per_epoch: int):
+  """Linear warmup from 0, then cosine decay to 0 at the last step."""
+  total_steps = config.num_epochs * steps_per_epoch
+  warmup_steps = config.warmup_epochs * steps_per_epoch
+  if warmup_steps >= total_steps:
+    logging.warning('warmup_epochs=%s is not shorter than num_epochs=%s: the '
+                    'run only warms up.', config.warmup_epochs,
+                    config.num_epochs)
+    warmup_steps = total_steps
+  return optax.warmup_cosine_decay_schedule(
+      init_value=0.0, peak_value=config.learning_rate,
+      warmup_steps=warmup_steps, decay_steps=max(total_steps, warmup_steps + 1),
+      end_value=0.0)
+
+
+def create_optimizer(config, schedule) -> optax.GradientTransformation:
+  if config.optimizer == 'adamw':
+    tx = optax.adamw(schedule, b1=config.adam_b1, b2=config.adam_b2,
+                     weight_decay=config.weight_decay)
+  else:
+    tx = optax.chain(optax.add_decayed_weights(config.weight_decay),
+                     optax.sgd(schedule, momentum=config.momentum))
+  if config.grad_clip_norm:
+    tx = optax.chain(optax.clip_by_global_norm(config.grad_clip_norm), tx)
+  return tx
+
+
+def create_train_state(key, model, tx, image_size: int,
+                       sharding: NamedSharding) -> TrainState:
+
+  @functools.partial(jax.jit, out_shardings=sharding)
+  def init(key):
+    variables = model.init(
+        key, jnp.zeros((1, image_size, image_size, 3)), train=False)
+    return TrainState.create(
+        apply_fn=model.apply, params=variables['params'], tx=tx,
+        batch_stats=variables.get('batch_stats'))
+
+  return init(key)
+
+
+# ------------------------------------------------------------- steps -------
+
+
+def cross_entropy(logits, labels, label_smoothing: float):
+  targets = optax.smooth_labels(
+      jax.nn.one_hot(labels, logits.shape[-1]), label_smoothing)
+  return optax.softmax_cross_entropy(logits, targets)
+
+
+def _variables(state: TrainState, params) -> dict:
+  if state.batch_stats is None:
+    return {'params': params}
+  return {'params': params, 'batch_stats': state.batch_stats}
+
+
+def train_step(state: TrainState, images, labels, indices, key, *, config,
+               batch_sharding):
+  """One optimizer step on the examples `indices` of the on-device data."""
+  key = jax.random.fold_in(key, state.step)
+  augment_key, dropout_key = jax.random.split(key)
+  indices = jax.lax.with_sharding_constraint(indices, batch_sharding)
+  x = input_pipeline.preprocess(
+      images[indices], key=augment_key, augment=config.augment,
+      image_size=config.image_size, mean=config.pixel_mean,
+      std=config.pixel_std)
+  y = labels[indices]
+
+  def loss_fn(params):
+    logits, updates = state.apply_fn(
+        _variables(state, params), x, train=True, mutable=['batch_stats'],
+        rngs={'dropout': dropout_key})
+    loss = cross_entropy(logits, y, config.label_smoothing).mean()
+    return loss, (logits, updates)
+
+  (loss, (logits, updates)), grads = jax.value_and_grad(
+      loss_fn, has_aux=True)(state.params)
+  state = state.apply_gradients(
+      grads=grads, batch_stats=updates.get('batch_stats'))
+  metrics = {
+      'loss': loss * y.shape[0],
+      'correct': jnp.sum(jnp.argmax(logits, -1) == y),
+      'count': jnp.asarray(y.shape[0], jnp.float32),
+  }
+  return state, metrics
+
+
+def eval_step(state: TrainState, images, labels, indices, mask, *, config,
+              batch_sharding):
+  """Summed loss and correct count over the unmasked examples of a batch."""
+  indices = jax.lax.with_sharding_constraint(indices, batch_sharding)
+  x = input_pipeline.preprocess(
+      images[indices], key=None, augment=False, image_size=config.image_size,
+      mean=config.pixel_mean, std=config.pixel_std)
+  y = labels[indices]
+  logits = state.apply_fn(_variables(state, state.params), x, train=False)
+  loss = cross_entropy(logits, y, config.label_smoothing)
+  return {
+      'loss': jnp.sum(loss * mask),
+      'correct': jnp.sum((jnp.argmax(logits, -1) == y) * mask),
+      'count': jnp.sum(mask),
+  }
+
+
+def _sum(totals, metrics):
+  return metrics if totals is None else jax.tree.map(jnp.add, totals, metrics)
+
+
+def _averages(totals) -> dict[str, float]:
+  totals = jax.device_get(totals)
+  return {
+      'loss': float(totals['loss'] / totals['count']),
+      'accuracy': float(totals['correct'] / totals['count']),
+      'count': int(totals['count']),
+  }
+
+
+def compile_steps(config, state, train_data, test_data, eval_indices,
+                  eval_mask, key, batch_sharding):
+  """Compiles the train and eval steps ahead of the loop, once."""
+  start = time.perf_counter()
+  step_kwargs = dict(config=config, batch_sharding=batch_sharding)
+  train_step_fn = jax.jit(
+      functools.partial(train_step, **step_kwargs), donate_argnums=0).lower(
+          state, train_data.images, train_data.labels,
+          jnp.zeros((config.batch_size,), jnp.int32), key).compile()
+  eval_step_fn = jax.jit(functools.partial(eval_step, **step_kwargs)).lower(
+      state, test_data.images, test_data.labels, eval_indices,
+      eval_mask).compile()
+  logging.info('Compiled the train and eval steps in %.1fs.',
+               time.perf_counter() - start)
+  return train_step_fn, eval_step_fn
+
+
+# ------------------------------------------------------------- loop --------
+
+
+def summarize(history: list[dict]) -> dict:
+  best = max(history, key=lambda r: r['test_accuracy'])
+  return {
+      'best_test_accuracy': best['test_accuracy'],
+      'best_epoch': best['epoch'],
+      'final_test_accuracy': history[-1]['test_accuracy'],
+      'final_train_accuracy': history[-1]['train_accuracy'],
+      'epochs': history[-1]['epoch'],
+      'train_seconds': sum(r['epoch_seconds'] for r in history),
+  }
+
+
+def _format_seconds(seconds: float) -> str:
+  minutes, seconds = divmod(int(seconds), 60)
+  return f'{minutes}:{seconds:02d}'
+
+
+def train_and_evaluate(config: ml_collections.ConfigDict,
+                       workdir: str) -> dict:
+  """Trains `config` in `workdir`, resuming from its latest checkpoint.
+
+  Returns the summary: best test accuracy and its epoch, final accuracies.
+  """
+  workdir = pathlib.Path(workdir).absolute()
+  validate_config(config, jax.device_count())
+  dataset = input_pipeline.load_dataset(config)
+  if config.batch_size > len(dataset.train):
+    raise ConfigError(f'config.batch_size={config.batch_size} is larger than '
+                      f'the {len(dataset.train)} training examples.')
+  model = create_model(config, dataset.num_classes)
+
+  mesh = jax.make_mesh((jax.device_count(),), ('data',),
+                       axis_types=(jax.sharding.AxisType.Auto,))
+  replicated = NamedSharding(mesh, P())
+  batch_sharding = NamedSharding(mesh, P('data'))
+
+  steps_per_epoch = len(dataset.train) // config.batch_size
+  schedule = create_learning_rate_schedule(config, steps_per_epoch)
+  root_key = jax.random.key(config.seed)
+  init_key, step_key = jax.random.split(root_key)
+  state = create_train_state(init_key, model, create_optimizer(config, schedule),
+                             config.image_size, replicated)
+
+  workdir.mkdir(parents=True, exist_ok=True)
+  checkpoints = ocp.CheckpointManager(
+      workdir / 'checkpoints',
+      options=ocp.CheckpointManagerOptions(
+          max_to_keep=config.keep_checkpoints, create=True))
+  history: list[dict] = []
+  start_epoch = 1
+  if checkpoints.latest_step() is not None:
+    restored = checkpoints.restore(
+        checkpoints.latest_step(),
+        args=ocp.args.Composite(
+            state=ocp.args.StandardRestore(state),
+            history=ocp.args.JsonRestore()))
+    state, history = restored.state, list(restored.history)
+    start_epoch = checkpoints.latest_step() + 1
+    logging.info('Resumed from %s at the end of epoch %d.', workdir,
+                 start_epoch - 1)
+  if jax.process_index() == 0:
+    (workdir / 'config.json').write_text(config.to_json_best_effort(indent=2))
+  writer = metric_writer.MetricWriter(workdir, history)
+
+  train_data = input_pipeline.put_replicated(dataset.train, replicated)
+  test_data = input_pipeline.put_replicated(dataset.test, replicated)
+  eval_indices, eval_mask = (
+      jax.device_put(a, replicated)
+      for a in input_pipeline.eval_batches(len(dataset.test),
+                                           config.eval_batch_size))
+
+  if start_epoch > config.num_epochs:
+    logging.info('%s already holds all %d epochs; nothing to train.', workdir,
+                 config.num_epochs)
+  else:
+    train_step_fn, eval_step_fn = compile_steps(
+        config, state, train_data, test_data, eval_indices[0], eval_mask[0],
+        step_key, batch_sharding)
+    logging.info(
+        '%s (%s parameters) on %d device(s): %d train / %d test examples, '
+        '%d steps per epoch.', config.model,
+        f'{sum(x.size for x in jax.tree.leaves(state.params)):,}',
+        jax.device_count(), len(dataset.train), len(dataset.test),
+        steps_per_epoch)
+
+  try:
+    for epoch in range(start_epoch, config.num_epochs + 1):
+      epoch_start = time.perf_counter()
+      batches = jax.device_put(
+          input_pipeline.epoch_batches(config.seed, epoch, len(dataset.train),
+                                       config.batch_size), replicated)
+      train_totals = None
+      for step in range(steps_per_epoch):
+        state, metrics = train_step_fn(state, train_data.images,
+                                       train_data.labels, batches[step],
+                                       step_key)
+        train_totals = _sum(train_totals, metrics)
+      train = _averages(train_totals)
+      train_seconds = time.perf_counter() - epoch_start
+      if not math.isfinite(train['loss']):
+        raise TrainingDivergedError(
+            f'The training loss became {train["loss"]} in epoch {epoch}; '
+            f'stopped without saving it. The last good checkpoint in '
+            f'{workdir / "checkpoints"} is kept. Lower config.learning_rate or '
+            'set config.grad_clip_norm.')
+
+      eval_totals = None
+      for indices, mask in zip(eval_indices, eval_mask):
+        eval_totals = _sum(
+            eval_totals,
+            eval_step_fn(state, test_data.images, test_data.labels, indices,
+                         mask))
+      test = _averages(eval_totals)
+
+      record = {
+          'epoch': epoch,
+          'step': int(state.step),
+          'train_loss': train['loss'],
+          'train_accuracy': train['accuracy'],
+          'test_loss': test['loss'],
+          'test_accuracy': test['accuracy'],
+          'test_examples': test['count'],
+          'learning_rate': float(schedule(int(state.step))),
+          'images_per_second': train['count'] / train_seconds,
+          'epoch_seconds': time.perf_counter() - epoch_start,
+      }
+      history.append(record)
+      if epoch % config.checkpoint_every_epochs == 0 or (
+          epoch == config.num_epochs):
+        checkpoints.save(
+            epoch,
+            args=ocp.args.Composite(
+                state=ocp.args.StandardSave(state),
+                history=ocp.args.JsonSave(history)))
+      writer.write(record)
+      remaining = (config.num_epochs - epoch) * np.mean(
+          [r['epoch_seconds'] for r in history[-3:]])
+      logging.info(
+          'epoch %d/%d  train loss %.4f acc %.2f%%  test loss %.4f acc %.2f%%  '
+          'lr %.2e  %.0f img/s  ETA %s', epoch, config.num_epochs,
+          record['train_loss'], 100 * record['train_accuracy'],
+          record['test_loss'], 100 * record['test_accuracy'],
+          record['learning_rate'], record['images_per_second'],
+          _format_seconds(remaining))
+  finally:
+    checkpoints.wait_until_finished()
+    checkpoints.close()
+    writer.close()
+
+  summary = summarize(history)
+  if jax.process_index() == 0:
+    (workdir / 'summary.json').write_text(json.dumps(summary, indent=2))
+  logging.info(
+      'Done: best test accuracy %.2f%% at epoch %d; final train accuracy '
+      '%.2f%%.', 100 * summary['best_test_accuracy'], summary['best_epoch'],
+      100 * summary['final_train_accuracy'])
+  return summary
