@@ -211,10 +211,13 @@ def compile_steps(config, state, train_data, test_data, eval_indices,
   """Compiles the train and eval steps ahead of the loop, once."""
   start = time.perf_counter()
   step_kwargs = dict(config=config, batch_sharding=batch_sharding)
+  # Each step's indices are a row of the epoch's replicated index table.
+  train_indices = jax.ShapeDtypeStruct((config.batch_size,), jnp.int32,
+                                       sharding=eval_indices.sharding)
   train_step_fn = jax.jit(
       functools.partial(train_step, **step_kwargs), donate_argnums=0).lower(
-          state, train_data.images, train_data.labels,
-          jnp.zeros((config.batch_size,), jnp.int32), key).compile()
+          state, train_data.images, train_data.labels, train_indices,
+          key).compile()
   eval_step_fn = jax.jit(functools.partial(eval_step, **step_kwargs)).lower(
       state, test_data.images, test_data.labels, eval_indices,
       eval_mask).compile()
