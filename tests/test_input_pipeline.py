@@ -175,3 +175,31 @@ def test_preprocess_normalises_and_resizes():
                                   std=(0.25, 0.5, 1.0))
   assert out.shape == (2, 8, 8, 3)
   np.testing.assert_allclose(out[0, 0, 0], [2.0, 1.0, 0.5], rtol=1e-6)
+
+
+def test_tfds_dataset_prepared_on_disk(tmp_path):
+  tf = pytest.importorskip('tensorflow')
+  tfds = pytest.importorskip('tensorflow_datasets')
+  train, test = random_cifar(12, 3, seed=6), random_cifar(5, 3, seed=7)
+  builder = tfds.dataset_builders.TfDataBuilder(
+      name='tiny_images', version='1.0.0', data_dir=str(tmp_path),
+      split_datasets={
+          split: tf.data.Dataset.from_tensor_slices(
+              {'image': images, 'label': labels})
+          for split, (images, labels) in (('train', train), ('test', test))},
+      features=tfds.features.FeaturesDict({
+          'image': tfds.features.Image(shape=(32, 32, 3)),
+          'label': tfds.features.ClassLabel(num_classes=3)}))
+  builder.download_and_prepare()
+
+  dataset = input_pipeline.load_dataset(_config(tmp_path, 'tfds:tiny_images'))
+  assert dataset.num_classes == 3
+  for loaded, (images, labels) in ((dataset.train, train),
+                                   (dataset.test, test)):
+    order = np.argsort([img.tobytes() for img in loaded.images])
+    expected = np.argsort([img.tobytes() for img in images])
+    np.testing.assert_array_equal(loaded.images[order], images[expected])
+    np.testing.assert_array_equal(loaded.labels[order], labels[expected])
+
+  with pytest.raises(input_pipeline.DatasetError, match='not prepared'):
+    input_pipeline.load_dataset(_config(tmp_path / 'empty', 'tfds:mnist'))

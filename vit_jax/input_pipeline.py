@@ -193,13 +193,18 @@ def load_tfds(name: str, data_dir: pathlib.Path | None, train_split: str,
         'download. Prepare it where there is network (tfds build '
         f'{name} --data_dir=DIR) and pass --config.data_dir=DIR.')
 
+  features = builder.info.features
+  if 'image' not in features or 'label' not in features:
+    raise DatasetError(f'tfds:{name} has features {list(features)}; image '
+                       "classification needs 'image' and 'label'.")
+
   def read_split(split: str) -> Split:
-    data = tfds.as_numpy(
-        builder.as_dataset(split=split, batch_size=-1, as_supervised=True))
-    return Split(np.asarray(data[0], np.uint8), np.asarray(data[1], np.int32))
+    data = tfds.as_numpy(builder.as_dataset(split=split, batch_size=-1))
+    return Split(np.asarray(data['image'], np.uint8),
+                 np.asarray(data['label'], np.int32))
 
   return Dataset(read_split(train_split), read_split(test_split),
-                 builder.info.features['label'].num_classes)
+                 features['label'].num_classes)
 
 
 def _first(split: Split, count: int, what: str) -> Split:
