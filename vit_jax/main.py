@@ -12,6 +12,7 @@ from absl import logging
 from ml_collections import config_flags
 
 from vit_jax import input_pipeline
+from vit_jax import runtime
 from vit_jax import train
 
 _CONFIG = config_flags.DEFINE_config_file(
@@ -19,6 +20,9 @@ _CONFIG = config_flags.DEFINE_config_file(
     lock_config=True)
 _WORKDIR = flags.DEFINE_string(
     'workdir', None, 'Directory for checkpoints, metrics and the config.')
+_CPU_DEVICES = flags.DEFINE_integer(
+    'cpu_devices', runtime.DEFAULT_CPU_DEVICES,
+    'Host devices the batch is split over when running on the CPU.')
 flags.mark_flags_as_required(['config', 'workdir'])
 
 
@@ -31,6 +35,7 @@ def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'Unexpected arguments: {" ".join(argv[1:])}')
   logging.get_absl_handler().addFilter(_quiet_orbax)
+  runtime.set_cpu_devices(_CPU_DEVICES.value)
   try:
     train.train_and_evaluate(_CONFIG.value, _WORKDIR.value)
   except (train.ConfigError, input_pipeline.DatasetError,

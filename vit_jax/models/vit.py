@@ -11,6 +11,8 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from vit_jax.models.dropout import Dropout
+
 Dtype = Any
 
 CLASSIFIERS = ('token', 'gap')
@@ -54,9 +56,9 @@ class MlpBlock(nn.Module):
 
     y = dense(self.mlp_dim)(x)
     y = nn.gelu(y)  # tanh approximation, as in the official code.
-    y = nn.Dropout(self.dropout_rate)(y, deterministic=deterministic)
+    y = Dropout(self.dropout_rate)(y, deterministic=deterministic)
     y = dense(x.shape[-1])(y)
-    return nn.Dropout(self.dropout_rate)(y, deterministic=deterministic)
+    return Dropout(self.dropout_rate)(y, deterministic=deterministic)
 
 
 class Encoder1DBlock(nn.Module):
@@ -83,7 +85,7 @@ class Encoder1DBlock(nn.Module):
         broadcast_dropout=False,
         dropout_rate=self.attention_dropout_rate)(
             x, x, deterministic=deterministic, sow_weights=True)
-    x = nn.Dropout(self.dropout_rate)(x, deterministic=deterministic)
+    x = Dropout(self.dropout_rate)(x, deterministic=deterministic)
     x = x + inputs
 
     y = nn.LayerNorm(dtype=self.dtype)(x)
@@ -106,7 +108,7 @@ class Encoder(nn.Module):
   @nn.compact
   def __call__(self, x: jax.Array, *, train: bool) -> jax.Array:
     x = AddPositionEmbs(name='posembed_input')(x)
-    x = nn.Dropout(self.dropout_rate)(x, deterministic=not train)
+    x = Dropout(self.dropout_rate)(x, deterministic=not train)
     for i in range(self.num_layers):
       x = Encoder1DBlock(
           mlp_dim=self.mlp_dim,

@@ -1,0 +1,244 @@
+r"""Times the compiled train and eval steps of a model on this machine.
+
+  python -m vit_jax.benchmark --model=ViT-Tiny-CIFAR_4 --batch_size=128 \
+      --image_size=32 [--dtype=bfloat16] [--steps=10]
+
+The steps are `vit_jax.train`'s own (AdamW, on-device batch gather and
+preprocessing), fed from synthetic images already on the devices. Prints a
+table and, last, one JSON line with the same numbers: images/s, ms/step
+(median of --steps after warm-up), compile time, FLOPs per image, achieved
+FLOP/s and its share of a matmul peak measured on the same devices in the same
+run, and XLA's estimate of the step's memory.
+
+FLOPs are counted analytically from the model's jaxpr: 2*M*N*K for every
+matmul and convolution of the forward pass, times 3 for a train step (forward,
+and the two matmuls per matmul of the backward pass). XLA's cost analysis of
+the compiled step, which also counts elementwise work, is printed beside it as
+a cross-check.
+"""
+
+import functools
+import json
+import math
+import time
+from typing import Any
+
+from absl import app
+from absl import flags
+import jax
+import jax.extend
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+import optax
+
+from vit_jax import input_pipeline
+from vit_jax import runtime
+from vit_jax import train
+
+_MODEL = flags.DEFINE_string('model', 'ViT-Tiny-CIFAR_4', 'Registered model.')
+_BATCH_SIZE = flags.DEFINE_integer('batch_size', 128, 'Global batch size.')
+_IMAGE_SIZE = flags.DEFINE_integer('image_size', 32, 'Image side in pixels.')
+_NUM_CLASSES = flags.DEFINE_integer('num_classes', 10, 'Classes of the head.')
+_DTYPE = flags.DEFINE_enum('dtype', 'float32', list(train.DTYPES),
+                           'Computation dtype; parameters stay float32.')
+_STEPS = flags.DEFINE_integer('steps', 10, 'Timed steps (after 2 warm-up).')
+_AUGMENT = flags.DEFINE_bool('augment', True,
+                             'Random crop + flip inside the train step.')
+_CPU_DEVICES = flags.DEFINE_integer(
+    'cpu_devices', runtime.DEFAULT_CPU_DEVICES,
+    'Host devices the batch is split over when running on the CPU.')
+
+_PEAK_MATMUL_SIZE = 2048
+
+
+def _shape_size(shape) -> int:
+  return math.prod(int(d) for d in shape)
+
+
+def matmul_flops(jaxpr) -> int:
+  """2*M*N*K summed over every dot_general and convolution in `jaxpr`."""
+  total = 0
+  for eqn in jaxpr.eqns:
+    if eqn.primitive.name == 'dot_general':
+      lhs, rhs = (v.aval.shape for v in eqn.invars)
+      (lhs_contract, _), (lhs_batch, _) = eqn.params['dimension_numbers']
+      contracted = _shape_size(lhs[d] for d in lhs_contract)
+      total += 2 * _shape_size(eqn.outvars[0].aval.shape) * contracted
+    elif eqn.primitive.name == 'conv_general_dilated':
+      rhs = eqn.invars[1].aval.shape
+      spec = eqn.params['dimension_numbers'].rhs_spec  # (out, in, *spatial)
+      per_output = _shape_size(rhs[d] for d in spec[1:])
+      total += 2 * _shape_size(eqn.outvars[0].aval.shape) * per_output
+    for param in eqn.params.values():
+      for sub in param if isinstance(param, (list, tuple)) else [param]:
+        if isinstance(sub, jax.extend.core.ClosedJaxpr):
+          total += matmul_flops(sub.jaxpr)
+        elif isinstance(sub, jax.extend.core.Jaxpr):
+          total += matmul_flops(sub)
+  return total
+
+
+def forward_flops_per_image(model, variables, image_size: int) -> int:
+  images = jnp.zeros((1, image_size, image_size, 3))
+  jaxpr = jax.make_jaxpr(
+      lambda v, x: model.apply(v, x, train=False))(variables, images)
+  return matmul_flops(jaxpr.jaxpr)
+
+
+def measure_matmul_peak(dtype, sharding: NamedSharding) -> float:
+  """FLOP/s of large square matmuls, one per device, on all devices at once."""
+  n = _PEAK_MATMUL_SIZE
+  num_devices = sharding.mesh.size
+  a = jax.device_put(jnp.ones((num_devices * n, n), dtype), sharding)
+  b = jnp.ones((n, n), dtype)
+  matmul = jax.jit(lambda a, b: a @ b)
+  seconds = _median_seconds(lambda: matmul(a, b), steps=5)
+  return 2 * num_devices * n**3 / seconds
+
+
+def _median_seconds(run, steps: int, warmup: int = 2) -> float:
+  for _ in range(warmup):
+    jax.block_until_ready(run())
+  times = []
+  for _ in range(steps):
+    start = time.perf_counter()
+    jax.block_until_ready(run())
+    times.append(time.perf_counter() - start)
+  return float(np.median(times))
+
+
+def _memory_bytes(compiled) -> int | None:
+  analysis = compiled.memory_analysis()
+  if analysis is None:
+    return None
+  return int(analysis.argument_size_in_bytes + analysis.output_size_in_bytes +
+             analysis.temp_size_in_bytes - analysis.alias_size_in_bytes)
+
+
+def _xla_flops(compiled) -> float | None:
+  analysis = compiled.cost_analysis()
+  if isinstance(analysis, list):
+    analysis = analysis[0] if analysis else None
+  return analysis.get('flops') if analysis else None
+
+
+def benchmark_config(model: str, batch_size: int, image_size: int, dtype: str,
+                     augment: bool) -> ml_collections.ConfigDict:
+  """The fields `train`'s steps read, with the study's optimizer."""
+  return ml_collections.ConfigDict(dict(
+      model=model, dtype=dtype, batch_size=batch_size, image_size=image_size,
+      augment=augment, pixel_mean=(0.5, 0.5, 0.5), pixel_std=(0.25, 0.25, 0.25),
+      label_smoothing=0.1, optimizer='adamw', adam_b1=0.9, adam_b2=0.999,
+      weight_decay=0.01, grad_clip_norm=0.0))
+
+
+def run_benchmark(*, model: str, batch_size: int, image_size: int,
+                  num_classes: int = 10, dtype: str = 'float32',
+                  steps: int = 10, augment: bool = True) -> dict[str, Any]:
+  config = benchmark_config(model, batch_size, image_size, dtype, augment)
+  num_devices = jax.device_count()
+  if batch_size % num_devices:
+    raise ValueError(f'--batch_size={batch_size} is not divisible by the '
+                     f'{num_devices} devices.')
+  module = train.create_model(config, num_classes)
+  mesh = jax.make_mesh((num_devices,), ('data',),
+                       axis_types=(jax.sharding.AxisType.Auto,))
+  replicated = NamedSharding(mesh, P())
+  batch_sharding = NamedSharding(mesh, P('data'))
+
+  state = train.create_train_state(
+      jax.random.key(0), module,
+      train.create_optimizer(config, optax.constant_schedule(1e-3)),
+      image_size, replicated)
+  rng = np.random.default_rng(0)
+  data = input_pipeline.put_replicated(
+      input_pipeline.Split(
+          rng.integers(0, 256, (batch_size, image_size, image_size, 3),
+                       dtype=np.uint8),
+          rng.integers(0, num_classes, (batch_size,), dtype=np.int32)),
+      replicated)
+  indices = jax.device_put(np.arange(batch_size, dtype=np.int32), replicated)
+  mask = jax.device_put(np.ones(batch_size, np.float32), replicated)
+  key = jax.random.key(1)
+
+  start = time.perf_counter()
+  step_kwargs = dict(config=config, batch_sharding=batch_sharding)
+  train_step = jax.jit(
+      functools.partial(train.train_step, **step_kwargs),
+      donate_argnums=0).lower(state, data.images, data.labels, indices,
+                              key).compile()
+  compile_seconds = time.perf_counter() - start
+  eval_step = jax.jit(functools.partial(train.eval_step, **step_kwargs)).lower(
+      state, data.images, data.labels, indices, mask).compile()
+
+  def one_train_step():
+    nonlocal state
+    state, metrics = train_step(state, data.images, data.labels, indices, key)
+    return metrics
+
+  train_seconds = _median_seconds(one_train_step, steps)
+  eval_seconds = _median_seconds(
+      lambda: eval_step(state, data.images, data.labels, indices, mask), steps)
+
+  forward = forward_flops_per_image(
+      module, {'params': state.params, 'batch_stats': state.batch_stats}
+      if state.batch_stats is not None else {'params': state.params},
+      image_size)
+  peak = measure_matmul_peak(train.DTYPES[dtype], batch_sharding)
+  xla_train_flops = _xla_flops(train_step)
+  train_flops_per_second = 3 * forward * batch_size / train_seconds
+  eval_flops_per_second = forward * batch_size / eval_seconds
+  return {
+      'model': model,
+      'batch_size': batch_size,
+      'image_size': image_size,
+      'dtype': dtype,
+      'devices': f'{num_devices} x {jax.devices()[0].device_kind}',
+      'train_images_per_second': batch_size / train_seconds,
+      'train_ms_per_step': 1000 * train_seconds,
+      'eval_images_per_second': batch_size / eval_seconds,
+      'eval_ms_per_step': 1000 * eval_seconds,
+      'compile_seconds': compile_seconds,
+      'train_gflop_per_image': 3 * forward / 1e9,
+      'xla_train_gflop_per_image': (xla_train_flops * num_devices / batch_size /
+                                    1e9 if xla_train_flops else None),
+      'train_gflop_per_second': train_flops_per_second / 1e9,
+      'eval_gflop_per_second': eval_flops_per_second / 1e9,
+      'matmul_peak_gflop_per_second': peak / 1e9,
+      'train_utilisation': train_flops_per_second / peak,
+      'eval_utilisation': eval_flops_per_second / peak,
+      'train_step_memory_mb': (_memory_bytes(train_step) or 0) / 2**20,
+  }
+
+
+def format_table(result: dict[str, Any]) -> str:
+  rows = []
+  for name, value in result.items():
+    if isinstance(value, float):
+      value = f'{100 * value:.1f}%' if name.endswith('utilisation') else (
+          f'{value:,.3f}' if value < 10 else f'{value:,.1f}')
+    rows.append((name, str(value)))
+  width = max(len(name) for name, _ in rows)
+  return '\n'.join(f'{name:<{width}}  {value}' for name, value in rows)
+
+
+def main(argv):
+  if len(argv) > 1:
+    raise app.UsageError(f'Unexpected arguments: {" ".join(argv[1:])}')
+  runtime.set_cpu_devices(_CPU_DEVICES.value)
+  try:
+    result = run_benchmark(
+        model=_MODEL.value, batch_size=_BATCH_SIZE.value,
+        image_size=_IMAGE_SIZE.value, num_classes=_NUM_CLASSES.value,
+        dtype=_DTYPE.value, steps=_STEPS.value, augment=_AUGMENT.value)
+  except ValueError as e:
+    raise app.UsageError(str(e)) from e
+  print(format_table(result))
+  print(json.dumps(result))
+
+
+if __name__ == '__main__':
+  app.run(main)
