@@ -14,9 +14,10 @@ Run (the argument after ':' picks the model: vit, simple_cnn, small_resnet):
   python -m vit_jax.main --config=configs/cifar_small.py:simple_cnn \
       --config.data_dir=../shared/data/cifar10-5k --workdir=/tmp/simple_cnn
 
-Expected (the study's best test accuracy after 30 epochs): ViT-Tiny 49.6%,
-SimpleCNN 70.8%, SmallResNet 63.3%. Measured with this config on 2 CPU cores:
-see the README.
+Expected: the study's best test accuracy after 30 epochs is ViT-Tiny 49.6%,
+SimpleCNN 70.8%, SmallResNet 63.3%. Measured with this config (augmentation
+on, seed 0) on the project's 2-core CPU machine: ViT-Tiny 50.9% best test
+accuracy (epoch 28), 57.2% final train accuracy, in 25.5 minutes.
 """
 
 import ml_collections

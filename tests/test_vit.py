@@ -9,6 +9,7 @@ import pytest
 from vit_jax.models import attention_weights
 from vit_jax.models import create_model
 from vit_jax.models import VisionTransformer
+from vit_jax.models.vit import MultiHeadSelfAttention
 
 SMALL = dict(patch_size=4, hidden_size=32, num_layers=2, num_heads=4,
              mlp_dim=64)
@@ -249,3 +250,19 @@ def test_invalid_configurations_are_clear_errors():
     VisionTransformer(num_classes=5, classifier='cls', **SMALL)
   with pytest.raises(ValueError, match='not divisible by num_heads=5'):
     VisionTransformer(num_classes=5, **{**SMALL, 'num_heads': 5})
+
+
+def test_attention_is_flax_multi_head_attention_in_another_layout():
+  x = jax.random.normal(jax.random.key(0), (3, 17, 32))
+  flax_attention = flax.linen.MultiHeadDotProductAttention(
+      num_heads=4, kernel_init=flax.linen.initializers.xavier_uniform())
+  ours = MultiHeadSelfAttention(num_heads=4)
+  flax_params = flax_attention.init(jax.random.key(1), x, x)
+  our_params = ours.init(jax.random.key(1), x, deterministic=True)
+  # Same names, shapes and initial values: the init rngs follow the names.
+  jax.tree.map(np.testing.assert_array_equal, our_params, flax_params)
+
+  params = {'params': _randomized(flax_params['params'])}
+  np.testing.assert_allclose(
+      ours.apply(params, x, deterministic=True),
+      flax_attention.apply(params, x, x), rtol=1e-5, atol=1e-5)

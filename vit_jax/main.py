@@ -28,7 +28,8 @@ flags.mark_flags_as_required(['config', 'workdir'])
 
 def _quiet_orbax(record) -> bool:
   # Orbax logs every step of every save at INFO, drowning the progress lines.
-  return record.levelno >= python_logging.WARNING or '/orbax/' not in record.pathname
+  return (record.levelno >= python_logging.WARNING or
+          '/orbax/' not in record.pathname)
 
 
 def main(argv):

@@ -71,7 +71,8 @@ def validate_config(config: ml_collections.ConfigDict, num_devices: int):
     if config[field] % num_devices:
       raise ConfigError(
           f'config.{field}={config[field]} is not divisible by the '
-          f'{num_devices} devices; use a multiple of {num_devices}.')
+          f'{num_devices} devices; use a multiple of {num_devices} (on a CPU, '
+          '--cpu_devices sets the number of devices).')
 
 
 def create_model(config: ml_collections.ConfigDict, num_classes: int):
