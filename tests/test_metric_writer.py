@@ -1,0 +1,34 @@
+"""metrics.jsonl and TensorBoard files."""
+
+import json
+
+from vit_jax.metric_writer import MetricWriter
+
+
+def _records(path):
+  return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def test_writes_one_json_line_per_epoch_and_event_files(tmp_path):
+  writer = MetricWriter(tmp_path, history=[])
+  writer.write({'epoch': 1, 'step': 10, 'train_loss': 2.0})
+  writer.write({'epoch': 2, 'step': 20, 'train_loss': 1.5})
+  writer.close()
+  assert _records(tmp_path / 'metrics.jsonl') == [
+      {'epoch': 1, 'step': 10, 'train_loss': 2.0},
+      {'epoch': 2, 'step': 20, 'train_loss': 1.5}]
+  events = list((tmp_path / 'tensorboard').glob('events.out.tfevents.*'))
+  assert events and events[0].stat().st_size > 0
+
+
+def test_a_resumed_run_keeps_only_the_checkpointed_history(tmp_path):
+  writer = MetricWriter(tmp_path, history=[])
+  for epoch in (1, 2, 3):
+    writer.write({'epoch': epoch})
+  writer.close()
+  # The run died after logging epoch 3 but before checkpointing it.
+  writer = MetricWriter(tmp_path, history=[{'epoch': 1}, {'epoch': 2}])
+  writer.write({'epoch': 3, 'again': True})
+  writer.close()
+  assert _records(tmp_path / 'metrics.jsonl') == [
+      {'epoch': 1}, {'epoch': 2}, {'epoch': 3, 'again': True}]
