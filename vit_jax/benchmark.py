@@ -6,7 +6,7 @@ r"""Times the compiled train and eval steps of a model on this machine.
 The steps are `vit_jax.train`'s own (AdamW, on-device batch gather and
 preprocessing), fed from synthetic images already on the devices. Prints a
 table and, last, one JSON line with the same numbers: images/s, ms/step
-(median of --steps after warm-up), compile time, FLOPs per image, achieved
+(median of --steps after warm-up), compile time of both steps, FLOPs per image, achieved
 FLOP/s and its share of a matmul peak measured on the same devices in the same
 run, and XLA's estimate of the step's memory.
 
@@ -17,7 +17,6 @@ the compiled step, which also counts elementwise work, is printed beside it as
 a cross-check.
 """
 
-import functools
 import json
 import math
 import time
@@ -165,14 +164,10 @@ def run_benchmark(*, model: str, batch_size: int, image_size: int,
   key = jax.random.key(1)
 
   start = time.perf_counter()
-  step_kwargs = dict(config=config, batch_sharding=batch_sharding)
-  train_step = jax.jit(
-      functools.partial(train.train_step, **step_kwargs),
-      donate_argnums=0).lower(state, data.images, data.labels, indices,
-                              key).compile()
+  train_step, eval_step = train.compile_steps(config, state, data, data,
+                                              indices, mask, key,
+                                              batch_sharding)
   compile_seconds = time.perf_counter() - start
-  eval_step = jax.jit(functools.partial(train.eval_step, **step_kwargs)).lower(
-      state, data.images, data.labels, indices, mask).compile()
 
   def one_train_step():
     nonlocal state
@@ -184,9 +179,7 @@ def run_benchmark(*, model: str, batch_size: int, image_size: int,
       lambda: eval_step(state, data.images, data.labels, indices, mask), steps)
 
   forward = forward_flops_per_image(
-      module, {'params': state.params, 'batch_stats': state.batch_stats}
-      if state.batch_stats is not None else {'params': state.params},
-      image_size)
+      module, train.model_variables(state, state.params), image_size)
   peak = measure_matmul_peak(train.DTYPES[dtype], batch_sharding)
   xla_train_flops = _xla_flops(train_step)
   train_flops_per_second = 3 * forward * batch_size / train_seconds

@@ -108,11 +108,9 @@ _CIFAR_CLASSES = {'cifar10': 10, 'cifar100': 100}
 
 def load_cifar(name: str, data_dir: pathlib.Path) -> Dataset:
   """CIFAR-10/100 from either official format under `data_dir`."""
-  looked = []
   for folder, train_pattern, test_file, read in _CIFAR_FORMATS[name]:
     for root in (data_dir / folder, data_dir):
       train_files = sorted(root.glob(train_pattern))
-      looked.append(str(root / folder) if root == data_dir else str(root))
       if train_files and (root / test_file).is_file():
         dataset = Dataset(
             train=_concatenate([read(p) for p in train_files]),
@@ -127,7 +125,7 @@ def load_cifar(name: str, data_dir: pathlib.Path) -> Dataset:
   binary, python = (f[0] for f in _CIFAR_FORMATS[name])
   raise DatasetError(
       f'No {name} found in {data_dir} (looked for {binary}/ and {python}/ '
-      f'in: {", ".join(dict.fromkeys(looked))}). Unpack the official '
+      f'in it, and for their files in it directly). Unpack the official '
       f'{name} release (binary or python version) into a directory and pass '
       f'--config.data_dir=DIR or set ${DATA_DIR_ENV}=DIR.')
 

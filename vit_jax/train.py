@@ -140,7 +140,7 @@ def cross_entropy(logits, labels, label_smoothing: float):
   return optax.softmax_cross_entropy(logits, targets)
 
 
-def _variables(state: TrainState, params) -> dict:
+def model_variables(state: TrainState, params) -> dict:
   if state.batch_stats is None:
     return {'params': params}
   return {'params': params, 'batch_stats': state.batch_stats}
@@ -160,7 +160,7 @@ def train_step(state: TrainState, images, labels, indices, key, *, config,
 
   def loss_fn(params):
     logits, updates = state.apply_fn(
-        _variables(state, params), x, train=True, mutable=['batch_stats'],
+        model_variables(state, params), x, train=True, mutable=['batch_stats'],
         rngs={'dropout': dropout_key})
     loss = cross_entropy(logits, y, config.label_smoothing).mean()
     return loss, (logits, updates)
@@ -185,7 +185,7 @@ def eval_step(state: TrainState, images, labels, indices, mask, *, config,
       images[indices], key=None, augment=False, image_size=config.image_size,
       mean=config.pixel_mean, std=config.pixel_std)
   y = labels[indices]
-  logits = state.apply_fn(_variables(state, state.params), x, train=False)
+  logits = state.apply_fn(model_variables(state, state.params), x, train=False)
   loss = cross_entropy(logits, y, config.label_smoothing)
   return {
       'loss': jnp.sum(loss * mask),

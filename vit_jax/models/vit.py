@@ -116,6 +116,7 @@ class MultiHeadSelfAttention(nn.Module):
                                     for n in ('query', 'key', 'value'))
     wo, bo = _Projection((heads, head_dim, hidden), (hidden,), fan_in_axes=2,
                          name='out')()
+    wo, bo = wo.astype(self.dtype), bo.astype(self.dtype)
     scale = jnp.asarray(head_dim**-0.5, self.dtype)
     x = x.astype(self.dtype)
     q = jnp.einsum('btd,dhe->bhte', x, wq * scale) + bq * scale
@@ -127,8 +128,7 @@ class MultiHeadSelfAttention(nn.Module):
     self.sow('intermediates', 'attention_weights', weights)
     weights = Dropout(self.dropout_rate)(weights, deterministic=deterministic)
     out = jnp.einsum('bhqk,bhke->bhqe', weights, v)
-    return (jnp.einsum('bhte,hed->btd', out, wo.astype(self.dtype)) +
-            bo.astype(self.dtype))
+    return jnp.einsum('bhte,hed->btd', out, wo) + bo
 
 
 class Encoder1DBlock(nn.Module):
