@@ -26,3 +26,13 @@ def test_unknown_config_field_is_rejected(tmp_path):
   out = _main(f'--workdir={tmp_path}', '--config.num_epoch=1')
   assert out.returncode != 0
   assert 'num_epoch' in out.stderr
+
+
+def test_config_sets_the_cpu_device_count_and_the_flag_overrides_it(tmp_path):
+  # An indivisible batch fails before any data is read, naming the count.
+  out = _main(f'--workdir={tmp_path}', '--config.cpu_devices=3',
+              '--config.batch_size=128')
+  assert 'not divisible by the 3 devices' in out.stderr
+  out = _main(f'--workdir={tmp_path}', '--config.cpu_devices=3',
+              '--cpu_devices=5', '--config.batch_size=128')
+  assert 'not divisible by the 5 devices' in out.stderr

@@ -175,6 +175,8 @@ def test_eight_devices_give_the_single_device_loss(cifar10_binary, tmp_path):
     (dict(image_size=30), 'image_size=30 is not divisible by the patch size 8'),
     (dict(batch_size=512), 'batch_size=512 is larger than the 96 training'),
     (dict(model_overrides={'depth': 2}), 'no field.*depth'),
+    (dict(cpu_compiler_options={'xla_cpu_no_such_option': '1'}),
+     "No such compile option: 'xla_cpu_no_such_option'"),
 
 ])
 def test_bad_input_is_a_clear_error_before_compiling(cifar10_binary, tmp_path,

@@ -2,6 +2,8 @@ r"""Times the compiled train and eval steps of a model on this machine.
 
   python -m vit_jax.benchmark --model=ViT-Tiny-CIFAR_4 --batch_size=128 \
       --image_size=32 [--dtype=bfloat16] [--steps=10]
+  python -m vit_jax.benchmark --model=SimpleCNN --cpu_devices=1 \
+      --cpu_compiler_option=xla_cpu_experimental_ynn_fusion_type=
 
 The steps are `vit_jax.train`'s own (AdamW, on-device batch gather and
 preprocessing), fed from synthetic images already on the devices. Prints a
@@ -50,6 +52,11 @@ _CPU_DEVICES = flags.DEFINE_integer(
     'cpu_devices', runtime.DEFAULT_CPU_DEVICES,
     'Host devices the batch is split over when running on the CPU.')
 
+_CPU_COMPILER_OPTIONS = flags.DEFINE_multi_string(
+    'cpu_compiler_option', [],
+    'NAME=VALUE: an XLA option both steps and the peak matmul compile with on '
+    'a CPU, as config.cpu_compiler_options in a training config.')
+
 _PEAK_MATMUL_SIZE = 2048
 
 
@@ -87,13 +94,14 @@ def forward_flops_per_image(model, variables, image_size: int) -> int:
   return matmul_flops(jaxpr.jaxpr)
 
 
-def measure_matmul_peak(dtype, sharding: NamedSharding) -> float:
+def measure_matmul_peak(dtype, sharding: NamedSharding,
+                        compiler_options=None) -> float:
   """FLOP/s of large square matmuls, one per device, on all devices at once."""
   n = _PEAK_MATMUL_SIZE
   num_devices = sharding.mesh.size
   a = jax.device_put(jnp.ones((num_devices * n, n), dtype), sharding)
   b = jnp.ones((n, n), dtype)
-  matmul = jax.jit(lambda a, b: a @ b)
+  matmul = jax.jit(lambda a, b: a @ b).lower(a, b).compile(compiler_options)
   seconds = _median_seconds(lambda: matmul(a, b), steps=5)
   return 2 * num_devices * n**3 / seconds
 
@@ -125,19 +133,24 @@ def _xla_flops(compiled) -> float | None:
 
 
 def benchmark_config(model: str, batch_size: int, image_size: int, dtype: str,
-                     augment: bool) -> ml_collections.ConfigDict:
+                     augment: bool, cpu_compiler_options: dict[str, str]
+                     ) -> ml_collections.ConfigDict:
   """The fields `train`'s steps read, with the study's optimizer."""
   return ml_collections.ConfigDict(dict(
       model=model, dtype=dtype, batch_size=batch_size, image_size=image_size,
       augment=augment, pixel_mean=(0.5, 0.5, 0.5), pixel_std=(0.25, 0.25, 0.25),
       label_smoothing=0.1, optimizer='adamw', adam_b1=0.9, adam_b2=0.999,
-      weight_decay=0.01, grad_clip_norm=0.0))
+      weight_decay=0.01, grad_clip_norm=0.0,
+      cpu_compiler_options=cpu_compiler_options))
 
 
 def run_benchmark(*, model: str, batch_size: int, image_size: int,
                   num_classes: int = 10, dtype: str = 'float32',
-                  steps: int = 10, augment: bool = True) -> dict[str, Any]:
-  config = benchmark_config(model, batch_size, image_size, dtype, augment)
+                  steps: int = 10, augment: bool = True,
+                  cpu_compiler_options: dict[str, str] | None = None
+                  ) -> dict[str, Any]:
+  config = benchmark_config(model, batch_size, image_size, dtype, augment,
+                            cpu_compiler_options or {})
   num_devices = jax.device_count()
   if batch_size % num_devices:
     raise ValueError(f'--batch_size={batch_size} is not divisible by the '
@@ -180,7 +193,8 @@ def run_benchmark(*, model: str, batch_size: int, image_size: int,
 
   forward = forward_flops_per_image(
       module, train.model_variables(state, state.params), image_size)
-  peak = measure_matmul_peak(train.DTYPES[dtype], batch_sharding)
+  peak = measure_matmul_peak(train.DTYPES[dtype], batch_sharding,
+                             train.compiler_options(config))
   xla_train_flops = _xla_flops(train_step)
   train_flops_per_second = 3 * forward * batch_size / train_seconds
   eval_flops_per_second = forward * batch_size / eval_seconds
@@ -190,6 +204,7 @@ def run_benchmark(*, model: str, batch_size: int, image_size: int,
       'image_size': image_size,
       'dtype': dtype,
       'devices': f'{num_devices} x {jax.devices()[0].device_kind}',
+      'compiler_options': train.compiler_options(config) or {},
       'train_images_per_second': batch_size / train_seconds,
       'train_ms_per_step': 1000 * train_seconds,
       'eval_images_per_second': batch_size / eval_seconds,
@@ -218,6 +233,17 @@ def format_table(result: dict[str, Any]) -> str:
   return '\n'.join(f'{name:<{width}}  {value}' for name, value in rows)
 
 
+def _parse_options(options: list[str]) -> dict[str, str]:
+  parsed = {}
+  for option in options:
+    name, equals, value = option.partition('=')
+    if not equals:
+      raise app.UsageError(f'--cpu_compiler_option={option!r} is not '
+                           'NAME=VALUE.')
+    parsed[name.lstrip('-')] = value
+  return parsed
+
+
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'Unexpected arguments: {" ".join(argv[1:])}')
@@ -226,7 +252,8 @@ def main(argv):
     result = run_benchmark(
         model=_MODEL.value, batch_size=_BATCH_SIZE.value,
         image_size=_IMAGE_SIZE.value, num_classes=_NUM_CLASSES.value,
-        dtype=_DTYPE.value, steps=_STEPS.value, augment=_AUGMENT.value)
+        dtype=_DTYPE.value, steps=_STEPS.value, augment=_AUGMENT.value,
+        cpu_compiler_options=_parse_options(_CPU_COMPILER_OPTIONS.value))
   except ValueError as e:
     raise app.UsageError(str(e)) from e
   print(format_table(result))

@@ -21,8 +21,9 @@ _CONFIG = config_flags.DEFINE_config_file(
 _WORKDIR = flags.DEFINE_string(
     'workdir', None, 'Directory for checkpoints, metrics and the config.')
 _CPU_DEVICES = flags.DEFINE_integer(
-    'cpu_devices', runtime.DEFAULT_CPU_DEVICES,
-    'Host devices the batch is split over when running on the CPU.')
+    'cpu_devices', None,
+    'Host devices the batch is split over when running on the CPU (default: '
+    f'config.cpu_devices, else {runtime.DEFAULT_CPU_DEVICES}).')
 flags.mark_flags_as_required(['config', 'workdir'])
 
 
@@ -36,7 +37,8 @@ def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'Unexpected arguments: {" ".join(argv[1:])}')
   logging.get_absl_handler().addFilter(_quiet_orbax)
-  runtime.set_cpu_devices(_CPU_DEVICES.value)
+  runtime.set_cpu_devices(_CPU_DEVICES.value or
+                          _CONFIG.value.get('cpu_devices'))
   try:
     train.train_and_evaluate(_CONFIG.value, _WORKDIR.value)
   except (train.ConfigError, input_pipeline.DatasetError,

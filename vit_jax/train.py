@@ -72,7 +72,8 @@ def validate_config(config: ml_collections.ConfigDict, num_devices: int):
       raise ConfigError(
           f'config.{field}={config[field]} is not divisible by the '
           f'{num_devices} devices; use a multiple of {num_devices} (on a CPU, '
-          '--cpu_devices sets the number of devices).')
+          'config.cpu_devices sets the number of devices).')
+  compiler_options(config)
 
 
 def create_model(config: ml_collections.ConfigDict, num_classes: int):
@@ -207,10 +208,29 @@ def _averages(totals) -> dict[str, float]:
   }
 
 
+def compiler_options(config) -> dict[str, str] | None:
+  """XLA options the steps compile with: `config.cpu_compiler_options` on a
+  CPU backend, none elsewhere. Raises ConfigError for an option XLA lacks."""
+  if jax.default_backend() != 'cpu':
+    return None
+  options = {name: str(value) for name, value in
+             config.get('cpu_compiler_options', {}).items()}
+  if not options:
+    return None
+  try:
+    jax.jit(lambda: 0).lower().compile(options)
+  except jax.errors.JaxRuntimeError as e:
+    raise ConfigError(
+        f'config.cpu_compiler_options={options}: {e}. Use XLA option names '
+        'this jax version knows, without the leading "--".') from e
+  return options
+
+
 def compile_steps(config, state, train_data, test_data, eval_indices,
                   eval_mask, key, batch_sharding):
   """Compiles the train and eval steps ahead of the loop, once."""
   start = time.perf_counter()
+  options = compiler_options(config)
   step_kwargs = dict(config=config, batch_sharding=batch_sharding)
   # Each step's indices are a row of the epoch's replicated index table.
   train_indices = jax.ShapeDtypeStruct((config.batch_size,), jnp.int32,
@@ -218,10 +238,10 @@ def compile_steps(config, state, train_data, test_data, eval_indices,
   train_step_fn = jax.jit(
       functools.partial(train_step, **step_kwargs), donate_argnums=0).lower(
           state, train_data.images, train_data.labels, train_indices,
-          key).compile()
+          key).compile(options)
   eval_step_fn = jax.jit(functools.partial(eval_step, **step_kwargs)).lower(
       state, test_data.images, test_data.labels, eval_indices,
-      eval_mask).compile()
+      eval_mask).compile(options)
   logging.info('Compiled the train and eval steps in %.1fs.',
                time.perf_counter() - start)
   return train_step_fn, eval_step_fn
