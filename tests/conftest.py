@@ -1,10 +1,18 @@
-"""Shared fixtures: synthetic datasets in the official on-disk formats."""
+"""Shared fixtures: synthetic datasets in the official on-disk formats, and
+the study's config cut down to seconds."""
 
+import importlib.util
+import os
 import pathlib
 import pickle
+import subprocess
+import sys
 
+import ml_collections
 import numpy as np
 import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 
 def random_cifar(num_examples: int, num_classes: int, seed: int):
@@ -47,3 +55,64 @@ def cifar10_binary(tmp_path):
   }
   write_cifar_binary(tmp_path / 'data' / 'cifar-10-batches-bin', splits)
   return tmp_path / 'data', splits
+
+
+TINY_MODELS = {
+    'vit': dict(num_layers=1, hidden_size=16, num_heads=2, mlp_dim=32,
+                patch_size=8),
+    'simple_cnn': dict(widths=(4, 4, 8, 8, 8)),
+}
+
+
+def study_config(model: str = 'vit') -> ml_collections.ConfigDict:
+  spec = importlib.util.spec_from_file_location(
+      'cifar_small', ROOT / 'configs' / 'cifar_small.py')
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  return module.get_config(model)
+
+
+def tiny_config(data_dir, variant='vit', **overrides):
+  """The study's config, cut down to seconds: 96 train / 37 test images."""
+  config = study_config(variant)
+  config.model_overrides = TINY_MODELS[variant]
+  config.data_dir = str(data_dir)
+  config.train_examples = 0
+  config.test_examples = 0
+  config.batch_size = 16
+  config.eval_batch_size = 16
+  config.num_epochs = 2
+  config.warmup_epochs = 1
+  config.update(overrides)
+  return config
+
+
+_TRAIN_SCRIPT = '''
+import sys
+sys.path.insert(0, {root!r})
+from tests.conftest import tiny_config
+from vit_jax import train
+config = tiny_config({data_dir!r}, num_epochs=1, image_size=24)
+config.model_overrides.num_layers = 2
+train.train_and_evaluate(config, {workdir!r})
+'''
+
+
+@pytest.fixture(scope='session')
+def trained_vit_run(tmp_path_factory):
+  """(workdir, data_dir) of a 2-layer ViT trained 1 epoch at 24x24 (a 3x3
+  patch grid) on 2 host devices."""
+  root = tmp_path_factory.mktemp('trained_vit_run')
+  data_dir = root / 'data'
+  write_cifar_binary(data_dir / 'cifar-10-batches-bin', {
+      'data_batch_1.bin': random_cifar(96, 10, seed=1),
+      'test_batch.bin': random_cifar(37, 10, seed=3),
+  })
+  workdir = root / 'run'
+  env = {**os.environ,
+         'XLA_FLAGS': '--xla_force_host_platform_device_count=2'}
+  subprocess.run(
+      [sys.executable, '-c', _TRAIN_SCRIPT.format(
+          root=str(ROOT), data_dir=str(data_dir), workdir=str(workdir))],
+      env=env, check=True, capture_output=True)
+  return workdir, data_dir

@@ -1,6 +1,5 @@
 """The training loop end to end on a tiny synthetic CIFAR-10."""
 
-import importlib.util
 import json
 import os
 import pathlib
@@ -9,44 +8,17 @@ import subprocess
 import sys
 
 import jax
-import ml_collections
 import numpy as np
 import orbax.checkpoint as ocp
 import pytest
 
+from tests.conftest import study_config
+from tests.conftest import tiny_config
 from vit_jax import input_pipeline
 from vit_jax import models
 from vit_jax import train
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-TINY_MODELS = {
-    'vit': dict(num_layers=1, hidden_size=16, num_heads=2, mlp_dim=32,
-                patch_size=8),
-    'simple_cnn': dict(widths=(4, 4, 8, 8, 8)),
-}
-
-
-def study_config(model: str = 'vit') -> ml_collections.ConfigDict:
-  spec = importlib.util.spec_from_file_location(
-      'cifar_small', ROOT / 'configs' / 'cifar_small.py')
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  return module.get_config(model)
-
-
-def tiny_config(data_dir, variant='vit', **overrides):
-  """The study's config, cut down to seconds: 96 train / 37 test images."""
-  config = study_config(variant)
-  config.model_overrides = TINY_MODELS[variant]
-  config.data_dir = str(data_dir)
-  config.train_examples = 0
-  config.test_examples = 0
-  config.batch_size = 16
-  config.eval_batch_size = 16
-  config.num_epochs = 2
-  config.warmup_epochs = 1
-  config.update(overrides)
-  return config
 
 
 def history(workdir):
@@ -139,7 +111,7 @@ _LOSS_SCRIPT = '''
 import json, sys
 import jax
 sys.path.insert(0, {root!r})
-from tests.test_train import tiny_config
+from tests.conftest import tiny_config
 from vit_jax import train
 config = tiny_config({data_dir!r}, num_epochs=1, batch_size=16)
 train.train_and_evaluate(config, {workdir!r})
