@@ -87,14 +87,19 @@ def tiny_config(data_dir, variant='vit', **overrides):
   return config
 
 
+def trained_vit_config(data_dir) -> ml_collections.ConfigDict:
+  """The config `trained_vit_run` trains."""
+  config = tiny_config(data_dir, num_epochs=1, image_size=24)
+  config.model_overrides.num_layers = 2
+  return config
+
+
 _TRAIN_SCRIPT = '''
 import sys
 sys.path.insert(0, {root!r})
-from tests.conftest import tiny_config
+from tests.conftest import trained_vit_config
 from vit_jax import train
-config = tiny_config({data_dir!r}, num_epochs=1, image_size=24)
-config.model_overrides.num_layers = 2
-train.train_and_evaluate(config, {workdir!r})
+train.train_and_evaluate(trained_vit_config({data_dir!r}), {workdir!r})
 '''
 
 

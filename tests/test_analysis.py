@@ -71,6 +71,8 @@ def test_uniform_attention_distance_is_the_mean_pairwise_distance():
   pairwise = np.linalg.norm(centres[:, None] - centres[None], axis=-1)
   np.testing.assert_allclose(
       analysis.mean_attention_distance(uniform, GRID, PATCH), [pairwise.mean()])
+  assert analysis.uniform_attention_distance(GRID, PATCH) == pytest.approx(
+      pairwise.mean())
 
 
 def test_patch_centres_are_in_pixels_row_major():

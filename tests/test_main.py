@@ -36,3 +36,10 @@ def test_config_sets_the_cpu_device_count_and_the_flag_overrides_it(tmp_path):
   out = _main(f'--workdir={tmp_path}', '--config.cpu_devices=3',
               '--cpu_devices=5', '--config.batch_size=128')
   assert 'not divisible by the 5 devices' in out.stderr
+
+
+def test_incomplete_cluster_flags_are_one_clear_line(tmp_path):
+  out = _main(f'--workdir={tmp_path}', '--process_id=1')
+  assert out.returncode == 1
+  assert 'error: --process_id=1 needs --num_processes' in out.stderr
+  assert 'Traceback' not in out.stderr

@@ -4,6 +4,7 @@ import json
 import os
 import pathlib
 import shutil
+import socket
 import subprocess
 import sys
 
@@ -14,6 +15,7 @@ import pytest
 
 from tests.conftest import study_config
 from tests.conftest import tiny_config
+from vit_jax import checkpoint
 from vit_jax import input_pipeline
 from vit_jax import models
 from vit_jax import train
@@ -147,6 +149,7 @@ def test_eight_devices_give_the_single_device_loss(cifar10_binary, tmp_path):
     (dict(image_size=30), 'image_size=30 is not divisible by the patch size 8'),
     (dict(batch_size=512), 'batch_size=512 is larger than the 96 training'),
     (dict(model_overrides={'depth': 2}), 'no field.*depth'),
+    (dict(lr_decay='step'), "lr_decay='step'"),
     (dict(cpu_compiler_options={'xla_cpu_no_such_option': '1'}),
      "No such compile option: 'xla_cpu_no_such_option'"),
 
@@ -176,3 +179,119 @@ def test_learning_rate_warms_up_then_decays_to_zero():
   assert all(a < b for a, b in zip(lrs[:10], lrs[1:11]))
   assert all(a >= b for a, b in zip(lrs[10:], lrs[11:]))
   assert lrs[50] == pytest.approx(0.0, abs=1e-12)
+
+
+def test_linear_decay_after_a_warmup_counted_in_steps():
+  config = tiny_config('', num_epochs=10, warmup_epochs=2, warmup_steps=4,
+                       lr_decay='linear')
+  schedule = train.create_learning_rate_schedule(config, steps_per_epoch=5)
+  peak = config.learning_rate
+  np.testing.assert_allclose(
+      [float(schedule(step)) for step in (0, 2, 4, 27, 50)],
+      [0.0, peak / 2, peak, peak / 2, 0.0], rtol=1e-6, atol=1e-12)
+
+
+def test_gradient_accumulation_gives_the_same_step(cifar10_binary, tmp_path):
+  data_dir, _ = cifar10_binary
+  finals = {}
+  for steps in (1, 4):
+    config = tiny_config(data_dir, num_epochs=1, augment=False,
+                         grad_accumulation_steps=steps)
+    config.model_overrides.dropout_rate = 0.0
+    train.train_and_evaluate(config, tmp_path / str(steps))
+    finals[steps] = final_state(tmp_path / str(steps), 1)
+    assert history(tmp_path / str(steps))[-1]['train_loss'] == pytest.approx(
+        history(tmp_path / '1')[-1]['train_loss'], rel=1e-5)
+  for a, b in zip(jax.tree.leaves(finals[1]['params']),
+                  jax.tree.leaves(finals[4]['params'])):
+    np.testing.assert_allclose(a, b, atol=2e-5)
+
+
+def test_accumulation_must_split_the_batch_over_the_devices(tmp_path):
+  config = tiny_config(tmp_path, batch_size=16, grad_accumulation_steps=3)
+  with pytest.raises(train.ConfigError, match='grad_accumulation_steps=3'):
+    train.validate_config(config, num_devices=1)
+
+
+_PROCESS_CONFIG = '''
+import sys
+sys.path.insert(0, {root!r})
+from tests.conftest import trained_vit_config
+def get_config():
+  return trained_vit_config({data_dir!r})
+'''
+
+
+def _free_port() -> int:
+  with socket.socket() as s:
+    s.bind(('127.0.0.1', 0))
+    return s.getsockname()[1]
+
+
+def test_two_processes_give_the_two_device_loss_and_one_set_of_files(
+    trained_vit_run, tmp_path):
+  """2 processes x 1 CPU device (gloo collectives) train as 1 process x 2
+  devices does (`trained_vit_run`), through main.py's cluster flags; both
+  share the workdir, where one set of files and one checkpoint appear."""
+  reference, data_dir = trained_vit_run
+  config_file = tmp_path / 'config.py'
+  config_file.write_text(_PROCESS_CONFIG.format(root=str(ROOT),
+                                                data_dir=str(data_dir)))
+  workdir = tmp_path / 'run'
+  address = f'127.0.0.1:{_free_port()}'
+  env = {**os.environ, 'JAX_PLATFORMS': 'cpu',
+         'XLA_FLAGS': '--xla_force_host_platform_device_count=1'}
+  processes, logs = [], []
+  try:
+    for process_id in range(2):
+      logs.append(tmp_path / f'process_{process_id}.log')
+      with logs[-1].open('w') as log:
+        processes.append(subprocess.Popen(
+            [sys.executable, '-m', 'vit_jax.main', f'--config={config_file}',
+             f'--workdir={workdir}', f'--coordinator_address={address}',
+             '--num_processes=2', f'--process_id={process_id}'],
+            cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT))
+    for process in processes:
+      process.wait(timeout=300)
+  finally:
+    for process in processes:
+      if process.poll() is None:
+        process.kill()
+        process.wait()
+  for process, log in zip(processes, logs):
+    assert process.returncode == 0, log.read_text()[-3000:]
+  assert '[process 1/2] epoch 1/1' in logs[1].read_text()
+
+  records, expected = history(workdir), history(reference)
+  assert len(records) == 1  # written once, by process 0
+  for metric in ('train_loss', 'test_loss'):
+    assert records[0][metric] == pytest.approx(expected[0][metric], abs=1e-5)
+  for metric in ('step', 'test_examples', 'train_accuracy', 'test_accuracy'):
+    assert records[0][metric] == expected[0][metric]
+  assert json.loads((workdir / 'config.json').read_text()) == json.loads(
+      (reference / 'config.json').read_text())
+  assert json.loads((workdir / 'summary.json').read_text())['epochs'] == 1
+  assert len(list((workdir / 'tensorboard').glob('events.out.*'))) == 1
+  # The checkpoint both processes wrote restores on this process's device.
+  run = checkpoint.load_run(workdir)
+  assert run.epoch == 1
+  for a, b in zip(jax.tree.leaves(run.params),
+                  jax.tree.leaves(checkpoint.load_run(reference).params)):
+    np.testing.assert_allclose(a, b, atol=1e-5)
+
+
+def test_bfloat16_training_stays_close_to_float32(cifar10_binary, tmp_path):
+  data_dir, _ = cifar10_binary
+  losses = {}
+  for dtype in ('float32', 'bfloat16'):
+    config = tiny_config(data_dir, dtype=dtype, num_epochs=2)
+    train.train_and_evaluate(config, tmp_path / dtype)
+    records = history(tmp_path / dtype)
+    losses[dtype] = [(r['train_loss'], r['test_loss']) for r in records]
+    # Parameters and optimizer state stay float32.
+    state = final_state(tmp_path / dtype, 2)
+    assert {leaf.dtype for leaf in jax.tree.leaves(state['params'])} == {
+        np.dtype('float32')}
+    assert {leaf.dtype for leaf in jax.tree.leaves(state['opt_state'])
+            if leaf.ndim} == {np.dtype('float32')}
+  np.testing.assert_allclose(losses['bfloat16'], losses['float32'], rtol=0.02)

@@ -68,6 +68,15 @@ def mean_attention_distance(attention: np.ndarray, grid: tuple[int, int],
   return (patches * distances).sum(axis=-1).mean(axis=(0, 2))
 
 
+def uniform_attention_distance(grid: tuple[int, int],
+                               patch_size: int) -> float:
+  """The mean attention distance of a head attending to all patches alike:
+  the mean distance between two patch centres. A head below it looks near."""
+  centres = patch_centres(grid, patch_size)
+  return float(
+      np.linalg.norm(centres[:, None] - centres[None], axis=-1).mean())
+
+
 def cosine_similarity_matrix(vectors: np.ndarray) -> np.ndarray:
   """(n, d) -> (n, n) cosine similarities."""
   vectors = np.asarray(vectors, np.float64)

@@ -14,7 +14,7 @@ model and writes into --out (the analyses are in `vit_jax.analysis`):
   position_embeddings.png    cosine similarity of each position's embedding to
                              all others (a grid of grids), and to the centre
   embedding_filters.png      top principal components of the patch-embedding
-                             filters, as RGB patches
+                             filters, as RGB patches (not for hybrids)
   analysis.json              the numbers behind the figures
 """
 
@@ -128,7 +128,8 @@ def plot_rollout(path, display, rollout_maps):
   plt.close(fig)
 
 
-def plot_attention_distance(path, distances: np.ndarray, image_size: int):
+def plot_attention_distance(path, distances: np.ndarray, image_size: int,
+                            uniform: float):
   plt = _plt()
   fig, ax = plt.subplots(figsize=(4.5, 3.5))
   layers, heads = distances.shape
@@ -137,6 +138,7 @@ def plot_attention_distance(path, distances: np.ndarray, image_size: int):
                label=f'head {h + 1}')
   ax.plot(np.arange(1, layers + 1), distances.mean(axis=1), 'k-', lw=1,
           label='mean')
+  ax.axhline(uniform, color='gray', linestyle=':', label='uniform attention')
   ax.set_xlabel('network depth (layer)')
   ax.set_ylabel('mean attention distance (pixels)')
   ax.set_ylim(0, image_size)
@@ -207,7 +209,7 @@ def analyze(workdir, out, *, epoch=None, data_dir=None, num_images=4,
   if not isinstance(model, models.VisionTransformer):
     raise AnalysisError(f'{workdir} trained {config.model}; the analyses need '
                         'a ViT run.')
-  patch_size = model.patch_size
+  patch_size = model.effective_patch_size  # image pixels per token side
   grid = (config.image_size // patch_size,) * 2
   has_cls = model.classifier == 'token'
 
@@ -222,8 +224,11 @@ def analyze(workdir, out, *, epoch=None, data_dir=None, num_images=4,
   similarity = analysis.position_embedding_similarity(
       run.params['Transformer']['posembed_input']['pos_embedding'], grid)
   correlation = analysis.similarity_distance_correlation(similarity)
-  filters, explained = analysis.patch_embedding_components(
-      run.params['embedding']['kernel'], components)
+  # A hybrid's embedding filters see ResNet features, not RGB pixels.
+  rgb_filters = model.resnet_stages is None
+  if rgb_filters:
+    filters, explained = analysis.patch_embedding_components(
+        run.params['embedding']['kernel'], components)
 
   out = pathlib.Path(out)
   out.mkdir(parents=True, exist_ok=True)
@@ -233,11 +238,13 @@ def analyze(workdir, out, *, epoch=None, data_dir=None, num_images=4,
     rollout = analysis.attention_rollout([a[shown] for a in attentions])
     plot_rollout(out / 'attention_rollout.png', display[shown],
                  rollout[:, 0, 1:].reshape(-1, *grid))
+  uniform = analysis.uniform_attention_distance(grid, patch_size)
   plot_attention_distance(out / 'attention_distance.png', distances,
-                          config.image_size)
+                          config.image_size, uniform)
   plot_position_embeddings(out / 'position_embeddings.png', similarity,
                            correlation)
-  plot_embedding_filters(out / 'embedding_filters.png', filters, explained)
+  if rgb_filters:
+    plot_embedding_filters(out / 'embedding_filters.png', filters, explained)
 
   result = {
       'workdir': str(workdir),
@@ -249,9 +256,12 @@ def analyze(workdir, out, *, epoch=None, data_dir=None, num_images=4,
       'distance_images': len(inputs),
       'mean_attention_distance_per_head': distances.round(3).tolist(),
       'mean_attention_distance_per_layer': distances.mean(1).round(3).tolist(),
+      'uniform_attention_distance': round(uniform, 3),
       'position_similarity_distance_correlation': round(correlation, 4),
-      'embedding_filter_explained_variance': explained.round(4).tolist(),
   }
+  if rgb_filters:
+    result['embedding_filter_explained_variance'] = explained.round(
+        4).tolist()
   (out / 'analysis.json').write_text(json.dumps(result, indent=1) + '\n')
   return result
 

@@ -9,6 +9,13 @@ Sources (`config.dataset`):
                       `data_dir` (needs TensorFlow: `pip install -e '.[tf]'`).
 Nothing is downloaded: a missing dataset is a `DatasetError` that says where
 it looked and how to supply the data.
+
+Several processes (multi-host): every process reads the whole dataset and
+places it on its own devices (`put_replicated`), and every process builds the
+same seeded batch indices (`epoch_batches`, `eval_batches`), so together they
+hold one global, replicated copy of the data and of each global batch's
+indices. Inside the compiled step each device gathers only its shard of the
+batch (see `train`); no process loads or sends another's examples.
 """
 
 import dataclasses
@@ -16,6 +23,7 @@ import os
 import pathlib
 import pickle
 from typing import Any
+import zlib
 
 import jax
 import jax.numpy as jnp
@@ -247,10 +255,57 @@ def load_dataset(config) -> Dataset:
 # ------------------------------------------------------------ on device ---
 
 
+def replicate(array: np.ndarray, sharding: jax.sharding.Sharding) -> jax.Array:
+  """A global array from host data that every process holds identically.
+
+  Each process fills only its own devices, so `sharding` may span several
+  processes (`jax.device_put` would also compare the data across processes
+  first, moving all of it over the network).
+  """
+  array = np.asarray(array)
+  return jax.make_array_from_callback(array.shape, sharding,
+                                      lambda index: array[index])
+
+
 def put_replicated(split: Split, sharding: jax.sharding.Sharding) -> Split:
-  """Copies a split to every device once; batches are gathered from it there."""
-  return Split(jax.device_put(split.images, sharding),
-               jax.device_put(split.labels, sharding))
+  """Copies a split to every device once; batches are gathered from it there.
+
+  Every process has read the same split, so this needs no communication.
+  """
+  return Split(replicate(split.images, sharding),
+               replicate(split.labels, sharding))
+
+
+def _checksum(*arrays) -> int:
+  crc = 0
+  for array in arrays:
+    array = np.ascontiguousarray(array)
+    crc = zlib.crc32(repr((array.shape, array.dtype.str)).encode(), crc)
+    crc = zlib.crc32(memoryview(array).cast('B'), crc)
+  return crc
+
+
+def check_same_on_every_process(dataset: Dataset, seed: int, batch_size: int):
+  """Raises DatasetError unless every process of a multi-process job read the
+  same examples and draws the same batches (each device gathers its shard
+  from its own process's copy, so a difference would silently mix datasets).
+  Exchanges three checksums; a no-op in a single process."""
+  if jax.process_count() == 1:
+    return
+  from jax.experimental import multihost_utils  # pylint: disable=g-import-not-at-top
+  local = np.array([
+      _checksum(dataset.train.images, dataset.train.labels),
+      _checksum(dataset.test.images, dataset.test.labels),
+      _checksum(epoch_batches(seed, 1, len(dataset.train), batch_size)),
+  ], np.uint32)
+  every = np.asarray(multihost_utils.process_allgather(local))
+  differ = [i for i in range(len(every)) if (every[i] != every[0]).any()]
+  if differ:
+    raise DatasetError(
+        f'Process(es) {differ} read a different dataset, or shuffle it '
+        'differently, than process 0: give every process the same data '
+        '(config.data_dir on a shared filesystem or identical copies) and the '
+        'same numpy version.')
 
 
 def epoch_batches(seed: int, epoch: int, num_examples: int,

@@ -1,6 +1,10 @@
 """Trains and evaluates a model: `python -m vit_jax.main --config=... --workdir=...`.
 
 Rerunning the same command resumes from the latest checkpoint in the workdir.
+On several hosts the same command runs once per host (or per accelerator),
+with the workdir on a shared filesystem; SLURM, Open MPI and Cloud TPU jobs are
+detected, elsewhere --coordinator_address, --num_processes and --process_id say
+who is who (README.md, "Multi-host").
 """
 
 import logging as python_logging
@@ -9,6 +13,7 @@ import sys
 from absl import app
 from absl import flags
 from absl import logging
+import jax
 from ml_collections import config_flags
 
 from vit_jax import input_pipeline
@@ -24,6 +29,18 @@ _CPU_DEVICES = flags.DEFINE_integer(
     'cpu_devices', None,
     'Host devices the batch is split over when running on the CPU (default: '
     f'config.cpu_devices, else {runtime.DEFAULT_CPU_DEVICES}).')
+_COORDINATOR_ADDRESS = flags.DEFINE_string(
+    'coordinator_address', None,
+    'host:port of process 0 in a multi-process job (default: detected from '
+    'SLURM, Open MPI or a Cloud TPU, or $JAX_COORDINATOR_ADDRESS).')
+_NUM_PROCESSES = flags.DEFINE_integer(
+    'num_processes', None,
+    'Processes in a multi-process job (default: detected, or '
+    '$JAX_NUM_PROCESSES); 1 forces a single process.')
+_PROCESS_ID = flags.DEFINE_integer(
+    'process_id', None,
+    "This process's index in 0..num_processes-1 (default: detected, or "
+    '$JAX_PROCESS_ID).')
 flags.mark_flags_as_required(['config', 'workdir'])
 
 
@@ -33,6 +50,19 @@ def _quiet_orbax(record) -> bool:
           '/orbax/' not in record.pathname)
 
 
+class _ProcessPrefix(python_logging.Filter):
+  """Starts every log line with `[process i/n] ` in a multi-process job."""
+
+  def __init__(self, prefix: str):
+    super().__init__()
+    self._prefix = prefix
+
+  def filter(self, record) -> bool:
+    if not str(record.msg).startswith(self._prefix):
+      record.msg = self._prefix + str(record.msg)
+    return True
+
+
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'Unexpected arguments: {" ".join(argv[1:])}')
@@ -40,9 +70,15 @@ def main(argv):
   runtime.set_cpu_devices(_CPU_DEVICES.value or
                           _CONFIG.value.get('cpu_devices'))
   try:
+    if runtime.initialize_distributed(_COORDINATOR_ADDRESS.value,
+                                      _NUM_PROCESSES.value, _PROCESS_ID.value):
+      # Every process logs, as in flax's and big_vision's trainers; the
+      # prefix tells them apart. Only process 0 writes files (train.py).
+      logging.get_absl_handler().addFilter(_ProcessPrefix(
+          f'[process {jax.process_index()}/{jax.process_count()}] '))
     train.train_and_evaluate(_CONFIG.value, _WORKDIR.value)
-  except (train.ConfigError, input_pipeline.DatasetError,
-          train.TrainingDivergedError) as e:
+  except (runtime.DistributedError, train.ConfigError,
+          input_pipeline.DatasetError, train.TrainingDivergedError) as e:
     logging.error('%s', e)
     sys.exit(f'error: {e}')
 

@@ -1,7 +1,12 @@
-"""Process-level set-up that must happen before JAX creates its backends."""
+"""Process-level set-up that must happen before JAX creates its backends:
+the CPU's host devices, and joining a multi-process (multi-host) job."""
 
+import glob
+import importlib.util
 import os
+from collections.abc import Mapping
 
+from absl import logging
 import jax
 
 # On a CPU, XLA runs the small matmuls of a small model with little
@@ -9,6 +14,10 @@ import jax
 # side by side (ViT-Tiny train step, 2 cores: 93 img/s on 1 device, 123 on 4;
 # experiments/benchmarks/README.md). Other platforms are unaffected.
 DEFAULT_CPU_DEVICES = 4
+
+
+class DistributedError(ValueError):
+  """The multi-process set-up is incomplete, inconsistent or failed."""
 
 
 def set_cpu_devices(count: int | None = None):
@@ -20,3 +29,137 @@ def set_cpu_devices(count: int | None = None):
   if 'xla_force_host_platform_device_count' in os.environ.get('XLA_FLAGS', ''):
     return
   jax.config.update('jax_num_cpu_devices', count or DEFAULT_CPU_DEVICES)
+
+
+# ------------------------------------------------------- multi-process -----
+
+
+def _int_env(environ: Mapping[str, str], name: str) -> int | None:
+  value = environ.get(name)
+  if value is None or value == '':
+    return None
+  try:
+    return int(value)
+  except ValueError as e:
+    raise DistributedError(f'${name}={value!r} is not an integer.') from e
+
+
+def _on_cloud_tpu_vm() -> bool:
+  # libtpu installed and TPU chips attached (/dev/accel* up to v4, VFIO from
+  # v5e on).
+  return importlib.util.find_spec('libtpu') is not None and bool(
+      glob.glob('/dev/accel[0-9]*') or glob.glob('/dev/vfio/[0-9]*'))
+
+
+def detect_cluster(environ: Mapping[str, str] | None = None) -> str | None:
+  """The launcher of a multi-process job that `jax.distributed.initialize()`
+  configures itself from, or None (a single process, as far as it can tell).
+
+  - SLURM: inside an `srun` step of more than one task (jax needs
+    SLURM_JOB_ID, SLURM_STEP_NODELIST, SLURM_NTASKS, SLURM_PROCID and
+    SLURM_LOCALID); the batch script itself, outside `srun`, is one process.
+  - Open MPI: `mpirun -n N` with N > 1.
+  - Cloud TPU: several workers named in TPU_WORKER_HOSTNAMES /
+    TPU_PROCESS_ADDRESSES (GKE), a multislice job (MEGASCALE_COORDINATOR_ADDRESS),
+    or any Cloud TPU VM, whose workers jax reads from the VM's metadata (a
+    single-host VM becomes a one-process job, which changes nothing).
+  """
+  env = os.environ if environ is None else environ
+  slurm_vars = ('SLURM_JOB_ID', 'SLURM_STEP_NODELIST', 'SLURM_NTASKS',
+                'SLURM_PROCID', 'SLURM_LOCALID')
+  if all(name in env for name in slurm_vars):
+    tasks = _int_env(env, 'SLURM_STEP_NUM_TASKS') or _int_env(env,
+                                                              'SLURM_NTASKS')
+    if tasks and tasks > 1:
+      return 'SLURM'
+  if 'OMPI_MCA_orte_hnp_uri' in env and (
+      _int_env(env, 'OMPI_COMM_WORLD_SIZE') or 1) > 1:
+    return 'Open MPI'
+  hosts = env.get('TPU_PROCESS_ADDRESSES') or env.get('TPU_WORKER_HOSTNAMES')
+  if (hosts and ',' in hosts) or env.get('MEGASCALE_COORDINATOR_ADDRESS'):
+    return 'Cloud TPU'
+  if environ is None and _on_cloud_tpu_vm():
+    return 'Cloud TPU'
+  return None
+
+
+def distributed_args(coordinator_address: str | None = None,
+                     num_processes: int | None = None,
+                     process_id: int | None = None,
+                     environ: Mapping[str, str] | None = None) -> dict | None:
+  """Decides whether and how to call `jax.distributed.initialize`.
+
+  Returns None for a single process (nothing to initialize), else the keyword
+  arguments (an empty dict: jax detects everything from the cluster).
+
+  Explicit values (the flags) win; JAX_COORDINATOR_ADDRESS, and our
+  JAX_NUM_PROCESSES and JAX_PROCESS_ID, stand in for missing flags. Outside a
+  cluster `detect_cluster` knows, the three must be complete. `num_processes=1`
+  is a single process even inside a cluster. Raises DistributedError for a set
+  that cannot work.
+  """
+  env = os.environ if environ is None else environ
+  coordinator_address = (coordinator_address or
+                         env.get('JAX_COORDINATOR_ADDRESS') or None)
+  if num_processes is None:
+    num_processes = _int_env(env, 'JAX_NUM_PROCESSES')
+  if process_id is None:
+    process_id = _int_env(env, 'JAX_PROCESS_ID')
+
+  if num_processes is not None and num_processes < 1:
+    raise DistributedError(f'--num_processes={num_processes} must be >= 1.')
+  if process_id is not None:
+    if num_processes is None:
+      raise DistributedError(
+          f'--process_id={process_id} needs --num_processes: give both (and '
+          '--coordinator_address), or neither inside SLURM, Open MPI or a '
+          'Cloud TPU job, which set them.')
+    if not 0 <= process_id < num_processes:
+      raise DistributedError(
+          f'--process_id={process_id} must be in 0..{num_processes - 1} for '
+          f'--num_processes={num_processes}.')
+  if num_processes == 1:
+    return None
+
+  given = {'coordinator_address': coordinator_address,
+           'num_processes': num_processes, 'process_id': process_id}
+  if all(value is None for value in given.values()):
+    return {} if detect_cluster(environ) else None
+  if detect_cluster(environ) is None:
+    missing = [f'--{name}' for name, value in given.items() if value is None]
+    if missing:
+      raise DistributedError(
+          'A multi-process job outside SLURM, Open MPI or a Cloud TPU needs '
+          '--coordinator_address, --num_processes and --process_id on every '
+          'process (or $JAX_COORDINATOR_ADDRESS, $JAX_NUM_PROCESSES, '
+          f'$JAX_PROCESS_ID); missing {", ".join(missing)}.')
+  return {name: value for name, value in given.items() if value is not None}
+
+
+def initialize_distributed(coordinator_address: str | None = None,
+                           num_processes: int | None = None,
+                           process_id: int | None = None) -> bool:
+  """Joins a multi-process job when the flags or the environment ask for one
+  (see `distributed_args`); does nothing for a single process.
+
+  Call before anything asks JAX for its devices. On the CPU the processes'
+  collectives run over gloo (TCP). Returns whether it initialized.
+  """
+  kwargs = distributed_args(coordinator_address, num_processes, process_id)
+  if kwargs is None:
+    return False
+  # The CPU backend runs cross-process collectives only with an implementation
+  # (newer jax defaults to gloo, older ones to none); keep an explicit choice.
+  if not getattr(jax.config, 'jax_cpu_collectives_implementation', 'gloo'):
+    jax.config.update('jax_cpu_collectives_implementation', 'gloo')
+  described = ', '.join(f'{k}={v}' for k, v in kwargs.items()) or (
+      f'detected from {detect_cluster()}')
+  try:
+    jax.distributed.initialize(**kwargs)
+  except (ValueError, TypeError, RuntimeError) as e:
+    raise DistributedError(
+        f'Could not join the multi-process job ({described}): {e}') from e
+  logging.info('Process %d of %d (%s), %d local device(s) of %d.',
+               jax.process_index(), jax.process_count(), described,
+               jax.local_device_count(), jax.device_count())
+  return True

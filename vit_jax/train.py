@@ -5,6 +5,18 @@ the batch is sharded along the `data` axis, parameters and optimizer state are
 replicated, and the state's buffers are donated. The dataset sits on every
 device (see `input_pipeline`), so a step gathers its batch where it runs and
 the same code serves 1 CPU, N GPUs or many hosts.
+
+Several processes (multi-host, `runtime.initialize_distributed`): the mesh
+spans every process's devices and every process runs this same loop. Each
+builds the same global batch indices from the seed and passes them, replicated,
+to the step; `with_sharding_constraint` splits them along `data`, so each
+device gathers and computes only its `batch_size / device_count` examples and
+each process only its devices' share of every global batch; gradients and
+summed metrics are reduced across all devices, so every process holds the same
+replicated state and metrics. All processes take part in checkpointing (orbax
+coordinates them; its primary host, process 0, writes the metadata), while
+config.json, summary.json, metrics.jsonl and TensorBoard files are written by
+process 0 alone. The workdir must be on a filesystem all processes share.
 """
 
 import functools
@@ -25,12 +37,15 @@ import numpy as np
 import optax
 import orbax.checkpoint as ocp
 
+from vit_jax import checkpoint
+from vit_jax import finetune
 from vit_jax import input_pipeline
 from vit_jax import metric_writer
 from vit_jax import models
 
 DTYPES = {'float32': jnp.float32, 'bfloat16': jnp.bfloat16}
 OPTIMIZERS = ('adamw', 'sgd')
+LR_DECAYS = ('cosine', 'linear')
 
 
 class ConfigError(ValueError):
@@ -55,6 +70,9 @@ def validate_config(config: ml_collections.ConfigDict, num_devices: int):
   for field in positive:
     if not config[field] > 0:
       raise ConfigError(f'config.{field}={config[field]} must be positive.')
+  if config.get('lr_decay', 'cosine') not in LR_DECAYS:
+    raise ConfigError(f'config.lr_decay={config.lr_decay!r}; use one of '
+                      f'{LR_DECAYS}.')
   for field in ('warmup_epochs', 'weight_decay', 'grad_clip_norm'):
     if config[field] < 0:
       raise ConfigError(f'config.{field}={config[field]} must be >= 0.')
@@ -73,6 +91,12 @@ def validate_config(config: ml_collections.ConfigDict, num_devices: int):
           f'config.{field}={config[field]} is not divisible by the '
           f'{num_devices} devices; use a multiple of {num_devices} (on a CPU, '
           'config.cpu_devices sets the number of devices).')
+  accumulation = config.get('grad_accumulation_steps', 1)
+  if accumulation < 1 or config.batch_size % (accumulation * num_devices):
+    raise ConfigError(
+        f'config.grad_accumulation_steps={accumulation} must be >= 1 and '
+        f'split config.batch_size={config.batch_size} into micro-batches '
+        f'divisible by the {num_devices} devices.')
   compiler_options(config)
 
 
@@ -83,7 +107,7 @@ def create_model(config: ml_collections.ConfigDict, num_classes: int):
         **config.get('model_overrides', {}))
   except (ValueError, TypeError) as e:
     raise ConfigError(str(e)) from e
-  patch_size = getattr(model, 'patch_size', None)
+  patch_size = getattr(model, 'effective_patch_size', None)
   if patch_size and config.image_size % patch_size:
     raise ConfigError(
         f'config.image_size={config.image_size} is not divisible by the patch '
@@ -92,18 +116,26 @@ def create_model(config: ml_collections.ConfigDict, num_classes: int):
 
 
 def create_learning_rate_schedule(config, steps_per_epoch: int):
-  """Linear warmup from 0, then cosine decay to 0 at the last step."""
+  """Linear warmup from 0 (`warmup_steps`, else `warmup_epochs`), then
+  `lr_decay` ('cosine', the default, or 'linear') to 0 at the last step."""
   total_steps = config.num_epochs * steps_per_epoch
-  warmup_steps = config.warmup_epochs * steps_per_epoch
+  warmup_steps = (config.get('warmup_steps') or
+                  config.warmup_epochs * steps_per_epoch)
   if warmup_steps >= total_steps:
-    logging.warning('warmup_epochs=%s is not shorter than num_epochs=%s: the '
-                    'run only warms up.', config.warmup_epochs,
-                    config.num_epochs)
+    logging.warning('The warmup (%d steps) is not shorter than the run (%d '
+                    'steps): the run only warms up.', warmup_steps,
+                    total_steps)
     warmup_steps = total_steps
-  return optax.warmup_cosine_decay_schedule(
-      init_value=0.0, peak_value=config.learning_rate,
-      warmup_steps=warmup_steps, decay_steps=max(total_steps, warmup_steps + 1),
-      end_value=0.0)
+  if config.get('lr_decay', 'cosine') == 'cosine':
+    return optax.warmup_cosine_decay_schedule(
+        init_value=0.0, peak_value=config.learning_rate,
+        warmup_steps=warmup_steps,
+        decay_steps=max(total_steps, warmup_steps + 1), end_value=0.0)
+  return optax.join_schedules([
+      optax.linear_schedule(0.0, config.learning_rate, warmup_steps),
+      optax.linear_schedule(config.learning_rate, 0.0,
+                            max(total_steps - warmup_steps, 1)),
+  ], [warmup_steps])
 
 
 def create_optimizer(config, schedule) -> optax.GradientTransformation:
@@ -132,6 +164,20 @@ def create_train_state(key, model, tx, image_size: int,
   return init(key)
 
 
+def pretrained_params(config, model, fresh_params) -> dict:
+  """`config.init_from` (a run directory or a released .npz) fitted to
+  `model`; see `finetune.adapt_params`."""
+  try:
+    pretrained = checkpoint.load_params(config.init_from)
+    adapted = finetune.adapt_params(
+        pretrained, jax.device_get(fresh_params),
+        num_prefix_tokens=int(getattr(model, 'classifier', '') == 'token'))
+  except checkpoint.CheckpointError as e:
+    raise ConfigError(f'config.init_from={config.init_from!r}: {e}') from e
+  logging.info('Initialised from %s.', config.init_from)
+  return adapted
+
+
 # ------------------------------------------------------------- steps -------
 
 
@@ -149,32 +195,63 @@ def model_variables(state: TrainState, params) -> dict:
 
 def train_step(state: TrainState, images, labels, indices, key, *, config,
                batch_sharding):
-  """One optimizer step on the examples `indices` of the on-device data."""
+  """One optimizer step on the examples `indices` of the on-device data.
+
+  With `config.grad_accumulation_steps` = k > 1 the batch is split into k
+  micro-batches whose gradients are averaged before the update: the same step
+  in a k-th of the activation memory, as the paper fine-tunes.
+  """
   key = jax.random.fold_in(key, state.step)
-  augment_key, dropout_key = jax.random.split(key)
-  indices = jax.lax.with_sharding_constraint(indices, batch_sharding)
-  x = input_pipeline.preprocess(
-      images[indices], key=augment_key, augment=config.augment,
-      image_size=config.image_size, mean=config.pixel_mean,
-      std=config.pixel_std)
-  y = labels[indices]
+  accumulation = config.get('grad_accumulation_steps', 1)
 
-  def loss_fn(params):
-    logits, updates = state.apply_fn(
-        model_variables(state, params), x, train=True, mutable=['batch_stats'],
-        rngs={'dropout': dropout_key})
-    loss = cross_entropy(logits, y, config.label_smoothing).mean()
-    return loss, (logits, updates)
+  def gradients(batch_stats, micro_indices, micro_key):
+    augment_key, dropout_key = jax.random.split(micro_key)
+    micro_indices = jax.lax.with_sharding_constraint(micro_indices,
+                                                     batch_sharding)
+    x = input_pipeline.preprocess(
+        images[micro_indices], key=augment_key, augment=config.augment,
+        image_size=config.image_size, mean=config.pixel_mean,
+        std=config.pixel_std)
+    y = labels[micro_indices]
 
-  (loss, (logits, updates)), grads = jax.value_and_grad(
-      loss_fn, has_aux=True)(state.params)
-  state = state.apply_gradients(
-      grads=grads, batch_stats=updates.get('batch_stats'))
-  metrics = {
-      'loss': loss * y.shape[0],
-      'correct': jnp.sum(jnp.argmax(logits, -1) == y),
-      'count': jnp.asarray(y.shape[0], jnp.float32),
-  }
+    def loss_fn(params):
+      variables = {'params': params}
+      if batch_stats is not None:
+        variables['batch_stats'] = batch_stats
+      logits, updates = state.apply_fn(
+          variables, x, train=True, mutable=['batch_stats'],
+          rngs={'dropout': dropout_key})
+      loss = cross_entropy(logits, y, config.label_smoothing).mean()
+      return loss, (logits, updates)
+
+    (loss, (logits, updates)), grads = jax.value_and_grad(
+        loss_fn, has_aux=True)(state.params)
+    metrics = {
+        'loss': loss * y.shape[0],
+        'correct': jnp.sum(jnp.argmax(logits, -1) == y),
+        'count': jnp.asarray(y.shape[0], jnp.float32),
+    }
+    return updates.get('batch_stats'), grads, metrics
+
+  if accumulation == 1:
+    batch_stats, grads, metrics = gradients(state.batch_stats, indices, key)
+  else:
+    def accumulate(carry, step_inputs):
+      batch_stats, grad_sum, metric_sum = carry
+      i, micro_indices = step_inputs
+      batch_stats, grads, metrics = gradients(
+          batch_stats, micro_indices, jax.random.fold_in(key, i))
+      return (batch_stats, jax.tree.map(jnp.add, grad_sum, grads),
+              jax.tree.map(jnp.add, metric_sum, metrics)), None
+
+    zeros = lambda tree: jax.tree.map(jnp.zeros_like, tree)
+    metric_zeros = {'loss': jnp.zeros(()), 'correct': jnp.zeros((), jnp.int32),
+                    'count': jnp.zeros(())}
+    (batch_stats, grads, metrics), _ = jax.lax.scan(
+        accumulate, (state.batch_stats, zeros(state.params), metric_zeros),
+        (jnp.arange(accumulation), indices.reshape(accumulation, -1)))
+    grads = jax.tree.map(lambda g: g / accumulation, grads)
+  state = state.apply_gradients(grads=grads, batch_stats=batch_stats)
   return state, metrics
 
 
@@ -276,6 +353,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict,
   workdir = pathlib.Path(workdir).absolute()
   validate_config(config, jax.device_count())
   dataset = input_pipeline.load_dataset(config)
+  input_pipeline.check_same_on_every_process(dataset, config.seed,
+                                             config.batch_size)
   if config.batch_size > len(dataset.train):
     raise ConfigError(f'config.batch_size={config.batch_size} is larger than '
                       f'the {len(dataset.train)} training examples.')
@@ -292,6 +371,9 @@ def train_and_evaluate(config: ml_collections.ConfigDict,
   init_key, step_key = jax.random.split(root_key)
   state = create_train_state(init_key, model, create_optimizer(config, schedule),
                              config.image_size, replicated)
+  # Read (and checked) before anything is written; used unless resuming.
+  pretrained = (pretrained_params(config, model, state.params)
+                if config.get('init_from') else None)
 
   workdir.mkdir(parents=True, exist_ok=True)
   checkpoints = ocp.CheckpointManager(
@@ -310,6 +392,9 @@ def train_and_evaluate(config: ml_collections.ConfigDict,
     start_epoch = checkpoints.latest_step() + 1
     logging.info('Resumed from %s at the end of epoch %d.', workdir,
                  start_epoch - 1)
+  elif pretrained is not None:
+    state = state.replace(params=jax.tree.map(
+        lambda x: input_pipeline.replicate(x, replicated), pretrained))
   if jax.process_index() == 0:
     (workdir / 'config.json').write_text(config.to_json_best_effort(indent=2))
   writer = metric_writer.MetricWriter(workdir, history)
@@ -317,7 +402,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict,
   train_data = input_pipeline.put_replicated(dataset.train, replicated)
   test_data = input_pipeline.put_replicated(dataset.test, replicated)
   eval_indices, eval_mask = (
-      jax.device_put(a, replicated)
+      input_pipeline.replicate(a, replicated)
       for a in input_pipeline.eval_batches(len(dataset.test),
                                            config.eval_batch_size))
 
@@ -328,17 +413,19 @@ def train_and_evaluate(config: ml_collections.ConfigDict,
     train_step_fn, eval_step_fn = compile_steps(
         config, state, train_data, test_data, eval_indices[0], eval_mask[0],
         step_key, batch_sharding)
+    processes = (f' in {jax.process_count()} processes'
+                 if jax.process_count() > 1 else '')
     logging.info(
-        '%s (%s parameters) on %d device(s): %d train / %d test examples, '
+        '%s (%s parameters) on %d device(s)%s: %d train / %d test examples, '
         '%d steps per epoch.', config.model,
         f'{sum(x.size for x in jax.tree.leaves(state.params)):,}',
-        jax.device_count(), len(dataset.train), len(dataset.test),
+        jax.device_count(), processes, len(dataset.train), len(dataset.test),
         steps_per_epoch)
 
   try:
     for epoch in range(start_epoch, config.num_epochs + 1):
       epoch_start = time.perf_counter()
-      batches = jax.device_put(
+      batches = input_pipeline.replicate(
           input_pipeline.epoch_batches(config.seed, epoch, len(dataset.train),
                                        config.batch_size), replicated)
       train_totals = None

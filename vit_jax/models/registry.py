@@ -12,7 +12,7 @@ from vit_jax.models.vit import VisionTransformer
 
 
 def _vit(patch_size, hidden_size, num_layers, num_heads, mlp_dim,
-         dropout_rate=0.0):
+         dropout_rate=0.0, **hybrid):
   # Dropout rates are the official configs' (google-research/vision_transformer
   # vit_jax/configs/models.py); attention dropout is 0 in all of them.
   return functools.partial(
@@ -22,7 +22,8 @@ def _vit(patch_size, hidden_size, num_layers, num_heads, mlp_dim,
       num_layers=num_layers,
       num_heads=num_heads,
       mlp_dim=mlp_dim,
-      dropout_rate=dropout_rate)
+      dropout_rate=dropout_rate,
+      **hybrid)
 
 
 _MODELS: dict[str, Callable[..., nn.Module]] = {
@@ -35,6 +36,11 @@ _MODELS: dict[str, Callable[..., nn.Module]] = {
     'ViT-L_16': _vit(16, 1024, 24, 16, 4096, dropout_rate=0.1),
     'ViT-L_32': _vit(32, 1024, 24, 16, 4096),
     'ViT-H_14': _vit(14, 1280, 32, 16, 5120, dropout_rate=0.1),
+    # The hybrid: ViT-B on 1x1 patches of a ResNet-50-like stem's 14x14x1024
+    # feature map (stages (3, 4, 9), not ResNet-50's (3, 4, 6, 3), so the stem
+    # downsamples by 16). Like the official config, no representation layer.
+    'R50+ViT-B_16': _vit(1, 768, 12, 12, 3072, dropout_rate=0.1,
+                         resnet_stages=(3, 4, 9), resnet_width_factor=1),
     # The small-data study's ViT-Tiny for 32x32 CIFAR images (64 patches).
     # The study does not state its dropout; 0.1 is the usual choice for such
     # small ViTs and a config can override it.

@@ -12,6 +12,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from vit_jax.models import resnet
 from vit_jax.models.dropout import Dropout
 
 Dtype = Any
@@ -196,6 +197,14 @@ class VisionTransformer(nn.Module):
   Parameters stay in float32 whatever `dtype` is; `dtype` sets the computation
   (e.g. `jnp.bfloat16`). The optional `pre_logits` and the `head` always
   compute in float32, so logits are float32.
+
+  With `resnet_stages` set, this is the paper's hybrid: the images first go
+  through a ResNet stem (`models.resnet.resnet_stem`: the root, then one stage
+  of that many bottleneck units per entry, of width 64 * `resnet_width_factor`
+  in the first stage), whose modules `conv_root`, `gn_root`, `block1`, ... sit
+  at the top level of the parameters as in the official tree, and
+  `patch_size` is the patch size on the stem's feature map (1 for
+  R50+ViT-B_16: (3, 4, 9) stages downsample 224x224 images to 14x14x1024).
   """
 
   num_classes: int
@@ -210,6 +219,16 @@ class VisionTransformer(nn.Module):
   representation_size: int | None = None
   head_bias_init: float = 0.0
   dtype: Dtype = jnp.float32
+  resnet_stages: tuple[int, ...] | None = None
+  resnet_width_factor: int = 1
+
+  @property
+  def effective_patch_size(self) -> int:
+    """Side, in image pixels, of the square each token comes from: the patch
+    size, times the ResNet stem's stride for a hybrid (16 for R50+ViT-B_16)."""
+    if self.resnet_stages is None:
+      return self.patch_size
+    return resnet.stem_stride(self.resnet_stages) * self.patch_size
 
   def __post_init__(self):
     if self.classifier not in CLASSIFIERS:
@@ -220,6 +239,8 @@ class VisionTransformer(nn.Module):
                        f'num_heads={self.num_heads}.')
     if self.patch_size < 1:
       raise ValueError(f'patch_size={self.patch_size} must be positive.')
+    if self.resnet_stages is not None:
+      resnet.validate_stem(self.resnet_stages, self.resnet_width_factor)
     super().__post_init__()
 
   @nn.compact
@@ -228,11 +249,25 @@ class VisionTransformer(nn.Module):
       raise ValueError(f'Expected images of shape (batch, height, width, '
                        f'channels), got shape {images.shape}.')
     _, height, width, _ = images.shape
-    if height % self.patch_size or width % self.patch_size:
+    size = self.effective_patch_size
+    if self.resnet_stages is not None and (height % size or width % size):
+      stride = resnet.stem_stride(self.resnet_stages)
+      raise ValueError(
+          f'Image size {height}x{width} is not divisible by {size}, the '
+          f'ResNet stem\'s stride {stride} times the patch size '
+          f'{self.patch_size} on its feature map: resize or crop the images '
+          f'to a multiple of {size}.')
+    if height % size or width % size:
       raise ValueError(
           f'Image size {height}x{width} is not divisible by the patch size '
           f'{self.patch_size}: resize or crop the images to a multiple of '
           f'{self.patch_size}.')
+
+    x = images
+    if self.resnet_stages is not None:
+      # The official hybrid's stem, its modules directly in this one's scope.
+      x = resnet.resnet_stem(x, self.resnet_stages, self.resnet_width_factor,
+                             self.dtype)
 
     # A conv with kernel = stride = patch size is the linear patch projection.
     x = nn.Conv(
@@ -242,7 +277,7 @@ class VisionTransformer(nn.Module):
         padding='VALID',
         dtype=self.dtype,
         name='embedding')(
-            images)
+            x)
     n, h, w, c = x.shape
     x = jnp.reshape(x, (n, h * w, c))
 

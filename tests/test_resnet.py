@@ -1,0 +1,320 @@
+"""The hybrid's ResNet stem against the official tree and a NumPy reference."""
+
+import flax
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from vit_jax.models import create_model
+from vit_jax.models import resnet
+from tests.test_vit import official_param_shapes
+
+R50_STAGES = (3, 4, 9)
+R50_B16_PARAMS = 98_659_112
+R50_STEM_PARAMS = 11_894_848
+VIT_B16_PARAMS = 86_567_656  # tests/test_registry.py
+
+TINY_HYBRID = dict(resnet_stages=(1, 1, 1), hidden_size=32, num_layers=1,
+                   num_heads=2, mlp_dim=64)
+
+
+def _flat(tree):
+  return flax.traverse_util.flatten_dict(tree, sep='/')
+
+
+def _shapes(tree):
+  return {k: v.shape for k, v in _flat(tree).items()}
+
+
+def official_stem_shapes(stages, width_factor=1):
+  """Path -> shape of the official hybrid's stem (models_vit.py's root and
+  models_resnet.py's ResNetStage / ResidualUnit), written from its layers."""
+  width = 64 * width_factor
+  shapes = {'conv_root/kernel': (7, 7, 3, width),
+            'gn_root/scale': (width,), 'gn_root/bias': (width,)}
+  channels = width
+  for b, num_units in enumerate(stages):
+    features = width * 2**b
+    for u in range(num_units):
+      unit = f'block{b + 1}/unit{u + 1}'
+      if u == 0:  # The first unit changes the channels or the stride.
+        shapes[f'{unit}/conv_proj/kernel'] = (1, 1, channels, 4 * features)
+        shapes[f'{unit}/gn_proj/scale'] = (4 * features,)
+        shapes[f'{unit}/gn_proj/bias'] = (4 * features,)
+      for conv, shape in (('conv1', (1, 1, channels, features)),
+                          ('conv2', (3, 3, features, features)),
+                          ('conv3', (1, 1, features, 4 * features))):
+        shapes[f'{unit}/{conv}/kernel'] = shape
+      for gn, size in (('gn1', features), ('gn2', features),
+                       ('gn3', 4 * features)):
+        shapes[f'{unit}/{gn}/scale'] = (size,)
+        shapes[f'{unit}/{gn}/bias'] = (size,)
+      channels = 4 * features
+  return shapes
+
+
+def _numpy_standardize(kernel, eps=1e-5):
+  k = np.asarray(kernel, np.float64)
+  k = k - k.mean(axis=(0, 1, 2), keepdims=True)
+  return k / (k.std(axis=(0, 1, 2), keepdims=True) + eps)
+
+
+def _same_pads(size, kernel, stride):
+  out = -(-size // stride)
+  total = max((out - 1) * stride + kernel - size, 0)
+  return out, (total // 2, total - total // 2)
+
+
+def _numpy_conv(x, kernel, stride):
+  """'SAME' conv of NHWC x with an HWIO kernel, as XLA pads it."""
+  k = kernel.shape[0]
+  out_h, pad_h = _same_pads(x.shape[1], k, stride)
+  out_w, pad_w = _same_pads(x.shape[2], k, stride)
+  x = np.pad(x, ((0, 0), pad_h, pad_w, (0, 0)))
+  y = 0
+  for i in range(k):
+    for j in range(k):
+      window = x[:, i::stride, j::stride][:, :out_h, :out_w]
+      y = y + window @ kernel[i, j]
+  return y
+
+
+def _numpy_group_norm(x, p, groups=32, eps=1e-6):
+  n, h, w, c = x.shape
+  g = x.reshape(n, h, w, groups, c // groups)
+  mean = g.mean(axis=(1, 2, 4), keepdims=True)
+  var = g.var(axis=(1, 2, 4), keepdims=True)
+  g = (g - mean) / np.sqrt(var + eps)
+  return g.reshape(x.shape) * p['scale'] + p['bias']
+
+
+def _numpy_max_pool(x):
+  """3x3 stride 2 'SAME' max pool, padding with -inf."""
+  out_h, pad_h = _same_pads(x.shape[1], 3, 2)
+  out_w, pad_w = _same_pads(x.shape[2], 3, 2)
+  x = np.pad(x, ((0, 0), pad_h, pad_w, (0, 0)), constant_values=-np.inf)
+  return np.max([x[:, i::2, j::2][:, :out_h, :out_w]
+                 for i in range(3) for j in range(3)], axis=0)
+
+
+def _relu(x):
+  return np.maximum(x, 0)
+
+
+def reference_stem(params, images):
+  """The official stem's forward pass in NumPy (float64)."""
+  p = jax.tree.map(lambda a: np.asarray(a, np.float64), params)
+
+  def conv(x, q, stride=1):
+    return _numpy_conv(x, _numpy_standardize(q['kernel']), stride)
+
+  x = conv(np.asarray(images, np.float64), p['conv_root'], 2)
+  x = _numpy_max_pool(_relu(_numpy_group_norm(x, p['gn_root'])))
+  b = 1
+  while f'block{b}' in p:
+    u = 1
+    while f'unit{u}' in p[f'block{b}']:
+      q = p[f'block{b}'][f'unit{u}']
+      stride = 2 if b > 1 and u == 1 else 1
+      shortcut = x
+      if 'conv_proj' in q:
+        shortcut = _numpy_group_norm(conv(x, q['conv_proj'], stride),
+                                     q['gn_proj'])
+      y = _relu(_numpy_group_norm(conv(x, q['conv1']), q['gn1']))
+      y = _relu(_numpy_group_norm(conv(y, q['conv2'], stride), q['gn2']))
+      y = _numpy_group_norm(conv(y, q['conv3']), q['gn3'])
+      x = _relu(shortcut + y)
+      u += 1
+    b += 1
+  return x
+
+
+def _random_params(model, images, seed=0, **kwargs):
+  """Parameters of the right tree and shapes, drawn in NumPy (no slow eager
+  init): kernels N(0, 0.2^2), norm scales around 1, everything else around 0,
+  so no GroupNorm scale (gn3 starts at 0) or head is zero."""
+  shapes = jax.eval_shape(
+      lambda: model.init(jax.random.key(0), images, **kwargs))['params']
+  rng = np.random.default_rng(seed)
+
+  def draw(path, a):
+    noise = 0.2 * rng.standard_normal(a.shape).astype(np.float32)
+    return noise + 1 if path[-1].key == 'scale' else noise
+
+  return jax.tree.map_with_path(draw, shapes)
+
+
+def _eval_init(model, size):
+  return jax.eval_shape(lambda: model.init(
+      jax.random.key(0), jnp.zeros((1, size, size, 3)), train=False))
+
+
+def test_standardize_kernel_against_numpy():
+  kernel = 3 * np.random.default_rng(0).standard_normal((3, 3, 5, 7)) + 1
+  kernel = kernel.astype(np.float32)
+  ours = resnet.standardize_kernel(kernel)
+  np.testing.assert_allclose(ours, _numpy_standardize(kernel), rtol=1e-5,
+                             atol=1e-5)
+  # Per output channel: zero mean, unit standard deviation (up to eps).
+  np.testing.assert_allclose(np.mean(ours, axis=(0, 1, 2)), 0, atol=1e-5)
+  np.testing.assert_allclose(np.std(ours, axis=(0, 1, 2)), 1, atol=1e-4)
+
+
+@pytest.mark.parametrize('kernel_size,strides', [(1, 1), (1, 2), (3, 2),
+                                                 (7, 2)])
+def test_std_conv_is_flax_conv_with_the_standardised_kernel(kernel_size,
+                                                            strides):
+  x = jax.random.normal(jax.random.key(1), (2, 9, 9, 5))
+  ours = resnet.StdConv(6, kernel_size, strides)
+  flax_conv = nn.Conv(6, (kernel_size, kernel_size), (strides, strides),
+                      use_bias=False)
+  params = ours.init(jax.random.key(2), x)
+  # The same parameter and initial value as the official StdConv(nn.Conv).
+  jax.tree.map(np.testing.assert_array_equal, params,
+               flax_conv.init(jax.random.key(2), x))
+
+  kernel = params['params']['kernel'] * 3 + 0.5
+  expected = flax_conv.apply(
+      {'params': {'kernel': _numpy_standardize(kernel).astype(np.float32)}}, x)
+  got = ours.apply({'params': {'kernel': kernel}}, x)
+  np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
+  np.testing.assert_allclose(
+      got, _numpy_conv(np.asarray(x, np.float64), _numpy_standardize(kernel),
+                       strides), rtol=1e-4, atol=1e-4)
+
+
+def test_group_norm_defaults_are_flax_defaults_as_in_the_official_code():
+  default = nn.GroupNorm()
+  assert (resnet.GROUP_NORM_GROUPS, resnet.GROUP_NORM_EPSILON) == (
+      default.num_groups, default.epsilon)
+
+
+def test_r50_stem_tree_and_feature_map_at_224():
+  stem = resnet.ResNetStem(R50_STAGES)
+  features, variables = jax.eval_shape(lambda: stem.init_with_output(
+      jax.random.key(0), jnp.zeros((2, 224, 224, 3))))
+  assert features.shape == (2, 14, 14, 1024)
+  assert set(variables) == {'params'}
+  assert _shapes(variables['params']) == official_stem_shapes(R50_STAGES)
+  assert sum(a.size for a in jax.tree.leaves(variables)) == R50_STEM_PARAMS
+  assert resnet.stem_stride(R50_STAGES) == 16
+  assert resnet.stem_features(R50_STAGES) == 1024
+
+
+@pytest.mark.parametrize('stages,stride,features', [
+    ((), 4, 64), ((3,), 4, 256), ((2, 2), 8, 512), ((3, 4, 9), 16, 1024),
+    ((3, 4, 6, 3), 32, 2048)])
+def test_stem_stride_and_features(stages, stride, features):
+  size = 2 * stride
+  out = jax.eval_shape(lambda: resnet.ResNetStem(stages).init_with_output(
+      jax.random.key(0), jnp.zeros((1, size, size, 3))))[0]
+  assert out.shape == (1, 2, 2, features)
+  assert (resnet.stem_stride(stages), resnet.stem_features(stages)) == (
+      stride, features)
+
+
+def test_hybrid_tree_matches_official_key_for_key():
+  params = _eval_init(create_model('R50+ViT-B_16', 1000), 224)['params']
+  assert set(params) == {'conv_root', 'gn_root', 'block1', 'block2', 'block3',
+                         'embedding', 'cls', 'Transformer', 'head'}
+  ours = _shapes(params)
+  assert ours['block1/unit1/conv_proj/kernel'] == (1, 1, 64, 256)
+  assert ours['block2/unit1/conv2/kernel'] == (3, 3, 128, 128)
+  assert ours['block3/unit9/gn3/scale'] == (1024,)
+  assert 'block1/unit2/conv_proj/kernel' not in ours
+  assert 'block3/unit10/conv1/kernel' not in ours
+
+  official = official_param_shapes(
+      patch=1, hidden=768, layers=12, heads=12, mlp=3072, tokens=197,
+      num_classes=1000)
+  official['embedding/kernel'] = (1, 1, 1024, 768)  # 1x1 on the feature map.
+  official.update(official_stem_shapes(R50_STAGES))
+  assert ours == official
+
+
+def test_r50_b16_exact_parameter_count():
+  params = _eval_init(create_model('R50+ViT-B_16', 1000), 224)['params']
+  count = sum(a.size for a in jax.tree.leaves(params))
+  assert count == R50_B16_PARAMS
+  # ViT-B_16, with the stem and a 1x1x1024 instead of 16x16x3 embedding.
+  assert count == (VIT_B16_PARAMS + R50_STEM_PARAMS - 16 * 16 * 3 * 768 +
+                   1024 * 768)
+
+
+def test_registered_config_follows_the_official_one():
+  model = create_model('R50+ViT-B_16', 1000)
+  assert (model.resnet_stages, model.resnet_width_factor, model.patch_size,
+          model.hidden_size, model.num_layers, model.num_heads, model.mlp_dim,
+          model.dropout_rate, model.attention_dropout_rate,
+          model.representation_size, model.classifier) == (
+              (3, 4, 9), 1, 1, 768, 12, 12, 3072, 0.1, 0.0, None, 'token')
+  assert model.effective_patch_size == 16
+  assert create_model('ViT-B_16', 10).effective_patch_size == 16
+
+
+def test_stem_forward_matches_numpy_reference():
+  stem = resnet.ResNetStem((1, 2))
+  images = np.random.default_rng(3).standard_normal((2, 32, 32, 3))
+  images = images.astype(np.float32)
+  params = _random_params(stem, images)
+  got = jax.jit(stem.apply)({'params': params}, images)
+  expected = reference_stem(params, images)
+  assert got.shape == expected.shape == (2, 4, 4, 512)
+  np.testing.assert_allclose(got, expected, rtol=1e-4,
+                             atol=1e-4 * np.abs(expected).max())
+
+
+def test_last_group_norm_starts_at_zero_so_units_start_as_shortcuts():
+  x = jnp.asarray(np.random.default_rng(0).standard_normal((1, 4, 4, 128)),
+                  jnp.float32)
+  unit = resnet.ResidualUnit(32)
+  y, variables = jax.jit(unit.init_with_output)(jax.random.key(0), x)
+  params = variables['params']
+  assert not np.any(params['gn3']['scale'])
+  np.testing.assert_array_equal(params['gn1']['scale'], 1)
+  assert 'conv_proj' not in params
+  np.testing.assert_allclose(y, np.maximum(x, 0), atol=1e-6)
+
+
+def test_tiny_hybrid_forward_pass():
+  model = create_model('R50+ViT-B_16', 10, **TINY_HYBRID)
+  images = np.random.default_rng(0).standard_normal((2, 32, 32, 3))
+  images = images.astype(np.float32)
+  params = _random_params(model, images, train=False)
+  # 32x32 -> a 2x2 feature map -> 4 tokens and [CLS].
+  assert params['Transformer']['posembed_input']['pos_embedding'].shape == (
+      1, 5, 32)
+  assert params['embedding']['kernel'].shape == (1, 1, 1024, 32)
+  # jit: one compilation instead of one per operation.
+  logits = jax.jit(model.apply, static_argnames='train')(
+      {'params': params}, images, train=False)
+  assert logits.shape == (2, 10) and logits.dtype == jnp.float32
+  assert np.all(np.isfinite(logits))
+  assert not np.allclose(logits[0], logits[1])
+
+  low = create_model('R50+ViT-B_16', 10, dtype=jnp.bfloat16, **TINY_HYBRID)
+  low = jax.jit(low.apply, static_argnames='train')(
+      {'params': params}, images, train=False)
+  assert low.dtype == jnp.float32
+  np.testing.assert_allclose(low, logits, atol=0.05 * np.abs(logits).max())
+
+
+def test_image_size_not_divisible_by_the_stem_stride_is_a_clear_error():
+  model = create_model('R50+ViT-B_16', 10)
+  with pytest.raises(ValueError, match='200x200 is not divisible by 16, the '
+                     "ResNet stem's stride 16 times the patch size 1"):
+    _eval_init(model, 200)
+  model = create_model('R50+ViT-B_16', 10, patch_size=2)
+  with pytest.raises(ValueError, match='not divisible by 32'):
+    _eval_init(model, 240)
+  assert _eval_init(model, 256)['params']['embedding']['kernel'].shape == (
+      2, 2, 1024, 768)
+
+
+def test_invalid_stems_are_clear_errors():
+  with pytest.raises(ValueError, match='at least one unit'):
+    create_model('R50+ViT-B_16', 10, resnet_stages=(3, 0))
+  with pytest.raises(ValueError, match='width_factor=0'):
+    create_model('R50+ViT-B_16', 10, resnet_width_factor=0)

@@ -1,0 +1,83 @@
+"""Starting a run from pre-trained parameters, the way the paper fine-tunes.
+
+The pre-trained tree is fitted to the new model: the position embeddings are
+resized to the new patch grid as the official code does, the head is the new
+model's zero-initialised one (any class count), and `pre_logits` is dropped
+when the new model has none. Everything else must match exactly.
+"""
+
+from typing import Any
+
+from absl import logging
+import flax
+import numpy as np
+import scipy.ndimage
+
+from vit_jax import checkpoint
+
+_POSITION_EMBEDDING = ('Transformer', 'posembed_input', 'pos_embedding')
+
+
+def resize_position_embeddings(table: np.ndarray, num_tokens: int,
+                               num_prefix_tokens: int) -> np.ndarray:
+  """(1, prefix + h*h, d) -> (1, num_tokens, d) for a square patch grid.
+
+  The prefix (class-token) entries are kept; the grid is zoomed bilinearly
+  (`scipy.ndimage.zoom`, order 1, corners to corners) as in the official code.
+  """
+  table = np.asarray(table)
+  prefix, grid = table[:, :num_prefix_tokens], table[0, num_prefix_tokens:]
+  old_side = int(round(np.sqrt(len(grid))))
+  new_side = int(round(np.sqrt(num_tokens - num_prefix_tokens)))
+  if old_side**2 != len(grid) or new_side**2 != num_tokens - num_prefix_tokens:
+    raise checkpoint.CheckpointError(
+        f'Cannot resize position embeddings of {len(grid)} patches to '
+        f'{num_tokens - num_prefix_tokens}: only square grids are resized.')
+  grid = grid.reshape(old_side, old_side, -1)
+  zoom = new_side / old_side
+  grid = scipy.ndimage.zoom(grid, (zoom, zoom, 1), order=1)
+  return np.concatenate(
+      [prefix, grid.reshape(1, new_side * new_side, -1)], axis=1).astype(
+          table.dtype)
+
+
+def adapt_params(pretrained: Any, fresh: Any, *,
+                 num_prefix_tokens: int) -> dict:
+  """The pre-trained parameters in the shape of `fresh` (the new model's
+  initial parameters); raises CheckpointError naming any key that does not
+  fit."""
+  pretrained = flax.traverse_util.flatten_dict(
+      flax.core.unfreeze(pretrained))
+  fresh = flax.traverse_util.flatten_dict(flax.core.unfreeze(fresh))
+  adapted = {}
+  for path, init in fresh.items():
+    name = '/'.join(path)
+    if path[0] == 'head':
+      adapted[path] = init
+      continue
+    if path not in pretrained:
+      if path[0] == 'pre_logits':
+        logging.info('The checkpoint has no %s; it starts from scratch.', name)
+        adapted[path] = init
+        continue
+      raise checkpoint.CheckpointError(
+          f'The checkpoint has no {name}, which the new model needs.')
+    value = np.asarray(pretrained[path])
+    if path == _POSITION_EMBEDDING and value.shape != init.shape:
+      logging.info('Resizing %s from %s to %s.', name, value.shape, init.shape)
+      value = resize_position_embeddings(value, init.shape[1],
+                                         num_prefix_tokens)
+    if value.shape != init.shape:
+      raise checkpoint.CheckpointError(
+          f'{name} has shape {value.shape} in the checkpoint but {init.shape} '
+          'in the new model.')
+    adapted[path] = value.astype(init.dtype)
+  unused = [
+      '/'.join(path) for path in pretrained
+      if path not in fresh and path[0] not in ('head', 'pre_logits')
+  ]
+  if unused:
+    raise checkpoint.CheckpointError(
+        f'The new model has no {", ".join(unused)} from the checkpoint: is '
+        'config.model the pre-trained architecture?')
+  return flax.traverse_util.unflatten_dict(adapted)

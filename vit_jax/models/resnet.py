@@ -1,0 +1,189 @@
+"""The ResNet stem of the paper's hybrid models (R50+ViT-B/16) in flax.linen.
+
+A BiT-style ResNet v1.5 without its head: weight-standardised convolutions,
+GroupNorm, a 7x7/2 root conv and 3x3/2 max pool, then stages of bottleneck
+units. Module names, nesting, shapes, initialisers and the order of operations
+follow the official hybrid (google-research/vision_transformer,
+`vit_jax/models_resnet.py` and the root in `vit_jax/models_vit.py`), so the
+same parameters give the same features and released hybrid checkpoints load by
+renaming keys.
+
+In the official tree the stem's modules (`conv_root`, `gn_root`, `block1`,
+`block2`, ...) sit at the top level of the ViT's parameters, beside
+`embedding` and `Transformer`, with no module of their own around them.
+`resnet_stem` reproduces that: called inside a compact method, it makes its
+modules children of the caller. `ResNetStem` wraps it as a module of its own
+for use and tests on its own; its parameter tree is the same.
+"""
+
+from typing import Any, Sequence
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+Dtype = Any
+
+# Added to the kernel's standard deviation, as in the official StdConv.
+STD_CONV_EPSILON = 1e-5
+# The official code uses flax's GroupNorm defaults: 32 groups, epsilon 1e-6.
+GROUP_NORM_GROUPS = 32
+GROUP_NORM_EPSILON = 1e-6
+# The root (conv 7x7 stride 2, max pool stride 2) downsamples by 4.
+ROOT_STRIDE = 4
+
+
+def standardize_kernel(kernel: jax.Array,
+                       eps: float = STD_CONV_EPSILON) -> jax.Array:
+  """Each output channel's (h, w, in) weights to zero mean and unit std."""
+  axes = tuple(range(kernel.ndim - 1))
+  centred = kernel - jnp.mean(kernel, axis=axes, keepdims=True)
+  return centred / (jnp.std(centred, axis=axes, keepdims=True) + eps)
+
+
+class StdConv(nn.Module):
+  """A bias-free 'SAME'-padded conv whose kernel is standardised when applied.
+
+  The stored `kernel` (h, w, in, out) is the raw parameter, initialised as
+  flax's `nn.Conv` (LeCun normal); the convolution uses its standardisation,
+  computed in float32 whatever `dtype` is.
+  """
+
+  features: int
+  kernel_size: int
+  strides: int = 1
+  dtype: Dtype = jnp.float32
+
+  @nn.compact
+  def __call__(self, x: jax.Array) -> jax.Array:
+    shape = (self.kernel_size, self.kernel_size, x.shape[-1], self.features)
+    kernel = self.param('kernel', nn.initializers.lecun_normal(), shape)
+    kernel = standardize_kernel(kernel).astype(self.dtype)
+    return jax.lax.conv_general_dilated(
+        x.astype(self.dtype),
+        kernel,
+        window_strides=(self.strides, self.strides),
+        padding='SAME',
+        dimension_numbers=('NHWC', 'HWIO', 'NHWC'))
+
+
+def _group_norm(x: jax.Array, name: str, dtype: Dtype,
+                **kwargs) -> jax.Array:
+  return nn.GroupNorm(
+      num_groups=GROUP_NORM_GROUPS,
+      epsilon=GROUP_NORM_EPSILON,
+      dtype=dtype,
+      name=name,
+      **kwargs)(
+          x)
+
+
+class ResidualUnit(nn.Module):
+  """Bottleneck unit: 1x1 -> 3x3 (strided) -> 1x1 with 4x `features` out.
+
+  Each conv is followed by GroupNorm, the first two also by ReLU; the third
+  GroupNorm's scale starts at zero, so the unit starts as its shortcut. The
+  shortcut is a 1x1 conv + GroupNorm (`conv_proj`, `gn_proj`) where the
+  channels or the stride change, the identity otherwise; ReLU follows the sum.
+  """
+
+  features: int
+  strides: int = 1
+  dtype: Dtype = jnp.float32
+
+  @nn.compact
+  def __call__(self, x: jax.Array) -> jax.Array:
+    out = 4 * self.features
+    shortcut = x
+    if x.shape[-1] != out or self.strides != 1:
+      shortcut = StdConv(out, 1, self.strides, self.dtype, name='conv_proj')(x)
+      shortcut = _group_norm(shortcut, 'gn_proj', self.dtype)
+
+    y = StdConv(self.features, 1, dtype=self.dtype, name='conv1')(x)
+    y = nn.relu(_group_norm(y, 'gn1', self.dtype))
+    y = StdConv(self.features, 3, self.strides, self.dtype, name='conv2')(y)
+    y = nn.relu(_group_norm(y, 'gn2', self.dtype))
+    y = StdConv(out, 1, dtype=self.dtype, name='conv3')(y)
+    y = _group_norm(y, 'gn3', self.dtype, scale_init=nn.initializers.zeros)
+    return nn.relu(shortcut + y)
+
+
+class ResNetStage(nn.Module):
+  """`num_units` bottleneck units `unit1`, `unit2`, ...; the first strided."""
+
+  num_units: int
+  features: int
+  first_stride: int
+  dtype: Dtype = jnp.float32
+
+  @nn.compact
+  def __call__(self, x: jax.Array) -> jax.Array:
+    for i in range(self.num_units):
+      x = ResidualUnit(
+          self.features,
+          strides=self.first_stride if i == 0 else 1,
+          dtype=self.dtype,
+          name=f'unit{i + 1}')(
+              x)
+    return x
+
+
+def stem_stride(stages: Sequence[int]) -> int:
+  """How much the stem downsamples: 4 for the root, x2 per stage after the
+  first (16 for R50+ViT-B/16's three stages)."""
+  return ROOT_STRIDE * 2**max(len(stages) - 1, 0)
+
+
+def stem_features(stages: Sequence[int], width_factor: int = 1) -> int:
+  """Channels of the stem's output feature map (1024 for R50+ViT-B/16)."""
+  width = 64 * width_factor
+  if not stages:
+    return width
+  return 4 * width * 2**(len(stages) - 1)
+
+
+def validate_stem(stages: Sequence[int], width_factor: int) -> None:
+  if width_factor < 1:
+    raise ValueError(f'width_factor={width_factor} must be at least 1.')
+  if any(n < 1 for n in stages):
+    raise ValueError(f'Every ResNet stage needs at least one unit, got '
+                     f'stages={tuple(stages)}.')
+
+
+def resnet_stem(x: jax.Array, stages: Sequence[int], width_factor: int = 1,
+                dtype: Dtype = jnp.float32) -> jax.Array:
+  """Root and ResNet stages, as modules of the calling compact method.
+
+  Root: `conv_root` (7x7, stride 2) -> `gn_root` -> ReLU -> 3x3 max pool,
+  stride 2, 'SAME'. Then stage i (`block{i}`, i from 1) of `stages[i - 1]`
+  units of width 64 * width_factor * 2**(i - 1), strided by 2 in its first
+  unit's 3x3 conv except in `block1`. `stages=()` gives the root alone.
+  """
+  validate_stem(stages, width_factor)
+  width = 64 * width_factor
+  x = StdConv(width, 7, 2, dtype, name='conv_root')(x)
+  x = nn.relu(_group_norm(x, 'gn_root', dtype))
+  x = nn.max_pool(x, window_shape=(3, 3), strides=(2, 2), padding='SAME')
+  for i, num_units in enumerate(stages):
+    x = ResNetStage(
+        num_units,
+        width * 2**i,
+        first_stride=1 if i == 0 else 2,
+        dtype=dtype,
+        name=f'block{i + 1}')(
+            x)
+  return x
+
+
+class ResNetStem(nn.Module):
+  """`resnet_stem` as a module: images (N, H, W, 3) to the feature map
+  (N, H / stride, W / stride, features), see `stem_stride`, `stem_features`.
+  """
+
+  stages: tuple[int, ...] = (3, 4, 9)
+  width_factor: int = 1
+  dtype: Dtype = jnp.float32
+
+  @nn.compact
+  def __call__(self, images: jax.Array) -> jax.Array:
+    return resnet_stem(images, self.stages, self.width_factor, self.dtype)
