@@ -105,6 +105,7 @@ def test_a_bad_init_from_is_a_config_error_before_writing(cifar10_binary,
   assert not (tmp_path / 'run').exists()
 
 
+@pytest.mark.slow  # ~35 s: a 12-layer ViT at 577 tokens
 def test_released_vit_ti_16_fine_tunes_at_384_from_224(cifar10_binary,
                                                          tmp_path):
   # A ViT-Ti_16 .npz in the released layout (224x224, 21k classes, with
@@ -117,12 +118,13 @@ def test_released_vit_ti_16_fine_tunes_at_384_from_224(cifar10_binary,
       lambda s: rng.normal(0, 0.02, s.shape).astype(np.float32), shapes)
   checkpoint.save_npz(params, tmp_path / 'ViT-Ti_16.npz')
 
-  config = tiny_config(data_dir, model='ViT-Ti_16', model_overrides={},
+  config = tiny_config(data_dir, model='ViT-Ti_16',
                        init_from=str(tmp_path / 'ViT-Ti_16.npz'),
                        image_size=384, batch_size=2, eval_batch_size=2,
                        train_examples=2, test_examples=2, num_epochs=1,
                        optimizer='sgd', weight_decay=0.0, grad_clip_norm=1.0,
                        learning_rate=0.01)
+  config.model_overrides = {}  # the registered ViT-Ti_16
   summary = train.train_and_evaluate(config, tmp_path / 'run')
   assert summary['epochs'] == 1
   tuned = checkpoint.load_run(tmp_path / 'run').params
