@@ -192,26 +192,37 @@ def test_linear_decay_after_a_warmup_counted_in_steps():
       [0.0, peak / 2, peak, peak / 2, 0.0], rtol=1e-6, atol=1e-12)
 
 
-def test_gradient_accumulation_gives_the_same_step():
-  # One step on 16 images, whole or as 4 micro-batches of 4.
-  rng = np.random.default_rng(0)
-  images = rng.integers(0, 256, (16, 32, 32, 3), dtype=np.uint8)
-  labels = rng.integers(0, 10, (16,), dtype=np.int32)
+def _one_device_train_step(config):
+  """(jitted train step, initial state) of `config` on one device, seed 0."""
   mesh = jax.make_mesh((1,), ('data',),
                        axis_types=(jax.sharding.AxisType.Auto,))
   replicated = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
   batch = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec('data'))
+  model = train.create_model(config, num_classes=10)
+  tx = train.create_optimizer(config, lambda step: 1e-3)
+  state = train.create_train_state(jax.random.key(0), model, tx, 32,
+                                   replicated)
+  step = jax.jit(functools.partial(train.train_step, config=config,
+                                   batch_sharding=batch))
+  return step, state
+
+
+def _random_batch(size):
+  rng = np.random.default_rng(0)
+  return (rng.integers(0, 256, (size, 32, 32, 3), dtype=np.uint8),
+          rng.integers(0, 10, (size,), dtype=np.int32))
+
+
+def test_gradient_accumulation_gives_the_same_step():
+  # One step on 16 images, whole or as 4 micro-batches of 4.
+  images, labels = _random_batch(16)
   results = {}
   for steps in (1, 4):
     config = tiny_config('', augment=False, grad_accumulation_steps=steps)
     config.model_overrides.dropout_rate = 0.0
-    model = train.create_model(config, num_classes=10)
-    tx = train.create_optimizer(config, lambda step: 1e-3)
-    state = train.create_train_state(jax.random.key(0), model, tx, 32,
-                                     replicated)
-    step = jax.jit(functools.partial(train.train_step, config=config,
-                                     batch_sharding=batch))
-    results[steps] = step(state, images, labels, np.arange(16), jax.random.key(1))
+    step, state = _one_device_train_step(config)
+    results[steps] = step(state, images, labels, np.arange(16),
+                          jax.random.key(1))
   (state_1, metrics_1), (state_4, metrics_4) = results[1], results[4]
   for name in ('loss', 'correct', 'count'):
     np.testing.assert_allclose(metrics_4[name], metrics_1[name], rtol=1e-5)
@@ -295,22 +306,10 @@ def test_two_processes_give_the_two_device_loss_and_one_set_of_files(
 
 def test_bfloat16_training_stays_close_to_float32():
   # Three train steps of the tiny ViT from the same start, on the same batches.
-  rng = np.random.default_rng(0)
-  images = rng.integers(0, 256, (48, 32, 32, 3), dtype=np.uint8)
-  labels = rng.integers(0, 10, (48,), dtype=np.int32)
-  mesh = jax.make_mesh((1,), ('data',),
-                       axis_types=(jax.sharding.AxisType.Auto,))
-  replicated = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
-  batch = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec('data'))
+  images, labels = _random_batch(48)
   losses = {}
   for dtype in ('float32', 'bfloat16'):
-    config = tiny_config('', dtype=dtype)
-    model = train.create_model(config, num_classes=10)
-    tx = train.create_optimizer(config, lambda step: 1e-3)
-    state = train.create_train_state(jax.random.key(0), model, tx, 32,
-                                     replicated)
-    step = jax.jit(functools.partial(train.train_step, config=config,
-                                     batch_sharding=batch))
+    step, state = _one_device_train_step(tiny_config('', dtype=dtype))
     losses[dtype] = []
     for i in range(3):
       state, metrics = step(state, images, labels,

@@ -192,7 +192,8 @@ def run_benchmark(*, model: str, batch_size: int, image_size: int,
       lambda: eval_step(state, data.images, data.labels, indices, mask), steps)
 
   forward = forward_flops_per_image(
-      module, train.model_variables(state, state.params), image_size)
+      module, train.model_variables(state.params, state.batch_stats),
+      image_size)
   peak = measure_matmul_peak(train.DTYPES[dtype], batch_sharding,
                              train.compiler_options(config))
   xla_train_flops = _xla_flops(train_step)

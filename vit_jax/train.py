@@ -187,10 +187,10 @@ def cross_entropy(logits, labels, label_smoothing: float):
   return optax.softmax_cross_entropy(logits, targets)
 
 
-def model_variables(state: TrainState, params) -> dict:
-  if state.batch_stats is None:
+def model_variables(params, batch_stats) -> dict:
+  if batch_stats is None:
     return {'params': params}
-  return {'params': params, 'batch_stats': state.batch_stats}
+  return {'params': params, 'batch_stats': batch_stats}
 
 
 def train_step(state: TrainState, images, labels, indices, key, *, config,
@@ -215,11 +215,9 @@ def train_step(state: TrainState, images, labels, indices, key, *, config,
     y = labels[micro_indices]
 
     def loss_fn(params):
-      variables = {'params': params}
-      if batch_stats is not None:
-        variables['batch_stats'] = batch_stats
       logits, updates = state.apply_fn(
-          variables, x, train=True, mutable=['batch_stats'],
+          model_variables(params, batch_stats), x, train=True,
+          mutable=['batch_stats'],
           rngs={'dropout': dropout_key})
       loss = cross_entropy(logits, y, config.label_smoothing).mean()
       return loss, (logits, updates)
@@ -263,7 +261,8 @@ def eval_step(state: TrainState, images, labels, indices, mask, *, config,
       images[indices], key=None, augment=False, image_size=config.image_size,
       mean=config.pixel_mean, std=config.pixel_std)
   y = labels[indices]
-  logits = state.apply_fn(model_variables(state, state.params), x, train=False)
+  logits = state.apply_fn(
+      model_variables(state.params, state.batch_stats), x, train=False)
   loss = cross_entropy(logits, y, config.label_smoothing)
   return {
       'loss': jnp.sum(loss * mask),
@@ -294,13 +293,19 @@ def compiler_options(config) -> dict[str, str] | None:
              config.get('cpu_compiler_options', {}).items()}
   if not options:
     return None
+  _check_compiler_options(tuple(sorted(options.items())))
+  return options
+
+
+@functools.cache
+def _check_compiler_options(options: tuple[tuple[str, str], ...]):
+  """Compiles an empty program with `options`: XLA rejects unknown names."""
   try:
-    jax.jit(lambda: 0).lower().compile(options)
+    jax.jit(lambda: 0).lower().compile(dict(options))
   except jax.errors.JaxRuntimeError as e:
     raise ConfigError(
-        f'config.cpu_compiler_options={options}: {e}. Use XLA option names '
-        'this jax version knows, without the leading "--".') from e
-  return options
+        f'config.cpu_compiler_options={dict(options)}: {e}. Use XLA option '
+        'names this jax version knows, without the leading "--".') from e
 
 
 def compile_steps(config, state, train_data, test_data, eval_indices,
