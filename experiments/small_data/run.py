@@ -4,9 +4,11 @@ r"""The small-data study: ViT-Tiny against two CNNs on 5,000 CIFAR-10 images.
       --workdir=/tmp/small_data
 
 Trains `configs/cifar_small.py` for every model, recipe (random crop + flip on
-or off) and seed not yet finished in --workdir, one `vit_jax.main` process per
-run (rerunning resumes), then writes, next to this file, `results.json`,
-`learning_curves.png` and the results table inside `README.md`.
+or off) and seed not yet finished in --workdir, then the default recipe at the
+other --batch_sizes (the study does not state its batch size), one
+`vit_jax.main` process per run (rerunning resumes), then writes, next to this
+file, `results.json`, `learning_curves.png` and the two results tables inside
+`README.md`.
 --summarize_only skips training and summarises the runs that exist.
 """
 
@@ -32,6 +34,13 @@ _OTHER_SEEDS = flags.DEFINE_list('other_seeds', ['0'],
                                  'Seeds of the other recipe.')
 _MODELS = flags.DEFINE_list('models', ['vit', 'simple_cnn', 'small_resnet'],
                             'configs/cifar_small.py models to train.')
+_BATCH_SIZES = flags.DEFINE_list(
+    'batch_sizes', ['64', '256'],
+    'Batch sizes other than the config\'s to train the default recipe with '
+    '(seed 0).')
+_BATCH_SIZE_MODELS = flags.DEFINE_list(
+    'batch_size_models', ['simple_cnn', 'small_resnet'],
+    'Models to train at --batch_sizes: those furthest from the study.')
 _SUMMARIZE_ONLY = flags.DEFINE_bool('summarize_only', False,
                                     'Only summarise finished runs.')
 
@@ -45,37 +54,47 @@ STUDY = {
 RECIPES = {'augment': True, 'no_augment': False}
 TABLE_START = '<!-- results table: written by run.py -->'
 TABLE_END = '<!-- end of results table -->'
+BATCH_TABLE_START = '<!-- batch-size table: written by run.py -->'
+BATCH_TABLE_END = '<!-- end of batch-size table -->'
 
 
-def run_dir(workdir: pathlib.Path, model: str, recipe: str,
-            seed: int) -> pathlib.Path:
-  return workdir / f'{model}_{recipe}_seed{seed}'
+def run_name(model: str, recipe: str, seed: int,
+             batch_size: int | None = None) -> str:
+  batch = '' if batch_size is None else f'batch{batch_size}_'
+  return f'{model}_{recipe}_{batch}seed{seed}'
 
 
 def planned_runs():
-  """The first seed of both recipes, then the default recipe's other seeds:
-  a run cut short still compares the recipes."""
+  """(model, recipe, seed, batch size or None for the config's) in order: the
+  first seed of both recipes, the default recipe's other seeds, then the batch
+  sizes, so that a session cut short still compares the recipes."""
   first, *rest = _SEEDS.value
   for seeds, recipe in (([first], 'augment'), (_OTHER_SEEDS.value, 'no_augment'),
                         (rest, 'augment')):
     for seed in seeds:
       for model in _MODELS.value:
-        yield model, recipe, int(seed)
+        yield model, recipe, int(seed), None
+  for batch_size in _BATCH_SIZES.value:
+    for model in _MODELS.value:
+      if model in _BATCH_SIZE_MODELS.value:
+        yield model, 'augment', int(first), int(batch_size)
 
 
 def train(workdir: pathlib.Path, data_dir: pathlib.Path):
-  for model, recipe, seed in planned_runs():
-    directory = run_dir(workdir, model, recipe, seed)
+  for model, recipe, seed, batch_size in planned_runs():
+    directory = workdir / run_name(model, recipe, seed, batch_size)
     if (directory / 'summary.json').exists():
       continue
     directory.mkdir(parents=True, exist_ok=True)
     print(f'training {directory.name}', flush=True)
+    overrides = [] if batch_size is None else [
+        f'--config.batch_size={batch_size}']
     with open(directory / 'log.txt', 'a') as log:
       subprocess.run([
           sys.executable, '-m', 'vit_jax.main',
           f'--config={REPO / "configs/cifar_small.py"}:{model}',
           f'--config.augment={RECIPES[recipe]}', f'--config.seed={seed}',
-          f'--config.data_dir={data_dir}', f'--workdir={directory}'
+          f'--config.data_dir={data_dir}', f'--workdir={directory}', *overrides
       ], cwd=REPO, stdout=log, stderr=subprocess.STDOUT, check=True)
 
 
