@@ -13,14 +13,15 @@ linear-warmup steps, global-norm clipping at 1, 224x224 images:
   python -m vit_jax.main --config=configs/vit_pretrain.py:imagenet21k \
       --config.model=ViT-B_16 --config.data_dir=$TFDS_DATA_DIR --workdir=...
 
-What it needs: the dataset prepared for tensorflow-datasets beforehand
-(`pip install -e '.[tf]'`; ImageNet and ImageNet-21k need a manual download,
-`imagenet21k` as a locally prepared builder, as in big_vision) and, at batch
-4096, a TPU pod or a multi-node GPU cluster (see the README's Multi-host
-section); the paper trained ViT-B/16 on ImageNet-21k for about 90 epochs on
-TPUv3 cores for days. The current input pipeline keeps the whole dataset in
-device memory (`vit_jax/input_pipeline.py`), which ImageNet does not fit, so
-these recipes wait for a streaming pipeline before they run at full scale.
+What it needs: the dataset prepared for tensorflow-datasets beforehand in the
+array_record format, which the streaming input reads by index without
+TensorFlow (`tfds build imagenet2012 --file_format=array_record`, or
+`tfds convert_format` on a tfrecord copy; ImageNet needs a manual download,
+`imagenet21k` a locally prepared builder, as in big_vision), on a filesystem
+every host sees; and, at batch 4096, a TPU pod or a multi-node GPU cluster
+(see the README's Multi-host section), with enough host cores to decode and
+crop 4096 images per step (`input_threads` per process). The paper trained
+ViT-B/16 on ImageNet-21k for about 90 epochs on TPUv3 cores for days.
 Expected: the paper's Table 2/5 numbers for the chosen model.
 """
 
@@ -52,6 +53,9 @@ def get_config(dataset: str = 'imagenet21k') -> ml_collections.ConfigDict:
   config.train_examples = 0  # all
   config.test_examples = 0
   config.image_size = 224
+  # Each host reads, Inception-crops and resizes its share of every batch.
+  config.input_pipeline = 'streaming'
+  config.input_threads = 0  # 0: one per host CPU core
   config.augment = True
   config.pixel_mean = (0.5, 0.5, 0.5)  # inputs in [-1, 1], as the official code
   config.pixel_std = (0.5, 0.5, 0.5)

@@ -44,6 +44,9 @@ def test_paper_recipes_match_the_tables():
   assert (finetune.optimizer, finetune.momentum, finetune.batch_size,
           finetune.weight_decay, finetune.grad_clip_norm,
           finetune.image_size) == ('sgd', 0.9, 512, 0.0, 1.0, 384)
+  # Every paper recipe streams its dataset, as the official code does.
+  assert {pretrain.input_pipeline, imagenet.input_pipeline,
+          finetune.input_pipeline} == {'streaming'}
   # 10k steps of batch 512 on CIFAR-10's 50k training images.
   assert finetune.num_epochs * (50_000 // 512) >= 10_000
 

@@ -151,6 +151,7 @@ def test_eight_devices_give_the_single_device_loss(cifar10_binary, tmp_path):
     (dict(batch_size=512), 'batch_size=512 is larger than the 96 training'),
     (dict(model_overrides={'depth': 2}), 'no field.*depth'),
     (dict(lr_decay='step'), "lr_decay='step'"),
+    (dict(input_pipeline='tf.data'), "input_pipeline='tf.data'"),
     (dict(cpu_compiler_options={'xla_cpu_no_such_option': '1'}),
      "No such compile option: 'xla_cpu_no_such_option'"),
 
@@ -221,7 +222,7 @@ def test_gradient_accumulation_gives_the_same_step():
     config = tiny_config('', augment=False, grad_accumulation_steps=steps)
     config.model_overrides.dropout_rate = 0.0
     step, state = _one_device_train_step(config)
-    results[steps] = step(state, images, labels, np.arange(16),
+    results[steps] = step(state, (images, labels), np.arange(16),
                           jax.random.key(1))
   (state_1, metrics_1), (state_4, metrics_4) = results[1], results[4]
   for name in ('loss', 'correct', 'count'):
@@ -312,7 +313,7 @@ def test_bfloat16_training_stays_close_to_float32():
     step, state = _one_device_train_step(tiny_config('', dtype=dtype))
     losses[dtype] = []
     for i in range(3):
-      state, metrics = step(state, images, labels,
+      state, metrics = step(state, (images, labels),
                             np.arange(16 * i, 16 * (i + 1)), jax.random.key(1))
       losses[dtype].append(float(metrics['loss'] / metrics['count']))
     # Parameters and optimizer state stay float32.

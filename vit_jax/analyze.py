@@ -30,6 +30,7 @@ from vit_jax import analysis
 from vit_jax import checkpoint
 from vit_jax import input_pipeline
 from vit_jax import models
+from vit_jax import streaming
 from vit_jax import train
 
 _WORKDIR = flags.DEFINE_string('workdir', None, 'A vit_jax.main run.')
@@ -63,8 +64,12 @@ def _plt():
 def _test_images(config, count: int) -> tuple[np.ndarray, np.ndarray]:
   """The first `count` test images: normalised model inputs and, for
   display, RGB in [0, 1] at the model's resolution."""
-  test = input_pipeline.load_dataset(config).test
-  images = test.images[:count]
+  if config.get('input_pipeline') == 'streaming':  # too large to load whole
+    test = streaming.open_dataset(config).test
+    images = np.stack([streaming.resize(test[i][0], config.image_size)
+                       for i in range(min(count, len(test)))])
+  else:
+    images = input_pipeline.load_dataset(config).test.images[:count]
   inputs = input_pipeline.preprocess(
       images, key=None, augment=False, image_size=config.image_size,
       mean=config.pixel_mean, std=config.pixel_std)

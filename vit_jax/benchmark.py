@@ -137,7 +137,8 @@ def benchmark_config(model: str, batch_size: int, image_size: int, dtype: str,
                      ) -> ml_collections.ConfigDict:
   """The fields `train`'s steps read, with the study's optimizer."""
   return ml_collections.ConfigDict(dict(
-      model=model, dtype=dtype, batch_size=batch_size, image_size=image_size,
+      model=model, dtype=dtype, batch_size=batch_size,
+      eval_batch_size=batch_size, seed=0, image_size=image_size,
       augment=augment, pixel_mean=(0.5, 0.5, 0.5), pixel_std=(0.25, 0.25, 0.25),
       label_smoothing=0.1, optimizer='adamw', adam_b1=0.9, adam_b2=0.999,
       weight_decay=0.01, grad_clip_norm=0.0,
@@ -166,30 +167,29 @@ def run_benchmark(*, model: str, batch_size: int, image_size: int,
       train.create_optimizer(config, optax.constant_schedule(1e-3)),
       image_size, replicated)
   rng = np.random.default_rng(0)
-  data = input_pipeline.put_replicated(
-      input_pipeline.Split(
-          rng.integers(0, 256, (batch_size, image_size, image_size, 3),
-                       dtype=np.uint8),
-          rng.integers(0, num_classes, (batch_size,), dtype=np.int32)),
-      replicated)
+  split = input_pipeline.Split(
+      rng.integers(0, 256, (batch_size, image_size, image_size, 3),
+                   dtype=np.uint8),
+      rng.integers(0, num_classes, (batch_size,), dtype=np.int32))
+  inputs = input_pipeline.OnDeviceInput(
+      input_pipeline.Dataset(split, split, num_classes), config, mesh)
   indices = jax.device_put(np.arange(batch_size, dtype=np.int32), replicated)
   mask = jax.device_put(np.ones(batch_size, np.float32), replicated)
   key = jax.random.key(1)
 
   start = time.perf_counter()
-  train_step, eval_step = train.compile_steps(config, state, data, data,
-                                              indices, mask, key,
+  train_step, eval_step = train.compile_steps(config, state, inputs, key,
                                               batch_sharding)
   compile_seconds = time.perf_counter() - start
 
   def one_train_step():
     nonlocal state
-    state, metrics = train_step(state, data.images, data.labels, indices, key)
+    state, metrics = train_step(state, inputs.train_data, indices, key)
     return metrics
 
   train_seconds = _median_seconds(one_train_step, steps)
   eval_seconds = _median_seconds(
-      lambda: eval_step(state, data.images, data.labels, indices, mask), steps)
+      lambda: eval_step(state, inputs.test_data, indices, mask), steps)
 
   forward = forward_flops_per_image(
       module, train.model_variables(state.params, state.batch_stats),

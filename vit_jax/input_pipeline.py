@@ -10,12 +10,15 @@ Sources (`config.dataset`):
 Nothing is downloaded: a missing dataset is a `DatasetError` that says where
 it looked and how to supply the data.
 
+The dataset is copied to every device once (`OnDeviceInput`), which suits
+small datasets; `vit_jax.streaming` reads large ones batch by batch instead.
+
 Several processes (multi-host): every process reads the whole dataset and
-places it on its own devices (`put_replicated`), and every process builds the
-same seeded batch indices (`epoch_batches`, `eval_batches`), so together they
-hold one global, replicated copy of the data and of each global batch's
-indices. Inside the compiled step each device gathers only its shard of the
-batch (see `train`); no process loads or sends another's examples.
+places it on its own devices, and every process builds the same seeded batch
+indices (`epoch_batches`, `eval_batches`), so together they hold one global,
+replicated copy of the data and of each global batch's indices. Inside the
+compiled step each device gathers only its shard of the batch (see `train`);
+no process loads or sends another's examples.
 """
 
 import dataclasses
@@ -138,20 +141,29 @@ def load_cifar(name: str, data_dir: pathlib.Path) -> Dataset:
       f'--config.data_dir=DIR or set ${DATA_DIR_ENV}=DIR.')
 
 
-def _read_image(path: pathlib.Path, size: int) -> np.ndarray:
+def read_image(path: pathlib.Path, size: int | None = None) -> np.ndarray:
+  """An image file as uint8 RGB, resized to size x size if `size` is given."""
   from PIL import Image  # pylint: disable=g-import-not-at-top
   try:
     with Image.open(path) as image:
       image = image.convert('RGB')
-      if image.size != (size, size):
+      if size and image.size != (size, size):
         image = image.resize((size, size), Image.BILINEAR)
       return np.asarray(image, dtype=np.uint8)
   except OSError as e:
     raise DatasetError(f'Cannot read image {path}: {e}') from e
 
 
-def load_image_folder(data_dir: pathlib.Path, image_size: int) -> Dataset:
-  """`data_dir/{train,test}/<class>/*` images, resized to `image_size`."""
+@dataclasses.dataclass(frozen=True)
+class ImageFolderFiles:
+  train: tuple[list[pathlib.Path], np.ndarray]  # (paths, int32 labels)
+  test: tuple[list[pathlib.Path], np.ndarray]
+  class_names: list[str]
+
+
+def image_folder_files(data_dir: pathlib.Path) -> ImageFolderFiles:
+  """The image files under `data_dir/{train,test}/<class>/` and their
+  labels: the index of the class folder among the sorted training classes."""
   train_dir = data_dir / 'train'
   class_names = sorted(p.name for p in train_dir.iterdir()
                        if p.is_dir()) if train_dir.is_dir() else []
@@ -160,8 +172,8 @@ def load_image_folder(data_dir: pathlib.Path, image_size: int) -> Dataset:
         f'No image folder found in {data_dir}: expected '
         f'{data_dir}/train/<class>/*.jpg and {data_dir}/test/<class>/*.jpg.')
 
-  def read_split(split: str) -> Split:
-    images, labels = [], []
+  def list_split(split: str):
+    paths, labels = [], []
     for folder in sorted((data_dir / split).iterdir()):
       if not folder.is_dir():
         continue
@@ -170,13 +182,24 @@ def load_image_folder(data_dir: pathlib.Path, image_size: int) -> Dataset:
                            f'training classes {class_names}.')
       for path in sorted(folder.iterdir()):
         if path.suffix.lower() in _IMAGE_SUFFIXES:
-          images.append(_read_image(path, image_size))
+          paths.append(path)
           labels.append(class_names.index(folder.name))
-    if not images:
+    if not paths:
       raise DatasetError(f'No .jpg/.jpeg/.png images under {data_dir / split}.')
-    return Split(np.stack(images), np.asarray(labels, np.int32))
+    return paths, np.asarray(labels, np.int32)
 
-  return Dataset(read_split('train'), read_split('test'), len(class_names))
+  return ImageFolderFiles(list_split('train'), list_split('test'), class_names)
+
+
+def load_image_folder(data_dir: pathlib.Path, image_size: int) -> Dataset:
+  """`data_dir/{train,test}/<class>/*` images, resized to `image_size`."""
+  files = image_folder_files(data_dir)
+
+  def read_split(paths, labels) -> Split:
+    return Split(np.stack([read_image(p, image_size) for p in paths]), labels)
+
+  return Dataset(read_split(*files.train), read_split(*files.test),
+                 len(files.class_names))
 
 
 def load_tfds(name: str, data_dir: pathlib.Path | None, train_split: str,
@@ -223,24 +246,37 @@ def _first(split: Split, count: int, what: str) -> Split:
   return Split(split.images[:count], split.labels[:count])
 
 
+def data_dir(config) -> pathlib.Path | None:
+  """config.data_dir, else $VIT_JAX_DATA_DIR, else None."""
+  directory = config.get('data_dir') or os.environ.get(DATA_DIR_ENV)
+  return pathlib.Path(directory).expanduser() if directory else None
+
+
+def local_data_dir(config) -> pathlib.Path:
+  """`data_dir(config)` for datasets read from a local directory: raises
+  DatasetError when it is unset or missing."""
+  directory = data_dir(config)
+  if directory is None:
+    raise DatasetError(
+        f'{config.dataset} is read from a local directory: pass '
+        f'--config.data_dir=DIR or set ${DATA_DIR_ENV}=DIR.')
+  if not directory.is_dir():
+    raise DatasetError(f'Data directory {directory} does not exist.')
+  return directory
+
+
 def load_dataset(config) -> Dataset:
   """The dataset `config` names, as host arrays, cut to the requested sizes."""
-  data_dir = config.get('data_dir') or os.environ.get(DATA_DIR_ENV)
-  data_dir = pathlib.Path(data_dir).expanduser() if data_dir else None
   name = config.dataset
+  directory = data_dir(config)
   if name in _CIFAR_FORMATS or name == 'image_folder':
-    if data_dir is None:
-      raise DatasetError(
-          f'{name} is read from a local directory: pass --config.data_dir=DIR '
-          f'or set ${DATA_DIR_ENV}=DIR.')
-    if not data_dir.is_dir():
-      raise DatasetError(f'Data directory {data_dir} does not exist.')
+    directory = local_data_dir(config)
   if name in _CIFAR_FORMATS:
-    dataset = load_cifar(name, data_dir)
+    dataset = load_cifar(name, directory)
   elif name == 'image_folder':
-    dataset = load_image_folder(data_dir, config.image_size)
+    dataset = load_image_folder(directory, config.image_size)
   elif name.startswith('tfds:'):
-    dataset = load_tfds(name[len('tfds:'):], data_dir, config.train_split,
+    dataset = load_tfds(name[len('tfds:'):], directory, config.train_split,
                         config.test_split)
   else:
     raise DatasetError(
@@ -267,37 +303,74 @@ def replicate(array: np.ndarray, sharding: jax.sharding.Sharding) -> jax.Array:
                                       lambda index: array[index])
 
 
-def put_replicated(split: Split, sharding: jax.sharding.Sharding) -> Split:
-  """Copies a split to every device once; batches are gathered from it there.
+class OnDeviceInput:
+  """The whole dataset on every device, copied once; each step gets a batch
+  of example indices and gathers the examples where it runs.
 
-  Every process has read the same split, so this needs no communication.
+  Every process has read the same dataset, so the copy needs no
+  communication, and builds the same seeded indices.
   """
-  return Split(replicate(split.images, sharding),
-               replicate(split.labels, sharding))
+
+  def __init__(self, dataset: Dataset, config, mesh: jax.sharding.Mesh):
+    self.dataset = dataset
+    self.num_classes = dataset.num_classes
+    self.train_size, self.test_size = len(dataset.train), len(dataset.test)
+    self._config = config
+    self._replicated = jax.sharding.NamedSharding(
+        mesh, jax.sharding.PartitionSpec())
+    self.train_data, self.test_data = (
+        (replicate(split.images, self._replicated),
+         replicate(split.labels, self._replicated))
+        for split in (dataset.train, dataset.test))
+    self._eval_indices, self._eval_masks = (
+        replicate(a, self._replicated)
+        for a in eval_batches(self.test_size, config.eval_batch_size))
+
+  def fingerprint(self) -> list[np.ndarray]:
+    """What every process must agree on: the examples and the shuffle."""
+    return [
+        self.dataset.train.images, self.dataset.train.labels,
+        self.dataset.test.images, self.dataset.test.labels,
+        epoch_batches(self._config.seed, 1, self.train_size,
+                      self._config.batch_size)
+    ]
+
+  def batch_specs(self):
+    """Shapes of one train batch, one eval batch and its mask, for compiling:
+    rows of the replicated index tables."""
+    spec = lambda shape, dtype: jax.ShapeDtypeStruct(
+        shape, dtype, sharding=self._replicated)
+    return (spec((self._config.batch_size,), jnp.int32),
+            spec((self._config.eval_batch_size,), jnp.int32),
+            spec((self._config.eval_batch_size,), jnp.float32))
+
+  def train_batches(self, epoch: int):
+    table = replicate(
+        epoch_batches(self._config.seed, epoch, self.train_size,
+                      self._config.batch_size), self._replicated)
+    for step in range(table.shape[0]):
+      yield table[step]
+
+  def eval_batches(self):
+    return zip(self._eval_indices, self._eval_masks)
 
 
-def _checksum(*arrays) -> int:
-  crc = 0
-  for array in arrays:
-    array = np.ascontiguousarray(array)
-    crc = zlib.crc32(repr((array.shape, array.dtype.str)).encode(), crc)
-    crc = zlib.crc32(memoryview(array).cast('B'), crc)
-  return crc
+def _checksum(array) -> int:
+  array = np.ascontiguousarray(array)
+  crc = zlib.crc32(repr((array.shape, array.dtype.str)).encode())
+  return zlib.crc32(memoryview(array).cast('B'), crc)
 
 
-def check_same_on_every_process(dataset: Dataset, seed: int, batch_size: int):
-  """Raises DatasetError unless every process of a multi-process job read the
-  same examples and draws the same batches (each device gathers its shard
-  from its own process's copy, so a difference would silently mix datasets).
-  Exchanges three checksums; a no-op in a single process."""
+def check_same_on_every_process(fingerprint: list[np.ndarray]):
+  """Raises DatasetError unless every process of a multi-process job holds
+  the same `fingerprint` (an input's: its examples or sizes, and the
+  shuffle), since each device takes its shard of a batch from its own
+  process, so a difference would silently mix datasets. Exchanges one
+  checksum per array; a no-op in a single process."""
   if jax.process_count() == 1:
     return
   from jax.experimental import multihost_utils  # pylint: disable=g-import-not-at-top
-  local = np.array([
-      _checksum(dataset.train.images, dataset.train.labels),
-      _checksum(dataset.test.images, dataset.test.labels),
-      _checksum(epoch_batches(seed, 1, len(dataset.train), batch_size)),
-  ], np.uint32)
+  local = np.array([_checksum(a) for a in fingerprint], np.uint32)
   every = np.asarray(multihost_utils.process_allgather(local))
   differ = [i for i in range(len(every)) if (every[i] != every[0]).any()]
   if differ:

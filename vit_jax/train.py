@@ -2,16 +2,19 @@
 
 One `jax.jit` train step and one eval step run over a `Mesh` of all devices:
 the batch is sharded along the `data` axis, parameters and optimizer state are
-replicated, and the state's buffers are donated. The dataset sits on every
-device (see `input_pipeline`), so a step gathers its batch where it runs and
-the same code serves 1 CPU, N GPUs or many hosts.
+replicated, and the state's buffers are donated, so the same code serves
+1 CPU, N GPUs or many hosts. Data enters through one of two inputs
+(`config.input_pipeline`): the whole dataset on every device, each step
+gathering its batch there from indices (`input_pipeline.OnDeviceInput`, small
+datasets), or batches read, cropped and resized on the hosts
+(`streaming.StreamingInput`, ImageNet-scale).
 
 Several processes (multi-host, `runtime.initialize_distributed`): the mesh
 spans every process's devices and every process runs this same loop. Each
-builds the same global batch indices from the seed and passes them, replicated,
-to the step; `with_sharding_constraint` splits them along `data`, so each
-device gathers and computes only its `batch_size / device_count` examples and
-each process only its devices' share of every global batch; gradients and
+builds the same global batch indices from the seed; on device, it passes them
+replicated and `with_sharding_constraint` splits them along `data`, so each
+device gathers only its `batch_size / device_count` examples; streaming, each
+process reads only its own devices' rows of every global batch. Gradients and
 summed metrics are reduced across all devices, so every process holds the same
 replicated state and metrics. All processes take part in checkpointing (orbax
 coordinates them; its primary host, process 0, writes the metadata), while
@@ -42,10 +45,12 @@ from vit_jax import finetune
 from vit_jax import input_pipeline
 from vit_jax import metric_writer
 from vit_jax import models
+from vit_jax import streaming
 
 DTYPES = {'float32': jnp.float32, 'bfloat16': jnp.bfloat16}
 OPTIMIZERS = ('adamw', 'sgd')
 LR_DECAYS = ('cosine', 'linear')
+INPUT_PIPELINES = ('on_device', 'streaming')
 
 
 class ConfigError(ValueError):
@@ -70,6 +75,9 @@ def validate_config(config: ml_collections.ConfigDict, num_devices: int):
   for field in positive:
     if not config[field] > 0:
       raise ConfigError(f'config.{field}={config[field]} must be positive.')
+  if config.get('input_pipeline', 'on_device') not in INPUT_PIPELINES:
+    raise ConfigError(f'config.input_pipeline={config.input_pipeline!r}; use '
+                      f'one of {INPUT_PIPELINES}.')
   if config.get('lr_decay', 'cosine') not in LR_DECAYS:
     raise ConfigError(f'config.lr_decay={config.lr_decay!r}; use one of '
                       f'{LR_DECAYS}.')
@@ -193,9 +201,30 @@ def model_variables(params, batch_stats) -> dict:
   return {'params': params, 'batch_stats': batch_stats}
 
 
-def train_step(state: TrainState, images, labels, indices, key, *, config,
+def _inputs(data, batch, key, *, config, batch_sharding):
+  """(normalised images, labels) of a batch, sharded along `data`.
+
+  `data` is the on-device (images, labels) of a split and `batch` indices
+  into it (input_pipeline), or `data` is None and `batch` the (images, labels)
+  themselves, already cropped and resized on the host (streaming). `key` is
+  None for evaluation: no augmentation.
+  """
+  batch = jax.lax.with_sharding_constraint(batch, batch_sharding)
+  if data is None:
+    images, labels = batch
+    augment = False
+  else:
+    images, labels = data[0][batch], data[1][batch]
+    augment = config.augment and key is not None
+  x = input_pipeline.preprocess(
+      images, key=key, augment=augment, image_size=config.image_size,
+      mean=config.pixel_mean, std=config.pixel_std)
+  return x, labels
+
+
+def train_step(state: TrainState, data, batch, key, *, config,
                batch_sharding):
-  """One optimizer step on the examples `indices` of the on-device data.
+  """One optimizer step on `batch` (see `_inputs` for `data` and `batch`).
 
   With `config.grad_accumulation_steps` = k > 1 the batch is split into k
   micro-batches whose gradients are averaged before the update: the same step
@@ -204,15 +233,10 @@ def train_step(state: TrainState, images, labels, indices, key, *, config,
   key = jax.random.fold_in(key, state.step)
   accumulation = config.get('grad_accumulation_steps', 1)
 
-  def gradients(batch_stats, micro_indices, micro_key):
+  def gradients(batch_stats, micro_batch, micro_key):
     augment_key, dropout_key = jax.random.split(micro_key)
-    micro_indices = jax.lax.with_sharding_constraint(micro_indices,
-                                                     batch_sharding)
-    x = input_pipeline.preprocess(
-        images[micro_indices], key=augment_key, augment=config.augment,
-        image_size=config.image_size, mean=config.pixel_mean,
-        std=config.pixel_std)
-    y = labels[micro_indices]
+    x, y = _inputs(data, micro_batch, augment_key, config=config,
+                   batch_sharding=batch_sharding)
 
     def loss_fn(params):
       logits, updates = state.apply_fn(
@@ -232,35 +256,34 @@ def train_step(state: TrainState, images, labels, indices, key, *, config,
     return updates.get('batch_stats'), grads, metrics
 
   if accumulation == 1:
-    batch_stats, grads, metrics = gradients(state.batch_stats, indices, key)
+    batch_stats, grads, metrics = gradients(state.batch_stats, batch, key)
   else:
     def accumulate(carry, step_inputs):
       batch_stats, grad_sum, metric_sum = carry
-      i, micro_indices = step_inputs
+      i, micro_batch = step_inputs
       batch_stats, grads, metrics = gradients(
-          batch_stats, micro_indices, jax.random.fold_in(key, i))
+          batch_stats, micro_batch, jax.random.fold_in(key, i))
       return (batch_stats, jax.tree.map(jnp.add, grad_sum, grads),
               jax.tree.map(jnp.add, metric_sum, metrics)), None
 
     zeros = lambda tree: jax.tree.map(jnp.zeros_like, tree)
     metric_zeros = {'loss': jnp.zeros(()), 'correct': jnp.zeros((), jnp.int32),
                     'count': jnp.zeros(())}
+    micro_batches = jax.tree.map(
+        lambda a: a.reshape(accumulation, -1, *a.shape[1:]), batch)
     (batch_stats, grads, metrics), _ = jax.lax.scan(
         accumulate, (state.batch_stats, zeros(state.params), metric_zeros),
-        (jnp.arange(accumulation), indices.reshape(accumulation, -1)))
+        (jnp.arange(accumulation), micro_batches))
     grads = jax.tree.map(lambda g: g / accumulation, grads)
   state = state.apply_gradients(grads=grads, batch_stats=batch_stats)
   return state, metrics
 
 
-def eval_step(state: TrainState, images, labels, indices, mask, *, config,
+def eval_step(state: TrainState, data, batch, mask, *, config,
               batch_sharding):
   """Summed loss and correct count over the unmasked examples of a batch."""
-  indices = jax.lax.with_sharding_constraint(indices, batch_sharding)
-  x = input_pipeline.preprocess(
-      images[indices], key=None, augment=False, image_size=config.image_size,
-      mean=config.pixel_mean, std=config.pixel_std)
-  y = labels[indices]
+  x, y = _inputs(data, batch, None, config=config,
+                 batch_sharding=batch_sharding)
   logits = state.apply_fn(
       model_variables(state.params, state.batch_stats), x, train=False)
   loss = cross_entropy(logits, y, config.label_smoothing)
@@ -308,25 +331,37 @@ def _check_compiler_options(options: tuple[tuple[str, str], ...]):
         'names this jax version knows, without the leading "--".') from e
 
 
-def compile_steps(config, state, train_data, test_data, eval_indices,
-                  eval_mask, key, batch_sharding):
-  """Compiles the train and eval steps ahead of the loop, once."""
+def compile_steps(config, state, inputs, key, batch_sharding):
+  """Compiles the train and eval steps for `inputs`' batches, once."""
   start = time.perf_counter()
   options = compiler_options(config)
   step_kwargs = dict(config=config, batch_sharding=batch_sharding)
-  # Each step's indices are a row of the epoch's replicated index table.
-  train_indices = jax.ShapeDtypeStruct((config.batch_size,), jnp.int32,
-                                       sharding=eval_indices.sharding)
+  train_batch, eval_batch, eval_mask = inputs.batch_specs()
   train_step_fn = jax.jit(
       functools.partial(train_step, **step_kwargs), donate_argnums=0).lower(
-          state, train_data.images, train_data.labels, train_indices,
-          key).compile(options)
+          state, inputs.train_data, train_batch, key).compile(options)
   eval_step_fn = jax.jit(functools.partial(eval_step, **step_kwargs)).lower(
-      state, test_data.images, test_data.labels, eval_indices,
-      eval_mask).compile(options)
+      state, inputs.test_data, eval_batch, eval_mask).compile(options)
   logging.info('Compiled the train and eval steps in %.1fs.',
                time.perf_counter() - start)
   return train_step_fn, eval_step_fn
+
+
+def create_input(config, mesh):
+  """`config.input_pipeline`'s input: the dataset on every device
+  ('on_device', the default) or streamed from the host ('streaming')."""
+  kind = config.get('input_pipeline', 'on_device')
+  if kind == 'on_device':
+    inputs = input_pipeline.OnDeviceInput(
+        input_pipeline.load_dataset(config), config, mesh)
+  else:
+    inputs = streaming.StreamingInput(streaming.open_dataset(config), config,
+                                      mesh)
+  input_pipeline.check_same_on_every_process(inputs.fingerprint())
+  if config.batch_size > inputs.train_size:
+    raise ConfigError(f'config.batch_size={config.batch_size} is larger than '
+                      f'the {inputs.train_size} training examples.')
+  return inputs
 
 
 # ------------------------------------------------------------- loop --------
@@ -357,20 +392,14 @@ def train_and_evaluate(config: ml_collections.ConfigDict,
   """
   workdir = pathlib.Path(workdir).absolute()
   validate_config(config, jax.device_count())
-  dataset = input_pipeline.load_dataset(config)
-  input_pipeline.check_same_on_every_process(dataset, config.seed,
-                                             config.batch_size)
-  if config.batch_size > len(dataset.train):
-    raise ConfigError(f'config.batch_size={config.batch_size} is larger than '
-                      f'the {len(dataset.train)} training examples.')
-  model = create_model(config, dataset.num_classes)
-
   mesh = jax.make_mesh((jax.device_count(),), ('data',),
                        axis_types=(jax.sharding.AxisType.Auto,))
   replicated = NamedSharding(mesh, P())
   batch_sharding = NamedSharding(mesh, P('data'))
+  inputs = create_input(config, mesh)
+  model = create_model(config, inputs.num_classes)
 
-  steps_per_epoch = len(dataset.train) // config.batch_size
+  steps_per_epoch = inputs.train_size // config.batch_size
   schedule = create_learning_rate_schedule(config, steps_per_epoch)
   root_key = jax.random.key(config.seed)
   init_key, step_key = jax.random.split(root_key)
@@ -404,39 +433,27 @@ def train_and_evaluate(config: ml_collections.ConfigDict,
     (workdir / 'config.json').write_text(config.to_json_best_effort(indent=2))
   writer = metric_writer.MetricWriter(workdir, history)
 
-  train_data = input_pipeline.put_replicated(dataset.train, replicated)
-  test_data = input_pipeline.put_replicated(dataset.test, replicated)
-  eval_indices, eval_mask = (
-      input_pipeline.replicate(a, replicated)
-      for a in input_pipeline.eval_batches(len(dataset.test),
-                                           config.eval_batch_size))
-
   if start_epoch > config.num_epochs:
     logging.info('%s already holds all %d epochs; nothing to train.', workdir,
                  config.num_epochs)
   else:
-    train_step_fn, eval_step_fn = compile_steps(
-        config, state, train_data, test_data, eval_indices[0], eval_mask[0],
-        step_key, batch_sharding)
+    train_step_fn, eval_step_fn = compile_steps(config, state, inputs,
+                                                step_key, batch_sharding)
     processes = (f' in {jax.process_count()} processes'
                  if jax.process_count() > 1 else '')
     logging.info(
         '%s (%s parameters) on %d device(s)%s: %d train / %d test examples, '
         '%d steps per epoch.', config.model,
         f'{sum(x.size for x in jax.tree.leaves(state.params)):,}',
-        jax.device_count(), processes, len(dataset.train), len(dataset.test),
+        jax.device_count(), processes, inputs.train_size, inputs.test_size,
         steps_per_epoch)
 
   try:
     for epoch in range(start_epoch, config.num_epochs + 1):
       epoch_start = time.perf_counter()
-      batches = input_pipeline.replicate(
-          input_pipeline.epoch_batches(config.seed, epoch, len(dataset.train),
-                                       config.batch_size), replicated)
       train_totals = None
-      for step in range(steps_per_epoch):
-        state, metrics = train_step_fn(state, train_data.images,
-                                       train_data.labels, batches[step],
+      for batch in inputs.train_batches(epoch):
+        state, metrics = train_step_fn(state, inputs.train_data, batch,
                                        step_key)
         train_totals = _sum(train_totals, metrics)
       train = _averages(train_totals)
@@ -449,11 +466,9 @@ def train_and_evaluate(config: ml_collections.ConfigDict,
             'set config.grad_clip_norm.')
 
       eval_totals = None
-      for indices, mask in zip(eval_indices, eval_mask):
-        eval_totals = _sum(
-            eval_totals,
-            eval_step_fn(state, test_data.images, test_data.labels, indices,
-                         mask))
+      for batch, mask in inputs.eval_batches():
+        eval_totals = _sum(eval_totals,
+                           eval_step_fn(state, inputs.test_data, batch, mask))
       test = _averages(eval_totals)
 
       record = {

@@ -111,29 +111,46 @@ def parameter_count(model: str) -> int:
   return sum(int(np.prod(x.shape)) for x in jax.tree.leaves(shapes['params']))
 
 
+def load_run(directory: pathlib.Path) -> dict | None:
+  """A finished run's summary and per-epoch curves; None if unfinished."""
+  if not (directory / 'summary.json').exists():
+    return None
+  summary = json.loads((directory / 'summary.json').read_text())
+  history = [json.loads(line) for line in
+             (directory / 'metrics.jsonl').read_text().splitlines()]
+  config = json.loads((directory / 'config.json').read_text())
+  return {
+      'seed': config['seed'],
+      'batch_size': config['batch_size'],
+      'steps_per_epoch': config['train_examples'] // config['batch_size'],
+      'best_test_accuracy': summary['best_test_accuracy'],
+      'best_epoch': summary['best_epoch'],
+      'final_train_accuracy': summary['final_train_accuracy'],
+      'wall_minutes': sum(r['epoch_seconds'] for r in history) / 60,
+      'train_accuracy': [r['train_accuracy'] for r in history],
+      'test_accuracy': [r['test_accuracy'] for r in history],
+  }
+
+
 def collect(workdir: pathlib.Path) -> dict:
+  """{model: {'parameters': n, recipe: [run, ...], 'batch_sizes': [run, ...]}}
+  where 'batch_sizes' holds the default recipe's first seed at every batch
+  size, the config's included."""
   results = {}
+  first_seed = int(_SEEDS.value[0])
   for model in STUDY:
     for recipe in RECIPES:
-      runs = []
-      for directory in sorted(workdir.glob(f'{model}_{recipe}_seed*')):
-        if not (directory / 'summary.json').exists():
-          continue
-        summary = json.loads((directory / 'summary.json').read_text())
-        history = [json.loads(line) for line in
-                   (directory / 'metrics.jsonl').read_text().splitlines()]
-        runs.append({
-            'seed': int(directory.name.rsplit('seed', 1)[1]),
-            'best_test_accuracy': summary['best_test_accuracy'],
-            'best_epoch': summary['best_epoch'],
-            'final_train_accuracy': summary['final_train_accuracy'],
-            'wall_minutes': sum(r['epoch_seconds'] for r in history) / 60,
-            'train_accuracy': [r['train_accuracy'] for r in history],
-            'test_accuracy': [r['test_accuracy'] for r in history],
-        })
-      if runs:
+      runs = [load_run(d) for d in sorted(workdir.glob(f'{model}_{recipe}_seed*'))]
+      if runs := [r for r in runs if r]:
         results.setdefault(model, {'parameters': parameter_count(model)})
-        results[model][recipe] = runs
+        results[model][recipe] = sorted(runs, key=lambda r: r['seed'])
+    probes = [load_run(d) for d in workdir.glob(
+        f'{model}_augment_batch*_seed{first_seed}')]
+    probes += [r for r in results.get(model, {}).get('augment', [])
+               if r['seed'] == first_seed]
+    if len(probes := [r for r in probes if r]) > 1:
+      results[model]['batch_sizes'] = sorted(probes,
+                                             key=lambda r: r['batch_size'])
   return results
 
 
@@ -163,6 +180,24 @@ def table(results: dict) -> str:
           f'{_mean_std(column("final_train_accuracy"))} | '
           f'{", ".join(str(e) for e in column("best_epoch"))} | '
           f'{np.mean(column("wall_minutes")):.1f} | '
+          f'{100 * study_test:.1f} / {100 * study_train:.1f} |')
+  return '\n'.join(lines)
+
+
+def batch_size_table(results: dict) -> str:
+  lines = [
+      '| Model | Batch size | Steps per epoch | Best test acc (%) | Final train '
+      'acc (%) | Best epoch | Wall time (min) | Study: best test / final train '
+      '(%) |', '|---|---|---|---|---|---|---|---|'
+  ]
+  for model, by_recipe in results.items():
+    name, study_test, study_train = STUDY[model]
+    for run in by_recipe.get('batch_sizes', []):
+      lines.append(
+          f'| {name} | {run["batch_size"]} | {run["steps_per_epoch"]} | '
+          f'{100 * run["best_test_accuracy"]:.1f} | '
+          f'{100 * run["final_train_accuracy"]:.1f} | {run["best_epoch"]} | '
+          f'{run["wall_minutes"]:.1f} | '
           f'{100 * study_test:.1f} / {100 * study_train:.1f} |')
   return '\n'.join(lines)
 
@@ -200,10 +235,11 @@ def plot(results: dict, path: pathlib.Path):
   fig.savefig(path, dpi=120)
 
 
-def write_table(readme: pathlib.Path, text: str):
+def write_table(readme: pathlib.Path, text: str, start_marker: str,
+                end_marker: str):
   content = readme.read_text()
-  start, end = content.index(TABLE_START), content.index(TABLE_END)
-  readme.write_text(content[:start + len(TABLE_START)] + '\n\n' + text +
+  start, end = content.index(start_marker), content.index(end_marker)
+  readme.write_text(content[:start + len(start_marker)] + '\n\n' + text +
                     '\n\n' + content[end:])
 
 
@@ -221,8 +257,10 @@ def main(argv):
     sys.exit(f'error: no finished runs in {workdir}.')
   (HERE / 'results.json').write_text(json.dumps(results, indent=1) + '\n')
   plot(results, HERE / 'learning_curves.png')
-  write_table(HERE / 'README.md', table(results))
-  print(table(results))
+  write_table(HERE / 'README.md', table(results), TABLE_START, TABLE_END)
+  write_table(HERE / 'README.md', batch_size_table(results), BATCH_TABLE_START,
+              BATCH_TABLE_END)
+  print(table(results), batch_size_table(results), sep='\n\n')
 
 
 if __name__ == '__main__':
