@@ -8,6 +8,7 @@ who is who (README.md, "Multi-host").
 """
 
 import logging as python_logging
+import re
 import sys
 
 from absl import app
@@ -63,6 +64,22 @@ class _ProcessPrefix(python_logging.Filter):
     return True
 
 
+def parse_flags(argv: list[str]) -> list[str]:
+  """absl's flag parsing, with an override of a field the config lacks
+  (`--config.num_epoch=3`) reported in one line instead of a traceback."""
+  try:
+    return app.parse_flags_with_usage(argv)
+  except (AttributeError, KeyError) as e:
+    # ml_collections' message is a repr of a KeyError: 'field'\nDid you mean...
+    field = re.search(r'\w+', str(e))
+    message = f'error: the config has no field {field and field.group()!r}'
+    suggestion = re.search(r'Did you mean "(\w+)"', str(e))
+    if suggestion:
+      message += f' (did you mean {suggestion.group(1)!r}?)'
+    sys.exit(message + '. Only the fields the --config file defines can be '
+             'overridden.')
+
+
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'Unexpected arguments: {" ".join(argv[1:])}')
@@ -84,4 +101,4 @@ def main(argv):
 
 
 if __name__ == '__main__':
-  app.run(main)
+  app.run(main, flags_parser=parse_flags)
