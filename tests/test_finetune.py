@@ -68,10 +68,13 @@ def test_adapt_names_the_key_that_does_not_fit():
                           num_prefix_tokens=1)
   deeper = _params(16, 10, num_layers=2)
   with pytest.raises(checkpoint.CheckpointError,
-                     match='no Transformer/encoderblock_1/LayerNorm_0/bias'):
+                     match='Transformer/encoderblock_1/LayerNorm_0/bias is '
+                     'missing from the checkpoint'):
     finetune.adapt_params(_params(16, 10), deeper, num_prefix_tokens=1)
   with pytest.raises(checkpoint.CheckpointError,
-                     match='has no Transformer/encoderblock_1'):
+                     match='Transformer/encoderblock_1/LayerNorm_0/bias '
+                     r'\(shape \(8,\)\) is in the checkpoint but not in '
+                     r'the new model \(config.model\)'):
     finetune.adapt_params(deeper, _params(16, 10), num_prefix_tokens=1)
 
 

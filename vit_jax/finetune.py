@@ -44,40 +44,31 @@ def resize_position_embeddings(table: np.ndarray, num_tokens: int,
 def adapt_params(pretrained: Any, fresh: Any, *,
                  num_prefix_tokens: int) -> dict:
   """The pre-trained parameters in the shape of `fresh` (the new model's
-  initial parameters); raises CheckpointError naming any key that does not
-  fit."""
+  initial parameters); raises CheckpointError (`checkpoint.check_params`)
+  naming every key that does not fit."""
   pretrained = flax.traverse_util.flatten_dict(
       flax.core.unfreeze(pretrained))
   fresh = flax.traverse_util.flatten_dict(flax.core.unfreeze(fresh))
-  adapted = {}
+  adapted = {
+      path: np.asarray(value) for path, value in pretrained.items()
+      if path[0] != 'head' and (path[0] != 'pre_logits' or path in fresh)
+  }
   for path, init in fresh.items():
-    name = '/'.join(path)
     if path[0] == 'head':
       adapted[path] = init
-      continue
-    if path not in pretrained:
-      if path[0] == 'pre_logits':
-        logging.info('The checkpoint has no %s; it starts from scratch.', name)
-        adapted[path] = init
-        continue
-      raise checkpoint.CheckpointError(
-          f'The checkpoint has no {name}, which the new model needs.')
-    value = np.asarray(pretrained[path])
-    if path == _POSITION_EMBEDDING and value.shape != init.shape:
-      logging.info('Resizing %s from %s to %s.', name, value.shape, init.shape)
-      value = resize_position_embeddings(value, init.shape[1],
-                                         num_prefix_tokens)
-    if value.shape != init.shape:
-      raise checkpoint.CheckpointError(
-          f'{name} has shape {value.shape} in the checkpoint but {init.shape} '
-          'in the new model.')
-    adapted[path] = value.astype(init.dtype)
-  unused = [
-      '/'.join(path) for path in pretrained
-      if path not in fresh and path[0] not in ('head', 'pre_logits')
-  ]
-  if unused:
-    raise checkpoint.CheckpointError(
-        f'The new model has no {", ".join(unused)} from the checkpoint: is '
-        'config.model the pre-trained architecture?')
-  return flax.traverse_util.unflatten_dict(adapted)
+    elif path[0] == 'pre_logits' and path not in pretrained:
+      logging.info('The checkpoint has no %s; it starts from scratch.',
+                   '/'.join(path))
+      adapted[path] = init
+  table = adapted.get(_POSITION_EMBEDDING)
+  want = fresh.get(_POSITION_EMBEDDING)
+  if table is not None and want is not None and table.shape != want.shape:
+    logging.info('Resizing the position embeddings from %s to %s.',
+                 table.shape, want.shape)
+    adapted[_POSITION_EMBEDDING] = resize_position_embeddings(
+        table, want.shape[1], num_prefix_tokens)
+  unflatten = flax.traverse_util.unflatten_dict
+  checkpoint.check_params(unflatten(adapted), unflatten(fresh),
+                          target='the new model (config.model)')
+  return unflatten({path: np.asarray(value).astype(fresh[path].dtype)
+                    for path, value in adapted.items()})
