@@ -14,6 +14,7 @@ import numpy as np
 import orbax.checkpoint as ocp
 import pytest
 
+from tests.conftest import trained_vit_config
 from tests.conftest import study_config
 from tests.conftest import tiny_config
 from vit_jax import checkpoint
@@ -243,7 +244,9 @@ import sys
 sys.path.insert(0, {root!r})
 from tests.conftest import trained_vit_config
 def get_config():
-  return trained_vit_config({data_dir!r})
+  config = trained_vit_config({data_dir!r})
+  config.input_pipeline = {input_pipeline!r}
+  return config
 '''
 
 
@@ -253,16 +256,13 @@ def _free_port() -> int:
     return s.getsockname()[1]
 
 
-def test_two_processes_give_the_two_device_loss_and_one_set_of_files(
-    trained_vit_run, tmp_path):
-  """2 processes x 1 CPU device (gloo collectives) train as 1 process x 2
-  devices does (`trained_vit_run`), through main.py's cluster flags; both
-  share the workdir, where one set of files and one checkpoint appear."""
-  reference, data_dir = trained_vit_run
+def _train_in_two_processes(data_dir, input_pipeline_name, workdir, tmp_path):
+  """Runs `trained_vit_config` in 2 processes x 1 CPU device through
+  main.py's cluster flags; returns their log files."""
   config_file = tmp_path / 'config.py'
-  config_file.write_text(_PROCESS_CONFIG.format(root=str(ROOT),
-                                                data_dir=str(data_dir)))
-  workdir = tmp_path / 'run'
+  config_file.write_text(_PROCESS_CONFIG.format(
+      root=str(ROOT), data_dir=str(data_dir),
+      input_pipeline=input_pipeline_name))
   address = f'127.0.0.1:{_free_port()}'
   env = {**os.environ, 'JAX_PLATFORMS': 'cpu',
          'XLA_FLAGS': '--xla_force_host_platform_device_count=1'}
@@ -285,7 +285,18 @@ def test_two_processes_give_the_two_device_loss_and_one_set_of_files(
         process.wait()
   for process, log in zip(processes, logs):
     assert process.returncode == 0, log.read_text()[-3000:]
-  assert '[process 1/2] epoch 1/1' in logs[1].read_text()
+  return [log.read_text() for log in logs]
+
+
+def test_two_processes_give_the_two_device_loss_and_one_set_of_files(
+    trained_vit_run, tmp_path):
+  """2 processes x 1 CPU device (gloo collectives) train as 1 process x 2
+  devices does (`trained_vit_run`), through main.py's cluster flags; both
+  share the workdir, where one set of files and one checkpoint appear."""
+  reference, data_dir = trained_vit_run
+  workdir = tmp_path / 'run'
+  logs = _train_in_two_processes(data_dir, 'on_device', workdir, tmp_path)
+  assert '[process 1/2] epoch 1/1' in logs[1]
 
   records, expected = history(workdir), history(reference)
   assert len(records) == 1  # written once, by process 0
@@ -303,6 +314,27 @@ def test_two_processes_give_the_two_device_loss_and_one_set_of_files(
   for a, b in zip(jax.tree.leaves(run.params),
                   jax.tree.leaves(checkpoint.load_run(reference).params)):
     np.testing.assert_allclose(a, b, atol=1e-5)
+
+
+def test_two_streaming_processes_each_read_their_half_of_every_batch(
+    trained_vit_run, tmp_path):
+  """Streaming: each of 2 processes reads only its device's 8 rows of every
+  16-image batch, and together they train as 1 process does."""
+  _, data_dir = trained_vit_run
+  config = trained_vit_config(data_dir)
+  config.input_pipeline = 'streaming'
+  train.train_and_evaluate(config, tmp_path / 'reference')
+  logs = _train_in_two_processes(data_dir, 'streaming', tmp_path / 'run',
+                                 tmp_path)
+  for process_id, log in enumerate(logs):
+    rows = f'{8 * process_id}:{8 * (process_id + 1)}'
+    assert f'reads rows {rows} of every training batch of 16' in log
+  records, expected = history(tmp_path / 'run'), history(
+      tmp_path / 'reference')
+  for metric in ('train_loss', 'test_loss'):
+    assert records[0][metric] == pytest.approx(expected[0][metric], abs=1e-5)
+  for metric in ('train_accuracy', 'test_accuracy', 'test_examples'):
+    assert records[0][metric] == expected[0][metric]
 
 
 def test_bfloat16_training_stays_close_to_float32():

@@ -29,6 +29,7 @@ import os
 import pathlib
 from typing import Iterator, Protocol
 
+from absl import logging
 import jax
 import numpy as np
 
@@ -249,6 +250,10 @@ class StreamingInput:
         mesh, jax.sharding.PartitionSpec('data'))
     self._threads = threads or config.get('input_threads', 0) or os.cpu_count()
     self._prefetch = prefetch
+    rows = process_rows(self._sharding, config.batch_size)
+    logging.info('Streaming %d train / %d test examples; this process reads '
+                 'rows %d:%d of every training batch of %d.', self.train_size,
+                 self.test_size, rows.start, rows.stop, config.batch_size)
 
   def fingerprint(self) -> list[np.ndarray]:
     """What every process must agree on: split sizes and the shuffle."""
