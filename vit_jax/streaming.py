@@ -256,9 +256,13 @@ class StreamingInput:
                  self.test_size, rows.start, rows.stop, config.batch_size)
 
   def fingerprint(self) -> list[np.ndarray]:
-    """What every process must agree on: split sizes and the shuffle."""
+    """What every process must agree on: the split sizes, the first example
+    of each split (reading all would take an epoch) and the shuffle."""
+    (first_train, train_label), (first_test, test_label) = (
+        self.dataset.train[0], self.dataset.test[0])
     return [
-        np.array([self.train_size, self.test_size, self.num_classes]),
+        np.array([self.train_size, self.test_size, self.num_classes,
+                  train_label, test_label]), first_train, first_test,
         input_pipeline.epoch_batches(self._config.seed, 1, self.train_size,
                                      self._config.batch_size)
     ]
