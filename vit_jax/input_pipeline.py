@@ -226,6 +226,10 @@ def load_tfds(name: str, data_dir: pathlib.Path | None, train_split: str,
   if 'image' not in features or 'label' not in features:
     raise DatasetError(f'tfds:{name} has features {list(features)}; image '
                        "classification needs 'image' and 'label'.")
+  if None in features['image'].shape[:2]:
+    raise DatasetError(
+        f'tfds:{name} has images of varying size, which cannot be held as one '
+        "array on the devices: set config.input_pipeline='streaming'.")
 
   def read_split(split: str) -> Split:
     data = tfds.as_numpy(builder.as_dataset(split=split, batch_size=-1))
