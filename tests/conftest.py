@@ -2,6 +2,7 @@
 the study's config cut down to seconds."""
 
 import importlib.util
+import io
 import os
 import pathlib
 import pickle
@@ -43,6 +44,54 @@ def write_cifar_python(folder: pathlib.Path, files: dict, label_key=b'labels'):
   for name, (images, labels) in files.items():
     with open(folder / name, 'wb') as f:
       pickle.dump({b'data': _planar(images), label_key: labels.tolist()}, f)
+
+
+def png(image: np.ndarray) -> bytes:
+  from PIL import Image  # pylint: disable=g-import-not-at-top
+  buffer = io.BytesIO()
+  Image.fromarray(image).save(buffer, format='PNG')
+  return buffer.getvalue()
+
+
+def prepare_tfds_array_record(data_dir: pathlib.Path, class_name: str,
+                              num_train: int, num_test: int,
+                              image_shape) -> str:
+  """Prepares a 3-class tfds dataset of random images, `image_shape(i)` for
+  the i-th, in the array_record format, without TensorFlow (the images go in
+  as encoded PNG); returns its `config.dataset` name."""
+  tfds = pytest.importorskip('tensorflow_datasets')
+  static_shape = image_shape(0) if image_shape(0) == image_shape(1) else (
+      None, None, 3)
+
+  def info(self):
+    return tfds.core.DatasetInfo(
+        builder=self,
+        features=tfds.features.FeaturesDict({
+            'image': tfds.features.Image(shape=static_shape),
+            'label': tfds.features.ClassLabel(num_classes=3)}))
+
+  def split_generators(self, dl_manager):
+    del dl_manager
+    return {'train': self._generate_examples(num_train, 0),
+            'test': self._generate_examples(num_test, 1)}
+
+  def generate_examples(self, count, seed):
+    del self
+    rng = np.random.default_rng(seed)
+    for i in range(count):
+      image = rng.integers(0, 256, image_shape(i), np.uint8)
+      yield i, {'image': io.BytesIO(png(image)), 'label': i % 3}
+
+  builder_class = type(class_name, (tfds.core.GeneratorBasedBuilder,), {
+      'VERSION': tfds.core.Version('1.0.0'),
+      'code_path': None,  # no checksums file to look up beside this module
+      '_info': info,
+      '_split_generators': split_generators,
+      '_generate_examples': generate_examples,
+  })
+  builder = builder_class(data_dir=str(data_dir), file_format='array_record')
+  builder.download_and_prepare()
+  return f'tfds:{builder.name}'
 
 
 @pytest.fixture

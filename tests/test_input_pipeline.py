@@ -6,6 +6,7 @@ import ml_collections
 import numpy as np
 import pytest
 
+from tests.conftest import prepare_tfds_array_record
 from tests.conftest import random_cifar
 from tests.conftest import write_cifar_binary
 from tests.conftest import write_cifar_python
@@ -130,8 +131,11 @@ def test_tfds_without_tensorflow_says_how_to_install(tmp_path):
     pytest.skip('TensorFlow is installed')
   except ImportError:
     pass
-  with pytest.raises(input_pipeline.DatasetError, match=r"pip install -e '\.\[tf\]'"):
-    input_pipeline.load_dataset(_config(tmp_path, 'tfds:cifar10'))
+  name = prepare_tfds_array_record(tmp_path, 'VitJaxFixedSizeTest', 4, 2,
+                                   lambda i: (8, 8, 3))
+  with pytest.raises(input_pipeline.DatasetError,
+                     match=r"pip install -e '\.\[tf\]'.*streaming"):
+    input_pipeline.load_dataset(_config(tmp_path, name))
 
 
 def test_epoch_batches_shuffle_per_epoch_and_are_reproducible():

@@ -1,14 +1,14 @@
 """Streaming input: sources read by index, host crops, sharded batches."""
 
-import io
 import json
-import pathlib
 
 import jax
 import ml_collections
 import numpy as np
 import pytest
 
+from tests.conftest import png
+from tests.conftest import prepare_tfds_array_record
 from tests.conftest import random_cifar
 from tests.conftest import tiny_config
 from vit_jax import input_pipeline
@@ -90,13 +90,6 @@ def test_eval_batches_cover_the_test_set_once_resized():
   np.testing.assert_array_equal(first, streaming.resize(test_split[0][0], 16))
 
 
-def _png(image: np.ndarray) -> bytes:
-  from PIL import Image  # pylint: disable=g-import-not-at-top
-  buffer = io.BytesIO()
-  Image.fromarray(image).save(buffer, format='PNG')
-  return buffer.getvalue()
-
-
 def test_image_folder_is_listed_and_read_lazily(tmp_path):
   rng = np.random.default_rng(0)
   for split, count in (('train', 3), ('test', 2)):
@@ -104,7 +97,7 @@ def test_image_folder_is_listed_and_read_lazily(tmp_path):
       (tmp_path / split / name).mkdir(parents=True)
       for i in range(count):
         (tmp_path / split / name / f'{i}.png').write_bytes(
-            _png(rng.integers(0, 256, (9 + i, 11, 3), np.uint8)))
+            png(rng.integers(0, 256, (9 + i, 11, 3), np.uint8)))
   config = ml_collections.ConfigDict(dict(
       dataset='image_folder', data_dir=str(tmp_path), train_examples=0,
       test_examples=3))
@@ -118,40 +111,10 @@ def test_image_folder_is_listed_and_read_lazily(tmp_path):
         {**config.to_dict(), 'test_examples': 5}))
 
 
-def _prepare_tfds_array_record(data_dir: pathlib.Path):
-  """A tfds dataset of variable-size images in the array_record format,
-  written without TensorFlow (images given as encoded PNG)."""
-  tfds = pytest.importorskip('tensorflow_datasets')
-
-  class VitJaxStreamingTest(tfds.core.GeneratorBasedBuilder):
-    VERSION = tfds.core.Version('1.0.0')
-    code_path = None  # no checksums file to look up beside this module
-
-    def _info(self):
-      return tfds.core.DatasetInfo(
-          builder=self,
-          features=tfds.features.FeaturesDict({
-              'image': tfds.features.Image(shape=(None, None, 3)),
-              'label': tfds.features.ClassLabel(num_classes=3)}))
-
-    def _split_generators(self, dl_manager):
-      del dl_manager
-      return {'train': self._generate_examples(7, 0),
-              'test': self._generate_examples(4, 1)}
-
-    def _generate_examples(self, count, seed):
-      rng = np.random.default_rng(seed)
-      for i in range(count):
-        image = rng.integers(0, 256, (20 + 3 * i, 30 - 2 * i, 3), np.uint8)
-        yield i, {'image': io.BytesIO(_png(image)), 'label': i % 3}
-
-  VitJaxStreamingTest(data_dir=str(data_dir),
-                      file_format='array_record').download_and_prepare()
-  return 'tfds:vit_jax_streaming_test'
-
-
 def test_tfds_array_record_streams_variable_size_images(tmp_path):
-  name = _prepare_tfds_array_record(tmp_path)
+  name = prepare_tfds_array_record(
+      tmp_path, 'VitJaxVariableSizeTest', 7, 4,
+      lambda i: (20 + 3 * i, 30 - 2 * i, 3))
   config = ml_collections.ConfigDict(dict(
       dataset=name, data_dir=str(tmp_path), train_split='train',
       test_split='test', train_examples=0, test_examples=0, seed=0,
@@ -168,6 +131,10 @@ def test_tfds_array_record_streams_variable_size_images(tmp_path):
   with pytest.raises(input_pipeline.DatasetError, match='not prepared'):
     streaming.open_dataset(ml_collections.ConfigDict(
         {**config.to_dict(), 'data_dir': str(tmp_path / 'empty')}))
+  # The on-device input cannot stack images of different sizes.
+  with pytest.raises(input_pipeline.DatasetError,
+                     match="varying size.*input_pipeline='streaming'"):
+    input_pipeline.load_dataset(config)
 
 
 def test_streaming_trains_as_the_on_device_input(cifar10_binary, tmp_path):

@@ -202,16 +202,11 @@ def load_image_folder(data_dir: pathlib.Path, image_size: int) -> Dataset:
                  len(files.class_names))
 
 
-def load_tfds(name: str, data_dir: pathlib.Path | None, train_split: str,
-              test_split: str) -> Dataset:
-  """A prepared tensorflow-datasets dataset; never downloads."""
-  try:
-    import tensorflow  # pylint: disable=g-import-not-at-top,unused-import
-    import tensorflow_datasets as tfds  # pylint: disable=g-import-not-at-top
-  except ImportError as e:
-    raise DatasetError(
-        f'tfds:{name} needs TensorFlow, which is optional: '
-        "pip install -e '.[tf]'.") from e
+def tfds_builder(name: str, data_dir: pathlib.Path | None,
+                 build_flags: str = ''):
+  """The builder of a prepared tensorflow-datasets image-classification
+  dataset; never downloads. `build_flags` are suggested for `tfds build`."""
+  import tensorflow_datasets as tfds  # pylint: disable=g-import-not-at-top
   try:
     builder = tfds.builder(name, data_dir=data_dir and str(data_dir))
   except tfds.core.registered.DatasetNotFoundError as e:
@@ -220,16 +215,32 @@ def load_tfds(name: str, data_dir: pathlib.Path | None, train_split: str,
     raise DatasetError(
         f'tfds:{name} is not prepared in {builder.data_dir}; this job does not '
         'download. Prepare it where there is network (tfds build '
-        f'{name} --data_dir=DIR) and pass --config.data_dir=DIR.')
-
+        f'{name}{build_flags} --data_dir=DIR) and pass --config.data_dir=DIR.')
   features = builder.info.features
   if 'image' not in features or 'label' not in features:
     raise DatasetError(f'tfds:{name} has features {list(features)}; image '
                        "classification needs 'image' and 'label'.")
+  return builder
+
+
+def load_tfds(name: str, data_dir: pathlib.Path | None, train_split: str,
+              test_split: str) -> Dataset:
+  """A prepared tensorflow-datasets dataset of same-size images, read whole
+  with TensorFlow."""
+  builder = tfds_builder(name, data_dir)
+  features = builder.info.features
   if None in features['image'].shape[:2]:
     raise DatasetError(
         f'tfds:{name} has images of varying size, which cannot be held as one '
         "array on the devices: set config.input_pipeline='streaming'.")
+  try:
+    import tensorflow  # pylint: disable=g-import-not-at-top,unused-import
+  except ImportError as e:
+    raise DatasetError(
+        f'tfds:{name} is read whole with TensorFlow, which is optional: pip '
+        "install -e '.[tf]', or set config.input_pipeline='streaming' to read "
+        'it by index without TensorFlow (array_record format).') from e
+  import tensorflow_datasets as tfds  # pylint: disable=g-import-not-at-top
 
   def read_split(split: str) -> Split:
     data = tfds.as_numpy(builder.as_dataset(split=split, batch_size=-1))

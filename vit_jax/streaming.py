@@ -114,21 +114,8 @@ class StreamingDataset:
 
 def _tfds_sources(name: str, data_dir: pathlib.Path | None, train_split: str,
                   test_split: str) -> StreamingDataset:
-  import tensorflow_datasets as tfds  # pylint: disable=g-import-not-at-top
-  try:
-    builder = tfds.builder(name, data_dir=data_dir and str(data_dir))
-  except tfds.core.registered.DatasetNotFoundError as e:
-    raise DatasetError(f'tensorflow-datasets has no dataset {name!r}.') from e
-  if not builder.is_prepared():
-    raise DatasetError(
-        f'tfds:{name} is not prepared in {builder.data_dir}; this job does not '
-        f'download. Prepare it where there is network (tfds build {name} '
-        '--file_format=array_record --data_dir=DIR) and pass '
-        '--config.data_dir=DIR.')
-  features = builder.info.features
-  if 'image' not in features or 'label' not in features:
-    raise DatasetError(f'tfds:{name} has features {list(features)}; image '
-                       "classification needs 'image' and 'label'.")
+  builder = input_pipeline.tfds_builder(name, data_dir,
+                                        ' --file_format=array_record')
   try:
     train, test = (builder.as_data_source(split=s)
                    for s in (train_split, test_split))
@@ -140,7 +127,7 @@ def _tfds_sources(name: str, data_dir: pathlib.Path | None, train_split: str,
         '--out_file_format=array_record) or rebuild it with '
         '--file_format=array_record.') from e
   return StreamingDataset(TfdsSource(train), TfdsSource(test),
-                          features['label'].num_classes)
+                          builder.info.features['label'].num_classes)
 
 
 def open_dataset(config) -> StreamingDataset:
