@@ -384,6 +384,56 @@ def _format_seconds(seconds: float) -> str:
   return f'{minutes}:{seconds:02d}'
 
 
+def restore_or_start(checkpoints: ocp.CheckpointManager, state: TrainState,
+                     pretrained: dict | None, replicated: NamedSharding
+                     ) -> tuple[TrainState, list[dict]]:
+  """(state, history of the finished epochs): the latest checkpoint's, else
+  `state` with the `pretrained` parameters if any, and no history."""
+  epoch = checkpoints.latest_step()
+  if epoch is not None:
+    restored = checkpoints.restore(
+        epoch,
+        args=ocp.args.Composite(
+            state=ocp.args.StandardRestore(state),
+            history=ocp.args.JsonRestore()))
+    logging.info('Resumed from %s at the end of epoch %d.',
+                 checkpoints.directory, epoch)
+    return restored.state, list(restored.history)
+  if pretrained is not None:
+    state = state.replace(params=jax.tree.map(
+        lambda x: input_pipeline.replicate(x, replicated), pretrained))
+  return state, []
+
+
+def train_epoch(train_step_fn, state: TrainState, inputs, epoch: int,
+                key) -> tuple[TrainState, dict[str, float]]:
+  totals = None
+  for batch in inputs.train_batches(epoch):
+    state, metrics = train_step_fn(state, inputs.train_data, batch, key)
+    totals = _sum(totals, metrics)
+  return state, _averages(totals)
+
+
+def evaluate(eval_step_fn, state: TrainState, inputs) -> dict[str, float]:
+  totals = None
+  for batch, mask in inputs.eval_batches():
+    totals = _sum(totals, eval_step_fn(state, inputs.test_data, batch, mask))
+  return _averages(totals)
+
+
+def _log_progress(history: list[dict], num_epochs: int):
+  record = history[-1]
+  remaining = (num_epochs - record['epoch']) * np.mean(
+      [r['epoch_seconds'] for r in history[-3:]])
+  logging.info(
+      'epoch %d/%d  train loss %.4f acc %.2f%%  test loss %.4f acc %.2f%%  '
+      'lr %.2e  %.0f img/s  ETA %s', record['epoch'], num_epochs,
+      record['train_loss'], 100 * record['train_accuracy'],
+      record['test_loss'], 100 * record['test_accuracy'],
+      record['learning_rate'], record['images_per_second'],
+      _format_seconds(remaining))
+
+
 def train_and_evaluate(config: ml_collections.ConfigDict,
                        workdir: str) -> dict:
   """Trains `config` in `workdir`, resuming from its latest checkpoint.
@@ -414,21 +464,9 @@ def train_and_evaluate(config: ml_collections.ConfigDict,
       workdir / 'checkpoints',
       options=ocp.CheckpointManagerOptions(
           max_to_keep=config.keep_checkpoints, create=True))
-  history: list[dict] = []
-  start_epoch = 1
-  if checkpoints.latest_step() is not None:
-    restored = checkpoints.restore(
-        checkpoints.latest_step(),
-        args=ocp.args.Composite(
-            state=ocp.args.StandardRestore(state),
-            history=ocp.args.JsonRestore()))
-    state, history = restored.state, list(restored.history)
-    start_epoch = checkpoints.latest_step() + 1
-    logging.info('Resumed from %s at the end of epoch %d.', workdir,
-                 start_epoch - 1)
-  elif pretrained is not None:
-    state = state.replace(params=jax.tree.map(
-        lambda x: input_pipeline.replicate(x, replicated), pretrained))
+  state, history = restore_or_start(checkpoints, state, pretrained,
+                                    replicated)
+  start_epoch = len(history) + 1
   if jax.process_index() == 0:
     (workdir / 'config.json').write_text(config.to_json_best_effort(indent=2))
   writer = metric_writer.MetricWriter(workdir, history)
@@ -451,12 +489,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict,
   try:
     for epoch in range(start_epoch, config.num_epochs + 1):
       epoch_start = time.perf_counter()
-      train_totals = None
-      for batch in inputs.train_batches(epoch):
-        state, metrics = train_step_fn(state, inputs.train_data, batch,
-                                       step_key)
-        train_totals = _sum(train_totals, metrics)
-      train = _averages(train_totals)
+      state, train = train_epoch(train_step_fn, state, inputs, epoch, step_key)
       train_seconds = time.perf_counter() - epoch_start
       if not math.isfinite(train['loss']):
         raise TrainingDivergedError(
@@ -464,12 +497,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict,
             f'stopped without saving it. The last good checkpoint in '
             f'{workdir / "checkpoints"} is kept. Lower config.learning_rate or '
             'set config.grad_clip_norm.')
-
-      eval_totals = None
-      for batch, mask in inputs.eval_batches():
-        eval_totals = _sum(eval_totals,
-                           eval_step_fn(state, inputs.test_data, batch, mask))
-      test = _averages(eval_totals)
+      test = evaluate(eval_step_fn, state, inputs)
 
       record = {
           'epoch': epoch,
@@ -492,15 +520,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict,
                 state=ocp.args.StandardSave(state),
                 history=ocp.args.JsonSave(history)))
       writer.write(record)
-      remaining = (config.num_epochs - epoch) * np.mean(
-          [r['epoch_seconds'] for r in history[-3:]])
-      logging.info(
-          'epoch %d/%d  train loss %.4f acc %.2f%%  test loss %.4f acc %.2f%%  '
-          'lr %.2e  %.0f img/s  ETA %s', epoch, config.num_epochs,
-          record['train_loss'], 100 * record['train_accuracy'],
-          record['test_loss'], 100 * record['test_accuracy'],
-          record['learning_rate'], record['images_per_second'],
-          _format_seconds(remaining))
+      _log_progress(history, config.num_epochs)
   finally:
     checkpoints.wait_until_finished()
     checkpoints.close()
