@@ -235,7 +235,7 @@ class StreamingInput:
     self._config = config
     self._sharding = jax.sharding.NamedSharding(
         mesh, jax.sharding.PartitionSpec('data'))
-    self._threads = threads or config.get('input_threads', 0) or os.cpu_count()
+    self.threads = threads or config.get('input_threads', 0) or os.cpu_count()
     self._prefetch = prefetch
     rows = process_rows(self._sharding, config.batch_size)
     logging.info('Streaming %d train / %d test examples; this process reads '
@@ -301,7 +301,7 @@ class StreamingInput:
   def _batches(self, table: np.ndarray, load) -> Iterator:
     batch_size = table.shape[1]
     rows = process_rows(self._sharding, batch_size)
-    with concurrent.futures.ThreadPoolExecutor(self._threads) as pool:
+    with concurrent.futures.ThreadPoolExecutor(self.threads) as pool:
       pending = collections.deque()
 
       def submit(step):
