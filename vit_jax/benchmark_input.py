@@ -21,15 +21,6 @@ import ml_collections
 
 from vit_jax import streaming
 
-_DATASET = flags.DEFINE_string('dataset', 'image_folder',
-                               'config.dataset: image_folder, cifar10, tfds:NAME.')
-_DATA_DIR = flags.DEFINE_string('data_dir', None, 'config.data_dir.')
-_IMAGE_SIZE = flags.DEFINE_integer('image_size', 224, 'Output resolution.')
-_BATCH_SIZE = flags.DEFINE_integer('batch_size', 256, 'Images per batch.')
-_THREADS = flags.DEFINE_integer('threads', 0, '0: one per CPU core.')
-_STEPS = flags.DEFINE_integer('steps', 20, 'Timed batches.')
-
-
 def run_benchmark(config: ml_collections.ConfigDict, steps: int) -> dict:
   mesh = jax.make_mesh((1,), ('data',), devices=jax.devices()[:1])
   inputs = streaming.StreamingInput(streaming.open_dataset(config), config,
@@ -59,14 +50,14 @@ def run_benchmark(config: ml_collections.ConfigDict, steps: int) -> dict:
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'Unexpected arguments: {" ".join(argv[1:])}')
+  args = flags.FLAGS
   config = ml_collections.ConfigDict(dict(
-      dataset=_DATASET.value, data_dir=_DATA_DIR.value or '',
-      train_split='train', test_split='test', train_examples=0,
-      test_examples=0, seed=0, batch_size=_BATCH_SIZE.value,
-      eval_batch_size=_BATCH_SIZE.value, image_size=_IMAGE_SIZE.value,
-      augment=True, input_threads=_THREADS.value))
+      dataset=args.dataset, data_dir=args.data_dir or '', train_split='train',
+      test_split='test', train_examples=0, test_examples=0, seed=0,
+      batch_size=args.batch_size, eval_batch_size=args.batch_size,
+      image_size=args.image_size, augment=True, input_threads=args.threads))
   try:
-    result = run_benchmark(config, _STEPS.value)
+    result = run_benchmark(config, args.steps)
   except ValueError as e:  # DatasetError included
     raise app.UsageError(str(e)) from e
   width = max(map(len, result))
@@ -76,5 +67,18 @@ def main(argv):
   print(json.dumps(result))
 
 
+def _define_flags():
+  # Defined only when run: vit_jax.benchmark, imported beside this module in
+  # the tests, defines flags of the same names.
+  flags.DEFINE_string('dataset', 'image_folder',
+                      'config.dataset: image_folder, cifar10, tfds:NAME.')
+  flags.DEFINE_string('data_dir', None, 'config.data_dir.')
+  flags.DEFINE_integer('image_size', 224, 'Output resolution.')
+  flags.DEFINE_integer('batch_size', 256, 'Images per batch.')
+  flags.DEFINE_integer('threads', 0, '0: one per CPU core.')
+  flags.DEFINE_integer('steps', 20, 'Timed batches.')
+
+
 if __name__ == '__main__':
+  _define_flags()
   app.run(main)
