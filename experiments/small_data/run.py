@@ -4,8 +4,8 @@ r"""The small-data study: ViT-Tiny against two CNNs on 5,000 CIFAR-10 images.
       --workdir=/tmp/small_data
 
 Trains `configs/cifar_small.py` for every model, recipe (random crop + flip on
-or off) and seed not yet finished in --workdir, then the default recipe at the
-other --batch_sizes (the study does not state its batch size), one
+or off) and seed not yet finished in --workdir, then the default recipe at
+other batch sizes (--batch_size_runs; the study does not state its own), one
 `vit_jax.main` process per run (rerunning resumes), then writes, next to this
 file, `results.json`, `learning_curves.png` and the two results tables inside
 `README.md`.
@@ -34,13 +34,12 @@ _OTHER_SEEDS = flags.DEFINE_list('other_seeds', ['0'],
                                  'Seeds of the other recipe.')
 _MODELS = flags.DEFINE_list('models', ['vit', 'simple_cnn', 'small_resnet'],
                             'configs/cifar_small.py models to train.')
-_BATCH_SIZES = flags.DEFINE_list(
-    'batch_sizes', ['64', '256'],
-    'Batch sizes other than the config\'s to train the default recipe with '
-    '(seed 0).')
-_BATCH_SIZE_MODELS = flags.DEFINE_list(
-    'batch_size_models', ['simple_cnn', 'small_resnet'],
-    'Models to train at --batch_sizes: those furthest from the study.')
+_BATCH_SIZE_RUNS = flags.DEFINE_list(
+    'batch_size_runs',
+    ['simple_cnn:64', 'small_resnet:64', 'small_resnet:256'],
+    'MODEL:BATCH runs of the default recipe (seed 0) at batch sizes other '
+    'than the config\'s, for the models furthest from the study (whose batch '
+    'size is unstated).')
 _SUMMARIZE_ONLY = flags.DEFINE_bool('summarize_only', False,
                                     'Only summarise finished runs.')
 
@@ -74,10 +73,10 @@ def planned_runs():
     for seed in seeds:
       for model in _MODELS.value:
         yield model, recipe, int(seed), None
-  for batch_size in _BATCH_SIZES.value:
-    for model in _MODELS.value:
-      if model in _BATCH_SIZE_MODELS.value:
-        yield model, 'augment', int(first), int(batch_size)
+  for run in _BATCH_SIZE_RUNS.value:
+    model, batch_size = run.split(':')
+    if model in _MODELS.value:
+      yield model, 'augment', int(first), int(batch_size)
 
 
 def train(workdir: pathlib.Path, data_dir: pathlib.Path):
