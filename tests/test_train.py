@@ -15,11 +15,9 @@ import orbax.checkpoint as ocp
 import pytest
 
 from tests.conftest import trained_vit_config
-from tests.conftest import study_config
 from tests.conftest import tiny_config
 from vit_jax import checkpoint
 from vit_jax import input_pipeline
-from vit_jax import models
 from vit_jax import train
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]

@@ -58,7 +58,7 @@ def main(argv):
         ], cwd=REPO, stdout=log, stderr=subprocess.STDOUT, check=True)
     history = [json.loads(line) for line in
                (workdir / 'metrics.jsonl').read_text().splitlines()]
-    rows.append((f'fine-tuned (configs/finetune.py)', int(size),
+    rows.append(('fine-tuned (configs/finetune.py)', int(size),
                  json.loads((workdir / 'summary.json').read_text()),
                  sum(r['epoch_seconds'] for r in history) / 60))
 
