@@ -237,10 +237,12 @@ class StreamingInput:
         mesh, jax.sharding.PartitionSpec('data'))
     self.threads = threads or config.get('input_threads', 0) or os.cpu_count()
     self._prefetch = prefetch
-    rows = process_rows(self._sharding, config.batch_size)
+    self._train_rows = process_rows(self._sharding, config.batch_size)
+    self._eval_rows = process_rows(self._sharding, config.eval_batch_size)
     logging.info('Streaming %d train / %d test examples; this process reads '
                  'rows %d:%d of every training batch of %d.', self.train_size,
-                 self.test_size, rows.start, rows.stop, config.batch_size)
+                 self.test_size, self._train_rows.start, self._train_rows.stop,
+                 config.batch_size)
 
   def fingerprint(self) -> list[np.ndarray]:
     """What every process must agree on: the split sizes, the first example
@@ -279,7 +281,7 @@ class StreamingInput:
       image, label = self.dataset.train[index]
       return train_image(image, config.image_size, config.augment, rng), label
 
-    yield from self._batches(table, load)
+    yield from self._batches(table, self._train_rows, load)
 
   def eval_batches(self) -> Iterator:
     table, masks = input_pipeline.eval_batches(self.test_size,
@@ -290,17 +292,18 @@ class StreamingInput:
       image, label = self.dataset.test[index]
       return resize(image, self._config.image_size), label
 
-    rows = process_rows(self._sharding, table.shape[1])
-    for batch, mask in zip(self._batches(table, load), masks):
+    rows = self._eval_rows
+    for batch, mask in zip(self._batches(table, rows, load), masks):
       yield batch, self._global(mask[rows], len(mask))
 
   def _global(self, local: np.ndarray, batch_size: int) -> jax.Array:
     return jax.make_array_from_process_local_data(
         self._sharding, local, (batch_size, *local.shape[1:]))
 
-  def _batches(self, table: np.ndarray, load) -> Iterator:
+  def _batches(self, table: np.ndarray, rows: slice, load) -> Iterator:
+    """Global (images, labels) of each row of `table`, this process loading
+    its `rows` of each with `load(step, row, example index)`."""
     batch_size = table.shape[1]
-    rows = process_rows(self._sharding, batch_size)
     with concurrent.futures.ThreadPoolExecutor(self.threads) as pool:
       pending = collections.deque()
 
