@@ -25,7 +25,7 @@ ViT-B/16 on ImageNet-21k for about 90 epochs on TPUv3 cores for days.
 Expected: the paper's Table 2/5 numbers for the chosen model.
 """
 
-import ml_collections
+from vit_jax import config_schema
 
 RECIPES = {
     # dataset: (tfds name, epochs, base lr, decay, weight decay, dropout)
@@ -34,51 +34,40 @@ RECIPES = {
 }
 
 
-def get_config(dataset: str = 'imagenet21k') -> ml_collections.ConfigDict:
+def get_config(dataset: str = 'imagenet21k'):
   if dataset not in RECIPES:
     raise ValueError(f'Unknown dataset {dataset!r} for vit_pretrain.py; use '
                      f'one of {", ".join(RECIPES)}.')
   name, epochs, lr, decay, weight_decay, dropout = RECIPES[dataset]
-  config = ml_collections.ConfigDict()
-  config.init_from = ''
+  config = config_schema.defaults()
   config.model = 'ViT-B_16'
-  config.model_overrides = ml_collections.ConfigDict(
-      {'dropout_rate': dropout})
+  config.model_overrides.dropout_rate = dropout
   config.dtype = 'bfloat16'  # float32 parameters and optimizer state
 
   config.dataset = name
-  config.data_dir = ''  # or $VIT_JAX_DATA_DIR; tfds' data_dir
   config.train_split = 'train'
   config.test_split = 'validation'
-  config.train_examples = 0  # all
-  config.test_examples = 0
   config.image_size = 224
   # Each host reads, Inception-crops and resizes its share of every batch.
   config.input_pipeline = 'streaming'
-  config.input_threads = 0  # 0: one per host CPU core
   config.augment = True
   config.pixel_mean = (0.5, 0.5, 0.5)  # inputs in [-1, 1], as the official code
   config.pixel_std = (0.5, 0.5, 0.5)
 
+  # The paper states the length in epochs (converted to steps once the
+  # dataset's size is known) and the warmup in steps.
   config.num_epochs = epochs
-  config.warmup_epochs = 0
   config.warmup_steps = 10_000
   config.lr_decay = decay
   config.batch_size = 4096
-  config.grad_accumulation_steps = 1
   config.eval_batch_size = 1024
   config.optimizer = 'adamw'
   config.learning_rate = lr
   config.weight_decay = weight_decay
-  config.adam_b1 = 0.9
-  config.adam_b2 = 0.999
-  config.momentum = 0.9  # sgd only
   config.grad_clip_norm = 1.0
-  config.label_smoothing = 0.0
-
-  config.cpu_devices = 4
-  config.cpu_compiler_options = ml_collections.ConfigDict()
-  config.seed = 0
-  config.checkpoint_every_epochs = 1
-  config.keep_checkpoints = 2
+  # As big_vision's ViT pre-training: progress every 50 steps, evaluation
+  # and a checkpoint every 1000.
+  config.log_every_steps = 50
+  config.eval_every_steps = 1000
+  config.checkpoint_every_steps = 1000
   return config

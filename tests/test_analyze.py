@@ -29,7 +29,7 @@ def test_writes_every_figure_and_the_numbers(trained_vit_run, tmp_path):
     assert (tmp_path / figure).stat().st_size > 1000, figure
   result = json.loads((tmp_path / 'analysis.json').read_text())
   assert json.loads(out.stdout.splitlines()[-1]) == result
-  assert result['epoch'] == 1
+  assert result['step'] == 6
   assert result['grid'] == [3, 3] and result['patch_size'] == 8
   assert result['distance_images'] == 20
   per_head = result['mean_attention_distance_per_head']

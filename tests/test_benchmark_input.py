@@ -1,19 +1,20 @@
 """The streaming-input benchmark on a tiny image folder."""
 
-import ml_collections
 import numpy as np
 import pytest
 
 from tests.conftest import png
 from vit_jax import benchmark_input
+from vit_jax import config_schema
 
 
 def _config(data_dir, batch_size):
-  return ml_collections.ConfigDict(dict(
-      dataset='image_folder', data_dir=str(data_dir), train_split='train',
-      test_split='test', train_examples=0, test_examples=0, seed=0,
-      batch_size=batch_size, eval_batch_size=batch_size, image_size=24,
-      augment=True, input_threads=2))
+  config = config_schema.defaults()
+  config.update(dict(
+      dataset='image_folder', data_dir=str(data_dir),
+      input_pipeline='streaming', batch_size=batch_size,
+      eval_batch_size=batch_size, image_size=24, input_threads=2))
+  return config
 
 
 def test_reports_the_images_per_second_of_the_streaming_input(tmp_path):

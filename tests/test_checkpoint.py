@@ -1,7 +1,9 @@
-"""Reading runs back on any device count; released .npz files both ways."""
+"""Run checkpoints saved, restored and skipped when damaged; reading runs
+back on any device count; released .npz files both ways."""
 
 import functools
 import re
+import shutil
 
 import jax
 import numpy as np
@@ -9,13 +11,14 @@ import pytest
 
 from vit_jax import checkpoint
 from vit_jax import models
-from vit_jax import train
+from vit_jax import parallel
+from vit_jax import steps
 
 
 def test_loads_a_run_trained_on_other_devices_onto_one(trained_vit_run):
   workdir, _ = trained_vit_run
   run = checkpoint.load_run(workdir)
-  assert run.epoch == 1
+  assert run.step == 6
   assert run.config.image_size == 24
   assert run.config.model_overrides.num_layers == 2
   assert run.batch_stats == {}
@@ -24,22 +27,74 @@ def test_loads_a_run_trained_on_other_devices_onto_one(trained_vit_run):
   assert {leaf.sharding.device_set.pop() for leaf in leaves} == {
       jax.devices()[0]}
   # The restored parameters drive the model they were trained as.
-  model = train.create_model(run.config, num_classes=10)
+  model = steps.create_model(run.config, num_classes=10)
   logits = model.apply(run.variables, np.zeros((2, 24, 24, 3)), train=False)
   assert logits.shape == (2, 10)
   assert np.all(np.isfinite(logits))
 
 
-def test_missing_run_or_epoch_is_a_clear_error(trained_vit_run, tmp_path):
+def test_missing_run_or_step_is_a_clear_error(trained_vit_run, tmp_path):
   with pytest.raises(checkpoint.CheckpointError, match='has no config.json'):
     checkpoint.load_run(tmp_path)
   workdir, _ = trained_vit_run
   with pytest.raises(checkpoint.CheckpointError,
-                     match=r'No checkpoint of epoch 7 .* there are \[1\]'):
-    checkpoint.load_run(workdir, epoch=7)
+                     match=r'No checkpoint of step 7 .* there are \[6\]'):
+    checkpoint.load_run(workdir, step=7)
   (tmp_path / 'config.json').write_text('{}')
   with pytest.raises(checkpoint.CheckpointError, match='holds no checkpoint'):
     checkpoint.load_run(tmp_path)
+
+
+def _saved_steps(directory, steps_to_save):
+  """RunCheckpoints of a tiny state at `steps_to_save`, the state at step s
+  holding s everywhere; returns (checkpoints, shapes of state and sums)."""
+  sharding = parallel.replicated(parallel.make_mesh())
+  state = {'w': parallel.replicate(np.zeros((3, 4), np.float32), sharding)}
+  sums = steps.zero_sums(steps.TRAIN_SUMS, sharding)
+  checkpoints = checkpoint.RunCheckpoints(directory, keep=5)
+  for step in steps_to_save:
+    state = jax.tree.map(lambda a, s=step: a * 0 + s, state)
+    checkpoints.save(step, state, sums, [{'step': step}],
+                     {'epoch': 1, 'batch': step})
+  checkpoints.close()
+  shapes = jax.tree.map(
+      lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=a.sharding),
+      (state, sums))
+  return checkpoint.RunCheckpoints(directory, keep=5), shapes
+
+
+def test_restores_everything_the_loop_saved(tmp_path):
+  checkpoints, shapes = _saved_steps(tmp_path / 'checkpoints', [2, 4])
+  restored = checkpoints.restore_latest(*shapes)
+  assert restored.step == 4
+  np.testing.assert_array_equal(restored.state['w'], np.full((3, 4), 4.0))
+  assert restored.history == [{'step': 4}]
+  assert restored.position == {'epoch': 1, 'batch': 4}
+  assert set(restored.train_sums) == {'loss', 'correct', 'count'}
+  assert checkpoint.RunCheckpoints(tmp_path / 'none', 2).restore_latest(
+      *shapes) is None
+
+
+def test_a_damaged_latest_checkpoint_is_skipped_for_the_one_before(
+    tmp_path, caplog):
+  checkpoints, shapes = _saved_steps(tmp_path / 'checkpoints', [2, 4])
+  for path in (tmp_path / 'checkpoints' / '4').rglob('*'):
+    if path.is_file():
+      path.write_bytes(path.read_bytes()[:len(path.read_bytes()) // 2])
+  restored = checkpoints.restore_latest(*shapes)
+  assert restored.step == 2
+  np.testing.assert_array_equal(restored.state['w'], np.full((3, 4), 2.0))
+  assert any(f'Skipping checkpoint {tmp_path / "checkpoints" / "4"}' in m
+             for m in caplog.messages)
+
+
+def test_when_no_checkpoint_restores_the_error_says_what_to_do(tmp_path):
+  checkpoints, shapes = _saved_steps(tmp_path / 'checkpoints', [2])
+  shutil.rmtree(tmp_path / 'checkpoints' / '2' / 'state')
+  with pytest.raises(checkpoint.CheckpointError,
+                     match=r'None of the checkpoints .* \(steps 2\) can be '
+                     'restored.*Move the directory away'):
+    checkpoints.restore_latest(*shapes)
 
 
 # A 2-layer ViT at 32x32: 4x4 patches of 8 pixels and the class token.
@@ -292,9 +347,9 @@ def test_what_is_not_a_checkpoint_is_a_clear_error(tmp_path):
         'is not a readable .npz file')
   with pytest.raises(checkpoint.CheckpointError, match='has no config.json'):
     checkpoint.load_params(tmp_path)
-  with pytest.raises(checkpoint.CheckpointError, match='epoch=1 only'):
+  with pytest.raises(checkpoint.CheckpointError, match='step=1 only'):
     checkpoint.load_params(
-        write_npz(tmp_path / 'tiny.npz', released_arrays()), epoch=1)
+        write_npz(tmp_path / 'tiny.npz', released_arrays()), step=1)
 
 
 def test_save_npz_refuses_what_it_cannot_write_back(tmp_path):
@@ -317,7 +372,7 @@ def test_load_params_reads_run_directories_and_their_npz(trained_vit_run,
   run = checkpoint.load_run(workdir)
   params = checkpoint.load_params(workdir)
   assert_trees_identical(params, run.params)
-  model = train.create_model(run.config, num_classes=10)
+  model = steps.create_model(run.config, num_classes=10)
   checkpoint.check_params(params, checkpoint.param_shapes(model, 24))
   checkpoint.save_npz(params, tmp_path / 'run.npz')
   from_npz = checkpoint.load_params(tmp_path / 'run.npz')

@@ -8,6 +8,8 @@ from tests.conftest import tiny_config
 from vit_jax import checkpoint
 from vit_jax import finetune
 from vit_jax import models
+from vit_jax import config_schema
+from vit_jax import steps
 from vit_jax import train
 
 
@@ -85,10 +87,10 @@ def test_fine_tunes_a_run_at_a_higher_resolution(trained_vit_run, tmp_path):
                        learning_rate=0.01, num_epochs=1, batch_size=32,
                        grad_accumulation_steps=2)
   config.model_overrides.num_layers = 2
-  model = train.create_model(config, num_classes=10)
+  model = steps.create_model(config, num_classes=10)
   fresh = _params(32, 10, num_layers=2, hidden_size=16, num_heads=2,
                   mlp_dim=32, patch_size=8)
-  start = train.pretrained_params(config, model, fresh)
+  start = finetune.pretrained_params(config, model, fresh)
   pretrained = checkpoint.load_run(workdir).params
   np.testing.assert_array_equal(
       start['Transformer']['encoderblock_1']['LayerNorm_0']['scale'],
@@ -103,7 +105,7 @@ def test_a_bad_init_from_is_a_config_error_before_writing(cifar10_binary,
                                                           tmp_path):
   data_dir, _ = cifar10_binary
   config = tiny_config(data_dir, init_from=str(tmp_path / 'missing'))
-  with pytest.raises(train.ConfigError, match='config.init_from='):
+  with pytest.raises(config_schema.ConfigError, match='config.init_from='):
     train.train_and_evaluate(config, tmp_path / 'run')
   assert not (tmp_path / 'run').exists()
 

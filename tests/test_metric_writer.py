@@ -9,7 +9,7 @@ def _records(path):
   return [json.loads(line) for line in path.read_text().splitlines()]
 
 
-def test_writes_one_json_line_per_epoch_and_event_files(tmp_path):
+def test_writes_one_json_line_per_logged_step_and_event_files(tmp_path):
   writer = MetricWriter(tmp_path, history=[])
   writer.write({'epoch': 1, 'step': 10, 'train_loss': 2.0})
   writer.write({'epoch': 2, 'step': 20, 'train_loss': 1.5})
@@ -23,12 +23,12 @@ def test_writes_one_json_line_per_epoch_and_event_files(tmp_path):
 
 def test_a_resumed_run_keeps_only_the_checkpointed_history(tmp_path):
   writer = MetricWriter(tmp_path, history=[])
-  for epoch in (1, 2, 3):
-    writer.write({'epoch': epoch})
+  for step in (10, 20, 30):
+    writer.write({'step': step})
   writer.close()
-  # The run died after logging epoch 3 but before checkpointing it.
-  writer = MetricWriter(tmp_path, history=[{'epoch': 1}, {'epoch': 2}])
-  writer.write({'epoch': 3, 'again': True})
+  # The run died after logging step 30 but before checkpointing it.
+  writer = MetricWriter(tmp_path, history=[{'step': 10}, {'step': 20}])
+  writer.write({'step': 30, 'again': True})
   writer.close()
   assert _records(tmp_path / 'metrics.jsonl') == [
-      {'epoch': 1}, {'epoch': 2}, {'epoch': 3, 'again': True}]
+      {'step': 10}, {'step': 20}, {'step': 30, 'again': True}]

@@ -1,26 +1,33 @@
-"""The training loop end to end on a tiny synthetic CIFAR-10."""
+"""The training loop end to end on a tiny synthetic CIFAR-10: steps as the
+unit, exact resumption after kill -9 and SIGTERM, progress, divergence."""
 
-import functools
 import json
 import os
 import pathlib
 import shutil
+import signal
 import socket
 import subprocess
 import sys
+import time
 
 import jax
 import numpy as np
 import orbax.checkpoint as ocp
 import pytest
 
-from tests.conftest import trained_vit_config
+from tests.conftest import random_cifar
+from tests.conftest import study_config
 from tests.conftest import tiny_config
+from tests.conftest import trained_vit_config
+from tests.conftest import write_cifar_binary
 from vit_jax import checkpoint
-from vit_jax import input_pipeline
+from vit_jax import steps
 from vit_jax import train
+from vit_jax.data import preprocess
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
+_TIMINGS = ('images_per_second', 'flops_per_second', 'seconds')
 
 
 def history(workdir):
@@ -29,39 +36,97 @@ def history(workdir):
 
 
 def without_timings(records):
-  timings = ('images_per_second', 'epoch_seconds')
-  return [{k: v for k, v in r.items() if k not in timings} for r in records]
+  return [{k: v for k, v in r.items() if k not in _TIMINGS} for r in records]
 
 
-def final_state(workdir, epoch):
+def final_state(workdir, step):
   with ocp.CheckpointManager(pathlib.Path(workdir) / 'checkpoints') as manager:
     restored = manager.restore(
-        epoch, args=ocp.args.Composite(state=ocp.args.StandardRestore()))
+        step, args=ocp.args.Composite(state=ocp.args.StandardRestore()))
   return restored.state
 
 
-@pytest.mark.parametrize('model', ['vit', 'simple_cnn'])
-def test_interrupted_then_resumed_equals_uninterrupted(cifar10_binary,
-                                                       tmp_path, model):
+# The cifar_small ViT's first 8 train losses and its test loss, on 128
+# synthetic images in batches of 32 (two epochs, 1 device), as the
+# epoch-counted trainer computed them before the loop counted steps.
+_PINNED_TRAIN_LOSSES = [
+    2.3025848865509033, 2.3025851249694824, 2.3031511306762695,
+    2.3047778606414795, 2.30236554145813, 2.3063464164733887,
+    2.3046836853027344, 2.300473690032959]
+_PINNED_TEST_LOSS = 2.3020577430725098
+
+
+def test_the_study_vit_computes_the_losses_it_always_did(tmp_path):
+  write_cifar_binary(tmp_path / 'data' / 'cifar-10-batches-bin', {
+      'data_batch_1.bin': random_cifar(128, 10, seed=11),
+      'test_batch.bin': random_cifar(40, 10, seed=12)})
+  config = study_config('vit')
+  config.update(dict(data_dir=str(tmp_path / 'data'), train_examples=0,
+                     test_examples=0, batch_size=32, eval_batch_size=40,
+                     total_steps=8, log_every_steps=1, eval_every_steps=8))
+  train.train_and_evaluate(config, tmp_path / 'run')
+  records = history(tmp_path / 'run')
+  np.testing.assert_allclose([r['train_loss'] for r in records],
+                             _PINNED_TRAIN_LOSSES, rtol=1e-6)
+  assert records[-1]['test_loss'] == pytest.approx(_PINNED_TEST_LOSS,
+                                                   rel=1e-6)
+
+
+def test_steps_set_when_it_logs_evaluates_and_checkpoints(cifar10_binary,
+                                                         tmp_path):
+  data_dir, _ = cifar10_binary  # 96 images: 6 steps an epoch
+  config = tiny_config(data_dir, total_steps=20, log_every_steps=3,
+                       eval_every_steps=8, checkpoint_every_steps=4,
+                       keep_checkpoints=3)
+  summary = train.train_and_evaluate(config, tmp_path)
+  records = history(tmp_path)
+  assert [r['step'] for r in records] == [3, 6, 8, 9, 12, 15, 16, 18, 20]
+  assert [r['step'] for r in records if 'test_loss' in r] == [8, 16, 20]
+  assert [r['step'] for r in records if 'train_loss' in r] == [
+      3, 6, 9, 12, 15, 18, 20]
+  assert records[0]['epoch'] == 0.5 and records[-1]['epoch'] == pytest.approx(
+      20 / 6, abs=1e-4)
+  logged = records[1]
+  assert logged['learning_rate'] > 0 and logged['images_per_second'] > 0
+  assert logged['flops_per_second'] > 0 and 'peak_share' not in logged  # CPU
+  with ocp.CheckpointManager(tmp_path / 'checkpoints') as manager:
+    assert manager.all_steps() == [12, 16, 20]
+  assert (summary['steps'], summary['best_step']) == (20, max(
+      (r for r in records if 'test_loss' in r),
+      key=lambda r: r['test_accuracy'])['step'])
+  assert list((tmp_path / 'tensorboard').glob('events.out.*'))
+
+
+def test_by_default_it_logs_evaluates_and_checkpoints_once_an_epoch(
+    cifar10_binary, tmp_path):
   data_dir, _ = cifar10_binary
-  config = tiny_config(data_dir, model)
-  summary = train.train_and_evaluate(config, tmp_path / 'whole')
-  assert summary['epochs'] == 2
-  for name in ('config.json', 'metrics.jsonl', 'summary.json'):
-    assert (tmp_path / 'whole' / name).is_file()
-  assert list((tmp_path / 'whole' / 'tensorboard').glob('events.out.*'))
+  train.train_and_evaluate(tiny_config(data_dir, num_epochs=2), tmp_path)
+  records = history(tmp_path)
+  assert [(r['step'], r['epoch']) for r in records] == [(6, 1.0), (12, 2.0)]
+  assert all('train_loss' in r and 'test_loss' in r for r in records)
+  with ocp.CheckpointManager(tmp_path / 'checkpoints') as manager:
+    assert manager.all_steps() == [6, 12]
 
-  # Killed after epoch 1's checkpoint: its epoch-2 checkpoint never happened.
+
+@pytest.mark.parametrize('model', ['vit', 'simple_cnn'])
+def test_resumed_mid_interval_equals_uninterrupted(cifar10_binary, tmp_path,
+                                                   model):
+  data_dir, _ = cifar10_binary
+  # Checkpoint 8 is mid-epoch (6 steps an epoch) and mid logging interval
+  # (steps 7-9): its train-metric sums are part of what it saves.
+  config = tiny_config(data_dir, model, total_steps=14, log_every_steps=3,
+                       eval_every_steps=5, checkpoint_every_steps=4,
+                       keep_checkpoints=5)
+  train.train_and_evaluate(config, tmp_path / 'whole')
   shutil.copytree(tmp_path / 'whole', tmp_path / 'resumed')
-  shutil.rmtree(tmp_path / 'resumed' / 'checkpoints' / '2')
-  resumed = train.train_and_evaluate(config, tmp_path / 'resumed')
-
+  for step in (12, 14):  # as if killed between steps 8 and 12
+    shutil.rmtree(tmp_path / 'resumed' / 'checkpoints' / str(step))
+  train.train_and_evaluate(config, tmp_path / 'resumed')
   assert without_timings(history(tmp_path / 'resumed')) == without_timings(
       history(tmp_path / 'whole'))
-  assert resumed['best_test_accuracy'] == summary['best_test_accuracy']
   jax.tree.map(np.testing.assert_array_equal,
-               final_state(tmp_path / 'resumed', 2),
-               final_state(tmp_path / 'whole', 2))
+               final_state(tmp_path / 'resumed', 14),
+               final_state(tmp_path / 'whole', 14))
 
 
 def test_rerunning_a_finished_run_does_not_train_again(cifar10_binary,
@@ -83,10 +148,10 @@ def test_eval_scores_every_test_example_once(cifar10_binary, tmp_path):
   assert record['test_examples'] == 37
 
   images, labels = splits['test_batch.bin']
-  model = train.create_model(config, 10)
-  params = final_state(tmp_path, 1)['params']
+  model = steps.create_model(config, 10)
+  params = final_state(tmp_path, 6)['params']
   logits = model.apply({'params': params},
-                       input_pipeline.preprocess(
+                       preprocess.normalize(
                            images, key=None, augment=False, image_size=32,
                            mean=config.pixel_mean, std=config.pixel_std),
                        train=False)
@@ -97,16 +162,16 @@ def test_eval_scores_every_test_example_once(cifar10_binary, tmp_path):
 def test_nan_loss_stops_and_keeps_the_last_good_checkpoint(cifar10_binary,
                                                            tmp_path):
   data_dir, _ = cifar10_binary
-  train.train_and_evaluate(tiny_config(data_dir, num_epochs=1), tmp_path)
-  # Zero std turns every input into inf/nan from epoch 2 on.
-  broken = tiny_config(data_dir, num_epochs=2, pixel_std=(0.0, 0.0, 0.0))
+  # Step 1's update (learning rate 1e38) overflows the parameters.
+  config = tiny_config(data_dir, learning_rate=1e38, warmup_epochs=0,
+                       log_every_steps=1, checkpoint_every_steps=1)
   with pytest.raises(train.TrainingDivergedError,
-                     match='loss became nan in epoch 2.*checkpoint'):
-    train.train_and_evaluate(broken, tmp_path)
+                     match=r'train loss became nan by step 2; stopped without '
+                     r'saving\. The last good checkpoint, step 1 in .*, is kept'):
+    train.train_and_evaluate(config, tmp_path)
   with ocp.CheckpointManager(tmp_path / 'checkpoints') as manager:
     assert manager.all_steps() == [1]
-  assert [r['epoch'] for r in history(tmp_path)] == [1]
-  assert np.isfinite(final_state(tmp_path, 1)['params']['head']['bias']).all()
+  assert [r['step'] for r in history(tmp_path)] == [1]
 
 
 _LOSS_SCRIPT = '''
@@ -141,7 +206,8 @@ def test_eight_devices_give_the_single_device_loss(cifar10_binary, tmp_path):
 
 @pytest.mark.parametrize('overrides,message', [
     (dict(learning_rate=0.0), 'learning_rate=0.0 must be positive'),
-    (dict(num_epochs=-1), 'num_epochs=-1 must be positive'),
+    (dict(num_epochs=-1), 'num_epochs=-1 must be >= 0'),
+    (dict(num_epochs=0), 'Set config.total_steps or config.num_epochs'),
     (dict(optimizer='lamb'), "optimizer='lamb'"),
     (dict(dtype='float16'), "dtype='float16'"),
     (dict(model='ViT-Q_3'), "Unknown model 'ViT-Q_3'"),
@@ -153,91 +219,168 @@ def test_eight_devices_give_the_single_device_loss(cifar10_binary, tmp_path):
     (dict(input_pipeline='tf.data'), "input_pipeline='tf.data'"),
     (dict(cpu_compiler_options={'xla_cpu_no_such_option': '1'}),
      "No such compile option: 'xla_cpu_no_such_option'"),
-
 ])
-def test_bad_input_is_a_clear_error_before_compiling(cifar10_binary, tmp_path,
-                                                     overrides, message):
+def test_bad_input_is_a_clear_error_before_anything_is_written(
+    cifar10_binary, tmp_path, overrides, message):
   data_dir, _ = cifar10_binary
   config = tiny_config(data_dir, **overrides)
   with pytest.raises(ValueError, match=message):
-    train.train_and_evaluate(config, tmp_path)
-  assert not (tmp_path / 'checkpoints').exists()
+    train.train_and_evaluate(config, tmp_path / 'run')
+  assert not (tmp_path / 'run').exists()
 
 
-def test_batch_not_divisible_by_device_count_is_a_clear_error(tmp_path):
-  config = tiny_config(tmp_path, batch_size=12)
+def test_a_workdir_of_another_run_is_refused_not_restored(cifar10_binary,
+                                                          tmp_path):
+  data_dir, _ = cifar10_binary
+  train.train_and_evaluate(tiny_config(data_dir, num_epochs=1), tmp_path)
+  before = (tmp_path / 'config.json').read_text()
+  other = tiny_config(data_dir, num_epochs=1, batch_size=32, image_size=24)
   with pytest.raises(train.ConfigError,
-                     match='batch_size=12 is not divisible by the 8 devices'):
-    train.validate_config(config, num_devices=8)
+                     match=r"another config\.image_size \(32 there, 24 here\); "
+                     r"config\.batch_size \(16 there, 32 here\).*new "
+                     r'--workdir to start afresh'):
+    train.train_and_evaluate(other, tmp_path)
+  assert (tmp_path / 'config.json').read_text() == before
+  # Intervals do not change what the checkpoints mean.
+  train.train_and_evaluate(tiny_config(data_dir, num_epochs=1,
+                                       eval_every_steps=2), tmp_path)
 
 
-def test_learning_rate_warms_up_then_decays_to_zero():
-  config = tiny_config('', num_epochs=10, warmup_epochs=2)
-  schedule = train.create_learning_rate_schedule(config, steps_per_epoch=5)
-  lrs = [float(schedule(step)) for step in range(51)]
-  assert lrs[0] == 0.0
-  assert lrs[10] == pytest.approx(config.learning_rate)
-  assert all(a < b for a, b in zip(lrs[:10], lrs[1:11]))
-  assert all(a >= b for a, b in zip(lrs[10:], lrs[11:]))
-  assert lrs[50] == pytest.approx(0.0, abs=1e-12)
-
-
-def test_linear_decay_after_a_warmup_counted_in_steps():
-  config = tiny_config('', num_epochs=10, warmup_epochs=2, warmup_steps=4,
-                       lr_decay='linear')
-  schedule = train.create_learning_rate_schedule(config, steps_per_epoch=5)
-  peak = config.learning_rate
-  np.testing.assert_allclose(
-      [float(schedule(step)) for step in (0, 2, 4, 27, 50)],
-      [0.0, peak / 2, peak, peak / 2, 0.0], rtol=1e-6, atol=1e-12)
-
-
-def _one_device_train_step(config):
-  """(jitted train step, initial state) of `config` on one device, seed 0."""
-  mesh = jax.make_mesh((1,), ('data',),
-                       axis_types=(jax.sharding.AxisType.Auto,))
-  replicated = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
-  batch = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec('data'))
-  model = train.create_model(config, num_classes=10)
-  tx = train.create_optimizer(config, lambda step: 1e-3)
-  state = train.create_train_state(jax.random.key(0), model, tx, 32,
-                                   replicated)
-  step = jax.jit(functools.partial(train.train_step, config=config,
-                                   batch_sharding=batch))
-  return step, state
-
-
-def _random_batch(size):
-  rng = np.random.default_rng(0)
-  return (rng.integers(0, 256, (size, 32, 32, 3), dtype=np.uint8),
-          rng.integers(0, 10, (size,), dtype=np.int32))
-
-
-def test_gradient_accumulation_gives_the_same_step():
-  # One step on 16 images, whole or as 4 micro-batches of 4.
-  images, labels = _random_batch(16)
-  results = {}
-  for steps in (1, 4):
-    config = tiny_config('', augment=False, grad_accumulation_steps=steps)
-    config.model_overrides.dropout_rate = 0.0
-    step, state = _one_device_train_step(config)
-    results[steps] = step(state, (images, labels), np.arange(16),
-                          jax.random.key(1))
-  (state_1, metrics_1), (state_4, metrics_4) = results[1], results[4]
-  for name in ('loss', 'correct', 'count'):
-    np.testing.assert_allclose(metrics_4[name], metrics_1[name], rtol=1e-5)
-  for a, b in zip(jax.tree.leaves(state_1.params),
-                  jax.tree.leaves(state_4.params)):
-    np.testing.assert_allclose(a, b, atol=1e-6)
-
-
-def test_accumulation_must_split_the_batch_over_the_devices(tmp_path):
-  config = tiny_config(tmp_path, batch_size=16, grad_accumulation_steps=3)
-  with pytest.raises(train.ConfigError, match='grad_accumulation_steps=3'):
-    train.validate_config(config, num_devices=1)
-
+# ------------------------------------------------- real processes ----------
 
 _PROCESS_CONFIG = '''
+import sys
+sys.path.insert(0, {root!r})
+from tests.conftest import process_test_config
+def get_config():
+  return process_test_config({data_dir!r})
+'''
+
+
+def _write_config(tmp_path, data_dir) -> pathlib.Path:
+  config_file = tmp_path / 'process_config.py'
+  config_file.write_text(_PROCESS_CONFIG.format(root=str(ROOT),
+                                                data_dir=str(data_dir)))
+  return config_file
+
+
+def _main(config_file, workdir, log_path, *flags):
+  log = open(log_path, 'w')  # pylint: disable=consider-using-with
+  return subprocess.Popen(
+      [sys.executable, '-m', 'vit_jax.main', f'--config={config_file}',
+       f'--workdir={workdir}', *flags],
+      cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
+      env={**os.environ, 'JAX_PLATFORMS': 'cpu'})
+
+
+def _wait_for_step(process, workdir, step, timeout=120):
+  """Returns once metrics.jsonl logs `step` or later."""
+  deadline = time.monotonic() + timeout
+  metrics = pathlib.Path(workdir) / 'metrics.jsonl'
+  while time.monotonic() < deadline:
+    assert process.poll() is None, 'the run ended before it could be stopped'
+    if metrics.exists():
+      lines = metrics.read_text().splitlines()
+      if lines and json.loads(lines[-1])['step'] >= step:
+        return
+    time.sleep(0.005)
+  raise TimeoutError(f'step {step} was not logged in {timeout}s')
+
+
+@pytest.fixture(scope='module')
+def uninterrupted(tmp_path_factory):
+  """(data_dir, workdir) of `process_test_config` run without a stop."""
+  from tests.conftest import process_test_config  # pylint: disable=g-import-not-at-top
+  root = tmp_path_factory.mktemp('uninterrupted')
+  write_cifar_binary(root / 'data' / 'cifar-10-batches-bin', {
+      'data_batch_1.bin': random_cifar(80, 10, seed=1),
+      'test_batch.bin': random_cifar(37, 10, seed=3)})
+  train.train_and_evaluate(process_test_config(root / 'data'), root / 'run')
+  return root / 'data', root / 'run'
+
+
+def test_killed_with_sigkill_mid_epoch_and_rerun_ends_identical(uninterrupted,
+                                                                 tmp_path):
+  data_dir, reference = uninterrupted
+  config_file = _write_config(tmp_path, data_dir)
+  workdir, log = tmp_path / 'run', tmp_path / 'log'
+  process = _main(config_file, workdir, log)
+  _wait_for_step(process, workdir, 10)  # 5 steps an epoch: checkpoint 8 is
+  process.send_signal(signal.SIGKILL)  # mid-epoch and mid logging interval
+  assert process.wait() == -signal.SIGKILL
+  assert not (workdir / 'summary.json').exists()
+
+  rerun = _main(config_file, workdir, tmp_path / 'log2')
+  assert rerun.wait(timeout=120) == 0, (tmp_path / 'log2').read_text()[-3000:]
+  assert 'Resumed from' in (tmp_path / 'log2').read_text()
+  assert without_timings(history(workdir)) == without_timings(
+      history(reference))
+  jax.tree.map(np.testing.assert_array_equal, final_state(workdir, 40),
+               final_state(reference, 40))
+
+
+def test_sigterm_saves_the_step_exits_75_and_the_rerun_ends_identical(
+    uninterrupted, tmp_path):
+  data_dir, reference = uninterrupted
+  config_file = _write_config(tmp_path, data_dir)
+  workdir, log = tmp_path / 'run', tmp_path / 'log'
+  # No checkpoint is scheduled before step 100: only SIGTERM saves one.
+  flags = ['--config.checkpoint_every_steps=100']
+  process = _main(config_file, workdir, log, *flags)
+  _wait_for_step(process, workdir, 5)
+  signalled = time.monotonic()
+  process.send_signal(signal.SIGTERM)
+  assert process.wait(timeout=60) == train.PREEMPTED_EXIT_STATUS
+  assert time.monotonic() - signalled < 30
+  output = log.read_text()
+  saved = checkpoint.RunCheckpoints(workdir / 'checkpoints', 2).steps()
+  assert len(saved) == 1 and 5 <= saved[0] < 40
+  assert (f'Preempted (SIGTERM): saved a checkpoint of step {saved[0]} in '
+          f'{workdir / "checkpoints"} and stopped; rerun the same command to '
+          'resume.') in output
+  assert 'Traceback' not in output
+
+  rerun = _main(config_file, workdir, tmp_path / 'log2', *flags)
+  assert rerun.wait(timeout=120) == 0, (tmp_path / 'log2').read_text()[-3000:]
+  assert without_timings(history(workdir)) == without_timings(
+      history(reference))
+
+
+def _free_port() -> int:
+  with socket.socket() as s:
+    s.bind(('127.0.0.1', 0))
+    return s.getsockname()[1]
+
+
+def _start_two_processes(config_file, workdir, tmp_path, *flags):
+  address = f'127.0.0.1:{_free_port()}'
+  env = {**os.environ, 'JAX_PLATFORMS': 'cpu',
+         'XLA_FLAGS': '--xla_force_host_platform_device_count=1'}
+  processes, logs = [], []
+  for process_id in range(2):
+    logs.append(tmp_path / f'process_{process_id}.log')
+    with logs[-1].open('w') as log:
+      processes.append(subprocess.Popen(
+          [sys.executable, '-m', 'vit_jax.main', f'--config={config_file}',
+           f'--workdir={workdir}', f'--coordinator_address={address}',
+           '--num_processes=2', f'--process_id={process_id}', *flags],
+          cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT))
+  return processes, logs
+
+
+def _wait_all(processes, timeout=300):
+  try:
+    for process in processes:
+      process.wait(timeout=timeout)
+  finally:
+    for process in processes:
+      if process.poll() is None:
+        process.kill()
+        process.wait()
+  return [process.returncode for process in processes]
+
+
+_TWO_PROCESS_CONFIG = '''
 import sys
 sys.path.insert(0, {root!r})
 from tests.conftest import trained_vit_config
@@ -248,41 +391,17 @@ def get_config():
 '''
 
 
-def _free_port() -> int:
-  with socket.socket() as s:
-    s.bind(('127.0.0.1', 0))
-    return s.getsockname()[1]
-
-
 def _train_in_two_processes(data_dir, input_pipeline_name, workdir, tmp_path):
   """Runs `trained_vit_config` in 2 processes x 1 CPU device through
-  main.py's cluster flags; returns their log files."""
+  main.py's cluster flags; returns their logs."""
   config_file = tmp_path / 'config.py'
-  config_file.write_text(_PROCESS_CONFIG.format(
+  config_file.write_text(_TWO_PROCESS_CONFIG.format(
       root=str(ROOT), data_dir=str(data_dir),
       input_pipeline=input_pipeline_name))
-  address = f'127.0.0.1:{_free_port()}'
-  env = {**os.environ, 'JAX_PLATFORMS': 'cpu',
-         'XLA_FLAGS': '--xla_force_host_platform_device_count=1'}
-  processes, logs = [], []
-  try:
-    for process_id in range(2):
-      logs.append(tmp_path / f'process_{process_id}.log')
-      with logs[-1].open('w') as log:
-        processes.append(subprocess.Popen(
-            [sys.executable, '-m', 'vit_jax.main', f'--config={config_file}',
-             f'--workdir={workdir}', f'--coordinator_address={address}',
-             '--num_processes=2', f'--process_id={process_id}'],
-            cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT))
-    for process in processes:
-      process.wait(timeout=300)
-  finally:
-    for process in processes:
-      if process.poll() is None:
-        process.kill()
-        process.wait()
-  for process, log in zip(processes, logs):
-    assert process.returncode == 0, log.read_text()[-3000:]
+  processes, logs = _start_two_processes(config_file, workdir, tmp_path)
+  codes = _wait_all(processes)
+  for code, log in zip(codes, logs):
+    assert code == 0, log.read_text()[-3000:]
   return [log.read_text() for log in logs]
 
 
@@ -294,7 +413,7 @@ def test_two_processes_give_the_two_device_loss_and_one_set_of_files(
   reference, data_dir = trained_vit_run
   workdir = tmp_path / 'run'
   logs = _train_in_two_processes(data_dir, 'on_device', workdir, tmp_path)
-  assert '[process 1/2] epoch 1/1' in logs[1]
+  assert '[process 1/2] step 6/6 (epoch 1)' in logs[1]
 
   records, expected = history(workdir), history(reference)
   assert len(records) == 1  # written once, by process 0
@@ -304,11 +423,11 @@ def test_two_processes_give_the_two_device_loss_and_one_set_of_files(
     assert records[0][metric] == expected[0][metric]
   assert json.loads((workdir / 'config.json').read_text()) == json.loads(
       (reference / 'config.json').read_text())
-  assert json.loads((workdir / 'summary.json').read_text())['epochs'] == 1
+  assert json.loads((workdir / 'summary.json').read_text())['steps'] == 6
   assert len(list((workdir / 'tensorboard').glob('events.out.*'))) == 1
   # The checkpoint both processes wrote restores on this process's device.
   run = checkpoint.load_run(workdir)
-  assert run.epoch == 1
+  assert run.step == 6
   for a, b in zip(jax.tree.leaves(run.params),
                   jax.tree.leaves(checkpoint.load_run(reference).params)):
     np.testing.assert_allclose(a, b, atol=1e-5)
@@ -335,20 +454,21 @@ def test_two_streaming_processes_each_read_their_half_of_every_batch(
     assert records[0][metric] == expected[0][metric]
 
 
-def test_bfloat16_training_stays_close_to_float32():
-  # Three train steps of the tiny ViT from the same start, on the same batches.
-  images, labels = _random_batch(48)
-  losses = {}
-  for dtype in ('float32', 'bfloat16'):
-    step, state = _one_device_train_step(tiny_config('', dtype=dtype))
-    losses[dtype] = []
-    for i in range(3):
-      state, metrics = step(state, (images, labels),
-                            np.arange(16 * i, 16 * (i + 1)), jax.random.key(1))
-      losses[dtype].append(float(metrics['loss'] / metrics['count']))
-    # Parameters and optimizer state stay float32.
-    assert {leaf.dtype for leaf in jax.tree.leaves(state.params)} == {
-        np.dtype('float32')}
-    assert {leaf.dtype for leaf in jax.tree.leaves(state.opt_state)
-            if leaf.ndim} == {np.dtype('float32')}
-  np.testing.assert_allclose(losses['bfloat16'], losses['float32'], rtol=0.02)
+def test_sigterm_to_one_of_two_processes_stops_both_at_one_saved_step(
+    uninterrupted, tmp_path):
+  data_dir, _ = uninterrupted
+  config_file = _write_config(tmp_path, data_dir)
+  workdir = tmp_path / 'run'
+  # Long enough that jax's preemption notice (polled each second) arrives
+  # well before the end.
+  processes, logs = _start_two_processes(
+      config_file, workdir, tmp_path, '--config.total_steps=2000',
+      '--config.checkpoint_every_steps=5000', '--config.eval_every_steps=5000')
+  _wait_for_step(processes[0], workdir, 3)
+  processes[1].send_signal(signal.SIGTERM)
+  assert _wait_all(processes, timeout=120) == [train.PREEMPTED_EXIT_STATUS] * 2
+  stopped = [int(log.read_text().split('saved a checkpoint of step ')[1]
+                 .split()[0]) for log in logs]
+  assert stopped[0] == stopped[1] < 2000
+  assert checkpoint.RunCheckpoints(workdir / 'checkpoints', 2).steps() == [
+      stopped[0]]

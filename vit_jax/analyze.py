@@ -28,15 +28,17 @@ import numpy as np
 
 from vit_jax import analysis
 from vit_jax import checkpoint
-from vit_jax import input_pipeline
+from vit_jax import config_schema
+from vit_jax import data
 from vit_jax import models
-from vit_jax import streaming
-from vit_jax import train
+from vit_jax import steps
+from vit_jax.data import preprocess
+from vit_jax.data import sources
 
 _WORKDIR = flags.DEFINE_string('workdir', None, 'A vit_jax.main run.')
 _OUT = flags.DEFINE_string('out', None, 'Where figures and analysis.json go.')
-_EPOCH = flags.DEFINE_integer('epoch', None,
-                              'Checkpoint to analyse (default: the latest).')
+_STEP = flags.DEFINE_integer('step', None,
+                             'Checkpoint to analyse (default: the latest).')
 _DATA_DIR = flags.DEFINE_string(
     'data_dir', None, "The run's dataset directory, if it moved since.")
 _NUM_IMAGES = flags.DEFINE_integer('num_images', 4,
@@ -64,13 +66,15 @@ def _plt():
 def _test_images(config, count: int) -> tuple[np.ndarray, np.ndarray]:
   """The first `count` test images: normalised model inputs and, for
   display, RGB in [0, 1] at the model's resolution."""
-  if config.get('input_pipeline') == 'streaming':  # too large to load whole
-    test = streaming.open_dataset(config).test
-    images = np.stack([streaming.resize(test[i][0], config.image_size)
-                       for i in range(min(count, len(test)))])
-  else:
-    images = input_pipeline.load_dataset(config).test.images[:count]
-  inputs = input_pipeline.preprocess(
+  test = sources.open_dataset(
+      config, whole=config.input_pipeline == 'on_device').test
+  images, _ = sources.to_arrays(sources.first(test, min(count, len(test)),
+                                              'test_examples'),
+                                config.image_size)
+  if config.input_pipeline == 'streaming':  # resized on the host, as it trained
+    images = np.stack([preprocess.resize(image, config.image_size)
+                       for image in images])
+  inputs = preprocess.normalize(
       images, key=None, augment=False, image_size=config.image_size,
       mean=config.pixel_mean, std=config.pixel_std)
   display = np.asarray(inputs) * np.asarray(config.pixel_std) + np.asarray(
@@ -201,16 +205,16 @@ def plot_embedding_filters(path, components: np.ndarray,
   plt.close(fig)
 
 
-def analyze(workdir, out, *, epoch=None, data_dir=None, num_images=4,
+def analyze(workdir, out, *, step=None, data_dir=None, num_images=4,
             distance_images=512, components=28) -> dict:
   """Writes the figures and analysis.json of a run into `out`; returns the
   numbers."""
-  run = checkpoint.load_run(workdir, epoch)
+  run = checkpoint.load_run(workdir, step)
   config = run.config
   if data_dir:
     config.data_dir = data_dir
   num_classes = run.params['head']['kernel'].shape[-1]
-  model = train.create_model(config, num_classes)
+  model = steps.create_model(config, num_classes)
   if not isinstance(model, models.VisionTransformer):
     raise AnalysisError(f'{workdir} trained {config.model}; the analyses need '
                         'a ViT run.')
@@ -253,7 +257,7 @@ def analyze(workdir, out, *, epoch=None, data_dir=None, num_images=4,
 
   result = {
       'workdir': str(workdir),
-      'epoch': run.epoch,
+      'step': run.step,
       'model': config.model,
       'image_size': config.image_size,
       'patch_size': patch_size,
@@ -276,11 +280,11 @@ def main(argv):
     raise app.UsageError(f'Unexpected arguments: {" ".join(argv[1:])}')
   try:
     result = analyze(
-        _WORKDIR.value, _OUT.value, epoch=_EPOCH.value,
+        _WORKDIR.value, _OUT.value, step=_STEP.value,
         data_dir=_DATA_DIR.value, num_images=_NUM_IMAGES.value,
         distance_images=_DISTANCE_IMAGES.value, components=_COMPONENTS.value)
-  except (checkpoint.CheckpointError, AnalysisError, train.ConfigError,
-          input_pipeline.DatasetError) as e:
+  except (checkpoint.CheckpointError, AnalysisError, config_schema.ConfigError,
+          data.DatasetError) as e:
     raise SystemExit(f'error: {e}') from None
   print(json.dumps(result))
 

@@ -5,51 +5,48 @@ r"""Times the compiled train and eval steps of a model on this machine.
   python -m vit_jax.benchmark --model=SimpleCNN --cpu_devices=1 \
       --cpu_compiler_option=xla_cpu_experimental_ynn_fusion_type=
 
-The steps are `vit_jax.train`'s own (AdamW, on-device batch gather and
-preprocessing), fed from synthetic images already on the devices. Prints a
+The steps are the training loop's own (`vit_jax.steps`: AdamW, on-device
+batch gather and preprocessing, the config built from `config_schema`), fed
+from synthetic images already on the devices. Prints a
 table and, last, one JSON line with the same numbers: images/s, ms/step
 (median of --steps after warm-up), compile time of both steps, FLOPs per image, achieved
 FLOP/s and its share of a matmul peak measured on the same devices in the same
 run, and XLA's estimate of the step's memory.
 
-FLOPs are counted analytically from the model's jaxpr: 2*M*N*K for every
-matmul and convolution of the forward pass, times 3 for a train step (forward,
-and the two matmuls per matmul of the backward pass). XLA's cost analysis of
-the compiled step, which also counts elementwise work, is printed beside it as
-a cross-check.
+FLOPs are counted from the model's jaxpr (`vit_jax.flops`). XLA's cost
+analysis of the compiled step, which also counts elementwise work, is printed
+beside it as a cross-check.
 """
 
 import json
-import math
 import time
 from typing import Any
 
 from absl import app
 from absl import flags
 import jax
-import jax.extend
-from jax.sharding import NamedSharding
-from jax.sharding import PartitionSpec as P
 import jax.numpy as jnp
 import ml_collections
 import numpy as np
-import optax
 
-from vit_jax import input_pipeline
-from vit_jax import runtime
-from vit_jax import train
+from vit_jax import config_schema
+from vit_jax import data
+from vit_jax import flops
+from vit_jax import parallel
+from vit_jax import steps
+from vit_jax.data import sources
 
 _MODEL = flags.DEFINE_string('model', 'ViT-Tiny-CIFAR_4', 'Registered model.')
 _BATCH_SIZE = flags.DEFINE_integer('batch_size', 128, 'Global batch size.')
 _IMAGE_SIZE = flags.DEFINE_integer('image_size', 32, 'Image side in pixels.')
 _NUM_CLASSES = flags.DEFINE_integer('num_classes', 10, 'Classes of the head.')
-_DTYPE = flags.DEFINE_enum('dtype', 'float32', list(train.DTYPES),
+_DTYPE = flags.DEFINE_enum('dtype', 'float32', list(config_schema.FIELDS['dtype'].choices),
                            'Computation dtype; parameters stay float32.')
 _STEPS = flags.DEFINE_integer('steps', 10, 'Timed steps (after 2 warm-up).')
 _AUGMENT = flags.DEFINE_bool('augment', True,
                              'Random crop + flip inside the train step.')
 _CPU_DEVICES = flags.DEFINE_integer(
-    'cpu_devices', runtime.DEFAULT_CPU_DEVICES,
+    'cpu_devices', parallel.DEFAULT_CPU_DEVICES,
     'Host devices the batch is split over when running on the CPU.')
 
 _CPU_COMPILER_OPTIONS = flags.DEFINE_multi_string(
@@ -60,41 +57,7 @@ _CPU_COMPILER_OPTIONS = flags.DEFINE_multi_string(
 _PEAK_MATMUL_SIZE = 2048
 
 
-def _shape_size(shape) -> int:
-  return math.prod(int(d) for d in shape)
-
-
-def matmul_flops(jaxpr) -> int:
-  """2*M*N*K summed over every dot_general and convolution in `jaxpr`."""
-  total = 0
-  for eqn in jaxpr.eqns:
-    if eqn.primitive.name == 'dot_general':
-      lhs, rhs = (v.aval.shape for v in eqn.invars)
-      (lhs_contract, _), (lhs_batch, _) = eqn.params['dimension_numbers']
-      contracted = _shape_size(lhs[d] for d in lhs_contract)
-      total += 2 * _shape_size(eqn.outvars[0].aval.shape) * contracted
-    elif eqn.primitive.name == 'conv_general_dilated':
-      rhs = eqn.invars[1].aval.shape
-      spec = eqn.params['dimension_numbers'].rhs_spec  # (out, in, *spatial)
-      per_output = _shape_size(rhs[d] for d in spec[1:])
-      total += 2 * _shape_size(eqn.outvars[0].aval.shape) * per_output
-    for param in eqn.params.values():
-      for sub in param if isinstance(param, (list, tuple)) else [param]:
-        if isinstance(sub, jax.extend.core.ClosedJaxpr):
-          total += matmul_flops(sub.jaxpr)
-        elif isinstance(sub, jax.extend.core.Jaxpr):
-          total += matmul_flops(sub)
-  return total
-
-
-def forward_flops_per_image(model, variables, image_size: int) -> int:
-  images = jnp.zeros((1, image_size, image_size, 3))
-  jaxpr = jax.make_jaxpr(
-      lambda v, x: model.apply(v, x, train=False))(variables, images)
-  return matmul_flops(jaxpr.jaxpr)
-
-
-def measure_matmul_peak(dtype, sharding: NamedSharding,
+def measure_matmul_peak(dtype, sharding: jax.sharding.NamedSharding,
                         compiler_options=None) -> float:
   """FLOP/s of large square matmuls, one per device, on all devices at once."""
   n = _PEAK_MATMUL_SIZE
@@ -135,68 +98,68 @@ def _xla_flops(compiled) -> float | None:
 def benchmark_config(model: str, batch_size: int, image_size: int, dtype: str,
                      augment: bool, cpu_compiler_options: dict[str, str]
                      ) -> ml_collections.ConfigDict:
-  """The fields `train`'s steps read, with the study's optimizer."""
-  return ml_collections.ConfigDict(dict(
+  """The schema's config with the study's optimizer and loss."""
+  config = config_schema.defaults()
+  config.update(dict(
       model=model, dtype=dtype, batch_size=batch_size,
-      eval_batch_size=batch_size, seed=0, image_size=image_size,
-      augment=augment, pixel_mean=(0.5, 0.5, 0.5), pixel_std=(0.25, 0.25, 0.25),
-      label_smoothing=0.1, optimizer='adamw', adam_b1=0.9, adam_b2=0.999,
-      weight_decay=0.01, grad_clip_norm=0.0,
-      cpu_compiler_options=cpu_compiler_options))
+      eval_batch_size=batch_size, image_size=image_size, augment=augment,
+      pixel_std=(0.25, 0.25, 0.25), label_smoothing=0.1, weight_decay=0.01,
+      total_steps=1))
+  config.cpu_compiler_options.update(cpu_compiler_options)
+  return config
 
 
 def run_benchmark(*, model: str, batch_size: int, image_size: int,
                   num_classes: int = 10, dtype: str = 'float32',
-                  steps: int = 10, augment: bool = True,
+                  steps_timed: int = 10, augment: bool = True,
                   cpu_compiler_options: dict[str, str] | None = None
                   ) -> dict[str, Any]:
   config = benchmark_config(model, batch_size, image_size, dtype, augment,
                             cpu_compiler_options or {})
   num_devices = jax.device_count()
-  if batch_size % num_devices:
-    raise ValueError(f'--batch_size={batch_size} is not divisible by the '
-                     f'{num_devices} devices.')
-  module = train.create_model(config, num_classes)
-  mesh = jax.make_mesh((num_devices,), ('data',),
-                       axis_types=(jax.sharding.AxisType.Auto,))
-  replicated = NamedSharding(mesh, P())
-  batch_sharding = NamedSharding(mesh, P('data'))
-
-  state = train.create_train_state(
-      jax.random.key(0), module,
-      train.create_optimizer(config, optax.constant_schedule(1e-3)),
-      image_size, replicated)
+  config_schema.validate(config, num_devices)
+  module = steps.create_model(config, num_classes)
+  mesh = parallel.make_mesh()
+  replicated = parallel.replicated(mesh)
+  tx = steps.create_optimizer(config, lambda step: 1e-3)
+  state = steps.initial_state(jax.random.key(0), module, tx, image_size,
+                              replicated)
   rng = np.random.default_rng(0)
-  split = input_pipeline.Split(
+  split = sources.ArraySource(
       rng.integers(0, 256, (batch_size, image_size, image_size, 3),
                    dtype=np.uint8),
       rng.integers(0, num_classes, (batch_size,), dtype=np.int32))
-  inputs = input_pipeline.OnDeviceInput(
-      input_pipeline.Dataset(split, split, num_classes), config, mesh)
+  inputs = data.OnDeviceInput(sources.Dataset(split, split, num_classes),
+                              config, mesh)
   indices = jax.device_put(np.arange(batch_size, dtype=np.int32), replicated)
   mask = jax.device_put(np.ones(batch_size, np.float32), replicated)
   key = jax.random.key(1)
 
   start = time.perf_counter()
-  train_step, eval_step = train.compile_steps(config, state, inputs, key,
-                                              batch_sharding)
+  compiled = steps.compile_steps(config, inputs, state, key)
   compile_seconds = time.perf_counter() - start
+  train_sums = steps.zero_sums(steps.TRAIN_SUMS, replicated)
 
   def one_train_step():
-    nonlocal state
-    state, metrics = train_step(state, inputs.train_data, indices, key)
-    return metrics
+    nonlocal state, train_sums
+    state, train_sums = compiled.train(state, train_sums, inputs.train_data,
+                                       indices, key)
+    return train_sums
 
-  train_seconds = _median_seconds(one_train_step, steps)
-  eval_seconds = _median_seconds(
-      lambda: eval_step(state, inputs.test_data, indices, mask), steps)
+  def one_eval_step():
+    return compiled.eval(state, steps.zero_sums(steps.EVAL_SUMS, replicated),
+                         inputs.test_data, indices, mask)
 
-  forward = forward_flops_per_image(
-      module, train.model_variables(state.params, state.batch_stats),
+  train_seconds = _median_seconds(one_train_step, steps_timed)
+  eval_seconds = _median_seconds(one_eval_step, steps_timed)
+
+  forward = flops.forward_flops_per_image(
+      module, steps.model_variables(state.params, state.batch_stats),
       image_size)
-  peak = measure_matmul_peak(train.DTYPES[dtype], batch_sharding,
-                             train.compiler_options(config))
-  xla_train_flops = _xla_flops(train_step)
+  options = steps.compiler_options(config)
+  peak = measure_matmul_peak(jnp.dtype(dtype), parallel.batch_sharded(mesh),
+                             options)
+  xla_train_flops = _xla_flops(compiled.train)
   train_flops_per_second = 3 * forward * batch_size / train_seconds
   eval_flops_per_second = forward * batch_size / eval_seconds
   return {
@@ -205,7 +168,7 @@ def run_benchmark(*, model: str, batch_size: int, image_size: int,
       'image_size': image_size,
       'dtype': dtype,
       'devices': f'{num_devices} x {jax.devices()[0].device_kind}',
-      'compiler_options': train.compiler_options(config) or {},
+      'compiler_options': options or {},
       'train_images_per_second': batch_size / train_seconds,
       'train_ms_per_step': 1000 * train_seconds,
       'eval_images_per_second': batch_size / eval_seconds,
@@ -219,7 +182,7 @@ def run_benchmark(*, model: str, batch_size: int, image_size: int,
       'matmul_peak_gflop_per_second': peak / 1e9,
       'train_utilisation': train_flops_per_second / peak,
       'eval_utilisation': eval_flops_per_second / peak,
-      'train_step_memory_mb': (_memory_bytes(train_step) or 0) / 2**20,
+      'train_step_memory_mb': (_memory_bytes(compiled.train) or 0) / 2**20,
   }
 
 
@@ -248,14 +211,14 @@ def _parse_options(options: list[str]) -> dict[str, str]:
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'Unexpected arguments: {" ".join(argv[1:])}')
-  runtime.set_cpu_devices(_CPU_DEVICES.value)
+  parallel.set_cpu_devices(_CPU_DEVICES.value)
   try:
     result = run_benchmark(
         model=_MODEL.value, batch_size=_BATCH_SIZE.value,
         image_size=_IMAGE_SIZE.value, num_classes=_NUM_CLASSES.value,
-        dtype=_DTYPE.value, steps=_STEPS.value, augment=_AUGMENT.value,
+        dtype=_DTYPE.value, steps_timed=_STEPS.value, augment=_AUGMENT.value,
         cpu_compiler_options=_parse_options(_CPU_COMPILER_OPTIONS.value))
-  except ValueError as e:
+  except ValueError as e:  # ConfigError included
     raise app.UsageError(str(e)) from e
   print(format_table(result))
   print(json.dumps(result))

@@ -6,8 +6,8 @@ accelerators consume (`vit_jax.benchmark`).
       --data_dir=DIR --image_size=224 --batch_size=256 --threads=8 [--steps=20]
 
 Reads `--steps` training batches of `config.dataset` through
-`streaming.StreamingInput` (Inception crop + flip, resize to --image_size) on
-one device, after one warm-up batch, and prints a table and one JSON line:
+`data.StreamingInput` (Inception crop + flip, resize to --image_size) on one
+device, after one warm-up batch, and prints a table and one JSON line:
 images/s, ms per batch, threads.
 """
 
@@ -19,18 +19,20 @@ from absl import flags
 import jax
 import ml_collections
 
-from vit_jax import streaming
+from vit_jax import config_schema
+from vit_jax import data
+from vit_jax.data import sources
+
 
 def run_benchmark(config: ml_collections.ConfigDict, steps: int) -> dict:
   mesh = jax.make_mesh((1,), ('data',), devices=jax.devices()[:1])
-  inputs = streaming.StreamingInput(streaming.open_dataset(config), config,
-                                    mesh)
+  inputs = data.StreamingInput(sources.open_dataset(config), config, mesh)
   needed = (steps + 1) * config.batch_size
   if inputs.train_size < needed:
     raise ValueError(f'{steps + 1} batches of {config.batch_size} need '
                      f'{needed} training images; the dataset has '
                      f'{inputs.train_size}. Lower --steps or --batch_size.')
-  batches = inputs.train_batches(epoch=1)
+  batches = inputs.train_batches(inputs.position(0))
   jax.block_until_ready(next(batches))  # threads started, first batch read
   start = time.perf_counter()
   for _ in range(steps):
@@ -51,11 +53,12 @@ def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'Unexpected arguments: {" ".join(argv[1:])}')
   args = flags.FLAGS
-  config = ml_collections.ConfigDict(dict(
-      dataset=args.dataset, data_dir=args.data_dir or '', train_split='train',
-      test_split='test', train_examples=0, test_examples=0, seed=0,
-      batch_size=args.batch_size, eval_batch_size=args.batch_size,
-      image_size=args.image_size, augment=True, input_threads=args.threads))
+  config = config_schema.defaults()
+  config.update(dict(
+      dataset=args.dataset, data_dir=args.data_dir or '',
+      input_pipeline='streaming', batch_size=args.batch_size,
+      eval_batch_size=args.batch_size, image_size=args.image_size,
+      input_threads=args.threads, total_steps=args.steps + 1))
   try:
     result = run_benchmark(config, args.steps)
   except ValueError as e:  # DatasetError included

@@ -1,9 +1,11 @@
 """Checkpoints: our training runs, and ViT parameters in the released .npz.
 
-`load_run` reads a `vit_jax.main` workdir. `load_npz` and `save_npz` read and
-write the flat `.npz` layout of the official google-research/vision_transformer
-releases, so published weights load here and ours load there. `load_params`
-takes either, and `check_params` says which key does not fit a model.
+`RunCheckpoints` is where the training loop saves and restores its state:
+`workdir/checkpoints/<step>/`. `load_run` reads a `vit_jax.main` workdir for
+analysis. `load_npz` and `save_npz` read and write the flat `.npz` layout of
+the official google-research/vision_transformer releases, so published
+weights load here and ours load there. `load_params` takes either, and
+`check_params` says which key does not fit a model.
 """
 
 from collections.abc import Mapping
@@ -16,6 +18,7 @@ import re
 from typing import Any
 import zipfile
 
+from absl import logging
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
@@ -28,12 +31,110 @@ class CheckpointError(ValueError):
   """The path holds no usable run or checkpoint, or it does not fit a model."""
 
 
+# ------------------------------------------------------- training runs -----
+
+
+@dataclasses.dataclass(frozen=True)
+class Restored:
+  """Everything a run needs to go on exactly as if it had never stopped."""
+  step: int
+  state: Any  # steps.TrainState
+  train_sums: dict  # metric sums of the unfinished logging interval
+  history: list[dict]  # every record logged so far
+  position: dict  # where the input's next batch comes from
+
+
+def _first_line(error: BaseException) -> str:
+  text = str(error).strip().splitlines()
+  return f'{type(error).__name__}: {text[0] if text else ""}'
+
+
+class RunCheckpoints:
+  """The checkpoints of a run, `directory/<step>/`, the newest
+  `keep` kept. Each holds a `Restored`'s fields: the train state, the train
+  metric sums of the unfinished logging interval, the history of logged
+  records and the input's position. Saves are asynchronous; orbax writes a
+  checkpoint under a temporary name and renames it when complete, so a
+  killed save leaves no step behind, only a temporary directory that the
+  next run removes.
+
+  Multi-process: every process calls every method; orbax coordinates them.
+  """
+
+  def __init__(self, directory: pathlib.Path, keep: int):
+    self.directory = directory
+    self._keep = keep
+    self._manager = None
+
+  def _open(self, create: bool) -> ocp.CheckpointManager:
+    if self._manager is None:
+      self._manager = ocp.CheckpointManager(
+          self.directory,
+          options=ocp.CheckpointManagerOptions(
+              max_to_keep=self._keep, create=create,
+              cleanup_tmp_directories=True))
+    return self._manager
+
+  def steps(self) -> list[int]:
+    if not self.directory.is_dir():
+      return []
+    return sorted(self._open(create=False).all_steps())
+
+  def restore_latest(self, state_shapes, sum_shapes) -> Restored | None:
+    """The newest checkpoint that restores, onto the shardings of the
+    shapes given; one that does not (damaged, or not a checkpoint of this
+    kind) is skipped with a warning naming it. None when there is none;
+    CheckpointError when none of several restores."""
+    steps = self.steps()
+    for step in reversed(steps):
+      try:
+        restored = self._open(create=False).restore(
+            step, args=ocp.args.Composite(
+                state=ocp.args.StandardRestore(state_shapes),
+                train_sums=ocp.args.StandardRestore(sum_shapes),
+                history=ocp.args.JsonRestore(),
+                position=ocp.args.JsonRestore()))
+      except Exception as e:  # pylint: disable=broad-except
+        # orbax and tensorstore raise many types for damaged files.
+        logging.warning('Skipping checkpoint %s, which cannot be restored '
+                        '(%s); trying the one before it.',
+                        self.directory / str(step), _first_line(e))
+        continue
+      return Restored(step, restored.state, dict(restored.train_sums),
+                      list(restored.history), dict(restored.position))
+    if steps:
+      raise CheckpointError(
+          f'None of the checkpoints in {self.directory} (steps '
+          f'{", ".join(map(str, steps))}) can be restored; the warnings above '
+          'say why. Move the directory away to start the run afresh.')
+    return None
+
+  def save(self, step: int, state, train_sums: dict, history: list[dict],
+           position: dict):
+    self._open(create=True).save(
+        step, args=ocp.args.Composite(
+            state=ocp.args.StandardSave(state),
+            train_sums=ocp.args.StandardSave(train_sums),
+            history=ocp.args.JsonSave(history),
+            position=ocp.args.JsonSave(position)))
+
+  def latest_step(self) -> int | None:
+    return self._manager.latest_step() if self._manager else (
+        self.steps() or [None])[-1]
+
+  def close(self):
+    if self._manager is not None:
+      self._manager.wait_until_finished()
+      self._manager.close()
+      self._manager = None
+
+
 @dataclasses.dataclass(frozen=True)
 class Run:
   config: ml_collections.ConfigDict
   params: Any
   batch_stats: Any  # {} for models without BatchNorm
-  epoch: int
+  step: int
 
   @property
   def variables(self) -> dict:
@@ -42,10 +143,10 @@ class Run:
     return {'params': self.params}
 
 
-def load_run(workdir: str | pathlib.Path, epoch: int | None = None) -> Run:
+def load_run(workdir: str | pathlib.Path, step: int | None = None) -> Run:
   """The config and the model variables of a `vit_jax.main` workdir.
 
-  Reads the checkpoint of `epoch` (default: the latest) onto this process's
+  Reads the checkpoint of `step` (default: the latest) onto this process's
   first device, whatever devices the run was trained on.
   """
   workdir = pathlib.Path(workdir)
@@ -58,23 +159,23 @@ def load_run(workdir: str | pathlib.Path, epoch: int | None = None) -> Run:
       (workdir / 'checkpoints').absolute(),
       item_handlers={'state': ocp.StandardCheckpointHandler()})
   with manager:
-    epochs = manager.all_steps()
-    if not epochs:
+    steps = manager.all_steps()
+    if not steps:
       raise CheckpointError(f'{workdir / "checkpoints"} holds no checkpoint '
-                            'yet; train at least one epoch.')
-    epoch = max(epochs) if epoch is None else epoch
-    if epoch not in epochs:
-      raise CheckpointError(f'No checkpoint of epoch {epoch} in {workdir}; '
-                            f'there are {sorted(epochs)}.')
+                            'yet; train until the first one is saved.')
+    step = max(steps) if step is None else step
+    if step not in steps:
+      raise CheckpointError(f'No checkpoint of step {step} in {workdir}; '
+                            f'there are {sorted(steps)}.')
     device = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
     target = jax.tree.map(
         lambda leaf: jax.ShapeDtypeStruct(leaf.shape, leaf.dtype,
                                           sharding=device),
-        manager.item_metadata(epoch)['state'])
+        manager.item_metadata(step)['state'])
     state = manager.restore(
-        epoch,
+        step,
         args=ocp.args.Composite(state=ocp.args.StandardRestore(target))).state
-  return Run(config, state['params'], state.get('batch_stats') or {}, epoch)
+  return Run(config, state['params'], state.get('batch_stats') or {}, step)
 
 
 # Inside an encoder block the released files number submodules across types
@@ -229,17 +330,17 @@ def save_npz(params: Mapping[str, Any], path: str | pathlib.Path) -> None:
 
 
 def load_params(path_or_workdir: str | pathlib.Path,
-                epoch: int | None = None) -> Any:
+                step: int | None = None) -> Any:
   """Parameters from a released `.npz` file or a `vit_jax.main` workdir.
 
-  A workdir gives its checkpoint of `epoch` (default: the latest) as arrays on
+  A workdir gives its checkpoint of `step` (default: the latest) as arrays on
   the first device, a `.npz` gives numpy arrays; both in our tree.
   """
   path = pathlib.Path(path_or_workdir)
   if path.is_dir():
-    return load_run(path, epoch).params
-  if epoch is not None:
-    raise CheckpointError(f'{path} is one .npz checkpoint; epoch={epoch} only '
+    return load_run(path, step).params
+  if step is not None:
+    raise CheckpointError(f'{path} is one .npz checkpoint; step={step} only '
                           'selects among the checkpoints of a run directory.')
   return load_npz(path)
 

@@ -10,10 +10,12 @@ from typing import Any
 
 from absl import logging
 import flax
+import jax
 import numpy as np
 import scipy.ndimage
 
 from vit_jax import checkpoint
+from vit_jax.config_schema import ConfigError
 
 _POSITION_EMBEDDING = ('Transformer', 'posembed_input', 'pos_embedding')
 
@@ -72,3 +74,18 @@ def adapt_params(pretrained: Any, fresh: Any, *,
                           target='the new model (config.model)')
   return unflatten({path: np.asarray(value).astype(fresh[path].dtype)
                     for path, value in adapted.items()})
+
+
+def pretrained_params(config, model, fresh_params) -> dict:
+  """`config.init_from` (a run directory or a released .npz) fitted to
+  `model`, whose freshly initialised parameters are `fresh_params`; a
+  ConfigError names what does not fit."""
+  try:
+    pretrained = checkpoint.load_params(config.init_from)
+    adapted = adapt_params(
+        pretrained, jax.device_get(fresh_params),
+        num_prefix_tokens=int(getattr(model, 'classifier', '') == 'token'))
+  except checkpoint.CheckpointError as e:
+    raise ConfigError(f'config.init_from={config.init_from!r}: {e}') from e
+  logging.info('Initialised from %s.', config.init_from)
+  return adapted

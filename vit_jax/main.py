@@ -1,6 +1,8 @@
 """Trains and evaluates a model: `python -m vit_jax.main --config=... --workdir=...`.
 
 Rerunning the same command resumes from the latest checkpoint in the workdir.
+Exit status: 0 when the run is complete; 75 when SIGTERM stopped it after it
+saved a checkpoint (rerun to resume); 1 for a problem the message explains.
 On several hosts the same command runs once per host (or per accelerator),
 with the workdir on a shared filesystem; SLURM, Open MPI and Cloud TPU jobs are
 detected, elsewhere --coordinator_address, --num_processes and --process_id say
@@ -17,8 +19,8 @@ from absl import logging
 import jax
 from ml_collections import config_flags
 
-from vit_jax import input_pipeline
-from vit_jax import runtime
+from vit_jax import data
+from vit_jax import parallel
 from vit_jax import train
 
 _CONFIG = config_flags.DEFINE_config_file(
@@ -29,7 +31,7 @@ _WORKDIR = flags.DEFINE_string(
 _CPU_DEVICES = flags.DEFINE_integer(
     'cpu_devices', None,
     'Host devices the batch is split over when running on the CPU (default: '
-    f'config.cpu_devices, else {runtime.DEFAULT_CPU_DEVICES}).')
+    f'config.cpu_devices, else {parallel.DEFAULT_CPU_DEVICES}).')
 _COORDINATOR_ADDRESS = flags.DEFINE_string(
     'coordinator_address', None,
     'host:port of process 0 in a multi-process job (default: detected from '
@@ -84,18 +86,21 @@ def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'Unexpected arguments: {" ".join(argv[1:])}')
   logging.get_absl_handler().addFilter(_quiet_orbax)
-  runtime.set_cpu_devices(_CPU_DEVICES.value or
-                          _CONFIG.value.get('cpu_devices'))
+  parallel.set_cpu_devices(_CPU_DEVICES.value or
+                           _CONFIG.value.get('cpu_devices'))
   try:
-    if runtime.initialize_distributed(_COORDINATOR_ADDRESS.value,
+    if parallel.initialize_distributed(_COORDINATOR_ADDRESS.value,
                                       _NUM_PROCESSES.value, _PROCESS_ID.value):
       # Every process logs, as in flax's and big_vision's trainers; the
       # prefix tells them apart. Only process 0 writes files (train.py).
       logging.get_absl_handler().addFilter(_ProcessPrefix(
           f'[process {jax.process_index()}/{jax.process_count()}] '))
     train.train_and_evaluate(_CONFIG.value, _WORKDIR.value)
-  except (runtime.DistributedError, train.ConfigError,
-          input_pipeline.DatasetError, train.TrainingDivergedError) as e:
+  except train.Preempted as e:
+    logging.warning('%s', e)
+    sys.exit(train.PREEMPTED_EXIT_STATUS)
+  except (parallel.DistributedError, train.ConfigError, data.DatasetError,
+          train.TrainingDivergedError) as e:
     logging.error('%s', e)
     sys.exit(f'error: {e}')
 

@@ -1,4 +1,4 @@
-"""Per-epoch metrics to `metrics.jsonl` and TensorBoard event files.
+"""Logged metrics to `metrics.jsonl` and TensorBoard event files.
 
 TensorBoard files are written with tensorboardX, which needs no TensorFlow.
 Only process 0 writes.
@@ -12,14 +12,15 @@ from tensorboardX import SummaryWriter
 
 
 class MetricWriter:
-  """Writes one record per epoch; `history` is what a resumed run restored."""
+  """Writes one record per logged step; `history` is what a resumed run
+  restored."""
 
   def __init__(self, workdir: pathlib.Path, history: list[dict]):
     self._enabled = jax.process_index() == 0
     if not self._enabled:
       return
     self._jsonl_path = workdir / 'metrics.jsonl'
-    # The checkpoint's history is the truth: epochs logged after the last
+    # The checkpoint's history is the truth: steps logged after the last
     # checkpoint of an interrupted run are trained again, so drop them.
     self._jsonl_path.write_text(''.join(json.dumps(r) + '\n' for r in history))
     self._tensorboard = SummaryWriter(str(workdir / 'tensorboard'))
@@ -31,7 +32,7 @@ class MetricWriter:
       f.write(json.dumps(record) + '\n')
     for name, value in record.items():
       if name not in ('epoch', 'step'):
-        self._tensorboard.add_scalar(name, value, global_step=record['epoch'])
+        self._tensorboard.add_scalar(name, value, global_step=record['step'])
     self._tensorboard.flush()
 
   def close(self):

@@ -60,7 +60,7 @@ def main(argv):
                (workdir / 'metrics.jsonl').read_text().splitlines()]
     rows.append(('fine-tuned (configs/finetune.py)', int(size),
                  json.loads((workdir / 'summary.json').read_text()),
-                 sum(r['epoch_seconds'] for r in history) / 60))
+                 sum(r['seconds'] for r in history) / 60))
 
   results = [{'run': name, 'image_size': size, 'wall_minutes': minutes,
               **summary} for name, size, summary, minutes in rows]

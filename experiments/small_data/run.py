@@ -125,7 +125,7 @@ def load_run(directory: pathlib.Path) -> dict | None:
       'best_test_accuracy': summary['best_test_accuracy'],
       'best_epoch': summary['best_epoch'],
       'final_train_accuracy': summary['final_train_accuracy'],
-      'wall_minutes': sum(r['epoch_seconds'] for r in history) / 60,
+      'wall_minutes': sum(r['seconds'] for r in history) / 60,
       'train_accuracy': [r['train_accuracy'] for r in history],
       'test_accuracy': [r['test_accuracy'] for r in history],
   }
@@ -177,7 +177,7 @@ def table(results: dict) -> str:
           f'| {name} | {by_recipe["parameters"]:,} | {recipe.replace("_", " ")}'
           f' | {len(runs)} | {_mean_std(column("best_test_accuracy"))} | '
           f'{_mean_std(column("final_train_accuracy"))} | '
-          f'{", ".join(str(e) for e in column("best_epoch"))} | '
+          f'{", ".join(f"{e:g}" for e in column("best_epoch"))} | '
           f'{np.mean(column("wall_minutes")):.1f} | '
           f'{100 * study_test:.1f} / {100 * study_train:.1f} |')
   return '\n'.join(lines)
@@ -195,7 +195,7 @@ def batch_size_table(results: dict) -> str:
       lines.append(
           f'| {name} | {run["batch_size"]} | {run["steps_per_epoch"]} | '
           f'{100 * run["best_test_accuracy"]:.1f} | '
-          f'{100 * run["final_train_accuracy"]:.1f} | {run["best_epoch"]} | '
+          f'{100 * run["final_train_accuracy"]:.1f} | {run["best_epoch"]:g} | '
           f'{run["wall_minutes"]:.1f} | '
           f'{100 * study_test:.1f} / {100 * study_train:.1f} |')
   return '\n'.join(lines)

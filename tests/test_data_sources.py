@@ -1,28 +1,44 @@
-"""Datasets from disk, subsets, batching and on-device augmentation."""
+"""Datasets on disk: both CIFAR formats, image folders, tfds, subsets, and
+the errors that say what to do."""
 
-import jax
-import jax.numpy as jnp
-import ml_collections
 import numpy as np
 import pytest
 
+from tests.conftest import png
 from tests.conftest import prepare_tfds_array_record
 from tests.conftest import random_cifar
 from tests.conftest import write_cifar_binary
 from tests.conftest import write_cifar_python
-from vit_jax import input_pipeline
+from vit_jax import config_schema
+from vit_jax.data import sources
+from vit_jax.data.sources import DatasetError
 
 
 def _config(data_dir, dataset='cifar10', **overrides):
-  fields = dict(dataset=dataset, data_dir=str(data_dir), train_examples=0,
-                test_examples=0, image_size=32, train_split='train',
-                test_split='test')
-  return ml_collections.ConfigDict({**fields, **overrides})
+  config = config_schema.defaults()
+  config.update(dict(dataset=dataset, data_dir=str(data_dir), **overrides))
+  return config
 
 
 def _assert_same(a, b):
   np.testing.assert_array_equal(a.images, b.images)
   np.testing.assert_array_equal(a.labels, b.labels)
+
+
+class _Split:
+
+  def __init__(self, source, image_size):
+    self.images, self.labels = sources.to_arrays(source, image_size)
+
+
+class _Loaded:
+  """A dataset as the on-device input reads it: whole, as arrays."""
+
+  def __init__(self, config):
+    dataset = sources.open_dataset(config, whole=True)
+    self.train = _Split(dataset.train, config.image_size)
+    self.test = _Split(dataset.test, config.image_size)
+    self.num_classes = dataset.num_classes
 
 
 def test_both_cifar10_formats_load_to_the_same_arrays(cifar10_binary,
@@ -33,8 +49,8 @@ def test_both_cifar10_formats_load_to_the_same_arrays(cifar10_binary,
       'data_batch_2': splits['data_batch_2.bin'],
       'test_batch': splits['test_batch.bin'],
   })
-  binary = input_pipeline.load_dataset(_config(data_dir))
-  python = input_pipeline.load_dataset(_config(tmp_path / 'py'))
+  binary = _Loaded(_config(data_dir))
+  python = _Loaded(_config(tmp_path / 'py'))
   _assert_same(binary.train, python.train)
   _assert_same(binary.test, python.test)
   assert binary.num_classes == python.num_classes == 10
@@ -55,8 +71,8 @@ def test_both_cifar100_formats_load_fine_labels(tmp_path):
                      {'train.bin': train, 'test.bin': test}, label_bytes=2)
   write_cifar_python(tmp_path / 'py' / 'cifar-100-python',
                      {'train': train, 'test': test}, label_key=b'fine_labels')
-  binary = input_pipeline.load_dataset(_config(tmp_path / 'bin', 'cifar100'))
-  python = input_pipeline.load_dataset(_config(tmp_path / 'py', 'cifar100'))
+  binary = _Loaded(_config(tmp_path / 'bin', 'cifar100'))
+  python = _Loaded(_config(tmp_path / 'py', 'cifar100'))
   for loaded in (binary, python):
     np.testing.assert_array_equal(loaded.train.images, train[0])
     np.testing.assert_array_equal(loaded.train.labels, train[1])
@@ -66,20 +82,20 @@ def test_both_cifar100_formats_load_fine_labels(tmp_path):
 
 def test_data_dir_from_environment(cifar10_binary, monkeypatch):
   data_dir, _ = cifar10_binary
-  monkeypatch.setenv(input_pipeline.DATA_DIR_ENV, str(data_dir))
-  assert len(input_pipeline.load_dataset(_config('')).train) == 96
+  monkeypatch.setenv(sources.DATA_DIR_ENV, str(data_dir))
+  assert len(_Loaded(_config('')).train.labels) == 96
 
 
 def test_deterministic_subset_is_the_first_examples(cifar10_binary):
   data_dir, _ = cifar10_binary
-  full = input_pipeline.load_dataset(_config(data_dir))
-  subset = input_pipeline.load_dataset(
+  full = _Loaded(_config(data_dir))
+  subset = _Loaded(
       _config(data_dir, train_examples=50, test_examples=7))
   np.testing.assert_array_equal(subset.train.images, full.train.images[:50])
   np.testing.assert_array_equal(subset.test.labels, full.test.labels[:7])
-  with pytest.raises(input_pipeline.DatasetError,
+  with pytest.raises(DatasetError,
                      match='train_examples=500 but the dataset has only 96'):
-    input_pipeline.load_dataset(_config(data_dir, train_examples=500))
+    _Loaded(_config(data_dir, train_examples=500))
 
 
 def test_image_folder(tmp_path):
@@ -93,7 +109,7 @@ def test_image_folder(tmp_path):
         image = rng.integers(0, 256, (8, 8, 3), dtype=np.uint8)
         Image.fromarray(image).save(tmp_path / split / name / f'{i}.png')
         written.setdefault(split, []).append((image, label))
-  dataset = input_pipeline.load_dataset(
+  dataset = _Loaded(
       _config(tmp_path, 'image_folder', image_size=8))
   assert dataset.num_classes == 2
   for split in ('train', 'test'):
@@ -104,81 +120,25 @@ def test_image_folder(tmp_path):
 
 
 def test_missing_data_says_where_it_looked_and_what_to_do(tmp_path):
-  with pytest.raises(input_pipeline.DatasetError,
+  with pytest.raises(DatasetError,
                      match=r'No cifar10 found in .*cifar-10-batches-bin.*'
                      r'--config.data_dir=DIR or set \$VIT_JAX_DATA_DIR'):
-    input_pipeline.load_dataset(_config(tmp_path))
-  with pytest.raises(input_pipeline.DatasetError, match='does not exist'):
-    input_pipeline.load_dataset(_config(tmp_path / 'nowhere'))
-  with pytest.raises(input_pipeline.DatasetError, match='pass --config.data_dir'):
-    input_pipeline.load_dataset(_config(''))
-  with pytest.raises(input_pipeline.DatasetError, match="Unknown dataset 'mnist'"):
-    input_pipeline.load_dataset(_config(tmp_path, 'mnist'))
+    _Loaded(_config(tmp_path))
+  with pytest.raises(DatasetError, match='does not exist'):
+    _Loaded(_config(tmp_path / 'nowhere'))
+  with pytest.raises(DatasetError, match='pass --config.data_dir'):
+    _Loaded(_config(''))
+  with pytest.raises(DatasetError, match="Unknown dataset 'mnist'"):
+    _Loaded(_config(tmp_path, 'mnist'))
 
 
 def test_malformed_data_names_the_file(cifar10_binary):
   data_dir, _ = cifar10_binary
   broken = data_dir / 'cifar-10-batches-bin' / 'test_batch.bin'
   broken.write_bytes(broken.read_bytes()[:-5])
-  with pytest.raises(input_pipeline.DatasetError,
+  with pytest.raises(DatasetError,
                      match='test_batch.bin is not a CIFAR binary file'):
-    input_pipeline.load_dataset(_config(data_dir))
-
-
-def test_tfds_without_tensorflow_says_how_to_install(tmp_path):
-  try:
-    import tensorflow  # pylint: disable=unused-import
-    pytest.skip('TensorFlow is installed')
-  except ImportError:
-    pass
-  name = prepare_tfds_array_record(tmp_path, 'VitJaxFixedSizeTest', 4, 2,
-                                   lambda i: (8, 8, 3))
-  with pytest.raises(input_pipeline.DatasetError,
-                     match=r"pip install -e '\.\[tf\]'.*streaming"):
-    input_pipeline.load_dataset(_config(tmp_path, name))
-
-
-def test_epoch_batches_shuffle_per_epoch_and_are_reproducible():
-  first = input_pipeline.epoch_batches(0, 1, 100, 16)
-  assert first.shape == (6, 16)
-  assert len(np.unique(first)) == 96
-  np.testing.assert_array_equal(first, input_pipeline.epoch_batches(0, 1, 100,
-                                                                    16))
-  assert not np.array_equal(first, input_pipeline.epoch_batches(0, 2, 100, 16))
-
-
-@pytest.mark.parametrize('num_examples,batch_size', [(37, 16), (32, 16), (5, 8)])
-def test_eval_batches_cover_every_example_exactly_once(num_examples,
-                                                       batch_size):
-  indices, mask = input_pipeline.eval_batches(num_examples, batch_size)
-  assert indices.shape == mask.shape
-  assert indices.shape[1] == batch_size
-  assert sorted(indices[mask == 1].tolist()) == list(range(num_examples))
-
-
-def test_random_crop_and_flip_is_a_shifted_crop_of_the_padded_image():
-  images = jax.random.uniform(jax.random.key(0), (16, 6, 6, 3))
-  out = np.asarray(
-      input_pipeline.random_crop_and_flip(jax.random.key(1), images, 2))
-  padded = np.pad(np.asarray(images), ((0, 0), (2, 2), (2, 2), (0, 0)))
-  seen = set()
-  for image, source in zip(out, padded):
-    matches = [(dy, dx, flip) for dy in range(5) for dx in range(5)
-               for flip in (False, True)
-               if np.array_equal(image, (lambda c: c[:, ::-1] if flip else c)(
-                   source[dy:dy + 6, dx:dx + 6]))]
-    assert matches
-    seen.update(m[2] for m in matches)
-  assert seen == {False, True}
-
-
-def test_preprocess_normalises_and_resizes():
-  images = jnp.full((2, 4, 4, 3), 255, jnp.uint8)
-  out = input_pipeline.preprocess(images, key=None, augment=False,
-                                  image_size=8, mean=(0.5, 0.5, 0.5),
-                                  std=(0.25, 0.5, 1.0))
-  assert out.shape == (2, 8, 8, 3)
-  np.testing.assert_allclose(out[0, 0, 0], [2.0, 1.0, 0.5], rtol=1e-6)
+    _Loaded(_config(data_dir))
 
 
 def test_tfds_dataset_prepared_on_disk(tmp_path):
@@ -196,7 +156,7 @@ def test_tfds_dataset_prepared_on_disk(tmp_path):
           'label': tfds.features.ClassLabel(num_classes=3)}))
   builder.download_and_prepare()
 
-  dataset = input_pipeline.load_dataset(_config(tmp_path, 'tfds:tiny_images'))
+  dataset = _Loaded(_config(tmp_path, 'tfds:tiny_images'))
   assert dataset.num_classes == 3
   for loaded, (images, labels) in ((dataset.train, train),
                                    (dataset.test, test)):
@@ -205,5 +165,49 @@ def test_tfds_dataset_prepared_on_disk(tmp_path):
     np.testing.assert_array_equal(loaded.images[order], images[expected])
     np.testing.assert_array_equal(loaded.labels[order], labels[expected])
 
-  with pytest.raises(input_pipeline.DatasetError, match='not prepared'):
-    input_pipeline.load_dataset(_config(tmp_path / 'empty', 'tfds:mnist'))
+  with pytest.raises(DatasetError, match='not prepared'):
+    _Loaded(_config(tmp_path / 'empty', 'tfds:mnist'))
+
+
+def test_array_record_tfds_is_read_whole_without_tensorflow(tmp_path):
+  name = prepare_tfds_array_record(tmp_path, 'VitJaxFixedSizeTest', 4, 2,
+                                   lambda i: (8, 8, 3))
+  dataset = _Loaded(_config(tmp_path, name, image_size=8))
+  assert dataset.train.images.shape == (4, 8, 8, 3)
+  assert sorted(dataset.train.labels.tolist()) == [0, 0, 1, 2]
+  assert dataset.num_classes == 3
+
+
+def test_image_folder_is_listed_and_read_lazily(tmp_path):
+  rng = np.random.default_rng(0)
+  for split, count in (('train', 3), ('test', 2)):
+    for name in ('cat', 'dog'):
+      (tmp_path / split / name).mkdir(parents=True)
+      for i in range(count):
+        (tmp_path / split / name / f'{i}.png').write_bytes(
+            png(rng.integers(0, 256, (9 + i, 11, 3), np.uint8)))
+  config = _config(tmp_path, 'image_folder', test_examples=3)
+  dataset = sources.open_dataset(config)
+  assert (len(dataset.train), len(dataset.test), dataset.num_classes) == (6, 3,
+                                                                          2)
+  image, label = dataset.train[4]
+  assert image.shape == (10, 11, 3) and label == 1
+  with pytest.raises(DatasetError, match='has only 4'):
+    sources.open_dataset(_config(tmp_path, 'image_folder', test_examples=5))
+
+
+def test_tfds_array_record_is_read_by_index_at_any_image_size(tmp_path):
+  name = prepare_tfds_array_record(
+      tmp_path, 'VitJaxVariableSizeTest', 7, 4,
+      lambda i: (20 + 3 * i, 30 - 2 * i, 3))
+  config = _config(tmp_path, name, image_size=16)
+  dataset = sources.open_dataset(config)
+  assert (len(dataset.train), len(dataset.test), dataset.num_classes) == (7, 4,
+                                                                          3)
+  assert {dataset.train[i][0].shape for i in range(7)} == {
+      (20 + 3 * i, 30 - 2 * i, 3) for i in range(7)}
+  assert sorted(dataset.train[i][1] for i in range(7)) == [0, 0, 0, 1, 1, 2, 2]
+  # Read whole for the on-device input, each image resized to image_size.
+  assert _Loaded(config).train.images.shape == (7, 16, 16, 3)
+  with pytest.raises(DatasetError, match='not prepared'):
+    sources.open_dataset(_config(tmp_path / 'empty', name))

@@ -1,14 +1,16 @@
-"""Host-device set-up before JAX starts."""
+"""Process set-up, the mesh and placement, cross-process checks, preemption."""
 
 import os
+import signal
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
-from vit_jax import runtime
+from vit_jax import parallel
 
-_COUNT_DEVICES = ('from vit_jax import runtime; runtime.set_cpu_devices({}); '
+_COUNT_DEVICES = ('from vit_jax import parallel; parallel.set_cpu_devices({}); '
                   'import jax; print(jax.device_count())')
 
 
@@ -53,21 +55,21 @@ _SLURM_STEP = {'SLURM_JOB_ID': '17', 'SLURM_STEP_NODELIST': 'node[01-02]',
 ])
 def test_initializes_only_when_the_environment_is_a_multi_process_job(
     environ, expected):
-  assert runtime.distributed_args(environ=environ) == expected
+  assert parallel.distributed_args(environ=environ) == expected
 
 
 def test_flags_win_and_may_complete_a_detected_cluster():
   flags = dict(coordinator_address='10.0.0.1:8476', num_processes=4,
                process_id=3)
-  assert runtime.distributed_args(**flags, environ={}) == flags
-  assert runtime.distributed_args(**flags, environ={
+  assert parallel.distributed_args(**flags, environ={}) == flags
+  assert parallel.distributed_args(**flags, environ={
       'JAX_COORDINATOR_ADDRESS': 'other:1', 'JAX_PROCESS_ID': '0'}) == flags
   # Inside SLURM a flag overrides what jax would detect, the rest is detected.
-  assert runtime.distributed_args(
+  assert parallel.distributed_args(
       coordinator_address='node01:9999', environ=_SLURM_STEP) == {
           'coordinator_address': 'node01:9999'}
   # One process is one process, whatever the environment says.
-  assert runtime.distributed_args(num_processes=1, environ=_SLURM_STEP) is None
+  assert parallel.distributed_args(num_processes=1, environ=_SLURM_STEP) is None
 
 
 @pytest.mark.parametrize('flags,environ,message', [
@@ -85,14 +87,38 @@ def test_flags_win_and_may_complete_a_detected_cluster():
 ])
 def test_an_incomplete_or_impossible_set_is_a_clear_error(flags, environ,
                                                           message):
-  with pytest.raises(runtime.DistributedError, match=message):
-    runtime.distributed_args(**flags, environ=environ)
+  with pytest.raises(parallel.DistributedError, match=message):
+    parallel.distributed_args(**flags, environ=environ)
 
 
 def test_initialize_does_nothing_on_a_single_machine(monkeypatch):
   for name in list(os.environ):
     if name.startswith(('SLURM_', 'OMPI_', 'TPU_', 'MEGASCALE_', 'JAX_')):
       monkeypatch.delenv(name)
-  assert not runtime.initialize_distributed()
-  with pytest.raises(runtime.DistributedError, match='needs --num_processes'):
-    runtime.initialize_distributed(process_id=0)
+  assert not parallel.initialize_distributed()
+  with pytest.raises(parallel.DistributedError, match='needs --num_processes'):
+    parallel.initialize_distributed(process_id=0)
+
+
+def test_process_rows_of_a_single_process_are_the_whole_batch():
+  sharding = parallel.batch_sharded(parallel.make_mesh())
+  assert parallel.process_rows(sharding, 8) == slice(0, 8)
+
+
+def test_replicate_places_host_data_on_every_device():
+  sharding = parallel.replicated(parallel.make_mesh())
+  array = parallel.replicate(np.arange(6).reshape(2, 3), sharding)
+  assert array.sharding == sharding
+  np.testing.assert_array_equal(array, np.arange(6).reshape(2, 3))
+  assert parallel.processes_that_differ([np.arange(3)]) == []
+
+
+def test_sigterm_is_a_request_to_stop_that_the_loop_reads():
+  preemption = parallel.Preemption()
+  try:
+    assert not preemption.reached(1)
+    os.kill(os.getpid(), signal.SIGTERM)
+    assert preemption.reached(2)
+  finally:
+    preemption.close()
+  assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL

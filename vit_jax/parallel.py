@@ -1,13 +1,22 @@
-"""Process-level set-up that must happen before JAX creates its backends:
-the CPU's host devices, and joining a multi-process (multi-host) job."""
+"""Running over devices and processes: set-up before JAX starts (the CPU's
+host devices, joining a multi-process job), the mesh and the placement of
+host data on it, checks that every process agrees, and preemption.
 
+One mesh axis, `data`: the batch is split along it and everything else is
+replicated. In a multi-process job every process runs the same program on
+the same global arrays, each holding its own devices' shards.
+"""
+
+from collections.abc import Mapping
 import glob
 import importlib.util
 import os
-from collections.abc import Mapping
+import signal
+import zlib
 
 from absl import logging
 import jax
+import numpy as np
 
 # On a CPU, XLA runs the small matmuls of a small model with little
 # parallelism; splitting the batch over a few host devices runs the shards
@@ -163,3 +172,101 @@ def initialize_distributed(coordinator_address: str | None = None,
                jax.process_index(), jax.process_count(), described,
                jax.local_device_count(), jax.device_count())
   return True
+
+
+# ------------------------------------------------------ mesh and placement -
+
+
+def make_mesh() -> jax.sharding.Mesh:
+  """All devices of all processes along one `data` axis."""
+  return jax.make_mesh((jax.device_count(),), ('data',),
+                       axis_types=(jax.sharding.AxisType.Auto,))
+
+
+def replicated(mesh: jax.sharding.Mesh) -> jax.sharding.NamedSharding:
+  return jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
+
+
+def batch_sharded(mesh: jax.sharding.Mesh) -> jax.sharding.NamedSharding:
+  """Leading axis split along `data`: each device holds its rows."""
+  return jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec('data'))
+
+
+def replicate(array: np.ndarray, sharding: jax.sharding.Sharding) -> jax.Array:
+  """A global array from host data that every process holds identically.
+
+  Each process fills only its own devices, so `sharding` may span several
+  processes (`jax.device_put` would also compare the data across processes
+  first, moving all of it over the network).
+  """
+  array = np.asarray(array)
+  return jax.make_array_from_callback(array.shape, sharding,
+                                      lambda index: array[index])
+
+
+def process_rows(sharding: jax.sharding.Sharding, batch_size: int) -> slice:
+  """The rows of a global batch that live on this process's devices."""
+  spans = sorted({
+      (index[0].start or 0,
+       batch_size if index[0].stop is None else index[0].stop)
+      for index in sharding.addressable_devices_indices_map(
+          (batch_size,)).values()
+  })
+  if any(stop != start for (_, stop), (start, _) in zip(spans, spans[1:])):
+    raise ValueError(f'The batch rows of process {jax.process_index()} are '
+                     f'not contiguous: {spans}.')
+  return slice(spans[0][0], spans[-1][1])
+
+
+def _checksum(array) -> int:
+  array = np.ascontiguousarray(array)
+  crc = zlib.crc32(repr((array.shape, array.dtype.str)).encode())
+  return zlib.crc32(memoryview(array).cast('B'), crc)
+
+
+def processes_that_differ(arrays: list[np.ndarray]) -> list[int]:
+  """The processes whose `arrays` differ from process 0's (by checksum, one
+  number per array exchanged); [] in a single process."""
+  if jax.process_count() == 1:
+    return []
+  from jax.experimental import multihost_utils  # pylint: disable=g-import-not-at-top
+  local = np.array([_checksum(a) for a in arrays], np.uint32)
+  every = np.asarray(multihost_utils.process_allgather(local))
+  return [i for i in range(len(every)) if (every[i] != every[0]).any()]
+
+
+# ------------------------------------------------------------ preemption ---
+
+
+class Preemption:
+  """SIGTERM (what SLURM, Kubernetes and TPU maintenance send before a kill)
+  as a request to save and stop, at a step every process agrees on.
+
+  A single process catches the signal itself. In a multi-process job the
+  coordination service that `jax.distributed.initialize` started catches it
+  in whichever process receives it and picks the step at which all of them
+  stop (`multihost_utils.reached_preemption_sync_point`). Call `reached`
+  once per step, with the same steps in every process.
+  """
+
+  def __init__(self):
+    self._multi_process = jax.process_count() > 1
+    self._signalled = False
+    self._previous = None
+    if not self._multi_process:
+      self._previous = signal.signal(signal.SIGTERM, self._on_signal)
+
+  def _on_signal(self, signum, frame):
+    del signum, frame
+    self._signalled = True
+
+  def reached(self, step: int) -> bool:
+    if self._multi_process:
+      from jax.experimental import multihost_utils  # pylint: disable=g-import-not-at-top
+      return multihost_utils.reached_preemption_sync_point(step)
+    return self._signalled
+
+  def close(self):
+    if self._previous is not None:
+      signal.signal(signal.SIGTERM, self._previous)
+      self._previous = None

@@ -1,0 +1,66 @@
+"""The config schema: defaults, validation without compiling, epochs into
+steps, and which changes a resumed run refuses."""
+
+import pytest
+
+from tests.conftest import tiny_config
+from vit_jax import config_schema
+from vit_jax.config_schema import ConfigError
+
+
+def test_every_field_has_a_default_and_a_doc():
+  config = config_schema.defaults()
+  assert set(config.keys()) == set(config_schema.FIELDS)
+  for name, field in config_schema.FIELDS.items():
+    assert field.doc.strip(), name
+    if field.choices:
+      assert field.default in field.choices, name
+  assert 'total_steps' in config_schema.describe()
+
+
+def test_an_unknown_or_missing_field_is_named():
+  config = tiny_config('')
+  with config.unlocked():
+    config.num_epoch = 3
+  with pytest.raises(ConfigError, match="num_epoch is not a field.*did you "
+                     "mean 'num_epochs'"):
+    config_schema.validate(config, 1)
+  config = tiny_config('')
+  del config['seed']
+  with pytest.raises(ConfigError, match='lacks seed'):
+    config_schema.validate(config, 1)
+
+
+def test_a_batch_not_divisible_by_the_devices_is_a_clear_error():
+  config = tiny_config('', batch_size=12)
+  with pytest.raises(ConfigError,
+                     match='batch_size=12 is not divisible by the 8 devices'):
+    config_schema.validate(config, num_devices=8)
+
+
+def test_accumulation_must_split_the_batch_over_the_devices():
+  config = tiny_config('', batch_size=16, grad_accumulation_steps=3)
+  with pytest.raises(ConfigError, match='grad_accumulation_steps=3'):
+    config_schema.validate(config, num_devices=1)
+
+
+def test_epochs_become_steps_and_intervals_default_to_an_epoch():
+  plan = config_schema.step_plan(tiny_config('', num_epochs=3,
+                                             warmup_epochs=1), 7)
+  assert (plan.total_steps, plan.warmup_steps, plan.log_every,
+          plan.eval_every, plan.checkpoint_every) == (21, 7, 7, 7, 7)
+  plan = config_schema.step_plan(
+      tiny_config('', total_steps=100, warmup_steps=10, log_every_steps=5,
+                  eval_every_steps=20, checkpoint_every_steps=50), 7)
+  assert (plan.total_steps, plan.warmup_steps, plan.log_every,
+          plan.eval_every, plan.checkpoint_every) == (100, 10, 5, 20, 50)
+  assert plan.epoch(14) == 2.0
+
+
+def test_resuming_refuses_what_changes_the_checkpoints_meaning(tmp_path):
+  saved = tiny_config('').to_dict()
+  config_schema.check_resumable(
+      saved, tiny_config('', log_every_steps=5, eval_batch_size=64), tmp_path)
+  with pytest.raises(ConfigError, match=r'another config\.seed \(0 there, 1 '
+                     r'here\).*config\.json, or pass a new --workdir'):
+    config_schema.check_resumable(saved, tiny_config('', seed=1), tmp_path)

@@ -1,0 +1,60 @@
+"""Crops, flips, resizing and normalisation, on the host and the device."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from vit_jax.data import preprocess
+
+
+def test_inception_crop_box_stays_inside_with_the_official_ranges():
+  rng = np.random.default_rng(0)
+  for _ in range(500):
+    top, left, height, width = preprocess.inception_crop_box(40, 60, rng)
+    assert 0 <= top and top + height <= 40 and 0 <= left and left + width <= 60
+    assert 0.04 <= height * width / (40 * 60) <= 1.0
+    assert 0.7 <= width / height <= 1.4
+
+
+def test_inception_crop_falls_back_to_the_whole_image():
+  # No crop of 5-100% of a 1x200 strip has an aspect ratio near 1.
+  assert preprocess.inception_crop_box(1, 200, np.random.default_rng(0)) == (
+      0, 0, 1, 200)
+
+
+def test_train_image_is_a_resized_crop_reproducible_from_its_seed():
+  image = np.random.default_rng(0).integers(0, 256, (50, 70, 3), np.uint8)
+  out = [preprocess.train_image(image, 16, True, np.random.default_rng([1, 2]))
+         for _ in range(2)]
+  assert out[0].shape == (16, 16, 3) and out[0].dtype == np.uint8
+  np.testing.assert_array_equal(out[0], out[1])
+  assert preprocess.train_image(image, 70, False, None).shape == (70, 70, 3)
+  flips = {
+      bool(rng.random() < 0.5) for rng in
+      (np.random.default_rng([1, i]) for i in range(20))
+  }
+  assert flips == {False, True}
+
+
+def test_random_crop_and_flip_is_a_shifted_crop_of_the_padded_image():
+  images = jax.random.uniform(jax.random.key(0), (16, 6, 6, 3))
+  out = np.asarray(preprocess.random_crop_and_flip(jax.random.key(1), images,
+                                                   2))
+  padded = np.pad(np.asarray(images), ((0, 0), (2, 2), (2, 2), (0, 0)))
+  seen = set()
+  for image, source in zip(out, padded):
+    matches = [(dy, dx, flip) for dy in range(5) for dx in range(5)
+               for flip in (False, True)
+               if np.array_equal(image, (lambda c: c[:, ::-1] if flip else c)(
+                   source[dy:dy + 6, dx:dx + 6]))]
+    assert matches
+    seen.update(m[2] for m in matches)
+  assert seen == {False, True}
+
+
+def test_normalize_scales_and_resizes():
+  images = jnp.full((2, 4, 4, 3), 255, jnp.uint8)
+  out = preprocess.normalize(images, key=None, augment=False, image_size=8,
+                             mean=(0.5, 0.5, 0.5), std=(0.25, 0.5, 1.0))
+  assert out.shape == (2, 8, 8, 3)
+  np.testing.assert_allclose(out[0, 0, 0], [2.0, 1.0, 0.5], rtol=1e-6)

@@ -1,0 +1,109 @@
+"""The compiled steps, the schedule and the optimizer."""
+
+import functools
+
+import jax
+import numpy as np
+import pytest
+
+from tests.conftest import random_cifar
+from tests.conftest import tiny_config
+from vit_jax import config_schema
+from vit_jax import parallel
+from vit_jax import steps
+from vit_jax.data import on_device
+from vit_jax.data import sources
+
+
+def _plan(config, steps_per_epoch):
+  return config_schema.step_plan(config, steps_per_epoch)
+
+
+def test_learning_rate_warms_up_then_decays_to_zero():
+  config = tiny_config('', num_epochs=10, warmup_epochs=2)
+  schedule = steps.create_learning_rate_schedule(config, _plan(config, 5))
+  lrs = [float(schedule(step)) for step in range(51)]
+  assert lrs[0] == 0.0
+  assert lrs[10] == pytest.approx(config.learning_rate)
+  assert all(a < b for a, b in zip(lrs[:10], lrs[1:11]))
+  assert all(a >= b for a, b in zip(lrs[10:], lrs[11:]))
+  assert lrs[50] == pytest.approx(0.0, abs=1e-12)
+
+
+def test_linear_decay_after_a_warmup_counted_in_steps():
+  config = tiny_config('', num_epochs=10, warmup_epochs=2, warmup_steps=4,
+                       lr_decay='linear')
+  schedule = steps.create_learning_rate_schedule(config, _plan(config, 5))
+  peak = config.learning_rate
+  np.testing.assert_allclose(
+      [float(schedule(step)) for step in (0, 2, 4, 27, 50)],
+      [0.0, peak / 2, peak, peak / 2, 0.0], rtol=1e-6, atol=1e-12)
+
+
+def _one_device_train_step(config, images, labels):
+  """(jitted train step, initial state, input) of `config` on one device,
+  seed 0, over the given examples."""
+  mesh = jax.make_mesh((1,), ('data',), devices=jax.devices()[:1],
+                       axis_types=(jax.sharding.AxisType.Auto,))
+  split = sources.ArraySource(images, labels)
+  inputs = on_device.OnDeviceInput(sources.Dataset(split, split, 10), config,
+                                   mesh)
+  model = steps.create_model(config, num_classes=10)
+  tx = steps.create_optimizer(config, lambda step: 1e-3)
+  state = steps.initial_state(jax.random.key(0), model, tx, 32,
+                              parallel.replicated(mesh))
+  step = jax.jit(functools.partial(steps.train_step, config=config,
+                                   inputs=inputs))
+  sums = steps.zero_sums(steps.TRAIN_SUMS, parallel.replicated(mesh))
+  return functools.partial(step, sums=sums, data=inputs.train_data), state
+
+
+def test_gradient_accumulation_gives_the_same_step():
+  # One step on 16 images, whole or as 4 micro-batches of 4.
+  images, labels = random_cifar(16, 10, seed=0)
+  results = {}
+  for accumulation in (1, 4):
+    config = tiny_config('', augment=False,
+                         grad_accumulation_steps=accumulation)
+    config.model_overrides.dropout_rate = 0.0
+    step, state = _one_device_train_step(config, images, labels)
+    results[accumulation] = step(state, batch=np.arange(16, dtype=np.int32),
+                                 key=jax.random.key(1))
+  (state_1, metrics_1), (state_4, metrics_4) = results[1], results[4]
+  for name in ('loss', 'correct', 'count'):
+    np.testing.assert_allclose(metrics_4[name], metrics_1[name], rtol=1e-5)
+  for a, b in zip(jax.tree.leaves(state_1.params),
+                  jax.tree.leaves(state_4.params)):
+    np.testing.assert_allclose(a, b, atol=1e-6)
+
+
+def test_bfloat16_training_stays_close_to_float32():
+  # Three train steps of the tiny ViT from the same start, on the same batches.
+  images, labels = random_cifar(48, 10, seed=0)
+  losses = {}
+  for dtype in ('float32', 'bfloat16'):
+    step, state = _one_device_train_step(tiny_config('', dtype=dtype), images,
+                                         labels)
+    losses[dtype] = []
+    for i in range(3):
+      state, metrics = step(
+          state, batch=np.arange(16 * i, 16 * (i + 1), dtype=np.int32),
+          key=jax.random.key(1))
+      losses[dtype].append(float(metrics['loss'] / metrics['count']))
+    # Parameters and optimizer state stay float32.
+    assert {leaf.dtype for leaf in jax.tree.leaves(state.params)} == {
+        np.dtype('float32')}
+    assert {leaf.dtype for leaf in jax.tree.leaves(state.opt_state)
+            if leaf.ndim} == {np.dtype('float32')}
+  np.testing.assert_allclose(losses['bfloat16'], losses['float32'], rtol=0.02)
+
+
+def test_state_shapes_are_the_initial_state_without_computing_it():
+  config = tiny_config('')
+  model = steps.create_model(config, 10)
+  tx = steps.create_optimizer(config, lambda step: 1e-3)
+  sharding = parallel.replicated(parallel.make_mesh())
+  shapes = steps.state_shapes(jax.random.key(0), model, tx, 32, sharding)
+  state = steps.initial_state(jax.random.key(0), model, tx, 32, sharding)
+  assert jax.tree.map(lambda a: (a.shape, a.dtype, a.sharding), state) == (
+      jax.tree.map(lambda a: (a.shape, a.dtype, a.sharding), shapes))

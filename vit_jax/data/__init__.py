@@ -1,0 +1,39 @@
+"""Where data enters: `create_input(config, mesh)`.
+
+  sources.py     datasets on disk (CIFAR, image folders, tfds), read by index
+  preprocess.py  crops, flips, resizing and normalisation, host and device
+  input.py       the `Input` interface both inputs implement; the batch order
+  on_device.py   small datasets: copied to every device once
+  streaming.py   large datasets: read and cropped on the hosts every step
+"""
+
+from vit_jax import parallel
+from vit_jax.data import sources
+from vit_jax.data.input import Input
+from vit_jax.data.on_device import OnDeviceInput
+from vit_jax.data.sources import DatasetError
+from vit_jax.data.streaming import StreamingInput
+
+__all__ = ['DatasetError', 'Input', 'OnDeviceInput', 'StreamingInput',
+           'create_input']
+
+
+def create_input(config, mesh) -> Input:
+  """`config.input_pipeline`'s input over `config.dataset`, checked to be
+  the same on every process and to hold a batch."""
+  if config.input_pipeline == 'on_device':
+    inputs = OnDeviceInput(sources.open_dataset(config, whole=True), config,
+                           mesh)
+  else:
+    inputs = StreamingInput(sources.open_dataset(config), config, mesh)
+  differ = parallel.processes_that_differ(inputs.fingerprint())
+  if differ:
+    raise DatasetError(
+        f'Process(es) {differ} read a different dataset, or shuffle it '
+        'differently, than process 0: give every process the same data '
+        '(config.data_dir on a shared filesystem or identical copies) and the '
+        'same numpy version.')
+  if config.batch_size > inputs.train_size:
+    raise DatasetError(f'config.batch_size={config.batch_size} is larger than '
+                       f'the {inputs.train_size} training examples.')
+  return inputs

@@ -1,0 +1,112 @@
+"""The interface both inputs implement, and the batch order they share.
+
+An `Input` has a host side, which hands the loop one batch per step from any
+position (so a resumed run reads exactly the batches an uninterrupted one
+would) and the evaluation batches, and a device side, `model_inputs`, which
+the compiled steps trace: it turns a batch into normalised images and labels.
+The steps call only this interface, so one compiled step serves both inputs.
+
+Both draw the same seeded global batches: a fresh permutation of the training
+split each epoch, the remainder dropped (`epoch_batches`), and the test split
+in order, the last batch padded and masked (`eval_batches`). Every process
+builds the same tables.
+"""
+
+import abc
+from collections.abc import Iterator
+from typing import Any
+
+import jax
+import numpy as np
+
+# Where the next training batch comes from: {'epoch': e (from 1), 'batch': b
+# (from 0, within the epoch)}. JSON, so checkpoints store it as it is.
+Position = dict[str, int]
+
+
+class Input(abc.ABC):
+  """A dataset as batches for the compiled train and eval steps."""
+
+  num_classes: int
+  train_size: int
+  test_size: int
+  # Device arrays the steps pass to `model_inputs` beside each batch: the
+  # whole split for the on-device input, () when batches carry the examples.
+  train_data: Any
+  test_data: Any
+
+  def __init__(self, config, mesh: jax.sharding.Mesh):
+    self.config = config
+    self.mesh = mesh
+
+  @property
+  def steps_per_epoch(self) -> int:
+    return self.train_size // self.config.batch_size
+
+  @property
+  def num_eval_batches(self) -> int:
+    return -(-self.test_size // self.config.eval_batch_size)
+
+  def position(self, step: int) -> Position:
+    """Where the batch after `step` finished steps comes from."""
+    epoch, batch = divmod(step, self.steps_per_epoch)
+    return {'epoch': epoch + 1, 'batch': batch}
+
+  def epoch_table(self, epoch: int) -> np.ndarray:
+    return epoch_batches(self.config.seed, epoch, self.train_size,
+                         self.config.batch_size)
+
+  def table_rows(self, position: Position) -> Iterator[tuple[int, int,
+                                                               np.ndarray]]:
+    """(epoch, batch, example indices) of every batch from `position` on,
+    epoch after epoch, without end."""
+    epoch, batch = position['epoch'], position['batch']
+    while True:
+      table = self.epoch_table(epoch)
+      for b in range(batch, len(table)):
+        yield epoch, b, table[b]
+      epoch, batch = epoch + 1, 0
+
+  @abc.abstractmethod
+  def fingerprint(self) -> list[np.ndarray]:
+    """Arrays every process must hold identically (the data, the shuffle)."""
+
+  @abc.abstractmethod
+  def batch_specs(self) -> tuple[Any, Any, jax.ShapeDtypeStruct]:
+    """Shapes and shardings of a train batch, an eval batch and its mask."""
+
+  @abc.abstractmethod
+  def train_batches(self, position: Position) -> Iterator[Any]:
+    """One batch per step from `position` on, without end."""
+
+  @abc.abstractmethod
+  def eval_batches(self) -> Iterator[tuple[Any, jax.Array]]:
+    """(batch, 0/1 mask) covering every test example once."""
+
+  @abc.abstractmethod
+  def model_inputs(self, data, batch, key: jax.Array | None
+                   ) -> tuple[jax.Array, jax.Array]:
+    """Inside the compiled step: (normalised float images, int labels) of
+    `batch`; `data` is `train_data` or `test_data`, `key` None in
+    evaluation (no augmentation)."""
+
+
+def epoch_batches(seed: int, epoch: int, num_examples: int,
+                  batch_size: int) -> np.ndarray:
+  """(steps, batch_size) example indices: a fresh shuffle each epoch, the
+  remainder dropped. The same on every process and on resumption."""
+  order = np.random.default_rng([seed, epoch]).permutation(num_examples)
+  steps = num_examples // batch_size
+  return order[:steps * batch_size].reshape(steps, batch_size).astype(np.int32)
+
+
+def eval_batches(num_examples: int,
+                 batch_size: int) -> tuple[np.ndarray, np.ndarray]:
+  """Indices and a 0/1 mask covering every example exactly once; the last
+  batch is padded (with example 0, masked out)."""
+  steps = -(-num_examples // batch_size)
+  indices = np.arange(steps * batch_size, dtype=np.int32)
+  mask = indices < num_examples
+  indices = np.where(mask, indices, 0)
+  return (indices.reshape(steps, batch_size),
+          mask.reshape(steps, batch_size).astype(np.float32))

@@ -1,0 +1,72 @@
+"""The whole dataset on every device, copied once; each step gets a batch of
+example indices and gathers, augments and normalises the examples where it
+runs. Suits small datasets (CIFAR): no per-step host work or transfer.
+
+Several processes: every process reads the whole dataset and places it on
+its own devices, and builds the same seeded index tables, so together they
+hold one global, replicated copy; inside the step each device gathers only
+its shard of the batch (`with_sharding_constraint` along `data`).
+"""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from vit_jax import parallel
+from vit_jax.data import input as input_lib
+from vit_jax.data import preprocess
+from vit_jax.data import sources
+
+
+class OnDeviceInput(input_lib.Input):
+  """Batches are int32 index vectors into `train_data` / `test_data`."""
+
+  def __init__(self, dataset: sources.Dataset, config,
+               mesh: jax.sharding.Mesh):
+    super().__init__(config, mesh)
+    self.num_classes = dataset.num_classes
+    self._replicated = parallel.replicated(mesh)
+    self._batch_sharding = parallel.batch_sharded(mesh)
+    self._arrays = [sources.to_arrays(split, config.image_size)
+                    for split in (dataset.train, dataset.test)]
+    self.train_size, self.test_size = (len(labels)
+                                       for _, labels in self._arrays)
+    self.train_data, self.test_data = (
+        tuple(parallel.replicate(a, self._replicated) for a in arrays)
+        for arrays in self._arrays)
+    self._eval_indices, self._eval_masks = (
+        parallel.replicate(a, self._replicated)
+        for a in input_lib.eval_batches(self.test_size,
+                                        config.eval_batch_size))
+
+  def fingerprint(self) -> list[np.ndarray]:
+    return [*self._arrays[0], *self._arrays[1], self.epoch_table(1)]
+
+  def batch_specs(self):
+    spec = lambda size, dtype: jax.ShapeDtypeStruct(
+        (size,), dtype, sharding=self._replicated)
+    return (spec(self.config.batch_size, jnp.int32),
+            spec(self.config.eval_batch_size, jnp.int32),
+            spec(self.config.eval_batch_size, jnp.float32))
+
+  def train_batches(self, position: input_lib.Position):
+    epoch, start = position['epoch'], position['batch']
+    while True:
+      # One host-to-device copy of the epoch's indices; each step's row is
+      # then sliced on the devices.
+      table = parallel.replicate(self.epoch_table(epoch), self._replicated)
+      for batch in range(start, table.shape[0]):
+        yield table[batch]
+      epoch, start = epoch + 1, 0
+
+  def eval_batches(self):
+    return zip(self._eval_indices, self._eval_masks)
+
+  def model_inputs(self, data, batch, key):
+    batch = jax.lax.with_sharding_constraint(batch, self._batch_sharding)
+    images, labels = data[0][batch], data[1][batch]
+    x = preprocess.normalize(
+        images, key=key, augment=self.config.augment and key is not None,
+        image_size=self.config.image_size, mean=self.config.pixel_mean,
+        std=self.config.pixel_std)
+    return x, labels

@@ -1,0 +1,92 @@
+"""Image preprocessing and augmentation, on the host (numpy, PIL) and on the
+devices (jax, inside the compiled step).
+
+Host, for streaming: the official fine-tuning code's Inception crop (5-100%
+of the area, aspect ratio 3/4-4/3) resized to the model's input, plus a
+horizontal flip; a plain resize for evaluation. Device, for the on-device
+input: torchvision's 4-pixel-padded random crop plus flip. Both end in
+`normalize`.
+"""
+
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+_INCEPTION_AREA = (0.05, 1.0)
+_INCEPTION_ASPECT = (3 / 4, 4 / 3)
+_CROP_ATTEMPTS = 10
+
+# ------------------------------------------------------------------ host ---
+
+
+def resize(image: np.ndarray, size: int) -> np.ndarray:
+  """Bilinear resize of a uint8 HxWx3 image to size x size."""
+  if image.shape[:2] == (size, size):
+    return image
+  from PIL import Image  # pylint: disable=g-import-not-at-top
+  return np.asarray(
+      Image.fromarray(image).resize((size, size), Image.BILINEAR), np.uint8)
+
+
+def inception_crop_box(height: int, width: int,
+                       rng: np.random.Generator) -> tuple[int, int, int, int]:
+  """(top, left, crop height, crop width): a random crop of 5-100% of the
+  area with aspect ratio in [3/4, 4/3] (`tf.image.sample_distorted_bounding_box`
+  as the official code calls it); the whole image when no draw fits."""
+  for _ in range(_CROP_ATTEMPTS):
+    area = rng.uniform(*_INCEPTION_AREA) * height * width
+    aspect = math.exp(rng.uniform(*np.log(_INCEPTION_ASPECT)))
+    crop_width = round(math.sqrt(area * aspect))
+    crop_height = round(math.sqrt(area / aspect))
+    if 0 < crop_height <= height and 0 < crop_width <= width:
+      return (int(rng.integers(0, height - crop_height + 1)),
+              int(rng.integers(0, width - crop_width + 1)), crop_height,
+              crop_width)
+  return 0, 0, height, width
+
+
+def train_image(image: np.ndarray, size: int, augment: bool,
+                rng: np.random.Generator) -> np.ndarray:
+  """A training example for streaming: Inception crop + flip, resized."""
+  if not augment:
+    return resize(image, size)
+  top, left, height, width = inception_crop_box(*image.shape[:2], rng)
+  image = resize(image[top:top + height, left:left + width], size)
+  return image[:, ::-1] if rng.random() < 0.5 else image
+
+
+# ---------------------------------------------------------------- device ---
+
+
+def random_crop_and_flip(key: jax.Array, images: jax.Array,
+                         padding: int = 4) -> jax.Array:
+  """Per image: zero-pad by `padding`, crop back at a random offset, flip
+  left-right with probability 1/2 (torchvision's RandomCrop + RandomFlip)."""
+  n, h, w, _ = images.shape
+  crop_key, flip_key = jax.random.split(key)
+  offsets = jax.random.randint(crop_key, (n, 2), 0, 2 * padding + 1)
+  flips = jax.random.bernoulli(flip_key, 0.5, (n,))
+  padded = jnp.pad(images, ((0, 0), (padding, padding), (padding, padding),
+                            (0, 0)))
+
+  def crop(image, offset, flip):
+    image = jax.lax.dynamic_slice(image, (offset[0], offset[1], 0),
+                                  (h, w, image.shape[-1]))
+    return jnp.where(flip, image[:, ::-1], image)
+
+  return jax.vmap(crop)(padded, offsets, flips)
+
+
+def normalize(images: jax.Array, *, key: jax.Array | None, augment: bool,
+              image_size: int, mean, std) -> jax.Array:
+  """uint8 NHWC -> float32 in [0, 1], augmented (random crop and flip when
+  `augment`), resized to `image_size` if needed, normalised."""
+  x = images.astype(jnp.float32) / 255.0
+  if augment:
+    x = random_crop_and_flip(key, x)
+  if x.shape[1:3] != (image_size, image_size):
+    x = jax.image.resize(x, (x.shape[0], image_size, image_size, x.shape[3]),
+                         method='bilinear')
+  return (x - jnp.asarray(mean)) / jnp.asarray(std)

@@ -1,0 +1,76 @@
+"""FLOPs of a model, counted from its program, and the accelerators' peaks.
+
+`matmul_flops` counts 2*M*N*K for every matmul and convolution of a jaxpr; a
+train step is about 3x the forward pass (forward, and two matmuls per matmul
+in the backward pass). The training loop logs the achieved FLOP/s and, for an
+accelerator whose peak is known, its share of that peak; `vit_jax.benchmark`
+measures a matmul peak on any machine instead.
+"""
+
+import math
+
+import jax
+import jax.extend
+import jax.numpy as jnp
+
+# Dense peak FLOP/s per JAX device from the vendors' datasheets, for matmuls
+# in bfloat16 and in float32 as JAX runs them by default (TF32 on NVIDIA
+# tensor cores, bfloat16 passes on TPUs). Keyed by a substring of
+# `device.device_kind`; the first match wins.
+PEAK_FLOPS = (
+    # kind substring, bfloat16, float32
+    ('H100 PCIe', 756e12, 378e12),
+    ('H100', 989e12, 494e12),  # SXM
+    ('H200', 989e12, 494e12),
+    ('A100', 312e12, 156e12),
+    ('L4', 121e12, 60e12),
+    ('TPU v3', 61.5e12, 61.5e12),  # a device is one of a chip's two cores
+    ('TPU v4', 275e12, 275e12),
+    ('TPU v5 lite', 197e12, 197e12),
+    ('TPU v5', 459e12, 459e12),  # v5p
+    ('TPU v6 lite', 918e12, 918e12),
+)
+
+
+def peak_flops(device_kind: str, dtype: str) -> float | None:
+  """The datasheet peak of one device of `device_kind` computing in `dtype`
+  ('float32' or 'bfloat16'); None when unknown (CPUs among them)."""
+  for kind, bfloat16, float32 in PEAK_FLOPS:
+    if kind in device_kind:
+      return bfloat16 if dtype == 'bfloat16' else float32
+  return None
+
+
+def _shape_size(shape) -> int:
+  return math.prod(int(d) for d in shape)
+
+
+def matmul_flops(jaxpr) -> int:
+  """2*M*N*K summed over every dot_general and convolution in `jaxpr`."""
+  total = 0
+  for eqn in jaxpr.eqns:
+    if eqn.primitive.name == 'dot_general':
+      lhs = eqn.invars[0].aval.shape
+      (lhs_contract, _), _ = eqn.params['dimension_numbers']
+      contracted = _shape_size(lhs[d] for d in lhs_contract)
+      total += 2 * _shape_size(eqn.outvars[0].aval.shape) * contracted
+    elif eqn.primitive.name == 'conv_general_dilated':
+      rhs = eqn.invars[1].aval.shape
+      spec = eqn.params['dimension_numbers'].rhs_spec  # (out, in, *spatial)
+      per_output = _shape_size(rhs[d] for d in spec[1:])
+      total += 2 * _shape_size(eqn.outvars[0].aval.shape) * per_output
+    for param in eqn.params.values():
+      for sub in param if isinstance(param, (list, tuple)) else [param]:
+        if isinstance(sub, jax.extend.core.ClosedJaxpr):
+          total += matmul_flops(sub.jaxpr)
+        elif isinstance(sub, jax.extend.core.Jaxpr):
+          total += matmul_flops(sub)
+  return total
+
+
+def forward_flops_per_image(model, variables, image_size: int) -> int:
+  """Matmul FLOPs of one image's forward pass; `variables` may be shapes."""
+  images = jax.ShapeDtypeStruct((1, image_size, image_size, 3), jnp.float32)
+  jaxpr = jax.make_jaxpr(
+      lambda v, x: model.apply(v, x, train=False))(variables, images)
+  return matmul_flops(jaxpr.jaxpr)

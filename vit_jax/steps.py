@@ -1,0 +1,242 @@
+"""The train state and the compiled steps: model, loss, optimizer, schedule,
+and one `jax.jit` train step and eval step over the mesh.
+
+The batch is sharded along `data`; parameters and optimizer state are
+replicated, so the same code serves 1 CPU, N GPUs or many hosts. Gradients
+and metric sums are reduced across all devices by the compiler. Both steps
+reach the data only through the input's `model_inputs` (`data.Input`), so
+one compiled step serves every input. Each step adds its metrics to running
+sums that stay on the devices until the loop logs them, and the state and
+the sums are donated. `compile_steps` compiles ahead of time from shapes
+alone, so a config that cannot compile fails before anything is written.
+"""
+
+import functools
+import time
+from typing import Any, NamedTuple
+
+from absl import logging
+from flax.training import train_state
+import jax
+import jax.numpy as jnp
+import optax
+
+from vit_jax import models
+from vit_jax import parallel
+from vit_jax.config_schema import ConfigError
+
+# Running sums of a train or eval interval: summed losses, correct
+# predictions and examples.
+TRAIN_SUMS = {'loss': jnp.float32, 'correct': jnp.int32, 'count': jnp.float32}
+EVAL_SUMS = {'loss': jnp.float32, 'correct': jnp.float32,
+             'count': jnp.float32}
+
+
+class TrainState(train_state.TrainState):
+  batch_stats: Any = None
+
+
+def create_model(config, num_classes: int):
+  """`config.model` with `config.model_overrides`; ConfigError if it does not
+  exist or does not fit `config.image_size`."""
+  try:
+    model = models.create_model(
+        config.model, num_classes, dtype=jnp.dtype(config.dtype),
+        **config.model_overrides)
+  except (ValueError, TypeError) as e:
+    raise ConfigError(str(e)) from e
+  patch_size = getattr(model, 'effective_patch_size', None)
+  if patch_size and config.image_size % patch_size:
+    raise ConfigError(
+        f'config.image_size={config.image_size} is not divisible by the patch '
+        f'size {patch_size} of {config.model}; use a multiple of {patch_size}.')
+  return model
+
+
+def create_learning_rate_schedule(config, plan):
+  """Linear warmup from 0 over `plan.warmup_steps`, then `config.lr_decay`
+  ('cosine' or 'linear') to 0 at `plan.total_steps`."""
+  total, warmup = plan.total_steps, plan.warmup_steps
+  if config.lr_decay == 'cosine':
+    return optax.warmup_cosine_decay_schedule(
+        init_value=0.0, peak_value=config.learning_rate,
+        warmup_steps=warmup, decay_steps=max(total, warmup + 1),
+        end_value=0.0)
+  return optax.join_schedules([
+      optax.linear_schedule(0.0, config.learning_rate, warmup),
+      optax.linear_schedule(config.learning_rate, 0.0,
+                            max(total - warmup, 1)),
+  ], [warmup])
+
+
+def create_optimizer(config, schedule) -> optax.GradientTransformation:
+  if config.optimizer == 'adamw':
+    tx = optax.adamw(schedule, b1=config.adam_b1, b2=config.adam_b2,
+                     weight_decay=config.weight_decay)
+  else:
+    tx = optax.chain(optax.add_decayed_weights(config.weight_decay),
+                     optax.sgd(schedule, momentum=config.momentum))
+  if config.grad_clip_norm:
+    tx = optax.chain(optax.clip_by_global_norm(config.grad_clip_norm), tx)
+  return tx
+
+
+def _init(key, model, tx, image_size: int) -> TrainState:
+  variables = model.init(
+      key, jnp.zeros((1, image_size, image_size, 3)), train=False)
+  return TrainState.create(
+      apply_fn=model.apply, params=variables['params'], tx=tx,
+      batch_stats=variables.get('batch_stats'))
+
+
+def initial_state(key, model, tx, image_size: int,
+                  sharding: jax.sharding.Sharding) -> TrainState:
+  """Freshly initialised parameters and optimizer state on `sharding`."""
+  return jax.jit(functools.partial(_init, model=model, tx=tx,
+                                   image_size=image_size),
+                 out_shardings=sharding)(key)
+
+
+def state_shapes(key, model, tx, image_size: int,
+                 sharding: jax.sharding.Sharding) -> TrainState:
+  """The train state's shapes and shardings, computing nothing: what the
+  steps compile for and what a checkpoint restores into."""
+  shapes = jax.eval_shape(functools.partial(
+      _init, model=model, tx=tx, image_size=image_size), key)
+  return jax.tree.map(
+      lambda s: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sharding),
+      shapes)
+
+
+def sum_shapes(dtypes: dict, sharding) -> dict:
+  return {name: jax.ShapeDtypeStruct((), dtype, sharding=sharding)
+          for name, dtype in dtypes.items()}
+
+
+def zero_sums(dtypes: dict, sharding) -> dict:
+  return {name: parallel.replicate(jnp.zeros((), dtype), sharding)
+          for name, dtype in dtypes.items()}
+
+
+def cross_entropy(logits, labels, label_smoothing: float):
+  targets = optax.smooth_labels(
+      jax.nn.one_hot(labels, logits.shape[-1]), label_smoothing)
+  return optax.softmax_cross_entropy(logits, targets)
+
+
+def model_variables(params, batch_stats) -> dict:
+  if batch_stats is None:
+    return {'params': params}
+  return {'params': params, 'batch_stats': batch_stats}
+
+
+def train_step(state: TrainState, sums: dict, data, batch, key, *, config,
+               inputs):
+  """One optimizer step on `batch`, its metrics added to `sums`.
+
+  With `config.grad_accumulation_steps` = k > 1 the batch is split into k
+  micro-batches whose gradients are averaged before the update: the same step
+  in a k-th of the activation memory, as the paper fine-tunes.
+  """
+  key = jax.random.fold_in(key, state.step)
+  accumulation = config.grad_accumulation_steps
+
+  def gradients(batch_stats, micro_batch, micro_key):
+    augment_key, dropout_key = jax.random.split(micro_key)
+    x, y = inputs.model_inputs(data, micro_batch, augment_key)
+
+    def loss_fn(params):
+      logits, updates = state.apply_fn(
+          model_variables(params, batch_stats), x, train=True,
+          mutable=['batch_stats'], rngs={'dropout': dropout_key})
+      loss = cross_entropy(logits, y, config.label_smoothing).mean()
+      return loss, (logits, updates)
+
+    (loss, (logits, updates)), grads = jax.value_and_grad(
+        loss_fn, has_aux=True)(state.params)
+    metrics = {
+        'loss': loss * y.shape[0],
+        'correct': jnp.sum(jnp.argmax(logits, -1) == y),
+        'count': jnp.asarray(y.shape[0], jnp.float32),
+    }
+    return updates.get('batch_stats'), grads, metrics
+
+  if accumulation == 1:
+    batch_stats, grads, metrics = gradients(state.batch_stats, batch, key)
+  else:
+    def accumulate(carry, step_inputs):
+      batch_stats, grad_sum, metric_sum = carry
+      i, micro_batch = step_inputs
+      batch_stats, grads, metrics = gradients(
+          batch_stats, micro_batch, jax.random.fold_in(key, i))
+      return (batch_stats, jax.tree.map(jnp.add, grad_sum, grads),
+              jax.tree.map(jnp.add, metric_sum, metrics)), None
+
+    zeros = lambda tree: jax.tree.map(jnp.zeros_like, tree)
+    metric_zeros = {name: jnp.zeros((), dtype)
+                    for name, dtype in TRAIN_SUMS.items()}
+    micro_batches = jax.tree.map(
+        lambda a: a.reshape(accumulation, -1, *a.shape[1:]), batch)
+    (batch_stats, grads, metrics), _ = jax.lax.scan(
+        accumulate, (state.batch_stats, zeros(state.params), metric_zeros),
+        (jnp.arange(accumulation), micro_batches))
+    grads = jax.tree.map(lambda g: g / accumulation, grads)
+  state = state.apply_gradients(grads=grads, batch_stats=batch_stats)
+  return state, jax.tree.map(jnp.add, sums, metrics)
+
+
+def eval_step(state: TrainState, sums: dict, data, batch, mask, *, config,
+              inputs) -> dict:
+  """`sums` plus the loss and correct count of the unmasked examples."""
+  x, y = inputs.model_inputs(data, batch, None)
+  logits = state.apply_fn(
+      model_variables(state.params, state.batch_stats), x, train=False)
+  loss = cross_entropy(logits, y, config.label_smoothing)
+  return jax.tree.map(jnp.add, sums, {
+      'loss': jnp.sum(loss * mask),
+      'correct': jnp.sum((jnp.argmax(logits, -1) == y) * mask),
+      'count': jnp.sum(mask),
+  })
+
+
+def compiler_options(config) -> dict[str, str] | None:
+  """XLA options the steps compile with: `config.cpu_compiler_options` on a
+  CPU backend, none elsewhere."""
+  if jax.default_backend() != 'cpu' or not config.cpu_compiler_options:
+    return None
+  return {name: str(value)
+          for name, value in config.cpu_compiler_options.items()}
+
+
+class CompiledSteps(NamedTuple):
+  train: Any  # (state, sums, data, batch, key) -> (state, sums)
+  eval: Any  # (state, sums, data, batch, mask) -> sums
+
+
+def compile_steps(config, inputs, state: TrainState, key) -> CompiledSteps:
+  """Both steps compiled once for `inputs`' batches; `state` may be shapes
+  (`state_shapes`). An XLA option XLA lacks is a ConfigError."""
+  start = time.perf_counter()
+  options = compiler_options(config)
+  replicated = parallel.replicated(inputs.mesh)
+  step_kwargs = dict(config=config, inputs=inputs)
+  train_batch, eval_batch, eval_mask = inputs.batch_specs()
+  try:
+    train = jax.jit(functools.partial(train_step, **step_kwargs),
+                    donate_argnums=(0, 1)).lower(
+                        state, sum_shapes(TRAIN_SUMS, replicated),
+                        inputs.train_data, train_batch, key).compile(options)
+    evaluate = jax.jit(functools.partial(eval_step, **step_kwargs),
+                       donate_argnums=1).lower(
+                           state, sum_shapes(EVAL_SUMS, replicated),
+                           inputs.test_data, eval_batch,
+                           eval_mask).compile(options)
+  except jax.errors.JaxRuntimeError as e:
+    if options is None:
+      raise
+    raise ConfigError(
+        f'config.cpu_compiler_options={options}: {e}. Use XLA option names '
+        'this jax version knows, without the leading "--".') from e
+  logging.info('Compiled the train and eval steps in %.1fs.',
+               time.perf_counter() - start)
+  return CompiledSteps(train, evaluate)
