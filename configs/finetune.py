@@ -34,10 +34,11 @@ ImageNet-21k ViT-B/16:
   oxford_iiit_pet    oxford_iiit_pet     500     0.03 {0.001,0.003,0.01,0.03}
   oxford_flowers102  oxford_flowers102   500     0.03 {0.001,0.003,0.01,0.03}
 
-They need the dataset prepared for tensorflow-datasets in the array_record
+They log every 10 steps, evaluate every 100 (as the official code) and
+checkpoint every 500. They need the dataset prepared for tensorflow-datasets in the array_record
 format (`tfds build NAME --file_format=array_record`): the presets stream it,
 each host decoding, Inception-cropping and resizing its share of every batch
-as the official code does (`vit_jax/streaming.py`), so no dataset has to fit
+as the official code does (`vit_jax/data/streaming.py`), so no dataset has to fit
 in memory. For ViT-B/16 at 384x384 and batch 512 they need GPUs or TPUs with
 grad_accumulation_steps raised until a micro-batch fits (the official code
 uses 8 on 8 V100s).

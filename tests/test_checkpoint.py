@@ -86,6 +86,11 @@ def test_a_damaged_latest_checkpoint_is_skipped_for_the_one_before(
   np.testing.assert_array_equal(restored.state['w'], np.full((3, 4), 2.0))
   assert any(f'Skipping checkpoint {tmp_path / "checkpoints" / "4"}' in m
              for m in caplog.messages)
+  # Set aside, so that the resumed run saves step 4 again.
+  assert (tmp_path / 'checkpoints' / '4.unrestorable').is_dir()
+  checkpoints.save(4, restored.state, restored.train_sums, [], {})
+  checkpoints.close()
+  assert checkpoints.steps() == [2, 4]
 
 
 def test_when_no_checkpoint_restores_the_error_says_what_to_do(tmp_path):

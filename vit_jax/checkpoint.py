@@ -85,7 +85,7 @@ class RunCheckpoints:
     shapes given; one that does not (damaged, or not a checkpoint of this
     kind) is skipped with a warning naming it. None when there is none;
     CheckpointError when none of several restores."""
-    steps = self.steps()
+    steps, damaged = self.steps(), []
     for step in reversed(steps):
       try:
         restored = self._open(create=False).restore(
@@ -99,7 +99,9 @@ class RunCheckpoints:
         logging.warning('Skipping checkpoint %s, which cannot be restored '
                         '(%s); trying the one before it.',
                         self.directory / str(step), _first_line(e))
+        damaged.append(step)
         continue
+      self._set_aside(damaged)
       return Restored(step, restored.state, dict(restored.train_sums),
                       list(restored.history), dict(restored.position))
     if steps:
@@ -109,14 +111,32 @@ class RunCheckpoints:
           'say why. Move the directory away to start the run afresh.')
     return None
 
+  def _set_aside(self, steps: list[int]):
+    """Renames damaged checkpoints `<step>.unrestorable`, so that the run
+    saves those steps again (orbax would not save below its latest step)."""
+    if not steps:
+      return
+    self.close()
+    if jax.process_index() == 0:
+      for step in steps:
+        os.replace(self.directory / str(step),
+                   self.directory / f'{step}.unrestorable')
+    if jax.process_count() > 1:
+      from jax.experimental import multihost_utils  # pylint: disable=g-import-not-at-top
+      multihost_utils.sync_global_devices('vit_jax: damaged checkpoints moved')
+
   def save(self, step: int, state, train_sums: dict, history: list[dict],
            position: dict):
-    self._open(create=True).save(
+    saved = self._open(create=True).save(
         step, args=ocp.args.Composite(
             state=ocp.args.StandardSave(state),
             train_sums=ocp.args.StandardSave(train_sums),
             history=ocp.args.JsonSave(history),
             position=ocp.args.JsonSave(position)))
+    if not saved:
+      raise CheckpointError(
+          f'orbax declined to save step {step} in {self.directory} (it holds '
+          f'steps {self._manager.all_steps()}); move the directory away.')
 
   def latest_step(self) -> int | None:
     return self._manager.latest_step() if self._manager else (

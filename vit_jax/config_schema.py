@@ -36,7 +36,8 @@ FIELDS: dict[str, Field] = {
     'model': Field('ViT-Tiny-CIFAR_4', 'A registered model name '
                    '(vit_jax.models.registry).', fixed_for_run=True),
     'model_overrides': Field({}, 'Model fields to change, e.g. '
-                             '--config.model_overrides.dropout_rate=0.',
+                             "{'dropout_rate': 0.0}; a config file sets the "
+                             'keys --config.model_overrides.KEY can change.',
                              fixed_for_run=True),
     'dtype': Field('float32', 'Computation dtype; parameters and optimizer '
                    'state stay float32.', ('float32', 'bfloat16'),
@@ -93,7 +94,8 @@ FIELDS: dict[str, Field] = {
     'batch_size': Field(128, 'Global batch size, over all devices and '
                         'processes.', fixed_for_run=True),
     'grad_accumulation_steps': Field(1, 'Micro-batches each batch is split '
-                                     'into (the same step, less memory).'),
+                                     'into (the same step, less memory).',
+                                     fixed_for_run=True),
     'eval_batch_size': Field(256, 'Global evaluation batch size.'),
     'optimizer': Field('adamw', 'adamw, or sgd with momentum.',
                        ('adamw', 'sgd'), fixed_for_run=True),
@@ -133,13 +135,6 @@ def defaults() -> ml_collections.ConfigDict:
     config[name] = (ml_collections.ConfigDict(field.default)
                     if isinstance(field.default, dict) else field.default)
   return config
-
-
-def describe() -> str:
-  """Every field with its default and doc, for --help-like listings."""
-  width = max(map(len, FIELDS))
-  return '\n'.join(f'{name:<{width}}  {field.default!r}: {field.doc}'
-                   for name, field in FIELDS.items())
 
 
 def _unknown_field_message(name: str) -> str:

@@ -8,6 +8,7 @@ measures a matmul peak on any machine instead.
 """
 
 import math
+import re
 
 import jax
 import jax.extend
@@ -15,8 +16,8 @@ import jax.numpy as jnp
 
 # Dense peak FLOP/s per JAX device from the vendors' datasheets, for matmuls
 # in bfloat16 and in float32 as JAX runs them by default (TF32 on NVIDIA
-# tensor cores, bfloat16 passes on TPUs). Keyed by a substring of
-# `device.device_kind`; the first match wins.
+# tensor cores, bfloat16 passes on TPUs). Keyed by words of
+# `device.device_kind` ('L4' does not match 'L40S'); the first match wins.
 PEAK_FLOPS = (
     # kind substring, bfloat16, float32
     ('H100 PCIe', 756e12, 378e12),
@@ -36,7 +37,7 @@ def peak_flops(device_kind: str, dtype: str) -> float | None:
   """The datasheet peak of one device of `device_kind` computing in `dtype`
   ('float32' or 'bfloat16'); None when unknown (CPUs among them)."""
   for kind, bfloat16, float32 in PEAK_FLOPS:
-    if kind in device_kind:
+    if re.search(rf'(^|\W){re.escape(kind)}($|\W)', device_kind):
       return bfloat16 if dtype == 'bfloat16' else float32
   return None
 

@@ -22,6 +22,7 @@ workdir must be on a filesystem all processes share.
 
 import json
 import math
+import os
 import pathlib
 import time
 
@@ -156,10 +157,11 @@ class _Throughput:
   the time spent evaluating and checkpointing; the ETA from the pace since
   the loop (re)started."""
 
-  def __init__(self, start_step: int, train_flops_per_image: float,
-               peak: float | None):
+  def __init__(self, start_step: int, batch_size: int,
+               train_flops_per_image: float, peak: float | None):
     self._loop_start = self._interval_start = time.perf_counter()
-    self._start_step = start_step
+    self._start_step = self._interval_step = start_step
+    self._batch_size = batch_size
     self._excluded = 0.0
     self._flops_per_image = train_flops_per_image
     self._peak = peak
@@ -168,10 +170,14 @@ class _Throughput:
   def exclude(self, seconds: float):
     self._excluded += seconds
 
-  def interval(self, images: int) -> dict:
+  def interval(self, step: int) -> dict:
+    """Over the steps this process trained since the last call (a resumed
+    interval's earlier steps were timed by the process that ran them)."""
     now = time.perf_counter()
     seconds = max(now - self._interval_start - self._excluded, 1e-9)
-    self._interval_start, self._excluded = now, 0.0
+    images = (step - self._interval_step) * self._batch_size
+    self._interval_start, self._interval_step = now, step
+    self._excluded = 0.0
     rate = images / seconds
     measured = {'images_per_second': rate,
                 'flops_per_second': rate * self._flops_per_image}
@@ -185,6 +191,13 @@ class _Throughput:
     return elapsed / max(done, 1) * (total_steps - step)
 
 
+def _write_atomically(path: pathlib.Path, text: str):
+  """A kill leaves the old file or the new one, never half of one."""
+  partial = path.with_name(path.name + '.partial')
+  partial.write_text(text)
+  os.replace(partial, path)
+
+
 def _open_workdir(workdir: pathlib.Path, config, checkpoints,
                   state_shapes, sum_shapes) -> checkpoint.Restored | None:
   """The newest checkpoint of the run in `workdir`, after checking that the
@@ -193,8 +206,12 @@ def _open_workdir(workdir: pathlib.Path, config, checkpoints,
     return None
   saved_config = workdir / 'config.json'
   if saved_config.exists():
-    config_schema.check_resumable(json.loads(saved_config.read_text()),
-                                  config, workdir)
+    try:
+      saved = json.loads(saved_config.read_text())
+    except json.JSONDecodeError as e:
+      raise ConfigError(f'{saved_config} is not valid JSON ({e}); restore it '
+                        'or pass a new --workdir.') from e
+    config_schema.check_resumable(saved, config, workdir)
   try:
     return checkpoints.restore_latest(state_shapes, sum_shapes)
   except checkpoint.CheckpointError as e:
@@ -254,13 +271,14 @@ def _train_and_evaluate(config, workdir: pathlib.Path,
 
   if jax.process_index() == 0:
     workdir.mkdir(parents=True, exist_ok=True)
-    (workdir / 'config.json').write_text(config.to_json_best_effort(indent=2))
+    _write_atomically(workdir / 'config.json',
+                      config.to_json_best_effort(indent=2))
   writer = metric_writer.MetricWriter(workdir, history)
   processes = (f' in {jax.process_count()} processes'
                if jax.process_count() > 1 else '')
   logging.info(
       '%s (%s parameters) on %d device(s)%s: %d train / %d test examples, '
-      '%d steps of %d (%d per epoch).', config.model,
+      '%d steps of batch %d (%d per epoch).', config.model,
       f'{sum(x.size for x in jax.tree.leaves(state_shapes.params)):,}',
       jax.device_count(), processes, inputs.train_size, inputs.test_size,
       plan.total_steps, config.batch_size, plan.steps_per_epoch)
@@ -273,10 +291,15 @@ def _train_and_evaluate(config, workdir: pathlib.Path,
                                    state_shapes.batch_stats),
       config.image_size)
   device_peak = flops.peak_flops(jax.devices()[0].device_kind, config.dtype)
-  throughput = _Throughput(step, train_flops,
+  throughput = _Throughput(step, config.batch_size, train_flops,
                            device_peak and device_peak * jax.device_count())
   batches = inputs.train_batches(position)
   try:
+    # In a multi-process job, tells jax's preemption service the step this
+    # run starts from, so that a SIGTERM received while loading stops it at
+    # a step the loop reaches; the checkpoint of `step` exists already.
+    if step and step < plan.total_steps and preemption.reached(step):
+      raise Preempted(step, checkpoints.directory)
     while step < plan.total_steps:
       state, sums = compiled.train(state, sums, inputs.train_data,
                                    next(batches), step_key)
@@ -289,8 +312,9 @@ def _train_and_evaluate(config, workdir: pathlib.Path,
         record.update(train_loss=train['loss'],
                       train_accuracy=train['accuracy'],
                       learning_rate=float(schedule(step)),
-                      **throughput.interval(train['count']))
+                      **throughput.interval(step))
       if step % plan.eval_every == 0 or last:
+        jax.block_until_ready(state)  # the train steps count as training
         eval_start = time.perf_counter()
         test = evaluate(compiled.eval, state, inputs, step)
         throughput.exclude(time.perf_counter() - eval_start)
@@ -308,6 +332,10 @@ def _train_and_evaluate(config, workdir: pathlib.Path,
             record, plan, throughput.eta(step, plan.total_steps)))
       preempted = preemption.reached(step)
       if step % plan.checkpoint_every == 0 or last or preempted:
+        if 'train_loss' not in record:  # never save a diverged state
+          _check_finite({'train_loss': float(jax.device_get(sums['loss']))},
+                        step, checkpoints)
+        jax.block_until_ready(state)
         save_start = time.perf_counter()
         checkpoints.save(step, state, sums, history, inputs.position(step))
         throughput.exclude(time.perf_counter() - save_start)
@@ -321,7 +349,7 @@ def _train_and_evaluate(config, workdir: pathlib.Path,
 
   summary = summarize(history)
   if jax.process_index() == 0:
-    (workdir / 'summary.json').write_text(json.dumps(summary, indent=2))
+    _write_atomically(workdir / 'summary.json', json.dumps(summary, indent=2))
   logging.info(
       'Done: best test accuracy %.2f%% at step %d (epoch %g); final train '
       'accuracy %.2f%%.', 100 * summary['best_test_accuracy'],

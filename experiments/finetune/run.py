@@ -70,7 +70,7 @@ def main(argv):
   for r in results:
     minutes = f'{r["wall_minutes"]:.1f}' if r['wall_minutes'] else ''
     lines.append(
-        f'| {r["run"]} | {r["image_size"]}x{r["image_size"]} | {r["epochs"]} | '
+        f'| {r["run"]} | {r["image_size"]}x{r["image_size"]} | {r["epochs"]:g} | '
         f'{100 * r["best_test_accuracy"]:.1f}% | '
         f'{100 * r["final_test_accuracy"]:.1f}% | '
         f'{100 * r["final_train_accuracy"]:.1f}% | {minutes} |')

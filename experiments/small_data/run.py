@@ -126,8 +126,10 @@ def load_run(directory: pathlib.Path) -> dict | None:
       'best_epoch': summary['best_epoch'],
       'final_train_accuracy': summary['final_train_accuracy'],
       'wall_minutes': sum(r['seconds'] for r in history) / 60,
-      'train_accuracy': [r['train_accuracy'] for r in history],
-      'test_accuracy': [r['test_accuracy'] for r in history],
+      'train_accuracy': [r['train_accuracy'] for r in history
+                         if 'train_accuracy' in r],
+      'test_accuracy': [r['test_accuracy'] for r in history
+                        if 'test_accuracy' in r],
   }
 
 

@@ -130,14 +130,17 @@ class StreamingInput(input_lib.Input):
               for row in range(rows.start, rows.stop)
           ])
 
-      for _ in range(self._prefetch):
-        submit()
-      while True:
-        submit()
-        if not pending:
-          return
-        examples = [future.result() for future in pending.popleft()]
-        images = np.stack([image for image, _ in examples])
-        labels = np.asarray([label for _, label in examples], np.int32)
-        yield (self._global(images, batch_size),
-               self._global(labels, batch_size))
+      try:
+        for _ in range(self._prefetch):
+          submit()
+        while True:
+          submit()
+          if not pending:
+            return
+          examples = [future.result() for future in pending.popleft()]
+          images = np.stack([image for image, _ in examples])
+          labels = np.asarray([label for _, label in examples], np.int32)
+          yield (self._global(images, batch_size),
+                 self._global(labels, batch_size))
+      finally:  # a closed generator (a preempted run) waits for no queue
+        pool.shutdown(cancel_futures=True)
