@@ -50,7 +50,7 @@ def _saved_steps(directory, steps_to_save):
   holding s everywhere; returns (checkpoints, shapes of state and sums)."""
   sharding = parallel.replicated(parallel.make_mesh())
   state = {'w': parallel.replicate(np.zeros((3, 4), np.float32), sharding)}
-  sums = steps.zero_sums(steps.TRAIN_SUMS, sharding)
+  sums = steps.zero_sums(sharding)
   checkpoints = checkpoint.RunCheckpoints(directory, keep=5)
   for step in steps_to_save:
     state = jax.tree.map(lambda a, s=step: a * 0 + s, state)

@@ -63,3 +63,11 @@ def test_resuming_refuses_what_changes_the_checkpoints_meaning(tmp_path):
   with pytest.raises(ConfigError, match=r'another config\.seed \(0 there, 1 '
                      r'here\).*config\.json, or pass a new --workdir'):
     config_schema.check_resumable(saved, tiny_config('', seed=1), tmp_path)
+  # An epoch count that total_steps overrides on both sides is not used.
+  in_steps = tiny_config('', total_steps=40, warmup_steps=4).to_dict()
+  config_schema.check_resumable(
+      in_steps, tiny_config('', total_steps=40, warmup_steps=4, num_epochs=7,
+                            warmup_epochs=3), tmp_path)
+  with pytest.raises(ConfigError, match=r'config\.total_steps \(40 there, 50'):
+    config_schema.check_resumable(in_steps, tiny_config('', total_steps=50),
+                                  tmp_path)

@@ -54,7 +54,7 @@ def _one_device_train_step(config, images, labels):
                               parallel.replicated(mesh))
   step = jax.jit(functools.partial(steps.train_step, config=config,
                                    inputs=inputs))
-  sums = steps.zero_sums(steps.TRAIN_SUMS, parallel.replicated(mesh))
+  sums = steps.zero_sums(parallel.replicated(mesh))
   return functools.partial(step, sums=sums, data=inputs.train_data), state
 
 

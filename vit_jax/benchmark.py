@@ -138,7 +138,7 @@ def run_benchmark(*, model: str, batch_size: int, image_size: int,
   start = time.perf_counter()
   compiled = steps.compile_steps(config, inputs, state, key)
   compile_seconds = time.perf_counter() - start
-  train_sums = steps.zero_sums(steps.TRAIN_SUMS, replicated)
+  train_sums = steps.zero_sums(replicated)
 
   def one_train_step():
     nonlocal state, train_sums
@@ -147,7 +147,7 @@ def run_benchmark(*, model: str, batch_size: int, image_size: int,
     return train_sums
 
   def one_eval_step():
-    return compiled.eval(state, steps.zero_sums(steps.EVAL_SUMS, replicated),
+    return compiled.eval(state, steps.zero_sums(replicated),
                          inputs.test_data, indices, mask)
 
   train_seconds = _median_seconds(one_train_step, steps_timed)

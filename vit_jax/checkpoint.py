@@ -139,8 +139,7 @@ class RunCheckpoints:
           f'steps {self._manager.all_steps()}); move the directory away.')
 
   def latest_step(self) -> int | None:
-    return self._manager.latest_step() if self._manager else (
-        self.steps() or [None])[-1]
+    return (self.steps() or [None])[-1]
 
   def close(self):
     if self._manager is not None:

@@ -221,6 +221,12 @@ def step_plan(config, steps_per_epoch: int) -> StepPlan:
       checkpoint_every=config.checkpoint_every_steps or steps_per_epoch)
 
 
+# Epoch-counted fields and the step-counted fields that take their place
+# when set (`step_plan`).
+_SET_IN_STEPS_BY = {'num_epochs': 'total_steps',
+                    'warmup_epochs': 'warmup_steps'}
+
+
 def _comparable(value) -> Any:
   return json.loads(json.dumps(value.to_dict() if isinstance(
       value, ml_collections.ConfigDict) else value))
@@ -235,6 +241,10 @@ def check_resumable(saved: dict, config, workdir) -> None:
   for name, field in FIELDS.items():
     if not field.fixed_for_run:
       continue
+    overriding = _SET_IN_STEPS_BY.get(name)
+    if overriding and config[overriding] and saved.get(
+        overriding) == config[overriding]:
+      continue  # the same length in steps; the epoch count is not used
     here = _comparable(config[name])
     there = _comparable(saved.get(name, field.default))
     if there != here:

@@ -19,6 +19,7 @@ from absl import logging
 import jax
 from ml_collections import config_flags
 
+from vit_jax import checkpoint
 from vit_jax import data
 from vit_jax import parallel
 from vit_jax import train
@@ -100,7 +101,7 @@ def main(argv):
     logging.warning('%s', e)
     sys.exit(train.PREEMPTED_EXIT_STATUS)
   except (parallel.DistributedError, train.ConfigError, data.DatasetError,
-          train.TrainingDivergedError) as e:
+          checkpoint.CheckpointError, train.TrainingDivergedError) as e:
     logging.error('%s', e)
     sys.exit(f'error: {e}')
 

@@ -19,6 +19,7 @@ from absl import logging
 from flax.training import train_state
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
 
 from vit_jax import models
@@ -27,9 +28,8 @@ from vit_jax.config_schema import ConfigError
 
 # Running sums of a train or eval interval: summed losses, correct
 # predictions and examples.
-TRAIN_SUMS = {'loss': jnp.float32, 'correct': jnp.int32, 'count': jnp.float32}
-EVAL_SUMS = {'loss': jnp.float32, 'correct': jnp.float32,
-             'count': jnp.float32}
+METRIC_SUMS = {'loss': jnp.float32, 'correct': jnp.int32,
+               'count': jnp.float32}
 
 
 class TrainState(train_state.TrainState):
@@ -108,14 +108,14 @@ def state_shapes(key, model, tx, image_size: int,
       shapes)
 
 
-def sum_shapes(dtypes: dict, sharding) -> dict:
+def sum_shapes(sharding) -> dict:
   return {name: jax.ShapeDtypeStruct((), dtype, sharding=sharding)
-          for name, dtype in dtypes.items()}
+          for name, dtype in METRIC_SUMS.items()}
 
 
-def zero_sums(dtypes: dict, sharding) -> dict:
-  return {name: parallel.replicate(jnp.zeros((), dtype), sharding)
-          for name, dtype in dtypes.items()}
+def zero_sums(sharding) -> dict:
+  return {name: parallel.replicate(np.zeros((), dtype), sharding)
+          for name, dtype in METRIC_SUMS.items()}
 
 
 def cross_entropy(logits, labels, label_smoothing: float):
@@ -174,7 +174,7 @@ def train_step(state: TrainState, sums: dict, data, batch, key, *, config,
 
     zeros = lambda tree: jax.tree.map(jnp.zeros_like, tree)
     metric_zeros = {name: jnp.zeros((), dtype)
-                    for name, dtype in TRAIN_SUMS.items()}
+                    for name, dtype in METRIC_SUMS.items()}
     micro_batches = jax.tree.map(
         lambda a: a.reshape(accumulation, -1, *a.shape[1:]), batch)
     (batch_stats, grads, metrics), _ = jax.lax.scan(
@@ -194,7 +194,7 @@ def eval_step(state: TrainState, sums: dict, data, batch, mask, *, config,
   loss = cross_entropy(logits, y, config.label_smoothing)
   return jax.tree.map(jnp.add, sums, {
       'loss': jnp.sum(loss * mask),
-      'correct': jnp.sum((jnp.argmax(logits, -1) == y) * mask),
+      'correct': jnp.sum((jnp.argmax(logits, -1) == y) & (mask > 0)),
       'count': jnp.sum(mask),
   })
 
@@ -224,11 +224,11 @@ def compile_steps(config, inputs, state: TrainState, key) -> CompiledSteps:
   try:
     train = jax.jit(functools.partial(train_step, **step_kwargs),
                     donate_argnums=(0, 1)).lower(
-                        state, sum_shapes(TRAIN_SUMS, replicated),
+                        state, sum_shapes(replicated),
                         inputs.train_data, train_batch, key).compile(options)
     evaluate = jax.jit(functools.partial(eval_step, **step_kwargs),
                        donate_argnums=1).lower(
-                           state, sum_shapes(EVAL_SUMS, replicated),
+                           state, sum_shapes(replicated),
                            inputs.test_data, eval_batch,
                            eval_mask).compile(options)
   except jax.errors.JaxRuntimeError as e:

@@ -73,8 +73,7 @@ def _averages(sums) -> dict[str, float]:
 def evaluate(eval_step, state, inputs: data.Input, step: int) -> dict:
   """Loss and accuracy over every test example; logs its progress when
   the split is large."""
-  replicated = parallel.replicated(inputs.mesh)
-  sums = steps.zero_sums(steps.EVAL_SUMS, replicated)
+  sums = steps.zero_sums(parallel.replicated(inputs.mesh))
   total = inputs.num_eval_batches
   report_every = max(total // 10, 1)
   for i, (batch, mask) in enumerate(inputs.eval_batches(), 1):
@@ -165,7 +164,7 @@ class _Throughput:
     self._excluded = 0.0
     self._flops_per_image = train_flops_per_image
     self._peak = peak
-    self.last_record_time = self._loop_start
+    self._last_record = self._loop_start
 
   def exclude(self, seconds: float):
     self._excluded += seconds
@@ -184,6 +183,13 @@ class _Throughput:
     if self._peak:
       measured['peak_share'] = measured['flops_per_second'] / self._peak
     return measured
+
+  def since_last_record(self) -> float:
+    """Wall seconds since the previous record (training, evaluating and
+    checkpointing alike): summed, the loop's wall time."""
+    now = time.perf_counter()
+    seconds, self._last_record = now - self._last_record, now
+    return seconds
 
   def eta(self, step: int, total_steps: int) -> float:
     done = step - self._start_step
@@ -212,10 +218,7 @@ def _open_workdir(workdir: pathlib.Path, config, checkpoints,
       raise ConfigError(f'{saved_config} is not valid JSON ({e}); restore it '
                         'or pass a new --workdir.') from e
     config_schema.check_resumable(saved, config, workdir)
-  try:
-    return checkpoints.restore_latest(state_shapes, sum_shapes)
-  except checkpoint.CheckpointError as e:
-    raise ConfigError(str(e)) from e
+  return checkpoints.restore_latest(state_shapes, sum_shapes)
 
 
 def train_and_evaluate(config: ml_collections.ConfigDict,
@@ -247,7 +250,7 @@ def _train_and_evaluate(config, workdir: pathlib.Path,
   state_shapes = steps.state_shapes(init_key, model, tx, config.image_size,
                                     replicated)
   compiled = steps.compile_steps(config, inputs, state_shapes, step_key)
-  sum_shapes = steps.sum_shapes(steps.TRAIN_SUMS, replicated)
+  sum_shapes = steps.sum_shapes(replicated)
 
   checkpoints = checkpoint.RunCheckpoints(workdir / 'checkpoints',
                                           config.keep_checkpoints)
@@ -266,7 +269,7 @@ def _train_and_evaluate(config, workdir: pathlib.Path,
       state = state.replace(params=jax.tree.map(
           lambda x: parallel.replicate(x, replicated),
           finetune.pretrained_params(config, model, state.params)))
-    sums, history = steps.zero_sums(steps.TRAIN_SUMS, replicated), []
+    sums, history = steps.zero_sums(replicated), []
     step, position = 0, inputs.position(0)
 
   if jax.process_index() == 0:
@@ -308,7 +311,7 @@ def _train_and_evaluate(config, workdir: pathlib.Path,
       record = {}
       if step % plan.log_every == 0 or last:
         train = _averages(sums)
-        sums = steps.zero_sums(steps.TRAIN_SUMS, replicated)
+        sums = steps.zero_sums(replicated)
         record.update(train_loss=train['loss'],
                       train_accuracy=train['accuracy'],
                       learning_rate=float(schedule(step)),
@@ -322,10 +325,8 @@ def _train_and_evaluate(config, workdir: pathlib.Path,
                       test_examples=test['count'])
       if record:
         _check_finite(record, step, checkpoints)
-        now = time.perf_counter()
         record = {'step': step, 'epoch': plan.epoch(step), **record,
-                  'seconds': now - throughput.last_record_time}
-        throughput.last_record_time = now
+                  'seconds': throughput.since_last_record()}
         history.append(record)
         writer.write(record)
         logging.info('%s', _progress_line(

@@ -56,16 +56,21 @@ class Input(abc.ABC):
     return epoch_batches(self.config.seed, epoch, self.train_size,
                          self.config.batch_size)
 
+  def epochs_from(self, position: Position) -> Iterator[tuple[int, np.ndarray,
+                                                                 int]]:
+    """(epoch, its index table, first batch to read) from `position` on,
+    epoch after epoch, without end."""
+    epoch, first = position['epoch'], position['batch']
+    while True:
+      yield epoch, self.epoch_table(epoch), first
+      epoch, first = epoch + 1, 0
+
   def table_rows(self, position: Position) -> Iterator[tuple[int, int,
                                                                np.ndarray]]:
-    """(epoch, batch, example indices) of every batch from `position` on,
-    epoch after epoch, without end."""
-    epoch, batch = position['epoch'], position['batch']
-    while True:
-      table = self.epoch_table(epoch)
-      for b in range(batch, len(table)):
-        yield epoch, b, table[b]
-      epoch, batch = epoch + 1, 0
+    """(epoch, batch, example indices) of every batch from `position` on."""
+    for epoch, table, first in self.epochs_from(position):
+      for batch in range(first, len(table)):
+        yield epoch, batch, table[batch]
 
   @abc.abstractmethod
   def fingerprint(self) -> list[np.ndarray]:

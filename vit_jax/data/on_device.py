@@ -50,14 +50,12 @@ class OnDeviceInput(input_lib.Input):
             spec(self.config.eval_batch_size, jnp.float32))
 
   def train_batches(self, position: input_lib.Position):
-    epoch, start = position['epoch'], position['batch']
-    while True:
+    for _, table, first in self.epochs_from(position):
       # One host-to-device copy of the epoch's indices; each step's row is
       # then sliced on the devices.
-      table = parallel.replicate(self.epoch_table(epoch), self._replicated)
-      for batch in range(start, table.shape[0]):
+      table = parallel.replicate(table, self._replicated)
+      for batch in range(first, table.shape[0]):
         yield table[batch]
-      epoch, start = epoch + 1, 0
 
   def eval_batches(self):
     return zip(self._eval_indices, self._eval_masks)
