@@ -3,11 +3,14 @@ the study's config cut down to seconds."""
 
 import importlib.util
 import io
+import json
 import os
 import pathlib
 import pickle
+import socket
 import subprocess
 import sys
+import time
 
 import ml_collections
 import numpy as np
@@ -181,3 +184,111 @@ def process_test_config(data_dir) -> ml_collections.ConfigDict:
   config.model_overrides = dict(num_layers=2, hidden_size=64, num_heads=4,
                                 mlp_dim=128, patch_size=4)
   return config
+
+
+# ------------------------------------------- runs in real processes --------
+
+_TIMINGS = ('images_per_second', 'flops_per_second', 'seconds')
+
+
+def history(workdir) -> list[dict]:
+  lines = (pathlib.Path(workdir) / 'metrics.jsonl').read_text().splitlines()
+  return [json.loads(line) for line in lines]
+
+
+def without_timings(records: list[dict]) -> list[dict]:
+  return [{k: v for k, v in r.items() if k not in _TIMINGS} for r in records]
+
+
+@pytest.fixture(scope='session')
+def uninterrupted(tmp_path_factory):
+  """(data_dir, workdir) of `process_test_config` run without a stop."""
+  from vit_jax import train  # pylint: disable=g-import-not-at-top
+  root = tmp_path_factory.mktemp('uninterrupted')
+  write_cifar_binary(root / 'data' / 'cifar-10-batches-bin', {
+      'data_batch_1.bin': random_cifar(80, 10, seed=1),
+      'test_batch.bin': random_cifar(37, 10, seed=3)})
+  train.train_and_evaluate(process_test_config(root / 'data'), root / 'run')
+  return root / 'data', root / 'run'
+
+
+_PROCESS_CONFIG = '''
+import sys
+sys.path.insert(0, {root!r})
+from tests.conftest import process_test_config
+def get_config():
+  return process_test_config({data_dir!r})
+'''
+
+
+def write_process_config(tmp_path, data_dir) -> pathlib.Path:
+  """A config file of `process_test_config` for `python -m vit_jax.main`."""
+  config_file = tmp_path / 'process_config.py'
+  config_file.write_text(_PROCESS_CONFIG.format(root=str(ROOT),
+                                                data_dir=str(data_dir)))
+  return config_file
+
+
+def start_main(config_file, workdir, log_path, *flags, new_session=False):
+  """`python -m vit_jax.main` in the background, its output in `log_path`;
+  `new_session`: in a process group of its own, as a batch system starts
+  it."""
+  with open(log_path, 'w') as log:
+    return subprocess.Popen(
+        [sys.executable, '-m', 'vit_jax.main', f'--config={config_file}',
+         f'--workdir={workdir}', *flags],
+        cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
+        env={**os.environ, 'JAX_PLATFORMS': 'cpu'},
+        start_new_session=new_session)
+
+
+def wait_for_step(process, workdir, step, timeout=120):
+  """Returns once metrics.jsonl logs `step` or later."""
+  deadline = time.monotonic() + timeout
+  metrics = pathlib.Path(workdir) / 'metrics.jsonl'
+  while time.monotonic() < deadline:
+    assert process.poll() is None, 'the run ended before it could be stopped'
+    if metrics.exists():
+      lines = metrics.read_text().splitlines()
+      if lines and json.loads(lines[-1])['step'] >= step:
+        return
+    time.sleep(0.005)
+  raise TimeoutError(f'step {step} was not logged in {timeout}s')
+
+
+def free_port() -> int:
+  with socket.socket() as s:
+    s.bind(('127.0.0.1', 0))
+    return s.getsockname()[1]
+
+
+def start_two_processes(config_file, workdir, tmp_path, *flags):
+  """A 2-process job of `python -m vit_jax.main` on 127.0.0.1, 1 CPU
+  device each; returns the processes and their log paths."""
+  address = f'127.0.0.1:{free_port()}'
+  env = {**os.environ, 'JAX_PLATFORMS': 'cpu',
+         'XLA_FLAGS': '--xla_force_host_platform_device_count=1'}
+  processes, logs = [], []
+  for process_id in range(2):
+    logs.append(tmp_path / f'process_{process_id}.log')
+    with logs[-1].open('w') as log:
+      processes.append(subprocess.Popen(
+          [sys.executable, '-m', 'vit_jax.main', f'--config={config_file}',
+           f'--workdir={workdir}', f'--coordinator_address={address}',
+           '--num_processes=2', f'--process_id={process_id}', *flags],
+          cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT))
+  return processes, logs
+
+
+def wait_all(processes, timeout=300) -> list[int]:
+  """The exit statuses; processes still running after `timeout` are
+  killed."""
+  try:
+    for process in processes:
+      process.wait(timeout=timeout)
+  finally:
+    for process in processes:
+      if process.poll() is None:
+        process.kill()
+        process.wait()
+  return [process.returncode for process in processes]

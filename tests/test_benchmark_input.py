@@ -1,5 +1,7 @@
 """The streaming-input benchmark on a tiny image folder."""
 
+import os
+
 import numpy as np
 import pytest
 
@@ -13,7 +15,7 @@ def _config(data_dir, batch_size):
   config.update(dict(
       dataset='image_folder', data_dir=str(data_dir),
       input_pipeline='streaming', batch_size=batch_size,
-      eval_batch_size=batch_size, image_size=24, input_threads=2))
+      eval_batch_size=batch_size, image_size=24))
   return config
 
 
@@ -24,9 +26,12 @@ def test_reports_the_images_per_second_of_the_streaming_input(tmp_path):
     for i in range(count):
       (tmp_path / split / 'a' / f'{i}.png').write_bytes(
           png(rng.integers(0, 256, (30, 40, 3), np.uint8)))
-  result = benchmark_input.run_benchmark(_config(tmp_path, 4), steps=2)
-  assert (result['image_size'], result['batch_size'], result['threads']) == (
-      24, 4, 2)
-  assert result['images_per_second'] > 0
+  results = benchmark_input.run_benchmark(_config(tmp_path, 4), steps=2,
+                                         workers=[0, 1], rounds=2)
+  assert [(r['input_workers'], r['loader']) for r in results] == [
+      (0, f'{len(os.sched_getaffinity(0))} threads'), (1, '1 worker processes')]
+  for r in results:
+    assert r['images_per_second'] > 0 and r['first_batch_seconds'] > 0
   with pytest.raises(ValueError, match='need 16 training images'):
-    benchmark_input.run_benchmark(_config(tmp_path, 8), steps=1)
+    benchmark_input.run_benchmark(_config(tmp_path, 8), steps=1, workers=[0],
+                                  rounds=1)

@@ -1,6 +1,11 @@
 """Streaming input: host-side batches from any position, sharded."""
 
 import json
+import os
+import pathlib
+import subprocess
+import sys
+import time
 
 import jax
 import numpy as np
@@ -20,11 +25,10 @@ from vit_jax.data import streaming
 def _array_input(train_split, test_split, **overrides):
   config = tiny_config('', **{
       'seed': 3, 'batch_size': 8, 'eval_batch_size': 8, 'augment': False,
-      'input_pipeline': 'streaming', **overrides})
+      'input_pipeline': 'streaming', 'input_workers': 0, **overrides})
   dataset = sources.Dataset(sources.ArraySource(*train_split),
                             sources.ArraySource(*test_split), 10)
-  return streaming.StreamingInput(dataset, config, parallel.make_mesh(),
-                                  threads=2)
+  return streaming.StreamingInput(dataset, config, parallel.make_mesh())
 
 
 def test_train_batches_follow_the_seeded_shuffle_from_any_position():
@@ -52,6 +56,22 @@ def test_an_augmented_batch_is_the_same_from_any_starting_position():
     np.testing.assert_array_equal(a, b)
 
 
+def test_worker_processes_load_the_batches_threads_load():
+  train_split, test_split = random_cifar(40, 10, 1), random_cifar(13, 10, 2)
+  outputs = {}
+  for workers in (0, 2):
+    inputs = _array_input(train_split, test_split, augment=True,
+                          image_size=16, input_workers=workers)
+    train = inputs.train_batches(inputs.position(3))  # 5 batches an epoch
+    outputs[workers] = ([next(train) for _ in range(4)] +
+                        [batch for batch, _ in inputs.eval_batches()])
+    train.close()
+  assert inputs.workers == 2
+  for threads_batch, workers_batch in zip(outputs[0], outputs[2]):
+    for a, b in zip(threads_batch, workers_batch):
+      np.testing.assert_array_equal(a, b)
+
+
 def test_eval_batches_cover_the_test_set_once_resized():
   train_split, test_split = random_cifar(20, 10, 1), random_cifar(13, 10, 2)
   inputs = _array_input(train_split, test_split, image_size=16)
@@ -72,7 +92,7 @@ def test_tfds_array_record_streams_variable_size_images(tmp_path):
                        eval_batch_size=4, image_size=16,
                        input_pipeline='streaming')
   inputs = streaming.StreamingInput(sources.open_dataset(config), config,
-                                    parallel.make_mesh(), threads=2)
+                                    parallel.make_mesh(), workers=0)
   images, _ = next(inputs.train_batches(inputs.position(0)))
   assert images.shape == (4, 16, 16, 3)
 
@@ -83,7 +103,7 @@ def test_streaming_trains_as_the_on_device_input(cifar10_binary, tmp_path):
   records = {}
   for pipeline in ('on_device', 'streaming'):
     config = tiny_config(data_dir, num_epochs=1, augment=False,
-                         input_pipeline=pipeline)
+                         input_pipeline=pipeline, input_workers=0)
     train.train_and_evaluate(config, str(tmp_path / pipeline))
     lines = (tmp_path / pipeline / 'metrics.jsonl').read_text().splitlines()
     records[pipeline] = json.loads(lines[-1])
@@ -91,3 +111,64 @@ def test_streaming_trains_as_the_on_device_input(cifar10_binary, tmp_path):
     assert records['streaming'][metric] == pytest.approx(
         records['on_device'][metric], abs=1e-5)
   assert records['streaming']['test_examples'] == 37
+
+
+_WORKERS_SCRIPT = '''
+import sys, time
+sys.path.insert(0, {root!r})
+from tests.conftest import random_cifar, tiny_config
+from vit_jax import parallel
+from vit_jax.data import sources, streaming
+
+if __name__ == '__main__':
+  config = tiny_config('', batch_size=8, input_pipeline='streaming',
+                       input_workers=2)
+  dataset = sources.Dataset(sources.ArraySource(*random_cifar(40, 10, 1)),
+                            sources.ArraySource(*random_cifar(8, 10, 2)), 10)
+  inputs = streaming.StreamingInput(dataset, config, parallel.make_mesh())
+  batches = inputs.train_batches(inputs.position(0))
+  next(batches)
+  print('loaded', flush=True)
+  time.sleep(600)
+'''
+
+
+def _grain_workers(parent: int) -> list[int]:
+  workers = []
+  for stat in pathlib.Path('/proc').glob('[0-9]*/stat'):
+    try:
+      ppid = int(stat.read_text().rsplit(')', 1)[1].split()[1])
+      cmdline = (stat.parent / 'cmdline').read_bytes()
+    except (FileNotFoundError, ProcessLookupError):
+      continue
+    if ppid == parent and b'spawn_main' in cmdline:
+      workers.append(int(stat.parent.name))
+  return workers
+
+
+def _running(pid: int) -> bool:
+  try:
+    with open(f'/proc/{pid}/stat') as f:
+      return f.read().rsplit(')', 1)[1].split()[0] != 'Z'
+  except FileNotFoundError:
+    return False
+
+
+@pytest.mark.skipif(not os.path.isdir('/proc'), reason='reads /proc')
+def test_worker_processes_exit_when_the_training_process_is_killed(tmp_path):
+  script = tmp_path / 'load.py'
+  script.write_text(_WORKERS_SCRIPT.format(
+      root=str(pathlib.Path(__file__).parent.parent)))
+  process = subprocess.Popen([sys.executable, str(script)],
+                             stdout=subprocess.PIPE, text=True)
+  try:
+    assert process.stdout.readline() == 'loaded\n'
+    workers = _grain_workers(process.pid)
+  finally:
+    process.kill()
+    process.wait()
+  assert len(workers) == 2 and all(map(_running, workers))
+  deadline = time.monotonic() + 10
+  while any(map(_running, workers)) and time.monotonic() < deadline:
+    time.sleep(0.1)
+  assert not any(map(_running, workers))

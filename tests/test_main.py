@@ -18,7 +18,7 @@ def test_bad_input_is_one_clear_line_not_a_traceback(tmp_path):
   out = _main(f'--workdir={tmp_path}', '--config.data_dir=/nonexistent',
               '--config.num_epochs=1')
   assert out.returncode == 1
-  assert 'error: Data directory /nonexistent does not exist' in out.stderr
+  assert 'error: The data directory /nonexistent does not exist' in out.stderr
   assert 'Traceback' not in out.stderr
 
 

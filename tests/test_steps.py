@@ -77,6 +77,7 @@ def test_gradient_accumulation_gives_the_same_step():
     np.testing.assert_allclose(a, b, atol=1e-6)
 
 
+@pytest.mark.slow  # 14 s
 def test_bfloat16_training_stays_close_to_float32():
   # Three train steps of the tiny ViT from the same start, on the same batches.
   images, labels = random_cifar(48, 10, seed=0)

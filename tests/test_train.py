@@ -1,12 +1,12 @@
 """The training loop end to end on a tiny synthetic CIFAR-10: steps as the
-unit, exact resumption after kill -9 and SIGTERM, progress, divergence."""
+unit, exact resumption, SIGTERM, progress, divergence, several processes.
+Faults (kill -9, full disks, damaged files) are in test_faults.py."""
 
 import json
 import os
 import pathlib
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -16,27 +16,24 @@ import numpy as np
 import orbax.checkpoint as ocp
 import pytest
 
+from tests.conftest import ROOT
+from tests.conftest import history
 from tests.conftest import random_cifar
+from tests.conftest import start_main
+from tests.conftest import start_two_processes
 from tests.conftest import study_config
 from tests.conftest import tiny_config
 from tests.conftest import trained_vit_config
+from tests.conftest import wait_all
+from tests.conftest import wait_for_step
+from tests.conftest import without_timings
 from tests.conftest import write_cifar_binary
+from tests.conftest import write_process_config
 from vit_jax import checkpoint
 from vit_jax import steps
 from vit_jax import train
 from vit_jax.data import preprocess
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
-_TIMINGS = ('images_per_second', 'flops_per_second', 'seconds')
-
-
-def history(workdir):
-  lines = (pathlib.Path(workdir) / 'metrics.jsonl').read_text().splitlines()
-  return [json.loads(line) for line in lines]
-
-
-def without_timings(records):
-  return [{k: v for k, v in r.items() if k not in _TIMINGS} for r in records]
 
 
 def final_state(workdir, step):
@@ -108,7 +105,8 @@ def test_by_default_it_logs_evaluates_and_checkpoints_once_an_epoch(
     assert manager.all_steps() == [6, 12]
 
 
-@pytest.mark.parametrize('model', ['vit', 'simple_cnn'])
+@pytest.mark.parametrize(
+    'model', ['vit', pytest.param('simple_cnn', marks=pytest.mark.slow)])
 def test_resumed_mid_interval_equals_uninterrupted(cifar10_binary, tmp_path,
                                                    model):
   data_dir, _ = cifar10_binary
@@ -186,6 +184,7 @@ print(json.dumps([jax.device_count(), {workdir!r}]))
 '''
 
 
+@pytest.mark.slow  # 30 s; the 2-process tests split the batch too
 def test_eight_devices_give_the_single_device_loss(cifar10_binary, tmp_path):
   data_dir, _ = cifar10_binary
   records = {}
@@ -241,93 +240,28 @@ def test_a_workdir_of_another_run_is_refused_not_restored(cifar10_binary,
                      r'--workdir to start afresh'):
     train.train_and_evaluate(other, tmp_path)
   assert (tmp_path / 'config.json').read_text() == before
-  # Intervals do not change what the checkpoints mean.
+  # Intervals do not change what the checkpoints mean: allowed, and recorded.
   train.train_and_evaluate(tiny_config(data_dir, num_epochs=1,
                                        eval_every_steps=2), tmp_path)
+  changes = [json.loads(line) for line in
+             (tmp_path / 'config_changes.jsonl').read_text().splitlines()]
+  assert changes == [{'step': 6, 'changed': {
+      'eval_every_steps': {'before': 0, 'after': 2}}}]
+  assert json.loads((tmp_path / 'config.json').read_text())[
+      'eval_every_steps'] == 2
 
 
 # ------------------------------------------------- real processes ----------
 
-_PROCESS_CONFIG = '''
-import sys
-sys.path.insert(0, {root!r})
-from tests.conftest import process_test_config
-def get_config():
-  return process_test_config({data_dir!r})
-'''
-
-
-def _write_config(tmp_path, data_dir) -> pathlib.Path:
-  config_file = tmp_path / 'process_config.py'
-  config_file.write_text(_PROCESS_CONFIG.format(root=str(ROOT),
-                                                data_dir=str(data_dir)))
-  return config_file
-
-
-def _main(config_file, workdir, log_path, *flags):
-  log = open(log_path, 'w')  # pylint: disable=consider-using-with
-  return subprocess.Popen(
-      [sys.executable, '-m', 'vit_jax.main', f'--config={config_file}',
-       f'--workdir={workdir}', *flags],
-      cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
-      env={**os.environ, 'JAX_PLATFORMS': 'cpu'})
-
-
-def _wait_for_step(process, workdir, step, timeout=120):
-  """Returns once metrics.jsonl logs `step` or later."""
-  deadline = time.monotonic() + timeout
-  metrics = pathlib.Path(workdir) / 'metrics.jsonl'
-  while time.monotonic() < deadline:
-    assert process.poll() is None, 'the run ended before it could be stopped'
-    if metrics.exists():
-      lines = metrics.read_text().splitlines()
-      if lines and json.loads(lines[-1])['step'] >= step:
-        return
-    time.sleep(0.005)
-  raise TimeoutError(f'step {step} was not logged in {timeout}s')
-
-
-@pytest.fixture(scope='module')
-def uninterrupted(tmp_path_factory):
-  """(data_dir, workdir) of `process_test_config` run without a stop."""
-  from tests.conftest import process_test_config  # pylint: disable=g-import-not-at-top
-  root = tmp_path_factory.mktemp('uninterrupted')
-  write_cifar_binary(root / 'data' / 'cifar-10-batches-bin', {
-      'data_batch_1.bin': random_cifar(80, 10, seed=1),
-      'test_batch.bin': random_cifar(37, 10, seed=3)})
-  train.train_and_evaluate(process_test_config(root / 'data'), root / 'run')
-  return root / 'data', root / 'run'
-
-
-def test_killed_with_sigkill_mid_epoch_and_rerun_ends_identical(uninterrupted,
-                                                                 tmp_path):
-  data_dir, reference = uninterrupted
-  config_file = _write_config(tmp_path, data_dir)
-  workdir, log = tmp_path / 'run', tmp_path / 'log'
-  process = _main(config_file, workdir, log)
-  _wait_for_step(process, workdir, 10)  # 5 steps an epoch: checkpoint 8 is
-  process.send_signal(signal.SIGKILL)  # mid-epoch and mid logging interval
-  assert process.wait() == -signal.SIGKILL
-  assert not (workdir / 'summary.json').exists()
-
-  rerun = _main(config_file, workdir, tmp_path / 'log2')
-  assert rerun.wait(timeout=120) == 0, (tmp_path / 'log2').read_text()[-3000:]
-  assert 'Resumed from' in (tmp_path / 'log2').read_text()
-  assert without_timings(history(workdir)) == without_timings(
-      history(reference))
-  jax.tree.map(np.testing.assert_array_equal, final_state(workdir, 40),
-               final_state(reference, 40))
-
-
 def test_sigterm_saves_the_step_exits_75_and_the_rerun_ends_identical(
     uninterrupted, tmp_path):
   data_dir, reference = uninterrupted
-  config_file = _write_config(tmp_path, data_dir)
+  config_file = write_process_config(tmp_path, data_dir)
   workdir, log = tmp_path / 'run', tmp_path / 'log'
   # No checkpoint is scheduled before step 100: only SIGTERM saves one.
   flags = ['--config.checkpoint_every_steps=100']
-  process = _main(config_file, workdir, log, *flags)
-  _wait_for_step(process, workdir, 5)
+  process = start_main(config_file, workdir, log, *flags)
+  wait_for_step(process, workdir, 5)
   signalled = time.monotonic()
   process.send_signal(signal.SIGTERM)
   assert process.wait(timeout=60) == train.PREEMPTED_EXIT_STATUS
@@ -340,44 +274,10 @@ def test_sigterm_saves_the_step_exits_75_and_the_rerun_ends_identical(
           'resume.') in output
   assert 'Traceback' not in output
 
-  rerun = _main(config_file, workdir, tmp_path / 'log2', *flags)
+  rerun = start_main(config_file, workdir, tmp_path / 'log2', *flags)
   assert rerun.wait(timeout=120) == 0, (tmp_path / 'log2').read_text()[-3000:]
   assert without_timings(history(workdir)) == without_timings(
       history(reference))
-
-
-def _free_port() -> int:
-  with socket.socket() as s:
-    s.bind(('127.0.0.1', 0))
-    return s.getsockname()[1]
-
-
-def _start_two_processes(config_file, workdir, tmp_path, *flags):
-  address = f'127.0.0.1:{_free_port()}'
-  env = {**os.environ, 'JAX_PLATFORMS': 'cpu',
-         'XLA_FLAGS': '--xla_force_host_platform_device_count=1'}
-  processes, logs = [], []
-  for process_id in range(2):
-    logs.append(tmp_path / f'process_{process_id}.log')
-    with logs[-1].open('w') as log:
-      processes.append(subprocess.Popen(
-          [sys.executable, '-m', 'vit_jax.main', f'--config={config_file}',
-           f'--workdir={workdir}', f'--coordinator_address={address}',
-           '--num_processes=2', f'--process_id={process_id}', *flags],
-          cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT))
-  return processes, logs
-
-
-def _wait_all(processes, timeout=300):
-  try:
-    for process in processes:
-      process.wait(timeout=timeout)
-  finally:
-    for process in processes:
-      if process.poll() is None:
-        process.kill()
-        process.wait()
-  return [process.returncode for process in processes]
 
 
 _TWO_PROCESS_CONFIG = '''
@@ -387,6 +287,8 @@ from tests.conftest import trained_vit_config
 def get_config():
   config = trained_vit_config({data_dir!r})
   config.input_pipeline = {input_pipeline!r}
+  if config.input_pipeline == 'streaming':
+    config.input_workers = 0  # threads: worker processes start in seconds
   return config
 '''
 
@@ -398,8 +300,8 @@ def _train_in_two_processes(data_dir, input_pipeline_name, workdir, tmp_path):
   config_file.write_text(_TWO_PROCESS_CONFIG.format(
       root=str(ROOT), data_dir=str(data_dir),
       input_pipeline=input_pipeline_name))
-  processes, logs = _start_two_processes(config_file, workdir, tmp_path)
-  codes = _wait_all(processes)
+  processes, logs = start_two_processes(config_file, workdir, tmp_path)
+  codes = wait_all(processes)
   for code, log in zip(codes, logs):
     assert code == 0, log.read_text()[-3000:]
   return [log.read_text() for log in logs]
@@ -433,13 +335,14 @@ def test_two_processes_give_the_two_device_loss_and_one_set_of_files(
     np.testing.assert_allclose(a, b, atol=1e-5)
 
 
+@pytest.mark.slow  # 30 s: two processes and a reference run
 def test_two_streaming_processes_each_read_their_half_of_every_batch(
     trained_vit_run, tmp_path):
   """Streaming: each of 2 processes reads only its device's 8 rows of every
   16-image batch, and together they train as 1 process does."""
   _, data_dir = trained_vit_run
   config = trained_vit_config(data_dir)
-  config.input_pipeline = 'streaming'
+  config.input_pipeline, config.input_workers = 'streaming', 0
   train.train_and_evaluate(config, tmp_path / 'reference')
   logs = _train_in_two_processes(data_dir, 'streaming', tmp_path / 'run',
                                  tmp_path)
@@ -457,16 +360,16 @@ def test_two_streaming_processes_each_read_their_half_of_every_batch(
 def test_sigterm_to_one_of_two_processes_stops_both_at_one_saved_step(
     uninterrupted, tmp_path):
   data_dir, _ = uninterrupted
-  config_file = _write_config(tmp_path, data_dir)
+  config_file = write_process_config(tmp_path, data_dir)
   workdir = tmp_path / 'run'
   # Long enough that jax's preemption notice (polled each second) arrives
   # well before the end.
-  processes, logs = _start_two_processes(
+  processes, logs = start_two_processes(
       config_file, workdir, tmp_path, '--config.total_steps=2000',
       '--config.checkpoint_every_steps=5000', '--config.eval_every_steps=5000')
-  _wait_for_step(processes[0], workdir, 3)
+  wait_for_step(processes[0], workdir, 3)
   processes[1].send_signal(signal.SIGTERM)
-  assert _wait_all(processes, timeout=120) == [train.PREEMPTED_EXIT_STATUS] * 2
+  assert wait_all(processes, timeout=120) == [train.PREEMPTED_EXIT_STATUS] * 2
   stopped = [int(log.read_text().split('saved a checkpoint of step ')[1]
                  .split()[0]) for log in logs]
   assert stopped[0] == stopped[1] < 2000

@@ -1,17 +1,25 @@
 r"""Times the streaming input on this host: how many training images per
 second one process reads, crops and resizes, to compare with what the
-accelerators consume (`vit_jax.benchmark`).
+accelerators consume (`vit_jax.benchmark`) and to choose
+`config.input_workers`.
 
   python -m vit_jax.benchmark_input --dataset=image_folder \
-      --data_dir=DIR --image_size=224 --batch_size=256 --threads=8 [--steps=20]
+      --data_dir=DIR --image_size=224 --batch_size=256 --workers=0,-1 \
+      [--steps=20] [--rounds=3]
 
-Reads `--steps` training batches of `config.dataset` through
+For each `--workers` setting in turn, `--rounds` times over (alternating, so
+that the settings share the machine's slow and fast moments), reads
+`--steps` + 1 training batches of `config.dataset` through
 `data.StreamingInput` (Inception crop + flip, resize to --image_size) on one
-device, after one warm-up batch, and prints a table and one JSON line:
-images/s, ms per batch, threads.
+device. The first batch includes starting the loader (for worker processes:
+spawning them and their imports) and is timed apart from the steady
+`--steps` that follow. Prints the medians over the rounds as a table and
+one JSON line.
 """
 
 import json
+import os
+import statistics
 import time
 
 from absl import app
@@ -24,29 +32,51 @@ from vit_jax import data
 from vit_jax.data import sources
 
 
-def run_benchmark(config: ml_collections.ConfigDict, steps: int) -> dict:
+def time_loader(config: ml_collections.ConfigDict, steps: int,
+                workers: int) -> dict:
+  """One run: seconds to the first batch, and steady seconds per batch."""
   mesh = jax.make_mesh((1,), ('data',), devices=jax.devices()[:1])
-  inputs = data.StreamingInput(sources.open_dataset(config), config, mesh)
+  inputs = data.StreamingInput(sources.open_dataset(config), config, mesh,
+                               workers=workers)
   needed = (steps + 1) * config.batch_size
   if inputs.train_size < needed:
     raise ValueError(f'{steps + 1} batches of {config.batch_size} need '
                      f'{needed} training images; the dataset has '
                      f'{inputs.train_size}. Lower --steps or --batch_size.')
-  batches = inputs.train_batches(inputs.position(0))
-  jax.block_until_ready(next(batches))  # threads started, first batch read
   start = time.perf_counter()
+  batches = inputs.train_batches(inputs.position(0))
+  jax.block_until_ready(next(batches))
+  first = time.perf_counter()
   for _ in range(steps):
     jax.block_until_ready(next(batches))
-  seconds = (time.perf_counter() - start) / steps
+  end = time.perf_counter()
   batches.close()
-  return {
-      'dataset': config.dataset,
-      'image_size': config.image_size,
-      'batch_size': config.batch_size,
-      'threads': inputs.threads,
-      'images_per_second': config.batch_size / seconds,
-      'ms_per_batch': 1000 * seconds,
-  }
+  return {'first_batch_seconds': first - start,
+          'seconds_per_batch': (end - first) / steps,
+          'workers': inputs.workers, 'threads': inputs.threads}
+
+
+def run_benchmark(config: ml_collections.ConfigDict, steps: int,
+                  workers: list[int], rounds: int) -> list[dict]:
+  """Per `workers` setting, the medians over `rounds` alternating runs."""
+  runs = {setting: [] for setting in workers}
+  for _ in range(rounds):
+    for setting in workers:
+      runs[setting].append(time_loader(config, steps, setting))
+  results = []
+  for setting, timed in runs.items():
+    seconds = statistics.median(r['seconds_per_batch'] for r in timed)
+    processes, threads = timed[0]['workers'], timed[0]['threads']
+    results.append({
+        'loader': (f'{processes} worker processes' if processes else
+                   f'{threads} threads'),
+        'input_workers': setting,
+        'images_per_second': config.batch_size / seconds,
+        'ms_per_batch': 1000 * seconds,
+        'first_batch_seconds': statistics.median(
+            r['first_batch_seconds'] for r in timed),
+    })
+  return results
 
 
 def main(argv):
@@ -58,16 +88,26 @@ def main(argv):
       dataset=args.dataset, data_dir=args.data_dir or '',
       input_pipeline='streaming', batch_size=args.batch_size,
       eval_batch_size=args.batch_size, image_size=args.image_size,
-      input_threads=args.threads, total_steps=args.steps + 1))
+      total_steps=args.steps + 1))
   try:
-    result = run_benchmark(config, args.steps)
+    workers = [int(w) for w in args.workers]
+    results = run_benchmark(config, args.steps, workers, args.rounds)
   except ValueError as e:  # DatasetError included
     raise app.UsageError(str(e)) from e
-  width = max(map(len, result))
-  for name, value in result.items():
-    shown = f'{value:,.1f}' if isinstance(value, float) else str(value)
-    print(f'{name:<{width}}  {shown}')
-  print(json.dumps(result))
+  print(f'{args.steps} steady batches of {args.batch_size} at '
+        f'{args.image_size}px after one start-up batch, {os.cpu_count()} '
+        f'CPUs, medians of {args.rounds} alternating rounds')
+  header = (f'{"loader":<22} {"images/s":>9} {"ms/batch":>9} '
+            f'{"first batch s":>14}')
+  print(header)
+  print('-' * len(header))
+  for r in results:
+    print(f'{r["loader"]:<22} {r["images_per_second"]:9.1f} '
+          f'{r["ms_per_batch"]:9.1f} {r["first_batch_seconds"]:14.2f}')
+  print(json.dumps({'dataset': config.dataset, 'image_size': args.image_size,
+                    'batch_size': args.batch_size, 'steps': args.steps,
+                    'rounds': args.rounds, 'cpus': os.cpu_count(),
+                    'results': results}))
 
 
 def _define_flags():
@@ -78,8 +118,11 @@ def _define_flags():
   flags.DEFINE_string('data_dir', None, 'config.data_dir.')
   flags.DEFINE_integer('image_size', 224, 'Output resolution.')
   flags.DEFINE_integer('batch_size', 256, 'Images per batch.')
-  flags.DEFINE_integer('threads', 0, '0: one per CPU core.')
-  flags.DEFINE_integer('steps', 20, 'Timed batches.')
+  flags.DEFINE_list('workers', ['0', '-1'],
+                    'config.input_workers settings to compare: 0 threads, '
+                    '-1 one process per CPU core, N processes.')
+  flags.DEFINE_integer('steps', 20, 'Timed batches after the first.')
+  flags.DEFINE_integer('rounds', 3, 'Alternating runs of every setting.')
 
 
 if __name__ == '__main__':

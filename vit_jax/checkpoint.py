@@ -9,8 +9,11 @@ weights load here and ours load there. `load_params` takes either, and
 """
 
 from collections.abc import Mapping
+import contextlib
 import dataclasses
+import errno
 import functools
+import hashlib
 import json
 import os
 import pathlib
@@ -44,6 +47,70 @@ class Restored:
   position: dict  # where the input's next batch comes from
 
 
+def _array_digest(x: jax.Array) -> jax.Array:
+  """A uint32 of every bit of `x`: its elements' bits (in 32-bit words, or
+  bytes and half-words for smaller types), each multiplied by an odd weight
+  of its position, summed modulo 2**32, so that a change in any one element
+  always changes it."""
+  if jnp.issubdtype(x.dtype, jax.dtypes.prng_key):
+    x = jax.random.key_data(x)
+  if x.dtype == jnp.bool_:
+    x = x.astype(jnp.uint8)
+  word = {1: jnp.uint8, 2: jnp.uint16}.get(x.dtype.itemsize, jnp.uint32)
+  bits = jax.lax.bitcast_convert_type(x, word).ravel().astype(jnp.uint32)
+  weights = jnp.arange(bits.size, dtype=jnp.uint32) * jnp.uint32(
+      2654435761) | jnp.uint32(1)
+  return jnp.sum(bits * weights, dtype=jnp.uint32)
+
+
+@jax.jit
+def _tree_digests(tree) -> list[jax.Array]:
+  return [_array_digest(x) for x in jax.tree.leaves(tree)]
+
+
+def _json_digest(value) -> str:
+  return hashlib.sha256(json.dumps(value, sort_keys=True).encode()).hexdigest()
+
+
+def digest(state, train_sums: dict, history: list[dict],
+           position: dict) -> dict:
+  """What a checkpoint's contents must hash to: one number per array
+  (computed where the arrays are, so nothing is copied to the host) and a
+  sha256 of each JSON item."""
+  return {
+      'state': [int(d) for d in jax.device_get(_tree_digests(state))],
+      'train_sums': [int(d) for d in jax.device_get(_tree_digests(train_sums))],
+      'history': _json_digest(history),
+      'position': _json_digest(position),
+  }
+
+
+class DigestMismatchError(ValueError):
+  """A restored checkpoint does not hash to the digest saved with it."""
+
+
+def _verify(restored) -> None:
+  found = digest(restored.state, restored.train_sums, restored.history,
+                 restored.position)
+  differ = [k for k in found if found[k] != restored.digest.get(k)]
+  if differ:
+    raise DigestMismatchError(
+        f'its {" and ".join(differ)} {"does" if len(differ) == 1 else "do"} '
+        'not match the digest saved with it: a damaged file')
+
+
+def _out_of_space(error: BaseException | None) -> bool:
+  """Whether `error` or one it arose from says the disk or quota is full."""
+  while error is not None:
+    if (isinstance(error, OSError) and
+        error.errno in (errno.ENOSPC, errno.EDQUOT)) or any(
+            s in str(error) for s in ('No space left', 'RESOURCE_EXHAUSTED',
+                                      'Disk quota exceeded')):
+      return True
+    error = error.__cause__ or error.__context__
+  return False
+
+
 def _first_line(error: BaseException) -> str:
   text = str(error).strip().splitlines()
   return f'{type(error).__name__}: {text[0] if text else ""}'
@@ -53,10 +120,12 @@ class RunCheckpoints:
   """The checkpoints of a run, `directory/<step>/`, the newest
   `keep` kept. Each holds a `Restored`'s fields: the train state, the train
   metric sums of the unfinished logging interval, the history of logged
-  records and the input's position. Saves are asynchronous; orbax writes a
-  checkpoint under a temporary name and renames it when complete, so a
-  killed save leaves no step behind, only a temporary directory that the
-  next run removes.
+  records and the input's position, and their `digest`, which a restore
+  verifies. Saves are asynchronous; orbax writes a checkpoint under a
+  temporary name and renames it when complete, so a killed save leaves no
+  step behind, only a temporary directory that the next run removes. A save
+  that fails in the background raises CheckpointError at the next `check`,
+  `save` or `close`.
 
   Multi-process: every process calls every method; orbax coordinates them.
   """
@@ -87,13 +156,21 @@ class RunCheckpoints:
     CheckpointError when none of several restores."""
     steps, damaged = self.steps(), []
     for step in reversed(steps):
+      verified = (self.directory / str(step) / 'digest').is_dir()
+      items = dict(state=ocp.args.StandardRestore(state_shapes),
+                   train_sums=ocp.args.StandardRestore(sum_shapes),
+                   history=ocp.args.JsonRestore(),
+                   position=ocp.args.JsonRestore())
+      if verified:
+        items['digest'] = ocp.args.JsonRestore()
       try:
         restored = self._open(create=False).restore(
-            step, args=ocp.args.Composite(
-                state=ocp.args.StandardRestore(state_shapes),
-                train_sums=ocp.args.StandardRestore(sum_shapes),
-                history=ocp.args.JsonRestore(),
-                position=ocp.args.JsonRestore()))
+            step, args=ocp.args.Composite(**items))
+        if verified:
+          _verify(restored)
+        else:
+          logging.warning('Checkpoint %s predates digests: restored '
+                          'unverified.', self.directory / str(step))
       except Exception as e:  # pylint: disable=broad-except
         # orbax and tensorstore raise many types for damaged files.
         logging.warning('Skipping checkpoint %s, which cannot be restored '
@@ -127,25 +204,66 @@ class RunCheckpoints:
 
   def save(self, step: int, state, train_sums: dict, history: list[dict],
            position: dict):
-    saved = self._open(create=True).save(
-        step, args=ocp.args.Composite(
-            state=ocp.args.StandardSave(state),
-            train_sums=ocp.args.StandardSave(train_sums),
-            history=ocp.args.JsonSave(history),
-            position=ocp.args.JsonSave(position)))
+    self.check()
+    # orbax writes the JSON items later, in the background: a copy, so that
+    # records the loop logs meanwhile are not in this checkpoint.
+    history = list(history)
+    contents = digest(state, train_sums, history, position)
+    with self._failed_saves_raised():
+      saved = self._open(create=True).save(
+          step, args=ocp.args.Composite(
+              state=ocp.args.StandardSave(state),
+              train_sums=ocp.args.StandardSave(train_sums),
+              history=ocp.args.JsonSave(history),
+              position=ocp.args.JsonSave(position),
+              digest=ocp.args.JsonSave(contents)))
     if not saved:
       raise CheckpointError(
           f'orbax declined to save step {step} in {self.directory} (it holds '
           f'steps {self._manager.all_steps()}); move the directory away.')
 
+  def check(self):
+    """Raises CheckpointError if the last save, written in the background,
+    failed (orbax keeps its error until someone waits for it)."""
+    if self._manager is not None and not self._manager.is_saving_in_progress():
+      with self._failed_saves_raised():
+        self._manager.wait_until_finished()
+
+  @contextlib.contextmanager
+  def _failed_saves_raised(self):
+    try:
+      yield
+    except Exception as e:  # pylint: disable=broad-except
+      # orbax and tensorstore raise many types for a failed write.
+      self._manager = None  # its threads are stuck on the failed write
+      good = sorted(int(p.name) for p in self.directory.glob('*')
+                    if p.name.isdigit())
+      kept = (f'the newest complete checkpoint, step {good[-1]}, is kept'
+              if good else 'no checkpoint was complete before it')
+      fix = (f'Free space there (df -h {self.directory}) or pass a --workdir '
+             'with room' if _out_of_space(e) else
+             'Check that the directory is writable')
+      raise CheckpointError(
+          f'Saving a checkpoint in {self.directory} failed ({_first_line(e)}); '
+          f'{kept}. {fix}, then rerun to resume.') from e
+
   def latest_step(self) -> int | None:
     return (self.steps() or [None])[-1]
 
-  def close(self):
-    if self._manager is not None:
-      self._manager.wait_until_finished()
-      self._manager.close()
-      self._manager = None
+  def close(self, quietly: bool = False):
+    """Waits for the save in flight. `quietly`: when another error already
+    stops the run, a failed save is logged instead of raised over it."""
+    if self._manager is None:
+      return
+    try:
+      with self._failed_saves_raised():
+        self._manager.wait_until_finished()
+        self._manager.close()
+    except CheckpointError as e:
+      if not quietly:
+        raise
+      logging.warning('%s', e)
+    self._manager = None
 
 
 @dataclasses.dataclass(frozen=True)

@@ -62,8 +62,10 @@ FIELDS: dict[str, Field] = {
         "batches gathered and augmented in the step (small data); "
         "'streaming': batches read and cropped on the hosts (ImageNet).",
         ('on_device', 'streaming'), fixed_for_run=True),
-    'input_threads': Field(0, 'Threads each host reads with when streaming; '
-                           '0: one per CPU core.'),
+    'input_workers': Field(-1, 'Streaming: grain worker processes loading '
+                           'batches on each host, each with a copy of the '
+                           'source; -1: one per core this process may use; 0: '
+                           'threads of the training process.'),
     'augment': Field(True, 'Training augmentation: on device, 4-pixel-padded '
                      'random crop + flip; streaming, Inception crop + flip.',
                      fixed_for_run=True),
@@ -124,7 +126,7 @@ _POSITIVE = ('batch_size', 'eval_batch_size', 'image_size', 'learning_rate',
 _NON_NEGATIVE = ('total_steps', 'num_epochs', 'warmup_steps', 'warmup_epochs',
                  'log_every_steps', 'eval_every_steps',
                  'checkpoint_every_steps', 'train_examples', 'test_examples',
-                 'input_threads', 'weight_decay', 'grad_clip_norm',
+                 'weight_decay', 'grad_clip_norm',
                  'cpu_devices')
 
 
@@ -167,6 +169,9 @@ def validate(config: ml_collections.ConfigDict, num_devices: int):
   for name in _NON_NEGATIVE:
     if config[name] < 0:
       raise ConfigError(f'config.{name}={config[name]} must be >= 0.')
+  if config.input_workers < -1:
+    raise ConfigError(f'config.input_workers={config.input_workers}: use -1 '
+                      '(one per CPU core), 0 (threads) or a count.')
   if not config.total_steps and not config.num_epochs:
     raise ConfigError('Set config.total_steps or config.num_epochs: the run '
                       'has no length.')
@@ -232,26 +237,28 @@ def _comparable(value) -> Any:
       value, ml_collections.ConfigDict) else value))
 
 
-def check_resumable(saved: dict, config, workdir) -> None:
+def check_resumable(saved: dict, config, workdir) -> dict[str, tuple]:
   """Raises ConfigError when the run saved in `workdir` (its config.json,
   `saved`) differs from `config` in a field that changes what its
   checkpoints mean; other fields (intervals, eval batch size, data_dir) may
-  change between a run and its resumption."""
-  differ = []
+  change between a run and its resumption: returns those that did, as
+  {name: (saved value, this value)}."""
+  changed, differ = {}, []
   for name, field in FIELDS.items():
-    if not field.fixed_for_run:
-      continue
-    overriding = _SET_IN_STEPS_BY.get(name)
-    if overriding and config[overriding] and saved.get(
-        overriding) == config[overriding]:
-      continue  # the same length in steps; the epoch count is not used
     here = _comparable(config[name])
     there = _comparable(saved.get(name, field.default))
-    if there != here:
+    overriding = _SET_IN_STEPS_BY.get(name)
+    if there == here or (overriding and config[overriding] and
+                         saved.get(overriding) == config[overriding]):
+      continue  # for an epoch count: the same length in steps decides
+    if field.fixed_for_run:
       differ.append(f'{name} ({there!r} there, {here!r} here)')
+    else:
+      changed[name] = (there, here)
   if differ:
     raise ConfigError(
         f'{workdir} holds a run with another config.{"; config.".join(differ)}'
         ': its checkpoints are not this config\'s run. Rerun with the config '
         f'saved in {workdir}/config.json, or pass a new --workdir to start '
         'afresh.')
+  return changed

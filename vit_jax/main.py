@@ -45,13 +45,40 @@ _PROCESS_ID = flags.DEFINE_integer(
     'process_id', None,
     "This process's index in 0..num_processes-1 (default: detected, or "
     '$JAX_PROCESS_ID).')
+_LOST_PROCESS_TIMEOUT = flags.DEFINE_integer(
+    'lost_process_timeout', parallel.DEFAULT_LOST_PROCESS_TIMEOUT,
+    'Multi-process jobs: seconds after which the other processes give up on '
+    'one that died or hangs, and exit with status 1.')
 flags.mark_flags_as_required(['config', 'workdir'])
 
 
 def _quiet_orbax(record) -> bool:
   # Orbax logs every step of every save at INFO, drowning the progress lines.
-  return (record.levelno >= python_logging.WARNING or
-          '/orbax/' not in record.pathname)
+  # A save that fails logs its error with a traceback from every background
+  # thread involved; the loop reports it once, in one line (CheckpointError).
+  background = '/orbax/' in record.pathname or record.name == 'asyncio'
+  if not background:
+    return True
+  return (record.levelno >= python_logging.WARNING and
+          not (record.levelno >= python_logging.ERROR and record.exc_info))
+
+
+def _closed_event_loop(error: BaseException | None) -> bool:
+  return isinstance(error, RuntimeError) and str(error) == (
+      'Event loop is closed')
+
+
+def _ignore_closed_event_loops():
+  """After a failed save, tensorstore's pending writes call back into orbax's
+  closed event loop, and each reports that as an unraisable exception, with
+  a traceback."""
+  unraisablehook = sys.unraisablehook
+
+  def hook(unraisable):
+    if not _closed_event_loop(unraisable.exc_value):
+      unraisablehook(unraisable)
+
+  sys.unraisablehook = hook
 
 
 class _ProcessPrefix(python_logging.Filter):
@@ -87,23 +114,38 @@ def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'Unexpected arguments: {" ".join(argv[1:])}')
   logging.get_absl_handler().addFilter(_quiet_orbax)
+  _ignore_closed_event_loops()
   parallel.set_cpu_devices(_CPU_DEVICES.value or
                            _CONFIG.value.get('cpu_devices'))
   try:
     if parallel.initialize_distributed(_COORDINATOR_ADDRESS.value,
-                                      _NUM_PROCESSES.value, _PROCESS_ID.value):
+                                      _NUM_PROCESSES.value, _PROCESS_ID.value,
+                                      _LOST_PROCESS_TIMEOUT.value):
       # Every process logs, as in flax's and big_vision's trainers; the
       # prefix tells them apart. Only process 0 writes files (train.py).
       logging.get_absl_handler().addFilter(_ProcessPrefix(
           f'[process {jax.process_index()}/{jax.process_count()}] '))
     train.train_and_evaluate(_CONFIG.value, _WORKDIR.value)
+  except jax.errors.JaxRuntimeError as e:
+    if not parallel.lost_a_process(e):
+      raise
+    parallel.abandon_job(e)
   except train.Preempted as e:
     logging.warning('%s', e)
-    sys.exit(train.PREEMPTED_EXIT_STATUS)
-  except (parallel.DistributedError, train.ConfigError, data.DatasetError,
-          checkpoint.CheckpointError, train.TrainingDivergedError) as e:
+    _exit(train.PREEMPTED_EXIT_STATUS, every_process_here=True)
+  except (parallel.DistributedError, train.ConfigError, train.WorkdirError,
+          data.DatasetError, checkpoint.CheckpointError,
+          train.TrainingDivergedError) as e:
     logging.error('%s', e)
-    sys.exit(f'error: {e}')
+    print(f'error: {e}', file=sys.stderr)
+    _exit(1, every_process_here=False)
+  _exit(0, every_process_here=True)
+
+
+def _exit(status: int, every_process_here: bool):
+  if jax.process_count() > 1:
+    parallel.leave_job(status, every_process_here)
+  sys.exit(status)
 
 
 if __name__ == '__main__':

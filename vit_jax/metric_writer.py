@@ -1,14 +1,29 @@
 """Logged metrics to `metrics.jsonl` and TensorBoard event files.
 
-TensorBoard files are written with tensorboardX, which needs no TensorFlow.
-Only process 0 writes.
+The checkpoint's history is the truth: a resumed run rewrites both from it,
+so records logged after the last checkpoint of an interrupted run (trained
+again) are dropped, and records a killed writer never flushed come back.
+Every line of `metrics.jsonl` is strict JSON: a value that is not finite is
+written as null. TensorBoard files are written with tensorboardX, which needs
+no TensorFlow. Only process 0 writes.
 """
 
 import json
+import math
 import pathlib
+import shutil
 
 import jax
 from tensorboardX import SummaryWriter
+
+
+def json_line(record: dict) -> str:
+  """`record` as one line of strict JSON, NaN and infinities as null."""
+  finite = {
+      name: None if isinstance(value, float) and not math.isfinite(value)
+      else value for name, value in record.items()
+  }
+  return json.dumps(finite, allow_nan=False) + '\n'
 
 
 class MetricWriter:
@@ -20,19 +35,25 @@ class MetricWriter:
     if not self._enabled:
       return
     self._jsonl_path = workdir / 'metrics.jsonl'
-    # The checkpoint's history is the truth: steps logged after the last
-    # checkpoint of an interrupted run are trained again, so drop them.
-    self._jsonl_path.write_text(''.join(json.dumps(r) + '\n' for r in history))
-    self._tensorboard = SummaryWriter(str(workdir / 'tensorboard'))
+    self._jsonl_path.write_text(''.join(map(json_line, history)))
+    tensorboard_dir = workdir / 'tensorboard'
+    shutil.rmtree(tensorboard_dir, ignore_errors=True)
+    self._tensorboard = SummaryWriter(str(tensorboard_dir))
+    for record in history:
+      self._add_scalars(record)
+    self._tensorboard.flush()
+
+  def _add_scalars(self, record: dict):
+    for name, value in record.items():
+      if name not in ('epoch', 'step'):
+        self._tensorboard.add_scalar(name, value, global_step=record['step'])
 
   def write(self, record: dict):
     if not self._enabled:
       return
     with self._jsonl_path.open('a') as f:
-      f.write(json.dumps(record) + '\n')
-    for name, value in record.items():
-      if name not in ('epoch', 'step'):
-        self._tensorboard.add_scalar(name, value, global_step=record['step'])
+      f.write(json_line(record))
+    self._add_scalars(record)
     self._tensorboard.flush()
 
   def close(self):

@@ -12,6 +12,8 @@ import glob
 import importlib.util
 import os
 import signal
+import sys
+import threading
 import zlib
 
 from absl import logging
@@ -23,6 +25,10 @@ import numpy as np
 # side by side (ViT-Tiny train step, 2 cores: 93 img/s on 1 device, 123 on 4;
 # experiments/benchmarks/README.md). Other platforms are unaffected.
 DEFAULT_CPU_DEVICES = 4
+# Seconds after which the processes of a job give up on one that stopped
+# answering (jax's defaults: 100 s of missed heartbeats, then a 300 s shutdown
+# barrier).
+DEFAULT_LOST_PROCESS_TIMEOUT = 30
 
 
 class DistributedError(ValueError):
@@ -145,11 +151,13 @@ def distributed_args(coordinator_address: str | None = None,
   return {name: value for name, value in given.items() if value is not None}
 
 
-def initialize_distributed(coordinator_address: str | None = None,
-                           num_processes: int | None = None,
-                           process_id: int | None = None) -> bool:
+def initialize_distributed(
+    coordinator_address: str | None = None, num_processes: int | None = None,
+    process_id: int | None = None,
+    lost_process_timeout: int = DEFAULT_LOST_PROCESS_TIMEOUT) -> bool:
   """Joins a multi-process job when the flags or the environment ask for one
-  (see `distributed_args`); does nothing for a single process.
+  (see `distributed_args`); does nothing for a single process. A process
+  silent for `lost_process_timeout` seconds counts as lost.
 
   Call before anything asks JAX for its devices. On the CPU the processes'
   collectives run over gloo (TCP). Returns whether it initialized.
@@ -163,8 +171,16 @@ def initialize_distributed(coordinator_address: str | None = None,
     jax.config.update('jax_cpu_collectives_implementation', 'gloo')
   described = ', '.join(f'{k}={v}' for k, v in kwargs.items()) or (
       f'detected from {detect_cluster()}')
+  if detect_cluster() != 'Cloud TPU':
+    # A lost process then fails the survivors' next collective, which
+    # `abandon_job` reports, instead of jax aborting them from a background
+    # thread with a stack trace. (Tried on CPUs with gloo; jax documents it
+    # for GPUs, and TPU collectives may not fail but wait.)
+    jax.config.update('jax_enable_recoverability', True)
   try:
-    jax.distributed.initialize(**kwargs)
+    jax.distributed.initialize(
+        **kwargs, heartbeat_timeout_seconds=lost_process_timeout,
+        shutdown_timeout_seconds=lost_process_timeout)
   except (ValueError, TypeError, RuntimeError) as e:
     raise DistributedError(
         f'Could not join the multi-process job ({described}): {e}') from e
@@ -172,6 +188,78 @@ def initialize_distributed(coordinator_address: str | None = None,
                jax.process_index(), jax.process_count(), described,
                jax.local_device_count(), jax.device_count())
   return True
+
+
+# How a collective fails when a peer process is gone (gloo on CPUs, NCCL and
+# the coordination service elsewhere).
+_PEER_LOST = ('UNAVAILABLE', 'DEADLINE_EXCEEDED', 'Connection reset',
+              'Connection closed', 'Connection refused', 'heartbeat',
+              'Broken pipe')
+
+
+def lost_a_process(error: BaseException) -> bool:
+  """Whether `error`, raised by a computation of a multi-process job, says
+  that another process of the job is gone."""
+  return jax.process_count() > 1 and any(
+      sign in str(error) for sign in _PEER_LOST)
+
+
+def _lost_processes(timeout: float = 2.0) -> list[int]:
+  """The processes jax's coordination service no longer counts as alive;
+  empty where it cannot tell within `timeout` seconds (the call waits for
+  every live process, which a healthy peer stuck in a collective never
+  joins)."""
+  found = []
+
+  def ask():
+    from jax._src import distributed  # pylint: disable=g-import-not-at-top
+    live = distributed.global_state.client.get_live_nodes(
+        list(range(jax.process_count())))
+    found.extend(i for i in range(jax.process_count()) if i not in live)
+
+  asking = threading.Thread(target=ask, daemon=True)
+  asking.start()
+  asking.join(timeout)
+  return [] if asking.is_alive() else found
+
+
+def leave_job(status: int, every_process_here: bool) -> None:
+  """Ends this process of a multi-process job without jax's shutdown: with
+  `jax_enable_recoverability` a process that shuts down first fails the
+  others' shutdown. `every_process_here`: all processes are ending this way
+  (a finished or preempted run), so they wait for each other first."""
+  if every_process_here:
+    from jax.experimental import multihost_utils  # pylint: disable=g-import-not-at-top
+    multihost_utils.sync_global_devices('vit_jax: leaving the job')
+  logging.flush()
+  sys.stdout.flush()
+  sys.stderr.flush()
+  os._exit(status)  # pylint: disable=protected-access
+
+
+def abandon_job(error: BaseException) -> None:
+  """After a collective failed because a process of the job died: logs one
+  line and exits at once with status 1, instead of waiting in jax's shutdown
+  barrier for the dead process until jax aborts the survivors."""
+  try:
+    lost = _lost_processes()
+  except Exception:  # pylint: disable=broad-except
+    lost = []  # a jax without the call
+  if lost:
+    who = ', '.join(f'process {i}' for i in lost)
+  elif jax.process_count() == 2:
+    who = f'process {1 - jax.process_index()} (the only other one)'
+  else:
+    who = 'another process'
+  first_line = (str(error).strip().splitlines() or [type(error).__name__])[0]
+  message = (f'Process {jax.process_index()} of {jax.process_count()} lost '
+             f'{who} of the job ({first_line}); see its log for why. The '
+             'checkpoints saved so far are kept: rerun all processes to '
+             'resume.')
+  logging.error('%s', message)
+  logging.flush()
+  print(f'error: {message}', file=sys.stderr, flush=True)
+  os._exit(1)  # pylint: disable=protected-access
 
 
 # ------------------------------------------------------ mesh and placement -

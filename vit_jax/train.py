@@ -1,7 +1,8 @@
 """The training loop, counted in steps: train, log, evaluate, checkpoint.
 
-    validate the config (config_schema) -> the input (data) -> compile the
-    steps (steps) -> restore the newest checkpoint or start -> loop:
+    validate the config (config_schema) -> check the workdir and the run in
+    it -> the input (data) -> compile the steps (steps) -> restore the newest
+    checkpoint or start -> loop:
       one train step; every config.log_every_steps the train metrics,
       every eval_every_steps an evaluation, every checkpoint_every_steps a
       checkpoint (checkpoint.RunCheckpoints); each also at the last step.
@@ -24,6 +25,7 @@ import json
 import math
 import os
 import pathlib
+import tempfile
 import time
 
 from absl import logging
@@ -204,21 +206,55 @@ def _write_atomically(path: pathlib.Path, text: str):
   os.replace(partial, path)
 
 
-def _open_workdir(workdir: pathlib.Path, config, checkpoints,
-                  state_shapes, sum_shapes) -> checkpoint.Restored | None:
-  """The newest checkpoint of the run in `workdir`, after checking that the
-  run is this config's."""
-  if not checkpoints.steps():
-    return None
-  saved_config = workdir / 'config.json'
-  if saved_config.exists():
+class WorkdirError(ValueError):
+  """The workdir cannot hold this run."""
+
+
+def check_workdir(workdir: pathlib.Path, config) -> dict[str, tuple]:
+  """Before any data or model loads: that `workdir` is a directory this
+  process can write, and that a run already in it is this config's (else
+  ConfigError). Returns the fields that changed harmlessly since that run
+  (`config_schema.check_resumable`)."""
+  if workdir.exists() and not workdir.is_dir():
+    raise WorkdirError(f'The workdir {workdir} is a file: pass a directory '
+                       '(new or of this run) as --workdir.')
+  if jax.process_index() == 0:
+    # Created where the workdir is, or would be: nothing is left behind if
+    # the run then stops on bad data.
+    existing = next(p for p in (workdir, *workdir.parents) if p.exists())
     try:
-      saved = json.loads(saved_config.read_text())
-    except json.JSONDecodeError as e:
-      raise ConfigError(f'{saved_config} is not valid JSON ({e}); restore it '
-                        'or pass a new --workdir.') from e
-    config_schema.check_resumable(saved, config, workdir)
-  return checkpoints.restore_latest(state_shapes, sum_shapes)
+      os.rmdir(tempfile.mkdtemp(prefix='.write_test', dir=existing))
+    except OSError as e:
+      raise WorkdirError(
+          f'Cannot write to the workdir {workdir} ({e.strerror or e} in '
+          f'{existing}): pass a --workdir where you can create files.') from e
+  saved_config = workdir / 'config.json'
+  has_checkpoints = any(p.name.isdigit()
+                        for p in (workdir / 'checkpoints').glob('*'))
+  if not (has_checkpoints and saved_config.exists()):
+    return {}
+  try:
+    saved = json.loads(saved_config.read_text())
+  except (json.JSONDecodeError, UnicodeDecodeError) as e:
+    raise ConfigError(f'{saved_config} is not valid JSON ({e}); restore it '
+                      'or pass a new --workdir.') from e
+  return config_schema.check_resumable(saved, config, workdir)
+
+
+def _record_changes(workdir: pathlib.Path, step: int,
+                    changed: dict[str, tuple]):
+  """Logs and appends to `config_changes.jsonl` what a resumed run changed:
+  config.json holds the latest values only."""
+  if not changed:
+    return
+  logging.info('Resuming with changed %s.', ', '.join(
+      f'config.{name} ({old!r} -> {new!r})'
+      for name, (old, new) in changed.items()))
+  if jax.process_index() == 0:
+    with (workdir / 'config_changes.jsonl').open('a') as f:
+      f.write(json.dumps({'step': step, 'changed': {
+          name: {'before': old, 'after': new}
+          for name, (old, new) in changed.items()}}) + '\n')
 
 
 def train_and_evaluate(config: ml_collections.ConfigDict,
@@ -239,6 +275,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict,
 def _train_and_evaluate(config, workdir: pathlib.Path,
                         preemption: parallel.Preemption) -> dict:
   config_schema.validate(config, jax.device_count())
+  changed = check_workdir(workdir, config)
   mesh = parallel.make_mesh()
   replicated = parallel.replicated(mesh)
   inputs = data.create_input(config, mesh)
@@ -254,14 +291,14 @@ def _train_and_evaluate(config, workdir: pathlib.Path,
 
   checkpoints = checkpoint.RunCheckpoints(workdir / 'checkpoints',
                                           config.keep_checkpoints)
-  restored = _open_workdir(workdir, config, checkpoints, state_shapes,
-                           sum_shapes)
+  restored = checkpoints.restore_latest(state_shapes, sum_shapes)
   if restored:
     state, sums, history = (restored.state, restored.train_sums,
                             restored.history)
     step, position = restored.step, restored.position
     logging.info('Resumed from %s at step %d.', checkpoints.directory / str(
         step), step)
+    _record_changes(workdir, step, changed)
   else:
     state = steps.initial_state(init_key, model, tx, config.image_size,
                                 replicated)
@@ -307,6 +344,7 @@ def _train_and_evaluate(config, workdir: pathlib.Path,
       state, sums = compiled.train(state, sums, inputs.train_data,
                                    next(batches), step_key)
       step += 1
+      checkpoints.check()  # a failed background save stops the run now
       last = step == plan.total_steps
       record = {}
       if step % plan.log_every == 0 or last:
@@ -343,6 +381,9 @@ def _train_and_evaluate(config, workdir: pathlib.Path,
       if preempted and not last:
         checkpoints.close()  # waits until the checkpoint is complete
         raise Preempted(step, checkpoints.directory)
+  except BaseException:
+    checkpoints.close(quietly=True)  # the error in flight says what happened
+    raise
   finally:
     batches.close()
     checkpoints.close()

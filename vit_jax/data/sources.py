@@ -135,14 +135,39 @@ def _cifar_records(path: pathlib.Path, label_bytes: int,
                      raw[:, label_offset].astype(np.int32))
 
 
+# What the official CIFAR python batches hold (dicts of bytes, lists, ints and
+# numpy arrays, pickled by Python 2 or 3, numpy 1 or 2): nothing else is
+# unpickled, so a crafted file cannot run code.
+_CIFAR_PICKLE_GLOBALS = frozenset({
+    ('numpy.core.multiarray', '_reconstruct'),
+    ('numpy._core.multiarray', '_reconstruct'),
+    ('numpy.core.numeric', '_frombuffer'),
+    ('numpy._core.numeric', '_frombuffer'),
+    ('numpy', 'ndarray'),
+    ('numpy', 'dtype'),
+    ('_codecs', 'encode'),
+})
+
+
+class _CifarUnpickler(pickle.Unpickler):
+
+  def find_class(self, module, name):
+    if (module, name) not in _CIFAR_PICKLE_GLOBALS:
+      raise pickle.UnpicklingError(
+          f'it refers to {module}.{name}, which no CIFAR batch holds (a '
+          'crafted file?); it was not loaded')
+    return super().find_class(module, name)
+
+
 def _cifar_pickle(path: pathlib.Path, label_key: bytes) -> ArraySource:
   try:
     with open(path, 'rb') as f:
-      batch = pickle.load(f, encoding='bytes')
+      batch = _CifarUnpickler(f, encoding='bytes').load()
     data = np.asarray(batch[b'data'], dtype=np.uint8)
     labels = np.asarray(batch[label_key], dtype=np.int32)
-  except (pickle.UnpicklingError, EOFError, KeyError, TypeError,
-          ValueError) as e:
+  except pickle.UnpicklingError as e:
+    raise DatasetError(f'{path} is not a CIFAR python batch: {e}.') from e
+  except (EOFError, KeyError, TypeError, ValueError) as e:
     raise DatasetError(f'{path} is not a CIFAR python batch: {e!r}') from e
   if data.ndim != 2 or data.shape[1] != _CIFAR_PIXELS:
     raise DatasetError(f'{path}: data has shape {data.shape}, expected '
@@ -178,6 +203,14 @@ _CIFAR_FORMATS = {
 _CIFAR_CLASSES = {'cifar10': 10, 'cifar100': 100}
 
 
+def _read(read, path: pathlib.Path) -> ArraySource:
+  try:
+    return read(path)
+  except OSError as e:
+    raise DatasetError(f'Cannot read {path}: {e.strerror or e}. Check that '
+                       'the file is there and readable.') from e
+
+
 def load_cifar(name: str, data_dir: pathlib.Path) -> Dataset:
   """CIFAR-10/100 from either official format under `data_dir`."""
   for folder, train_pattern, test_file, read in _CIFAR_FORMATS[name]:
@@ -185,8 +218,8 @@ def load_cifar(name: str, data_dir: pathlib.Path) -> Dataset:
       train_files = sorted(root.glob(train_pattern))
       if train_files and (root / test_file).is_file():
         dataset = Dataset(
-            train=_concatenate([read(p) for p in train_files]),
-            test=read(root / test_file),
+            train=_concatenate([_read(read, p) for p in train_files]),
+            test=_read(read, root / test_file),
             num_classes=_CIFAR_CLASSES[name])
         for split in (dataset.train, dataset.test):
           if split.labels.min() < 0 or split.labels.max() >= dataset.num_classes:
@@ -350,8 +383,14 @@ def local_data_dir(config) -> pathlib.Path:
     raise DatasetError(
         f'{config.dataset} is read from a local directory: pass '
         f'--config.data_dir=DIR or set ${DATA_DIR_ENV}=DIR.')
+  if directory.exists() and not directory.is_dir():
+    raise DatasetError(f'The data directory {directory} is a file: pass the '
+                       'directory that holds the dataset.')
   if not directory.is_dir():
-    raise DatasetError(f'Data directory {directory} does not exist.')
+    raise DatasetError(f'The data directory {directory} does not exist.')
+  if not os.access(directory, os.R_OK | os.X_OK):
+    raise DatasetError(f'The data directory {directory} cannot be read '
+                       '(permission denied); check its permissions.')
   return directory
 
 

@@ -9,14 +9,25 @@ Inception crop plus flip for training, a resize for evaluation. Each
 example's randomness comes from (seed, epoch, batch, row in the global
 batch), so a batch is the same however many processes and threads load it,
 and from whichever step a run resumes.
+
+Loading runs on grain: by default in `config.input_workers` worker processes
+per host, each building whole batches (the GIL does not serialise the
+decoding and cropping of different batches); with `input_workers=0`, in
+threads of the training process, which start at once and keep no copy of the
+source. `python -m vit_jax.benchmark_input` times both.
 """
 
-import collections
 from collections.abc import Iterator
-import concurrent.futures
+import dataclasses
+import functools
 import os
+import signal
+import threading
+import time
 
+from absl import flags
 from absl import logging
+import grain
 import jax
 import numpy as np
 
@@ -28,18 +39,21 @@ from vit_jax.data import sources
 
 class StreamingInput(input_lib.Input):
   """Batches are sharded global (uint8 images, int32 labels); this process
-  loads only its rows, on `threads` threads, `prefetch` steps ahead of the
-  one being computed."""
+  loads only its rows, in `workers` processes (0: a thread per usable core
+  in this process), `prefetch` batches ahead (per worker) of the one being
+  computed."""
 
   def __init__(self, dataset: sources.Dataset, config, mesh,
-               threads: int | None = None, prefetch: int = 2):
+               workers: int | None = None, prefetch: int = 2):
     super().__init__(config, mesh)
     self.dataset = dataset
     self.num_classes = dataset.num_classes
     self.train_size, self.test_size = len(dataset.train), len(dataset.test)
     self.train_data = self.test_data = ()
     self._sharding = parallel.batch_sharded(mesh)
-    self.threads = threads or config.input_threads or os.cpu_count()
+    workers = config.input_workers if workers is None else workers
+    self.threads = _usable_cores()
+    self.workers = self.threads if workers < 0 else workers
     self._prefetch = prefetch
     self._train_rows = parallel.process_rows(self._sharding, config.batch_size)
     self._eval_rows = parallel.process_rows(self._sharding,
@@ -76,28 +90,23 @@ class StreamingInput(input_lib.Input):
 
   def train_batches(self, position: input_lib.Position) -> Iterator:
     config = self.config
-
-    def load(epoch, batch, row, index):
-      rng = np.random.default_rng([config.seed, epoch, batch, row])
-      image, label = self.dataset.train[index]
-      return preprocess.train_image(image, config.image_size, config.augment,
-                                    rng), label
-
-    yield from self._batches(self.table_rows(position), self._train_rows,
-                             config.batch_size, load)
+    examples = _TrainExamples(self.dataset.train, config.seed,
+                              config.batch_size, self._train_rows.start,
+                              self._rows(self._train_rows), config.image_size,
+                              config.augment)
+    first = (position['epoch'] - 1) * self.steps_per_epoch + position['batch']
+    yield from self._batches(examples, first, _ENDLESS, self._train_rows,
+                             config.batch_size, self.workers)
 
   def eval_batches(self) -> Iterator:
-    table, masks = input_lib.eval_batches(self.test_size,
-                                          self.config.eval_batch_size)
-
-    def load(epoch, batch, row, index):
-      del epoch, batch, row
-      image, label = self.dataset.test[index]
-      return preprocess.resize(image, self.config.image_size), label
-
+    config = self.config
     rows = self._eval_rows
-    table_rows = ((0, b, indices) for b, indices in enumerate(table))
-    batches = self._batches(table_rows, rows, len(masks[0]), load)
+    _, masks = input_lib.eval_batches(self.test_size, config.eval_batch_size)
+    examples = _TestExamples(self.dataset.test, config.eval_batch_size,
+                             rows.start, self._rows(rows), config.image_size)
+    batches = self._batches(examples, 0, len(masks), rows,
+                            config.eval_batch_size,
+                            min(self.workers, len(masks)))
     for batch, mask in zip(batches, masks):
       yield batch, self._global(mask[rows], len(mask))
 
@@ -114,33 +123,137 @@ class StreamingInput(input_lib.Input):
     return jax.make_array_from_process_local_data(
         self._sharding, local, (batch_size, *local.shape[1:]))
 
-  def _batches(self, table_rows: Iterator, rows: slice, batch_size: int,
-               load) -> Iterator:
-    """Global (images, labels) of each (epoch, batch, indices) of
-    `table_rows`, this process loading its `rows` of each with
-    `load(epoch, batch, row, example index)`."""
-    with concurrent.futures.ThreadPoolExecutor(self.threads) as pool:
-      pending = collections.deque()
+  @staticmethod
+  def _rows(rows: slice) -> int:
+    return rows.stop - rows.start
 
-      def submit():
-        epoch, batch, indices = next(table_rows, (None, None, None))
-        if indices is not None:
-          pending.append([
-              pool.submit(load, epoch, batch, row, indices[row])
-              for row in range(rows.start, rows.stop)
-          ])
+  def _batches(self, examples, first: int, stop: int, rows: slice,
+               batch_size: int, workers: int) -> Iterator:
+    """Global (images, labels) of batches `first`..`stop` - 1, this process
+    loading its `rows` of each in `workers` processes (0: threads):
+    `examples(i)` is the example of row `rows.start + i % rows` of batch
+    `i // rows`."""
+    per_batch = self._rows(rows)
+    flat = grain.MapDataset.range(first * per_batch, stop * per_batch)
+    if workers:
+      # Batched before the workers take over, so that a worker builds whole
+      # batches (worker w: batches w, w + workers, ...; grain puts them back
+      # in order) and each crosses to this process as one array.
+      batched = flat.map(examples).batch(per_batch, batch_fn=_stack)
+      if not flags.FLAGS.is_parsed():  # grain reads its flags in the workers
+        flags.FLAGS.mark_as_parsed()
+      in_order = batched.to_iter_dataset(
+          grain.ReadOptions(num_threads=0, prefetch_buffer_size=0))
+      loaded = in_order.mp_prefetch(
+          grain.MultiprocessingOptions(num_workers=workers,
+                                       per_worker_buffer_size=self._prefetch),
+          worker_init_fn=functools.partial(_worker_setup, os.getpid()))
+      loaded = loaded.map(_out_of_shared_memory)
+    else:
+      loaded = flat.map(examples).to_iter_dataset(
+          grain.ReadOptions(num_threads=self.threads,
+                            prefetch_buffer_size=self._prefetch * per_batch)
+      ).batch(per_batch, batch_fn=_stack)
+    iterator = iter(loaded)
+    try:
+      for images, labels in iterator:
+        yield (self._global(images, batch_size),
+               self._global(labels, batch_size))
+    finally:  # a closed generator (a preempted run) stops the workers now
+      iterator.close()
 
-      try:
-        for _ in range(self._prefetch):
-          submit()
-        while True:
-          submit()
-          if not pending:
-            return
-          examples = [future.result() for future in pending.popleft()]
-          images = np.stack([image for image, _ in examples])
-          labels = np.asarray([label for _, label in examples], np.int32)
-          yield (self._global(images, batch_size),
-                 self._global(labels, batch_size))
-      finally:  # a closed generator (a preempted run) waits for no queue
-        pool.shutdown(cancel_futures=True)
+
+# Training batches have no end (the loop stops taking them): a trillion
+# batches, a count grain's range can hold.
+_ENDLESS = 2**40
+
+
+def _usable_cores() -> int:
+  """The cores this process may run on (a batch system's share of the
+  host), where the OS says."""
+  if hasattr(os, 'sched_getaffinity'):
+    return len(os.sched_getaffinity(0))
+  return os.cpu_count() or 1
+
+
+def _worker_setup(parent: int, worker_index: int, worker_count: int) -> None:
+  """Run in each worker process. SIGTERM and SIGINT are left to the training
+  process, which saves and then stops the workers: a batch system signals
+  every process of a job, and a worker killed mid-batch would fail the save.
+  And the worker exits when the training process dies (SIGKILL), instead of
+  living on with a copy of the source."""
+  del worker_index, worker_count
+  signal.signal(signal.SIGTERM, signal.SIG_IGN)
+  signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+  def watch():
+    while os.getppid() == parent:
+      time.sleep(1)
+    os._exit(1)  # pylint: disable=protected-access
+
+  threading.Thread(target=watch, daemon=True).start()
+
+
+def _out_of_shared_memory(batch):
+  """A batch copied out of the shared memory grain's workers hand it over in:
+  jax would alias that memory and keep it past the end of the process."""
+  images, labels = batch
+  return np.array(images), np.array(labels)
+
+
+def _stack(examples: list[tuple[np.ndarray, int]]):
+  images = np.stack([image for image, _ in examples])
+  labels = np.asarray([label for _, label in examples], np.int32)
+  return images, labels
+
+
+@functools.lru_cache(maxsize=2)
+def _epoch_table(seed: int, epoch: int, num_examples: int,
+                 batch_size: int) -> np.ndarray:
+  return input_lib.epoch_batches(seed, epoch, num_examples, batch_size)
+
+
+# The two example loaders are module-level dataclasses so that grain can ship
+# them (and the source they read) to its worker processes.
+
+
+@dataclasses.dataclass(frozen=True)
+class _TrainExamples:
+  """Example `i` of this process's rows of the training batches, counting
+  from the run's first: read, Inception-cropped and flipped with randomness
+  seeded by (seed, epoch, batch, row in the global batch)."""
+  source: sources.Source
+  seed: int
+  batch_size: int
+  first_row: int
+  rows: int
+  image_size: int
+  augment: bool
+
+  def __call__(self, i: int) -> tuple[np.ndarray, int]:
+    step, offset = divmod(int(i), self.rows)
+    epoch, batch = divmod(step, len(self.source) // self.batch_size)
+    row = self.first_row + offset
+    index = _epoch_table(self.seed, epoch + 1, len(self.source),
+                         self.batch_size)[batch, row]
+    rng = np.random.default_rng([self.seed, epoch + 1, batch, row])
+    image, label = self.source[index]
+    return preprocess.train_image(image, self.image_size, self.augment,
+                                  rng), label
+
+
+@dataclasses.dataclass(frozen=True)
+class _TestExamples:
+  """Example `i` of this process's rows of the evaluation batches, resized;
+  rows past the end of the split repeat example 0 (masked out)."""
+  source: sources.Source
+  batch_size: int
+  first_row: int
+  rows: int
+  image_size: int
+
+  def __call__(self, i: int) -> tuple[np.ndarray, int]:
+    batch, offset = divmod(int(i), self.rows)
+    index = batch * self.batch_size + self.first_row + offset
+    image, label = self.source[index if index < len(self.source) else 0]
+    return preprocess.resize(image, self.image_size), label

@@ -1,0 +1,322 @@
+"""Faults as a cluster run meets them, injected for real: a disk that fills
+up during a save, checkpoint files flipped, truncated and deleted, a reused
+workdir, kills, a lost process, bad paths and hostile files. Each test
+asserts what the user sees (one line, an exit status) and that nothing is
+lost (the rerun ends as an uninterrupted run does)."""
+
+import json
+import math
+import os
+import pathlib
+import pickle
+import shutil
+import signal
+import subprocess
+import time
+
+import jax
+import numpy as np
+import orbax.checkpoint as ocp
+import pytest
+
+from tests.conftest import history
+from tests.conftest import process_test_config
+from tests.conftest import random_cifar
+from tests.conftest import start_main
+from tests.conftest import start_two_processes
+from tests.conftest import tiny_config
+from tests.conftest import wait_all
+from tests.conftest import wait_for_step
+from tests.conftest import without_timings
+from tests.conftest import write_cifar_binary
+from tests.conftest import write_process_config
+from vit_jax import checkpoint
+from vit_jax import train
+from vit_jax.data import DatasetError
+from vit_jax.data import sources
+
+# ------------------------------------------------------------ full disk ---
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+  """A 32 MiB tmpfs, mounted for the test (root only)."""
+  mount_point = tmp_path / 'disk'
+  mount_point.mkdir()
+  mounted = subprocess.run(
+      ['mount', '-t', 'tmpfs', '-o', 'size=32m', 'tmpfs', str(mount_point)],
+      capture_output=True, text=True, check=False)
+  if mounted.returncode:
+    pytest.skip(f'cannot mount a tmpfs here: {mounted.stderr.strip()}')
+  yield mount_point
+  subprocess.run(['umount', '-l', str(mount_point)], check=False)
+
+
+def _fill(directory: pathlib.Path) -> pathlib.Path:
+  filler = directory / 'filler'
+  with filler.open('wb') as f:
+    try:
+      while True:
+        f.write(b'\0' * (1 << 20))
+        f.flush()
+    except OSError:
+      pass
+  return filler
+
+
+def test_a_full_disk_stops_the_run_at_once_in_one_line_and_loses_nothing(
+    uninterrupted, small_disk, tmp_path):
+  data_dir, reference = uninterrupted
+  config_file = write_process_config(tmp_path, data_dir)
+  workdir, log = small_disk / 'run', tmp_path / 'log'
+  process = start_main(config_file, workdir, log)
+  while not (workdir / 'checkpoints' / '8').is_dir():
+    assert process.poll() is None, log.read_text()[-3000:]
+    time.sleep(0.01)
+  filler = _fill(small_disk)
+  filled = time.monotonic()
+  assert process.wait(timeout=60) == 1
+  assert time.monotonic() - filled < 30
+  output = log.read_text()
+  errors = [line for line in output.splitlines() if line.startswith('error:')]
+  assert len(errors) == 1 and errors[0].startswith(
+      f'error: Saving a checkpoint in {workdir / "checkpoints"} failed (')
+  assert 'Free space there' in errors[0]
+  assert 'Traceback' not in output
+  assert len(output.splitlines()) < 60
+
+  filler.unlink()  # space freed: the rerun resumes and loses nothing
+  train.train_and_evaluate(process_test_config(data_dir), workdir)
+  assert without_timings(history(workdir)) == without_timings(
+      history(reference))
+
+
+# ----------------------------------------------------- damaged checkpoints ---
+
+
+def _largest_file(directory: pathlib.Path) -> pathlib.Path:
+  return max((p for p in directory.rglob('*') if p.is_file()),
+             key=lambda p: p.stat().st_size)
+
+
+def _flip_four_bytes(step_dir):
+  path = _largest_file(step_dir / 'state')
+  with path.open('r+b') as f:
+    f.seek(path.stat().st_size // 2)
+    word = f.read(4)
+    f.seek(-4, os.SEEK_CUR)
+    f.write(bytes(b ^ 0xFF for b in word))
+
+
+def _truncate_data(step_dir):
+  path = _largest_file(step_dir / 'state')
+  os.truncate(path, path.stat().st_size // 2)
+
+
+def _delete_manifest(step_dir):
+  for path in step_dir.rglob('manifest.ocdbt'):
+    path.unlink()
+
+
+def _delete_metadata(step_dir):
+  (step_dir / 'state' / '_METADATA').unlink()
+
+
+def _truncate_history(step_dir):
+  path = step_dir / 'history' / 'metadata'
+  os.truncate(path, path.stat().st_size // 2)
+
+
+@pytest.mark.parametrize('damage', [
+    _flip_four_bytes,
+    pytest.param(_truncate_data, marks=pytest.mark.slow),
+    pytest.param(_delete_manifest, marks=pytest.mark.slow),
+    pytest.param(_delete_metadata, marks=pytest.mark.slow),
+    pytest.param(_truncate_history, marks=pytest.mark.slow)],
+                         ids=lambda damage: damage.__name__.strip('_'))
+def test_a_damaged_latest_checkpoint_is_skipped_and_nothing_is_lost(
+    uninterrupted, tmp_path, damage, caplog):
+  data_dir, reference = uninterrupted
+  workdir = tmp_path / 'run'
+  shutil.copytree(reference, workdir)
+  damage(workdir / 'checkpoints' / '40')
+
+  caplog.set_level('INFO')
+  train.train_and_evaluate(process_test_config(data_dir), workdir)
+  warnings = [r.getMessage() for r in caplog.records
+              if r.levelname == 'WARNING' and 'Skipping' in r.getMessage()]
+  assert len(warnings) == 1
+  assert warnings[0].startswith(
+      f'Skipping checkpoint {workdir / "checkpoints" / "40"}, which cannot be '
+      'restored (')
+  assert 'Resumed from' in caplog.text and 'at step 36' in caplog.text
+  assert (workdir / 'checkpoints' / '40.unrestorable').is_dir()
+  assert without_timings(history(workdir)) == without_timings(
+      history(reference))
+
+
+# ------------------------------------------------------------- outputs ---
+
+
+def _tensorboard_steps(workdir: pathlib.Path, tag: str) -> list[int]:
+  """The steps of `tag` in the run's event files (TFRecord-framed Event
+  protos, read with tensorboardX's own proto)."""
+  from tensorboardX.proto import event_pb2  # pylint: disable=g-import-not-at-top
+  found = []
+  for path in sorted((workdir / 'tensorboard').glob('events.out.*')):
+    data = path.read_bytes()
+    offset = 0
+    while offset < len(data):
+      length = int.from_bytes(data[offset:offset + 8], 'little')
+      event = event_pb2.Event.FromString(
+          data[offset + 12:offset + 12 + length])
+      offset += 12 + length + 4
+      found += [event.step for v in event.summary.value if v.tag == tag]
+  return found
+
+
+def _final_state(workdir):
+  with ocp.CheckpointManager(pathlib.Path(workdir) / 'checkpoints') as manager:
+    return manager.restore(manager.latest_step(), args=ocp.args.Composite(
+        state=ocp.args.StandardRestore())).state
+
+
+def test_killed_with_sigkill_mid_epoch_the_rerun_ends_identical_in_every_file(
+    uninterrupted, tmp_path):
+  data_dir, reference = uninterrupted
+  config_file = write_process_config(tmp_path, data_dir)
+  workdir, log = tmp_path / 'run', tmp_path / 'log'
+  process = start_main(config_file, workdir, log)
+  wait_for_step(process, workdir, 10)  # 5 steps an epoch: checkpoint 8 is
+  process.send_signal(signal.SIGKILL)  # mid-epoch and mid logging interval
+  assert process.wait() == -signal.SIGKILL
+  assert not (workdir / 'summary.json').exists()
+
+  rerun = start_main(config_file, workdir, tmp_path / 'log2')
+  assert rerun.wait(timeout=120) == 0, (tmp_path / 'log2').read_text()[-3000:]
+  assert 'Resumed from' in (tmp_path / 'log2').read_text()
+  assert without_timings(history(workdir)) == without_timings(
+      history(reference))
+  jax.tree.map(np.testing.assert_array_equal, _final_state(workdir),
+               _final_state(reference))
+  logged = [r['step'] for r in history(reference) if 'train_loss' in r]
+  assert _tensorboard_steps(workdir, 'train_loss') == logged
+  for line in (workdir / 'metrics.jsonl').read_text().splitlines():
+    json.loads(line, parse_constant=pytest.fail)  # strict: no NaN
+
+
+def test_a_diverged_test_loss_stops_and_says_no_checkpoint_exists(tmp_path):
+  checkpoints = checkpoint.RunCheckpoints(tmp_path / 'checkpoints', 2)
+  with pytest.raises(train.TrainingDivergedError,
+                     match=r'test loss became nan by step 3; stopped without '
+                     r'saving\. No checkpoint had been saved yet\.'):
+    train._check_finite({'train_loss': 1.0, 'test_loss': math.nan}, 3,  # pylint: disable=protected-access
+                        checkpoints)
+
+
+# ------------------------------------------------- bad workdirs and data ---
+
+
+def test_the_workdir_is_checked_before_the_data(tmp_path):
+  config = tiny_config(tmp_path / 'no-data')
+  (tmp_path / 'file').write_text('')
+  with pytest.raises(train.WorkdirError, match='is a file: pass a directory'):
+    train.train_and_evaluate(config, tmp_path / 'file')
+  with pytest.raises(train.WorkdirError,
+                     match='Cannot write to the workdir /proc/vit_jax/run'):
+    train.train_and_evaluate(config, '/proc/vit_jax/run')
+  with pytest.raises(DatasetError, match='does not exist'):
+    train.train_and_evaluate(config, tmp_path / 'run')
+  assert not (tmp_path / 'run').exists()
+
+
+def test_a_file_given_as_the_data_directory_is_named(tmp_path):
+  (tmp_path / 'data').write_text('')
+  with pytest.raises(DatasetError, match=r'data directory .*/data is a file'):
+    sources.open_dataset(tiny_config(tmp_path / 'data'))
+
+
+def test_a_truncated_cifar_file_is_named(tmp_path):
+  folder = tmp_path / 'cifar-10-batches-bin'
+  write_cifar_binary(folder, {'data_batch_1.bin': random_cifar(4, 10, 1),
+                              'test_batch.bin': random_cifar(2, 10, 2)})
+  os.truncate(folder / 'data_batch_1.bin', 3073 * 3 + 100)
+  with pytest.raises(DatasetError, match=r'data_batch_1.bin is not a CIFAR '
+                     r'binary file'):
+    sources.open_dataset(tiny_config(tmp_path))
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason='root reads any file')
+def test_an_unreadable_cifar_file_is_named(tmp_path):
+  folder = tmp_path / 'cifar-10-batches-bin'
+  write_cifar_binary(folder, {'data_batch_1.bin': random_cifar(4, 10, 1),
+                              'test_batch.bin': random_cifar(2, 10, 2)})
+  (folder / 'test_batch.bin').chmod(0)
+  with pytest.raises(DatasetError, match=r'Cannot read .*test_batch.bin: '
+                     r'Permission denied'):
+    sources.open_dataset(tiny_config(tmp_path))
+
+
+class _Exploit:
+
+  def __reduce__(self):
+    return (os.system, ('touch pwned',))
+
+
+def test_a_crafted_cifar_pickle_is_refused_unrun(tmp_path, monkeypatch):
+  monkeypatch.chdir(tmp_path)
+  folder = tmp_path / 'cifar-10-batches-py'
+  folder.mkdir()
+  images, labels = random_cifar(2, 10, 1)
+  for name in ('data_batch_1', 'test_batch'):
+    with (folder / name).open('wb') as f:
+      pickle.dump({b'data': images.reshape(2, -1), b'labels': labels.tolist(),
+                   b'extra': _Exploit()}, f)
+  with pytest.raises(DatasetError, match=r'data_batch_1 is not a CIFAR python '
+                     r'batch: it refers to posix.system'):
+    sources.open_dataset(tiny_config(tmp_path))
+  assert not (tmp_path / 'pwned').exists()
+
+
+# ---------------------------------------------------- processes and hosts ---
+
+
+@pytest.mark.slow  # 13 s
+def test_sigterm_to_the_process_group_with_input_workers_saves_and_exits_75(
+    uninterrupted, tmp_path):
+  """SLURM signals every process of a job step: the grain workers too."""
+  data_dir, _ = uninterrupted
+  config_file = write_process_config(tmp_path, data_dir)
+  workdir, log = tmp_path / 'run', tmp_path / 'log'
+  process = start_main(config_file, workdir, log,
+                       '--config.input_pipeline=streaming',
+                       '--config.input_workers=2',
+                       '--config.checkpoint_every_steps=100',
+                       new_session=True)
+  wait_for_step(process, workdir, 5)
+  os.killpg(process.pid, signal.SIGTERM)
+  assert process.wait(timeout=60) == train.PREEMPTED_EXIT_STATUS, (
+      log.read_text()[-3000:])
+  assert 'Preempted (SIGTERM): saved a checkpoint of step' in log.read_text()
+  assert 'Traceback' not in log.read_text()
+
+
+def test_when_one_process_dies_the_other_exits_in_bounded_time(uninterrupted,
+                                                               tmp_path):
+  data_dir, _ = uninterrupted
+  config_file = write_process_config(tmp_path, data_dir)
+  workdir = tmp_path / 'run'
+  processes, logs = start_two_processes(
+      config_file, workdir, tmp_path, '--config.total_steps=2000',
+      '--config.checkpoint_every_steps=5000', '--config.eval_every_steps=5000',
+      '--lost_process_timeout=5')
+  wait_for_step(processes[0], workdir, 3)
+  processes[1].send_signal(signal.SIGKILL)
+  killed = time.monotonic()
+  codes = wait_all(processes, timeout=60)
+  assert codes[1] == -signal.SIGKILL
+  assert codes[0] == 1, logs[0].read_text()[-3000:]
+  assert time.monotonic() - killed < 30
+  output = logs[0].read_text()
+  errors = [line for line in output.splitlines() if line.startswith('error:')]
+  assert len(errors) == 1 and 'process 1' in errors[0], output[-3000:]
