@@ -50,7 +50,9 @@ def get_config(model: str = 'vit'):
     config.model_overrides.dropout_rate = 0.1  # not stated by the study
 
   config.dataset = 'cifar10'
-  config.train_examples = 5000
+  # The study's 5,000: the first 1,000 images of each of the 5 training files
+  # (what ../shared/data/cifar10-5k holds), from the full release too.
+  config.train_examples_per_file = 1000
   config.test_examples = 1000
   config.image_size = 32
   # The 5,000 images are copied to every device once, and cropped (4-pixel

@@ -68,7 +68,7 @@ def get_config(preset: str = 'cifar_small'):
   config.model_overrides.dropout_rate = 0.0
 
   config.dataset = 'cifar10'
-  config.train_examples = 5000
+  config.train_examples_per_file = 1000  # the study's 5,000 (cifar_small.py)
   config.test_examples = 1000
   config.image_size = 48
   # 'on_device': the small dataset is copied to every device once, and
@@ -98,7 +98,7 @@ def _paper_preset(config, dataset, train_split, test_split, steps):
   config.model = 'ViT-B_16'
   config.dataset = dataset
   config.train_split, config.test_split = train_split, test_split
-  config.train_examples = config.test_examples = 0  # all
+  config.train_examples_per_file = config.test_examples = 0  # all
   config.image_size = 384
   config.input_pipeline = 'streaming'
   config.pixel_mean = config.pixel_std = (0.5, 0.5, 0.5)  # [-1, 1]

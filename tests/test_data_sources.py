@@ -98,6 +98,32 @@ def test_deterministic_subset_is_the_first_examples(cifar10_binary):
     _Loaded(_config(data_dir, train_examples=500))
 
 
+def test_the_study_subset_is_the_same_from_the_full_release(tmp_path):
+  """The study's 5,000: the first 1,000 of each training file (here 4 of
+  each of 5 files of 6), as ../shared/data/cifar10-5k holds them."""
+  files = {f'data_batch_{i}.bin': random_cifar(6, 10, seed=i)
+           for i in range(1, 6)}
+  files['test_batch.bin'] = random_cifar(7, 10, seed=9)
+  write_cifar_binary(tmp_path / 'full' / 'cifar-10-batches-bin', files)
+  subset = {name: (images[:4], labels[:4]) if name.startswith('data') else
+            (images[:5], labels[:5]) for name, (images, labels) in files.items()}
+  write_cifar_binary(tmp_path / 'subset' / 'cifar-10-batches-bin', subset)
+  from_full = _Loaded(_config(tmp_path / 'full', train_examples_per_file=4,
+                              test_examples=5))
+  from_subset = _Loaded(_config(tmp_path / 'subset', train_examples_per_file=4,
+                                test_examples=5))
+  for split in ('train', 'test'):
+    for field in ('images', 'labels'):
+      np.testing.assert_array_equal(getattr(getattr(from_full, split), field),
+                                    getattr(getattr(from_subset, split), field))
+  assert len(from_full.train.labels) == 20
+  np.testing.assert_array_equal(from_full.train.labels[4:8],
+                                files['data_batch_2.bin'][1][:4])
+  with pytest.raises(DatasetError, match='train_examples_per_file=5 but .* '
+                     'fewer in data_batch_1.bin'):
+    _Loaded(_config(tmp_path / 'subset', train_examples_per_file=5))
+
+
 def test_image_folder(tmp_path):
   from PIL import Image
   rng = np.random.default_rng(0)
@@ -122,12 +148,13 @@ def test_image_folder(tmp_path):
 def test_missing_data_says_where_it_looked_and_what_to_do(tmp_path):
   with pytest.raises(DatasetError,
                      match=r'No cifar10 found in .*cifar-10-batches-bin.*'
-                     r'--config.data_dir=DIR or set \$VIT_JAX_DATA_DIR'):
+                     r'--config.data_dir=DIR, or leave data_dir unset to '
+                     r'download it'):
     _Loaded(_config(tmp_path))
   with pytest.raises(DatasetError, match='does not exist'):
     _Loaded(_config(tmp_path / 'nowhere'))
   with pytest.raises(DatasetError, match='pass --config.data_dir'):
-    _Loaded(_config(''))
+    _Loaded(_config('', 'image_folder'))
   with pytest.raises(DatasetError, match="Unknown dataset 'mnist'"):
     _Loaded(_config(tmp_path, 'mnist'))
 

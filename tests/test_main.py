@@ -45,3 +45,27 @@ def test_incomplete_cluster_flags_are_one_clear_line(tmp_path):
   assert out.returncode == 1
   assert 'error: --process_id=1 needs --num_processes' in out.stderr
   assert 'Traceback' not in out.stderr
+
+
+def test_a_config_file_that_refuses_its_argument_is_one_line(tmp_path):
+  out = subprocess.run(
+      [sys.executable, '-m', 'vit_jax.main',
+       '--config=configs/cifar_small.py:vit_tiny', f'--workdir={tmp_path}'],
+      cwd=ROOT, capture_output=True, text=True, check=False)
+  assert out.returncode == 1
+  assert out.stderr.strip().splitlines()[-1] == (
+      "error: Unknown model 'vit_tiny' for cifar_small.py; use one of vit, "
+      'simple_cnn, small_resnet.')
+  assert 'Traceback' not in out.stderr
+
+
+def test_a_missing_config_file_is_one_line(tmp_path):
+  out = subprocess.run(
+      [sys.executable, '-m', 'vit_jax.main', '--config=configs/nope.py',
+       f'--workdir={tmp_path}'],
+      cwd=ROOT, capture_output=True, text=True, check=False)
+  assert out.returncode == 1
+  assert out.stderr.strip().splitlines()[-1] == (
+      "error: --config cannot be loaded: [Errno 2] No such file or directory: "
+      "'configs/nope.py'")
+  assert 'Traceback' not in out.stderr

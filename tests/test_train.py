@@ -58,8 +58,8 @@ def test_the_study_vit_computes_the_losses_it_always_did(tmp_path):
       'data_batch_1.bin': random_cifar(128, 10, seed=11),
       'test_batch.bin': random_cifar(40, 10, seed=12)})
   config = study_config('vit')
-  config.update(dict(data_dir=str(tmp_path / 'data'), train_examples=0,
-                     test_examples=0, batch_size=32, eval_batch_size=40,
+  config.update(dict(data_dir=str(tmp_path / 'data'),
+                     train_examples_per_file=0, test_examples=0, batch_size=32, eval_batch_size=40,
                      total_steps=8, log_every_steps=1, eval_every_steps=8))
   train.train_and_evaluate(config, tmp_path / 'run')
   records = history(tmp_path / 'run')

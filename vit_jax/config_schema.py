@@ -47,13 +47,18 @@ FIELDS: dict[str, Field] = {
     # The data.
     'dataset': Field('cifar10', 'cifar10, cifar100, image_folder or '
                      'tfds:NAME.', fixed_for_run=True),
-    'data_dir': Field('', 'Where the dataset is (default $VIT_JAX_DATA_DIR); '
-                      'nothing is downloaded.'),
+    'data_dir': Field('', 'Where the dataset is. Unset: $VIT_JAX_DATA_DIR, '
+                      'else ~/.cache/vit_jax, where CIFAR is downloaded the '
+                      'first time.'),
     'train_split': Field('train', 'Training split (tfds datasets).',
                          fixed_for_run=True),
     'test_split': Field('test', 'Evaluation split (tfds datasets).'),
     'train_examples': Field(0, 'Keep the first N training examples; 0: all.',
                             fixed_for_run=True),
+    'train_examples_per_file': Field(
+        0, 'CIFAR: keep the first N images of each training file of the '
+        'release (the study: 1000 of each of the 5, its 5,000); 0: all.',
+        fixed_for_run=True),
     'test_examples': Field(0, 'Keep the first N test examples; 0: all.'),
     'image_size': Field(32, 'Side of the square model input, in pixels.',
                         fixed_for_run=True),
@@ -125,7 +130,8 @@ _POSITIVE = ('batch_size', 'eval_batch_size', 'image_size', 'learning_rate',
              'keep_checkpoints', 'grad_accumulation_steps')
 _NON_NEGATIVE = ('total_steps', 'num_epochs', 'warmup_steps', 'warmup_epochs',
                  'log_every_steps', 'eval_every_steps',
-                 'checkpoint_every_steps', 'train_examples', 'test_examples',
+                 'checkpoint_every_steps', 'train_examples',
+                 'train_examples_per_file', 'test_examples',
                  'weight_decay', 'grad_clip_norm',
                  'cpu_devices')
 

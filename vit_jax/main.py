@@ -96,9 +96,18 @@ class _ProcessPrefix(python_logging.Filter):
 
 def parse_flags(argv: list[str]) -> list[str]:
   """absl's flag parsing, with an override of a field the config lacks
-  (`--config.num_epoch=3`) reported in one line instead of a traceback."""
+  (`--config.num_epoch=3`) and a config file that refuses its argument
+  (`--config=configs/cifar_small.py:vit_tiny`) each reported in one line
+  instead of a traceback."""
   try:
-    return app.parse_flags_with_usage(argv)
+    return flags.FLAGS(argv)
+  except flags.Error as e:
+    if 'Error whilst parsing config file' not in str(e):
+      sys.exit(f'error: {e}\nPass --helpshort or --helpfull to see help on '
+               'flags.')
+    # The message holds the config file's traceback; its last line says why.
+    why = str(e).strip().splitlines()[-1].strip()
+    sys.exit('error: ' + re.sub(r'^\w+(Error|Exception): ', '', why))
   except (AttributeError, KeyError) as e:
     # ml_collections' message is a repr of a KeyError: 'field'\nDid you mean...
     field = re.search(r'\w+', str(e))
@@ -115,8 +124,14 @@ def main(argv):
     raise app.UsageError(f'Unexpected arguments: {" ".join(argv[1:])}')
   logging.get_absl_handler().addFilter(_quiet_orbax)
   _ignore_closed_event_loops()
-  parallel.set_cpu_devices(_CPU_DEVICES.value or
-                           _CONFIG.value.get('cpu_devices'))
+  try:
+    config = _CONFIG.value
+    config_cpu_devices = config.get('cpu_devices')  # a failed load raises here
+  except (OSError, ValueError) as e:
+    cause = e.__cause__ or e
+    sys.exit(f'error: --config cannot be loaded: '
+             f'{str(cause).strip().splitlines()[-1].strip()}')
+  parallel.set_cpu_devices(_CPU_DEVICES.value or config_cpu_devices)
   try:
     if parallel.initialize_distributed(_COORDINATOR_ADDRESS.value,
                                       _NUM_PROCESSES.value, _PROCESS_ID.value,
@@ -125,7 +140,7 @@ def main(argv):
       # prefix tells them apart. Only process 0 writes files (train.py).
       logging.get_absl_handler().addFilter(_ProcessPrefix(
           f'[process {jax.process_index()}/{jax.process_count()}] '))
-    train.train_and_evaluate(_CONFIG.value, _WORKDIR.value)
+    train.train_and_evaluate(config, _WORKDIR.value)
   except jax.errors.JaxRuntimeError as e:
     if not parallel.lost_a_process(e):
       raise

@@ -211,28 +211,62 @@ def _read(read, path: pathlib.Path) -> ArraySource:
                        'the file is there and readable.') from e
 
 
-def load_cifar(name: str, data_dir: pathlib.Path) -> Dataset:
-  """CIFAR-10/100 from either official format under `data_dir`."""
+def _find_cifar(name: str, data_dir: pathlib.Path):
+  """(root, train files, test file, reader) of the first official format of
+  `name` under `data_dir`, or None."""
   for folder, train_pattern, test_file, read in _CIFAR_FORMATS[name]:
     for root in (data_dir / folder, data_dir):
       train_files = sorted(root.glob(train_pattern))
       if train_files and (root / test_file).is_file():
-        dataset = Dataset(
-            train=_concatenate([_read(read, p) for p in train_files]),
-            test=_read(read, root / test_file),
-            num_classes=_CIFAR_CLASSES[name])
-        for split in (dataset.train, dataset.test):
-          if split.labels.min() < 0 or split.labels.max() >= dataset.num_classes:
-            raise DatasetError(
-                f'{root}: labels outside 0..{dataset.num_classes - 1}; is '
-                f'this {name}?')
-        return dataset
-  binary, python = (f[0] for f in _CIFAR_FORMATS[name])
-  raise DatasetError(
-      f'No {name} found in {data_dir} (looked for {binary}/ and {python}/ '
-      f'in it, and for their files in it directly). Unpack the official '
-      f'{name} release (binary or python version) into a directory and pass '
-      f'--config.data_dir=DIR or set ${DATA_DIR_ENV}=DIR.')
+        return root, train_files, root / test_file, read
+  return None
+
+
+def load_cifar(name: str, data_dir: pathlib.Path,
+               train_per_file: int = 0) -> Dataset:
+  """CIFAR-10/100 from either official format under `data_dir`;
+  `train_per_file`: only the first that many images of each training file
+  (0: all)."""
+  found = _find_cifar(name, data_dir)
+  if found is None:
+    binary, python = (f[0] for f in _CIFAR_FORMATS[name])
+    raise DatasetError(
+        f'No {name} found in {data_dir} (looked for {binary}/ and {python}/ '
+        f'in it, and for their files in it directly). Unpack the official '
+        f'{name} release (binary or python version) into a directory and '
+        f'pass --config.data_dir=DIR, or leave data_dir unset to download it.')
+  root, train_files, test_file, read = found
+  train = [_read(read, p) for p in train_files]
+  if train_per_file:
+    short = [p.name for p, s in zip(train_files, train)
+             if len(s) < train_per_file]
+    if short:
+      raise DatasetError(
+          f'config.train_examples_per_file={train_per_file} but {root} has '
+          f'fewer in {", ".join(short)}; lower it or set it to 0 for all.')
+    train = [ArraySource(s.images[:train_per_file], s.labels[:train_per_file])
+             for s in train]
+  dataset = Dataset(train=_concatenate(train), test=_read(read, test_file),
+                    num_classes=_CIFAR_CLASSES[name])
+  for split in (dataset.train, dataset.test):
+    if split.labels.min() < 0 or split.labels.max() >= dataset.num_classes:
+      raise DatasetError(f'{root}: labels outside 0..'
+                         f'{dataset.num_classes - 1}; is this {name}?')
+  return dataset
+
+
+def _cifar(config) -> Dataset:
+  """From config.data_dir when given, else from the download cache
+  ($VIT_JAX_DATA_DIR or ~/.cache/vit_jax), downloading the official binary
+  release there the first time."""
+  from vit_jax.data import download  # pylint: disable=g-import-not-at-top
+  name, per_file = config.dataset, config.train_examples_per_file
+  if config.data_dir:
+    return load_cifar(name, local_data_dir(config), per_file)
+  cache = download.cache_dir()
+  if not (cache.is_dir() and _find_cifar(name, cache)):
+    download.fetch(name, cache)
+  return load_cifar(name, cache, per_file)
 
 
 # -------------------------------------------------------- image folders ----
@@ -400,7 +434,7 @@ def open_dataset(config, whole: bool = False) -> Dataset:
   tfrecord-format tfds datasets be read with TensorFlow."""
   name = config.dataset
   if name in _CIFAR_FORMATS:
-    dataset = load_cifar(name, local_data_dir(config))
+    dataset = _cifar(config)
   elif name == 'image_folder':
     dataset = image_folder(local_data_dir(config))
   elif name.startswith('tfds:'):

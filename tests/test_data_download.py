@@ -1,0 +1,144 @@
+"""The CIFAR download, from an HTTP server on 127.0.0.1 serving an archive in
+the official layout: verified, unpacked atomically, never trusted half done."""
+
+import hashlib
+import http.server
+import io
+import tarfile
+import threading
+
+import numpy as np
+import pytest
+
+from tests.conftest import free_port
+from tests.conftest import random_cifar
+from tests.conftest import write_cifar_binary
+from vit_jax import config_schema
+from vit_jax.data import download
+from vit_jax.data import sources
+from vit_jax.data.sources import DatasetError
+
+
+def _official_archive(tmp_path) -> bytes:
+  """A cifar-10-binary.tar.gz of 5 x 4 training and 3 test images."""
+  files = {f'data_batch_{i}.bin': random_cifar(4, 10, seed=i)
+           for i in range(1, 6)}
+  files['test_batch.bin'] = random_cifar(3, 10, seed=9)
+  write_cifar_binary(tmp_path / 'release' / 'cifar-10-batches-bin', files)
+  (tmp_path / 'release' / 'cifar-10-batches-bin' / 'batches.meta.txt'
+   ).write_text('airplane\n')
+  buffer = io.BytesIO()
+  with tarfile.open(fileobj=buffer, mode='w:gz') as tar:
+    tar.add(tmp_path / 'release' / 'cifar-10-batches-bin',
+            arcname='cifar-10-batches-bin')
+  return buffer.getvalue()
+
+
+class _Handler(http.server.BaseHTTPRequestHandler):
+
+  def __init__(self, *args, body: bytes, cut: bool, served: list, **kwargs):
+    self._body, self._cut, self._served = body, cut, served
+    super().__init__(*args, **kwargs)
+
+  def do_GET(self):  # pylint: disable=invalid-name
+    self._served.append(self.path)
+    self.send_response(200)
+    self.send_header('Content-Length', str(len(self._body)))
+    self.end_headers()
+    # `cut`: the connection drops halfway, as a flaky network does.
+    self.wfile.write(self._body[:len(self._body) // 2] if self._cut else
+                     self._body)
+
+  def log_message(self, *args):
+    del args
+
+
+@pytest.fixture
+def server(tmp_path, monkeypatch):
+  """Serves the archive as the cifar10 release; returns what it served."""
+  archive = _official_archive(tmp_path)
+  served, settings = [], {'cut': False}
+  port = free_port()
+
+  def handler(*args, **kwargs):
+    return _Handler(*args, body=archive, cut=settings['cut'], served=served,
+                    **kwargs)
+
+  httpd = http.server.ThreadingHTTPServer(('127.0.0.1', port), handler)
+  threading.Thread(target=httpd.serve_forever, daemon=True).start()
+  monkeypatch.setitem(download.RELEASES, 'cifar10', download.Release(
+      f'http://127.0.0.1:{port}/cifar-10-binary.tar.gz', len(archive),
+      hashlib.sha256(archive).hexdigest(), 'cifar-10-batches-bin'))
+  monkeypatch.setenv('VIT_JAX_DATA_DIR', str(tmp_path / 'cache'))
+  yield served, settings
+  httpd.shutdown()
+
+
+def _open(**overrides):
+  config = config_schema.defaults()
+  config.update(dict(dataset='cifar10', data_dir='', **overrides))
+  return sources.open_dataset(config)
+
+
+def test_with_no_data_given_the_release_is_downloaded_once(server, tmp_path):
+  served, _ = server
+  dataset = _open(train_examples_per_file=2)
+  assert served == ['/cifar-10-binary.tar.gz']
+  assert len(dataset.train) == 10 and len(dataset.test) == 3
+  cache = tmp_path / 'cache'
+  assert sorted(p.name for p in cache.iterdir()) == ['cifar-10-batches-bin']
+  _, expected = random_cifar(4, 10, seed=2)
+  np.testing.assert_array_equal(dataset.train.labels[2:4], expected[:2])
+  _open()  # found in the cache: not downloaded again
+  assert len(served) == 1
+
+
+def test_an_interrupted_or_damaged_download_leaves_nothing(server, tmp_path,
+                                                           monkeypatch):
+  served, settings = server
+  settings['cut'] = True
+  with pytest.raises(DatasetError, match='Could not download|is damaged'):
+    _open()
+  assert list((tmp_path / 'cache').iterdir()) == []
+  settings['cut'] = False
+  release = download.RELEASES['cifar10']
+  monkeypatch.setitem(download.RELEASES, 'cifar10', download.Release(
+      release.url, release.size, '0' * 64, release.folder))
+  with pytest.raises(DatasetError, match=r'is damaged .*it was deleted'):
+    _open()
+  assert list((tmp_path / 'cache').iterdir()) == []
+  monkeypatch.setitem(download.RELEASES, 'cifar10', release)
+  assert len(_open().train) == 20  # the next run downloads it whole
+  assert len(served) == 3
+
+
+def test_offline_the_error_says_where_and_what_to_place(tmp_path,
+                                                        monkeypatch):
+  url = f'http://127.0.0.1:{free_port()}/cifar-10-binary.tar.gz'  # nobody
+  monkeypatch.setitem(download.RELEASES, 'cifar10', download.Release(
+      url, 1, '0' * 64, 'cifar-10-batches-bin'))
+  monkeypatch.setenv('VIT_JAX_DATA_DIR', str(tmp_path / 'cache'))
+  with pytest.raises(DatasetError) as error:
+    _open()
+  message = str(error.value)
+  assert message.startswith(f'Could not download {url} (')
+  assert (f'unpack it into {tmp_path / "cache"} (it holds '
+          'cifar-10-batches-bin/)') in message
+
+
+def test_an_archive_cannot_write_outside_its_folder(tmp_path):
+  buffer = io.BytesIO()
+  with tarfile.open(fileobj=buffer, mode='w:gz') as tar:
+    for name in ('cifar-10-batches-bin/test_batch.bin', '../escaped',
+                 'cifar-10-batches-bin/../../escaped2'):
+      info = tarfile.TarInfo(name)
+      info.size = 1
+      tar.addfile(info, io.BytesIO(b'x'))
+  (tmp_path / 'archive.tar.gz').write_bytes(buffer.getvalue())
+  (tmp_path / 'into').mkdir()
+  download._unpack(tmp_path / 'archive.tar.gz', tmp_path / 'into',  # pylint: disable=protected-access
+                   'cifar-10-batches-bin')
+  assert not (tmp_path / 'escaped').exists()
+  assert not (tmp_path / 'escaped2').exists()
+  assert (tmp_path / 'into' / 'cifar-10-batches-bin' / 'test_batch.bin'
+          ).read_bytes() == b'x'

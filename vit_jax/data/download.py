@@ -1,0 +1,145 @@
+"""The official CIFAR releases, fetched once into a cache when a run names
+CIFAR and no data directory.
+
+The archive is downloaded to `<name>.partial` while its sha256 is computed,
+checked against the size and sha256 that tensorflow-datasets records for the
+release, unpacked into a temporary directory and moved into place in one
+rename: an interrupted or corrupted download leaves nothing that a later run
+would trust.
+"""
+
+import dataclasses
+import hashlib
+import os
+import pathlib
+import sys
+import tarfile
+import tempfile
+import time
+import urllib.error
+import urllib.request
+
+from absl import logging
+
+from vit_jax.data.sources import DatasetError
+
+DEFAULT_CACHE = pathlib.Path('~/.cache/vit_jax').expanduser()
+
+
+@dataclasses.dataclass(frozen=True)
+class Release:
+  url: str
+  size: int
+  sha256: str
+  folder: str  # the directory the archive unpacks to
+
+  @property
+  def file_name(self) -> str:
+    return self.url.rsplit('/', 1)[-1]
+
+
+RELEASES = {
+    'cifar10': Release(
+        'https://www.cs.toronto.edu/~kriz/cifar-10-binary.tar.gz', 170052171,
+        'c4a38c50a1bc5f3a1c5537f2155ab9d68f9f25eb1ed8d9ddda3db29a59bca1dd',
+        'cifar-10-batches-bin'),
+    'cifar100': Release(
+        'https://www.cs.toronto.edu/~kriz/cifar-100-binary.tar.gz', 168513733,
+        '58a81ae192c23a4be8b1804d68e518ed807d710a4eb253b1f2a199162a40d8ec',
+        'cifar-100-binary'),
+}
+
+
+def cache_dir() -> pathlib.Path:
+  """$VIT_JAX_DATA_DIR, else ~/.cache/vit_jax."""
+  directory = os.environ.get('VIT_JAX_DATA_DIR')
+  return pathlib.Path(directory).expanduser() if directory else DEFAULT_CACHE
+
+
+def fetch(name: str, cache: pathlib.Path) -> pathlib.Path:
+  """`cache/<folder>` of the official `name` release, downloaded and unpacked
+  there unless it already is."""
+  release = RELEASES[name]
+  target = cache / release.folder
+  if target.is_dir():
+    return target
+  try:
+    cache.mkdir(parents=True, exist_ok=True)
+  except OSError as e:
+    raise DatasetError(f'Cannot create the data cache {cache} '
+                       f'({e.strerror}); set $VIT_JAX_DATA_DIR to a directory '
+                       'you can write.') from e
+  partial = cache / (release.file_name + '.partial')
+  try:
+    _download(release, partial)
+    with tempfile.TemporaryDirectory(dir=cache) as unpacked:
+      _unpack(partial, pathlib.Path(unpacked), release.folder)
+      os.replace(pathlib.Path(unpacked) / release.folder, target)
+  finally:
+    partial.unlink(missing_ok=True)
+  logging.info('%s is in %s.', name, target)
+  return target
+
+
+def _download(release: Release, path: pathlib.Path):
+  logging.info('Downloading %s (%d MB) to %s.', release.url,
+               release.size // 2**20, path.parent)
+  digest, received = hashlib.sha256(), 0
+  try:
+    with urllib.request.urlopen(release.url, timeout=60) as response, \
+        path.open('wb') as out:
+      progress = _Progress(release.size)
+      while chunk := response.read(1 << 20):
+        out.write(chunk)
+        digest.update(chunk)
+        received += len(chunk)
+        progress.show(received)
+      progress.done()
+  except (urllib.error.URLError, OSError) as e:
+    reason = getattr(e, 'reason', None) or e
+    raise DatasetError(
+        f'Could not download {release.url} ({reason}). Without internet, '
+        f'download it elsewhere and unpack it into {path.parent} (it holds '
+        f'{release.folder}/), or pass --config.data_dir=DIR of an unpacked '
+        'copy.') from e
+  if received != release.size or digest.hexdigest() != release.sha256:
+    raise DatasetError(
+        f'The download of {release.url} is damaged ({received} bytes, sha256 '
+        f'{digest.hexdigest()[:12]}..., expected {release.size} bytes, '
+        f'{release.sha256[:12]}...); it was deleted. Run again to retry.')
+
+
+def _unpack(archive: pathlib.Path, into: pathlib.Path, folder: str):
+  """Only regular files and directories under `folder`: an archive cannot
+  write outside `into`."""
+  with tarfile.open(archive) as tar:
+    members = [m for m in tar.getmembers()
+               if (m.isfile() or m.isdir()) and
+               pathlib.PurePosixPath(m.name).parts[:1] == (folder,) and
+               '..' not in pathlib.PurePosixPath(m.name).parts]
+    if not any(m.isfile() for m in members):
+      raise DatasetError(f'{archive} holds no {folder}/.')
+    safe = {'filter': 'data'} if hasattr(tarfile, 'data_filter') else {}
+    for member in members:
+      tar.extract(member, into, set_attrs=False, **safe)
+
+
+class _Progress:
+  """A line on stderr, redrawn at most twice a second."""
+
+  def __init__(self, total: int):
+    self._total = total
+    self._start = self._shown = time.monotonic()
+
+  def show(self, received: int):
+    now = time.monotonic()
+    if now - self._shown < 0.5:
+      return
+    self._shown = now
+    rate = received / max(now - self._start, 1e-9)
+    sys.stderr.write(f'\r  {100 * received / self._total:5.1f}% of '
+                     f'{self._total / 2**20:.0f} MB, {rate / 2**20:.1f} MB/s')
+    sys.stderr.flush()
+
+  def done(self):
+    sys.stderr.write('\n')
