@@ -4,6 +4,8 @@ import pathlib
 import subprocess
 import sys
 
+import pytest
+
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 
@@ -47,25 +49,19 @@ def test_incomplete_cluster_flags_are_one_clear_line(tmp_path):
   assert 'Traceback' not in out.stderr
 
 
-def test_a_config_file_that_refuses_its_argument_is_one_line(tmp_path):
+@pytest.mark.parametrize('config, message', [
+    ('configs/cifar_small.py:vit_tiny',
+     "error: Unknown model 'vit_tiny' for cifar_small.py; use one of vit, "
+     'simple_cnn, small_resnet.'),
+    ('configs/nope.py',
+     "error: --config cannot be loaded: [Errno 2] No such file or directory: "
+     "'configs/nope.py'"),
+], ids=['refused argument', 'missing file'])
+def test_a_config_that_cannot_load_is_one_line(tmp_path, config, message):
   out = subprocess.run(
-      [sys.executable, '-m', 'vit_jax.main',
-       '--config=configs/cifar_small.py:vit_tiny', f'--workdir={tmp_path}'],
-      cwd=ROOT, capture_output=True, text=True, check=False)
-  assert out.returncode == 1
-  assert out.stderr.strip().splitlines()[-1] == (
-      "error: Unknown model 'vit_tiny' for cifar_small.py; use one of vit, "
-      'simple_cnn, small_resnet.')
-  assert 'Traceback' not in out.stderr
-
-
-def test_a_missing_config_file_is_one_line(tmp_path):
-  out = subprocess.run(
-      [sys.executable, '-m', 'vit_jax.main', '--config=configs/nope.py',
+      [sys.executable, '-m', 'vit_jax.main', f'--config={config}',
        f'--workdir={tmp_path}'],
       cwd=ROOT, capture_output=True, text=True, check=False)
   assert out.returncode == 1
-  assert out.stderr.strip().splitlines()[-1] == (
-      "error: --config cannot be loaded: [Errno 2] No such file or directory: "
-      "'configs/nope.py'")
+  assert out.stderr.strip().splitlines()[-1] == message
   assert 'Traceback' not in out.stderr
