@@ -5,10 +5,15 @@ import shutil
 import subprocess
 import sys
 
+import jax
+import numpy as np
 import pytest
 
 from tests.conftest import ROOT
+from tests.conftest import png
 from vit_jax import analyze
+from vit_jax import checkpoint
+from vit_jax import models
 
 FIGURES = ('cls_attention.png', 'attention_rollout.png',
            'attention_distance.png', 'position_embeddings.png',
@@ -28,7 +33,7 @@ def test_writes_every_figure_and_the_numbers(trained_vit_run, tmp_path):
   for figure in FIGURES:
     assert (tmp_path / figure).stat().st_size > 1000, figure
   result = json.loads((tmp_path / 'analysis.json').read_text())
-  assert json.loads(out.stdout.splitlines()[-1]) == result
+  assert out.stdout.splitlines()[-1] == f'  {tmp_path / "position_embeddings.png"}'
   assert result['step'] == 6
   assert result['grid'] == [3, 3] and result['patch_size'] == 8
   assert result['distance_images'] == 20
@@ -54,4 +59,41 @@ def test_a_cnn_run_is_refused(trained_vit_run, tmp_path):
   config.update(model='SimpleCNN', model_overrides={})
   (cnn_run / 'config.json').write_text(json.dumps(config))
   with pytest.raises(analyze.AnalysisError, match='need.* a ViT run'):
-    analyze.analyze(cnn_run, tmp_path / 'out')
+    analyze.analyze(tmp_path / 'out', workdir=cnn_run)
+
+
+def test_a_released_npz_is_analysed_on_your_own_images(tmp_path):
+  """A .npz in the official layout, two photos of other sizes, class names:
+  every figure, a rollout per image, and named top-5 predictions."""
+  model = models.create_model('ViT-Tiny-CIFAR_4', 3)
+  variables = model.init(jax.random.key(0), np.zeros((1, 32, 32, 3)),
+                         train=False)
+  checkpoint.save_npz(variables['params'], tmp_path / 'vit.npz')
+  rng = np.random.default_rng(0)
+  (tmp_path / 'photos').mkdir()
+  for name, shape in (('cat', (40, 60, 3)), ('dog', (90, 50, 3))):
+    (tmp_path / 'photos' / f'{name}.png').write_bytes(
+        png(rng.integers(0, 256, shape, np.uint8)))
+  (tmp_path / 'classes.txt').write_text('cat\ndog\nbird\n')
+  out = _analyze(f'--checkpoint={tmp_path / "vit.npz"}',
+                 '--model=ViT-Tiny-CIFAR_4', f'--images={tmp_path / "photos"}',
+                 f'--class_names={tmp_path / "classes.txt"}',
+                 f'--out={tmp_path / "out"}', '--components=5')
+  assert out.returncode == 0, out.stderr[-2000:]
+  for figure in (*FIGURES, 'rollout_cat.png', 'rollout_dog.png'):
+    assert (tmp_path / 'out' / figure).stat().st_size > 1000, figure
+  assert out.stdout.splitlines()[0] == f'Wrote into {tmp_path / "out"}:'
+  result = json.loads((tmp_path / 'out' / 'analysis.json').read_text())
+  assert result['image_size'] == 32 and result['grid'] == [8, 8]
+  assert result['distance_images'] == 2
+  predictions = result['top5'][str(tmp_path / 'photos' / 'cat.png')]
+  assert sorted(name for name, _ in predictions) == ['bird', 'cat', 'dog']
+  assert sum(p for _, p in predictions) == pytest.approx(1, abs=1e-3)
+
+
+def test_a_npz_without_its_model_or_images_is_one_line(tmp_path):
+  out = _analyze(f'--checkpoint={tmp_path / "vit.npz"}', '--images=x',
+                 f'--out={tmp_path}')
+  assert out.returncode == 1
+  assert out.stderr.strip().splitlines()[-1].startswith(
+      'error: --checkpoint needs --model')

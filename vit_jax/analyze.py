@@ -1,28 +1,40 @@
-r"""Figures of what a trained ViT learned, from a run's checkpoint.
+r"""Figures of what a ViT learned: from a run's checkpoint, or from a
+released `.npz`, on the run's test images or on your own.
 
   python -m vit_jax.analyze --workdir=/tmp/vit_tiny --out=/tmp/vit_tiny/analysis
+  python -m vit_jax.analyze --checkpoint=ViT-B_16.npz --model=ViT-B_16 \
+      --images=photos/ --class_names=imagenet21k_classes.txt --out=/tmp/b16
 
-Loads config.json and the latest checkpoint of a `vit_jax.main` run (any ViT
-variant and image size), runs test images of the run's dataset through the
-model and writes into --out (the analyses are in `vit_jax.analysis`):
+A run: its config.json and latest checkpoint (or --step), any ViT variant
+and image size, and its dataset's test images unless --images is given. A
+released `.npz` (google-research/vision_transformer's layout): --model names
+its architecture; the image size follows from its position embeddings, and
+images are resized and scaled to [-1, 1] as the released models expect.
+Writes into --out (the analyses are in `vit_jax.analysis`):
 
   cls_attention.png          the class token's last-layer attention over the
-                             patches, per head, for --num_images test images
+                             patches, per head, for --num_images images
   attention_rollout.png      attention rollout through all layers, same images
+  rollout_<image>.png        with --images: the rollout over each image
   attention_distance.png     mean attention distance of every head against
-                             depth, over --distance_images test images
+                             depth (the paper's Figure 7, right)
   position_embeddings.png    cosine similarity of each position's embedding to
-                             all others (a grid of grids), and to the centre
+                             all others, and to the centre (Figure 7, centre)
   embedding_filters.png      top principal components of the patch-embedding
-                             filters, as RGB patches (not for hybrids)
-  analysis.json              the numbers behind the figures
+                             filters, as RGB patches (Figure 7, left; not for
+                             hybrids)
+  analysis.json              the numbers behind the figures, and with
+                             --images the top-5 classes of each image
 """
 
+import dataclasses
 import json
+import math
 import pathlib
 
 from absl import app
 from absl import flags
+from absl import logging
 import jax
 import numpy as np
 
@@ -36,6 +48,16 @@ from vit_jax.data import preprocess
 from vit_jax.data import sources
 
 _WORKDIR = flags.DEFINE_string('workdir', None, 'A vit_jax.main run.')
+_CHECKPOINT = flags.DEFINE_string(
+    'checkpoint', None, 'A released .npz, instead of --workdir.')
+_MODEL = flags.DEFINE_string(
+    'model', None, "The --checkpoint's architecture, e.g. ViT-B_16.")
+_IMAGES = flags.DEFINE_list(
+    'images', None, "Image files or directories to analyse (default: the "
+    "run's test images).")
+_CLASS_NAMES = flags.DEFINE_string(
+    'class_names', None, 'A text file of the class names, one per line, to '
+    'name the top-5 predictions of --images.')
 _OUT = flags.DEFINE_string('out', None, 'Where figures and analysis.json go.')
 _STEP = flags.DEFINE_integer('step', None,
                              'Checkpoint to analyse (default: the latest).')
@@ -47,13 +69,95 @@ _DISTANCE_IMAGES = flags.DEFINE_integer(
     'distance_images', 512, 'Test images the attention distances average.')
 _COMPONENTS = flags.DEFINE_integer(
     'components', 28, 'Principal components of the embedding filters shown.')
-flags.mark_flags_as_required(['workdir', 'out'])
+flags.mark_flags_as_required(['out'])
 
 _BATCH_SIZE = 64
 
 
 class AnalysisError(ValueError):
   """The run cannot be analysed as asked."""
+
+
+# The released models' preprocessing: pixels scaled to [-1, 1].
+_RELEASED_MEAN = _RELEASED_STD = (0.5, 0.5, 0.5)
+
+
+@dataclasses.dataclass(frozen=True)
+class Subject:
+  """A ViT to analyse, and how its input images are made."""
+  model: models.VisionTransformer
+  variables: dict
+  image_size: int
+  pixel_mean: tuple
+  pixel_std: tuple
+  described: dict  # what analysis.json says was analysed
+
+
+def run_subject(workdir, step=None) -> tuple[Subject, object]:
+  """The ViT of a `vit_jax.main` run, and the run's config."""
+  run = checkpoint.load_run(workdir, step)
+  config = run.config
+  model = steps.create_model(config, run.params['head']['kernel'].shape[-1])
+  if not isinstance(model, models.VisionTransformer):
+    raise AnalysisError(f'{workdir} trained {config.model}; the analyses need '
+                        'a ViT run.')
+  return Subject(model, run.variables, config.image_size,
+                 tuple(config.pixel_mean), tuple(config.pixel_std),
+                 {'workdir': str(workdir), 'step': run.step,
+                  'model': config.model}), config
+
+
+def npz_subject(path, model_name: str) -> Subject:
+  """The ViT of a released `.npz`, at the image size its position
+  embeddings were trained for."""
+  if not model_name:
+    raise AnalysisError('--checkpoint needs --model: the architecture of the '
+                        f'.npz, one of {", ".join(models.MODEL_NAMES)}.')
+  params = checkpoint.load_npz(path)
+  try:
+    model = models.create_model(model_name,
+                                params['head']['kernel'].shape[-1])
+  except (ValueError, TypeError, KeyError) as e:
+    raise AnalysisError(f'--model={model_name}: {e}') from e
+  if not isinstance(model, models.VisionTransformer):
+    raise AnalysisError(f'--model={model_name} is not a ViT.')
+  positions = params['Transformer']['posembed_input']['pos_embedding']
+  side = math.isqrt(positions.shape[1] - (model.classifier == 'token'))
+  image_size = side * model.effective_patch_size
+  checkpoint.check_params(params, checkpoint.param_shapes(model, image_size),
+                          source=str(path),
+                          target=f'{model_name} at {image_size}x{image_size}')
+  return Subject(model, {'params': params}, image_size, _RELEASED_MEAN,
+                 _RELEASED_STD, {'checkpoint': str(path), 'model': model_name})
+
+
+def image_files(specs: list[str]) -> list[pathlib.Path]:
+  """The image files named, and those in the directories named, sorted."""
+  files = []
+  for spec in specs:
+    path = pathlib.Path(spec).expanduser()
+    if path.is_dir():
+      files += sorted(p for p in path.rglob('*')
+                      if p.suffix.lower() in ('.jpg', '.jpeg', '.png'))
+    elif path.is_file():
+      files.append(path)
+    else:
+      raise AnalysisError(f'--images: {path} does not exist.')
+  if not files:
+    raise AnalysisError(f'--images={",".join(specs)} holds no .jpg, .jpeg or '
+                        '.png file.')
+  return files
+
+
+def _model_inputs(images: np.ndarray, subject: Subject):
+  """Normalised model inputs of uint8 images (resized to the model's size
+  if they are not), and the same in [0, 1] for display."""
+  inputs = np.asarray(preprocess.normalize(
+      images, key=None, augment=False, image_size=subject.image_size,
+      mean=subject.pixel_mean, std=subject.pixel_std))
+  display = inputs * np.asarray(subject.pixel_std) + np.asarray(
+      subject.pixel_mean)
+  return inputs, np.clip(display, 0, 1)
 
 
 def _plt():
@@ -63,9 +167,9 @@ def _plt():
   return plt
 
 
-def _test_images(config, count: int) -> tuple[np.ndarray, np.ndarray]:
-  """The first `count` test images: normalised model inputs and, for
-  display, RGB in [0, 1] at the model's resolution."""
+def _test_images(config, count: int) -> np.ndarray:
+  """The first `count` test images of a run's dataset, uint8 at the model's
+  resolution."""
   test = sources.open_dataset(
       config, whole=config.input_pipeline == 'on_device').test
   images, _ = sources.to_arrays(sources.first(test, min(count, len(test)),
@@ -74,22 +178,28 @@ def _test_images(config, count: int) -> tuple[np.ndarray, np.ndarray]:
   if config.input_pipeline == 'streaming':  # resized on the host, as it trained
     images = np.stack([preprocess.resize(image, config.image_size)
                        for image in images])
-  inputs = preprocess.normalize(
-      images, key=None, augment=False, image_size=config.image_size,
-      mean=config.pixel_mean, std=config.pixel_std)
-  display = np.asarray(inputs) * np.asarray(config.pixel_std) + np.asarray(
-      config.pixel_mean)
-  return np.asarray(inputs), np.clip(display, 0, 1)
+  return images
 
 
-def attention_maps(model, variables, inputs: np.ndarray) -> list[np.ndarray]:
-  """Every layer's attention for `inputs`, computed in batches."""
-  attend = jax.jit(lambda x: models.attention_weights(model, variables, x))
-  per_batch = [
-      [np.asarray(a) for a in attend(inputs[i:i + _BATCH_SIZE])]
-      for i in range(0, len(inputs), _BATCH_SIZE)
-  ]
-  return [np.concatenate(layer) for layer in zip(*per_batch)]
+def forward(model, variables, inputs: np.ndarray):
+  """The logits of `inputs` and every layer's attention, in batches."""
+  run = jax.jit(lambda x: models.logits_and_attention(model, variables, x))
+  logits, attentions = [], []
+  for i in range(0, len(inputs), _BATCH_SIZE):
+    batch_logits, batch_attentions = run(inputs[i:i + _BATCH_SIZE])
+    logits.append(np.asarray(batch_logits))
+    attentions.append([np.asarray(a) for a in batch_attentions])
+  return (np.concatenate(logits),
+          [np.concatenate(layer) for layer in zip(*attentions)])
+
+
+def top5(logits: np.ndarray, names: list[str] | None) -> list[list]:
+  """Per image, the 5 likeliest classes (name or index) and their
+  probabilities."""
+  probabilities = np.asarray(jax.nn.softmax(logits))
+  best = np.argsort(-probabilities, axis=1)[:, :5]
+  return [[[names[c] if names else int(c), round(float(p[c]), 4)]
+           for c in row] for p, row in zip(probabilities, best)]
 
 
 def _upsample(grid_map: np.ndarray, image_size: int) -> np.ndarray:
@@ -205,61 +315,84 @@ def plot_embedding_filters(path, components: np.ndarray,
   plt.close(fig)
 
 
-def analyze(workdir, out, *, step=None, data_dir=None, num_images=4,
-            distance_images=512, components=28) -> dict:
-  """Writes the figures and analysis.json of a run into `out`; returns the
-  numbers."""
-  run = checkpoint.load_run(workdir, step)
-  config = run.config
-  if data_dir:
-    config.data_dir = data_dir
-  num_classes = run.params['head']['kernel'].shape[-1]
-  model = steps.create_model(config, num_classes)
-  if not isinstance(model, models.VisionTransformer):
-    raise AnalysisError(f'{workdir} trained {config.model}; the analyses need '
-                        'a ViT run.')
-  patch_size = model.effective_patch_size  # image pixels per token side
-  grid = (config.image_size // patch_size,) * 2
-  has_cls = model.classifier == 'token'
+def analyze(out, *, workdir=None, step=None, data_dir=None,
+            checkpoint_path=None, model_name=None, images=None,
+            class_names=None, num_images=4, distance_images=512,
+            components=28) -> dict:
+  """Writes the figures and analysis.json into `out` for a run (`workdir`)
+  or a released .npz (`checkpoint_path`, `model_name`), on the run's test
+  images or on `images` (files or directories); returns the numbers."""
+  if (workdir is None) == (checkpoint_path is None):
+    raise AnalysisError('Pass --workdir (a run) or --checkpoint (a .npz).')
+  if checkpoint_path is not None:
+    subject = npz_subject(checkpoint_path, model_name)
+    if not images:
+      raise AnalysisError('--checkpoint needs --images: the images to look '
+                          'at (files or directories).')
+  else:
+    subject, config = run_subject(workdir, step)
+    if data_dir:
+      config.data_dir = data_dir
+  model, size = subject.model, subject.image_size
+  files = image_files(images) if images else None
+  if files:
+    pixels = np.stack([preprocess.resize(sources.read_image(f), size)
+                       for f in files])
+  else:
+    pixels = _test_images(config, max(num_images, distance_images))
+  inputs, display = _model_inputs(pixels, subject)
+  names = None
+  if class_names:
+    names = pathlib.Path(class_names).read_text().splitlines()
+    classes = subject.variables['params']['head']['kernel'].shape[-1]
+    if len(names) != classes:
+      raise AnalysisError(f'--class_names={class_names} has {len(names)} '
+                          f'lines; the model has {classes} classes.')
 
-  inputs, display = _test_images(config, max(num_images, distance_images))
-  attentions = attention_maps(model, run.variables, inputs)
+  patch_size = model.effective_patch_size  # image pixels per token side
+  grid = (size // patch_size,) * 2
+  has_cls = model.classifier == 'token'
+  logits, attentions = forward(model, subject.variables, inputs)
   shown = slice(0, num_images)
   # The distances of 'gap' models' heads still use patch-to-patch attention.
   distances = np.stack([
       analysis.mean_attention_distance(a, grid, patch_size)
       for a in attentions
   ])
+  params = subject.variables['params']
   similarity = analysis.position_embedding_similarity(
-      run.params['Transformer']['posembed_input']['pos_embedding'], grid)
+      params['Transformer']['posembed_input']['pos_embedding'], grid)
   correlation = analysis.similarity_distance_correlation(similarity)
   # A hybrid's embedding filters see ResNet features, not RGB pixels.
   rgb_filters = model.resnet_stages is None
   if rgb_filters:
     filters, explained = analysis.patch_embedding_components(
-        run.params['embedding']['kernel'], components)
+        params['embedding']['kernel'], components)
 
   out = pathlib.Path(out)
   out.mkdir(parents=True, exist_ok=True)
   if has_cls:
     plot_cls_attention(out / 'cls_attention.png', display[shown],
                        analysis.cls_attention(attentions[-1][shown], grid))
-    rollout = analysis.attention_rollout([a[shown] for a in attentions])
+    needed = len(files) if files else num_images
+    rollout = analysis.attention_rollout([a[:needed] for a in attentions])
+    rollout = rollout[:, 0, 1:].reshape(-1, *grid)
     plot_rollout(out / 'attention_rollout.png', display[shown],
-                 rollout[:, 0, 1:].reshape(-1, *grid))
+                 rollout[shown])
+    for i, path in enumerate(files or []):
+      plot_rollout(out / f'rollout_{path.stem}.png', display[i:i + 1],
+                   rollout[i:i + 1])
   uniform = analysis.uniform_attention_distance(grid, patch_size)
-  plot_attention_distance(out / 'attention_distance.png', distances,
-                          config.image_size, uniform)
+  plot_attention_distance(out / 'attention_distance.png', distances, size,
+                          uniform)
   plot_position_embeddings(out / 'position_embeddings.png', similarity,
                            correlation)
   if rgb_filters:
     plot_embedding_filters(out / 'embedding_filters.png', filters, explained)
 
   result = {
-      'workdir': str(workdir),
-      'step': run.step,
-      'model': config.model,
-      'image_size': config.image_size,
+      **subject.described,
+      'image_size': size,
       'patch_size': patch_size,
       'grid': list(grid),
       'distance_images': len(inputs),
@@ -271,6 +404,9 @@ def analyze(workdir, out, *, step=None, data_dir=None, num_images=4,
   if rgb_filters:
     result['embedding_filter_explained_variance'] = explained.round(
         4).tolist()
+  if files:
+    result['top5'] = {str(f): best for f, best in zip(files, top5(logits,
+                                                                   names))}
   (out / 'analysis.json').write_text(json.dumps(result, indent=1) + '\n')
   return result
 
@@ -278,15 +414,22 @@ def analyze(workdir, out, *, step=None, data_dir=None, num_images=4,
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'Unexpected arguments: {" ".join(argv[1:])}')
+  # What it wrote is the output; jax's and orbax's progress notes are not.
+  logging.set_verbosity(logging.ERROR)
   try:
-    result = analyze(
-        _WORKDIR.value, _OUT.value, step=_STEP.value,
-        data_dir=_DATA_DIR.value, num_images=_NUM_IMAGES.value,
+    analyze(
+        _OUT.value, workdir=_WORKDIR.value, step=_STEP.value,
+        data_dir=_DATA_DIR.value, checkpoint_path=_CHECKPOINT.value,
+        model_name=_MODEL.value, images=_IMAGES.value,
+        class_names=_CLASS_NAMES.value, num_images=_NUM_IMAGES.value,
         distance_images=_DISTANCE_IMAGES.value, components=_COMPONENTS.value)
   except (checkpoint.CheckpointError, AnalysisError, config_schema.ConfigError,
-          data.DatasetError) as e:
+          data.DatasetError, OSError) as e:
     raise SystemExit(f'error: {e}') from None
-  print(json.dumps(result))
+  out = pathlib.Path(_OUT.value)
+  print(f'Wrote into {out}:')
+  for path in sorted(out.iterdir()):
+    print(f'  {path}')
 
 
 if __name__ == '__main__':

@@ -5,6 +5,7 @@ from vit_jax.models.cnn import SmallResNet
 from vit_jax.models.registry import create_model
 from vit_jax.models.registry import MODEL_NAMES
 from vit_jax.models.vit import attention_weights
+from vit_jax.models.vit import logits_and_attention
 from vit_jax.models.vit import VisionTransformer
 
 __all__ = [
@@ -14,4 +15,5 @@ __all__ = [
     'VisionTransformer',
     'attention_weights',
     'create_model',
+    'logits_and_attention',
 ]

@@ -310,17 +310,23 @@ class VisionTransformer(nn.Module):
             x)
 
 
-def attention_weights(model: VisionTransformer, variables: Any,
-                      images: jax.Array) -> list[jax.Array]:
-  """Every layer's attention probabilities for `images`, in eval mode.
-
-  Returns one array per encoder block, in depth order, each of shape
-  (batch, heads, tokens, tokens) with rows (queries) summing to 1.
-  """
-  _, state = model.apply(
+def logits_and_attention(model: VisionTransformer, variables: Any,
+                         images: jax.Array) -> tuple[jax.Array,
+                                                     list[jax.Array]]:
+  """The logits of `images` in eval mode, and every layer's attention
+  probabilities: one array per encoder block, in depth order, each of shape
+  (batch, heads, tokens, tokens) with rows (queries) summing to 1."""
+  logits, state = model.apply(
       variables, images, train=False, mutable=['intermediates'])
   blocks = state['intermediates']['Transformer']
-  return [
+  return logits, [
       blocks[f'encoderblock_{i}']['MultiHeadDotProductAttention_0']
       ['attention_weights'][0] for i in range(model.num_layers)
   ]
+
+
+def attention_weights(model: VisionTransformer, variables: Any,
+                      images: jax.Array) -> list[jax.Array]:
+  """Every layer's attention probabilities for `images`, in eval mode
+  (`logits_and_attention`)."""
+  return logits_and_attention(model, variables, images)[1]
