@@ -26,14 +26,15 @@ def _analyze(*flags):
 
 
 def test_writes_every_figure_and_the_numbers(trained_vit_run, tmp_path):
-  workdir, _ = trained_vit_run
-  out = _analyze(f'--workdir={workdir}', f'--out={tmp_path}',
+  workdir = shutil.copytree(trained_vit_run[0], tmp_path / 'run')
+  figures = tmp_path / 'out'
+  out = _analyze(f'--workdir={workdir}', f'--out={figures}',
                  '--num_images=2', '--distance_images=20', '--components=5')
   assert out.returncode == 0, out.stderr[-2000:]
   for figure in FIGURES:
-    assert (tmp_path / figure).stat().st_size > 1000, figure
-  result = json.loads((tmp_path / 'analysis.json').read_text())
-  assert out.stdout.splitlines()[-1] == f'  {tmp_path / "position_embeddings.png"}'
+    assert (figures / figure).stat().st_size > 1000, figure
+  result = json.loads((figures / 'analysis.json').read_text())
+  assert out.stdout.splitlines()[-1] == f'  {figures / "position_embeddings.png"}'
   assert result['step'] == 6
   assert result['grid'] == [3, 3] and result['patch_size'] == 8
   assert result['distance_images'] == 20
@@ -43,6 +44,9 @@ def test_writes_every_figure_and_the_numbers(trained_vit_run, tmp_path):
   assert all(0 < d < 22.7 for layer in per_head for d in layer)
   assert -1 <= result['position_similarity_distance_correlation'] <= 1
   assert len(result['embedding_filter_explained_variance']) == 5
+  # The figures beside the run's curves in TensorBoard, at the step analysed.
+  events = list((workdir / 'tensorboard' / 'analysis').glob('events.out.*'))
+  assert len(events) == 1 and events[0].stat().st_size > 10_000
 
 
 def test_a_missing_run_is_one_clear_line(tmp_path):

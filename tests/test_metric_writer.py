@@ -32,3 +32,30 @@ def test_a_resumed_run_keeps_only_the_checkpointed_history(tmp_path):
   writer.close()
   assert _records(tmp_path / 'metrics.jsonl') == [
       {'step': 10}, {'step': 20}, {'step': 30, 'again': True}]
+
+
+def test_non_finite_values_are_written_as_null(tmp_path):
+  writer = MetricWriter(tmp_path, history=[])
+  writer.write({'step': 1, 'test_loss': float('nan'),
+                'images_per_second': float('inf')})
+  writer.close()
+  line = (tmp_path / 'metrics.jsonl').read_text()
+  assert json.loads(line, parse_constant=_refuse) == {
+      'step': 1, 'test_loss': None, 'images_per_second': None}
+
+
+def _refuse(constant):
+  raise AssertionError(f'{constant} is not strict JSON')
+
+
+def test_a_resumed_run_rewrites_its_event_files_and_keeps_subdirectories(
+    tmp_path):
+  MetricWriter(tmp_path, history=[]).close()
+  (tmp_path / 'tensorboard' / 'analysis').mkdir()
+  (tmp_path / 'tensorboard' / 'analysis' / 'events.out.tfevents.x').write_text(
+      'figures')
+  writer = MetricWriter(tmp_path, history=[{'step': 10, 'train_loss': 1.0}])
+  writer.close()
+  assert len(list((tmp_path / 'tensorboard').glob('events.out.*'))) == 1
+  assert (tmp_path / 'tensorboard' / 'analysis' / 'events.out.tfevents.x'
+          ).read_text() == 'figures'

@@ -25,6 +25,9 @@ Writes into --out (the analyses are in `vit_jax.analysis`):
                              hybrids)
   analysis.json              the numbers behind the figures, and with
                              --images the top-5 classes of each image
+
+For a run, the figures also go to its TensorBoard (`tensorboard --logdir
+WORKDIR/tensorboard`, under `analysis`), at the step analysed.
 """
 
 import dataclasses
@@ -408,7 +411,23 @@ def analyze(out, *, workdir=None, step=None, data_dir=None,
     result['top5'] = {str(f): best for f, best in zip(files, top5(logits,
                                                                    names))}
   (out / 'analysis.json').write_text(json.dumps(result, indent=1) + '\n')
+  if workdir is not None:
+    _to_tensorboard(pathlib.Path(workdir) / 'tensorboard' / 'analysis', out,
+                    subject.described['step'])
   return result
+
+
+def _to_tensorboard(directory: pathlib.Path, figures: pathlib.Path,
+                    step: int):
+  """The figures as images beside the run's curves in TensorBoard, at the
+  step of the checkpoint analysed."""
+  from PIL import Image  # pylint: disable=g-import-not-at-top
+  from tensorboardX import SummaryWriter  # pylint: disable=g-import-not-at-top
+  with SummaryWriter(str(directory)) as writer:
+    for path in sorted(figures.glob('*.png')):
+      with Image.open(path) as image:
+        writer.add_image(path.stem, np.asarray(image.convert('RGB')),
+                         global_step=step, dataformats='HWC')
 
 
 def main(argv):

@@ -11,7 +11,6 @@ no TensorFlow. Only process 0 writes.
 import json
 import math
 import pathlib
-import shutil
 
 import jax
 from tensorboardX import SummaryWriter
@@ -37,7 +36,8 @@ class MetricWriter:
     self._jsonl_path = workdir / 'metrics.jsonl'
     self._jsonl_path.write_text(''.join(map(json_line, history)))
     tensorboard_dir = workdir / 'tensorboard'
-    shutil.rmtree(tensorboard_dir, ignore_errors=True)
+    for events in tensorboard_dir.glob('events.out.tfevents.*'):
+      events.unlink()  # subdirectories (vit_jax.analyze's figures) stay
     self._tensorboard = SummaryWriter(str(tensorboard_dir))
     for record in history:
       self._add_scalars(record)
