@@ -71,3 +71,11 @@ def test_resuming_refuses_what_changes_the_checkpoints_meaning(tmp_path):
   with pytest.raises(ConfigError, match=r'config\.total_steps \(40 there, 50'):
     config_schema.check_resumable(in_steps, tiny_config('', total_steps=50),
                                   tmp_path)
+
+
+def test_a_batch_larger_than_the_training_split_is_a_clear_error():
+  config = config_schema.defaults()
+  config.update(batch_size=32, num_epochs=1)
+  with pytest.raises(config_schema.ConfigError,
+                     match='fewer examples than config.batch_size=32'):
+    config_schema.step_plan(config, steps_per_epoch=0)

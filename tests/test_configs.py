@@ -3,11 +3,17 @@ checks that need no data."""
 
 import importlib.util
 
+import jax
+import numpy as np
 import pytest
 
 from tests.conftest import ROOT
+from tests.conftest import png
+from vit_jax import checkpoint
 from vit_jax import config_schema
+from vit_jax import models
 from vit_jax import steps
+from vit_jax import train
 
 
 def _config(name, argument=None):
@@ -23,7 +29,8 @@ def _config(name, argument=None):
     ('cifar_small', 'small_resnet'), ('finetune', None),
     ('finetune', 'imagenet2012'), ('finetune', 'cifar10'),
     ('finetune', 'oxford_flowers102'), ('vit_pretrain', 'imagenet21k'),
-    ('vit_pretrain', 'imagenet2012'),
+    ('vit_pretrain', 'imagenet2012'), ('image_folder', None),
+    ('image_folder', 'finetune'),
 ])
 def test_config_is_valid(name, argument):
   config = _config(name, argument)
@@ -59,3 +66,43 @@ def test_unknown_arguments_are_refused():
   for name in ('cifar_small', 'finetune', 'vit_pretrain'):
     with pytest.raises(ValueError, match='Unknown'):
       _config(name, 'nonexistent')
+
+
+def _image_folder(root, classes=('cat', 'dog'), per_class=(12, 4)):
+  rng = np.random.default_rng(0)
+  for split, count in zip(('train', 'test'), per_class):
+    for label, name in enumerate(classes):
+      (root / split / name).mkdir(parents=True)
+      for i in range(count):
+        shape = (40 + 7 * i, 50 + 3 * label, 3)
+        (root / split / name / f'{i}.png').write_bytes(
+            png(rng.integers(0, 256, shape, np.uint8)))
+  return root
+
+
+def test_image_folder_walkthrough_trains_from_scratch(tmp_path):
+  config = _config('image_folder')
+  config.update(data_dir=str(_image_folder(tmp_path / 'photos')),
+                num_epochs=1, warmup_epochs=0, batch_size=8,
+                eval_batch_size=8, cpu_devices=1)
+  summary = train.train_and_evaluate(config, tmp_path / 'run')
+  assert summary['steps'] == 3  # 24 images, batches of 8
+
+
+def test_image_folder_walkthrough_fine_tunes_a_released_npz(tmp_path):
+  # Another head, a 2x2 patch grid resized to the run's 4x4; 2 of the 12
+  # layers, to compile in seconds.
+  released = models.create_model('ViT-Ti_16', 21, num_layers=2)
+  variables = released.init(jax.random.key(0), np.zeros((1, 32, 32, 3)),
+                            train=False)
+  checkpoint.save_npz(variables['params'], tmp_path / 'ViT-Ti_16.npz')
+  config = _config('image_folder', 'finetune')
+  config.update(data_dir=str(_image_folder(tmp_path / 'photos')),
+                init_from=str(tmp_path / 'ViT-Ti_16.npz'), model='ViT-Ti_16',
+                image_size=64, num_epochs=1, warmup_epochs=0, batch_size=8,
+                eval_batch_size=8, cpu_devices=1)
+  config.model_overrides.num_layers = 2
+  summary = train.train_and_evaluate(config, tmp_path / 'run')
+  assert summary['steps'] == 3
+  run = checkpoint.load_run(tmp_path / 'run')
+  assert run.params['head']['kernel'].shape == (192, 2)

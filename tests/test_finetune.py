@@ -80,6 +80,7 @@ def test_adapt_names_the_key_that_does_not_fit():
     finetune.adapt_params(deeper, _params(16, 10), num_prefix_tokens=1)
 
 
+@pytest.mark.slow  # 13 s; test_configs fine-tunes a .npz end to end
 def test_fine_tunes_a_run_at_a_higher_resolution(trained_vit_run, tmp_path):
   workdir, data_dir = trained_vit_run  # 2 layers at 24x24: a 3x3 grid
   config = tiny_config(data_dir, init_from=str(workdir), image_size=32,

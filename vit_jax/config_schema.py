@@ -216,6 +216,11 @@ class StepPlan:
 def step_plan(config, steps_per_epoch: int) -> StepPlan:
   """Epoch-counted fields converted to steps, once, for a training split of
   `steps_per_epoch` batches."""
+  if not steps_per_epoch:
+    raise ConfigError(
+        f'The training split holds fewer examples than config.batch_size='
+        f'{config.batch_size}, so not one batch: lower --config.batch_size '
+        '(a multiple of the device count).')
   total = config.total_steps or config.num_epochs * steps_per_epoch
   if config.total_steps and config.num_epochs:
     logging.info('config.total_steps=%d sets the length; config.num_epochs=%d '
