@@ -65,3 +65,24 @@ def test_a_config_that_cannot_load_is_one_line(tmp_path, config, message):
   assert out.returncode == 1
   assert out.stderr.strip().splitlines()[-1] == message
   assert 'Traceback' not in out.stderr
+
+
+def test_any_model_field_can_be_overridden_and_a_typo_is_named(
+    cifar10_binary, tmp_path):
+  data_dir, _ = cifar10_binary
+  flags = [f'--config.data_dir={data_dir}',
+           '--config.train_examples_per_file=0',
+           '--config.batch_size=16', '--config.eval_batch_size=16',
+           '--config.test_examples=0', '--config.total_steps=1',
+           '--cpu_devices=1']
+  out = _main(f'--workdir={tmp_path / "typo"}',
+              '--config.model_overrides.num_layerz=1', *flags)
+  assert out.returncode == 1
+  assert out.stderr.strip().splitlines()[-1].startswith(
+      'error: ViT-Tiny-CIFAR_4 has no field(s) num_layerz. Did you mean '
+      'num_layers?')
+  # cifar_small.py lists only dropout_rate among the model's fields.
+  out = _main(f'--workdir={tmp_path / "run"}',
+              '--config.model_overrides.num_layers=1', *flags)
+  assert out.returncode == 0, out.stderr[-2000:]
+  assert 'ViT-Tiny-CIFAR_4 (214,538 parameters)' in out.stderr  # 1 layer

@@ -9,6 +9,7 @@ detected, elsewhere --coordinator_address, --num_processes and --process_id say
 who is who (README.md, "Multi-host").
 """
 
+import ast
 import logging as python_logging
 import re
 import sys
@@ -94,13 +95,35 @@ class _ProcessPrefix(python_logging.Filter):
     return True
 
 
+# `--config.model_overrides.FIELD=VALUE` for any field of the model, not
+# only those the config file lists (all ml_collections can override); the
+# model names a field it lacks, in one line, when it is created.
+_MODEL_OVERRIDE = re.compile(r'^--config\.model_overrides\.(\w+)=(.*)$')
+_model_overrides = {}
+
+
+def _literal(text: str):
+  try:
+    return ast.literal_eval(text)
+  except (ValueError, SyntaxError):
+    return text  # a string, e.g. classifier=gap
+
+
 def parse_flags(argv: list[str]) -> list[str]:
   """absl's flag parsing, with an override of a field the config lacks
   (`--config.num_epoch=3`) and a config file that refuses its argument
   (`--config=configs/cifar_small.py:vit_tiny`) each reported in one line
   instead of a traceback."""
+  kept = []
+  for arg in argv:
+    override = _MODEL_OVERRIDE.match(arg)
+    if override:
+      _model_overrides[override.group(1)] = _literal(override.group(2))
+    else:
+      kept.append(arg)
+  sys.argv[:] = kept  # ml_collections finds its override flags in sys.argv
   try:
-    return flags.FLAGS(argv)
+    return flags.FLAGS(kept)
   except flags.Error as e:
     if 'Error whilst parsing config file' not in str(e):
       sys.exit(f'error: {e}\nPass --helpshort or --helpfull to see help on '
@@ -127,6 +150,8 @@ def main(argv):
   try:
     config = _CONFIG.value
     config_cpu_devices = config.get('cpu_devices')  # a failed load raises here
+    with config.unlocked():
+      config.model_overrides.update(_model_overrides)
   except (OSError, ValueError) as e:
     cause = e.__cause__ or e
     sys.exit(f'error: --config cannot be loaded: '

@@ -1,6 +1,7 @@
 """Every model by name: `create_model(name, num_classes, **overrides)`."""
 
 import dataclasses
+import difflib
 import functools
 from typing import Callable
 
@@ -74,6 +75,9 @@ def create_model(name: str, num_classes: int, **overrides) -> nn.Module:
   }
   unknown = sorted(set(overrides) - fields)
   if unknown:
-    raise ValueError(f'{name} has no field(s) {", ".join(unknown)}. Its '
-                     f'fields: {", ".join(sorted(fields))}.')
+    guesses = [g for u in unknown
+               for g in difflib.get_close_matches(u, fields, n=1)]
+    guess = f' Did you mean {", ".join(guesses)}?' if guesses else ''
+    raise ValueError(f'{name} has no field(s) {", ".join(unknown)}.{guess} '
+                     f'Its fields: {", ".join(sorted(fields))}.')
   return factory(num_classes=num_classes, **overrides)
