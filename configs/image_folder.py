@@ -25,6 +25,7 @@ well separated classes, fine-tuning beats training from scratch by far.
 """
 
 from vit_jax import config_schema
+from vit_jax import finetune
 
 MODES = ('scratch', 'finetune')
 
@@ -48,14 +49,9 @@ def get_config(mode: str = 'scratch'):
     config.warmup_epochs = 3
   else:
     config.model = 'ViT-B_16'
-    config.model_overrides.dropout_rate = 0.0
+    finetune.use_paper_recipe(config)
     config.image_size = 224
-    config.optimizer = 'sgd'
-    config.momentum = 0.9
     config.learning_rate = 0.01
-    config.weight_decay = 0.0
-    config.grad_clip_norm = 1.0
     config.num_epochs = 10
     config.warmup_epochs = 1
-    config.lr_decay = 'cosine'
   return config

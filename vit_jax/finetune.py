@@ -89,3 +89,18 @@ def pretrained_params(config, model, fresh_params) -> dict:
     raise ConfigError(f'config.init_from={config.init_from!r}: {e}') from e
   logging.info('Initialised from %s.', config.init_from)
   return adapted
+
+
+def use_paper_recipe(config) -> None:
+  """Sets `config`'s optimizer to the paper's fine-tuning recipe (Sec. 3.1,
+  App. B.1.1): SGD with momentum 0.9, no weight decay, gradients clipped to
+  global norm 1, no label smoothing, no dropout (the official configs), and
+  cosine decay after a linear warmup. The learning rate, length and batch
+  stay the caller's."""
+  config.optimizer = 'sgd'
+  config.momentum = 0.9
+  config.weight_decay = 0.0
+  config.grad_clip_norm = 1.0
+  config.label_smoothing = 0.0
+  config.lr_decay = 'cosine'
+  config.model_overrides.dropout_rate = 0.0
