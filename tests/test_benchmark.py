@@ -19,3 +19,19 @@ def test_command_prints_a_table_and_a_json_line():
   assert abs(result['xla_train_gflop_per_image'] /
              result['train_gflop_per_image'] - 1) < 0.5
   assert any(line.startswith('train_ms_per_step') for line in lines)
+
+
+def test_memory_only_compiles_and_reports_what_one_device_holds():
+  def memory(fsdp):
+    out = subprocess.run(
+        [sys.executable, '-m', 'vit_jax.benchmark', '--model=ViT-Tiny-CIFAR_4',
+         '--batch_size=8', '--cpu_devices=4', f'--fsdp={fsdp}',
+         '--memory_only'], capture_output=True, text=True, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+  replicated, sharded = memory(1), memory(4)
+  assert (replicated['fsdp'], sharded['fsdp']) == (1, 4)
+  assert 'train_images_per_second' not in sharded  # nothing ran
+  # The state (parameters, Adam's mu and nu) is most of the arguments.
+  assert (sharded['train_step_argument_mb'] <
+          replicated['train_step_argument_mb'] / 2.5)

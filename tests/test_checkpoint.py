@@ -2,13 +2,18 @@
 back on any device count; released .npz files both ways."""
 
 import functools
+import json
+import os
 import re
 import shutil
+import subprocess
+import sys
 
 import jax
 import numpy as np
 import pytest
 
+from tests.conftest import ROOT
 from vit_jax import checkpoint
 from vit_jax import models
 from vit_jax import parallel
@@ -386,3 +391,49 @@ def test_load_params_reads_run_directories_and_their_npz(trained_vit_run,
   np.testing.assert_array_equal(
       model.apply({'params': from_npz}, images, train=False),
       model.apply(run.variables, images, train=False))
+
+
+_LAYOUT_SCRIPT = '''
+import json, pathlib, sys
+sys.path.insert(0, {root!r})
+import jax
+import numpy as np
+from vit_jax import checkpoint, parallel, steps
+
+values = {{'kernel': np.arange(64 * 512, dtype=np.float32).reshape(64, 512),
+          'bias': np.arange(8, dtype=np.float32)}}
+shapes = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype), values)
+meshes = {{'replicated': parallel.make_mesh(1), 'fsdp': parallel.make_mesh(8)}}
+found = []
+for saved, restored_onto in (('fsdp', 'replicated'), ('replicated', 'fsdp')):
+  directory = pathlib.Path(f'from_{{saved}}')
+  shardings = parallel.state_shardings(shapes, meshes[saved])
+  state = jax.tree.map(parallel.replicate, values, shardings)
+  sums = steps.zero_sums(parallel.replicated(meshes[saved]))
+  checkpoints = checkpoint.RunCheckpoints(directory, keep=2)
+  checkpoints.save(1, state, sums, [{{'step': 1}}], {{'epoch': 1, 'batch': 1}})
+  checkpoints.close()
+  target = parallel.state_shardings(shapes, meshes[restored_onto])
+  restored = checkpoint.RunCheckpoints(directory, keep=2).restore_latest(
+      jax.tree.map(lambda s, t: jax.ShapeDtypeStruct(s.shape, s.dtype,
+                                                     sharding=t),
+                   shapes, target),
+      steps.sum_shapes(parallel.replicated(meshes[restored_onto])))
+  found.append(dict(
+      saved_sharded=not state['kernel'].sharding.is_fully_replicated,
+      equal=all(np.array_equal(restored.state[k], values[k]) for k in values),
+      on_target=all(restored.state[k].sharding == target[k] for k in values)))
+print(json.dumps(found))
+'''
+
+
+def test_a_checkpoint_restores_onto_either_parameter_layout(tmp_path):
+  # Saved split over an fsdp axis of 8 devices, restored replicated, and back.
+  env = {**os.environ, 'XLA_FLAGS': '--xla_force_host_platform_device_count=8'}
+  out = subprocess.run(
+      [sys.executable, '-c', _LAYOUT_SCRIPT.format(root=str(ROOT))], env=env,
+      capture_output=True, text=True, check=False, cwd=tmp_path)
+  assert out.returncode == 0, out.stderr[-3000:]
+  assert json.loads(out.stdout.splitlines()[-1]) == [
+      dict(saved_sharded=True, equal=True, on_target=True),
+      dict(saved_sharded=False, equal=True, on_target=True)]

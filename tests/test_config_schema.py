@@ -79,3 +79,10 @@ def test_a_batch_larger_than_the_training_split_is_a_clear_error():
   with pytest.raises(config_schema.ConfigError,
                      match='fewer examples than config.batch_size=32'):
     config_schema.step_plan(config, steps_per_epoch=0)
+
+
+def test_an_fsdp_size_that_does_not_divide_the_devices_is_a_clear_error():
+  with pytest.raises(ConfigError, match='config.fsdp=3 does not divide the 8 '
+                     'devices; use a divisor of 8, or -1'):
+    config_schema.validate(tiny_config('', fsdp=3), num_devices=8)
+  config_schema.validate(tiny_config('', fsdp=-1), num_devices=8)

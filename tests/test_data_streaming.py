@@ -39,7 +39,7 @@ def test_train_batches_follow_the_seeded_shuffle_from_any_position():
               *input_lib.epoch_batches(3, 3, 20, 8)]
   for indices in expected:
     images, labels = next(batches)
-    assert images.sharding.spec == jax.sharding.PartitionSpec('data')
+    assert images.sharding.spec == jax.sharding.PartitionSpec(('data', 'fsdp'))
     np.testing.assert_array_equal(images, train_split[0][indices])
     np.testing.assert_array_equal(labels, train_split[1][indices])
   batches.close()

@@ -122,3 +122,9 @@ def test_sigterm_is_a_request_to_stop_that_the_loop_reads():
   finally:
     preemption.close()
   assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+
+
+def test_an_fsdp_axis_that_does_not_divide_the_devices_is_named():
+  with pytest.raises(ValueError, match='cannot be split into groups of 2'):
+    parallel.make_mesh(2)
+  assert parallel.make_mesh(-1).shape == {'data': 1, 'fsdp': 1}

@@ -1,11 +1,16 @@
 """The compiled steps, the schedule and the optimizer."""
 
 import functools
+import json
+import os
+import subprocess
+import sys
 
 import jax
 import numpy as np
 import pytest
 
+from tests.conftest import ROOT
 from tests.conftest import random_cifar
 from tests.conftest import tiny_config
 from vit_jax import config_schema
@@ -50,8 +55,7 @@ def _one_device_train_step(config, images, labels):
                                    mesh)
   model = steps.create_model(config, num_classes=10)
   tx = steps.create_optimizer(config, lambda step: 1e-3)
-  state = steps.initial_state(jax.random.key(0), model, tx, 32,
-                              parallel.replicated(mesh))
+  state = steps.initial_state(jax.random.key(0), model, tx, 32, mesh)
   step = jax.jit(functools.partial(steps.train_step, config=config,
                                    inputs=inputs))
   sums = steps.zero_sums(parallel.replicated(mesh))
@@ -103,8 +107,69 @@ def test_state_shapes_are_the_initial_state_without_computing_it():
   config = tiny_config('')
   model = steps.create_model(config, 10)
   tx = steps.create_optimizer(config, lambda step: 1e-3)
-  sharding = parallel.replicated(parallel.make_mesh())
-  shapes = steps.state_shapes(jax.random.key(0), model, tx, 32, sharding)
-  state = steps.initial_state(jax.random.key(0), model, tx, 32, sharding)
+  mesh = parallel.make_mesh()
+  shapes = steps.state_shapes(jax.random.key(0), model, tx, 32, mesh)
+  state = steps.initial_state(jax.random.key(0), model, tx, 32, mesh)
   assert jax.tree.map(lambda a: (a.shape, a.dtype, a.sharding), state) == (
       jax.tree.map(lambda a: (a.shape, a.dtype, a.sharding), shapes))
+
+
+_FSDP_SCRIPT = '''
+import json, sys
+sys.path.insert(0, {root!r})
+import jax
+import numpy as np
+from tests.conftest import random_cifar, study_config
+from vit_jax import parallel, steps
+from vit_jax.data import on_device, sources
+
+images, labels = random_cifar(32, 10, seed=0)
+split = sources.ArraySource(images, labels)
+results = {{}}
+for fsdp in (1, 8):
+  config = study_config('vit')  # ViT-Tiny-CIFAR_4 (dropout 0.1), 2 blocks
+  config.update(dict(batch_size=16, eval_batch_size=16, fsdp=fsdp))
+  config.model_overrides.num_layers = 2
+  mesh = parallel.make_mesh(config.fsdp)
+  replicated = parallel.replicated(mesh)
+  inputs = on_device.OnDeviceInput(sources.Dataset(split, split, 10), config,
+                                   mesh)
+  model = steps.create_model(config, 10)
+  tx = steps.create_optimizer(config, lambda step: 1e-3)
+  state = steps.initial_state(jax.random.key(0), model, tx, 32, mesh)
+  compiled = steps.compile_steps(config, inputs, state, jax.random.key(1))
+  sums = steps.zero_sums(replicated)
+  for i in range(2):
+    batch = parallel.replicate(np.arange(16 * i, 16 * (i + 1), dtype=np.int32),
+                               replicated)
+    state, sums = compiled.train(state, sums, inputs.train_data, batch,
+                                 jax.random.key(1))
+  leaves = jax.tree.leaves(state.params) + jax.tree.leaves(state.opt_state)
+  results[fsdp] = dict(
+      params=[np.asarray(x).tolist() for x in jax.tree.leaves(state.params)],
+      loss=float(sums['loss'] / sums['count']),
+      sharded=sum(not x.sharding.is_fully_replicated for x in leaves),
+      shard_bytes=sum(x.addressable_shards[0].data.nbytes for x in leaves),
+      argument_bytes=compiled.train.memory_analysis().argument_size_in_bytes)
+print(json.dumps(results))
+'''
+
+
+def test_fsdp_step_equals_the_data_parallel_step_on_8_devices(tmp_path):
+  # The study's ViT cut to 2 blocks, two train steps from the same start on 8 host devices:
+  # parameters replicated, then split over an fsdp axis of 8.
+  env = {**os.environ, 'XLA_FLAGS': '--xla_force_host_platform_device_count=8'}
+  out = subprocess.run(
+      [sys.executable, '-c', _FSDP_SCRIPT.format(root=str(ROOT))], env=env,
+      capture_output=True, text=True, check=False, cwd=tmp_path)
+  assert out.returncode == 0, out.stderr[-3000:]
+  results = json.loads(out.stdout.splitlines()[-1])
+  replicated, fsdp = results['1'], results['8']
+  assert replicated['sharded'] == 0
+  assert fsdp['sharded'] == 3 * 6 * 2  # 6 kernels per block; mu and nu
+  assert fsdp['loss'] == pytest.approx(replicated['loss'], abs=1e-6)
+  for a, b in zip(fsdp['params'], replicated['params']):
+    np.testing.assert_allclose(a, b, rtol=0, atol=1e-6)
+  # What one device holds of the state, and what XLA says the step takes in.
+  assert fsdp['shard_bytes'] < replicated['shard_bytes'] / 4
+  assert fsdp['argument_bytes'] < replicated['argument_bytes'] / 4

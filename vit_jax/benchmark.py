@@ -4,6 +4,8 @@ r"""Times the compiled train and eval steps of a model on this machine.
       --image_size=32 [--dtype=bfloat16] [--steps=10]
   python -m vit_jax.benchmark --model=SimpleCNN --cpu_devices=1 \
       --cpu_compiler_option=xla_cpu_experimental_ynn_fusion_type=
+  python -m vit_jax.benchmark --model=ViT-H_14 --image_size=224 \
+      --batch_size=8 --cpu_devices=8 --fsdp=8 --memory_only
 
 The steps are the training loop's own (`vit_jax.steps`: AdamW, on-device
 batch gather and preprocessing, the config built from `config_schema`), fed
@@ -11,7 +13,10 @@ from synthetic images already on the devices. Prints a
 table and, last, one JSON line with the same numbers: images/s, ms/step
 (median of --steps after warm-up), compile time of both steps, FLOPs per image, achieved
 FLOP/s and its share of a matmul peak measured on the same devices in the same
-run, and XLA's estimate of the step's memory.
+run, and XLA's estimate of the step's memory per device. `--memory_only`
+compiles the steps for the state's shapes and prints only that estimate, so
+the memory of models far larger than this machine can be compared, e.g.
+parameters replicated (`--fsdp=1`) against split over 8 devices.
 
 FLOPs are counted from the model's jaxpr (`vit_jax.flops`). XLA's cost
 analysis of the compiled step, which also counts elementwise work, is printed
@@ -45,6 +50,13 @@ _DTYPE = flags.DEFINE_enum('dtype', 'float32', list(config_schema.FIELDS['dtype'
 _STEPS = flags.DEFINE_integer('steps', 10, 'Timed steps (after 2 warm-up).')
 _AUGMENT = flags.DEFINE_bool('augment', True,
                              'Random crop + flip inside the train step.')
+_FSDP = flags.DEFINE_integer(
+    'fsdp', 1, 'Devices each large parameter and optimizer-state array is '
+    'split over (config.fsdp); -1: all.')
+_MEMORY_ONLY = flags.DEFINE_bool(
+    'memory_only', False, 'Compile the steps for the state\'s shapes and '
+    'print XLA\'s per-device memory estimate, allocating and running nothing '
+    '(for models larger than this machine).')
 _CPU_DEVICES = flags.DEFINE_integer(
     'cpu_devices', parallel.DEFAULT_CPU_DEVICES,
     'Host devices the batch is split over when running on the CPU.')
@@ -80,12 +92,18 @@ def _median_seconds(run, steps: int, warmup: int = 2) -> float:
   return float(np.median(times))
 
 
-def _memory_bytes(compiled) -> int | None:
+def _memory_mb(compiled) -> dict[str, float]:
+  """XLA's estimate of what one device holds while the step runs: its
+  arguments (state, batch), temporaries, and the total (outputs that do not
+  reuse a donated argument's buffer included)."""
   analysis = compiled.memory_analysis()
   if analysis is None:
-    return None
-  return int(analysis.argument_size_in_bytes + analysis.output_size_in_bytes +
-             analysis.temp_size_in_bytes - analysis.alias_size_in_bytes)
+    return {}
+  total = (analysis.argument_size_in_bytes + analysis.output_size_in_bytes +
+           analysis.temp_size_in_bytes - analysis.alias_size_in_bytes)
+  return {'train_step_argument_mb': analysis.argument_size_in_bytes / 2**20,
+          'train_step_temp_mb': analysis.temp_size_in_bytes / 2**20,
+          'train_step_memory_mb': total / 2**20}
 
 
 def _xla_flops(compiled) -> float | None:
@@ -96,15 +114,15 @@ def _xla_flops(compiled) -> float | None:
 
 
 def benchmark_config(model: str, batch_size: int, image_size: int, dtype: str,
-                     augment: bool, cpu_compiler_options: dict[str, str]
-                     ) -> ml_collections.ConfigDict:
+                     augment: bool, cpu_compiler_options: dict[str, str],
+                     fsdp: int = 1) -> ml_collections.ConfigDict:
   """The schema's config with the study's optimizer and loss."""
   config = config_schema.defaults()
   config.update(dict(
       model=model, dtype=dtype, batch_size=batch_size,
       eval_batch_size=batch_size, image_size=image_size, augment=augment,
       pixel_std=(0.25, 0.25, 0.25), label_smoothing=0.1, weight_decay=0.01,
-      total_steps=1))
+      total_steps=1, fsdp=fsdp))
   config.cpu_compiler_options.update(cpu_compiler_options)
   return config
 
@@ -112,18 +130,18 @@ def benchmark_config(model: str, batch_size: int, image_size: int, dtype: str,
 def run_benchmark(*, model: str, batch_size: int, image_size: int,
                   num_classes: int = 10, dtype: str = 'float32',
                   steps_timed: int = 10, augment: bool = True,
-                  cpu_compiler_options: dict[str, str] | None = None
-                  ) -> dict[str, Any]:
+                  cpu_compiler_options: dict[str, str] | None = None,
+                  fsdp: int = 1, memory_only: bool = False) -> dict[str, Any]:
   config = benchmark_config(model, batch_size, image_size, dtype, augment,
-                            cpu_compiler_options or {})
+                            cpu_compiler_options or {}, fsdp)
   num_devices = jax.device_count()
   config_schema.validate(config, num_devices)
   module = steps.create_model(config, num_classes)
-  mesh = parallel.make_mesh()
+  mesh = parallel.make_mesh(config.fsdp)
   replicated = parallel.replicated(mesh)
   tx = steps.create_optimizer(config, lambda step: 1e-3)
-  state = steps.initial_state(jax.random.key(0), module, tx, image_size,
-                              replicated)
+  make_state = steps.state_shapes if memory_only else steps.initial_state
+  state = make_state(jax.random.key(0), module, tx, image_size, mesh)
   rng = np.random.default_rng(0)
   split = sources.ArraySource(
       rng.integers(0, 256, (batch_size, image_size, image_size, 3),
@@ -138,6 +156,17 @@ def run_benchmark(*, model: str, batch_size: int, image_size: int,
   start = time.perf_counter()
   compiled = steps.compile_steps(config, inputs, state, key)
   compile_seconds = time.perf_counter() - start
+  described = {
+      'model': model,
+      'batch_size': batch_size,
+      'image_size': image_size,
+      'dtype': dtype,
+      'devices': f'{num_devices} x {jax.devices()[0].device_kind}',
+      'fsdp': mesh.shape['fsdp'],
+  }
+  if memory_only:
+    return {**described, 'compile_seconds': compile_seconds,
+            **_memory_mb(compiled.train)}
   train_sums = steps.zero_sums(replicated)
 
   def one_train_step():
@@ -163,11 +192,7 @@ def run_benchmark(*, model: str, batch_size: int, image_size: int,
   train_flops_per_second = 3 * forward * batch_size / train_seconds
   eval_flops_per_second = forward * batch_size / eval_seconds
   return {
-      'model': model,
-      'batch_size': batch_size,
-      'image_size': image_size,
-      'dtype': dtype,
-      'devices': f'{num_devices} x {jax.devices()[0].device_kind}',
+      **described,
       'compiler_options': options or {},
       'train_images_per_second': batch_size / train_seconds,
       'train_ms_per_step': 1000 * train_seconds,
@@ -182,7 +207,7 @@ def run_benchmark(*, model: str, batch_size: int, image_size: int,
       'matmul_peak_gflop_per_second': peak / 1e9,
       'train_utilisation': train_flops_per_second / peak,
       'eval_utilisation': eval_flops_per_second / peak,
-      'train_step_memory_mb': (_memory_bytes(compiled.train) or 0) / 2**20,
+      **_memory_mb(compiled.train),
   }
 
 
@@ -217,7 +242,8 @@ def main(argv):
         model=_MODEL.value, batch_size=_BATCH_SIZE.value,
         image_size=_IMAGE_SIZE.value, num_classes=_NUM_CLASSES.value,
         dtype=_DTYPE.value, steps_timed=_STEPS.value, augment=_AUGMENT.value,
-        cpu_compiler_options=_parse_options(_CPU_COMPILER_OPTIONS.value))
+        cpu_compiler_options=_parse_options(_CPU_COMPILER_OPTIONS.value),
+        fsdp=_FSDP.value, memory_only=_MEMORY_ONLY.value)
   except ValueError as e:  # ConfigError included
     raise app.UsageError(str(e)) from e
   print(format_table(result))

@@ -131,7 +131,7 @@ class RunCheckpoints:
   """
 
   def __init__(self, directory: pathlib.Path, keep: int):
-    self.directory = directory
+    self.directory = pathlib.Path(directory).absolute()  # orbax needs it so
     self._keep = keep
     self._manager = None
 

@@ -118,6 +118,11 @@ FIELDS: dict[str, Field] = {
     'seed': Field(0, 'Seeds initialisation, shuffling, augmentation and '
                   'dropout.', fixed_for_run=True),
     # The machine.
+    'fsdp': Field(1, 'Devices each large parameter and optimizer-state array '
+                  'is split over (fully sharded data parallel: the mesh\'s '
+                  'fsdp axis); 1: every device holds all of them; -1: split '
+                  'over all devices. The batch is split over every device '
+                  'either way; a checkpoint restores onto any value.'),
     'cpu_devices': Field(4, 'Host devices the batch is split over on a CPU '
                          '(--cpu_devices overrides).'),
     'cpu_compiler_options': Field({}, 'XLA options the steps compile with on '
@@ -184,6 +189,10 @@ def validate(config: ml_collections.ConfigDict, num_devices: int):
   if not 0 <= config.label_smoothing < 1:
     raise ConfigError(f'config.label_smoothing={config.label_smoothing} must '
                       'be in [0, 1).')
+  if config.fsdp != -1 and (config.fsdp < 1 or num_devices % config.fsdp):
+    raise ConfigError(
+        f'config.fsdp={config.fsdp} does not divide the {num_devices} '
+        f'devices; use a divisor of {num_devices}, or -1 for all of them.')
   for name in ('batch_size', 'eval_batch_size'):
     if config[name] % num_devices:
       raise ConfigError(

@@ -2,14 +2,17 @@
 host devices, joining a multi-process job), the mesh and the placement of
 host data on it, checks that every process agrees, and preemption.
 
-One mesh axis, `data`: the batch is split along it and everything else is
-replicated. In a multi-process job every process runs the same program on
-the same global arrays, each holding its own devices' shards.
+Two mesh axes, `data` and `fsdp`: the batch is split over all devices (both
+axes), and each large parameter and optimizer-state array over the `fsdp`
+axis (fully sharded data parallelism; its size 1, the default, replicates
+them). In a multi-process job every process runs the same program on the same
+global arrays, each holding its own devices' shards.
 """
 
 from collections.abc import Mapping
 import glob
 import importlib.util
+import math
 import os
 import signal
 import sys
@@ -265,10 +268,17 @@ def abandon_job(error: BaseException) -> None:
 # ------------------------------------------------------ mesh and placement -
 
 
-def make_mesh() -> jax.sharding.Mesh:
-  """All devices of all processes along one `data` axis."""
-  return jax.make_mesh((jax.device_count(),), ('data',),
-                       axis_types=(jax.sharding.AxisType.Auto,))
+def make_mesh(fsdp: int = 1) -> jax.sharding.Mesh:
+  """All devices of all processes on a (`data`, `fsdp`) mesh with `fsdp`
+  devices along the second axis (-1: all of them)."""
+  devices = jax.device_count()
+  fsdp = devices if fsdp == -1 else fsdp
+  if fsdp < 1 or devices % fsdp:
+    raise ValueError(f'{devices} devices cannot be split into groups of '
+                     f'{fsdp} for the fsdp axis; use a divisor of {devices} '
+                     'or -1 (all devices).')
+  return jax.make_mesh((devices // fsdp, fsdp), ('data', 'fsdp'),
+                       axis_types=(jax.sharding.AxisType.Auto,) * 2)
 
 
 def replicated(mesh: jax.sharding.Mesh) -> jax.sharding.NamedSharding:
@@ -276,8 +286,34 @@ def replicated(mesh: jax.sharding.Mesh) -> jax.sharding.NamedSharding:
 
 
 def batch_sharded(mesh: jax.sharding.Mesh) -> jax.sharding.NamedSharding:
-  """Leading axis split along `data`: each device holds its rows."""
-  return jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec('data'))
+  """Leading axis split over every device of the mesh: each holds its rows."""
+  return jax.sharding.NamedSharding(
+      mesh, jax.sharding.PartitionSpec(tuple(mesh.axis_names)))
+
+
+# Smaller arrays (biases, norms, the ViT-Tiny position embedding) stay
+# replicated: splitting them saves little memory and costs a collective each.
+MIN_ELEMENTS_TO_SHARD = 2**14
+
+
+def fsdp_sharding(shape: tuple[int, ...],
+                  mesh: jax.sharding.Mesh) -> jax.sharding.NamedSharding:
+  """Where an array of `shape` lives in the train state: split along its
+  largest axis that the `fsdp` axis divides (as big_vision's `fsdp` rule),
+  replicated when none does, when it is small or when `fsdp` has size 1."""
+  shards = dict(mesh.shape).get('fsdp', 1)
+  spec = [None] * len(shape)
+  if shards > 1 and math.prod(shape) >= MIN_ELEMENTS_TO_SHARD:
+    for axis in sorted(range(len(shape)), key=lambda a: -shape[a]):
+      if shape[axis] % shards == 0:
+        spec[axis] = 'fsdp'
+        break
+  return jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec(*spec))
+
+
+def state_shardings(shapes, mesh: jax.sharding.Mesh):
+  """`fsdp_sharding` for every array of a tree of shapes (the train state)."""
+  return jax.tree.map(lambda s: fsdp_sharding(s.shape, mesh), shapes)
 
 
 def replicate(array: np.ndarray, sharding: jax.sharding.Sharding) -> jax.Array:

@@ -1,8 +1,10 @@
 """The train state and the compiled steps: model, loss, optimizer, schedule,
 and one `jax.jit` train step and eval step over the mesh.
 
-The batch is sharded along `data`; parameters and optimizer state are
-replicated, so the same code serves 1 CPU, N GPUs or many hosts. Gradients
+The batch is split over every device of the mesh; parameters and optimizer
+state are replicated, or split over its `fsdp` axis (`parallel`), so the
+same code serves 1 CPU, N GPUs, many hosts, or a model larger than one
+device's memory. Gradients
 and metric sums are reduced across all devices by the compiler. Both steps
 reach the data only through the input's `model_inputs` (`data.Input`), so
 one compiled step serves every input. Each step adds its metrics to running
@@ -89,23 +91,33 @@ def _init(key, model, tx, image_size: int) -> TrainState:
       batch_stats=variables.get('batch_stats'))
 
 
+def _shapes(key, model, tx, image_size: int) -> TrainState:
+  return jax.eval_shape(functools.partial(
+      _init, model=model, tx=tx, image_size=image_size), key)
+
+
 def initial_state(key, model, tx, image_size: int,
-                  sharding: jax.sharding.Sharding) -> TrainState:
-  """Freshly initialised parameters and optimizer state on `sharding`."""
+                  mesh: jax.sharding.Mesh) -> TrainState:
+  """Freshly initialised parameters and optimizer state, laid out on `mesh`
+  as `parallel.state_shardings` says (each device initialises only its
+  shards)."""
+  shardings = parallel.state_shardings(_shapes(key, model, tx, image_size),
+                                       mesh)
   return jax.jit(functools.partial(_init, model=model, tx=tx,
                                    image_size=image_size),
-                 out_shardings=sharding)(key)
+                 out_shardings=shardings)(key)
 
 
 def state_shapes(key, model, tx, image_size: int,
-                 sharding: jax.sharding.Sharding) -> TrainState:
-  """The train state's shapes and shardings, computing nothing: what the
-  steps compile for and what a checkpoint restores into."""
-  shapes = jax.eval_shape(functools.partial(
-      _init, model=model, tx=tx, image_size=image_size), key)
+                 mesh: jax.sharding.Mesh) -> TrainState:
+  """The train state's shapes and shardings on `mesh`, computing nothing:
+  what the steps compile for and what a checkpoint restores into (whatever
+  layout it was saved from)."""
+  shapes = _shapes(key, model, tx, image_size)
   return jax.tree.map(
-      lambda s: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sharding),
-      shapes)
+      lambda s, sharding: jax.ShapeDtypeStruct(s.shape, s.dtype,
+                                               sharding=sharding),
+      shapes, parallel.state_shardings(shapes, mesh))
 
 
 def sum_shapes(sharding) -> dict:
@@ -221,12 +233,16 @@ def compile_steps(config, inputs, state: TrainState, key) -> CompiledSteps:
   replicated = parallel.replicated(inputs.mesh)
   step_kwargs = dict(config=config, inputs=inputs)
   train_batch, eval_batch, eval_mask = inputs.batch_specs()
+  # The state leaves each step where it came in, sharded or not.
+  state_out = jax.tree.map(lambda x: x.sharding, state)
   try:
     train = jax.jit(functools.partial(train_step, **step_kwargs),
+                    out_shardings=(state_out, replicated),
                     donate_argnums=(0, 1)).lower(
                         state, sum_shapes(replicated),
                         inputs.train_data, train_batch, key).compile(options)
     evaluate = jax.jit(functools.partial(eval_step, **step_kwargs),
+                       out_shardings=replicated,
                        donate_argnums=1).lower(
                            state, sum_shapes(replicated),
                            inputs.test_data, eval_batch,

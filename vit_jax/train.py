@@ -276,7 +276,7 @@ def _train_and_evaluate(config, workdir: pathlib.Path,
                         preemption: parallel.Preemption) -> dict:
   config_schema.validate(config, jax.device_count())
   changed = check_workdir(workdir, config)
-  mesh = parallel.make_mesh()
+  mesh = parallel.make_mesh(config.fsdp)
   replicated = parallel.replicated(mesh)
   inputs = data.create_input(config, mesh)
   plan = config_schema.step_plan(config, inputs.steps_per_epoch)
@@ -285,7 +285,7 @@ def _train_and_evaluate(config, workdir: pathlib.Path,
   tx = steps.create_optimizer(config, schedule)
   init_key, step_key = jax.random.split(jax.random.key(config.seed))
   state_shapes = steps.state_shapes(init_key, model, tx, config.image_size,
-                                    replicated)
+                                    mesh)
   compiled = steps.compile_steps(config, inputs, state_shapes, step_key)
   sum_shapes = steps.sum_shapes(replicated)
 
@@ -300,12 +300,12 @@ def _train_and_evaluate(config, workdir: pathlib.Path,
         step), step)
     _record_changes(workdir, step, changed)
   else:
-    state = steps.initial_state(init_key, model, tx, config.image_size,
-                                replicated)
+    state = steps.initial_state(init_key, model, tx, config.image_size, mesh)
     if config.init_from:
       state = state.replace(params=jax.tree.map(
-          lambda x: parallel.replicate(x, replicated),
-          finetune.pretrained_params(config, model, state.params)))
+          lambda x, shape: parallel.replicate(x, shape.sharding),
+          finetune.pretrained_params(config, model, state.params),
+          state_shapes.params))
     sums, history = steps.zero_sums(replicated), []
     step, position = 0, inputs.position(0)
 

@@ -1,20 +1,37 @@
-r"""Our ViT-Tiny train step against the same step in PyTorch, on this machine.
+r"""Our ViT-Tiny train step against timm's VisionTransformer, on this machine.
 
-  pip install torch==2.13.0    # optional, only for this script
-  python experiments/benchmarks/compare_pytorch.py --rounds=3 --steps=10
+  /work/main/.venv/bin/python experiments/benchmarks/compare_pytorch.py \
+      --torch_python=/work/torch_venv/bin/python --rounds=3 --steps=10
 
-Each round runs, in a fresh process each and in alternating order, the
-vit_jax train step (`python -m vit_jax.benchmark`, on 1 and on the default
-host devices) and a PyTorch step of the same model (ViT-Tiny-CIFAR_4:
-1,205,898 parameters, pre-LayerNorm, tanh GELU, dropout 0.1), batch 128 of
-32x32 images, float32, AdamW, label smoothing 0.1, in eager mode and under
-torch.compile. Neither side augments. Writes `pytorch_comparison.json` and
-prints a markdown table of the median images/s over rounds.
+Two Pythons: the script itself, and so the vit_jax contenders
+(`python -m vit_jax.benchmark`, on 1 and on the default host devices), run
+under the project's venv (`sys.executable`); the PyTorch contenders run this
+file again as `--worker` under `--torch_python`, a separate venv with torch and
+timm (experiments/benchmarks/README.md), so that neither enters the project's
+dependencies. The worker needs only the standard library, torch and timm.
+
+The PyTorch peer is timm's `VisionTransformer` configured as our
+ViT-Tiny-CIFAR_4: 32x32 images, patch 4, width 128, depth 6, 4 heads, MLP 512,
+10 classes, class token and 'token' pooling, pre-LayerNorm (eps 1e-6), qkv
+bias, tanh GELU, 1,205,898 parameters (asserted). Dropout 0.1 where ours has
+it: after the position embedding (`pos_drop_rate`), after the attention output
+projection and after GELU and fc2 in the MLP (`proj_drop_rate`: timm's `Block`
+passes it to `Attention.proj_drop` and to `Mlp`'s `drop1` and `drop2`); no
+attention-probability, head or drop-path dropout. JAX-style init
+(`weight_init='jax'`: zero head, as ours). Before timing, the worker checks
+that the eval-mode features and logits are finite.
+
+Each round runs every contender in a fresh process, in alternating order: batch
+128, float32, AdamW (lr 1e-3, weight decay 0.01), label smoothing 0.1, PyTorch
+in eager mode and under torch.compile. Neither side augments. Writes the runs
+and medians to `--output` (default `pytorch_comparison.json` beside this file)
+and prints a markdown table of the median images/s over rounds.
 """
 
 import argparse
 import datetime
 import json
+import os
 import pathlib
 import platform
 import statistics
@@ -23,58 +40,70 @@ import sys
 import time
 
 HERE = pathlib.Path(__file__).resolve().parent
+REPO = HERE.parent.parent
 BATCH, IMAGE, PATCH, HIDDEN, LAYERS, HEADS, MLP, CLASSES = (128, 32, 4, 128, 6,
                                                             4, 512, 10)
+DROPOUT = 0.1
+PARAMETERS = 1_205_898  # ViT-Tiny-CIFAR_4, as tests/test_registry.py.
+TORCH_MODES = ('eager', 'compile')
+
+
+def timm_vit():
+  """timm's VisionTransformer as ViT-Tiny-CIFAR_4 (train mode)."""
+  import functools  # pylint: disable=g-import-not-at-top
+  import timm  # pylint: disable=g-import-not-at-top
+  from timm.models import vision_transformer  # pylint: disable=g-import-not-at-top
+  from torch import nn  # pylint: disable=g-import-not-at-top
+
+  model = vision_transformer.VisionTransformer(
+      img_size=IMAGE,
+      patch_size=PATCH,
+      num_classes=CLASSES,
+      global_pool='token',
+      class_token=True,
+      embed_dim=HIDDEN,
+      depth=LAYERS,
+      num_heads=HEADS,
+      mlp_ratio=MLP / HIDDEN,
+      qkv_bias=True,
+      norm_layer=functools.partial(nn.LayerNorm, eps=1e-6),
+      act_layer=functools.partial(nn.GELU, approximate='tanh'),
+      pos_drop_rate=DROPOUT,   # VisionTransformer.pos_drop
+      proj_drop_rate=DROPOUT,  # Attention.proj_drop, Mlp.drop1 and Mlp.drop2
+      attn_drop_rate=0.0,
+      drop_rate=0.0,           # head_drop
+      drop_path_rate=0.0,
+      weight_init='jax',
+  )
+  parameters = sum(p.numel() for p in model.parameters())
+  assert parameters == PARAMETERS, parameters
+  layer_norms = [m for m in model.modules() if isinstance(m, nn.LayerNorm)]
+  assert len(layer_norms) == 2 * LAYERS + 1, len(layer_norms)
+  assert all(m.eps == 1e-6 for m in layer_norms)
+  dropouts = [m.p for m in model.modules() if isinstance(m, nn.Dropout)]
+  # pos_drop + per block (attn_drop, proj_drop, drop1, drop2) + head_drop.
+  assert sorted(dropouts) == sorted(
+      [DROPOUT] + [0.0, DROPOUT, DROPOUT, DROPOUT] * LAYERS + [0.0]), dropouts
+  return model, timm.__version__
 
 
 def torch_worker(compiled: bool, steps: int) -> dict:
   import torch  # pylint: disable=g-import-not-at-top
   from torch import nn  # pylint: disable=g-import-not-at-top
 
-  class Block(nn.Module):
-
-    def __init__(self):
-      super().__init__()
-      self.norm1 = nn.LayerNorm(HIDDEN, eps=1e-6)
-      self.attention = nn.MultiheadAttention(HIDDEN, HEADS, batch_first=True)
-      self.norm2 = nn.LayerNorm(HIDDEN, eps=1e-6)
-      self.mlp = nn.Sequential(
-          nn.Linear(HIDDEN, MLP), nn.GELU(approximate='tanh'), nn.Dropout(0.1),
-          nn.Linear(MLP, HIDDEN), nn.Dropout(0.1))
-      self.dropout = nn.Dropout(0.1)
-
-    def forward(self, x):
-      y = self.norm1(x)
-      x = x + self.dropout(self.attention(y, y, y, need_weights=False)[0])
-      return x + self.mlp(self.norm2(x))
-
-  class ViT(nn.Module):
-
-    def __init__(self):
-      super().__init__()
-      tokens = (IMAGE // PATCH)**2 + 1
-      self.embedding = nn.Conv2d(3, HIDDEN, PATCH, stride=PATCH)
-      self.cls = nn.Parameter(torch.zeros(1, 1, HIDDEN))
-      self.pos_embedding = nn.Parameter(torch.randn(1, tokens, HIDDEN) * 0.02)
-      self.dropout = nn.Dropout(0.1)
-      self.blocks = nn.Sequential(*[Block() for _ in range(LAYERS)])
-      self.norm = nn.LayerNorm(HIDDEN, eps=1e-6)
-      self.head = nn.Linear(HIDDEN, CLASSES)
-
-    def forward(self, images):
-      x = self.embedding(images).flatten(2).transpose(1, 2)
-      x = torch.cat([self.cls.expand(x.shape[0], -1, -1), x], dim=1)
-      x = self.blocks(self.dropout(x + self.pos_embedding))
-      return self.head(self.norm(x)[:, 0])
-
   torch.manual_seed(0)
-  model = ViT()
-  parameters = sum(p.numel() for p in model.parameters())
-  assert parameters == 1_205_898, parameters
+  model, timm_version = timm_vit()
   optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.01)
   loss_fn = nn.CrossEntropyLoss(label_smoothing=0.1)
   images = torch.randn(BATCH, 3, IMAGE, IMAGE)
   labels = torch.randint(0, CLASSES, (BATCH,))
+
+  model.eval()  # The head starts at zero (as ours), so check the features too.
+  with torch.no_grad():
+    features = model.forward_features(images)
+    logits = model.forward_head(features)
+  assert logits.shape == (BATCH, CLASSES), logits.shape
+  assert torch.isfinite(features).all() and torch.isfinite(logits).all()
 
   def step():
     optimizer.zero_grad(set_to_none=True)
@@ -88,13 +117,14 @@ def torch_worker(compiled: bool, steps: int) -> dict:
   model.train()
   start = time.perf_counter()
   for _ in range(3):
-    step()
+    loss = step()
   warmup_seconds = time.perf_counter() - start
   times = []
   for _ in range(steps):
     start = time.perf_counter()
-    step()
+    loss = step()
     times.append(time.perf_counter() - start)
+  assert torch.isfinite(loss), loss
   seconds = statistics.median(times)
   return {
       'images_per_second': BATCH / seconds,
@@ -102,26 +132,32 @@ def torch_worker(compiled: bool, steps: int) -> dict:
       'warmup_seconds': warmup_seconds,
       'threads': torch.get_num_threads(),
       'version': torch.__version__,
+      'timm_version': timm_version,
+      'parameters': PARAMETERS,
   }
 
 
 def run(command: list[str]) -> dict:
-  out = subprocess.run(command, capture_output=True, text=True, check=False)
+  out = subprocess.run(command, capture_output=True, text=True, check=False,
+                       cwd=REPO)
   if out.returncode:
     raise RuntimeError(f'{" ".join(command)} failed:\n{out.stderr[-3000:]}')
   return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def contenders(steps: int) -> dict[str, list[str]]:
+def contenders(steps: int, torch_python: str,
+               torch_modes: list[str]) -> dict[str, list[str]]:
   ours = [sys.executable, '-m', 'vit_jax.benchmark', '--model=ViT-Tiny-CIFAR_4',
           f'--batch_size={BATCH}', f'--image_size={IMAGE}', f'--steps={steps}',
           '--noaugment']
-  this = [sys.executable, __file__, f'--steps={steps}', '--worker']
+  worker = [torch_python, str(pathlib.Path(__file__).resolve()),
+            f'--steps={steps}', '--worker']
+  names = {'eager': 'PyTorch (timm) eager',
+           'compile': 'PyTorch (timm) torch.compile'}
   return {
       'vit_jax, 1 CPU device': ours + ['--cpu_devices=1'],
       'vit_jax, 4 host devices (default)': ours + ['--cpu_devices=4'],
-      'PyTorch eager': this + ['eager'],
-      'PyTorch torch.compile': this + ['compile'],
+      **{names[mode]: worker + [mode] for mode in torch_modes},
   }
 
 
@@ -129,13 +165,23 @@ def main():
   parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
   parser.add_argument('--rounds', type=int, default=3)
   parser.add_argument('--steps', type=int, default=10)
-  parser.add_argument('--worker', choices=['eager', 'compile'])
+  parser.add_argument('--torch_python', default=sys.executable,
+                      help='Python with torch and timm that runs the PyTorch '
+                      'workers (default: this one).')
+  parser.add_argument('--torch_modes', default=','.join(TORCH_MODES),
+                      help='Comma-separated PyTorch modes to run.')
+  parser.add_argument('--output', type=pathlib.Path,
+                      default=HERE / 'pytorch_comparison.json')
+  parser.add_argument('--worker', choices=TORCH_MODES)
   args = parser.parse_args()
   if args.worker:
     print(json.dumps(torch_worker(args.worker == 'compile', args.steps)))
     return
 
-  runs = contenders(args.steps)
+  torch_modes = [m for m in args.torch_modes.split(',') if m]
+  if not torch_modes or set(torch_modes) - set(TORCH_MODES):
+    parser.error(f'--torch_modes: a subset of {",".join(TORCH_MODES)}')
+  runs = contenders(args.steps, args.torch_python, torch_modes)
   results = {name: [] for name in runs}
   for round_index in range(args.rounds):
     order = list(runs) if round_index % 2 == 0 else list(reversed(runs))
@@ -152,15 +198,17 @@ def main():
   summary = {
       'date': datetime.date.today().isoformat(),
       'machine': f'{platform.processor() or platform.machine()}, '
-                 f'{len(__import__("os").sched_getaffinity(0))} cores',
+                 f'{len(os.sched_getaffinity(0))} cores',
       'rounds': args.rounds,
       'steps': args.steps,
+      'pythons': {'vit_jax': sys.executable, 'pytorch': args.torch_python},
+      'pytorch_model': 'timm VisionTransformer (ViT-Tiny-CIFAR_4 config)',
       'median_images_per_second': medians,
       'ours_over_best_pytorch': {k: v / best_torch for k, v in medians.items()
                                  if k.startswith('vit_jax')},
       'runs': results,
   }
-  (HERE / 'pytorch_comparison.json').write_text(json.dumps(summary, indent=2))
+  args.output.write_text(json.dumps(summary, indent=2))
   print('\n| step (ViT-Tiny-CIFAR_4, batch 128, f32, AdamW) | median img/s | '
         'ours / best PyTorch |')
   print('| --- | --- | --- |')

@@ -5,7 +5,7 @@ runs. Suits small datasets (CIFAR): no per-step host work or transfer.
 Several processes: every process reads the whole dataset and places it on
 its own devices, and builds the same seeded index tables, so together they
 hold one global, replicated copy; inside the step each device gathers only
-its shard of the batch (`with_sharding_constraint` along `data`).
+its shard of the batch (`with_sharding_constraint` over the mesh).
 """
 
 import jax

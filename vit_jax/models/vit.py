@@ -18,6 +18,24 @@ from vit_jax.models.dropout import Dropout
 Dtype = Any
 
 CLASSIFIERS = ('token', 'gap')
+# How MultiHeadSelfAttention computes softmax(q k^T / sqrt(head_dim)) v; the
+# parameters are the same for all (see its docstring).
+ATTENTIONS = ('einsum', 'dot_product_attention', 'cudnn')
+
+
+def _check_attention(attention: str, attention_dropout_rate: float):
+  if attention not in ATTENTIONS:
+    raise ValueError(f'attention={attention!r}; use one of {ATTENTIONS}.')
+  if attention != 'einsum' and attention_dropout_rate > 0:
+    raise ValueError(
+        f'attention={attention!r} cannot drop attention probabilities '
+        f'(attention_dropout_rate={attention_dropout_rate}); use '
+        "attention='einsum'.")
+
+
+def _is_power_of_4(n: int) -> bool:
+  """Whether 1/sqrt(n) is a power of two, so scaling by it is exact."""
+  return n > 0 and n & (n - 1) == 0 and (n.bit_length() - 1) % 2 == 0
 
 
 class AddPositionEmbs(nn.Module):
@@ -92,16 +110,40 @@ class MultiHeadSelfAttention(nn.Module):
 
   Same parameters (`query`, `key`, `value`: kernel (hidden, heads, head_dim);
   `out`: kernel (heads, head_dim, hidden)) and the same function as
-  `nn.MultiHeadDotProductAttention`, but computed in (batch, heads, tokens,
-  head_dim) layout with the 1/sqrt(head_dim) scale folded into the query
-  projection, which saves the transposes around the per-head matmuls
-  (experiments/benchmarks/README.md). Sows the attention probabilities as
-  `attention_weights`.
+  `nn.MultiHeadDotProductAttention`, whichever `attention` computes it:
+
+  - `'einsum'` (default): in (batch, heads, tokens, head_dim) layout, which
+    saves the transposes around the per-head matmuls
+    (experiments/benchmarks/README.md), with a float32 softmax. The
+    1/sqrt(head_dim) scale is folded into the query projection where that is
+    exact or the computation is float32; in bfloat16 with a head_dim that is
+    not a power of 4 (32, 80, ...) it scales the float32 logits instead, as
+    folding would round the scale and every query weight once more. Sows the
+    attention probabilities as `attention_weights`, and drops them out with
+    `dropout_rate` in training.
+  - `'dot_product_attention'`: `jax.nn.dot_product_attention` with
+    `implementation=None`, jax's choice of kernel; in jax 0.10 that is XLA
+    on every backend (float32 logits, float32 softmax).
+  - `'cudnn'`: `jax.nn.dot_product_attention(implementation='cudnn')`,
+    cuDNN's fused (flash) attention on NVIDIA GPUs: bfloat16 or float16
+    `dtype`, head_dim a multiple of 8 up to 128 (256 from Hopper on); jax
+    raises elsewhere. It never holds the (tokens x tokens) probabilities in
+    memory.
+
+  The fused kernels return no probabilities, so they can neither sow nor drop
+  them out: a nonzero `dropout_rate` is an error there, and when the caller
+  collects `intermediates` (`logits_and_attention`) the einsum path runs so
+  that `attention_weights` are there.
   """
 
   num_heads: int
   dropout_rate: float = 0.0
   dtype: Dtype = jnp.float32
+  attention: str = 'einsum'
+
+  def __post_init__(self):
+    _check_attention(self.attention, self.dropout_rate)
+    super().__post_init__()
 
   @nn.compact
   def __call__(self, x: jax.Array, *, deterministic: bool) -> jax.Array:
@@ -111,21 +153,39 @@ class MultiHeadSelfAttention(nn.Module):
     def projection(name):
       kernel, bias = _Projection((hidden, heads, head_dim), (heads, head_dim),
                                  fan_in_axes=1, name=name)()
-      return kernel.astype(self.dtype), bias.astype(self.dtype)[:, None, :]
+      return kernel.astype(self.dtype), bias.astype(self.dtype)
 
     (wq, bq), (wk, bk), (wv, bv) = (projection(n)
                                     for n in ('query', 'key', 'value'))
     wo, bo = _Projection((heads, head_dim, hidden), (hidden,), fan_in_axes=2,
                          name='out')()
     wo, bo = wo.astype(self.dtype), bo.astype(self.dtype)
-    scale = jnp.asarray(head_dim**-0.5, self.dtype)
     x = x.astype(self.dtype)
-    q = jnp.einsum('btd,dhe->bhte', x, wq * scale) + bq * scale
+
+    if (self.attention != 'einsum' and
+        not self.is_mutable_collection('intermediates')):
+      q, k, v = (jnp.einsum('btd,dhe->bthe', x, w) + b
+                 for w, b in ((wq, bq), (wk, bk), (wv, bv)))
+      out = jax.nn.dot_product_attention(
+          q, k, v, scale=head_dim**-0.5,
+          implementation='cudnn' if self.attention == 'cudnn' else None)
+      return jnp.einsum('bthe,hed->btd', out, wo) + bo
+
+    bq, bk, bv = bq[:, None, :], bk[:, None, :], bv[:, None, :]
+    # Folding the scale into the query projection is exact when it is a power
+    # of two; float32 keeps the fold whatever head_dim (its results pinned).
+    fold = (jnp.finfo(self.dtype).bits >= 32 or _is_power_of_4(head_dim))
+    if fold:
+      scale = jnp.asarray(head_dim**-0.5, self.dtype)
+      wq, bq = wq * scale, bq * scale
+    q = jnp.einsum('btd,dhe->bhte', x, wq) + bq
     k = jnp.einsum('btd,dhe->bhte', x, wk) + bk
     v = jnp.einsum('btd,dhe->bhte', x, wv) + bv
-    logits = jnp.einsum('bhqe,bhke->bhqk', q, k)
     # float32 softmax: bfloat16 logits would lose the small probabilities.
-    weights = jax.nn.softmax(logits.astype(jnp.float32)).astype(self.dtype)
+    logits = jnp.einsum('bhqe,bhke->bhqk', q, k).astype(jnp.float32)
+    if not fold:
+      logits = logits * jnp.float32(head_dim**-0.5)
+    weights = jax.nn.softmax(logits).astype(self.dtype)
     self.sow('intermediates', 'attention_weights', weights)
     weights = Dropout(self.dropout_rate)(weights, deterministic=deterministic)
     out = jnp.einsum('bhqk,bhke->bhqe', weights, v)
@@ -145,6 +205,7 @@ class Encoder1DBlock(nn.Module):
   dropout_rate: float = 0.0
   attention_dropout_rate: float = 0.0
   dtype: Dtype = jnp.float32
+  attention: str = 'einsum'
 
   @nn.compact
   def __call__(self, inputs: jax.Array, *, deterministic: bool) -> jax.Array:
@@ -153,6 +214,7 @@ class Encoder1DBlock(nn.Module):
         num_heads=self.num_heads,
         dropout_rate=self.attention_dropout_rate,
         dtype=self.dtype,
+        attention=self.attention,
         name='MultiHeadDotProductAttention_0')(
             x, deterministic=deterministic)
     x = Dropout(self.dropout_rate)(x, deterministic=deterministic)
@@ -174,6 +236,7 @@ class Encoder(nn.Module):
   dropout_rate: float = 0.0
   attention_dropout_rate: float = 0.0
   dtype: Dtype = jnp.float32
+  attention: str = 'einsum'
 
   @nn.compact
   def __call__(self, x: jax.Array, *, train: bool) -> jax.Array:
@@ -186,6 +249,7 @@ class Encoder(nn.Module):
           dropout_rate=self.dropout_rate,
           attention_dropout_rate=self.attention_dropout_rate,
           dtype=self.dtype,
+          attention=self.attention,
           name=f'encoderblock_{i}')(
               x, deterministic=not train)
     return nn.LayerNorm(dtype=self.dtype, name='encoder_norm')(x)
@@ -205,6 +269,17 @@ class VisionTransformer(nn.Module):
   at the top level of the parameters as in the official tree, and
   `patch_size` is the patch size on the stem's feature map (1 for
   R50+ViT-B_16: (3, 4, 9) stages downsample 224x224 images to 14x14x1024).
+
+  `attention` picks how every block computes its attention, with the same
+  parameters (`MultiHeadSelfAttention`): `'einsum'` (default) is this
+  project's own, the one that can sow the attention maps and apply
+  `attention_dropout_rate`; `'dot_product_attention'` is
+  `jax.nn.dot_product_attention` with jax's choice of kernel (XLA in jax
+  0.10); `'cudnn'` is its cuDNN fused attention, for NVIDIA GPUs with a
+  bfloat16 or float16 `dtype`, which never stores the tokens x tokens
+  probabilities.
+  The fused two need `attention_dropout_rate=0` (the registered models'),
+  and `logits_and_attention` works with any of them.
   """
 
   num_classes: int
@@ -221,6 +296,7 @@ class VisionTransformer(nn.Module):
   dtype: Dtype = jnp.float32
   resnet_stages: tuple[int, ...] | None = None
   resnet_width_factor: int = 1
+  attention: str = 'einsum'
 
   @property
   def effective_patch_size(self) -> int:
@@ -234,6 +310,7 @@ class VisionTransformer(nn.Module):
     if self.classifier not in CLASSIFIERS:
       raise ValueError(f'classifier={self.classifier!r}; use one of '
                        f'{CLASSIFIERS}.')
+    _check_attention(self.attention, self.attention_dropout_rate)
     if self.hidden_size % self.num_heads:
       raise ValueError(f'hidden_size={self.hidden_size} is not divisible by '
                        f'num_heads={self.num_heads}.')
@@ -293,6 +370,7 @@ class VisionTransformer(nn.Module):
         dropout_rate=self.dropout_rate,
         attention_dropout_rate=self.attention_dropout_rate,
         dtype=self.dtype,
+        attention=self.attention,
         name='Transformer')(
             x, train=train)
 
@@ -315,7 +393,11 @@ def logits_and_attention(model: VisionTransformer, variables: Any,
                                                      list[jax.Array]]:
   """The logits of `images` in eval mode, and every layer's attention
   probabilities: one array per encoder block, in depth order, each of shape
-  (batch, heads, tokens, tokens) with rows (queries) summing to 1."""
+  (batch, heads, tokens, tokens) with rows (queries) summing to 1.
+
+  Works whatever the model's `attention`: collecting `intermediates` makes the
+  fused ones compute the einsum way, the one that sows the probabilities (the
+  same function: logits equal to float32 rounding)."""
   logits, state = model.apply(
       variables, images, train=False, mutable=['intermediates'])
   blocks = state['intermediates']['Transformer']
