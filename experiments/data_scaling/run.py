@@ -1,0 +1,226 @@
+r"""Where, if anywhere, ViT-Tiny overtakes the CNNs as the training set grows.
+
+  tar xzf ../shared/data/cifar10-jpeg-full.tar.gz -C /tmp/cifar10-jpeg
+  python experiments/data_scaling/run.py --jpeg_dir=/tmp/cifar10-jpeg \
+      --workdir=/tmp/data_scaling
+
+Trains `configs/cifar_small.py`'s three models, the study's recipe unchanged
+(30 epochs, AdamW, crop + flip, label smoothing 0.1, batch 128), on the first
+N/10 images of every class of the JPEG CIFAR-10 (N in --sizes: nested,
+class-balanced subsets, the images in the official batch order), each tested
+on all 10,000 test images. One `vit_jax.main` process per run; rerunning
+skips finished runs and resumes an interrupted one. Then writes, next to this
+file, `results.json` (one record per run), `accuracy_vs_size.png` and the
+table inside `README.md`. --summarize_only skips training.
+"""
+
+import json
+import math
+import pathlib
+import subprocess
+import sys
+
+from absl import app
+from absl import flags
+import numpy as np
+
+HERE = pathlib.Path(__file__).resolve().parent
+REPO = HERE.parents[1]
+
+_JPEG_DIR = flags.DEFINE_string(
+    'jpeg_dir', '/tmp/cifar10-jpeg',
+    'The unpacked cifar10-jpeg-full.tar.gz: train/<class>/NNNN.jpg, test/.')
+_WORKDIR = flags.DEFINE_string('workdir', '/tmp/data_scaling',
+                               'Subsets and one directory per run; never '
+                               'committed.')
+_SIZES = flags.DEFINE_list('sizes', ['5000', '10000', '25000', '50000'],
+                           'Training-set sizes, multiples of 10.')
+_MODELS = flags.DEFINE_list('models', ['simple_cnn', 'small_resnet', 'vit'],
+                            'configs/cifar_small.py models.')
+_SEEDS = flags.DEFINE_list('seeds', ['0'], 'Seeds of every (model, size).')
+_SUMMARIZE_ONLY = flags.DEFINE_bool('summarize_only', False,
+                                    'Only summarise finished runs.')
+
+NAMES = {'vit': 'ViT-Tiny', 'simple_cnn': 'SimpleCNN',
+         'small_resnet': 'SmallResNet'}
+RECIPE = 'study'
+TABLE_START = '<!-- results table: written by run.py -->'
+TABLE_END = '<!-- end of results table -->'
+
+
+def subset(jpeg_dir: pathlib.Path, root: pathlib.Path, size: int
+           ) -> pathlib.Path:
+  """An image folder of the first size/10 training images of each class
+  (links into `jpeg_dir`) and the whole test split."""
+  directory = root / f'cifar10_{size}'
+  done = directory / '.complete'
+  if done.exists():
+    return directory
+  per_class = size // 10
+  for class_dir in sorted((jpeg_dir / 'train').iterdir()):
+    images = sorted(class_dir.iterdir())
+    if len(images) < per_class:
+      sys.exit(f'error: {class_dir} has {len(images)} images, fewer than '
+               f'the {per_class} a {size}-image subset needs.')
+    target = directory / 'train' / class_dir.name
+    target.mkdir(parents=True, exist_ok=True)
+    for image in images[:per_class]:
+      link = target / image.name
+      if not link.exists():
+        link.symlink_to(image)
+  test = directory / 'test'
+  if not test.exists():
+    test.symlink_to(jpeg_dir / 'test')
+  done.touch()
+  return directory
+
+
+def run_name(model: str, size: int, seed: int) -> str:
+  return f'{model}_{RECIPE}_n{size}_seed{seed}'
+
+
+def train(workdir: pathlib.Path, jpeg_dir: pathlib.Path):
+  for size in map(int, _SIZES.value):
+    data_dir = subset(jpeg_dir, workdir / 'data', size)
+    for seed in map(int, _SEEDS.value):
+      for model in _MODELS.value:
+        directory = workdir / run_name(model, size, seed)
+        if (directory / 'summary.json').exists():
+          continue
+        directory.mkdir(parents=True, exist_ok=True)
+        print(f'training {directory.name}', flush=True)
+        with open(directory / 'log.txt', 'a') as log:
+          subprocess.run([
+              sys.executable, '-m', 'vit_jax.main',
+              f'--config={REPO / "configs/cifar_small.py"}:{model}',
+              '--config.dataset=image_folder',
+              '--config.train_examples_per_file=0',
+              '--config.test_examples=0', f'--config.seed={seed}',
+              f'--config.data_dir={data_dir}', f'--workdir={directory}'
+          ], cwd=REPO, stdout=log, stderr=subprocess.STDOUT, check=True)
+
+
+def load_runs(workdir: pathlib.Path) -> list[dict]:
+  """One record per finished run."""
+  records = []
+  for summary_path in sorted(workdir.glob(f'*_{RECIPE}_n*_seed*/summary.json')):
+    directory = summary_path.parent
+    summary = json.loads(summary_path.read_text())
+    config = json.loads((directory / 'config.json').read_text())
+    model = directory.name.split(f'_{RECIPE}_')[0]
+    records.append({
+        'model': model,
+        'recipe': RECIPE,
+        'epochs': summary['epochs'],
+        'train_examples': int(directory.name.split('_n')[-1].split('_')[0]),
+        'seed': config['seed'],
+        'best_test_accuracy': summary['best_test_accuracy'],
+        'best_epoch': summary['best_epoch'],
+        'final_train_accuracy': summary['final_train_accuracy'],
+        'wall_minutes': round(summary['train_seconds'] / 60, 1),
+    })
+  return sorted(records, key=lambda r: (r['train_examples'], r['model'],
+                                        r['seed']))
+
+
+def by_model_and_size(records: list[dict]) -> dict:
+  """{model: {size: [best test accuracy of each seed]}}"""
+  table = {}
+  for r in records:
+    table.setdefault(r['model'], {}).setdefault(
+        r['train_examples'], []).append(r['best_test_accuracy'])
+  return table
+
+
+def crossovers(curves: dict) -> list[tuple[str, float]]:
+  """(CNN, training-set size) where the ViT's mean best accuracy meets the
+  CNN's, interpolated linearly in log(size) between measured sizes."""
+  found = []
+  vit = curves.get('vit', {})
+  for model, curve in curves.items():
+    if model == 'vit':
+      continue
+    sizes = sorted(set(vit) & set(curve))
+    gaps = [np.mean(vit[s]) - np.mean(curve[s]) for s in sizes]
+    for (a, b), (ga, gb) in zip(zip(sizes, sizes[1:]), zip(gaps, gaps[1:])):
+      if ga < 0 <= gb:
+        t = -ga / (gb - ga)
+        found.append((model, math.exp(math.log(a) + t *
+                                      (math.log(b) - math.log(a)))))
+  return found
+
+
+def table(records: list[dict]) -> str:
+  curves = by_model_and_size(records)
+  sizes = sorted({r['train_examples'] for r in records})
+  lines = ['| Model | ' + ' | '.join(f'{s:,}' for s in sizes) + ' |',
+           '|---|' + '---|' * len(sizes)]
+  for model in NAMES:
+    if model not in curves:
+      continue
+    cells = []
+    for s in sizes:
+      runs = curves[model].get(s)
+      cells.append('not run yet' if not runs else
+                   f'{100 * np.mean(runs):.1f}' +
+                   (f' ± {100 * np.std(runs, ddof=1):.1f}'
+                    if len(runs) > 1 else ''))
+    lines.append(f'| {NAMES[model]} | ' + ' | '.join(cells) + ' |')
+  return '\n'.join(lines)
+
+
+def plot(records: list[dict], path: pathlib.Path):
+  import matplotlib  # pylint: disable=g-import-not-at-top
+  matplotlib.use('Agg')
+  import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
+  curves = by_model_and_size(records)
+  fig, ax = plt.subplots(figsize=(6, 4))
+  for model, curve in curves.items():
+    sizes = sorted(curve)
+    means = [100 * np.mean(curve[s]) for s in sizes]
+    ax.plot(sizes, means, 'o-', label=NAMES[model])
+  for cnn, size in crossovers(curves):
+    ax.axvline(size, color='gray', linestyle=':')
+    ax.annotate(f'ViT meets {NAMES[cnn]}\n~{size:,.0f}', (size, ax.get_ylim()[0]),
+                fontsize=8, rotation=90, va='bottom')
+  ax.set_xscale('log')
+  ax.set_xlabel('training images (log scale)')
+  ax.set_ylabel('best test accuracy (%), 10,000 test images')
+  ax.set_title('CIFAR-10, study recipe, 30 epochs')
+  ax.grid(alpha=0.3, which='both')
+  ax.legend()
+  fig.tight_layout()
+  fig.savefig(path, dpi=120)
+
+
+def write_table(readme: pathlib.Path, text: str):
+  content = readme.read_text()
+  start, end = content.index(TABLE_START), content.index(TABLE_END)
+  readme.write_text(content[:start + len(TABLE_START)] + '\n\n' + text +
+                    '\n\n' + content[end:])
+
+
+def main(argv):
+  del argv
+  workdir = pathlib.Path(_WORKDIR.value).absolute()
+  if not _SUMMARIZE_ONLY.value:
+    jpeg_dir = pathlib.Path(_JPEG_DIR.value).absolute()
+    if not (jpeg_dir / 'train').is_dir() or not (jpeg_dir / 'test').is_dir():
+      sys.exit(f'error: no train/ and test/ in --jpeg_dir={jpeg_dir}; unpack '
+               '../shared/data/cifar10-jpeg-full.tar.gz there first.')
+    bad = [s for s in _SIZES.value if int(s) % 10 or int(s) <= 0]
+    if bad:
+      sys.exit(f'error: --sizes {",".join(bad)}: use positive multiples of 10 '
+               '(the subsets are class-balanced).')
+    train(workdir, jpeg_dir)
+  records = load_runs(workdir)
+  if not records:
+    sys.exit(f'error: no finished runs in {workdir}.')
+  (HERE / 'results.json').write_text(json.dumps(records, indent=1) + '\n')
+  plot(records, HERE / 'accuracy_vs_size.png')
+  write_table(HERE / 'README.md', table(records))
+  print(table(records))
+
+
+if __name__ == '__main__':
+  app.run(main)
