@@ -30,7 +30,8 @@ def _config(name, argument=None):
     ('finetune', 'imagenet2012'), ('finetune', 'cifar10'),
     ('finetune', 'oxford_flowers102'), ('vit_pretrain', 'imagenet21k'),
     ('vit_pretrain', 'imagenet2012'), ('image_folder', None),
-    ('image_folder', 'finetune'),
+    ('image_folder', 'finetune'), ('data_efficient', 'vit'),
+    ('data_efficient', 'simple_cnn'), ('data_efficient', 'small_resnet'),
 ])
 def test_config_is_valid(name, argument):
   config = _config(name, argument)

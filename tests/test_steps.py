@@ -8,6 +8,7 @@ import sys
 
 import jax
 import numpy as np
+import optax
 import pytest
 
 from tests.conftest import ROOT
@@ -16,6 +17,7 @@ from tests.conftest import tiny_config
 from vit_jax import config_schema
 from vit_jax import parallel
 from vit_jax import steps
+from vit_jax.data import augment
 from vit_jax.data import on_device
 from vit_jax.data import sources
 
@@ -79,6 +81,35 @@ def test_gradient_accumulation_gives_the_same_step():
   for a, b in zip(jax.tree.leaves(state_1.params),
                   jax.tree.leaves(state_4.params)):
     np.testing.assert_allclose(a, b, atol=1e-6)
+
+
+def test_mixup_and_cutmix_train_on_mixed_targets_and_count_own_labels():
+  # The step's loss at the initial parameters equals the cross-entropy of
+  # the model on the mixed images against `augment.mix`'s targets, drawn
+  # with the step's own key; the correct count uses each image's label.
+  images, labels = random_cifar(16, 10, seed=0)
+  config = tiny_config('', mixup_alpha=0.8, cutmix_alpha=1.0)
+  config.model_overrides.dropout_rate = 0.0
+  step, state = _one_device_train_step(config, images, labels)
+  batch, key = np.arange(16, dtype=np.int32), jax.random.key(1)
+  _, metrics = step(state, batch=batch, key=key)
+
+  mesh = jax.make_mesh((1,), ('data',), devices=jax.devices()[:1],
+                       axis_types=(jax.sharding.AxisType.Auto,))
+  split = sources.ArraySource(images, labels)
+  inputs = on_device.OnDeviceInput(sources.Dataset(split, split, 10), config,
+                                   mesh)
+  step_key = jax.random.fold_in(key, 0)
+  augment_key, _ = jax.random.split(step_key)
+  x, y = inputs.model_inputs(inputs.train_data, batch, augment_key)
+  mixed, targets = augment.mix(jax.random.fold_in(step_key, 2), x, y, 10,
+                               mixup_alpha=0.8, cutmix_alpha=1.0,
+                               label_smoothing=config.label_smoothing)
+  assert not np.allclose(mixed, x)
+  logits = state.apply_fn({'params': state.params}, mixed, train=False)
+  expected = optax.softmax_cross_entropy(logits, targets).sum()
+  np.testing.assert_allclose(metrics['loss'], expected, rtol=1e-5)
+  assert metrics['correct'] == np.sum(np.argmax(logits, -1) == y)
 
 
 @pytest.mark.slow  # 14 s

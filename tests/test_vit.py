@@ -9,7 +9,12 @@ import pytest
 from vit_jax.models import attention_weights
 from vit_jax.models import create_model
 from vit_jax.models import VisionTransformer
+from vit_jax.models.vit import DropPath
+from vit_jax.models.vit import drop_path_rates
+from vit_jax.models.vit import logits_and_attention
 from vit_jax.models.vit import MultiHeadSelfAttention
+from vit_jax.models.vit import posemb_sincos_2d
+from vit_jax.models.vit import shifted_patch_tokens
 
 SMALL = dict(patch_size=4, hidden_size=32, num_layers=2, num_heads=4,
              mlp_dim=64)
@@ -175,7 +180,7 @@ def test_head_bias_init():
   np.testing.assert_allclose(logits, -3.0)
 
 
-@pytest.mark.parametrize('classifier', ['token', 'gap'])
+@pytest.mark.parametrize('classifier', ['token', 'gap', 'map'])
 def test_output_shape(classifier):
   model = VisionTransformer(num_classes=7, classifier=classifier, **SMALL)
   logits, variables = model.init_with_output(
@@ -393,3 +398,296 @@ def test_cudnn_attention_matches_einsum_in_bfloat16_on_gpu():
   grads = jax.jit(jax.grad(
       lambda v: cudnn.apply(v, images, train=False).sum()))(params)
   assert all(np.all(np.isfinite(g)) for g in jax.tree.leaves(grads))
+
+
+# Data-efficiency techniques: each a field whose default is off.
+
+TECHNIQUES_OFF = dict(posemb='learned', stochastic_depth_rate=0.0,
+                      shifted_patches=False, locality_attention=False,
+                      distillation_token=False)
+
+
+def _shapes(model, images):
+  variables = jax.eval_shape(
+      lambda: model.init(jax.random.key(0), images, train=False))
+  assert set(variables) == {'params'}
+  return {k: v.shape for k, v in _flat(variables['params']).items()}
+
+
+def test_techniques_are_off_by_default_and_leave_the_official_tree():
+  model = VisionTransformer(num_classes=5, **SMALL)
+  assert {f: getattr(model, f) for f in TECHNIQUES_OFF} == TECHNIQUES_OFF
+  assert model.classifier == 'token'
+  explicit = VisionTransformer(num_classes=5, **SMALL, **TECHNIQUES_OFF)
+  official = official_param_shapes(patch=4, hidden=32, layers=2, heads=4,
+                                   mlp=64, tokens=17, num_classes=5)
+  assert _shapes(model, _images()) == _shapes(explicit, _images()) == official
+
+
+def _permute_patches(images, patch, permutation):
+  """The image with its patch grid's patches moved: patch permutation[i] of
+  the row-major grid goes to place i."""
+  b, h, w, c = images.shape
+  rows, cols = h // patch, w // patch
+  x = images.reshape(b, rows, patch, cols, patch, c).transpose(0, 1, 3, 2, 4, 5)
+  x = x.reshape(b, rows * cols, patch, patch, c)[:, permutation]
+  x = x.reshape(b, rows, cols, patch, patch, c).transpose(0, 1, 3, 2, 4, 5)
+  return x.reshape(b, h, w, c)
+
+
+@pytest.mark.parametrize('posemb,classifier', [('none', 'gap'),
+                                               ('none', 'map'),
+                                               ('learned', 'gap')])
+def test_only_a_position_embedding_makes_patch_order_matter(posemb,
+                                                            classifier):
+  # The issue's property: without position information a pooling head sees a
+  # set of patches, so permuting them changes nothing; the (random, nonzero)
+  # learned embedding ties each patch to its place.
+  model = VisionTransformer(num_classes=5, posemb=posemb,
+                            classifier=classifier, **SMALL)
+  images = _images()
+  params = _randomized(model.init(jax.random.key(0), images,
+                                  train=False)['params'])
+  permutation = np.random.default_rng(0).permutation(16)
+  assert np.any(permutation != np.arange(16))
+  permuted = _permute_patches(images, 4, permutation)
+  assert not np.allclose(permuted, images)
+  np.testing.assert_array_equal(  # The helper moves patches, nothing else.
+      np.sort(np.asarray(permuted).ravel()), np.sort(np.asarray(images).ravel()))
+  logits, permuted_logits = (model.apply({'params': params}, x, train=False)
+                             for x in (images, permuted))
+  invariant = np.allclose(permuted_logits, logits, rtol=1e-5, atol=1e-5)
+  assert invariant == (posemb == 'none')
+  if posemb == 'none':
+    assert 'posembed_input' not in params['Transformer']
+
+
+def test_sincos2d_posemb_matches_a_numpy_reference():
+  # 2x2 grid, width 8: two frequencies, 1 and 1 / 10000.
+  omega = np.array([1.0, 1e-4])
+  rows = []
+  for y in range(2):
+    for x in range(2):
+      rows.append(np.concatenate([np.sin(x * omega), np.cos(x * omega),
+                                  np.sin(y * omega), np.cos(y * omega)]))
+  np.testing.assert_allclose(posemb_sincos_2d(2, 2, 8), np.array(rows)[None],
+                             rtol=1e-6, atol=1e-7)
+
+
+def test_sincos2d_model_has_no_posemb_parameter_and_zero_for_cls():
+  images = _images()
+  sincos = VisionTransformer(num_classes=5, posemb='sincos2d', **SMALL)
+  learned = VisionTransformer(num_classes=5, **SMALL)
+  params = _randomized(learned.init(jax.random.key(0), images,
+                                    train=False)['params'])
+  transformer = dict(params['Transformer'])
+  del transformer['posembed_input']
+  sincos_params = {**params, 'Transformer': transformer}
+  assert _shapes(sincos, images) == {
+      k: v.shape for k, v in _flat(sincos_params).items()}
+  # The same as the learned embedding set to [0 for cls; sincos of 4x4].
+  fixed = jnp.concatenate([jnp.zeros((1, 1, 32)), posemb_sincos_2d(4, 4, 32)],
+                          axis=1)
+  transformer = {**transformer, 'posembed_input': {'pos_embedding': fixed}}
+  np.testing.assert_allclose(
+      sincos.apply({'params': sincos_params}, images, train=False),
+      learned.apply({'params': {**params, 'Transformer': transformer}},
+                    images, train=False), rtol=1e-6, atol=1e-6)
+
+
+def test_posemb_choices_are_checked():
+  with pytest.raises(ValueError, match="posemb='sincos2d' needs a hidden_size "
+                     'divisible by 4, got 30'):
+    VisionTransformer(num_classes=5, posemb='sincos2d',
+                      **{**SMALL, 'hidden_size': 30, 'num_heads': 3})
+  with pytest.raises(ValueError, match="posemb='learn'; use one of"):
+    VisionTransformer(num_classes=5, posemb='learn', **SMALL)
+
+
+def test_map_head_pools_with_a_probe_and_no_cls_token():
+  model = VisionTransformer(num_classes=7, classifier='map', **SMALL)
+  logits, variables = model.init_with_output(
+      jax.random.key(0), _images(batch=3), train=False)
+  assert logits.shape == (3, 7)
+  shapes = {k: v.shape for k, v in _flat(variables['params']).items()}
+  assert 'cls' not in shapes
+  assert shapes['Transformer/posembed_input/pos_embedding'] == (1, 16, 32)
+  head = {k[len('MAPHead_0/'):]: v for k, v in shapes.items()
+          if k.startswith('MAPHead_0/')}
+  attention = 'MultiHeadDotProductAttention_0'
+  assert head == {
+      'probe': (1, 1, 32),
+      **{f'{attention}/{p}/kernel': (32, 4, 8)
+         for p in ('query', 'key', 'value')},
+      **{f'{attention}/{p}/bias': (4, 8) for p in ('query', 'key', 'value')},
+      f'{attention}/out/kernel': (4, 8, 32), f'{attention}/out/bias': (32,),
+      'LayerNorm_0/scale': (32,), 'LayerNorm_0/bias': (32,),
+      'MlpBlock_0/Dense_0/kernel': (32, 64), 'MlpBlock_0/Dense_0/bias': (64,),
+      'MlpBlock_0/Dense_1/kernel': (64, 32), 'MlpBlock_0/Dense_1/bias': (32,),
+  }
+
+
+def test_drop_path_drops_whole_examples():
+  x = jnp.ones((256, 3, 4))
+  y = np.asarray(DropPath(0.5).apply({}, x, deterministic=False,
+                                     rngs={'dropout': jax.random.key(0)}))
+  per_example = y.reshape(256, -1)
+  assert np.all(per_example == per_example[:, :1])  # All of it, or none.
+  assert set(np.unique(per_example)) == {0.0, 2.0}
+  assert 0.35 < np.mean(per_example[:, 0] == 0) < 0.65
+  np.testing.assert_array_equal(
+      DropPath(0.5).apply({}, x, deterministic=True), x)
+  assert drop_path_rates(0.3, 4) == pytest.approx([0.0, 0.1, 0.2, 0.3])
+  assert drop_path_rates(0.3, 1) == [0.0]
+
+
+def test_stochastic_depth_is_train_only_and_adds_no_parameters():
+  images = _images(batch=8)
+  plain = VisionTransformer(num_classes=5, **SMALL)
+  deep = VisionTransformer(num_classes=5, stochastic_depth_rate=0.99,
+                           **SMALL)
+  assert _shapes(deep, images) == _shapes(plain, images)
+  params = {'params': _randomized(
+      plain.init(jax.random.key(0), images, train=False)['params'])}
+  evaluated = plain.apply(params, images, train=False)
+
+  def run(train, seed):
+    return deep.apply(params, images, train=train,
+                      rngs={'dropout': jax.random.key(seed)})
+
+  np.testing.assert_array_equal(run(False, 1), evaluated)
+  # The last block's branches are dropped, or kept and scaled by 100, so no
+  # example comes out as in eval.
+  same = np.all(np.isclose(run(True, 1), evaluated, rtol=1e-5, atol=1e-5),
+                axis=-1)
+  assert not np.any(same)
+  with pytest.raises(ValueError, match='stochastic_depth_rate=1.0 must be in'):
+    VisionTransformer(num_classes=5, stochastic_depth_rate=1.0, **SMALL)
+
+
+def _shifted(x, dy, dx):
+  """x moved by (dy, dx) pixels, zeros shifted in: out[i, j] = x[i-dy, j-dx]."""
+  out = np.zeros_like(x)
+  h, w = x.shape[1:3]
+  for i in range(h):
+    for j in range(w):
+      if 0 <= i - dy < h and 0 <= j - dx < w:
+        out[:, i, j] = x[:, i - dy, j - dx]
+  return out
+
+
+@pytest.mark.parametrize('patch', [2, 3])
+def test_shifted_patch_tokens_match_a_numpy_reference(patch):
+  images = np.asarray(_images(batch=1, size=2 * patch))
+  s = patch // 2
+  # The image, then its copies moved up-left, up-right, down-left, down-right.
+  stacked = np.concatenate(
+      [images] + [_shifted(images, dy, dx)
+                  for dy, dx in ((-s, -s), (-s, s), (s, -s), (s, s))], axis=-1)
+  expected = np.stack([
+      np.stack([stacked[0, r * patch:(r + 1) * patch,
+                        c * patch:(c + 1) * patch].ravel() for c in range(2)])
+      for r in range(2)
+  ])[None]
+  np.testing.assert_array_equal(shifted_patch_tokens(images, patch), expected)
+
+
+def test_shifted_patches_replace_the_embedding_conv():
+  model = VisionTransformer(num_classes=7, shifted_patches=True, **SMALL)
+  logits, variables = model.init_with_output(
+      jax.random.key(0), _images(batch=3), train=False)
+  assert logits.shape == (3, 7)
+  shapes = {k: v.shape for k, v in _flat(variables['params']).items()}
+  features = 4 * 4 * 3 * 5
+  assert 'embedding/kernel' not in shapes
+  assert {k: v for k, v in shapes.items() if k.startswith('shifted')} == {
+      'shifted_patch_norm/scale': (features,),
+      'shifted_patch_norm/bias': (features,),
+      'shifted_patch_embedding/kernel': (features, 32),
+      'shifted_patch_embedding/bias': (32,),
+  }
+  with pytest.raises(ValueError, match='cannot follow a ResNet stem'):
+    VisionTransformer(num_classes=5, shifted_patches=True,
+                      resnet_stages=(1,), **{**SMALL, 'patch_size': 2})
+  with pytest.raises(ValueError, match='patch_size=1 cannot give'):
+    VisionTransformer(num_classes=5, shifted_patches=True,
+                      **{**SMALL, 'patch_size': 1})
+
+
+def test_locality_attention_learns_a_temperature_and_masks_self():
+  x = jax.random.normal(jax.random.key(0), (2, 5, 32))
+  attention = MultiHeadSelfAttention(num_heads=4, locality=True)
+  params = attention.init(jax.random.key(1), x, deterministic=True)['params']
+  np.testing.assert_allclose(params['temperature'], 8**-0.5)
+  params = {**_randomized(params), 'temperature': jnp.float32(0.7)}
+  out, state = attention.apply({'params': params}, x, deterministic=True,
+                               mutable=['intermediates'])
+  weights = state['intermediates']['attention_weights'][0]
+
+  p = jax.tree.map(lambda a: np.asarray(a, np.float64), params)
+  q, k, v = (np.einsum('btd,dhe->bthe', x, p[n]['kernel']) + p[n]['bias']
+             for n in ('query', 'key', 'value'))
+  logits = np.einsum('bqhe,bkhe->bhqk', q, k) * 0.7
+  logits[..., np.arange(5), np.arange(5)] = -np.inf
+  probabilities = _softmax(logits)
+  np.testing.assert_allclose(weights, probabilities, rtol=1e-5, atol=1e-6)
+  expected = np.einsum('bhqk,bkhe,hed->bqd', probabilities, v,
+                       p['out']['kernel']) + p['out']['bias']
+  np.testing.assert_allclose(out, expected, rtol=1e-4, atol=1e-4)
+
+
+def test_locality_attention_in_the_model():
+  model = VisionTransformer(num_classes=5, locality_attention=True, **SMALL)
+  images = _images()
+  variables = model.init(jax.random.key(0), images, train=False)
+  for i in range(SMALL['num_layers']):
+    block = variables['params']['Transformer'][f'encoderblock_{i}']
+    assert block['MultiHeadDotProductAttention_0']['temperature'].shape == ()
+  for a in attention_weights(model, variables, images):
+    assert a.shape == (2, 4, 17, 17)
+    np.testing.assert_array_equal(np.diagonal(a, axis1=-2, axis2=-1), 0.0)
+    np.testing.assert_allclose(a.sum(-1), 1.0, rtol=1e-5)
+  for fused in ('dot_product_attention', 'cudnn'):
+    with pytest.raises(ValueError, match=f"attention='{fused}' cannot mask "
+                       ".*use attention='einsum'"):
+      VisionTransformer(num_classes=5, locality_attention=True,
+                        attention=fused, **SMALL)
+
+
+def test_distillation_token_has_two_heads_averaged_in_eval():
+  model = VisionTransformer(num_classes=5, distillation_token=True, **SMALL)
+  images = _images(batch=3)
+  variables = model.init(jax.random.key(0), images, train=False)
+  shapes = {k: v.shape for k, v in _flat(variables['params']).items()}
+  assert shapes['dist'] == shapes['cls'] == (1, 1, 32)
+  assert shapes['head_dist/kernel'] == (32, 5)
+  assert shapes['Transformer/posembed_input/pos_embedding'] == (1, 18, 32)
+  assert not np.any(variables['params']['head_dist']['kernel'])
+
+  variables = {'params': _randomized(variables['params'])}
+  class_logits, distillation_logits = model.apply(
+      variables, images, train=True, rngs={'dropout': jax.random.key(0)})
+  assert class_logits.shape == distillation_logits.shape == (3, 5)
+  assert not np.allclose(class_logits, distillation_logits)
+  evaluated = model.apply(variables, images, train=False)
+  np.testing.assert_allclose(evaluated,
+                             (class_logits + distillation_logits) / 2,
+                             rtol=1e-6, atol=1e-6)
+  logits, maps = logits_and_attention(model, variables, images)
+  np.testing.assert_array_equal(logits, evaluated)
+  assert maps[0].shape == (3, 4, 18, 18)
+  with pytest.raises(ValueError, match="distillation_token=True needs "
+                     "classifier='token'.*got classifier='gap'"):
+    VisionTransformer(num_classes=5, distillation_token=True,
+                      classifier='gap', **SMALL)
+
+
+def test_techniques_are_registry_overrides():
+  model = create_model('ViT-Tiny-CIFAR_4', 10, posemb='sincos2d',
+                       classifier='map', stochastic_depth_rate=0.1,
+                       shifted_patches=True, locality_attention=True)
+  assert (model.posemb, model.classifier, model.stochastic_depth_rate,
+          model.shifted_patches, model.locality_attention) == (
+              'sincos2d', 'map', 0.1, True, True)
+  assert create_model('ViT-Tiny-CIFAR_4', 10,
+                      distillation_token=True).distillation_token

@@ -74,6 +74,31 @@ FIELDS: dict[str, Field] = {
     'augment': Field(True, 'Training augmentation: on device, 4-pixel-padded '
                      'random crop + flip; streaming, Inception crop + flip.',
                      fixed_for_run=True),
+    'auto_augment': Field(
+        'none', 'Photometric and geometric ops drawn per image on the '
+        'device, after the crop and flip (vit_jax.data.augment): '
+        "'trivial_augment' (one op, random magnitude) or 'rand_augment' "
+        '(rand_augment_ops ops at rand_augment_magnitude).',
+        ('none', 'trivial_augment', 'rand_augment'), fixed_for_run=True),
+    'rand_augment_ops': Field(2, 'RandAugment: ops per image.',
+                              fixed_for_run=True),
+    'rand_augment_magnitude': Field(9, 'RandAugment: magnitude, 0-10.',
+                                    fixed_for_run=True),
+    'random_erasing': Field(0.0, 'Probability that a training image has one '
+                            'random rectangle erased (on the device).',
+                            fixed_for_run=True),
+    'mixup_alpha': Field(0.0, 'Mixup: images and labels mixed with the '
+                         'batch reversed, by Beta(alpha, alpha); 0: off.',
+                         fixed_for_run=True),
+    'cutmix_alpha': Field(0.0, 'CutMix: a box of the reversed batch pasted, '
+                          'labels mixed by its area; 0: off. With both '
+                          'alphas set, each step picks one at random.',
+                          fixed_for_run=True),
+    'distillation_teacher': Field(
+        '', "DeiT hard distillation: the workdir of a trained run (e.g. a "
+        "CNN's) whose predictions teach the student's distillation token "
+        '(needs model_overrides.distillation_token=True); empty: none.',
+        fixed_for_run=True),
     'pixel_mean': Field((0.5, 0.5, 0.5), 'Per-channel mean subtracted from '
                         'pixels in [0, 1].', fixed_for_run=True),
     'pixel_std': Field((0.5, 0.5, 0.5), 'Per-channel std pixels are divided '
@@ -186,6 +211,25 @@ def validate(config: ml_collections.ConfigDict, num_devices: int):
   if not config.total_steps and not config.num_epochs:
     raise ConfigError('Set config.total_steps or config.num_epochs: the run '
                       'has no length.')
+  for name in ('mixup_alpha', 'cutmix_alpha', 'rand_augment_ops'):
+    if config[name] < 0:
+      raise ConfigError(f'config.{name}={config[name]} must be >= 0.')
+  if not 0 <= config.random_erasing <= 1:
+    raise ConfigError(f'config.random_erasing={config.random_erasing} is a '
+                      'probability: use a value in [0, 1].')
+  if not 0 <= config.rand_augment_magnitude <= 10:
+    raise ConfigError(f'config.rand_augment_magnitude='
+                      f'{config.rand_augment_magnitude}: use 0 to 10.')
+  has_token = bool(config.model_overrides.get('distillation_token', False))
+  if config.distillation_teacher and not has_token:
+    raise ConfigError(
+        f'config.distillation_teacher={config.distillation_teacher} needs a '
+        'student with a distillation token: add '
+        '--config.model_overrides.distillation_token=True (a ViT).')
+  if has_token and not config.distillation_teacher:
+    raise ConfigError(
+        'config.model_overrides.distillation_token=True needs a teacher: set '
+        '--config.distillation_teacher to the workdir of a trained run.')
   if not 0 <= config.label_smoothing < 1:
     raise ConfigError(f'config.label_smoothing={config.label_smoothing} must '
                       'be in [0, 1).')

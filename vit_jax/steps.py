@@ -24,8 +24,10 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from vit_jax import distillation
 from vit_jax import models
 from vit_jax import parallel
+from vit_jax.data import augment
 from vit_jax.config_schema import ConfigError
 
 # Running sums of a train or eval interval: summed losses, correct
@@ -142,13 +144,22 @@ def model_variables(params, batch_stats) -> dict:
   return {'params': params, 'batch_stats': batch_stats}
 
 
+def mixes_batches(config) -> bool:
+  return config.mixup_alpha > 0 or config.cutmix_alpha > 0
+
+
 def train_step(state: TrainState, sums: dict, data, batch, key, *, config,
-               inputs):
+               inputs, teacher: distillation.Teacher | None = None):
   """One optimizer step on `batch`, its metrics added to `sums`.
 
   With `config.grad_accumulation_steps` = k > 1 the batch is split into k
   micro-batches whose gradients are averaged before the update: the same step
   in a k-th of the activation memory, as the paper fine-tunes.
+  With mixup or cutmix the loss is against the mixed labels, and the
+  accuracy counts predictions equal to each image's own (unmixed) label.
+  With a `teacher`, the model returns its class and distillation logits
+  and each head gets half of the loss (DeiT); the accuracy is that of
+  their average, the student's prediction at test time.
   """
   key = jax.random.fold_in(key, state.step)
   accumulation = config.grad_accumulation_steps
@@ -156,12 +167,29 @@ def train_step(state: TrainState, sums: dict, data, batch, key, *, config,
   def gradients(batch_stats, micro_batch, micro_key):
     augment_key, dropout_key = jax.random.split(micro_key)
     x, y = inputs.model_inputs(data, micro_batch, augment_key)
+    if mixes_batches(config):
+      x, targets = augment.mix(
+          jax.random.fold_in(micro_key, 2), x, y, inputs.num_classes,
+          mixup_alpha=config.mixup_alpha, cutmix_alpha=config.cutmix_alpha,
+          label_smoothing=config.label_smoothing)
+    else:
+      targets = optax.smooth_labels(jax.nn.one_hot(y, inputs.num_classes),
+                                    config.label_smoothing)
+    teacher_labels = None if teacher is None else teacher.labels(x)
 
     def loss_fn(params):
-      logits, updates = state.apply_fn(
+      outputs, updates = state.apply_fn(
           model_variables(params, batch_stats), x, train=True,
           mutable=['batch_stats'], rngs={'dropout': dropout_key})
-      loss = cross_entropy(logits, y, config.label_smoothing).mean()
+      if teacher is None:
+        logits = outputs
+        loss = optax.softmax_cross_entropy(logits, targets).mean()
+      else:
+        class_logits, distillation_logits = outputs
+        logits = (class_logits + distillation_logits) / 2
+        loss = (optax.softmax_cross_entropy(class_logits, targets).mean() +
+                optax.softmax_cross_entropy_with_integer_labels(
+                    distillation_logits, teacher_labels).mean()) / 2
       return loss, (logits, updates)
 
     (loss, (logits, updates)), grads = jax.value_and_grad(
@@ -225,9 +253,12 @@ class CompiledSteps(NamedTuple):
   eval: Any  # (state, sums, data, batch, mask) -> sums
 
 
-def compile_steps(config, inputs, state: TrainState, key) -> CompiledSteps:
+def compile_steps(config, inputs, state: TrainState, key,
+                  teacher: distillation.Teacher | None = None
+                  ) -> CompiledSteps:
   """Both steps compiled once for `inputs`' batches; `state` may be shapes
-  (`state_shapes`). An XLA option XLA lacks is a ConfigError."""
+  (`state_shapes`). An XLA option XLA lacks is a ConfigError. A `teacher`'s
+  variables are constants of the train step."""
   start = time.perf_counter()
   options = compiler_options(config)
   replicated = parallel.replicated(inputs.mesh)
@@ -236,7 +267,8 @@ def compile_steps(config, inputs, state: TrainState, key) -> CompiledSteps:
   # The state leaves each step where it came in, sharded or not.
   state_out = jax.tree.map(lambda x: x.sharding, state)
   try:
-    train = jax.jit(functools.partial(train_step, **step_kwargs),
+    train = jax.jit(functools.partial(train_step, **step_kwargs,
+                                      teacher=teacher),
                     out_shardings=(state_out, replicated),
                     donate_argnums=(0, 1)).lower(
                         state, sum_shapes(replicated),

@@ -35,6 +35,7 @@ import ml_collections
 from vit_jax import checkpoint
 from vit_jax import config_schema
 from vit_jax import data
+from vit_jax import distillation
 from vit_jax import finetune
 from vit_jax import flops
 from vit_jax import metric_writer
@@ -286,7 +287,11 @@ def _train_and_evaluate(config, workdir: pathlib.Path,
   init_key, step_key = jax.random.split(jax.random.key(config.seed))
   state_shapes = steps.state_shapes(init_key, model, tx, config.image_size,
                                     mesh)
-  compiled = steps.compile_steps(config, inputs, state_shapes, step_key)
+  teacher = distillation.load_teacher(config, inputs.num_classes, replicated)
+  if teacher:
+    logging.info('Distilling from the run in %s.', teacher.workdir)
+  compiled = steps.compile_steps(config, inputs, state_shapes, step_key,
+                                 teacher)
   sum_shapes = steps.sum_shapes(replicated)
 
   checkpoints = checkpoint.RunCheckpoints(workdir / 'checkpoints',

@@ -27,6 +27,7 @@ class OnDeviceInput(input_lib.Input):
     self.num_classes = dataset.num_classes
     self._replicated = parallel.replicated(mesh)
     self._batch_sharding = parallel.batch_sharded(mesh)
+    self._policy = preprocess.device_policy(config)
     self._arrays = [sources.to_arrays(split, config.image_size)
                     for split in (dataset.train, dataset.test)]
     self.train_size, self.test_size = (len(labels)
@@ -66,5 +67,5 @@ class OnDeviceInput(input_lib.Input):
     x = preprocess.normalize(
         images, key=key, augment=self.config.augment and key is not None,
         image_size=self.config.image_size, mean=self.config.pixel_mean,
-        std=self.config.pixel_std)
+        std=self.config.pixel_std, policy=self._policy)
     return x, labels

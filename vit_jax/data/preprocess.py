@@ -4,15 +4,20 @@ devices (jax, inside the compiled step).
 Host, for streaming: the official fine-tuning code's Inception crop (5-100%
 of the area, aspect ratio 3/4-4/3) resized to the model's input, plus a
 horizontal flip; a plain resize for evaluation. Device, for the on-device
-input: torchvision's 4-pixel-padded random crop plus flip. Both end in
+input: torchvision's 4-pixel-padded random crop plus flip; for both inputs,
+the config's stronger augmentations (`device_policy`). Both end in
 `normalize`.
 """
 
+from collections.abc import Callable
+import functools
 import math
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+
+from vit_jax.data import augment as augment_lib
 
 _INCEPTION_AREA = (0.05, 1.0)
 _INCEPTION_ASPECT = (3 / 4, 4 / 3)
@@ -79,13 +84,46 @@ def random_crop_and_flip(key: jax.Array, images: jax.Array,
   return jax.vmap(crop)(padded, offsets, flips)
 
 
+Policy = Callable[[jax.Array, jax.Array], jax.Array]
+
+
+def device_policy(config) -> Policy | None:
+  """The config's augmentations beyond the crop and flip, as one function
+  (key, images in [0, 1]) -> images: TrivialAugment or RandAugment, then
+  random erasing (`vit_jax.data.augment`); None when the config has none."""
+  steps = []
+  if config.auto_augment == 'trivial_augment':
+    steps.append(augment_lib.trivial_augment)
+  elif config.auto_augment == 'rand_augment':
+    steps.append(functools.partial(
+        augment_lib.rand_augment, num_ops=config.rand_augment_ops,
+        magnitude=config.rand_augment_magnitude))
+  if config.random_erasing:
+    steps.append(functools.partial(augment_lib.random_erasing,
+                                   probability=config.random_erasing))
+  if not steps:
+    return None
+
+  def policy(key, images):
+    for i, step in enumerate(steps):
+      images = step(jax.random.fold_in(key, i), images)
+    return images
+
+  return policy
+
+
 def normalize(images: jax.Array, *, key: jax.Array | None, augment: bool,
-              image_size: int, mean, std) -> jax.Array:
+              image_size: int, mean, std,
+              policy: Policy | None = None) -> jax.Array:
   """uint8 NHWC -> float32 in [0, 1], augmented (random crop and flip when
-  `augment`), resized to `image_size` if needed, normalised."""
+  `augment`, then `policy` when given a key), resized to `image_size` if
+  needed, normalised."""
   x = images.astype(jnp.float32) / 255.0
   if augment:
     x = random_crop_and_flip(key, x)
+  if policy is not None and key is not None:
+    # A key of its own, so the crops stay those of a run without `policy`.
+    x = policy(jax.random.fold_in(key, 1), x)
   if x.shape[1:3] != (image_size, image_size):
     x = jax.image.resize(x, (x.shape[0], image_size, image_size, x.shape[3]),
                          method='bilinear')

@@ -111,12 +111,13 @@ class StreamingInput(input_lib.Input):
       yield batch, self._global(mask[rows], len(mask))
 
   def model_inputs(self, data, batch, key):
-    del data, key  # the examples come in the batch, augmented on the host
+    del data  # the examples come in the batch, cropped on the host
     images, labels = batch
-    x = preprocess.normalize(images, key=None, augment=False,
+    x = preprocess.normalize(images, key=key, augment=False,
                              image_size=self.config.image_size,
                              mean=self.config.pixel_mean,
-                             std=self.config.pixel_std)
+                             std=self.config.pixel_std,
+                             policy=preprocess.device_policy(self.config))
     return x, labels
 
   def _global(self, local: np.ndarray, batch_size: int) -> jax.Array:

@@ -3,6 +3,11 @@
 Module names, nesting, shapes and initialisers follow the official linen model
 (google-research/vision_transformer, `vit_jax/models_vit.py`), so the same
 parameters give the same logits and released checkpoints load by renaming keys.
+
+`VisionTransformer` also has optional techniques for training on little data
+(sine-cosine position embedding, MAP head, stochastic depth, shifted patch
+tokenization, locality self-attention, DeiT's distillation token); each is a
+field whose default is off, and with all off the model is the official one.
 """
 
 import math
@@ -14,16 +19,21 @@ import jax.numpy as jnp
 
 from vit_jax.models import resnet
 from vit_jax.models.dropout import Dropout
+from vit_jax.models.dropout import hash_bits
 
 Dtype = Any
 
-CLASSIFIERS = ('token', 'gap')
+CLASSIFIERS = ('token', 'gap', 'map')
+# 'learned': the official trained embedding; 'sincos2d': fixed sine-cosine of
+# the patch grid (no parameters); 'none': no position information at all.
+POSEMBS = ('learned', 'sincos2d', 'none')
 # How MultiHeadSelfAttention computes softmax(q k^T / sqrt(head_dim)) v; the
 # parameters are the same for all (see its docstring).
 ATTENTIONS = ('einsum', 'dot_product_attention', 'cudnn')
 
 
-def _check_attention(attention: str, attention_dropout_rate: float):
+def _check_attention(attention: str, attention_dropout_rate: float,
+                     locality: bool = False):
   if attention not in ATTENTIONS:
     raise ValueError(f'attention={attention!r}; use one of {ATTENTIONS}.')
   if attention != 'einsum' and attention_dropout_rate > 0:
@@ -31,6 +41,11 @@ def _check_attention(attention: str, attention_dropout_rate: float):
         f'attention={attention!r} cannot drop attention probabilities '
         f'(attention_dropout_rate={attention_dropout_rate}); use '
         "attention='einsum'.")
+  if attention != 'einsum' and locality:
+    raise ValueError(
+        f'attention={attention!r} cannot mask the diagonal or learn the '
+        'temperature of locality self-attention (locality_attention=True); '
+        "use attention='einsum'.")
 
 
 def _is_power_of_4(n: int) -> bool:
@@ -56,6 +71,77 @@ class AddPositionEmbs(nn.Module):
     pos_embedding = self.param(
         'pos_embedding', nn.initializers.normal(stddev=0.02), shape)
     return tokens + pos_embedding.astype(tokens.dtype)
+
+
+def posemb_sincos_2d(h: int, w: int, width: int, temperature: float = 10_000.,
+                     dtype: Dtype = jnp.float32) -> jax.Array:
+  """Fixed 2-D sine-cosine position embedding of an h x w patch grid,
+  shape (1, h * w, width), tokens in row-major order (as the patches).
+
+  A quarter of the channels each holds sin(x w_k), cos(x w_k), sin(y w_k),
+  cos(y w_k) for the column x and row y of the patch, with frequencies
+  w_k = temperature^(-k / (width/4 - 1)) (MoCo v3, big_vision's
+  `posemb_sincos_2d`). Nothing to learn, so a small data set cannot overfit
+  it, and it extends to any grid size.
+  """
+  if width % 4:
+    raise ValueError(f'The sincos2d position embedding needs a width '
+                     f'divisible by 4, got {width}: use a hidden_size that is '
+                     'a multiple of 4.')
+  y, x = jnp.mgrid[:h, :w]
+  quarter = width // 4
+  # One frequency (1) when a quarter is one channel, where k / (quarter - 1)
+  # would divide by zero.
+  omega = jnp.arange(quarter) / max(quarter - 1, 1)
+  omega = 1.0 / (temperature**omega)
+  x = x.reshape(-1)[:, None] * omega[None, :]
+  y = y.reshape(-1)[:, None] * omega[None, :]
+  embedding = jnp.concatenate(
+      [jnp.sin(x), jnp.cos(x), jnp.sin(y), jnp.cos(y)], axis=1)
+  return embedding[None].astype(dtype)
+
+
+class AddSincos2dPositionEmbs(nn.Module):
+  """Adds `posemb_sincos_2d` of the patch `grid` to the last rows * columns
+  tokens (the patches), and zero to the tokens before them ([CLS],
+  distillation), which have no place on the grid. No parameters."""
+
+  grid: tuple[int, int]
+
+  @nn.compact
+  def __call__(self, tokens: jax.Array) -> jax.Array:
+    h, w = self.grid
+    prefix = tokens.shape[1] - h * w
+    if prefix < 0:
+      raise ValueError(f'{tokens.shape[1]} tokens cannot hold the {h}x{w} '
+                       'patch grid: pass the grid the patches were cut into.')
+    embedding = posemb_sincos_2d(h, w, tokens.shape[2], dtype=tokens.dtype)
+    embedding = jnp.pad(embedding, ((0, 0), (prefix, 0), (0, 0)))
+    return tokens + embedding
+
+
+class DropPath(nn.Module):
+  """Stochastic depth (Huang et al. 2016): drops a residual branch for whole
+  examples, with probability `rate`, and scales the kept ones by
+  1 / (1 - rate), so that eval (`deterministic`, the identity) sees the
+  expected value. One hashed bit per example (`hash_bits`, the 'dropout'
+  rng) broadcast over tokens and channels; no parameters, and rate 0 draws
+  no rng, so it leaves the other dropout masks as they were."""
+
+  rate: float
+
+  @nn.compact
+  def __call__(self, x: jax.Array, *, deterministic: bool) -> jax.Array:
+    if deterministic or self.rate == 0.0:
+      return x
+    if self.rate == 1.0:
+      return jnp.zeros_like(x)
+    keep_prob = 1.0 - self.rate
+    threshold = jnp.uint32(min(round(keep_prob * 2**32), 2**32 - 1))
+    keep = hash_bits(self.make_rng('dropout'), x.shape[:1]) < threshold
+    keep = keep.reshape(x.shape[:1] + (1,) * (x.ndim - 1))
+    return jnp.where(keep, x / jnp.asarray(keep_prob, x.dtype),
+                     jnp.zeros((), x.dtype))
 
 
 class MlpBlock(nn.Module):
@@ -134,15 +220,23 @@ class MultiHeadSelfAttention(nn.Module):
   them out: a nonzero `dropout_rate` is an error there, and when the caller
   collects `intermediates` (`logits_and_attention`) the einsum path runs so
   that `attention_weights` are there.
+
+  `locality` is the locality self-attention of Lee, Lee & Song (2021, "Vision
+  Transformer for Small-Size Datasets"): the fixed 1/sqrt(head_dim) becomes
+  a learned scalar `temperature` (initialised to it, multiplied on the
+  float32 logits), and each token's logit for itself is masked out before
+  the softmax. Both sharpen the attention towards other tokens, which ViTs
+  trained on small data spread too evenly. Only the einsum path has it.
   """
 
   num_heads: int
   dropout_rate: float = 0.0
   dtype: Dtype = jnp.float32
   attention: str = 'einsum'
+  locality: bool = False
 
   def __post_init__(self):
-    _check_attention(self.attention, self.dropout_rate)
+    _check_attention(self.attention, self.dropout_rate, self.locality)
     super().__post_init__()
 
   @nn.compact
@@ -174,7 +268,9 @@ class MultiHeadSelfAttention(nn.Module):
     bq, bk, bv = bq[:, None, :], bk[:, None, :], bv[:, None, :]
     # Folding the scale into the query projection is exact when it is a power
     # of two; float32 keeps the fold whatever head_dim (its results pinned).
-    fold = (jnp.finfo(self.dtype).bits >= 32 or _is_power_of_4(head_dim))
+    # A learned temperature cannot be folded.
+    fold = not self.locality and (jnp.finfo(self.dtype).bits >= 32 or
+                                  _is_power_of_4(head_dim))
     if fold:
       scale = jnp.asarray(head_dim**-0.5, self.dtype)
       wq, bq = wq * scale, bq * scale
@@ -183,7 +279,16 @@ class MultiHeadSelfAttention(nn.Module):
     v = jnp.einsum('btd,dhe->bhte', x, wv) + bv
     # float32 softmax: bfloat16 logits would lose the small probabilities.
     logits = jnp.einsum('bhqe,bhke->bhqk', q, k).astype(jnp.float32)
-    if not fold:
+    if self.locality:
+      temperature = self.param('temperature',
+                               nn.initializers.constant(head_dim**-0.5), ())
+      logits = logits * temperature.astype(jnp.float32)
+      # The lowest float rather than -inf: the same zero probability, and no
+      # NaN for a sequence of one token (a row with nothing left).
+      tokens = logits.shape[-1]
+      logits = jnp.where(jnp.eye(tokens, dtype=bool),
+                         jnp.finfo(jnp.float32).min, logits)
+    elif not fold:
       logits = logits * jnp.float32(head_dim**-0.5)
     weights = jax.nn.softmax(logits).astype(self.dtype)
     self.sow('intermediates', 'attention_weights', weights)
@@ -198,6 +303,10 @@ class Encoder1DBlock(nn.Module):
   The attention probabilities are sown into the `intermediates` collection
   (`MultiHeadDotProductAttention_0/attention_weights`); apply with
   `mutable=['intermediates']` to get them, see `attention_weights`.
+
+  `drop_path_rate` drops both residual branches (MSA and MLP) for whole
+  examples in training (`DropPath`, stochastic depth); `locality` makes the
+  attention locality self-attention (`MultiHeadSelfAttention`).
   """
 
   mlp_dim: int
@@ -206,6 +315,8 @@ class Encoder1DBlock(nn.Module):
   attention_dropout_rate: float = 0.0
   dtype: Dtype = jnp.float32
   attention: str = 'einsum'
+  drop_path_rate: float = 0.0
+  locality: bool = False
 
   @nn.compact
   def __call__(self, inputs: jax.Array, *, deterministic: bool) -> jax.Array:
@@ -215,20 +326,43 @@ class Encoder1DBlock(nn.Module):
         dropout_rate=self.attention_dropout_rate,
         dtype=self.dtype,
         attention=self.attention,
+        locality=self.locality,
         name='MultiHeadDotProductAttention_0')(
             x, deterministic=deterministic)
     x = Dropout(self.dropout_rate)(x, deterministic=deterministic)
+    x = DropPath(self.drop_path_rate)(x, deterministic=deterministic)
     x = x + inputs
 
     y = nn.LayerNorm(dtype=self.dtype)(x)
     y = MlpBlock(
         mlp_dim=self.mlp_dim, dropout_rate=self.dropout_rate, dtype=self.dtype)(
             y, deterministic=deterministic)
+    y = DropPath(self.drop_path_rate)(y, deterministic=deterministic)
     return x + y
 
 
+def drop_path_rates(stochastic_depth_rate: float,
+                    num_layers: int) -> list[float]:
+  """Each block's drop-path rate: growing linearly from 0 at the first block
+  to `stochastic_depth_rate` at the last (DeiT, timm), since the early
+  blocks' features are the ones every later block builds on. A single block
+  gets 0, as in timm."""
+  if num_layers < 2:
+    return [0.0] * num_layers
+  return [stochastic_depth_rate * i / (num_layers - 1)
+          for i in range(num_layers)]
+
+
 class Encoder(nn.Module):
-  """Position embedding, `num_layers` encoder blocks and a final LayerNorm."""
+  """Position embedding, `num_layers` encoder blocks and a final LayerNorm.
+
+  `posemb` (one of `POSEMBS`) is the position embedding: 'learned' (the
+  official `posembed_input`), 'sincos2d' (fixed, `AddSincos2dPositionEmbs`;
+  it needs `grid`, the (rows, columns) of patches the last tokens come from)
+  or 'none'. `stochastic_depth_rate` is the last block's drop-path rate
+  (`drop_path_rates`); `locality_attention` gives every block locality
+  self-attention.
+  """
 
   num_layers: int
   mlp_dim: int
@@ -237,11 +371,27 @@ class Encoder(nn.Module):
   attention_dropout_rate: float = 0.0
   dtype: Dtype = jnp.float32
   attention: str = 'einsum'
+  posemb: str = 'learned'
+  stochastic_depth_rate: float = 0.0
+  locality_attention: bool = False
+
+  def __post_init__(self):
+    if self.posemb not in POSEMBS:
+      raise ValueError(f'posemb={self.posemb!r}; use one of {POSEMBS}.')
+    super().__post_init__()
 
   @nn.compact
-  def __call__(self, x: jax.Array, *, train: bool) -> jax.Array:
-    x = AddPositionEmbs(name='posembed_input')(x)
+  def __call__(self, x: jax.Array, *, train: bool,
+               grid: tuple[int, int] | None = None) -> jax.Array:
+    if self.posemb == 'learned':
+      x = AddPositionEmbs(name='posembed_input')(x)
+    elif self.posemb == 'sincos2d':
+      if grid is None:
+        raise ValueError("posemb='sincos2d' needs the patch grid: call the "
+                         'Encoder with grid=(rows, columns).')
+      x = AddSincos2dPositionEmbs(grid, name='posembed_sincos2d')(x)
     x = Dropout(self.dropout_rate)(x, deterministic=not train)
+    rates = drop_path_rates(self.stochastic_depth_rate, self.num_layers)
     for i in range(self.num_layers):
       x = Encoder1DBlock(
           mlp_dim=self.mlp_dim,
@@ -250,9 +400,70 @@ class Encoder(nn.Module):
           attention_dropout_rate=self.attention_dropout_rate,
           dtype=self.dtype,
           attention=self.attention,
+          drop_path_rate=rates[i],
+          locality=self.locality_attention,
           name=f'encoderblock_{i}')(
               x, deterministic=not train)
     return nn.LayerNorm(dtype=self.dtype, name='encoder_norm')(x)
+
+
+class MAPHead(nn.Module):
+  """Multihead attention pooling (big_vision's `MAPHead`): a learned `probe`
+  token attends over all the encoder's output tokens, then goes through a
+  LayerNorm-MLP residual block; the result is the pooled representation.
+
+  Unlike [CLS] the probe does not take part in the encoder, and unlike the
+  mean it weights the tokens by relevance. Module names are big_vision's
+  (`probe`, `MultiHeadDotProductAttention_0`, `LayerNorm_0`, `MlpBlock_0`),
+  so its MAP heads load as they are. No dropout in the head, as there.
+  """
+
+  num_heads: int
+  mlp_dim: int
+  dtype: Dtype = jnp.float32
+
+  @nn.compact
+  def __call__(self, x: jax.Array) -> jax.Array:
+    n, _, d = x.shape
+    probe = self.param('probe', nn.initializers.xavier_uniform(), (1, 1, d))
+    probe = jnp.broadcast_to(probe.astype(x.dtype), (n, 1, d))
+    x = nn.MultiHeadDotProductAttention(
+        num_heads=self.num_heads,
+        dtype=self.dtype,
+        kernel_init=nn.initializers.xavier_uniform(),
+        force_fp32_for_softmax=True,
+        name='MultiHeadDotProductAttention_0')(probe, x)
+    y = nn.LayerNorm(dtype=self.dtype)(x)
+    x = x + MlpBlock(mlp_dim=self.mlp_dim, dtype=self.dtype)(
+        y, deterministic=True)
+    return x[:, 0]
+
+
+def shifted_patch_tokens(images: jax.Array, patch_size: int) -> jax.Array:
+  """Shifted patch tokenization's patches (Lee, Lee & Song 2021), before
+  their LayerNorm and linear projection: shape (batch, rows, columns,
+  patch_size**2 * 5 * channels).
+
+  The images are concatenated along channels with four copies shifted by
+  patch_size // 2 pixels up-left, up-right, down-left and down-right (zeros
+  shifted in), then cut into patch_size x patch_size patches, each flattened
+  (row, column, channel), as the 'embedding' conv's kernel. Each token thus
+  also sees the pixels around its patch, a locality that a ViT trained on
+  little data otherwise has to learn.
+  """
+  n, height, width, channels = images.shape
+  s = patch_size // 2
+  padded = jnp.pad(images, ((0, 0), (s, s), (s, s), (0, 0)))
+  # The copy shifted by (dy, dx) is x[i - dy, j - dx]: padded[s - dy + i, ...].
+  copies = [images] + [
+      padded[:, s - dy:s - dy + height, s - dx:s - dx + width]
+      for dy, dx in ((-s, -s), (-s, s), (s, -s), (s, s))
+  ]
+  x = jnp.concatenate(copies, axis=-1)
+  p = patch_size
+  x = x.reshape(n, height // p, p, width // p, p, 5 * channels)
+  x = x.transpose(0, 1, 3, 2, 4, 5)
+  return x.reshape(n, height // p, width // p, p * p * 5 * channels)
 
 
 class VisionTransformer(nn.Module):
@@ -280,6 +491,32 @@ class VisionTransformer(nn.Module):
   probabilities.
   The fused two need `attention_dropout_rate=0` (the registered models'),
   and `logits_and_attention` works with any of them.
+
+  Techniques for training on little data, all off by default (then the
+  parameters and function are the official model's):
+
+  - `posemb`: 'learned' (default, `Transformer/posembed_input`), 'sincos2d'
+    (fixed 2-D sine-cosine of the patch grid, `posemb_sincos_2d`; zero for
+    the [CLS] and distillation tokens; hidden_size a multiple of 4; no
+    parameters) or 'none' (no position information: the model is then
+    invariant to permuting the patches with classifier 'gap' or 'map').
+  - `classifier='map'`: multihead attention pooling (`MAPHead`, module
+    `MAPHead_0`) instead of [CLS] ('token') or the mean ('gap'); no [CLS].
+  - `stochastic_depth_rate`: drop path on both residual branches of every
+    block in training, linearly from 0 at the first block to this rate at
+    the last (`drop_path_rates`); needs the 'dropout' rng. No parameters.
+  - `shifted_patches`: shifted patch tokenization (`shifted_patch_tokens`),
+    the patches LayerNorm'd (`shifted_patch_norm`) and projected
+    (`shifted_patch_embedding`) in place of the `embedding` conv; needs a
+    patch_size of at least 2 and no ResNet stem.
+  - `locality_attention`: locality self-attention in every block (a learned
+    `temperature` in each `MultiHeadDotProductAttention_0`, self-attention
+    masked); needs attention='einsum'.
+  - `distillation_token` (DeiT): a learned `dist` token right after `cls`
+    and its own head `head_dist`; needs classifier='token'. Then the model
+    returns, with `train=True`, the tuple (class logits, distillation logits)
+    for the two losses (labels; teacher), and with `train=False` their
+    average (class logits + distillation logits) / 2, DeiT's prediction.
   """
 
   num_classes: int
@@ -297,6 +534,11 @@ class VisionTransformer(nn.Module):
   resnet_stages: tuple[int, ...] | None = None
   resnet_width_factor: int = 1
   attention: str = 'einsum'
+  posemb: str = 'learned'
+  stochastic_depth_rate: float = 0.0
+  shifted_patches: bool = False
+  locality_attention: bool = False
+  distillation_token: bool = False
 
   @property
   def effective_patch_size(self) -> int:
@@ -310,7 +552,8 @@ class VisionTransformer(nn.Module):
     if self.classifier not in CLASSIFIERS:
       raise ValueError(f'classifier={self.classifier!r}; use one of '
                        f'{CLASSIFIERS}.')
-    _check_attention(self.attention, self.attention_dropout_rate)
+    _check_attention(self.attention, self.attention_dropout_rate,
+                     self.locality_attention)
     if self.hidden_size % self.num_heads:
       raise ValueError(f'hidden_size={self.hidden_size} is not divisible by '
                        f'num_heads={self.num_heads}.')
@@ -318,10 +561,35 @@ class VisionTransformer(nn.Module):
       raise ValueError(f'patch_size={self.patch_size} must be positive.')
     if self.resnet_stages is not None:
       resnet.validate_stem(self.resnet_stages, self.resnet_width_factor)
+    if self.posemb not in POSEMBS:
+      raise ValueError(f'posemb={self.posemb!r}; use one of {POSEMBS}.')
+    if self.posemb == 'sincos2d' and self.hidden_size % 4:
+      raise ValueError(
+          f"posemb='sincos2d' needs a hidden_size divisible by 4, got "
+          f"{self.hidden_size}: use a multiple of 4 or posemb='learned'.")
+    if not 0.0 <= self.stochastic_depth_rate < 1.0:
+      raise ValueError(
+          f'stochastic_depth_rate={self.stochastic_depth_rate} must be in '
+          '[0, 1): it is the probability of dropping the last block.')
+    if self.shifted_patches and self.resnet_stages is not None:
+      raise ValueError(
+          'shifted_patches=True shifts image pixels and cannot follow a '
+          'ResNet stem: set resnet_stages=None or shifted_patches=False.')
+    if self.shifted_patches and self.patch_size < 2:
+      raise ValueError(
+          f'shifted_patches=True shifts by half a patch, which '
+          f'patch_size={self.patch_size} cannot give: use a patch_size of at '
+          'least 2.')
+    if self.distillation_token and self.classifier != 'token':
+      raise ValueError(
+          f'distillation_token=True needs classifier=\'token\' (DeiT reads the '
+          f'[CLS] and distillation tokens), got classifier='
+          f'{self.classifier!r}.')
     super().__post_init__()
 
   @nn.compact
-  def __call__(self, images: jax.Array, *, train: bool) -> jax.Array:
+  def __call__(self, images: jax.Array, *,
+               train: bool) -> jax.Array | tuple[jax.Array, jax.Array]:
     if images.ndim != 4:
       raise ValueError(f'Expected images of shape (batch, height, width, '
                        f'channels), got shape {images.shape}.')
@@ -346,22 +614,38 @@ class VisionTransformer(nn.Module):
       x = resnet.resnet_stem(x, self.resnet_stages, self.resnet_width_factor,
                              self.dtype)
 
-    # A conv with kernel = stride = patch size is the linear patch projection.
-    x = nn.Conv(
-        self.hidden_size,
-        kernel_size=(self.patch_size, self.patch_size),
-        strides=(self.patch_size, self.patch_size),
-        padding='VALID',
-        dtype=self.dtype,
-        name='embedding')(
-            x)
+    if self.shifted_patches:
+      x = shifted_patch_tokens(x, self.patch_size)
+      x = nn.LayerNorm(dtype=self.dtype, name='shifted_patch_norm')(x)
+      x = nn.Dense(self.hidden_size, dtype=self.dtype,
+                   name='shifted_patch_embedding')(x)
+    else:
+      # A conv with kernel = stride = patch size is the linear patch
+      # projection.
+      x = nn.Conv(
+          self.hidden_size,
+          kernel_size=(self.patch_size, self.patch_size),
+          strides=(self.patch_size, self.patch_size),
+          padding='VALID',
+          dtype=self.dtype,
+          name='embedding')(
+              x)
     n, h, w, c = x.shape
     x = jnp.reshape(x, (n, h * w, c))
 
+    def token(name, init):
+      value = self.param(name, init, (1, 1, c))
+      return jnp.broadcast_to(value.astype(x.dtype), (n, 1, c))
+
+    prefix = []
     if self.classifier == 'token':
-      cls = self.param('cls', nn.initializers.zeros, (1, 1, c))
-      cls = jnp.broadcast_to(cls.astype(x.dtype), (n, 1, c))
-      x = jnp.concatenate([cls, x], axis=1)
+      prefix.append(token('cls', nn.initializers.zeros))
+    if self.distillation_token:
+      # Not zero like [CLS]: with a position embedding of zero ('sincos2d',
+      # 'none') the two tokens would start out identical.
+      prefix.append(token('dist', nn.initializers.normal(stddev=0.02)))
+    if prefix:
+      x = jnp.concatenate(prefix + [x], axis=1)
 
     x = Encoder(
         num_layers=self.num_layers,
@@ -371,21 +655,40 @@ class VisionTransformer(nn.Module):
         attention_dropout_rate=self.attention_dropout_rate,
         dtype=self.dtype,
         attention=self.attention,
+        posemb=self.posemb,
+        stochastic_depth_rate=self.stochastic_depth_rate,
+        locality_attention=self.locality_attention,
         name='Transformer')(
-            x, train=train)
+            x, train=train, grid=(h, w))
 
-    x = x[:, 0] if self.classifier == 'token' else jnp.mean(x, axis=1)
+    if self.classifier == 'token':
+      features = [x[:, 0]]
+      if self.distillation_token:
+        features.append(x[:, 1])
+    elif self.classifier == 'gap':
+      features = [jnp.mean(x, axis=1)]
+    else:
+      features = [MAPHead(num_heads=self.num_heads, mlp_dim=self.mlp_dim,
+                          dtype=self.dtype, name='MAPHead_0')(x)]
 
     if self.representation_size is not None:
-      x = nn.Dense(self.representation_size, name='pre_logits')(x)
-      x = nn.tanh(x)
+      pre_logits = nn.Dense(self.representation_size, name='pre_logits')
+      features = [nn.tanh(pre_logits(f)) for f in features]
 
-    return nn.Dense(
-        self.num_classes,
-        kernel_init=nn.initializers.zeros,
-        bias_init=nn.initializers.constant(self.head_bias_init),
-        name='head')(
-            x)
+    def head(name):
+      return nn.Dense(
+          self.num_classes,
+          kernel_init=nn.initializers.zeros,
+          bias_init=nn.initializers.constant(self.head_bias_init),
+          name=name)
+
+    logits = head('head')(features[0])
+    if not self.distillation_token:
+      return logits
+    distillation_logits = head('head_dist')(features[1])
+    if train:
+      return logits, distillation_logits
+    return (logits + distillation_logits) / 2
 
 
 def logits_and_attention(model: VisionTransformer, variables: Any,
@@ -393,7 +696,8 @@ def logits_and_attention(model: VisionTransformer, variables: Any,
                                                      list[jax.Array]]:
   """The logits of `images` in eval mode, and every layer's attention
   probabilities: one array per encoder block, in depth order, each of shape
-  (batch, heads, tokens, tokens) with rows (queries) summing to 1.
+  (batch, heads, tokens, tokens) with rows (queries) summing to 1. With a
+  `distillation_token` the logits are the average of its two heads'.
 
   Works whatever the model's `attention`: collecting `intermediates` makes the
   fused ones compute the einsum way, the one that sows the probabilities (the

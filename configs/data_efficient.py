@@ -1,0 +1,61 @@
+r"""The small-data study's models with the data-efficient recipe.
+
+`configs/cifar_small.py` (5,000 CIFAR-10 images, 1,000 test, AdamW, label
+smoothing 0.1, crop + flip) plus what DeiT (Touvron et al. 2021) and
+"Vision Transformer for Small-Size Datasets" (Lee et al. 2021) train small
+ViTs with: TrivialAugment, random erasing (0.25), mixup (0.8) / cutmix (1.0)
+on the device; for the ViT also stochastic depth (0.1), shifted patch
+tokenization and locality self-attention. The CNNs get the same
+augmentations. The argument after ':' picks the model (vit, simple_cnn,
+small_resnet):
+
+  python -m vit_jax.main --config=configs/data_efficient.py \
+      --config.data_dir=../shared/data/cifar10-5k --workdir=/tmp/vit_de
+
+Every technique can be turned off from the command line (this config sets
+each key), which is how experiments/data_efficiency walks from the study's
+recipe to this one, one technique at a time, e.g.
+`--config.model_overrides.shifted_patches=False --config.mixup_alpha=0`.
+DeiT's distillation token is off here: it needs a trained teacher,
+`--config.model_overrides.distillation_token=True
+--config.distillation_teacher=/tmp/simple_cnn` (a `vit_jax.main` workdir of
+this dataset).
+
+Expected results, and what each ingredient adds:
+experiments/data_efficiency/README.md.
+"""
+
+import importlib.util
+import pathlib
+
+
+def _sibling_config(name: str):
+  """Another file of configs/, which is not a package: `vit_jax.main` loads
+  config files by path."""
+  path = pathlib.Path(__file__).resolve().with_name(f'{name}.py')
+  spec = importlib.util.spec_from_file_location(f'configs.{name}', path)
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  return module
+
+
+cifar_small = _sibling_config('cifar_small')
+MODELS = tuple(cifar_small.MODELS)
+
+
+def get_config(model: str = 'vit'):
+  config = cifar_small.get_config(model)
+  config.auto_augment = 'trivial_augment'
+  config.random_erasing = 0.25
+  config.mixup_alpha = 0.8
+  config.cutmix_alpha = 1.0
+  if model == 'vit':
+    overrides = config.model_overrides
+    overrides.stochastic_depth_rate = 0.1
+    overrides.shifted_patches = True
+    overrides.locality_attention = True
+    # Set so that the command line can change them.
+    overrides.posemb = 'learned'
+    overrides.classifier = 'token'
+    overrides.distillation_token = False
+  return config

@@ -1,0 +1,260 @@
+r"""How much of the ViT's gap to the CNNs the data-efficiency techniques close
+on the study's 5,000 CIFAR-10 images.
+
+  python experiments/data_efficiency/run.py \
+      --data_dir=../shared/data/cifar10-5k --workdir=/tmp/data_efficiency
+
+Trains `configs/data_efficient.py` with its techniques turned on one at a
+time, from the study's recipe (all off) to the full one, for the ViT; the
+CNNs with the study's recipe and with the same augmentations; at every
+budget in --epochs; seeds as `planned_runs` orders them (the rows that carry
+the conclusion get three). One `vit_jax.main` process per run; rerunning
+skips finished runs and resumes an interrupted one. Then writes, next to this
+file, `results.json` (one record per run), `ablation.png` and the tables
+inside `README.md`. --summarize_only skips training; --max_runs stops after
+that many new runs.
+"""
+
+import json
+import pathlib
+import subprocess
+import sys
+
+from absl import app
+from absl import flags
+import numpy as np
+
+HERE = pathlib.Path(__file__).resolve().parent
+REPO = HERE.parents[1]
+
+_DATA_DIR = flags.DEFINE_string('data_dir', '../shared/data/cifar10-5k',
+                                'The 5k/1k CIFAR-10 subset.')
+_WORKDIR = flags.DEFINE_string('workdir', '/tmp/data_efficiency',
+                               'One directory per run; never committed.')
+_EPOCHS = flags.DEFINE_list('epochs', ['30', '200'], 'Training budgets, in '
+                            'order of priority.')
+_MAX_RUNS = flags.DEFINE_integer('max_runs', 0, 'Stop after this many new '
+                                 'runs; 0: all.')
+_SUMMARIZE_ONLY = flags.DEFINE_bool('summarize_only', False,
+                                    'Only summarise finished runs.')
+
+NAMES = {'vit': 'ViT-Tiny', 'simple_cnn': 'SimpleCNN',
+         'small_resnet': 'SmallResNet'}
+# Each ingredient's config changes, added in this order; a recipe is the
+# study's plus a prefix of them, named by the ingredients it adds.
+INGREDIENTS = [
+    ('trivial_augment', {'auto_augment': 'trivial_augment'}),
+    ('random_erasing', {'random_erasing': 0.25}),
+    ('mixup_cutmix', {'mixup_alpha': 0.8, 'cutmix_alpha': 1.0}),
+    ('stochastic_depth', {'model_overrides.stochastic_depth_rate': 0.1}),
+    ('spt_lsa', {'model_overrides.shifted_patches': True,
+                 'model_overrides.locality_attention': True}),
+    ('distillation', {'model_overrides.distillation_token': True}),
+]
+# What configs/data_efficient.py sets that the study's recipe does not.
+STUDY_OFF = {
+    'auto_augment': 'none', 'random_erasing': 0, 'mixup_alpha': 0,
+    'cutmix_alpha': 0, 'model_overrides.stochastic_depth_rate': 0,
+    'model_overrides.shifted_patches': False,
+    'model_overrides.locality_attention': False,
+}
+CNN_ONLY_AUGMENTATIONS = 3  # the CNNs take the first three ingredients
+TEACHER = 'simple_cnn'
+TABLE_START = '<!-- ablation table: written by run.py -->'
+TABLE_END = '<!-- end of ablation table -->'
+
+
+def recipe_name(ingredients: int) -> str:
+  return '+'.join(['study'] + [name for name, _ in INGREDIENTS[:ingredients]])
+
+
+def recipe_overrides(model: str, ingredients: int) -> dict:
+  overrides = {k: v for k, v in STUDY_OFF.items()
+               if model == 'vit' or not k.startswith('model_overrides.')}
+  for _, changes in INGREDIENTS[:ingredients]:
+    overrides.update(changes)
+  return overrides
+
+
+def run_name(model: str, ingredients: int, epochs: int, seed: int) -> str:
+  return f'{model}_{recipe_name(ingredients)}_e{epochs}_seed{seed}'
+
+
+def planned_runs():
+  """(model, ingredients, epochs, seed), most informative first: per budget,
+  the teacher, every ViT step, the CNNs with both recipes (seed 0), then
+  seeds 1 and 2 of the study and full ViT recipes and of both CNNs."""
+  full_vit, full_cnn = len(INGREDIENTS), CNN_ONLY_AUGMENTATIONS
+  for epochs in map(int, _EPOCHS.value):
+    yield TEACHER, 0, epochs, 0
+    for ingredients in range(full_vit + 1):
+      yield 'vit', ingredients, epochs, 0
+    for model in ('simple_cnn', 'small_resnet'):
+      for ingredients in (0, full_cnn):
+        yield model, ingredients, epochs, 0
+    for seed in (1, 2):
+      yield TEACHER, 0, epochs, seed
+      for ingredients in (0, full_vit - 1, full_vit):
+        yield 'vit', ingredients, epochs, seed
+      for model in ('simple_cnn', 'small_resnet'):
+        yield model, full_cnn, epochs, seed
+      yield 'small_resnet', 0, epochs, seed
+
+
+def _flag(key: str, value) -> str:
+  return f'--config.{key}={value}'
+
+
+def train(workdir: pathlib.Path, data_dir: pathlib.Path):
+  started = 0
+  for model, ingredients, epochs, seed in planned_runs():
+    directory = workdir / run_name(model, ingredients, epochs, seed)
+    if (directory / 'summary.json').exists():
+      continue
+    if _MAX_RUNS.value and started == _MAX_RUNS.value:
+      return
+    started += 1
+    overrides = recipe_overrides(model, ingredients)
+    if overrides.get('model_overrides.distillation_token'):
+      teacher = workdir / run_name(TEACHER, 0, epochs, seed)
+      if not (teacher / 'summary.json').exists():
+        sys.exit(f'error: the teacher {teacher} has not finished.')
+      overrides['distillation_teacher'] = teacher
+    directory.mkdir(parents=True, exist_ok=True)
+    print(f'training {directory.name}', flush=True)
+    with open(directory / 'log.txt', 'a') as log:
+      subprocess.run([
+          sys.executable, '-m', 'vit_jax.main',
+          f'--config={REPO / "configs/data_efficient.py"}:{model}',
+          _flag('num_epochs', epochs), _flag('seed', seed),
+          _flag('data_dir', data_dir), f'--workdir={directory}',
+          *(_flag(k, v) for k, v in overrides.items())
+      ], cwd=REPO, stdout=log, stderr=subprocess.STDOUT, check=True)
+
+
+def load_runs(workdir: pathlib.Path) -> list[dict]:
+  records = []
+  for summary_path in sorted(workdir.glob('*_e*_seed*/summary.json')):
+    directory = summary_path.parent
+    summary = json.loads(summary_path.read_text())
+    config = json.loads((directory / 'config.json').read_text())
+    model, recipe = directory.name.split('_study', 1)
+    records.append({
+        'model': model,
+        'recipe': 'study' + recipe.rsplit('_e', 1)[0],
+        'epochs': summary['epochs'],
+        'train_examples': 5000,
+        'seed': config['seed'],
+        'best_test_accuracy': summary['best_test_accuracy'],
+        'best_epoch': summary['best_epoch'],
+        'final_train_accuracy': summary['final_train_accuracy'],
+        'wall_minutes': round(summary['train_seconds'] / 60, 1),
+    })
+  return sorted(records, key=lambda r: (r['epochs'], r['model'],
+                                        len(r['recipe']), r['seed']))
+
+
+def _cell(values) -> str:
+  values = 100 * np.asarray(values)
+  if len(values) == 1:
+    return f'{values[0]:.1f}'
+  return f'{values.mean():.1f} ± {values.std(ddof=1):.1f} (n={len(values)})'
+
+
+def table(records: list[dict]) -> str:
+  """Per budget: every recipe of every model, and for the ViT the share of
+  the gap (study ViT to the best CNN of that budget) it closes."""
+  groups = {}
+  for r in records:
+    groups.setdefault((r['epochs'], r['model'], r['recipe']), []).append(r)
+  lines = []
+  for epochs in sorted({r['epochs'] for r in records}):
+    mean = lambda runs: np.mean([r['best_test_accuracy'] for r in runs])
+    cnns = {key: mean(runs) for key, runs in groups.items()
+            if key[0] == epochs and key[1] != 'vit'}
+    study_vit = groups.get((epochs, 'vit', 'study'))
+    best_cnn = max(cnns.items(), key=lambda item: item[1]) if cnns else None
+    lines += [f'**{epochs} epochs**' + (
+        f' (best CNN: {NAMES[best_cnn[0][1]]}, {best_cnn[0][2]}, '
+        f'{100 * best_cnn[1]:.1f}%)' if best_cnn else ''), '',
+              '| Model | Recipe | Best test acc (%) | Final train acc (%) | '
+              'Gap to the best CNN closed | Wall time (min) |',
+              '|---|---|---|---|---|---|']
+    for key in sorted((k for k in groups if k[0] == epochs),
+                      key=lambda k: (k[1] != 'vit', k[1], len(k[2]))):
+      runs = groups[key]
+      closed = ''
+      if key[1] == 'vit' and study_vit and best_cnn:
+        gap = best_cnn[1] - mean(study_vit)
+        closed = f'{100 * (mean(runs) - mean(study_vit)) / gap:.0f}%'
+      lines.append(
+          f'| {NAMES[key[1]]} | {key[2]} | '
+          f'{_cell([r["best_test_accuracy"] for r in runs])} | '
+          f'{_cell([r["final_train_accuracy"] for r in runs])} | {closed} | '
+          f'{np.mean([r["wall_minutes"] for r in runs]):.0f} |')
+    lines.append('')
+  return '\n'.join(lines).rstrip()
+
+
+def plot(records: list[dict], path: pathlib.Path):
+  import matplotlib  # pylint: disable=g-import-not-at-top
+  matplotlib.use('Agg')
+  import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
+  budgets = sorted({r['epochs'] for r in records})
+  fig, axes = plt.subplots(1, len(budgets), figsize=(7 * len(budgets), 4.5),
+                           squeeze=False)
+  for ax, epochs in zip(axes[0], budgets):
+    vit = {}
+    for r in records:
+      if r['epochs'] == epochs and r['model'] == 'vit':
+        vit.setdefault(r['recipe'], []).append(100 * r['best_test_accuracy'])
+    recipes = sorted(vit, key=len)
+    labels = ['study'] + ['+ ' + recipe.rsplit('+', 1)[1]
+                          for recipe in recipes[1:]]
+    ax.bar(range(len(recipes)), [np.mean(vit[r]) for r in recipes],
+           yerr=[np.std(vit[r], ddof=1) if len(vit[r]) > 1 else 0
+                 for r in recipes], color='tab:blue', label='ViT-Tiny')
+    for model, style in (('simple_cnn', '--'), ('small_resnet', ':')):
+      for r in records:
+        if (r['epochs'], r['model'], r['seed']) == (epochs, model, 0):
+          ax.axhline(100 * r['best_test_accuracy'], linestyle=style,
+                     color='tab:red' if r['recipe'] == 'study' else
+                     'tab:green',
+                     label=f'{NAMES[model]}, {"study" if r["recipe"] == "study" else "augmented"}')
+    ax.set_xticks(range(len(recipes)), labels, rotation=30, ha='right',
+                  fontsize=8)
+    ax.set_ylabel('best test accuracy (%), seed mean')
+    ax.set_title(f'{epochs} epochs, 5,000 CIFAR-10 images')
+    ax.legend(fontsize=7)
+    ax.grid(alpha=0.3, axis='y')
+  fig.tight_layout()
+  fig.savefig(path, dpi=120)
+
+
+def write_table(readme: pathlib.Path, text: str):
+  content = readme.read_text()
+  start, end = content.index(TABLE_START), content.index(TABLE_END)
+  readme.write_text(content[:start + len(TABLE_START)] + '\n\n' + text +
+                    '\n\n' + content[end:])
+
+
+def main(argv):
+  del argv
+  workdir = pathlib.Path(_WORKDIR.value).absolute()
+  if not _SUMMARIZE_ONLY.value:
+    data_dir = pathlib.Path(_DATA_DIR.value).absolute()
+    if not (data_dir / 'cifar-10-batches-bin').is_dir():
+      sys.exit(f'error: no cifar-10-batches-bin/ in --data_dir={data_dir}; '
+               'point it at the 5k/1k CIFAR-10 subset (see the README).')
+    train(workdir, data_dir)
+  records = load_runs(workdir)
+  if not records:
+    sys.exit(f'error: no finished runs in {workdir}.')
+  (HERE / 'results.json').write_text(json.dumps(records, indent=1) + '\n')
+  plot(records, HERE / 'ablation.png')
+  write_table(HERE / 'README.md', table(records))
+  print(table(records))
+
+
+if __name__ == '__main__':
+  app.run(main)

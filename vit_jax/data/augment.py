@@ -1,0 +1,500 @@
+"""Stronger training augmentation, on the devices, inside the compiled step:
+TrivialAugment, RandAugment, random erasing, and mixup / CutMix.
+
+The recipes that train ViTs from scratch on small data (DeiT, and the
+"ViT on small datasets" studies) lean on these, where the paper's large
+pre-training needed only a crop and a flip. Every function here is pure jax
+with static shapes, so it traces into the train step: per-image choices are
+random draws of a batch-shaped array, and branches are `jnp.where` /
+`lax.switch` under `vmap`, never Python control flow on traced values.
+
+Images are float32 NHWC in [0, 1]: after `/ 255` and the random crop and
+flip, before normalisation (`preprocess.normalize`). The ops keep them in
+[0, 1]. `mix` is linear (or a paste), so it also works after normalisation.
+
+The op table (`OPS`) is torchvision's TrivialAugmentWide / RandAugment set of
+14 ops, each written once as a function of a signed magnitude in [-1, 1]
+that `OpRanges` maps to the op's own range: `TRIVIAL_AUGMENT_WIDE` (Muller &
+Hutter 2021, the "wide" ranges of torchvision) and `RAND_AUGMENT` (timm's
+ranges at its magnitude scale out of 10, the severity-increasing `inc1`
+variants). Photometric ops follow PIL's definitions, as timm and torchvision
+do; geometric ops are one affine warp with bilinear sampling about the image
+centre, filled with gray `FILL` (0.5, timm's default fill of 128 scaled to
+[0, 1]; near the dataset mean, so near 0 once normalised).
+"""
+
+import dataclasses
+import functools
+import math
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+FILL = 0.5
+
+OPS = ('identity', 'auto_contrast', 'equalize', 'rotate', 'solarize', 'color',
+       'posterize', 'contrast', 'brightness', 'sharpness', 'shear_x',
+       'shear_y', 'translate_x', 'translate_y')
+
+# ITU-R 601-2 luma, PIL's convert('L').
+_LUMA = (0.299, 0.587, 0.114)
+
+
+@dataclasses.dataclass(frozen=True)
+class OpRanges:
+  """What magnitude 1 means for each op (magnitude 0 is the identity).
+
+  rotate: degrees. shear: the shear factor (tan of the shear angle).
+  translate: pixels, or a fraction of the image's width (x) / height (y)
+  when `translate_relative`. enhance: the largest |factor - 1| of color,
+  contrast, brightness and sharpness (factor 1 is the identity). posterize:
+  bits dropped of 8. Solarize always goes from inverting nothing (0) to
+  inverting everything (1).
+  """
+  rotate: float
+  shear: float
+  translate: float
+  translate_relative: bool
+  enhance: float
+  posterize: int
+
+
+# torchvision's TrivialAugmentWide: rotate 135 deg, shear 0.99, translate 32
+# pixels (whatever the image size), enhance factors 0.01-1.99, posterize to
+# 8-2 bits.
+TRIVIAL_AUGMENT_WIDE = OpRanges(rotate=135.0, shear=0.99, translate=32.0,
+                                translate_relative=False, enhance=0.99,
+                                posterize=6)
+
+# timm's RandAugment at magnitude 10 (`_LEVEL_DENOM`): rotate 30 deg, shear
+# 0.3, translate 45% of the image (TranslateRel), enhance factors 0.1-1.9
+# (the `inc1` ops, signed about 1). Posterize to 8-4 bits as torchvision's
+# RandAugment and the AutoAugment paper (timm's PosterizeIncreasing keeps
+# 4-0 bits, which is not the identity at magnitude 0).
+RAND_AUGMENT = OpRanges(rotate=30.0, shear=0.3, translate=0.45,
+                        translate_relative=True, enhance=0.9, posterize=4)
+
+
+def op_index(name: str) -> int:
+  """The position of op `name` in `OPS`."""
+  return OPS.index(name)
+
+
+# ------------------------------------------------------- photometric ops ---
+
+
+def _grayscale(image: jax.Array) -> jax.Array:
+  """(H, W, 1) luma of RGB; the channels' mean for other channel counts."""
+  if image.shape[-1] != 3:
+    return image.mean(axis=-1, keepdims=True)
+  return jnp.tensordot(image, jnp.asarray(_LUMA, image.dtype),
+                       axes=1)[..., None]
+
+
+def _blend(degenerate: jax.Array, image: jax.Array,
+           factor: jax.Array) -> jax.Array:
+  """PIL's ImageEnhance: degenerate + factor * (image - degenerate), so
+  factor 1 is the image, 0 the degenerate one, > 1 extrapolates."""
+  return jnp.clip(degenerate + factor * (image - degenerate), 0.0, 1.0)
+
+
+def _auto_contrast(image: jax.Array) -> jax.Array:
+  """Each channel stretched to [0, 1] (PIL's autocontrast with no cutoff);
+  a constant channel is kept."""
+  low = image.min(axis=(0, 1), keepdims=True)
+  high = image.max(axis=(0, 1), keepdims=True)
+  span = high - low
+  return jnp.where(span > 0,
+                   (image - low) / jnp.where(span > 0, span, 1.0), image)
+
+
+def _quantize(image: jax.Array) -> jax.Array:
+  """The 8-bit values, int32."""
+  return jnp.round(image * 255.0).astype(jnp.int32)
+
+
+def _equalize_channel(channel: jax.Array) -> jax.Array:
+  """PIL's ImageOps.equalize of one (H, W) channel: a 256-bin histogram,
+  lut[i] = (step // 2 + number of pixels below i) // step with step = (pixels
+  not in the top occupied bin) // 255; identity when step is 0."""
+  values = _quantize(channel)
+  histogram = jnp.bincount(values.ravel(), length=256)
+  top = histogram[values.max()]
+  step = (values.size - top) // 255
+  below = jnp.cumsum(histogram) - histogram
+  lut = jnp.clip((step // 2 + below) // jnp.maximum(step, 1), 0, 255)
+  return jnp.where(step > 0, lut[values].astype(channel.dtype) / 255.0,
+                   channel)
+
+
+def _equalize(image: jax.Array) -> jax.Array:
+  return jax.vmap(_equalize_channel, in_axes=-1, out_axes=-1)(image)
+
+
+def _solarize(image: jax.Array, magnitude: jax.Array) -> jax.Array:
+  """Values at or above the threshold inverted. The threshold is timm's
+  `256 - 256 m` of 255 (SolarizeIncreasing): nothing at m = 0, all at 1."""
+  threshold = (1.0 - magnitude) * 256.0 / 255.0
+  return jnp.where(image >= threshold, 1.0 - image, image)
+
+
+def _posterize(image: jax.Array, bits: jax.Array) -> jax.Array:
+  """The 8-bit values with only their `bits` high bits kept (PIL's
+  posterize); 8 bits is the identity, exactly."""
+  bucket = 2.0**(8 - bits)
+  posterized = jnp.floor(_quantize(image) / bucket) * bucket / 255.0
+  return jnp.where(bits >= 8, image, posterized)
+
+
+def _color(image: jax.Array, factor: jax.Array) -> jax.Array:
+  """Saturation: blended with its grayscale (PIL's ImageEnhance.Color)."""
+  return _blend(_grayscale(image), image, factor)
+
+
+def _contrast(image: jax.Array, factor: jax.Array) -> jax.Array:
+  """Blended with the mean gray level (PIL's ImageEnhance.Contrast, which
+  rounds that mean to an 8-bit value; here it is not rounded)."""
+  return _blend(_grayscale(image).mean(), image, factor)
+
+
+def _brightness(image: jax.Array, factor: jax.Array) -> jax.Array:
+  """Blended with black: the image scaled by `factor`, clipped."""
+  return _blend(jnp.zeros_like(image), image, factor)
+
+
+def _sharpness(image: jax.Array, factor: jax.Array) -> jax.Array:
+  """Blended with PIL's SMOOTH filter ([[1, 1, 1], [1, 5, 1], [1, 1, 1]] /
+  13), whose border pixels stay the image's, as in PIL and torchvision."""
+  h, w, _ = image.shape
+  padded = jnp.pad(image, ((1, 1), (1, 1), (0, 0)))
+  neighbours = sum(padded[dy:dy + h, dx:dx + w] for dy in range(3)
+                   for dx in range(3))
+  smooth = (neighbours + 4.0 * image) / 13.0
+  rows = jnp.arange(h)[:, None, None]
+  cols = jnp.arange(w)[None, :, None]
+  interior = (rows > 0) & (rows < h - 1) & (cols > 0) & (cols < w - 1)
+  return _blend(jnp.where(interior, smooth, image), image, factor)
+
+
+# --------------------------------------------------------- geometric ops ---
+
+
+def _affine(image: jax.Array, matrix: jax.Array,
+            offset: jax.Array) -> jax.Array:
+  """Output pixel p (x, y) read from the input at `matrix @ (p - c) + c +
+  offset`, c the image centre, bilinearly; outside the image is FILL."""
+  h, w, _ = image.shape
+  ys, xs = jnp.meshgrid(jnp.arange(h, dtype=jnp.float32),
+                        jnp.arange(w, dtype=jnp.float32), indexing='ij')
+  cy, cx = (h - 1) / 2.0, (w - 1) / 2.0
+  src_x = (matrix[0, 0] * (xs - cx) + matrix[0, 1] * (ys - cy) + cx +
+           offset[0])
+  src_y = (matrix[1, 0] * (xs - cx) + matrix[1, 1] * (ys - cy) + cy +
+           offset[1])
+  x0, y0 = jnp.floor(src_x), jnp.floor(src_y)
+  fx, fy = (src_x - x0)[..., None], (src_y - y0)[..., None]
+  x0, y0 = x0.astype(jnp.int32), y0.astype(jnp.int32)
+  # The 4 taps in one gather of rows of the flattened image (XLA on CPU ran
+  # the 2-D gather several times slower when it read another op's output).
+  ty = jnp.stack([y0, y0, y0 + 1, y0 + 1])
+  tx = jnp.stack([x0, x0 + 1, x0, x0 + 1])
+  inside = ((ty >= 0) & (ty < h) & (tx >= 0) & (tx < w))[..., None]
+  rows = jnp.clip(ty, 0, h - 1) * w + jnp.clip(tx, 0, w - 1)
+  taps = jnp.where(inside, image.reshape(h * w, -1)[rows], FILL)
+  out = ((1 - fy) * ((1 - fx) * taps[0] + fx * taps[1]) +
+         fy * ((1 - fx) * taps[2] + fx * taps[3]))
+  return jnp.clip(out, 0.0, 1.0)
+
+
+def _warp_parameters(op: jax.Array, magnitude: jax.Array, ranges: OpRanges,
+                     height: int, width: int) -> tuple[jax.Array, jax.Array]:
+  """The (2, 2) matrix and (2,) offset, in (x, y), of the geometric op `op`
+  at signed `magnitude`; the identity for the other ops.
+
+  Positive magnitudes rotate counter-clockwise as displayed (PIL's rotate),
+  shear x by `x + s (y - cy)` / y by `y + s (x - cx)` (sampling, about the
+  centre as torchvision), and move the content right / down. Translations
+  are rounded to whole pixels, as torchvision's, so they are exact shifts.
+  """
+  angle = magnitude * ranges.rotate * math.pi / 180.0
+  cos, sin = jnp.cos(angle), jnp.sin(angle)
+  shear = magnitude * ranges.shear
+  scale_x = ranges.translate * (width if ranges.translate_relative else 1)
+  scale_y = ranges.translate * (height if ranges.translate_relative else 1)
+  shift_x = jnp.round(magnitude * scale_x)
+  shift_y = jnp.round(magnitude * scale_y)
+  one, zero = jnp.ones_like(magnitude), jnp.zeros_like(magnitude)
+  identity = jnp.stack([one, zero, zero, one])
+  matrices = {
+      'rotate': jnp.stack([cos, -sin, sin, cos]),
+      'shear_x': jnp.stack([one, shear, zero, one]),
+      'shear_y': jnp.stack([one, zero, shear, one]),
+  }
+  offsets = {'translate_x': jnp.stack([-shift_x, zero]),
+             'translate_y': jnp.stack([zero, -shift_y])}
+  matrix = jnp.stack([matrices.get(name, identity) for name in OPS])[op]
+  offset = jnp.stack([offsets.get(name, jnp.stack([zero, zero]))
+                      for name in OPS])[op]
+  return matrix.reshape(2, 2), offset
+
+
+_GEOMETRIC = ('rotate', 'shear_x', 'shear_y', 'translate_x', 'translate_y')
+
+
+# ----------------------------------------------------------- the table -----
+
+
+def _apply_one(image: jax.Array, op: jax.Array, magnitude: jax.Array,
+               ranges: OpRanges) -> jax.Array:
+  """Op number `op` of `OPS` on one (H, W, C) image at signed `magnitude` in
+  [-1, 1]; ops without a direction (solarize, posterize) use |magnitude|,
+  ops without a magnitude ignore it."""
+  h, w, _ = image.shape
+  strength = jnp.abs(magnitude)
+  factor = jnp.maximum(1.0 + magnitude * ranges.enhance, 0.0)
+  bits = 8 - jnp.round(strength * ranges.posterize)
+  photometric = {
+      'auto_contrast': _auto_contrast,
+      'equalize': _equalize,
+      'solarize': lambda x: _solarize(x, strength),
+      'color': lambda x: _color(x, factor),
+      'posterize': lambda x: _posterize(x, bits),
+      'contrast': lambda x: _contrast(x, factor),
+      'brightness': lambda x: _brightness(x, factor),
+      'sharpness': lambda x: _sharpness(x, factor),
+  }
+  # The geometric ops share one warp: its matrix is the chosen op's (the
+  # identity for the others, whose images are kept as they are).
+  matrix, offset = _warp_parameters(op, magnitude, ranges, h, w)
+  is_geometric = jnp.isin(op, jnp.asarray([op_index(n) for n in _GEOMETRIC]))
+  warped = jnp.where(is_geometric, _affine(image, matrix, offset), image)
+  branches = [photometric.get(name, lambda x: x) for name in OPS]
+  return jax.lax.switch(op, branches, warped)
+
+
+def apply_op(images: jax.Array, ops, magnitudes,
+             ranges: OpRanges = TRIVIAL_AUGMENT_WIDE) -> jax.Array:
+  """Per image i of NHWC `images`, op `ops[i]` (its index in `OPS`) at signed
+  magnitude `magnitudes[i]` in [-1, 1] (|m| = 1: the op's range in
+  `ranges`). `ops` and `magnitudes` may be scalars, the same for all."""
+  n = images.shape[0]
+  ops = jnp.broadcast_to(jnp.asarray(ops, jnp.int32), (n,))
+  magnitudes = jnp.broadcast_to(jnp.asarray(magnitudes, jnp.float32), (n,))
+  return jax.vmap(functools.partial(_apply_one, ranges=ranges))(
+      images, ops, magnitudes)
+
+
+def _random_signs(key: jax.Array, n: int) -> jax.Array:
+  return jnp.where(jax.random.bernoulli(key, 0.5, (n,)), 1.0, -1.0)
+
+
+def trivial_augment(key: jax.Array, images: jax.Array,
+                    num_magnitude_bins: int = 31, *,
+                    ranges: OpRanges = TRIVIAL_AUGMENT_WIDE) -> jax.Array:
+  """TrivialAugment (Muller & Hutter, ICCV 2021), torchvision's
+  TrivialAugmentWide: per image, one op of `OPS` drawn uniformly and one
+  magnitude drawn uniformly from `num_magnitude_bins` evenly spaced levels
+  of [0, 1] (bin 0 is the identity), with a random sign. No parameter to
+  tune, which is the point: it matches RandAugment's searched settings.
+
+  Solarize at bin 0 inverts nothing here; torchvision's threshold of 255
+  there inverts pure white.
+  """
+  if num_magnitude_bins < 2:
+    raise ValueError(f'num_magnitude_bins={num_magnitude_bins}: need >= 2.')
+  n = images.shape[0]
+  op_key, bin_key, sign_key = jax.random.split(key, 3)
+  ops = jax.random.randint(op_key, (n,), 0, len(OPS))
+  bins = jax.random.randint(bin_key, (n,), 0, num_magnitude_bins)
+  magnitudes = bins / (num_magnitude_bins - 1) * _random_signs(sign_key, n)
+  return apply_op(images, ops, magnitudes, ranges)
+
+
+def rand_augment(key: jax.Array, images: jax.Array, num_ops: int = 2,
+                 magnitude: float = 9, *, probability: float = 0.5,
+                 magnitude_std: float = 0.0,
+                 ranges: OpRanges = RAND_AUGMENT) -> jax.Array:
+  """RandAugment (Cubuk et al., CVPR Workshops 2020) as timm's
+  `rand-m{magnitude}-n{num_ops}[-mstd{magnitude_std}]-inc1`: per image,
+  `num_ops` ops drawn uniformly (with replacement) from `OPS`, one after the
+  other, each applied with `probability` (timm's RandAugment: 0.5; the
+  paper and torchvision: 1) at `magnitude` out of 10 with a random sign.
+  `magnitude_std` > 0 draws each op's magnitude from N(magnitude,
+  magnitude_std) clipped to [0, 10] (DeiT's `mstd0.5`). Only `num_ops` and
+  `ranges` must be static.
+
+  The op set is torchvision's RandAugment (= TrivialAugment's: identity in,
+  timm's invert and solarize-add out); the ranges are timm's (`RAND_AUGMENT`).
+  """
+  n = images.shape[0]
+  keys = jax.random.split(key, num_ops)
+
+  def step(i, images):
+    op_key, apply_key, noise_key, sign_key = jax.random.split(keys[i], 4)
+    ops = jax.random.randint(op_key, (n,), 0, len(OPS))
+    level = magnitude + magnitude_std * jax.random.normal(noise_key, (n,))
+    level = jnp.clip(level, 0.0, 10.0) / 10.0
+    applied = jax.random.bernoulli(apply_key, probability, (n,))
+    ops = jnp.where(applied, ops, op_index('identity'))
+    return apply_op(images, ops, level * _random_signs(sign_key, n), ranges)
+
+  # A loop, not unrolled: XLA on CPU fused one op into the next one's warp
+  # and recomputed it per sample, about 4x slower for 2 ops (the loop
+  # boundary materialises the images).
+  return jax.lax.fori_loop(0, num_ops, step, images)
+
+
+# ------------------------------------------------------- random erasing ----
+
+
+def random_erasing(key: jax.Array, images: jax.Array,
+                   probability: float = 0.25,
+                   area: tuple[float, float] = (0.02, 1 / 3),
+                   aspect: tuple[float, float] = (0.3, 3.3), *,
+                   mode: str = 'const', fill: float = FILL,
+                   attempts: int = 10) -> jax.Array:
+  """Random erasing (Zhong et al., AAAI 2020) as timm's RandomErasing with
+  one rectangle: per image, with `probability`, a rectangle of a uniform
+  fraction `area` of the image and a log-uniform aspect ratio (height /
+  width) in `aspect`, at a uniform position, is erased. Of `attempts` draws
+  the first that fits (height and width smaller than the image's) is used;
+  none fitting leaves the image as it is.
+
+  We erase before normalisation, in [0, 1]: `mode='const'` fills with `fill`
+  (0.5, about the mean, so about timm's zeros in normalised space), and
+  `mode='pixel'` with per-pixel, per-channel noise uniform in [0, 1] (timm's
+  'pixel' draws normal noise in normalised space, which would leave [0, 1]).
+  Only `mode` and `attempts` must be static.
+  """
+  if mode not in ('const', 'pixel'):
+    raise ValueError(f"mode={mode!r}: use 'const' or 'pixel'.")
+  n, h, w, _ = images.shape
+  keys = jax.random.split(key, 6)
+  target = jax.random.uniform(keys[0], (n, attempts), minval=area[0],
+                              maxval=area[1]) * h * w
+  ratio = jnp.exp(jax.random.uniform(keys[1], (n, attempts),
+                                     minval=jnp.log(aspect[0]),
+                                     maxval=jnp.log(aspect[1])))
+  heights = jnp.round(jnp.sqrt(target * ratio)).astype(jnp.int32)
+  widths = jnp.round(jnp.sqrt(target / ratio)).astype(jnp.int32)
+  fits = (heights < h) & (widths < w)
+  first = jnp.argmax(fits, axis=1)[:, None]
+  height = jnp.take_along_axis(heights, first, 1)[:, 0]
+  width = jnp.take_along_axis(widths, first, 1)[:, 0]
+  top = jax.random.randint(keys[2], (n,), 0, h - height + 1)
+  left = jax.random.randint(keys[3], (n,), 0, w - width + 1)
+  erase = jax.random.bernoulli(keys[4], probability, (n,)) & fits.any(axis=1)
+  rows = jnp.arange(h)[None, :, None]
+  cols = jnp.arange(w)[None, None, :]
+  mask = ((rows >= top[:, None, None]) &
+          (rows < (top + height)[:, None, None]) &
+          (cols >= left[:, None, None]) &
+          (cols < (left + width)[:, None, None]) & erase[:, None, None])
+  if mode == 'const':
+    values = jnp.full_like(images, fill)
+  else:
+    values = jax.random.uniform(keys[5], images.shape, images.dtype)
+  return jnp.where(mask[..., None], values, images)
+
+
+# ------------------------------------------------------- mixup / cutmix ----
+
+
+class MixParameters(NamedTuple):
+  """One batch's mix: each image i keeps weight `lam` of itself (and of its
+  label) and takes 1 - lam from image n - 1 - i (the batch reversed).
+  CutMix pastes the partner where `box` (H, W) is True, and `lam` is
+  1 - the box's area fraction exactly; mixup blends the whole image and
+  `box` is all False."""
+  lam: jax.Array
+  use_cutmix: jax.Array
+  box: jax.Array
+
+
+def mix_parameters(key: jax.Array, image_shape: tuple[int, ...],
+                   mixup_alpha: float, cutmix_alpha: float,
+                   switch_probability: float = 0.5,
+                   probability: float = 1.0) -> MixParameters:
+  """timm's Mixup in batch mode: with `probability` the batch is mixed; lam
+  ~ Beta(alpha, alpha) of mixup, or of CutMix when only `cutmix_alpha` > 0
+  or, both > 0, with `switch_probability`. CutMix's box has sides
+  sqrt(1 - lam) of the image's around a uniform centre, clipped to the
+  image, and lam is corrected to the area actually pasted (timm's
+  `correct_lam`). Both alphas 0: lam 1, nothing mixed.
+
+  Only `image_shape` must be static: the alphas and probabilities may be
+  traced, so one compiled program serves any of them.
+  """
+  _, h, w, _ = image_shape
+  mix_key, switch_key, lam_key, y_key, x_key = jax.random.split(key, 5)
+  mixup_alpha = jnp.asarray(mixup_alpha, jnp.float32)
+  cutmix_alpha = jnp.asarray(cutmix_alpha, jnp.float32)
+  mixup_on, cutmix_on = mixup_alpha > 0, cutmix_alpha > 0
+  use_cutmix = jnp.where(
+      mixup_on & cutmix_on,
+      jax.random.bernoulli(switch_key, switch_probability), cutmix_on)
+  mixed = jax.random.bernoulli(mix_key, probability) & (mixup_on | cutmix_on)
+  use_cutmix = use_cutmix & mixed
+  # One draw, of the chosen method's Beta (the sampler is the costly part of
+  # this program to compile); alpha 1 stands in when neither is on.
+  alpha = jnp.where(use_cutmix, cutmix_alpha, mixup_alpha)
+  lam = jax.random.beta(lam_key, *(2 * [jnp.where(alpha > 0, alpha, 1.0)]))
+  # timm's rand_bbox: cut sides int(side * sqrt(1 - lam)), half of them
+  # (rounded down) either side of a uniform centre, clipped.
+  ratio = jnp.sqrt(1.0 - lam)
+  half_h = jnp.floor(h * ratio).astype(jnp.int32) // 2
+  half_w = jnp.floor(w * ratio).astype(jnp.int32) // 2
+  cy = jax.random.randint(y_key, (), 0, h)
+  cx = jax.random.randint(x_key, (), 0, w)
+  top, bottom = jnp.clip(cy - half_h, 0, h), jnp.clip(cy + half_h, 0, h)
+  left, right = jnp.clip(cx - half_w, 0, w), jnp.clip(cx + half_w, 0, w)
+  rows, cols = jnp.arange(h)[:, None], jnp.arange(w)[None, :]
+  box = ((rows >= top) & (rows < bottom) & (cols >= left) & (cols < right) &
+         use_cutmix)
+  cutmix_lam = 1.0 - ((bottom - top) * (right - left)) / (h * w)
+  lam = jnp.where(mixed, jnp.where(use_cutmix, cutmix_lam, lam), 1.0)
+  return MixParameters(lam.astype(jnp.float32), use_cutmix, box)
+
+
+def soft_targets(labels: jax.Array, num_classes: int,
+                 label_smoothing: float = 0.0) -> jax.Array:
+  """(batch, num_classes) float32 one-hot targets, smoothed as timm's
+  `mixup_target`: off = smoothing / num_classes, on = 1 - smoothing + off."""
+  off = label_smoothing / num_classes
+  return jax.nn.one_hot(labels, num_classes) * (1.0 - label_smoothing) + off
+
+
+def apply_mix(parameters: MixParameters, images: jax.Array,
+              labels: jax.Array, num_classes: int,
+              label_smoothing: float = 0.0) -> tuple[jax.Array, jax.Array]:
+  """(mixed images, soft targets) of `parameters` (see `MixParameters`)."""
+  lam, use_cutmix, box = parameters
+  partner = images[::-1]
+  blended = lam * images + (1.0 - lam) * partner
+  pasted = jnp.where(box[None, :, :, None], partner, images)
+  mixed = jnp.where(use_cutmix, pasted, blended)
+  targets = soft_targets(labels, num_classes, label_smoothing)
+  return mixed, lam * targets + (1.0 - lam) * targets[::-1]
+
+
+def mix(key: jax.Array, images: jax.Array, labels: jax.Array,
+        num_classes: int, mixup_alpha: float, cutmix_alpha: float,
+        switch_probability: float = 0.5, label_smoothing: float = 0.0,
+        probability: float = 1.0) -> tuple[jax.Array, jax.Array]:
+  """Mixup (Zhang et al., ICLR 2018) / CutMix (Yun et al., ICCV 2019) as
+  timm's Mixup in batch mode: one lam per batch, every image mixed with the
+  batch reversed (`mix_parameters`, then `apply_mix`). Returns the images
+  and (batch, num_classes) float32 targets, rows summing to 1, smoothed by
+  `label_smoothing` (timm's convention, so the loss must not smooth them
+  again). Both alphas 0: the images unchanged and (smoothed) one-hot
+  targets (Python zeros skip the sampler; traced zeros mix with lam 1, which
+  leaves the images as they are). `mix_parameters(key, images.shape, ...)`
+  with the same key and arguments gives the lam used. Only `num_classes`
+  must be static."""
+  if all(isinstance(a, (int, float)) and a <= 0
+         for a in (mixup_alpha, cutmix_alpha)):
+    return images, soft_targets(labels, num_classes, label_smoothing)
+  parameters = mix_parameters(key, images.shape, mixup_alpha, cutmix_alpha,
+                              switch_probability, probability)
+  return apply_mix(parameters, images, labels, num_classes, label_smoothing)
