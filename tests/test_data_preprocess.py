@@ -1,5 +1,7 @@
 """Crops, flips, resizing and normalisation, on the host and the device."""
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -58,3 +60,35 @@ def test_normalize_scales_and_resizes():
                              mean=(0.5, 0.5, 0.5), std=(0.25, 0.5, 1.0))
   assert out.shape == (2, 8, 8, 3)
   np.testing.assert_allclose(out[0, 0, 0], [2.0, 1.0, 0.5], rtol=1e-6)
+
+
+def _augment_config(**fields):
+  from vit_jax import config_schema  # pylint: disable=g-import-not-at-top
+  config = config_schema.defaults()
+  config.update(fields)
+  return config
+
+
+def test_the_device_policy_is_none_unless_the_config_asks_for_one():
+  assert preprocess.device_policy(_augment_config()) is None
+  for fields in (dict(auto_augment='trivial_augment'),
+                 dict(auto_augment='rand_augment'), dict(random_erasing=0.5)):
+    assert callable(preprocess.device_policy(_augment_config(**fields)))
+
+
+def test_the_policy_changes_images_and_leaves_the_crops_as_they_were():
+  # With erasing at probability 1, every image differs from the crop alone
+  # only inside its erased rectangle: the crops themselves are the same.
+  images = np.random.default_rng(0).integers(0, 256, (8, 32, 32, 3), np.uint8)
+  policy = preprocess.device_policy(_augment_config(random_erasing=1.0))
+  kwargs = dict(key=jax.random.key(3), augment=True, image_size=32,
+                mean=(0.5,) * 3, std=(0.5,) * 3)
+  plain, erased = (np.asarray(jax.jit(functools.partial(
+      preprocess.normalize, policy=p, **kwargs))(images))
+                    for p in (None, policy))
+  # (XLA may fuse the normalisation differently: a 1e-9 difference is not
+  # a change.)
+  changed = np.any(np.abs(plain - erased) > 1e-5, axis=-1)
+  assert changed.any(axis=(1, 2)).all()
+  # The erased pixels hold the fill (0.5, which normalises to 0).
+  np.testing.assert_allclose(erased[changed], 0.0, atol=1e-6)
