@@ -82,12 +82,13 @@ def run_name(model: str, ingredients: int, epochs: int, seed: int) -> str:
 
 def planned_runs():
   """(model, ingredients, epochs, seed), most informative first: per budget,
-  the teacher, every ViT step, the CNNs with both recipes (seed 0), then
-  seeds 1 and 2 of the study and full ViT recipes and of both CNNs."""
+  the teacher, the ViT's study and full recipes (without and with
+  distillation), its steps in between, the CNNs with both recipes (seed 0),
+  then seeds 1 and 2 of the study and full ViT recipes and of both CNNs."""
   full_vit, full_cnn = len(INGREDIENTS), CNN_ONLY_AUGMENTATIONS
   for epochs in map(int, _EPOCHS.value):
     yield TEACHER, 0, epochs, 0
-    for ingredients in range(full_vit + 1):
+    for ingredients in (0, full_vit - 1, full_vit, *range(1, full_vit - 1)):
       yield 'vit', ingredients, epochs, 0
     for model in ('simple_cnn', 'small_resnet'):
       for ingredients in (0, full_cnn):
