@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 
 from vit_jax import analysis
+from vit_jax.models import vit
 
 GRID = (4, 4)
 PATCH = 8
@@ -137,3 +138,93 @@ def test_too_few_tokens_for_the_grid_is_a_clear_error():
     analysis.mean_attention_distance(np.ones((1, 1, 5, 5)), GRID, PATCH)
   with pytest.raises(ValueError, match='cannot cover a 4x4 patch grid'):
     analysis.position_embedding_similarity(np.ones((5, 3)), GRID)
+
+
+def with_distillation_token(attention: np.ndarray,
+                            dist_weight: float = 0.0) -> np.ndarray:
+  """`attention` ([CLS], patches) with a distillation token inserted after
+  [CLS]: it attends to itself, and `dist_weight` of every patch row moves to
+  it."""
+  tokens = attention.shape[-1] + 1
+  out = np.zeros((tokens, tokens))
+  keep = [0] + list(range(2, tokens))
+  out[np.ix_(keep, keep)] = attention
+  out[2:, 2:] *= 1 - dist_weight
+  out[2:, 1] = dist_weight * (1 - out[2:, 0])  # rows still sum to 1
+  out[1, 1] = 1.0
+  return out
+
+
+def test_with_a_distillation_token_the_maps_are_over_the_patches_only():
+  attention = np.random.default_rng(0).random((2, 3, TOKENS + 1, TOKENS + 1))
+  cls_maps = analysis.cls_attention(attention, GRID, prefix=2)
+  dist_maps = analysis.cls_attention(attention, GRID, prefix=2, query=1)
+  assert cls_maps.shape == dist_maps.shape == (2, 3, *GRID)
+  np.testing.assert_array_equal(cls_maps[1, 2, 1, 3],
+                                attention[1, 2, 0, 2 + 1 * GRID[1] + 3])
+  np.testing.assert_array_equal(dist_maps[1, 2, 1, 3],
+                                attention[1, 2, 1, 2 + 1 * GRID[1] + 3])
+  rollout = analysis.attention_rollout([attention])
+  np.testing.assert_array_equal(
+      analysis.token_to_patches(rollout, GRID, prefix=2)[0],
+      rollout[0, 0, 2:].reshape(GRID))
+  with pytest.raises(ValueError, match='not 1 prefix token'):
+    analysis.cls_attention(attention, GRID)  # the old [CLS]-only slicing
+  with pytest.raises(ValueError, match='not one of the 2 prefix'):
+    analysis.cls_attention(attention, GRID, prefix=2, query=2)
+
+
+def test_distance_leaves_out_every_prefix_token_and_a_masked_diagonal():
+  # neighbour_attention has a zero diagonal, as locality attention's.
+  heads = np.stack([
+      with_distillation_token(neighbour_attention()),
+      with_distillation_token(neighbour_attention(cls_weight=0.5), 0.5),
+  ])
+  distances = analysis.mean_attention_distance(heads[None], GRID, PATCH,
+                                               prefix=2)
+  np.testing.assert_allclose(distances, [PATCH, PATCH], atol=1e-12)
+  with pytest.raises(ValueError, match='not 1 prefix token'):
+    analysis.mean_attention_distance(heads[None], GRID, PATCH, prefix=1)
+
+
+def test_uniform_distance_without_the_patch_itself():
+  centres = analysis.patch_centres(GRID, PATCH)
+  pairwise = np.linalg.norm(centres[:, None] - centres[None], axis=-1)
+  others = pairwise[~np.eye(len(centres), dtype=bool)]
+  assert analysis.uniform_attention_distance(
+      GRID, PATCH, exclude_self=True) == pytest.approx(others.mean())
+  uniform_others = (1 - np.eye(TOKENS - 1)) / (TOKENS - 2)
+  attention = np.zeros((1, 1, TOKENS, TOKENS))
+  attention[0, 0, 0, 0] = 1
+  attention[0, 0, 1:, 1:] = uniform_others
+  np.testing.assert_allclose(
+      analysis.mean_attention_distance(attention, GRID, PATCH),
+      [others.mean()])
+
+
+def test_shifted_patch_filters_are_the_unshifted_copys_slice():
+  """`vit.shifted_patch_tokens` puts each patch's own pixels first among the
+  5 copies of its (row, column) position; the filters are the kernel rows
+  of those, times the LayerNorm scale."""
+  p, channels, width = 4, 3, 6
+  rng = np.random.default_rng(0)
+  images = rng.normal(size=(2, 8, 8, channels)).astype(np.float32)
+  tokens = np.asarray(vit.shifted_patch_tokens(images, p))
+  patches = images.reshape(2, 2, p, 2, p, channels).transpose(0, 1, 3, 2, 4, 5)
+  np.testing.assert_array_equal(
+      tokens.reshape(2, 2, 2, p, p, 5, channels)[..., 0, :], patches)
+  kernel = rng.normal(size=(p * p * 5 * channels, width))
+  scale = rng.normal(size=(p * p * 5 * channels,))
+  filters = analysis.shifted_patch_filters(kernel, p, scale)
+  assert filters.shape == (p, p, channels, width)
+  # The unshifted pixels' part of the projection of the LayerNorm'd tokens.
+  unshifted = np.zeros_like(tokens)
+  unshifted.reshape(2, 2, 2, p, p, 5, channels)[..., 0, :] = patches
+  np.testing.assert_allclose(
+      np.einsum('nhwabc,abcd->nhwd', patches, filters),
+      (unshifted * scale) @ kernel, rtol=1e-6, atol=1e-9)
+  np.testing.assert_array_equal(
+      analysis.shifted_patch_filters(kernel, p)[1, 2, 0],
+      kernel[(1 * p + 2) * 5 * channels])
+  with pytest.raises(ValueError, match='not over 3x3 patches of 5 copies'):
+    analysis.shifted_patch_filters(kernel, 3)

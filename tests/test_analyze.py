@@ -7,13 +7,18 @@ import sys
 
 import jax
 import numpy as np
+import orbax.checkpoint as ocp
 import pytest
 
 from tests.conftest import ROOT
+from tests.conftest import TINY_MODELS
 from tests.conftest import png
+from tests.conftest import tiny_config
+from vit_jax import analysis
 from vit_jax import analyze
 from vit_jax import checkpoint
 from vit_jax import models
+from vit_jax import steps
 
 FIGURES = ('cls_attention.png', 'attention_rollout.png',
            'attention_distance.png', 'position_embeddings.png',
@@ -101,3 +106,111 @@ def test_a_npz_without_its_model_or_images_is_one_line(tmp_path):
   assert out.returncode == 1
   assert out.stderr.strip().splitlines()[-1].startswith(
       'error: --checkpoint needs --model')
+
+
+# ------------------------------- runs of VisionTransformer's techniques -----
+
+
+def _untrained_run(workdir, data_dir, **techniques):
+  """A run of a 2-layer ViT with `techniques`, at 16x16 (a 4x4 grid of
+  4-pixel patches), as `checkpoint.load_run` reads one: its config.json and
+  a checkpoint of its initial parameters at step 0. Training would take far
+  longer and change no shape the analyses depend on."""
+  config = tiny_config(data_dir, image_size=16)
+  config.model_overrides = dict(TINY_MODELS['vit'], patch_size=4,
+                                num_layers=2, **techniques)
+  model = steps.create_model(config, 10)
+  params = model.init(jax.random.key(0), np.zeros((1, 16, 16, 3)),
+                      train=False)['params']
+  workdir.mkdir()
+  (workdir / 'config.json').write_text(config.to_json_best_effort())
+  with ocp.CheckpointManager(
+      (workdir / 'checkpoints').absolute(),
+      item_handlers={'state': ocp.StandardCheckpointHandler()}) as manager:
+    manager.save(0, args=ocp.args.Composite(
+        state=ocp.args.StandardSave({'params': params})))
+    manager.wait_until_finished()
+  return workdir
+
+
+def _analyze_run(workdir, out):
+  return analyze.analyze(out, workdir=workdir, num_images=2,
+                         distance_images=8, components=5)
+
+
+def _written(out):
+  return sorted(p.name for p in out.glob('*.png'))
+
+
+def test_a_distillation_token_run_shows_both_tokens_attention(cifar10_binary,
+                                                              tmp_path):
+  """[CLS], dist, then the patches: both tokens' maps are over the 4x4
+  patches alone, and the rollout is the class token's."""
+  workdir = _untrained_run(tmp_path / 'run', cifar10_binary[0],
+                           distillation_token=True)
+  result = _analyze_run(workdir, tmp_path / 'out')
+  assert _written(tmp_path / 'out') == sorted(
+      (*FIGURES, 'dist_attention.png'))
+  assert result['prefix_tokens'] == ['cls', 'dist']
+  assert result['grid'] == [4, 4] and result['position_embedding'] == 'learned'
+  assert 'not_drawn' not in result and analyze.not_drawn_lines(result) == []
+  assert -1 <= result['position_similarity_distance_correlation'] <= 1
+  per_head = result['mean_attention_distance_per_head']
+  # Patch centres on a 4x4 grid of 4-pixel patches are 0 to 17 px apart.
+  assert all(0 < d < 17 for layer in per_head for d in layer)
+
+
+def test_a_gap_run_without_position_embedding_says_what_it_did_not_draw(
+    cifar10_binary, tmp_path):
+  """No class token and no position embedding: those figures are not drawn
+  (an old one of the same name is removed), one line each in the command's
+  output, and no number about them in analysis.json."""
+  workdir = _untrained_run(tmp_path / 'run', cifar10_binary[0], posemb='none',
+                           classifier='gap')
+  figures = tmp_path / 'out'
+  figures.mkdir()
+  (figures / 'position_embeddings.png').write_bytes(b'from another model')
+  out = _analyze(f'--workdir={workdir}', f'--out={figures}',
+                 '--num_images=2', '--distance_images=8', '--components=5')
+  assert out.returncode == 0, out.stderr[-2000:]
+  assert 'Traceback' not in out.stderr
+  assert _written(figures) == ['attention_distance.png',
+                               'embedding_filters.png']
+  lines = out.stdout.splitlines()
+  assert lines[-2:] == [
+      "no position embedding (posemb='none'): position_embeddings.png not "
+      'drawn',
+      "no class token (classifier='gap'): cls_attention.png, "
+      'attention_rollout.png not drawn']
+  assert sum('not drawn' in line for line in lines) == 2
+  result = json.loads((figures / 'analysis.json').read_text())
+  assert result['prefix_tokens'] == []
+  assert result['position_embedding'] == 'none'
+  assert 'position_similarity_distance_correlation' not in result
+  assert sorted(result['not_drawn']) == ['attention_rollout.png',
+                                         'cls_attention.png',
+                                         'position_embeddings.png']
+  assert len(result['embedding_filter_explained_variance']) == 5
+  assert [len(layer) for layer in result['mean_attention_distance_per_head']
+         ] == [2, 2]
+
+
+def test_a_shifted_patch_locality_sincos_run_draws_every_figure(
+    cifar10_binary, tmp_path):
+  """Shifted patches: the filters are the unshifted copy's; the fixed
+  sine-cosine embedding is drawn, and falls off with distance; locality
+  attention's zero diagonal leaves the distances finite."""
+  workdir = _untrained_run(tmp_path / 'run', cifar10_binary[0],
+                           shifted_patches=True, locality_attention=True,
+                           posemb='sincos2d')
+  result = _analyze_run(workdir, tmp_path / 'out')
+  assert _written(tmp_path / 'out') == sorted(FIGURES)
+  assert 'not_drawn' not in result
+  assert result['position_embedding'] == 'sincos2d'
+  assert result['position_similarity_distance_correlation'] < -0.5
+  assert len(result['embedding_filter_explained_variance']) == 5
+  distances = np.array(result['mean_attention_distance_per_head'])
+  assert np.isfinite(distances).all() and (distances > 0).all()
+  # Without itself, a uniform head's patches are farther on average.
+  assert result['uniform_attention_distance'] == pytest.approx(
+      analysis.uniform_attention_distance((4, 4), 4) * 16 / 15, abs=1e-3)

@@ -2,23 +2,46 @@
 Figures 6 and 7) as pure NumPy functions.
 
 Attention arrays are one layer's probabilities, (batch, heads, tokens, tokens),
-rows (queries) summing to 1, with the class token first when the model has one
-(`vit_jax.models.attention_weights` returns them in depth order). Patch grids
-are row-major, as the patch embedding flattens them.
+rows (queries) summing to 1 (`vit_jax.models.attention_weights` returns them
+in depth order). The tokens are the `prefix` tokens that have no place on the
+image (none; [CLS]; or [CLS] then DeiT's distillation token), then the
+patches, row-major as the patch embedding flattens them.
 """
 
 import numpy as np
 
 
-def cls_attention(attention: np.ndarray, grid: tuple[int, int]) -> np.ndarray:
+def token_to_patches(matrix: np.ndarray, grid: tuple[int, int],
+                     prefix: int, query: int = 0) -> np.ndarray:
+  """Row `query` (a prefix token) of a tokens x tokens matrix, over the
+  patches only, as patch grids.
+
+  (..., prefix + h*w, prefix + h*w) -> (..., h, w): an attention layer
+  (batch, heads, ...) or a rollout (batch, ...). The prefix tokens' own
+  columns are left out.
+  """
+  matrix = np.asarray(matrix)
+  tokens = matrix.shape[-1]
+  if tokens != prefix + grid[0] * grid[1]:
+    raise ValueError(f'{tokens} tokens are not {prefix} prefix token(s) and '
+                     f'a {grid[0]}x{grid[1]} patch grid.')
+  if not 0 <= query < prefix:
+    raise ValueError(f'Token {query} is not one of the {prefix} prefix '
+                     'token(s).')
+  return matrix[..., query, prefix:].reshape(*matrix.shape[:-2], *grid)
+
+
+def cls_attention(attention: np.ndarray, grid: tuple[int, int],
+                  prefix: int = 1, query: int = 0) -> np.ndarray:
   """The class token's attention over the patches, per head, as patch grids.
 
-  (batch, heads, 1 + h*w, 1 + h*w) -> (batch, heads, h, w). Each map sums to
-  1 minus the class token's attention to itself.
+  (batch, heads, prefix + h*w, prefix + h*w) -> (batch, heads, h, w). Each
+  map sums to 1 minus the class token's attention to the prefix tokens
+  (itself, and the distillation token if there is one). `prefix`: 1 for
+  [CLS], 2 for [CLS] and a distillation token; `query=1` then gives the
+  distillation token's attention instead.
   """
-  attention = np.asarray(attention)
-  batch, heads = attention.shape[:2]
-  return attention[:, :, 0, 1:].reshape(batch, heads, *grid)
+  return token_to_patches(attention, grid, prefix, query)
 
 
 def attention_rollout(attentions: list[np.ndarray]) -> np.ndarray:
@@ -46,21 +69,29 @@ def patch_centres(grid: tuple[int, int], patch_size: int) -> np.ndarray:
 
 
 def mean_attention_distance(attention: np.ndarray, grid: tuple[int, int],
-                            patch_size: int) -> np.ndarray:
+                            patch_size: int,
+                            prefix: int | None = None) -> np.ndarray:
   """Mean attention distance in pixels of each head (the paper's Figure 7).
 
   For every patch query, the distance between its centre and each key patch's
   centre, weighted by the attention between them, averaged over queries and
-  images. Only patch-to-patch attention counts; it is renormalised to sum to 1
-  over the patches, since the class token has no position in the image.
-  Returns (heads,).
+  images. Only patch-to-patch attention counts (the prefix tokens, the
+  tokens before the last h*w, have no position in the image); it is
+  renormalised to sum to 1 over the patches. A masked diagonal (locality
+  self-attention) is fine: a row's patch attention still sums to 1 minus
+  its attention to the prefix tokens. `prefix`, when given, is checked
+  against the tokens and the grid. Returns (heads,).
   """
   attention = np.asarray(attention, np.float64)
   num_patches = grid[0] * grid[1]
-  prefix = attention.shape[-1] - num_patches
-  if prefix < 0:
-    raise ValueError(f'{attention.shape[-1]} tokens cannot hold a '
+  tokens = attention.shape[-1]
+  if tokens < num_patches:
+    raise ValueError(f'{tokens} tokens cannot hold a '
                      f'{grid[0]}x{grid[1]} patch grid.')
+  if prefix is not None and tokens != prefix + num_patches:
+    raise ValueError(f'{tokens} tokens are not {prefix} prefix token(s) and '
+                     f'a {grid[0]}x{grid[1]} patch grid.')
+  prefix = tokens - num_patches
   patches = attention[:, :, prefix:, prefix:]
   patches = patches / patches.sum(axis=-1, keepdims=True)
   centres = patch_centres(grid, patch_size)
@@ -68,13 +99,19 @@ def mean_attention_distance(attention: np.ndarray, grid: tuple[int, int],
   return (patches * distances).sum(axis=-1).mean(axis=(0, 2))
 
 
-def uniform_attention_distance(grid: tuple[int, int],
-                               patch_size: int) -> float:
+def uniform_attention_distance(grid: tuple[int, int], patch_size: int,
+                               exclude_self: bool = False) -> float:
   """The mean attention distance of a head attending to all patches alike:
-  the mean distance between two patch centres. A head below it looks near."""
+  the mean distance between two patch centres. A head below it looks near.
+  `exclude_self`: alike to all the other patches, for locality
+  self-attention, which masks each token's attention to itself."""
   centres = patch_centres(grid, patch_size)
-  return float(
-      np.linalg.norm(centres[:, None] - centres[None], axis=-1).mean())
+  distances = np.linalg.norm(centres[:, None] - centres[None], axis=-1)
+  if exclude_self:
+    if len(centres) < 2:
+      return 0.0
+    return float(distances.sum() / (len(centres) * (len(centres) - 1)))
+  return float(distances.mean())
 
 
 def cosine_similarity_matrix(vectors: np.ndarray) -> np.ndarray:
@@ -88,10 +125,10 @@ def position_embedding_similarity(position_embeddings: np.ndarray,
                                   grid: tuple[int, int]) -> np.ndarray:
   """Cosine similarity of every patch position's embedding to every other's.
 
-  `position_embeddings` is the model's (1, tokens, d) or (tokens, d) table; a
-  leading class-token entry is dropped. Returns (h, w, h, w): [i, j] is the
-  similarity map of position (i, j) against the grid (the paper's Figure 7,
-  centre).
+  `position_embeddings` is the model's (1, tokens, d) or (tokens, d) table;
+  leading entries for the prefix tokens ([CLS], distillation) are dropped.
+  Returns (h, w, h, w): [i, j] is the similarity map of position (i, j)
+  against the grid (the paper's Figure 7, centre).
   """
   table = np.asarray(position_embeddings).reshape(-1,
                                                   position_embeddings.shape[-1])
@@ -144,3 +181,30 @@ def patch_embedding_components(
   variance = singular_values**2
   return (components.reshape(count, *kernel.shape[:-1]),
           variance[:count] / variance.sum())
+
+
+def shifted_patch_filters(kernel: np.ndarray, patch_size: int,
+                          norm_scale: np.ndarray | None = None) -> np.ndarray:
+  """The filters that shifted patch tokenization applies to the patch
+  itself, as a (p, p, channels, d) patch-embedding kernel.
+
+  `kernel` is the `shifted_patch_embedding` Dense kernel, (p*p*5*channels, d),
+  over `vit.shifted_patch_tokens`' features: each patch's pixels flattened
+  (row, column, channel) with the channels of the image and of its four
+  shifted copies concatenated, the unshifted image first. Returns that first
+  copy's slice. `norm_scale`, the `shifted_patch_norm` LayerNorm's scale
+  ((p*p*5*channels,)), is multiplied in when given, so the filters act on the
+  normalised pixels as the projection sees them (the LayerNorm's per-token
+  centring and scaling and its bias are not linear in the pixels and are left
+  out).
+  """
+  kernel = np.asarray(kernel, np.float64)
+  features, width = kernel.shape
+  per_copy, remainder = divmod(features, patch_size * patch_size * 5)
+  if remainder or not per_copy:
+    raise ValueError(f'A ({features}, {width}) kernel is not over '
+                     f'{patch_size}x{patch_size} patches of 5 copies of the '
+                     'image.')
+  if norm_scale is not None:
+    kernel = kernel * np.asarray(norm_scale, np.float64).reshape(-1, 1)
+  return kernel.reshape(patch_size, patch_size, 5, per_copy, width)[:, :, 0]

@@ -14,7 +14,10 @@ Writes into --out (the analyses are in `vit_jax.analysis`):
 
   cls_attention.png          the class token's last-layer attention over the
                              patches, per head, for --num_images images
+  dist_attention.png         the same for DeiT's distillation token, when the
+                             model has one
   attention_rollout.png      attention rollout through all layers, same images
+                             (what flows into the class token)
   rollout_<image>.png        with --images: the rollout over each image
   attention_distance.png     mean attention distance of every head against
                              depth (the paper's Figure 7, right)
@@ -25,6 +28,30 @@ Writes into --out (the analyses are in `vit_jax.analysis`):
                              hybrids)
   analysis.json              the numbers behind the figures, and with
                              --images the top-5 classes of each image
+
+Runs of `VisionTransformer`'s optional techniques are analysed as they are:
+the patches are the tokens after the prefix ones ([CLS], then the
+distillation token), and the image size and patch grid come from the run's
+config. What a model does not have is not drawn, and the command says so in
+one line each (analysis.json lists it under `not_drawn`, and has no numbers
+for it; a figure of that name left in --out by an earlier analysis is
+removed):
+
+  classifier 'gap' or 'map'  no class token: no cls_attention.png nor
+                             attention rollout
+  posemb='sincos2d'          position_embeddings.png shows the fixed
+                             sine-cosine embedding (`vit.posemb_sincos_2d`),
+                             titled as such; analysis.json's
+                             `position_embedding` says which it was
+  posemb='none'              no position_embeddings.png
+  shifted_patches            embedding_filters.png shows the components of the
+                             filters on the patch itself: the unshifted
+                             image's slice of the `shifted_patch_embedding`
+                             kernel, times the `shifted_patch_norm` scale
+                             (`analysis.shifted_patch_filters`)
+  locality_attention         the attention maps have a zero diagonal; the
+                             uniform-attention distance leaves out the patch
+                             itself
 
 For a run, the figures also go to its TensorBoard (`tensorboard --logdir
 WORKDIR/tensorboard`, under `analysis`), at the step analysed.
@@ -49,6 +76,7 @@ from vit_jax import models
 from vit_jax import steps
 from vit_jax.data import preprocess
 from vit_jax.data import sources
+from vit_jax.models import vit
 
 _WORKDIR = flags.DEFINE_string('workdir', None, 'A vit_jax.main run.')
 _CHECKPOINT = flags.DEFINE_string(
@@ -96,6 +124,15 @@ class Subject:
   described: dict  # what analysis.json says was analysed
 
 
+def prefix_tokens(model: models.VisionTransformer) -> list[str]:
+  """The tokens before the patches, in order: 'cls' (classifier 'token'),
+  then 'dist' (`distillation_token`)."""
+  names = ['cls'] if model.classifier == 'token' else []
+  if model.distillation_token:
+    names.append('dist')
+  return names
+
+
 def run_subject(workdir, step=None) -> tuple[Subject, object]:
   """The ViT of a `vit_jax.main` run, and the run's config."""
   run = checkpoint.load_run(workdir, step)
@@ -125,7 +162,7 @@ def npz_subject(path, model_name: str) -> Subject:
   if not isinstance(model, models.VisionTransformer):
     raise AnalysisError(f'--model={model_name} is not a ViT.')
   positions = params['Transformer']['posembed_input']['pos_embedding']
-  side = math.isqrt(positions.shape[1] - (model.classifier == 'token'))
+  side = math.isqrt(positions.shape[1] - len(prefix_tokens(model)))
   image_size = side * model.effective_patch_size
   checkpoint.check_params(params, checkpoint.param_shapes(model, image_size),
                           source=str(path),
@@ -210,7 +247,7 @@ def _upsample(grid_map: np.ndarray, image_size: int) -> np.ndarray:
   return np.kron(grid_map, np.ones((factor, factor)))
 
 
-def plot_cls_attention(path, display, maps):
+def plot_cls_attention(path, display, maps, token='class'):
   plt = _plt()
   num_images, heads = maps.shape[:2]
   fig, axes = plt.subplots(num_images, heads + 1,
@@ -224,7 +261,8 @@ def plot_cls_attention(path, display, maps):
         axes[i, h + 1].set_title(f'head {h + 1}', fontsize=9)
   for ax in axes.ravel():
     ax.axis('off')
-  fig.suptitle('last layer: attention of the class token to each patch')
+  fig.suptitle(f'last layer: attention of the {token} token\nto each patch',
+               fontsize=10)
   fig.tight_layout()
   fig.savefig(path, dpi=100)
   plt.close(fig)
@@ -279,7 +317,8 @@ def _mosaic(similarity: np.ndarray) -> np.ndarray:
   return tiles.transpose(0, 2, 1, 3).reshape(h * (h + 1), w * (w + 1))
 
 
-def plot_position_embeddings(path, similarity: np.ndarray, correlation: float):
+def plot_position_embeddings(path, similarity: np.ndarray, correlation: float,
+                             title: str | None = None):
   plt = _plt()
   fig, axes = plt.subplots(1, 2, figsize=(9, 4.3),
                            gridspec_kw={'width_ratios': [1.4, 1]})
@@ -294,12 +333,16 @@ def plot_position_embeddings(path, similarity: np.ndarray, correlation: float):
     ax.set_xticks([])
     ax.set_yticks([])
   fig.colorbar(image, ax=axes, shrink=0.8, label='cosine similarity')
+  if title:
+    fig.suptitle(title, fontsize=10)
   fig.savefig(path, dpi=120)
   plt.close(fig)
 
 
 def plot_embedding_filters(path, components: np.ndarray,
-                           explained: np.ndarray):
+                           explained: np.ndarray,
+                           title: str = 'the patch-embedding filters'):
+  """`title`: what the filters are, after 'principal components of'."""
   plt = _plt()
   columns = 7
   rows = -(-len(components) // columns)
@@ -311,11 +354,49 @@ def plot_embedding_filters(path, components: np.ndarray,
     low, high = component.min(), component.max()
     ax.imshow((component - low) / (high - low + 1e-12))
     ax.set_title(f'{100 * share:.1f}%', fontsize=7)
-  fig.suptitle('principal components of the patch-embedding filters '
-               '(share of variance)', fontsize=9)
+  fig.suptitle(f'principal components of {title}\n(share of variance)',
+               fontsize=9)
   fig.tight_layout()
   fig.savefig(path, dpi=120)
   plt.close(fig)
+
+
+def position_table(model: models.VisionTransformer, params,
+                   grid: tuple[int, int]) -> np.ndarray | None:
+  """The position embedding the model adds, (1, tokens or h*w, d): its
+  learned table, the fixed sine-cosine one of the grid, or None."""
+  if model.posemb == 'learned':
+    return params['Transformer']['posembed_input']['pos_embedding']
+  if model.posemb == 'sincos2d':
+    return np.asarray(vit.posemb_sincos_2d(*grid, model.hidden_size))
+  return None
+
+
+def embedding_filters(model: models.VisionTransformer,
+                      params) -> tuple[np.ndarray | None, str]:
+  """The patch-embedding filters on RGB pixels, (p, p, channels, d), and
+  what they are (a figure title); or None and why there are none."""
+  if model.resnet_stages is not None:
+    return None, ("a hybrid's patch embedding sees ResNet features, not "
+                  'pixels')
+  if model.shifted_patches:
+    return analysis.shifted_patch_filters(
+        params['shifted_patch_embedding']['kernel'], model.patch_size,
+        params['shifted_patch_norm']['scale']), (
+            "the shifted-patch projection's filters\non the unshifted patch "
+            '(its slice of shifted_patch_embedding x the shifted_patch_norm '
+            'scale)')
+  return params['embedding']['kernel'], 'the patch-embedding filters'
+
+
+def not_drawn_lines(result: dict) -> list[str]:
+  """One line per reason a figure was not drawn: 'REASON: FIGURES not
+  drawn'."""
+  reasons = {}
+  for figure, reason in result.get('not_drawn', {}).items():
+    reasons.setdefault(reason, []).append(figure)
+  return [f'{reason}: {", ".join(figures)} not drawn'
+          for reason, figures in reasons.items()]
 
 
 def analyze(out, *, workdir=None, step=None, data_dir=None,
@@ -354,44 +435,73 @@ def analyze(out, *, workdir=None, step=None, data_dir=None,
 
   patch_size = model.effective_patch_size  # image pixels per token side
   grid = (size // patch_size,) * 2
-  has_cls = model.classifier == 'token'
+  prefix = prefix_tokens(model)
   logits, attentions = forward(model, subject.variables, inputs)
   shown = slice(0, num_images)
+  not_drawn = {}  # figure -> why not
   # The distances of 'gap' models' heads still use patch-to-patch attention.
   distances = np.stack([
-      analysis.mean_attention_distance(a, grid, patch_size)
+      analysis.mean_attention_distance(a, grid, patch_size, len(prefix))
       for a in attentions
   ])
   params = subject.variables['params']
-  similarity = analysis.position_embedding_similarity(
-      params['Transformer']['posembed_input']['pos_embedding'], grid)
-  correlation = analysis.similarity_distance_correlation(similarity)
-  # A hybrid's embedding filters see ResNet features, not RGB pixels.
-  rgb_filters = model.resnet_stages is None
-  if rgb_filters:
-    filters, explained = analysis.patch_embedding_components(
-        params['embedding']['kernel'], components)
+  positions = position_table(model, params, grid)
+  if positions is None:
+    not_drawn['position_embeddings.png'] = (
+        f"no position embedding (posemb='{model.posemb}')")
+  else:
+    similarity = analysis.position_embedding_similarity(positions, grid)
+    correlation = analysis.similarity_distance_correlation(similarity)
+  kernel, filters_title = embedding_filters(model, params)
+  if kernel is None:
+    not_drawn['embedding_filters.png'] = filters_title
+  else:
+    filters, explained = analysis.patch_embedding_components(kernel,
+                                                             components)
 
   out = pathlib.Path(out)
   out.mkdir(parents=True, exist_ok=True)
-  if has_cls:
-    plot_cls_attention(out / 'cls_attention.png', display[shown],
-                       analysis.cls_attention(attentions[-1][shown], grid))
+  if 'cls' in prefix:
+    plot_cls_attention(
+        out / 'cls_attention.png', display[shown],
+        analysis.cls_attention(attentions[-1][shown], grid, len(prefix)))
+    if 'dist' in prefix:
+      plot_cls_attention(
+          out / 'dist_attention.png', display[shown],
+          analysis.cls_attention(attentions[-1][shown], grid, len(prefix),
+                                 query=prefix.index('dist')),
+          token='distillation')
     needed = len(files) if files else num_images
     rollout = analysis.attention_rollout([a[:needed] for a in attentions])
-    rollout = rollout[:, 0, 1:].reshape(-1, *grid)
+    rollout = analysis.token_to_patches(rollout, grid, len(prefix),
+                                        prefix.index('cls'))
     plot_rollout(out / 'attention_rollout.png', display[shown],
                  rollout[shown])
     for i, path in enumerate(files or []):
       plot_rollout(out / f'rollout_{path.stem}.png', display[i:i + 1],
                    rollout[i:i + 1])
-  uniform = analysis.uniform_attention_distance(grid, patch_size)
+  else:
+    reason = f"no class token (classifier='{model.classifier}')"
+    not_drawn['cls_attention.png'] = reason
+    not_drawn['attention_rollout.png'] = reason
+  uniform = analysis.uniform_attention_distance(
+      grid, patch_size, exclude_self=model.locality_attention)
   plot_attention_distance(out / 'attention_distance.png', distances, size,
                           uniform)
-  plot_position_embeddings(out / 'position_embeddings.png', similarity,
-                           correlation)
-  if rgb_filters:
-    plot_embedding_filters(out / 'embedding_filters.png', filters, explained)
+  if positions is not None:
+    plot_position_embeddings(
+        out / 'position_embeddings.png', similarity, correlation,
+        title=None if model.posemb == 'learned' else
+        "fixed sine-cosine position embedding (posemb='sincos2d'), not "
+        'learned')
+  if kernel is not None:
+    plot_embedding_filters(out / 'embedding_filters.png', filters, explained,
+                           filters_title)
+  # A figure of the same name from an earlier analysis would pass for this
+  # model's.
+  stale = [*not_drawn, *([] if 'dist' in prefix else ['dist_attention.png'])]
+  for figure in stale:
+    (out / figure).unlink(missing_ok=True)
 
   result = {
       **subject.described,
@@ -402,11 +512,16 @@ def analyze(out, *, workdir=None, step=None, data_dir=None,
       'mean_attention_distance_per_head': distances.round(3).tolist(),
       'mean_attention_distance_per_layer': distances.mean(1).round(3).tolist(),
       'uniform_attention_distance': round(uniform, 3),
-      'position_similarity_distance_correlation': round(correlation, 4),
+      'prefix_tokens': prefix,
+      'position_embedding': model.posemb,
   }
-  if rgb_filters:
+  if positions is not None:
+    result['position_similarity_distance_correlation'] = round(correlation, 4)
+  if kernel is not None:
     result['embedding_filter_explained_variance'] = explained.round(
         4).tolist()
+  if not_drawn:
+    result['not_drawn'] = not_drawn
   if files:
     result['top5'] = {str(f): best for f, best in zip(files, top5(logits,
                                                                    names))}
@@ -436,7 +551,7 @@ def main(argv):
   # What it wrote is the output; jax's and orbax's progress notes are not.
   logging.set_verbosity(logging.ERROR)
   try:
-    analyze(
+    result = analyze(
         _OUT.value, workdir=_WORKDIR.value, step=_STEP.value,
         data_dir=_DATA_DIR.value, checkpoint_path=_CHECKPOINT.value,
         model_name=_MODEL.value, images=_IMAGES.value,
@@ -449,6 +564,8 @@ def main(argv):
   print(f'Wrote into {out}:')
   for path in sorted(out.iterdir()):
     print(f'  {path}')
+  for line in not_drawn_lines(result):
+    print(line)
 
 
 if __name__ == '__main__':
