@@ -40,9 +40,9 @@ _SUMMARIZE_ONLY = flags.DEFINE_bool('summarize_only', False,
 
 NAMES = {'vit': 'ViT-Tiny', 'simple_cnn': 'SimpleCNN',
          'small_resnet': 'SmallResNet'}
-# Each ingredient's config changes, added in this order; a recipe is the
-# study's plus a prefix of them, named by the ingredients it adds.
-INGREDIENTS = [
+# Each ingredient's config changes, in the order the ablation adds them; a
+# recipe is the study's plus some of them, named by the ingredients it adds.
+INGREDIENTS = dict([
     ('trivial_augment', {'auto_augment': 'trivial_augment'}),
     ('random_erasing', {'random_erasing': 0.25}),
     ('mixup_cutmix', {'mixup_alpha': 0.8, 'cutmix_alpha': 1.0}),
@@ -50,7 +50,7 @@ INGREDIENTS = [
     ('spt_lsa', {'model_overrides.shifted_patches': True,
                  'model_overrides.locality_attention': True}),
     ('distillation', {'model_overrides.distillation_token': True}),
-]
+])
 # What configs/data_efficient.py sets that the study's recipe does not.
 STUDY_OFF = {
     'auto_augment': 'none', 'random_erasing': 0, 'mixup_alpha': 0,
@@ -58,48 +58,74 @@ STUDY_OFF = {
     'model_overrides.shifted_patches': False,
     'model_overrides.locality_attention': False,
 }
-CNN_ONLY_AUGMENTATIONS = 3  # the CNNs take the first three ingredients
+ALL = tuple(INGREDIENTS)
+# The ablation adds the ingredients one at a time; the architecture changes
+# and distillation are also tried alone. The CNNs take the augmentations.
+CUMULATIVE = [ALL[:i] for i in range(len(ALL) + 1)]
+ALONE = [('spt_lsa',), ('distillation',)]
+CNN_AUGMENTED = ALL[:3]
 TEACHER = 'simple_cnn'
 TABLE_START = '<!-- ablation table: written by run.py -->'
 TABLE_END = '<!-- end of ablation table -->'
 
 
-def recipe_name(ingredients: int) -> str:
-  return '+'.join(['study'] + [name for name, _ in INGREDIENTS[:ingredients]])
+def recipe_name(ingredients: tuple[str, ...]) -> str:
+  return '+'.join(('study',) + ingredients)
 
 
-def recipe_overrides(model: str, ingredients: int) -> dict:
+# The tables' and the figure's order of the recipes.
+ORDER = [recipe_name(r) for r in CUMULATIVE + ALONE]
+
+
+def _rank(recipe: str) -> int:
+  return ORDER.index(recipe) if recipe in ORDER else len(ORDER)
+
+
+def _label(recipe: str) -> str:
+  """'study', '+ X' for a step of the ablation, 'study + X alone'."""
+  ingredients = tuple(recipe.split('+')[1:])
+  if not ingredients:
+    return 'study'
+  if ingredients in ALONE:
+    return f'study + {ingredients[0]} alone'
+  return f'+ {ingredients[-1]}'
+
+
+def recipe_overrides(model: str, ingredients: tuple[str, ...]) -> dict:
   overrides = {k: v for k, v in STUDY_OFF.items()
                if model == 'vit' or not k.startswith('model_overrides.')}
-  for _, changes in INGREDIENTS[:ingredients]:
-    overrides.update(changes)
+  for name in ingredients:
+    overrides.update(INGREDIENTS[name])
   return overrides
 
 
-def run_name(model: str, ingredients: int, epochs: int, seed: int) -> str:
+def run_name(model: str, ingredients: tuple[str, ...], epochs: int,
+             seed: int) -> str:
   return f'{model}_{recipe_name(ingredients)}_e{epochs}_seed{seed}'
 
 
 def planned_runs():
   """(model, ingredients, epochs, seed), most informative first: per budget,
   the teacher, the ViT's study and full recipes (without and with
-  distillation), its steps in between, the CNNs with both recipes (seed 0),
-  then seeds 1 and 2 of the study and full ViT recipes and of both CNNs."""
-  full_vit, full_cnn = len(INGREDIENTS), CNN_ONLY_AUGMENTATIONS
+  distillation), the architecture and distillation alone, the steps in
+  between, the CNNs with both recipes (seed 0), then seeds 1 and 2 of the
+  study and full ViT recipes and of both CNNs."""
+  study, full = CUMULATIVE[0], CUMULATIVE[-1]
+  key_rows = [study, CUMULATIVE[-2], full]
   for epochs in map(int, _EPOCHS.value):
-    yield TEACHER, 0, epochs, 0
-    for ingredients in (0, full_vit - 1, full_vit, *range(1, full_vit - 1)):
+    yield TEACHER, study, epochs, 0
+    for ingredients in key_rows + ALONE + CUMULATIVE[1:-2]:
       yield 'vit', ingredients, epochs, 0
     for model in ('simple_cnn', 'small_resnet'):
-      for ingredients in (0, full_cnn):
+      for ingredients in (study, CNN_AUGMENTED):
         yield model, ingredients, epochs, 0
     for seed in (1, 2):
-      yield TEACHER, 0, epochs, seed
-      for ingredients in (0, full_vit - 1, full_vit):
+      yield TEACHER, study, epochs, seed
+      for ingredients in key_rows:
         yield 'vit', ingredients, epochs, seed
       for model in ('simple_cnn', 'small_resnet'):
-        yield model, full_cnn, epochs, seed
-      yield 'small_resnet', 0, epochs, seed
+        yield model, CNN_AUGMENTED, epochs, seed
+      yield 'small_resnet', study, epochs, seed
 
 
 def _flag(key: str, value) -> str:
@@ -117,7 +143,7 @@ def train(workdir: pathlib.Path, data_dir: pathlib.Path):
     started += 1
     overrides = recipe_overrides(model, ingredients)
     if overrides.get('model_overrides.distillation_token'):
-      teacher = workdir / run_name(TEACHER, 0, epochs, seed)
+      teacher = workdir / run_name(TEACHER, (), epochs, seed)
       if not (teacher / 'summary.json').exists():
         sys.exit(f'error: the teacher {teacher} has not finished.')
       overrides['distillation_teacher'] = teacher
@@ -143,7 +169,7 @@ def load_runs(workdir: pathlib.Path) -> list[dict]:
     records.append({
         'model': model,
         'recipe': 'study' + recipe.rsplit('_e', 1)[0],
-        'epochs': summary['epochs'],
+        'epochs': round(summary['epochs']),
         'train_examples': 5000,
         'seed': config['seed'],
         'best_test_accuracy': summary['best_test_accuracy'],
@@ -152,7 +178,7 @@ def load_runs(workdir: pathlib.Path) -> list[dict]:
         'wall_minutes': round(summary['train_seconds'] / 60, 1),
     })
   return sorted(records, key=lambda r: (r['epochs'], r['model'],
-                                        len(r['recipe']), r['seed']))
+                                        _rank(r['recipe']), r['seed']))
 
 
 def _cell(values) -> str:
@@ -182,7 +208,7 @@ def table(records: list[dict]) -> str:
               'Gap to the best CNN closed | Wall time (min) |',
               '|---|---|---|---|---|---|']
     for key in sorted((k for k in groups if k[0] == epochs),
-                      key=lambda k: (k[1] != 'vit', k[1], len(k[2]))):
+                      key=lambda k: (k[1] != 'vit', k[1], _rank(k[2]))):
       runs = groups[key]
       closed = ''
       if key[1] == 'vit' and study_vit and best_cnn:
@@ -209,9 +235,8 @@ def plot(records: list[dict], path: pathlib.Path):
     for r in records:
       if r['epochs'] == epochs and r['model'] == 'vit':
         vit.setdefault(r['recipe'], []).append(100 * r['best_test_accuracy'])
-    recipes = sorted(vit, key=len)
-    labels = ['study'] + ['+ ' + recipe.rsplit('+', 1)[1]
-                          for recipe in recipes[1:]]
+    recipes = sorted(vit, key=_rank)
+    labels = [_label(recipe) for recipe in recipes]
     ax.bar(range(len(recipes)), [np.mean(vit[r]) for r in recipes],
            yerr=[np.std(vit[r], ddof=1) if len(vit[r]) > 1 else 0
                  for r in recipes], color='tab:blue', label='ViT-Tiny')

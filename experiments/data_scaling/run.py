@@ -111,7 +111,7 @@ def load_runs(workdir: pathlib.Path) -> list[dict]:
     records.append({
         'model': model,
         'recipe': RECIPE,
-        'epochs': summary['epochs'],
+        'epochs': round(summary['epochs']),
         'train_examples': int(directory.name.split('_n')[-1].split('_')[0]),
         'seed': config['seed'],
         'best_test_accuracy': summary['best_test_accuracy'],
