@@ -5,11 +5,11 @@ import subprocess
 import sys
 
 
-
-def test_command_prints_a_table_and_a_json_line():
+def test_command_prints_a_table_and_a_json_line_and_writes_a_trace(tmp_path):
   out = subprocess.run(
       [sys.executable, '-m', 'vit_jax.benchmark', '--model=SimpleCNN',
-       '--batch_size=8', '--steps=1', '--cpu_devices=2'],
+       '--batch_size=8', '--steps=1', '--cpu_devices=2',
+       f'--trace_dir={tmp_path}', '--trace_steps=1'],
       capture_output=True, text=True, check=True)
   lines = out.stdout.strip().splitlines()
   result = json.loads(lines[-1])
@@ -19,6 +19,9 @@ def test_command_prints_a_table_and_a_json_line():
   assert abs(result['xla_train_gflop_per_image'] /
              result['train_gflop_per_image'] - 1) < 0.5
   assert any(line.startswith('train_ms_per_step') for line in lines)
+  # What TensorBoard and Perfetto open.
+  assert list(tmp_path.rglob('*.xplane.pb'))
+  assert list(tmp_path.rglob('perfetto_trace.json.gz'))
 
 
 def test_memory_only_compiles_and_reports_what_one_device_holds():

@@ -6,6 +6,7 @@ r"""Times the compiled train and eval steps of a model on this machine.
       --cpu_compiler_option=xla_cpu_experimental_ynn_fusion_type=
   python -m vit_jax.benchmark --model=ViT-H_14 --image_size=224 \
       --batch_size=8 --cpu_devices=8 --fsdp=8 --memory_only
+  python -m vit_jax.benchmark --trace_dir=/tmp/trace
 
 The steps are the training loop's own (`vit_jax.steps`: AdamW, on-device
 batch gather and preprocessing, the config built from `config_schema`), fed
@@ -17,6 +18,9 @@ run, and XLA's estimate of the step's memory per device. `--memory_only`
 compiles the steps for the state's shapes and prints only that estimate, so
 the memory of models far larger than this machine can be compared, e.g.
 parameters replicated (`--fsdp=1`) against split over 8 devices.
+`--trace_dir` also records a `jax.profiler` trace of a few train steps after
+the timed ones (open it in TensorBoard or Perfetto;
+`experiments/benchmarks/profile_step.py` sums it by kind of work).
 
 FLOPs are counted from the model's jaxpr (`vit_jax.flops`). XLA's cost
 analysis of the compiled step, which also counts elementwise work, is printed
@@ -57,6 +61,10 @@ _MEMORY_ONLY = flags.DEFINE_bool(
     'memory_only', False, 'Compile the steps for the state\'s shapes and '
     'print XLA\'s per-device memory estimate, allocating and running nothing '
     '(for models larger than this machine).')
+_TRACE_DIR = flags.DEFINE_string(
+    'trace_dir', None, 'Also write a jax.profiler trace of --trace_steps '
+    'train steps here.')
+_TRACE_STEPS = flags.DEFINE_integer('trace_steps', 3, 'Train steps traced.')
 _CPU_DEVICES = flags.DEFINE_integer(
     'cpu_devices', parallel.DEFAULT_CPU_DEVICES,
     'Host devices the batch is split over when running on the CPU.')
@@ -131,7 +139,9 @@ def run_benchmark(*, model: str, batch_size: int, image_size: int,
                   num_classes: int = 10, dtype: str = 'float32',
                   steps_timed: int = 10, augment: bool = True,
                   cpu_compiler_options: dict[str, str] | None = None,
-                  fsdp: int = 1, memory_only: bool = False) -> dict[str, Any]:
+                  fsdp: int = 1, memory_only: bool = False,
+                  trace_dir: str | None = None,
+                  trace_steps: int = 3) -> dict[str, Any]:
   config = benchmark_config(model, batch_size, image_size, dtype, augment,
                             cpu_compiler_options or {}, fsdp)
   num_devices = jax.device_count()
@@ -180,6 +190,10 @@ def run_benchmark(*, model: str, batch_size: int, image_size: int,
                          inputs.test_data, indices, mask)
 
   train_seconds = _median_seconds(one_train_step, steps_timed)
+  if trace_dir:
+    with jax.profiler.trace(trace_dir, create_perfetto_trace=True):
+      for _ in range(trace_steps):
+        jax.block_until_ready(one_train_step())
   eval_seconds = _median_seconds(one_eval_step, steps_timed)
 
   forward = flops.forward_flops_per_image(
@@ -243,7 +257,8 @@ def main(argv):
         image_size=_IMAGE_SIZE.value, num_classes=_NUM_CLASSES.value,
         dtype=_DTYPE.value, steps_timed=_STEPS.value, augment=_AUGMENT.value,
         cpu_compiler_options=_parse_options(_CPU_COMPILER_OPTIONS.value),
-        fsdp=_FSDP.value, memory_only=_MEMORY_ONLY.value)
+        fsdp=_FSDP.value, memory_only=_MEMORY_ONLY.value,
+        trace_dir=_TRACE_DIR.value, trace_steps=_TRACE_STEPS.value)
   except ValueError as e:  # ConfigError included
     raise app.UsageError(str(e)) from e
   print(format_table(result))

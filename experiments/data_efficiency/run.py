@@ -31,8 +31,10 @@ _DATA_DIR = flags.DEFINE_string('data_dir', '../shared/data/cifar10-5k',
                                 'The 5k/1k CIFAR-10 subset.')
 _WORKDIR = flags.DEFINE_string('workdir', '/tmp/data_efficiency',
                                'One directory per run; never committed.')
-_EPOCHS = flags.DEFINE_list('epochs', ['30', '200'], 'Training budgets, in '
-                            'order of priority.')
+_EPOCHS = flags.DEFINE_list(
+    'epochs', ['30', '100'], 'Training budgets, the study\'s first; 100 is '
+    'the longer one that fits this machine (a 200-epoch ViT run is ~2 h on '
+    '2 cores); --epochs=30,200 where a GPU is.')
 _MAX_RUNS = flags.DEFINE_integer('max_runs', 0, 'Stop after this many new '
                                  'runs; 0: all.')
 _SUMMARIZE_ONLY = flags.DEFINE_bool('summarize_only', False,
@@ -105,20 +107,30 @@ def run_name(model: str, ingredients: tuple[str, ...], epochs: int,
 
 
 def planned_runs():
-  """(model, ingredients, epochs, seed), most informative first: per budget,
-  the teacher, the ViT's study and full recipes (without and with
-  distillation), the architecture and distillation alone, the steps in
-  between, the CNNs with both recipes (seed 0), then seeds 1 and 2 of the
-  study and full ViT recipes and of both CNNs."""
+  """(model, ingredients, epochs, seed), most informative first: at the
+  first budget, the teacher, the ViT's study and full recipes (without and
+  with distillation), the architecture and distillation alone, the steps in
+  between and the CNNs with both recipes (seed 0); at each longer budget the
+  same without the steps in between; then seeds 1 and 2 of the study and
+  full ViT recipes and of both CNNs, budget by budget; last, the steps in
+  between at the longer budgets."""
   study, full = CUMULATIVE[0], CUMULATIVE[-1]
   key_rows = [study, CUMULATIVE[-2], full]
-  for epochs in map(int, _EPOCHS.value):
+  between = ALONE + CUMULATIVE[1:-2]
+  first, *longer = map(int, _EPOCHS.value)
+
+  def seed_zero(epochs, ablation):
     yield TEACHER, study, epochs, 0
-    for ingredients in key_rows + ALONE + CUMULATIVE[1:-2]:
+    for ingredients in key_rows + ablation:
       yield 'vit', ingredients, epochs, 0
     for model in ('simple_cnn', 'small_resnet'):
       for ingredients in (study, CNN_AUGMENTED):
         yield model, ingredients, epochs, 0
+
+  yield from seed_zero(first, between)
+  for epochs in longer:
+    yield from seed_zero(epochs, [])
+  for epochs in (first, *longer):
     for seed in (1, 2):
       yield TEACHER, study, epochs, seed
       for ingredients in key_rows:
@@ -126,6 +138,9 @@ def planned_runs():
       for model in ('simple_cnn', 'small_resnet'):
         yield model, CNN_AUGMENTED, epochs, seed
       yield 'small_resnet', study, epochs, seed
+  for epochs in longer:
+    for ingredients in between:
+      yield 'vit', ingredients, epochs, 0
 
 
 def _flag(key: str, value) -> str:
