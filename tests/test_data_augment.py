@@ -83,15 +83,20 @@ def test_rotate_a_quarter_turn_counter_clockwise():
                              np.rot90(x, -1, axes=(1, 2)), atol=1e-4)
 
 
-def test_shear_x_slides_rows_about_the_centre():
+def test_shears_slide_rows_and_columns_about_the_top_left_corner():
   x = np.asarray(jax.random.uniform(jax.random.key(0), SHAPE))
   out = apply(x, 'shear_x', 0.4 / 0.99)  # shear factor 0.4
-  # Row y samples x + 0.4 (y - 15.5): row 18 from x + 1, row 13 from x - 1,
-  # row 23 from x + 3.
-  np.testing.assert_allclose(out[:, 18, :-1], x[:, 18, 1:], atol=1e-5)
-  np.testing.assert_allclose(out[:, 18, -1], 0.5, atol=1e-5)
-  np.testing.assert_allclose(out[:, 13, 1:], x[:, 13, :-1], atol=1e-5)
-  np.testing.assert_allclose(out[:, 23, :-3], x[:, 23, 3:], atol=1e-5)
+  # Row y samples x + 0.4 (y + 0.5), as torchvision's and PIL's shear: row 2
+  # from x + 1, row 7 from x + 3; the pixels read from outside are gray.
+  np.testing.assert_allclose(out[:, 2, :-1], x[:, 2, 1:], atol=1e-5)
+  np.testing.assert_allclose(out[:, 2, -1], 0.5, atol=1e-5)
+  np.testing.assert_allclose(out[:, 7, :-3], x[:, 7, 3:], atol=1e-5)
+  np.testing.assert_allclose(out[:, 7, -3:], 0.5, atol=1e-5)
+  # Negative magnitudes the other way; shear y the same with columns.
+  out = apply(x, 'shear_x', -0.4 / 0.99)
+  np.testing.assert_allclose(out[:, 7, 3:], x[:, 7, :-3], atol=1e-5)
+  out = apply(x, 'shear_y', 0.4 / 0.99)
+  np.testing.assert_allclose(out[:, :-3, 7], x[:, 3:, 7], atol=1e-5)
 
 
 def test_solarize_posterize_brightness_on_constant_images():
@@ -197,13 +202,20 @@ def test_random_erasing_fills_one_rectangle_of_the_area_range():
   assert len(set(fractions)) > 5
 
 
-def test_random_erasing_with_pixel_noise_stays_in_range():
-  images = jnp.full(SHAPE, 0.25)
-  out = np.asarray(_erase(jax.random.key(3), images, 1.0, mode='pixel'))
-  erased = out != 0.25
+def test_random_erasing_fills_what_timm_fills_once_normalised():
+  mean, std = (0.49, 0.48, 0.45), (0.25, 0.24, 0.26)
+  images = jnp.full(SHAPE, 2.0)  # outside [0, 1]: never a fill value
+  normalised = lambda x: (np.asarray(x) - np.asarray(mean)) / np.asarray(std)
+  const = _erase(jax.random.key(3), images, 1.0, mean=mean, std=std)
+  erased = np.asarray(const) != 2.0
   assert erased.any(axis=(1, 2, 3)).all()
-  assert 0.0 <= out.min() and out.max() <= 1.0
-  assert np.unique(out[erased]).size > 100  # noise, not a constant
+  np.testing.assert_allclose(normalised(const)[erased], 0.0, atol=1e-6)
+  # DeiT's 'pixel' mode: N(0, 1) per pixel and channel, once normalised.
+  noise = _erase(jax.random.key(3), images, 1.0, mode='pixel', mean=mean,
+                 std=std)
+  values = normalised(noise)[np.asarray(noise) != 2.0]
+  assert values.size > 1000
+  assert abs(values.mean()) < 0.1 and abs(values.std() - 1) < 0.1
 
 
 # ------------------------------------------------------- mixup / cutmix ----

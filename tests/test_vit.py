@@ -618,8 +618,9 @@ def test_locality_attention_learns_a_temperature_and_masks_self():
   x = jax.random.normal(jax.random.key(0), (2, 5, 32))
   attention = MultiHeadSelfAttention(num_heads=4, locality=True)
   params = attention.init(jax.random.key(1), x, deterministic=True)['params']
-  np.testing.assert_allclose(params['temperature'], 8**-0.5)
-  params = {**_randomized(params), 'temperature': jnp.float32(0.7)}
+  np.testing.assert_allclose(params['temperature'], [8**-0.5] * 4)
+  temperature = np.float32([0.7, 0.3, 1.1, 0.5])  # one per head
+  params = {**_randomized(params), 'temperature': jnp.asarray(temperature)}
   out, state = attention.apply({'params': params}, x, deterministic=True,
                                mutable=['intermediates'])
   weights = state['intermediates']['attention_weights'][0]
@@ -627,7 +628,7 @@ def test_locality_attention_learns_a_temperature_and_masks_self():
   p = jax.tree.map(lambda a: np.asarray(a, np.float64), params)
   q, k, v = (np.einsum('btd,dhe->bthe', x, p[n]['kernel']) + p[n]['bias']
              for n in ('query', 'key', 'value'))
-  logits = np.einsum('bqhe,bkhe->bhqk', q, k) * 0.7
+  logits = np.einsum('bqhe,bkhe->bhqk', q, k) * temperature[:, None, None]
   logits[..., np.arange(5), np.arange(5)] = -np.inf
   probabilities = _softmax(logits)
   np.testing.assert_allclose(weights, probabilities, rtol=1e-5, atol=1e-6)
@@ -642,7 +643,7 @@ def test_locality_attention_in_the_model():
   variables = model.init(jax.random.key(0), images, train=False)
   for i in range(SMALL['num_layers']):
     block = variables['params']['Transformer'][f'encoderblock_{i}']
-    assert block['MultiHeadDotProductAttention_0']['temperature'].shape == ()
+    assert block['MultiHeadDotProductAttention_0']['temperature'].shape == (4,)
   for a in attention_weights(model, variables, images):
     assert a.shape == (2, 4, 17, 17)
     np.testing.assert_array_equal(np.diagonal(a, axis1=-2, axis2=-1), 0.0)

@@ -2,6 +2,7 @@ r"""Where the study ViT's train step spends its time on this machine: the
 table of the benchmarks README's "Where the time goes".
 
   python experiments/benchmarks/profile_step.py [--cpu_devices=4] [--steps=3]
+  python experiments/benchmarks/profile_step.py --matmuls
 
 Runs `vit_jax.benchmark`'s train step (ViT-Tiny-CIFAR_4, batch 128,
 augmented), records a `jax.profiler` trace of --steps steps with XLA's
@@ -12,6 +13,8 @@ step against the step's wall time. With one device the threads run on the 2
 cores and add up to at most 2 x wall; with 4 devices on 2 cores each device
 has its own thread and they share the cores, so an operation's time includes
 the slices it waited for a core, and the sum can reach 4 x wall.
+`--matmuls` times the step's largest matmuls alone on one core and on both
+cores at once (`taskset`), to see whether the cores slow each other down.
 """
 
 import argparse
@@ -21,7 +24,10 @@ import json
 import os
 import pathlib
 import re
+import subprocess
+import sys
 import tempfile
+import time
 
 # Kinds of work, by XLA's names for its thunks; the first match wins.
 KINDS = (
@@ -82,11 +88,60 @@ def summarize(trace_path: pathlib.Path, steps: int) -> dict[str, float]:
   return table
 
 
+# The step's largest matmuls (M, K, N) at batch 128: the MLP's two and a
+# weight gradient.
+MATMULS = ((128 * 65, 128, 512), (128 * 65, 512, 128), (128, 128 * 65, 512))
+
+
+def matmul_rate(shape: tuple[int, int, int], seconds: float = 5.0) -> float:
+  """GFLOP/s of one jitted f32 matmul of `shape`, run back to back."""
+  import jax  # pylint: disable=g-import-not-at-top
+  import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
+  m, k, n = shape
+  matmul = jax.jit(jnp.matmul)
+  a, b = jnp.ones((m, k)), jnp.ones((k, n))
+  matmul(a, b).block_until_ready()
+  count, start = 0, time.perf_counter()
+  while time.perf_counter() - start < seconds:
+    matmul(a, b).block_until_ready()
+    count += 1
+  return 2 * m * k * n * count / (time.perf_counter() - start) / 1e9
+
+
+def matmuls_alone_and_side_by_side():
+  """Each of MATMULS in one process pinned to core 0, then in two processes
+  at once pinned to cores 0 and 1: whether the cores slow each other's
+  matmuls down."""
+  print('| matmul (M x K x N) | alone, GFLOP/s | two at once, GFLOP/s each |')
+  print('| --- | ---: | ---: |')
+  for shape in MATMULS:
+    def start(core):
+      return subprocess.Popen(
+          ['taskset', '-c', str(core), sys.executable, __file__,
+           '--matmul=' + 'x'.join(map(str, shape))],
+          stdout=subprocess.PIPE, text=True)
+    alone = float(start(0).communicate()[0])
+    pair = [start(0), start(1)]
+    both = [float(process.communicate()[0]) for process in pair]
+    print(f'| {"x".join(map(str, shape))} | {alone:.0f} | '
+          f'{both[0]:.0f}, {both[1]:.0f} |')
+
+
 def main():
   parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
   parser.add_argument('--cpu_devices', type=int, default=4)
   parser.add_argument('--steps', type=int, default=3)
+  parser.add_argument('--matmuls', action='store_true',
+                      help='Time the step\'s matmul shapes alone and two at '
+                      'once instead (one device each, pinned to a core).')
+  parser.add_argument('--matmul', help=argparse.SUPPRESS)
   args = parser.parse_args()
+  if args.matmul:
+    print(matmul_rate(tuple(map(int, args.matmul.split('x')))))
+    return
+  if args.matmuls:
+    matmuls_alone_and_side_by_side()
+    return
   os.environ['XLA_FLAGS'] = (os.environ.get('XLA_FLAGS', '') +
                              ' --xla_cpu_enable_xprof_traceme=true')
   from vit_jax import parallel  # pylint: disable=g-import-not-at-top

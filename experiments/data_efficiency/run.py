@@ -48,7 +48,9 @@ INGREDIENTS = dict([
     ('trivial_augment', {'auto_augment': 'trivial_augment'}),
     ('random_erasing', {'random_erasing': 0.25}),
     ('mixup_cutmix', {'mixup_alpha': 0.8, 'cutmix_alpha': 1.0}),
-    ('stochastic_depth', {'model_overrides.stochastic_depth_rate': 0.1}),
+    # In place of dropout, as DeiT.
+    ('stochastic_depth', {'model_overrides.stochastic_depth_rate': 0.1,
+                          'model_overrides.dropout_rate': 0.0}),
     ('spt_lsa', {'model_overrides.shifted_patches': True,
                  'model_overrides.locality_attention': True}),
     ('distillation', {'model_overrides.distillation_token': True}),
@@ -57,6 +59,7 @@ INGREDIENTS = dict([
 STUDY_OFF = {
     'auto_augment': 'none', 'random_erasing': 0, 'mixup_alpha': 0,
     'cutmix_alpha': 0, 'model_overrides.stochastic_depth_rate': 0,
+    'model_overrides.dropout_rate': 0.1,
     'model_overrides.shifted_patches': False,
     'model_overrides.locality_attention': False,
 }

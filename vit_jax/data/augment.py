@@ -10,17 +10,22 @@ random draws of a batch-shaped array, and branches are `jnp.where` /
 
 Images are float32 NHWC in [0, 1]: after `/ 255` and the random crop and
 flip, before normalisation (`preprocess.normalize`). The ops keep them in
-[0, 1]. `mix` is linear (or a paste), so it also works after normalisation.
+[0, 1]; random erasing's noise, last before normalisation, may leave it. `mix` is linear (or a paste), so it also works after normalisation.
 
 The op table (`OPS`) is torchvision's TrivialAugmentWide / RandAugment set of
 14 ops, each written once as a function of a signed magnitude in [-1, 1]
 that `OpRanges` maps to the op's own range: `TRIVIAL_AUGMENT_WIDE` (Muller &
 Hutter 2021, the "wide" ranges of torchvision) and `RAND_AUGMENT` (timm's
 ranges at its magnitude scale out of 10, the severity-increasing `inc1`
-variants). Photometric ops follow PIL's definitions, as timm and torchvision
-do; geometric ops are one affine warp with bilinear sampling about the image
-centre, filled with gray `FILL` (0.5, timm's default fill of 128 scaled to
-[0, 1]; near the dataset mean, so near 0 once normalised).
+variants, on torchvision's op set: timm's default `rand-m9-n2` op set also
+has Invert and SolarizeAdd and no Identity). Photometric ops follow PIL's definitions, as timm and torchvision
+do; geometric ops are one affine warp with bilinear sampling (rotations
+about the image centre, shears about its top-left corner, as torchvision's),
+filled with gray `FILL`: 0.5, timm's fill of 128 scaled to [0, 1], near the
+dataset mean, so near 0 once normalised. torchvision's TrivialAugmentWide
+fills with black and samples the nearest pixel by default; we keep timm's
+gray and bilinear sampling, so that a large rotation or shift does not paste
+a black area that no test image has.
 """
 
 import dataclasses
@@ -213,9 +218,10 @@ def _warp_parameters(op: jax.Array, magnitude: jax.Array, ranges: OpRanges,
   at signed `magnitude`; the identity for the other ops.
 
   Positive magnitudes rotate counter-clockwise as displayed (PIL's rotate),
-  shear x by `x + s (y - cy)` / y by `y + s (x - cx)` (sampling, about the
-  centre as torchvision), and move the content right / down. Translations
-  are rounded to whole pixels, as torchvision's, so they are exact shifts.
+  shear x by sampling `x + s (y + 1/2)` / y by `y + s (x + 1/2)` (about the
+  image's top-left corner, as torchvision's `center=[0, 0]` and PIL's shear
+  matrix), and move the content right / down. Translations are rounded to
+  whole pixels, so they are exact shifts (torchvision truncates).
   """
   angle = magnitude * ranges.rotate * math.pi / 180.0
   cos, sin = jnp.cos(angle), jnp.sin(angle)
@@ -231,8 +237,12 @@ def _warp_parameters(op: jax.Array, magnitude: jax.Array, ranges: OpRanges,
       'shear_x': jnp.stack([one, shear, zero, one]),
       'shear_y': jnp.stack([one, zero, shear, one]),
   }
+  # `_affine` turns about the centre; these offsets move a shear's fixed
+  # point to the corner.
   offsets = {'translate_x': jnp.stack([-shift_x, zero]),
-             'translate_y': jnp.stack([zero, -shift_y])}
+             'translate_y': jnp.stack([zero, -shift_y]),
+             'shear_x': jnp.stack([shear * height / 2, zero]),
+             'shear_y': jnp.stack([zero, shear * width / 2])}
   matrix = jnp.stack([matrices.get(name, identity) for name in OPS])[op]
   offset = jnp.stack([offsets.get(name, jnp.stack([zero, zero]))
                       for name in OPS])[op]
@@ -352,7 +362,7 @@ def random_erasing(key: jax.Array, images: jax.Array,
                    probability: float = 0.25,
                    area: tuple[float, float] = (0.02, 1 / 3),
                    aspect: tuple[float, float] = (0.3, 3.3), *,
-                   mode: str = 'const', fill: float = FILL,
+                   mode: str = 'const', mean=FILL, std=1.0,
                    attempts: int = 10) -> jax.Array:
   """Random erasing (Zhong et al., AAAI 2020) as timm's RandomErasing with
   one rectangle: per image, with `probability`, a rectangle of a uniform
@@ -361,11 +371,12 @@ def random_erasing(key: jax.Array, images: jax.Array,
   the first that fits (height and width smaller than the image's) is used;
   none fitting leaves the image as it is.
 
-  We erase before normalisation, in [0, 1]: `mode='const'` fills with `fill`
-  (0.5, about the mean, so about timm's zeros in normalised space), and
-  `mode='pixel'` with per-pixel, per-channel noise uniform in [0, 1] (timm's
-  'pixel' draws normal noise in normalised space, which would leave [0, 1]).
-  Only `mode` and `attempts` must be static.
+  We erase before normalisation, in [0, 1] units, with what timm erases with
+  after it, given the dataset's pixel `mean` and `std` (per channel):
+  `mode='const'` fills with `mean` (timm's zeros once normalised),
+  `mode='pixel'` with per-pixel, per-channel `mean + std * N(0, 1)` (timm's
+  and DeiT's normal noise once normalised, which leaves [0, 1] as theirs
+  does). Only `mode` and `attempts` must be static.
   """
   if mode not in ('const', 'pixel'):
     raise ValueError(f"mode={mode!r}: use 'const' or 'pixel'.")
@@ -391,10 +402,12 @@ def random_erasing(key: jax.Array, images: jax.Array,
           (rows < (top + height)[:, None, None]) &
           (cols >= left[:, None, None]) &
           (cols < (left + width)[:, None, None]) & erase[:, None, None])
+  mean = jnp.asarray(mean, images.dtype)
   if mode == 'const':
-    values = jnp.full_like(images, fill)
+    values = jnp.broadcast_to(mean, images.shape)
   else:
-    values = jax.random.uniform(keys[5], images.shape, images.dtype)
+    values = mean + jnp.asarray(std, images.dtype) * jax.random.normal(
+        keys[5], images.shape, images.dtype)
   return jnp.where(mask[..., None], values, images)
 
 

@@ -90,7 +90,8 @@ Policy = Callable[[jax.Array, jax.Array], jax.Array]
 def device_policy(config) -> Policy | None:
   """The config's augmentations beyond the crop and flip, as one function
   (key, images in [0, 1]) -> images: TrivialAugment or RandAugment, then
-  random erasing (`vit_jax.data.augment`); None when the config has none."""
+  random erasing with normal noise (`vit_jax.data.augment`); None when the
+  config has none."""
   steps = []
   if config.auto_augment == 'trivial_augment':
     steps.append(augment_lib.trivial_augment)
@@ -99,8 +100,11 @@ def device_policy(config) -> Policy | None:
         augment_lib.rand_augment, num_ops=config.rand_augment_ops,
         magnitude=config.rand_augment_magnitude))
   if config.random_erasing:
-    steps.append(functools.partial(augment_lib.random_erasing,
-                                   probability=config.random_erasing))
+    # DeiT's setting (timm's `remode='pixel'`): normal noise once normalised.
+    steps.append(functools.partial(
+        augment_lib.random_erasing, probability=config.random_erasing,
+        mode='pixel', mean=tuple(config.pixel_mean),
+        std=tuple(config.pixel_std)))
   if not steps:
     return None
 

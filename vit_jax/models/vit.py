@@ -223,8 +223,9 @@ class MultiHeadSelfAttention(nn.Module):
 
   `locality` is the locality self-attention of Lee, Lee & Song (2021, "Vision
   Transformer for Small-Size Datasets"): the fixed 1/sqrt(head_dim) becomes
-  a learned scalar `temperature` (initialised to it, multiplied on the
-  float32 logits), and each token's logit for itself is masked out before
+  a learned `temperature` per head (initialised to it, multiplied on the
+  float32 logits, as the authors' code), and each token's logit for itself is
+  masked out before
   the softmax. Both sharpen the attention towards other tokens, which ViTs
   trained on small data spread too evenly. Only the einsum path has it.
   """
@@ -281,8 +282,9 @@ class MultiHeadSelfAttention(nn.Module):
     logits = jnp.einsum('bhqe,bhke->bhqk', q, k).astype(jnp.float32)
     if self.locality:
       temperature = self.param('temperature',
-                               nn.initializers.constant(head_dim**-0.5), ())
-      logits = logits * temperature.astype(jnp.float32)
+                               nn.initializers.constant(head_dim**-0.5),
+                               (self.num_heads,))
+      logits = logits * temperature.astype(jnp.float32)[:, None, None]
       # The lowest float rather than -inf: the same zero probability, and no
       # NaN for a sequence of one token (a row with nothing left).
       tokens = logits.shape[-1]
@@ -510,8 +512,8 @@ class VisionTransformer(nn.Module):
     (`shifted_patch_embedding`) in place of the `embedding` conv; needs a
     patch_size of at least 2 and no ResNet stem.
   - `locality_attention`: locality self-attention in every block (a learned
-    `temperature` in each `MultiHeadDotProductAttention_0`, self-attention
-    masked); needs attention='einsum'.
+    `temperature` per head in each `MultiHeadDotProductAttention_0`,
+    self-attention masked); needs attention='einsum'.
   - `distillation_token` (DeiT): a learned `dist` token right after `cls`
     and its own head `head_dist`; needs classifier='token'. Then the model
     returns, with `train=True`, the tuple (class logits, distillation logits)
