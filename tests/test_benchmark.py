@@ -33,8 +33,19 @@ def test_memory_only_compiles_and_reports_what_one_device_holds():
     return json.loads(out.stdout.strip().splitlines()[-1])
 
   replicated, sharded = memory(1), memory(4)
+  assert replicated['attention'] == 'einsum'
   assert (replicated['fsdp'], sharded['fsdp']) == (1, 4)
   assert 'train_images_per_second' not in sharded  # nothing ran
   # The state (parameters, Adam's mu and nu) is most of the arguments.
   assert (sharded['train_step_argument_mb'] <
           replicated['train_step_argument_mb'] / 2.5)
+
+
+def test_a_fused_attention_is_chosen_from_the_command_line():
+  out = subprocess.run(
+      [sys.executable, '-m', 'vit_jax.benchmark', '--model=ViT-Tiny-CIFAR_4',
+       '--batch_size=8', '--cpu_devices=1', '--memory_only',
+       '--attention=dot_product_attention'],
+      capture_output=True, text=True, check=True)
+  assert json.loads(out.stdout.strip().splitlines()[-1])['attention'] == (
+      'dot_product_attention')

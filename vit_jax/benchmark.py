@@ -7,6 +7,8 @@ r"""Times the compiled train and eval steps of a model on this machine.
   python -m vit_jax.benchmark --model=ViT-H_14 --image_size=224 \
       --batch_size=8 --cpu_devices=8 --fsdp=8 --memory_only
   python -m vit_jax.benchmark --trace_dir=/tmp/trace
+  python -m vit_jax.benchmark --model=ViT-B_16 --image_size=224 \
+      --batch_size=256 --dtype=bfloat16 --attention=cudnn  # on a GPU
 
 The steps are the training loop's own (`vit_jax.steps`: AdamW, on-device
 batch gather and preprocessing, the config built from `config_schema`), fed
@@ -61,6 +63,10 @@ _MEMORY_ONLY = flags.DEFINE_bool(
     'memory_only', False, 'Compile the steps for the state\'s shapes and '
     'print XLA\'s per-device memory estimate, allocating and running nothing '
     '(for models larger than this machine).')
+_ATTENTION = flags.DEFINE_enum(
+    'attention', 'einsum', ['einsum', 'dot_product_attention', 'cudnn'],
+    "A ViT's attention (model_overrides.attention); 'cudnn': cuDNN's fused "
+    'attention on NVIDIA GPUs.')
 _TRACE_DIR = flags.DEFINE_string(
     'trace_dir', None, 'Also write a jax.profiler trace of --trace_steps '
     'train steps here.')
@@ -123,7 +129,8 @@ def _xla_flops(compiled) -> float | None:
 
 def benchmark_config(model: str, batch_size: int, image_size: int, dtype: str,
                      augment: bool, cpu_compiler_options: dict[str, str],
-                     fsdp: int = 1) -> ml_collections.ConfigDict:
+                     fsdp: int = 1,
+                     attention: str = 'einsum') -> ml_collections.ConfigDict:
   """The schema's config with the study's optimizer and loss."""
   config = config_schema.defaults()
   config.update(dict(
@@ -132,6 +139,8 @@ def benchmark_config(model: str, batch_size: int, image_size: int, dtype: str,
       pixel_std=(0.25, 0.25, 0.25), label_smoothing=0.1, weight_decay=0.01,
       total_steps=1, fsdp=fsdp))
   config.cpu_compiler_options.update(cpu_compiler_options)
+  if attention != 'einsum':  # a ViT's; the default leaves CNNs valid
+    config.model_overrides.attention = attention
   return config
 
 
@@ -140,10 +149,11 @@ def run_benchmark(*, model: str, batch_size: int, image_size: int,
                   steps_timed: int = 10, augment: bool = True,
                   cpu_compiler_options: dict[str, str] | None = None,
                   fsdp: int = 1, memory_only: bool = False,
+                  attention: str = 'einsum',
                   trace_dir: str | None = None,
                   trace_steps: int = 3) -> dict[str, Any]:
   config = benchmark_config(model, batch_size, image_size, dtype, augment,
-                            cpu_compiler_options or {}, fsdp)
+                            cpu_compiler_options or {}, fsdp, attention)
   num_devices = jax.device_count()
   config_schema.validate(config, num_devices)
   module = steps.create_model(config, num_classes)
@@ -173,6 +183,7 @@ def run_benchmark(*, model: str, batch_size: int, image_size: int,
       'dtype': dtype,
       'devices': f'{num_devices} x {jax.devices()[0].device_kind}',
       'fsdp': mesh.shape['fsdp'],
+      'attention': attention,
   }
   if memory_only:
     return {**described, 'compile_seconds': compile_seconds,
@@ -258,7 +269,7 @@ def main(argv):
         dtype=_DTYPE.value, steps_timed=_STEPS.value, augment=_AUGMENT.value,
         cpu_compiler_options=_parse_options(_CPU_COMPILER_OPTIONS.value),
         fsdp=_FSDP.value, memory_only=_MEMORY_ONLY.value,
-        trace_dir=_TRACE_DIR.value, trace_steps=_TRACE_STEPS.value)
+        attention=_ATTENTION.value, trace_dir=_TRACE_DIR.value, trace_steps=_TRACE_STEPS.value)
   except ValueError as e:  # ConfigError included
     raise app.UsageError(str(e)) from e
   print(format_table(result))
