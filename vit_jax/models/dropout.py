@@ -9,6 +9,8 @@ ViT-Tiny train step cost about a third of the whole step on a CPU
 independent of how the batch is sharded, since it depends on global indices.
 """
 
+from collections.abc import Sequence
+
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
@@ -36,9 +38,11 @@ def hash_bits(key: jax.Array, shape: tuple[int, ...]) -> jax.Array:
 
 
 class Dropout(nn.Module):
-  """Drop-in for `nn.Dropout` (no parameters, so no change to the tree)."""
+  """Drop-in for `nn.Dropout` (no parameters, so no change to the tree);
+  as there, `broadcast_dims` share one mask value along those axes."""
 
   rate: float
+  broadcast_dims: Sequence[int] = ()
 
   @nn.compact
   def __call__(self, x: jax.Array, *, deterministic: bool) -> jax.Array:
@@ -48,6 +52,8 @@ class Dropout(nn.Module):
       return jnp.zeros_like(x)
     keep_prob = 1.0 - self.rate
     threshold = jnp.uint32(min(round(keep_prob * 2**32), 2**32 - 1))
-    keep = hash_bits(self.make_rng('dropout'), x.shape) < threshold
+    mask_shape = tuple(1 if axis in self.broadcast_dims else size
+                       for axis, size in enumerate(x.shape))
+    keep = hash_bits(self.make_rng('dropout'), mask_shape) < threshold
     return jnp.where(keep, x / jnp.asarray(keep_prob, x.dtype),
                      jnp.zeros((), x.dtype))

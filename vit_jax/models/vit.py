@@ -120,28 +120,14 @@ class AddSincos2dPositionEmbs(nn.Module):
     return tokens + embedding
 
 
-class DropPath(nn.Module):
+def DropPath(rate: float, name: str | None = None) -> Dropout:  # pylint: disable=invalid-name
   """Stochastic depth (Huang et al. 2016): drops a residual branch for whole
   examples, with probability `rate`, and scales the kept ones by
   1 / (1 - rate), so that eval (`deterministic`, the identity) sees the
-  expected value. One hashed bit per example (`hash_bits`, the 'dropout'
-  rng) broadcast over tokens and channels; no parameters, and rate 0 draws
+  expected value. Our hash dropout with its mask broadcast over tokens and
+  channels (one bit per example); no parameters, and rate 0 draws
   no rng, so it leaves the other dropout masks as they were."""
-
-  rate: float
-
-  @nn.compact
-  def __call__(self, x: jax.Array, *, deterministic: bool) -> jax.Array:
-    if deterministic or self.rate == 0.0:
-      return x
-    if self.rate == 1.0:
-      return jnp.zeros_like(x)
-    keep_prob = 1.0 - self.rate
-    threshold = jnp.uint32(min(round(keep_prob * 2**32), 2**32 - 1))
-    keep = hash_bits(self.make_rng('dropout'), x.shape[:1]) < threshold
-    keep = keep.reshape(x.shape[:1] + (1,) * (x.ndim - 1))
-    return jnp.where(keep, x / jnp.asarray(keep_prob, x.dtype),
-                     jnp.zeros((), x.dtype))
+  return Dropout(rate, broadcast_dims=(1, 2), name=name)
 
 
 class MlpBlock(nn.Module):
@@ -332,14 +318,16 @@ class Encoder1DBlock(nn.Module):
         name='MultiHeadDotProductAttention_0')(
             x, deterministic=deterministic)
     x = Dropout(self.dropout_rate)(x, deterministic=deterministic)
-    x = DropPath(self.drop_path_rate)(x, deterministic=deterministic)
+    x = DropPath(self.drop_path_rate, name='DropPath_0')(
+        x, deterministic=deterministic)
     x = x + inputs
 
     y = nn.LayerNorm(dtype=self.dtype)(x)
     y = MlpBlock(
         mlp_dim=self.mlp_dim, dropout_rate=self.dropout_rate, dtype=self.dtype)(
             y, deterministic=deterministic)
-    y = DropPath(self.drop_path_rate)(y, deterministic=deterministic)
+    y = DropPath(self.drop_path_rate, name='DropPath_1')(
+        y, deterministic=deterministic)
     return x + y
 
 
