@@ -17,7 +17,6 @@ that many new runs.
 
 import json
 import pathlib
-import subprocess
 import sys
 
 from absl import app
@@ -25,7 +24,8 @@ from absl import flags
 import numpy as np
 
 HERE = pathlib.Path(__file__).resolve().parent
-REPO = HERE.parents[1]
+sys.path.insert(0, str(HERE.parent))
+import runs  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 _DATA_DIR = flags.DEFINE_string('data_dir', '../shared/data/cifar10-5k',
                                 'The 5k/1k CIFAR-10 subset.')
@@ -65,9 +65,11 @@ STUDY_OFF = {
 }
 ALL = tuple(INGREDIENTS)
 # The ablation adds the ingredients one at a time; the architecture changes
-# and distillation are also tried alone. The CNNs take the augmentations.
+# and distillation, which the augmentations hide at 30 epochs, are also
+# tried on the study's recipe, alone and together. The CNNs take the
+# augmentations.
 CUMULATIVE = [ALL[:i] for i in range(len(ALL) + 1)]
-ALONE = [('spt_lsa',), ('distillation',)]
+ON_STUDY = [('spt_lsa',), ('distillation',), ('spt_lsa', 'distillation')]
 CNN_AUGMENTED = ALL[:3]
 TEACHER = 'simple_cnn'
 TABLE_START = '<!-- ablation table: written by run.py -->'
@@ -79,7 +81,7 @@ def recipe_name(ingredients: tuple[str, ...]) -> str:
 
 
 # The tables' and the figure's order of the recipes.
-ORDER = [recipe_name(r) for r in CUMULATIVE + ALONE]
+ORDER = [recipe_name(r) for r in CUMULATIVE + ON_STUDY]
 
 
 def _rank(recipe: str) -> int:
@@ -87,12 +89,14 @@ def _rank(recipe: str) -> int:
 
 
 def _label(recipe: str) -> str:
-  """'study', '+ X' for a step of the ablation, 'study + X alone'."""
+  """'study', '+ X' for a step of the ablation, 'study + X alone',
+  'study + X + Y'."""
   ingredients = tuple(recipe.split('+')[1:])
   if not ingredients:
     return 'study'
-  if ingredients in ALONE:
-    return f'study + {ingredients[0]} alone'
+  if ingredients in ON_STUDY:
+    return 'study + ' + ' + '.join(ingredients) + (
+        ' alone' if len(ingredients) == 1 else '')
   return f'+ {ingredients[-1]}'
 
 
@@ -119,7 +123,7 @@ def planned_runs():
   between at the longer budgets."""
   study, full = CUMULATIVE[0], CUMULATIVE[-1]
   key_rows = [study, CUMULATIVE[-2], full]
-  between = ALONE + CUMULATIVE[1:-2]
+  between = ON_STUDY + CUMULATIVE[1:-2]
   first, *longer = map(int, _EPOCHS.value)
 
   def seed_zero(epochs, ablation):
@@ -146,15 +150,11 @@ def planned_runs():
       yield 'vit', ingredients, epochs, 0
 
 
-def _flag(key: str, value) -> str:
-  return f'--config.{key}={value}'
-
-
 def train(workdir: pathlib.Path, data_dir: pathlib.Path):
   started = 0
   for model, ingredients, epochs, seed in planned_runs():
     directory = workdir / run_name(model, ingredients, epochs, seed)
-    if (directory / 'summary.json').exists():
+    if runs.finished(directory):
       continue
     if _MAX_RUNS.value and started == _MAX_RUNS.value:
       return
@@ -162,48 +162,25 @@ def train(workdir: pathlib.Path, data_dir: pathlib.Path):
     overrides = recipe_overrides(model, ingredients)
     if overrides.get('model_overrides.distillation_token'):
       teacher = workdir / run_name(TEACHER, (), epochs, seed)
-      if not (teacher / 'summary.json').exists():
+      if not runs.finished(teacher):
         sys.exit(f'error: the teacher {teacher} has not finished.')
       overrides['distillation_teacher'] = teacher
-    directory.mkdir(parents=True, exist_ok=True)
-    print(f'training {directory.name}', flush=True)
-    with open(directory / 'log.txt', 'a') as log:
-      subprocess.run([
-          sys.executable, '-m', 'vit_jax.main',
-          f'--config={REPO / "configs/data_efficient.py"}:{model}',
-          _flag('num_epochs', epochs), _flag('seed', seed),
-          _flag('data_dir', data_dir), f'--workdir={directory}',
-          *(_flag(k, v) for k, v in overrides.items())
-      ], cwd=REPO, stdout=log, stderr=subprocess.STDOUT, check=True)
+    runs.train(directory, f'configs/data_efficient.py:{model}', {
+        'num_epochs': epochs, 'seed': seed, 'data_dir': data_dir,
+        **overrides})
 
 
 def load_runs(workdir: pathlib.Path) -> list[dict]:
   records = []
-  for summary_path in sorted(workdir.glob('*_e*_seed*/summary.json')):
-    directory = summary_path.parent
-    summary = json.loads(summary_path.read_text())
-    config = json.loads((directory / 'config.json').read_text())
+  for directory in sorted(workdir.glob('*_e*_seed*')):
+    if not runs.finished(directory):
+      continue
     model, recipe = directory.name.split('_study', 1)
-    records.append({
-        'model': model,
-        'recipe': 'study' + recipe.rsplit('_e', 1)[0],
-        'epochs': round(summary['epochs']),
-        'train_examples': 5000,
-        'seed': config['seed'],
-        'best_test_accuracy': summary['best_test_accuracy'],
-        'best_epoch': summary['best_epoch'],
-        'final_train_accuracy': summary['final_train_accuracy'],
-        'wall_minutes': round(summary['train_seconds'] / 60, 1),
-    })
+    records.append({'model': model,
+                    'recipe': 'study' + recipe.rsplit('_e', 1)[0],
+                    'train_examples': 5000, **runs.record(directory)})
   return sorted(records, key=lambda r: (r['epochs'], r['model'],
                                         _rank(r['recipe']), r['seed']))
-
-
-def _cell(values) -> str:
-  values = 100 * np.asarray(values)
-  if len(values) == 1:
-    return f'{values[0]:.1f}'
-  return f'{values.mean():.1f} ± {values.std(ddof=1):.1f} (n={len(values)})'
 
 
 def table(records: list[dict]) -> str:
@@ -214,8 +191,8 @@ def table(records: list[dict]) -> str:
     groups.setdefault((r['epochs'], r['model'], r['recipe']), []).append(r)
   lines = []
   for epochs in sorted({r['epochs'] for r in records}):
-    mean = lambda runs: np.mean([r['best_test_accuracy'] for r in runs])
-    cnns = {key: mean(runs) for key, runs in groups.items()
+    mean = lambda group: np.mean([r['best_test_accuracy'] for r in group])
+    cnns = {key: mean(group) for key, group in groups.items()
             if key[0] == epochs and key[1] != 'vit'}
     study_vit = groups.get((epochs, 'vit', 'study'))
     best_cnn = max(cnns.items(), key=lambda item: item[1]) if cnns else None
@@ -227,24 +204,23 @@ def table(records: list[dict]) -> str:
               '|---|---|---|---|---|---|']
     for key in sorted((k for k in groups if k[0] == epochs),
                       key=lambda k: (k[1] != 'vit', k[1], _rank(k[2]))):
-      runs = groups[key]
+      group = groups[key]
       closed = ''
       if key[1] == 'vit' and study_vit and best_cnn:
         gap = best_cnn[1] - mean(study_vit)
-        closed = f'{100 * (mean(runs) - mean(study_vit)) / gap:.0f}%'
+        closed = f'{100 * (mean(group) - mean(study_vit)) / gap:.0f}%'
+      cell = lambda field: runs.mean_std([r[field] for r in group],  # pylint: disable=cell-var-from-loop
+                                         show_n=True)
       lines.append(
-          f'| {NAMES[key[1]]} | {key[2]} | '
-          f'{_cell([r["best_test_accuracy"] for r in runs])} | '
-          f'{_cell([r["final_train_accuracy"] for r in runs])} | {closed} | '
-          f'{np.mean([r["wall_minutes"] for r in runs]):.0f} |')
+          f'| {NAMES[key[1]]} | {key[2]} | {cell("best_test_accuracy")} | '
+          f'{cell("final_train_accuracy")} | {closed} | '
+          f'{np.mean([r["wall_minutes"] for r in group]):.0f} |')
     lines.append('')
   return '\n'.join(lines).rstrip()
 
 
 def plot(records: list[dict], path: pathlib.Path):
-  import matplotlib  # pylint: disable=g-import-not-at-top
-  matplotlib.use('Agg')
-  import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
+  plt = runs.pyplot()
   budgets = sorted({r['epochs'] for r in records})
   fig, axes = plt.subplots(1, len(budgets), figsize=(7 * len(budgets), 4.5),
                            squeeze=False)
@@ -275,28 +251,20 @@ def plot(records: list[dict], path: pathlib.Path):
   fig.savefig(path, dpi=120)
 
 
-def write_table(readme: pathlib.Path, text: str):
-  content = readme.read_text()
-  start, end = content.index(TABLE_START), content.index(TABLE_END)
-  readme.write_text(content[:start + len(TABLE_START)] + '\n\n' + text +
-                    '\n\n' + content[end:])
-
-
 def main(argv):
   del argv
   workdir = pathlib.Path(_WORKDIR.value).absolute()
   if not _SUMMARIZE_ONLY.value:
     data_dir = pathlib.Path(_DATA_DIR.value).absolute()
-    if not (data_dir / 'cifar-10-batches-bin').is_dir():
-      sys.exit(f'error: no cifar-10-batches-bin/ in --data_dir={data_dir}; '
-               'point it at the 5k/1k CIFAR-10 subset (see the README).')
+    runs.require_cifar10_subset(data_dir)
     train(workdir, data_dir)
   records = load_runs(workdir)
   if not records:
     sys.exit(f'error: no finished runs in {workdir}.')
   (HERE / 'results.json').write_text(json.dumps(records, indent=1) + '\n')
   plot(records, HERE / 'ablation.png')
-  write_table(HERE / 'README.md', table(records))
+  runs.write_between(HERE / 'README.md', TABLE_START, TABLE_END,
+                     table(records))
   print(table(records))
 
 

@@ -17,7 +17,6 @@ table inside `README.md`. --summarize_only skips training.
 import json
 import math
 import pathlib
-import subprocess
 import sys
 
 from absl import app
@@ -25,7 +24,8 @@ from absl import flags
 import numpy as np
 
 HERE = pathlib.Path(__file__).resolve().parent
-REPO = HERE.parents[1]
+sys.path.insert(0, str(HERE.parent))
+import runs  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 _JPEG_DIR = flags.DEFINE_string(
     'jpeg_dir', '/tmp/cifar10-jpeg',
@@ -84,41 +84,24 @@ def train(workdir: pathlib.Path, jpeg_dir: pathlib.Path):
     data_dir = subset(jpeg_dir, workdir / 'data', size)
     for seed in map(int, _SEEDS.value):
       for model in _MODELS.value:
-        directory = workdir / run_name(model, size, seed)
-        if (directory / 'summary.json').exists():
-          continue
-        directory.mkdir(parents=True, exist_ok=True)
-        print(f'training {directory.name}', flush=True)
-        with open(directory / 'log.txt', 'a') as log:
-          subprocess.run([
-              sys.executable, '-m', 'vit_jax.main',
-              f'--config={REPO / "configs/cifar_small.py"}:{model}',
-              '--config.dataset=image_folder',
-              '--config.train_examples_per_file=0',
-              '--config.test_examples=0', f'--config.seed={seed}',
-              f'--config.data_dir={data_dir}', f'--workdir={directory}'
-          ], cwd=REPO, stdout=log, stderr=subprocess.STDOUT, check=True)
+        runs.train(workdir / run_name(model, size, seed),
+                   f'configs/cifar_small.py:{model}', {
+                       'dataset': 'image_folder',
+                       'train_examples_per_file': 0, 'test_examples': 0,
+                       'seed': seed, 'data_dir': data_dir})
 
 
 def load_runs(workdir: pathlib.Path) -> list[dict]:
   """One record per finished run."""
   records = []
-  for summary_path in sorted(workdir.glob(f'*_{RECIPE}_n*_seed*/summary.json')):
-    directory = summary_path.parent
-    summary = json.loads(summary_path.read_text())
-    config = json.loads((directory / 'config.json').read_text())
-    model = directory.name.split(f'_{RECIPE}_')[0]
+  for directory in sorted(workdir.glob(f'*_{RECIPE}_n*_seed*')):
+    if not runs.finished(directory):
+      continue
     records.append({
-        'model': model,
+        'model': directory.name.split(f'_{RECIPE}_')[0],
         'recipe': RECIPE,
-        'epochs': round(summary['epochs']),
         'train_examples': int(directory.name.split('_n')[-1].split('_')[0]),
-        'seed': config['seed'],
-        'best_test_accuracy': summary['best_test_accuracy'],
-        'best_epoch': summary['best_epoch'],
-        'final_train_accuracy': summary['final_train_accuracy'],
-        'wall_minutes': round(summary['train_seconds'] / 60, 1),
-    })
+        **runs.record(directory)})
   return sorted(records, key=lambda r: (r['train_examples'], r['model'],
                                         r['seed']))
 
@@ -158,21 +141,14 @@ def table(records: list[dict]) -> str:
   for model in NAMES:
     if model not in curves:
       continue
-    cells = []
-    for s in sizes:
-      runs = curves[model].get(s)
-      cells.append('not run yet' if not runs else
-                   f'{100 * np.mean(runs):.1f}' +
-                   (f' ± {100 * np.std(runs, ddof=1):.1f}'
-                    if len(runs) > 1 else ''))
+    cells = [runs.mean_std(curves[model][s]) if s in curves[model] else
+             'not run yet' for s in sizes]
     lines.append(f'| {NAMES[model]} | ' + ' | '.join(cells) + ' |')
   return '\n'.join(lines)
 
 
 def plot(records: list[dict], path: pathlib.Path):
-  import matplotlib  # pylint: disable=g-import-not-at-top
-  matplotlib.use('Agg')
-  import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
+  plt = runs.pyplot()
   curves = by_model_and_size(records)
   fig, ax = plt.subplots(figsize=(6, 4))
   for model, curve in curves.items():
@@ -193,13 +169,6 @@ def plot(records: list[dict], path: pathlib.Path):
   fig.savefig(path, dpi=120)
 
 
-def write_table(readme: pathlib.Path, text: str):
-  content = readme.read_text()
-  start, end = content.index(TABLE_START), content.index(TABLE_END)
-  readme.write_text(content[:start + len(TABLE_START)] + '\n\n' + text +
-                    '\n\n' + content[end:])
-
-
 def main(argv):
   del argv
   workdir = pathlib.Path(_WORKDIR.value).absolute()
@@ -218,7 +187,8 @@ def main(argv):
     sys.exit(f'error: no finished runs in {workdir}.')
   (HERE / 'results.json').write_text(json.dumps(records, indent=1) + '\n')
   plot(records, HERE / 'accuracy_vs_size.png')
-  write_table(HERE / 'README.md', table(records))
+  runs.write_between(HERE / 'README.md', TABLE_START, TABLE_END,
+                     table(records))
   print(table(records))
 
 

@@ -14,14 +14,14 @@ this file. Reruns resume.
 
 import json
 import pathlib
-import subprocess
 import sys
 
 from absl import app
 from absl import flags
 
 HERE = pathlib.Path(__file__).resolve().parent
-REPO = HERE.parents[1]
+sys.path.insert(0, str(HERE.parent))
+import runs  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 _PRETRAINED = flags.DEFINE_string('pretrained', None,
                                   'A configs/cifar_small.py ViT run.')
@@ -44,18 +44,9 @@ def main(argv):
   rows = [('pre-trained (configs/cifar_small.py)', 32, summary, None)]
   for size in _IMAGE_SIZES.value:
     workdir = pathlib.Path(_WORKDIR.value).absolute() / f'finetune_{size}'
-    if not (workdir / 'summary.json').exists():
-      workdir.mkdir(parents=True, exist_ok=True)
-      print(f'fine-tuning at {size}x{size} in {workdir}', flush=True)
-      with open(workdir / 'log.txt', 'a') as log:
-        subprocess.run([
-            sys.executable, '-m', 'vit_jax.main',
-            f'--config={REPO / "configs/finetune.py"}',
-            f'--config.init_from={pretrained}',
-            f'--config.image_size={size}',
-            f'--config.data_dir={pathlib.Path(_DATA_DIR.value).absolute()}',
-            f'--workdir={workdir}'
-        ], cwd=REPO, stdout=log, stderr=subprocess.STDOUT, check=True)
+    runs.train(workdir, 'configs/finetune.py', {
+        'init_from': pretrained, 'image_size': size,
+        'data_dir': pathlib.Path(_DATA_DIR.value).absolute()})
     history = [json.loads(line) for line in
                (workdir / 'metrics.jsonl').read_text().splitlines()]
     rows.append(('fine-tuned (configs/finetune.py)', int(size),
@@ -74,11 +65,8 @@ def main(argv):
         f'{100 * r["best_test_accuracy"]:.1f}% | '
         f'{100 * r["final_test_accuracy"]:.1f}% | '
         f'{100 * r["final_train_accuracy"]:.1f}% | {minutes} |')
-  readme = HERE / 'README.md'
-  content = readme.read_text()
-  start, end = content.index(TABLE_START), content.index(TABLE_END)
-  readme.write_text(content[:start + len(TABLE_START)] + '\n\n' +
-                    '\n'.join(lines) + '\n\n' + content[end:])
+  runs.write_between(HERE / 'README.md', TABLE_START, TABLE_END,
+                     '\n'.join(lines))
   print('\n'.join(lines))
 
 

@@ -14,7 +14,6 @@ file, `results.json`, `learning_curves.png` and the two results tables inside
 
 import json
 import pathlib
-import subprocess
 import sys
 
 from absl import app
@@ -22,7 +21,8 @@ from absl import flags
 import numpy as np
 
 HERE = pathlib.Path(__file__).resolve().parent
-REPO = HERE.parents[1]
+sys.path.insert(0, str(HERE.parent))
+import runs  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 _DATA_DIR = flags.DEFINE_string('data_dir', '../shared/data/cifar10-5k',
                                 'The 5k/1k CIFAR-10 subset.')
@@ -81,25 +81,16 @@ def planned_runs():
 
 def train(workdir: pathlib.Path, data_dir: pathlib.Path):
   for model, recipe, seed, batch_size in planned_runs():
-    directory = workdir / run_name(model, recipe, seed, batch_size)
-    if (directory / 'summary.json').exists():
-      continue
-    directory.mkdir(parents=True, exist_ok=True)
-    print(f'training {directory.name}', flush=True)
-    overrides = [] if batch_size is None else [
-        f'--config.batch_size={batch_size}']
-    with open(directory / 'log.txt', 'a') as log:
-      subprocess.run([
-          sys.executable, '-m', 'vit_jax.main',
-          f'--config={REPO / "configs/cifar_small.py"}:{model}',
-          f'--config.augment={RECIPES[recipe]}', f'--config.seed={seed}',
-          f'--config.data_dir={data_dir}', f'--workdir={directory}', *overrides
-      ], cwd=REPO, stdout=log, stderr=subprocess.STDOUT, check=True)
+    overrides = {} if batch_size is None else {'batch_size': batch_size}
+    runs.train(workdir / run_name(model, recipe, seed, batch_size),
+               f'configs/cifar_small.py:{model}', {
+                   'augment': RECIPES[recipe], 'seed': seed,
+                   'data_dir': data_dir, **overrides})
 
 
 def parameter_count(model: str) -> int:
   import jax  # pylint: disable=g-import-not-at-top
-  sys.path.insert(0, str(REPO))
+  sys.path.insert(0, str(runs.REPO))
   from configs import cifar_small  # pylint: disable=g-import-not-at-top
   from vit_jax import models  # pylint: disable=g-import-not-at-top
   config = cifar_small.get_config(model)
@@ -112,7 +103,7 @@ def parameter_count(model: str) -> int:
 
 def load_run(directory: pathlib.Path) -> dict | None:
   """A finished run's summary and per-epoch curves; None if unfinished."""
-  if not (directory / 'summary.json').exists():
+  if not runs.finished(directory):
     return None
   summary = json.loads((directory / 'summary.json').read_text())
   history = [json.loads(line) for line in
@@ -141,10 +132,11 @@ def collect(workdir: pathlib.Path) -> dict:
   first_seed = int(_SEEDS.value[0])
   for model in STUDY:
     for recipe in RECIPES:
-      runs = [load_run(d) for d in sorted(workdir.glob(f'{model}_{recipe}_seed*'))]
-      if runs := [r for r in runs if r]:
+      loaded = [load_run(d) for d in
+                sorted(workdir.glob(f'{model}_{recipe}_seed*'))]
+      if loaded := [r for r in loaded if r]:
         results.setdefault(model, {'parameters': parameter_count(model)})
-        results[model][recipe] = sorted(runs, key=lambda r: r['seed'])
+        results[model][recipe] = sorted(loaded, key=lambda r: r['seed'])
     probes = [load_run(d) for d in workdir.glob(
         f'{model}_augment_batch*_seed{first_seed}')]
     probes += [r for r in results.get(model, {}).get('augment', [])
@@ -153,13 +145,6 @@ def collect(workdir: pathlib.Path) -> dict:
       results[model]['batch_sizes'] = sorted(probes,
                                              key=lambda r: r['batch_size'])
   return results
-
-
-def _mean_std(values) -> str:
-  values = 100 * np.asarray(values)
-  if len(values) == 1:
-    return f'{values[0]:.1f}'
-  return f'{values.mean():.1f} ± {values.std(ddof=1):.1f}'
 
 
 def table(results: dict) -> str:
@@ -171,14 +156,14 @@ def table(results: dict) -> str:
   for model, by_recipe in results.items():
     name, study_test, study_train = STUDY[model]
     for recipe in RECIPES:
-      runs = by_recipe.get(recipe)
-      if not runs:
+      group = by_recipe.get(recipe)
+      if not group:
         continue
-      column = lambda key: [r[key] for r in runs]  # pylint: disable=cell-var-from-loop
+      column = lambda key: [r[key] for r in group]  # pylint: disable=cell-var-from-loop
       lines.append(
           f'| {name} | {by_recipe["parameters"]:,} | {recipe.replace("_", " ")}'
-          f' | {len(runs)} | {_mean_std(column("best_test_accuracy"))} | '
-          f'{_mean_std(column("final_train_accuracy"))} | '
+          f' | {len(group)} | {runs.mean_std(column("best_test_accuracy"))} | '
+          f'{runs.mean_std(column("final_train_accuracy"))} | '
           f'{", ".join(f"{e:g}" for e in column("best_epoch"))} | '
           f'{np.mean(column("wall_minutes")):.1f} | '
           f'{100 * study_test:.1f} / {100 * study_train:.1f} |')
@@ -204,9 +189,7 @@ def batch_size_table(results: dict) -> str:
 
 
 def plot(results: dict, path: pathlib.Path):
-  import matplotlib  # pylint: disable=g-import-not-at-top
-  matplotlib.use('Agg')
-  import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
+  plt = runs.pyplot()
   fig, axes = plt.subplots(1, len(results), figsize=(5 * len(results), 4),
                            sharey=True, squeeze=False)
   colors = {'augment': 'tab:blue', 'no_augment': 'tab:orange'}
@@ -236,31 +219,22 @@ def plot(results: dict, path: pathlib.Path):
   fig.savefig(path, dpi=120)
 
 
-def write_table(readme: pathlib.Path, text: str, start_marker: str,
-                end_marker: str):
-  content = readme.read_text()
-  start, end = content.index(start_marker), content.index(end_marker)
-  readme.write_text(content[:start + len(start_marker)] + '\n\n' + text +
-                    '\n\n' + content[end:])
-
-
 def main(argv):
   del argv
   workdir = pathlib.Path(_WORKDIR.value).absolute()
   data_dir = pathlib.Path(_DATA_DIR.value).absolute()
   if not _SUMMARIZE_ONLY.value:
-    if not (data_dir / 'cifar-10-batches-bin').is_dir():
-      sys.exit(f'error: no cifar-10-batches-bin/ in --data_dir={data_dir}; '
-               'point it at the 5k/1k CIFAR-10 subset (see the README).')
+    runs.require_cifar10_subset(data_dir)
     train(workdir, data_dir)
   results = collect(workdir)
   if not results:
     sys.exit(f'error: no finished runs in {workdir}.')
   (HERE / 'results.json').write_text(json.dumps(results, indent=1) + '\n')
   plot(results, HERE / 'learning_curves.png')
-  write_table(HERE / 'README.md', table(results), TABLE_START, TABLE_END)
-  write_table(HERE / 'README.md', batch_size_table(results), BATCH_TABLE_START,
-              BATCH_TABLE_END)
+  runs.write_between(HERE / 'README.md', TABLE_START, TABLE_END,
+                     table(results))
+  runs.write_between(HERE / 'README.md', BATCH_TABLE_START, BATCH_TABLE_END,
+                     batch_size_table(results))
   print(table(results), batch_size_table(results), sep='\n\n')
 
 

@@ -1,0 +1,84 @@
+"""What the experiment runners share: one `vit_jax.main` process per run in
+its own directory (rerunning skips a finished run and resumes an interrupted
+one), the record of a finished run, and the tables they write into their
+READMEs between two markers.
+
+The runners are scripts, not a package: they put this folder on `sys.path`
+and `import runs`.
+"""
+
+import json
+import pathlib
+import subprocess
+import sys
+
+import numpy as np
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+
+
+def finished(directory: pathlib.Path) -> bool:
+  return (directory / 'summary.json').exists()
+
+
+def train(directory: pathlib.Path, config: str, overrides: dict):
+  """Trains `config` (a path under configs/, with its `:argument`) with
+  `--config.KEY=VALUE` for each of `overrides` into `directory`, its output
+  appended to `directory/log.txt`; nothing if the run has finished."""
+  if finished(directory):
+    return
+  directory.mkdir(parents=True, exist_ok=True)
+  print(f'training {directory.name}', flush=True)
+  with open(directory / 'log.txt', 'a') as log:
+    subprocess.run([
+        sys.executable, '-m', 'vit_jax.main', f'--config={REPO / config}',
+        f'--workdir={directory}',
+        *(f'--config.{key}={value}' for key, value in overrides.items())
+    ], cwd=REPO, stdout=log, stderr=subprocess.STDOUT, check=True)
+
+
+def record(directory: pathlib.Path) -> dict:
+  """The fields of a finished run that every experiment's results.json has
+  (the runner adds `model`, `recipe` and `train_examples`)."""
+  summary = json.loads((directory / 'summary.json').read_text())
+  config = json.loads((directory / 'config.json').read_text())
+  return {
+      'epochs': round(summary['epochs']),
+      'seed': config['seed'],
+      'best_test_accuracy': summary['best_test_accuracy'],
+      'best_epoch': summary['best_epoch'],
+      'final_train_accuracy': summary['final_train_accuracy'],
+      'wall_minutes': round(summary['train_seconds'] / 60, 1),
+  }
+
+
+def require_cifar10_subset(data_dir: pathlib.Path):
+  if not (data_dir / 'cifar-10-batches-bin').is_dir():
+    sys.exit(f'error: no cifar-10-batches-bin/ in --data_dir={data_dir}; '
+             'point it at the 5k/1k CIFAR-10 subset (see the README).')
+
+
+def mean_std(values, show_n: bool = False) -> str:
+  """Percentages: '51.4' for one run, 'mean ± sample std' for more."""
+  values = 100 * np.asarray(values)
+  if len(values) == 1:
+    return f'{values[0]:.1f}'
+  n = f' (n={len(values)})' if show_n else ''
+  return f'{values.mean():.1f} ± {values.std(ddof=1):.1f}{n}'
+
+
+def write_between(readme: pathlib.Path, start_marker: str, end_marker: str,
+                  text: str):
+  """Replaces what `readme` has between the two markers with `text`."""
+  content = readme.read_text()
+  start, end = content.index(start_marker), content.index(end_marker)
+  readme.write_text(content[:start + len(start_marker)] + '\n\n' + text +
+                    '\n\n' + content[end:])
+
+
+def pyplot():
+  """matplotlib's pyplot drawing to files (no display on a cluster)."""
+  import matplotlib  # pylint: disable=g-import-not-at-top
+  matplotlib.use('Agg')
+  import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
+  return plt

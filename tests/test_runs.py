@@ -1,0 +1,58 @@
+"""experiments/runs.py: what the experiment runners share."""
+
+import importlib.util
+import json
+
+import pytest
+
+from tests.conftest import ROOT
+
+_spec = importlib.util.spec_from_file_location('runs',
+                                               ROOT / 'experiments/runs.py')
+runs = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(runs)
+
+
+def _finished_run(directory, seed=3):
+  directory.mkdir()
+  (directory / 'config.json').write_text(json.dumps({'seed': seed}))
+  (directory / 'summary.json').write_text(json.dumps({
+      'best_test_accuracy': 0.514, 'best_epoch': 28.0, 'epochs': 30.0,
+      'final_train_accuracy': 0.57, 'train_seconds': 989.2}))
+
+
+def test_record_of_a_finished_run(tmp_path):
+  _finished_run(tmp_path / 'run')
+  assert runs.finished(tmp_path / 'run')
+  assert runs.record(tmp_path / 'run') == {
+      'epochs': 30, 'seed': 3, 'best_test_accuracy': 0.514,
+      'best_epoch': 28.0, 'final_train_accuracy': 0.57,
+      'wall_minutes': 16.5}
+
+
+def test_train_skips_a_finished_run(tmp_path, monkeypatch):
+  _finished_run(tmp_path / 'run')
+  monkeypatch.setattr(runs.subprocess, 'run',
+                      lambda *a, **k: pytest.fail('trained again'))
+  runs.train(tmp_path / 'run', 'configs/cifar_small.py:vit', {'seed': 0})
+  assert not runs.finished(tmp_path / 'other')
+
+
+def test_write_between_replaces_only_the_marked_table(tmp_path):
+  readme = tmp_path / 'README.md'
+  readme.write_text('intro\n<!-- a -->\n\nold\n\n<!-- b -->\nafter\n')
+  runs.write_between(readme, '<!-- a -->', '<!-- b -->', '| new |')
+  assert readme.read_text() == ('intro\n<!-- a -->\n\n| new |\n\n'
+                                '<!-- b -->\nafter\n')
+
+
+def test_mean_std():
+  assert runs.mean_std([0.514]) == '51.4'
+  assert runs.mean_std([0.5, 0.52]) == '51.0 ± 1.4'
+  assert runs.mean_std([0.5, 0.52], show_n=True) == '51.0 ± 1.4 (n=2)'
+
+
+def test_a_directory_without_the_subset_is_one_clear_error(tmp_path):
+  with pytest.raises(SystemExit, match='no cifar-10-batches-bin/ in '
+                     '--data_dir=.*point it at the 5k/1k'):
+    runs.require_cifar10_subset(tmp_path)
