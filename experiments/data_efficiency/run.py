@@ -91,7 +91,7 @@ def _rank(recipe: str) -> int:
 def _label(recipe: str) -> str:
   """'study', '+ X' for a step of the ablation, 'study + X alone',
   'study + X + Y'."""
-  ingredients = tuple(recipe.split('+')[1:])
+  ingredients = _ingredients(recipe)
   if not ingredients:
     return 'study'
   if ingredients in ON_STUDY:
@@ -113,17 +113,40 @@ def run_name(model: str, ingredients: tuple[str, ...], epochs: int,
   return f'{model}_{recipe_name(ingredients)}_e{epochs}_seed{seed}'
 
 
-def planned_runs():
+def _ingredients(recipe: str) -> tuple[str, ...]:
+  return tuple(recipe.split('+')[1:])
+
+
+def conclusion_rows(records: list[dict], epochs: int) -> list[tuple]:
+  """(model, ingredients) of the rows that carry the conclusion at a budget:
+  the ViT's study and full recipes, its best recipe and the best CNN (model
+  and recipe) as seed 0 ranks them, and the teacher first where the
+  distillation token is among them."""
+  study, full = CUMULATIVE[0], CUMULATIVE[-1]
+  seed_zero = [r for r in records if (r['epochs'], r['seed']) == (epochs, 0)]
+  rows = [('vit', study), ('vit', full)]
+  for models in (('vit',), ('simple_cnn', 'small_resnet')):
+    candidates = [r for r in seed_zero if r['model'] in models]
+    if candidates:
+      best = max(candidates, key=lambda r: r['best_test_accuracy'])
+      rows.append((best['model'], _ingredients(best['recipe'])))
+  if any('distillation' in ingredients for _, ingredients in rows):
+    rows.insert(0, (TEACHER, study))
+  return list(dict.fromkeys(rows))
+
+
+def planned_runs(workdir: pathlib.Path):
   """(model, ingredients, epochs, seed), most informative first: at the
   first budget, the teacher, the ViT's study and full recipes (without and
-  with distillation), the architecture and distillation alone, the steps in
-  between and the CNNs with both recipes (seed 0); at each longer budget the
-  same without the steps in between; then seeds 1 and 2 of the study and
-  full ViT recipes and of both CNNs, budget by budget; last, the steps in
-  between at the longer budgets."""
+  with distillation) and distillation alone, the other steps and
+  combinations, and the CNNs with both recipes (seed 0); at each longer
+  budget the same without the other steps; then, budget by budget, seeds 1
+  and 2 of `conclusion_rows` (chosen when the runner gets there, from the
+  seed-0 runs then in `workdir`); last, the other steps at the longer
+  budgets."""
   study, full = CUMULATIVE[0], CUMULATIVE[-1]
-  key_rows = [study, CUMULATIVE[-2], full]
-  between = ON_STUDY + CUMULATIVE[1:-2]
+  key_rows = [study, CUMULATIVE[-2], full, ('distillation',)]
+  between = [r for r in ON_STUDY + CUMULATIVE[1:-2] if r not in key_rows]
   first, *longer = map(int, _EPOCHS.value)
 
   def seed_zero(epochs, ablation):
@@ -138,13 +161,10 @@ def planned_runs():
   for epochs in longer:
     yield from seed_zero(epochs, [])
   for epochs in (first, *longer):
+    rows = conclusion_rows(load_runs(workdir), epochs)
     for seed in (1, 2):
-      yield TEACHER, study, epochs, seed
-      for ingredients in key_rows:
-        yield 'vit', ingredients, epochs, seed
-      for model in ('simple_cnn', 'small_resnet'):
-        yield model, CNN_AUGMENTED, epochs, seed
-      yield 'small_resnet', study, epochs, seed
+      for model, ingredients in rows:
+        yield model, ingredients, epochs, seed
   for epochs in longer:
     for ingredients in between:
       yield 'vit', ingredients, epochs, 0
@@ -152,7 +172,7 @@ def planned_runs():
 
 def train(workdir: pathlib.Path, data_dir: pathlib.Path):
   started = 0
-  for model, ingredients, epochs, seed in planned_runs():
+  for model, ingredients, epochs, seed in planned_runs(workdir):
     directory = workdir / run_name(model, ingredients, epochs, seed)
     if runs.finished(directory):
       continue
