@@ -263,6 +263,7 @@ def plot(records: list[dict], path: pathlib.Path):
                      label=f'{NAMES[model]}, {"study" if r["recipe"] == "study" else "augmented"}')
     ax.set_xticks(range(len(recipes)), labels, rotation=30, ha='right',
                   fontsize=8)
+    ax.set_xlim(-0.6, len(ORDER) - 0.4)  # bars as wide in every panel
     ax.set_ylabel('best test accuracy (%), seed mean')
     ax.set_title(f'{epochs} epochs, 5,000 CIFAR-10 images')
     ax.legend(fontsize=7)
