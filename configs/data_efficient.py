@@ -24,9 +24,9 @@ this dataset).
 
 Expected at its 30 epochs (seed 0, 5k/1k subset, measured): best test
 accuracy 41.2% for the ViT (22 min on 2 CPU cores), 58.6% SimpleCNN, 56.3%
-SmallResNet, below the study's recipe (51.4%, 66.7%, 66.9%): at this budget
-the augmentations leave every model underfitting. 45.3% for the ViT with
-distillation. Longer budgets, seeds, and what each ingredient adds:
+SmallResNet, each below its study-recipe result (51.4%, 66.7%, 66.9%): at
+this budget the augmentations cost every model, the CNNs too. 45.3% for the
+ViT with distillation. Longer budgets, seeds, and what each ingredient adds:
 experiments/data_efficiency/README.md.
 """
 

@@ -47,6 +47,7 @@ def record(directory: pathlib.Path) -> dict:
       'seed': config['seed'],
       'best_test_accuracy': summary['best_test_accuracy'],
       'best_epoch': summary['best_epoch'],
+      'final_test_accuracy': summary['final_test_accuracy'],
       'final_train_accuracy': summary['final_train_accuracy'],
       'wall_minutes': round(summary['train_seconds'] / 60, 1),
   }

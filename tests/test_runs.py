@@ -18,7 +18,8 @@ def _finished_run(directory, seed=3):
   (directory / 'config.json').write_text(json.dumps({'seed': seed}))
   (directory / 'summary.json').write_text(json.dumps({
       'best_test_accuracy': 0.514, 'best_epoch': 28.0, 'epochs': 30.0,
-      'final_train_accuracy': 0.57, 'train_seconds': 989.2}))
+      'final_test_accuracy': 0.513, 'final_train_accuracy': 0.57,
+      'train_seconds': 989.2}))
 
 
 def test_record_of_a_finished_run(tmp_path):
@@ -26,8 +27,8 @@ def test_record_of_a_finished_run(tmp_path):
   assert runs.finished(tmp_path / 'run')
   assert runs.record(tmp_path / 'run') == {
       'epochs': 30, 'seed': 3, 'best_test_accuracy': 0.514,
-      'best_epoch': 28.0, 'final_train_accuracy': 0.57,
-      'wall_minutes': 16.5}
+      'best_epoch': 28.0, 'final_test_accuracy': 0.513,
+      'final_train_accuracy': 0.57, 'wall_minutes': 16.5}
 
 
 def test_train_skips_a_finished_run(tmp_path, monkeypatch):
