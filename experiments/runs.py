@@ -1,7 +1,7 @@
 """What the experiment runners share: one `vit_jax.main` process per run in
 its own directory (rerunning skips a finished run and resumes an interrupted
-one), the record of a finished run, and the tables they write into their
-READMEs between two markers.
+one), the record of a finished run, and the tables and lists of missing
+runs they write into their READMEs between two markers.
 
 The runners are scripts, not a package: they put this folder on `sys.path`
 and `import runs`.
@@ -75,6 +75,25 @@ def write_between(readme: pathlib.Path, start_marker: str, end_marker: str,
   start, end = content.index(start_marker), content.index(end_marker)
   readme.write_text(content[:start + len(start_marker)] + '\n\n' + text +
                     '\n\n' + content[end:])
+
+
+MISSING_START = '<!-- missing runs: written by run.py -->'
+MISSING_END = '<!-- end of missing runs -->'
+
+
+def write_missing(readme: pathlib.Path, workdir: pathlib.Path,
+                  planned: list[str]):
+  """Lists in `readme`, between the MISSING markers, the runs of `planned`
+  (run directory names, in the order the runner trains them) that have not
+  finished in `workdir`."""
+  missing = [name for name in planned if not finished(workdir / name)]
+  if missing:
+    text = (f'{len(missing)} of {len(planned)} planned runs, in the order '
+            '`run.py` trains them:\n\n' +
+            '\n'.join(f'- `{name}`' for name in missing))
+  else:
+    text = f'None: all {len(planned)} planned runs have finished.'
+  write_between(readme, MISSING_START, MISSING_END, text)
 
 
 def pyplot():

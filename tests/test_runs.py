@@ -57,3 +57,15 @@ def test_a_directory_without_the_subset_is_one_clear_error(tmp_path):
   with pytest.raises(SystemExit, match='no cifar-10-batches-bin/ in '
                      '--data_dir=.*point it at the 5k/1k'):
     runs.require_cifar10_subset(tmp_path)
+
+
+def test_write_missing_lists_the_unfinished_runs_in_order(tmp_path):
+  readme = tmp_path / 'README.md'
+  readme.write_text(f'{runs.MISSING_START}\n{runs.MISSING_END}\n')
+  _finished_run(tmp_path / 'b')
+  runs.write_missing(readme, tmp_path, ['c', 'b', 'a'])
+  assert readme.read_text() == (
+      f'{runs.MISSING_START}\n\n2 of 3 planned runs, in the order `run.py` '
+      f'trains them:\n\n- `c`\n- `a`\n\n{runs.MISSING_END}\n')
+  runs.write_missing(readme, tmp_path, ['b'])
+  assert 'None: all 1 planned runs have finished.' in readme.read_text()

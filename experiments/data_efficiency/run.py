@@ -10,8 +10,8 @@ CNNs with the study's recipe and with the same augmentations; at every
 budget in --epochs; seeds as `planned_runs` orders them (the rows that carry
 the conclusion get three). One `vit_jax.main` process per run; rerunning
 skips finished runs and resumes an interrupted one. Then writes, next to this
-file, `results.json` (one record per run), `ablation.png` and the tables
-inside `README.md`. --summarize_only skips training; --max_runs stops after
+file, `results.json` (one record per run), `ablation.png`, and the tables
+and the runs still missing inside `README.md`. --summarize_only skips training; --max_runs stops after
 that many new runs.
 """
 
@@ -155,7 +155,8 @@ def planned_runs(workdir: pathlib.Path):
       yield 'vit', ingredients, epochs, 0
     for model in ('simple_cnn', 'small_resnet'):
       for ingredients in (study, CNN_AUGMENTED):
-        yield model, ingredients, epochs, 0
+        if (model, ingredients) != (TEACHER, study):
+          yield model, ingredients, epochs, 0
 
   yield from seed_zero(first, between)
   for epochs in longer:
@@ -286,6 +287,8 @@ def main(argv):
   plot(records, HERE / 'ablation.png')
   runs.write_between(HERE / 'README.md', TABLE_START, TABLE_END,
                      table(records))
+  runs.write_missing(HERE / 'README.md', workdir,
+                     [run_name(*run) for run in planned_runs(workdir)])
   print(table(records))
 
 

@@ -10,8 +10,8 @@ N/10 images of every class of the JPEG CIFAR-10 (N in --sizes: nested,
 class-balanced subsets, the images in the official batch order), each tested
 on all 10,000 test images. One `vit_jax.main` process per run; rerunning
 skips finished runs and resumes an interrupted one. Then writes, next to this
-file, `results.json` (one record per run), `accuracy_vs_size.png` and the
-table inside `README.md`. --summarize_only skips training.
+file, `results.json` (one record per run), `accuracy_vs_size.png`, and the
+table and the runs still missing inside `README.md`. --summarize_only skips training.
 """
 
 import json
@@ -79,16 +79,22 @@ def run_name(model: str, size: int, seed: int) -> str:
   return f'{model}_{RECIPE}_n{size}_seed{seed}'
 
 
-def train(workdir: pathlib.Path, jpeg_dir: pathlib.Path):
+def planned_runs():
+  """(model, size, seed) in the order they train: size by size."""
   for size in map(int, _SIZES.value):
-    data_dir = subset(jpeg_dir, workdir / 'data', size)
     for seed in map(int, _SEEDS.value):
       for model in _MODELS.value:
-        runs.train(workdir / run_name(model, size, seed),
-                   f'configs/cifar_small.py:{model}', {
-                       'dataset': 'image_folder',
-                       'train_examples_per_file': 0, 'test_examples': 0,
-                       'seed': seed, 'data_dir': data_dir})
+        yield model, size, seed
+
+
+def train(workdir: pathlib.Path, jpeg_dir: pathlib.Path):
+  for model, size, seed in planned_runs():
+    runs.train(workdir / run_name(model, size, seed),
+               f'configs/cifar_small.py:{model}', {
+                   'dataset': 'image_folder',
+                   'train_examples_per_file': 0, 'test_examples': 0,
+                   'seed': seed,
+                   'data_dir': subset(jpeg_dir, workdir / 'data', size)})
 
 
 def load_runs(workdir: pathlib.Path) -> list[dict]:
@@ -189,6 +195,8 @@ def main(argv):
   plot(records, HERE / 'accuracy_vs_size.png')
   runs.write_between(HERE / 'README.md', TABLE_START, TABLE_END,
                      table(records))
+  runs.write_missing(HERE / 'README.md', workdir,
+                     [run_name(*run) for run in planned_runs()])
   print(table(records))
 
 
