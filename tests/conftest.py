@@ -7,9 +7,11 @@ import json
 import os
 import pathlib
 import pickle
+import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 
 import ml_collections
@@ -17,6 +19,26 @@ import numpy as np
 import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+# One XLA compilation cache for the session, shared with the processes the
+# tests start (they copy os.environ): the suite compiles the same tiny steps
+# many times, and a rerun after kill -9 compiles what the killed run did.
+# Fresh each session, so no test reads what other code compiled.
+_compilation_cache = None
+
+
+def pytest_configure(config):
+  del config
+  global _compilation_cache
+  _compilation_cache = tempfile.mkdtemp(prefix='vit_jax_tests_xla_cache_')
+  os.environ['JAX_COMPILATION_CACHE_DIR'] = _compilation_cache
+  import jax  # pylint: disable=g-import-not-at-top
+  jax.config.update('jax_compilation_cache_dir', _compilation_cache)
+
+
+def pytest_unconfigure(config):
+  del config
+  shutil.rmtree(_compilation_cache, ignore_errors=True)
 
 
 def random_cifar(num_examples: int, num_classes: int, seed: int):
