@@ -195,6 +195,8 @@ def test_a_gap_run_without_position_embedding_says_what_it_did_not_draw(
          ] == [2, 2]
 
 
+@pytest.mark.slow  # 6 s, left out of the default run to keep it under
+# 10 minutes (the distillation-token and gap variants stay in)
 def test_a_shifted_patch_locality_sincos_run_draws_every_figure(
     cifar10_binary, tmp_path):
   """Shifted patches: the filters are the unshifted copy's; the fixed

@@ -279,6 +279,8 @@ HEAD_DIM_32 = dict(patch_size=4, hidden_size=64, num_layers=2, num_heads=2,
                    mlp_dim=128)
 
 
+@pytest.mark.slow  # 14 s; the forward pass is checked against flax's in
+# test_attention_is_flax_multi_head_attention_in_another_layout
 def test_fused_attention_has_the_same_parameters_logits_and_gradients():
   images = _images(batch=3)
   einsum = VisionTransformer(num_classes=5, **HEAD_DIM_32)
