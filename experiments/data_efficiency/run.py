@@ -11,8 +11,8 @@ budget in --epochs; seeds as `planned_runs` orders them (the rows that carry
 the conclusion get three). One `vit_jax.main` process per run; rerunning
 skips finished runs and resumes an interrupted one. Then writes, next to this
 file, `results.json` (one record per run), `ablation.png`, and the tables
-and the runs still missing inside `README.md`. --summarize_only skips training; --max_runs stops after
-that many new runs.
+and the runs still missing inside `README.md`. --summarize_only skips
+training; --max_runs stops after that many new runs.
 """
 
 import json

@@ -11,7 +11,8 @@ class-balanced subsets, the images in the official batch order), each tested
 on all 10,000 test images. One `vit_jax.main` process per run; rerunning
 skips finished runs and resumes an interrupted one. Then writes, next to this
 file, `results.json` (one record per run), `accuracy_vs_size.png`, and the
-table and the runs still missing inside `README.md`. --summarize_only skips training.
+table and the runs still missing inside `README.md`. --summarize_only skips
+training.
 """
 
 import json
