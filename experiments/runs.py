@@ -50,6 +50,9 @@ def record(directory: pathlib.Path) -> dict:
       'final_test_accuracy': summary['final_test_accuracy'],
       'final_train_accuracy': summary['final_train_accuracy'],
       'wall_minutes': round(summary['train_seconds'] / 60, 1),
+      # Runs from before summary.json named its device ran on the project's
+      # 2-core CPU machine.
+      'device': summary.get('device', 'cpu'),
   }
 
 
@@ -66,6 +69,18 @@ def mean_std(values, show_n: bool = False) -> str:
     return f'{values[0]:.1f}'
   n = f' (n={len(values)})' if show_n else ''
   return f'{values.mean():.1f} ± {values.std(ddof=1):.1f}{n}'
+
+
+def wall_time(records: list[dict]) -> str:
+  """The mean training minutes of `records`, per device: '16' on the
+  project's CPU machine, '1.2 on H100' on an accelerator."""
+  by_device = {}
+  for r in records:
+    by_device.setdefault(r['device'], []).append(r['wall_minutes'])
+  return ', '.join(
+      f'{np.mean(minutes):.0f}' if device == 'cpu' else
+      f'{np.mean(minutes):.1f} on {device.removeprefix("NVIDIA ").split()[0]}'
+      for device, minutes in by_device.items())
 
 
 def write_between(readme: pathlib.Path, start_marker: str, end_marker: str,

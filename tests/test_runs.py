@@ -28,7 +28,23 @@ def test_record_of_a_finished_run(tmp_path):
   assert runs.record(tmp_path / 'run') == {
       'epochs': 30, 'seed': 3, 'best_test_accuracy': 0.514,
       'best_epoch': 28.0, 'final_test_accuracy': 0.513,
-      'final_train_accuracy': 0.57, 'wall_minutes': 16.5}
+      'final_train_accuracy': 0.57, 'wall_minutes': 16.5, 'device': 'cpu'}
+
+
+def test_record_names_the_accelerator_that_trained_the_run(tmp_path):
+  _finished_run(tmp_path / 'run')
+  summary = json.loads((tmp_path / 'run/summary.json').read_text())
+  (tmp_path / 'run/summary.json').write_text(
+      json.dumps({**summary, 'device': 'NVIDIA H100 80GB HBM3'}))
+  assert runs.record(tmp_path / 'run')['device'] == 'NVIDIA H100 80GB HBM3'
+
+
+def test_wall_time_per_device():
+  cpu = {'device': 'cpu', 'wall_minutes': 16.4}
+  h100 = {'device': 'NVIDIA H100 80GB HBM3', 'wall_minutes': 1.24}
+  assert runs.wall_time([cpu, {**cpu, 'wall_minutes': 17.6}]) == '17'
+  assert runs.wall_time([h100]) == '1.2 on H100'
+  assert runs.wall_time([cpu, h100]) == '16, 1.2 on H100'
 
 
 def test_train_skips_a_finished_run(tmp_path, monkeypatch):

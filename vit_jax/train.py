@@ -394,7 +394,8 @@ def _train_and_evaluate(config, workdir: pathlib.Path,
     checkpoints.close()
     writer.close()
 
-  summary = summarize(history)
+  # Which accelerator trained it, so that result tables mixing machines say so.
+  summary = {**summarize(history), 'device': jax.devices()[0].device_kind}
   if jax.process_index() == 0:
     _write_atomically(workdir / 'summary.json', json.dumps(summary, indent=2))
   logging.info(

@@ -221,7 +221,7 @@ def table(records: list[dict]) -> str:
         f' (best CNN: {NAMES[best_cnn[0][1]]}, {best_cnn[0][2]}, '
         f'{100 * best_cnn[1]:.1f}%)' if best_cnn else ''), '',
               '| Model | Recipe | Best test acc (%) | Final train acc (%) | '
-              'Gap to the best CNN closed | Wall time (min) |',
+              'Gap to the best CNN closed | Wall time (min; CPU unless named) |',
               '|---|---|---|---|---|---|']
     for key in sorted((k for k in groups if k[0] == epochs),
                       key=lambda k: (k[1] != 'vit', k[1], _rank(k[2]))):
@@ -235,7 +235,7 @@ def table(records: list[dict]) -> str:
       lines.append(
           f'| {NAMES[key[1]]} | {key[2]} | {cell("best_test_accuracy")} | '
           f'{cell("final_train_accuracy")} | {closed} | '
-          f'{np.mean([r["wall_minutes"] for r in group]):.0f} |')
+          f'{runs.wall_time(group)} |')
     lines.append('')
   return '\n'.join(lines).rstrip()
 
