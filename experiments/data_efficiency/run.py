@@ -88,15 +88,22 @@ def _rank(recipe: str) -> int:
   return ORDER.index(recipe) if recipe in ORDER else len(ORDER)
 
 
-def _label(recipe: str) -> str:
-  """'study', '+ X' for a step of the ablation, 'study + X alone',
-  'study + X + Y'."""
+def _label(recipe: str, shown: list[str]) -> str:
+  """'study', '+ X' for a step of the ablation drawn after the step before
+  it, 'study + X alone', 'study + X + Y'; a step drawn without the one
+  before it by what it holds ('full recipe', ...)."""
   ingredients = _ingredients(recipe)
   if not ingredients:
     return 'study'
   if ingredients in ON_STUDY:
     return 'study + ' + ' + '.join(ingredients) + (
         ' alone' if len(ingredients) == 1 else '')
+  if len(ingredients) > 1 and recipe_name(ingredients[:-1]) not in shown:
+    if ingredients == ALL:
+      return 'full recipe'
+    if ingredients == ALL[:-1]:
+      return f'full recipe without {ALL[-1]}'
+    return f'study + {ingredients[0]} ... + {ingredients[-1]}'
   return f'+ {ingredients[-1]}'
 
 
@@ -251,7 +258,7 @@ def plot(records: list[dict], path: pathlib.Path):
       if r['epochs'] == epochs and r['model'] == 'vit':
         vit.setdefault(r['recipe'], []).append(100 * r['best_test_accuracy'])
     recipes = sorted(vit, key=_rank)
-    labels = [_label(recipe) for recipe in recipes]
+    labels = [_label(recipe, recipes) for recipe in recipes]
     ax.bar(range(len(recipes)), [np.mean(vit[r]) for r in recipes],
            yerr=[np.std(vit[r], ddof=1) if len(vit[r]) > 1 else 0
                  for r in recipes], color='tab:blue', label='ViT-Tiny')
