@@ -71,15 +71,15 @@ def mean_std(values, show_n: bool = False) -> str:
   return f'{values.mean():.1f} ± {values.std(ddof=1):.1f}{n}'
 
 
-def wall_time(records: list[dict]) -> str:
-  """The mean training minutes of `records`, per device: '16' on the
-  project's CPU machine, '1.2 on H100' on an accelerator."""
+def wall_time_cell(records: list[dict]) -> str:
+  """A table cell of the mean training minutes of `records`, per device:
+  '16' on the project's CPU machine, '1.2 on H100 80GB HBM3' elsewhere."""
   by_device = {}
   for r in records:
     by_device.setdefault(r['device'], []).append(r['wall_minutes'])
   return ', '.join(
       f'{np.mean(minutes):.0f}' if device == 'cpu' else
-      f'{np.mean(minutes):.1f} on {device.removeprefix("NVIDIA ").split()[0]}'
+      f'{np.mean(minutes):.1f} on {device.removeprefix("NVIDIA ")}'
       for device, minutes in by_device.items())
 
 

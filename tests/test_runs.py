@@ -39,12 +39,12 @@ def test_record_names_the_accelerator_that_trained_the_run(tmp_path):
   assert runs.record(tmp_path / 'run')['device'] == 'NVIDIA H100 80GB HBM3'
 
 
-def test_wall_time_per_device():
+def test_wall_time_cell_per_device():
   cpu = {'device': 'cpu', 'wall_minutes': 16.4}
   h100 = {'device': 'NVIDIA H100 80GB HBM3', 'wall_minutes': 1.24}
-  assert runs.wall_time([cpu, {**cpu, 'wall_minutes': 17.6}]) == '17'
-  assert runs.wall_time([h100]) == '1.2 on H100'
-  assert runs.wall_time([cpu, h100]) == '16, 1.2 on H100'
+  assert runs.wall_time_cell([cpu, {**cpu, 'wall_minutes': 17.6}]) == '17'
+  assert runs.wall_time_cell([h100]) == '1.2 on H100 80GB HBM3'
+  assert runs.wall_time_cell([cpu, h100]) == '16, 1.2 on H100 80GB HBM3'
 
 
 def test_train_skips_a_finished_run(tmp_path, monkeypatch):

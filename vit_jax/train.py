@@ -394,7 +394,8 @@ def _train_and_evaluate(config, workdir: pathlib.Path,
     checkpoints.close()
     writer.close()
 
-  # Which accelerator trained it, so that result tables mixing machines say so.
+  # So that result tables mixing machines say which trained each run; a
+  # resumed run names the machine that finished it.
   summary = {**summarize(history), 'device': jax.devices()[0].device_kind}
   if jax.process_index() == 0:
     _write_atomically(workdir / 'summary.json', json.dumps(summary, indent=2))

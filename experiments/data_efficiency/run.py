@@ -89,9 +89,10 @@ def _rank(recipe: str) -> int:
 
 
 def _label(recipe: str, shown: list[str]) -> str:
-  """'study', '+ X' for a step of the ablation drawn after the step before
-  it, 'study + X alone', 'study + X + Y'; a step drawn without the one
-  before it by what it holds ('full recipe', ...)."""
+  """'study'; '+ X' for a step of the ablation whose previous step is also
+  in `shown`; 'study + X alone' and 'study + X + Y' for the recipes tried on
+  the study's; and for a step shown without its previous one, a name that
+  reads alone ('full recipe without distillation')."""
   ingredients = _ingredients(recipe)
   if not ingredients:
     return 'study'
@@ -100,7 +101,7 @@ def _label(recipe: str, shown: list[str]) -> str:
         ' alone' if len(ingredients) == 1 else '')
   if len(ingredients) > 1 and recipe_name(ingredients[:-1]) not in shown:
     if ingredients == ALL:
-      return 'full recipe'
+      return f'full recipe + {ALL[-1]}'
     if ingredients == ALL[:-1]:
       return f'full recipe without {ALL[-1]}'
     return f'study + {ingredients[0]} ... + {ingredients[-1]}'
@@ -242,7 +243,7 @@ def table(records: list[dict]) -> str:
       lines.append(
           f'| {NAMES[key[1]]} | {key[2]} | {cell("best_test_accuracy")} | '
           f'{cell("final_train_accuracy")} | {closed} | '
-          f'{runs.wall_time(group)} |')
+          f'{runs.wall_time_cell(group)} |')
     lines.append('')
   return '\n'.join(lines).rstrip()
 
