@@ -27,10 +27,11 @@ accuracy 41.2% for the ViT (22 min on 2 CPU cores), 58.6% SimpleCNN, 56.3%
 SmallResNet, each below its study-recipe result (51.4%, 66.7%, 66.9%): at
 this budget the augmentations cost every model, the CNNs too. 45.3% for the
 ViT with distillation. At 100 epochs (`--config.num_epochs=100`, seed 0):
-52.5% for the ViT (still climbing at epoch 92; 62 min on 2 CPU
-cores, not counting the pauses in its recorded 119), 57.4% with distillation from the 100-epoch SimpleCNN (1.2 min on an
-H100), against 56.8% for the study's recipe; 71.2% for the SimpleCNN
-(72.0% with the study's recipe). Seeds, and what each ingredient adds:
+52.5% for the ViT (still climbing at epoch 92; 62 min on 2 CPU cores, not
+counting the pauses in its recorded 119), 57.4% with distillation from the
+100-epoch SimpleCNN (1.2 min on an H100), against 56.8% for the study's
+recipe; 71.2% for the SimpleCNN and 71.8% for the SmallResNet (72.0% and
+73.5% with the study's recipe). Seeds, and what each ingredient adds:
 experiments/data_efficiency/README.md.
 """
 
