@@ -212,32 +212,57 @@ def load_runs(workdir: pathlib.Path) -> list[dict]:
                                         _rank(r['recipe']), r['seed']))
 
 
-def table(records: list[dict]) -> str:
-  """Per budget: every recipe of every model, and for the ViT the share of
-  the gap (study ViT to the best CNN of that budget) it closes."""
+def group_runs(records: list[dict]) -> dict[tuple, list[dict]]:
+  """The seeds of each row: (epochs, model, recipe) -> its runs."""
   groups = {}
   for r in records:
     groups.setdefault((r['epochs'], r['model'], r['recipe']), []).append(r)
+  return groups
+
+
+def _accuracies(group: list[dict]) -> np.ndarray:
+  return 100 * np.array([r['best_test_accuracy'] for r in group])
+
+
+def _gain(group: list[dict], study: list[dict]) -> str:
+  """Points over the study-recipe ViT, with the standard error of the
+  difference of the two means where both rows have seeds to estimate it."""
+  a, b = _accuracies(group), _accuracies(study)
+  gain = f'{a.mean() - b.mean():+.1f}'
+  if len(a) > 1 and len(b) > 1:
+    error = np.sqrt(a.var(ddof=1) / len(a) + b.var(ddof=1) / len(b))
+    gain += f' ± {error:.1f}'
+  return gain
+
+
+def table(records: list[dict]) -> str:
+  """Per budget: every recipe of every model, and for the ViT the share of
+  the gap (study ViT to the best CNN of that budget) it closes."""
+  groups = group_runs(records)
   lines = []
   for epochs in sorted({r['epochs'] for r in records}):
-    mean = lambda group: np.mean([r['best_test_accuracy'] for r in group])
-    cnns = {key: mean(group) for key, group in groups.items()
+    cnns = {key: _accuracies(group).mean() for key, group in groups.items()
             if key[0] == epochs and key[1] != 'vit'}
     study_vit = groups.get((epochs, 'vit', 'study'))
     best_cnn = max(cnns.items(), key=lambda item: item[1]) if cnns else None
     lines += [f'**{epochs} epochs**' + (
         f' (best CNN: {NAMES[best_cnn[0][1]]}, {best_cnn[0][2]}, '
-        f'{100 * best_cnn[1]:.1f}%)' if best_cnn else ''), '',
+        f'{best_cnn[1]:.1f}%)' if best_cnn else ''), '',
               '| Model | Recipe | Best test acc (%) | Final train acc (%) | '
-              'Gap to the best CNN closed | Wall time (min; CPU unless named) |',
+              'Gap to the best CNN closed (points over the study ViT ± '
+              'standard error) | Wall time (min; CPU unless named) |',
               '|---|---|---|---|---|---|']
     for key in sorted((k for k in groups if k[0] == epochs),
                       key=lambda k: (k[1] != 'vit', k[1], _rank(k[2]))):
       group = groups[key]
       closed = ''
       if key[1] == 'vit' and study_vit and best_cnn:
-        gap = best_cnn[1] - mean(study_vit)
-        closed = f'{100 * (mean(group) - mean(study_vit)) / gap:.0f}%'
+        study_mean = _accuracies(study_vit).mean()
+        share = (_accuracies(group).mean() - study_mean) / (
+            best_cnn[1] - study_mean)
+        closed = f'{100 * share:.0f}%'
+        if key[2] != 'study':
+          closed += f' ({_gain(group, study_vit)})'
       cell = lambda field: runs.mean_std([r[field] for r in group],  # pylint: disable=cell-var-from-loop
                                          show_n=True)
       lines.append(
@@ -253,25 +278,23 @@ def plot(records: list[dict], path: pathlib.Path):
   budgets = sorted({r['epochs'] for r in records})
   fig, axes = plt.subplots(1, len(budgets), figsize=(7 * len(budgets), 4.5),
                            squeeze=False)
+  groups = group_runs(records)
   for ax, epochs in zip(axes[0], budgets):
-    vit = {}
-    for r in records:
-      if r['epochs'] == epochs and r['model'] == 'vit':
-        vit.setdefault(r['recipe'], []).append(100 * r['best_test_accuracy'])
+    vit = {recipe: _accuracies(group)
+           for (e, model, recipe), group in groups.items()
+           if (e, model) == (epochs, 'vit')}
     recipes = sorted(vit, key=_rank)
     labels = [_label(recipe, recipes) for recipe in recipes]
-    ax.bar(range(len(recipes)), [np.mean(vit[r]) for r in recipes],
-           yerr=[np.std(vit[r], ddof=1) if len(vit[r]) > 1 else 0
+    ax.bar(range(len(recipes)), [vit[r].mean() for r in recipes],
+           yerr=[vit[r].std(ddof=1) if len(vit[r]) > 1 else 0
                  for r in recipes], color='tab:blue', label='ViT-Tiny')
     for model, style in (('simple_cnn', '--'), ('small_resnet', ':')):
       for recipe, color, name in (('study', 'tab:red', 'study'),
                                   (recipe_name(CNN_AUGMENTED), 'tab:green',
                                    'augmented')):
-        accuracies = [100 * r['best_test_accuracy'] for r in records
-                      if (r['epochs'], r['model'], r['recipe'])
-                      == (epochs, model, recipe)]
-        if accuracies:
-          ax.axhline(np.mean(accuracies), linestyle=style, color=color,
+        if (epochs, model, recipe) in groups:
+          ax.axhline(_accuracies(groups[epochs, model, recipe]).mean(),
+                     linestyle=style, color=color,
                      label=f'{NAMES[model]}, {name}')
     ax.set_xticks(range(len(recipes)), labels, rotation=30, ha='right',
                   fontsize=8)
