@@ -138,12 +138,19 @@ TINY_MODELS = {
 }
 
 
-def study_config(model: str = 'vit') -> ml_collections.ConfigDict:
+def load_file(path: str):
+  """A file of the repository outside the package (a config, an experiment's
+  runner: folders that are not packages), imported as a module."""
   spec = importlib.util.spec_from_file_location(
-      'cifar_small', ROOT / 'configs' / 'cifar_small.py')
+      pathlib.Path(path).with_suffix('').as_posix().replace('/', '.'),
+      ROOT / path)
   module = importlib.util.module_from_spec(spec)
   spec.loader.exec_module(module)
-  return module.get_config(model)
+  return module
+
+
+def study_config(model: str = 'vit') -> ml_collections.ConfigDict:
+  return load_file('configs/cifar_small.py').get_config(model)
 
 
 def tiny_config(data_dir, variant='vit', **overrides):

@@ -1,13 +1,11 @@
 """Every config file builds, for every argument it documents, and passes the
 checks that need no data."""
 
-import importlib.util
-
 import jax
 import numpy as np
 import pytest
 
-from tests.conftest import ROOT
+from tests.conftest import load_file
 from tests.conftest import png
 from vit_jax import checkpoint
 from vit_jax import config_schema
@@ -17,10 +15,7 @@ from vit_jax import train
 
 
 def _config(name, argument=None):
-  spec = importlib.util.spec_from_file_location(name,
-                                                ROOT / 'configs' / f'{name}.py')
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
+  module = load_file(f'configs/{name}.py')
   return module.get_config(argument) if argument else module.get_config()
 
 

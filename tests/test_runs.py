@@ -1,16 +1,12 @@
 """experiments/runs.py: what the experiment runners share."""
 
-import importlib.util
 import json
 
 import pytest
 
-from tests.conftest import ROOT
+from tests.conftest import load_file
 
-_spec = importlib.util.spec_from_file_location('runs',
-                                               ROOT / 'experiments/runs.py')
-runs = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(runs)
+runs = load_file('experiments/runs.py')
 
 
 def _finished_run(directory, seed=3):

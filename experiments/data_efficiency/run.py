@@ -27,18 +27,7 @@ HERE = pathlib.Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 import runs  # pylint: disable=g-import-not-at-top,wrong-import-position
 
-_DATA_DIR = flags.DEFINE_string('data_dir', '../shared/data/cifar10-5k',
-                                'The 5k/1k CIFAR-10 subset.')
-_WORKDIR = flags.DEFINE_string('workdir', '/tmp/data_efficiency',
-                               'One directory per run; never committed.')
-_EPOCHS = flags.DEFINE_list(
-    'epochs', ['30', '100'], 'Training budgets, the study\'s first; 100 is '
-    'the longer one that fits this machine (a 200-epoch ViT run is ~2 h on '
-    '2 cores); --epochs=30,200 where a GPU is.')
-_MAX_RUNS = flags.DEFINE_integer('max_runs', 0, 'Stop after this many new '
-                                 'runs; 0: all.')
-_SUMMARIZE_ONLY = flags.DEFINE_bool('summarize_only', False,
-                                    'Only summarise finished runs.')
+FLAGS = flags.FLAGS
 
 NAMES = {'vit': 'ViT-Tiny', 'simple_cnn': 'SimpleCNN',
          'small_resnet': 'SmallResNet'}
@@ -143,7 +132,7 @@ def conclusion_rows(records: list[dict], epochs: int) -> list[tuple]:
   return list(dict.fromkeys(rows))
 
 
-def planned_runs(workdir: pathlib.Path):
+def planned_runs(workdir: pathlib.Path, budgets: list[int]):
   """(model, ingredients, epochs, seed), most informative first: at the
   first budget, the teacher, the ViT's study and full recipes (without and
   with distillation) and distillation alone, the other steps and
@@ -155,7 +144,7 @@ def planned_runs(workdir: pathlib.Path):
   study, full = CUMULATIVE[0], CUMULATIVE[-1]
   key_rows = [study, CUMULATIVE[-2], full, ('distillation',)]
   between = [r for r in ON_STUDY + CUMULATIVE[1:-2] if r not in key_rows]
-  first, *longer = map(int, _EPOCHS.value)
+  first, *longer = budgets
 
   def seed_zero(epochs, ablation):
     yield TEACHER, study, epochs, 0
@@ -179,13 +168,15 @@ def planned_runs(workdir: pathlib.Path):
       yield 'vit', ingredients, epochs, 0
 
 
-def train(workdir: pathlib.Path, data_dir: pathlib.Path):
+def train(workdir: pathlib.Path, data_dir: pathlib.Path, budgets: list[int],
+          max_runs: int):
+  """Trains the planned runs not yet finished, at most `max_runs` (0: all)."""
   started = 0
-  for model, ingredients, epochs, seed in planned_runs(workdir):
+  for model, ingredients, epochs, seed in planned_runs(workdir, budgets):
     directory = workdir / run_name(model, ingredients, epochs, seed)
     if runs.finished(directory):
       continue
-    if _MAX_RUNS.value and started == _MAX_RUNS.value:
+    if max_runs and started == max_runs:
       return
     started += 1
     overrides = recipe_overrides(model, ingredients)
@@ -309,11 +300,16 @@ def plot(records: list[dict], path: pathlib.Path):
 
 def main(argv):
   del argv
-  workdir = pathlib.Path(_WORKDIR.value).absolute()
-  if not _SUMMARIZE_ONLY.value:
-    data_dir = pathlib.Path(_DATA_DIR.value).absolute()
+  workdir = pathlib.Path(FLAGS.workdir).absolute()
+  bad = [e for e in FLAGS.epochs if not e.isdigit() or int(e) <= 0]
+  if bad or not FLAGS.epochs:
+    sys.exit(f'error: --epochs={",".join(FLAGS.epochs)}: give positive '
+             'numbers of epochs, the study\'s 30 first, e.g. --epochs=30,100.')
+  budgets = [int(epochs) for epochs in FLAGS.epochs]
+  if not FLAGS.summarize_only:
+    data_dir = pathlib.Path(FLAGS.data_dir).absolute()
     runs.require_cifar10_subset(data_dir)
-    train(workdir, data_dir)
+    train(workdir, data_dir, budgets, FLAGS.max_runs)
   records = load_runs(workdir)
   if not records:
     sys.exit(f'error: no finished runs in {workdir}.')
@@ -322,9 +318,22 @@ def main(argv):
   runs.write_between(HERE / 'README.md', TABLE_START, TABLE_END,
                      table(records))
   runs.write_missing(HERE / 'README.md', workdir,
-                     [run_name(*run) for run in planned_runs(workdir)])
+                     [run_name(*run) for run in planned_runs(workdir, budgets)])
   print(table(records))
 
 
 if __name__ == '__main__':
+  # Defined only where this runs as a script, so that tests can import its
+  # logic beside vit_jax's modules, whose flags share these names.
+  flags.DEFINE_string('data_dir', '../shared/data/cifar10-5k',
+                      'The 5k/1k CIFAR-10 subset.')
+  flags.DEFINE_string('workdir', '/tmp/data_efficiency',
+                      'One directory per run; never committed.')
+  flags.DEFINE_list(
+      'epochs', ['30', '100'], 'Training budgets, the study\'s first; 100 is '
+      'the longer one that fits this machine (a 200-epoch ViT run is ~2 h on '
+      '2 cores); --epochs=30,200 where a GPU is.')
+  flags.DEFINE_integer('max_runs', 0, 'Stop after this many new runs; 0: '
+                       'all.')
+  flags.DEFINE_bool('summarize_only', False, 'Only summarise finished runs.')
   app.run(main)

@@ -28,19 +28,7 @@ HERE = pathlib.Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 import runs  # pylint: disable=g-import-not-at-top,wrong-import-position
 
-_JPEG_DIR = flags.DEFINE_string(
-    'jpeg_dir', '/tmp/cifar10-jpeg',
-    'The unpacked cifar10-jpeg-full.tar.gz: train/<class>/NNNN.jpg, test/.')
-_WORKDIR = flags.DEFINE_string('workdir', '/tmp/data_scaling',
-                               'Subsets and one directory per run; never '
-                               'committed.')
-_SIZES = flags.DEFINE_list('sizes', ['5000', '10000', '25000', '50000'],
-                           'Training-set sizes, multiples of 10.')
-_MODELS = flags.DEFINE_list('models', ['simple_cnn', 'small_resnet', 'vit'],
-                            'configs/cifar_small.py models.')
-_SEEDS = flags.DEFINE_list('seeds', ['0'], 'Seeds of every (model, size).')
-_SUMMARIZE_ONLY = flags.DEFINE_bool('summarize_only', False,
-                                    'Only summarise finished runs.')
+FLAGS = flags.FLAGS
 
 NAMES = {'vit': 'ViT-Tiny', 'simple_cnn': 'SimpleCNN',
          'small_resnet': 'SmallResNet'}
@@ -80,16 +68,16 @@ def run_name(model: str, size: int, seed: int) -> str:
   return f'{model}_{RECIPE}_n{size}_seed{seed}'
 
 
-def planned_runs():
+def planned_runs(sizes: list[int], seeds: list[int], models: list[str]):
   """(model, size, seed) in the order they train: size by size."""
-  for size in map(int, _SIZES.value):
-    for seed in map(int, _SEEDS.value):
-      for model in _MODELS.value:
+  for size in sizes:
+    for seed in seeds:
+      for model in models:
         yield model, size, seed
 
 
-def train(workdir: pathlib.Path, jpeg_dir: pathlib.Path):
-  for model, size, seed in planned_runs():
+def train(workdir: pathlib.Path, jpeg_dir: pathlib.Path, planned: list):
+  for model, size, seed in planned:
     runs.train(workdir / run_name(model, size, seed),
                f'configs/cifar_small.py:{model}', {
                    'dataset': 'image_folder',
@@ -164,7 +152,8 @@ def plot(records: list[dict], path: pathlib.Path):
     ax.plot(sizes, means, 'o-', label=NAMES[model])
   for cnn, size in crossovers(curves):
     ax.axvline(size, color='gray', linestyle=':')
-    ax.annotate(f'ViT meets {NAMES[cnn]}\n~{size:,.0f}', (size, ax.get_ylim()[0]),
+    ax.annotate(f'ViT meets {NAMES[cnn]}\n~{size:,.0f}',
+                (size, ax.get_ylim()[0]),
                 fontsize=8, rotation=90, va='bottom')
   ax.set_xscale('log')
   ax.set_xlabel('training images (log scale)')
@@ -178,17 +167,20 @@ def plot(records: list[dict], path: pathlib.Path):
 
 def main(argv):
   del argv
-  workdir = pathlib.Path(_WORKDIR.value).absolute()
-  if not _SUMMARIZE_ONLY.value:
-    jpeg_dir = pathlib.Path(_JPEG_DIR.value).absolute()
+  workdir = pathlib.Path(FLAGS.workdir).absolute()
+  bad = [s for s in FLAGS.sizes if not s.isdigit() or int(s) % 10 or
+         int(s) <= 0]
+  if bad:
+    sys.exit(f'error: --sizes {",".join(bad)}: use positive multiples of 10 '
+             '(the subsets are class-balanced).')
+  planned = list(planned_runs([int(s) for s in FLAGS.sizes],
+                              [int(s) for s in FLAGS.seeds], FLAGS.models))
+  if not FLAGS.summarize_only:
+    jpeg_dir = pathlib.Path(FLAGS.jpeg_dir).absolute()
     if not (jpeg_dir / 'train').is_dir() or not (jpeg_dir / 'test').is_dir():
       sys.exit(f'error: no train/ and test/ in --jpeg_dir={jpeg_dir}; unpack '
                '../shared/data/cifar10-jpeg-full.tar.gz there first.')
-    bad = [s for s in _SIZES.value if int(s) % 10 or int(s) <= 0]
-    if bad:
-      sys.exit(f'error: --sizes {",".join(bad)}: use positive multiples of 10 '
-               '(the subsets are class-balanced).')
-    train(workdir, jpeg_dir)
+    train(workdir, jpeg_dir, planned)
   records = load_runs(workdir)
   if not records:
     sys.exit(f'error: no finished runs in {workdir}.')
@@ -197,9 +189,22 @@ def main(argv):
   runs.write_between(HERE / 'README.md', TABLE_START, TABLE_END,
                      table(records))
   runs.write_missing(HERE / 'README.md', workdir,
-                     [run_name(*run) for run in planned_runs()])
+                     [run_name(*run) for run in planned])
   print(table(records))
 
 
 if __name__ == '__main__':
+  # Defined only where this runs as a script, so that tests can import its
+  # logic beside vit_jax's modules, whose flags share these names.
+  flags.DEFINE_string(
+      'jpeg_dir', '/tmp/cifar10-jpeg',
+      'The unpacked cifar10-jpeg-full.tar.gz: train/<class>/NNNN.jpg, test/.')
+  flags.DEFINE_string('workdir', '/tmp/data_scaling', 'Subsets and one '
+                      'directory per run; never committed.')
+  flags.DEFINE_list('sizes', ['5000', '10000', '25000', '50000'],
+                    'Training-set sizes, multiples of 10.')
+  flags.DEFINE_list('models', ['simple_cnn', 'small_resnet', 'vit'],
+                    'configs/cifar_small.py models.')
+  flags.DEFINE_list('seeds', ['0'], 'Seeds of every (model, size).')
+  flags.DEFINE_bool('summarize_only', False, 'Only summarise finished runs.')
   app.run(main)
