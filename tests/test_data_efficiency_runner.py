@@ -20,25 +20,25 @@ def _recipe_config(model, ingredients):
   return config
 
 
-def _same_training(config, reference):
-  """The same model (fields left at their defaults count as unset) and the
+def _assert_same_training(config, reference):
+  """The same model (a field set to its default counts as unset) and the
   same everything else."""
   assert steps.create_model(config, 10) == steps.create_model(reference, 10)
   config, reference = config.to_dict(), reference.to_dict()
   del config['model_overrides'], reference['model_overrides']
-  return config == reference
+  assert config == reference
 
 
 @pytest.mark.parametrize('model', MODELS)
 def test_the_study_recipe_is_the_study_config(model):
   study = load_file('configs/cifar_small.py').get_config(model)
-  assert _same_training(_recipe_config(model, ()), study)
+  _assert_same_training(_recipe_config(model, ()), study)
 
 
 @pytest.mark.parametrize('model', MODELS)
 def test_the_full_recipe_is_configs_data_efficient(model):
   full = run.ALL[:-1] if model == 'vit' else run.CNN_AUGMENTED
-  assert _same_training(
+  _assert_same_training(
       _recipe_config(model, full),
       load_file('configs/data_efficient.py').get_config(model))
 
