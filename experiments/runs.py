@@ -56,6 +56,20 @@ def record(directory: pathlib.Path) -> dict:
   }
 
 
+def integers(flag: str, values: list[str], minimum: int = 1,
+             multiple_of: int = 1, example: str = '') -> list[int]:
+  """A list flag's values as numbers; one clear error (exit) if there is
+  none, or if one is not a multiple of `multiple_of` of at least `minimum`."""
+  bad = [v for v in values if not v.isdigit() or int(v) < minimum or
+         int(v) % multiple_of]
+  if bad or not values:
+    kind = f'integers of at least {minimum}' + (
+        f' that are multiples of {multiple_of}' if multiple_of > 1 else '')
+    sys.exit(f'error: --{flag}={",".join(values)}: use {kind}'
+             f'{", e.g. --" + flag + "=" + example if example else ""}.')
+  return [int(v) for v in values]
+
+
 def require_cifar10_subset(data_dir: pathlib.Path):
   if not (data_dir / 'cifar-10-batches-bin').is_dir():
     sys.exit(f'error: no cifar-10-batches-bin/ in --data_dir={data_dir}; '

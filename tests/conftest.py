@@ -1,5 +1,6 @@
-"""Shared fixtures: synthetic datasets in the official on-disk formats, and
-the study's config cut down to seconds."""
+"""Shared fixtures: synthetic datasets in the official on-disk formats, the
+study's config cut down to seconds, and the files outside the package (the
+configs, the experiment runners and the runs they read)."""
 
 import importlib.util
 import io
@@ -13,6 +14,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import types
 
 import ml_collections
 import numpy as np
@@ -138,7 +140,7 @@ TINY_MODELS = {
 }
 
 
-def load_file(path: str):
+def load_file(path: str) -> types.ModuleType:
   """A file of the repository outside the package (a config, an experiment's
   runner: folders that are not packages), imported as a module."""
   spec = importlib.util.spec_from_file_location(
@@ -147,6 +149,17 @@ def load_file(path: str):
   module = importlib.util.module_from_spec(spec)
   spec.loader.exec_module(module)
   return module
+
+
+def finished_run(directory: pathlib.Path, seed: int = 3, **summary):
+  """A run directory as a finished `vit_jax.main` leaves it, as far as the
+  experiment runners read it; `summary` changes fields of summary.json."""
+  directory.mkdir(parents=True)
+  (directory / 'config.json').write_text(json.dumps({'seed': seed}))
+  (directory / 'summary.json').write_text(json.dumps({
+      'best_test_accuracy': 0.514, 'best_epoch': 28.0, 'epochs': 30.0,
+      'final_test_accuracy': 0.513, 'final_train_accuracy': 0.57,
+      'train_seconds': 989.2, **summary}))
 
 
 def study_config(model: str = 'vit') -> ml_collections.ConfigDict:

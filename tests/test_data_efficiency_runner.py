@@ -1,10 +1,11 @@
 """experiments/data_efficiency/run.py: its recipes, the order it trains the
 runs in, and the table it writes."""
 
-import json
+import functools
 
 import pytest
 
+from tests.conftest import finished_run
 from tests.conftest import load_file
 from vit_jax import steps
 
@@ -13,8 +14,7 @@ MODELS = ('vit', 'simple_cnn', 'small_resnet')
 
 
 def _recipe_config(model, ingredients):
-  """configs/data_efficient.py with a recipe's overrides, as the runner's
-  --config.KEY=VALUE flags set them."""
+  """configs/data_efficient.py with a recipe's overrides applied."""
   config = load_file('configs/data_efficient.py').get_config(model)
   config.update_from_flattened_dict(run.recipe_overrides(model, ingredients))
   return config
@@ -36,33 +36,35 @@ def test_the_study_recipe_is_the_study_config(model):
 
 
 @pytest.mark.parametrize('model', MODELS)
-def test_the_full_recipe_is_configs_data_efficient(model):
-  full = run.ALL[:-1] if model == 'vit' else run.CNN_AUGMENTED
+def test_configs_data_efficient_is_the_full_recipe_without_distillation(
+    model):
+  ingredients = run.CUMULATIVE[-2] if model == 'vit' else run.CNN_AUGMENTED
   _assert_same_training(
-      _recipe_config(model, full),
+      _recipe_config(model, ingredients),
       load_file('configs/data_efficient.py').get_config(model))
 
 
-def test_each_ingredient_changes_the_config():
+def test_each_ingredient_turns_on_what_the_study_leaves_off():
   study = _recipe_config('vit', ())
-  for ingredient in run.ALL:
-    assert _recipe_config('vit', (ingredient,)) != study, ingredient
+  for ingredient, changes in run.INGREDIENTS.items():
+    for key, value in changes.items():
+      assert functools.reduce(getattr, key.split('.'), study) != value, (
+          ingredient, key)
 
 
-def _finished(workdir, name, accuracy, epochs=30, seed=0):
-  directory = workdir / name
-  directory.mkdir(parents=True)
-  (directory / 'config.json').write_text(json.dumps({'seed': seed}))
-  (directory / 'summary.json').write_text(json.dumps({
-      'best_test_accuracy': accuracy, 'best_epoch': epochs - 1,
-      'epochs': float(epochs), 'final_test_accuracy': accuracy - 0.01,
-      'final_train_accuracy': 0.6, 'train_seconds': 60.0}))
-
-
-def _seed_zero_runs(workdir, accuracies):
-  """Finished seed-0 runs at 30 epochs: (model, ingredients) -> accuracy."""
-  for (model, ingredients), accuracy in accuracies.items():
-    _finished(workdir, run.run_name(model, ingredients, 30, 0), accuracy)
+def _fake_training(accuracies, trained):
+  """A stand-in for `runs.train` that finishes each run at once, with the
+  best test accuracy `accuracies` gives its (model, recipe) (0.5 if none),
+  and appends (run name, overrides) to `trained`."""
+  def train(directory, config, overrides):
+    del config
+    model, recipe = directory.name.split('_study', 1)
+    recipe = 'study' + recipe.rsplit('_e', 1)[0]
+    trained.append((directory.name, overrides))
+    finished_run(directory, seed=overrides['seed'],
+                 epochs=float(overrides['num_epochs']),
+                 best_test_accuracy=accuracies.get((model, recipe), 0.5))
+  return train
 
 
 def test_the_first_runs_are_the_key_rows_at_seed_zero(tmp_path):
@@ -72,28 +74,67 @@ def test_the_first_runs_are_the_key_rows_at_seed_zero(tmp_path):
       ('vit', run.ALL[:-1], 30, 0), ('vit', run.ALL, 30, 0),
       ('vit', ('distillation',), 30, 0)]
   assert len(planned) == len(set(planned))
-  # The ablation's other steps at the longer budget come last.
-  assert planned[-1] == ('vit', run.ALL[:-2], 100, 0)
+  # Last, after every seed, the ablation's other steps at the longer budget.
+  other_steps = [('spt_lsa',), ('spt_lsa', 'distillation'),
+                 *run.CUMULATIVE[1:-2]]
+  assert planned[-6:] == [('vit', i, 100, 0) for i in other_steps]
+  assert all(seed == 0 for *_, seed in planned[-6:])
+  assert max(i for i, (*_, seed) in enumerate(planned) if seed) == (
+      len(planned) - 7)
 
 
-def test_seeds_1_and_2_go_to_the_rows_seed_0_ranks_best(tmp_path):
-  _seed_zero_runs(tmp_path, {
-      ('simple_cnn', ()): 0.67, ('small_resnet', ()): 0.69,
-      ('small_resnet', run.CNN_AUGMENTED): 0.56, ('vit', ()): 0.51,
-      ('vit', run.ALL): 0.45, ('vit', ('spt_lsa',)): 0.53})
-  seeded = [(model, ingredients, seed) for model, ingredients, epochs, seed
-            in run.planned_runs(tmp_path, [30]) if seed]
-  rows = [('vit', ()), ('vit', run.ALL), ('vit', ('spt_lsa',)),
-          ('small_resnet', ())]
-  # The full recipe distils, so the teacher's seeds train first.
-  rows.insert(0, ('simple_cnn', ()))
-  assert seeded == [(m, i, s) for s in (1, 2) for m, i in rows]
+def test_seeds_go_to_the_rows_the_seed_zero_runs_rank_best(tmp_path,
+                                                          monkeypatch):
+  trained = []
+  monkeypatch.setattr(run.runs, 'train', _fake_training({
+      ('small_resnet', 'study'): 0.69, ('simple_cnn', 'study'): 0.67,
+      ('vit', 'study+spt_lsa'): 0.53, ('vit', 'study'): 0.51}, trained))
+  run.train(tmp_path, tmp_path / 'data', [30], max_runs=0)
+  seeded = [name for name, overrides in trained if overrides['seed']]
+  # Ranked as the seed-0 runs came out of training, not before it; the
+  # full recipe distils, so the teacher's seeds train first.
+  rows = ['simple_cnn_study', 'vit_study', 'vit_' + run.recipe_name(run.ALL),
+          'vit_study+spt_lsa', 'small_resnet_study']
+  assert seeded == [f'{row}_e30_seed{seed}' for seed in (1, 2)
+                    for row in rows]
+
+
+def test_max_runs_counts_only_new_runs(tmp_path, monkeypatch):
+  trained = []
+  monkeypatch.setattr(run.runs, 'train', _fake_training({}, trained))
+  finished_run(tmp_path / 'simple_cnn_study_e30_seed0', seed=0)
+  run.train(tmp_path, tmp_path / 'data', [30], max_runs=2)
+  assert [name for name, _ in trained] == [
+      'vit_study_e30_seed0',
+      f'vit_{run.recipe_name(run.ALL[:-1])}_e30_seed0']
+
+
+def test_a_distilled_run_is_taught_by_the_teacher_of_its_budget_and_seed(
+    tmp_path, monkeypatch):
+  trained = []
+  monkeypatch.setattr(run.runs, 'train', _fake_training({}, trained))
+  run.train(tmp_path, tmp_path / 'data', [30], max_runs=5)
+  name, overrides = trained[-1]
+  assert name == 'vit_study+distillation_e30_seed0'
+  assert overrides['model_overrides.distillation_token']
+  assert overrides['distillation_teacher'] == (
+      tmp_path / 'simple_cnn_study_e30_seed0')
+  assert 'distillation_teacher' not in trained[1][1]
+
+
+def test_a_distilled_run_without_its_teacher_is_one_clear_error(
+    tmp_path, monkeypatch):
+  # A teacher run that fails leaves no summary.
+  monkeypatch.setattr(run.runs, 'train', lambda *args: None)
+  with pytest.raises(SystemExit, match='error: the teacher .*simple_cnn_'
+                     'study_e30_seed0 has not finished'):
+    run.train(tmp_path, tmp_path / 'data', [30], max_runs=0)
 
 
 def test_load_runs_reads_model_recipe_and_seed(tmp_path):
-  _finished(tmp_path, 'small_resnet_study_e100_seed2', 0.7, epochs=100,
-            seed=2)
-  _finished(tmp_path, 'vit_study+spt_lsa+distillation_e30_seed0', 0.53)
+  finished_run(tmp_path / 'small_resnet_study_e100_seed2', seed=2,
+               epochs=100.0)
+  finished_run(tmp_path / 'vit_study+spt_lsa+distillation_e30_seed0', seed=0)
   (tmp_path / 'vit_study_e30_seed1').mkdir()  # interrupted: no summary
   records = run.load_runs(tmp_path)
   assert [(r['model'], r['recipe'], r['epochs'], r['seed'],
@@ -108,7 +149,7 @@ def _record(model, recipe, accuracy, seed=0):
           'wall_minutes': 10.0, 'device': 'cpu'}
 
 
-def test_the_table_gives_each_vit_row_its_share_of_the_gap(tmp_path):
+def test_the_table_gives_each_vit_row_its_share_of_the_gap():
   records = [
       _record('small_resnet', 'study', 0.71),
       _record('simple_cnn', 'study', 0.66),

@@ -1,11 +1,11 @@
 """experiments/data_scaling/run.py: its nested subsets, where it finds a
 crossover, and the table it writes."""
 
-import json
 import math
 
 import pytest
 
+from tests.conftest import finished_run
 from tests.conftest import load_file
 
 run = load_file('experiments/data_scaling/run.py')
@@ -24,13 +24,17 @@ def test_subsets_are_class_balanced_nested_and_link_the_images(tmp_path):
   jpeg = _jpeg_dir(tmp_path / 'jpeg')
   small = run.subset(jpeg, tmp_path / 'subsets', 10)
   larger = run.subset(jpeg, tmp_path / 'subsets', 20)
-  assert sorted(p.name for p in (small / 'train/cat').iterdir()) == [
-      '0000.jpg']
-  assert sorted(p.name for p in (larger / 'train/cat').iterdir()) == [
-      '0000.jpg', '0001.jpg']
+  for name in ('airplane', 'cat'):
+    assert sorted(p.name for p in (small / 'train' / name).iterdir()) == [
+        '0000.jpg']
+    assert sorted(p.name for p in (larger / 'train' / name).iterdir()) == [
+        '0000.jpg', '0001.jpg']
   assert (larger / 'train/cat/0001.jpg').resolve() == (
       jpeg / 'train/cat/0001.jpg').resolve()
   assert (small / 'test').resolve() == (jpeg / 'test').resolve()
+  # A finished subset is reused as it is.
+  (jpeg / 'train/cat/0000.jpg').unlink()
+  assert run.subset(jpeg, tmp_path / 'subsets', 10) == small
 
 
 def test_a_subset_larger_than_a_class_is_one_clear_error(tmp_path):
@@ -39,10 +43,10 @@ def test_a_subset_larger_than_a_class_is_one_clear_error(tmp_path):
     run.subset(jpeg, tmp_path / 'subsets', 40)
 
 
-def test_planned_runs_go_size_by_size():
-  assert list(run.planned_runs([5000, 10000], [0], ['vit', 'simple_cnn'])
-              ) == [('vit', 5000, 0), ('simple_cnn', 5000, 0),
-                    ('vit', 10000, 0), ('simple_cnn', 10000, 0)]
+def test_planned_runs_go_size_by_size_then_seed_by_seed():
+  assert list(run.planned_runs([5000, 10000], [0, 1], ['vit', 'simple_cnn'])
+              ) == [(model, size, seed) for size in (5000, 10000)
+                    for seed in (0, 1) for model in ('vit', 'simple_cnn')]
 
 
 def test_crossover_interpolates_in_log_size():
@@ -65,12 +69,7 @@ def test_load_runs_and_the_table(tmp_path):
   for name, accuracy in (('vit_study_n5000_seed0', 0.45),
                          ('vit_study_n10000_seed0', 0.52),
                          ('small_resnet_study_n5000_seed0', 0.61)):
-    (tmp_path / name).mkdir()
-    (tmp_path / name / 'config.json').write_text(json.dumps({'seed': 0}))
-    (tmp_path / name / 'summary.json').write_text(json.dumps({
-        'best_test_accuracy': accuracy, 'best_epoch': 29.0, 'epochs': 30.0,
-        'final_test_accuracy': accuracy, 'final_train_accuracy': 0.9,
-        'train_seconds': 600.0}))
+    finished_run(tmp_path / name, seed=0, best_test_accuracy=accuracy)
   (tmp_path / 'vit_study_n25000_seed0').mkdir()  # interrupted
   records = run.load_runs(tmp_path)
   assert [(r['model'], r['train_examples'], r['recipe']) for r in records] == [
@@ -80,3 +79,19 @@ def test_load_runs_and_the_table(tmp_path):
       '| Model | 5,000 | 10,000 |', '|---|---|---|',
       '| ViT-Tiny | 45.0 | 52.0 |',
       '| SmallResNet | 61.0 | not run yet |']
+
+
+def test_each_run_trains_the_study_recipe_on_its_subset(tmp_path,
+                                                        monkeypatch):
+  jpeg = _jpeg_dir(tmp_path / 'jpeg')
+  trained = []
+  monkeypatch.setattr(run.runs, 'train', lambda *args: trained.append(args))
+  run.train(tmp_path / 'work', jpeg, [('vit', 10, 0), ('simple_cnn', 20, 1)])
+  assert [(directory.name, config, overrides['seed'], overrides['data_dir'])
+          for directory, config, overrides in trained] == [
+              ('vit_study_n10_seed0', 'configs/cifar_small.py:vit', 0,
+               tmp_path / 'work/data/cifar10_10'),
+              ('simple_cnn_study_n20_seed1',
+               'configs/cifar_small.py:simple_cnn', 1,
+               tmp_path / 'work/data/cifar10_20')]
+  assert trained[0][2]['dataset'] == 'image_folder'

@@ -4,22 +4,14 @@ import json
 
 import pytest
 
+from tests.conftest import finished_run
 from tests.conftest import load_file
 
 runs = load_file('experiments/runs.py')
 
 
-def _finished_run(directory, seed=3):
-  directory.mkdir()
-  (directory / 'config.json').write_text(json.dumps({'seed': seed}))
-  (directory / 'summary.json').write_text(json.dumps({
-      'best_test_accuracy': 0.514, 'best_epoch': 28.0, 'epochs': 30.0,
-      'final_test_accuracy': 0.513, 'final_train_accuracy': 0.57,
-      'train_seconds': 989.2}))
-
-
-def test_record_of_a_finished_run(tmp_path):
-  _finished_run(tmp_path / 'run')
+def test_record_of_afinished_run(tmp_path):
+  finished_run(tmp_path / 'run')
   assert runs.finished(tmp_path / 'run')
   assert runs.record(tmp_path / 'run') == {
       'epochs': 30, 'seed': 3, 'best_test_accuracy': 0.514,
@@ -28,7 +20,7 @@ def test_record_of_a_finished_run(tmp_path):
 
 
 def test_record_names_the_accelerator_that_trained_the_run(tmp_path):
-  _finished_run(tmp_path / 'run')
+  finished_run(tmp_path / 'run')
   summary = json.loads((tmp_path / 'run/summary.json').read_text())
   (tmp_path / 'run/summary.json').write_text(
       json.dumps({**summary, 'device': 'NVIDIA H100 80GB HBM3'}))
@@ -43,8 +35,8 @@ def test_wall_time_cell_per_device():
   assert runs.wall_time_cell([cpu, h100]) == '16, 1.2 on H100 80GB HBM3'
 
 
-def test_train_skips_a_finished_run(tmp_path, monkeypatch):
-  _finished_run(tmp_path / 'run')
+def test_train_skips_afinished_run(tmp_path, monkeypatch):
+  finished_run(tmp_path / 'run')
   monkeypatch.setattr(runs.subprocess, 'run',
                       lambda *a, **k: pytest.fail('trained again'))
   runs.train(tmp_path / 'run', 'configs/cifar_small.py:vit', {'seed': 0})
@@ -74,10 +66,23 @@ def test_a_directory_without_the_subset_is_one_clear_error(tmp_path):
 def test_write_missing_lists_the_unfinished_runs_in_order(tmp_path):
   readme = tmp_path / 'README.md'
   readme.write_text(f'{runs.MISSING_START}\n{runs.MISSING_END}\n')
-  _finished_run(tmp_path / 'b')
+  finished_run(tmp_path / 'b')
   runs.write_missing(readme, tmp_path, ['c', 'b', 'a'])
   assert readme.read_text() == (
       f'{runs.MISSING_START}\n\n2 of 3 planned runs, in the order `run.py` '
       f'trains them:\n\n- `c`\n- `a`\n\n{runs.MISSING_END}\n')
   runs.write_missing(readme, tmp_path, ['b'])
   assert 'None: all 1 planned runs have finished.' in readme.read_text()
+
+
+def test_integers_of_a_list_flag():
+  assert runs.integers('seeds', ['0', '2'], minimum=0) == [0, 2]
+  assert runs.integers('sizes', ['5000'], multiple_of=10) == [5000]
+  with pytest.raises(SystemExit, match=r'^error: --epochs=30,x: use integers '
+                     r'of at least 1, e\.g\. --epochs=30,100\.$'):
+    runs.integers('epochs', ['30', 'x'], example='30,100')
+  with pytest.raises(SystemExit, match='--sizes=15: use integers of at least '
+                     '1 that are multiples of 10'):
+    runs.integers('sizes', ['15'], multiple_of=10)
+  with pytest.raises(SystemExit, match='--epochs=: use'):
+    runs.integers('epochs', [])

@@ -15,6 +15,7 @@ and the runs still missing inside `README.md`. --summarize_only skips
 training; --max_runs stops after that many new runs.
 """
 
+import functools
 import json
 import pathlib
 import sys
@@ -26,8 +27,6 @@ import numpy as np
 HERE = pathlib.Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 import runs  # pylint: disable=g-import-not-at-top,wrong-import-position
-
-FLAGS = flags.FLAGS
 
 NAMES = {'vit': 'ViT-Tiny', 'simple_cnn': 'SimpleCNN',
          'small_resnet': 'SmallResNet'}
@@ -226,6 +225,10 @@ def _gain(group: list[dict], study: list[dict]) -> str:
   return gain
 
 
+def _seed_cell(group: list[dict], field: str) -> str:
+  return runs.mean_std([r[field] for r in group], show_n=True)
+
+
 def table(records: list[dict]) -> str:
   """Per budget: every recipe of every model, and for the ViT the share of
   the gap (study ViT to the best CNN of that budget) it closes."""
@@ -254,8 +257,7 @@ def table(records: list[dict]) -> str:
         closed = f'{100 * share:.0f}%'
         if key[2] != 'study':
           closed += f' ({_gain(group, study_vit)})'
-      cell = lambda field: runs.mean_std([r[field] for r in group],  # pylint: disable=cell-var-from-loop
-                                         show_n=True)
+      cell = functools.partial(_seed_cell, group)
       lines.append(
           f'| {NAMES[key[1]]} | {key[2]} | {cell("best_test_accuracy")} | '
           f'{cell("final_train_accuracy")} | {closed} | '
@@ -300,16 +302,14 @@ def plot(records: list[dict], path: pathlib.Path):
 
 def main(argv):
   del argv
-  workdir = pathlib.Path(FLAGS.workdir).absolute()
-  bad = [e for e in FLAGS.epochs if not e.isdigit() or int(e) <= 0]
-  if bad or not FLAGS.epochs:
-    sys.exit(f'error: --epochs={",".join(FLAGS.epochs)}: give positive '
-             'numbers of epochs, the study\'s 30 first, e.g. --epochs=30,100.')
-  budgets = [int(epochs) for epochs in FLAGS.epochs]
-  if not FLAGS.summarize_only:
-    data_dir = pathlib.Path(FLAGS.data_dir).absolute()
+  args = flags.FLAGS
+  workdir = pathlib.Path(args.workdir).absolute()
+  budgets = runs.integers('epochs', args.epochs,
+                          example='30,100 (the study\'s 30 first)')
+  if not args.summarize_only:
+    data_dir = pathlib.Path(args.data_dir).absolute()
     runs.require_cifar10_subset(data_dir)
-    train(workdir, data_dir, budgets, FLAGS.max_runs)
+    train(workdir, data_dir, budgets, args.max_runs)
   records = load_runs(workdir)
   if not records:
     sys.exit(f'error: no finished runs in {workdir}.')
@@ -322,9 +322,9 @@ def main(argv):
   print(table(records))
 
 
-if __name__ == '__main__':
-  # Defined only where this runs as a script, so that tests can import its
-  # logic beside vit_jax's modules, whose flags share these names.
+def _define_flags():
+  # Defined only when run: the tests import this module beside vit_jax's,
+  # which define flags of the same names.
   flags.DEFINE_string('data_dir', '../shared/data/cifar10-5k',
                       'The 5k/1k CIFAR-10 subset.')
   flags.DEFINE_string('workdir', '/tmp/data_efficiency',
@@ -336,4 +336,8 @@ if __name__ == '__main__':
   flags.DEFINE_integer('max_runs', 0, 'Stop after this many new runs; 0: '
                        'all.')
   flags.DEFINE_bool('summarize_only', False, 'Only summarise finished runs.')
+
+
+if __name__ == '__main__':
+  _define_flags()
   app.run(main)

@@ -167,16 +167,18 @@ def plot(records: list[dict], path: pathlib.Path):
 
 def main(argv):
   del argv
-  workdir = pathlib.Path(FLAGS.workdir).absolute()
-  bad = [s for s in FLAGS.sizes if not s.isdigit() or int(s) % 10 or
-         int(s) <= 0]
-  if bad:
-    sys.exit(f'error: --sizes {",".join(bad)}: use positive multiples of 10 '
-             '(the subsets are class-balanced).')
-  planned = list(planned_runs([int(s) for s in FLAGS.sizes],
-                              [int(s) for s in FLAGS.seeds], FLAGS.models))
-  if not FLAGS.summarize_only:
-    jpeg_dir = pathlib.Path(FLAGS.jpeg_dir).absolute()
+  args = flags.FLAGS
+  workdir = pathlib.Path(args.workdir).absolute()
+  unknown = [m for m in args.models if m not in NAMES]
+  if unknown or not args.models:
+    sys.exit(f'error: --models={",".join(args.models)}: use some of '
+             f'{",".join(NAMES)}.')
+  planned = list(planned_runs(
+      runs.integers('sizes', args.sizes, multiple_of=10,
+                    example='5000,10000 (the subsets are class-balanced)'),
+      runs.integers('seeds', args.seeds, minimum=0), args.models))
+  if not args.summarize_only:
+    jpeg_dir = pathlib.Path(args.jpeg_dir).absolute()
     if not (jpeg_dir / 'train').is_dir() or not (jpeg_dir / 'test').is_dir():
       sys.exit(f'error: no train/ and test/ in --jpeg_dir={jpeg_dir}; unpack '
                '../shared/data/cifar10-jpeg-full.tar.gz there first.')
@@ -193,9 +195,9 @@ def main(argv):
   print(table(records))
 
 
-if __name__ == '__main__':
-  # Defined only where this runs as a script, so that tests can import its
-  # logic beside vit_jax's modules, whose flags share these names.
+def _define_flags():
+  # Defined only when run: the tests import this module beside vit_jax's,
+  # which define flags of the same names.
   flags.DEFINE_string(
       'jpeg_dir', '/tmp/cifar10-jpeg',
       'The unpacked cifar10-jpeg-full.tar.gz: train/<class>/NNNN.jpg, test/.')
@@ -207,4 +209,8 @@ if __name__ == '__main__':
                     'configs/cifar_small.py models.')
   flags.DEFINE_list('seeds', ['0'], 'Seeds of every (model, size).')
   flags.DEFINE_bool('summarize_only', False, 'Only summarise finished runs.')
+
+
+if __name__ == '__main__':
+  _define_flags()
   app.run(main)
