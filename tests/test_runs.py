@@ -10,7 +10,7 @@ from tests.conftest import load_file
 runs = load_file('experiments/runs.py')
 
 
-def test_record_of_afinished_run(tmp_path):
+def test_record_of_a_finished_run(tmp_path):
   finished_run(tmp_path / 'run')
   assert runs.finished(tmp_path / 'run')
   assert runs.record(tmp_path / 'run') == {
@@ -35,7 +35,7 @@ def test_wall_time_cell_per_device():
   assert runs.wall_time_cell([cpu, h100]) == '16, 1.2 on H100 80GB HBM3'
 
 
-def test_train_skips_afinished_run(tmp_path, monkeypatch):
+def test_train_skips_a_finished_run(tmp_path, monkeypatch):
   finished_run(tmp_path / 'run')
   monkeypatch.setattr(runs.subprocess, 'run',
                       lambda *a, **k: pytest.fail('trained again'))

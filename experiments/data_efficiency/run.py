@@ -15,7 +15,6 @@ and the runs still missing inside `README.md`. --summarize_only skips
 training; --max_runs stops after that many new runs.
 """
 
-import functools
 import json
 import pathlib
 import sys
@@ -257,10 +256,10 @@ def table(records: list[dict]) -> str:
         closed = f'{100 * share:.0f}%'
         if key[2] != 'study':
           closed += f' ({_gain(group, study_vit)})'
-      cell = functools.partial(_seed_cell, group)
       lines.append(
-          f'| {NAMES[key[1]]} | {key[2]} | {cell("best_test_accuracy")} | '
-          f'{cell("final_train_accuracy")} | {closed} | '
+          f'| {NAMES[key[1]]} | {key[2]} | '
+          f'{_seed_cell(group, "best_test_accuracy")} | '
+          f'{_seed_cell(group, "final_train_accuracy")} | {closed} | '
           f'{runs.wall_time_cell(group)} |')
     lines.append('')
   return '\n'.join(lines).rstrip()

@@ -28,8 +28,6 @@ HERE = pathlib.Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 import runs  # pylint: disable=g-import-not-at-top,wrong-import-position
 
-FLAGS = flags.FLAGS
-
 NAMES = {'vit': 'ViT-Tiny', 'simple_cnn': 'SimpleCNN',
          'small_resnet': 'SmallResNet'}
 RECIPE = 'study'
