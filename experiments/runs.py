@@ -1,7 +1,9 @@
 """What the experiment runners share: one `vit_jax.main` process per run in
 its own directory (rerunning skips a finished run and resumes an interrupted
-one), the record of a finished run, and the tables and lists of missing
-runs they write into their READMEs between two markers.
+one), the record of a finished run, the records an experiment has already
+committed (so a fresh machine trains only the runs they lack), and the
+tables and lists of missing runs they write into their READMEs between two
+markers.
 
 The runners are scripts, not a package: they put this folder on `sys.path`
 and `import runs`.
@@ -11,6 +13,7 @@ import json
 import pathlib
 import subprocess
 import sys
+from typing import Callable
 
 import numpy as np
 
@@ -54,6 +57,21 @@ def record(directory: pathlib.Path) -> dict:
       # 2-core CPU machine.
       'device': summary.get('device', 'cpu'),
   }
+
+
+def landed(results: pathlib.Path,
+           run_name: Callable[[dict], str]) -> dict[str, dict]:
+  """The records of `results` (an experiment's committed results.json) by
+  run name: runs that need not train again on a machine whose workdir lacks
+  them, such as a fresh one."""
+  if not results.exists():
+    return {}
+  try:
+    records = json.loads(results.read_text())
+  except json.JSONDecodeError as e:
+    sys.exit(f'error: {results} is not JSON ({e}); restore it with '
+             f'`git checkout -- {results.name}` in its folder.')
+  return {run_name(r): r for r in records}
 
 
 def integers(flag: str, values: list[str], minimum: int = 1,
@@ -110,12 +128,11 @@ MISSING_START = '<!-- missing runs: written by run.py -->'
 MISSING_END = '<!-- end of missing runs -->'
 
 
-def write_missing(readme: pathlib.Path, workdir: pathlib.Path,
-                  planned: list[str]):
+def write_missing(readme: pathlib.Path, planned: list[str],
+                  done: set[str]):
   """Lists in `readme`, between the MISSING markers, the runs of `planned`
-  (run directory names, in the order the runner trains them) that have not
-  finished in `workdir`."""
-  missing = [name for name in planned if not finished(workdir / name)]
+  (run names, in the order the runner trains them) not in `done`."""
+  missing = [name for name in planned if name not in done]
   if missing:
     text = (f'{len(missing)} of {len(planned)} planned runs, in the order '
             '`run.py` trains them:\n\n' +

@@ -143,6 +143,42 @@ def test_load_runs_reads_model_recipe_and_seed(tmp_path):
                ('small_resnet', 'study', 100, 2, 5000)]
 
 
+def test_the_committed_records_name_planned_runs():
+  landed = run.runs.landed(run.HERE / 'results.json', run.record_name)
+  planned = {run.run_name(*r) for r in run.planned_runs(
+      run.HERE / 'no workdir', [30, 100], landed)}
+  assert landed and set(landed) <= planned
+
+
+def test_a_fresh_workdir_trains_only_what_the_committed_records_lack(
+    tmp_path, monkeypatch):
+  # Every run of the first budget landed from another machine's workdir;
+  # this one is empty.
+  everything = tmp_path / 'elsewhere'
+  monkeypatch.setattr(run.runs, 'train', _fake_training({}, []))
+  run.train(everything, tmp_path / 'data', [30], max_runs=0)
+  landed = {run.record_name(r): r for r in run.load_runs(everything)}
+  trained = []
+  monkeypatch.setattr(run.runs, 'train', _fake_training({}, trained))
+  run.train(tmp_path / 'fresh', tmp_path / 'data', [30], max_runs=0,
+            landed=landed)
+  assert not trained
+  # A distilled run that is missing needs its teacher's checkpoint: the
+  # teacher trains again first, and its record becomes the new run's.
+  student = f'vit_{run.recipe_name(run.ALL)}_e30_seed2'
+  del landed[student]
+  landed['simple_cnn_study_e30_seed2']['wall_minutes'] = 99.0
+  run.train(tmp_path / 'fresh', tmp_path / 'data', [30], max_runs=0,
+            landed=landed)
+  assert [name for name, _ in trained] == ['simple_cnn_study_e30_seed2',
+                                           student]
+  records = run.load_runs(tmp_path / 'fresh', landed)
+  assert len(records) == len(landed) + 1
+  teacher, = [r for r in records if (r['model'], r['seed']) == (
+      'simple_cnn', 2)]
+  assert teacher['wall_minutes'] == 16.5  # the retrained run's
+
+
 def _record(model, recipe, accuracy, seed=0):
   return {'model': model, 'recipe': recipe, 'epochs': 30, 'seed': seed,
           'best_test_accuracy': accuracy, 'final_train_accuracy': 0.5,

@@ -95,3 +95,24 @@ def test_each_run_trains_the_study_recipe_on_its_subset(tmp_path,
                'configs/cifar_small.py:simple_cnn', 1,
                tmp_path / 'work/data/cifar10_20')]
   assert trained[0][2]['dataset'] == 'image_folder'
+
+
+def test_runs_the_committed_records_hold_do_not_train_again(tmp_path,
+                                                          monkeypatch):
+  jpeg = _jpeg_dir(tmp_path / 'jpeg')
+  trained = []
+  monkeypatch.setattr(run.runs, 'train', lambda *args: trained.append(args))
+  landed = {'vit_study_n10_seed0': {'model': 'vit', 'train_examples': 10,
+                                    'seed': 0, 'best_test_accuracy': 0.4}}
+  run.train(tmp_path / 'work', jpeg, [('vit', 10, 0), ('simple_cnn', 20, 1)],
+            landed)
+  assert [directory.name for directory, *_ in trained] == [
+      'simple_cnn_study_n20_seed1']
+  assert run.load_runs(tmp_path / 'work', landed) == list(landed.values())
+
+
+def test_the_committed_records_name_their_runs():
+  records = run.runs.landed(run.HERE / 'results.json', run.record_name)
+  assert set(records) == {
+      run.run_name(*r) for r in run.planned_runs(
+          [5000, 10000, 25000, 50000], [0], list(run.NAMES))}

@@ -66,13 +66,29 @@ def test_a_directory_without_the_subset_is_one_clear_error(tmp_path):
 def test_write_missing_lists_the_unfinished_runs_in_order(tmp_path):
   readme = tmp_path / 'README.md'
   readme.write_text(f'{runs.MISSING_START}\n{runs.MISSING_END}\n')
-  finished_run(tmp_path / 'b')
-  runs.write_missing(readme, tmp_path, ['c', 'b', 'a'])
+  runs.write_missing(readme, ['c', 'b', 'a'], {'b'})
   assert readme.read_text() == (
       f'{runs.MISSING_START}\n\n2 of 3 planned runs, in the order `run.py` '
       f'trains them:\n\n- `c`\n- `a`\n\n{runs.MISSING_END}\n')
-  runs.write_missing(readme, tmp_path, ['b'])
+  runs.write_missing(readme, ['b'], {'b'})
   assert 'None: all 1 planned runs have finished.' in readme.read_text()
+
+
+def test_landed_records_by_run_name(tmp_path):
+  results = tmp_path / 'results.json'
+  assert not runs.landed(results, lambda r: r['name'])  # none committed yet
+  results.write_text(json.dumps([{'name': 'a', 'seed': 0},
+                                 {'name': 'b', 'seed': 1}]))
+  assert runs.landed(results, lambda r: r['name']) == {
+      'a': {'name': 'a', 'seed': 0}, 'b': {'name': 'b', 'seed': 1}}
+
+
+def test_a_damaged_results_json_is_one_clear_error(tmp_path):
+  results = tmp_path / 'results.json'
+  results.write_text('[{"name": "a", "se')  # cut off mid-write
+  with pytest.raises(SystemExit, match=r'^error: .*results.json is not JSON '
+                     r'\(.*\); restore it with `git checkout -- results.json`'):
+    runs.landed(results, lambda r: r['name'])
 
 
 def test_integers_of_a_list_flag():

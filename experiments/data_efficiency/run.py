@@ -9,7 +9,8 @@ time, from the study's recipe (all off) to the full one, for the ViT; the
 CNNs with the study's recipe and with the same augmentations; at every
 budget in --epochs; seeds as `planned_runs` orders them (the rows that carry
 the conclusion get three). One `vit_jax.main` process per run; rerunning
-skips finished runs and resumes an interrupted one. Then writes, next to this
+skips the runs finished in --workdir or recorded in the committed
+`results.json`, and resumes an interrupted one. Then writes, next to this
 file, `results.json` (one record per run), `ablation.png`, and the tables
 and the runs still missing inside `README.md`. --summarize_only skips
 training; --max_runs stops after that many new runs.
@@ -112,6 +113,12 @@ def _ingredients(recipe: str) -> tuple[str, ...]:
   return tuple(recipe.split('+')[1:])
 
 
+def record_name(record: dict) -> str:
+  """The name of the run a results.json record comes from."""
+  return run_name(record['model'], _ingredients(record['recipe']),
+                  record['epochs'], record['seed'])
+
+
 def conclusion_rows(records: list[dict], epochs: int) -> list[tuple]:
   """(model, ingredients) of the rows that carry the conclusion at a budget:
   the ViT's study and full recipes, its best recipe and the best CNN (model
@@ -130,14 +137,15 @@ def conclusion_rows(records: list[dict], epochs: int) -> list[tuple]:
   return list(dict.fromkeys(rows))
 
 
-def planned_runs(workdir: pathlib.Path, budgets: list[int]):
+def planned_runs(workdir: pathlib.Path, budgets: list[int],
+                 landed: dict[str, dict] | None = None):
   """(model, ingredients, epochs, seed), most informative first: at the
   first budget, the teacher, the ViT's study and full recipes (without and
   with distillation) and distillation alone, the other steps and
   combinations, and the CNNs with both recipes (seed 0); at each longer
   budget the same without the other steps; then, budget by budget, seeds 1
   and 2 of `conclusion_rows` (chosen when the runner gets there, from the
-  seed-0 runs then in `workdir`); last, the other steps at the longer
+  seed-0 runs then finished, in `workdir` or `landed`); last, the other steps at the longer
   budgets."""
   study, full = CUMULATIVE[0], CUMULATIVE[-1]
   key_rows = [study, CUMULATIVE[-2], full, ('distillation',)]
@@ -157,7 +165,7 @@ def planned_runs(workdir: pathlib.Path, budgets: list[int]):
   for epochs in longer:
     yield from seed_zero(epochs, [])
   for epochs in (first, *longer):
-    rows = conclusion_rows(load_runs(workdir), epochs)
+    rows = conclusion_rows(load_runs(workdir, landed), epochs)
     for seed in (1, 2):
       for model, ingredients in rows:
         yield model, ingredients, epochs, seed
@@ -167,12 +175,15 @@ def planned_runs(workdir: pathlib.Path, budgets: list[int]):
 
 
 def train(workdir: pathlib.Path, data_dir: pathlib.Path, budgets: list[int],
-          max_runs: int):
-  """Trains the planned runs not yet finished, at most `max_runs` (0: all)."""
+          max_runs: int, landed: dict[str, dict] | None = None):
+  """Trains the planned runs finished neither in `workdir` nor in `landed`
+  (the committed records), at most `max_runs` (0: all)."""
+  landed = landed or {}
   started = 0
-  for model, ingredients, epochs, seed in planned_runs(workdir, budgets):
-    directory = workdir / run_name(model, ingredients, epochs, seed)
-    if runs.finished(directory):
+  for model, ingredients, epochs, seed in planned_runs(workdir, budgets,
+                                                       landed):
+    name = run_name(model, ingredients, epochs, seed)
+    if name in landed or runs.finished(workdir / name):
       continue
     if max_runs and started == max_runs:
       return
@@ -181,24 +192,40 @@ def train(workdir: pathlib.Path, data_dir: pathlib.Path, budgets: list[int],
     if overrides.get('model_overrides.distillation_token'):
       teacher = workdir / run_name(TEACHER, (), epochs, seed)
       if not runs.finished(teacher):
+        # Its record landed from a workdir that is gone; the student needs
+        # its checkpoint, and its record becomes the retrained run's.
+        print(f'retraining the teacher {teacher.name}: its checkpoint is not '
+              f'in {workdir}', flush=True)
+        _train_run(workdir, data_dir, TEACHER, (), epochs, seed)
+      if not runs.finished(teacher):
         sys.exit(f'error: the teacher {teacher} has not finished.')
       overrides['distillation_teacher'] = teacher
-    runs.train(directory, f'configs/data_efficient.py:{model}', {
-        'num_epochs': epochs, 'seed': seed, 'data_dir': data_dir,
-        **overrides})
+    _train_run(workdir, data_dir, model, ingredients, epochs, seed, overrides)
 
 
-def load_runs(workdir: pathlib.Path) -> list[dict]:
-  records = []
+def _train_run(workdir: pathlib.Path, data_dir: pathlib.Path, model: str,
+               ingredients: tuple[str, ...], epochs: int, seed: int,
+               overrides: dict | None = None):
+  runs.train(workdir / run_name(model, ingredients, epochs, seed),
+             f'configs/data_efficient.py:{model}', {
+                 'num_epochs': epochs, 'seed': seed, 'data_dir': data_dir,
+                 **(overrides or recipe_overrides(model, ingredients))})
+
+
+def load_runs(workdir: pathlib.Path,
+              landed: dict[str, dict] | None = None) -> list[dict]:
+  """The records of the runs finished in `workdir`, and of those in `landed`
+  that `workdir` does not hold."""
+  records = dict(landed or {})
   for directory in sorted(workdir.glob('*_e*_seed*')):
     if not runs.finished(directory):
       continue
     model, recipe = directory.name.split('_study', 1)
-    records.append({'model': model,
-                    'recipe': 'study' + recipe.rsplit('_e', 1)[0],
-                    'train_examples': 5000, **runs.record(directory)})
-  return sorted(records, key=lambda r: (r['epochs'], r['model'],
-                                        _rank(r['recipe']), r['seed']))
+    records[directory.name] = {
+        'model': model, 'recipe': 'study' + recipe.rsplit('_e', 1)[0],
+        'train_examples': 5000, **runs.record(directory)}
+  return sorted(records.values(), key=lambda r: (
+      r['epochs'], r['model'], _rank(r['recipe']), r['seed']))
 
 
 def group_runs(records: list[dict]) -> dict[tuple, list[dict]]:
@@ -305,19 +332,22 @@ def main(argv):
   workdir = pathlib.Path(args.workdir).absolute()
   budgets = runs.integers('epochs', args.epochs,
                           example='30,100 (the study\'s 30 first)')
+  landed = runs.landed(HERE / 'results.json', record_name)
   if not args.summarize_only:
     data_dir = pathlib.Path(args.data_dir).absolute()
     runs.require_cifar10_subset(data_dir)
-    train(workdir, data_dir, budgets, args.max_runs)
-  records = load_runs(workdir)
+    train(workdir, data_dir, budgets, args.max_runs, landed)
+  records = load_runs(workdir, landed)
   if not records:
-    sys.exit(f'error: no finished runs in {workdir}.')
+    sys.exit(f'error: no finished runs in {workdir} or results.json.')
   (HERE / 'results.json').write_text(json.dumps(records, indent=1) + '\n')
   plot(records, HERE / 'ablation.png')
   runs.write_between(HERE / 'README.md', TABLE_START, TABLE_END,
                      table(records))
-  runs.write_missing(HERE / 'README.md', workdir,
-                     [run_name(*run) for run in planned_runs(workdir, budgets)])
+  runs.write_missing(
+      HERE / 'README.md',
+      [run_name(*run) for run in planned_runs(workdir, budgets, landed)],
+      {record_name(r) for r in records})
   print(table(records))
 
 

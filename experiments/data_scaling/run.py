@@ -9,7 +9,8 @@ Trains `configs/cifar_small.py`'s three models, the study's recipe unchanged
 N/10 images of every class of the JPEG CIFAR-10 (N in --sizes: nested,
 class-balanced subsets, the images in the official batch order), each tested
 on all 10,000 test images. One `vit_jax.main` process per run; rerunning
-skips finished runs and resumes an interrupted one. Then writes, next to this
+skips the runs finished in --workdir or recorded in the committed
+`results.json`, and resumes an interrupted one. Then writes, next to this
 file, `results.json` (one record per run), `accuracy_vs_size.png`, and the
 table and the runs still missing inside `README.md`. --summarize_only skips
 training.
@@ -66,6 +67,11 @@ def run_name(model: str, size: int, seed: int) -> str:
   return f'{model}_{RECIPE}_n{size}_seed{seed}'
 
 
+def record_name(record: dict) -> str:
+  """The name of the run a results.json record comes from."""
+  return run_name(record['model'], record['train_examples'], record['seed'])
+
+
 def planned_runs(sizes: list[int], seeds: list[int], models: list[str]):
   """(model, size, seed) in the order they train: size by size."""
   for size in sizes:
@@ -74,8 +80,12 @@ def planned_runs(sizes: list[int], seeds: list[int], models: list[str]):
         yield model, size, seed
 
 
-def train(workdir: pathlib.Path, jpeg_dir: pathlib.Path, planned: list):
+def train(workdir: pathlib.Path, jpeg_dir: pathlib.Path, planned: list,
+          landed: dict[str, dict] | None = None):
+  """Trains the runs of `planned` not in `landed` (the committed records)."""
   for model, size, seed in planned:
+    if run_name(model, size, seed) in (landed or {}):
+      continue
     runs.train(workdir / run_name(model, size, seed),
                f'configs/cifar_small.py:{model}', {
                    'dataset': 'image_folder',
@@ -84,19 +94,21 @@ def train(workdir: pathlib.Path, jpeg_dir: pathlib.Path, planned: list):
                    'data_dir': subset(jpeg_dir, workdir / 'data', size)})
 
 
-def load_runs(workdir: pathlib.Path) -> list[dict]:
-  """One record per finished run."""
-  records = []
+def load_runs(workdir: pathlib.Path,
+              landed: dict[str, dict] | None = None) -> list[dict]:
+  """The records of the runs finished in `workdir`, and of those in `landed`
+  that `workdir` does not hold."""
+  records = dict(landed or {})
   for directory in sorted(workdir.glob(f'*_{RECIPE}_n*_seed*')):
     if not runs.finished(directory):
       continue
-    records.append({
+    records[directory.name] = {
         'model': directory.name.split(f'_{RECIPE}_')[0],
         'recipe': RECIPE,
         'train_examples': int(directory.name.split('_n')[-1].split('_')[0]),
-        **runs.record(directory)})
-  return sorted(records, key=lambda r: (r['train_examples'], r['model'],
-                                        r['seed']))
+        **runs.record(directory)}
+  return sorted(records.values(), key=lambda r: (
+      r['train_examples'], r['model'], r['seed']))
 
 
 def by_model_and_size(records: list[dict]) -> dict:
@@ -175,21 +187,22 @@ def main(argv):
       runs.integers('sizes', args.sizes, multiple_of=10,
                     example='5000,10000 (the subsets are class-balanced)'),
       runs.integers('seeds', args.seeds, minimum=0), args.models))
+  landed = runs.landed(HERE / 'results.json', record_name)
   if not args.summarize_only:
     jpeg_dir = pathlib.Path(args.jpeg_dir).absolute()
     if not (jpeg_dir / 'train').is_dir() or not (jpeg_dir / 'test').is_dir():
       sys.exit(f'error: no train/ and test/ in --jpeg_dir={jpeg_dir}; unpack '
                '../shared/data/cifar10-jpeg-full.tar.gz there first.')
-    train(workdir, jpeg_dir, planned)
-  records = load_runs(workdir)
+    train(workdir, jpeg_dir, planned, landed)
+  records = load_runs(workdir, landed)
   if not records:
-    sys.exit(f'error: no finished runs in {workdir}.')
+    sys.exit(f'error: no finished runs in {workdir} or results.json.')
   (HERE / 'results.json').write_text(json.dumps(records, indent=1) + '\n')
   plot(records, HERE / 'accuracy_vs_size.png')
   runs.write_between(HERE / 'README.md', TABLE_START, TABLE_END,
                      table(records))
-  runs.write_missing(HERE / 'README.md', workdir,
-                     [run_name(*run) for run in planned])
+  runs.write_missing(HERE / 'README.md', [run_name(*run) for run in planned],
+                     {record_name(r) for r in records})
   print(table(records))
 
 
