@@ -10,6 +10,7 @@ and `import runs`.
 """
 
 import json
+import os
 import pathlib
 import subprocess
 import sys
@@ -115,13 +116,29 @@ def wall_time_cell(records: list[dict]) -> str:
       for device, minutes in by_device.items())
 
 
+def write_atomically(path: pathlib.Path, text: str):
+  """A runner killed mid-write (a session's end) leaves the old file or the
+  new one, never half of one: results.json is what the next machine resumes
+  from."""
+  partial = path.with_name(path.name + '.partial')
+  partial.write_text(text)
+  os.replace(partial, path)
+
+
+def save_figure(fig, path: pathlib.Path):
+  """`fig` as a PNG at `path`, written as write_atomically does."""
+  partial = path.with_name(path.name + '.partial')
+  fig.savefig(partial, dpi=120, format='png')
+  os.replace(partial, path)
+
+
 def write_between(readme: pathlib.Path, start_marker: str, end_marker: str,
                   text: str):
   """Replaces what `readme` has between the two markers with `text`."""
   content = readme.read_text()
   start, end = content.index(start_marker), content.index(end_marker)
-  readme.write_text(content[:start + len(start_marker)] + '\n\n' + text +
-                    '\n\n' + content[end:])
+  write_atomically(readme, content[:start + len(start_marker)] + '\n\n' +
+                   text + '\n\n' + content[end:])
 
 
 MISSING_START = '<!-- missing runs: written by run.py -->'

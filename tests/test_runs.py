@@ -1,9 +1,14 @@
 """experiments/runs.py: what the experiment runners share."""
 
 import json
+import signal
+import subprocess
+import sys
+import time
 
 import pytest
 
+from tests.conftest import ROOT
 from tests.conftest import finished_run
 from tests.conftest import load_file
 
@@ -102,3 +107,27 @@ def test_integers_of_a_list_flag():
     runs.integers('sizes', ['15'], multiple_of=10)
   with pytest.raises(SystemExit, match='--epochs=: use'):
     runs.integers('epochs', [])
+
+
+def test_a_runner_killed_while_writing_its_results_leaves_a_whole_file(
+    tmp_path):
+  # Rewrites a 7 MB results.json, old and new records in turn, until killed
+  # with -9, as a session's end kills a runner.
+  results = tmp_path / 'results.json'
+  writer = subprocess.Popen([sys.executable, '-c', f"""
+import json, pathlib, sys
+sys.path.insert(0, {str(ROOT / 'experiments')!r})
+import runs
+results = pathlib.Path({str(results)!r})
+texts = [json.dumps([{{'seed': seed}}] * 2 ** 19) for seed in (0, 1)]
+for i in range(10**6):
+  runs.write_atomically(results, texts[i % 2])
+"""])
+  deadline = time.monotonic() + 60
+  while not results.exists() and time.monotonic() < deadline:
+    time.sleep(0.05)
+  time.sleep(0.5)
+  writer.send_signal(signal.SIGKILL)
+  assert writer.wait() == -signal.SIGKILL
+  records = json.loads(results.read_text())
+  assert len(records) == 2 ** 19 and len({r['seed'] for r in records}) == 1

@@ -325,7 +325,7 @@ def plot(records: list[dict], path: pathlib.Path):
     ax.legend(fontsize=7)
     ax.grid(alpha=0.3, axis='y')
   fig.tight_layout()
-  fig.savefig(path, dpi=120)
+  runs.save_figure(fig, path)
 
 
 def main(argv):
@@ -342,7 +342,8 @@ def main(argv):
   records = load_runs(workdir, landed)
   if not records:
     sys.exit(f'error: no finished runs in {workdir} or results.json.')
-  (HERE / 'results.json').write_text(json.dumps(records, indent=1) + '\n')
+  runs.write_atomically(HERE / 'results.json',
+                       json.dumps(records, indent=1) + '\n')
   plot(records, HERE / 'ablation.png')
   runs.write_between(HERE / 'README.md', TABLE_START, TABLE_END,
                      table(records))

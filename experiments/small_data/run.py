@@ -216,7 +216,7 @@ def plot(results: dict, path: pathlib.Path):
   axes[0][0].set_ylabel('accuracy (%)')
   axes[0][0].legend(fontsize=8)
   fig.tight_layout()
-  fig.savefig(path, dpi=120)
+  runs.save_figure(fig, path)
 
 
 def main(argv):
@@ -229,7 +229,8 @@ def main(argv):
   results = collect(workdir)
   if not results:
     sys.exit(f'error: no finished runs in {workdir}.')
-  (HERE / 'results.json').write_text(json.dumps(results, indent=1) + '\n')
+  runs.write_atomically(HERE / 'results.json',
+                       json.dumps(results, indent=1) + '\n')
   plot(results, HERE / 'learning_curves.png')
   runs.write_between(HERE / 'README.md', TABLE_START, TABLE_END,
                      table(results))
