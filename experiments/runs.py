@@ -117,18 +117,19 @@ def wall_time_cell(records: list[dict]) -> str:
 
 
 def write_atomically(path: pathlib.Path, text: str):
-  """A runner killed mid-write (a session's end) leaves the old file or the
-  new one, never half of one: results.json is what the next machine resumes
-  from."""
-  partial = path.with_name(path.name + '.partial')
-  partial.write_text(text)
-  os.replace(partial, path)
+  """A runner killed while it writes leaves the old file or the new one,
+  never half of one: results.json is what the next machine resumes from."""
+  _replace(path, lambda partial: partial.write_text(text))
 
 
 def save_figure(fig, path: pathlib.Path):
   """`fig` as a PNG at `path`, written as write_atomically does."""
+  _replace(path, lambda partial: fig.savefig(partial, dpi=120, format='png'))
+
+
+def _replace(path: pathlib.Path, write: Callable[[pathlib.Path], None]):
   partial = path.with_name(path.name + '.partial')
-  fig.savefig(partial, dpi=120, format='png')
+  write(partial)
   os.replace(partial, path)
 
 

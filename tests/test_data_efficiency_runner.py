@@ -180,6 +180,25 @@ def test_a_fresh_workdir_trains_only_what_the_committed_records_lack(
   assert teacher['wall_minutes'] == 16.5  # the retrained run's
 
 
+def test_max_runs_counts_a_teacher_trained_again(tmp_path, monkeypatch):
+  monkeypatch.setattr(run.runs, 'train', _fake_training({}, []))
+  run.train(tmp_path / 'elsewhere', tmp_path / 'data', [30], max_runs=0)
+  landed = {run.record_name(r): r
+            for r in run.load_runs(tmp_path / 'elsewhere')}
+  student = f'vit_{run.recipe_name(run.ALL)}_e30_seed1'
+  del landed[student]
+  trained, summaries = [], []
+  monkeypatch.setattr(run.runs, 'train', _fake_training({}, trained))
+  run.train(tmp_path / 'fresh', tmp_path / 'data', [30], max_runs=1,
+            landed=landed, after_each_run=lambda: summaries.append(1))
+  assert [name for name, _ in trained] == ['simple_cnn_study_e30_seed1']
+  run.train(tmp_path / 'fresh', tmp_path / 'data', [30], max_runs=1,
+            landed=landed, after_each_run=lambda: summaries.append(1))
+  assert [name for name, _ in trained] == ['simple_cnn_study_e30_seed1',
+                                           student]
+  assert len(summaries) == 2  # results land as each run finishes
+
+
 def _record(model, recipe, accuracy, seed=0):
   return {'model': model, 'recipe': recipe, 'epochs': 30, 'seed': seed,
           'best_test_accuracy': accuracy, 'final_train_accuracy': 0.5,

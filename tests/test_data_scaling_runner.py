@@ -109,6 +109,11 @@ def test_runs_the_committed_records_hold_do_not_train_again(tmp_path,
   assert [directory.name for directory, *_ in trained] == [
       'simple_cnn_study_n20_seed1']
   assert run.load_runs(tmp_path / 'work', landed) == list(landed.values())
+  # A run the workdir holds is its own record, not the committed one.
+  finished_run(tmp_path / 'work/vit_study_n10_seed0', seed=0,
+               best_test_accuracy=0.45)
+  assert [r['best_test_accuracy'] for r in run.load_runs(
+      tmp_path / 'work', landed)] == [0.45]
 
 
 def test_the_committed_records_name_their_runs():

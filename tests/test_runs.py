@@ -68,7 +68,7 @@ def test_a_directory_without_the_subset_is_one_clear_error(tmp_path):
     runs.require_cifar10_subset(tmp_path)
 
 
-def test_write_missing_lists_the_unfinished_runs_in_order(tmp_path):
+def test_write_missing_lists_the_planned_runs_not_done_in_order(tmp_path):
   readme = tmp_path / 'README.md'
   readme.write_text(f'{runs.MISSING_START}\n{runs.MISSING_END}\n')
   runs.write_missing(readme, ['c', 'b', 'a'], {'b'})

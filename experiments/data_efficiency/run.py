@@ -10,15 +10,17 @@ CNNs with the study's recipe and with the same augmentations; at every
 budget in --epochs; seeds as `planned_runs` orders them (the rows that carry
 the conclusion get three). One `vit_jax.main` process per run; rerunning
 skips the runs finished in --workdir or recorded in the committed
-`results.json`, and resumes an interrupted one. Then writes, next to this
-file, `results.json` (one record per run), `ablation.png`, and the tables
-and the runs still missing inside `README.md`. --summarize_only skips
-training; --max_runs stops after that many new runs.
+`results.json`, and resumes an interrupted one. After each run it writes,
+next to this file, `results.json` (one record per run), `ablation.png`,
+and the tables and the runs still missing inside `README.md`.
+--summarize_only skips training; --max_runs stops after that many new runs
+(a teacher trained again counts as one).
 """
 
 import json
 import pathlib
 import sys
+from typing import Callable
 
 from absl import app
 from absl import flags
@@ -147,8 +149,8 @@ def planned_runs(workdir: pathlib.Path, budgets: list[int],
   combinations, and the CNNs with both recipes (seed 0); at each longer
   budget the same without the other steps; then, budget by budget, seeds 1
   and 2 of `conclusion_rows` (chosen when the runner gets there, from the
-  seed-0 runs then finished, in `workdir` or `landed`); last, the other steps at the longer
-  budgets."""
+  seed-0 runs then finished, in `workdir` or `landed`); last, the other
+  steps at the longer budgets."""
   study, full = CUMULATIVE[0], CUMULATIVE[-1]
   key_rows = [study, CUMULATIVE[-2], full, ('distillation',)]
   between = [r for r in ON_STUDY + CUMULATIVE[1:-2] if r not in key_rows]
@@ -177,41 +179,45 @@ def planned_runs(workdir: pathlib.Path, budgets: list[int],
 
 
 def train(workdir: pathlib.Path, data_dir: pathlib.Path, budgets: list[int],
-          max_runs: int, landed: dict[str, dict] | None = None):
+          max_runs: int, landed: dict[str, dict] | None = None,
+          after_each_run: Callable[[], None] = lambda: None):
   """Trains the planned runs finished neither in `workdir` nor in `landed`
-  (the committed records), at most `max_runs` (0: all)."""
-  landed = landed or {}
-  started = 0
+  (the committed records), at most `max_runs` new runs (0: all), calling
+  `after_each_run` as each finishes."""
+  for count, (directory, model, overrides) in enumerate(
+      _unfinished_runs(workdir, budgets, landed or {})):
+    if max_runs and count == max_runs:
+      return
+    runs.train(directory, f'configs/data_efficient.py:{model}',
+               {'data_dir': data_dir, **overrides})
+    after_each_run()
+
+
+def _unfinished_runs(workdir: pathlib.Path, budgets: list[int],
+                     landed: dict[str, dict]):
+  """(directory, model, overrides) of each planned run not yet finished, in
+  order; the teacher of a distilled run first where only its record landed.
+  Lazy: a teacher is looked for after the runs before it have trained."""
   for model, ingredients, epochs, seed in planned_runs(workdir, budgets,
                                                        landed):
     name = run_name(model, ingredients, epochs, seed)
     if name in landed or runs.finished(workdir / name):
       continue
-    if max_runs and started == max_runs:
-      return
-    started += 1
-    overrides = recipe_overrides(model, ingredients)
+    overrides = {'num_epochs': epochs, 'seed': seed,
+                 **recipe_overrides(model, ingredients)}
     if overrides.get('model_overrides.distillation_token'):
       teacher = workdir / run_name(TEACHER, (), epochs, seed)
-      if not runs.finished(teacher):
-        # Its record landed from a workdir that is gone; the student needs
-        # its checkpoint, and its record becomes the retrained run's.
+      if teacher.name in landed and not runs.finished(teacher):
+        # The student needs the checkpoint, gone with the workdir its
+        # record came from; the retrained run's record replaces it.
         print(f'retraining the teacher {teacher.name}: its checkpoint is not '
               f'in {workdir}', flush=True)
-        _train_run(workdir, data_dir, TEACHER, (), epochs, seed)
+        yield teacher, TEACHER, {'num_epochs': epochs, 'seed': seed,
+                                 **recipe_overrides(TEACHER, ())}
       if not runs.finished(teacher):
         sys.exit(f'error: the teacher {teacher} has not finished.')
       overrides['distillation_teacher'] = teacher
-    _train_run(workdir, data_dir, model, ingredients, epochs, seed, overrides)
-
-
-def _train_run(workdir: pathlib.Path, data_dir: pathlib.Path, model: str,
-               ingredients: tuple[str, ...], epochs: int, seed: int,
-               overrides: dict | None = None):
-  runs.train(workdir / run_name(model, ingredients, epochs, seed),
-             f'configs/data_efficient.py:{model}', {
-                 'num_epochs': epochs, 'seed': seed, 'data_dir': data_dir,
-                 **(overrides or recipe_overrides(model, ingredients))})
+    yield workdir / name, model, overrides
 
 
 def load_runs(workdir: pathlib.Path,
@@ -328,6 +334,26 @@ def plot(records: list[dict], path: pathlib.Path):
   runs.save_figure(fig, path)
 
 
+def summarize(workdir: pathlib.Path, budgets: list[int],
+              landed: dict[str, dict]) -> list[dict]:
+  """Writes results.json, ablation.png and the README's table and missing
+  runs from the runs finished in `workdir` or `landed`; returns their
+  records."""
+  records = load_runs(workdir, landed)
+  if not records:
+    sys.exit(f'error: no finished runs in {workdir} or results.json.')
+  runs.write_atomically(HERE / 'results.json',
+                        json.dumps(records, indent=1) + '\n')
+  plot(records, HERE / 'ablation.png')
+  runs.write_between(HERE / 'README.md', TABLE_START, TABLE_END,
+                     table(records))
+  runs.write_missing(
+      HERE / 'README.md',
+      [run_name(*run) for run in planned_runs(workdir, budgets, landed)],
+      {record_name(r) for r in records})
+  return records
+
+
 def main(argv):
   del argv
   args = flags.FLAGS
@@ -338,20 +364,11 @@ def main(argv):
   if not args.summarize_only:
     data_dir = pathlib.Path(args.data_dir).absolute()
     runs.require_cifar10_subset(data_dir)
-    train(workdir, data_dir, budgets, args.max_runs, landed)
-  records = load_runs(workdir, landed)
-  if not records:
-    sys.exit(f'error: no finished runs in {workdir} or results.json.')
-  runs.write_atomically(HERE / 'results.json',
-                       json.dumps(records, indent=1) + '\n')
-  plot(records, HERE / 'ablation.png')
-  runs.write_between(HERE / 'README.md', TABLE_START, TABLE_END,
-                     table(records))
-  runs.write_missing(
-      HERE / 'README.md',
-      [run_name(*run) for run in planned_runs(workdir, budgets, landed)],
-      {record_name(r) for r in records})
-  print(table(records))
+    # Each run lands in results.json as it finishes: a session that ends
+    # mid-run loses only that run on a fresh machine.
+    train(workdir, data_dir, budgets, args.max_runs, landed,
+          lambda: summarize(workdir, budgets, landed))
+  print(table(summarize(workdir, budgets, landed)))
 
 
 def _define_flags():

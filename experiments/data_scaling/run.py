@@ -10,16 +10,17 @@ N/10 images of every class of the JPEG CIFAR-10 (N in --sizes: nested,
 class-balanced subsets, the images in the official batch order), each tested
 on all 10,000 test images. One `vit_jax.main` process per run; rerunning
 skips the runs finished in --workdir or recorded in the committed
-`results.json`, and resumes an interrupted one. Then writes, next to this
-file, `results.json` (one record per run), `accuracy_vs_size.png`, and the
-table and the runs still missing inside `README.md`. --summarize_only skips
-training.
+`results.json`, and resumes an interrupted one. After each run it writes,
+next to this file, `results.json` (one record per run),
+`accuracy_vs_size.png`, and the table and the runs still missing inside
+`README.md`. --summarize_only skips training.
 """
 
 import json
 import math
 import pathlib
 import sys
+from typing import Callable
 
 from absl import app
 from absl import flags
@@ -81,17 +82,20 @@ def planned_runs(sizes: list[int], seeds: list[int], models: list[str]):
 
 
 def train(workdir: pathlib.Path, jpeg_dir: pathlib.Path, planned: list,
-          landed: dict[str, dict] | None = None):
-  """Trains the runs of `planned` not in `landed` (the committed records)."""
+          landed: dict[str, dict] | None = None,
+          after_each_run: Callable[[], None] = lambda: None):
+  """Trains the runs of `planned` not in `landed` (the committed records),
+  calling `after_each_run` as each finishes."""
+  landed = landed or {}
   for model, size, seed in planned:
-    if run_name(model, size, seed) in (landed or {}):
+    name = run_name(model, size, seed)
+    if name in landed or runs.finished(workdir / name):
       continue
-    runs.train(workdir / run_name(model, size, seed),
-               f'configs/cifar_small.py:{model}', {
-                   'dataset': 'image_folder',
-                   'train_examples_per_file': 0, 'test_examples': 0,
-                   'seed': seed,
-                   'data_dir': subset(jpeg_dir, workdir / 'data', size)})
+    runs.train(workdir / name, f'configs/cifar_small.py:{model}', {
+        'dataset': 'image_folder',
+        'train_examples_per_file': 0, 'test_examples': 0, 'seed': seed,
+        'data_dir': subset(jpeg_dir, workdir / 'data', size)})
+    after_each_run()
 
 
 def load_runs(workdir: pathlib.Path,
@@ -175,6 +179,24 @@ def plot(records: list[dict], path: pathlib.Path):
   runs.save_figure(fig, path)
 
 
+def summarize(workdir: pathlib.Path, planned: list,
+              landed: dict[str, dict]) -> list[dict]:
+  """Writes results.json, accuracy_vs_size.png and the README's table and
+  missing runs from the runs finished in `workdir` or `landed`; returns
+  their records."""
+  records = load_runs(workdir, landed)
+  if not records:
+    sys.exit(f'error: no finished runs in {workdir} or results.json.')
+  runs.write_atomically(HERE / 'results.json',
+                        json.dumps(records, indent=1) + '\n')
+  plot(records, HERE / 'accuracy_vs_size.png')
+  runs.write_between(HERE / 'README.md', TABLE_START, TABLE_END,
+                     table(records))
+  runs.write_missing(HERE / 'README.md', [run_name(*run) for run in planned],
+                     {record_name(r) for r in records})
+  return records
+
+
 def main(argv):
   del argv
   args = flags.FLAGS
@@ -193,18 +215,11 @@ def main(argv):
     if not (jpeg_dir / 'train').is_dir() or not (jpeg_dir / 'test').is_dir():
       sys.exit(f'error: no train/ and test/ in --jpeg_dir={jpeg_dir}; unpack '
                '../shared/data/cifar10-jpeg-full.tar.gz there first.')
-    train(workdir, jpeg_dir, planned, landed)
-  records = load_runs(workdir, landed)
-  if not records:
-    sys.exit(f'error: no finished runs in {workdir} or results.json.')
-  runs.write_atomically(HERE / 'results.json',
-                       json.dumps(records, indent=1) + '\n')
-  plot(records, HERE / 'accuracy_vs_size.png')
-  runs.write_between(HERE / 'README.md', TABLE_START, TABLE_END,
-                     table(records))
-  runs.write_missing(HERE / 'README.md', [run_name(*run) for run in planned],
-                     {record_name(r) for r in records})
-  print(table(records))
+    # Each run lands in results.json as it finishes: a session that ends
+    # mid-run loses only that run on a fresh machine.
+    train(workdir, jpeg_dir, planned, landed,
+          lambda: summarize(workdir, planned, landed))
+  print(table(summarize(workdir, planned, landed)))
 
 
 def _define_flags():
