@@ -116,6 +116,13 @@ def wall_time_cell(records: list[dict]) -> str:
       for device, minutes in by_device.items())
 
 
+def write_results(folder: pathlib.Path, records):
+  """`records` as the experiment's results.json in `folder`, which `landed`
+  reads back."""
+  write_atomically(folder / 'results.json',
+                   json.dumps(records, indent=1) + '\n')
+
+
 def write_atomically(path: pathlib.Path, text: str):
   """A runner killed while it writes leaves the old file or the new one,
   never half of one: results.json is what the next machine resumes from."""

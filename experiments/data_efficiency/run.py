@@ -17,7 +17,6 @@ and the tables and the runs still missing inside `README.md`.
 (a teacher trained again counts as one).
 """
 
-import json
 import pathlib
 import sys
 from typing import Callable
@@ -342,8 +341,7 @@ def summarize(workdir: pathlib.Path, budgets: list[int],
   records = load_runs(workdir, landed)
   if not records:
     sys.exit(f'error: no finished runs in {workdir} or results.json.')
-  runs.write_atomically(HERE / 'results.json',
-                        json.dumps(records, indent=1) + '\n')
+  runs.write_results(HERE, records)
   plot(records, HERE / 'ablation.png')
   runs.write_between(HERE / 'README.md', TABLE_START, TABLE_END,
                      table(records))

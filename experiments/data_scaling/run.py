@@ -16,7 +16,6 @@ next to this file, `results.json` (one record per run),
 `README.md`. --summarize_only skips training.
 """
 
-import json
 import math
 import pathlib
 import sys
@@ -187,8 +186,7 @@ def summarize(workdir: pathlib.Path, planned: list,
   records = load_runs(workdir, landed)
   if not records:
     sys.exit(f'error: no finished runs in {workdir} or results.json.')
-  runs.write_atomically(HERE / 'results.json',
-                        json.dumps(records, indent=1) + '\n')
+  runs.write_results(HERE, records)
   plot(records, HERE / 'accuracy_vs_size.png')
   runs.write_between(HERE / 'README.md', TABLE_START, TABLE_END,
                      table(records))

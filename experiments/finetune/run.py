@@ -55,8 +55,7 @@ def main(argv):
 
   results = [{'run': name, 'image_size': size, 'wall_minutes': minutes,
               **summary} for name, size, summary, minutes in rows]
-  runs.write_atomically(HERE / 'results.json',
-                       json.dumps(results, indent=1) + '\n')
+  runs.write_results(HERE, results)
   lines = ['| run | image size | epochs | best test acc | final test acc | '
            'final train acc | wall time (min) |', '|---|---|---|---|---|---|---|']
   for r in results:

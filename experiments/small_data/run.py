@@ -229,8 +229,7 @@ def main(argv):
   results = collect(workdir)
   if not results:
     sys.exit(f'error: no finished runs in {workdir}.')
-  runs.write_atomically(HERE / 'results.json',
-                       json.dumps(results, indent=1) + '\n')
+  runs.write_results(HERE, results)
   plot(results, HERE / 'learning_curves.png')
   runs.write_between(HERE / 'README.md', TABLE_START, TABLE_END,
                      table(results))
