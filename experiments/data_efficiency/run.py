@@ -202,8 +202,7 @@ def _unfinished_runs(workdir: pathlib.Path, budgets: list[int],
     name = run_name(model, ingredients, epochs, seed)
     if name in landed or runs.finished(workdir / name):
       continue
-    overrides = {'num_epochs': epochs, 'seed': seed,
-                 **recipe_overrides(model, ingredients)}
+    overrides = _run_overrides(model, ingredients, epochs, seed)
     if overrides.get('model_overrides.distillation_token'):
       teacher = workdir / run_name(TEACHER, (), epochs, seed)
       if teacher.name in landed and not runs.finished(teacher):
@@ -211,12 +210,17 @@ def _unfinished_runs(workdir: pathlib.Path, budgets: list[int],
         # record came from; the retrained run's record replaces it.
         print(f'retraining the teacher {teacher.name}: its checkpoint is not '
               f'in {workdir}', flush=True)
-        yield teacher, TEACHER, {'num_epochs': epochs, 'seed': seed,
-                                 **recipe_overrides(TEACHER, ())}
+        yield teacher, TEACHER, _run_overrides(TEACHER, (), epochs, seed)
       if not runs.finished(teacher):
         sys.exit(f'error: the teacher {teacher} has not finished.')
       overrides['distillation_teacher'] = teacher
     yield workdir / name, model, overrides
+
+
+def _run_overrides(model: str, ingredients: tuple[str, ...], epochs: int,
+                   seed: int) -> dict:
+  return {'num_epochs': epochs, 'seed': seed,
+          **recipe_overrides(model, ingredients)}
 
 
 def load_runs(workdir: pathlib.Path,
