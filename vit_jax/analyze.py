@@ -70,11 +70,11 @@ import numpy as np
 
 from vit_jax import analysis
 from vit_jax import checkpoint
-from vit_jax import config_schema
-from vit_jax import data
 from vit_jax import models
 from vit_jax import steps
 from vit_jax.data import preprocess
+from vit_jax import errors
+from vit_jax.errors import AnalysisError
 from vit_jax.data import sources
 from vit_jax.models import vit
 
@@ -105,8 +105,6 @@ flags.mark_flags_as_required(['out'])
 _BATCH_SIZE = 64
 
 
-class AnalysisError(ValueError):
-  """The run cannot be analysed as asked."""
 
 
 # The released models' preprocessing: pixels scaled to [-1, 1].
@@ -122,15 +120,6 @@ class Subject:
   pixel_mean: tuple
   pixel_std: tuple
   described: dict  # what analysis.json says was analysed
-
-
-def prefix_tokens(model: models.VisionTransformer) -> list[str]:
-  """The tokens before the patches, in order: 'cls' (classifier 'token'),
-  then 'dist' (`distillation_token`)."""
-  names = ['cls'] if model.classifier == 'token' else []
-  if model.distillation_token:
-    names.append('dist')
-  return names
 
 
 def run_subject(workdir, step=None) -> tuple[Subject, object]:
@@ -162,7 +151,7 @@ def npz_subject(path, model_name: str) -> Subject:
   if not isinstance(model, models.VisionTransformer):
     raise AnalysisError(f'--model={model_name} is not a ViT.')
   positions = params['Transformer']['posembed_input']['pos_embedding']
-  side = math.isqrt(positions.shape[1] - len(prefix_tokens(model)))
+  side = math.isqrt(positions.shape[1] - len(model.prefix_tokens))
   image_size = side * model.effective_patch_size
   checkpoint.check_params(params, checkpoint.param_shapes(model, image_size),
                           source=str(path),
@@ -435,7 +424,7 @@ def analyze(out, *, workdir=None, step=None, data_dir=None,
 
   patch_size = model.effective_patch_size  # image pixels per token side
   grid = (size // patch_size,) * 2
-  prefix = prefix_tokens(model)
+  prefix = list(model.prefix_tokens)
   logits, attentions = forward(model, subject.variables, inputs)
   shown = slice(0, num_images)
   not_drawn = {}  # figure -> why not
@@ -557,8 +546,7 @@ def main(argv):
         model_name=_MODEL.value, images=_IMAGES.value,
         class_names=_CLASS_NAMES.value, num_images=_NUM_IMAGES.value,
         distance_images=_DISTANCE_IMAGES.value, components=_COMPONENTS.value)
-  except (checkpoint.CheckpointError, AnalysisError, config_schema.ConfigError,
-          data.DatasetError, OSError) as e:
+  except (errors.VitJaxError, OSError) as e:
     raise SystemExit(f'error: {e}') from None
   out = pathlib.Path(_OUT.value)
   print(f'Wrote into {out}:')

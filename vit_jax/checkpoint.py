@@ -29,9 +29,10 @@ import ml_collections
 import numpy as np
 import orbax.checkpoint as ocp
 
+from vit_jax.errors import CheckpointError
+from vit_jax.errors import first_line
 
-class CheckpointError(ValueError):
-  """The path holds no usable run or checkpoint, or it does not fit a model."""
+
 
 
 # ------------------------------------------------------- training runs -----
@@ -111,11 +112,6 @@ def _out_of_space(error: BaseException | None) -> bool:
   return False
 
 
-def _first_line(error: BaseException) -> str:
-  text = str(error).strip().splitlines()
-  return f'{type(error).__name__}: {text[0] if text else ""}'
-
-
 class RunCheckpoints:
   """The checkpoints of a run, `directory/<step>/`, the newest
   `keep` kept. Each holds a `Restored`'s fields: the train state, the train
@@ -175,7 +171,7 @@ class RunCheckpoints:
         # orbax and tensorstore raise many types for damaged files.
         logging.warning('Skipping checkpoint %s, which cannot be restored '
                         '(%s); trying the one before it.',
-                        self.directory / str(step), _first_line(e))
+                        self.directory / str(step), first_line(e))
         damaged.append(step)
         continue
       self._set_aside(damaged)
@@ -244,7 +240,7 @@ class RunCheckpoints:
              'with room' if _out_of_space(e) else
              'Check that the directory is writable')
       raise CheckpointError(
-          f'Saving a checkpoint in {self.directory} failed ({_first_line(e)}); '
+          f'Saving a checkpoint in {self.directory} failed ({first_line(e)}); '
           f'{kept}. {fix}, then rerun to resume.') from e
 
   def latest_step(self) -> int | None:

@@ -17,8 +17,7 @@ from absl import logging
 import ml_collections
 
 
-class ConfigError(ValueError):
-  """The configuration cannot be run as it is."""
+from vit_jax.errors import ConfigError
 
 
 @dataclasses.dataclass(frozen=True)

@@ -17,7 +17,7 @@ import jax
 import jax.numpy as jnp
 
 from vit_jax import checkpoint
-from vit_jax.config_schema import ConfigError
+from vit_jax.errors import ConfigError
 
 # Teacher fields that must equal the student's: the teacher sees the
 # student's normalised images.

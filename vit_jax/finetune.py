@@ -15,7 +15,7 @@ import numpy as np
 import scipy.ndimage
 
 from vit_jax import checkpoint
-from vit_jax.config_schema import ConfigError
+from vit_jax.errors import ConfigError
 
 _POSITION_EMBEDDING = ('Transformer', 'posembed_input', 'pos_embedding')
 
@@ -84,7 +84,7 @@ def pretrained_params(config, model, fresh_params) -> dict:
     pretrained = checkpoint.load_params(config.init_from)
     adapted = adapt_params(
         pretrained, jax.device_get(fresh_params),
-        num_prefix_tokens=int(getattr(model, 'classifier', '') == 'token'))
+        num_prefix_tokens=len(getattr(model, 'prefix_tokens', ())))
   except checkpoint.CheckpointError as e:
     raise ConfigError(f'config.init_from={config.init_from!r}: {e}') from e
   logging.info('Initialised from %s.', config.init_from)

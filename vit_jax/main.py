@@ -20,8 +20,7 @@ from absl import logging
 import jax
 from ml_collections import config_flags
 
-from vit_jax import checkpoint
-from vit_jax import data
+from vit_jax import errors
 from vit_jax import parallel
 from vit_jax import train
 
@@ -173,9 +172,7 @@ def main(argv):
   except train.Preempted as e:
     logging.warning('%s', e)
     _exit(train.PREEMPTED_EXIT_STATUS, every_process_here=True)
-  except (parallel.DistributedError, train.ConfigError, train.WorkdirError,
-          data.DatasetError, checkpoint.CheckpointError,
-          train.TrainingDivergedError) as e:
+  except errors.VitJaxError as e:
     logging.error('%s', e)
     print(f'error: {e}', file=sys.stderr)
     _exit(1, every_process_here=False)

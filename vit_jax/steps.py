@@ -28,7 +28,7 @@ from vit_jax import distillation
 from vit_jax import models
 from vit_jax import parallel
 from vit_jax.data import augment
-from vit_jax.config_schema import ConfigError
+from vit_jax.errors import ConfigError
 
 # Running sums of a train or eval interval: summed losses, correct
 # predictions and examples.

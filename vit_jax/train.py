@@ -41,7 +41,10 @@ from vit_jax import flops
 from vit_jax import metric_writer
 from vit_jax import parallel
 from vit_jax import steps
-from vit_jax.config_schema import ConfigError
+from vit_jax import files
+from vit_jax.errors import ConfigError
+from vit_jax.errors import TrainingDivergedError
+from vit_jax.errors import WorkdirError
 
 # The exit status of a run stopped by SIGTERM after saving (EX_TEMPFAIL of
 # sysexits.h: a temporary failure; rerunning the command resumes).
@@ -50,8 +53,6 @@ PREEMPTED_EXIT_STATUS = 75
 _EVAL_PROGRESS_BATCHES = 50
 
 
-class TrainingDivergedError(RuntimeError):
-  """A logged loss stopped being finite."""
 
 
 class Preempted(Exception):  # pylint: disable=g-bad-exception-name
@@ -200,17 +201,6 @@ class _Throughput:
     return elapsed / max(done, 1) * (total_steps - step)
 
 
-def _write_atomically(path: pathlib.Path, text: str):
-  """A kill leaves the old file or the new one, never half of one."""
-  partial = path.with_name(path.name + '.partial')
-  partial.write_text(text)
-  os.replace(partial, path)
-
-
-class WorkdirError(ValueError):
-  """The workdir cannot hold this run."""
-
-
 def check_workdir(workdir: pathlib.Path, config) -> dict[str, tuple]:
   """Before any data or model loads: that `workdir` is a directory this
   process can write, and that a run already in it is this config's (else
@@ -316,7 +306,7 @@ def _train_and_evaluate(config, workdir: pathlib.Path,
 
   if jax.process_index() == 0:
     workdir.mkdir(parents=True, exist_ok=True)
-    _write_atomically(workdir / 'config.json',
+    files.write_atomically(workdir / 'config.json',
                       config.to_json_best_effort(indent=2))
   writer = metric_writer.MetricWriter(workdir, history)
   processes = (f' in {jax.process_count()} processes'
@@ -398,7 +388,7 @@ def _train_and_evaluate(config, workdir: pathlib.Path,
   # resumed run names the machine that finished it.
   summary = {**summarize(history), 'device': jax.devices()[0].device_kind}
   if jax.process_index() == 0:
-    _write_atomically(workdir / 'summary.json', json.dumps(summary, indent=2))
+    files.write_atomically(workdir / 'summary.json', json.dumps(summary, indent=2))
   logging.info(
       'Done: best test accuracy %.2f%% at step %d (epoch %g); final train '
       'accuracy %.2f%%.', 100 * summary['best_test_accuracy'],

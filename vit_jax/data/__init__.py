@@ -11,7 +11,7 @@ from vit_jax import parallel
 from vit_jax.data import sources
 from vit_jax.data.input import Input
 from vit_jax.data.on_device import OnDeviceInput
-from vit_jax.data.sources import DatasetError
+from vit_jax.errors import DatasetError
 from vit_jax.data.streaming import StreamingInput
 
 __all__ = ['DatasetError', 'Input', 'OnDeviceInput', 'StreamingInput',

@@ -21,7 +21,7 @@ import urllib.request
 
 from absl import logging
 
-from vit_jax.data.sources import DatasetError
+from vit_jax.errors import DatasetError
 
 DEFAULT_CACHE = pathlib.Path('~/.cache/vit_jax').expanduser()
 

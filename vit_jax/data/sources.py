@@ -23,6 +23,7 @@ from typing import Protocol
 import numpy as np
 
 from vit_jax.data import preprocess
+from vit_jax.errors import DatasetError
 
 DATA_DIR_ENV = 'VIT_JAX_DATA_DIR'
 _CIFAR_SIDE = 32
@@ -30,8 +31,6 @@ _CIFAR_PIXELS = _CIFAR_SIDE * _CIFAR_SIDE * 3
 _IMAGE_SUFFIXES = ('.jpg', '.jpeg', '.png')
 
 
-class DatasetError(ValueError):
-  """The dataset is missing, malformed or misconfigured."""
 
 
 class Source(Protocol):

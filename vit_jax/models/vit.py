@@ -538,6 +538,13 @@ class VisionTransformer(nn.Module):
       return self.patch_size
     return resnet.stem_stride(self.resnet_stages) * self.patch_size
 
+  @property
+  def prefix_tokens(self) -> tuple[str, ...]:
+    """The tokens before the patches, in order: 'cls' (classifier 'token'),
+    then 'dist' (`distillation_token`)."""
+    return (('cls',) if self.classifier == 'token' else ()) + (
+        ('dist',) if self.distillation_token else ())
+
   def __post_init__(self):
     if self.classifier not in CLASSIFIERS:
       raise ValueError(f'classifier={self.classifier!r}; use one of '

@@ -1,0 +1,45 @@
+"""The errors a user can see: each says what was wrong and what to do.
+
+`vit_jax.main` and the other commands catch `VitJaxError` once and print its
+message as one `error:` line; anything else is a bug and keeps its traceback.
+This module imports nothing of vit_jax, so every module can raise these.
+"""
+
+
+class VitJaxError(ValueError):
+  """A problem the message explains, in the user's config, data or files."""
+
+
+class ConfigError(VitJaxError):
+  """The configuration cannot be run as it is."""
+
+
+class DatasetError(VitJaxError):
+  """The dataset is missing, malformed or misconfigured."""
+
+
+class CheckpointError(VitJaxError):
+  """The path holds no usable run or checkpoint, or it does not fit a model."""
+
+
+class WorkdirError(VitJaxError):
+  """The workdir cannot hold this run."""
+
+
+class DistributedError(VitJaxError):
+  """The multi-process set-up is incomplete, inconsistent or failed."""
+
+
+class TrainingDivergedError(VitJaxError):
+  """A logged loss stopped being finite."""
+
+
+class AnalysisError(VitJaxError):
+  """The run or checkpoint cannot be analysed as asked."""
+
+
+def first_line(error: BaseException) -> str:
+  """`Type: first line of the message`: enough to tell a library's error
+  apart, without the pages some of them carry."""
+  text = str(error).strip().splitlines()
+  return f'{type(error).__name__}: {text[0] if text else ""}'
