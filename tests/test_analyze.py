@@ -119,7 +119,7 @@ def _untrained_run(workdir, data_dir, **techniques):
   config = tiny_config(data_dir, image_size=16)
   config.model_overrides = dict(TINY_MODELS['vit'], patch_size=4,
                                 num_layers=2, **techniques)
-  model = steps.create_model(config, 10)
+  model = models.from_config(config, 10)
   params = model.init(jax.random.key(0), np.zeros((1, 16, 16, 3)),
                       train=False)['params']
   workdir.mkdir()

@@ -32,7 +32,7 @@ def test_loads_a_run_trained_on_other_devices_onto_one(trained_vit_run):
   assert {leaf.sharding.device_set.pop() for leaf in leaves} == {
       jax.devices()[0]}
   # The restored parameters drive the model they were trained as.
-  model = steps.create_model(run.config, num_classes=10)
+  model = models.from_config(run.config, num_classes=10)
   logits = model.apply(run.variables, np.zeros((2, 24, 24, 3)), train=False)
   assert logits.shape == (2, 10)
   assert np.all(np.isfinite(logits))
@@ -382,7 +382,7 @@ def test_load_params_reads_run_directories_and_their_npz(trained_vit_run,
   run = checkpoint.load_run(workdir)
   params = checkpoint.load_params(workdir)
   assert_trees_identical(params, run.params)
-  model = steps.create_model(run.config, num_classes=10)
+  model = models.from_config(run.config, num_classes=10)
   checkpoint.check_params(params, checkpoint.param_shapes(model, 24))
   checkpoint.save_npz(params, tmp_path / 'run.npz')
   from_npz = checkpoint.load_params(tmp_path / 'run.npz')

@@ -31,7 +31,7 @@ def _config(name, argument=None):
 def test_config_is_valid(name, argument):
   config = _config(name, argument)
   config_schema.validate(config, num_devices=8)
-  steps.create_model(config, num_classes=1000)
+  models.from_config(config, num_classes=1000)
   assert set(config.keys()) == set(config_schema.FIELDS)
 
 

@@ -7,6 +7,7 @@ import pytest
 
 from tests.conftest import finished_run
 from tests.conftest import load_file
+from vit_jax import models
 from vit_jax import steps
 
 run = load_file('experiments/data_efficiency/run.py')
@@ -23,7 +24,7 @@ def _recipe_config(model, ingredients):
 def _assert_same_training(config, reference):
   """The same model (a field set to its default counts as unset) and the
   same everything else."""
-  assert steps.create_model(config, 10) == steps.create_model(reference, 10)
+  assert models.from_config(config, 10) == models.from_config(reference, 10)
   config, reference = config.to_dict(), reference.to_dict()
   del config['model_overrides'], reference['model_overrides']
   assert config == reference

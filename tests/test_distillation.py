@@ -15,6 +15,7 @@ from tests.conftest import write_cifar_binary
 from vit_jax import config_schema
 from vit_jax import distillation
 from vit_jax import parallel
+from vit_jax import models
 from vit_jax import steps
 from vit_jax import train
 from vit_jax.config_schema import ConfigError
@@ -57,7 +58,7 @@ def test_the_distillation_head_learns_the_teachers_classes(teacher_run):
   inputs = on_device.OnDeviceInput(sources.Dataset(split, split, 10), config,
                                    mesh)
   teacher = distillation.load_teacher(config, 10, replicated)
-  model = steps.create_model(config, 10)
+  model = models.from_config(config, 10)
   tx = steps.create_optimizer(config, lambda step: 1e-3)
   state = steps.initial_state(jax.random.key(0), model, tx, 32, mesh)
   # Class and distillation heads start at zero: give them distinct weights.

@@ -88,7 +88,7 @@ def test_fine_tunes_a_run_at_a_higher_resolution(trained_vit_run, tmp_path):
                        learning_rate=0.01, num_epochs=1, batch_size=32,
                        grad_accumulation_steps=2)
   config.model_overrides.num_layers = 2
-  model = steps.create_model(config, num_classes=10)
+  model = models.from_config(config, num_classes=10)
   fresh = _params(32, 10, num_layers=2, hidden_size=16, num_heads=2,
                   mlp_dim=32, patch_size=8)
   start = finetune.pretrained_params(config, model, fresh)

@@ -55,7 +55,7 @@ def _one_device_train_step(config, images, labels):
   split = sources.ArraySource(images, labels)
   inputs = on_device.OnDeviceInput(sources.Dataset(split, split, 10), config,
                                    mesh)
-  model = steps.create_model(config, num_classes=10)
+  model = models.from_config(config, num_classes=10)
   tx = steps.create_optimizer(config, lambda step: 1e-3)
   state = steps.initial_state(jax.random.key(0), model, tx, 32, mesh)
   step = jax.jit(functools.partial(steps.train_step, config=config,
@@ -136,7 +136,7 @@ def test_bfloat16_training_stays_close_to_float32():
 
 def test_state_shapes_are_the_initial_state_without_computing_it():
   config = tiny_config('')
-  model = steps.create_model(config, 10)
+  model = models.from_config(config, 10)
   tx = steps.create_optimizer(config, lambda step: 1e-3)
   mesh = parallel.make_mesh()
   shapes = steps.state_shapes(jax.random.key(0), model, tx, 32, mesh)
@@ -165,7 +165,7 @@ for fsdp in (1, 8):
   replicated = parallel.replicated(mesh)
   inputs = on_device.OnDeviceInput(sources.Dataset(split, split, 10), config,
                                    mesh)
-  model = steps.create_model(config, 10)
+  model = models.from_config(config, 10)
   tx = steps.create_optimizer(config, lambda step: 1e-3)
   state = steps.initial_state(jax.random.key(0), model, tx, 32, mesh)
   compiled = steps.compile_steps(config, inputs, state, jax.random.key(1))

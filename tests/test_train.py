@@ -30,6 +30,7 @@ from tests.conftest import without_timings
 from tests.conftest import write_cifar_binary
 from tests.conftest import write_process_config
 from vit_jax import checkpoint
+from vit_jax import models
 from vit_jax import steps
 from vit_jax import train
 from vit_jax.data import preprocess
@@ -147,7 +148,7 @@ def test_eval_scores_every_test_example_once(cifar10_binary, tmp_path):
   assert record['test_examples'] == 37
 
   images, labels = splits['test_batch.bin']
-  model = steps.create_model(config, 10)
+  model = models.from_config(config, 10)
   params = final_state(tmp_path, 6)['params']
   logits = model.apply({'params': params},
                        preprocess.normalize(
@@ -212,7 +213,7 @@ def test_eight_devices_give_the_single_device_loss(cifar10_binary, tmp_path):
     (dict(dtype='float16'), "dtype='float16'"),
     (dict(model='ViT-Q_3'), "Unknown model 'ViT-Q_3'"),
     (dict(dataset='imagenet'), "Unknown dataset 'imagenet'"),
-    (dict(image_size=30), 'image_size=30 is not divisible by the patch size 8'),
+    (dict(image_size=30), 'image_size=30 does not fit.*not divisible by the patch size 8'),
     (dict(batch_size=512), 'batch_size=512 is larger than the 96 training'),
     (dict(model_overrides={'depth': 2}), 'no field.*depth'),
     (dict(lr_decay='step'), "lr_decay='step'"),

@@ -71,7 +71,6 @@ import numpy as np
 from vit_jax import analysis
 from vit_jax import checkpoint
 from vit_jax import models
-from vit_jax import steps
 from vit_jax.data import preprocess
 from vit_jax import errors
 from vit_jax.errors import AnalysisError
@@ -126,7 +125,7 @@ def run_subject(workdir, step=None) -> tuple[Subject, object]:
   """The ViT of a `vit_jax.main` run, and the run's config."""
   run = checkpoint.load_run(workdir, step)
   config = run.config
-  model = steps.create_model(config, run.params['head']['kernel'].shape[-1])
+  model = models.from_config(config, run.params['head']['kernel'].shape[-1])
   if not isinstance(model, models.VisionTransformer):
     raise AnalysisError(f'{workdir} trained {config.model}; the analyses need '
                         'a ViT run.')
@@ -181,9 +180,9 @@ def image_files(specs: list[str]) -> list[pathlib.Path]:
 def _model_inputs(images: np.ndarray, subject: Subject):
   """Normalised model inputs of uint8 images (resized to the model's size
   if they are not), and the same in [0, 1] for display."""
-  inputs = np.asarray(preprocess.normalize(
-      images, key=None, augment=False, image_size=subject.image_size,
-      mean=subject.pixel_mean, std=subject.pixel_std))
+  inputs = np.asarray(preprocess.eval_input(
+      images, image_size=subject.image_size, mean=subject.pixel_mean,
+      std=subject.pixel_std))
   display = inputs * np.asarray(subject.pixel_std) + np.asarray(
       subject.pixel_mean)
   return inputs, np.clip(display, 0, 1)

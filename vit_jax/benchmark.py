@@ -44,6 +44,7 @@ from vit_jax import config_schema
 from vit_jax import data
 from vit_jax import flops
 from vit_jax import parallel
+from vit_jax import models
 from vit_jax import steps
 from vit_jax.data import sources
 
@@ -156,7 +157,7 @@ def run_benchmark(*, model: str, batch_size: int, image_size: int,
                             cpu_compiler_options or {}, fsdp, attention)
   num_devices = jax.device_count()
   config_schema.validate(config, num_devices)
-  module = steps.create_model(config, num_classes)
+  module = models.from_config(config, num_classes)
   mesh = parallel.make_mesh(config.fsdp)
   replicated = parallel.replicated(mesh)
   tx = steps.create_optimizer(config, lambda step: 1e-3)

@@ -17,6 +17,7 @@ import jax
 import jax.numpy as jnp
 
 from vit_jax import checkpoint
+from vit_jax import models
 from vit_jax.errors import ConfigError
 
 # Teacher fields that must equal the student's: the teacher sees the
@@ -46,7 +47,6 @@ def load_teacher(config, num_classes: int, sharding) -> Teacher | None:
   workdir that is no finished-enough run or whose inputs differ."""
   if not config.distillation_teacher:
     return None
-  from vit_jax import steps  # pylint: disable=g-import-not-at-top
   workdir = config.distillation_teacher
   try:
     run = checkpoint.load_run(workdir)
@@ -61,7 +61,7 @@ def load_teacher(config, num_classes: int, sharding) -> Teacher | None:
           f'same inputs; set --config.{name} to the teacher\'s.')
   teacher_config = run.config.copy_and_resolve_references()
   teacher_config.dtype = config.dtype
-  module = steps.create_model(teacher_config, num_classes)
+  module = models.from_config(teacher_config, num_classes)
   if getattr(module, 'distillation_token', False):
     raise ConfigError(f'config.distillation_teacher={workdir} is itself a '
                       'distilled ViT; use a run of a model with one head.')

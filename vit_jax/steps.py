@@ -40,23 +40,6 @@ class TrainState(train_state.TrainState):
   batch_stats: Any = None
 
 
-def create_model(config, num_classes: int):
-  """`config.model` with `config.model_overrides`; ConfigError if it does not
-  exist or does not fit `config.image_size`."""
-  try:
-    model = models.create_model(
-        config.model, num_classes, dtype=jnp.dtype(config.dtype),
-        **config.model_overrides)
-  except (ValueError, TypeError) as e:
-    raise ConfigError(str(e)) from e
-  patch_size = getattr(model, 'effective_patch_size', None)
-  if patch_size and config.image_size % patch_size:
-    raise ConfigError(
-        f'config.image_size={config.image_size} is not divisible by the patch '
-        f'size {patch_size} of {config.model}; use a multiple of {patch_size}.')
-  return model
-
-
 def create_learning_rate_schedule(config, plan):
   """Linear warmup from 0 over `plan.warmup_steps`, then `config.lr_decay`
   ('cosine' or 'linear') to 0 at `plan.total_steps`."""

@@ -40,6 +40,7 @@ from vit_jax import finetune
 from vit_jax import flops
 from vit_jax import metric_writer
 from vit_jax import parallel
+from vit_jax import models
 from vit_jax import steps
 from vit_jax import files
 from vit_jax.errors import ConfigError
@@ -271,7 +272,7 @@ def _train_and_evaluate(config, workdir: pathlib.Path,
   replicated = parallel.replicated(mesh)
   inputs = data.create_input(config, mesh)
   plan = config_schema.step_plan(config, inputs.steps_per_epoch)
-  model = steps.create_model(config, inputs.num_classes)
+  model = models.from_config(config, inputs.num_classes)
   schedule = steps.create_learning_rate_schedule(config, plan)
   tx = steps.create_optimizer(config, schedule)
   init_key, step_key = jax.random.split(jax.random.key(config.seed))

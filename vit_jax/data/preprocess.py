@@ -132,3 +132,11 @@ def normalize(images: jax.Array, *, key: jax.Array | None, augment: bool,
     x = jax.image.resize(x, (x.shape[0], image_size, image_size, x.shape[3]),
                          method='bilinear')
   return (x - jnp.asarray(mean)) / jnp.asarray(std)
+
+
+def eval_input(images: jax.Array, *, image_size: int, mean,
+               std) -> jax.Array:
+  """What evaluation and analysis feed a model: uint8 NHWC scaled to [0, 1],
+  resized to `image_size` if needed, normalised; no augmentation."""
+  return normalize(images, key=None, augment=False, image_size=image_size,
+                   mean=mean, std=std)

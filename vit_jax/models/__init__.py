@@ -3,6 +3,7 @@
 from vit_jax.models.cnn import SimpleCNN
 from vit_jax.models.cnn import SmallResNet
 from vit_jax.models.registry import create_model
+from vit_jax.models.registry import from_config
 from vit_jax.models.registry import MODEL_NAMES
 from vit_jax.models.vit import attention_weights
 from vit_jax.models.vit import logits_and_attention
@@ -15,5 +16,6 @@ __all__ = [
     'VisionTransformer',
     'attention_weights',
     'create_model',
+    'from_config',
     'logits_and_attention',
 ]

@@ -1,4 +1,5 @@
-"""Every model by name: `create_model(name, num_classes, **overrides)`."""
+"""Every model by name, `create_model(name, num_classes, **overrides)`, or
+from a training config, `from_config(config, num_classes)`."""
 
 import dataclasses
 import difflib
@@ -6,10 +7,12 @@ import functools
 from typing import Callable
 
 import flax.linen as nn
+import jax.numpy as jnp
 
 from vit_jax.models.cnn import SimpleCNN
 from vit_jax.models.cnn import SmallResNet
 from vit_jax.models.vit import VisionTransformer
+from vit_jax.errors import ConfigError
 
 
 def _vit(patch_size, hidden_size, num_layers, num_heads, mlp_dim,
@@ -81,3 +84,22 @@ def create_model(name: str, num_classes: int, **overrides) -> nn.Module:
     raise ValueError(f'{name} has no field(s) {", ".join(unknown)}.{guess} '
                      f'Its fields: {", ".join(sorted(fields))}.')
   return factory(num_classes=num_classes, **overrides)
+
+
+def from_config(config, num_classes: int) -> nn.Module:
+  """`config.model` with `config.model_overrides`, computing in
+  `config.dtype`; ConfigError if it does not exist or does not fit
+  `config.image_size`."""
+  try:
+    model = create_model(config.model, num_classes,
+                         dtype=jnp.dtype(config.dtype),
+                         **config.model_overrides)
+  except (ValueError, TypeError) as e:
+    raise ConfigError(str(e)) from e
+  if isinstance(model, VisionTransformer):
+    try:
+      model.check_image_size(config.image_size, config.image_size)
+    except ValueError as e:
+      raise ConfigError(f'config.image_size={config.image_size} does not fit '
+                        f'{config.model}: {e}') from e
+  return model

@@ -545,6 +545,23 @@ class VisionTransformer(nn.Module):
     return (('cls',) if self.classifier == 'token' else ()) + (
         ('dist',) if self.distillation_token else ())
 
+  def check_image_size(self, height: int, width: int) -> None:
+    """Raises ValueError unless the patches tile a height x width image."""
+    size = self.effective_patch_size
+    if not (height % size or width % size):
+      return
+    if self.resnet_stages is not None:
+      stride = resnet.stem_stride(self.resnet_stages)
+      raise ValueError(
+          f'Image size {height}x{width} is not divisible by {size}, the '
+          f'ResNet stem\'s stride {stride} times the patch size '
+          f'{self.patch_size} on its feature map: resize or crop the images '
+          f'to a multiple of {size}.')
+    raise ValueError(
+        f'Image size {height}x{width} is not divisible by the patch size '
+        f'{self.patch_size}: resize or crop the images to a multiple of '
+        f'{self.patch_size}.')
+
   def __post_init__(self):
     if self.classifier not in CLASSIFIERS:
       raise ValueError(f'classifier={self.classifier!r}; use one of '
@@ -590,20 +607,7 @@ class VisionTransformer(nn.Module):
     if images.ndim != 4:
       raise ValueError(f'Expected images of shape (batch, height, width, '
                        f'channels), got shape {images.shape}.')
-    _, height, width, _ = images.shape
-    size = self.effective_patch_size
-    if self.resnet_stages is not None and (height % size or width % size):
-      stride = resnet.stem_stride(self.resnet_stages)
-      raise ValueError(
-          f'Image size {height}x{width} is not divisible by {size}, the '
-          f'ResNet stem\'s stride {stride} times the patch size '
-          f'{self.patch_size} on its feature map: resize or crop the images '
-          f'to a multiple of {size}.')
-    if height % size or width % size:
-      raise ValueError(
-          f'Image size {height}x{width} is not divisible by the patch size '
-          f'{self.patch_size}: resize or crop the images to a multiple of '
-          f'{self.patch_size}.')
+    self.check_image_size(*images.shape[1:3])
 
     x = images
     if self.resnet_stages is not None:
