@@ -40,7 +40,7 @@ removed):
   classifier 'gap' or 'map'  no class token: no cls_attention.png nor
                              attention rollout
   posemb='sincos2d'          position_embeddings.png shows the fixed
-                             sine-cosine embedding (`vit.posemb_sincos_2d`),
+                             sine-cosine embedding (`small_data.posemb_sincos_2d`),
                              titled as such; analysis.json's
                              `position_embedding` says which it was
   posemb='none'              no position_embeddings.png
@@ -75,7 +75,7 @@ from vit_jax.data import preprocess
 from vit_jax import errors
 from vit_jax.errors import AnalysisError
 from vit_jax.data import sources
-from vit_jax.models import vit
+from vit_jax.models import small_data
 
 _WORKDIR = flags.DEFINE_string('workdir', None, 'A vit_jax.main run.')
 _CHECKPOINT = flags.DEFINE_string(
@@ -356,7 +356,7 @@ def position_table(model: models.VisionTransformer, params,
   if model.posemb == 'learned':
     return params['Transformer']['posembed_input']['pos_embedding']
   if model.posemb == 'sincos2d':
-    return np.asarray(vit.posemb_sincos_2d(*grid, model.hidden_size))
+    return np.asarray(small_data.posemb_sincos_2d(*grid, model.hidden_size))
   return None
 
 

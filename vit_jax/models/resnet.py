@@ -12,8 +12,7 @@ In the official tree the stem's modules (`conv_root`, `gn_root`, `block1`,
 `block2`, ...) sit at the top level of the ViT's parameters, beside
 `embedding` and `Transformer`, with no module of their own around them.
 `resnet_stem` reproduces that: called inside a compact method, it makes its
-modules children of the caller. `ResNetStem` wraps it as a module of its own
-for use and tests on its own; its parameter tree is the same.
+modules children of the caller.
 """
 
 from typing import Any, Sequence
@@ -134,14 +133,6 @@ def stem_stride(stages: Sequence[int]) -> int:
   return ROOT_STRIDE * 2**max(len(stages) - 1, 0)
 
 
-def stem_features(stages: Sequence[int], width_factor: int = 1) -> int:
-  """Channels of the stem's output feature map (1024 for R50+ViT-B/16)."""
-  width = 64 * width_factor
-  if not stages:
-    return width
-  return 4 * width * 2**(len(stages) - 1)
-
-
 def validate_stem(stages: Sequence[int], width_factor: int) -> None:
   if width_factor < 1:
     raise ValueError(f'width_factor={width_factor} must be at least 1.')
@@ -174,16 +165,3 @@ def resnet_stem(x: jax.Array, stages: Sequence[int], width_factor: int = 1,
             x)
   return x
 
-
-class ResNetStem(nn.Module):
-  """`resnet_stem` as a module: images (N, H, W, 3) to the feature map
-  (N, H / stride, W / stride, features), see `stem_stride`, `stem_features`.
-  """
-
-  stages: tuple[int, ...] = (3, 4, 9)
-  width_factor: int = 1
-  dtype: Dtype = jnp.float32
-
-  @nn.compact
-  def __call__(self, images: jax.Array) -> jax.Array:
-    return resnet_stem(images, self.stages, self.width_factor, self.dtype)

@@ -1,0 +1,207 @@
+"""Self-attention: the implementations against flax's, and locality self-attention."""
+
+import flax
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from vit_jax.models import attention_weights
+from vit_jax.models import create_model
+from vit_jax.models import VisionTransformer
+from vit_jax.models.attention import MultiHeadSelfAttention
+from tests.test_vit import SMALL
+from tests.test_vit import _softmax
+from tests.test_vit import _images
+from tests.test_vit import _randomized
+
+
+@pytest.mark.parametrize('attention', ['einsum', 'dot_product_attention'])
+def test_attention_is_flax_multi_head_attention_in_another_layout(attention):
+  x = jax.random.normal(jax.random.key(0), (3, 17, 32))
+  flax_attention = flax.linen.MultiHeadDotProductAttention(
+      num_heads=4, kernel_init=flax.linen.initializers.xavier_uniform())
+  ours = MultiHeadSelfAttention(num_heads=4, attention=attention)
+  flax_params = flax_attention.init(jax.random.key(1), x, x)
+  our_params = ours.init(jax.random.key(1), x, deterministic=True)
+  # Same names, shapes and initial values: the init rngs follow the names.
+  jax.tree.map(np.testing.assert_array_equal, our_params, flax_params)
+
+  params = {'params': _randomized(flax_params['params'])}
+  np.testing.assert_allclose(
+      ours.apply(params, x, deterministic=True),
+      flax_attention.apply(params, x, x), rtol=1e-5, atol=1e-5)
+
+
+# ViT-Tiny-CIFAR_4's head_dim (128 / 4 = 32) on a small model: 17 tokens.
+HEAD_DIM_32 = dict(patch_size=4, hidden_size=64, num_layers=2, num_heads=2,
+                   mlp_dim=128)
+
+
+@pytest.mark.slow  # 14 s; the forward pass is checked against flax's in
+# test_attention_is_flax_multi_head_attention_in_another_layout
+def test_fused_attention_has_the_same_parameters_logits_and_gradients():
+  images = _images(batch=3)
+  einsum = VisionTransformer(num_classes=5, **HEAD_DIM_32)
+  fused = VisionTransformer(num_classes=5, attention='dot_product_attention',
+                            **HEAD_DIM_32)
+  params = einsum.init(jax.random.key(0), images, train=False)['params']
+  jax.tree.map(np.testing.assert_array_equal, params,
+               fused.init(jax.random.key(0), images, train=False)['params'])
+
+  params = {'params': _randomized(params)}
+  labels = jnp.arange(3) % 5
+
+  def loss(model, variables):
+    logits = model.apply(variables, images, train=False)
+    return -jnp.mean(jax.nn.log_softmax(logits)[jnp.arange(3), labels]), logits
+
+  (ours, ours_logits), (theirs, their_logits) = (
+      jax.jit(jax.grad(lambda v, m=m: loss(m, v), has_aux=True))(params)
+      for m in (einsum, fused))
+  np.testing.assert_allclose(their_logits, ours_logits, rtol=1e-5, atol=1e-5)
+  # Relative to the largest gradient: the key bias's is zero but for rounding.
+  largest = max(float(np.abs(g).max()) for g in jax.tree.leaves(ours))
+  jax.tree.map(
+      lambda a, b: np.testing.assert_allclose(b, a, rtol=1e-4,
+                                              atol=1e-5 * largest),
+      ours, theirs)
+
+
+def test_fused_attention_trains_with_dropout_and_gives_attention_maps():
+  model = VisionTransformer(num_classes=5, dropout_rate=0.3,
+                            attention='dot_product_attention', **SMALL)
+  images = _images()
+  variables = {'params': _randomized(
+      model.init(jax.random.key(0), images, train=False)['params'])}
+
+  def run(seed):
+    return model.apply(variables, images, train=True,
+                       rngs={'dropout': jax.random.key(seed)})
+
+  assert np.all(np.isfinite(run(1)))
+  assert not np.allclose(run(1), run(2))
+  # No probabilities come out of the fused kernel: collecting them computes
+  # the einsum way, with the same results.
+  einsum = model.clone(attention='einsum')
+  np.testing.assert_allclose(attention_weights(model, variables, images),
+                             attention_weights(einsum, variables, images),
+                             rtol=1e-5, atol=1e-6)
+
+
+def test_attention_choice_is_a_checked_model_field():
+  model = create_model('ViT-Tiny-CIFAR_4', 10,
+                       attention='dot_product_attention')
+  assert model.attention == 'dot_product_attention'
+  assert create_model('ViT-Tiny-CIFAR_4', 10).attention == 'einsum'
+  with pytest.raises(ValueError, match="attention='flash'; use one of"):
+    VisionTransformer(num_classes=5, attention='flash', **SMALL)
+  with pytest.raises(ValueError, match="cannot drop attention probabilities.*"
+                     "use attention='einsum'"):
+    VisionTransformer(num_classes=5, attention='cudnn',
+                      attention_dropout_rate=0.1, **SMALL)
+
+
+@pytest.mark.parametrize('head_dim', [
+    16, 32,  # one of each case; 48 and 64 repeat them (9 s, op by op)
+    pytest.param(48, marks=pytest.mark.slow),
+    pytest.param(64, marks=pytest.mark.slow)])
+def test_bfloat16_attention_scales_float32_logits_unless_folding_is_exact(
+    head_dim):
+  # Folding 1/sqrt(head_dim) into the bfloat16 query kernel is exact only for
+  # a power-of-4 head_dim (a power-of-two scale); otherwise the logits are
+  # scaled in float32. Either way the result is the one of scaling the
+  # float32 logits, bit for bit.
+  heads = 2
+  x = jax.random.normal(jax.random.key(0), (2, 9, heads * head_dim))
+  attention = MultiHeadSelfAttention(num_heads=heads, dtype=jnp.bfloat16)
+  params = {'params': _randomized(
+      attention.init(jax.random.key(1), x, deterministic=True)['params'])}
+  _, state = attention.apply(params, x, deterministic=True,
+                             mutable=['intermediates'])
+  ours = state['intermediates']['attention_weights'][0]
+
+  p = params['params']
+  x16 = x.astype(jnp.bfloat16)
+  q, k = (jnp.einsum('btd,dhe->bhte', x16, p[n]['kernel'].astype(jnp.bfloat16))
+          + p[n]['bias'].astype(jnp.bfloat16)[:, None, :]
+          for n in ('query', 'key'))
+  logits = jnp.einsum('bhqe,bhke->bhqk', q, k).astype(jnp.float32)
+  reference = jax.nn.softmax(logits * np.float32(head_dim**-0.5))
+  np.testing.assert_array_equal(ours, reference.astype(jnp.bfloat16))
+  # Folding the rounded scale into the rounded query kernel would not be.
+  scale = jnp.asarray(head_dim**-0.5, jnp.bfloat16)
+  folded_q = (jnp.einsum('btd,dhe->bhte', x16,
+                         p['query']['kernel'].astype(jnp.bfloat16) * scale) +
+              p['query']['bias'].astype(jnp.bfloat16)[:, None, :] * scale)
+  folded = jax.nn.softmax(
+      jnp.einsum('bhqe,bhke->bhqk', folded_q, k).astype(jnp.float32))
+  assert np.array_equal(folded, jax.nn.softmax(
+      logits * np.float32(head_dim**-0.5))) == (head_dim in (16, 64))
+
+  # And within bfloat16 rounding of the float32 computation (the random
+  # parameters make some rows sharp, and sensitive to it).
+  _, state = MultiHeadSelfAttention(num_heads=heads).apply(
+      params, x, deterministic=True, mutable=['intermediates'])
+  np.testing.assert_allclose(
+      np.asarray(ours, np.float32),
+      state['intermediates']['attention_weights'][0], atol=0.06)
+
+
+@pytest.mark.skipif(jax.default_backend() != 'gpu', reason='needs a GPU')
+def test_cudnn_attention_matches_einsum_in_bfloat16_on_gpu():
+  images = _images(batch=4)
+  einsum = VisionTransformer(num_classes=5, dtype=jnp.bfloat16, **HEAD_DIM_32)
+  cudnn = einsum.clone(attention='cudnn')
+  params = {'params': _randomized(
+      einsum.init(jax.random.key(0), images, train=False)['params'])}
+  high = VisionTransformer(num_classes=5, **HEAD_DIM_32).apply(
+      params, images, train=False)
+  low = jax.jit(lambda v: cudnn.apply(v, images, train=False))(params)
+  np.testing.assert_allclose(low, high, atol=0.05 * np.abs(high).max())
+  grads = jax.jit(jax.grad(
+      lambda v: cudnn.apply(v, images, train=False).sum()))(params)
+  assert all(np.all(np.isfinite(g)) for g in jax.tree.leaves(grads))
+
+
+# Data-efficiency techniques: each a field whose default is off.
+
+def test_locality_attention_learns_a_temperature_and_masks_self():
+  x = jax.random.normal(jax.random.key(0), (2, 5, 32))
+  attention = MultiHeadSelfAttention(num_heads=4, locality=True)
+  params = attention.init(jax.random.key(1), x, deterministic=True)['params']
+  np.testing.assert_allclose(params['temperature'], [8**-0.5] * 4)
+  temperature = np.float32([0.7, 0.3, 1.1, 0.5])  # one per head
+  params = {**_randomized(params), 'temperature': jnp.asarray(temperature)}
+  out, state = attention.apply({'params': params}, x, deterministic=True,
+                               mutable=['intermediates'])
+  weights = state['intermediates']['attention_weights'][0]
+
+  p = jax.tree.map(lambda a: np.asarray(a, np.float64), params)
+  q, k, v = (np.einsum('btd,dhe->bthe', x, p[n]['kernel']) + p[n]['bias']
+             for n in ('query', 'key', 'value'))
+  logits = np.einsum('bqhe,bkhe->bhqk', q, k) * temperature[:, None, None]
+  logits[..., np.arange(5), np.arange(5)] = -np.inf
+  probabilities = _softmax(logits)
+  np.testing.assert_allclose(weights, probabilities, rtol=1e-5, atol=1e-6)
+  expected = np.einsum('bhqk,bkhe,hed->bqd', probabilities, v,
+                       p['out']['kernel']) + p['out']['bias']
+  np.testing.assert_allclose(out, expected, rtol=1e-4, atol=1e-4)
+
+
+def test_locality_attention_in_the_model():
+  model = VisionTransformer(num_classes=5, locality_attention=True, **SMALL)
+  images = _images()
+  variables = model.init(jax.random.key(0), images, train=False)
+  for i in range(SMALL['num_layers']):
+    block = variables['params']['Transformer'][f'encoderblock_{i}']
+    assert block['MultiHeadDotProductAttention_0']['temperature'].shape == (4,)
+  for a in attention_weights(model, variables, images):
+    assert a.shape == (2, 4, 17, 17)
+    np.testing.assert_array_equal(np.diagonal(a, axis1=-2, axis2=-1), 0.0)
+    np.testing.assert_allclose(a.sum(-1), 1.0, rtol=1e-5)
+  for fused in ('dot_product_attention', 'cudnn'):
+    with pytest.raises(ValueError, match=f"attention='{fused}' cannot mask "
+                       ".*use attention='einsum'"):
+      VisionTransformer(num_classes=5, locality_attention=True,
+                        attention=fused, **SMALL)

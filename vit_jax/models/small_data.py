@@ -1,0 +1,165 @@
+"""What `VisionTransformer` adds for training on little data, each off by
+default (then the model is the official one):
+
+- `posemb_sincos_2d`: a fixed 2-D sine-cosine position embedding (MoCo v3,
+  big_vision), nothing to learn;
+- `DropPath`: stochastic depth (Huang et al. 2016), as DeiT trains;
+- `MAPHead`: multihead attention pooling (big_vision);
+- `shifted_patch_embedding`: shifted patch tokenization (Lee, Lee & Song
+  2021); their locality self-attention is in `attention`.
+DeiT's distillation token is a field of `VisionTransformer` itself.
+"""
+
+from typing import Any
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from vit_jax.models.dropout import Dropout
+from vit_jax.models.mlp import MlpBlock
+
+Dtype = Any
+
+
+def check_sincos_width(width: int) -> None:
+  if width % 4:
+    raise ValueError(
+        f"posemb='sincos2d' needs a hidden_size divisible by 4, got {width}: "
+        "use a multiple of 4 or posemb='learned'.")
+
+
+def posemb_sincos_2d(h: int, w: int, width: int, temperature: float = 10_000.,
+                     dtype: Dtype = jnp.float32) -> jax.Array:
+  """Fixed 2-D sine-cosine position embedding of an h x w patch grid,
+  shape (1, h * w, width), tokens in row-major order (as the patches).
+
+  A quarter of the channels each holds sin(x w_k), cos(x w_k), sin(y w_k),
+  cos(y w_k) for the column x and row y of the patch, with frequencies
+  w_k = temperature^(-k / (width/4 - 1)) (MoCo v3, big_vision's
+  `posemb_sincos_2d`). Nothing to learn, so a small data set cannot overfit
+  it, and it extends to any grid size.
+  """
+  check_sincos_width(width)
+  y, x = jnp.mgrid[:h, :w]
+  quarter = width // 4
+  # One frequency (1) when a quarter is one channel, where k / (quarter - 1)
+  # would divide by zero.
+  omega = jnp.arange(quarter) / max(quarter - 1, 1)
+  omega = 1.0 / (temperature**omega)
+  x = x.reshape(-1)[:, None] * omega[None, :]
+  y = y.reshape(-1)[:, None] * omega[None, :]
+  embedding = jnp.concatenate(
+      [jnp.sin(x), jnp.cos(x), jnp.sin(y), jnp.cos(y)], axis=1)
+  return embedding[None].astype(dtype)
+
+
+class AddSincos2dPositionEmbs(nn.Module):
+  """Adds `posemb_sincos_2d` of the patch `grid` to the last rows * columns
+  tokens (the patches), and zero to the tokens before them ([CLS],
+  distillation), which have no place on the grid. No parameters."""
+
+  grid: tuple[int, int]
+
+  @nn.compact
+  def __call__(self, tokens: jax.Array) -> jax.Array:
+    h, w = self.grid
+    prefix = tokens.shape[1] - h * w
+    if prefix < 0:
+      raise ValueError(f'{tokens.shape[1]} tokens cannot hold the {h}x{w} '
+                       'patch grid: pass the grid the patches were cut into.')
+    embedding = posemb_sincos_2d(h, w, tokens.shape[2], dtype=tokens.dtype)
+    embedding = jnp.pad(embedding, ((0, 0), (prefix, 0), (0, 0)))
+    return tokens + embedding
+
+
+def DropPath(rate: float, name: str | None = None) -> Dropout:  # pylint: disable=invalid-name
+  """Stochastic depth (Huang et al. 2016): drops a residual branch for whole
+  examples, with probability `rate`, and scales the kept ones by
+  1 / (1 - rate), so that eval (`deterministic`, the identity) sees the
+  expected value. Our hash dropout with its mask broadcast over tokens and
+  channels (one bit per example); no parameters, and rate 0 draws
+  no rng, so it leaves the other dropout masks as they were."""
+  return Dropout(rate, broadcast_dims=(1, 2), name=name)
+
+
+def drop_path_rates(stochastic_depth_rate: float,
+                    num_layers: int) -> list[float]:
+  """Each block's drop-path rate: growing linearly from 0 at the first block
+  to `stochastic_depth_rate` at the last (DeiT, timm), since the early
+  blocks' features are the ones every later block builds on. A single block
+  gets 0, as in timm."""
+  if num_layers < 2:
+    return [0.0] * num_layers
+  return [stochastic_depth_rate * i / (num_layers - 1)
+          for i in range(num_layers)]
+
+
+class MAPHead(nn.Module):
+  """Multihead attention pooling (big_vision's `MAPHead`): a learned `probe`
+  token attends over all the encoder's output tokens, then goes through a
+  LayerNorm-MLP residual block; the result is the pooled representation.
+
+  Unlike [CLS] the probe does not take part in the encoder, and unlike the
+  mean it weights the tokens by relevance. Module names are big_vision's
+  (`probe`, `MultiHeadDotProductAttention_0`, `LayerNorm_0`, `MlpBlock_0`),
+  so its MAP heads load as they are. No dropout in the head, as there.
+  """
+
+  num_heads: int
+  mlp_dim: int
+  dtype: Dtype = jnp.float32
+
+  @nn.compact
+  def __call__(self, x: jax.Array) -> jax.Array:
+    n, _, d = x.shape
+    probe = self.param('probe', nn.initializers.xavier_uniform(), (1, 1, d))
+    probe = jnp.broadcast_to(probe.astype(x.dtype), (n, 1, d))
+    x = nn.MultiHeadDotProductAttention(
+        num_heads=self.num_heads,
+        dtype=self.dtype,
+        kernel_init=nn.initializers.xavier_uniform(),
+        force_fp32_for_softmax=True,
+        name='MultiHeadDotProductAttention_0')(probe, x)
+    y = nn.LayerNorm(dtype=self.dtype)(x)
+    x = x + MlpBlock(mlp_dim=self.mlp_dim, dtype=self.dtype)(
+        y, deterministic=True)
+    return x[:, 0]
+
+
+def shifted_patch_tokens(images: jax.Array, patch_size: int) -> jax.Array:
+  """Shifted patch tokenization's patches (Lee, Lee & Song 2021), before
+  their LayerNorm and linear projection: shape (batch, rows, columns,
+  patch_size**2 * 5 * channels).
+
+  The images are concatenated along channels with four copies shifted by
+  patch_size // 2 pixels up-left, up-right, down-left and down-right (zeros
+  shifted in), then cut into patch_size x patch_size patches, each flattened
+  (row, column, channel), as the 'embedding' conv's kernel. Each token thus
+  also sees the pixels around its patch, a locality that a ViT trained on
+  little data otherwise has to learn.
+  """
+  n, height, width, channels = images.shape
+  s = patch_size // 2
+  padded = jnp.pad(images, ((0, 0), (s, s), (s, s), (0, 0)))
+  # The copy shifted by (dy, dx) is x[i - dy, j - dx]: padded[s - dy + i, ...].
+  copies = [images] + [
+      padded[:, s - dy:s - dy + height, s - dx:s - dx + width]
+      for dy, dx in ((-s, -s), (-s, s), (s, -s), (s, s))
+  ]
+  x = jnp.concatenate(copies, axis=-1)
+  p = patch_size
+  x = x.reshape(n, height // p, p, width // p, p, 5 * channels)
+  x = x.transpose(0, 1, 3, 2, 4, 5)
+  return x.reshape(n, height // p, width // p, p * p * 5 * channels)
+
+
+def shifted_patch_embedding(images: jax.Array, patch_size: int,
+                            hidden_size: int, dtype: Dtype) -> jax.Array:
+  """Shifted patch tokenization as modules of the calling compact method
+  (`shifted_patch_norm`, `shifted_patch_embedding` beside the ViT's other
+  top-level modules): the shifted patches LayerNorm'd and projected, in place
+  of the `embedding` conv. Shape (batch, rows, columns, hidden_size)."""
+  x = shifted_patch_tokens(images, patch_size)
+  x = nn.LayerNorm(dtype=dtype, name='shifted_patch_norm')(x)
+  return nn.Dense(hidden_size, dtype=dtype, name='shifted_patch_embedding')(x)
