@@ -6,7 +6,7 @@ import numpy as np
 
 from tests.conftest import random_cifar
 from tests.conftest import tiny_config
-from vit_jax import parallel
+from vit_jax import sharding
 from vit_jax.data import input as input_lib
 from vit_jax.data import on_device
 from vit_jax.data import sources
@@ -17,7 +17,7 @@ def _input(num_train=20, **overrides):
   train, test = random_cifar(num_train, 10, 1), random_cifar(5, 10, 2)
   dataset = sources.Dataset(sources.ArraySource(*train),
                             sources.ArraySource(*test), 10)
-  return on_device.OnDeviceInput(dataset, config, parallel.make_mesh()), train
+  return on_device.OnDeviceInput(dataset, config, sharding.make_mesh()), train
 
 
 def test_batches_from_a_mid_epoch_position_continue_into_the_next_epoch():

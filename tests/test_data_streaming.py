@@ -14,7 +14,7 @@ import pytest
 from tests.conftest import prepare_tfds_array_record
 from tests.conftest import random_cifar
 from tests.conftest import tiny_config
-from vit_jax import parallel
+from vit_jax import sharding
 from vit_jax import train
 from vit_jax.data import input as input_lib
 from vit_jax.data import preprocess
@@ -28,7 +28,7 @@ def _array_input(train_split, test_split, **overrides):
       'input_pipeline': 'streaming', 'input_workers': 0, **overrides})
   dataset = sources.Dataset(sources.ArraySource(*train_split),
                             sources.ArraySource(*test_split), 10)
-  return streaming.StreamingInput(dataset, config, parallel.make_mesh())
+  return streaming.StreamingInput(dataset, config, sharding.make_mesh())
 
 
 def test_train_batches_follow_the_seeded_shuffle_from_any_position():
@@ -92,7 +92,7 @@ def test_tfds_array_record_streams_variable_size_images(tmp_path):
                        eval_batch_size=4, image_size=16,
                        input_pipeline='streaming')
   inputs = streaming.StreamingInput(sources.open_dataset(config), config,
-                                    parallel.make_mesh(), workers=0)
+                                    sharding.make_mesh(), workers=0)
   images, _ = next(inputs.train_batches(inputs.position(0)))
   assert images.shape == (4, 16, 16, 3)
 
@@ -117,7 +117,7 @@ _WORKERS_SCRIPT = '''
 import sys, time
 sys.path.insert(0, {root!r})
 from tests.conftest import random_cifar, tiny_config
-from vit_jax import parallel
+from vit_jax import sharding
 from vit_jax.data import sources, streaming
 
 if __name__ == '__main__':
@@ -125,7 +125,7 @@ if __name__ == '__main__':
                        input_workers=2)
   dataset = sources.Dataset(sources.ArraySource(*random_cifar(40, 10, 1)),
                             sources.ArraySource(*random_cifar(8, 10, 2)), 10)
-  inputs = streaming.StreamingInput(dataset, config, parallel.make_mesh())
+  inputs = streaming.StreamingInput(dataset, config, sharding.make_mesh())
   batches = inputs.train_batches(inputs.position(0))
   next(batches)
   print('loaded', flush=True)

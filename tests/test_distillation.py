@@ -14,9 +14,11 @@ from tests.conftest import tiny_config
 from tests.conftest import write_cifar_binary
 from vit_jax import config_schema
 from vit_jax import distillation
-from vit_jax import parallel
+from vit_jax import optimizer
+from vit_jax import sharding
 from vit_jax import models
 from vit_jax import steps
+from vit_jax.models import vit
 from vit_jax import train
 from vit_jax.config_schema import ConfigError
 from vit_jax.data import on_device
@@ -53,13 +55,13 @@ def test_the_distillation_head_learns_the_teachers_classes(teacher_run):
   images, labels = random_cifar(16, 10, seed=0)
   mesh = jax.make_mesh((1,), ('data',), devices=jax.devices()[:1],
                        axis_types=(jax.sharding.AxisType.Auto,))
-  replicated = parallel.replicated(mesh)
+  replicated = sharding.replicated(mesh)
   split = sources.ArraySource(images, labels)
   inputs = on_device.OnDeviceInput(sources.Dataset(split, split, 10), config,
                                    mesh)
   teacher = distillation.load_teacher(config, 10, replicated)
   model = models.from_config(config, 10)
-  tx = steps.create_optimizer(config, lambda step: 1e-3)
+  tx = optimizer.create_optimizer(config, lambda step: 1e-3)
   state = steps.initial_state(jax.random.key(0), model, tx, 32, mesh)
   # Class and distillation heads start at zero: give them distinct weights.
   params = jax.tree_util.tree_map_with_path(
@@ -68,15 +70,17 @@ def test_the_distillation_head_learns_the_teachers_classes(teacher_run):
                        if 'head' in str(path) else x), state.params)
   state = state.replace(params=params)
   batch, key = np.arange(16, dtype=np.int32), jax.random.key(1)
-  step = jax.jit(functools.partial(steps.train_step, config=config,
-                                   inputs=inputs, teacher=teacher))
+  step = jax.jit(steps.make_train_step(config, inputs, teacher.objective))
   _, metrics = step(state, steps.zero_sums(replicated), inputs.train_data,
                     batch, key)
 
   augment_key, _ = jax.random.split(jax.random.fold_in(key, 0))
   x, y = inputs.model_inputs(inputs.train_data, batch, augment_key)
-  class_logits, distillation_logits = state.apply_fn(
-      {'params': params}, x, train=True, rngs={'dropout': jax.random.key(9)})
+  _, sown = state.apply_fn({'params': params}, x, train=False,
+                           mutable=[vit.HEAD_LOGITS])
+  (class_logits,), (distillation_logits,) = (
+      sown[vit.HEAD_LOGITS]['class_logits'],
+      sown[vit.HEAD_LOGITS]['distillation_logits'])
   teacher_labels = np.argmax(
       teacher.module.apply(teacher.variables, x, train=False), -1)
   targets = optax.smooth_labels(jax.nn.one_hot(y, 10), config.label_smoothing)

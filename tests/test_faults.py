@@ -31,6 +31,7 @@ from tests.conftest import without_timings
 from tests.conftest import write_cifar_binary
 from tests.conftest import write_process_config
 from vit_jax import checkpoint
+from vit_jax import preemption
 from vit_jax import train
 from vit_jax.data import DatasetError
 from vit_jax.data import sources
@@ -295,7 +296,7 @@ def test_sigterm_to_the_process_group_with_input_workers_saves_and_exits_75(
                        new_session=True)
   wait_for_step(process, workdir, 5)
   os.killpg(process.pid, signal.SIGTERM)
-  assert process.wait(timeout=60) == train.PREEMPTED_EXIT_STATUS, (
+  assert process.wait(timeout=60) == preemption.PREEMPTED_EXIT_STATUS, (
       log.read_text()[-3000:])
   assert 'Preempted (SIGTERM): saved a checkpoint of step' in log.read_text()
   assert 'Traceback' not in log.read_text()

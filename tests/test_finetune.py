@@ -5,79 +5,12 @@ import numpy as np
 import pytest
 
 from tests.conftest import tiny_config
+from tests.test_formats_params import vit_params
 from vit_jax import checkpoint
 from vit_jax import finetune
 from vit_jax import models
 from vit_jax import config_schema
-from vit_jax import steps
 from vit_jax import train
-
-
-def test_resize_keeps_the_class_token_and_zooms_the_grid_bilinearly():
-  # A 2x2 grid of 1-d embeddings [[0, 1], [2, 3]] to 3x3: corners stay, the
-  # rest interpolates linearly between them (scipy.ndimage.zoom, order 1).
-  table = np.array([9.0, 0.0, 1.0, 2.0, 3.0]).reshape(1, 5, 1)
-  resized = finetune.resize_position_embeddings(table, 10, num_prefix_tokens=1)
-  assert resized.shape == (1, 10, 1)
-  np.testing.assert_allclose(
-      resized[0, :, 0], [9.0, 0.0, 0.5, 1.0, 1.0, 1.5, 2.0, 2.0, 2.5, 3.0])
-
-
-def test_resize_without_class_token_and_to_the_same_size():
-  table = np.random.default_rng(0).normal(size=(1, 16, 3)).astype(np.float32)
-  np.testing.assert_allclose(
-      finetune.resize_position_embeddings(table, 16, num_prefix_tokens=0),
-      table, atol=1e-6)
-  assert finetune.resize_position_embeddings(
-      table, 64, num_prefix_tokens=0).dtype == np.float32
-  with pytest.raises(checkpoint.CheckpointError, match='only square grids'):
-    finetune.resize_position_embeddings(table, 15, num_prefix_tokens=0)
-
-
-def _params(image_size, num_classes, **overrides):
-  fields = dict(num_layers=1, hidden_size=8, num_heads=2, mlp_dim=16)
-  model = models.create_model('ViT-Tiny-CIFAR_4', num_classes,
-                              **{**fields, **overrides})
-  variables = model.init(jax.random.key(0), np.zeros((1, image_size,
-                                                      image_size, 3)),
-                         train=False)
-  return jax.device_get(variables['params'])
-
-
-def test_adapt_resizes_positions_replaces_the_head_and_drops_pre_logits():
-  pretrained = _params(16, 100, representation_size=8)
-  pretrained['head']['kernel'] = np.ones_like(pretrained['head']['kernel'])
-  fresh = _params(24, 10)
-  adapted = finetune.adapt_params(pretrained, fresh, num_prefix_tokens=1)
-  assert jax.tree.structure(adapted) == jax.tree.structure(fresh)
-  assert 'pre_logits' not in adapted
-  np.testing.assert_array_equal(adapted['head']['kernel'], 0.0)
-  assert adapted['head']['kernel'].shape == (8, 10)
-  np.testing.assert_array_equal(adapted['embedding']['kernel'],
-                                pretrained['embedding']['kernel'])
-  np.testing.assert_array_equal(
-      adapted['Transformer']['posembed_input']['pos_embedding'],
-      finetune.resize_position_embeddings(
-          pretrained['Transformer']['posembed_input']['pos_embedding'], 37,
-          num_prefix_tokens=1))
-
-
-def test_adapt_names_the_key_that_does_not_fit():
-  with pytest.raises(checkpoint.CheckpointError,
-                     match=r'encoderblock_0/MlpBlock_0/Dense_0/bias has '
-                     r'shape \(16,\) in the checkpoint but \(32,\)'):
-    finetune.adapt_params(_params(16, 10), _params(16, 10, mlp_dim=32),
-                          num_prefix_tokens=1)
-  deeper = _params(16, 10, num_layers=2)
-  with pytest.raises(checkpoint.CheckpointError,
-                     match='Transformer/encoderblock_1/LayerNorm_0/bias is '
-                     'missing from the checkpoint'):
-    finetune.adapt_params(_params(16, 10), deeper, num_prefix_tokens=1)
-  with pytest.raises(checkpoint.CheckpointError,
-                     match='Transformer/encoderblock_1/LayerNorm_0/bias '
-                     r'\(shape \(8,\)\) is in the checkpoint but not in '
-                     r'the new model \(config.model\)'):
-    finetune.adapt_params(deeper, _params(16, 10), num_prefix_tokens=1)
 
 
 @pytest.mark.slow  # 13 s; test_configs fine-tunes a .npz end to end
@@ -89,7 +22,7 @@ def test_fine_tunes_a_run_at_a_higher_resolution(trained_vit_run, tmp_path):
                        grad_accumulation_steps=2)
   config.model_overrides.num_layers = 2
   model = models.from_config(config, num_classes=10)
-  fresh = _params(32, 10, num_layers=2, hidden_size=16, num_heads=2,
+  fresh = vit_params(32, 10, num_layers=2, hidden_size=16, num_heads=2,
                   mlp_dim=32, patch_size=8)
   start = finetune.pretrained_params(config, model, fresh)
   pretrained = checkpoint.load_run(workdir).params
@@ -145,3 +78,23 @@ def test_released_vit_ti_16_fine_tunes_at_384_from_224(cifar10_binary,
   np.testing.assert_array_equal(
       tuned['Transformer']['posembed_input']['pos_embedding'][0, 0],
       params['Transformer']['posembed_input']['pos_embedding'][0, 0])
+
+
+@pytest.mark.parametrize('overrides', [
+    dict(classifier='gap'), dict(classifier='map'),
+    dict(distillation_token=True), dict(posemb='learned')])
+def test_any_vit_fine_tunes_at_a_new_resolution(overrides, tmp_path):
+  # The prefix tokens ([CLS], the distillation token, none) are counted by
+  # the model, so the patch grid is resized whatever the head.
+  fields = dict(num_layers=1, hidden_size=8, num_heads=2, mlp_dim=16,
+                **overrides)
+  checkpoint.save_npz(vit_params(16, 10, **fields), tmp_path / 'small.npz')
+  config = tiny_config('', init_from=str(tmp_path / 'small.npz'),
+                       image_size=24)
+  config.model_overrides = fields
+  model = models.from_config(config, num_classes=10)
+  start = finetune.pretrained_params(config, model, vit_params(24, 10,
+                                                               **fields))
+  tokens = 36 + len(model.prefix_tokens)
+  assert start['Transformer']['posembed_input']['pos_embedding'].shape == (
+      1, tokens, 8)

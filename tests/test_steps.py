@@ -1,4 +1,4 @@
-"""The compiled steps, the schedule and the optimizer."""
+"""The compiled train and eval steps."""
 
 import functools
 import json
@@ -14,37 +14,14 @@ import pytest
 from tests.conftest import ROOT
 from tests.conftest import random_cifar
 from tests.conftest import tiny_config
-from vit_jax import config_schema
-from vit_jax import parallel
+from vit_jax import models
+from vit_jax import losses
+from vit_jax import optimizer
+from vit_jax import sharding
 from vit_jax import steps
-from vit_jax.data import augment
+from vit_jax.data import mixing
 from vit_jax.data import on_device
 from vit_jax.data import sources
-
-
-def _plan(config, steps_per_epoch):
-  return config_schema.step_plan(config, steps_per_epoch)
-
-
-def test_learning_rate_warms_up_then_decays_to_zero():
-  config = tiny_config('', num_epochs=10, warmup_epochs=2)
-  schedule = steps.create_learning_rate_schedule(config, _plan(config, 5))
-  lrs = [float(schedule(step)) for step in range(51)]
-  assert lrs[0] == 0.0
-  assert lrs[10] == pytest.approx(config.learning_rate)
-  assert all(a < b for a, b in zip(lrs[:10], lrs[1:11]))
-  assert all(a >= b for a, b in zip(lrs[10:], lrs[11:]))
-  assert lrs[50] == pytest.approx(0.0, abs=1e-12)
-
-
-def test_linear_decay_after_a_warmup_counted_in_steps():
-  config = tiny_config('', num_epochs=10, warmup_epochs=2, warmup_steps=4,
-                       lr_decay='linear')
-  schedule = steps.create_learning_rate_schedule(config, _plan(config, 5))
-  peak = config.learning_rate
-  np.testing.assert_allclose(
-      [float(schedule(step)) for step in (0, 2, 4, 27, 50)],
-      [0.0, peak / 2, peak, peak / 2, 0.0], rtol=1e-6, atol=1e-12)
 
 
 def _one_device_train_step(config, images, labels):
@@ -56,11 +33,10 @@ def _one_device_train_step(config, images, labels):
   inputs = on_device.OnDeviceInput(sources.Dataset(split, split, 10), config,
                                    mesh)
   model = models.from_config(config, num_classes=10)
-  tx = steps.create_optimizer(config, lambda step: 1e-3)
+  tx = optimizer.create_optimizer(config, lambda step: 1e-3)
   state = steps.initial_state(jax.random.key(0), model, tx, 32, mesh)
-  step = jax.jit(functools.partial(steps.train_step, config=config,
-                                   inputs=inputs))
-  sums = steps.zero_sums(parallel.replicated(mesh))
+  step = jax.jit(steps.make_train_step(config, inputs))
+  sums = steps.zero_sums(sharding.replicated(mesh))
   return functools.partial(step, sums=sums, data=inputs.train_data), state
 
 
@@ -85,7 +61,7 @@ def test_gradient_accumulation_gives_the_same_step():
 
 def test_mixup_and_cutmix_train_on_mixed_targets_and_count_own_labels():
   # The step's loss at the initial parameters equals the cross-entropy of
-  # the model on the mixed images against `augment.mix`'s targets, drawn
+  # the model on the mixed images against `mixing.mix`'s targets, drawn
   # with the step's own key; the correct count uses each image's label.
   images, labels = random_cifar(16, 10, seed=0)
   config = tiny_config('', mixup_alpha=0.8, cutmix_alpha=1.0)
@@ -102,9 +78,10 @@ def test_mixup_and_cutmix_train_on_mixed_targets_and_count_own_labels():
   step_key = jax.random.fold_in(key, 0)
   augment_key, _ = jax.random.split(step_key)
   x, y = inputs.model_inputs(inputs.train_data, batch, augment_key)
-  mixed, targets = augment.mix(jax.random.fold_in(step_key, 2), x, y, 10,
-                               mixup_alpha=0.8, cutmix_alpha=1.0,
-                               label_smoothing=config.label_smoothing)
+  mixed, targets = mixing.mix(
+      jax.random.fold_in(step_key, 2), x,
+      losses.soft_targets(y, 10, config.label_smoothing), mixup_alpha=0.8,
+      cutmix_alpha=1.0)
   assert not np.allclose(mixed, x)
   logits = state.apply_fn({'params': state.params}, mixed, train=False)
   expected = optax.softmax_cross_entropy(logits, targets).sum()
@@ -137,8 +114,8 @@ def test_bfloat16_training_stays_close_to_float32():
 def test_state_shapes_are_the_initial_state_without_computing_it():
   config = tiny_config('')
   model = models.from_config(config, 10)
-  tx = steps.create_optimizer(config, lambda step: 1e-3)
-  mesh = parallel.make_mesh()
+  tx = optimizer.create_optimizer(config, lambda step: 1e-3)
+  mesh = sharding.make_mesh()
   shapes = steps.state_shapes(jax.random.key(0), model, tx, 32, mesh)
   state = steps.initial_state(jax.random.key(0), model, tx, 32, mesh)
   assert jax.tree.map(lambda a: (a.shape, a.dtype, a.sharding), state) == (
@@ -151,7 +128,7 @@ sys.path.insert(0, {root!r})
 import jax
 import numpy as np
 from tests.conftest import random_cifar, study_config
-from vit_jax import parallel, steps
+from vit_jax import models, optimizer, sharding, steps
 from vit_jax.data import on_device, sources
 
 images, labels = random_cifar(32, 10, seed=0)
@@ -161,17 +138,17 @@ for fsdp in (1, 8):
   config = study_config('vit')  # ViT-Tiny-CIFAR_4 (dropout 0.1), 2 blocks
   config.update(dict(batch_size=16, eval_batch_size=16, fsdp=fsdp))
   config.model_overrides.num_layers = 2
-  mesh = parallel.make_mesh(config.fsdp)
-  replicated = parallel.replicated(mesh)
+  mesh = sharding.make_mesh(config.fsdp)
+  replicated = sharding.replicated(mesh)
   inputs = on_device.OnDeviceInput(sources.Dataset(split, split, 10), config,
                                    mesh)
   model = models.from_config(config, 10)
-  tx = steps.create_optimizer(config, lambda step: 1e-3)
+  tx = optimizer.create_optimizer(config, lambda step: 1e-3)
   state = steps.initial_state(jax.random.key(0), model, tx, 32, mesh)
   compiled = steps.compile_steps(config, inputs, state, jax.random.key(1))
   sums = steps.zero_sums(replicated)
   for i in range(2):
-    batch = parallel.replicate(np.arange(16 * i, 16 * (i + 1), dtype=np.int32),
+    batch = sharding.replicate(np.arange(16 * i, 16 * (i + 1), dtype=np.int32),
                                replicated)
     state, sums = compiled.train(state, sums, inputs.train_data, batch,
                                  jax.random.key(1))

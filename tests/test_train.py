@@ -32,6 +32,7 @@ from tests.conftest import write_process_config
 from vit_jax import checkpoint
 from vit_jax import models
 from vit_jax import steps
+from vit_jax import preemption
 from vit_jax import train
 from vit_jax.data import preprocess
 
@@ -266,7 +267,7 @@ def test_sigterm_saves_the_step_exits_75_and_the_rerun_ends_identical(
   wait_for_step(process, workdir, 5)
   signalled = time.monotonic()
   process.send_signal(signal.SIGTERM)
-  assert process.wait(timeout=60) == train.PREEMPTED_EXIT_STATUS
+  assert process.wait(timeout=60) == preemption.PREEMPTED_EXIT_STATUS
   assert time.monotonic() - signalled < 30
   output = log.read_text()
   saved = checkpoint.RunCheckpoints(workdir / 'checkpoints', 2).steps()
@@ -371,7 +372,7 @@ def test_sigterm_to_one_of_two_processes_stops_both_at_one_saved_step(
       '--config.checkpoint_every_steps=5000', '--config.eval_every_steps=5000')
   wait_for_step(processes[0], workdir, 3)
   processes[1].send_signal(signal.SIGTERM)
-  assert wait_all(processes, timeout=120) == [train.PREEMPTED_EXIT_STATUS] * 2
+  assert wait_all(processes, timeout=120) == [preemption.PREEMPTED_EXIT_STATUS] * 2
   stopped = [int(log.read_text().split('saved a checkpoint of step ')[1]
                  .split()[0]) for log in logs]
   assert stopped[0] == stopped[1] < 2000

@@ -43,7 +43,9 @@ import numpy as np
 from vit_jax import config_schema
 from vit_jax import data
 from vit_jax import flops
-from vit_jax import parallel
+from vit_jax import optimizer
+from vit_jax import distributed
+from vit_jax import sharding
 from vit_jax import models
 from vit_jax import steps
 from vit_jax.data import sources
@@ -73,7 +75,7 @@ _TRACE_DIR = flags.DEFINE_string(
     'train steps here.')
 _TRACE_STEPS = flags.DEFINE_integer('trace_steps', 3, 'Train steps traced.')
 _CPU_DEVICES = flags.DEFINE_integer(
-    'cpu_devices', parallel.DEFAULT_CPU_DEVICES,
+    'cpu_devices', distributed.DEFAULT_CPU_DEVICES,
     'Host devices the batch is split over when running on the CPU.')
 
 _CPU_COMPILER_OPTIONS = flags.DEFINE_multi_string(
@@ -158,9 +160,9 @@ def run_benchmark(*, model: str, batch_size: int, image_size: int,
   num_devices = jax.device_count()
   config_schema.validate(config, num_devices)
   module = models.from_config(config, num_classes)
-  mesh = parallel.make_mesh(config.fsdp)
-  replicated = parallel.replicated(mesh)
-  tx = steps.create_optimizer(config, lambda step: 1e-3)
+  mesh = sharding.make_mesh(config.fsdp)
+  replicated = sharding.replicated(mesh)
+  tx = optimizer.create_optimizer(config, lambda step: 1e-3)
   make_state = steps.state_shapes if memory_only else steps.initial_state
   state = make_state(jax.random.key(0), module, tx, image_size, mesh)
   rng = np.random.default_rng(0)
@@ -212,7 +214,7 @@ def run_benchmark(*, model: str, batch_size: int, image_size: int,
       module, steps.model_variables(state.params, state.batch_stats),
       image_size)
   options = steps.compiler_options(config)
-  peak = measure_matmul_peak(jnp.dtype(dtype), parallel.batch_sharded(mesh),
+  peak = measure_matmul_peak(jnp.dtype(dtype), sharding.batch_sharded(mesh),
                              options)
   xla_train_flops = _xla_flops(compiled.train)
   train_flops_per_second = 3 * forward * batch_size / train_seconds
@@ -262,7 +264,7 @@ def _parse_options(options: list[str]) -> dict[str, str]:
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'Unexpected arguments: {" ".join(argv[1:])}')
-  parallel.set_cpu_devices(_CPU_DEVICES.value)
+  distributed.set_cpu_devices(_CPU_DEVICES.value)
   try:
     result = run_benchmark(
         model=_MODEL.value, batch_size=_BATCH_SIZE.value,

@@ -1,36 +1,38 @@
-"""Checkpoints: our training runs, and ViT parameters in the released .npz.
+"""Where state is saved: our training runs' checkpoints, and reading them back.
 
 `RunCheckpoints` is where the training loop saves and restores its state:
 `workdir/checkpoints/<step>/`. `load_run` reads a `vit_jax.main` workdir for
-analysis. `load_npz` and `save_npz` read and write the flat `.npz` layout of
-the official google-research/vision_transformer releases, so published
-weights load here and ours load there. `load_params` takes either, and
-`check_params` says which key does not fit a model.
+analysis, fine-tuning and distillation; `load_params` takes a workdir or a
+released `.npz`. Other formats are `vit_jax.formats`'; their `load_npz`,
+`save_npz`, `check_params` and `param_shapes` are also importable from here.
 """
 
-from collections.abc import Mapping
 import contextlib
 import dataclasses
 import errno
-import functools
 import hashlib
 import json
 import os
 import pathlib
-import re
 from typing import Any
-import zipfile
 
 from absl import logging
-import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import ml_collections
-import numpy as np
 import orbax.checkpoint as ocp
 
 from vit_jax.errors import CheckpointError
 from vit_jax.errors import first_line
+from vit_jax.formats import npz
+from vit_jax.formats import params as params_lib
+
+# The released format's readers and writer, and the fit check, where users'
+# scripts have always found them.
+load_npz = npz.load_npz
+save_npz = npz.save_npz
+check_params = params_lib.check_params
+param_shapes = params_lib.param_shapes
 
 
 
@@ -311,157 +313,6 @@ def load_run(workdir: str | pathlib.Path, step: int | None = None) -> Run:
   return Run(config, state['params'], state.get('batch_stats') or {}, step)
 
 
-# Inside an encoder block the released files number submodules across types
-# (pre-linen flax: LayerNorm_0, MultiHeadDotProductAttention_1, LayerNorm_2,
-# MlpBlock_3); linen, and so our model, numbers them per type.
-_RELEASED_TO_OURS = {
-    'MultiHeadDotProductAttention_1': 'MultiHeadDotProductAttention_0',
-    'LayerNorm_2': 'LayerNorm_1',
-    'MlpBlock_3': 'MlpBlock_0',
-}
-_OURS_TO_RELEASED = {ours: old for old, ours in _RELEASED_TO_OURS.items()}
-_ENCODER_BLOCK = re.compile(r'encoderblock_\d+')
-# Every ViT has these, whatever its classifier or head; a file without them is
-# some other kind of .npz.
-_REQUIRED_KEYS = ('embedding/kernel',
-                  'Transformer/posembed_input/pos_embedding',
-                  'Transformer/encoder_norm/scale')
-# Enough of a long list of problems to act on, short enough to read.
-_MAX_REPORTED = 12
-
-
-def _rename_block_child(key: str, names: dict[str, str]) -> str:
-  """`key` with its encoder-block submodule renamed by `names`."""
-  parts = key.split('/')
-  if (len(parts) > 2 and parts[0] == 'Transformer' and
-      _ENCODER_BLOCK.fullmatch(parts[1])):
-    parts[2] = names.get(parts[2], parts[2])
-  return '/'.join(parts)
-
-
-def _renamed(flat: dict[str, Any], names: dict[str, str],
-             source: str) -> dict[str, Any]:
-  renamed = {}
-  for key, value in flat.items():
-    new_key = _rename_block_child(key, names)
-    if new_key in renamed:
-      # Both numberings in one block: no way to tell which array is meant.
-      clashing = [k for k in flat if _rename_block_child(k, names) == new_key]
-      raise CheckpointError(f'In {source}, {" and ".join(clashing)} are the '
-                            'same parameter in the two numberings of '
-                            'encoder-block submodules; keep one.')
-    renamed[new_key] = value
-  return renamed
-
-
-def _flatten(tree: Mapping[str, Any], source: str,
-             prefix: str = '') -> dict[str, Any]:
-  """{'a/b': leaf} from {'a': {'b': leaf}}, in the tree's order."""
-  flat = {}
-  for name, value in tree.items():
-    if not isinstance(name, str) or not name or '/' in name:
-      raise CheckpointError(f'In {source}, the key {prefix}{name!r} is not '
-                            'usable: keys must be non-empty strings without '
-                            '"/", which separates them in .npz key paths.')
-    if isinstance(value, Mapping):
-      flat.update(_flatten(value, source, f'{prefix}{name}/'))
-    else:
-      flat[prefix + name] = value
-  return flat
-
-
-def _unflatten(flat: dict[str, Any], source: str) -> dict[str, Any]:
-  tree = {}
-  for key, value in flat.items():
-    *parents, leaf = key.split('/')
-    node = tree
-    for depth, name in enumerate(parents):
-      node = node.setdefault(name, {})
-      if not isinstance(node, dict):
-        raise CheckpointError(f'{source} has both an array '
-                              f'{"/".join(parents[:depth + 1])} and arrays '
-                              f'under it, such as {key}.')
-    if leaf in node:
-      raise CheckpointError(f'{source} has both an array {key} and arrays '
-                            'under it.')
-    node[leaf] = value
-  return tree
-
-
-def load_npz(path: str | pathlib.Path) -> dict[str, Any]:
-  """ViT parameters from a `.npz` in the official released layout.
-
-  Accepts both numberings of the encoder-block submodules (the released
-  `MultiHeadDotProductAttention_1`, `LayerNorm_2`, `MlpBlock_3` and ours,
-  `..._0`, `LayerNorm_1`, `MlpBlock_0`) and returns our tree of numpy arrays,
-  which `model.apply({'params': ...}, ...)` takes as it is. Only the layout is
-  checked here; `check_params` checks the shapes against a model.
-  """
-  path = pathlib.Path(path)
-  if path.is_dir():
-    raise CheckpointError(f'{path} is a directory, not a .npz file; '
-                          '`load_params` also reads run directories.')
-  if not path.exists():
-    raise CheckpointError(f'No checkpoint at {path}: pass a released ViT .npz '
-                          'file or the --workdir of a `vit_jax.main` run.')
-  try:
-    # No pickles: a parameter file has no business running code on load.
-    data = np.load(path, allow_pickle=False)
-    if isinstance(data, np.lib.npyio.NpzFile):
-      with data:
-        flat = {key: data[key] for key in data.files}
-  except (OSError, ValueError, EOFError, zipfile.BadZipFile) as e:
-    raise CheckpointError(f'{path} is not a readable .npz file: {e}') from e
-  if not isinstance(data, np.lib.npyio.NpzFile):
-    raise CheckpointError(f'{path} is a single .npy array, not a .npz of '
-                          'named parameters.')
-  missing = [key for key in _REQUIRED_KEYS if key not in flat]
-  if missing:
-    found = ', '.join(sorted(flat)[:_MAX_REPORTED]) or 'no arrays'
-    raise CheckpointError(
-        f'{path} is not a ViT checkpoint in the official .npz layout: it has '
-        f'no {", ".join(missing)}. It has {found}'
-        f'{" ..." if len(flat) > _MAX_REPORTED else ""}.')
-  return _unflatten(_renamed(flat, _RELEASED_TO_OURS, str(path)), str(path))
-
-
-def save_npz(params: Mapping[str, Any], path: str | pathlib.Path) -> None:
-  """Writes ViT parameters in the official released `.npz` layout.
-
-  The keys use the released numbering, so the file loads in code written for
-  the official checkpoints; `load_npz` gives back `params` bit for bit. The
-  file is replaced in one step, so a crash leaves the old file or the new one.
-  """
-  path = pathlib.Path(path)
-  if 'params' in params:
-    raise CheckpointError(f'Not saving {path}: pass the parameters, '
-                          "variables['params'], not the variables.")
-  flat = _renamed(_flatten(params, 'the parameters'), _OURS_TO_RELEASED,
-                  'the parameters')
-  arrays = {key: np.asarray(value) for key, value in flat.items()}
-  for key, array in arrays.items():
-    descr = np.lib.format.dtype_to_descr(array.dtype)
-    if array.dtype.hasobject or np.lib.format.descr_to_dtype(descr) != (
-        array.dtype):
-      # e.g. bfloat16 is written as raw bytes that read back as void.
-      raise CheckpointError(f'Not saving {path}: {key} is {array.dtype}, '
-                            'which .npz cannot store; cast it to float32.')
-  path.parent.mkdir(parents=True, exist_ok=True)
-  partial = path.with_name(path.name + '.partial')
-  # What np.savez writes, without its keyword arguments, which a parameter
-  # named `file` or `allow_pickle` would collide with.
-  try:
-    with zipfile.ZipFile(partial, 'w', zipfile.ZIP_STORED,
-                         allowZip64=True) as archive:
-      for key, array in arrays.items():
-        with archive.open(key + '.npy', 'w', force_zip64=True) as member:
-          np.lib.format.write_array(member, array, allow_pickle=False)
-    os.replace(partial, path)
-  except BaseException:
-    partial.unlink(missing_ok=True)
-    raise
-
-
 def load_params(path_or_workdir: str | pathlib.Path,
                 step: int | None = None) -> Any:
   """Parameters from a released `.npz` file or a `vit_jax.main` workdir.
@@ -475,60 +326,6 @@ def load_params(path_or_workdir: str | pathlib.Path,
   if step is not None:
     raise CheckpointError(f'{path} is one .npz checkpoint; step={step} only '
                           'selects among the checkpoints of a run directory.')
-  return load_npz(path)
+  return npz.load_npz(path)
 
 
-def param_shapes(model: nn.Module,
-                 image_size: int | tuple[int, int]) -> dict[str, Any]:
-  """`model`'s parameter shapes and dtypes for RGB images of `image_size`.
-
-  Computes no parameters (`jax.eval_shape`), so it is cheap for any model.
-  """
-  height, width = ((image_size, image_size) if isinstance(image_size, int)
-                   else image_size)
-  variables = jax.eval_shape(
-      functools.partial(model.init, train=False), jax.random.key(0),
-      jax.ShapeDtypeStruct((1, height, width, 3), jnp.float32))
-  return variables['params']
-
-
-def check_params(params: Mapping[str, Any],
-                 expected: Mapping[str, Any],
-                 *,
-                 source: str = 'the checkpoint',
-                 target: str = 'the model') -> None:
-  """Raises `CheckpointError` unless `params` has exactly `expected`'s shapes.
-
-  `expected` is any tree with shaped leaves, e.g. `param_shapes(model, 224)`.
-  The error names every missing, unexpected or wrongly shaped key path, with
-  `source` and `target` (e.g. 'ViT-B_16.npz', 'ViT-B_16 at 384x384') naming
-  the two sides. Dtypes are not compared: float32 weights drive a bfloat16
-  model too.
-  """
-  have = {key: tuple(np.shape(value))
-          for key, value in _flatten(params, source).items()}
-  want = {key: tuple(value.shape)
-          for key, value in _flatten(expected, target).items()}
-  # Wrong shapes and unexpected keys first: they are usually few and tell
-  # most, while a wrong depth or naming can leave hundreds of keys missing.
-  problems = [
-      f'{key} has shape {have[key]} in {source} but {shape} in {target}'
-      for key, shape in want.items() if key in have and have[key] != shape
-  ]
-  problems += [
-      f'{key} (shape {shape}) is in {source} but not in {target}'
-      for key, shape in have.items() if key not in want
-  ]
-  problems += [
-      f'{key} is missing from {source} but {target} has it with shape {shape}'
-      for key, shape in want.items() if key not in have
-  ]
-  if len(problems) == 1:
-    raise CheckpointError(problems[0] + '.')
-  if problems:
-    more = len(problems) - _MAX_REPORTED
-    raise CheckpointError(
-        f'{source[:1].upper()}{source[1:]} does not fit {target} '
-        f'({len(problems)} problems):\n  ' +
-        '\n  '.join(problems[:_MAX_REPORTED]) +
-        (f'\n  ... and {more} more' if more > 0 else ''))

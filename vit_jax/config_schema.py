@@ -267,12 +267,8 @@ class StepPlan:
 
 def step_plan(config, steps_per_epoch: int) -> StepPlan:
   """Epoch-counted fields converted to steps, once, for a training split of
-  `steps_per_epoch` batches."""
-  if not steps_per_epoch:
-    raise ConfigError(
-        f'The training split holds fewer examples than config.batch_size='
-        f'{config.batch_size}, so not one batch: lower --config.batch_size '
-        '(a multiple of the device count).')
+  `steps_per_epoch` batches (at least one: `data.create_input` refuses a
+  batch larger than the split)."""
   total = config.total_steps or config.num_epochs * steps_per_epoch
   if config.total_steps and config.num_epochs:
     logging.info('config.total_steps=%d sets the length; config.num_epochs=%d '
@@ -295,7 +291,10 @@ _SET_IN_STEPS_BY = {'num_epochs': 'total_steps',
                     'warmup_epochs': 'warmup_steps'}
 
 
-def _comparable(value) -> Any:
+def comparable(value) -> Any:
+  """`value` as its JSON round trip gives it back (tuples as lists, nested
+  configs as dicts): a config's field and the same field read back from a
+  run's config.json compare equal."""
   return json.loads(json.dumps(value.to_dict() if isinstance(
       value, ml_collections.ConfigDict) else value))
 
@@ -308,8 +307,8 @@ def check_resumable(saved: dict, config, workdir) -> dict[str, tuple]:
   {name: (saved value, this value)}."""
   changed, differ = {}, []
   for name, field in FIELDS.items():
-    here = _comparable(config[name])
-    there = _comparable(saved.get(name, field.default))
+    here = comparable(config[name])
+    there = comparable(saved.get(name, field.default))
     overriding = _SET_IN_STEPS_BY.get(name)
     if there == here or (overriding and config[overriding] and
                          saved.get(overriding) == config[overriding]):

@@ -21,7 +21,8 @@ import jax
 from ml_collections import config_flags
 
 from vit_jax import errors
-from vit_jax import parallel
+from vit_jax import distributed
+from vit_jax import preemption
 from vit_jax import train
 
 _CONFIG = config_flags.DEFINE_config_file(
@@ -32,7 +33,7 @@ _WORKDIR = flags.DEFINE_string(
 _CPU_DEVICES = flags.DEFINE_integer(
     'cpu_devices', None,
     'Host devices the batch is split over when running on the CPU (default: '
-    f'config.cpu_devices, else {parallel.DEFAULT_CPU_DEVICES}).')
+    f'config.cpu_devices, else {distributed.DEFAULT_CPU_DEVICES}).')
 _COORDINATOR_ADDRESS = flags.DEFINE_string(
     'coordinator_address', None,
     'host:port of process 0 in a multi-process job (default: detected from '
@@ -46,7 +47,7 @@ _PROCESS_ID = flags.DEFINE_integer(
     "This process's index in 0..num_processes-1 (default: detected, or "
     '$JAX_PROCESS_ID).')
 _LOST_PROCESS_TIMEOUT = flags.DEFINE_integer(
-    'lost_process_timeout', parallel.DEFAULT_LOST_PROCESS_TIMEOUT,
+    'lost_process_timeout', distributed.DEFAULT_LOST_PROCESS_TIMEOUT,
     'Multi-process jobs: seconds after which the other processes give up on '
     'one that died or hangs, and exit with status 1.')
 flags.mark_flags_as_required(['config', 'workdir'])
@@ -155,9 +156,9 @@ def main(argv):
     cause = e.__cause__ or e
     sys.exit(f'error: --config cannot be loaded: '
              f'{str(cause).strip().splitlines()[-1].strip()}')
-  parallel.set_cpu_devices(_CPU_DEVICES.value or config_cpu_devices)
+  distributed.set_cpu_devices(_CPU_DEVICES.value or config_cpu_devices)
   try:
-    if parallel.initialize_distributed(_COORDINATOR_ADDRESS.value,
+    if distributed.initialize_distributed(_COORDINATOR_ADDRESS.value,
                                       _NUM_PROCESSES.value, _PROCESS_ID.value,
                                       _LOST_PROCESS_TIMEOUT.value):
       # Every process logs, as in flax's and big_vision's trainers; the
@@ -166,12 +167,12 @@ def main(argv):
           f'[process {jax.process_index()}/{jax.process_count()}] '))
     train.train_and_evaluate(config, _WORKDIR.value)
   except jax.errors.JaxRuntimeError as e:
-    if not parallel.lost_a_process(e):
+    if not distributed.lost_a_process(e):
       raise
-    parallel.abandon_job(e)
-  except train.Preempted as e:
+    distributed.abandon_job(e)
+  except preemption.Preempted as e:
     logging.warning('%s', e)
-    _exit(train.PREEMPTED_EXIT_STATUS, every_process_here=True)
+    _exit(preemption.PREEMPTED_EXIT_STATUS, every_process_here=True)
   except errors.VitJaxError as e:
     logging.error('%s', e)
     print(f'error: {e}', file=sys.stderr)
@@ -181,7 +182,7 @@ def main(argv):
 
 def _exit(status: int, every_process_here: bool):
   if jax.process_count() > 1:
-    parallel.leave_job(status, every_process_here)
+    distributed.leave_job(status, every_process_here)
   sys.exit(status)
 
 

@@ -1,8 +1,9 @@
-"""The train state and the compiled steps: model, loss, optimizer, schedule,
-and one `jax.jit` train step and eval step over the mesh.
+"""Where the steps are compiled: the train state, and one `jax.jit` train
+step and eval step over the mesh (the loss is `losses`', the optimizer
+`optimizer`'s).
 
 The batch is split over every device of the mesh; parameters and optimizer
-state are replicated, or split over its `fsdp` axis (`parallel`), so the
+state are replicated, or split over its `fsdp` axis (`sharding`), so the
 same code serves 1 CPU, N GPUs, many hosts, or a model larger than one
 device's memory. Gradients
 and metric sums are reduced across all devices by the compiler. Both steps
@@ -22,13 +23,12 @@ from flax.training import train_state
 import jax
 import jax.numpy as jnp
 import numpy as np
-import optax
 
-from vit_jax import distillation
-from vit_jax import models
-from vit_jax import parallel
-from vit_jax.data import augment
+from vit_jax import losses
+from vit_jax import sharding
+from vit_jax.data import mixing
 from vit_jax.errors import ConfigError
+from vit_jax.models import vit
 
 # Running sums of a train or eval interval: summed losses, correct
 # predictions and examples.
@@ -38,34 +38,6 @@ METRIC_SUMS = {'loss': jnp.float32, 'correct': jnp.int32,
 
 class TrainState(train_state.TrainState):
   batch_stats: Any = None
-
-
-def create_learning_rate_schedule(config, plan):
-  """Linear warmup from 0 over `plan.warmup_steps`, then `config.lr_decay`
-  ('cosine' or 'linear') to 0 at `plan.total_steps`."""
-  total, warmup = plan.total_steps, plan.warmup_steps
-  if config.lr_decay == 'cosine':
-    return optax.warmup_cosine_decay_schedule(
-        init_value=0.0, peak_value=config.learning_rate,
-        warmup_steps=warmup, decay_steps=max(total, warmup + 1),
-        end_value=0.0)
-  return optax.join_schedules([
-      optax.linear_schedule(0.0, config.learning_rate, warmup),
-      optax.linear_schedule(config.learning_rate, 0.0,
-                            max(total - warmup, 1)),
-  ], [warmup])
-
-
-def create_optimizer(config, schedule) -> optax.GradientTransformation:
-  if config.optimizer == 'adamw':
-    tx = optax.adamw(schedule, b1=config.adam_b1, b2=config.adam_b2,
-                     weight_decay=config.weight_decay)
-  else:
-    tx = optax.chain(optax.add_decayed_weights(config.weight_decay),
-                     optax.sgd(schedule, momentum=config.momentum))
-  if config.grad_clip_norm:
-    tx = optax.chain(optax.clip_by_global_norm(config.grad_clip_norm), tx)
-  return tx
 
 
 def _init(key, model, tx, image_size: int) -> TrainState:
@@ -84,9 +56,9 @@ def _shapes(key, model, tx, image_size: int) -> TrainState:
 def initial_state(key, model, tx, image_size: int,
                   mesh: jax.sharding.Mesh) -> TrainState:
   """Freshly initialised parameters and optimizer state, laid out on `mesh`
-  as `parallel.state_shardings` says (each device initialises only its
+  as `sharding.state_shardings` says (each device initialises only its
   shards)."""
-  shardings = parallel.state_shardings(_shapes(key, model, tx, image_size),
+  shardings = sharding.state_shardings(_shapes(key, model, tx, image_size),
                                        mesh)
   return jax.jit(functools.partial(_init, model=model, tx=tx,
                                    image_size=image_size),
@@ -102,7 +74,7 @@ def state_shapes(key, model, tx, image_size: int,
   return jax.tree.map(
       lambda s, sharding: jax.ShapeDtypeStruct(s.shape, s.dtype,
                                                sharding=sharding),
-      shapes, parallel.state_shardings(shapes, mesh))
+      shapes, sharding.state_shardings(shapes, mesh))
 
 
 def sum_shapes(sharding) -> dict:
@@ -111,14 +83,8 @@ def sum_shapes(sharding) -> dict:
 
 
 def zero_sums(sharding) -> dict:
-  return {name: parallel.replicate(np.zeros((), dtype), sharding)
+  return {name: sharding.replicate(np.zeros((), dtype), sharding)
           for name, dtype in METRIC_SUMS.items()}
-
-
-def cross_entropy(logits, labels, label_smoothing: float):
-  targets = optax.smooth_labels(
-      jax.nn.one_hot(labels, logits.shape[-1]), label_smoothing)
-  return optax.softmax_cross_entropy(logits, targets)
 
 
 def model_variables(params, batch_stats) -> dict:
@@ -127,85 +93,93 @@ def model_variables(params, batch_stats) -> dict:
   return {'params': params, 'batch_stats': batch_stats}
 
 
-def mixes_batches(config) -> bool:
-  return config.mixup_alpha > 0 or config.cutmix_alpha > 0
+def _with_targets(config, num_classes: int):
+  """(key, images, labels) -> (images, soft targets): smoothed one-hot,
+  mixed by mixup or CutMix when the config asks (`mixing.mix` leaves both
+  as they are when it does not)."""
+
+  def with_targets(key, images, labels):
+    targets = losses.soft_targets(labels, num_classes, config.label_smoothing)
+    return mixing.mix(key, images, targets, mixup_alpha=config.mixup_alpha,
+                      cutmix_alpha=config.cutmix_alpha)
+
+  return with_targets
 
 
-def train_step(state: TrainState, sums: dict, data, batch, key, *, config,
-               inputs, teacher: distillation.Teacher | None = None):
-  """One optimizer step on `batch`, its metrics added to `sums`.
+def _gradients(state: TrainState, batch_stats, data, batch, key, *, inputs,
+               with_targets, objective: losses.Objective):
+  """(new batch statistics, gradients, metric sums) of one batch."""
+  augment_key, dropout_key = jax.random.split(key)
+  x, y = inputs.model_inputs(data, batch, augment_key)
+  x, targets = with_targets(jax.random.fold_in(key, 2), x, y)
 
-  With `config.grad_accumulation_steps` = k > 1 the batch is split into k
-  micro-batches whose gradients are averaged before the update: the same step
-  in a k-th of the activation memory, as the paper fine-tunes.
-  With mixup or cutmix the loss is against the mixed labels, and the
-  accuracy counts predictions equal to each image's own (unmixed) label.
-  With a `teacher`, the model returns its class and distillation logits
-  and each head gets half of the loss (DeiT); the accuracy is that of
-  their average, the student's prediction at test time.
-  """
-  key = jax.random.fold_in(key, state.step)
-  accumulation = config.grad_accumulation_steps
+  def loss_fn(params):
+    logits, updates = state.apply_fn(
+        model_variables(params, batch_stats), x, train=True,
+        mutable=['batch_stats', vit.HEAD_LOGITS],
+        rngs={'dropout': dropout_key})
+    heads = {name: value[0]
+             for name, value in updates.get(vit.HEAD_LOGITS, {}).items()}
+    return objective(logits, heads, targets, x).mean(), (logits, updates)
 
-  def gradients(batch_stats, micro_batch, micro_key):
-    augment_key, dropout_key = jax.random.split(micro_key)
-    x, y = inputs.model_inputs(data, micro_batch, augment_key)
-    if mixes_batches(config):
-      x, targets = augment.mix(
-          jax.random.fold_in(micro_key, 2), x, y, inputs.num_classes,
-          mixup_alpha=config.mixup_alpha, cutmix_alpha=config.cutmix_alpha,
-          label_smoothing=config.label_smoothing)
-    else:
-      targets = optax.smooth_labels(jax.nn.one_hot(y, inputs.num_classes),
-                                    config.label_smoothing)
-    teacher_labels = None if teacher is None else teacher.labels(x)
+  (loss, (logits, updates)), grads = jax.value_and_grad(
+      loss_fn, has_aux=True)(state.params)
+  # The accuracy counts predictions equal to each image's own label, mixed
+  # or not.
+  metrics = {
+      'loss': loss * y.shape[0],
+      'correct': jnp.sum(jnp.argmax(logits, -1) == y),
+      'count': jnp.asarray(y.shape[0], jnp.float32),
+  }
+  return updates.get('batch_stats'), grads, metrics
 
-    def loss_fn(params):
-      outputs, updates = state.apply_fn(
-          model_variables(params, batch_stats), x, train=True,
-          mutable=['batch_stats'], rngs={'dropout': dropout_key})
-      if teacher is None:
-        logits = outputs
-        loss = optax.softmax_cross_entropy(logits, targets).mean()
-      else:
-        class_logits, distillation_logits = outputs
-        logits = (class_logits + distillation_logits) / 2
-        loss = (optax.softmax_cross_entropy(class_logits, targets).mean() +
-                optax.softmax_cross_entropy_with_integer_labels(
-                    distillation_logits, teacher_labels).mean()) / 2
-      return loss, (logits, updates)
 
-    (loss, (logits, updates)), grads = jax.value_and_grad(
-        loss_fn, has_aux=True)(state.params)
-    metrics = {
-        'loss': loss * y.shape[0],
-        'correct': jnp.sum(jnp.argmax(logits, -1) == y),
-        'count': jnp.asarray(y.shape[0], jnp.float32),
-    }
-    return updates.get('batch_stats'), grads, metrics
+def accumulated(gradients, micro_batches: int):
+  """`gradients` over `micro_batches` equal slices of the batch, averaged:
+  the same step in a fraction of the activation memory, as the paper
+  fine-tunes. Each slice's key is the batch's folded with its index."""
 
-  if accumulation == 1:
-    batch_stats, grads, metrics = gradients(state.batch_stats, batch, key)
-  else:
-    def accumulate(carry, step_inputs):
+  def accumulate(state, batch_stats, data, batch, key):
+    def one(carry, inputs):
       batch_stats, grad_sum, metric_sum = carry
-      i, micro_batch = step_inputs
+      i, micro_batch = inputs
       batch_stats, grads, metrics = gradients(
-          batch_stats, micro_batch, jax.random.fold_in(key, i))
+          state, batch_stats, data, micro_batch, jax.random.fold_in(key, i))
       return (batch_stats, jax.tree.map(jnp.add, grad_sum, grads),
               jax.tree.map(jnp.add, metric_sum, metrics)), None
 
-    zeros = lambda tree: jax.tree.map(jnp.zeros_like, tree)
-    metric_zeros = {name: jnp.zeros((), dtype)
-                    for name, dtype in METRIC_SUMS.items()}
-    micro_batches = jax.tree.map(
-        lambda a: a.reshape(accumulation, -1, *a.shape[1:]), batch)
+    zeros = (jax.tree.map(jnp.zeros_like, state.params),
+             {name: jnp.zeros((), dtype)
+              for name, dtype in METRIC_SUMS.items()})
+    slices = jax.tree.map(
+        lambda a: a.reshape(micro_batches, -1, *a.shape[1:]), batch)
     (batch_stats, grads, metrics), _ = jax.lax.scan(
-        accumulate, (state.batch_stats, zeros(state.params), metric_zeros),
-        (jnp.arange(accumulation), micro_batches))
-    grads = jax.tree.map(lambda g: g / accumulation, grads)
-  state = state.apply_gradients(grads=grads, batch_stats=batch_stats)
-  return state, jax.tree.map(jnp.add, sums, metrics)
+        one, (batch_stats, *zeros), (jnp.arange(micro_batches), slices))
+    return (batch_stats, jax.tree.map(lambda g: g / micro_batches, grads),
+            metrics)
+
+  return accumulate
+
+
+def make_train_step(config, inputs,
+                    objective: losses.Objective = losses.classification):
+  """(state, sums, data, batch, key) -> (state, sums): one optimizer step on
+  `batch` minimising `objective`, its metrics added to `sums`."""
+  gradients = functools.partial(
+      _gradients, inputs=inputs,
+      with_targets=_with_targets(config, inputs.num_classes),
+      objective=objective)
+  if config.grad_accumulation_steps > 1:
+    gradients = accumulated(gradients, config.grad_accumulation_steps)
+
+  def train_step(state: TrainState, sums: dict, data, batch, key):
+    key = jax.random.fold_in(key, state.step)
+    batch_stats, grads, metrics = gradients(state, state.batch_stats, data,
+                                            batch, key)
+    state = state.apply_gradients(grads=grads, batch_stats=batch_stats)
+    return state, jax.tree.map(jnp.add, sums, metrics)
+
+  return train_step
 
 
 def eval_step(state: TrainState, sums: dict, data, batch, mask, *, config,
@@ -214,7 +188,9 @@ def eval_step(state: TrainState, sums: dict, data, batch, mask, *, config,
   x, y = inputs.model_inputs(data, batch, None)
   logits = state.apply_fn(
       model_variables(state.params, state.batch_stats), x, train=False)
-  loss = cross_entropy(logits, y, config.label_smoothing)
+  loss = losses.cross_entropy(
+      logits, losses.soft_targets(y, inputs.num_classes,
+                                  config.label_smoothing))
   return jax.tree.map(jnp.add, sums, {
       'loss': jnp.sum(loss * mask),
       'correct': jnp.sum((jnp.argmax(logits, -1) == y) & (mask > 0)),
@@ -237,26 +213,26 @@ class CompiledSteps(NamedTuple):
 
 
 def compile_steps(config, inputs, state: TrainState, key,
-                  teacher: distillation.Teacher | None = None
+                  objective: losses.Objective = losses.classification
                   ) -> CompiledSteps:
   """Both steps compiled once for `inputs`' batches; `state` may be shapes
-  (`state_shapes`). An XLA option XLA lacks is a ConfigError. A `teacher`'s
-  variables are constants of the train step."""
+  (`state_shapes`). An XLA option XLA lacks is a ConfigError. Whatever the
+  `objective` holds (a teacher's variables) is a constant of the train
+  step."""
   start = time.perf_counter()
   options = compiler_options(config)
-  replicated = parallel.replicated(inputs.mesh)
-  step_kwargs = dict(config=config, inputs=inputs)
+  replicated = sharding.replicated(inputs.mesh)
   train_batch, eval_batch, eval_mask = inputs.batch_specs()
   # The state leaves each step where it came in, sharded or not.
   state_out = jax.tree.map(lambda x: x.sharding, state)
   try:
-    train = jax.jit(functools.partial(train_step, **step_kwargs,
-                                      teacher=teacher),
+    train = jax.jit(make_train_step(config, inputs, objective),
                     out_shardings=(state_out, replicated),
                     donate_argnums=(0, 1)).lower(
                         state, sum_shapes(replicated),
                         inputs.train_data, train_batch, key).compile(options)
-    evaluate = jax.jit(functools.partial(eval_step, **step_kwargs),
+    evaluate = jax.jit(functools.partial(eval_step, config=config,
+                                         inputs=inputs),
                        out_shardings=replicated,
                        donate_argnums=1).lower(
                            state, sum_shapes(replicated),

@@ -11,10 +11,10 @@ A checkpoint holds everything the loop needs to go on (state, step, the
 input's position, the train-metric sums of an unfinished logging interval,
 the history), so a run killed at any step and rerun with the same command
 logs exactly what an uninterrupted run logs. On SIGTERM the loop finishes
-the step in flight, saves, and raises `Preempted` (`vit_jax.main` exits with
+the step in flight, saves, and raises `preemption.Preempted` (`vit_jax.main` exits with
 status 75); all processes of a multi-process job stop at the same step.
 
-Several processes (multi-host, `parallel.initialize_distributed`): every
+Several processes (multi-host, `distributed.initialize_distributed`): every
 process runs this same loop on the same global arrays; all take part in
 checkpointing (orbax coordinates them), while config.json, summary.json,
 metrics.jsonl and TensorBoard files are written by process 0 alone. The
@@ -38,33 +38,18 @@ from vit_jax import data
 from vit_jax import distillation
 from vit_jax import finetune
 from vit_jax import flops
+from vit_jax import losses
 from vit_jax import metric_writer
-from vit_jax import parallel
+from vit_jax import optimizer
+from vit_jax import distributed
+from vit_jax import preemption
+from vit_jax import sharding
 from vit_jax import models
 from vit_jax import steps
 from vit_jax import files
 from vit_jax.errors import ConfigError
 from vit_jax.errors import TrainingDivergedError
 from vit_jax.errors import WorkdirError
-
-# The exit status of a run stopped by SIGTERM after saving (EX_TEMPFAIL of
-# sysexits.h: a temporary failure; rerunning the command resumes).
-PREEMPTED_EXIT_STATUS = 75
-# Evaluations over this many batches or more log their progress.
-_EVAL_PROGRESS_BATCHES = 50
-
-
-
-
-class Preempted(Exception):  # pylint: disable=g-bad-exception-name
-  """SIGTERM stopped the run after it saved a checkpoint."""
-
-  def __init__(self, step: int, directory: pathlib.Path):
-    super().__init__(
-        f'Preempted (SIGTERM): saved a checkpoint of step {step} in '
-        f'{directory} and stopped; rerun the same command to resume.')
-    self.step = step
-
 
 def _averages(sums) -> dict[str, float]:
   sums = jax.device_get(sums)
@@ -78,7 +63,7 @@ def _averages(sums) -> dict[str, float]:
 def evaluate(eval_step, state, inputs: data.Input, step: int) -> dict:
   """Loss and accuracy over every test example; logs its progress when
   the split is large."""
-  sums = steps.zero_sums(parallel.replicated(inputs.mesh))
+  sums = steps.zero_sums(sharding.replicated(inputs.mesh))
   total = inputs.num_eval_batches
   report_every = max(total // 10, 1)
   for i, (batch, mask) in enumerate(inputs.eval_batches(), 1):
@@ -254,35 +239,36 @@ def train_and_evaluate(config: ml_collections.ConfigDict,
   """Trains `config` in `workdir`, resuming from its newest checkpoint.
 
   Returns the summary: best test accuracy and its step, final accuracies.
-  Raises Preempted after saving when SIGTERM arrives.
+  Raises preemption.Preempted after saving when SIGTERM arrives.
   """
   workdir = pathlib.Path(workdir).absolute()
-  preemption = parallel.Preemption()  # early: a SIGTERM while loading counts
+  signals = preemption.Preemption()  # early: a SIGTERM while loading counts
   try:
-    return _train_and_evaluate(config, workdir, preemption)
+    return _train_and_evaluate(config, workdir, signals)
   finally:
-    preemption.close()
+    signals.close()
 
 
 def _train_and_evaluate(config, workdir: pathlib.Path,
-                        preemption: parallel.Preemption) -> dict:
+                        signals: preemption.Preemption) -> dict:
   config_schema.validate(config, jax.device_count())
   changed = check_workdir(workdir, config)
-  mesh = parallel.make_mesh(config.fsdp)
-  replicated = parallel.replicated(mesh)
+  mesh = sharding.make_mesh(config.fsdp)
+  replicated = sharding.replicated(mesh)
   inputs = data.create_input(config, mesh)
   plan = config_schema.step_plan(config, inputs.steps_per_epoch)
   model = models.from_config(config, inputs.num_classes)
-  schedule = steps.create_learning_rate_schedule(config, plan)
-  tx = steps.create_optimizer(config, schedule)
+  schedule = optimizer.create_learning_rate_schedule(config, plan)
+  tx = optimizer.create_optimizer(config, schedule)
   init_key, step_key = jax.random.split(jax.random.key(config.seed))
   state_shapes = steps.state_shapes(init_key, model, tx, config.image_size,
                                     mesh)
   teacher = distillation.load_teacher(config, inputs.num_classes, replicated)
   if teacher:
     logging.info('Distilling from the run in %s.', teacher.workdir)
-  compiled = steps.compile_steps(config, inputs, state_shapes, step_key,
-                                 teacher)
+  compiled = steps.compile_steps(
+      config, inputs, state_shapes, step_key,
+      teacher.objective if teacher else losses.classification)
   sum_shapes = steps.sum_shapes(replicated)
 
   checkpoints = checkpoint.RunCheckpoints(workdir / 'checkpoints',
@@ -299,7 +285,7 @@ def _train_and_evaluate(config, workdir: pathlib.Path,
     state = steps.initial_state(init_key, model, tx, config.image_size, mesh)
     if config.init_from:
       state = state.replace(params=jax.tree.map(
-          lambda x, shape: parallel.replicate(x, shape.sharding),
+          lambda x, shape: sharding.replicate(x, shape.sharding),
           finetune.pretrained_params(config, model, state.params),
           state_shapes.params))
     sums, history = steps.zero_sums(replicated), []
@@ -334,8 +320,8 @@ def _train_and_evaluate(config, workdir: pathlib.Path,
     # In a multi-process job, tells jax's preemption service the step this
     # run starts from, so that a SIGTERM received while loading stops it at
     # a step the loop reaches; the checkpoint of `step` exists already.
-    if step and step < plan.total_steps and preemption.reached(step):
-      raise Preempted(step, checkpoints.directory)
+    if step and step < plan.total_steps and signals.reached(step):
+      raise preemption.Preempted(step, checkpoints.directory)
     while step < plan.total_steps:
       state, sums = compiled.train(state, sums, inputs.train_data,
                                    next(batches), step_key)
@@ -365,7 +351,7 @@ def _train_and_evaluate(config, workdir: pathlib.Path,
         writer.write(record)
         logging.info('%s', _progress_line(
             record, plan, throughput.eta(step, plan.total_steps)))
-      preempted = preemption.reached(step)
+      preempted = signals.reached(step)
       if step % plan.checkpoint_every == 0 or last or preempted:
         if 'train_loss' not in record:  # never save a diverged state
           _check_finite({'train_loss': float(jax.device_get(sums['loss']))},
@@ -376,7 +362,7 @@ def _train_and_evaluate(config, workdir: pathlib.Path,
         throughput.exclude(time.perf_counter() - save_start)
       if preempted and not last:
         checkpoints.close()  # waits until the checkpoint is complete
-        raise Preempted(step, checkpoints.directory)
+        raise preemption.Preempted(step, checkpoints.directory)
   except BaseException:
     checkpoints.close(quietly=True)  # the error in flight says what happened
     raise

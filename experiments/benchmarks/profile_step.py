@@ -144,8 +144,8 @@ def main():
     return
   os.environ['XLA_FLAGS'] = (os.environ.get('XLA_FLAGS', '') +
                              ' --xla_cpu_enable_xprof_traceme=true')
-  from vit_jax import parallel  # pylint: disable=g-import-not-at-top
-  parallel.set_cpu_devices(args.cpu_devices)
+  from vit_jax import distributed# pylint: disable=g-import-not-at-top
+  distributed.set_cpu_devices(args.cpu_devices)
   from vit_jax import benchmark  # pylint: disable=g-import-not-at-top
 
   with tempfile.TemporaryDirectory() as trace_dir:

@@ -27,8 +27,8 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
 def run_variant(variant: str, steps: int) -> dict:
-  from vit_jax import parallel  # pylint: disable=g-import-not-at-top
-  parallel.set_cpu_devices(4)
+  from vit_jax import distributed# pylint: disable=g-import-not-at-top
+  distributed.set_cpu_devices(4)
   import flax.linen as nn  # pylint: disable=g-import-not-at-top
   import jax  # pylint: disable=g-import-not-at-top
   from vit_jax import benchmark  # pylint: disable=g-import-not-at-top

@@ -7,7 +7,7 @@
   streaming.py   large datasets: read and cropped on the hosts every step
 """
 
-from vit_jax import parallel
+from vit_jax import distributed
 from vit_jax.data import sources
 from vit_jax.data.input import Input
 from vit_jax.data.on_device import OnDeviceInput
@@ -26,7 +26,7 @@ def create_input(config, mesh) -> Input:
                            mesh)
   else:
     inputs = StreamingInput(sources.open_dataset(config), config, mesh)
-  differ = parallel.processes_that_differ(inputs.fingerprint())
+  differ = distributed.processes_that_differ(inputs.fingerprint())
   if differ:
     raise DatasetError(
         f'Process(es) {differ} read a different dataset, or shuffle it '

@@ -12,7 +12,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from vit_jax import parallel
+from vit_jax import sharding
 from vit_jax.data import input as input_lib
 from vit_jax.data import preprocess
 from vit_jax.data import sources
@@ -25,18 +25,18 @@ class OnDeviceInput(input_lib.Input):
                mesh: jax.sharding.Mesh):
     super().__init__(config, mesh)
     self.num_classes = dataset.num_classes
-    self._replicated = parallel.replicated(mesh)
-    self._batch_sharding = parallel.batch_sharded(mesh)
+    self._replicated = sharding.replicated(mesh)
+    self._batch_sharding = sharding.batch_sharded(mesh)
     self._policy = preprocess.device_policy(config)
     self._arrays = [sources.to_arrays(split, config.image_size)
                     for split in (dataset.train, dataset.test)]
     self.train_size, self.test_size = (len(labels)
                                        for _, labels in self._arrays)
     self.train_data, self.test_data = (
-        tuple(parallel.replicate(a, self._replicated) for a in arrays)
+        tuple(sharding.replicate(a, self._replicated) for a in arrays)
         for arrays in self._arrays)
     self._eval_indices, self._eval_masks = (
-        parallel.replicate(a, self._replicated)
+        sharding.replicate(a, self._replicated)
         for a in input_lib.eval_batches(self.test_size,
                                         config.eval_batch_size))
 
@@ -54,7 +54,7 @@ class OnDeviceInput(input_lib.Input):
     for _, table, first in self.epochs_from(position):
       # One host-to-device copy of the epoch's indices; each step's row is
       # then sliced on the devices.
-      table = parallel.replicate(table, self._replicated)
+      table = sharding.replicate(table, self._replicated)
       for batch in range(first, table.shape[0]):
         yield table[batch]
 

@@ -31,7 +31,7 @@ import grain
 import jax
 import numpy as np
 
-from vit_jax import parallel
+from vit_jax import sharding
 from vit_jax.data import input as input_lib
 from vit_jax.data import preprocess
 from vit_jax.data import sources
@@ -50,13 +50,13 @@ class StreamingInput(input_lib.Input):
     self.num_classes = dataset.num_classes
     self.train_size, self.test_size = len(dataset.train), len(dataset.test)
     self.train_data = self.test_data = ()
-    self._sharding = parallel.batch_sharded(mesh)
+    self._sharding = sharding.batch_sharded(mesh)
     workers = config.input_workers if workers is None else workers
     self.threads = _usable_cores()
     self.workers = self.threads if workers < 0 else workers
     self._prefetch = prefetch
-    self._train_rows = parallel.process_rows(self._sharding, config.batch_size)
-    self._eval_rows = parallel.process_rows(self._sharding,
+    self._train_rows = sharding.process_rows(self._sharding, config.batch_size)
+    self._eval_rows = sharding.process_rows(self._sharding,
                                             config.eval_batch_size)
     logging.info('Streaming %d train / %d test examples; this process reads '
                  'rows %d:%d of every training batch of %d.', self.train_size,

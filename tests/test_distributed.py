@@ -1,16 +1,15 @@
 """Process set-up, the mesh and placement, cross-process checks, preemption."""
 
 import os
-import signal
 import subprocess
 import sys
 
 import numpy as np
 import pytest
 
-from vit_jax import parallel
+from vit_jax import distributed
 
-_COUNT_DEVICES = ('from vit_jax import parallel; parallel.set_cpu_devices({}); '
+_COUNT_DEVICES = ('from vit_jax import distributed, preemption, sharding; distributed.set_cpu_devices({}); '
                   'import jax; print(jax.device_count())')
 
 
@@ -55,21 +54,21 @@ _SLURM_STEP = {'SLURM_JOB_ID': '17', 'SLURM_STEP_NODELIST': 'node[01-02]',
 ])
 def test_initializes_only_when_the_environment_is_a_multi_process_job(
     environ, expected):
-  assert parallel.distributed_args(environ=environ) == expected
+  assert distributed.distributed_args(environ=environ) == expected
 
 
 def test_flags_win_and_may_complete_a_detected_cluster():
   flags = dict(coordinator_address='10.0.0.1:8476', num_processes=4,
                process_id=3)
-  assert parallel.distributed_args(**flags, environ={}) == flags
-  assert parallel.distributed_args(**flags, environ={
+  assert distributed.distributed_args(**flags, environ={}) == flags
+  assert distributed.distributed_args(**flags, environ={
       'JAX_COORDINATOR_ADDRESS': 'other:1', 'JAX_PROCESS_ID': '0'}) == flags
   # Inside SLURM a flag overrides what jax would detect, the rest is detected.
-  assert parallel.distributed_args(
+  assert distributed.distributed_args(
       coordinator_address='node01:9999', environ=_SLURM_STEP) == {
           'coordinator_address': 'node01:9999'}
   # One process is one process, whatever the environment says.
-  assert parallel.distributed_args(num_processes=1, environ=_SLURM_STEP) is None
+  assert distributed.distributed_args(num_processes=1, environ=_SLURM_STEP) is None
 
 
 @pytest.mark.parametrize('flags,environ,message', [
@@ -87,44 +86,18 @@ def test_flags_win_and_may_complete_a_detected_cluster():
 ])
 def test_an_incomplete_or_impossible_set_is_a_clear_error(flags, environ,
                                                           message):
-  with pytest.raises(parallel.DistributedError, match=message):
-    parallel.distributed_args(**flags, environ=environ)
+  with pytest.raises(distributed.DistributedError, match=message):
+    distributed.distributed_args(**flags, environ=environ)
 
 
 def test_initialize_does_nothing_on_a_single_machine(monkeypatch):
   for name in list(os.environ):
     if name.startswith(('SLURM_', 'OMPI_', 'TPU_', 'MEGASCALE_', 'JAX_')):
       monkeypatch.delenv(name)
-  assert not parallel.initialize_distributed()
-  with pytest.raises(parallel.DistributedError, match='needs --num_processes'):
-    parallel.initialize_distributed(process_id=0)
+  assert not distributed.initialize_distributed()
+  with pytest.raises(distributed.DistributedError, match='needs --num_processes'):
+    distributed.initialize_distributed(process_id=0)
 
 
-def test_process_rows_of_a_single_process_are_the_whole_batch():
-  sharding = parallel.batch_sharded(parallel.make_mesh())
-  assert parallel.process_rows(sharding, 8) == slice(0, 8)
-
-
-def test_replicate_places_host_data_on_every_device():
-  sharding = parallel.replicated(parallel.make_mesh())
-  array = parallel.replicate(np.arange(6).reshape(2, 3), sharding)
-  assert array.sharding == sharding
-  np.testing.assert_array_equal(array, np.arange(6).reshape(2, 3))
-  assert parallel.processes_that_differ([np.arange(3)]) == []
-
-
-def test_sigterm_is_a_request_to_stop_that_the_loop_reads():
-  preemption = parallel.Preemption()
-  try:
-    assert not preemption.reached(1)
-    os.kill(os.getpid(), signal.SIGTERM)
-    assert preemption.reached(2)
-  finally:
-    preemption.close()
-  assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
-
-
-def test_an_fsdp_axis_that_does_not_divide_the_devices_is_named():
-  with pytest.raises(ValueError, match='cannot be split into groups of 2'):
-    parallel.make_mesh(2)
-  assert parallel.make_mesh(-1).shape == {'data': 1, 'fsdp': 1}
+def test_a_single_process_differs_from_no_other():
+  assert distributed.processes_that_differ([np.arange(3)]) == []

@@ -1,26 +1,20 @@
-"""Running over devices and processes: set-up before JAX starts (the CPU's
-host devices, joining a multi-process job), the mesh and the placement of
-host data on it, checks that every process agrees, and preemption.
-
-Two mesh axes, `data` and `fsdp`: the batch is split over all devices (both
-axes), and each large parameter and optimizer-state array over the `fsdp`
-axis (fully sharded data parallelism; its size 1, the default, replicates
-them). In a multi-process job every process runs the same program on the same
-global arrays, each holding its own devices' shards.
+"""Starting a job: the CPU's host devices, joining a multi-process job
+(SLURM, Open MPI, Cloud TPU, or explicit flags), checking that every process
+holds the same data, and leaving the job when it ends or a process is lost.
+Everything here but the last two runs before JAX is asked for its devices.
 """
 
 from collections.abc import Mapping
 import glob
 import importlib.util
-import math
 import os
-import signal
 import sys
 import threading
 import zlib
 
 from absl import logging
 import jax
+from jax.experimental import multihost_utils
 import numpy as np
 
 from vit_jax.errors import DistributedError
@@ -48,9 +42,6 @@ def set_cpu_devices(count: int | None = None):
   if 'xla_force_host_platform_device_count' in os.environ.get('XLA_FLAGS', ''):
     return
   jax.config.update('jax_num_cpu_devices', count or DEFAULT_CPU_DEVICES)
-
-
-# ------------------------------------------------------- multi-process -----
 
 
 def _int_env(environ: Mapping[str, str], name: str) -> int | None:
@@ -233,7 +224,6 @@ def leave_job(status: int, every_process_here: bool) -> None:
   others' shutdown. `every_process_here`: all processes are ending this way
   (a finished or preempted run), so they wait for each other first."""
   if every_process_here:
-    from jax.experimental import multihost_utils  # pylint: disable=g-import-not-at-top
     multihost_utils.sync_global_devices('vit_jax: leaving the job')
   logging.flush()
   sys.stdout.flush()
@@ -265,83 +255,6 @@ def abandon_job(error: BaseException) -> None:
   os._exit(1)  # pylint: disable=protected-access
 
 
-# ------------------------------------------------------ mesh and placement -
-
-
-def make_mesh(fsdp: int = 1) -> jax.sharding.Mesh:
-  """All devices of all processes on a (`data`, `fsdp`) mesh with `fsdp`
-  devices along the second axis (-1: all of them)."""
-  devices = jax.device_count()
-  fsdp = devices if fsdp == -1 else fsdp
-  if fsdp < 1 or devices % fsdp:
-    raise ValueError(f'{devices} devices cannot be split into groups of '
-                     f'{fsdp} for the fsdp axis; use a divisor of {devices} '
-                     'or -1 (all devices).')
-  return jax.make_mesh((devices // fsdp, fsdp), ('data', 'fsdp'),
-                       axis_types=(jax.sharding.AxisType.Auto,) * 2)
-
-
-def replicated(mesh: jax.sharding.Mesh) -> jax.sharding.NamedSharding:
-  return jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
-
-
-def batch_sharded(mesh: jax.sharding.Mesh) -> jax.sharding.NamedSharding:
-  """Leading axis split over every device of the mesh: each holds its rows."""
-  return jax.sharding.NamedSharding(
-      mesh, jax.sharding.PartitionSpec(tuple(mesh.axis_names)))
-
-
-# Smaller arrays (biases, norms, the ViT-Tiny position embedding) stay
-# replicated: splitting them saves little memory and costs a collective each.
-MIN_ELEMENTS_TO_SHARD = 2**14
-
-
-def fsdp_sharding(shape: tuple[int, ...],
-                  mesh: jax.sharding.Mesh) -> jax.sharding.NamedSharding:
-  """Where an array of `shape` lives in the train state: split along its
-  largest axis that the `fsdp` axis divides (as big_vision's `fsdp` rule),
-  replicated when none does, when it is small or when `fsdp` has size 1."""
-  shards = dict(mesh.shape).get('fsdp', 1)
-  spec = [None] * len(shape)
-  if shards > 1 and math.prod(shape) >= MIN_ELEMENTS_TO_SHARD:
-    for axis in sorted(range(len(shape)), key=lambda a: -shape[a]):
-      if shape[axis] % shards == 0:
-        spec[axis] = 'fsdp'
-        break
-  return jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec(*spec))
-
-
-def state_shardings(shapes, mesh: jax.sharding.Mesh):
-  """`fsdp_sharding` for every array of a tree of shapes (the train state)."""
-  return jax.tree.map(lambda s: fsdp_sharding(s.shape, mesh), shapes)
-
-
-def replicate(array: np.ndarray, sharding: jax.sharding.Sharding) -> jax.Array:
-  """A global array from host data that every process holds identically.
-
-  Each process fills only its own devices, so `sharding` may span several
-  processes (`jax.device_put` would also compare the data across processes
-  first, moving all of it over the network).
-  """
-  array = np.asarray(array)
-  return jax.make_array_from_callback(array.shape, sharding,
-                                      lambda index: array[index])
-
-
-def process_rows(sharding: jax.sharding.Sharding, batch_size: int) -> slice:
-  """The rows of a global batch that live on this process's devices."""
-  spans = sorted({
-      (index[0].start or 0,
-       batch_size if index[0].stop is None else index[0].stop)
-      for index in sharding.addressable_devices_indices_map(
-          (batch_size,)).values()
-  })
-  if any(stop != start for (_, stop), (start, _) in zip(spans, spans[1:])):
-    raise ValueError(f'The batch rows of process {jax.process_index()} are '
-                     f'not contiguous: {spans}.')
-  return slice(spans[0][0], spans[-1][1])
-
-
 def _checksum(array) -> int:
   array = np.ascontiguousarray(array)
   crc = zlib.crc32(repr((array.shape, array.dtype.str)).encode())
@@ -353,44 +266,6 @@ def processes_that_differ(arrays: list[np.ndarray]) -> list[int]:
   number per array exchanged); [] in a single process."""
   if jax.process_count() == 1:
     return []
-  from jax.experimental import multihost_utils  # pylint: disable=g-import-not-at-top
   local = np.array([_checksum(a) for a in arrays], np.uint32)
   every = np.asarray(multihost_utils.process_allgather(local))
   return [i for i in range(len(every)) if (every[i] != every[0]).any()]
-
-
-# ------------------------------------------------------------ preemption ---
-
-
-class Preemption:
-  """SIGTERM (what SLURM, Kubernetes and TPU maintenance send before a kill)
-  as a request to save and stop, at a step every process agrees on.
-
-  A single process catches the signal itself. In a multi-process job the
-  coordination service that `jax.distributed.initialize` started catches it
-  in whichever process receives it and picks the step at which all of them
-  stop (`multihost_utils.reached_preemption_sync_point`). Call `reached`
-  once per step, with the same steps in every process.
-  """
-
-  def __init__(self):
-    self._multi_process = jax.process_count() > 1
-    self._signalled = False
-    self._previous = None
-    if not self._multi_process:
-      self._previous = signal.signal(signal.SIGTERM, self._on_signal)
-
-  def _on_signal(self, signum, frame):
-    del signum, frame
-    self._signalled = True
-
-  def reached(self, step: int) -> bool:
-    if self._multi_process:
-      from jax.experimental import multihost_utils  # pylint: disable=g-import-not-at-top
-      return multihost_utils.reached_preemption_sync_point(step)
-    return self._signalled
-
-  def close(self):
-    if self._previous is not None:
-      signal.signal(signal.SIGTERM, self._previous)
-      self._previous = None

@@ -1,0 +1,284 @@
+"""Released .npz files read into our tree and written back, both
+numberings, and the errors for what does not fit or is no checkpoint."""
+
+import functools
+import re
+
+import jax
+import numpy as np
+import pytest
+
+from vit_jax import checkpoint
+from vit_jax import models
+from vit_jax.errors import CheckpointError
+from vit_jax.formats import npz
+from vit_jax.formats import params as params_lib
+
+
+# A 2-layer ViT at 32x32: 4x4 patches of 8 pixels and the class token.
+TINY_VIT = dict(num_layers=2, hidden_size=16, num_heads=2, mlp_dim=32,
+                patch_size=8)
+TINY_IMAGE = 32
+TINY_TOKENS = 17
+
+
+def tiny_vit(**overrides):
+  return models.create_model('ViT-Ti_16', 10, **{**TINY_VIT, **overrides})
+
+
+def released_arrays(seed=0, representation_size=None, numbering='released'):
+  """Random arrays for `tiny_vit`, under the official release's key names.
+
+  numbering='linen' gives the per-type numbering of big_vision-era exports.
+  """
+  rng = np.random.default_rng(seed)
+  d, heads, mlp, patch = 16, 2, 32, 8
+  names = {
+      'released': ('MultiHeadDotProductAttention_1', 'LayerNorm_2',
+                   'MlpBlock_3'),
+      'linen': ('MultiHeadDotProductAttention_0', 'LayerNorm_1', 'MlpBlock_0'),
+  }[numbering]
+  shapes = {
+      'cls': (1, 1, d),
+      'embedding/bias': (d,),
+      'embedding/kernel': (patch, patch, 3, d),
+      'Transformer/encoder_norm/bias': (d,),
+      'Transformer/encoder_norm/scale': (d,),
+      'Transformer/posembed_input/pos_embedding': (1, TINY_TOKENS, d),
+  }
+  for i in range(2):
+    block = f'Transformer/encoderblock_{i}/'
+    attention, norm, mlp_block = (block + name + '/' for name in names)
+    shapes.update({
+        block + 'LayerNorm_0/bias': (d,),
+        block + 'LayerNorm_0/scale': (d,),
+        attention + 'key/bias': (heads, d // heads),
+        attention + 'key/kernel': (d, heads, d // heads),
+        attention + 'out/bias': (d,),
+        attention + 'out/kernel': (heads, d // heads, d),
+        attention + 'query/bias': (heads, d // heads),
+        attention + 'query/kernel': (d, heads, d // heads),
+        attention + 'value/bias': (heads, d // heads),
+        attention + 'value/kernel': (d, heads, d // heads),
+        norm + 'bias': (d,),
+        norm + 'scale': (d,),
+        mlp_block + 'Dense_0/bias': (mlp,),
+        mlp_block + 'Dense_0/kernel': (d, mlp),
+        mlp_block + 'Dense_1/bias': (d,),
+        mlp_block + 'Dense_1/kernel': (mlp, d),
+    })
+  head_in = d
+  if representation_size is not None:
+    shapes['pre_logits/bias'] = (representation_size,)
+    shapes['pre_logits/kernel'] = (d, representation_size)
+    head_in = representation_size
+  shapes['head/bias'] = (10,)
+  shapes['head/kernel'] = (head_in, 10)
+  return {key: (0.1 * rng.standard_normal(shape)).astype(np.float32)
+          for key, shape in shapes.items()}
+
+
+def write_npz(path, arrays):
+  np.savez(path, **arrays)
+  return path
+
+
+def placed_by_hand(arrays):
+  """Our tree of `released_arrays()`, spelled out rather than renamed."""
+  def dense(prefix):
+    return {'kernel': arrays[prefix + '/kernel'],
+            'bias': arrays[prefix + '/bias']}
+
+  def norm(prefix):
+    return {'scale': arrays[prefix + '/scale'],
+            'bias': arrays[prefix + '/bias']}
+
+  transformer = {
+      'posembed_input': {
+          'pos_embedding': arrays['Transformer/posembed_input/pos_embedding']},
+      'encoder_norm': norm('Transformer/encoder_norm'),
+  }
+  for i in range(2):
+    block = f'Transformer/encoderblock_{i}/'
+    transformer[f'encoderblock_{i}'] = {
+        'LayerNorm_0': norm(block + 'LayerNorm_0'),
+        'MultiHeadDotProductAttention_0': {
+            name: dense(block + 'MultiHeadDotProductAttention_1/' + name)
+            for name in ('query', 'key', 'value', 'out')},
+        'LayerNorm_1': norm(block + 'LayerNorm_2'),
+        'MlpBlock_0': {'Dense_0': dense(block + 'MlpBlock_3/Dense_0'),
+                       'Dense_1': dense(block + 'MlpBlock_3/Dense_1')},
+    }
+  return {'embedding': dense('embedding'), 'cls': arrays['cls'],
+          'Transformer': transformer, 'head': dense('head')}
+
+
+def assert_trees_identical(actual, expected):
+  assert jax.tree.structure(actual) == jax.tree.structure(expected)
+  for a, e in zip(jax.tree.leaves(actual), jax.tree.leaves(expected)):
+    a, e = np.asarray(a), np.asarray(e)
+    assert (a.dtype, a.shape) == (e.dtype, e.shape)
+    assert a.tobytes() == e.tobytes()
+
+
+def assert_npz_identical(actual_path, expected_path):
+  with np.load(actual_path) as actual, np.load(expected_path) as expected:
+    assert sorted(actual.files) == sorted(expected.files)
+    for key in expected.files:
+      a, e = actual[key], expected[key]
+      assert (a.dtype, a.shape) == (e.dtype, e.shape), key
+      assert a.tobytes() == e.tobytes(), key
+
+
+def test_released_npz_loads_into_our_tree_and_drives_the_model(tmp_path):
+  arrays = released_arrays()
+  path = write_npz(tmp_path / 'tiny.npz', arrays)
+  params = npz.load_npz(path)
+  model = tiny_vit()
+  expected = params_lib.param_shapes(model, TINY_IMAGE)
+  params_lib.check_params(params, expected)
+  assert jax.tree.structure(params) == jax.tree.structure(expected)
+  assert_trees_identical(params, placed_by_hand(arrays))
+  images = np.random.default_rng(1).standard_normal(
+      (2, TINY_IMAGE, TINY_IMAGE, 3)).astype(np.float32)
+  apply = jax.jit(functools.partial(model.apply, train=False))
+  logits = apply({'params': params}, images)
+  assert logits.shape == (2, 10)
+  assert np.all(np.isfinite(logits))
+  np.testing.assert_array_equal(
+      logits, apply({'params': placed_by_hand(arrays)}, images))
+  assert_trees_identical(checkpoint.load_params(path), params)
+
+
+def test_file_to_params_to_file_is_identical(tmp_path):
+  arrays = released_arrays()
+  # Dtypes other than float32 must survive too.
+  arrays['cls'] = arrays['cls'].astype(np.float16)
+  arrays['head/bias'] = arrays['head/bias'].astype(np.float64)
+  original = write_npz(tmp_path / 'original.npz', arrays)
+  npz.save_npz(npz.load_npz(original), tmp_path / 'saved.npz')
+  assert_npz_identical(tmp_path / 'saved.npz', original)
+
+
+def test_params_to_file_to_params_is_identical_in_the_released_names(
+    tmp_path):
+  rng = np.random.default_rng(0)
+  params = jax.tree.map(
+      lambda leaf: rng.standard_normal(leaf.shape).astype(leaf.dtype),
+      params_lib.param_shapes(tiny_vit(), TINY_IMAGE))
+  path = tmp_path / 'sub' / 'params.npz'
+  npz.save_npz(params, path)
+  with np.load(path) as saved:
+    assert set(saved.files) == set(released_arrays())
+  assert_trees_identical(npz.load_npz(path), params)
+  assert [p.name for p in path.parent.iterdir()] == ['params.npz']
+
+
+def test_representation_size_gives_pre_logits(tmp_path):
+  arrays = released_arrays(representation_size=12)
+  path = write_npz(tmp_path / 'pre_logits.npz', arrays)
+  params = npz.load_npz(path)
+  assert set(params['pre_logits']) == {'kernel', 'bias'}
+  model = tiny_vit(representation_size=12)
+  params_lib.check_params(params,
+                          params_lib.param_shapes(model, TINY_IMAGE))
+  logits = model.apply({'params': params},
+                       np.ones((1, TINY_IMAGE, TINY_IMAGE, 3)), train=False)
+  assert np.all(np.isfinite(logits))
+  npz.save_npz(params, tmp_path / 'saved.npz')
+  assert_npz_identical(tmp_path / 'saved.npz', path)
+  # Without a representation layer the model has no place for it.
+  with pytest.raises(CheckpointError) as error:
+    params_lib.check_params(params,
+                            params_lib.param_shapes(tiny_vit(), TINY_IMAGE))
+  message = str(error.value)
+  assert ('pre_logits/kernel (shape (16, 12)) is in the checkpoint but not '
+          'in the model') in message
+  assert 'head/kernel has shape (12, 10) in the checkpoint but (16, 10)' in (
+      message)
+
+
+def test_a_mismatch_names_the_key_and_both_shapes(tmp_path):
+  arrays = released_arrays()
+  params = npz.load_npz(write_npz(tmp_path / 'tiny.npz', arrays))
+  with pytest.raises(
+      CheckpointError,
+      match=re.escape(
+          'Transformer/posembed_input/pos_embedding has shape (1, 17, 16) in '
+          'tiny.npz but (1, 37, 16) in ViT-Ti_16 at 48x48.')):
+    params_lib.check_params(params, params_lib.param_shapes(tiny_vit(), 48),
+                            source='tiny.npz', target='ViT-Ti_16 at 48x48')
+  del arrays['Transformer/encoderblock_1/MlpBlock_3/Dense_1/bias']
+  params = npz.load_npz(write_npz(tmp_path / 'missing.npz', arrays))
+  with pytest.raises(
+      CheckpointError,
+      match=re.escape(
+          'Transformer/encoderblock_1/MlpBlock_0/Dense_1/bias is missing from '
+          'the checkpoint but the model has it with shape (16,).')):
+    params_lib.check_params(params,
+                            params_lib.param_shapes(tiny_vit(), TINY_IMAGE))
+  # A shallower model: all 15 remaining arrays of block 1 are unexpected.
+  with pytest.raises(CheckpointError,
+                     match=r'\(15 problems\):\n  Transformer/encoderblock_1/'
+                     r'LayerNorm_0/bias \(shape \(16,\)\) is in the checkpoint '
+                     r'but not in the model\n(.|\n)*\.\.\. and 3 more$'):
+    params_lib.check_params(
+        params, params_lib.param_shapes(tiny_vit(num_layers=1), TINY_IMAGE))
+
+
+def test_linen_numbering_loads_too(tmp_path):
+  released = npz.load_npz(
+      write_npz(tmp_path / 'released.npz', released_arrays(seed=3)))
+  linen = npz.load_npz(
+      write_npz(tmp_path / 'linen.npz',
+                released_arrays(seed=3, numbering='linen')))
+  assert_trees_identical(linen, released)
+  # Saved back, it is in the released numbering.
+  npz.save_npz(linen, tmp_path / 'saved.npz')
+  assert_npz_identical(tmp_path / 'saved.npz', tmp_path / 'released.npz')
+  # Both numberings in one block leave it unclear which array is meant.
+  mixed = released_arrays()
+  mixed['Transformer/encoderblock_0/LayerNorm_1/scale'] = mixed[
+      'Transformer/encoderblock_0/LayerNorm_2/scale']
+  with pytest.raises(CheckpointError,
+                     match='LayerNorm_2/scale and .*LayerNorm_1/scale are the '
+                     'same parameter'):
+    npz.load_npz(write_npz(tmp_path / 'mixed.npz', mixed))
+
+
+def test_what_is_not_a_checkpoint_is_a_clear_error(tmp_path):
+  def fails(path, match):
+    with pytest.raises(CheckpointError, match=match) as error:
+      checkpoint.load_params(path)
+    assert str(path) in str(error.value)
+
+  fails(tmp_path / 'absent.npz', 'No checkpoint at')
+  (tmp_path / 'text.npz').write_text('not a zip')
+  fails(tmp_path / 'text.npz', 'is not a readable .npz file')
+  np.save(tmp_path / 'one.npy', np.zeros(3))
+  fails(tmp_path / 'one.npy', 'is a single .npy array')
+  fails(write_npz(tmp_path / 'other.npz', {'x': np.zeros(3)}),
+        'is not a ViT checkpoint in the official .npz layout: it has no '
+        'embedding/kernel, .*It has x.')
+  fails(write_npz(tmp_path / 'pickled.npz',
+                  {'x': np.array([{}], dtype=object)}),
+        'is not a readable .npz file')
+  with pytest.raises(CheckpointError, match='has no config.json'):
+    checkpoint.load_params(tmp_path)
+  with pytest.raises(CheckpointError, match='step=1 only'):
+    checkpoint.load_params(
+        write_npz(tmp_path / 'tiny.npz', released_arrays()), step=1)
+
+
+def test_save_npz_refuses_what_it_cannot_write_back(tmp_path):
+  params = npz.load_npz(
+      write_npz(tmp_path / 'tiny.npz', released_arrays()))
+  with pytest.raises(CheckpointError,
+                     match=r"variables\['params'\]"):
+    npz.save_npz({'params': params}, tmp_path / 'variables.npz')
+  params['cls'] = params['cls'].astype(jax.numpy.bfloat16)
+  with pytest.raises(CheckpointError,
+                     match='cls is bfloat16.*cast it to float32'):
+    npz.save_npz(params, tmp_path / 'bf16.npz')
+  assert not (tmp_path / 'variables.npz').exists()
+  assert not (tmp_path / 'bf16.npz').exists()

@@ -1,0 +1,78 @@
+"""Fitting a pre-trained tree to a new model: position embeddings resized,
+the head replaced, every key that does not fit named."""
+
+import jax
+import numpy as np
+import pytest
+
+from vit_jax import models
+from vit_jax.errors import CheckpointError
+from vit_jax.formats import params as params_lib
+
+
+def test_resize_keeps_the_class_token_and_zooms_the_grid_bilinearly():
+  # A 2x2 grid of 1-d embeddings [[0, 1], [2, 3]] to 3x3: corners stay, the
+  # rest interpolates linearly between them (scipy.ndimage.zoom, order 1).
+  table = np.array([9.0, 0.0, 1.0, 2.0, 3.0]).reshape(1, 5, 1)
+  resized = params_lib.resize_position_embeddings(table, 10, num_prefix_tokens=1)
+  assert resized.shape == (1, 10, 1)
+  np.testing.assert_allclose(
+      resized[0, :, 0], [9.0, 0.0, 0.5, 1.0, 1.0, 1.5, 2.0, 2.0, 2.5, 3.0])
+
+
+def test_resize_without_class_token_and_to_the_same_size():
+  table = np.random.default_rng(0).normal(size=(1, 16, 3)).astype(np.float32)
+  np.testing.assert_allclose(
+      params_lib.resize_position_embeddings(table, 16, num_prefix_tokens=0),
+      table, atol=1e-6)
+  assert params_lib.resize_position_embeddings(
+      table, 64, num_prefix_tokens=0).dtype == np.float32
+  with pytest.raises(CheckpointError, match='only square grids'):
+    params_lib.resize_position_embeddings(table, 15, num_prefix_tokens=0)
+
+
+def vit_params(image_size, num_classes, **overrides):
+  """A small ViT's initial parameters at `image_size`."""
+  fields = dict(num_layers=1, hidden_size=8, num_heads=2, mlp_dim=16)
+  model = models.create_model('ViT-Tiny-CIFAR_4', num_classes,
+                              **{**fields, **overrides})
+  variables = model.init(jax.random.key(0), np.zeros((1, image_size,
+                                                      image_size, 3)),
+                         train=False)
+  return jax.device_get(variables['params'])
+
+
+def test_adapt_resizes_positions_replaces_the_head_and_drops_pre_logits():
+  pretrained = vit_params(16, 100, representation_size=8)
+  pretrained['head']['kernel'] = np.ones_like(pretrained['head']['kernel'])
+  fresh = vit_params(24, 10)
+  adapted = params_lib.adapt_params(pretrained, fresh, num_prefix_tokens=1)
+  assert jax.tree.structure(adapted) == jax.tree.structure(fresh)
+  assert 'pre_logits' not in adapted
+  np.testing.assert_array_equal(adapted['head']['kernel'], 0.0)
+  assert adapted['head']['kernel'].shape == (8, 10)
+  np.testing.assert_array_equal(adapted['embedding']['kernel'],
+                                pretrained['embedding']['kernel'])
+  np.testing.assert_array_equal(
+      adapted['Transformer']['posembed_input']['pos_embedding'],
+      params_lib.resize_position_embeddings(
+          pretrained['Transformer']['posembed_input']['pos_embedding'], 37,
+          num_prefix_tokens=1))
+
+
+def test_adapt_names_the_key_that_does_not_fit():
+  with pytest.raises(CheckpointError,
+                     match=r'encoderblock_0/MlpBlock_0/Dense_0/bias has '
+                     r'shape \(16,\) in the checkpoint but \(32,\)'):
+    params_lib.adapt_params(vit_params(16, 10), vit_params(16, 10, mlp_dim=32),
+                          num_prefix_tokens=1)
+  deeper = vit_params(16, 10, num_layers=2)
+  with pytest.raises(CheckpointError,
+                     match='Transformer/encoderblock_1/LayerNorm_0/bias is '
+                     'missing from the checkpoint'):
+    params_lib.adapt_params(vit_params(16, 10), deeper, num_prefix_tokens=1)
+  with pytest.raises(CheckpointError,
+                     match='Transformer/encoderblock_1/LayerNorm_0/bias '
+                     r'\(shape \(8,\)\) is in the checkpoint but not in '
+                     r'the new model \(config.model\)'):
+    params_lib.adapt_params(deeper, vit_params(16, 10), num_prefix_tokens=1)

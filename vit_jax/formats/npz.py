@@ -1,0 +1,128 @@
+"""The official google-research/vision_transformer release format: a flat
+`.npz` of arrays named by '/'-joined key paths, encoder-block submodules
+numbered across types (pre-linen flax). `load_npz` reads it (either
+numbering) into our tree; `save_npz` writes ours so the official code, timm
+and our `load_npz` read it.
+"""
+
+from collections.abc import Mapping
+import pathlib
+import re
+from typing import Any
+import zipfile
+
+import numpy as np
+
+from vit_jax import files
+from vit_jax.errors import CheckpointError
+from vit_jax.formats import params as params_lib
+
+# Inside an encoder block the released files number submodules across types
+# (pre-linen flax: LayerNorm_0, MultiHeadDotProductAttention_1, LayerNorm_2,
+# MlpBlock_3); linen, and so our model, numbers them per type.
+_RELEASED_TO_OURS = {
+    'MultiHeadDotProductAttention_1': 'MultiHeadDotProductAttention_0',
+    'LayerNorm_2': 'LayerNorm_1',
+    'MlpBlock_3': 'MlpBlock_0',
+}
+_OURS_TO_RELEASED = {ours: old for old, ours in _RELEASED_TO_OURS.items()}
+_ENCODER_BLOCK = re.compile(r'encoderblock_\d+')
+# Every ViT has these, whatever its classifier or head; a file without them is
+# some other kind of .npz.
+_REQUIRED_KEYS = ('embedding/kernel',
+                  'Transformer/posembed_input/pos_embedding',
+                  'Transformer/encoder_norm/scale')
+def _rename_block_child(key: str, names: dict[str, str]) -> str:
+  """`key` with its encoder-block submodule renamed by `names`."""
+  parts = key.split('/')
+  if (len(parts) > 2 and parts[0] == 'Transformer' and
+      _ENCODER_BLOCK.fullmatch(parts[1])):
+    parts[2] = names.get(parts[2], parts[2])
+  return '/'.join(parts)
+
+
+def _renamed(flat: dict[str, Any], names: dict[str, str],
+             source: str) -> dict[str, Any]:
+  renamed = {}
+  for key, value in flat.items():
+    new_key = _rename_block_child(key, names)
+    if new_key in renamed:
+      # Both numberings in one block: no way to tell which array is meant.
+      clashing = [k for k in flat if _rename_block_child(k, names) == new_key]
+      raise CheckpointError(f'In {source}, {" and ".join(clashing)} are the '
+                            'same parameter in the two numberings of '
+                            'encoder-block submodules; keep one.')
+    renamed[new_key] = value
+  return renamed
+
+
+def load_npz(path: str | pathlib.Path) -> dict[str, Any]:
+  """ViT parameters from a `.npz` in the official released layout.
+
+  Accepts both numberings of the encoder-block submodules (the released
+  `MultiHeadDotProductAttention_1`, `LayerNorm_2`, `MlpBlock_3` and ours,
+  `..._0`, `LayerNorm_1`, `MlpBlock_0`) and returns our tree of numpy arrays,
+  which `model.apply({'params': ...}, ...)` takes as it is. Only the layout is
+  checked here; `check_params` checks the shapes against a model.
+  """
+  path = pathlib.Path(path)
+  if path.is_dir():
+    raise CheckpointError(f'{path} is a directory, not a .npz file; '
+                          '`load_params` also reads run directories.')
+  if not path.exists():
+    raise CheckpointError(f'No checkpoint at {path}: pass a released ViT .npz '
+                          'file or the --workdir of a `vit_jax.main` run.')
+  try:
+    # No pickles: a parameter file has no business running code on load.
+    data = np.load(path, allow_pickle=False)
+    if isinstance(data, np.lib.npyio.NpzFile):
+      with data:
+        flat = {key: data[key] for key in data.files}
+  except (OSError, ValueError, EOFError, zipfile.BadZipFile) as e:
+    raise CheckpointError(f'{path} is not a readable .npz file: {e}') from e
+  if not isinstance(data, np.lib.npyio.NpzFile):
+    raise CheckpointError(f'{path} is a single .npy array, not a .npz of '
+                          'named parameters.')
+  missing = [key for key in _REQUIRED_KEYS if key not in flat]
+  if missing:
+    found = ', '.join(sorted(flat)[:params_lib.MAX_REPORTED]) or 'no arrays'
+    raise CheckpointError(
+        f'{path} is not a ViT checkpoint in the official .npz layout: it has '
+        f'no {", ".join(missing)}. It has {found}'
+        f'{" ..." if len(flat) > params_lib.MAX_REPORTED else ""}.')
+  return params_lib.unflatten(_renamed(flat, _RELEASED_TO_OURS, str(path)), str(path))
+
+
+def save_npz(params: Mapping[str, Any], path: str | pathlib.Path) -> None:
+  """Writes ViT parameters in the official released `.npz` layout.
+
+  The keys use the released numbering, so the file loads in code written for
+  the official checkpoints; `load_npz` gives back `params` bit for bit. The
+  file is replaced in one step, so a crash leaves the old file or the new one.
+  """
+  path = pathlib.Path(path)
+  if 'params' in params:
+    raise CheckpointError(f'Not saving {path}: pass the parameters, '
+                          "variables['params'], not the variables.")
+  flat = _renamed(params_lib.flatten(params, 'the parameters'), _OURS_TO_RELEASED,
+                  'the parameters')
+  arrays = {key: np.asarray(value) for key, value in flat.items()}
+  for key, array in arrays.items():
+    descr = np.lib.format.dtype_to_descr(array.dtype)
+    if array.dtype.hasobject or np.lib.format.descr_to_dtype(descr) != (
+        array.dtype):
+      # e.g. bfloat16 is written as raw bytes that read back as void.
+      raise CheckpointError(f'Not saving {path}: {key} is {array.dtype}, '
+                            'which .npz cannot store; cast it to float32.')
+  path.parent.mkdir(parents=True, exist_ok=True)
+
+  def write(partial: pathlib.Path):
+    # What np.savez writes, without its keyword arguments, which a parameter
+    # named `file` or `allow_pickle` would collide with.
+    with zipfile.ZipFile(partial, 'w', zipfile.ZIP_STORED,
+                         allowZip64=True) as archive:
+      for key, array in arrays.items():
+        with archive.open(key + '.npy', 'w', force_zip64=True) as member:
+          np.lib.format.write_array(member, array, allow_pickle=False)
+
+  files.replace_atomically(path, write)

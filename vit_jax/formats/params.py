@@ -1,0 +1,172 @@
+"""What every checkpoint format shares: parameter trees flattened to
+'/'-joined key paths and back, a model's expected shapes, the check that a
+tree fits them, and fitting a pre-trained tree to a new model (position
+embeddings resized to the new patch grid as the official code does, a fresh
+head) for fine-tuning.
+"""
+
+from collections.abc import Mapping
+import functools
+from typing import Any
+
+from absl import logging
+import flax
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+import scipy.ndimage
+
+from vit_jax.errors import CheckpointError
+
+# Enough of a long list of problems to act on, short enough to read.
+MAX_REPORTED = 12
+
+
+def flatten(tree: Mapping[str, Any], source: str,
+             prefix: str = '') -> dict[str, Any]:
+  """{'a/b': leaf} from {'a': {'b': leaf}}, in the tree's order."""
+  flat = {}
+  for name, value in tree.items():
+    if not isinstance(name, str) or not name or '/' in name:
+      raise CheckpointError(f'In {source}, the key {prefix}{name!r} is not '
+                            'usable: keys must be non-empty strings without '
+                            '"/", which separates them in .npz key paths.')
+    if isinstance(value, Mapping):
+      flat.update(flatten(value, source, f'{prefix}{name}/'))
+    else:
+      flat[prefix + name] = value
+  return flat
+
+
+def unflatten(flat: dict[str, Any], source: str) -> dict[str, Any]:
+  tree = {}
+  for key, value in flat.items():
+    *parents, leaf = key.split('/')
+    node = tree
+    for depth, name in enumerate(parents):
+      node = node.setdefault(name, {})
+      if not isinstance(node, dict):
+        raise CheckpointError(f'{source} has both an array '
+                              f'{"/".join(parents[:depth + 1])} and arrays '
+                              f'under it, such as {key}.')
+    if leaf in node:
+      raise CheckpointError(f'{source} has both an array {key} and arrays '
+                            'under it.')
+    node[leaf] = value
+  return tree
+
+
+def param_shapes(model: nn.Module,
+                 image_size: int | tuple[int, int]) -> dict[str, Any]:
+  """`model`'s parameter shapes and dtypes for RGB images of `image_size`.
+
+  Computes no parameters (`jax.eval_shape`), so it is cheap for any model.
+  """
+  height, width = ((image_size, image_size) if isinstance(image_size, int)
+                   else image_size)
+  variables = jax.eval_shape(
+      functools.partial(model.init, train=False), jax.random.key(0),
+      jax.ShapeDtypeStruct((1, height, width, 3), jnp.float32))
+  return variables['params']
+
+
+def check_params(params: Mapping[str, Any],
+                 expected: Mapping[str, Any],
+                 *,
+                 source: str = 'the checkpoint',
+                 target: str = 'the model') -> None:
+  """Raises `CheckpointError` unless `params` has exactly `expected`'s shapes.
+
+  `expected` is any tree with shaped leaves, e.g. `param_shapes(model, 224)`.
+  The error names every missing, unexpected or wrongly shaped key path, with
+  `source` and `target` (e.g. 'ViT-B_16.npz', 'ViT-B_16 at 384x384') naming
+  the two sides. Dtypes are not compared: float32 weights drive a bfloat16
+  model too.
+  """
+  have = {key: tuple(np.shape(value))
+          for key, value in flatten(params, source).items()}
+  want = {key: tuple(value.shape)
+          for key, value in flatten(expected, target).items()}
+  # Wrong shapes and unexpected keys first: they are usually few and tell
+  # most, while a wrong depth or naming can leave hundreds of keys missing.
+  problems = [
+      f'{key} has shape {have[key]} in {source} but {shape} in {target}'
+      for key, shape in want.items() if key in have and have[key] != shape
+  ]
+  problems += [
+      f'{key} (shape {shape}) is in {source} but not in {target}'
+      for key, shape in have.items() if key not in want
+  ]
+  problems += [
+      f'{key} is missing from {source} but {target} has it with shape {shape}'
+      for key, shape in want.items() if key not in have
+  ]
+  if len(problems) == 1:
+    raise CheckpointError(problems[0] + '.')
+  if problems:
+    more = len(problems) - MAX_REPORTED
+    raise CheckpointError(
+        f'{source[:1].upper()}{source[1:]} does not fit {target} '
+        f'({len(problems)} problems):\n  ' +
+        '\n  '.join(problems[:MAX_REPORTED]) +
+        (f'\n  ... and {more} more' if more > 0 else ''))
+
+
+_POSITION_EMBEDDING = ('Transformer', 'posembed_input', 'pos_embedding')
+
+
+def resize_position_embeddings(table: np.ndarray, num_tokens: int,
+                               num_prefix_tokens: int) -> np.ndarray:
+  """(1, prefix + h*h, d) -> (1, num_tokens, d) for a square patch grid.
+
+  The prefix (class-token) entries are kept; the grid is zoomed bilinearly
+  (`scipy.ndimage.zoom`, order 1, corners to corners) as in the official code.
+  """
+  table = np.asarray(table)
+  prefix, grid = table[:, :num_prefix_tokens], table[0, num_prefix_tokens:]
+  old_side = int(round(np.sqrt(len(grid))))
+  new_side = int(round(np.sqrt(num_tokens - num_prefix_tokens)))
+  if old_side**2 != len(grid) or new_side**2 != num_tokens - num_prefix_tokens:
+    raise CheckpointError(
+        f'Cannot resize position embeddings of {len(grid)} patches to '
+        f'{num_tokens - num_prefix_tokens}: only square grids are resized.')
+  grid = grid.reshape(old_side, old_side, -1)
+  zoom = new_side / old_side
+  grid = scipy.ndimage.zoom(grid, (zoom, zoom, 1), order=1)
+  return np.concatenate(
+      [prefix, grid.reshape(1, new_side * new_side, -1)], axis=1).astype(
+          table.dtype)
+
+
+def adapt_params(pretrained: Any, fresh: Any, *,
+                 num_prefix_tokens: int) -> dict:
+  """The pre-trained parameters in the shape of `fresh` (the new model's
+  initial parameters); raises CheckpointError (`check_params`)
+  naming every key that does not fit."""
+  pretrained = flax.traverse_util.flatten_dict(
+      flax.core.unfreeze(pretrained))
+  fresh = flax.traverse_util.flatten_dict(flax.core.unfreeze(fresh))
+  adapted = {
+      path: np.asarray(value) for path, value in pretrained.items()
+      if path[0] != 'head' and (path[0] != 'pre_logits' or path in fresh)
+  }
+  for path, init in fresh.items():
+    if path[0] == 'head':
+      adapted[path] = init
+    elif path[0] == 'pre_logits' and path not in pretrained:
+      logging.info('The checkpoint has no %s; it starts from scratch.',
+                   '/'.join(path))
+      adapted[path] = init
+  table = adapted.get(_POSITION_EMBEDDING)
+  want = fresh.get(_POSITION_EMBEDDING)
+  if table is not None and want is not None and table.shape != want.shape:
+    logging.info('Resizing the position embeddings from %s to %s.',
+                 table.shape, want.shape)
+    adapted[_POSITION_EMBEDDING] = resize_position_embeddings(
+        table, want.shape[1], num_prefix_tokens)
+  unflatten = flax.traverse_util.unflatten_dict
+  check_params(unflatten(adapted), unflatten(fresh),
+                          target='the new model (config.model)')
+  return unflatten({path: np.asarray(value).astype(fresh[path].dtype)
+                    for path, value in adapted.items()})
