@@ -51,6 +51,10 @@ from vit_jax.errors import ConfigError
 from vit_jax.errors import TrainingDivergedError
 from vit_jax.errors import WorkdirError
 
+# Evaluations over this many batches or more log their progress.
+_EVAL_PROGRESS_BATCHES = 50
+
+
 def _averages(sums) -> dict[str, float]:
   sums = jax.device_get(sums)
   return {
