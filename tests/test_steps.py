@@ -15,9 +15,10 @@ from tests.conftest import ROOT
 from tests.conftest import random_cifar
 from tests.conftest import tiny_config
 from vit_jax import config_schema
+from vit_jax import models
 from vit_jax import parallel
 from vit_jax import steps
-from vit_jax.data import augment
+from vit_jax.data import mixing
 from vit_jax.data import on_device
 from vit_jax.data import sources
 
@@ -85,7 +86,7 @@ def test_gradient_accumulation_gives_the_same_step():
 
 def test_mixup_and_cutmix_train_on_mixed_targets_and_count_own_labels():
   # The step's loss at the initial parameters equals the cross-entropy of
-  # the model on the mixed images against `augment.mix`'s targets, drawn
+  # the model on the mixed images against `mixing.mix`'s targets, drawn
   # with the step's own key; the correct count uses each image's label.
   images, labels = random_cifar(16, 10, seed=0)
   config = tiny_config('', mixup_alpha=0.8, cutmix_alpha=1.0)
@@ -102,9 +103,9 @@ def test_mixup_and_cutmix_train_on_mixed_targets_and_count_own_labels():
   step_key = jax.random.fold_in(key, 0)
   augment_key, _ = jax.random.split(step_key)
   x, y = inputs.model_inputs(inputs.train_data, batch, augment_key)
-  mixed, targets = augment.mix(jax.random.fold_in(step_key, 2), x, y, 10,
-                               mixup_alpha=0.8, cutmix_alpha=1.0,
-                               label_smoothing=config.label_smoothing)
+  targets = optax.smooth_labels(jax.nn.one_hot(y, 10), config.label_smoothing)
+  mixed, targets = mixing.mix(jax.random.fold_in(step_key, 2), x, targets,
+                              mixup_alpha=0.8, cutmix_alpha=1.0)
   assert not np.allclose(mixed, x)
   logits = state.apply_fn({'params': state.params}, mixed, train=False)
   expected = optax.softmax_cross_entropy(logits, targets).sum()
@@ -151,7 +152,7 @@ sys.path.insert(0, {root!r})
 import jax
 import numpy as np
 from tests.conftest import random_cifar, study_config
-from vit_jax import parallel, steps
+from vit_jax import models, parallel, steps
 from vit_jax.data import on_device, sources
 
 images, labels = random_cifar(32, 10, seed=0)

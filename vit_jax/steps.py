@@ -27,7 +27,7 @@ import optax
 from vit_jax import distillation
 from vit_jax import models
 from vit_jax import parallel
-from vit_jax.data import augment
+from vit_jax.data import mixing
 from vit_jax.errors import ConfigError
 
 # Running sums of a train or eval interval: summed losses, correct
@@ -150,14 +150,12 @@ def train_step(state: TrainState, sums: dict, data, batch, key, *, config,
   def gradients(batch_stats, micro_batch, micro_key):
     augment_key, dropout_key = jax.random.split(micro_key)
     x, y = inputs.model_inputs(data, micro_batch, augment_key)
+    targets = optax.smooth_labels(jax.nn.one_hot(y, inputs.num_classes),
+                                  config.label_smoothing)
     if mixes_batches(config):
-      x, targets = augment.mix(
-          jax.random.fold_in(micro_key, 2), x, y, inputs.num_classes,
-          mixup_alpha=config.mixup_alpha, cutmix_alpha=config.cutmix_alpha,
-          label_smoothing=config.label_smoothing)
-    else:
-      targets = optax.smooth_labels(jax.nn.one_hot(y, inputs.num_classes),
-                                    config.label_smoothing)
+      x, targets = mixing.mix(
+          jax.random.fold_in(micro_key, 2), x, targets,
+          mixup_alpha=config.mixup_alpha, cutmix_alpha=config.cutmix_alpha)
     teacher_labels = None if teacher is None else teacher.labels(x)
 
     def loss_fn(params):
