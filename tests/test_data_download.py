@@ -16,7 +16,7 @@ from tests.conftest import write_cifar_binary
 from vit_jax import config_schema
 from vit_jax.data import download
 from vit_jax.data import sources
-from vit_jax.data.sources import DatasetError
+from vit_jax.errors import DatasetError
 
 
 def _official_archive(tmp_path) -> bytes:

@@ -54,12 +54,21 @@ def test_random_crop_and_flip_is_a_shifted_crop_of_the_padded_image():
   assert seen == {False, True}
 
 
-def test_normalize_scales_and_resizes():
+def test_eval_input_scales_resizes_and_normalises():
   images = jnp.full((2, 4, 4, 3), 255, jnp.uint8)
-  out = preprocess.normalize(images, key=None, augment=False, image_size=8,
-                             mean=(0.5, 0.5, 0.5), std=(0.25, 0.5, 1.0))
+  out = preprocess.eval_input(images, image_size=8, mean=(0.5, 0.5, 0.5),
+                              std=(0.25, 0.5, 1.0))
   assert out.shape == (2, 8, 8, 3)
   np.testing.assert_allclose(out[0, 0, 0], [2.0, 1.0, 0.5], rtol=1e-6)
+
+
+def test_train_input_without_augmentation_is_the_eval_input():
+  images = np.random.default_rng(0).integers(0, 256, (4, 6, 6, 3), np.uint8)
+  stats = dict(image_size=8, mean=(0.5, 0.4, 0.3), std=(0.2, 0.3, 0.4))
+  np.testing.assert_array_equal(
+      preprocess.train_input(images, jax.random.key(0), crop_and_flip=False,
+                             policy=None, **stats),
+      preprocess.eval_input(images, **stats))
 
 
 def _augment_config(**fields):
@@ -82,11 +91,11 @@ def test_the_policy_changes_images_and_leaves_the_crops_as_they_were():
   images = np.random.default_rng(0).integers(0, 256, (8, 32, 32, 3), np.uint8)
   policy = preprocess.device_policy(_augment_config(
       random_erasing=1.0, pixel_mean=(0.5,) * 3, pixel_std=(0.5,) * 3))
-  kwargs = dict(key=jax.random.key(3), augment=True, image_size=32,
+  kwargs = dict(key=jax.random.key(3), crop_and_flip=True, image_size=32,
                 mean=(0.5,) * 3, std=(0.5,) * 3)
   plain, erased = (np.asarray(jax.jit(functools.partial(
-      preprocess.normalize, policy=p, **kwargs))(images))
-                    for p in (None, policy))
+      preprocess.train_input, policy=p, **kwargs))(images))
+                   for p in (None, policy))
   # (XLA may fuse the normalisation differently: a 1e-9 difference is not
   # a change.)
   changed = np.any(np.abs(plain - erased) > 1e-5, axis=-1)

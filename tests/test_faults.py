@@ -33,8 +33,8 @@ from tests.conftest import write_process_config
 from vit_jax import checkpoint
 from vit_jax import preemption
 from vit_jax import train
-from vit_jax.data import DatasetError
 from vit_jax.data import sources
+from vit_jax.errors import DatasetError
 
 # ------------------------------------------------------------ full disk ---
 

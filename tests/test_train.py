@@ -152,9 +152,9 @@ def test_eval_scores_every_test_example_once(cifar10_binary, tmp_path):
   model = models.from_config(config, 10)
   params = final_state(tmp_path, 6)['params']
   logits = model.apply({'params': params},
-                       preprocess.normalize(
-                           images, key=None, augment=False, image_size=32,
-                           mean=config.pixel_mean, std=config.pixel_std),
+                       preprocess.eval_input(
+                           images, image_size=32, mean=config.pixel_mean,
+                           std=config.pixel_std),
                        train=False)
   accuracy = float(np.mean(np.argmax(logits, -1) == labels))
   assert record['test_accuracy'] == pytest.approx(accuracy, abs=1e-6)

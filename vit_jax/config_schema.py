@@ -75,7 +75,7 @@ FIELDS: dict[str, Field] = {
                      fixed_for_run=True),
     'auto_augment': Field(
         'none', 'Photometric and geometric ops drawn per image on the '
-        'device, after the crop and flip (vit_jax.data.augment): '
+        'device, after the crop and flip (vit_jax.data.auto_augment): '
         "'trivial_augment' (one op, random magnitude) or 'rand_augment' "
         '(rand_augment_ops ops at rand_augment_magnitude).',
         ('none', 'trivial_augment', 'rand_augment'), fixed_for_run=True),

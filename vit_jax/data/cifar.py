@@ -1,6 +1,173 @@
-"""CIFAR-10 and CIFAR-100: facts about the data sets."""
+"""CIFAR-10 and CIFAR-100: their channel statistics, and either official
+release (the binary or the python version) read into memory.
+
+`open_cifar` reads the release from a data directory when one is given, else
+from the download cache, where `download` fetches the binary release the
+first time.
+"""
+
+import pathlib
+import pickle
+
+import numpy as np
+
+from vit_jax.data import download
+from vit_jax.data.dataset import ArraySource
+from vit_jax.data.dataset import Dataset
+from vit_jax.errors import DatasetError
 
 # CIFAR-10 training-set channel statistics of pixels in [0, 1]
 # (`config.pixel_mean` and `config.pixel_std` of the CIFAR configs).
 CIFAR10_MEAN = (0.4914, 0.4822, 0.4465)
 CIFAR10_STD = (0.2470, 0.2435, 0.2616)
+
+NUM_CLASSES = {'cifar10': 10, 'cifar100': 100}
+
+_SIDE = 32
+_PIXELS = _SIDE * _SIDE * 3
+
+
+def _read_binary(path: pathlib.Path, label_bytes: int,
+                 label_offset: int) -> ArraySource:
+  raw = np.fromfile(path, dtype=np.uint8)
+  record = label_bytes + _PIXELS
+  if raw.size == 0 or raw.size % record:
+    raise DatasetError(
+        f'{path} is not a CIFAR binary file: {raw.size} bytes is not a '
+        f'multiple of the {record}-byte record.')
+  raw = raw.reshape(-1, record)
+  return ArraySource(_planar_to_nhwc(raw[:, label_bytes:]),
+                     raw[:, label_offset].astype(np.int32))
+
+
+# What the official CIFAR python batches hold (dicts of bytes, lists, ints and
+# numpy arrays, pickled by Python 2 or 3, numpy 1 or 2): nothing else is
+# unpickled, so a crafted file cannot run code.
+_PICKLE_GLOBALS = frozenset({
+    ('numpy.core.multiarray', '_reconstruct'),
+    ('numpy._core.multiarray', '_reconstruct'),
+    ('numpy.core.numeric', '_frombuffer'),
+    ('numpy._core.numeric', '_frombuffer'),
+    ('numpy', 'ndarray'),
+    ('numpy', 'dtype'),
+    ('_codecs', 'encode'),
+})
+
+
+class _BatchUnpickler(pickle.Unpickler):
+
+  def find_class(self, module, name):
+    if (module, name) not in _PICKLE_GLOBALS:
+      raise pickle.UnpicklingError(
+          f'it refers to {module}.{name}, which no CIFAR batch holds (a '
+          'crafted file?); it was not loaded')
+    return super().find_class(module, name)
+
+
+def _read_python(path: pathlib.Path, label_key: bytes) -> ArraySource:
+  try:
+    with open(path, 'rb') as f:
+      batch = _BatchUnpickler(f, encoding='bytes').load()
+    data = np.asarray(batch[b'data'], dtype=np.uint8)
+    labels = np.asarray(batch[label_key], dtype=np.int32)
+  except pickle.UnpicklingError as e:
+    raise DatasetError(f'{path} is not a CIFAR python batch: {e}.') from e
+  except (EOFError, KeyError, TypeError, ValueError) as e:
+    raise DatasetError(f'{path} is not a CIFAR python batch: {e!r}') from e
+  if data.ndim != 2 or data.shape[1] != _PIXELS:
+    raise DatasetError(f'{path}: data has shape {data.shape}, expected '
+                       f'(N, {_PIXELS}).')
+  return ArraySource(_planar_to_nhwc(data), labels)
+
+
+def _planar_to_nhwc(rows: np.ndarray) -> np.ndarray:
+  return rows.reshape(-1, 3, _SIDE, _SIDE).transpose(0, 2, 3, 1)
+
+
+def _concatenate(splits: list[ArraySource]) -> ArraySource:
+  return ArraySource(np.concatenate([s.images for s in splits]),
+                     np.concatenate([s.labels for s in splits]))
+
+
+# (folder, train files, test file, reader) per format; the first folder found
+# under the data directory (or the data directory itself) is used.
+_FORMATS = {
+    'cifar10': [
+        ('cifar-10-batches-bin', 'data_batch_*.bin', 'test_batch.bin',
+         lambda p: _read_binary(p, label_bytes=1, label_offset=0)),
+        ('cifar-10-batches-py', 'data_batch_[0-9]', 'test_batch',
+         lambda p: _read_python(p, b'labels')),
+    ],
+    'cifar100': [
+        ('cifar-100-binary', 'train.bin', 'test.bin',
+         lambda p: _read_binary(p, label_bytes=2, label_offset=1)),
+        ('cifar-100-python', 'train', 'test',
+         lambda p: _read_python(p, b'fine_labels')),
+    ],
+}
+
+
+def _read_file(read, path: pathlib.Path) -> ArraySource:
+  try:
+    return read(path)
+  except OSError as e:
+    raise DatasetError(f'Cannot read {path}: {e.strerror or e}. Check that '
+                       'the file is there and readable.') from e
+
+
+def _find(name: str, data_dir: pathlib.Path):
+  """(root, train files, test file, reader) of the first official format of
+  `name` under `data_dir`, or None."""
+  for folder, train_pattern, test_file, read in _FORMATS[name]:
+    for root in (data_dir / folder, data_dir):
+      train_files = sorted(root.glob(train_pattern))
+      if train_files and (root / test_file).is_file():
+        return root, train_files, root / test_file, read
+  return None
+
+
+def load_cifar(name: str, data_dir: pathlib.Path,
+               train_per_file: int = 0) -> Dataset:
+  """CIFAR-10/100 from either official format under `data_dir`;
+  `train_per_file`: only the first that many images of each training file
+  (0: all)."""
+  found = _find(name, data_dir)
+  if found is None:
+    binary, python = (f[0] for f in _FORMATS[name])
+    raise DatasetError(
+        f'No {name} found in {data_dir} (looked for {binary}/ and {python}/ '
+        f'in it, and for their files in it directly). Unpack the official '
+        f'{name} release (binary or python version) into a directory and '
+        f'pass --config.data_dir=DIR, or leave data_dir unset to download it.')
+  root, train_files, test_file, read = found
+  train = [_read_file(read, p) for p in train_files]
+  if train_per_file:
+    short = [p.name for p, s in zip(train_files, train)
+             if len(s) < train_per_file]
+    if short:
+      raise DatasetError(
+          f'config.train_examples_per_file={train_per_file} but {root} has '
+          f'fewer in {", ".join(short)}; lower it or set it to 0 for all.')
+    train = [ArraySource(s.images[:train_per_file], s.labels[:train_per_file])
+             for s in train]
+  dataset = Dataset(train=_concatenate(train),
+                    test=_read_file(read, test_file),
+                    num_classes=NUM_CLASSES[name])
+  for split in (dataset.train, dataset.test):
+    if split.labels.min() < 0 or split.labels.max() >= dataset.num_classes:
+      raise DatasetError(f'{root}: labels outside 0..'
+                         f'{dataset.num_classes - 1}; is this {name}?')
+  return dataset
+
+
+def open_cifar(name: str, data_dir: pathlib.Path | None,
+               train_per_file: int = 0) -> Dataset:
+  """`load_cifar` from `data_dir` when given, else from the download cache
+  ($VIT_JAX_DATA_DIR or ~/.cache/vit_jax), downloading the official binary
+  release there the first time."""
+  if data_dir is not None:
+    return load_cifar(name, data_dir, train_per_file)
+  cache = download.cache_dir()
+  if not (cache.is_dir() and _find(name, cache)):
+    download.fetch(name, cache)
+  return load_cifar(name, cache, train_per_file)

@@ -19,6 +19,8 @@ from typing import Any
 import jax
 import numpy as np
 
+from vit_jax.data import preprocess
+
 # Where the next training batch comes from: {'epoch': e (from 1), 'batch': b
 # (from 0, within the epoch)}. JSON, so checkpoints store it as it is.
 Position = dict[str, int]
@@ -38,6 +40,7 @@ class Input(abc.ABC):
   def __init__(self, config, mesh: jax.sharding.Mesh):
     self.config = config
     self.mesh = mesh
+    self._policy = preprocess.device_policy(config)
 
   @property
   def steps_per_epoch(self) -> int:
@@ -94,6 +97,19 @@ class Input(abc.ABC):
     """Inside the compiled step: (normalised float images, int labels) of
     `batch`; `data` is `train_data` or `test_data`, `key` None in
     evaluation (no augmentation)."""
+
+  def _model_images(self, images: jax.Array, key: jax.Array | None, *,
+                    crop_and_flip: bool) -> jax.Array:
+    """uint8 `images` as the model takes them: `preprocess.eval_input` in
+    evaluation (`key` None), else `preprocess.train_input` with the config's
+    policy, and the device's crop and flip when `crop_and_flip`."""
+    config = self.config
+    size_and_statistics = dict(image_size=config.image_size,
+                               mean=config.pixel_mean, std=config.pixel_std)
+    if key is None:
+      return preprocess.eval_input(images, **size_and_statistics)
+    return preprocess.train_input(images, key, crop_and_flip=crop_and_flip,
+                                  policy=self._policy, **size_and_statistics)
 
 
 def epoch_batches(seed: int, epoch: int, num_examples: int,

@@ -14,7 +14,6 @@ import numpy as np
 
 from vit_jax import sharding
 from vit_jax.data import input as input_lib
-from vit_jax.data import preprocess
 from vit_jax.data import sources
 
 
@@ -27,7 +26,6 @@ class OnDeviceInput(input_lib.Input):
     self.num_classes = dataset.num_classes
     self._replicated = sharding.replicated(mesh)
     self._batch_sharding = sharding.batch_sharded(mesh)
-    self._policy = preprocess.device_policy(config)
     self._arrays = [sources.to_arrays(split, config.image_size)
                     for split in (dataset.train, dataset.test)]
     self.train_size, self.test_size = (len(labels)
@@ -64,8 +62,5 @@ class OnDeviceInput(input_lib.Input):
   def model_inputs(self, data, batch, key):
     batch = jax.lax.with_sharding_constraint(batch, self._batch_sharding)
     images, labels = data[0][batch], data[1][batch]
-    x = preprocess.normalize(
-        images, key=key, augment=self.config.augment and key is not None,
-        image_size=self.config.image_size, mean=self.config.pixel_mean,
-        std=self.config.pixel_std, policy=self._policy)
-    return x, labels
+    return self._model_images(images, key,
+                              crop_and_flip=self.config.augment), labels

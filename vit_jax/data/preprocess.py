@@ -5,8 +5,8 @@ Host, for streaming: the official fine-tuning code's Inception crop (5-100%
 of the area, aspect ratio 3/4-4/3) resized to the model's input, plus a
 horizontal flip; a plain resize for evaluation. Device, for the on-device
 input: torchvision's 4-pixel-padded random crop plus flip; for both inputs,
-the config's stronger augmentations (`device_policy`). Both end in
-`normalize`.
+the config's stronger augmentations (`device_policy`). On the devices,
+`train_input` and `eval_input` turn uint8 batches into what a model takes.
 """
 
 from collections.abc import Callable
@@ -17,7 +17,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from vit_jax.data import augment as augment_lib
+from vit_jax.data import auto_augment
+from vit_jax.data import random_erasing
 
 _INCEPTION_AREA = (0.05, 1.0)
 _INCEPTION_ASPECT = (3 / 4, 4 / 3)
@@ -90,19 +91,19 @@ Policy = Callable[[jax.Array, jax.Array], jax.Array]
 def device_policy(config) -> Policy | None:
   """The config's augmentations beyond the crop and flip, as one function
   (key, images in [0, 1]) -> images: TrivialAugment or RandAugment, then
-  random erasing with normal noise (`vit_jax.data.augment`); None when the
-  config has none."""
+  random erasing with normal noise (`auto_augment`, `random_erasing`); None
+  when the config has none."""
   steps = []
   if config.auto_augment == 'trivial_augment':
-    steps.append(augment_lib.trivial_augment)
+    steps.append(auto_augment.trivial_augment)
   elif config.auto_augment == 'rand_augment':
     steps.append(functools.partial(
-        augment_lib.rand_augment, num_ops=config.rand_augment_ops,
+        auto_augment.rand_augment, num_ops=config.rand_augment_ops,
         magnitude=config.rand_augment_magnitude))
   if config.random_erasing:
     # DeiT's setting (timm's `remode='pixel'`): normal noise once normalised.
     steps.append(functools.partial(
-        augment_lib.random_erasing, probability=config.random_erasing,
+        random_erasing.random_erasing, probability=config.random_erasing,
         mode='pixel', mean=tuple(config.pixel_mean),
         std=tuple(config.pixel_std)))
   if not steps:
@@ -116,27 +117,39 @@ def device_policy(config) -> Policy | None:
   return policy
 
 
-def normalize(images: jax.Array, *, key: jax.Array | None, augment: bool,
-              image_size: int, mean, std,
-              policy: Policy | None = None) -> jax.Array:
-  """uint8 NHWC -> float32 in [0, 1], augmented (random crop and flip when
-  `augment`, then `policy` when given a key), resized to `image_size` if
-  needed, normalised."""
-  x = images.astype(jnp.float32) / 255.0
-  if augment:
+def train_input(images: jax.Array, key: jax.Array, *, crop_and_flip: bool,
+                policy: Policy | None, image_size: int, mean,
+                std) -> jax.Array:
+  """What a train step feeds a model: uint8 NHWC scaled to [0, 1], randomly
+  cropped and flipped when `crop_and_flip`, augmented by `policy` when
+  given, resized to `image_size` if needed, normalised."""
+  x = _unit_range(images)
+  if crop_and_flip:
     x = random_crop_and_flip(key, x)
-  if policy is not None and key is not None:
+  if policy is not None:
     # A key of its own, so the crops stay those of a run without `policy`.
     x = policy(jax.random.fold_in(key, 1), x)
-  if x.shape[1:3] != (image_size, image_size):
-    x = jax.image.resize(x, (x.shape[0], image_size, image_size, x.shape[3]),
-                         method='bilinear')
-  return (x - jnp.asarray(mean)) / jnp.asarray(std)
+  return _normalized(_resized(x, image_size), mean, std)
 
 
 def eval_input(images: jax.Array, *, image_size: int, mean,
                std) -> jax.Array:
   """What evaluation and analysis feed a model: uint8 NHWC scaled to [0, 1],
   resized to `image_size` if needed, normalised; no augmentation."""
-  return normalize(images, key=None, augment=False, image_size=image_size,
-                   mean=mean, std=std)
+  return _normalized(_resized(_unit_range(images), image_size), mean, std)
+
+
+def _unit_range(images: jax.Array) -> jax.Array:
+  return images.astype(jnp.float32) / 255.0
+
+
+def _resized(images: jax.Array, image_size: int) -> jax.Array:
+  if images.shape[1:3] == (image_size, image_size):
+    return images
+  return jax.image.resize(
+      images, (images.shape[0], image_size, image_size, images.shape[3]),
+      method='bilinear')
+
+
+def _normalized(images: jax.Array, mean, std) -> jax.Array:
+  return (images - jnp.asarray(mean)) / jnp.asarray(std)

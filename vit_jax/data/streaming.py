@@ -113,12 +113,7 @@ class StreamingInput(input_lib.Input):
   def model_inputs(self, data, batch, key):
     del data  # the examples come in the batch, cropped on the host
     images, labels = batch
-    x = preprocess.normalize(images, key=key, augment=False,
-                             image_size=self.config.image_size,
-                             mean=self.config.pixel_mean,
-                             std=self.config.pixel_std,
-                             policy=preprocess.device_policy(self.config))
-    return x, labels
+    return self._model_images(images, key, crop_and_flip=False), labels
 
   def _global(self, local: np.ndarray, batch_size: int) -> jax.Array:
     return jax.make_array_from_process_local_data(

@@ -1,5 +1,4 @@
-"""Stronger training augmentation, on the devices, inside the compiled step:
-TrivialAugment, RandAugment, random erasing, and mixup / CutMix.
+"""TrivialAugment and RandAugment, on the devices, inside the compiled step.
 
 The recipes that train ViTs from scratch on small data (DeiT, and the
 "ViT on small datasets" studies) lean on these, where the paper's large
@@ -9,8 +8,8 @@ random draws of a batch-shaped array, and branches are `jnp.where` /
 `lax.switch` under `vmap`, never Python control flow on traced values.
 
 Images are float32 NHWC in [0, 1]: after `/ 255` and the random crop and
-flip, before normalisation (`preprocess.normalize`). The ops keep them in
-[0, 1]; random erasing's noise, last before normalisation, may leave it. `mix` is linear (or a paste), so it also works after normalisation.
+flip, before normalisation (`preprocess.train_input`); the ops keep them in
+[0, 1].
 
 The op table (`OPS`) is torchvision's TrivialAugmentWide / RandAugment set of
 14 ops, each written once as a function of a signed magnitude in [-1, 1]
@@ -18,20 +17,20 @@ that `OpRanges` maps to the op's own range: `TRIVIAL_AUGMENT_WIDE` (Muller &
 Hutter 2021, the "wide" ranges of torchvision) and `RAND_AUGMENT` (timm's
 ranges at its magnitude scale out of 10, the severity-increasing `inc1`
 variants, on torchvision's op set: timm's default `rand-m9-n2` op set also
-has Invert and SolarizeAdd and no Identity). Photometric ops follow PIL's definitions, as timm and torchvision
-do; geometric ops are one affine warp with bilinear sampling (rotations
-about the image centre, shears about its top-left corner, as torchvision's),
-filled with gray `FILL`: 0.5, timm's fill of 128 scaled to [0, 1], near the
-dataset mean, so near 0 once normalised. torchvision's TrivialAugmentWide
-fills with black and samples the nearest pixel by default; we keep timm's
-gray and bilinear sampling, so that a large rotation or shift does not paste
-a black area that no test image has.
+has Invert and SolarizeAdd and no Identity). Photometric ops follow PIL's
+definitions, as timm and torchvision do; geometric ops are one affine warp
+with bilinear sampling (rotations about the image centre, shears about its
+top-left corner, as torchvision's), filled with gray `FILL`: 0.5, timm's
+fill of 128 scaled to [0, 1], near the dataset mean, so near 0 once
+normalised. torchvision's TrivialAugmentWide fills with black and samples
+the nearest pixel by default; we keep timm's gray and bilinear sampling, so
+that a large rotation or shift does not paste a black area that no test
+image has.
 """
 
 import dataclasses
 import functools
 import math
-from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -252,7 +251,7 @@ def _warp_parameters(op: jax.Array, magnitude: jax.Array, ranges: OpRanges,
 _GEOMETRIC = ('rotate', 'shear_x', 'shear_y', 'translate_x', 'translate_y')
 
 
-# ----------------------------------------------------------- the table -----
+# ------------------------------------------------------------ the table ----
 
 
 def _apply_one(image: jax.Array, op: jax.Array, magnitude: jax.Array,
@@ -293,6 +292,9 @@ def apply_op(images: jax.Array, ops, magnitudes,
   magnitudes = jnp.broadcast_to(jnp.asarray(magnitudes, jnp.float32), (n,))
   return jax.vmap(functools.partial(_apply_one, ranges=ranges))(
       images, ops, magnitudes)
+
+
+# ------------------------------------------------------------ policies -----
 
 
 def _random_signs(key: jax.Array, n: int) -> jax.Array:
@@ -353,161 +355,3 @@ def rand_augment(key: jax.Array, images: jax.Array, num_ops: int = 2,
   # and recomputed it per sample, about 4x slower for 2 ops (the loop
   # boundary materialises the images).
   return jax.lax.fori_loop(0, num_ops, step, images)
-
-
-# ------------------------------------------------------- random erasing ----
-
-
-def random_erasing(key: jax.Array, images: jax.Array,
-                   probability: float = 0.25,
-                   area: tuple[float, float] = (0.02, 1 / 3),
-                   aspect: tuple[float, float] = (0.3, 3.3), *,
-                   mode: str = 'const', mean=FILL, std=1.0,
-                   attempts: int = 10) -> jax.Array:
-  """Random erasing (Zhong et al., AAAI 2020) as timm's RandomErasing with
-  one rectangle: per image, with `probability`, a rectangle of a uniform
-  fraction `area` of the image and a log-uniform aspect ratio (height /
-  width) in `aspect`, at a uniform position, is erased. Of `attempts` draws
-  the first that fits (height and width smaller than the image's) is used;
-  none fitting leaves the image as it is.
-
-  We erase before normalisation, in [0, 1] units, with what timm erases with
-  after it, given the dataset's pixel `mean` and `std` (per channel):
-  `mode='const'` fills with `mean` (timm's zeros once normalised),
-  `mode='pixel'` with per-pixel, per-channel `mean + std * N(0, 1)` (timm's
-  and DeiT's normal noise once normalised, which leaves [0, 1] as theirs
-  does). Only `mode` and `attempts` must be static.
-  """
-  if mode not in ('const', 'pixel'):
-    raise ValueError(f"mode={mode!r}: use 'const' or 'pixel'.")
-  n, h, w, _ = images.shape
-  keys = jax.random.split(key, 6)
-  target = jax.random.uniform(keys[0], (n, attempts), minval=area[0],
-                              maxval=area[1]) * h * w
-  ratio = jnp.exp(jax.random.uniform(keys[1], (n, attempts),
-                                     minval=jnp.log(aspect[0]),
-                                     maxval=jnp.log(aspect[1])))
-  heights = jnp.round(jnp.sqrt(target * ratio)).astype(jnp.int32)
-  widths = jnp.round(jnp.sqrt(target / ratio)).astype(jnp.int32)
-  fits = (heights < h) & (widths < w)
-  first = jnp.argmax(fits, axis=1)[:, None]
-  height = jnp.take_along_axis(heights, first, 1)[:, 0]
-  width = jnp.take_along_axis(widths, first, 1)[:, 0]
-  top = jax.random.randint(keys[2], (n,), 0, h - height + 1)
-  left = jax.random.randint(keys[3], (n,), 0, w - width + 1)
-  erase = jax.random.bernoulli(keys[4], probability, (n,)) & fits.any(axis=1)
-  rows = jnp.arange(h)[None, :, None]
-  cols = jnp.arange(w)[None, None, :]
-  mask = ((rows >= top[:, None, None]) &
-          (rows < (top + height)[:, None, None]) &
-          (cols >= left[:, None, None]) &
-          (cols < (left + width)[:, None, None]) & erase[:, None, None])
-  mean = jnp.asarray(mean, images.dtype)
-  if mode == 'const':
-    values = jnp.broadcast_to(mean, images.shape)
-  else:
-    values = mean + jnp.asarray(std, images.dtype) * jax.random.normal(
-        keys[5], images.shape, images.dtype)
-  return jnp.where(mask[..., None], values, images)
-
-
-# ------------------------------------------------------- mixup / cutmix ----
-
-
-class MixParameters(NamedTuple):
-  """One batch's mix: each image i keeps weight `lam` of itself (and of its
-  label) and takes 1 - lam from image n - 1 - i (the batch reversed).
-  CutMix pastes the partner where `box` (H, W) is True, and `lam` is
-  1 - the box's area fraction exactly; mixup blends the whole image and
-  `box` is all False."""
-  lam: jax.Array
-  use_cutmix: jax.Array
-  box: jax.Array
-
-
-def mix_parameters(key: jax.Array, image_shape: tuple[int, ...],
-                   mixup_alpha: float, cutmix_alpha: float,
-                   switch_probability: float = 0.5,
-                   probability: float = 1.0) -> MixParameters:
-  """timm's Mixup in batch mode: with `probability` the batch is mixed; lam
-  ~ Beta(alpha, alpha) of mixup, or of CutMix when only `cutmix_alpha` > 0
-  or, both > 0, with `switch_probability`. CutMix's box has sides
-  sqrt(1 - lam) of the image's around a uniform centre, clipped to the
-  image, and lam is corrected to the area actually pasted (timm's
-  `correct_lam`). Both alphas 0: lam 1, nothing mixed.
-
-  Only `image_shape` must be static: the alphas and probabilities may be
-  traced, so one compiled program serves any of them.
-  """
-  _, h, w, _ = image_shape
-  mix_key, switch_key, lam_key, y_key, x_key = jax.random.split(key, 5)
-  mixup_alpha = jnp.asarray(mixup_alpha, jnp.float32)
-  cutmix_alpha = jnp.asarray(cutmix_alpha, jnp.float32)
-  mixup_on, cutmix_on = mixup_alpha > 0, cutmix_alpha > 0
-  use_cutmix = jnp.where(
-      mixup_on & cutmix_on,
-      jax.random.bernoulli(switch_key, switch_probability), cutmix_on)
-  mixed = jax.random.bernoulli(mix_key, probability) & (mixup_on | cutmix_on)
-  use_cutmix = use_cutmix & mixed
-  # One draw, of the chosen method's Beta (the sampler is the costly part of
-  # this program to compile); alpha 1 stands in when neither is on.
-  alpha = jnp.where(use_cutmix, cutmix_alpha, mixup_alpha)
-  lam = jax.random.beta(lam_key, *(2 * [jnp.where(alpha > 0, alpha, 1.0)]))
-  # timm's rand_bbox: cut sides int(side * sqrt(1 - lam)), half of them
-  # (rounded down) either side of a uniform centre, clipped.
-  ratio = jnp.sqrt(1.0 - lam)
-  half_h = jnp.floor(h * ratio).astype(jnp.int32) // 2
-  half_w = jnp.floor(w * ratio).astype(jnp.int32) // 2
-  cy = jax.random.randint(y_key, (), 0, h)
-  cx = jax.random.randint(x_key, (), 0, w)
-  top, bottom = jnp.clip(cy - half_h, 0, h), jnp.clip(cy + half_h, 0, h)
-  left, right = jnp.clip(cx - half_w, 0, w), jnp.clip(cx + half_w, 0, w)
-  rows, cols = jnp.arange(h)[:, None], jnp.arange(w)[None, :]
-  box = ((rows >= top) & (rows < bottom) & (cols >= left) & (cols < right) &
-         use_cutmix)
-  cutmix_lam = 1.0 - ((bottom - top) * (right - left)) / (h * w)
-  lam = jnp.where(mixed, jnp.where(use_cutmix, cutmix_lam, lam), 1.0)
-  return MixParameters(lam.astype(jnp.float32), use_cutmix, box)
-
-
-def soft_targets(labels: jax.Array, num_classes: int,
-                 label_smoothing: float = 0.0) -> jax.Array:
-  """(batch, num_classes) float32 one-hot targets, smoothed as timm's
-  `mixup_target`: off = smoothing / num_classes, on = 1 - smoothing + off."""
-  off = label_smoothing / num_classes
-  return jax.nn.one_hot(labels, num_classes) * (1.0 - label_smoothing) + off
-
-
-def apply_mix(parameters: MixParameters, images: jax.Array,
-              labels: jax.Array, num_classes: int,
-              label_smoothing: float = 0.0) -> tuple[jax.Array, jax.Array]:
-  """(mixed images, soft targets) of `parameters` (see `MixParameters`)."""
-  lam, use_cutmix, box = parameters
-  partner = images[::-1]
-  blended = lam * images + (1.0 - lam) * partner
-  pasted = jnp.where(box[None, :, :, None], partner, images)
-  mixed = jnp.where(use_cutmix, pasted, blended)
-  targets = soft_targets(labels, num_classes, label_smoothing)
-  return mixed, lam * targets + (1.0 - lam) * targets[::-1]
-
-
-def mix(key: jax.Array, images: jax.Array, labels: jax.Array,
-        num_classes: int, mixup_alpha: float, cutmix_alpha: float,
-        switch_probability: float = 0.5, label_smoothing: float = 0.0,
-        probability: float = 1.0) -> tuple[jax.Array, jax.Array]:
-  """Mixup (Zhang et al., ICLR 2018) / CutMix (Yun et al., ICCV 2019) as
-  timm's Mixup in batch mode: one lam per batch, every image mixed with the
-  batch reversed (`mix_parameters`, then `apply_mix`). Returns the images
-  and (batch, num_classes) float32 targets, rows summing to 1, smoothed by
-  `label_smoothing` (timm's convention, so the loss must not smooth them
-  again). Both alphas 0: the images unchanged and (smoothed) one-hot
-  targets (Python zeros skip the sampler; traced zeros mix with lam 1, which
-  leaves the images as they are). `mix_parameters(key, images.shape, ...)`
-  with the same key and arguments gives the lam used. Only `num_classes`
-  must be static."""
-  if all(isinstance(a, (int, float)) and a <= 0
-         for a in (mixup_alpha, cutmix_alpha)):
-    return images, soft_targets(labels, num_classes, label_smoothing)
-  parameters = mix_parameters(key, images.shape, mixup_alpha, cutmix_alpha,
-                              switch_probability, probability)
-  return apply_mix(parameters, images, labels, num_classes, label_smoothing)

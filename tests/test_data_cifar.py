@@ -1,0 +1,97 @@
+"""CIFAR on disk: both official formats of CIFAR-10 and CIFAR-100, the
+study's per-file subset, and the errors that say what to do."""
+
+import numpy as np
+import pytest
+
+from tests.conftest import random_cifar
+from tests.conftest import write_cifar_binary
+from tests.conftest import write_cifar_python
+from vit_jax.data import cifar
+from vit_jax.errors import DatasetError
+
+
+def _assert_same(a, b):
+  np.testing.assert_array_equal(a.images, b.images)
+  np.testing.assert_array_equal(a.labels, b.labels)
+
+
+def test_both_cifar10_formats_load_to_the_same_arrays(cifar10_binary,
+                                                      tmp_path):
+  data_dir, splits = cifar10_binary
+  write_cifar_python(tmp_path / 'py' / 'cifar-10-batches-py', {
+      'data_batch_1': splits['data_batch_1.bin'],
+      'data_batch_2': splits['data_batch_2.bin'],
+      'test_batch': splits['test_batch.bin'],
+  })
+  binary = cifar.load_cifar('cifar10', data_dir)
+  python = cifar.load_cifar('cifar10', tmp_path / 'py')
+  _assert_same(binary.train, python.train)
+  _assert_same(binary.test, python.test)
+  assert binary.num_classes == python.num_classes == 10
+
+  # Pixels land where the official planar layout puts them.
+  expected_train = np.concatenate([splits['data_batch_1.bin'][0],
+                                   splits['data_batch_2.bin'][0]])
+  np.testing.assert_array_equal(binary.train.images, expected_train)
+  np.testing.assert_array_equal(binary.test.labels,
+                                splits['test_batch.bin'][1])
+  assert binary.train.images.dtype == np.uint8
+  assert binary.train.labels.dtype == np.int32
+
+
+def test_both_cifar100_formats_load_fine_labels(tmp_path):
+  train, test = random_cifar(20, 100, seed=4), random_cifar(10, 100, seed=5)
+  write_cifar_binary(tmp_path / 'bin' / 'cifar-100-binary',
+                     {'train.bin': train, 'test.bin': test}, label_bytes=2)
+  write_cifar_python(tmp_path / 'py' / 'cifar-100-python',
+                     {'train': train, 'test': test}, label_key=b'fine_labels')
+  for data_dir in (tmp_path / 'bin', tmp_path / 'py'):
+    loaded = cifar.load_cifar('cifar100', data_dir)
+    np.testing.assert_array_equal(loaded.train.images, train[0])
+    np.testing.assert_array_equal(loaded.train.labels, train[1])
+    np.testing.assert_array_equal(loaded.test.labels, test[1])
+    assert loaded.num_classes == 100
+
+
+def test_the_study_subset_is_the_same_from_the_full_release(tmp_path):
+  """The study's 5,000: the first 1,000 of each training file (here 4 of
+  each of 5 files of 6), as ../shared/data/cifar10-5k holds them."""
+  files = {f'data_batch_{i}.bin': random_cifar(6, 10, seed=i)
+           for i in range(1, 6)}
+  files['test_batch.bin'] = random_cifar(7, 10, seed=9)
+  write_cifar_binary(tmp_path / 'full' / 'cifar-10-batches-bin', files)
+  subset = {name: (images[:4], labels[:4]) if name.startswith('data') else
+            (images[:5], labels[:5])
+            for name, (images, labels) in files.items()}
+  write_cifar_binary(tmp_path / 'subset' / 'cifar-10-batches-bin', subset)
+  from_full = cifar.load_cifar('cifar10', tmp_path / 'full', train_per_file=4)
+  from_subset = cifar.load_cifar('cifar10', tmp_path / 'subset',
+                                 train_per_file=4)
+  _assert_same(from_full.train, from_subset.train)
+  np.testing.assert_array_equal(from_full.test.images[:5],
+                                from_subset.test.images)
+  assert len(from_full.train) == 20
+  np.testing.assert_array_equal(from_full.train.labels[4:8],
+                                files['data_batch_2.bin'][1][:4])
+  with pytest.raises(DatasetError, match='train_examples_per_file=5 but .* '
+                     'fewer in data_batch_1.bin'):
+    cifar.load_cifar('cifar10', tmp_path / 'subset', train_per_file=5)
+
+
+def test_missing_cifar_says_where_it_looked_and_what_to_do(tmp_path):
+  with pytest.raises(DatasetError,
+                     match=r'No cifar10 found in .*cifar-10-batches-bin.*'
+                     r'--config.data_dir=DIR, or leave data_dir unset to '
+                     r'download it'):
+    cifar.load_cifar('cifar10', tmp_path)
+
+
+def test_malformed_data_names_the_file(cifar10_binary):
+  data_dir, _ = cifar10_binary
+  broken = data_dir / 'cifar-10-batches-bin' / 'test_batch.bin'
+  broken.write_bytes(broken.read_bytes()[:-5])
+  with pytest.raises(DatasetError,
+                     match='test_batch.bin is not a CIFAR binary file'):
+    cifar.load_cifar('cifar10', data_dir)
+

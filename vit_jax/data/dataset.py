@@ -1,0 +1,57 @@
+"""What every dataset reader returns: a `Dataset` of two splits, each a
+`Source` read by example index.
+
+A leaf module (numpy only), so that the readers (`cifar`, `image_folder`,
+`tfds_source`) and `sources.open_dataset`, which dispatches to them, all
+import it without importing each other.
+"""
+
+import dataclasses
+from typing import Protocol
+
+import numpy as np
+
+
+class Source(Protocol):
+  """Random access to a split: `source[i]` is (uint8 HxWx3 image, label)."""
+
+  def __len__(self) -> int:
+    ...
+
+  def __getitem__(self, index: int) -> tuple[np.ndarray, int]:
+    ...
+
+
+@dataclasses.dataclass(frozen=True)
+class ArraySource:
+  """A split held in host memory as arrays."""
+  images: np.ndarray  # uint8 (N, H, W, 3)
+  labels: np.ndarray  # int32 (N,)
+
+  def __len__(self):
+    return len(self.labels)
+
+  def __getitem__(self, index):
+    return self.images[index], int(self.labels[index])
+
+
+@dataclasses.dataclass(frozen=True)
+class SubsetSource:
+  """The first `count` examples of a source."""
+  source: Source
+  count: int
+
+  def __len__(self):
+    return self.count
+
+  def __getitem__(self, index):
+    if index >= self.count:
+      raise IndexError(index)
+    return self.source[index]
+
+
+@dataclasses.dataclass(frozen=True)
+class Dataset:
+  train: Source
+  test: Source
+  num_classes: int

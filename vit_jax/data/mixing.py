@@ -1,0 +1,100 @@
+"""Mixup (Zhang et al., ICLR 2018) and CutMix (Yun et al., ICCV 2019) as
+timm's Mixup in batch mode, on the devices, inside the compiled step: one
+lam per batch, every image mixed with the batch reversed.
+
+The targets come in already soft, (batch, num_classes) floats: the training
+step smooths one-hot labels first (`optax.smooth_labels`, timm's
+`mixup_target` order), so the loss must not smooth them again. Mixing is
+linear (or a paste), so it works on normalised images too.
+"""
+
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+
+class MixParameters(NamedTuple):
+  """One batch's mix: each image i keeps weight `lam` of itself (and of its
+  target) and takes 1 - lam from image n - 1 - i (the batch reversed).
+  CutMix pastes the partner where `box` (H, W) is True, and `lam` is
+  1 - the box's area fraction exactly; mixup blends the whole image and
+  `box` is all False."""
+  lam: jax.Array
+  use_cutmix: jax.Array
+  box: jax.Array
+
+
+def mix_parameters(key: jax.Array, image_shape: tuple[int, ...],
+                   mixup_alpha: float, cutmix_alpha: float,
+                   switch_probability: float = 0.5,
+                   probability: float = 1.0) -> MixParameters:
+  """timm's Mixup in batch mode: with `probability` the batch is mixed; lam
+  ~ Beta(alpha, alpha) of mixup, or of CutMix when only `cutmix_alpha` > 0
+  or, both > 0, with `switch_probability`. CutMix's box has sides
+  sqrt(1 - lam) of the image's around a uniform centre, clipped to the
+  image, and lam is corrected to the area actually pasted (timm's
+  `correct_lam`). Both alphas 0: lam 1, nothing mixed.
+
+  Only `image_shape` must be static: the alphas and probabilities may be
+  traced, so one compiled program serves any of them.
+  """
+  _, h, w, _ = image_shape
+  mix_key, switch_key, lam_key, y_key, x_key = jax.random.split(key, 5)
+  mixup_alpha = jnp.asarray(mixup_alpha, jnp.float32)
+  cutmix_alpha = jnp.asarray(cutmix_alpha, jnp.float32)
+  mixup_on, cutmix_on = mixup_alpha > 0, cutmix_alpha > 0
+  use_cutmix = jnp.where(
+      mixup_on & cutmix_on,
+      jax.random.bernoulli(switch_key, switch_probability), cutmix_on)
+  mixed = jax.random.bernoulli(mix_key, probability) & (mixup_on | cutmix_on)
+  use_cutmix = use_cutmix & mixed
+  # One draw, of the chosen method's Beta (the sampler is the costly part of
+  # this program to compile); alpha 1 stands in when neither is on.
+  alpha = jnp.where(use_cutmix, cutmix_alpha, mixup_alpha)
+  lam = jax.random.beta(lam_key, *(2 * [jnp.where(alpha > 0, alpha, 1.0)]))
+  # timm's rand_bbox: cut sides int(side * sqrt(1 - lam)), half of them
+  # (rounded down) either side of a uniform centre, clipped.
+  ratio = jnp.sqrt(1.0 - lam)
+  half_h = jnp.floor(h * ratio).astype(jnp.int32) // 2
+  half_w = jnp.floor(w * ratio).astype(jnp.int32) // 2
+  cy = jax.random.randint(y_key, (), 0, h)
+  cx = jax.random.randint(x_key, (), 0, w)
+  top, bottom = jnp.clip(cy - half_h, 0, h), jnp.clip(cy + half_h, 0, h)
+  left, right = jnp.clip(cx - half_w, 0, w), jnp.clip(cx + half_w, 0, w)
+  rows, cols = jnp.arange(h)[:, None], jnp.arange(w)[None, :]
+  box = ((rows >= top) & (rows < bottom) & (cols >= left) & (cols < right) &
+         use_cutmix)
+  cutmix_lam = 1.0 - ((bottom - top) * (right - left)) / (h * w)
+  lam = jnp.where(mixed, jnp.where(use_cutmix, cutmix_lam, lam), 1.0)
+  return MixParameters(lam.astype(jnp.float32), use_cutmix, box)
+
+
+
+def apply_mix(parameters: MixParameters, images: jax.Array,
+              targets: jax.Array) -> tuple[jax.Array, jax.Array]:
+  """(mixed images, mixed targets) of `parameters` (see `MixParameters`)."""
+  lam, use_cutmix, box = parameters
+  partner = images[::-1]
+  blended = lam * images + (1.0 - lam) * partner
+  pasted = jnp.where(box[None, :, :, None], partner, images)
+  mixed = jnp.where(use_cutmix, pasted, blended)
+  return mixed, lam * targets + (1.0 - lam) * targets[::-1]
+
+
+def mix(key: jax.Array, images: jax.Array, targets: jax.Array,
+        mixup_alpha: float, cutmix_alpha: float,
+        switch_probability: float = 0.5,
+        probability: float = 1.0) -> tuple[jax.Array, jax.Array]:
+  """`images` and their soft `targets` (batch, num_classes), mixed:
+  `mix_parameters`, then `apply_mix`. Each target row keeps its sum (1 for
+  probabilities). Both alphas 0: the images and targets unchanged (Python
+  zeros skip the sampler; traced zeros mix with lam 1, which leaves them as
+  they are). `mix_parameters(key, images.shape, ...)` with the same key and
+  arguments gives the lam used."""
+  if all(isinstance(a, (int, float)) and a <= 0
+         for a in (mixup_alpha, cutmix_alpha)):
+    return images, targets
+  parameters = mix_parameters(key, images.shape, mixup_alpha, cutmix_alpha,
+                              switch_probability, probability)
+  return apply_mix(parameters, images, targets)

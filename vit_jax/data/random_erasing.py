@@ -1,0 +1,63 @@
+"""Random erasing, on the devices, inside the compiled step: the last of the
+config's augmentations (`preprocess.device_policy`), on float32 NHWC images
+in [0, 1] before normalisation. Its default fill is the gray the op table
+fills with (`auto_augment.FILL`).
+"""
+
+import jax
+import jax.numpy as jnp
+
+from vit_jax.data import auto_augment
+
+
+def random_erasing(key: jax.Array, images: jax.Array,
+                   probability: float = 0.25,
+                   area: tuple[float, float] = (0.02, 1 / 3),
+                   aspect: tuple[float, float] = (0.3, 3.3), *,
+                   mode: str = 'const', mean=auto_augment.FILL, std=1.0,
+                   attempts: int = 10) -> jax.Array:
+  """Random erasing (Zhong et al., AAAI 2020) as timm's RandomErasing with
+  one rectangle: per image, with `probability`, a rectangle of a uniform
+  fraction `area` of the image and a log-uniform aspect ratio (height /
+  width) in `aspect`, at a uniform position, is erased. Of `attempts` draws
+  the first that fits (height and width smaller than the image's) is used;
+  none fitting leaves the image as it is.
+
+  We erase before normalisation, in [0, 1] units, with what timm erases with
+  after it, given the dataset's pixel `mean` and `std` (per channel):
+  `mode='const'` fills with `mean` (timm's zeros once normalised),
+  `mode='pixel'` with per-pixel, per-channel `mean + std * N(0, 1)` (timm's
+  and DeiT's normal noise once normalised, which leaves [0, 1] as theirs
+  does). Only `mode` and `attempts` must be static.
+  """
+  if mode not in ('const', 'pixel'):
+    raise ValueError(f"mode={mode!r}: use 'const' or 'pixel'.")
+  n, h, w, _ = images.shape
+  keys = jax.random.split(key, 6)
+  target = jax.random.uniform(keys[0], (n, attempts), minval=area[0],
+                              maxval=area[1]) * h * w
+  ratio = jnp.exp(jax.random.uniform(keys[1], (n, attempts),
+                                     minval=jnp.log(aspect[0]),
+                                     maxval=jnp.log(aspect[1])))
+  heights = jnp.round(jnp.sqrt(target * ratio)).astype(jnp.int32)
+  widths = jnp.round(jnp.sqrt(target / ratio)).astype(jnp.int32)
+  fits = (heights < h) & (widths < w)
+  first = jnp.argmax(fits, axis=1)[:, None]
+  height = jnp.take_along_axis(heights, first, 1)[:, 0]
+  width = jnp.take_along_axis(widths, first, 1)[:, 0]
+  top = jax.random.randint(keys[2], (n,), 0, h - height + 1)
+  left = jax.random.randint(keys[3], (n,), 0, w - width + 1)
+  erase = jax.random.bernoulli(keys[4], probability, (n,)) & fits.any(axis=1)
+  rows = jnp.arange(h)[None, :, None]
+  cols = jnp.arange(w)[None, None, :]
+  mask = ((rows >= top[:, None, None]) &
+          (rows < (top + height)[:, None, None]) &
+          (cols >= left[:, None, None]) &
+          (cols < (left + width)[:, None, None]) & erase[:, None, None])
+  mean = jnp.asarray(mean, images.dtype)
+  if mode == 'const':
+    values = jnp.broadcast_to(mean, images.shape)
+  else:
+    values = mean + jnp.asarray(std, images.dtype) * jax.random.normal(
+        keys[5], images.shape, images.dtype)
+  return jnp.where(mask[..., None], values, images)
