@@ -1,230 +1,27 @@
-"""The analyses on inputs whose answer is known."""
+"""`vit_jax.analysis`: the measures under the names users' scripts import."""
 
-import numpy as np
-import pytest
+import inspect
+import subprocess
+import sys
 
+from tests.conftest import ROOT
 from vit_jax import analysis
-from vit_jax.models import vit
-
-GRID = (4, 4)
-PATCH = 8
-TOKENS = 1 + GRID[0] * GRID[1]
+from vit_jax.analysis import measures
 
 
-def neighbour_attention(cls_weight: float = 0.0) -> np.ndarray:
-  """Each patch attends to the patch right of it (left on the last column),
-  one patch size away; `cls_weight` of every row goes to the class token."""
-  attention = np.zeros((TOKENS, TOKENS))
-  attention[0, 0] = 1.0
-  for row in range(GRID[0]):
-    for col in range(GRID[1]):
-      target = col + 1 if col + 1 < GRID[1] else col - 1
-      query, key = 1 + row * GRID[1] + col, 1 + row * GRID[1] + target
-      attention[query, 0] = cls_weight
-      attention[query, key] = 1.0 - cls_weight
-  return attention
+def test_every_measure_is_the_packages_own_name():
+  public = {name for name, function in inspect.getmembers(
+      measures, inspect.isfunction)
+            if function.__module__ == measures.__name__
+            and not name.startswith('_')}
+  assert public == set(analysis.__all__)
+  for name in public:
+    assert getattr(analysis, name) is getattr(measures, name)
 
 
-def test_rollout_of_identity_attention_is_the_identity():
-  identity = np.broadcast_to(np.eye(TOKENS), (2, 3, TOKENS, TOKENS))
-  rollout = analysis.attention_rollout([identity] * 4)
-  np.testing.assert_allclose(rollout, np.broadcast_to(np.eye(TOKENS),
-                                                      (2, TOKENS, TOKENS)))
-
-
-def test_rollout_adds_the_residual_renormalises_and_multiplies_layers():
-  # Every token attends only to the class token.
-  to_cls = np.zeros((1, 1, 3, 3))
-  to_cls[..., 0] = 1.0
-  one_layer = 0.5 * (to_cls[0, 0] + np.eye(3))
-  np.testing.assert_allclose(
-      analysis.attention_rollout([to_cls])[0], one_layer)
-  np.testing.assert_allclose(
-      analysis.attention_rollout([to_cls, to_cls])[0], one_layer @ one_layer)
-  # Heads are averaged before the residual is added.
-  two_heads = np.stack([to_cls[0, 0], np.eye(3)])[None]
-  expected = 0.5 * (0.5 * (to_cls[0, 0] + np.eye(3)) + np.eye(3))
-  np.testing.assert_allclose(
-      analysis.attention_rollout([two_heads])[0], expected)
-
-
-def test_cls_attention_is_the_class_rows_over_the_patch_grid():
-  attention = np.random.default_rng(0).random((2, 3, TOKENS, TOKENS))
-  maps = analysis.cls_attention(attention, GRID)
-  assert maps.shape == (2, 3, *GRID)
-  np.testing.assert_array_equal(maps[1, 2, 1, 3],
-                                attention[1, 2, 0, 1 + 1 * GRID[1] + 3])
-
-
-def test_one_hot_attention_at_a_known_offset_has_that_distance():
-  heads = np.stack([
-      neighbour_attention(),
-      neighbour_attention(cls_weight=0.5),  # the class token does not count
-      np.eye(TOKENS),  # every patch attends to itself
-  ])
-  distances = analysis.mean_attention_distance(heads[None], GRID, PATCH)
-  np.testing.assert_allclose(distances, [PATCH, PATCH, 0.0], atol=1e-12)
-
-
-def test_uniform_attention_distance_is_the_mean_pairwise_distance():
-  uniform = np.full((1, 1, TOKENS, TOKENS), 1.0 / TOKENS)
-  centres = analysis.patch_centres(GRID, PATCH)
-  pairwise = np.linalg.norm(centres[:, None] - centres[None], axis=-1)
-  np.testing.assert_allclose(
-      analysis.mean_attention_distance(uniform, GRID, PATCH), [pairwise.mean()])
-  assert analysis.uniform_attention_distance(GRID, PATCH) == pytest.approx(
-      pairwise.mean())
-
-
-def test_patch_centres_are_in_pixels_row_major():
-  np.testing.assert_array_equal(
-      analysis.patch_centres((2, 3), 4),
-      [[2, 2], [2, 6], [2, 10], [6, 2], [6, 6], [6, 10]])
-
-
-def smooth_2d_embedding(grid, width=0.8):
-  """Each position embedded by its closeness to every grid position."""
-  centres = analysis.patch_centres(grid, 1)
-  squared = ((centres[:, None] - centres[None])**2).sum(-1)
-  return np.exp(-squared / (2 * width**2))
-
-
-def test_hand_built_2d_embedding_gives_2d_similarity_structure():
-  grid = (5, 5)
-  table = smooth_2d_embedding(grid)
-  with_cls = np.concatenate([np.full((1, table.shape[1]), 7.0), table])[None]
-  similarity = analysis.position_embedding_similarity(with_cls, grid)
-  assert similarity.shape == (*grid, *grid)
-  np.testing.assert_allclose(
-      [similarity[i, j, i, j] for i in range(5) for j in range(5)], 1.0)
-  np.testing.assert_allclose(similarity,
-                             similarity.transpose(2, 3, 0, 1))
-  centre = analysis.similarity_to_centre(similarity)
-  assert centre.argmax() == 12  # the centre itself
-  # Falls off with grid distance from the centre, the same in every direction.
-  assert centre[2, 2] > centre[2, 3] > centre[2, 4]
-  assert centre[2, 3] == pytest.approx(centre[3, 2])
-  assert centre[2, 3] == pytest.approx(centre[2, 1])
-  assert analysis.similarity_distance_correlation(similarity) < -0.8
-
-
-def test_random_embedding_has_no_distance_correlation():
-  grid = (8, 8)
-  table = np.random.default_rng(0).normal(size=(64, 256))
-  similarity = analysis.position_embedding_similarity(table, grid)
-  assert abs(analysis.similarity_distance_correlation(similarity)) < 0.1
-
-
-def test_principal_components_recover_the_filters_directions():
-  rng = np.random.default_rng(0)
-  shape = (2, 2, 3)
-  basis = np.linalg.qr(rng.normal(size=(12, 2)))[0].T  # two unit directions
-  weights = rng.normal(size=(500, 2)) * [3.0, 1.0]
-  kernel = (weights @ basis).T.reshape(*shape, 500)
-  components, explained = analysis.patch_embedding_components(kernel, 3)
-  assert components.shape == (3, *shape)
-  for component, direction in zip(components[:2], basis):
-    assert abs(component.ravel() @ direction) == pytest.approx(1.0, abs=1e-4)
-  assert explained[0] > explained[1] > 0.05
-  assert explained[:2].sum() == pytest.approx(1.0)
-  assert explained[2] == pytest.approx(0.0, abs=1e-12)
-  # Signed so the largest-magnitude entry is positive.
-  peak = components[0].ravel()[np.abs(components[0]).argmax()]
-  assert peak > 0
-
-
-def test_too_few_tokens_for_the_grid_is_a_clear_error():
-  with pytest.raises(ValueError, match='cannot hold a 4x4 patch grid'):
-    analysis.mean_attention_distance(np.ones((1, 1, 5, 5)), GRID, PATCH)
-  with pytest.raises(ValueError, match='cannot cover a 4x4 patch grid'):
-    analysis.position_embedding_similarity(np.ones((5, 3)), GRID)
-
-
-def with_distillation_token(attention: np.ndarray,
-                            dist_weight: float = 0.0) -> np.ndarray:
-  """`attention` ([CLS], patches) with a distillation token inserted after
-  [CLS]: it attends to itself, and `dist_weight` of every patch row moves to
-  it."""
-  tokens = attention.shape[-1] + 1
-  out = np.zeros((tokens, tokens))
-  keep = [0] + list(range(2, tokens))
-  out[np.ix_(keep, keep)] = attention
-  out[2:, 2:] *= 1 - dist_weight
-  out[2:, 1] = dist_weight * (1 - out[2:, 0])  # rows still sum to 1
-  out[1, 1] = 1.0
-  return out
-
-
-def test_with_a_distillation_token_the_maps_are_over_the_patches_only():
-  attention = np.random.default_rng(0).random((2, 3, TOKENS + 1, TOKENS + 1))
-  cls_maps = analysis.cls_attention(attention, GRID, prefix=2)
-  dist_maps = analysis.cls_attention(attention, GRID, prefix=2, query=1)
-  assert cls_maps.shape == dist_maps.shape == (2, 3, *GRID)
-  np.testing.assert_array_equal(cls_maps[1, 2, 1, 3],
-                                attention[1, 2, 0, 2 + 1 * GRID[1] + 3])
-  np.testing.assert_array_equal(dist_maps[1, 2, 1, 3],
-                                attention[1, 2, 1, 2 + 1 * GRID[1] + 3])
-  rollout = analysis.attention_rollout([attention])
-  np.testing.assert_array_equal(
-      analysis.token_to_patches(rollout, GRID, prefix=2)[0],
-      rollout[0, 0, 2:].reshape(GRID))
-  with pytest.raises(ValueError, match='not 1 prefix token'):
-    analysis.cls_attention(attention, GRID)  # the old [CLS]-only slicing
-  with pytest.raises(ValueError, match='not one of the 2 prefix'):
-    analysis.cls_attention(attention, GRID, prefix=2, query=2)
-
-
-def test_distance_leaves_out_every_prefix_token_and_a_masked_diagonal():
-  # neighbour_attention has a zero diagonal, as locality attention's.
-  heads = np.stack([
-      with_distillation_token(neighbour_attention()),
-      with_distillation_token(neighbour_attention(cls_weight=0.5), 0.5),
-  ])
-  distances = analysis.mean_attention_distance(heads[None], GRID, PATCH,
-                                               prefix=2)
-  np.testing.assert_allclose(distances, [PATCH, PATCH], atol=1e-12)
-  with pytest.raises(ValueError, match='not 1 prefix token'):
-    analysis.mean_attention_distance(heads[None], GRID, PATCH, prefix=1)
-
-
-def test_uniform_distance_without_the_patch_itself():
-  centres = analysis.patch_centres(GRID, PATCH)
-  pairwise = np.linalg.norm(centres[:, None] - centres[None], axis=-1)
-  others = pairwise[~np.eye(len(centres), dtype=bool)]
-  assert analysis.uniform_attention_distance(
-      GRID, PATCH, exclude_self=True) == pytest.approx(others.mean())
-  uniform_others = (1 - np.eye(TOKENS - 1)) / (TOKENS - 2)
-  attention = np.zeros((1, 1, TOKENS, TOKENS))
-  attention[0, 0, 0, 0] = 1
-  attention[0, 0, 1:, 1:] = uniform_others
-  np.testing.assert_allclose(
-      analysis.mean_attention_distance(attention, GRID, PATCH),
-      [others.mean()])
-
-
-def test_shifted_patch_filters_are_the_unshifted_copys_slice():
-  """`vit.shifted_patch_tokens` puts each patch's own pixels first among the
-  5 copies of its (row, column) position; the filters are the kernel rows
-  of those, times the LayerNorm scale."""
-  p, channels, width = 4, 3, 6
-  rng = np.random.default_rng(0)
-  images = rng.normal(size=(2, 8, 8, channels)).astype(np.float32)
-  tokens = np.asarray(vit.shifted_patch_tokens(images, p))
-  patches = images.reshape(2, 2, p, 2, p, channels).transpose(0, 1, 3, 2, 4, 5)
-  np.testing.assert_array_equal(
-      tokens.reshape(2, 2, 2, p, p, 5, channels)[..., 0, :], patches)
-  kernel = rng.normal(size=(p * p * 5 * channels, width))
-  scale = rng.normal(size=(p * p * 5 * channels,))
-  filters = analysis.shifted_patch_filters(kernel, p, scale)
-  assert filters.shape == (p, p, channels, width)
-  # The unshifted pixels' part of the projection of the LayerNorm'd tokens.
-  unshifted = np.zeros_like(tokens)
-  unshifted.reshape(2, 2, 2, p, p, 5, channels)[..., 0, :] = patches
-  np.testing.assert_allclose(
-      np.einsum('nhwabc,abcd->nhwd', patches, filters),
-      (unshifted * scale) @ kernel, rtol=1e-6, atol=1e-9)
-  np.testing.assert_array_equal(
-      analysis.shifted_patch_filters(kernel, p)[1, 2, 0],
-      kernel[(1 * p + 2) * 5 * channels])
-  with pytest.raises(ValueError, match='not over 3x3 patches of 5 copies'):
-    analysis.shifted_patch_filters(kernel, 3)
+def test_importing_the_measures_loads_neither_matplotlib_nor_jax():
+  loaded = subprocess.run(
+      [sys.executable, '-c', 'import sys; from vit_jax import analysis; '
+       "print(sorted({'jax', 'matplotlib'} & set(sys.modules)))"],
+      cwd=ROOT, capture_output=True, text=True, check=True).stdout
+  assert loaded.strip() == '[]'

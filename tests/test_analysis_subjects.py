@@ -1,0 +1,90 @@
+"""What is analysed: a released .npz's ViT, the images, the predictions and
+the embeddings read from a model."""
+
+import jax
+import numpy as np
+import pytest
+
+from vit_jax import checkpoint
+from vit_jax import models
+from vit_jax.analysis import subjects
+from vit_jax.errors import AnalysisError
+
+
+def test_image_files_are_the_named_ones_then_each_directorys_sorted(
+    tmp_path):
+  for name in ('b.PNG', 'a.jpg', 'notes.txt', 'deeper/c.jpeg'):
+    (tmp_path / 'photos' / name).parent.mkdir(parents=True, exist_ok=True)
+    (tmp_path / 'photos' / name).write_bytes(b'')
+  (tmp_path / 'one.png').write_bytes(b'')
+  found = subjects.image_files([str(tmp_path / 'one.png'),
+                                str(tmp_path / 'photos')])
+  assert [p.relative_to(tmp_path).as_posix() for p in found] == [
+      'one.png', 'photos/a.jpg', 'photos/b.PNG', 'photos/deeper/c.jpeg']
+
+
+def test_no_image_file_is_one_clear_error(tmp_path):
+  (tmp_path / 'notes.txt').write_text('')
+  with pytest.raises(AnalysisError,
+                     match=r'holds no \.jpg, \.jpeg or \.png file'):
+    subjects.image_files([str(tmp_path)])
+  with pytest.raises(AnalysisError, match='does not exist'):
+    subjects.image_files([str(tmp_path / 'missing')])
+
+
+def test_top5_names_the_likeliest_classes_first():
+  logits = np.log(np.array([[0.1, 0.6, 0.3]]))
+  assert subjects.top5(logits, ['cat', 'dog', 'bird']) == [
+      [['dog', 0.6], ['bird', 0.3], ['cat', 0.1]]]
+  assert [c for c, _ in subjects.top5(logits, None)[0]] == [1, 2, 0]
+
+
+@pytest.fixture(name='released')
+def _released(tmp_path):
+  """A ViT-Tiny-CIFAR_4 .npz in the official layout, of 3 classes."""
+  model = models.create_model('ViT-Tiny-CIFAR_4', 3)
+  params = model.init(jax.random.key(0), np.zeros((1, 32, 32, 3)),
+                      train=False)['params']
+  checkpoint.save_npz(params, tmp_path / 'vit.npz')
+  return tmp_path / 'vit.npz'
+
+
+def test_a_released_npz_is_analysed_at_its_position_embeddings_size(
+    released, tmp_path):
+  subject = subjects.npz_subject(released, 'ViT-Tiny-CIFAR_4')
+  assert subject.image_size == 32 and subject.patch_size == 4
+  assert subject.grid == (8, 8)
+  assert subject.described == {'checkpoint': str(released),
+                               'model': 'ViT-Tiny-CIFAR_4'}
+  # Scaled to [-1, 1] as the released models expect; shown in [0, 1].
+  inputs, display = subjects.model_inputs(
+      np.full((1, 16, 16, 3), 255, np.uint8), subject)
+  assert inputs.shape == (1, 32, 32, 3)
+  np.testing.assert_allclose(inputs, 1.0)
+  np.testing.assert_allclose(display, 1.0)
+  (tmp_path / 'classes.txt').write_text('cat\ndog\n')
+  with pytest.raises(AnalysisError, match='has 2 lines; the model has 3'):
+    subjects.read_class_names(tmp_path / 'classes.txt', subject)
+  with pytest.raises(AnalysisError, match='--checkpoint needs --model'):
+    subjects.npz_subject(released, None)
+
+
+def test_position_table_is_the_learned_the_fixed_or_none():
+  model = models.create_model('ViT-Tiny-CIFAR_4', 3)
+  params = {'Transformer': {'posembed_input': {'pos_embedding': 'learned'}}}
+  assert subjects.position_table(model, params, (8, 8)) == 'learned'
+  fixed = subjects.position_table(model.clone(posemb='sincos2d'), params,
+                                  (8, 8))
+  assert fixed.shape == (1, 64, 128)
+  assert subjects.position_table(model.clone(posemb='none'), params,
+                                 (8, 8)) is None
+
+
+def test_a_hybrids_filters_are_not_on_pixels():
+  hybrid = models.create_model('R50+ViT-B_16', 3)
+  kernel, why = subjects.embedding_filters(hybrid, {})
+  assert kernel is None and 'ResNet features' in why
+  model = models.create_model('ViT-Tiny-CIFAR_4', 3)
+  assert subjects.embedding_filters(
+      model, {'embedding': {'kernel': 'filters'}}) == (
+          'filters', 'the patch-embedding filters')

@@ -1,0 +1,134 @@
+"""The figures `python -m vit_jax.analyze` draws of the measures, as PNGs.
+
+Images are (batch, height, width, 3) in [0, 1]; attention and rollout maps
+are patch grids (`measures.token_to_patches`).
+"""
+
+import numpy as np
+
+from vit_jax import plotting
+from vit_jax.analysis import measures
+
+
+def plot_cls_attention(path, display, maps, token='class'):
+  """Each image beside its `token` token's last-layer attention map per
+  head: `maps` is (images, heads, h, w)."""
+  plt = plotting.pyplot()
+  num_images, heads = maps.shape[:2]
+  fig, axes = plt.subplots(num_images, heads + 1,
+                           figsize=(1.6 * (heads + 1), 1.6 * num_images),
+                           squeeze=False)
+  for i in range(num_images):
+    axes[i, 0].imshow(display[i])
+    for h in range(heads):
+      axes[i, h + 1].imshow(maps[i, h], cmap='inferno')
+      if i == 0:
+        axes[i, h + 1].set_title(f'head {h + 1}', fontsize=9)
+  for ax in axes.ravel():
+    ax.axis('off')
+  fig.suptitle(f'last layer: attention of the {token} token\nto each patch',
+               fontsize=10)
+  fig.tight_layout()
+  plotting.save_figure(fig, path, dpi=100)
+
+
+def _upsample(grid_map: np.ndarray, image_size: int) -> np.ndarray:
+  factor = image_size // grid_map.shape[0]
+  return np.kron(grid_map, np.ones((factor, factor)))
+
+
+def plot_rollout(path, display, rollout_maps):
+  """Per image: the image, its rollout map (h, w), and the image weighted
+  by the map scaled to peak at 1."""
+  plt = plotting.pyplot()
+  num_images = len(rollout_maps)
+  fig, axes = plt.subplots(num_images, 3, figsize=(5, 1.7 * num_images),
+                           squeeze=False)
+  for i in range(num_images):
+    heat = _upsample(rollout_maps[i] / rollout_maps[i].max(),
+                     display.shape[1])
+    axes[i, 0].imshow(display[i])
+    axes[i, 1].imshow(rollout_maps[i], cmap='inferno')
+    axes[i, 2].imshow(display[i] * heat[..., None])
+  for ax, title in zip(axes[0], ('image', 'rollout', 'image x rollout')):
+    ax.set_title(title, fontsize=9)
+  for ax in axes.ravel():
+    ax.axis('off')
+  fig.tight_layout()
+  plotting.save_figure(fig, path, dpi=100)
+
+
+def plot_attention_distance(path, distances: np.ndarray, image_size: int,
+                            uniform: float):
+  """Every head's mean attention distance, (layers, heads), against depth,
+  with the layers' mean and the `uniform` attention's distance."""
+  plt = plotting.pyplot()
+  fig, ax = plt.subplots(figsize=(4.5, 3.5))
+  layers, heads = distances.shape
+  for h in range(heads):
+    ax.scatter(np.arange(1, layers + 1), distances[:, h], s=14,
+               label=f'head {h + 1}')
+  ax.plot(np.arange(1, layers + 1), distances.mean(axis=1), 'k-', lw=1,
+          label='mean')
+  ax.axhline(uniform, color='gray', linestyle=':', label='uniform attention')
+  ax.set_xlabel('network depth (layer)')
+  ax.set_ylabel('mean attention distance (pixels)')
+  ax.set_ylim(0, image_size)
+  ax.grid(alpha=0.3)
+  ax.legend(fontsize=6, ncol=2)
+  fig.tight_layout()
+  plotting.save_figure(fig, path, dpi=120)
+
+
+def _mosaic(similarity: np.ndarray) -> np.ndarray:
+  """(h, w, h, w) -> one image of h x w tiles, a NaN gap between tiles."""
+  h, w = similarity.shape[:2]
+  tiles = np.full((h, w, h + 1, w + 1), np.nan)
+  tiles[:, :, :h, :w] = similarity
+  return tiles.transpose(0, 2, 1, 3).reshape(h * (h + 1), w * (w + 1))
+
+
+def plot_position_embeddings(path, similarity: np.ndarray, correlation: float,
+                             title: str | None = None):
+  """Each position's similarity map, (h, w, h, w), as tiles, and the
+  centre's, with their `correlation` to the distance on the grid."""
+  plt = plotting.pyplot()
+  fig, axes = plt.subplots(1, 2, figsize=(9, 4.3),
+                           gridspec_kw={'width_ratios': [1.4, 1]})
+  image = axes[0].imshow(_mosaic(similarity), cmap='viridis', vmin=-1, vmax=1)
+  axes[0].set_title('each position vs all (tile = position)', fontsize=9)
+  axes[1].imshow(measures.similarity_to_centre(similarity), cmap='viridis',
+                 vmin=-1, vmax=1)
+  axes[1].set_title(f'similarity to the centre patch\n'
+                    f'corr(similarity, grid distance) = {correlation:.2f}',
+                    fontsize=9)
+  for ax in axes:
+    ax.set_xticks([])
+    ax.set_yticks([])
+  fig.colorbar(image, ax=axes, shrink=0.8, label='cosine similarity')
+  if title:
+    fig.suptitle(title, fontsize=10)
+  plotting.save_figure(fig, path, dpi=120)
+
+
+def plot_embedding_filters(path, components: np.ndarray,
+                           explained: np.ndarray,
+                           title: str = 'the patch-embedding filters'):
+  """The principal `components`, (count, p, p, 3), as RGB patches, each
+  with the share of variance it `explained`. `title`: what the filters
+  are, after 'principal components of'."""
+  plt = plotting.pyplot()
+  columns = 7
+  rows = -(-len(components) // columns)
+  fig, axes = plt.subplots(rows, columns, figsize=(1.3 * columns, 1.4 * rows),
+                           squeeze=False)
+  for ax in axes.ravel():
+    ax.axis('off')
+  for ax, component, share in zip(axes.ravel(), components, explained):
+    low, high = component.min(), component.max()
+    ax.imshow((component - low) / (high - low + 1e-12))
+    ax.set_title(f'{100 * share:.1f}%', fontsize=7)
+  fig.suptitle(f'principal components of {title}\n(share of variance)',
+               fontsize=9)
+  fig.tight_layout()
+  plotting.save_figure(fig, path, dpi=120)

@@ -1,0 +1,200 @@
+"""What `python -m vit_jax.analyze` analyses: the ViT of a run or of a
+released `.npz`, the images it looks at, its logits and attention on them,
+and the embeddings it learned."""
+
+import dataclasses
+import math
+import pathlib
+
+import jax
+import numpy as np
+
+from vit_jax import checkpoint
+from vit_jax import files
+from vit_jax import models
+from vit_jax.analysis import measures
+from vit_jax.data import preprocess
+from vit_jax.data import sources
+from vit_jax.errors import AnalysisError
+from vit_jax.models import small_data
+
+# Images per forward pass: every layer's attention is kept, 12 x 12 x 197 x
+# 197 floats an image for a ViT-B/16.
+_BATCH_SIZE = 64
+
+# The released models' preprocessing: pixels scaled to [-1, 1].
+_RELEASED_MEAN = _RELEASED_STD = (0.5, 0.5, 0.5)
+
+
+@dataclasses.dataclass(frozen=True)
+class Subject:
+  """A ViT to analyse, and how its input images are made."""
+  model: models.VisionTransformer
+  variables: dict
+  image_size: int
+  pixel_mean: tuple
+  pixel_std: tuple
+  described: dict  # what analysis.json says was analysed
+
+  @property
+  def params(self) -> dict:
+    return self.variables['params']
+
+  @property
+  def patch_size(self) -> int:
+    """Image pixels per token side: a hybrid's tokens are patches of ResNet
+    features, each from a larger square of pixels."""
+    return self.model.effective_patch_size
+
+  @property
+  def grid(self) -> tuple[int, int]:
+    """Patches per column and per row."""
+    return (self.image_size // self.patch_size,) * 2
+
+
+def run_subject(workdir, step=None) -> tuple[Subject, object]:
+  """The ViT of a `vit_jax.main` run, and the run's config."""
+  run = checkpoint.load_run(workdir, step)
+  config = run.config
+  model = models.from_config(config, run.params['head']['kernel'].shape[-1])
+  if not isinstance(model, models.VisionTransformer):
+    raise AnalysisError(f'{workdir} trained {config.model}; the analyses need '
+                        'a ViT run.')
+  return Subject(model, run.variables, config.image_size,
+                 tuple(config.pixel_mean), tuple(config.pixel_std),
+                 {'workdir': str(workdir), 'step': run.step,
+                  'model': config.model}), config
+
+
+def npz_subject(path, model_name: str) -> Subject:
+  """The ViT of a released `.npz`, at the image size its position
+  embeddings were trained for."""
+  if not model_name:
+    raise AnalysisError('--checkpoint needs --model: the architecture of the '
+                        f'.npz, one of {", ".join(models.MODEL_NAMES)}.')
+  params = checkpoint.load_npz(path)
+  try:
+    model = models.create_model(model_name,
+                                params['head']['kernel'].shape[-1])
+  except (ValueError, TypeError, KeyError) as e:
+    raise AnalysisError(f'--model={model_name}: {e}') from e
+  if not isinstance(model, models.VisionTransformer):
+    raise AnalysisError(f'--model={model_name} is not a ViT.')
+  positions = params['Transformer']['posembed_input']['pos_embedding']
+  side = math.isqrt(positions.shape[1] - len(model.prefix_tokens))
+  image_size = side * model.effective_patch_size
+  checkpoint.check_params(params, checkpoint.param_shapes(model, image_size),
+                          source=str(path),
+                          target=f'{model_name} at {image_size}x{image_size}')
+  return Subject(model, {'params': params}, image_size, _RELEASED_MEAN,
+                 _RELEASED_STD, {'checkpoint': str(path), 'model': model_name})
+
+
+def image_files(specs: list[str]) -> list[pathlib.Path]:
+  """The image files named, and those in the directories named, sorted."""
+  found = []
+  for spec in specs:
+    path = pathlib.Path(spec).expanduser()
+    if path.is_dir():
+      found += sorted(p for p in path.rglob('*') if files.is_image_file(p))
+    elif path.is_file():
+      found.append(path)
+    else:
+      raise AnalysisError(f'--images: {path} does not exist.')
+  if not found:
+    *others, last = files.IMAGE_SUFFIXES
+    raise AnalysisError(f'--images={",".join(specs)} holds no '
+                        f'{", ".join(others)} or {last} file.')
+  return found
+
+
+def read_images(paths: list[pathlib.Path], image_size: int) -> np.ndarray:
+  """The image files as uint8, resized to image_size x image_size."""
+  return np.stack([preprocess.resize(sources.read_image(path), image_size)
+                   for path in paths])
+
+
+def run_test_images(config, count: int) -> np.ndarray:
+  """The first `count` test images of a run's dataset, uint8 at the model's
+  resolution."""
+  test = sources.open_dataset(
+      config, whole=config.input_pipeline == 'on_device').test
+  images, _ = sources.to_arrays(sources.first(test, min(count, len(test)),
+                                              'test_examples'),
+                                config.image_size)
+  if config.input_pipeline == 'streaming':  # resized on the host, as it trained
+    images = np.stack([preprocess.resize(image, config.image_size)
+                       for image in images])
+  return images
+
+
+def read_class_names(path, subject: Subject) -> list[str]:
+  """The class names in a text file, one a line, as many as the subject has
+  classes."""
+  names = pathlib.Path(path).read_text().splitlines()
+  classes = subject.params['head']['kernel'].shape[-1]
+  if len(names) != classes:
+    raise AnalysisError(f'--class_names={path} has {len(names)} lines; the '
+                        f'model has {classes} classes.')
+  return names
+
+
+def model_inputs(images: np.ndarray,
+                 subject: Subject) -> tuple[np.ndarray, np.ndarray]:
+  """Normalised model inputs of uint8 images (resized to the model's size
+  if they are not), and the same in [0, 1] for display."""
+  inputs = np.asarray(preprocess.eval_input(
+      images, image_size=subject.image_size, mean=subject.pixel_mean,
+      std=subject.pixel_std))
+  display = inputs * np.asarray(subject.pixel_std) + np.asarray(
+      subject.pixel_mean)
+  return inputs, np.clip(display, 0, 1)
+
+
+def forward(model, variables, inputs: np.ndarray):
+  """The logits of `inputs` and every layer's attention, in batches."""
+  run = jax.jit(lambda x: models.logits_and_attention(model, variables, x))
+  logits, attentions = [], []
+  for i in range(0, len(inputs), _BATCH_SIZE):
+    batch_logits, batch_attentions = run(inputs[i:i + _BATCH_SIZE])
+    logits.append(np.asarray(batch_logits))
+    attentions.append([np.asarray(a) for a in batch_attentions])
+  return (np.concatenate(logits),
+          [np.concatenate(layer) for layer in zip(*attentions)])
+
+
+def top5(logits: np.ndarray, names: list[str] | None) -> list[list]:
+  """Per image, the 5 likeliest classes (name or index) and their
+  probabilities."""
+  probabilities = np.asarray(jax.nn.softmax(logits))
+  best = np.argsort(-probabilities, axis=1)[:, :5]
+  return [[[names[c] if names else int(c), round(float(p[c]), 4)]
+           for c in row] for p, row in zip(probabilities, best)]
+
+
+def position_table(model: models.VisionTransformer, params,
+                   grid: tuple[int, int]) -> np.ndarray | None:
+  """The position embedding the model adds, (1, tokens or h*w, d): its
+  learned table, the fixed sine-cosine one of the grid, or None."""
+  if model.posemb == 'learned':
+    return params['Transformer']['posembed_input']['pos_embedding']
+  if model.posemb == 'sincos2d':
+    return np.asarray(small_data.posemb_sincos_2d(*grid, model.hidden_size))
+  return None
+
+
+def embedding_filters(model: models.VisionTransformer,
+                      params) -> tuple[np.ndarray | None, str]:
+  """The patch-embedding filters on RGB pixels, (p, p, channels, d), and
+  what they are (a figure title); or None and why there are none."""
+  if model.resnet_stages is not None:
+    return None, ("a hybrid's patch embedding sees ResNet features, not "
+                  'pixels')
+  if model.shifted_patches:
+    return measures.shifted_patch_filters(
+        params['shifted_patch_embedding']['kernel'], model.patch_size,
+        params['shifted_patch_norm']['scale']), (
+            "the shifted-patch projection's filters\non the unshifted patch "
+            '(its slice of shifted_patch_embedding x the shifted_patch_norm '
+            'scale)')
+  return params['embedding']['kernel'], 'the patch-embedding filters'
