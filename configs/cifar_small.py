@@ -31,6 +31,7 @@ Seeds, recipes and batch sizes: experiments/small_data.
 """
 
 from vit_jax import config_schema
+from vit_jax.data import cifar
 
 MODELS = {
     # name: (registered model, warmup epochs)
@@ -49,19 +50,8 @@ def get_config(model: str = 'vit'):
   if model == 'vit':
     config.model_overrides.dropout_rate = 0.1  # not stated by the study
 
-  config.dataset = 'cifar10'
-  # The study's 5,000: the first 1,000 images of each of the 5 training files
-  # (what ../shared/data/cifar10-5k holds), from the full release too.
-  config.train_examples_per_file = 1000
-  config.test_examples = 1000
+  use_study_data(config)
   config.image_size = 32
-  # The 5,000 images are copied to every device once, and cropped (4-pixel
-  # padding) and flipped there.
-  config.input_pipeline = 'on_device'
-  config.augment = True
-  # CIFAR-10 training-set channel statistics, in [0, 1] units.
-  config.pixel_mean = (0.4914, 0.4822, 0.4465)
-  config.pixel_std = (0.2470, 0.2435, 0.2616)
 
   # Logged, evaluated and checkpointed once an epoch (the *_every_steps
   # fields at 0), as the study reports it.
@@ -84,3 +74,19 @@ def get_config(model: str = 'vit'):
     config.cpu_devices = 1
     config.cpu_compiler_options.xla_cpu_experimental_ynn_fusion_type = ''
   return config
+
+
+def use_study_data(config):
+  """The study's data: 5,000 CIFAR-10 training images, cropped and flipped,
+  and 1,000 test images."""
+  config.dataset = 'cifar10'
+  # The study's 5,000: the first 1,000 images of each of the 5 training files
+  # (what ../shared/data/cifar10-5k holds), from the full release too.
+  config.train_examples_per_file = 1000
+  config.test_examples = 1000
+  # The 5,000 images are copied to every device once, and cropped (4-pixel
+  # padding) and flipped there.
+  config.input_pipeline = 'on_device'
+  config.augment = True
+  config.pixel_mean = cifar.CIFAR10_MEAN
+  config.pixel_std = cifar.CIFAR10_STD

@@ -35,22 +35,7 @@ recipe; 71.2% for the SimpleCNN and 71.8% for the SmallResNet (72.9% and
 experiments/data_efficiency/README.md.
 """
 
-import importlib.util
-import pathlib
-
-
-def _sibling_config(name: str):
-  """Another file of configs/, which is not a package: `vit_jax.main` loads
-  config files by path."""
-  path = pathlib.Path(__file__).resolve().with_name(f'{name}.py')
-  spec = importlib.util.spec_from_file_location(f'configs.{name}', path)
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  return module
-
-
-cifar_small = _sibling_config('cifar_small')
-MODELS = tuple(cifar_small.MODELS)
+from configs import cifar_small
 
 
 def get_config(model: str = 'vit'):

@@ -46,6 +46,7 @@ Expected: the paper's Table 5 row of the model (e.g. ViT-B/16 from
 ImageNet-21k: CIFAR-10 98.95%, ImageNet 83.97% at 384).
 """
 
+from configs import cifar_small
 from vit_jax import config_schema
 from vit_jax import finetune
 
@@ -67,16 +68,8 @@ def get_config(preset: str = 'cifar_small'):
   config.model = 'ViT-Tiny-CIFAR_4'
   finetune.use_paper_recipe(config)
 
-  config.dataset = 'cifar10'
-  config.train_examples_per_file = 1000  # the study's 5,000 (cifar_small.py)
-  config.test_examples = 1000
+  cifar_small.use_study_data(config)
   config.image_size = 48
-  # 'on_device': the small dataset is copied to every device once, and
-  # cropped (4-pixel padding) and flipped there; the presets stream instead.
-  config.input_pipeline = 'on_device'
-  config.augment = True
-  config.pixel_mean = (0.4914, 0.4822, 0.4465)
-  config.pixel_std = (0.2470, 0.2435, 0.2616)
 
   config.num_epochs = 10
   config.warmup_epochs = 1

@@ -1,16 +1,12 @@
 """What the experiment runners share: one `vit_jax.main` process per run in
 its own directory (rerunning skips a finished run and resumes an interrupted
-one), the record of a finished run, the records an experiment has already
-committed (so a fresh machine trains only the runs they lack), and the
-tables and lists of missing runs they write into their READMEs between two
-markers.
-
-The runners are scripts, not a package: they put this folder on `sys.path`
-and `import runs`.
+one), the record of a finished run, read from the files of its directory,
+the records an experiment has already committed (so a fresh machine trains
+only the runs they lack), and the results.json, figure and README sections
+each runner writes beside itself.
 """
 
 import json
-import os
 import pathlib
 import subprocess
 import sys
@@ -18,20 +14,55 @@ from typing import Callable
 
 import numpy as np
 
+from configs import cifar_small
+from vit_jax import files
+from vit_jax import plotting
+
 REPO = pathlib.Path(__file__).resolve().parents[1]
+# The study's models: key (configs/cifar_small.py's argument, results.json's
+# `model`) -> the name the tables and figures show.
+NAMES = {'vit': 'ViT-Tiny', 'simple_cnn': 'SimpleCNN',
+         'small_resnet': 'SmallResNet'}
+# A run's config.json names the registered model, not the key.
+_KEYS = {registered: key
+         for key, (registered, _) in cifar_small.MODELS.items()}
+# What a runner calls a run beyond its config (its recipe, the size of its
+# training set), written when it starts: config.json has no such names.
+DESCRIPTION_FILE = 'run.json'
 
 
 def finished(directory: pathlib.Path) -> bool:
   return (directory / 'summary.json').exists()
 
 
-def train(directory: pathlib.Path, config: str, overrides: dict):
+def model_key(config: dict) -> str:
+  """The key of the model a run's config.json trains."""
+  return _KEYS[config['model']]
+
+
+def read_json(path: pathlib.Path):
+  return json.loads(path.read_text())
+
+
+def history(directory: pathlib.Path) -> list[dict]:
+  """The records of a run's metrics.jsonl, in the order they were logged."""
+  return [json.loads(line) for line in
+          (directory / 'metrics.jsonl').read_text().splitlines()]
+
+
+def train(directory: pathlib.Path, config: str, overrides: dict,
+          description: dict | None = None):
   """Trains `config` (a path under configs/, with its `:argument`) with
   `--config.KEY=VALUE` for each of `overrides` into `directory`, its output
-  appended to `directory/log.txt`; nothing if the run has finished."""
+  appended to `directory/log.txt`; nothing if the run has finished. The
+  runner's `description` of the run goes to its DESCRIPTION_FILE first, for
+  `record`."""
   if finished(directory):
     return
   directory.mkdir(parents=True, exist_ok=True)
+  if description is not None:
+    files.write_atomically(directory / DESCRIPTION_FILE,
+                           json.dumps(description))
   print(f'training {directory.name}', flush=True)
   with open(directory / 'log.txt', 'a') as log:
     subprocess.run([
@@ -42,11 +73,13 @@ def train(directory: pathlib.Path, config: str, overrides: dict):
 
 
 def record(directory: pathlib.Path) -> dict:
-  """The fields of a finished run that every experiment's results.json has
-  (the runner adds `model`, `recipe` and `train_examples`)."""
-  summary = json.loads((directory / 'summary.json').read_text())
-  config = json.loads((directory / 'config.json').read_text())
+  """A finished run as results.json holds it: its model (config.json), what
+  its runner described it as, and what it measured (summary.json)."""
+  summary = read_json(directory / 'summary.json')
+  config = read_json(directory / 'config.json')
   return {
+      'model': model_key(config),
+      **read_json(directory / DESCRIPTION_FILE),
       'epochs': round(summary['epochs']),
       'seed': config['seed'],
       'best_test_accuracy': summary['best_test_accuracy'],
@@ -68,11 +101,25 @@ def landed(results: pathlib.Path,
   if not results.exists():
     return {}
   try:
-    records = json.loads(results.read_text())
+    records = read_json(results)
   except json.JSONDecodeError as e:
     sys.exit(f'error: {results} is not JSON ({e}); restore it with '
              f'`git checkout -- {results.name}` in its folder.')
   return {run_name(r): r for r in records}
+
+
+def load_records(workdir: pathlib.Path, committed: dict[str, dict],
+                 run_name: Callable[[dict], str]) -> dict[str, dict]:
+  """By run name, the records of the described runs finished in `workdir`,
+  and of those in `committed` (what `landed` read) that `workdir` does not
+  hold. A run from before the runners described their runs is read from
+  `committed` only: it landed there as it finished."""
+  found = dict(committed)
+  for description in sorted(workdir.glob(f'*/{DESCRIPTION_FILE}')):
+    if finished(description.parent):
+      run = record(description.parent)
+      found[run_name(run)] = run
+  return found
 
 
 def integers(flag: str, values: list[str], minimum: int = 1,
@@ -116,60 +163,47 @@ def wall_time_cell(records: list[dict]) -> str:
       for device, minutes in by_device.items())
 
 
-def write_results(folder: pathlib.Path, records):
-  """`records` as the experiment's results.json in `folder`, which `landed`
-  reads back."""
-  write_atomically(folder / 'results.json',
-                   json.dumps(records, indent=1) + '\n')
+def write_summary(folder: pathlib.Path, results, searched: str,
+                  figure: str, plot: Callable[[object, pathlib.Path], None],
+                  sections: dict[str, str]):
+  """`results` as folder/results.json (what `landed` reads back), drawn by
+  `plot` as folder/`figure`, and each of `sections` (name -> text) between
+  its markers in folder/README.md; one clear error (exit) if there are no
+  results, found in `searched`."""
+  if not results:
+    sys.exit(f'error: no finished runs in {searched}.')
+  write_results(folder, results)
+  plot(results, folder / figure)
+  for name, text in sections.items():
+    write_section(folder / 'README.md', name, text)
 
 
-def write_atomically(path: pathlib.Path, text: str):
-  """A runner killed while it writes leaves the old file or the new one,
-  never half of one: results.json is what the next machine resumes from."""
-  _replace(path, lambda partial: partial.write_text(text))
+def write_results(folder: pathlib.Path, results):
+  files.write_atomically(folder / 'results.json',
+                         json.dumps(results, indent=1) + '\n')
 
 
-def save_figure(fig, path: pathlib.Path):
-  """`fig` as a PNG at `path`, written as write_atomically does."""
-  _replace(path, lambda partial: fig.savefig(partial, dpi=120, format='png'))
+def section_markers(name: str) -> tuple[str, str]:
+  return (f'<!-- {name}: written by run.py -->', f'<!-- end of {name} -->')
 
 
-def _replace(path: pathlib.Path, write: Callable[[pathlib.Path], None]):
-  partial = path.with_name(path.name + '.partial')
-  write(partial)
-  os.replace(partial, path)
-
-
-def write_between(readme: pathlib.Path, start_marker: str, end_marker: str,
-                  text: str):
-  """Replaces what `readme` has between the two markers with `text`."""
+def write_section(readme: pathlib.Path, name: str, text: str):
+  """Replaces what `readme` has between the markers of section `name` with
+  `text`."""
   content = readme.read_text()
+  start_marker, end_marker = section_markers(name)
   start, end = content.index(start_marker), content.index(end_marker)
-  write_atomically(readme, content[:start + len(start_marker)] + '\n\n' +
-                   text + '\n\n' + content[end:])
+  files.write_atomically(readme, content[:start + len(start_marker)] +
+                         '\n\n' + text + '\n\n' + content[end:])
 
 
-MISSING_START = '<!-- missing runs: written by run.py -->'
-MISSING_END = '<!-- end of missing runs -->'
-
-
-def write_missing(readme: pathlib.Path, planned: list[str],
-                  done: set[str]):
-  """Lists in `readme`, between the MISSING markers, the runs of `planned`
-  (run names, in the order the runner trains them) not in `done`."""
+def missing_runs(planned: list[str], done: set[str]) -> str:
+  """The 'missing runs' section: the runs of `planned` (run names, in the
+  order the runner trains them) not in `done`."""
   missing = [name for name in planned if name not in done]
-  if missing:
-    text = (f'{len(missing)} of {len(planned)} planned runs, in the order '
-            '`run.py` trains them:\n\n' +
-            '\n'.join(f'- `{name}`' for name in missing))
-  else:
-    text = f'None: all {len(planned)} planned runs have finished.'
-  write_between(readme, MISSING_START, MISSING_END, text)
+  if not missing:
+    return f'None: all {len(planned)} planned runs have finished.'
+  return (f'{len(missing)} of {len(planned)} planned runs, in the order '
+          '`run.py` trains them:\n\n' +
+          '\n'.join(f'- `{name}`' for name in missing))
 
-
-def pyplot():
-  """matplotlib's pyplot drawing to files (no display on a cluster)."""
-  import matplotlib  # pylint: disable=g-import-not-at-top
-  matplotlib.use('Agg')
-  import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
-  return plt

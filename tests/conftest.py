@@ -1,8 +1,7 @@
 """Shared fixtures: synthetic datasets in the official on-disk formats, the
-study's config cut down to seconds, and the files outside the package (the
-configs, the experiment runners and the runs they read)."""
+study's config cut down to seconds, and the run directories the experiment
+runners read."""
 
-import importlib.util
 import io
 import json
 import os
@@ -14,11 +13,12 @@ import subprocess
 import sys
 import tempfile
 import time
-import types
 
 import ml_collections
 import numpy as np
 import pytest
+
+from configs import cifar_small
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
@@ -140,22 +140,17 @@ TINY_MODELS = {
 }
 
 
-def load_file(path: str) -> types.ModuleType:
-  """A file of the repository outside the package (a config, an experiment's
-  runner: folders that are not packages), imported as a module."""
-  spec = importlib.util.spec_from_file_location(
-      pathlib.Path(path).with_suffix('').as_posix().replace('/', '.'),
-      ROOT / path)
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  return module
-
-
-def finished_run(directory: pathlib.Path, seed: int = 3, **summary):
+def finished_run(directory: pathlib.Path, seed: int = 3, model: str = 'vit',
+                 description: dict | None = None, **summary):
   """A run directory as a finished `vit_jax.main` leaves it, as far as the
-  experiment runners read it; `summary` changes fields of summary.json."""
+  experiment runners read it: of `model` (a configs/cifar_small.py key), with
+  the runner's `description` if given; `summary` changes fields of
+  summary.json."""
   directory.mkdir(parents=True)
-  (directory / 'config.json').write_text(json.dumps({'seed': seed}))
+  (directory / 'config.json').write_text(json.dumps(
+      {'model': cifar_small.MODELS[model][0], 'seed': seed}))
+  if description is not None:
+    (directory / 'run.json').write_text(json.dumps(description))
   (directory / 'summary.json').write_text(json.dumps({
       'best_test_accuracy': 0.514, 'best_epoch': 28.0, 'epochs': 30.0,
       'final_test_accuracy': 0.513, 'final_train_accuracy': 0.57,
@@ -163,7 +158,7 @@ def finished_run(directory: pathlib.Path, seed: int = 3, **summary):
 
 
 def study_config(model: str = 'vit') -> ml_collections.ConfigDict:
-  return load_file('configs/cifar_small.py').get_config(model)
+  return cifar_small.get_config(model)
 
 
 def tiny_config(data_dir, variant='vit', **overrides):

@@ -1,11 +1,12 @@
 """Every config file builds, for every argument it documents, and passes the
 checks that need no data."""
 
+import importlib
+
 import jax
 import numpy as np
 import pytest
 
-from tests.conftest import load_file
 from tests.conftest import png
 from vit_jax import checkpoint
 from vit_jax import config_schema
@@ -15,7 +16,7 @@ from vit_jax import train
 
 
 def _config(name, argument=None):
-  module = load_file(f'configs/{name}.py')
+  module = importlib.import_module(f'configs.{name}')
   return module.get_config(argument) if argument else module.get_config()
 
 

@@ -29,6 +29,8 @@ import sys
 import tempfile
 import time
 
+from experiments.benchmarks import study_step
+
 # Kinds of work, by XLA's names for its thunks; the first match wins.
 KINDS = (
     ('matmuls (YNNPACK kernels)', re.compile(r'^ynn_fusion')),
@@ -112,9 +114,7 @@ def matmuls_alone_and_side_by_side():
   """Each of MATMULS in one process pinned to core 0, then in two processes
   at once pinned to cores 0 and 1: whether the cores slow each other's
   matmuls down."""
-  print('| matmul (M x K x N) | alone, GFLOP/s | two at once, GFLOP/s each |')
-  print('| --- | ---: | ---: |')
-  for shape in MATMULS:
+  def rates(shape):
     def start(core):
       return subprocess.Popen(
           ['taskset', '-c', str(core), sys.executable, __file__,
@@ -123,8 +123,12 @@ def matmuls_alone_and_side_by_side():
     alone = float(start(0).communicate()[0])
     pair = [start(0), start(1)]
     both = [float(process.communicate()[0]) for process in pair]
-    print(f'| {"x".join(map(str, shape))} | {alone:.0f} | '
-          f'{both[0]:.0f}, {both[1]:.0f} |')
+    return ('x'.join(map(str, shape)), f'{alone:.0f}',
+            f'{both[0]:.0f}, {both[1]:.0f}')
+
+  study_step.print_table(
+      ('matmul (M x K x N)', 'alone, GFLOP/s', 'two at once, GFLOP/s each'),
+      map(rates, MATMULS))
 
 
 def main():
@@ -144,24 +148,23 @@ def main():
     return
   os.environ['XLA_FLAGS'] = (os.environ.get('XLA_FLAGS', '') +
                              ' --xla_cpu_enable_xprof_traceme=true')
+<<<<<<< HEAD
   from vit_jax import distributed# pylint: disable=g-import-not-at-top
   distributed.set_cpu_devices(args.cpu_devices)
   from vit_jax import benchmark  # pylint: disable=g-import-not-at-top
 
+=======
+>>>>>>> redesign-experiments
   with tempfile.TemporaryDirectory() as trace_dir:
-    result = benchmark.run_benchmark(
-        model='ViT-Tiny-CIFAR_4', batch_size=128, image_size=32,
-        steps_timed=5, augment=True, trace_dir=trace_dir,
-        trace_steps=args.steps)
+    result = study_step.measure(args.cpu_devices, steps_timed=5,
+                                trace_dir=trace_dir, trace_steps=args.steps)
     trace_path = next(pathlib.Path(trace_dir).rglob('perfetto_trace.json.gz'))
     table = summarize(trace_path, args.steps)
   print(f'{args.cpu_devices} host devices; untraced step '
         f'{result["train_ms_per_step"]:.0f} ms '
         f'({result["train_images_per_second"]:.1f} img/s)\n')
-  print('| work | thread-ms per step |')
-  print('| --- | ---: |')
-  for kind, ms in table.items():
-    print(f'| {kind} | {ms:,.0f} |')
+  study_step.print_table(('work', 'thread-ms per step'),
+                         ((kind, f'{ms:,.0f}') for kind, ms in table.items()))
 
 
 if __name__ == '__main__':

@@ -25,12 +25,12 @@ from absl import app
 from absl import flags
 import numpy as np
 
-HERE = pathlib.Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent))
-import runs  # pylint: disable=g-import-not-at-top,wrong-import-position
+from experiments import runs
+from vit_jax import plotting
 
-NAMES = {'vit': 'ViT-Tiny', 'simple_cnn': 'SimpleCNN',
-         'small_resnet': 'SmallResNet'}
+HERE = pathlib.Path(__file__).resolve().parent
+# Every run trains on the study's subset.
+TRAIN_EXAMPLES = 5000
 # Each ingredient's config changes, in the order the ablation adds them; a
 # recipe is the study's plus some of them, named by the ingredients it adds.
 INGREDIENTS = dict([
@@ -61,8 +61,6 @@ CUMULATIVE = [ALL[:i] for i in range(len(ALL) + 1)]
 ON_STUDY = [('spt_lsa',), ('distillation',), ('spt_lsa', 'distillation')]
 CNN_AUGMENTED = ALL[:3]
 TEACHER = 'simple_cnn'
-TABLE_START = '<!-- ablation table: written by run.py -->'
-TABLE_END = '<!-- end of ablation table -->'
 
 
 def recipe_name(ingredients: tuple[str, ...]) -> str:
@@ -183,20 +181,22 @@ def train(workdir: pathlib.Path, data_dir: pathlib.Path, budgets: list[int],
   """Trains the planned runs finished neither in `workdir` nor in `landed`
   (the committed records), at most `max_runs` new runs (0: all), calling
   `after_each_run` as each finishes."""
-  for count, (directory, model, overrides) in enumerate(
+  for count, (directory, model, recipe, overrides) in enumerate(
       _unfinished_runs(workdir, budgets, landed or {})):
     if max_runs and count == max_runs:
       return
     runs.train(directory, f'configs/data_efficient.py:{model}',
-               {'data_dir': data_dir, **overrides})
+               {'data_dir': data_dir, **overrides},
+               {'recipe': recipe, 'train_examples': TRAIN_EXAMPLES})
     after_each_run()
 
 
 def _unfinished_runs(workdir: pathlib.Path, budgets: list[int],
                      landed: dict[str, dict]):
-  """(directory, model, overrides) of each planned run not yet finished, in
-  order; the teacher of a distilled run first where only its record landed.
-  Lazy: a teacher is looked for after the runs before it have trained."""
+  """(directory, model, recipe, overrides) of each planned run not yet
+  finished, in order; the teacher of a distilled run first where only its
+  record landed. Lazy: a teacher is looked for after the runs before it have
+  trained."""
   for model, ingredients, epochs, seed in planned_runs(workdir, budgets,
                                                        landed):
     name = run_name(model, ingredients, epochs, seed)
@@ -210,11 +210,12 @@ def _unfinished_runs(workdir: pathlib.Path, budgets: list[int],
         # record came from; the retrained run's record replaces it.
         print(f'retraining the teacher {teacher.name}: its checkpoint is not '
               f'in {workdir}', flush=True)
-        yield teacher, TEACHER, _run_overrides(TEACHER, (), epochs, seed)
+        yield (teacher, TEACHER, recipe_name(()),
+               _run_overrides(TEACHER, (), epochs, seed))
       if not runs.finished(teacher):
         sys.exit(f'error: the teacher {teacher} has not finished.')
       overrides['distillation_teacher'] = teacher
-    yield workdir / name, model, overrides
+    yield workdir / name, model, recipe_name(ingredients), overrides
 
 
 def _run_overrides(model: str, ingredients: tuple[str, ...], epochs: int,
@@ -227,14 +228,7 @@ def load_runs(workdir: pathlib.Path,
               landed: dict[str, dict] | None = None) -> list[dict]:
   """The records of the runs finished in `workdir`, and of those in `landed`
   that `workdir` does not hold."""
-  records = dict(landed or {})
-  for directory in sorted(workdir.glob('*_e*_seed*')):
-    if not runs.finished(directory):
-      continue
-    model, recipe = directory.name.split('_study', 1)
-    records[directory.name] = {
-        'model': model, 'recipe': 'study' + recipe.rsplit('_e', 1)[0],
-        'train_examples': 5000, **runs.record(directory)}
+  records = runs.load_records(workdir, landed or {}, record_name)
   return sorted(records.values(), key=lambda r: (
       r['epochs'], r['model'], _rank(r['recipe']), r['seed']))
 
@@ -277,7 +271,7 @@ def table(records: list[dict]) -> str:
     study_vit = groups.get((epochs, 'vit', 'study'))
     best_cnn = max(cnns.items(), key=lambda item: item[1]) if cnns else None
     lines += [f'**{epochs} epochs**' + (
-        f' (best CNN: {NAMES[best_cnn[0][1]]}, {best_cnn[0][2]}, '
+        f' (best CNN: {runs.NAMES[best_cnn[0][1]]}, {best_cnn[0][2]}, '
         f'{best_cnn[1]:.1f}%)' if best_cnn else ''), '',
               '| Model | Recipe | Best test acc (%) | Final train acc (%) | '
               'Gap to the best CNN closed (points over the study ViT ± '
@@ -295,7 +289,7 @@ def table(records: list[dict]) -> str:
         if key[2] != 'study':
           closed += f' ({_gain(group, study_vit)})'
       lines.append(
-          f'| {NAMES[key[1]]} | {key[2]} | '
+          f'| {runs.NAMES[key[1]]} | {key[2]} | '
           f'{_seed_cell(group, "best_test_accuracy")} | '
           f'{_seed_cell(group, "final_train_accuracy")} | {closed} | '
           f'{runs.wall_time_cell(group)} |')
@@ -304,7 +298,7 @@ def table(records: list[dict]) -> str:
 
 
 def plot(records: list[dict], path: pathlib.Path):
-  plt = runs.pyplot()
+  plt = plotting.pyplot()
   budgets = sorted({r['epochs'] for r in records})
   fig, axes = plt.subplots(1, len(budgets), figsize=(7 * len(budgets), 4.5),
                            squeeze=False)
@@ -325,7 +319,7 @@ def plot(records: list[dict], path: pathlib.Path):
         if (epochs, model, recipe) in groups:
           ax.axhline(_accuracies(groups[epochs, model, recipe]).mean(),
                      linestyle=style, color=color,
-                     label=f'{NAMES[model]}, {name}')
+                     label=f'{runs.NAMES[model]}, {name}')
     ax.set_xticks(range(len(recipes)), labels, rotation=30, ha='right',
                   fontsize=8)
     ax.set_xlim(-0.6, len(ORDER) - 0.4)  # bars as wide in every panel
@@ -334,7 +328,7 @@ def plot(records: list[dict], path: pathlib.Path):
     ax.legend(fontsize=7)
     ax.grid(alpha=0.3, axis='y')
   fig.tight_layout()
-  runs.save_figure(fig, path)
+  plotting.save_figure(fig, path)
 
 
 def summarize(workdir: pathlib.Path, budgets: list[int],
@@ -343,16 +337,12 @@ def summarize(workdir: pathlib.Path, budgets: list[int],
   runs from the runs finished in `workdir` or `landed`; returns their
   records."""
   records = load_runs(workdir, landed)
-  if not records:
-    sys.exit(f'error: no finished runs in {workdir} or results.json.')
-  runs.write_results(HERE, records)
-  plot(records, HERE / 'ablation.png')
-  runs.write_between(HERE / 'README.md', TABLE_START, TABLE_END,
-                     table(records))
-  runs.write_missing(
-      HERE / 'README.md',
-      [run_name(*run) for run in planned_runs(workdir, budgets, landed)],
-      {record_name(r) for r in records})
+  planned = [run_name(*run) for run in planned_runs(workdir, budgets, landed)]
+  runs.write_summary(HERE, records, f'{workdir} or results.json',
+                     'ablation.png', plot, {
+                         'ablation table': table(records),
+                         'missing runs': runs.missing_runs(
+                             planned, {record_name(r) for r in records})})
   return records
 
 

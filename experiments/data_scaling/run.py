@@ -25,15 +25,11 @@ from absl import app
 from absl import flags
 import numpy as np
 
-HERE = pathlib.Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent))
-import runs  # pylint: disable=g-import-not-at-top,wrong-import-position
+from experiments import runs
+from vit_jax import plotting
 
-NAMES = {'vit': 'ViT-Tiny', 'simple_cnn': 'SimpleCNN',
-         'small_resnet': 'SmallResNet'}
+HERE = pathlib.Path(__file__).resolve().parent
 RECIPE = 'study'
-TABLE_START = '<!-- results table: written by run.py -->'
-TABLE_END = '<!-- end of results table -->'
 
 
 def subset(jpeg_dir: pathlib.Path, root: pathlib.Path, size: int
@@ -90,10 +86,12 @@ def train(workdir: pathlib.Path, jpeg_dir: pathlib.Path, planned: list,
     name = run_name(model, size, seed)
     if name in landed or runs.finished(workdir / name):
       continue
-    runs.train(workdir / name, f'configs/cifar_small.py:{model}', {
-        'dataset': 'image_folder',
-        'train_examples_per_file': 0, 'test_examples': 0, 'seed': seed,
-        'data_dir': subset(jpeg_dir, workdir / 'data', size)})
+    runs.train(
+        workdir / name, f'configs/cifar_small.py:{model}',
+        {'dataset': 'image_folder', 'train_examples_per_file': 0,
+         'test_examples': 0, 'seed': seed,
+         'data_dir': subset(jpeg_dir, workdir / 'data', size)},
+        {'recipe': RECIPE, 'train_examples': size})
     after_each_run()
 
 
@@ -101,15 +99,7 @@ def load_runs(workdir: pathlib.Path,
               landed: dict[str, dict] | None = None) -> list[dict]:
   """The records of the runs finished in `workdir`, and of those in `landed`
   that `workdir` does not hold."""
-  records = dict(landed or {})
-  for directory in sorted(workdir.glob(f'*_{RECIPE}_n*_seed*')):
-    if not runs.finished(directory):
-      continue
-    records[directory.name] = {
-        'model': directory.name.split(f'_{RECIPE}_')[0],
-        'recipe': RECIPE,
-        'train_examples': int(directory.name.split('_n')[-1].split('_')[0]),
-        **runs.record(directory)}
+  records = runs.load_records(workdir, landed or {}, record_name)
   return sorted(records.values(), key=lambda r: (
       r['train_examples'], r['model'], r['seed']))
 
@@ -146,26 +136,26 @@ def table(records: list[dict]) -> str:
   sizes = sorted({r['train_examples'] for r in records})
   lines = ['| Model | ' + ' | '.join(f'{s:,}' for s in sizes) + ' |',
            '|---|' + '---|' * len(sizes)]
-  for model in NAMES:
+  for model in runs.NAMES:
     if model not in curves:
       continue
     cells = [runs.mean_std(curves[model][s]) if s in curves[model] else
              'not run yet' for s in sizes]
-    lines.append(f'| {NAMES[model]} | ' + ' | '.join(cells) + ' |')
+    lines.append(f'| {runs.NAMES[model]} | ' + ' | '.join(cells) + ' |')
   return '\n'.join(lines)
 
 
 def plot(records: list[dict], path: pathlib.Path):
-  plt = runs.pyplot()
+  plt = plotting.pyplot()
   curves = by_model_and_size(records)
   fig, ax = plt.subplots(figsize=(6, 4))
   for model, curve in curves.items():
     sizes = sorted(curve)
     means = [100 * np.mean(curve[s]) for s in sizes]
-    ax.plot(sizes, means, 'o-', label=NAMES[model])
+    ax.plot(sizes, means, 'o-', label=runs.NAMES[model])
   for cnn, size in crossovers(curves):
     ax.axvline(size, color='gray', linestyle=':')
-    ax.annotate(f'ViT meets {NAMES[cnn]}\n~{size:,.0f}',
+    ax.annotate(f'ViT meets {runs.NAMES[cnn]}\n~{size:,.0f}',
                 (size, ax.get_ylim()[0]),
                 fontsize=8, rotation=90, va='bottom')
   ax.set_xscale('log')
@@ -175,7 +165,7 @@ def plot(records: list[dict], path: pathlib.Path):
   ax.grid(alpha=0.3, which='both')
   ax.legend()
   fig.tight_layout()
-  runs.save_figure(fig, path)
+  plotting.save_figure(fig, path)
 
 
 def summarize(workdir: pathlib.Path, planned: list,
@@ -184,14 +174,12 @@ def summarize(workdir: pathlib.Path, planned: list,
   missing runs from the runs finished in `workdir` or `landed`; returns
   their records."""
   records = load_runs(workdir, landed)
-  if not records:
-    sys.exit(f'error: no finished runs in {workdir} or results.json.')
-  runs.write_results(HERE, records)
-  plot(records, HERE / 'accuracy_vs_size.png')
-  runs.write_between(HERE / 'README.md', TABLE_START, TABLE_END,
-                     table(records))
-  runs.write_missing(HERE / 'README.md', [run_name(*run) for run in planned],
-                     {record_name(r) for r in records})
+  runs.write_summary(HERE, records, f'{workdir} or results.json',
+                     'accuracy_vs_size.png', plot, {
+                         'results table': table(records),
+                         'missing runs': runs.missing_runs(
+                             [run_name(*run) for run in planned],
+                             {record_name(r) for r in records})})
   return records
 
 
@@ -199,10 +187,10 @@ def main(argv):
   del argv
   args = flags.FLAGS
   workdir = pathlib.Path(args.workdir).absolute()
-  unknown = [m for m in args.models if m not in NAMES]
+  unknown = [m for m in args.models if m not in runs.NAMES]
   if unknown or not args.models:
     sys.exit(f'error: --models={",".join(args.models)}: use some of '
-             f'{",".join(NAMES)}.')
+             f'{",".join(runs.NAMES)}.')
   planned = list(planned_runs(
       runs.integers('sizes', args.sizes, multiple_of=10,
                     example='5000,10000 (the subsets are class-balanced)'),

@@ -12,16 +12,14 @@ same recipe at 32x32. Writes results.json and the table in README.md next to
 this file. Reruns resume.
 """
 
-import json
 import pathlib
-import sys
 
 from absl import app
 from absl import flags
 
+from experiments import runs
+
 HERE = pathlib.Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent))
-import runs  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 _PRETRAINED = flags.DEFINE_string('pretrained', None,
                                   'A configs/cifar_small.py ViT run.')
@@ -33,24 +31,20 @@ _IMAGE_SIZES = flags.DEFINE_list('image_sizes', ['48', '32'],
                                  'Fine-tuning resolutions.')
 flags.mark_flags_as_required(['pretrained'])
 
-TABLE_START = '<!-- results table: written by run.py -->'
-TABLE_END = '<!-- end of results table -->'
-
 
 def main(argv):
   del argv
   pretrained = pathlib.Path(_PRETRAINED.value).absolute()
-  summary = json.loads((pretrained / 'summary.json').read_text())
+  summary = runs.read_json(pretrained / 'summary.json')
   rows = [('pre-trained (configs/cifar_small.py)', 32, summary, None)]
   for size in _IMAGE_SIZES.value:
     workdir = pathlib.Path(_WORKDIR.value).absolute() / f'finetune_{size}'
     runs.train(workdir, 'configs/finetune.py', {
         'init_from': pretrained, 'image_size': size,
         'data_dir': pathlib.Path(_DATA_DIR.value).absolute()})
-    history = [json.loads(line) for line in
-               (workdir / 'metrics.jsonl').read_text().splitlines()]
+    history = runs.history(workdir)
     rows.append(('fine-tuned (configs/finetune.py)', int(size),
-                 json.loads((workdir / 'summary.json').read_text()),
+                 runs.read_json(workdir / 'summary.json'),
                  sum(r['seconds'] for r in history) / 60))
 
   results = [{'run': name, 'image_size': size, 'wall_minutes': minutes,
@@ -65,8 +59,7 @@ def main(argv):
         f'{100 * r["best_test_accuracy"]:.1f}% | '
         f'{100 * r["final_test_accuracy"]:.1f}% | '
         f'{100 * r["final_train_accuracy"]:.1f}% | {minutes} |')
-  runs.write_between(HERE / 'README.md', TABLE_START, TABLE_END,
-                     '\n'.join(lines))
+  runs.write_section(HERE / 'README.md', 'results table', '\n'.join(lines))
   print('\n'.join(lines))
 
 

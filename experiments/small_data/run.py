@@ -12,17 +12,17 @@ file, `results.json`, `learning_curves.png` and the two results tables inside
 --summarize_only skips training and summarises the runs that exist.
 """
 
-import json
 import pathlib
-import sys
 
 from absl import app
 from absl import flags
 import numpy as np
 
+from configs import cifar_small
+from experiments import runs
+from vit_jax import plotting
+
 HERE = pathlib.Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent))
-import runs  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 _DATA_DIR = flags.DEFINE_string('data_dir', '../shared/data/cifar10-5k',
                                 'The 5k/1k CIFAR-10 subset.')
@@ -45,16 +45,12 @@ _SUMMARIZE_ONLY = flags.DEFINE_bool('summarize_only', False,
 
 # Best test accuracy / final train accuracy the study reports.
 STUDY = {
-    'vit': ('ViT-Tiny', 0.4960, 0.5352),
-    'simple_cnn': ('SimpleCNN', 0.7080, 0.8024),
-    'small_resnet': ('SmallResNet', 0.6330, 0.6906),
+    'vit': (0.4960, 0.5352),
+    'simple_cnn': (0.7080, 0.8024),
+    'small_resnet': (0.6330, 0.6906),
 }
-# configs/cifar_small.py's default is the first.
+# Recipe -> config.augment; configs/cifar_small.py's default is the first.
 RECIPES = {'augment': True, 'no_augment': False}
-TABLE_START = '<!-- results table: written by run.py -->'
-TABLE_END = '<!-- end of results table -->'
-BATCH_TABLE_START = '<!-- batch-size table: written by run.py -->'
-BATCH_TABLE_END = '<!-- end of batch-size table -->'
 
 
 def run_name(model: str, recipe: str, seed: int,
@@ -90,29 +86,26 @@ def train(workdir: pathlib.Path, data_dir: pathlib.Path):
 
 def parameter_count(model: str) -> int:
   import jax  # pylint: disable=g-import-not-at-top
-  sys.path.insert(0, str(runs.REPO))
-  from configs import cifar_small  # pylint: disable=g-import-not-at-top
   from vit_jax import models  # pylint: disable=g-import-not-at-top
-  config = cifar_small.get_config(model)
-  module = models.create_model(config.model, 10, **config.model_overrides)
+  module = models.from_config(cifar_small.get_config(model), 10)
   shapes = jax.eval_shape(
       lambda: module.init(jax.random.key(0), np.zeros((1, 32, 32, 3)),
                           train=False))
   return sum(int(np.prod(x.shape)) for x in jax.tree.leaves(shapes['params']))
 
 
-def load_run(directory: pathlib.Path) -> dict | None:
-  """A finished run's summary and per-epoch curves; None if unfinished."""
-  if not runs.finished(directory):
-    return None
-  summary = json.loads((directory / 'summary.json').read_text())
-  history = [json.loads(line) for line in
-             (directory / 'metrics.jsonl').read_text().splitlines()]
-  config = json.loads((directory / 'config.json').read_text())
-  return {
+def load_run(directory: pathlib.Path) -> tuple[str, str, dict]:
+  """(model, recipe, record) of a finished run, from its config and
+  summary: the record holds its per-epoch curves."""
+  summary = runs.read_json(directory / 'summary.json')
+  config = runs.read_json(directory / 'config.json')
+  history = runs.history(directory)
+  recipe = {augment: name for name, augment in RECIPES.items()}[
+      config['augment']]
+  return runs.model_key(config), recipe, {
       'seed': config['seed'],
       'batch_size': config['batch_size'],
-      'steps_per_epoch': config['train_examples'] // config['batch_size'],
+      'steps_per_epoch': round(summary['steps'] / summary['epochs']),
       'best_test_accuracy': summary['best_test_accuracy'],
       'best_epoch': summary['best_epoch'],
       'final_train_accuracy': summary['final_train_accuracy'],
@@ -126,22 +119,23 @@ def load_run(directory: pathlib.Path) -> dict | None:
 
 def collect(workdir: pathlib.Path) -> dict:
   """{model: {'parameters': n, recipe: [run, ...], 'batch_sizes': [run, ...]}}
-  where 'batch_sizes' holds the default recipe's first seed at every batch
-  size, the config's included."""
-  results = {}
+  of the runs finished in `workdir`: each recipe's runs at the config's
+  batch size, and 'batch_sizes' the default recipe's first seed at every
+  batch size, the config's included."""
+  loaded = [load_run(d) for d in sorted(workdir.glob('*')) if runs.finished(d)]
   first_seed = int(_SEEDS.value[0])
+  results = {}
   for model in STUDY:
+    config_batch_size = cifar_small.get_config(model).batch_size
     for recipe in RECIPES:
-      loaded = [load_run(d) for d in
-                sorted(workdir.glob(f'{model}_{recipe}_seed*'))]
-      if loaded := [r for r in loaded if r]:
+      group = [r for m, c, r in loaded if (m, c) == (model, recipe) and
+               r['batch_size'] == config_batch_size]
+      if group:
         results.setdefault(model, {'parameters': parameter_count(model)})
-        results[model][recipe] = sorted(loaded, key=lambda r: r['seed'])
-    probes = [load_run(d) for d in workdir.glob(
-        f'{model}_augment_batch*_seed{first_seed}')]
-    probes += [r for r in results.get(model, {}).get('augment', [])
-               if r['seed'] == first_seed]
-    if len(probes := [r for r in probes if r]) > 1:
+        results[model][recipe] = sorted(group, key=lambda r: r['seed'])
+    probes = [r for m, c, r in loaded if (m, c) == (model, 'augment') and
+              r['seed'] == first_seed]
+    if len(probes) > 1:
       results[model]['batch_sizes'] = sorted(probes,
                                              key=lambda r: r['batch_size'])
   return results
@@ -154,7 +148,8 @@ def table(results: dict) -> str:
       '|---|---|---|---|---|---|---|---|---|'
   ]
   for model, by_recipe in results.items():
-    name, study_test, study_train = STUDY[model]
+    name = runs.NAMES[model]
+    study_test, study_train = STUDY[model]
     for recipe in RECIPES:
       group = by_recipe.get(recipe)
       if not group:
@@ -177,7 +172,8 @@ def batch_size_table(results: dict) -> str:
       '(%) |', '|---|---|---|---|---|---|---|---|'
   ]
   for model, by_recipe in results.items():
-    name, study_test, study_train = STUDY[model]
+    name = runs.NAMES[model]
+    study_test, study_train = STUDY[model]
     for run in by_recipe.get('batch_sizes', []):
       lines.append(
           f'| {name} | {run["batch_size"]} | {run["steps_per_epoch"]} | '
@@ -189,12 +185,13 @@ def batch_size_table(results: dict) -> str:
 
 
 def plot(results: dict, path: pathlib.Path):
-  plt = runs.pyplot()
+  plt = plotting.pyplot()
   fig, axes = plt.subplots(1, len(results), figsize=(5 * len(results), 4),
                            sharey=True, squeeze=False)
   colors = {'augment': 'tab:blue', 'no_augment': 'tab:orange'}
   for ax, (model, by_recipe) in zip(axes[0], results.items()):
-    name, study_test, _ = STUDY[model]
+    name = runs.NAMES[model]
+    study_test, _ = STUDY[model]
     for recipe, color in colors.items():
       for key, style in (('test_accuracy', '-'), ('train_accuracy', '--')):
         curves = [r[key] for r in by_recipe.get(recipe, [])]
@@ -216,7 +213,7 @@ def plot(results: dict, path: pathlib.Path):
   axes[0][0].set_ylabel('accuracy (%)')
   axes[0][0].legend(fontsize=8)
   fig.tight_layout()
-  runs.save_figure(fig, path)
+  plotting.save_figure(fig, path)
 
 
 def main(argv):
@@ -227,14 +224,9 @@ def main(argv):
     runs.require_cifar10_subset(data_dir)
     train(workdir, data_dir)
   results = collect(workdir)
-  if not results:
-    sys.exit(f'error: no finished runs in {workdir}.')
-  runs.write_results(HERE, results)
-  plot(results, HERE / 'learning_curves.png')
-  runs.write_between(HERE / 'README.md', TABLE_START, TABLE_END,
-                     table(results))
-  runs.write_between(HERE / 'README.md', BATCH_TABLE_START, BATCH_TABLE_END,
-                     batch_size_table(results))
+  runs.write_summary(HERE, results, str(workdir), 'learning_curves.png', plot,
+                     {'results table': table(results),
+                      'batch-size table': batch_size_table(results)})
   print(table(results), batch_size_table(results), sep='\n\n')
 
 

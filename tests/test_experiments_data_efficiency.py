@@ -5,18 +5,18 @@ import functools
 
 import pytest
 
+from configs import cifar_small
+from configs import data_efficient
+from experiments.data_efficiency import run
 from tests.conftest import finished_run
-from tests.conftest import load_file
 from vit_jax import models
-from vit_jax import steps
 
-run = load_file('experiments/data_efficiency/run.py')
 MODELS = ('vit', 'simple_cnn', 'small_resnet')
 
 
 def _recipe_config(model, ingredients):
   """configs/data_efficient.py with a recipe's overrides applied."""
-  config = load_file('configs/data_efficient.py').get_config(model)
+  config = data_efficient.get_config(model)
   config.update_from_flattened_dict(run.recipe_overrides(model, ingredients))
   return config
 
@@ -32,7 +32,7 @@ def _assert_same_training(config, reference):
 
 @pytest.mark.parametrize('model', MODELS)
 def test_the_study_recipe_is_the_study_config(model):
-  study = load_file('configs/cifar_small.py').get_config(model)
+  study = cifar_small.get_config(model)
   _assert_same_training(_recipe_config(model, ()), study)
 
 
@@ -42,7 +42,7 @@ def test_configs_data_efficient_is_the_full_recipe_without_distillation(
   ingredients = run.CUMULATIVE[-2] if model == 'vit' else run.CNN_AUGMENTED
   _assert_same_training(
       _recipe_config(model, ingredients),
-      load_file('configs/data_efficient.py').get_config(model))
+      data_efficient.get_config(model))
 
 
 def test_each_ingredient_turns_on_what_the_study_leaves_off():
@@ -57,14 +57,14 @@ def _fake_training(accuracies, trained):
   """A stand-in for `runs.train` that finishes each run at once, with the
   best test accuracy `accuracies` gives its (model, recipe) (0.5 if none),
   and appends (run name, overrides) to `trained`."""
-  def train(directory, config, overrides):
-    del config
-    model, recipe = directory.name.split('_study', 1)
-    recipe = 'study' + recipe.rsplit('_e', 1)[0]
+  def train(directory, config, overrides, description):
+    model = config.split(':')[1]
     trained.append((directory.name, overrides))
-    finished_run(directory, seed=overrides['seed'],
+    finished_run(directory, seed=overrides['seed'], model=model,
+                 description=description,
                  epochs=float(overrides['num_epochs']),
-                 best_test_accuracy=accuracies.get((model, recipe), 0.5))
+                 best_test_accuracy=accuracies.get(
+                     (model, description['recipe']), 0.5))
   return train
 
 
@@ -134,9 +134,10 @@ def test_a_distilled_run_without_its_teacher_is_one_clear_error(
 
 
 def test_load_runs_reads_model_recipe_and_seed(tmp_path):
-  finished_run(tmp_path / 'small_resnet_study_e100_seed2', seed=2,
-               epochs=100.0)
-  finished_run(tmp_path / 'vit_study+spt_lsa+distillation_e30_seed0', seed=0)
+  finished_run(tmp_path / 'a', seed=2, model='small_resnet', epochs=100.0,
+               description={'recipe': 'study', 'train_examples': 5000})
+  finished_run(tmp_path / 'b', seed=0, description={
+      'recipe': 'study+spt_lsa+distillation', 'train_examples': 5000})
   (tmp_path / 'vit_study_e30_seed1').mkdir()  # interrupted: no summary
   records = run.load_runs(tmp_path)
   assert [(r['model'], r['recipe'], r['epochs'], r['seed'],

@@ -5,10 +5,8 @@ import math
 
 import pytest
 
+from experiments.data_scaling import run
 from tests.conftest import finished_run
-from tests.conftest import load_file
-
-run = load_file('experiments/data_scaling/run.py')
 
 
 def _jpeg_dir(root, per_class=3, classes=('airplane', 'cat')):
@@ -65,11 +63,16 @@ def test_no_crossover_where_the_vit_stays_behind():
   assert not run.crossovers(curves)
 
 
+def _finished(directory, model, size, accuracy):
+  finished_run(directory, seed=0, model=model, best_test_accuracy=accuracy,
+               description={'recipe': 'study', 'train_examples': size})
+
+
 def test_load_runs_and_the_table(tmp_path):
-  for name, accuracy in (('vit_study_n5000_seed0', 0.45),
-                         ('vit_study_n10000_seed0', 0.52),
-                         ('small_resnet_study_n5000_seed0', 0.61)):
-    finished_run(tmp_path / name, seed=0, best_test_accuracy=accuracy)
+  for name, model, size, accuracy in (('a', 'vit', 5000, 0.45),
+                                      ('b', 'vit', 10000, 0.52),
+                                      ('c', 'small_resnet', 5000, 0.61)):
+    _finished(tmp_path / name, model, size, accuracy)
   (tmp_path / 'vit_study_n25000_seed0').mkdir()  # interrupted
   records = run.load_runs(tmp_path)
   assert [(r['model'], r['train_examples'], r['recipe']) for r in records] == [
@@ -87,13 +90,16 @@ def test_each_run_trains_the_study_recipe_on_its_subset(tmp_path,
   trained = []
   monkeypatch.setattr(run.runs, 'train', lambda *args: trained.append(args))
   run.train(tmp_path / 'work', jpeg, [('vit', 10, 0), ('simple_cnn', 20, 1)])
-  assert [(directory.name, config, overrides['seed'], overrides['data_dir'])
-          for directory, config, overrides in trained] == [
+  assert [(directory.name, config, overrides['seed'], overrides['data_dir'],
+           description)
+          for directory, config, overrides, description in trained] == [
               ('vit_study_n10_seed0', 'configs/cifar_small.py:vit', 0,
-               tmp_path / 'work/data/cifar10_10'),
+               tmp_path / 'work/data/cifar10_10',
+               {'recipe': 'study', 'train_examples': 10}),
               ('simple_cnn_study_n20_seed1',
                'configs/cifar_small.py:simple_cnn', 1,
-               tmp_path / 'work/data/cifar10_20')]
+               tmp_path / 'work/data/cifar10_20',
+               {'recipe': 'study', 'train_examples': 20})]
   assert trained[0][2]['dataset'] == 'image_folder'
 
 
@@ -110,8 +116,7 @@ def test_runs_the_committed_records_hold_do_not_train_again(tmp_path,
       'simple_cnn_study_n20_seed1']
   assert run.load_runs(tmp_path / 'work', landed) == list(landed.values())
   # A run the workdir holds is its own record, not the committed one.
-  finished_run(tmp_path / 'work/vit_study_n10_seed0', seed=0,
-               best_test_accuracy=0.45)
+  _finished(tmp_path / 'work/vit_study_n10_seed0', 'vit', 10, 0.45)
   assert [r['best_test_accuracy'] for r in run.load_runs(
       tmp_path / 'work', landed)] == [0.45]
 
@@ -120,4 +125,4 @@ def test_the_committed_records_name_their_runs():
   records = run.runs.landed(run.HERE / 'results.json', run.record_name)
   assert set(records) == {
       run.run_name(*r) for r in run.planned_runs(
-          [5000, 10000, 25000, 50000], [0], list(run.NAMES))}
+          [5000, 10000, 25000, 50000], [0], list(run.runs.NAMES))}

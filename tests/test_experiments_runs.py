@@ -1,31 +1,36 @@
 """experiments/runs.py: what the experiment runners share."""
 
 import json
-import signal
-import subprocess
-import sys
-import time
 
 import pytest
 
-from tests.conftest import ROOT
+from experiments import runs
 from tests.conftest import finished_run
-from tests.conftest import load_file
 
-runs = load_file('experiments/runs.py')
+DESCRIPTION = {'recipe': 'study', 'train_examples': 5000}
 
 
 def test_record_of_a_finished_run(tmp_path):
-  finished_run(tmp_path / 'run')
+  finished_run(tmp_path / 'run', model='small_resnet', description=DESCRIPTION)
   assert runs.finished(tmp_path / 'run')
   assert runs.record(tmp_path / 'run') == {
+      'model': 'small_resnet', 'recipe': 'study', 'train_examples': 5000,
       'epochs': 30, 'seed': 3, 'best_test_accuracy': 0.514,
       'best_epoch': 28.0, 'final_test_accuracy': 0.513,
       'final_train_accuracy': 0.57, 'wall_minutes': 16.5, 'device': 'cpu'}
 
 
+def test_a_run_is_read_from_its_files_not_its_directory_name(tmp_path):
+  finished_run(tmp_path / 'vit_e100', model='simple_cnn', seed=1,
+               description={'recipe': 'b', 'train_examples': 10})
+  record = runs.record(tmp_path / 'vit_e100')
+  assert (record['model'], record['recipe'], record['epochs'],
+          record['seed'], record['train_examples']) == (
+              'simple_cnn', 'b', 30, 1, 10)
+
+
 def test_record_names_the_accelerator_that_trained_the_run(tmp_path):
-  finished_run(tmp_path / 'run')
+  finished_run(tmp_path / 'run', description=DESCRIPTION)
   summary = json.loads((tmp_path / 'run/summary.json').read_text())
   (tmp_path / 'run/summary.json').write_text(
       json.dumps({**summary, 'device': 'NVIDIA H100 80GB HBM3'}))
@@ -48,12 +53,38 @@ def test_train_skips_a_finished_run(tmp_path, monkeypatch):
   assert not runs.finished(tmp_path / 'other')
 
 
-def test_write_between_replaces_only_the_marked_table(tmp_path):
+def test_train_describes_the_run_before_it_starts(tmp_path, monkeypatch):
+  started = []
+  monkeypatch.setattr(runs.subprocess, 'run', lambda command, **_: (
+      started.append(json.loads((tmp_path / 'run/run.json').read_text()))))
+  runs.train(tmp_path / 'run', 'configs/cifar_small.py:vit', {'seed': 0},
+             DESCRIPTION)
+  assert started == [DESCRIPTION]
+
+
+def test_load_records_reads_the_described_finished_runs(tmp_path):
+  committed = {'a': {'name': 'a', 'best_test_accuracy': 0.4},
+               'b': {'name': 'b', 'best_test_accuracy': 0.4}}
+  finished_run(tmp_path / 'b', description={'name': 'b'})
+  finished_run(tmp_path / 'c', description={'name': 'c'})
+  finished_run(tmp_path / 'from_before_descriptions')
+  (tmp_path / 'interrupted').mkdir()
+  (tmp_path / 'interrupted/run.json').write_text('{"name": "d"}')
+  records = runs.load_records(tmp_path, committed, lambda r: r['name'])
+  assert sorted(records) == ['a', 'b', 'c']
+  # A run the workdir holds is its own record, not the committed one.
+  assert records['a'] == committed['a']
+  assert records['b']['best_test_accuracy'] == 0.514
+
+
+def test_write_section_replaces_only_the_marked_section(tmp_path):
   readme = tmp_path / 'README.md'
-  readme.write_text('intro\n<!-- a -->\n\nold\n\n<!-- b -->\nafter\n')
-  runs.write_between(readme, '<!-- a -->', '<!-- b -->', '| new |')
-  assert readme.read_text() == ('intro\n<!-- a -->\n\n| new |\n\n'
-                                '<!-- b -->\nafter\n')
+  start, end = runs.section_markers('results table')
+  assert (start, end) == ('<!-- results table: written by run.py -->',
+                          '<!-- end of results table -->')
+  readme.write_text(f'intro\n{start}\n\nold\n\n{end}\nafter\n')
+  runs.write_section(readme, 'results table', '| new |')
+  assert readme.read_text() == f'intro\n{start}\n\n| new |\n\n{end}\nafter\n'
 
 
 def test_mean_std():
@@ -68,15 +99,29 @@ def test_a_directory_without_the_subset_is_one_clear_error(tmp_path):
     runs.require_cifar10_subset(tmp_path)
 
 
-def test_write_missing_lists_the_planned_runs_not_done_in_order(tmp_path):
+def test_missing_runs_lists_the_planned_runs_not_done_in_order():
+  assert runs.missing_runs(['c', 'b', 'a'], {'b'}) == (
+      '2 of 3 planned runs, in the order `run.py` trains them:\n\n'
+      '- `c`\n- `a`')
+  assert runs.missing_runs(['b'], {'b'}) == (
+      'None: all 1 planned runs have finished.')
+
+
+def test_write_summary_writes_results_figure_and_sections(tmp_path):
   readme = tmp_path / 'README.md'
-  readme.write_text(f'{runs.MISSING_START}\n{runs.MISSING_END}\n')
-  runs.write_missing(readme, ['c', 'b', 'a'], {'b'})
-  assert readme.read_text() == (
-      f'{runs.MISSING_START}\n\n2 of 3 planned runs, in the order `run.py` '
-      f'trains them:\n\n- `c`\n- `a`\n\n{runs.MISSING_END}\n')
-  runs.write_missing(readme, ['b'], {'b'})
-  assert 'None: all 1 planned runs have finished.' in readme.read_text()
+  readme.write_text(''.join(''.join(runs.section_markers(name))
+                            for name in ('a', 'b')))
+  drawn = []
+  runs.write_summary(tmp_path, [{'seed': 0}], 'workdir', 'figure.png',
+                     lambda results, path: drawn.append((results, path)),
+                     {'a': 'A', 'b': 'B'})
+  assert runs.landed(tmp_path / 'results.json', lambda r: 'run') == {
+      'run': {'seed': 0}}
+  assert drawn == [([{'seed': 0}], tmp_path / 'figure.png')]
+  assert '\n\nA\n\n' in readme.read_text()
+  assert '\n\nB\n\n' in readme.read_text()
+  with pytest.raises(SystemExit, match='^error: no finished runs in workdir'):
+    runs.write_summary(tmp_path, [], 'workdir', 'figure.png', None, {})
 
 
 def test_landed_records_by_run_name(tmp_path):
@@ -108,26 +153,3 @@ def test_integers_of_a_list_flag():
   with pytest.raises(SystemExit, match='--epochs=: use'):
     runs.integers('epochs', [])
 
-
-def test_a_runner_killed_while_writing_its_results_leaves_a_whole_file(
-    tmp_path):
-  # Rewrites a 7 MB results.json, old and new records in turn, until killed
-  # with -9, as a session's end kills a runner.
-  results = tmp_path / 'results.json'
-  writer = subprocess.Popen([sys.executable, '-c', f"""
-import json, pathlib, sys
-sys.path.insert(0, {str(ROOT / 'experiments')!r})
-import runs
-results = pathlib.Path({str(results)!r})
-texts = [json.dumps([{{'seed': seed}}] * 2 ** 19) for seed in (0, 1)]
-for i in range(10**6):
-  runs.write_atomically(results, texts[i % 2])
-"""])
-  deadline = time.monotonic() + 60
-  while not results.exists() and time.monotonic() < deadline:
-    time.sleep(0.05)
-  time.sleep(0.5)
-  writer.send_signal(signal.SIGKILL)
-  assert writer.wait() == -signal.SIGKILL
-  records = json.loads(results.read_text())
-  assert len(records) == 2 ** 19 and len({r['seed'] for r in records}) == 1
