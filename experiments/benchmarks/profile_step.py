@@ -148,13 +148,6 @@ def main():
     return
   os.environ['XLA_FLAGS'] = (os.environ.get('XLA_FLAGS', '') +
                              ' --xla_cpu_enable_xprof_traceme=true')
-<<<<<<< HEAD
-  from vit_jax import distributed# pylint: disable=g-import-not-at-top
-  distributed.set_cpu_devices(args.cpu_devices)
-  from vit_jax import benchmark  # pylint: disable=g-import-not-at-top
-
-=======
->>>>>>> redesign-experiments
   with tempfile.TemporaryDirectory() as trace_dir:
     result = study_step.measure(args.cpu_devices, steps_timed=5,
                                 trace_dir=trace_dir, trace_steps=args.steps)
