@@ -16,7 +16,6 @@ import numpy as np
 
 from configs import cifar_small
 from vit_jax import files
-from vit_jax import plotting
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 # The study's models: key (configs/cifar_small.py's argument, results.json's

@@ -18,7 +18,6 @@ from vit_jax import analysis
 from vit_jax import analyze
 from vit_jax import checkpoint
 from vit_jax import models
-from vit_jax import steps
 
 FIGURES = ('cls_attention.png', 'attention_rollout.png',
            'attention_distance.png', 'position_embeddings.png',

@@ -11,7 +11,6 @@ from tests.conftest import png
 from vit_jax import checkpoint
 from vit_jax import config_schema
 from vit_jax import models
-from vit_jax import steps
 from vit_jax import train
 
 

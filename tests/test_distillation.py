@@ -1,7 +1,6 @@
 """DeiT's hard distillation: a teacher read from a run's workdir teaches the
 student's distillation token inside the train step."""
 
-import functools
 
 import jax
 import numpy as np

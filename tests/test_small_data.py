@@ -1,6 +1,5 @@
 """The ViT's options for training on little data, each against a reference."""
 
-import flax
 import jax
 import jax.numpy as jnp
 import numpy as np

@@ -31,7 +31,6 @@ from tests.conftest import write_cifar_binary
 from tests.conftest import write_process_config
 from vit_jax import checkpoint
 from vit_jax import models
-from vit_jax import steps
 from vit_jax import preemption
 from vit_jax import train
 from vit_jax.data import preprocess

@@ -41,7 +41,6 @@ from vit_jax import flops
 from vit_jax import losses
 from vit_jax import metric_writer
 from vit_jax import optimizer
-from vit_jax import distributed
 from vit_jax import preemption
 from vit_jax import sharding
 from vit_jax import models

@@ -10,7 +10,7 @@ def measure(cpu_devices: int, **options) -> dict:
   devices, with run_benchmark's other `options`."""
   # Imported here, not above: the scripts set XLA_FLAGS and jax's options
   # before jax starts.
-  from vit_jax import distributed# pylint: disable=g-import-not-at-top
+  from vit_jax import distributed  # pylint: disable=g-import-not-at-top
   distributed.set_cpu_devices(cpu_devices)
   from vit_jax import benchmark  # pylint: disable=g-import-not-at-top
   return benchmark.run_benchmark(

@@ -1,0 +1,69 @@
+"""The package's shape: no import circle among vit_jax's modules, counting
+imports inside functions, and no module a reader cannot take in at once."""
+
+import ast
+import pathlib
+
+import pytest
+
+PACKAGE = pathlib.Path(__file__).resolve().parents[1] / 'vit_jax'
+MAX_LINES = 400
+
+
+def _module_name(path: pathlib.Path) -> str:
+  parts = path.relative_to(PACKAGE.parent).with_suffix('').parts
+  return '.'.join(parts[:-1] if parts[-1] == '__init__' else parts)
+
+
+MODULES = {_module_name(p): p for p in sorted(PACKAGE.rglob('*.py'))}
+
+
+def _imports(name: str) -> set[str]:
+  """The vit_jax modules `name` imports anywhere in its file, a package's
+  `__init__` counting for `from package import name`."""
+  found = set()
+  for node in ast.walk(ast.parse(MODULES[name].read_text())):
+    if isinstance(node, ast.Import):
+      found.update(alias.name for alias in node.names)
+    elif isinstance(node, ast.ImportFrom) and node.module:
+      found.add(node.module)
+      found.update(f'{node.module}.{alias.name}' for alias in node.names)
+  return {module for module in found if module in MODULES} - {name}
+
+
+def _cycle() -> list[str] | None:
+  """One import circle, as the modules along it, or None."""
+  graph = {name: _imports(name) for name in MODULES}
+  state, path = {}, []
+
+  def visit(node):
+    state[node] = 'open'
+    path.append(node)
+    for nxt in sorted(graph[node]):
+      if state.get(nxt) == 'open':
+        return path[path.index(nxt):] + [nxt]
+      if nxt not in state and (found := visit(nxt)):
+        return found
+    state[node] = 'done'
+    path.pop()
+    return None
+
+  for name in MODULES:
+    if name not in state and (found := visit(name)):
+      return found
+  return None
+
+
+def test_no_import_circle_among_the_modules():
+  cycle = _cycle()
+  assert cycle is None, 'import circle: ' + ' -> '.join(cycle)
+
+
+@pytest.mark.parametrize('name', sorted(MODULES))
+def test_no_module_is_over_400_lines(name):
+  lines = len(MODULES[name].read_text().splitlines())
+  assert lines <= MAX_LINES, f'{MODULES[name]} has {lines} lines'
+
+
+def test_the_errors_a_user_sees_come_from_one_leaf_module():
+  assert _imports('vit_jax.errors') == set()
