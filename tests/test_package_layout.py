@@ -19,15 +19,17 @@ MODULES = {_module_name(p): p for p in sorted(PACKAGE.rglob('*.py'))}
 
 
 def _imports(name: str) -> set[str]:
-  """The vit_jax modules `name` imports anywhere in its file, a package's
-  `__init__` counting for `from package import name`."""
+  """The vit_jax modules `name` imports anywhere in its file: `from package
+  import module` counts the module, `from package import name` the
+  package's `__init__`."""
   found = set()
   for node in ast.walk(ast.parse(MODULES[name].read_text())):
     if isinstance(node, ast.Import):
       found.update(alias.name for alias in node.names)
     elif isinstance(node, ast.ImportFrom) and node.module:
-      found.add(node.module)
-      found.update(f'{node.module}.{alias.name}' for alias in node.names)
+      for alias in node.names:
+        submodule = f'{node.module}.{alias.name}'
+        found.add(submodule if submodule in MODULES else node.module)
   return {module for module in found if module in MODULES} - {name}
 
 
