@@ -86,12 +86,12 @@ _CPU_COMPILER_OPTIONS = flags.DEFINE_multi_string(
 _PEAK_MATMUL_SIZE = 2048
 
 
-def measure_matmul_peak(dtype, sharding: jax.sharding.NamedSharding,
+def measure_matmul_peak(dtype, placement: jax.sharding.NamedSharding,
                         compiler_options=None) -> float:
   """FLOP/s of large square matmuls, one per device, on all devices at once."""
   n = _PEAK_MATMUL_SIZE
-  num_devices = sharding.mesh.size
-  a = jax.device_put(jnp.ones((num_devices * n, n), dtype), sharding)
+  num_devices = placement.mesh.size
+  a = jax.device_put(jnp.ones((num_devices * n, n), dtype), placement)
   b = jnp.ones((n, n), dtype)
   matmul = jax.jit(lambda a, b: a @ b).lower(a, b).compile(compiler_options)
   seconds = _median_seconds(lambda: matmul(a, b), steps=5)

@@ -77,13 +77,13 @@ def state_shapes(key, model, tx, image_size: int,
       shapes, sharding.state_shardings(shapes, mesh))
 
 
-def sum_shapes(sharding) -> dict:
-  return {name: jax.ShapeDtypeStruct((), dtype, sharding=sharding)
+def sum_shapes(placement) -> dict:
+  return {name: jax.ShapeDtypeStruct((), dtype, sharding=placement)
           for name, dtype in METRIC_SUMS.items()}
 
 
-def zero_sums(sharding) -> dict:
-  return {name: sharding.replicate(np.zeros((), dtype), sharding)
+def zero_sums(placement) -> dict:
+  return {name: sharding.replicate(np.zeros((), dtype), placement)
           for name, dtype in METRIC_SUMS.items()}
 
 
