@@ -73,14 +73,6 @@ def test_resuming_refuses_what_changes_the_checkpoints_meaning(tmp_path):
                                   tmp_path)
 
 
-def test_a_batch_larger_than_the_training_split_is_a_clear_error():
-  config = config_schema.defaults()
-  config.update(batch_size=32, num_epochs=1)
-  with pytest.raises(config_schema.ConfigError,
-                     match='fewer examples than config.batch_size=32'):
-    config_schema.step_plan(config, steps_per_epoch=0)
-
-
 def test_an_fsdp_size_that_does_not_divide_the_devices_is_a_clear_error():
   with pytest.raises(ConfigError, match='config.fsdp=3 does not divide the 8 '
                      'devices; use a divisor of 8, or -1'):

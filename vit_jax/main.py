@@ -9,9 +9,9 @@ detected, elsewhere --coordinator_address, --num_processes and --process_id say
 who is who (README.md, "Multi-host").
 """
 
-import ast
+import importlib.util
 import logging as python_logging
-import re
+import pathlib
 import sys
 
 from absl import app
@@ -27,7 +27,9 @@ from vit_jax import train
 
 _CONFIG = config_flags.DEFINE_config_file(
     'config', None, 'Training configuration file, e.g. configs/cifar_small.py.',
-    lock_config=True)
+    # Any field may be overridden, a model's too; the schema and the model
+    # name the ones that do not exist.
+    lock_config=False, accept_new_attributes=True)
 _WORKDIR = flags.DEFINE_string(
     'workdir', None, 'Directory for checkpoints, metrics and the config.')
 _CPU_DEVICES = flags.DEFINE_integer(
@@ -95,51 +97,48 @@ class _ProcessPrefix(python_logging.Filter):
     return True
 
 
-# `--config.model_overrides.FIELD=VALUE` for any field of the model, not
-# only those the config file lists (all ml_collections can override); the
-# model names a field it lacks, in one line, when it is created.
-_MODEL_OVERRIDE = re.compile(r'^--config\.model_overrides\.(\w+)=(.*)$')
-_model_overrides = {}
+def _config_argument(argv: list[str]) -> str | None:
+  """The value of --config in `argv`, if it has one."""
+  for i, arg in enumerate(argv):
+    if arg.startswith('--config='):
+      return arg.split('=', 1)[1]
+    if arg == '--config' and i + 1 < len(argv):
+      return argv[i + 1]
+  return None
 
 
-def _literal(text: str):
+def why_config_fails(argument: str) -> str | None:
+  """Why the config file `PATH[:ARG]` does not load, from its own exception;
+  None when it loads. ml_collections reports that exception only as text
+  inside its own, so the file is loaded again here to ask it."""
+  path, _, arg = argument.partition(':')
+  if not pathlib.Path(path).is_file():
+    return f'no file {path}'
   try:
-    return ast.literal_eval(text)
-  except (ValueError, SyntaxError):
-    return text  # a string, e.g. classifier=gap
+    spec = importlib.util.spec_from_file_location('vit_jax_config', path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    module.get_config(*([arg] if arg else []))
+  except Exception as e:  # pylint: disable=broad-except
+    # Whatever the config file raises is the user's to read.
+    return str(e) or type(e).__name__
+  return None
 
 
 def parse_flags(argv: list[str]) -> list[str]:
-  """absl's flag parsing, with an override of a field the config lacks
-  (`--config.num_epoch=3`) and a config file that refuses its argument
-  (`--config=configs/cifar_small.py:vit_tiny`) each reported in one line
-  instead of a traceback."""
-  kept = []
-  for arg in argv:
-    override = _MODEL_OVERRIDE.match(arg)
-    if override:
-      _model_overrides[override.group(1)] = _literal(override.group(2))
-    else:
-      kept.append(arg)
-  sys.argv[:] = kept  # ml_collections finds its override flags in sys.argv
+  """absl's flag parsing; a bad flag or a config file that does not load is
+  one line instead of a traceback. An override of a field the config lacks,
+  `--config.num_epoch=3` or `--config.model_overrides.num_layerz=1`, is
+  accepted here and named by the config schema or the model."""
   try:
-    return flags.FLAGS(kept)
+    return flags.FLAGS(argv)
   except flags.Error as e:
-    if 'Error whilst parsing config file' not in str(e):
-      sys.exit(f'error: {e}\nPass --helpshort or --helpfull to see help on '
-               'flags.')
-    # The message holds the config file's traceback; its last line says why.
-    why = str(e).strip().splitlines()[-1].strip()
-    sys.exit('error: ' + re.sub(r'^\w+(Error|Exception): ', '', why))
-  except (AttributeError, KeyError) as e:
-    # ml_collections' message is a repr of a KeyError: 'field'\nDid you mean...
-    field = re.search(r'\w+', str(e))
-    message = f'error: the config has no field {field and field.group()!r}'
-    suggestion = re.search(r'Did you mean "(\w+)"', str(e))
-    if suggestion:
-      message += f' (did you mean {suggestion.group(1)!r}?)'
-    sys.exit(message + '. Only the fields the --config file defines can be '
-             'overridden.')
+    argument = _config_argument(argv)
+    why = argument and why_config_fails(argument)
+    if why:
+      sys.exit(f'error: --config={argument} cannot be loaded: {why}')
+    sys.exit(f'error: {e}\nPass --helpshort or --helpfull to see help on '
+             'flags.')
 
 
 def main(argv):
@@ -147,16 +146,8 @@ def main(argv):
     raise app.UsageError(f'Unexpected arguments: {" ".join(argv[1:])}')
   logging.get_absl_handler().addFilter(_quiet_orbax)
   _ignore_closed_event_loops()
-  try:
-    config = _CONFIG.value
-    config_cpu_devices = config.get('cpu_devices')  # a failed load raises here
-    with config.unlocked():
-      config.model_overrides.update(_model_overrides)
-  except (OSError, ValueError) as e:
-    cause = e.__cause__ or e
-    sys.exit(f'error: --config cannot be loaded: '
-             f'{str(cause).strip().splitlines()[-1].strip()}')
-  distributed.set_cpu_devices(_CPU_DEVICES.value or config_cpu_devices)
+  config = _CONFIG.value
+  distributed.set_cpu_devices(_CPU_DEVICES.value or config.get('cpu_devices'))
   try:
     if distributed.initialize_distributed(_COORDINATOR_ADDRESS.value,
                                       _NUM_PROCESSES.value, _PROCESS_ID.value,

@@ -5,7 +5,8 @@ so records logged after the last checkpoint of an interrupted run (trained
 again) are dropped, and records a killed writer never flushed come back.
 Every line of `metrics.jsonl` is strict JSON: a value that is not finite is
 written as null. TensorBoard files are written with tensorboardX, which needs
-no TensorFlow. Only process 0 writes.
+no TensorFlow, into `tensorboard/training/` (a run named for what it is,
+beside `vit_jax.analyze`'s `analysis`). Only process 0 writes.
 """
 
 import json
@@ -14,6 +15,23 @@ import pathlib
 
 import jax
 from tensorboardX import SummaryWriter
+
+# The run's directory under `workdir/tensorboard`, its name in TensorBoard.
+TENSORBOARD_RUN = 'training'
+# Record fields as TensorBoard tags. TensorBoard groups tags by what comes
+# before '/' and sorts the groups by name, so train and test sit side by side
+# under accuracy and loss, first, and the speed below. The others (epoch,
+# step, seconds, test_examples) are no curves; metrics.jsonl has them.
+TENSORBOARD_TAGS = {
+    'train_accuracy': 'accuracy/train',
+    'test_accuracy': 'accuracy/test',
+    'train_loss': 'loss/train',
+    'test_loss': 'loss/test',
+    'learning_rate': 'optimizer/learning_rate',
+    'images_per_second': 'speed/images_per_second',
+    'flops_per_second': 'speed/flops_per_second',
+    'peak_share': 'speed/peak_share',
+}
 
 
 def json_line(record: dict) -> str:
@@ -35,9 +53,9 @@ class MetricWriter:
       return
     self._jsonl_path = workdir / 'metrics.jsonl'
     self._jsonl_path.write_text(''.join(map(json_line, history)))
-    tensorboard_dir = workdir / 'tensorboard'
+    tensorboard_dir = workdir / 'tensorboard' / TENSORBOARD_RUN
     for events in tensorboard_dir.glob('events.out.tfevents.*'):
-      events.unlink()  # subdirectories (vit_jax.analyze's figures) stay
+      events.unlink()  # other runs (vit_jax.analyze's figures) stay
     self._tensorboard = SummaryWriter(str(tensorboard_dir))
     for record in history:
       self._add_scalars(record)
@@ -45,8 +63,9 @@ class MetricWriter:
 
   def _add_scalars(self, record: dict):
     for name, value in record.items():
-      if name not in ('epoch', 'step'):
-        self._tensorboard.add_scalar(name, value, global_step=record['step'])
+      if name in TENSORBOARD_TAGS:
+        self._tensorboard.add_scalar(TENSORBOARD_TAGS[name], value,
+                                     global_step=record['step'])
 
   def write(self, record: dict):
     if not self._enabled:
