@@ -164,7 +164,7 @@ def _tensorboard_steps(workdir: pathlib.Path, tag: str) -> list[int]:
   protos, read with tensorboardX's own proto)."""
   from tensorboardX.proto import event_pb2  # pylint: disable=g-import-not-at-top
   found = []
-  for path in sorted((workdir / 'tensorboard').glob('events.out.*')):
+  for path in sorted((workdir / 'tensorboard' / 'training').glob('events.out.*')):
     data = path.read_bytes()
     offset = 0
     while offset < len(data):
@@ -201,7 +201,7 @@ def test_killed_with_sigkill_mid_epoch_the_rerun_ends_identical_in_every_file(
   jax.tree.map(np.testing.assert_array_equal, _final_state(workdir),
                _final_state(reference))
   logged = [r['step'] for r in history(reference) if 'train_loss' in r]
-  assert _tensorboard_steps(workdir, 'train_loss') == logged
+  assert _tensorboard_steps(workdir, 'loss/train') == logged
   for line in (workdir / 'metrics.jsonl').read_text().splitlines():
     json.loads(line, parse_constant=pytest.fail)  # strict: no NaN
 

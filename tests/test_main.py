@@ -27,8 +27,8 @@ def test_bad_input_is_one_clear_line_not_a_traceback(tmp_path):
 def test_unknown_config_field_is_one_clear_line(tmp_path):
   out = _main(f'--workdir={tmp_path}', '--config.num_epoch=1')
   assert out.returncode == 1
-  assert ("error: the config has no field 'num_epoch' (did you mean "
-          "'num_epochs'?)") in out.stderr
+  assert ("error: config.num_epoch is not a field of the config schema (did "
+          "you mean 'num_epochs'?)") in out.stderr
   assert 'Traceback' not in out.stderr
 
 
@@ -51,11 +51,12 @@ def test_incomplete_cluster_flags_are_one_clear_line(tmp_path):
 
 @pytest.mark.parametrize('config, message', [
     ('configs/cifar_small.py:vit_tiny',
-     "error: Unknown model 'vit_tiny' for cifar_small.py; use one of vit, "
+     'error: --config=configs/cifar_small.py:vit_tiny cannot be loaded: '
+     "Unknown model 'vit_tiny' for cifar_small.py; use one of vit, "
      'simple_cnn, small_resnet.'),
     ('configs/nope.py',
-     "error: --config cannot be loaded: [Errno 2] No such file or directory: "
-     "'configs/nope.py'"),
+     'error: --config=configs/nope.py cannot be loaded: no file '
+     'configs/nope.py'),
 ], ids=['refused argument', 'missing file'])
 def test_a_config_that_cannot_load_is_one_line(tmp_path, config, message):
   out = subprocess.run(

@@ -93,7 +93,7 @@ def test_steps_set_when_it_logs_evaluates_and_checkpoints(cifar10_binary,
       (r for r in records if 'test_loss' in r),
       key=lambda r: r['test_accuracy'])['step'])
   assert summary['device'] == jax.devices()[0].device_kind
-  assert list((tmp_path / 'tensorboard').glob('events.out.*'))
+  assert list((tmp_path / 'tensorboard' / 'training').glob('events.out.*'))
 
 
 def test_by_default_it_logs_evaluates_and_checkpoints_once_an_epoch(
@@ -328,7 +328,7 @@ def test_two_processes_give_the_two_device_loss_and_one_set_of_files(
   assert json.loads((workdir / 'config.json').read_text()) == json.loads(
       (reference / 'config.json').read_text())
   assert json.loads((workdir / 'summary.json').read_text())['steps'] == 6
-  assert len(list((workdir / 'tensorboard').glob('events.out.*'))) == 1
+  assert len(list((workdir / 'tensorboard' / 'training').glob('events.out.*'))) == 1
   # The checkpoint both processes wrote restores on this process's device.
   run = checkpoint.load_run(workdir)
   assert run.step == 6

@@ -18,10 +18,11 @@ from absl import app
 from absl import flags
 from absl import logging
 import jax
+import ml_collections
 from ml_collections import config_flags
 
-from vit_jax import errors
 from vit_jax import distributed
+from vit_jax import errors
 from vit_jax import preemption
 from vit_jax import train
 
@@ -131,14 +132,23 @@ def parse_flags(argv: list[str]) -> list[str]:
   `--config.num_epoch=3` or `--config.model_overrides.num_layerz=1`, is
   accepted here and named by the config schema or the model."""
   try:
-    return flags.FLAGS(argv)
+    remaining = flags.FLAGS(argv)
   except flags.Error as e:
-    argument = _config_argument(argv)
-    why = argument and why_config_fails(argument)
-    if why:
-      sys.exit(f'error: --config={argument} cannot be loaded: {why}')
+    _exit_if_config_fails(argv)
     sys.exit(f'error: {e}\nPass --helpshort or --helpfull to see help on '
              'flags.')
+  # A config file that is missing stands in as an object that raises when
+  # used, not as a ConfigDict.
+  if not isinstance(_CONFIG.value, ml_collections.ConfigDict):
+    _exit_if_config_fails(argv)
+  return remaining
+
+
+def _exit_if_config_fails(argv: list[str]):
+  argument = _config_argument(argv)
+  why = argument and why_config_fails(argument)
+  if why:
+    sys.exit(f'error: --config={argument} cannot be loaded: {why}')
 
 
 def main(argv):
