@@ -306,15 +306,13 @@ def main(argv):
     raise app.UsageError(f'Unexpected arguments: {" ".join(argv[1:])}')
   # What it wrote is the output; jax's and orbax's progress notes are not.
   logging.set_verbosity(logging.ERROR)
-  try:
-    result = analyze(
-        _OUT.value, workdir=_WORKDIR.value, step=_STEP.value,
-        data_dir=_DATA_DIR.value, checkpoint_path=_CHECKPOINT.value,
-        model_name=_MODEL.value, images=_IMAGES.value,
-        class_names=_CLASS_NAMES.value, num_images=_NUM_IMAGES.value,
-        distance_images=_DISTANCE_IMAGES.value, components=_COMPONENTS.value)
-  except (errors.VitJaxError, OSError) as e:
-    raise SystemExit(f'error: {e}') from None
+  result = errors.exit_on_user_error(lambda: analyze(
+      _OUT.value, workdir=_WORKDIR.value, step=_STEP.value,
+      data_dir=_DATA_DIR.value, checkpoint_path=_CHECKPOINT.value,
+      model_name=_MODEL.value, images=_IMAGES.value,
+      class_names=_CLASS_NAMES.value, num_images=_NUM_IMAGES.value,
+      distance_images=_DISTANCE_IMAGES.value, components=_COMPONENTS.value),
+      also=(OSError,))  # an --out or --class_names that cannot be used
   out = pathlib.Path(_OUT.value)
   print(f'Wrote into {out}:')
   for path in sorted(out.iterdir()):

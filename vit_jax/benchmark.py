@@ -45,6 +45,7 @@ from vit_jax import data
 from vit_jax import flops
 from vit_jax import optimizer
 from vit_jax import distributed
+from vit_jax import errors
 from vit_jax import sharding
 from vit_jax import models
 from vit_jax import steps
@@ -265,16 +266,14 @@ def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'Unexpected arguments: {" ".join(argv[1:])}')
   distributed.set_cpu_devices(_CPU_DEVICES.value)
-  try:
-    result = run_benchmark(
-        model=_MODEL.value, batch_size=_BATCH_SIZE.value,
-        image_size=_IMAGE_SIZE.value, num_classes=_NUM_CLASSES.value,
-        dtype=_DTYPE.value, steps_timed=_STEPS.value, augment=_AUGMENT.value,
-        cpu_compiler_options=_parse_options(_CPU_COMPILER_OPTIONS.value),
-        fsdp=_FSDP.value, memory_only=_MEMORY_ONLY.value,
-        attention=_ATTENTION.value, trace_dir=_TRACE_DIR.value, trace_steps=_TRACE_STEPS.value)
-  except ValueError as e:  # ConfigError included
-    raise app.UsageError(str(e)) from e
+  result = errors.exit_on_user_error(lambda: run_benchmark(
+      model=_MODEL.value, batch_size=_BATCH_SIZE.value,
+      image_size=_IMAGE_SIZE.value, num_classes=_NUM_CLASSES.value,
+      dtype=_DTYPE.value, steps_timed=_STEPS.value, augment=_AUGMENT.value,
+      cpu_compiler_options=_parse_options(_CPU_COMPILER_OPTIONS.value),
+      fsdp=_FSDP.value, memory_only=_MEMORY_ONLY.value,
+      attention=_ATTENTION.value, trace_dir=_TRACE_DIR.value,
+      trace_steps=_TRACE_STEPS.value))
   print(format_table(result))
   print(json.dumps(result))
 

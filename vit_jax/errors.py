@@ -43,3 +43,12 @@ def first_line(error: BaseException) -> str:
   apart, without the pages some of them carry."""
   text = str(error).strip().splitlines()
   return f'{type(error).__name__}: {text[0] if text else ""}'
+
+
+def exit_on_user_error(command, also: tuple[type[BaseException], ...] = ()):
+  """`command()`, or, when it raises a `VitJaxError` (or one of `also`), its
+  message as one `error:` line on stderr and exit status 1, no traceback."""
+  try:
+    return command()
+  except (VitJaxError, *also) as e:
+    raise SystemExit(f'error: {e}') from None

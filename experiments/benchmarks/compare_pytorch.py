@@ -44,7 +44,7 @@ REPO = HERE.parent.parent
 BATCH, IMAGE, PATCH, HIDDEN, LAYERS, HEADS, MLP, CLASSES = (128, 32, 4, 128, 6,
                                                             4, 512, 10)
 DROPOUT = 0.1
-PARAMETERS = 1_205_898  # ViT-Tiny-CIFAR_4, as tests/test_registry.py.
+PARAMETERS = 1_205_898  # ViT-Tiny-CIFAR_4, as tests/test_models_registry.py.
 TORCH_MODES = ('eager', 'compile')
 
 

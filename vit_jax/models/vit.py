@@ -7,6 +7,7 @@ How attention is computed is `attention`'s; the options for training on
 little data, each a field whose default is off, are `small_data`'s.
 """
 
+import dataclasses
 from typing import Any
 
 import flax.linen as nn
@@ -28,6 +29,14 @@ POSEMBS = ('learned', 'sincos2d', 'none')
 # The collection a DeiT student sows its two heads' logits into, for the
 # distillation loss; the model itself returns their average.
 HEAD_LOGITS = 'head_logits'
+
+
+def _shared_fields(child: type[nn.Module], parent: nn.Module) -> dict:
+  """`parent`'s values of the fields `child` has under the same names: what
+  the ViT hands its encoder, and the encoder each block."""
+  names = {f.name for f in dataclasses.fields(child)} - {'parent', 'name'}
+  return {name: getattr(parent, name) for name in names
+          if hasattr(parent, name)}
 
 
 class AddPositionEmbs(nn.Module):
@@ -121,12 +130,7 @@ class Encoder(nn.Module):
                                        self.num_layers)
     for i in range(self.num_layers):
       x = Encoder1DBlock(
-          mlp_dim=self.mlp_dim,
-          num_heads=self.num_heads,
-          dropout_rate=self.dropout_rate,
-          attention_dropout_rate=self.attention_dropout_rate,
-          dtype=self.dtype,
-          attention=self.attention,
+          **_shared_fields(Encoder1DBlock, self),
           drop_path_rate=rates[i],
           locality=self.locality_attention,
           name=f'encoderblock_{i}')(
@@ -298,19 +302,8 @@ class VisionTransformer(nn.Module):
     if prefix:
       x = jnp.concatenate(prefix + [x], axis=1)
 
-    x = Encoder(
-        num_layers=self.num_layers,
-        mlp_dim=self.mlp_dim,
-        num_heads=self.num_heads,
-        dropout_rate=self.dropout_rate,
-        attention_dropout_rate=self.attention_dropout_rate,
-        dtype=self.dtype,
-        attention=self.attention,
-        posemb=self.posemb,
-        stochastic_depth_rate=self.stochastic_depth_rate,
-        locality_attention=self.locality_attention,
-        name='Transformer')(
-            x, train=train, grid=(h, w))
+    x = Encoder(**_shared_fields(Encoder, self), name='Transformer')(
+        x, train=train, grid=(h, w))
 
     if self.classifier == 'token':
       features = [x[:, i] for i in range(len(prefix))]

@@ -10,11 +10,11 @@ from vit_jax.models.small_data import DropPath
 from vit_jax.models.small_data import drop_path_rates
 from vit_jax.models.small_data import posemb_sincos_2d
 from vit_jax.models.small_data import shifted_patch_tokens
-from tests.test_vit import SMALL
-from tests.test_vit import _flat
-from tests.test_vit import _images
-from tests.test_vit import _randomized
-from tests.test_vit import official_param_shapes
+from tests.test_models_vit import SMALL
+from tests.test_models_vit import _flat
+from tests.test_models_vit import _images
+from tests.test_models_vit import _randomized
+from tests.test_models_vit import official_param_shapes
 
 
 TECHNIQUES_OFF = dict(posemb='learned', stochastic_depth_rate=0.0,

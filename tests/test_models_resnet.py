@@ -9,12 +9,12 @@ import pytest
 
 from vit_jax.models import create_model
 from vit_jax.models import resnet
-from tests.test_vit import official_param_shapes
+from tests.test_models_vit import official_param_shapes
 
 R50_STAGES = (3, 4, 9)
 R50_B16_PARAMS = 98_659_112
 R50_STEM_PARAMS = 11_894_848
-VIT_B16_PARAMS = 86_567_656  # tests/test_registry.py
+VIT_B16_PARAMS = 86_567_656  # tests/test_models_registry.py
 
 TINY_HYBRID = dict(resnet_stages=(1, 1, 1), hidden_size=32, num_layers=1,
                    num_heads=2, mlp_dim=64)

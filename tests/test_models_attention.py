@@ -10,10 +10,10 @@ from vit_jax.models import attention_weights
 from vit_jax.models import create_model
 from vit_jax.models import VisionTransformer
 from vit_jax.models.attention import MultiHeadSelfAttention
-from tests.test_vit import SMALL
-from tests.test_vit import _softmax
-from tests.test_vit import _images
-from tests.test_vit import _randomized
+from tests.test_models_vit import SMALL
+from tests.test_models_vit import _softmax
+from tests.test_models_vit import _images
+from tests.test_models_vit import _randomized
 
 
 @pytest.mark.parametrize('attention', ['einsum', 'dot_product_attention'])
