@@ -25,134 +25,129 @@ class Field:
   default: Any
   doc: str
   choices: tuple[str, ...] | None = None
-  # Whether changing the field changes what a run's checkpoints mean: a
-  # workdir trained with another value is not resumed (`check_resumable`).
-  fixed_for_run: bool = False
+  # Whether a run may resume with another value (intervals, where the data
+  # is, the evaluation batch, the machine's layout): the others change what
+  # a run's checkpoints mean, and a workdir trained with another value is not
+  # resumed (`check_resumable`). Fixed unless declared, so a new field cannot
+  # silently mix two runs in one workdir.
+  may_change_on_resume: bool = False
 
 
 FIELDS: dict[str, Field] = {
     # The model.
     'model': Field('ViT-Tiny-CIFAR_4', 'A registered model name '
-                   '(vit_jax.models.registry).', fixed_for_run=True),
+                   '(vit_jax.models.registry).'),
     'model_overrides': Field({}, 'Model fields to change, e.g. '
                              "{'dropout_rate': 0.0}; a config file sets the "
-                             'keys --config.model_overrides.KEY can change.',
-                             fixed_for_run=True),
+                             'keys --config.model_overrides.KEY can change.'),
     'dtype': Field('float32', 'Computation dtype; parameters and optimizer '
-                   'state stay float32.', ('float32', 'bfloat16'),
-                   fixed_for_run=True),
+                   'state stay float32.', ('float32', 'bfloat16')),
     'init_from': Field('', 'Start from these parameters: a run directory or a '
-                       'released .npz (fine-tuning); empty: from scratch.'),
+                       'released .npz (fine-tuning); empty: from scratch.',
+                       may_change_on_resume=True),
     # The data.
     'dataset': Field('cifar10', 'cifar10, cifar100, image_folder or '
-                     'tfds:NAME.', fixed_for_run=True),
+                     'tfds:NAME.'),
     'data_dir': Field('', 'Where the dataset is. Unset: $VIT_JAX_DATA_DIR, '
                       'else ~/.cache/vit_jax, where CIFAR is downloaded the '
-                      'first time.'),
-    'train_split': Field('train', 'Training split (tfds datasets).',
-                         fixed_for_run=True),
-    'test_split': Field('test', 'Evaluation split (tfds datasets).'),
-    'train_examples': Field(0, 'Keep the first N training examples; 0: all.',
-                            fixed_for_run=True),
+                      'first time.', may_change_on_resume=True),
+    'train_split': Field('train', 'Training split (tfds datasets).'),
+    'test_split': Field('test', 'Evaluation split (tfds datasets).',
+                        may_change_on_resume=True),
+    'train_examples': Field(0, 'Keep the first N training examples; 0: all.'),
     'train_examples_per_file': Field(
         0, 'CIFAR: keep the first N images of each training file of the '
-        'release (the study: 1000 of each of the 5, its 5,000); 0: all.',
-        fixed_for_run=True),
-    'test_examples': Field(0, 'Keep the first N test examples; 0: all.'),
-    'image_size': Field(32, 'Side of the square model input, in pixels.',
-                        fixed_for_run=True),
+        'release (the study: 1000 of each of the 5, its 5,000); 0: all.'),
+    'test_examples': Field(0, 'Keep the first N test examples; 0: all.',
+                           may_change_on_resume=True),
+    'image_size': Field(32, 'Side of the square model input, in pixels.'),
     'input_pipeline': Field(
         'on_device', "'on_device': the dataset copied to every device once, "
         "batches gathered and augmented in the step (small data); "
         "'streaming': batches read and cropped on the hosts (ImageNet).",
-        ('on_device', 'streaming'), fixed_for_run=True),
+        ('on_device', 'streaming')),
     'input_workers': Field(-1, 'Streaming: grain worker processes loading '
                            'batches on each host, each with a copy of the '
                            'source; -1: one per core this process may use; 0: '
-                           'threads of the training process.'),
+                           'threads of the training process.',
+                           may_change_on_resume=True),
     'augment': Field(True, 'Training augmentation: on device, 4-pixel-padded '
-                     'random crop + flip; streaming, Inception crop + flip.',
-                     fixed_for_run=True),
+                     'random crop + flip; streaming, Inception crop + flip.'),
     'auto_augment': Field(
         'none', 'Photometric and geometric ops drawn per image on the '
         'device, after the crop and flip (vit_jax.data.auto_augment): '
         "'trivial_augment' (one op, random magnitude) or 'rand_augment' "
         '(rand_augment_ops ops at rand_augment_magnitude).',
-        ('none', 'trivial_augment', 'rand_augment'), fixed_for_run=True),
-    'rand_augment_ops': Field(2, 'RandAugment: ops per image.',
-                              fixed_for_run=True),
-    'rand_augment_magnitude': Field(9, 'RandAugment: magnitude, 0-10.',
-                                    fixed_for_run=True),
+        ('none', 'trivial_augment', 'rand_augment')),
+    'rand_augment_ops': Field(2, 'RandAugment: ops per image.'),
+    'rand_augment_magnitude': Field(9, 'RandAugment: magnitude, 0-10.'),
     'random_erasing': Field(0.0, 'Probability that a training image has one '
-                            'random rectangle erased (on the device).',
-                            fixed_for_run=True),
+                            'random rectangle erased (on the device).'),
     'mixup_alpha': Field(0.0, 'Mixup: images and labels mixed with the '
-                         'batch reversed, by Beta(alpha, alpha); 0: off.',
-                         fixed_for_run=True),
+                         'batch reversed, by Beta(alpha, alpha); 0: off.'),
     'cutmix_alpha': Field(0.0, 'CutMix: a box of the reversed batch pasted, '
                           'labels mixed by its area; 0: off. With both '
-                          'alphas set, each step picks one at random.',
-                          fixed_for_run=True),
+                          'alphas set, each step picks one at random.'),
     'distillation_teacher': Field(
         '', "DeiT hard distillation: the workdir of a trained run (e.g. a "
         "CNN's) whose predictions teach the student's distillation token "
-        '(needs model_overrides.distillation_token=True); empty: none.',
-        fixed_for_run=True),
+        '(needs model_overrides.distillation_token=True); empty: none.'),
     'pixel_mean': Field((0.5, 0.5, 0.5), 'Per-channel mean subtracted from '
-                        'pixels in [0, 1].', fixed_for_run=True),
+                        'pixels in [0, 1].'),
     'pixel_std': Field((0.5, 0.5, 0.5), 'Per-channel std pixels are divided '
-                       'by.', fixed_for_run=True),
+                       'by.'),
     # How long, and how often.
     'total_steps': Field(0, 'Optimizer steps of the run; 0: num_epochs '
-                         'epochs of the training split.', fixed_for_run=True),
-    'num_epochs': Field(0, 'Length in epochs, used when total_steps is 0.',
-                        fixed_for_run=True),
+                         'epochs of the training split.'),
+    'num_epochs': Field(0, 'Length in epochs, used when total_steps is 0.'),
     'warmup_steps': Field(0, 'Linear warmup from 0, in steps; 0: '
-                          'warmup_epochs epochs.', fixed_for_run=True),
-    'warmup_epochs': Field(0, 'Warmup in epochs, used when warmup_steps is 0.',
-                           fixed_for_run=True),
+                          'warmup_epochs epochs.'),
+    'warmup_epochs': Field(0, 'Warmup in epochs, used when warmup_steps is 0.'),
     'lr_decay': Field('cosine', 'Decay to 0 at the last step after warmup.',
-                      ('cosine', 'linear'), fixed_for_run=True),
+                      ('cosine', 'linear')),
     'log_every_steps': Field(0, 'Train metrics logged every N steps (and at '
-                             'the last); 0: once an epoch.'),
+                             'the last); 0: once an epoch.',
+                             may_change_on_resume=True),
     'eval_every_steps': Field(0, 'Evaluated every N steps (and at the last); '
-                              '0: once an epoch.'),
+                              '0: once an epoch.', may_change_on_resume=True),
     'checkpoint_every_steps': Field(0, 'Checkpointed every N steps (and at the '
                                     'last, and on SIGTERM); 0: once an '
-                                    'epoch.'),
-    'keep_checkpoints': Field(2, 'Newest checkpoints kept in the workdir.'),
+                                    'epoch.', may_change_on_resume=True),
+    'keep_checkpoints': Field(2, 'Newest checkpoints kept in the workdir.',
+                              may_change_on_resume=True),
     # The optimizer.
     'batch_size': Field(128, 'Global batch size, over all devices and '
-                        'processes.', fixed_for_run=True),
+                        'processes.'),
     'grad_accumulation_steps': Field(1, 'Micro-batches each batch is split '
-                                     'into (the same step, less memory).',
-                                     fixed_for_run=True),
-    'eval_batch_size': Field(256, 'Global evaluation batch size.'),
+                                     'into (the same step, less memory).'),
+    'eval_batch_size': Field(256, 'Global evaluation batch size.',
+                             may_change_on_resume=True),
     'optimizer': Field('adamw', 'adamw, or sgd with momentum.',
-                       ('adamw', 'sgd'), fixed_for_run=True),
-    'learning_rate': Field(1e-3, 'Peak learning rate.', fixed_for_run=True),
-    'weight_decay': Field(0.0, 'Decoupled weight decay.', fixed_for_run=True),
-    'adam_b1': Field(0.9, 'Adam beta1 (adamw).', fixed_for_run=True),
-    'adam_b2': Field(0.999, 'Adam beta2 (adamw).', fixed_for_run=True),
-    'momentum': Field(0.9, 'Momentum (sgd).', fixed_for_run=True),
+                       ('adamw', 'sgd')),
+    'learning_rate': Field(1e-3, 'Peak learning rate.'),
+    'weight_decay': Field(0.0, 'Decoupled weight decay.'),
+    'adam_b1': Field(0.9, 'Adam beta1 (adamw).'),
+    'adam_b2': Field(0.999, 'Adam beta2 (adamw).'),
+    'momentum': Field(0.9, 'Momentum (sgd).'),
     'grad_clip_norm': Field(0.0, 'Clip gradients to this global norm; 0: '
-                            'no clipping.', fixed_for_run=True),
-    'label_smoothing': Field(0.0, 'Label smoothing of the cross-entropy.',
-                             fixed_for_run=True),
+                            'no clipping.'),
+    'label_smoothing': Field(0.0, 'Label smoothing of the cross-entropy.'),
     'seed': Field(0, 'Seeds initialisation, shuffling, augmentation and '
-                  'dropout.', fixed_for_run=True),
+                  'dropout.'),
     # The machine.
     'fsdp': Field(1, 'Devices each large parameter and optimizer-state array '
                   'is split over (fully sharded data parallel: the mesh\'s '
                   'fsdp axis); 1: every device holds all of them; -1: split '
                   'over all devices. The batch is split over every device '
-                  'either way; a checkpoint restores onto any value.'),
+                  'either way; a checkpoint restores onto any value.',
+                  may_change_on_resume=True),
     'cpu_devices': Field(4, 'Host devices the batch is split over on a CPU '
-                         '(--cpu_devices overrides).'),
+                         '(--cpu_devices overrides).',
+                         may_change_on_resume=True),
     'cpu_compiler_options': Field({}, 'XLA options the steps compile with on '
                                   'a CPU, e.g. '
                                   "{'xla_cpu_experimental_ynn_fusion_type': "
-                                  "''}."),
+                                  "''}.", may_change_on_resume=True),
 }
 
 _POSITIVE = ('batch_size', 'eval_batch_size', 'image_size', 'learning_rate',
@@ -313,7 +308,7 @@ def check_resumable(saved: dict, config, workdir) -> dict[str, tuple]:
     if there == here or (overriding and config[overriding] and
                          saved.get(overriding) == config[overriding]):
       continue  # for an epoch count: the same length in steps decides
-    if field.fixed_for_run:
+    if not field.may_change_on_resume:
       differ.append(f'{name} ({there!r} there, {here!r} here)')
     else:
       changed[name] = (there, here)
