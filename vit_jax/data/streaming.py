@@ -90,10 +90,10 @@ class StreamingInput(input_lib.Input):
 
   def train_batches(self, position: input_lib.Position) -> Iterator:
     config = self.config
-    examples = _TrainExamples(self.dataset.train, config.seed,
-                              config.batch_size, self._train_rows.start,
-                              self._rows(self._train_rows), config.image_size,
-                              config.augment)
+    examples = _TrainExamples(
+        self.dataset.train, config.batch_size, self._train_rows.start,
+        self._rows(self._train_rows), config.image_size, seed=config.seed,
+        augment=config.augment)
     first = (position['epoch'] - 1) * self.steps_per_epoch + position['batch']
     yield from self._batches(examples, first, _ENDLESS, self._train_rows,
                              config.batch_size, self.workers)
@@ -214,16 +214,22 @@ def _epoch_table(seed: int, epoch: int, num_examples: int,
 
 
 @dataclasses.dataclass(frozen=True)
-class _TrainExamples:
-  """Example `i` of this process's rows of the training batches, counting
-  from the run's first: read, Inception-cropped and flipped with randomness
-  seeded by (seed, epoch, batch, row in the global batch)."""
+class _Rows:
+  """This process's `rows` of every global batch of `batch_size` from
+  `source`, starting at row `first_row`, as `image_size` images."""
   source: sources.Source
-  seed: int
   batch_size: int
   first_row: int
   rows: int
   image_size: int
+
+
+@dataclasses.dataclass(frozen=True)
+class _TrainExamples(_Rows):
+  """Example `i` of this process's rows of the training batches, counting
+  from the run's first: read, Inception-cropped and flipped with randomness
+  seeded by (seed, epoch, batch, row in the global batch)."""
+  seed: int
   augment: bool
 
   def __call__(self, i: int) -> tuple[np.ndarray, int]:
@@ -239,14 +245,9 @@ class _TrainExamples:
 
 
 @dataclasses.dataclass(frozen=True)
-class _TestExamples:
+class _TestExamples(_Rows):
   """Example `i` of this process's rows of the evaluation batches, resized;
   rows past the end of the split repeat example 0 (masked out)."""
-  source: sources.Source
-  batch_size: int
-  first_row: int
-  rows: int
-  image_size: int
 
   def __call__(self, i: int) -> tuple[np.ndarray, int]:
     batch, offset = divmod(int(i), self.rows)

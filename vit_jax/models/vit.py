@@ -59,7 +59,19 @@ class AddPositionEmbs(nn.Module):
     return tokens + pos_embedding.astype(tokens.dtype)
 
 
-class Encoder1DBlock(nn.Module):
+class BlockFields(nn.Module):
+  """What every encoder block is made with, and so the encoder that makes
+  them: declared once for both."""
+
+  mlp_dim: int
+  num_heads: int
+  dropout_rate: float = 0.0
+  attention_dropout_rate: float = 0.0
+  dtype: Dtype = jnp.float32
+  attention: str = 'einsum'
+
+
+class Encoder1DBlock(BlockFields):
   """Pre-LayerNorm encoder block: x + MSA(LN(x)), then x + MLP(LN(x)).
 
   The attention probabilities are sown into the `intermediates` collection
@@ -68,12 +80,6 @@ class Encoder1DBlock(nn.Module):
   training (`small_data.DropPath`).
   """
 
-  mlp_dim: int
-  num_heads: int
-  dropout_rate: float = 0.0
-  attention_dropout_rate: float = 0.0
-  dtype: Dtype = jnp.float32
-  attention: str = 'einsum'
   drop_path_rate: float = 0.0
   locality: bool = False
 
@@ -102,18 +108,12 @@ class Encoder1DBlock(nn.Module):
     return x + y
 
 
-class Encoder(nn.Module):
+class Encoder(BlockFields, kw_only=True):
   """Position embedding (one of `POSEMBS`; 'sincos2d' is laid on `grid`, the
   patch rows and columns the last tokens come from), `num_layers` encoder
   blocks and a final LayerNorm."""
 
   num_layers: int
-  mlp_dim: int
-  num_heads: int
-  dropout_rate: float = 0.0
-  attention_dropout_rate: float = 0.0
-  dtype: Dtype = jnp.float32
-  attention: str = 'einsum'
   posemb: str = 'learned'
   stochastic_depth_rate: float = 0.0
   locality_attention: bool = False
