@@ -55,13 +55,15 @@ def train(directory: pathlib.Path, config: str, overrides: dict,
   `--config.KEY=VALUE` for each of `overrides` into `directory`, its output
   appended to `directory/log.txt`; nothing if the run has finished. The
   runner's `description` of the run goes to its DESCRIPTION_FILE first, for
-  `record`."""
-  if finished(directory):
-    return
+  `record`, finished or not."""
   directory.mkdir(parents=True, exist_ok=True)
   if description is not None:
+    # Also for a run that finished before runners wrote descriptions, so
+    # that `load_records` finds it.
     files.write_atomically(directory / DESCRIPTION_FILE,
                            json.dumps(description))
+  if finished(directory):
+    return
   print(f'training {directory.name}', flush=True)
   with open(directory / 'log.txt', 'a') as log:
     subprocess.run([
@@ -205,4 +207,3 @@ def missing_runs(planned: list[str], done: set[str]) -> str:
   return (f'{len(missing)} of {len(planned)} planned runs, in the order '
           '`run.py` trains them:\n\n' +
           '\n'.join(f'- `{name}`' for name in missing))
-

@@ -3,6 +3,7 @@ released `.npz`, the images it looks at, its logits and attention on them,
 and the embeddings it learned."""
 
 import dataclasses
+import functools
 import math
 import pathlib
 
@@ -153,10 +154,11 @@ def model_inputs(images: np.ndarray,
 
 def forward(model, variables, inputs: np.ndarray):
   """The logits of `inputs` and every layer's attention, in batches."""
-  run = jax.jit(lambda x: models.logits_and_attention(model, variables, x))
+  # The variables are an argument, not constants baked into the program.
+  run = jax.jit(functools.partial(models.logits_and_attention, model))
   logits, attentions = [], []
   for i in range(0, len(inputs), _BATCH_SIZE):
-    batch_logits, batch_attentions = run(inputs[i:i + _BATCH_SIZE])
+    batch_logits, batch_attentions = run(variables, inputs[i:i + _BATCH_SIZE])
     logits.append(np.asarray(batch_logits))
     attentions.append([np.asarray(a) for a in batch_attentions])
   return (np.concatenate(logits),

@@ -3,7 +3,7 @@ timm's Mixup in batch mode, on the devices, inside the compiled step: one
 lam per batch, every image mixed with the batch reversed.
 
 The targets come in already soft, (batch, num_classes) floats: the training
-step smooths one-hot labels first (`optax.smooth_labels`, timm's
+step smooths one-hot labels first (`losses.soft_targets`, timm's
 `mixup_target` order), so the loss must not smooth them again. Mixing is
 linear (or a paste), so it works on normalised images too.
 """
@@ -68,7 +68,6 @@ def mix_parameters(key: jax.Array, image_shape: tuple[int, ...],
   cutmix_lam = 1.0 - ((bottom - top) * (right - left)) / (h * w)
   lam = jnp.where(mixed, jnp.where(use_cutmix, cutmix_lam, lam), 1.0)
   return MixParameters(lam.astype(jnp.float32), use_cutmix, box)
-
 
 
 def apply_mix(parameters: MixParameters, images: jax.Array,
