@@ -77,7 +77,7 @@ def test_the_distillation_head_learns_the_teachers_classes(teacher_run):
   x, y = inputs.model_inputs(inputs.train_data, batch, augment_key)
   _, sown = state.apply_fn({'params': params}, x, train=False,
                            mutable=[vit.HEAD_LOGITS])
-  (class_logits,), (distillation_logits,) = (
+  class_logits, distillation_logits = (
       sown[vit.HEAD_LOGITS]['class_logits'],
       sown[vit.HEAD_LOGITS]['distillation_logits'])
   teacher_labels = np.argmax(

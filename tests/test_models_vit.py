@@ -266,7 +266,7 @@ def test_distillation_token_has_two_heads_averaged():
   variables = {'params': _randomized(variables['params'])}
   evaluated, sown = model.apply(variables, images, train=False,
                                 mutable=[HEAD_LOGITS])
-  (class_logits,), (distillation_logits,) = (
+  class_logits, distillation_logits = (
       sown[HEAD_LOGITS]['class_logits'], sown[HEAD_LOGITS]['distillation_logits'])
   assert class_logits.shape == distillation_logits.shape == (3, 5)
   assert not np.allclose(class_logits, distillation_logits)

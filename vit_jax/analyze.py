@@ -40,8 +40,8 @@ removed):
   classifier 'gap' or 'map'  no class token: no cls_attention.png nor
                              attention rollout
   posemb='sincos2d'          position_embeddings.png shows the fixed
-                             sine-cosine embedding (`small_data.posemb_sincos_2d`),
-                             titled as such; analysis.json's
+                             sine-cosine embedding
+                             (`small_data.posemb_sincos_2d`), titled as such; analysis.json's
                              `position_embedding` says which it was
   posemb='none'              no position_embeddings.png
   shifted_patches            embedding_filters.png shows the components of the

@@ -18,6 +18,7 @@ from typing import Any
 
 from absl import logging
 import jax
+from jax.experimental import multihost_utils
 import jax.numpy as jnp
 import ml_collections
 import orbax.checkpoint as ocp
@@ -33,8 +34,6 @@ load_npz = npz.load_npz
 save_npz = npz.save_npz
 check_params = params_lib.check_params
 param_shapes = params_lib.param_shapes
-
-
 
 
 # ------------------------------------------------------- training runs -----
@@ -197,7 +196,6 @@ class RunCheckpoints:
         os.replace(self.directory / str(step),
                    self.directory / f'{step}.unrestorable')
     if jax.process_count() > 1:
-      from jax.experimental import multihost_utils  # pylint: disable=g-import-not-at-top
       multihost_utils.sync_global_devices('vit_jax: damaged checkpoints moved')
 
   def save(self, step: int, state, train_sums: dict, history: list[dict],

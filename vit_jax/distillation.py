@@ -16,6 +16,7 @@ from typing import Any
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+import optax
 
 from vit_jax import checkpoint
 from vit_jax import config_schema
@@ -45,10 +46,9 @@ class Teacher:
     """`losses.Objective`: half the class head's loss on the targets, half
     the distillation head's on the teacher's classes."""
     del logits  # the heads' average, what the student predicts
-    teacher_targets = jax.nn.one_hot(self.labels(images), targets.shape[-1])
     return (losses.cross_entropy(heads['class_logits'], targets) +
-            losses.cross_entropy(heads['distillation_logits'],
-                                 teacher_targets)) / 2
+            optax.softmax_cross_entropy_with_integer_labels(
+                heads['distillation_logits'], self.labels(images))) / 2
 
 
 def load_teacher(config, num_classes: int, sharding) -> Teacher | None:

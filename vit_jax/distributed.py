@@ -31,8 +31,6 @@ DEFAULT_CPU_DEVICES = 4
 DEFAULT_LOST_PROCESS_TIMEOUT = 30
 
 
-
-
 def set_cpu_devices(count: int | None = None):
   """Makes the CPU backend expose `count` devices (default: 4).
 
@@ -246,8 +244,8 @@ def abandon_job(error: BaseException) -> None:
   else:
     who = 'another process'
   message = (f'Process {jax.process_index()} of {jax.process_count()} lost '
-             f'{who} of the job ({first_line(error)}); see its log for why. The '
-             'checkpoints saved so far are kept: rerun all processes to '
+             f'{who} of the job ({first_line(error)}); see its log for why. '
+             'The checkpoints saved so far are kept: rerun all processes to '
              'resume.')
   logging.error('%s', message)
   logging.flush()

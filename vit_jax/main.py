@@ -9,10 +9,10 @@ detected, elsewhere --coordinator_address, --num_processes and --process_id say
 who is who (README.md, "Multi-host").
 """
 
-import importlib.util
 import logging as python_logging
 import pathlib
 import sys
+import traceback
 
 from absl import app
 from absl import flags
@@ -98,31 +98,22 @@ class _ProcessPrefix(python_logging.Filter):
     return True
 
 
-def _config_argument(argv: list[str]) -> str | None:
-  """The value of --config in `argv`, if it has one."""
-  for i, arg in enumerate(argv):
-    if arg.startswith('--config='):
-      return arg.split('=', 1)[1]
-    if arg == '--config' and i + 1 < len(argv):
-      return argv[i + 1]
-  return None
-
-
-def why_config_fails(argument: str) -> str | None:
-  """Why the config file `PATH[:ARG]` does not load, from its own exception;
-  None when it loads. ml_collections reports that exception only as text
-  inside its own, so the file is loaded again here to ask it."""
-  path, _, arg = argument.partition(':')
-  if not pathlib.Path(path).is_file():
-    return f'no file {path}'
-  try:
-    spec = importlib.util.spec_from_file_location('vit_jax_config', path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    module.get_config(*([arg] if arg else []))
-  except Exception as e:  # pylint: disable=broad-except
-    # Whatever the config file raises is the user's to read.
-    return str(e) or type(e).__name__
+def _raised_by_config_file(error: BaseException,
+                           argv: list[str]) -> BaseException | None:
+  """The exception the --config file itself raised, if `error` came from
+  one: ml_collections wraps it twice, and the traceback of the innermost
+  exception runs through the config file."""
+  values = [arg.split('=', 1)[1] for arg in argv if arg.startswith('--config=')]
+  values += [after for arg, after in zip(argv, argv[1:]) if arg == '--config']
+  config_files = {str(pathlib.Path(value.split(':')[0]).resolve())
+                  for value in values}
+  innermost = error
+  while innermost.__cause__ or innermost.__context__:
+    innermost = innermost.__cause__ or innermost.__context__
+  frames = traceback.extract_tb(innermost.__traceback__)
+  if any(str(pathlib.Path(frame.filename).resolve()) in config_files
+         for frame in frames):
+    return innermost
   return None
 
 
@@ -134,21 +125,17 @@ def parse_flags(argv: list[str]) -> list[str]:
   try:
     remaining = flags.FLAGS(argv)
   except flags.Error as e:
-    _exit_if_config_fails(argv)
+    raised = _raised_by_config_file(e, argv)
+    if raised is not None:
+      sys.exit(f'error: --config cannot be loaded: {raised}')
     sys.exit(f'error: {e}\nPass --helpshort or --helpfull to see help on '
              'flags.')
   # A config file that is missing stands in as an object that raises when
   # used, not as a ConfigDict.
   if not isinstance(_CONFIG.value, ml_collections.ConfigDict):
-    _exit_if_config_fails(argv)
+    path = config_flags.get_config_filename(flags.FLAGS['config'])
+    sys.exit(f'error: --config cannot be loaded: no file {path}')
   return remaining
-
-
-def _exit_if_config_fails(argv: list[str]):
-  argument = _config_argument(argv)
-  why = argument and why_config_fails(argument)
-  if why:
-    sys.exit(f'error: --config={argument} cannot be loaded: {why}')
 
 
 def main(argv):

@@ -54,8 +54,11 @@ class MetricWriter:
     self._jsonl_path = workdir / 'metrics.jsonl'
     self._jsonl_path.write_text(''.join(map(json_line, history)))
     tensorboard_dir = workdir / 'tensorboard' / TENSORBOARD_RUN
-    for events in tensorboard_dir.glob('events.out.tfevents.*'):
-      events.unlink()  # other runs (vit_jax.analyze's figures) stay
+    # Also what a run from before the `training` run wrote at the top: its
+    # curves are rewritten here. Other runs (vit_jax.analyze's) stay.
+    for events in [*tensorboard_dir.glob('events.out.tfevents.*'),
+                   *tensorboard_dir.parent.glob('events.out.tfevents.*')]:
+      events.unlink()
     self._tensorboard = SummaryWriter(str(tensorboard_dir))
     for record in history:
       self._add_scalars(record)

@@ -72,8 +72,8 @@ def state_shapes(key, model, tx, image_size: int,
   layout it was saved from)."""
   shapes = _shapes(key, model, tx, image_size)
   return jax.tree.map(
-      lambda s, sharding: jax.ShapeDtypeStruct(s.shape, s.dtype,
-                                               sharding=sharding),
+      lambda s, placement: jax.ShapeDtypeStruct(s.shape, s.dtype,
+                                                sharding=placement),
       shapes, sharding.state_shardings(shapes, mesh))
 
 
@@ -118,8 +118,7 @@ def _gradients(state: TrainState, batch_stats, data, batch, key, *, inputs,
         model_variables(params, batch_stats), x, train=True,
         mutable=['batch_stats', vit.HEAD_LOGITS],
         rngs={'dropout': dropout_key})
-    heads = {name: value[0]
-             for name, value in updates.get(vit.HEAD_LOGITS, {}).items()}
+    heads = updates.get(vit.HEAD_LOGITS, {})
     return objective(logits, heads, targets, x).mean(), (logits, updates)
 
   (loss, (logits, updates)), grads = jax.value_and_grad(

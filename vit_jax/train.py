@@ -11,8 +11,8 @@ A checkpoint holds everything the loop needs to go on (state, step, the
 input's position, the train-metric sums of an unfinished logging interval,
 the history), so a run killed at any step and rerun with the same command
 logs exactly what an uninterrupted run logs. On SIGTERM the loop finishes
-the step in flight, saves, and raises `preemption.Preempted` (`vit_jax.main` exits with
-status 75); all processes of a multi-process job stop at the same step.
+the step in flight, saves, and raises `preemption.Preempted` (`vit_jax.main`
+exits with status 75); all processes of a multi-process job stop at the same step.
 
 Several processes (multi-host, `distributed.initialize_distributed`): every
 process runs this same loop on the same global arrays; all take part in
@@ -378,7 +378,8 @@ def _train_and_evaluate(config, workdir: pathlib.Path,
   # resumed run names the machine that finished it.
   summary = {**summarize(history), 'device': jax.devices()[0].device_kind}
   if jax.process_index() == 0:
-    files.write_atomically(workdir / 'summary.json', json.dumps(summary, indent=2))
+    files.write_atomically(workdir / 'summary.json',
+                           json.dumps(summary, indent=2))
   logging.info(
       'Done: best test accuracy %.2f%% at step %d (epoch %g); final train '
       'accuracy %.2f%%.', 100 * summary['best_test_accuracy'],

@@ -90,7 +90,8 @@ def load_npz(path: str | pathlib.Path) -> dict[str, Any]:
         f'{path} is not a ViT checkpoint in the official .npz layout: it has '
         f'no {", ".join(missing)}. It has {found}'
         f'{" ..." if len(flat) > params_lib.MAX_REPORTED else ""}.')
-  return params_lib.unflatten(_renamed(flat, _RELEASED_TO_OURS, str(path)), str(path))
+  return params_lib.unflatten(_renamed(flat, _RELEASED_TO_OURS, str(path)),
+                              str(path))
 
 
 def save_npz(params: Mapping[str, Any], path: str | pathlib.Path) -> None:
@@ -104,8 +105,8 @@ def save_npz(params: Mapping[str, Any], path: str | pathlib.Path) -> None:
   if 'params' in params:
     raise CheckpointError(f'Not saving {path}: pass the parameters, '
                           "variables['params'], not the variables.")
-  flat = _renamed(params_lib.flatten(params, 'the parameters'), _OURS_TO_RELEASED,
-                  'the parameters')
+  flat = _renamed(params_lib.flatten(params, 'the parameters'),
+                  _OURS_TO_RELEASED, 'the parameters')
   arrays = {key: np.asarray(value) for key, value in flat.items()}
   for key, array in arrays.items():
     descr = np.lib.format.dtype_to_descr(array.dtype)

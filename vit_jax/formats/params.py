@@ -165,8 +165,8 @@ def adapt_params(pretrained: Any, fresh: Any, *,
                  table.shape, want.shape)
     adapted[_POSITION_EMBEDDING] = resize_position_embeddings(
         table, want.shape[1], num_prefix_tokens)
-  unflatten = flax.traverse_util.unflatten_dict
-  check_params(unflatten(adapted), unflatten(fresh),
-                          target='the new model (config.model)')
-  return unflatten({path: np.asarray(value).astype(fresh[path].dtype)
-                    for path, value in adapted.items()})
+  unflatten_paths = flax.traverse_util.unflatten_dict
+  check_params(unflatten_paths(adapted), unflatten_paths(fresh),
+               target='the new model (config.model)')
+  return unflatten_paths({path: np.asarray(value).astype(fresh[path].dtype)
+                          for path, value in adapted.items()})

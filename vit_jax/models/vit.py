@@ -31,12 +31,11 @@ POSEMBS = ('learned', 'sincos2d', 'none')
 HEAD_LOGITS = 'head_logits'
 
 
-def _shared_fields(child: type[nn.Module], parent: nn.Module) -> dict:
-  """`parent`'s values of the fields `child` has under the same names: what
-  the ViT hands its encoder, and the encoder each block."""
-  names = {f.name for f in dataclasses.fields(child)} - {'parent', 'name'}
-  return {name: getattr(parent, name) for name in names
-          if hasattr(parent, name)}
+def _fields_of(fields: type[nn.Module], parent: nn.Module) -> dict:
+  """`parent`'s values of every field of `fields`, which it has under the
+  same names: what the ViT hands its encoder, and the encoder each block."""
+  names = {f.name for f in dataclasses.fields(fields)} - {'parent', 'name'}
+  return {name: getattr(parent, name) for name in names}
 
 
 class AddPositionEmbs(nn.Module):
@@ -130,7 +129,7 @@ class Encoder(BlockFields, kw_only=True):
                                        self.num_layers)
     for i in range(self.num_layers):
       x = Encoder1DBlock(
-          **_shared_fields(Encoder1DBlock, self),
+          **_fields_of(BlockFields, self),
           drop_path_rate=rates[i],
           locality=self.locality_attention,
           name=f'encoderblock_{i}')(
@@ -302,7 +301,7 @@ class VisionTransformer(nn.Module):
     if prefix:
       x = jnp.concatenate(prefix + [x], axis=1)
 
-    x = Encoder(**_shared_fields(Encoder, self), name='Transformer')(
+    x = Encoder(**_fields_of(Encoder, self), name='Transformer')(
         x, train=train, grid=(h, w))
 
     if self.classifier == 'token':
@@ -326,9 +325,13 @@ class VisionTransformer(nn.Module):
     ]
     if len(logits) == 1:
       return logits[0]
-    self.sow(HEAD_LOGITS, 'class_logits', logits[0])
-    self.sow(HEAD_LOGITS, 'distillation_logits', logits[1])
-    return sum(logits) / len(logits)
+    class_logits, distillation_logits = logits
+    # Each apply's own values, never appended to what a collection held.
+    latest = dict(reduce_fn=lambda _, value: value, init_fn=lambda: None)
+    self.sow(HEAD_LOGITS, 'class_logits', class_logits, **latest)
+    self.sow(HEAD_LOGITS, 'distillation_logits', distillation_logits,
+             **latest)
+    return (class_logits + distillation_logits) / 2
 
 
 def logits_and_attention(model: VisionTransformer, variables: Any,
