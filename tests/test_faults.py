@@ -210,9 +210,10 @@ def test_a_diverged_test_loss_stops_and_says_no_checkpoint_exists(tmp_path):
   checkpoints = checkpoint.RunCheckpoints(tmp_path / 'checkpoints', 2)
   with pytest.raises(train.TrainingDivergedError,
                      match=r'test loss became nan by step 3; stopped without '
-                     r'saving\. No checkpoint had been saved yet\.'):
+                     r'saving\. No checkpoint had been saved yet: rerun with a lower '
+                     r'config\.learning_rate'):
     train._check_finite({'train_loss': 1.0, 'test_loss': math.nan}, 3,  # pylint: disable=protected-access
-                        checkpoints)
+                        checkpoints, history=[])
 
 
 # ------------------------------------------------- bad workdirs and data ---
@@ -321,3 +322,121 @@ def test_when_one_process_dies_the_other_exits_in_bounded_time(uninterrupted,
   output = logs[0].read_text()
   errors = [line for line in output.splitlines() if line.startswith('error:')]
   assert len(errors) == 1 and 'process 1' in errors[0], output[-3000:]
+
+
+# ------------------------- one writer per workdir; Ctrl-C; signals at start-up
+
+
+def _error_lines(output: str) -> list[str]:
+  return [line for line in output.splitlines() if line.startswith('error:')]
+
+
+def test_a_second_run_on_a_workdir_in_use_is_refused_and_the_first_ends_intact(
+    uninterrupted, tmp_path):
+  data_dir, reference = uninterrupted
+  config_file = write_process_config(tmp_path, data_dir)
+  workdir = tmp_path / 'run'
+  first = start_main(config_file, workdir, tmp_path / 'log1')
+  time.sleep(0.5)  # as close as a requeued job and the old one come
+  second = start_main(config_file, workdir, tmp_path / 'log2')
+  codes = wait_all([first, second], timeout=180)
+  # Whichever reached the lock first runs; the other is refused.
+  winner, loser = (0, 1) if codes[0] == 0 else (1, 0)
+  assert sorted(codes) == [0, 1], [p.read_text()[-2000:] for p in
+                                   (tmp_path / 'log1', tmp_path / 'log2')]
+  output = (tmp_path / f'log{loser + 1}').read_text()
+  holder = (first, second)[winner].pid
+  assert _error_lines(output) == [
+      line for line in output.splitlines() if 'in use' in line]
+  assert len(_error_lines(output)) == 1
+  assert _error_lines(output)[0].startswith(
+      f'error: The workdir {workdir} is in use by another run (process '
+      f'{holder} on ')
+  assert 'Traceback' not in output
+  assert without_timings(history(workdir)) == without_timings(
+      history(reference))
+  assert (workdir / 'lock').read_text() == ''  # let go
+
+
+def test_ctrl_c_saves_the_step_exits_75_and_the_rerun_ends_identical(
+    uninterrupted, tmp_path):
+  data_dir, reference = uninterrupted
+  config_file = write_process_config(tmp_path, data_dir)
+  workdir, log = tmp_path / 'run', tmp_path / 'log'
+  flags = ['--config.checkpoint_every_steps=100']
+  process = start_main(config_file, workdir, log, *flags)
+  wait_for_step(process, workdir, 5)
+  process.send_signal(signal.SIGINT)
+  assert process.wait(timeout=60) == preemption.PREEMPTED_EXIT_STATUS
+  output = log.read_text()
+  saved = checkpoint.RunCheckpoints(workdir / 'checkpoints', 2).steps()
+  assert len(saved) == 1 and 5 <= saved[0] < 40
+  assert (f'Preempted (Ctrl-C): saved a checkpoint of step {saved[0]} in '
+          f'{workdir / "checkpoints"} and stopped; rerun the same command to '
+          'resume.') in output
+  assert 'Traceback' not in output and not _error_lines(output)
+  rerun = start_main(config_file, workdir, tmp_path / 'log2', *flags)
+  assert rerun.wait(timeout=120) == 0, (tmp_path / 'log2').read_text()[-3000:]
+  assert without_timings(history(workdir)) == without_timings(
+      history(reference))
+
+
+def test_a_second_ctrl_c_exits_at_once_and_the_rerun_clears_what_it_left(
+    uninterrupted, tmp_path):
+  data_dir, reference = uninterrupted
+  config_file = write_process_config(tmp_path, data_dir)
+  workdir, log = tmp_path / 'run', tmp_path / 'log'
+  process = start_main(config_file, workdir, log)
+  wait_for_step(process, workdir, 10)
+  process.send_signal(signal.SIGINT)
+  time.sleep(0.01)  # the step in flight, or its save
+  process.send_signal(signal.SIGINT)
+  status = process.wait(timeout=60)
+  output = log.read_text()
+  assert 'Traceback' not in output
+  if status == preemption.PREEMPTED_EXIT_STATUS:  # saved before the second
+    pytest.skip('the first Ctrl-C finished its save within 10 ms')
+  assert status == 130
+  assert _error_lines(output) == [
+      'error: Interrupted again: stopped at once, without saving; rerun the '
+      'same command to resume from the newest complete checkpoint.']
+  rerun = start_main(config_file, workdir, tmp_path / 'log2')
+  assert rerun.wait(timeout=120) == 0, (tmp_path / 'log2').read_text()[-3000:]
+  assert without_timings(history(workdir)) == without_timings(
+      history(reference))
+  left = [p.name for p in workdir.rglob('*')
+          if 'tmp' in p.name or p.name.endswith('.partial')]
+  assert not left
+
+
+@pytest.mark.parametrize('signum', [signal.SIGTERM, signal.SIGINT],
+                         ids=['SIGTERM', 'Ctrl-C'])
+def test_a_signal_during_start_up_exits_75_without_a_checkpoint(
+    uninterrupted, tmp_path, signum):
+  """From the first instant to the first step: while Python starts, while
+  jax loads, while the config is checked, the data loads and the steps
+  compile. The README's requeue recipe (rerun on 75) then completes the
+  run."""
+  data_dir, reference = uninterrupted
+  config_file = write_process_config(tmp_path, data_dir)
+  workdir = tmp_path / 'run'
+  name = {signal.SIGTERM: 'SIGTERM', signal.SIGINT: 'Ctrl-C'}[signum]
+  for attempt, delay in enumerate((0.3, 1.5, 3.0, 5.0)):
+    log = tmp_path / f'log{attempt}'
+    process = start_main(config_file, workdir, log)
+    time.sleep(delay)
+    process.send_signal(signum)
+    status = process.wait(timeout=120)
+    output = log.read_text()
+    if status == 0:
+      break  # the run got through (not on this machine's speed)
+    assert status == preemption.PREEMPTED_EXIT_STATUS, output[-3000:]
+    assert 'Traceback' not in output and not _error_lines(output)
+    assert f'Preempted ({name}): stopped before training' in output or (
+        f'Preempted ({name}): saved a checkpoint of step' in output)
+    if 'stopped before training' in output:
+      assert not checkpoint.RunCheckpoints(workdir / 'checkpoints', 2).steps()
+  requeued = start_main(config_file, workdir, tmp_path / 'requeued')
+  assert requeued.wait(timeout=120) == 0
+  assert without_timings(history(workdir)) == without_timings(
+      history(reference))

@@ -16,12 +16,14 @@ def _main(*flags):
       cwd=ROOT, capture_output=True, text=True, check=False)
 
 
-def test_bad_input_is_one_clear_line_not_a_traceback(tmp_path):
-  out = _main(f'--workdir={tmp_path}', '--config.data_dir=/nonexistent',
+def test_bad_input_is_one_clear_line_printed_once_not_a_traceback(tmp_path):
+  out = _main(f'--workdir={tmp_path / "run"}', '--config.data_dir=/nonexistent',
               '--config.num_epochs=1')
   assert out.returncode == 1
-  assert 'error: The data directory /nonexistent does not exist' in out.stderr
+  said = [line for line in out.stderr.splitlines() if '/nonexistent' in line]
+  assert said == ['error: The data directory /nonexistent does not exist.']
   assert 'Traceback' not in out.stderr
+  assert not (tmp_path / 'run').exists()  # nothing was written
 
 
 def test_unknown_config_field_is_one_clear_line(tmp_path):

@@ -3,6 +3,7 @@ unit, exact resumption, SIGTERM, progress, divergence, several processes.
 Faults (kill -9, full disks, damaged files) are in test_faults.py."""
 
 import json
+import math
 import os
 import pathlib
 import shutil
@@ -159,19 +160,53 @@ def test_eval_scores_every_test_example_once(cifar10_binary, tmp_path):
   assert record['test_accuracy'] == pytest.approx(accuracy, abs=1e-6)
 
 
-def test_nan_loss_stops_and_keeps_the_last_good_checkpoint(cifar10_binary,
-                                                           tmp_path):
+def test_nan_loss_stops_and_says_what_is_kept(cifar10_binary, tmp_path):
   data_dir, _ = cifar10_binary
   # Step 1's update (learning rate 1e38) overflows the parameters.
   config = tiny_config(data_dir, learning_rate=1e38, warmup_epochs=0,
                        log_every_steps=1, checkpoint_every_steps=1)
-  with pytest.raises(train.TrainingDivergedError,
-                     match=r'train loss became nan by step 2; stopped without '
-                     r'saving\. The last good checkpoint, step 1 in .*, is kept'):
+  with pytest.raises(train.TrainingDivergedError) as raised:
     train.train_and_evaluate(config, tmp_path)
   with ocp.CheckpointManager(tmp_path / 'checkpoints') as manager:
     assert manager.all_steps() == [1]
-  assert [r['step'] for r in history(tmp_path)] == [1]
+  records = history(tmp_path)
+  assert [r['step'] for r in records] == [1]
+  assert str(raised.value) == (
+      'The train loss became nan by step 2; stopped without saving. Kept: the '
+      f'newest checkpoint, step 1 in {tmp_path / "checkpoints"}, saved after '
+      f'a train loss of {records[0]["train_loss"]:.4g} (logged at step 1). '
+      'To go on from it with a lower learning rate or gradient clipping, '
+      "start a new workdir from its weights (this one keeps its run's "
+      f'settings): --workdir=NEW_DIR --config.init_from={tmp_path} '
+      '--config.learning_rate=LOWER (or --config.grad_clip_norm=1).')
+
+
+def test_a_run_diverging_for_steps_is_told_so_and_the_advice_works(
+    cifar10_binary, tmp_path):
+  data_dir, _ = cifar10_binary
+  # SGD at learning rate 10: the loss grows for steps, then is not finite.
+  diverging = dict(optimizer='sgd', momentum=0.9, warmup_epochs=0,
+                   num_epochs=4, log_every_steps=1, checkpoint_every_steps=2)
+  config = tiny_config(data_dir, learning_rate=10.0, **diverging)
+  with pytest.raises(train.TrainingDivergedError) as raised:
+    train.train_and_evaluate(config, tmp_path / 'run')
+  records = history(tmp_path / 'run')
+  kept = checkpoint.RunCheckpoints(tmp_path / 'run' / 'checkpoints',
+                                   2).steps()[-1]
+  before = [r for r in records if r['step'] <= kept][-1]
+  assert before['train_loss'] > 1e3
+  message = str(raised.value)
+  assert (f'Kept: the newest checkpoint, step {kept} in '
+          f'{tmp_path / "run" / "checkpoints"}, saved after a train loss of '
+          f'{before["train_loss"]:.4g} (logged at step {kept}), far above the '
+          f'lowest, {records[0]["train_loss"]:.4g} at step 1: the run was '
+          'diverging already. To go on, start afresh in a new workdir with a '
+          'lower learning rate') in message
+  # The advice, followed.
+  config = tiny_config(data_dir, learning_rate=0.1, **diverging)
+  train.train_and_evaluate(config, tmp_path / 'new')
+  assert all(math.isfinite(r['train_loss'])
+             for r in history(tmp_path / 'new'))
 
 
 _LOSS_SCRIPT = '''
@@ -359,8 +394,13 @@ def test_two_streaming_processes_each_read_their_half_of_every_batch(
     assert records[0][metric] == expected[0][metric]
 
 
-def test_sigterm_to_one_of_two_processes_stops_both_at_one_saved_step(
-    uninterrupted, tmp_path):
+@pytest.mark.parametrize('signum', [
+    signal.SIGTERM,
+    # Sent on to jax's preemption service as SIGTERM.
+    pytest.param(signal.SIGINT, marks=pytest.mark.slow)],  # 33 s
+                         ids=['SIGTERM', 'Ctrl-C'])
+def test_a_stop_signal_to_one_of_two_processes_stops_both_at_one_saved_step(
+    uninterrupted, tmp_path, signum):
   data_dir, _ = uninterrupted
   config_file = write_process_config(tmp_path, data_dir)
   workdir = tmp_path / 'run'
@@ -370,7 +410,7 @@ def test_sigterm_to_one_of_two_processes_stops_both_at_one_saved_step(
       config_file, workdir, tmp_path, '--config.total_steps=2000',
       '--config.checkpoint_every_steps=5000', '--config.eval_every_steps=5000')
   wait_for_step(processes[0], workdir, 3)
-  processes[1].send_signal(signal.SIGTERM)
+  processes[1].send_signal(signum)
   assert wait_all(processes, timeout=120) == [preemption.PREEMPTED_EXIT_STATUS] * 2
   stopped = [int(log.read_text().split('saved a checkpoint of step ')[1]
                  .split()[0]) for log in logs]

@@ -247,8 +247,7 @@ def abandon_job(error: BaseException) -> None:
              f'{who} of the job ({first_line(error)}); see its log for why. '
              'The checkpoints saved so far are kept: rerun all processes to '
              'resume.')
-  logging.error('%s', message)
-  logging.flush()
+  logging.flush()  # the error comes last, once
   print(f'error: {message}', file=sys.stderr, flush=True)
   os._exit(1)  # pylint: disable=protected-access
 

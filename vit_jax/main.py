@@ -1,13 +1,24 @@
 """Trains and evaluates a model: `python -m vit_jax.main --config=... --workdir=...`.
 
 Rerunning the same command resumes from the latest checkpoint in the workdir.
-Exit status: 0 when the run is complete; 75 when SIGTERM stopped it after it
-saved a checkpoint (rerun to resume); 1 for a problem the message explains.
+Exit status: 0 when the run is complete; 75 when SIGTERM or Ctrl-C stopped
+it with nothing lost (rerun to resume); 1 for a problem the message explains;
+130 when a second Ctrl-C stopped it at once (rerun to resume from the newest
+complete checkpoint).
 On several hosts the same command runs once per host (or per accelerator),
 with the workdir on a shared filesystem; SLURM, Open MPI and Cloud TPU jobs are
 detected, elsewhere --coordinator_address, --num_processes and --process_id say
 who is who (README.md, "Multi-host").
 """
+
+# pylint: disable=g-import-not-at-top,wrong-import-position
+from vit_jax import stop_signals
+
+if __name__ == '__main__':
+  # First, before jax and the rest load (a second or more): a SIGTERM or
+  # Ctrl-C from now on is a request to stop, acted on as the run allows,
+  # not a kill with status 143 or a traceback.
+  stop_signals.catch()
 
 import logging as python_logging
 import pathlib
@@ -162,8 +173,8 @@ def main(argv):
     logging.warning('%s', e)
     _exit(preemption.PREEMPTED_EXIT_STATUS, every_process_here=True)
   except errors.VitJaxError as e:
-    logging.error('%s', e)
-    print(f'error: {e}', file=sys.stderr)
+    logging.flush()  # the error comes last, once
+    print(f'error: {e}', file=sys.stderr, flush=True)
     _exit(1, every_process_here=False)
   _exit(0, every_process_here=True)
 

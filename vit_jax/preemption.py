@@ -1,56 +1,75 @@
-"""SIGTERM (and what sends it: SLURM, Kubernetes, TPU maintenance) as a
-request to save and stop at a step every process agrees on.
+"""SIGTERM (and what sends it: SLURM, Kubernetes, TPU maintenance) and Ctrl-C
+as a request to save and stop, at a step every process agrees on.
 """
 
 import pathlib
-import signal
 
 import jax
 from jax.experimental import multihost_utils
 
-# The exit status of a run stopped by SIGTERM after saving (EX_TEMPFAIL of
-# sysexits.h: a temporary failure; rerunning the command resumes).
+from vit_jax import stop_signals
+
+# The exit status of a run stopped by SIGTERM or Ctrl-C with nothing lost
+# (EX_TEMPFAIL of sysexits.h: a temporary failure; rerunning the command
+# resumes).
 PREEMPTED_EXIT_STATUS = 75
 
 
 class Preempted(Exception):  # pylint: disable=g-bad-exception-name
-  """SIGTERM stopped the run after it saved a checkpoint."""
+  """A stop signal stopped the run; everything it had done is saved."""
 
-  def __init__(self, step: int, directory: pathlib.Path):
-    super().__init__(
-        f'Preempted (SIGTERM): saved a checkpoint of step {step} in '
-        f'{directory} and stopped; rerun the same command to resume.')
+  def __init__(self, signal_name: str, step: int | None,
+               directory: pathlib.Path, saved: bool):
+    if saved:
+      done = f'saved a checkpoint of step {step} in {directory} and stopped'
+    elif step:
+      done = (f'stopped before training, with nothing new to save (the '
+              f'checkpoint of step {step} in {directory} is kept)')
+    else:
+      done = 'stopped before training, with nothing to save yet'
+    super().__init__(f'Preempted ({signal_name}): {done}; rerun the same '
+                     'command to resume.')
     self.step = step
 
 
 class Preemption:
-  """SIGTERM (what SLURM, Kubernetes and TPU maintenance send before a kill)
-  as a request to save and stop, at a step every process agrees on.
+  """SIGTERM and Ctrl-C (`stop_signals`) as a request to save and stop, at a
+  step every process agrees on.
 
-  A single process catches the signal itself. In a multi-process job the
-  coordination service that `jax.distributed.initialize` started catches it
-  in whichever process receives it and picks the step at which all of them
-  stop (`multihost_utils.reached_preemption_sync_point`). Call `reached`
-  once per step, with the same steps in every process.
+  A single process catches the signals itself. In a multi-process job the
+  coordination service that `jax.distributed.initialize` started catches
+  SIGTERM in whichever process receives it (a Ctrl-C is sent on to it as
+  SIGTERM) and picks the step at which all of them stop
+  (`multihost_utils.reached_preemption_sync_point`). Call `reached` once per
+  step, with the same steps in every process.
   """
 
   def __init__(self):
     self._multi_process = jax.process_count() > 1
-    self._signalled = False
-    self._previous = None
-    if not self._multi_process:
-      self._previous = signal.signal(signal.SIGTERM, self._on_signal)
+    # vit_jax.main catches the signals from its first line; a script that
+    # calls train_and_evaluate has them caught here, until `close` (SIGTERM
+    # only where jax's preemption service has not taken it over).
+    self._caught_here = stop_signals.catch(sigterm=not self._multi_process)
+    if self._multi_process:
+      stop_signals.forward_as_sigterm()
 
-  def _on_signal(self, signum, frame):
-    del signum, frame
-    self._signalled = True
+  @property
+  def signal_name(self) -> str:
+    # In a multi-process job the signal may have reached another process.
+    return stop_signals.received() or 'SIGTERM'
+
+  def before_training(self) -> bool:
+    """Whether a single process was signalled during start-up, which then
+    stops with nothing to save. A multi-process job stops at the first
+    `reached` instead, where all processes agree."""
+    return not self._multi_process and stop_signals.received() is not None
 
   def reached(self, step: int) -> bool:
     if self._multi_process:
       return multihost_utils.reached_preemption_sync_point(step)
-    return self._signalled
+    return stop_signals.received() is not None
 
   def close(self):
-    if self._previous is not None:
-      signal.signal(signal.SIGTERM, self._previous)
-      self._previous = None
+    if self._caught_here:
+      stop_signals.release()
+      self._caught_here = False

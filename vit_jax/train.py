@@ -1,7 +1,7 @@
 """The training loop, counted in steps: train, log, evaluate, checkpoint.
 
-    validate the config (config_schema) -> check the workdir and the run in
-    it -> the input (data) -> compile the steps (steps) -> restore the newest
+    validate the config (config_schema) -> lock the workdir (workdir_lock)
+    and check the run in it -> the input (data) -> compile the steps (steps) -> restore the newest
     checkpoint or start -> loop:
       one train step; every config.log_every_steps the train metrics,
       every eval_every_steps an evaluation, every checkpoint_every_steps a
@@ -10,9 +10,11 @@
 A checkpoint holds everything the loop needs to go on (state, step, the
 input's position, the train-metric sums of an unfinished logging interval,
 the history), so a run killed at any step and rerun with the same command
-logs exactly what an uninterrupted run logs. On SIGTERM the loop finishes
-the step in flight, saves, and raises `preemption.Preempted` (`vit_jax.main`
-exits with status 75); all processes of a multi-process job stop at the same step.
+logs exactly what an uninterrupted run logs. On SIGTERM or Ctrl-C the loop
+finishes the step in flight, saves, and raises `preemption.Preempted`
+(`vit_jax.main` exits with status 75); all processes of a multi-process job
+stop at the same step. A signal during start-up stops the run before it
+trains, with nothing new to save.
 
 Several processes (multi-host, `distributed.initialize_distributed`): every
 process runs this same loop on the same global arrays; all take part in
@@ -21,16 +23,17 @@ metrics.jsonl and TensorBoard files are written by process 0 alone. The
 workdir must be on a filesystem all processes share.
 """
 
+import contextlib
 import json
 import math
-import os
 import pathlib
-import tempfile
 import time
 
 from absl import logging
 import jax
+from jax.experimental import multihost_utils
 import ml_collections
+import numpy as np
 
 from vit_jax import checkpoint
 from vit_jax import config_schema
@@ -42,10 +45,12 @@ from vit_jax import losses
 from vit_jax import metric_writer
 from vit_jax import optimizer
 from vit_jax import preemption
+from vit_jax import progress
 from vit_jax import sharding
 from vit_jax import models
 from vit_jax import steps
 from vit_jax import files
+from vit_jax import workdir_lock
 from vit_jax.errors import ConfigError
 from vit_jax.errors import TrainingDivergedError
 from vit_jax.errors import WorkdirError
@@ -94,120 +99,49 @@ def summarize(history: list[dict]) -> dict:
   }
 
 
-def _format_duration(seconds: float) -> str:
-  hours, rest = divmod(int(seconds), 3600)
-  minutes, seconds = divmod(rest, 60)
-  return (f'{hours}:{minutes:02d}:{seconds:02d}' if hours else
-          f'{minutes}:{seconds:02d}')
-
-
-def _format_flops(value: float) -> str:
-  for unit, scale in (('PFLOP/s', 1e15), ('TFLOP/s', 1e12),
-                      ('GFLOP/s', 1e9)):
-    if value >= scale:
-      return f'{value / scale:.2f} {unit}'
-  return f'{value / 1e6:.0f} MFLOP/s'
-
-
-def _progress_line(record: dict, plan: config_schema.StepPlan,
-                   eta_seconds: float) -> str:
-  parts = [f'step {record["step"]}/{plan.total_steps} (epoch '
-           f'{record["epoch"]:g})']
-  if 'train_loss' in record:
-    parts.append(f'train loss {record["train_loss"]:.4f} acc '
-                 f'{100 * record["train_accuracy"]:.2f}%')
-  if 'test_loss' in record:
-    parts.append(f'test loss {record["test_loss"]:.4f} acc '
-                 f'{100 * record["test_accuracy"]:.2f}%')
-  if 'train_loss' in record:
-    throughput = (f'lr {record["learning_rate"]:.2e}  '
-                  f'{record["images_per_second"]:.0f} img/s  '
-                  f'{_format_flops(record["flops_per_second"])}')
-    if 'peak_share' in record:
-      throughput += f' ({100 * record["peak_share"]:.0f}% of peak)'
-    parts.append(throughput)
-  parts.append(f'ETA {_format_duration(eta_seconds)}')
-  return '  '.join(parts)
-
-
-def _check_finite(record: dict, step: int, checkpoints):
-  """Raises TrainingDivergedError if a logged loss is not finite."""
+def _check_finite(record: dict, step: int, checkpoints, history: list[dict]):
+  """Raises TrainingDivergedError if a logged loss is not finite, saying
+  what is kept (and the loss it had) and how to go on from it."""
   for name in ('train_loss', 'test_loss'):
     if name in record and not math.isfinite(record[name]):
-      latest = checkpoints.latest_step()
-      kept = (f'The last good checkpoint, step {latest} in '
-              f'{checkpoints.directory}, is kept.' if latest is not None else
-              'No checkpoint had been saved yet.')
       raise TrainingDivergedError(
           f'The {name.replace("_", " ")} became {record[name]} by step '
-          f'{step}; stopped without saving. {kept} Lower '
-          'config.learning_rate or set config.grad_clip_norm.')
+          f'{step}; stopped without saving. '
+          f'{_what_is_kept(checkpoints, history)}')
 
 
-class _Throughput:
-  """Training images/s and FLOP/s over each logging interval, leaving out
-  the time spent evaluating and checkpointing; the ETA from the pace since
-  the loop (re)started."""
-
-  def __init__(self, start_step: int, batch_size: int,
-               train_flops_per_image: float, peak: float | None):
-    self._loop_start = self._interval_start = time.perf_counter()
-    self._start_step = self._interval_step = start_step
-    self._batch_size = batch_size
-    self._excluded = 0.0
-    self._flops_per_image = train_flops_per_image
-    self._peak = peak
-    self._last_record = self._loop_start
-
-  def exclude(self, seconds: float):
-    self._excluded += seconds
-
-  def interval(self, step: int) -> dict:
-    """Over the steps this process trained since the last call (a resumed
-    interval's earlier steps were timed by the process that ran them)."""
-    now = time.perf_counter()
-    seconds = max(now - self._interval_start - self._excluded, 1e-9)
-    images = (step - self._interval_step) * self._batch_size
-    self._interval_start, self._interval_step = now, step
-    self._excluded = 0.0
-    rate = images / seconds
-    measured = {'images_per_second': rate,
-                'flops_per_second': rate * self._flops_per_image}
-    if self._peak:
-      measured['peak_share'] = measured['flops_per_second'] / self._peak
-    return measured
-
-  def since_last_record(self) -> float:
-    """Wall seconds since the previous record (training, evaluating and
-    checkpointing alike): summed, the loop's wall time."""
-    now = time.perf_counter()
-    seconds, self._last_record = now - self._last_record, now
-    return seconds
-
-  def eta(self, step: int, total_steps: int) -> float:
-    done = step - self._start_step
-    elapsed = time.perf_counter() - self._loop_start
-    return elapsed / max(done, 1) * (total_steps - step)
+def _what_is_kept(checkpoints, history: list[dict]) -> str:
+  """The newest checkpoint, the train loss logged before it, and advice
+  that this workdir, which keeps its run's settings, does not refuse."""
+  latest = checkpoints.latest_step()
+  if latest is None:
+    return ('No checkpoint had been saved yet: rerun with a lower '
+            'config.learning_rate or with config.grad_clip_norm set.')
+  kept = f'Kept: the newest checkpoint, step {latest} in {checkpoints.directory}'
+  logged = [r for r in history if r['step'] <= latest and 'train_loss' in r]
+  afresh = ('start afresh in a new workdir with a lower learning rate or '
+            'gradient clipping: --workdir=NEW_DIR --config.learning_rate=LOWER '
+            '(or --config.grad_clip_norm=1).')
+  if not logged:
+    return f'{kept}. To go on, {afresh}'
+  before, lowest = logged[-1], min(logged, key=lambda r: r['train_loss'])
+  kept += (f', saved after a train loss of {before["train_loss"]:.4g} '
+           f'(logged at step {before["step"]})')
+  if before['train_loss'] > 2 * lowest['train_loss']:
+    return (f'{kept}, far above the lowest, {lowest["train_loss"]:.4g} at '
+            f'step {lowest["step"]}: the run was diverging already. To go on, '
+            f'{afresh}')
+  return (f'{kept}. To go on from it with a lower learning rate or gradient '
+          'clipping, start a new workdir from its weights (this one keeps '
+          'its run\'s settings): --workdir=NEW_DIR '
+          f'--config.init_from={checkpoints.directory.parent} '
+          '--config.learning_rate=LOWER (or --config.grad_clip_norm=1).')
 
 
 def check_workdir(workdir: pathlib.Path, config) -> dict[str, tuple]:
-  """Before any data or model loads: that `workdir` is a directory this
-  process can write, and that a run already in it is this config's (else
-  ConfigError). Returns the fields that changed harmlessly since that run
-  (`config_schema.check_resumable`)."""
-  if workdir.exists() and not workdir.is_dir():
-    raise WorkdirError(f'The workdir {workdir} is a file: pass a directory '
-                       '(new or of this run) as --workdir.')
-  if jax.process_index() == 0:
-    # Created where the workdir is, or would be: nothing is left behind if
-    # the run then stops on bad data.
-    existing = next(p for p in (workdir, *workdir.parents) if p.exists())
-    try:
-      os.rmdir(tempfile.mkdtemp(prefix='.write_test', dir=existing))
-    except OSError as e:
-      raise WorkdirError(
-          f'Cannot write to the workdir {workdir} ({e.strerror or e} in '
-          f'{existing}): pass a --workdir where you can create files.') from e
+  """Before any data or model loads: that a run already in `workdir` is
+  this config's (else ConfigError). Returns the fields that changed
+  harmlessly since that run (`config_schema.check_resumable`)."""
   saved_config = workdir / 'config.json'
   has_checkpoints = any(p.name.isdigit()
                         for p in (workdir / 'checkpoints').glob('*'))
@@ -247,18 +181,60 @@ def train_and_evaluate(config: ml_collections.ConfigDict,
   workdir = pathlib.Path(workdir).absolute()
   signals = preemption.Preemption()  # early: a SIGTERM while loading counts
   try:
-    return _train_and_evaluate(config, workdir, signals)
+    config_schema.validate(config, jax.device_count())
+    with _sole_writer(workdir):
+      return _train_and_evaluate(config, workdir, signals)
   finally:
     signals.close()
 
 
+@contextlib.contextmanager
+def _sole_writer(workdir: pathlib.Path):
+  """The workdir's lock (`workdir_lock`), held by process 0 while the run
+  lasts: every process of a job refuses the workdir when another run has
+  it. What a killed writer left half written (`*.partial`) is cleared."""
+  lock = workdir_lock.WorkdirLock(workdir)
+  refusal = None
+  if jax.process_index() == 0:
+    try:
+      lock.acquire()
+    except WorkdirError as e:
+      refusal = e
+  if jax.process_count() > 1 and multihost_utils.broadcast_one_to_all(
+      np.int32(refusal is not None)) and refusal is None:
+    refusal = WorkdirError(f'The workdir {workdir} cannot be used; process 0 '
+                           'of the job says why.')
+  if refusal is not None:
+    raise refusal
+  try:
+    if jax.process_index() == 0:
+      for partial in workdir.glob('*.partial'):
+        partial.unlink()
+    yield
+  finally:
+    lock.release()
+
+
+def _stop_if_signalled(signals: preemption.Preemption,
+                       checkpoints: checkpoint.RunCheckpoints,
+                       step: int | None = None):
+  """Between the phases of start-up: a stop signal ends the run here, with
+  nothing new to save."""
+  if signals.before_training():
+    raise preemption.Preempted(signals.signal_name, step,
+                               checkpoints.directory, saved=False)
+
+
 def _train_and_evaluate(config, workdir: pathlib.Path,
                         signals: preemption.Preemption) -> dict:
-  config_schema.validate(config, jax.device_count())
   changed = check_workdir(workdir, config)
+  checkpoints = checkpoint.RunCheckpoints(workdir / 'checkpoints',
+                                          config.keep_checkpoints)
+  _stop_if_signalled(signals, checkpoints)
   mesh = sharding.make_mesh(config.fsdp)
   replicated = sharding.replicated(mesh)
   inputs = data.create_input(config, mesh)
+  _stop_if_signalled(signals, checkpoints)
   plan = config_schema.step_plan(config, inputs.steps_per_epoch)
   model = models.from_config(config, inputs.num_classes)
   schedule = optimizer.create_learning_rate_schedule(config, plan)
@@ -273,9 +249,8 @@ def _train_and_evaluate(config, workdir: pathlib.Path,
       config, inputs, state_shapes, step_key,
       teacher.objective if teacher else losses.classification)
   sum_shapes = steps.sum_shapes(replicated)
+  _stop_if_signalled(signals, checkpoints)
 
-  checkpoints = checkpoint.RunCheckpoints(workdir / 'checkpoints',
-                                          config.keep_checkpoints)
   restored = checkpoints.restore_latest(state_shapes, sum_shapes)
   if restored:
     state, sums, history = (restored.state, restored.train_sums,
@@ -316,15 +291,17 @@ def _train_and_evaluate(config, workdir: pathlib.Path,
                                    state_shapes.batch_stats),
       config.image_size)
   device_peak = flops.peak_flops(jax.devices()[0].device_kind, config.dtype)
-  throughput = _Throughput(step, config.batch_size, train_flops,
+  throughput = progress.Throughput(step, config.batch_size, train_flops,
                            device_peak and device_peak * jax.device_count())
   batches = inputs.train_batches(position)
   try:
-    # In a multi-process job, tells jax's preemption service the step this
-    # run starts from, so that a SIGTERM received while loading stops it at
-    # a step the loop reaches; the checkpoint of `step` exists already.
-    if step and step < plan.total_steps and signals.reached(step):
-      raise preemption.Preempted(step, checkpoints.directory)
+    # A signal during start-up stops the run here, before it trains, with
+    # nothing new to save (the checkpoint of `step` exists already). In a
+    # multi-process job this also tells jax's preemption service the step
+    # the run starts from, so that all processes stop here together.
+    if step < plan.total_steps and signals.reached(step):
+      raise preemption.Preempted(signals.signal_name, step,
+                                 checkpoints.directory, saved=False)
     while step < plan.total_steps:
       state, sums = compiled.train(state, sums, inputs.train_data,
                                    next(batches), step_key)
@@ -347,25 +324,26 @@ def _train_and_evaluate(config, workdir: pathlib.Path,
         record.update(test_loss=test['loss'], test_accuracy=test['accuracy'],
                       test_examples=test['count'])
       if record:
-        _check_finite(record, step, checkpoints)
+        _check_finite(record, step, checkpoints, history)
         record = {'step': step, 'epoch': plan.epoch(step), **record,
                   'seconds': throughput.since_last_record()}
         history.append(record)
         writer.write(record)
-        logging.info('%s', _progress_line(
+        logging.info('%s', progress.progress_line(
             record, plan, throughput.eta(step, plan.total_steps)))
       preempted = signals.reached(step)
       if step % plan.checkpoint_every == 0 or last or preempted:
         if 'train_loss' not in record:  # never save a diverged state
           _check_finite({'train_loss': float(jax.device_get(sums['loss']))},
-                        step, checkpoints)
+                        step, checkpoints, history)
         jax.block_until_ready(state)
         save_start = time.perf_counter()
         checkpoints.save(step, state, sums, history, inputs.position(step))
         throughput.exclude(time.perf_counter() - save_start)
       if preempted and not last:
         checkpoints.close()  # waits until the checkpoint is complete
-        raise preemption.Preempted(step, checkpoints.directory)
+        raise preemption.Preempted(signals.signal_name, step,
+                                   checkpoints.directory, saved=True)
   except BaseException:
     checkpoints.close(quietly=True)  # the error in flight says what happened
     raise

@@ -1,0 +1,90 @@
+"""What the loop reports as it goes: images/s, FLOP/s and the ETA
+(`Throughput`), and the progress line it logs after each record."""
+
+import time
+
+from vit_jax import config_schema
+
+
+def _format_duration(seconds: float) -> str:
+  hours, rest = divmod(int(seconds), 3600)
+  minutes, seconds = divmod(rest, 60)
+  return (f'{hours}:{minutes:02d}:{seconds:02d}' if hours else
+          f'{minutes}:{seconds:02d}')
+
+
+def _format_flops(value: float) -> str:
+  for unit, scale in (('PFLOP/s', 1e15), ('TFLOP/s', 1e12),
+                      ('GFLOP/s', 1e9)):
+    if value >= scale:
+      return f'{value / scale:.2f} {unit}'
+  return f'{value / 1e6:.0f} MFLOP/s'
+
+
+def progress_line(record: dict, plan: config_schema.StepPlan,
+                  eta_seconds: float) -> str:
+  """One logged record as a line: step, epoch, losses and accuracies, the
+  learning rate, throughput and ETA."""
+  parts = [f'step {record["step"]}/{plan.total_steps} (epoch '
+           f'{record["epoch"]:g})']
+  if 'train_loss' in record:
+    parts.append(f'train loss {record["train_loss"]:.4f} acc '
+                 f'{100 * record["train_accuracy"]:.2f}%')
+  if 'test_loss' in record:
+    parts.append(f'test loss {record["test_loss"]:.4f} acc '
+                 f'{100 * record["test_accuracy"]:.2f}%')
+  if 'train_loss' in record:
+    throughput = (f'lr {record["learning_rate"]:.2e}  '
+                  f'{record["images_per_second"]:.0f} img/s  '
+                  f'{_format_flops(record["flops_per_second"])}')
+    if 'peak_share' in record:
+      throughput += f' ({100 * record["peak_share"]:.0f}% of peak)'
+    parts.append(throughput)
+  parts.append(f'ETA {_format_duration(eta_seconds)}')
+  return '  '.join(parts)
+
+
+class Throughput:
+  """Training images/s and FLOP/s over each logging interval, leaving out
+  the time spent evaluating and checkpointing; the ETA from the pace since
+  the loop (re)started."""
+
+  def __init__(self, start_step: int, batch_size: int,
+               train_flops_per_image: float, peak: float | None):
+    self._loop_start = self._interval_start = time.perf_counter()
+    self._start_step = self._interval_step = start_step
+    self._batch_size = batch_size
+    self._excluded = 0.0
+    self._flops_per_image = train_flops_per_image
+    self._peak = peak
+    self._last_record = self._loop_start
+
+  def exclude(self, seconds: float):
+    self._excluded += seconds
+
+  def interval(self, step: int) -> dict:
+    """Over the steps this process trained since the last call (a resumed
+    interval's earlier steps were timed by the process that ran them)."""
+    now = time.perf_counter()
+    seconds = max(now - self._interval_start - self._excluded, 1e-9)
+    images = (step - self._interval_step) * self._batch_size
+    self._interval_start, self._interval_step = now, step
+    self._excluded = 0.0
+    rate = images / seconds
+    measured = {'images_per_second': rate,
+                'flops_per_second': rate * self._flops_per_image}
+    if self._peak:
+      measured['peak_share'] = measured['flops_per_second'] / self._peak
+    return measured
+
+  def since_last_record(self) -> float:
+    """Wall seconds since the previous record (training, evaluating and
+    checkpointing alike): summed, the loop's wall time."""
+    now = time.perf_counter()
+    seconds, self._last_record = now - self._last_record, now
+    return seconds
+
+  def eta(self, step: int, total_steps: int) -> float:
+    done = step - self._start_step
+    elapsed = time.perf_counter() - self._loop_start
+    return elapsed / max(done, 1) * (total_steps - step)

@@ -1,0 +1,204 @@
+"""One run per workdir: a lock that a second run meets before it writes
+anything, and that a killed run never leaves behind.
+
+The lock is the file `workdir/lock`, held with `flock` by process 0 of the
+run (the processes of a multi-process job are one run) for as long as it
+trains. It names its holder (host, process id, since when), so that a run
+refused knows whom to name. The kernel releases `flock` when its holder dies
+in any way, `kill -9` included, so on one host a lock is never stale; on a
+shared filesystem whose locks reach every host (NFS, Lustre and GPFS with
+locking on), the same holds across hosts once the holder's host lets go.
+Where `flock` is only local to each host, the holder also renews the file's
+time every `RENEW_SECONDS`, and a run on another host waits until the
+holder's last renewal is `STALE_SECONDS` old before it takes over.
+"""
+
+import dataclasses
+import datetime
+import errno
+import fcntl
+import json
+import os
+import pathlib
+import socket
+import threading
+import time
+
+from absl import logging
+
+from vit_jax.errors import WorkdirError
+
+LOCK_FILE = 'lock'
+RENEW_SECONDS = 10.0
+STALE_SECONDS = 60.0
+
+
+@dataclasses.dataclass(frozen=True)
+class Holder:
+  host: str
+  pid: int
+  since: str  # ISO 8601, local time with its offset
+
+  def describe(self) -> str:
+    return f'process {self.pid} on {self.host}, since {self.since}'
+
+
+def _holder_in(fd: int) -> Holder | None:
+  """The holder the lock file names; None when it is empty (released) or
+  torn (a holder killed while it wrote)."""
+  try:
+    text = os.pread(fd, 4096, 0).decode()
+    fields = json.loads(text)
+    return Holder(str(fields['host']), int(fields['pid']),
+                  str(fields['since']))
+  except (ValueError, KeyError, TypeError, UnicodeDecodeError):
+    return None
+
+
+def _process_exists(pid: int) -> bool:
+  try:
+    os.kill(pid, 0)
+  except ProcessLookupError:
+    return False
+  except PermissionError:  # another user's
+    return True
+  return True
+
+
+class WorkdirLock:
+  """The lock of `workdir`, taken by `acquire` and let go by `release`."""
+
+  def __init__(self, workdir: pathlib.Path):
+    self.workdir = pathlib.Path(workdir)
+    self.path = self.workdir / LOCK_FILE
+    self._fd = None
+    self._flocked = False
+    self._created: list[pathlib.Path] = []
+    self._stop_renewing = threading.Event()
+    self._renewing = None
+
+  def acquire(self) -> None:
+    """Takes the lock, creating the workdir if needed; WorkdirError naming
+    the holder when another run has it."""
+    if self.workdir.exists() and not self.workdir.is_dir():
+      raise WorkdirError(f'The workdir {self.workdir} is a file: pass a '
+                         'directory (new or of this run) as --workdir.')
+    try:
+      self._open_and_lock()
+    except OSError as e:
+      raise WorkdirError(
+          f'Cannot write to the workdir {self.workdir} ({e.strerror or e}): '
+          'pass a --workdir where you can create files.') from e
+    previous = _holder_in(self._fd)
+    if previous:
+      self._refuse_if_alive(previous)
+      logging.info('Took over %s from %s, which ended without letting go.',
+                   self.path, previous.describe())
+    self._write_holder()
+    self._renewing = threading.Thread(target=self._renew, daemon=True,
+                                      name='vit_jax workdir lock')
+    self._renewing.start()
+
+  def _open_and_lock(self) -> None:
+    missing = [d for d in (self.workdir, *self.workdir.parents)
+               if not d.exists()]
+    self.workdir.mkdir(parents=True, exist_ok=True)
+    self._created = missing  # deepest first, the order to remove them in
+    while True:
+      fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+      try:
+        self._flocked = self._lock(fd)
+        # A run that let go of the lock may have removed the file between
+        # our open and our flock: the lock is the file at the path now.
+        if os.fstat(fd).st_ino == os.stat(self.path).st_ino:
+          break
+      except FileNotFoundError:
+        pass
+      except BaseException:
+        os.close(fd)
+        raise
+      os.close(fd)
+    self._fd = fd
+
+  def _lock(self, fd: int) -> bool:
+    """flock's verdict: WorkdirError when another run holds the lock; False
+    when this filesystem has no locks."""
+    try:
+      fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+      return True
+    except BlockingIOError:
+      holder = _holder_in(fd)
+      raise WorkdirError(
+          f'The workdir {self.workdir} is in use by another run ('
+          f'{holder.describe() if holder else "starting now"}). Wait until '
+          'it ends, stop it (SIGTERM saves and stops it), or pass another '
+          '--workdir.') from None
+    except OSError as e:
+      if e.errno not in (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS):
+        raise
+      logging.warning("%s cannot be locked (%s); relying on its holder's "
+                      'process id and renewal time alone.', self.path,
+                      e.strerror)
+      return False
+
+  def _refuse_if_alive(self, holder: Holder) -> None:
+    """A holder that flock cannot see: one on another host (whose locks may
+    not reach this one) while it renews the lock, or one on this host while
+    its process lives, where the filesystem has no locks."""
+    if holder.host == socket.gethostname():
+      if self._flocked or not _process_exists(holder.pid):
+        return
+      state = 'running'
+    else:
+      age = time.time() - os.fstat(self._fd).st_mtime
+      if age >= STALE_SECONDS:
+        return
+      state = (f'renewed {age:.0f} s ago; if that run is gone, its lock '
+               f'lapses {STALE_SECONDS - age:.0f} s from now')
+    os.close(self._fd)  # the file stays the holder's
+    self._fd = None
+    raise WorkdirError(
+        f'The workdir {self.workdir} is in use by another run '
+        f'({holder.describe()}, {state}). Wait until it ends, or pass '
+        'another --workdir.')
+
+  def _write_holder(self) -> None:
+    holder = {'host': socket.gethostname(), 'pid': os.getpid(),
+              'since': datetime.datetime.now().astimezone().isoformat(
+                  timespec='seconds')}
+    os.ftruncate(self._fd, 0)
+    os.pwrite(self._fd, json.dumps(holder).encode(), 0)
+    os.fsync(self._fd)
+
+  def _renew(self) -> None:
+    while not self._stop_renewing.wait(RENEW_SECONDS):
+      try:
+        os.utime(self._fd)
+      except OSError as e:  # a filesystem gone away: the run will say so
+        logging.warning('Cannot renew %s: %s', self.path, e)
+
+  def release(self) -> None:
+    """Lets go of the lock. A workdir this lock created and nothing else
+    was written to is removed with it (and the parents it created): a run
+    refused for its config or data leaves nothing behind."""
+    if self._fd is None:
+      return
+    self._stop_renewing.set()
+    if self._renewing is not None:
+      self._renewing.join()
+    leftovers = [p for p in self.workdir.iterdir() if p.name != LOCK_FILE]
+    if self._created and not leftovers:
+      self.path.unlink()
+      for directory in self._created:
+        directory.rmdir()
+    else:
+      os.ftruncate(self._fd, 0)  # names no holder: nobody holds it
+    os.close(self._fd)  # lets go of the flock
+    self._fd = None
+
+  def __enter__(self):
+    self.acquire()
+    return self
+
+  def __exit__(self, *exc_info):
+    self.release()
