@@ -9,8 +9,8 @@ in any way, `kill -9` included, so on one host a lock is never stale; on a
 shared filesystem whose locks reach every host (NFS, Lustre and GPFS with
 locking on), the same holds across hosts once the holder's host lets go.
 Where `flock` is only local to each host, the holder also renews the file's
-time every `RENEW_SECONDS`, and a run on another host waits until the
-holder's last renewal is `STALE_SECONDS` old before it takes over.
+time every `RENEW_SECONDS`: a run on another host is refused until the
+holder's last renewal is `STALE_SECONDS` old, and then takes over.
 """
 
 import dataclasses
@@ -186,11 +186,17 @@ class WorkdirLock:
     self._stop_renewing.set()
     if self._renewing is not None:
       self._renewing.join()
-    leftovers = [p for p in self.workdir.iterdir() if p.name != LOCK_FILE]
-    if self._created and not leftovers:
+    try:
+      leftovers = [p for p in self.workdir.iterdir() if p.name != LOCK_FILE]
+    except FileNotFoundError:  # removed by hand while the run went on
+      leftovers = None
+    if self._created and leftovers == []:
       self.path.unlink()
       for directory in self._created:
-        directory.rmdir()
+        try:
+          directory.rmdir()
+        except OSError:  # a parent that holds something else now
+          break
     else:
       os.ftruncate(self._fd, 0)  # names no holder: nobody holds it
     os.close(self._fd)  # lets go of the flock
