@@ -258,6 +258,7 @@ def test_whole_files_with_trailing_bytes_and_other_files_are_fine(tmp_path,
   with caplog.at_level(logging.WARNING):
     dataset = image_folder.open_image_folder(tmp_path)
   assert dataset.num_classes == 2 and len(dataset.train) == 3
+  assert dataset.ordered_by_class
   np.testing.assert_allclose(dataset.train[1][0], 50, atol=2)
   assert 'Ignored 1 file or folder in' in caplog.text
   assert 'train/cat/notes.txt' in caplog.text

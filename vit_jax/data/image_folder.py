@@ -292,4 +292,4 @@ def open_image_folder(data_dir: pathlib.Path) -> Dataset:
                     _count(len(findings.ignored), 'file or folder',
                            'files and folders'), data_dir, _suffixes(),
                     _listed(findings.ignored))
-  return Dataset(train, test, len(class_names))
+  return Dataset(train, test, len(class_names), ordered_by_class=True)
