@@ -5,10 +5,30 @@ import jax
 import numpy as np
 import pytest
 
+from tests.conftest import png
 from vit_jax import checkpoint
+from vit_jax import config_schema
 from vit_jax import models
 from vit_jax.analysis import subjects
 from vit_jax.errors import AnalysisError
+
+
+def test_a_runs_test_images_of_an_image_folder_come_from_every_class(
+    tmp_path):
+  """The folder lists its test images class by class; the analysed ones
+  are drawn across the classes, as config.test_examples would be."""
+  for split in ('train', 'test'):
+    for label, name in enumerate(('cat', 'dog', 'fox')):
+      (tmp_path / split / name).mkdir(parents=True)
+      for i in range(4):
+        (tmp_path / split / name / f'{i}.png').write_bytes(
+            png(np.full((8, 8, 3), 100 * label, np.uint8)))
+  config = config_schema.defaults()
+  config.update(dataset='image_folder', data_dir=str(tmp_path), image_size=8)
+  images = subjects.run_test_images(config, 6)
+  assert images.shape == (6, 8, 8, 3)
+  np.testing.assert_array_equal(sorted(images[:, 0, 0, 0]),
+                                [0, 0, 100, 100, 200, 200])
 
 
 def test_image_files_are_the_named_ones_then_each_directorys_sorted(

@@ -3,10 +3,12 @@ the deterministic subsets, whole splits as arrays, and the errors that say
 what to do."""
 
 import dataclasses
+import tarfile
 
 import numpy as np
 import pytest
 
+from tests.conftest import ROOT
 from tests.conftest import png
 from vit_jax import config_schema
 from vit_jax.data import sources
@@ -52,14 +54,38 @@ def test_deterministic_subset_is_the_first_examples(cifar10_binary):
 def test_the_first_examples_of_a_split_read_one_by_one():
   examples = [(np.full((2, 3, 3), i, np.uint8), i % 2) for i in range(4)]
   source = _ListSource(examples)
-  assert sources.first(source, 0, 'test_examples') is source
-  subset = sources.first(source, 3, 'test_examples')
+  dataset = sources.Dataset(source, source, 2)
+  assert sources.subset(dataset, 'test', 0, seed=0) is source
+  subset = sources.subset(dataset, 'test', 3, seed=0)
   assert len(subset) == 3 and subset[2][1] == 0
   with pytest.raises(IndexError):
     subset[3]  # pylint: disable=pointless-statement
   with pytest.raises(DatasetError, match='test_examples=5 but the dataset '
                      'has only 4'):
-    sources.first(source, 5, 'test_examples')
+    sources.subset(dataset, 'test', 5, seed=0)
+
+
+@pytest.mark.parametrize('sizes, count, expected', [
+    ([1000] * 10, 640, [64] * 10),
+    ([50, 30, 20], 10, [5, 3, 2]),
+    ([12, 8, 4], 12, [6, 4, 2]),
+    ([1000, 1, 1], 3, [1, 1, 1]),  # every class, however small
+    ([1000, 1, 1], 500, [498, 1, 1]),
+])
+def test_class_counts_are_proportional_and_add_up(sizes, count, expected):
+  counts = sources.class_counts(np.array(sizes), count,
+                                np.random.default_rng(0))
+  np.testing.assert_array_equal(counts, expected)
+
+
+def test_class_counts_break_ties_and_fall_short_by_the_seed():
+  def counts(count, seed):
+    return sources.class_counts(np.array([3] * 10), count,
+                                np.random.default_rng(seed))
+  assert sorted(counts(15, 0)) == [1] * 5 + [2] * 5
+  assert not np.array_equal(counts(15, 0), counts(15, 1))
+  assert sorted(counts(4, 0)) == [0] * 6 + [1] * 4  # fewer than the classes
+  assert not np.array_equal(counts(4, 0), counts(4, 1))
 
 
 def test_to_arrays_resizes_examples_read_one_by_one_to_stack_them():
@@ -71,20 +97,67 @@ def test_to_arrays_resizes_examples_read_one_by_one_to_stack_them():
   assert labels.dtype == np.int32
 
 
-def test_an_image_folder_is_opened_and_cut_to_the_requested_sizes(tmp_path):
+def _image_folder(root, counts) -> None:
+  """root/{train,test}/<class>/*.png, `counts[split]` images per class."""
   rng = np.random.default_rng(0)
-  for split, count in (('train', 3), ('test', 2)):
-    for name in ('cat', 'dog'):
-      (tmp_path / split / name).mkdir(parents=True)
+  for split, per_class in counts.items():
+    for name, count in zip(('airplane', 'bird', 'cat'), per_class):
+      (root / split / name).mkdir(parents=True)
       for i in range(count):
-        (tmp_path / split / name / f'{i}.png').write_bytes(
-            png(rng.integers(0, 256, (9 + i, 11, 3), np.uint8)))
+        (root / split / name / f'{i}.png').write_bytes(
+            png(rng.integers(0, 256, (9 + i % 2, 11, 3), np.uint8)))
+
+
+def test_an_image_folder_is_opened_and_cut_to_the_requested_sizes(tmp_path):
+  _image_folder(tmp_path, {'train': (3, 3), 'test': (2, 2)})
   dataset = sources.open_dataset(_config(tmp_path, 'image_folder',
                                          test_examples=3))
   assert (len(dataset.train), len(dataset.test), dataset.num_classes) == (6, 3,
                                                                           2)
   with pytest.raises(DatasetError, match='has only 4'):
     sources.open_dataset(_config(tmp_path, 'image_folder', test_examples=5))
+
+
+def test_an_image_folder_subset_holds_every_class_in_proportion(tmp_path):
+  """The folder lists its images class by class: the first 12 would all be
+  airplanes."""
+  _image_folder(tmp_path, {'train': (12, 8, 4), 'test': (6, 6, 6)})
+
+  def cut(seed, **sizes):
+    dataset = sources.open_dataset(_config(tmp_path, 'image_folder',
+                                           seed=seed, **sizes))
+    return dataset.train, dataset.test
+
+  train, test = cut(seed=0, train_examples=12, test_examples=9)
+  assert (len(train), len(test)) == (12, 9)
+  np.testing.assert_array_equal(np.bincount(train.labels), [6, 4, 2])
+  np.testing.assert_array_equal(np.bincount(test.labels), [3, 3, 3])
+  assert [train[i][1] for i in range(12)] == sorted(train.labels)
+  again, _ = cut(seed=0, train_examples=12)
+  np.testing.assert_array_equal(again.indices, train.indices)
+  other, _ = cut(seed=1, train_examples=12)
+  assert not np.array_equal(other.indices, train.indices)
+  np.testing.assert_array_equal(np.bincount(other.labels), [6, 4, 2])
+
+
+_CIFAR10_JPEG = ROOT.parent / 'shared' / 'data' / 'cifar10-jpeg-full.tar.gz'
+
+
+@pytest.mark.skipif(not _CIFAR10_JPEG.exists(),
+                    reason=f'no {_CIFAR10_JPEG} on this machine')
+def test_640_test_images_of_the_cifar10_jpeg_folder_are_64_of_each_class(
+    tmp_path):
+  """Where a fault probe's test_examples=640 tested 640 airplanes: the real
+  folder's test split (10,000 JPEGs, standing in for its training split
+  too)."""
+  with tarfile.open(_CIFAR10_JPEG) as archive:
+    archive.extractall(tmp_path, filter='data', members=[
+        m for m in archive if m.name.startswith('test/')])
+  (tmp_path / 'train').symlink_to(tmp_path / 'test')
+  dataset = sources.open_dataset(_config(tmp_path, 'image_folder',
+                                         test_examples=640))
+  assert dataset.num_classes == 10 and len(dataset.train) == 10_000
+  np.testing.assert_array_equal(np.bincount(dataset.test.labels), [64] * 10)
 
 
 def test_missing_data_says_where_it_looked_and_what_to_do(tmp_path):

@@ -181,7 +181,7 @@ def _subject(workdir, step, data_dir, checkpoint_path, model_name,
 def _pixels(subject: subjects.Subject, config, image_files,
             count: int) -> np.ndarray:
   """The images to analyse, uint8 at the subject's size: `image_files`, or
-  the first `count` of the run's test images."""
+  `count` of the run's test images (`subjects.run_test_images`)."""
   if image_files:
     return subjects.read_images(image_files, subject.image_size)
   return subjects.run_test_images(config, count)

@@ -54,12 +54,15 @@ FIELDS: dict[str, Field] = {
     'train_split': Field('train', 'Training split (tfds datasets).'),
     'test_split': Field('test', 'Evaluation split (tfds datasets).',
                         may_change_on_resume=True),
-    'train_examples': Field(0, 'Keep the first N training examples; 0: all.'),
+    'train_examples': Field(0, 'Keep N training examples; 0: all. The first '
+                            'N, except where the dataset lists them class by '
+                            'class (image_folder): N drawn with config.seed, '
+                            'every class in proportion (data.sources.subset).'),
     'train_examples_per_file': Field(
         0, 'CIFAR: keep the first N images of each training file of the '
         'release (the study: 1000 of each of the 5, its 5,000); 0: all.'),
-    'test_examples': Field(0, 'Keep the first N test examples; 0: all.',
-                           may_change_on_resume=True),
+    'test_examples': Field(0, 'Keep N test examples; 0: all. Chosen as '
+                           'train_examples are.', may_change_on_resume=True),
     'image_size': Field(32, 'Side of the square model input, in pixels.'),
     'input_pipeline': Field(
         'on_device', "'on_device': the dataset copied to every device once, "
@@ -132,8 +135,8 @@ FIELDS: dict[str, Field] = {
     'grad_clip_norm': Field(0.0, 'Clip gradients to this global norm; 0: '
                             'no clipping.'),
     'label_smoothing': Field(0.0, 'Label smoothing of the cross-entropy.'),
-    'seed': Field(0, 'Seeds initialisation, shuffling, augmentation and '
-                  'dropout.'),
+    'seed': Field(0, 'Seeds initialisation, shuffling, augmentation, '
+                  'dropout, and the subsets of a dataset ordered by class.'),
     # The machine.
     'fsdp': Field(1, 'Devices each large parameter and optimizer-state array '
                   'is split over (fully sharded data parallel: the mesh\'s '

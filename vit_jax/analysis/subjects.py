@@ -116,13 +116,14 @@ def read_images(paths: list[pathlib.Path], image_size: int) -> np.ndarray:
 
 
 def run_test_images(config, count: int) -> np.ndarray:
-  """The first `count` test images of a run's dataset, uint8 at the model's
-  resolution."""
-  test = sources.open_dataset(
-      config, whole=config.input_pipeline == 'on_device').test
-  images, _ = sources.to_arrays(sources.first(test, min(count, len(test)),
-                                              'test_examples'),
-                                config.image_size)
+  """`count` test images of a run's dataset (those config.test_examples
+  would keep: `sources.subset`), uint8 at the model's resolution."""
+  dataset = sources.open_dataset(
+      config, whole=config.input_pipeline == 'on_device')
+  images, _ = sources.to_arrays(
+      sources.subset(dataset, 'test', min(count, len(dataset.test)),
+                     config.seed),
+      config.image_size)
   if config.input_pipeline == 'streaming':  # resized on the host, as it trained
     images = np.stack([preprocess.resize(image, config.image_size)
                        for image in images])

@@ -37,17 +37,22 @@ class ArraySource:
 
 @dataclasses.dataclass(frozen=True)
 class SubsetSource:
-  """The first `count` examples of a source."""
+  """The examples of a source at `indices`, in that order."""
   source: Source
-  count: int
+  indices: np.ndarray  # int
 
   def __len__(self):
-    return self.count
+    return len(self.indices)
 
   def __getitem__(self, index):
-    if index >= self.count:
+    if not 0 <= index < len(self.indices):
       raise IndexError(index)
-    return self.source[index]
+    return self.source[int(self.indices[index])]
+
+  @property
+  def labels(self) -> np.ndarray:
+    """The labels, where the source has them without decoding images."""
+    return np.asarray(self.source.labels)[self.indices]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -55,3 +60,9 @@ class Dataset:
   train: Source
   test: Source
   num_classes: int
+  # Whether each split lists its examples class by class (an image folder),
+  # so that its first examples are of its first classes only: a subset is
+  # then drawn across the classes (`sources.subset`), which needs the
+  # split's `labels`. False: the order is mixed (the official CIFAR files,
+  # tfds datasets), and a subset is the first examples.
+  ordered_by_class: bool = False

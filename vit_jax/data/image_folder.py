@@ -1,24 +1,156 @@
-"""Image folders: `data_dir/{train,test}/<class>/*.{jpg,jpeg,png}`, listed
-once and decoded file by file when read."""
+"""Image folders: `data_dir/{train,test}/<class>/*.{jpg,jpeg,png}`, checked
+whole when opened and decoded file by file when read.
+
+Opening names every problem of the folder in one `DatasetError`, so that one
+run lists all there is to fix: a missing split, images outside class folders,
+a test class the training split lacks, a class folder without images, and
+image files that cannot be read (not an image, cut short, unreadable). Other
+files are ignored with a warning; hidden ones (`.DS_Store`,
+`.ipynb_checkpoints/`) silently.
+
+Images are decoded as a viewer shows them (`to_rgb`), except for EXIF
+orientation, which is not applied: the official code decodes with
+`tf.io.decode_image` / `tf.image.decode_jpeg` (vit_jax's tfds input,
+big_vision's `decode`), which ignore it, so a model fine-tuned here sees the
+pixels it would see there.
+"""
 
 import dataclasses
+import os
 import pathlib
+import struct
 
+from absl import logging
 import numpy as np
 
+from vit_jax import errors
 from vit_jax import files
 from vit_jax.data.dataset import Dataset
 from vit_jax.errors import DatasetError
 
+# The colour a transparent pixel is shown on: white, the page a browser or a
+# document shows a transparent image on, and what icons and cut-out product
+# photos (the usual transparent images) are made to be seen on. The colour
+# stored under a transparent pixel is arbitrary (often black), so it is not
+# used.
+BACKGROUND = 255
+
+# Modes deeper than 8 bits, and the value each shows as white: 16-bit
+# greyscale (a 16-bit PNG, mode I as older Pillows read it; larger values in
+# a 32-bit mode I clip to white), and floats in [0, 1], the convention for
+# float images.
+_WHITE_LEVELS = {'I;16': 65535, 'I;16B': 65535, 'I;16L': 65535,
+                 'I;16N': 65535, 'I': 65535, 'F': 1.0}
+_ALPHA_MODES = ('LA', 'La', 'PA', 'RGBA', 'RGBa')
+_DECODED_MODES = ('1', 'L', 'P', 'RGB', 'RGBX', 'YCbCr', 'CMYK',
+                  *_ALPHA_MODES, *_WHITE_LEVELS)
+
+# How a whole JPEG or PNG file starts and ends: one cut short (an
+# interrupted copy or download) lacks the end. Every JPEG and PNG mode is
+# decoded (`to_rgb`).
+_WHOLE_FILES = ((b'\xff\xd8\xff', b'\xff\xd9'),
+                (b'\x89PNG\r\n\x1a\n', b'IEND\xaeB`\x82'))
+
+# Problems named in the error; the rest are counted.
+_SHOWN_PROBLEMS = 20
+
+
+class _NotDecoded(Exception):
+  """An image in a mode `to_rgb` does not decode."""
+
+
+def _decode_errors() -> tuple[type[BaseException], ...]:
+  """What PIL raises on a malformed file: its plugins raise several types."""
+  from PIL import Image  # pylint: disable=g-import-not-at-top
+  return (OSError, SyntaxError, ValueError, EOFError, IndexError,
+          struct.error, Image.DecompressionBombError, _NotDecoded)
+
+
+def _to_8_bits(image):
+  """A greyscale image deeper than 8 bits as mode L, white at its mode's
+  white level."""
+  from PIL import Image  # pylint: disable=g-import-not-at-top
+  values = np.asarray(image, np.float64) / _WHITE_LEVELS[image.mode]
+  return Image.fromarray(np.round(np.clip(values, 0, 1) * 255).astype(
+      np.uint8))
+
+
+def _on_background(rgba: np.ndarray) -> np.ndarray:
+  """RGBA pixels composited on BACKGROUND, rounded to uint8 RGB."""
+  rgb = rgba[..., :3].astype(np.uint32)
+  alpha = rgba[..., 3:].astype(np.uint32)
+  return ((rgb * alpha + BACKGROUND * (255 - alpha) + 127) // 255).astype(
+      np.uint8)
+
+
+def _check_mode(image):
+  if image.mode not in _DECODED_MODES:
+    raise _NotDecoded(f'its mode {image.mode} is not one this reader decodes '
+                      '(save it as RGB)')
+
+
+def to_rgb(image) -> np.ndarray:
+  """A PIL image as uint8 RGB, as a viewer shows it: 16-bit and float
+  greyscale scaled to 8 bits (not clipped), palettes looked up, CMYK and
+  1-bit converted, and transparency (an alpha band, or the transparent
+  colour of a palette or an 8-bit PNG) composited on BACKGROUND."""
+  _check_mode(image)
+  if image.mode in _WHITE_LEVELS:
+    image = _to_8_bits(image)
+  if image.mode in _ALPHA_MODES or 'transparency' in image.info:
+    return _on_background(np.asarray(image.convert('RGBA')))
+  return np.asarray(image.convert('RGB'), dtype=np.uint8)
+
+
+def _reason(error: BaseException) -> str:
+  """What is wrong with an image file, from what reading it raised."""
+  from PIL import UnidentifiedImageError  # pylint: disable=g-import-not-at-top
+  if isinstance(error, UnidentifiedImageError):
+    return 'not an image PIL can read'
+  if isinstance(error, _NotDecoded):
+    return str(error)
+  if isinstance(error, OSError) and error.strerror:
+    return f'cannot be read ({error.strerror})'
+  return f'cannot be decoded ({errors.first_line(error)})'
+
 
 def read_image(path: pathlib.Path) -> np.ndarray:
-  """An image file as uint8 RGB."""
+  """An image file as uint8 RGB (`to_rgb`)."""
   from PIL import Image  # pylint: disable=g-import-not-at-top
   try:
     with Image.open(path) as image:
-      return np.asarray(image.convert('RGB'), dtype=np.uint8)
-  except OSError as e:
-    raise DatasetError(f'Cannot read image {path}: {e}') from e
+      return to_rgb(image)
+  except _decode_errors() as e:
+    raise DatasetError(f'Cannot read image {path}: {_reason(e)}; fix or '
+                       'remove it.') from e
+
+
+def _looks_whole(path: pathlib.Path) -> bool:
+  """Whether the file starts and ends as a whole JPEG or PNG file does."""
+  with open(path, 'rb') as f:
+    head = f.read(8)
+    size = f.seek(0, os.SEEK_END)
+    f.seek(max(size - 8, 0))
+    tail = f.read()
+  return any(head.startswith(start) and tail.endswith(end)
+             for start, end in _WHOLE_FILES)
+
+
+def _file_problem(path: pathlib.Path) -> str | None:
+  """Why the image file cannot be read, or None. A file that starts and
+  ends as a whole JPEG or PNG does passes undecoded, so that checking a
+  folder costs little more than listing it (one damaged inside fails when
+  read); any other is decoded to tell."""
+  from PIL import Image  # pylint: disable=g-import-not-at-top
+  try:
+    if _looks_whole(path):
+      return None
+    with Image.open(path) as image:
+      _check_mode(image)
+      image.load()
+  except _decode_errors() as e:
+    return _reason(e)
+  return None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -34,32 +166,130 @@ class FileSource:
     return read_image(self.paths[index]), int(self.labels[index])
 
 
+@dataclasses.dataclass
+class _Findings:
+  """What checking a folder found besides its images, each named by its
+  path in the folder (a folder's ending in /)."""
+  data_dir: pathlib.Path
+  problems: list[str] = dataclasses.field(default_factory=list)
+  ignored: list[str] = dataclasses.field(default_factory=list)
+
+  def _name(self, path: pathlib.Path, folder: bool) -> str:
+    return path.relative_to(self.data_dir).as_posix() + ('/' * folder)
+
+  def problem(self, path: pathlib.Path, what: str, folder: bool = False):
+    self.problems.append(f'{self._name(path, folder)}: {what}')
+
+  def ignore(self, path: pathlib.Path, folder: bool):
+    self.ignored.append(self._name(path, folder))
+
+
+def _entries(folder: pathlib.Path, findings: _Findings) -> list[os.DirEntry]:
+  """The folder's entries, sorted by name, hidden ones left out."""
+  try:
+    with os.scandir(folder) as entries:
+      return sorted((e for e in entries if not e.name.startswith('.')),
+                    key=lambda e: e.name)
+  except OSError as e:
+    findings.problem(folder, f'cannot be listed ({e.strerror})', folder=True)
+    return []
+
+
+def _class_names(train_dir: pathlib.Path) -> list[str]:
+  """The training class folders, sorted: label i is the i-th. (Listing
+  train_dir again names its problems.)"""
+  return [e.name for e in _entries(train_dir, _Findings(train_dir))
+          if e.is_dir()]
+
+
+def _list_class(folder: pathlib.Path,
+                findings: _Findings) -> list[pathlib.Path]:
+  """The image files of a class folder."""
+  images = []
+  for entry in _entries(folder, findings):
+    path = pathlib.Path(entry.path)
+    if files.is_image_file(path) and not entry.is_dir():
+      images.append(path)
+    else:
+      findings.ignore(path, folder=entry.is_dir())
+  if not images:
+    findings.problem(folder, f'holds no {_suffixes()} image', folder=True)
+  return images
+
+
+def _list_split(split_dir: pathlib.Path, class_names: list[str],
+                findings: _Findings) -> FileSource:
+  """The images of `split_dir/<class>/`, labelled by `class_names`."""
+  split = split_dir.name
+  if not split_dir.is_dir():
+    findings.problem(split_dir, f'missing (put the {split} images in '
+                     f'{split}/<class>/)', folder=True)
+    return FileSource([], np.zeros(0, np.int32))
+  paths, labels = [], []
+  entries = _entries(split_dir, findings)
+  for entry in entries:
+    path = pathlib.Path(entry.path)
+    if not entry.is_dir():
+      if files.is_image_file(path):
+        findings.problem(path, 'an image outside a class folder (move it '
+                         f'into {split}/<class>/)')
+      else:
+        findings.ignore(path, folder=False)
+    elif entry.name in class_names:
+      images = _list_class(path, findings)
+      paths += images
+      labels += [class_names.index(entry.name)] * len(images)
+    elif class_names:  # else the training split's problem is named
+      findings.problem(path, f'no train/{entry.name}/ (a test class must be '
+                       f'one of the training classes: {", ".join(class_names)})',
+                       folder=True)
+  if not any(entry.is_dir() for entry in entries):
+    findings.problem(split_dir, 'holds no class folder (put the images in '
+                     f'{split}/<class>/)', folder=True)
+  return FileSource(paths, np.asarray(labels, np.int32))
+
+
+def _suffixes() -> str:
+  *others, last = files.IMAGE_SUFFIXES
+  return f'{", ".join(others)} or {last}'
+
+
+def _count(n: int, one: str, many: str | None = None) -> str:
+  return f'{n} {one if n == 1 else many or one + "s"}'
+
+
+def _listed(names: list[str]) -> str:
+  """The first _SHOWN_PROBLEMS of `names`, '; '-separated; the rest
+  counted."""
+  shown = names[:_SHOWN_PROBLEMS]
+  if len(names) > _SHOWN_PROBLEMS:
+    shown.append(f'... and {len(names) - _SHOWN_PROBLEMS} more')
+  return '; '.join(shown)
+
+
 def open_image_folder(data_dir: pathlib.Path) -> Dataset:
   """The image files under `data_dir/{train,test}/<class>/`, labelled by the
-  index of their class folder among the sorted training classes."""
-  train_dir = data_dir / 'train'
-  class_names = sorted(p.name for p in train_dir.iterdir()
-                       if p.is_dir()) if train_dir.is_dir() else []
-  if not class_names or not (data_dir / 'test').is_dir():
+  index of their class folder among the sorted training classes, listed
+  class by class. Raises one DatasetError naming every problem found."""
+  if not (data_dir / 'train').is_dir() and not (data_dir / 'test').is_dir():
     raise DatasetError(
         f'No image folder found in {data_dir}: expected '
         f'{data_dir}/train/<class>/*.jpg and {data_dir}/test/<class>/*.jpg.')
-
-  def list_split(split: str) -> FileSource:
-    paths, labels = [], []
-    for folder in sorted((data_dir / split).iterdir()):
-      if not folder.is_dir():
-        continue
-      if folder.name not in class_names:
-        raise DatasetError(f'{folder}: class {folder.name!r} is not among the '
-                           f'training classes {class_names}.')
-      for path in sorted(folder.iterdir()):
-        if files.is_image_file(path):
-          paths.append(path)
-          labels.append(class_names.index(folder.name))
-    if not paths:
-      raise DatasetError(f'No {"/".join(files.IMAGE_SUFFIXES)} images under '
-                         f'{data_dir / split}.')
-    return FileSource(paths, np.asarray(labels, np.int32))
-
-  return Dataset(list_split('train'), list_split('test'), len(class_names))
+  findings = _Findings(data_dir)
+  class_names = _class_names(data_dir / 'train')
+  train = _list_split(data_dir / 'train', class_names, findings)
+  test = _list_split(data_dir / 'test', class_names, findings)
+  for path in [*train.paths, *test.paths]:
+    if problem := _file_problem(path):
+      findings.problem(path, problem)
+  if findings.problems:
+    raise DatasetError(
+        f'{_count(len(findings.problems), "problem")} in the image folder '
+        f'{data_dir} (fix each, or move the file out of the folder, then run '
+        f'again): {_listed(findings.problems)}.')
+  if findings.ignored:
+    logging.warning('Ignored %s in %s that are not %s images: %s.',
+                    _count(len(findings.ignored), 'file or folder',
+                           'files and folders'), data_dir, _suffixes(),
+                    _listed(findings.ignored))
+  return Dataset(train, test, len(class_names), ordered_by_class=True)

@@ -15,9 +15,13 @@ Datasets (`config.dataset`):
                       `tfds_source`).
 A dataset that is missing (and, for CIFAR, cannot be downloaded) is a
 `DatasetError` that says where it looked and how to supply the data. Both
-inputs (`on_device`, `streaming`) open their data through `open_dataset`.
+inputs (`on_device`, `streaming`) open their data through `open_dataset`,
+which cuts the splits to config.train_examples / test_examples (`subset`):
+the first examples, or, where a reader lists them class by class (an image
+folder), a seeded draw that keeps every class in proportion.
 """
 
+import dataclasses
 import os
 import pathlib
 
@@ -37,7 +41,8 @@ from vit_jax.data.image_folder import read_image
 from vit_jax.errors import DatasetError
 
 __all__ = ['DATA_DIR_ENV', 'ArraySource', 'Dataset', 'Source', 'SubsetSource',
-           'data_dir', 'first', 'local_data_dir', 'open_dataset', 'read_image',
+           'across_classes', 'class_counts', 'data_dir', 'first',
+           'local_data_dir', 'open_dataset', 'read_image', 'subset',
            'to_arrays']
 
 DATA_DIR_ENV = 'VIT_JAX_DATA_DIR'
@@ -55,17 +60,65 @@ def to_arrays(source: Source, image_size: int) -> tuple[np.ndarray, np.ndarray]:
           np.asarray([label for _, label in examples], np.int32))
 
 
-def first(source: Source, count: int, what: str) -> Source:
-  """The first `count` examples (0: all): deterministic, in the source's
-  order."""
+def first(source: Source, count: int) -> Source:
+  """The first `count` examples, in the source's order."""
+  if isinstance(source, ArraySource):
+    return ArraySource(source.images[:count], source.labels[:count])
+  return SubsetSource(source, np.arange(count))
+
+
+def class_counts(sizes: np.ndarray, count: int,
+                 rng: np.random.Generator) -> np.ndarray:
+  """How many of `count` examples to draw from classes of `sizes` examples
+  (count < sizes.sum()): one of every class, and the rest in proportion to
+  what each class has left, rounded by largest remainder (ties broken by
+  `rng`), so that they add up to `count`. With `count` below the number of
+  classes, `count` classes drawn by `rng` give one each."""
+  num_classes = len(sizes)
+  if count < num_classes:
+    counts = np.zeros(num_classes, np.int64)
+    counts[rng.choice(num_classes, count, replace=False)] = 1
+    return counts
+  left = np.asarray(sizes, np.int64) - 1
+  shares, remainders = np.divmod((count - num_classes) * left, left.sum())
+  counts = 1 + shares
+  ties_drawn = rng.permutation(num_classes)
+  largest_first = ties_drawn[np.argsort(-remainders[ties_drawn],
+                                        kind='stable')]
+  counts[largest_first[:count - counts.sum()]] += 1
+  return counts
+
+
+def across_classes(source: Source, count: int, seed: int) -> SubsetSource:
+  """`count` examples drawn with `seed`, every class in proportion
+  (`class_counts`), kept in the source's order. It depends only on the
+  source's labels, `count` and `seed`: every process of a run, and every
+  resume, draws the same."""
+  labels = np.asarray(source.labels)
+  rng = np.random.default_rng(seed)
+  _, sizes = np.unique(labels, return_counts=True)
+  counts = class_counts(sizes, count, rng)
+  by_class = np.split(np.argsort(labels, kind='stable'), np.cumsum(sizes)[:-1])
+  drawn = [rng.permutation(indices)[:k]
+           for indices, k in zip(by_class, counts)]
+  return SubsetSource(source, np.sort(np.concatenate(drawn)))
+
+
+def subset(dataset: Dataset, split: str, count: int, seed: int) -> Source:
+  """The `count` examples of a split (0: all) that config.{split}_examples
+  keeps. A split in mixed order (the official CIFAR files, tfds datasets)
+  keeps its first `count`, which the study's numbers rest on; one ordered by
+  class (an image folder) would keep its first classes only, so there they
+  are drawn across the classes with `seed` (`across_classes`)."""
+  source = getattr(dataset, split)
   if not count or count == len(source):
     return source
   if count > len(source):
-    raise DatasetError(f'config.{what}={count} but the dataset has only '
-                       f'{len(source)}; lower it or set it to 0 for all.')
-  if isinstance(source, ArraySource):
-    return ArraySource(source.images[:count], source.labels[:count])
-  return SubsetSource(source, count)
+    raise DatasetError(f'config.{split}_examples={count} but the dataset has '
+                       f'only {len(source)}; lower it or set it to 0 for all.')
+  if dataset.ordered_by_class:
+    return across_classes(source, count, seed)
+  return first(source, count)
 
 
 def data_dir(config) -> pathlib.Path | None:
@@ -114,7 +167,7 @@ def open_dataset(config, whole: bool = False) -> Dataset:
     raise DatasetError(
         f'Unknown dataset {name!r}: use cifar10, cifar100, image_folder or '
         'tfds:NAME.')
-  return Dataset(
-      train=first(dataset.train, config.train_examples, 'train_examples'),
-      test=first(dataset.test, config.test_examples, 'test_examples'),
-      num_classes=dataset.num_classes)
+  return dataclasses.replace(
+      dataset,
+      train=subset(dataset, 'train', config.train_examples, config.seed),
+      test=subset(dataset, 'test', config.test_examples, config.seed))
