@@ -7,7 +7,6 @@ import sys
 
 import jax
 import numpy as np
-import orbax.checkpoint as ocp
 import pytest
 
 from tests.conftest import ROOT
@@ -123,12 +122,10 @@ def _untrained_run(workdir, data_dir, **techniques):
                       train=False)['params']
   workdir.mkdir()
   (workdir / 'config.json').write_text(config.to_json_best_effort())
-  with ocp.CheckpointManager(
-      (workdir / 'checkpoints').absolute(),
-      item_handlers={'state': ocp.StandardCheckpointHandler()}) as manager:
-    manager.save(0, args=ocp.args.Composite(
-        state=ocp.args.StandardSave({'params': params})))
-    manager.wait_until_finished()
+  checkpoints = checkpoint.RunCheckpoints(workdir / 'checkpoints', keep=1)
+  checkpoints.save(0, {'params': params}, {'count': np.zeros(())}, [], {},
+                   json.loads(config.to_json_best_effort()))
+  checkpoints.close()
   return workdir
 
 

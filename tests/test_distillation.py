@@ -1,6 +1,7 @@
 """DeiT's hard distillation: a teacher read from a run's workdir teaches the
 student's distillation token inside the train step."""
 
+import shutil
 
 import jax
 import numpy as np
@@ -111,6 +112,19 @@ def test_a_teacher_that_saw_other_inputs_is_a_clear_error(teacher_run,
   config = _student_config(data_dir, tmp_path / 'nothing')
   with pytest.raises(ConfigError, match='no config.json'):
     distillation.load_teacher(config, 10, None)
+
+
+def test_a_teacher_without_a_sound_checkpoint_is_refused_in_one_line(
+    teacher_run, tmp_path):
+  teacher_workdir, data_dir = teacher_run
+  damaged = shutil.copytree(teacher_workdir, tmp_path / 'teacher')
+  for step_dir in (damaged / 'checkpoints').glob('[0-9]*'):
+    shutil.rmtree(step_dir / 'state')
+  with pytest.raises(ConfigError,
+                     match=rf'^config.distillation_teacher={damaged}: None of '
+                     r'the checkpoints in .* can be restored; the warnings '
+                     r'above say why\.$'):
+    distillation.load_teacher(_student_config(data_dir, damaged), 10, None)
 
 
 @pytest.mark.parametrize('teacher,token,message', [

@@ -12,6 +12,7 @@ import pickle
 import shutil
 import signal
 import subprocess
+import sys
 import time
 
 import jax
@@ -19,6 +20,7 @@ import numpy as np
 import orbax.checkpoint as ocp
 import pytest
 
+from tests.conftest import ROOT
 from tests.conftest import history
 from tests.conftest import process_test_config
 from tests.conftest import random_cifar
@@ -31,6 +33,7 @@ from tests.conftest import without_timings
 from tests.conftest import write_cifar_binary
 from tests.conftest import write_process_config
 from vit_jax import checkpoint
+from vit_jax import models
 from vit_jax import preemption
 from vit_jax import train
 from vit_jax.data import sources
@@ -440,3 +443,173 @@ def test_a_signal_during_start_up_exits_75_without_a_checkpoint(
   assert requeued.wait(timeout=120) == 0
   assert without_timings(history(workdir)) == without_timings(
       history(reference))
+
+
+# ---- readers verify; config.json; init_from ----
+
+
+def _analyze(workdir, out) -> subprocess.CompletedProcess:
+  return subprocess.run(
+      [sys.executable, '-m', 'vit_jax.analyze', f'--workdir={workdir}',
+       f'--out={out}', '--num_images=2', '--distance_images=8',
+       '--components=3'], cwd=ROOT, capture_output=True, text=True,
+      env={**os.environ, 'JAX_PLATFORMS': 'cpu'}, check=False)
+
+
+def _run_main(config_file, workdir, log, *flags) -> tuple[int, str]:
+  """`python -m vit_jax.main` to its end: its exit status and output."""
+  process = start_main(config_file, workdir, log, *flags)
+  return process.wait(timeout=120), log.read_text()
+
+
+def _damaged_copy(reference, directory, steps) -> pathlib.Path:
+  workdir = shutil.copytree(reference, directory)
+  for step in steps:
+    _flip_four_bytes(workdir / 'checkpoints' / str(step))
+  return workdir
+
+
+def test_analyze_skips_a_damaged_newest_checkpoint_with_one_warning(
+    uninterrupted, tmp_path):
+  _, reference = uninterrupted
+  workdir = _damaged_copy(reference, tmp_path / 'run', [40])
+  out = _analyze(workdir, tmp_path / 'out')
+  assert out.returncode == 0, out.stderr[-3000:]
+  warnings = [line for line in out.stderr.splitlines() if 'Skipping' in line]
+  assert len(warnings) == 1 and (
+      f'Skipping checkpoint {workdir / "checkpoints" / "40"}, which cannot be '
+      'restored (DigestMismatchError: ') in warnings[0]
+  assert len(out.stderr.strip().splitlines()) == 1  # nothing else
+  assert json.loads((tmp_path / 'out' / 'analysis.json').read_text()
+                   )['step'] == 36
+
+
+def test_analyze_refuses_a_run_whose_checkpoints_are_all_damaged(
+    uninterrupted, tmp_path):
+  _, reference = uninterrupted
+  workdir = _damaged_copy(reference, tmp_path / 'run', [36, 40])
+  out = _analyze(workdir, tmp_path / 'out')
+  assert out.returncode == 1
+  assert _error_lines(out.stderr) == [
+      f'error: None of the checkpoints in {workdir / "checkpoints"} (steps '
+      '36, 40) can be restored; the warnings above say why.']
+  assert sum('Skipping' in line for line in out.stderr.splitlines()) == 2
+  assert 'Traceback' not in out.stderr
+  assert not (tmp_path / 'out' / 'analysis.json').exists()
+
+
+def test_init_from_a_damaged_run_is_refused_in_one_line_before_the_data(
+    uninterrupted, tmp_path):
+  data_dir, reference = uninterrupted
+  damaged = _damaged_copy(reference, tmp_path / 'damaged', [36, 40])
+  # Data that does not exist: had it been read first, its error would show.
+  status, output = _run_main(
+      write_process_config(tmp_path, data_dir), tmp_path / 'run',
+      tmp_path / 'log', f'--config.init_from={damaged}',
+      f'--config.data_dir={tmp_path / "no-data"}')
+  assert status == 1
+  assert _error_lines(output) == [
+      f"error: config.init_from='{damaged}': None of the checkpoints in "
+      f'{damaged / "checkpoints"} (steps 36, 40) can be restored; the '
+      'warnings above say why.']
+  assert 'Traceback' not in output
+  assert not (tmp_path / 'run').exists()
+
+
+def _missing(tmp_path) -> pathlib.Path:
+  return tmp_path / 'absent.npz'
+
+
+def _a_pickle(tmp_path) -> pathlib.Path:
+  path = tmp_path / 'params.npz'
+  path.write_bytes(pickle.dumps({'kernel': [1.0]}))
+  return path
+
+
+def _another_architecture(tmp_path) -> pathlib.Path:
+  model = models.create_model('ViT-Tiny-CIFAR_4', 10, num_layers=1,
+                              hidden_size=8, num_heads=2, mlp_dim=16)
+  path = tmp_path / 'other.npz'
+  checkpoint.save_npz(jax.tree.map(
+      lambda s: np.zeros(s.shape, s.dtype),
+      checkpoint.param_shapes(model, 32)), path)
+  return path
+
+
+@pytest.mark.parametrize('init_from,message', [
+    (_missing, 'No checkpoint at {path}: pass a released ViT .npz file or the '
+     '--workdir of a `vit_jax.main` run.'),
+    (_a_pickle, '{path} is not a .npz file (a zip archive of arrays): pass a '
+     'released ViT .npz or the --workdir of a `vit_jax.main` run.'),
+    (_another_architecture, 'holds a ViT with hidden size 8, 1 layer of 2 '
+     "heads, MLP 16, patch 4x4, but this run's model "
+     "(config.model='ViT-Tiny-CIFAR_4' with its model_overrides) is a ViT "
+     'with hidden size 64, 2 layers of 4 heads, MLP 128, patch 4x4: pass a '
+     'checkpoint of this model, or set --config.model and '
+     '--config.model_overrides to fine-tune the one it holds.'),
+], ids=['missing', 'not_an_npz', 'another_architecture'])
+def test_a_bad_init_from_is_one_line_before_the_data(uninterrupted, tmp_path,
+                                                     init_from, message):
+  data_dir, _ = uninterrupted
+  path = init_from(tmp_path)
+  status, output = _run_main(
+      write_process_config(tmp_path, data_dir), tmp_path / 'run',
+      tmp_path / 'log', f'--config.init_from={path}',
+      f'--config.data_dir={tmp_path / "no-data"}')
+  assert status == 1
+  errors = _error_lines(output)
+  assert len(errors) == 1 and errors[0].startswith(
+      f"error: config.init_from='{path}'"), output[-3000:]
+  assert errors[0].endswith(message.format(path=path))
+  assert 'Traceback' not in output and 'allow_pickle' not in output
+  assert not (tmp_path / 'run').exists()
+
+
+def test_a_deleted_config_json_is_rebuilt_and_still_guards_the_run(
+    uninterrupted, tmp_path):
+  data_dir, reference = uninterrupted
+  workdir = shutil.copytree(reference, tmp_path / 'run')
+  config_file = workdir / 'config.json'
+  config_file.unlink()
+  status, output = _run_main(write_process_config(tmp_path, data_dir),
+                             workdir, tmp_path / 'log',
+                             '--config.batch_size=32')
+  assert status == 1
+  assert (f'{config_file} is missing: rebuilt from the config saved with '
+          f'checkpoint {workdir / "checkpoints" / "40"}.') in output
+  errors = _error_lines(output)
+  assert len(errors) == 1 and errors[0].startswith(
+      f'error: {workdir} holds a run with another config.batch_size (16 '
+      'there, 32 here)')
+  assert json.loads(config_file.read_text()) == json.loads(
+      (reference / 'config.json').read_text())
+  assert without_timings(history(workdir)) == without_timings(
+      history(reference))
+
+
+def test_a_truncated_config_json_is_rebuilt_or_the_way_out_is_named(
+    uninterrupted, tmp_path, caplog):
+  data_dir, reference = uninterrupted
+  workdir = shutil.copytree(reference, tmp_path / 'run')
+  config_file = workdir / 'config.json'
+  config_file.write_text(config_file.read_text()[:200])
+  train.train_and_evaluate(process_test_config(data_dir), workdir)
+  assert f'{config_file} is not valid JSON (' in caplog.text
+  assert json.loads(config_file.read_text()) == json.loads(
+      (reference / 'config.json').read_text())
+
+  # Checkpoints saved before they held the run's config: nothing to rebuild
+  # from, and the message says what can be done.
+  for step_dir in (workdir / 'checkpoints').glob('[0-9]*'):
+    for item in ('config', 'digest'):
+      shutil.rmtree(step_dir / item)
+  config_file.write_text(config_file.read_text()[:200])
+  checkpoints = workdir / 'checkpoints'
+  with pytest.raises(train.WorkdirError,
+                     match=rf'^{config_file} is not valid JSON \(.*\), and the '
+                     rf'checkpoints in {checkpoints} were saved before '
+                     'checkpoints held their config: nothing says which '
+                     r'config they are of, so no run can resume them\. Pass '
+                     rf'a new --workdir, or move {checkpoints} away to start '
+                     r'afresh here\.$'):
+    train.train_and_evaluate(process_test_config(data_dir), workdir)

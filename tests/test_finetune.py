@@ -1,10 +1,14 @@
-"""Fitting pre-trained parameters to a fine-tuning model."""
+"""Fitting pre-trained parameters to a fine-tuning model, checked before
+any data loads."""
+
+import pickle
 
 import jax
 import numpy as np
 import pytest
 
 from tests.conftest import tiny_config
+from tests.test_formats_npz import assert_trees_identical
 from tests.test_formats_params import vit_params
 from vit_jax import checkpoint
 from vit_jax import finetune
@@ -98,3 +102,61 @@ def test_any_vit_fine_tunes_at_a_new_resolution(overrides, tmp_path):
   tokens = 36 + len(model.prefix_tokens)
   assert start['Transformer']['posembed_input']['pos_embedding'].shape == (
       1, tokens, 8)
+
+
+def test_another_architecture_is_one_line_naming_what_it_holds(tmp_path):
+  shapes = checkpoint.param_shapes(models.create_model('ViT-Ti_16', 10), 32)
+  checkpoint.save_npz(jax.tree.map(lambda s: np.zeros(s.shape, s.dtype),
+                                   shapes), tmp_path / 'ViT-Ti_16.npz')
+  config = tiny_config('', init_from=str(tmp_path / 'ViT-Ti_16.npz'))
+  expected = (
+      f"config.init_from='{tmp_path}/ViT-Ti_16.npz' holds a ViT with hidden "
+      'size 192, 12 layers of 3 heads, MLP 768, patch 16x16 (ViT-Ti_16), but '
+      "this run's model (config.model='ViT-Tiny-CIFAR_4' with its "
+      'model_overrides) is a ViT with hidden size 16, 1 layer of 2 heads, MLP '
+      '32, patch 8x8: pass a checkpoint of this model, or set '
+      '--config.model=ViT-Ti_16 without model_overrides to fine-tune the one '
+      'it holds.')
+  with pytest.raises(config_schema.ConfigError) as checked:
+    finetune.check_init_from(config)
+  assert str(checked.value) == expected
+  model = models.from_config(config, num_classes=10)
+  with pytest.raises(config_schema.ConfigError) as loaded:
+    finetune.pretrained_params(config, model, vit_params(
+        32, 10, hidden_size=16, mlp_dim=32, patch_size=8))
+  assert str(loaded.value) == expected
+  cnn = tiny_config('', 'simple_cnn', init_from=str(tmp_path / 'ViT-Ti_16.npz'))
+  with pytest.raises(config_schema.ConfigError,
+                     match=r"holds a ViT with .* \(ViT-Ti_16\), but this run's "
+                     r"model \(config.model='SimpleCNN' with its "
+                     r'model_overrides\) is a model that is no ViT: '):
+    finetune.check_init_from(cnn)
+
+
+@pytest.mark.parametrize('content', [b'not a zip', pickle.dumps({'a': 1})],
+                         ids=['text', 'pickle'])
+def test_a_file_that_is_no_npz_is_one_line_without_pickle_advice(
+    tmp_path, content):
+  (tmp_path / 'file.npz').write_bytes(content)
+  config = tiny_config('', init_from=str(tmp_path / 'file.npz'))
+  with pytest.raises(config_schema.ConfigError,
+                     match=r"^config.init_from='.*/file.npz': .*file.npz is "
+                     r'not a .npz file \(a zip archive of arrays\): pass a '
+                     r'released ViT .npz or the --workdir of a `vit_jax.main` '
+                     r'run\.$') as error:
+    finetune.check_init_from(config)
+  assert 'pickle' not in str(error.value)
+
+
+def test_what_the_check_read_is_what_fine_tuning_starts_from(tmp_path):
+  fields = dict(num_layers=1, hidden_size=8, num_heads=2, mlp_dim=16)
+  checkpoint.save_npz(vit_params(16, 10, **fields), tmp_path / 'small.npz')
+  config = tiny_config('', init_from=str(tmp_path / 'small.npz'),
+                       image_size=24)
+  config.model_overrides = fields
+  pretrained = finetune.check_init_from(config)
+  model = models.from_config(config, num_classes=10)
+  fresh = vit_params(24, 10, **fields)
+  assert_trees_identical(
+      finetune.pretrained_params(config, model, fresh, pretrained),
+      finetune.pretrained_params(config, model, fresh))

@@ -76,3 +76,13 @@ def test_adapt_names_the_key_that_does_not_fit():
                      r'\(shape \(8,\)\) is in the checkpoint but not in '
                      r'the new model \(config.model\)'):
     params_lib.adapt_params(deeper, vit_params(16, 10), num_prefix_tokens=1)
+
+
+def test_the_architecture_is_read_from_the_shapes():
+  architecture = params_lib.vit_architecture(vit_params(16, 10, num_layers=2))
+  assert architecture == dict(hidden_size=8, num_layers=2, num_heads=2,
+                              mlp_dim=16, patch_size=4, resnet=False)
+  assert params_lib.describe_architecture(architecture) == (
+      'a ViT with hidden size 8, 2 layers of 2 heads, MLP 16, patch 4x4')
+  cnn = models.create_model('SimpleCNN', 10)
+  assert params_lib.vit_architecture(params_lib.param_shapes(cnn, 32)) is None

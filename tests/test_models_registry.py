@@ -4,8 +4,10 @@ import jax
 import jax.numpy as jnp
 import pytest
 
+from vit_jax.formats import params as params_lib
 from vit_jax.models import create_model
 from vit_jax.models import MODEL_NAMES
+from vit_jax.models import vit_named
 
 # (image size, classes, parameters). The paper-sized counts are the official
 # models' at 224x224 with 1000 classes; the small ones are the study's.
@@ -69,3 +71,11 @@ def test_unknown_name_lists_the_known_ones():
 def test_unknown_override_lists_the_fields():
   with pytest.raises(ValueError, match='no field.*dropout.*dropout_rate'):
     create_model('ViT-Ti_16', 10, dropout=0.1)
+
+
+@pytest.mark.parametrize('name', [n for n in MODEL_NAMES
+                                  if n not in STUDY_MODELS[1:]])
+def test_every_registered_vit_is_named_from_its_parameter_shapes(name):
+  model = create_model(name, 10)
+  shapes = params_lib.param_shapes(model, 2 * model.effective_patch_size)
+  assert vit_named(params_lib.vit_architecture(shapes)) == name

@@ -34,6 +34,7 @@ from vit_jax import checkpoint
 from vit_jax import models
 from vit_jax import preemption
 from vit_jax import train
+from vit_jax.config_schema import ConfigError
 from vit_jax.data import preprocess
 
 
@@ -271,7 +272,7 @@ def test_a_workdir_of_another_run_is_refused_not_restored(cifar10_binary,
   train.train_and_evaluate(tiny_config(data_dir, num_epochs=1), tmp_path)
   before = (tmp_path / 'config.json').read_text()
   other = tiny_config(data_dir, num_epochs=1, batch_size=32, image_size=24)
-  with pytest.raises(train.ConfigError,
+  with pytest.raises(ConfigError,
                      match=r"another config\.image_size \(32 there, 24 here\); "
                      r"config\.batch_size \(16 there, 32 here\).*new "
                      r'--workdir to start afresh'):

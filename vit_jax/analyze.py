@@ -5,11 +5,13 @@ released `.npz`, on the run's test images or on your own.
   python -m vit_jax.analyze --checkpoint=ViT-B_16.npz --model=ViT-B_16 \
       --images=photos/ --class_names=imagenet21k_classes.txt --out=/tmp/b16
 
-A run: its config.json and latest checkpoint (or --step), any ViT variant
-and image size, and its dataset's test images unless --images is given. A
-released `.npz` (google-research/vision_transformer's layout): --model names
-its architecture; the image size follows from its position embeddings, and
-images are resized and scaled to [-1, 1] as the released models expect.
+A run: its config.json and newest checkpoint that matches its digest (a
+damaged one is skipped with a warning; a damaged --step is refused), any ViT
+variant and image size, and its dataset's test images unless --images is
+given. A released `.npz` (google-research/vision_transformer's layout):
+--model names its architecture; the image size follows from its position
+embeddings, and images are resized and scaled to [-1, 1] as the released
+models expect.
 Writes into --out (the analyses are in `vit_jax.analysis`):
 
   cls_attention.png          the class token's last-layer attention over the
@@ -304,8 +306,9 @@ def _to_tensorboard(directory: pathlib.Path, out: pathlib.Path, step: int):
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'Unexpected arguments: {" ".join(argv[1:])}')
-  # What it wrote is the output; jax's and orbax's progress notes are not.
-  logging.set_verbosity(logging.ERROR)
+  # What it wrote is the output; jax's and orbax's progress notes are not,
+  # while a warning (a damaged checkpoint skipped) is.
+  logging.set_verbosity(logging.WARNING)
   result = errors.exit_on_user_error(lambda: analyze(
       _OUT.value, workdir=_WORKDIR.value, step=_STEP.value,
       data_dir=_DATA_DIR.value, checkpoint_path=_CHECKPOINT.value,

@@ -78,24 +78,6 @@ def _quiet_orbax(record) -> bool:
           not (record.levelno >= python_logging.ERROR and record.exc_info))
 
 
-def _closed_event_loop(error: BaseException | None) -> bool:
-  return isinstance(error, RuntimeError) and str(error) == (
-      'Event loop is closed')
-
-
-def _ignore_closed_event_loops():
-  """After a failed save, tensorstore's pending writes call back into orbax's
-  closed event loop, and each reports that as an unraisable exception, with
-  a traceback."""
-  unraisablehook = sys.unraisablehook
-
-  def hook(unraisable):
-    if not _closed_event_loop(unraisable.exc_value):
-      unraisablehook(unraisable)
-
-  sys.unraisablehook = hook
-
-
 class _ProcessPrefix(python_logging.Filter):
   """Starts every log line with `[process i/n] ` in a multi-process job."""
 
@@ -153,7 +135,6 @@ def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'Unexpected arguments: {" ".join(argv[1:])}')
   logging.get_absl_handler().addFilter(_quiet_orbax)
-  _ignore_closed_event_loops()
   config = _CONFIG.value
   distributed.set_cpu_devices(_CPU_DEVICES.value or config.get('cpu_devices'))
   try:

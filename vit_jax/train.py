@@ -51,7 +51,6 @@ from vit_jax import models
 from vit_jax import steps
 from vit_jax import files
 from vit_jax import workdir_lock
-from vit_jax.errors import ConfigError
 from vit_jax.errors import TrainingDivergedError
 from vit_jax.errors import WorkdirError
 
@@ -140,19 +139,16 @@ def _what_is_kept(checkpoints, history: list[dict]) -> str:
 
 def check_workdir(workdir: pathlib.Path, config) -> dict[str, tuple]:
   """Before any data or model loads: that a run already in `workdir` is
-  this config's (else ConfigError). Returns the fields that changed
-  harmlessly since that run (`config_schema.check_resumable`)."""
-  saved_config = workdir / 'config.json'
+  this config's (else ConfigError), as its config.json says or, when that
+  is lost, its newest checkpoint (`checkpoint.saved_config`). Returns the
+  fields that changed harmlessly since that run
+  (`config_schema.check_resumable`)."""
   has_checkpoints = any(p.name.isdigit()
                         for p in (workdir / 'checkpoints').glob('*'))
-  if not (has_checkpoints and saved_config.exists()):
+  if not has_checkpoints:
     return {}
-  try:
-    saved = json.loads(saved_config.read_text())
-  except (json.JSONDecodeError, UnicodeDecodeError) as e:
-    raise ConfigError(f'{saved_config} is not valid JSON ({e}); restore it '
-                      'or pass a new --workdir.') from e
-  return config_schema.check_resumable(saved, config, workdir)
+  return config_schema.check_resumable(checkpoint.saved_config(workdir),
+                                       config, workdir)
 
 
 def _record_changes(workdir: pathlib.Path, step: int,
@@ -230,6 +226,9 @@ def _train_and_evaluate(config, workdir: pathlib.Path,
   changed = check_workdir(workdir, config)
   checkpoints = checkpoint.RunCheckpoints(workdir / 'checkpoints',
                                           config.keep_checkpoints)
+  # A run that resumes starts from its checkpoint, not from init_from.
+  pretrained = (finetune.check_init_from(config)
+                if config.init_from and not checkpoints.steps() else None)
   _stop_if_signalled(signals, checkpoints)
   mesh = sharding.make_mesh(config.fsdp)
   replicated = sharding.replicated(mesh)
@@ -264,15 +263,20 @@ def _train_and_evaluate(config, workdir: pathlib.Path,
     if config.init_from:
       state = state.replace(params=jax.tree.map(
           lambda x, shape: sharding.replicate(x, shape.sharding),
-          finetune.pretrained_params(config, model, state.params),
+          finetune.pretrained_params(config, model, state.params,
+                                     pretrained),
           state_shapes.params))
+      del pretrained  # host memory the run needs no more
     sums, history = steps.zero_sums(replicated), []
     step, position = 0, inputs.position(0)
 
+  # The workdir's record of its run: config.json, and each checkpoint's
+  # copy, from which a lost config.json is rebuilt (check_workdir).
+  run_config = json.loads(config.to_json_best_effort())
   if jax.process_index() == 0:
     workdir.mkdir(parents=True, exist_ok=True)
     files.write_atomically(workdir / 'config.json',
-                      config.to_json_best_effort(indent=2))
+                           json.dumps(run_config, indent=2))
   writer = metric_writer.MetricWriter(workdir, history)
   processes = (f' in {jax.process_count()} processes'
                if jax.process_count() > 1 else '')
@@ -338,7 +342,8 @@ def _train_and_evaluate(config, workdir: pathlib.Path,
                         step, checkpoints, history)
         jax.block_until_ready(state)
         save_start = time.perf_counter()
-        checkpoints.save(step, state, sums, history, inputs.position(step))
+        checkpoints.save(step, state, sums, history, inputs.position(step),
+                         run_config)
         throughput.exclude(time.perf_counter() - save_start)
       if preempted and not last:
         checkpoints.close()  # waits until the checkpoint is complete

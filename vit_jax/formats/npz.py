@@ -27,6 +27,8 @@ _RELEASED_TO_OURS = {
 }
 _OURS_TO_RELEASED = {ours: old for old, ours in _RELEASED_TO_OURS.items()}
 _ENCODER_BLOCK = re.compile(r'encoderblock_\d+')
+# A .npy file's first bytes: np.load reads such a file as one array.
+_NPY_MAGIC = b'\x93NUMPY'
 # Every ViT has these, whatever its classifier or head; a file without them is
 # some other kind of .npz.
 _REQUIRED_KEYS = ('embedding/kernel',
@@ -73,16 +75,28 @@ def load_npz(path: str | pathlib.Path) -> dict[str, Any]:
     raise CheckpointError(f'No checkpoint at {path}: pass a released ViT .npz '
                           'file or the --workdir of a `vit_jax.main` run.')
   try:
-    # No pickles: a parameter file has no business running code on load.
-    data = np.load(path, allow_pickle=False)
-    if isinstance(data, np.lib.npyio.NpzFile):
-      with data:
-        flat = {key: data[key] for key in data.files}
-  except (OSError, ValueError, EOFError, zipfile.BadZipFile) as e:
-    raise CheckpointError(f'{path} is not a readable .npz file: {e}') from e
-  if not isinstance(data, np.lib.npyio.NpzFile):
+    with path.open('rb') as f:
+      start = f.read(len(_NPY_MAGIC))
+  except OSError as e:
+    raise CheckpointError(f'Cannot read {path}: {e.strerror or e}.') from e
+  if start == _NPY_MAGIC:
     raise CheckpointError(f'{path} is a single .npy array, not a .npz of '
                           'named parameters.')
+  # numpy's messages about pickles suggest allow_pickle, which would run the
+  # file's code: they are never shown.
+  if not zipfile.is_zipfile(path):
+    raise CheckpointError(f'{path} is not a .npz file (a zip archive of '
+                          'arrays): pass a released ViT .npz or the --workdir '
+                          'of a `vit_jax.main` run.')
+  try:
+    # No pickles: a parameter file has no business running code on load.
+    with np.load(path, allow_pickle=False) as data:
+      flat = {key: data[key] for key in data.files}
+  except (OSError, ValueError, EOFError, zipfile.BadZipFile) as e:
+    reason = ('it holds pickled Python objects, which are not loaded: they '
+              'can run code' if 'pickle' in str(e) else str(e))
+    raise CheckpointError(f'{path} is not a readable .npz file: '
+                          f'{reason}.') from e
   missing = [key for key in _REQUIRED_KEYS if key not in flat]
   if missing:
     found = ', '.join(sorted(flat)[:params_lib.MAX_REPORTED]) or 'no arrays'

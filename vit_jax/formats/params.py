@@ -139,16 +139,16 @@ def resize_position_embeddings(table: np.ndarray, num_tokens: int,
           table.dtype)
 
 
-def adapt_params(pretrained: Any, fresh: Any, *,
-                 num_prefix_tokens: int) -> dict:
-  """The pre-trained parameters in the shape of `fresh` (the new model's
-  initial parameters); raises CheckpointError (`check_params`)
-  naming every key that does not fit."""
+def _fitted(pretrained: Any, fresh: Any,
+            num_prefix_tokens: int) -> dict[tuple[str, ...], Any]:
+  """`adapt_params`' flat tree before its dtypes: the pre-trained arrays as
+  they are, the new head, the position table resized; raises
+  CheckpointError (`check_params`) naming every key that does not fit."""
   pretrained = flax.traverse_util.flatten_dict(
       flax.core.unfreeze(pretrained))
   fresh = flax.traverse_util.flatten_dict(flax.core.unfreeze(fresh))
   adapted = {
-      path: np.asarray(value) for path, value in pretrained.items()
+      path: value for path, value in pretrained.items()
       if path[0] != 'head' and (path[0] != 'pre_logits' or path in fresh)
   }
   for path, init in fresh.items():
@@ -168,5 +168,66 @@ def adapt_params(pretrained: Any, fresh: Any, *,
   unflatten_paths = flax.traverse_util.unflatten_dict
   check_params(unflatten_paths(adapted), unflatten_paths(fresh),
                target='the new model (config.model)')
-  return unflatten_paths({path: np.asarray(value).astype(fresh[path].dtype)
-                          for path, value in adapted.items()})
+  return adapted
+
+
+def check_fit(pretrained: Any, expected: Any, *,
+              num_prefix_tokens: int) -> None:
+  """Raises what `adapt_params` would for a model of `expected`'s shapes
+  (e.g. `param_shapes(model, size)`), computing no parameter but the
+  resized position table."""
+  _fitted(pretrained, expected, num_prefix_tokens)
+
+
+def adapt_params(pretrained: Any, fresh: Any, *,
+                 num_prefix_tokens: int) -> dict:
+  """The pre-trained parameters in the shape of `fresh` (the new model's
+  initial parameters): position embeddings resized to the new patch grid,
+  `fresh`'s head; raises CheckpointError (`check_params`) naming every key
+  that does not fit."""
+  fitted = _fitted(pretrained, fresh, num_prefix_tokens)
+  dtypes = {path: value.dtype for path, value in
+            flax.traverse_util.flatten_dict(flax.core.unfreeze(fresh)).items()}
+  return flax.traverse_util.unflatten_dict(
+      {path: np.asarray(value).astype(dtypes[path])
+       for path, value in fitted.items()})
+
+
+def vit_architecture(params: Mapping[str, Any]) -> dict | None:
+  """What a ViT's parameter shapes say of its architecture, in the
+  registry's field names (`models.registry`); None for parameters of another
+  kind of model. Two ViTs' parameters fit each other only when these agree
+  (the image size and the head may differ)."""
+  shapes = {key: np.shape(value)
+            for key, value in flatten(params, 'the parameters').items()}
+  if 'Transformer/encoder_norm/scale' not in shapes:
+    return None
+  block = 'Transformer/encoderblock_0/'
+  query = shapes.get(block + 'MultiHeadDotProductAttention_0/query/kernel')
+  mlp = shapes.get(block + 'MlpBlock_0/Dense_0/kernel')
+  patch = shapes.get('embedding/kernel', ())
+  return {
+      'hidden_size': shapes['Transformer/encoder_norm/scale'][0],
+      'num_layers': len({key.split('/')[1] for key in shapes
+                         if key.startswith('Transformer/encoderblock_')}),
+      'num_heads': query[1] if query else None,
+      'mlp_dim': mlp[1] if mlp else None,
+      # A convolution's kernel: a shifted-patch embedding is a Dense.
+      'patch_size': patch[0] if len(patch) == 4 else None,
+      'resnet': 'conv_root' in {key.split('/')[0] for key in shapes},
+  }
+
+
+def describe_architecture(architecture: dict) -> str:
+  """`vit_architecture`'s result in words, e.g. 'a ViT with hidden size
+  768, 12 layers of 12 heads, MLP 3072, patch 16x16'."""
+  layers = architecture['num_layers']
+  parts = [f'hidden size {architecture["hidden_size"]}',
+           f'{layers} layer{"" if layers == 1 else "s"} of '
+           f'{architecture["num_heads"]} heads',
+           f'MLP {architecture["mlp_dim"]}']
+  if architecture['patch_size']:
+    parts.append(f'patch {architecture["patch_size"]}x'
+                 f'{architecture["patch_size"]}')
+  stem = ' on ResNet features' if architecture['resnet'] else ''
+  return f'a ViT{stem} with {", ".join(parts)}'

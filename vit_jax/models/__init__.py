@@ -5,6 +5,7 @@ from vit_jax.models.cnn import SmallResNet
 from vit_jax.models.registry import create_model
 from vit_jax.models.registry import from_config
 from vit_jax.models.registry import MODEL_NAMES
+from vit_jax.models.registry import vit_named
 from vit_jax.models.vit import attention_weights
 from vit_jax.models.vit import logits_and_attention
 from vit_jax.models.vit import VisionTransformer
@@ -18,4 +19,5 @@ __all__ = [
     'create_model',
     'from_config',
     'logits_and_attention',
+    'vit_named',
 ]

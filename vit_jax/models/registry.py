@@ -56,6 +56,18 @@ _MODELS: dict[str, Callable[..., nn.Module]] = {
 MODEL_NAMES = tuple(_MODELS)
 
 
+def vit_named(architecture: dict) -> str | None:
+  """The registered ViT of `architecture` (what
+  `formats.params.vit_architecture` reads from parameter shapes), if any."""
+  for name, factory in _MODELS.items():
+    fields = getattr(factory, 'keywords', {})
+    if fields and architecture == {
+        **{key: fields.get(key) for key in architecture if key != 'resnet'},
+        'resnet': bool(fields.get('resnet_stages'))}:
+      return name
+  return None
+
+
 def _module_class(factory) -> type[nn.Module]:
   return factory.func if isinstance(factory, functools.partial) else factory
 
