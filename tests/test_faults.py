@@ -384,6 +384,7 @@ def test_ctrl_c_saves_the_step_exits_75_and_the_rerun_ends_identical(
       history(reference))
 
 
+@pytest.mark.slow  # 11 s
 def test_a_second_ctrl_c_exits_at_once_and_the_rerun_clears_what_it_left(
     uninterrupted, tmp_path):
   data_dir, reference = uninterrupted
@@ -412,7 +413,8 @@ def test_a_second_ctrl_c_exits_at_once_and_the_rerun_clears_what_it_left(
   assert not left
 
 
-@pytest.mark.parametrize('signum', [signal.SIGTERM, signal.SIGINT],
+@pytest.mark.parametrize('signum', [
+    signal.SIGTERM, pytest.param(signal.SIGINT, marks=pytest.mark.slow)],  # 20 s
                          ids=['SIGTERM', 'Ctrl-C'])
 def test_a_signal_during_start_up_exits_75_without_a_checkpoint(
     uninterrupted, tmp_path, signum):
@@ -424,7 +426,7 @@ def test_a_signal_during_start_up_exits_75_without_a_checkpoint(
   config_file = write_process_config(tmp_path, data_dir)
   workdir = tmp_path / 'run'
   name = {signal.SIGTERM: 'SIGTERM', signal.SIGINT: 'Ctrl-C'}[signum]
-  for attempt, delay in enumerate((0.3, 1.5, 3.0, 5.0)):
+  for attempt, delay in enumerate((0.3, 2.0, 4.5)):
     log = tmp_path / f'log{attempt}'
     process = start_main(config_file, workdir, log)
     time.sleep(delay)

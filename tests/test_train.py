@@ -187,7 +187,7 @@ def test_a_run_diverging_for_steps_is_told_so_and_the_advice_works(
   data_dir, _ = cifar10_binary
   # SGD at learning rate 10: the loss grows for steps, then is not finite.
   diverging = dict(optimizer='sgd', momentum=0.9, warmup_epochs=0,
-                   num_epochs=4, log_every_steps=1, checkpoint_every_steps=2)
+                   num_epochs=2, log_every_steps=1, checkpoint_every_steps=2)
   config = tiny_config(data_dir, learning_rate=10.0, **diverging)
   with pytest.raises(train.TrainingDivergedError) as raised:
     train.train_and_evaluate(config, tmp_path / 'run')
@@ -291,6 +291,7 @@ def test_a_workdir_of_another_run_is_refused_not_restored(cifar10_binary,
 
 # ------------------------------------------------- real processes ----------
 
+@pytest.mark.slow  # 11 s; Ctrl-C's test in test_faults.py takes this path
 def test_sigterm_saves_the_step_exits_75_and_the_rerun_ends_identical(
     uninterrupted, tmp_path):
   data_dir, reference = uninterrupted
