@@ -93,6 +93,18 @@ def test_a_16_bit_png_at_mid_grey_reads_as_mid_grey_not_white(tmp_path):
       [[0] * 3, [128] * 3, [255] * 3])
 
 
+def test_a_16_bit_png_with_a_transparent_value_shows_it_on_white(tmp_path):
+  from PIL import Image  # pylint: disable=g-import-not-at-top
+  grey = Image.fromarray(np.array([[0, 32768, 65535]], np.uint16))
+  grey.info['transparency'] = 0  # PNG's tRNS chunk for a grey image
+  encoded = io.BytesIO()
+  grey.save(encoded, format='PNG', transparency=0)
+  assert Image.open(io.BytesIO(encoded.getvalue())).info['transparency'] == 0
+  np.testing.assert_array_equal(
+      _read_in_a_folder(tmp_path, 'grey16.png', encoded.getvalue())[0],
+      [[255] * 3, [128] * 3, [255] * 3])
+
+
 @pytest.mark.parametrize('mode, dtype, values, expected', [
     ('I;16B', '>u2', [0, 32768, 65535], [0, 128, 255]),
     ('I;16L', '<u2', [0, 32768, 65535], [0, 128, 255]),

@@ -615,3 +615,34 @@ def test_a_truncated_config_json_is_rebuilt_or_the_way_out_is_named(
                      rf'a new --workdir, or move {checkpoints} away to start '
                      r'afresh here\.$'):
     train.train_and_evaluate(process_test_config(data_dir), workdir)
+
+
+@pytest.mark.slow  # 45 s
+def test_a_resumed_two_process_job_signalled_at_start_up_stops_before_training(
+    uninterrupted, tmp_path):
+  """jax's preemption service counts calls, not steps: a job resuming at
+  step N and signalled while it starts stops at its first call, with
+  nothing new to save, in both processes."""
+  data_dir, _ = uninterrupted
+  config_file = write_process_config(tmp_path, data_dir)
+  workdir = tmp_path / 'run'
+  flags = ('--config.total_steps=2000', '--config.checkpoint_every_steps=5000',
+           '--config.eval_every_steps=5000')
+  processes, logs = start_two_processes(config_file, workdir, tmp_path, *flags)
+  wait_for_step(processes[0], workdir, 6)
+  processes[1].send_signal(signal.SIGTERM)
+  assert wait_all(processes, timeout=120) == [
+      preemption.PREEMPTED_EXIT_STATUS] * 2
+  saved = checkpoint.RunCheckpoints(workdir / 'checkpoints').steps()
+  assert len(saved) == 1
+
+  processes, logs = start_two_processes(config_file, workdir, tmp_path, *flags)
+  time.sleep(1.0)  # process 1 is starting: importing jax, or joining the job
+  processes[1].send_signal(signal.SIGTERM)
+  assert wait_all(processes, timeout=120) == [
+      preemption.PREEMPTED_EXIT_STATUS] * 2, logs[0].read_text()[-3000:]
+  for log in logs:
+    assert (f'stopped before training, with nothing new to save (the '
+            f'checkpoint of step {saved[0]} in {workdir / "checkpoints"} is '
+            'kept)') in log.read_text()
+  assert checkpoint.RunCheckpoints(workdir / 'checkpoints').steps() == saved

@@ -177,8 +177,9 @@ def test_nan_loss_stops_and_says_what_is_kept(cifar10_binary, tmp_path):
       f'newest checkpoint, step 1 in {tmp_path / "checkpoints"}, saved after '
       f'a train loss of {records[0]["train_loss"]:.4g} (logged at step 1). '
       'To go on from it with a lower learning rate or gradient clipping, '
-      "start a new workdir from its weights (this one keeps its run's "
-      f'settings): --workdir=NEW_DIR --config.init_from={tmp_path} '
+      "fine-tune its weights in a new workdir (this one keeps its run's "
+      'settings; the head, optimizer state and schedule start afresh there): '
+      f'--workdir=NEW_DIR --config.init_from={tmp_path} '
       '--config.learning_rate=LOWER (or --config.grad_clip_norm=1).')
 
 

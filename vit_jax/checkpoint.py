@@ -34,7 +34,6 @@ check_params = params_lib.check_params
 param_shapes = params_lib.param_shapes
 # Where the training loop has always found them.
 RunCheckpoints = run_checkpoints.RunCheckpoints
-Restored = run_checkpoints.Restored
 
 
 @dataclasses.dataclass(frozen=True)

@@ -80,3 +80,11 @@ def verify(saved: dict, state, train_sums: dict, history: list[dict],
     raise DigestMismatchError(
         f'its {" and ".join(differ)} {"does" if len(differ) == 1 else "do"} '
         'not match the digest saved with it: a damaged file')
+
+
+def verify_config(saved: dict, config: dict) -> None:
+  """Raises DigestMismatchError unless the `config` item alone hashes to
+  the `saved` digest (read without the state it was saved with)."""
+  if _json_digest(config) != saved.get('config'):
+    raise DigestMismatchError('its config does not match the digest saved '
+                              'with it: a damaged file')

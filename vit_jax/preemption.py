@@ -39,34 +39,36 @@ class Preemption:
   A single process catches the signals itself. In a multi-process job the
   coordination service that `jax.distributed.initialize` started catches
   SIGTERM in whichever process receives it (a Ctrl-C is sent on to it as
-  SIGTERM) and picks the step at which all of them stop
-  (`multihost_utils.reached_preemption_sync_point`). Call `reached` once per
-  step, with the same steps in every process.
+  SIGTERM) and picks the call of `reached` at which all of them stop
+  (`multihost_utils.reached_preemption_sync_point`): the one after the
+  latest any process has made, the first if none has. So every process
+  calls `reached` at the same moments, between the phases of start-up and
+  once per step, and the calls are counted here, not by step: a run that
+  resumes at step 500 and was signalled during start-up stops at its first
+  call, before it trains.
   """
 
   def __init__(self):
     self._multi_process = jax.process_count() > 1
     # vit_jax.main catches the signals from its first line; a script that
-    # calls train_and_evaluate has them caught here, until `close` (SIGTERM
-    # only where jax's preemption service has not taken it over).
+    # calls train_and_evaluate has them caught here, until `close`. SIGTERM
+    # is jax's preemption service's in a multi-process job; in a single
+    # process it is taken back from that service, should it have started.
     self._caught_here = stop_signals.catch(sigterm=not self._multi_process)
     if self._multi_process:
       stop_signals.forward_as_sigterm()
+    self._calls = 0
 
   @property
   def signal_name(self) -> str:
     # In a multi-process job the signal may have reached another process.
     return stop_signals.received() or 'SIGTERM'
 
-  def before_training(self) -> bool:
-    """Whether a single process was signalled during start-up, which then
-    stops with nothing to save. A multi-process job stops at the first
-    `reached` instead, where all processes agree."""
-    return not self._multi_process and stop_signals.received() is not None
-
-  def reached(self, step: int) -> bool:
+  def reached(self) -> bool:
+    """Whether to stop here."""
+    self._calls += 1
     if self._multi_process:
-      return multihost_utils.reached_preemption_sync_point(step)
+      return multihost_utils.reached_preemption_sync_point(self._calls)
     return stop_signals.received() is not None
 
   def close(self):

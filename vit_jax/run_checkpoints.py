@@ -212,26 +212,29 @@ class RunCheckpoints:
     if 'digest' in held:
       digests.verify(restored.digest, result.state, result.train_sums,
                      result.history, result.position, result.config)
+    elif 'config' in held:  # saved with a digest, which is lost
+      raise digests.DigestMismatchError('its digest is missing')
     else:
       logging.warning('Checkpoint %s predates digests: restored unverified.',
                       step_dir)
     return result
 
   def latest_config(self) -> tuple[int, dict] | None:
-    """The run's config as the newest checkpoint holding one saved it, and
-    that checkpoint's step; None when none does (saved before checkpoints
-    held their config). Read alone, unverified: verifying it would restore
-    the whole state."""
+    """The run's config as the newest checkpoint holding one saved it,
+    checked against that checkpoint's digest, and its step; None when none
+    does (saved before checkpoints held their config)."""
     for step in reversed(self.steps()):
-      if (self.directory / str(step) / 'config').is_dir():
-        try:
-          return step, dict(self._open(create=False).restore(
-              step, args=ocp.args.Composite(
-                  config=ocp.args.JsonRestore())).config)
-        except Exception as e:  # pylint: disable=broad-except
-          logging.warning('Skipping the config of checkpoint %s, which '
-                          'cannot be read (%s).', self.directory / str(step),
-                          first_line(e))
+      step_dir = self.directory / str(step)
+      if not (step_dir / 'config').is_dir():
+        continue
+      try:
+        read = self._open(create=False).restore(step, args=ocp.args.Composite(
+            config=ocp.args.JsonRestore(), digest=ocp.args.JsonRestore()))
+        digests.verify_config(read.digest, read.config)
+        return step, dict(read.config)
+      except Exception as e:  # pylint: disable=broad-except
+        logging.warning('Skipping the config of checkpoint %s, which '
+                        'cannot be read (%s).', step_dir, first_line(e))
     return None
 
   def _set_aside(self, steps: list[int]):

@@ -3,38 +3,57 @@ command starts.
 
 `vit_jax.main` calls `catch()` before it imports anything heavy, so a signal
 during start-up is recorded instead of killing the process (status 143 for
-SIGTERM, a traceback for Ctrl-C). The first signal only asks: the training
-loop (`preemption.Preemption`) acts on it at a moment when nothing is half
-written. A second Ctrl-C exits at once: the person at the terminal means it.
-A save it interrupts leaves only orbax's temporary directory, which the
-next run removes.
+SIGTERM, a traceback for Ctrl-C). The first signal only asks, and says so
+in one line: the training loop (`preemption.Preemption`) acts on it at a
+moment when nothing is half written. A second Ctrl-C exits at once: the
+person at the terminal means it. A save it interrupts leaves only orbax's
+temporary directory, which the next run removes.
+
+The signals are watched from a thread of their own, woken by Python's
+signal wake-up file descriptor, not by a Python-level handler: those run
+only between the main thread's bytecodes, so two Ctrl-Cs during a long
+compilation would count as one, acted on when it ends.
 
 Imports nothing but the standard library, so that catching starts early.
 """
 
 import os
 import signal
+import socket
+import threading
 
 # A second Ctrl-C's exit status: the shell's for a process ended by SIGINT.
 INTERRUPTED_EXIT_STATUS = 128 + signal.SIGINT
 
 _NAMES = {signal.SIGTERM: 'SIGTERM', signal.SIGINT: 'Ctrl-C'}
+_FIRST_NOTICE = {
+    signal.SIGTERM: b'SIGTERM: stopping once the step in flight is saved '
+                    b'(during start-up: before training).\n',
+    signal.SIGINT: b'Ctrl-C: stopping once the step in flight is saved '
+                   b'(during start-up: before training); press Ctrl-C again '
+                   b'to stop at once, without saving.\n',
+}
 
 _received: list[str] = []
 _previous: dict[int, object] = {}
 _forwarding: list[bool] = []  # [True] once `forward_as_sigterm` was called
+_watching: list = []  # [the previous wake-up fd, reader, writer, thread]
 
 
 def catch(sigterm: bool = True) -> bool:
   """Records SIGINT, and SIGTERM unless `sigterm` is False (another handler
-  owns it), from now on instead of their defaults. Returns False when they
-  were caught already (the caller must not `release` them)."""
-  if _previous:
-    return False
+  owns it), from now on instead of their defaults; takes them back from a
+  handler installed since (jax's, on a single-process job that started
+  jax's distributed service). Returns True when this call started catching:
+  its caller then `release`s them."""
+  first = not _watching
+  if first:
+    _watch()
   for signum in _NAMES:
     if signum != signal.SIGTERM or sigterm:
-      _previous[signum] = signal.signal(signum, _on_signal)
-  return True
+      previous = signal.signal(signum, _wake_the_watcher)
+      _previous.setdefault(signum, previous)
+  return first
 
 
 def release() -> None:
@@ -42,7 +61,14 @@ def release() -> None:
   forgets what was received."""
   for signum, handler in _previous.items():
     signal.signal(signum, handler)
+  if _watching:
+    previous_fd, reader, writer, thread = _watching
+    signal.set_wakeup_fd(previous_fd)
+    writer.close()  # the watcher reads the end of the stream, and returns
+    thread.join()
+    reader.close()
   _previous.clear()
+  _watching.clear()
   _received.clear()
   _forwarding.clear()
 
@@ -64,13 +90,44 @@ def forward_as_sigterm() -> None:
     os.kill(os.getpid(), signal.SIGTERM)
 
 
-def _on_signal(signum, frame):
-  del frame
+def _wake_the_watcher(signum, frame):
+  """Python's handler: there to have Python's C-level handler write each
+  signal to the wake-up fd; the watcher thread acts on it."""
+  del signum, frame
+
+
+def _watch() -> None:
+  reader, writer = socket.socketpair()
+  writer.setblocking(False)
+  previous_fd = signal.set_wakeup_fd(writer.fileno(),
+                                     warn_on_full_buffer=False)
+  thread = threading.Thread(target=_read_signals, args=(reader,),
+                            daemon=True, name='vit_jax stop signals')
+  thread.start()
+  _watching[:] = [previous_fd, reader, writer, thread]
+
+
+def _read_signals(reader: socket.socket) -> None:
+  while True:
+    try:
+      signums = reader.recv(64)
+    except OSError:
+      return
+    if not signums:
+      return
+    for signum in signums:
+      if signum in _previous:
+        _on_signal(signum)
+
+
+def _on_signal(signum: int) -> None:
   if _received and signum == signal.SIGINT:
     os.write(2, b'\nerror: Interrupted again: stopped at once, without '
              b'saving; rerun the same command to resume from the newest '
              b'complete checkpoint.\n')
     os._exit(INTERRUPTED_EXIT_STATUS)  # pylint: disable=protected-access
+  if not _received:
+    os.write(2, b'\n' + _FIRST_NOTICE[signum])
   _received.append(_NAMES[signum])
   if _forwarding and signum == signal.SIGINT:
     os.kill(os.getpid(), signal.SIGTERM)

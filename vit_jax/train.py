@@ -131,21 +131,21 @@ def _what_is_kept(checkpoints, history: list[dict]) -> str:
             f'step {lowest["step"]}: the run was diverging already. To go on, '
             f'{afresh}')
   return (f'{kept}. To go on from it with a lower learning rate or gradient '
-          'clipping, start a new workdir from its weights (this one keeps '
-          'its run\'s settings): --workdir=NEW_DIR '
-          f'--config.init_from={checkpoints.directory.parent} '
-          '--config.learning_rate=LOWER (or --config.grad_clip_norm=1).')
+          'clipping, fine-tune its weights in a new workdir (this one keeps '
+          'its run\'s settings; the head, optimizer state and schedule start '
+          f'afresh there): --workdir=NEW_DIR --config.init_from='
+          f'{checkpoints.directory.parent} --config.learning_rate=LOWER (or '
+          '--config.grad_clip_norm=1).')
 
 
-def check_workdir(workdir: pathlib.Path, config) -> dict[str, tuple]:
+def check_workdir(workdir: pathlib.Path, config,
+                  checkpoints: checkpoint.RunCheckpoints) -> dict[str, tuple]:
   """Before any data or model loads: that a run already in `workdir` is
   this config's (else ConfigError), as its config.json says or, when that
   is lost, its newest checkpoint (`checkpoint.saved_config`). Returns the
   fields that changed harmlessly since that run
   (`config_schema.check_resumable`)."""
-  has_checkpoints = any(p.name.isdigit()
-                        for p in (workdir / 'checkpoints').glob('*'))
-  if not has_checkpoints:
+  if not checkpoints.steps():
     return {}
   return config_schema.check_resumable(checkpoint.saved_config(workdir),
                                        config, workdir)
@@ -205,27 +205,26 @@ def _sole_writer(workdir: pathlib.Path):
   try:
     if jax.process_index() == 0:
       for partial in workdir.glob('*.partial'):
-        partial.unlink()
+        partial.unlink(missing_ok=True)
     yield
   finally:
     lock.release()
 
 
 def _stop_if_signalled(signals: preemption.Preemption,
-                       checkpoints: checkpoint.RunCheckpoints,
-                       step: int | None = None):
+                       checkpoints: checkpoint.RunCheckpoints):
   """Between the phases of start-up: a stop signal ends the run here, with
   nothing new to save."""
-  if signals.before_training():
-    raise preemption.Preempted(signals.signal_name, step,
+  if signals.reached():
+    raise preemption.Preempted(signals.signal_name, checkpoints.latest_step(),
                                checkpoints.directory, saved=False)
 
 
 def _train_and_evaluate(config, workdir: pathlib.Path,
                         signals: preemption.Preemption) -> dict:
-  changed = check_workdir(workdir, config)
   checkpoints = checkpoint.RunCheckpoints(workdir / 'checkpoints',
                                           config.keep_checkpoints)
+  changed = check_workdir(workdir, config, checkpoints)
   # A run that resumes starts from its checkpoint, not from init_from.
   pretrained = (finetune.check_init_from(config)
                 if config.init_from and not checkpoints.steps() else None)
@@ -295,17 +294,13 @@ def _train_and_evaluate(config, workdir: pathlib.Path,
                                    state_shapes.batch_stats),
       config.image_size)
   device_peak = flops.peak_flops(jax.devices()[0].device_kind, config.dtype)
-  throughput = progress.Throughput(step, config.batch_size, train_flops,
-                           device_peak and device_peak * jax.device_count())
+  throughput = progress.Throughput(
+      step, config.batch_size, train_flops,
+      device_peak and device_peak * jax.device_count())
   batches = inputs.train_batches(position)
   try:
-    # A signal during start-up stops the run here, before it trains, with
-    # nothing new to save (the checkpoint of `step` exists already). In a
-    # multi-process job this also tells jax's preemption service the step
-    # the run starts from, so that all processes stop here together.
-    if step < plan.total_steps and signals.reached(step):
-      raise preemption.Preempted(signals.signal_name, step,
-                                 checkpoints.directory, saved=False)
+    if step < plan.total_steps:
+      _stop_if_signalled(signals, checkpoints)  # restoring was the last phase
     while step < plan.total_steps:
       state, sums = compiled.train(state, sums, inputs.train_data,
                                    next(batches), step_key)
@@ -335,7 +330,7 @@ def _train_and_evaluate(config, workdir: pathlib.Path,
         writer.write(record)
         logging.info('%s', progress.progress_line(
             record, plan, throughput.eta(step, plan.total_steps)))
-      preempted = signals.reached(step)
+      preempted = signals.reached()
       if step % plan.checkpoint_every == 0 or last or preempted:
         if 'train_loss' not in record:  # never save a diverged state
           _check_finite({'train_loss': float(jax.device_get(sums['loss']))},

@@ -5,12 +5,12 @@ The lock is the file `workdir/lock`, held with `flock` by process 0 of the
 run (the processes of a multi-process job are one run) for as long as it
 trains. It names its holder (host, process id, since when), so that a run
 refused knows whom to name. The kernel releases `flock` when its holder dies
-in any way, `kill -9` included, so on one host a lock is never stale; on a
-shared filesystem whose locks reach every host (NFS, Lustre and GPFS with
-locking on), the same holds across hosts once the holder's host lets go.
-Where `flock` is only local to each host, the holder also renews the file's
-time every `RENEW_SECONDS`: a run on another host is refused until the
-holder's last renewal is `STALE_SECONDS` old, and then takes over.
+in any way, `kill -9` included, so on the holder's host a lock is never
+stale. Another host cannot tell whether the filesystem carries `flock`
+between hosts (NFS, Lustre and GPFS can; some mounts do not), so the holder
+also renews the file's time every `RENEW_SECONDS`, and a run on another host
+is refused until the holder's last renewal is `STALE_SECONDS` old (by the
+file server's clock against its own), and then takes over.
 """
 
 import dataclasses
@@ -85,16 +85,17 @@ class WorkdirLock:
                          'directory (new or of this run) as --workdir.')
     try:
       self._open_and_lock()
+      previous = _holder_in(self._fd)
+      if previous:
+        self._refuse_if_alive(previous)
+        logging.info('Took over %s from %s, which ended without letting go.',
+                     self.path, previous.describe())
+      self._write_holder()
     except OSError as e:
+      self._let_go()
       raise WorkdirError(
           f'Cannot write to the workdir {self.workdir} ({e.strerror or e}): '
           'pass a --workdir where you can create files.') from e
-    previous = _holder_in(self._fd)
-    if previous:
-      self._refuse_if_alive(previous)
-      logging.info('Took over %s from %s, which ended without letting go.',
-                   self.path, previous.describe())
-    self._write_holder()
     self._renewing = threading.Thread(target=self._renew, daemon=True,
                                       name='vit_jax workdir lock')
     self._renewing.start()
@@ -155,12 +156,16 @@ class WorkdirLock:
         return
       state = (f'renewed {age:.0f} s ago; if that run is gone, its lock '
                f'lapses {STALE_SECONDS - age:.0f} s from now')
-    os.close(self._fd)  # the file stays the holder's
-    self._fd = None
+    self._let_go()  # the file stays the holder's
     raise WorkdirError(
         f'The workdir {self.workdir} is in use by another run '
         f'({holder.describe()}, {state}). Wait until it ends, or pass '
         'another --workdir.')
+
+  def _let_go(self) -> None:
+    if self._fd is not None:
+      os.close(self._fd)
+      self._fd = None
 
   def _write_holder(self) -> None:
     holder = {'host': socket.gethostname(), 'pid': os.getpid(),
@@ -191,7 +196,7 @@ class WorkdirLock:
     except FileNotFoundError:  # removed by hand while the run went on
       leftovers = None
     if self._created and leftovers == []:
-      self.path.unlink()
+      self.path.unlink(missing_ok=True)
       for directory in self._created:
         try:
           directory.rmdir()
@@ -199,8 +204,7 @@ class WorkdirLock:
           break
     else:
       os.ftruncate(self._fd, 0)  # names no holder: nobody holds it
-    os.close(self._fd)  # lets go of the flock
-    self._fd = None
+    self._let_go()  # of the flock too
 
   def __enter__(self):
     self.acquire()

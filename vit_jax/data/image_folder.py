@@ -41,7 +41,7 @@ BACKGROUND = 255
 # float images.
 _WHITE_LEVELS = {'I;16': 65535, 'I;16B': 65535, 'I;16L': 65535,
                  'I;16N': 65535, 'I': 65535, 'F': 1.0}
-_ALPHA_MODES = ('LA', 'La', 'PA', 'RGBA', 'RGBa')
+_ALPHA_MODES = ('LA', 'PA', 'RGBA', 'RGBa')
 _DECODED_MODES = ('1', 'L', 'P', 'RGB', 'RGBX', 'YCbCr', 'CMYK',
                   *_ALPHA_MODES, *_WHITE_LEVELS)
 
@@ -91,12 +91,18 @@ def _check_mode(image):
 
 def to_rgb(image) -> np.ndarray:
   """A PIL image as uint8 RGB, as a viewer shows it: 16-bit and float
-  greyscale scaled to 8 bits (not clipped), palettes looked up, CMYK and
-  1-bit converted, and transparency (an alpha band, or the transparent
-  colour of a palette or an 8-bit PNG) composited on BACKGROUND."""
+  greyscale scaled to 8 bits (from their white level, not cut at 255),
+  palettes looked up, CMYK and 1-bit converted, and transparency (an alpha
+  band, or the transparent colour of a palette or a PNG) composited on
+  BACKGROUND."""
   _check_mode(image)
   if image.mode in _WHITE_LEVELS:
-    image = _to_8_bits(image)
+    transparent = image.info.get('transparency')
+    grey = np.asarray(_to_8_bits(image))
+    if transparent is None:
+      return np.stack([grey] * 3, axis=-1)
+    alpha = np.where(np.asarray(image) == transparent, 0, 255)
+    return _on_background(np.stack([grey] * 3 + [alpha], axis=-1))
   if image.mode in _ALPHA_MODES or 'transparency' in image.info:
     return _on_background(np.asarray(image.convert('RGBA')))
   return np.asarray(image.convert('RGB'), dtype=np.uint8)
