@@ -88,18 +88,23 @@ _PEAK_MATMUL_SIZE = 2048
 
 
 def measure_matmul_peak(dtype, placement: jax.sharding.NamedSharding,
-                        compiler_options=None) -> float:
-  """FLOP/s of large square matmuls, one per device, on all devices at once."""
-  n = _PEAK_MATMUL_SIZE
+                        compiler_options=None,
+                        size: int = _PEAK_MATMUL_SIZE) -> float:
+  """FLOP/s of large square matmuls, one per device, on all devices at once,
+  of random data (a GPU multiplies zeros or constants faster)."""
   num_devices = placement.mesh.size
-  a = jax.device_put(jnp.ones((num_devices * n, n), dtype), placement)
-  b = jnp.ones((n, n), dtype)
+  a_key, b_key = jax.random.split(jax.random.key(0))
+  a = jax.device_put(
+      jax.random.normal(a_key, (num_devices * size, size), dtype), placement)
+  b = jax.random.normal(b_key, (size, size), dtype)
   matmul = jax.jit(lambda a, b: a @ b).lower(a, b).compile(compiler_options)
-  seconds = _median_seconds(lambda: matmul(a, b), steps=5)
-  return 2 * num_devices * n**3 / seconds
+  seconds = median_seconds(lambda: matmul(a, b), steps=5)
+  return 2 * num_devices * size**3 / seconds
 
 
-def _median_seconds(run, steps: int, warmup: int = 2) -> float:
+def median_seconds(run, steps: int, warmup: int = 2) -> float:
+  """The median time of `steps` calls of `run`, each waited for, after
+  `warmup` untimed ones."""
   for _ in range(warmup):
     jax.block_until_ready(run())
   times = []
@@ -133,8 +138,8 @@ def _xla_flops(compiled) -> float | None:
 
 def benchmark_config(model: str, batch_size: int, image_size: int, dtype: str,
                      augment: bool, cpu_compiler_options: dict[str, str],
-                     fsdp: int = 1,
-                     attention: str = 'einsum') -> ml_collections.ConfigDict:
+                     fsdp: int = 1, model_overrides: dict | None = None
+                     ) -> ml_collections.ConfigDict:
   """The schema's config with the study's optimizer and loss."""
   config = config_schema.defaults()
   config.update(dict(
@@ -143,9 +148,66 @@ def benchmark_config(model: str, batch_size: int, image_size: int, dtype: str,
       pixel_std=(0.25, 0.25, 0.25), label_smoothing=0.1, weight_decay=0.01,
       total_steps=1, fsdp=fsdp))
   config.cpu_compiler_options.update(cpu_compiler_options)
-  if attention != 'einsum':  # a ViT's; the default leaves CNNs valid
-    config.model_overrides.attention = attention
+  config.model_overrides.update(model_overrides or {})
   return config
+
+
+class StepBenchmark:
+  """A model's train step (and eval step, with `evaluate`) as the training
+  loop compiles it, fed a synthetic batch already on the devices; `state`
+  only shapes with `memory_only`."""
+
+  def __init__(self, *, model: str, batch_size: int, image_size: int,
+               num_classes: int = 10, dtype: str = 'float32',
+               augment: bool = True,
+               cpu_compiler_options: dict[str, str] | None = None,
+               fsdp: int = 1, memory_only: bool = False,
+               model_overrides: dict | None = None, evaluate: bool = True):
+    self.config = benchmark_config(model, batch_size, image_size, dtype,
+                                   augment, cpu_compiler_options or {}, fsdp,
+                                   model_overrides)
+    config_schema.validate(self.config, jax.device_count())
+    self.module = models.from_config(self.config, num_classes)
+    self.mesh = sharding.make_mesh(self.config.fsdp)
+    self.replicated = sharding.replicated(self.mesh)
+    tx = optimizer.create_optimizer(self.config, lambda step: 1e-3)
+    make_state = steps.state_shapes if memory_only else steps.initial_state
+    self.state = make_state(jax.random.key(0), self.module, tx, image_size,
+                            self.mesh)
+    rng = np.random.default_rng(0)
+    split = sources.ArraySource(
+        rng.integers(0, 256, (batch_size, image_size, image_size, 3),
+                     dtype=np.uint8),
+        rng.integers(0, num_classes, (batch_size,), dtype=np.int32))
+    self.inputs = data.OnDeviceInput(
+        sources.Dataset(split, split, num_classes), self.config, self.mesh)
+    self.indices = jax.device_put(np.arange(batch_size, dtype=np.int32),
+                                  self.replicated)
+    self.mask = jax.device_put(np.ones(batch_size, np.float32),
+                               self.replicated)
+    self.key = jax.random.key(1)
+    start = time.perf_counter()
+    self.compiled = steps.compile_steps(self.config, self.inputs, self.state,
+                                        self.key, evaluate=evaluate)
+    self.compile_seconds = time.perf_counter() - start
+    self.train_sums = steps.zero_sums(self.replicated)
+
+  def train_step(self):
+    """One optimizer step; returns its metric sums to wait for."""
+    self.state, self.train_sums = self.compiled.train(
+        self.state, self.train_sums, self.inputs.train_data, self.indices,
+        self.key)
+    return self.train_sums
+
+  def eval_step(self):
+    return self.compiled.eval(self.state, steps.zero_sums(self.replicated),
+                              self.inputs.test_data, self.indices, self.mask)
+
+  def forward_flops_per_image(self) -> int:
+    return flops.forward_flops_per_image(
+        self.module,
+        steps.model_variables(self.state.params, self.state.batch_stats),
+        self.config.image_size)
 
 
 def run_benchmark(*, model: str, batch_size: int, image_size: int,
@@ -156,68 +218,39 @@ def run_benchmark(*, model: str, batch_size: int, image_size: int,
                   attention: str = 'einsum',
                   trace_dir: str | None = None,
                   trace_steps: int = 3) -> dict[str, Any]:
-  config = benchmark_config(model, batch_size, image_size, dtype, augment,
-                            cpu_compiler_options or {}, fsdp, attention)
+  bench = StepBenchmark(
+      model=model, batch_size=batch_size, image_size=image_size,
+      num_classes=num_classes, dtype=dtype, augment=augment,
+      cpu_compiler_options=cpu_compiler_options, fsdp=fsdp,
+      memory_only=memory_only,
+      # A ViT's; the default leaves CNNs valid.
+      model_overrides={} if attention == 'einsum' else {'attention': attention})
   num_devices = jax.device_count()
-  config_schema.validate(config, num_devices)
-  module = models.from_config(config, num_classes)
-  mesh = sharding.make_mesh(config.fsdp)
-  replicated = sharding.replicated(mesh)
-  tx = optimizer.create_optimizer(config, lambda step: 1e-3)
-  make_state = steps.state_shapes if memory_only else steps.initial_state
-  state = make_state(jax.random.key(0), module, tx, image_size, mesh)
-  rng = np.random.default_rng(0)
-  split = sources.ArraySource(
-      rng.integers(0, 256, (batch_size, image_size, image_size, 3),
-                   dtype=np.uint8),
-      rng.integers(0, num_classes, (batch_size,), dtype=np.int32))
-  inputs = data.OnDeviceInput(sources.Dataset(split, split, num_classes),
-                              config, mesh)
-  indices = jax.device_put(np.arange(batch_size, dtype=np.int32), replicated)
-  mask = jax.device_put(np.ones(batch_size, np.float32), replicated)
-  key = jax.random.key(1)
-
-  start = time.perf_counter()
-  compiled = steps.compile_steps(config, inputs, state, key)
-  compile_seconds = time.perf_counter() - start
   described = {
       'model': model,
       'batch_size': batch_size,
       'image_size': image_size,
       'dtype': dtype,
       'devices': f'{num_devices} x {jax.devices()[0].device_kind}',
-      'fsdp': mesh.shape['fsdp'],
+      'fsdp': bench.mesh.shape['fsdp'],
       'attention': attention,
   }
   if memory_only:
-    return {**described, 'compile_seconds': compile_seconds,
-            **_memory_mb(compiled.train)}
-  train_sums = steps.zero_sums(replicated)
+    return {**described, 'compile_seconds': bench.compile_seconds,
+            **_memory_mb(bench.compiled.train)}
 
-  def one_train_step():
-    nonlocal state, train_sums
-    state, train_sums = compiled.train(state, train_sums, inputs.train_data,
-                                       indices, key)
-    return train_sums
-
-  def one_eval_step():
-    return compiled.eval(state, steps.zero_sums(replicated),
-                         inputs.test_data, indices, mask)
-
-  train_seconds = _median_seconds(one_train_step, steps_timed)
+  train_seconds = median_seconds(bench.train_step, steps_timed)
   if trace_dir:
     with jax.profiler.trace(trace_dir, create_perfetto_trace=True):
       for _ in range(trace_steps):
-        jax.block_until_ready(one_train_step())
-  eval_seconds = _median_seconds(one_eval_step, steps_timed)
+        jax.block_until_ready(bench.train_step())
+  eval_seconds = median_seconds(bench.eval_step, steps_timed)
 
-  forward = flops.forward_flops_per_image(
-      module, steps.model_variables(state.params, state.batch_stats),
-      image_size)
-  options = steps.compiler_options(config)
-  peak = measure_matmul_peak(jnp.dtype(dtype), sharding.batch_sharded(mesh),
-                             options)
-  xla_train_flops = _xla_flops(compiled.train)
+  forward = bench.forward_flops_per_image()
+  options = steps.compiler_options(bench.config)
+  peak = measure_matmul_peak(jnp.dtype(dtype),
+                             sharding.batch_sharded(bench.mesh), options)
+  xla_train_flops = _xla_flops(bench.compiled.train)
   train_flops_per_second = 3 * forward * batch_size / train_seconds
   eval_flops_per_second = forward * batch_size / eval_seconds
   return {
@@ -227,7 +260,7 @@ def run_benchmark(*, model: str, batch_size: int, image_size: int,
       'train_ms_per_step': 1000 * train_seconds,
       'eval_images_per_second': batch_size / eval_seconds,
       'eval_ms_per_step': 1000 * eval_seconds,
-      'compile_seconds': compile_seconds,
+      'compile_seconds': bench.compile_seconds,
       'train_gflop_per_image': 3 * forward / 1e9,
       'xla_train_gflop_per_image': (xla_train_flops * num_devices / batch_size /
                                     1e9 if xla_train_flops else None),
@@ -236,7 +269,7 @@ def run_benchmark(*, model: str, batch_size: int, image_size: int,
       'matmul_peak_gflop_per_second': peak / 1e9,
       'train_utilisation': train_flops_per_second / peak,
       'eval_utilisation': eval_flops_per_second / peak,
-      **_memory_mb(compiled.train),
+      **_memory_mb(bench.compiled.train),
   }
 
 
