@@ -138,8 +138,8 @@ def _xla_flops(compiled) -> float | None:
 
 def benchmark_config(model: str, batch_size: int, image_size: int, dtype: str,
                      augment: bool, cpu_compiler_options: dict[str, str],
-                     fsdp: int = 1, model_overrides: dict | None = None
-                     ) -> ml_collections.ConfigDict:
+                     fsdp: int = 1,
+                     attention: str = 'einsum') -> ml_collections.ConfigDict:
   """The schema's config with the study's optimizer and loss."""
   config = config_schema.defaults()
   config.update(dict(
@@ -148,46 +148,41 @@ def benchmark_config(model: str, batch_size: int, image_size: int, dtype: str,
       pixel_std=(0.25, 0.25, 0.25), label_smoothing=0.1, weight_decay=0.01,
       total_steps=1, fsdp=fsdp))
   config.cpu_compiler_options.update(cpu_compiler_options)
-  config.model_overrides.update(model_overrides or {})
+  if attention != 'einsum':  # a ViT's; the default leaves CNNs valid
+    config.model_overrides.attention = attention
   return config
 
 
 class StepBenchmark:
   """A model's train step (and eval step, with `evaluate`) as the training
-  loop compiles it, fed a synthetic batch already on the devices; `state`
-  only shapes with `memory_only`."""
+  loop compiles them for `config` (`benchmark_config`), fed a synthetic
+  batch already on the devices; the state only shapes with `memory_only`."""
 
-  def __init__(self, *, model: str, batch_size: int, image_size: int,
-               num_classes: int = 10, dtype: str = 'float32',
-               augment: bool = True,
-               cpu_compiler_options: dict[str, str] | None = None,
-               fsdp: int = 1, memory_only: bool = False,
-               model_overrides: dict | None = None, evaluate: bool = True):
-    self.config = benchmark_config(model, batch_size, image_size, dtype,
-                                   augment, cpu_compiler_options or {}, fsdp,
-                                   model_overrides)
-    config_schema.validate(self.config, jax.device_count())
-    self.module = models.from_config(self.config, num_classes)
-    self.mesh = sharding.make_mesh(self.config.fsdp)
+  def __init__(self, config: ml_collections.ConfigDict, num_classes: int = 10,
+               memory_only: bool = False, evaluate: bool = True):
+    config_schema.validate(config, jax.device_count())
+    self.config = config
+    self.module = models.from_config(config, num_classes)
+    self.mesh = sharding.make_mesh(config.fsdp)
     self.replicated = sharding.replicated(self.mesh)
-    tx = optimizer.create_optimizer(self.config, lambda step: 1e-3)
+    tx = optimizer.create_optimizer(config, lambda step: 1e-3)
     make_state = steps.state_shapes if memory_only else steps.initial_state
-    self.state = make_state(jax.random.key(0), self.module, tx, image_size,
-                            self.mesh)
+    self.state = make_state(jax.random.key(0), self.module, tx,
+                            config.image_size, self.mesh)
+    batch_size, size = config.batch_size, config.image_size
     rng = np.random.default_rng(0)
     split = sources.ArraySource(
-        rng.integers(0, 256, (batch_size, image_size, image_size, 3),
-                     dtype=np.uint8),
+        rng.integers(0, 256, (batch_size, size, size, 3), dtype=np.uint8),
         rng.integers(0, num_classes, (batch_size,), dtype=np.int32))
     self.inputs = data.OnDeviceInput(
-        sources.Dataset(split, split, num_classes), self.config, self.mesh)
+        sources.Dataset(split, split, num_classes), config, self.mesh)
     self.indices = jax.device_put(np.arange(batch_size, dtype=np.int32),
                                   self.replicated)
     self.mask = jax.device_put(np.ones(batch_size, np.float32),
                                self.replicated)
     self.key = jax.random.key(1)
     start = time.perf_counter()
-    self.compiled = steps.compile_steps(self.config, self.inputs, self.state,
+    self.compiled = steps.compile_steps(config, self.inputs, self.state,
                                         self.key, evaluate=evaluate)
     self.compile_seconds = time.perf_counter() - start
     self.train_sums = steps.zero_sums(self.replicated)
@@ -218,14 +213,11 @@ def run_benchmark(*, model: str, batch_size: int, image_size: int,
                   attention: str = 'einsum',
                   trace_dir: str | None = None,
                   trace_steps: int = 3) -> dict[str, Any]:
-  bench = StepBenchmark(
-      model=model, batch_size=batch_size, image_size=image_size,
-      num_classes=num_classes, dtype=dtype, augment=augment,
-      cpu_compiler_options=cpu_compiler_options, fsdp=fsdp,
-      memory_only=memory_only,
-      # A ViT's; the default leaves CNNs valid.
-      model_overrides={} if attention == 'einsum' else {'attention': attention})
+  config = benchmark_config(model, batch_size, image_size, dtype, augment,
+                            cpu_compiler_options or {}, fsdp, attention)
   num_devices = jax.device_count()
+  bench = StepBenchmark(config, num_classes, memory_only)
+  compiled, compile_seconds = bench.compiled, bench.compile_seconds
   described = {
       'model': model,
       'batch_size': batch_size,
@@ -236,9 +228,8 @@ def run_benchmark(*, model: str, batch_size: int, image_size: int,
       'attention': attention,
   }
   if memory_only:
-    return {**described, 'compile_seconds': bench.compile_seconds,
-            **_memory_mb(bench.compiled.train)}
-
+    return {**described, 'compile_seconds': compile_seconds,
+            **_memory_mb(compiled.train)}
   train_seconds = median_seconds(bench.train_step, steps_timed)
   if trace_dir:
     with jax.profiler.trace(trace_dir, create_perfetto_trace=True):
@@ -247,10 +238,10 @@ def run_benchmark(*, model: str, batch_size: int, image_size: int,
   eval_seconds = median_seconds(bench.eval_step, steps_timed)
 
   forward = bench.forward_flops_per_image()
-  options = steps.compiler_options(bench.config)
+  options = steps.compiler_options(config)
   peak = measure_matmul_peak(jnp.dtype(dtype),
                              sharding.batch_sharded(bench.mesh), options)
-  xla_train_flops = _xla_flops(bench.compiled.train)
+  xla_train_flops = _xla_flops(compiled.train)
   train_flops_per_second = 3 * forward * batch_size / train_seconds
   eval_flops_per_second = forward * batch_size / eval_seconds
   return {
@@ -260,7 +251,7 @@ def run_benchmark(*, model: str, batch_size: int, image_size: int,
       'train_ms_per_step': 1000 * train_seconds,
       'eval_images_per_second': batch_size / eval_seconds,
       'eval_ms_per_step': 1000 * eval_seconds,
-      'compile_seconds': bench.compile_seconds,
+      'compile_seconds': compile_seconds,
       'train_gflop_per_image': 3 * forward / 1e9,
       'xla_train_gflop_per_image': (xla_train_flops * num_devices / batch_size /
                                     1e9 if xla_train_flops else None),
@@ -269,7 +260,7 @@ def run_benchmark(*, model: str, batch_size: int, image_size: int,
       'matmul_peak_gflop_per_second': peak / 1e9,
       'train_utilisation': train_flops_per_second / peak,
       'eval_utilisation': eval_flops_per_second / peak,
-      **_memory_mb(bench.compiled.train),
+      **_memory_mb(compiled.train),
   }
 
 
