@@ -74,6 +74,6 @@ SMOKE = Plan(
         **{f'model_overrides.{k}': v for k, v in _ONE_LAYER.items()}),
     input_image_size=32, input_batch_size=4, input_steps=2, input_rounds=1,
     jpeg_size=(40, 30),
-    large_models=tuple((label, name, 2) for label, name in LARGE_MODELS),
+    large_models=tuple((label, name, 4) for label, name in LARGE_MODELS),
     largest_batch_cap=8, search_steps=1,
     budgets=tuple((section, 300) for section in SECTIONS))
