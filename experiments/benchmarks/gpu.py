@@ -31,6 +31,7 @@ versions, environment, rows, summary) and in the README's GPU section as it
 completes, both written whole, so a killed run keeps what it measured.
 `--summarize_only` rewrites the README's section from --output.
 `--smoke` runs the same code on the CPU at tiny sizes (`gpu_plan.SMOKE`).
+Meant for one GPU: our steps use every device jax sees, timm's one.
 """
 
 import argparse
@@ -233,7 +234,7 @@ def input_rows(plan: gpu_plan.Plan, seconds_left: float) -> list[dict]:
                                               [0, -1], plan.input_rounds)
     except Exception as e:  # pylint: disable=broad-except
       # The input's failure is its row's note; the GPU rows still run.
-      return [{**row, 'skipped': gpu_steps.note(e)}]
+      return [{**row, 'skipped': gpu_steps.failure_note(e)}]
   return [{**row, **r} for r in results]
 
 

@@ -7,6 +7,7 @@ from collections.abc import Callable
 import gc
 import statistics
 import time
+import traceback
 
 import jax
 
@@ -27,9 +28,12 @@ def is_out_of_memory(error: Exception) -> bool:
       'out of memory' in str(error).lower())
 
 
-def note(error: Exception) -> str:
-  """A failed contender's row note: the error's first line."""
-  return f'{type(error).__name__}: {str(error).splitlines()[0]}'
+def failure_note(error: Exception) -> str:
+  """A failed row's note, the error's first line; its traceback goes to
+  stderr, the run's log."""
+  traceback.print_exception(error)
+  first_line = str(error).partition('\n')[0]
+  return f'{type(error).__name__}: {first_line}'
 
 
 def _ours(plan: gpu_plan.Plan, model: str, batch: int,
@@ -93,7 +97,7 @@ def compare_model(label: str, model: str, plan: gpu_plan.Plan,
         lambda b: _ours(plan, model, b, attention=first), plan.batch_size)
   except Exception as e:  # pylint: disable=broad-except
     # One model's failure is its rows' note; the other models still run.
-    return not_measured(label, plan, note(e))
+    return not_measured(label, plan, failure_note(e))
   # The einsum step's count stands for all: the fused kernels' attention
   # matmuls are no dot_general in their jaxpr.
   train_flops = 3 * bench.forward_flops_per_image()
@@ -108,7 +112,7 @@ def compare_model(label: str, model: str, plan: gpu_plan.Plan,
       benches[name] = _ours(plan, model, batch, attention=name)
     except Exception as e:  # pylint: disable=broad-except
       # A kernel this device lacks (cuDNN's on a CPU) or out of memory.
-      skipped['vit_jax', name] = note(e)
+      skipped['vit_jax', name] = failure_note(e)
   # Ours: compiling; timm's: building, compiling and its first 3 steps.
   setup = {('vit_jax', name): b.compile_seconds for name, b in benches.items()}
   if worker:
@@ -234,7 +238,7 @@ def largest_batch(label: str, model: str, first: int, plan: gpu_plan.Plan,
     return {**row, 'skipped': f'the model refuses these overrides: '
             f'{str(e).split(". ")[0]}'}
   except Exception as e:  # pylint: disable=broad-except
-    return {**row, 'skipped': note(e), 'tries': tries}
+    return {**row, 'skipped': failure_note(e), 'tries': tries}
   timed = {t['batch_size']: t.get('images_per_second') for t in tries}
   if not finished:
     row['note'] = ('the search stopped at the end of its time budget' +

@@ -21,6 +21,7 @@ import json
 import os
 import subprocess
 import sys
+import traceback
 
 from experiments.benchmarks import compare_pytorch
 
@@ -52,7 +53,9 @@ def _serve():
       reply(_handle(request, prepared, device))
     except Exception as e:  # pylint: disable=broad-except
       # One contender's failure is its row's note; the others still run.
-      reply({'error': f'{type(e).__name__}: {str(e).splitlines()[0]}'})
+      traceback.print_exc()
+      first_line = str(e).partition('\n')[0]
+      reply({'error': f'{type(e).__name__}: {first_line}'})
 
 
 def _handle(request: dict, prepared: dict, device: str) -> dict:
