@@ -184,15 +184,16 @@ def write_results(folder: pathlib.Path, results):
                          json.dumps(results, indent=1) + '\n')
 
 
-def section_markers(name: str) -> tuple[str, str]:
-  return (f'<!-- {name}: written by run.py -->', f'<!-- end of {name} -->')
+def section_markers(name: str, writer: str = 'run.py') -> tuple[str, str]:
+  return (f'<!-- {name}: written by {writer} -->', f'<!-- end of {name} -->')
 
 
-def write_section(readme: pathlib.Path, name: str, text: str):
-  """Replaces what `readme` has between the markers of section `name` with
-  `text`."""
+def write_section(readme: pathlib.Path, name: str, text: str,
+                  writer: str = 'run.py'):
+  """Replaces what `readme` has between the markers of section `name`
+  (written by the script `writer`) with `text`."""
   content = readme.read_text()
-  start_marker, end_marker = section_markers(name)
+  start_marker, end_marker = section_markers(name, writer)
   start, end = content.index(start_marker), content.index(end_marker)
   files.write_atomically(readme, content[:start + len(start_marker)] +
                          '\n\n' + text + '\n\n' + content[end:])

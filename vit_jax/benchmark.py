@@ -88,18 +88,23 @@ _PEAK_MATMUL_SIZE = 2048
 
 
 def measure_matmul_peak(dtype, placement: jax.sharding.NamedSharding,
-                        compiler_options=None) -> float:
-  """FLOP/s of large square matmuls, one per device, on all devices at once."""
-  n = _PEAK_MATMUL_SIZE
+                        compiler_options=None,
+                        size: int = _PEAK_MATMUL_SIZE) -> float:
+  """FLOP/s of large square matmuls, one per device, on all devices at once,
+  of random data (a GPU multiplies zeros or constants faster)."""
   num_devices = placement.mesh.size
-  a = jax.device_put(jnp.ones((num_devices * n, n), dtype), placement)
-  b = jnp.ones((n, n), dtype)
+  a_key, b_key = jax.random.split(jax.random.key(0))
+  a = jax.device_put(
+      jax.random.normal(a_key, (num_devices * size, size), dtype), placement)
+  b = jax.random.normal(b_key, (size, size), dtype)
   matmul = jax.jit(lambda a, b: a @ b).lower(a, b).compile(compiler_options)
-  seconds = _median_seconds(lambda: matmul(a, b), steps=5)
-  return 2 * num_devices * n**3 / seconds
+  seconds = median_seconds(lambda: matmul(a, b), steps=5)
+  return 2 * num_devices * size**3 / seconds
 
 
-def _median_seconds(run, steps: int, warmup: int = 2) -> float:
+def median_seconds(run, steps: int, warmup: int = 2) -> float:
+  """The median time of `steps` calls of `run`, each waited for, after
+  `warmup` untimed ones."""
   for _ in range(warmup):
     jax.block_until_ready(run())
   times = []
@@ -148,6 +153,58 @@ def benchmark_config(model: str, batch_size: int, image_size: int, dtype: str,
   return config
 
 
+class StepBenchmark:
+  """A model's train step (and eval step, with `evaluate`) as the training
+  loop compiles them for `config` (`benchmark_config`), fed a synthetic
+  batch already on the devices; the state only shapes with `memory_only`."""
+
+  def __init__(self, config: ml_collections.ConfigDict, num_classes: int = 10,
+               memory_only: bool = False, evaluate: bool = True):
+    config_schema.validate(config, jax.device_count())
+    self.config = config
+    self.module = models.from_config(config, num_classes)
+    self.mesh = sharding.make_mesh(config.fsdp)
+    self.replicated = sharding.replicated(self.mesh)
+    tx = optimizer.create_optimizer(config, lambda step: 1e-3)
+    make_state = steps.state_shapes if memory_only else steps.initial_state
+    self.state = make_state(jax.random.key(0), self.module, tx,
+                            config.image_size, self.mesh)
+    batch_size, size = config.batch_size, config.image_size
+    rng = np.random.default_rng(0)
+    split = sources.ArraySource(
+        rng.integers(0, 256, (batch_size, size, size, 3), dtype=np.uint8),
+        rng.integers(0, num_classes, (batch_size,), dtype=np.int32))
+    self.inputs = data.OnDeviceInput(
+        sources.Dataset(split, split, num_classes), config, self.mesh)
+    self.indices = jax.device_put(np.arange(batch_size, dtype=np.int32),
+                                  self.replicated)
+    self.mask = jax.device_put(np.ones(batch_size, np.float32),
+                               self.replicated)
+    self.key = jax.random.key(1)
+    start = time.perf_counter()
+    self.compiled = steps.compile_steps(config, self.inputs, self.state,
+                                        self.key, evaluate=evaluate)
+    self.compile_seconds = time.perf_counter() - start
+    self.train_sums = steps.zero_sums(self.replicated)
+
+  def train_step(self):
+    """One optimizer step; returns its metric sums to wait for."""
+    self.state, self.train_sums = self.compiled.train(
+        self.state, self.train_sums, self.inputs.train_data, self.indices,
+        self.key)
+    return self.train_sums
+
+  def eval_step(self):
+    return self.compiled.eval(self.state, steps.zero_sums(self.replicated),
+                              self.inputs.test_data, self.indices, self.mask)
+
+  def forward_flops_per_image(self) -> int:
+    return flops.forward_flops_per_image(
+        self.module,
+        steps.model_variables(self.state.params, self.state.batch_stats),
+        self.config.image_size)
+
+
 def run_benchmark(*, model: str, batch_size: int, image_size: int,
                   num_classes: int = 10, dtype: str = 'float32',
                   steps_timed: int = 10, augment: bool = True,
@@ -159,64 +216,31 @@ def run_benchmark(*, model: str, batch_size: int, image_size: int,
   config = benchmark_config(model, batch_size, image_size, dtype, augment,
                             cpu_compiler_options or {}, fsdp, attention)
   num_devices = jax.device_count()
-  config_schema.validate(config, num_devices)
-  module = models.from_config(config, num_classes)
-  mesh = sharding.make_mesh(config.fsdp)
-  replicated = sharding.replicated(mesh)
-  tx = optimizer.create_optimizer(config, lambda step: 1e-3)
-  make_state = steps.state_shapes if memory_only else steps.initial_state
-  state = make_state(jax.random.key(0), module, tx, image_size, mesh)
-  rng = np.random.default_rng(0)
-  split = sources.ArraySource(
-      rng.integers(0, 256, (batch_size, image_size, image_size, 3),
-                   dtype=np.uint8),
-      rng.integers(0, num_classes, (batch_size,), dtype=np.int32))
-  inputs = data.OnDeviceInput(sources.Dataset(split, split, num_classes),
-                              config, mesh)
-  indices = jax.device_put(np.arange(batch_size, dtype=np.int32), replicated)
-  mask = jax.device_put(np.ones(batch_size, np.float32), replicated)
-  key = jax.random.key(1)
-
-  start = time.perf_counter()
-  compiled = steps.compile_steps(config, inputs, state, key)
-  compile_seconds = time.perf_counter() - start
+  bench = StepBenchmark(config, num_classes, memory_only)
+  compiled, compile_seconds = bench.compiled, bench.compile_seconds
   described = {
       'model': model,
       'batch_size': batch_size,
       'image_size': image_size,
       'dtype': dtype,
       'devices': f'{num_devices} x {jax.devices()[0].device_kind}',
-      'fsdp': mesh.shape['fsdp'],
+      'fsdp': bench.mesh.shape['fsdp'],
       'attention': attention,
   }
   if memory_only:
     return {**described, 'compile_seconds': compile_seconds,
             **_memory_mb(compiled.train)}
-  train_sums = steps.zero_sums(replicated)
-
-  def one_train_step():
-    nonlocal state, train_sums
-    state, train_sums = compiled.train(state, train_sums, inputs.train_data,
-                                       indices, key)
-    return train_sums
-
-  def one_eval_step():
-    return compiled.eval(state, steps.zero_sums(replicated),
-                         inputs.test_data, indices, mask)
-
-  train_seconds = _median_seconds(one_train_step, steps_timed)
+  train_seconds = median_seconds(bench.train_step, steps_timed)
   if trace_dir:
     with jax.profiler.trace(trace_dir, create_perfetto_trace=True):
       for _ in range(trace_steps):
-        jax.block_until_ready(one_train_step())
-  eval_seconds = _median_seconds(one_eval_step, steps_timed)
+        jax.block_until_ready(bench.train_step())
+  eval_seconds = median_seconds(bench.eval_step, steps_timed)
 
-  forward = flops.forward_flops_per_image(
-      module, steps.model_variables(state.params, state.batch_stats),
-      image_size)
+  forward = bench.forward_flops_per_image()
   options = steps.compiler_options(config)
-  peak = measure_matmul_peak(jnp.dtype(dtype), sharding.batch_sharded(mesh),
-                             options)
+  peak = measure_matmul_peak(jnp.dtype(dtype),
+                             sharding.batch_sharded(bench.mesh), options)
   xla_train_flops = _xla_flops(compiled.train)
   train_flops_per_second = 3 * forward * batch_size / train_seconds
   eval_flops_per_second = forward * batch_size / eval_seconds

@@ -32,6 +32,17 @@ from vit_jax import data
 from vit_jax.data import sources
 
 
+def loader_config(dataset: str, data_dir: str, batch_size: int,
+                  image_size: int, steps: int) -> ml_collections.ConfigDict:
+  """The schema's streaming config of `dataset` for `steps` + 1 batches."""
+  config = config_schema.defaults()
+  config.update(dict(
+      dataset=dataset, data_dir=data_dir, input_pipeline='streaming',
+      batch_size=batch_size, eval_batch_size=batch_size,
+      image_size=image_size, total_steps=steps + 1))
+  return config
+
+
 def time_loader(config: ml_collections.ConfigDict, steps: int,
                 workers: int) -> dict:
   """One run: seconds to the first batch, and steady seconds per batch."""
@@ -83,12 +94,8 @@ def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'Unexpected arguments: {" ".join(argv[1:])}')
   args = flags.FLAGS
-  config = config_schema.defaults()
-  config.update(dict(
-      dataset=args.dataset, data_dir=args.data_dir or '',
-      input_pipeline='streaming', batch_size=args.batch_size,
-      eval_batch_size=args.batch_size, image_size=args.image_size,
-      total_steps=args.steps + 1))
+  config = loader_config(args.dataset, args.data_dir or '', args.batch_size,
+                         args.image_size, args.steps)
   try:
     workers = [int(w) for w in args.workers]
     results = run_benchmark(config, args.steps, workers, args.rounds)

@@ -208,16 +208,16 @@ def compiler_options(config) -> dict[str, str] | None:
 
 class CompiledSteps(NamedTuple):
   train: Any  # (state, sums, data, batch, key) -> (state, sums)
-  eval: Any  # (state, sums, data, batch, mask) -> sums
+  eval: Any  # (state, sums, data, batch, mask) -> sums; or None
 
 
 def compile_steps(config, inputs, state: TrainState, key,
-                  objective: losses.Objective = losses.classification
-                  ) -> CompiledSteps:
-  """Both steps compiled once for `inputs`' batches; `state` may be shapes
-  (`state_shapes`). An XLA option XLA lacks is a ConfigError. Whatever the
-  `objective` holds (a teacher's variables) is a constant of the train
-  step."""
+                  objective: losses.Objective = losses.classification,
+                  evaluate: bool = True) -> CompiledSteps:
+  """Both steps compiled once for `inputs`' batches (the train step alone,
+  `eval` None, without `evaluate`); `state` may be shapes (`state_shapes`).
+  An XLA option XLA lacks is a ConfigError. Whatever the `objective` holds
+  (a teacher's variables) is a constant of the train step."""
   start = time.perf_counter()
   options = compiler_options(config)
   replicated = sharding.replicated(inputs.mesh)
@@ -230,19 +230,22 @@ def compile_steps(config, inputs, state: TrainState, key,
                     donate_argnums=(0, 1)).lower(
                         state, sum_shapes(replicated),
                         inputs.train_data, train_batch, key).compile(options)
-    evaluate = jax.jit(functools.partial(eval_step, config=config,
-                                         inputs=inputs),
-                       out_shardings=replicated,
-                       donate_argnums=1).lower(
-                           state, sum_shapes(replicated),
-                           inputs.test_data, eval_batch,
-                           eval_mask).compile(options)
+    evaluated = None
+    if evaluate:
+      evaluated = jax.jit(functools.partial(eval_step, config=config,
+                                            inputs=inputs),
+                          out_shardings=replicated,
+                          donate_argnums=1).lower(
+                              state, sum_shapes(replicated),
+                              inputs.test_data, eval_batch,
+                              eval_mask).compile(options)
   except jax.errors.JaxRuntimeError as e:
     if options is None:
       raise
     raise ConfigError(
         f'config.cpu_compiler_options={options}: {e}. Use XLA option names '
         'this jax version knows, without the leading "--".') from e
-  logging.info('Compiled the train and eval steps in %.1fs.',
+  logging.info('Compiled the %s in %.1fs.',
+               'train and eval steps' if evaluate else 'train step',
                time.perf_counter() - start)
-  return CompiledSteps(train, evaluate)
+  return CompiledSteps(train, evaluated)

@@ -9,6 +9,8 @@ under the project's venv (`sys.executable`); the PyTorch contenders run this
 file again as `--worker` under `--torch_python`, a separate venv with torch and
 timm (experiments/benchmarks/README.md), so that neither enters the project's
 dependencies. The worker needs only the standard library, torch and timm.
+Its pieces (`timm_vit`, `train_step`, `run_steps`) also time timm's model
+for any of our ViTs on a GPU (`timm_worker.py`, for `gpu.py`).
 
 The PyTorch peer is timm's `VisionTransformer` configured as our
 ViT-Tiny-CIFAR_4: 32x32 images, patch 4, width 128, depth 6, 4 heads, MLP 512,
@@ -38,94 +40,133 @@ import statistics
 import subprocess
 import sys
 import time
+from typing import NamedTuple
 
 HERE = pathlib.Path(__file__).resolve().parent
 REPO = HERE.parent.parent
-BATCH, IMAGE, PATCH, HIDDEN, LAYERS, HEADS, MLP, CLASSES = (128, 32, 4, 128, 6,
-                                                            4, 512, 10)
-DROPOUT = 0.1
-PARAMETERS = 1_205_898  # ViT-Tiny-CIFAR_4, as tests/test_models_registry.py.
+BATCH = 128
 TORCH_MODES = ('eager', 'compile')
 
 
-def timm_vit():
-  """timm's VisionTransformer as ViT-Tiny-CIFAR_4 (train mode)."""
+class Architecture(NamedTuple):
+  """A ViT as timm's VisionTransformer is configured for it, and the
+  parameter count it must come to."""
+  image: int
+  patch: int
+  hidden: int
+  layers: int
+  heads: int
+  mlp: int
+  classes: int
+  dropout: float
+  parameters: int
+
+
+# ViT-Tiny-CIFAR_4, its parameters as tests/test_models_registry.py counts.
+VIT_TINY_CIFAR = Architecture(image=32, patch=4, hidden=128, layers=6,
+                              heads=4, mlp=512, classes=10, dropout=0.1,
+                              parameters=1_205_898)
+
+
+def timm_vit(architecture: Architecture = VIT_TINY_CIFAR):
+  """timm's VisionTransformer as our ViT of `architecture` (train mode)."""
   import functools  # pylint: disable=g-import-not-at-top
   import timm  # pylint: disable=g-import-not-at-top
   from timm.models import vision_transformer  # pylint: disable=g-import-not-at-top
   from torch import nn  # pylint: disable=g-import-not-at-top
 
+  a = architecture
   model = vision_transformer.VisionTransformer(
-      img_size=IMAGE,
-      patch_size=PATCH,
-      num_classes=CLASSES,
+      img_size=a.image,
+      patch_size=a.patch,
+      num_classes=a.classes,
       global_pool='token',
       class_token=True,
-      embed_dim=HIDDEN,
-      depth=LAYERS,
-      num_heads=HEADS,
-      mlp_ratio=MLP / HIDDEN,
+      embed_dim=a.hidden,
+      depth=a.layers,
+      num_heads=a.heads,
+      mlp_ratio=a.mlp / a.hidden,
       qkv_bias=True,
       norm_layer=functools.partial(nn.LayerNorm, eps=1e-6),
       act_layer=functools.partial(nn.GELU, approximate='tanh'),
-      pos_drop_rate=DROPOUT,   # VisionTransformer.pos_drop
-      proj_drop_rate=DROPOUT,  # Attention.proj_drop, Mlp.drop1 and Mlp.drop2
+      pos_drop_rate=a.dropout,   # VisionTransformer.pos_drop
+      proj_drop_rate=a.dropout,  # Attention.proj_drop, Mlp.drop1, Mlp.drop2
       attn_drop_rate=0.0,
-      drop_rate=0.0,           # head_drop
+      drop_rate=0.0,             # head_drop
       drop_path_rate=0.0,
       weight_init='jax',
   )
   parameters = sum(p.numel() for p in model.parameters())
-  assert parameters == PARAMETERS, parameters
+  assert parameters == a.parameters, (parameters, a.parameters)
   layer_norms = [m for m in model.modules() if isinstance(m, nn.LayerNorm)]
-  assert len(layer_norms) == 2 * LAYERS + 1, len(layer_norms)
+  assert len(layer_norms) == 2 * a.layers + 1, len(layer_norms)
   assert all(m.eps == 1e-6 for m in layer_norms)
   dropouts = [m.p for m in model.modules() if isinstance(m, nn.Dropout)]
   # pos_drop + per block (attn_drop, proj_drop, drop1, drop2) + head_drop.
   assert sorted(dropouts) == sorted(
-      [DROPOUT] + [0.0, DROPOUT, DROPOUT, DROPOUT] * LAYERS + [0.0]), dropouts
+      [a.dropout] + [0.0, a.dropout, a.dropout, a.dropout] * a.layers +
+      [0.0]), dropouts
   return model, timm.__version__
 
 
-def torch_worker(compiled: bool, steps: int) -> dict:
+def train_step(model, architecture: Architecture, batch: int,
+               compiled: bool, device: str = 'cpu', bfloat16: bool = False):
+  """One AdamW step (lr 1e-3, weight decay 0.01, label smoothing 0.1) of
+  `model` on a fixed random batch on `device`, under torch.compile if
+  `compiled`, in bfloat16 autocast if `bfloat16`; returns the loss. Checks
+  first that the eval-mode features and logits are finite."""
   import torch  # pylint: disable=g-import-not-at-top
   from torch import nn  # pylint: disable=g-import-not-at-top
 
-  torch.manual_seed(0)
-  model, timm_version = timm_vit()
+  model.to(device)
   optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.01)
   loss_fn = nn.CrossEntropyLoss(label_smoothing=0.1)
-  images = torch.randn(BATCH, 3, IMAGE, IMAGE)
-  labels = torch.randint(0, CLASSES, (BATCH,))
+  size = architecture.image
+  images = torch.randn(batch, 3, size, size, device=device)
+  labels = torch.randint(0, architecture.classes, (batch,), device=device)
 
   model.eval()  # The head starts at zero (as ours), so check the features too.
   with torch.no_grad():
     features = model.forward_features(images)
     logits = model.forward_head(features)
-  assert logits.shape == (BATCH, CLASSES), logits.shape
+  assert logits.shape == (batch, architecture.classes), logits.shape
   assert torch.isfinite(features).all() and torch.isfinite(logits).all()
 
   def step():
     optimizer.zero_grad(set_to_none=True)
-    loss = loss_fn(model(images), labels)
+    with torch.autocast(device, dtype=torch.bfloat16, enabled=bfloat16):
+      loss = loss_fn(model(images), labels)
     loss.backward()
     optimizer.step()
     return loss
 
-  if compiled:
-    step = torch.compile(step)
   model.train()
-  start = time.perf_counter()
-  for _ in range(3):
-    loss = step()
-  warmup_seconds = time.perf_counter() - start
+  return torch.compile(step) if compiled else step
+
+
+def run_steps(step, count: int, device: str = 'cpu') -> list[float]:
+  """Seconds of each of `count` steps, each waited for; checks that the last
+  loss is finite."""
+  import torch  # pylint: disable=g-import-not-at-top
   times = []
-  for _ in range(steps):
+  for _ in range(count):
     start = time.perf_counter()
     loss = step()
+    if device == 'cuda':
+      torch.cuda.synchronize()
     times.append(time.perf_counter() - start)
   assert torch.isfinite(loss), loss
-  seconds = statistics.median(times)
+  return times
+
+
+def torch_worker(compiled: bool, steps: int) -> dict:
+  import torch  # pylint: disable=g-import-not-at-top
+
+  torch.manual_seed(0)
+  model, timm_version = timm_vit()
+  step = train_step(model, VIT_TINY_CIFAR, BATCH, compiled)
+  warmup_seconds = sum(run_steps(step, 3))
+  seconds = statistics.median(run_steps(step, steps))
   return {
       'images_per_second': BATCH / seconds,
       'ms_per_step': 1000 * seconds,
@@ -133,7 +174,7 @@ def torch_worker(compiled: bool, steps: int) -> dict:
       'threads': torch.get_num_threads(),
       'version': torch.__version__,
       'timm_version': timm_version,
-      'parameters': PARAMETERS,
+      'parameters': VIT_TINY_CIFAR.parameters,
   }
 
 
@@ -148,7 +189,8 @@ def run(command: list[str]) -> dict:
 def contenders(steps: int, torch_python: str,
                torch_modes: list[str]) -> dict[str, list[str]]:
   ours = [sys.executable, '-m', 'vit_jax.benchmark', '--model=ViT-Tiny-CIFAR_4',
-          f'--batch_size={BATCH}', f'--image_size={IMAGE}', f'--steps={steps}',
+          f'--batch_size={BATCH}', f'--image_size={VIT_TINY_CIFAR.image}',
+          f'--steps={steps}',
           '--noaugment']
   worker = [torch_python, str(pathlib.Path(__file__).resolve()),
             f'--steps={steps}', '--worker']

@@ -1,0 +1,249 @@
+"""The train-step rows of `gpu.py`: our ViTs' compiled steps, one per
+attention implementation, against timm's eager and compiled steps in
+alternating rounds; and the largest batch a large ViT with remat and scan
+trains at."""
+
+from collections.abc import Callable
+import gc
+import statistics
+import time
+import traceback
+
+import jax
+
+from experiments.benchmarks import compare_pytorch
+from experiments.benchmarks import gpu_plan
+from experiments.benchmarks import timm_worker
+from vit_jax import benchmark
+from vit_jax.errors import ConfigError
+from vit_jax.models import attention
+
+TIMM_MODES = {'eager': False, 'torch.compile': True}
+OUT_OF_TIME = 'not run: its section\'s time budget was spent'
+
+
+def is_out_of_memory(error: Exception) -> bool:
+  return isinstance(error, jax.errors.JaxRuntimeError) and (
+      'RESOURCE_EXHAUSTED' in str(error) or
+      'out of memory' in str(error).lower())
+
+
+def failure_note(error: Exception) -> str:
+  """A failed row's note, the error's first line; its traceback goes to
+  stderr, the run's log."""
+  traceback.print_exception(error)
+  first_line = str(error).partition('\n')[0]
+  return f'{type(error).__name__}: {first_line}'
+
+
+def _ours(plan: gpu_plan.Plan, model: str, batch: int,
+          **overrides) -> benchmark.StepBenchmark:
+  """Our compiled train step in bfloat16 (without augmentation, as
+  timm's), run once: out of memory shows there."""
+  config = benchmark.benchmark_config(model, batch, plan.image_size,
+                                      'bfloat16', augment=False,
+                                      cpu_compiler_options={})
+  config.model_overrides.update({**plan.model_overrides, **overrides})
+  bench = benchmark.StepBenchmark(config, plan.num_classes, evaluate=False)
+  jax.block_until_ready(bench.train_step())
+  return bench
+
+
+def _fitting(make: Callable[[int], benchmark.StepBenchmark], batch: int):
+  """(make(batch), batch), the batch halved while it runs out of memory."""
+  while True:
+    try:
+      return make(batch), batch
+    except jax.errors.JaxRuntimeError as e:
+      if not is_out_of_memory(e) or batch == 1:
+        raise
+    batch //= 2
+    gc.collect()
+
+
+def architecture(bench: benchmark.StepBenchmark) -> dict:
+  """Our model as timm's VisionTransformer is configured for it."""
+  m = bench.module
+  return compare_pytorch.Architecture(
+      image=bench.config.image_size, patch=m.patch_size, hidden=m.hidden_size,
+      layers=m.num_layers, heads=m.num_heads, mlp=m.mlp_dim,
+      classes=m.num_classes, dropout=m.dropout_rate,
+      parameters=sum(x.size for x in jax.tree.leaves(bench.state.params))
+  )._asdict()
+
+
+# The rows of a model: (implementation, variant).
+CONTENDERS = [('vit_jax', name) for name in attention.ATTENTIONS] + [
+    ('timm', mode) for mode in TIMM_MODES]
+
+
+def not_measured(label: str, plan: gpu_plan.Plan, reason: str) -> list[dict]:
+  return [_row(label, key, plan, plan.batch_size, skipped=reason)
+          for key in CONTENDERS]
+
+
+def compare_model(label: str, model: str, plan: gpu_plan.Plan,
+                  peaks: dict, worker: timm_worker.TimmWorker | None,
+                  timm_missing: str) -> list[dict]:
+  """The rows of `model`: ours with each attention, timm eager and
+  compiled (each skipped with `timm_missing` when `worker` is None), timed
+  in alternating rounds at the largest batch up to `plan.batch_size` that
+  our einsum step runs at."""
+  first, *others = attention.ATTENTIONS
+  skipped = {} if worker else {('timm', mode): timm_missing
+                               for mode in TIMM_MODES}
+  try:
+    bench, batch = _fitting(
+        lambda b: _ours(plan, model, b, attention=first), plan.batch_size)
+  except Exception as e:  # pylint: disable=broad-except
+    # One model's failure is its rows' note; the other models still run.
+    return not_measured(label, plan, failure_note(e))
+  # The einsum step's count stands for all: the fused kernels' attention
+  # matmuls are no dot_general in their jaxpr.
+  train_flops = 3 * bench.forward_flops_per_image()
+  if worker:
+    # The worker builds and compiles timm's steps while we compile ours.
+    for mode, compiled in TIMM_MODES.items():
+      worker.send(op='prepare', name=mode, architecture=architecture(bench),
+                  batch=batch, compiled=compiled)
+  benches = {first: bench}
+  for name in others:
+    try:
+      benches[name] = _ours(plan, model, batch, attention=name)
+    except Exception as e:  # pylint: disable=broad-except
+      # A kernel this device lacks (cuDNN's on a CPU) or out of memory.
+      skipped['vit_jax', name] = failure_note(e)
+  # Ours: compiling; timm's: building, compiling and its first 3 steps.
+  setup = {('vit_jax', name): b.compile_seconds for name, b in benches.items()}
+  if worker:
+    for mode in TIMM_MODES:
+      try:
+        setup['timm', mode] = worker.receive()['warmup_seconds']
+      except timm_worker.WorkerError as e:
+        skipped['timm', mode] = str(e)
+
+  def time_round(key) -> float:
+    implementation, name = key
+    if implementation == 'vit_jax':
+      return benchmark.median_seconds(benches[name].train_step, plan.steps)
+    worker.send(op='time', name=name, steps=plan.steps)
+    return statistics.median(worker.receive()['seconds'])
+
+  seconds = {key: [] for key in CONTENDERS if key in setup}
+  for round_index in range(plan.rounds):
+    order = list(seconds) if round_index % 2 == 0 else list(seconds)[::-1]
+    for key in order:
+      if key not in skipped:
+        try:
+          seconds[key].append(time_round(key))
+        except timm_worker.WorkerError as e:
+          skipped[key] = str(e)
+  if worker:
+    try:
+      worker.send(op='clear')
+      worker.receive()
+    except timm_worker.WorkerError:
+      pass  # it ended: its rows say so
+  return [_row(label, key, plan, batch, skipped=skipped[key])
+          if key in skipped else
+          _row(label, key, plan, batch, seconds=seconds[key],
+               train_flops=train_flops, peaks=peaks, setup_seconds=setup[key])
+          for key in CONTENDERS]
+
+
+def _row(label: str, key: tuple[str, str], plan: gpu_plan.Plan, batch: int,
+         skipped: str = '', seconds: list[float] = (), train_flops: float = 0,
+         peaks: dict | None = None, setup_seconds: float = 0) -> dict:
+  implementation, variant = key
+  row = {'section': 'train step', 'model': label,
+         'implementation': implementation, 'variant': variant,
+         'image_size': plan.image_size, 'batch_size': batch}
+  if skipped:
+    return {**row, 'skipped': skipped}
+  step = statistics.median(seconds)
+  flop_per_second = train_flops * batch / step
+  return {
+      **row,
+      'images_per_second': batch / step,
+      'ms_per_step': 1000 * step,
+      'round_images_per_second': [batch / s for s in seconds],
+      'train_tflop_per_second': flop_per_second / 1e12,
+      'peak_share': (flop_per_second / peaks['datasheet']
+                     if peaks['datasheet'] else None),
+      'matmul_share': flop_per_second / peaks['matmul'],
+      'setup_seconds': setup_seconds,
+  }
+
+
+def largest_fitting(fits: Callable[[int], bool], first: int, cap: int,
+                    has_time: Callable[[], bool]
+                    ) -> tuple[int, int | None, bool]:
+  """Doubles the batch from `first` until one does not fit or `cap` does,
+  then bisects until the largest that fits and the smallest that does not
+  are within an eighth of each other. Returns both (0: none fit; None: all
+  did) and whether it finished before `has_time()` turned false."""
+  fit, fail = 0, None
+  batch = first
+  while has_time():
+    if fits(batch):
+      fit = batch
+    else:
+      fail = batch
+    if fail is None:
+      if batch >= cap:
+        return fit, fail, True
+      batch = min(2 * batch, cap)
+    elif fail - fit <= max(fit // 8, 1):
+      return fit, fail, True
+    else:
+      batch = (fit + fail) // 2
+  return fit, fail, False
+
+
+def largest_batch(label: str, model: str, first: int, plan: gpu_plan.Plan,
+                  seconds_left: Callable[[], float]) -> dict:
+  """The largest batch `model` trains at with remat and scan, and its
+  images/s, searched while `seconds_left()` exceeds twice the last try's
+  time (doubling the batch at most doubles a try)."""
+  tries = []
+
+  def fits(batch: int) -> bool:
+    start = time.monotonic()
+    try:
+      bench = _ours(plan, model, batch, **gpu_plan.LARGE_MODEL_OVERRIDES)
+      step = benchmark.median_seconds(bench.train_step, plan.search_steps,
+                                      warmup=0)
+      tries.append({'batch_size': batch, 'fits': True,
+                    'images_per_second': batch / step})
+    except jax.errors.JaxRuntimeError as e:
+      if not is_out_of_memory(e):
+        raise
+      tries.append({'batch_size': batch, 'fits': False})
+    finally:
+      bench = None  # freed before the next try allocates
+      gc.collect()
+      jax.clear_caches()
+    tries[-1]['seconds'] = time.monotonic() - start
+    return tries[-1]['fits']
+
+  row = {'section': 'largest batch', 'model': label,
+         'model_overrides': gpu_plan.LARGE_MODEL_OVERRIDES}
+  if seconds_left() <= 0:
+    return {**row, 'skipped': OUT_OF_TIME}
+  try:
+    fit, fail, finished = largest_fitting(
+        fits, first, plan.largest_batch_cap,
+        lambda: seconds_left() > 2 * (tries[-1]['seconds'] if tries else 0))
+  except ConfigError as e:
+    return {**row, 'skipped': f'the model refuses these overrides: '
+            f'{str(e).split(". ")[0]}'}
+  except Exception as e:  # pylint: disable=broad-except
+    return {**row, 'skipped': failure_note(e), 'tries': tries}
+  timed = {t['batch_size']: t.get('images_per_second') for t in tries}
+  if not finished:
+    row['note'] = ('the search stopped at the end of its time budget' +
+                   (f', below {fail}' if fail else ''))
+  elif fail is None:
+    row['note'] = f'fits at {fit}, the most the search tries'
+  return {**row, 'largest_batch': fit, 'smallest_failing_batch': fail,
+          'images_per_second': timed.get(fit), 'tries': tries}
