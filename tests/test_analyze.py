@@ -17,6 +17,7 @@ from vit_jax import analysis
 from vit_jax import analyze
 from vit_jax import checkpoint
 from vit_jax import models
+from vit_jax.formats import params as params_lib
 
 FIGURES = ('cls_attention.png', 'attention_rollout.png',
            'attention_distance.png', 'position_embeddings.png',
@@ -118,8 +119,12 @@ def _untrained_run(workdir, data_dir, **techniques):
   config.model_overrides = dict(TINY_MODELS['vit'], patch_size=4,
                                 num_layers=2, **techniques)
   model = models.from_config(config, 10)
-  params = model.init(jax.random.key(0), np.zeros((1, 16, 16, 3)),
-                      train=False)['params']
+  # A scanned run starts from the unscanned one's parameters, stacked, so
+  # that the two compare.
+  params = model.clone(scan=False).init(
+      jax.random.key(0), np.zeros((1, 16, 16, 3)), train=False)['params']
+  if model.scan:
+    params = params_lib.stack_blocks(params)
   workdir.mkdir()
   (workdir / 'config.json').write_text(config.to_json_best_effort())
   checkpoints = checkpoint.RunCheckpoints(workdir / 'checkpoints', keep=1)
@@ -154,6 +159,28 @@ def test_a_distillation_token_run_shows_both_tokens_attention(cifar10_binary,
   per_head = result['mean_attention_distance_per_head']
   # Patch centres on a 4x4 grid of 4-pixel patches are 0 to 17 px apart.
   assert all(0 < d < 17 for layer in per_head for d in layer)
+
+
+def test_a_scanned_run_is_analysed_layer_by_layer_as_the_unscanned(
+    cifar10_binary, tmp_path):
+  """The attention maps sown inside the scan come out one per layer: the
+  same numbers as the unscanned model's with the same parameters."""
+  data_dir = cifar10_binary[0]
+  plain = _analyze_run(_untrained_run(tmp_path / 'plain', data_dir),
+                       tmp_path / 'plain_out')
+  scanned = _analyze_run(
+      _untrained_run(tmp_path / 'scanned', data_dir, scan=True, remat='full'),
+      tmp_path / 'scanned_out')
+  assert _written(tmp_path / 'scanned_out') == sorted(FIGURES)
+  assert [len(layer) for layer in
+          scanned['mean_attention_distance_per_head']] == [2, 2]
+  assert scanned.keys() == plain.keys()
+  for key in ('mean_attention_distance_per_head', 'uniform_attention_distance',
+              'position_similarity_distance_correlation',
+              'embedding_filter_explained_variance'):
+    # Rounded to 3 or 4 places: equal unless float32 rounding crosses one.
+    np.testing.assert_allclose(scanned[key], plain[key], atol=2e-3,
+                               err_msg=key)
 
 
 def test_a_gap_run_without_position_embedding_says_what_it_did_not_draw(

@@ -4,6 +4,8 @@ import json
 import subprocess
 import sys
 
+from tests.conftest import ROOT
+
 
 def test_command_prints_a_table_and_a_json_line_and_writes_a_trace(tmp_path):
   out = subprocess.run(
@@ -44,3 +46,14 @@ def test_memory_only_compiles_and_reports_what_one_device_holds():
   # The state (parameters, Adam's mu and nu) is most of the arguments.
   assert (sharded['train_step_argument_mb'] <
           replicated['train_step_argument_mb'] / 2.5)
+
+
+def test_remat_and_scan_flags_reach_the_model_and_compile_time_is_reported():
+  out = subprocess.run(
+      [sys.executable, '-m', 'vit_jax.benchmark', '--model=ViT-Tiny-CIFAR_4',
+       '--batch_size=8', '--cpu_devices=1', '--remat=full', '--scan',
+       '--memory_only'],
+      cwd=ROOT, capture_output=True, text=True, check=True)
+  result = json.loads(out.stdout.strip().splitlines()[-1])
+  assert (result['remat'], result['scan']) == ('full', True)
+  assert 0 < result['train_compile_seconds'] < result['compile_seconds']

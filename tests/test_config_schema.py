@@ -78,3 +78,20 @@ def test_an_fsdp_size_that_does_not_divide_the_devices_is_a_clear_error():
                      'devices; use a divisor of 8, or -1'):
     config_schema.validate(tiny_config('', fsdp=3), num_devices=8)
   config_schema.validate(tiny_config('', fsdp=-1), num_devices=8)
+
+
+def test_a_resumed_run_may_change_remat_but_not_scan(tmp_path):
+  def config(**overrides):
+    config = tiny_config('')
+    config.model_overrides.update(overrides)
+    return config
+
+  saved = config(remat='full', scan=True).to_dict()
+  assert config_schema.check_resumable(
+      saved, config(remat='none', scan=True), tmp_path) == {
+          'model_overrides.remat': ('full', 'none')}
+  assert config_schema.check_resumable(
+      saved, config(remat='full', scan=True), tmp_path) == {}
+  with pytest.raises(ConfigError, match=r"another config\.model_overrides "
+                     r"\(\{.*'scan': True.*\} there, \{.*\} here\)"):
+    config_schema.check_resumable(saved, config(remat='full'), tmp_path)

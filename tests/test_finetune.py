@@ -86,10 +86,12 @@ def test_released_vit_ti_16_fine_tunes_at_384_from_224(cifar10_binary,
 
 @pytest.mark.parametrize('overrides', [
     dict(classifier='gap'), dict(classifier='map'),
-    dict(distillation_token=True), dict(posemb='learned')])
+    dict(distillation_token=True), dict(posemb='learned'),
+    dict(scan=True, remat='full')])
 def test_any_vit_fine_tunes_at_a_new_resolution(overrides, tmp_path):
   # The prefix tokens ([CLS], the distillation token, none) are counted by
-  # the model, so the patch grid is resized whatever the head.
+  # the model, so the patch grid is resized whatever the head. A scanned
+  # model saves the official layout and starts from it stacked.
   fields = dict(num_layers=1, hidden_size=8, num_heads=2, mlp_dim=16,
                 **overrides)
   checkpoint.save_npz(vit_params(16, 10, **fields), tmp_path / 'small.npz')

@@ -31,6 +31,11 @@ def test_vit_tiny_forward_flops_match_the_analytic_count():
   expected = (2 * 64 * 48 * hidden  # patch embedding
               + 6 * per_layer + 2 * hidden * 10)  # blocks, head
   assert flops.forward_flops_per_image(model, variables, 32) == expected
+  # Scanned, the one block traced counts once per layer.
+  scanned = model.clone(scan=True, remat='full')
+  variables = jax.eval_shape(lambda: scanned.init(
+      jax.random.key(0), jnp.zeros((1, 32, 32, 3)), train=False))
+  assert flops.forward_flops_per_image(scanned, variables, 32) == expected
 
 
 def test_peaks_are_known_for_accelerators_and_not_for_cpus():

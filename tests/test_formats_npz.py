@@ -284,3 +284,22 @@ def test_save_npz_refuses_what_it_cannot_write_back(tmp_path):
     npz.save_npz(params, tmp_path / 'bf16.npz')
   assert not (tmp_path / 'variables.npz').exists()
   assert not (tmp_path / 'bf16.npz').exists()
+
+
+def test_a_released_npz_drives_a_scanned_model_and_saves_back_unstacked(
+    tmp_path):
+  original = write_npz(tmp_path / 'original.npz', released_arrays())
+  params = npz.load_npz(original)
+  stacked = params_lib.stack_blocks(params)
+  scanned = tiny_vit(scan=True)
+  params_lib.check_params(stacked,
+                          params_lib.param_shapes(scanned, TINY_IMAGE))
+  images = np.random.default_rng(1).standard_normal(
+      (2, TINY_IMAGE, TINY_IMAGE, 3)).astype(np.float32)
+  np.testing.assert_allclose(
+      scanned.apply({'params': stacked}, images, train=False),
+      tiny_vit().apply({'params': params}, images, train=False),
+      rtol=1e-5, atol=1e-5)
+  # The official layout and names, array for array.
+  npz.save_npz(stacked, tmp_path / 'saved.npz')
+  assert_npz_identical(tmp_path / 'saved.npz', original)

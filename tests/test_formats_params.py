@@ -86,3 +86,48 @@ def test_the_architecture_is_read_from_the_shapes():
       'a ViT with hidden size 8, 2 layers of 2 heads, MLP 16, patch 4x4')
   cnn = models.create_model('SimpleCNN', 10)
   assert params_lib.vit_architecture(params_lib.param_shapes(cnn, 32)) is None
+
+
+def test_blocks_stack_for_a_scanned_model_and_back():
+  official = vit_params(16, 10, num_layers=3)
+  stacked = params_lib.stack_blocks(official)
+  scanned = vit_params(16, 10, num_layers=3, scan=True)
+  assert jax.tree.map(np.shape, stacked) == jax.tree.map(np.shape, scanned)
+  np.testing.assert_array_equal(
+      stacked['Transformer']['encoderblock']['LayerNorm_0']['scale'][2],
+      official['Transformer']['encoderblock_2']['LayerNorm_0']['scale'])
+  assert params_lib.is_stacked(stacked) and not params_lib.is_stacked(official)
+  jax.tree.map(np.testing.assert_array_equal,
+               params_lib.unstack_blocks(stacked), official)
+  # Each is the identity on the other layout, and on a tree without blocks.
+  assert params_lib.stack_blocks(stacked) == stacked
+  assert params_lib.unstack_blocks(official) == official
+  cnn = {'conv': {'kernel': np.zeros(3)}}
+  assert params_lib.stack_blocks(cnn) == params_lib.unstack_blocks(cnn) == cnn
+  # The architecture is the same whichever the layout, shapes or arrays.
+  architecture = params_lib.vit_architecture(official)
+  assert architecture['num_layers'] == 3
+  assert params_lib.vit_architecture(scanned) == architecture
+  assert params_lib.vit_architecture(params_lib.param_shapes(
+      models.create_model('ViT-Tiny-CIFAR_4', 10, num_layers=3,
+                          hidden_size=8, num_heads=2, mlp_dim=16,
+                          scan=True), 16)) == architecture
+
+
+@pytest.mark.parametrize('scan_pretrained,scan_fresh', [(False, True),
+                                                        (True, False)])
+def test_adapt_stacks_or_unstacks_to_the_new_models_layout(scan_pretrained,
+                                                           scan_fresh):
+  """A released (unscanned) checkpoint fine-tunes a scanned model, and a
+  scanned run an unscanned one."""
+  official = vit_params(16, 10, num_layers=2)
+  norm = official['Transformer']['encoderblock_1']['LayerNorm_0']
+  norm['bias'] = norm['bias'] + 1.0  # the layers differ
+  pretrained = (params_lib.stack_blocks(official) if scan_pretrained else
+                official)
+  fresh = vit_params(24, 10, num_layers=2, scan=scan_fresh)
+  adapted = params_lib.adapt_params(pretrained, fresh, num_prefix_tokens=1)
+  assert jax.tree.map(np.shape, adapted) == jax.tree.map(np.shape, fresh)
+  jax.tree.map(np.testing.assert_array_equal,
+               params_lib.unstack_blocks(adapted)['Transformer']
+               ['encoderblock_1'], official['Transformer']['encoderblock_1'])

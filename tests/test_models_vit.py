@@ -6,6 +6,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from vit_jax.formats import params as params_lib
 from vit_jax.models import attention_weights
 from vit_jax.models import create_model
 from vit_jax.models import VisionTransformer
@@ -295,3 +296,85 @@ def test_techniques_are_registry_overrides():
               'sincos2d', 'map', 0.1, True, True)
   assert create_model('ViT-Tiny-CIFAR_4', 10,
                       distillation_token=True).distillation_token
+
+
+# ------------------------------------------- remat and scan (large models) --
+
+
+def _logits_and_grads(model, params, images):
+  """Eval logits, and the gradient of a training loss (no dropout, so the
+  scanned model's per-layer rngs do not matter)."""
+
+  def loss(p):
+    return jnp.sum(model.apply({'params': p}, images, train=True)**2)
+
+  return (model.apply({'params': params}, images, train=False),
+          jax.grad(loss)(params))
+
+
+def _assert_close_trees(got, want):
+  # Some gradients are zero but for rounding (a key bias shifts every logit
+  # of a query alike): tolerances against the largest value, not each one.
+  scale = max(float(np.abs(a).max()) for a in jax.tree.leaves(want))
+  assert jax.tree.structure(got) == jax.tree.structure(want)
+  for a, b in zip(jax.tree.leaves(got), jax.tree.leaves(want)):
+    np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5 * scale)
+
+
+@pytest.mark.parametrize('remat', ['full', 'dots'])
+def test_remat_keeps_the_tree_logits_and_gradients(remat):
+  images = _images()
+  model = VisionTransformer(num_classes=5, **SMALL)
+  rematted = model.clone(remat=remat)
+  params = model.init(jax.random.key(0), images, train=False)['params']
+  # Same names, so the official checkpoints load as they are; same
+  # initialisation too.
+  jax.tree.map(np.testing.assert_array_equal, params,
+               rematted.init(jax.random.key(0), images,
+                             train=False)['params'])
+  params = _randomized(params)
+  _assert_close_trees(_logits_and_grads(rematted, params, images),
+                      _logits_and_grads(model, params, images))
+
+
+@pytest.mark.parametrize('remat', ['none', 'full'])
+def test_scan_equals_the_unscanned_model_on_stacked_parameters(remat):
+  images = _images()
+  model = VisionTransformer(num_classes=5, **SMALL)
+  scanned = model.clone(scan=True, remat=remat)
+  shapes = {k: v.shape for k, v in _flat(scanned.init(
+      jax.random.key(0), images, train=False)['params']).items()}
+  layers = SMALL['num_layers']
+  assert shapes['Transformer/encoderblock/MlpBlock_0/Dense_0/kernel'] == (
+      layers, 32, 64)
+  assert shapes['Transformer/encoderblock/MultiHeadDotProductAttention_0/'
+                'query/kernel'] == (layers, 32, 4, 8)
+  assert not any('encoderblock_' in key for key in shapes)
+
+  params = _randomized(
+      model.init(jax.random.key(0), images, train=False)['params'])
+  stacked = params_lib.stack_blocks(params)
+  assert {k: v.shape for k, v in _flat(stacked).items()} == shapes
+  logits, grads = _logits_and_grads(scanned, stacked, images)
+  want_logits, want_grads = _logits_and_grads(model, params, images)
+  _assert_close_trees((logits, params_lib.unstack_blocks(grads)),
+                      (want_logits, want_grads))
+  # Every layer's attention map, as the unscanned model gives them.
+  got = logits_and_attention(scanned, {'params': stacked}, images)
+  want = logits_and_attention(model, {'params': params}, images)
+  assert len(got[1]) == layers
+  _assert_close_trees(got, want)
+
+
+def test_bad_remat_or_scan_values_are_one_line_errors():
+  with pytest.raises(ValueError, match=r"^remat='ful'; use one of \('none', "
+                     r"'full', 'dots'\)\.$"):
+    VisionTransformer(num_classes=5, remat='ful', **SMALL)
+  with pytest.raises(ValueError, match=r"^scan='yes'; use True or False\.$"):
+    VisionTransformer(num_classes=5, scan='yes', **SMALL)
+  with pytest.raises(ValueError, match=r'scan=True .* own drop-path rate '
+                     r'\(stochastic_depth_rate=0.1\): set scan=False or '
+                     r'stochastic_depth_rate=0\.$'):
+    VisionTransformer(num_classes=5, scan=True, stochastic_depth_rate=0.1,
+                      **SMALL)
+  assert create_model('ViT-B_16', 10, remat='dots', scan=True).scan

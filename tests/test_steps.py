@@ -59,6 +59,43 @@ def test_gradient_accumulation_gives_the_same_step():
     np.testing.assert_allclose(a, b, atol=1e-6)
 
 
+def test_a_rematerialised_step_is_the_same_step_keeping_less():
+  """remat='full' recomputes each block in the backward pass, dropout masks
+  included, so the step is the same; on a CPU too, where the compiler
+  options keep jax's barriers (else XLA merges the recomputation away)."""
+  images, labels = random_cifar(16, 10, seed=0)
+  mesh = sharding.make_mesh()
+  split = sources.ArraySource(images, labels)
+  batch = sharding.replicate(np.arange(16, dtype=np.int32),
+                             sharding.replicated(mesh))
+  results = {}
+  for remat in ('none', 'full'):
+    config = tiny_config('')  # dropout 0.1
+    config.model_overrides = dict(config.model_overrides, num_layers=2,
+                                  remat=remat)
+    inputs = on_device.OnDeviceInput(sources.Dataset(split, split, 10),
+                                     config, mesh)
+    model = models.from_config(config, num_classes=10)
+    tx = optimizer.create_optimizer(config, lambda step: 1e-3)
+    state = steps.initial_state(jax.random.key(0), model, tx, 32, mesh)
+    sums = steps.zero_sums(sharding.replicated(mesh))
+    args = (state, sums, inputs.train_data, batch, jax.random.key(1))
+    train = jax.jit(steps.make_train_step(config, inputs)).lower(
+        *args).compile(steps.compiler_options(config))
+    state, sums = train(*args)
+    results[remat] = (state.params, float(sums['loss']),
+                      train.memory_analysis().temp_size_in_bytes,
+                      steps.compiler_options(config))
+  (plain, plain_loss, plain_temp, plain_options), (
+      rematted, loss, temp, options) = results['none'], results['full']
+  assert loss == pytest.approx(plain_loss, rel=1e-6)
+  for a, b in zip(jax.tree.leaves(rematted), jax.tree.leaves(plain)):
+    np.testing.assert_allclose(a, b, atol=1e-6)
+  assert plain_options is None
+  assert options == {'xla_disable_hlo_passes': 'cse_barrier_expander'}
+  assert temp < 0.8 * plain_temp
+
+
 def test_mixup_and_cutmix_train_on_mixed_targets_and_count_own_labels():
   # The step's loss at the initial parameters equals the cross-entropy of
   # the model on the mixed images against `mixing.mix`'s targets, drawn

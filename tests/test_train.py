@@ -18,6 +18,7 @@ import orbax.checkpoint as ocp
 import pytest
 
 from tests.conftest import ROOT
+from tests.conftest import TINY_MODELS
 from tests.conftest import history
 from tests.conftest import random_cifar
 from tests.conftest import start_main
@@ -129,6 +130,33 @@ def test_resumed_mid_interval_equals_uninterrupted(cifar10_binary, tmp_path,
   jax.tree.map(np.testing.assert_array_equal,
                final_state(tmp_path / 'resumed', 14),
                final_state(tmp_path / 'whole', 14))
+
+
+def test_a_scanned_run_resumes_exactly_in_its_own_layout(cifar10_binary,
+                                                        tmp_path):
+  """Stacked blocks (scan), rematerialised, with dropout drawn per layer:
+  orbax restores the stacked tree, and the resumed run is the whole one."""
+  data_dir, _ = cifar10_binary
+  config = tiny_config(data_dir, total_steps=8, log_every_steps=2,
+                       eval_every_steps=4, checkpoint_every_steps=4)
+  config.model_overrides = dict(TINY_MODELS['vit'], num_layers=2, scan=True,
+                                remat='full')
+  train.train_and_evaluate(config, tmp_path / 'whole')
+  shutil.copytree(tmp_path / 'whole', tmp_path / 'resumed')
+  shutil.rmtree(tmp_path / 'resumed' / 'checkpoints' / '8')
+  train.train_and_evaluate(config, tmp_path / 'resumed')
+  assert without_timings(history(tmp_path / 'resumed')) == without_timings(
+      history(tmp_path / 'whole'))
+  state = final_state(tmp_path / 'whole', 8)
+  jax.tree.map(np.testing.assert_array_equal,
+               final_state(tmp_path / 'resumed', 8), state)
+  blocks = state['params']['Transformer']
+  assert 'encoderblock_0' not in blocks
+  assert blocks['encoderblock']['LayerNorm_0']['scale'].shape == (2, 16)
+  # Unscanned, the checkpoints would be another tree: refused.
+  config.model_overrides.scan = False
+  with pytest.raises(ConfigError, match=r'another config\.model_overrides'):
+    train.train_and_evaluate(config, tmp_path / 'resumed')
 
 
 def test_rerunning_a_finished_run_does_not_train_again(cifar10_binary,

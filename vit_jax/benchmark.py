@@ -9,12 +9,15 @@ r"""Times the compiled train and eval steps of a model on this machine.
   python -m vit_jax.benchmark --trace_dir=/tmp/trace
   python -m vit_jax.benchmark --model=ViT-B_16 --image_size=224 \
       --batch_size=256 --dtype=bfloat16 --attention=cudnn  # on a GPU
+  python -m vit_jax.benchmark --model=ViT-L_16 --image_size=224 \
+      --batch_size=32 --remat=full --scan --memory_only
 
 The steps are the training loop's own (`vit_jax.steps`: AdamW, on-device
 batch gather and preprocessing, the config built from `config_schema`), fed
 from synthetic images already on the devices. Prints a
 table and, last, one JSON line with the same numbers: images/s, ms/step
-(median of --steps after warm-up), compile time of both steps, FLOPs per image, achieved
+(median of --steps after warm-up), compile time of both steps and of the
+train step alone (tracing included), FLOPs per image, achieved
 FLOP/s and its share of a matmul peak measured on the same devices in the same
 run, and XLA's estimate of the step's memory per device. `--memory_only`
 compiles the steps for the state's shapes and prints only that estimate, so
@@ -29,6 +32,7 @@ analysis of the compiled step, which also counts elementwise work, is printed
 beside it as a cross-check.
 """
 
+import dataclasses
 import json
 import time
 from typing import Any
@@ -50,6 +54,7 @@ from vit_jax import sharding
 from vit_jax import models
 from vit_jax import steps
 from vit_jax.data import sources
+from vit_jax.models import remat_scan
 
 _MODEL = flags.DEFINE_string('model', 'ViT-Tiny-CIFAR_4', 'Registered model.')
 _BATCH_SIZE = flags.DEFINE_integer('batch_size', 128, 'Global batch size.')
@@ -71,6 +76,13 @@ _ATTENTION = flags.DEFINE_enum(
     'attention', 'einsum', ['einsum', 'dot_product_attention', 'cudnn'],
     "A ViT's attention (model_overrides.attention); 'cudnn': cuDNN's fused "
     'attention on NVIDIA GPUs.')
+_REMAT = flags.DEFINE_enum(
+    'remat', 'none', list(remat_scan.REMAT_POLICIES),
+    "What a ViT's blocks keep for the backward pass (model_overrides.remat): "
+    "'full' recomputes each block, 'dots' keeps its matmuls with weights.")
+_SCAN = flags.DEFINE_bool(
+    'scan', False, "A ViT's blocks as one nn.scan over stacked parameters "
+    '(model_overrides.scan): one block to compile.')
 _TRACE_DIR = flags.DEFINE_string(
     'trace_dir', None, 'Also write a jax.profiler trace of --trace_steps '
     'train steps here.')
@@ -138,8 +150,9 @@ def _xla_flops(compiled) -> float | None:
 
 def benchmark_config(model: str, batch_size: int, image_size: int, dtype: str,
                      augment: bool, cpu_compiler_options: dict[str, str],
-                     fsdp: int = 1,
-                     attention: str = 'einsum') -> ml_collections.ConfigDict:
+                     fsdp: int = 1, attention: str = 'einsum',
+                     remat: str = 'none',
+                     scan: bool = False) -> ml_collections.ConfigDict:
   """The schema's config with the study's optimizer and loss."""
   config = config_schema.defaults()
   config.update(dict(
@@ -148,8 +161,13 @@ def benchmark_config(model: str, batch_size: int, image_size: int, dtype: str,
       pixel_std=(0.25, 0.25, 0.25), label_smoothing=0.1, weight_decay=0.01,
       total_steps=1, fsdp=fsdp))
   config.cpu_compiler_options.update(cpu_compiler_options)
-  if attention != 'einsum':  # a ViT's; the default leaves CNNs valid
-    config.model_overrides.attention = attention
+  # A ViT's fields, set where they are not its defaults, so a CNN runs.
+  defaults = {f.name: f.default
+              for f in dataclasses.fields(models.VisionTransformer)}
+  for name, value in dict(attention=attention, remat=remat,
+                          scan=scan).items():
+    if value != defaults[name]:
+      config.model_overrides[name] = value
   return config
 
 
@@ -210,11 +228,13 @@ def run_benchmark(*, model: str, batch_size: int, image_size: int,
                   steps_timed: int = 10, augment: bool = True,
                   cpu_compiler_options: dict[str, str] | None = None,
                   fsdp: int = 1, memory_only: bool = False,
-                  attention: str = 'einsum',
+                  attention: str = 'einsum', remat: str = 'none',
+                  scan: bool = False,
                   trace_dir: str | None = None,
                   trace_steps: int = 3) -> dict[str, Any]:
   config = benchmark_config(model, batch_size, image_size, dtype, augment,
-                            cpu_compiler_options or {}, fsdp, attention)
+                            cpu_compiler_options or {}, fsdp, attention,
+                            remat, scan)
   num_devices = jax.device_count()
   bench = StepBenchmark(config, num_classes, memory_only)
   compiled, compile_seconds = bench.compiled, bench.compile_seconds
@@ -226,10 +246,13 @@ def run_benchmark(*, model: str, batch_size: int, image_size: int,
       'devices': f'{num_devices} x {jax.devices()[0].device_kind}',
       'fsdp': bench.mesh.shape['fsdp'],
       'attention': attention,
+      'remat': remat,
+      'scan': scan,
   }
+  compile_times = {'compile_seconds': compile_seconds,
+                   'train_compile_seconds': compiled.train_compile_seconds}
   if memory_only:
-    return {**described, 'compile_seconds': compile_seconds,
-            **_memory_mb(compiled.train)}
+    return {**described, **compile_times, **_memory_mb(compiled.train)}
   train_seconds = median_seconds(bench.train_step, steps_timed)
   if trace_dir:
     with jax.profiler.trace(trace_dir, create_perfetto_trace=True):
@@ -251,7 +274,7 @@ def run_benchmark(*, model: str, batch_size: int, image_size: int,
       'train_ms_per_step': 1000 * train_seconds,
       'eval_images_per_second': batch_size / eval_seconds,
       'eval_ms_per_step': 1000 * eval_seconds,
-      'compile_seconds': compile_seconds,
+      **compile_times,
       'train_gflop_per_image': 3 * forward / 1e9,
       'xla_train_gflop_per_image': (xla_train_flops * num_devices / batch_size /
                                     1e9 if xla_train_flops else None),
@@ -296,7 +319,8 @@ def main(argv):
       dtype=_DTYPE.value, steps_timed=_STEPS.value, augment=_AUGMENT.value,
       cpu_compiler_options=_parse_options(_CPU_COMPILER_OPTIONS.value),
       fsdp=_FSDP.value, memory_only=_MEMORY_ONLY.value,
-      attention=_ATTENTION.value, trace_dir=_TRACE_DIR.value,
+      attention=_ATTENTION.value, remat=_REMAT.value, scan=_SCAN.value,
+      trace_dir=_TRACE_DIR.value,
       trace_steps=_TRACE_STEPS.value))
   print(format_table(result))
   print(json.dumps(result))

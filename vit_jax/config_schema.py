@@ -39,7 +39,9 @@ FIELDS: dict[str, Field] = {
                    '(vit_jax.models.registry).'),
     'model_overrides': Field({}, 'Model fields to change, e.g. '
                              "{'dropout_rate': 0.0}; a config file sets the "
-                             'keys --config.model_overrides.KEY can change.'),
+                             'keys --config.model_overrides.KEY can change. '
+                             "A ViT's 'remat' may change when a run resumes "
+                             "(_OVERRIDES_MAY_CHANGE), 'scan' may not."),
     'dtype': Field('float32', 'Computation dtype; parameters and optimizer '
                    'state stay float32.', ('float32', 'bfloat16')),
     'init_from': Field('', 'Start from these parameters: a run directory or a '
@@ -152,6 +154,12 @@ FIELDS: dict[str, Field] = {
                                   "{'xla_cpu_experimental_ynn_fusion_type': "
                                   "''}.", may_change_on_resume=True),
 }
+
+# Model fields that change how the step computes, never its parameters or
+# their layout, so a run may resume with another value: which encoder blocks
+# are recomputed in the backward pass. (A ViT's `scan` stacks the blocks'
+# parameters, so its checkpoints hold another tree: it stays.)
+_OVERRIDES_MAY_CHANGE = ('remat',)
 
 _POSITIVE = ('batch_size', 'eval_batch_size', 'image_size', 'learning_rate',
              'keep_checkpoints', 'grad_accumulation_steps')
@@ -307,6 +315,11 @@ def check_resumable(saved: dict, config, workdir) -> dict[str, tuple]:
   for name, field in FIELDS.items():
     here = comparable(config[name])
     there = comparable(saved.get(name, field.default))
+    if name == 'model_overrides':
+      for key in _OVERRIDES_MAY_CHANGE:
+        before, after = there.pop(key, None), here.pop(key, None)
+        if before != after:
+          changed[f'{name}.{key}'] = (before, after)
     overriding = _SET_IN_STEPS_BY.get(name)
     if there == here or (overriding and config[overriding] and
                          saved.get(overriding) == config[overriding]):

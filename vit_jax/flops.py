@@ -47,7 +47,8 @@ def _shape_size(shape) -> int:
 
 
 def matmul_flops(jaxpr) -> int:
-  """2*M*N*K summed over every dot_general and convolution in `jaxpr`."""
+  """2*M*N*K summed over every dot_general and convolution in `jaxpr`, a
+  scan's as many times as it runs."""
   total = 0
   for eqn in jaxpr.eqns:
     if eqn.primitive.name == 'dot_general':
@@ -60,12 +61,14 @@ def matmul_flops(jaxpr) -> int:
       spec = eqn.params['dimension_numbers'].rhs_spec  # (out, in, *spatial)
       per_output = _shape_size(rhs[d] for d in spec[1:])
       total += 2 * _shape_size(eqn.outvars[0].aval.shape) * per_output
+    # A scan's body runs `length` times (a scanned ViT's blocks).
+    times = eqn.params['length'] if eqn.primitive.name == 'scan' else 1
     for param in eqn.params.values():
       for sub in param if isinstance(param, (list, tuple)) else [param]:
         if isinstance(sub, jax.extend.core.ClosedJaxpr):
-          total += matmul_flops(sub.jaxpr)
+          total += times * matmul_flops(sub.jaxpr)
         elif isinstance(sub, jax.extend.core.Jaxpr):
-          total += matmul_flops(sub)
+          total += times * matmul_flops(sub)
   return total
 
 

@@ -197,18 +197,32 @@ def eval_step(state: TrainState, sums: dict, data, batch, mask, *, config,
   })
 
 
+# XLA's CPU pipeline turns jax's optimization barriers into nothing
+# (`cse_barrier_expander`) before CSE, which then merges a rematerialised
+# block's recomputation back into its forward pass: outside a scan, remat
+# would keep everything on a CPU. Without the pass the barriers stay, as on
+# accelerators.
+_KEEP_REMAT_BARRIERS = ('xla_disable_hlo_passes', 'cse_barrier_expander')
+
+
 def compiler_options(config) -> dict[str, str] | None:
   """XLA options the steps compile with: `config.cpu_compiler_options` on a
-  CPU backend, none elsewhere."""
-  if jax.default_backend() != 'cpu' or not config.cpu_compiler_options:
+  CPU backend, and what a rematerialised model needs there; none
+  elsewhere."""
+  if jax.default_backend() != 'cpu':
     return None
-  return {name: str(value)
-          for name, value in config.cpu_compiler_options.items()}
+  options = {name: str(value)
+             for name, value in config.cpu_compiler_options.items()}
+  if config.model_overrides.get('remat', 'none') != 'none':
+    name, value = _KEEP_REMAT_BARRIERS
+    options[name] = ','.join(filter(None, (options.get(name), value)))
+  return options or None
 
 
 class CompiledSteps(NamedTuple):
   train: Any  # (state, sums, data, batch, key) -> (state, sums)
   eval: Any  # (state, sums, data, batch, mask) -> sums; or None
+  train_compile_seconds: float  # tracing and compiling the train step
 
 
 def compile_steps(config, inputs, state: TrainState, key,
@@ -230,6 +244,7 @@ def compile_steps(config, inputs, state: TrainState, key,
                     donate_argnums=(0, 1)).lower(
                         state, sum_shapes(replicated),
                         inputs.train_data, train_batch, key).compile(options)
+    train_seconds = time.perf_counter() - start
     evaluated = None
     if evaluate:
       evaluated = jax.jit(functools.partial(eval_step, config=config,
@@ -248,4 +263,4 @@ def compile_steps(config, inputs, state: TrainState, key,
   logging.info('Compiled the %s in %.1fs.',
                'train and eval steps' if evaluate else 'train step',
                time.perf_counter() - start)
-  return CompiledSteps(train, evaluated)
+  return CompiledSteps(train, evaluated, train_seconds)

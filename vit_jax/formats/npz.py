@@ -112,14 +112,17 @@ def save_npz(params: Mapping[str, Any], path: str | pathlib.Path) -> None:
   """Writes ViT parameters in the official released `.npz` layout.
 
   The keys use the released numbering, so the file loads in code written for
-  the official checkpoints; `load_npz` gives back `params` bit for bit. The
-  file is replaced in one step, so a crash leaves the old file or the new one.
+  the official checkpoints; `load_npz` gives back `params` bit for bit (a
+  scanned model's stacked blocks as the official ones, one per layer:
+  `params.stack_blocks` gives them back). The file is replaced in one step,
+  so a crash leaves the old file or the new one.
   """
   path = pathlib.Path(path)
   if 'params' in params:
     raise CheckpointError(f'Not saving {path}: pass the parameters, '
                           "variables['params'], not the variables.")
-  flat = _renamed(params_lib.flatten(params, 'the parameters'),
+  flat = _renamed(params_lib.flatten(params_lib.unstack_blocks(params),
+                                     'the parameters'),
                   _OURS_TO_RELEASED, 'the parameters')
   arrays = {key: np.asarray(value) for key, value in flat.items()}
   for key, array in arrays.items():

@@ -1,8 +1,9 @@
 """What every checkpoint format shares: parameter trees flattened to
-'/'-joined key paths and back, a model's expected shapes, the check that a
-tree fits them, and fitting a pre-trained tree to a new model (position
-embeddings resized to the new patch grid as the official code does, a fresh
-head) for fine-tuning.
+'/'-joined key paths and back, the encoder blocks stacked for a scanned
+model and back, a model's expected shapes, the check that a tree fits them,
+and fitting a pre-trained tree to a new model (position embeddings resized
+to the new patch grid as the official code does, a fresh head) for
+fine-tuning.
 """
 
 from collections.abc import Mapping
@@ -18,6 +19,7 @@ import numpy as np
 import scipy.ndimage
 
 from vit_jax.errors import CheckpointError
+from vit_jax.models import remat_scan
 
 # Enough of a long list of problems to act on, short enough to read.
 MAX_REPORTED = 12
@@ -55,6 +57,61 @@ def unflatten(flat: dict[str, Any], source: str) -> dict[str, Any]:
                             'under it.')
     node[leaf] = value
   return tree
+
+
+def is_stacked(params: Mapping[str, Any]) -> bool:
+  """Whether `params` are a scanned ViT's: one `Transformer/encoderblock`
+  whose arrays have a leading layer axis (`models.remat_scan`)."""
+  return remat_scan.STACKED_BLOCK in params.get('Transformer', {})
+
+
+def stack_blocks(params: Mapping[str, Any]) -> dict[str, Any]:
+  """The official tree (`Transformer/encoderblock_{i}/...`) as a scanned
+  ViT's: the blocks' arrays stacked (numpy) along a new leading axis in
+  `Transformer/encoderblock/...`. Other trees come back as they are."""
+  params = dict(flax.core.unfreeze(params))
+  encoder = dict(params.get('Transformer', {}))
+  blocks = []
+  while remat_scan.block_name(len(blocks)) in encoder:
+    blocks.append(encoder.pop(remat_scan.block_name(len(blocks))))
+  if not blocks:
+    return params
+  try:
+    encoder[remat_scan.STACKED_BLOCK] = jax.tree.map(
+        lambda *layers: np.stack(layers), *blocks)
+  except ValueError as e:  # trees or shapes that differ between blocks
+    raise CheckpointError('The encoder blocks differ in their arrays, so '
+                          f'they cannot be stacked for a scanned model: {e}'
+                          ) from e
+  params['Transformer'] = encoder
+  return params
+
+
+def unstack_blocks(params: Mapping[str, Any]) -> dict[str, Any]:
+  """A scanned ViT's tree in the official layout, one
+  `Transformer/encoderblock_{i}` per slice of the leading axis; the inverse
+  of `stack_blocks`. Other trees come back as they are."""
+  params = dict(flax.core.unfreeze(params))
+  if not is_stacked(params):
+    return params
+  encoder = dict(params['Transformer'])
+  stacked = encoder.pop(remat_scan.STACKED_BLOCK)
+  num_layers = jax.tree.leaves(stacked)[0].shape[0]
+  for i in range(num_layers):
+    encoder[remat_scan.block_name(i)] = jax.tree.map(lambda a, i=i: a[i],
+                                                     stacked)
+  params['Transformer'] = encoder
+  return params
+
+
+def in_layout_of(params: Mapping[str, Any],
+                 reference: Mapping[str, Any]) -> dict[str, Any]:
+  """`params` with its encoder blocks stacked as `reference`'s are, or
+  unstacked: a released or unscanned checkpoint for a scanned model and the
+  other way round."""
+  if is_stacked(flax.core.unfreeze(reference)):
+    return stack_blocks(params)
+  return unstack_blocks(params)
 
 
 def param_shapes(model: nn.Module,
@@ -144,8 +201,8 @@ def _fitted(pretrained: Any, fresh: Any,
   """`adapt_params`' flat tree before its dtypes: the pre-trained arrays as
   they are, the new head, the position table resized; raises
   CheckpointError (`check_params`) naming every key that does not fit."""
-  pretrained = flax.traverse_util.flatten_dict(
-      flax.core.unfreeze(pretrained))
+  pretrained = flax.traverse_util.flatten_dict(in_layout_of(pretrained,
+                                                            fresh))
   fresh = flax.traverse_util.flatten_dict(flax.core.unfreeze(fresh))
   adapted = {
       path: value for path, value in pretrained.items()
@@ -198,18 +255,21 @@ def vit_architecture(params: Mapping[str, Any]) -> dict | None:
   registry's field names (`models.registry`); None for parameters of another
   kind of model. Two ViTs' parameters fit each other only when these agree
   (the image size and the head may differ)."""
-  shapes = {key: np.shape(value)
-            for key, value in flatten(params, 'the parameters').items()}
+  # Shapes only: a scanned model's blocks unstacked without copying them.
+  official = jax.eval_shape(unstack_blocks, params)
+  shapes = {key: value.shape for key, value in
+            flatten(official, 'the parameters').items()}
   if 'Transformer/encoder_norm/scale' not in shapes:
     return None
-  block = 'Transformer/encoderblock_0/'
+  block = f'Transformer/{remat_scan.block_name(0)}/'
   query = shapes.get(block + 'MultiHeadDotProductAttention_0/query/kernel')
   mlp = shapes.get(block + 'MlpBlock_0/Dense_0/kernel')
   patch = shapes.get('embedding/kernel', ())
   return {
       'hidden_size': shapes['Transformer/encoder_norm/scale'][0],
       'num_layers': len({key.split('/')[1] for key in shapes
-                         if key.startswith('Transformer/encoderblock_')}),
+                         if key.startswith('Transformer/' +
+                                           remat_scan.BLOCK_PREFIX)}),
       'num_heads': query[1] if query else None,
       'mlp_dim': mlp[1] if mlp else None,
       # A convolution's kernel: a shifted-patch embedding is a Dense.

@@ -15,6 +15,7 @@ import jax
 import jax.numpy as jnp
 
 from vit_jax.models import attention as attention_lib
+from vit_jax.models import remat_scan
 from vit_jax.models import resnet
 from vit_jax.models import small_data
 from vit_jax.models.dropout import Dropout
@@ -110,12 +111,15 @@ class Encoder1DBlock(BlockFields):
 class Encoder(BlockFields, kw_only=True):
   """Position embedding (one of `POSEMBS`; 'sincos2d' is laid on `grid`, the
   patch rows and columns the last tokens come from), `num_layers` encoder
-  blocks and a final LayerNorm."""
+  blocks (rematerialised and scanned as `remat` and `scan` say:
+  `remat_scan`) and a final LayerNorm."""
 
   num_layers: int
   posemb: str = 'learned'
   stochastic_depth_rate: float = 0.0
   locality_attention: bool = False
+  remat: str = 'none'
+  scan: bool = False
 
   @nn.compact
   def __call__(self, x: jax.Array, *, train: bool,
@@ -125,15 +129,21 @@ class Encoder(BlockFields, kw_only=True):
     elif self.posemb == 'sincos2d':
       x = small_data.AddSincos2dPositionEmbs(grid, name='posembed_sincos2d')(x)
     x = Dropout(self.dropout_rate)(x, deterministic=not train)
-    rates = small_data.drop_path_rates(self.stochastic_depth_rate,
-                                       self.num_layers)
-    for i in range(self.num_layers):
-      x = Encoder1DBlock(
-          **_fields_of(BlockFields, self),
-          drop_path_rate=rates[i],
-          locality=self.locality_attention,
-          name=f'encoderblock_{i}')(
-              x, deterministic=not train)
+    fields = dict(**_fields_of(BlockFields, self),
+                  locality=self.locality_attention)
+    if self.scan:  # stochastic depth is off (`remat_scan.check`)
+      x = remat_scan.scan_blocks(
+          Encoder1DBlock(**fields, name=remat_scan.STACKED_BLOCK), x,
+          num_layers=self.num_layers, deterministic=not train,
+          remat=self.remat)
+    else:
+      rates = small_data.drop_path_rates(self.stochastic_depth_rate,
+                                         self.num_layers)
+      for i in range(self.num_layers):
+        x = remat_scan.call_block(
+            Encoder1DBlock(**fields, drop_path_rate=rates[i],
+                           name=remat_scan.block_name(i)),
+            x, deterministic=not train, remat=self.remat)
     return nn.LayerNorm(dtype=self.dtype, name='encoder_norm')(x)
 
 
@@ -166,6 +176,16 @@ class VisionTransformer(nn.Module):
   token after `cls` and its head `head_dist`; classifier 'token'). A DeiT
   student returns the average of its two heads, DeiT's prediction, and sows
   each head's logits into the `HEAD_LOGITS` collection for its loss.
+
+  For large models (`remat_scan`; the same function either way): `remat`
+  is what each encoder block keeps for the backward pass, the rest being
+  recomputed there: 'none' (everything, the default), 'full' (only its
+  input: least memory, about a third more compute) or 'dots' (the outputs
+  of its matmuls with weights, `dots_with_no_batch_dims_saveable`: not the
+  attention maps). `scan=True` runs the blocks as one `nn.scan` over
+  parameters stacked as `Transformer/encoderblock/...` with a leading layer
+  axis (`formats.params.stack_blocks`), which compiles several times faster
+  (no stochastic depth).
   """
 
   num_classes: int
@@ -188,6 +208,8 @@ class VisionTransformer(nn.Module):
   shifted_patches: bool = False
   locality_attention: bool = False
   distillation_token: bool = False
+  remat: str = 'none'
+  scan: bool = False
 
   @property
   def effective_patch_size(self) -> int:
@@ -258,6 +280,7 @@ class VisionTransformer(nn.Module):
           f'distillation_token=True needs classifier=\'token\' (DeiT reads the '
           f'[CLS] and distillation tokens), got classifier='
           f'{self.classifier!r}.')
+    remat_scan.check(self.remat, self.scan, self.stochastic_depth_rate)
     super().__post_init__()
 
   @nn.compact
@@ -347,10 +370,15 @@ def logits_and_attention(model: VisionTransformer, variables: Any,
   logits, state = model.apply(
       variables, images, train=False, mutable=['intermediates'])
   blocks = state['intermediates']['Transformer']
-  return logits, [
-      blocks[f'encoderblock_{i}']['MultiHeadDotProductAttention_0']
-      ['attention_weights'][0] for i in range(model.num_layers)
-  ]
+
+  def weights(block):
+    return block['MultiHeadDotProductAttention_0']['attention_weights'][0]
+
+  if model.scan:  # sown inside the scan: one array, a leading layer axis
+    stacked = weights(blocks[remat_scan.STACKED_BLOCK])
+    return logits, [stacked[i] for i in range(model.num_layers)]
+  return logits, [weights(blocks[remat_scan.block_name(i)])
+                  for i in range(model.num_layers)]
 
 
 def attention_weights(model: VisionTransformer, variables: Any,

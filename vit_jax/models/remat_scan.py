@@ -1,0 +1,100 @@
+"""How the encoder runs its blocks at scale: each block recomputed in the
+backward pass (`remat`), and all of them as one `nn.scan` over parameters
+stacked along a leading layer axis (`scan`).
+
+Remat keeps less of the forward pass for the gradients and recomputes the
+rest, trading compute for memory; scan traces and compiles one block
+instead of `num_layers`, which makes deep models compile several times
+faster (experiments/benchmarks/README.md). Neither changes what the model
+computes.
+
+The blocks' parameter names are checkpoint keys: remat keeps the official
+tree (`encoderblock_{i}`, one per block); scan holds one `encoderblock`
+whose arrays have a leading axis of `num_layers`, as big_vision names it.
+`formats.params.stack_blocks` and `unstack_blocks` convert between the two.
+"""
+
+from collections.abc import Callable
+
+import flax.linen as nn
+import jax
+
+# The official tree's block i, and the scanned model's one stacked block.
+BLOCK_PREFIX = 'encoderblock_'
+STACKED_BLOCK = 'encoderblock'
+
+# What each block keeps from its forward pass for the backward pass
+# (`jax.checkpoint_policies`); the rest is recomputed there.
+REMAT_POLICIES = {
+    # Everything: nothing is recomputed (no remat).
+    'none': None,
+    # Only the block's input: the whole block is recomputed, the least
+    # memory for about a third more compute.
+    'full': jax.checkpoint_policies.nothing_saveable,
+    # The outputs of matmuls with a weight (the q/k/v and output
+    # projections, the MLP's two Dense layers): LayerNorms, GELU, softmax and
+    # the attention's own batched matmuls (q k^T, weights x v) are
+    # recomputed, which is cheap, while the tokens x tokens attention maps
+    # are not kept.
+    'dots': jax.checkpoint_policies.dots_with_no_batch_dims_saveable,
+}
+
+
+def block_name(layer: int) -> str:
+  return f'{BLOCK_PREFIX}{layer}'
+
+
+def check(remat: str, scan: bool, stochastic_depth_rate: float) -> None:
+  """Raises ValueError, in one line, for values the encoder cannot run."""
+  if remat not in REMAT_POLICIES:
+    raise ValueError(f'remat={remat!r}; use one of {tuple(REMAT_POLICIES)}.')
+  if not isinstance(scan, bool):
+    raise ValueError(f'scan={scan!r}; use True or False.')
+  if scan and stochastic_depth_rate:
+    raise ValueError(
+        f'scan=True runs one block definition for every layer and cannot '
+        f'give each its own drop-path rate (stochastic_depth_rate='
+        f'{stochastic_depth_rate}): set scan=False or stochastic_depth_rate=0.')
+
+
+def _block_call(remat: str, deterministic: bool,
+                prevent_cse: bool) -> Callable[[nn.Module, jax.Array],
+                                               jax.Array]:
+  """(block, x) -> block(x), rematerialised as `remat` says. `deterministic`
+  is closed over rather than passed: remat would trace it."""
+
+  def call(block: nn.Module, x: jax.Array) -> jax.Array:
+    return block(x, deterministic=deterministic)
+
+  if remat == 'none':
+    return call
+  # A lifted function of the block module: its variables stay under the
+  # block's own name, so the tree is the same with or without remat.
+  return nn.remat(call, policy=REMAT_POLICIES[remat], prevent_cse=prevent_cse)
+
+
+def call_block(block: nn.Module, x: jax.Array, *, deterministic: bool,
+               remat: str) -> jax.Array:
+  """`block(x)`, rematerialised as `remat` says."""
+  return _block_call(remat, deterministic, prevent_cse=True)(block, x)
+
+
+def scan_blocks(block: nn.Module, x: jax.Array, *, num_layers: int,
+                deterministic: bool, remat: str) -> jax.Array:
+  """`num_layers` applications of `block`, each with its own slice of the
+  parameters, which `block` holds stacked along a leading axis; so do the
+  values it sows (`intermediates`: the attention maps, one per layer). Each
+  layer draws its own initialisation and dropout rngs."""
+  # Inside a scan XLA cannot merge the recomputation with the forward pass,
+  # so remat needs no CSE barrier there (flax's advice).
+  call = _block_call(remat, deterministic, prevent_cse=False)
+
+  def body(module: nn.Module, carry: jax.Array, _) -> tuple[jax.Array, None]:
+    return call(module, carry), None
+
+  scanned = nn.scan(body,
+                    variable_axes={'params': 0, 'intermediates': 0},
+                    split_rngs={'params': True, 'dropout': True},
+                    length=num_layers)
+  x, _ = scanned(block, x, None)
+  return x
