@@ -60,7 +60,7 @@ from experiments.benchmarks import gpu_plan
 from experiments.benchmarks import gpu_report
 from experiments.benchmarks import gpu_steps
 from experiments.benchmarks import timm_worker
-from vit_jax import benchmark
+from vit_jax import step_benchmark
 from vit_jax import benchmark_input
 from vit_jax import distributed
 from vit_jax import files
@@ -255,7 +255,7 @@ def measure(plan: gpu_plan.Plan, results: Results, clock: Clock,
   # The datasheet's is one device's; our step and the matmul use them all.
   per_device = flops.peak_flops(results.data['device'], 'bfloat16')
   datasheet = per_device and per_device * jax.device_count()
-  matmul = benchmark.measure_matmul_peak(
+  matmul = step_benchmark.measure_matmul_peak(
       jnp.bfloat16, sharding.batch_sharded(sharding.make_mesh()),
       size=plan.matmul_size)
   results.data['matmul'] = {

@@ -14,7 +14,7 @@ import jax
 from experiments.benchmarks import compare_pytorch
 from experiments.benchmarks import gpu_plan
 from experiments.benchmarks import timm_worker
-from vit_jax import benchmark
+from vit_jax import step_benchmark
 from vit_jax.errors import ConfigError
 from vit_jax.models import attention
 
@@ -37,19 +37,19 @@ def failure_note(error: Exception) -> str:
 
 
 def _ours(plan: gpu_plan.Plan, model: str, batch: int,
-          **overrides) -> benchmark.StepBenchmark:
+          **overrides) -> step_benchmark.StepBenchmark:
   """Our compiled train step in bfloat16 (without augmentation, as
   timm's), run once: out of memory shows there."""
-  config = benchmark.benchmark_config(model, batch, plan.image_size,
+  config = step_benchmark.benchmark_config(model, batch, plan.image_size,
                                       'bfloat16', augment=False,
                                       cpu_compiler_options={})
   config.model_overrides.update({**plan.model_overrides, **overrides})
-  bench = benchmark.StepBenchmark(config, plan.num_classes, evaluate=False)
+  bench = step_benchmark.StepBenchmark(config, plan.num_classes, evaluate=False)
   jax.block_until_ready(bench.train_step())
   return bench
 
 
-def _fitting(make: Callable[[int], benchmark.StepBenchmark], batch: int):
+def _fitting(make: Callable[[int], step_benchmark.StepBenchmark], batch: int):
   """(make(batch), batch), the batch halved while it runs out of memory."""
   while True:
     try:
@@ -61,7 +61,7 @@ def _fitting(make: Callable[[int], benchmark.StepBenchmark], batch: int):
     gc.collect()
 
 
-def architecture(bench: benchmark.StepBenchmark) -> dict:
+def architecture(bench: step_benchmark.StepBenchmark) -> dict:
   """Our model as timm's VisionTransformer is configured for it."""
   m = bench.module
   return compare_pytorch.Architecture(
@@ -125,7 +125,7 @@ def compare_model(label: str, model: str, plan: gpu_plan.Plan,
   def time_round(key) -> float:
     implementation, name = key
     if implementation == 'vit_jax':
-      return benchmark.median_seconds(benches[name].train_step, plan.steps)
+      return step_benchmark.median_seconds(benches[name].train_step, plan.steps)
     worker.send(op='time', name=name, steps=plan.steps)
     return statistics.median(worker.receive()['seconds'])
 
@@ -211,7 +211,7 @@ def largest_batch(label: str, model: str, first: int, plan: gpu_plan.Plan,
     start = time.monotonic()
     try:
       bench = _ours(plan, model, batch, **gpu_plan.LARGE_MODEL_OVERRIDES)
-      step = benchmark.median_seconds(bench.train_step, plan.search_steps,
+      step = step_benchmark.median_seconds(bench.train_step, plan.search_steps,
                                       warmup=0)
       tries.append({'batch_size': batch, 'fits': True,
                     'images_per_second': batch / step})
