@@ -4,9 +4,12 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 from tests.conftest import ROOT
 
 
+@pytest.mark.slow  # 9 s
 def test_command_prints_a_table_and_a_json_line_and_writes_a_trace(tmp_path):
   out = subprocess.run(
       [sys.executable, '-m', 'vit_jax.benchmark', '--model=SimpleCNN',
@@ -26,6 +29,7 @@ def test_command_prints_a_table_and_a_json_line_and_writes_a_trace(tmp_path):
   assert list(tmp_path.rglob('perfetto_trace.json.gz'))
 
 
+@pytest.mark.slow  # 15 s
 def test_memory_only_compiles_and_reports_what_one_device_holds():
   def memory(fsdp, attention):
     out = subprocess.run(

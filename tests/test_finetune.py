@@ -85,8 +85,10 @@ def test_released_vit_ti_16_fine_tunes_at_384_from_224(cifar10_binary,
 
 
 @pytest.mark.parametrize('overrides', [
-    dict(classifier='gap'), dict(classifier='map'),
-    dict(distillation_token=True), dict(posemb='learned'),
+    dict(classifier='gap'),
+    pytest.param(dict(classifier='map'), marks=pytest.mark.slow),
+    dict(distillation_token=True),
+    pytest.param(dict(posemb='learned'), marks=pytest.mark.slow),
     dict(scan=True, remat='full')])
 def test_any_vit_fine_tunes_at_a_new_resolution(overrides, tmp_path):
   # The prefix tokens ([CLS], the distillation token, none) are counted by

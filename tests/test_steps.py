@@ -59,6 +59,7 @@ def test_gradient_accumulation_gives_the_same_step():
     np.testing.assert_allclose(a, b, atol=1e-6)
 
 
+@pytest.mark.slow  # 8 s; the model's remat test stays in the suite
 def test_a_rematerialised_step_is_the_same_step_keeping_less():
   """remat='full' recomputes each block in the backward pass, dropout masks
   included, so the step is the same; on a CPU too, where the compiler

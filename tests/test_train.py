@@ -426,7 +426,7 @@ def test_two_streaming_processes_each_read_their_half_of_every_batch(
 
 
 @pytest.mark.parametrize('signum', [
-    signal.SIGTERM,
+    pytest.param(signal.SIGTERM, marks=pytest.mark.slow),  # 16 s
     # Sent on to jax's preemption service as SIGTERM.
     pytest.param(signal.SIGINT, marks=pytest.mark.slow)],  # 33 s
                          ids=['SIGTERM', 'Ctrl-C'])
