@@ -363,20 +363,27 @@ def test_a_second_run_on_a_workdir_in_use_is_refused_and_the_first_ends_intact(
   assert (workdir / 'lock').read_text() == ''  # let go
 
 
-def test_ctrl_c_saves_the_step_exits_75_and_the_rerun_ends_identical(
-    uninterrupted, tmp_path):
+@pytest.mark.parametrize('signum', [
+    pytest.param(signal.SIGTERM, marks=pytest.mark.slow),  # 11 s
+    signal.SIGINT], ids=['SIGTERM', 'Ctrl-C'])
+def test_a_stop_signal_saves_the_step_exits_75_and_the_rerun_ends_identical(
+    uninterrupted, tmp_path, signum):
   data_dir, reference = uninterrupted
   config_file = write_process_config(tmp_path, data_dir)
   workdir, log = tmp_path / 'run', tmp_path / 'log'
+  # No checkpoint is scheduled before step 100: only the signal saves one.
   flags = ['--config.checkpoint_every_steps=100']
   process = start_main(config_file, workdir, log, *flags)
   wait_for_step(process, workdir, 5)
-  process.send_signal(signal.SIGINT)
+  signalled = time.monotonic()
+  process.send_signal(signum)
   assert process.wait(timeout=60) == preemption.PREEMPTED_EXIT_STATUS
+  assert time.monotonic() - signalled < 30
   output = log.read_text()
   saved = checkpoint.RunCheckpoints(workdir / 'checkpoints', 2).steps()
   assert len(saved) == 1 and 5 <= saved[0] < 40
-  assert (f'Preempted (Ctrl-C): saved a checkpoint of step {saved[0]} in '
+  name = {signal.SIGTERM: 'SIGTERM', signal.SIGINT: 'Ctrl-C'}[signum]
+  assert (f'Preempted ({name}): saved a checkpoint of step {saved[0]} in '
           f'{workdir / "checkpoints"} and stopped; rerun the same command to '
           'resume.') in output
   assert 'Traceback' not in output and not _error_lines(output)

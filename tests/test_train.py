@@ -1,5 +1,6 @@
 """The training loop end to end on a tiny synthetic CIFAR-10: steps as the
-unit, exact resumption, SIGTERM, progress, divergence, several processes.
+unit, exact resumption, progress, divergence, several processes (SIGTERM and
+Ctrl-C in one process: tests/test_faults.py).
 Faults (kill -9, full disks, damaged files) are in test_faults.py."""
 
 import json
@@ -10,7 +11,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 
 import jax
 import numpy as np
@@ -21,7 +21,6 @@ from tests.conftest import ROOT
 from tests.conftest import TINY_MODELS
 from tests.conftest import history
 from tests.conftest import random_cifar
-from tests.conftest import start_main
 from tests.conftest import start_two_processes
 from tests.conftest import study_config
 from tests.conftest import tiny_config
@@ -319,34 +318,6 @@ def test_a_workdir_of_another_run_is_refused_not_restored(cifar10_binary,
 
 
 # ------------------------------------------------- real processes ----------
-
-@pytest.mark.slow  # 11 s; Ctrl-C's test in test_faults.py takes this path
-def test_sigterm_saves_the_step_exits_75_and_the_rerun_ends_identical(
-    uninterrupted, tmp_path):
-  data_dir, reference = uninterrupted
-  config_file = write_process_config(tmp_path, data_dir)
-  workdir, log = tmp_path / 'run', tmp_path / 'log'
-  # No checkpoint is scheduled before step 100: only SIGTERM saves one.
-  flags = ['--config.checkpoint_every_steps=100']
-  process = start_main(config_file, workdir, log, *flags)
-  wait_for_step(process, workdir, 5)
-  signalled = time.monotonic()
-  process.send_signal(signal.SIGTERM)
-  assert process.wait(timeout=60) == preemption.PREEMPTED_EXIT_STATUS
-  assert time.monotonic() - signalled < 30
-  output = log.read_text()
-  saved = checkpoint.RunCheckpoints(workdir / 'checkpoints', 2).steps()
-  assert len(saved) == 1 and 5 <= saved[0] < 40
-  assert (f'Preempted (SIGTERM): saved a checkpoint of step {saved[0]} in '
-          f'{workdir / "checkpoints"} and stopped; rerun the same command to '
-          'resume.') in output
-  assert 'Traceback' not in output
-
-  rerun = start_main(config_file, workdir, tmp_path / 'log2', *flags)
-  assert rerun.wait(timeout=120) == 0, (tmp_path / 'log2').read_text()[-3000:]
-  assert without_timings(history(workdir)) == without_timings(
-      history(reference))
-
 
 _TWO_PROCESS_CONFIG = '''
 import sys
