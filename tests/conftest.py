@@ -329,3 +329,17 @@ def wait_all(processes, timeout=300) -> list[int]:
         process.kill()
         process.wait()
   return [process.returncode for process in processes]
+
+
+def random_vit_params(model, image_size: int, seed: int = 0) -> dict:
+  """`model`'s parameter tree (numpy, float32) filled with distinct random
+  values, so that a conversion that swaps or transposes any two arrays is
+  caught (initial heads and biases are zeros)."""
+  import jax  # pylint: disable=g-import-not-at-top
+  shapes = jax.eval_shape(
+      lambda: model.init(jax.random.key(0),
+                         np.zeros((1, image_size, image_size, 3)),
+                         train=False))['params']
+  rng = np.random.default_rng(seed)
+  return jax.tree.map(
+      lambda s: rng.standard_normal(s.shape).astype(np.float32) * 0.1, shapes)

@@ -11,6 +11,7 @@ from vit_jax import config_schema
 from vit_jax import models
 from vit_jax.analysis import subjects
 from vit_jax.errors import AnalysisError
+from vit_jax.errors import CheckpointError
 
 
 def test_a_runs_test_images_of_an_image_folder_come_from_every_class(
@@ -71,10 +72,10 @@ def _released(tmp_path):
 
 def test_a_released_npz_is_analysed_at_its_position_embeddings_size(
     released, tmp_path):
-  subject = subjects.npz_subject(released, 'ViT-Tiny-CIFAR_4')
+  subject = subjects.checkpoint_subject(released, None)
   assert subject.image_size == 32 and subject.patch_size == 4
   assert subject.grid == (8, 8)
-  assert subject.described == {'checkpoint': str(released),
+  assert subject.described == {'checkpoint': str(released), 'format': 'npz',
                                'model': 'ViT-Tiny-CIFAR_4'}
   # Scaled to [-1, 1] as the released models expect; shown in [0, 1].
   inputs, display = subjects.model_inputs(
@@ -85,8 +86,8 @@ def test_a_released_npz_is_analysed_at_its_position_embeddings_size(
   (tmp_path / 'classes.txt').write_text('cat\ndog\n')
   with pytest.raises(AnalysisError, match='has 2 lines; the model has 3'):
     subjects.read_class_names(tmp_path / 'classes.txt', subject)
-  with pytest.raises(AnalysisError, match='--checkpoint needs --model'):
-    subjects.npz_subject(released, None)
+  with pytest.raises(CheckpointError, match='--model=SimpleCNN is not a ViT'):
+    subjects.checkpoint_subject(released, 'SimpleCNN')
 
 
 def test_position_table_is_the_learned_the_fixed_or_none():

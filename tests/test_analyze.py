@@ -99,12 +99,14 @@ def test_a_released_npz_is_analysed_on_your_own_images(tmp_path):
   assert sum(p for _, p in predictions) == pytest.approx(1, abs=1e-3)
 
 
-def test_a_npz_without_its_model_or_images_is_one_line(tmp_path):
+def test_a_missing_checkpoint_is_one_line(tmp_path):
   out = _analyze(f'--checkpoint={tmp_path / "vit.npz"}', '--images=x',
                  f'--out={tmp_path}')
   assert out.returncode == 1
-  assert out.stderr.strip().splitlines()[-1].startswith(
-      'error: --checkpoint needs --model')
+  assert out.stderr.strip().splitlines()[-1] == (
+      f'error: No checkpoint at {tmp_path / "vit.npz"}: pass a vit_jax.main '
+      'workdir, an official .npz, a timm model.safetensors or hub folder, or '
+      'a transformers ViT folder.')
 
 
 # ------------------------------- runs of VisionTransformer's techniques -----

@@ -11,11 +11,13 @@ import pytest
 
 from tests.test_formats_npz import assert_trees_identical
 from vit_jax import checkpoint
+from vit_jax import export
 from vit_jax import models
 from vit_jax import run_checkpoints
 from vit_jax.errors import WorkdirError
 from vit_jax.formats import npz
 from vit_jax.formats import params as params_lib
+from vit_jax.formats import safetensors_file
 
 
 def _warnings(caplog) -> list[str]:
@@ -135,3 +137,29 @@ def test_the_released_format_is_where_users_scripts_find_it():
   assert checkpoint.save_npz is npz.save_npz
   assert checkpoint.check_params is params_lib.check_params
   assert checkpoint.param_shapes is params_lib.param_shapes
+
+
+def test_any_source_is_told_by_its_contents(trained_vit_run, tmp_path):
+  workdir, _ = trained_vit_run
+  assert checkpoint.source_kind(workdir) == checkpoint.WORKDIR
+  export.convert(workdir, tmp_path / 'run.npz', 'npz')
+  export.convert(workdir, tmp_path / 'timm', 'timm')
+  export.convert(workdir, tmp_path / 'hf', 'hf')
+  assert checkpoint.source_kind(tmp_path / 'run.npz') == checkpoint.NPZ
+  for kind in (checkpoint.TIMM, checkpoint.HF):
+    assert checkpoint.source_kind(tmp_path / kind) == kind
+    bare = tmp_path / f'{kind}.safetensors'
+    shutil.copy(tmp_path / kind / 'model.safetensors', bare)
+    assert checkpoint.source_kind(bare) == kind
+  safetensors_file.write(tmp_path / 'other.safetensors',
+                         {'conv1.weight': np.zeros(3, np.float32)})
+  with pytest.raises(checkpoint.CheckpointError, match="neither timm's nor "
+                     r"transformers' ViT arrays \(it has conv1.weight\)"):
+    checkpoint.source_kind(tmp_path / 'other.safetensors')
+  (tmp_path / 'empty').mkdir()
+  with pytest.raises(checkpoint.CheckpointError, match='holds no checkpoint: '
+                     'pass a vit_jax.main workdir, an official .npz'):
+    checkpoint.source_kind(tmp_path / 'empty')
+  with pytest.raises(checkpoint.CheckpointError,
+                     match='is one checkpoint; step=3 only selects'):
+    checkpoint.load_params(tmp_path / 'timm', step=3)

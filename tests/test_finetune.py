@@ -11,6 +11,7 @@ from tests.conftest import tiny_config
 from tests.test_formats_npz import assert_trees_identical
 from tests.test_formats_params import vit_params
 from vit_jax import checkpoint
+from vit_jax import export
 from vit_jax import finetune
 from vit_jax import models
 from vit_jax import config_schema
@@ -164,3 +165,15 @@ def test_what_the_check_read_is_what_fine_tuning_starts_from(tmp_path):
   assert_trees_identical(
       finetune.pretrained_params(config, model, fresh, pretrained),
       finetune.pretrained_params(config, model, fresh))
+
+
+@pytest.mark.parametrize('format_name', ['timm', 'hf'])
+def test_init_from_takes_timm_and_transformers_folders(tmp_path, format_name):
+  fields = dict(num_layers=1, hidden_size=8, num_heads=2, mlp_dim=16)
+  params = vit_params(16, 10, **fields)
+  checkpoint.save_npz(params, tmp_path / 'small.npz')
+  export.convert(tmp_path / 'small.npz', tmp_path / format_name, format_name)
+  config = tiny_config('', init_from=str(tmp_path / format_name),
+                       image_size=16)
+  config.model_overrides = fields
+  assert_trees_identical(finetune.check_init_from(config), params)

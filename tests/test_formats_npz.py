@@ -265,7 +265,8 @@ def test_what_is_not_a_checkpoint_is_a_clear_error(tmp_path):
                   {'x': np.array([{}], dtype=object)}),
         r'is not a readable .npz file: it holds pickled Python objects, which '
         r'are not loaded: they can run code\.$')
-  with pytest.raises(CheckpointError, match='has no config.json'):
+  with pytest.raises(CheckpointError, match='holds no checkpoint: pass a '
+                     'vit_jax.main workdir'):
     checkpoint.load_params(tmp_path)
   with pytest.raises(CheckpointError, match='step=1 only'):
     checkpoint.load_params(

@@ -1,5 +1,6 @@
-r"""Figures of what a ViT learned: from a run's checkpoint, or from a
-released `.npz`, on the run's test images or on your own.
+r"""Figures of what a ViT learned: from a run's checkpoint, or from any
+other checkpoint (a released `.npz`, timm's or transformers' weights), on
+the run's test images or on your own.
 
   python -m vit_jax.analyze --workdir=/tmp/vit_tiny --out=/tmp/vit_tiny/analysis
   python -m vit_jax.analyze --checkpoint=ViT-B_16.npz --model=ViT-B_16 \
@@ -8,8 +9,9 @@ released `.npz`, on the run's test images or on your own.
 A run: its config.json and newest checkpoint that matches its digest (a
 damaged one is skipped with a warning; a damaged --step is refused), any ViT
 variant and image size, and its dataset's test images unless --images is
-given. A released `.npz` (google-research/vision_transformer's layout):
---model names its architecture; the image size follows from its position
+given. Any other checkpoint (`checkpoint.load`: an official `.npz`, timm's
+or transformers' safetensors): its architecture is read from its shapes
+unless --model names it, the image size follows from its position
 embeddings, and images are resized and scaled to [-1, 1] as the released
 models expect.
 Writes into --out (the analyses are in `vit_jax.analysis`):
@@ -67,6 +69,7 @@ from absl import flags
 from absl import logging
 import numpy as np
 
+from vit_jax import checkpoint
 from vit_jax import errors
 from vit_jax import files
 from vit_jax.analysis import figures
@@ -76,9 +79,12 @@ from vit_jax.errors import AnalysisError
 
 _WORKDIR = flags.DEFINE_string('workdir', None, 'A vit_jax.main run.')
 _CHECKPOINT = flags.DEFINE_string(
-    'checkpoint', None, 'A released .npz, instead of --workdir.')
+    'checkpoint', None, 'Any checkpoint, instead of --workdir: an official '
+    '.npz, a timm model.safetensors or hub folder, a transformers ViT '
+    'folder, or a run.')
 _MODEL = flags.DEFINE_string(
-    'model', None, "The --checkpoint's architecture, e.g. ViT-B_16.")
+    'model', None, "The --checkpoint's architecture, e.g. ViT-B_16 (default: "
+    'read from its shapes).')
 _IMAGES = flags.DEFINE_list(
     'images', None, "Image files or directories to analyse (default: the "
     "run's test images).")
@@ -167,9 +173,13 @@ def _subject(workdir, step, data_dir, checkpoint_path, model_name,
              images) -> tuple[subjects.Subject, object]:
   """The ViT that the flags name, and its run's config (None for a .npz)."""
   if (workdir is None) == (checkpoint_path is None):
-    raise AnalysisError('Pass --workdir (a run) or --checkpoint (a .npz).')
+    raise AnalysisError('Pass --workdir (a run) or --checkpoint (any '
+                        'checkpoint).')
+  if (checkpoint_path is not None and
+      checkpoint.source_kind(checkpoint_path) == checkpoint.WORKDIR):
+    workdir, checkpoint_path = checkpoint_path, None
   if checkpoint_path is not None:
-    subject = subjects.npz_subject(checkpoint_path, model_name)
+    subject = subjects.checkpoint_subject(checkpoint_path, model_name)
     if not images:
       raise AnalysisError('--checkpoint needs --images: the images to look '
                           'at (files or directories).')

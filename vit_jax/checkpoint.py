@@ -3,8 +3,9 @@
 `RunCheckpoints` (`run_checkpoints`) is where the training loop saves and
 restores its state: `workdir/checkpoints/<step>/`. `load_run` reads a
 `vit_jax.main` workdir for analysis, fine-tuning and distillation, verified
-as the loop verifies what it resumes; `load_params` takes a workdir or a
-released `.npz`. A workdir's record of its run is its config.json, and a
+as the loop verifies what it resumes; `load_params` and `load` take any
+checkpoint (`source_kind`: a workdir, an official `.npz`, timm's or
+transformers' safetensors). A workdir's record of its run is its config.json, and a
 copy in each checkpoint, from which a lost config.json is rebuilt
 (`saved_config`). Other formats are `vit_jax.formats`'; their `load_npz`,
 `save_npz`, `check_params` and `param_shapes` are also importable from here.
@@ -19,12 +20,19 @@ from absl import logging
 import jax
 import ml_collections
 
+import safetensors
+
 from vit_jax import files
+from vit_jax import models
 from vit_jax import run_checkpoints
 from vit_jax.errors import CheckpointError
 from vit_jax.errors import WorkdirError
+from vit_jax.formats import hf
 from vit_jax.formats import npz
 from vit_jax.formats import params as params_lib
+from vit_jax.formats import safetensors_file
+from vit_jax.formats import timm
+from vit_jax.formats import vit_model
 
 # The released format's readers and writer, and the fit check, where users'
 # scripts have always found them.
@@ -130,19 +138,106 @@ def load_run(workdir: str | pathlib.Path, step: int | None = None) -> Run:
              restored.step)
 
 
-def load_params(path_or_workdir: str | pathlib.Path,
-                step: int | None = None) -> Any:
-  """Parameters from a released `.npz` file or a `vit_jax.main` workdir.
+# What `source_kind` calls each source, as `vit_jax.convert --format` does.
+WORKDIR, NPZ, TIMM, HF = 'workdir', 'npz', 'timm', 'hf'
+SOURCES_HELP = ('a vit_jax.main workdir, an official .npz, a timm '
+                'model.safetensors or hub folder, or a transformers ViT folder')
 
-  A workdir gives its checkpoint of `step` (default: the latest) as arrays on
-  the first device, a `.npz` gives numpy arrays; both in our tree.
-  """
-  path = pathlib.Path(path_or_workdir)
+
+def _safetensors_kind(path: pathlib.Path) -> str:
+  """TIMM or HF, from the array names in a .safetensors file's header."""
+  try:
+    with safetensors.safe_open(str(path), framework='numpy') as f:
+      keys = list(f.keys())
+  except (safetensors.SafetensorError, OSError) as e:
+    raise CheckpointError(f'{path} is not a readable .safetensors file: '
+                          f'{e}.') from e
+  if timm.is_state(keys):
+    return TIMM
+  if hf.is_state(keys):
+    return HF
+  raise CheckpointError(
+      f'{path} holds neither timm\'s nor transformers\' ViT arrays (it has '
+      f'{", ".join(sorted(keys)[:5]) or "no arrays"}'
+      f'{" ..." if len(keys) > 5 else ""}).')
+
+
+def source_kind(source: str | pathlib.Path) -> str:
+  """What `source` is, from its contents: WORKDIR, NPZ, TIMM or HF;
+  CheckpointError in one line for anything else."""
+  path = pathlib.Path(source)
+  if not path.exists():
+    raise CheckpointError(f'No checkpoint at {path}: pass {SOURCES_HELP}.')
   if path.is_dir():
+    config, _ = read_config_json(path)
+    if isinstance(config, dict) and 'model_type' in config:
+      return HF
+    if isinstance(config, dict) and 'architecture' in config:
+      return TIMM
+    if (path / 'checkpoints').is_dir() or config is not None:
+      return WORKDIR
+    weights = path / safetensors_file.WEIGHTS_NAME
+    if weights.exists():
+      return _safetensors_kind(weights)
+    raise CheckpointError(f'{path} holds no checkpoint: pass {SOURCES_HELP}.')
+  if safetensors_file.is_safetensors(path):
+    return _safetensors_kind(path)
+  return NPZ  # load_npz says what else the file is
+
+
+def load_params(source: str | pathlib.Path, step: int | None = None,
+                model_name: str | None = None) -> Any:
+  """Parameters from any checkpoint (`source_kind`), in our tree.
+
+  A workdir gives its checkpoint of `step` (default: the newest sound one)
+  as arrays on the first device; files give numpy arrays. `model_name`, a
+  ViT's name, gives the number of heads where a timm or transformers file
+  fuses them and no config.json says it.
+  """
+  path = pathlib.Path(source)
+  kind = source_kind(path)
+  if kind == WORKDIR:
     return load_run(path, step).params
   if step is not None:
-    raise CheckpointError(f'{path} is one .npz checkpoint; step={step} only '
+    raise CheckpointError(f'{path} is one checkpoint; step={step} only '
                           'selects among the checkpoints of a run directory.')
-  return npz.load_npz(path)
+  if kind == NPZ:
+    return npz.load_npz(path)
+  return (timm if kind == TIMM else hf).read(path, model_name)
 
 
+@dataclasses.dataclass(frozen=True)
+class Loaded:
+  """A checkpoint from any source, with the model that applies it."""
+  kind: str  # source_kind's
+  model: Any  # a linen module: a run's model, or a ViT of the shapes
+  variables: dict
+  image_size: int  # the run's, or what the position embeddings were for
+  config: ml_collections.ConfigDict | None  # a workdir's run config
+  step: int | None  # a workdir's checkpoint step
+
+  @property
+  def params(self) -> Any:
+    return self.variables['params']
+
+
+def load(source: str | pathlib.Path, *, model_name: str | None = None,
+         step: int | None = None) -> Loaded:
+  """Any checkpoint (`source_kind`) and the model that applies it: a
+  workdir's config says which; for the others, `model_name` (`--model`)
+  or the shapes (`formats.vit_model.model_for`)."""
+  path = pathlib.Path(source)
+  if source_kind(path) == WORKDIR:
+    if model_name:
+      raise CheckpointError(f'{path} is a run, whose config names its model: '
+                            f'leave out --model={model_name}.')
+    run = load_run(path, step)
+    model = models.from_config(run.config,
+                               run.params['head']['bias'].shape[-1])
+    return Loaded(WORKDIR, model, run.variables, run.config.image_size,
+                  run.config, run.step)
+  params = load_params(path, step, model_name)
+  model, image_size = vit_model.model_for(params, model_name=model_name,
+                                          source=str(path))
+  return Loaded(source_kind(path), model, {'params': params}, image_size,
+                None, None)

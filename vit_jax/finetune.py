@@ -31,7 +31,7 @@ def check_init_from(config) -> Any:
 
 
 def pretrained_params(config, model, fresh_params, pretrained=None) -> dict:
-  """`config.init_from` (a run directory or a released .npz; `pretrained`:
+  """`config.init_from` (any checkpoint, `checkpoint.source_kind`; `pretrained`:
   what `check_init_from` read of it) fitted to `model`, whose freshly
   initialised parameters are `fresh_params`; a ConfigError names what does
   not fit."""
@@ -51,7 +51,10 @@ def _prefix_tokens(model) -> int:
 
 def _read(config) -> Any:
   try:
-    return jax.device_get(checkpoint.load_params(config.init_from))
+    # The run's ViT names the heads a timm or transformers file fuses.
+    heads_of = config.model if models.vit_fields(config.model) else None
+    return jax.device_get(checkpoint.load_params(config.init_from,
+                                                 model_name=heads_of))
   except CheckpointError as e:
     raise ConfigError(f'config.init_from={config.init_from!r}: {e}') from e
 

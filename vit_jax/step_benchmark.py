@@ -144,7 +144,8 @@ class StepBenchmark:
     return self.train_sums
 
   def eval_step(self):
-    return self.compiled.eval(self.state, steps.zero_sums(self.replicated),
+    return self.compiled.eval(self.state, steps.zero_sums(self.replicated,
+                                                          steps.EVAL_SUMS),
                               self.inputs.test_data, self.indices, self.mask)
 
   def forward_flops_per_image(self) -> int:

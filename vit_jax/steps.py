@@ -31,9 +31,13 @@ from vit_jax.errors import ConfigError
 from vit_jax.models import vit
 
 # Running sums of a train or eval interval: summed losses, correct
-# predictions and examples.
+# predictions and examples. Evaluations also count the examples whose label
+# is among the five highest logits (the train sums, saved in checkpoints,
+# keep their keys).
 METRIC_SUMS = {'loss': jnp.float32, 'correct': jnp.int32,
                'count': jnp.float32}
+EVAL_SUMS = {**METRIC_SUMS, 'correct_top5': jnp.int32}
+TOP_K = 5
 
 
 class TrainState(train_state.TrainState):
@@ -77,14 +81,14 @@ def state_shapes(key, model, tx, image_size: int,
       shapes, sharding.state_shardings(shapes, mesh))
 
 
-def sum_shapes(placement) -> dict:
+def sum_shapes(placement, sums: dict = METRIC_SUMS) -> dict:
   return {name: jax.ShapeDtypeStruct((), dtype, sharding=placement)
-          for name, dtype in METRIC_SUMS.items()}
+          for name, dtype in sums.items()}
 
 
-def zero_sums(placement) -> dict:
+def zero_sums(placement, sums: dict = METRIC_SUMS) -> dict:
   return {name: sharding.replicate(np.zeros((), dtype), placement)
-          for name, dtype in METRIC_SUMS.items()}
+          for name, dtype in sums.items()}
 
 
 def model_variables(params, batch_stats) -> dict:
@@ -183,16 +187,20 @@ def make_train_step(config, inputs,
 
 def eval_step(state: TrainState, sums: dict, data, batch, mask, *, config,
               inputs) -> dict:
-  """`sums` plus the loss and correct count of the unmasked examples."""
+  """`sums` (`EVAL_SUMS`) plus the loss, correct and top-5 correct counts
+of the unmasked examples."""
   x, y = inputs.model_inputs(data, batch, None)
   logits = state.apply_fn(
       model_variables(state.params, state.batch_stats), x, train=False)
   loss = losses.cross_entropy(
       logits, losses.soft_targets(y, inputs.num_classes,
                                   config.label_smoothing))
+  _, best = jax.lax.top_k(logits, min(TOP_K, logits.shape[-1]))
+  counted = mask > 0
   return jax.tree.map(jnp.add, sums, {
       'loss': jnp.sum(loss * mask),
-      'correct': jnp.sum((jnp.argmax(logits, -1) == y) & (mask > 0)),
+      'correct': jnp.sum((jnp.argmax(logits, -1) == y) & counted),
+      'correct_top5': jnp.sum(jnp.any(best == y[:, None], -1) & counted),
       'count': jnp.sum(mask),
   })
 
@@ -219,6 +227,31 @@ def compiler_options(config) -> dict[str, str] | None:
   return options or None
 
 
+def _option_error(options, error: jax.errors.JaxRuntimeError) -> Exception:
+  """A compile error as a ConfigError when XLA options may have caused it."""
+  if options is None:
+    return error
+  return ConfigError(
+      f'config.cpu_compiler_options={options}: {error}. Use XLA option names '
+      'this jax version knows, without the leading "--".')
+
+
+def compile_eval(config, inputs, state: TrainState):
+  """The eval step compiled for `inputs`' test batches: (state, sums, data,
+  batch, mask) -> sums, the sums `EVAL_SUMS`'."""
+  options = compiler_options(config)
+  replicated = sharding.replicated(inputs.mesh)
+  _, eval_batch, eval_mask = inputs.batch_specs()
+  try:
+    return jax.jit(functools.partial(eval_step, config=config, inputs=inputs),
+                   out_shardings=replicated, donate_argnums=1).lower(
+                       state, sum_shapes(replicated, EVAL_SUMS),
+                       inputs.test_data, eval_batch,
+                       eval_mask).compile(options)
+  except jax.errors.JaxRuntimeError as e:
+    raise _option_error(options, e) from e
+
+
 class CompiledSteps(NamedTuple):
   train: Any  # (state, sums, data, batch, key) -> (state, sums)
   eval: Any  # (state, sums, data, batch, mask) -> sums; or None
@@ -235,7 +268,7 @@ def compile_steps(config, inputs, state: TrainState, key,
   start = time.perf_counter()
   options = compiler_options(config)
   replicated = sharding.replicated(inputs.mesh)
-  train_batch, eval_batch, eval_mask = inputs.batch_specs()
+  train_batch, _, _ = inputs.batch_specs()
   # The state leaves each step where it came in, sharded or not.
   state_out = jax.tree.map(lambda x: x.sharding, state)
   try:
@@ -245,21 +278,9 @@ def compile_steps(config, inputs, state: TrainState, key,
                         state, sum_shapes(replicated),
                         inputs.train_data, train_batch, key).compile(options)
     train_seconds = time.perf_counter() - start
-    evaluated = None
-    if evaluate:
-      evaluated = jax.jit(functools.partial(eval_step, config=config,
-                                            inputs=inputs),
-                          out_shardings=replicated,
-                          donate_argnums=1).lower(
-                              state, sum_shapes(replicated),
-                              inputs.test_data, eval_batch,
-                              eval_mask).compile(options)
+    evaluated = compile_eval(config, inputs, state) if evaluate else None
   except jax.errors.JaxRuntimeError as e:
-    if options is None:
-      raise
-    raise ConfigError(
-        f'config.cpu_compiler_options={options}: {e}. Use XLA option names '
-        'this jax version knows, without the leading "--".') from e
+    raise _option_error(options, e) from e
   logging.info('Compiled the %s in %.1fs.',
                'train and eval steps' if evaluate else 'train step',
                time.perf_counter() - start)

@@ -60,25 +60,29 @@ _EVAL_PROGRESS_BATCHES = 50
 
 def _averages(sums) -> dict[str, float]:
   sums = jax.device_get(sums)
-  return {
+  averages = {
       'loss': float(sums['loss'] / sums['count']),
       'accuracy': float(sums['correct'] / sums['count']),
       'count': int(sums['count']),
   }
+  if 'correct_top5' in sums:
+    averages['top5_accuracy'] = float(sums['correct_top5'] / sums['count'])
+  return averages
 
 
-def evaluate(eval_step, state, inputs: data.Input, step: int) -> dict:
-  """Loss and accuracy over every test example; logs its progress when
-  the split is large."""
-  sums = steps.zero_sums(sharding.replicated(inputs.mesh))
+def evaluate(eval_step, state, inputs: data.Input, label: str,
+             progress_from: int = _EVAL_PROGRESS_BATCHES) -> dict:
+  """Loss, accuracy and top-5 accuracy over every test example, each once
+  (`eval_step`: `steps.compile_eval`'s); logs its progress, starting with
+  `label`, when the split has `progress_from` batches or more."""
+  sums = steps.zero_sums(sharding.replicated(inputs.mesh), steps.EVAL_SUMS)
   total = inputs.num_eval_batches
   report_every = max(total // 10, 1)
   for i, (batch, mask) in enumerate(inputs.eval_batches(), 1):
     sums = eval_step(state, sums, inputs.test_data, batch, mask)
-    if (total >= _EVAL_PROGRESS_BATCHES and i % report_every == 0 and
-        i < total):
+    if total >= progress_from and i % report_every == 0 and i < total:
       jax.block_until_ready(sums)
-      logging.info('step %d: evaluated %d/%d batches', step, i, total)
+      logging.info('%s: evaluated %d/%d batches', label, i, total)
   return _averages(sums)
 
 
@@ -318,7 +322,7 @@ def _train_and_evaluate(config, workdir: pathlib.Path,
       if step % plan.eval_every == 0 or last:
         jax.block_until_ready(state)  # the train steps count as training
         eval_start = time.perf_counter()
-        test = evaluate(compiled.eval, state, inputs, step)
+        test = evaluate(compiled.eval, state, inputs, f'step {step}')
         throughput.exclude(time.perf_counter() - eval_start)
         record.update(test_loss=test['loss'], test_accuracy=test['accuracy'],
                       test_examples=test['count'])

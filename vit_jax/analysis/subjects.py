@@ -4,7 +4,6 @@ and the embeddings it learned."""
 
 import dataclasses
 import functools
-import math
 import pathlib
 
 import jax
@@ -17,6 +16,7 @@ from vit_jax.analysis import measures
 from vit_jax.data import preprocess
 from vit_jax.data import sources
 from vit_jax.errors import AnalysisError
+from vit_jax.formats import params as params_lib
 from vit_jax.models import small_data
 
 # Images per forward pass: every layer's attention is kept, 12 x 12 x 197 x
@@ -67,28 +67,19 @@ def run_subject(workdir, step=None) -> tuple[Subject, object]:
                   'model': config.model}), config
 
 
-def npz_subject(path, model_name: str) -> Subject:
-  """The ViT of a released `.npz`, at the image size its position
-  embeddings were trained for."""
-  if not model_name:
-    raise AnalysisError('--checkpoint needs --model: the architecture of the '
-                        f'.npz, one of {", ".join(models.MODEL_NAMES)}.')
-  params = checkpoint.load_npz(path)
-  try:
-    model = models.create_model(model_name,
-                                params['head']['kernel'].shape[-1])
-  except (ValueError, TypeError, KeyError) as e:
-    raise AnalysisError(f'--model={model_name}: {e}') from e
-  if not isinstance(model, models.VisionTransformer):
-    raise AnalysisError(f'--model={model_name} is not a ViT.')
-  positions = params['Transformer']['posembed_input']['pos_embedding']
-  side = math.isqrt(positions.shape[1] - len(model.prefix_tokens))
-  image_size = side * model.effective_patch_size
-  checkpoint.check_params(params, checkpoint.param_shapes(model, image_size),
-                          source=str(path),
-                          target=f'{model_name} at {image_size}x{image_size}')
-  return Subject(model, {'params': params}, image_size, _RELEASED_MEAN,
-                 _RELEASED_STD, {'checkpoint': str(path), 'model': model_name})
+def checkpoint_subject(source, model_name: str | None) -> Subject:
+  """The ViT of a checkpoint other than a run (`checkpoint.load`: a
+  released `.npz`, timm's or transformers' weights), at the image size its
+  position embeddings were trained for, with the released models'
+  preprocessing."""
+  loaded = checkpoint.load(source, model_name=model_name)
+  if loaded.kind == checkpoint.WORKDIR:
+    raise AnalysisError(f'{source} is a run: pass it as --workdir.')
+  return Subject(loaded.model, loaded.variables, loaded.image_size,
+                 _RELEASED_MEAN, _RELEASED_STD,
+                 {'checkpoint': str(source), 'format': loaded.kind,
+                  'model': model_name or models.vit_named(
+                      params_lib.vit_architecture(loaded.params))})
 
 
 def image_files(specs: list[str]) -> list[pathlib.Path]:

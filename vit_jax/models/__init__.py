@@ -5,7 +5,10 @@ from vit_jax.models.cnn import SmallResNet
 from vit_jax.models.registry import create_model
 from vit_jax.models.registry import from_config
 from vit_jax.models.registry import MODEL_NAMES
+from vit_jax.models.registry import registered_vit_fields
+from vit_jax.models.registry import vit_fields
 from vit_jax.models.registry import vit_named
+from vit_jax.models.registry import vit_names
 from vit_jax.models.vit import attention_weights
 from vit_jax.models.vit import logits_and_attention
 from vit_jax.models.vit import VisionTransformer
@@ -19,5 +22,8 @@ __all__ = [
     'create_model',
     'from_config',
     'logits_and_attention',
+    'registered_vit_fields',
+    'vit_fields',
     'vit_named',
+    'vit_names',
 ]

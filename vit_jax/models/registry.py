@@ -56,12 +56,29 @@ _MODELS: dict[str, Callable[..., nn.Module]] = {
 MODEL_NAMES = tuple(_MODELS)
 
 
+def vit_fields(name: str) -> dict | None:
+  """The fields the registered ViT `name` sets (patch_size, hidden_size,
+  num_layers, num_heads, mlp_dim, ...); None for a name of no ViT."""
+  factory = _MODELS.get(name)
+  if not isinstance(factory, functools.partial):
+    return None
+  return dict(factory.keywords)
+
+
+def vit_names() -> tuple[str, ...]:
+  return tuple(name for name in _MODELS if vit_fields(name) is not None)
+
+
+def registered_vit_fields() -> list[dict]:
+  return [vit_fields(name) for name in vit_names()]
+
+
 def vit_named(architecture: dict) -> str | None:
   """The registered ViT of `architecture` (what
   `formats.params.vit_architecture` reads from parameter shapes), if any."""
-  for name, factory in _MODELS.items():
-    fields = getattr(factory, 'keywords', {})
-    if fields and architecture == {
+  for name in vit_names():
+    fields = vit_fields(name)
+    if architecture == {
         **{key: fields.get(key) for key in architecture if key != 'resnet'},
         'resnet': bool(fields.get('resnet_stages'))}:
       return name

@@ -1,0 +1,44 @@
+"""python -m vit_jax.evaluate: the command, its flags and its output."""
+
+import json
+import subprocess
+import sys
+
+from tests.conftest import history
+from tests.conftest import ROOT
+from vit_jax import export
+
+_CONFIG_FILE = '''
+import sys
+sys.path.insert(0, {root!r})
+from tests.conftest import trained_vit_config
+
+
+def get_config():
+  return trained_vit_config({data_dir!r})
+'''
+
+
+def _logged_test(workdir) -> dict:
+  return [r for r in history(workdir) if 'test_accuracy' in r][-1]
+
+
+def test_its_npz_evaluates_the_same_with_the_runs_config_file(
+    trained_vit_run, tmp_path):
+  workdir, data_dir = trained_vit_run
+  npz = tmp_path / 'run.npz'
+  export.convert(workdir, npz, 'npz')
+  config_file = tmp_path / 'config.py'
+  config_file.write_text(_CONFIG_FILE.format(root=str(ROOT),
+                                             data_dir=str(data_dir)))
+  out = subprocess.run(
+      [sys.executable, '-m', 'vit_jax.evaluate', f'--checkpoint={npz}',
+       f'--config={config_file}'], cwd=ROOT, capture_output=True, text=True,
+      check=False)
+  assert out.returncode == 0, out.stderr[-3000:]
+  result = json.loads(out.stdout.splitlines()[-1])
+  logged = _logged_test(workdir)
+  assert result['top1'] == logged['test_accuracy']
+  assert result['examples'] == 37 and result['format'] == 'npz'
+  assert set(result) >= {'top1', 'top5', 'loss', 'examples'}
+  assert 'evaluated' in out.stderr  # progress

@@ -1,0 +1,135 @@
+"""formats.hf: transformers' ViT layout, in and out, exactly."""
+
+import json
+
+import jax
+import numpy as np
+import pytest
+
+from tests.conftest import random_vit_params
+from vit_jax import models
+from vit_jax.errors import CheckpointError
+from vit_jax.formats import hf
+from vit_jax.formats import safetensors_file
+
+FAMILIES = ['ViT-Ti_16', 'ViT-S_32', 'ViT-B_8', 'ViT-L_16', 'ViT-H_14',
+            'ViT-Tiny-CIFAR_4']
+
+
+def _one_block(name, **fields):
+  model = models.create_model(name, 7, num_layers=1, **fields)
+  return model, random_vit_params(model, 2 * model.patch_size)
+
+
+def _equal(a, b) -> bool:
+  return jax.tree.structure(a) == jax.tree.structure(b) and all(
+      np.array_equal(x, y) for x, y in zip(jax.tree.leaves(a),
+                                           jax.tree.leaves(b)))
+
+
+@pytest.mark.parametrize('name', FAMILIES)
+def test_ours_to_hf_to_ours_is_exact(tmp_path, name):
+  model, params = _one_block(name)
+  hf.write(tmp_path, params, model, 2 * model.patch_size)
+  assert _equal(hf.read(tmp_path, None), params)
+  assert _equal(hf.read(tmp_path / 'model.safetensors', None), params)
+
+
+def test_a_vit_model_without_the_prefix_reads_the_same(tmp_path):
+  model, params = _one_block('ViT-Tiny-CIFAR_4')
+  state = {key.removeprefix('vit.'): value
+           for key, value in hf.to_state(params).items()}
+  safetensors_file.write(tmp_path / 'model.safetensors', state)
+  assert _equal(hf.read(tmp_path / 'model.safetensors', None), params)
+
+
+def test_the_names_and_shapes_are_transformers():
+  """transformers' documented layout (models/vit/modeling_vit.py:
+  ViTEmbeddings, ViTLayer's attention.attention.query/key/value,
+  attention.output.dense, intermediate.dense, output.dense,
+  layernorm_before/after; ViTModel.layernorm; the classifier) for a
+  ViT-Ti/16 of 7 classes at 32x32."""
+  model = models.create_model('ViT-Ti_16', 7)
+  state = hf.to_state(random_vit_params(model, 32))
+  expected = {
+      'vit.embeddings.cls_token': (1, 1, 192),
+      'vit.embeddings.position_embeddings': (1, 5, 192),
+      'vit.embeddings.patch_embeddings.projection.weight': (192, 3, 16, 16),
+      'vit.embeddings.patch_embeddings.projection.bias': (192,),
+      'vit.layernorm.weight': (192,),
+      'vit.layernorm.bias': (192,),
+      'classifier.weight': (7, 192),
+      'classifier.bias': (7,),
+  }
+  for i in range(12):
+    layer = f'vit.encoder.layer.{i}.'
+    for name in ('query', 'key', 'value'):
+      expected[f'{layer}attention.attention.{name}.weight'] = (192, 192)
+      expected[f'{layer}attention.attention.{name}.bias'] = (192,)
+    expected.update({
+        layer + 'attention.output.dense.weight': (192, 192),
+        layer + 'attention.output.dense.bias': (192,),
+        layer + 'intermediate.dense.weight': (768, 192),
+        layer + 'intermediate.dense.bias': (768,),
+        layer + 'output.dense.weight': (192, 768),
+        layer + 'output.dense.bias': (192,),
+        layer + 'layernorm_before.weight': (192,),
+        layer + 'layernorm_before.bias': (192,),
+        layer + 'layernorm_after.weight': (192,),
+        layer + 'layernorm_after.bias': (192,),
+    })
+  assert {key: value.shape for key, value in state.items()} == expected
+
+
+def test_the_config_builds_transformers_model_of_our_logits(tmp_path):
+  model, params = _one_block('ViT-B_16')
+  hf.write(tmp_path, params, model, 32)
+  config = json.loads((tmp_path / 'config.json').read_text())
+  assert (config['hidden_act'], config['layer_norm_eps']) == (
+      'gelu_pytorch_tanh', 1e-6)
+  assert (config['hidden_size'], config['num_hidden_layers'],
+          config['num_attention_heads'], config['intermediate_size'],
+          config['patch_size'], config['image_size'], len(config['id2label'])
+          ) == (768, 1, 12, 3072, 16, 32, 7)
+  preprocessor = json.loads((tmp_path / hf.PREPROCESSOR_CONFIG).read_text())
+  assert preprocessor['image_mean'] == preprocessor['image_std'] == [0.5] * 3
+  assert preprocessor['size'] == {'height': 32, 'width': 32}
+
+
+@pytest.mark.parametrize('fields,feature', [
+    (dict(classifier='gap'), "'gap' head"),
+    (dict(representation_size=5), 'pre-logits layer'),
+    (dict(distillation_token=True), 'distillation token'),
+])
+def test_what_transformers_cannot_hold_is_one_line(tmp_path, fields, feature):
+  model, params = _one_block('ViT-Tiny-CIFAR_4', **fields)
+  with pytest.raises(CheckpointError, match="transformers' "
+                     f'ViTForImageClassification has no {feature}'):
+    hf.write(tmp_path, params, model, 8)
+  assert not list(tmp_path.iterdir())
+
+
+def test_one_wrong_shape_is_one_line_naming_the_key(tmp_path):
+  model, params = _one_block('ViT-Tiny-CIFAR_4')
+  hf.write(tmp_path, params, model, 8)
+  path = tmp_path / 'model.safetensors'
+  state = safetensors_file.read(path)
+  state['vit.encoder.layer.0.attention.attention.key.weight'] = np.zeros(
+      (128, 64), np.float32)
+  safetensors_file.write(path, state)
+  with pytest.raises(CheckpointError) as error:
+    hf.read(tmp_path, None)
+  assert str(error.value) == (
+      'vit.encoder.layer.0.attention.attention.key.weight has shape (128, 64) '
+      f"in {path} but (128, 128) in transformers' layout of a ViT with hidden "
+      'size 128, 1 layer of 4 heads, MLP 512, patch 4x4.')
+
+
+def test_a_backbone_without_a_classifier_is_one_line(tmp_path):
+  model, params = _one_block('ViT-Tiny-CIFAR_4')
+  state = hf.to_state(params)
+  del state['classifier.weight'], state['classifier.bias']
+  safetensors_file.write(tmp_path / 'model.safetensors', state)
+  with pytest.raises(CheckpointError, match=r'has no classification head '
+                     r'\(classifier.weight\)'):
+    hf.read(tmp_path, None)

@@ -1,0 +1,54 @@
+r"""Converts a ViT checkpoint between this project's, the official, timm's
+and Hugging Face transformers' formats.
+
+  python -m vit_jax.convert SOURCE DEST --format=npz|timm|hf [--model=NAME]
+
+SOURCE is any checkpoint (`checkpoint.source_kind`, told from its
+contents): a `vit_jax.main` workdir (its newest checkpoint that matches its
+digest, or --step), an official `.npz`, a timm `model.safetensors` or hub
+folder, or a transformers ViT folder. Its architecture is read from its
+shapes (and its config.json, where the format has one) unless --model
+names it. DEST is written in --format:
+
+  npz    the official google-research/vision_transformer `.npz` (every ViT
+         of this project, hybrids and small-data options included)
+  timm   a folder with model.safetensors and config.json:
+         `timm.create_model('local-dir:DEST', pretrained=True)`
+  hf     a folder with config.json, model.safetensors and
+         preprocessor_config.json:
+         `transformers.ViTForImageClassification.from_pretrained(DEST)`
+
+`vit_jax.export` writes them. The exports compute our logits in those
+libraries (tanh GELU, LayerNorm eps 1e-6, written into their configs); what they cannot hold (timm's and
+transformers' ViTs have no pre-logits layer or hybrid of ours;
+transformers' reads the class token only) is one line.
+"""
+
+from absl import app
+from absl import flags
+
+from vit_jax import errors
+from vit_jax import export
+
+_FORMAT = flags.DEFINE_enum('format', None, export.FORMATS,
+                            'What DEST is written as.')
+_MODEL = flags.DEFINE_string(
+    'model', None, "SOURCE's architecture, e.g. ViT-B_16 (default: read from "
+    'its shapes and config).')
+_STEP = flags.DEFINE_integer(
+    'step', None, 'For a workdir SOURCE: the checkpoint to convert (default: '
+    'the newest sound one).')
+
+
+def main(argv):
+  if len(argv) != 3 or _FORMAT.value is None:
+    raise SystemExit('error: pass SOURCE, DEST and --format: python -m '
+                     'vit_jax.convert SOURCE DEST --format=npz|timm|hf '
+                     '[--model=NAME]')
+  print(errors.exit_on_user_error(lambda: export.convert(
+      argv[1], argv[2], _FORMAT.value, model_name=_MODEL.value,
+      step=_STEP.value)))
+
+
+if __name__ == '__main__':
+  app.run(main)

@@ -1,0 +1,93 @@
+r"""Measures a checkpoint's loss, top-1 and top-5 accuracy over a whole test
+split, without training.
+
+  python -m vit_jax.evaluate --checkpoint=/tmp/vit_tiny
+  python -m vit_jax.evaluate --checkpoint=vit_small.npz \
+      --config=configs/cifar_small.py --config.data_dir=../shared/data
+  python -m vit_jax.evaluate --checkpoint=hf_vit/ --config=configs/my_data.py \
+      --released_preprocessing
+
+--checkpoint takes any checkpoint (`checkpoint.source_kind`): a
+`vit_jax.main` workdir (its newest sound checkpoint, or --step), an official
+`.npz`, a timm `model.safetensors` or hub folder, a transformers ViT folder.
+
+The data and its preprocessing: a workdir's own config, unless --config
+names another (--config.FIELD overrides it; --data_dir, where a run's data
+moved). Other checkpoints need --config, which names the dataset; the model
+is the checkpoint's (its shapes, or --model), computing in config.dtype.
+Their preprocessing is the config's (config.image_size must then be what the
+position embeddings were trained for), or, with --released_preprocessing,
+the released models': images at the resolution the position embeddings
+were trained for, pixels scaled to [-1, 1].
+
+Every test example counts exactly once (the masks the trainer's evaluation
+uses), on all devices, and on all processes of a multi-process job that
+SLURM, Open MPI, a Cloud TPU or $JAX_COORDINATOR_ADDRESS describe. A run's
+workdir evaluates to exactly the test accuracy it logged at that step. The
+last line printed is JSON: top1, top5, loss, examples, and what was
+evaluated.
+"""
+
+import json
+
+from absl import app
+from absl import flags
+import jax
+import ml_collections
+from ml_collections import config_flags
+
+from vit_jax import distributed
+from vit_jax import errors
+from vit_jax import evaluation
+
+_CHECKPOINT = flags.DEFINE_string(
+    'checkpoint', None, 'Any checkpoint: a vit_jax.main workdir, an official '
+    '.npz, a timm model.safetensors or hub folder, a transformers ViT folder.')
+_CONFIG = config_flags.DEFINE_config_file(
+    'config', None, "The dataset and preprocessing, e.g. configs/cifar_small.py "
+    "(default for a workdir: its run's config).", lock_config=False)
+_MODEL = flags.DEFINE_string(
+    'model', None, "The checkpoint's architecture, e.g. ViT-B_16 (default: "
+    'read from its shapes and config).')
+_STEP = flags.DEFINE_integer(
+    'step', None, 'For a workdir: the checkpoint to evaluate (default: the '
+    'newest sound one).')
+_DATA_DIR = flags.DEFINE_string(
+    'data_dir', None, 'Where the data is, in place of config.data_dir.')
+_RELEASED_PREPROCESSING = flags.DEFINE_bool(
+    'released_preprocessing', False, 'Preprocess as the released models '
+    'expect: the resolution of the position embeddings, pixels in [-1, 1].')
+_CPU_DEVICES = flags.DEFINE_integer(
+    'cpu_devices', None, 'Host devices the batches are split over on a CPU '
+    f'(default: config.cpu_devices, else {distributed.DEFAULT_CPU_DEVICES}).')
+flags.mark_flag_as_required('checkpoint')
+
+
+def main(argv):
+  if len(argv) > 1:
+    raise SystemExit(f'error: unexpected arguments {" ".join(argv[1:])}; '
+                     'pass the checkpoint as --checkpoint=SOURCE.')
+  config = _CONFIG.value
+  if config is not None and not isinstance(config, ml_collections.ConfigDict):
+    raise SystemExit('error: --config cannot be loaded: no file '
+                     f'{config_flags.get_config_filename(flags.FLAGS["config"])}')
+
+  def run():
+    cpu_devices = _CPU_DEVICES.value or (config or {}).get('cpu_devices')
+    distributed.set_cpu_devices(cpu_devices)
+    distributed.initialize_distributed()
+    return evaluation.evaluate(
+        _CHECKPOINT.value, config=config, model_name=_MODEL.value,
+        step=_STEP.value, data_dir=_DATA_DIR.value,
+        released_preprocessing=_RELEASED_PREPROCESSING.value)
+
+  result = errors.exit_on_user_error(run)
+  if jax.process_index() == 0:
+    print(f'top-1 {100 * result["top1"]:.2f}%, top-5 '
+          f'{100 * result["top5"]:.2f}%, loss {result["loss"]:.4f} over '
+          f'{result["examples"]} examples')
+    print(json.dumps(result))
+
+
+if __name__ == '__main__':
+  app.run(main)

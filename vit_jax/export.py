@@ -1,0 +1,69 @@
+"""Any checkpoint written in another format: what `python -m
+vit_jax.convert` does (that module holds the command and its flags).
+
+  npz    the official google-research/vision_transformer `.npz` (every ViT
+         of this project, hybrids and small-data options included)
+  timm   a folder with model.safetensors and config.json:
+         `timm.create_model('local-dir:DEST', pretrained=True)`
+  hf     a folder with config.json, model.safetensors and
+         preprocessor_config.json:
+         `transformers.ViTForImageClassification.from_pretrained(DEST)`
+"""
+
+import pathlib
+
+import jax
+
+from vit_jax import checkpoint
+from vit_jax import models
+from vit_jax.errors import CheckpointError
+from vit_jax.formats import hf
+from vit_jax.formats import npz
+from vit_jax.formats import params as params_lib
+from vit_jax.formats import timm
+
+FORMATS = ('npz', 'timm', 'hf')
+_FOLDER_WRITERS = {'timm': timm.write, 'hf': hf.write}
+
+
+def _check_destination(dest: pathlib.Path, format_name: str) -> None:
+  if format_name == 'npz':
+    if dest.is_dir():
+      raise CheckpointError(f'{dest} is a directory; --format=npz writes a '
+                            f'file: pass a path such as {dest}/model.npz.')
+    return
+  if dest.is_file():
+    raise CheckpointError(f'{dest} is a file; --format={format_name} writes a '
+                          'folder: pass a new or empty directory.')
+  if (dest / 'checkpoints').exists():
+    raise CheckpointError(f'{dest} is a vit_jax.main workdir, whose '
+                          'config.json the export would overwrite: pass a new '
+                          'or empty directory.')
+
+
+def convert(source: str | pathlib.Path, dest: str | pathlib.Path,
+            format_name: str, *, model_name: str | None = None,
+            step: int | None = None) -> str:
+  """Writes `source` as `dest` in `format_name`; returns what it wrote, in
+  one line."""
+  if format_name not in FORMATS:
+    raise CheckpointError(f'--format={format_name!r}: use one of '
+                          f'{", ".join(FORMATS)}.')
+  dest = pathlib.Path(dest)
+  _check_destination(dest, format_name)
+  loaded = checkpoint.load(source, model_name=model_name, step=step)
+  if not isinstance(loaded.model, models.VisionTransformer):
+    raise CheckpointError(f'{source} holds a {loaded.config.model}; only ViTs '
+                          'convert to other formats.')
+  params = params_lib.unstack_blocks(jax.device_get(loaded.params))
+  if format_name == 'npz':
+    npz.save_npz(params, dest)
+  else:
+    _FOLDER_WRITERS[format_name](dest, params, loaded.model,
+                                 loaded.image_size)
+  described = params_lib.describe_architecture(
+      params_lib.vit_architecture(params))
+  return (f'Wrote {dest} ({format_name}): {described}, '
+          f'{loaded.model.num_classes} classes, {loaded.image_size}x'
+          f'{loaded.image_size} images; from the {loaded.kind} {source}'
+          f'{f" (step {loaded.step})" if loaded.step is not None else ""}.')

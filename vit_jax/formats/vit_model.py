@@ -1,0 +1,153 @@
+"""The ViT that a tree of parameters from any format is: its architecture
+read from the shapes (the number of heads, which fused layouts hide, from
+`--model`, the file's config or the registered ViTs), its image size from
+the position embeddings, and what another library's format can hold of it.
+"""
+
+from collections.abc import Mapping
+import math
+from typing import Any
+
+from vit_jax import models
+from vit_jax.errors import CheckpointError
+from vit_jax.formats import params as params_lib
+
+
+def registered_num_heads(hidden_size: int) -> int | None:
+  """The heads of the registered ViTs of this width, when they agree (3 for
+  192, 12 for 768, ...)."""
+  heads = {fields['num_heads'] for fields in models.registered_vit_fields()
+           if fields['hidden_size'] == hidden_size}
+  return heads.pop() if len(heads) == 1 else None
+
+
+def num_heads(hidden_size: int, *, model_name: str | None,
+              stated: int | None, source: str) -> int:
+  """The number of heads of a ViT whose file fuses or flattens them: what
+  the file's config `stated`, else that of `--model`, else that of the
+  registered ViTs of `hidden_size`; one line saying what to pass when none
+  tells."""
+  if stated:
+    return int(stated)
+  if model_name:
+    fields = models.vit_fields(model_name)
+    if fields is None:
+      raise CheckpointError(f'--model={model_name} is not a ViT; pass one of '
+                            f'{", ".join(models.vit_names())}.')
+    return fields['num_heads']
+  heads = registered_num_heads(hidden_size)
+  if heads is None:
+    raise CheckpointError(
+        f'{source} has hidden size {hidden_size}, which no registered ViT '
+        'has, and does not say its number of heads: pass --model=NAME of a '
+        'ViT with its heads, or keep the config.json that came with it.')
+  return heads
+
+
+def _classifier(params: Mapping[str, Any]) -> str:
+  if 'cls' in params:
+    return 'token'
+  return 'map' if 'MAPHead_0' in params else 'gap'
+
+
+def head_fields(params: Mapping[str, Any]) -> dict:
+  """The VisionTransformer fields the parameters beside the encoder tell:
+  the classifier, `representation_size`, `distillation_token` and
+  `num_classes`."""
+  if 'head' not in params:
+    raise CheckpointError('The parameters have no classification head '
+                          '(head/kernel): a backbone alone cannot be '
+                          'evaluated or converted; fine-tune it with '
+                          'config.init_from.')
+  return {
+      'classifier': _classifier(params),
+      'representation_size': (params['pre_logits']['bias'].shape[0]
+                              if 'pre_logits' in params else None),
+      'distillation_token': 'dist' in params,
+      'num_classes': params['head']['bias'].shape[0],
+  }
+
+
+def model_for(params: Mapping[str, Any], *, model_name: str | None = None,
+              source: str) -> tuple[models.VisionTransformer, int]:
+  """The VisionTransformer that applies `params` (our tree, the official
+  layout) and the image size its position embeddings were trained for;
+  `model_name` (`--model`) when given, else the registered ViT of the
+  shapes, else a ViT of exactly those shapes. CheckpointError in one line
+  (or naming every key that does not fit `--model`)."""
+  architecture = params_lib.vit_architecture(params)
+  if architecture is None:
+    raise CheckpointError(f'{source} holds no ViT: it has no '
+                          'Transformer/encoder_norm.')
+  fields = head_fields(params)
+  name = model_name or models.vit_named(architecture)
+  if name:
+    if models.vit_fields(name) is None:
+      raise CheckpointError(f'--model={name} is not a ViT; pass one of '
+                            f'{", ".join(models.vit_names())}.')
+    model = models.create_model(name, **fields)
+    named = params_lib.vit_architecture(params_lib.param_shapes(
+        model, model.effective_patch_size))
+    if named != architecture:
+      found = models.vit_named(architecture)
+      raise CheckpointError(
+          f'{source} holds {params_lib.describe_architecture(architecture)}'
+          f'{f" ({found})" if found else ""}, but --model={name} is '
+          f'{params_lib.describe_architecture(named)}: leave out --model, '
+          'or pass the checkpoint of that model.')
+  elif architecture['resnet'] or architecture['patch_size'] is None:
+    raise CheckpointError(
+        f'{source} holds {params_lib.describe_architecture(architecture)} '
+        'that is not a registered model: pass --model=NAME.')
+  else:
+    model = models.VisionTransformer(
+        **{key: architecture[key] for key in
+           ('patch_size', 'hidden_size', 'num_layers', 'num_heads',
+            'mlp_dim')}, **fields)
+  image_size = _image_size(params, model, source)
+  params_lib.check_params(
+      params, params_lib.param_shapes(model, image_size), source=source,
+      target=f'{name or "the ViT"} at {image_size}x{image_size}')
+  return model, image_size
+
+
+def _image_size(params, model: models.VisionTransformer, source: str) -> int:
+  table = params.get('Transformer', {}).get('posembed_input', {}).get(
+      'pos_embedding')
+  if table is None:
+    raise CheckpointError(f'{source} has no learned position embeddings '
+                          '(Transformer/posembed_input/pos_embedding), so '
+                          'nothing tells its image size: evaluate it from '
+                          "its run's workdir.")
+  patches = table.shape[1] - len(model.prefix_tokens)
+  side = math.isqrt(max(patches, 0))
+  if side * side != patches:
+    raise CheckpointError(
+        f'{source} has position embeddings for {patches} patches and '
+        f'{len(model.prefix_tokens)} prefix token(s): not a square grid.')
+  return side * model.effective_patch_size
+
+
+def check_exportable(model: models.VisionTransformer, format_name: str,
+                     unsupported: dict[str, bool]) -> None:
+  """One line naming the first feature of `model` that `format_name`
+  cannot hold: `unsupported` maps a description to whether the model has
+  it; .npz holds them all."""
+  for feature, present in unsupported.items():
+    if present:
+      raise CheckpointError(
+          f'{format_name} has no {feature}, which this ViT has: convert it '
+          'with --format=npz, which holds every ViT of this project.')
+
+
+def common_unsupported(model: models.VisionTransformer) -> dict[str, bool]:
+  """The features of our ViTs that neither timm's nor transformers' ViT
+  layout holds in the same way."""
+  return {
+      'ResNet stem (the hybrid)': model.resnet_stages is not None,
+      'MAP head': model.classifier == 'map',
+      'distillation token': model.distillation_token,
+      'shifted-patch embedding': model.shifted_patches,
+      'locality self-attention': model.locality_attention,
+      f'position embedding {model.posemb!r}': model.posemb != 'learned',
+  }
