@@ -8,6 +8,7 @@ import pytest
 from tests.conftest import png
 from vit_jax import checkpoint
 from vit_jax import config_schema
+from vit_jax import export
 from vit_jax import models
 from vit_jax.analysis import subjects
 from vit_jax.errors import AnalysisError
@@ -88,6 +89,19 @@ def test_a_released_npz_is_analysed_at_its_position_embeddings_size(
     subjects.read_class_names(tmp_path / 'classes.txt', subject)
   with pytest.raises(CheckpointError, match='--model=SimpleCNN is not a ViT'):
     subjects.checkpoint_subject(released, 'SimpleCNN')
+
+
+@pytest.mark.parametrize('format_name', ['timm', 'hf'])
+def test_timm_and_transformers_folders_are_analysed_the_same(
+    released, tmp_path, format_name):
+  export.convert(released, tmp_path / format_name, format_name)
+  subject = subjects.checkpoint_subject(tmp_path / format_name, None)
+  assert subject.image_size == 32 and subject.grid == (8, 8)
+  assert subject.described['format'] == format_name
+  assert subject.model.num_heads == 4  # from the folder's config.json
+  reference = subjects.checkpoint_subject(released, None)
+  jax.tree.map(np.testing.assert_array_equal, subject.params,
+               reference.params)
 
 
 def test_position_table_is_the_learned_the_fixed_or_none():
