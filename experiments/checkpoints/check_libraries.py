@@ -1,0 +1,257 @@
+r"""Our timm and transformers exports, and our readers of their checkpoints,
+checked against the real libraries.
+
+  python -m experiments.checkpoints.check_libraries \
+      --torch_python=/tmp/torch_venv/bin/python
+
+(from the repository's root). Two Pythons, as in
+experiments/benchmarks/compare_pytorch.py: this script runs our side under
+the project's Python; `library_worker.py` runs the libraries' side under
+`--torch_python`, a separate venv with torch, timm, transformers and
+safetensors, none of which the project depends on.
+
+Out: ViT-B_16 (1000 classes), ViT-Ti_16 with classifier='gap' (10 classes;
+timm only, transformers' ViT has no 'gap') and ViT-S_32 (100 classes, no
+`representation_size`), all at 224x224, get parameters with distinct random
+values (kernels, biases, position embeddings and class token normal * 0.02,
+LayerNorm scales 1 + normal * 0.1, heads not zero), are saved with
+`checkpoint.save_npz` and converted from that .npz with `export.convert` to
+a timm and a transformers folder. The worker loads the folders with
+`timm.create_model('local-dir:DIR', pretrained=True)` and
+`ViTForImageClassification.from_pretrained(DIR)`; their logits on 4 fixed
+random images in [-1, 1] are compared with ours
+(`model.apply(variables, images, train=False)`). It also loads them with the
+libraries' defaults that ours differs from (exact GELU; transformers'
+LayerNorm eps 1e-12), to show what a config that left those out would cost.
+
+In: the worker makes timm ViT-S/16, timm ViT-Ti/16 with average pooling and
+a transformers ViT-S/16 (tanh GELU, eps 1e-6) with random weights and saves
+them in their libraries' own folder layouts; `checkpoint.load(DIR)` reads
+them and our logits are compared with the library's.
+
+Each number is max |a - b| / max |reference|, the reference being the logits
+of the model whose weights they are (ours out, the library's in). Writes
+every number, the versions and the date to --output and prints a markdown
+table. Temporary files go under a tempfile.mkdtemp(), removed at the end.
+"""
+
+import datetime
+import json
+import pathlib
+import shutil
+import subprocess
+import sys
+import tempfile
+
+from absl import app
+from absl import flags
+
+HERE = pathlib.Path(__file__).resolve().parent
+REPO = HERE.parent.parent
+if sys.path[0] != str(REPO):
+  sys.path.insert(0, str(REPO))  # this checkout's vit_jax, not an installed one
+
+# pylint: disable=g-import-not-at-top,wrong-import-position
+import flax
+import jax
+import numpy as np
+
+from vit_jax import checkpoint
+from vit_jax import export
+from vit_jax import models
+from vit_jax.formats import safetensors_file
+# pylint: enable=g-import-not-at-top,wrong-import-position
+
+FLAGS = flags.FLAGS
+flags.DEFINE_string('torch_python', None,
+                    'Python of a venv with torch, timm, transformers and '
+                    'safetensors, which runs library_worker.py.')
+flags.DEFINE_string('output', str(HERE / 'library_check.json'),
+                    'Where the JSON record goes.')
+flags.mark_flag_as_required('torch_python')
+
+IMAGE_SIZE = 224
+NUM_IMAGES = 4
+TARGET = 1e-5
+# name: (registered model, overrides, formats).
+OURS = {
+    'ViT-B_16': ('ViT-B_16', {'num_classes': 1000}, ('timm', 'hf')),
+    'ViT-Ti_16 gap': ('ViT-Ti_16', {'num_classes': 10, 'classifier': 'gap'},
+                      ('timm',)),
+    'ViT-S_32': ('ViT-S_32', {'num_classes': 100}, ('timm', 'hf')),
+}
+LIBRARY = {'timm': 'timm', 'hf': 'transformers'}
+
+
+def random_params(model, seed: int) -> dict:
+  """`model`'s parameters, each drawn at random (none zero or one)."""
+  shapes = jax.eval_shape(
+      lambda: model.init(jax.random.key(0),
+                         np.zeros((1, IMAGE_SIZE, IMAGE_SIZE, 3), np.float32),
+                         train=False))['params']
+  rng = np.random.default_rng(seed)
+
+  def draw(path, leaf):
+    name = getattr(path[-1], 'key', str(path[-1]))
+    noise = rng.standard_normal(leaf.shape).astype(np.float32)
+    if name == 'scale':  # LayerNorm
+      return 1 + np.float32(0.1) * noise
+    return np.float32(0.02) * noise
+
+  return jax.tree_util.tree_map_with_path(draw, flax.core.unfreeze(shapes))
+
+
+def relative(ours: np.ndarray, theirs: np.ndarray,
+             reference: np.ndarray) -> dict:
+  difference = np.abs(np.asarray(ours, np.float64) -
+                      np.asarray(theirs, np.float64))
+  scale = float(np.abs(np.asarray(reference, np.float64)).max())
+  return {'max_rel_diff': float(difference.max()) / scale,
+          'max_abs_diff': float(difference.max()),
+          'max_abs_reference': scale,
+          'top1_agree': int((np.argmax(ours, -1) ==
+                             np.argmax(theirs, -1)).sum())}
+
+
+def logits_of(model, variables, images) -> np.ndarray:
+  return np.asarray(jax.jit(lambda v, x: model.apply(v, x, train=False))(
+      variables, images), np.float64)
+
+
+def run_worker(torch_python: str, request: dict, tmp: pathlib.Path) -> dict:
+  request_file = tmp / 'request.json'
+  request_file.write_text(json.dumps(request))
+  command = [torch_python, str(HERE / 'library_worker.py'), str(request_file)]
+  out = subprocess.run(command, stdout=subprocess.PIPE, text=True,
+                       check=False, cwd=REPO)  # its stderr: ours
+  if out.returncode:
+    raise RuntimeError(f'{" ".join(command)} failed (exit status '
+                       f'{out.returncode}); its output is above.')
+  return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def main(argv):
+  del argv
+  tmp = pathlib.Path(tempfile.mkdtemp(prefix='library_check_'))
+  try:
+    record = check(tmp)
+  finally:
+    shutil.rmtree(tmp, ignore_errors=True)
+  output = pathlib.Path(FLAGS.output)
+  output.write_text(json.dumps(record, indent=2) + '\n')
+  print(table(record))
+  print(f'\nWrote {output}.')
+
+
+def check(tmp: pathlib.Path) -> dict:
+  images = np.random.default_rng(0).uniform(
+      -1, 1, (NUM_IMAGES, IMAGE_SIZE, IMAGE_SIZE, 3)).astype(np.float32)
+  safetensors_file.write(tmp / 'images.safetensors', {'images': images})
+
+  ours, exports, converted = {}, [], {}
+  for seed, (name, (registered, overrides, formats)) in enumerate(
+      OURS.items()):
+    model = models.create_model(registered, **overrides)
+    params = random_params(model, seed + 1)
+    npz_path = tmp / f'{registered}.npz'
+    checkpoint.save_npz(params, npz_path)
+    ours[name] = logits_of(model, {'params': params}, images)
+    request = {'name': name, 'timm': None, 'hf': None}
+    for format_name in formats:
+      folder = tmp / f'{registered}_{format_name}'
+      converted[f'{name} {format_name}'] = export.convert(npz_path, folder,
+                                                          format_name)
+      request[format_name] = str(folder)
+    exports.append(request)
+    print(f'ours: {name} exported', flush=True)
+
+  native_dir = tmp / 'native'
+  native_dir.mkdir()
+  answer = run_worker(FLAGS.torch_python,
+                      {'images': str(tmp / 'images.safetensors'),
+                       'exports': exports, 'native_dir': str(native_dir)},
+                      tmp)
+
+  rows = []
+  for name, results in answer['exports'].items():
+    reference = ours[name]
+    for format_name in ('timm', 'hf'):
+      if format_name not in results:
+        continue
+      variants = {'tanh GELU, eps 1e-6 (as exported)': format_name,
+                  'exact GELU': f'{format_name}_exact_gelu',
+                  'LayerNorm eps 1e-12': f'{format_name}_eps_1e-12'}
+      row = {'direction': 'out', 'model': name,
+             'library': LIBRARY[format_name],
+             'loaded_as': {key: {k: v for k, v in results[key].items()
+                                 if k != 'logits'}
+                           for key in variants.values() if key in results},
+             'convert': converted[f'{name} {format_name}']}
+      for variant, key in variants.items():
+        if key in results:
+          row[variant] = relative(reference, np.array(results[key]['logits']),
+                                  reference)
+      rows.append(row)
+
+  for name, native in answer['natives'].items():
+    loaded = checkpoint.load(native['dir'])
+    theirs = np.array(native['logits'])
+    our_logits = logits_of(loaded.model, loaded.variables, images)
+    rows.append({
+        'direction': 'in', 'model': name, 'library': native['library'],
+        'made_with': native['description'],
+        'files': native['files'],
+        'library_rereads_identically': native['library_rereads_identically'],
+        'read_as': (f'{loaded.kind}: {type(loaded.model).__name__}('
+                    f'patch {loaded.model.patch_size}, hidden '
+                    f'{loaded.model.hidden_size}, {loaded.model.num_layers} '
+                    f'layers, {loaded.model.num_heads} heads, classifier '
+                    f'{loaded.model.classifier!r}, {loaded.model.num_classes} '
+                    f'classes) at {loaded.image_size}'),
+        'tanh GELU, eps 1e-6 (as saved)': relative(our_logits, theirs, theirs),
+    })
+    print(f'ours: {name} read', flush=True)
+
+  matched = [row.get('tanh GELU, eps 1e-6 (as exported)',
+                     row.get('tanh GELU, eps 1e-6 (as saved)'))
+             for row in rows]
+  return {
+      'date': datetime.date.today().isoformat(),
+      'versions': {**answer['versions'], 'jax': jax.__version__,
+                   'flax': flax.__version__, 'numpy': np.__version__,
+                   'python (ours)': sys.version.split()[0]},
+      'pythons': {'vit_jax': sys.executable, 'libraries': FLAGS.torch_python},
+      'jax_backend': jax.default_backend(),
+      'torch_threads': answer['torch_threads'],
+      'images': f'{NUM_IMAGES} x {IMAGE_SIZE}x{IMAGE_SIZE}x3 float32, '
+                'uniform in [-1, 1] (numpy default_rng(0)); NCHW for torch',
+      'metric': 'max |a - b| / max |reference|, the reference being the '
+                'logits of the model whose weights they are (ours out, the '
+                "library's in)",
+      'target': TARGET,
+      'all_under_target': all(m['max_rel_diff'] < TARGET for m in matched),
+      'rows': rows,
+  }
+
+
+def _cell(row: dict, key: str) -> str:
+  return f'{row[key]["max_rel_diff"]:.1e}' if key in row else ''
+
+
+def table(record: dict) -> str:
+  lines = ['| direction | model | logits, max rel. diff | top-1 agree | '
+           'with exact GELU | with LayerNorm eps 1e-12 |',
+           '| --- | --- | --- | --- | --- | --- |']
+  for row in record['rows']:
+    key = ('tanh GELU, eps 1e-6 (as exported)' if row['direction'] == 'out'
+           else 'tanh GELU, eps 1e-6 (as saved)')
+    direction = ('vit_jax -> ' + row['library'] if row['direction'] == 'out'
+                 else row['library'] + ' -> vit_jax')
+    lines.append(
+        f'| {direction} | {row["model"]} | {_cell(row, key)} | '
+        f'{row[key]["top1_agree"]}/{NUM_IMAGES} | '
+        f'{_cell(row, "exact GELU")} | {_cell(row, "LayerNorm eps 1e-12")} |')
+  return '\n'.join(lines)
+
+if __name__ == '__main__':
+  app.run(main)

@@ -1,0 +1,205 @@
+r"""The PyTorch side of `check_libraries.py`, run under the Python of a
+separate venv with torch, timm, transformers and safetensors (none of which
+the project depends on); it needs nothing else, not numpy nor vit_jax:
+
+  /tmp/torch_venv/bin/python experiments/checkpoints/library_worker.py \
+      REQUEST.json
+
+REQUEST.json names the images (a .safetensors file holding `images`, NHWC
+float32 in [-1, 1]), our exported folders and an empty folder for the
+libraries' own checkpoints:
+
+  {"images": PATH,
+   "exports": [{"name": "ViT-B_16", "timm": DIR or null, "hf": DIR or null}],
+   "native_dir": DIR}
+
+For each export it loads the timm folder with
+`timm.create_model('local-dir:DIR', pretrained=True)` and the transformers
+folder with `ViTForImageClassification.from_pretrained(DIR)` (eval mode,
+float32, the images as NCHW), and the same weights again with the libraries'
+defaults that ours differs from: exact GELU (timm `act_layer='gelu'`,
+transformers `hidden_act='gelu'`) and transformers' LayerNorm eps 1e-12.
+Then it makes the libraries' own ViTs with random weights (`NATIVE`), saves
+each in its library's folder layout under native_dir, and records their
+logits, for our side to read back with `checkpoint.load`.
+
+Prints one JSON line, the last on stdout: the versions, the logits of every
+model (lists of floats), and how each was loaded.
+"""
+
+import json
+import os
+import pathlib
+import sys
+
+# name: (library, description, what makes it).
+NATIVE = {
+    'timm_vit_small_patch16_224': (
+        'timm', "timm.create_model('vit_small_patch16_224', "
+        "act_layer='gelu_tanh', num_classes=10), saved with "
+        "timm.models.save_for_hf(safe_serialization=True)"),
+    'timm_vit_tiny_patch16_224_gap': (
+        'timm', "timm.create_model('vit_tiny_patch16_224', "
+        "act_layer='gelu_tanh', num_classes=10, class_token=False, "
+        "global_pool='avg', fc_norm=False), saved with save_for_hf"),
+    'hf_vit_s16': (
+        'transformers', 'ViTForImageClassification(ViTConfig(hidden_size=384, '
+        'num_hidden_layers=12, num_attention_heads=6, intermediate_size=1536, '
+        "hidden_act='gelu_pytorch_tanh', layer_norm_eps=1e-6, num_labels=10, "
+        'image_size=224, patch_size=16)), saved with save_pretrained'),
+}
+
+
+def _logits(model, images) -> list:
+  import torch  # pylint: disable=g-import-not-at-top
+  with torch.no_grad():
+    out = model(images)
+  out = getattr(out, 'logits', out)
+  assert out.dtype == torch.float32, out.dtype
+  return out.double().tolist()
+
+
+def _perturb(model, generator) -> None:
+  """Every bias and norm parameter away from its init (zeros, ones), so a
+  misplaced one shows; the head drawn at random even where the init zeroes
+  it."""
+  import torch  # pylint: disable=g-import-not-at-top
+  with torch.no_grad():
+    for name, parameter in model.named_parameters():
+      noise = torch.randn(parameter.shape, generator=generator)
+      if 'norm' in name and name.endswith('weight'):
+        parameter.copy_(1 + 0.1 * noise)
+      elif name.endswith('bias'):
+        parameter.copy_(0.02 * noise)
+      elif name.startswith(('head.', 'classifier.')):
+        parameter.copy_(0.02 * noise)
+
+
+def _timm_export(directory: str, images, **overrides) -> dict:
+  import timm  # pylint: disable=g-import-not-at-top
+  model = timm.create_model(f'local-dir:{directory}', pretrained=True,
+                            **overrides).eval()
+  act = type(model.blocks[0].mlp.act).__name__
+  eps = model.blocks[0].norm1.eps
+  return {'logits': _logits(model, images), 'act': act, 'eps': eps}
+
+
+def _hf_export(directory: str, images, **overrides) -> dict:
+  import torch  # pylint: disable=g-import-not-at-top
+  import transformers  # pylint: disable=g-import-not-at-top
+  model, info = transformers.ViTForImageClassification.from_pretrained(
+      directory, output_loading_info=True, **overrides)
+  model.eval()
+  # Every array of the folder used, none missing, none reshaped.
+  problems = {key: value for key, value in info.items() if value}
+  if problems:
+    raise RuntimeError(f'{directory}: transformers loaded it with {problems}')
+  assert next(model.parameters()).dtype == torch.float32
+  config = model.config
+  return {'logits': _logits(model, images), 'act': config.hidden_act,
+          'eps': config.layer_norm_eps,
+          'attn_implementation': getattr(config, '_attn_implementation',
+                                         None)}
+
+
+def _native(name: str, directory: pathlib.Path, images) -> dict:
+  import torch  # pylint: disable=g-import-not-at-top
+  generator = torch.Generator().manual_seed(len(name))
+  torch.manual_seed(0)
+  if name.startswith('timm_'):
+    import timm  # pylint: disable=g-import-not-at-top
+    from timm.models import save_for_hf  # pylint: disable=g-import-not-at-top
+    if name == 'timm_vit_small_patch16_224':
+      model = timm.create_model('vit_small_patch16_224', pretrained=False,
+                                act_layer='gelu_tanh', num_classes=10)
+      heads = 6
+    else:
+      model = timm.create_model('vit_tiny_patch16_224', pretrained=False,
+                                act_layer='gelu_tanh', num_classes=10,
+                                class_token=False, global_pool='avg',
+                                fc_norm=False)
+      heads = 3
+    _perturb(model, generator)
+    model.eval()
+    save_for_hf(model, str(directory), model_args={'num_heads': heads},
+                safe_serialization=True)
+    logits = _logits(model, images)
+    # The folder is timm's own: timm reads it back to the same logits.
+    again = timm.create_model(f'local-dir:{directory}', pretrained=True).eval()
+    reread = _logits(again, images)
+  else:
+    import transformers  # pylint: disable=g-import-not-at-top
+    config = transformers.ViTConfig(
+        hidden_size=384, num_hidden_layers=12, num_attention_heads=6,
+        intermediate_size=1536, hidden_act='gelu_pytorch_tanh',
+        layer_norm_eps=1e-6, num_labels=10, image_size=224, patch_size=16)
+    model = transformers.ViTForImageClassification(config)
+    _perturb(model, generator)
+    model.eval()
+    model.save_pretrained(str(directory), safe_serialization=True)
+    logits = _logits(model, images)
+    again = transformers.ViTForImageClassification.from_pretrained(
+        str(directory)).eval()
+    reread = _logits(again, images)
+  rereads_equal = reread == logits
+  return {'dir': str(directory), 'library': NATIVE[name][0],
+          'description': NATIVE[name][1], 'logits': logits,
+          'files': sorted(p.name for p in directory.iterdir()),
+          'library_rereads_identically': rereads_equal}
+
+
+def main():
+  # The answer gets the real stdout; whatever the libraries print goes to
+  # stderr.
+  answer = os.fdopen(os.dup(1), 'w')
+  os.dup2(2, 1)
+  request = json.loads(pathlib.Path(sys.argv[1]).read_text())
+
+  import safetensors  # pylint: disable=g-import-not-at-top
+  from safetensors.torch import load_file  # pylint: disable=g-import-not-at-top
+  import timm  # pylint: disable=g-import-not-at-top
+  import torch  # pylint: disable=g-import-not-at-top
+  import transformers  # pylint: disable=g-import-not-at-top
+
+  torch.set_num_threads(1)  # a light neighbour of the test suite
+  images = load_file(request['images'])['images']
+  assert images.dtype == torch.float32, images.dtype
+  images = images.permute(0, 3, 1, 2).contiguous()  # NHWC -> NCHW
+
+  exports = {}
+  for export in request['exports']:
+    result = {}
+    if export.get('timm'):
+      result['timm'] = _timm_export(export['timm'], images)
+      result['timm_exact_gelu'] = _timm_export(export['timm'], images,
+                                               act_layer='gelu')
+    if export.get('hf'):
+      result['hf'] = _hf_export(export['hf'], images)
+      result['hf_exact_gelu'] = _hf_export(export['hf'], images,
+                                           hidden_act='gelu')
+      result['hf_eps_1e-12'] = _hf_export(export['hf'], images,
+                                          layer_norm_eps=1e-12)
+    exports[export['name']] = result
+    print(f'worker: {export["name"]} done', file=sys.stderr, flush=True)
+
+  natives = {}
+  for name in NATIVE:
+    directory = pathlib.Path(request['native_dir']) / name
+    directory.mkdir(parents=True)
+    natives[name] = _native(name, directory, images)
+    print(f'worker: {name} done', file=sys.stderr, flush=True)
+
+  answer.write(json.dumps({
+      'versions': {'torch': torch.__version__, 'timm': timm.__version__,
+                   'transformers': transformers.__version__,
+                   'safetensors': safetensors.__version__,
+                   'python': sys.version.split()[0]},
+      'torch_threads': torch.get_num_threads(),
+      'exports': exports,
+      'natives': natives,
+  }) + '\n')
+  answer.flush()
+
+
+if __name__ == '__main__':
+  main()
