@@ -76,6 +76,8 @@ def _image_folder(root, classes=('cat', 'dog'), per_class=(12, 4)):
   return root
 
 
+# Slow: the fine-tuning walkthrough trains on the same image folder.
+@pytest.mark.slow
 def test_image_folder_walkthrough_trains_from_scratch(tmp_path):
   config = _config('image_folder')
   config.update(data_dir=str(_image_folder(tmp_path / 'photos')),

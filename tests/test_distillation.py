@@ -45,6 +45,8 @@ def _student_config(data_dir, teacher_workdir, **overrides):
   return config
 
 
+# Slow: test_a_distilled_run_trains_and_evaluates runs the same objective.
+@pytest.mark.slow
 def test_the_distillation_head_learns_the_teachers_classes(teacher_run):
   # The step's loss at the initial parameters is half the class head's
   # cross-entropy with the (smoothed) labels plus half the distillation

@@ -15,8 +15,10 @@ from vit_jax.formats import vit_model
 
 # Each family's width, heads and patch with one block, at a 2x2 patch grid:
 # the shapes that differ between families, at a size a test can hold.
-FAMILIES = ['ViT-Ti_16', 'ViT-S_32', 'ViT-B_8', 'ViT-L_16', 'ViT-H_14',
-            'ViT-Tiny-CIFAR_4']
+# The largest families' arrays take a second each: slow.
+FAMILIES = ['ViT-Ti_16', 'ViT-S_32', 'ViT-Tiny-CIFAR_4',
+            *(pytest.param(name, marks=pytest.mark.slow)
+              for name in ('ViT-B_8', 'ViT-L_16', 'ViT-H_14'))]
 
 
 def _one_block(name, **fields):
