@@ -343,3 +343,12 @@ def random_vit_params(model, image_size: int, seed: int = 0) -> dict:
   rng = np.random.default_rng(seed)
   return jax.tree.map(
       lambda s: rng.standard_normal(s.shape).astype(np.float32) * 0.1, shapes)
+
+
+def one_block_vit(name: str, **fields):
+  """A registered ViT's family (width, heads, patch) with one block and 7
+  classes, and random parameters for a 2x2 patch grid: the shapes that
+  differ between families, at a size a test can hold."""
+  from vit_jax import models  # pylint: disable=g-import-not-at-top
+  model = models.create_model(name, 7, num_layers=1, **fields)
+  return model, random_vit_params(model, 2 * model.patch_size)

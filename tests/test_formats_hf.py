@@ -2,11 +2,13 @@
 
 import json
 
-import jax
 import numpy as np
 import pytest
 
+from tests.conftest import one_block_vit
 from tests.conftest import random_vit_params
+from tests.test_formats_npz import assert_trees_identical
+from vit_jax import checkpoint
 from vit_jax import models
 from vit_jax.errors import CheckpointError
 from vit_jax.formats import hf
@@ -18,31 +20,20 @@ FAMILIES = ['ViT-Ti_16', 'ViT-S_32', 'ViT-Tiny-CIFAR_4',
               for name in ('ViT-B_8', 'ViT-L_16', 'ViT-H_14'))]
 
 
-def _one_block(name, **fields):
-  model = models.create_model(name, 7, num_layers=1, **fields)
-  return model, random_vit_params(model, 2 * model.patch_size)
-
-
-def _equal(a, b) -> bool:
-  return jax.tree.structure(a) == jax.tree.structure(b) and all(
-      np.array_equal(x, y) for x, y in zip(jax.tree.leaves(a),
-                                           jax.tree.leaves(b)))
-
-
 @pytest.mark.parametrize('name', FAMILIES)
 def test_ours_to_hf_to_ours_is_exact(tmp_path, name):
-  model, params = _one_block(name)
+  model, params = one_block_vit(name)
   hf.write(tmp_path, params, model, 2 * model.patch_size)
-  assert _equal(hf.read(tmp_path, None), params)
-  assert _equal(hf.read(tmp_path / 'model.safetensors', None), params)
+  assert_trees_identical(hf.read(tmp_path, None), params)
+  assert_trees_identical(hf.read(tmp_path / 'model.safetensors', None), params)
 
 
 def test_a_vit_model_without_the_prefix_reads_the_same(tmp_path):
-  model, params = _one_block('ViT-Tiny-CIFAR_4')
+  model, params = one_block_vit('ViT-Tiny-CIFAR_4')
   state = {key.removeprefix('vit.'): value
            for key, value in hf.to_state(params).items()}
   safetensors_file.write(tmp_path / 'model.safetensors', state)
-  assert _equal(hf.read(tmp_path / 'model.safetensors', None), params)
+  assert_trees_identical(hf.read(tmp_path / 'model.safetensors', None), params)
 
 
 def test_the_names_and_shapes_are_transformers():
@@ -84,7 +75,7 @@ def test_the_names_and_shapes_are_transformers():
 
 
 def test_the_config_builds_transformers_model_of_our_logits(tmp_path):
-  model, params = _one_block('ViT-B_16')
+  model, params = one_block_vit('ViT-B_16')
   hf.write(tmp_path, params, model, 32)
   config = json.loads((tmp_path / 'config.json').read_text())
   assert (config['hidden_act'], config['layer_norm_eps']) == (
@@ -104,7 +95,7 @@ def test_the_config_builds_transformers_model_of_our_logits(tmp_path):
     (dict(distillation_token=True), 'distillation token'),
 ])
 def test_what_transformers_cannot_hold_is_one_line(tmp_path, fields, feature):
-  model, params = _one_block('ViT-Tiny-CIFAR_4', **fields)
+  model, params = one_block_vit('ViT-Tiny-CIFAR_4', **fields)
   with pytest.raises(CheckpointError, match="transformers' "
                      f'ViTForImageClassification has no {feature}'):
     hf.write(tmp_path, params, model, 8)
@@ -112,7 +103,7 @@ def test_what_transformers_cannot_hold_is_one_line(tmp_path, fields, feature):
 
 
 def test_one_wrong_shape_is_one_line_naming_the_key(tmp_path):
-  model, params = _one_block('ViT-Tiny-CIFAR_4')
+  model, params = one_block_vit('ViT-Tiny-CIFAR_4')
   hf.write(tmp_path, params, model, 8)
   path = tmp_path / 'model.safetensors'
   state = safetensors_file.read(path)
@@ -127,11 +118,20 @@ def test_one_wrong_shape_is_one_line_naming_the_key(tmp_path):
       'size 128, 1 layer of 4 heads, MLP 512, patch 4x4.')
 
 
-def test_a_backbone_without_a_classifier_is_one_line(tmp_path):
-  model, params = _one_block('ViT-Tiny-CIFAR_4')
-  state = hf.to_state(params)
-  del state['classifier.weight'], state['classifier.bias']
+def test_a_vit_model_with_a_pooler_reads_as_a_backbone_with_pre_logits(
+    tmp_path):
+  """A ViTModel as the hub's in21k releases are: no classifier, a pooler
+  (Dense and tanh on the class token, the official pre-logits layer). It
+  reads for fine-tuning; what needs a head says so in one line."""
+  model, params = one_block_vit('ViT-Tiny-CIFAR_4', representation_size=128)
+  state = {key.removeprefix('vit.'): value
+           for key, value in hf.to_state(params).items()
+           if not key.startswith('classifier.')}
+  assert {'pooler.dense.weight', 'pooler.dense.bias'} <= set(state)
   safetensors_file.write(tmp_path / 'model.safetensors', state)
+  backbone = {key: value for key, value in params.items() if key != 'head'}
+  assert_trees_identical(hf.read(tmp_path, None), backbone)
   with pytest.raises(CheckpointError, match=r'has no classification head '
-                     r'\(classifier.weight\)'):
-    hf.read(tmp_path, None)
+                     r'\(head/kernel\): a backbone alone cannot be evaluated '
+                     'or converted; fine-tune it with config.init_from'):
+    checkpoint.load(tmp_path)

@@ -2,46 +2,34 @@
 
 import json
 
-import jax
 import numpy as np
 import pytest
 
+from tests.conftest import one_block_vit
 from tests.conftest import random_vit_params
+from tests.test_formats_npz import assert_trees_identical
 from vit_jax import models
 from vit_jax.errors import CheckpointError
 from vit_jax.formats import safetensors_file
 from vit_jax.formats import timm
 from vit_jax.formats import vit_model
 
-# Each family's width, heads and patch with one block, at a 2x2 patch grid:
-# the shapes that differ between families, at a size a test can hold.
 # The largest families' arrays take a second each: slow.
 FAMILIES = ['ViT-Ti_16', 'ViT-S_32', 'ViT-Tiny-CIFAR_4',
             *(pytest.param(name, marks=pytest.mark.slow)
               for name in ('ViT-B_8', 'ViT-L_16', 'ViT-H_14'))]
 
 
-def _one_block(name, **fields):
-  model = models.create_model(name, 7, num_layers=1, **fields)
-  return model, random_vit_params(model, 2 * model.patch_size)
-
-
-def _equal(a, b) -> bool:
-  return jax.tree.structure(a) == jax.tree.structure(b) and all(
-      np.array_equal(x, y) for x, y in zip(jax.tree.leaves(a),
-                                           jax.tree.leaves(b)))
-
-
 @pytest.mark.parametrize('name', FAMILIES)
 @pytest.mark.parametrize('classifier', ['token', 'gap'])
 def test_ours_to_timm_to_ours_is_exact(tmp_path, name, classifier):
-  model, params = _one_block(name, classifier=classifier)
+  model, params = one_block_vit(name, classifier=classifier)
   image_size = 2 * model.patch_size
   timm.write(tmp_path / 'timm', params, model, image_size)
   # The heads from config.json, then from the registered ViTs of the width.
-  assert _equal(timm.read(tmp_path / 'timm', None), params)
+  assert_trees_identical(timm.read(tmp_path / 'timm', None), params)
   bare = tmp_path / 'timm' / 'model.safetensors'
-  assert _equal(timm.read(bare, None), params)
+  assert_trees_identical(timm.read(bare, None), params)
   back, size = vit_model.model_for(timm.read(bare, None), source='x')
   assert size == image_size
   assert (back.num_heads, back.classifier, back.num_classes) == (
@@ -83,7 +71,7 @@ def test_the_names_and_shapes_are_timms():
 
 
 def test_qkv_is_query_key_value_in_that_order_heads_flattened():
-  model, params = _one_block('ViT-Tiny-CIFAR_4')
+  model, params = one_block_vit('ViT-Tiny-CIFAR_4')
   state = timm.to_state(params)
   attention = params['Transformer']['encoderblock_0'][
       'MultiHeadDotProductAttention_0']
@@ -97,7 +85,7 @@ def test_qkv_is_query_key_value_in_that_order_heads_flattened():
 
 
 def test_the_config_builds_timms_model_of_our_logits(tmp_path):
-  model, params = _one_block('ViT-S_32', classifier='gap')
+  model, params = one_block_vit('ViT-S_32', classifier='gap')
   timm.write(tmp_path, params, model, 64)
   written = json.loads((tmp_path / 'config.json').read_text())
   assert written['model_args'] == {
@@ -115,7 +103,7 @@ def test_the_config_builds_timms_model_of_our_logits(tmp_path):
     (dict(posemb='sincos2d'), "position embedding 'sincos2d'"),
 ])
 def test_what_timm_cannot_hold_is_one_line(tmp_path, fields, feature):
-  model, params = _one_block('ViT-Tiny-CIFAR_4', **fields)
+  model, params = one_block_vit('ViT-Tiny-CIFAR_4', **fields)
   with pytest.raises(CheckpointError, match=f"timm's VisionTransformer has "
                      f'no {feature}.*convert it with --format=npz'):
     timm.write(tmp_path, params, model, 32)
@@ -123,7 +111,7 @@ def test_what_timm_cannot_hold_is_one_line(tmp_path, fields, feature):
 
 
 def _written(tmp_path):
-  model, params = _one_block('ViT-Tiny-CIFAR_4')
+  model, params = one_block_vit('ViT-Tiny-CIFAR_4')
   timm.write(tmp_path / 'timm', params, model, 8)
   path = tmp_path / 'timm' / 'model.safetensors'
   return path, safetensors_file.read(path)
@@ -159,8 +147,15 @@ def test_a_width_no_registered_vit_has_needs_its_heads(tmp_path):
                               num_heads=6, mlp_dim=64, num_layers=1)
   params = random_vit_params(model, 8)
   timm.write(tmp_path, params, model, 8)
-  assert _equal(timm.read(tmp_path, None), params)  # config.json has them
+  assert_trees_identical(timm.read(tmp_path, None), params)  # config.json has them
   with pytest.raises(CheckpointError, match='hidden size 96, which no '
                      'registered ViT has, and does not say its number of '
                      'heads: pass --model=NAME'):
     timm.read(tmp_path / 'model.safetensors', None)
+
+
+def test_a_backbone_without_a_head_reads_for_fine_tuning(tmp_path):
+  path, state = _written(tmp_path)
+  del state['head.weight'], state['head.bias']
+  safetensors_file.write(path, state)
+  assert 'head' not in timm.read(path, None)

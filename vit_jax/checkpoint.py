@@ -20,8 +20,6 @@ from absl import logging
 import jax
 import ml_collections
 
-import safetensors
-
 from vit_jax import files
 from vit_jax import models
 from vit_jax import run_checkpoints
@@ -146,12 +144,7 @@ SOURCES_HELP = ('a vit_jax.main workdir, an official .npz, a timm '
 
 def _safetensors_kind(path: pathlib.Path) -> str:
   """TIMM or HF, from the array names in a .safetensors file's header."""
-  try:
-    with safetensors.safe_open(str(path), framework='numpy') as f:
-      keys = list(f.keys())
-  except (safetensors.SafetensorError, OSError) as e:
-    raise CheckpointError(f'{path} is not a readable .safetensors file: '
-                          f'{e}.') from e
+  keys = safetensors_file.names(path)
   if timm.is_state(keys):
     return TIMM
   if hf.is_state(keys):
@@ -198,6 +191,12 @@ def load_params(source: str | pathlib.Path, step: int | None = None,
   kind = source_kind(path)
   if kind == WORKDIR:
     return load_run(path, step).params
+  return _read_file(path, kind, model_name, step)
+
+
+def _read_file(path: pathlib.Path, kind: str, model_name: str | None,
+               step: int | None) -> Any:
+  """The parameters of a checkpoint file or folder of `kind` (not a run)."""
   if step is not None:
     raise CheckpointError(f'{path} is one checkpoint; step={step} only '
                           'selects among the checkpoints of a run directory.')
@@ -227,7 +226,8 @@ def load(source: str | pathlib.Path, *, model_name: str | None = None,
   workdir's config says which; for the others, `model_name` (`--model`)
   or the shapes (`formats.vit_model.model_for`)."""
   path = pathlib.Path(source)
-  if source_kind(path) == WORKDIR:
+  kind = source_kind(path)
+  if kind == WORKDIR:
     if model_name:
       raise CheckpointError(f'{path} is a run, whose config names its model: '
                             f'leave out --model={model_name}.')
@@ -236,8 +236,7 @@ def load(source: str | pathlib.Path, *, model_name: str | None = None,
                                run.params['head']['bias'].shape[-1])
     return Loaded(WORKDIR, model, run.variables, run.config.image_size,
                   run.config, run.step)
-  params = load_params(path, step, model_name)
+  params = _read_file(path, kind, model_name, step)
   model, image_size = vit_model.model_for(params, model_name=model_name,
                                           source=str(path))
-  return Loaded(source_kind(path), model, {'params': params}, image_size,
-                None, None)
+  return Loaded(kind, model, {'params': params}, image_size, None, None)

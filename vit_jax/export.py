@@ -1,14 +1,5 @@
 """Any checkpoint written in another format: what `python -m
-vit_jax.convert` does (that module holds the command and its flags).
-
-  npz    the official google-research/vision_transformer `.npz` (every ViT
-         of this project, hybrids and small-data options included)
-  timm   a folder with model.safetensors and config.json:
-         `timm.create_model('local-dir:DEST', pretrained=True)`
-  hf     a folder with config.json, model.safetensors and
-         preprocessor_config.json:
-         `transformers.ViTForImageClassification.from_pretrained(DEST)`
-"""
+vit_jax.convert` does (that module's docstring says what each format is)."""
 
 import pathlib
 
@@ -55,7 +46,7 @@ def convert(source: str | pathlib.Path, dest: str | pathlib.Path,
   if not isinstance(loaded.model, models.VisionTransformer):
     raise CheckpointError(f'{source} holds a {loaded.config.model}; only ViTs '
                           'convert to other formats.')
-  params = params_lib.unstack_blocks(jax.device_get(loaded.params))
+  params = jax.device_get(loaded.params)
   if format_name == 'npz':
     npz.save_npz(params, dest)
   else:

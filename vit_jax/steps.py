@@ -227,10 +227,8 @@ def compiler_options(config) -> dict[str, str] | None:
   return options or None
 
 
-def _option_error(options, error: jax.errors.JaxRuntimeError) -> Exception:
-  """A compile error as a ConfigError when XLA options may have caused it."""
-  if options is None:
-    return error
+def _option_error(options, error: jax.errors.JaxRuntimeError) -> ConfigError:
+  """A compile error with `options` set, which may have caused it."""
   return ConfigError(
       f'config.cpu_compiler_options={options}: {error}. Use XLA option names '
       'this jax version knows, without the leading "--".')
@@ -249,6 +247,8 @@ def compile_eval(config, inputs, state: TrainState):
                        inputs.test_data, eval_batch,
                        eval_mask).compile(options)
   except jax.errors.JaxRuntimeError as e:
+    if options is None:
+      raise
     raise _option_error(options, e) from e
 
 
@@ -280,6 +280,8 @@ def compile_steps(config, inputs, state: TrainState, key,
     train_seconds = time.perf_counter() - start
     evaluated = compile_eval(config, inputs, state) if evaluate else None
   except jax.errors.JaxRuntimeError as e:
+    if options is None:
+      raise
     raise _option_error(options, e) from e
   logging.info('Compiled the %s in %.1fs.',
                'train and eval steps' if evaluate else 'train step',

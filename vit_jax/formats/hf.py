@@ -5,9 +5,11 @@ PyTorch's array layouts) and `preprocessor_config.json`
 
 What we write is transformers' model of our logits: tanh GELU
 (`hidden_act='gelu_pytorch_tanh'`; transformers' default is the exact one)
-and LayerNorm eps 1e-6 (its default is 1e-12). transformers' ViT reads the
-class token only: our 'gap' head, pre-logits layer, MAP head and hybrid are
-refused in one line.
+and LayerNorm eps 1e-6 (its default is 1e-12). ViTForImageClassification
+reads the class token only and has no pooler: our 'gap' head, pre-logits
+layer, MAP head and hybrid are refused in one line. A bare ViTModel (the
+in21k releases on the hub) reads in without a head, its pooler as the
+pre-logits layer, for `config.init_from`.
 """
 
 import json
@@ -25,14 +27,56 @@ from vit_jax.formats import params as params_lib
 from vit_jax.formats import safetensors_file
 from vit_jax.formats import torch_layout as torch
 from vit_jax.formats import vit_model
-from vit_jax.models import remat_scan
 
 NAME = "transformers' ViTForImageClassification"
 PREPROCESSOR_CONFIG = 'preprocessor_config.json'
 _LAYER = re.compile(r'(?:vit\.)?encoder\.layer\.(\d+)\.')
-_QKV = ('query', 'key', 'value')
 # ViTForImageClassification's names; a bare ViTModel's lack the prefix.
 _PREFIX = 'vit.'
+_HEAD = ('classifier.weight', 'classifier.bias')
+_LAYER_PREFIX = _PREFIX + 'encoder.layer.{i}.'
+_ATTENTION = 'MultiHeadDotProductAttention_0/'
+
+_TOP = [
+    torch.Rule('cls', _PREFIX + 'embeddings.cls_token'),
+    torch.Rule('Transformer/posembed_input/pos_embedding',
+               _PREFIX + 'embeddings.position_embeddings'),
+    torch.Rule('embedding/kernel',
+               _PREFIX + 'embeddings.patch_embeddings.projection.weight',
+               'conv2d'),
+    torch.Rule('embedding/bias',
+               _PREFIX + 'embeddings.patch_embeddings.projection.bias'),
+    torch.Rule('Transformer/encoder_norm/scale', _PREFIX + 'layernorm.weight'),
+    torch.Rule('Transformer/encoder_norm/bias', _PREFIX + 'layernorm.bias'),
+    # A ViTModel's pooler (Dense, then tanh, on the class token) is the
+    # official pre-logits layer; ViTForImageClassification has none.
+    torch.Rule('pre_logits/kernel', _PREFIX + 'pooler.dense.weight', 'linear'),
+    torch.Rule('pre_logits/bias', _PREFIX + 'pooler.dense.bias'),
+    torch.Rule('head/kernel', 'classifier.weight', 'linear'),
+    torch.Rule('head/bias', 'classifier.bias'),
+]
+_BLOCK_RULES = [
+    torch.Rule('LayerNorm_0/scale', _LAYER_PREFIX + 'layernorm_before.weight'),
+    torch.Rule('LayerNorm_0/bias', _LAYER_PREFIX + 'layernorm_before.bias'),
+    *(torch.Rule(f'{_ATTENTION}{name}/{array}', _LAYER_PREFIX +
+                 f'attention.attention.{name}.{torch_name}', layout)
+      for name in ('query', 'key', 'value')
+      for array, torch_name, layout in (('kernel', 'weight', 'heads_in'),
+                                        ('bias', 'bias', 'heads_bias'))),
+    torch.Rule(_ATTENTION + 'out/kernel',
+               _LAYER_PREFIX + 'attention.output.dense.weight', 'heads_out'),
+    torch.Rule(_ATTENTION + 'out/bias',
+               _LAYER_PREFIX + 'attention.output.dense.bias'),
+    torch.Rule('LayerNorm_1/scale', _LAYER_PREFIX + 'layernorm_after.weight'),
+    torch.Rule('LayerNorm_1/bias', _LAYER_PREFIX + 'layernorm_after.bias'),
+    torch.Rule('MlpBlock_0/Dense_0/kernel',
+               _LAYER_PREFIX + 'intermediate.dense.weight', 'linear'),
+    torch.Rule('MlpBlock_0/Dense_0/bias',
+               _LAYER_PREFIX + 'intermediate.dense.bias'),
+    torch.Rule('MlpBlock_0/Dense_1/kernel',
+               _LAYER_PREFIX + 'output.dense.weight', 'linear'),
+    torch.Rule('MlpBlock_0/Dense_1/bias', _LAYER_PREFIX + 'output.dense.bias'),
+]
 
 
 def is_state(keys) -> bool:
@@ -42,67 +86,22 @@ def is_state(keys) -> bool:
 
 
 def to_state(params: dict) -> dict[str, Any]:
-  """Our tree (the official layout) as ViTForImageClassification's state
-  dict."""
-  params = params_lib.unstack_blocks(params)
-  encoder = params['Transformer']
-  p = _PREFIX
-  state = {
-      p + 'embeddings.cls_token': params['cls'],
-      p + 'embeddings.position_embeddings':
-          encoder['posembed_input']['pos_embedding'],
-      p + 'embeddings.patch_embeddings.projection.weight':
-          torch.conv2d(params['embedding']['kernel']),
-      p + 'embeddings.patch_embeddings.projection.bias':
-          params['embedding']['bias'],
-  }
-  i = 0
-  while remat_scan.block_name(i) in encoder:
-    block, prefix = encoder[remat_scan.block_name(i)], f'{p}encoder.layer.{i}.'
-    attention = block['MultiHeadDotProductAttention_0']
-    for name in _QKV:
-      state[f'{prefix}attention.attention.{name}.weight'] = (
-          torch.heads_linear(attention[name]['kernel']))
-      state[f'{prefix}attention.attention.{name}.bias'] = torch.flat(
-          attention[name]['bias'])
-    mlp = block['MlpBlock_0']
-    state.update({
-        prefix + 'attention.output.dense.weight': torch.out_linear(
-            attention['out']['kernel']),
-        prefix + 'attention.output.dense.bias': attention['out']['bias'],
-        prefix + 'intermediate.dense.weight': torch.linear(
-            mlp['Dense_0']['kernel']),
-        prefix + 'intermediate.dense.bias': mlp['Dense_0']['bias'],
-        prefix + 'output.dense.weight': torch.linear(mlp['Dense_1']['kernel']),
-        prefix + 'output.dense.bias': mlp['Dense_1']['bias'],
-        prefix + 'layernorm_before.weight': block['LayerNorm_0']['scale'],
-        prefix + 'layernorm_before.bias': block['LayerNorm_0']['bias'],
-        prefix + 'layernorm_after.weight': block['LayerNorm_1']['scale'],
-        prefix + 'layernorm_after.bias': block['LayerNorm_1']['bias'],
-    })
-    i += 1
-  state[p + 'layernorm.weight'] = encoder['encoder_norm']['scale']
-  state[p + 'layernorm.bias'] = encoder['encoder_norm']['bias']
-  if 'head' in params:
-    state['classifier.weight'] = torch.linear(params['head']['kernel'])
-    state['classifier.bias'] = params['head']['bias']
-  return state
+  """Our tree (either block layout) as ViTForImageClassification's state
+  dict (a pre-logits layer as a ViTModel's pooler)."""
+  return torch.to_state(params, _TOP, _BLOCK_RULES)
 
 
 def _with_prefix(state: dict) -> dict:
   """A bare ViTModel's names as ViTForImageClassification's."""
-  return {key if key.startswith(_PREFIX) or key.startswith('classifier.')
+  return {key if key.startswith(_PREFIX) or key in _HEAD
           else _PREFIX + key: value for key, value in state.items()}
 
 
 def _expected_model(state: dict, num_heads: int,
                     source: str) -> tuple[models.VisionTransformer, int]:
+  """The ViT whose state dict `state` should be, from the shapes of a few
+  of its arrays (a ViTModel without a classifier: one of 1 class)."""
   p = _PREFIX
-  if p + 'pooler.dense.weight' in state:
-    raise CheckpointError(
-        f'{source} is a transformers ViTModel with a pooler (pooler.dense), '
-        'which ViTForImageClassification, and so this converter, does not '
-        'use: load it with config.init_from, which keeps the encoder.')
   for key in ('embeddings.position_embeddings',
               'embeddings.patch_embeddings.projection.weight',
               'embeddings.cls_token', 'encoder.layer.0.intermediate.dense.weight',
@@ -110,88 +109,39 @@ def _expected_model(state: dict, num_heads: int,
     if p + key not in state:
       raise CheckpointError(f'{source} is not a transformers ViT: it has no '
                             f'{key}.')
-  if 'classifier.weight' not in state:
-    raise CheckpointError(f'{source} has no classification head '
-                          '(classifier.weight): a ViTModel alone cannot be '
-                          'converted or evaluated; fine-tune it with '
-                          'config.init_from.')
   positions = state[p + 'embeddings.position_embeddings']
   patch = state[p + 'embeddings.patch_embeddings.projection.weight'].shape[-1]
+  pooler = state.get(p + 'pooler.dense.bias')
   model = models.VisionTransformer(
-      num_classes=state['classifier.weight'].shape[0],
+      num_classes=state['classifier.weight'].shape[0]
+      if 'classifier.weight' in state else 1,
       patch_size=patch,
       hidden_size=positions.shape[-1],
       num_layers=1 + max(int(_LAYER.match(key).group(1)) for key in state
                          if _LAYER.match(key)),
       num_heads=num_heads,
-      mlp_dim=state[p + 'encoder.layer.0.intermediate.dense.weight'].shape[0])
-  patches = positions.shape[1] - 1
-  side = int(round(patches**0.5))
-  if side * side != patches:
-    raise CheckpointError(f'{source} has position_embeddings for {patches} '
-                          'patches: not a square grid.')
+      mlp_dim=state[p + 'encoder.layer.0.intermediate.dense.weight'].shape[0],
+      representation_size=None if pooler is None else pooler.shape[0])
+  side = vit_model.grid_side(positions.shape[1], 1, source,
+                             'position_embeddings')
   return model, side * patch
 
 
 def from_state(state: dict, num_heads: int, source: str) -> dict:
   """A transformers ViT's state dict (ViTForImageClassification's names, or
-  a ViTModel's) as our tree; CheckpointError naming the transformers key of
+  a ViTModel's, whose pooler is the pre-logits layer) as our tree (without
+  a head for a ViTModel); CheckpointError naming the transformers key of
   any array missing, unexpected or of the wrong shape."""
   state = _with_prefix(state)
   model, image_size = _expected_model(state, num_heads, source)
   shapes = params_lib.param_shapes(model, image_size)
   described = params_lib.describe_architecture(
       params_lib.vit_architecture(shapes))
-  params_lib.check_params(state, jax.eval_shape(to_state, shapes),
-                          source=source,
-                          target=f"transformers' layout of {described}")
-  p = _PREFIX
-  encoder = {
-      'posembed_input': {
-          'pos_embedding': state[p + 'embeddings.position_embeddings']},
-      'encoder_norm': {'scale': state[p + 'layernorm.weight'],
-                       'bias': state[p + 'layernorm.bias']},
-  }
-  for i in range(model.num_layers):
-    prefix = f'{p}encoder.layer.{i}.'
-    attention = {
-        name: {'kernel': torch.heads_dense(
-                   state[f'{prefix}attention.attention.{name}.weight'],
-                   num_heads),
-               'bias': torch.per_head(
-                   state[f'{prefix}attention.attention.{name}.bias'],
-                   num_heads)}
-        for name in _QKV}
-    attention['out'] = {
-        'kernel': torch.out_dense(
-            state[prefix + 'attention.output.dense.weight'], num_heads),
-        'bias': state[prefix + 'attention.output.dense.bias']}
-    encoder[remat_scan.block_name(i)] = {
-        'LayerNorm_0': {'scale': state[prefix + 'layernorm_before.weight'],
-                        'bias': state[prefix + 'layernorm_before.bias']},
-        'MultiHeadDotProductAttention_0': attention,
-        'LayerNorm_1': {'scale': state[prefix + 'layernorm_after.weight'],
-                        'bias': state[prefix + 'layernorm_after.bias']},
-        'MlpBlock_0': {
-            'Dense_0': {
-                'kernel': torch.dense(
-                    state[prefix + 'intermediate.dense.weight']),
-                'bias': state[prefix + 'intermediate.dense.bias']},
-            'Dense_1': {
-                'kernel': torch.dense(state[prefix + 'output.dense.weight']),
-                'bias': state[prefix + 'output.dense.bias']},
-        },
-    }
-  return {
-      'cls': state[p + 'embeddings.cls_token'],
-      'Transformer': encoder,
-      'embedding': {
-          'kernel': torch.conv(
-              state[p + 'embeddings.patch_embeddings.projection.weight']),
-          'bias': state[p + 'embeddings.patch_embeddings.projection.bias']},
-      'head': {'kernel': torch.dense(state['classifier.weight']),
-               'bias': state['classifier.bias']},
-  }
+  torch.check_state(state, jax.eval_shape(to_state, shapes), optional=_HEAD,
+                    source=source,
+                    target=f"transformers' layout of {described}")
+  return torch.from_state(state, _TOP, _BLOCK_RULES, model.num_layers,
+                          num_heads)
 
 
 def config(model: models.VisionTransformer, image_size: int) -> dict:
@@ -274,13 +224,15 @@ def read(path: pathlib.Path, model_name: str | None) -> dict:
         raise CheckpointError(f'{config_file} is not valid JSON: {e}.') from e
     path = path / safetensors_file.WEIGHTS_NAME
   state = _with_prefix(safetensors_file.read(path))
-  act = config_dict.get('hidden_act', 'gelu')  # transformers' default
-  if config_dict and act not in ('gelu_pytorch_tanh', 'gelu_new',
-                                 'gelu_fast'):
+  # transformers' defaults: exact GELU, eps 1e-12.
+  act = config_dict.get('hidden_act', 'gelu')
+  eps = config_dict.get('layer_norm_eps', 1e-12)
+  if config_dict and (act not in ('gelu_pytorch_tanh', 'gelu_new',
+                                  'gelu_fast') or eps != 1e-6):
     logging.warning(
-        "%s uses hidden_act=%r; vit_jax computes GELU with the tanh "
-        'approximation of the official model: its logits move slightly '
-        '(README, "Checkpoints from anywhere").', path, act)
+        '%s uses hidden_act=%r and layer_norm_eps=%g; vit_jax computes the '
+        'official model (tanh GELU, eps 1e-6): its logits move slightly '
+        '(README, "Checkpoints from anywhere").', path, act, eps)
   key = _PREFIX + 'embeddings.position_embeddings'
   if key not in state:
     raise CheckpointError(f'{path} is not a transformers ViT: it has no '

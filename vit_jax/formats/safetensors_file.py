@@ -27,14 +27,27 @@ def is_safetensors(path: pathlib.Path) -> bool:
   return len(start) == 9 and start[8:9] == b'{'
 
 
+def _unreadable(path, error: Exception) -> CheckpointError:
+  return CheckpointError(f'{path} is not a readable .safetensors file: '
+                         f'{error}.')
+
+
+def names(path: pathlib.Path) -> list[str]:
+  """The names of the arrays in a .safetensors file, from its header alone."""
+  try:
+    with safetensors.safe_open(str(path), framework='numpy') as f:
+      return list(f.keys())
+  except (safetensors.SafetensorError, OSError) as e:
+    raise _unreadable(path, e) from e
+
+
 def read(path: pathlib.Path) -> dict[str, np.ndarray]:
   """Every array of a .safetensors file, by name (bfloat16 as ml_dtypes'
   bfloat16); CheckpointError in one line for a file that is not one."""
   try:
     return safetensors.numpy.load_file(str(path))
   except (safetensors.SafetensorError, OSError) as e:
-    raise CheckpointError(f'{path} is not a readable .safetensors file: '
-                          f'{e}.') from e
+    raise _unreadable(path, e) from e
 
 
 def write(path: pathlib.Path, arrays: dict[str, np.ndarray],

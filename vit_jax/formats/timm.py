@@ -27,7 +27,6 @@ from vit_jax.formats import params as params_lib
 from vit_jax.formats import safetensors_file
 from vit_jax.formats import torch_layout as torch
 from vit_jax.formats import vit_model
-from vit_jax.models import remat_scan
 
 NAME = "timm's VisionTransformer"
 # Keys of timm models we cannot hold, and what they are.
@@ -41,7 +40,41 @@ _REFUSED = {
     'patch_embed.backbone.stem.conv.weight': 'a ResNet stem (the hybrid)',
 }
 _BLOCK = re.compile(r'blocks\.(\d+)\.')
-_QKV = ('query', 'key', 'value')
+_HEAD = ('head.weight', 'head.bias')
+_ATTENTION = 'MultiHeadDotProductAttention_0/'
+
+_TOP = [
+    torch.Rule('cls', 'cls_token'),
+    torch.Rule('Transformer/posembed_input/pos_embedding', 'pos_embed'),
+    torch.Rule('embedding/kernel', 'patch_embed.proj.weight', 'conv2d'),
+    torch.Rule('embedding/bias', 'patch_embed.proj.bias'),
+    torch.Rule('Transformer/encoder_norm/scale', 'norm.weight'),
+    torch.Rule('Transformer/encoder_norm/bias', 'norm.bias'),
+    torch.Rule('head/kernel', 'head.weight', 'linear'),
+    torch.Rule('head/bias', 'head.bias'),
+]
+# Query, key and value as `attn.q`, `attn.k`, `attn.v`, which timm keeps
+# fused as `attn.qkv` (`_fused`).
+_BLOCK_RULES = [
+    torch.Rule('LayerNorm_0/scale', 'blocks.{i}.norm1.weight'),
+    torch.Rule('LayerNorm_0/bias', 'blocks.{i}.norm1.bias'),
+    *(torch.Rule(f'{_ATTENTION}{name}/{array}', f'blocks.{{i}}.attn.{name[0]}.'
+                 f'{torch_name}', layout)
+      for name in ('query', 'key', 'value')
+      for array, torch_name, layout in (('kernel', 'weight', 'heads_in'),
+                                        ('bias', 'bias', 'heads_bias'))),
+    torch.Rule(_ATTENTION + 'out/kernel', 'blocks.{i}.attn.proj.weight',
+               'heads_out'),
+    torch.Rule(_ATTENTION + 'out/bias', 'blocks.{i}.attn.proj.bias'),
+    torch.Rule('LayerNorm_1/scale', 'blocks.{i}.norm2.weight'),
+    torch.Rule('LayerNorm_1/bias', 'blocks.{i}.norm2.bias'),
+    torch.Rule('MlpBlock_0/Dense_0/kernel', 'blocks.{i}.mlp.fc1.weight',
+               'linear'),
+    torch.Rule('MlpBlock_0/Dense_0/bias', 'blocks.{i}.mlp.fc1.bias'),
+    torch.Rule('MlpBlock_0/Dense_1/kernel', 'blocks.{i}.mlp.fc2.weight',
+               'linear'),
+    torch.Rule('MlpBlock_0/Dense_1/bias', 'blocks.{i}.mlp.fc2.bias'),
+]
 
 
 def is_state(keys) -> bool:
@@ -50,50 +83,40 @@ def is_state(keys) -> bool:
       'pos_embed' in keys and any(_BLOCK.match(key) for key in keys))
 
 
-def to_state(params: dict) -> dict[str, Any]:
-  """Our tree (the official layout) as timm's state dict."""
-  params = params_lib.unstack_blocks(params)
-  encoder = params['Transformer']
-  state = {}
-  if 'cls' in params:
-    state['cls_token'] = params['cls']
-  state['pos_embed'] = encoder['posembed_input']['pos_embedding']
-  state['patch_embed.proj.weight'] = torch.conv2d(params['embedding']['kernel'])
-  state['patch_embed.proj.bias'] = params['embedding']['bias']
+def _fused(state: dict) -> dict:
+  """`attn.q`, `attn.k` and `attn.v` as timm's one `attn.qkv`."""
+  state = dict(state)
   i = 0
-  while remat_scan.block_name(i) in encoder:
-    block, prefix = encoder[remat_scan.block_name(i)], f'blocks.{i}.'
-    attention = block['MultiHeadDotProductAttention_0']
-    state.update({
-        prefix + 'norm1.weight': block['LayerNorm_0']['scale'],
-        prefix + 'norm1.bias': block['LayerNorm_0']['bias'],
-        prefix + 'attn.qkv.weight': torch.concatenate(
-            [torch.heads_linear(attention[n]['kernel']) for n in _QKV]),
-        prefix + 'attn.qkv.bias': torch.concatenate(
-            [torch.flat(attention[n]['bias']) for n in _QKV]),
-        prefix + 'attn.proj.weight': torch.out_linear(
-            attention['out']['kernel']),
-        prefix + 'attn.proj.bias': attention['out']['bias'],
-        prefix + 'norm2.weight': block['LayerNorm_1']['scale'],
-        prefix + 'norm2.bias': block['LayerNorm_1']['bias'],
-    })
-    for dense, linear in (('Dense_0', 'fc1'), ('Dense_1', 'fc2')):
-      layer = block['MlpBlock_0'][dense]
-      state[f'{prefix}mlp.{linear}.weight'] = torch.linear(layer['kernel'])
-      state[f'{prefix}mlp.{linear}.bias'] = layer['bias']
+  while f'blocks.{i}.attn.q.weight' in state:
+    for array in ('weight', 'bias'):
+      state[f'blocks.{i}.attn.qkv.{array}'] = torch.concatenate(
+          [state.pop(f'blocks.{i}.attn.{part}.{array}') for part in 'qkv'])
     i += 1
-  state['norm.weight'] = encoder['encoder_norm']['scale']
-  state['norm.bias'] = encoder['encoder_norm']['bias']
-  if 'head' in params:
-    state['head.weight'] = torch.linear(params['head']['kernel'])
-    state['head.bias'] = params['head']['bias']
   return state
+
+
+def _unfused(state: dict) -> dict:
+  state = dict(state)
+  i = 0
+  while f'blocks.{i}.attn.qkv.weight' in state:
+    for array in ('weight', 'bias'):
+      parts = torch.split(state.pop(f'blocks.{i}.attn.qkv.{array}'), 3)
+      state.update({f'blocks.{i}.attn.{part}.{array}': value
+                    for part, value in zip('qkv', parts)})
+    i += 1
+  return state
+
+
+def to_state(params: dict) -> dict[str, Any]:
+  """Our tree (either block layout) as timm's state dict."""
+  return _fused(torch.to_state(params, _TOP, _BLOCK_RULES))
 
 
 def _expected_model(state: dict, num_heads: int,
                     source: str) -> tuple[models.VisionTransformer, int]:
   """The ViT whose timm state dict `state` should be, from the shapes of a
-  few of its arrays; one line for what we cannot hold."""
+  few of its arrays (a backbone without a head: one of 1 class); one line
+  for what we cannot hold."""
   for key, what in _REFUSED.items():
     if key in state:
       raise CheckpointError(f'{source} holds a timm ViT with {what} ({key}), '
@@ -102,77 +125,33 @@ def _expected_model(state: dict, num_heads: int,
               'blocks.0.mlp.fc1.weight'):
     if key not in state:
       raise CheckpointError(f'{source} is not a timm ViT: it has no {key}.')
-  if 'head.weight' not in state:
-    raise CheckpointError(f'{source} has no classification head '
-                          '(head.weight): a timm backbone alone cannot be '
-                          'converted or evaluated; fine-tune it with '
-                          'config.init_from.')
-  hidden = state['pos_embed'].shape[-1]
   model = models.VisionTransformer(
-      num_classes=state['head.weight'].shape[0],
+      num_classes=state['head.weight'].shape[0] if 'head.weight' in state
+      else 1,
       patch_size=state['patch_embed.proj.weight'].shape[-1],
-      hidden_size=hidden,
+      hidden_size=state['pos_embed'].shape[-1],
       num_layers=1 + max(int(_BLOCK.match(key).group(1)) for key in state
                          if _BLOCK.match(key)),
       num_heads=num_heads,
       mlp_dim=state['blocks.0.mlp.fc1.weight'].shape[0],
       classifier='token' if 'cls_token' in state else 'gap')
-  patches = state['pos_embed'].shape[1] - len(model.prefix_tokens)
-  side = int(round(patches**0.5))
-  if side * side != patches:
-    raise CheckpointError(
-        f'{source} has pos_embed for {patches} patches and '
-        f'{len(model.prefix_tokens)} class token(s): not a square grid (a '
-        "timm model with no_embed_class=True, which we cannot hold?).")
+  side = vit_model.grid_side(state['pos_embed'].shape[1],
+                             len(model.prefix_tokens), source, 'pos_embed')
   return model, side * model.patch_size
 
 
 def from_state(state: dict, num_heads: int, source: str) -> dict:
-  """timm's state dict as our tree; CheckpointError naming the timm key of
-  any array missing, unexpected or of the wrong shape."""
+  """timm's state dict as our tree (without a head for a backbone);
+  CheckpointError naming the timm key of any array missing, unexpected or
+  of the wrong shape."""
   model, image_size = _expected_model(state, num_heads, source)
   shapes = params_lib.param_shapes(model, image_size)
   described = params_lib.describe_architecture(
       params_lib.vit_architecture(shapes))
-  params_lib.check_params(state, jax.eval_shape(to_state, shapes),
-                          source=source,
-                          target=f"timm's layout of {described}")
-  params = {}
-  if 'cls_token' in state:
-    params['cls'] = state['cls_token']
-  encoder = {'posembed_input': {'pos_embedding': state['pos_embed']},
-             'encoder_norm': {'scale': state['norm.weight'],
-                              'bias': state['norm.bias']}}
-  for i in range(model.num_layers):
-    prefix = f'blocks.{i}.'
-    qkv = torch.split(state[prefix + 'attn.qkv.weight'], 3)
-    qkv_bias = torch.split(state[prefix + 'attn.qkv.bias'], 3)
-    attention = {
-        name: {'kernel': torch.heads_dense(weight, num_heads),
-               'bias': torch.per_head(bias, num_heads)}
-        for name, weight, bias in zip(_QKV, qkv, qkv_bias)}
-    attention['out'] = {
-        'kernel': torch.out_dense(state[prefix + 'attn.proj.weight'],
-                                  num_heads),
-        'bias': state[prefix + 'attn.proj.bias']}
-    encoder[remat_scan.block_name(i)] = {
-        'LayerNorm_0': {'scale': state[prefix + 'norm1.weight'],
-                        'bias': state[prefix + 'norm1.bias']},
-        'MultiHeadDotProductAttention_0': attention,
-        'LayerNorm_1': {'scale': state[prefix + 'norm2.weight'],
-                        'bias': state[prefix + 'norm2.bias']},
-        'MlpBlock_0': {
-            dense: {'kernel': torch.dense(state[f'{prefix}mlp.{linear}.weight']),
-                    'bias': state[f'{prefix}mlp.{linear}.bias']}
-            for dense, linear in (('Dense_0', 'fc1'), ('Dense_1', 'fc2'))},
-    }
-  params['Transformer'] = encoder
-  params['embedding'] = {
-      'kernel': torch.conv(state['patch_embed.proj.weight']),
-      'bias': state['patch_embed.proj.bias']}
-  params['head'] = {'kernel': torch.dense(state['head.weight']),
-                    'bias': state['head.bias']}
-  return params
+  torch.check_state(state, jax.eval_shape(to_state, shapes), optional=_HEAD,
+                    source=source, target=f"timm's layout of {described}")
+  return torch.from_state(_unfused(state), _TOP, _BLOCK_RULES,
+                          model.num_layers, num_heads)
 
 
 def config(model: models.VisionTransformer, image_size: int) -> dict:
@@ -236,9 +215,9 @@ def write(directory: pathlib.Path, params: dict,
 
 def read(path: pathlib.Path, model_name: str | None) -> dict:
   """Our tree from a timm `.safetensors` file or hub folder (whose
-  config.json, when there, gives the number of heads)."""
+  config.json, when there, gives the number of heads and the activation)."""
   path = pathlib.Path(path)
-  model_args = None
+  model_args = None  # no config.json says
   if path.is_dir():
     config_file = path / 'config.json'
     if config_file.exists():
@@ -248,11 +227,9 @@ def read(path: pathlib.Path, model_name: str | None) -> dict:
         raise CheckpointError(f'{config_file} is not a timm config: {e}.'
                               ) from e
     path = path / safetensors_file.WEIGHTS_NAME
-  has_config = model_args is not None
-  model_args = model_args or {}
   state = safetensors_file.read(path)
-  if has_config and model_args.get('act_layer') not in ('gelu_tanh',
-                                                        'gelu_pytorch_tanh'):
+  if model_args is not None and model_args.get('act_layer') not in (
+      'gelu_tanh', 'gelu_pytorch_tanh'):
     logging.warning(
         '%s was trained with exact GELU (timm\'s default), which vit_jax '
         'computes with the tanh approximation of the official model: its '
@@ -261,6 +238,6 @@ def read(path: pathlib.Path, model_name: str | None) -> dict:
     raise CheckpointError(f'{path} is not a timm ViT: it has no pos_embed.')
   heads = vit_model.num_heads(state['pos_embed'].shape[-1],
                               model_name=model_name,
-                              stated=model_args.get('num_heads'),
+                              stated=(model_args or {}).get('num_heads'),
                               source=str(path))
   return from_state(state, heads, str(path))

@@ -50,12 +50,12 @@ def _classifier(params: Mapping[str, Any]) -> str:
   return 'map' if 'MAPHead_0' in params else 'gap'
 
 
-def head_fields(params: Mapping[str, Any]) -> dict:
+def _head_fields(params: Mapping[str, Any], source: str) -> dict:
   """The VisionTransformer fields the parameters beside the encoder tell:
   the classifier, `representation_size`, `distillation_token` and
   `num_classes`."""
   if 'head' not in params:
-    raise CheckpointError('The parameters have no classification head '
+    raise CheckpointError(f'{source} has no classification head '
                           '(head/kernel): a backbone alone cannot be '
                           'evaluated or converted; fine-tune it with '
                           'config.init_from.')
@@ -79,7 +79,7 @@ def model_for(params: Mapping[str, Any], *, model_name: str | None = None,
   if architecture is None:
     raise CheckpointError(f'{source} holds no ViT: it has no '
                           'Transformer/encoder_norm.')
-  fields = head_fields(params)
+  fields = _head_fields(params, source)
   name = model_name or models.vit_named(architecture)
   if name:
     if models.vit_fields(name) is None:
@@ -111,6 +111,20 @@ def model_for(params: Mapping[str, Any], *, model_name: str | None = None,
   return model, image_size
 
 
+def grid_side(num_tokens: int, num_prefix_tokens: int, source: str,
+              table: str) -> int:
+  """The side of the square patch grid of a position table (`table`, its
+  name in `source`) of `num_tokens` rows, `num_prefix_tokens` of them the
+  class and other tokens; one line when the patches are no square."""
+  patches = num_tokens - num_prefix_tokens
+  side = math.isqrt(max(patches, 0))
+  if side * side != patches:
+    raise CheckpointError(
+        f'{source} has {table} for {patches} patches and {num_prefix_tokens} '
+        'prefix token(s): not a square grid.')
+  return side
+
+
 def _image_size(params, model: models.VisionTransformer, source: str) -> int:
   table = params.get('Transformer', {}).get('posembed_input', {}).get(
       'pos_embedding')
@@ -119,13 +133,8 @@ def _image_size(params, model: models.VisionTransformer, source: str) -> int:
                           '(Transformer/posembed_input/pos_embedding), so '
                           'nothing tells its image size: evaluate it from '
                           "its run's workdir.")
-  patches = table.shape[1] - len(model.prefix_tokens)
-  side = math.isqrt(max(patches, 0))
-  if side * side != patches:
-    raise CheckpointError(
-        f'{source} has position embeddings for {patches} patches and '
-        f'{len(model.prefix_tokens)} prefix token(s): not a square grid.')
-  return side * model.effective_patch_size
+  return grid_side(table.shape[1], len(model.prefix_tokens), source,
+                   'position embeddings') * model.effective_patch_size
 
 
 def check_exportable(model: models.VisionTransformer, format_name: str,
@@ -144,7 +153,9 @@ def common_unsupported(model: models.VisionTransformer) -> dict[str, bool]:
   """The features of our ViTs that neither timm's nor transformers' ViT
   layout holds in the same way."""
   return {
-      'ResNet stem (the hybrid)': model.resnet_stages is not None,
+      # timm's HybridEmbed (ResNetV2) is the closest; its layout is not
+      # mapped yet.
+      'ResNet stem of the official hybrid': model.resnet_stages is not None,
       'MAP head': model.classifier == 'map',
       'distillation token': model.distillation_token,
       'shifted-patch embedding': model.shifted_patches,
