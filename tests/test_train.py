@@ -210,6 +210,9 @@ def test_nan_loss_stops_and_says_what_is_kept(cifar10_binary, tmp_path):
       '--config.learning_rate=LOWER (or --config.grad_clip_norm=1).')
 
 
+# Slow: test_nan_loss_stops_and_says_what_is_kept checks the message's
+# every word in the suite.
+@pytest.mark.slow
 def test_a_run_diverging_for_steps_is_told_so_and_the_advice_works(
     cifar10_binary, tmp_path):
   data_dir, _ = cifar10_binary
