@@ -299,9 +299,10 @@ def free_port() -> int:
     return s.getsockname()[1]
 
 
-def start_two_processes(config_file, workdir, tmp_path, *flags):
-  """A 2-process job of `python -m vit_jax.main` on 127.0.0.1, 1 CPU
-  device each; returns the processes and their log paths."""
+def start_two_process_job(command, tmp_path):
+  """A 2-process job of `python -m` `command` (a module and its flags) on
+  127.0.0.1, 1 CPU device each; returns the processes and their log paths
+  (stdout and stderr together)."""
   address = f'127.0.0.1:{free_port()}'
   env = {**os.environ, 'JAX_PLATFORMS': 'cpu',
          'XLA_FLAGS': '--xla_force_host_platform_device_count=1'}
@@ -310,11 +311,17 @@ def start_two_processes(config_file, workdir, tmp_path, *flags):
     logs.append(tmp_path / f'process_{process_id}.log')
     with logs[-1].open('w') as log:
       processes.append(subprocess.Popen(
-          [sys.executable, '-m', 'vit_jax.main', f'--config={config_file}',
-           f'--workdir={workdir}', f'--coordinator_address={address}',
-           '--num_processes=2', f'--process_id={process_id}', *flags],
+          [sys.executable, '-m', *command, f'--coordinator_address={address}',
+           '--num_processes=2', f'--process_id={process_id}'],
           cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT))
   return processes, logs
+
+
+def start_two_processes(config_file, workdir, tmp_path, *flags):
+  """A 2-process job of `python -m vit_jax.main` (`start_two_process_job`)."""
+  return start_two_process_job(
+      ['vit_jax.main', f'--config={config_file}', f'--workdir={workdir}',
+       *flags], tmp_path)
 
 
 def wait_all(processes, timeout=300) -> list[int]:
@@ -351,4 +358,4 @@ def one_block_vit(name: str, **fields):
   differ between families, at a size a test can hold."""
   from vit_jax import models  # pylint: disable=g-import-not-at-top
   model = models.create_model(name, 7, num_layers=1, **fields)
-  return model, random_vit_params(model, 2 * model.patch_size)
+  return model, random_vit_params(model, 2 * model.effective_patch_size)

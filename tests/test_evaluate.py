@@ -6,6 +6,8 @@ import sys
 
 from tests.conftest import history
 from tests.conftest import ROOT
+from tests.conftest import start_two_process_job
+from tests.conftest import wait_all
 from vit_jax import export
 
 _CONFIG_FILE = '''
@@ -42,3 +44,22 @@ def test_its_npz_evaluates_the_same_with_the_runs_config_file(
   assert result['examples'] == 37 and result['format'] == 'npz'
   assert set(result) >= {'top1', 'top5', 'loss', 'examples'}
   assert 'evaluated' in out.stderr  # progress
+
+
+def test_two_processes_evaluate_a_run_to_the_accuracy_it_logged(
+    trained_vit_run, tmp_path):
+  """The run's 2 devices as 2 processes of 1 device on 127.0.0.1: every
+  example counted once over both; process 0 prints the result."""
+  workdir, _ = trained_vit_run
+  processes, logs = start_two_process_job(
+      ['vit_jax.evaluate', f'--checkpoint={workdir}'], tmp_path)
+  statuses = wait_all(processes, timeout=240)
+  outputs = [log.read_text() for log in logs]
+  assert statuses == [0, 0], outputs[0][-3000:] + outputs[1][-3000:]
+  results = [[json.loads(line) for line in output.splitlines()
+              if line.startswith('{')] for output in outputs]
+  assert results[1] == []
+  logged = _logged_test(workdir)
+  assert results[0][-1]['top1'] == logged['test_accuracy']
+  assert results[0][-1]['examples'] == 37
+  assert '[process 1/2]' in outputs[1]

@@ -77,3 +77,19 @@ def test_model_names_the_architecture_or_says_it_differs(tmp_path):
       'heads, MLP 768, patch 16x16, but --model=ViT-S_16 is a ViT with hidden '
       'size 384, 12 layers of 6 heads, MLP 1536, patch 16x16: leave out '
       '--model, or pass the checkpoint of that model.')
+
+
+def test_a_released_hybrid_converts_to_timm_and_back_exactly(tmp_path):
+  """The official R50+ViT-B_16 layout (here with one block): its
+  architecture, stem included, read from the shapes alone."""
+  model = models.create_model('R50+ViT-B_16', 5, num_layers=1)
+  params = random_vit_params(model, 32)
+  checkpoint.save_npz(params, tmp_path / 'r50.npz')
+  export.convert(tmp_path / 'r50.npz', tmp_path / 'timm', 'timm')
+  export.convert(tmp_path / 'timm', tmp_path / 'back.npz', 'npz')
+  back = checkpoint.load(tmp_path / 'back.npz')
+  assert_trees_identical(back.params, params)
+  assert (back.model.resnet_stages, back.image_size) == ((3, 4, 9), 32)
+  with pytest.raises(CheckpointError, match='has no ResNet stem of the '
+                     'hybrid'):
+    export.convert(tmp_path / 'r50.npz', tmp_path / 'hf', 'hf')

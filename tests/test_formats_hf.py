@@ -93,6 +93,8 @@ def test_the_config_builds_transformers_model_of_our_logits(tmp_path):
     (dict(classifier='gap'), "'gap' head"),
     (dict(representation_size=5), 'pre-logits layer'),
     (dict(distillation_token=True), 'distillation token'),
+    (dict(resnet_stages=()), r'ResNet stem of the hybrid \(--format=timm has '
+     r'it\)'),
 ])
 def test_what_transformers_cannot_hold_is_one_line(tmp_path, fields, feature):
   model, params = one_block_vit('ViT-Tiny-CIFAR_4', **fields)

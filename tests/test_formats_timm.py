@@ -159,3 +159,94 @@ def test_a_backbone_without_a_head_reads_for_fine_tuning(tmp_path):
   del state['head.weight'], state['head.bias']
   safetensors_file.write(path, state)
   assert 'head' not in timm.read(path, None)
+
+
+def _hybrid(stages):
+  """A one-block hybrid of `stages` (ViT-Ti's width, 1x1 patches)."""
+  model = models.create_model('R50+ViT-B_16', 7, num_layers=1,
+                              hidden_size=192, num_heads=3, mlp_dim=768,
+                              resnet_stages=stages)
+  return model, random_vit_params(model, 2 * model.effective_patch_size)
+
+
+@pytest.mark.parametrize('stages', [(), (2, 2, 2, 2)])
+def test_a_hybrid_goes_to_timm_and_back_exactly(tmp_path, stages):
+  model, params = _hybrid(stages)
+  image_size = 2 * model.effective_patch_size
+  timm.write(tmp_path, params, model, image_size)
+  back = timm.read(tmp_path, None)
+  assert_trees_identical(back, params)
+  read_model, size = vit_model.model_for(back, source='x')
+  assert size == image_size
+  assert (read_model.resnet_stages, read_model.resnet_width_factor) == (
+      stages, 1)
+  written = json.loads((tmp_path / 'config.json').read_text())
+  assert written['architecture'] == (
+      'vit_small_r26_s32_224' if stages else 'vit_tiny_r_s16_p8_224')
+  assert written['model_args']['patch_size'] == 1
+
+
+def test_the_hybrids_names_and_shapes_are_timms():
+  """timm's documented layout of its ViT hybrids (HybridEmbed on ResNetV2,
+  timm/models/vision_transformer_hybrid.py and resnetv2.py: stem.conv,
+  stem.norm, stages.S.blocks.U.conv1-3/norm1-3, downsample.conv/norm where
+  the unit changes width or stride), for stages (1, 2)."""
+  model, params = _hybrid((1, 2))
+  state = timm.to_state(params)
+  backbone = {key[len('patch_embed.backbone.'):]: value.shape
+              for key, value in state.items()
+              if key.startswith('patch_embed.backbone.')}
+
+  def unit(stage, index, width, fan_in, projection):
+    prefix = f'stages.{stage}.blocks.{index}.'
+    shapes = {
+        'conv1.weight': (width, fan_in, 1, 1),
+        'conv2.weight': (width, width, 3, 3),
+        'conv3.weight': (4 * width, width, 1, 1),
+        **{f'norm{r}.{array}': (width if r < 3 else 4 * width,)
+           for r in (1, 2, 3) for array in ('weight', 'bias')},
+    }
+    if projection:
+      shapes.update({'downsample.conv.weight': (4 * width, fan_in, 1, 1),
+                     'downsample.norm.weight': (4 * width,),
+                     'downsample.norm.bias': (4 * width,)})
+    return {prefix + key: shape for key, shape in shapes.items()}
+
+  assert backbone == {
+      'stem.conv.weight': (64, 3, 7, 7),
+      'stem.norm.weight': (64,),
+      'stem.norm.bias': (64,),
+      **unit(0, 0, 64, 64, True),
+      **unit(1, 0, 128, 256, True),
+      **unit(1, 1, 128, 512, False),
+  }
+  # The transformer's 1x1 patches of the stem's 512 channels.
+  assert state['patch_embed.proj.weight'].shape == (192, 512, 1, 1)
+  root_only = timm.to_state(_hybrid(())[1])
+  assert {key for key in root_only if 'backbone' in key} == {
+      'patch_embed.backbone.conv.weight', 'patch_embed.backbone.norm.weight',
+      'patch_embed.backbone.norm.bias'}
+
+
+def test_a_hybrid_timm_cannot_build_is_one_line(tmp_path):
+  model, params = _hybrid((1, 2))
+  with pytest.raises(CheckpointError, match=r"timm's VisionTransformer has no "
+                     r'hybrid of ResNet stages \(1, 2\) and width factor 1 '
+                     r'\(its factories build stages \(3, 4, 9\), '
+                     r'\(2, 2, 2, 2\), \(3, 4, 6, 3\) or none, of width '
+                     r'factor 1\).*--format=npz'):
+    timm.write(tmp_path, params, model, 32)
+  assert not list(tmp_path.iterdir())
+
+
+def test_a_hybrid_of_another_backbone_is_one_line(tmp_path):
+  """timm's hybrids on its own ResNet-D (vit_small_resnet26d_224) are not
+  the official stem."""
+  path, state = _written(tmp_path)
+  state['patch_embed.backbone.conv1.0.weight'] = np.zeros((32, 3, 3, 3),
+                                                          np.float32)
+  safetensors_file.write(path, state)
+  with pytest.raises(CheckpointError, match=r'holds a timm hybrid whose '
+                     r'backbone is not the official ResNet stem '
+                     r'\(patch_embed.backbone.conv1.0.weight\)'):
+    timm.read(path, None)

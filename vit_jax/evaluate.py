@@ -21,11 +21,13 @@ the released models': images at the resolution the position embeddings
 were trained for, pixels scaled to [-1, 1].
 
 Every test example counts exactly once (the masks the trainer's evaluation
-uses), on all devices, and on all processes of a multi-process job that
-SLURM, Open MPI, a Cloud TPU or $JAX_COORDINATOR_ADDRESS describe. A run's
-workdir evaluates to exactly the test accuracy it logged at that step. The
-last line printed is JSON: top1, top5, loss, examples, and what was
-evaluated.
+uses), on all devices, and on all processes of a multi-process job: the
+same command once per process, as for `vit_jax.main` (SLURM, Open MPI and
+Cloud TPU detected; elsewhere --coordinator_address, --num_processes and
+--process_id). A run's workdir evaluates to exactly the test accuracy it
+logged at that step. Process 0 prints the result; its last line is JSON:
+top1, top5, loss, examples, and what was evaluated. Exit status 0, or 1
+after one `error:` line.
 """
 
 import json
@@ -37,8 +39,8 @@ import ml_collections
 from ml_collections import config_flags
 
 from vit_jax import distributed
-from vit_jax import errors
 from vit_jax import evaluation
+from vit_jax import job
 
 _CHECKPOINT = flags.DEFINE_string(
     'checkpoint', None, 'Any checkpoint: a vit_jax.main workdir, an official '
@@ -72,21 +74,19 @@ def main(argv):
     raise SystemExit('error: --config cannot be loaded: no file '
                      f'{config_flags.get_config_filename(flags.FLAGS["config"])}')
 
-  def run():
-    cpu_devices = _CPU_DEVICES.value or (config or {}).get('cpu_devices')
-    distributed.set_cpu_devices(cpu_devices)
-    distributed.initialize_distributed()
-    return evaluation.evaluate(
+  def work():
+    result = evaluation.evaluate(
         _CHECKPOINT.value, config=config, model_name=_MODEL.value,
         step=_STEP.value, data_dir=_DATA_DIR.value,
         released_preprocessing=_RELEASED_PREPROCESSING.value)
+    if jax.process_index() == 0:
+      print(f'top-1 {100 * result["top1"]:.2f}%, top-5 '
+            f'{100 * result["top5"]:.2f}%, loss {result["loss"]:.4f} over '
+            f'{result["examples"]} examples')
+      print(json.dumps(result), flush=True)
 
-  result = errors.exit_on_user_error(run)
-  if jax.process_index() == 0:
-    print(f'top-1 {100 * result["top1"]:.2f}%, top-5 '
-          f'{100 * result["top5"]:.2f}%, loss {result["loss"]:.4f} over '
-          f'{result["examples"]} examples')
-    print(json.dumps(result))
+  job.run(work, cpu_devices=_CPU_DEVICES.value or (config or {}).get(
+      'cpu_devices'))
 
 
 if __name__ == '__main__':

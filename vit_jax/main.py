@@ -28,12 +28,11 @@ import traceback
 from absl import app
 from absl import flags
 from absl import logging
-import jax
 import ml_collections
 from ml_collections import config_flags
 
 from vit_jax import distributed
-from vit_jax import errors
+from vit_jax import job
 from vit_jax import preemption
 from vit_jax import train
 
@@ -48,22 +47,6 @@ _CPU_DEVICES = flags.DEFINE_integer(
     'cpu_devices', None,
     'Host devices the batch is split over when running on the CPU (default: '
     f'config.cpu_devices, else {distributed.DEFAULT_CPU_DEVICES}).')
-_COORDINATOR_ADDRESS = flags.DEFINE_string(
-    'coordinator_address', None,
-    'host:port of process 0 in a multi-process job (default: detected from '
-    'SLURM, Open MPI or a Cloud TPU, or $JAX_COORDINATOR_ADDRESS).')
-_NUM_PROCESSES = flags.DEFINE_integer(
-    'num_processes', None,
-    'Processes in a multi-process job (default: detected, or '
-    '$JAX_NUM_PROCESSES); 1 forces a single process.')
-_PROCESS_ID = flags.DEFINE_integer(
-    'process_id', None,
-    "This process's index in 0..num_processes-1 (default: detected, or "
-    '$JAX_PROCESS_ID).')
-_LOST_PROCESS_TIMEOUT = flags.DEFINE_integer(
-    'lost_process_timeout', distributed.DEFAULT_LOST_PROCESS_TIMEOUT,
-    'Multi-process jobs: seconds after which the other processes give up on '
-    'one that died or hangs, and exit with status 1.')
 flags.mark_flags_as_required(['config', 'workdir'])
 
 
@@ -76,19 +59,6 @@ def _quiet_orbax(record) -> bool:
     return True
   return (record.levelno >= python_logging.WARNING and
           not (record.levelno >= python_logging.ERROR and record.exc_info))
-
-
-class _ProcessPrefix(python_logging.Filter):
-  """Starts every log line with `[process i/n] ` in a multi-process job."""
-
-  def __init__(self, prefix: str):
-    super().__init__()
-    self._prefix = prefix
-
-  def filter(self, record) -> bool:
-    if not str(record.msg).startswith(self._prefix):
-      record.msg = self._prefix + str(record.msg)
-    return True
 
 
 def _raised_by_config_file(error: BaseException,
@@ -136,34 +106,16 @@ def main(argv):
     raise app.UsageError(f'Unexpected arguments: {" ".join(argv[1:])}')
   logging.get_absl_handler().addFilter(_quiet_orbax)
   config = _CONFIG.value
-  distributed.set_cpu_devices(_CPU_DEVICES.value or config.get('cpu_devices'))
-  try:
-    if distributed.initialize_distributed(_COORDINATOR_ADDRESS.value,
-                                      _NUM_PROCESSES.value, _PROCESS_ID.value,
-                                      _LOST_PROCESS_TIMEOUT.value):
-      # Every process logs, as in flax's and big_vision's trainers; the
-      # prefix tells them apart. Only process 0 writes files (train.py).
-      logging.get_absl_handler().addFilter(_ProcessPrefix(
-          f'[process {jax.process_index()}/{jax.process_count()}] '))
-    train.train_and_evaluate(config, _WORKDIR.value)
-  except jax.errors.JaxRuntimeError as e:
-    if not distributed.lost_a_process(e):
-      raise
-    distributed.abandon_job(e)
-  except preemption.Preempted as e:
-    logging.warning('%s', e)
-    _exit(preemption.PREEMPTED_EXIT_STATUS, every_process_here=True)
-  except errors.VitJaxError as e:
-    logging.flush()  # the error comes last, once
-    print(f'error: {e}', file=sys.stderr, flush=True)
-    _exit(1, every_process_here=False)
-  _exit(0, every_process_here=True)
 
+  def work():
+    try:
+      train.train_and_evaluate(config, _WORKDIR.value)
+    except preemption.Preempted as e:
+      logging.warning('%s', e)
+      job.exit_job(preemption.PREEMPTED_EXIT_STATUS, every_process_here=True)
 
-def _exit(status: int, every_process_here: bool):
-  if jax.process_count() > 1:
-    distributed.leave_job(status, every_process_here)
-  sys.exit(status)
+  # Only process 0 writes files (train.py).
+  job.run(work, cpu_devices=_CPU_DEVICES.value or config.get('cpu_devices'))
 
 
 if __name__ == '__main__':

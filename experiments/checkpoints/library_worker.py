@@ -10,7 +10,8 @@ float32 in [-1, 1]), our exported folders and an empty folder for the
 libraries' own checkpoints:
 
   {"images": PATH,
-   "exports": [{"name": "ViT-B_16", "timm": DIR or null, "hf": DIR or null}],
+   "exports": [{"name": "ViT-B_16", "timm": DIR or null, "hf": DIR or null,
+                "hybrid": false}],
    "native_dir": DIR}
 
 For each export it loads the timm folder with
@@ -19,6 +20,8 @@ folder with `ViTForImageClassification.from_pretrained(DIR)` (eval mode,
 float32, the images as NCHW), and the same weights again with the libraries'
 defaults that ours differs from: exact GELU (timm `act_layer='gelu'`,
 transformers `hidden_act='gelu'`) and transformers' LayerNorm eps 1e-12.
+A hybrid (`"hybrid": true`) is loaded once more with its stem computed with
+the official epsilons (`_official_stem`), and so is the hybrid it makes.
 Then it makes the libraries' own ViTs with random weights (`NATIVE`), saves
 each in its library's folder layout under native_dir, and records their
 logits, for our side to read back with `checkpoint.load`.
@@ -42,6 +45,10 @@ NATIVE = {
         'timm', "timm.create_model('vit_tiny_patch16_224', "
         "act_layer='gelu_tanh', num_classes=10, class_token=False, "
         "global_pool='avg', fc_norm=False), saved with save_for_hf"),
+    'timm_vit_small_r26_s32_224': (
+        'timm', "timm.create_model('vit_small_r26_s32_224', "
+        "act_layer='gelu_tanh', num_classes=10) (the hybrid: ResNetV2 "
+        'stages (2, 2, 2, 2)), saved with save_for_hf'),
     'hf_vit_s16': (
         'transformers', 'ViTForImageClassification(ViTConfig(hidden_size=384, '
         'num_hidden_layers=12, num_attention_heads=6, intermediate_size=1536, '
@@ -75,13 +82,43 @@ def _perturb(model, generator) -> None:
         parameter.copy_(0.02 * noise)
 
 
-def _timm_export(directory: str, images, **overrides) -> dict:
+def _official_stem(model) -> None:
+  """A timm hybrid's stem computed with the official epsilons: GroupNorm
+  1e-6 (timm's: 1e-5) and kernels standardised as (w - mean) / (std +
+  1e-5) (timm's StdConv2dSame: / sqrt(var + 1e-8)), so what is left of a
+  difference is the arrays'."""
+  import torch  # pylint: disable=g-import-not-at-top
+  from timm.layers import StdConv2dSame  # pylint: disable=g-import-not-at-top
+  from timm.layers.padding import pad_same  # pylint: disable=g-import-not-at-top
+
+  def forward(x, conv):
+    if conv.same_pad:
+      x = pad_same(x, conv.kernel_size, conv.stride, conv.dilation)
+    flat = conv.weight.reshape(conv.out_channels, -1)
+    centred = flat - flat.mean(1, keepdim=True)
+    weight = centred / (centred.std(1, unbiased=False, keepdim=True) + 1e-5)
+    return torch.nn.functional.conv2d(
+        x, weight.reshape_as(conv.weight), conv.bias, conv.stride,
+        conv.padding, conv.dilation, conv.groups)
+
+  for module in model.modules():
+    if isinstance(module, torch.nn.GroupNorm):
+      module.eps = 1e-6
+    if isinstance(module, StdConv2dSame):
+      module.forward = lambda x, conv=module: forward(x, conv)
+
+
+def _timm_export(directory: str, images, official_stem: bool = False,
+                 **overrides) -> dict:
   import timm  # pylint: disable=g-import-not-at-top
   model = timm.create_model(f'local-dir:{directory}', pretrained=True,
                             **overrides).eval()
+  if official_stem:
+    _official_stem(model)
   act = type(model.blocks[0].mlp.act).__name__
   eps = model.blocks[0].norm1.eps
-  return {'logits': _logits(model, images), 'act': act, 'eps': eps}
+  return {'logits': _logits(model, images), 'act': act, 'eps': eps,
+          'architecture': model.pretrained_cfg.get('architecture')}
 
 
 def _hf_export(directory: str, images, **overrides) -> dict:
@@ -113,6 +150,10 @@ def _native(name: str, directory: pathlib.Path, images) -> dict:
       model = timm.create_model('vit_small_patch16_224', pretrained=False,
                                 act_layer='gelu_tanh', num_classes=10)
       heads = 6
+    elif name == 'timm_vit_small_r26_s32_224':
+      model = timm.create_model('vit_small_r26_s32_224', pretrained=False,
+                                act_layer='gelu_tanh', num_classes=10)
+      heads = 6
     else:
       model = timm.create_model('vit_tiny_patch16_224', pretrained=False,
                                 act_layer='gelu_tanh', num_classes=10,
@@ -142,10 +183,14 @@ def _native(name: str, directory: pathlib.Path, images) -> dict:
         str(directory)).eval()
     reread = _logits(again, images)
   rereads_equal = reread == logits
-  return {'dir': str(directory), 'library': NATIVE[name][0],
-          'description': NATIVE[name][1], 'logits': logits,
-          'files': sorted(p.name for p in directory.iterdir()),
-          'library_rereads_identically': rereads_equal}
+  answer = {'dir': str(directory), 'library': NATIVE[name][0],
+            'description': NATIVE[name][1], 'logits': logits,
+            'files': sorted(p.name for p in directory.iterdir()),
+            'library_rereads_identically': rereads_equal}
+  if hasattr(getattr(model, 'patch_embed', None), 'backbone'):
+    _official_stem(model)
+    answer['logits_official_stem'] = _logits(model, images)
+  return answer
 
 
 def main():
@@ -173,6 +218,9 @@ def main():
       result['timm'] = _timm_export(export['timm'], images)
       result['timm_exact_gelu'] = _timm_export(export['timm'], images,
                                                act_layer='gelu')
+      if export.get('hybrid'):
+        result['timm_official_stem'] = _timm_export(export['timm'], images,
+                                                    official_stem=True)
     if export.get('hf'):
       result['hf'] = _hf_export(export['hf'], images)
       result['hf_exact_gelu'] = _hf_export(export['hf'], images,

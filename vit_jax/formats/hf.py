@@ -189,6 +189,10 @@ def preprocessor_config(image_size: int) -> dict:
 def check_exportable(model: models.VisionTransformer) -> None:
   vit_model.check_exportable(model, NAME, {
       **vit_model.common_unsupported(model),
+      # transformers' ViTHybrid is deprecated (and its BiT stem is not the
+      # official one); timm's layout holds the hybrid.
+      "ResNet stem of the hybrid (--format=timm has it)":
+          model.resnet_stages is not None,
       "'gap' head (it reads the class token)": model.classifier == 'gap',
       'pre-logits layer (representation_size)':
           model.representation_size is not None,

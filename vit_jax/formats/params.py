@@ -8,6 +8,7 @@ fine-tuning.
 
 from collections.abc import Mapping
 import functools
+import re
 from typing import Any
 
 from absl import logging
@@ -274,8 +275,24 @@ def vit_architecture(params: Mapping[str, Any]) -> dict | None:
       'mlp_dim': mlp[1] if mlp else None,
       # A convolution's kernel: a shifted-patch embedding is a Dense.
       'patch_size': patch[0] if len(patch) == 4 else None,
-      'resnet': 'conv_root' in {key.split('/')[0] for key in shapes},
+      **_resnet_fields(shapes),
   }
+
+
+def _resnet_fields(shapes: dict[str, tuple[int, ...]]) -> dict:
+  """A hybrid's `resnet_stages` (units per `block{i}`) and
+  `resnet_width_factor` (the root's width over 64); None for a pure ViT."""
+  root = shapes.get('conv_root/kernel')
+  if root is None:
+    return {'resnet_stages': None, 'resnet_width_factor': None}
+  units = {}
+  for key in shapes:
+    match = re.match(r'block(\d+)/unit(\d+)/', key)
+    if match:
+      stage, unit = int(match.group(1)), int(match.group(2))
+      units[stage] = max(units.get(stage, 0), unit)
+  return {'resnet_stages': tuple(units[stage] for stage in sorted(units)),
+          'resnet_width_factor': root[-1] // 64}
 
 
 def describe_architecture(architecture: dict) -> str:
@@ -289,5 +306,8 @@ def describe_architecture(architecture: dict) -> str:
   if architecture['patch_size']:
     parts.append(f'patch {architecture["patch_size"]}x'
                  f'{architecture["patch_size"]}')
-  stem = ' on ResNet features' if architecture['resnet'] else ''
+  stages = architecture['resnet_stages']
+  stem = '' if stages is None else (
+      f' on a ResNet stem of stages {stages}, width factor '
+      f'{architecture["resnet_width_factor"]}')
   return f'a ViT{stem} with {", ".join(parts)}'

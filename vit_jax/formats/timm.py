@@ -8,8 +8,17 @@ What we write is timm's model of our logits: tanh GELU
 1e-6 (timm's default), a class token with `global_pool='token'`, or
 `global_pool='avg'` with `fc_norm=False` for our 'gap' head (the final norm
 before the mean, as the official model; timm's default moves it after).
-timm's ViT has no pre-logits layer, MAP head of ours or hybrid of ours: such
-models are refused in one line.
+timm's ViT has no pre-logits layer or MAP head of ours: such models are
+refused in one line.
+
+The hybrid is timm's `HybridEmbed` on a `ResNetV2` backbone
+(timm/models/vision_transformer_hybrid.py), the official stem's arrays
+under timm's names. timm builds that backbone in its factories, of stages
+(3, 4, 9), (2, 2, 2, 2), (3, 4, 6, 3) or the root alone and width factor 1,
+so only those export; any reads in. timm's stem computes with other
+epsilons than the official one (weight standardisation 1e-8 inside the
+square root, GroupNorm 1e-5), so the same arrays give slightly other
+logits there (README, "Checkpoints from anywhere").
 """
 
 import json
@@ -37,7 +46,23 @@ _REFUSED = {
     'dist_token': "DeiT's distillation token",
     'attn_pool.latent': "an attention-pooling head (timm's 'map')",
     'norm_pre.weight': 'a norm before the blocks (CLIP-style pre_norm)',
-    'patch_embed.backbone.stem.conv.weight': 'a ResNet stem (the hybrid)',
+}
+_BACKBONE = 'patch_embed.backbone.'
+_STAGE_UNIT = re.compile(r'patch_embed\.backbone\.stages\.(\d+)\.blocks\.'
+                         r'(\d+)\.')
+# A bottleneck unit's convolutions and GroupNorms, ours and timm's
+# (`resnetv2.Bottleneck`); the projection only where the unit has one.
+_UNIT_LAYERS = [
+    *((f'conv{r}', f'gn{r}', f'conv{r}', f'norm{r}') for r in (1, 2, 3)),
+    ('conv_proj', 'gn_proj', 'downsample.conv', 'downsample.norm'),
+]
+# timm's hybrid factory of each backbone it builds (`_resnetv2(layers)`);
+# config.json's model_args set the rest.
+_HYBRID_FACTORIES = {
+    (3, 4, 9): 'vit_base_r50_s16_224',
+    (2, 2, 2, 2): 'vit_small_r26_s32_224',
+    (3, 4, 6, 3): 'vit_large_r50_s32_224',
+    (): 'vit_tiny_r_s16_p8_224',
 }
 _BLOCK = re.compile(r'blocks\.(\d+)\.')
 _HEAD = ('head.weight', 'head.bias')
@@ -77,6 +102,51 @@ _BLOCK_RULES = [
 ]
 
 
+def _stem_rules(stages: tuple[int, ...] | None) -> list[torch.Rule]:
+  """The hybrid's stem: the root (`ResNetV2.stem`, or the backbone itself
+  when there are no stages) and each unit of each stage, its projection
+  where it has one."""
+  if stages is None:
+    return []
+  root = _BACKBONE + ('stem.' if stages else '')
+  rules = [torch.Rule('conv_root/kernel', root + 'conv.weight', 'conv2d'),
+           torch.Rule('gn_root/scale', root + 'norm.weight'),
+           torch.Rule('gn_root/bias', root + 'norm.bias')]
+  for stage, units in enumerate(stages):
+    for unit in range(units):
+      ours = f'block{stage + 1}/unit{unit + 1}/'
+      theirs = f'{_BACKBONE}stages.{stage}.blocks.{unit}.'
+      for conv, group_norm, torch_conv, torch_norm in _UNIT_LAYERS:
+        rules += [
+            torch.Rule(f'{ours}{conv}/kernel', f'{theirs}{torch_conv}.weight',
+                       'conv2d'),
+            torch.Rule(f'{ours}{group_norm}/scale',
+                       f'{theirs}{torch_norm}.weight'),
+            torch.Rule(f'{ours}{group_norm}/bias',
+                       f'{theirs}{torch_norm}.bias')]
+  return rules
+
+
+def _state_stages(state: dict, source: str) -> tuple[int, ...] | None:
+  """The stages of the ResNetV2 stem of a timm hybrid, None for a pure
+  ViT; one line for a hybrid of another backbone."""
+  if not any(key.startswith(_BACKBONE) for key in state):
+    return None
+  if (_BACKBONE + 'stem.conv.weight' not in state and
+      _BACKBONE + 'conv.weight' not in state):
+    other = min(key for key in state if key.startswith(_BACKBONE))
+    raise CheckpointError(
+        f'{source} holds a timm hybrid whose backbone is not the official '
+        f'ResNet stem ({other}): only ResNetV2 backbones read in.')
+  units = {}
+  for key in state:
+    match = _STAGE_UNIT.match(key)
+    if match:
+      stage, unit = int(match.group(1)), int(match.group(2))
+      units[stage] = max(units.get(stage, 0), unit + 1)
+  return tuple(units[stage] for stage in sorted(units))
+
+
 def is_state(keys) -> bool:
   """Whether arrays named `keys` look like a timm ViT's."""
   return 'patch_embed.proj.weight' in keys or (
@@ -109,7 +179,9 @@ def _unfused(state: dict) -> dict:
 
 def to_state(params: dict) -> dict[str, Any]:
   """Our tree (either block layout) as timm's state dict."""
-  return _fused(torch.to_state(params, _TOP, _BLOCK_RULES))
+  stages = params_lib.vit_architecture(params)['resnet_stages']
+  return _fused(torch.to_state(params, _TOP + _stem_rules(stages),
+                               _BLOCK_RULES))
 
 
 def _expected_model(state: dict, num_heads: int,
@@ -134,10 +206,20 @@ def _expected_model(state: dict, num_heads: int,
                          if _BLOCK.match(key)),
       num_heads=num_heads,
       mlp_dim=state['blocks.0.mlp.fc1.weight'].shape[0],
-      classifier='token' if 'cls_token' in state else 'gap')
+      classifier='token' if 'cls_token' in state else 'gap',
+      **_hybrid_fields(state, source))
   side = vit_model.grid_side(state['pos_embed'].shape[1],
                              len(model.prefix_tokens), source, 'pos_embed')
-  return model, side * model.patch_size
+  return model, side * model.effective_patch_size
+
+
+def _hybrid_fields(state: dict, source: str) -> dict:
+  stages = _state_stages(state, source)
+  if stages is None:
+    return {}
+  root = state.get(_BACKBONE + 'stem.conv.weight',
+                   state.get(_BACKBONE + 'conv.weight'))
+  return {'resnet_stages': stages, 'resnet_width_factor': root.shape[0] // 64}
 
 
 def from_state(state: dict, num_heads: int, source: str) -> dict:
@@ -150,8 +232,9 @@ def from_state(state: dict, num_heads: int, source: str) -> dict:
       params_lib.vit_architecture(shapes))
   torch.check_state(state, jax.eval_shape(to_state, shapes), optional=_HEAD,
                     source=source, target=f"timm's layout of {described}")
-  return torch.from_state(_unfused(state), _TOP, _BLOCK_RULES,
-                          model.num_layers, num_heads)
+  return torch.from_state(_unfused(state),
+                          _TOP + _stem_rules(model.resnet_stages),
+                          _BLOCK_RULES, model.num_layers, num_heads)
 
 
 def config(model: models.VisionTransformer, image_size: int) -> dict:
@@ -173,8 +256,10 @@ def config(model: models.VisionTransformer, image_size: int) -> dict:
       'norm_layer': 'layernorm',  # timm's LayerNorm: eps 1e-6
       'num_classes': model.num_classes,
   }
+  hybrid = model.resnet_stages is not None
   return {
-      'architecture': 'vit_base_patch16_224',
+      'architecture': (_HYBRID_FACTORIES[tuple(model.resnet_stages)] if hybrid
+                       else 'vit_base_patch16_224'),
       'num_classes': model.num_classes,
       'num_features': model.hidden_size,
       'global_pool': global_pool,
@@ -188,7 +273,9 @@ def config(model: models.VisionTransformer, image_size: int) -> dict:
           'mean': [0.5, 0.5, 0.5],
           'std': [0.5, 0.5, 0.5],
           'num_classes': model.num_classes,
-          'first_conv': 'patch_embed.proj',
+          'first_conv': ((_BACKBONE + ('stem.conv' if model.resnet_stages
+                                       else 'conv')) if hybrid
+                         else 'patch_embed.proj'),
           'classifier': 'head',
       },
   }
@@ -199,6 +286,13 @@ def check_exportable(model: models.VisionTransformer) -> None:
       **vit_model.common_unsupported(model),
       'pre-logits layer (representation_size)':
           model.representation_size is not None,
+      f'hybrid of ResNet stages {model.resnet_stages} and width factor '
+      f'{model.resnet_width_factor} (its factories build stages '
+      f'{", ".join(map(str, list(_HYBRID_FACTORIES)[:-1]))} or none, of '
+      'width factor 1)':
+          model.resnet_stages is not None and (
+              tuple(model.resnet_stages) not in _HYBRID_FACTORIES or
+              model.resnet_width_factor != 1),
   })
 
 

@@ -95,15 +95,17 @@ def model_for(params: Mapping[str, Any], *, model_name: str | None = None,
           f'{f" ({found})" if found else ""}, but --model={name} is '
           f'{params_lib.describe_architecture(named)}: leave out --model, '
           'or pass the checkpoint of that model.')
-  elif architecture['resnet'] or architecture['patch_size'] is None:
+  elif architecture['patch_size'] is None:
     raise CheckpointError(
         f'{source} holds {params_lib.describe_architecture(architecture)} '
         'that is not a registered model: pass --model=NAME.')
   else:
+    hybrid = architecture['resnet_stages'] is not None
     model = models.VisionTransformer(
         **{key: architecture[key] for key in
            ('patch_size', 'hidden_size', 'num_layers', 'num_heads',
-            'mlp_dim')}, **fields)
+            'mlp_dim', 'resnet_stages', 'resnet_width_factor')
+           if hybrid or not key.startswith('resnet')}, **fields)
   image_size = _image_size(params, model, source)
   params_lib.check_params(
       params, params_lib.param_shapes(model, image_size), source=source,
@@ -153,9 +155,6 @@ def common_unsupported(model: models.VisionTransformer) -> dict[str, bool]:
   """The features of our ViTs that neither timm's nor transformers' ViT
   layout holds in the same way."""
   return {
-      # timm's HybridEmbed (ResNetV2) is the closest; its layout is not
-      # mapped yet.
-      'ResNet stem of the official hybrid': model.resnet_stages is not None,
       'MAP head': model.classifier == 'map',
       'distillation token': model.distillation_token,
       'shifted-patch embedding': model.shifted_patches,

@@ -78,9 +78,7 @@ def vit_named(architecture: dict) -> str | None:
   `formats.params.vit_architecture` reads from parameter shapes), if any."""
   for name in vit_names():
     fields = vit_fields(name)
-    if architecture == {
-        **{key: fields.get(key) for key in architecture if key != 'resnet'},
-        'resnet': bool(fields.get('resnet_stages'))}:
+    if architecture == {key: fields.get(key) for key in architecture}:
       return name
   return None
 
