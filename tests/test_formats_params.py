@@ -81,9 +81,19 @@ def test_adapt_names_the_key_that_does_not_fit():
 def test_the_architecture_is_read_from_the_shapes():
   architecture = params_lib.vit_architecture(vit_params(16, 10, num_layers=2))
   assert architecture == dict(hidden_size=8, num_layers=2, num_heads=2,
-                              mlp_dim=16, patch_size=4, resnet=False)
+                              mlp_dim=16, patch_size=4, resnet_stages=None,
+                              resnet_width_factor=None)
   assert params_lib.describe_architecture(architecture) == (
       'a ViT with hidden size 8, 2 layers of 2 heads, MLP 16, patch 4x4')
+  hybrid = models.create_model('R50+ViT-B_16', 3, num_layers=1,
+                               resnet_stages=(2, 1), resnet_width_factor=2)
+  architecture = params_lib.vit_architecture(
+      params_lib.param_shapes(hybrid, 32))
+  assert (architecture['resnet_stages'],
+          architecture['resnet_width_factor']) == ((2, 1), 2)
+  assert params_lib.describe_architecture(architecture) == (
+      'a ViT on a ResNet stem of stages (2, 1), width factor 2 with hidden '
+      'size 768, 1 layer of 12 heads, MLP 3072, patch 1x1')
   cnn = models.create_model('SimpleCNN', 10)
   assert params_lib.vit_architecture(params_lib.param_shapes(cnn, 32)) is None
 
