@@ -9,9 +9,12 @@ from vit_jax.errors import ConfigError
 
 
 @pytest.fixture(autouse=True)
-def parsed_flags():
+def a_started_process(monkeypatch):
+  """The command's flags parsed; its CPU devices were set when this
+  process's JAX started (a command sets them before JAX starts)."""
   if not flags.FLAGS.is_parsed():
     flags.FLAGS.mark_as_parsed()
+  monkeypatch.setattr(job.distributed, 'set_cpu_devices', lambda count: None)
 
 
 def test_work_that_returns_exits_0():
