@@ -101,6 +101,23 @@ def test_seeds_go_to_the_rows_the_seed_zero_runs_rank_best(tmp_path,
                     for row in rows]
 
 
+def test_round_two_trains_before_the_seeds_and_can_carry_the_conclusion(
+    tmp_path, monkeypatch):
+  planned = list(run.planned_runs(tmp_path, [30, 100]))
+  first_seed = next(i for i, (*_, seed) in enumerate(planned) if seed)
+  round_two = [('vit', ingredients, epochs, 0) for epochs in (30, 100)
+               for ingredients in run.ROUND_TWO]
+  assert planned[first_seed - len(round_two):first_seed] == round_two
+  trained = []
+  monkeypatch.setattr(run.runs, 'train', _fake_training({
+      ('vit', 'study+distillation+mimetic'): 0.6}, trained))
+  run.train(tmp_path, tmp_path / 'data', [30], max_runs=0)
+  seeded = [name for name, overrides in trained if overrides['seed']]
+  assert 'vit_study+distillation+mimetic_e30_seed1' in seeded
+  assert dict(trained)['vit_study+mimetic_e30_seed0'][
+      'model_overrides.mimetic_init'] is True
+
+
 def test_max_runs_counts_only_new_runs(tmp_path, monkeypatch):
   trained = []
   monkeypatch.setattr(run.runs, 'train', _fake_training({}, trained))
@@ -235,3 +252,6 @@ def test_labels_read_alone_when_the_previous_step_is_not_shown():
   assert run._label(without, ['study', without]) == (
       'full recipe without distillation')
   assert run._label('study+distillation', []) == 'study + distillation alone'
+  assert run._label('study+mimetic', []) == 'study + mimetic alone'
+  assert run._label('study+distillation+mimetic', ['study+distillation']) == (
+      'study + distillation + mimetic')

@@ -8,6 +8,7 @@ import pytest
 from vit_jax.models import VisionTransformer
 from vit_jax.models.small_data import DropPath
 from vit_jax.models.small_data import drop_path_rates
+from vit_jax.models.small_data import mimetic_kernels
 from vit_jax.models.small_data import posemb_sincos_2d
 from vit_jax.models.small_data import shifted_patch_tokens
 from tests.test_models_vit import SMALL
@@ -19,7 +20,7 @@ from tests.test_models_vit import official_param_shapes
 
 TECHNIQUES_OFF = dict(posemb='learned', stochastic_depth_rate=0.0,
                       shifted_patches=False, locality_attention=False,
-                      distillation_token=False)
+                      mimetic_init=False, distillation_token=False)
 
 
 def _shapes(model, images):
@@ -227,3 +228,74 @@ def test_shifted_patches_replace_the_embedding_conv():
   with pytest.raises(ValueError, match='patch_size=1 cannot give'):
     VisionTransformer(num_classes=5, shifted_patches=True,
                       **{**SMALL, 'patch_size': 1})
+
+
+def _off_diagonal(matrix):
+  return matrix[~np.eye(len(matrix), dtype=bool)]
+
+
+def test_mimetic_products_are_the_papers_with_one_head():
+  """One head of the full width: W_q W_k^T = 0.7 Z + 0.7 I and W_v W_proj
+  = 0.4 Z - 0.4 I exactly, Z of N(0, 1/d) entries (Trockman & Kolter,
+  section 3)."""
+  d = 256
+  kernels = mimetic_kernels(jax.random.key(1), d, heads=1)
+  query_key = np.asarray(kernels['query'][:, 0] @ kernels['key'][:, 0].T,
+                         np.float64)
+  value_out = np.asarray(kernels['value'].reshape(d, d) @
+                         kernels['out'].reshape(d, d), np.float64)
+  for product, (noise, identity) in ((query_key, (0.7, 0.7)),
+                                     (value_out, (0.4, -0.4))):
+    z = (product - identity * np.eye(d)) / noise * np.sqrt(d)
+    # Standard normal entries: mean 0, std 1 (65,536 of them).
+    assert abs(z.mean()) < 0.02 and abs(z.std() - 1) < 0.02
+    assert abs(np.diag(product).mean() - identity) < 0.01
+
+
+def test_mimetic_heads_are_each_the_best_rank_approximation():
+  """Several heads: each head's W_q W_k^T is the best rank-head_dim
+  approximation of 0.7 Z + 0.7 I of a Z of its own, so positive on the
+  diagonal; W_v W_proj spans the heads and stays 0.4 Z - 0.4 I."""
+  d, heads = 128, 4
+  kernels = mimetic_kernels(jax.random.key(2), d, heads)
+  assert kernels['query'].shape == kernels['key'].shape == (d, heads, 32)
+  assert kernels['out'].shape == (heads, 32, d)
+  products = [np.asarray(kernels['query'][:, h] @ kernels['key'][:, h].T)
+              for h in range(heads)]
+  for product in products:
+    assert np.linalg.matrix_rank(product) == 32
+    # Its diagonal well above its off-diagonal noise.
+    assert np.diag(product).mean() > 4 * _off_diagonal(product).std()
+  assert not np.allclose(products[0], products[1])
+  value_out = np.asarray(kernels['value'].reshape(d, d) @
+                         kernels['out'].reshape(d, d))
+  np.testing.assert_allclose(np.diag(value_out).mean(), -0.4, atol=0.01)
+
+
+@pytest.mark.parametrize('scan', [False, True])
+def test_mimetic_init_changes_only_the_attention_kernels(scan):
+  """The official tree; the attention kernels of every block are mimetic
+  (each block its own), everything else as without it."""
+  images = _images()
+  plain = VisionTransformer(num_classes=5, **SMALL, scan=scan)
+  mimetic = plain.clone(mimetic_init=True)
+  params = mimetic.init(jax.random.key(0), images, train=False)['params']
+  before = _flat(plain.init(jax.random.key(0), images, train=False)['params'])
+  after = _flat(params)
+  assert {k: v.shape for k, v in before.items()} == {
+      k: v.shape for k, v in after.items()}
+  changed = {k for k in before if not np.array_equal(before[k], after[k])}
+  attention = {k for k in before if 'MultiHeadDotProductAttention_0' in k
+               and k.endswith('kernel')}
+  assert changed == attention
+  layers = [0, 1] if scan else [None]
+  for layer in layers:
+    query, key = (after[next(k for k in sorted(attention) if f'/{name}/' in k)]
+                  for name in ('query', 'key'))
+    if scan:  # stacked: (layers, ...)
+      query, key = query[layer], key[layer]
+    product = query[:, 0] @ key[:, 0].T
+    # head_dim 8 of 32: a rank-8 approximation, its diagonal still clear.
+    assert np.diag(product).mean() > 2 * _off_diagonal(product).std()
+  logits = mimetic.apply({'params': params}, images, train=False)
+  assert np.isfinite(logits).all()

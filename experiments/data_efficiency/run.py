@@ -43,6 +43,8 @@ INGREDIENTS = dict([
     ('spt_lsa', {'model_overrides.shifted_patches': True,
                  'model_overrides.locality_attention': True}),
     ('distillation', {'model_overrides.distillation_token': True}),
+    # Round two (issue 37).
+    ('mimetic', {'model_overrides.mimetic_init': True}),
 ])
 # What configs/data_efficient.py sets that the study's recipe does not.
 STUDY_OFF = {
@@ -51,8 +53,11 @@ STUDY_OFF = {
     'model_overrides.dropout_rate': 0.1,
     'model_overrides.shifted_patches': False,
     'model_overrides.locality_attention': False,
+    'model_overrides.mimetic_init': False,
 }
-ALL = tuple(INGREDIENTS)
+# Round one's ingredients, the cumulative ablation's.
+ALL = ('trivial_augment', 'random_erasing', 'mixup_cutmix', 'stochastic_depth',
+       'spt_lsa', 'distillation')
 # The ablation adds the ingredients one at a time; the architecture changes
 # and distillation, which the augmentations hide at 30 epochs, are also
 # tried on the study's recipe, alone and together. The CNNs take the
@@ -61,6 +66,10 @@ CUMULATIVE = [ALL[:i] for i in range(len(ALL) + 1)]
 ON_STUDY = [('spt_lsa',), ('distillation',), ('spt_lsa', 'distillation')]
 CNN_AUGMENTED = ALL[:3]
 TEACHER = 'simple_cnn'
+# Round two: levers from the literature that leave the ViT pure at
+# inference, each on the study's recipe and on round one's best
+# (distillation).
+ROUND_TWO = [('mimetic',), ('distillation', 'mimetic')]
 
 
 def recipe_name(ingredients: tuple[str, ...]) -> str:
@@ -68,7 +77,7 @@ def recipe_name(ingredients: tuple[str, ...]) -> str:
 
 
 # The tables' and the figure's order of the recipes.
-ORDER = [recipe_name(r) for r in CUMULATIVE + ON_STUDY]
+ORDER = [recipe_name(r) for r in CUMULATIVE + ON_STUDY + ROUND_TWO]
 
 
 def _rank(recipe: str) -> int:
@@ -83,7 +92,7 @@ def _label(recipe: str, shown: list[str]) -> str:
   ingredients = _ingredients(recipe)
   if not ingredients:
     return 'study'
-  if ingredients in ON_STUDY:
+  if ingredients in ON_STUDY + ROUND_TWO:
     return 'study + ' + ' + '.join(ingredients) + (
         ' alone' if len(ingredients) == 1 else '')
   if len(ingredients) > 1 and recipe_name(ingredients[:-1]) not in shown:
@@ -147,7 +156,8 @@ def planned_runs(workdir: pathlib.Path, budgets: list[int],
   budget the same without the other steps; then, budget by budget, seeds 1
   and 2 of `conclusion_rows` (chosen when the runner gets there, from the
   seed-0 runs then finished, in `workdir` or `landed`); last, the other
-  steps at the longer budgets."""
+  steps at the longer budgets. Round two's rows (seed 0, every budget) come
+  before the seeds, so that one of them can carry the conclusion."""
   study, full = CUMULATIVE[0], CUMULATIVE[-1]
   key_rows = [study, CUMULATIVE[-2], full, ('distillation',)]
   between = [r for r in ON_STUDY + CUMULATIVE[1:-2] if r not in key_rows]
@@ -165,6 +175,9 @@ def planned_runs(workdir: pathlib.Path, budgets: list[int],
   yield from seed_zero(first, between)
   for epochs in longer:
     yield from seed_zero(epochs, [])
+  for epochs in budgets:
+    for ingredients in ROUND_TWO:
+      yield 'vit', ingredients, epochs, 0
   for epochs in (first, *longer):
     rows = conclusion_rows(load_runs(workdir, landed), epochs)
     for seed in (1, 2):

@@ -15,6 +15,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from vit_jax.models import small_data
 from vit_jax.models.dropout import Dropout
 
 # How MultiHeadSelfAttention computes softmax(q k^T / sqrt(head_dim)) v; the
@@ -54,11 +55,14 @@ class _Projection(nn.Module):
   kernel_shape: tuple[int, ...]
   bias_shape: tuple[int, ...]
   fan_in_axes: int
+  initial_kernel: jax.Array | None = None  # in place of xavier_uniform
 
   @nn.compact
   def __call__(self) -> tuple[jax.Array, jax.Array]:
 
     def kernel_init(key, shape, dtype=jnp.float32):
+      if self.initial_kernel is not None:
+        return self.initial_kernel.astype(dtype)
       fan_in = math.prod(shape[:self.fan_in_axes])
       flat_shape = (fan_in, math.prod(shape) // fan_in)
       flat = nn.initializers.xavier_uniform()(key, flat_shape, dtype)
@@ -105,6 +109,10 @@ class MultiHeadSelfAttention(nn.Module):
   masked out before
   the softmax. Both sharpen the attention towards other tokens, which ViTs
   trained on small data spread too evenly. Only the einsum path has it.
+
+  `mimetic_init` initialises the four kernels as Trockman & Kolter (2023)
+  do (`small_data.mimetic_kernels`); the parameters and the function are
+  the same.
   """
 
   num_heads: int
@@ -112,6 +120,7 @@ class MultiHeadSelfAttention(nn.Module):
   dtype: Any = jnp.float32
   attention: str = 'einsum'
   locality: bool = False
+  mimetic_init: bool = False
 
   def __post_init__(self):
     check_attention(self.attention, self.dropout_rate, self.locality)
@@ -122,15 +131,21 @@ class MultiHeadSelfAttention(nn.Module):
     hidden = x.shape[-1]
     heads, head_dim = self.num_heads, hidden // self.num_heads
 
+    initial = {}
+    if self.mimetic_init and self.is_initializing():
+      initial = small_data.mimetic_kernels(self.make_rng('params'), hidden,
+                                           heads)
+
     def projection(name):
       kernel, bias = _Projection((hidden, heads, head_dim), (heads, head_dim),
-                                 fan_in_axes=1, name=name)()
+                                 fan_in_axes=1, initial_kernel=initial.get(name),
+                                 name=name)()
       return kernel.astype(self.dtype), bias.astype(self.dtype)
 
     (wq, bq), (wk, bk), (wv, bv) = (projection(n)
                                     for n in ('query', 'key', 'value'))
     wo, bo = _Projection((heads, head_dim, hidden), (hidden,), fan_in_axes=2,
-                         name='out')()
+                         initial_kernel=initial.get('out'), name='out')()
     wo, bo = wo.astype(self.dtype), bo.astype(self.dtype)
     x = x.astype(self.dtype)
 

@@ -6,7 +6,9 @@ default (then the model is the official one):
 - `DropPath`: stochastic depth (Huang et al. 2016), as DeiT trains;
 - `MAPHead`: multihead attention pooling (big_vision);
 - `shifted_patch_embedding`: shifted patch tokenization (Lee, Lee & Song
-  2021); their locality self-attention is in `attention`.
+  2021); their locality self-attention is in `attention`;
+- `mimetic_kernels`: mimetic initialisation of self-attention (Trockman &
+  Kolter 2023), the initial kernels of `attention.MultiHeadSelfAttention`.
 DeiT's distillation token is a field of `VisionTransformer` itself.
 """
 
@@ -163,3 +165,43 @@ def shifted_patch_embedding(images: jax.Array, patch_size: int,
   x = shifted_patch_tokens(images, patch_size)
   x = nn.LayerNorm(dtype=dtype, name='shifted_patch_norm')(x)
   return nn.Dense(hidden_size, dtype=dtype, name='shifted_patch_embedding')(x)
+
+
+# Trockman & Kolter's values for ViTs: W_q W_k^T ~ 0.7 Z + 0.7 I per head,
+# W_v W_proj ~ 0.4 Z - 0.4 I, Z with N(0, 1/d) entries.
+MIMETIC_QUERY_KEY = (0.7, 0.7)
+MIMETIC_VALUE_OUT = (0.4, -0.4)
+
+
+def _factors(key: jax.Array, size: int, noise: float,
+             identity: float) -> tuple[jax.Array, jax.Array]:
+  """`left`, `right` with left @ right = noise * Z + identity * I, Z of
+  N(0, 1/size) entries; each takes the square root of the singular values,
+  and the first k columns of `left` times the first k rows of `right` are
+  the best rank-k approximation."""
+  z = jax.random.normal(key, (size, size), jnp.float32) / jnp.sqrt(size)
+  u, s, vh = jnp.linalg.svd(noise * z + identity * jnp.eye(size))
+  root = jnp.sqrt(s)
+  return u * root, root[:, None] * vh
+
+
+def mimetic_kernels(key: jax.Array, hidden: int,
+                    heads: int) -> dict[str, jax.Array]:
+  """Initial `query`, `key`, `value` kernels (hidden, heads, head_dim) and
+  `out` kernel (heads, head_dim, hidden) of mimetic initialisation (Trockman
+  & Kolter, "Mimetic Initialization of Self-Attention Layers", ICML 2023):
+  each head's W_q W_k^T is the best rank-head_dim approximation of
+  0.7 Z + 0.7 I (a Z of its own), and W_v W_proj, the heads together, is
+  0.4 Z - 0.4 I, so that attention starts out favouring each token's own
+  and similar tokens, as in trained ViTs. Biases stay zero."""
+  head_dim = hidden // heads
+  query_key, value_out = jax.random.split(key)
+  left, right = jax.vmap(lambda k: _factors(k, hidden, *MIMETIC_QUERY_KEY))(
+      jax.random.split(query_key, heads))
+  # (heads, hidden, head_dim) -> (hidden, heads, head_dim)
+  query = left[:, :, :head_dim].transpose(1, 0, 2)
+  key_kernel = right[:, :head_dim, :].transpose(2, 0, 1)
+  value, out = _factors(value_out, hidden, *MIMETIC_VALUE_OUT)
+  return {'query': query, 'key': key_kernel,
+          'value': value.reshape(hidden, heads, head_dim),
+          'out': out.reshape(heads, head_dim, hidden)}

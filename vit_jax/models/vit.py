@@ -69,6 +69,7 @@ class BlockFields(nn.Module):
   attention_dropout_rate: float = 0.0
   dtype: Dtype = jnp.float32
   attention: str = 'einsum'
+  mimetic_init: bool = False
 
 
 class Encoder1DBlock(BlockFields):
@@ -92,6 +93,7 @@ class Encoder1DBlock(BlockFields):
         dtype=self.dtype,
         attention=self.attention,
         locality=self.locality,
+        mimetic_init=self.mimetic_init,
         name='MultiHeadDotProductAttention_0')(
             x, deterministic=deterministic)
     x = Dropout(self.dropout_rate)(x, deterministic=deterministic)
@@ -172,7 +174,10 @@ class VisionTransformer(nn.Module):
   up to this rate at the last block; needs the 'dropout' rng);
   `shifted_patches` (in place of the `embedding` conv; patch_size >= 2, no
   ResNet stem); `locality_attention` (a learned `temperature` per head, the
-  diagonal masked; attention 'einsum'); `distillation_token` (DeiT: a `dist`
+  diagonal masked; attention 'einsum'); `mimetic_init` (the attention
+  kernels initialised as Trockman & Kolter 2023: each head's W_q W_k^T near
+  0.7 I, W_v W_proj near -0.4 I; `small_data.mimetic_kernels`);
+  `distillation_token` (DeiT: a `dist`
   token after `cls` and its head `head_dist`; classifier 'token'). A DeiT
   student returns the average of its two heads, DeiT's prediction, and sows
   each head's logits into the `HEAD_LOGITS` collection for its loss.
@@ -207,6 +212,7 @@ class VisionTransformer(nn.Module):
   stochastic_depth_rate: float = 0.0
   shifted_patches: bool = False
   locality_attention: bool = False
+  mimetic_init: bool = False
   distillation_token: bool = False
   remat: str = 'none'
   scan: bool = False
