@@ -131,6 +131,11 @@ FIELDS: dict[str, Field] = {
                        ('adamw', 'sgd')),
     'learning_rate': Field(1e-3, 'Peak learning rate.'),
     'weight_decay': Field(0.0, 'Decoupled weight decay.'),
+    'weight_decay_on': Field(
+        'all', "The parameters weight decay applies to: 'all' (the study's), "
+        "or 'kernels', the weight matrices and convolution kernels only, "
+        'not biases, norms, position embeddings or tokens (DeiT, timm).',
+        ('all', 'kernels')),
     'adam_b1': Field(0.9, 'Adam beta1 (adamw).'),
     'adam_b2': Field(0.999, 'Adam beta2 (adamw).'),
     'momentum': Field(0.9, 'Momentum (sgd).'),

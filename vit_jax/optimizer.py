@@ -1,5 +1,6 @@
 """The learning-rate schedule and the optimizer a config asks for."""
 
+import jax
 import optax
 
 
@@ -19,14 +20,24 @@ def create_learning_rate_schedule(config, plan) -> optax.Schedule:
   ], [warmup])
 
 
+def _kernels(params):
+  """True for the weight matrices and convolution kernels (`kernel`), False
+  for biases, norms, position embeddings and tokens."""
+  return jax.tree_util.tree_map_with_path(
+      lambda path, _: getattr(path[-1], 'key', None) == 'kernel', params)
+
+
 def create_optimizer(config, schedule) -> optax.GradientTransformation:
-  """AdamW, or SGD with momentum and decoupled weight decay; gradients
-  clipped to `config.grad_clip_norm` first when it is set."""
+  """AdamW, or SGD with momentum and decoupled weight decay on the
+  parameters `config.weight_decay_on` names; gradients clipped to
+  `config.grad_clip_norm` first when it is set."""
+  # 'all' keeps the optimizer state of runs from before the field.
+  mask = _kernels if config.weight_decay_on == 'kernels' else None
   if config.optimizer == 'adamw':
     tx = optax.adamw(schedule, b1=config.adam_b1, b2=config.adam_b2,
-                     weight_decay=config.weight_decay)
+                     weight_decay=config.weight_decay, mask=mask)
   else:
-    tx = optax.chain(optax.add_decayed_weights(config.weight_decay),
+    tx = optax.chain(optax.add_decayed_weights(config.weight_decay, mask),
                      optax.sgd(schedule, momentum=config.momentum))
   if config.grad_clip_norm:
     tx = optax.chain(optax.clip_by_global_norm(config.grad_clip_norm), tx)

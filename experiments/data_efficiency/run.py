@@ -45,6 +45,8 @@ INGREDIENTS = dict([
     ('distillation', {'model_overrides.distillation_token': True}),
     # Round two (issue 37).
     ('mimetic', {'model_overrides.mimetic_init': True}),
+    # DeiT's and Lee et al.'s: 0.05, not on biases, norms, embeddings.
+    ('reference_decay', {'weight_decay': 0.05, 'weight_decay_on': 'kernels'}),
 ])
 # What configs/data_efficient.py sets that the study's recipe does not.
 STUDY_OFF = {
@@ -69,7 +71,8 @@ TEACHER = 'simple_cnn'
 # Round two: levers from the literature that leave the ViT pure at
 # inference, each on the study's recipe and on round one's best
 # (distillation).
-ROUND_TWO = [('mimetic',), ('distillation', 'mimetic')]
+ROUND_TWO = [('mimetic',), ('distillation', 'mimetic'), ('reference_decay',),
+             ('distillation', 'reference_decay')]
 
 
 def recipe_name(ingredients: tuple[str, ...]) -> str:
