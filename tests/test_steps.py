@@ -219,3 +219,35 @@ def test_fsdp_step_equals_the_data_parallel_step_on_8_devices(tmp_path):
   # What one device holds of the state, and what XLA says the step takes in.
   assert fsdp['shard_bytes'] < replicated['shard_bytes'] / 4
   assert fsdp['argument_bytes'] < replicated['argument_bytes'] / 4
+
+
+_MIMETIC_SCRIPT = '''
+import sys
+sys.path.insert(0, {root!r})
+import jax
+from tests.conftest import tiny_config
+from vit_jax import models, optimizer, sharding, steps
+
+config = tiny_config('', fsdp={fsdp})
+model = models.from_config(config, 10).clone(mimetic_init=True)
+tx = optimizer.create_optimizer(config, lambda step: 1e-3)
+mesh = sharding.make_mesh(config.fsdp)
+state = steps.initial_state(jax.random.key(0), model, tx, 32, mesh)
+shapes = steps.state_shapes(jax.random.key(0), model, tx, 32, mesh)
+assert jax.tree.map(lambda a: (a.shape, a.sharding), state) == (
+    jax.tree.map(lambda a: (a.shape, a.sharding), shapes))
+print('initialised')
+'''
+
+
+@pytest.mark.parametrize('fsdp', [1, 4])
+def test_a_mimetic_model_initialises_on_several_host_devices(fsdp):
+  """Its SVDs deadlocked a program partitioned over 4 host devices on 2
+  cores (jax 0.10.2); the state still ends up laid out as the mesh says."""
+  env = {**os.environ, 'XLA_FLAGS': '--xla_force_host_platform_device_count=4'}
+  out = subprocess.run(
+      [sys.executable, '-c', _MIMETIC_SCRIPT.format(root=str(ROOT), fsdp=fsdp)],
+      env=env, capture_output=True, text=True, check=False, cwd=ROOT,
+      timeout=120)
+  assert out.returncode == 0, out.stderr[-3000:]
+  assert out.stdout.strip().endswith('initialised')

@@ -64,9 +64,13 @@ def initial_state(key, model, tx, image_size: int,
   shards)."""
   shardings = sharding.state_shardings(_shapes(key, model, tx, image_size),
                                        mesh)
-  return jax.jit(functools.partial(_init, model=model, tx=tx,
-                                   image_size=image_size),
-                 out_shardings=shardings)(key)
+  init = functools.partial(_init, model=model, tx=tx, image_size=image_size)
+  if getattr(model, 'mimetic_init', False):
+    # Its SVDs deadlock XLA's CPU runtime in a program partitioned over
+    # several host devices (jax 0.10.2, 4 devices on 2 cores): one device
+    # initialises, then the state is laid out.
+    return jax.device_put(jax.jit(init)(key), shardings)
+  return jax.jit(init, out_shardings=shardings)(key)
 
 
 def state_shapes(key, model, tx, image_size: int,
