@@ -13,15 +13,18 @@ names it. DEST is written in --format:
   npz    the official google-research/vision_transformer `.npz` (every ViT
          of this project, hybrids and small-data options included)
   timm   a folder with model.safetensors and config.json:
-         `timm.create_model('local-dir:DEST', pretrained=True)`
+         `timm.create_model('local-dir:DEST', pretrained=True)`; the
+         hybrid as timm's HybridEmbed on a ResNetV2 (the stages timm's
+         factories build)
   hf     a folder with config.json, model.safetensors and
          preprocessor_config.json:
          `transformers.ViTForImageClassification.from_pretrained(DEST)`
 
 `vit_jax.export` writes them. The exports compute our logits in those
-libraries (tanh GELU, LayerNorm eps 1e-6, written into their configs); what they cannot hold (timm's and
-transformers' ViTs have no pre-logits layer or hybrid of ours;
-transformers' reads the class token only) is one line.
+libraries (tanh GELU, LayerNorm eps 1e-6, written into their configs; a
+hybrid's stem computes with timm's own epsilons there); what they cannot
+hold (timm's and transformers' ViTs have no pre-logits layer; transformers'
+has no hybrid and reads the class token only) is one line.
 """
 
 from absl import app
