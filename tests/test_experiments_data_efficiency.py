@@ -118,6 +118,35 @@ def test_round_two_trains_before_the_seeds_and_can_carry_the_conclusion(
       'model_overrides.mimetic_init'] is True
 
 
+def test_the_long_budget_trains_the_two_best_vits_and_each_cnns_best(
+    tmp_path, monkeypatch):
+  trained = []
+  monkeypatch.setattr(run.runs, 'train', _fake_training({
+      ('vit', 'study+distillation+mimetic'): 0.6,
+      ('vit', 'study+mimetic'): 0.58, ('vit', 'study'): 0.52,
+      ('simple_cnn', 'study'): 0.67, ('small_resnet', 'study'): 0.66,
+      ('small_resnet', 'study+trivial_augment+random_erasing+mixup_cutmix'):
+          0.69}, trained))
+  run.train(tmp_path, tmp_path / 'data', [30], max_runs=0,
+            long_budgets=(300,))
+  long = [name for name, overrides in trained
+          if overrides['num_epochs'] == 300]
+  rows = ['simple_cnn_study', 'vit_study+distillation+mimetic',
+          'vit_study+mimetic',
+          'small_resnet_study+trivial_augment+random_erasing+mixup_cutmix']
+  assert long == [f'{row}_e300_seed{seed}' for seed in (0, 1, 2)
+                  for row in rows]
+  # After every run of the comparison budgets.
+  assert trained[-len(long):] == [t for t in trained
+                                  if t[1]['num_epochs'] == 300]
+  assert dict(trained)['vit_study+distillation+mimetic_e300_seed1'][
+      'distillation_teacher'] == tmp_path / 'simple_cnn_study_e300_seed1'
+
+
+def test_no_long_budget_rows_before_the_comparison_runs(tmp_path):
+  assert run.long_rows([], 100) == []
+
+
 def test_max_runs_counts_only_new_runs(tmp_path, monkeypatch):
   trained = []
   monkeypatch.setattr(run.runs, 'train', _fake_training({}, trained))

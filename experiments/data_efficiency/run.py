@@ -8,7 +8,9 @@ Trains `configs/data_efficient.py` with its techniques turned on one at a
 time, from the study's recipe (all off) to the full one, for the ViT; the
 CNNs with the study's recipe and with the same augmentations; at every
 budget in --epochs; seeds as `planned_runs` orders them (the rows that carry
-the conclusion get three). One `vit_jax.main` process per run; rerunning
+the conclusion get three). Round two adds ingredients from the literature
+(`ROUND_TWO`), then trains the two best ViT recipes and each CNN's best at
+each of --long_epochs, three seeds each. One `vit_jax.main` process per run; rerunning
 skips the runs finished in --workdir or recorded in the committed
 `results.json`, and resumes an interrupted one. After each run it writes,
 next to this file, `results.json` (one record per run), `ablation.png`,
@@ -150,8 +152,29 @@ def conclusion_rows(records: list[dict], epochs: int) -> list[tuple]:
   return list(dict.fromkeys(rows))
 
 
+def long_rows(records: list[dict], epochs: int) -> list[tuple]:
+  """(model, ingredients) of the rows trained at the long budgets: the two
+  best ViT recipes and each CNN's best recipe at `epochs` (the longest
+  comparison budget), by their mean best test accuracy over the seeds run;
+  the teacher first where a ViT row distils. Empty before any ran."""
+  means = {key: float(_accuracies(group).mean())
+           for key, group in group_runs(records).items() if key[0] == epochs}
+
+  def best(model):
+    return sorted(((accuracy, recipe) for (_, m, recipe), accuracy
+                   in means.items() if m == model), reverse=True)
+
+  rows = [('vit', _ingredients(recipe)) for _, recipe in best('vit')[:2]]
+  rows += [(model, _ingredients(best(model)[0][1]))
+           for model in ('simple_cnn', 'small_resnet') if best(model)]
+  if any('distillation' in ingredients for _, ingredients in rows):
+    rows.insert(0, (TEACHER, ()))
+  return list(dict.fromkeys(rows))
+
+
 def planned_runs(workdir: pathlib.Path, budgets: list[int],
-                 landed: dict[str, dict] | None = None):
+                 landed: dict[str, dict] | None = None,
+                 long_budgets: tuple[int, ...] = ()):
   """(model, ingredients, epochs, seed), most informative first: at the
   first budget, the teacher, the ViT's study and full recipes (without and
   with distillation) and distillation alone, the other steps and
@@ -160,7 +183,9 @@ def planned_runs(workdir: pathlib.Path, budgets: list[int],
   and 2 of `conclusion_rows` (chosen when the runner gets there, from the
   seed-0 runs then finished, in `workdir` or `landed`); last, the other
   steps at the longer budgets. Round two's rows (seed 0, every budget) come
-  before the seeds, so that one of them can carry the conclusion."""
+  before the seeds, so that one of them can carry the conclusion. Then, at
+  each of `long_budgets`, `long_rows` with seeds 0, 1 and 2 (chosen when
+  the runner gets there)."""
   study, full = CUMULATIVE[0], CUMULATIVE[-1]
   key_rows = [study, CUMULATIVE[-2], full, ('distillation',)]
   between = [r for r in ON_STUDY + CUMULATIVE[1:-2] if r not in key_rows]
@@ -189,16 +214,22 @@ def planned_runs(workdir: pathlib.Path, budgets: list[int],
   for epochs in longer:
     for ingredients in between:
       yield 'vit', ingredients, epochs, 0
+  for epochs in long_budgets:
+    rows = long_rows(load_runs(workdir, landed), budgets[-1])
+    for seed in (0, 1, 2):
+      for model, ingredients in rows:
+        yield model, ingredients, epochs, seed
 
 
 def train(workdir: pathlib.Path, data_dir: pathlib.Path, budgets: list[int],
           max_runs: int, landed: dict[str, dict] | None = None,
-          after_each_run: Callable[[], None] = lambda: None):
+          after_each_run: Callable[[], None] = lambda: None,
+          long_budgets: tuple[int, ...] = ()):
   """Trains the planned runs finished neither in `workdir` nor in `landed`
   (the committed records), at most `max_runs` new runs (0: all), calling
   `after_each_run` as each finishes."""
   for count, (directory, model, recipe, overrides) in enumerate(
-      _unfinished_runs(workdir, budgets, landed or {})):
+      _unfinished_runs(workdir, budgets, landed or {}, long_budgets)):
     if max_runs and count == max_runs:
       return
     runs.train(directory, f'configs/data_efficient.py:{model}',
@@ -208,13 +239,13 @@ def train(workdir: pathlib.Path, data_dir: pathlib.Path, budgets: list[int],
 
 
 def _unfinished_runs(workdir: pathlib.Path, budgets: list[int],
-                     landed: dict[str, dict]):
+                     landed: dict[str, dict], long_budgets: tuple[int, ...]):
   """(directory, model, recipe, overrides) of each planned run not yet
   finished, in order; the teacher of a distilled run first where only its
   record landed. Lazy: a teacher is looked for after the runs before it have
   trained."""
   for model, ingredients, epochs, seed in planned_runs(workdir, budgets,
-                                                       landed):
+                                                       landed, long_budgets):
     name = run_name(model, ingredients, epochs, seed)
     if name in landed or runs.finished(workdir / name):
       continue
@@ -348,12 +379,14 @@ def plot(records: list[dict], path: pathlib.Path):
 
 
 def summarize(workdir: pathlib.Path, budgets: list[int],
-              landed: dict[str, dict]) -> list[dict]:
+              landed: dict[str, dict],
+              long_budgets: tuple[int, ...] = ()) -> list[dict]:
   """Writes results.json, ablation.png and the README's table and missing
   runs from the runs finished in `workdir` or `landed`; returns their
   records."""
   records = load_runs(workdir, landed)
-  planned = [run_name(*run) for run in planned_runs(workdir, budgets, landed)]
+  planned = [run_name(*run) for run in planned_runs(workdir, budgets, landed,
+                                                    long_budgets)]
   runs.write_summary(HERE, records, f'{workdir} or results.json',
                      'ablation.png', plot, {
                          'ablation table': table(records),
@@ -368,6 +401,8 @@ def main(argv):
   workdir = pathlib.Path(args.workdir).absolute()
   budgets = runs.integers('epochs', args.epochs,
                           example='30,100 (the study\'s 30 first)')
+  long_budgets = tuple(runs.integers('long_epochs', args.long_epochs,
+                                     example='300')) if args.long_epochs else ()
   landed = runs.landed(HERE / 'results.json', record_name)
   if not args.summarize_only:
     data_dir = pathlib.Path(args.data_dir).absolute()
@@ -375,8 +410,9 @@ def main(argv):
     # Each run lands in results.json as it finishes: a session that ends
     # mid-run loses only that run on a fresh machine.
     train(workdir, data_dir, budgets, args.max_runs, landed,
-          lambda: summarize(workdir, budgets, landed))
-  print(table(summarize(workdir, budgets, landed)))
+          lambda: summarize(workdir, budgets, landed, long_budgets),
+          long_budgets)
+  print(table(summarize(workdir, budgets, landed, long_budgets)))
 
 
 def _define_flags():
@@ -390,6 +426,10 @@ def _define_flags():
       'epochs', ['30', '100'], 'Training budgets, the study\'s first; 100 is '
       'the longer one that fits this machine (a 200-epoch ViT run is ~2 h on '
       '2 cores); --epochs=30,200 where a GPU is.')
+  flags.DEFINE_list(
+      'long_epochs', ['300'], 'Budgets for the two best ViT recipes and each '
+      "CNN's best, 3 seeds, after everything else (about 3 h a ViT run on 2 "
+      'cores; 1000 where a GPU is); empty: none.')
   flags.DEFINE_integer('max_runs', 0, 'Stop after this many new runs; 0: '
                        'all.')
   flags.DEFINE_bool('summarize_only', False, 'Only summarise finished runs.')
