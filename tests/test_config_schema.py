@@ -95,3 +95,20 @@ def test_a_resumed_run_may_change_remat_but_not_scan(tmp_path):
   with pytest.raises(ConfigError, match=r"another config\.model_overrides "
                      r"\(\{.*'scan': True.*\} there, \{.*\} here\)"):
     config_schema.check_resumable(saved, config(remat='full'), tmp_path)
+
+
+def test_overriding_a_model_field_with_its_own_value_resumes(tmp_path):
+  """A run saved before a model field existed (no override of it) resumes
+  where the field is set to the model's value, and the other way round;
+  another value is refused."""
+  saved = tiny_config('').to_dict()
+  same = tiny_config('')
+  same.model_overrides.update(mimetic_init=False, attention='einsum')
+  assert config_schema.check_resumable(saved, same, tmp_path) == {}
+  assert config_schema.check_resumable(same.to_dict(), tiny_config(''),
+                                       tmp_path) == {}
+  other = tiny_config('')
+  other.model_overrides.update(mimetic_init=True)
+  with pytest.raises(ConfigError, match=r"another config\.model_overrides "
+                     r"\(.* there, .*'mimetic_init': True.* here\)"):
+    config_schema.check_resumable(saved, other, tmp_path)

@@ -250,3 +250,16 @@ def test_a_hybrid_of_another_backbone_is_one_line(tmp_path):
                      r'backbone is not the official ResNet stem '
                      r'\(patch_embed.backbone.conv1.0.weight\)'):
     timm.read(path, None)
+
+
+def test_a_root_of_another_width_is_one_line(tmp_path):
+  model, params = _hybrid((1,))
+  state = timm.to_state(params)
+  state['patch_embed.backbone.stem.conv.weight'] = np.zeros((48, 3, 7, 7),
+                                                            np.float32)
+  path = tmp_path / 'model.safetensors'
+  safetensors_file.write(path, state)
+  with pytest.raises(CheckpointError, match=r'patch_embed.backbone.stem.conv.'
+                     r'weight in .* has 48 output channels; the ResNet stem of '
+                     r'the official hybrid has 64 per unit of width factor'):
+    timm.read(path, None)

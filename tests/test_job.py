@@ -9,12 +9,19 @@ from vit_jax.errors import ConfigError
 
 
 @pytest.fixture(autouse=True)
-def a_started_process(monkeypatch):
-  """The command's flags parsed; its CPU devices were set when this
-  process's JAX started (a command sets them before JAX starts)."""
-  if not flags.FLAGS.is_parsed():
+def a_process_alone(monkeypatch):
+  """The command's flags parsed (for the test only); its CPU devices set
+  when this process's JAX started (a command sets them before JAX
+  starts); no job to join, whatever the environment says."""
+  was_parsed = flags.FLAGS.is_parsed()
+  if not was_parsed:
     flags.FLAGS.mark_as_parsed()
   monkeypatch.setattr(job.distributed, 'set_cpu_devices', lambda count: None)
+  monkeypatch.setattr(job.distributed, 'initialize_distributed',
+                      lambda *args: False)
+  yield
+  if not was_parsed:
+    flags.FLAGS.unparse_flags()
 
 
 def test_work_that_returns_exits_0():

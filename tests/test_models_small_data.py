@@ -262,10 +262,21 @@ def test_mimetic_heads_are_each_the_best_rank_approximation():
   assert kernels['out'].shape == (heads, 32, d)
   products = [np.asarray(kernels['query'][:, h] @ kernels['key'][:, h].T)
               for h in range(heads)]
-  for product in products:
+  for h, product in enumerate(products):
     assert np.linalg.matrix_rank(product) == 32
     # Its diagonal well above its off-diagonal noise.
     assert np.diag(product).mean() > 4 * _off_diagonal(product).std()
+    # Balanced factors of a truncated SVD: W_q^T W_q = W_k^T W_k = the top
+    # singular values on the diagonal, largest first.
+    query, key = (np.asarray(kernels[n][:, h], np.float64)
+                  for n in ('query', 'key'))
+    gram = query.T @ query
+    np.testing.assert_allclose(gram, key.T @ key, atol=1e-5)
+    singular = np.diag(gram)
+    np.testing.assert_allclose(gram, np.diag(singular), atol=1e-5)
+    assert np.all(np.diff(singular) <= 1e-6)
+    np.testing.assert_allclose(
+        singular, np.linalg.svd(product, compute_uv=False)[:32], rtol=1e-4)
   assert not np.allclose(products[0], products[1])
   value_out = np.asarray(kernels['value'].reshape(d, d) @
                          kernels['out'].reshape(d, d))
@@ -288,14 +299,17 @@ def test_mimetic_init_changes_only_the_attention_kernels(scan):
   attention = {k for k in before if 'MultiHeadDotProductAttention_0' in k
                and k.endswith('kernel')}
   assert changed == attention
-  layers = [0, 1] if scan else [None]
-  for layer in layers:
-    query, key = (after[next(k for k in sorted(attention) if f'/{name}/' in k)]
-                  for name in ('query', 'key'))
+  def kernel(name, layer):
     if scan:  # stacked: (layers, ...)
-      query, key = query[layer], key[layer]
-    product = query[:, 0] @ key[:, 0].T
+      return after[f'Transformer/encoderblock/MultiHeadDotProductAttention_0/'
+                   f'{name}/kernel'][layer]
+    return after[f'Transformer/encoderblock_{layer}/'
+                 f'MultiHeadDotProductAttention_0/{name}/kernel']
+
+  for layer in (0, 1):
+    product = kernel('query', layer)[:, 0] @ kernel('key', layer)[:, 0].T
     # head_dim 8 of 32: a rank-8 approximation, its diagonal still clear.
     assert np.diag(product).mean() > 2 * _off_diagonal(product).std()
+  assert not np.allclose(kernel('query', 0), kernel('query', 1))
   logits = mimetic.apply({'params': params}, images, train=False)
   assert np.isfinite(logits).all()

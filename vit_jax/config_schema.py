@@ -17,6 +17,7 @@ from absl import logging
 import ml_collections
 
 
+from vit_jax import models
 from vit_jax.errors import ConfigError
 
 
@@ -321,6 +322,13 @@ def check_resumable(saved: dict, config, workdir) -> dict[str, tuple]:
     here = comparable(config[name])
     there = comparable(saved.get(name, field.default))
     if name == 'model_overrides':
+      # Overriding a field with the model's own value changes nothing: a
+      # run saved before a field existed resumes with it set so.
+      defaults = models.default_fields(config.model)
+      for side, other in ((there, here), (here, there)):
+        for key in [k for k in side if k not in other and k in defaults]:
+          if side[key] == comparable(defaults[key]):
+            del side[key]
       for key in _OVERRIDES_MAY_CHANGE:
         before, after = there.pop(key, None), here.pop(key, None)
         if before != after:

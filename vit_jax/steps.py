@@ -61,11 +61,11 @@ def initial_state(key, model, tx, image_size: int,
                   mesh: jax.sharding.Mesh) -> TrainState:
   """Freshly initialised parameters and optimizer state, laid out on `mesh`
   as `sharding.state_shardings` says (each device initialises only its
-  shards)."""
+  shards; on a CPU, a mimetic model's one device all of it)."""
   shardings = sharding.state_shardings(_shapes(key, model, tx, image_size),
                                        mesh)
   init = functools.partial(_init, model=model, tx=tx, image_size=image_size)
-  if getattr(model, 'mimetic_init', False):
+  if getattr(model, 'mimetic_init', False) and jax.default_backend() == 'cpu':
     # Its SVDs deadlock XLA's CPU runtime in a program partitioned over
     # several host devices (jax 0.10.2, 4 devices on 2 cores): one device
     # initialises, then the state is laid out.

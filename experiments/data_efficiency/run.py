@@ -9,8 +9,8 @@ time, from the study's recipe (all off) to the full one, for the ViT; the
 CNNs with the study's recipe and with the same augmentations; at every
 budget in --epochs; seeds as `planned_runs` orders them (the rows that carry
 the conclusion get three). Round two adds ingredients from the literature
-(`ROUND_TWO`), then trains the two best ViT recipes and each CNN's best at
-each of --long_epochs, three seeds each. One `vit_jax.main` process per run; rerunning
+(`ROUND_TWO`), then trains the two best ViT recipes and each CNN's best,
+three seeds each, at each budget of --long_epochs. One `vit_jax.main` process per run; rerunning
 skips the runs finished in --workdir or recorded in the committed
 `results.json`, and resumes an interrupted one. After each run it writes,
 next to this file, `results.json` (one record per run), `ablation.png`,
@@ -57,7 +57,6 @@ STUDY_OFF = {
     'model_overrides.dropout_rate': 0.1,
     'model_overrides.shifted_patches': False,
     'model_overrides.locality_attention': False,
-    'model_overrides.mimetic_init': False,
 }
 # Round one's ingredients, the cumulative ablation's.
 ALL = ('trivial_augment', 'random_erasing', 'mixup_cutmix', 'stochastic_depth',

@@ -279,6 +279,17 @@ def vit_architecture(params: Mapping[str, Any]) -> dict | None:
   }
 
 
+def stem_width_factor(root_width: int, where: str) -> int:
+  """The width factor of a hybrid whose ResNet root (`where`, its key) has
+  `root_width` channels: 64 per unit of width factor; CheckpointError for
+  another width."""
+  if root_width < 64 or root_width % 64:
+    raise CheckpointError(
+        f'{where} has {root_width} output channels; the ResNet stem of the '
+        'official hybrid has 64 per unit of width factor (64, 128, ...).')
+  return root_width // 64
+
+
 def _resnet_fields(shapes: dict[str, tuple[int, ...]]) -> dict:
   """A hybrid's `resnet_stages` (units per `block{i}`) and
   `resnet_width_factor` (the root's width over 64); None for a pure ViT."""
@@ -292,7 +303,8 @@ def _resnet_fields(shapes: dict[str, tuple[int, ...]]) -> dict:
       stage, unit = int(match.group(1)), int(match.group(2))
       units[stage] = max(units.get(stage, 0), unit)
   return {'resnet_stages': tuple(units[stage] for stage in sorted(units)),
-          'resnet_width_factor': root[-1] // 64}
+          'resnet_width_factor': stem_width_factor(root[-1],
+                                                   'conv_root/kernel')}
 
 
 def describe_architecture(architecture: dict) -> str:

@@ -217,9 +217,11 @@ def _hybrid_fields(state: dict, source: str) -> dict:
   stages = _state_stages(state, source)
   if stages is None:
     return {}
-  root = state.get(_BACKBONE + 'stem.conv.weight',
-                   state.get(_BACKBONE + 'conv.weight'))
-  return {'resnet_stages': stages, 'resnet_width_factor': root.shape[0] // 64}
+  root = next(_BACKBONE + key for key in ('stem.conv.weight', 'conv.weight')
+              if _BACKBONE + key in state)
+  return {'resnet_stages': stages,
+          'resnet_width_factor': params_lib.stem_width_factor(
+              state[root].shape[0], f'{root} in {source}')}
 
 
 def from_state(state: dict, num_heads: int, source: str) -> dict:
@@ -239,7 +241,8 @@ def from_state(state: dict, num_heads: int, source: str) -> dict:
 
 def config(model: models.VisionTransformer, image_size: int) -> dict:
   """The hub folder's config.json for `model`: timm's factory
-  `vit_base_patch16_224` with `model_args` that set every field."""
+  `vit_base_patch16_224`, or for a hybrid the factory of its stages
+  (`_HYBRID_FACTORIES`), with `model_args` that set every field."""
   global_pool = 'token' if model.classifier == 'token' else 'avg'
   model_args = {
       'img_size': image_size,

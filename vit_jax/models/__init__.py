@@ -3,6 +3,7 @@
 from vit_jax.models.cnn import SimpleCNN
 from vit_jax.models.cnn import SmallResNet
 from vit_jax.models.registry import create_model
+from vit_jax.models.registry import default_fields
 from vit_jax.models.registry import from_config
 from vit_jax.models.registry import MODEL_NAMES
 from vit_jax.models.registry import registered_vit_fields
@@ -20,6 +21,7 @@ __all__ = [
     'VisionTransformer',
     'attention_weights',
     'create_model',
+    'default_fields',
     'from_config',
     'logits_and_attention',
     'registered_vit_fields',

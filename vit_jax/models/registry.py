@@ -87,6 +87,22 @@ def _module_class(factory) -> type[nn.Module]:
   return factory.func if isinstance(factory, functools.partial) else factory
 
 
+def default_fields(name: str) -> dict:
+  """The fields of the registered model `name` as it is made without
+  overrides (its class's defaults, then the registry's values); empty for
+  a name of no model."""
+  factory = _MODELS.get(name)
+  if factory is None:
+    return {}
+  values = {f.name: f.default
+            for f in dataclasses.fields(_module_class(factory))
+            if f.name not in ('parent', 'name', 'num_classes')
+            and f.default is not dataclasses.MISSING}
+  if isinstance(factory, functools.partial):
+    values.update(factory.keywords)
+  return values
+
+
 def create_model(name: str, num_classes: int, **overrides) -> nn.Module:
   """Returns the linen module registered as `name`.
 

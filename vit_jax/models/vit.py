@@ -175,8 +175,9 @@ class VisionTransformer(nn.Module):
   `shifted_patches` (in place of the `embedding` conv; patch_size >= 2, no
   ResNet stem); `locality_attention` (a learned `temperature` per head, the
   diagonal masked; attention 'einsum'); `mimetic_init` (the attention
-  kernels initialised as Trockman & Kolter 2023: each head's W_q W_k^T near
-  0.7 I, W_v W_proj near -0.4 I; `small_data.mimetic_kernels`);
+  kernels initialised as Trockman & Kolter 2023: each head's W_q W_k^T the
+  best rank-head_dim approximation of 0.7 Z + 0.7 I, W_v W_proj = 0.4 Z -
+  0.4 I; `small_data.mimetic_kernels`);
   `distillation_token` (DeiT: a `dist`
   token after `cls` and its head `head_dist`; classifier 'token'). A DeiT
   student returns the average of its two heads, DeiT's prediction, and sows
