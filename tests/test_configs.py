@@ -87,6 +87,7 @@ def test_image_folder_walkthrough_trains_from_scratch(tmp_path):
   assert summary['steps'] == 3  # 24 images, batches of 8
 
 
+@pytest.mark.slow  # 10 s; tests/test_finetune.py fine-tunes .npz files
 def test_image_folder_walkthrough_fine_tunes_a_released_npz(tmp_path):
   # Another head, a 2x2 patch grid resized to the run's 4x4; 2 of the 12
   # layers, to compile in seconds.

@@ -70,6 +70,7 @@ def test_a_config_that_cannot_load_is_one_line(tmp_path, config, message):
   assert 'Traceback' not in out.stderr
 
 
+@pytest.mark.slow  # 10 s; the typo line alone: test_models_registry.py
 def test_any_model_field_can_be_overridden_and_a_typo_is_named(
     cifar10_binary, tmp_path):
   data_dir, _ = cifar10_binary

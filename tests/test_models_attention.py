@@ -68,6 +68,7 @@ def test_fused_attention_has_the_same_parameters_logits_and_gradients():
       ours, theirs)
 
 
+@pytest.mark.slow  # 9 s
 def test_fused_attention_trains_with_dropout_and_gives_attention_maps():
   model = VisionTransformer(num_classes=5, dropout_rate=0.3,
                             attention='dot_product_attention', **SMALL)

@@ -79,3 +79,9 @@ def test_every_registered_vit_is_named_from_its_parameter_shapes(name):
   model = create_model(name, 10)
   shapes = params_lib.param_shapes(model, 2 * model.effective_patch_size)
   assert vit_named(params_lib.vit_architecture(shapes)) == name
+
+
+def test_a_field_a_model_lacks_is_named_with_the_likely_one():
+  with pytest.raises(ValueError, match=r'ViT-Tiny-CIFAR_4 has no field\(s\) '
+                     r'num_layerz\. Did you mean num_layers\?'):
+    create_model('ViT-Tiny-CIFAR_4', 10, num_layerz=1)

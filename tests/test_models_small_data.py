@@ -283,7 +283,7 @@ def test_mimetic_heads_are_each_the_best_rank_approximation():
   np.testing.assert_allclose(np.diag(value_out).mean(), -0.4, atol=0.01)
 
 
-@pytest.mark.parametrize('scan', [False, True])
+@pytest.mark.parametrize('scan', [False, pytest.param(True, marks=pytest.mark.slow)])  # 7 s
 def test_mimetic_init_changes_only_the_attention_kernels(scan):
   """The official tree; the attention kernels of every block are mimetic
   (each block its own), everything else as without it."""
