@@ -176,6 +176,21 @@ def tiny_config(data_dir, variant='vit', **overrides):
   return config
 
 
+@pytest.fixture(scope='session')
+def trained_cnn_run(tmp_path_factory):
+  """(workdir, data_dir) of a tiny SimpleCNN trained one epoch: a teacher
+  for distillation and locality guidance."""
+  from vit_jax import train  # pylint: disable=g-import-not-at-top
+  root = tmp_path_factory.mktemp('trained_cnn_run')
+  write_cifar_binary(root / 'data' / 'cifar-10-batches-bin', {
+      'data_batch_1.bin': random_cifar(48, 10, seed=1),
+      'test_batch.bin': random_cifar(16, 10, seed=3)})
+  config = tiny_config(root / 'data', 'simple_cnn', num_epochs=1,
+                       warmup_epochs=0)
+  train.train_and_evaluate(config, root / 'teacher')
+  return root / 'teacher', root / 'data'
+
+
 def trained_vit_config(data_dir) -> ml_collections.ConfigDict:
   """The config `trained_vit_run` trains."""
   config = tiny_config(data_dir, num_epochs=1, image_size=24)

@@ -124,6 +124,18 @@ def test_round_two_trains_before_the_seeds_and_can_carry_the_conclusion(
   assert 'vit_study+distillation+mimetic_e30_seed1' in seeded
   assert dict(trained)['vit_study+mimetic_e30_seed0'][
       'model_overrides.mimetic_init'] is True
+  guided = dict(trained)['vit_study+distillation+locality_guidance_e30_seed0']
+  assert guided['locality_guidance_teacher'] == guided[
+      'distillation_teacher'] == tmp_path / 'simple_cnn_study_e30_seed0'
+
+
+def test_locality_guidance_imitates_the_teachers_stages():
+  student = models.from_config(
+      _recipe_config('vit', ('locality_guidance',)), 10)
+  teacher = models.from_config(data_efficient.get_config(run.TEACHER), 10)
+  assert student.guidance_widths == teacher.feature_widths
+  assert student.guided_blocks == (0, student.num_layers // 2,
+                                   student.num_layers - 1)
 
 
 def test_the_long_budget_trains_the_two_best_vits_and_each_cnns_best(

@@ -1,4 +1,5 @@
-"""The study's CNN baselines: shapes, BatchNorm behaviour, dtype."""
+"""The study's CNN baselines: shapes, BatchNorm behaviour, dtype, the stage
+features locality guidance reads."""
 
 import flax
 import jax
@@ -8,6 +9,7 @@ import pytest
 
 from vit_jax.models import SimpleCNN
 from vit_jax.models import SmallResNet
+from vit_jax.models import cnn
 
 MODELS = [SimpleCNN, SmallResNet]
 
@@ -80,3 +82,23 @@ def test_bfloat16_forward_is_finite_and_close_to_float32(model_class):
   assert low.dtype == jnp.float32
   assert np.all(np.isfinite(low))
   np.testing.assert_allclose(low, high, atol=0.05 * np.abs(high).max())
+
+
+@pytest.mark.parametrize('model_class,shapes', [
+    (SimpleCNN, [(16, 16, 32), (8, 8, 64), (8, 8, 128)]),
+    (SmallResNet, [(32, 32, 16), (16, 16, 32), (8, 8, 64)]),
+])
+def test_each_stage_sows_the_feature_map_it_ends_with(model_class, shapes):
+  model = model_class(num_classes=7)
+  variables = model.init(jax.random.key(0), _images(), train=False)
+  features = cnn.stage_features(model, variables, _images(seed=1))
+  assert [f.shape[1:] for f in features] == shapes
+  assert model.feature_widths == tuple(shape[-1] for shape in shapes)
+  assert all(np.min(f) >= 0 for f in features)  # after the ReLU
+  # The last stage's map is what the head pools and reads.
+  head = variables['params']['head']
+  pooled = np.mean(features[-1], axis=(1, 2))
+  np.testing.assert_allclose(
+      pooled @ head['kernel'] + head['bias'],
+      model.apply(variables, _images(seed=1), train=False), rtol=1e-5,
+      atol=1e-5)

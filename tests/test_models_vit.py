@@ -10,7 +10,7 @@ from vit_jax.formats import params as params_lib
 from vit_jax.models import attention_weights
 from vit_jax.models import create_model
 from vit_jax.models import VisionTransformer
-from vit_jax.models.vit import HEAD_LOGITS
+from vit_jax.models.vit import TRAINING_OUTPUTS
 from vit_jax.models.vit import logits_and_attention
 
 SMALL = dict(patch_size=4, hidden_size=32, num_layers=2, num_heads=4,
@@ -266,9 +266,10 @@ def test_distillation_token_has_two_heads_averaged():
 
   variables = {'params': _randomized(variables['params'])}
   evaluated, sown = model.apply(variables, images, train=False,
-                                mutable=[HEAD_LOGITS])
+                                mutable=[TRAINING_OUTPUTS])
   class_logits, distillation_logits = (
-      sown[HEAD_LOGITS]['class_logits'], sown[HEAD_LOGITS]['distillation_logits'])
+      sown[TRAINING_OUTPUTS]['class_logits'],
+      sown[TRAINING_OUTPUTS]['distillation_logits'])
   assert class_logits.shape == distillation_logits.shape == (3, 5)
   assert not np.allclose(class_logits, distillation_logits)
   np.testing.assert_allclose(evaluated,

@@ -180,7 +180,8 @@ def source_kind(source: str | pathlib.Path) -> str:
 
 def load_params(source: str | pathlib.Path, step: int | None = None,
                 model_name: str | None = None) -> Any:
-  """Parameters from any checkpoint (`source_kind`), in our tree.
+  """Parameters from any checkpoint (`source_kind`), in our tree, without
+what served only training (`models.without_guidance`).
 
   A workdir gives its checkpoint of `step` (default: the newest sound one)
   as arrays on the first device; files give numpy arrays. `model_name`, a
@@ -190,7 +191,7 @@ def load_params(source: str | pathlib.Path, step: int | None = None,
   path = pathlib.Path(source)
   kind = source_kind(path)
   if kind == WORKDIR:
-    return load_run(path, step).params
+    return models.without_guidance(load_run(path, step).params)
   return _read_file(path, kind, model_name, step)
 
 
@@ -223,8 +224,8 @@ class Loaded:
 def load(source: str | pathlib.Path, *, model_name: str | None = None,
          step: int | None = None) -> Loaded:
   """Any checkpoint (`source_kind`) and the model that applies it: a
-  workdir's config says which; for the others, `model_name` (`--model`)
-  or the shapes (`formats.vit_model.model_for`)."""
+  workdir's config says which (`models.for_inference`); for the others,
+  `model_name` (`--model`) or the shapes (`formats.vit_model.model_for`)."""
   path = pathlib.Path(source)
   kind = source_kind(path)
   if kind == WORKDIR:
@@ -232,9 +233,10 @@ def load(source: str | pathlib.Path, *, model_name: str | None = None,
       raise CheckpointError(f'{path} is a run, whose config names its model: '
                             f'leave out --model={model_name}.')
     run = load_run(path, step)
-    model = models.from_config(run.config,
-                               run.params['head']['bias'].shape[-1])
-    return Loaded(WORKDIR, model, run.variables, run.config.image_size,
+    model, variables = models.for_inference(
+        models.from_config(run.config, run.params['head']['bias'].shape[-1]),
+        run.variables)
+    return Loaded(WORKDIR, model, variables, run.config.image_size,
                   run.config, run.step)
   params = _read_file(path, kind, model_name, step)
   model, image_size = vit_model.model_for(params, model_name=model_name,

@@ -98,6 +98,14 @@ FIELDS: dict[str, Field] = {
         '', "DeiT hard distillation: the workdir of a trained run (e.g. a "
         "CNN's) whose predictions teach the student's distillation token "
         '(needs model_overrides.distillation_token=True); empty: none.'),
+    'locality_guidance_teacher': Field(
+        '', 'Locality guidance: the workdir of a trained CNN run whose stage '
+        "features the ViT's guided blocks imitate in training (needs "
+        'model_overrides.guided_blocks and guidance_widths; '
+        'vit_jax.locality_guidance); empty: none.'),
+    'locality_guidance_weight': Field(
+        2.5, 'Locality guidance: the weight of the imitation loss, added to '
+        'the cross-entropy (Li et al.: 2.5).'),
     'pixel_mean': Field((0.5, 0.5, 0.5), 'Per-channel mean subtracted from '
                         'pixels in [0, 1].'),
     'pixel_std': Field((0.5, 0.5, 0.5), 'Per-channel std pixels are divided '
@@ -174,7 +182,7 @@ _NON_NEGATIVE = ('total_steps', 'num_epochs', 'warmup_steps', 'warmup_epochs',
                  'checkpoint_every_steps', 'train_examples',
                  'train_examples_per_file', 'test_examples',
                  'weight_decay', 'grad_clip_norm',
-                 'cpu_devices')
+                 'locality_guidance_weight', 'cpu_devices')
 
 
 def defaults() -> ml_collections.ConfigDict:
@@ -241,6 +249,18 @@ def validate(config: ml_collections.ConfigDict, num_devices: int):
     raise ConfigError(
         'config.model_overrides.distillation_token=True needs a teacher: set '
         '--config.distillation_teacher to the workdir of a trained run.')
+  guided = bool(config.model_overrides.get('guided_blocks', ()))
+  if config.locality_guidance_teacher and not guided:
+    raise ConfigError(
+        f'config.locality_guidance_teacher={config.locality_guidance_teacher}'
+        ' needs a ViT with guided blocks: set --config.model_overrides.'
+        "guided_blocks (e.g. '(0, 3, 5)') and guidance_widths (the CNN's "
+        'stage widths).')
+  if guided and not config.locality_guidance_teacher:
+    raise ConfigError(
+        'config.model_overrides.guided_blocks is set but there is no CNN to '
+        'imitate: set --config.locality_guidance_teacher to the workdir of a '
+        'trained simple_cnn or small_resnet run.')
   if not 0 <= config.label_smoothing < 1:
     raise ConfigError(f'config.label_smoothing={config.label_smoothing} must '
                       'be in [0, 1).')

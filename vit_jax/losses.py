@@ -3,9 +3,10 @@ objectives built on it.
 
 Every label becomes a soft target once (`soft_targets`, optax's label
 smoothing); mixup and CutMix mix those targets, and every objective is
-`Objective`: a function of the model's logits, what it sowed (`heads`), the
-targets and the images, so a technique adds an objective, not a branch in the
-step (`classification` here, DeiT's in `distillation`).
+`Objective`: a function of the model's logits, what it sowed for training
+(`outputs`), the targets and the images, so a technique adds an objective,
+not a branch in the step (`classification` here, DeiT's in `distillation`;
+`locality_guidance` adds its term to any of them).
 """
 
 from typing import Protocol
@@ -28,17 +29,18 @@ def cross_entropy(logits: jax.Array, targets: jax.Array) -> jax.Array:
 
 
 class Objective(Protocol):
-  """Per-example training loss. `heads` is what the model sowed into
-  `vit.HEAD_LOGITS` (empty for a model with one head); `images` are the
-  model's inputs, augmented and mixed."""
+  """Per-example training loss. `outputs` is what the model sowed into
+  `vit.TRAINING_OUTPUTS` (a DeiT student's two heads' logits, a guided
+  ViT's projected block features; empty for a plain model); `images` are
+  the model's inputs, augmented and mixed."""
 
-  def __call__(self, logits: jax.Array, heads: dict, targets: jax.Array,
+  def __call__(self, logits: jax.Array, outputs: dict, targets: jax.Array,
                images: jax.Array) -> jax.Array:
     ...
 
 
-def classification(logits: jax.Array, heads: dict, targets: jax.Array,
+def classification(logits: jax.Array, outputs: dict, targets: jax.Array,
                    images: jax.Array) -> jax.Array:
   """The model's logits against the targets."""
-  del heads, images
+  del outputs, images
   return cross_entropy(logits, targets)

@@ -124,10 +124,10 @@ def _gradients(state: TrainState, batch_stats, data, batch, key, *, inputs,
   def loss_fn(params):
     logits, updates = state.apply_fn(
         model_variables(params, batch_stats), x, train=True,
-        mutable=['batch_stats', vit.HEAD_LOGITS],
+        mutable=['batch_stats', vit.TRAINING_OUTPUTS],
         rngs={'dropout': dropout_key})
-    heads = updates.get(vit.HEAD_LOGITS, {})
-    return objective(logits, heads, targets, x).mean(), (logits, updates)
+    outputs = updates.get(vit.TRAINING_OUTPUTS, {})
+    return objective(logits, outputs, targets, x).mean(), (logits, updates)
 
   (loss, (logits, updates)), grads = jax.value_and_grad(
       loss_fn, has_aux=True)(state.params)

@@ -41,6 +41,7 @@ from vit_jax import data
 from vit_jax import distillation
 from vit_jax import finetune
 from vit_jax import flops
+from vit_jax import locality_guidance
 from vit_jax import losses
 from vit_jax import metric_writer
 from vit_jax import optimizer
@@ -171,6 +172,18 @@ def _record_changes(workdir: pathlib.Path, step: int,
           for name, (old, new) in changed.items()}}) + '\n')
 
 
+def _parameter_count(model, params) -> str:
+  """'N parameters', and how many more serve only training (locality
+  guidance's projections)."""
+  def size(tree):
+    return sum(x.size for x in jax.tree.leaves(tree))
+
+  total = size(params)
+  kept = size(models.for_inference(model, {'params': params})[1]['params'])
+  return f'{kept:,} parameters' + (
+      f', and {total - kept:,} used only in training' if total > kept else '')
+
+
 def train_and_evaluate(config: ml_collections.ConfigDict,
                        workdir: str | pathlib.Path) -> dict:
   """Trains `config` in `workdir`, resuming from its newest checkpoint.
@@ -245,11 +258,16 @@ def _train_and_evaluate(config, workdir: pathlib.Path,
   state_shapes = steps.state_shapes(init_key, model, tx, config.image_size,
                                     mesh)
   teacher = distillation.load_teacher(config, inputs.num_classes, replicated)
+  objective = teacher.objective if teacher else losses.classification
   if teacher:
     logging.info('Distilling from the run in %s.', teacher.workdir)
-  compiled = steps.compile_steps(
-      config, inputs, state_shapes, step_key,
-      teacher.objective if teacher else losses.classification)
+  guide = locality_guidance.load_guide(config, inputs.num_classes, replicated)
+  if guide:
+    logging.info('Guided by the stage features of the CNN run in %s.',
+                 guide.workdir)
+    objective = guide.objective(objective)
+  compiled = steps.compile_steps(config, inputs, state_shapes, step_key,
+                                 objective)
   sum_shapes = steps.sum_shapes(replicated)
   _stop_if_signalled(signals, checkpoints)
 
@@ -284,9 +302,9 @@ def _train_and_evaluate(config, workdir: pathlib.Path,
   processes = (f' in {jax.process_count()} processes'
                if jax.process_count() > 1 else '')
   logging.info(
-      '%s (%s parameters) on %d device(s)%s: %d train / %d test examples, '
+      '%s (%s) on %d device(s)%s: %d train / %d test examples, '
       '%d steps of batch %d (%d per epoch).', config.model,
-      f'{sum(x.size for x in jax.tree.leaves(state_shapes.params)):,}',
+      _parameter_count(model, state_shapes.params),
       jax.device_count(), processes, inputs.train_size, inputs.test_size,
       plan.total_steps, config.batch_size, plan.steps_per_epoch)
   if step >= plan.total_steps:

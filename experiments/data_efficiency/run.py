@@ -49,6 +49,10 @@ INGREDIENTS = dict([
     ('mimetic', {'model_overrides.mimetic_init': True}),
     # DeiT's and Lee et al.'s: 0.05, not on biases, norms, embeddings.
     ('reference_decay', {'weight_decay': 0.05, 'weight_decay_on': 'kernels'}),
+    # Li et al.'s blocks (start, middle, end) imitate the teacher's three
+    # stages (the SimpleCNN's: 16x16x32, 8x8x64, 8x8x128).
+    ('locality_guidance', {'model_overrides.guided_blocks': (0, 3, 5),
+                           'model_overrides.guidance_widths': (32, 64, 128)}),
 ])
 # What configs/data_efficient.py sets that the study's recipe does not.
 STUDY_OFF = {
@@ -68,12 +72,20 @@ ALL = ('trivial_augment', 'random_erasing', 'mixup_cutmix', 'stochastic_depth',
 CUMULATIVE = [ALL[:i] for i in range(len(ALL) + 1)]
 ON_STUDY = [('spt_lsa',), ('distillation',), ('spt_lsa', 'distillation')]
 CNN_AUGMENTED = ALL[:3]
+# The CNN a ViT learns from: the teacher of distillation and the CNN whose
+# stage features locality guidance imitates, trained with the study's recipe
+# at the same budget and seed.
 TEACHER = 'simple_cnn'
+# The ingredients that need the teacher, and the config field each names
+# it in.
+TEACHER_FIELDS = {'distillation': 'distillation_teacher',
+                  'locality_guidance': 'locality_guidance_teacher'}
 # Round two: levers from the literature that leave the ViT pure at
 # inference, each on the study's recipe and on round one's best
 # (distillation).
 ROUND_TWO = [('mimetic',), ('distillation', 'mimetic'), ('reference_decay',),
-             ('distillation', 'reference_decay')]
+             ('distillation', 'reference_decay'), ('locality_guidance',),
+             ('distillation', 'locality_guidance')]
 
 
 def recipe_name(ingredients: tuple[str, ...]) -> str:
@@ -108,6 +120,10 @@ def _label(recipe: str, shown: list[str]) -> str:
   return f'+ {ingredients[-1]}'
 
 
+def _needs_teacher(ingredients: tuple[str, ...]) -> bool:
+  return any(name in TEACHER_FIELDS for name in ingredients)
+
+
 def recipe_overrides(model: str, ingredients: tuple[str, ...]) -> dict:
   overrides = {k: v for k, v in STUDY_OFF.items()
                if model == 'vit' or not k.startswith('model_overrides.')}
@@ -133,9 +149,9 @@ def record_name(record: dict) -> str:
 
 def conclusion_rows(records: list[dict], epochs: int) -> list[tuple]:
   """(model, ingredients) of the rows that carry the conclusion at a budget,
-  in the order their seeds train: the teacher where the distillation token
-  is among them, then the three rows the share of the gap is computed from
-  (the ViT's study recipe, and its best recipe and the best CNN, model and
+  in the order their seeds train: the teacher where a row needs it
+  (`TEACHER_FIELDS`), then the three rows the share of the gap is computed
+  from (the ViT's study recipe, and its best recipe and the best CNN, model and
   recipe, as seed 0 ranks them), then the ViT's full recipe."""
   study, full = CUMULATIVE[0], CUMULATIVE[-1]
   seed_zero = [r for r in records if (r['epochs'], r['seed']) == (epochs, 0)]
@@ -146,7 +162,7 @@ def conclusion_rows(records: list[dict], epochs: int) -> list[tuple]:
       best = max(candidates, key=lambda r: r['best_test_accuracy'])
       rows.append((best['model'], _ingredients(best['recipe'])))
   rows.append(('vit', full))
-  if any('distillation' in ingredients for _, ingredients in rows):
+  if any(_needs_teacher(ingredients) for _, ingredients in rows):
     rows.insert(0, (TEACHER, study))
   return list(dict.fromkeys(rows))
 
@@ -155,7 +171,7 @@ def long_rows(records: list[dict], epochs: int) -> list[tuple]:
   """(model, ingredients) of the rows trained at the long budgets: the two
   best ViT recipes and each CNN's best recipe at `epochs` (the longest
   comparison budget), by their mean best test accuracy over the seeds run;
-  the teacher first where a ViT row distils. Empty before any ran."""
+  the teacher first where a ViT row needs it. Empty before any ran."""
   means = {key: float(_accuracies(group).mean())
            for key, group in group_runs(records).items() if key[0] == epochs}
 
@@ -166,7 +182,7 @@ def long_rows(records: list[dict], epochs: int) -> list[tuple]:
   rows = [('vit', _ingredients(recipe)) for _, recipe in best('vit')[:2]]
   rows += [(model, _ingredients(best(model)[0][1]))
            for model in ('simple_cnn', 'small_resnet') if best(model)]
-  if any('distillation' in ingredients for _, ingredients in rows):
+  if any(_needs_teacher(ingredients) for _, ingredients in rows):
     rows.insert(0, (TEACHER, ()))
   return list(dict.fromkeys(rows))
 
@@ -240,16 +256,16 @@ def train(workdir: pathlib.Path, data_dir: pathlib.Path, budgets: list[int],
 def _unfinished_runs(workdir: pathlib.Path, budgets: list[int],
                      landed: dict[str, dict], long_budgets: tuple[int, ...]):
   """(directory, model, recipe, overrides) of each planned run not yet
-  finished, in order; the teacher of a distilled run first where only its
-  record landed. Lazy: a teacher is looked for after the runs before it have
-  trained."""
+  finished, in order; the teacher of a distilled or guided run first where
+  only its record landed. Lazy: a teacher is looked for after the runs
+  before it have trained."""
   for model, ingredients, epochs, seed in planned_runs(workdir, budgets,
                                                        landed, long_budgets):
     name = run_name(model, ingredients, epochs, seed)
     if name in landed or runs.finished(workdir / name):
       continue
     overrides = _run_overrides(model, ingredients, epochs, seed)
-    if overrides.get('model_overrides.distillation_token'):
+    if _needs_teacher(ingredients):
       teacher = workdir / run_name(TEACHER, (), epochs, seed)
       if teacher.name in landed and not runs.finished(teacher):
         # The student needs the checkpoint, gone with the workdir its
@@ -260,7 +276,9 @@ def _unfinished_runs(workdir: pathlib.Path, budgets: list[int],
                _run_overrides(TEACHER, (), epochs, seed))
       if not runs.finished(teacher):
         sys.exit(f'error: the teacher {teacher} has not finished.')
-      overrides['distillation_teacher'] = teacher
+      for ingredient, field in TEACHER_FIELDS.items():
+        if ingredient in ingredients:
+          overrides[field] = teacher
     yield workdir / name, model, recipe_name(ingredients), overrides
 
 

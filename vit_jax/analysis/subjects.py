@@ -55,13 +55,12 @@ class Subject:
 
 def run_subject(workdir, step=None) -> tuple[Subject, object]:
   """The ViT of a `vit_jax.main` run, and the run's config."""
-  run = checkpoint.load_run(workdir, step)
+  run = checkpoint.load(workdir, step=step)
   config = run.config
-  model = models.from_config(config, run.params['head']['kernel'].shape[-1])
-  if not isinstance(model, models.VisionTransformer):
+  if not isinstance(run.model, models.VisionTransformer):
     raise AnalysisError(f'{workdir} trained {config.model}; the analyses need '
                         'a ViT run.')
-  return Subject(model, run.variables, config.image_size,
+  return Subject(run.model, run.variables, config.image_size,
                  tuple(config.pixel_mean), tuple(config.pixel_std),
                  {'workdir': str(workdir), 'step': run.step,
                   'model': config.model}), config

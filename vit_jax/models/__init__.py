@@ -10,6 +10,8 @@ from vit_jax.models.registry import registered_vit_fields
 from vit_jax.models.registry import vit_fields
 from vit_jax.models.registry import vit_named
 from vit_jax.models.registry import vit_names
+from vit_jax.models.small_data import for_inference
+from vit_jax.models.small_data import without_guidance
 from vit_jax.models.vit import attention_weights
 from vit_jax.models.vit import logits_and_attention
 from vit_jax.models.vit import VisionTransformer
@@ -22,10 +24,12 @@ __all__ = [
     'attention_weights',
     'create_model',
     'default_fields',
+    'for_inference',
     'from_config',
     'logits_and_attention',
     'registered_vit_fields',
     'vit_fields',
     'vit_named',
     'vit_names',
+    'without_guidance',
 ]

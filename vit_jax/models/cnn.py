@@ -6,7 +6,8 @@ PyTorch's defaults: the baselines start where the study's did.
 
 Both take `train`: BatchNorm normalises with batch statistics and updates its
 running averages (apply with `mutable=['batch_stats']`) when training, and uses
-the running averages otherwise.
+the running averages otherwise. Both are `StagedCNN`s: the feature map each
+stage ends with is what a ViT trained with locality guidance imitates.
 """
 
 import math
@@ -69,14 +70,50 @@ def _head(x: jax.Array, num_classes: int) -> jax.Array:
           x)
 
 
-class SimpleCNN(nn.Module):
+# The collection a `StagedCNN` sows its stages' feature maps into.
+STAGE_FEATURES = 'intermediates'
+
+
+class StagedCNN(nn.Module):
+  """A CNN in stages, each ending in a feature map (batch, height, width,
+  `feature_widths[k]`) that every apply sows into `STAGE_FEATURES` as
+  `stage_{k + 1}` (`stage_features` reads them)."""
+
+  @property
+  def feature_widths(self) -> tuple[int, ...]:
+    raise NotImplementedError
+
+  def sow_stage(self, stage: int, features: jax.Array) -> None:
+    self.sow(STAGE_FEATURES, f'stage_{stage + 1}', features)
+
+
+def stage_features(module: StagedCNN, variables, images: jax.Array
+                   ) -> list[jax.Array]:
+  """The feature map each stage of `module` ends with, in eval mode."""
+  _, state = module.apply(variables, images, train=False,
+                          mutable=[STAGE_FEATURES])
+  sown = state[STAGE_FEATURES]
+  return [sown[f'stage_{k + 1}'][0] for k in range(len(module.feature_widths))]
+
+
+class SimpleCNN(StagedCNN):
   """Five 3x3 conv-BN-ReLU layers, 2x2 max-pool after the 2nd and 4th,
-  global average pool, linear head. 141,354 parameters for 10 classes."""
+  global average pool, linear head. 141,354 parameters for 10 classes.
+  Its stages end at each pool and at the last layer (for CIFAR: 16x16x32,
+  8x8x64 and 8x8x128)."""
 
   num_classes: int = 10
   widths: Sequence[int] = (32, 32, 64, 64, 128)
   pool_after: Sequence[int] = (1, 3)
   dtype: Dtype = jnp.float32
+
+  @property
+  def _stage_ends(self) -> list[int]:
+    return sorted({*self.pool_after, len(self.widths) - 1})
+
+  @property
+  def feature_widths(self) -> tuple[int, ...]:
+    return tuple(self.widths[i] for i in self._stage_ends)
 
   @nn.compact
   def __call__(self, images: jax.Array, *, train: bool) -> jax.Array:
@@ -87,6 +124,8 @@ class SimpleCNN(nn.Module):
       x = nn.relu(x)
       if i in self.pool_after:
         x = nn.max_pool(x, window_shape=(2, 2), strides=(2, 2))
+      if i in self._stage_ends:
+        self.sow_stage(self._stage_ends.index(i), x)
     x = jnp.mean(x, axis=(1, 2))
     return _head(x, self.num_classes)
 
@@ -118,7 +157,7 @@ class BasicBlock(nn.Module):
     return nn.relu(shortcut + y)
 
 
-class SmallResNet(nn.Module):
+class SmallResNet(StagedCNN):
   """CIFAR ResNet: 3x3 stem (16 channels), three stages of 16/32/64 channels
   with 2 basic blocks each (stride 2 entering stages 2 and 3), global average
   pool, linear head. 175,258 parameters for 10 classes."""
@@ -127,6 +166,10 @@ class SmallResNet(nn.Module):
   stage_widths: Sequence[int] = (16, 32, 64)
   blocks_per_stage: int = 2
   dtype: Dtype = jnp.float32
+
+  @property
+  def feature_widths(self) -> tuple[int, ...]:
+    return tuple(self.stage_widths)
 
   @nn.compact
   def __call__(self, images: jax.Array, *, train: bool) -> jax.Array:
@@ -142,5 +185,6 @@ class SmallResNet(nn.Module):
             dtype=self.dtype,
             name=f'stage{stage + 1}_block{block + 1}')(
                 x, train=train)
+      self.sow_stage(stage, x)
     x = jnp.mean(x, axis=(1, 2))
     return _head(x, self.num_classes)

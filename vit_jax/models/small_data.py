@@ -8,7 +8,10 @@ default (then the model is the official one):
 - `shifted_patch_embedding`: shifted patch tokenization (Lee, Lee & Song
   2021); their locality self-attention is in `attention`;
 - `mimetic_kernels`: mimetic initialisation of self-attention (Trockman &
-  Kolter 2023), the initial kernels of `attention.MultiHeadSelfAttention`.
+  Kolter 2023), the initial kernels of `attention.MultiHeadSelfAttention`;
+- `guidance_maps`: locality guidance's projections of encoder blocks' tokens
+  to a CNN's stage widths (Li et al. 2022), parameters used only in
+  training; the loss is `vit_jax.locality_guidance`'s.
 DeiT's distillation token is a field of `VisionTransformer` itself.
 """
 
@@ -156,6 +159,19 @@ def shifted_patch_tokens(images: jax.Array, patch_size: int) -> jax.Array:
   return x.reshape(n, height // p, width // p, p * p * 5 * channels)
 
 
+def check_shifted_patches(patch_size: int,
+                          resnet_stages: tuple[int, ...] | None) -> None:
+  if resnet_stages is not None:
+    raise ValueError(
+        'shifted_patches=True shifts image pixels and cannot follow a '
+        'ResNet stem: set resnet_stages=None or shifted_patches=False.')
+  if patch_size < 2:
+    raise ValueError(
+        f'shifted_patches=True shifts by half a patch, which '
+        f'patch_size={patch_size} cannot give: use a patch_size of at '
+        'least 2.')
+
+
 def shifted_patch_embedding(images: jax.Array, patch_size: int,
                             hidden_size: int, dtype: Dtype) -> jax.Array:
   """Shifted patch tokenization as modules of the calling compact method
@@ -205,3 +221,66 @@ def mimetic_kernels(key: jax.Array, hidden: int,
   return {'query': query, 'key': key_kernel,
           'value': value.reshape(hidden, heads, head_dim),
           'out': out.reshape(heads, head_dim, hidden)}
+
+
+# Names the projections of `guidance_maps` start with, at the top level of
+# the ViT's parameters: `locality_guidance_0`, ...
+GUIDANCE_PROJECTION = 'locality_guidance'
+
+
+def check_guidance(guided_blocks: tuple[int, ...],
+                   guidance_widths: tuple[int, ...], num_layers: int,
+                   scan: bool) -> None:
+  if len(guided_blocks) != len(guidance_widths):
+    raise ValueError(
+        f'guided_blocks={tuple(guided_blocks)} and guidance_widths='
+        f'{tuple(guidance_widths)} must have one entry per CNN stage each: '
+        'set both to the same length.')
+  if list(guided_blocks) != sorted(set(guided_blocks)) or any(
+      not 0 <= block < num_layers for block in guided_blocks):
+    raise ValueError(
+        f'guided_blocks={tuple(guided_blocks)}: list encoder blocks in '
+        f'increasing order, each in 0..{num_layers - 1}.')
+  if any(width < 1 for width in guidance_widths):
+    raise ValueError(f'guidance_widths={tuple(guidance_widths)} must be '
+                     'positive: the channels of the CNN\'s stages.')
+  if guided_blocks and scan:
+    raise ValueError('guided_blocks needs each block\'s output, which '
+                     'scan=True does not keep: set scan=False.')
+
+
+def guidance_maps(block_outputs: list[jax.Array], widths: tuple[int, ...],
+                  grid: tuple[int, int], dtype: Dtype) -> list[jax.Array]:
+  """Locality guidance (Li et al. 2022): the ViT's `guided_blocks` (in
+  order), each imitating a CNN stage of `guidance_widths` channels for
+  `vit_jax.locality_guidance`'s loss. Each guided block's patch tokens (batch, h * w, hidden), the prefix
+  tokens dropped, laid on the patch `grid` and projected by a 1x1
+  convolution with bias (a Dense per token, `GUIDANCE_PROJECTION_k`) to
+  the width of the CNN stage it imitates: (batch, h, w, width). Called in
+  a compact method, the projections are the caller's children."""
+  maps = []
+  for k, (tokens, width) in enumerate(zip(block_outputs, widths)):
+    patches = tokens[:, tokens.shape[1] - grid[0] * grid[1]:]
+    patches = patches.reshape(patches.shape[0], *grid, patches.shape[-1])
+    maps.append(nn.Dense(width, dtype=dtype,
+                         name=f'{GUIDANCE_PROJECTION}_{k}')(patches))
+  return maps
+
+
+def without_guidance(params: Any) -> Any:
+  """`params` without locality guidance's projections, which only training
+  uses: the ViT that is evaluated, exported and fine-tuned."""
+  return {name: value for name, value in params.items()
+          if not name.startswith(GUIDANCE_PROJECTION)}
+
+
+def for_inference(model: nn.Module, variables: dict) -> tuple[nn.Module,
+                                                               dict]:
+  """The model and variables a trained run is evaluated, analysed, exported
+  and fine-tuned with: a guided ViT without its guidance projections, which
+  only its training loss reads; any other model as it is."""
+  if not getattr(model, 'guided_blocks', ()):
+    return model, variables
+  return (model.clone(guided_blocks=(), guidance_widths=()),
+          {**variables,
+           'params': without_guidance(variables['params'])})

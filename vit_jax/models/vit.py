@@ -27,9 +27,11 @@ CLASSIFIERS = ('token', 'gap', 'map')
 # 'learned': the official trained embedding; 'sincos2d': fixed sine-cosine of
 # the patch grid (no parameters); 'none': no position information at all.
 POSEMBS = ('learned', 'sincos2d', 'none')
-# The collection a DeiT student sows its two heads' logits into, for the
-# distillation loss; the model itself returns their average.
-HEAD_LOGITS = 'head_logits'
+# What a ViT sows for its training objective alone: a DeiT student's two
+# heads' logits, a guided ViT's projected block features.
+TRAINING_OUTPUTS = 'training_outputs'
+# Each apply's own values, never appended to what a collection held.
+_LATEST = dict(reduce_fn=lambda _, value: value, init_fn=lambda: None)
 
 
 def _fields_of(fields: type[nn.Module], parent: nn.Module) -> dict:
@@ -122,10 +124,12 @@ class Encoder(BlockFields, kw_only=True):
   locality_attention: bool = False
   remat: str = 'none'
   scan: bool = False
+  guided_blocks: tuple[int, ...] = ()
 
   @nn.compact
-  def __call__(self, x: jax.Array, *, train: bool,
-               grid: tuple[int, int]) -> jax.Array:
+  def __call__(self, x: jax.Array, *, train: bool, grid: tuple[int, int]
+               ) -> tuple[jax.Array, list[jax.Array]]:
+    """The encoded tokens, and the output of each of `guided_blocks`."""
     if self.posemb == 'learned':
       x = AddPositionEmbs(name='posembed_input')(x)
     elif self.posemb == 'sincos2d':
@@ -133,7 +137,8 @@ class Encoder(BlockFields, kw_only=True):
     x = Dropout(self.dropout_rate)(x, deterministic=not train)
     fields = dict(**_fields_of(BlockFields, self),
                   locality=self.locality_attention)
-    if self.scan:  # stochastic depth is off (`remat_scan.check`)
+    guided = []
+    if self.scan:  # stochastic depth and guidance are off (`check`s)
       x = remat_scan.scan_blocks(
           Encoder1DBlock(**fields, name=remat_scan.STACKED_BLOCK), x,
           num_layers=self.num_layers, deterministic=not train,
@@ -146,7 +151,9 @@ class Encoder(BlockFields, kw_only=True):
             Encoder1DBlock(**fields, drop_path_rate=rates[i],
                            name=remat_scan.block_name(i)),
             x, deterministic=not train, remat=self.remat)
-    return nn.LayerNorm(dtype=self.dtype, name='encoder_norm')(x)
+        if i in self.guided_blocks:
+          guided.append(x)
+    return nn.LayerNorm(dtype=self.dtype, name='encoder_norm')(x), guided
 
 
 class VisionTransformer(nn.Module):
@@ -175,13 +182,12 @@ class VisionTransformer(nn.Module):
   `shifted_patches` (in place of the `embedding` conv; patch_size >= 2, no
   ResNet stem); `locality_attention` (a learned `temperature` per head, the
   diagonal masked; attention 'einsum'); `mimetic_init` (the attention
-  kernels initialised as Trockman & Kolter 2023: each head's W_q W_k^T the
-  best rank-head_dim approximation of 0.7 Z + 0.7 I, W_v W_proj = 0.4 Z -
-  0.4 I; `small_data.mimetic_kernels`);
-  `distillation_token` (DeiT: a `dist`
-  token after `cls` and its head `head_dist`; classifier 'token'). A DeiT
-  student returns the average of its two heads, DeiT's prediction, and sows
-  each head's logits into the `HEAD_LOGITS` collection for its loss.
+  kernels initialised as Trockman & Kolter 2023, `small_data.mimetic_kernels`);
+  `distillation_token` (DeiT: a `dist` token after `cls` and its head
+  `head_dist`; classifier 'token'; the model returns the average of the two
+  heads, DeiT's prediction, and sows each into `TRAINING_OUTPUTS` for its
+  loss); `guided_blocks` and `guidance_widths` (locality guidance's
+  projections, `small_data.guidance_maps`, sown into `TRAINING_OUTPUTS`).
 
   For large models (`remat_scan`; the same function either way): `remat`
   is what each encoder block keeps for the backward pass, the rest being
@@ -215,6 +221,8 @@ class VisionTransformer(nn.Module):
   locality_attention: bool = False
   mimetic_init: bool = False
   distillation_token: bool = False
+  guided_blocks: tuple[int, ...] = ()
+  guidance_widths: tuple[int, ...] = ()
   remat: str = 'none'
   scan: bool = False
 
@@ -273,21 +281,16 @@ class VisionTransformer(nn.Module):
       raise ValueError(
           f'stochastic_depth_rate={self.stochastic_depth_rate} must be in '
           '[0, 1): it is the probability of dropping the last block.')
-    if self.shifted_patches and self.resnet_stages is not None:
-      raise ValueError(
-          'shifted_patches=True shifts image pixels and cannot follow a '
-          'ResNet stem: set resnet_stages=None or shifted_patches=False.')
-    if self.shifted_patches and self.patch_size < 2:
-      raise ValueError(
-          f'shifted_patches=True shifts by half a patch, which '
-          f'patch_size={self.patch_size} cannot give: use a patch_size of at '
-          'least 2.')
+    if self.shifted_patches:
+      small_data.check_shifted_patches(self.patch_size, self.resnet_stages)
     if self.distillation_token and self.classifier != 'token':
       raise ValueError(
           f'distillation_token=True needs classifier=\'token\' (DeiT reads the '
           f'[CLS] and distillation tokens), got classifier='
           f'{self.classifier!r}.')
     remat_scan.check(self.remat, self.scan, self.stochastic_depth_rate)
+    small_data.check_guidance(self.guided_blocks, self.guidance_widths,
+                              self.num_layers, self.scan)
     super().__post_init__()
 
   @nn.compact
@@ -331,8 +334,12 @@ class VisionTransformer(nn.Module):
     if prefix:
       x = jnp.concatenate(prefix + [x], axis=1)
 
-    x = Encoder(**_fields_of(Encoder, self), name='Transformer')(
+    x, guided = Encoder(**_fields_of(Encoder, self), name='Transformer')(
         x, train=train, grid=(h, w))
+    if guided:
+      maps = small_data.guidance_maps(guided, self.guidance_widths, (h, w),
+                                      self.dtype)
+      self.sow(TRAINING_OUTPUTS, 'guided_features', tuple(maps), **_LATEST)
 
     if self.classifier == 'token':
       features = [x[:, i] for i in range(len(prefix))]
@@ -356,11 +363,9 @@ class VisionTransformer(nn.Module):
     if len(logits) == 1:
       return logits[0]
     class_logits, distillation_logits = logits
-    # Each apply's own values, never appended to what a collection held.
-    latest = dict(reduce_fn=lambda _, value: value, init_fn=lambda: None)
-    self.sow(HEAD_LOGITS, 'class_logits', class_logits, **latest)
-    self.sow(HEAD_LOGITS, 'distillation_logits', distillation_logits,
-             **latest)
+    self.sow(TRAINING_OUTPUTS, 'class_logits', class_logits, **_LATEST)
+    self.sow(TRAINING_OUTPUTS, 'distillation_logits', distillation_logits,
+             **_LATEST)
     return (class_logits + distillation_logits) / 2
 
 
