@@ -11,6 +11,7 @@ from tests.conftest import tiny_config
 from vit_jax import checkpoint
 from vit_jax import config_schema
 from vit_jax import export
+from vit_jax import finetune
 from vit_jax import locality_guidance
 from vit_jax import train
 from vit_jax.errors import ConfigError
@@ -73,11 +74,19 @@ def _guided_config(data_dir, teacher_workdir, **overrides):
   return config
 
 
-def test_a_guided_run_trains_and_leaves_a_plain_vit(trained_cnn_run,
-                                                     tmp_path):
+def test_a_guided_deit_student_trains_and_leaves_a_plain_vit(
+    trained_cnn_run, tmp_path):
   teacher_workdir, data_dir = trained_cnn_run
   workdir = tmp_path / 'guided'
-  train.train_and_evaluate(_guided_config(data_dir, teacher_workdir), workdir)
+
+  def student(**overrides):
+    config = _guided_config(data_dir, teacher_workdir,
+                            distillation_teacher=str(teacher_workdir),
+                            **overrides)
+    config.model_overrides.distillation_token = True
+    return config
+
+  train.train_and_evaluate(student(), workdir)
   assert np.isfinite(history(workdir)[-1]['train_loss'])
 
   # Evaluation, analysis, export and fine-tuning get the ViT without the
@@ -94,6 +103,8 @@ def test_a_guided_run_trains_and_leaves_a_plain_vit(trained_cnn_run,
       released.model.apply(released.variables, images, train=False),
       loaded.model.apply(loaded.variables, images, train=False), rtol=1e-6,
       atol=1e-6)
+  # A guided run fine-tuned from it starts its projections afresh.
+  finetune.check_init_from(student(init_from=str(workdir)))
 
 
 def test_a_teacher_of_other_widths_is_one_line_saying_which(trained_cnn_run):

@@ -85,7 +85,7 @@ def test_bfloat16_forward_is_finite_and_close_to_float32(model_class):
 
 
 @pytest.mark.parametrize('model_class,shapes', [
-    (SimpleCNN, [(16, 16, 32), (8, 8, 64), (8, 8, 128)]),
+    (SimpleCNN, [(32, 32, 32), (16, 16, 64), (8, 8, 128)]),
     (SmallResNet, [(32, 32, 16), (16, 16, 32), (8, 8, 64)]),
 ])
 def test_each_stage_sows_the_feature_map_it_ends_with(model_class, shapes):

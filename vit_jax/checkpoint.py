@@ -2,10 +2,11 @@
 
 `RunCheckpoints` (`run_checkpoints`) is where the training loop saves and
 restores its state: `workdir/checkpoints/<step>/`. `load_run` reads a
-`vit_jax.main` workdir for analysis, fine-tuning and distillation, verified
-as the loop verifies what it resumes; `load_params` and `load` take any
-checkpoint (`source_kind`: a workdir, an official `.npz`, timm's or
-transformers' safetensors). A workdir's record of its run is its config.json, and a
+`vit_jax.main` workdir as it was trained (a teacher's, `teacher_run`),
+verified as the loop verifies what it resumes; `load_params` and `load`
+take any checkpoint (`source_kind`: a workdir, an official `.npz`, timm's
+or transformers' safetensors) as it is evaluated, analysed, exported and
+fine-tuned. A workdir's record of its run is its config.json, and a
 copy in each checkpoint, from which a lost config.json is rebuilt
 (`saved_config`). Other formats are `vit_jax.formats`'; their `load_npz`,
 `save_npz`, `check_params` and `param_shapes` are also importable from here.
@@ -54,6 +55,13 @@ class Run:
     if self.batch_stats:
       return {'params': self.params, 'batch_stats': self.batch_stats}
     return {'params': self.params}
+
+  def for_inference(self) -> tuple[Any, dict]:
+    """The model and variables that apply this run as it is evaluated,
+    analysed, exported and fine-tuned (`models.for_inference`)."""
+    model = models.from_config(self.config,
+                               self.params['head']['bias'].shape[-1])
+    return models.for_inference(model, self.variables)
 
 
 def read_config_json(workdir: pathlib.Path) -> tuple[dict | None, str]:
@@ -181,7 +189,7 @@ def source_kind(source: str | pathlib.Path) -> str:
 def load_params(source: str | pathlib.Path, step: int | None = None,
                 model_name: str | None = None) -> Any:
   """Parameters from any checkpoint (`source_kind`), in our tree, without
-what served only training (`models.without_guidance`).
+  what served only training (`models.without_guidance`).
 
   A workdir gives its checkpoint of `step` (default: the newest sound one)
   as arrays on the first device; files give numpy arrays. `model_name`, a
@@ -233,9 +241,7 @@ def load(source: str | pathlib.Path, *, model_name: str | None = None,
       raise CheckpointError(f'{path} is a run, whose config names its model: '
                             f'leave out --model={model_name}.')
     run = load_run(path, step)
-    model, variables = models.for_inference(
-        models.from_config(run.config, run.params['head']['bias'].shape[-1]),
-        run.variables)
+    model, variables = run.for_inference()
     return Loaded(WORKDIR, model, variables, run.config.image_size,
                   run.config, run.step)
   params = _read_file(path, kind, model_name, step)

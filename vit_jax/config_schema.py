@@ -105,7 +105,7 @@ FIELDS: dict[str, Field] = {
         'vit_jax.locality_guidance); empty: none.'),
     'locality_guidance_weight': Field(
         2.5, 'Locality guidance: the weight of the imitation loss, added to '
-        'the cross-entropy (Li et al.: 2.5).'),
+        "the run's objective (cross-entropy, or DeiT's) (Li et al.: 2.5)."),
     'pixel_mean': Field((0.5, 0.5, 0.5), 'Per-channel mean subtracted from '
                         'pixels in [0, 1].'),
     'pixel_std': Field((0.5, 0.5, 0.5), 'Per-channel std pixels are divided '

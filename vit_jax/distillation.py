@@ -5,9 +5,9 @@ The student (`model_overrides.distillation_token=True`) sows two logits, its
 class head's and its distillation head's (`vit.TRAINING_OUTPUTS`); the
 class head learns the (smoothed, mixed) targets and the distillation head
 the teacher's argmax on the same images, each half of the loss
-(`Teacher.objective`). The
-teacher is one of our own runs (`config.distillation_teacher`, read by
-`teacher_run`), applied in eval mode inside the train step.
+(`Teacher.objective`). The teacher is one of our own runs
+(`config.distillation_teacher`, read by `teacher_run`), applied in eval
+mode inside the train step.
 """
 
 import dataclasses

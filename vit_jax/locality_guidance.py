@@ -14,11 +14,16 @@ squared error; the sum over the pairs, times
 `config.locality_guidance_weight`, is added to the run's other objective
 (`Guide.objective`: cross-entropy, or DeiT's distillation).
 
-As the authors' code: the stages' outputs after their ReLU, no normalisation
-of either side, weight 2.5, ViT blocks at the start, middle and end (0, 6,
-11 of 12; 0, 3, 5 of the study's 6). One deviation: their teacher's
-BatchNorm runs in training mode inside the student's step; ours is applied
-in eval mode, its running averages, as our distillation teacher is.
+As the authors' code: the stages' outputs after their ReLU (one map per
+resolution), no normalisation of either side, the projections initialised
+as PyTorch's Conv2d, weight 2.5, ViT blocks at the start, middle and end
+(0, 6, 11 of 12; 0, 3, 5 of the study's 6). Where we differ: their
+teacher's BatchNorm runs in training mode inside the student's step, ours
+in eval mode (its running averages, as our distillation teacher); their
+teacher may take another image size, ours sees the student's images
+(`teacher_run`); with DeiT's distillation their loss drops the
+distillation head's term, ours keeps both; and a run's checkpoints keep
+the projections, so that it resumes exactly.
 """
 
 import dataclasses
@@ -40,7 +45,7 @@ def imitation(student: list[jax.Array], teacher: list[jax.Array]
   grid, the mean squared difference; summed over the pairs, in float32."""
   total = 0.0
   for ours, theirs in zip(student, teacher, strict=True):
-    grid = max(ours.shape[1:3], theirs.shape[1:3])
+    grid = tuple(map(max, ours.shape[1:3], theirs.shape[1:3]))
 
     def resized(features, grid=grid):
       shape = (features.shape[0], *grid, features.shape[-1])

@@ -28,6 +28,7 @@ from absl import flags
 import numpy as np
 
 from experiments import runs
+from vit_jax import models
 from vit_jax import plotting
 
 HERE = pathlib.Path(__file__).resolve().parent
@@ -50,9 +51,10 @@ INGREDIENTS = dict([
     # DeiT's and Lee et al.'s: 0.05, not on biases, norms, embeddings.
     ('reference_decay', {'weight_decay': 0.05, 'weight_decay_on': 'kernels'}),
     # Li et al.'s blocks (start, middle, end) imitate the teacher's three
-    # stages (the SimpleCNN's: 16x16x32, 8x8x64, 8x8x128).
-    ('locality_guidance', {'model_overrides.guided_blocks': (0, 3, 5),
-                           'model_overrides.guidance_widths': (32, 64, 128)}),
+    # stages (the SimpleCNN's: 32x32x32, 16x16x64, 8x8x128).
+    ('locality_guidance', {
+        'model_overrides.guided_blocks': (0, 3, 5),
+        'model_overrides.guidance_widths': models.SimpleCNN().feature_widths}),
 ])
 # What configs/data_efficient.py sets that the study's recipe does not.
 STUDY_OFF = {
@@ -156,8 +158,8 @@ def conclusion_rows(records: list[dict], epochs: int) -> list[tuple]:
   study, full = CUMULATIVE[0], CUMULATIVE[-1]
   seed_zero = [r for r in records if (r['epochs'], r['seed']) == (epochs, 0)]
   rows = [('vit', study)]
-  for models in (('vit',), ('simple_cnn', 'small_resnet')):
-    candidates = [r for r in seed_zero if r['model'] in models]
+  for kind in (('vit',), ('simple_cnn', 'small_resnet')):
+    candidates = [r for r in seed_zero if r['model'] in kind]
     if candidates:
       best = max(candidates, key=lambda r: r['best_test_accuracy'])
       rows.append((best['model'], _ingredients(best['recipe'])))

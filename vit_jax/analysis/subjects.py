@@ -55,12 +55,13 @@ class Subject:
 
 def run_subject(workdir, step=None) -> tuple[Subject, object]:
   """The ViT of a `vit_jax.main` run, and the run's config."""
-  run = checkpoint.load(workdir, step=step)
+  run = checkpoint.load_run(workdir, step)
   config = run.config
-  if not isinstance(run.model, models.VisionTransformer):
+  model, variables = run.for_inference()
+  if not isinstance(model, models.VisionTransformer):
     raise AnalysisError(f'{workdir} trained {config.model}; the analyses need '
                         'a ViT run.')
-  return Subject(run.model, run.variables, config.image_size,
+  return Subject(model, variables, config.image_size,
                  tuple(config.pixel_mean), tuple(config.pixel_std),
                  {'workdir': str(workdir), 'step': run.step,
                   'model': config.model}), config

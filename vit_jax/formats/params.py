@@ -21,6 +21,7 @@ import scipy.ndimage
 
 from vit_jax.errors import CheckpointError
 from vit_jax.models import remat_scan
+from vit_jax.models import small_data
 
 # Enough of a long list of problems to act on, short enough to read.
 MAX_REPORTED = 12
@@ -197,20 +198,28 @@ def resize_position_embeddings(table: np.ndarray, num_tokens: int,
           table.dtype)
 
 
+# The classifiers, which fine-tuning starts afresh: the ViT's, and a DeiT
+# student's distillation head.
+_HEADS = ('head', 'head_dist')
+
+
 def _fitted(pretrained: Any, fresh: Any,
             num_prefix_tokens: int) -> dict[tuple[str, ...], Any]:
   """`adapt_params`' flat tree before its dtypes: the pre-trained arrays as
-  they are, the new head, the position table resized; raises
+  they are, the new heads and locality guidance's new projections (no
+  checkpoint holds them: `checkpoint.load_params`), the position table
+  resized; raises
   CheckpointError (`check_params`) naming every key that does not fit."""
   pretrained = flax.traverse_util.flatten_dict(in_layout_of(pretrained,
                                                             fresh))
   fresh = flax.traverse_util.flatten_dict(flax.core.unfreeze(fresh))
   adapted = {
       path: value for path, value in pretrained.items()
-      if path[0] != 'head' and (path[0] != 'pre_logits' or path in fresh)
+      if path[0] not in _HEADS and (path[0] != 'pre_logits' or path in fresh)
   }
   for path, init in fresh.items():
-    if path[0] == 'head':
+    if path[0] in _HEADS or path[0].startswith(
+        small_data.GUIDANCE_PROJECTION):
       adapted[path] = init
     elif path[0] == 'pre_logits' and path not in pretrained:
       logging.info('The checkpoint has no %s; it starts from scratch.',

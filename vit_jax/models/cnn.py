@@ -20,11 +20,11 @@ import jax.numpy as jnp
 Dtype = Any
 
 # PyTorch's kaiming_uniform(a=sqrt(5)): uniform(+-1/sqrt(fan_in)).
-_torch_kernel_init = nn.initializers.variance_scaling(1 / 3, 'fan_in',
+torch_kernel_init = nn.initializers.variance_scaling(1 / 3, 'fan_in',
                                                       'uniform')
 
 
-def _torch_bias_init(fan_in: int):
+def torch_bias_init(fan_in: int):
   bound = 1 / math.sqrt(fan_in)
 
   def init(key, shape, dtype=jnp.float32):
@@ -43,8 +43,8 @@ def _conv(x: jax.Array, features: int, kernel_size: int, *, strides: int = 1,
       padding=kernel_size // 2,  # PyTorch-style symmetric padding.
       use_bias=use_bias,
       dtype=dtype,
-      kernel_init=_torch_kernel_init,
-      bias_init=_torch_bias_init(fan_in),
+      kernel_init=torch_kernel_init,
+      bias_init=torch_bias_init(fan_in),
       name=name)(
           x)
 
@@ -64,8 +64,8 @@ def _head(x: jax.Array, num_classes: int) -> jax.Array:
   # float32, like the ViT head, so logits are float32 whatever the dtype.
   return nn.Dense(
       num_classes,
-      kernel_init=_torch_kernel_init,
-      bias_init=_torch_bias_init(x.shape[-1]),
+      kernel_init=torch_kernel_init,
+      bias_init=torch_bias_init(x.shape[-1]),
       name='head')(
           x)
 
@@ -99,8 +99,9 @@ def stage_features(module: StagedCNN, variables, images: jax.Array
 class SimpleCNN(StagedCNN):
   """Five 3x3 conv-BN-ReLU layers, 2x2 max-pool after the 2nd and 4th,
   global average pool, linear head. 141,354 parameters for 10 classes.
-  Its stages end at each pool and at the last layer (for CIFAR: 16x16x32,
-  8x8x64 and 8x8x128)."""
+  Its stages end before each pool and at the last layer, one map per
+  resolution as a ResNet's stages (for CIFAR: 32x32x32, 16x16x64 and
+  8x8x128)."""
 
   num_classes: int = 10
   widths: Sequence[int] = (32, 32, 64, 64, 128)
@@ -122,10 +123,10 @@ class SimpleCNN(StagedCNN):
       x = _conv(x, width, 3, use_bias=True, dtype=self.dtype, name=f'conv_{i}')
       x = _batch_norm(x, train=train, dtype=self.dtype, name=f'bn_{i}')
       x = nn.relu(x)
-      if i in self.pool_after:
-        x = nn.max_pool(x, window_shape=(2, 2), strides=(2, 2))
       if i in self._stage_ends:
         self.sow_stage(self._stage_ends.index(i), x)
+      if i in self.pool_after:
+        x = nn.max_pool(x, window_shape=(2, 2), strides=(2, 2))
     x = jnp.mean(x, axis=(1, 2))
     return _head(x, self.num_classes)
 

@@ -21,6 +21,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from vit_jax.models import cnn
 from vit_jax.models.dropout import Dropout
 from vit_jax.models.mlp import MlpBlock
 
@@ -253,16 +254,20 @@ def guidance_maps(block_outputs: list[jax.Array], widths: tuple[int, ...],
                   grid: tuple[int, int], dtype: Dtype) -> list[jax.Array]:
   """Locality guidance (Li et al. 2022): the ViT's `guided_blocks` (in
   order), each imitating a CNN stage of `guidance_widths` channels for
-  `vit_jax.locality_guidance`'s loss. Each guided block's patch tokens (batch, h * w, hidden), the prefix
-  tokens dropped, laid on the patch `grid` and projected by a 1x1
-  convolution with bias (a Dense per token, `GUIDANCE_PROJECTION_k`) to
-  the width of the CNN stage it imitates: (batch, h, w, width). Called in
-  a compact method, the projections are the caller's children."""
+  `vit_jax.locality_guidance`'s loss. Each guided block's patch tokens
+  (batch, h * w, hidden), the prefix tokens dropped, are laid on the patch
+  `grid` and projected by a 1x1 convolution with bias (a Dense per token,
+  `GUIDANCE_PROJECTION_k`) to the width of its CNN stage: (batch, h, w,
+  width). Called in a compact method, the projections are the caller's
+  children."""
   maps = []
   for k, (tokens, width) in enumerate(zip(block_outputs, widths)):
     patches = tokens[:, tokens.shape[1] - grid[0] * grid[1]:]
     patches = patches.reshape(patches.shape[0], *grid, patches.shape[-1])
+    # Initialised as PyTorch's Conv2d, the authors' projection.
     maps.append(nn.Dense(width, dtype=dtype,
+                         kernel_init=cnn.torch_kernel_init,
+                         bias_init=cnn.torch_bias_init(patches.shape[-1]),
                          name=f'{GUIDANCE_PROJECTION}_{k}')(patches))
   return maps
 
