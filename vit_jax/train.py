@@ -311,6 +311,8 @@ def _train_and_evaluate(config, workdir: pathlib.Path,
     logging.info('%s already holds all %d steps; nothing to train.', workdir,
                  plan.total_steps)
 
+  # The model's own: a teacher's forward pass (distillation, locality
+  # guidance) is left out, so such a run's FLOP/s undercounts its work.
   train_flops = 3 * flops.forward_flops_per_image(
       model, steps.model_variables(state_shapes.params,
                                    state_shapes.batch_stats),
