@@ -112,10 +112,16 @@ def test_seeds_go_to_the_rows_the_seed_zero_runs_rank_best(tmp_path,
 def test_round_two_trains_before_the_seeds_and_can_carry_the_conclusion(
     tmp_path, monkeypatch):
   planned = list(run.planned_runs(tmp_path, [30, 100]))
-  first_seed = next(i for i, (*_, seed) in enumerate(planned) if seed)
-  round_two = [('vit', ingredients, epochs, 0) for epochs in (30, 100)
-               for ingredients in run.ROUND_TWO]
-  assert planned[first_seed - len(round_two):first_seed] == round_two
+  for epochs in (30, 100):
+    at_budget = [p for p in planned if p[2] == epochs]
+    first_seed = next(i for i, (*_, seed) in enumerate(at_budget) if seed)
+    round_two = [('vit', ingredients, epochs, 0)
+                 for ingredients in run.ROUND_TWO]
+    assert at_budget[first_seed - len(round_two):first_seed] == round_two
+  # The short budget's seeds before the long budget's round two.
+  assert max(i for i, p in enumerate(planned) if p[2:] == (30, 2)) < min(
+      i for i, p in enumerate(planned) if p[2] == 100 and p[1] in
+      run.ROUND_TWO)
   trained = []
   monkeypatch.setattr(run.runs, 'train', _fake_training({
       ('vit', 'study+distillation+mimetic'): 0.6}, trained))

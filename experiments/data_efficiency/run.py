@@ -10,7 +10,8 @@ CNNs with the study's recipe and with the same augmentations; at every
 budget in --epochs; seeds as `planned_runs` orders them (the rows that carry
 the conclusion get three). Round two adds ingredients from the literature
 (`ROUND_TWO`), then trains the two best ViT recipes and each CNN's best,
-three seeds each, at each budget of --long_epochs. One `vit_jax.main` process per run; rerunning
+three seeds each, at each budget of --long_epochs. One `vit_jax.main`
+process per run; rerunning
 skips the runs finished in --workdir or recorded in the committed
 `results.json`, and resumes an interrupted one. After each run it writes,
 next to this file, `results.json` (one record per run), `ablation.png`,
@@ -196,11 +197,12 @@ def planned_runs(workdir: pathlib.Path, budgets: list[int],
   first budget, the teacher, the ViT's study and full recipes (without and
   with distillation) and distillation alone, the other steps and
   combinations, and the CNNs with both recipes (seed 0); at each longer
-  budget the same without the other steps; then, budget by budget, seeds 1
-  and 2 of `conclusion_rows` (chosen when the runner gets there, from the
-  seed-0 runs then finished, in `workdir` or `landed`); last, the other
-  steps at the longer budgets. Round two's rows (seed 0, every budget) come
-  before the seeds, so that one of them can carry the conclusion. Then, at
+  budget the same without the other steps; then, budget by budget, round
+  two's rows (seed 0), so that one of them can carry the conclusion, and
+  seeds 1 and 2 of `conclusion_rows` (chosen when the runner gets there,
+  from the seed-0 runs then finished, in `workdir` or `landed`): a short
+  budget's conclusion lands before the longer budgets' rows; last, the
+  other steps at the longer budgets. Then, at
   each of `long_budgets`, `long_rows` with seeds 0, 1 and 2 (chosen when
   the runner gets there)."""
   study, full = CUMULATIVE[0], CUMULATIVE[-1]
@@ -223,7 +225,6 @@ def planned_runs(workdir: pathlib.Path, budgets: list[int],
   for epochs in budgets:
     for ingredients in ROUND_TWO:
       yield 'vit', ingredients, epochs, 0
-  for epochs in (first, *longer):
     rows = conclusion_rows(load_runs(workdir, landed), epochs)
     for seed in (1, 2):
       for model, ingredients in rows:
