@@ -310,3 +310,16 @@ def test_labels_read_alone_when_the_previous_step_is_not_shown():
   assert run._label('study+mimetic', []) == 'study + mimetic alone'
   assert run._label('study+distillation+mimetic', ['study+distillation']) == (
       'study + distillation + mimetic')
+
+
+def test_a_former_best_keeps_its_seeds_when_another_row_overtakes_it():
+  def record(recipe, seed, accuracy):
+    return dict(model='vit', recipe=recipe, epochs=30, seed=seed,
+                best_test_accuracy=accuracy)
+
+  records = [record('study+distillation', seed, 0.53) for seed in range(3)]
+  records.append(record('study+locality_guidance', 0, 0.61))
+  rows = run.conclusion_rows(records, 30)
+  assert rows.index(('vit', ('locality_guidance',))) < rows.index(
+      ('vit', ('distillation',)))
+  assert rows[0] == (run.TEACHER, ())
