@@ -396,7 +396,8 @@ def plot(records: list[dict], path: pathlib.Path):
     ax.set_xlim(-0.6, len(ORDER) - 0.4)  # bars as wide in every panel
     ax.set_ylabel('best test accuracy (%), mean over seeds')
     ax.set_title(f'{epochs} epochs, 5,000 CIFAR-10 images')
-    ax.legend(fontsize=7)
+    ax.set_ylim(0, 100)  # room above the bars and lines for the legend
+    ax.legend(fontsize=7, loc='upper left', ncol=3)
     ax.grid(alpha=0.3, axis='y')
   fig.tight_layout()
   plotting.save_figure(fig, path)
