@@ -80,6 +80,9 @@ def test_the_distillation_head_learns_the_teachers_classes(trained_cnn_run):
   assert metrics['correct'] == np.sum(np.argmax(average, -1) == y)
 
 
+# Slow: tests/test_locality_guidance.py trains and evaluates a distilled
+# student too (with guidance).
+@pytest.mark.slow
 def test_a_distilled_run_trains_and_evaluates(trained_cnn_run, tmp_path):
   teacher_workdir, data_dir = trained_cnn_run
   train.train_and_evaluate(_student_config(data_dir, teacher_workdir),
