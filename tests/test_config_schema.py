@@ -112,3 +112,21 @@ def test_overriding_a_model_field_with_its_own_value_resumes(tmp_path):
   with pytest.raises(ConfigError, match=r"another config\.model_overrides "
                      r"\(.* there, .*'mimetic_init': True.* here\)"):
     config_schema.check_resumable(saved, other, tmp_path)
+
+
+@pytest.mark.parametrize('teacher_field,teacher,student,message', [
+    ('distillation_teacher', '/tmp/teacher', {'distillation_token': False},
+     'needs a student with a distillation token'),
+    ('distillation_teacher', '', {'distillation_token': True},
+     'needs a teacher'),
+    ('locality_guidance_teacher', '/tmp/cnn', {'guided_blocks': ()},
+     'needs a ViT with guided blocks'),
+    ('locality_guidance_teacher', '', {'guided_blocks': (0,)},
+     'there is no CNN to imitate'),
+])
+def test_a_student_without_its_teacher_or_the_reverse_is_refused(
+    teacher_field, teacher, student, message):
+  config = tiny_config('', **{teacher_field: teacher})
+  config.model_overrides.update(student)
+  with pytest.raises(ConfigError, match=message):
+    config_schema.validate(config, num_devices=1)

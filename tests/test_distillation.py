@@ -10,7 +10,6 @@ import pytest
 from tests.conftest import history
 from tests.conftest import random_cifar
 from tests.conftest import tiny_config
-from vit_jax import config_schema
 from vit_jax import distillation
 from vit_jax import optimizer
 from vit_jax import sharding
@@ -18,7 +17,6 @@ from vit_jax import models
 from vit_jax import steps
 from vit_jax.models import vit
 from vit_jax import train
-from vit_jax.config_schema import ConfigError
 from vit_jax.data import on_device
 from vit_jax.data import sources
 
@@ -91,14 +89,3 @@ def test_a_distilled_run_trains_and_evaluates(trained_cnn_run, tmp_path):
   assert np.isfinite(records[-1]['train_loss'])
   assert 0 <= records[-1]['test_accuracy'] <= 1
 
-
-@pytest.mark.parametrize('teacher,token,message', [
-    ('/tmp/teacher', False, 'needs a student with a distillation token'),
-    ('', True, 'needs a teacher'),
-])
-def test_a_token_without_a_teacher_or_the_reverse_is_refused(
-    teacher, token, message):
-  config = tiny_config('', distillation_teacher=teacher)
-  config.model_overrides.distillation_token = token
-  with pytest.raises(ConfigError, match=message):
-    config_schema.validate(config, num_devices=1)

@@ -9,7 +9,6 @@ import pytest
 from tests.conftest import history
 from tests.conftest import tiny_config
 from vit_jax import checkpoint
-from vit_jax import config_schema
 from vit_jax import export
 from vit_jax import finetune
 from vit_jax import locality_guidance
@@ -125,14 +124,3 @@ def test_a_vit_run_as_the_teacher_is_refused(trained_vit_run):
                      'locality guidance imitates a CNN'):
     locality_guidance.load_guide(config, 10, None)
 
-
-@pytest.mark.parametrize('teacher,guided,message', [
-    ('/tmp/cnn', (), 'needs a ViT with guided blocks'),
-    ('', (0,), 'there is no CNN to imitate'),
-])
-def test_guided_blocks_without_a_teacher_or_the_reverse_are_refused(
-    teacher, guided, message):
-  config = tiny_config('', locality_guidance_teacher=teacher)
-  config.model_overrides.guided_blocks = guided
-  with pytest.raises(ConfigError, match=message):
-    config_schema.validate(config, num_devices=1)

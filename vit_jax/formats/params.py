@@ -208,8 +208,8 @@ def _fitted(pretrained: Any, fresh: Any,
   """`adapt_params`' flat tree before its dtypes: the pre-trained arrays as
   they are, the new heads and locality guidance's new projections (no
   checkpoint holds them: `checkpoint.load_params`), the position table
-  resized; raises
-  CheckpointError (`check_params`) naming every key that does not fit."""
+  resized; raises CheckpointError (`check_params`) naming every key that
+  does not fit."""
   pretrained = flax.traverse_util.flatten_dict(in_layout_of(pretrained,
                                                             fresh))
   fresh = flax.traverse_util.flatten_dict(flax.core.unfreeze(fresh))

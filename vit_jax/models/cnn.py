@@ -21,7 +21,7 @@ Dtype = Any
 
 # PyTorch's kaiming_uniform(a=sqrt(5)): uniform(+-1/sqrt(fan_in)).
 torch_kernel_init = nn.initializers.variance_scaling(1 / 3, 'fan_in',
-                                                      'uniform')
+                                                     'uniform')
 
 
 def torch_bias_init(fan_in: int):
