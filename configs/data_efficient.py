@@ -26,7 +26,11 @@ ViT imitates a trained CNN's stage features in training:
 `--config.model_overrides.guided_blocks='(0, 3, 5)'
 --config.model_overrides.guidance_widths='(32, 64, 128)'
 --config.locality_guidance_teacher=/tmp/simple_cnn` (the SimpleCNN's
-stages; a SmallResNet's are (16, 32, 64)).
+stages; a SmallResNet's are (16, 32, 64)). And masked-autoencoder
+pre-training (He et al. 2022), whose accuracy is an online probe's, then
+fine-tuning from its encoder: `--config.model_overrides.mae_mask_ratio=0.75`
+(experiments/data_efficiency trains it with a decoder of 2 blocks 128 wide),
+then `--config.init_from=/tmp/vit_mae`.
 
 Expected at its 30 epochs (seed 0, 5k/1k subset, measured): best test
 accuracy 41.2% for the ViT (22 min on 2 CPU cores), 58.6% SimpleCNN, 56.3%
@@ -69,4 +73,7 @@ def get_config(model: str = 'vit'):
     overrides.distillation_token = False
     overrides.guided_blocks = ()
     overrides.guidance_widths = ()
+    overrides.mae_mask_ratio = 0.0
+    overrides.mae_decoder_depth = 8
+    overrides.mae_decoder_width = 512
   return config

@@ -135,6 +135,37 @@ def test_round_two_trains_before_the_seeds_and_can_carry_the_conclusion(
       'distillation_teacher'] == tmp_path / 'simple_cnn_study_e30_seed0'
 
 
+def test_an_mae_row_fine_tunes_from_its_pretraining_which_ranks_nowhere(
+    tmp_path, monkeypatch):
+  trained = []
+  # The pre-training's probe scores best: it still carries no conclusion.
+  monkeypatch.setattr(run.runs, 'train', _fake_training({
+      ('vit', 'study+mae_pretraining'): 0.9,
+      ('vit', 'study+mae'): 0.6, ('small_resnet', 'study'): 0.7}, trained))
+  run.train(tmp_path, tmp_path / 'data', [30], max_runs=0)
+  names = [name for name, _ in trained]
+  pretraining = 'vit_study+mae_pretraining_e30_seed0'
+  assert names.index(pretraining) + 1 == names.index('vit_study+mae_e30_seed0')
+  assert names.count(pretraining) == 1
+  assert dict(trained)[pretraining]['model_overrides.mae_mask_ratio'] == 0.75
+  tuned = dict(trained)['vit_study+mae_e30_seed0']
+  guided = dict(trained)['vit_study+locality_guidance+mae_e30_seed0']
+  assert tuned['init_from'] == guided['init_from'] == tmp_path / pretraining
+  assert 'model_overrides.mae_mask_ratio' not in tuned
+  assert guided['locality_guidance_teacher'] == (
+      tmp_path / 'simple_cnn_study_e30_seed0')
+  # The fine-tuned row is the best and takes the seeds, each from its own
+  # pre-training.
+  assert 'vit_study+mae_e30_seed2' in names
+  assert dict(trained)['vit_study+mae_e30_seed2']['init_from'] == (
+      tmp_path / 'vit_study+mae_pretraining_e30_seed2')
+  assert not any('mae_pretraining' in recipe for _, recipe in
+                 run.conclusion_rows(run.load_runs(tmp_path), 30))
+  row, = [line for line in run.table(run.load_runs(tmp_path)).splitlines()
+          if 'mae_pretraining' in line]
+  assert 'an online probe' in row and '%' not in row
+
+
 def test_locality_guidance_imitates_the_teachers_stages():
   student = models.from_config(
       _recipe_config('vit', ('locality_guidance',)), 10)
@@ -200,8 +231,8 @@ def test_a_distilled_run_without_its_teacher_is_one_clear_error(
     tmp_path, monkeypatch):
   # A teacher run that fails leaves no summary.
   monkeypatch.setattr(run.runs, 'train', lambda *args: None)
-  with pytest.raises(SystemExit, match='error: the teacher .*simple_cnn_'
-                     'study_e30_seed0 has not finished'):
+  with pytest.raises(SystemExit, match='error: .*simple_cnn_study_e30_seed0, '
+                     'which vit_.*_e30_seed0 reads, has not finished'):
     run.train(tmp_path, tmp_path / 'data', [30], max_runs=0)
 
 

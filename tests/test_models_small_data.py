@@ -23,7 +23,7 @@ from tests.test_models_vit import official_param_shapes
 TECHNIQUES_OFF = dict(posemb='learned', stochastic_depth_rate=0.0,
                       shifted_patches=False, locality_attention=False,
                       mimetic_init=False, distillation_token=False,
-                      guided_blocks=(), guidance_widths=())
+                      guided_blocks=(), guidance_widths=(), mae_mask_ratio=0.0)
 
 
 def _shapes(model, images):

@@ -31,6 +31,7 @@ from tests.conftest import without_timings
 from tests.conftest import write_cifar_binary
 from tests.conftest import write_process_config
 from vit_jax import checkpoint
+from vit_jax import finetune
 from vit_jax import models
 from vit_jax import preemption
 from vit_jax import train
@@ -422,3 +423,39 @@ def test_a_stop_signal_to_one_of_two_processes_stops_both_at_one_saved_step(
   assert stopped[0] == stopped[1] < 2000
   assert checkpoint.RunCheckpoints(workdir / 'checkpoints', 2).steps() == [
       stopped[0]]
+
+
+def test_a_masked_autoencoder_trains_its_encoder_and_fine_tunes_from_it(
+    cifar10_binary, tmp_path):
+  data_dir, _ = cifar10_binary
+  # No weight decay: only the reconstruction's gradients move the encoder.
+  config = tiny_config(data_dir, num_epochs=1, warmup_epochs=0,
+                       weight_decay=0.0)
+  config.model_overrides = dict(TINY_MODELS['vit'], mae_mask_ratio=0.75,
+                                mae_decoder_depth=1, mae_decoder_width=32)
+  summary = train.train_and_evaluate(config, tmp_path / 'mae')
+  assert 0.0 <= summary['best_test_accuracy'] <= 1.0  # the probe's
+  pretrained = checkpoint.load_run(tmp_path / 'mae').params
+  model = models.from_config(config, num_classes=10)
+  initial = model.init(jax.random.split(jax.random.key(config.seed))[0],
+                       np.zeros((1, 32, 32, 3)), train=False)['params']
+  assert not np.allclose(
+      pretrained['Transformer']['encoderblock_0']['MlpBlock_0']['Dense_0'][
+          'kernel'],
+      initial['Transformer']['encoderblock_0']['MlpBlock_0']['Dense_0'][
+          'kernel'])
+
+  tuned = tiny_config(data_dir, num_epochs=1, warmup_epochs=0,
+                      init_from=str(tmp_path / 'mae'))
+  plain = models.from_config(tuned, num_classes=10)
+  fresh = plain.init(jax.random.key(0), np.zeros((1, 32, 32, 3)),
+                     train=False)['params']
+  start = finetune.pretrained_params(tuned, plain, fresh)
+  assert set(start) == set(fresh)  # no decoder
+  np.testing.assert_array_equal(
+      start['Transformer']['encoderblock_0']['MlpBlock_0']['Dense_0'][
+          'kernel'],
+      pretrained['Transformer']['encoderblock_0']['MlpBlock_0']['Dense_0'][
+          'kernel'])
+  assert np.isfinite(train.train_and_evaluate(
+      tuned, tmp_path / 'tuned')['best_test_accuracy'])

@@ -189,7 +189,7 @@ def source_kind(source: str | pathlib.Path) -> str:
 def load_params(source: str | pathlib.Path, step: int | None = None,
                 model_name: str | None = None) -> Any:
   """Parameters from any checkpoint (`source_kind`), in our tree, without
-  what served only training (`models.without_guidance`).
+  what served only training (`models.inference_params`).
 
   A workdir gives its checkpoint of `step` (default: the newest sound one)
   as arrays on the first device; files give numpy arrays. `model_name`, a
@@ -199,7 +199,7 @@ def load_params(source: str | pathlib.Path, step: int | None = None,
   path = pathlib.Path(source)
   kind = source_kind(path)
   if kind == WORKDIR:
-    return models.without_guidance(load_run(path, step).params)
+    return models.inference_params(load_run(path, step).params)
   return _read_file(path, kind, model_name, step)
 
 

@@ -52,6 +52,7 @@ from vit_jax import models
 from vit_jax import steps
 from vit_jax import files
 from vit_jax import workdir_lock
+from vit_jax.models import masked_autoencoder
 from vit_jax.errors import TrainingDivergedError
 from vit_jax.errors import WorkdirError
 
@@ -174,7 +175,7 @@ def _record_changes(workdir: pathlib.Path, step: int,
 
 def _parameter_count(model, params) -> str:
   """'N parameters', and how many more serve only training (locality
-  guidance's projections)."""
+  guidance's projections, an MAE's decoder)."""
   def size(tree):
     return sum(x.size for x in jax.tree.leaves(tree))
 
@@ -266,6 +267,12 @@ def _train_and_evaluate(config, workdir: pathlib.Path,
     logging.info('Guided by the stage features of the CNN run in %s.',
                  guide.workdir)
     objective = guide.objective(objective)
+  if getattr(model, 'mae_mask_ratio', 0.0):
+    logging.info('Pre-training as a masked autoencoder (%d%% of the patches '
+                 'hidden); the accuracy is an online probe\'s.',
+                 round(100 * model.mae_mask_ratio))
+    objective = masked_autoencoder.objective(objective,
+                                             model.effective_patch_size)
   compiled = steps.compile_steps(config, inputs, state_shapes, step_key,
                                  objective)
   sum_shapes = steps.sum_shapes(replicated)
@@ -311,8 +318,9 @@ def _train_and_evaluate(config, workdir: pathlib.Path,
     logging.info('%s already holds all %d steps; nothing to train.', workdir,
                  plan.total_steps)
 
-  # The model's own: a teacher's forward pass (distillation, locality
-  # guidance) is left out, so such a run's FLOP/s undercounts its work.
+  # The model's own, in evaluation: a teacher's forward pass (distillation,
+  # locality guidance) is left out, so such a run's FLOP/s undercounts its
+  # work; an MAE's counts every patch, so it overcounts.
   train_flops = 3 * flops.forward_flops_per_image(
       model, steps.model_variables(state_shapes.params,
                                    state_shapes.batch_stats),

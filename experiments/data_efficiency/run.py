@@ -56,6 +56,19 @@ INGREDIENTS = dict([
     ('locality_guidance', {
         'model_overrides.guided_blocks': (0, 3, 5),
         'model_overrides.guidance_widths': models.SimpleCNN().feature_widths}),
+    # Masked-autoencoder pre-training without labels (He et al. 2022), as
+    # MAE pre-trains: 75% of the patches hidden, normalised pixels, no
+    # dropout, weight decay 0.05, Adam's beta2 0.95; a decoder of 2 blocks
+    # as wide as the encoder (MAE's ablation: one block fine-tunes as well as
+    # eight). Its run is read by the 'mae' rows (`SOURCES`) alone.
+    ('mae_pretraining', {
+        'model_overrides.mae_mask_ratio': 0.75,
+        'model_overrides.mae_decoder_depth': 2,
+        'model_overrides.mae_decoder_width': 128,
+        'model_overrides.dropout_rate': 0.0,
+        'weight_decay': 0.05, 'adam_b2': 0.95}),
+    # Fine-tuned from that pre-training (of the same budget and seed).
+    ('mae', {}),
 ])
 # What configs/data_efficient.py sets that the study's recipe does not.
 STUDY_OFF = {
@@ -79,16 +92,26 @@ CNN_AUGMENTED = ALL[:3]
 # stage features locality guidance imitates, trained with the study's recipe
 # at the same budget and seed.
 TEACHER = 'simple_cnn'
-# The ingredients that need the teacher, and the config field each names
-# it in.
-TEACHER_FIELDS = {'distillation': 'distillation_teacher',
-                  'locality_guidance': 'locality_guidance_teacher'}
+# The ingredients that read another run of the same budget and seed: the
+# config field that names it, and that run's model and ingredients.
+SOURCES = {
+    'distillation': ('distillation_teacher', (TEACHER, ())),
+    'locality_guidance': ('locality_guidance_teacher', (TEACHER, ())),
+    'mae': ('init_from', ('vit', ('mae_pretraining',))),
+}
+# The ingredient of runs that only other runs read: trained when a run
+# needs one, not ranked among the recipes (their accuracy is a probe's).
+PRETRAINING = 'mae_pretraining'
 # Round two: levers from the literature that leave the ViT pure at
-# inference, each on the study's recipe and on round one's best
-# (distillation); locality guidance, the best at 30 epochs, first.
+# inference, each on the study's recipe and on the best recipe when it was
+# added: distillation for the first three; for MAE locality guidance, as
+# good as with distillation too (61.5% and 61.7% at 30 epochs) and without
+# the distillation token, which a pre-trained encoder lacks. Locality
+# guidance, the best at 30 epochs, first.
 ROUND_TWO = [('locality_guidance',), ('distillation', 'locality_guidance'),
              ('mimetic',), ('distillation', 'mimetic'), ('reference_decay',),
-             ('distillation', 'reference_decay')]
+             ('distillation', 'reference_decay'), ('mae',),
+             ('locality_guidance', 'mae')]
 
 
 def recipe_name(ingredients: tuple[str, ...]) -> str:
@@ -124,7 +147,13 @@ def _label(recipe: str, shown: list[str]) -> str:
 
 
 def _needs_teacher(ingredients: tuple[str, ...]) -> bool:
-  return any(name in TEACHER_FIELDS for name in ingredients)
+  return any(SOURCES[name][1][0] == TEACHER for name in ingredients
+             if name in SOURCES)
+
+
+def _ranked(record: dict) -> bool:
+  """Whether a run is a recipe of its own, not a pre-training."""
+  return PRETRAINING not in _ingredients(record['recipe'])
 
 
 def recipe_overrides(model: str, ingredients: tuple[str, ...]) -> dict:
@@ -153,12 +182,12 @@ def record_name(record: dict) -> str:
 def conclusion_rows(records: list[dict], epochs: int) -> list[tuple]:
   """(model, ingredients) of the rows that carry the conclusion at a budget,
   in the order their seeds train: the teacher where a row needs it
-  (`TEACHER_FIELDS`), then the three rows the share of the gap is computed
+  (`SOURCES`), then the three rows the share of the gap is computed
   from (the ViT's study recipe, and its best recipe and the best CNN, model
   and recipe, as seed 0 ranks them), then the ViT's full recipe, then any
   row with seeds already run (a former best, which keeps its three)."""
   study, full = CUMULATIVE[0], CUMULATIVE[-1]
-  at_budget = [r for r in records if r['epochs'] == epochs]
+  at_budget = [r for r in records if r['epochs'] == epochs and _ranked(r)]
   seed_zero = [r for r in at_budget if r['seed'] == 0]
   rows = [('vit', study)]
   for kind in (('vit',), ('simple_cnn', 'small_resnet')):
@@ -180,7 +209,8 @@ def long_rows(records: list[dict], epochs: int) -> list[tuple]:
   comparison budget), by their mean best test accuracy over the seeds run;
   the teacher first where a ViT row needs it. Empty before any ran."""
   means = {key: float(_accuracies(group).mean())
-           for key, group in group_runs(records).items() if key[0] == epochs}
+           for key, group in group_runs(filter(_ranked, records)).items()
+           if key[0] == epochs}
 
   def best(model):
     return sorted(((accuracy, recipe) for (_, m, recipe), accuracy
@@ -263,29 +293,32 @@ def train(workdir: pathlib.Path, data_dir: pathlib.Path, budgets: list[int],
 def _unfinished_runs(workdir: pathlib.Path, budgets: list[int],
                      landed: dict[str, dict], long_budgets: tuple[int, ...]):
   """(directory, model, recipe, overrides) of each planned run not yet
-  finished, in order; the teacher of a distilled or guided run first where
-  only its record landed. Lazy: a teacher is looked for after the runs
-  before it have trained."""
+  finished, in order; first, the run another reads (`SOURCES`) where only
+  its record landed (the teacher of a distilled or guided run), or where it
+  is a pre-training not trained yet. Lazy: a source is looked for after the
+  runs before it have trained."""
   for model, ingredients, epochs, seed in planned_runs(workdir, budgets,
                                                        landed, long_budgets):
     name = run_name(model, ingredients, epochs, seed)
     if name in landed or runs.finished(workdir / name):
       continue
     overrides = _run_overrides(model, ingredients, epochs, seed)
-    if _needs_teacher(ingredients):
-      teacher = workdir / run_name(TEACHER, (), epochs, seed)
-      if teacher.name in landed and not runs.finished(teacher):
-        # The student needs the checkpoint, gone with the workdir its
-        # record came from; the retrained run's record replaces it.
-        print(f'retraining the teacher {teacher.name}: its checkpoint is not '
-              f'in {workdir}', flush=True)
-        yield (teacher, TEACHER, recipe_name(()),
-               _run_overrides(TEACHER, (), epochs, seed))
-      if not runs.finished(teacher):
-        sys.exit(f'error: the teacher {teacher} has not finished.')
-      for ingredient, field in TEACHER_FIELDS.items():
-        if ingredient in ingredients:
-          overrides[field] = teacher
+    for field, (source_model, source_ingredients) in (
+        SOURCES[i] for i in ingredients if i in SOURCES):
+      source = workdir / run_name(source_model, source_ingredients, epochs,
+                                  seed)
+      if not runs.finished(source) and (
+          source.name in landed or PRETRAINING in source_ingredients):
+        if source.name in landed:
+          # The run needs the checkpoint, gone with the workdir its record
+          # came from; the retrained run's record replaces it.
+          print(f'retraining {source.name}: its checkpoint is not in '
+                f'{workdir}', flush=True)
+        yield (source, source_model, recipe_name(source_ingredients),
+               _run_overrides(source_model, source_ingredients, epochs, seed))
+      if not runs.finished(source):
+        sys.exit(f'error: {source}, which {name} reads, has not finished.')
+      overrides[field] = source
     yield workdir / name, model, recipe_name(ingredients), overrides
 
 
@@ -351,8 +384,10 @@ def table(records: list[dict]) -> str:
     for key in sorted((k for k in groups if k[0] == epochs),
                       key=lambda k: (k[1] != 'vit', k[1], _rank(k[2]))):
       group = groups[key]
-      closed = ''
-      if key[1] == 'vit' and study_vit and best_cnn:
+      closed, recipe = '', key[2]
+      if not _ranked(group[0]):
+        recipe += ' (pre-training: an online probe\'s accuracy)'
+      elif key[1] == 'vit' and study_vit and best_cnn:
         study_mean = _accuracies(study_vit).mean()
         share = (_accuracies(group).mean() - study_mean) / (
             best_cnn[1] - study_mean)
@@ -360,7 +395,7 @@ def table(records: list[dict]) -> str:
         if key[2] != 'study':
           closed += f' ({_gain(group, study_vit)})'
       lines.append(
-          f'| {runs.NAMES[key[1]]} | {key[2]} | '
+          f'| {runs.NAMES[key[1]]} | {recipe} | '
           f'{_seed_cell(group, "best_test_accuracy")} | '
           f'{_seed_cell(group, "final_train_accuracy")} | {closed} | '
           f'{runs.wall_time_cell(group)} |')
@@ -377,7 +412,7 @@ def plot(records: list[dict], path: pathlib.Path):
   for ax, epochs in zip(axes[0], budgets):
     vit = {recipe: _accuracies(group)
            for (e, model, recipe), group in groups.items()
-           if (e, model) == (epochs, 'vit')}
+           if (e, model) == (epochs, 'vit') and _ranked(group[0])}
     recipes = sorted(vit, key=_rank)
     labels = [_label(recipe, recipes) for recipe in recipes]
     ax.bar(range(len(recipes)), [vit[r].mean() for r in recipes],

@@ -20,8 +20,8 @@ import numpy as np
 import scipy.ndimage
 
 from vit_jax.errors import CheckpointError
+from vit_jax.models import inference
 from vit_jax.models import remat_scan
-from vit_jax.models import small_data
 
 # Enough of a long list of problems to act on, short enough to read.
 MAX_REPORTED = 12
@@ -206,7 +206,7 @@ _HEADS = ('head', 'head_dist')
 def _fitted(pretrained: Any, fresh: Any,
             num_prefix_tokens: int) -> dict[tuple[str, ...], Any]:
   """`adapt_params`' flat tree before its dtypes: the pre-trained arrays as
-  they are, the new heads and locality guidance's new projections (no
+  they are, the new heads and the new parts only training reads (no
   checkpoint holds them: `checkpoint.load_params`), the position table
   resized; raises CheckpointError (`check_params`) naming every key that
   does not fit."""
@@ -218,8 +218,7 @@ def _fitted(pretrained: Any, fresh: Any,
       if path[0] not in _HEADS and (path[0] != 'pre_logits' or path in fresh)
   }
   for path, init in fresh.items():
-    if path[0] in _HEADS or path[0].startswith(
-        small_data.GUIDANCE_PROJECTION):
+    if path[0] in _HEADS or inference.training_only(path[0]):
       adapted[path] = init
     elif path[0] == 'pre_logits' and path not in pretrained:
       logging.info('The checkpoint has no %s; it starts from scratch.',

@@ -2,6 +2,8 @@
 
 from vit_jax.models.cnn import SimpleCNN
 from vit_jax.models.cnn import SmallResNet
+from vit_jax.models.inference import for_inference
+from vit_jax.models.inference import inference_params
 from vit_jax.models.registry import create_model
 from vit_jax.models.registry import default_fields
 from vit_jax.models.registry import from_config
@@ -10,8 +12,6 @@ from vit_jax.models.registry import registered_vit_fields
 from vit_jax.models.registry import vit_fields
 from vit_jax.models.registry import vit_named
 from vit_jax.models.registry import vit_names
-from vit_jax.models.small_data import for_inference
-from vit_jax.models.small_data import without_guidance
 from vit_jax.models.vit import attention_weights
 from vit_jax.models.vit import logits_and_attention
 from vit_jax.models.vit import VisionTransformer
@@ -26,10 +26,10 @@ __all__ = [
     'default_fields',
     'for_inference',
     'from_config',
+    'inference_params',
     'logits_and_attention',
     'registered_vit_fields',
     'vit_fields',
     'vit_named',
     'vit_names',
-    'without_guidance',
 ]

@@ -270,22 +270,3 @@ def guidance_maps(block_outputs: list[jax.Array], widths: tuple[int, ...],
                          bias_init=cnn.torch_bias_init(patches.shape[-1]),
                          name=f'{GUIDANCE_PROJECTION}_{k}')(patches))
   return maps
-
-
-def without_guidance(params: Any) -> Any:
-  """`params` without locality guidance's projections, which only training
-  uses: the ViT that is evaluated, exported and fine-tuned."""
-  return {name: value for name, value in params.items()
-          if not name.startswith(GUIDANCE_PROJECTION)}
-
-
-def for_inference(model: nn.Module, variables: dict) -> tuple[nn.Module,
-                                                               dict]:
-  """The model and variables a trained run is evaluated, analysed, exported
-  and fine-tuned with: a guided ViT without its guidance projections, which
-  only its training loss reads; any other model as it is."""
-  if not getattr(model, 'guided_blocks', ()):
-    return model, variables
-  return (model.clone(guided_blocks=(), guidance_widths=()),
-          {**variables,
-           'params': without_guidance(variables['params'])})

@@ -15,11 +15,14 @@ import jax
 import jax.numpy as jnp
 
 from vit_jax.models import attention as attention_lib
+from vit_jax.models import masked_autoencoder
 from vit_jax.models import remat_scan
 from vit_jax.models import resnet
 from vit_jax.models import small_data
 from vit_jax.models.dropout import Dropout
-from vit_jax.models.mlp import MlpBlock
+from vit_jax.models.encoder_block import AddPositionEmbs
+from vit_jax.models.encoder_block import BlockFields
+from vit_jax.models.encoder_block import Encoder1DBlock
 
 Dtype = Any
 
@@ -28,7 +31,8 @@ CLASSIFIERS = ('token', 'gap', 'map')
 # the patch grid (no parameters); 'none': no position information at all.
 POSEMBS = ('learned', 'sincos2d', 'none')
 # What a ViT sows for its training objective alone: a DeiT student's two
-# heads' logits, a guided ViT's projected block features.
+# heads' logits, a guided ViT's projected block features, an MAE's
+# predicted pixels and mask.
 TRAINING_OUTPUTS = 'training_outputs'
 # Each apply's own values, never appended to what a collection held.
 _LATEST = dict(reduce_fn=lambda _, value: value, init_fn=lambda: None)
@@ -39,77 +43,6 @@ def _fields_of(fields: type[nn.Module], parent: nn.Module) -> dict:
   same names: what the ViT hands its encoder, and the encoder each block."""
   names = {f.name for f in dataclasses.fields(fields)} - {'parent', 'name'}
   return {name: getattr(parent, name) for name in names}
-
-
-class AddPositionEmbs(nn.Module):
-  """Adds a learned 1-D position embedding, one vector per token."""
-
-  @nn.compact
-  def __call__(self, tokens: jax.Array) -> jax.Array:
-    shape = (1, tokens.shape[1], tokens.shape[2])
-    if self.has_variable('params', 'pos_embedding'):
-      stored = self.get_variable('params', 'pos_embedding').shape
-      if stored != shape:
-        raise ValueError(
-            f'The position embedding was made for {stored[1]} tokens but the '
-            f'input gives {shape[1]}: the image size differs from the one the '
-            'parameters were initialised at. Use that image size, or resize '
-            'the position embedding to the new patch grid (fine-tuning).')
-    # normal(0.02) as in BERT and the official ViT.
-    pos_embedding = self.param(
-        'pos_embedding', nn.initializers.normal(stddev=0.02), shape)
-    return tokens + pos_embedding.astype(tokens.dtype)
-
-
-class BlockFields(nn.Module):
-  """What every encoder block is made with, and so the encoder that makes
-  them: declared once for both."""
-
-  mlp_dim: int
-  num_heads: int
-  dropout_rate: float = 0.0
-  attention_dropout_rate: float = 0.0
-  dtype: Dtype = jnp.float32
-  attention: str = 'einsum'
-  mimetic_init: bool = False
-
-
-class Encoder1DBlock(BlockFields):
-  """Pre-LayerNorm encoder block: x + MSA(LN(x)), then x + MLP(LN(x)).
-
-  The attention probabilities are sown into the `intermediates` collection
-  (`MultiHeadDotProductAttention_0/attention_weights`); see `attention_weights`.
-  `drop_path_rate` drops both residual branches for whole examples in
-  training (`small_data.DropPath`).
-  """
-
-  drop_path_rate: float = 0.0
-  locality: bool = False
-
-  @nn.compact
-  def __call__(self, inputs: jax.Array, *, deterministic: bool) -> jax.Array:
-    x = nn.LayerNorm(dtype=self.dtype)(inputs)
-    x = attention_lib.MultiHeadSelfAttention(
-        num_heads=self.num_heads,
-        dropout_rate=self.attention_dropout_rate,
-        dtype=self.dtype,
-        attention=self.attention,
-        locality=self.locality,
-        mimetic_init=self.mimetic_init,
-        name='MultiHeadDotProductAttention_0')(
-            x, deterministic=deterministic)
-    x = Dropout(self.dropout_rate)(x, deterministic=deterministic)
-    x = small_data.DropPath(self.drop_path_rate, name='DropPath_0')(
-        x, deterministic=deterministic)
-    x = x + inputs
-
-    y = nn.LayerNorm(dtype=self.dtype)(x)
-    y = MlpBlock(
-        mlp_dim=self.mlp_dim, dropout_rate=self.dropout_rate, dtype=self.dtype)(
-            y, deterministic=deterministic)
-    y = small_data.DropPath(self.drop_path_rate, name='DropPath_1')(
-        y, deterministic=deterministic)
-    return x + y
 
 
 class Encoder(BlockFields, kw_only=True):
@@ -127,13 +60,18 @@ class Encoder(BlockFields, kw_only=True):
   guided_blocks: tuple[int, ...] = ()
 
   @nn.compact
-  def __call__(self, x: jax.Array, *, train: bool, grid: tuple[int, int]
+  def __call__(self, x: jax.Array, *, train: bool, grid: tuple[int, int],
+               kept: jax.Array | None = None
                ) -> tuple[jax.Array, list[jax.Array]]:
-    """The encoded tokens, and the output of each of `guided_blocks`."""
+    """The encoded tokens, and the output of each of `guided_blocks`; with
+    `kept`, of the prefix tokens and the patches it indexes alone
+    (`masked_autoencoder`)."""
     if self.posemb == 'learned':
       x = AddPositionEmbs(name='posembed_input')(x)
     elif self.posemb == 'sincos2d':
       x = small_data.AddSincos2dPositionEmbs(grid, name='posembed_sincos2d')(x)
+    if kept is not None:
+      x = masked_autoencoder.keep(x, kept, grid[0] * grid[1])
     x = Dropout(self.dropout_rate)(x, deterministic=not train)
     fields = dict(**_fields_of(BlockFields, self),
                   locality=self.locality_attention)
@@ -189,6 +127,13 @@ class VisionTransformer(nn.Module):
   loss); `guided_blocks` and `guidance_widths` (locality guidance's
   projections, `small_data.guidance_maps`, sown into `TRAINING_OUTPUTS`).
 
+  Self-supervised pre-training: `mae_mask_ratio` > 0 makes the model a
+  masked autoencoder in training (`masked_autoencoder`: the encoder sees
+  that share of each image's patches fewer, a decoder of
+  `mae_decoder_depth` blocks `mae_decoder_width` wide predicts their
+  pixels into `TRAINING_OUTPUTS`, the head an online probe behind a
+  stop-gradient; every patch in evaluation; needs the 'dropout' rng).
+
   For large models (`remat_scan`; the same function either way): `remat`
   is what each encoder block keeps for the backward pass, the rest being
   recomputed there: 'none' (everything, the default), 'full' (only its
@@ -223,6 +168,9 @@ class VisionTransformer(nn.Module):
   distillation_token: bool = False
   guided_blocks: tuple[int, ...] = ()
   guidance_widths: tuple[int, ...] = ()
+  mae_mask_ratio: float = 0.0
+  mae_decoder_depth: int = 8
+  mae_decoder_width: int = 512
   remat: str = 'none'
   scan: bool = False
 
@@ -291,6 +239,9 @@ class VisionTransformer(nn.Module):
     remat_scan.check(self.remat, self.scan, self.stochastic_depth_rate)
     small_data.check_guidance(self.guided_blocks, self.guidance_widths,
                               self.num_layers, self.scan)
+    masked_autoencoder.check(self.mae_mask_ratio, self.mae_decoder_depth,
+                             self.mae_decoder_width, self.guided_blocks,
+                             self.shifted_patches)
     super().__post_init__()
 
   @nn.compact
@@ -334,8 +285,22 @@ class VisionTransformer(nn.Module):
     if prefix:
       x = jnp.concatenate(prefix + [x], axis=1)
 
+    kept = None
+    if self.mae_mask_ratio and train:
+      kept = masked_autoencoder.kept_patches(self.make_rng('dropout'), n,
+                                             h * w, self.mae_mask_ratio)
     x, guided = Encoder(**_fields_of(Encoder, self), name='Transformer')(
-        x, train=train, grid=(h, w))
+        x, train=train, grid=(h, w), kept=kept)
+    if self.mae_mask_ratio:
+      predictions = masked_autoencoder.Decoder(
+          self.mae_decoder_width, self.mae_decoder_depth,
+          self.effective_patch_size**2 * images.shape[-1], self.attention,
+          self.dtype, name=masked_autoencoder.DECODER)(x, kept, h * w)
+      self.sow(TRAINING_OUTPUTS, 'mae_predictions', predictions, **_LATEST)
+      self.sow(TRAINING_OUTPUTS, 'mae_mask',
+               masked_autoencoder.masked(kept, n, h * w), **_LATEST)
+      # The head is an online probe: the labels never reach the encoder.
+      x = jax.lax.stop_gradient(x)
     if guided:
       maps = small_data.guidance_maps(guided, self.guidance_widths, (h, w),
                                       self.dtype)

@@ -1,0 +1,153 @@
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from vit_jax import losses
+from vit_jax.models import VisionTransformer
+from vit_jax.models import for_inference
+from vit_jax.models import masked_autoencoder
+from vit_jax.models import vit
+from tests.test_models_vit import SMALL
+from tests.test_models_vit import _flat
+from tests.test_models_vit import _images
+from tests.test_models_vit import _randomized
+
+MAE = dict(num_classes=5, **SMALL, mae_mask_ratio=0.75, mae_decoder_depth=1,
+           mae_decoder_width=32)
+PATCH = SMALL['patch_size']
+
+
+@functools.partial(jax.jit, static_argnums=0)
+def _params(model, images):
+  """Random parameters, none zero (`_randomized`)."""
+  return _randomized(
+      model.init(jax.random.key(0), images, train=False)['params'])
+
+
+@functools.partial(jax.jit, static_argnums=0)
+def _train(model, variables, images):
+  """Logits and training outputs, the same patches hidden every call."""
+  logits, state = model.apply(variables, images, train=True,
+                              mutable=[vit.TRAINING_OUTPUTS],
+                              rngs={'dropout': jax.random.key(3)})
+  return logits, state[vit.TRAINING_OUTPUTS]
+
+
+def test_each_image_keeps_a_random_quarter_of_its_patches_and_masks_the_rest():
+  kept = masked_autoencoder.kept_patches(jax.random.key(0), 3, 16, 0.75)
+  assert kept.shape == (3, 4)
+  assert all(len(set(row)) == 4 for row in np.asarray(kept).tolist())
+  assert len({tuple(row) for row in np.asarray(kept).tolist()}) == 3
+  mask = np.asarray(masked_autoencoder.masked(kept, 3, 16))
+  for row, dropped in zip(np.asarray(kept), mask):
+    assert dropped[row].sum() == 0 and dropped.sum() == 12
+
+
+def test_patches_are_in_the_order_of_the_tokens():
+  images = _images(size=8)
+  patches = masked_autoencoder.patches_of(images, 4)
+  assert patches.shape == (2, 4, 48)
+  for k, (row, column) in enumerate([(0, 0), (0, 1), (1, 0), (1, 1)]):
+    window = images[:, 4 * row:4 * row + 4, 4 * column:4 * column + 4]
+    np.testing.assert_array_equal(patches[:, k], window.reshape(2, -1))
+
+
+def test_the_error_is_maes_normalised_pixel_loss_over_the_masked_patches():
+  images = _images(size=8)
+  predictions = jax.random.normal(jax.random.key(5), (2, 4, 48))
+  mask = jnp.array([[1.0, 0, 0, 1], [0, 1, 0, 0]])
+  target = np.asarray(images).reshape(2, 2, 4, 2, 4, 3).transpose(
+      0, 1, 3, 2, 4, 5).reshape(2, 4, 48)
+  target = (target - target.mean(-1, keepdims=True)) / np.sqrt(
+      target.var(-1, keepdims=True) + 1e-6)
+  error = ((np.asarray(predictions) - target)**2).mean(-1)
+  expected = [(error[0, 0] + error[0, 3]) / 2, error[1, 1]]
+  np.testing.assert_allclose(
+      masked_autoencoder.reconstruction_error(predictions, mask, images, 4),
+      expected, rtol=1e-5)
+  np.testing.assert_allclose(masked_autoencoder.reconstruction_error(
+      jnp.asarray(target), mask, images, 4), [0, 0], atol=1e-6)
+
+
+def test_the_encoder_never_sees_the_masked_patches():
+  model = VisionTransformer(**MAE)
+  images = _images()
+  variables = {'params': _params(model, images)}
+  logits, outputs = _train(model, variables, images)
+  assert outputs['mae_predictions'].shape == (2, 16, PATCH * PATCH * 3)
+  mask = outputs['mae_mask']
+  assert mask.shape == (2, 16) and set(np.asarray(mask.sum(1))) == {12}
+  # Other pixels where the patches were hidden: the same predictions and
+  # probe, with the same patches hidden.
+  hidden = np.repeat(np.repeat(np.asarray(mask).reshape(2, 4, 4), PATCH, 1),
+                     PATCH, 2)[..., None]
+  changed = images + 5.0 * hidden
+  changed_logits, changed_outputs = _train(model, variables, changed)
+  np.testing.assert_allclose(changed_logits, logits, rtol=1e-5, atol=1e-6)
+  np.testing.assert_allclose(changed_outputs['mae_predictions'],
+                             outputs['mae_predictions'], rtol=1e-5, atol=1e-5)
+  # A shown patch changed changes them.
+  _, shown = _train(model, variables, images + 5.0 * (1 - hidden))
+  assert not np.allclose(shown['mae_predictions'], outputs['mae_predictions'])
+
+
+def test_the_labels_train_the_probe_and_the_pixels_the_encoder():
+  model = VisionTransformer(**MAE)
+  images = _images()
+  params = _params(model, images)
+  targets = losses.soft_targets(jnp.array([1, 3]), 5)
+
+  def gradients(objective):
+    def loss(params):
+      logits, outputs = _train(model, {'params': params}, images)
+      return objective(logits, outputs, targets, images).mean()
+    return _flat(jax.jit(jax.grad(loss))(params))
+
+  probe = gradients(losses.classification)
+  both = gradients(masked_autoencoder.objective(losses.classification,
+                                                PATCH))
+  for path, gradient in probe.items():
+    reaches = path.startswith('head/')
+    assert bool(np.any(gradient != 0)) == reaches, path
+    if not reaches:
+      assert np.any(both[path] != 0), path
+
+
+def test_in_evaluation_it_is_the_plain_vit_and_inference_drops_the_decoder():
+  model = VisionTransformer(**MAE)
+  images = _images()
+  variables = {'params': _params(model, images)}
+  assert {p.split('/')[0] for p in _flat(variables['params'])} - {
+      'embedding', 'cls', 'Transformer', 'head'} == {'mae_decoder'}
+  plain_model, plain = for_inference(model, variables)
+  assert plain_model.mae_mask_ratio == 0.0
+  assert 'mae_decoder' not in plain['params']
+  np.testing.assert_array_equal(plain_model.apply(plain, images, train=False),
+                                model.apply(variables, images, train=False))
+  plain_tree = VisionTransformer(**{**MAE, 'mae_mask_ratio': 0.0}).init(
+      jax.random.key(0), images, train=False)['params']
+  assert jax.tree.map(np.shape, plain['params']) == jax.tree.map(
+      np.shape, plain_tree)
+
+
+@pytest.mark.parametrize('fields,message', [
+    (dict(mae_mask_ratio=1.0), r'must be in \[0, 1\)'),
+    (dict(mae_decoder_width=48), 'positive multiple of 32'),
+    (dict(mae_decoder_depth=0), 'at least one block'),
+    (dict(guided_blocks=(0,), guidance_widths=(4,)), 'use one or the other'),
+    (dict(shifted_patches=True), 'plain embedding'),
+])
+def test_fields_that_make_no_mae_are_refused_in_one_line(fields, message):
+  with pytest.raises(ValueError, match=message):
+    VisionTransformer(**{**MAE, **fields})
+
+
+def test_a_ratio_that_hides_every_patch_says_so():
+  model = VisionTransformer(**{**MAE, 'mae_mask_ratio': 0.99})
+  images = _images()
+  variables = model.init(jax.random.key(0), images, train=False)
+  with pytest.raises(ValueError, match='keeps none of 16 patches'):
+    _train(model, variables, images)

@@ -1,0 +1,177 @@
+"""Masked autoencoding (He et al., "Masked Autoencoders Are Scalable Vision
+Learners", CVPR 2022): a ViT pre-trained without labels by predicting the
+pixels of the patches it was not shown.
+
+With `mae_mask_ratio` > 0 (`vit.VisionTransformer`), in training each image
+keeps a random `1 - mae_mask_ratio` of its patch tokens after the position
+embedding (`kept_patches`; the prefix tokens stay), the encoder reads only
+those, and `Decoder` (`mae_decoder`) puts a learned mask token in every
+dropped place and predicts the pixels of every patch. `objective` adds the
+mean squared error over the dropped patches, each patch's pixels normalised
+by their own mean and variance (MAE's `norm_pix_loss`), to the run's other
+objective. The classifier head reads the encoder's output through a
+stop-gradient: the labels train an online probe, which is what the run's
+accuracy measures, and never the encoder. In evaluation every patch is kept.
+Fine-tuning from such a run (`config.init_from`) starts from its encoder;
+the decoder serves only this training (`inference`).
+
+As MAE: the patches kept by sorting uniform noise per image; the decoder a
+linear projection in, its own learned position embedding, pre-LayerNorm
+blocks of 4x MLPs and heads of 32 dimensions (MAE's 16 heads of 512), a
+LayerNorm and a linear projection out; MAE's initialisers (Xavier-uniform
+projections, the mask token normal(0.02)). Where we differ: the encoder's
+position embedding is its own (learned, or as `posemb` says) where MAE's is
+fixed sine-cosine, and the decoder's is learned (MAE's fixed); the decoder's
+size is the model's fields (MAE's 8 blocks of 512 by default).
+"""
+
+from typing import Any
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from vit_jax import losses
+from vit_jax.models.encoder_block import AddPositionEmbs
+from vit_jax.models.encoder_block import Encoder1DBlock
+
+Dtype = Any
+
+# The decoder's name at the top level of the ViT's parameters.
+DECODER = 'mae_decoder'
+HEAD_SIZE = 32
+
+
+def check(mask_ratio: float, depth: int, width: int,
+          guided_blocks: tuple[int, ...], shifted_patches: bool) -> None:
+  """Raises ValueError for decoder fields that make no MAE, or for an MAE
+  beside a technique that needs every patch."""
+  if not 0.0 <= mask_ratio < 1.0:
+    raise ValueError(
+        f'mae_mask_ratio={mask_ratio} must be in [0, 1): the share of each '
+        "image's patches its encoder does not see (MAE: 0.75; 0: off).")
+  if not mask_ratio:
+    return
+  if depth < 1 or width < HEAD_SIZE or width % HEAD_SIZE:
+    raise ValueError(
+        f'mae_decoder_depth={depth} and mae_decoder_width={width}: the '
+        f'decoder needs at least one block, and a width that is a positive '
+        f'multiple of {HEAD_SIZE}, its heads\' size (MAE: 8 and 512).')
+  if guided_blocks:
+    raise ValueError('guided_blocks imitate a CNN on every patch, which '
+                     'mae_mask_ratio > 0 hides: use one or the other.')
+  if shifted_patches:
+    raise ValueError(
+        'shifted_patches=True gives each token its neighbours\' pixels, so a '
+        'masked patch would be seen through them: use the plain embedding '
+        'with mae_mask_ratio > 0.')
+
+
+def kept_patches(key: jax.Array, batch: int, num_patches: int,
+                 mask_ratio: float) -> jax.Array:
+  """(batch, kept) indices of the patches each image keeps, in random
+  order, kept = int(num_patches * (1 - mask_ratio)) as MAE's."""
+  kept = int(num_patches * (1 - mask_ratio))
+  if kept < 1:
+    raise ValueError(
+        f'mae_mask_ratio={mask_ratio} keeps none of {num_patches} patches: '
+        'lower it, or use smaller patches.')
+  noise = jax.random.uniform(key, (batch, num_patches))
+  return jnp.argsort(noise, axis=1)[:, :kept]
+
+
+def keep(tokens: jax.Array, kept: jax.Array, num_patches: int) -> jax.Array:
+  """Of (batch, prefix + num_patches, width) `tokens`, the prefix tokens
+  and after them the patch tokens `kept` indexes: (batch, prefix + kept,
+  width)."""
+  prefix = tokens.shape[1] - num_patches
+  patches = jnp.take_along_axis(tokens[:, prefix:], kept[..., None], axis=1)
+  return jnp.concatenate([tokens[:, :prefix], patches], axis=1)
+
+
+def masked(kept: jax.Array | None, batch: int,
+           num_patches: int) -> jax.Array:
+  """(batch, num_patches) float32: 1 where a patch was dropped, 0 where
+  kept (all 0 for `kept` None, every patch seen)."""
+  mask = jnp.ones((batch, num_patches), jnp.float32)
+  if kept is None:
+    return jnp.zeros_like(mask)
+  return mask.at[jnp.arange(batch)[:, None], kept].set(0.0)
+
+
+class Decoder(nn.Module):
+  """MAE's decoder: from the encoder's output of the kept patches (and the
+  prefix tokens), every patch's `patch_pixels` values, in float32:
+  (batch, num_patches, patch_pixels)."""
+
+  width: int
+  depth: int
+  patch_pixels: int
+  attention: str = 'einsum'
+  dtype: Dtype = jnp.float32
+
+  @nn.compact
+  def __call__(self, encoded: jax.Array, kept: jax.Array | None,
+               num_patches: int) -> jax.Array:
+    batch = encoded.shape[0]
+    prefix = encoded.shape[1] - (num_patches if kept is None
+                                 else kept.shape[1])
+    projection = dict(kernel_init=nn.initializers.xavier_uniform(),
+                      dtype=self.dtype)
+    x = nn.Dense(self.width, name='embed', **projection)(encoded)
+    # Made whether or not a patch is dropped: the model initialises in
+    # evaluation, where none is.
+    mask_token = self.param('mask_token', nn.initializers.normal(0.02),
+                            (1, 1, self.width)).astype(x.dtype)
+    patches = x[:, prefix:]
+    if kept is not None:
+      everywhere = jnp.broadcast_to(mask_token,
+                                    (batch, num_patches, self.width))
+      patches = everywhere.at[jnp.arange(batch)[:, None], kept].set(patches)
+    x = AddPositionEmbs(name='posembed')(
+        jnp.concatenate([x[:, :prefix], patches], axis=1))
+    for i in range(self.depth):
+      x = Encoder1DBlock(mlp_dim=4 * self.width,
+                         num_heads=self.width // HEAD_SIZE,
+                         attention=self.attention, dtype=self.dtype,
+                         name=f'block_{i}')(x, deterministic=True)
+    x = nn.LayerNorm(dtype=self.dtype, name='norm')(x[:, prefix:])
+    return nn.Dense(self.patch_pixels, name='predictions',
+                    **projection)(x).astype(jnp.float32)
+
+
+def patches_of(images: jax.Array, patch_size: int) -> jax.Array:
+  """(batch, height, width, channels) images as (batch, patches,
+  patch_size * patch_size * channels), the patches in the order of the
+  ViT's tokens (row by row)."""
+  n, h, w, c = images.shape
+  rows, columns = h // patch_size, w // patch_size
+  x = images.reshape(n, rows, patch_size, columns, patch_size, c)
+  return x.transpose(0, 1, 3, 2, 4, 5).reshape(n, rows * columns, -1)
+
+
+def reconstruction_error(predictions: jax.Array, mask: jax.Array,
+                         images: jax.Array, patch_size: int) -> jax.Array:
+  """Per-example mean over the dropped patches of the squared error of
+  `predictions` against each patch's pixels, normalised by the patch's
+  own mean and variance (MAE's `norm_pix_loss`), in float32."""
+  target = patches_of(images.astype(jnp.float32), patch_size)
+  mean = target.mean(axis=-1, keepdims=True)
+  variance = target.var(axis=-1, keepdims=True)
+  target = (target - mean) / jnp.sqrt(variance + 1e-6)
+  error = jnp.mean(jnp.square(predictions - target), axis=-1)
+  return jnp.sum(error * mask, axis=1) / jnp.sum(mask, axis=1)
+
+
+def objective(base: losses.Objective, patch_size: int) -> losses.Objective:
+  """`base` (the online probe's loss) plus the reconstruction error of the
+  patches the encoder did not see, from what the model sowed
+  (`mae_predictions`, `mae_mask`); `patch_size` in image pixels."""
+
+  def with_reconstruction(logits: jax.Array, outputs: dict,
+                          targets: jax.Array, images: jax.Array
+                          ) -> jax.Array:
+    return base(logits, outputs, targets, images) + reconstruction_error(
+        outputs['mae_predictions'], outputs['mae_mask'], images, patch_size)
+
+  return with_reconstruction
