@@ -28,9 +28,12 @@ ViT imitates a trained CNN's stage features in training:
 --config.locality_guidance_teacher=/tmp/simple_cnn` (the SimpleCNN's
 stages; a SmallResNet's are (16, 32, 64)). And masked-autoencoder
 pre-training (He et al. 2022), whose accuracy is an online probe's, then
-fine-tuning from its encoder: `--config.model_overrides.mae_mask_ratio=0.75`
-(experiments/data_efficiency trains it with a decoder of 2 blocks 128 wide),
-then `--config.init_from=/tmp/vit_mae`.
+fine-tuning from its encoder, both with the plain patch embedding (shifted
+patches would show the hidden patches' pixels):
+`--config.model_overrides.mae_mask_ratio=0.75
+--config.model_overrides.shifted_patches=False` (experiments/data_efficiency
+trains it with a decoder of 2 blocks 128 wide), then
+`--config.init_from=/tmp/vit_mae --config.model_overrides.shifted_patches=False`.
 
 Expected at its 30 epochs (seed 0, 5k/1k subset, measured): best test
 accuracy 41.2% for the ViT (22 min on 2 CPU cores), 58.6% SimpleCNN, 56.3%

@@ -117,6 +117,9 @@ def test_round_two_trains_before_the_seeds_and_can_carry_the_conclusion(
     first_seed = next(i for i, (*_, seed) in enumerate(at_budget) if seed)
     round_two = [('vit', ingredients, epochs, 0)
                  for ingredients in run.ROUND_TWO]
+    pretraining = ('vit', (run.PRETRAINING,), epochs, 0)
+    mae = round_two.index(('vit', ('mae',), epochs, 0))
+    round_two.insert(mae, pretraining)  # just before the first run reading it
     assert at_budget[first_seed - len(round_two):first_seed] == round_two
   # The short budget's seeds before the long budget's round two.
   assert max(i for i, p in enumerate(planned) if p[2:] == (30, 2)) < min(

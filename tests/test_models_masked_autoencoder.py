@@ -62,7 +62,7 @@ def test_the_error_is_maes_normalised_pixel_loss_over_the_masked_patches():
   target = np.asarray(images).reshape(2, 2, 4, 2, 4, 3).transpose(
       0, 1, 3, 2, 4, 5).reshape(2, 4, 48)
   target = (target - target.mean(-1, keepdims=True)) / np.sqrt(
-      target.var(-1, keepdims=True) + 1e-6)
+      target.var(-1, keepdims=True, ddof=1) + 1e-6)
   error = ((np.asarray(predictions) - target)**2).mean(-1)
   expected = [(error[0, 0] + error[0, 3]) / 2, error[1, 1]]
   np.testing.assert_allclose(
@@ -70,6 +70,9 @@ def test_the_error_is_maes_normalised_pixel_loss_over_the_masked_patches():
       expected, rtol=1e-5)
   np.testing.assert_allclose(masked_autoencoder.reconstruction_error(
       jnp.asarray(target), mask, images, 4), [0, 0], atol=1e-6)
+  # Nothing hidden (evaluation): no error, not 0/0.
+  np.testing.assert_array_equal(masked_autoencoder.reconstruction_error(
+      predictions, jnp.zeros((2, 4)), images, 4), [0, 0])
 
 
 def test_the_encoder_never_sees_the_masked_patches():
@@ -138,7 +141,9 @@ def test_in_evaluation_it_is_the_plain_vit_and_inference_drops_the_decoder():
     (dict(mae_decoder_width=48), 'positive multiple of 32'),
     (dict(mae_decoder_depth=0), 'at least one block'),
     (dict(guided_blocks=(0,), guidance_widths=(4,)), 'use one or the other'),
-    (dict(shifted_patches=True), 'plain embedding'),
+    (dict(shifted_patches=True), 'shifted_patches=True gives each token'),
+    (dict(resnet_stages=(1,)), 'A ResNet stem gives each token'),
+    (dict(posemb='none'), "posemb='none' leaves the encoder"),
 ])
 def test_fields_that_make_no_mae_are_refused_in_one_line(fields, message):
   with pytest.raises(ValueError, match=message):

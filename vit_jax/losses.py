@@ -6,7 +6,8 @@ smoothing); mixup and CutMix mix those targets, and every objective is
 `Objective`: a function of the model's logits, what it sowed for training
 (`outputs`), the targets and the images, so a technique adds an objective,
 not a branch in the step (`classification` here, DeiT's in `distillation`;
-`locality_guidance` adds its term to any of them).
+`locality_guidance` adds its term to any of them, and
+`models.masked_autoencoder` an MAE's reconstruction).
 """
 
 from typing import Protocol
@@ -31,7 +32,8 @@ def cross_entropy(logits: jax.Array, targets: jax.Array) -> jax.Array:
 class Objective(Protocol):
   """Per-example training loss. `outputs` is what the model sowed into
   `vit.TRAINING_OUTPUTS` (a DeiT student's two heads' logits, a guided
-  ViT's projected block features; empty for a plain model); `images` are
+  ViT's projected block features, an MAE's predicted pixels and mask;
+  empty for a plain model); `images` are
   the model's inputs, augmented and mixed."""
 
   def __call__(self, logits: jax.Array, outputs: dict, targets: jax.Array,

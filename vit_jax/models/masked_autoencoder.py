@@ -11,18 +11,22 @@ mean squared error over the dropped patches, each patch's pixels normalised
 by their own mean and variance (MAE's `norm_pix_loss`), to the run's other
 objective. The classifier head reads the encoder's output through a
 stop-gradient: the labels train an online probe, which is what the run's
-accuracy measures, and never the encoder. In evaluation every patch is kept.
+accuracy measures, and never the encoder. In evaluation every patch is kept
+(so the probe, trained on a quarter of the patches, is tested on all of
+them, and reads lower than a linear probe trained on whole images).
 Fine-tuning from such a run (`config.init_from`) starts from its encoder;
 the decoder serves only this training (`inference`).
 
 As MAE: the patches kept by sorting uniform noise per image; the decoder a
 linear projection in, its own learned position embedding, pre-LayerNorm
 blocks of 4x MLPs and heads of 32 dimensions (MAE's 16 heads of 512), a
-LayerNorm and a linear projection out; MAE's initialisers (Xavier-uniform
-projections, the mask token normal(0.02)). Where we differ: the encoder's
-position embedding is its own (learned, or as `posemb` says) where MAE's is
-fixed sine-cosine, and the decoder's is learned (MAE's fixed); the decoder's
-size is the model's fields (MAE's 8 blocks of 512 by default).
+LayerNorm and a linear projection out, those two projections Xavier-uniform
+and the mask token normal(0.02); the per-patch variance unbiased, as
+PyTorch's. Where we differ: the blocks are initialised as the official
+ViT's (MAE's: Xavier-uniform everywhere); the encoder's position embedding
+is its own (learned, or as `posemb` says) where MAE's is fixed sine-cosine,
+and the decoder's is learned (MAE's fixed); the decoder's size is the
+model's fields (MAE's 8 blocks of 512 by default).
 """
 
 from typing import Any
@@ -32,6 +36,7 @@ import jax
 import jax.numpy as jnp
 
 from vit_jax import losses
+from vit_jax.models import small_data
 from vit_jax.models.encoder_block import AddPositionEmbs
 from vit_jax.models.encoder_block import Encoder1DBlock
 
@@ -42,10 +47,12 @@ DECODER = 'mae_decoder'
 HEAD_SIZE = 32
 
 
-def check(mask_ratio: float, depth: int, width: int,
-          guided_blocks: tuple[int, ...], shifted_patches: bool) -> None:
+def check(mask_ratio: float, depth: int, width: int, *,
+          guided_blocks: tuple[int, ...], shifted_patches: bool,
+          resnet_stages: tuple[int, ...] | None, posemb: str) -> None:
   """Raises ValueError for decoder fields that make no MAE, or for an MAE
-  beside a technique that needs every patch."""
+  beside a technique that needs every patch, that shows a token the
+  pixels of hidden ones, or that leaves it no position."""
   if not 0.0 <= mask_ratio < 1.0:
     raise ValueError(
         f'mae_mask_ratio={mask_ratio} must be in [0, 1): the share of each '
@@ -60,11 +67,16 @@ def check(mask_ratio: float, depth: int, width: int,
   if guided_blocks:
     raise ValueError('guided_blocks imitate a CNN on every patch, which '
                      'mae_mask_ratio > 0 hides: use one or the other.')
-  if shifted_patches:
+  if shifted_patches or resnet_stages is not None:
     raise ValueError(
-        'shifted_patches=True gives each token its neighbours\' pixels, so a '
-        'masked patch would be seen through them: use the plain embedding '
-        'with mae_mask_ratio > 0.')
+        f'{"shifted_patches=True" if shifted_patches else "A ResNet stem"} '
+        'gives each token its neighbours\' pixels, so a hidden patch would '
+        'be seen through them: use the plain patch embedding with '
+        'mae_mask_ratio > 0.')
+  if posemb == 'none':
+    raise ValueError(
+        "posemb='none' leaves the encoder no way to tell where its kept "
+        "patches are: use 'learned' or 'sincos2d' with mae_mask_ratio > 0.")
 
 
 def kept_patches(key: jax.Array, batch: int, num_patches: int,
@@ -144,10 +156,8 @@ def patches_of(images: jax.Array, patch_size: int) -> jax.Array:
   """(batch, height, width, channels) images as (batch, patches,
   patch_size * patch_size * channels), the patches in the order of the
   ViT's tokens (row by row)."""
-  n, h, w, c = images.shape
-  rows, columns = h // patch_size, w // patch_size
-  x = images.reshape(n, rows, patch_size, columns, patch_size, c)
-  return x.transpose(0, 1, 3, 2, 4, 5).reshape(n, rows * columns, -1)
+  grid = small_data.patch_grid(images, patch_size)
+  return grid.reshape(grid.shape[0], -1, grid.shape[-1])
 
 
 def reconstruction_error(predictions: jax.Array, mask: jax.Array,
@@ -157,10 +167,12 @@ def reconstruction_error(predictions: jax.Array, mask: jax.Array,
   own mean and variance (MAE's `norm_pix_loss`), in float32."""
   target = patches_of(images.astype(jnp.float32), patch_size)
   mean = target.mean(axis=-1, keepdims=True)
-  variance = target.var(axis=-1, keepdims=True)
+  # PyTorch's default, the unbiased variance, as MAE's.
+  variance = target.var(axis=-1, keepdims=True, ddof=1)
   target = (target - mean) / jnp.sqrt(variance + 1e-6)
   error = jnp.mean(jnp.square(predictions - target), axis=-1)
-  return jnp.sum(error * mask, axis=1) / jnp.sum(mask, axis=1)
+  # 0, not 0/0, for an image with nothing hidden (in evaluation).
+  return jnp.sum(error * mask, axis=1) / jnp.maximum(jnp.sum(mask, axis=1), 1)
 
 
 def objective(base: losses.Objective, patch_size: int) -> losses.Objective:

@@ -145,7 +145,7 @@ def shifted_patch_tokens(images: jax.Array, patch_size: int) -> jax.Array:
   also sees the pixels around its patch, a locality that a ViT trained on
   little data otherwise has to learn.
   """
-  n, height, width, channels = images.shape
+  _, height, width, _ = images.shape
   s = patch_size // 2
   padded = jnp.pad(images, ((0, 0), (s, s), (s, s), (0, 0)))
   # The copy shifted by (dy, dx) is x[i - dy, j - dx]: padded[s - dy + i, ...].
@@ -153,11 +153,18 @@ def shifted_patch_tokens(images: jax.Array, patch_size: int) -> jax.Array:
       padded[:, s - dy:s - dy + height, s - dx:s - dx + width]
       for dy, dx in ((-s, -s), (-s, s), (s, -s), (s, s))
   ]
-  x = jnp.concatenate(copies, axis=-1)
+  return patch_grid(jnp.concatenate(copies, axis=-1), patch_size)
+
+
+def patch_grid(images: jax.Array, patch_size: int) -> jax.Array:
+  """(batch, height, width, channels) images cut into patches, each
+  flattened (row, column, channel) as the 'embedding' conv's kernel:
+  (batch, rows, columns, patch_size**2 * channels)."""
+  n, height, width, channels = images.shape
   p = patch_size
-  x = x.reshape(n, height // p, p, width // p, p, 5 * channels)
+  x = images.reshape(n, height // p, p, width // p, p, channels)
   x = x.transpose(0, 1, 3, 2, 4, 5)
-  return x.reshape(n, height // p, width // p, p * p * 5 * channels)
+  return x.reshape(n, height // p, width // p, p * p * channels)
 
 
 def check_shifted_patches(patch_size: int,

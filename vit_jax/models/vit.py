@@ -129,7 +129,7 @@ class VisionTransformer(nn.Module):
 
   Self-supervised pre-training: `mae_mask_ratio` > 0 makes the model a
   masked autoencoder in training (`masked_autoencoder`: the encoder sees
-  that share of each image's patches fewer, a decoder of
+  only `1 - mae_mask_ratio` of each image's patches, a decoder of
   `mae_decoder_depth` blocks `mae_decoder_width` wide predicts their
   pixels into `TRAINING_OUTPUTS`, the head an online probe behind a
   stop-gradient; every patch in evaluation; needs the 'dropout' rng).
@@ -239,9 +239,11 @@ class VisionTransformer(nn.Module):
     remat_scan.check(self.remat, self.scan, self.stochastic_depth_rate)
     small_data.check_guidance(self.guided_blocks, self.guidance_widths,
                               self.num_layers, self.scan)
-    masked_autoencoder.check(self.mae_mask_ratio, self.mae_decoder_depth,
-                             self.mae_decoder_width, self.guided_blocks,
-                             self.shifted_patches)
+    masked_autoencoder.check(
+        self.mae_mask_ratio, self.mae_decoder_depth, self.mae_decoder_width,
+        guided_blocks=self.guided_blocks,
+        shifted_patches=self.shifted_patches,
+        resnet_stages=self.resnet_stages, posemb=self.posemb)
     super().__post_init__()
 
   @nn.compact
