@@ -113,6 +113,11 @@ ROUND_TWO = [('locality_guidance',), ('distillation', 'locality_guidance'),
              ('mimetic',), ('distillation', 'mimetic'), ('reference_decay',),
              ('distillation', 'reference_decay'), ('mae',),
              ('locality_guidance', 'mae')]
+# Round two's rows that train before a budget's seeds: locality guidance's,
+# the best at 30 epochs, so that a longer budget's three-seed conclusion does
+# not wait for the levers that added little at 30. The others train after
+# those seeds; one of them that seed 0 then ranks best gets its seeds too.
+ROUND_TWO_FIRST = ROUND_TWO[:2]
 
 
 def recipe_name(ingredients: tuple[str, ...]) -> str:
@@ -248,11 +253,12 @@ def _rows_in_order(workdir: pathlib.Path, budgets: list[int],
   first budget, the teacher, the ViT's study and full recipes (without and
   with distillation) and distillation alone, the other steps and
   combinations, and the CNNs with both recipes (seed 0); at each longer
-  budget the same without the other steps; then, budget by budget, round
-  two's rows (seed 0), so that one of them can carry the conclusion, and
+  budget the same without the other steps; then, budget by budget,
+  `ROUND_TWO_FIRST` (seed 0), so that one of them can carry the conclusion,
   seeds 1 and 2 of `conclusion_rows` (chosen when the runner gets there,
-  from the seed-0 runs then finished, in `workdir` or `landed`): a short
-  budget's conclusion lands before the longer budgets' rows; last, the
+  from the seed-0 runs then finished, in `workdir` or `landed`), the rest
+  of round two and the seeds of a row it makes the best: a short budget's
+  conclusion lands before the longer budgets' rows; last, the
   other steps at the longer budgets. Then, at
   each of `long_budgets`, `long_rows` with seeds 0, 1 and 2 (chosen when
   the runner gets there)."""
@@ -273,13 +279,15 @@ def _rows_in_order(workdir: pathlib.Path, budgets: list[int],
   yield from seed_zero(first, between)
   for epochs in longer:
     yield from seed_zero(epochs, [])
+  round_two_rest = [r for r in ROUND_TWO if r not in ROUND_TWO_FIRST]
   for epochs in budgets:
-    for ingredients in ROUND_TWO:
-      yield 'vit', ingredients, epochs, 0
-    rows = conclusion_rows(load_runs(workdir, landed), epochs)
-    for seed in (1, 2):
-      for model, ingredients in rows:
-        yield model, ingredients, epochs, seed
+    for round_two in (ROUND_TWO_FIRST, round_two_rest):
+      for ingredients in round_two:
+        yield 'vit', ingredients, epochs, 0
+      rows = conclusion_rows(load_runs(workdir, landed), epochs)
+      for seed in (1, 2):
+        for model, ingredients in rows:
+          yield model, ingredients, epochs, seed
   for epochs in longer:
     for ingredients in between:
       yield 'vit', ingredients, epochs, 0
