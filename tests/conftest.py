@@ -22,25 +22,33 @@ from configs import cifar_small
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
-# One XLA compilation cache for the session, shared with the processes the
-# tests start (they copy os.environ): the suite compiles the same tiny steps
-# many times, and a rerun after kill -9 compiles what the killed run did.
-# Fresh each session, so no test reads what other code compiled.
+# One XLA compilation cache for the session, shared with pytest-xdist's
+# workers and the processes the tests start (they copy os.environ): the suite
+# compiles the same tiny steps many times, and a rerun after kill -9
+# compiles what the killed run did. Fresh each session, so no test reads
+# what other code compiled: the controller (or a run without workers) makes
+# it and removes it.
 _compilation_cache = None
 
 
+def _is_xdist_worker(config) -> bool:
+  return hasattr(config, 'workerinput')
+
+
 def pytest_configure(config):
-  del config
   global _compilation_cache
-  _compilation_cache = tempfile.mkdtemp(prefix='vit_jax_tests_xla_cache_')
-  os.environ['JAX_COMPILATION_CACHE_DIR'] = _compilation_cache
+  if _is_xdist_worker(config):
+    _compilation_cache = os.environ['JAX_COMPILATION_CACHE_DIR']
+  else:
+    _compilation_cache = tempfile.mkdtemp(prefix='vit_jax_tests_xla_cache_')
+    os.environ['JAX_COMPILATION_CACHE_DIR'] = _compilation_cache
   import jax  # pylint: disable=g-import-not-at-top
   jax.config.update('jax_compilation_cache_dir', _compilation_cache)
 
 
 def pytest_unconfigure(config):
-  del config
-  shutil.rmtree(_compilation_cache, ignore_errors=True)
+  if not _is_xdist_worker(config):
+    shutil.rmtree(_compilation_cache, ignore_errors=True)
 
 
 def random_cifar(num_examples: int, num_classes: int, seed: int):
