@@ -8,6 +8,7 @@ each runner writes beside itself.
 
 import json
 import pathlib
+import signal
 import subprocess
 import sys
 from typing import Callable
@@ -16,6 +17,7 @@ import numpy as np
 
 from configs import cifar_small
 from vit_jax import files
+from vit_jax import preemption
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 # The study's models: key (configs/cifar_small.py's argument, results.json's
@@ -55,7 +57,9 @@ def train(directory: pathlib.Path, config: str, overrides: dict,
   `--config.KEY=VALUE` for each of `overrides` into `directory`, its output
   appended to `directory/log.txt`; nothing if the run has finished. The
   runner's `description` of the run goes to its DESCRIPTION_FILE first, for
-  `record`, finished or not."""
+  `record`, finished or not. A run stopped by a signal (`run_to_its_end`)
+  ends this process too, with its status 75 and one line; a run that fails,
+  with one line naming its log."""
   directory.mkdir(parents=True, exist_ok=True)
   if description is not None:
     # Also for a run that finished before runners wrote descriptions, so
@@ -66,11 +70,40 @@ def train(directory: pathlib.Path, config: str, overrides: dict,
     return
   print(f'training {directory.name}', flush=True)
   with open(directory / 'log.txt', 'a') as log:
-    subprocess.run([
+    status = run_to_its_end([
         sys.executable, '-m', 'vit_jax.main', f'--config={REPO / config}',
         f'--workdir={directory}',
         *(f'--config.{key}={value}' for key, value in overrides.items())
-    ], cwd=REPO, stdout=log, stderr=subprocess.STDOUT, check=True)
+    ], log)
+  if status == preemption.PREEMPTED_EXIT_STATUS:
+    print(f'stopped: {directory.name} saved its step on the signal; rerun '
+          'the same command to resume it.', file=sys.stderr, flush=True)
+    raise SystemExit(status)
+  if status:
+    raise SystemExit(f'error: {directory.name} stopped with exit status '
+                     f'{status}; its log says why: {directory / "log.txt"}')
+
+
+def run_to_its_end(command: list[str], log) -> int:
+  """Runs `command` (a `vit_jax.main`) from the repository, its output to
+  `log`, and returns its exit status. A SIGTERM or Ctrl-C to this process
+  goes on to it as SIGTERM, so that it saves its step and exits 75 however
+  the signal came (to the process group, or to this process alone), and
+  this process waits for that save instead of ending before it."""
+  process = subprocess.Popen(command, cwd=REPO, stdout=log,
+                             stderr=subprocess.STDOUT)
+
+  def stop(signum, frame):
+    del signum, frame
+    process.send_signal(signal.SIGTERM)
+
+  previous = {signum: signal.signal(signum, stop)
+              for signum in (signal.SIGTERM, signal.SIGINT)}
+  try:
+    return process.wait()
+  finally:
+    for signum, handler in previous.items():
+      signal.signal(signum, handler)
 
 
 def record(directory: pathlib.Path) -> dict:

@@ -1,11 +1,22 @@
 """experiments/runs.py: what the experiment runners share."""
 
 import json
+import os
+import signal
+import subprocess
+import sys
 
 import pytest
 
 from experiments import runs
+from tests.conftest import ROOT
 from tests.conftest import finished_run
+from tests.conftest import random_cifar
+from tests.conftest import wait_for_step
+from tests.conftest import write_cifar_binary
+from tests.conftest import write_process_config
+from vit_jax import checkpoint
+from vit_jax import preemption
 
 DESCRIPTION = {'recipe': 'study', 'train_examples': 5000}
 
@@ -47,7 +58,7 @@ def test_wall_time_cell_per_device():
 
 def test_train_skips_a_finished_run(tmp_path, monkeypatch):
   finished_run(tmp_path / 'run')
-  monkeypatch.setattr(runs.subprocess, 'run',
+  monkeypatch.setattr(runs, 'run_to_its_end',
                       lambda *a, **k: pytest.fail('trained again'))
   runs.train(tmp_path / 'run', 'configs/cifar_small.py:vit', {'seed': 0})
   assert not runs.finished(tmp_path / 'other')
@@ -55,11 +66,57 @@ def test_train_skips_a_finished_run(tmp_path, monkeypatch):
 
 def test_train_describes_the_run_before_it_starts(tmp_path, monkeypatch):
   started = []
-  monkeypatch.setattr(runs.subprocess, 'run', lambda command, **_: (
-      started.append(json.loads((tmp_path / 'run/run.json').read_text()))))
+  monkeypatch.setattr(runs, 'run_to_its_end', lambda command, log: (
+      started.append(json.loads((tmp_path / 'run/run.json').read_text())),
+      0)[-1])
   runs.train(tmp_path / 'run', 'configs/cifar_small.py:vit', {'seed': 0},
              DESCRIPTION)
   assert started == [DESCRIPTION]
+
+
+def test_a_failed_run_is_one_line_naming_its_log(tmp_path, monkeypatch):
+  monkeypatch.setattr(runs, 'run_to_its_end', lambda command, log: 1)
+  with pytest.raises(SystemExit, match='^error: run stopped with exit status '
+                     f'1; its log says why: {tmp_path / "run" / "log.txt"}$'):
+    runs.train(tmp_path / 'run', 'configs/cifar_small.py:vit', {'seed': 0})
+
+
+_RUNNER = '''
+import sys
+sys.path.insert(0, {root!r})
+from experiments import runs
+# No checkpoint is scheduled before step 100: only the signal saves one.
+runs.train(runs.pathlib.Path({workdir!r}), {config!r},
+           {{'checkpoint_every_steps': 100}})
+'''
+
+
+@pytest.mark.parametrize('signum', [signal.SIGTERM, signal.SIGINT],
+                         ids=['SIGTERM', 'Ctrl-C'])
+def test_a_signal_to_the_runner_alone_stops_its_run_after_the_save(
+    tmp_path, signum):
+  write_cifar_binary(tmp_path / 'data' / 'cifar-10-batches-bin', {
+      'data_batch_1.bin': random_cifar(80, 10, seed=1),
+      'test_batch.bin': random_cifar(37, 10, seed=3)})
+  config = write_process_config(tmp_path, tmp_path / 'data')
+  workdir = tmp_path / 'run'
+  runner = subprocess.Popen(
+      [sys.executable, '-c', _RUNNER.format(
+          root=str(ROOT), workdir=str(workdir), config=str(config))],
+      cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+      env={**os.environ, 'JAX_PLATFORMS': 'cpu'})
+  wait_for_step(runner, workdir, 5)
+  # As `kill PID` sends it: to the runner, not to its run.
+  runner.send_signal(signum)
+  _, errors = runner.communicate(timeout=60)
+  assert runner.returncode == preemption.PREEMPTED_EXIT_STATUS
+  assert errors.splitlines() == [
+      'stopped: run saved its step on the signal; rerun the same command to '
+      'resume it.']
+  saved = checkpoint.RunCheckpoints(workdir / 'checkpoints', 2).steps()
+  assert len(saved) == 1 and 5 <= saved[0] < 40
+  assert 'Preempted (SIGTERM): saved a checkpoint' in (
+      workdir / 'log.txt').read_text()
 
 
 def test_load_records_reads_the_described_finished_runs(tmp_path):
