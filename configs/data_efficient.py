@@ -37,7 +37,7 @@ trains it with a decoder of 2 blocks 128 wide), then
 
 Expected at its 30 epochs (seed 0, 5k/1k subset, measured): best test
 accuracy 41.2% for the ViT (22 min on 2 CPU cores), 58.6% SimpleCNN, 56.3%
-SmallResNet, each below its study-recipe result (51.4%, 66.7%, 66.9%): at
+SmallResNet, each below its study-recipe result (51.4%, 66.9%, 66.9%): at
 this budget the augmentations cost every model, the CNNs too. 45.3% for the
 ViT with distillation. At 100 epochs (`--config.num_epochs=100`, seed 0):
 52.5% for the ViT (still climbing at epoch 92; 62 min on 2 CPU cores, not

@@ -88,8 +88,12 @@ def test_the_first_runs_are_the_key_rows_at_seed_zero(tmp_path):
                  *run.CUMULATIVE[1:-2]]
   assert planned[-6:] == [('vit', i, 100, 0) for i in other_steps]
   assert all(seed == 0 for *_, seed in planned[-6:])
-  assert max(i for i, (*_, seed) in enumerate(planned) if seed) < (
-      len(planned) - 6)
+  # Before them, round two's rows after locality guidance's, just after
+  # the seeds (an empty workdir ranks none of them best).
+  rest = _round_two_after_the_seeds(100)
+  assert planned[-6 - len(rest):-6] == rest
+  assert max(i for i, (*_, seed) in enumerate(planned) if seed) == (
+      len(planned) - 6 - len(rest) - 1)
 
 
 def test_seeds_go_to_the_rows_the_seed_zero_runs_rank_best(tmp_path,
@@ -118,12 +122,7 @@ def test_round_two_trains_around_the_seeds_and_can_carry_the_conclusion(
     first = [('vit', ingredients, epochs, 0)
              for ingredients in run.ROUND_TWO_FIRST]
     assert at_budget[first_seed - len(first):first_seed] == first
-    # The rest after the seeds, each MAE row just after the pre-training it
-    # reads, the first time one does.
-    rest = [('vit', ingredients, epochs, 0) for ingredients in run.ROUND_TWO
-            if ingredients not in run.ROUND_TWO_FIRST]
-    pretraining = ('vit', (run.PRETRAINING,), epochs, 0)
-    rest.insert(rest.index(('vit', ('mae',), epochs, 0)), pretraining)
+    rest = _round_two_after_the_seeds(epochs)
     seed_zero = [p for p in at_budget[first_seed:] if not p[3]]
     assert seed_zero[:len(rest)] == rest
   # The short budget's seeds before the long budget's round two.
@@ -141,6 +140,36 @@ def test_round_two_trains_around_the_seeds_and_can_carry_the_conclusion(
   guided = dict(trained)['vit_study+distillation+locality_guidance_e30_seed0']
   assert guided['locality_guidance_teacher'] == guided[
       'distillation_teacher'] == tmp_path / 'simple_cnn_study_e30_seed0'
+
+
+def _round_two_after_the_seeds(epochs):
+  """Round two's rows after locality guidance's, at seed 0, each MAE row
+  just after the pre-training it reads, the first time one does."""
+  rest = [('vit', ingredients, epochs, 0) for ingredients in run.ROUND_TWO
+          if ingredients not in run.ROUND_TWO_FIRST]
+  pretraining = ('vit', (run.PRETRAINING,), epochs, 0)
+  rest.insert(rest.index(('vit', ('mae',), epochs, 0)), pretraining)
+  return rest
+
+
+def test_locality_guidance_ranked_best_takes_its_seeds_before_the_other_levers(
+    tmp_path, monkeypatch):
+  trained = []
+  monkeypatch.setattr(run.runs, 'train', _fake_training({
+      ('vit', 'study+locality_guidance'): 0.6}, trained))
+  run.train(tmp_path, tmp_path / 'data', [30], max_runs=0)
+  names = [name for name, _ in trained]
+  first_seed = next(i for i, (_, overrides) in enumerate(trained)
+                    if overrides['seed'])
+  other_levers = names.index('vit_study+mimetic_e30_seed0')
+  # Ranked after locality guidance's runs trained, not before.
+  assert names.index('vit_study+locality_guidance_e30_seed2') < other_levers
+  seeded = trained[first_seed:other_levers]
+  assert all(overrides['seed'] for _, overrides in seeded)
+  rows = {seed: [name.rsplit('_seed', 1)[0] for name, overrides in seeded
+                 if overrides['seed'] == seed] for seed in (1, 2)}
+  assert rows[1] == rows[2]
+  assert 'vit_study+locality_guidance_e30' in rows[1]
 
 
 def test_an_mae_row_fine_tunes_from_its_pretraining_which_ranks_nowhere(
@@ -259,8 +288,11 @@ def test_load_runs_reads_model_recipe_and_seed(tmp_path):
 
 def test_the_committed_records_name_planned_runs():
   landed = run.runs.landed(run.HERE / 'results.json', run.record_name)
+  # The long budgets the records have (300 here, 1,000 on a GPU).
+  long_budgets = tuple(sorted({r['epochs'] for r in landed.values()}
+                              - {30, 100}))
   planned = {run.run_name(*r) for r in run.planned_runs(
-      run.HERE / 'no workdir', [30, 100], landed)}
+      run.HERE / 'no workdir', [30, 100], landed, long_budgets)}
   assert landed and set(landed) <= planned
 
 
