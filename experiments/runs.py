@@ -232,12 +232,48 @@ def write_section(readme: pathlib.Path, name: str, text: str,
                          '\n\n' + text + '\n\n' + content[end:])
 
 
-def missing_runs(planned: list[str], done: set[str]) -> str:
+def cpu_minutes(records: list[dict], model: str, recipe: str,
+                epochs: int) -> float | None:
+  """A run's expected wall minutes on this 2-core machine: its epochs times
+  the median minutes per epoch of the finished CPU runs of its model and
+  recipe among `records` (of its model where its recipe has none yet);
+  None where its model has none either. Measured rates only: a GPU's are
+  not extrapolated."""
+  on_cpu = [r for r in records if r['device'] == 'cpu' and
+            r['model'] == model and r['wall_minutes'] > 0]
+  same = [r for r in on_cpu if r['recipe'] == recipe] or on_cpu
+  if not same:
+    return None
+  return epochs * float(np.median([r['wall_minutes'] / r['epochs']
+                                   for r in same]))
+
+
+def _duration(minutes: float) -> str:
+  return (f'{minutes:.0f} min' if minutes < 60 else f'{minutes / 60:.1f} h')
+
+
+def missing_runs(planned: list[str], done: set[str],
+                 minutes: dict[str, float | None] | None = None) -> str:
   """The 'missing runs' section: the runs of `planned` (run names, in the
-  order the runner trains them) not in `done`."""
+  order the runner trains them) not in `done`, each with its `minutes`
+  (`cpu_minutes`) where known, and their sum."""
   missing = [name for name in planned if name not in done]
   if not missing:
     return f'None: all {len(planned)} planned runs have finished.'
+  minutes = minutes or {}
+  known = [minutes[name] for name in missing if minutes.get(name)]
+  cost = ''
+  if known:
+    unknown = len(missing) - len(known)
+    cost = (f'; about {_duration(sum(known))} on this 2-core machine'
+            + (f' for the {len(known)} with a rate' if unknown else '') +
+            " (each run's epochs times the median minutes per epoch of the"
+            ' finished CPU runs of its model and recipe, or of its model)')
+
+  def line(name):
+    return f'- `{name}`' + (f' (about {_duration(minutes[name])})'
+                            if minutes.get(name) else '')
+
   return (f'{len(missing)} of {len(planned)} planned runs, in the order '
-          '`run.py` trains them:\n\n' +
-          '\n'.join(f'- `{name}`' for name in missing))
+          f'`run.py` trains them{cost}:\n\n' +
+          '\n'.join(line(name) for name in missing))

@@ -164,6 +164,35 @@ def test_missing_runs_lists_the_planned_runs_not_done_in_order():
       'None: all 1 planned runs have finished.')
 
 
+def test_missing_runs_give_each_known_time_and_their_sum():
+  section = runs.missing_runs(['c', 'b', 'a'], {'b'}, {'c': 30, 'a': None})
+  assert section.startswith('2 of 3 planned runs, in the order `run.py` '
+                            'trains them; about 30 min on this 2-core '
+                            'machine for the 1 with a rate (')
+  assert section.endswith(':\n\n- `c` (about 30 min)\n- `a`')
+  assert 'about 1.5 h on' in runs.missing_runs(['c', 'a'], set(),
+                                                {'c': 30, 'a': 60})
+
+
+def test_cpu_minutes_scale_the_median_rate_of_the_same_recipe_or_model():
+  def record(model, recipe, epochs, minutes, device='cpu'):
+    return {'model': model, 'recipe': recipe, 'epochs': epochs,
+            'wall_minutes': minutes, 'device': device}
+  records = [record('vit', 'study', 30, 15), record('vit', 'study', 30, 21),
+             record('vit', 'study', 100, 60), record('vit', 'study+x', 30, 30),
+             record('vit', 'study', 30, 0.3, device='NVIDIA H100'),
+             record('simple_cnn', 'study', 30, 6)]
+  # The study's per epoch: 0.5, 0.7 and 0.6 (the median); the GPU's and the
+  # other model's apart.
+  assert runs.cpu_minutes(records, 'vit', 'study', 300) == pytest.approx(180)
+  assert runs.cpu_minutes(records, 'vit', 'study+x', 100) == pytest.approx(
+      100)
+  # A recipe without a CPU run yet takes its model's median over all of them
+  # (0.5, 0.6, 0.7 and 1.0).
+  assert runs.cpu_minutes(records, 'vit', 'study+y', 10) == pytest.approx(6.5)
+  assert runs.cpu_minutes(records, 'small_resnet', 'study', 30) is None
+
+
 def test_write_summary_writes_results_figure_and_sections(tmp_path):
   readme = tmp_path / 'README.md'
   readme.write_text(''.join(''.join(runs.section_markers(name))

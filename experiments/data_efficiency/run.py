@@ -470,13 +470,16 @@ def summarize(workdir: pathlib.Path, budgets: list[int],
   runs from the runs finished in `workdir` or `landed`; returns their
   records."""
   records = load_runs(workdir, landed)
-  planned = [run_name(*run) for run in planned_runs(workdir, budgets, landed,
-                                                    long_budgets)]
+  planned = list(planned_runs(workdir, budgets, landed, long_budgets))
+  minutes = {run_name(model, ingredients, epochs, seed): runs.cpu_minutes(
+      records, model, recipe_name(ingredients), epochs)
+             for model, ingredients, epochs, seed in planned}
   runs.write_summary(HERE, records, f'{workdir} or results.json',
                      'ablation.png', plot, {
                          'ablation table': table(records),
                          'missing runs': runs.missing_runs(
-                             planned, {record_name(r) for r in records})})
+                             list(minutes), {record_name(r) for r in records},
+                             minutes)})
   return records
 
 
