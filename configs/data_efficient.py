@@ -43,8 +43,8 @@ ViT with distillation. At 100 epochs (`--config.num_epochs=100`, seed 0):
 52.5% for the ViT (still climbing at epoch 92; 62 min on 2 CPU cores, not
 counting the pauses in its recorded 119), 57.4% with distillation from the
 100-epoch SimpleCNN (1.2 min on an H100), against 56.8% for the study's
-recipe; 71.2% for the SimpleCNN and 71.8% for the SmallResNet (72.0% and
-73.5% with the study's recipe; 72.9% in a rerun of the SimpleCNN's).
+recipe; 71.2% for the SimpleCNN and 71.8% for the SmallResNet (72.9% and
+73.5% with the study's recipe; 72.0% in an earlier run of the SimpleCNN's).
 Locality guidance from the 30-epoch SimpleCNN on the study's recipe
 (every technique above off, as experiments/data_efficiency runs it)
 reaches 61.5% at 30 epochs (seed 0; 17 min on 2 CPU cores), and 61.7 +-
