@@ -68,13 +68,6 @@ class Input(abc.ABC):
       yield epoch, self.epoch_table(epoch), first
       epoch, first = epoch + 1, 0
 
-  def table_rows(self, position: Position) -> Iterator[tuple[int, int,
-                                                               np.ndarray]]:
-    """(epoch, batch, example indices) of every batch from `position` on."""
-    for epoch, table, first in self.epochs_from(position):
-      for batch in range(first, len(table)):
-        yield epoch, batch, table[batch]
-
   @abc.abstractmethod
   def fingerprint(self) -> list[np.ndarray]:
     """Arrays every process must hold identically (the data, the shuffle)."""
