@@ -40,8 +40,22 @@ def test_a_file_without_a_config_or_of_another_size_is_one_line(
                      r'images: pass --config.image_size=24, or '
                      '--released_preprocessing'):
     evaluation.evaluate(npz, config=config)
-  # The released models' preprocessing: the resolution of the position
-  # embeddings, pixels in [-1, 1] (the study's config already uses them).
+  # An .npz states no normalisation: the released models' (pixels in
+  # [-1, 1]) at the resolution of the position embeddings.
   result = evaluation.evaluate(npz, config=config, released_preprocessing=True)
-  assert result['image_size'] == 24
-  assert result['top1'] == _logged_test(workdir)['test_accuracy']
+  assert result['image_size'] == 24 and result['examples'] == 37
+
+
+def test_an_export_evaluates_with_the_normalisation_it_states(
+    trained_vit_run, tmp_path):
+  workdir, data_dir = trained_vit_run
+  logged = _logged_test(workdir)
+  config = trained_vit_config(data_dir)
+  config.pixel_mean = config.pixel_std = (0.5, 0.5, 0.5)
+  for format_name in ('timm', 'hf'):
+    export.convert(workdir, tmp_path / format_name, format_name)
+    result = evaluation.evaluate(tmp_path / format_name, config=config,
+                                 released_preprocessing=True)
+    # The run's CIFAR-10 mean and std, from the folder, not the config's.
+    assert result['loss'] == pytest.approx(logged['test_loss'], rel=1e-5)
+    assert result['top1'] == logged['test_accuracy']

@@ -137,3 +137,29 @@ def test_a_vit_model_with_a_pooler_reads_as_a_backbone_with_pre_logits(
                      r'\(head/kernel\): a backbone alone cannot be evaluated '
                      'or converted; fine-tune it with config.init_from'):
     checkpoint.load(tmp_path)
+
+
+def test_the_folder_states_the_normalisation_it_was_trained_with(tmp_path):
+  model, params = one_block_vit('ViT-Tiny-CIFAR_4')
+  imagenet = ((0.485, 0.456, 0.406), (0.229, 0.224, 0.225))
+  hf.write(tmp_path, params, model, 8, imagenet)
+  assert hf.pixels(tmp_path) == imagenet
+  assert checkpoint.load(tmp_path).pixels == imagenet
+  # The weights alone state nothing: the released models' [-1, 1].
+  assert hf.pixels(tmp_path / 'model.safetensors') == ((0.5,) * 3,) * 2
+
+
+@pytest.mark.parametrize('text,said', [
+    ('{"image_mean": [0.5, 0.5], "image_std": [0.5, 0.5, 0.5]}',
+     'each must be 3 numbers'),
+    ('{"image_mean": [0.5, 0.5, 0.5], "image_std": [0.5, 0, 0.5]}',
+     'the std positive'),
+    ('[1, 2]', 'holds a list, not a JSON object'),
+    ('{"image_mean": ', 'is not valid JSON'),
+])
+def test_a_bad_preprocessor_config_is_one_line(tmp_path, text, said):
+  model, params = one_block_vit('ViT-Tiny-CIFAR_4')
+  hf.write(tmp_path, params, model, 8)
+  (tmp_path / hf.PREPROCESSOR_CONFIG).write_text(text)
+  with pytest.raises(CheckpointError, match=said):
+    checkpoint.load(tmp_path)

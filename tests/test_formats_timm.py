@@ -263,3 +263,21 @@ def test_a_root_of_another_width_is_one_line(tmp_path):
                      r'weight in .* has 48 output channels; the ResNet stem of '
                      r'the official hybrid has 64 per unit of width factor'):
     timm.read(path, None)
+
+
+def test_the_hub_folder_states_the_normalisation_it_was_trained_with(
+    tmp_path):
+  model, params = one_block_vit('ViT-Tiny-CIFAR_4')
+  imagenet = ((0.485, 0.456, 0.406), (0.229, 0.224, 0.225))
+  timm.write(tmp_path, params, model, 8, imagenet)
+  written = json.loads((tmp_path / 'config.json').read_text())
+  assert written['pretrained_cfg']['mean'] == list(imagenet[0])
+  assert timm.pixels(tmp_path) == imagenet
+  # A hub config without pretrained_cfg (or no config) states nothing.
+  del written['pretrained_cfg']
+  (tmp_path / 'config.json').write_text(json.dumps(written))
+  assert timm.pixels(tmp_path) == vit_model.RELEASED_PIXELS
+  (tmp_path / 'config.json').write_text('{"pretrained_cfg": {"mean": "x"}}')
+  with pytest.raises(CheckpointError, match=r'states the pixel mean .x. and '
+                     'std None: each must be 3 numbers'):
+    timm.pixels(tmp_path)

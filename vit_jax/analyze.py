@@ -12,8 +12,10 @@ variant and image size, and its dataset's test images unless --images is
 given. Any other checkpoint (`checkpoint.load`: an official `.npz`, timm's
 or transformers' safetensors): its architecture is read from its shapes
 unless --model names it, the image size follows from its position
-embeddings, and images are resized and scaled to [-1, 1] as the released
-models expect.
+embeddings, and images are resized and normalised as the checkpoint's
+folder states (a timm config.json's mean and std, a transformers
+preprocessor_config.json's), or scaled to [-1, 1] as the released models
+expect where it states nothing.
 Writes into --out (the analyses are in `vit_jax.analysis`):
 
   cls_attention.png          the class token's last-layer attention over the
@@ -120,7 +122,7 @@ def analyze(out, *, workdir=None, step=None, data_dir=None,
             class_names=None, num_images=4, distance_images=512,
             components=28) -> dict:
   """Writes the figures and analysis.json into `out` for a run (`workdir`)
-  or a released .npz (`checkpoint_path`, `model_name`), on the run's test
+  or any other checkpoint (`checkpoint_path`, `model_name`), on the run's test
   images or on `images` (files or directories); returns the numbers."""
   subject, config = _subject(workdir, step, data_dir, checkpoint_path,
                              model_name, images)
@@ -171,7 +173,8 @@ def analyze(out, *, workdir=None, step=None, data_dir=None,
 
 def _subject(workdir, step, data_dir, checkpoint_path, model_name,
              images) -> tuple[subjects.Subject, object]:
-  """The ViT that the flags name, and its run's config (None for a .npz)."""
+  """The ViT that the flags name, and its run's config (None for a
+  checkpoint that is not a run)."""
   if (workdir is None) == (checkpoint_path is None):
     raise AnalysisError('Pass --workdir (a run) or --checkpoint (any '
                         'checkpoint).')

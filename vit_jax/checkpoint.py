@@ -22,6 +22,7 @@ import jax
 import ml_collections
 
 from vit_jax import files
+from vit_jax import formats
 from vit_jax import models
 from vit_jax import run_checkpoints
 from vit_jax.errors import CheckpointError
@@ -146,6 +147,7 @@ def load_run(workdir: str | pathlib.Path, step: int | None = None) -> Run:
 
 # What `source_kind` calls each source, as `vit_jax.convert --format` does.
 WORKDIR, NPZ, TIMM, HF = 'workdir', 'npz', 'timm', 'hf'
+FOLDER_FORMATS: dict[str, formats.FolderFormat] = {TIMM: timm, HF: hf}
 SOURCES_HELP = ('a vit_jax.main workdir, an official .npz, a timm '
                 'model.safetensors or hub folder, or a transformers ViT folder')
 
@@ -211,7 +213,7 @@ def _read_file(path: pathlib.Path, kind: str, model_name: str | None,
                           'selects among the checkpoints of a run directory.')
   if kind == NPZ:
     return npz.load_npz(path)
-  return (timm if kind == TIMM else hf).read(path, model_name)
+  return FOLDER_FORMATS[kind].read(path, model_name)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -223,6 +225,10 @@ class Loaded:
   image_size: int  # the run's, or what the position embeddings were for
   config: ml_collections.ConfigDict | None  # a workdir's run config
   step: int | None  # a workdir's checkpoint step
+  # The per-channel (mean, std) its input is normalised with: a run's
+  # config's, what a timm or transformers folder states, else the released
+  # models' (pixels in [-1, 1]).
+  pixels: tuple[tuple, tuple]
 
   @property
   def params(self) -> Any:
@@ -243,8 +249,12 @@ def load(source: str | pathlib.Path, *, model_name: str | None = None,
     run = load_run(path, step)
     model, variables = run.for_inference()
     return Loaded(WORKDIR, model, variables, run.config.image_size,
-                  run.config, run.step)
+                  run.config, run.step,
+                  (tuple(run.config.pixel_mean), tuple(run.config.pixel_std)))
   params = _read_file(path, kind, model_name, step)
   model, image_size = vit_model.model_for(params, model_name=model_name,
                                           source=str(path))
-  return Loaded(kind, model, {'params': params}, image_size, None, None)
+  pixels = (vit_model.RELEASED_PIXELS if kind == NPZ else
+            FOLDER_FORMATS[kind].pixels(path))
+  return Loaded(kind, model, {'params': params}, image_size, None, None,
+                pixels)

@@ -17,8 +17,10 @@ moved). Other checkpoints need --config, which names the dataset; the model
 is the checkpoint's (its shapes, or --model), computing in config.dtype.
 Their preprocessing is the config's (config.image_size must then be what the
 position embeddings were trained for), or, with --released_preprocessing,
-the released models': images at the resolution the position embeddings
-were trained for, pixels scaled to [-1, 1].
+the checkpoint's own: images at the resolution the position embeddings
+were trained for, normalised with the mean and std its folder states (timm's
+config.json, transformers' preprocessor_config.json), pixels scaled to
+[-1, 1] as the released models' where it states none.
 
 Every test example counts exactly once (the masks the trainer's evaluation
 uses), on all devices, and on all processes of a multi-process job: the
@@ -57,8 +59,9 @@ _STEP = flags.DEFINE_integer(
 _DATA_DIR = flags.DEFINE_string(
     'data_dir', None, 'Where the data is, in place of config.data_dir.')
 _RELEASED_PREPROCESSING = flags.DEFINE_bool(
-    'released_preprocessing', False, 'Preprocess as the released models '
-    'expect: the resolution of the position embeddings, pixels in [-1, 1].')
+    'released_preprocessing', False, 'Preprocess as the checkpoint '
+    'expects: the resolution of its position embeddings, the mean and std '
+    'its folder states (pixels in [-1, 1] where none).')
 _CPU_DEVICES = flags.DEFINE_integer(
     'cpu_devices', None, 'Host devices the batches are split over on a CPU '
     f'(default: config.cpu_devices, else {distributed.DEFAULT_CPU_DEVICES}).')

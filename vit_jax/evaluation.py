@@ -16,9 +16,6 @@ from vit_jax import steps
 from vit_jax import train
 from vit_jax.errors import ConfigError
 
-# The released models' preprocessing (and config_schema's default).
-_RELEASED_PIXELS = (0.5, 0.5, 0.5)
-
 
 def _config_for(loaded: checkpoint.Loaded, config, source, data_dir,
                 released_preprocessing) -> ml_collections.ConfigDict:
@@ -35,7 +32,7 @@ def _config_for(loaded: checkpoint.Loaded, config, source, data_dir,
     config.data_dir = data_dir
   if released_preprocessing:
     config.image_size = loaded.image_size
-    config.pixel_mean = config.pixel_std = _RELEASED_PIXELS
+    config.pixel_mean, config.pixel_std = loaded.pixels
   elif loaded.kind != checkpoint.WORKDIR and (
       config.image_size != loaded.image_size):
     raise ConfigError(

@@ -8,13 +8,10 @@ import jax
 from vit_jax import checkpoint
 from vit_jax import models
 from vit_jax.errors import CheckpointError
-from vit_jax.formats import hf
 from vit_jax.formats import npz
 from vit_jax.formats import params as params_lib
-from vit_jax.formats import timm
 
-FORMATS = ('npz', 'timm', 'hf')
-_FOLDER_WRITERS = {'timm': timm.write, 'hf': hf.write}
+FORMATS = (checkpoint.NPZ, *checkpoint.FOLDER_FORMATS)
 
 
 def _check_destination(dest: pathlib.Path, format_name: str) -> None:
@@ -50,8 +47,8 @@ def convert(source: str | pathlib.Path, dest: str | pathlib.Path,
   if format_name == 'npz':
     npz.save_npz(params, dest)
   else:
-    _FOLDER_WRITERS[format_name](dest, params, loaded.model,
-                                 loaded.image_size)
+    checkpoint.FOLDER_FORMATS[format_name].write(
+        dest, params, loaded.model, loaded.image_size, loaded.pixels)
   described = params_lib.describe_architecture(
       params_lib.vit_architecture(params))
   return (f'Wrote {dest} ({format_name}): {described}, '

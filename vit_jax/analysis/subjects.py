@@ -23,9 +23,6 @@ from vit_jax.models import small_data
 # 197 floats an image for a ViT-B/16.
 _BATCH_SIZE = 64
 
-# The released models' preprocessing: pixels scaled to [-1, 1].
-_RELEASED_MEAN = _RELEASED_STD = (0.5, 0.5, 0.5)
-
 
 @dataclasses.dataclass(frozen=True)
 class Subject:
@@ -70,13 +67,14 @@ def run_subject(workdir, step=None) -> tuple[Subject, object]:
 def checkpoint_subject(source, model_name: str | None) -> Subject:
   """The ViT of a checkpoint other than a run (`checkpoint.load`: a
   released `.npz`, timm's or transformers' weights), at the image size its
-  position embeddings were trained for, with the released models'
-  preprocessing."""
+  position embeddings were trained for, normalised as the checkpoint states
+  (`checkpoint.Loaded.pixels`: the released models' [-1, 1] where it states
+  nothing)."""
   loaded = checkpoint.load(source, model_name=model_name)
   if loaded.kind == checkpoint.WORKDIR:
     raise AnalysisError(f'{source} is a run: pass it as --workdir.')
   return Subject(loaded.model, loaded.variables, loaded.image_size,
-                 _RELEASED_MEAN, _RELEASED_STD,
+                 *loaded.pixels,
                  {'checkpoint': str(source), 'format': loaded.kind,
                   'model': model_name or models.vit_named(
                       params_lib.vit_architecture(loaded.params))})

@@ -170,9 +170,10 @@ def config(model: models.VisionTransformer, image_size: int) -> dict:
   }
 
 
-def preprocessor_config(image_size: int) -> dict:
-  """`ViTImageProcessor`'s config: the released models' preprocessing,
-  resized to the model's input, pixels in [-1, 1]."""
+def preprocessor_config(image_size: int, pixels: tuple[tuple, tuple]) -> dict:
+  """`ViTImageProcessor`'s config: images resized to the model's input,
+  pixels scaled to [0, 1], then normalised by `pixels` (mean, std)."""
+  mean, std = pixels
   return {
       'image_processor_type': 'ViTImageProcessor',
       'do_resize': True,
@@ -181,8 +182,8 @@ def preprocessor_config(image_size: int) -> dict:
       'do_rescale': True,
       'rescale_factor': 1 / 255,
       'do_normalize': True,
-      'image_mean': [0.5, 0.5, 0.5],
-      'image_std': [0.5, 0.5, 0.5],
+      'image_mean': list(mean),
+      'image_std': list(std),
   }
 
 
@@ -200,9 +201,11 @@ def check_exportable(model: models.VisionTransformer) -> None:
 
 
 def write(directory: pathlib.Path, params: dict,
-          model: models.VisionTransformer, image_size: int) -> None:
+          model: models.VisionTransformer, image_size: int,
+          pixels: tuple[tuple, tuple] = vit_model.RELEASED_PIXELS) -> None:
   """`directory`/config.json, model.safetensors and
-  preprocessor_config.json, transformers' folder."""
+  preprocessor_config.json, transformers' folder; `pixels`, the (mean, std)
+  the model's input was normalised with in training."""
   check_exportable(model)
   directory = pathlib.Path(directory)
   safetensors_file.write(directory / safetensors_file.WEIGHTS_NAME,
@@ -211,21 +214,25 @@ def write(directory: pathlib.Path, params: dict,
   files.write_atomically(directory / 'config.json',
                          json.dumps(config(model, image_size), indent=2))
   files.write_atomically(directory / PREPROCESSOR_CONFIG,
-                         json.dumps(preprocessor_config(image_size), indent=2))
+                         json.dumps(preprocessor_config(image_size, pixels),
+                                    indent=2))
+
+
+def pixels(path: pathlib.Path) -> tuple[tuple, tuple]:
+  """The (mean, std) a folder's preprocessor_config.json normalises with;
+  the released models' without one."""
+  preprocessor = vit_model.folder_config(path, PREPROCESSOR_CONFIG) or {}
+  return vit_model.stated_pixels(preprocessor.get('image_mean'),
+                                 preprocessor.get('image_std'),
+                                 str(pathlib.Path(path) / PREPROCESSOR_CONFIG))
 
 
 def read(path: pathlib.Path, model_name: str | None) -> dict:
   """Our tree from a transformers ViT folder (or its model.safetensors
   alone, the heads then from `--model` or the registered ViTs)."""
   path = pathlib.Path(path)
-  config_dict = {}
+  config_dict = vit_model.folder_config(path, 'config.json') or {}
   if path.is_dir():
-    config_file = path / 'config.json'
-    if config_file.exists():
-      try:
-        config_dict = json.loads(config_file.read_text())
-      except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise CheckpointError(f'{config_file} is not valid JSON: {e}.') from e
     path = path / safetensors_file.WEIGHTS_NAME
   state = _with_prefix(safetensors_file.read(path))
   # transformers' defaults: exact GELU, eps 1e-12.

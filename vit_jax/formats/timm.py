@@ -239,10 +239,12 @@ def from_state(state: dict, num_heads: int, source: str) -> dict:
                           _BLOCK_RULES, model.num_layers, num_heads)
 
 
-def config(model: models.VisionTransformer, image_size: int) -> dict:
+def config(model: models.VisionTransformer, image_size: int,
+           pixels: tuple[tuple, tuple]) -> dict:
   """The hub folder's config.json for `model`: timm's factory
   `vit_base_patch16_224`, or for a hybrid the factory of its stages
-  (`_HYBRID_FACTORIES`), with `model_args` that set every field."""
+  (`_HYBRID_FACTORIES`), with `model_args` that set every field, and the
+  (mean, std) `pixels` that its input is normalised with."""
   global_pool = 'token' if model.classifier == 'token' else 'avg'
   model_args = {
       'img_size': image_size,
@@ -273,8 +275,8 @@ def config(model: models.VisionTransformer, image_size: int) -> dict:
           'interpolation': 'bilinear',
           'crop_pct': 1.0,
           'crop_mode': 'center',
-          'mean': [0.5, 0.5, 0.5],
-          'std': [0.5, 0.5, 0.5],
+          'mean': list(pixels[0]),
+          'std': list(pixels[1]),
           'num_classes': model.num_classes,
           'first_conv': ((_BACKBONE + ('stem.conv' if model.resnet_stages
                                        else 'conv')) if hybrid
@@ -300,29 +302,38 @@ def check_exportable(model: models.VisionTransformer) -> None:
 
 
 def write(directory: pathlib.Path, params: dict,
-          model: models.VisionTransformer, image_size: int) -> None:
-  """`directory`/model.safetensors and config.json, timm's hub folder."""
+          model: models.VisionTransformer, image_size: int,
+          pixels: tuple[tuple, tuple] = vit_model.RELEASED_PIXELS) -> None:
+  """`directory`/model.safetensors and config.json, timm's hub folder;
+  `pixels`, the (mean, std) the model's input was normalised with in
+  training."""
   check_exportable(model)
   directory = pathlib.Path(directory)
   safetensors_file.write(directory / safetensors_file.WEIGHTS_NAME,
                          to_state(jax.device_get(params)))
   files.write_atomically(directory / 'config.json',
-                         json.dumps(config(model, image_size), indent=2))
+                         json.dumps(config(model, image_size, pixels),
+                                    indent=2))
+
+
+def pixels(path: pathlib.Path) -> tuple[tuple, tuple]:
+  """The (mean, std) a hub folder's config.json states (its
+  `pretrained_cfg`); the released models' without one."""
+  pretrained = (vit_model.folder_config(path, 'config.json') or {}).get(
+      'pretrained_cfg') or {}
+  return vit_model.stated_pixels(pretrained.get('mean'), pretrained.get('std'),
+                                 str(pathlib.Path(path) / 'config.json'))
 
 
 def read(path: pathlib.Path, model_name: str | None) -> dict:
   """Our tree from a timm `.safetensors` file or hub folder (whose
   config.json, when there, gives the number of heads and the activation)."""
   path = pathlib.Path(path)
-  model_args = None  # no config.json says
+  config_dict = vit_model.folder_config(path, 'config.json')
+  # None: no config.json says
+  model_args = None if config_dict is None else (
+      config_dict.get('model_args') or {})
   if path.is_dir():
-    config_file = path / 'config.json'
-    if config_file.exists():
-      try:
-        model_args = json.loads(config_file.read_text()).get('model_args') or {}
-      except (json.JSONDecodeError, UnicodeDecodeError, AttributeError) as e:
-        raise CheckpointError(f'{config_file} is not a timm config: {e}.'
-                              ) from e
     path = path / safetensors_file.WEIGHTS_NAME
   state = safetensors_file.read(path)
   if model_args is not None and model_args.get('act_layer') not in (

@@ -5,12 +5,51 @@ the position embeddings, and what another library's format can hold of it.
 """
 
 from collections.abc import Mapping
+import json
 import math
+import pathlib
 from typing import Any
 
 from vit_jax import models
 from vit_jax.errors import CheckpointError
 from vit_jax.formats import params as params_lib
+
+# The released models' preprocessing, pixels scaled to [-1, 1]: what a
+# checkpoint that states none (an official `.npz`) is read with.
+RELEASED_PIXELS = ((0.5, 0.5, 0.5), (0.5, 0.5, 0.5))
+
+
+def folder_config(path: pathlib.Path, name: str) -> dict | None:
+  """The JSON object `name` in the checkpoint folder `path`; None when
+  `path` is a file or the folder has no `name`."""
+  config_file = pathlib.Path(path) / name
+  if not config_file.is_file():
+    return None
+  try:
+    config = json.loads(config_file.read_text())
+  except (json.JSONDecodeError, UnicodeDecodeError) as e:
+    raise CheckpointError(f'{config_file} is not valid JSON: {e}.') from e
+  if not isinstance(config, dict):
+    raise CheckpointError(f'{config_file} holds a {type(config).__name__}, '
+                          'not a JSON object.')
+  return config
+
+
+def stated_pixels(mean: Any, std: Any, source: str) -> tuple[tuple, tuple]:
+  """The per-channel (mean, std) a checkpoint's config states, checked; the
+  released ones where it states neither."""
+  if mean is None and std is None:
+    return RELEASED_PIXELS
+  try:
+    pixels = tuple(float(x) for x in mean), tuple(float(x) for x in std)
+  except (TypeError, ValueError):
+    pixels = None
+  if pixels is None or any(len(p) != 3 for p in pixels) or not all(
+      s > 0 for s in pixels[1]):
+    raise CheckpointError(f'{source} states the pixel mean {mean!r} and std '
+                          f'{std!r}: each must be 3 numbers, the std '
+                          'positive; fix the file or remove both.')
+  return pixels
 
 
 def registered_num_heads(hidden_size: int) -> int | None:
