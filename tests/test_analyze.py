@@ -53,6 +53,16 @@ def test_writes_every_figure_and_the_numbers(trained_vit_run, tmp_path):
   assert len(events) == 1 and events[0].stat().st_size > 10_000
 
 
+@pytest.mark.parametrize('flag', ['--num_images=0', '--distance_images=-1',
+                                  '--components=0'])
+def test_a_count_below_one_is_one_clear_line(tmp_path, flag):
+  out = _analyze(f'--workdir={tmp_path}', f'--out={tmp_path}', flag)
+  assert out.returncode == 1
+  assert f'flag {flag}: ' in out.stderr and 'is not a positive integer' in (
+      out.stderr)
+  assert 'Traceback' not in out.stderr
+
+
 def test_a_missing_run_is_one_clear_line(tmp_path):
   out = _analyze(f'--workdir={tmp_path / "nothing"}', f'--out={tmp_path}')
   assert out.returncode == 1

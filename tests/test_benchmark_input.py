@@ -1,6 +1,9 @@
 """The streaming-input benchmark on a tiny image folder."""
 
 import os
+import pathlib
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -35,3 +38,15 @@ def test_reports_the_images_per_second_of_the_streaming_input(tmp_path):
   with pytest.raises(ValueError, match='need 16 training images'):
     benchmark_input.run_benchmark(_config(tmp_path, 8), steps=1, workers=[0],
                                   rounds=1)
+
+
+@pytest.mark.parametrize('flag', ['--batch_size=0', '--steps=0',
+                                  '--rounds=0', '--image_size=0'])
+def test_a_count_below_one_is_one_clear_line(flag):
+  out = subprocess.run(
+      [sys.executable, '-m', 'vit_jax.benchmark_input', flag],
+      cwd=pathlib.Path(__file__).parent.parent, capture_output=True, text=True,
+      check=False)
+  assert out.returncode == 1
+  assert f'flag {flag}: 0 is not a positive integer' in out.stderr
+  assert 'Traceback' not in out.stderr

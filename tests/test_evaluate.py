@@ -1,6 +1,7 @@
 """python -m vit_jax.evaluate: the command, its flags and its output."""
 
 import json
+import shutil
 import subprocess
 import sys
 
@@ -63,3 +64,22 @@ def test_two_processes_evaluate_a_run_to_the_accuracy_it_logged(
   assert results[0][-1]['top1'] == logged['test_accuracy']
   assert results[0][-1]['examples'] == 37
   assert '[process 1/2]' in outputs[1]
+
+
+def test_a_run_evaluates_on_the_cpu_devices_its_config_names(
+    trained_vit_run, tmp_path):
+  workdir = shutil.copytree(trained_vit_run[0], tmp_path / 'run')
+  config = json.loads((workdir / 'config.json').read_text())
+  config['cpu_devices'] = 3  # its eval batches of 16 do not split over 3
+  (workdir / 'config.json').write_text(json.dumps(config))
+  out = subprocess.run(
+      [sys.executable, '-m', 'vit_jax.evaluate', f'--checkpoint={workdir}'],
+      cwd=ROOT, capture_output=True, text=True, check=False)
+  assert out.returncode == 1
+  assert 'not divisible by the 3 devices' in out.stderr
+  assert 'Traceback' not in out.stderr
+  out = subprocess.run(
+      [sys.executable, '-m', 'vit_jax.evaluate', f'--checkpoint={workdir}',
+       '--cpu_devices=2'], cwd=ROOT, capture_output=True, text=True,
+      check=False)
+  assert out.returncode == 0, out.stderr[-3000:]

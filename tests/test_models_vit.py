@@ -6,9 +6,12 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from configs import cifar_small
+from vit_jax.errors import ConfigError
 from vit_jax.formats import params as params_lib
 from vit_jax.models import attention_weights
 from vit_jax.models import create_model
+from vit_jax.models import registry
 from vit_jax.models import VisionTransformer
 from vit_jax.models.vit import TRAINING_OUTPUTS
 from vit_jax.models.vit import logits_and_attention
@@ -252,6 +255,24 @@ def test_invalid_configurations_are_clear_errors():
     VisionTransformer(num_classes=5, classifier='cls', **SMALL)
   with pytest.raises(ValueError, match='not divisible by num_heads=5'):
     VisionTransformer(num_classes=5, **{**SMALL, 'num_heads': 5})
+
+
+@pytest.mark.parametrize('field,value,said', [
+    ('num_heads', 0, 'num_heads=0 must be positive'),
+    ('num_layers', 0, 'num_layers=0 must be positive'),
+    ('mlp_dim', -1, 'mlp_dim=-1 must be positive'),
+    ('dropout_rate', -0.1, r'dropout_rate=-0.1 must be in \[0, 1\)'),
+    ('attention_dropout_rate', 1.0,
+     r'attention_dropout_rate=1.0 must be in \[0, 1\)'),
+])
+def test_sizes_and_rates_out_of_range_are_one_line(field, value, said):
+  with pytest.raises(ValueError, match=f'^{said}'):
+    VisionTransformer(num_classes=5, **{**SMALL, field: value})
+  # And so they are from the command line's overrides, not a traceback.
+  config = cifar_small.get_config('vit')
+  config.model_overrides[field] = value
+  with pytest.raises(ConfigError, match=f'^{said}'):
+    registry.from_config(config, 10)
 
 
 def test_distillation_token_has_two_heads_averaged():

@@ -98,12 +98,14 @@ _STEP = flags.DEFINE_integer('step', None,
                              'Checkpoint to analyse (default: the latest).')
 _DATA_DIR = flags.DEFINE_string(
     'data_dir', None, "The run's dataset directory, if it moved since.")
-_NUM_IMAGES = flags.DEFINE_integer('num_images', 4,
-                                   'Test images shown in the attention maps.')
+_NUM_IMAGES = flags.DEFINE_integer(
+    'num_images', 4, 'Test images shown in the attention maps.', lower_bound=1)
 _DISTANCE_IMAGES = flags.DEFINE_integer(
-    'distance_images', 512, 'Test images the attention distances average.')
+    'distance_images', 512, 'Test images the attention distances average.',
+    lower_bound=1)
 _COMPONENTS = flags.DEFINE_integer(
-    'components', 28, 'Principal components of the embedding filters shown.')
+    'components', 28, 'Principal components of the embedding filters shown.',
+    lower_bound=1)
 flags.mark_flags_as_required(['out'])
 
 

@@ -41,6 +41,7 @@ from vit_jax import config_schema
 from vit_jax import distributed
 from vit_jax import errors
 from vit_jax import step_benchmark
+from vit_jax.models import attention
 from vit_jax.models import remat_scan
 
 _MODEL = flags.DEFINE_string('model', 'ViT-Tiny-CIFAR_4', 'Registered model.')
@@ -60,7 +61,7 @@ _MEMORY_ONLY = flags.DEFINE_bool(
     'print XLA\'s per-device memory estimate, allocating and running nothing '
     '(for models larger than this machine).')
 _ATTENTION = flags.DEFINE_enum(
-    'attention', 'einsum', ['einsum', 'dot_product_attention', 'cudnn'],
+    'attention', 'einsum', list(attention.ATTENTIONS),
     "A ViT's attention (model_overrides.attention); 'cudnn': cuDNN's fused "
     'attention on NVIDIA GPUs.')
 _REMAT = flags.DEFINE_enum(

@@ -123,13 +123,15 @@ def _define_flags():
   flags.DEFINE_string('dataset', 'image_folder',
                       'config.dataset: image_folder, cifar10, tfds:NAME.')
   flags.DEFINE_string('data_dir', None, 'config.data_dir.')
-  flags.DEFINE_integer('image_size', 224, 'Output resolution.')
-  flags.DEFINE_integer('batch_size', 256, 'Images per batch.')
+  flags.DEFINE_integer('image_size', 224, 'Output resolution.', lower_bound=1)
+  flags.DEFINE_integer('batch_size', 256, 'Images per batch.', lower_bound=1)
   flags.DEFINE_list('workers', ['0', '-1'],
                     'config.input_workers settings to compare: 0 threads, '
                     '-1 one process per CPU core, N processes.')
-  flags.DEFINE_integer('steps', 20, 'Timed batches after the first.')
-  flags.DEFINE_integer('rounds', 3, 'Alternating runs of every setting.')
+  flags.DEFINE_integer('steps', 20, 'Timed batches after the first.',
+                       lower_bound=1)
+  flags.DEFINE_integer('rounds', 3, 'Alternating runs of every setting.',
+                       lower_bound=1)
 
 
 if __name__ == '__main__':

@@ -2,8 +2,8 @@
 
 Each file in `configs/` starts from `defaults()` and overrides what its
 experiment changes, so every config accepts the same `--config.FIELD=...`
-overrides, and the tools (`vit_jax.benchmark`, `benchmark_input`, `analyze`)
-build their configs here too. `validate` checks a config before any data is
+overrides, and the tools (`vit_jax.benchmark`, `benchmark_input`) build
+their configs here too. `validate` checks a config before any data is
 read or anything compiled; `step_plan` turns its epochs into steps once the
 dataset size is known: the loop counts steps.
 """
@@ -17,6 +17,7 @@ from absl import logging
 import ml_collections
 
 
+from vit_jax import distributed
 from vit_jax import models
 from vit_jax.errors import ConfigError
 
@@ -139,7 +140,9 @@ FIELDS: dict[str, Field] = {
     'optimizer': Field('adamw', 'adamw, or sgd with momentum.',
                        ('adamw', 'sgd')),
     'learning_rate': Field(1e-3, 'Peak learning rate.'),
-    'weight_decay': Field(0.0, 'Decoupled weight decay.'),
+    'weight_decay': Field(0.0, 'Weight decay: decoupled for adamw (optax\'s, '
+                          'scaled by the learning rate), coupled (L2, '
+                          'added to the gradient) for sgd.'),
     'weight_decay_on': Field(
         'all', "The parameters weight decay applies to: 'all' (the study's), "
         "or 'kernels', the weight matrices and convolution kernels only, "
@@ -160,7 +163,7 @@ FIELDS: dict[str, Field] = {
                   'over all devices. The batch is split over every device '
                   'either way; a checkpoint restores onto any value.',
                   may_change_on_resume=True),
-    'cpu_devices': Field(4, 'Host devices the batch is split over on a CPU '
+    'cpu_devices': Field(distributed.DEFAULT_CPU_DEVICES, 'Host devices the batch is split over on a CPU '
                          '(--cpu_devices overrides).',
                          may_change_on_resume=True),
     'cpu_compiler_options': Field({}, 'XLA options the steps compile with on '
@@ -182,7 +185,8 @@ _NON_NEGATIVE = ('total_steps', 'num_epochs', 'warmup_steps', 'warmup_epochs',
                  'checkpoint_every_steps', 'train_examples',
                  'train_examples_per_file', 'test_examples',
                  'weight_decay', 'grad_clip_norm',
-                 'locality_guidance_weight', 'cpu_devices')
+                 'locality_guidance_weight', 'cpu_devices',
+                 'mixup_alpha', 'cutmix_alpha', 'rand_augment_ops')
 
 
 def defaults() -> ml_collections.ConfigDict:
@@ -230,9 +234,6 @@ def validate(config: ml_collections.ConfigDict, num_devices: int):
   if not config.total_steps and not config.num_epochs:
     raise ConfigError('Set config.total_steps or config.num_epochs: the run '
                       'has no length.')
-  for name in ('mixup_alpha', 'cutmix_alpha', 'rand_augment_ops'):
-    if config[name] < 0:
-      raise ConfigError(f'config.{name}={config[name]} must be >= 0.')
   if not 0 <= config.random_erasing <= 1:
     raise ConfigError(f'config.random_erasing={config.random_erasing} is a '
                       'probability: use a value in [0, 1].')

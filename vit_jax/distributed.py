@@ -32,7 +32,8 @@ DEFAULT_LOST_PROCESS_TIMEOUT = 30
 
 
 def set_cpu_devices(count: int | None = None):
-  """Makes the CPU backend expose `count` devices (default: 4).
+  """Makes the CPU backend expose `count` devices (default:
+  DEFAULT_CPU_DEVICES).
 
   Leaves an explicit `--xla_force_host_platform_device_count` in XLA_FLAGS
   alone. Call before anything asks JAX for its devices.

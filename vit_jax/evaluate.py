@@ -40,6 +40,7 @@ import jax
 import ml_collections
 from ml_collections import config_flags
 
+from vit_jax import checkpoint
 from vit_jax import distributed
 from vit_jax import evaluation
 from vit_jax import job
@@ -88,8 +89,12 @@ def main(argv):
             f'{result["examples"]} examples')
       print(json.dumps(result), flush=True)
 
-  job.run(work, cpu_devices=_CPU_DEVICES.value or (config or {}).get(
-      'cpu_devices'))
+  # A workdir's own config, read before JAX picks its devices.
+  devices_from = config if config is not None else (
+      checkpoint.read_config_json(_CHECKPOINT.value)[0])
+  job.run(work, cpu_devices=_CPU_DEVICES.value or (
+      devices_from.get('cpu_devices')
+      if isinstance(devices_from, (dict, ml_collections.ConfigDict)) else None))
 
 
 if __name__ == '__main__':

@@ -63,7 +63,8 @@ def run(work: Callable[[], None], *, cpu_devices: int | None) -> NoReturn:
   """Joins the job the flags or the environment describe (or runs alone),
   runs `work`, and exits: 0 when it returned; 1 after one `error:` line
   for a problem the message explains (`VitJaxError`) or a lost process.
-  `cpu_devices`: host devices on a CPU (default: 4)."""
+  `cpu_devices`: host devices on a CPU (default:
+  `distributed.DEFAULT_CPU_DEVICES`)."""
   distributed.set_cpu_devices(cpu_devices)
   try:
     if distributed.initialize_distributed(

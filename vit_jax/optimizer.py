@@ -28,8 +28,9 @@ def _kernels(params):
 
 
 def create_optimizer(config, schedule) -> optax.GradientTransformation:
-  """AdamW, or SGD with momentum and decoupled weight decay on the
-  parameters `config.weight_decay_on` names; gradients clipped to
+  """AdamW (decoupled weight decay), or SGD with momentum and L2 weight
+  decay (added to the gradient, so it goes through the momentum), each on
+  the parameters `config.weight_decay_on` names; gradients clipped to
   `config.grad_clip_norm` first when it is set."""
   # 'all' keeps the optimizer state of runs from before the field.
   mask = _kernels if config.weight_decay_on == 'kernels' else None

@@ -3,8 +3,9 @@
   measures.py  the analyses as pure NumPy functions (attention rollout and
                distance, position-embedding similarity, filter PCA),
                re-exported here
-  subjects.py  what is analysed: a run's or a released .npz's ViT, its
-               images, its logits and attention, its embeddings
+  subjects.py  what is analysed: the ViT of a run or of any checkpoint
+               (`checkpoint.load`), its images, its logits and attention,
+               its embeddings
   figures.py   the figures of the measures
 
 `python -m vit_jax.analyze` (vit_jax/analyze.py) puts them together.

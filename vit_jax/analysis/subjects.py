@@ -1,6 +1,7 @@
-"""What `python -m vit_jax.analyze` analyses: the ViT of a run or of a
-released `.npz`, the images it looks at, its logits and attention on them,
-and the embeddings it learned."""
+"""What `python -m vit_jax.analyze` analyses: the ViT of a run or of any
+other checkpoint (a released `.npz`, timm's or transformers' weights), the
+images it looks at, its logits and attention on them, and the embeddings it
+learned."""
 
 import dataclasses
 import functools

@@ -214,6 +214,13 @@ class VisionTransformer(nn.Module):
                        f'{CLASSIFIERS}.')
     if self.posemb not in POSEMBS:
       raise ValueError(f'posemb={self.posemb!r}; use one of {POSEMBS}.')
+    for field in ('hidden_size', 'num_layers', 'num_heads', 'mlp_dim'):
+      if getattr(self, field) < 1:
+        raise ValueError(f'{field}={getattr(self, field)} must be positive.')
+    for field in ('dropout_rate', 'attention_dropout_rate'):
+      if not 0.0 <= getattr(self, field) < 1.0:
+        raise ValueError(f'{field}={getattr(self, field)} must be in [0, 1): '
+                         'it is the probability of zeroing an activation.')
     attention_lib.check_attention(self.attention, self.attention_dropout_rate,
                                   self.locality_attention)
     if self.hidden_size % self.num_heads:
