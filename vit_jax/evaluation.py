@@ -1,6 +1,7 @@
-"""A checkpoint's loss, top-1 and top-5 accuracy over a whole test split:
-what `python -m vit_jax.evaluate` does (that module holds the command, its
-flags and how the data and preprocessing are chosen)."""
+"""A model's loss, top-1 and top-5 accuracy over a whole test split: the
+training loop's evaluations (`over_test_split`), and a checkpoint's, what
+`python -m vit_jax.evaluate` does (`evaluate`; that module holds the
+command, its flags and how the data and preprocessing are chosen)."""
 
 from absl import logging
 import jax
@@ -13,8 +14,27 @@ from vit_jax import config_schema
 from vit_jax import data
 from vit_jax import sharding
 from vit_jax import steps
-from vit_jax import train
 from vit_jax.errors import ConfigError
+
+# In training, evaluations over this many batches or more log their
+# progress.
+_PROGRESS_BATCHES = 50
+
+
+def over_test_split(eval_step, state, inputs: data.Input, label: str,
+                    progress_from: int = _PROGRESS_BATCHES) -> dict:
+  """Loss, accuracy and top-5 accuracy over every test example, each once
+  (`eval_step`: `steps.compile_eval`'s); logs its progress, starting with
+  `label`, when the split has `progress_from` batches or more."""
+  sums = steps.zero_sums(sharding.replicated(inputs.mesh), steps.EVAL_SUMS)
+  total = inputs.num_eval_batches
+  report_every = max(total // 10, 1)
+  for i, (batch, mask) in enumerate(inputs.eval_batches(), 1):
+    sums = eval_step(state, sums, inputs.test_data, batch, mask)
+    if total >= progress_from and i % report_every == 0 and i < total:
+      jax.block_until_ready(sums)
+      logging.info('%s: evaluated %d/%d batches', label, i, total)
+  return steps.averages(sums)
 
 
 def _config_for(loaded: checkpoint.Loaded, config, source, data_dir,
@@ -75,8 +95,8 @@ def evaluate(source, *, config=None, model_name=None, step=None,
   logging.info('Evaluating %s (%s) on %d test examples of %s, %d batches.',
                source, loaded.kind, inputs.test_size, config.dataset,
                inputs.num_eval_batches)
-  results = train.evaluate(eval_step, state, inputs, str(source),
-                           progress_from=1)
+  results = over_test_split(eval_step, state, inputs, str(source),
+                            progress_from=1)
   return {'top1': results['accuracy'], 'top5': results['top5_accuracy'],
           'loss': results['loss'], 'examples': results['count'],
           **described, 'dataset': config.dataset,

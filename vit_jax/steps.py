@@ -95,6 +95,20 @@ def zero_sums(placement, sums: dict = METRIC_SUMS) -> dict:
           for name, dtype in sums.items()}
 
 
+def averages(sums) -> dict[str, float]:
+  """The mean loss and accuracies of `sums` (METRIC_SUMS or EVAL_SUMS),
+  and the examples they count."""
+  sums = jax.device_get(sums)
+  means = {
+      'loss': float(sums['loss'] / sums['count']),
+      'accuracy': float(sums['correct'] / sums['count']),
+      'count': int(sums['count']),
+  }
+  if 'correct_top5' in sums:
+    means['top5_accuracy'] = float(sums['correct_top5'] / sums['count'])
+  return means
+
+
 def model_variables(params, batch_stats) -> dict:
   if batch_stats is None:
     return {'params': params}

@@ -39,6 +39,7 @@ from vit_jax import checkpoint
 from vit_jax import config_schema
 from vit_jax import data
 from vit_jax import distillation
+from vit_jax import evaluation
 from vit_jax import finetune
 from vit_jax import flops
 from vit_jax import locality_guidance
@@ -55,38 +56,6 @@ from vit_jax import workdir_lock
 from vit_jax.models import masked_autoencoder
 from vit_jax.errors import TrainingDivergedError
 from vit_jax.errors import WorkdirError
-
-# Evaluations over this many batches or more log their progress.
-_EVAL_PROGRESS_BATCHES = 50
-
-
-def _averages(sums) -> dict[str, float]:
-  sums = jax.device_get(sums)
-  averages = {
-      'loss': float(sums['loss'] / sums['count']),
-      'accuracy': float(sums['correct'] / sums['count']),
-      'count': int(sums['count']),
-  }
-  if 'correct_top5' in sums:
-    averages['top5_accuracy'] = float(sums['correct_top5'] / sums['count'])
-  return averages
-
-
-def evaluate(eval_step, state, inputs: data.Input, label: str,
-             progress_from: int = _EVAL_PROGRESS_BATCHES) -> dict:
-  """Loss, accuracy and top-5 accuracy over every test example, each once
-  (`eval_step`: `steps.compile_eval`'s); logs its progress, starting with
-  `label`, when the split has `progress_from` batches or more."""
-  sums = steps.zero_sums(sharding.replicated(inputs.mesh), steps.EVAL_SUMS)
-  total = inputs.num_eval_batches
-  report_every = max(total // 10, 1)
-  for i, (batch, mask) in enumerate(inputs.eval_batches(), 1):
-    sums = eval_step(state, sums, inputs.test_data, batch, mask)
-    if total >= progress_from and i % report_every == 0 and i < total:
-      jax.block_until_ready(sums)
-      logging.info('%s: evaluated %d/%d batches', label, i, total)
-  return _averages(sums)
-
 
 def summarize(history: list[dict]) -> dict:
   tested = [r for r in history if 'test_accuracy' in r]
@@ -341,7 +310,7 @@ def _train_and_evaluate(config, workdir: pathlib.Path,
       last = step == plan.total_steps
       record = {}
       if step % plan.log_every == 0 or last:
-        train = _averages(sums)
+        train = steps.averages(sums)
         sums = steps.zero_sums(replicated)
         record.update(train_loss=train['loss'],
                       train_accuracy=train['accuracy'],
@@ -350,7 +319,8 @@ def _train_and_evaluate(config, workdir: pathlib.Path,
       if step % plan.eval_every == 0 or last:
         jax.block_until_ready(state)  # the train steps count as training
         eval_start = time.perf_counter()
-        test = evaluate(compiled.eval, state, inputs, f'step {step}')
+        test = evaluation.over_test_split(compiled.eval, state, inputs,
+                                          f'step {step}')
         throughput.exclude(time.perf_counter() - eval_start)
         record.update(test_loss=test['loss'], test_accuracy=test['accuracy'],
                       test_examples=test['count'])
