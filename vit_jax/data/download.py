@@ -24,6 +24,8 @@ from absl import logging
 from vit_jax.errors import DatasetError
 
 DEFAULT_CACHE = pathlib.Path('~/.cache/vit_jax').expanduser()
+# Where a config without data_dir finds (and downloads) its datasets.
+DATA_DIR_ENV = 'VIT_JAX_DATA_DIR'
 
 
 @dataclasses.dataclass(frozen=True)
@@ -52,7 +54,7 @@ RELEASES = {
 
 def cache_dir() -> pathlib.Path:
   """$VIT_JAX_DATA_DIR, else ~/.cache/vit_jax."""
-  directory = os.environ.get('VIT_JAX_DATA_DIR')
+  directory = os.environ.get(DATA_DIR_ENV)
   return pathlib.Path(directory).expanduser() if directory else DEFAULT_CACHE
 
 
@@ -67,7 +69,7 @@ def fetch(name: str, cache: pathlib.Path) -> pathlib.Path:
     cache.mkdir(parents=True, exist_ok=True)
   except OSError as e:
     raise DatasetError(f'Cannot create the data cache {cache} '
-                       f'({e.strerror}); set $VIT_JAX_DATA_DIR to a directory '
+                       f'({e.strerror}); set ${DATA_DIR_ENV} to a directory '
                        'you can write.') from e
   partial = cache / (release.file_name + '.partial')
   try:

@@ -28,6 +28,7 @@ import pathlib
 import numpy as np
 
 from vit_jax.data import cifar
+from vit_jax.data import download
 from vit_jax.data import image_folder
 from vit_jax.data import preprocess
 from vit_jax.data import tfds_source
@@ -45,7 +46,7 @@ __all__ = ['DATA_DIR_ENV', 'ArraySource', 'Dataset', 'Source', 'SubsetSource',
            'local_data_dir', 'open_dataset', 'read_image', 'subset',
            'to_arrays']
 
-DATA_DIR_ENV = 'VIT_JAX_DATA_DIR'
+DATA_DIR_ENV = download.DATA_DIR_ENV
 
 
 def to_arrays(source: Source, image_size: int) -> tuple[np.ndarray, np.ndarray]:
