@@ -26,7 +26,12 @@ def test_a_run_converts_to_every_format_and_back_exactly(trained_vit_run,
     line = export.convert(workdir, dest, format_name)
     assert line.startswith(f'Wrote {dest} ({format_name}): a ViT with hidden '
                            'size 16, 2 layers of 2 heads')
-    assert line.endswith(f'from the workdir {workdir} (step {run.step}).')
+    assert f'from the workdir {workdir} (step {run.step}).' in line
+    # Said where the format cannot hold it (the run's CIFAR-10 statistics).
+    mean, std = (','.join(f'{x:g}' for x in p)
+                 for p in (cifar.CIFAR10_MEAN, cifar.CIFAR10_STD))
+    assert line.endswith(f'--config.pixel_mean={mean} --config.pixel_std='
+                         f'{std}.') == (format_name == 'npz')
     loaded = checkpoint.load(dest)
     assert loaded.kind == format_name and loaded.image_size == 24
     # The normalisation the run trained with travels with the folders; an

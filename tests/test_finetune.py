@@ -168,7 +168,8 @@ def test_what_the_check_read_is_what_fine_tuning_starts_from(tmp_path):
 
 
 @pytest.mark.parametrize('format_name', ['timm', 'hf'])
-def test_init_from_takes_timm_and_transformers_folders(tmp_path, format_name):
+def test_init_from_takes_timm_and_transformers_folders(tmp_path, format_name,
+                                                       caplog):
   fields = dict(num_layers=1, hidden_size=8, num_heads=2, mlp_dim=16)
   params = vit_params(16, 10, **fields)
   checkpoint.save_npz(params, tmp_path / 'small.npz')
@@ -177,3 +178,11 @@ def test_init_from_takes_timm_and_transformers_folders(tmp_path, format_name):
                        image_size=16)
   config.model_overrides = fields
   assert_trees_identical(finetune.check_init_from(config), params)
+  # The folder states the released models' [-1, 1]; the study's config
+  # normalises with CIFAR-10's mean and std: said, with what to pass.
+  assert ('--config.pixel_mean=0.5,0.5,0.5 --config.pixel_std=0.5,0.5,0.5'
+          in caplog.text)
+  caplog.clear()
+  config.pixel_mean = config.pixel_std = (0.5, 0.5, 0.5)
+  finetune.check_init_from(config)
+  assert 'normalised with' not in caplog.text

@@ -147,11 +147,18 @@ def test_the_folder_states_the_normalisation_it_was_trained_with(tmp_path):
   assert checkpoint.load(tmp_path).pixels == imagenet
   # The weights alone state nothing: the released models' [-1, 1].
   assert hf.pixels(tmp_path / 'model.safetensors') == ((0.5,) * 3,) * 2
+  # As ViTImageProcessor reads it: one number for every channel, its
+  # defaults for what is left out, no normalisation when told so.
+  preprocessor = tmp_path / hf.PREPROCESSOR_CONFIG
+  preprocessor.write_text('{"image_mean": 0.4}')
+  assert hf.pixels(tmp_path) == ((0.4,) * 3, (0.5,) * 3)
+  preprocessor.write_text('{"do_normalize": false, "image_mean": 0.4}')
+  assert hf.pixels(tmp_path) == ((0.0,) * 3, (1.0,) * 3)
 
 
 @pytest.mark.parametrize('text,said', [
     ('{"image_mean": [0.5, 0.5], "image_std": [0.5, 0.5, 0.5]}',
-     'each must be 3 numbers'),
+     'each must be 3 finite numbers'),
     ('{"image_mean": [0.5, 0.5, 0.5], "image_std": [0.5, 0, 0.5]}',
      'the std positive'),
     ('[1, 2]', 'holds a list, not a JSON object'),

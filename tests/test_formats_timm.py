@@ -273,11 +273,19 @@ def test_the_hub_folder_states_the_normalisation_it_was_trained_with(
   written = json.loads((tmp_path / 'config.json').read_text())
   assert written['pretrained_cfg']['mean'] == list(imagenet[0])
   assert timm.pixels(tmp_path) == imagenet
-  # A hub config without pretrained_cfg (or no config) states nothing.
+  # Older hub configs state them at the top level; one that states none
+  # gets timm's ImageNet defaults, as timm.create_model gives it.
   del written['pretrained_cfg']
+  (tmp_path / 'config.json').write_text(json.dumps(
+      {**written, 'mean': [0.5] * 3, 'std': 0.25}))
+  assert timm.pixels(tmp_path) == ((0.5,) * 3, (0.25,) * 3)
   (tmp_path / 'config.json').write_text(json.dumps(written))
-  assert timm.pixels(tmp_path) == vit_model.RELEASED_PIXELS
-  (tmp_path / 'config.json').write_text('{"pretrained_cfg": {"mean": "x"}}')
-  with pytest.raises(CheckpointError, match=r'states the pixel mean .x. and '
-                     'std None: each must be 3 numbers'):
+  assert timm.pixels(tmp_path) == imagenet
+  # The weights alone: the released models' [-1, 1].
+  assert timm.pixels(tmp_path / 'model.safetensors') == (
+      vit_model.RELEASED_PIXELS)
+  (tmp_path / 'config.json').write_text(
+      '{"pretrained_cfg": {"mean": "x", "std": [1, 1, NaN]}}')
+  with pytest.raises(CheckpointError, match=r"states the pixel mean 'x' and "
+                     r'std \[1, 1, nan\]: each must be 3 finite numbers'):
     timm.pixels(tmp_path)

@@ -254,7 +254,24 @@ def load(source: str | pathlib.Path, *, model_name: str | None = None,
   params = _read_file(path, kind, model_name, step)
   model, image_size = vit_model.model_for(params, model_name=model_name,
                                           source=str(path))
-  pixels = (vit_model.RELEASED_PIXELS if kind == NPZ else
-            FOLDER_FORMATS[kind].pixels(path))
   return Loaded(kind, model, {'params': params}, image_size, None, None,
-                pixels)
+                _file_pixels(path, kind))
+
+
+def _file_pixels(path: pathlib.Path, kind: str) -> tuple[tuple, tuple]:
+  return (vit_model.RELEASED_PIXELS if kind == NPZ else
+          FOLDER_FORMATS[kind].pixels(path))
+
+
+def stated_pixels(source: str | pathlib.Path) -> tuple[tuple, tuple] | None:
+  """The (mean, std) `source` was trained on (`Loaded.pixels`) without
+  loading its arrays; None for a run whose config.json does not say."""
+  path = pathlib.Path(source)
+  kind = source_kind(path)
+  if kind != WORKDIR:
+    return _file_pixels(path, kind)
+  config, _ = read_config_json(path)
+  if not isinstance(config, dict) or not {'pixel_mean', 'pixel_std'} <= set(
+      config):
+    return None
+  return tuple(config['pixel_mean']), tuple(config['pixel_std'])

@@ -163,9 +163,9 @@ FIELDS: dict[str, Field] = {
                   'over all devices. The batch is split over every device '
                   'either way; a checkpoint restores onto any value.',
                   may_change_on_resume=True),
-    'cpu_devices': Field(distributed.DEFAULT_CPU_DEVICES, 'Host devices the batch is split over on a CPU '
-                         '(--cpu_devices overrides).',
-                         may_change_on_resume=True),
+    'cpu_devices': Field(distributed.DEFAULT_CPU_DEVICES, 'Host devices the '
+                         'batch is split over on a CPU (--cpu_devices '
+                         'overrides).', may_change_on_resume=True),
     'cpu_compiler_options': Field({}, 'XLA options the steps compile with on '
                                   'a CPU, e.g. '
                                   "{'xla_cpu_experimental_ynn_fusion_type': "

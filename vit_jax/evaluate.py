@@ -20,7 +20,9 @@ position embeddings were trained for), or, with --released_preprocessing,
 the checkpoint's own: images at the resolution the position embeddings
 were trained for, normalised with the mean and std its folder states (timm's
 config.json, transformers' preprocessor_config.json), pixels scaled to
-[-1, 1] as the released models' where it states none.
+[-1, 1] as the released models' where it states none (the flag is named
+for them); for a workdir evaluated with another --config, its run's
+image size, mean and std.
 
 Every test example counts exactly once (the masks the trainer's evaluation
 uses), on all devices, and on all processes of a multi-process job: the

@@ -10,6 +10,7 @@ from vit_jax import models
 from vit_jax.errors import CheckpointError
 from vit_jax.formats import npz
 from vit_jax.formats import params as params_lib
+from vit_jax.formats import vit_model
 
 FORMATS = (checkpoint.NPZ, *checkpoint.FOLDER_FORMATS)
 
@@ -54,4 +55,15 @@ def convert(source: str | pathlib.Path, dest: str | pathlib.Path,
   return (f'Wrote {dest} ({format_name}): {described}, '
           f'{loaded.model.num_classes} classes, {loaded.image_size}x'
           f'{loaded.image_size} images; from the {loaded.kind} {source}'
-          f'{f" (step {loaded.step})" if loaded.step is not None else ""}.')
+          f'{f" (step {loaded.step})" if loaded.step is not None else ""}.'
+          f'{_unstated_pixels(format_name, loaded.pixels)}')
+
+
+def _unstated_pixels(format_name: str, pixels: tuple[tuple, tuple]) -> str:
+  """What a user of an .npz must pass that the file cannot hold."""
+  if format_name != checkpoint.NPZ or pixels == vit_model.RELEASED_PIXELS:
+    return ''
+  mean, std = (','.join(f'{x:g}' for x in p) for p in pixels)
+  return (f' An .npz does not hold the normalisation it was trained with '
+          f'(mean {mean}, std {std}): evaluate or fine-tune it with '
+          f'--config.pixel_mean={mean} --config.pixel_std={std}.')

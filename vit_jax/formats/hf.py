@@ -182,8 +182,8 @@ def preprocessor_config(image_size: int, pixels: tuple[tuple, tuple]) -> dict:
       'do_rescale': True,
       'rescale_factor': 1 / 255,
       'do_normalize': True,
-      'image_mean': list(mean),
-      'image_std': list(std),
+      'image_mean': [float(x) for x in mean],
+      'image_std': [float(x) for x in std],
   }
 
 
@@ -219,12 +219,16 @@ def write(directory: pathlib.Path, params: dict,
 
 
 def pixels(path: pathlib.Path) -> tuple[tuple, tuple]:
-  """The (mean, std) a folder's preprocessor_config.json normalises with;
-  the released models' without one."""
+  """The (mean, std) a folder's preprocessor_config.json normalises with
+  (`ViTImageProcessor`'s defaults, the released models' [-1, 1], for what
+  it leaves out); the weights file alone states nothing."""
   preprocessor = vit_model.folder_config(path, PREPROCESSOR_CONFIG) or {}
+  if preprocessor.get('do_normalize', True) is False:
+    return (0.0, 0.0, 0.0), (1.0, 1.0, 1.0)
   return vit_model.stated_pixels(preprocessor.get('image_mean'),
                                  preprocessor.get('image_std'),
-                                 str(pathlib.Path(path) / PREPROCESSOR_CONFIG))
+                                 str(pathlib.Path(path) / PREPROCESSOR_CONFIG),
+                                 vit_model.RELEASED_PIXELS)
 
 
 def read(path: pathlib.Path, model_name: str | None) -> dict:

@@ -38,6 +38,9 @@ from vit_jax.formats import torch_layout as torch
 from vit_jax.formats import vit_model
 
 NAME = "timm's VisionTransformer"
+# timm's IMAGENET_DEFAULT_MEAN and _STD: what a pretrained_cfg without its
+# own normalises with.
+_IMAGENET_DEFAULT_PIXELS = ((0.485, 0.456, 0.406), (0.229, 0.224, 0.225))
 # Keys of timm models we cannot hold, and what they are.
 _REFUSED = {
     'fc_norm.weight': 'a final norm after the pooling (fc_norm), which the '
@@ -275,8 +278,8 @@ def config(model: models.VisionTransformer, image_size: int,
           'interpolation': 'bilinear',
           'crop_pct': 1.0,
           'crop_mode': 'center',
-          'mean': list(pixels[0]),
-          'std': list(pixels[1]),
+          'mean': [float(x) for x in pixels[0]],
+          'std': [float(x) for x in pixels[1]],
           'num_classes': model.num_classes,
           'first_conv': ((_BACKBONE + ('stem.conv' if model.resnet_stages
                                        else 'conv')) if hybrid
@@ -317,12 +320,20 @@ def write(directory: pathlib.Path, params: dict,
 
 
 def pixels(path: pathlib.Path) -> tuple[tuple, tuple]:
-  """The (mean, std) a hub folder's config.json states (its
-  `pretrained_cfg`); the released models' without one."""
-  pretrained = (vit_model.folder_config(path, 'config.json') or {}).get(
-      'pretrained_cfg') or {}
+  """The (mean, std) a hub folder's config.json states in its
+  `pretrained_cfg` (older ones: at the top level), timm's ImageNet defaults
+  for what it leaves out; without a config.json (the weights file alone),
+  the released models' [-1, 1]."""
+  config_dict = vit_model.folder_config(path, 'config.json')
+  if config_dict is None:
+    return vit_model.RELEASED_PIXELS
+  source = str(pathlib.Path(path) / 'config.json')
+  pretrained = config_dict.get('pretrained_cfg', config_dict)
+  if not isinstance(pretrained, dict):
+    raise CheckpointError(f'{source}: its pretrained_cfg is not a JSON '
+                          'object.')
   return vit_model.stated_pixels(pretrained.get('mean'), pretrained.get('std'),
-                                 str(pathlib.Path(path) / 'config.json'))
+                                 source, _IMAGENET_DEFAULT_PIXELS)
 
 
 def read(path: pathlib.Path, model_name: str | None) -> dict:

@@ -35,20 +35,27 @@ def folder_config(path: pathlib.Path, name: str) -> dict | None:
   return config
 
 
-def stated_pixels(mean: Any, std: Any, source: str) -> tuple[tuple, tuple]:
-  """The per-channel (mean, std) a checkpoint's config states, checked; the
-  released ones where it states neither."""
-  if mean is None and std is None:
-    return RELEASED_PIXELS
+def _per_channel(value: Any) -> tuple[float, ...] | None:
+  """3 floats from 3 numbers or one (as the libraries broadcast it)."""
   try:
-    pixels = tuple(float(x) for x in mean), tuple(float(x) for x in std)
+    values = (float(value),) * 3 if isinstance(value, (int, float)) else tuple(
+        float(x) for x in value)
   except (TypeError, ValueError):
-    pixels = None
-  if pixels is None or any(len(p) != 3 for p in pixels) or not all(
-      s > 0 for s in pixels[1]):
+    return None
+  return values if len(values) == 3 and all(map(math.isfinite, values)) else (
+      None)
+
+
+def stated_pixels(mean: Any, std: Any, source: str,
+                  default: tuple[tuple, tuple]) -> tuple[tuple, tuple]:
+  """The per-channel (mean, std) a checkpoint's config states, checked; the
+  library's `default` for what it leaves out."""
+  pixels = (default[0] if mean is None else _per_channel(mean),
+            default[1] if std is None else _per_channel(std))
+  if None in pixels or not all(s > 0 for s in pixels[1]):
     raise CheckpointError(f'{source} states the pixel mean {mean!r} and std '
-                          f'{std!r}: each must be 3 numbers, the std '
-                          'positive; fix the file or remove both.')
+                          f'{std!r}: each must be 3 finite numbers (or one), '
+                          'the std positive; fix the file or remove both.')
   return pixels
 
 
