@@ -52,9 +52,8 @@ reaches 61.5% at 30 epochs (seed 0; 17 min on 2 CPU cores), and 61.7 +-
 the gap to the best CNN; fine-tuned from a 30-epoch MAE pre-training
 instead, 62.6 +- 0.3% (68%; 56.4% without guidance, seed 0). At 100
 epochs, guided by the 100-epoch SimpleCNN, 66.8% (seed 0; 61 min), and
-67.3% over seeds 0 and 1 with its distillation too (64% of the gap). Seeds, and what each
-ingredient adds:
-experiments/data_efficiency/README.md.
+67.7 +- 0.9% over seeds 0-2 with its distillation too (66% of the gap).
+Seeds, and what each ingredient adds: experiments/data_efficiency/README.md.
 """
 
 from configs import cifar_small
