@@ -5,6 +5,7 @@ import shutil
 import subprocess
 import sys
 
+from absl import flags
 import jax
 import numpy as np
 import pytest
@@ -53,14 +54,16 @@ def test_writes_every_figure_and_the_numbers(trained_vit_run, tmp_path):
   assert len(events) == 1 and events[0].stat().st_size > 10_000
 
 
-@pytest.mark.parametrize('flag', ['--num_images=0', '--distance_images=-1',
-                                  '--components=0'])
-def test_a_count_below_one_is_one_clear_line(tmp_path, flag):
-  out = _analyze(f'--workdir={tmp_path}', f'--out={tmp_path}', flag)
+def test_a_count_below_one_is_one_clear_line(tmp_path):
+  out = _analyze(f'--workdir={tmp_path}', f'--out={tmp_path}',
+                 '--num_images=0')
   assert out.returncode == 1
-  assert f'flag {flag}: ' in out.stderr and 'is not a positive integer' in (
-      out.stderr)
+  assert 'flag --num_images=0: 0 is not a positive integer' in out.stderr
   assert 'Traceback' not in out.stderr
+  # (plt.subplots(0, ...) was the traceback.) So are the other counts.
+  for flag in (analyze._NUM_IMAGES, analyze._DISTANCE_IMAGES,
+               analyze._COMPONENTS):
+    assert flags.FLAGS[flag.name].parser.lower_bound == 1
 
 
 def test_a_missing_run_is_one_clear_line(tmp_path):
