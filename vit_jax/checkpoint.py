@@ -249,8 +249,7 @@ def load(source: str | pathlib.Path, *, model_name: str | None = None,
     run = load_run(path, step)
     model, variables = run.for_inference()
     return Loaded(WORKDIR, model, variables, run.config.image_size,
-                  run.config, run.step,
-                  (tuple(run.config.pixel_mean), tuple(run.config.pixel_std)))
+                  run.config, run.step, _config_pixels(run.config))
   params = _read_file(path, kind, model_name, step)
   model, image_size = vit_model.model_for(params, model_name=model_name,
                                           source=str(path))
@@ -258,12 +257,16 @@ def load(source: str | pathlib.Path, *, model_name: str | None = None,
                 _file_pixels(path, kind))
 
 
+def _config_pixels(config) -> tuple[tuple, tuple]:
+  return tuple(config['pixel_mean']), tuple(config['pixel_std'])
+
+
 def _file_pixels(path: pathlib.Path, kind: str) -> tuple[tuple, tuple]:
   return (vit_model.RELEASED_PIXELS if kind == NPZ else
           FOLDER_FORMATS[kind].pixels(path))
 
 
-def stated_pixels(source: str | pathlib.Path) -> tuple[tuple, tuple] | None:
+def trained_pixels(source: str | pathlib.Path) -> tuple[tuple, tuple] | None:
   """The (mean, std) `source` was trained on (`Loaded.pixels`) without
   loading its arrays; None for a run whose config.json does not say."""
   path = pathlib.Path(source)
@@ -274,4 +277,10 @@ def stated_pixels(source: str | pathlib.Path) -> tuple[tuple, tuple] | None:
   if not isinstance(config, dict) or not {'pixel_mean', 'pixel_std'} <= set(
       config):
     return None
-  return tuple(config['pixel_mean']), tuple(config['pixel_std'])
+  return _config_pixels(config)
+
+
+def pixel_flags(pixels: tuple[tuple, tuple]) -> str:
+  """The overrides that normalise a run's input with `pixels` (mean, std)."""
+  mean, std = (','.join(f'{x:g}' for x in p) for p in pixels)
+  return f'--config.pixel_mean={mean} --config.pixel_std={std}'

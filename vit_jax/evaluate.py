@@ -91,12 +91,13 @@ def main(argv):
             f'{result["examples"]} examples')
       print(json.dumps(result), flush=True)
 
-  # A workdir's own config, read before JAX picks its devices.
-  devices_from = config if config is not None else (
-      checkpoint.read_config_json(_CHECKPOINT.value)[0])
-  job.run(work, cpu_devices=_CPU_DEVICES.value or (
-      devices_from.get('cpu_devices')
-      if isinstance(devices_from, (dict, ml_collections.ConfigDict)) else None))
+  if config is not None:
+    cpu_devices = config.get('cpu_devices')
+  else:  # a workdir's own config, read before JAX picks its devices
+    stated, _ = checkpoint.read_config_json(_CHECKPOINT.value)
+    cpu_devices = stated.get('cpu_devices') if isinstance(stated, dict) else (
+        None)
+  job.run(work, cpu_devices=_CPU_DEVICES.value or cpu_devices)
 
 
 if __name__ == '__main__':

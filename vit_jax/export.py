@@ -63,7 +63,5 @@ def _unstated_pixels(format_name: str, pixels: tuple[tuple, tuple]) -> str:
   """What a user of an .npz must pass that the file cannot hold."""
   if format_name != checkpoint.NPZ or pixels == vit_model.RELEASED_PIXELS:
     return ''
-  mean, std = (','.join(f'{x:g}' for x in p) for p in pixels)
-  return (f' An .npz does not hold the normalisation it was trained with '
-          f'(mean {mean}, std {std}): evaluate or fine-tune it with '
-          f'--config.pixel_mean={mean} --config.pixel_std={std}.')
+  return (' An .npz does not hold the normalisation it was trained with: '
+          f'evaluate or fine-tune it with {checkpoint.pixel_flags(pixels)}.')

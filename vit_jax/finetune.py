@@ -56,18 +56,17 @@ def _read(config) -> Any:
     heads_of = config.model if models.vit_fields(config.model) else None
     params = jax.device_get(checkpoint.load_params(config.init_from,
                                                    model_name=heads_of))
-    trained_on = checkpoint.stated_pixels(config.init_from)
+    trained_on = checkpoint.trained_pixels(config.init_from)
   except CheckpointError as e:
     raise ConfigError(f'config.init_from={config.init_from!r}: {e}') from e
   ours = tuple(map(tuple, (config.pixel_mean, config.pixel_std)))
   if trained_on is not None and not np.allclose(trained_on, ours):
     # Allowed (fine-tuning adapts), but rarely meant.
-    mean, std = (','.join(f'{x:g}' for x in p) for p in trained_on)
     logging.warning(
         '%s was trained on pixels normalised with mean %s and std %s; this '
         'run normalises with %s and %s. To feed it what it learned on, pass '
-        '--config.pixel_mean=%s --config.pixel_std=%s.', config.init_from,
-        mean, std, *ours, mean, std)
+        '%s.', config.init_from, *trained_on, *ours,
+        checkpoint.pixel_flags(trained_on))
   return params
 
 

@@ -225,10 +225,9 @@ def pixels(path: pathlib.Path) -> tuple[tuple, tuple]:
   preprocessor = vit_model.folder_config(path, PREPROCESSOR_CONFIG) or {}
   if preprocessor.get('do_normalize', True) is False:
     return (0.0, 0.0, 0.0), (1.0, 1.0, 1.0)
-  return vit_model.stated_pixels(preprocessor.get('image_mean'),
-                                 preprocessor.get('image_std'),
-                                 str(pathlib.Path(path) / PREPROCESSOR_CONFIG),
-                                 vit_model.RELEASED_PIXELS)
+  return vit_model.checked_pixels(
+      preprocessor.get('image_mean'), preprocessor.get('image_std'),
+      str(pathlib.Path(path) / PREPROCESSOR_CONFIG), vit_model.RELEASED_PIXELS)
 
 
 def read(path: pathlib.Path, model_name: str | None) -> dict:

@@ -332,8 +332,9 @@ def pixels(path: pathlib.Path) -> tuple[tuple, tuple]:
   if not isinstance(pretrained, dict):
     raise CheckpointError(f'{source}: its pretrained_cfg is not a JSON '
                           'object.')
-  return vit_model.stated_pixels(pretrained.get('mean'), pretrained.get('std'),
-                                 source, _IMAGENET_DEFAULT_PIXELS)
+  return vit_model.checked_pixels(pretrained.get('mean'),
+                                  pretrained.get('std'), source,
+                                  _IMAGENET_DEFAULT_PIXELS)
 
 
 def read(path: pathlib.Path, model_name: str | None) -> dict:

@@ -46,7 +46,7 @@ def _per_channel(value: Any) -> tuple[float, ...] | None:
       None)
 
 
-def stated_pixels(mean: Any, std: Any, source: str,
+def checked_pixels(mean: Any, std: Any, source: str,
                   default: tuple[tuple, tuple]) -> tuple[tuple, tuple]:
   """The per-channel (mean, std) a checkpoint's config states, checked; the
   library's `default` for what it leaves out."""
