@@ -80,7 +80,7 @@ def test_an_fsdp_size_that_does_not_divide_the_devices_is_a_clear_error():
   config_schema.validate(tiny_config('', fsdp=-1), num_devices=8)
 
 
-def test_a_resumed_run_may_change_remat_but_not_scan(tmp_path):
+def test_a_resumed_run_may_change_remat_and_attention_but_not_scan(tmp_path):
   def config(**overrides):
     config = tiny_config('')
     config.model_overrides.update(overrides)
@@ -92,6 +92,9 @@ def test_a_resumed_run_may_change_remat_but_not_scan(tmp_path):
           'model_overrides.remat': ('full', 'none')}
   assert config_schema.check_resumable(
       saved, config(remat='full', scan=True), tmp_path) == {}
+  assert config_schema.check_resumable(
+      saved, config(remat='full', scan=True, attention='cudnn'),
+      tmp_path) == {'model_overrides.attention': (None, 'cudnn')}
   with pytest.raises(ConfigError, match=r"another config\.model_overrides "
                      r"\(\{.*'scan': True.*\} there, \{.*\} here\)"):
     config_schema.check_resumable(saved, config(remat='full'), tmp_path)
@@ -103,7 +106,7 @@ def test_overriding_a_model_field_with_its_own_value_resumes(tmp_path):
   another value is refused."""
   saved = tiny_config('').to_dict()
   same = tiny_config('')
-  same.model_overrides.update(mimetic_init=False, attention='einsum')
+  same.model_overrides.update(mimetic_init=False, posemb='learned')
   assert config_schema.check_resumable(saved, same, tmp_path) == {}
   assert config_schema.check_resumable(same.to_dict(), tiny_config(''),
                                        tmp_path) == {}

@@ -61,9 +61,9 @@ _MEMORY_ONLY = flags.DEFINE_bool(
     'print XLA\'s per-device memory estimate, allocating and running nothing '
     '(for models larger than this machine).')
 _ATTENTION = flags.DEFINE_enum(
-    'attention', 'einsum', list(attention.ATTENTIONS),
+    'attention', 'auto', list(attention.ATTENTIONS),
     "A ViT's attention (model_overrides.attention); 'cudnn': cuDNN's fused "
-    'attention on NVIDIA GPUs.')
+    "attention on NVIDIA GPUs, which 'auto' picks there in bfloat16.")
 _REMAT = flags.DEFINE_enum(
     'remat', 'none', list(remat_scan.REMAT_POLICIES),
     "What a ViT's blocks keep for the backward pass (model_overrides.remat): "

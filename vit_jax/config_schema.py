@@ -42,8 +42,9 @@ FIELDS: dict[str, Field] = {
     'model_overrides': Field({}, 'Model fields to change, e.g. '
                              "{'dropout_rate': 0.0}; a config file sets the "
                              'keys --config.model_overrides.KEY can change. '
-                             "A ViT's 'remat' may change when a run resumes "
-                             "(_OVERRIDES_MAY_CHANGE), 'scan' may not."),
+                             "A ViT's 'remat' and 'attention' may change when "
+                             "a run resumes (_OVERRIDES_MAY_CHANGE), 'scan' "
+                             'may not.'),
     'dtype': Field('float32', 'Computation dtype; parameters and optimizer '
                    'state stay float32.', ('float32', 'bfloat16')),
     'init_from': Field('', 'Start from these parameters: a run directory or a '
@@ -174,9 +175,10 @@ FIELDS: dict[str, Field] = {
 
 # Model fields that change how the step computes, never its parameters or
 # their layout, so a run may resume with another value: which encoder blocks
-# are recomputed in the backward pass. (A ViT's `scan` stacks the blocks'
-# parameters, so its checkpoints hold another tree: it stays.)
-_OVERRIDES_MAY_CHANGE = ('remat',)
+# are recomputed in the backward pass, which kernel computes attention (a run
+# begun on a CPU resumes with cuDNN's on a GPU). (A ViT's `scan` stacks the
+# blocks' parameters, so its checkpoints hold another tree: it stays.)
+_OVERRIDES_MAY_CHANGE = ('remat', 'attention')
 
 _POSITIVE = ('batch_size', 'eval_batch_size', 'image_size', 'learning_rate',
              'keep_checkpoints', 'grad_accumulation_steps')

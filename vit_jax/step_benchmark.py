@@ -81,7 +81,7 @@ def _xla_flops(compiled) -> float | None:
 
 def benchmark_config(model: str, batch_size: int, image_size: int, dtype: str,
                      augment: bool, cpu_compiler_options: dict[str, str],
-                     fsdp: int = 1, attention: str = 'einsum',
+                     fsdp: int = 1, attention: str = 'auto',
                      remat: str = 'none',
                      scan: bool = False) -> ml_collections.ConfigDict:
   """The schema's config with the study's optimizer and loss."""
@@ -160,7 +160,7 @@ def run_benchmark(*, model: str, batch_size: int, image_size: int,
                   steps_timed: int = 10, augment: bool = True,
                   cpu_compiler_options: dict[str, str] | None = None,
                   fsdp: int = 1, memory_only: bool = False,
-                  attention: str = 'einsum', remat: str = 'none',
+                  attention: str = 'auto', remat: str = 'none',
                   scan: bool = False,
                   trace_dir: str | None = None,
                   trace_steps: int = 3) -> dict[str, Any]:

@@ -1,11 +1,13 @@
 """How the ViT's blocks compute self-attention: one set of parameters (flax's
 `MultiHeadDotProductAttention` tree), several implementations.
 
-`MultiHeadSelfAttention(attention=...)` picks the implementation: this
-project's einsum one (the default, which sows the attention maps and can drop
-them out), `jax.nn.dot_product_attention` with jax's choice of kernel, or
-cuDNN's fused attention; `locality=True` makes it the locality
-self-attention of Lee, Lee & Song (2021).
+`MultiHeadSelfAttention(attention=...)` picks the implementation: `'auto'`
+(the default: cuDNN's fused attention where it applies, the einsum one
+elsewhere), this project's einsum one (which sows the attention maps and can
+drop them out), `jax.nn.dot_product_attention` with jax's choice of kernel,
+or cuDNN's fused attention at any token count (`fused_attention`);
+`locality=True` makes it the locality self-attention of Lee, Lee & Song
+(2021).
 """
 
 import math
@@ -20,7 +22,18 @@ from vit_jax.models.dropout import Dropout
 
 # How MultiHeadSelfAttention computes softmax(q k^T / sqrt(head_dim)) v; the
 # parameters are the same for all (see its docstring).
-ATTENTIONS = ('einsum', 'dot_product_attention', 'cudnn')
+ATTENTIONS = ('auto', 'einsum', 'dot_product_attention', 'cudnn')
+
+# cuDNN's fused attention trains only on an even token count (jax: "Unsupported
+# sequence length Q 197, KV 197"); `fused_attention` pads the tokens to a
+# multiple of this and masks the padding. 64 gives ViT-B/16's 197 tokens the
+# 256 measured at 1.34 ms a layer on an H100 (issue 47).
+CUDNN_TOKEN_MULTIPLE = 64
+
+# For each fused choice, the kernel `jax.nn.dot_product_attention` runs (None:
+# jax's choice) and the multiple `fused_attention` pads the tokens to.
+FUSED_KERNELS = {'dot_product_attention': (None, 1),
+                 'cudnn': ('cudnn', CUDNN_TOKEN_MULTIPLE)}
 
 
 def check_attention(attention: str, attention_dropout_rate: float,
@@ -28,16 +41,56 @@ def check_attention(attention: str, attention_dropout_rate: float,
   """Raises ValueError for a combination the implementation cannot do."""
   if attention not in ATTENTIONS:
     raise ValueError(f'attention={attention!r}; use one of {ATTENTIONS}.')
-  if attention != 'einsum' and attention_dropout_rate > 0:
+  if attention in FUSED_KERNELS and attention_dropout_rate > 0:
     raise ValueError(
         f'attention={attention!r} cannot drop attention probabilities '
         f'(attention_dropout_rate={attention_dropout_rate}); use '
         "attention='einsum'.")
-  if attention != 'einsum' and locality:
+  if attention in FUSED_KERNELS and locality:
     raise ValueError(
         f'attention={attention!r} cannot mask the diagonal or learn the '
         'temperature of locality self-attention (locality_attention=True); '
         "use attention='einsum'.")
+
+
+def cudnn_applies(device: jax.Device, dtype, head_dim: int) -> bool:
+  """Whether cuDNN's fused attention runs on `device` at this `dtype` and
+  `head_dim`: an NVIDIA GPU from Ampere on (compute capability 8.0), 16-bit
+  floats, a head_dim that is a multiple of 8 up to 128 (256 from Hopper on),
+  as jax's cuDNN binding checks them."""
+  if device.platform != 'gpu' or 'cuda' not in device.client.platform_version:
+    return False
+  try:
+    capability = tuple(int(n) for n in device.compute_capability.split('.'))
+  except (AttributeError, ValueError):
+    return False
+  largest = 256 if capability >= (9, 0) else 128
+  return (capability >= (8, 0) and
+          jnp.dtype(dtype) in (jnp.dtype(jnp.bfloat16), jnp.dtype(jnp.float16))
+          and head_dim % 8 == 0 and head_dim <= largest)
+
+
+def fused_attention(query: jax.Array, key: jax.Array, value: jax.Array, *,
+                    scale: float, implementation: str | None,
+                    token_multiple: int = CUDNN_TOKEN_MULTIPLE) -> jax.Array:
+  """softmax(q k^T * scale) v of (batch, tokens, heads, head_dim) arrays by
+  `jax.nn.dot_product_attention(implementation=...)`, at any token count:
+  the tokens are padded with zeros to a multiple of `token_multiple`, the
+  padded keys and queries masked by sequence lengths (no dense mask), and
+  the padding sliced off the result, so it is the unpadded function, its
+  gradients too."""
+  batch, tokens = query.shape[:2]
+  padded = -(-tokens // token_multiple) * token_multiple
+  if padded == tokens:
+    return jax.nn.dot_product_attention(query, key, value, scale=scale,
+                                        implementation=implementation)
+  widths = ((0, 0), (0, padded - tokens), (0, 0), (0, 0))
+  query, key, value = (jnp.pad(x, widths) for x in (query, key, value))
+  lengths = jnp.full((batch,), tokens, jnp.int32)
+  out = jax.nn.dot_product_attention(
+      query, key, value, scale=scale, query_seq_lengths=lengths,
+      key_value_seq_lengths=lengths, implementation=implementation)
+  return out[:, :tokens]
 
 
 def _is_power_of_4(n: int) -> bool:
@@ -79,7 +132,11 @@ class MultiHeadSelfAttention(nn.Module):
   `out`: kernel (heads, head_dim, hidden)) and the same function as
   `nn.MultiHeadDotProductAttention`, whichever `attention` computes it:
 
-  - `'einsum'` (default): in (batch, heads, tokens, head_dim) layout, which
+  - `'auto'` (default): `'cudnn'` where it applies (`cudnn_applies`: an
+    NVIDIA GPU, a bfloat16 or float16 `dtype`), with no attention dropout,
+    no locality and nobody collecting the attention maps; `'einsum'`
+    everywhere else (on a CPU, in float32, for analysis).
+  - `'einsum'`: in (batch, heads, tokens, head_dim) layout, which
     saves the transposes around the per-head matmuls
     (experiments/benchmarks/README.md), with a float32 softmax. The
     1/sqrt(head_dim) scale is folded into the query projection where that is
@@ -94,8 +151,9 @@ class MultiHeadSelfAttention(nn.Module):
   - `'cudnn'`: `jax.nn.dot_product_attention(implementation='cudnn')`,
     cuDNN's fused (flash) attention on NVIDIA GPUs: bfloat16 or float16
     `dtype`, head_dim a multiple of 8 up to 128 (256 from Hopper on); jax
-    raises elsewhere. It never holds the (tokens x tokens) probabilities in
-    memory.
+    raises elsewhere. Any token count: `fused_attention` pads and masks
+    what cuDNN cannot train on. It never holds the (tokens x tokens)
+    probabilities in memory.
 
   The fused kernels return no probabilities, so they can neither sow nor drop
   them out: a nonzero `dropout_rate` is an error there, and when the caller
@@ -118,7 +176,7 @@ class MultiHeadSelfAttention(nn.Module):
   num_heads: int
   dropout_rate: float = 0.0
   dtype: Any = jnp.float32
-  attention: str = 'einsum'
+  attention: str = 'auto'
   locality: bool = False
   mimetic_init: bool = False
 
@@ -149,13 +207,14 @@ class MultiHeadSelfAttention(nn.Module):
     wo, bo = wo.astype(self.dtype), bo.astype(self.dtype)
     x = x.astype(self.dtype)
 
-    if (self.attention != 'einsum' and
-        not self.is_mutable_collection('intermediates')):
+    attention = self._implementation(head_dim)
+    if attention in FUSED_KERNELS:
       q, k, v = (jnp.einsum('btd,dhe->bthe', x, w) + b
                  for w, b in ((wq, bq), (wk, bk), (wv, bv)))
-      out = jax.nn.dot_product_attention(
-          q, k, v, scale=head_dim**-0.5,
-          implementation='cudnn' if self.attention == 'cudnn' else None)
+      kernel, token_multiple = FUSED_KERNELS[attention]
+      out = fused_attention(q, k, v, scale=head_dim**-0.5,
+                            implementation=kernel,
+                            token_multiple=token_multiple)
       return jnp.einsum('bthe,hed->btd', out, wo) + bo
 
     bq, bk, bv = bq[:, None, :], bk[:, None, :], bv[:, None, :]
@@ -189,3 +248,15 @@ class MultiHeadSelfAttention(nn.Module):
     weights = Dropout(self.dropout_rate)(weights, deterministic=deterministic)
     out = jnp.einsum('bhqk,bhke->bhqe', weights, v)
     return jnp.einsum('bhte,hed->btd', out, wo) + bo
+
+  def _implementation(self, head_dim: int) -> str:
+    """The implementation `attention` means here: the einsum one wherever
+    the attention maps are collected (only it has them), and `'auto'`
+    resolved as the class docstring says."""
+    if self.is_mutable_collection('intermediates'):
+      return 'einsum'
+    if self.attention != 'auto':
+      return self.attention
+    fused = (self.dropout_rate == 0 and not self.locality and
+             cudnn_applies(jax.devices()[0], self.dtype, head_dim))
+    return 'cudnn' if fused else 'einsum'

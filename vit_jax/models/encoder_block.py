@@ -45,7 +45,7 @@ class BlockFields(nn.Module):
   dropout_rate: float = 0.0
   attention_dropout_rate: float = 0.0
   dtype: Dtype = jnp.float32
-  attention: str = 'einsum'
+  attention: str = 'auto'
   mimetic_init: bool = False
 
 

@@ -119,7 +119,7 @@ class Decoder(nn.Module):
   width: int
   depth: int
   patch_pixels: int
-  attention: str = 'einsum'
+  attention: str = 'auto'
   dtype: Dtype = jnp.float32
 
   @nn.compact

@@ -108,8 +108,9 @@ class VisionTransformer(nn.Module):
   patch size on its feature map (1 for R50+ViT-B_16).
 
   `attention` picks how every block computes attention, with the same
-  parameters (`attention.MultiHeadSelfAttention`): 'einsum' (default),
-  'dot_product_attention' or 'cudnn'; the fused two need
+  parameters (`attention.MultiHeadSelfAttention`): 'auto' (default: cuDNN's
+  fused kernel on an NVIDIA GPU in bfloat16 or float16, else 'einsum'),
+  'einsum', 'dot_product_attention' or 'cudnn'; the fused two need
   `attention_dropout_rate=0`.
 
   Options for training on little data, all off by default (`small_data`):
@@ -159,7 +160,7 @@ class VisionTransformer(nn.Module):
   dtype: Dtype = jnp.float32
   resnet_stages: tuple[int, ...] | None = None
   resnet_width_factor: int = 1
-  attention: str = 'einsum'
+  attention: str = 'auto'
   posemb: str = 'learned'
   stochastic_depth_rate: float = 0.0
   shifted_patches: bool = False
