@@ -17,6 +17,7 @@ from absl import logging
 import ml_collections
 
 
+from vit_jax import compilation_cache
 from vit_jax import distributed
 from vit_jax import models
 from vit_jax.errors import ConfigError
@@ -171,6 +172,11 @@ FIELDS: dict[str, Field] = {
                                   'a CPU, e.g. '
                                   "{'xla_cpu_experimental_ynn_fusion_type': "
                                   "''}.", may_change_on_resume=True),
+    'compilation_cache_dir': Field(
+        compilation_cache.DEFAULT_DIRECTORY, 'Where compiled programs are '
+        'kept for the next run of the same config (jax\'s persistent '
+        'compilation cache; $JAX_COMPILATION_CACHE_DIR when set and this is '
+        'the default); empty: off.', may_change_on_resume=True),
 }
 
 # Model fields that change how the step computes, never its parameters or

@@ -24,6 +24,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from vit_jax import compilation_cache
 from vit_jax import losses
 from vit_jax import sharding
 from vit_jax.data import mixing
@@ -289,19 +290,28 @@ def compile_steps(config, inputs, state: TrainState, key,
   train_batch, _, _ = inputs.batch_specs()
   # The state leaves each step where it came in, sharded or not.
   state_out = jax.tree.map(lambda x: x.sharding, state)
+  cached = []
   try:
-    train = jax.jit(make_train_step(config, inputs, objective),
-                    out_shardings=(state_out, replicated),
-                    donate_argnums=(0, 1)).lower(
-                        state, sum_shapes(replicated),
-                        inputs.train_data, train_batch, key).compile(options)
+    with compilation_cache.Hits() as hits:
+      train = jax.jit(make_train_step(config, inputs, objective),
+                      out_shardings=(state_out, replicated),
+                      donate_argnums=(0, 1)).lower(
+                          state, sum_shapes(replicated),
+                          inputs.train_data, train_batch, key).compile(options)
     train_seconds = time.perf_counter() - start
-    evaluated = compile_eval(config, inputs, state) if evaluate else None
+    cached += ['train step'] if hits.count else []
+    evaluated = None
+    if evaluate:
+      with compilation_cache.Hits() as hits:
+        evaluated = compile_eval(config, inputs, state)
+      cached += ['eval step'] if hits.count else []
   except jax.errors.JaxRuntimeError as e:
     if options is None:
       raise
     raise _option_error(options, e) from e
-  logging.info('Compiled the %s in %.1fs.',
+  logging.info('Compiled the %s in %.1fs%s.',
                'train and eval steps' if evaluate else 'train step',
-               time.perf_counter() - start)
+               time.perf_counter() - start,
+               f' ({" and ".join(cached)} from the compilation cache)'
+               if cached else '')
   return CompiledSteps(train, evaluated, train_seconds)

@@ -36,6 +36,7 @@ import ml_collections
 import numpy as np
 
 from vit_jax import checkpoint
+from vit_jax import compilation_cache
 from vit_jax import config_schema
 from vit_jax import data
 from vit_jax import distillation
@@ -165,6 +166,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict,
   signals = preemption.Preemption()  # early: a SIGTERM while loading counts
   try:
     config_schema.validate(config, jax.device_count())
+    compilation_cache.use(config.compilation_cache_dir)
     with _sole_writer(workdir):
       return _train_and_evaluate(config, workdir, signals)
   finally:
