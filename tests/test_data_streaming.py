@@ -37,12 +37,17 @@ def test_train_batches_follow_the_seeded_shuffle_from_any_position():
   batches = inputs.train_batches({'epoch': 2, 'batch': 1})
   expected = [input_lib.epoch_batches(3, 2, 20, 8)[1],
               *input_lib.epoch_batches(3, 3, 20, 8)]
-  for indices in expected:
-    images, labels = next(batches)
-    assert images.sharding.spec == jax.sharding.PartitionSpec(('data', 'fsdp'))
+  taken = [next(batches) for _ in expected]
+  batches.close()
+  for (images, labels), indices in zip(taken, expected):
     np.testing.assert_array_equal(images, train_split[0][indices])
     np.testing.assert_array_equal(labels, train_split[1][indices])
-  batches.close()
+  # On the devices, a block of them: each step's batch split over them.
+  images, labels = inputs.block(taken[:2], 3)
+  assert images.sharding.spec == jax.sharding.PartitionSpec(
+      None, ('data', 'fsdp'))
+  np.testing.assert_array_equal(images[:2], [i for i, _ in taken[:2]])
+  np.testing.assert_array_equal(labels[2], 0)  # a row no step reads
 
 
 def test_an_augmented_batch_is_the_same_from_any_starting_position():

@@ -34,7 +34,7 @@ def test_signals_are_recorded_until_released(capfd):
   assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
   assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
   assert capfd.readouterr().err == (
-      '\nCtrl-C: stopping once the step in flight is saved (during start-up: '
+      '\nCtrl-C: stopping once the steps in flight are saved (during start-up: '
       'before training); press Ctrl-C again to stop at once, without '
       'saving.\n')
 

@@ -71,6 +71,9 @@ _REMAT = flags.DEFINE_enum(
 _SCAN = flags.DEFINE_bool(
     'scan', False, "A ViT's blocks as one nn.scan over stacked parameters "
     '(model_overrides.scan): one block to compile.')
+_STEPS_PER_DISPATCH = flags.DEFINE_integer(
+    'steps_per_dispatch', 1, 'Train steps in one compiled call, as '
+    'config.steps_per_dispatch; the time is per step.', lower_bound=1)
 _TRACE_DIR = flags.DEFINE_string(
     'trace_dir', None, 'Also write a jax.profiler trace of --trace_steps '
     'train steps here.')
@@ -106,6 +109,7 @@ def main(argv):
       cpu_compiler_options=_parse_options(_CPU_COMPILER_OPTIONS.value),
       fsdp=_FSDP.value, memory_only=_MEMORY_ONLY.value,
       attention=_ATTENTION.value, remat=_REMAT.value, scan=_SCAN.value,
+      steps_per_dispatch=_STEPS_PER_DISPATCH.value,
       trace_dir=_TRACE_DIR.value,
       trace_steps=_TRACE_STEPS.value))
   print(step_benchmark.format_table(result))

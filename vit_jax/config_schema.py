@@ -132,6 +132,11 @@ FIELDS: dict[str, Field] = {
                                     'epoch.', may_change_on_resume=True),
     'keep_checkpoints': Field(2, 'Newest checkpoints kept in the workdir.',
                               may_change_on_resume=True),
+    'steps_per_dispatch': Field(
+        0, 'Most train steps one compiled call runs, the data already on '
+        'the devices (vit_jax.dispatch; the same steps, fewer calls); 0: the '
+        "input's default, 32 on-device, 1 streaming.",
+        may_change_on_resume=True),
     # The optimizer.
     'batch_size': Field(128, 'Global batch size, over all devices and '
                         'processes.'),
@@ -189,6 +194,7 @@ _OVERRIDES_MAY_CHANGE = ('remat', 'attention')
 _POSITIVE = ('batch_size', 'eval_batch_size', 'image_size', 'learning_rate',
              'keep_checkpoints', 'grad_accumulation_steps')
 _NON_NEGATIVE = ('total_steps', 'num_epochs', 'warmup_steps', 'warmup_epochs',
+                 'steps_per_dispatch',
                  'log_every_steps', 'eval_every_steps',
                  'checkpoint_every_steps', 'train_examples',
                  'train_examples_per_file', 'test_examples',
@@ -304,6 +310,13 @@ class StepPlan:
 
   def epoch(self, step: int) -> float:
     return round(step / self.steps_per_epoch, 4)
+
+  def steps_to_next_event(self, step: int) -> int:
+    """Steps from `step` to the next log, evaluation, checkpoint or the
+    end, whichever comes first."""
+    return min(self.total_steps - step,
+               *(every - step % every for every in
+                 (self.log_every, self.eval_every, self.checkpoint_every)))
 
 
 def step_plan(config, steps_per_epoch: int) -> StepPlan:

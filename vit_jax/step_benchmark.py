@@ -82,15 +82,16 @@ def _xla_flops(compiled) -> float | None:
 def benchmark_config(model: str, batch_size: int, image_size: int, dtype: str,
                      augment: bool, cpu_compiler_options: dict[str, str],
                      fsdp: int = 1, attention: str = 'auto',
-                     remat: str = 'none',
-                     scan: bool = False) -> ml_collections.ConfigDict:
+                     remat: str = 'none', scan: bool = False,
+                     steps_per_dispatch: int = 1
+                     ) -> ml_collections.ConfigDict:
   """The schema's config with the study's optimizer and loss."""
   config = config_schema.defaults()
   config.update(dict(
       model=model, dtype=dtype, batch_size=batch_size,
       eval_batch_size=batch_size, image_size=image_size, augment=augment,
       pixel_std=(0.25, 0.25, 0.25), label_smoothing=0.1, weight_decay=0.01,
-      total_steps=1, fsdp=fsdp))
+      total_steps=1, fsdp=fsdp, steps_per_dispatch=steps_per_dispatch))
   config.cpu_compiler_options.update(cpu_compiler_options)
   # A ViT's fields, set where they are not its defaults, so a CNN runs.
   defaults = {f.name: f.default
@@ -125,8 +126,8 @@ class StepBenchmark:
         rng.integers(0, num_classes, (batch_size,), dtype=np.int32))
     self.inputs = data.OnDeviceInput(
         sources.Dataset(split, split, num_classes), config, self.mesh)
-    self.indices = jax.device_put(np.arange(batch_size, dtype=np.int32),
-                                  self.replicated)
+    indices = np.arange(batch_size, dtype=np.int32)
+    self.indices = jax.device_put(indices, self.replicated)
     self.mask = jax.device_put(np.ones(batch_size, np.float32),
                                self.replicated)
     self.key = jax.random.key(1)
@@ -135,12 +136,16 @@ class StepBenchmark:
                                         self.key, evaluate=evaluate)
     self.compile_seconds = time.perf_counter() - start
     self.train_sums = steps.zero_sums(self.replicated)
+    self.steps_per_call = self.compiled.steps_per_dispatch
+    self.block = self.inputs.block([indices] * self.steps_per_call,
+                                   self.steps_per_call)
 
   def train_step(self):
-    """One optimizer step; returns its metric sums to wait for."""
-    self.state, self.train_sums = self.compiled.train(
-        self.state, self.train_sums, self.inputs.train_data, self.indices,
-        self.key)
+    """`steps_per_call` optimizer steps in one call, as the loop makes it
+    (`dispatch`); returns their metric sums to wait for."""
+    self.state, self.train_sums, _ = self.compiled.train(
+        self.state, self.train_sums, self.inputs.train_data, self.block,
+        self.steps_per_call, self.key)
     return self.train_sums
 
   def eval_step(self):
@@ -161,12 +166,12 @@ def run_benchmark(*, model: str, batch_size: int, image_size: int,
                   cpu_compiler_options: dict[str, str] | None = None,
                   fsdp: int = 1, memory_only: bool = False,
                   attention: str = 'auto', remat: str = 'none',
-                  scan: bool = False,
+                  scan: bool = False, steps_per_dispatch: int = 1,
                   trace_dir: str | None = None,
                   trace_steps: int = 3) -> dict[str, Any]:
   config = benchmark_config(model, batch_size, image_size, dtype, augment,
                             cpu_compiler_options or {}, fsdp, attention,
-                            remat, scan)
+                            remat, scan, steps_per_dispatch)
   num_devices = jax.device_count()
   bench = StepBenchmark(config, num_classes, memory_only)
   compiled, compile_seconds = bench.compiled, bench.compile_seconds
@@ -180,12 +185,14 @@ def run_benchmark(*, model: str, batch_size: int, image_size: int,
       'attention': attention,
       'remat': remat,
       'scan': scan,
+      'steps_per_dispatch': steps_per_dispatch,
   }
   compile_times = {'compile_seconds': compile_seconds,
                    'train_compile_seconds': compiled.train_compile_seconds}
   if memory_only:
     return {**described, **compile_times, **_memory_mb(compiled.train)}
-  train_seconds = median_seconds(bench.train_step, steps_timed)
+  train_seconds = median_seconds(bench.train_step,
+                                 steps_timed) / bench.steps_per_call
   if trace_dir:
     with jax.profiler.trace(trace_dir, create_perfetto_trace=True):
       for _ in range(trace_steps):

@@ -204,6 +204,28 @@ def make_train_step(config, inputs,
   return train_step
 
 
+def make_train_steps(config, inputs,
+                     objective: losses.Objective = losses.classification):
+  """(state, sums, data, block, count, key) -> (state, sums, step): the
+  first `count` batches of `block` (the input's `block`: batches stacked
+  along a leading axis), one `make_train_step` each, in one compiled loop;
+  `step` is the state's step count, an output of its own for the loop to
+  wait on while the state itself is donated to the next call. Each step's
+  randomness comes from the state's step, so the steps compute what they
+  compute one call each."""
+  train_step = make_train_step(config, inputs, objective)
+
+  def train_steps(state: TrainState, sums: dict, data, block, count, key):
+    def one(i, carry):
+      batch = jax.tree.map(lambda rows: rows[i], block)
+      return train_step(*carry, data, batch, key)
+
+    state, sums = jax.lax.fori_loop(0, count, one, (state, sums))
+    return state, sums, state.step
+
+  return train_steps
+
+
 def eval_step(state: TrainState, sums: dict, data, batch, mask, *, config,
               inputs) -> dict:
   """`sums` (`EVAL_SUMS`) plus the loss, correct and top-5 correct counts
@@ -272,32 +294,39 @@ def compile_eval(config, inputs, state: TrainState):
 
 
 class CompiledSteps(NamedTuple):
-  train: Any  # (state, sums, data, batch, key) -> (state, sums)
+  # (state, sums, data, block, count, key) -> (state, sums, step): up to
+  # `steps_per_dispatch` train steps (`make_train_steps`)
+  train: Any
   eval: Any  # (state, sums, data, batch, mask) -> sums; or None
   train_compile_seconds: float  # tracing and compiling the train step
+  steps_per_dispatch: int  # the rows of a block
 
 
 def compile_steps(config, inputs, state: TrainState, key,
                   objective: losses.Objective = losses.classification,
                   evaluate: bool = True) -> CompiledSteps:
-  """Both steps compiled once for `inputs`' batches (the train step alone,
-  `eval` None, without `evaluate`); `state` may be shapes (`state_shapes`).
-  An XLA option XLA lacks is a ConfigError. Whatever the `objective` holds
-  (a teacher's variables) is a constant of the train step."""
+  """Both steps compiled once for `inputs`' batches (the train steps
+  alone, `eval` None, without `evaluate`): the train steps for blocks of
+  `inputs.steps_per_dispatch` batches. `state` may be shapes
+  (`state_shapes`). An XLA option XLA lacks is a ConfigError. Whatever the
+  `objective` holds (a teacher's variables) is a constant of the train
+  step."""
   start = time.perf_counter()
   options = compiler_options(config)
   replicated = sharding.replicated(inputs.mesh)
-  train_batch, _, _ = inputs.batch_specs()
+  rows = inputs.steps_per_dispatch
   # The state leaves each step where it came in, sharded or not.
   state_out = jax.tree.map(lambda x: x.sharding, state)
+  count = jax.ShapeDtypeStruct((), jnp.int32, sharding=replicated)
   cached = []
   try:
     with compilation_cache.Hits() as hits:
-      train = jax.jit(make_train_step(config, inputs, objective),
-                      out_shardings=(state_out, replicated),
+      train = jax.jit(make_train_steps(config, inputs, objective),
+                      out_shardings=(state_out, replicated, replicated),
                       donate_argnums=(0, 1)).lower(
-                          state, sum_shapes(replicated),
-                          inputs.train_data, train_batch, key).compile(options)
+                          state, sum_shapes(replicated), inputs.train_data,
+                          inputs.block_specs(rows), count,
+                          key).compile(options)
     train_seconds = time.perf_counter() - start
     cached += ['train step'] if hits.count else []
     evaluated = None
@@ -314,4 +343,4 @@ def compile_steps(config, inputs, state: TrainState, key,
                time.perf_counter() - start,
                f' ({" and ".join(cached)} from the compilation cache)'
                if cached else '')
-  return CompiledSteps(train, evaluated, train_seconds)
+  return CompiledSteps(train, evaluated, train_seconds, rows)

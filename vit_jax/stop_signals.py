@@ -27,9 +27,9 @@ INTERRUPTED_EXIT_STATUS = 128 + signal.SIGINT
 
 _NAMES = {signal.SIGTERM: 'SIGTERM', signal.SIGINT: 'Ctrl-C'}
 _FIRST_NOTICE = {
-    signal.SIGTERM: b'SIGTERM: stopping once the step in flight is saved '
+    signal.SIGTERM: b'SIGTERM: stopping once the steps in flight are saved '
                     b'(during start-up: before training).\n',
-    signal.SIGINT: b'Ctrl-C: stopping once the step in flight is saved '
+    signal.SIGINT: b'Ctrl-C: stopping once the steps in flight are saved '
                    b'(during start-up: before training); press Ctrl-C again '
                    b'to stop at once, without saving.\n',
 }

@@ -3,15 +3,17 @@
     validate the config (config_schema) -> lock the workdir (workdir_lock)
     and check the run in it -> the input (data) -> compile the steps (steps) -> restore the newest
     checkpoint or start -> loop:
-      one train step; every config.log_every_steps the train metrics,
-      every eval_every_steps an evaluation, every checkpoint_every_steps a
-      checkpoint (checkpoint.RunCheckpoints); each also at the last step.
+      train steps, several to a compiled call (dispatch); every
+      config.log_every_steps the train metrics, every eval_every_steps an
+      evaluation, every checkpoint_every_steps a checkpoint
+      (checkpoint.RunCheckpoints); each also at the last step.
 
 A checkpoint holds everything the loop needs to go on (state, step, the
 input's position, the train-metric sums of an unfinished logging interval,
 the history), so a run killed at any step and rerun with the same command
 logs exactly what an uninterrupted run logs. On SIGTERM or Ctrl-C the loop
-finishes the step in flight, saves, and raises `preemption.Preempted`
+finishes the calls in flight (`dispatch`), saves, and raises
+`preemption.Preempted`
 (`vit_jax.main` exits with status 75); all processes of a multi-process job
 stop at the same step. A signal during start-up stops the run before it
 trains, with nothing new to save.
@@ -39,6 +41,7 @@ from vit_jax import checkpoint
 from vit_jax import compilation_cache
 from vit_jax import config_schema
 from vit_jax import data
+from vit_jax import dispatch
 from vit_jax import distillation
 from vit_jax import evaluation
 from vit_jax import finetune
@@ -301,17 +304,20 @@ def _train_and_evaluate(config, workdir: pathlib.Path,
       step, config.batch_size, train_flops,
       device_peak and device_peak * jax.device_count())
   batches = inputs.train_batches(position)
+  dispatcher = dispatch.Dispatcher(compiled, inputs, step_key)
   try:
     if step < plan.total_steps:
       _stop_if_signalled(signals, checkpoints)  # restoring was the last phase
     while step < plan.total_steps:
-      state, sums = compiled.train(state, sums, inputs.train_data,
-                                   next(batches), step_key)
-      step += 1
+      count = dispatcher.next_call_steps(plan.steps_to_next_event(step))
+      state, sums = dispatcher.run(state, sums,
+                                   [next(batches) for _ in range(count)])
+      step += count
       checkpoints.check()  # a failed background save stops the run now
       last = step == plan.total_steps
       record = {}
       if step % plan.log_every == 0 or last:
+        dispatcher.drain()  # the steps' time is training time
         train = steps.averages(sums)
         sums = steps.zero_sums(replicated)
         record.update(train_loss=train['loss'],
@@ -319,7 +325,7 @@ def _train_and_evaluate(config, workdir: pathlib.Path,
                       learning_rate=float(schedule(step)),
                       **throughput.interval(step))
       if step % plan.eval_every == 0 or last:
-        jax.block_until_ready(state)  # the train steps count as training
+        dispatcher.drain()  # the train steps count as training
         eval_start = time.perf_counter()
         test = evaluation.over_test_split(compiled.eval, state, inputs,
                                           f'step {step}')
@@ -339,7 +345,7 @@ def _train_and_evaluate(config, workdir: pathlib.Path,
         if 'train_loss' not in record:  # never save a diverged state
           _check_finite({'train_loss': float(jax.device_get(sums['loss']))},
                         step, checkpoints, history)
-        jax.block_until_ready(state)
+        dispatcher.drain()
         save_start = time.perf_counter()
         checkpoints.save(step, state, sums, history, inputs.position(step),
                          run_config)

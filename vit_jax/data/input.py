@@ -2,7 +2,8 @@
 
 An `Input` has a host side, which hands the loop one batch per step from any
 position (so a resumed run reads exactly the batches an uninterrupted one
-would) and the evaluation batches, and a device side, `model_inputs`, which
+would), stacks the batches of several steps into one `block` on the devices,
+and hands it the evaluation batches; and a device side, `model_inputs`, which
 the compiled steps trace: it turns a batch into normalised images and labels.
 The steps call only this interface, so one compiled step serves both inputs.
 
@@ -37,10 +38,20 @@ class Input(abc.ABC):
   train_data: Any
   test_data: Any
 
+  # How many train steps one compiled call runs, unless
+  # config.steps_per_dispatch says: as many as a block of this input's
+  # batches can hold at little cost.
+  default_steps_per_dispatch: int
+
   def __init__(self, config, mesh: jax.sharding.Mesh):
     self.config = config
     self.mesh = mesh
     self._policy = preprocess.device_policy(config)
+
+  @property
+  def steps_per_dispatch(self) -> int:
+    """The batches a block holds."""
+    return self.config.steps_per_dispatch or self.default_steps_per_dispatch
 
   @property
   def steps_per_epoch(self) -> int:
@@ -78,7 +89,33 @@ class Input(abc.ABC):
 
   @abc.abstractmethod
   def train_batches(self, position: Position) -> Iterator[Any]:
-    """One batch per step from `position` on, without end."""
+    """One batch per step from `position` on, without end: this process's
+    part of it, in host memory, for `block`."""
+
+  def block_specs(self, rows: int) -> Any:
+    """Shapes and shardings of a block: `rows` train batches stacked along
+    a new leading axis, each laid out as a train batch is."""
+    def stacked(spec):
+      placement = jax.sharding.NamedSharding(
+          spec.sharding.mesh,
+          jax.sharding.PartitionSpec(None, *spec.sharding.spec))
+      return jax.ShapeDtypeStruct((rows, *spec.shape), spec.dtype,
+                                  sharding=placement)
+
+    train_batch, _, _ = self.batch_specs()
+    return jax.tree.map(stacked, train_batch)
+
+  def block(self, batches: list, rows: int) -> Any:
+    """`batches` (from `train_batches`, at most `rows`) as one block on the
+    devices, one transfer per array; the rows after them are zeros, which
+    the train steps do not read."""
+    def stack(spec, *parts):
+      local = np.zeros((rows, *parts[0].shape), parts[0].dtype)
+      local[:len(parts)] = parts
+      return jax.make_array_from_process_local_data(spec.sharding, local,
+                                                    spec.shape)
+
+    return jax.tree.map(stack, self.block_specs(rows), *batches)
 
   @abc.abstractmethod
   def eval_batches(self) -> Iterator[tuple[Any, jax.Array]]:

@@ -43,6 +43,9 @@ class StreamingInput(input_lib.Input):
   in this process), `prefetch` batches ahead (per worker) of the one being
   computed."""
 
+  # A block holds its batches' images: one step's unless the config asks.
+  default_steps_per_dispatch = 1
+
   def __init__(self, dataset: sources.Dataset, config, mesh,
                workers: int | None = None, prefetch: int = 2):
     super().__init__(config, mesh)
@@ -96,7 +99,7 @@ class StreamingInput(input_lib.Input):
         augment=config.augment)
     first = (position['epoch'] - 1) * self.steps_per_epoch + position['batch']
     yield from self._batches(examples, first, _ENDLESS, self._train_rows,
-                             config.batch_size, self.workers)
+                             self.workers)
 
   def eval_batches(self) -> Iterator:
     config = self.config
@@ -105,10 +108,10 @@ class StreamingInput(input_lib.Input):
     examples = _TestExamples(self.dataset.test, config.eval_batch_size,
                              rows.start, self._rows(rows), config.image_size)
     batches = self._batches(examples, 0, len(masks), rows,
-                            config.eval_batch_size,
                             min(self.workers, len(masks)))
     for batch, mask in zip(batches, masks):
-      yield batch, self._global(mask[rows], len(mask))
+      yield (tuple(self._global(part, len(mask)) for part in batch),
+             self._global(mask[rows], len(mask)))
 
   def model_inputs(self, data, batch, key):
     del data  # the examples come in the batch, cropped on the host
@@ -124,9 +127,9 @@ class StreamingInput(input_lib.Input):
     return rows.stop - rows.start
 
   def _batches(self, examples, first: int, stop: int, rows: slice,
-               batch_size: int, workers: int) -> Iterator:
-    """Global (images, labels) of batches `first`..`stop` - 1, this process
-    loading its `rows` of each in `workers` processes (0: threads):
+               workers: int) -> Iterator:
+    """This process's `rows` of the (images, labels) of batches `first`..
+    `stop` - 1, loaded in `workers` processes (0: threads):
     `examples(i)` is the example of row `rows.start + i % rows` of batch
     `i // rows`."""
     per_batch = self._rows(rows)
@@ -152,9 +155,7 @@ class StreamingInput(input_lib.Input):
       ).batch(per_batch, batch_fn=_stack)
     iterator = iter(loaded)
     try:
-      for images, labels in iterator:
-        yield (self._global(images, batch_size),
-               self._global(labels, batch_size))
+      yield from iterator
     finally:  # a closed generator (a preempted run) stops the workers now
       iterator.close()
 
