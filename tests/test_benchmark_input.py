@@ -33,6 +33,10 @@ def test_reports_the_images_per_second_of_the_streaming_input(tmp_path):
                                          workers=[0, 1], rounds=2)
   assert [(r['input_workers'], r['loader']) for r in results] == [
       (0, f'{len(os.sched_getaffinity(0))} threads'), (1, '1 worker processes')]
+  threads, worker = results
+  assert threads['images_per_second_per_core'] == pytest.approx(
+      threads['images_per_second'] / len(os.sched_getaffinity(0)))
+  assert worker['images_per_second_per_core'] == worker['images_per_second']
   for r in results:
     assert r['images_per_second'] > 0 and r['first_batch_seconds'] > 0
   with pytest.raises(ValueError, match='need 16 training images'):

@@ -67,7 +67,7 @@ what it wrote. All five train alike."""
   assert 'from the compilation cache' not in _compiled_line(
       tmp_path / 'fourth.log')
   assert 'Traceback' not in log and 'warnings.warn' not in log
-  assert (f'The compilation cache {cache} held an entry of jit_train_step '
+  assert (f'The compilation cache {cache} held an entry of jit_train_steps '
           'that does not load (a run killed while writing it?): removed, '
           'and compiled again.') in log
   run('fifth')  # the entries written again load

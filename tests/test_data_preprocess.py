@@ -5,7 +5,10 @@ import functools
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
+from vit_jax.data import dataset
+from vit_jax.data import image_folder
 from vit_jax.data import preprocess
 
 
@@ -36,6 +39,82 @@ def test_train_image_is_a_resized_crop_reproducible_from_its_seed():
       (np.random.default_rng([1, i]) for i in range(20))
   }
   assert flips == {False, True}
+
+
+def _jpeg_folder(tmp_path, count=4, size=(500, 375)):
+  """JPEG files of `size` (width, height): smooth, lightly noisy images."""
+  from PIL import Image  # pylint: disable=g-import-not-at-top
+  rng = np.random.default_rng(0)
+  paths = []
+  for i in range(count):
+    coarse = rng.integers(0, 256, (size[1] // 64, size[0] // 64, 3), np.uint8)
+    image = np.asarray(Image.fromarray(coarse).resize(size, Image.BICUBIC))
+    noisy = (image + rng.integers(-8, 9, image.shape)).clip(0, 255)
+    paths.append(tmp_path / f'{i}.jpg')
+    Image.fromarray(noisy.astype(np.uint8)).save(paths[-1], quality=90)
+  return image_folder.FileSource(paths, np.arange(count) % 3)
+
+
+class _Decoded:
+  """A scalable source that records the size each image was decoded at."""
+
+  def __init__(self, source):
+    self.source, self.sizes = source, []
+
+  def __len__(self):
+    return len(self.source)
+
+  def __getitem__(self, index):
+    return self.source[index]
+
+  def image_shape(self, index):
+    return self.source.image_shape(index)
+
+  def read(self, index, at_least):
+    image, label = self.source.read(index, at_least)
+    self.sizes.append(image.shape[:2])
+    return image, label
+
+
+@pytest.mark.parametrize('size', [32, 96, 224])
+def test_a_jpeg_is_decoded_at_the_smallest_scale_its_crop_allows(tmp_path,
+                                                                 size):
+  """Each crop drawn on the stored 500x375 image, then the image decoded
+  at 1/2, 1/4 or 1/8 where the crop stays `size` pixels each way: the same
+  crops and flips as decoding whole, the pixels close."""
+  files = _jpeg_folder(tmp_path)
+  whole = dataset.ArraySource(np.stack([files[i][0] for i in range(4)]),
+                              files.labels)
+  recorded = _Decoded(files)
+  differences = []
+  for seed in range(24):
+    rng = lambda: np.random.default_rng(seed)  # pylint: disable=cell-var-from-loop
+    box = preprocess.inception_crop_box(375, 500, rng())
+    scaled, label = preprocess.train_example(recorded, seed % 4, size, True,
+                                             rng())
+    full, full_label = preprocess.train_example(whole, seed % 4, size, True,
+                                                rng())
+    assert scaled.shape == full.shape == (size, size, 3)
+    assert label == full_label == seed % 4 % 3
+    differences.append(np.abs(scaled.astype(int) - full).mean())
+    factor, = [f for f in (1, 2, 4, 8)
+               if recorded.sizes[-1] == (-(-375 // f), -(-500 // f))]
+    # Reduced, the crop is still the output's size.
+    assert factor == 1 or min(box[2], box[3]) / factor >= size
+  if size == 224:  # 500x375 leaves no crop of 448 pixels each way...
+    assert max(differences) == 0  # ...so every image was decoded whole
+  else:
+    assert min(r[0] for r in recorded.sizes) < 375  # some decoded smaller
+    # Of 255: the scaled decode filters otherwise than the resize.
+    assert np.mean(differences) < 6
+  image, _ = preprocess.eval_example(recorded, 0, 32)
+  assert recorded.sizes[-1] == (47, 63)  # 1/8 of 375x500 holds 32x32
+  assert np.abs(image.astype(int) - preprocess.resize(whole[0][0], 32)
+                ).mean() < 10
+  subset = dataset.SubsetSource(files, np.array([2, 0]))  # a subset too
+  assert dataset.scalable(subset)
+  np.testing.assert_array_equal(preprocess.eval_example(subset, 1, 32)[0],
+                                image)
 
 
 def test_random_crop_and_flip_is_a_shifted_crop_of_the_padded_image():

@@ -10,11 +10,13 @@ accelerators consume (`vit_jax.benchmark`) and to choose
 For each `--workers` setting in turn, `--rounds` times over (alternating, so
 that the settings share the machine's slow and fast moments), reads
 `--steps` + 1 training batches of `config.dataset` through
-`data.StreamingInput` (Inception crop + flip, resize to --image_size) on one
-device. The first batch includes starting the loader (for worker processes:
-spawning them and their imports) and is timed apart from the steady
-`--steps` that follow. Prints the medians over the rounds as a table and
-one JSON line.
+`data.StreamingInput` (Inception crop + flip, resize to --image_size; JPEGs
+decoded at the smallest scale the crop allows) onto one device, as the loop
+takes them. The first batch includes starting the loader (for worker
+processes: spawning them and their imports) and is timed apart from the
+steady `--steps` that follow. Prints the medians over the rounds, in images
+per second and per core used (worker processes, or the threads' usable
+cores), as a table and one JSON line.
 """
 
 import json
@@ -56,10 +58,14 @@ def time_loader(config: ml_collections.ConfigDict, steps: int,
                      f'{inputs.train_size}. Lower --steps or --batch_size.')
   start = time.perf_counter()
   batches = inputs.train_batches(inputs.position(0))
-  jax.block_until_ready(next(batches))
+
+  def on_device():  # as the loop takes it: a block of one step
+    return jax.block_until_ready(inputs.block([next(batches)], 1))
+
+  on_device()
   first = time.perf_counter()
   for _ in range(steps):
-    jax.block_until_ready(next(batches))
+    on_device()
   end = time.perf_counter()
   batches.close()
   return {'first_batch_seconds': first - start,
@@ -78,11 +84,14 @@ def run_benchmark(config: ml_collections.ConfigDict, steps: int,
   for setting, timed in runs.items():
     seconds = statistics.median(r['seconds_per_batch'] for r in timed)
     processes, threads = timed[0]['workers'], timed[0]['threads']
+    # Threads share this process's usable cores; each worker is a process.
+    cores = min(processes, os.cpu_count() or 1) if processes else threads
     results.append({
         'loader': (f'{processes} worker processes' if processes else
                    f'{threads} threads'),
         'input_workers': setting,
         'images_per_second': config.batch_size / seconds,
+        'images_per_second_per_core': config.batch_size / seconds / cores,
         'ms_per_batch': 1000 * seconds,
         'first_batch_seconds': statistics.median(
             r['first_batch_seconds'] for r in timed),
@@ -104,13 +113,14 @@ def main(argv):
   print(f'{args.steps} steady batches of {args.batch_size} at '
         f'{args.image_size}px after one start-up batch, {os.cpu_count()} '
         f'CPUs, medians of {args.rounds} alternating rounds')
-  header = (f'{"loader":<22} {"images/s":>9} {"ms/batch":>9} '
-            f'{"first batch s":>14}')
+  header = (f'{"loader":<22} {"images/s":>9} {"per core":>9} '
+            f'{"ms/batch":>9} {"first batch s":>14}')
   print(header)
   print('-' * len(header))
   for r in results:
     print(f'{r["loader"]:<22} {r["images_per_second"]:9.1f} '
-          f'{r["ms_per_batch"]:9.1f} {r["first_batch_seconds"]:14.2f}')
+          f'{r["images_per_second_per_core"]:9.1f} {r["ms_per_batch"]:9.1f} '
+          f'{r["first_batch_seconds"]:14.2f}')
   print(json.dumps({'dataset': config.dataset, 'image_size': args.image_size,
                     'batch_size': args.batch_size, 'steps': args.steps,
                     'rounds': args.rounds, 'cpus': os.cpu_count(),

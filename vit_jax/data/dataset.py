@@ -22,6 +22,23 @@ class Source(Protocol):
     ...
 
 
+class ScalableSource(Source, Protocol):
+  """A source of stored images that can decode one smaller than stored (a
+  JPEG, by libjpeg's DCT scaling), for an input that shrinks it anyway."""
+
+  def image_shape(self, index: int) -> tuple[int, int]:
+    """(height, width) of the stored image, from its header alone."""
+
+  def read(self, index: int, at_least: tuple[int, int]
+           ) -> tuple[np.ndarray, int]:
+    """`self[index]`, the image perhaps decoded smaller but never below
+    `at_least` (height, width) where it is that large."""
+
+
+def scalable(source: Source) -> bool:
+  return hasattr(source, 'image_shape') and hasattr(source, 'read')
+
+
 @dataclasses.dataclass(frozen=True)
 class ArraySource:
   """A split held in host memory as arrays."""
@@ -45,9 +62,19 @@ class SubsetSource:
     return len(self.indices)
 
   def __getitem__(self, index):
+    return self.source[self._in_source(index)]
+
+  def __getattr__(self, name):
+    # ScalableSource's methods, where the source has them.
+    if name in ('image_shape', 'read') and scalable(self.source):
+      method = getattr(self.source, name)
+      return lambda index, *args: method(self._in_source(index), *args)
+    raise AttributeError(name)
+
+  def _in_source(self, index) -> int:
     if not 0 <= index < len(self.indices):
       raise IndexError(index)
-    return self.source[int(self.indices[index])]
+    return int(self.indices[index])
 
   @property
   def labels(self) -> np.ndarray:

@@ -18,6 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from vit_jax.data import auto_augment
+from vit_jax.data import dataset
 from vit_jax.data import random_erasing
 
 _INCEPTION_AREA = (0.05, 1.0)
@@ -61,6 +62,62 @@ def train_image(image: np.ndarray, size: int, augment: bool,
   top, left, height, width = inception_crop_box(*image.shape[:2], rng)
   image = resize(image[top:top + height, left:left + width], size)
   return image[:, ::-1] if rng.random() < 0.5 else image
+
+
+def train_example(source: dataset.Source, index: int, size: int,
+                  augment: bool, rng: np.random.Generator
+                  ) -> tuple[np.ndarray, int]:
+  """`train_image` of `source[index]`, and its label. From a source that
+  can decode smaller (`dataset.ScalableSource`: JPEG files), the crop is
+  drawn on the stored size, then the image decoded at the smallest scale
+  that leaves the crop at least `size` pixels each way: the same crop, the
+  same flip, less decoding."""
+  if not dataset.scalable(source):
+    image, label = source[index]
+    return train_image(image, size, augment, rng), label
+  stored = source.image_shape(index)
+  box = (inception_crop_box(*stored, rng) if augment else
+         (0, 0, *stored))
+  image, label = source.read(index, _decoded_size(stored, box, size))
+  image = resize(_scaled_crop(image, stored, box), size)
+  if augment and rng.random() < 0.5:
+    image = image[:, ::-1]
+  return image, label
+
+
+def eval_example(source: dataset.Source, index: int,
+                 size: int) -> tuple[np.ndarray, int]:
+  """`source[index]` resized to `size`, and its label; decoded no larger
+  than that needs where the source can (`train_example`)."""
+  if not dataset.scalable(source):
+    image, label = source[index]
+    return resize(image, size), label
+  image, label = source.read(index, (size, size))
+  return resize(image, size), label
+
+
+def _decoded_size(stored: tuple[int, int], box: tuple[int, int, int, int],
+                  size: int) -> tuple[int, int]:
+  """The smallest (height, width) of the whole image at which the crop
+  `box` of an image `stored` large is still `size` x `size` or more."""
+  (height, width), (_, _, crop_height, crop_width) = stored, box
+  return (min(height, math.ceil(height * size / crop_height)),
+          min(width, math.ceil(width * size / crop_width)))
+
+
+def _scaled_crop(image: np.ndarray, stored: tuple[int, int],
+                 box: tuple[int, int, int, int]) -> np.ndarray:
+  """The crop `box`, drawn on an image `stored` large, of `image`: that
+  image decoded at a smaller scale (or not)."""
+  if image.shape[:2] == stored:
+    top, left, height, width = box
+    return image[top:top + height, left:left + width]
+  scale_y, scale_x = (image.shape[0] / stored[0], image.shape[1] / stored[1])
+  top, left, height, width = box
+  y0, x0 = round(top * scale_y), round(left * scale_x)
+  y1 = min(image.shape[0], max(y0 + 1, round((top + height) * scale_y)))
+  x1 = min(image.shape[1], max(x0 + 1, round((left + width) * scale_x)))
+  return image[y0:y1, x0:x1]
 
 
 # ---------------------------------------------------------------- device ---
