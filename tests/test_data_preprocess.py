@@ -67,13 +67,10 @@ class _Decoded:
   def __getitem__(self, index):
     return self.source[index]
 
-  def image_shape(self, index):
-    return self.source.image_shape(index)
-
   def read(self, index, at_least):
-    image, label = self.source.read(index, at_least)
+    image, label, stored = self.source.read(index, at_least)
     self.sizes.append(image.shape[:2])
-    return image, label
+    return image, label, stored
 
 
 @pytest.mark.parametrize('size', [32, 96, 224])

@@ -1,8 +1,8 @@
 """experiments/benchmarks/gpu.py: one model's rows at --smoke's sizes, the
-largest-batch search, the results file and README section they land in,
-and (slow) the whole --smoke run."""
+attention and profile sections, the results file and README section they
+land in, and (slow) the whole --smoke run."""
 
-import dataclasses
+import gzip
 import json
 import shutil
 import subprocess
@@ -17,6 +17,7 @@ from experiments.benchmarks import gpu
 from experiments.benchmarks import gpu_plan
 from experiments.benchmarks import gpu_report
 from experiments.benchmarks import gpu_steps
+from experiments.benchmarks import profile_step
 from tests.conftest import random_cifar
 from tests.conftest import ROOT
 from tests.conftest import write_cifar_binary
@@ -41,8 +42,11 @@ def landed(tmp_path_factory):
   results = gpu.Results(root / 'gpu_results.json', readme,
                         gpu.environment(smoke=True), time.monotonic())
   peaks = {'datasheet': None, 'matmul': 1e11}
-  for row in gpu_steps.compare_model('ViT-B/16', 'ViT-B_16', gpu_plan.SMOKE,
-                                     peaks, None, 'no torch here'):
+  label, model, batch = gpu_plan.SMOKE.models[0]
+  rows = gpu_steps.compare_model(label, model, batch, gpu_plan.SMOKE, peaks,
+                                 None, 'no torch here')
+  rows += gpu.attention_rows(gpu_plan.SMOKE, seconds_left=60)
+  for row in rows:
     results.add(row)
   results.data['finished'] = True
   results.write()
@@ -51,19 +55,28 @@ def landed(tmp_path_factory):
 
 def test_each_attention_and_timm_mode_is_a_row(landed):
   results, _ = landed
-  steps = {(r['implementation'], r['variant']): r for r in results['rows']}
-  assert list(steps) == gpu_steps.CONTENDERS
-  for key in ('vit_jax', 'einsum'), ('vit_jax', 'dot_product_attention'):
+  steps = {(r['implementation'], r['variant']): r for r in results['rows']
+           if r['section'] == 'train step'}
+  assert list(steps) == gpu_steps.contenders(gpu_plan.SMOKE)
+  for key in ('vit_jax', 'einsum'), ('vit_jax', 'auto'):
     row = steps[key]
     assert row['batch_size'] == 8 and row['images_per_second'] > 0
     assert len(row['round_images_per_second']) == 2  # SMOKE's rounds
     assert row['matmul_share'] == pytest.approx(
         row['train_tflop_per_second'] * 1e12 / 1e11)
     assert row['peak_share'] is None  # no datasheet peak given
-  if jax.default_backend() == 'cpu':
-    assert 'cuDNN' in steps['vit_jax', 'cudnn']['skipped']
   for mode in gpu_steps.TIMM_MODES:
     assert steps['timm', mode]['skipped'] == 'no torch here'
+
+
+def test_attention_is_timed_unpadded_and_at_each_token_multiple(landed):
+  results, _ = landed
+  rows = [r for r in results['rows'] if r['section'] == 'attention']
+  kernel = 'cudnn' if jax.default_backend() == 'gpu' else 'xla'
+  assert [r['variant'] for r in rows] == ['einsum'] + [
+      f'{kernel}, tokens padded to a multiple of {m}'
+      for m in gpu_plan.SMOKE.token_multiples]
+  assert all(r['ms'] > 0 for r in rows)
 
 
 def test_the_summary_reads_the_fastest_of_ours(landed):
@@ -72,15 +85,16 @@ def test_the_summary_reads_the_fastest_of_ours(landed):
   assert set(summary) >= {'device', 'vit_b16_images_per_second',
                           'vit_b16_peak_share',
                           'timm_b16_best_images_per_second',
-                          'study_end_to_end_seconds'}
-  fastest = max((r for r in results['rows'] if 'skipped' not in r),
+                          'study_cold_seconds', 'study_warm_seconds'}
+  fastest = max((r for r in results['rows'] if 'skipped' not in r and
+                 r['section'] == 'train step'),
                 key=lambda r: r['images_per_second'])
   assert (summary['vit_b16_images_per_second'],
           summary['vit_b16_attention']) == (fastest['images_per_second'],
                                             fastest['variant'])
   assert summary['device'] == jax.devices()[0].device_kind
   assert summary['timm_b16_best_images_per_second'] is None
-  assert summary['study_end_to_end_seconds'] is None
+  assert summary['study_cold_seconds'] is None
 
 
 def test_the_readme_section_is_the_report_and_summarize_only_rewrites_it(
@@ -89,10 +103,11 @@ def test_the_readme_section_is_the_report_and_summarize_only_rewrites_it(
   section = _section(readme)
   assert section == gpu_report.report(results)
   assert '| ViT-B/16 | vit_jax einsum | 8 |' in section
-  assert '| ViT-B/16 | timm eager | 8 | not measured: no torch here |' in (
-      section)
-  assert '| the cifar_small ViT study end to end < 60 s |  | not measured |' in (
-      section)
+  assert ('| ViT-B/16 | timm torch.compile | 8 | not measured: no torch here '
+          '|') in section
+  assert ('| the study end to end, cold compilation cache, < 15 s |  | not '
+          'measured |') in section
+  assert '| ViT-L/16 train step, batch : >= 1.3x timm\'s best' in section
   # The rest of the README is untouched.
   committed = (HERE / 'README.md').read_text()
   assert readme.read_text().split(section) == committed.split(
@@ -120,6 +135,42 @@ def test_the_committed_readme_has_no_gpu_figure_before_a_gpu_run():
     assert _section(HERE / 'README.md').startswith('Not measured yet')
 
 
+_DEVICE_TRACE = [
+    {'ph': 'M', 'name': 'process_name', 'pid': 1,
+     'args': {'name': '/host:CPU'}},
+    {'ph': 'M', 'name': 'process_name', 'pid': 2,
+     'args': {'name': '/device:GPU:0'}},
+    {'ph': 'X', 'pid': 1, 'tid': 1, 'name': 'jit_train_steps', 'ts': 0,
+     'dur': 900},
+    {'ph': 'X', 'pid': 2, 'tid': 7, 'name': 'sm90_xmma_gemm_bf16bf16', 'ts': 0,
+     'dur': 500, 'args': {'hlo_op': 'gemm_fusion_dot.3'}},
+    {'ph': 'X', 'pid': 2, 'tid': 7,
+     'name': 'cudnn_generated_fort_native_sdpa_sm90', 'ts': 500, 'dur': 200},
+    {'ph': 'X', 'pid': 2, 'tid': 7, 'name': 'loop_multiply_fusion', 'ts': 700,
+     'dur': 60, 'args': {'tf_op': 'jit(train_steps)/while/body/optimizer/mul'}},
+    {'ph': 'X', 'pid': 2, 'tid': 7, 'name': 'input_reduce_fusion', 'ts': 760,
+     'dur': 40},
+    {'ph': 'X', 'pid': 2, 'tid': 8, 'name': 'loop_add_fusion', 'ts': 800,
+     'dur': 200},
+]
+
+
+def test_a_device_trace_is_summed_by_kind_of_kernel(tmp_path):
+  trace = tmp_path / 'perfetto_trace.json.gz'
+  with gzip.open(trace, 'wt') as f:
+    json.dump({'traceEvents': _DEVICE_TRACE}, f)
+  kinds, heaviest = profile_step.summarize_device(trace, steps=2)
+  assert kinds == {
+      'attention (cuDNN)': 0.1, 'matmuls': 0.25, 'optimizer update': 0.03,
+      'layer norms and other reductions': 0.02,
+      'copies and transposes': 0.0, 'other fusions': 0.1,
+      profile_step.OTHER: 0.0, 'kernels, summed': 0.5,
+      'wall, first kernel to last': 0.5}
+  assert [k['kernel'] for k in heaviest][:2] == [
+      'sm90_xmma_gemm_bf16bf16', 'cudnn_generated_fort_native_sdpa_sm90']
+  assert heaviest[0]['args'] == {'hlo_op': 'gemm_fusion_dot.3'}
+
+
 @pytest.mark.slow  # 30-60 s: the study's process, worker processes, compiles
 def test_smoke_measures_every_section_into_json_and_readme(tmp_path):
   write_cifar_binary(tmp_path / 'data' / 'cifar-10-batches-bin', {
@@ -141,10 +192,15 @@ def test_smoke_measures_every_section_into_json_and_readme(tmp_path):
   by_section = {}
   for row in results['rows']:
     by_section.setdefault(row['section'], []).append(row)
-  [study] = by_section['study']
-  assert study['end_to_end_seconds'] > study['train_seconds'] > 0
-  assert results['summary']['study_end_to_end_seconds'] == (
-      study['end_to_end_seconds'])
+  cold, warm = by_section['study']
+  assert (cold['compilation_cache'], warm['compilation_cache']) == ('cold',
+                                                                    'warm')
+  for study in cold, warm:
+    assert study['end_to_end_seconds'] > study['train_seconds'] > 0
+    assert any('Compiled the train' in line for line in study['log'])
+  assert any('from the compilation cache' in line for line in warm['log'])
+  assert results['summary']['study_cold_seconds'] == (
+      cold['end_to_end_seconds'])
   assert [r['loader'] for r in by_section['input']] == [
       f'{results["cpus"]} threads', f'{results["cpus"]} worker processes']
   assert all(r['images_per_second'] > 0 for r in by_section['input'])
@@ -155,64 +211,9 @@ def test_smoke_measures_every_section_into_json_and_readme(tmp_path):
     row = steps['timm', mode]
     assert row.get('images_per_second', 0) > 0 or 'do not import' in row[
         'skipped']
-  # Skipped while the models have no remat and scan fields.
-  for row in by_section['largest batch']:
-    assert row.get('largest_batch', 0) > 0 or 'refuses' in row['skipped']
+  [profile] = by_section['profile']  # a CPU's trace has no GPU kernels
+  assert 'no accelerator kernels' in profile['skipped']
   section = _section(readme)
   assert section == gpu_report.report(results)
   assert '`python experiments/benchmarks/gpu.py --smoke`' in section
-  assert '| total_steps=2, warmup_steps=1,' in section
-
-
-def _search(fits, first=64, cap=10_000, tries_allowed=100):
-  tried = []
-
-  def recorded(batch):
-    tried.append(batch)
-    return fits(batch)
-
-  result = gpu_steps.largest_fitting(
-      recorded, first, cap, lambda: len(tried) < tries_allowed)
-  return result, tried
-
-
-def test_the_search_doubles_then_bisects_to_an_eighth():
-  result, tried = _search(lambda batch: batch <= 300)
-  assert tried == [64, 128, 256, 512, 384, 320, 288]
-  assert result == (288, 320, True)
-
-
-def test_the_search_stops_at_its_cap_at_no_fit_and_at_its_time():
-  assert _search(lambda batch: True, first=2, cap=8) == (
-      (8, None, True), [2, 4, 8])
-  assert _search(lambda batch: False, first=4) == ((0, 1, True), [4, 2, 1])
-  assert _search(lambda batch: True, tries_allowed=2) == (
-      (128, None, False), [64, 128])
-
-
-def test_largest_batch_catches_out_of_memory_and_times_what_fits(
-    monkeypatch):
-  ours = gpu_steps._ours
-
-  def out_of_memory_above_8(plan, model, batch, **overrides):
-    if batch > 8:
-      raise jax.errors.JaxRuntimeError(
-          'RESOURCE_EXHAUSTED: Out of memory while trying to allocate.')
-    return ours(plan, model, batch, **overrides)
-
-  monkeypatch.setattr(gpu_steps, '_ours', out_of_memory_above_8)
-  # Overrides every checkout's models take, in place of remat and scan.
-  monkeypatch.setattr(gpu_plan, 'LARGE_MODEL_OVERRIDES', {'dropout_rate': 0.0})
-  plan = dataclasses.replace(gpu_plan.SMOKE, largest_batch_cap=64)
-  row = gpu_steps.largest_batch('ViT-L/16', 'ViT-L_16', 8, plan, lambda: 60)
-  assert [(t['batch_size'], t['fits']) for t in row['tries']] == [
-      (8, True), (16, False), (12, False), (10, False), (9, False)]
-  assert (row['largest_batch'], row['smallest_failing_batch']) == (8, 9)
-  assert row['images_per_second'] == row['tries'][0]['images_per_second'] > 0
-  assert 'note' not in row
-
-
-def test_a_model_without_time_left_is_a_row_that_says_so():
-  row = gpu_steps.largest_batch('ViT-H/14', 'ViT-H_14', 8, gpu_plan.SMOKE,
-                                lambda: 0)
-  assert row['skipped'] == gpu_steps.OUT_OF_TIME
+  assert '| cold | total_steps=2, warmup_steps=1,' in section

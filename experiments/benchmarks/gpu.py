@@ -1,7 +1,8 @@
 r"""One command for the GPU rows of experiments/benchmarks/README.md, in
-under 9 minutes on one H100:
+under 9 minutes on one H100 (`--quick`: the ViT-B/16 pair and the study):
 
   python experiments/benchmarks/gpu.py --cifar_dir=../shared/data/cifar10-5k
+  python experiments/benchmarks/gpu.py --quick --cifar_dir=...
   python experiments/benchmarks/gpu.py --summarize_only
   python experiments/benchmarks/gpu.py --smoke --cifar_dir=DIR \
       --output=/tmp/gpu/gpu_results.json --readme=/tmp/gpu/README.md
@@ -12,19 +13,24 @@ Measures, in this order, each section within its time budget
 - the study: `python -m vit_jax.main --config=configs/cifar_small.py`
   (ViT-Tiny, 30 epochs) in a process of its own, from its start to its
   summary.json, and its training time alone (summary.json's
-  train_seconds); first, while the GPU is free, with jax's defaults;
+  train_seconds); first, while the GPU is free, with a fresh compilation
+  cache ("cold"), then again with the cache it filled ("warm");
+- a large bf16 matmul's TFLOP/s, then the train step of ViT-B/16 (batch
+  256), ViT-L/16 (128) and ViT-Ti/16 (256) at 224 px in bfloat16 (or the
+  largest batch below that fits), ours with the einsum attention and with
+  the default ('auto': cuDNN's fused kernel on a GPU), against timm's
+  VisionTransformer of the same model and batch in bf16 autocast, the whole
+  step under torch.compile and the compiled model with fused AdamW (in a
+  worker process under --torch_python, when torch and timm import there),
+  in alternating rounds: images/s, medians, and their share of the
+  datasheet's dense bf16 peak and of the matmul;
+- attention alone at ViT-B/16's shape, forward and backward: the einsum
+  path and the fused kernel with the tokens padded to each multiple of
+  `token_multiples` (the choice of attention.CUDNN_TOKEN_MULTIPLE);
+- a jax.profiler trace of ViT-B/16's and ViT-L/16's steps, the kernels'
+  time by kind of work (`profile_step.summarize_device`) and the heaviest;
 - `vit_jax.benchmark_input` at 224 px on synthetic JPEGs, with threads and
-  with one worker process per core;
-- a large bf16 matmul's TFLOP/s, then the train step of ViT-B/16, S/16 and
-  Ti/16 at 224 px in bfloat16 (batch 256, or the largest below it that
-  fits) with each attention implementation, against timm's
-  VisionTransformer of the same model and batch in bf16 autocast, eager and
-  under torch.compile (in a worker process under --torch_python, when torch
-  and timm import there), in alternating rounds: images/s, medians, and
-  their share of the datasheet's dense bf16 peak and of the matmul;
-- the largest batch ViT-L/16 and ViT-H/14 train at with
-  `model_overrides.remat='full'` and `scan=True` (doubled, then bisected,
-  out-of-memory caught), and its images/s.
+  with one worker process per core.
 
 Every row lands in --output (gpu_results.json beside this file: device,
 versions, environment, rows, summary) and in the README's GPU section as it
@@ -36,6 +42,7 @@ Meant for one GPU: our steps use every device jax sees, timm's one.
 
 import argparse
 import datetime
+import gc
 import importlib.metadata
 import json
 import os
@@ -59,6 +66,7 @@ from experiments import runs
 from experiments.benchmarks import gpu_plan
 from experiments.benchmarks import gpu_report
 from experiments.benchmarks import gpu_steps
+from experiments.benchmarks import profile_step
 from experiments.benchmarks import timm_worker
 from vit_jax import step_benchmark
 from vit_jax import benchmark_input
@@ -66,6 +74,7 @@ from vit_jax import distributed
 from vit_jax import files
 from vit_jax import flops
 from vit_jax import sharding
+from vit_jax.models import attention
 # pylint: enable=g-import-not-at-top,wrong-import-position
 
 HERE = pathlib.Path(__file__).resolve().parent
@@ -73,8 +82,7 @@ OUT_OF_TIME = gpu_steps.OUT_OF_TIME
 SECTION = 'gpu results'
 WRITER = 'gpu.py'
 # Our process grows its GPU memory as it goes instead of taking 75% at the
-# start, so that timm's worker has room beside it; up to 90%, for the
-# largest-batch search, which runs after the worker has ended.
+# start, so that timm's worker has room beside it.
 ALLOCATOR = {'XLA_PYTHON_CLIENT_PREALLOCATE': 'false',
              'XLA_PYTHON_CLIENT_MEM_FRACTION': '0.9'}
 
@@ -160,9 +168,11 @@ class Clock:
 
 
 def run_study(plan: gpu_plan.Plan, cifar_dir: pathlib.Path, timeout: float,
-              env: dict) -> dict:
+              env: dict, cache: pathlib.Path, state: str) -> dict:
+  """The study in a process of its own, its programs compiled through
+  `cache` (`state`: 'cold', empty; 'warm', filled by a run before)."""
   row = {'section': 'study', 'config': 'configs/cifar_small.py',
-         'overrides': plan.study_overrides}
+         'overrides': plan.study_overrides, 'compilation_cache': state}
   with tempfile.TemporaryDirectory() as workdir:
     start = time.time()
     try:
@@ -170,6 +180,7 @@ def run_study(plan: gpu_plan.Plan, cifar_dir: pathlib.Path, timeout: float,
           [sys.executable, '-m', 'vit_jax.main',
            '--config=configs/cifar_small.py', f'--workdir={workdir}',
            f'--config.data_dir={cifar_dir}',
+           f'--config.compilation_cache_dir={cache}',
            *(f'--config.{k}={v}' for k, v in plan.study_overrides.items())],
           cwd=REPO, env=env, capture_output=True, text=True,
           timeout=max(timeout, 1))
@@ -182,10 +193,33 @@ def run_study(plan: gpu_plan.Plan, cifar_dir: pathlib.Path, timeout: float,
               f'{last_line}'}
     summary_file = pathlib.Path(workdir) / 'summary.json'
     summary = json.loads(summary_file.read_text())
+    # Where its start-up time went, as its log says (the lines that
+    # name the phases, cut at 300 characters).
+    phases = [line[:300] for line in run.stderr.splitlines()
+              if any(word in line for word in (
+                  'Compil', 'parameters) on', 'Resumed', 'step 39/',
+                  'Done:'))]
     return {**row, 'end_to_end_seconds': summary_file.stat().st_mtime - start,
             'train_seconds': summary['train_seconds'],
             'epochs': summary['epochs'], 'steps': summary['steps'],
-            'best_test_accuracy': summary['best_test_accuracy']}
+            'best_test_accuracy': summary['best_test_accuracy'],
+            'log': phases}
+
+
+def study_rows(plan: gpu_plan.Plan, cifar_dir: pathlib.Path,
+               seconds_left, env: dict) -> list[dict]:
+  """The study with a cold, then a warm compilation cache."""
+  rows = []
+  with tempfile.TemporaryDirectory() as cache:
+    for state in ('cold', 'warm'):
+      if seconds_left() <= 0:
+        rows.append({'section': 'study', 'config': 'configs/cifar_small.py',
+                     'overrides': plan.study_overrides,
+                     'compilation_cache': state, 'skipped': OUT_OF_TIME})
+        continue
+      rows.append(run_study(plan, cifar_dir, seconds_left(), env,
+                            pathlib.Path(cache), state))
+  return rows
 
 
 def write_jpegs(folder: pathlib.Path, count: int, size: tuple[int, int]):
@@ -246,12 +280,85 @@ def start_worker(python: str) -> tuple[timm_worker.TimmWorker | None, str]:
     return None, f'torch and timm do not import in {python} ({e})'
 
 
+def attention_rows(plan: gpu_plan.Plan, seconds_left: float) -> list[dict]:
+  """Attention alone at `plan.attention_shape`, forward and backward in
+  bfloat16: the einsum path's core and the fused kernel with the tokens
+  padded to each of `plan.token_multiples` (cuDNN's on a GPU, XLA's
+  elsewhere), each the median of `plan.steps` calls."""
+  batch, tokens, heads, head_dim = plan.attention_shape
+  row = {'section': 'attention', 'shape': list(plan.attention_shape)}
+  if seconds_left <= 0:
+    return [{**row, 'skipped': OUT_OF_TIME}]
+  kernel = 'cudnn' if attention.cudnn_applies(
+      jax.devices()[0], jnp.bfloat16, head_dim) else 'xla'
+  q, k, v = jax.random.normal(jax.random.key(0), (3, batch, tokens, heads,
+                                                  head_dim), jnp.bfloat16)
+  scale = head_dim**-0.5
+
+  def einsum(q, k, v):  # MultiHeadSelfAttention's, in its layout
+    q, k, v = (x.transpose(0, 2, 1, 3) for x in (q, k, v))
+    logits = jnp.einsum('bhqe,bhke->bhqk', q * jnp.bfloat16(scale), k)
+    weights = jax.nn.softmax(logits.astype(jnp.float32)).astype(q.dtype)
+    return jnp.einsum('bhqk,bhke->bhqe', weights, v)
+
+  candidates = {'einsum': einsum}
+  for multiple in plan.token_multiples:
+    candidates[f'{kernel}, tokens padded to a multiple of {multiple}'] = (
+        lambda q, k, v, m=multiple: attention.fused_attention(
+            q, k, v, scale=scale, implementation=kernel, token_multiple=m))
+  rows = []
+  for name, forward in candidates.items():
+    step = jax.jit(jax.grad(lambda q, k, v, f=forward: f(q, k, v).astype(
+        jnp.float32).sum(), argnums=(0, 1, 2)))
+    try:
+      seconds = step_benchmark.median_seconds(lambda: step(q, k, v),
+                                              plan.steps)
+    except Exception as e:  # pylint: disable=broad-except
+      rows.append({**row, 'variant': name, 'skipped': gpu_steps.failure_note(e)})
+      continue
+    rows.append({**row, 'variant': name, 'ms': 1000 * seconds})
+  return rows
+
+
+def profile_rows(plan: gpu_plan.Plan, seconds_left: float) -> list[dict]:
+  """A trace of `plan.profile_steps` train steps of the first
+  `plan.profile_models` models (attention 'auto'), summed by kind of work."""
+  rows = []
+  for label, model, batch in plan.models[:plan.profile_models]:
+    row = {'section': 'profile', 'model': label, 'batch_size': batch}
+    if seconds_left <= 0:
+      rows.append({**row, 'skipped': OUT_OF_TIME})
+      continue
+    try:
+      bench, batch = gpu_steps.fitting_ours(plan, model, batch,
+                                            attention='auto')
+      step = step_benchmark.median_seconds(bench.train_step, plan.steps)
+      with tempfile.TemporaryDirectory() as trace_dir:
+        with jax.profiler.trace(trace_dir, create_perfetto_trace=True):
+          for _ in range(plan.profile_steps):
+            jax.block_until_ready(bench.train_step())
+        trace = next(pathlib.Path(trace_dir).rglob('perfetto_trace.json.gz'))
+        kinds, heaviest = profile_step.summarize_device(trace,
+                                                        plan.profile_steps)
+    except Exception as e:  # pylint: disable=broad-except
+      rows.append({**row, 'skipped': gpu_steps.failure_note(e)})
+      continue
+    finally:
+      bench = None
+      gc.collect()
+    if not kinds:
+      rows.append({**row, 'skipped': 'the trace holds no accelerator '
+                   'kernels (a CPU)'})
+      continue
+    rows.append({**row, 'batch_size': batch, 'step_ms': 1000 * step,
+                 'ms_per_step_by_kind': kinds, 'heaviest_kernels': heaviest})
+  return rows
+
+
 def measure(plan: gpu_plan.Plan, results: Results, clock: Clock,
             torch_python: str):
-  """The input, train-step and largest-batch sections, into `results`."""
-  for row in input_rows(plan, clock.left('input')):
-    results.add(row)
-
+  """The train-step, attention, profile and input sections, into
+  `results`."""
   # The datasheet's is one device's; our step and the matmul use them all.
   per_device = flops.peak_flops(results.data['device'], 'bfloat16')
   datasheet = per_device and per_device * jax.device_count()
@@ -266,33 +373,42 @@ def measure(plan: gpu_plan.Plan, results: Results, clock: Clock,
   worker, timm_missing = start_worker(torch_python)
   if worker:
     results.data['versions'].update(worker.versions)
-  last = 0.0
-  for label, model in plan.models:
+  last, timm_modes = 0.0, tuple(gpu_steps.TIMM_MODES)
+  for label, model, batch in plan.models:
     # A model's rows take about as long as the last model's did.
     if clock.left('train step') <= last:
-      rows = gpu_steps.not_measured(label, plan, OUT_OF_TIME)
+      rows = gpu_steps.not_measured(label, plan, batch, OUT_OF_TIME,
+                                    timm_modes)
     else:
       start = time.monotonic()
-      rows = gpu_steps.compare_model(label, model, plan, peaks, worker,
-                                     timm_missing)
+      rows = gpu_steps.compare_model(label, model, batch, plan, peaks, worker,
+                                     timm_missing, timm_modes)
       last = time.monotonic() - start
     for row in rows:
       results.add(row)
+    # timm at its best on the first model stands for it on the others.
+    timm = [r for r in rows if r['implementation'] == 'timm' and
+            'images_per_second' in r]
+    if timm:
+      timm_modes = (max(timm, key=lambda r: r['images_per_second'])[
+          'variant'],)
   if worker:
-    worker.close()  # its GPU memory goes back before the search
-
-  for i, (label, model, first) in enumerate(plan.large_models):
-    # An equal share of what is left, so that the first cannot take it all.
-    end = time.monotonic() + clock.left('largest batch') / (
-        len(plan.large_models) - i)
-    results.add(gpu_steps.largest_batch(
-        label, model, first, plan, lambda: end - time.monotonic()))
+    worker.close()  # its GPU memory goes back before the traces
+  planned = dict(plan.budgets)  # --quick plans no time for the rest
+  for section, rows in (('attention', attention_rows),
+                        ('profile', profile_rows), ('input', input_rows)):
+    if planned[section]:
+      for row in rows(plan, clock.left(section)):
+        results.add(row)
 
 
 def main():
   parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
   parser.add_argument('--smoke', action='store_true',
                       help='The same code paths on the CPU at tiny sizes.')
+  parser.add_argument('--quick', action='store_true',
+                      help='Only the ViT-B/16 pair and the study, for when '
+                      'little GPU time is left (gpu_plan.QUICK).')
   parser.add_argument('--summarize_only', action='store_true',
                       help='Only rewrite the README section from --output.')
   parser.add_argument('--output', type=pathlib.Path,
@@ -321,7 +437,8 @@ def main():
     return
 
   runs.require_cifar10_subset(args.cifar_dir)
-  plan = gpu_plan.SMOKE if args.smoke else gpu_plan.H100
+  plan = (gpu_plan.SMOKE if args.smoke else
+          gpu_plan.QUICK if args.quick else gpu_plan.H100)
   clock = Clock(plan, time.monotonic())
   study_environment = dict(os.environ)  # jax's defaults for the study
   for name, value in ALLOCATOR.items():
@@ -329,12 +446,14 @@ def main():
   distributed.set_cpu_devices(1)  # --smoke: one device, as one GPU
   if jax.default_backend() == 'cpu' and not args.smoke:
     sys.exit('error: jax sees no GPU here; on a CPU, run with --smoke.')
-  results = Results(output, readme, environment(args.smoke),
+  results = Results(output, readme,
+                    {**environment(args.smoke), 'quick': args.quick},
                     clock.start)
   results.write()
   # First, while the GPU is all but free (this process holds no memory).
-  results.add(run_study(plan, args.cifar_dir.resolve(), clock.left('study'),
-                        study_environment))
+  for row in study_rows(plan, args.cifar_dir.resolve(),
+                        lambda: clock.left('study'), study_environment):
+    results.add(row)
   measure(plan, results, clock, args.torch_python)
   results.data['finished'] = True
   results.write()

@@ -1,12 +1,10 @@
 """The train-step rows of `gpu.py`: our ViTs' compiled steps, one per
-attention implementation, against timm's eager and compiled steps in
-alternating rounds; and the largest batch a large ViT with remat and scan
-trains at."""
+attention implementation, against timm's compiled steps in alternating
+rounds."""
 
 from collections.abc import Callable
 import gc
 import statistics
-import time
 import traceback
 
 import jax
@@ -15,10 +13,8 @@ from experiments.benchmarks import compare_pytorch
 from experiments.benchmarks import gpu_plan
 from experiments.benchmarks import timm_worker
 from vit_jax import step_benchmark
-from vit_jax.errors import ConfigError
-from vit_jax.models import attention
 
-TIMM_MODES = {'eager': False, 'torch.compile': True}
+TIMM_MODES = gpu_plan.TIMM_MODES
 OUT_OF_TIME = 'not run: its section\'s time budget was spent'
 
 
@@ -49,7 +45,14 @@ def _ours(plan: gpu_plan.Plan, model: str, batch: int,
   return bench
 
 
-def _fitting(make: Callable[[int], step_benchmark.StepBenchmark], batch: int):
+def fitting_ours(plan: gpu_plan.Plan, model: str, batch: int, **overrides
+                 ) -> tuple[step_benchmark.StepBenchmark, int]:
+  """Our step (`_ours`) at `batch`, or the largest half of it that fits."""
+  return _fitting(lambda b: _ours(plan, model, b, **overrides), batch)
+
+
+def _fitting(make: Callable[[int], step_benchmark.StepBenchmark],
+             batch: int):
   """(make(batch), batch), the batch halved while it runs out of memory."""
   while True:
     try:
@@ -72,51 +75,55 @@ def architecture(bench: step_benchmark.StepBenchmark) -> dict:
   )._asdict()
 
 
-# The rows of a model: (implementation, variant).
-CONTENDERS = [('vit_jax', name) for name in attention.ATTENTIONS] + [
-    ('timm', mode) for mode in TIMM_MODES]
+def contenders(plan: gpu_plan.Plan, timm_modes=tuple(TIMM_MODES)
+               ) -> list[tuple[str, str]]:
+  """The rows of a model: (implementation, variant)."""
+  return ([('vit_jax', name) for name in plan.attentions] +
+          [('timm', mode) for mode in timm_modes])
 
 
-def not_measured(label: str, plan: gpu_plan.Plan, reason: str) -> list[dict]:
-  return [_row(label, key, plan, plan.batch_size, skipped=reason)
-          for key in CONTENDERS]
+def not_measured(label: str, plan: gpu_plan.Plan, batch: int, reason: str,
+                 timm_modes=tuple(TIMM_MODES)) -> list[dict]:
+  return [_row(label, key, plan, batch, skipped=reason)
+          for key in contenders(plan, timm_modes)]
 
 
-def compare_model(label: str, model: str, plan: gpu_plan.Plan,
-                  peaks: dict, worker: timm_worker.TimmWorker | None,
-                  timm_missing: str) -> list[dict]:
-  """The rows of `model`: ours with each attention, timm eager and
-  compiled (each skipped with `timm_missing` when `worker` is None), timed
-  in alternating rounds at the largest batch up to `plan.batch_size` that
-  our einsum step runs at."""
-  first, *others = attention.ATTENTIONS
+def compare_model(label: str, model: str, batch_size: int,
+                  plan: gpu_plan.Plan, peaks: dict,
+                  worker: timm_worker.TimmWorker | None, timm_missing: str,
+                  timm_modes=tuple(TIMM_MODES)) -> list[dict]:
+  """The rows of `model`: ours with each of the plan's attentions, timm in
+  each of `timm_modes` (each skipped with `timm_missing` when `worker` is
+  None), timed in alternating rounds at the largest batch up to
+  `batch_size` that our first attention's step runs at."""
+  first, *others = plan.attentions
+  keys = contenders(plan, timm_modes)
   skipped = {} if worker else {('timm', mode): timm_missing
-                               for mode in TIMM_MODES}
+                               for mode in timm_modes}
   try:
-    bench, batch = _fitting(
-        lambda b: _ours(plan, model, b, attention=first), plan.batch_size)
+    bench, batch = fitting_ours(plan, model, batch_size, attention=first)
   except Exception as e:  # pylint: disable=broad-except
     # One model's failure is its rows' note; the other models still run.
-    return not_measured(label, plan, failure_note(e))
+    return not_measured(label, plan, batch_size, failure_note(e), timm_modes)
   # The einsum step's count stands for all: the fused kernels' attention
   # matmuls are no dot_general in their jaxpr.
   train_flops = 3 * bench.forward_flops_per_image()
   if worker:
     # The worker builds and compiles timm's steps while we compile ours.
-    for mode, compiled in TIMM_MODES.items():
+    for mode in timm_modes:
       worker.send(op='prepare', name=mode, architecture=architecture(bench),
-                  batch=batch, compiled=compiled)
+                  batch=batch, compiled=TIMM_MODES[mode])
   benches = {first: bench}
   for name in others:
     try:
       benches[name] = _ours(plan, model, batch, attention=name)
     except Exception as e:  # pylint: disable=broad-except
-      # A kernel this device lacks (cuDNN's on a CPU) or out of memory.
+      # Out of memory, or a kernel this device lacks.
       skipped['vit_jax', name] = failure_note(e)
   # Ours: compiling; timm's: building, compiling and its first 3 steps.
   setup = {('vit_jax', name): b.compile_seconds for name, b in benches.items()}
   if worker:
-    for mode in TIMM_MODES:
+    for mode in timm_modes:
       try:
         setup['timm', mode] = worker.receive()['warmup_seconds']
       except timm_worker.WorkerError as e:
@@ -129,7 +136,7 @@ def compare_model(label: str, model: str, plan: gpu_plan.Plan,
     worker.send(op='time', name=name, steps=plan.steps)
     return statistics.median(worker.receive()['seconds'])
 
-  seconds = {key: [] for key in CONTENDERS if key in setup}
+  seconds = {key: [] for key in keys if key in setup}
   for round_index in range(plan.rounds):
     order = list(seconds) if round_index % 2 == 0 else list(seconds)[::-1]
     for key in order:
@@ -148,7 +155,7 @@ def compare_model(label: str, model: str, plan: gpu_plan.Plan,
           if key in skipped else
           _row(label, key, plan, batch, seconds=seconds[key],
                train_flops=train_flops, peaks=peaks, setup_seconds=setup[key])
-          for key in CONTENDERS]
+          for key in keys]
 
 
 def _row(label: str, key: tuple[str, str], plan: gpu_plan.Plan, batch: int,
@@ -173,77 +180,3 @@ def _row(label: str, key: tuple[str, str], plan: gpu_plan.Plan, batch: int,
       'matmul_share': flop_per_second / peaks['matmul'],
       'setup_seconds': setup_seconds,
   }
-
-
-def largest_fitting(fits: Callable[[int], bool], first: int, cap: int,
-                    has_time: Callable[[], bool]
-                    ) -> tuple[int, int | None, bool]:
-  """Doubles the batch from `first` until one does not fit or `cap` does,
-  then bisects until the largest that fits and the smallest that does not
-  are within an eighth of each other. Returns both (0: none fit; None: all
-  did) and whether it finished before `has_time()` turned false."""
-  fit, fail = 0, None
-  batch = first
-  while has_time():
-    if fits(batch):
-      fit = batch
-    else:
-      fail = batch
-    if fail is None:
-      if batch >= cap:
-        return fit, fail, True
-      batch = min(2 * batch, cap)
-    elif fail - fit <= max(fit // 8, 1):
-      return fit, fail, True
-    else:
-      batch = (fit + fail) // 2
-  return fit, fail, False
-
-
-def largest_batch(label: str, model: str, first: int, plan: gpu_plan.Plan,
-                  seconds_left: Callable[[], float]) -> dict:
-  """The largest batch `model` trains at with remat and scan, and its
-  images/s, searched while `seconds_left()` exceeds twice the last try's
-  time (doubling the batch at most doubles a try)."""
-  tries = []
-
-  def fits(batch: int) -> bool:
-    start = time.monotonic()
-    try:
-      bench = _ours(plan, model, batch, **gpu_plan.LARGE_MODEL_OVERRIDES)
-      step = step_benchmark.median_seconds(bench.train_step, plan.search_steps,
-                                      warmup=0)
-      tries.append({'batch_size': batch, 'fits': True,
-                    'images_per_second': batch / step})
-    except jax.errors.JaxRuntimeError as e:
-      if not is_out_of_memory(e):
-        raise
-      tries.append({'batch_size': batch, 'fits': False})
-    finally:
-      bench = None  # freed before the next try allocates
-      gc.collect()
-      jax.clear_caches()
-    tries[-1]['seconds'] = time.monotonic() - start
-    return tries[-1]['fits']
-
-  row = {'section': 'largest batch', 'model': label,
-         'model_overrides': gpu_plan.LARGE_MODEL_OVERRIDES}
-  if seconds_left() <= 0:
-    return {**row, 'skipped': OUT_OF_TIME}
-  try:
-    fit, fail, finished = largest_fitting(
-        fits, first, plan.largest_batch_cap,
-        lambda: seconds_left() > 2 * (tries[-1]['seconds'] if tries else 0))
-  except ConfigError as e:
-    return {**row, 'skipped': f'the model refuses these overrides: '
-            f'{str(e).split(". ")[0]}'}
-  except Exception as e:  # pylint: disable=broad-except
-    return {**row, 'skipped': failure_note(e), 'tries': tries}
-  timed = {t['batch_size']: t.get('images_per_second') for t in tries}
-  if not finished:
-    row['note'] = ('the search stopped at the end of its time budget' +
-                   (f', below {fail}' if fail else ''))
-  elif fail is None:
-    row['note'] = f'fits at {fit}, the most the search tries'
-  return {**row, 'largest_batch': fit, 'smallest_failing_batch': fail,
-          'images_per_second': timed.get(fit), 'tries': tries}

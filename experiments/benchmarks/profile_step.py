@@ -1,5 +1,7 @@
 r"""Where the study ViT's train step spends its time on this machine: the
-table of the benchmarks README's "Where the time goes".
+table of the benchmarks README's "Where the time goes". On an accelerator,
+`summarize_device` sums a trace's kernels by kind of work instead (`gpu.py`'s
+profile section).
 
   python experiments/benchmarks/profile_step.py [--cpu_devices=4] [--steps=3]
   python experiments/benchmarks/profile_step.py --matmuls
@@ -88,6 +90,66 @@ def summarize(trace_path: pathlib.Path, steps: int) -> dict[str, float]:
   table['sum over threads'] = sum(kinds.values()) / 1e3 / steps
   table['wall'] = wall / 1e3 / steps
   return table
+
+
+# Kinds of a GPU step's kernels, by their names and the XLA and jax op names
+# the trace gives them (`steps` scopes the optimizer's update as
+# 'optimizer'); the first match wins.
+DEVICE_KINDS = (
+    ('attention (cuDNN)', re.compile(r'cudnn|fmha|sdpa|flash', re.I)),
+    ('matmuls', re.compile(r'gemm|cublas|cutlass|xmma|wgmma|matmul|\bdot',
+                           re.I)),
+    ('optimizer update', re.compile(r'optimizer')),
+    ('layer norms and other reductions', re.compile(r'reduce|norm', re.I)),
+    ('copies and transposes',
+     re.compile(r'copy|transpose|memcpy|memset', re.I)),
+    ('other fusions', re.compile(r'fusion|loop', re.I)),
+)
+
+
+def _device_threads(events: list[dict]) -> set[tuple[int, int]]:
+  """(pid, tid) of the trace's accelerator streams: the threads of the
+  processes named after a device other than the host."""
+  devices = {e['pid'] for e in events
+             if e.get('ph') == 'M' and e.get('name') == 'process_name' and
+             '/device:' in e['args'].get('name', '') and
+             'CPU' not in e['args']['name']}
+  return {(e['pid'], e['tid']) for e in events
+          if e.get('ph') == 'X' and e['pid'] in devices}
+
+
+def summarize_device(trace_path: pathlib.Path, steps: int,
+                     top: int = 25) -> tuple[dict[str, float], list[dict]]:
+  """Milliseconds per step of an accelerator's kernels by kind of work
+  (DEVICE_KINDS), their sum and the wall time from the first to the last;
+  and the `top` kernels by time, with what the trace says of them. Empty
+  when the trace has no accelerator (a CPU)."""
+  with gzip.open(trace_path) as f:
+    events = json.load(f)['traceEvents']
+  threads = _device_threads(events)
+  kernels = [e for e in events if e.get('ph') == 'X' and
+             (e.get('pid'), e.get('tid')) in threads]
+  if not kernels:
+    return {}, []
+  kinds, by_name = collections.Counter(), collections.Counter()
+  described = {}
+  for e in kernels:
+    text = ' '.join([e['name'], *(str(v) for v in e.get('args', {}).values())])
+    kind = next((k for k, pattern in DEVICE_KINDS if pattern.search(text)),
+                OTHER)
+    kinds[kind] += e['dur']
+    by_name[e['name']] += e['dur']
+    described.setdefault(e['name'], {'kind': kind, 'args': {
+        k: str(v)[:200] for k, v in e.get('args', {}).items()}})
+  wall = (max(e['ts'] + e['dur'] for e in kernels) -
+          min(e['ts'] for e in kernels))
+  table = {kind: kinds[kind] / 1e3 / steps for kind, _ in DEVICE_KINDS}
+  table[OTHER] = kinds[OTHER] / 1e3 / steps
+  table['kernels, summed'] = sum(kinds.values()) / 1e3 / steps
+  table['wall, first kernel to last'] = wall / 1e3 / steps
+  heaviest = [{'kernel': name, 'ms_per_step': us / 1e3 / steps,
+               **described[name]} for name, us in by_name.most_common(top)]
+  return table, heaviest
 
 
 # The step's largest matmuls (M, K, N) at batch 128: the MLP's two and a

@@ -8,7 +8,9 @@ repository's root) needs only the standard library, torch and timm. It reads
 one JSON request a line and answers one JSON line each, in order:
 
   {"op": "prepare", "name": N, "architecture": {...}, "batch": B,
-   "compiled": bool}            -> {"warmup_seconds": s}: built, 3 steps run
+   "compiled": C}               -> {"warmup_seconds": s}: built, with
+                                   torch.compile on C (compare_pytorch.
+                                   COMPILED), 3 steps run
   {"op": "time", "name": N, "steps": S} -> {"seconds": [...]}: 2 warm-up
                                    steps, then S timed ones
   {"op": "clear"}               -> {}: every prepared step dropped

@@ -6,6 +6,7 @@ A leaf module (numpy only), so that the readers (`cifar`, `image_folder`,
 import it without importing each other.
 """
 
+from collections.abc import Callable
 import dataclasses
 from typing import Protocol
 
@@ -26,17 +27,16 @@ class ScalableSource(Source, Protocol):
   """A source of stored images that can decode one smaller than stored (a
   JPEG, by libjpeg's DCT scaling), for an input that shrinks it anyway."""
 
-  def image_shape(self, index: int) -> tuple[int, int]:
-    """(height, width) of the stored image, from its header alone."""
-
-  def read(self, index: int, at_least: tuple[int, int]
-           ) -> tuple[np.ndarray, int]:
-    """`self[index]`, the image perhaps decoded smaller but never below
-    `at_least` (height, width) where it is that large."""
+  def read(self, index: int,
+           at_least: Callable[[tuple[int, int]], tuple[int, int]]
+           ) -> tuple[np.ndarray, int, tuple[int, int]]:
+    """(image, label, stored (height, width)) of example `index`: the image
+    perhaps decoded smaller than stored, but never below `at_least(stored)`
+    (height, width), which the caller decides from the stored size."""
 
 
 def scalable(source: Source) -> bool:
-  return hasattr(source, 'image_shape') and hasattr(source, 'read')
+  return hasattr(source, 'read')
 
 
 @dataclasses.dataclass(frozen=True)
@@ -65,10 +65,10 @@ class SubsetSource:
     return self.source[self._in_source(index)]
 
   def __getattr__(self, name):
-    # ScalableSource's methods, where the source has them.
-    if name in ('image_shape', 'read') and scalable(self.source):
-      method = getattr(self.source, name)
-      return lambda index, *args: method(self._in_source(index), *args)
+    # ScalableSource's `read`, where the source has it.
+    if name == 'read' and scalable(self.source):
+      return lambda index, at_least: self.source.read(
+          self._in_source(index), at_least)
     raise AttributeError(name)
 
   def _in_source(self, index) -> int:

@@ -15,6 +15,7 @@ big_vision's `decode`), which ignore it, so a model fine-tuned here sees the
 pixels it would see there.
 """
 
+from collections.abc import Callable
 import dataclasses
 import os
 import pathlib
@@ -120,30 +121,22 @@ def _reason(error: BaseException) -> str:
   return f'cannot be decoded ({errors.first_line(error)})'
 
 
-def read_image(path: pathlib.Path,
-               at_least: tuple[int, int] | None = None) -> np.ndarray:
-  """An image file as uint8 RGB (`to_rgb`); with `at_least` (height,
-  width), a JPEG decoded at 1/2, 1/4 or 1/8 of its size where that is no
-  smaller (PIL's draft mode: libjpeg's DCT scaling, several times faster
-  than decoding whole)."""
+def read_image(
+    path: pathlib.Path,
+    at_least: Callable[[tuple[int, int]], tuple[int, int]] | None = None
+) -> np.ndarray:
+  """An image file as uint8 RGB (`to_rgb`). With `at_least`, a function of
+  the stored (height, width) giving the smallest (height, width) wanted, a
+  JPEG is decoded at 1/2, 1/4 or 1/8 of its size where that is no smaller
+  (PIL's draft mode: libjpeg's DCT scaling, which skips most of the
+  decoding's arithmetic)."""
   from PIL import Image  # pylint: disable=g-import-not-at-top
   try:
     with Image.open(path) as image:
       if at_least is not None:
-        height, width = at_least
+        height, width = at_least((image.height, image.width))
         image.draft(None, (max(width, 1), max(height, 1)))
       return to_rgb(image)
-  except _decode_errors() as e:
-    raise DatasetError(f'Cannot read image {path}: {_reason(e)}; fix or '
-                       'remove it.') from e
-
-
-def image_shape(path: pathlib.Path) -> tuple[int, int]:
-  """(height, width) of an image file, from its header."""
-  from PIL import Image  # pylint: disable=g-import-not-at-top
-  try:
-    with Image.open(path) as image:
-      return image.height, image.width
   except _decode_errors() as e:
     raise DatasetError(f'Cannot read image {path}: {_reason(e)}; fix or '
                        'remove it.') from e
@@ -189,11 +182,11 @@ class FileSource:
   def __getitem__(self, index):
     return read_image(self.paths[index]), int(self.labels[index])
 
-  def image_shape(self, index: int) -> tuple[int, int]:
-    return image_shape(self.paths[index])
-
-  def read(self, index: int, at_least: tuple[int, int]):
-    return read_image(self.paths[index], at_least), int(self.labels[index])
+  def read(self, index: int, at_least):
+    stored = []
+    image = read_image(self.paths[index],
+                       lambda shape: stored.append(shape) or at_least(shape))
+    return image, int(self.labels[index]), stored[0]
 
 
 @dataclasses.dataclass

@@ -75,11 +75,15 @@ def train_example(source: dataset.Source, index: int, size: int,
   if not dataset.scalable(source):
     image, label = source[index]
     return train_image(image, size, augment, rng), label
-  stored = source.image_shape(index)
-  box = (inception_crop_box(*stored, rng) if augment else
-         (0, 0, *stored))
-  image, label = source.read(index, _decoded_size(stored, box, size))
-  image = resize(_scaled_crop(image, stored, box), size)
+  drawn = []
+
+  def at_least(stored):
+    drawn.append(inception_crop_box(*stored, rng) if augment else
+                 (0, 0, *stored))
+    return _decoded_size(stored, drawn[0], size)
+
+  image, label, stored = source.read(index, at_least)
+  image = resize(_scaled_crop(image, stored, drawn[0]), size)
   if augment and rng.random() < 0.5:
     image = image[:, ::-1]
   return image, label
@@ -92,7 +96,7 @@ def eval_example(source: dataset.Source, index: int,
   if not dataset.scalable(source):
     image, label = source[index]
     return resize(image, size), label
-  image, label = source.read(index, (size, size))
+  image, label, _ = source.read(index, lambda stored: (size, size))
   return resize(image, size), label
 
 
