@@ -134,8 +134,8 @@ FIELDS: dict[str, Field] = {
                               may_change_on_resume=True),
     'steps_per_dispatch': Field(
         0, 'Most train steps one compiled call runs, the data already on '
-        'the devices (vit_jax.dispatch; the same steps, fewer calls); 0: the '
-        "input's default, 32 on-device, 1 streaming.",
+        'the devices (vit_jax.dispatch; the same steps, fewer calls); 0: 1 '
+        "on a CPU, else the input's default, 32 on-device, 1 streaming.",
         may_change_on_resume=True),
     # The optimizer.
     'batch_size': Field(128, 'Global batch size, over all devices and '

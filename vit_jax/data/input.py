@@ -38,7 +38,7 @@ class Input(abc.ABC):
   train_data: Any
   test_data: Any
 
-  # How many train steps one compiled call runs, unless
+  # How many train steps one compiled call runs on an accelerator, unless
   # config.steps_per_dispatch says: as many as a block of this input's
   # batches can hold at little cost.
   default_steps_per_dispatch: int
@@ -50,8 +50,14 @@ class Input(abc.ABC):
 
   @property
   def steps_per_dispatch(self) -> int:
-    """The batches a block holds."""
-    return self.config.steps_per_dispatch or self.default_steps_per_dispatch
+    """The batches a block holds: config.steps_per_dispatch, else one on a
+    CPU (whose steps are long, and ran slower in a loop) and the input's
+    default on an accelerator."""
+    if self.config.steps_per_dispatch:
+      return self.config.steps_per_dispatch
+    if jax.default_backend() == 'cpu':
+      return 1
+    return self.default_steps_per_dispatch
 
   @property
   def steps_per_epoch(self) -> int:
