@@ -14,6 +14,7 @@ the sums are donated. `compile_steps` compiles ahead of time from shapes
 alone, so a config that cannot compile fails before anything is written.
 """
 
+from collections.abc import Callable
 import functools
 import time
 from typing import Any, NamedTuple
@@ -58,11 +59,12 @@ def _shapes(key, model, tx, image_size: int) -> TrainState:
       _init, model=model, tx=tx, image_size=image_size), key)
 
 
-def initial_state(key, model, tx, image_size: int,
-                  mesh: jax.sharding.Mesh) -> TrainState:
-  """Freshly initialised parameters and optimizer state, laid out on `mesh`
-  as `sharding.state_shardings` says (each device initialises only its
-  shards; on a CPU, a mimetic model's one device all of it)."""
+def initializer(key, model, tx, image_size: int, mesh: jax.sharding.Mesh
+                ) -> Callable[[jax.Array], TrainState]:
+  """key -> freshly initialised parameters and optimizer state, laid out
+  on `mesh` as `sharding.state_shardings` says (each device initialises
+  only its shards; on a CPU, a mimetic model's one device all of it),
+  compiled now: a thread can compile it while the steps compile."""
   shardings = sharding.state_shardings(_shapes(key, model, tx, image_size),
                                        mesh)
   init = functools.partial(_init, model=model, tx=tx, image_size=image_size)
@@ -70,8 +72,14 @@ def initial_state(key, model, tx, image_size: int,
     # Its SVDs deadlock XLA's CPU runtime in a program partitioned over
     # several host devices (jax 0.10.2, 4 devices on 2 cores): one device
     # initialises, then the state is laid out.
-    return jax.device_put(jax.jit(init)(key), shardings)
-  return jax.jit(init, out_shardings=shardings)(key)
+    return lambda key: jax.device_put(jax.jit(init)(key), shardings)
+  return jax.jit(init, out_shardings=shardings).lower(key).compile()
+
+
+def initial_state(key, model, tx, image_size: int,
+                  mesh: jax.sharding.Mesh) -> TrainState:
+  """`initializer`'s state for `key`."""
+  return initializer(key, model, tx, image_size, mesh)(key)
 
 
 def state_shapes(key, model, tx, image_size: int,

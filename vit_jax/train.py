@@ -25,6 +25,7 @@ metrics.jsonl and TensorBoard files are written by process 0 alone. The
 workdir must be on a filesystem all processes share.
 """
 
+import concurrent.futures
 import contextlib
 import json
 import math
@@ -247,8 +248,13 @@ def _train_and_evaluate(config, workdir: pathlib.Path,
                  round(100 * model.mae_mask_ratio))
     objective = masked_autoencoder.objective(objective,
                                              model.effective_patch_size)
-  compiled = steps.compile_steps(config, inputs, state_shapes, step_key,
-                                 objective)
+  with concurrent.futures.ThreadPoolExecutor(1) as beside:
+    # A fresh run's initialisation compiles while the steps do.
+    initializer = None if checkpoints.steps() else beside.submit(
+        steps.initializer, init_key, model, tx, config.image_size, mesh)
+    compiled = steps.compile_steps(config, inputs, state_shapes, step_key,
+                                   objective)
+    initialize = initializer and initializer.result()
   sum_shapes = steps.sum_shapes(replicated)
   _stop_if_signalled(signals, checkpoints)
 
@@ -261,7 +267,10 @@ def _train_and_evaluate(config, workdir: pathlib.Path,
         step), step)
     _record_changes(workdir, step, changed)
   else:
-    state = steps.initial_state(init_key, model, tx, config.image_size, mesh)
+    if initialize is None:  # a run whose checkpoints all failed to restore
+      initialize = steps.initializer(init_key, model, tx, config.image_size,
+                                     mesh)
+    state = initialize(init_key)
     if config.init_from:
       state = state.replace(params=jax.tree.map(
           lambda x, shape: sharding.replicate(x, shape.sharding),
