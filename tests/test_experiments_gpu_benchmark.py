@@ -192,10 +192,11 @@ def test_smoke_measures_every_section_into_json_and_readme(tmp_path):
   by_section = {}
   for row in results['rows']:
     by_section.setdefault(row['section'], []).append(row)
-  cold, warm = by_section['study']
-  assert (cold['compilation_cache'], warm['compilation_cache']) == ('cold',
-                                                                    'warm')
-  for study in cold, warm:
+  cold, warm, one_step = by_section['study']
+  assert [r['compilation_cache'] for r in (cold, warm, one_step)] == [
+      'cold', 'warm', 'warm']
+  assert one_step['overrides']['steps_per_dispatch'] == 1
+  for study in cold, warm, one_step:
     assert study['end_to_end_seconds'] > study['train_seconds'] > 0
     assert any('Compiled the train' in line for line in study['log'])
   assert any('from the compilation cache' in line for line in warm['log'])

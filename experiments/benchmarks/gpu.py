@@ -14,7 +14,8 @@ Measures, in this order, each section within its time budget
   (ViT-Tiny, 30 epochs) in a process of its own, from its start to its
   summary.json, and its training time alone (summary.json's
   train_seconds); first, while the GPU is free, with a fresh compilation
-  cache ("cold"), then again with the cache it filled ("warm");
+  cache ("cold"), then again with the cache it filled ("warm"), then warm
+  with one train step a call (`--config.steps_per_dispatch=1`);
 - a large bf16 matmul's TFLOP/s, then the train step of ViT-B/16 (batch
   256), ViT-L/16 (128) and ViT-Ti/16 (256) at 224 px in bfloat16 (or the
   largest batch below that fits), ours with the einsum attention and with
@@ -168,11 +169,14 @@ class Clock:
 
 
 def run_study(plan: gpu_plan.Plan, cifar_dir: pathlib.Path, timeout: float,
-              env: dict, cache: pathlib.Path, state: str) -> dict:
+              env: dict, cache: pathlib.Path, state: str,
+              overrides: dict | None = None) -> dict:
   """The study in a process of its own, its programs compiled through
-  `cache` (`state`: 'cold', empty; 'warm', filled by a run before)."""
+  `cache` (`state`: 'cold', empty; 'warm', filled by a run before), with
+  `overrides` beside the plan's."""
+  overrides = {**plan.study_overrides, **(overrides or {})}
   row = {'section': 'study', 'config': 'configs/cifar_small.py',
-         'overrides': plan.study_overrides, 'compilation_cache': state}
+         'overrides': overrides, 'compilation_cache': state}
   with tempfile.TemporaryDirectory() as workdir:
     start = time.time()
     try:
@@ -181,7 +185,7 @@ def run_study(plan: gpu_plan.Plan, cifar_dir: pathlib.Path, timeout: float,
            '--config=configs/cifar_small.py', f'--workdir={workdir}',
            f'--config.data_dir={cifar_dir}',
            f'--config.compilation_cache_dir={cache}',
-           *(f'--config.{k}={v}' for k, v in plan.study_overrides.items())],
+           *(f'--config.{k}={v}' for k, v in overrides.items())],
           cwd=REPO, env=env, capture_output=True, text=True,
           timeout=max(timeout, 1))
     except subprocess.TimeoutExpired:
@@ -206,19 +210,26 @@ def run_study(plan: gpu_plan.Plan, cifar_dir: pathlib.Path, timeout: float,
             'log': phases}
 
 
+# The study's runs: with a cold, then a warm compilation cache; then warm
+# with one train step a call, the default before issue 47, to see what
+# many steps a call (`vit_jax.dispatch`) gives on the GPU.
+STUDY_RUNS = (('cold', {}), ('warm', {}),
+              ('warm', {'steps_per_dispatch': 1}))
+
+
 def study_rows(plan: gpu_plan.Plan, cifar_dir: pathlib.Path,
                seconds_left, env: dict) -> list[dict]:
-  """The study with a cold, then a warm compilation cache."""
+  """The study's `STUDY_RUNS`, sharing one compilation cache."""
   rows = []
   with tempfile.TemporaryDirectory() as cache:
-    for state in ('cold', 'warm'):
+    for state, overrides in STUDY_RUNS:
       if seconds_left() <= 0:
         rows.append({'section': 'study', 'config': 'configs/cifar_small.py',
-                     'overrides': plan.study_overrides,
+                     'overrides': {**plan.study_overrides, **overrides},
                      'compilation_cache': state, 'skipped': OUT_OF_TIME})
         continue
       rows.append(run_study(plan, cifar_dir, seconds_left(), env,
-                            pathlib.Path(cache), state))
+                            pathlib.Path(cache), state, overrides))
   return rows
 
 

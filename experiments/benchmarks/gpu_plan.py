@@ -24,8 +24,8 @@ class Plan:
   rounds: int
   matmul_size: int  # the side of the square bf16 matmul timed as a ceiling
   # The study: `python -m vit_jax.main --config=configs/cifar_small.py`
-  # with these overrides, with a fresh compilation cache, then again with
-  # the cache the first run filled.
+  # with these overrides (`gpu.STUDY_RUNS`: with a fresh compilation cache,
+  # then with the cache the first run filled).
   study_overrides: dict
   # Attention alone, forward and backward, at (batch, tokens, heads,
   # head_dim): the einsum path against the fused kernel with the tokens
@@ -60,7 +60,7 @@ TI16 = 'ViT-Ti/16'
 VIT_MODELS = ((B16, 'ViT-B_16', 256), (L16, 'ViT-L_16', 128),
               (TI16, 'ViT-Ti_16', 256))
 
-# One H100 in under 9 minutes: 480 s of sections, the rest for starting
+# One H100 in under 9 minutes: 500 s of sections, the rest for starting
 # and for the last step of a section that runs over. (Measured on an H200,
 # 2026-11-26: the study 56 s; timm's torch.compile 42-52 s of setup a
 # model, ours 12 s an attention.)
@@ -72,13 +72,13 @@ H100 = Plan(
     profile_models=2, profile_steps=3,
     input_image_size=224, input_batch_size=256, input_steps=10,
     input_rounds=2, jpeg_size=(500, 375),
-    budgets=(('study', 130), ('train step', 250), ('attention', 20),
-             ('profile', 40), ('input', 40)))
+    budgets=(('study', 150), ('train step', 260), ('attention', 15),
+             ('profile', 40), ('input', 35)))
 
 # When little GPU time is left: the ViT-B/16 pair and the study.
 QUICK = dataclasses.replace(
     H100, models=VIT_MODELS[:1], profile_models=0,
-    budgets=(('study', 130), ('train step', 110), ('attention', 0),
+    budgets=(('study', 150), ('train step', 110), ('attention', 0),
              ('profile', 0), ('input', 0)))
 
 _ONE_LAYER = dict(num_layers=1, hidden_size=32, num_heads=2, mlp_dim=64)

@@ -34,7 +34,9 @@ def pair(rows: list[dict], model: str) -> tuple[dict, dict]:
 
 
 def _study(rows: list[dict], state: str) -> dict:
-  measured = _measured(rows, 'study', compilation_cache=state)
+  """The run of the study's config as it is with a `state` cache."""
+  measured = [r for r in _measured(rows, 'study', compilation_cache=state)
+              if 'steps_per_dispatch' not in r['overrides']]
   return measured[0] if measured else {}
 
 
