@@ -152,6 +152,15 @@ _DEVICE_TRACE = [
      'dur': 40},
     {'ph': 'X', 'pid': 2, 'tid': 8, 'name': 'loop_add_fusion', 'ts': 800,
      'dur': 200},
+    # The same kernels again, as the XLA modules and ops a trace may add.
+    {'ph': 'M', 'name': 'thread_name', 'pid': 2, 'tid': 7,
+     'args': {'name': 'Stream #13(Compute)'}},
+    {'ph': 'M', 'name': 'thread_name', 'pid': 2, 'tid': 8,
+     'args': {'name': 'Stream #14(Compute)'}},
+    {'ph': 'M', 'name': 'thread_name', 'pid': 2, 'tid': 9,
+     'args': {'name': 'XLA Modules'}},
+    {'ph': 'X', 'pid': 2, 'tid': 9, 'name': 'jit_train_steps', 'ts': 0,
+     'dur': 1000},
 ]
 
 

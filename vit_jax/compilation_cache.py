@@ -18,6 +18,7 @@ import logging as python_logging
 import os
 import pathlib
 import re
+import threading
 import warnings
 
 from absl import logging
@@ -45,7 +46,8 @@ def use(configured: str) -> None:
   """Compiles through the cache `directory(configured)` from now on in this
   process (or without one)."""
   global _show_warning
-  if _show_warning is None:
+  if warnings.showwarning is not _remove_unreadable:
+    # Again after a `warnings.catch_warnings` block put Python's back.
     _show_warning, warnings.showwarning = (warnings.showwarning,
                                            _remove_unreadable)
   jax.config.update('jax_persistent_cache_min_compile_time_secs',
@@ -96,13 +98,16 @@ _HIT = '/jax/compilation_cache/cache_hits'
 
 
 class Hits:
-  """Counts the programs loaded from the cache while it is entered."""
+  """Counts the programs this thread loads from the cache while it is
+  entered (jax records a hit in the thread that compiles; another may be
+  compiling beside it)."""
 
   def __init__(self):
     self.count = 0
+    self._thread = threading.get_ident()
 
   def _listen(self, event: str, **_):
-    if event == _HIT:
+    if event == _HIT and threading.get_ident() == self._thread:
       self.count += 1
 
   def __enter__(self) -> 'Hits':

@@ -6,22 +6,24 @@ A call runs at most `CompiledSteps.steps_per_dispatch` steps
 (`config.steps_per_dispatch`), never past the loop's next log, evaluation
 or checkpoint (the loop says how far that is), and no more than
 `MAX_SECONDS` of them as the calls before took: one step first, then as
-many as fit. (In a job of several processes, which must make the same
-calls, no timing decides: a call runs as many steps as the rest allows.)
-Whatever the split, the steps compute what one call each computes
-(`make_train_steps`).
+many as fit. The processes of a multi-process job must make the same calls:
+there process 0's timing decides, sent to the others where the loop waits
+for the devices anyway (`drain`: a log, evaluation or checkpoint), so that
+the job runs one step a call until its first. Whatever the split, the steps
+compute what one call each computes (`make_train_steps`).
 
 At most two calls are in flight: the loop waits for the one before the
 newest before it makes another, so a stop signal, read between calls, is
 acted on once the call running and the one queued have finished: within
-about 2 x MAX_SECONDS, or two steps where one step takes longer (in a job
-of several processes, two calls of up to `steps_per_dispatch` steps).
+about 2 x MAX_SECONDS, or two steps where one step takes longer.
 """
 
 import time
 from typing import NamedTuple
 
 import jax
+from jax.experimental import multihost_utils
+import numpy as np
 
 from vit_jax import steps
 
@@ -44,15 +46,19 @@ class Dispatcher:
     self._key = key
     self._calls: list[_Call] = []  # in flight, oldest first
     self._seconds_per_step = None  # of the newest call finished
+    self._agreed = 1  # a multi-process job's steps a call, as of its drain
 
   def next_call_steps(self, until_event: int) -> int:
     """How many steps the next call runs, with the next log, evaluation
     or checkpoint `until_event` steps away."""
-    fit = self._rows
-    if jax.process_count() == 1:
-      fit = 1 if self._seconds_per_step is None else max(
-          1, int(MAX_SECONDS / self._seconds_per_step))
+    fit = self._fit() if jax.process_count() == 1 else self._agreed
     return min(self._rows, until_event, fit)
+
+  def _fit(self) -> int:
+    """The steps of `MAX_SECONDS`, as this process timed the last call."""
+    if self._seconds_per_step is None:
+      return 1
+    return max(1, int(MAX_SECONDS / self._seconds_per_step))
 
   def run(self, state: steps.TrainState, sums: dict, batches: list
           ) -> tuple[steps.TrainState, dict]:
@@ -67,9 +73,14 @@ class Dispatcher:
     return state, sums
 
   def drain(self):
-    """Waits until every call made has finished."""
+    """Waits until every call made has finished (in a multi-process job,
+    where every process drains at the same steps, then agrees on the steps
+    a call runs until the next drain)."""
     while self._calls:
       self._finish_oldest()
+    if jax.process_count() > 1:
+      self._agreed = int(multihost_utils.broadcast_one_to_all(
+          np.int32(self._fit())))
 
   def _finish_oldest(self):
     call = self._calls.pop(0)

@@ -331,13 +331,14 @@ def attention_rows(plan: gpu_plan.Plan, seconds_left: float) -> list[dict]:
   return rows
 
 
-def profile_rows(plan: gpu_plan.Plan, seconds_left: float) -> list[dict]:
+def profile_rows(plan: gpu_plan.Plan, seconds_left) -> list[dict]:
   """A trace of `plan.profile_steps` train steps of the first
-  `plan.profile_models` models (attention 'auto'), summed by kind of work."""
+  `plan.profile_models` models (attention 'auto'), summed by kind of work,
+  each while `seconds_left()` is positive."""
   rows = []
   for label, model, batch in plan.models[:plan.profile_models]:
     row = {'section': 'profile', 'model': label, 'batch_size': batch}
-    if seconds_left <= 0:
+    if seconds_left() <= 0:
       rows.append({**row, 'skipped': OUT_OF_TIME})
       continue
     try:
@@ -406,11 +407,15 @@ def measure(plan: gpu_plan.Plan, results: Results, clock: Clock,
   if worker:
     worker.close()  # its GPU memory goes back before the traces
   planned = dict(plan.budgets)  # --quick plans no time for the rest
-  for section, rows in (('attention', attention_rows),
-                        ('profile', profile_rows), ('input', input_rows)):
-    if planned[section]:
-      for row in rows(plan, clock.left(section)):
-        results.add(row)
+  if planned['attention']:
+    for row in attention_rows(plan, clock.left('attention')):
+      results.add(row)
+  if planned['profile']:
+    for row in profile_rows(plan, lambda: clock.left('profile')):
+      results.add(row)
+  if planned['input']:
+    for row in input_rows(plan, clock.left('input')):
+      results.add(row)
 
 
 def main():

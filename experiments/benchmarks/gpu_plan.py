@@ -11,10 +11,9 @@ class Plan:
   # model, the batch), the summary's first, so that a spent budget cuts the
   # others; in bfloat16, without augmentation (timm's step has none), each
   # contender timed for `steps` steps a round over `rounds` alternating
-  # rounds. Ours with each of `attentions` (model_overrides.attention); the
-  # first also counts the FLOPs (a fused kernel's matmuls are no dot in the
-  # jaxpr). timm in each of TIMM_MODES on the first model, in the faster of
-  # them on the others.
+  # rounds. Ours with each of `attentions` (model_overrides.attention), the
+  # batch found with the first; timm in each of TIMM_MODES on the first
+  # model, in the faster of them on the others.
   models: tuple[tuple[str, str, int], ...]
   attentions: tuple[str, ...]
   image_size: int

@@ -79,7 +79,9 @@ def row_line(row: dict) -> str:
             f'{_percent(row["peak_share"]) or "?"} of peak, '
             f'{_percent(row["matmul_share"])} of the matmul')
   if row['section'] == 'study':
-    return (f'study, {row["compilation_cache"]} compilation cache: '
+    one_step = (', one step a call' if 'steps_per_dispatch' in row['overrides']
+                else '')
+    return (f'study, {row["compilation_cache"]} compilation cache{one_step}: '
             f'{_number(row["end_to_end_seconds"])} s end to end, '
             f'{_number(row["train_seconds"])} s training')
   if row['section'] == 'attention':
@@ -198,7 +200,8 @@ def report(results: dict) -> str:
   if study:
     lines += ['', '`configs/cifar_small.py` (ViT-Tiny), a `vit_jax.main` '
               'process with a fresh compilation cache (cold), then the one it '
-              'filled (warm):', '',
+              'filled (warm), then that again with one train step a call (its '
+              'train step another program, compiled anew):', '',
               *_table(['cache', 'overrides', 'epochs', 'end to end s',
                        'training s', 'best test accuracy'],
                       [[r.get('compilation_cache', 'not said'),

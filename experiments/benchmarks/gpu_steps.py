@@ -105,8 +105,6 @@ def compare_model(label: str, model: str, batch_size: int,
   except Exception as e:  # pylint: disable=broad-except
     # One model's failure is its rows' note; the other models still run.
     return not_measured(label, plan, batch_size, failure_note(e), timm_modes)
-  # The einsum step's count stands for all: the fused kernels' attention
-  # matmuls are no dot_general in their jaxpr.
   train_flops = 3 * bench.forward_flops_per_image()
   if worker:
     # The worker builds and compiles timm's steps while we compile ours.

@@ -108,14 +108,21 @@ DEVICE_KINDS = (
 
 
 def _device_threads(events: list[dict]) -> set[tuple[int, int]]:
-  """(pid, tid) of the trace's accelerator streams: the threads of the
-  processes named after a device other than the host."""
+  """(pid, tid) of the trace's accelerator streams: the threads named
+  'Stream ...' of the processes named after a device other than the host
+  (the others, where a trace has them, repeat the kernels as XLA modules,
+  ops or scopes); all of their threads where none is so named."""
   devices = {e['pid'] for e in events
              if e.get('ph') == 'M' and e.get('name') == 'process_name' and
              '/device:' in e['args'].get('name', '') and
              'CPU' not in e['args']['name']}
-  return {(e['pid'], e['tid']) for e in events
-          if e.get('ph') == 'X' and e['pid'] in devices}
+  threads = {(e['pid'], e['tid']) for e in events
+             if e.get('ph') == 'X' and e['pid'] in devices}
+  streams = {(e['pid'], e['tid']) for e in events
+             if e.get('ph') == 'M' and e.get('name') == 'thread_name' and
+             e['pid'] in devices and
+             e['args'].get('name', '').startswith('Stream')}
+  return threads & streams or threads
 
 
 def summarize_device(trace_path: pathlib.Path, steps: int,

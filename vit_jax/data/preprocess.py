@@ -89,17 +89,6 @@ def train_example(source: dataset.Source, index: int, size: int,
   return image, label
 
 
-def eval_example(source: dataset.Source, index: int,
-                 size: int) -> tuple[np.ndarray, int]:
-  """`source[index]` resized to `size`, and its label; decoded no larger
-  than that needs where the source can (`train_example`)."""
-  if not dataset.scalable(source):
-    image, label = source[index]
-    return resize(image, size), label
-  image, label, _ = source.read(index, lambda stored: (size, size))
-  return resize(image, size), label
-
-
 def _decoded_size(stored: tuple[int, int], box: tuple[int, int, int, int],
                   size: int) -> tuple[int, int]:
   """The smallest (height, width) of the whole image at which the crop

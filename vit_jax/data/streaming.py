@@ -5,9 +5,10 @@ process reads only the examples its own devices compute on.
 `config.input_pipeline = 'streaming'` selects it; the default, 'on_device',
 copies a small dataset to every device once and is faster for CIFAR-sized
 data. Preprocessing is the official fine-tuning code's (`preprocess`): an
-Inception crop plus flip for training, a resize for evaluation; a JPEG is
-decoded at the smallest of 1/1, 1/2, 1/4, 1/8 of its size that leaves the
-crop at least the model's input size (`preprocess.train_example`). Each
+Inception crop plus flip for training, a resize for evaluation; a training
+JPEG is decoded at the smallest of 1/1, 1/2, 1/4, 1/8 of its size that
+leaves the crop at least the model's input size (`preprocess.train_example`;
+an evaluation image whole, as the official code decodes it). Each
 example's randomness comes from (seed, epoch, batch, row in the global
 batch), so a batch is the same however many processes and threads load it,
 and from whichever step a run resumes.
@@ -254,6 +255,6 @@ class _TestExamples(_Rows):
   def __call__(self, i: int) -> tuple[np.ndarray, int]:
     batch, offset = divmod(int(i), self.rows)
     index = batch * self.batch_size + self.first_row + offset
-    return preprocess.eval_example(
-        self.source, index if index < len(self.source) else 0,
-        self.image_size)
+    # Decoded whole, as the official evaluation decodes it.
+    image, label = self.source[index if index < len(self.source) else 0]
+    return preprocess.resize(image, self.image_size), label
