@@ -1,10 +1,15 @@
 """The command line: config overrides and clean errors."""
 
+import json
 import pathlib
 import subprocess
 import sys
 
 import pytest
+
+from tests.conftest import random_cifar
+from tests.conftest import write_cifar_binary
+from tests.conftest import write_process_config
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
@@ -51,25 +56,6 @@ def test_incomplete_cluster_flags_are_one_clear_line(tmp_path):
   assert 'Traceback' not in out.stderr
 
 
-@pytest.mark.parametrize('config, message', [
-    ('configs/cifar_small.py:vit_tiny',
-     'error: --config cannot be loaded: '
-     "Unknown model 'vit_tiny' for cifar_small.py; use one of vit, "
-     'simple_cnn, small_resnet.'),
-    ('configs/nope.py',
-     'error: --config cannot be loaded: no file '
-     'configs/nope.py'),
-], ids=['refused argument', 'missing file'])
-def test_a_config_that_cannot_load_is_one_line(tmp_path, config, message):
-  out = subprocess.run(
-      [sys.executable, '-m', 'vit_jax.main', f'--config={config}',
-       f'--workdir={tmp_path}'],
-      cwd=ROOT, capture_output=True, text=True, check=False)
-  assert out.returncode == 1
-  assert out.stderr.strip().splitlines()[-1] == message
-  assert 'Traceback' not in out.stderr
-
-
 @pytest.mark.slow  # 10 s; the typo line alone: test_models_registry.py
 def test_any_model_field_can_be_overridden_and_a_typo_is_named(
     cifar10_binary, tmp_path):
@@ -90,3 +76,31 @@ def test_any_model_field_can_be_overridden_and_a_typo_is_named(
               '--config.model_overrides.num_layers=1', *flags)
   assert out.returncode == 0, out.stderr[-2000:]
   assert 'ViT-Tiny-CIFAR_4 (214,538 parameters)' in out.stderr  # 1 layer
+
+
+def test_the_cpu_devices_flag_is_what_the_run_records(tmp_path):
+  """--cpu_devices overrides config.cpu_devices; config.json says what the
+  run used, and a rerun on another count says it changed (a finished run:
+  the record is written before anything trains)."""
+  write_cifar_binary(tmp_path / 'data' / 'cifar-10-batches-bin', {
+      'data_batch_1.bin': random_cifar(80, 10, seed=1),
+      'test_batch.bin': random_cifar(37, 10, seed=3)})
+  config_file = write_process_config(tmp_path, tmp_path / 'data')
+  workdir = tmp_path / 'run'
+  for devices in 2, 4:  # the config says 1
+    out = _main_with(config_file, f'--workdir={workdir}',
+                     f'--cpu_devices={devices}', '--config.total_steps=8')
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert json.loads((workdir / 'config.json').read_text())[
+        'cpu_devices'] == devices
+    assert f'on {devices} device(s)' in out.stderr
+  changes = [json.loads(line) for line in
+             (workdir / 'config_changes.jsonl').read_text().splitlines()]
+  assert changes == [{'step': 8, 'changed': {
+      'cpu_devices': {'before': 2, 'after': 4}}}]
+
+
+def _main_with(config_file, *flags):
+  return subprocess.run(
+      [sys.executable, '-m', 'vit_jax.main', f'--config={config_file}',
+       *flags], cwd=ROOT, capture_output=True, text=True, check=False)

@@ -1,5 +1,7 @@
 """Every registered model: exact parameter counts, one calling convention."""
 
+import re
+
 import jax
 import jax.numpy as jnp
 import pytest
@@ -66,6 +68,24 @@ def test_overrides_set_module_fields():
 def test_unknown_name_lists_the_known_ones():
   with pytest.raises(ValueError, match="Unknown model 'ViT-X_16'.*ViT-B_16"):
     create_model('ViT-X_16', 10)
+
+
+@pytest.mark.parametrize('override, kind, default', [
+    (dict(num_layers='abc'), 'an integer', '6'),  # as --config... =abc
+    (dict(num_layers=6.0), 'an integer', '6'),
+    (dict(num_layers=True), 'an integer', '6'),
+    (dict(dropout_rate='0.2'), 'a number', '0.1'),  # the registry's
+    (dict(mimetic_init=1), 'a boolean', 'False'),
+    (dict(posemb=3), 'a string', "'learned'"),
+])
+def test_an_override_of_another_kind_is_one_line(override, kind, default):
+  [(field, value)] = override.items()
+  with pytest.raises(ValueError, match=re.escape(
+      f"{field}={value!r}: ViT-Tiny-CIFAR_4's {field} is {kind} (default "
+      f'{default}).')):
+    create_model('ViT-Tiny-CIFAR_4', 10, **override)
+  # An integer where a float is expected is a number.
+  assert create_model('ViT-Tiny-CIFAR_4', 10, dropout_rate=0).dropout_rate == 0
 
 
 def test_unknown_override_lists_the_fields():

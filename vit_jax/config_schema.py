@@ -219,8 +219,10 @@ def _unknown_field_message(name: str) -> str:
           'fields are listed in vit_jax/config_schema.py.')
 
 
-def validate(config: ml_collections.ConfigDict, num_devices: int):
-  """Raises ConfigError for a config that cannot run on `num_devices`.
+def validate(config: ml_collections.ConfigDict, num_devices: int,
+             training: bool = True):
+  """Raises ConfigError for a config that cannot run on `num_devices`; the
+  training batch's fields only when `training` (evaluation uses none).
 
   Reads no data and compiles nothing; what only the data or the model can
   tell (the dataset, the patch size) is checked where they are made.
@@ -283,12 +285,14 @@ def validate(config: ml_collections.ConfigDict, num_devices: int):
     raise ConfigError(
         f'config.fsdp={config.fsdp} does not divide the {num_devices} '
         f'devices; use a divisor of {num_devices}, or -1 for all of them.')
-  for name in ('batch_size', 'eval_batch_size'):
+  for name in ('batch_size', 'eval_batch_size')[0 if training else 1:]:
     if config[name] % num_devices:
       raise ConfigError(
           f'config.{name}={config[name]} is not divisible by the '
           f'{num_devices} devices; use a multiple of {num_devices} (on a CPU, '
           'config.cpu_devices sets the number of devices).')
+  if not training:
+    return
   accumulation = config.grad_accumulation_steps
   if config.batch_size % (accumulation * num_devices):
     raise ConfigError(

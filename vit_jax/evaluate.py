@@ -39,7 +39,6 @@ import json
 from absl import app
 from absl import flags
 import jax
-import ml_collections
 from ml_collections import config_flags
 
 from vit_jax import checkpoint
@@ -76,9 +75,6 @@ def main(argv):
     raise SystemExit(f'error: unexpected arguments {" ".join(argv[1:])}; '
                      'pass the checkpoint as --checkpoint=SOURCE.')
   config = _CONFIG.value
-  if config is not None and not isinstance(config, ml_collections.ConfigDict):
-    raise SystemExit('error: --config cannot be loaded: no file '
-                     f'{config_flags.get_config_filename(flags.FLAGS["config"])}')
 
   def work():
     result = evaluation.evaluate(
@@ -101,4 +97,4 @@ def main(argv):
 
 
 if __name__ == '__main__':
-  app.run(main)
+  app.run(main, flags_parser=job.parse_flags)

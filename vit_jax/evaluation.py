@@ -70,7 +70,7 @@ def evaluate(source, *, config=None, model_name=None, step=None,
   loaded = checkpoint.load(source, model_name=model_name, step=step)
   config = _config_for(loaded, config, source, data_dir,
                        released_preprocessing)
-  config_schema.validate(config, jax.device_count())
+  config_schema.validate(config, jax.device_count(), training=False)
   model = loaded.model
   if loaded.kind != checkpoint.WORKDIR:
     model = model.clone(dtype=jnp.dtype(config.dtype))

@@ -21,14 +21,10 @@ if __name__ == '__main__':
   stop_signals.catch()
 
 import logging as python_logging
-import pathlib
-import sys
-import traceback
 
 from absl import app
 from absl import flags
 from absl import logging
-import ml_collections
 from ml_collections import config_flags
 
 from vit_jax import distributed
@@ -61,51 +57,13 @@ def _quiet_orbax(record) -> bool:
           not (record.levelno >= python_logging.ERROR and record.exc_info))
 
 
-def _raised_by_config_file(error: BaseException,
-                           argv: list[str]) -> BaseException | None:
-  """The exception the --config file itself raised, if `error` came from
-  one: ml_collections wraps it twice, and the traceback of the innermost
-  exception runs through the config file."""
-  values = [arg.split('=', 1)[1] for arg in argv if arg.startswith('--config=')]
-  values += [after for arg, after in zip(argv, argv[1:]) if arg == '--config']
-  config_files = {str(pathlib.Path(value.split(':')[0]).resolve())
-                  for value in values}
-  innermost = error
-  while innermost.__cause__ or innermost.__context__:
-    innermost = innermost.__cause__ or innermost.__context__
-  frames = traceback.extract_tb(innermost.__traceback__)
-  if any(str(pathlib.Path(frame.filename).resolve()) in config_files
-         for frame in frames):
-    return innermost
-  return None
-
-
-def parse_flags(argv: list[str]) -> list[str]:
-  """absl's flag parsing; a bad flag or a config file that does not load is
-  one line instead of a traceback. An override of a field the config lacks,
-  `--config.num_epoch=3` or `--config.model_overrides.num_layerz=1`, is
-  accepted here and named by the config schema or the model."""
-  try:
-    remaining = flags.FLAGS(argv)
-  except flags.Error as e:
-    raised = _raised_by_config_file(e, argv)
-    if raised is not None:
-      sys.exit(f'error: --config cannot be loaded: {raised}')
-    sys.exit(f'error: {e}\nPass --helpshort or --helpfull to see help on '
-             'flags.')
-  # A config file that is missing stands in as an object that raises when
-  # used, not as a ConfigDict.
-  if not isinstance(_CONFIG.value, ml_collections.ConfigDict):
-    path = config_flags.get_config_filename(flags.FLAGS['config'])
-    sys.exit(f'error: --config cannot be loaded: no file {path}')
-  return remaining
-
-
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'Unexpected arguments: {" ".join(argv[1:])}')
   logging.get_absl_handler().addFilter(_quiet_orbax)
   config = _CONFIG.value
+  if _CPU_DEVICES.value:  # what the run uses, as config.json records it
+    config.cpu_devices = _CPU_DEVICES.value
 
   def work():
     try:
@@ -115,8 +73,8 @@ def main(argv):
       job.exit_job(preemption.PREEMPTED_EXIT_STATUS, every_process_here=True)
 
   # Only process 0 writes files (train.py).
-  job.run(work, cpu_devices=_CPU_DEVICES.value or config.get('cpu_devices'))
+  job.run(work, cpu_devices=config.get('cpu_devices'))
 
 
 if __name__ == '__main__':
-  app.run(main, flags_parser=parse_flags)
+  app.run(main, flags_parser=job.parse_flags)

@@ -126,7 +126,29 @@ def create_model(name: str, num_classes: int, **overrides) -> nn.Module:
     guess = f' Did you mean {", ".join(guesses)}?' if guesses else ''
     raise ValueError(f'{name} has no field(s) {", ".join(unknown)}.{guess} '
                      f'Its fields: {", ".join(sorted(fields))}.')
+  _check_kinds(name, overrides)
   return factory(num_classes=num_classes, **overrides)
+
+
+# What an override of a field whose default is of the key's type must be
+# (an integer field takes no float, a float field an integer too).
+_KINDS = {bool: ('a boolean', (bool,)), int: ('an integer', (int,)),
+          float: ('a number', (int, float)), str: ('a string', (str,))}
+
+
+def _check_kinds(name: str, overrides: dict):
+  """Raises ValueError for an override of another kind than its field's
+  default (`--config.model_overrides.num_layers=abc` arrives as a string)."""
+  defaults = default_fields(name)
+  for field, value in overrides.items():
+    default = defaults.get(field)
+    if type(default) not in _KINDS:  # None, tuples, dtypes: the model checks
+      continue
+    kind, accepted = _KINDS[type(default)]
+    if not isinstance(value, accepted) or (
+        isinstance(value, bool) and type(default) is not bool):
+      raise ValueError(f'{field}={value!r}: {name}\'s {field} is {kind} '
+                       f'(default {default!r}).')
 
 
 def from_config(config, num_classes: int) -> nn.Module:
