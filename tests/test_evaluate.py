@@ -1,9 +1,14 @@
 """python -m vit_jax.evaluate: the command, its flags and its output."""
 
 import json
+import re
 import shutil
+import signal
 import subprocess
 import sys
+import time
+
+import pytest
 
 from tests.conftest import history
 from tests.conftest import ROOT
@@ -85,3 +90,26 @@ def test_a_run_evaluates_on_the_cpu_devices_its_config_names(
        '--cpu_devices=2'], cwd=ROOT, capture_output=True, text=True,
       check=False)
   assert out.returncode == 0, out.stderr[-3000:]
+  # Orbax's records of reading the checkpoint are not the command's output.
+  assert not re.search(r'checkpoint_manager|checkpoint_handler|orbax',
+                       out.stderr), out.stderr
+
+
+@pytest.mark.parametrize('stop, status, name', [
+    (signal.SIGINT, 130, 'Ctrl-C'), (signal.SIGTERM, 75, 'SIGTERM')])
+def test_a_stop_signal_ends_an_evaluation_at_once_in_one_line(
+    trained_vit_run, stop, status, name):
+  process = subprocess.Popen(
+      [sys.executable, '-m', 'vit_jax.evaluate',
+       f'--checkpoint={trained_vit_run[0]}'],
+      cwd=ROOT, stderr=subprocess.PIPE, text=True)
+  first = process.stderr.readline()  # jax has started: loading the run
+  sent = time.monotonic()
+  process.send_signal(stop)
+  _, stderr = process.communicate(timeout=30)
+  stderr = first + stderr
+  assert process.returncode == status
+  assert time.monotonic() - sent < 5
+  assert stderr.strip().splitlines()[-1] == (
+      f'{name}: stopped the evaluation; it wrote nothing.')
+  assert 'Traceback' not in stderr

@@ -30,6 +30,7 @@ has no hybrid and reads the class token only) is one line.
 from absl import app
 from absl import flags
 
+from vit_jax import command
 from vit_jax import errors
 from vit_jax import export
 
@@ -48,6 +49,7 @@ def main(argv):
     raise SystemExit('error: pass SOURCE, DEST and --format: python -m '
                      'vit_jax.convert SOURCE DEST --format=npz|timm|hf '
                      '[--model=NAME]')
+  command.quiet_libraries()
   print(errors.exit_on_user_error(lambda: export.convert(
       argv[1], argv[2], _FORMAT.value, model_name=_MODEL.value,
       step=_STEP.value)))

@@ -38,11 +38,13 @@ class AnalysisError(VitJaxError):
   """The run or checkpoint cannot be analysed as asked."""
 
 
-def first_line(error: BaseException) -> str:
-  """`Type: first line of the message`: enough to tell a library's error
-  apart, without the pages some of them carry."""
+def first_line(error: BaseException, limit: int = 300) -> str:
+  """`Type: first line of the message`, cut at `limit` characters: enough
+  to tell a library's error apart, without the pages some of them carry
+  (tensorstore's one line holds a whole JSON spec)."""
   text = str(error).strip().splitlines()
-  return f'{type(error).__name__}: {text[0] if text else ""}'
+  line = f'{type(error).__name__}: {text[0] if text else ""}'
+  return line if len(line) <= limit else line[:limit - 3] + '...'
 
 
 def exit_on_user_error(command, also: tuple[type[BaseException], ...] = ()):

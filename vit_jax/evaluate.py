@@ -31,8 +31,17 @@ Cloud TPU detected; elsewhere --coordinator_address, --num_processes and
 --process_id). A run's workdir evaluates to exactly the test accuracy it
 logged at that step. Process 0 prints the result; its last line is JSON:
 top1, top5, loss, examples, and what was evaluated. Exit status 0, or 1
-after one `error:` line.
+after one `error:` line; Ctrl-C or SIGTERM stop it at once in one line,
+status 130 or 75.
 """
+
+# pylint: disable=g-import-not-at-top,wrong-import-position
+from vit_jax import stop_signals
+
+if __name__ == '__main__':
+  # First, before jax loads: Ctrl-C or SIGTERM stops the evaluation at once,
+  # in one line (status 130 or 75), whatever it is doing.
+  stop_signals.catch(at_once='stopped the evaluation; it wrote nothing')
 
 import json
 
@@ -42,6 +51,7 @@ import jax
 from ml_collections import config_flags
 
 from vit_jax import checkpoint
+from vit_jax import command
 from vit_jax import distributed
 from vit_jax import evaluation
 from vit_jax import job
@@ -97,4 +107,4 @@ def main(argv):
 
 
 if __name__ == '__main__':
-  app.run(main, flags_parser=job.parse_flags)
+  app.run(main, flags_parser=command.parse_flags)

@@ -20,13 +20,12 @@ if __name__ == '__main__':
   # not a kill with status 143 or a traceback.
   stop_signals.catch()
 
-import logging as python_logging
-
 from absl import app
 from absl import flags
 from absl import logging
 from ml_collections import config_flags
 
+from vit_jax import command
 from vit_jax import distributed
 from vit_jax import job
 from vit_jax import preemption
@@ -46,21 +45,9 @@ _CPU_DEVICES = flags.DEFINE_integer(
 flags.mark_flags_as_required(['config', 'workdir'])
 
 
-def _quiet_orbax(record) -> bool:
-  # Orbax logs every step of every save at INFO, drowning the progress lines.
-  # A save that fails logs its error with a traceback from every background
-  # thread involved; the loop reports it once, in one line (CheckpointError).
-  background = '/orbax/' in record.pathname or record.name == 'asyncio'
-  if not background:
-    return True
-  return (record.levelno >= python_logging.WARNING and
-          not (record.levelno >= python_logging.ERROR and record.exc_info))
-
-
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'Unexpected arguments: {" ".join(argv[1:])}')
-  logging.get_absl_handler().addFilter(_quiet_orbax)
   config = _CONFIG.value
   if _CPU_DEVICES.value:  # what the run uses, as config.json records it
     config.cpu_devices = _CPU_DEVICES.value
@@ -77,4 +64,4 @@ def main(argv):
 
 
 if __name__ == '__main__':
-  app.run(main, flags_parser=job.parse_flags)
+  app.run(main, flags_parser=command.parse_flags)

@@ -9,10 +9,8 @@ from jax.experimental import multihost_utils
 
 from vit_jax import stop_signals
 
-# The exit status of a run stopped by SIGTERM or Ctrl-C with nothing lost
-# (EX_TEMPFAIL of sysexits.h: a temporary failure; rerunning the command
-# resumes).
-PREEMPTED_EXIT_STATUS = 75
+# The exit status of a run stopped by SIGTERM or Ctrl-C with nothing lost.
+PREEMPTED_EXIT_STATUS = stop_signals.STOPPED_EXIT_STATUS
 
 
 class Preempted(Exception):  # pylint: disable=g-bad-exception-name

@@ -9,6 +9,11 @@ moment when nothing is half written. A second Ctrl-C exits at once: the
 person at the terminal means it. A save it interrupts leaves only orbax's
 temporary directory, which the next run removes.
 
+A command with nothing to save (`vit_jax.evaluate`) calls
+`catch(at_once=...)` instead: the first signal ends it at once, with one
+line that says so, status 130 for Ctrl-C and 75 for SIGTERM (as training's
+stops: rerun the same command).
+
 The signals are watched from a thread of their own, woken by Python's
 signal wake-up file descriptor, not by a Python-level handler: those run
 only between the main thread's bytecodes, so two Ctrl-Cs during a long
@@ -24,6 +29,11 @@ import threading
 
 # A second Ctrl-C's exit status: the shell's for a process ended by SIGINT.
 INTERRUPTED_EXIT_STATUS = 128 + signal.SIGINT
+# The exit status of a command stopped by a signal with nothing lost
+# (EX_TEMPFAIL of sysexits.h: a temporary failure; rerunning the command
+# resumes): a training run that saved (`preemption`), or a command with
+# nothing to save stopped by SIGTERM.
+STOPPED_EXIT_STATUS = 75
 
 _NAMES = {signal.SIGTERM: 'SIGTERM', signal.SIGINT: 'Ctrl-C'}
 _FIRST_NOTICE = {
@@ -38,14 +48,19 @@ _received: list[str] = []
 _previous: dict[int, object] = {}
 _forwarding: list[bool] = []  # [True] once `forward_as_sigterm` was called
 _watching: list = []  # [the previous wake-up fd, reader, writer, thread]
+_at_once: list[str] = []  # [what a signal that stops at once did]
 
 
-def catch(sigterm: bool = True) -> bool:
+def catch(sigterm: bool = True, at_once: str | None = None) -> bool:
   """Records SIGINT, and SIGTERM unless `sigterm` is False (another handler
   owns it), from now on instead of their defaults; takes them back from a
   handler installed since (jax's, on a single-process job that started
-  jax's distributed service). Returns True when this call started catching:
-  its caller then `release`s them."""
+  jax's distributed service). With `at_once` (what stopping does, e.g.
+  'stopped the evaluation; nothing was written'), the first signal says it
+  and ends the process. Returns True when this call started catching: its
+  caller then `release`s them."""
+  if at_once is not None:
+    _at_once[:] = [at_once]
   first = not _watching
   if first:
     _watch()
@@ -71,6 +86,7 @@ def release() -> None:
   _watching.clear()
   _received.clear()
   _forwarding.clear()
+  _at_once.clear()
 
 
 def received() -> str | None:
@@ -121,6 +137,10 @@ def _read_signals(reader: socket.socket) -> None:
 
 
 def _on_signal(signum: int) -> None:
+  if _at_once:
+    os.write(2, f'\n{_NAMES[signum]}: {_at_once[0]}.\n'.encode())
+    os._exit(INTERRUPTED_EXIT_STATUS if signum == signal.SIGINT else  # pylint: disable=protected-access
+             STOPPED_EXIT_STATUS)
   if _received and signum == signal.SIGINT:
     os.write(2, b'\nerror: Interrupted again: stopped at once, without '
              b'saving; rerun the same command to resume from the newest '
