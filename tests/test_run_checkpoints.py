@@ -92,6 +92,43 @@ def test_when_no_checkpoint_restores_the_error_says_what_to_do(tmp_path):
     checkpoints.restore_latest(*shapes)
 
 
+def test_a_checkpoint_rotated_away_while_read_is_not_called_damaged(
+    tmp_path, caplog, monkeypatch):
+  """A reader (evaluate, analyze) of a live run: the run saves step 6 and
+  deletes step 4 while the reader reads 4; the reader lists the steps again
+  and reads 6, with no warning. Deleted under it every time, it says the
+  run is writing there."""
+  directory = tmp_path / 'checkpoints'
+  _saved_steps(directory, [2, 4])
+  saved_later = tmp_path / 'later'
+  _saved_steps(saved_later, [6])
+  read = run_checkpoints.RunCheckpoints._restore  # pylint: disable=protected-access
+
+  def rotated_while_read(self, step, *shapes):
+    if step == 4:
+      shutil.copytree(saved_later / '6', directory / '6')
+      shutil.rmtree(directory / '4')
+    return read(self, step, *shapes)
+
+  monkeypatch.setattr(run_checkpoints.RunCheckpoints, '_restore',
+                      rotated_while_read)
+  reader = run_checkpoints.RunCheckpoints(directory)
+  assert reader.restore_latest().step == 6
+  assert _warnings(caplog) == []
+
+  def deleted_while_read(self, step, *shapes):
+    shutil.rmtree(directory / str(step))
+    return read(self, step, *shapes)
+
+  monkeypatch.setattr(run_checkpoints.RunCheckpoints, '_restore',
+                      deleted_while_read)
+  with pytest.raises(CheckpointError, match=r'The checkpoints in .* \(steps '
+                     r'2, 6\) were deleted while they were read: a run still '
+                     'writing there'):
+    run_checkpoints.RunCheckpoints(directory).restore_latest()
+  assert _warnings(caplog) == []
+
+
 def test_a_reader_verifies_as_the_trainer_does_and_changes_nothing(
     tmp_path, caplog):
   directory = tmp_path / 'checkpoints'

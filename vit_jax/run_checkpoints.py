@@ -137,22 +137,37 @@ class RunCheckpoints:
               cleanup_tmp_directories=not self._reading))
     return self._manager
 
-  def steps(self) -> list[int]:
+  def steps(self, fresh: bool = False) -> list[int]:
+    """The steps saved here; `fresh`: as the directory lists them now, not
+    as it did when first read (a run may be writing there)."""
     if not self.directory.is_dir():
       return []
-    return sorted(self._open(create=False).all_steps())
+    manager = self._open(create=False)
+    if fresh:
+      manager.reload()
+    return sorted(manager.all_steps())
 
   def restore_latest(self, state_shapes=None,
                      sum_shapes=None) -> Restored | None:
     """The newest checkpoint that restores and matches its digest (see
     `restore` for the shapes); one that does not is skipped with a warning
-    naming it and, unless this is a reader, set aside. None when there is
-    none; CheckpointError when none of several restores."""
-    steps, damaged = self.steps(), []
-    for step in reversed(steps):
+    naming it and, unless this is a reader, set aside. One deleted while it
+    was read (a live run's rotation) is not damaged: the steps are listed
+    again and the newest read. None when there is none; CheckpointError
+    when none of several restores."""
+    tried, damaged, deleted = set(), [], []
+    while True:
+      untried = [s for s in self.steps(fresh=bool(tried)) if s not in tried]
+      if not untried:
+        break
+      step = untried[-1]
+      tried.add(step)
       try:
         restored = self._restore(step, state_shapes, sum_shapes)
       except Exception as e:  # pylint: disable=broad-except
+        if not (self.directory / str(step)).exists():
+          deleted.append(step)  # rotated away by the run writing here
+          continue
         # orbax and tensorstore raise many types for damaged files.
         logging.warning('Skipping checkpoint %s, which cannot be restored '
                         '(%s); trying the one before it.',
@@ -162,12 +177,19 @@ class RunCheckpoints:
       if not self._reading:
         self._set_aside(damaged)
       return restored
-    if steps:
+    if damaged:
       raise CheckpointError(
           f'None of the checkpoints in {self.directory} (steps '
-          f'{", ".join(map(str, steps))}) can be restored; the warnings above '
-          'say why.' + ('' if self._reading else
-                        ' Move the directory away to start the run afresh.'))
+          f'{", ".join(map(str, sorted(damaged)))}) can be restored; the '
+          'warnings above say why.' + (
+              '' if self._reading else
+              ' Move the directory away to start the run afresh.'))
+    if deleted:
+      raise CheckpointError(
+          f'The checkpoints in {self.directory} (steps '
+          f'{", ".join(map(str, sorted(deleted)))}) were deleted while they '
+          'were read: a run still writing there keeps replacing them. Try '
+          'again, or wait until it ends.')
     return None
 
   def restore(self, step: int, state_shapes=None,
@@ -183,6 +205,11 @@ class RunCheckpoints:
     try:
       return self._restore(step, state_shapes, sum_shapes)
     except Exception as e:  # pylint: disable=broad-except
+      if not (self.directory / str(step)).exists():
+        raise CheckpointError(
+            f'The checkpoint {self.directory / str(step)} was deleted while '
+            'it was read: a run still writing there replaced it (now: steps '
+            f'{self.steps(fresh=True)}).') from e
       others = [s for s in steps if s != step]
       raise CheckpointError(
           f'The checkpoint {self.directory / str(step)} cannot be restored '
