@@ -2,6 +2,7 @@
 study's config cut down to seconds, and the run directories the experiment
 runners read."""
 
+import contextlib
 import io
 import json
 import os
@@ -244,6 +245,22 @@ def process_test_config(data_dir) -> ml_collections.ConfigDict:
   config.model_overrides = dict(num_layers=2, hidden_size=64, num_heads=4,
                                 mlp_dim=128, patch_size=4)
   return config
+
+
+@contextlib.contextmanager
+def mounted_tmpfs(mount_point: pathlib.Path, size: str):
+  """A tmpfs of `size` ('32m', '160k') at `mount_point` while in the block:
+  a real disk that fills (root only; the test is skipped elsewhere)."""
+  mount_point.mkdir(parents=True, exist_ok=True)
+  mounted = subprocess.run(
+      ['mount', '-t', 'tmpfs', '-o', f'size={size}', 'tmpfs',
+       str(mount_point)], capture_output=True, text=True, check=False)
+  if mounted.returncode:
+    pytest.skip(f'cannot mount a tmpfs here: {mounted.stderr.strip()}')
+  try:
+    yield mount_point
+  finally:
+    subprocess.run(['umount', '-l', str(mount_point)], check=False)
 
 
 # ------------------------------------------- runs in real processes --------

@@ -2,8 +2,10 @@
 
 import json
 import shutil
+import signal
 import subprocess
 import sys
+import time
 
 from absl import flags
 import jax
@@ -52,6 +54,47 @@ def test_writes_every_figure_and_the_numbers(trained_vit_run, tmp_path):
   # The figures beside the run's curves in TensorBoard, at the step analysed.
   events = list((workdir / 'tensorboard' / 'analysis').glob('events.out.*'))
   assert len(events) == 1 and events[0].stat().st_size > 10_000
+
+
+def _contents(folder) -> dict:
+  return {p.name: p.read_bytes() for p in sorted(folder.iterdir())}
+
+
+def test_a_stop_signal_leaves_the_earlier_analysis_whole(trained_vit_run,
+                                                         tmp_path):
+  """Ctrl-C while an analysis replaces an earlier one in --out: one line,
+  status 130, and --out is the earlier analysis, every file as it was."""
+  workdir, _ = trained_vit_run
+  figures = tmp_path / 'out'
+  flags = (f'--workdir={workdir}', f'--out={figures}', '--num_images=2',
+           '--distance_images=20', '--components=5')
+  assert _analyze(*flags).returncode == 0
+  earlier = _contents(figures)
+  process = subprocess.Popen(
+      [sys.executable, '-m', 'vit_jax.analyze', *flags, '--step=6'],
+      cwd=ROOT, stderr=subprocess.PIPE, text=True)
+  deadline = time.monotonic() + 60
+  while not (tmp_path / 'out.partial').exists():  # drawing the new one
+    assert process.poll() is None and time.monotonic() < deadline
+    time.sleep(0.005)
+  process.send_signal(signal.SIGINT)
+  _, stderr = process.communicate(timeout=60)
+  assert process.returncode == 130, stderr
+  assert stderr.strip().splitlines()[-1] == (
+      'Ctrl-C: stopped the analysis; --out is as it was.')
+  assert _contents(figures) == earlier
+  assert sorted(p.name for p in tmp_path.iterdir()) == ['out']
+
+
+def test_an_out_with_other_files_is_refused(trained_vit_run, tmp_path):
+  (tmp_path / 'notes.txt').write_text('mine')
+  out = _analyze(f'--workdir={trained_vit_run[0]}', f'--out={tmp_path}')
+  assert out.returncode == 1
+  assert out.stderr.strip().splitlines()[-1] == (
+      f'error: --out={tmp_path} holds files an analysis does not (notes.txt), '
+      'which this one would replace: pass a new directory, or one of an '
+      'earlier analysis.')
+  assert (tmp_path / 'notes.txt').read_text() == 'mine'
 
 
 def test_a_count_below_one_is_one_clear_line(tmp_path):

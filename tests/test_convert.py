@@ -1,8 +1,13 @@
 """python -m vit_jax.convert: the command and its one-line errors."""
 
+import shutil
+import signal
 import subprocess
 import sys
 
+import pytest
+
+from tests.conftest import mounted_tmpfs
 from tests.conftest import ROOT
 
 
@@ -33,3 +38,48 @@ def test_bad_arguments_and_sources_are_one_line(tmp_path):
   assert out.stderr.strip().splitlines()[-1].startswith(
       f'error: {tmp_path / "weights.safetensors"} is not a readable '
       '.safetensors file')
+
+
+@pytest.mark.parametrize('format_name, dest', [
+    ('npz', 'model.npz'), ('timm', 'timm'), ('hf', 'hf')])
+def test_a_full_disk_is_one_line_and_leaves_the_old_export(
+    trained_vit_run, tmp_path, format_name, dest):
+  """An export there before, a disk without room for a second (a tmpfs
+  just larger than one): one `error:` line, the old export as it was, no
+  temporary file or folder beside it."""
+  workdir, _ = trained_vit_run
+  old = tmp_path / 'old' / dest
+  assert _convert(str(workdir), str(old),
+                  f'--format={format_name}').returncode == 0
+  size = sum(p.stat().st_size for p in [old, *old.rglob('*')] if p.is_file())
+  with mounted_tmpfs(tmp_path / 'disk', f'{size * 3 // 2 // 1024 + 8}k') as (
+      disk):
+    shutil.copytree(old, disk / dest) if old.is_dir() else shutil.copy(
+        old, disk / dest)
+    out = _convert(str(workdir), str(disk / dest), f'--format={format_name}')
+    assert out.returncode == 1
+    [line] = out.stderr.strip().splitlines()[-1:]
+    assert line.startswith(f'error: Writing {disk / dest} failed (') and (
+        'Free space there, or pass another DEST.') in line
+    assert 'Traceback' not in out.stderr
+    assert sorted(p.name for p in disk.iterdir()) == [dest]  # no partial
+    for before in [old, *old.rglob('*')]:
+      if before.is_file():
+        after = disk / dest / before.relative_to(old) if old.is_dir() else (
+            disk / dest)
+        assert after.read_bytes() == before.read_bytes()
+
+
+def test_a_stop_signal_leaves_dest_as_it_was(trained_vit_run, tmp_path):
+  workdir, _ = trained_vit_run
+  process = subprocess.Popen(
+      [sys.executable, '-m', 'vit_jax.convert', str(workdir),
+       str(tmp_path / 'hf'), '--format=hf'],
+      cwd=ROOT, stderr=subprocess.PIPE, text=True)
+  first = process.stderr.readline()  # jax has started: reading the run
+  process.send_signal(signal.SIGINT)
+  _, stderr = process.communicate(timeout=30)
+  assert process.returncode == 130, first + stderr
+  assert (first + stderr).strip().splitlines()[-1] == (
+      'Ctrl-C: stopped the conversion; DEST is as it was.')
+  assert not any(tmp_path.iterdir())

@@ -20,6 +20,7 @@ import numpy as np
 import orbax.checkpoint as ocp
 import pytest
 
+from tests.conftest import mounted_tmpfs
 from tests.conftest import ROOT
 from tests.conftest import history
 from tests.conftest import process_test_config
@@ -45,15 +46,8 @@ from vit_jax.errors import DatasetError
 @pytest.fixture
 def small_disk(tmp_path):
   """A 32 MiB tmpfs, mounted for the test (root only)."""
-  mount_point = tmp_path / 'disk'
-  mount_point.mkdir()
-  mounted = subprocess.run(
-      ['mount', '-t', 'tmpfs', '-o', 'size=32m', 'tmpfs', str(mount_point)],
-      capture_output=True, text=True, check=False)
-  if mounted.returncode:
-    pytest.skip(f'cannot mount a tmpfs here: {mounted.stderr.strip()}')
-  yield mount_point
-  subprocess.run(['umount', '-l', str(mount_point)], check=False)
+  with mounted_tmpfs(tmp_path / 'disk', '32m') as mount_point:
+    yield mount_point
 
 
 def _fill(directory: pathlib.Path) -> pathlib.Path:

@@ -40,8 +40,7 @@ the patches are the tokens after the prefix ones ([CLS], then the
 distillation token), and the image size and patch grid come from the run's
 config. What a model does not have is not drawn, and the command says so in
 one line each (analysis.json lists it under `not_drawn`, and has no numbers
-for it; a figure of that name left in --out by an earlier analysis is
-removed):
+for it):
 
   classifier 'gap' or 'map'  no class token: no cls_attention.png nor
                              attention rollout
@@ -61,7 +60,19 @@ removed):
 
 For a run, the figures also go to its TensorBoard (`tensorboard --logdir
 WORKDIR/tensorboard`, under `analysis`), at the step analysed.
+
+--out is replaced whole (it may hold an earlier analysis only): after Ctrl-C
+or SIGTERM (one line, status 130 or 75) or a failure it holds the earlier
+analysis, after success the new one, never a mix.
 """
+
+# pylint: disable=g-import-not-at-top,wrong-import-position
+from vit_jax import stop_signals
+
+if __name__ == '__main__':
+  # First, before jax loads: Ctrl-C or SIGTERM stops the analysis at once,
+  # what it was writing removed.
+  stop_signals.catch(at_once='stopped the analysis; --out is as it was')
 
 import json
 import pathlib
@@ -72,6 +83,7 @@ from absl import logging
 import numpy as np
 
 from vit_jax import checkpoint
+from vit_jax import command
 from vit_jax import errors
 from vit_jax import files
 from vit_jax.analysis import figures
@@ -138,7 +150,44 @@ def analyze(out, *, workdir=None, step=None, data_dir=None,
                                         inputs)
 
   out = pathlib.Path(out)
-  out.mkdir(parents=True, exist_ok=True)
+  _check_out(out)
+  result = {}
+
+  def write(into: pathlib.Path):
+    result.update(_write_analysis(into, subject, inputs, display, logits,
+                                  attentions, num_images, image_files, names,
+                                  components))
+
+  # The figures and analysis.json as one set: an earlier analysis's stay
+  # whole until this one is.
+  files.replace_directory_atomically(out, write)
+  if workdir is not None:
+    _to_tensorboard(pathlib.Path(workdir) / 'tensorboard' / 'analysis', out,
+                    subject.described['step'])
+  return result
+
+
+def _check_out(out: pathlib.Path):
+  """--out is replaced whole: it may hold an earlier analysis only."""
+  if out.is_file():
+    raise AnalysisError(f'--out={out} is a file: pass a new directory, or '
+                        'one of an earlier analysis.')
+  others = sorted(p.name for p in out.iterdir()
+                  if p.name != 'analysis.json' and p.suffix != '.png'
+                  ) if out.is_dir() else []
+  if others:
+    raise AnalysisError(
+        f'--out={out} holds files an analysis does not '
+        f'({", ".join(others[:5])}{" ..." if len(others) > 5 else ""}), '
+        'which this one would replace: pass a new directory, or one of an '
+        'earlier analysis.')
+
+
+def _write_analysis(out: pathlib.Path, subject: subjects.Subject, inputs,
+                    display, logits, attentions, num_images: int,
+                    image_files, names, components: int) -> dict:
+  """The figures and analysis.json in the empty directory `out`; returns
+  the numbers."""
   not_drawn = {}  # figure -> why not
   position_numbers = _draw_position_embeddings(out, subject, not_drawn)
   filter_numbers = _draw_embedding_filters(out, subject, components,
@@ -146,7 +195,6 @@ def analyze(out, *, workdir=None, step=None, data_dir=None,
   _draw_token_attention(out, subject, display, attentions, num_images,
                         image_files, not_drawn)
   distance_numbers = _draw_attention_distance(out, subject, attentions)
-  _remove_stale_figures(out, subject, not_drawn)
 
   result = {
       **subject.described,
@@ -165,11 +213,7 @@ def analyze(out, *, workdir=None, step=None, data_dir=None,
   if image_files:
     result['top5'] = {str(f): best for f, best in zip(
         image_files, subjects.top5(logits, names))}
-  files.write_atomically(out / 'analysis.json',
-                         json.dumps(result, indent=1) + '\n')
-  if workdir is not None:
-    _to_tensorboard(pathlib.Path(workdir) / 'tensorboard' / 'analysis', out,
-                    subject.described['step'])
+  (out / 'analysis.json').write_text(json.dumps(result, indent=1) + '\n')
   return result
 
 
@@ -295,17 +339,6 @@ def _draw_attention_distance(out: pathlib.Path, subject: subjects.Subject,
   }
 
 
-def _remove_stale_figures(out: pathlib.Path, subject: subjects.Subject,
-                          not_drawn: dict):
-  # A figure of the same name from an earlier analysis would pass for this
-  # model's.
-  stale = [*not_drawn]
-  if 'dist' not in subject.model.prefix_tokens:
-    stale.append('dist_attention.png')
-  for figure in stale:
-    (out / figure).unlink(missing_ok=True)
-
-
 def _to_tensorboard(directory: pathlib.Path, out: pathlib.Path, step: int):
   """The figures in `out` as images beside the run's curves in TensorBoard,
   at the step of the checkpoint analysed."""
@@ -324,6 +357,7 @@ def main(argv):
   # What it wrote is the output; jax's and orbax's progress notes are not,
   # while a warning (a damaged checkpoint skipped) is.
   logging.set_verbosity(logging.WARNING)
+  command.quiet_libraries()
   result = errors.exit_on_user_error(lambda: analyze(
       _OUT.value, workdir=_WORKDIR.value, step=_STEP.value,
       data_dir=_DATA_DIR.value, checkpoint_path=_CHECKPOINT.value,

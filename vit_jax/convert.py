@@ -25,7 +25,19 @@ libraries (tanh GELU, LayerNorm eps 1e-6, written into their configs; a
 hybrid's stem computes with timm's own epsilons there); what they cannot
 hold (timm's and transformers' ViTs have no pre-logits layer; transformers'
 has no hybrid and reads the class token only) is one line.
+
+DEST is replaced whole: it holds the old file or folder, or the whole new
+one, after a full disk (one `error:` line, status 1) or Ctrl-C / SIGTERM
+(one line, status 130 / 75) as after success.
 """
+
+# pylint: disable=g-import-not-at-top,wrong-import-position
+from vit_jax import stop_signals
+
+if __name__ == '__main__':
+  # First, before jax loads: Ctrl-C or SIGTERM stops the conversion at once,
+  # what it was writing removed.
+  stop_signals.catch(at_once='stopped the conversion; DEST is as it was')
 
 from absl import app
 from absl import flags

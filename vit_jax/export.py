@@ -6,6 +6,8 @@ import pathlib
 import jax
 
 from vit_jax import checkpoint
+from vit_jax import errors
+from vit_jax import files
 from vit_jax import models
 from vit_jax.errors import CheckpointError
 from vit_jax.formats import npz
@@ -28,6 +30,16 @@ def _check_destination(dest: pathlib.Path, format_name: str) -> None:
     raise CheckpointError(f'{dest} is a vit_jax.main workdir, whose '
                           'config.json the export would overwrite: pass a new '
                           'or empty directory.')
+  # The new folder takes the old one's place whole: only an earlier
+  # export's files may be there.
+  ours = checkpoint.FOLDER_FORMATS[format_name].FILES
+  others = sorted(p.name for p in dest.iterdir()) if dest.is_dir() else []
+  others = [name for name in others if name not in ours]
+  if others:
+    raise CheckpointError(
+        f'{dest} holds files a {format_name} folder does not '
+        f'({", ".join(others[:5])}{" ..." if len(others) > 5 else ""}), which '
+        'the export would replace: pass a new or empty directory.')
 
 
 def convert(source: str | pathlib.Path, dest: str | pathlib.Path,
@@ -45,11 +57,22 @@ def convert(source: str | pathlib.Path, dest: str | pathlib.Path,
     raise CheckpointError(f'{source} holds a {loaded.config.model}; only ViTs '
                           'convert to other formats.')
   params = jax.device_get(loaded.params)
-  if format_name == 'npz':
-    npz.save_npz(params, dest)
-  else:
-    checkpoint.FOLDER_FORMATS[format_name].write(
-        dest, params, loaded.model, loaded.image_size, loaded.pixels)
+  try:
+    if format_name == 'npz':
+      npz.save_npz(params, dest)
+    else:
+      files.replace_directory_atomically(
+          dest, lambda partial: checkpoint.FOLDER_FORMATS[format_name].write(
+              partial, params, loaded.model, loaded.image_size,
+              loaded.pixels))
+  except errors.VitJaxError:
+    raise
+  except Exception as e:  # pylint: disable=broad-except
+    # A full or read-only disk: OSError, or safetensors' own error.
+    raise CheckpointError(
+        f'Writing {dest} failed ({errors.first_line(e)}); '
+        f'{"the file" if format_name == "npz" else "the folder"} is as it '
+        'was. Free space there, or pass another DEST.') from e
   described = params_lib.describe_architecture(
       params_lib.vit_architecture(params))
   return (f'Wrote {dest} ({format_name}): {described}, '

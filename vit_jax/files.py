@@ -3,12 +3,18 @@
 A process killed while it writes leaves the old file or the new one, never
 half of one: every file a later run or reader trusts (config.json,
 summary.json, a released-format .npz, an experiment's results.json and
-figures) is written under a temporary name and renamed into place.
+figures) is written under a temporary name and renamed into place. A set of
+files that belong together (a timm or transformers folder) is written into
+a temporary directory that then takes the place of the old one
+(`replace_directory_atomically`).
 """
 
 from collections.abc import Callable
 import os
 import pathlib
+import shutil
+
+from vit_jax import stop_signals
 
 # The image files an image folder, `vit_jax.analyze --images` and the
 # experiments read (what PIL decodes that people keep photos in).
@@ -25,14 +31,45 @@ def replace_atomically(path: pathlib.Path,
   it to `path`; a failed `write` leaves no temporary file behind."""
   path = pathlib.Path(path)
   partial = path.with_name(path.name + '.partial')
+  stop_signals.remove_on_stop(partial)
   try:
     write(partial)
     os.replace(partial, path)
   except BaseException:
     partial.unlink(missing_ok=True)
     raise
+  finally:
+    stop_signals.remove_on_stop(partial, remove=False)
 
 
 def write_atomically(path: pathlib.Path, text: str) -> None:
   """`text` as the whole content of `path` (see `replace_atomically`)."""
   replace_atomically(path, lambda partial: partial.write_text(text))
+
+
+def replace_directory_atomically(path: pathlib.Path,
+                                 write: Callable[[pathlib.Path], None]) -> None:
+  """Calls `write(partial)` for a fresh temporary directory beside `path`,
+  then renames it to `path`, the directory there before moved aside and
+  removed: `path` holds the old set of files or the whole new one. A failed
+  `write`, or a stop signal during it (`stop_signals.remove_on_stop`),
+  leaves `path` as it was and no temporary directory; what a killed process
+  left beside it is removed first."""
+  path = pathlib.Path(path)
+  partial = path.with_name(path.name + '.partial')
+  replaced = path.with_name(path.name + '.replaced')
+  for leftover in (partial, replaced):
+    shutil.rmtree(leftover, ignore_errors=True)
+  partial.mkdir(parents=True)
+  stop_signals.remove_on_stop(partial)
+  try:
+    write(partial)
+  except BaseException:
+    shutil.rmtree(partial, ignore_errors=True)
+    raise
+  finally:
+    stop_signals.remove_on_stop(partial, remove=False)
+  if path.exists():
+    os.replace(path, replaced)
+  os.replace(partial, path)
+  shutil.rmtree(replaced, ignore_errors=True)

@@ -9,10 +9,11 @@ moment when nothing is half written. A second Ctrl-C exits at once: the
 person at the terminal means it. A save it interrupts leaves only orbax's
 temporary directory, which the next run removes.
 
-A command with nothing to save (`vit_jax.evaluate`) calls
+A command with nothing to save (`vit_jax.evaluate`, `convert`) calls
 `catch(at_once=...)` instead: the first signal ends it at once, with one
 line that says so, status 130 for Ctrl-C and 75 for SIGTERM (as training's
-stops: rerun the same command).
+stops: rerun the same command), after removing what it was writing and had
+not finished (`remove_on_stop`).
 
 The signals are watched from a thread of their own, woken by Python's
 signal wake-up file descriptor, not by a Python-level handler: those run
@@ -23,6 +24,7 @@ Imports nothing but the standard library, so that catching starts early.
 """
 
 import os
+import shutil
 import signal
 import socket
 import threading
@@ -49,6 +51,7 @@ _previous: dict[int, object] = {}
 _forwarding: list[bool] = []  # [True] once `forward_as_sigterm` was called
 _watching: list = []  # [the previous wake-up fd, reader, writer, thread]
 _at_once: list[str] = []  # [what a signal that stops at once did]
+_to_remove: list[str] = []  # written by the command, unfinished
 
 
 def catch(sigterm: bool = True, at_once: str | None = None) -> bool:
@@ -87,6 +90,17 @@ def release() -> None:
   _received.clear()
   _forwarding.clear()
   _at_once.clear()
+
+
+def remove_on_stop(path, remove: bool = True) -> None:
+  """A file or directory the command is writing, unfinished: a signal that
+  stops the command at once (`catch(at_once=...)`) removes it first.
+  `remove=False`: finished, or removed by the command itself."""
+  path = os.fspath(path)
+  if remove:
+    _to_remove.append(path)
+  elif path in _to_remove:
+    _to_remove.remove(path)
 
 
 def received() -> str | None:
@@ -138,6 +152,8 @@ def _read_signals(reader: socket.socket) -> None:
 
 def _on_signal(signum: int) -> None:
   if _at_once:
+    for path in list(_to_remove):
+      _remove(path)
     os.write(2, f'\n{_NAMES[signum]}: {_at_once[0]}.\n'.encode())
     os._exit(INTERRUPTED_EXIT_STATUS if signum == signal.SIGINT else  # pylint: disable=protected-access
              STOPPED_EXIT_STATUS)
@@ -151,3 +167,20 @@ def _on_signal(signum: int) -> None:
   _received.append(_NAMES[signum])
   if _forwarding and signum == signal.SIGINT:
     os.kill(os.getpid(), signal.SIGTERM)
+
+
+def _remove(path: str) -> None:
+  """`path` and what is in it, however far its writer got (the command's
+  main thread may still be adding files: a few tries)."""
+  for _ in range(5):
+    if os.path.isdir(path) and not os.path.islink(path):
+      shutil.rmtree(path, ignore_errors=True)
+    else:
+      try:
+        os.unlink(path)
+      except FileNotFoundError:
+        pass
+      except OSError:
+        pass
+    if not os.path.lexists(path):
+      return

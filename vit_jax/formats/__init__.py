@@ -26,6 +26,7 @@ class FolderFormat(Protocol):
   `checkpoint.load` and `export.convert` call them by."""
 
   NAME: str  # the other library's model, in messages
+  FILES: tuple[str, ...]  # what `write` puts in its folder
 
   def is_state(self, keys) -> bool:
     """Whether a safetensors file's array names are this format's."""

@@ -304,6 +304,10 @@ def check_exportable(model: models.VisionTransformer) -> None:
   })
 
 
+# What `write` puts in its folder.
+FILES = (safetensors_file.WEIGHTS_NAME, 'config.json')
+
+
 def write(directory: pathlib.Path, params: dict,
           model: models.VisionTransformer, image_size: int,
           pixels: tuple[tuple, tuple] = vit_model.RELEASED_PIXELS) -> None:
