@@ -83,12 +83,20 @@ def summarize(trace_path: pathlib.Path, steps: int) -> dict[str, float]:
       kind = next((k for k, pattern in KINDS if pattern.search(name)), OTHER)
       kinds[kind] += own
   spans = [e for thread_events in by_thread.values() for e in thread_events]
-  wall = (max(e['ts'] + e['dur'] for e in spans) -
-          min(e['ts'] for e in spans))
-  table = {kind: kinds[kind] / 1e3 / steps for kind, _ in KINDS}
-  table[OTHER] = kinds[OTHER] / 1e3 / steps
-  table['sum over threads'] = sum(kinds.values()) / 1e3 / steps
-  table['wall'] = wall / 1e3 / steps
+  return _per_step(kinds, KINDS, spans, steps, 'sum over threads', 'wall')
+
+
+def _per_step(kinds: collections.Counter, order, events: list[dict],
+              steps: int, summed: str, wall: str) -> dict[str, float]:
+  """Milliseconds per step of each kind of work (`order`'s, then OTHER),
+  their sum, and the wall time from the first of `events` to the end of
+  the last."""
+  span = (max(e['ts'] + e['dur'] for e in events) -
+          min(e['ts'] for e in events))
+  table = {kind: kinds[kind] / 1e3 / steps
+           for kind in (*(k for k, _ in order), OTHER)}
+  table[summed] = sum(kinds.values()) / 1e3 / steps
+  table[wall] = span / 1e3 / steps
   return table
 
 
@@ -148,12 +156,8 @@ def summarize_device(trace_path: pathlib.Path, steps: int,
     by_name[e['name']] += e['dur']
     described.setdefault(e['name'], {'kind': kind, 'args': {
         k: str(v)[:200] for k, v in e.get('args', {}).items()}})
-  wall = (max(e['ts'] + e['dur'] for e in kernels) -
-          min(e['ts'] for e in kernels))
-  table = {kind: kinds[kind] / 1e3 / steps for kind, _ in DEVICE_KINDS}
-  table[OTHER] = kinds[OTHER] / 1e3 / steps
-  table['kernels, summed'] = sum(kinds.values()) / 1e3 / steps
-  table['wall, first kernel to last'] = wall / 1e3 / steps
+  table = _per_step(kinds, DEVICE_KINDS, kernels, steps, 'kernels, summed',
+                    'wall, first kernel to last')
   heaviest = [{'kernel': name, 'ms_per_step': us / 1e3 / steps,
                **described[name]} for name, us in by_name.most_common(top)]
   return table, heaviest
