@@ -7,6 +7,11 @@ import subprocess
 import sys
 import time
 
+import numpy as np
+import pytest
+
+from tests.conftest import png
+from tests.conftest import ROOT
 from vit_jax import stop_signals
 
 
@@ -60,3 +65,34 @@ def test_a_second_ctrl_c_exits_at_once_in_one_line():
   assert process.stderr.read().strip().splitlines()[-1] == (
       'error: Interrupted again: stopped at once, without saving; rerun the '
       'same command to resume from the newest complete checkpoint.')
+
+
+@pytest.mark.parametrize('command, flags, what', [
+    ('vit_jax.benchmark', ('--model=ViT-Tiny-CIFAR_4', '--image_size=32',
+                           '--batch_size=8', '--steps=100'),
+     'the benchmark'),
+    ('vit_jax.benchmark_input', ('--dataset=image_folder', '--image_size=16',
+                                 '--batch_size=2', '--steps=2000'),
+     'the input benchmark'),
+])
+def test_a_command_with_nothing_to_save_stops_at_once_in_one_line(
+    tmp_path, command, flags, what):
+  """Ctrl-C while it measures: one line, status 130, no traceback."""
+  if command.endswith('input'):  # an image folder to read
+    for split, count in (('train', 4002), ('test', 1)):
+      (tmp_path / split / 'a').mkdir(parents=True)
+      for i in range(count):
+        (tmp_path / split / 'a' / f'{i}.png').write_bytes(png(
+            np.full((8, 8, 3), i % 256, np.uint8)))
+    flags += (f'--data_dir={tmp_path}',)
+  process = subprocess.Popen(
+      [sys.executable, '-m', command, *flags],
+      cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+  first = process.stderr.readline()  # jax has started
+  process.send_signal(signal.SIGINT)
+  _, stderr = process.communicate(timeout=60)
+  assert process.returncode == stop_signals.INTERRUPTED_EXIT_STATUS, (
+      first + stderr)
+  assert stderr.strip().splitlines()[-1] == (
+      f'Ctrl-C: stopped {what}; it measured nothing.')
+  assert 'Traceback' not in first + stderr

@@ -32,6 +32,14 @@ analysis of the compiled step, which also counts elementwise work, is printed
 beside it as a cross-check.
 """
 
+
+# pylint: disable=g-import-not-at-top,wrong-import-position
+from vit_jax import stop_signals
+
+if __name__ == '__main__':
+  # First, before jax loads: Ctrl-C or SIGTERM stops the benchmark at once.
+  stop_signals.catch(at_once='stopped the benchmark; it measured nothing')
+
 import json
 
 from absl import app

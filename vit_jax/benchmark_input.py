@@ -19,6 +19,14 @@ per second and per core used (worker processes, or the threads' usable
 cores), as a table and one JSON line.
 """
 
+
+# pylint: disable=g-import-not-at-top,wrong-import-position
+from vit_jax import stop_signals
+
+if __name__ == '__main__':
+  # First, before jax loads: Ctrl-C or SIGTERM stops the input benchmark at once.
+  stop_signals.catch(at_once='stopped the input benchmark; it measured nothing')
+
 import json
 import os
 import statistics
