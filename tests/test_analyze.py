@@ -87,13 +87,15 @@ def test_a_stop_signal_leaves_the_earlier_analysis_whole(trained_vit_run,
 
 
 def test_an_out_with_other_files_is_refused(trained_vit_run, tmp_path):
+  """Your own files (pictures too) are never replaced by an analysis."""
   (tmp_path / 'notes.txt').write_text('mine')
+  (tmp_path / 'cat.png').write_bytes(png(np.zeros((4, 4, 3), np.uint8)))
   out = _analyze(f'--workdir={trained_vit_run[0]}', f'--out={tmp_path}')
   assert out.returncode == 1
   assert out.stderr.strip().splitlines()[-1] == (
-      f'error: --out={tmp_path} holds files an analysis does not (notes.txt), '
-      'which this one would replace: pass a new directory, or one of an '
-      'earlier analysis.')
+      f'error: --out={tmp_path} holds files an analysis does not (cat.png, '
+      'notes.txt), which this one would replace: pass a new directory, or '
+      'one of an earlier analysis.')
   assert (tmp_path / 'notes.txt').read_text() == 'mine'
 
 

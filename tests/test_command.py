@@ -1,5 +1,6 @@
 """vit_jax.command: what every command does with its flags and its log."""
 
+import os
 import pathlib
 import subprocess
 import sys
@@ -13,6 +14,10 @@ _BAD_CONFIGS = {
     'syntax.py': 'def get_config(:\n',
     'raises.py': 'def get_config():\n  raise RuntimeError("boom")\n',
     'raises_on_import.py': 'import nonexistent_module_xyz\n',
+    'opens.py': 'def get_config():\n  open("/nonexistent/labels.txt")\n',
+    'calls.py': ('import config_helper_xyz\ndef get_config():\n'
+                 '  return config_helper_xyz.read()\n'),
+    'config_helper_xyz.py': 'def read():\n  return {}["labels"]\n',
 }
 
 
@@ -31,8 +36,15 @@ _BAD_CONFIGS = {
     ('{tmp}/raises_on_import.py', ('--config.seed=3',),
      "{tmp}/raises_on_import.py, line 1: ModuleNotFoundError: No module "
      "named 'nonexistent_module_xyz'"),
+    ('{tmp}/opens.py', (),
+     "{tmp}/opens.py, line 2: FileNotFoundError: [Errno 2] No such file or "
+     "directory: '/nonexistent/labels.txt'"),
+    ('{tmp}/calls.py', ('--config.seed=1',),
+     "{tmp}/calls.py, line 3 (raised in {tmp}/config_helper_xyz.py, line 2): "
+     "KeyError: 'labels'"),
 ], ids=['refused argument', 'missing file', 'missing file, overridden',
-        'syntax error', 'raises', 'raises on import'])
+        'syntax error', 'raises', 'raises on import', 'raises OSError',
+        'raises in code it calls'])
 def test_a_config_that_cannot_load_is_one_line_for_every_command(
     tmp_path, command, target, config, overrides, message):
   for name, text in _BAD_CONFIGS.items():
@@ -41,7 +53,8 @@ def test_a_config_that_cannot_load_is_one_line_for_every_command(
   out = subprocess.run(
       [sys.executable, '-m', f'vit_jax.{command}', f'--config={fill(config)}',
        *overrides, fill(target)],
-      cwd=ROOT, capture_output=True, text=True, check=False)
+      cwd=ROOT, capture_output=True, text=True, check=False,
+      env={**os.environ, 'PYTHONPATH': str(tmp_path)})
   assert out.returncode == 1
   assert out.stderr.strip().splitlines() == [
       f'error: --config cannot be loaded: {fill(message)}']

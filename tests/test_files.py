@@ -8,8 +8,10 @@ import time
 
 import pytest
 
+from tests.conftest import mounted_tmpfs
 from tests.conftest import ROOT
 from vit_jax import files
+from vit_jax.errors import VitJaxError
 
 
 def test_a_writer_killed_while_writing_leaves_a_whole_file(tmp_path):
@@ -46,3 +48,62 @@ def test_a_failed_write_leaves_the_old_file_and_no_partial_one(tmp_path):
     files.replace_atomically(path, fail)
   assert path.read_text() == 'old'
   assert [p.name for p in tmp_path.iterdir()] == ['results.json']
+
+
+def _folder(path, **files):
+  path.mkdir(parents=True)
+  for name, text in files.items():
+    (path / name).write_text(text)
+
+
+def _written(path) -> dict:
+  return {p.name: p.read_text() for p in sorted(path.iterdir())}
+
+
+def test_a_folder_is_replaced_whole_or_not_at_all(tmp_path):
+  dest = tmp_path / 'export'
+  _folder(dest, a='old', b='old')
+
+  def write(partial):
+    (partial / 'a').write_text('new')
+
+  files.replace_directory_atomically(dest, write)
+  assert _written(dest) == {'a': 'new'}
+
+  def fails(partial):
+    (partial / 'a').write_text('newer')
+    raise OSError(28, 'No space left on device')
+
+  with pytest.raises(OSError):
+    files.replace_directory_atomically(dest, fails)
+  assert _written(dest) == {'a': 'new'}
+  assert sorted(p.name for p in tmp_path.iterdir()) == ['export']
+
+
+def test_a_kill_between_the_renames_is_mended_by_the_next_write(tmp_path):
+  dest = tmp_path / 'export'
+  _folder(tmp_path / 'export.replaced', a='old')  # dest moved aside, then
+  _folder(tmp_path / 'export.partial', a='half')  # the process killed
+  files.replace_directory_atomically(
+      dest, lambda partial: (partial / 'a').write_text('new'))
+  assert _written(dest) == {'a': 'new'}
+  assert sorted(p.name for p in tmp_path.iterdir()) == ['export']
+
+
+def test_a_symlinked_folder_has_its_target_replaced(tmp_path):
+  _folder(tmp_path / 'real', a='old')
+  (tmp_path / 'link').symlink_to(tmp_path / 'real')
+  files.replace_directory_atomically(
+      tmp_path / 'link', lambda partial: (partial / 'a').write_text('new'))
+  assert (tmp_path / 'link').is_symlink()
+  assert _written(tmp_path / 'link') == {'a': 'new'}
+  assert sorted(p.name for p in tmp_path.iterdir()) == ['link', 'real']
+
+
+def test_a_mount_point_is_refused_in_one_line(tmp_path):
+  with mounted_tmpfs(tmp_path / 'disk', '64k') as disk:
+    (disk / 'a').write_text('old')
+    with pytest.raises(VitJaxError, match=r'is a mount point, which cannot '
+                       r'be replaced whole: pass a folder inside it\.'):
+      files.replace_directory_atomically(disk, lambda partial: None)
+    assert _written(disk) == {'a': 'old'}

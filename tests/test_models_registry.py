@@ -4,6 +4,7 @@ import re
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import pytest
 
 from vit_jax.formats import params as params_lib
@@ -84,8 +85,10 @@ def test_an_override_of_another_kind_is_one_line(override, kind, default):
       f"{field}={value!r}: ViT-Tiny-CIFAR_4's {field} is {kind} (default "
       f'{default}).')):
     create_model('ViT-Tiny-CIFAR_4', 10, **override)
-  # An integer where a float is expected is a number.
+  # An integer where a float is expected is a number; numpy's numbers are.
   assert create_model('ViT-Tiny-CIFAR_4', 10, dropout_rate=0).dropout_rate == 0
+  create_model('ViT-Tiny-CIFAR_4', 10, num_layers=np.int64(2),
+               dropout_rate=np.float32(0.1), mimetic_init=np.bool_(True))
 
 
 def test_unknown_override_lists_the_fields():

@@ -95,8 +95,8 @@ def test_when_no_checkpoint_restores_the_error_says_what_to_do(tmp_path):
 def test_a_checkpoint_rotated_away_while_read_is_not_called_damaged(
     tmp_path, caplog, monkeypatch):
   """A reader (evaluate, analyze) of a live run: the run saves step 6 and
-  deletes step 4 while the reader reads 4; the reader lists the steps again
-  and reads 6, with no warning. Deleted under it every time, it says the
+  is deleting step 4 while the reader reads 4; the reader lists the steps
+  again and reads 6, with no warning. Deleted under it every time, it says the
   run is writing there."""
   directory = tmp_path / 'checkpoints'
   _saved_steps(directory, [2, 4])
@@ -105,9 +105,9 @@ def test_a_checkpoint_rotated_away_while_read_is_not_called_damaged(
   read = run_checkpoints.RunCheckpoints._restore  # pylint: disable=protected-access
 
   def rotated_while_read(self, step, *shapes):
-    if step == 4:
+    if step == 4:  # orbax deletes a checkpoint's files one by one: half gone
       shutil.copytree(saved_later / '6', directory / '6')
-      shutil.rmtree(directory / '4')
+      shutil.rmtree(directory / '4' / 'state')
     return read(self, step, *shapes)
 
   monkeypatch.setattr(run_checkpoints.RunCheckpoints, '_restore',
@@ -123,7 +123,7 @@ def test_a_checkpoint_rotated_away_while_read_is_not_called_damaged(
   monkeypatch.setattr(run_checkpoints.RunCheckpoints, '_restore',
                       deleted_while_read)
   with pytest.raises(CheckpointError, match=r'The checkpoints in .* \(steps '
-                     r'2, 6\) were deleted while they were read: a run still '
+                     r'2, 4, 6\) were deleted while they were read: a run still '
                      'writing there'):
     run_checkpoints.RunCheckpoints(directory).restore_latest()
   assert _warnings(caplog) == []

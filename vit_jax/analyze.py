@@ -138,6 +138,8 @@ def analyze(out, *, workdir=None, step=None, data_dir=None,
   """Writes the figures and analysis.json into `out` for a run (`workdir`)
   or any other checkpoint (`checkpoint_path`, `model_name`), on the run's test
   images or on `images` (files or directories); returns the numbers."""
+  out = pathlib.Path(out)
+  _check_out(out)  # before minutes of work
   subject, config = _subject(workdir, step, data_dir, checkpoint_path,
                              model_name, images)
   image_files = subjects.image_files(images) if images else None
@@ -149,8 +151,6 @@ def analyze(out, *, workdir=None, step=None, data_dir=None,
   logits, attentions = subjects.forward(subject.model, subject.variables,
                                         inputs)
 
-  out = pathlib.Path(out)
-  _check_out(out)
   result = {}
 
   def write(into: pathlib.Path):
@@ -167,13 +167,21 @@ def analyze(out, *, workdir=None, step=None, data_dir=None,
   return result
 
 
+# What an analysis writes (the module docstring's list; `rollout_<image>.png`
+# with --images).
+_WRITTEN = ('cls_attention.png', 'dist_attention.png', 'attention_rollout.png',
+            'attention_distance.png', 'position_embeddings.png',
+            'embedding_filters.png', 'analysis.json')
+
+
 def _check_out(out: pathlib.Path):
   """--out is replaced whole: it may hold an earlier analysis only."""
   if out.is_file():
     raise AnalysisError(f'--out={out} is a file: pass a new directory, or '
                         'one of an earlier analysis.')
   others = sorted(p.name for p in out.iterdir()
-                  if p.name != 'analysis.json' and p.suffix != '.png'
+                  if p.name not in _WRITTEN and not (
+                      p.name.startswith('rollout_') and p.suffix == '.png')
                   ) if out.is_dir() else []
   if others:
     raise AnalysisError(

@@ -18,35 +18,42 @@ from vit_jax import errors
 
 
 def _config_files(argv: list[str]) -> set[str]:
-  """The resolved paths the --config flags of `argv` name."""
-  values = [arg.split('=', 1)[1] for arg in argv if arg.startswith('--config=')]
-  values += [after for arg, after in zip(argv, argv[1:]) if arg == '--config']
+  """The resolved paths the --config (or -config) flags of `argv` name."""
+  names = ('--config', '-config')
+  values = [arg.split('=', 1)[1] for arg in argv
+            if arg.startswith(tuple(f'{name}=' for name in names))]
+  values += [after for arg, after in zip(argv, argv[1:]) if arg in names]
   return {str(pathlib.Path(value.split(':')[0]).resolve()) for value in values}
 
 
-def _config_file_problem(error: BaseException, argv: list[str]) -> str | None:
-  """What is wrong with the --config file, if `error` (raised while the
-  flags were parsed) came from loading it: missing, not Python, or raising
-  (ml_collections wraps what it raised, and the innermost traceback runs
-  through the file); None for another error."""
-  files = _config_files(argv)
+def _config_file_problem(error: BaseException,
+                         config_files: set[str]) -> str | None:
+  """What is wrong with the --config file, if `error` came from loading
+  it: missing, not Python, or raising (ml_collections wraps what it
+  raised, and the innermost traceback runs through the file); None for
+  another error."""
+  missing = sorted(f for f in config_files if not pathlib.Path(f).is_file())
+  if missing:
+    return 'no file ' + ', '.join(missing)
   innermost = error
   while innermost.__cause__ or innermost.__context__:
     innermost = innermost.__cause__ or innermost.__context__
-  if 'Failed loading config file' in str(error):
-    return 'no file ' + ', '.join(sorted(files))
   if (isinstance(innermost, SyntaxError) and innermost.filename and
-      str(pathlib.Path(innermost.filename).resolve()) in files):
+      str(pathlib.Path(innermost.filename).resolve()) in config_files):
     return (f'{innermost.filename}, line {innermost.lineno}: '
             f'{innermost.msg}; fix the file.')
-  frames = [frame for frame in traceback.extract_tb(innermost.__traceback__)
-            if str(pathlib.Path(frame.filename).resolve()) in files]
-  if not frames:
+  frames = traceback.extract_tb(innermost.__traceback__)
+  in_file = [frame for frame in frames
+             if str(pathlib.Path(frame.filename).resolve()) in config_files]
+  if not in_file:
     return None
   if isinstance(innermost, ValueError):  # the file's own refusal
     return str(innermost)
-  return (f'{frames[-1].filename}, line {frames[-1].lineno}: '
-          f'{errors.first_line(innermost)}')
+  where = f'{in_file[-1].filename}, line {in_file[-1].lineno}'
+  if frames[-1] is not in_file[-1]:  # in code the file calls
+    where += (f' (raised in {frames[-1].filename}, line '
+              f'{frames[-1].lineno})')
+  return f'{where}: {errors.first_line(innermost)}'
 
 
 def parse_flags(argv: list[str]) -> list[str]:
@@ -60,19 +67,24 @@ def parse_flags(argv: list[str]) -> list[str]:
     remaining = flags.FLAGS(argv)
   except Exception as e:  # pylint: disable=broad-except
     # ml_collections lets whatever loading the file raised through.
-    problem = _config_file_problem(e, argv)
+    problem = _config_file_problem(e, _config_files(argv))
     if problem is not None:
       sys.exit(f'error: --config cannot be loaded: {problem}')
     if not isinstance(e, flags.Error):
       raise
     sys.exit(f'error: {e}\nPass --helpshort or --helpfull to see help on '
              'flags.')
-  # A config file that is missing, without overrides, stands in as an
-  # object that raises when used, not as a ConfigDict.
+  # Without overrides, a config file that does not load stands in as an
+  # object that raises what loading raised when used.
   config = flags.FLAGS['config'].value if 'config' in flags.FLAGS else None
   if config is not None and not isinstance(config, ml_collections.ConfigDict):
-    sys.exit('error: --config cannot be loaded: no file '
-             f'{config_flags.get_config_filename(flags.FLAGS["config"])}')
+    filename = config_flags.get_config_filename(flags.FLAGS['config'])
+    try:
+      config.keys()
+    except Exception as e:  # pylint: disable=broad-except
+      problem = _config_file_problem(
+          e, {str(pathlib.Path(filename.split(':')[0]).resolve())})
+      sys.exit(f'error: --config cannot be loaded: {problem or e}')
   return remaining
 
 

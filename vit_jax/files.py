@@ -14,6 +14,7 @@ import os
 import pathlib
 import shutil
 
+from vit_jax import errors
 from vit_jax import stop_signals
 
 # The image files an image folder, `vit_jax.analyze --images` and the
@@ -53,11 +54,18 @@ def replace_directory_atomically(path: pathlib.Path,
   then renames it to `path`, the directory there before moved aside and
   removed: `path` holds the old set of files or the whole new one. A failed
   `write`, or a stop signal during it (`stop_signals.remove_on_stop`),
-  leaves `path` as it was and no temporary directory; what a killed process
-  left beside it is removed first."""
-  path = pathlib.Path(path)
+  leaves `path` as it was and no temporary directory; a signal waits for
+  the renames (`stop_signals.not_stopped_within`). What a process killed
+  between the renames left is put back first. `path` (a symlink's target)
+  must not be a mount point: it is renamed."""
+  path = pathlib.Path(os.path.realpath(path))
+  if os.path.ismount(path):
+    raise errors.VitJaxError(f'{path} is a mount point, which cannot be '
+                             'replaced whole: pass a folder inside it.')
   partial = path.with_name(path.name + '.partial')
   replaced = path.with_name(path.name + '.replaced')
+  if replaced.is_dir() and not path.exists():
+    os.replace(replaced, path)  # killed between the renames: the old set
   for leftover in (partial, replaced):
     shutil.rmtree(leftover, ignore_errors=True)
   partial.mkdir(parents=True)
@@ -65,11 +73,18 @@ def replace_directory_atomically(path: pathlib.Path,
   try:
     write(partial)
   except BaseException:
+    stop_signals.remove_on_stop(partial, remove=False)
     shutil.rmtree(partial, ignore_errors=True)
     raise
-  finally:
+  with stop_signals.not_stopped_within():
     stop_signals.remove_on_stop(partial, remove=False)
-  if path.exists():
-    os.replace(path, replaced)
-  os.replace(partial, path)
+    try:
+      if path.exists():
+        os.replace(path, replaced)
+      os.replace(partial, path)
+    except BaseException:
+      if replaced.exists() and not path.exists():
+        os.replace(replaced, path)
+      shutil.rmtree(partial, ignore_errors=True)
+      raise
   shutil.rmtree(replaced, ignore_errors=True)

@@ -19,6 +19,7 @@ import jax
 from vit_jax import command
 from vit_jax import distributed
 from vit_jax import errors
+from vit_jax import stop_signals
 
 _COORDINATOR_ADDRESS = flags.DEFINE_string(
     'coordinator_address', None,
@@ -77,6 +78,10 @@ def run(work: Callable[[], None], *, cpu_devices: int | None) -> NoReturn:
       # prefix tells them apart.
       logging.get_absl_handler().addFilter(_ProcessPrefix(
           f'[process {jax.process_index()}/{jax.process_count()}] '))
+      if stop_signals.stops_at_once():
+        # jax's preemption service took SIGTERM, to agree on a step to
+        # stop at; a command with nothing to save stops at once instead.
+        stop_signals.catch()
     work()
   except jax.errors.JaxRuntimeError as e:
     if not distributed.lost_a_process(e):

@@ -97,6 +97,11 @@ def _out_of_space(error: BaseException | None) -> bool:
   return False
 
 
+# How many checkpoints a reader lets a live run replace under it before it
+# says so, rather than chasing the run's rotation for as long as it lasts.
+_MAX_ROTATED_WHILE_READ = 10
+
+
 class RunCheckpoints:
   """The checkpoints of a run, `directory/<step>/`, the newest
   `keep` kept. Each holds a `Restored`'s fields: the train state, the train
@@ -156,7 +161,7 @@ class RunCheckpoints:
     again and the newest read. None when there is none; CheckpointError
     when none of several restores."""
     tried, damaged, deleted = set(), [], []
-    while True:
+    while len(deleted) < _MAX_ROTATED_WHILE_READ:
       untried = [s for s in self.steps(fresh=bool(tried)) if s not in tried]
       if not untried:
         break
@@ -165,8 +170,12 @@ class RunCheckpoints:
       try:
         restored = self._restore(step, state_shapes, sum_shapes)
       except Exception as e:  # pylint: disable=broad-except
-        if not (self.directory / str(step)).exists():
-          deleted.append(step)  # rotated away by the run writing here
+        # Rotated away by the run writing here: gone, or being deleted
+        # (orbax removes a checkpoint's files one by one) for a newer one
+        # saved since.
+        if not (self.directory / str(step)).exists() or any(
+            s > step and s not in tried for s in self.steps(fresh=True)):
+          deleted.append(step)
           continue
         # orbax and tensorstore raise many types for damaged files.
         logging.warning('Skipping checkpoint %s, which cannot be restored '

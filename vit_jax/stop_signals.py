@@ -9,8 +9,8 @@ moment when nothing is half written. A second Ctrl-C exits at once: the
 person at the terminal means it. A save it interrupts leaves only orbax's
 temporary directory, which the next run removes.
 
-A command with nothing to save (`vit_jax.evaluate`, `convert`) calls
-`catch(at_once=...)` instead: the first signal ends it at once, with one
+A command with nothing to save (`vit_jax.evaluate`, `convert`, `analyze`,
+`benchmark`, `benchmark_input`) calls `catch(at_once=...)` instead: the first signal ends it at once, with one
 line that says so, status 130 for Ctrl-C and 75 for SIGTERM (as training's
 stops: rerun the same command), after removing what it was writing and had
 not finished (`remove_on_stop`).
@@ -23,6 +23,7 @@ compilation would count as one, acted on when it ends.
 Imports nothing but the standard library, so that catching starts early.
 """
 
+import contextlib
 import os
 import shutil
 import signal
@@ -52,6 +53,7 @@ _forwarding: list[bool] = []  # [True] once `forward_as_sigterm` was called
 _watching: list = []  # [the previous wake-up fd, reader, writer, thread]
 _at_once: list[str] = []  # [what a signal that stops at once did]
 _to_remove: list[str] = []  # written by the command, unfinished
+_not_stopped = threading.Lock()  # held where a stop would leave a mix
 
 
 def catch(sigterm: bool = True, at_once: str | None = None) -> bool:
@@ -90,6 +92,20 @@ def release() -> None:
   _received.clear()
   _forwarding.clear()
   _at_once.clear()
+
+
+def stops_at_once() -> bool:
+  """Whether `catch(at_once=...)` made the first signal end the process."""
+  return bool(_at_once)
+
+
+@contextlib.contextmanager
+def not_stopped_within():
+  """A block (the renames that put a finished output in place) that a
+  stop signal does not cut in two: the signal ends the process before it
+  or after it."""
+  with _not_stopped:
+    yield
 
 
 def remove_on_stop(path, remove: bool = True) -> None:
@@ -152,6 +168,7 @@ def _read_signals(reader: socket.socket) -> None:
 
 def _on_signal(signum: int) -> None:
   if _at_once:
+    _not_stopped.acquire()  # never released: the process ends here
     for path in list(_to_remove):
       _remove(path)
     os.write(2, f'\n{_NAMES[signum]}: {_at_once[0]}.\n'.encode())
@@ -178,9 +195,7 @@ def _remove(path: str) -> None:
     else:
       try:
         os.unlink(path)
-      except FileNotFoundError:
-        pass
-      except OSError:
+      except OSError:  # gone already, or not ours to remove
         pass
     if not os.path.lexists(path):
       return

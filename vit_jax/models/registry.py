@@ -4,10 +4,12 @@ from a training config, `from_config(config, num_classes)`."""
 import dataclasses
 import difflib
 import functools
+import numbers
 from typing import Callable
 
 import flax.linen as nn
 import jax.numpy as jnp
+import numpy as np
 
 from vit_jax.models.cnn import SimpleCNN
 from vit_jax.models.cnn import SmallResNet
@@ -131,9 +133,11 @@ def create_model(name: str, num_classes: int, **overrides) -> nn.Module:
 
 
 # What an override of a field whose default is of the key's type must be
-# (an integer field takes no float, a float field an integer too).
-_KINDS = {bool: ('a boolean', (bool,)), int: ('an integer', (int,)),
-          float: ('a number', (int, float)), str: ('a string', (str,))}
+# (an integer field takes no float, a float field an integer too; numpy's
+# numbers, as an experiment's runner may pass them, are numbers).
+_KINDS = {bool: ('a boolean', (bool, np.bool_)),
+          int: ('an integer', (numbers.Integral,)),
+          float: ('a number', (numbers.Real,)), str: ('a string', (str,))}
 
 
 def _check_kinds(name: str, overrides: dict):
@@ -146,7 +150,7 @@ def _check_kinds(name: str, overrides: dict):
       continue
     kind, accepted = _KINDS[type(default)]
     if not isinstance(value, accepted) or (
-        isinstance(value, bool) and type(default) is not bool):
+        isinstance(value, (bool, np.bool_)) and type(default) is not bool):
       raise ValueError(f'{field}={value!r}: {name}\'s {field} is {kind} '
                        f'(default {default!r}).')
 
