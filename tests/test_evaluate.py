@@ -113,3 +113,28 @@ def test_a_stop_signal_ends_an_evaluation_at_once_in_one_line(
   assert stderr.strip().splitlines()[-1] == (
       f'{name}: stopped the evaluation; it wrote nothing.')
   assert 'Traceback' not in stderr
+
+
+def test_sigterm_stops_a_two_process_evaluation_at_once(trained_vit_run,
+                                                        tmp_path):
+  """jax's preemption service takes SIGTERM once the processes join; the
+  evaluation takes it back, and SIGTERM to both (a batch system's) stops
+  each in one line with status 75."""
+  workdir, _ = trained_vit_run
+  processes, logs = start_two_process_job(
+      ['vit_jax.evaluate', f'--checkpoint={workdir}'], tmp_path)
+  deadline = time.monotonic() + 120
+  while not all('[process ' in log.read_text() for log in logs):  # joined
+    assert all(p.poll() is None for p in processes), [
+        log.read_text()[-2000:] for log in logs]
+    assert time.monotonic() < deadline
+    time.sleep(0.01)
+  for process in processes:
+    process.send_signal(signal.SIGTERM)
+  assert wait_all(processes, timeout=30) == [75, 75], [
+      log.read_text()[-2000:] for log in logs]
+  for log in logs:
+    text = log.read_text()
+    assert text.strip().splitlines()[-1] == (
+        'SIGTERM: stopped the evaluation; it wrote nothing.')
+    assert 'Traceback' not in text
