@@ -62,8 +62,8 @@ class Dispatcher:
 
   def run(self, state: steps.TrainState, sums: dict, batches: list
           ) -> tuple[steps.TrainState, dict]:
-    """Trains on `batches` (`next_call_steps` of them) in one call, returning as soon
-    as the call before it has finished."""
+    """Trains on `batches` (`next_call_steps` of them) in one call,
+    returning as soon as the call before it has finished."""
     block = self._inputs.block(batches, self._rows)
     state, sums, done = self._train(state, sums, self._inputs.train_data,
                                     block, len(batches), self._key)
@@ -74,8 +74,11 @@ class Dispatcher:
 
   def drain(self):
     """Waits until every call made has finished (in a multi-process job,
-    where every process drains at the same steps, then agrees on the steps
-    a call runs until the next drain)."""
+    where every process makes the same calls, then agrees on the steps a
+    call runs until the next drain; a drain with nothing in flight, the
+    second at one step, agrees nothing new)."""
+    if not self._calls:
+      return
     while self._calls:
       self._finish_oldest()
     if jax.process_count() > 1:

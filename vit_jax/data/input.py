@@ -114,10 +114,14 @@ class Input(abc.ABC):
   def block(self, batches: list, rows: int) -> Any:
     """`batches` (from `train_batches`, at most `rows`) as one block on the
     devices, one transfer per array; the rows after them are zeros, which
-    the train steps do not read."""
+    the train steps do not read. A block of one batch is that batch, not a
+    copy (a streaming step's images)."""
     def stack(spec, *parts):
-      local = np.zeros((rows, *parts[0].shape), parts[0].dtype)
-      local[:len(parts)] = parts
+      if rows == 1:
+        local = parts[0][np.newaxis]
+      else:
+        local = np.zeros((rows, *parts[0].shape), parts[0].dtype)
+        local[:len(parts)] = parts
       return jax.make_array_from_process_local_data(spec.sharding, local,
                                                     spec.shape)
 

@@ -101,10 +101,7 @@ def _decoded_size(stored: tuple[int, int], box: tuple[int, int, int, int],
 def _scaled_crop(image: np.ndarray, stored: tuple[int, int],
                  box: tuple[int, int, int, int]) -> np.ndarray:
   """The crop `box`, drawn on an image `stored` large, of `image`: that
-  image decoded at a smaller scale (or not)."""
-  if image.shape[:2] == stored:
-    top, left, height, width = box
-    return image[top:top + height, left:left + width]
+  image decoded at a smaller scale (or not: then the box itself)."""
   scale_y, scale_x = (image.shape[0] / stored[0], image.shape[1] / stored[1])
   top, left, height, width = box
   y0, x0 = round(top * scale_y), round(left * scale_x)
