@@ -83,3 +83,20 @@ def test_a_stop_signal_leaves_dest_as_it_was(trained_vit_run, tmp_path):
   assert (first + stderr).strip().splitlines()[-1] == (
       'Ctrl-C: stopped the conversion; DEST is as it was.')
   assert not any(tmp_path.iterdir())
+
+
+def test_a_dest_with_other_files_is_refused(trained_vit_run, tmp_path):
+  """A folder export replaces DEST whole: never a folder of your files."""
+  workdir, _ = trained_vit_run
+  dest = tmp_path / 'mine'
+  dest.mkdir()
+  for name in ('notes.txt', 'config.json', *(f'{i}.png' for i in range(6))):
+    (dest / name).write_text(name)
+  out = _convert(str(workdir), str(dest), '--format=timm')
+  assert out.returncode == 1
+  assert out.stderr.strip().splitlines()[-1] == (
+      f'error: {dest} holds files a timm folder does not (0.png, 1.png, '
+      '2.png, 3.png, 4.png ...), which the export would replace: pass a new '
+      'or empty directory.')
+  assert sorted(p.read_text() for p in dest.iterdir()) == sorted(
+      p.name for p in dest.iterdir())  # untouched

@@ -179,16 +179,13 @@ def _check_out(out: pathlib.Path):
   if out.is_file():
     raise AnalysisError(f'--out={out} is a file: pass a new directory, or '
                         'one of an earlier analysis.')
-  others = sorted(p.name for p in out.iterdir()
-                  if p.name not in _WRITTEN and not (
-                      p.name.startswith('rollout_') and p.suffix == '.png')
-                  ) if out.is_dir() else []
+  others = files.foreign_files(out, lambda name: name in _WRITTEN or (
+      name.startswith('rollout_') and name.endswith('.png')))
   if others:
     raise AnalysisError(
-        f'--out={out} holds files an analysis does not '
-        f'({", ".join(others[:5])}{" ..." if len(others) > 5 else ""}), '
-        'which this one would replace: pass a new directory, or one of an '
-        'earlier analysis.')
+        f'--out={out} holds files an analysis does not ({others}), which '
+        'this one would replace: pass a new directory, or one of an earlier '
+        'analysis.')
 
 
 def _write_analysis(out: pathlib.Path, subject: subjects.Subject, inputs,

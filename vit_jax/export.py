@@ -32,14 +32,12 @@ def _check_destination(dest: pathlib.Path, format_name: str) -> None:
                           'or empty directory.')
   # The new folder takes the old one's place whole: only an earlier
   # export's files may be there.
-  ours = checkpoint.FOLDER_FORMATS[format_name].FILES
-  others = sorted(p.name for p in dest.iterdir()) if dest.is_dir() else []
-  others = [name for name in others if name not in ours]
+  others = files.foreign_files(
+      dest, checkpoint.FOLDER_FORMATS[format_name].FILES.__contains__)
   if others:
     raise CheckpointError(
-        f'{dest} holds files a {format_name} folder does not '
-        f'({", ".join(others[:5])}{" ..." if len(others) > 5 else ""}), which '
-        'the export would replace: pass a new or empty directory.')
+        f'{dest} holds files a {format_name} folder does not ({others}), '
+        'which the export would replace: pass a new or empty directory.')
 
 
 def convert(source: str | pathlib.Path, dest: str | pathlib.Path,

@@ -48,6 +48,19 @@ def write_atomically(path: pathlib.Path, text: str) -> None:
   replace_atomically(path, lambda partial: partial.write_text(text))
 
 
+def foreign_files(directory: pathlib.Path,
+                  ours: Callable[[str], bool]) -> str | None:
+  """The names in `directory` that `ours` does not claim, listed ('a, b'),
+  the first five then '...'; None when there are none (or no directory):
+  what `replace_directory_atomically` would lose of it."""
+  directory = pathlib.Path(directory)
+  others = sorted(p.name for p in directory.iterdir()
+                  if not ours(p.name)) if directory.is_dir() else []
+  if not others:
+    return None
+  return ', '.join(others[:5]) + (' ...' if len(others) > 5 else '')
+
+
 def replace_directory_atomically(path: pathlib.Path,
                                  write: Callable[[pathlib.Path], None]) -> None:
   """Calls `write(partial)` for a fresh temporary directory beside `path`,
