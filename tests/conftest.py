@@ -9,6 +9,7 @@ import os
 import pathlib
 import pickle
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -22,6 +23,12 @@ import pytest
 from configs import cifar_small
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+# The tests press Ctrl-C on the commands they start as a person at a
+# terminal does. A suite started with Ctrl-C ignored (`nohup pytest &`, some
+# CI runners) would hand that on to every command, which keeps it ignored
+# (stop_signals): Python's default here, which its commands start with.
+signal.signal(signal.SIGINT, signal.default_int_handler)
 
 # One XLA compilation cache for the session, shared with pytest-xdist's
 # workers and the processes the tests start (they copy os.environ): the suite

@@ -22,7 +22,13 @@ def _wait_until_received(count: int):
     time.sleep(0.01)
 
 
+def _handlers():
+  return {signum: signal.getsignal(signum)
+          for signum in (signal.SIGTERM, signal.SIGINT)}
+
+
 def test_signals_are_recorded_until_released(capfd):
+  before = _handlers()
   assert stop_signals.catch()
   try:
     assert not stop_signals.catch()  # caught already: not the caller's
@@ -36,8 +42,7 @@ def test_signals_are_recorded_until_released(capfd):
   finally:
     stop_signals.release()
   assert stop_signals.received() is None
-  assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
-  assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+  assert _handlers() == before
   assert capfd.readouterr().err == (
       '\nCtrl-C: stopping once the steps in flight are saved (during start-up: '
       'before training); press Ctrl-C again to stop at once, without '
@@ -96,3 +101,40 @@ def test_a_command_with_nothing_to_save_stops_at_once_in_one_line(
   assert stderr.strip().splitlines()[-1] == (
       f'Ctrl-C: stopped {what}; it measured nothing.')
   assert 'Traceback' not in first + stderr
+
+
+def _ignore_ctrl_c():
+  signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def test_a_command_started_with_ctrl_c_ignored_keeps_it_ignored():
+  """As `nohup cmd &` and a script's background jobs start it: the Ctrl-C
+  meant for the foreground passes it by; SIGTERM stops it."""
+  process = subprocess.Popen(
+      [sys.executable, '-c',
+       'import time\n'
+       'from vit_jax import stop_signals\n'
+       'stop_signals.catch(at_once="stopped the test")\n'
+       'print("caught", flush=True)\n'
+       'time.sleep(60)\n'],
+      preexec_fn=_ignore_ctrl_c, stdout=subprocess.PIPE,
+      stderr=subprocess.PIPE, text=True)
+  assert process.stdout.readline() == 'caught\n'
+  process.send_signal(signal.SIGINT)
+  with pytest.raises(subprocess.TimeoutExpired):
+    process.wait(timeout=1)
+  process.send_signal(signal.SIGTERM)
+  assert process.wait(timeout=10) == stop_signals.STOPPED_EXIT_STATUS
+  assert process.stderr.read() == '\nSIGTERM: stopped the test.\n'
+
+
+def test_the_signal_tests_pass_in_a_suite_started_with_ctrl_c_ignored():
+  """They assume no handler they inherit (conftest gives the commands they
+  start Python's, as at a terminal)."""
+  suite = subprocess.run(
+      [sys.executable, '-m', 'pytest', '-q', '-n', '0', '-p',
+       'no:cacheprovider', '-k', 'not suite_started_with_ctrl_c_ignored',
+       'tests/test_stop_signals.py', 'tests/test_preemption.py'],
+      cwd=ROOT, preexec_fn=_ignore_ctrl_c, capture_output=True, text=True,
+      timeout=300, check=False)
+  assert suite.returncode == 0, suite.stdout[-3000:]

@@ -10,10 +10,15 @@ person at the terminal means it. A save it interrupts leaves only orbax's
 temporary directory, which the next run removes.
 
 A command with nothing to save (`vit_jax.evaluate`, `convert`, `analyze`,
-`benchmark`, `benchmark_input`) calls `catch(at_once=...)` instead: the first signal ends it at once, with one
-line that says so, status 130 for Ctrl-C and 75 for SIGTERM (as training's
+`benchmark`, `benchmark_input`) calls `catch(at_once=...)` instead: the
+first signal ends it at once, with one line that says so, status 130 for Ctrl-C and 75 for SIGTERM (as training's
 stops: rerun the same command), after removing what it was writing and had
 not finished (`remove_on_stop`).
+
+A signal the command was started with ignored stays ignored, as Python
+leaves it: `nohup cmd &` and a script's background jobs ignore Ctrl-C so
+that the Ctrl-C meant for the foreground does not reach them; they are
+stopped with SIGTERM.
 
 The signals are watched from a thread of their own, woken by Python's
 signal wake-up file descriptor, not by a Python-level handler: those run
@@ -70,9 +75,13 @@ def catch(sigterm: bool = True, at_once: str | None = None) -> bool:
   if first:
     _watch()
   for signum in _NAMES:
-    if signum != signal.SIGTERM or sigterm:
-      previous = signal.signal(signum, _wake_the_watcher)
-      _previous.setdefault(signum, previous)
+    if signum == signal.SIGTERM and not sigterm:
+      continue
+    if signum not in _previous and (
+        signal.getsignal(signum) == signal.SIG_IGN):
+      continue  # the launcher's choice
+    previous = signal.signal(signum, _wake_the_watcher)
+    _previous.setdefault(signum, previous)
   return first
 
 
