@@ -8,7 +8,6 @@ each runner writes beside itself.
 
 import json
 import pathlib
-import signal
 import subprocess
 import sys
 from typing import Callable
@@ -18,6 +17,7 @@ import numpy as np
 from configs import cifar_small
 from vit_jax import files
 from vit_jax import preemption
+from vit_jax import stop_signals
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 # The study's models: key (configs/cifar_small.py's argument, results.json's
@@ -87,23 +87,18 @@ def train(directory: pathlib.Path, config: str, overrides: dict,
 def run_to_its_end(command: list[str], log) -> int:
   """Runs `command` (a `vit_jax.main`) from the repository, its output to
   `log`, and returns its exit status. A SIGTERM or Ctrl-C to this process
-  goes on to it as SIGTERM, so that it saves its step and exits 75 however
-  the signal came (to the process group, or to this process alone), and
-  this process waits for that save instead of ending before it."""
+  goes on to it as SIGTERM (`stop_signals.sent_on_to`), so that it saves
+  its step and exits 75 however the signal came (to the process group, or
+  to this process alone), and this process waits for that save instead of
+  ending before it. A run that finished as the signal came is stopped all
+  the same: 75, so that the runner trains nothing more."""
   process = subprocess.Popen(command, cwd=REPO, stdout=log,
                              stderr=subprocess.STDOUT)
-
-  def stop(signum, frame):
-    del signum, frame
-    process.send_signal(signal.SIGTERM)
-
-  previous = {signum: signal.signal(signum, stop)
-              for signum in (signal.SIGTERM, signal.SIGINT)}
-  try:
-    return process.wait()
-  finally:
-    for signum, handler in previous.items():
-      signal.signal(signum, handler)
+  with stop_signals.sent_on_to(process):
+    status = process.wait()
+    if status == 0 and stop_signals.received():
+      return preemption.PREEMPTED_EXIT_STATUS
+  return status
 
 
 def record(directory: pathlib.Path) -> dict:
@@ -197,39 +192,62 @@ def wall_time_cell(records: list[dict]) -> str:
       for device, minutes in by_device.items())
 
 
+def catch_stop_signals() -> None:
+  """A runner's Ctrl-C and SIGTERM, from the start of its `main`: while a
+  run trains they go on to it (`run_to_its_end`); otherwise the runner
+  ends at once in one line, its records as they were (`write_summary`)."""
+  stop_signals.catch(
+      at_once='stopped the runner; its results, figure and README are as '
+      'they were')
+
+
 def write_summary(folder: pathlib.Path, results, searched: str,
-                  figure: str, plot: Callable[[object, pathlib.Path], None],
-                  sections: dict[str, str]):
+                  sections: dict[str, str], figure: str | None = None,
+                  plot: Callable[[object, pathlib.Path], None] | None = None):
   """`results` as folder/results.json (what `landed` reads back), drawn by
   `plot` as folder/`figure`, and each of `sections` (name -> text) between
-  its markers in folder/README.md; one clear error (exit) if there are no
-  results, found in `searched`."""
+  its markers in folder/README.md, as one set (`files.replace_together`):
+  a failure or a stop signal leaves the three as they were. One clear
+  error (exit) if there are no results, found in `searched`."""
   if not results:
     sys.exit(f'error: no finished runs in {searched}.')
-  write_results(folder, results)
-  plot(results, folder / figure)
-  for name, text in sections.items():
-    write_section(folder / 'README.md', name, text)
+  readme = folder / 'README.md'
+  text = readme.read_text()
+  for name, section in sections.items():
+    text = with_section(text, name, section)
+  writes = {
+      folder / 'results.json':
+          lambda partial: partial.write_text(_results_text(results)),
+      readme: lambda partial: partial.write_text(text)}
+  if figure is not None:
+    writes[folder / figure] = lambda partial: plot(results, partial)
+  files.replace_together(writes)
 
 
-def write_results(folder: pathlib.Path, results):
-  files.write_atomically(folder / 'results.json',
-                         json.dumps(results, indent=1) + '\n')
+def _results_text(results) -> str:
+  return json.dumps(results, indent=1) + '\n'
 
 
 def section_markers(name: str, writer: str = 'run.py') -> tuple[str, str]:
   return (f'<!-- {name}: written by {writer} -->', f'<!-- end of {name} -->')
 
 
+def with_section(content: str, name: str, text: str,
+                 writer: str = 'run.py') -> str:
+  """`content` (a README) with what it has between the markers of section
+  `name` (written by the script `writer`) replaced by `text`."""
+  start_marker, end_marker = section_markers(name, writer)
+  start, end = content.index(start_marker), content.index(end_marker)
+  return (content[:start + len(start_marker)] + '\n\n' + text + '\n\n' +
+          content[end:])
+
+
 def write_section(readme: pathlib.Path, name: str, text: str,
                   writer: str = 'run.py'):
   """Replaces what `readme` has between the markers of section `name`
   (written by the script `writer`) with `text`."""
-  content = readme.read_text()
-  start_marker, end_marker = section_markers(name, writer)
-  start, end = content.index(start_marker), content.index(end_marker)
-  files.write_atomically(readme, content[:start + len(start_marker)] +
-                         '\n\n' + text + '\n\n' + content[end:])
+  files.write_atomically(
+      readme, with_section(readme.read_text(), name, text, writer))
 
 
 def cpu_minutes(records: list[dict], model: str, recipe: str,

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from tests.conftest import ROOT
+from tests.conftest import mounted_tmpfs
 from tests.conftest import TINY_MODELS
 from tests.conftest import png
 from tests.conftest import tiny_config
@@ -84,6 +85,31 @@ def test_a_stop_signal_leaves_the_earlier_analysis_whole(trained_vit_run,
       'Ctrl-C: stopped the analysis; --out is as it was.')
   assert _contents(figures) == earlier
   assert sorted(p.name for p in tmp_path.iterdir()) == ['out']
+
+
+@pytest.mark.parametrize('fault', ['full', 'read-only'])
+def test_a_full_or_read_only_disk_is_one_line_and_leaves_the_earlier_analysis(
+    trained_vit_run, tmp_path, fault):
+  workdir, _ = trained_vit_run
+  flags = (f'--workdir={workdir}', '--num_images=2', '--distance_images=20',
+           '--components=5')
+  earlier = tmp_path / 'earlier'
+  assert _analyze(*flags, f'--out={earlier}').returncode == 0
+  size = sum(p.stat().st_size for p in earlier.iterdir())
+  with mounted_tmpfs(tmp_path / 'disk',
+                     f'{size * 3 // 2 // 1024 + 8}k') as disk:
+    shutil.copytree(earlier, disk / 'out')
+    if fault == 'read-only':
+      subprocess.run(['mount', '-o', 'remount,ro', str(disk)], check=True)
+    out = _analyze(*flags, f'--out={disk / "out"}', '--step=6')
+    assert out.returncode == 1 and 'Traceback' not in out.stderr
+    [line] = out.stderr.strip().splitlines()[-1:]
+    fix = (f'Free space there (df -h {disk})' if fault == 'full' else
+           f'Check that {disk} is writable')
+    assert line.startswith(f'error: Writing {disk / "out"} failed (') and (
+        line.endswith(f'--out is as it was. {fix}, or pass another --out.'))
+    assert _contents(disk / 'out') == _contents(earlier)
+    assert [p.name for p in disk.iterdir()] == ['out']
 
 
 def test_an_out_with_other_files_is_refused(trained_vit_run, tmp_path):

@@ -60,7 +60,7 @@ def test_a_full_disk_is_one_line_and_leaves_the_old_export(
     assert out.returncode == 1
     [line] = out.stderr.strip().splitlines()[-1:]
     assert line.startswith(f'error: Writing {disk / dest} failed (') and (
-        'Free space there, or pass another DEST.') in line
+        f'Free space there (df -h {disk}), or pass another DEST.') in line
     assert 'Traceback' not in out.stderr
     assert sorted(p.name for p in disk.iterdir()) == [dest]  # no partial
     for before in [old, *old.rglob('*')]:
@@ -68,6 +68,25 @@ def test_a_full_disk_is_one_line_and_leaves_the_old_export(
         after = disk / dest / before.relative_to(old) if old.is_dir() else (
             disk / dest)
         assert after.read_bytes() == before.read_bytes()
+
+
+@pytest.mark.parametrize('format_name, dest', [('npz', 'model.npz'),
+                                               ('hf', 'hf')])
+def test_a_read_only_disk_is_one_line_and_leaves_the_old_export(
+    trained_vit_run, tmp_path, format_name, dest):
+  workdir, _ = trained_vit_run
+  with mounted_tmpfs(tmp_path / 'disk', '32m') as disk:
+    assert _convert(str(workdir), str(disk / dest),
+                    f'--format={format_name}').returncode == 0
+    before = {p: p.read_bytes() for p in disk.rglob('*') if p.is_file()}
+    subprocess.run(['mount', '-o', 'remount,ro', str(disk)], check=True)
+    out = _convert(str(workdir), str(disk / dest), f'--format={format_name}')
+    assert out.returncode == 1 and 'Traceback' not in out.stderr
+    [line] = out.stderr.strip().splitlines()[-1:]
+    assert line.startswith(f'error: Writing {disk / dest} failed (') and (
+        f'Check that {disk} is writable, or pass another DEST.') in line
+    assert {p: p.read_bytes() for p in disk.rglob('*') if p.is_file()} == (
+        before)
 
 
 def test_a_stop_signal_leaves_dest_as_it_was(trained_vit_run, tmp_path):

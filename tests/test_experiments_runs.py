@@ -193,21 +193,60 @@ def test_cpu_minutes_scale_the_median_rate_of_the_same_recipe_or_model():
   assert runs.cpu_minutes(records, 'small_resnet', 'study', 30) is None
 
 
+def _draw(results, path):
+  path.write_bytes(json.dumps(results).encode())
+
+
 def test_write_summary_writes_results_figure_and_sections(tmp_path):
   readme = tmp_path / 'README.md'
   readme.write_text(''.join(''.join(runs.section_markers(name))
                             for name in ('a', 'b')))
-  drawn = []
-  runs.write_summary(tmp_path, [{'seed': 0}], 'workdir', 'figure.png',
-                     lambda results, path: drawn.append((results, path)),
-                     {'a': 'A', 'b': 'B'})
+  runs.write_summary(tmp_path, [{'seed': 0}], 'workdir', {'a': 'A', 'b': 'B'},
+                     'figure.png', _draw)
   assert runs.landed(tmp_path / 'results.json', lambda r: 'run') == {
       'run': {'seed': 0}}
-  assert drawn == [([{'seed': 0}], tmp_path / 'figure.png')]
+  assert (tmp_path / 'figure.png').read_bytes() == b'[{"seed": 0}]'
   assert '\n\nA\n\n' in readme.read_text()
   assert '\n\nB\n\n' in readme.read_text()
+  assert sorted(p.name for p in tmp_path.iterdir()) == [
+      'README.md', 'figure.png', 'results.json']
   with pytest.raises(SystemExit, match='^error: no finished runs in workdir'):
-    runs.write_summary(tmp_path, [], 'workdir', 'figure.png', None, {})
+    runs.write_summary(tmp_path, [], 'workdir', {})
+
+
+def _earlier_summary(folder):
+  (folder / 'README.md').write_text(''.join(runs.section_markers('a')))
+  runs.write_summary(folder, [{'seed': 0}], 'workdir', {'a': 'old'},
+                     'figure.png', _draw)
+  return {p.name: p.read_bytes() for p in folder.iterdir()}
+
+
+def test_a_stop_signal_to_a_runner_as_it_summarises_leaves_the_earlier_one(
+    tmp_path):
+  """Ctrl-C while the figure is drawn, after the new results.json and
+  README were written: one line, status 130, all three as they were."""
+  earlier = _earlier_summary(tmp_path)
+  runner = subprocess.Popen([sys.executable, '-c', f"""
+import pathlib, sys, time
+sys.path.insert(0, {str(ROOT)!r})
+from experiments import runs
+
+def draw(results, path):
+  path.write_bytes(b'half a figure')
+  print('drawing', flush=True)
+  time.sleep(60)
+
+runs.catch_stop_signals()
+runs.write_summary(pathlib.Path({str(tmp_path)!r}), [{{'seed': 1}}], 'w',
+                   {{'a': 'new'}}, 'figure.png', draw)
+"""], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+  assert runner.stdout.readline() == 'drawing\n'
+  runner.send_signal(signal.SIGINT)
+  assert runner.wait(timeout=30) == 130
+  assert runner.stderr.read() == (
+      '\nCtrl-C: stopped the runner; its results, figure and README are as '
+      'they were.\n')
+  assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == earlier
 
 
 def test_landed_records_by_run_name(tmp_path):

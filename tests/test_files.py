@@ -107,3 +107,25 @@ def test_a_mount_point_is_refused_in_one_line(tmp_path):
                        r'be replaced whole: pass a folder inside it\.'):
       files.replace_directory_atomically(disk, lambda partial: None)
     assert _written(disk) == {'a': 'old'}
+
+
+def test_files_replaced_together_are_all_new_or_all_as_they_were(tmp_path):
+  paths = [tmp_path / 'results.json', tmp_path / 'README.md']
+  for path in paths:
+    path.write_text('old')
+
+  def fail(partial):
+    partial.write_text('half')
+    raise OSError(28, 'No space left on device')
+
+  with pytest.raises(OSError):
+    files.replace_together({paths[0]: lambda p: p.write_text('new'),
+                            paths[1]: fail})
+  assert sorted(p.name for p in tmp_path.iterdir()) == [
+      'README.md', 'results.json']
+  assert [p.read_text() for p in paths] == ['old', 'old']
+  files.replace_together({path: lambda p: p.write_text('new')
+                          for path in paths})
+  assert [p.read_text() for p in paths] == ['new', 'new']
+  assert sorted(p.name for p in tmp_path.iterdir()) == [
+      'README.md', 'results.json']

@@ -160,10 +160,18 @@ def analyze(out, *, workdir=None, step=None, data_dir=None,
 
   # The figures and analysis.json as one set: an earlier analysis's stay
   # whole until this one is.
-  files.replace_directory_atomically(out, write)
+  try:
+    files.replace_directory_atomically(out, write)
+  except OSError as e:  # a full or read-only disk
+    raise AnalysisError(errors.write_failed(
+        out, e, '--out is as it was', 'another --out')) from e
   if workdir is not None:
-    _to_tensorboard(pathlib.Path(workdir) / 'tensorboard' / 'analysis', out,
-                    subject.described['step'])
+    events = pathlib.Path(workdir) / 'tensorboard' / 'analysis'
+    try:
+      _to_tensorboard(events, out, subject.described['step'])
+    except OSError as e:
+      raise AnalysisError(errors.write_failed(
+          events, e, f'the analysis in {out} is whole')) from e
   return result
 
 

@@ -5,6 +5,9 @@ message as one `error:` line; anything else is a bug and keeps its traceback.
 This module imports nothing of vit_jax, so every module can raise these.
 """
 
+import errno
+import os
+
 
 class VitJaxError(ValueError):
   """A problem the message explains, in the user's config, data or files."""
@@ -45,6 +48,32 @@ def first_line(error: BaseException, limit: int = 300) -> str:
   text = str(error).strip().splitlines()
   line = f'{type(error).__name__}: {text[0] if text else ""}'
   return line if len(line) <= limit else line[:limit - 3] + '...'
+
+
+def out_of_space(error: BaseException | None) -> bool:
+  """Whether `error` or one it arose from says the disk or quota is full
+  (orbax, tensorstore and safetensors raise their own types for it)."""
+  while error is not None:
+    if (isinstance(error, OSError) and
+        error.errno in (errno.ENOSPC, errno.EDQUOT)) or any(
+            s in str(error) for s in ('No space left', 'RESOURCE_EXHAUSTED',
+                                      'Disk quota exceeded')):
+      return True
+    error = error.__cause__ or error.__context__
+  return False
+
+
+def write_failed(path, error: BaseException, kept: str,
+                 elsewhere: str | None = None) -> str:
+  """The line for a write to `path` that failed with `error`: what failed,
+  what is `kept` as it was, and the fix: free space, or a place that takes
+  writes, or pass `elsewhere` ('another DEST')."""
+  where = os.path.dirname(os.path.abspath(path))
+  fix = (f'Free space there (df -h {where})' if out_of_space(error) else
+         f'Check that {where} is writable')
+  if elsewhere:
+    fix += f', or pass {elsewhere}'
+  return f'Writing {path} failed ({first_line(error)}); {kept}. {fix}.'
 
 
 def exit_on_user_error(command, also: tuple[type[BaseException], ...] = ()):

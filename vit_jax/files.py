@@ -6,7 +6,9 @@ summary.json, a released-format .npz, an experiment's results.json and
 figures) is written under a temporary name and renamed into place. A set of
 files that belong together (a timm or transformers folder) is written into
 a temporary directory that then takes the place of the old one
-(`replace_directory_atomically`).
+(`replace_directory_atomically`); files that belong together in a folder
+that holds others too (an experiment's records beside its README) are
+written first and renamed together (`replace_together`).
 """
 
 from collections.abc import Callable
@@ -30,17 +32,36 @@ def replace_atomically(path: pathlib.Path,
                        write: Callable[[pathlib.Path], None]) -> None:
   """Calls `write(partial)` for a temporary path beside `path`, then renames
   it to `path`; a failed `write` leaves no temporary file behind."""
-  path = pathlib.Path(path)
-  partial = path.with_name(path.name + '.partial')
-  stop_signals.remove_on_stop(partial)
+  replace_together({path: write})
+
+
+def replace_together(
+    writes: dict[pathlib.Path, Callable[[pathlib.Path], None]]) -> None:
+  """Each `write(partial)` of `writes` for a temporary path beside its
+  path, then every partial renamed into place, a stop signal waiting for
+  the renames (`stop_signals.not_stopped_within`): the files (an
+  experiment's results.json, figure and README) are the old set or the
+  whole new one. A failed write, or a stop signal during the writes
+  (`stop_signals.remove_on_stop`), leaves every path as it was and no
+  temporary file. Only a process killed within the renames' microseconds
+  leaves a mix."""
+  partials = {}
   try:
-    write(partial)
-    os.replace(partial, path)
+    for path, write in writes.items():
+      path = pathlib.Path(path)
+      partials[path] = path.with_name(path.name + '.partial')
+      stop_signals.remove_on_stop(partials[path])
+      write(partials[path])
+    with stop_signals.not_stopped_within():
+      for path, partial in partials.items():
+        os.replace(partial, path)
   except BaseException:
-    partial.unlink(missing_ok=True)
+    for partial in partials.values():
+      partial.unlink(missing_ok=True)
     raise
   finally:
-    stop_signals.remove_on_stop(partial, remove=False)
+    for partial in partials.values():
+      stop_signals.remove_on_stop(partial, remove=False)
 
 
 def write_atomically(path: pathlib.Path, text: str) -> None:

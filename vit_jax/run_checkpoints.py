@@ -7,7 +7,6 @@ newest one.
 
 import contextlib
 import dataclasses
-import errno
 import functools
 import os
 import pathlib
@@ -20,6 +19,7 @@ from jax.experimental import multihost_utils
 import orbax.checkpoint as ocp
 
 from vit_jax import digests
+from vit_jax import errors
 from vit_jax.errors import CheckpointError
 from vit_jax.errors import first_line
 
@@ -83,18 +83,6 @@ def _ignore_what_orbax_abandons():
       unraisablehook(unraisable)
 
   sys.unraisablehook = hook
-
-
-def _out_of_space(error: BaseException | None) -> bool:
-  """Whether `error` or one it arose from says the disk or quota is full."""
-  while error is not None:
-    if (isinstance(error, OSError) and
-        error.errno in (errno.ENOSPC, errno.EDQUOT)) or any(
-            s in str(error) for s in ('No space left', 'RESOURCE_EXHAUSTED',
-                                      'Disk quota exceeded')):
-      return True
-    error = error.__cause__ or error.__context__
-  return False
 
 
 # How many checkpoints a reader lets a live run replace under it before it
@@ -328,7 +316,7 @@ class RunCheckpoints:
       kept = (f'the newest complete checkpoint, step {good[-1]}, is kept'
               if good else 'no checkpoint was complete before it')
       fix = (f'Free space there (df -h {self.directory}) or pass a --workdir '
-             'with room' if _out_of_space(e) else
+             'with room' if errors.out_of_space(e) else
              'Check that the directory is writable')
       raise CheckpointError(
           f'Saving a checkpoint in {self.directory} failed ({first_line(e)}); '

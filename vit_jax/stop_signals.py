@@ -59,6 +59,7 @@ _watching: list = []  # [the previous wake-up fd, reader, writer, thread]
 _at_once: list[str] = []  # [what a signal that stops at once did]
 _to_remove: list[str] = []  # written by the command, unfinished
 _not_stopped = threading.Lock()  # held where a stop would leave a mix
+_children: list = []  # processes a stop signal goes on to (`sent_on_to`)
 
 
 def catch(sigterm: bool = True, at_once: str | None = None) -> bool:
@@ -115,6 +116,23 @@ def not_stopped_within():
   or after it."""
   with _not_stopped:
     yield
+
+
+@contextlib.contextmanager
+def sent_on_to(process):
+  """A block that waits for `process` (a `subprocess.Popen` of
+  `vit_jax.main`: an experiment's training run): a stop signal goes on to
+  it as SIGTERM, so that it saves its step, instead of ending this
+  process; `received()` then says so, for what follows the block. Catches
+  the signals for the block if nothing did."""
+  started = catch()
+  _children.append(process)
+  try:
+    yield
+  finally:
+    _children.remove(process)
+    if started:
+      release()
 
 
 def remove_on_stop(path, remove: bool = True) -> None:
@@ -176,6 +194,11 @@ def _read_signals(reader: socket.socket) -> None:
 
 
 def _on_signal(signum: int) -> None:
+  if _children:
+    _received.append(_NAMES[signum])
+    for process in _children:
+      process.send_signal(signal.SIGTERM)
+    return
   if _at_once:
     _not_stopped.acquire()  # never released: the process ends here
     for path in list(_to_remove):

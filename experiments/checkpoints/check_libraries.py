@@ -66,7 +66,9 @@ import numpy as np
 
 from vit_jax import checkpoint
 from vit_jax import export
+from vit_jax import files
 from vit_jax import models
+from vit_jax import stop_signals
 from vit_jax.formats import safetensors_file
 # pylint: enable=g-import-not-at-top,wrong-import-position
 
@@ -169,13 +171,15 @@ def run_worker(torch_python: str, request: dict, tmp: pathlib.Path) -> dict:
 
 def main(argv):
   del argv
+  output = pathlib.Path(FLAGS.output)
+  stop_signals.catch(at_once=f'stopped the check; {output} is as it was')
   tmp = pathlib.Path(tempfile.mkdtemp(prefix='library_check_'))
+  stop_signals.remove_on_stop(tmp)
   try:
     record = check(tmp)
   finally:
     shutil.rmtree(tmp, ignore_errors=True)
-  output = pathlib.Path(FLAGS.output)
-  output.write_text(json.dumps(record, indent=2) + '\n')
+  files.write_atomically(output, json.dumps(record, indent=2) + '\n')
   print(table(record))
   print(f'\nWrote {output}.')
 

@@ -474,17 +474,17 @@ def summarize(workdir: pathlib.Path, budgets: list[int],
   minutes = {run_name(model, ingredients, epochs, seed): runs.cpu_minutes(
       records, model, recipe_name(ingredients), epochs)
              for model, ingredients, epochs, seed in planned}
-  runs.write_summary(HERE, records, f'{workdir} or results.json',
-                     'ablation.png', plot, {
-                         'ablation table': table(records),
-                         'missing runs': runs.missing_runs(
-                             list(minutes), {record_name(r) for r in records},
-                             minutes)})
+  runs.write_summary(HERE, records, f'{workdir} or results.json', {
+      'ablation table': table(records),
+      'missing runs': runs.missing_runs(
+          list(minutes), {record_name(r) for r in records}, minutes)},
+                     'ablation.png', plot)
   return records
 
 
 def main(argv):
   del argv
+  runs.catch_stop_signals()
   args = flags.FLAGS
   workdir = pathlib.Path(args.workdir).absolute()
   budgets = runs.integers('epochs', args.epochs,

@@ -174,17 +174,17 @@ def summarize(workdir: pathlib.Path, planned: list,
   missing runs from the runs finished in `workdir` or `landed`; returns
   their records."""
   records = load_runs(workdir, landed)
-  runs.write_summary(HERE, records, f'{workdir} or results.json',
-                     'accuracy_vs_size.png', plot, {
-                         'results table': table(records),
-                         'missing runs': runs.missing_runs(
-                             [run_name(*run) for run in planned],
-                             {record_name(r) for r in records})})
+  runs.write_summary(HERE, records, f'{workdir} or results.json', {
+      'results table': table(records),
+      'missing runs': runs.missing_runs(
+          [run_name(*run) for run in planned],
+          {record_name(r) for r in records})}, 'accuracy_vs_size.png', plot)
   return records
 
 
 def main(argv):
   del argv
+  runs.catch_stop_signals()
   args = flags.FLAGS
   workdir = pathlib.Path(args.workdir).absolute()
   unknown = [m for m in args.models if m not in runs.NAMES]

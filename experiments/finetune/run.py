@@ -34,6 +34,7 @@ flags.mark_flags_as_required(['pretrained'])
 
 def main(argv):
   del argv
+  runs.catch_stop_signals()
   pretrained = pathlib.Path(_PRETRAINED.value).absolute()
   summary = runs.read_json(pretrained / 'summary.json')
   rows = [('pre-trained (configs/cifar_small.py)', 32, summary, None)]
@@ -49,7 +50,6 @@ def main(argv):
 
   results = [{'run': name, 'image_size': size, 'wall_minutes': minutes,
               **summary} for name, size, summary, minutes in rows]
-  runs.write_results(HERE, results)
   lines = ['| run | image size | epochs | best test acc | final test acc | '
            'final train acc | wall time (min) |', '|---|---|---|---|---|---|---|']
   for r in results:
@@ -59,7 +59,8 @@ def main(argv):
         f'{100 * r["best_test_accuracy"]:.1f}% | '
         f'{100 * r["final_test_accuracy"]:.1f}% | '
         f'{100 * r["final_train_accuracy"]:.1f}% | {minutes} |')
-  runs.write_section(HERE / 'README.md', 'results table', '\n'.join(lines))
+  runs.write_summary(HERE, results, str(pretrained),
+                     {'results table': '\n'.join(lines)})
   print('\n'.join(lines))
 
 

@@ -218,15 +218,17 @@ def plot(results: dict, path: pathlib.Path):
 
 def main(argv):
   del argv
+  runs.catch_stop_signals()
   workdir = pathlib.Path(_WORKDIR.value).absolute()
   data_dir = pathlib.Path(_DATA_DIR.value).absolute()
   if not _SUMMARIZE_ONLY.value:
     runs.require_cifar10_subset(data_dir)
     train(workdir, data_dir)
   results = collect(workdir)
-  runs.write_summary(HERE, results, str(workdir), 'learning_curves.png', plot,
+  runs.write_summary(HERE, results, str(workdir),
                      {'results table': table(results),
-                      'batch-size table': batch_size_table(results)})
+                      'batch-size table': batch_size_table(results)},
+                     'learning_curves.png', plot)
   print(table(results), batch_size_table(results), sep='\n\n')
 
 
