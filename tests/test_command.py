@@ -79,7 +79,10 @@ def test_libraries_info_records_are_left_out_unless_asked_for():
   assert shown(record(orbax, python_logging.WARNING))
   assert not shown(record(orbax, python_logging.ERROR,
                           (OSError, OSError(), None)))
-  assert shown(record('/work/vit_jax/train.py', python_logging.INFO))
+  assert shown(record(str(ROOT / 'vit_jax/train.py'), python_logging.INFO))
+  jax_backends = '/site-packages/jax/_src/xla_bridge.py'
+  assert not shown(record(jax_backends, python_logging.INFO))
+  assert shown(record(jax_backends, python_logging.WARNING))
   verbosity = logging.get_verbosity()
   logging.set_verbosity(logging.DEBUG)  # --verbosity=1
   try:

@@ -21,6 +21,7 @@ def test_converts_a_run_and_says_what_it_wrote(trained_vit_run, tmp_path):
   out = _convert(str(workdir), str(tmp_path / 'hf'), '--format=hf')
   assert out.returncode == 0, out.stderr[-2000:]
   assert out.stdout.startswith(f'Wrote {tmp_path / "hf"} (hf): ')
+  assert out.stderr == ''  # no library's records
   assert sorted(p.name for p in (tmp_path / 'hf').iterdir()) == [
       'config.json', 'model.safetensors', 'preprocessor_config.json']
 
@@ -93,9 +94,11 @@ def test_a_stop_signal_leaves_dest_as_it_was(trained_vit_run, tmp_path):
   workdir, _ = trained_vit_run
   process = subprocess.Popen(
       [sys.executable, '-m', 'vit_jax.convert', str(workdir),
-       str(tmp_path / 'hf'), '--format=hf'],
+       str(tmp_path / 'hf'), '--format=hf', '--verbosity=1'],
       cwd=ROOT, stderr=subprocess.PIPE, text=True)
-  first = process.stderr.readline()  # jax has started: reading the run
+  # jax's first record (shown by --verbosity=1): it has started, reading the
+  # run.
+  first = process.stderr.readline()
   process.send_signal(signal.SIGINT)
   _, stderr = process.communicate(timeout=30)
   assert process.returncode == 130, first + stderr

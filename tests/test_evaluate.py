@@ -90,9 +90,10 @@ def test_a_run_evaluates_on_the_cpu_devices_its_config_names(
        '--cpu_devices=2'], cwd=ROOT, capture_output=True, text=True,
       check=False)
   assert out.returncode == 0, out.stderr[-3000:]
-  # Orbax's records of reading the checkpoint are not the command's output.
-  assert not re.search(r'checkpoint_manager|checkpoint_handler|orbax',
-                       out.stderr), out.stderr
+  # Orbax's records of reading the checkpoint, and jax's of the backends it
+  # tried, are not the command's output.
+  assert not re.search(r'checkpoint_manager|checkpoint_handler|orbax|'
+                       r'xla_bridge', out.stderr), out.stderr
 
 
 @pytest.mark.parametrize('stop, status, name', [
@@ -101,9 +102,11 @@ def test_a_stop_signal_ends_an_evaluation_at_once_in_one_line(
     trained_vit_run, stop, status, name):
   process = subprocess.Popen(
       [sys.executable, '-m', 'vit_jax.evaluate',
-       f'--checkpoint={trained_vit_run[0]}'],
+       f'--checkpoint={trained_vit_run[0]}', '--verbosity=1'],
       cwd=ROOT, stderr=subprocess.PIPE, text=True)
-  first = process.stderr.readline()  # jax has started: loading the run
+  # jax's first record (shown by --verbosity=1): it has started, loading the
+  # run.
+  first = process.stderr.readline()
   sent = time.monotonic()
   process.send_signal(stop)
   _, stderr = process.communicate(timeout=30)

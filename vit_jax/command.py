@@ -4,7 +4,9 @@ take one), and libraries' INFO records stay out of what it prints
 (`quiet_libraries`). Defines no flags, so any command may import it.
 """
 
+import functools
 import logging as python_logging
+import os
 import pathlib
 import sys
 import traceback
@@ -88,17 +90,31 @@ def parse_flags(argv: list[str]) -> list[str]:
   return remaining
 
 
+# Where a command's own records come from: vit_jax, and the experiments and
+# configs beside it.
+_OURS = tuple(str(pathlib.Path(__file__).resolve().parents[1] / folder) +
+              os.sep for folder in ('vit_jax', 'experiments', 'configs'))
+
+
+@functools.lru_cache(maxsize=None)
+def _is_ours(pathname: str) -> bool:
+  return os.path.realpath(pathname).startswith(_OURS)
+
+
 def _quiet_libraries(record) -> bool:
-  """Orbax's INFO records (every step of every save and read: registries,
-  handlers, throughputs, tens of lines a checkpoint) left out of a
-  command's log; a failed save's traceback, logged by every background
-  thread involved, too: the command reports it once, in one line. All of
-  them shown with --verbosity=1 or more."""
-  background = '/orbax/' in record.pathname or record.name == 'asyncio'
-  if not background or logging.get_verbosity() > logging.INFO:
+  """Libraries' INFO records left out of a command's log: jax's (which
+  backends it tried) and orbax's (every step of every save and read:
+  registries, handlers, throughputs, tens of lines a checkpoint). A failed
+  save's traceback, logged by every background thread of orbax involved,
+  too: the command reports it once, in one line. All of them shown with
+  --verbosity=1 or more."""
+  if _is_ours(record.pathname) or logging.get_verbosity() > logging.INFO:
     return True
-  return (record.levelno >= python_logging.WARNING and
-          not (record.levelno >= python_logging.ERROR and record.exc_info))
+  if record.levelno < python_logging.WARNING:
+    return False
+  background = '/orbax/' in record.pathname or record.name == 'asyncio'
+  return not (background and record.levelno >= python_logging.ERROR and
+              record.exc_info)
 
 
 def quiet_libraries() -> None:
