@@ -15,6 +15,7 @@ from typing import Callable
 import numpy as np
 
 from configs import cifar_small
+from vit_jax import errors
 from vit_jax import files
 from vit_jax import preemption
 from vit_jax import stop_signals
@@ -64,8 +65,13 @@ def train(directory: pathlib.Path, config: str, overrides: dict,
   if description is not None:
     # Also for a run that finished before runners wrote descriptions, so
     # that `load_records` finds it.
-    files.write_atomically(directory / DESCRIPTION_FILE,
-                           json.dumps(description))
+    try:
+      files.write_atomically(directory / DESCRIPTION_FILE,
+                             json.dumps(description))
+    except OSError as e:  # a full or read-only disk
+      sys.exit('error: ' + errors.write_failed(
+          directory / DESCRIPTION_FILE, e, 'nothing was trained',
+          'another --workdir'))
   if finished(directory):
     return
   print(f'training {directory.name}', flush=True)
@@ -221,7 +227,12 @@ def write_summary(folder: pathlib.Path, results, searched: str,
       readme: lambda partial: partial.write_text(text)}
   if figure is not None:
     writes[folder / figure] = lambda partial: plot(results, partial)
-  files.replace_together(writes)
+  try:
+    files.replace_together(writes)
+  except OSError as e:  # a full or read-only disk
+    sys.exit('error: ' + errors.write_failed(
+        folder / 'results.json', e,
+        'results.json, the figure and the README are as they were'))
 
 
 def _results_text(results) -> str:

@@ -61,6 +61,27 @@ def test_a_config_that_cannot_load_is_one_line_for_every_command(
   assert not (tmp_path / 'run').exists()
 
 
+@pytest.mark.parametrize('command, arguments', [
+    ('evaluate', ('--checkpoint={missing}',)),
+    ('convert', ('{missing}', '{tmp}/out.npz', '--format=npz')),
+    ('analyze', ('--checkpoint={missing}', '--images={tmp}',
+                 '--out={tmp}/out')),
+])
+def test_a_missing_checkpoint_is_one_line_for_every_reader(
+    tmp_path, command, arguments):
+  missing = tmp_path / 'vit.npz'
+  out = subprocess.run(
+      [sys.executable, '-m', f'vit_jax.{command}',
+       *(a.format(missing=missing, tmp=tmp_path) for a in arguments)],
+      cwd=ROOT, capture_output=True, text=True, check=False)
+  assert out.returncode == 1
+  assert out.stderr.strip().splitlines() == [
+      f'error: No checkpoint at {missing}: pass a vit_jax.main workdir, an '
+      'official .npz, a timm model.safetensors or hub folder, or a '
+      'transformers ViT folder.']
+  assert sorted(p.name for p in tmp_path.iterdir()) == []
+
+
 def test_libraries_info_records_are_left_out_unless_asked_for():
   import logging as python_logging  # pylint: disable=g-import-not-at-top
   from absl import logging  # pylint: disable=g-import-not-at-top
@@ -76,7 +97,8 @@ def test_libraries_info_records_are_left_out_unless_asked_for():
   orbax = '/site-packages/orbax/checkpoint/checkpoint_manager.py'
   shown = lambda r: handler.filter(r)
   assert not shown(record(orbax, python_logging.INFO))
-  assert shown(record(orbax, python_logging.WARNING))
+  assert not shown(record(orbax, python_logging.WARNING))
+  assert shown(record(orbax, python_logging.ERROR))
   assert not shown(record(orbax, python_logging.ERROR,
                           (OSError, OSError(), None)))
   assert shown(record(str(ROOT / 'vit_jax/train.py'), python_logging.INFO))

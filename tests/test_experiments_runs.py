@@ -1,7 +1,9 @@
 """experiments/runs.py: what the experiment runners share."""
 
+import errno
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -219,6 +221,23 @@ def _earlier_summary(folder):
   runs.write_summary(folder, [{'seed': 0}], 'workdir', {'a': 'old'},
                      'figure.png', _draw)
   return {p.name: p.read_bytes() for p in folder.iterdir()}
+
+
+def test_a_summary_on_a_full_disk_is_one_line_and_leaves_the_earlier_one(
+    tmp_path):
+  earlier = _earlier_summary(tmp_path)
+
+  def fill(results, path):
+    path.write_bytes(b'half a figure')
+    raise OSError(errno.ENOSPC, 'No space left on device')
+
+  with pytest.raises(SystemExit, match=re.escape(
+      f'error: Writing {tmp_path / "results.json"} failed (OSError: [Errno '
+      '28] No space left on device); results.json, the figure and the README '
+      f'are as they were. Free space there (df -h {tmp_path}).')):
+    runs.write_summary(tmp_path, [{'seed': 1}], 'workdir', {'a': 'new'},
+                       'figure.png', fill)
+  assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == earlier
 
 
 def test_a_stop_signal_to_a_runner_as_it_summarises_leaves_the_earlier_one(

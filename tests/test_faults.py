@@ -34,6 +34,7 @@ from tests.conftest import without_timings
 from tests.conftest import write_cifar_binary
 from tests.conftest import write_process_config
 from vit_jax import checkpoint
+from vit_jax import command
 from vit_jax import models
 from vit_jax import preemption
 from vit_jax import train
@@ -501,6 +502,36 @@ def test_analyze_refuses_a_run_whose_checkpoints_are_all_damaged(
   assert sum('Skipping' in line for line in out.stderr.splitlines()) == 2
   assert 'Traceback' not in out.stderr
   assert not (tmp_path / 'out' / 'analysis.json').exists()
+
+
+def test_a_reader_of_a_live_run_never_calls_a_rotated_checkpoint_damaged(
+    uninterrupted, tmp_path, caplog):
+  """A run saving every step and keeping one checkpoint, deleting each as
+  it saves the next, read again and again as evaluate and analyze read it:
+  each read is a newer sound checkpoint, or says the run is writing there;
+  none warns of a damaged one."""
+  data_dir, _ = uninterrupted
+  workdir = tmp_path / 'run'
+  process = start_main(
+      write_process_config(tmp_path, data_dir), workdir, tmp_path / 'log',
+      '--config.checkpoint_every_steps=1', '--config.keep_checkpoints=1',
+      '--config.total_steps=40')
+  wait_for_step(process, workdir, 3)
+  caplog.set_level('WARNING')
+  steps, in_progress = [], 0
+  while process.poll() is None:
+    try:
+      steps.append(checkpoint.load_run(workdir).step)
+    except checkpoint.CheckpointError as e:
+      assert 'were deleted while they were read: a run still writing' in (
+          str(e)), e
+      in_progress += 1
+  assert process.wait() == 0, (tmp_path / 'log').read_text()[-3000:]
+  # What a command shows of them (orbax's warnings and its background
+  # reads' tracebacks are not).
+  assert [r.getMessage() for r in caplog.records
+          if command._quiet_libraries(r)] == []  # pylint: disable=protected-access
+  assert steps == sorted(steps) and len(steps) >= 3, (steps, in_progress)
 
 
 def test_init_from_a_damaged_run_is_refused_in_one_line_before_the_data(

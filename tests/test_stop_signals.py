@@ -103,21 +103,21 @@ def test_a_command_with_nothing_to_save_stops_at_once_in_one_line(
   assert 'Traceback' not in first + stderr
 
 
-def _ignore_ctrl_c():
-  signal.signal(signal.SIGINT, signal.SIG_IGN)
+def _with_ctrl_c_ignored(command: list[str]) -> list[str]:
+  """`command` started as `nohup command &` starts it: Ctrl-C ignored."""
+  return ['sh', '-c', 'trap "" INT; exec "$@"', 'sh', *command]
 
 
 def test_a_command_started_with_ctrl_c_ignored_keeps_it_ignored():
   """As `nohup cmd &` and a script's background jobs start it: the Ctrl-C
   meant for the foreground passes it by; SIGTERM stops it."""
-  process = subprocess.Popen(
+  process = subprocess.Popen(_with_ctrl_c_ignored(
       [sys.executable, '-c',
        'import time\n'
        'from vit_jax import stop_signals\n'
        'stop_signals.catch(at_once="stopped the test")\n'
        'print("caught", flush=True)\n'
-       'time.sleep(60)\n'],
-      preexec_fn=_ignore_ctrl_c, stdout=subprocess.PIPE,
+       'time.sleep(60)\n']), stdout=subprocess.PIPE,
       stderr=subprocess.PIPE, text=True)
   assert process.stdout.readline() == 'caught\n'
   process.send_signal(signal.SIGINT)
@@ -131,10 +131,9 @@ def test_a_command_started_with_ctrl_c_ignored_keeps_it_ignored():
 def test_the_signal_tests_pass_in_a_suite_started_with_ctrl_c_ignored():
   """They assume no handler they inherit (conftest gives the commands they
   start Python's, as at a terminal)."""
-  suite = subprocess.run(
+  suite = subprocess.run(_with_ctrl_c_ignored(
       [sys.executable, '-m', 'pytest', '-q', '-n', '0', '-p',
        'no:cacheprovider', '-k', 'not suite_started_with_ctrl_c_ignored',
-       'tests/test_stop_signals.py', 'tests/test_preemption.py'],
-      cwd=ROOT, preexec_fn=_ignore_ctrl_c, capture_output=True, text=True,
-      timeout=300, check=False)
+       'tests/test_stop_signals.py', 'tests/test_preemption.py']),
+      cwd=ROOT, capture_output=True, text=True, timeout=300, check=False)
   assert suite.returncode == 0, suite.stdout[-3000:]

@@ -104,17 +104,17 @@ def _is_ours(pathname: str) -> bool:
 def _quiet_libraries(record) -> bool:
   """Libraries' INFO records left out of a command's log: jax's (which
   backends it tried) and orbax's (every step of every save and read:
-  registries, handlers, throughputs, tens of lines a checkpoint). A failed
-  save's traceback, logged by every background thread of orbax involved,
-  too: the command reports it once, in one line. All of them shown with
-  --verbosity=1 or more."""
+  registries, handlers, throughputs, tens of lines a checkpoint). Orbax's
+  warnings and the tracebacks its background reads and writes leave (a
+  live run's checkpoint deleted under a read, a failed save logged by
+  every thread involved) too: the command says what happened once, in its
+  own words. All of them shown with --verbosity=1 or more."""
   if _is_ours(record.pathname) or logging.get_verbosity() > logging.INFO:
     return True
-  if record.levelno < python_logging.WARNING:
-    return False
   background = '/orbax/' in record.pathname or record.name == 'asyncio'
-  return not (background and record.levelno >= python_logging.ERROR and
-              record.exc_info)
+  if background:
+    return record.levelno >= python_logging.ERROR and not record.exc_info
+  return record.levelno >= python_logging.WARNING
 
 
 def quiet_libraries() -> None:

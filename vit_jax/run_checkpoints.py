@@ -135,10 +135,18 @@ class RunCheckpoints:
     as it did when first read (a run may be writing there)."""
     if not self.directory.is_dir():
       return []
-    manager = self._open(create=False)
-    if fresh:
-      manager.reload()
-    return sorted(manager.all_steps())
+    for attempt in range(_MAX_ROTATED_WHILE_READ):
+      try:
+        manager = self._open(create=False)
+        if fresh:
+          manager.reload()
+        return sorted(manager.all_steps())
+      except (FileNotFoundError, NotADirectoryError):
+        # orbax lists the steps, then reads each one's time (opening the
+        # manager too): a live run deleted one in between. List again.
+        if attempt == _MAX_ROTATED_WHILE_READ - 1:
+          raise
+        fresh = True
 
   def restore_latest(self, state_shapes=None,
                      sum_shapes=None) -> Restored | None:
