@@ -87,7 +87,8 @@ def test_a_stop_signal_leaves_the_earlier_analysis_whole(trained_vit_run,
   assert sorted(p.name for p in tmp_path.iterdir()) == ['out']
 
 
-@pytest.mark.parametrize('fault', ['full', 'read-only'])
+@pytest.mark.parametrize('fault', [
+    'full', pytest.param('read-only', marks=pytest.mark.slow)])  # 8 s
 def test_a_full_or_read_only_disk_is_one_line_and_leaves_the_earlier_analysis(
     trained_vit_run, tmp_path, fault):
   workdir, _ = trained_vit_run

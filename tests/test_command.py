@@ -21,30 +21,40 @@ _BAD_CONFIGS = {
 }
 
 
-@pytest.mark.parametrize('command, target', [
-    ('main', '--workdir={tmp}/run'), ('evaluate', '--checkpoint={tmp}/run')])
-@pytest.mark.parametrize('config, overrides, message', [
-    ('configs/cifar_small.py:vit_tiny', (),
+_UNLOADABLE = [  # (id, config, overrides, message)
+    ('refused argument', 'configs/cifar_small.py:vit_tiny', (),
      "Unknown model 'vit_tiny' for cifar_small.py; use one of vit, "
      'simple_cnn, small_resnet.'),
-    ('{tmp}/nope.py', (), 'no file {tmp}/nope.py'),
-    ('{tmp}/nope.py', ('--config.num_epochs=1',), 'no file {tmp}/nope.py'),
-    ('{tmp}/syntax.py', ('--config.num_epochs=1',),
+    ('missing file', '{tmp}/nope.py', (), 'no file {tmp}/nope.py'),
+    ('missing file, overridden', '{tmp}/nope.py', ('--config.num_epochs=1',),
+     'no file {tmp}/nope.py'),
+    ('syntax error', '{tmp}/syntax.py', ('--config.num_epochs=1',),
      '{tmp}/syntax.py, line 1: invalid syntax; fix the file.'),
-    ('{tmp}/raises.py', (),
+    ('raises', '{tmp}/raises.py', (),
      '{tmp}/raises.py, line 2: RuntimeError: boom'),
-    ('{tmp}/raises_on_import.py', ('--config.seed=3',),
+    ('raises on import', '{tmp}/raises_on_import.py', ('--config.seed=3',),
      "{tmp}/raises_on_import.py, line 1: ModuleNotFoundError: No module "
      "named 'nonexistent_module_xyz'"),
-    ('{tmp}/opens.py', (),
+    ('raises OSError', '{tmp}/opens.py', (),
      "{tmp}/opens.py, line 2: FileNotFoundError: [Errno 2] No such file or "
      "directory: '/nonexistent/labels.txt'"),
-    ('{tmp}/calls.py', ('--config.seed=1',),
+    ('raises in code it calls', '{tmp}/calls.py', ('--config.seed=1',),
      "{tmp}/calls.py, line 3 (raised in {tmp}/config_helper_xyz.py, line 2): "
      "KeyError: 'labels'"),
-], ids=['refused argument', 'missing file', 'missing file, overridden',
-        'syntax error', 'raises', 'raises on import', 'raises OSError',
-        'raises in code it calls'])
+]
+# evaluate parses its flags with main's code (`command.parse_flags`): three
+# of its cases run by default, every one with -m slow.
+_EVALUATE_BY_DEFAULT = ('missing file, overridden', 'syntax error', 'raises')
+
+
+@pytest.mark.parametrize('command, target, config, overrides, message', [
+    pytest.param(
+        command, target, config, overrides, message, id=f'{name}-{command}',
+        marks=() if command == 'main' or name in _EVALUATE_BY_DEFAULT else
+        pytest.mark.slow)
+    for command, target in (('main', '--workdir={tmp}/run'),
+                            ('evaluate', '--checkpoint={tmp}/run'))
+    for name, config, overrides, message in _UNLOADABLE])
 def test_a_config_that_cannot_load_is_one_line_for_every_command(
     tmp_path, command, target, config, overrides, message):
   for name, text in _BAD_CONFIGS.items():

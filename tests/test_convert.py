@@ -71,8 +71,8 @@ def test_a_full_disk_is_one_line_and_leaves_the_old_export(
         assert after.read_bytes() == before.read_bytes()
 
 
-@pytest.mark.parametrize('format_name, dest', [('npz', 'model.npz'),
-                                               ('hf', 'hf')])
+@pytest.mark.parametrize('format_name, dest', [
+    pytest.param('npz', 'model.npz', marks=pytest.mark.slow), ('hf', 'hf')])
 def test_a_read_only_disk_is_one_line_and_leaves_the_old_export(
     trained_vit_run, tmp_path, format_name, dest):
   workdir, _ = trained_vit_run

@@ -117,16 +117,16 @@ def test_at_most_two_calls_are_in_flight():
 
 
 def test_a_stop_signal_ends_the_run_within_its_calls_in_flight(tmp_path):
-  """Nothing scheduled for 1,000 steps, so calls are as long as a second of
+  """Nothing scheduled for 600 steps, so calls are as long as a second of
   steps allows: SIGTERM is acted on when the calls in flight end, within
   seconds, and the resumed run is the uninterrupted one."""
   write_cifar_binary(tmp_path / 'data' / 'cifar-10-batches-bin', {
       'data_batch_1.bin': random_cifar(80, 10, seed=1),
       'test_batch.bin': random_cifar(37, 10, seed=3)})
   config_file = write_process_config(tmp_path, tmp_path / 'data')
-  flags = ('--config.total_steps=1000', '--config.steps_per_dispatch=1000',
-           '--config.checkpoint_every_steps=1000',
-           '--config.log_every_steps=1000', '--config.eval_every_steps=1000')
+  flags = ('--config.total_steps=600', '--config.steps_per_dispatch=600',
+           '--config.checkpoint_every_steps=600',
+           '--config.log_every_steps=600', '--config.eval_every_steps=600')
   process = start_main(config_file, tmp_path / 'run', tmp_path / 'run.log',
                        *flags)
   deadline = time.monotonic() + 120

@@ -93,8 +93,9 @@ runs.train(runs.pathlib.Path({workdir!r}), {config!r},
 '''
 
 
-@pytest.mark.parametrize('signum', [signal.SIGTERM, signal.SIGINT],
-                         ids=['SIGTERM', 'Ctrl-C'])
+@pytest.mark.parametrize('signum', [
+    pytest.param(signal.SIGTERM, marks=pytest.mark.slow),  # 17 s
+    signal.SIGINT], ids=['SIGTERM', 'Ctrl-C'])
 def test_a_signal_to_the_runner_alone_stops_its_run_after_the_save(
     tmp_path, signum):
   write_cifar_binary(tmp_path / 'data' / 'cifar-10-batches-bin', {
