@@ -75,6 +75,7 @@ from vit_jax import distributed
 from vit_jax import files
 from vit_jax import flops
 from vit_jax import sharding
+from vit_jax import stop_signals
 from vit_jax.models import attention
 # pylint: enable=g-import-not-at-top,wrong-import-position
 
@@ -443,6 +444,10 @@ def main():
                  'copy of this README) outside experiments/benchmarks.')
   output = args.output or HERE / 'gpu_results.json'
   readme = args.readme or HERE / 'README.md'
+  # Each row lands in the output as it is measured; the workers it starts
+  # end with their pipes.
+  stop_signals.catch(at_once=f'stopped the GPU benchmark; {output} holds '
+                     'the rows measured before the signal')
   if args.summarize_only:
     if not output.exists():
       sys.exit(f'error: no {output}: run gpu.py on a GPU first (README: '
