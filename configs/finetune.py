@@ -5,7 +5,7 @@ no weight decay, global-norm clipping at 1, a short linear warmup then cosine
 decay, at a higher resolution than pre-training; the official code splits the
 batch into micro-batches (gradient accumulation) to fit memory. The head is
 replaced by a zero-initialised one and the position embeddings are resized to
-the new patch grid (`vit_jax/finetune.py`).
+the new patch grid (`vit_jax/training/finetune.py`).
 
 `config.init_from` is a `vit_jax.main` run directory or a released `.npz`.
 Defaults: the small-data study's ViT-Tiny, pre-trained at 32x32 on the 5k
@@ -48,7 +48,7 @@ ImageNet-21k: CIFAR-10 98.95%, ImageNet 83.97% at 384).
 
 from configs import cifar_small
 from vit_jax import config_schema
-from vit_jax import finetune
+from vit_jax.training import finetune
 
 PAPER_PRESETS = {
     # preset: (tfds dataset, train split, test split, steps)

@@ -17,7 +17,7 @@ paper's fine-tuning recipe (SGD momentum 0.9, no weight decay, clipping at
       --workdir=/tmp/my_vit_b16
 
 The head is replaced for the folder's classes and the position embeddings
-are resized to the new grid (`vit_jax/finetune.py`). `--config.model=` must
+are resized to the new grid (`vit_jax/training/finetune.py`). `--config.model=` must
 name the checkpoint's architecture (ViT-Ti_16, ViT-S_16, ViT-B_16, ...). On
 a CPU, ViT-B/16 at 224 trains a few images per second: for a first try use
 ViT-Ti_16 or `--config.image_size=112`. Expected: on a few hundred images of
@@ -25,7 +25,7 @@ well separated classes, fine-tuning beats training from scratch by far.
 """
 
 from vit_jax import config_schema
-from vit_jax import finetune
+from vit_jax.training import finetune
 
 MODES = ('scratch', 'finetune')
 

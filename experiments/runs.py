@@ -16,9 +16,9 @@ import numpy as np
 
 from configs import cifar_small
 from vit_jax import errors
-from vit_jax import files
-from vit_jax import preemption
-from vit_jax import stop_signals
+from vit_jax.runtime import files
+from vit_jax.runtime import preemption
+from vit_jax.runtime import stop_signals
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 # The study's models: key (configs/cifar_small.py's argument, results.json's

@@ -196,7 +196,7 @@ def tiny_config(data_dir, variant='vit', **overrides):
 def trained_cnn_run(tmp_path_factory):
   """(workdir, data_dir) of a tiny SimpleCNN trained one epoch: a teacher
   for distillation and locality guidance."""
-  from vit_jax import train  # pylint: disable=g-import-not-at-top
+  from vit_jax.training import train  # pylint: disable=g-import-not-at-top
   root = tmp_path_factory.mktemp('trained_cnn_run')
   write_cifar_binary(root / 'data' / 'cifar-10-batches-bin', {
       'data_batch_1.bin': random_cifar(48, 10, seed=1),
@@ -218,7 +218,7 @@ _TRAIN_SCRIPT = '''
 import sys
 sys.path.insert(0, {root!r})
 from tests.conftest import trained_vit_config
-from vit_jax import train
+from vit_jax.training import train
 train.train_and_evaluate(trained_vit_config({data_dir!r}), {workdir!r})
 '''
 
@@ -287,7 +287,7 @@ def without_timings(records: list[dict]) -> list[dict]:
 @pytest.fixture(scope='session')
 def uninterrupted(tmp_path_factory):
   """(data_dir, workdir) of `process_test_config` run without a stop."""
-  from vit_jax import train  # pylint: disable=g-import-not-at-top
+  from vit_jax.training import train  # pylint: disable=g-import-not-at-top
   root = tmp_path_factory.mktemp('uninterrupted')
   write_cifar_binary(root / 'data' / 'cifar-10-batches-bin', {
       'data_batch_1.bin': random_cifar(80, 10, seed=1),

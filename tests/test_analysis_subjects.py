@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 
 from tests.conftest import png
-from vit_jax import checkpoint
+from vit_jax.formats import npz
 from vit_jax import config_schema
-from vit_jax import export
+from vit_jax.checkpoints import export
 from vit_jax import models
 from vit_jax.analysis import subjects
 from vit_jax.errors import AnalysisError
@@ -67,7 +67,7 @@ def _released(tmp_path):
   model = models.create_model('ViT-Tiny-CIFAR_4', 3)
   params = model.init(jax.random.key(0), np.zeros((1, 32, 32, 3)),
                       train=False)['params']
-  checkpoint.save_npz(params, tmp_path / 'vit.npz')
+  npz.save_npz(params, tmp_path / 'vit.npz')
   return tmp_path / 'vit.npz'
 
 

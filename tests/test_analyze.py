@@ -19,7 +19,8 @@ from tests.conftest import png
 from tests.conftest import tiny_config
 from vit_jax import analysis
 from vit_jax import analyze
-from vit_jax import checkpoint
+from vit_jax.formats import npz
+from vit_jax.checkpoints import run_checkpoints
 from vit_jax import models
 from vit_jax.formats import params as params_lib
 
@@ -161,7 +162,7 @@ def test_a_released_npz_is_analysed_on_your_own_images(tmp_path):
   model = models.create_model('ViT-Tiny-CIFAR_4', 3)
   variables = model.init(jax.random.key(0), np.zeros((1, 32, 32, 3)),
                          train=False)
-  checkpoint.save_npz(variables['params'], tmp_path / 'vit.npz')
+  npz.save_npz(variables['params'], tmp_path / 'vit.npz')
   rng = np.random.default_rng(0)
   (tmp_path / 'photos').mkdir()
   for name, shape in (('cat', (40, 60, 3)), ('dog', (90, 50, 3))):
@@ -199,7 +200,7 @@ def test_a_missing_checkpoint_is_one_line(tmp_path):
 
 def _untrained_run(workdir, data_dir, **techniques):
   """A run of a 2-layer ViT with `techniques`, at 16x16 (a 4x4 grid of
-  4-pixel patches), as `checkpoint.load_run` reads one: its config.json and
+  4-pixel patches), as `reading.load_run` reads one: its config.json and
   a checkpoint of its initial parameters at step 0. Training would take far
   longer and change no shape the analyses depend on."""
   config = tiny_config(data_dir, image_size=16)
@@ -214,7 +215,7 @@ def _untrained_run(workdir, data_dir, **techniques):
     params = params_lib.stack_blocks(params)
   workdir.mkdir()
   (workdir / 'config.json').write_text(config.to_json_best_effort())
-  checkpoints = checkpoint.RunCheckpoints(workdir / 'checkpoints', keep=1)
+  checkpoints = run_checkpoints.RunCheckpoints(workdir / 'checkpoints', keep=1)
   checkpoints.save(0, {'params': params}, {'count': np.zeros(())}, [], {},
                    json.loads(config.to_json_best_effort()))
   checkpoints.close()

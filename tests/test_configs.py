@@ -8,10 +8,11 @@ import numpy as np
 import pytest
 
 from tests.conftest import png
-from vit_jax import checkpoint
+from vit_jax.checkpoints import reading
+from vit_jax.formats import npz
 from vit_jax import config_schema
 from vit_jax import models
-from vit_jax import train
+from vit_jax.training import train
 
 
 def _config(name, argument=None):
@@ -87,14 +88,14 @@ def test_image_folder_walkthrough_trains_from_scratch(tmp_path):
   assert summary['steps'] == 3  # 24 images, batches of 8
 
 
-@pytest.mark.slow  # 10 s; tests/test_finetune.py fine-tunes .npz files
+@pytest.mark.slow  # 10 s; tests/test_training_finetune.py fine-tunes .npz files
 def test_image_folder_walkthrough_fine_tunes_a_released_npz(tmp_path):
   # Another head, a 2x2 patch grid resized to the run's 4x4; 2 of the 12
   # layers, to compile in seconds.
   released = models.create_model('ViT-Ti_16', 21, num_layers=2)
   variables = released.init(jax.random.key(0), np.zeros((1, 32, 32, 3)),
                             train=False)
-  checkpoint.save_npz(variables['params'], tmp_path / 'ViT-Ti_16.npz')
+  npz.save_npz(variables['params'], tmp_path / 'ViT-Ti_16.npz')
   config = _config('image_folder', 'finetune')
   config.update(data_dir=str(_image_folder(tmp_path / 'photos')),
                 init_from=str(tmp_path / 'ViT-Ti_16.npz'), model='ViT-Ti_16',
@@ -103,5 +104,5 @@ def test_image_folder_walkthrough_fine_tunes_a_released_npz(tmp_path):
   config.model_overrides.num_layers = 2
   summary = train.train_and_evaluate(config, tmp_path / 'run')
   assert summary['steps'] == 3
-  run = checkpoint.load_run(tmp_path / 'run')
+  run = reading.load_run(tmp_path / 'run')
   assert run.params['head']['kernel'].shape == (192, 2)

@@ -6,7 +6,7 @@ import numpy as np
 
 from tests.conftest import random_cifar
 from tests.conftest import tiny_config
-from vit_jax import sharding
+from vit_jax.runtime import sharding
 from vit_jax.data import input as input_lib
 from vit_jax.data import on_device
 from vit_jax.data import sources

@@ -14,8 +14,8 @@ import pytest
 from tests.conftest import prepare_tfds_array_record
 from tests.conftest import random_cifar
 from tests.conftest import tiny_config
-from vit_jax import sharding
-from vit_jax import train
+from vit_jax.runtime import sharding
+from vit_jax.training import train
 from vit_jax.data import input as input_lib
 from vit_jax.data import preprocess
 from vit_jax.data import sources
@@ -122,7 +122,7 @@ _WORKERS_SCRIPT = '''
 import sys, time
 sys.path.insert(0, {root!r})
 from tests.conftest import random_cifar, tiny_config
-from vit_jax import sharding
+from vit_jax.runtime import sharding
 from vit_jax.data import sources, streaming
 
 if __name__ == '__main__':

@@ -14,7 +14,7 @@ from tests.conftest import history
 from tests.conftest import ROOT
 from tests.conftest import start_two_process_job
 from tests.conftest import wait_all
-from vit_jax import export
+from vit_jax.checkpoints import export
 
 _CONFIG_FILE = '''
 import sys

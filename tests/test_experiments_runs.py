@@ -17,8 +17,8 @@ from tests.conftest import random_cifar
 from tests.conftest import wait_for_step
 from tests.conftest import write_cifar_binary
 from tests.conftest import write_process_config
-from vit_jax import checkpoint
-from vit_jax import preemption
+from vit_jax.checkpoints import run_checkpoints
+from vit_jax.runtime import preemption
 
 DESCRIPTION = {'recipe': 'study', 'train_examples': 5000}
 
@@ -116,7 +116,7 @@ def test_a_signal_to_the_runner_alone_stops_its_run_after_the_save(
   assert errors.splitlines() == [
       'stopped: run saved its step on the signal; rerun the same command to '
       'resume it.']
-  saved = checkpoint.RunCheckpoints(workdir / 'checkpoints', 2).steps()
+  saved = run_checkpoints.RunCheckpoints(workdir / 'checkpoints', 2).steps()
   assert len(saved) == 1 and 5 <= saved[0] < 40
   assert 'Preempted (SIGTERM): saved a checkpoint' in (
       workdir / 'log.txt').read_text()

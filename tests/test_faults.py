@@ -33,11 +33,15 @@ from tests.conftest import wait_for_step
 from tests.conftest import without_timings
 from tests.conftest import write_cifar_binary
 from tests.conftest import write_process_config
-from vit_jax import checkpoint
-from vit_jax import command
+from vit_jax.checkpoints import reading
+from vit_jax.formats import npz
+from vit_jax.formats import params as params_lib
+from vit_jax.checkpoints import run_checkpoints
+from vit_jax.errors import CheckpointError
+from vit_jax.runtime import command
 from vit_jax import models
-from vit_jax import preemption
-from vit_jax import train
+from vit_jax.runtime import preemption
+from vit_jax.training import train
 from vit_jax.data import sources
 from vit_jax.errors import DatasetError
 
@@ -206,7 +210,7 @@ def test_killed_with_sigkill_mid_epoch_the_rerun_ends_identical_in_every_file(
 
 
 def test_a_diverged_test_loss_stops_and_says_no_checkpoint_exists(tmp_path):
-  checkpoints = checkpoint.RunCheckpoints(tmp_path / 'checkpoints', 2)
+  checkpoints = run_checkpoints.RunCheckpoints(tmp_path / 'checkpoints', 2)
   with pytest.raises(train.TrainingDivergedError,
                      match=r'test loss became nan by step 3; stopped without '
                      r'saving\. No checkpoint had been saved yet: rerun with a lower '
@@ -375,7 +379,7 @@ def test_a_stop_signal_saves_the_step_exits_75_and_the_rerun_ends_identical(
   assert process.wait(timeout=60) == preemption.PREEMPTED_EXIT_STATUS
   assert time.monotonic() - signalled < 30
   output = log.read_text()
-  saved = checkpoint.RunCheckpoints(workdir / 'checkpoints', 2).steps()
+  saved = run_checkpoints.RunCheckpoints(workdir / 'checkpoints', 2).steps()
   assert len(saved) == 1 and 5 <= saved[0] < 40
   name = {signal.SIGTERM: 'SIGTERM', signal.SIGINT: 'Ctrl-C'}[signum]
   assert (f'Preempted ({name}): saved a checkpoint of step {saved[0]} in '
@@ -444,7 +448,7 @@ def test_a_signal_during_start_up_exits_75_without_a_checkpoint(
     assert f'Preempted ({name}): stopped before training' in output or (
         f'Preempted ({name}): saved a checkpoint of step' in output)
     if 'stopped before training' in output:
-      assert not checkpoint.RunCheckpoints(workdir / 'checkpoints', 2).steps()
+      assert not run_checkpoints.RunCheckpoints(workdir / 'checkpoints', 2).steps()
   requeued = start_main(config_file, workdir, tmp_path / 'requeued')
   assert requeued.wait(timeout=120) == 0
   assert without_timings(history(workdir)) == without_timings(
@@ -521,8 +525,8 @@ def test_a_reader_of_a_live_run_never_calls_a_rotated_checkpoint_damaged(
   steps, in_progress = [], 0
   while process.poll() is None:
     try:
-      steps.append(checkpoint.load_run(workdir).step)
-    except checkpoint.CheckpointError as e:
+      steps.append(reading.load_run(workdir).step)
+    except CheckpointError as e:
       assert 'were deleted while they were read: a run still writing' in (
           str(e)), e
       in_progress += 1
@@ -566,9 +570,9 @@ def _another_architecture(tmp_path) -> pathlib.Path:
   model = models.create_model('ViT-Tiny-CIFAR_4', 10, num_layers=1,
                               hidden_size=8, num_heads=2, mlp_dim=16)
   path = tmp_path / 'other.npz'
-  checkpoint.save_npz(jax.tree.map(
+  npz.save_npz(jax.tree.map(
       lambda s: np.zeros(s.shape, s.dtype),
-      checkpoint.param_shapes(model, 32)), path)
+      params_lib.param_shapes(model, 32)), path)
   return path
 
 
@@ -668,7 +672,7 @@ def test_a_resumed_two_process_job_signalled_at_start_up_stops_before_training(
   processes[1].send_signal(signal.SIGTERM)
   assert wait_all(processes, timeout=120) == [
       preemption.PREEMPTED_EXIT_STATUS] * 2
-  saved = checkpoint.RunCheckpoints(workdir / 'checkpoints').steps()
+  saved = run_checkpoints.RunCheckpoints(workdir / 'checkpoints').steps()
   assert len(saved) == 1
 
   processes, logs = start_two_processes(config_file, workdir, tmp_path, *flags)
@@ -680,4 +684,4 @@ def test_a_resumed_two_process_job_signalled_at_start_up_stops_before_training(
     assert (f'stopped before training, with nothing new to save (the '
             f'checkpoint of step {saved[0]} in {workdir / "checkpoints"} is '
             'kept)') in log.read_text()
-  assert checkpoint.RunCheckpoints(workdir / 'checkpoints').steps() == saved
+  assert run_checkpoints.RunCheckpoints(workdir / 'checkpoints').steps() == saved

@@ -4,7 +4,7 @@ import inspect
 
 import pytest
 
-from vit_jax import checkpoint
+from vit_jax.checkpoints import reading
 from vit_jax import formats
 
 
@@ -14,9 +14,9 @@ def _declared(protocol) -> dict:
           if inspect.isfunction(member) and not name.startswith('_')}
 
 
-@pytest.mark.parametrize('kind', sorted(checkpoint.FOLDER_FORMATS))
+@pytest.mark.parametrize('kind', sorted(reading.FOLDER_FORMATS))
 def test_each_folder_format_is_what_the_protocol_declares(kind):
-  module = checkpoint.FOLDER_FORMATS[kind]
+  module = reading.FOLDER_FORMATS[kind]
   assert isinstance(module.NAME, str)
   for name, declared in _declared(formats.FolderFormat).items():
     parameters = list(declared.parameters)[1:]  # without self

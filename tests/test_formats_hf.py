@@ -8,7 +8,7 @@ import pytest
 from tests.conftest import one_block_vit
 from tests.conftest import random_vit_params
 from tests.test_formats_npz import assert_trees_identical
-from vit_jax import checkpoint
+from vit_jax.checkpoints import reading
 from vit_jax import models
 from vit_jax.errors import CheckpointError
 from vit_jax.formats import hf
@@ -136,7 +136,7 @@ def test_a_vit_model_with_a_pooler_reads_as_a_backbone_with_pre_logits(
   with pytest.raises(CheckpointError, match=r'has no classification head '
                      r'\(head/kernel\): a backbone alone cannot be evaluated '
                      'or converted; fine-tune it with config.init_from'):
-    checkpoint.load(tmp_path)
+    reading.load(tmp_path)
 
 
 def test_the_folder_states_the_normalisation_it_was_trained_with(tmp_path):
@@ -144,7 +144,7 @@ def test_the_folder_states_the_normalisation_it_was_trained_with(tmp_path):
   imagenet = ((0.485, 0.456, 0.406), (0.229, 0.224, 0.225))
   hf.write(tmp_path, params, model, 8, imagenet)
   assert hf.pixels(tmp_path) == imagenet
-  assert checkpoint.load(tmp_path).pixels == imagenet
+  assert reading.load(tmp_path).pixels == imagenet
   # The weights alone state nothing: the released models' [-1, 1].
   assert hf.pixels(tmp_path / 'model.safetensors') == ((0.5,) * 3,) * 2
   # As ViTImageProcessor reads it: one number for every channel, its
@@ -169,4 +169,4 @@ def test_a_bad_preprocessor_config_is_one_line(tmp_path, text, said):
   hf.write(tmp_path, params, model, 8)
   (tmp_path / hf.PREPROCESSOR_CONFIG).write_text(text)
   with pytest.raises(CheckpointError, match=said):
-    checkpoint.load(tmp_path)
+    reading.load(tmp_path)

@@ -8,7 +8,7 @@ import jax
 import numpy as np
 import pytest
 
-from vit_jax import checkpoint
+from vit_jax.checkpoints import reading
 from vit_jax import models
 from vit_jax.errors import CheckpointError
 from vit_jax.formats import npz
@@ -147,7 +147,7 @@ def test_released_npz_loads_into_our_tree_and_drives_the_model(tmp_path):
   assert np.all(np.isfinite(logits))
   np.testing.assert_array_equal(
       logits, apply({'params': placed_by_hand(arrays)}, images))
-  assert_trees_identical(checkpoint.load_params(path), params)
+  assert_trees_identical(reading.load_params(path), params)
 
 
 def test_file_to_params_to_file_is_identical(tmp_path):
@@ -249,7 +249,7 @@ def test_linen_numbering_loads_too(tmp_path):
 def test_what_is_not_a_checkpoint_is_a_clear_error(tmp_path):
   def fails(path, match):
     with pytest.raises(CheckpointError, match=match) as error:
-      checkpoint.load_params(path)
+      reading.load_params(path)
     assert str(path) in str(error.value)
 
   fails(tmp_path / 'absent.npz', 'No checkpoint at')
@@ -267,9 +267,9 @@ def test_what_is_not_a_checkpoint_is_a_clear_error(tmp_path):
         r'are not loaded: they can run code\.$')
   with pytest.raises(CheckpointError, match='holds no checkpoint: pass a '
                      'vit_jax.main workdir'):
-    checkpoint.load_params(tmp_path)
+    reading.load_params(tmp_path)
   with pytest.raises(CheckpointError, match='step=1 only'):
-    checkpoint.load_params(
+    reading.load_params(
         write_npz(tmp_path / 'tiny.npz', released_arrays()), step=1)
 
 

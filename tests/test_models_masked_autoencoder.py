@@ -5,7 +5,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from vit_jax import losses
+from vit_jax.objectives import losses
 from vit_jax.models import VisionTransformer
 from vit_jax.models import for_inference
 from vit_jax.models import masked_autoencoder

@@ -1,5 +1,6 @@
 """The package's shape: no import circle among vit_jax's modules, counting
-imports inside functions, and no module a reader cannot take in at once."""
+imports inside functions, no module a reader cannot take in at once, and a
+top level a newcomer reads at a glance."""
 
 import ast
 import pathlib
@@ -69,3 +70,10 @@ def test_no_module_is_over_400_lines(name):
 
 def test_the_errors_a_user_sees_come_from_one_leaf_module():
   assert _imports('vit_jax.errors') == set()
+
+
+def test_the_top_level_holds_the_commands_and_few_else():
+  """The commands a user types and the modules every part shares; the
+  rest lives in packages named for their role."""
+  top = sorted(p.name for p in PACKAGE.glob('*.py'))
+  assert len(top) <= 12, top

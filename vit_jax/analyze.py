@@ -9,7 +9,7 @@ the run's test images or on your own.
 A run: its config.json and newest checkpoint that matches its digest (a
 damaged one is skipped with a warning; a damaged --step is refused), any ViT
 variant and image size, and its dataset's test images unless --images is
-given. Any other checkpoint (`checkpoint.load`: an official `.npz`, timm's
+given. Any other checkpoint (`reading.load`: an official `.npz`, timm's
 or transformers' safetensors): its architecture is read from its shapes
 unless --model names it, the image size follows from its position
 embeddings, and images are resized and normalised as the checkpoint's
@@ -67,7 +67,7 @@ analysis, after success the new one, never a mix.
 """
 
 # pylint: disable=g-import-not-at-top,wrong-import-position
-from vit_jax import stop_signals
+from vit_jax.runtime import stop_signals
 
 if __name__ == '__main__':
   # First, before jax loads: Ctrl-C or SIGTERM stops the analysis at once,
@@ -82,10 +82,10 @@ from absl import flags
 from absl import logging
 import numpy as np
 
-from vit_jax import checkpoint
-from vit_jax import command
+from vit_jax.checkpoints import reading
+from vit_jax.runtime import command
 from vit_jax import errors
-from vit_jax import files
+from vit_jax.runtime import files
 from vit_jax.analysis import figures
 from vit_jax.analysis import measures
 from vit_jax.analysis import subjects
@@ -238,7 +238,7 @@ def _subject(workdir, step, data_dir, checkpoint_path, model_name,
     raise AnalysisError('Pass --workdir (a run) or --checkpoint (any '
                         'checkpoint).')
   if (checkpoint_path is not None and
-      checkpoint.source_kind(checkpoint_path) == checkpoint.WORKDIR):
+      reading.source_kind(checkpoint_path) == reading.WORKDIR):
     workdir, checkpoint_path = checkpoint_path, None
   if checkpoint_path is not None:
     subject = subjects.checkpoint_subject(checkpoint_path, model_name)

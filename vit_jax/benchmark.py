@@ -34,7 +34,7 @@ beside it as a cross-check.
 
 
 # pylint: disable=g-import-not-at-top,wrong-import-position
-from vit_jax import stop_signals
+from vit_jax.runtime import stop_signals
 
 if __name__ == '__main__':
   # First, before jax loads: Ctrl-C or SIGTERM stops the benchmark at once.
@@ -46,9 +46,9 @@ from absl import app
 from absl import flags
 
 from vit_jax import config_schema
-from vit_jax import distributed
+from vit_jax.runtime import distributed
 from vit_jax import errors
-from vit_jax import step_benchmark
+from vit_jax.training import step_benchmark
 from vit_jax.models import attention
 from vit_jax.models import remat_scan
 

@@ -21,7 +21,7 @@ cores), as a table and one JSON line.
 
 
 # pylint: disable=g-import-not-at-top,wrong-import-position
-from vit_jax import stop_signals
+from vit_jax.runtime import stop_signals
 
 if __name__ == '__main__':
   # First, before jax loads: Ctrl-C or SIGTERM stops the input benchmark at once.

@@ -17,8 +17,8 @@ from absl import logging
 import ml_collections
 
 
-from vit_jax import compilation_cache
-from vit_jax import distributed
+from vit_jax.training import compilation_cache
+from vit_jax.runtime import distributed
 from vit_jax import models
 from vit_jax.errors import ConfigError
 
@@ -105,7 +105,7 @@ FIELDS: dict[str, Field] = {
         '', 'Locality guidance: the workdir of a trained CNN run whose stage '
         "features the ViT's guided blocks imitate in training (needs "
         'model_overrides.guided_blocks and guidance_widths; '
-        'vit_jax.locality_guidance); empty: none.'),
+        'vit_jax.objectives.locality_guidance); empty: none.'),
     'locality_guidance_weight': Field(
         2.5, 'Locality guidance: the weight of the imitation loss, added to '
         "the run's objective (cross-entropy, or DeiT's) (Li et al.: 2.5)."),

@@ -3,7 +3,7 @@ and Hugging Face transformers' formats.
 
   python -m vit_jax.convert SOURCE DEST --format=npz|timm|hf [--model=NAME]
 
-SOURCE is any checkpoint (`checkpoint.source_kind`, told from its
+SOURCE is any checkpoint (`reading.source_kind`, told from its
 contents): a `vit_jax.main` workdir (its newest checkpoint that matches its
 digest, or --step), an official `.npz`, a timm `model.safetensors` or hub
 folder, or a transformers ViT folder. Its architecture is read from its
@@ -32,7 +32,7 @@ one, after a full disk (one `error:` line, status 1) or Ctrl-C / SIGTERM
 """
 
 # pylint: disable=g-import-not-at-top,wrong-import-position
-from vit_jax import stop_signals
+from vit_jax.runtime import stop_signals
 
 if __name__ == '__main__':
   # First, before jax loads: Ctrl-C or SIGTERM stops the conversion at once,
@@ -42,9 +42,9 @@ if __name__ == '__main__':
 from absl import app
 from absl import flags
 
-from vit_jax import command
+from vit_jax.runtime import command
 from vit_jax import errors
-from vit_jax import export
+from vit_jax.checkpoints import export
 
 _FORMAT = flags.DEFINE_enum('format', None, export.FORMATS,
                             'What DEST is written as.')

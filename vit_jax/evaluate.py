@@ -7,7 +7,7 @@ split, without training.
   python -m vit_jax.evaluate --checkpoint=hf_vit/ --config=configs/my_data.py \
       --released_preprocessing
 
---checkpoint takes any checkpoint (`checkpoint.source_kind`): a
+--checkpoint takes any checkpoint (`reading.source_kind`): a
 `vit_jax.main` workdir (its newest sound checkpoint, or --step), an official
 `.npz`, a timm `model.safetensors` or hub folder, a transformers ViT folder.
 
@@ -36,7 +36,7 @@ status 130 or 75.
 """
 
 # pylint: disable=g-import-not-at-top,wrong-import-position
-from vit_jax import stop_signals
+from vit_jax.runtime import stop_signals
 
 if __name__ == '__main__':
   # First, before jax loads: Ctrl-C or SIGTERM stops the evaluation at once,
@@ -50,11 +50,11 @@ from absl import flags
 import jax
 from ml_collections import config_flags
 
-from vit_jax import checkpoint
-from vit_jax import command
-from vit_jax import distributed
-from vit_jax import evaluation
-from vit_jax import job
+from vit_jax.checkpoints import reading
+from vit_jax.runtime import command
+from vit_jax.runtime import distributed
+from vit_jax.training import evaluation
+from vit_jax.runtime import job
 
 _CHECKPOINT = flags.DEFINE_string(
     'checkpoint', None, 'Any checkpoint: a vit_jax.main workdir, an official '
@@ -100,7 +100,7 @@ def main(argv):
   if config is not None:
     cpu_devices = config.get('cpu_devices')
   else:  # a workdir's own config, read before JAX picks its devices
-    stated, _ = checkpoint.read_config_json(_CHECKPOINT.value)
+    stated, _ = reading.read_config_json(_CHECKPOINT.value)
     cpu_devices = stated.get('cpu_devices') if isinstance(stated, dict) else (
         None)
   job.run(work, cpu_devices=_CPU_DEVICES.value or cpu_devices)

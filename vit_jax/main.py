@@ -12,7 +12,7 @@ who is who (README.md, "Multi-host").
 """
 
 # pylint: disable=g-import-not-at-top,wrong-import-position
-from vit_jax import stop_signals
+from vit_jax.runtime import stop_signals
 
 if __name__ == '__main__':
   # First, before jax and the rest load (a second or more): a SIGTERM or
@@ -25,11 +25,11 @@ from absl import flags
 from absl import logging
 from ml_collections import config_flags
 
-from vit_jax import command
-from vit_jax import distributed
-from vit_jax import job
-from vit_jax import preemption
-from vit_jax import train
+from vit_jax.runtime import command
+from vit_jax.runtime import distributed
+from vit_jax.runtime import job
+from vit_jax.runtime import preemption
+from vit_jax.training import train
 
 _CONFIG = config_flags.DEFINE_config_file(
     'config', None, 'Training configuration file, e.g. configs/cifar_small.py.',

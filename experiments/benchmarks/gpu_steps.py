@@ -12,7 +12,7 @@ import jax
 from experiments.benchmarks import compare_pytorch
 from experiments.benchmarks import gpu_plan
 from experiments.benchmarks import timm_worker
-from vit_jax import step_benchmark
+from vit_jax.training import step_benchmark
 
 TIMM_MODES = gpu_plan.TIMM_MODES
 OUT_OF_TIME = 'not run: its section\'s time budget was spent'

@@ -5,14 +5,14 @@ from collections.abc import Iterable
 
 
 def measure(cpu_devices: int, **options) -> dict:
-  """`vit_jax.step_benchmark.run_benchmark` of the study's ViT train step
+  """`vit_jax.training.step_benchmark.run_benchmark` of the study's ViT train step
   (ViT-Tiny-CIFAR_4, batch 128, 32x32, augmented) on `cpu_devices` host
   devices, with run_benchmark's other `options`."""
   # Imported here, not above: the scripts set XLA_FLAGS and jax's options
   # before jax starts.
-  from vit_jax import distributed  # pylint: disable=g-import-not-at-top
+  from vit_jax.runtime import distributed  # pylint: disable=g-import-not-at-top
   distributed.set_cpu_devices(cpu_devices)
-  from vit_jax import step_benchmark  # pylint: disable=g-import-not-at-top
+  from vit_jax.training import step_benchmark  # pylint: disable=g-import-not-at-top
   return step_benchmark.run_benchmark(
       model='ViT-Tiny-CIFAR_4', batch_size=128, image_size=32, augment=True,
       **options)

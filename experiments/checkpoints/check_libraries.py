@@ -15,7 +15,7 @@ timm only, transformers' ViT has no 'gap') and ViT-S_32 (100 classes, no
 `representation_size`), all at 224x224, get parameters with distinct random
 values (kernels, biases, position embeddings and class token normal * 0.02,
 LayerNorm scales 1 + normal * 0.1, heads not zero), are saved with
-`checkpoint.save_npz` and converted from that .npz with `export.convert` to
+`npz.save_npz` and converted from that .npz with `export.convert` to
 a timm and a transformers folder. The worker loads the folders with
 `timm.create_model('local-dir:DIR', pretrained=True)` and
 `ViTForImageClassification.from_pretrained(DIR)`; their logits on 4 fixed
@@ -33,7 +33,7 @@ the rest of the difference is theirs, not the arrays'.
 In: the worker makes timm ViT-S/16, timm ViT-Ti/16 with average pooling,
 timm's hybrid vit_small_r26_s32_224 (also run with the official epsilons)
 and a transformers ViT-S/16 (tanh GELU, eps 1e-6) with random weights and saves
-them in their libraries' own folder layouts; `checkpoint.load(DIR)` reads
+them in their libraries' own folder layouts; `reading.load(DIR)` reads
 them and our logits are compared with the library's.
 
 Each number is max |a - b| / max |reference|, the reference being the logits
@@ -64,11 +64,12 @@ import flax
 import jax
 import numpy as np
 
-from vit_jax import checkpoint
-from vit_jax import export
-from vit_jax import files
+from vit_jax.checkpoints import reading
+from vit_jax.formats import npz
+from vit_jax.checkpoints import export
+from vit_jax.runtime import files
 from vit_jax import models
-from vit_jax import stop_signals
+from vit_jax.runtime import stop_signals
 from vit_jax.formats import safetensors_file
 # pylint: enable=g-import-not-at-top,wrong-import-position
 
@@ -195,7 +196,7 @@ def check(tmp: pathlib.Path) -> dict:
     model = models.create_model(registered, **overrides)
     params = random_params(model, seed + 1)
     npz_path = tmp / f'{registered}.npz'
-    checkpoint.save_npz(params, npz_path)
+    npz.save_npz(params, npz_path)
     ours[name] = logits_of(model, {'params': params}, images)
     request = {'name': name, 'timm': None, 'hf': None,
                'hybrid': model.resnet_stages is not None}
@@ -239,7 +240,7 @@ def check(tmp: pathlib.Path) -> dict:
       rows.append(row)
 
   for name, native in answer['natives'].items():
-    loaded = checkpoint.load(native['dir'])
+    loaded = reading.load(native['dir'])
     theirs = np.array(native['logits'])
     our_logits = logits_of(loaded.model, loaded.variables, images)
     rows.append({

@@ -24,7 +24,7 @@ A hybrid (`"hybrid": true`) is loaded once more with its stem computed with
 the official epsilons (`_official_stem`), and so is the hybrid it makes.
 Then it makes the libraries' own ViTs with random weights (`NATIVE`), saves
 each in its library's folder layout under native_dir, and records their
-logits, for our side to read back with `checkpoint.load`.
+logits, for our side to read back with `reading.load`.
 
 Prints one JSON line, the last on stdout: the versions, the logits of every
 model (lists of floats), and how each was loaded.

@@ -30,7 +30,7 @@ import numpy as np
 
 from experiments import runs
 from vit_jax import models
-from vit_jax import plotting
+from vit_jax.analysis import plotting
 
 HERE = pathlib.Path(__file__).resolve().parent
 # Every run trains on the study's subset.

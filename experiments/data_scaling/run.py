@@ -26,7 +26,7 @@ from absl import flags
 import numpy as np
 
 from experiments import runs
-from vit_jax import plotting
+from vit_jax.analysis import plotting
 
 HERE = pathlib.Path(__file__).resolve().parent
 RECIPE = 'study'

@@ -20,7 +20,7 @@ import numpy as np
 
 from configs import cifar_small
 from experiments import runs
-from vit_jax import plotting
+from vit_jax.analysis import plotting
 
 HERE = pathlib.Path(__file__).resolve().parent
 

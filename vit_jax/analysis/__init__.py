@@ -4,7 +4,7 @@
                distance, position-embedding similarity, filter PCA),
                re-exported here
   subjects.py  what is analysed: the ViT of a run or of any checkpoint
-               (`checkpoint.load`), its images, its logits and attention,
+               (`reading.load`), its images, its logits and attention,
                its embeddings
   figures.py   the figures of the measures
 

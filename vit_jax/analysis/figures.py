@@ -6,7 +6,7 @@ are patch grids (`measures.token_to_patches`).
 
 import numpy as np
 
-from vit_jax import plotting
+from vit_jax.analysis import plotting
 from vit_jax.analysis import measures
 
 

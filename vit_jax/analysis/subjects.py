@@ -10,8 +10,8 @@ import pathlib
 import jax
 import numpy as np
 
-from vit_jax import checkpoint
-from vit_jax import files
+from vit_jax.checkpoints import reading
+from vit_jax.runtime import files
 from vit_jax import models
 from vit_jax.analysis import measures
 from vit_jax.data import preprocess
@@ -53,7 +53,7 @@ class Subject:
 
 def run_subject(workdir, step=None) -> tuple[Subject, object]:
   """The ViT of a `vit_jax.main` run, and the run's config."""
-  run = checkpoint.load_run(workdir, step)
+  run = reading.load_run(workdir, step)
   config = run.config
   model, variables = run.for_inference()
   if not isinstance(model, models.VisionTransformer):
@@ -66,13 +66,13 @@ def run_subject(workdir, step=None) -> tuple[Subject, object]:
 
 
 def checkpoint_subject(source, model_name: str | None) -> Subject:
-  """The ViT of a checkpoint other than a run (`checkpoint.load`: a
+  """The ViT of a checkpoint other than a run (`reading.load`: a
   released `.npz`, timm's or transformers' weights), at the image size its
   position embeddings were trained for, normalised as the checkpoint states
-  (`checkpoint.Loaded.pixels`: the released models' [-1, 1] where it states
+  (`reading.Loaded.pixels`: the released models' [-1, 1] where it states
   nothing)."""
-  loaded = checkpoint.load(source, model_name=model_name)
-  if loaded.kind == checkpoint.WORKDIR:
+  loaded = reading.load(source, model_name=model_name)
+  if loaded.kind == reading.WORKDIR:
     raise AnalysisError(f'{source} is a run: pass it as --workdir.')
   return Subject(loaded.model, loaded.variables, loaded.image_size,
                  *loaded.pixels,

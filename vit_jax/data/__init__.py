@@ -17,7 +17,7 @@
   streaming.py       large datasets: read and cropped on the hosts every step
 """
 
-from vit_jax import distributed
+from vit_jax.runtime import distributed
 from vit_jax.data import sources
 from vit_jax.data.input import Input
 from vit_jax.data.on_device import OnDeviceInput

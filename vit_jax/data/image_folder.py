@@ -25,7 +25,7 @@ from absl import logging
 import numpy as np
 
 from vit_jax import errors
-from vit_jax import files
+from vit_jax.runtime import files
 from vit_jax.data.dataset import Dataset
 from vit_jax.errors import DatasetError
 

@@ -12,7 +12,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from vit_jax import sharding
+from vit_jax.runtime import sharding
 from vit_jax.data import input as input_lib
 from vit_jax.data import sources
 

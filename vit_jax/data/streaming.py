@@ -34,7 +34,7 @@ import grain
 import jax
 import numpy as np
 
-from vit_jax import sharding
+from vit_jax.runtime import sharding
 from vit_jax.data import input as input_lib
 from vit_jax.data import preprocess
 from vit_jax.data import sources

@@ -23,7 +23,7 @@ from typing import Any, Protocol
 
 class FolderFormat(Protocol):
   """What `timm` and `hf` each are (as modules), and what
-  `checkpoint.load` and `export.convert` call them by."""
+  `reading.load` and `export.convert` call them by."""
 
   NAME: str  # the other library's model, in messages
   FILES: tuple[str, ...]  # what `write` puts in its folder

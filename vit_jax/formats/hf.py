@@ -20,7 +20,7 @@ from typing import Any
 from absl import logging
 import jax
 
-from vit_jax import files
+from vit_jax.runtime import files
 from vit_jax import models
 from vit_jax.errors import CheckpointError
 from vit_jax.formats import params as params_lib

@@ -13,7 +13,7 @@ import zipfile
 
 import numpy as np
 
-from vit_jax import files
+from vit_jax.runtime import files
 from vit_jax.errors import CheckpointError
 from vit_jax.formats import params as params_lib
 

@@ -207,7 +207,7 @@ def _fitted(pretrained: Any, fresh: Any,
             num_prefix_tokens: int) -> dict[tuple[str, ...], Any]:
   """`adapt_params`' flat tree before its dtypes: the pre-trained arrays as
   they are, the new heads and the new parts only training reads (no
-  checkpoint holds them: `checkpoint.load_params`), the position table
+  checkpoint holds them: `reading.load_params`), the position table
   resized; raises CheckpointError (`check_params`) naming every key that
   does not fit."""
   pretrained = flax.traverse_util.flatten_dict(in_layout_of(pretrained,

@@ -9,7 +9,7 @@ import numpy as np
 import safetensors
 import safetensors.numpy
 
-from vit_jax import files
+from vit_jax.runtime import files
 from vit_jax.errors import CheckpointError
 
 # The name timm's and transformers' hub folders give their weights.

@@ -1,0 +1,61 @@
+"""What a checkpoint's contents hash to: every bit counted, the state's
+arrays in any order, every item named when it differs."""
+
+import flax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from vit_jax.checkpoints import digests
+
+
+@flax.struct.dataclass
+class _State:
+  """Fields out of alphabetical order, as a TrainState's are."""
+  step: jnp.ndarray
+  params: dict
+
+
+def _contents(**changes):
+  contents = dict(
+      state=_State(step=jnp.array(3), params={'w': jnp.arange(6.0)}),
+      train_sums={'loss': jnp.array(1.5)}, history=[{'step': 3}],
+      position={'epoch': 1}, config={'model': 'ViT-B_16'})
+  return {**contents, **changes}
+
+
+def test_any_flipped_bit_of_any_array_changes_the_digest():
+  values = np.arange(6, dtype=np.float32)
+  bits = values.view(np.uint32)
+  saved = digests.compute(**_contents())
+  for position in range(6):
+    for bit in (0, 31):
+      flipped = bits.copy()
+      flipped[position] ^= np.uint32(1 << bit)
+      state = _State(step=jnp.array(3),
+                     params={'w': jnp.asarray(flipped.view(np.float32))})
+      with pytest.raises(digests.DigestMismatchError,
+                         match='its state does not match'):
+        digests.verify(saved, **_contents(state=state))
+
+
+def test_a_state_restored_as_plain_dicts_verifies():
+  # A reader restores the state as the dicts orbax saved: its arrays come in
+  # another order (params before step) than the dataclass's.
+  saved = digests.compute(**_contents())
+  as_dicts = {'params': {'w': jnp.arange(6.0)}, 'step': jnp.array(3)}
+  digests.verify(saved, **_contents(state=as_dicts))
+
+
+def test_every_item_that_differs_is_named():
+  saved = digests.compute(**_contents())
+  with pytest.raises(digests.DigestMismatchError,
+                     match='its history and position do not match'):
+    digests.verify(saved, **_contents(history=[], position={'epoch': 2}))
+  # A config item lost from a checkpoint that saved one.
+  with pytest.raises(digests.DigestMismatchError,
+                     match='its config does not match'):
+    digests.verify(saved, **_contents(config=None))
+  # A checkpoint saved before checkpoints held the run's config.
+  digests.verify(digests.compute(**_contents(config=None)),
+                 **_contents(config=None))

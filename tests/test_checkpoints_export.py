@@ -1,0 +1,107 @@
+"""vit_jax.checkpoints.export: any checkpoint written as npz, timm or hf."""
+
+import jax
+import numpy as np
+import pytest
+
+from tests.conftest import random_vit_params
+from tests.test_formats_npz import assert_trees_identical
+from vit_jax.checkpoints import reading
+from vit_jax.formats import npz
+from vit_jax.checkpoints import export
+from vit_jax import models
+from vit_jax.data import cifar
+from vit_jax.errors import CheckpointError
+from vit_jax.formats import vit_model
+
+
+def test_a_run_converts_to_every_format_and_back_exactly(trained_vit_run,
+                                                         tmp_path):
+  workdir, _ = trained_vit_run
+  run = reading.load_run(workdir)
+  images = np.random.default_rng(0).uniform(-1, 1, (2, 24, 24, 3))
+  logits = {}
+  for format_name, dest in (('npz', tmp_path / 'run.npz'),
+                            ('timm', tmp_path / 'timm'),
+                            ('hf', tmp_path / 'hf')):
+    line = export.convert(workdir, dest, format_name)
+    assert line.startswith(f'Wrote {dest} ({format_name}): a ViT with hidden '
+                           'size 16, 2 layers of 2 heads')
+    assert f'from the workdir {workdir} (step {run.step}).' in line
+    # Said where the format cannot hold it (the run's CIFAR-10 statistics).
+    mean, std = (','.join(f'{x:g}' for x in p)
+                 for p in (cifar.CIFAR10_MEAN, cifar.CIFAR10_STD))
+    assert line.endswith(f'--config.pixel_mean={mean} --config.pixel_std='
+                         f'{std}.') == (format_name == 'npz')
+    loaded = reading.load(dest)
+    assert loaded.kind == format_name and loaded.image_size == 24
+    # The normalisation the run trained with travels with the folders; an
+    # .npz has no place for it.
+    assert loaded.pixels == (vit_model.RELEASED_PIXELS if format_name == 'npz'
+                             else (cifar.CIFAR10_MEAN, cifar.CIFAR10_STD))
+    assert_trees_identical(loaded.params, jax.device_get(run.params))
+    logits[format_name] = loaded.model.apply(loaded.variables, images,
+                                             train=False)
+  # And on through the formats: timm -> hf -> npz.
+  export.convert(tmp_path / 'timm', tmp_path / 'hf2', 'hf')
+  export.convert(tmp_path / 'hf2', tmp_path / 'again.npz', 'npz')
+  assert_trees_identical(npz.load_npz(tmp_path / 'again.npz'),
+                         jax.device_get(run.params))
+  np.testing.assert_array_equal(logits['timm'], logits['npz'])
+  np.testing.assert_array_equal(logits['hf'], logits['npz'])
+
+
+def test_a_released_layout_file_converts_with_pre_logits_only_to_npz(
+    tmp_path):
+  model = models.create_model('ViT-Tiny-CIFAR_4', 5, num_layers=1,
+                              representation_size=3)
+  npz.save_npz(random_vit_params(model, 8), tmp_path / 'a.npz')
+  export.convert(tmp_path / 'a.npz', tmp_path / 'b.npz', 'npz')
+  assert reading.load(tmp_path / 'b.npz').model.representation_size == 3
+  with pytest.raises(CheckpointError, match='has no pre-logits layer'):
+    export.convert(tmp_path / 'a.npz', tmp_path / 'timm', 'timm')
+
+
+def test_a_destination_that_would_lose_something_is_one_line(
+    trained_vit_run, tmp_path):
+  workdir, _ = trained_vit_run
+  with pytest.raises(CheckpointError, match='is a vit_jax.main workdir, whose '
+                     'config.json the export would overwrite'):
+    export.convert(workdir, workdir, 'hf')
+  (tmp_path / 'file').write_text('')
+  with pytest.raises(CheckpointError, match='is a file; --format=timm writes '
+                     'a folder'):
+    export.convert(workdir, tmp_path / 'file', 'timm')
+  with pytest.raises(CheckpointError, match='is a directory; --format=npz '
+                     'writes a file'):
+    export.convert(workdir, tmp_path, 'npz')
+
+
+def test_model_names_the_architecture_or_says_it_differs(tmp_path):
+  model = models.create_model('ViT-Ti_16', 3, num_layers=1)
+  params = random_vit_params(model, 32)
+  npz.save_npz(params, tmp_path / 'ti.npz')
+  with pytest.raises(CheckpointError) as error:
+    export.convert(tmp_path / 'ti.npz', tmp_path / 'out', 'timm',
+                   model_name='ViT-S_16')
+  assert str(error.value) == (
+      f'{tmp_path / "ti.npz"} holds a ViT with hidden size 192, 1 layer of 3 '
+      'heads, MLP 768, patch 16x16, but --model=ViT-S_16 is a ViT with hidden '
+      'size 384, 12 layers of 6 heads, MLP 1536, patch 16x16: leave out '
+      '--model, or pass the checkpoint of that model.')
+
+
+def test_a_released_hybrid_converts_to_timm_and_back_exactly(tmp_path):
+  """The official R50+ViT-B_16 layout (here with one block): its
+  architecture, stem included, read from the shapes alone."""
+  model = models.create_model('R50+ViT-B_16', 5, num_layers=1)
+  params = random_vit_params(model, 32)
+  npz.save_npz(params, tmp_path / 'r50.npz')
+  export.convert(tmp_path / 'r50.npz', tmp_path / 'timm', 'timm')
+  export.convert(tmp_path / 'timm', tmp_path / 'back.npz', 'npz')
+  back = reading.load(tmp_path / 'back.npz')
+  assert_trees_identical(back.params, params)
+  assert (back.model.resnet_stages, back.image_size) == ((3, 4, 9), 32)
+  with pytest.raises(CheckpointError, match='has no ResNet stem of the '
+                     'hybrid'):
+    export.convert(tmp_path / 'r50.npz', tmp_path / 'hf', 'hf')

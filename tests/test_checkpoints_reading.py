@@ -1,0 +1,158 @@
+"""Reading runs back: onto one device whatever devices trained them,
+verified, with the config their checkpoints hold when config.json is lost."""
+
+import json
+import logging
+import shutil
+
+import jax
+import numpy as np
+import pytest
+
+from tests.test_formats_npz import assert_trees_identical
+from vit_jax.checkpoints import reading
+from vit_jax.errors import CheckpointError
+from vit_jax.checkpoints import export
+from vit_jax import models
+from vit_jax.errors import WorkdirError
+from vit_jax.formats import npz
+from vit_jax.formats import params as params_lib
+from vit_jax.formats import safetensors_file
+
+
+def _warnings(caplog) -> list[str]:
+  return [r.getMessage() for r in caplog.records
+          if r.levelno == logging.WARNING]
+
+
+def test_loads_a_run_trained_on_other_devices_onto_one(trained_vit_run,
+                                                       caplog):
+  workdir, _ = trained_vit_run
+  run = reading.load_run(workdir)
+  assert _warnings(caplog) == []  # a sound checkpoint, verified
+  assert run.step == 6
+  assert run.config.image_size == 24
+  assert run.config.model_overrides.num_layers == 2
+  assert run.batch_stats == {}
+  assert set(run.variables) == {'params'}
+  leaves = jax.tree.leaves(run.params)
+  assert {leaf.sharding.device_set.pop() for leaf in leaves} == {
+      jax.devices()[0]}
+  # The restored parameters drive the model they were trained as.
+  model = models.from_config(run.config, num_classes=10)
+  logits = model.apply(run.variables, np.zeros((2, 24, 24, 3)), train=False)
+  assert logits.shape == (2, 10)
+  assert np.all(np.isfinite(logits))
+
+
+def test_missing_run_or_step_is_a_clear_error(trained_vit_run, tmp_path):
+  with pytest.raises(CheckpointError, match='has no config.json'):
+    reading.load_run(tmp_path)
+  workdir, _ = trained_vit_run
+  with pytest.raises(CheckpointError,
+                     match=r'No checkpoint of step 7 .* there are \[6\]'):
+    reading.load_run(workdir, step=7)
+  (tmp_path / 'config.json').write_text('{}')
+  with pytest.raises(CheckpointError, match='holds no checkpoint'):
+    reading.load_run(tmp_path)
+
+
+def _without_config_in_checkpoints(workdir):
+  """As checkpoints were saved before they held the run's config (and so
+  before their digest covered it)."""
+  for step_dir in (workdir / 'checkpoints').glob('[0-9]*'):
+    for item in ('config', 'digest'):
+      shutil.rmtree(step_dir / item)
+
+
+def test_a_lost_config_json_is_read_from_the_checkpoint(trained_vit_run,
+                                                        tmp_path, caplog):
+  workdir = shutil.copytree(trained_vit_run[0], tmp_path / 'run')
+  config_file = workdir / 'config.json'
+  original = json.loads(config_file.read_text())
+  config_file.unlink()
+  assert reading.load_run(workdir).config.to_dict() == original
+  assert _warnings(caplog) == [
+      f'{config_file} is missing: reading the config saved with checkpoint '
+      f'{workdir / "checkpoints" / "6"}.']
+  assert not config_file.exists()  # a reader changes nothing
+  _without_config_in_checkpoints(workdir)
+  with pytest.raises(CheckpointError,
+                     match=r'config.json is missing, and the checkpoints .* '
+                     r'were saved before checkpoints held their config: '
+                     r"nothing says which model they are\. Put back the "
+                     r"run's config.json\.$"):
+    reading.load_run(workdir)
+
+
+def test_a_lost_config_json_is_rebuilt_from_the_newest_checkpoint(
+    trained_vit_run, tmp_path, caplog):
+  workdir = shutil.copytree(trained_vit_run[0], tmp_path / 'run')
+  config_file = workdir / 'config.json'
+  original = json.loads(config_file.read_text())
+  assert reading.saved_config(workdir) == original
+  config_file.write_text(config_file.read_text()[:100])  # truncated
+  assert reading.saved_config(workdir) == original
+  assert json.loads(config_file.read_text()) == original
+  config_file.unlink()
+  assert reading.saved_config(workdir) == original
+  assert json.loads(config_file.read_text()) == original
+  warnings = _warnings(caplog)
+  assert len(warnings) == 2
+  assert warnings[0].startswith(f'{config_file} is not valid JSON (')
+  assert warnings[1] == (
+      f'{config_file} is missing: rebuilt from the config saved with '
+      f'checkpoint {workdir / "checkpoints" / "6"}.')
+  config_file.unlink()
+  _without_config_in_checkpoints(workdir)
+  with pytest.raises(WorkdirError,
+                     match=r'config.json is missing, and the checkpoints in .* '
+                     r'were saved before checkpoints held their config: .* '
+                     r'Pass a new '
+                     r'--workdir, or move .*/checkpoints away to start afresh '
+                     r'here\.$'):
+    reading.saved_config(workdir)
+
+
+def test_load_params_reads_run_directories_and_their_npz(trained_vit_run,
+                                                         tmp_path):
+  workdir, _ = trained_vit_run
+  run = reading.load_run(workdir)
+  params = reading.load_params(workdir)
+  assert_trees_identical(params, run.params)
+  model = models.from_config(run.config, num_classes=10)
+  params_lib.check_params(params, params_lib.param_shapes(model, 24))
+  npz.save_npz(params, tmp_path / 'run.npz')
+  from_npz = reading.load_params(tmp_path / 'run.npz')
+  assert_trees_identical(from_npz, run.params)
+  images = np.ones((1, 24, 24, 3), np.float32)
+  np.testing.assert_array_equal(
+      model.apply({'params': from_npz}, images, train=False),
+      model.apply(run.variables, images, train=False))
+
+
+
+def test_any_source_is_told_by_its_contents(trained_vit_run, tmp_path):
+  workdir, _ = trained_vit_run
+  assert reading.source_kind(workdir) == reading.WORKDIR
+  export.convert(workdir, tmp_path / 'run.npz', 'npz')
+  export.convert(workdir, tmp_path / 'timm', 'timm')
+  export.convert(workdir, tmp_path / 'hf', 'hf')
+  assert reading.source_kind(tmp_path / 'run.npz') == reading.NPZ
+  for kind in (reading.TIMM, reading.HF):
+    assert reading.source_kind(tmp_path / kind) == kind
+    bare = tmp_path / f'{kind}.safetensors'
+    shutil.copy(tmp_path / kind / 'model.safetensors', bare)
+    assert reading.source_kind(bare) == kind
+  safetensors_file.write(tmp_path / 'other.safetensors',
+                         {'conv1.weight': np.zeros(3, np.float32)})
+  with pytest.raises(CheckpointError, match="neither timm's nor "
+                     r"transformers' ViT arrays \(it has conv1.weight\)"):
+    reading.source_kind(tmp_path / 'other.safetensors')
+  (tmp_path / 'empty').mkdir()
+  with pytest.raises(CheckpointError, match='holds no checkpoint: '
+                     'pass a vit_jax.main workdir, an official .npz'):
+    reading.source_kind(tmp_path / 'empty')
+  with pytest.raises(CheckpointError,
+                     match='is one checkpoint; step=3 only selects'):
+    reading.load_params(tmp_path / 'timm', step=3)

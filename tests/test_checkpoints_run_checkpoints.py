@@ -1,0 +1,243 @@
+"""Run checkpoints saved, restored and skipped when damaged, by the trainer
+and by readers, along one path."""
+
+import json
+import logging
+import os
+import shutil
+import subprocess
+import sys
+
+import jax
+import numpy as np
+import pytest
+
+from tests.conftest import ROOT
+from vit_jax.checkpoints import run_checkpoints
+from vit_jax.runtime import sharding
+from vit_jax.training import steps
+from vit_jax.errors import CheckpointError
+
+_CONFIG = {'model': 'ViT-B_16', 'batch_size': 16}
+
+
+def _saved_steps(directory, steps_to_save):
+  """RunCheckpoints of a tiny state at `steps_to_save`, the state at step s
+  holding s everywhere; returns (checkpoints, shapes of state and sums)."""
+  replicated = sharding.replicated(sharding.make_mesh())
+  state = {'w': sharding.replicate(np.zeros((3, 4), np.float32), replicated)}
+  sums = steps.zero_sums(replicated)
+  checkpoints = run_checkpoints.RunCheckpoints(directory, keep=5)
+  for step in steps_to_save:
+    state = jax.tree.map(lambda a, s=step: a * 0 + s, state)
+    checkpoints.save(step, state, sums, [{'step': step}],
+                     {'epoch': 1, 'batch': step}, {**_CONFIG, 'step': step})
+  checkpoints.close()
+  shapes = jax.tree.map(
+      lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=a.sharding),
+      (state, sums))
+  return run_checkpoints.RunCheckpoints(directory, keep=5), shapes
+
+
+def _put_in_another_state(directory, step, other):
+  """Checkpoint `step` holding the sound state files of step `other`: it
+  restores, and only its digest tells."""
+  shutil.rmtree(directory / str(step) / 'state')
+  shutil.copytree(directory / str(other) / 'state',
+                  directory / str(step) / 'state')
+
+
+def _warnings(caplog) -> list[str]:
+  return [r.getMessage() for r in caplog.records
+          if r.levelno == logging.WARNING]
+
+
+def test_restores_everything_the_loop_saved(tmp_path):
+  checkpoints, shapes = _saved_steps(tmp_path / 'checkpoints', [2, 4])
+  restored = checkpoints.restore_latest(*shapes)
+  assert restored.step == 4
+  np.testing.assert_array_equal(restored.state['w'], np.full((3, 4), 4.0))
+  assert restored.history == [{'step': 4}]
+  assert restored.position == {'epoch': 1, 'batch': 4}
+  assert restored.config == {**_CONFIG, 'step': 4}
+  assert set(restored.train_sums) == {'loss', 'correct', 'count'}
+  assert run_checkpoints.RunCheckpoints(tmp_path / 'none', 2).restore_latest(
+      *shapes) is None
+
+
+def test_a_damaged_latest_checkpoint_is_skipped_for_the_one_before(
+    tmp_path, caplog):
+  checkpoints, shapes = _saved_steps(tmp_path / 'checkpoints', [2, 4])
+  for path in (tmp_path / 'checkpoints' / '4').rglob('*'):
+    if path.is_file():
+      path.write_bytes(path.read_bytes()[:len(path.read_bytes()) // 2])
+  restored = checkpoints.restore_latest(*shapes)
+  assert restored.step == 2
+  np.testing.assert_array_equal(restored.state['w'], np.full((3, 4), 2.0))
+  assert any(f'Skipping checkpoint {tmp_path / "checkpoints" / "4"}' in m
+             for m in caplog.messages)
+  # Set aside, so that the resumed run saves step 4 again.
+  assert (tmp_path / 'checkpoints' / '4.unrestorable').is_dir()
+  checkpoints.save(4, restored.state, restored.train_sums, [], {}, _CONFIG)
+  checkpoints.close()
+  assert checkpoints.steps() == [2, 4]
+
+
+def test_when_no_checkpoint_restores_the_error_says_what_to_do(tmp_path):
+  checkpoints, shapes = _saved_steps(tmp_path / 'checkpoints', [2])
+  shutil.rmtree(tmp_path / 'checkpoints' / '2' / 'state')
+  with pytest.raises(CheckpointError,
+                     match=r'None of the checkpoints .* \(steps 2\) can be '
+                     'restored.*Move the directory away'):
+    checkpoints.restore_latest(*shapes)
+
+
+def test_a_checkpoint_rotated_away_while_read_is_not_called_damaged(
+    tmp_path, caplog, monkeypatch):
+  """A reader (evaluate, analyze) of a live run: the run saves step 6 and
+  is deleting step 4 while the reader reads 4; the reader lists the steps
+  again and reads 6, with no warning. Deleted under it every time, it says the
+  run is writing there."""
+  directory = tmp_path / 'checkpoints'
+  _saved_steps(directory, [2, 4])
+  saved_later = tmp_path / 'later'
+  _saved_steps(saved_later, [6])
+  read = run_checkpoints.RunCheckpoints._restore  # pylint: disable=protected-access
+
+  def rotated_while_read(self, step, *shapes):
+    if step == 4:  # orbax deletes a checkpoint's files one by one: half gone
+      shutil.copytree(saved_later / '6', directory / '6')
+      shutil.rmtree(directory / '4' / 'state')
+    return read(self, step, *shapes)
+
+  monkeypatch.setattr(run_checkpoints.RunCheckpoints, '_restore',
+                      rotated_while_read)
+  reader = run_checkpoints.RunCheckpoints(directory)
+  assert reader.restore_latest().step == 6
+  assert _warnings(caplog) == []
+
+  def deleted_while_read(self, step, *shapes):
+    shutil.rmtree(directory / str(step))
+    return read(self, step, *shapes)
+
+  monkeypatch.setattr(run_checkpoints.RunCheckpoints, '_restore',
+                      deleted_while_read)
+  with pytest.raises(CheckpointError, match=r'The checkpoints in .* \(steps '
+                     r'2, 4, 6\) were deleted while they were read: a run still '
+                     'writing there'):
+    run_checkpoints.RunCheckpoints(directory).restore_latest()
+  assert _warnings(caplog) == []
+
+
+def test_a_reader_verifies_as_the_trainer_does_and_changes_nothing(
+    tmp_path, caplog):
+  directory = tmp_path / 'checkpoints'
+  _saved_steps(directory, [2, 4])
+  reader = run_checkpoints.RunCheckpoints(directory)
+  # Sound: everything as saved, on one device, and not a warning.
+  restored = reader.restore_latest()
+  assert restored.step == 4 and _warnings(caplog) == []
+  np.testing.assert_array_equal(restored.state['w'], np.full((3, 4), 4.0))
+  assert restored.state['w'].sharding.device_set == {jax.devices()[0]}
+
+  _put_in_another_state(directory, 4, 2)
+  reader = run_checkpoints.RunCheckpoints(directory)  # nothing cached
+  restored = reader.restore_latest()
+  assert restored.step == 2
+  assert _warnings(caplog) == [
+      f'Skipping checkpoint {directory / "4"}, which cannot be restored '
+      '(DigestMismatchError: its state does not match the digest saved with '
+      'it: a damaged file); trying the one before it.']
+  assert reader.steps() == [2, 4]  # nothing set aside
+  with pytest.raises(CheckpointError,
+                     match=rf'^The checkpoint {directory / "4"} cannot be '
+                     r'restored \(DigestMismatchError: .*\); the others are '
+                     r'steps \[2\]\.$'):
+    reader.restore(4)
+  with pytest.raises(CheckpointError,
+                     match=r'No checkpoint of step 3 .*; there are \[2, 4\]'):
+    reader.restore(3)
+  shutil.rmtree(directory / '2' / 'state')
+  with pytest.raises(CheckpointError,
+                     match=r'^None of the checkpoints .* \(steps 2, 4\) can be '
+                     r'restored; the warnings above say why\.$'):
+    run_checkpoints.RunCheckpoints(directory).restore_latest()
+
+
+def test_a_checkpoint_from_before_digests_is_restored_with_one_warning(
+    tmp_path, caplog):
+  directory = tmp_path / 'checkpoints'
+  _saved_steps(directory, [2])
+  for item in ('digest', 'config'):
+    shutil.rmtree(directory / '2' / item)
+  restored = run_checkpoints.RunCheckpoints(directory).restore(2)
+  assert restored.config is None
+  assert _warnings(caplog) == [
+      f'Checkpoint {directory / "2"} predates digests: restored unverified.']
+
+
+def test_the_config_of_the_newest_checkpoint_that_holds_one(tmp_path):
+  directory = tmp_path / 'checkpoints'
+  _saved_steps(directory, [2, 4])
+  reader = run_checkpoints.RunCheckpoints(directory)
+  assert reader.latest_config() == (4, {**_CONFIG, 'step': 4})
+  shutil.rmtree(directory / '4' / 'config')  # as saved before checkpoints
+  assert reader.latest_config() == (2, {**_CONFIG, 'step': 2})  # held it
+  shutil.rmtree(directory / '2' / 'config')
+  assert reader.latest_config() is None
+
+
+_LAYOUT_SCRIPT = '''
+import json, pathlib, sys
+sys.path.insert(0, {root!r})
+import jax
+import numpy as np
+from vit_jax.checkpoints import run_checkpoints
+from vit_jax.runtime import sharding
+from vit_jax.training import steps
+
+values = {{'kernel': np.arange(64 * 512, dtype=np.float32).reshape(64, 512),
+          'bias': np.arange(8, dtype=np.float32)}}
+shapes = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype), values)
+meshes = {{'replicated': sharding.make_mesh(1), 'fsdp': sharding.make_mesh(8)}}
+found = []
+for saved, restored_onto in (('fsdp', 'replicated'), ('replicated', 'fsdp')):
+  directory = pathlib.Path(f'from_{{saved}}')
+  shardings = sharding.state_shardings(shapes, meshes[saved])
+  state = jax.tree.map(sharding.replicate, values, shardings)
+  sums = steps.zero_sums(sharding.replicated(meshes[saved]))
+  checkpoints = run_checkpoints.RunCheckpoints(directory, keep=2)
+  checkpoints.save(1, state, sums, [{{'step': 1}}], {{'epoch': 1, 'batch': 1}},
+                   {{}})
+  checkpoints.close()
+  target = sharding.state_shardings(shapes, meshes[restored_onto])
+  restored = run_checkpoints.RunCheckpoints(directory, keep=2).restore_latest(
+      jax.tree.map(lambda s, t: jax.ShapeDtypeStruct(s.shape, s.dtype,
+                                                     sharding=t),
+                   shapes, target),
+      steps.sum_shapes(sharding.replicated(meshes[restored_onto])))
+  as_saved = run_checkpoints.RunCheckpoints(directory).restore_latest()
+  found.append(dict(
+      saved_sharded=not state['kernel'].sharding.is_fully_replicated,
+      equal=all(np.array_equal(restored.state[k], values[k]) for k in values),
+      on_target=all(restored.state[k].sharding == target[k] for k in values),
+      read_onto_one_device=all(
+          np.array_equal(as_saved.state[k], values[k]) and
+          len(as_saved.state[k].sharding.device_set) == 1 for k in values)))
+print(json.dumps(found))
+'''
+
+
+def test_a_checkpoint_restores_onto_either_parameter_layout(tmp_path):
+  # Saved split over an fsdp axis of 8 devices, restored replicated, and back;
+  # a reader restores either onto one device.
+  env = {**os.environ, 'XLA_FLAGS': '--xla_force_host_platform_device_count=8'}
+  out = subprocess.run(
+      [sys.executable, '-c', _LAYOUT_SCRIPT.format(root=str(ROOT))], env=env,
+      capture_output=True, text=True, check=False, cwd=tmp_path)
+  assert out.returncode == 0, out.stderr[-3000:]
+  assert json.loads(out.stdout.splitlines()[-1]) == [
+      dict(saved_sharded=True, equal=True, on_target=True,
+           read_onto_one_device=True),
+      dict(saved_sharded=False, equal=True, on_target=True,
+           read_onto_one_device=True)]

@@ -1,0 +1,91 @@
+"""DeiT's hard distillation: a teacher read from a run's workdir teaches the
+student's distillation token inside the train step."""
+
+
+import jax
+import numpy as np
+import optax
+import pytest
+
+from tests.conftest import history
+from tests.conftest import random_cifar
+from tests.conftest import tiny_config
+from vit_jax.objectives import distillation
+from vit_jax.training import optimizer
+from vit_jax.runtime import sharding
+from vit_jax import models
+from vit_jax.training import steps
+from vit_jax.models import vit
+from vit_jax.training import train
+from vit_jax.data import on_device
+from vit_jax.data import sources
+
+
+def _student_config(data_dir, teacher_workdir, **overrides):
+  config = tiny_config(data_dir, num_epochs=1, warmup_epochs=0,
+                       distillation_teacher=str(teacher_workdir), **overrides)
+  config.model_overrides.distillation_token = True
+  return config
+
+
+# Slow: test_a_distilled_run_trains_and_evaluates runs the same objective.
+@pytest.mark.slow
+def test_the_distillation_head_learns_the_teachers_classes(trained_cnn_run):
+  # The step's loss at the initial parameters is half the class head's
+  # cross-entropy with the (smoothed) labels plus half the distillation
+  # head's with the teacher's argmax on the same images.
+  teacher_workdir, data_dir = trained_cnn_run
+  config = _student_config(data_dir, teacher_workdir)
+  config.model_overrides.dropout_rate = 0.0
+  images, labels = random_cifar(16, 10, seed=0)
+  mesh = jax.make_mesh((1,), ('data',), devices=jax.devices()[:1],
+                       axis_types=(jax.sharding.AxisType.Auto,))
+  replicated = sharding.replicated(mesh)
+  split = sources.ArraySource(images, labels)
+  inputs = on_device.OnDeviceInput(sources.Dataset(split, split, 10), config,
+                                   mesh)
+  teacher = distillation.load_teacher(config, 10, replicated)
+  model = models.from_config(config, 10)
+  tx = optimizer.create_optimizer(config, lambda step: 1e-3)
+  state = steps.initial_state(jax.random.key(0), model, tx, 32, mesh)
+  # Class and distillation heads start at zero: give them distinct weights.
+  params = jax.tree_util.tree_map_with_path(
+      lambda path, x: (jax.random.normal(jax.random.key(len(str(path))),
+                                         x.shape) * 0.1
+                       if 'head' in str(path) else x), state.params)
+  state = state.replace(params=params)
+  batch, key = np.arange(16, dtype=np.int32), jax.random.key(1)
+  step = jax.jit(steps.make_train_step(config, inputs, teacher.objective))
+  _, metrics = step(state, steps.zero_sums(replicated), inputs.train_data,
+                    batch, key)
+
+  augment_key, _ = jax.random.split(jax.random.fold_in(key, 0))
+  x, y = inputs.model_inputs(inputs.train_data, batch, augment_key)
+  _, sown = state.apply_fn({'params': params}, x, train=False,
+                           mutable=[vit.TRAINING_OUTPUTS])
+  class_logits, distillation_logits = (
+      sown[vit.TRAINING_OUTPUTS]['class_logits'],
+      sown[vit.TRAINING_OUTPUTS]['distillation_logits'])
+  teacher_labels = np.argmax(
+      teacher.module.apply(teacher.variables, x, train=False), -1)
+  targets = optax.smooth_labels(jax.nn.one_hot(y, 10), config.label_smoothing)
+  expected = 16 * (
+      optax.softmax_cross_entropy(class_logits, targets).mean() +
+      optax.softmax_cross_entropy_with_integer_labels(
+          distillation_logits, teacher_labels).mean()) / 2
+  np.testing.assert_allclose(metrics['loss'], expected, rtol=1e-5)
+  average = (class_logits + distillation_logits) / 2
+  assert metrics['correct'] == np.sum(np.argmax(average, -1) == y)
+
+
+# Slow: tests/test_objectives_locality_guidance.py trains and evaluates a distilled
+# student too (with guidance).
+@pytest.mark.slow
+def test_a_distilled_run_trains_and_evaluates(trained_cnn_run, tmp_path):
+  teacher_workdir, data_dir = trained_cnn_run
+  train.train_and_evaluate(_student_config(data_dir, teacher_workdir),
+                           tmp_path / 'student')
+  records = history(tmp_path / 'student')
+  assert np.isfinite(records[-1]['train_loss'])
+  assert 0 <= records[-1]['test_accuracy'] <= 1
+

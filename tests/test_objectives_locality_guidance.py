@@ -1,0 +1,126 @@
+"""Locality guidance: a ViT's guided blocks imitate a trained CNN run's stage
+features in training, and what the run leaves is a plain ViT."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from tests.conftest import history
+from tests.conftest import tiny_config
+from vit_jax.checkpoints import reading
+from vit_jax.checkpoints import export
+from vit_jax.training import finetune
+from vit_jax.objectives import locality_guidance
+from vit_jax.training import train
+from vit_jax.errors import ConfigError
+from vit_jax.models import cnn
+from vit_jax.models import SimpleCNN
+
+# The tiny SimpleCNN of `trained_cnn_run` (widths 4, 4, 8, 8, 8) ends its
+# stages in 4, 8 and 8 channels.
+TINY_CNN_STAGES = (4, 8, 8)
+
+
+def _random(shape, seed):
+  return jax.random.normal(jax.random.key(seed), shape)
+
+
+def test_imitation_is_the_mean_squared_error_on_the_larger_grid():
+  ours, theirs = _random((2, 4, 4, 3), 0), _random((2, 4, 4, 3), 1)
+  np.testing.assert_allclose(
+      locality_guidance.imitation([ours], [theirs]),
+      np.mean(np.square(np.asarray(ours) - np.asarray(theirs)), axis=(1, 2, 3)),
+      rtol=1e-6)
+  # A map constant over its grid stays so, resized bilinearly to the other's
+  # grid, whichever side is the smaller; the pairs' losses add up.
+  level = jnp.arange(2.0).reshape(2, 1, 1, 1)
+  small, large = jnp.broadcast_to(level, (2, 2, 2, 5)), jnp.zeros((2, 8, 8, 5))
+  np.testing.assert_allclose(
+      locality_guidance.imitation([small, large, ours], [large, small, theirs]),
+      2 * np.square([0.0, 1.0]) + locality_guidance.imitation([ours], [theirs]),
+      rtol=1e-6)
+
+
+def test_the_objective_adds_the_weighted_imitation_of_the_cnn_to_any_base():
+  module = SimpleCNN(widths=(4, 4, 8, 8, 8))
+  images = _random((3, 32, 32, 3), 2)
+  variables = module.init(jax.random.key(0), images, train=False)
+  guide = locality_guidance.Guide(module, variables, 'cnn', weight=2.5)
+  maps = tuple(_random(shape, 3 + k) for k, shape in enumerate(
+      [(3, 8, 8, 4), (3, 8, 8, 8), (3, 8, 8, 8)]))
+
+  def base(logits, outputs, targets, images):
+    del outputs, targets, images
+    return jnp.sum(logits, axis=-1)  # any per-example loss
+
+  logits = _random((3, 10), 9)
+  guided = guide.objective(base)(logits, {'guided_features': maps}, None,
+                                 images)
+  teacher = cnn.stage_features(module, variables, images)
+  np.testing.assert_allclose(
+      guided, base(logits, {}, None, images) +
+      2.5 * locality_guidance.imitation(list(maps), teacher), rtol=1e-5)
+
+
+def _guided_config(data_dir, teacher_workdir, **overrides):
+  config = tiny_config(data_dir, num_epochs=1, warmup_epochs=0,
+                       locality_guidance_teacher=str(teacher_workdir),
+                       **overrides)
+  config.model_overrides.num_layers = 3
+  config.model_overrides.guided_blocks = (0, 1, 2)
+  config.model_overrides.guidance_widths = TINY_CNN_STAGES
+  return config
+
+
+def test_a_guided_deit_student_trains_and_leaves_a_plain_vit(
+    trained_cnn_run, tmp_path):
+  teacher_workdir, data_dir = trained_cnn_run
+  workdir = tmp_path / 'guided'
+
+  def student(**overrides):
+    config = _guided_config(data_dir, teacher_workdir,
+                            distillation_teacher=str(teacher_workdir),
+                            **overrides)
+    config.model_overrides.distillation_token = True
+    return config
+
+  train.train_and_evaluate(student(), workdir)
+  assert np.isfinite(history(workdir)[-1]['train_loss'])
+
+  # Evaluation, analysis, export and fine-tuning get the ViT without the
+  # projections, which only the training loss reads.
+  loaded = reading.load(workdir)
+  assert loaded.model.guided_blocks == ()
+  assert not any(name.startswith('locality_guidance')
+                 for name in loaded.params)
+  assert set(reading.load_params(workdir)) == set(loaded.params)
+  export.convert(workdir, tmp_path / 'model.npz', 'npz')
+  released = reading.load(tmp_path / 'model.npz')
+  images = np.asarray(_random((2, 32, 32, 3), 4))
+  np.testing.assert_allclose(
+      released.model.apply(released.variables, images, train=False),
+      loaded.model.apply(loaded.variables, images, train=False), rtol=1e-6,
+      atol=1e-6)
+  # A guided run fine-tuned from it starts its projections afresh.
+  finetune.check_init_from(student(init_from=str(workdir)))
+
+
+def test_a_teacher_of_other_widths_is_one_line_saying_which(trained_cnn_run):
+  teacher_workdir, data_dir = trained_cnn_run
+  config = _guided_config(data_dir, teacher_workdir)
+  config.model_overrides.guidance_widths = (4, 8, 16)
+  with pytest.raises(ConfigError, match=(
+      r"stages end in \(4, 8, 8\) channels, but config.model_overrides."
+      r"guidance_widths=\(4, 8, 16\): set --config.model_overrides."
+      r"guidance_widths='\(4, 8, 8\)'")):
+    locality_guidance.load_guide(config, 10, None)
+
+
+def test_a_vit_run_as_the_teacher_is_refused(trained_vit_run):
+  workdir, data_dir = trained_vit_run
+  config = _guided_config(data_dir, workdir, image_size=24)
+  with pytest.raises(ConfigError, match='trained a VisionTransformer; '
+                     'locality guidance imitates a CNN'):
+    locality_guidance.load_guide(config, 10, None)
+

@@ -1,0 +1,55 @@
+"""A trained run read as the frozen teacher of another run's step, by
+either field that names one."""
+
+import shutil
+
+import jax
+import numpy as np
+import pytest
+
+from tests.conftest import tiny_config
+from vit_jax.objectives import teacher_run
+from vit_jax.errors import ConfigError
+from vit_jax.models import SimpleCNN
+
+FIELDS = ['distillation_teacher', 'locality_guidance_teacher']
+
+
+@pytest.mark.parametrize('field', FIELDS)
+def test_the_teacher_is_the_runs_model_and_variables(trained_cnn_run, field):
+  workdir, data_dir = trained_cnn_run
+  config = tiny_config(data_dir, dtype='bfloat16', **{field: str(workdir)})
+  module, variables = teacher_run.load(config, field, 10, None)
+  assert isinstance(module, SimpleCNN)
+  assert module.dtype == 'bfloat16'  # computes as the student does
+  assert set(variables) == {'params', 'batch_stats'}
+  assert np.all(np.isfinite(jax.tree.leaves(variables)[0]))
+
+
+@pytest.mark.parametrize('field', FIELDS)
+def test_a_teacher_that_saw_other_inputs_is_a_clear_error(trained_cnn_run,
+                                                          tmp_path, field):
+  workdir, data_dir = trained_cnn_run
+  config = tiny_config(data_dir, pixel_mean=(0.4, 0.5, 0.5),
+                       **{field: str(workdir)})
+  with pytest.raises(ConfigError, match=rf'^config.{field}=.* was trained '
+                     r'with pixel_mean=.*: the teacher must see the same '
+                     r'inputs; set --config.pixel_mean to the teacher'):
+    teacher_run.load(config, field, 10, None)
+  config = tiny_config(data_dir, **{field: str(tmp_path / 'nothing')})
+  with pytest.raises(ConfigError, match='no config.json'):
+    teacher_run.load(config, field, 10, None)
+
+
+def test_a_teacher_without_a_sound_checkpoint_is_refused_in_one_line(
+    trained_cnn_run, tmp_path):
+  workdir, data_dir = trained_cnn_run
+  damaged = shutil.copytree(workdir, tmp_path / 'teacher')
+  for step_dir in (damaged / 'checkpoints').glob('[0-9]*'):
+    shutil.rmtree(step_dir / 'state')
+  config = tiny_config(data_dir, distillation_teacher=str(damaged))
+  with pytest.raises(ConfigError,
+                     match=rf'^config.distillation_teacher={damaged}: None of '
+                     r'the checkpoints in .* can be restored; the warnings '
+                     r'above say why\.$'):
+    teacher_run.load(config, 'distillation_teacher', 10, None)

@@ -1,0 +1,123 @@
+"""vit_jax.runtime.command: what every command does with its flags and its log."""
+
+import os
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+_BAD_CONFIGS = {
+    'syntax.py': 'def get_config(:\n',
+    'raises.py': 'def get_config():\n  raise RuntimeError("boom")\n',
+    'raises_on_import.py': 'import nonexistent_module_xyz\n',
+    'opens.py': 'def get_config():\n  open("/nonexistent/labels.txt")\n',
+    'calls.py': ('import config_helper_xyz\ndef get_config():\n'
+                 '  return config_helper_xyz.read()\n'),
+    'config_helper_xyz.py': 'def read():\n  return {}["labels"]\n',
+}
+
+
+_UNLOADABLE = [  # (id, config, overrides, message)
+    ('refused argument', 'configs/cifar_small.py:vit_tiny', (),
+     "Unknown model 'vit_tiny' for cifar_small.py; use one of vit, "
+     'simple_cnn, small_resnet.'),
+    ('missing file', '{tmp}/nope.py', (), 'no file {tmp}/nope.py'),
+    ('missing file, overridden', '{tmp}/nope.py', ('--config.num_epochs=1',),
+     'no file {tmp}/nope.py'),
+    ('syntax error', '{tmp}/syntax.py', ('--config.num_epochs=1',),
+     '{tmp}/syntax.py, line 1: invalid syntax; fix the file.'),
+    ('raises', '{tmp}/raises.py', (),
+     '{tmp}/raises.py, line 2: RuntimeError: boom'),
+    ('raises on import', '{tmp}/raises_on_import.py', ('--config.seed=3',),
+     "{tmp}/raises_on_import.py, line 1: ModuleNotFoundError: No module "
+     "named 'nonexistent_module_xyz'"),
+    ('raises OSError', '{tmp}/opens.py', (),
+     "{tmp}/opens.py, line 2: FileNotFoundError: [Errno 2] No such file or "
+     "directory: '/nonexistent/labels.txt'"),
+    ('raises in code it calls', '{tmp}/calls.py', ('--config.seed=1',),
+     "{tmp}/calls.py, line 3 (raised in {tmp}/config_helper_xyz.py, line 2): "
+     "KeyError: 'labels'"),
+]
+# evaluate parses its flags with main's code (`command.parse_flags`): three
+# of its cases run by default, every one with -m slow.
+_EVALUATE_BY_DEFAULT = ('missing file, overridden', 'syntax error', 'raises')
+
+
+@pytest.mark.parametrize('command, target, config, overrides, message', [
+    pytest.param(
+        command, target, config, overrides, message, id=f'{name}-{command}',
+        marks=() if command == 'main' or name in _EVALUATE_BY_DEFAULT else
+        pytest.mark.slow)
+    for command, target in (('main', '--workdir={tmp}/run'),
+                            ('evaluate', '--checkpoint={tmp}/run'))
+    for name, config, overrides, message in _UNLOADABLE])
+def test_a_config_that_cannot_load_is_one_line_for_every_command(
+    tmp_path, command, target, config, overrides, message):
+  for name, text in _BAD_CONFIGS.items():
+    (tmp_path / name).write_text(text)
+  fill = lambda text: text.format(tmp=tmp_path)
+  out = subprocess.run(
+      [sys.executable, '-m', f'vit_jax.{command}', f'--config={fill(config)}',
+       *overrides, fill(target)],
+      cwd=ROOT, capture_output=True, text=True, check=False,
+      env={**os.environ, 'PYTHONPATH': str(tmp_path)})
+  assert out.returncode == 1
+  assert out.stderr.strip().splitlines() == [
+      f'error: --config cannot be loaded: {fill(message)}']
+  assert not (tmp_path / 'run').exists()
+
+
+@pytest.mark.parametrize('command, arguments', [
+    ('evaluate', ('--checkpoint={missing}',)),
+    ('convert', ('{missing}', '{tmp}/out.npz', '--format=npz')),
+    ('analyze', ('--checkpoint={missing}', '--images={tmp}',
+                 '--out={tmp}/out')),
+])
+def test_a_missing_checkpoint_is_one_line_for_every_reader(
+    tmp_path, command, arguments):
+  missing = tmp_path / 'vit.npz'
+  out = subprocess.run(
+      [sys.executable, '-m', f'vit_jax.{command}',
+       *(a.format(missing=missing, tmp=tmp_path) for a in arguments)],
+      cwd=ROOT, capture_output=True, text=True, check=False)
+  assert out.returncode == 1
+  assert out.stderr.strip().splitlines() == [
+      f'error: No checkpoint at {missing}: pass a vit_jax.main workdir, an '
+      'official .npz, a timm model.safetensors or hub folder, or a '
+      'transformers ViT folder.']
+  assert sorted(p.name for p in tmp_path.iterdir()) == []
+
+
+def test_libraries_info_records_are_left_out_unless_asked_for():
+  import logging as python_logging  # pylint: disable=g-import-not-at-top
+  from absl import logging  # pylint: disable=g-import-not-at-top
+  from vit_jax.runtime import command  # pylint: disable=g-import-not-at-top
+
+  def record(path, level, exc_info=None):
+    return python_logging.LogRecord('absl', level, path, 1, 'm', (), exc_info)
+
+  command.quiet_libraries()
+  command.quiet_libraries()  # once is enough
+  handler = logging.get_absl_handler()
+  assert handler.filters.count(command._quiet_libraries) == 1  # pylint: disable=protected-access
+  orbax = '/site-packages/orbax/checkpoint/checkpoint_manager.py'
+  shown = lambda r: handler.filter(r)
+  assert not shown(record(orbax, python_logging.INFO))
+  assert not shown(record(orbax, python_logging.WARNING))
+  assert shown(record(orbax, python_logging.ERROR))
+  assert not shown(record(orbax, python_logging.ERROR,
+                          (OSError, OSError(), None)))
+  assert shown(record(str(ROOT / 'vit_jax/training/train.py'), python_logging.INFO))
+  jax_backends = '/site-packages/jax/_src/xla_bridge.py'
+  assert not shown(record(jax_backends, python_logging.INFO))
+  assert shown(record(jax_backends, python_logging.WARNING))
+  verbosity = logging.get_verbosity()
+  logging.set_verbosity(logging.DEBUG)  # --verbosity=1
+  try:
+    assert shown(record(orbax, python_logging.INFO))
+  finally:
+    logging.set_verbosity(verbosity)

@@ -1,0 +1,131 @@
+"""vit_jax/runtime/files.py: files written whole or not at all."""
+
+import json
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from tests.conftest import mounted_tmpfs
+from tests.conftest import ROOT
+from vit_jax.runtime import files
+from vit_jax.errors import VitJaxError
+
+
+def test_a_writer_killed_while_writing_leaves_a_whole_file(tmp_path):
+  # Rewrites a 7 MB results.json, old and new records in turn, until killed
+  # with -9, as a session's end kills an experiment's runner.
+  results = tmp_path / 'results.json'
+  writer = subprocess.Popen([sys.executable, '-c', f"""
+import json, pathlib
+from vit_jax.runtime import files
+results = pathlib.Path({str(results)!r})
+texts = [json.dumps([{{'seed': seed}}] * 2 ** 19) for seed in (0, 1)]
+for i in range(10**6):
+  files.write_atomically(results, texts[i % 2])
+"""], cwd=ROOT)
+  deadline = time.monotonic() + 60
+  while not results.exists() and time.monotonic() < deadline:
+    time.sleep(0.05)
+  time.sleep(0.5)
+  writer.send_signal(signal.SIGKILL)
+  assert writer.wait() == -signal.SIGKILL
+  records = json.loads(results.read_text())
+  assert len(records) == 2 ** 19 and len({r['seed'] for r in records}) == 1
+
+
+def test_a_failed_write_leaves_the_old_file_and_no_partial_one(tmp_path):
+  path = tmp_path / 'results.json'
+  files.write_atomically(path, 'old')
+
+  def fail(partial):
+    partial.write_text('half')
+    raise OSError('disk full')
+
+  with pytest.raises(OSError, match='disk full'):
+    files.replace_atomically(path, fail)
+  assert path.read_text() == 'old'
+  assert [p.name for p in tmp_path.iterdir()] == ['results.json']
+
+
+def _folder(path, **files):
+  path.mkdir(parents=True)
+  for name, text in files.items():
+    (path / name).write_text(text)
+
+
+def _written(path) -> dict:
+  return {p.name: p.read_text() for p in sorted(path.iterdir())}
+
+
+def test_a_folder_is_replaced_whole_or_not_at_all(tmp_path):
+  dest = tmp_path / 'export'
+  _folder(dest, a='old', b='old')
+
+  def write(partial):
+    (partial / 'a').write_text('new')
+
+  files.replace_directory_atomically(dest, write)
+  assert _written(dest) == {'a': 'new'}
+
+  def fails(partial):
+    (partial / 'a').write_text('newer')
+    raise OSError(28, 'No space left on device')
+
+  with pytest.raises(OSError):
+    files.replace_directory_atomically(dest, fails)
+  assert _written(dest) == {'a': 'new'}
+  assert sorted(p.name for p in tmp_path.iterdir()) == ['export']
+
+
+def test_a_kill_between_the_renames_is_mended_by_the_next_write(tmp_path):
+  dest = tmp_path / 'export'
+  _folder(tmp_path / 'export.replaced', a='old')  # dest moved aside, then
+  _folder(tmp_path / 'export.partial', a='half')  # the process killed
+  files.replace_directory_atomically(
+      dest, lambda partial: (partial / 'a').write_text('new'))
+  assert _written(dest) == {'a': 'new'}
+  assert sorted(p.name for p in tmp_path.iterdir()) == ['export']
+
+
+def test_a_symlinked_folder_has_its_target_replaced(tmp_path):
+  _folder(tmp_path / 'real', a='old')
+  (tmp_path / 'link').symlink_to(tmp_path / 'real')
+  files.replace_directory_atomically(
+      tmp_path / 'link', lambda partial: (partial / 'a').write_text('new'))
+  assert (tmp_path / 'link').is_symlink()
+  assert _written(tmp_path / 'link') == {'a': 'new'}
+  assert sorted(p.name for p in tmp_path.iterdir()) == ['link', 'real']
+
+
+def test_a_mount_point_is_refused_in_one_line(tmp_path):
+  with mounted_tmpfs(tmp_path / 'disk', '64k') as disk:
+    (disk / 'a').write_text('old')
+    with pytest.raises(VitJaxError, match=r'is a mount point, which cannot '
+                       r'be replaced whole: pass a folder inside it\.'):
+      files.replace_directory_atomically(disk, lambda partial: None)
+    assert _written(disk) == {'a': 'old'}
+
+
+def test_files_replaced_together_are_all_new_or_all_as_they_were(tmp_path):
+  paths = [tmp_path / 'results.json', tmp_path / 'README.md']
+  for path in paths:
+    path.write_text('old')
+
+  def fail(partial):
+    partial.write_text('half')
+    raise OSError(28, 'No space left on device')
+
+  with pytest.raises(OSError):
+    files.replace_together({paths[0]: lambda p: p.write_text('new'),
+                            paths[1]: fail})
+  assert sorted(p.name for p in tmp_path.iterdir()) == [
+      'README.md', 'results.json']
+  assert [p.read_text() for p in paths] == ['old', 'old']
+  files.replace_together({path: lambda p: p.write_text('new')
+                          for path in paths})
+  assert [p.read_text() for p in paths] == ['new', 'new']
+  assert sorted(p.name for p in tmp_path.iterdir()) == [
+      'README.md', 'results.json']

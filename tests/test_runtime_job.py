@@ -1,0 +1,51 @@
+"""vit_jax.runtime.job: a command's work run as one process (here: alone), and how
+it ends."""
+
+from absl import flags
+import pytest
+
+from vit_jax.runtime import job
+from vit_jax.errors import ConfigError
+
+
+@pytest.fixture(autouse=True)
+def a_process_alone(monkeypatch):
+  """The command's flags parsed (for the test only); its CPU devices set
+  when this process's JAX started (a command sets them before JAX
+  starts); no job to join, whatever the environment says."""
+  was_parsed = flags.FLAGS.is_parsed()
+  if not was_parsed:
+    flags.FLAGS.mark_as_parsed()
+  monkeypatch.setattr(job.distributed, 'set_cpu_devices', lambda count: None)
+  monkeypatch.setattr(job.distributed, 'initialize_distributed',
+                      lambda *args: False)
+  yield
+  if not was_parsed:
+    flags.FLAGS.unparse_flags()
+
+
+def test_work_that_returns_exits_0():
+  done = []
+  with pytest.raises(SystemExit) as exit_:
+    job.run(lambda: done.append(True), cpu_devices=None)
+  assert exit_.value.code == 0 and done == [True]
+
+
+def test_a_problem_the_message_explains_is_one_line_and_status_1(capsys):
+  def work():
+    raise ConfigError('config.batch_size=0 must be positive: set it to 128.')
+
+  with pytest.raises(SystemExit) as exit_:
+    job.run(work, cpu_devices=None)
+  assert exit_.value.code == 1
+  assert capsys.readouterr().err.splitlines()[-1] == (
+      'error: config.batch_size=0 must be positive: set it to 128.')
+
+
+def test_a_bug_keeps_its_traceback():
+  def work():
+    raise KeyError('a bug')
+
+  with pytest.raises(KeyError):
+    job.run(work, cpu_devices=None)
+

@@ -1,0 +1,66 @@
+"""SIGTERM and Ctrl-C as a request to stop, read by the loop."""
+
+import os
+import pathlib
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from tests.conftest import free_port
+from vit_jax.runtime import preemption
+
+
+@pytest.mark.parametrize('signum', [signal.SIGTERM, signal.SIGINT])
+def test_a_stop_signal_is_a_request_that_the_loop_reads(signum):
+  before = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}
+  signals = preemption.Preemption()
+  try:
+    assert not signals.reached()
+    os.kill(os.getpid(), signum)
+    deadline = time.monotonic() + 5  # the watcher thread records it
+    while not signals.reached() and time.monotonic() < deadline:
+      time.sleep(0.01)
+    assert signals.reached()
+    assert signals.signal_name == {signal.SIGTERM: 'SIGTERM',
+                                   signal.SIGINT: 'Ctrl-C'}[signum]
+  finally:
+    signals.close()
+  assert {s: signal.getsignal(s) for s in before} == before
+
+
+def test_the_message_says_what_was_saved():
+  directory = pathlib.Path('/runs/a/checkpoints')
+  assert str(preemption.Preempted('Ctrl-C', 12, directory, saved=True)) == (
+      'Preempted (Ctrl-C): saved a checkpoint of step 12 in '
+      '/runs/a/checkpoints and stopped; rerun the same command to resume.')
+  assert str(preemption.Preempted('SIGTERM', 8, directory, saved=False)) == (
+      'Preempted (SIGTERM): stopped before training, with nothing new to '
+      'save (the checkpoint of step 8 in /runs/a/checkpoints is kept); rerun '
+      'the same command to resume.')
+  assert str(preemption.Preempted('SIGTERM', 0, directory, saved=False)) == (
+      'Preempted (SIGTERM): stopped before training, with nothing to save '
+      'yet; rerun the same command to resume.')
+
+
+def test_a_single_process_that_started_jax_distributed_still_hears_sigterm():
+  """As on a single-host Cloud TPU VM: jax's preemption service takes
+  SIGTERM over when it starts; a job of one process takes it back."""
+  script = (
+      'import os, signal, time\n'
+      'import jax\n'
+      f'jax.distributed.initialize("127.0.0.1:{free_port()}", 1, 0)\n'
+      'from vit_jax.runtime import preemption\n'
+      'signals = preemption.Preemption()\n'
+      'os.kill(os.getpid(), signal.SIGTERM)\n'
+      'deadline = time.monotonic() + 10\n'
+      'while not signals.reached() and time.monotonic() < deadline:\n'
+      '  time.sleep(0.01)\n'
+      'print(signals.reached(), signals.signal_name)\n')
+  process = subprocess.run([sys.executable, '-c', script], capture_output=True,
+                           text=True, timeout=120, check=False,
+                           env={**os.environ, 'JAX_PLATFORMS': 'cpu'})
+  assert process.returncode == 0, process.stderr[-2000:]
+  assert process.stdout == 'True SIGTERM\n'

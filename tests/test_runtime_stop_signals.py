@@ -1,0 +1,139 @@
+"""SIGTERM and Ctrl-C as requests to stop, caught from a command's start; a
+second Ctrl-C exits at once."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+from tests.conftest import png
+from tests.conftest import ROOT
+from vit_jax.runtime import stop_signals
+
+
+def _wait_until_received(count: int):
+  deadline = time.monotonic() + 5  # the watcher thread records them
+  while (len(stop_signals._received) < count and  # pylint: disable=protected-access
+         time.monotonic() < deadline):
+    time.sleep(0.01)
+
+
+def _handlers():
+  return {signum: signal.getsignal(signum)
+          for signum in (signal.SIGTERM, signal.SIGINT)}
+
+
+def test_signals_are_recorded_until_released(capfd):
+  before = _handlers()
+  assert stop_signals.catch()
+  try:
+    assert not stop_signals.catch()  # caught already: not the caller's
+    assert stop_signals.received() is None
+    os.kill(os.getpid(), signal.SIGINT)
+    _wait_until_received(1)
+    assert stop_signals.received() == 'Ctrl-C'
+    os.kill(os.getpid(), signal.SIGTERM)
+    _wait_until_received(2)
+    assert stop_signals.received() == 'Ctrl-C'  # the first one counts
+  finally:
+    stop_signals.release()
+  assert stop_signals.received() is None
+  assert _handlers() == before
+  assert capfd.readouterr().err == (
+      '\nCtrl-C: stopping once the steps in flight are saved (during start-up: '
+      'before training); press Ctrl-C again to stop at once, without '
+      'saving.\n')
+
+
+def test_a_second_ctrl_c_exits_at_once_in_one_line():
+  """Even while the main thread is inside one long native call, where no
+  Python-level handler runs (here: a product of large matrices, as XLA's
+  compiler is for a big model)."""
+  process = subprocess.Popen(
+      [sys.executable, '-c',
+       'import numpy as np\n'
+       'from vit_jax.runtime import stop_signals\n'
+       'stop_signals.catch()\n'
+       'a = np.ones((6000, 6000))\n'
+       'print("caught", flush=True)\n'
+       'a @ a\n'],
+      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+  assert process.stdout.readline() == 'caught\n'
+  process.send_signal(signal.SIGINT)
+  time.sleep(0.2)
+  process.send_signal(signal.SIGINT)
+  assert process.wait(timeout=10) == stop_signals.INTERRUPTED_EXIT_STATUS
+  assert process.stderr.read().strip().splitlines()[-1] == (
+      'error: Interrupted again: stopped at once, without saving; rerun the '
+      'same command to resume from the newest complete checkpoint.')
+
+
+@pytest.mark.parametrize('command, flags, what', [
+    ('vit_jax.benchmark', ('--model=ViT-Tiny-CIFAR_4', '--image_size=32',
+                           '--batch_size=8', '--steps=100'),
+     'the benchmark'),
+    ('vit_jax.benchmark_input', ('--dataset=image_folder', '--image_size=16',
+                                 '--batch_size=2', '--steps=2000'),
+     'the input benchmark'),
+])
+def test_a_command_with_nothing_to_save_stops_at_once_in_one_line(
+    tmp_path, command, flags, what):
+  """Ctrl-C while it measures: one line, status 130, no traceback."""
+  if command.endswith('input'):  # an image folder to read
+    for split, count in (('train', 4002), ('test', 1)):
+      (tmp_path / split / 'a').mkdir(parents=True)
+      for i in range(count):
+        (tmp_path / split / 'a' / f'{i}.png').write_bytes(png(
+            np.full((8, 8, 3), i % 256, np.uint8)))
+    flags += (f'--data_dir={tmp_path}',)
+  process = subprocess.Popen(
+      [sys.executable, '-m', command, *flags],
+      cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+  first = process.stderr.readline()  # jax has started
+  process.send_signal(signal.SIGINT)
+  _, stderr = process.communicate(timeout=60)
+  assert process.returncode == stop_signals.INTERRUPTED_EXIT_STATUS, (
+      first + stderr)
+  assert stderr.strip().splitlines()[-1] == (
+      f'Ctrl-C: stopped {what}; it measured nothing.')
+  assert 'Traceback' not in first + stderr
+
+
+def _with_ctrl_c_ignored(command: list[str]) -> list[str]:
+  """`command` started as `nohup command &` starts it: Ctrl-C ignored."""
+  return ['sh', '-c', 'trap "" INT; exec "$@"', 'sh', *command]
+
+
+def test_a_command_started_with_ctrl_c_ignored_keeps_it_ignored():
+  """As `nohup cmd &` and a script's background jobs start it: the Ctrl-C
+  meant for the foreground passes it by; SIGTERM stops it."""
+  process = subprocess.Popen(_with_ctrl_c_ignored(
+      [sys.executable, '-c',
+       'import time\n'
+       'from vit_jax.runtime import stop_signals\n'
+       'stop_signals.catch(at_once="stopped the test")\n'
+       'print("caught", flush=True)\n'
+       'time.sleep(60)\n']), stdout=subprocess.PIPE,
+      stderr=subprocess.PIPE, text=True)
+  assert process.stdout.readline() == 'caught\n'
+  process.send_signal(signal.SIGINT)
+  with pytest.raises(subprocess.TimeoutExpired):
+    process.wait(timeout=1)
+  process.send_signal(signal.SIGTERM)
+  assert process.wait(timeout=10) == stop_signals.STOPPED_EXIT_STATUS
+  assert process.stderr.read() == '\nSIGTERM: stopped the test.\n'
+
+
+def test_the_signal_tests_pass_in_a_suite_started_with_ctrl_c_ignored():
+  """They assume no handler they inherit (conftest gives the commands they
+  start Python's, as at a terminal)."""
+  suite = subprocess.run(_with_ctrl_c_ignored(
+      [sys.executable, '-m', 'pytest', '-q', '-n', '0', '-p',
+       'no:cacheprovider', '-k', 'not suite_started_with_ctrl_c_ignored',
+       'tests/test_runtime_stop_signals.py', 'tests/test_runtime_preemption.py']),
+      cwd=ROOT, capture_output=True, text=True, timeout=300, check=False)
+  assert suite.returncode == 0, suite.stdout[-3000:]

@@ -1,0 +1,100 @@
+"""One run per workdir: the lock a second run meets, and that a killed run
+never leaves behind."""
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+
+from vit_jax.runtime import workdir_lock
+from vit_jax.errors import WorkdirError
+
+
+def test_a_second_holder_is_refused_with_the_first_named(tmp_path):
+  with workdir_lock.WorkdirLock(tmp_path / 'run'):
+    with pytest.raises(WorkdirError) as refused:
+      workdir_lock.WorkdirLock(tmp_path / 'run').acquire()
+    assert str(refused.value).startswith(
+        f'The workdir {tmp_path / "run"} is in use by another run (process '
+        f'{os.getpid()} on {socket.gethostname()}, since ')
+    assert 'Wait until it ends' in str(refused.value)
+  # Let go: the next run takes it.
+  with workdir_lock.WorkdirLock(tmp_path / 'run'):
+    pass
+
+
+def test_a_workdir_created_for_nothing_is_removed_and_others_are_kept(
+    tmp_path):
+  with workdir_lock.WorkdirLock(tmp_path / 'new' / 'run'):
+    assert (tmp_path / 'new' / 'run' / 'lock').exists()
+  assert not (tmp_path / 'new').exists()
+
+  with workdir_lock.WorkdirLock(tmp_path / 'run') as lock:
+    (tmp_path / 'run' / 'config.json').write_text('{}')
+  assert lock.path.read_text() == ''  # names no holder
+  assert (tmp_path / 'run' / 'config.json').exists()
+
+
+def test_a_lock_left_by_a_killed_process_is_taken_over_at_once(tmp_path):
+  holder = subprocess.Popen(
+      [sys.executable, '-c',
+       'import sys, time\n'
+       'from vit_jax.runtime import workdir_lock\n'
+       f'workdir_lock.WorkdirLock({str(tmp_path)!r}).acquire()\n'
+       'print("held", flush=True)\n'
+       'time.sleep(600)\n'],
+      stdout=subprocess.PIPE, text=True)
+  assert holder.stdout.readline() == 'held\n'
+  with pytest.raises(WorkdirError, match=f'process {holder.pid} on'):
+    workdir_lock.WorkdirLock(tmp_path).acquire()
+  holder.send_signal(signal.SIGKILL)
+  holder.wait()
+  with workdir_lock.WorkdirLock(tmp_path) as lock:
+    assert json.loads(lock.path.read_text())['pid'] == os.getpid()
+
+
+def _lock_of_another_host(workdir, renewed_seconds_ago):
+  workdir.mkdir()
+  lock = workdir / 'lock'
+  lock.write_text(json.dumps({'host': 'elsewhere', 'pid': 7,
+                              'since': '2026-11-25T08:00:00+00:00'}))
+  renewed = time.time() - renewed_seconds_ago
+  os.utime(lock, (renewed, renewed))
+
+
+def test_another_hosts_renewed_lock_is_refused_until_it_lapses(tmp_path):
+  """Where flock does not reach across hosts, the renewal time does."""
+  _lock_of_another_host(tmp_path / 'fresh', renewed_seconds_ago=5)
+  with pytest.raises(WorkdirError,
+                     match=r'\(process 7 on elsewhere, since 2026-11-25T08:00'
+                     r':00\+00:00, renewed 5 s ago; if that run is gone, its '
+                     r'lock lapses 55 s from now\)'):
+    workdir_lock.WorkdirLock(tmp_path / 'fresh').acquire()
+  assert 'elsewhere' in (tmp_path / 'fresh' / 'lock').read_text()
+
+  _lock_of_another_host(tmp_path / 'lapsed',
+                        renewed_seconds_ago=workdir_lock.STALE_SECONDS + 1)
+  with workdir_lock.WorkdirLock(tmp_path / 'lapsed') as lock:
+    assert json.loads(lock.path.read_text())['host'] == socket.gethostname()
+
+
+def test_the_holder_renews_its_lock(tmp_path, monkeypatch):
+  monkeypatch.setattr(workdir_lock, 'RENEW_SECONDS', 0.05)
+  with workdir_lock.WorkdirLock(tmp_path) as lock:
+    os.utime(lock.path, (0, 0))
+    time.sleep(0.5)
+    assert time.time() - lock.path.stat().st_mtime < 5
+
+
+def test_a_workdir_that_is_a_file_or_cannot_be_written_is_named(tmp_path):
+  (tmp_path / 'file').write_text('')
+  with pytest.raises(WorkdirError, match='is a file: pass a directory'):
+    workdir_lock.WorkdirLock(tmp_path / 'file').acquire()
+  with pytest.raises(WorkdirError,
+                     match='Cannot write to the workdir /proc/vit_jax/run'):
+    workdir_lock.WorkdirLock('/proc/vit_jax/run').acquire()

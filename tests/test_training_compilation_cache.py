@@ -1,0 +1,92 @@
+"""The persistent compilation cache: on by default, shared by runs at once,
+and a damaged entry compiled again."""
+
+import os
+import pathlib
+
+from tests.conftest import history
+from tests.conftest import random_cifar
+from tests.conftest import start_main
+from tests.conftest import wait_all
+from tests.conftest import without_timings
+from tests.conftest import write_cifar_binary
+from tests.conftest import write_process_config
+from vit_jax.training import compilation_cache
+from vit_jax import config_schema
+
+
+def test_the_default_is_under_the_users_cache_unless_jax_is_told_another(
+    monkeypatch):
+  default = config_schema.defaults().compilation_cache_dir
+  assert default == compilation_cache.DEFAULT_DIRECTORY
+  monkeypatch.delenv('JAX_COMPILATION_CACHE_DIR', raising=False)
+  assert compilation_cache.directory(default) == os.path.expanduser(
+      '~/.cache/vit_jax/compilation_cache')
+  monkeypatch.setenv('JAX_COMPILATION_CACHE_DIR', '/elsewhere')
+  assert compilation_cache.directory(default) == '/elsewhere'
+  assert compilation_cache.directory('/mine') == '/mine'  # said, so used
+  assert compilation_cache.directory('') is None  # off
+
+
+def _compiled_line(log: pathlib.Path) -> str:
+  return next(line for line in log.read_text().splitlines()
+              if 'Compiled the train and eval steps' in line)
+
+
+def test_runs_share_a_cache_and_a_rerun_compiles_from_it(tmp_path):
+  """Two runs of one config at once fill one fresh cache; a third run loads
+  both steps from it; every entry truncated (a run killed while writing),
+  a fourth removes them with a line and compiles again, and a fifth loads
+what it wrote. All five train alike."""
+  data_dir = tmp_path / 'data'
+  write_cifar_binary(data_dir / 'cifar-10-batches-bin', {
+      'data_batch_1.bin': random_cifar(80, 10, seed=1),
+      'test_batch.bin': random_cifar(37, 10, seed=3)})
+  config_file = write_process_config(tmp_path, data_dir)
+  cache = tmp_path / 'cache'
+  flags = (f'--config.compilation_cache_dir={cache}',
+           '--config.total_steps=8')
+
+  def run(*names):
+    processes = [start_main(config_file, tmp_path / name,
+                            tmp_path / f'{name}.log', *flags)
+                 for name in names]
+    assert wait_all(processes) == [0] * len(names), [
+        (tmp_path / f'{name}.log').read_text()[-2000:] for name in names]
+
+  run('first', 'second')
+  assert any(cache.iterdir())
+  run('third')
+  assert _compiled_line(tmp_path / 'third.log').endswith(
+      '(train step and eval step from the compilation cache).')
+  for entry in cache.rglob('*'):
+    if entry.is_file():
+      entry.write_bytes(entry.read_bytes()[:entry.stat().st_size // 2])
+  run('fourth')
+  log = (tmp_path / 'fourth.log').read_text()
+  assert 'from the compilation cache' not in _compiled_line(
+      tmp_path / 'fourth.log')
+  assert 'Traceback' not in log and 'warnings.warn' not in log
+  assert (f'The compilation cache {cache} held an entry of jit_train_steps '
+          'that does not load (a run killed while writing it?): removed, '
+          'and compiled again.') in log
+  run('fifth')  # the entries written again load
+  assert _compiled_line(tmp_path / 'fifth.log').endswith(
+      '(train step and eval step from the compilation cache).')
+  assert 'does not load' not in (tmp_path / 'fifth.log').read_text()
+  expected = without_timings(history(tmp_path / 'first'))
+  for name in ('second', 'third', 'fourth', 'fifth'):
+    assert without_timings(history(tmp_path / name)) == expected
+
+
+def test_an_empty_directory_turns_the_cache_off(tmp_path):
+  data_dir = tmp_path / 'data'
+  write_cifar_binary(data_dir / 'cifar-10-batches-bin', {
+      'data_batch_1.bin': random_cifar(80, 10, seed=1),
+      'test_batch.bin': random_cifar(37, 10, seed=3)})
+  config_file = write_process_config(tmp_path, data_dir)
+  process = start_main(config_file, tmp_path / 'run', tmp_path / 'run.log',
+                       '--config.compilation_cache_dir=',
+                       '--config.total_steps=1')
+  assert wait_all([process]) == [0]
+  assert 'Compilation cache: off.' in (tmp_path / 'run.log').read_text()

@@ -1,0 +1,149 @@
+"""Several train steps to one compiled call: the same run, calls sized to
+the time they take, at most two in flight."""
+
+import signal
+import time
+
+import jax
+import numpy as np
+
+from tests.conftest import history
+from tests.conftest import random_cifar
+from tests.conftest import start_main
+from tests.conftest import tiny_config
+from tests.conftest import without_timings
+from tests.conftest import write_cifar_binary
+from tests.conftest import write_process_config
+from tests.test_training_train import final_state
+from vit_jax.training import dispatch
+from vit_jax.runtime import preemption
+from vit_jax.training import steps
+from vit_jax.training import train
+
+
+def test_many_steps_per_call_train_as_one_step_per_call(cifar10_binary,
+                                                        tmp_path, monkeypatch):
+  """Calls of up to 5 steps, cut at every log, evaluation and checkpoint,
+  log the losses and accuracies of one step a call; and however the steps
+  are split into calls, the state is the same."""
+  data_dir, _ = cifar10_binary  # 6 steps an epoch: calls cross epochs
+  monkeypatch.setattr(dispatch, 'MAX_SECONDS', 1e9)  # no time limit
+  made = {}
+  run = dispatch.Dispatcher.run
+  monkeypatch.setattr(dispatch.Dispatcher, 'run',
+                      lambda self, state, sums, batches: (
+                          made[name].append(len(batches)),
+                          run(self, state, sums, batches))[1])
+  for name, per_call, log_every in (('one', 1, 7), ('many', 5, 7),
+                                    ('split', 5, 1)):
+    config = tiny_config(data_dir, total_steps=17, log_every_steps=log_every,
+                         eval_every_steps=8, checkpoint_every_steps=16,
+                         steps_per_dispatch=per_call)
+    made[name] = []
+    train.train_and_evaluate(config, tmp_path / name)
+  # To steps 1, 2 (nothing timed yet: the first still in flight), 7 (log),
+  # 8 (eval), 13, 14 (log), 16 (checkpoint), 17.
+  assert made['many'] == [1, 1, 5, 1, 5, 1, 2, 1]
+  assert made['split'] == [1] * 17
+  assert without_timings(history(tmp_path / 'many')) == without_timings(
+      history(tmp_path / 'one'))
+  jax.tree.map(np.testing.assert_array_equal,
+               final_state(tmp_path / 'many', 17),
+               final_state(tmp_path / 'split', 17))
+
+
+class _Device:
+  """A compiled call's result that is ready `seconds` after the call."""
+
+  def __init__(self, seconds: float):
+    self.ready_at = time.perf_counter() + seconds
+
+  def block_until_ready(self):
+    time.sleep(max(0.0, self.ready_at - time.perf_counter()))
+    return self
+
+
+class _Input:
+  train_data = ()
+
+  def block(self, batches, rows):
+    return batches
+
+
+def _dispatcher(seconds_per_step: float, rows: int = 32):
+  queue = []  # when each call in flight will have finished
+
+  def train(state, sums, data, block, count, key):
+    start = max([time.perf_counter(), *(d.ready_at for d in queue)])
+    done = _Device(start - time.perf_counter() + count * seconds_per_step)
+    queue.append(done)
+    return state, sums, done
+
+  compiled = steps.CompiledSteps(train, None, 0.0, rows)
+  return dispatch.Dispatcher(compiled, _Input(), None)
+
+
+def test_calls_grow_to_what_fits_in_a_second_of_steps(monkeypatch):
+  monkeypatch.setattr(dispatch, 'MAX_SECONDS', 0.5)
+  dispatcher = _dispatcher(seconds_per_step=0.05)
+  counts = []
+  for _ in range(4):
+    counts.append(dispatcher.next_call_steps(until_event=100))
+    dispatcher.run(None, None, [None] * counts[-1])
+  dispatcher.drain()
+  # One step, then what 0.5 s holds at 0.05 s a step (10, give or take what
+  # a loaded machine's timer makes of it), never more than the event allows
+  # or a block holds.
+  assert counts[0] == 1 and all(7 <= c <= 13 for c in counts[2:]), counts
+  assert dispatcher.next_call_steps(until_event=3) == 3
+  assert _dispatcher(0.001, rows=4).next_call_steps(100) == 1
+  slow = _dispatcher(seconds_per_step=0.5)
+  slow.run(None, None, [None])
+  slow.drain()
+  assert slow.next_call_steps(until_event=100) == 1
+
+
+def test_at_most_two_calls_are_in_flight():
+  dispatcher = _dispatcher(seconds_per_step=0.1)
+  start = time.perf_counter()
+  for _ in range(4):
+    dispatcher.run(None, None, [None])
+  # The fourth call returned once the third had finished, not the fourth
+  # (0.4 s; a loaded machine's sleeps run late, never early).
+  assert 0.3 <= time.perf_counter() - start < 0.4 + 0.15
+  dispatcher.drain()
+  assert time.perf_counter() - start >= 0.4
+
+
+def test_a_stop_signal_ends_the_run_within_its_calls_in_flight(tmp_path):
+  """Nothing scheduled for 600 steps, so calls are as long as a second of
+  steps allows: SIGTERM is acted on when the calls in flight end, within
+  seconds, and the resumed run is the uninterrupted one."""
+  write_cifar_binary(tmp_path / 'data' / 'cifar-10-batches-bin', {
+      'data_batch_1.bin': random_cifar(80, 10, seed=1),
+      'test_batch.bin': random_cifar(37, 10, seed=3)})
+  config_file = write_process_config(tmp_path, tmp_path / 'data')
+  flags = ('--config.total_steps=600', '--config.steps_per_dispatch=600',
+           '--config.checkpoint_every_steps=600',
+           '--config.log_every_steps=600', '--config.eval_every_steps=600')
+  process = start_main(config_file, tmp_path / 'run', tmp_path / 'run.log',
+                       *flags)
+  deadline = time.monotonic() + 120
+  while 'steps of batch 16' not in (tmp_path / 'run.log').read_text():
+    assert process.poll() is None and time.monotonic() < deadline
+    time.sleep(0.05)
+  time.sleep(2)  # training (about 10 ms a step), in calls of a second's steps
+  sent = time.perf_counter()
+  process.send_signal(signal.SIGTERM)
+  assert process.wait(timeout=60) == preemption.PREEMPTED_EXIT_STATUS
+  waited = time.perf_counter() - sent
+  log = (tmp_path / 'run.log').read_text()
+  assert 'Traceback' not in log
+  # Two calls of at most a second of steps, the save, the exit.
+  assert waited < 2 * dispatch.MAX_SECONDS + 8, waited
+  for name in ('run', 'whole'):
+    rerun = start_main(config_file, tmp_path / name, tmp_path / f'{name}.log',
+                       *flags)
+    assert rerun.wait(timeout=300) == 0
+  assert without_timings(history(tmp_path / 'run')) == without_timings(
+      history(tmp_path / 'whole'))

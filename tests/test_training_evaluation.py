@@ -1,0 +1,61 @@
+"""vit_jax.training.evaluation: a checkpoint's loss, top-1 and top-5 over a whole split."""
+
+
+import pytest
+
+from tests.conftest import history
+from tests.conftest import trained_vit_config
+from vit_jax.training import evaluation
+from vit_jax.checkpoints import export
+from vit_jax.errors import ConfigError
+
+def _logged_test(workdir) -> dict:
+  return [r for r in history(workdir) if 'test_accuracy' in r][-1]
+
+
+def test_a_run_evaluates_to_the_accuracy_it_logged(trained_vit_run):
+  workdir, _ = trained_vit_run
+  logged = _logged_test(workdir)
+  result = evaluation.evaluate(workdir)
+  # 37 examples in batches of 16: the last batch is masked.
+  assert result['examples'] == logged['test_examples'] == 37
+  assert result['top1'] == logged['test_accuracy']
+  assert result['loss'] == pytest.approx(logged['test_loss'], rel=1e-5)
+  assert result['top1'] <= result['top5'] <= 1
+  assert (result['format'], result['step']) == ('workdir', logged['step'])
+
+
+def test_a_file_without_a_config_or_of_another_size_is_one_line(
+    trained_vit_run, tmp_path):
+  workdir, data_dir = trained_vit_run
+  npz = tmp_path / 'run.npz'
+  export.convert(workdir, npz, 'npz')
+  with pytest.raises(ConfigError, match='says nothing of the data: pass '
+                     '--config'):
+    evaluation.evaluate(npz)
+  config = trained_vit_config(data_dir)
+  config.image_size = 32
+  with pytest.raises(ConfigError, match=r'config.image_size=32, but the '
+                     r'position embeddings of .* were trained for 24x24 '
+                     r'images: pass --config.image_size=24, or '
+                     '--released_preprocessing'):
+    evaluation.evaluate(npz, config=config)
+  # An .npz states no normalisation: the released models' (pixels in
+  # [-1, 1]) at the resolution of the position embeddings.
+  result = evaluation.evaluate(npz, config=config, released_preprocessing=True)
+  assert result['image_size'] == 24 and result['examples'] == 37
+
+
+def test_an_export_evaluates_with_the_normalisation_it_states(
+    trained_vit_run, tmp_path):
+  workdir, data_dir = trained_vit_run
+  logged = _logged_test(workdir)
+  config = trained_vit_config(data_dir)
+  config.pixel_mean = config.pixel_std = (0.5, 0.5, 0.5)
+  for format_name in ('timm', 'hf'):
+    export.convert(workdir, tmp_path / format_name, format_name)
+    result = evaluation.evaluate(tmp_path / format_name, config=config,
+                                 released_preprocessing=True)
+    # The run's CIFAR-10 mean and std, from the folder, not the config's.
+    assert result['loss'] == pytest.approx(logged['test_loss'], rel=1e-5)
+    assert result['top1'] == logged['test_accuracy']

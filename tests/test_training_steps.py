@@ -1,0 +1,259 @@
+"""The compiled train and eval steps."""
+
+import functools
+import json
+import os
+import subprocess
+import sys
+
+import jax
+import numpy as np
+import optax
+import pytest
+
+from tests.conftest import ROOT
+from tests.conftest import random_cifar
+from tests.conftest import tiny_config
+from vit_jax import models
+from vit_jax.objectives import losses
+from vit_jax.training import optimizer
+from vit_jax.runtime import sharding
+from vit_jax.training import steps
+from vit_jax.data import mixing
+from vit_jax.data import on_device
+from vit_jax.data import sources
+
+
+def _one_device_train_step(config, images, labels):
+  """(jitted train step, initial state, input) of `config` on one device,
+  seed 0, over the given examples."""
+  mesh = jax.make_mesh((1,), ('data',), devices=jax.devices()[:1],
+                       axis_types=(jax.sharding.AxisType.Auto,))
+  split = sources.ArraySource(images, labels)
+  inputs = on_device.OnDeviceInput(sources.Dataset(split, split, 10), config,
+                                   mesh)
+  model = models.from_config(config, num_classes=10)
+  tx = optimizer.create_optimizer(config, lambda step: 1e-3)
+  state = steps.initial_state(jax.random.key(0), model, tx, 32, mesh)
+  step = jax.jit(steps.make_train_step(config, inputs))
+  sums = steps.zero_sums(sharding.replicated(mesh))
+  return functools.partial(step, sums=sums, data=inputs.train_data), state
+
+
+def test_gradient_accumulation_gives_the_same_step():
+  # One step on 16 images, whole or as 4 micro-batches of 4.
+  images, labels = random_cifar(16, 10, seed=0)
+  results = {}
+  for accumulation in (1, 4):
+    config = tiny_config('', augment=False,
+                         grad_accumulation_steps=accumulation)
+    config.model_overrides.dropout_rate = 0.0
+    step, state = _one_device_train_step(config, images, labels)
+    results[accumulation] = step(state, batch=np.arange(16, dtype=np.int32),
+                                 key=jax.random.key(1))
+  (state_1, metrics_1), (state_4, metrics_4) = results[1], results[4]
+  for name in ('loss', 'correct', 'count'):
+    np.testing.assert_allclose(metrics_4[name], metrics_1[name], rtol=1e-5)
+  for a, b in zip(jax.tree.leaves(state_1.params),
+                  jax.tree.leaves(state_4.params)):
+    np.testing.assert_allclose(a, b, atol=1e-6)
+
+
+@pytest.mark.slow  # 8 s; the model's remat test stays in the suite
+def test_a_rematerialised_step_is_the_same_step_keeping_less():
+  """remat='full' recomputes each block in the backward pass, dropout masks
+  included, so the step is the same; on a CPU too, where the compiler
+  options keep jax's barriers (else XLA merges the recomputation away)."""
+  images, labels = random_cifar(16, 10, seed=0)
+  mesh = sharding.make_mesh()
+  split = sources.ArraySource(images, labels)
+  batch = sharding.replicate(np.arange(16, dtype=np.int32),
+                             sharding.replicated(mesh))
+  results = {}
+  for remat in ('none', 'full'):
+    config = tiny_config('')  # dropout 0.1
+    config.model_overrides = dict(config.model_overrides, num_layers=2,
+                                  remat=remat)
+    inputs = on_device.OnDeviceInput(sources.Dataset(split, split, 10),
+                                     config, mesh)
+    model = models.from_config(config, num_classes=10)
+    tx = optimizer.create_optimizer(config, lambda step: 1e-3)
+    state = steps.initial_state(jax.random.key(0), model, tx, 32, mesh)
+    sums = steps.zero_sums(sharding.replicated(mesh))
+    args = (state, sums, inputs.train_data, batch, jax.random.key(1))
+    train = jax.jit(steps.make_train_step(config, inputs)).lower(
+        *args).compile(steps.compiler_options(config))
+    state, sums = train(*args)
+    results[remat] = (state.params, float(sums['loss']),
+                      train.memory_analysis().temp_size_in_bytes,
+                      steps.compiler_options(config))
+  (plain, plain_loss, plain_temp, plain_options), (
+      rematted, loss, temp, options) = results['none'], results['full']
+  assert loss == pytest.approx(plain_loss, rel=1e-6)
+  for a, b in zip(jax.tree.leaves(rematted), jax.tree.leaves(plain)):
+    np.testing.assert_allclose(a, b, atol=1e-6)
+  assert plain_options is None
+  assert options == {'xla_disable_hlo_passes': 'cse_barrier_expander'}
+  assert temp < 0.8 * plain_temp
+
+
+def test_mixup_and_cutmix_train_on_mixed_targets_and_count_own_labels():
+  # The step's loss at the initial parameters equals the cross-entropy of
+  # the model on the mixed images against `mixing.mix`'s targets, drawn
+  # with the step's own key; the correct count uses each image's label.
+  images, labels = random_cifar(16, 10, seed=0)
+  config = tiny_config('', mixup_alpha=0.8, cutmix_alpha=1.0)
+  config.model_overrides.dropout_rate = 0.0
+  step, state = _one_device_train_step(config, images, labels)
+  batch, key = np.arange(16, dtype=np.int32), jax.random.key(1)
+  _, metrics = step(state, batch=batch, key=key)
+
+  mesh = jax.make_mesh((1,), ('data',), devices=jax.devices()[:1],
+                       axis_types=(jax.sharding.AxisType.Auto,))
+  split = sources.ArraySource(images, labels)
+  inputs = on_device.OnDeviceInput(sources.Dataset(split, split, 10), config,
+                                   mesh)
+  step_key = jax.random.fold_in(key, 0)
+  augment_key, _ = jax.random.split(step_key)
+  x, y = inputs.model_inputs(inputs.train_data, batch, augment_key)
+  mixed, targets = mixing.mix(
+      jax.random.fold_in(step_key, 2), x,
+      losses.soft_targets(y, 10, config.label_smoothing), mixup_alpha=0.8,
+      cutmix_alpha=1.0)
+  assert not np.allclose(mixed, x)
+  logits = state.apply_fn({'params': state.params}, mixed, train=False)
+  expected = optax.softmax_cross_entropy(logits, targets).sum()
+  np.testing.assert_allclose(metrics['loss'], expected, rtol=1e-5)
+  assert metrics['correct'] == np.sum(np.argmax(logits, -1) == y)
+
+
+@pytest.mark.slow  # 14 s
+def test_bfloat16_training_stays_close_to_float32():
+  # Three train steps of the tiny ViT from the same start, on the same batches.
+  images, labels = random_cifar(48, 10, seed=0)
+  losses = {}
+  for dtype in ('float32', 'bfloat16'):
+    step, state = _one_device_train_step(tiny_config('', dtype=dtype), images,
+                                         labels)
+    losses[dtype] = []
+    for i in range(3):
+      state, metrics = step(
+          state, batch=np.arange(16 * i, 16 * (i + 1), dtype=np.int32),
+          key=jax.random.key(1))
+      losses[dtype].append(float(metrics['loss'] / metrics['count']))
+    # Parameters and optimizer state stay float32.
+    assert {leaf.dtype for leaf in jax.tree.leaves(state.params)} == {
+        np.dtype('float32')}
+    assert {leaf.dtype for leaf in jax.tree.leaves(state.opt_state)
+            if leaf.ndim} == {np.dtype('float32')}
+  np.testing.assert_allclose(losses['bfloat16'], losses['float32'], rtol=0.02)
+
+
+def test_state_shapes_are_the_initial_state_without_computing_it():
+  config = tiny_config('')
+  model = models.from_config(config, 10)
+  tx = optimizer.create_optimizer(config, lambda step: 1e-3)
+  mesh = sharding.make_mesh()
+  shapes = steps.state_shapes(jax.random.key(0), model, tx, 32, mesh)
+  state = steps.initial_state(jax.random.key(0), model, tx, 32, mesh)
+  assert jax.tree.map(lambda a: (a.shape, a.dtype, a.sharding), state) == (
+      jax.tree.map(lambda a: (a.shape, a.dtype, a.sharding), shapes))
+
+
+_FSDP_SCRIPT = '''
+import json, sys
+sys.path.insert(0, {root!r})
+import jax
+import numpy as np
+from tests.conftest import random_cifar, study_config
+from vit_jax import models
+from vit_jax.training import optimizer
+from vit_jax.runtime import sharding
+from vit_jax.training import steps
+from vit_jax.data import on_device, sources
+
+images, labels = random_cifar(32, 10, seed=0)
+split = sources.ArraySource(images, labels)
+results = {{}}
+for fsdp in (1, 8):
+  config = study_config('vit')  # ViT-Tiny-CIFAR_4 (dropout 0.1), 2 blocks
+  config.update(dict(batch_size=16, eval_batch_size=16, fsdp=fsdp))
+  config.model_overrides.num_layers = 2
+  mesh = sharding.make_mesh(config.fsdp)
+  replicated = sharding.replicated(mesh)
+  inputs = on_device.OnDeviceInput(sources.Dataset(split, split, 10), config,
+                                   mesh)
+  model = models.from_config(config, 10)
+  tx = optimizer.create_optimizer(config, lambda step: 1e-3)
+  state = steps.initial_state(jax.random.key(0), model, tx, 32, mesh)
+  compiled = steps.compile_steps(config, inputs, state, jax.random.key(1))
+  sums = steps.zero_sums(replicated)
+  for i in range(2):
+    block = inputs.block([np.arange(16 * i, 16 * (i + 1), dtype=np.int32)],
+                         compiled.steps_per_dispatch)
+    state, sums, _ = compiled.train(state, sums, inputs.train_data, block, 1,
+                                    jax.random.key(1))
+  leaves = jax.tree.leaves(state.params) + jax.tree.leaves(state.opt_state)
+  results[fsdp] = dict(
+      params=[np.asarray(x).tolist() for x in jax.tree.leaves(state.params)],
+      loss=float(sums['loss'] / sums['count']),
+      sharded=sum(not x.sharding.is_fully_replicated for x in leaves),
+      shard_bytes=sum(x.addressable_shards[0].data.nbytes for x in leaves),
+      argument_bytes=compiled.train.memory_analysis().argument_size_in_bytes)
+print(json.dumps(results))
+'''
+
+
+def test_fsdp_step_equals_the_data_parallel_step_on_8_devices(tmp_path):
+  # The study's ViT cut to 2 blocks, two train steps from the same start on 8 host devices:
+  # parameters replicated, then split over an fsdp axis of 8.
+  env = {**os.environ, 'XLA_FLAGS': '--xla_force_host_platform_device_count=8'}
+  out = subprocess.run(
+      [sys.executable, '-c', _FSDP_SCRIPT.format(root=str(ROOT))], env=env,
+      capture_output=True, text=True, check=False, cwd=tmp_path)
+  assert out.returncode == 0, out.stderr[-3000:]
+  results = json.loads(out.stdout.splitlines()[-1])
+  replicated, fsdp = results['1'], results['8']
+  assert replicated['sharded'] == 0
+  assert fsdp['sharded'] == 3 * 6 * 2  # 6 kernels per block; mu and nu
+  assert fsdp['loss'] == pytest.approx(replicated['loss'], abs=1e-6)
+  for a, b in zip(fsdp['params'], replicated['params']):
+    np.testing.assert_allclose(a, b, rtol=0, atol=1e-6)
+  # What one device holds of the state, and what XLA says the step takes in.
+  assert fsdp['shard_bytes'] < replicated['shard_bytes'] / 4
+  assert fsdp['argument_bytes'] < replicated['argument_bytes'] / 4
+
+
+_MIMETIC_SCRIPT = '''
+import sys
+sys.path.insert(0, {root!r})
+import jax
+from tests.conftest import tiny_config
+from vit_jax import models
+from vit_jax.training import optimizer
+from vit_jax.runtime import sharding
+from vit_jax.training import steps
+
+config = tiny_config('', fsdp={fsdp})
+model = models.from_config(config, 10).clone(mimetic_init=True)
+tx = optimizer.create_optimizer(config, lambda step: 1e-3)
+mesh = sharding.make_mesh(config.fsdp)
+state = steps.initial_state(jax.random.key(0), model, tx, 32, mesh)
+shapes = steps.state_shapes(jax.random.key(0), model, tx, 32, mesh)
+assert jax.tree.map(lambda a: (a.shape, a.sharding), state) == (
+    jax.tree.map(lambda a: (a.shape, a.sharding), shapes))
+print('initialised')
+'''
+
+
+@pytest.mark.parametrize('fsdp', [1, 4])
+def test_a_mimetic_model_initialises_on_several_host_devices(fsdp):
+  """Its SVDs deadlocked a program partitioned over 4 host devices on 2
+  cores (jax 0.10.2); the state still ends up laid out as the mesh says."""
+  env = {**os.environ, 'XLA_FLAGS': '--xla_force_host_platform_device_count=4'}
+  out = subprocess.run(
+      [sys.executable, '-c', _MIMETIC_SCRIPT.format(root=str(ROOT), fsdp=fsdp)],
+      env=env, capture_output=True, text=True, check=False, cwd=ROOT,
+      timeout=120)
+  assert out.returncode == 0, out.stderr[-3000:]
+  assert out.stdout.strip().endswith('initialised')

@@ -1,0 +1,462 @@
+"""The training loop end to end on a tiny synthetic CIFAR-10: steps as the
+unit, exact resumption, progress, divergence, several processes (SIGTERM and
+Ctrl-C in one process: tests/test_faults.py).
+Faults (kill -9, full disks, damaged files) are in test_faults.py."""
+
+import json
+import math
+import os
+import pathlib
+import shutil
+import signal
+import subprocess
+import sys
+
+import jax
+import numpy as np
+import orbax.checkpoint as ocp
+import pytest
+
+from tests.conftest import ROOT
+from tests.conftest import TINY_MODELS
+from tests.conftest import history
+from tests.conftest import random_cifar
+from tests.conftest import start_two_processes
+from tests.conftest import study_config
+from tests.conftest import tiny_config
+from tests.conftest import trained_vit_config
+from tests.conftest import wait_all
+from tests.conftest import wait_for_step
+from tests.conftest import without_timings
+from tests.conftest import write_cifar_binary
+from tests.conftest import write_process_config
+from vit_jax.checkpoints import reading
+from vit_jax.checkpoints import run_checkpoints
+from vit_jax.training import finetune
+from vit_jax import models
+from vit_jax.runtime import preemption
+from vit_jax.training import train
+from vit_jax.config_schema import ConfigError
+from vit_jax.data import preprocess
+
+
+
+def final_state(workdir, step):
+  with ocp.CheckpointManager(pathlib.Path(workdir) / 'checkpoints') as manager:
+    restored = manager.restore(
+        step, args=ocp.args.Composite(state=ocp.args.StandardRestore()))
+  return restored.state
+
+
+# The cifar_small ViT's first 8 train losses and its test loss, on 128
+# synthetic images in batches of 32 (two epochs, 1 device), as the
+# epoch-counted trainer computed them before the loop counted steps.
+_PINNED_TRAIN_LOSSES = [
+    2.3025848865509033, 2.3025851249694824, 2.3031511306762695,
+    2.3047778606414795, 2.30236554145813, 2.3063464164733887,
+    2.3046836853027344, 2.300473690032959]
+_PINNED_TEST_LOSS = 2.3020577430725098
+
+
+def test_the_study_vit_computes_the_losses_it_always_did(tmp_path):
+  write_cifar_binary(tmp_path / 'data' / 'cifar-10-batches-bin', {
+      'data_batch_1.bin': random_cifar(128, 10, seed=11),
+      'test_batch.bin': random_cifar(40, 10, seed=12)})
+  config = study_config('vit')
+  config.update(dict(data_dir=str(tmp_path / 'data'),
+                     train_examples_per_file=0, test_examples=0, batch_size=32, eval_batch_size=40,
+                     total_steps=8, log_every_steps=1, eval_every_steps=8))
+  train.train_and_evaluate(config, tmp_path / 'run')
+  records = history(tmp_path / 'run')
+  np.testing.assert_allclose([r['train_loss'] for r in records],
+                             _PINNED_TRAIN_LOSSES, rtol=1e-6)
+  assert records[-1]['test_loss'] == pytest.approx(_PINNED_TEST_LOSS,
+                                                   rel=1e-6)
+
+
+def test_steps_set_when_it_logs_evaluates_and_checkpoints(cifar10_binary,
+                                                         tmp_path):
+  data_dir, _ = cifar10_binary  # 96 images: 6 steps an epoch
+  config = tiny_config(data_dir, total_steps=20, log_every_steps=3,
+                       eval_every_steps=8, checkpoint_every_steps=4,
+                       keep_checkpoints=3)
+  summary = train.train_and_evaluate(config, tmp_path)
+  records = history(tmp_path)
+  assert [r['step'] for r in records] == [3, 6, 8, 9, 12, 15, 16, 18, 20]
+  assert [r['step'] for r in records if 'test_loss' in r] == [8, 16, 20]
+  assert [r['step'] for r in records if 'train_loss' in r] == [
+      3, 6, 9, 12, 15, 18, 20]
+  assert records[0]['epoch'] == 0.5 and records[-1]['epoch'] == pytest.approx(
+      20 / 6, abs=1e-4)
+  logged = records[1]
+  assert logged['learning_rate'] > 0 and logged['images_per_second'] > 0
+  assert logged['flops_per_second'] > 0 and 'peak_share' not in logged  # CPU
+  with ocp.CheckpointManager(tmp_path / 'checkpoints') as manager:
+    assert manager.all_steps() == [12, 16, 20]
+  assert (summary['steps'], summary['best_step']) == (20, max(
+      (r for r in records if 'test_loss' in r),
+      key=lambda r: r['test_accuracy'])['step'])
+  assert summary['device'] == jax.devices()[0].device_kind
+  assert list((tmp_path / 'tensorboard' / 'training').glob('events.out.*'))
+
+
+def test_by_default_it_logs_evaluates_and_checkpoints_once_an_epoch(
+    cifar10_binary, tmp_path):
+  data_dir, _ = cifar10_binary
+  train.train_and_evaluate(tiny_config(data_dir, num_epochs=2), tmp_path)
+  records = history(tmp_path)
+  assert [(r['step'], r['epoch']) for r in records] == [(6, 1.0), (12, 2.0)]
+  assert all('train_loss' in r and 'test_loss' in r for r in records)
+  with ocp.CheckpointManager(tmp_path / 'checkpoints') as manager:
+    assert manager.all_steps() == [6, 12]
+
+
+@pytest.mark.parametrize(
+    'model', ['vit', pytest.param('simple_cnn', marks=pytest.mark.slow)])
+def test_resumed_mid_interval_equals_uninterrupted(cifar10_binary, tmp_path,
+                                                   model):
+  data_dir, _ = cifar10_binary
+  # Checkpoint 8 is mid-epoch (6 steps an epoch) and mid logging interval
+  # (steps 7-9): its train-metric sums are part of what it saves.
+  config = tiny_config(data_dir, model, total_steps=14, log_every_steps=3,
+                       eval_every_steps=5, checkpoint_every_steps=4,
+                       keep_checkpoints=5)
+  train.train_and_evaluate(config, tmp_path / 'whole')
+  shutil.copytree(tmp_path / 'whole', tmp_path / 'resumed')
+  for step in (12, 14):  # as if killed between steps 8 and 12
+    shutil.rmtree(tmp_path / 'resumed' / 'checkpoints' / str(step))
+  train.train_and_evaluate(config, tmp_path / 'resumed')
+  assert without_timings(history(tmp_path / 'resumed')) == without_timings(
+      history(tmp_path / 'whole'))
+  jax.tree.map(np.testing.assert_array_equal,
+               final_state(tmp_path / 'resumed', 14),
+               final_state(tmp_path / 'whole', 14))
+
+
+def test_a_scanned_run_resumes_exactly_in_its_own_layout(cifar10_binary,
+                                                        tmp_path):
+  """Stacked blocks (scan), rematerialised, with dropout drawn per layer:
+  orbax restores the stacked tree, and the resumed run is the whole one."""
+  data_dir, _ = cifar10_binary
+  config = tiny_config(data_dir, total_steps=8, log_every_steps=2,
+                       eval_every_steps=4, checkpoint_every_steps=4)
+  config.model_overrides = dict(TINY_MODELS['vit'], num_layers=2, scan=True,
+                                remat='full')
+  train.train_and_evaluate(config, tmp_path / 'whole')
+  shutil.copytree(tmp_path / 'whole', tmp_path / 'resumed')
+  shutil.rmtree(tmp_path / 'resumed' / 'checkpoints' / '8')
+  train.train_and_evaluate(config, tmp_path / 'resumed')
+  assert without_timings(history(tmp_path / 'resumed')) == without_timings(
+      history(tmp_path / 'whole'))
+  state = final_state(tmp_path / 'whole', 8)
+  jax.tree.map(np.testing.assert_array_equal,
+               final_state(tmp_path / 'resumed', 8), state)
+  blocks = state['params']['Transformer']
+  assert 'encoderblock_0' not in blocks
+  assert blocks['encoderblock']['LayerNorm_0']['scale'].shape == (2, 16)
+  # Unscanned, the checkpoints would be another tree: refused.
+  config.model_overrides.scan = False
+  with pytest.raises(ConfigError, match=r'another config\.model_overrides'):
+    train.train_and_evaluate(config, tmp_path / 'resumed')
+
+
+def test_rerunning_a_finished_run_does_not_train_again(cifar10_binary,
+                                                       tmp_path):
+  data_dir, _ = cifar10_binary
+  config = tiny_config(data_dir, num_epochs=1)
+  first = train.train_and_evaluate(config, tmp_path)
+  before = history(tmp_path)
+  again = train.train_and_evaluate(config, tmp_path)
+  assert history(tmp_path) == before
+  assert again == first
+
+
+def test_eval_scores_every_test_example_once(cifar10_binary, tmp_path):
+  data_dir, splits = cifar10_binary
+  config = tiny_config(data_dir, num_epochs=1)  # 37 test images, batches of 16
+  train.train_and_evaluate(config, tmp_path)
+  record = history(tmp_path)[-1]
+  assert record['test_examples'] == 37
+
+  images, labels = splits['test_batch.bin']
+  model = models.from_config(config, 10)
+  params = final_state(tmp_path, 6)['params']
+  logits = model.apply({'params': params},
+                       preprocess.eval_input(
+                           images, image_size=32, mean=config.pixel_mean,
+                           std=config.pixel_std),
+                       train=False)
+  accuracy = float(np.mean(np.argmax(logits, -1) == labels))
+  assert record['test_accuracy'] == pytest.approx(accuracy, abs=1e-6)
+
+
+def test_nan_loss_stops_and_says_what_is_kept(cifar10_binary, tmp_path):
+  data_dir, _ = cifar10_binary
+  # Step 1's update (learning rate 1e38) overflows the parameters.
+  config = tiny_config(data_dir, learning_rate=1e38, warmup_epochs=0,
+                       log_every_steps=1, checkpoint_every_steps=1)
+  with pytest.raises(train.TrainingDivergedError) as raised:
+    train.train_and_evaluate(config, tmp_path)
+  with ocp.CheckpointManager(tmp_path / 'checkpoints') as manager:
+    assert manager.all_steps() == [1]
+  records = history(tmp_path)
+  assert [r['step'] for r in records] == [1]
+  assert str(raised.value) == (
+      'The train loss became nan by step 2; stopped without saving. Kept: the '
+      f'newest checkpoint, step 1 in {tmp_path / "checkpoints"}, saved after '
+      f'a train loss of {records[0]["train_loss"]:.4g} (logged at step 1). '
+      'To go on from it with a lower learning rate or gradient clipping, '
+      "fine-tune its weights in a new workdir (this one keeps its run's "
+      'settings; the head, optimizer state and schedule start afresh there): '
+      f'--workdir=NEW_DIR --config.init_from={tmp_path} '
+      '--config.learning_rate=LOWER (or --config.grad_clip_norm=1).')
+
+
+# Slow: test_nan_loss_stops_and_says_what_is_kept checks the message's
+# every word in the suite.
+@pytest.mark.slow
+def test_a_run_diverging_for_steps_is_told_so_and_the_advice_works(
+    cifar10_binary, tmp_path):
+  data_dir, _ = cifar10_binary
+  # SGD at learning rate 10: the loss grows for steps, then is not finite.
+  diverging = dict(optimizer='sgd', momentum=0.9, warmup_epochs=0,
+                   num_epochs=2, log_every_steps=1, checkpoint_every_steps=2)
+  config = tiny_config(data_dir, learning_rate=10.0, **diverging)
+  with pytest.raises(train.TrainingDivergedError) as raised:
+    train.train_and_evaluate(config, tmp_path / 'run')
+  records = history(tmp_path / 'run')
+  kept = run_checkpoints.RunCheckpoints(tmp_path / 'run' / 'checkpoints',
+                                   2).steps()[-1]
+  before = [r for r in records if r['step'] <= kept][-1]
+  assert before['train_loss'] > 1e3
+  message = str(raised.value)
+  assert (f'Kept: the newest checkpoint, step {kept} in '
+          f'{tmp_path / "run" / "checkpoints"}, saved after a train loss of '
+          f'{before["train_loss"]:.4g} (logged at step {kept}), far above the '
+          f'lowest, {records[0]["train_loss"]:.4g} at step 1: the run was '
+          'diverging already. To go on, start afresh in a new workdir with a '
+          'lower learning rate') in message
+  # The advice, followed.
+  config = tiny_config(data_dir, learning_rate=0.1, **diverging)
+  train.train_and_evaluate(config, tmp_path / 'new')
+  assert all(math.isfinite(r['train_loss'])
+             for r in history(tmp_path / 'new'))
+
+
+_LOSS_SCRIPT = '''
+import json, sys
+import jax
+sys.path.insert(0, {root!r})
+from tests.conftest import tiny_config
+from vit_jax.training import train
+config = tiny_config({data_dir!r}, num_epochs=1, batch_size=16)
+train.train_and_evaluate(config, {workdir!r})
+print(json.dumps([jax.device_count(), {workdir!r}]))
+'''
+
+
+@pytest.mark.slow  # 30 s; the 2-process tests split the batch too
+def test_eight_devices_give_the_single_device_loss(cifar10_binary, tmp_path):
+  data_dir, _ = cifar10_binary
+  records = {}
+  for devices in (1, 8):
+    workdir = str(tmp_path / f'devices_{devices}')
+    env = {**os.environ,
+           'XLA_FLAGS': f'--xla_force_host_platform_device_count={devices}'}
+    out = subprocess.run(
+        [sys.executable, '-c', _LOSS_SCRIPT.format(
+            root=str(ROOT), data_dir=str(data_dir), workdir=workdir)],
+        env=env, capture_output=True, text=True, check=False)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert json.loads(out.stdout.splitlines()[-1])[0] == devices
+    records[devices] = history(workdir)[-1]
+  for metric in ('train_loss', 'test_loss'):
+    assert records[8][metric] == pytest.approx(records[1][metric], abs=1e-5)
+
+
+@pytest.mark.parametrize('overrides,message', [
+    (dict(learning_rate=0.0), 'learning_rate=0.0 must be positive'),
+    (dict(num_epochs=-1), 'num_epochs=-1 must be >= 0'),
+    (dict(num_epochs=0), 'Set config.total_steps or config.num_epochs'),
+    (dict(optimizer='lamb'), "optimizer='lamb'"),
+    (dict(dtype='float16'), "dtype='float16'"),
+    (dict(model='ViT-Q_3'), "Unknown model 'ViT-Q_3'"),
+    (dict(dataset='imagenet'), "Unknown dataset 'imagenet'"),
+    (dict(image_size=30), 'image_size=30 does not fit.*not divisible by the patch size 8'),
+    (dict(batch_size=512), 'batch_size=512 is larger than the 96 training'),
+    (dict(model_overrides={'depth': 2}), 'no field.*depth'),
+    (dict(lr_decay='step'), "lr_decay='step'"),
+    (dict(input_pipeline='tf.data'), "input_pipeline='tf.data'"),
+    (dict(cpu_compiler_options={'xla_cpu_no_such_option': '1'}),
+     "No such compile option: 'xla_cpu_no_such_option'"),
+])
+def test_bad_input_is_a_clear_error_before_anything_is_written(
+    cifar10_binary, tmp_path, overrides, message):
+  data_dir, _ = cifar10_binary
+  config = tiny_config(data_dir, **overrides)
+  with pytest.raises(ValueError, match=message):
+    train.train_and_evaluate(config, tmp_path / 'run')
+  assert not (tmp_path / 'run').exists()
+
+
+def test_a_workdir_of_another_run_is_refused_not_restored(cifar10_binary,
+                                                          tmp_path):
+  data_dir, _ = cifar10_binary
+  train.train_and_evaluate(tiny_config(data_dir, num_epochs=1), tmp_path)
+  before = (tmp_path / 'config.json').read_text()
+  other = tiny_config(data_dir, num_epochs=1, batch_size=32, image_size=24)
+  with pytest.raises(ConfigError,
+                     match=r"another config\.image_size \(32 there, 24 here\); "
+                     r"config\.batch_size \(16 there, 32 here\).*new "
+                     r'--workdir to start afresh'):
+    train.train_and_evaluate(other, tmp_path)
+  assert (tmp_path / 'config.json').read_text() == before
+  # Intervals do not change what the checkpoints mean: allowed, and recorded.
+  train.train_and_evaluate(tiny_config(data_dir, num_epochs=1,
+                                       eval_every_steps=2), tmp_path)
+  changes = [json.loads(line) for line in
+             (tmp_path / 'config_changes.jsonl').read_text().splitlines()]
+  assert changes == [{'step': 6, 'changed': {
+      'eval_every_steps': {'before': 0, 'after': 2}}}]
+  assert json.loads((tmp_path / 'config.json').read_text())[
+      'eval_every_steps'] == 2
+
+
+# ------------------------------------------------- real processes ----------
+
+_TWO_PROCESS_CONFIG = '''
+import sys
+sys.path.insert(0, {root!r})
+from tests.conftest import trained_vit_config
+def get_config():
+  config = trained_vit_config({data_dir!r})
+  config.input_pipeline = {input_pipeline!r}
+  if config.input_pipeline == 'streaming':
+    config.input_workers = 0  # threads: worker processes start in seconds
+  return config
+'''
+
+
+def _train_in_two_processes(data_dir, input_pipeline_name, workdir, tmp_path):
+  """Runs `trained_vit_config` in 2 processes x 1 CPU device through
+  main.py's cluster flags; returns their logs."""
+  config_file = tmp_path / 'config.py'
+  config_file.write_text(_TWO_PROCESS_CONFIG.format(
+      root=str(ROOT), data_dir=str(data_dir),
+      input_pipeline=input_pipeline_name))
+  processes, logs = start_two_processes(config_file, workdir, tmp_path)
+  codes = wait_all(processes)
+  for code, log in zip(codes, logs):
+    assert code == 0, log.read_text()[-3000:]
+  return [log.read_text() for log in logs]
+
+
+def test_two_processes_give_the_two_device_loss_and_one_set_of_files(
+    trained_vit_run, tmp_path):
+  """2 processes x 1 CPU device (gloo collectives) train as 1 process x 2
+  devices does (`trained_vit_run`), through main.py's cluster flags; both
+  share the workdir, where one set of files and one checkpoint appear."""
+  reference, data_dir = trained_vit_run
+  workdir = tmp_path / 'run'
+  logs = _train_in_two_processes(data_dir, 'on_device', workdir, tmp_path)
+  assert '[process 1/2] step 6/6 (epoch 1)' in logs[1]
+
+  records, expected = history(workdir), history(reference)
+  assert len(records) == 1  # written once, by process 0
+  for metric in ('train_loss', 'test_loss'):
+    assert records[0][metric] == pytest.approx(expected[0][metric], abs=1e-5)
+  for metric in ('step', 'test_examples', 'train_accuracy', 'test_accuracy'):
+    assert records[0][metric] == expected[0][metric]
+  assert json.loads((workdir / 'config.json').read_text()) == json.loads(
+      (reference / 'config.json').read_text())
+  assert json.loads((workdir / 'summary.json').read_text())['steps'] == 6
+  assert len(list((workdir / 'tensorboard' / 'training').glob('events.out.*'))) == 1
+  # The checkpoint both processes wrote restores on this process's device.
+  run = reading.load_run(workdir)
+  assert run.step == 6
+  for a, b in zip(jax.tree.leaves(run.params),
+                  jax.tree.leaves(reading.load_run(reference).params)):
+    np.testing.assert_allclose(a, b, atol=1e-5)
+
+
+@pytest.mark.slow  # 30 s: two processes and a reference run
+def test_two_streaming_processes_each_read_their_half_of_every_batch(
+    trained_vit_run, tmp_path):
+  """Streaming: each of 2 processes reads only its device's 8 rows of every
+  16-image batch, and together they train as 1 process does."""
+  _, data_dir = trained_vit_run
+  config = trained_vit_config(data_dir)
+  config.input_pipeline, config.input_workers = 'streaming', 0
+  train.train_and_evaluate(config, tmp_path / 'reference')
+  logs = _train_in_two_processes(data_dir, 'streaming', tmp_path / 'run',
+                                 tmp_path)
+  for process_id, log in enumerate(logs):
+    rows = f'{8 * process_id}:{8 * (process_id + 1)}'
+    assert f'reads rows {rows} of every training batch of 16' in log
+  records, expected = history(tmp_path / 'run'), history(
+      tmp_path / 'reference')
+  for metric in ('train_loss', 'test_loss'):
+    assert records[0][metric] == pytest.approx(expected[0][metric], abs=1e-5)
+  for metric in ('train_accuracy', 'test_accuracy', 'test_examples'):
+    assert records[0][metric] == expected[0][metric]
+
+
+@pytest.mark.parametrize('signum', [
+    pytest.param(signal.SIGTERM, marks=pytest.mark.slow),  # 16 s
+    # Sent on to jax's preemption service as SIGTERM.
+    pytest.param(signal.SIGINT, marks=pytest.mark.slow)],  # 33 s
+                         ids=['SIGTERM', 'Ctrl-C'])
+def test_a_stop_signal_to_one_of_two_processes_stops_both_at_one_saved_step(
+    uninterrupted, tmp_path, signum):
+  data_dir, _ = uninterrupted
+  config_file = write_process_config(tmp_path, data_dir)
+  workdir = tmp_path / 'run'
+  # Long enough that jax's preemption notice (polled each second) arrives
+  # well before the end.
+  processes, logs = start_two_processes(
+      config_file, workdir, tmp_path, '--config.total_steps=2000',
+      '--config.checkpoint_every_steps=5000', '--config.eval_every_steps=5000')
+  wait_for_step(processes[0], workdir, 3)
+  processes[1].send_signal(signum)
+  assert wait_all(processes, timeout=120) == [preemption.PREEMPTED_EXIT_STATUS] * 2
+  stopped = [int(log.read_text().split('saved a checkpoint of step ')[1]
+                 .split()[0]) for log in logs]
+  assert stopped[0] == stopped[1] < 2000
+  assert run_checkpoints.RunCheckpoints(workdir / 'checkpoints', 2).steps() == [
+      stopped[0]]
+
+
+def test_a_masked_autoencoder_trains_its_encoder_and_fine_tunes_from_it(
+    cifar10_binary, tmp_path):
+  data_dir, _ = cifar10_binary
+  # No weight decay: only the reconstruction's gradients move the encoder.
+  config = tiny_config(data_dir, num_epochs=1, warmup_epochs=0,
+                       weight_decay=0.0)
+  config.model_overrides = dict(TINY_MODELS['vit'], mae_mask_ratio=0.75,
+                                mae_decoder_depth=1, mae_decoder_width=32)
+  summary = train.train_and_evaluate(config, tmp_path / 'mae')
+  assert 0.0 <= summary['best_test_accuracy'] <= 1.0  # the probe's
+  pretrained = reading.load_run(tmp_path / 'mae').params
+  model = models.from_config(config, num_classes=10)
+  initial = model.init(jax.random.split(jax.random.key(config.seed))[0],
+                       np.zeros((1, 32, 32, 3)), train=False)['params']
+  assert not np.allclose(
+      pretrained['Transformer']['encoderblock_0']['MlpBlock_0']['Dense_0'][
+          'kernel'],
+      initial['Transformer']['encoderblock_0']['MlpBlock_0']['Dense_0'][
+          'kernel'])
+
+  tuned = tiny_config(data_dir, num_epochs=1, warmup_epochs=0,
+                      init_from=str(tmp_path / 'mae'))
+  plain = models.from_config(tuned, num_classes=10)
+  fresh = plain.init(jax.random.key(0), np.zeros((1, 32, 32, 3)),
+                     train=False)['params']
+  start = finetune.pretrained_params(tuned, plain, fresh)
+  assert set(start) == set(fresh)  # no decoder
+  np.testing.assert_array_equal(
+      start['Transformer']['encoderblock_0']['MlpBlock_0']['Dense_0'][
+          'kernel'],
+      pretrained['Transformer']['encoderblock_0']['MlpBlock_0']['Dense_0'][
+          'kernel'])
+  assert np.isfinite(train.train_and_evaluate(
+      tuned, tmp_path / 'tuned')['best_test_accuracy'])

@@ -1,0 +1,87 @@
+"""Any checkpoint written in another format: what `python -m
+vit_jax.convert` does (that module's docstring says what each format is)."""
+
+import pathlib
+
+import jax
+
+from vit_jax.checkpoints import reading
+from vit_jax import errors
+from vit_jax.runtime import files
+from vit_jax import models
+from vit_jax.errors import CheckpointError
+from vit_jax.formats import npz
+from vit_jax.formats import params as params_lib
+from vit_jax.formats import vit_model
+
+FORMATS = (reading.NPZ, *reading.FOLDER_FORMATS)
+
+
+def _check_destination(dest: pathlib.Path, format_name: str) -> None:
+  if format_name == 'npz':
+    if dest.is_dir():
+      raise CheckpointError(f'{dest} is a directory; --format=npz writes a '
+                            f'file: pass a path such as {dest}/model.npz.')
+    return
+  if dest.is_file():
+    raise CheckpointError(f'{dest} is a file; --format={format_name} writes a '
+                          'folder: pass a new or empty directory.')
+  if (dest / 'checkpoints').exists():
+    raise CheckpointError(f'{dest} is a vit_jax.main workdir, whose '
+                          'config.json the export would overwrite: pass a new '
+                          'or empty directory.')
+  # The new folder takes the old one's place whole: only an earlier
+  # export's files may be there.
+  others = files.foreign_files(
+      dest, reading.FOLDER_FORMATS[format_name].FILES.__contains__)
+  if others:
+    raise CheckpointError(
+        f'{dest} holds files a {format_name} folder does not ({others}), '
+        'which the export would replace: pass a new or empty directory.')
+
+
+def convert(source: str | pathlib.Path, dest: str | pathlib.Path,
+            format_name: str, *, model_name: str | None = None,
+            step: int | None = None) -> str:
+  """Writes `source` as `dest` in `format_name`; returns what it wrote, in
+  one line."""
+  if format_name not in FORMATS:
+    raise CheckpointError(f'--format={format_name!r}: use one of '
+                          f'{", ".join(FORMATS)}.')
+  dest = pathlib.Path(dest)
+  _check_destination(dest, format_name)
+  loaded = reading.load(source, model_name=model_name, step=step)
+  if not isinstance(loaded.model, models.VisionTransformer):
+    raise CheckpointError(f'{source} holds a {loaded.config.model}; only ViTs '
+                          'convert to other formats.')
+  params = jax.device_get(loaded.params)
+  try:
+    if format_name == 'npz':
+      npz.save_npz(params, dest)
+    else:
+      files.replace_directory_atomically(
+          dest, lambda partial: reading.FOLDER_FORMATS[format_name].write(
+              partial, params, loaded.model, loaded.image_size,
+              loaded.pixels))
+  except errors.VitJaxError:
+    raise
+  except Exception as e:  # pylint: disable=broad-except
+    # A full or read-only disk: OSError, or safetensors' own error.
+    raise CheckpointError(errors.write_failed(
+        dest, e, f'{"the file" if format_name == "npz" else "the folder"} '
+        'is as it was', 'another DEST')) from e
+  described = params_lib.describe_architecture(
+      params_lib.vit_architecture(params))
+  return (f'Wrote {dest} ({format_name}): {described}, '
+          f'{loaded.model.num_classes} classes, {loaded.image_size}x'
+          f'{loaded.image_size} images; from the {loaded.kind} {source}'
+          f'{f" (step {loaded.step})" if loaded.step is not None else ""}.'
+          f'{_unstated_pixels(format_name, loaded.pixels)}')
+
+
+def _unstated_pixels(format_name: str, pixels: tuple[tuple, tuple]) -> str:
+  """What a user of an .npz must pass that the file cannot hold."""
+  if format_name != reading.NPZ or pixels == vit_model.RELEASED_PIXELS:
+    return ''
+  return (' An .npz does not hold the normalisation it was trained with: '
+          f'evaluate or fine-tune it with {reading.pixel_flags(pixels)}.')

@@ -1,0 +1,272 @@
+"""Any checkpoint read back: a `vit_jax.main` workdir as it was trained
+(`load_run`; a teacher's, `teacher_run`), verified as the loop verifies what
+it resumes; any checkpoint (`source_kind`: a workdir, an official `.npz`,
+timm's or transformers' safetensors) as it is evaluated, analysed, exported
+and fine-tuned (`load_params`, `load`). A workdir's record of its run is
+its config.json, and a copy in each checkpoint, from which a lost
+config.json is rebuilt (`saved_config`). Saving is `run_checkpoints`'; the
+other formats are `vit_jax.formats`'.
+"""
+
+import dataclasses
+import json
+import pathlib
+from typing import Any
+
+from absl import logging
+import jax
+import ml_collections
+
+from vit_jax.runtime import files
+from vit_jax import formats
+from vit_jax import models
+from vit_jax.checkpoints import run_checkpoints
+from vit_jax.errors import CheckpointError
+from vit_jax.errors import WorkdirError
+from vit_jax.formats import hf
+from vit_jax.formats import npz
+from vit_jax.formats import safetensors_file
+from vit_jax.formats import timm
+from vit_jax.formats import vit_model
+
+
+@dataclasses.dataclass(frozen=True)
+class Run:
+  config: ml_collections.ConfigDict
+  params: Any
+  batch_stats: Any  # {} for models without BatchNorm
+  step: int
+
+  @property
+  def variables(self) -> dict:
+    if self.batch_stats:
+      return {'params': self.params, 'batch_stats': self.batch_stats}
+    return {'params': self.params}
+
+  def for_inference(self) -> tuple[Any, dict]:
+    """The model and variables that apply this run as it is evaluated,
+    analysed, exported and fine-tuned (`models.for_inference`)."""
+    model = models.from_config(self.config,
+                               self.params['head']['bias'].shape[-1])
+    return models.for_inference(model, self.variables)
+
+
+def read_config_json(workdir: pathlib.Path) -> tuple[dict | None, str]:
+  """`workdir`'s config.json, or None and what is wrong with it ('is
+  missing', 'is not valid JSON (...)')."""
+  config_file = pathlib.Path(workdir) / 'config.json'
+  try:
+    return json.loads(config_file.read_text()), ''
+  except FileNotFoundError:
+    return None, 'is missing'
+  except (json.JSONDecodeError, UnicodeDecodeError) as e:
+    return None, f'is not valid JSON ({e})'
+  except OSError as e:
+    return None, f'cannot be read ({e.strerror or e})'
+
+
+def saved_config(workdir: pathlib.Path) -> dict:
+  """The config of the run whose checkpoints `workdir` holds: its
+  config.json, or, when that is missing or unreadable, the config its
+  newest checkpoint saved, written back to config.json (one warning says
+  so). WorkdirError when neither exists: nothing then says which config
+  the checkpoints are of."""
+  saved, problem = read_config_json(workdir)
+  if saved is not None:
+    return saved
+  config_file, checkpoints = workdir / 'config.json', workdir / 'checkpoints'
+  with run_checkpoints.RunCheckpoints(checkpoints) as reader:
+    found = reader.latest_config()
+  if found is None:
+    raise WorkdirError(
+        f'{config_file} {problem}, and the checkpoints in {checkpoints} were '
+        'saved before checkpoints held their config: nothing says which '
+        'config they are of, so no run can resume them. Pass a new '
+        f'--workdir, or move {checkpoints} away to start afresh here.')
+  step, saved = found
+  logging.warning('%s %s: rebuilt from the config saved with checkpoint %s.',
+                  config_file, problem, checkpoints / str(step))
+  if jax.process_index() == 0:
+    files.write_atomically(config_file, json.dumps(saved, indent=2))
+  return saved
+
+
+def load_run(workdir: str | pathlib.Path, step: int | None = None) -> Run:
+  """The config and the model variables of a `vit_jax.main` workdir.
+
+  Reads the checkpoint of `step`, or the newest that matches its digest
+  (the trainer's fallback: a damaged one is skipped with a warning), onto
+  this process's first device, whatever devices the run was trained on;
+  CheckpointError for a step that cannot be restored. The config is
+  config.json's, or, when that is lost, the checkpoint's.
+  """
+  workdir = pathlib.Path(workdir)
+  with run_checkpoints.RunCheckpoints(workdir / 'checkpoints') as checkpoints:
+    if not checkpoints.steps():
+      if not (workdir / 'config.json').exists():
+        raise CheckpointError(f'{workdir} has no config.json nor checkpoints: '
+                              'pass the --workdir of a run of `python -m '
+                              'vit_jax.main`.')
+      raise CheckpointError(f'{workdir / "checkpoints"} holds no checkpoint '
+                            'yet; train until the first one is saved.')
+    restored = (checkpoints.restore_latest() if step is None else
+                checkpoints.restore(step))
+  config, problem = read_config_json(workdir)
+  if config is None:
+    if restored.config is None:
+      raise CheckpointError(
+          f'{workdir / "config.json"} {problem}, and the checkpoints in '
+          f'{checkpoints.directory} were saved before checkpoints held their '
+          "config: nothing says which model they are. Put back the run's "
+          'config.json.')
+    logging.warning('%s %s: reading the config saved with checkpoint %s.',
+                    workdir / 'config.json', problem,
+                    checkpoints.directory / str(restored.step))
+    config = restored.config
+  # The optimizer state, needed to verify the checkpoint, stays behind.
+  device = jax.local_devices()[0]
+  return Run(ml_collections.ConfigDict(config),
+             jax.device_put(restored.state['params'], device),
+             jax.device_put(restored.state.get('batch_stats') or {}, device),
+             restored.step)
+
+
+# What `source_kind` calls each source, as `vit_jax.convert --format` does.
+WORKDIR, NPZ, TIMM, HF = 'workdir', 'npz', 'timm', 'hf'
+FOLDER_FORMATS: dict[str, formats.FolderFormat] = {TIMM: timm, HF: hf}
+SOURCES_HELP = ('a vit_jax.main workdir, an official .npz, a timm '
+                'model.safetensors or hub folder, or a transformers ViT folder')
+
+
+def _safetensors_kind(path: pathlib.Path) -> str:
+  """TIMM or HF, from the array names in a .safetensors file's header."""
+  keys = safetensors_file.names(path)
+  if timm.is_state(keys):
+    return TIMM
+  if hf.is_state(keys):
+    return HF
+  raise CheckpointError(
+      f'{path} holds neither timm\'s nor transformers\' ViT arrays (it has '
+      f'{", ".join(sorted(keys)[:5]) or "no arrays"}'
+      f'{" ..." if len(keys) > 5 else ""}).')
+
+
+def source_kind(source: str | pathlib.Path) -> str:
+  """What `source` is, from its contents: WORKDIR, NPZ, TIMM or HF;
+  CheckpointError in one line for anything else."""
+  path = pathlib.Path(source)
+  if not path.exists():
+    raise CheckpointError(f'No checkpoint at {path}: pass {SOURCES_HELP}.')
+  if path.is_dir():
+    config, _ = read_config_json(path)
+    if isinstance(config, dict) and 'model_type' in config:
+      return HF
+    if isinstance(config, dict) and 'architecture' in config:
+      return TIMM
+    if (path / 'checkpoints').is_dir() or config is not None:
+      return WORKDIR
+    weights = path / safetensors_file.WEIGHTS_NAME
+    if weights.exists():
+      return _safetensors_kind(weights)
+    raise CheckpointError(f'{path} holds no checkpoint: pass {SOURCES_HELP}.')
+  if safetensors_file.is_safetensors(path):
+    return _safetensors_kind(path)
+  return NPZ  # load_npz says what else the file is
+
+
+def load_params(source: str | pathlib.Path, step: int | None = None,
+                model_name: str | None = None) -> Any:
+  """Parameters from any checkpoint (`source_kind`), in our tree, without
+  what served only training (`models.inference_params`).
+
+  A workdir gives its checkpoint of `step` (default: the newest sound one)
+  as arrays on the first device; files give numpy arrays. `model_name`, a
+  ViT's name, gives the number of heads where a timm or transformers file
+  fuses them and no config.json says it.
+  """
+  path = pathlib.Path(source)
+  kind = source_kind(path)
+  if kind == WORKDIR:
+    return models.inference_params(load_run(path, step).params)
+  return _read_file(path, kind, model_name, step)
+
+
+def _read_file(path: pathlib.Path, kind: str, model_name: str | None,
+               step: int | None) -> Any:
+  """The parameters of a checkpoint file or folder of `kind` (not a run)."""
+  if step is not None:
+    raise CheckpointError(f'{path} is one checkpoint; step={step} only '
+                          'selects among the checkpoints of a run directory.')
+  if kind == NPZ:
+    return npz.load_npz(path)
+  return FOLDER_FORMATS[kind].read(path, model_name)
+
+
+@dataclasses.dataclass(frozen=True)
+class Loaded:
+  """A checkpoint from any source, with the model that applies it."""
+  kind: str  # source_kind's
+  model: Any  # a linen module: a run's model, or a ViT of the shapes
+  variables: dict
+  image_size: int  # the run's, or what the position embeddings were for
+  config: ml_collections.ConfigDict | None  # a workdir's run config
+  step: int | None  # a workdir's checkpoint step
+  # The per-channel (mean, std) its input is normalised with: a run's
+  # config's, what a timm or transformers folder states, else the released
+  # models' (pixels in [-1, 1]).
+  pixels: tuple[tuple, tuple]
+
+  @property
+  def params(self) -> Any:
+    return self.variables['params']
+
+
+def load(source: str | pathlib.Path, *, model_name: str | None = None,
+         step: int | None = None) -> Loaded:
+  """Any checkpoint (`source_kind`) and the model that applies it: a
+  workdir's config says which (`models.for_inference`); for the others,
+  `model_name` (`--model`) or the shapes (`formats.vit_model.model_for`)."""
+  path = pathlib.Path(source)
+  kind = source_kind(path)
+  if kind == WORKDIR:
+    if model_name:
+      raise CheckpointError(f'{path} is a run, whose config names its model: '
+                            f'leave out --model={model_name}.')
+    run = load_run(path, step)
+    model, variables = run.for_inference()
+    return Loaded(WORKDIR, model, variables, run.config.image_size,
+                  run.config, run.step, _config_pixels(run.config))
+  params = _read_file(path, kind, model_name, step)
+  model, image_size = vit_model.model_for(params, model_name=model_name,
+                                          source=str(path))
+  return Loaded(kind, model, {'params': params}, image_size, None, None,
+                _file_pixels(path, kind))
+
+
+def _config_pixels(config) -> tuple[tuple, tuple]:
+  return tuple(config['pixel_mean']), tuple(config['pixel_std'])
+
+
+def _file_pixels(path: pathlib.Path, kind: str) -> tuple[tuple, tuple]:
+  return (vit_model.RELEASED_PIXELS if kind == NPZ else
+          FOLDER_FORMATS[kind].pixels(path))
+
+
+def trained_pixels(source: str | pathlib.Path) -> tuple[tuple, tuple] | None:
+  """The (mean, std) `source` was trained on (`Loaded.pixels`) without
+  loading its arrays; None for a run whose config.json does not say."""
+  path = pathlib.Path(source)
+  kind = source_kind(path)
+  if kind != WORKDIR:
+    return _file_pixels(path, kind)
+  config, _ = read_config_json(path)
+  if not isinstance(config, dict) or not {'pixel_mean', 'pixel_std'} <= set(
+      config):
+    return None
+  return _config_pixels(config)
+
+
+def pixel_flags(pixels: tuple[tuple, tuple]) -> str:
+  """The overrides that normalise a run's input with `pixels` (mean, std)."""
+  mean, std = (','.join(f'{x:g}' for x in p) for p in pixels)
+  return f'--config.pixel_mean={mean} --config.pixel_std={std}'

@@ -1,0 +1,349 @@
+"""A run's checkpoints, `workdir/checkpoints/<step>/`: saved by the training
+loop, restored by it to resume and by every reader of a run
+(`reading.load_run`) along one path, which verifies each checkpoint
+against its digest (`digests`) and falls back to the one before a damaged
+newest one.
+"""
+
+import contextlib
+import dataclasses
+import functools
+import os
+import pathlib
+import sys
+from typing import Any
+
+from absl import logging
+import jax
+from jax.experimental import multihost_utils
+import orbax.checkpoint as ocp
+
+from vit_jax.checkpoints import digests
+from vit_jax import errors
+from vit_jax.errors import CheckpointError
+from vit_jax.errors import first_line
+
+
+@dataclasses.dataclass(frozen=True)
+class Restored:
+  """Everything a run needs to go on exactly as if it had never stopped."""
+  step: int
+  state: Any  # steps.TrainState
+  train_sums: dict  # metric sums of the unfinished logging interval
+  history: list[dict]  # every record logged so far
+  position: dict  # where the input's next batch comes from
+  config: dict | None  # as config.json holds it; None: saved before
+
+
+def _host_device() -> jax.Device:
+  """Where a reader restores a run's whole state to verify it: the host's
+  memory, which holds the optimizer state more easily than an
+  accelerator's (only the parameters go on to the accelerator)."""
+  try:
+    return jax.local_devices(backend='cpu')[0]
+  except RuntimeError:  # JAX_PLATFORMS leaves the CPU out
+    return jax.local_devices()[0]
+
+
+def _as_saved(step_dir: pathlib.Path) -> tuple[Any, Any]:
+  """Restore targets for a checkpoint's state and train sums as they were
+  saved, on one device whatever devices saved them: a reader has no model
+  to say the state's structure."""
+  device = jax.sharding.SingleDeviceSharding(_host_device())
+
+  def target(item: str):
+    metadata = ocp.StandardCheckpointHandler().metadata(step_dir / item)
+    return jax.tree.map(lambda leaf: jax.ShapeDtypeStruct(
+        leaf.shape, leaf.dtype, sharding=device), metadata)
+
+  return target('state'), target('train_sums')
+
+
+def _abandoned_by_orbax(unraisable) -> bool:
+  """Whether an unraisable exception is what a failed save or restore,
+  already reported in one line, leaves behind: tensorstore's pending
+  operations calling back into orbax's closed event loop, or orbax's other
+  reads of a damaged checkpoint, collected with their errors."""
+  error, code = unraisable.exc_value, getattr(unraisable.object, 'cr_code',
+                                              None)
+  return (isinstance(error, RuntimeError) and
+          str(error) == 'Event loop is closed') or (
+              code is not None and '/orbax/' in code.co_filename)
+
+
+@functools.cache
+def _ignore_what_orbax_abandons():
+  """Python prints each of `_abandoned_by_orbax`'s exceptions with a
+  traceback: pages after the one line that says what failed. Installed
+  once, by the first RunCheckpoints opened."""
+  unraisablehook = sys.unraisablehook
+
+  def hook(unraisable):
+    if not _abandoned_by_orbax(unraisable):
+      unraisablehook(unraisable)
+
+  sys.unraisablehook = hook
+
+
+# How many checkpoints a reader lets a live run replace under it before it
+# says so, rather than chasing the run's rotation for as long as it lasts.
+_MAX_ROTATED_WHILE_READ = 10
+
+
+class RunCheckpoints:
+  """The checkpoints of a run, `directory/<step>/`, the newest
+  `keep` kept. Each holds a `Restored`'s fields: the train state, the train
+  metric sums of the unfinished logging interval, the history of logged
+  records, the input's position and the run's config, and their `digest`,
+  which every restore verifies (`digests`). Saves are asynchronous; orbax
+  writes a checkpoint under a temporary name and renames it when complete,
+  so a killed save leaves no step behind, only a temporary directory that
+  the next run removes. A save that fails in the background raises
+  CheckpointError at the next `check`, `save` or `close`.
+
+  Without `keep`, a reader's: it saves nothing and changes nothing in
+  `directory` (a save in progress there keeps its temporary directory, a
+  damaged checkpoint stays where it is).
+
+  Multi-process: every process calls every method; orbax coordinates them.
+  """
+
+  def __init__(self, directory: pathlib.Path, keep: int | None = None):
+    self.directory = pathlib.Path(directory).absolute()  # orbax needs it so
+    self._keep = keep
+    self._reading = keep is None
+    self._manager = None
+
+  def __enter__(self) -> 'RunCheckpoints':
+    return self
+
+  def __exit__(self, *unused_exc_info):
+    self.close()
+
+  def _open(self, create: bool) -> ocp.CheckpointManager:
+    if self._manager is None:
+      _ignore_what_orbax_abandons()
+      self._manager = ocp.CheckpointManager(
+          self.directory,
+          options=ocp.CheckpointManagerOptions(
+              max_to_keep=self._keep, create=create,
+              cleanup_tmp_directories=not self._reading))
+    return self._manager
+
+  def steps(self, fresh: bool = False) -> list[int]:
+    """The steps saved here; `fresh`: as the directory lists them now, not
+    as it did when first read (a run may be writing there)."""
+    if not self.directory.is_dir():
+      return []
+    for attempt in range(_MAX_ROTATED_WHILE_READ):
+      try:
+        manager = self._open(create=False)
+        if fresh:
+          manager.reload()
+        return sorted(manager.all_steps())
+      except (FileNotFoundError, NotADirectoryError):
+        # orbax lists the steps, then reads each one's time (opening the
+        # manager too): a live run deleted one in between. List again.
+        if attempt == _MAX_ROTATED_WHILE_READ - 1:
+          raise
+        fresh = True
+
+  def restore_latest(self, state_shapes=None,
+                     sum_shapes=None) -> Restored | None:
+    """The newest checkpoint that restores and matches its digest (see
+    `restore` for the shapes); one that does not is skipped with a warning
+    naming it and, unless this is a reader, set aside. One deleted while it
+    was read (a live run's rotation) is not damaged: the steps are listed
+    again and the newest read. None when there is none; CheckpointError
+    when none of several restores."""
+    tried, damaged, deleted = set(), [], []
+    while len(deleted) < _MAX_ROTATED_WHILE_READ:
+      untried = [s for s in self.steps(fresh=bool(tried)) if s not in tried]
+      if not untried:
+        break
+      step = untried[-1]
+      tried.add(step)
+      try:
+        restored = self._restore(step, state_shapes, sum_shapes)
+      except Exception as e:  # pylint: disable=broad-except
+        # Rotated away by the run writing here: gone, or being deleted
+        # (orbax removes a checkpoint's files one by one) for a newer one
+        # saved since.
+        if not (self.directory / str(step)).exists() or any(
+            s > step and s not in tried for s in self.steps(fresh=True)):
+          deleted.append(step)
+          continue
+        # orbax and tensorstore raise many types for damaged files.
+        logging.warning('Skipping checkpoint %s, which cannot be restored '
+                        '(%s); trying the one before it.',
+                        self.directory / str(step), first_line(e))
+        damaged.append(step)
+        continue
+      if not self._reading:
+        self._set_aside(damaged)
+      return restored
+    if damaged:
+      raise CheckpointError(
+          f'None of the checkpoints in {self.directory} (steps '
+          f'{", ".join(map(str, sorted(damaged)))}) can be restored; the '
+          'warnings above say why.' + (
+              '' if self._reading else
+              ' Move the directory away to start the run afresh.'))
+    if deleted:
+      raise CheckpointError(
+          f'The checkpoints in {self.directory} (steps '
+          f'{", ".join(map(str, sorted(deleted)))}) were deleted while they '
+          'were read: a run still writing there keeps replacing them. Try '
+          'again, or wait until it ends.')
+    return None
+
+  def restore(self, step: int, state_shapes=None,
+              sum_shapes=None) -> Restored:
+    """The checkpoint of `step`, verified against its digest, onto the
+    shardings of the shapes given; without shapes (a reader), every array
+    as saved onto one device of this host. CheckpointError when there is
+    no such checkpoint or it cannot be restored."""
+    steps = self.steps()
+    if step not in steps:
+      raise CheckpointError(f'No checkpoint of step {step} in '
+                            f'{self.directory}; there are {steps}.')
+    try:
+      return self._restore(step, state_shapes, sum_shapes)
+    except Exception as e:  # pylint: disable=broad-except
+      if not (self.directory / str(step)).exists():
+        raise CheckpointError(
+            f'The checkpoint {self.directory / str(step)} was deleted while '
+            'it was read: a run still writing there replaced it (now: steps '
+            f'{self.steps(fresh=True)}).') from e
+      others = [s for s in steps if s != step]
+      raise CheckpointError(
+          f'The checkpoint {self.directory / str(step)} cannot be restored '
+          f'({first_line(e)}); ' + (f'the others are steps {others}.'
+                                    if others else 'there is no other.')
+      ) from e
+
+  def _restore(self, step: int, state_shapes, sum_shapes) -> Restored:
+    """`restore` without its checks: raises what orbax raises for a damaged
+    or foreign checkpoint, or DigestMismatchError. One that predates
+    digests is restored with a warning."""
+    step_dir = self.directory / str(step)
+    if state_shapes is None:
+      state_shapes, sum_shapes = _as_saved(step_dir)
+    held = {path.name for path in step_dir.iterdir()}
+    items = dict(state=ocp.args.StandardRestore(state_shapes),
+                 train_sums=ocp.args.StandardRestore(sum_shapes),
+                 history=ocp.args.JsonRestore(),
+                 position=ocp.args.JsonRestore())
+    items.update({name: ocp.args.JsonRestore()
+                  for name in ('config', 'digest') if name in held})
+    restored = self._open(create=False).restore(
+        step, args=ocp.args.Composite(**items))
+    result = Restored(step, restored.state, dict(restored.train_sums),
+                      list(restored.history), dict(restored.position),
+                      restored.get('config'))
+    if 'digest' in held:
+      digests.verify(restored.digest, result.state, result.train_sums,
+                     result.history, result.position, result.config)
+    elif 'config' in held:  # saved with a digest, which is lost
+      raise digests.DigestMismatchError('its digest is missing')
+    else:
+      logging.warning('Checkpoint %s predates digests: restored unverified.',
+                      step_dir)
+    return result
+
+  def latest_config(self) -> tuple[int, dict] | None:
+    """The run's config as the newest checkpoint holding one saved it,
+    checked against that checkpoint's digest, and its step; None when none
+    does (saved before checkpoints held their config)."""
+    for step in reversed(self.steps()):
+      step_dir = self.directory / str(step)
+      if not (step_dir / 'config').is_dir():
+        continue
+      try:
+        read = self._open(create=False).restore(step, args=ocp.args.Composite(
+            config=ocp.args.JsonRestore(), digest=ocp.args.JsonRestore()))
+        digests.verify_config(read.digest, read.config)
+        return step, dict(read.config)
+      except Exception as e:  # pylint: disable=broad-except
+        logging.warning('Skipping the config of checkpoint %s, which '
+                        'cannot be read (%s).', step_dir, first_line(e))
+    return None
+
+  def _set_aside(self, steps: list[int]):
+    """Renames damaged checkpoints `<step>.unrestorable`, so that the run
+    saves those steps again (orbax would not save below its latest step)."""
+    if not steps:
+      return
+    self.close()
+    if jax.process_index() == 0:
+      for step in steps:
+        os.replace(self.directory / str(step),
+                   self.directory / f'{step}.unrestorable')
+    if jax.process_count() > 1:
+      multihost_utils.sync_global_devices('vit_jax: damaged checkpoints moved')
+
+  def save(self, step: int, state, train_sums: dict, history: list[dict],
+           position: dict, config: dict):
+    """`config`: the run's, as config.json holds it, so that the workdir's
+    record of its run outlives a lost config.json."""
+    self.check()
+    # orbax writes the JSON items later, in the background: a copy, so that
+    # records the loop logs meanwhile are not in this checkpoint.
+    history = list(history)
+    contents = digests.compute(state, train_sums, history, position, config)
+    with self._failed_saves_raised():
+      saved = self._open(create=True).save(
+          step, args=ocp.args.Composite(
+              state=ocp.args.StandardSave(state),
+              train_sums=ocp.args.StandardSave(train_sums),
+              history=ocp.args.JsonSave(history),
+              position=ocp.args.JsonSave(position),
+              config=ocp.args.JsonSave(config),
+              digest=ocp.args.JsonSave(contents)))
+    if not saved:
+      raise CheckpointError(
+          f'orbax declined to save step {step} in {self.directory} (it holds '
+          f'steps {self._manager.all_steps()}); move the directory away.')
+
+  def check(self):
+    """Raises CheckpointError if the last save, written in the background,
+    failed (orbax keeps its error until someone waits for it)."""
+    if self._manager is not None and not self._manager.is_saving_in_progress():
+      with self._failed_saves_raised():
+        self._manager.wait_until_finished()
+
+  @contextlib.contextmanager
+  def _failed_saves_raised(self):
+    try:
+      yield
+    except Exception as e:  # pylint: disable=broad-except
+      # orbax and tensorstore raise many types for a failed write.
+      self._manager = None  # its threads are stuck on the failed write
+      good = sorted(int(p.name) for p in self.directory.glob('*')
+                    if p.name.isdigit())
+      kept = (f'the newest complete checkpoint, step {good[-1]}, is kept'
+              if good else 'no checkpoint was complete before it')
+      fix = (f'Free space there (df -h {self.directory}) or pass a --workdir '
+             'with room' if errors.out_of_space(e) else
+             'Check that the directory is writable')
+      raise CheckpointError(
+          f'Saving a checkpoint in {self.directory} failed ({first_line(e)}); '
+          f'{kept}. {fix}, then rerun to resume.') from e
+
+  def latest_step(self) -> int | None:
+    return (self.steps() or [None])[-1]
+
+  def close(self, quietly: bool = False):
+    """Waits for the save in flight. `quietly`: when another error already
+    stops the run, a failed save is logged instead of raised over it."""
+    if self._manager is None:
+      return
+    try:
+      with self._failed_saves_raised():
+        self._manager.wait_until_finished()
+        self._manager.close()
+    except CheckpointError as e:
+      if not quietly:
+        raise
+      logging.warning('%s', e)
+    self._manager = None

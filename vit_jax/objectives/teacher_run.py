@@ -1,0 +1,43 @@
+"""A trained run applied, frozen, inside another run's train step: DeiT's
+teacher (`distillation`) and the CNN a guided ViT imitates
+(`locality_guidance`). It is read from its `vit_jax.main` workdir, checked
+to see the student's inputs, and applied in eval mode; it trains nothing.
+"""
+
+from typing import Any
+
+import flax.linen as nn
+import jax
+
+from vit_jax.checkpoints import reading
+from vit_jax import config_schema
+from vit_jax import models
+from vit_jax.errors import CheckpointError
+from vit_jax.errors import ConfigError
+
+# Teacher fields that must equal the student's: the teacher sees the
+# student's normalised images.
+_SAME_INPUT = ('dataset', 'image_size', 'pixel_mean', 'pixel_std')
+
+
+def load(config, field: str, num_classes: int,
+         sharding) -> tuple[nn.Module, Any]:
+  """The module of the run that `config[field]` names, computing in the
+  student's dtype, and its variables placed with `sharding`. ConfigError
+  for a workdir that is no finished-enough run or whose inputs differ."""
+  workdir = config[field]
+  try:
+    run = reading.load_run(workdir)
+  except CheckpointError as e:
+    raise ConfigError(f'config.{field}={workdir}: {e}') from e
+  teacher_config = run.config.copy_and_resolve_references()
+  for name in _SAME_INPUT:
+    theirs, ours = teacher_config[name], config[name]
+    if config_schema.comparable(theirs) != config_schema.comparable(ours):
+      raise ConfigError(
+          f'config.{field}={workdir} was trained with {name}={theirs}, this '
+          f'run uses {ours}: the teacher must see the same inputs; set '
+          f'--config.{name} to the teacher\'s.')
+  teacher_config.dtype = config.dtype
+  module = models.from_config(teacher_config, num_classes)
+  return module, jax.device_put(run.variables, sharding)

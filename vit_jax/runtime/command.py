@@ -1,0 +1,124 @@
+"""What every command does with its flags and its log: a --config file that
+cannot be loaded is one `error:` line (`parse_flags`, for the commands that
+take one), and libraries' INFO records stay out of what it prints
+(`quiet_libraries`). Defines no flags, so any command may import it.
+"""
+
+import functools
+import logging as python_logging
+import os
+import pathlib
+import sys
+import traceback
+
+from absl import flags
+from absl import logging
+import ml_collections
+from ml_collections import config_flags
+
+from vit_jax import errors
+
+
+def _config_files(argv: list[str]) -> set[str]:
+  """The resolved paths the --config (or -config) flags of `argv` name."""
+  names = ('--config', '-config')
+  values = [arg.split('=', 1)[1] for arg in argv
+            if arg.startswith(tuple(f'{name}=' for name in names))]
+  values += [after for arg, after in zip(argv, argv[1:]) if arg in names]
+  return {str(pathlib.Path(value.split(':')[0]).resolve()) for value in values}
+
+
+def _config_file_problem(error: BaseException,
+                         config_files: set[str]) -> str | None:
+  """What is wrong with the --config file, if `error` came from loading
+  it: missing, not Python, or raising (ml_collections wraps what it
+  raised, and the innermost traceback runs through the file); None for
+  another error."""
+  missing = sorted(f for f in config_files if not pathlib.Path(f).is_file())
+  if missing:
+    return 'no file ' + ', '.join(missing)
+  innermost = error
+  while innermost.__cause__ or innermost.__context__:
+    innermost = innermost.__cause__ or innermost.__context__
+  if (isinstance(innermost, SyntaxError) and innermost.filename and
+      str(pathlib.Path(innermost.filename).resolve()) in config_files):
+    return (f'{innermost.filename}, line {innermost.lineno}: '
+            f'{innermost.msg}; fix the file.')
+  frames = traceback.extract_tb(innermost.__traceback__)
+  in_file = [frame for frame in frames
+             if str(pathlib.Path(frame.filename).resolve()) in config_files]
+  if not in_file:
+    return None
+  if isinstance(innermost, ValueError):  # the file's own refusal
+    return str(innermost)
+  where = f'{in_file[-1].filename}, line {in_file[-1].lineno}'
+  if frames[-1] is not in_file[-1]:  # in code the file calls
+    where += (f' (raised in {frames[-1].filename}, line '
+              f'{frames[-1].lineno})')
+  return f'{where}: {errors.first_line(innermost)}'
+
+
+def parse_flags(argv: list[str]) -> list[str]:
+  """absl's flag parsing for a command; a bad flag, or a --config file
+  that is missing, is not Python or raises, is one `error:` line and exit
+  status 1 instead of a traceback, with or without --config.FIELD
+  overrides. An override of a field the config lacks,
+  `--config.num_epoch=3`, is accepted here and named by the config schema
+  or the model."""
+  try:
+    remaining = flags.FLAGS(argv)
+  except Exception as e:  # pylint: disable=broad-except
+    # ml_collections lets whatever loading the file raised through.
+    problem = _config_file_problem(e, _config_files(argv))
+    if problem is not None:
+      sys.exit(f'error: --config cannot be loaded: {problem}')
+    if not isinstance(e, flags.Error):
+      raise
+    sys.exit(f'error: {e}\nPass --helpshort or --helpfull to see help on '
+             'flags.')
+  # Without overrides, a config file that does not load stands in as an
+  # object that raises what loading raised when used.
+  config = flags.FLAGS['config'].value if 'config' in flags.FLAGS else None
+  if config is not None and not isinstance(config, ml_collections.ConfigDict):
+    filename = config_flags.get_config_filename(flags.FLAGS['config'])
+    try:
+      config.keys()
+    except Exception as e:  # pylint: disable=broad-except
+      problem = _config_file_problem(
+          e, {str(pathlib.Path(filename.split(':')[0]).resolve())})
+      sys.exit(f'error: --config cannot be loaded: {problem or e}')
+  return remaining
+
+
+# Where a command's own records come from: vit_jax, and the experiments and
+# configs beside it.
+_OURS = tuple(str(pathlib.Path(__file__).resolve().parents[2] / folder) +
+              os.sep for folder in ('vit_jax', 'experiments', 'configs'))
+
+
+@functools.lru_cache(maxsize=None)
+def _is_ours(pathname: str) -> bool:
+  return os.path.realpath(pathname).startswith(_OURS)
+
+
+def _quiet_libraries(record) -> bool:
+  """Libraries' INFO records left out of a command's log: jax's (which
+  backends it tried) and orbax's (every step of every save and read:
+  registries, handlers, throughputs, tens of lines a checkpoint). Orbax's
+  warnings and the tracebacks its background reads and writes leave (a
+  live run's checkpoint deleted under a read, a failed save logged by
+  every thread involved) too: the command says what happened once, in its
+  own words. All of them shown with --verbosity=1 or more."""
+  if _is_ours(record.pathname) or logging.get_verbosity() > logging.INFO:
+    return True
+  background = '/orbax/' in record.pathname or record.name == 'asyncio'
+  if background:
+    return record.levelno >= python_logging.ERROR and not record.exc_info
+  return record.levelno >= python_logging.WARNING
+
+
+def quiet_libraries() -> None:
+  """What a command prints is its own: see `_quiet_libraries`."""
+  handler = logging.get_absl_handler()
+  if _quiet_libraries not in handler.filters:
+    handler.addFilter(_quiet_libraries)

@@ -1,0 +1,94 @@
+"""What a command that runs as one process of a multi-process job does around
+its work, shared by `vit_jax.main` and `vit_jax.evaluate`: the flags that
+say who is who, joining the job (or running alone), telling the processes'
+logs apart, and ending so that no process waits on one that is gone.
+
+SLURM, Open MPI and Cloud TPU jobs are detected (`distributed`); elsewhere
+--coordinator_address, --num_processes and --process_id, or $JAX_*, say
+who is who. Imported by commands only: the flags are global to a process.
+"""
+
+import logging as python_logging
+import sys
+from typing import Callable, NoReturn
+
+from absl import flags
+from absl import logging
+import jax
+
+from vit_jax.runtime import command
+from vit_jax.runtime import distributed
+from vit_jax import errors
+from vit_jax.runtime import stop_signals
+
+_COORDINATOR_ADDRESS = flags.DEFINE_string(
+    'coordinator_address', None,
+    'host:port of process 0 in a multi-process job (default: detected from '
+    'SLURM, Open MPI or a Cloud TPU, or $JAX_COORDINATOR_ADDRESS).')
+_NUM_PROCESSES = flags.DEFINE_integer(
+    'num_processes', None,
+    'Processes in a multi-process job (default: detected, or '
+    '$JAX_NUM_PROCESSES); 1 forces a single process.')
+_PROCESS_ID = flags.DEFINE_integer(
+    'process_id', None,
+    "This process's index in 0..num_processes-1 (default: detected, or "
+    '$JAX_PROCESS_ID).')
+_LOST_PROCESS_TIMEOUT = flags.DEFINE_integer(
+    'lost_process_timeout', distributed.DEFAULT_LOST_PROCESS_TIMEOUT,
+    'Multi-process jobs: seconds after which the other processes give up on '
+    'one that died or hangs, and exit with status 1.')
+
+
+class _ProcessPrefix(python_logging.Filter):
+  """Starts every log line with `[process i/n] ` in a multi-process job."""
+
+  def __init__(self, prefix: str):
+    super().__init__()
+    self._prefix = prefix
+
+  def filter(self, record) -> bool:
+    if not str(record.msg).startswith(self._prefix):
+      record.msg = self._prefix + str(record.msg)
+    return True
+
+
+def exit_job(status: int, every_process_here: bool) -> NoReturn:
+  """Ends this process with `status`; in a multi-process job without jax's
+  shutdown (`distributed.leave_job`), after waiting for the others when
+  `every_process_here` (they all end this way)."""
+  if jax.process_count() > 1:
+    distributed.leave_job(status, every_process_here)
+  sys.exit(status)
+
+
+def run(work: Callable[[], None], *, cpu_devices: int | None) -> NoReturn:
+  """Joins the job the flags or the environment describe (or runs alone),
+  runs `work`, and exits: 0 when it returned; 1 after one `error:` line
+  for a problem the message explains (`VitJaxError`) or a lost process.
+  `cpu_devices`: host devices on a CPU (default:
+  `distributed.DEFAULT_CPU_DEVICES`). Libraries' INFO records are left out
+  (`command.quiet_libraries`)."""
+  command.quiet_libraries()
+  distributed.set_cpu_devices(cpu_devices)
+  try:
+    if distributed.initialize_distributed(
+        _COORDINATOR_ADDRESS.value, _NUM_PROCESSES.value, _PROCESS_ID.value,
+        _LOST_PROCESS_TIMEOUT.value):
+      # Every process logs, as in flax's and big_vision's trainers; the
+      # prefix tells them apart.
+      logging.get_absl_handler().addFilter(_ProcessPrefix(
+          f'[process {jax.process_index()}/{jax.process_count()}] '))
+      if stop_signals.stops_at_once():
+        # jax's preemption service took SIGTERM, to agree on a step to
+        # stop at; a command with nothing to save stops at once instead.
+        stop_signals.catch()
+    work()
+  except jax.errors.JaxRuntimeError as e:
+    if not distributed.lost_a_process(e):
+      raise
+    distributed.abandon_job(e)
+  except errors.VitJaxError as e:
+    logging.flush()  # the error comes last, once
+    print(f'error: {e}', file=sys.stderr, flush=True)
+    exit_job(1, every_process_here=False)
+  exit_job(0, every_process_here=True)

@@ -1,0 +1,20 @@
+"""The training loop and what it runs: `train.train_and_evaluate(config,
+workdir)` is where a run starts.
+
+  train.py              the loop, counted in steps: log, evaluate,
+                        checkpoint, resume
+  steps.py              where the steps are compiled: the train state, the
+                        train and eval steps
+  dispatch.py           train steps handed to the devices several to a call,
+                        at most two calls in flight
+  optimizer.py          the learning-rate schedule and the optimizer
+  evaluation.py         loss, top-1 and top-5 over a whole test split: in
+                        training, and a checkpoint's
+  finetune.py           config.init_from read, checked before the data,
+                        fitted: the paper's fine-tuning
+  metric_writer.py      metrics.jsonl and TensorBoard events
+  progress.py           images/s, FLOP/s and the ETA in the log
+  flops.py              a model's FLOPs from its program; accelerators' peaks
+  compilation_cache.py  jax's persistent compilation cache, on for every run
+  step_benchmark.py     the train and eval steps timed (`vit_jax.benchmark`)
+"""

@@ -1,0 +1,95 @@
+"""How the loop hands train steps to the devices: several to one compiled
+call (`steps.make_train_steps`), the batches of all of them in one block on
+the devices, so that a small model's steps do not wait on Python.
+
+A call runs at most `CompiledSteps.steps_per_dispatch` steps
+(`config.steps_per_dispatch`), never past the loop's next log, evaluation
+or checkpoint (the loop says how far that is), and no more than
+`MAX_SECONDS` of them as the calls before took: one step first, then as
+many as fit. The processes of a multi-process job must make the same calls:
+there process 0's timing decides, sent to the others where the loop waits
+for the devices anyway (`drain`: a log, evaluation or checkpoint), so that
+the job runs one step a call until its first. Whatever the split, the steps
+compute what one call each computes (`make_train_steps`).
+
+At most two calls are in flight: the loop waits for the one before the
+newest before it makes another, so a stop signal, read between calls, is
+acted on once the call running and the one queued have finished: within
+about 2 x MAX_SECONDS, or two steps where one step takes longer.
+"""
+
+import time
+from typing import NamedTuple
+
+import jax
+from jax.experimental import multihost_utils
+import numpy as np
+
+from vit_jax.training import steps
+
+MAX_SECONDS = 1.0
+
+
+class _Call(NamedTuple):
+  done: jax.Array  # the state's step count after it, ready when it is
+  steps: int
+  start: float  # when it could start: made, and the call before it done
+
+
+class Dispatcher:
+  """Runs train steps in calls of `compiled.train` over `inputs`' blocks."""
+
+  def __init__(self, compiled: steps.CompiledSteps, inputs, key: jax.Array):
+    self._train = compiled.train
+    self._rows = compiled.steps_per_dispatch
+    self._inputs = inputs
+    self._key = key
+    self._calls: list[_Call] = []  # in flight, oldest first
+    self._seconds_per_step = None  # of the newest call finished
+    self._agreed = 1  # a multi-process job's steps a call, as of its drain
+
+  def next_call_steps(self, until_event: int) -> int:
+    """How many steps the next call runs, with the next log, evaluation
+    or checkpoint `until_event` steps away."""
+    fit = self._fit() if jax.process_count() == 1 else self._agreed
+    return min(self._rows, until_event, fit)
+
+  def _fit(self) -> int:
+    """The steps of `MAX_SECONDS`, as this process timed the last call."""
+    if self._seconds_per_step is None:
+      return 1
+    return max(1, int(MAX_SECONDS / self._seconds_per_step))
+
+  def run(self, state: steps.TrainState, sums: dict, batches: list
+          ) -> tuple[steps.TrainState, dict]:
+    """Trains on `batches` (`next_call_steps` of them) in one call,
+    returning as soon as the call before it has finished."""
+    block = self._inputs.block(batches, self._rows)
+    state, sums, done = self._train(state, sums, self._inputs.train_data,
+                                    block, len(batches), self._key)
+    self._calls.append(_Call(done, len(batches), time.perf_counter()))
+    while len(self._calls) > 1:
+      self._finish_oldest()
+    return state, sums
+
+  def drain(self):
+    """Waits until every call made has finished (in a multi-process job,
+    where every process makes the same calls, then agrees on the steps a
+    call runs until the next drain; a drain with nothing in flight, the
+    second at one step, agrees nothing new)."""
+    if not self._calls:
+      return
+    while self._calls:
+      self._finish_oldest()
+    if jax.process_count() > 1:
+      self._agreed = int(multihost_utils.broadcast_one_to_all(
+          np.int32(self._fit())))
+
+  def _finish_oldest(self):
+    call = self._calls.pop(0)
+    jax.block_until_ready(call.done)
+    finished = time.perf_counter()
+    self._seconds_per_step = (finished - call.start) / call.steps
+    if self._calls:  # the next could not start before this one ended
+      self._calls[0] = self._calls[0]._replace(
+          start=max(self._calls[0].start, finished))

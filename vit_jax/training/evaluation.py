@@ -1,0 +1,103 @@
+"""A model's loss, top-1 and top-5 accuracy over a whole test split: the
+training loop's evaluations (`over_test_split`), and a checkpoint's, what
+`python -m vit_jax.evaluate` does (`evaluate`; that module holds the
+command, its flags and how the data and preprocessing are chosen)."""
+
+from absl import logging
+import jax
+import jax.numpy as jnp
+import ml_collections
+import optax
+
+from vit_jax.checkpoints import reading
+from vit_jax import config_schema
+from vit_jax import data
+from vit_jax.runtime import sharding
+from vit_jax.training import steps
+from vit_jax.errors import ConfigError
+
+# In training, evaluations over this many batches or more log their
+# progress.
+_PROGRESS_BATCHES = 50
+
+
+def over_test_split(eval_step, state, inputs: data.Input, label: str,
+                    progress_from: int = _PROGRESS_BATCHES) -> dict:
+  """Loss, accuracy and top-5 accuracy over every test example, each once
+  (`eval_step`: `steps.compile_eval`'s); logs its progress, starting with
+  `label`, when the split has `progress_from` batches or more."""
+  sums = steps.zero_sums(sharding.replicated(inputs.mesh), steps.EVAL_SUMS)
+  total = inputs.num_eval_batches
+  report_every = max(total // 10, 1)
+  for i, (batch, mask) in enumerate(inputs.eval_batches(), 1):
+    sums = eval_step(state, sums, inputs.test_data, batch, mask)
+    if total >= progress_from and i % report_every == 0 and i < total:
+      jax.block_until_ready(sums)
+      logging.info('%s: evaluated %d/%d batches', label, i, total)
+  return steps.averages(sums)
+
+
+def _config_for(loaded: reading.Loaded, config, source, data_dir,
+                released_preprocessing) -> ml_collections.ConfigDict:
+  """The config the evaluation reads its data with (a copy)."""
+  if config is None:
+    if loaded.config is None:
+      raise ConfigError(
+          f'{source} is a {loaded.kind} checkpoint, which says nothing of the '
+          'data: pass --config naming the dataset, e.g. '
+          '--config=configs/cifar_small.py.')
+    config = loaded.config
+  config = ml_collections.ConfigDict(config.to_dict())
+  if data_dir:
+    config.data_dir = data_dir
+  if released_preprocessing:
+    config.image_size = loaded.image_size
+    config.pixel_mean, config.pixel_std = loaded.pixels
+  elif loaded.kind != reading.WORKDIR and (
+      config.image_size != loaded.image_size):
+    raise ConfigError(
+        f'config.image_size={config.image_size}, but the position embeddings '
+        f'of {source} were trained for {loaded.image_size}x'
+        f'{loaded.image_size} images: pass --config.image_size='
+        f'{loaded.image_size}, or --released_preprocessing.')
+  return config
+
+
+def evaluate(source, *, config=None, model_name=None, step=None,
+             data_dir=None, released_preprocessing=False) -> dict:
+  """Loss, top-1 and top-5 accuracy of the checkpoint `source` over the test
+  split of `config` (default: a workdir's own config)."""
+  loaded = reading.load(source, model_name=model_name, step=step)
+  config = _config_for(loaded, config, source, data_dir,
+                       released_preprocessing)
+  config_schema.validate(config, jax.device_count(), training=False)
+  model = loaded.model
+  if loaded.kind != reading.WORKDIR:
+    model = model.clone(dtype=jnp.dtype(config.dtype))
+  mesh = sharding.make_mesh(config.fsdp)
+  inputs = data.create_input(config, mesh)
+  if inputs.num_classes != model.num_classes:
+    raise ConfigError(
+        f'{source} classifies {model.num_classes} classes, but '
+        f'config.dataset={config.dataset!r} has {inputs.num_classes}: '
+        'evaluate it on the data it was trained for, or fine-tune it first '
+        '(config.init_from).')
+  replicated = sharding.replicated(mesh)
+  variables = jax.tree.map(lambda x: sharding.replicate(x, replicated),
+                           jax.device_get(loaded.variables))
+  state = steps.TrainState.create(
+      apply_fn=model.apply, params=variables['params'], tx=optax.identity(),
+      batch_stats=variables.get('batch_stats'))
+  eval_step = steps.compile_eval(config, inputs, state)
+  described = {'checkpoint': str(source), 'format': loaded.kind}
+  if loaded.step is not None:
+    described['step'] = loaded.step
+  logging.info('Evaluating %s (%s) on %d test examples of %s, %d batches.',
+               source, loaded.kind, inputs.test_size, config.dataset,
+               inputs.num_eval_batches)
+  results = over_test_split(eval_step, state, inputs, str(source),
+                            progress_from=1)
+  return {'top1': results['accuracy'], 'top5': results['top5_accuracy'],
+          'loss': results['loss'], 'examples': results['count'],
+          **described, 'dataset': config.dataset,
+          'image_size': config.image_size}

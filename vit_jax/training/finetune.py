@@ -1,0 +1,117 @@
+"""Starting a run from pre-trained parameters, the way the paper fine-tunes:
+`config.init_from` read (`reading.load_params`), checked against the new
+model before any data loads (`check_init_from`) and fitted to it
+(`formats.params.adapt_params`), and the paper's optimizer recipe.
+"""
+
+from typing import Any
+
+from absl import logging
+import jax
+import numpy as np
+
+from vit_jax.checkpoints import reading
+from vit_jax import models
+from vit_jax.errors import CheckpointError
+from vit_jax.errors import ConfigError
+from vit_jax.formats import params as params_lib
+
+
+def check_init_from(config) -> Any:
+  """`config.init_from`'s parameters (host arrays), read and checked to fit
+  `config`'s model, whose shapes are computed abstractly, before any data
+  loads or anything compiles: a ConfigError in one line for a path that
+  holds no checkpoint, a run none of whose checkpoints is sound, or a model
+  of another architecture. `pretrained_params` takes them on, so that they
+  are read once."""
+  pretrained = _read(config)
+  model = models.from_config(config, num_classes=1)  # the head starts afresh
+  _check_fit(config, model, pretrained,
+             params_lib.param_shapes(model, config.image_size))
+  return pretrained
+
+
+def pretrained_params(config, model, fresh_params, pretrained=None) -> dict:
+  """`config.init_from` (any checkpoint, `reading.source_kind`; `pretrained`:
+  what `check_init_from` read of it) fitted to `model`, whose freshly
+  initialised parameters are `fresh_params`; a ConfigError names what does
+  not fit."""
+  fresh = jax.device_get(fresh_params)
+  if pretrained is None:
+    pretrained = _read(config)
+    _check_fit(config, model, pretrained, fresh)
+  adapted = params_lib.adapt_params(pretrained, fresh,
+                                    num_prefix_tokens=_prefix_tokens(model))
+  logging.info('Initialised from %s.', config.init_from)
+  return adapted
+
+
+def _prefix_tokens(model) -> int:
+  return len(getattr(model, 'prefix_tokens', ()))
+
+
+def _read(config) -> Any:
+  try:
+    # The run's ViT names the heads a timm or transformers file fuses.
+    heads_of = config.model if models.vit_fields(config.model) else None
+    params = jax.device_get(reading.load_params(config.init_from,
+                                                   model_name=heads_of))
+    trained_on = reading.trained_pixels(config.init_from)
+  except CheckpointError as e:
+    raise ConfigError(f'config.init_from={config.init_from!r}: {e}') from e
+  ours = tuple(map(tuple, (config.pixel_mean, config.pixel_std)))
+  if trained_on is not None and not np.allclose(trained_on, ours):
+    # Allowed (fine-tuning adapts), but rarely meant.
+    logging.warning(
+        '%s was trained on pixels normalised with mean %s and std %s; this '
+        'run normalises with %s and %s. To feed it what it learned on, pass '
+        '%s.', config.init_from, *trained_on, *ours,
+        reading.pixel_flags(trained_on))
+  return params
+
+
+def _check_fit(config, model, pretrained, expected):
+  """ConfigError unless `pretrained` fits a model of `expected`'s shapes:
+  in one line when they are models of different architectures (else every
+  array of theirs would be listed)."""
+  theirs = params_lib.vit_architecture(pretrained)
+  ours = params_lib.vit_architecture(expected)
+  if theirs != ours:
+    name = theirs and models.vit_named(theirs)
+    overrides = ' with its model_overrides' if config.model_overrides else ''
+    setting = (f'--config.model={name}' if name else
+               '--config.model and --config.model_overrides')
+    if name and overrides:
+      setting += ' without model_overrides'
+    raise ConfigError(
+        f'config.init_from={config.init_from!r} holds '
+        f'{_described(theirs)}{f" ({name})" if name else ""}, but this '
+        f"run's model (config.model={config.model!r}{overrides}) is "
+        f'{_described(ours)}: pass a checkpoint of this model, or set '
+        f'{setting} to fine-tune the one it holds.')
+  try:
+    params_lib.check_fit(pretrained, expected,
+                         num_prefix_tokens=_prefix_tokens(model))
+  except CheckpointError as e:
+    raise ConfigError(f'config.init_from={config.init_from!r}: {e}') from e
+
+
+def _described(architecture: dict | None) -> str:
+  if architecture is None:
+    return 'a model that is no ViT'
+  return params_lib.describe_architecture(architecture)
+
+
+def use_paper_recipe(config) -> None:
+  """Sets `config`'s optimizer to the paper's fine-tuning recipe (Sec. 3.1,
+  App. B.1.1): SGD with momentum 0.9, no weight decay, gradients clipped to
+  global norm 1, no label smoothing, no dropout (the official configs), and
+  cosine decay after a linear warmup. The learning rate, length and batch
+  stay the caller's."""
+  config.optimizer = 'sgd'
+  config.momentum = 0.9
+  config.weight_decay = 0.0
+  config.grad_clip_norm = 1.0
+  config.label_smoothing = 0.0
+  config.lr_decay = 'cosine'
+  config.model_overrides.dropout_rate = 0.0

@@ -1,0 +1,237 @@
+"""The train and eval steps of a model timed on this machine, as
+`vit_jax.benchmark` prints them and the experiments' benchmarks read them:
+the training loop's own steps (`vit_jax.steps`) fed from synthetic images
+already on the devices (`StepBenchmark`, `run_benchmark`), a matmul peak
+measured in the same run, and XLA's estimate of a step's memory.
+
+Defines no command-line flags, so that any tool may import it.
+"""
+
+import dataclasses
+import time
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+
+from vit_jax import config_schema
+from vit_jax import data
+from vit_jax.training import flops
+from vit_jax.training import optimizer
+from vit_jax.runtime import sharding
+from vit_jax import models
+from vit_jax.training import steps
+from vit_jax.data import sources
+
+# The side of the matmul whose FLOP/s a step's utilisation is measured
+# against.
+_PEAK_MATMUL_SIZE = 2048
+
+
+def measure_matmul_peak(dtype, placement: jax.sharding.NamedSharding,
+                        compiler_options=None,
+                        size: int = _PEAK_MATMUL_SIZE) -> float:
+  """FLOP/s of large square matmuls, one per device, on all devices at once,
+  of random data (a GPU multiplies zeros or constants faster)."""
+  num_devices = placement.mesh.size
+  a_key, b_key = jax.random.split(jax.random.key(0))
+  a = jax.device_put(
+      jax.random.normal(a_key, (num_devices * size, size), dtype), placement)
+  b = jax.random.normal(b_key, (size, size), dtype)
+  matmul = jax.jit(lambda a, b: a @ b).lower(a, b).compile(compiler_options)
+  seconds = median_seconds(lambda: matmul(a, b), steps=5)
+  return 2 * num_devices * size**3 / seconds
+
+
+def median_seconds(run, steps: int, warmup: int = 2) -> float:
+  """The median time of `steps` calls of `run`, each waited for, after
+  `warmup` untimed ones."""
+  for _ in range(warmup):
+    jax.block_until_ready(run())
+  times = []
+  for _ in range(steps):
+    start = time.perf_counter()
+    jax.block_until_ready(run())
+    times.append(time.perf_counter() - start)
+  return float(np.median(times))
+
+
+def _memory_mb(compiled) -> dict[str, float]:
+  """XLA's estimate of what one device holds while the step runs: its
+  arguments (state, batch), temporaries, and the total (outputs that do not
+  reuse a donated argument's buffer included)."""
+  analysis = compiled.memory_analysis()
+  if analysis is None:
+    return {}
+  total = (analysis.argument_size_in_bytes + analysis.output_size_in_bytes +
+           analysis.temp_size_in_bytes - analysis.alias_size_in_bytes)
+  return {'train_step_argument_mb': analysis.argument_size_in_bytes / 2**20,
+          'train_step_temp_mb': analysis.temp_size_in_bytes / 2**20,
+          'train_step_memory_mb': total / 2**20}
+
+
+def _xla_flops(compiled) -> float | None:
+  analysis = compiled.cost_analysis()
+  if isinstance(analysis, list):
+    analysis = analysis[0] if analysis else None
+  return analysis.get('flops') if analysis else None
+
+
+def benchmark_config(model: str, batch_size: int, image_size: int, dtype: str,
+                     augment: bool, cpu_compiler_options: dict[str, str],
+                     fsdp: int = 1, attention: str = 'auto',
+                     remat: str = 'none', scan: bool = False,
+                     steps_per_dispatch: int = 1
+                     ) -> ml_collections.ConfigDict:
+  """The schema's config with the study's optimizer and loss."""
+  config = config_schema.defaults()
+  config.update(dict(
+      model=model, dtype=dtype, batch_size=batch_size,
+      eval_batch_size=batch_size, image_size=image_size, augment=augment,
+      pixel_std=(0.25, 0.25, 0.25), label_smoothing=0.1, weight_decay=0.01,
+      total_steps=1, fsdp=fsdp, steps_per_dispatch=steps_per_dispatch))
+  config.cpu_compiler_options.update(cpu_compiler_options)
+  # A ViT's fields, set where they are not its defaults, so a CNN runs.
+  defaults = {f.name: f.default
+              for f in dataclasses.fields(models.VisionTransformer)}
+  for name, value in dict(attention=attention, remat=remat,
+                          scan=scan).items():
+    if value != defaults[name]:
+      config.model_overrides[name] = value
+  return config
+
+
+class StepBenchmark:
+  """A model's train step (and eval step, with `evaluate`) as the training
+  loop compiles them for `config` (`benchmark_config`), fed a synthetic
+  batch already on the devices; the state only shapes with `memory_only`."""
+
+  def __init__(self, config: ml_collections.ConfigDict, num_classes: int = 10,
+               memory_only: bool = False, evaluate: bool = True):
+    config_schema.validate(config, jax.device_count())
+    self.config = config
+    self.module = models.from_config(config, num_classes)
+    self.mesh = sharding.make_mesh(config.fsdp)
+    self.replicated = sharding.replicated(self.mesh)
+    tx = optimizer.create_optimizer(config, lambda step: 1e-3)
+    make_state = steps.state_shapes if memory_only else steps.initial_state
+    self.state = make_state(jax.random.key(0), self.module, tx,
+                            config.image_size, self.mesh)
+    batch_size, size = config.batch_size, config.image_size
+    rng = np.random.default_rng(0)
+    split = sources.ArraySource(
+        rng.integers(0, 256, (batch_size, size, size, 3), dtype=np.uint8),
+        rng.integers(0, num_classes, (batch_size,), dtype=np.int32))
+    self.inputs = data.OnDeviceInput(
+        sources.Dataset(split, split, num_classes), config, self.mesh)
+    indices = np.arange(batch_size, dtype=np.int32)
+    self.indices = jax.device_put(indices, self.replicated)
+    self.mask = jax.device_put(np.ones(batch_size, np.float32),
+                               self.replicated)
+    self.key = jax.random.key(1)
+    start = time.perf_counter()
+    self.compiled = steps.compile_steps(config, self.inputs, self.state,
+                                        self.key, evaluate=evaluate)
+    self.compile_seconds = time.perf_counter() - start
+    self.train_sums = steps.zero_sums(self.replicated)
+    self.steps_per_call = self.compiled.steps_per_dispatch
+    self.block = self.inputs.block([indices] * self.steps_per_call,
+                                   self.steps_per_call)
+
+  def train_step(self):
+    """`steps_per_call` optimizer steps in one call, as the loop makes it
+    (`dispatch`); returns their metric sums to wait for."""
+    self.state, self.train_sums, _ = self.compiled.train(
+        self.state, self.train_sums, self.inputs.train_data, self.block,
+        self.steps_per_call, self.key)
+    return self.train_sums
+
+  def eval_step(self):
+    return self.compiled.eval(self.state, steps.zero_sums(self.replicated,
+                                                          steps.EVAL_SUMS),
+                              self.inputs.test_data, self.indices, self.mask)
+
+  def forward_flops_per_image(self) -> int:
+    return flops.forward_flops_per_image(
+        self.module,
+        steps.model_variables(self.state.params, self.state.batch_stats),
+        self.config.image_size)
+
+
+def run_benchmark(*, model: str, batch_size: int, image_size: int,
+                  num_classes: int = 10, dtype: str = 'float32',
+                  steps_timed: int = 10, augment: bool = True,
+                  cpu_compiler_options: dict[str, str] | None = None,
+                  fsdp: int = 1, memory_only: bool = False,
+                  attention: str = 'auto', remat: str = 'none',
+                  scan: bool = False, steps_per_dispatch: int = 1,
+                  trace_dir: str | None = None,
+                  trace_steps: int = 3) -> dict[str, Any]:
+  config = benchmark_config(model, batch_size, image_size, dtype, augment,
+                            cpu_compiler_options or {}, fsdp, attention,
+                            remat, scan, steps_per_dispatch)
+  num_devices = jax.device_count()
+  bench = StepBenchmark(config, num_classes, memory_only)
+  compiled, compile_seconds = bench.compiled, bench.compile_seconds
+  described = {
+      'model': model,
+      'batch_size': batch_size,
+      'image_size': image_size,
+      'dtype': dtype,
+      'devices': f'{num_devices} x {jax.devices()[0].device_kind}',
+      'fsdp': bench.mesh.shape['fsdp'],
+      'attention': attention,
+      'remat': remat,
+      'scan': scan,
+      'steps_per_dispatch': steps_per_dispatch,
+  }
+  compile_times = {'compile_seconds': compile_seconds,
+                   'train_compile_seconds': compiled.train_compile_seconds}
+  if memory_only:
+    return {**described, **compile_times, **_memory_mb(compiled.train)}
+  train_seconds = median_seconds(bench.train_step,
+                                 steps_timed) / bench.steps_per_call
+  if trace_dir:
+    with jax.profiler.trace(trace_dir, create_perfetto_trace=True):
+      for _ in range(trace_steps):
+        jax.block_until_ready(bench.train_step())
+  eval_seconds = median_seconds(bench.eval_step, steps_timed)
+
+  forward = bench.forward_flops_per_image()
+  options = steps.compiler_options(config)
+  peak = measure_matmul_peak(jnp.dtype(dtype),
+                             sharding.batch_sharded(bench.mesh), options)
+  xla_train_flops = _xla_flops(compiled.train)
+  train_flops_per_second = 3 * forward * batch_size / train_seconds
+  eval_flops_per_second = forward * batch_size / eval_seconds
+  return {
+      **described,
+      'compiler_options': options or {},
+      'train_images_per_second': batch_size / train_seconds,
+      'train_ms_per_step': 1000 * train_seconds,
+      'eval_images_per_second': batch_size / eval_seconds,
+      'eval_ms_per_step': 1000 * eval_seconds,
+      **compile_times,
+      'train_gflop_per_image': 3 * forward / 1e9,
+      'xla_train_gflop_per_image': (xla_train_flops * num_devices / batch_size /
+                                    1e9 if xla_train_flops else None),
+      'train_gflop_per_second': train_flops_per_second / 1e9,
+      'eval_gflop_per_second': eval_flops_per_second / 1e9,
+      'matmul_peak_gflop_per_second': peak / 1e9,
+      'train_utilisation': train_flops_per_second / peak,
+      'eval_utilisation': eval_flops_per_second / peak,
+      **_memory_mb(compiled.train),
+  }
+
+
+def format_table(result: dict[str, Any]) -> str:
+  rows = []
+  for name, value in result.items():
+    if isinstance(value, float):
+      value = f'{100 * value:.1f}%' if name.endswith('utilisation') else (
+          f'{value:,.3f}' if value < 10 else f'{value:,.1f}')
+    rows.append((name, str(value)))
+  width = max(len(name) for name, _ in rows)
+  return '\n'.join(f'{name:<{width}}  {value}' for name, value in rows)

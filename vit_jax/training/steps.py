@@ -1,0 +1,363 @@
+"""Where the steps are compiled: the train state, and one `jax.jit` train
+step and eval step over the mesh (the loss is `losses`', the optimizer
+`optimizer`'s).
+
+The batch is split over every device of the mesh; parameters and optimizer
+state are replicated, or split over its `fsdp` axis (`sharding`), so the
+same code serves 1 CPU, N GPUs, many hosts, or a model larger than one
+device's memory. Gradients
+and metric sums are reduced across all devices by the compiler. Both steps
+reach the data only through the input's `model_inputs` (`data.Input`), so
+one compiled step serves every input. Each step adds its metrics to running
+sums that stay on the devices until the loop logs them, and the state and
+the sums are donated. `compile_steps` compiles ahead of time from shapes
+alone, so a config that cannot compile fails before anything is written.
+"""
+
+from collections.abc import Callable
+import functools
+import time
+from typing import Any, NamedTuple
+
+from absl import logging
+from flax.training import train_state
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from vit_jax.training import compilation_cache
+from vit_jax.objectives import losses
+from vit_jax.runtime import sharding
+from vit_jax.data import mixing
+from vit_jax.errors import ConfigError
+from vit_jax.models import vit
+
+# Running sums of a train or eval interval: summed losses, correct
+# predictions and examples. Evaluations also count the examples whose label
+# is among the five highest logits (the train sums, saved in checkpoints,
+# keep their keys).
+METRIC_SUMS = {'loss': jnp.float32, 'correct': jnp.int32,
+               'count': jnp.float32}
+EVAL_SUMS = {**METRIC_SUMS, 'correct_top5': jnp.int32}
+TOP_K = 5
+
+
+class TrainState(train_state.TrainState):
+  batch_stats: Any = None
+
+
+def _init(key, model, tx, image_size: int) -> TrainState:
+  variables = model.init(
+      key, jnp.zeros((1, image_size, image_size, 3)), train=False)
+  return TrainState.create(
+      apply_fn=model.apply, params=variables['params'], tx=tx,
+      batch_stats=variables.get('batch_stats'))
+
+
+def _shapes(key, model, tx, image_size: int) -> TrainState:
+  return jax.eval_shape(functools.partial(
+      _init, model=model, tx=tx, image_size=image_size), key)
+
+
+def initializer(key, model, tx, image_size: int, mesh: jax.sharding.Mesh
+                ) -> Callable[[jax.Array], TrainState]:
+  """key -> freshly initialised parameters and optimizer state, laid out
+  on `mesh` as `sharding.state_shardings` says (each device initialises
+  only its shards; on a CPU, a mimetic model's one device all of it),
+  compiled now: a thread can compile it while the steps compile."""
+  shardings = sharding.state_shardings(_shapes(key, model, tx, image_size),
+                                       mesh)
+  init = functools.partial(_init, model=model, tx=tx, image_size=image_size)
+  if getattr(model, 'mimetic_init', False) and jax.default_backend() == 'cpu':
+    # Its SVDs deadlock XLA's CPU runtime in a program partitioned over
+    # several host devices (jax 0.10.2, 4 devices on 2 cores): one device
+    # initialises, then the state is laid out.
+    return lambda key: jax.device_put(jax.jit(init)(key), shardings)
+  return jax.jit(init, out_shardings=shardings).lower(key).compile()
+
+
+def initial_state(key, model, tx, image_size: int,
+                  mesh: jax.sharding.Mesh) -> TrainState:
+  """`initializer`'s state for `key`."""
+  return initializer(key, model, tx, image_size, mesh)(key)
+
+
+def state_shapes(key, model, tx, image_size: int,
+                 mesh: jax.sharding.Mesh) -> TrainState:
+  """The train state's shapes and shardings on `mesh`, computing nothing:
+  what the steps compile for and what a checkpoint restores into (whatever
+  layout it was saved from)."""
+  shapes = _shapes(key, model, tx, image_size)
+  return jax.tree.map(
+      lambda s, placement: jax.ShapeDtypeStruct(s.shape, s.dtype,
+                                                sharding=placement),
+      shapes, sharding.state_shardings(shapes, mesh))
+
+
+def sum_shapes(placement, sums: dict = METRIC_SUMS) -> dict:
+  return {name: jax.ShapeDtypeStruct((), dtype, sharding=placement)
+          for name, dtype in sums.items()}
+
+
+def zero_sums(placement, sums: dict = METRIC_SUMS) -> dict:
+  return {name: sharding.replicate(np.zeros((), dtype), placement)
+          for name, dtype in sums.items()}
+
+
+def averages(sums) -> dict[str, float]:
+  """The mean loss and accuracies of `sums` (METRIC_SUMS or EVAL_SUMS),
+  and the examples they count."""
+  sums = jax.device_get(sums)
+  means = {
+      'loss': float(sums['loss'] / sums['count']),
+      'accuracy': float(sums['correct'] / sums['count']),
+      'count': int(sums['count']),
+  }
+  if 'correct_top5' in sums:
+    means['top5_accuracy'] = float(sums['correct_top5'] / sums['count'])
+  return means
+
+
+def model_variables(params, batch_stats) -> dict:
+  if batch_stats is None:
+    return {'params': params}
+  return {'params': params, 'batch_stats': batch_stats}
+
+
+def _with_targets(config, num_classes: int):
+  """(key, images, labels) -> (images, soft targets): smoothed one-hot,
+  mixed by mixup or CutMix when the config asks (`mixing.mix` leaves both
+  as they are when it does not)."""
+
+  def with_targets(key, images, labels):
+    targets = losses.soft_targets(labels, num_classes, config.label_smoothing)
+    return mixing.mix(key, images, targets, mixup_alpha=config.mixup_alpha,
+                      cutmix_alpha=config.cutmix_alpha)
+
+  return with_targets
+
+
+def _gradients(state: TrainState, batch_stats, data, batch, key, *, inputs,
+               with_targets, objective: losses.Objective):
+  """(new batch statistics, gradients, metric sums) of one batch."""
+  augment_key, dropout_key = jax.random.split(key)
+  x, y = inputs.model_inputs(data, batch, augment_key)
+  x, targets = with_targets(jax.random.fold_in(key, 2), x, y)
+
+  def loss_fn(params):
+    logits, updates = state.apply_fn(
+        model_variables(params, batch_stats), x, train=True,
+        mutable=['batch_stats', vit.TRAINING_OUTPUTS],
+        rngs={'dropout': dropout_key})
+    outputs = updates.get(vit.TRAINING_OUTPUTS, {})
+    return objective(logits, outputs, targets, x).mean(), (logits, updates)
+
+  (loss, (logits, updates)), grads = jax.value_and_grad(
+      loss_fn, has_aux=True)(state.params)
+  # The accuracy counts predictions equal to each image's own label, mixed
+  # or not.
+  metrics = {
+      'loss': loss * y.shape[0],
+      'correct': jnp.sum(jnp.argmax(logits, -1) == y),
+      'count': jnp.asarray(y.shape[0], jnp.float32),
+  }
+  return updates.get('batch_stats'), grads, metrics
+
+
+def accumulated(gradients, micro_batches: int):
+  """`gradients` over `micro_batches` equal slices of the batch, averaged:
+  the same step in a fraction of the activation memory, as the paper
+  fine-tunes. Each slice's key is the batch's folded with its index."""
+
+  def accumulate(state, batch_stats, data, batch, key):
+    def one(carry, inputs):
+      batch_stats, grad_sum, metric_sum = carry
+      i, micro_batch = inputs
+      batch_stats, grads, metrics = gradients(
+          state, batch_stats, data, micro_batch, jax.random.fold_in(key, i))
+      return (batch_stats, jax.tree.map(jnp.add, grad_sum, grads),
+              jax.tree.map(jnp.add, metric_sum, metrics)), None
+
+    zeros = (jax.tree.map(jnp.zeros_like, state.params),
+             {name: jnp.zeros((), dtype)
+              for name, dtype in METRIC_SUMS.items()})
+    slices = jax.tree.map(
+        lambda a: a.reshape(micro_batches, -1, *a.shape[1:]), batch)
+    (batch_stats, grads, metrics), _ = jax.lax.scan(
+        one, (batch_stats, *zeros), (jnp.arange(micro_batches), slices))
+    return (batch_stats, jax.tree.map(lambda g: g / micro_batches, grads),
+            metrics)
+
+  return accumulate
+
+
+def make_train_step(config, inputs,
+                    objective: losses.Objective = losses.classification):
+  """(state, sums, data, batch, key) -> (state, sums): one optimizer step on
+  `batch` minimising `objective`, its metrics added to `sums`."""
+  gradients = functools.partial(
+      _gradients, inputs=inputs,
+      with_targets=_with_targets(config, inputs.num_classes),
+      objective=objective)
+  if config.grad_accumulation_steps > 1:
+    gradients = accumulated(gradients, config.grad_accumulation_steps)
+
+  def train_step(state: TrainState, sums: dict, data, batch, key):
+    key = jax.random.fold_in(key, state.step)
+    batch_stats, grads, metrics = gradients(state, state.batch_stats, data,
+                                            batch, key)
+    with jax.named_scope('optimizer'):  # its kernels' name in a profile
+      state = state.apply_gradients(grads=grads, batch_stats=batch_stats)
+    return state, jax.tree.map(jnp.add, sums, metrics)
+
+  return train_step
+
+
+def make_train_steps(config, inputs, rows: int,
+                     objective: losses.Objective = losses.classification):
+  """(state, sums, data, block, count, key) -> (state, sums, step): the
+  first `count` batches of `block` (the input's `block` of `rows` batches
+  stacked along a leading axis), one `make_train_step` each, in one
+  compiled loop; `step` is the state's step count, an output of its own for
+  the loop to wait on while the state itself is donated to the next call.
+  Each step's randomness comes from the state's step, so the steps compute
+  what they compute one call each. A block of one row is the step itself,
+  no loop: a loop's step ran 12% slower on a CPU (ViT-Tiny-CIFAR_4, batch
+  128, experiments/benchmarks/README.md)."""
+  train_step = make_train_step(config, inputs, objective)
+
+  def train_steps(state: TrainState, sums: dict, data, block, count, key):
+    if rows == 1:
+      del count  # 1
+      state, sums = train_step(state, sums, data,
+                               jax.tree.map(lambda rows: rows[0], block), key)
+      return state, sums, state.step
+
+    def one(i, carry):
+      batch = jax.tree.map(lambda rows: rows[i], block)
+      return train_step(*carry, data, batch, key)
+
+    state, sums = jax.lax.fori_loop(0, count, one, (state, sums))
+    return state, sums, state.step
+
+  return train_steps
+
+
+def eval_step(state: TrainState, sums: dict, data, batch, mask, *, config,
+              inputs) -> dict:
+  """`sums` (`EVAL_SUMS`) plus the loss, correct and top-5 correct counts
+of the unmasked examples."""
+  x, y = inputs.model_inputs(data, batch, None)
+  logits = state.apply_fn(
+      model_variables(state.params, state.batch_stats), x, train=False)
+  loss = losses.cross_entropy(
+      logits, losses.soft_targets(y, inputs.num_classes,
+                                  config.label_smoothing))
+  _, best = jax.lax.top_k(logits, min(TOP_K, logits.shape[-1]))
+  counted = mask > 0
+  return jax.tree.map(jnp.add, sums, {
+      'loss': jnp.sum(loss * mask),
+      'correct': jnp.sum((jnp.argmax(logits, -1) == y) & counted),
+      'correct_top5': jnp.sum(jnp.any(best == y[:, None], -1) & counted),
+      'count': jnp.sum(mask),
+  })
+
+
+# XLA's CPU pipeline turns jax's optimization barriers into nothing
+# (`cse_barrier_expander`) before CSE, which then merges a rematerialised
+# block's recomputation back into its forward pass: outside a scan, remat
+# would keep everything on a CPU. Without the pass the barriers stay, as on
+# accelerators.
+_KEEP_REMAT_BARRIERS = ('xla_disable_hlo_passes', 'cse_barrier_expander')
+
+
+def compiler_options(config) -> dict[str, str] | None:
+  """XLA options the steps compile with: `config.cpu_compiler_options` on a
+  CPU backend, and what a rematerialised model needs there; none
+  elsewhere."""
+  if jax.default_backend() != 'cpu':
+    return None
+  options = {name: str(value)
+             for name, value in config.cpu_compiler_options.items()}
+  if config.model_overrides.get('remat', 'none') != 'none':
+    name, value = _KEEP_REMAT_BARRIERS
+    options[name] = ','.join(filter(None, (options.get(name), value)))
+  return options or None
+
+
+def _option_error(options, error: jax.errors.JaxRuntimeError) -> ConfigError:
+  """A compile error with `options` set, which may have caused it."""
+  return ConfigError(
+      f'config.cpu_compiler_options={options}: {error}. Use XLA option names '
+      'this jax version knows, without the leading "--".')
+
+
+def compile_eval(config, inputs, state: TrainState):
+  """The eval step compiled for `inputs`' test batches: (state, sums, data,
+  batch, mask) -> sums, the sums `EVAL_SUMS`'."""
+  options = compiler_options(config)
+  replicated = sharding.replicated(inputs.mesh)
+  _, eval_batch, eval_mask = inputs.batch_specs()
+  try:
+    return jax.jit(functools.partial(eval_step, config=config, inputs=inputs),
+                   out_shardings=replicated, donate_argnums=1).lower(
+                       state, sum_shapes(replicated, EVAL_SUMS),
+                       inputs.test_data, eval_batch,
+                       eval_mask).compile(options)
+  except jax.errors.JaxRuntimeError as e:
+    if options is None:
+      raise
+    raise _option_error(options, e) from e
+
+
+class CompiledSteps(NamedTuple):
+  # (state, sums, data, block, count, key) -> (state, sums, step): up to
+  # `steps_per_dispatch` train steps (`make_train_steps`)
+  train: Any
+  eval: Any  # (state, sums, data, batch, mask) -> sums; or None
+  train_compile_seconds: float  # tracing and compiling the train step
+  steps_per_dispatch: int  # the rows of a block
+
+
+def compile_steps(config, inputs, state: TrainState, key,
+                  objective: losses.Objective = losses.classification,
+                  evaluate: bool = True) -> CompiledSteps:
+  """Both steps compiled once for `inputs`' batches (the train steps
+  alone, `eval` None, without `evaluate`): the train steps for blocks of
+  `inputs.steps_per_dispatch` batches. `state` may be shapes
+  (`state_shapes`). An XLA option XLA lacks is a ConfigError. Whatever the
+  `objective` holds (a teacher's variables) is a constant of the train
+  step."""
+  start = time.perf_counter()
+  options = compiler_options(config)
+  replicated = sharding.replicated(inputs.mesh)
+  rows = inputs.steps_per_dispatch
+  # The state leaves each step where it came in, sharded or not.
+  state_out = jax.tree.map(lambda x: x.sharding, state)
+  count = jax.ShapeDtypeStruct((), jnp.int32, sharding=replicated)
+  cached = []
+  try:
+    with compilation_cache.Hits() as hits:
+      train = jax.jit(make_train_steps(config, inputs, rows, objective),
+                      out_shardings=(state_out, replicated, replicated),
+                      donate_argnums=(0, 1)).lower(
+                          state, sum_shapes(replicated), inputs.train_data,
+                          inputs.block_specs(rows), count,
+                          key).compile(options)
+    train_seconds = time.perf_counter() - start
+    cached += ['train step'] if hits.count else []
+    evaluated = None
+    if evaluate:
+      with compilation_cache.Hits() as hits:
+        evaluated = compile_eval(config, inputs, state)
+      cached += ['eval step'] if hits.count else []
+  except jax.errors.JaxRuntimeError as e:
+    if options is None:
+      raise
+    raise _option_error(options, e) from e
+  logging.info('Compiled the %s in %.1fs%s.',
+               'train and eval steps' if evaluate else 'train step',
+               time.perf_counter() - start,
+               f' ({" and ".join(cached)} from the compilation cache)'
+               if cached else '')
+  return CompiledSteps(train, evaluated, train_seconds, rows)
