@@ -24,8 +24,8 @@ ViT-Ti_16 or `--config.image_size=112`. Expected: on a few hundred images of
 well separated classes, fine-tuning beats training from scratch by far.
 """
 
+from configs import finetune
 from vit_jax import config_schema
-from vit_jax.training import finetune
 
 MODES = ('scratch', 'finetune')
 

@@ -10,7 +10,7 @@ from vit_jax.checkpoints import reading
 from vit_jax.formats import npz
 from vit_jax.checkpoints import export
 from vit_jax import models
-from vit_jax.data import cifar
+from configs import cifar_small
 from vit_jax.errors import CheckpointError
 from vit_jax.formats import vit_model
 
@@ -30,7 +30,7 @@ def test_a_run_converts_to_every_format_and_back_exactly(trained_vit_run,
     assert f'from the workdir {workdir} (step {run.step}).' in line
     # Said where the format cannot hold it (the run's CIFAR-10 statistics).
     mean, std = (','.join(f'{x:g}' for x in p)
-                 for p in (cifar.CIFAR10_MEAN, cifar.CIFAR10_STD))
+                 for p in (cifar_small.CIFAR10_MEAN, cifar_small.CIFAR10_STD))
     assert line.endswith(f'--config.pixel_mean={mean} --config.pixel_std='
                          f'{std}.') == (format_name == 'npz')
     loaded = reading.load(dest)
@@ -38,7 +38,7 @@ def test_a_run_converts_to_every_format_and_back_exactly(trained_vit_run,
     # The normalisation the run trained with travels with the folders; an
     # .npz has no place for it.
     assert loaded.pixels == (vit_model.RELEASED_PIXELS if format_name == 'npz'
-                             else (cifar.CIFAR10_MEAN, cifar.CIFAR10_STD))
+                             else (cifar_small.CIFAR10_MEAN, cifar_small.CIFAR10_STD))
     assert_trees_identical(loaded.params, jax.device_get(run.params))
     logits[format_name] = loaded.model.apply(loaded.variables, images,
                                              train=False)

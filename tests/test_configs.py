@@ -1,7 +1,9 @@
 """Every config file builds, for every argument it documents, and passes the
 checks that need no data."""
 
+import ast
 import importlib
+import pathlib
 
 import jax
 import numpy as np
@@ -34,6 +36,21 @@ def test_config_is_valid(name, argument):
   config_schema.validate(config, num_devices=8)
   models.from_config(config, num_classes=1000)
   assert set(config.keys()) == set(config_schema.FIELDS)
+
+
+def test_configs_are_data():
+  """A config file imports ml_collections, the schema and other configs:
+  nothing that runs."""
+  allowed = {'ml_collections', 'vit_jax.config_schema', 'configs'}
+  for path in (pathlib.Path(__file__).parents[1] / 'configs').glob('*.py'):
+    imported = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+      if isinstance(node, ast.Import):
+        imported.update(alias.name for alias in node.names)
+      elif isinstance(node, ast.ImportFrom):
+        imported.update(f'{node.module}.{alias.name}' if node.module ==
+                        'vit_jax' else node.module for alias in node.names)
+    assert imported <= allowed, (path.name, imported - allowed)
 
 
 def test_paper_recipes_match_the_tables():

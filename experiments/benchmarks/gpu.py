@@ -444,10 +444,6 @@ def main():
                  'copy of this README) outside experiments/benchmarks.')
   output = args.output or HERE / 'gpu_results.json'
   readme = args.readme or HERE / 'README.md'
-  # Each row lands in the output as it is measured; the workers it starts
-  # end with their pipes.
-  stop_signals.catch(at_once=f'stopped the GPU benchmark; {output} holds '
-                     'the rows measured before the signal')
   if args.summarize_only:
     if not output.exists():
       sys.exit(f'error: no {output}: run gpu.py on a GPU first (README: '
@@ -482,4 +478,8 @@ def main():
 
 
 if __name__ == '__main__':
+  # Each row lands in the output as it is measured; the workers it starts
+  # end with their pipes.
+  stop_signals.catch(at_once='stopped the GPU benchmark; its output holds '
+                     'the rows measured before the signal')
   main()

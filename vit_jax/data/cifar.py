@@ -16,11 +16,6 @@ from vit_jax.data.dataset import ArraySource
 from vit_jax.data.dataset import Dataset
 from vit_jax.errors import DatasetError
 
-# CIFAR-10 training-set channel statistics of pixels in [0, 1]
-# (`config.pixel_mean` and `config.pixel_std` of the CIFAR configs).
-CIFAR10_MEAN = (0.4914, 0.4822, 0.4465)
-CIFAR10_STD = (0.2470, 0.2435, 0.2616)
-
 NUM_CLASSES = {'cifar10': 10, 'cifar100': 100}
 
 _SIDE = 32

@@ -22,6 +22,7 @@ import urllib.request
 from absl import logging
 
 from vit_jax.errors import DatasetError
+from vit_jax.runtime import files
 
 DEFAULT_CACHE = pathlib.Path('~/.cache/vit_jax').expanduser()
 # Where a config without data_dir finds (and downloads) its datasets.
@@ -71,7 +72,7 @@ def fetch(name: str, cache: pathlib.Path) -> pathlib.Path:
     raise DatasetError(f'Cannot create the data cache {cache} '
                        f'({e.strerror}); set ${DATA_DIR_ENV} to a directory '
                        'you can write.') from e
-  partial = cache / (release.file_name + '.partial')
+  partial = files.partial_path(cache / release.file_name)
   try:
     _download(release, partial)
     with tempfile.TemporaryDirectory(dir=cache) as unpacked:

@@ -22,10 +22,17 @@ from vit_jax.runtime import stop_signals
 # The image files an image folder, `vit_jax.analyze --images` and the
 # experiments read (what PIL decodes that people keep photos in).
 IMAGE_SUFFIXES = ('.jpg', '.jpeg', '.png')
+PARTIAL_SUFFIX = '.partial'
 
 
 def is_image_file(path: pathlib.Path) -> bool:
   return path.suffix.lower() in IMAGE_SUFFIXES
+
+
+def partial_path(path: pathlib.Path) -> pathlib.Path:
+  """Where `path` is written before it is renamed into place: a file or
+  folder named so is unfinished, and the next writer removes it."""
+  return path.with_name(path.name + PARTIAL_SUFFIX)
 
 
 def replace_atomically(path: pathlib.Path,
@@ -49,7 +56,7 @@ def replace_together(
   try:
     for path, write in writes.items():
       path = pathlib.Path(path)
-      partials[path] = path.with_name(path.name + '.partial')
+      partials[path] = partial_path(path)
       stop_signals.remove_on_stop(partials[path])
       write(partials[path])
     with stop_signals.not_stopped_within():
@@ -96,7 +103,7 @@ def replace_directory_atomically(path: pathlib.Path,
   if os.path.ismount(path):
     raise errors.VitJaxError(f'{path} is a mount point, which cannot be '
                              'replaced whole: pass a folder inside it.')
-  partial = path.with_name(path.name + '.partial')
+  partial = partial_path(path)
   replaced = path.with_name(path.name + '.replaced')
   if replaced.is_dir() and not path.exists():
     os.replace(replaced, path)  # killed between the renames: the old set

@@ -1,7 +1,8 @@
 """Starting a run from pre-trained parameters, the way the paper fine-tunes:
 `config.init_from` read (`reading.load_params`), checked against the new
 model before any data loads (`check_init_from`) and fitted to it
-(`formats.params.adapt_params`), and the paper's optimizer recipe.
+(`formats.params.adapt_params`). The paper's optimizer recipe is
+`configs/finetune.py`'s `use_paper_recipe`.
 """
 
 from typing import Any
@@ -100,18 +101,3 @@ def _described(architecture: dict | None) -> str:
   if architecture is None:
     return 'a model that is no ViT'
   return params_lib.describe_architecture(architecture)
-
-
-def use_paper_recipe(config) -> None:
-  """Sets `config`'s optimizer to the paper's fine-tuning recipe (Sec. 3.1,
-  App. B.1.1): SGD with momentum 0.9, no weight decay, gradients clipped to
-  global norm 1, no label smoothing, no dropout (the official configs), and
-  cosine decay after a linear warmup. The learning rate, length and batch
-  stay the caller's."""
-  config.optimizer = 'sgd'
-  config.momentum = 0.9
-  config.weight_decay = 0.0
-  config.grad_clip_norm = 1.0
-  config.label_smoothing = 0.0
-  config.lr_decay = 'cosine'
-  config.model_overrides.dropout_rate = 0.0

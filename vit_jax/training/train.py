@@ -198,7 +198,7 @@ def _sole_writer(workdir: pathlib.Path):
     raise refusal
   try:
     if jax.process_index() == 0:
-      for partial in workdir.glob('*.partial'):
+      for partial in workdir.glob('*' + files.PARTIAL_SUFFIX):
         partial.unlink(missing_ok=True)
     yield
   finally:
