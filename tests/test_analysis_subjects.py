@@ -6,13 +6,13 @@ import numpy as np
 import pytest
 
 from tests.conftest import png
-from vit_jax.formats import npz
 from vit_jax import config_schema
-from vit_jax.checkpoints import export
 from vit_jax import models
 from vit_jax.analysis import subjects
+from vit_jax.checkpoints import export
 from vit_jax.errors import AnalysisError
 from vit_jax.errors import CheckpointError
+from vit_jax.formats import npz
 
 
 def test_a_runs_test_images_of_an_image_folder_come_from_every_class(

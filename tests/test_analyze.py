@@ -19,9 +19,9 @@ from tests.conftest import png
 from tests.conftest import tiny_config
 from vit_jax import analysis
 from vit_jax import analyze
-from vit_jax.formats import npz
-from vit_jax.checkpoints import run_checkpoints
 from vit_jax import models
+from vit_jax.checkpoints import run_checkpoints
+from vit_jax.formats import npz
 from vit_jax.formats import params as params_lib
 
 FIGURES = ('cls_attention.png', 'attention_rollout.png',

@@ -6,10 +6,10 @@ import pytest
 
 from tests.conftest import random_vit_params
 from tests.test_formats_npz import assert_trees_identical
+from vit_jax import models
+from vit_jax.checkpoints import export
 from vit_jax.checkpoints import reading
 from vit_jax.formats import npz
-from vit_jax.checkpoints import export
-from vit_jax import models
 from configs import cifar_small
 from vit_jax.errors import CheckpointError
 from vit_jax.formats import vit_model

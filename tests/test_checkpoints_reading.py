@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 
 from tests.test_formats_npz import assert_trees_identical
+from vit_jax import models
+from vit_jax.checkpoints import export
 from vit_jax.checkpoints import reading
 from vit_jax.errors import CheckpointError
-from vit_jax.checkpoints import export
-from vit_jax import models
 from vit_jax.errors import WorkdirError
 from vit_jax.formats import npz
 from vit_jax.formats import params as params_lib

@@ -14,9 +14,9 @@ import pytest
 
 from tests.conftest import ROOT
 from vit_jax.checkpoints import run_checkpoints
+from vit_jax.errors import CheckpointError
 from vit_jax.runtime import sharding
 from vit_jax.training import steps
-from vit_jax.errors import CheckpointError
 
 _CONFIG = {'model': 'ViT-B_16', 'batch_size': 16}
 

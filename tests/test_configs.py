@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 
 from tests.conftest import png
-from vit_jax.checkpoints import reading
-from vit_jax.formats import npz
 from vit_jax import config_schema
 from vit_jax import models
+from vit_jax.checkpoints import reading
+from vit_jax.formats import npz
 from vit_jax.training import train
 
 

@@ -6,10 +6,10 @@ import numpy as np
 
 from tests.conftest import random_cifar
 from tests.conftest import tiny_config
-from vit_jax.runtime import sharding
 from vit_jax.data import input as input_lib
 from vit_jax.data import on_device
 from vit_jax.data import sources
+from vit_jax.runtime import sharding
 
 
 def _input(num_train=20, **overrides):

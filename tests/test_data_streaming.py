@@ -14,12 +14,12 @@ import pytest
 from tests.conftest import prepare_tfds_array_record
 from tests.conftest import random_cifar
 from tests.conftest import tiny_config
-from vit_jax.runtime import sharding
-from vit_jax.training import train
 from vit_jax.data import input as input_lib
 from vit_jax.data import preprocess
 from vit_jax.data import sources
 from vit_jax.data import streaming
+from vit_jax.runtime import sharding
+from vit_jax.training import train
 
 
 def _array_input(train_split, test_split, **overrides):
@@ -122,8 +122,8 @@ _WORKERS_SCRIPT = '''
 import sys, time
 sys.path.insert(0, {root!r})
 from tests.conftest import random_cifar, tiny_config
-from vit_jax.runtime import sharding
 from vit_jax.data import sources, streaming
+from vit_jax.runtime import sharding
 
 if __name__ == '__main__':
   config = tiny_config('', batch_size=8, input_pipeline='streaming',

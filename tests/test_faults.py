@@ -33,17 +33,19 @@ from tests.conftest import wait_for_step
 from tests.conftest import without_timings
 from tests.conftest import write_cifar_binary
 from tests.conftest import write_process_config
+from vit_jax import models
 from vit_jax.checkpoints import reading
+from vit_jax.checkpoints import run_checkpoints
+from vit_jax.data import sources
+from vit_jax.errors import CheckpointError
+from vit_jax.errors import DatasetError
+from vit_jax.errors import TrainingDivergedError
+from vit_jax.errors import WorkdirError
 from vit_jax.formats import npz
 from vit_jax.formats import params as params_lib
-from vit_jax.checkpoints import run_checkpoints
-from vit_jax.errors import CheckpointError
 from vit_jax.runtime import command
-from vit_jax import models
 from vit_jax.runtime import preemption
 from vit_jax.training import train
-from vit_jax.data import sources
-from vit_jax.errors import DatasetError
 
 # ------------------------------------------------------------ full disk ---
 
@@ -211,7 +213,7 @@ def test_killed_with_sigkill_mid_epoch_the_rerun_ends_identical_in_every_file(
 
 def test_a_diverged_test_loss_stops_and_says_no_checkpoint_exists(tmp_path):
   checkpoints = run_checkpoints.RunCheckpoints(tmp_path / 'checkpoints', 2)
-  with pytest.raises(train.TrainingDivergedError,
+  with pytest.raises(TrainingDivergedError,
                      match=r'test loss became nan by step 3; stopped without '
                      r'saving\. No checkpoint had been saved yet: rerun with a lower '
                      r'config\.learning_rate'):
@@ -225,9 +227,9 @@ def test_a_diverged_test_loss_stops_and_says_no_checkpoint_exists(tmp_path):
 def test_the_workdir_is_checked_before_the_data(tmp_path):
   config = tiny_config(tmp_path / 'no-data')
   (tmp_path / 'file').write_text('')
-  with pytest.raises(train.WorkdirError, match='is a file: pass a directory'):
+  with pytest.raises(WorkdirError, match='is a file: pass a directory'):
     train.train_and_evaluate(config, tmp_path / 'file')
-  with pytest.raises(train.WorkdirError,
+  with pytest.raises(WorkdirError,
                      match='Cannot write to the workdir /proc/vit_jax/run'):
     train.train_and_evaluate(config, '/proc/vit_jax/run')
   with pytest.raises(DatasetError, match='does not exist'):
@@ -646,7 +648,7 @@ def test_a_truncated_config_json_is_rebuilt_or_the_way_out_is_named(
       shutil.rmtree(step_dir / item)
   config_file.write_text(config_file.read_text()[:200])
   checkpoints = workdir / 'checkpoints'
-  with pytest.raises(train.WorkdirError,
+  with pytest.raises(WorkdirError,
                      match=rf'^{config_file} is not valid JSON \(.*\), and the '
                      rf'checkpoints in {checkpoints} were saved before '
                      'checkpoints held their config: nothing says which '

@@ -4,8 +4,8 @@ import inspect
 
 import pytest
 
-from vit_jax.checkpoints import reading
 from vit_jax import formats
+from vit_jax.checkpoints import reading
 
 
 def _declared(protocol) -> dict:

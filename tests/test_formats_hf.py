@@ -8,8 +8,8 @@ import pytest
 from tests.conftest import one_block_vit
 from tests.conftest import random_vit_params
 from tests.test_formats_npz import assert_trees_identical
-from vit_jax.checkpoints import reading
 from vit_jax import models
+from vit_jax.checkpoints import reading
 from vit_jax.errors import CheckpointError
 from vit_jax.formats import hf
 from vit_jax.formats import safetensors_file

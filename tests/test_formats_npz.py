@@ -8,8 +8,8 @@ import jax
 import numpy as np
 import pytest
 
-from vit_jax.checkpoints import reading
 from vit_jax import models
+from vit_jax.checkpoints import reading
 from vit_jax.errors import CheckpointError
 from vit_jax.formats import npz
 from vit_jax.formats import params as params_lib

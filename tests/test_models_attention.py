@@ -6,10 +6,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from vit_jax.models import attention_weights
-from vit_jax.models import create_model
 from vit_jax.models import VisionTransformer
 from vit_jax.models import attention as attention_lib
+from vit_jax.models import attention_weights
+from vit_jax.models import create_model
 from vit_jax.models.attention import MultiHeadSelfAttention
 from tests.test_models_vit import SMALL
 from tests.test_models_vit import _softmax

@@ -5,11 +5,11 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from vit_jax.objectives import losses
 from vit_jax.models import VisionTransformer
 from vit_jax.models import for_inference
 from vit_jax.models import masked_autoencoder
 from vit_jax.models import vit
+from vit_jax.objectives import losses
 from tests.test_models_vit import SMALL
 from tests.test_models_vit import _flat
 from tests.test_models_vit import _images

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from vit_jax.formats import params as params_lib
-from vit_jax.models import create_model
 from vit_jax.models import MODEL_NAMES
+from vit_jax.models import create_model
 from vit_jax.models import vit_named
 
 # (image size, classes, parameters). The paper-sized counts are the official

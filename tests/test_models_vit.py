@@ -9,10 +9,10 @@ import pytest
 from configs import cifar_small
 from vit_jax.errors import ConfigError
 from vit_jax.formats import params as params_lib
+from vit_jax.models import VisionTransformer
 from vit_jax.models import attention_weights
 from vit_jax.models import create_model
 from vit_jax.models import registry
-from vit_jax.models import VisionTransformer
 from vit_jax.models.vit import TRAINING_OUTPUTS
 from vit_jax.models.vit import logits_and_attention
 

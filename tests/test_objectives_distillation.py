@@ -10,15 +10,15 @@ import pytest
 from tests.conftest import history
 from tests.conftest import random_cifar
 from tests.conftest import tiny_config
-from vit_jax.objectives import distillation
-from vit_jax.training import optimizer
-from vit_jax.runtime import sharding
 from vit_jax import models
-from vit_jax.training import steps
-from vit_jax.models import vit
-from vit_jax.training import train
 from vit_jax.data import on_device
 from vit_jax.data import sources
+from vit_jax.models import vit
+from vit_jax.objectives import distillation
+from vit_jax.runtime import sharding
+from vit_jax.training import optimizer
+from vit_jax.training import steps
+from vit_jax.training import train
 
 
 def _student_config(data_dir, teacher_workdir, **overrides):

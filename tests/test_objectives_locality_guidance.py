@@ -8,14 +8,14 @@ import pytest
 
 from tests.conftest import history
 from tests.conftest import tiny_config
-from vit_jax.checkpoints import reading
 from vit_jax.checkpoints import export
-from vit_jax.training import finetune
-from vit_jax.objectives import locality_guidance
-from vit_jax.training import train
+from vit_jax.checkpoints import reading
 from vit_jax.errors import ConfigError
-from vit_jax.models import cnn
 from vit_jax.models import SimpleCNN
+from vit_jax.models import cnn
+from vit_jax.objectives import locality_guidance
+from vit_jax.training import finetune
+from vit_jax.training import train
 
 # The tiny SimpleCNN of `trained_cnn_run` (widths 4, 4, 8, 8, 8) ends its
 # stages in 4, 8 and 8 channels.

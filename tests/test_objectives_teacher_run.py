@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 
 from tests.conftest import tiny_config
-from vit_jax.objectives import teacher_run
 from vit_jax.errors import ConfigError
 from vit_jax.models import SimpleCNN
+from vit_jax.objectives import teacher_run
 
 FIELDS = ['distillation_teacher', 'locality_guidance_teacher']
 

@@ -10,8 +10,8 @@ import pytest
 
 from tests.conftest import mounted_tmpfs
 from tests.conftest import ROOT
-from vit_jax.runtime import files
 from vit_jax.errors import VitJaxError
+from vit_jax.runtime import files
 
 
 def test_a_writer_killed_while_writing_leaves_a_whole_file(tmp_path):

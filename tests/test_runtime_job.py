@@ -4,8 +4,8 @@ it ends."""
 from absl import flags
 import pytest
 
-from vit_jax.runtime import job
 from vit_jax.errors import ConfigError
+from vit_jax.runtime import job
 
 
 @pytest.fixture(autouse=True)

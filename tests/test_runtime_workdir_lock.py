@@ -11,8 +11,8 @@ import time
 
 import pytest
 
-from vit_jax.runtime import workdir_lock
 from vit_jax.errors import WorkdirError
+from vit_jax.runtime import workdir_lock
 
 
 def test_a_second_holder_is_refused_with_the_first_named(tmp_path):

@@ -11,8 +11,8 @@ from tests.conftest import wait_all
 from tests.conftest import without_timings
 from tests.conftest import write_cifar_binary
 from tests.conftest import write_process_config
-from vit_jax.training import compilation_cache
 from vit_jax import config_schema
+from vit_jax.training import compilation_cache
 
 
 def test_the_default_is_under_the_users_cache_unless_jax_is_told_another(

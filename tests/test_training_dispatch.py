@@ -15,8 +15,8 @@ from tests.conftest import without_timings
 from tests.conftest import write_cifar_binary
 from tests.conftest import write_process_config
 from tests.test_training_train import final_state
-from vit_jax.training import dispatch
 from vit_jax.runtime import preemption
+from vit_jax.training import dispatch
 from vit_jax.training import steps
 from vit_jax.training import train
 

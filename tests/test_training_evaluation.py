@@ -5,9 +5,9 @@ import pytest
 
 from tests.conftest import history
 from tests.conftest import trained_vit_config
-from vit_jax.training import evaluation
 from vit_jax.checkpoints import export
 from vit_jax.errors import ConfigError
+from vit_jax.training import evaluation
 
 def _logged_test(workdir) -> dict:
   return [r for r in history(workdir) if 'test_accuracy' in r][-1]

@@ -10,13 +10,13 @@ import pytest
 from tests.conftest import tiny_config
 from tests.test_formats_npz import assert_trees_identical
 from tests.test_formats_params import vit_params
+from vit_jax import config_schema
+from vit_jax import models
+from vit_jax.checkpoints import export
 from vit_jax.checkpoints import reading
 from vit_jax.formats import npz
 from vit_jax.formats import params as params_lib
-from vit_jax.checkpoints import export
 from vit_jax.training import finetune
-from vit_jax import models
-from vit_jax import config_schema
 from vit_jax.training import train
 
 

@@ -4,8 +4,8 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from vit_jax.training import flops
 from vit_jax.models import create_model
+from vit_jax.training import flops
 
 
 def test_matmul_flops_of_a_dense_and_a_conv():

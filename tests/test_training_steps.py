@@ -15,13 +15,13 @@ from tests.conftest import ROOT
 from tests.conftest import random_cifar
 from tests.conftest import tiny_config
 from vit_jax import models
-from vit_jax.objectives import losses
-from vit_jax.training import optimizer
-from vit_jax.runtime import sharding
-from vit_jax.training import steps
 from vit_jax.data import mixing
 from vit_jax.data import on_device
 from vit_jax.data import sources
+from vit_jax.objectives import losses
+from vit_jax.runtime import sharding
+from vit_jax.training import optimizer
+from vit_jax.training import steps
 
 
 def _one_device_train_step(config, images, labels):
@@ -167,10 +167,10 @@ import jax
 import numpy as np
 from tests.conftest import random_cifar, study_config
 from vit_jax import models
-from vit_jax.training import optimizer
-from vit_jax.runtime import sharding
-from vit_jax.training import steps
 from vit_jax.data import on_device, sources
+from vit_jax.runtime import sharding
+from vit_jax.training import optimizer
+from vit_jax.training import steps
 
 images, labels = random_cifar(32, 10, seed=0)
 split = sources.ArraySource(images, labels)
@@ -230,8 +230,8 @@ sys.path.insert(0, {root!r})
 import jax
 from tests.conftest import tiny_config
 from vit_jax import models
-from vit_jax.training import optimizer
 from vit_jax.runtime import sharding
+from vit_jax.training import optimizer
 from vit_jax.training import steps
 
 config = tiny_config('', fsdp={fsdp})

@@ -30,14 +30,15 @@ from tests.conftest import wait_for_step
 from tests.conftest import without_timings
 from tests.conftest import write_cifar_binary
 from tests.conftest import write_process_config
+from vit_jax import models
 from vit_jax.checkpoints import reading
 from vit_jax.checkpoints import run_checkpoints
-from vit_jax.training import finetune
-from vit_jax import models
-from vit_jax.runtime import preemption
-from vit_jax.training import train
 from vit_jax.config_schema import ConfigError
 from vit_jax.data import preprocess
+from vit_jax.errors import TrainingDivergedError
+from vit_jax.runtime import preemption
+from vit_jax.training import finetune
+from vit_jax.training import train
 
 
 
@@ -195,7 +196,7 @@ def test_nan_loss_stops_and_says_what_is_kept(cifar10_binary, tmp_path):
   # Step 1's update (learning rate 1e38) overflows the parameters.
   config = tiny_config(data_dir, learning_rate=1e38, warmup_epochs=0,
                        log_every_steps=1, checkpoint_every_steps=1)
-  with pytest.raises(train.TrainingDivergedError) as raised:
+  with pytest.raises(TrainingDivergedError) as raised:
     train.train_and_evaluate(config, tmp_path)
   with ocp.CheckpointManager(tmp_path / 'checkpoints') as manager:
     assert manager.all_steps() == [1]
@@ -222,7 +223,7 @@ def test_a_run_diverging_for_steps_is_told_so_and_the_advice_works(
   diverging = dict(optimizer='sgd', momentum=0.9, warmup_epochs=0,
                    num_epochs=2, log_every_steps=1, checkpoint_every_steps=2)
   config = tiny_config(data_dir, learning_rate=10.0, **diverging)
-  with pytest.raises(train.TrainingDivergedError) as raised:
+  with pytest.raises(TrainingDivergedError) as raised:
     train.train_and_evaluate(config, tmp_path / 'run')
   records = history(tmp_path / 'run')
   kept = run_checkpoints.RunCheckpoints(tmp_path / 'run' / 'checkpoints',

@@ -82,14 +82,14 @@ from absl import flags
 from absl import logging
 import numpy as np
 
-from vit_jax.checkpoints import reading
-from vit_jax.runtime import command
 from vit_jax import errors
-from vit_jax.runtime import files
 from vit_jax.analysis import figures
 from vit_jax.analysis import measures
 from vit_jax.analysis import subjects
+from vit_jax.checkpoints import reading
 from vit_jax.errors import AnalysisError
+from vit_jax.runtime import command
+from vit_jax.runtime import files
 
 _WORKDIR = flags.DEFINE_string('workdir', None, 'A vit_jax.main run.')
 _CHECKPOINT = flags.DEFINE_string(

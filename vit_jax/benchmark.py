@@ -46,11 +46,11 @@ from absl import app
 from absl import flags
 
 from vit_jax import config_schema
-from vit_jax.runtime import distributed
 from vit_jax import errors
-from vit_jax.training import step_benchmark
 from vit_jax.models import attention
 from vit_jax.models import remat_scan
+from vit_jax.runtime import distributed
+from vit_jax.training import step_benchmark
 
 _MODEL = flags.DEFINE_string('model', 'ViT-Tiny-CIFAR_4', 'Registered model.')
 _BATCH_SIZE = flags.DEFINE_integer('batch_size', 128, 'Global batch size.')

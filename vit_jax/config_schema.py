@@ -17,10 +17,10 @@ from absl import logging
 import ml_collections
 
 
-from vit_jax.training import compilation_cache
-from vit_jax.runtime import distributed
 from vit_jax import models
 from vit_jax.errors import ConfigError
+from vit_jax.runtime import distributed
+from vit_jax.training import compilation_cache
 
 
 @dataclasses.dataclass(frozen=True)

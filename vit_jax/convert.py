@@ -42,9 +42,9 @@ if __name__ == '__main__':
 from absl import app
 from absl import flags
 
-from vit_jax.runtime import command
 from vit_jax import errors
 from vit_jax.checkpoints import export
+from vit_jax.runtime import command
 
 _FORMAT = flags.DEFINE_enum('format', None, export.FORMATS,
                             'What DEST is written as.')

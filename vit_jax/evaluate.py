@@ -53,8 +53,8 @@ from ml_collections import config_flags
 from vit_jax.checkpoints import reading
 from vit_jax.runtime import command
 from vit_jax.runtime import distributed
-from vit_jax.training import evaluation
 from vit_jax.runtime import job
+from vit_jax.training import evaluation
 
 _CHECKPOINT = flags.DEFINE_string(
     'checkpoint', None, 'Any checkpoint: a vit_jax.main workdir, an official '

@@ -69,14 +69,14 @@ from experiments.benchmarks import gpu_report
 from experiments.benchmarks import gpu_steps
 from experiments.benchmarks import profile_step
 from experiments.benchmarks import timm_worker
-from vit_jax.training import step_benchmark
 from vit_jax import benchmark_input
+from vit_jax.models import attention
 from vit_jax.runtime import distributed
 from vit_jax.runtime import files
-from vit_jax.training import flops
 from vit_jax.runtime import sharding
 from vit_jax.runtime import stop_signals
-from vit_jax.models import attention
+from vit_jax.training import flops
+from vit_jax.training import step_benchmark
 # pylint: enable=g-import-not-at-top,wrong-import-position
 
 HERE = pathlib.Path(__file__).resolve().parent

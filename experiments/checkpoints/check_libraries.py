@@ -64,13 +64,13 @@ import flax
 import jax
 import numpy as np
 
+from vit_jax import models
+from vit_jax.checkpoints import export
 from vit_jax.checkpoints import reading
 from vit_jax.formats import npz
-from vit_jax.checkpoints import export
-from vit_jax.runtime import files
-from vit_jax import models
-from vit_jax.runtime import stop_signals
 from vit_jax.formats import safetensors_file
+from vit_jax.runtime import files
+from vit_jax.runtime import stop_signals
 # pylint: enable=g-import-not-at-top,wrong-import-position
 
 FLAGS = flags.FLAGS

@@ -6,8 +6,8 @@ are patch grids (`measures.token_to_patches`).
 
 import numpy as np
 
-from vit_jax.analysis import plotting
 from vit_jax.analysis import measures
+from vit_jax.analysis import plotting
 
 
 def plot_cls_attention(path, display, maps, token='class'):

@@ -10,15 +10,15 @@ import pathlib
 import jax
 import numpy as np
 
-from vit_jax.checkpoints import reading
-from vit_jax.runtime import files
 from vit_jax import models
 from vit_jax.analysis import measures
+from vit_jax.checkpoints import reading
 from vit_jax.data import preprocess
 from vit_jax.data import sources
 from vit_jax.errors import AnalysisError
 from vit_jax.formats import params as params_lib
 from vit_jax.models import small_data
+from vit_jax.runtime import files
 
 # Images per forward pass: every layer's attention is kept, 12 x 12 x 197 x
 # 197 floats an image for a ViT-B/16.

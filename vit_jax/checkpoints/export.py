@@ -5,14 +5,14 @@ import pathlib
 
 import jax
 
-from vit_jax.checkpoints import reading
 from vit_jax import errors
-from vit_jax.runtime import files
 from vit_jax import models
+from vit_jax.checkpoints import reading
 from vit_jax.errors import CheckpointError
 from vit_jax.formats import npz
 from vit_jax.formats import params as params_lib
 from vit_jax.formats import vit_model
+from vit_jax.runtime import files
 
 FORMATS = (reading.NPZ, *reading.FOLDER_FORMATS)
 

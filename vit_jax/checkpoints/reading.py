@@ -17,7 +17,6 @@ from absl import logging
 import jax
 import ml_collections
 
-from vit_jax.runtime import files
 from vit_jax import formats
 from vit_jax import models
 from vit_jax.checkpoints import run_checkpoints
@@ -28,6 +27,7 @@ from vit_jax.formats import npz
 from vit_jax.formats import safetensors_file
 from vit_jax.formats import timm
 from vit_jax.formats import vit_model
+from vit_jax.runtime import files
 
 
 @dataclasses.dataclass(frozen=True)

@@ -18,8 +18,8 @@ import jax
 from jax.experimental import multihost_utils
 import orbax.checkpoint as ocp
 
-from vit_jax.checkpoints import digests
 from vit_jax import errors
+from vit_jax.checkpoints import digests
 from vit_jax.errors import CheckpointError
 from vit_jax.errors import first_line
 

@@ -17,12 +17,12 @@
   streaming.py       large datasets: read and cropped on the hosts every step
 """
 
-from vit_jax.runtime import distributed
 from vit_jax.data import sources
 from vit_jax.data.input import Input
 from vit_jax.data.on_device import OnDeviceInput
 from vit_jax.data.streaming import StreamingInput
 from vit_jax.errors import DatasetError
+from vit_jax.runtime import distributed
 
 __all__ = ['Input', 'OnDeviceInput', 'StreamingInput', 'create_input']
 

@@ -25,9 +25,9 @@ from absl import logging
 import numpy as np
 
 from vit_jax import errors
-from vit_jax.runtime import files
 from vit_jax.data.dataset import Dataset
 from vit_jax.errors import DatasetError
+from vit_jax.runtime import files
 
 # The colour a transparent pixel is shown on: white, the page a browser or a
 # document shows a transparent image on, and what icons and cut-out product

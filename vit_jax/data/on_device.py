@@ -12,9 +12,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from vit_jax.runtime import sharding
 from vit_jax.data import input as input_lib
 from vit_jax.data import sources
+from vit_jax.runtime import sharding
 
 
 class OnDeviceInput(input_lib.Input):

@@ -34,10 +34,10 @@ import grain
 import jax
 import numpy as np
 
-from vit_jax.runtime import sharding
 from vit_jax.data import input as input_lib
 from vit_jax.data import preprocess
 from vit_jax.data import sources
+from vit_jax.runtime import sharding
 
 
 class StreamingInput(input_lib.Input):

@@ -13,9 +13,9 @@ import zipfile
 
 import numpy as np
 
-from vit_jax.runtime import files
 from vit_jax.errors import CheckpointError
 from vit_jax.formats import params as params_lib
+from vit_jax.runtime import files
 
 # Inside an encoder block the released files number submodules across types
 # (pre-linen flax: LayerNorm_0, MultiHeadDotProductAttention_1, LayerNorm_2,

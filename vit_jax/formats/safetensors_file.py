@@ -9,8 +9,8 @@ import numpy as np
 import safetensors
 import safetensors.numpy
 
-from vit_jax.runtime import files
 from vit_jax.errors import CheckpointError
+from vit_jax.runtime import files
 
 # The name timm's and transformers' hub folders give their weights.
 WEIGHTS_NAME = 'model.safetensors'

@@ -29,13 +29,13 @@ from typing import Any
 from absl import logging
 import jax
 
-from vit_jax.runtime import files
 from vit_jax import models
 from vit_jax.errors import CheckpointError
 from vit_jax.formats import params as params_lib
 from vit_jax.formats import safetensors_file
 from vit_jax.formats import torch_layout as torch
 from vit_jax.formats import vit_model
+from vit_jax.runtime import files
 
 NAME = "timm's VisionTransformer"
 # timm's IMAGENET_DEFAULT_MEAN and _STD: what a pretrained_cfg without its

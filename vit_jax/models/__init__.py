@@ -4,17 +4,17 @@ from vit_jax.models.cnn import SimpleCNN
 from vit_jax.models.cnn import SmallResNet
 from vit_jax.models.inference import for_inference
 from vit_jax.models.inference import inference_params
+from vit_jax.models.registry import MODEL_NAMES
 from vit_jax.models.registry import create_model
 from vit_jax.models.registry import default_fields
 from vit_jax.models.registry import from_config
-from vit_jax.models.registry import MODEL_NAMES
 from vit_jax.models.registry import registered_vit_fields
 from vit_jax.models.registry import vit_fields
 from vit_jax.models.registry import vit_named
 from vit_jax.models.registry import vit_names
+from vit_jax.models.vit import VisionTransformer
 from vit_jax.models.vit import attention_weights
 from vit_jax.models.vit import logits_and_attention
-from vit_jax.models.vit import VisionTransformer
 
 __all__ = [
     'MODEL_NAMES',

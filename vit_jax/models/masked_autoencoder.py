@@ -35,10 +35,10 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from vit_jax.objectives import losses
 from vit_jax.models import small_data
 from vit_jax.models.encoder_block import AddPositionEmbs
 from vit_jax.models.encoder_block import Encoder1DBlock
+from vit_jax.objectives import losses
 
 Dtype = Any
 

@@ -11,10 +11,10 @@ import flax.linen as nn
 import jax.numpy as jnp
 import numpy as np
 
+from vit_jax.errors import ConfigError
 from vit_jax.models.cnn import SimpleCNN
 from vit_jax.models.cnn import SmallResNet
 from vit_jax.models.vit import VisionTransformer
-from vit_jax.errors import ConfigError
 
 
 def _vit(patch_size, hidden_size, num_layers, num_heads, mlp_dim,

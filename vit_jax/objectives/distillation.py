@@ -18,9 +18,9 @@ import jax
 import jax.numpy as jnp
 import optax
 
+from vit_jax.errors import ConfigError
 from vit_jax.objectives import losses
 from vit_jax.objectives import teacher_run
-from vit_jax.errors import ConfigError
 
 
 @dataclasses.dataclass(frozen=True)

@@ -32,10 +32,10 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from vit_jax.objectives import losses
-from vit_jax.objectives import teacher_run
 from vit_jax.errors import ConfigError
 from vit_jax.models import cnn
+from vit_jax.objectives import losses
+from vit_jax.objectives import teacher_run
 
 
 def imitation(student: list[jax.Array], teacher: list[jax.Array]

@@ -9,9 +9,9 @@ from typing import Any
 import flax.linen as nn
 import jax
 
-from vit_jax.checkpoints import reading
 from vit_jax import config_schema
 from vit_jax import models
+from vit_jax.checkpoints import reading
 from vit_jax.errors import CheckpointError
 from vit_jax.errors import ConfigError
 

@@ -16,9 +16,9 @@ from absl import flags
 from absl import logging
 import jax
 
+from vit_jax import errors
 from vit_jax.runtime import command
 from vit_jax.runtime import distributed
-from vit_jax import errors
 from vit_jax.runtime import stop_signals
 
 _COORDINATOR_ADDRESS = flags.DEFINE_string(

@@ -3,6 +3,9 @@ workdir)` is where a run starts.
 
   train.py              the loop, counted in steps: log, evaluate,
                         checkpoint, resume
+  startup.py            what a run builds before its loop: the workdir
+                        checked, input, model, objective, compiled steps,
+                        the state restored or made
   steps.py              where the steps are compiled: the train state, the
                         train and eval steps
   dispatch.py           train steps handed to the devices several to a call,

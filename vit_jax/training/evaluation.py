@@ -9,12 +9,12 @@ import jax.numpy as jnp
 import ml_collections
 import optax
 
-from vit_jax.checkpoints import reading
 from vit_jax import config_schema
 from vit_jax import data
+from vit_jax.checkpoints import reading
+from vit_jax.errors import ConfigError
 from vit_jax.runtime import sharding
 from vit_jax.training import steps
-from vit_jax.errors import ConfigError
 
 # In training, evaluations over this many batches or more log their
 # progress.

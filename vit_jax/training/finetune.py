@@ -11,8 +11,8 @@ from absl import logging
 import jax
 import numpy as np
 
-from vit_jax.checkpoints import reading
 from vit_jax import models
+from vit_jax.checkpoints import reading
 from vit_jax.errors import CheckpointError
 from vit_jax.errors import ConfigError
 from vit_jax.formats import params as params_lib

@@ -18,12 +18,12 @@ import numpy as np
 
 from vit_jax import config_schema
 from vit_jax import data
+from vit_jax import models
+from vit_jax.data import sources
+from vit_jax.runtime import sharding
 from vit_jax.training import flops
 from vit_jax.training import optimizer
-from vit_jax.runtime import sharding
-from vit_jax import models
 from vit_jax.training import steps
-from vit_jax.data import sources
 
 # The side of the matmul whose FLOP/s a step's utilisation is measured
 # against.

@@ -25,12 +25,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from vit_jax.training import compilation_cache
-from vit_jax.objectives import losses
-from vit_jax.runtime import sharding
 from vit_jax.data import mixing
 from vit_jax.errors import ConfigError
 from vit_jax.models import vit
+from vit_jax.objectives import losses
+from vit_jax.runtime import sharding
+from vit_jax.training import compilation_cache
 
 # Running sums of a train or eval interval: summed losses, correct
 # predictions and examples. Evaluations also count the examples whose label

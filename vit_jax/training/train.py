@@ -1,12 +1,14 @@
 """The training loop, counted in steps: train, log, evaluate, checkpoint.
 
-    validate the config (config_schema) -> lock the workdir (workdir_lock)
-    and check the run in it -> the input (data) -> compile the steps (steps) -> restore the newest
-    checkpoint or start -> loop:
+    validate the config (config_schema) -> hold and check the workdir, read
+    config.init_from -> build the input, model, objective and compiled
+    steps -> restore the newest checkpoint or start (these three:
+    `startup`) -> loop:
       train steps, several to a compiled call (dispatch); every
       config.log_every_steps the train metrics, every eval_every_steps an
       evaluation, every checkpoint_every_steps a checkpoint
-      (run_checkpoints.RunCheckpoints); each also at the last step.
+      (run_checkpoints.RunCheckpoints); each also at the last step
+    -> summary.json.
 
 A checkpoint holds everything the loop needs to go on (state, step, the
 input's position, the train-metric sums of an unfinished logging interval,
@@ -25,8 +27,6 @@ metrics.jsonl and TensorBoard files are written by process 0 alone. The
 workdir must be on a filesystem all processes share.
 """
 
-import concurrent.futures
-import contextlib
 import json
 import math
 import pathlib
@@ -34,34 +34,21 @@ import time
 
 from absl import logging
 import jax
-from jax.experimental import multihost_utils
 import ml_collections
-import numpy as np
 
-from vit_jax.checkpoints import reading
-from vit_jax.checkpoints import run_checkpoints
-from vit_jax.training import compilation_cache
 from vit_jax import config_schema
-from vit_jax import data
-from vit_jax.training import dispatch
-from vit_jax.objectives import distillation
-from vit_jax.training import evaluation
-from vit_jax.training import finetune
-from vit_jax.training import flops
-from vit_jax.objectives import locality_guidance
-from vit_jax.objectives import losses
-from vit_jax.training import metric_writer
-from vit_jax.training import optimizer
-from vit_jax.runtime import preemption
-from vit_jax.training import progress
-from vit_jax.runtime import sharding
-from vit_jax import models
-from vit_jax.training import steps
-from vit_jax.runtime import files
-from vit_jax.runtime import workdir_lock
-from vit_jax.models import masked_autoencoder
 from vit_jax.errors import TrainingDivergedError
-from vit_jax.errors import WorkdirError
+from vit_jax.runtime import files
+from vit_jax.runtime import preemption
+from vit_jax.training import compilation_cache
+from vit_jax.training import dispatch
+from vit_jax.training import evaluation
+from vit_jax.training import flops
+from vit_jax.training import metric_writer
+from vit_jax.training import progress
+from vit_jax.training import startup
+from vit_jax.training import steps
+
 
 def summarize(history: list[dict]) -> dict:
   tested = [r for r in history if 'test_accuracy' in r]
@@ -119,47 +106,6 @@ def _what_is_kept(checkpoints, history: list[dict]) -> str:
           '--config.grad_clip_norm=1).')
 
 
-def check_workdir(workdir: pathlib.Path, config,
-                  checkpoints: run_checkpoints.RunCheckpoints) -> dict[str, tuple]:
-  """Before any data or model loads: that a run already in `workdir` is
-  this config's (else ConfigError), as its config.json says or, when that
-  is lost, its newest checkpoint (`reading.saved_config`). Returns the
-  fields that changed harmlessly since that run
-  (`config_schema.check_resumable`)."""
-  if not checkpoints.steps():
-    return {}
-  return config_schema.check_resumable(reading.saved_config(workdir),
-                                       config, workdir)
-
-
-def _record_changes(workdir: pathlib.Path, step: int,
-                    changed: dict[str, tuple]):
-  """Logs and appends to `config_changes.jsonl` what a resumed run changed:
-  config.json holds the latest values only."""
-  if not changed:
-    return
-  logging.info('Resuming with changed %s.', ', '.join(
-      f'config.{name} ({old!r} -> {new!r})'
-      for name, (old, new) in changed.items()))
-  if jax.process_index() == 0:
-    with (workdir / 'config_changes.jsonl').open('a') as f:
-      f.write(json.dumps({'step': step, 'changed': {
-          name: {'before': old, 'after': new}
-          for name, (old, new) in changed.items()}}) + '\n')
-
-
-def _parameter_count(model, params) -> str:
-  """'N parameters', and how many more serve only training (locality
-  guidance's projections, an MAE's decoder)."""
-  def size(tree):
-    return sum(x.size for x in jax.tree.leaves(tree))
-
-  total = size(params)
-  kept = size(models.for_inference(model, {'params': params})[1]['params'])
-  return f'{kept:,} parameters' + (
-      f', and {total - kept:,} used only in training' if total > kept else '')
-
-
 def train_and_evaluate(config: ml_collections.ConfigDict,
                        workdir: str | pathlib.Path) -> dict:
   """Trains `config` in `workdir`, resuming from its newest checkpoint.
@@ -172,152 +118,52 @@ def train_and_evaluate(config: ml_collections.ConfigDict,
   try:
     config_schema.validate(config, jax.device_count())
     compilation_cache.use(config.compilation_cache_dir)
-    with _sole_writer(workdir):
+    with startup.sole_writer(workdir):
       return _train_and_evaluate(config, workdir, signals)
   finally:
     signals.close()
 
 
-@contextlib.contextmanager
-def _sole_writer(workdir: pathlib.Path):
-  """The workdir's lock (`workdir_lock`), held by process 0 while the run
-  lasts: every process of a job refuses the workdir when another run has
-  it. What a killed writer left half written (`*.partial`) is cleared."""
-  lock = workdir_lock.WorkdirLock(workdir)
-  refusal = None
-  if jax.process_index() == 0:
-    try:
-      lock.acquire()
-    except WorkdirError as e:
-      refusal = e
-  if jax.process_count() > 1 and multihost_utils.broadcast_one_to_all(
-      np.int32(refusal is not None)) and refusal is None:
-    refusal = WorkdirError(f'The workdir {workdir} cannot be used; process 0 '
-                           'of the job says why.')
-  if refusal is not None:
-    raise refusal
-  try:
-    if jax.process_index() == 0:
-      for partial in workdir.glob('*' + files.PARTIAL_SUFFIX):
-        partial.unlink(missing_ok=True)
-    yield
-  finally:
-    lock.release()
-
-
-def _stop_if_signalled(signals: preemption.Preemption,
-                       checkpoints: run_checkpoints.RunCheckpoints):
-  """Between the phases of start-up: a stop signal ends the run here, with
-  nothing new to save."""
-  if signals.reached():
-    raise preemption.Preempted(signals.signal_name, checkpoints.latest_step(),
-                               checkpoints.directory, saved=False)
-
-
 def _train_and_evaluate(config, workdir: pathlib.Path,
                         signals: preemption.Preemption) -> dict:
-  checkpoints = run_checkpoints.RunCheckpoints(workdir / 'checkpoints',
-                                          config.keep_checkpoints)
-  changed = check_workdir(workdir, config, checkpoints)
-  # A run that resumes starts from its checkpoint, not from init_from.
-  pretrained = (finetune.check_init_from(config)
-                if config.init_from and not checkpoints.steps() else None)
-  _stop_if_signalled(signals, checkpoints)
-  mesh = sharding.make_mesh(config.fsdp)
-  replicated = sharding.replicated(mesh)
-  inputs = data.create_input(config, mesh)
-  _stop_if_signalled(signals, checkpoints)
-  plan = config_schema.step_plan(config, inputs.steps_per_epoch)
-  model = models.from_config(config, inputs.num_classes)
-  schedule = optimizer.create_learning_rate_schedule(config, plan)
-  tx = optimizer.create_optimizer(config, schedule)
-  init_key, step_key = jax.random.split(jax.random.key(config.seed))
-  state_shapes = steps.state_shapes(init_key, model, tx, config.image_size,
-                                    mesh)
-  teacher = distillation.load_teacher(config, inputs.num_classes, replicated)
-  objective = teacher.objective if teacher else losses.classification
-  if teacher:
-    logging.info('Distilling from the run in %s.', teacher.workdir)
-  guide = locality_guidance.load_guide(config, inputs.num_classes, replicated)
-  if guide:
-    logging.info('Guided by the stage features of the CNN run in %s.',
-                 guide.workdir)
-    objective = guide.objective(objective)
-  if getattr(model, 'mae_mask_ratio', 0.0):
-    logging.info('Pre-training as a masked autoencoder (%d%% of the patches '
-                 'hidden); the accuracy is an online probe\'s.',
-                 round(100 * model.mae_mask_ratio))
-    objective = masked_autoencoder.objective(objective,
-                                             model.effective_patch_size)
-  with concurrent.futures.ThreadPoolExecutor(1) as beside:
-    # A fresh run's initialisation compiles while the steps do.
-    initializer = None if checkpoints.steps() else beside.submit(
-        steps.initializer, init_key, model, tx, config.image_size, mesh)
-    compiled = steps.compile_steps(config, inputs, state_shapes, step_key,
-                                   objective)
-    initialize = initializer and initializer.result()
-  sum_shapes = steps.sum_shapes(replicated)
-  _stop_if_signalled(signals, checkpoints)
+  checkpoints, changed, pretrained = startup.check_before_data(
+      config, workdir, signals)
+  run, initialize = startup.build(config, workdir, checkpoints, signals)
+  at = startup.restore_or_initialise(run, initialize, pretrained, changed)
+  del pretrained  # host memory the run needs no more
+  run_config = startup.record_run(run, at)
+  return _summarise(workdir, _loop(run, at, signals, run_config))
 
-  restored = checkpoints.restore_latest(state_shapes, sum_shapes)
-  if restored:
-    state, sums, history = (restored.state, restored.train_sums,
-                            restored.history)
-    step, position = restored.step, restored.position
-    logging.info('Resumed from %s at step %d.', checkpoints.directory / str(
-        step), step)
-    _record_changes(workdir, step, changed)
-  else:
-    if initialize is None:  # a run whose checkpoints all failed to restore
-      initialize = steps.initializer(init_key, model, tx, config.image_size,
-                                     mesh)
-    state = initialize(init_key)
-    if config.init_from:
-      state = state.replace(params=jax.tree.map(
-          lambda x, shape: sharding.replicate(x, shape.sharding),
-          finetune.pretrained_params(config, model, state.params,
-                                     pretrained),
-          state_shapes.params))
-      del pretrained  # host memory the run needs no more
-    sums, history = steps.zero_sums(replicated), []
-    step, position = 0, inputs.position(0)
 
-  # The workdir's record of its run: config.json, and each checkpoint's
-  # copy, from which a lost config.json is rebuilt (check_workdir).
-  run_config = json.loads(config.to_json_best_effort())
-  if jax.process_index() == 0:
-    workdir.mkdir(parents=True, exist_ok=True)
-    files.write_atomically(workdir / 'config.json',
-                           json.dumps(run_config, indent=2))
-  writer = metric_writer.MetricWriter(workdir, history)
-  processes = (f' in {jax.process_count()} processes'
-               if jax.process_count() > 1 else '')
-  logging.info(
-      '%s (%s) on %d device(s)%s: %d train / %d test examples, '
-      '%d steps of batch %d (%d per epoch).', config.model,
-      _parameter_count(model, state_shapes.params),
-      jax.device_count(), processes, inputs.train_size, inputs.test_size,
-      plan.total_steps, config.batch_size, plan.steps_per_epoch)
-  if step >= plan.total_steps:
-    logging.info('%s already holds all %d steps; nothing to train.', workdir,
-                 plan.total_steps)
-
+def _throughput(run: startup.Run, step: int) -> progress.Throughput:
   # The model's own, in evaluation: a teacher's forward pass (distillation,
   # locality guidance) is left out, so such a run's FLOP/s undercounts its
   # work; an MAE's counts every patch, so it overcounts.
   train_flops = 3 * flops.forward_flops_per_image(
-      model, steps.model_variables(state_shapes.params,
-                                   state_shapes.batch_stats),
-      config.image_size)
-  device_peak = flops.peak_flops(jax.devices()[0].device_kind, config.dtype)
-  throughput = progress.Throughput(
-      step, config.batch_size, train_flops,
+      run.model, steps.model_variables(run.state_shapes.params,
+                                       run.state_shapes.batch_stats),
+      run.config.image_size)
+  device_peak = flops.peak_flops(jax.devices()[0].device_kind,
+                                 run.config.dtype)
+  return progress.Throughput(
+      step, run.config.batch_size, train_flops,
       device_peak and device_peak * jax.device_count())
-  batches = inputs.train_batches(position)
-  dispatcher = dispatch.Dispatcher(compiled, inputs, step_key)
+
+
+def _loop(run: startup.Run, at: startup.Progress,
+          signals: preemption.Preemption, run_config: dict) -> list[dict]:
+  """Trains from `at` to the last step: logs, evaluates and checkpoints
+  at their intervals and at the end; saves and raises Preempted on a stop
+  signal. Returns the history."""
+  plan, checkpoints = run.plan, run.checkpoints
+  state, sums, history, step = at.state, at.sums, at.history, at.step
+  writer = metric_writer.MetricWriter(run.workdir, history)
+  throughput = _throughput(run, step)
+  batches = run.inputs.train_batches(at.position)
+  dispatcher = dispatch.Dispatcher(run.compiled, run.inputs, run.step_key)
   try:
     if step < plan.total_steps:
-      _stop_if_signalled(signals, checkpoints)  # restoring was the last phase
+      startup.stop_if_signalled(signals, checkpoints)  # restoring was the last phase
     while step < plan.total_steps:
       count = dispatcher.next_call_steps(plan.steps_to_next_event(step))
       state, sums = dispatcher.run(state, sums,
@@ -325,23 +171,8 @@ def _train_and_evaluate(config, workdir: pathlib.Path,
       step += count
       checkpoints.check()  # a failed background save stops the run now
       last = step == plan.total_steps
-      record = {}
-      if step % plan.log_every == 0 or last:
-        dispatcher.drain()  # the steps' time is training time
-        train = steps.averages(sums)
-        sums = steps.zero_sums(replicated)
-        record.update(train_loss=train['loss'],
-                      train_accuracy=train['accuracy'],
-                      learning_rate=float(schedule(step)),
-                      **throughput.interval(step))
-      if step % plan.eval_every == 0 or last:
-        dispatcher.drain()  # the train steps count as training
-        eval_start = time.perf_counter()
-        test = evaluation.over_test_split(compiled.eval, state, inputs,
-                                          f'step {step}')
-        throughput.exclude(time.perf_counter() - eval_start)
-        record.update(test_loss=test['loss'], test_accuracy=test['accuracy'],
-                      test_examples=test['count'])
+      record, sums = _measure(run, step, last, state, sums, dispatcher,
+                              throughput)
       if record:
         _check_finite(record, step, checkpoints, history)
         record = {'step': step, 'epoch': plan.epoch(step), **record,
@@ -357,8 +188,8 @@ def _train_and_evaluate(config, workdir: pathlib.Path,
                         step, checkpoints, history)
         dispatcher.drain()
         save_start = time.perf_counter()
-        checkpoints.save(step, state, sums, history, inputs.position(step),
-                         run_config)
+        checkpoints.save(step, state, sums, history,
+                         run.inputs.position(step), run_config)
         throughput.exclude(time.perf_counter() - save_start)
       if preempted and not last:
         checkpoints.close()  # waits until the checkpoint is complete
@@ -371,7 +202,37 @@ def _train_and_evaluate(config, workdir: pathlib.Path,
     batches.close()
     checkpoints.close()
     writer.close()
+  return history
 
+
+def _measure(run: startup.Run, step: int, last: bool, state, sums,
+             dispatcher: dispatch.Dispatcher,
+             throughput: progress.Throughput) -> tuple[dict, dict]:
+  """The train metrics of the interval ending at `step` and the test
+  split's, each when its interval ends (and at the last step); returns
+  them and the sums to go on with."""
+  plan, record = run.plan, {}
+  if step % plan.log_every == 0 or last:
+    dispatcher.drain()  # the steps' time is training time
+    train = steps.averages(sums)
+    sums = steps.zero_sums(run.replicated)
+    record.update(train_loss=train['loss'],
+                  train_accuracy=train['accuracy'],
+                  learning_rate=float(run.schedule(step)),
+                  **throughput.interval(step))
+  if step % plan.eval_every == 0 or last:
+    dispatcher.drain()  # the train steps count as training
+    eval_start = time.perf_counter()
+    test = evaluation.over_test_split(run.compiled.eval, state, run.inputs,
+                                      f'step {step}')
+    throughput.exclude(time.perf_counter() - eval_start)
+    record.update(test_loss=test['loss'], test_accuracy=test['accuracy'],
+                  test_examples=test['count'])
+  return record, sums
+
+
+def _summarise(workdir: pathlib.Path, history: list[dict]) -> dict:
+  """summary.json, and the log's last line."""
   # So that result tables mixing machines say which trained each run; a
   # resumed run names the machine that finished it.
   summary = {**summarize(history), 'device': jax.devices()[0].device_kind}
