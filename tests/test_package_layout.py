@@ -9,6 +9,7 @@ import pytest
 
 PACKAGE = pathlib.Path(__file__).resolve().parents[1] / 'vit_jax'
 MAX_LINES = 400
+MAX_FUNCTION_LINES = 80
 
 
 def _module_name(path: pathlib.Path) -> str:
@@ -77,3 +78,14 @@ def test_the_top_level_holds_the_commands_and_few_else():
   rest lives in packages named for their role."""
   top = sorted(p.name for p in PACKAGE.glob('*.py'))
   assert len(top) <= 12, top
+
+
+def test_no_function_is_over_80_lines():
+  long = []
+  for name, path in MODULES.items():
+    for node in ast.walk(ast.parse(path.read_text())):
+      if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        lines = node.end_lineno - node.lineno + 1
+        if lines > MAX_FUNCTION_LINES:
+          long.append(f'{name}.{node.name}: {lines} lines')
+  assert not long, long

@@ -260,41 +260,9 @@ class VisionTransformer(nn.Module):
       raise ValueError(f'Expected images of shape (batch, height, width, '
                        f'channels), got shape {images.shape}.')
     self.check_image_size(*images.shape[1:3])
-
-    x = images
-    if self.resnet_stages is not None:
-      # The official hybrid's stem, its modules directly in this one's scope.
-      x = resnet.resnet_stem(x, self.resnet_stages, self.resnet_width_factor,
-                             self.dtype)
-    if self.shifted_patches:
-      x = small_data.shifted_patch_embedding(x, self.patch_size,
-                                             self.hidden_size, self.dtype)
-    else:
-      # A conv with kernel = stride = patch size is the linear patch
-      # projection.
-      x = nn.Conv(
-          self.hidden_size,
-          kernel_size=(self.patch_size, self.patch_size),
-          strides=(self.patch_size, self.patch_size),
-          padding='VALID',
-          dtype=self.dtype,
-          name='embedding')(
-              x)
-    n, h, w, c = x.shape
-    x = jnp.reshape(x, (n, h * w, c))
-
-    def token(name, init):
-      value = self.param(name, init, (1, 1, c))
-      return jnp.broadcast_to(value.astype(x.dtype), (n, 1, c))
-
-    # Not zero like [CLS]: with a position embedding of zero ('sincos2d',
-    # 'none') the distillation token would start out identical to it.
-    inits = {'cls': nn.initializers.zeros,
-             'dist': nn.initializers.normal(stddev=0.02)}
-    prefix = [token(name, inits[name]) for name in self.prefix_tokens]
-    if prefix:
-      x = jnp.concatenate(prefix + [x], axis=1)
-
+    x = self._embed_patches(images)
+    n, h, w, _ = x.shape
+    x = self._with_prefix_tokens(jnp.reshape(x, (n, h * w, x.shape[-1])))
     kept = None
     if self.mae_mask_ratio and train:
       kept = masked_autoencoder.kept_patches(self.make_rng('dropout'), n,
@@ -315,9 +283,50 @@ class VisionTransformer(nn.Module):
       maps = small_data.guidance_maps(guided, self.guidance_widths, (h, w),
                                       self.dtype)
       self.sow(TRAINING_OUTPUTS, 'guided_features', tuple(maps), **_LATEST)
+    return self._classify(x)
 
+  def _embed_patches(self, images: jax.Array) -> jax.Array:
+    """(batch, rows, columns, hidden_size): the patches' embeddings, through
+    the hybrid's ResNet stem first when it has one."""
+    x = images
+    if self.resnet_stages is not None:
+      # The official hybrid's stem, its modules directly in this one's scope.
+      x = resnet.resnet_stem(x, self.resnet_stages, self.resnet_width_factor,
+                             self.dtype)
+    if self.shifted_patches:
+      return small_data.shifted_patch_embedding(x, self.patch_size,
+                                                self.hidden_size, self.dtype)
+    # A conv with kernel = stride = patch size is the linear patch
+    # projection.
+    return nn.Conv(
+        self.hidden_size,
+        kernel_size=(self.patch_size, self.patch_size),
+        strides=(self.patch_size, self.patch_size),
+        padding='VALID',
+        dtype=self.dtype,
+        name='embedding')(
+            x)
+
+  def _with_prefix_tokens(self, x: jax.Array) -> jax.Array:
+    """The [CLS] (and DeiT's distillation) token before the patches."""
+    n, _, c = x.shape
+
+    def token(name, init):
+      value = self.param(name, init, (1, 1, c))
+      return jnp.broadcast_to(value.astype(x.dtype), (n, 1, c))
+
+    # Not zero like [CLS]: with a position embedding of zero ('sincos2d',
+    # 'none') the distillation token would start out identical to it.
+    inits = {'cls': nn.initializers.zeros,
+             'dist': nn.initializers.normal(stddev=0.02)}
+    prefix = [token(name, inits[name]) for name in self.prefix_tokens]
+    return jnp.concatenate(prefix + [x], axis=1) if prefix else x
+
+  def _classify(self, x: jax.Array) -> jax.Array:
+    """The logits of the encoded tokens: of the prefix token(s), their mean
+    or the MAP head's; DeiT's two heads averaged, each sown."""
     if self.classifier == 'token':
-      features = [x[:, i] for i in range(len(prefix))]
+      features = [x[:, i] for i in range(len(self.prefix_tokens))]
     elif self.classifier == 'gap':
       features = [jnp.mean(x, axis=1)]
     else:
