@@ -39,9 +39,7 @@ class Run:
 
   @property
   def variables(self) -> dict:
-    if self.batch_stats:
-      return {'params': self.params, 'batch_stats': self.batch_stats}
-    return {'params': self.params}
+    return models.model_variables(self.params, self.batch_stats)
 
   def for_inference(self) -> tuple[Any, dict]:
     """The model and variables that apply this run as it is evaluated,

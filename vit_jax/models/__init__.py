@@ -5,6 +5,7 @@ from vit_jax.models.cnn import SmallResNet
 from vit_jax.models.inference import for_inference
 from vit_jax.models.inference import inference_params
 from vit_jax.models.registry import MODEL_NAMES
+from vit_jax.models.registry import model_variables
 from vit_jax.models.registry import create_model
 from vit_jax.models.registry import default_fields
 from vit_jax.models.registry import from_config
@@ -28,6 +29,7 @@ __all__ = [
     'from_config',
     'inference_params',
     'logits_and_attention',
+    'model_variables',
     'registered_vit_fields',
     'vit_fields',
     'vit_named',

@@ -105,6 +105,14 @@ def default_fields(name: str) -> dict:
   return values
 
 
+def model_variables(params, batch_stats=None) -> dict:
+  """The variables a model is applied with: its parameters, and its
+  BatchNorm statistics where it has them (None or empty: it has none)."""
+  if not batch_stats:
+    return {'params': params}
+  return {'params': params, 'batch_stats': batch_stats}
+
+
 def create_model(name: str, num_classes: int, **overrides) -> nn.Module:
   """Returns the linen module registered as `name`.
 

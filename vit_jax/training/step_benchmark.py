@@ -156,7 +156,7 @@ class StepBenchmark:
   def forward_flops_per_image(self) -> int:
     return flops.forward_flops_per_image(
         self.module,
-        steps.model_variables(self.state.params, self.state.batch_stats),
+        models.model_variables(self.state.params, self.state.batch_stats),
         self.config.image_size)
 
 

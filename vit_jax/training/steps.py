@@ -25,6 +25,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from vit_jax import models
 from vit_jax.data import mixing
 from vit_jax.errors import ConfigError
 from vit_jax.models import vit
@@ -118,12 +119,6 @@ def averages(sums) -> dict[str, float]:
   return means
 
 
-def model_variables(params, batch_stats) -> dict:
-  if batch_stats is None:
-    return {'params': params}
-  return {'params': params, 'batch_stats': batch_stats}
-
-
 def _with_targets(config, num_classes: int):
   """(key, images, labels) -> (images, soft targets): smoothed one-hot,
   mixed by mixup or CutMix when the config asks (`mixing.mix` leaves both
@@ -146,7 +141,7 @@ def _gradients(state: TrainState, batch_stats, data, batch, key, *, inputs,
 
   def loss_fn(params):
     logits, updates = state.apply_fn(
-        model_variables(params, batch_stats), x, train=True,
+        models.model_variables(params, batch_stats), x, train=True,
         mutable=['batch_stats', vit.TRAINING_OUTPUTS],
         rngs={'dropout': dropout_key})
     outputs = updates.get(vit.TRAINING_OUTPUTS, {})
@@ -249,7 +244,7 @@ def eval_step(state: TrainState, sums: dict, data, batch, mask, *, config,
 of the unmasked examples."""
   x, y = inputs.model_inputs(data, batch, None)
   logits = state.apply_fn(
-      model_variables(state.params, state.batch_stats), x, train=False)
+      models.model_variables(state.params, state.batch_stats), x, train=False)
   loss = losses.cross_entropy(
       logits, losses.soft_targets(y, inputs.num_classes,
                                   config.label_smoothing))

@@ -37,6 +37,7 @@ import jax
 import ml_collections
 
 from vit_jax import config_schema
+from vit_jax import models
 from vit_jax.errors import TrainingDivergedError
 from vit_jax.runtime import files
 from vit_jax.runtime import preemption
@@ -140,7 +141,7 @@ def _throughput(run: startup.Run, step: int) -> progress.Throughput:
   # locality guidance) is left out, so such a run's FLOP/s undercounts its
   # work; an MAE's counts every patch, so it overcounts.
   train_flops = 3 * flops.forward_flops_per_image(
-      run.model, steps.model_variables(run.state_shapes.params,
+      run.model, models.model_variables(run.state_shapes.params,
                                        run.state_shapes.batch_stats),
       run.config.image_size)
   device_peak = flops.peak_flops(jax.devices()[0].device_kind,
