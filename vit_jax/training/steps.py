@@ -40,7 +40,6 @@ from vit_jax.training import compilation_cache
 METRIC_SUMS = {'loss': jnp.float32, 'correct': jnp.int32,
                'count': jnp.float32}
 EVAL_SUMS = {**METRIC_SUMS, 'correct_top5': jnp.int32}
-TOP_K = 5
 
 
 class TrainState(train_state.TrainState):
@@ -248,12 +247,13 @@ of the unmasked examples."""
   loss = losses.cross_entropy(
       logits, losses.soft_targets(y, inputs.num_classes,
                                   config.label_smoothing))
-  _, best = jax.lax.top_k(logits, min(TOP_K, logits.shape[-1]))
+  # Top-5, as the paper reports (all classes where there are fewer).
+  _, best5 = jax.lax.top_k(logits, min(5, logits.shape[-1]))
   counted = mask > 0
   return jax.tree.map(jnp.add, sums, {
       'loss': jnp.sum(loss * mask),
       'correct': jnp.sum((jnp.argmax(logits, -1) == y) & counted),
-      'correct_top5': jnp.sum(jnp.any(best == y[:, None], -1) & counted),
+      'correct_top5': jnp.sum(jnp.any(best5 == y[:, None], -1) & counted),
       'count': jnp.sum(mask),
   })
 
