@@ -19,7 +19,7 @@ TensorFlow (`tfds build imagenet2012 --file_format=array_record`, or
 `tfds convert_format` on a tfrecord copy; ImageNet needs a manual download,
 `imagenet21k` a locally prepared builder, as in big_vision), on a filesystem
 every host sees; and, at batch 4096, a TPU pod or a multi-node GPU cluster
-(see the README's Multi-host section), with enough host cores to decode and
+(see docs/multi_host.md), with enough host cores to decode and
 crop 4096 images per step (`input_workers` processes per host). The paper
 trained ViT-B/16 on ImageNet-21k for about 90 epochs on TPUv3 cores for days.
 Expected: the paper's Table 2/5 numbers for the chosen model.

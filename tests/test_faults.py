@@ -430,7 +430,7 @@ def test_a_signal_during_start_up_exits_75_without_a_checkpoint(
     uninterrupted, tmp_path, signum):
   """From the first instant to the first step: while Python starts, while
   jax loads, while the config is checked, the data loads and the steps
-  compile. The README's requeue recipe (rerun on 75) then completes the
+  compile. docs/multi_host.md's requeue recipe (rerun on 75) then completes the
   run."""
   data_dir, reference = uninterrupted
   config_file = write_process_config(tmp_path, data_dir)

@@ -73,6 +73,8 @@ def _guided_config(data_dir, teacher_workdir, **overrides):
   return config
 
 
+@pytest.mark.slow  # 34 s; the objective and the guided model are tested apart
+# by default (test_the_objective_adds_..., test_models_small_data)
 def test_a_guided_deit_student_trains_and_leaves_a_plain_vit(
     trained_cnn_run, tmp_path):
   teacher_workdir, data_dir = trained_cnn_run

@@ -427,6 +427,8 @@ def test_a_stop_signal_to_one_of_two_processes_stops_both_at_one_saved_step(
       stopped[0]]
 
 
+@pytest.mark.slow  # 27 s; the MAE model, its objective and inference are
+# tested by default in test_models_masked_autoencoder
 def test_a_masked_autoencoder_trains_its_encoder_and_fine_tunes_from_it(
     cifar10_binary, tmp_path):
   data_dir, _ = cifar10_binary

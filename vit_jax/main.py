@@ -8,7 +8,7 @@ complete checkpoint).
 On several hosts the same command runs once per host (or per accelerator),
 with the workdir on a shared filesystem; SLURM, Open MPI and Cloud TPU jobs are
 detected, elsewhere --coordinator_address, --num_processes and --process_id say
-who is who (README.md, "Multi-host").
+who is who (docs/multi_host.md).
 """
 
 # pylint: disable=g-import-not-at-top,wrong-import-position

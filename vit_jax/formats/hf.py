@@ -251,7 +251,7 @@ def read(path: pathlib.Path, model_name: str | None) -> dict:
     logging.warning(
         '%s uses hidden_act=%r and layer_norm_eps=%g; vit_jax computes the '
         'official model (tanh GELU, eps 1e-6): its logits move slightly '
-        '(README, "Checkpoints from anywhere").', path, act, eps)
+        '(docs/checkpoints.md).', path, act, eps)
   key = _PREFIX + 'embeddings.position_embeddings'
   if key not in state:
     raise CheckpointError(f'{path} is not a transformers ViT: it has no '

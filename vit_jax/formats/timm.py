@@ -18,7 +18,7 @@ under timm's names. timm builds that backbone in its factories, of stages
 so only those export; any reads in. timm's stem computes with other
 epsilons than the official one (weight standardisation 1e-8 inside the
 square root, GroupNorm 1e-5), so the same arrays give slightly other
-logits there (README, "Checkpoints from anywhere").
+logits there (docs/checkpoints.md).
 """
 
 import json
@@ -357,7 +357,7 @@ def read(path: pathlib.Path, model_name: str | None) -> dict:
     logging.warning(
         '%s was trained with exact GELU (timm\'s default), which vit_jax '
         'computes with the tanh approximation of the official model: its '
-        'logits move slightly (README, "Checkpoints from anywhere").', path)
+        'logits move slightly (docs/checkpoints.md).', path)
   if 'pos_embed' not in state:
     raise CheckpointError(f'{path} is not a timm ViT: it has no pos_embed.')
   heads = vit_model.num_heads(state['pos_embed'].shape[-1],

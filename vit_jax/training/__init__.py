@@ -14,7 +14,8 @@ workdir)` is where a run starts.
   evaluation.py         loss, top-1 and top-5 over a whole test split: in
                         training, and a checkpoint's
   finetune.py           config.init_from read, checked before the data,
-                        fitted: the paper's fine-tuning
+                        fitted to the model (the paper's optimizer recipe:
+                        configs/finetune.py)
   metric_writer.py      metrics.jsonl and TensorBoard events
   progress.py           images/s, FLOP/s and the ETA in the log
   flops.py              a model's FLOPs from its program; accelerators' peaks
