@@ -103,7 +103,7 @@ def _paper_preset(config, dataset, train_split, test_split, steps):
   config.train_examples_per_file = config.test_examples = 0  # all
   config.image_size = 384
   config.input_pipeline = 'streaming'
-  config.pixel_mean = config.pixel_std = (0.5, 0.5, 0.5)  # [-1, 1]
+  config.pixel_mean, config.pixel_std = config_schema.RELEASED_PIXELS
   config.learning_rate = 0.03
   config.grad_accumulation_steps = 8
   config.eval_batch_size = 512

@@ -40,7 +40,7 @@ def get_config(mode: str = 'scratch'):
   config.augment = True
   config.batch_size = config.eval_batch_size = 32
   # The released models' scaling, and a neutral one from scratch.
-  config.pixel_mean = config.pixel_std = (0.5, 0.5, 0.5)
+  config.pixel_mean, config.pixel_std = config_schema.RELEASED_PIXELS
   if mode == 'scratch':
     config.model = 'ViT-Tiny-CIFAR_4'
     config.model_overrides.patch_size = 8

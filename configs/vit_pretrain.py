@@ -51,8 +51,8 @@ def get_config(dataset: str = 'imagenet21k'):
   # Each host reads, Inception-crops and resizes its share of every batch.
   config.input_pipeline = 'streaming'
   config.augment = True
-  config.pixel_mean = (0.5, 0.5, 0.5)  # inputs in [-1, 1], as the official code
-  config.pixel_std = (0.5, 0.5, 0.5)
+  # Inputs in [-1, 1], as the official code.
+  config.pixel_mean, config.pixel_std = config_schema.RELEASED_PIXELS
 
   # The paper states the length in epochs (converted to steps once the
   # dataset's size is known) and the warmup in steps.

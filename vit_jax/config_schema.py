@@ -19,8 +19,13 @@ import ml_collections
 
 from vit_jax import models
 from vit_jax.errors import ConfigError
+from vit_jax.formats import vit_model
 from vit_jax.runtime import distributed
 from vit_jax.training import compilation_cache
+
+
+# The released models' pixels, in [-1, 1]: the default, and the paper's.
+RELEASED_PIXELS = vit_model.RELEASED_PIXELS
 
 
 @dataclasses.dataclass(frozen=True)
@@ -109,10 +114,10 @@ FIELDS: dict[str, Field] = {
     'locality_guidance_weight': Field(
         2.5, 'Locality guidance: the weight of the imitation loss, added to '
         "the run's objective (cross-entropy, or DeiT's) (Li et al.: 2.5)."),
-    'pixel_mean': Field((0.5, 0.5, 0.5), 'Per-channel mean subtracted from '
-                        'pixels in [0, 1].'),
-    'pixel_std': Field((0.5, 0.5, 0.5), 'Per-channel std pixels are divided '
-                       'by.'),
+    'pixel_mean': Field(RELEASED_PIXELS[0], 'Per-channel mean subtracted '
+                        'from pixels in [0, 1].'),
+    'pixel_std': Field(RELEASED_PIXELS[1], 'Per-channel std pixels are '
+                       'divided by.'),
     # How long, and how often.
     'total_steps': Field(0, 'Optimizer steps of the run; 0: num_epochs '
                          'epochs of the training split.'),
@@ -194,12 +199,10 @@ _OVERRIDES_MAY_CHANGE = ('remat', 'attention')
 _POSITIVE = ('batch_size', 'eval_batch_size', 'image_size', 'learning_rate',
              'keep_checkpoints', 'grad_accumulation_steps')
 _NON_NEGATIVE = ('total_steps', 'num_epochs', 'warmup_steps', 'warmup_epochs',
-                 'steps_per_dispatch',
-                 'log_every_steps', 'eval_every_steps',
+                 'steps_per_dispatch', 'log_every_steps', 'eval_every_steps',
                  'checkpoint_every_steps', 'train_examples',
-                 'train_examples_per_file', 'test_examples',
-                 'weight_decay', 'grad_clip_norm',
-                 'locality_guidance_weight', 'cpu_devices',
+                 'train_examples_per_file', 'test_examples', 'weight_decay',
+                 'grad_clip_norm', 'locality_guidance_weight', 'cpu_devices',
                  'mixup_alpha', 'cutmix_alpha', 'rand_augment_ops')
 
 
