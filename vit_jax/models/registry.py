@@ -89,6 +89,13 @@ def _module_class(factory) -> type[nn.Module]:
   return factory.func if isinstance(factory, functools.partial) else factory
 
 
+def _settable_fields(factory) -> list[dataclasses.Field]:
+  """The fields an override may set: all but linen's own and num_classes,
+  which `create_model` takes apart."""
+  return [f for f in dataclasses.fields(_module_class(factory))
+          if f.name not in ('parent', 'name', 'num_classes')]
+
+
 def default_fields(name: str) -> dict:
   """The fields of the registered model `name` as it is made without
   overrides (its class's defaults, then the registry's values); empty for
@@ -96,10 +103,8 @@ def default_fields(name: str) -> dict:
   factory = _MODELS.get(name)
   if factory is None:
     return {}
-  values = {f.name: f.default
-            for f in dataclasses.fields(_module_class(factory))
-            if f.name not in ('parent', 'name', 'num_classes')
-            and f.default is not dataclasses.MISSING}
+  values = {f.name: f.default for f in _settable_fields(factory)
+            if f.default is not dataclasses.MISSING}
   if isinstance(factory, functools.partial):
     values.update(factory.keywords)
   return values
@@ -125,10 +130,7 @@ def create_model(name: str, num_classes: int, **overrides) -> nn.Module:
     raise ValueError(f'Unknown model {name!r}. Known models: '
                      f'{", ".join(MODEL_NAMES)}.')
   factory = _MODELS[name]
-  fields = {
-      f.name for f in dataclasses.fields(_module_class(factory))
-      if f.name not in ('parent', 'name', 'num_classes')
-  }
+  fields = {f.name for f in _settable_fields(factory)}
   unknown = sorted(set(overrides) - fields)
   if unknown:
     guesses = [g for u in unknown
