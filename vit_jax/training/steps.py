@@ -15,6 +15,7 @@ alone, so a config that cannot compile fails before anything is written.
 """
 
 from collections.abc import Callable
+import contextlib
 import functools
 import time
 from typing import Any, NamedTuple
@@ -280,11 +281,18 @@ def compiler_options(config) -> dict[str, str] | None:
   return options or None
 
 
-def _option_error(options, error: jax.errors.JaxRuntimeError) -> ConfigError:
-  """A compile error with `options` set, which may have caused it."""
-  return ConfigError(
-      f'config.cpu_compiler_options={options}: {error}. Use XLA option names '
-      'this jax version knows, without the leading "--".')
+@contextlib.contextmanager
+def _options_blamed(options: dict[str, str] | None):
+  """A compile error with XLA `options` set, which may have caused it, is a
+  ConfigError naming them."""
+  try:
+    yield
+  except jax.errors.JaxRuntimeError as e:
+    if options is None:
+      raise
+    raise ConfigError(
+        f'config.cpu_compiler_options={options}: {e}. Use XLA option names '
+        'this jax version knows, without the leading "--".') from e
 
 
 def compile_eval(config, inputs, state: TrainState):
@@ -293,16 +301,12 @@ def compile_eval(config, inputs, state: TrainState):
   options = compiler_options(config)
   replicated = sharding.replicated(inputs.mesh)
   _, eval_batch, eval_mask = inputs.batch_specs()
-  try:
+  with _options_blamed(options):
     return jax.jit(functools.partial(eval_step, config=config, inputs=inputs),
                    out_shardings=replicated, donate_argnums=1).lower(
                        state, sum_shapes(replicated, EVAL_SUMS),
                        inputs.test_data, eval_batch,
                        eval_mask).compile(options)
-  except jax.errors.JaxRuntimeError as e:
-    if options is None:
-      raise
-    raise _option_error(options, e) from e
 
 
 class CompiledSteps(NamedTuple):
@@ -331,7 +335,7 @@ def compile_steps(config, inputs, state: TrainState, key,
   state_out = jax.tree.map(lambda x: x.sharding, state)
   count = jax.ShapeDtypeStruct((), jnp.int32, sharding=replicated)
   cached = []
-  try:
+  with _options_blamed(options):
     with compilation_cache.Hits() as hits:
       train = jax.jit(make_train_steps(config, inputs, rows, objective),
                       out_shardings=(state_out, replicated, replicated),
@@ -346,10 +350,6 @@ def compile_steps(config, inputs, state: TrainState, key,
       with compilation_cache.Hits() as hits:
         evaluated = compile_eval(config, inputs, state)
       cached += ['eval step'] if hits.count else []
-  except jax.errors.JaxRuntimeError as e:
-    if options is None:
-      raise
-    raise _option_error(options, e) from e
   logging.info('Compiled the %s in %.1fs%s.',
                'train and eval steps' if evaluate else 'train step',
                time.perf_counter() - start,
