@@ -254,6 +254,19 @@ def process_test_config(data_dir) -> ml_collections.ConfigDict:
   return config
 
 
+def run_on_host_devices(script: str, devices: int, cwd=ROOT,
+                        timeout: float = 300) -> str:
+  """`script` run by a fresh Python on `devices` CPU host devices; its
+  stdout (the test fails with its stderr when it fails)."""
+  out = subprocess.run(
+      [sys.executable, '-c', script], cwd=cwd, capture_output=True, text=True,
+      check=False, timeout=timeout, env={
+          **os.environ,
+          'XLA_FLAGS': f'--xla_force_host_platform_device_count={devices}'})
+  assert out.returncode == 0, out.stderr[-3000:]
+  return out.stdout
+
+
 @contextlib.contextmanager
 def mounted_tmpfs(mount_point: pathlib.Path, size: str):
   """A tmpfs of `size` ('32m', '160k') at `mount_point` while in the block:

@@ -3,16 +3,14 @@ and by readers, along one path."""
 
 import json
 import logging
-import os
 import shutil
-import subprocess
-import sys
 
 import jax
 import numpy as np
 import pytest
 
 from tests.conftest import ROOT
+from tests.conftest import run_on_host_devices
 from vit_jax.checkpoints import run_checkpoints
 from vit_jax.errors import CheckpointError
 from vit_jax.runtime import sharding
@@ -231,12 +229,9 @@ print(json.dumps(found))
 def test_a_checkpoint_restores_onto_either_parameter_layout(tmp_path):
   # Saved split over an fsdp axis of 8 devices, restored replicated, and back;
   # a reader restores either onto one device.
-  env = {**os.environ, 'XLA_FLAGS': '--xla_force_host_platform_device_count=8'}
-  out = subprocess.run(
-      [sys.executable, '-c', _LAYOUT_SCRIPT.format(root=str(ROOT))], env=env,
-      capture_output=True, text=True, check=False, cwd=tmp_path)
-  assert out.returncode == 0, out.stderr[-3000:]
-  assert json.loads(out.stdout.splitlines()[-1]) == [
+  out = run_on_host_devices(_LAYOUT_SCRIPT.format(root=str(ROOT)), 8,
+                            cwd=tmp_path)
+  assert json.loads(out.splitlines()[-1]) == [
       dict(saved_sharded=True, equal=True, on_target=True,
            read_onto_one_device=True),
       dict(saved_sharded=False, equal=True, on_target=True,

@@ -2,17 +2,15 @@
 
 import functools
 import json
-import os
-import subprocess
-import sys
 
 import jax
 import numpy as np
 import optax
 import pytest
 
-from tests.conftest import ROOT
 from tests.conftest import random_cifar
+from tests.conftest import ROOT
+from tests.conftest import run_on_host_devices
 from tests.conftest import tiny_config
 from vit_jax import models
 from vit_jax.data import mixing
@@ -207,12 +205,9 @@ print(json.dumps(results))
 def test_fsdp_step_equals_the_data_parallel_step_on_8_devices(tmp_path):
   # The study's ViT cut to 2 blocks, two train steps from the same start on 8 host devices:
   # parameters replicated, then split over an fsdp axis of 8.
-  env = {**os.environ, 'XLA_FLAGS': '--xla_force_host_platform_device_count=8'}
-  out = subprocess.run(
-      [sys.executable, '-c', _FSDP_SCRIPT.format(root=str(ROOT))], env=env,
-      capture_output=True, text=True, check=False, cwd=tmp_path)
-  assert out.returncode == 0, out.stderr[-3000:]
-  results = json.loads(out.stdout.splitlines()[-1])
+  out = run_on_host_devices(_FSDP_SCRIPT.format(root=str(ROOT)), 8,
+                            cwd=tmp_path)
+  results = json.loads(out.splitlines()[-1])
   replicated, fsdp = results['1'], results['8']
   assert replicated['sharded'] == 0
   assert fsdp['sharded'] == 3 * 6 * 2  # 6 kernels per block; mu and nu
@@ -250,10 +245,6 @@ print('initialised')
 def test_a_mimetic_model_initialises_on_several_host_devices(fsdp):
   """Its SVDs deadlocked a program partitioned over 4 host devices on 2
   cores (jax 0.10.2); the state still ends up laid out as the mesh says."""
-  env = {**os.environ, 'XLA_FLAGS': '--xla_force_host_platform_device_count=4'}
-  out = subprocess.run(
-      [sys.executable, '-c', _MIMETIC_SCRIPT.format(root=str(ROOT), fsdp=fsdp)],
-      env=env, capture_output=True, text=True, check=False, cwd=ROOT,
-      timeout=120)
-  assert out.returncode == 0, out.stderr[-3000:]
-  assert out.stdout.strip().endswith('initialised')
+  out = run_on_host_devices(
+      _MIMETIC_SCRIPT.format(root=str(ROOT), fsdp=fsdp), 4, timeout=120)
+  assert out.strip().endswith('initialised')

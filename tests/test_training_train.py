@@ -5,25 +5,23 @@ Faults (kill -9, full disks, damaged files) are in test_faults.py."""
 
 import json
 import math
-import os
 import pathlib
 import shutil
 import signal
-import subprocess
-import sys
 
 import jax
 import numpy as np
 import orbax.checkpoint as ocp
 import pytest
 
-from tests.conftest import ROOT
-from tests.conftest import TINY_MODELS
 from tests.conftest import history
 from tests.conftest import random_cifar
+from tests.conftest import ROOT
+from tests.conftest import run_on_host_devices
 from tests.conftest import start_two_processes
 from tests.conftest import study_config
 from tests.conftest import tiny_config
+from tests.conftest import TINY_MODELS
 from tests.conftest import trained_vit_config
 from tests.conftest import wait_all
 from tests.conftest import wait_for_step
@@ -262,14 +260,9 @@ def test_eight_devices_give_the_single_device_loss(cifar10_binary, tmp_path):
   records = {}
   for devices in (1, 8):
     workdir = str(tmp_path / f'devices_{devices}')
-    env = {**os.environ,
-           'XLA_FLAGS': f'--xla_force_host_platform_device_count={devices}'}
-    out = subprocess.run(
-        [sys.executable, '-c', _LOSS_SCRIPT.format(
-            root=str(ROOT), data_dir=str(data_dir), workdir=workdir)],
-        env=env, capture_output=True, text=True, check=False)
-    assert out.returncode == 0, out.stderr[-3000:]
-    assert json.loads(out.stdout.splitlines()[-1])[0] == devices
+    out = run_on_host_devices(_LOSS_SCRIPT.format(
+        root=str(ROOT), data_dir=str(data_dir), workdir=workdir), devices)
+    assert json.loads(out.splitlines()[-1])[0] == devices
     records[devices] = history(workdir)[-1]
   for metric in ('train_loss', 'test_loss'):
     assert records[8][metric] == pytest.approx(records[1][metric], abs=1e-5)
