@@ -4,7 +4,7 @@ import inspect
 import subprocess
 import sys
 
-from tests.conftest import ROOT
+from tests.helpers import ROOT
 from vit_jax import analysis
 from vit_jax.analysis import measures
 

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from vit_jax.analysis import measures
-from vit_jax.models import small_data
+from vit_jax.models.layers import patch_embedding
 
 GRID = (4, 4)
 PATCH = 8
@@ -203,13 +203,13 @@ def test_uniform_distance_without_the_patch_itself():
 
 
 def test_shifted_patch_filters_are_the_unshifted_copys_slice():
-  """`small_data.shifted_patch_tokens` puts each patch's own pixels first among the
-  5 copies of its (row, column) position; the filters are the kernel rows
-  of those, times the LayerNorm scale."""
+  """`patch_embedding.shifted_patch_tokens` puts each patch's own pixels
+  first among the 5 copies of its (row, column) position; the filters are
+  the kernel rows of those, times the LayerNorm scale."""
   p, channels, width = 4, 3, 6
   rng = np.random.default_rng(0)
   images = rng.normal(size=(2, 8, 8, channels)).astype(np.float32)
-  tokens = np.asarray(small_data.shifted_patch_tokens(images, p))
+  tokens = np.asarray(patch_embedding.shifted_patch_tokens(images, p))
   patches = images.reshape(2, 2, p, 2, p, channels).transpose(0, 1, 3, 2, 4, 5)
   np.testing.assert_array_equal(
       tokens.reshape(2, 2, 2, p, p, 5, channels)[..., 0, :], patches)

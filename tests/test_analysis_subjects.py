@@ -5,7 +5,7 @@ import jax
 import numpy as np
 import pytest
 
-from tests.conftest import png
+from tests.helpers import png
 from vit_jax import config_schema
 from vit_jax import models
 from vit_jax.analysis import subjects

@@ -12,11 +12,11 @@ import jax
 import numpy as np
 import pytest
 
-from tests.conftest import ROOT
-from tests.conftest import mounted_tmpfs
-from tests.conftest import TINY_MODELS
-from tests.conftest import png
-from tests.conftest import tiny_config
+from tests.helpers import ROOT
+from tests.helpers import mounted_tmpfs
+from tests.helpers import TINY_MODELS
+from tests.helpers import png
+from tests.helpers import tiny_config
 from vit_jax import analysis
 from vit_jax import analyze
 from vit_jax import models

@@ -8,7 +8,7 @@ import sys
 import numpy as np
 import pytest
 
-from tests.conftest import png
+from tests.helpers import png
 from vit_jax import benchmark_input
 from vit_jax import config_schema
 

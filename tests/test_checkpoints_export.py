@@ -4,7 +4,7 @@ import jax
 import numpy as np
 import pytest
 
-from tests.conftest import random_vit_params
+from tests.helpers import random_vit_params
 from tests.test_formats_npz import assert_trees_identical
 from vit_jax import models
 from vit_jax.checkpoints import export

@@ -9,8 +9,8 @@ import jax
 import numpy as np
 import pytest
 
-from tests.conftest import ROOT
-from tests.conftest import run_on_host_devices
+from tests.helpers import ROOT
+from tests.helpers import run_on_host_devices
 from vit_jax.checkpoints import run_checkpoints
 from vit_jax.errors import CheckpointError
 from vit_jax.runtime import sharding

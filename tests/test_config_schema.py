@@ -3,7 +3,7 @@ steps, and which changes a resumed run refuses."""
 
 import pytest
 
-from tests.conftest import tiny_config
+from tests.helpers import tiny_config
 from vit_jax import config_schema
 from vit_jax.config_schema import ConfigError
 

@@ -7,8 +7,8 @@ import sys
 
 import pytest
 
-from tests.conftest import mounted_tmpfs
-from tests.conftest import ROOT
+from tests.helpers import mounted_tmpfs
+from tests.helpers import ROOT
 
 
 def _convert(*args):

@@ -4,9 +4,9 @@ study's per-file subset, and the errors that say what to do."""
 import numpy as np
 import pytest
 
-from tests.conftest import random_cifar
-from tests.conftest import write_cifar_binary
-from tests.conftest import write_cifar_python
+from tests.helpers import random_cifar
+from tests.helpers import write_cifar_binary
+from tests.helpers import write_cifar_python
 from vit_jax.data import cifar
 from vit_jax.errors import DatasetError
 

@@ -10,9 +10,9 @@ import threading
 import numpy as np
 import pytest
 
-from tests.conftest import free_port
-from tests.conftest import random_cifar
-from tests.conftest import write_cifar_binary
+from tests.helpers import free_port
+from tests.helpers import random_cifar
+from tests.helpers import write_cifar_binary
 from vit_jax import config_schema
 from vit_jax.data import download
 from vit_jax.data import sources

@@ -8,9 +8,9 @@ import logging
 import numpy as np
 import pytest
 
-from tests.conftest import png
-from tests.conftest import start_main
-from tests.conftest import write_process_config
+from tests.helpers import png
+from tests.helpers import start_main
+from tests.helpers import write_process_config
 from vit_jax.data import image_folder
 from vit_jax.errors import DatasetError
 

@@ -4,8 +4,8 @@ augmented inside the step."""
 import jax
 import numpy as np
 
-from tests.conftest import random_cifar
-from tests.conftest import tiny_config
+from tests.helpers import random_cifar
+from tests.helpers import tiny_config
 from vit_jax.data import input as input_lib
 from vit_jax.data import on_device
 from vit_jax.data import sources

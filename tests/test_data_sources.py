@@ -8,8 +8,8 @@ import tarfile
 import numpy as np
 import pytest
 
-from tests.conftest import ROOT
-from tests.conftest import png
+from tests.helpers import ROOT
+from tests.helpers import png
 from vit_jax import config_schema
 from vit_jax.data import sources
 from vit_jax.errors import DatasetError

@@ -11,9 +11,9 @@ import jax
 import numpy as np
 import pytest
 
-from tests.conftest import prepare_tfds_array_record
-from tests.conftest import random_cifar
-from tests.conftest import tiny_config
+from tests.helpers import prepare_tfds_array_record
+from tests.helpers import random_cifar
+from tests.helpers import tiny_config
 from vit_jax.data import input as input_lib
 from vit_jax.data import preprocess
 from vit_jax.data import sources
@@ -121,7 +121,7 @@ def test_streaming_trains_as_the_on_device_input(cifar10_binary, tmp_path):
 _WORKERS_SCRIPT = '''
 import sys, time
 sys.path.insert(0, {root!r})
-from tests.conftest import random_cifar, tiny_config
+from tests.helpers import random_cifar, tiny_config
 from vit_jax.data import sources, streaming
 from vit_jax.runtime import sharding
 

@@ -4,8 +4,8 @@ array_record format, whole with TensorFlow in the tfrecord format."""
 import numpy as np
 import pytest
 
-from tests.conftest import prepare_tfds_array_record
-from tests.conftest import random_cifar
+from tests.helpers import prepare_tfds_array_record
+from tests.helpers import random_cifar
 from vit_jax.data import sources
 from vit_jax.data import tfds_source
 from vit_jax.errors import DatasetError

@@ -10,16 +10,16 @@ import time
 
 import pytest
 
-from tests.conftest import history
-from tests.conftest import ROOT
-from tests.conftest import start_two_process_job
-from tests.conftest import wait_all
+from tests.helpers import history
+from tests.helpers import ROOT
+from tests.helpers import start_two_process_job
+from tests.helpers import wait_all
 from vit_jax.checkpoints import export
 
 _CONFIG_FILE = '''
 import sys
 sys.path.insert(0, {root!r})
-from tests.conftest import trained_vit_config
+from tests.helpers import trained_vit_config
 
 
 def get_config():

@@ -8,7 +8,7 @@ import pytest
 from configs import cifar_small
 from configs import data_efficient
 from experiments.data_efficiency import run
-from tests.conftest import finished_run
+from tests.helpers import finished_run
 from vit_jax import models
 
 MODELS = ('vit', 'simple_cnn', 'small_resnet')

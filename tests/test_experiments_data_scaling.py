@@ -6,7 +6,7 @@ import math
 import pytest
 
 from experiments.data_scaling import run
-from tests.conftest import finished_run
+from tests.helpers import finished_run
 
 
 def _jpeg_dir(root, per_class=3, classes=('airplane', 'cat')):

@@ -18,9 +18,9 @@ from experiments.benchmarks import gpu_plan
 from experiments.benchmarks import gpu_report
 from experiments.benchmarks import gpu_steps
 from experiments.benchmarks import profile_step
-from tests.conftest import random_cifar
-from tests.conftest import ROOT
-from tests.conftest import write_cifar_binary
+from tests.helpers import random_cifar
+from tests.helpers import ROOT
+from tests.helpers import write_cifar_binary
 
 SCRIPT = ROOT / 'experiments/benchmarks/gpu.py'
 HERE = SCRIPT.parent

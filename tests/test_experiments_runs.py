@@ -11,12 +11,12 @@ import sys
 import pytest
 
 from experiments import runs
-from tests.conftest import ROOT
-from tests.conftest import finished_run
-from tests.conftest import random_cifar
-from tests.conftest import wait_for_step
-from tests.conftest import write_cifar_binary
-from tests.conftest import write_process_config
+from tests.helpers import ROOT
+from tests.helpers import finished_run
+from tests.helpers import random_cifar
+from tests.helpers import wait_for_step
+from tests.helpers import write_cifar_binary
+from tests.helpers import write_process_config
 from vit_jax.checkpoints import run_checkpoints
 from vit_jax.runtime import preemption
 

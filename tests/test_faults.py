@@ -20,19 +20,19 @@ import numpy as np
 import orbax.checkpoint as ocp
 import pytest
 
-from tests.conftest import mounted_tmpfs
-from tests.conftest import ROOT
-from tests.conftest import history
-from tests.conftest import process_test_config
-from tests.conftest import random_cifar
-from tests.conftest import start_main
-from tests.conftest import start_two_processes
-from tests.conftest import tiny_config
-from tests.conftest import wait_all
-from tests.conftest import wait_for_step
-from tests.conftest import without_timings
-from tests.conftest import write_cifar_binary
-from tests.conftest import write_process_config
+from tests.helpers import mounted_tmpfs
+from tests.helpers import ROOT
+from tests.helpers import history
+from tests.helpers import process_test_config
+from tests.helpers import random_cifar
+from tests.helpers import start_main
+from tests.helpers import start_two_processes
+from tests.helpers import tiny_config
+from tests.helpers import wait_all
+from tests.helpers import wait_for_step
+from tests.helpers import without_timings
+from tests.helpers import write_cifar_binary
+from tests.helpers import write_process_config
 from vit_jax import models
 from vit_jax.checkpoints import reading
 from vit_jax.checkpoints import run_checkpoints

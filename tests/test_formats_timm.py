@@ -5,8 +5,8 @@ import json
 import numpy as np
 import pytest
 
-from tests.conftest import one_block_vit
-from tests.conftest import random_vit_params
+from tests.helpers import one_block_vit
+from tests.helpers import random_vit_params
 from tests.test_formats_npz import assert_trees_identical
 from vit_jax import models
 from vit_jax.errors import CheckpointError

@@ -7,9 +7,9 @@ import sys
 
 import pytest
 
-from tests.conftest import random_cifar
-from tests.conftest import write_cifar_binary
-from tests.conftest import write_process_config
+from tests.helpers import random_cifar
+from tests.helpers import write_cifar_binary
+from tests.helpers import write_process_config
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 

@@ -130,6 +130,19 @@ def _images(batch=2, size=16, seed=1):
   return jax.random.normal(jax.random.key(seed), (batch, size, size, 3))
 
 
+TECHNIQUES_OFF = dict(posemb='learned', stochastic_depth_rate=0.0,
+                      shifted_patches=False, locality_attention=False,
+                      mimetic_init=False, distillation_token=False,
+                      guided_blocks=(), guidance_widths=(), mae_mask_ratio=0.0)
+
+
+def param_shapes(model, images):
+  variables = jax.eval_shape(
+      lambda: model.init(jax.random.key(0), images, train=False))
+  assert set(variables) - {TRAINING_OUTPUTS} == {'params'}
+  return {k: v.shape for k, v in _flat(variables['params']).items()}
+
+
 def test_vit_b16_tree_matches_official_key_for_key():
   model = create_model('ViT-B_16', 1000)
   variables = jax.eval_shape(
@@ -402,3 +415,13 @@ def test_bad_remat_or_scan_values_are_one_line_errors():
     VisionTransformer(num_classes=5, scan=True, stochastic_depth_rate=0.1,
                       **SMALL)
   assert create_model('ViT-B_16', 10, remat='dots', scan=True).scan
+
+
+def test_techniques_are_off_by_default_and_leave_the_official_tree():
+  model = VisionTransformer(num_classes=5, **SMALL)
+  assert {f: getattr(model, f) for f in TECHNIQUES_OFF} == TECHNIQUES_OFF
+  assert model.classifier == 'token'
+  explicit = VisionTransformer(num_classes=5, **SMALL, **TECHNIQUES_OFF)
+  official = official_param_shapes(patch=4, hidden=32, layers=2, heads=4,
+                                   mlp=64, tokens=17, num_classes=5)
+  assert param_shapes(model, _images()) == param_shapes(explicit, _images()) == official

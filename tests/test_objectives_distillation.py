@@ -7,14 +7,15 @@ import numpy as np
 import optax
 import pytest
 
-from tests.conftest import history
-from tests.conftest import random_cifar
-from tests.conftest import tiny_config
+from tests.helpers import history
+from tests.helpers import random_cifar
+from tests.helpers import tiny_config
 from vit_jax import models
 from vit_jax.data import on_device
 from vit_jax.data import sources
 from vit_jax.models import vit
 from vit_jax.objectives import distillation
+from vit_jax.objectives import losses
 from vit_jax.runtime import sharding
 from vit_jax.training import optimizer
 from vit_jax.training import steps
@@ -55,7 +56,8 @@ def test_the_distillation_head_learns_the_teachers_classes(trained_cnn_run):
                        if 'head' in str(path) else x), state.params)
   state = state.replace(params=params)
   batch, key = np.arange(16, dtype=np.int32), jax.random.key(1)
-  step = jax.jit(steps.make_train_step(config, inputs, teacher.objective))
+  step = jax.jit(steps.make_train_step(
+      config, inputs, teacher.objective(losses.classification)))
   _, metrics = step(state, steps.zero_sums(replicated), inputs.train_data,
                     batch, key)
 

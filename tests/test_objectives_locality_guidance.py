@@ -6,8 +6,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from tests.conftest import history
-from tests.conftest import tiny_config
+from tests.helpers import history
+from tests.helpers import tiny_config
 from vit_jax.checkpoints import export
 from vit_jax.checkpoints import reading
 from vit_jax.errors import ConfigError
@@ -74,7 +74,7 @@ def _guided_config(data_dir, teacher_workdir, **overrides):
 
 
 @pytest.mark.slow  # 34 s; the objective and the guided model are tested apart
-# by default (test_the_objective_adds_..., test_models_small_data)
+# by default (test_the_objective_adds_..., test_models_layers_guidance)
 def test_a_guided_deit_student_trains_and_leaves_a_plain_vit(
     trained_cnn_run, tmp_path):
   teacher_workdir, data_dir = trained_cnn_run

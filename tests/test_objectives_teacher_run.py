@@ -7,7 +7,7 @@ import jax
 import numpy as np
 import pytest
 
-from tests.conftest import tiny_config
+from tests.helpers import tiny_config
 from vit_jax.errors import ConfigError
 from vit_jax.models import SimpleCNN
 from vit_jax.objectives import teacher_run

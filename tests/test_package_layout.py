@@ -3,6 +3,7 @@ imports inside functions, no module a reader cannot take in at once, and a
 top level a newcomer reads at a glance."""
 
 import ast
+import importlib
 import pathlib
 
 import pytest
@@ -89,3 +90,22 @@ def test_no_function_is_over_80_lines():
         if lines > MAX_FUNCTION_LINES:
           long.append(f'{name}.{node.name}: {lines} lines')
   assert not long, long
+
+
+# What scripts import, from the package that holds it now: each name where
+# the package's docstring says it is.
+PACKAGE_API = [
+    ('vit_jax.models', 'create_model', 'vit_jax.models.registry'),
+    ('vit_jax.models', 'attention_weights', 'vit_jax.models.vit'),
+    ('vit_jax.checkpoints', 'load_run', 'vit_jax.checkpoints.reading'),
+    ('vit_jax.checkpoints', 'load', 'vit_jax.checkpoints.reading'),
+    ('vit_jax.checkpoints', 'load_params', 'vit_jax.checkpoints.reading'),
+    ('vit_jax.checkpoints', 'convert', 'vit_jax.checkpoints.export'),
+    ('vit_jax.training', 'train_and_evaluate', 'vit_jax.training.train'),
+]
+
+
+@pytest.mark.parametrize('package,name,module', PACKAGE_API)
+def test_the_python_api_is_imported_from_its_package(package, name, module):
+  found = getattr(importlib.import_module(package), name)
+  assert found is getattr(importlib.import_module(module), name)

@@ -8,8 +8,8 @@ import time
 
 import pytest
 
-from tests.conftest import mounted_tmpfs
-from tests.conftest import ROOT
+from tests.helpers import mounted_tmpfs
+from tests.helpers import ROOT
 from vit_jax.errors import VitJaxError
 from vit_jax.runtime import files
 

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from tests.conftest import free_port
+from tests.helpers import free_port
 from vit_jax.runtime import preemption
 
 

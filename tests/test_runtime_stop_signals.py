@@ -10,8 +10,8 @@ import time
 import numpy as np
 import pytest
 
-from tests.conftest import png
-from tests.conftest import ROOT
+from tests.helpers import png
+from tests.helpers import ROOT
 from vit_jax.runtime import stop_signals
 
 

@@ -4,13 +4,13 @@ and a damaged entry compiled again."""
 import os
 import pathlib
 
-from tests.conftest import history
-from tests.conftest import random_cifar
-from tests.conftest import start_main
-from tests.conftest import wait_all
-from tests.conftest import without_timings
-from tests.conftest import write_cifar_binary
-from tests.conftest import write_process_config
+from tests.helpers import history
+from tests.helpers import random_cifar
+from tests.helpers import start_main
+from tests.helpers import wait_all
+from tests.helpers import without_timings
+from tests.helpers import write_cifar_binary
+from tests.helpers import write_process_config
 from vit_jax import config_schema
 from vit_jax.training import compilation_cache
 

@@ -7,13 +7,13 @@ import time
 import jax
 import numpy as np
 
-from tests.conftest import history
-from tests.conftest import random_cifar
-from tests.conftest import start_main
-from tests.conftest import tiny_config
-from tests.conftest import without_timings
-from tests.conftest import write_cifar_binary
-from tests.conftest import write_process_config
+from tests.helpers import history
+from tests.helpers import random_cifar
+from tests.helpers import start_main
+from tests.helpers import tiny_config
+from tests.helpers import without_timings
+from tests.helpers import write_cifar_binary
+from tests.helpers import write_process_config
 from tests.test_training_train import final_state
 from vit_jax.runtime import preemption
 from vit_jax.training import dispatch

@@ -3,8 +3,8 @@
 
 import pytest
 
-from tests.conftest import history
-from tests.conftest import trained_vit_config
+from tests.helpers import history
+from tests.helpers import trained_vit_config
 from vit_jax.checkpoints import export
 from vit_jax.errors import ConfigError
 from vit_jax.training import evaluation

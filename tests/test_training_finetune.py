@@ -7,7 +7,7 @@ import jax
 import numpy as np
 import pytest
 
-from tests.conftest import tiny_config
+from tests.helpers import tiny_config
 from tests.test_formats_npz import assert_trees_identical
 from tests.test_formats_params import vit_params
 from vit_jax import config_schema

@@ -5,7 +5,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from tests.conftest import tiny_config
+from tests.helpers import tiny_config
 from vit_jax import config_schema
 from vit_jax.training import optimizer
 

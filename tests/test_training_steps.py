@@ -8,10 +8,10 @@ import numpy as np
 import optax
 import pytest
 
-from tests.conftest import random_cifar
-from tests.conftest import ROOT
-from tests.conftest import run_on_host_devices
-from tests.conftest import tiny_config
+from tests.helpers import random_cifar
+from tests.helpers import ROOT
+from tests.helpers import run_on_host_devices
+from tests.helpers import tiny_config
 from vit_jax import models
 from vit_jax.data import mixing
 from vit_jax.data import on_device
@@ -163,7 +163,7 @@ import json, sys
 sys.path.insert(0, {root!r})
 import jax
 import numpy as np
-from tests.conftest import random_cifar, study_config
+from tests.helpers import random_cifar, study_config
 from vit_jax import models
 from vit_jax.data import on_device, sources
 from vit_jax.runtime import sharding
@@ -223,7 +223,7 @@ _MIMETIC_SCRIPT = '''
 import sys
 sys.path.insert(0, {root!r})
 import jax
-from tests.conftest import tiny_config
+from tests.helpers import tiny_config
 from vit_jax import models
 from vit_jax.runtime import sharding
 from vit_jax.training import optimizer

@@ -14,20 +14,20 @@ import numpy as np
 import orbax.checkpoint as ocp
 import pytest
 
-from tests.conftest import history
-from tests.conftest import random_cifar
-from tests.conftest import ROOT
-from tests.conftest import run_on_host_devices
-from tests.conftest import start_two_processes
-from tests.conftest import study_config
-from tests.conftest import tiny_config
-from tests.conftest import TINY_MODELS
-from tests.conftest import trained_vit_config
-from tests.conftest import wait_all
-from tests.conftest import wait_for_step
-from tests.conftest import without_timings
-from tests.conftest import write_cifar_binary
-from tests.conftest import write_process_config
+from tests.helpers import history
+from tests.helpers import random_cifar
+from tests.helpers import ROOT
+from tests.helpers import run_on_host_devices
+from tests.helpers import start_two_processes
+from tests.helpers import study_config
+from tests.helpers import tiny_config
+from tests.helpers import TINY_MODELS
+from tests.helpers import trained_vit_config
+from tests.helpers import wait_all
+from tests.helpers import wait_for_step
+from tests.helpers import without_timings
+from tests.helpers import write_cifar_binary
+from tests.helpers import write_process_config
 from vit_jax import models
 from vit_jax.checkpoints import reading
 from vit_jax.checkpoints import run_checkpoints
@@ -246,7 +246,7 @@ _LOSS_SCRIPT = '''
 import json, sys
 import jax
 sys.path.insert(0, {root!r})
-from tests.conftest import tiny_config
+from tests.helpers import tiny_config
 from vit_jax.training import train
 config = tiny_config({data_dir!r}, num_epochs=1, batch_size=16)
 train.train_and_evaluate(config, {workdir!r})
@@ -321,7 +321,7 @@ def test_a_workdir_of_another_run_is_refused_not_restored(cifar10_binary,
 _TWO_PROCESS_CONFIG = '''
 import sys
 sys.path.insert(0, {root!r})
-from tests.conftest import trained_vit_config
+from tests.helpers import trained_vit_config
 def get_config():
   config = trained_vit_config({data_dir!r})
   config.input_pipeline = {input_pipeline!r}

@@ -46,8 +46,9 @@ for it):
                              attention rollout
   posemb='sincos2d'          position_embeddings.png shows the fixed
                              sine-cosine embedding
-                             (`small_data.posemb_sincos_2d`), titled as such; analysis.json's
-                             `position_embedding` says which it was
+                             (`layers.position.posemb_sincos_2d`), titled
+                             as such; analysis.json's `position_embedding`
+                             says which it was
   posemb='none'              no position_embeddings.png
   shifted_patches            embedding_filters.png shows the components of the
                              filters on the patch itself: the unshifted

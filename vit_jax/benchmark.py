@@ -47,8 +47,9 @@ from absl import flags
 
 from vit_jax import config_schema
 from vit_jax import errors
-from vit_jax.models import attention
+from vit_jax.models.layers import attention
 from vit_jax.models import remat_scan
+from vit_jax.runtime import command
 from vit_jax.runtime import distributed
 from vit_jax.training import step_benchmark
 
@@ -86,9 +87,7 @@ _TRACE_DIR = flags.DEFINE_string(
     'trace_dir', None, 'Also write a jax.profiler trace of --trace_steps '
     'train steps here.')
 _TRACE_STEPS = flags.DEFINE_integer('trace_steps', 3, 'Train steps traced.')
-_CPU_DEVICES = flags.DEFINE_integer(
-    'cpu_devices', distributed.DEFAULT_CPU_DEVICES,
-    'Host devices the batch is split over when running on the CPU.')
+_CPU_DEVICES = command.define_cpu_devices()
 _CPU_COMPILER_OPTIONS = flags.DEFINE_multi_string(
     'cpu_compiler_option', [],
     'NAME=VALUE: an XLA option both steps and the peak matmul compile with on '

@@ -53,7 +53,7 @@ def loader_config(dataset: str, data_dir: str, batch_size: int,
   return config
 
 
-def time_loader(config: ml_collections.ConfigDict, steps: int,
+def _time_loader(config: ml_collections.ConfigDict, steps: int,
                 workers: int) -> dict:
   """One run: seconds to the first batch, and steady seconds per batch."""
   mesh = jax.make_mesh((1,), ('data',), devices=jax.devices()[:1])
@@ -87,7 +87,7 @@ def run_benchmark(config: ml_collections.ConfigDict, steps: int,
   runs = {setting: [] for setting in workers}
   for _ in range(rounds):
     for setting in workers:
-      runs[setting].append(time_loader(config, steps, setting))
+      runs[setting].append(_time_loader(config, steps, setting))
   results = []
   for setting, timed in runs.items():
     seconds = statistics.median(r['seconds_per_batch'] for r in timed)

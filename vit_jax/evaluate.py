@@ -52,7 +52,6 @@ from ml_collections import config_flags
 
 from vit_jax.checkpoints import reading
 from vit_jax.runtime import command
-from vit_jax.runtime import distributed
 from vit_jax.runtime import job
 from vit_jax.training import evaluation
 
@@ -74,9 +73,7 @@ _RELEASED_PREPROCESSING = flags.DEFINE_bool(
     'released_preprocessing', False, 'Preprocess as the checkpoint '
     'expects: the resolution of its position embeddings, the mean and std '
     'its folder states (pixels in [-1, 1] where none).')
-_CPU_DEVICES = flags.DEFINE_integer(
-    'cpu_devices', None, 'Host devices the batches are split over on a CPU '
-    f'(default: config.cpu_devices, else {distributed.DEFAULT_CPU_DEVICES}).')
+_CPU_DEVICES = command.define_cpu_devices()
 flags.mark_flag_as_required('checkpoint')
 
 

@@ -26,7 +26,6 @@ from absl import logging
 from ml_collections import config_flags
 
 from vit_jax.runtime import command
-from vit_jax.runtime import distributed
 from vit_jax.runtime import job
 from vit_jax.runtime import preemption
 from vit_jax.training import train
@@ -38,10 +37,7 @@ _CONFIG = config_flags.DEFINE_config_file(
     lock_config=False, accept_new_attributes=True)
 _WORKDIR = flags.DEFINE_string(
     'workdir', None, 'Directory for checkpoints, metrics and the config.')
-_CPU_DEVICES = flags.DEFINE_integer(
-    'cpu_devices', None,
-    'Host devices the batch is split over when running on the CPU (default: '
-    f'config.cpu_devices, else {distributed.DEFAULT_CPU_DEVICES}).')
+_CPU_DEVICES = command.define_cpu_devices()
 flags.mark_flags_as_required(['config', 'workdir'])
 
 

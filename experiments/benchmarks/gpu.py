@@ -27,7 +27,7 @@ Measures, in this order, each section within its time budget
   datasheet's dense bf16 peak and of the matmul;
 - attention alone at ViT-B/16's shape, forward and backward: the einsum
   path and the fused kernel with the tokens padded to each multiple of
-  `token_multiples` (the choice of attention.CUDNN_TOKEN_MULTIPLE);
+  `token_multiples` (the choice of fused_attention.CUDNN_TOKEN_MULTIPLE);
 - a jax.profiler trace of ViT-B/16's and ViT-L/16's steps, the kernels'
   time by kind of work (`profile_step.summarize_device`) and the heaviest;
 - `vit_jax.benchmark_input` at 224 px on synthetic JPEGs, with threads and
@@ -70,7 +70,7 @@ from experiments.benchmarks import gpu_steps
 from experiments.benchmarks import profile_step
 from experiments.benchmarks import timm_worker
 from vit_jax import benchmark_input
-from vit_jax.models import attention
+from vit_jax.models.layers import fused_attention
 from vit_jax.runtime import distributed
 from vit_jax.runtime import files
 from vit_jax.runtime import sharding
@@ -301,7 +301,7 @@ def attention_rows(plan: gpu_plan.Plan, seconds_left: float) -> list[dict]:
   row = {'section': 'attention', 'shape': list(plan.attention_shape)}
   if seconds_left <= 0:
     return [{**row, 'skipped': OUT_OF_TIME}]
-  kernel = 'cudnn' if attention.cudnn_applies(
+  kernel = 'cudnn' if fused_attention.cudnn_applies(
       jax.devices()[0], jnp.bfloat16, head_dim) else 'xla'
   q, k, v = jax.random.normal(jax.random.key(0), (3, batch, tokens, heads,
                                                   head_dim), jnp.bfloat16)
@@ -316,7 +316,7 @@ def attention_rows(plan: gpu_plan.Plan, seconds_left: float) -> list[dict]:
   candidates = {'einsum': einsum}
   for multiple in plan.token_multiples:
     candidates[f'{kernel}, tokens padded to a multiple of {multiple}'] = (
-        lambda q, k, v, m=multiple: attention.fused_attention(
+        lambda q, k, v, m=multiple: fused_attention.attend(
             q, k, v, scale=scale, implementation=kernel, token_multiple=m))
   rows = []
   for name, forward in candidates.items():

@@ -7,7 +7,7 @@ Each variant runs `vit_jax.benchmark`'s train step (ViT-Tiny-CIFAR_4, batch
 128, augmented, 4 host devices) in a fresh process, in alternating order by
 round; prints each run and a table of medians.
 
-- `hash`: our dropout (`vit_jax.models.dropout`), the default.
+- `hash`: our dropout (`vit_jax.models.layers.dropout`), the default.
 - `flax_threefry`, `flax_rbg`, `flax_unsafe_rbg`: `flax.linen.Dropout` with
   jax's PRNG implementation set by `jax_default_prng_impl`. The log kept the
   hash, so the model has no option for flax's dropout: these three put it in
@@ -46,11 +46,14 @@ def _use_flax_dropout(prng_impl: str):
   drawn with `prng_impl` ('threefry': jax's default)."""
   import flax.linen as nn  # pylint: disable=g-import-not-at-top
   import jax  # pylint: disable=g-import-not-at-top
-  from vit_jax.models import attention  # pylint: disable=g-import-not-at-top
-  from vit_jax.models import mlp  # pylint: disable=g-import-not-at-top
-  from vit_jax.models import vit  # pylint: disable=g-import-not-at-top
+  # pylint: disable=g-import-not-at-top
+  from vit_jax.models import encoder
+  from vit_jax.models.layers import attention
+  from vit_jax.models.layers import encoder_block
+  from vit_jax.models.layers import mlp
+  # pylint: enable=g-import-not-at-top
   # Every module of the ViT that drops out (stochastic depth is off here).
-  for module in (vit, mlp, attention):
+  for module in (encoder, encoder_block, mlp, attention):
     module.Dropout = nn.Dropout
   if prng_impl != 'threefry':
     jax.config.update('jax_default_prng_impl', prng_impl)

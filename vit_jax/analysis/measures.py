@@ -189,9 +189,9 @@ def shifted_patch_filters(kernel: np.ndarray, patch_size: int,
   itself, as a (p, p, channels, d) patch-embedding kernel.
 
   `kernel` is the `shifted_patch_embedding` Dense kernel, (p*p*5*channels, d),
-  over `small_data.shifted_patch_tokens`' features: each patch's pixels
-  flattened (row, column, channel) with the channels of the image and of its four
-  shifted copies concatenated, the unshifted image first. Returns that first
+  over `layers.patch_embedding.shifted_patch_tokens`' features: each patch's
+  pixels flattened (row, column, channel) with the channels of the image and
+  of its four shifted copies concatenated, the unshifted image first. Returns that first
   copy's slice. `norm_scale`, the `shifted_patch_norm` LayerNorm's scale
   ((p*p*5*channels,)), is multiplied in when given, so the filters act on the
   normalised pixels as the projection sees them (the LayerNorm's per-token

@@ -17,7 +17,8 @@ from vit_jax.data import preprocess
 from vit_jax.data import sources
 from vit_jax.errors import AnalysisError
 from vit_jax.formats import params as params_lib
-from vit_jax.models import small_data
+from vit_jax.models import names
+from vit_jax.models.layers import position
 from vit_jax.runtime import files
 
 # Images per forward pass: every layer's attention is kept, 12 x 12 x 197 x
@@ -170,9 +171,10 @@ def position_table(model: models.VisionTransformer, params,
   """The position embedding the model adds, (1, tokens or h*w, d): its
   learned table, the fixed sine-cosine one of the grid, or None."""
   if model.posemb == 'learned':
-    return params['Transformer']['posembed_input']['pos_embedding']
+    encoder, embedding, table = names.POSITION_EMBEDDING_TABLE
+    return params[encoder][embedding][table]
   if model.posemb == 'sincos2d':
-    return np.asarray(small_data.posemb_sincos_2d(*grid, model.hidden_size))
+    return np.asarray(position.posemb_sincos_2d(*grid, model.hidden_size))
   return None
 
 
@@ -185,9 +187,9 @@ def embedding_filters(model: models.VisionTransformer,
                   'pixels')
   if model.shifted_patches:
     return measures.shifted_patch_filters(
-        params['shifted_patch_embedding']['kernel'], model.patch_size,
-        params['shifted_patch_norm']['scale']), (
+        params[names.SHIFTED_PATCH_EMBEDDING]['kernel'], model.patch_size,
+        params[names.SHIFTED_PATCH_NORM]['scale']), (
             "the shifted-patch projection's filters\non the unshifted patch "
             '(its slice of shifted_patch_embedding x the shifted_patch_norm '
             'scale)')
-  return params['embedding']['kernel'], 'the patch-embedding filters'
+  return params[names.PATCH_EMBEDDING]['kernel'], 'the patch-embedding filters'

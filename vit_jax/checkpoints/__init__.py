@@ -11,5 +11,13 @@
                       `vit_jax.convert` does)
 
 The formats themselves (the official .npz, timm, transformers) are
-`vit_jax.formats`'.
+`vit_jax.formats`'. What scripts call is here: `load_run`, `load`,
+`load_params` and `convert`.
 """
+
+from vit_jax.checkpoints.export import convert
+from vit_jax.checkpoints.reading import load
+from vit_jax.checkpoints.reading import load_params
+from vit_jax.checkpoints.reading import load_run
+
+__all__ = ['convert', 'load', 'load_params', 'load_run']

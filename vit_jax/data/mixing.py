@@ -70,7 +70,7 @@ def mix_parameters(key: jax.Array, image_shape: tuple[int, ...],
   return MixParameters(lam.astype(jnp.float32), use_cutmix, box)
 
 
-def apply_mix(parameters: MixParameters, images: jax.Array,
+def _apply_mix(parameters: MixParameters, images: jax.Array,
               targets: jax.Array) -> tuple[jax.Array, jax.Array]:
   """(mixed images, mixed targets) of `parameters` (see `MixParameters`)."""
   lam, use_cutmix, box = parameters
@@ -86,7 +86,7 @@ def mix(key: jax.Array, images: jax.Array, targets: jax.Array,
         switch_probability: float = 0.5,
         probability: float = 1.0) -> tuple[jax.Array, jax.Array]:
   """`images` and their soft `targets` (batch, num_classes), mixed:
-  `mix_parameters`, then `apply_mix`. Each target row keeps its sum (1 for
+  `mix_parameters`, then `_apply_mix`. Each target row keeps its sum (1 for
   probabilities). Both alphas 0: the images and targets unchanged (Python
   zeros skip the sampler; traced zeros mix with lam 1, which leaves them as
   they are). `mix_parameters(key, images.shape, ...)` with the same key and
@@ -96,4 +96,4 @@ def mix(key: jax.Array, images: jax.Array, targets: jax.Array,
     return images, targets
   parameters = mix_parameters(key, images.shape, mixup_alpha, cutmix_alpha,
                               switch_probability, probability)
-  return apply_mix(parameters, images, targets)
+  return _apply_mix(parameters, images, targets)

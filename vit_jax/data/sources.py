@@ -42,8 +42,8 @@ from vit_jax.data.image_folder import read_image
 from vit_jax.errors import DatasetError
 
 __all__ = ['DATA_DIR_ENV', 'ArraySource', 'Dataset', 'Source', 'SubsetSource',
-           'across_classes', 'class_counts', 'data_dir', 'first',
-           'local_data_dir', 'open_dataset', 'read_image', 'subset',
+           '_across_classes', 'class_counts', 'data_dir', 'first',
+           '_local_data_dir', 'open_dataset', 'read_image', 'subset',
            'to_arrays']
 
 DATA_DIR_ENV = download.DATA_DIR_ENV
@@ -90,7 +90,7 @@ def class_counts(sizes: np.ndarray, count: int,
   return counts
 
 
-def across_classes(source: Source, count: int, seed: int) -> SubsetSource:
+def _across_classes(source: Source, count: int, seed: int) -> SubsetSource:
   """`count` examples drawn with `seed`, every class in proportion
   (`class_counts`), kept in the source's order. It depends only on the
   source's labels, `count` and `seed`: every process of a run, and every
@@ -110,7 +110,7 @@ def subset(dataset: Dataset, split: str, count: int, seed: int) -> Source:
   keeps. A split in mixed order (the official CIFAR files, tfds datasets)
   keeps its first `count`, which the study's numbers rest on; one ordered by
   class (an image folder) would keep its first classes only, so there they
-  are drawn across the classes with `seed` (`across_classes`)."""
+  are drawn across the classes with `seed` (`_across_classes`)."""
   source = getattr(dataset, split)
   if not count or count == len(source):
     return source
@@ -118,7 +118,7 @@ def subset(dataset: Dataset, split: str, count: int, seed: int) -> Source:
     raise DatasetError(f'config.{split}_examples={count} but the dataset has '
                        f'only {len(source)}; lower it or set it to 0 for all.')
   if dataset.ordered_by_class:
-    return across_classes(source, count, seed)
+    return _across_classes(source, count, seed)
   return first(source, count)
 
 
@@ -128,7 +128,7 @@ def data_dir(config) -> pathlib.Path | None:
   return pathlib.Path(directory).expanduser() if directory else None
 
 
-def local_data_dir(config) -> pathlib.Path:
+def _local_data_dir(config) -> pathlib.Path:
   """`data_dir(config)` for datasets read from a local directory: raises
   DatasetError when it is unset or missing."""
   directory = data_dir(config)
@@ -155,11 +155,11 @@ def open_dataset(config, whole: bool = False) -> Dataset:
   if name in cifar.NUM_CLASSES:
     # Without config.data_dir, the download cache ($VIT_JAX_DATA_DIR
     # relocates it), where a missing release is fetched.
-    directory = local_data_dir(config) if config.data_dir else None
+    directory = _local_data_dir(config) if config.data_dir else None
     dataset = cifar.open_cifar(name, directory,
                                config.train_examples_per_file)
   elif name == 'image_folder':
-    dataset = image_folder.open_image_folder(local_data_dir(config))
+    dataset = image_folder.open_image_folder(_local_data_dir(config))
   elif name.startswith('tfds:'):
     dataset = tfds_source.open_tfds(name[len('tfds:'):], data_dir(config),
                                     config.train_split, config.test_split,

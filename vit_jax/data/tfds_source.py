@@ -33,7 +33,7 @@ class TfdsSource:
     return image, int(example['label'])
 
 
-def tfds_builder(name: str, data_dir: pathlib.Path | None):
+def _tfds_builder(name: str, data_dir: pathlib.Path | None):
   """The builder of a prepared tensorflow-datasets image-classification
   dataset; never downloads."""
   import tensorflow_datasets as tfds  # pylint: disable=g-import-not-at-top
@@ -88,7 +88,7 @@ def open_tfds(name: str, data_dir: pathlib.Path | None, train_split: str,
               test_split: str, whole: bool) -> Dataset:
   """By index (array_record format); failing that, whole with TensorFlow
   when the input holds the whole dataset anyway."""
-  builder = tfds_builder(name, data_dir)
+  builder = _tfds_builder(name, data_dir)
   try:
     train, test = (builder.as_data_source(split=s)
                    for s in (train_split, test_split))

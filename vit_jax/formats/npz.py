@@ -15,6 +15,7 @@ import numpy as np
 
 from vit_jax.errors import CheckpointError
 from vit_jax.formats import params as params_lib
+from vit_jax.models import names
 from vit_jax.runtime import files
 
 # Inside an encoder block the released files number submodules across types
@@ -31,26 +32,27 @@ _ENCODER_BLOCK = re.compile(r'encoderblock_\d+')
 _NPY_MAGIC = b'\x93NUMPY'
 # Every ViT has these, whatever its classifier or head; a file without them is
 # some other kind of .npz.
-_REQUIRED_KEYS = ('embedding/kernel',
-                  'Transformer/posembed_input/pos_embedding',
-                  'Transformer/encoder_norm/scale')
-def _rename_block_child(key: str, names: dict[str, str]) -> str:
-  """`key` with its encoder-block submodule renamed by `names`."""
+_REQUIRED_KEYS = (f'{names.PATCH_EMBEDDING}/kernel',
+                  names.path(names.POSITION_EMBEDDING_TABLE),
+                  names.path(names.ENCODER_NORM_SCALE))
+def _rename_block_child(key: str, renames: dict[str, str]) -> str:
+  """`key` with its encoder-block submodule renamed by `renames`."""
   parts = key.split('/')
-  if (len(parts) > 2 and parts[0] == 'Transformer' and
+  if (len(parts) > 2 and parts[0] == names.ENCODER and
       _ENCODER_BLOCK.fullmatch(parts[1])):
-    parts[2] = names.get(parts[2], parts[2])
+    parts[2] = renames.get(parts[2], parts[2])
   return '/'.join(parts)
 
 
-def _renamed(flat: dict[str, Any], names: dict[str, str],
+def _renamed(flat: dict[str, Any], renames: dict[str, str],
              source: str) -> dict[str, Any]:
   renamed = {}
   for key, value in flat.items():
-    new_key = _rename_block_child(key, names)
+    new_key = _rename_block_child(key, renames)
     if new_key in renamed:
       # Both numberings in one block: no way to tell which array is meant.
-      clashing = [k for k in flat if _rename_block_child(k, names) == new_key]
+      clashing = [k for k in flat
+                  if _rename_block_child(k, renames) == new_key]
       raise CheckpointError(f'In {source}, {" and ".join(clashing)} are the '
                             'same parameter in the two numberings of '
                             'encoder-block submodules; keep one.')

@@ -21,7 +21,7 @@ import scipy.ndimage
 
 from vit_jax.errors import CheckpointError
 from vit_jax.models import inference
-from vit_jax.models import remat_scan
+from vit_jax.models import names
 
 # Enough of a long list of problems to act on, short enough to read.
 MAX_REPORTED = 12
@@ -64,7 +64,7 @@ def unflatten(flat: dict[str, Any], source: str) -> dict[str, Any]:
 def is_stacked(params: Mapping[str, Any]) -> bool:
   """Whether `params` are a scanned ViT's: one `Transformer/encoderblock`
   whose arrays have a leading layer axis (`models.remat_scan`)."""
-  return remat_scan.STACKED_BLOCK in params.get('Transformer', {})
+  return names.STACKED_BLOCK in params.get(names.ENCODER, {})
 
 
 def stack_blocks(params: Mapping[str, Any]) -> dict[str, Any]:
@@ -72,20 +72,20 @@ def stack_blocks(params: Mapping[str, Any]) -> dict[str, Any]:
   ViT's: the blocks' arrays stacked (numpy) along a new leading axis in
   `Transformer/encoderblock/...`. Other trees come back as they are."""
   params = dict(flax.core.unfreeze(params))
-  encoder = dict(params.get('Transformer', {}))
+  encoder = dict(params.get(names.ENCODER, {}))
   blocks = []
-  while remat_scan.block_name(len(blocks)) in encoder:
-    blocks.append(encoder.pop(remat_scan.block_name(len(blocks))))
+  while names.block_name(len(blocks)) in encoder:
+    blocks.append(encoder.pop(names.block_name(len(blocks))))
   if not blocks:
     return params
   try:
-    encoder[remat_scan.STACKED_BLOCK] = jax.tree.map(
+    encoder[names.STACKED_BLOCK] = jax.tree.map(
         lambda *layers: np.stack(layers), *blocks)
   except ValueError as e:  # trees or shapes that differ between blocks
     raise CheckpointError('The encoder blocks differ in their arrays, so '
                           f'they cannot be stacked for a scanned model: {e}'
                           ) from e
-  params['Transformer'] = encoder
+  params[names.ENCODER] = encoder
   return params
 
 
@@ -96,17 +96,17 @@ def unstack_blocks(params: Mapping[str, Any]) -> dict[str, Any]:
   params = dict(flax.core.unfreeze(params))
   if not is_stacked(params):
     return params
-  encoder = dict(params['Transformer'])
-  stacked = encoder.pop(remat_scan.STACKED_BLOCK)
+  encoder = dict(params[names.ENCODER])
+  stacked = encoder.pop(names.STACKED_BLOCK)
   num_layers = jax.tree.leaves(stacked)[0].shape[0]
   for i in range(num_layers):
-    encoder[remat_scan.block_name(i)] = jax.tree.map(lambda a, i=i: a[i],
+    encoder[names.block_name(i)] = jax.tree.map(lambda a, i=i: a[i],
                                                      stacked)
-  params['Transformer'] = encoder
+  params[names.ENCODER] = encoder
   return params
 
 
-def in_layout_of(params: Mapping[str, Any],
+def _in_layout_of(params: Mapping[str, Any],
                  reference: Mapping[str, Any]) -> dict[str, Any]:
   """`params` with its encoder blocks stacked as `reference`'s are, or
   unstacked: a released or unscanned checkpoint for a scanned model and the
@@ -172,9 +172,6 @@ def check_params(params: Mapping[str, Any],
         (f'\n  ... and {more} more' if more > 0 else ''))
 
 
-_POSITION_EMBEDDING = ('Transformer', 'posembed_input', 'pos_embedding')
-
-
 def resize_position_embeddings(table: np.ndarray, num_tokens: int,
                                num_prefix_tokens: int) -> np.ndarray:
   """(1, prefix + h*h, d) -> (1, num_tokens, d) for a square patch grid.
@@ -198,11 +195,6 @@ def resize_position_embeddings(table: np.ndarray, num_tokens: int,
           table.dtype)
 
 
-# The classifiers, which fine-tuning starts afresh: the ViT's, and a DeiT
-# student's distillation head.
-_HEADS = ('head', 'head_dist')
-
-
 def _fitted(pretrained: Any, fresh: Any,
             num_prefix_tokens: int) -> dict[tuple[str, ...], Any]:
   """`adapt_params`' flat tree before its dtypes: the pre-trained arrays as
@@ -210,26 +202,27 @@ def _fitted(pretrained: Any, fresh: Any,
   checkpoint holds them: `reading.load_params`), the position table
   resized; raises CheckpointError (`check_params`) naming every key that
   does not fit."""
-  pretrained = flax.traverse_util.flatten_dict(in_layout_of(pretrained,
+  pretrained = flax.traverse_util.flatten_dict(_in_layout_of(pretrained,
                                                             fresh))
   fresh = flax.traverse_util.flatten_dict(flax.core.unfreeze(fresh))
   adapted = {
       path: value for path, value in pretrained.items()
-      if path[0] not in _HEADS and (path[0] != 'pre_logits' or path in fresh)
+      if path[0] not in names.HEADS and (path[0] != 'pre_logits' or
+                                         path in fresh)
   }
   for path, init in fresh.items():
-    if path[0] in _HEADS or inference.training_only(path[0]):
+    if path[0] in names.HEADS or inference.training_only(path[0]):
       adapted[path] = init
     elif path[0] == 'pre_logits' and path not in pretrained:
       logging.info('The checkpoint has no %s; it starts from scratch.',
                    '/'.join(path))
       adapted[path] = init
-  table = adapted.get(_POSITION_EMBEDDING)
-  want = fresh.get(_POSITION_EMBEDDING)
+  table = adapted.get(names.POSITION_EMBEDDING_TABLE)
+  want = fresh.get(names.POSITION_EMBEDDING_TABLE)
   if table is not None and want is not None and table.shape != want.shape:
     logging.info('Resizing the position embeddings from %s to %s.',
                  table.shape, want.shape)
-    adapted[_POSITION_EMBEDDING] = resize_position_embeddings(
+    adapted[names.POSITION_EMBEDDING_TABLE] = resize_position_embeddings(
         table, want.shape[1], num_prefix_tokens)
   unflatten_paths = flax.traverse_util.unflatten_dict
   check_params(unflatten_paths(adapted), unflatten_paths(fresh),
@@ -268,17 +261,18 @@ def vit_architecture(params: Mapping[str, Any]) -> dict | None:
   official = jax.eval_shape(unstack_blocks, params)
   shapes = {key: value.shape for key, value in
             flatten(official, 'the parameters').items()}
-  if 'Transformer/encoder_norm/scale' not in shapes:
+  norm = names.path(names.ENCODER_NORM_SCALE)
+  if norm not in shapes:
     return None
-  block = f'Transformer/{remat_scan.block_name(0)}/'
-  query = shapes.get(block + 'MultiHeadDotProductAttention_0/query/kernel')
-  mlp = shapes.get(block + 'MlpBlock_0/Dense_0/kernel')
-  patch = shapes.get('embedding/kernel', ())
+  block = f'{names.ENCODER}/{names.block_name(0)}/'
+  query = shapes.get(f'{block}{names.ATTENTION}/query/kernel')
+  mlp = shapes.get(f'{block}{names.MLP}/Dense_0/kernel')
+  patch = shapes.get(f'{names.PATCH_EMBEDDING}/kernel', ())
   return {
-      'hidden_size': shapes['Transformer/encoder_norm/scale'][0],
+      'hidden_size': shapes[norm][0],
       'num_layers': len({key.split('/')[1] for key in shapes
-                         if key.startswith('Transformer/' +
-                                           remat_scan.BLOCK_PREFIX)}),
+                         if key.startswith(f'{names.ENCODER}/'
+                                           f'{names.BLOCK_PREFIX}')}),
       'num_heads': query[1] if query else None,
       'mlp_dim': mlp[1] if mlp else None,
       # A convolution's kernel: a shifted-patch embedding is a Dense.

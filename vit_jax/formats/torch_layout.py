@@ -19,7 +19,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from vit_jax.formats import params as params_lib
-from vit_jax.models import remat_scan
+from vit_jax.models import names
 
 
 def _xp(array):
@@ -62,8 +62,8 @@ def to_state(params: dict, top: list[Rule], block: list[Rule]) -> dict:
   state = {rule.theirs: _LAYOUTS[rule.layout][0](flat[rule.ours])
            for rule in top if rule.ours in flat}
   i = 0
-  while f'Transformer/{remat_scan.block_name(i)}/' + block[0].ours in flat:
-    prefix = f'Transformer/{remat_scan.block_name(i)}/'
+  while f'{names.ENCODER}/{names.block_name(i)}/' + block[0].ours in flat:
+    prefix = f'{names.ENCODER}/{names.block_name(i)}/'
     state.update({rule.theirs.format(i=i):
                   _LAYOUTS[rule.layout][0](flat[prefix + rule.ours])
                   for rule in block})
@@ -78,7 +78,7 @@ def from_state(state: dict, top: list[Rule], block: list[Rule],
   flat = {rule.ours: _LAYOUTS[rule.layout][1](state[rule.theirs], num_heads)
           for rule in top if rule.theirs in state}
   for i in range(num_layers):
-    prefix = f'Transformer/{remat_scan.block_name(i)}/'
+    prefix = f'{names.ENCODER}/{names.block_name(i)}/'
     flat.update({prefix + rule.ours: _LAYOUTS[rule.layout][1](
         state[rule.theirs.format(i=i)], num_heads) for rule in block})
   return flax.traverse_util.unflatten_dict(flat, sep='/')

@@ -13,6 +13,7 @@ from typing import Any
 from vit_jax import models
 from vit_jax.errors import CheckpointError
 from vit_jax.formats import params as params_lib
+from vit_jax.models import names
 
 # The released models' preprocessing, pixels scaled to [-1, 1]: what a
 # checkpoint that states none (an official `.npz`) is read with.
@@ -59,7 +60,7 @@ def checked_pixels(mean: Any, std: Any, source: str,
   return pixels
 
 
-def registered_num_heads(hidden_size: int) -> int | None:
+def _registered_num_heads(hidden_size: int) -> int | None:
   """The heads of the registered ViTs of this width, when they agree (3 for
   192, 12 for 768, ...)."""
   heads = {fields['num_heads'] for fields in models.registered_vit_fields()
@@ -81,7 +82,7 @@ def num_heads(hidden_size: int, *, model_name: str | None,
       raise CheckpointError(f'--model={model_name} is not a ViT; pass one of '
                             f'{", ".join(models.vit_names())}.')
     return fields['num_heads']
-  heads = registered_num_heads(hidden_size)
+  heads = _registered_num_heads(hidden_size)
   if heads is None:
     raise CheckpointError(
         f'{source} has hidden size {hidden_size}, which no registered ViT '
@@ -93,7 +94,7 @@ def num_heads(hidden_size: int, *, model_name: str | None,
 def _classifier(params: Mapping[str, Any]) -> str:
   if 'cls' in params:
     return 'token'
-  return 'map' if 'MAPHead_0' in params else 'gap'
+  return 'map' if names.MAP_HEAD in params else 'gap'
 
 
 def _head_fields(params: Mapping[str, Any], source: str) -> dict:
@@ -124,7 +125,7 @@ def model_for(params: Mapping[str, Any], *, model_name: str | None = None,
   architecture = params_lib.vit_architecture(params)
   if architecture is None:
     raise CheckpointError(f'{source} holds no ViT: it has no '
-                          'Transformer/encoder_norm.')
+                          f'{names.path(names.ENCODER_NORM_SCALE)}.')
   fields = _head_fields(params, source)
   name = model_name or models.vit_named(architecture)
   if name:
@@ -174,13 +175,13 @@ def grid_side(num_tokens: int, num_prefix_tokens: int, source: str,
 
 
 def _image_size(params, model: models.VisionTransformer, source: str) -> int:
-  table = params.get('Transformer', {}).get('posembed_input', {}).get(
-      'pos_embedding')
+  encoder, embedding, table = names.POSITION_EMBEDDING_TABLE
+  table = params.get(encoder, {}).get(embedding, {}).get(table)
   if table is None:
-    raise CheckpointError(f'{source} has no learned position embeddings '
-                          '(Transformer/posembed_input/pos_embedding), so '
-                          'nothing tells its image size: evaluate it from '
-                          "its run's workdir.")
+    raise CheckpointError(
+        f'{source} has no learned position embeddings '
+        f'({names.path(names.POSITION_EMBEDDING_TABLE)}), so nothing tells '
+        "its image size: evaluate it from its run's workdir.")
   return grid_side(table.shape[1], len(model.prefix_tokens), source,
                    'position embeddings') * model.effective_patch_size
 

@@ -1,4 +1,15 @@
-"""Models: the ViT family and the small-data study's CNN baselines."""
+"""Models: the ViT family and the small-data study's CNN baselines.
+
+- `vit`: `VisionTransformer`, and its attention maps.
+- `encoder`: the Transformer encoder the ViT runs its tokens through.
+- `layers/`: the layers both are made of (its `__init__` is the map).
+- `names`: the parameter tree's names that readers of checkpoints use.
+- `remat_scan`: the encoder's blocks rematerialised and scanned.
+- `masked_autoencoder`: MAE pre-training's masking and decoder.
+- `resnet`: the hybrid's ResNet stem; `cnn`: the study's CNNs.
+- `registry`: every model by name, or from a training config.
+- `inference`: a trained model without what only its training reads.
+"""
 
 from vit_jax.models.cnn import SimpleCNN
 from vit_jax.models.cnn import SmallResNet

@@ -10,28 +10,15 @@ the running averages otherwise. Both are `StagedCNN`s: the feature map each
 stage ends with is what a ViT trained with locality guidance imitates.
 """
 
-import math
 from typing import Any, Sequence
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from vit_jax.models.layers import initializers
+
 Dtype = Any
-
-# PyTorch's kaiming_uniform(a=sqrt(5)): uniform(+-1/sqrt(fan_in)).
-torch_kernel_init = nn.initializers.variance_scaling(1 / 3, 'fan_in',
-                                                     'uniform')
-
-
-def torch_bias_init(fan_in: int):
-  bound = 1 / math.sqrt(fan_in)
-
-  def init(key, shape, dtype=jnp.float32):
-    return jax.random.uniform(key, shape, dtype, -bound, bound)
-
-  return init
-
 
 def _conv(x: jax.Array, features: int, kernel_size: int, *, strides: int = 1,
           use_bias: bool, dtype: Dtype, name: str) -> jax.Array:
@@ -43,8 +30,8 @@ def _conv(x: jax.Array, features: int, kernel_size: int, *, strides: int = 1,
       padding=kernel_size // 2,  # PyTorch-style symmetric padding.
       use_bias=use_bias,
       dtype=dtype,
-      kernel_init=torch_kernel_init,
-      bias_init=torch_bias_init(fan_in),
+      kernel_init=initializers.torch_kernel_init,
+      bias_init=initializers.torch_bias_init(fan_in),
       name=name)(
           x)
 
@@ -64,8 +51,8 @@ def _head(x: jax.Array, num_classes: int) -> jax.Array:
   # float32, like the ViT head, so logits are float32 whatever the dtype.
   return nn.Dense(
       num_classes,
-      kernel_init=torch_kernel_init,
-      bias_init=torch_bias_init(x.shape[-1]),
+      kernel_init=initializers.torch_kernel_init,
+      bias_init=initializers.torch_bias_init(x.shape[-1]),
       name='head')(
           x)
 

@@ -7,10 +7,10 @@ from typing import Any
 import flax.linen as nn
 
 from vit_jax.models import masked_autoencoder
-from vit_jax.models import small_data
+from vit_jax.models.layers import guidance
 
 # What the names of those parameters start with, at the top level of a ViT's.
-TRAINING_ONLY = (small_data.GUIDANCE_PROJECTION, masked_autoencoder.DECODER)
+TRAINING_ONLY = (guidance.GUIDANCE_PROJECTION, masked_autoencoder.DECODER)
 
 
 def training_only(name: str) -> bool:

@@ -35,9 +35,9 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from vit_jax.models import small_data
-from vit_jax.models.encoder_block import AddPositionEmbs
-from vit_jax.models.encoder_block import Encoder1DBlock
+from vit_jax.models.layers.encoder_block import Encoder1DBlock
+from vit_jax.models.layers.patch_embedding import patch_grid
+from vit_jax.models.layers.position import AddPositionEmbs
 from vit_jax.objectives import losses
 
 Dtype = Any
@@ -156,7 +156,7 @@ def patches_of(images: jax.Array, patch_size: int) -> jax.Array:
   """(batch, height, width, channels) images as (batch, patches,
   patch_size * patch_size * channels), the patches in the order of the
   ViT's tokens (row by row)."""
-  grid = small_data.patch_grid(images, patch_size)
+  grid = patch_grid(images, patch_size)
   return grid.reshape(grid.shape[0], -1, grid.shape[-1])
 
 

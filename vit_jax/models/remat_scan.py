@@ -8,20 +8,17 @@ instead of `num_layers`, which makes deep models compile several times
 faster (experiments/benchmarks/README.md). Neither changes what the model
 computes.
 
-The blocks' parameter names are checkpoint keys: remat keeps the official
-tree (`encoderblock_{i}`, one per block); scan holds one `encoderblock`
-whose arrays have a leading axis of `num_layers`, as big_vision names it.
-`formats.params.stack_blocks` and `unstack_blocks` convert between the two.
+The blocks' parameter names are checkpoint keys (`names`): remat keeps the
+official tree (`encoderblock_{i}`, one per block); scan holds one
+`encoderblock` whose arrays have a leading axis of `num_layers`, as
+big_vision names it. `formats.params.stack_blocks` and `unstack_blocks`
+convert between the two.
 """
 
 from collections.abc import Callable
 
 import flax.linen as nn
 import jax
-
-# The official tree's block i, and the scanned model's one stacked block.
-BLOCK_PREFIX = 'encoderblock_'
-STACKED_BLOCK = 'encoderblock'
 
 # What each block keeps from its forward pass for the backward pass
 # (`jax.checkpoint_policies`); the rest is recomputed there.
@@ -38,10 +35,6 @@ REMAT_POLICIES = {
     # are not kept.
     'dots': jax.checkpoint_policies.dots_with_no_batch_dims_saveable,
 }
-
-
-def block_name(layer: int) -> str:
-  return f'{BLOCK_PREFIX}{layer}'
 
 
 def check(remat: str, scan: bool, stochastic_depth_rate: float) -> None:

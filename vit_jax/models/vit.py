@@ -2,96 +2,38 @@
 
 Module names, nesting, shapes and initialisers follow the official linen model
 (google-research/vision_transformer, `vit_jax/models_vit.py`), so the same
-parameters give the same logits and released checkpoints load by renaming keys.
-How attention is computed is `attention`'s; the options for training on
-little data, each a field whose default is off, are `small_data`'s.
+parameters give the same logits and released checkpoints load by renaming keys
+(`names`). The model is its layers (`layers`: patch embedding, position
+embedding, attention, MLP, dropout and drop-path, pooling) and the encoder
+(`encoder`); the options for training on little data, each a field whose
+default is off, sit in the layer they change.
 """
 
-import dataclasses
 from typing import Any
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from vit_jax.models import attention as attention_lib
 from vit_jax.models import masked_autoencoder
+from vit_jax.models import names
 from vit_jax.models import remat_scan
 from vit_jax.models import resnet
-from vit_jax.models import small_data
-from vit_jax.models.dropout import Dropout
-from vit_jax.models.encoder_block import AddPositionEmbs
-from vit_jax.models.encoder_block import BlockFields
-from vit_jax.models.encoder_block import Encoder1DBlock
+from vit_jax.models.encoder import Encoder
+from vit_jax.models.layers import guidance
+from vit_jax.models.layers import patch_embedding
+from vit_jax.models.layers import pooling
+from vit_jax.models.layers import position
+from vit_jax.models.layers.attention import MultiHeadSelfAttention
 
 Dtype = Any
 
-CLASSIFIERS = ('token', 'gap', 'map')
-# 'learned': the official trained embedding; 'sincos2d': fixed sine-cosine of
-# the patch grid (no parameters); 'none': no position information at all.
-POSEMBS = ('learned', 'sincos2d', 'none')
 # What a ViT sows for its training objective alone: a DeiT student's two
 # heads' logits, a guided ViT's projected block features, an MAE's
 # predicted pixels and mask.
 TRAINING_OUTPUTS = 'training_outputs'
 # Each apply's own values, never appended to what a collection held.
 _LATEST = dict(reduce_fn=lambda _, value: value, init_fn=lambda: None)
-
-
-def _fields_of(fields: type[nn.Module], parent: nn.Module) -> dict:
-  """`parent`'s values of every field of `fields`, which it has under the
-  same names: what the ViT hands its encoder, and the encoder each block."""
-  names = {f.name for f in dataclasses.fields(fields)} - {'parent', 'name'}
-  return {name: getattr(parent, name) for name in names}
-
-
-class Encoder(BlockFields, kw_only=True):
-  """Position embedding (one of `POSEMBS`; 'sincos2d' is laid on `grid`, the
-  patch rows and columns the last tokens come from), `num_layers` encoder
-  blocks (rematerialised and scanned as `remat` and `scan` say:
-  `remat_scan`) and a final LayerNorm."""
-
-  num_layers: int
-  posemb: str = 'learned'
-  stochastic_depth_rate: float = 0.0
-  locality_attention: bool = False
-  remat: str = 'none'
-  scan: bool = False
-  guided_blocks: tuple[int, ...] = ()
-
-  @nn.compact
-  def __call__(self, x: jax.Array, *, train: bool, grid: tuple[int, int],
-               kept: jax.Array | None = None
-               ) -> tuple[jax.Array, list[jax.Array]]:
-    """The encoded tokens, and the output of each of `guided_blocks`; with
-    `kept`, of the prefix tokens and the patches it indexes alone
-    (`masked_autoencoder`)."""
-    if self.posemb == 'learned':
-      x = AddPositionEmbs(name='posembed_input')(x)
-    elif self.posemb == 'sincos2d':
-      x = small_data.AddSincos2dPositionEmbs(grid, name='posembed_sincos2d')(x)
-    if kept is not None:
-      x = masked_autoencoder.keep(x, kept, grid[0] * grid[1])
-    x = Dropout(self.dropout_rate)(x, deterministic=not train)
-    fields = dict(**_fields_of(BlockFields, self),
-                  locality=self.locality_attention)
-    guided = []
-    if self.scan:  # stochastic depth and guidance are off (`check`s)
-      x = remat_scan.scan_blocks(
-          Encoder1DBlock(**fields, name=remat_scan.STACKED_BLOCK), x,
-          num_layers=self.num_layers, deterministic=not train,
-          remat=self.remat)
-    else:
-      rates = small_data.drop_path_rates(self.stochastic_depth_rate,
-                                         self.num_layers)
-      for i in range(self.num_layers):
-        x = remat_scan.call_block(
-            Encoder1DBlock(**fields, drop_path_rate=rates[i],
-                           name=remat_scan.block_name(i)),
-            x, deterministic=not train, remat=self.remat)
-        if i in self.guided_blocks:
-          guided.append(x)
-    return nn.LayerNorm(dtype=self.dtype, name='encoder_norm')(x), guided
 
 
 class VisionTransformer(nn.Module):
@@ -108,25 +50,27 @@ class VisionTransformer(nn.Module):
   patch size on its feature map (1 for R50+ViT-B_16).
 
   `attention` picks how every block computes attention, with the same
-  parameters (`attention.MultiHeadSelfAttention`): 'auto' (default: cuDNN's
+  parameters (`layers.attention.MultiHeadSelfAttention`): 'auto' (default: cuDNN's
   fused kernel on an NVIDIA GPU in bfloat16 or float16, else 'einsum'),
   'einsum', 'dot_product_attention' or 'cudnn'; the fused two need
   `attention_dropout_rate=0`.
 
-  Options for training on little data, all off by default (`small_data`):
-  `posemb` 'sincos2d' (fixed, no parameters; hidden_size a multiple of 4) or
-  'none' (no position information); `classifier='map'` (`MAPHead_0`, no
-  [CLS]) or 'gap' (the mean); `stochastic_depth_rate` (drop path, linearly
-  up to this rate at the last block; needs the 'dropout' rng);
+  Options for training on little data, all off by default, each in its
+  layer: `posemb` 'sincos2d' (fixed, no parameters; hidden_size a multiple
+  of 4) or 'none' (no position information; `layers.position`);
+  `classifier='map'` (`MAPHead_0`, no [CLS]) or 'gap' (the mean;
+  `layers.pooling`); `stochastic_depth_rate` (drop path, linearly up to this
+  rate at the last block; needs the 'dropout' rng; `layers.dropout`);
   `shifted_patches` (in place of the `embedding` conv; patch_size >= 2, no
-  ResNet stem); `locality_attention` (a learned `temperature` per head, the
-  diagonal masked; attention 'einsum'); `mimetic_init` (the attention
-  kernels initialised as Trockman & Kolter 2023, `small_data.mimetic_kernels`);
-  `distillation_token` (DeiT: a `dist` token after `cls` and its head
-  `head_dist`; classifier 'token'; the model returns the average of the two
-  heads, DeiT's prediction, and sows each into `TRAINING_OUTPUTS` for its
-  loss); `guided_blocks` and `guidance_widths` (locality guidance's
-  projections, `small_data.guidance_maps`, sown into `TRAINING_OUTPUTS`).
+  ResNet stem; `layers.patch_embedding`); `locality_attention` (a learned
+  `temperature` per head, the diagonal masked; attention 'einsum') and
+  `mimetic_init` (the attention kernels initialised as Trockman & Kolter
+  2023; both `layers.attention`); `distillation_token` (DeiT: a `dist` token
+  after `cls` and its head `head_dist`; classifier 'token'; the model
+  returns the average of the two heads, DeiT's prediction, and sows each
+  into `TRAINING_OUTPUTS` for its loss); `guided_blocks` and
+  `guidance_widths` (locality guidance's projections, `layers.guidance`,
+  sown into `TRAINING_OUTPUTS`).
 
   Self-supervised pre-training: `mae_mask_ratio` > 0 makes the model a
   masked autoencoder in training (`masked_autoencoder`: the encoder sees
@@ -210,11 +154,12 @@ class VisionTransformer(nn.Module):
   def __post_init__(self):
     # Every field is checked here, when the model is made, so that a bad
     # override fails before any data is read.
-    if self.classifier not in CLASSIFIERS:
+    if self.classifier not in pooling.CLASSIFIERS:
       raise ValueError(f'classifier={self.classifier!r}; use one of '
-                       f'{CLASSIFIERS}.')
-    if self.posemb not in POSEMBS:
-      raise ValueError(f'posemb={self.posemb!r}; use one of {POSEMBS}.')
+                       f'{pooling.CLASSIFIERS}.')
+    if self.posemb not in position.POSEMBS:
+      raise ValueError(f'posemb={self.posemb!r}; use one of '
+                       f'{position.POSEMBS}.')
     for field in ('hidden_size', 'num_layers', 'num_heads', 'mlp_dim'):
       if getattr(self, field) < 1:
         raise ValueError(f'{field}={getattr(self, field)} must be positive.')
@@ -222,8 +167,11 @@ class VisionTransformer(nn.Module):
       if not 0.0 <= getattr(self, field) < 1.0:
         raise ValueError(f'{field}={getattr(self, field)} must be in [0, 1): '
                          'it is the probability of zeroing an activation.')
-    attention_lib.check_attention(self.attention, self.attention_dropout_rate,
-                                  self.locality_attention)
+    # The attention layer checks its own fields; made here once, unbound,
+    # so that a bad one fails now.
+    MultiHeadSelfAttention(self.num_heads, self.attention_dropout_rate,
+                           attention=self.attention,
+                           locality=self.locality_attention, parent=None)
     if self.hidden_size % self.num_heads:
       raise ValueError(f'hidden_size={self.hidden_size} is not divisible by '
                        f'num_heads={self.num_heads}.')
@@ -232,20 +180,20 @@ class VisionTransformer(nn.Module):
     if self.resnet_stages is not None:
       resnet.validate_stem(self.resnet_stages, self.resnet_width_factor)
     if self.posemb == 'sincos2d':
-      small_data.check_sincos_width(self.hidden_size)
+      position.check_sincos_width(self.hidden_size)
     if not 0.0 <= self.stochastic_depth_rate < 1.0:
       raise ValueError(
           f'stochastic_depth_rate={self.stochastic_depth_rate} must be in '
           '[0, 1): it is the probability of dropping the last block.')
     if self.shifted_patches:
-      small_data.check_shifted_patches(self.patch_size, self.resnet_stages)
+      patch_embedding.check_shifted_patches(self.patch_size, self.resnet_stages)
     if self.distillation_token and self.classifier != 'token':
       raise ValueError(
           f'distillation_token=True needs classifier=\'token\' (DeiT reads the '
           f'[CLS] and distillation tokens), got classifier='
           f'{self.classifier!r}.')
     remat_scan.check(self.remat, self.scan, self.stochastic_depth_rate)
-    small_data.check_guidance(self.guided_blocks, self.guidance_widths,
+    guidance.check_guidance(self.guided_blocks, self.guidance_widths,
                               self.num_layers, self.scan)
     masked_autoencoder.check(
         self.mae_mask_ratio, self.mae_decoder_depth, self.mae_decoder_width,
@@ -267,8 +215,7 @@ class VisionTransformer(nn.Module):
     if self.mae_mask_ratio and train:
       kept = masked_autoencoder.kept_patches(self.make_rng('dropout'), n,
                                              h * w, self.mae_mask_ratio)
-    x, guided = Encoder(**_fields_of(Encoder, self), name='Transformer')(
-        x, train=train, grid=(h, w), kept=kept)
+    x, guided = self._encoder()(x, train=train, grid=(h, w), kept=kept)
     if self.mae_mask_ratio:
       predictions = masked_autoencoder.Decoder(
           self.mae_decoder_width, self.mae_decoder_depth,
@@ -280,8 +227,8 @@ class VisionTransformer(nn.Module):
       # The head is an online probe: the labels never reach the encoder.
       x = jax.lax.stop_gradient(x)
     if guided:
-      maps = small_data.guidance_maps(guided, self.guidance_widths, (h, w),
-                                      self.dtype)
+      maps = guidance.guidance_maps(guided, self.guidance_widths, (h, w),
+                                    self.dtype)
       self.sow(TRAINING_OUTPUTS, 'guided_features', tuple(maps), **_LATEST)
     return self._classify(x)
 
@@ -293,19 +240,27 @@ class VisionTransformer(nn.Module):
       # The official hybrid's stem, its modules directly in this one's scope.
       x = resnet.resnet_stem(x, self.resnet_stages, self.resnet_width_factor,
                              self.dtype)
-    if self.shifted_patches:
-      return small_data.shifted_patch_embedding(x, self.patch_size,
-                                                self.hidden_size, self.dtype)
-    # A conv with kernel = stride = patch size is the linear patch
-    # projection.
-    return nn.Conv(
-        self.hidden_size,
-        kernel_size=(self.patch_size, self.patch_size),
-        strides=(self.patch_size, self.patch_size),
-        padding='VALID',
+    return patch_embedding.embed_patches(
+        x, self.patch_size, self.hidden_size, shifted=self.shifted_patches,
+        dtype=self.dtype)
+
+  def _encoder(self) -> Encoder:
+    return Encoder(
+        num_layers=self.num_layers,
+        mlp_dim=self.mlp_dim,
+        num_heads=self.num_heads,
+        dropout_rate=self.dropout_rate,
+        attention_dropout_rate=self.attention_dropout_rate,
         dtype=self.dtype,
-        name='embedding')(
-            x)
+        attention=self.attention,
+        posemb=self.posemb,
+        stochastic_depth_rate=self.stochastic_depth_rate,
+        locality_attention=self.locality_attention,
+        mimetic_init=self.mimetic_init,
+        remat=self.remat,
+        scan=self.scan,
+        guided_blocks=self.guided_blocks,
+        name=names.ENCODER)
 
   def _with_prefix_tokens(self, x: jax.Array) -> jax.Array:
     """The [CLS] (and DeiT's distillation) token before the patches."""
@@ -325,20 +280,16 @@ class VisionTransformer(nn.Module):
   def _classify(self, x: jax.Array) -> jax.Array:
     """The logits of the encoded tokens: of the prefix token(s), their mean
     or the MAP head's; DeiT's two heads averaged, each sown."""
-    if self.classifier == 'token':
-      features = [x[:, i] for i in range(len(self.prefix_tokens))]
-    elif self.classifier == 'gap':
-      features = [jnp.mean(x, axis=1)]
-    else:
-      features = [small_data.MAPHead(num_heads=self.num_heads,
-                                     mlp_dim=self.mlp_dim, dtype=self.dtype,
-                                     name='MAPHead_0')(x)]
+    features = pooling.pooled(x, self.classifier,
+                              prefix_tokens=len(self.prefix_tokens),
+                              num_heads=self.num_heads, mlp_dim=self.mlp_dim,
+                              dtype=self.dtype)
 
     if self.representation_size is not None:
       pre_logits = nn.Dense(self.representation_size, name='pre_logits')
       features = [nn.tanh(pre_logits(f)) for f in features]
 
-    heads = ['head', 'head_dist'][:len(features)]
+    heads = names.HEADS[:len(features)]
     logits = [
         nn.Dense(self.num_classes, kernel_init=nn.initializers.zeros,
                  bias_init=nn.initializers.constant(self.head_bias_init),
@@ -365,15 +316,15 @@ def logits_and_attention(model: VisionTransformer, variables: Any,
   same function: logits equal to float32 rounding)."""
   logits, state = model.apply(
       variables, images, train=False, mutable=['intermediates'])
-  blocks = state['intermediates']['Transformer']
+  blocks = state['intermediates'][names.ENCODER]
 
   def weights(block):
-    return block['MultiHeadDotProductAttention_0']['attention_weights'][0]
+    return block[names.ATTENTION]['attention_weights'][0]
 
   if model.scan:  # sown inside the scan: one array, a leading layer axis
-    stacked = weights(blocks[remat_scan.STACKED_BLOCK])
+    stacked = weights(blocks[names.STACKED_BLOCK])
     return logits, [stacked[i] for i in range(model.num_layers)]
-  return logits, [weights(blocks[remat_scan.block_name(i)])
+  return logits, [weights(blocks[names.block_name(i)])
                   for i in range(model.num_layers)]
 
 

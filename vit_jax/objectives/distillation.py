@@ -5,7 +5,7 @@ The student (`model_overrides.distillation_token=True`) sows two logits, its
 class head's and its distillation head's (`vit.TRAINING_OUTPUTS`); the
 class head learns the (smoothed, mixed) targets and the distillation head
 the teacher's argmax on the same images, each half of the loss
-(`Teacher.objective`). The teacher is one of our own runs
+(`Teacher.objective`, around the run's other objective). The teacher is one of our own runs
 (`config.distillation_teacher`, read by `teacher_run`), applied in eval
 mode inside the train step.
 """
@@ -34,14 +34,18 @@ class Teacher:
     logits = self.module.apply(self.variables, images, train=False)
     return jnp.argmax(jax.lax.stop_gradient(logits), axis=-1)
 
-  def objective(self, logits: jax.Array, outputs: dict, targets: jax.Array,
-                images: jax.Array) -> jax.Array:
-    """`losses.Objective`: half the class head's loss on the targets, half
-    the distillation head's on the teacher's classes."""
-    del logits  # the heads' average, what the student predicts
-    return (losses.cross_entropy(outputs['class_logits'], targets) +
-            optax.softmax_cross_entropy_with_integer_labels(
-                outputs['distillation_logits'], self.labels(images))) / 2
+  def objective(self, base: losses.Objective) -> losses.Objective:
+    """Half `base` on the class head's logits, half the distillation
+    head's loss on the teacher's classes."""
+
+    def distilled(logits: jax.Array, outputs: dict, targets: jax.Array,
+                  images: jax.Array) -> jax.Array:
+      del logits  # the heads' average, what the student predicts
+      return (base(outputs['class_logits'], outputs, targets, images) +
+              optax.softmax_cross_entropy_with_integer_labels(
+                  outputs['distillation_logits'], self.labels(images))) / 2
+
+    return distilled
 
 
 def load_teacher(config, num_classes: int, sharding) -> Teacher | None:

@@ -5,9 +5,10 @@ Every label becomes a soft target once (`soft_targets`, optax's label
 smoothing); mixup and CutMix mix those targets, and every objective is
 `Objective`: a function of the model's logits, what it sowed for training
 (`outputs`), the targets and the images, so a technique adds an objective,
-not a branch in the step (`classification` here, DeiT's in `distillation`;
-`locality_guidance` adds its term to any of them, and
-`models.masked_autoencoder` an MAE's reconstruction).
+not a branch in the step. `classification` is the base; each technique is
+a function `base -> objective` around it (DeiT's in `distillation`, a CNN's
+`locality_guidance`, `models.masked_autoencoder`'s reconstruction), all
+chosen in `training.startup`.
 """
 
 from typing import Protocol

@@ -1,7 +1,9 @@
 """What every command does with its flags and its log: a --config file that
 cannot be loaded is one `error:` line (`parse_flags`, for the commands that
 take one), and libraries' INFO records stay out of what it prints
-(`quiet_libraries`). Defines no flags, so any command may import it.
+(`quiet_libraries`). Defines no flags when imported, so any command may
+import it; `define_cpu_devices` defines the one flag every command that
+computes shares.
 """
 
 import functools
@@ -17,6 +19,7 @@ import ml_collections
 from ml_collections import config_flags
 
 from vit_jax import errors
+from vit_jax.runtime import distributed
 
 
 def _config_files(argv: list[str]) -> set[str]:
@@ -97,6 +100,17 @@ _OURS = tuple(str(pathlib.Path(__file__).resolve().parents[2] / folder) +
 
 
 @functools.lru_cache(maxsize=None)
+def define_cpu_devices() -> flags.FlagHolder:
+  """--cpu_devices: how many host devices a command on a CPU splits its
+  batches over (`distributed.set_cpu_devices`); unset, a run's config says
+  (config.cpu_devices), else the default."""
+  return flags.DEFINE_integer(
+      'cpu_devices', None,
+      'Host devices the batches are split over on a CPU (default: '
+      f'config.cpu_devices, else {distributed.DEFAULT_CPU_DEVICES}).',
+      lower_bound=1)
+
+
 def _is_ours(pathname: str) -> bool:
   return os.path.realpath(pathname).startswith(_OURS)
 

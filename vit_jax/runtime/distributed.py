@@ -60,7 +60,7 @@ def _on_cloud_tpu_vm() -> bool:
       glob.glob('/dev/accel[0-9]*') or glob.glob('/dev/vfio/[0-9]*'))
 
 
-def detect_cluster(environ: Mapping[str, str] | None = None) -> str | None:
+def _detect_cluster(environ: Mapping[str, str] | None = None) -> str | None:
   """The launcher of a multi-process job that `jax.distributed.initialize()`
   configures itself from, or None (a single process, as far as it can tell).
 
@@ -103,7 +103,7 @@ def distributed_args(coordinator_address: str | None = None,
 
   Explicit values (the flags) win; JAX_COORDINATOR_ADDRESS, and our
   JAX_NUM_PROCESSES and JAX_PROCESS_ID, stand in for missing flags. Outside a
-  cluster `detect_cluster` knows, the three must be complete. `num_processes=1`
+  cluster `_detect_cluster` knows, the three must be complete. `num_processes=1`
   is a single process even inside a cluster. Raises DistributedError for a set
   that cannot work.
   """
@@ -133,8 +133,8 @@ def distributed_args(coordinator_address: str | None = None,
   given = {'coordinator_address': coordinator_address,
            'num_processes': num_processes, 'process_id': process_id}
   if all(value is None for value in given.values()):
-    return {} if detect_cluster(environ) else None
-  if detect_cluster(environ) is None:
+    return {} if _detect_cluster(environ) else None
+  if _detect_cluster(environ) is None:
     missing = [f'--{name}' for name, value in given.items() if value is None]
     if missing:
       raise DistributedError(
@@ -164,8 +164,8 @@ def initialize_distributed(
   if not getattr(jax.config, 'jax_cpu_collectives_implementation', 'gloo'):
     jax.config.update('jax_cpu_collectives_implementation', 'gloo')
   described = ', '.join(f'{k}={v}' for k, v in kwargs.items()) or (
-      f'detected from {detect_cluster()}')
-  if detect_cluster() != 'Cloud TPU':
+      f'detected from {_detect_cluster()}')
+  if _detect_cluster() != 'Cloud TPU':
     # A lost process then fails the survivors' next collective, which
     # `abandon_job` reports, instead of jax aborting them from a background
     # thread with a stack trace. (Tried on CPUs with gloo; jax documents it

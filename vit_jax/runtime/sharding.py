@@ -36,7 +36,7 @@ def batch_sharded(mesh: jax.sharding.Mesh) -> jax.sharding.NamedSharding:
 MIN_ELEMENTS_TO_SHARD = 2**14
 
 
-def fsdp_sharding(shape: tuple[int, ...],
+def _fsdp_sharding(shape: tuple[int, ...],
                   mesh: jax.sharding.Mesh) -> jax.sharding.NamedSharding:
   """Where an array of `shape` lives in the train state: split along its
   largest axis that the `fsdp` axis divides (as big_vision's `fsdp` rule),
@@ -52,8 +52,8 @@ def fsdp_sharding(shape: tuple[int, ...],
 
 
 def state_shardings(shapes, mesh: jax.sharding.Mesh):
-  """`fsdp_sharding` for every array of a tree of shapes (the train state)."""
-  return jax.tree.map(lambda s: fsdp_sharding(s.shape, mesh), shapes)
+  """`_fsdp_sharding` for every array of a tree of shapes (the train state)."""
+  return jax.tree.map(lambda s: _fsdp_sharding(s.shape, mesh), shapes)
 
 
 def replicate(array: np.ndarray, sharding: jax.sharding.Sharding) -> jax.Array:

@@ -1,5 +1,5 @@
-"""The training loop and what it runs: `train.train_and_evaluate(config,
-workdir)` is where a run starts.
+"""The training loop and what it runs: `train_and_evaluate(config,
+workdir)` (`train.py`) is where a run starts.
 
   train.py              the loop, counted in steps: log, evaluate,
                         checkpoint, resume
@@ -22,3 +22,12 @@ workdir)` is where a run starts.
   compilation_cache.py  jax's persistent compilation cache, on for every run
   step_benchmark.py     the train and eval steps timed (`vit_jax.benchmark`)
 """
+
+
+def __getattr__(name: str):
+  # The loop imports nearly every package; importing it only when asked for
+  # lets the modules here be imported alone (config_schema needs one).
+  if name == 'train_and_evaluate':
+    from vit_jax.training import train  # pylint: disable=g-import-not-at-top
+    return train.train_and_evaluate
+  raise AttributeError(f'module {__name__!r} has no attribute {name!r}')

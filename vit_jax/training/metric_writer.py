@@ -34,7 +34,7 @@ TENSORBOARD_TAGS = {
 }
 
 
-def json_line(record: dict) -> str:
+def _json_line(record: dict) -> str:
   """`record` as one line of strict JSON, NaN and infinities as null."""
   finite = {
       name: None if isinstance(value, float) and not math.isfinite(value)
@@ -52,7 +52,7 @@ class MetricWriter:
     if not self._enabled:
       return
     self._jsonl_path = workdir / 'metrics.jsonl'
-    self._jsonl_path.write_text(''.join(map(json_line, history)))
+    self._jsonl_path.write_text(''.join(map(_json_line, history)))
     tensorboard_dir = workdir / 'tensorboard' / TENSORBOARD_RUN
     # Also what a run from before the `training` run wrote at the top: its
     # curves are rewritten here. Other runs (vit_jax.analyze's) stay.
@@ -74,7 +74,7 @@ class MetricWriter:
     if not self._enabled:
       return
     with self._jsonl_path.open('a') as f:
-      f.write(json_line(record))
+      f.write(_json_line(record))
     self._add_scalars(record)
     self._tensorboard.flush()
 

@@ -39,7 +39,7 @@ from vit_jax.training import optimizer
 from vit_jax.training import steps
 
 
-def check_workdir(workdir: pathlib.Path, config,
+def _check_workdir(workdir: pathlib.Path, config,
                   checkpoints: run_checkpoints.RunCheckpoints) -> dict[str, tuple]:
   """Before any data or model loads: that a run already in `workdir` is
   this config's (else ConfigError), as its config.json says or, when that
@@ -151,7 +151,7 @@ def _objective(config, model, num_classes: int,
   teacher = distillation.load_teacher(config, num_classes, replicated)
   if teacher:
     logging.info('Distilling from the run in %s.', teacher.workdir)
-    objective = teacher.objective
+    objective = teacher.objective(objective)
   guide = locality_guidance.load_guide(config, num_classes, replicated)
   if guide:
     logging.info('Guided by the stage features of the CNN run in %s.',
@@ -169,11 +169,11 @@ def _objective(config, model, num_classes: int,
 def check_before_data(config, workdir: pathlib.Path,
                       signals: preemption.Preemption):
   """Before any data loads: the run's checkpoints, the fields a resumed run
-  changed (`check_workdir`), and config.init_from read and checked (None
+  changed (`_check_workdir`), and config.init_from read and checked (None
   when the run resumes: it starts from its checkpoint)."""
   checkpoints = run_checkpoints.RunCheckpoints(workdir / 'checkpoints',
                                                config.keep_checkpoints)
-  changed = check_workdir(workdir, config, checkpoints)
+  changed = _check_workdir(workdir, config, checkpoints)
   pretrained = (finetune.check_init_from(config)
                 if config.init_from and not checkpoints.steps() else None)
   stop_if_signalled(signals, checkpoints)
@@ -240,7 +240,7 @@ def restore_or_initialise(run: Run, initialize, pretrained,
 
 def record_run(run: Run, at: Progress) -> dict:
   """The workdir's record of its run (config.json, and each checkpoint's
-  copy, from which a lost config.json is rebuilt: `check_workdir`), and
+  copy, from which a lost config.json is rebuilt: `_check_workdir`), and
   the log's line of what trains; returns the config as recorded."""
   config, plan, inputs = run.config, run.plan, run.inputs
   run_config = json.loads(config.to_json_best_effort())

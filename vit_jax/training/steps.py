@@ -119,47 +119,7 @@ def averages(sums) -> dict[str, float]:
   return means
 
 
-def _with_targets(config, num_classes: int):
-  """(key, images, labels) -> (images, soft targets): smoothed one-hot,
-  mixed by mixup or CutMix when the config asks (`mixing.mix` leaves both
-  as they are when it does not)."""
-
-  def with_targets(key, images, labels):
-    targets = losses.soft_targets(labels, num_classes, config.label_smoothing)
-    return mixing.mix(key, images, targets, mixup_alpha=config.mixup_alpha,
-                      cutmix_alpha=config.cutmix_alpha)
-
-  return with_targets
-
-
-def _gradients(state: TrainState, batch_stats, data, batch, key, *, inputs,
-               with_targets, objective: losses.Objective):
-  """(new batch statistics, gradients, metric sums) of one batch."""
-  augment_key, dropout_key = jax.random.split(key)
-  x, y = inputs.model_inputs(data, batch, augment_key)
-  x, targets = with_targets(jax.random.fold_in(key, 2), x, y)
-
-  def loss_fn(params):
-    logits, updates = state.apply_fn(
-        models.model_variables(params, batch_stats), x, train=True,
-        mutable=['batch_stats', vit.TRAINING_OUTPUTS],
-        rngs={'dropout': dropout_key})
-    outputs = updates.get(vit.TRAINING_OUTPUTS, {})
-    return objective(logits, outputs, targets, x).mean(), (logits, updates)
-
-  (loss, (logits, updates)), grads = jax.value_and_grad(
-      loss_fn, has_aux=True)(state.params)
-  # The accuracy counts predictions equal to each image's own label, mixed
-  # or not.
-  metrics = {
-      'loss': loss * y.shape[0],
-      'correct': jnp.sum(jnp.argmax(logits, -1) == y),
-      'count': jnp.asarray(y.shape[0], jnp.float32),
-  }
-  return updates.get('batch_stats'), grads, metrics
-
-
-def accumulated(gradients, micro_batches: int):
+def _accumulated(gradients, micro_batches: int):
   """`gradients` over `micro_batches` equal slices of the batch, averaged:
   the same step in a fraction of the activation memory, as the paper
   fine-tunes. Each slice's key is the batch's folded with its index."""
@@ -190,12 +150,40 @@ def make_train_step(config, inputs,
                     objective: losses.Objective = losses.classification):
   """(state, sums, data, batch, key) -> (state, sums): one optimizer step on
   `batch` minimising `objective`, its metrics added to `sums`."""
-  gradients = functools.partial(
-      _gradients, inputs=inputs,
-      with_targets=_with_targets(config, inputs.num_classes),
-      objective=objective)
+
+  def gradients(state: TrainState, batch_stats, data, batch, key):
+    """(new batch statistics, gradients, metric sums) of one batch."""
+    augment_key, dropout_key = jax.random.split(key)
+    x, y = inputs.model_inputs(data, batch, augment_key)
+    # Smoothed one-hot targets, mixed with the images by mixup or CutMix
+    # when the config asks (`mixing.mix` leaves both as they are if not).
+    targets = losses.soft_targets(y, inputs.num_classes,
+                                  config.label_smoothing)
+    x, targets = mixing.mix(jax.random.fold_in(key, 2), x, targets,
+                            mixup_alpha=config.mixup_alpha,
+                            cutmix_alpha=config.cutmix_alpha)
+
+    def loss_fn(params):
+      logits, updates = state.apply_fn(
+          models.model_variables(params, batch_stats), x, train=True,
+          mutable=['batch_stats', vit.TRAINING_OUTPUTS],
+          rngs={'dropout': dropout_key})
+      outputs = updates.get(vit.TRAINING_OUTPUTS, {})
+      return objective(logits, outputs, targets, x).mean(), (logits, updates)
+
+    (loss, (logits, updates)), grads = jax.value_and_grad(
+        loss_fn, has_aux=True)(state.params)
+    # The accuracy counts predictions equal to each image's own label,
+    # mixed or not.
+    metrics = {
+        'loss': loss * y.shape[0],
+        'correct': jnp.sum(jnp.argmax(logits, -1) == y),
+        'count': jnp.asarray(y.shape[0], jnp.float32),
+    }
+    return updates.get('batch_stats'), grads, metrics
+
   if config.grad_accumulation_steps > 1:
-    gradients = accumulated(gradients, config.grad_accumulation_steps)
+    gradients = _accumulated(gradients, config.grad_accumulation_steps)
 
   def train_step(state: TrainState, sums: dict, data, batch, key):
     key = jax.random.fold_in(key, state.step)

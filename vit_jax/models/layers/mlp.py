@@ -5,7 +5,7 @@ from typing import Any
 import flax.linen as nn
 import jax
 
-from vit_jax.models.dropout import Dropout
+from vit_jax.models.layers.dropout import Dropout
 
 
 class MlpBlock(nn.Module):

@@ -1,4 +1,5 @@
-"""Inverted dropout with masks from a counter-based hash.
+"""Inverted dropout with masks from a counter-based hash, and drop-path
+(stochastic depth), the same dropout with one mask value per example.
 
 Same semantics as `flax.linen.Dropout` (keep each element with probability
 1 - rate, scale kept ones by 1 / (1 - rate), one fresh 'dropout' rng per call),
@@ -57,3 +58,25 @@ class Dropout(nn.Module):
     keep = hash_bits(self.make_rng('dropout'), mask_shape) < threshold
     return jnp.where(keep, x / jnp.asarray(keep_prob, x.dtype),
                      jnp.zeros((), x.dtype))
+
+
+def DropPath(rate: float, name: str | None = None) -> Dropout:  # pylint: disable=invalid-name
+  """Stochastic depth (Huang et al. 2016), as DeiT trains: drops a residual
+  branch for whole examples, with probability `rate`, and scales the kept
+  ones by 1 / (1 - rate), so that eval (`deterministic`, the identity) sees
+  the expected value. `Dropout` with its mask broadcast over tokens and
+  channels (one bit per example); no parameters, and rate 0 draws no rng,
+  so it leaves the other dropout masks as they were."""
+  return Dropout(rate, broadcast_dims=(1, 2), name=name)
+
+
+def drop_path_rates(stochastic_depth_rate: float,
+                    num_layers: int) -> list[float]:
+  """Each block's drop-path rate: growing linearly from 0 at the first block
+  to `stochastic_depth_rate` at the last (DeiT, timm), since the early
+  blocks' features are the ones every later block builds on. A single block
+  gets 0, as in timm."""
+  if num_layers < 2:
+    return [0.0] * num_layers
+  return [stochastic_depth_rate * i / (num_layers - 1)
+          for i in range(num_layers)]

@@ -7,7 +7,8 @@ elsewhere), this project's einsum one (which sows the attention maps and can
 drop them out), `jax.nn.dot_product_attention` with jax's choice of kernel,
 or cuDNN's fused attention at any token count (`fused_attention`);
 `locality=True` makes it the locality self-attention of Lee, Lee & Song
-(2021).
+(2021), and `mimetic_init=True` initialises it as Trockman & Kolter (2023)
+(`mimetic_kernels`): the small-data techniques of this layer.
 """
 
 import math
@@ -17,80 +18,29 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from vit_jax.models import small_data
-from vit_jax.models.dropout import Dropout
+from vit_jax.models.layers import fused_attention
+from vit_jax.models.layers.dropout import Dropout
 
 # How MultiHeadSelfAttention computes softmax(q k^T / sqrt(head_dim)) v; the
 # parameters are the same for all (see its docstring).
 ATTENTIONS = ('auto', 'einsum', 'dot_product_attention', 'cudnn')
 
-# cuDNN's fused attention trains only on an even token count (jax: "Unsupported
-# sequence length Q 197, KV 197"); `fused_attention` pads the tokens to a
-# multiple of this and masks the padding. 64 gives ViT-B/16's 197 tokens the
-# 256 measured at 1.34 ms a layer on an H100 (issue 47).
-CUDNN_TOKEN_MULTIPLE = 64
 
-# For each fused choice, the kernel `jax.nn.dot_product_attention` runs (None:
-# jax's choice) and the multiple `fused_attention` pads the tokens to.
-FUSED_KERNELS = {'dot_product_attention': (None, 1),
-                 'cudnn': ('cudnn', CUDNN_TOKEN_MULTIPLE)}
-
-
-def check_attention(attention: str, attention_dropout_rate: float,
+def _check_attention(attention: str, attention_dropout_rate: float,
                      locality: bool = False):
   """Raises ValueError for a combination the implementation cannot do."""
   if attention not in ATTENTIONS:
     raise ValueError(f'attention={attention!r}; use one of {ATTENTIONS}.')
-  if attention in FUSED_KERNELS and attention_dropout_rate > 0:
+  if attention in fused_attention.KERNELS and attention_dropout_rate > 0:
     raise ValueError(
         f'attention={attention!r} cannot drop attention probabilities '
         f'(attention_dropout_rate={attention_dropout_rate}); use '
         "attention='einsum'.")
-  if attention in FUSED_KERNELS and locality:
+  if attention in fused_attention.KERNELS and locality:
     raise ValueError(
         f'attention={attention!r} cannot mask the diagonal or learn the '
         'temperature of locality self-attention (locality_attention=True); '
         "use attention='einsum'.")
-
-
-def cudnn_applies(device: jax.Device, dtype, head_dim: int) -> bool:
-  """Whether cuDNN's fused attention runs on `device` at this `dtype` and
-  `head_dim`: an NVIDIA GPU from Ampere on (compute capability 8.0), 16-bit
-  floats, a head_dim that is a multiple of 8 up to 128 (256 from Hopper on),
-  as jax's cuDNN binding checks them."""
-  if device.platform != 'gpu' or 'cuda' not in device.client.platform_version:
-    return False
-  try:
-    capability = tuple(int(n) for n in device.compute_capability.split('.'))
-  except (AttributeError, ValueError):
-    return False
-  largest = 256 if capability >= (9, 0) else 128
-  return (capability >= (8, 0) and
-          jnp.dtype(dtype) in (jnp.dtype(jnp.bfloat16), jnp.dtype(jnp.float16))
-          and head_dim % 8 == 0 and head_dim <= largest)
-
-
-def fused_attention(query: jax.Array, key: jax.Array, value: jax.Array, *,
-                    scale: float, implementation: str | None,
-                    token_multiple: int = CUDNN_TOKEN_MULTIPLE) -> jax.Array:
-  """softmax(q k^T * scale) v of (batch, tokens, heads, head_dim) arrays by
-  `jax.nn.dot_product_attention(implementation=...)`, at any token count:
-  the tokens are padded with zeros to a multiple of `token_multiple`, the
-  padded keys and queries masked by sequence lengths (no dense mask), and
-  the padding sliced off the result, so it is the unpadded function, its
-  gradients too."""
-  batch, tokens = query.shape[:2]
-  padded = -(-tokens // token_multiple) * token_multiple
-  if padded == tokens:
-    return jax.nn.dot_product_attention(query, key, value, scale=scale,
-                                        implementation=implementation)
-  widths = ((0, 0), (0, padded - tokens), (0, 0), (0, 0))
-  query, key, value = (jnp.pad(x, widths) for x in (query, key, value))
-  lengths = jnp.full((batch,), tokens, jnp.int32)
-  out = jax.nn.dot_product_attention(
-      query, key, value, scale=scale, query_seq_lengths=lengths,
-      key_value_seq_lengths=lengths, implementation=implementation)
-  return out[:, :tokens]
 
 
 def _is_power_of_4(n: int) -> bool:
@@ -132,10 +82,11 @@ class MultiHeadSelfAttention(nn.Module):
   `out`: kernel (heads, head_dim, hidden)) and the same function as
   `nn.MultiHeadDotProductAttention`, whichever `attention` computes it:
 
-  - `'auto'` (default): `'cudnn'` where it applies (`cudnn_applies`: an
-    NVIDIA GPU, a bfloat16 or float16 `dtype`), with no attention dropout,
-    no locality and nobody collecting the attention maps; `'einsum'`
-    everywhere else (on a CPU, in float32, for analysis).
+  - `'auto'` (default): `'cudnn'` where it applies
+    (`fused_attention.cudnn_applies`: an NVIDIA GPU, a bfloat16 or float16
+    `dtype`), with no attention dropout, no locality and nobody collecting
+    the attention maps; `'einsum'` everywhere else (on a CPU, in float32,
+    for analysis).
   - `'einsum'`: in (batch, heads, tokens, head_dim) layout, which
     saves the transposes around the per-head matmuls
     (experiments/benchmarks/README.md), with a float32 softmax. The
@@ -151,8 +102,8 @@ class MultiHeadSelfAttention(nn.Module):
   - `'cudnn'`: `jax.nn.dot_product_attention(implementation='cudnn')`,
     cuDNN's fused (flash) attention on NVIDIA GPUs: bfloat16 or float16
     `dtype`, head_dim a multiple of 8 up to 128 (256 from Hopper on); jax
-    raises elsewhere. Any token count: `fused_attention` pads and masks
-    what cuDNN cannot train on. It never holds the (tokens x tokens)
+    raises elsewhere. Any token count: `fused_attention.attend` pads and
+    masks what cuDNN cannot train on. It never holds the (tokens x tokens)
     probabilities in memory.
 
   The fused kernels return no probabilities, so they can neither sow nor drop
@@ -164,13 +115,11 @@ class MultiHeadSelfAttention(nn.Module):
   Transformer for Small-Size Datasets"): the fixed 1/sqrt(head_dim) becomes
   a learned `temperature` per head (initialised to it, multiplied on the
   float32 logits, as the authors' code), and each token's logit for itself is
-  masked out before
-  the softmax. Both sharpen the attention towards other tokens, which ViTs
+  masked out before the softmax. Both sharpen the attention towards other tokens, which ViTs
   trained on small data spread too evenly. Only the einsum path has it.
 
   `mimetic_init` initialises the four kernels as Trockman & Kolter (2023)
-  do (`small_data.mimetic_kernels`); the parameters and the function are
-  the same.
+  do (`mimetic_kernels`); the parameters and the function are the same.
   """
 
   num_heads: int
@@ -181,7 +130,7 @@ class MultiHeadSelfAttention(nn.Module):
   mimetic_init: bool = False
 
   def __post_init__(self):
-    check_attention(self.attention, self.dropout_rate, self.locality)
+    _check_attention(self.attention, self.dropout_rate, self.locality)
     super().__post_init__()
 
   @nn.compact
@@ -191,7 +140,7 @@ class MultiHeadSelfAttention(nn.Module):
 
     initial = {}
     if self.mimetic_init and self.is_initializing():
-      initial = small_data.mimetic_kernels(self.make_rng('params'), hidden,
+      initial = mimetic_kernels(self.make_rng('params'), hidden,
                                            heads)
 
     def projection(name):
@@ -208,13 +157,13 @@ class MultiHeadSelfAttention(nn.Module):
     x = x.astype(self.dtype)
 
     attention = self._implementation(head_dim)
-    if attention in FUSED_KERNELS:
+    if attention in fused_attention.KERNELS:
       q, k, v = (jnp.einsum('btd,dhe->bthe', x, w) + b
                  for w, b in ((wq, bq), (wk, bk), (wv, bv)))
-      kernel, token_multiple = FUSED_KERNELS[attention]
-      out = fused_attention(q, k, v, scale=head_dim**-0.5,
-                            implementation=kernel,
-                            token_multiple=token_multiple)
+      kernel, token_multiple = fused_attention.KERNELS[attention]
+      out = fused_attention.attend(q, k, v, scale=head_dim**-0.5,
+                                   implementation=kernel,
+                                   token_multiple=token_multiple)
       return jnp.einsum('bthe,hed->btd', out, wo) + bo
 
     bq, bk, bv = bq[:, None, :], bk[:, None, :], bv[:, None, :]
@@ -258,5 +207,46 @@ class MultiHeadSelfAttention(nn.Module):
     if self.attention != 'auto':
       return self.attention
     fused = (self.dropout_rate == 0 and not self.locality and
-             cudnn_applies(jax.devices()[0], self.dtype, head_dim))
+             fused_attention.cudnn_applies(jax.devices()[0], self.dtype,
+                                           head_dim))
     return 'cudnn' if fused else 'einsum'
+
+
+# Trockman & Kolter's values for ViTs: W_q W_k^T ~ 0.7 Z + 0.7 I per head,
+# W_v W_proj ~ 0.4 Z - 0.4 I, Z with N(0, 1/d) entries.
+MIMETIC_QUERY_KEY = (0.7, 0.7)
+MIMETIC_VALUE_OUT = (0.4, -0.4)
+
+
+def _factors(key: jax.Array, size: int, noise: float,
+             identity: float) -> tuple[jax.Array, jax.Array]:
+  """`left`, `right` with left @ right = noise * Z + identity * I, Z of
+  N(0, 1/size) entries; each takes the square root of the singular values,
+  and the first k columns of `left` times the first k rows of `right` are
+  the best rank-k approximation."""
+  z = jax.random.normal(key, (size, size), jnp.float32) / jnp.sqrt(size)
+  u, s, vh = jnp.linalg.svd(noise * z + identity * jnp.eye(size))
+  root = jnp.sqrt(s)
+  return u * root, root[:, None] * vh
+
+
+def mimetic_kernels(key: jax.Array, hidden: int,
+                    heads: int) -> dict[str, jax.Array]:
+  """Initial `query`, `key`, `value` kernels (hidden, heads, head_dim) and
+  `out` kernel (heads, head_dim, hidden) of mimetic initialisation (Trockman
+  & Kolter, "Mimetic Initialization of Self-Attention Layers", ICML 2023):
+  each head's W_q W_k^T is the best rank-head_dim approximation of
+  0.7 Z + 0.7 I (a Z of its own), and W_v W_proj, the heads together, is
+  0.4 Z - 0.4 I, so that attention starts out favouring each token's own
+  and similar tokens, as in trained ViTs. Biases stay zero."""
+  head_dim = hidden // heads
+  query_key, value_out = jax.random.split(key)
+  left, right = jax.vmap(lambda k: _factors(k, hidden, *MIMETIC_QUERY_KEY))(
+      jax.random.split(query_key, heads))
+  # (heads, hidden, head_dim) -> (hidden, heads, head_dim)
+  query = left[:, :, :head_dim].transpose(1, 0, 2)
+  key_kernel = right[:, :head_dim, :].transpose(2, 0, 1)
+  value, out = _factors(value_out, hidden, *MIMETIC_VALUE_OUT)
+  return {'query': query, 'key': key_kernel,
+          'value': value.reshape(hidden, heads, head_dim),
+          'out': out.reshape(heads, head_dim, hidden)}

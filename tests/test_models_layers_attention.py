@@ -1,4 +1,5 @@
-"""Self-attention: the implementations against flax's, and locality self-attention."""
+"""Self-attention: the implementations against flax's, locality self-attention
+and mimetic initialisation."""
 
 import flax
 import jax
@@ -7,11 +8,12 @@ import numpy as np
 import pytest
 
 from vit_jax.models import VisionTransformer
-from vit_jax.models import attention as attention_lib
 from vit_jax.models import attention_weights
 from vit_jax.models import create_model
-from vit_jax.models.attention import MultiHeadSelfAttention
+from vit_jax.models.layers.attention import MultiHeadSelfAttention
+from vit_jax.models.layers.attention import mimetic_kernels
 from tests.test_models_vit import SMALL
+from tests.test_models_vit import _flat
 from tests.test_models_vit import _softmax
 from tests.test_models_vit import _images
 from tests.test_models_vit import _randomized
@@ -153,77 +155,6 @@ def test_bfloat16_attention_scales_float32_logits_unless_folding_is_exact(
       state['intermediates']['attention_weights'][0], atol=0.06)
 
 
-@pytest.mark.parametrize('tokens', [17, 65, 197])
-def test_padded_fused_attention_is_the_unpadded_function(tokens):
-  """cuDNN's path (tokens padded to a multiple of 64, the padding masked by
-  sequence lengths, then sliced off) through the XLA kernel, which runs
-  here: the plain attention's outputs and gradients."""
-  q, k, v = jax.random.normal(jax.random.key(tokens), (3, 2, tokens, 4, 16))
-  scale = 16**-0.5
-
-  def plain(q, k, v):
-    logits = jnp.einsum('bqhe,bkhe->bhqk', q, k) * scale
-    return jnp.einsum('bhqk,bkhe->bqhe', jax.nn.softmax(logits), v)
-
-  def padded(q, k, v):
-    return attention_lib.fused_attention(q, k, v, scale=scale,
-                                         implementation='xla')
-
-  cotangent = jax.random.normal(jax.random.key(1), q.shape)
-  for f in (plain, padded):
-    out, vjp = jax.vjp(f, q, k, v)
-    if f is plain:
-      expected, expected_grads = out, vjp(cotangent)
-  assert out.shape == q.shape
-  np.testing.assert_allclose(out, expected, rtol=1e-5, atol=1e-5)
-  for grad, want in zip(vjp(cotangent), expected_grads):
-    np.testing.assert_allclose(grad, want, rtol=1e-4, atol=1e-5)
-
-
-def test_cudnn_attention_in_the_module_pads_and_slices_before_the_output(
-    monkeypatch):
-  """The module's cuDNN path, its kernel swapped for XLA's so that it runs
-  here: the einsum path's outputs at 17 tokens (padded to 64)."""
-  monkeypatch.setitem(attention_lib.FUSED_KERNELS, 'cudnn',
-                      ('xla', attention_lib.CUDNN_TOKEN_MULTIPLE))
-  x = jax.random.normal(jax.random.key(0), (2, 17, 32))
-  einsum = MultiHeadSelfAttention(num_heads=4, attention='einsum')
-  params = {'params': _randomized(
-      einsum.init(jax.random.key(1), x, deterministic=True)['params'])}
-  cudnn = einsum.clone(attention='cudnn')
-  np.testing.assert_allclose(cudnn.apply(params, x, deterministic=True),
-                             einsum.apply(params, x, deterministic=True),
-                             rtol=1e-5, atol=1e-5)
-
-
-class _Device:
-  """What `cudnn_applies` reads of a jax device."""
-
-  def __init__(self, platform, version, capability):
-    self.platform, self.compute_capability = platform, capability
-    self.client = type('Client', (), {'platform_version': version})
-
-
-H100 = _Device('gpu', 'cuda 13000', '9.0')
-
-
-@pytest.mark.parametrize('device, dtype, head_dim, applies', [
-    (H100, jnp.bfloat16, 64, True),
-    (H100, jnp.float16, 256, True),
-    (H100, jnp.float32, 64, False),  # cuDNN's flash kernel is 16-bit
-    (H100, jnp.bfloat16, 20, False),  # not a multiple of 8
-    (H100, jnp.bfloat16, 264, False),
-    (_Device('gpu', 'cuda 12080', '8.0'), jnp.bfloat16, 256, False),
-    (_Device('gpu', 'cuda 12080', '8.0'), jnp.bfloat16, 128, True),
-    (_Device('gpu', 'cuda 12080', '7.0'), jnp.bfloat16, 64, False),
-    (_Device('gpu', 'rocm 6.3', 'gfx90a'), jnp.bfloat16, 64, False),
-    (jax.devices('cpu')[0], jnp.bfloat16, 64, False),
-])
-def test_auto_attention_is_cudnn_where_cudnn_applies(device, dtype, head_dim,
-                                                     applies):
-  assert attention_lib.cudnn_applies(device, dtype, head_dim) == applies
-
-
 def test_auto_attention_is_einsum_on_this_cpu():
   images = _images(batch=2)
   auto = VisionTransformer(num_classes=5, dtype=jnp.bfloat16, **SMALL)
@@ -292,3 +223,88 @@ def test_locality_attention_in_the_model():
                        ".*use attention='einsum'"):
       VisionTransformer(num_classes=5, locality_attention=True,
                         attention=fused, **SMALL)
+
+
+def _off_diagonal(matrix):
+  return matrix[~np.eye(len(matrix), dtype=bool)]
+
+
+def test_mimetic_products_are_the_papers_with_one_head():
+  """One head of the full width: W_q W_k^T = 0.7 Z + 0.7 I and W_v W_proj
+  = 0.4 Z - 0.4 I exactly, Z of N(0, 1/d) entries (Trockman & Kolter,
+  section 3)."""
+  d = 256
+  kernels = mimetic_kernels(jax.random.key(1), d, heads=1)
+  query_key = np.asarray(kernels['query'][:, 0] @ kernels['key'][:, 0].T,
+                         np.float64)
+  value_out = np.asarray(kernels['value'].reshape(d, d) @
+                         kernels['out'].reshape(d, d), np.float64)
+  for product, (noise, identity) in ((query_key, (0.7, 0.7)),
+                                     (value_out, (0.4, -0.4))):
+    z = (product - identity * np.eye(d)) / noise * np.sqrt(d)
+    # Standard normal entries: mean 0, std 1 (65,536 of them).
+    assert abs(z.mean()) < 0.02 and abs(z.std() - 1) < 0.02
+    assert abs(np.diag(product).mean() - identity) < 0.01
+
+
+def test_mimetic_heads_are_each_the_best_rank_approximation():
+  """Several heads: each head's W_q W_k^T is the best rank-head_dim
+  approximation of 0.7 Z + 0.7 I of a Z of its own, so positive on the
+  diagonal; W_v W_proj spans the heads and stays 0.4 Z - 0.4 I."""
+  d, heads = 128, 4
+  kernels = mimetic_kernels(jax.random.key(2), d, heads)
+  assert kernels['query'].shape == kernels['key'].shape == (d, heads, 32)
+  assert kernels['out'].shape == (heads, 32, d)
+  products = [np.asarray(kernels['query'][:, h] @ kernels['key'][:, h].T)
+              for h in range(heads)]
+  for h, product in enumerate(products):
+    assert np.linalg.matrix_rank(product) == 32
+    # Its diagonal well above its off-diagonal noise.
+    assert np.diag(product).mean() > 4 * _off_diagonal(product).std()
+    # Balanced factors of a truncated SVD: W_q^T W_q = W_k^T W_k = the top
+    # singular values on the diagonal, largest first.
+    query, key = (np.asarray(kernels[n][:, h], np.float64)
+                  for n in ('query', 'key'))
+    gram = query.T @ query
+    np.testing.assert_allclose(gram, key.T @ key, atol=1e-5)
+    singular = np.diag(gram)
+    np.testing.assert_allclose(gram, np.diag(singular), atol=1e-5)
+    assert np.all(np.diff(singular) <= 1e-6)
+    np.testing.assert_allclose(
+        singular, np.linalg.svd(product, compute_uv=False)[:32], rtol=1e-4)
+  assert not np.allclose(products[0], products[1])
+  value_out = np.asarray(kernels['value'].reshape(d, d) @
+                         kernels['out'].reshape(d, d))
+  np.testing.assert_allclose(np.diag(value_out).mean(), -0.4, atol=0.01)
+
+
+@pytest.mark.parametrize('scan', [False, pytest.param(True, marks=pytest.mark.slow)])  # 7 s
+def test_mimetic_init_changes_only_the_attention_kernels(scan):
+  """The official tree; the attention kernels of every block are mimetic
+  (each block its own), everything else as without it."""
+  images = _images()
+  plain = VisionTransformer(num_classes=5, **SMALL, scan=scan)
+  mimetic = plain.clone(mimetic_init=True)
+  params = mimetic.init(jax.random.key(0), images, train=False)['params']
+  before = _flat(plain.init(jax.random.key(0), images, train=False)['params'])
+  after = _flat(params)
+  assert {k: v.shape for k, v in before.items()} == {
+      k: v.shape for k, v in after.items()}
+  changed = {k for k in before if not np.array_equal(before[k], after[k])}
+  attention = {k for k in before if 'MultiHeadDotProductAttention_0' in k
+               and k.endswith('kernel')}
+  assert changed == attention
+  def kernel(name, layer):
+    if scan:  # stacked: (layers, ...)
+      return after[f'Transformer/encoderblock/MultiHeadDotProductAttention_0/'
+                   f'{name}/kernel'][layer]
+    return after[f'Transformer/encoderblock_{layer}/'
+                 f'MultiHeadDotProductAttention_0/{name}/kernel']
+
+  for layer in (0, 1):
+    product = kernel('query', layer)[:, 0] @ kernel('key', layer)[:, 0].T
+    # head_dim 8 of 32: a rank-8 approximation, its diagonal still clear.
+    assert np.diag(product).mean() > 2 * _off_diagonal(product).std()
+  assert not np.allclose(kernel('query', 0), kernel('query', 1))
+  logits = mimetic.apply({'params': params}, images, train=False)
+  assert np.isfinite(logits).all()

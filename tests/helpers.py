@@ -1,0 +1,317 @@
+"""What tests share besides fixtures: synthetic datasets in the official
+on-disk formats, the study's config cut down to seconds, run directories
+the experiment runners read, and commands started and waited for as
+processes."""
+
+import contextlib
+import io
+import json
+import os
+import pathlib
+import pickle
+import socket
+import subprocess
+import sys
+import time
+
+import ml_collections
+import numpy as np
+import pytest
+
+from configs import cifar_small
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+
+def random_cifar(num_examples: int, num_classes: int, seed: int):
+  """(images NHWC uint8, labels) that every class appears in."""
+  rng = np.random.default_rng(seed)
+  images = rng.integers(0, 256, (num_examples, 32, 32, 3), dtype=np.uint8)
+  labels = np.arange(num_examples) % num_classes
+  return images, rng.permutation(labels).astype(np.int32)
+
+
+def _planar(images):
+  return images.transpose(0, 3, 1, 2).reshape(len(images), -1)
+
+
+def write_cifar_binary(folder: pathlib.Path, files: dict, label_bytes=1):
+  """files: name -> (images, labels); CIFAR-100 records carry (coarse, fine)."""
+  folder.mkdir(parents=True)
+  for name, (images, labels) in files.items():
+    label_columns = np.stack([labels // 5, labels], 1) if label_bytes == 2 else (
+        labels[:, None])
+    records = np.concatenate([label_columns.astype(np.uint8), _planar(images)],
+                             axis=1)
+    records.tofile(folder / name)
+
+
+def write_cifar_python(folder: pathlib.Path, files: dict, label_key=b'labels'):
+  folder.mkdir(parents=True)
+  for name, (images, labels) in files.items():
+    with open(folder / name, 'wb') as f:
+      pickle.dump({b'data': _planar(images), label_key: labels.tolist()}, f)
+
+
+def png(image: np.ndarray) -> bytes:
+  from PIL import Image  # pylint: disable=g-import-not-at-top
+  buffer = io.BytesIO()
+  Image.fromarray(image).save(buffer, format='PNG')
+  return buffer.getvalue()
+
+
+def prepare_tfds_array_record(data_dir: pathlib.Path, class_name: str,
+                              num_train: int, num_test: int,
+                              image_shape) -> str:
+  """Prepares a 3-class tfds dataset of random images, `image_shape(i)` for
+  the i-th, in the array_record format, without TensorFlow (the images go in
+  as encoded PNG); returns its `config.dataset` name."""
+  tfds = pytest.importorskip('tensorflow_datasets')
+  static_shape = image_shape(0) if image_shape(0) == image_shape(1) else (
+      None, None, 3)
+
+  def info(self):
+    return tfds.core.DatasetInfo(
+        builder=self,
+        features=tfds.features.FeaturesDict({
+            'image': tfds.features.Image(shape=static_shape),
+            'label': tfds.features.ClassLabel(num_classes=3)}))
+
+  def split_generators(self, dl_manager):
+    del dl_manager
+    return {'train': self._generate_examples(num_train, 0),
+            'test': self._generate_examples(num_test, 1)}
+
+  def generate_examples(self, count, seed):
+    del self
+    rng = np.random.default_rng(seed)
+    for i in range(count):
+      image = rng.integers(0, 256, image_shape(i), np.uint8)
+      yield i, {'image': io.BytesIO(png(image)), 'label': i % 3}
+
+  builder_class = type(class_name, (tfds.core.GeneratorBasedBuilder,), {
+      'VERSION': tfds.core.Version('1.0.0'),
+      'code_path': None,  # no checksums file to look up beside this module
+      '_info': info,
+      '_split_generators': split_generators,
+      '_generate_examples': generate_examples,
+  })
+  builder = builder_class(data_dir=str(data_dir), file_format='array_record')
+  builder.download_and_prepare()
+  return f'tfds:{builder.name}'
+
+
+TINY_MODELS = {
+    'vit': dict(num_layers=1, hidden_size=16, num_heads=2, mlp_dim=32,
+                patch_size=8),
+    'simple_cnn': dict(widths=(4, 4, 8, 8, 8)),
+}
+
+
+def finished_run(directory: pathlib.Path, seed: int = 3, model: str = 'vit',
+                 description: dict | None = None, **summary):
+  """A run directory as a finished `vit_jax.main` leaves it, as far as the
+  experiment runners read it: of `model` (a configs/cifar_small.py key), with
+  the runner's `description` if given; `summary` changes fields of
+  summary.json."""
+  directory.mkdir(parents=True)
+  (directory / 'config.json').write_text(json.dumps(
+      {'model': cifar_small.MODELS[model][0], 'seed': seed}))
+  if description is not None:
+    (directory / 'run.json').write_text(json.dumps(description))
+  (directory / 'summary.json').write_text(json.dumps({
+      'best_test_accuracy': 0.514, 'best_epoch': 28.0, 'epochs': 30.0,
+      'final_test_accuracy': 0.513, 'final_train_accuracy': 0.57,
+      'train_seconds': 989.2, **summary}))
+
+
+def study_config(model: str = 'vit') -> ml_collections.ConfigDict:
+  return cifar_small.get_config(model)
+
+
+def tiny_config(data_dir, variant='vit', **overrides):
+  """The study's config, cut down to seconds: 96 train / 37 test images."""
+  config = study_config(variant)
+  config.model_overrides = TINY_MODELS[variant]
+  config.data_dir = str(data_dir)
+  config.train_examples_per_file = 0
+  config.test_examples = 0
+  config.batch_size = 16
+  config.eval_batch_size = 16
+  config.num_epochs = 2
+  config.warmup_epochs = 1
+  config.update(overrides)
+  return config
+
+
+def trained_vit_config(data_dir) -> ml_collections.ConfigDict:
+  """The config `trained_vit_run` trains."""
+  config = tiny_config(data_dir, num_epochs=1, image_size=24)
+  config.model_overrides.num_layers = 2
+  return config
+
+
+def process_test_config(data_dir) -> ml_collections.ConfigDict:
+  """What the kill -9 and SIGTERM tests run: 40 steps of a small ViT (~0.1 s
+  a step here) on 80 images, 5 steps an epoch, on 1 CPU device."""
+  config = tiny_config(data_dir, total_steps=40, num_epochs=0,
+                       log_every_steps=3, eval_every_steps=8,
+                       checkpoint_every_steps=4, cpu_devices=1)
+  config.model_overrides = dict(num_layers=2, hidden_size=64, num_heads=4,
+                                mlp_dim=128, patch_size=4)
+  return config
+
+
+def run_on_host_devices(script: str, devices: int, cwd=ROOT,
+                        timeout: float = 300) -> str:
+  """`script` run by a fresh Python on `devices` CPU host devices; its
+  stdout (the test fails with its stderr when it fails)."""
+  out = subprocess.run(
+      [sys.executable, '-c', script], cwd=cwd, capture_output=True, text=True,
+      check=False, timeout=timeout, env={
+          **os.environ,
+          'XLA_FLAGS': f'--xla_force_host_platform_device_count={devices}'})
+  assert out.returncode == 0, out.stderr[-3000:]
+  return out.stdout
+
+
+@contextlib.contextmanager
+def mounted_tmpfs(mount_point: pathlib.Path, size: str):
+  """A tmpfs of `size` ('32m', '160k') at `mount_point` while in the block:
+  a real disk that fills (root only; the test is skipped elsewhere)."""
+  mount_point.mkdir(parents=True, exist_ok=True)
+  mounted = subprocess.run(
+      ['mount', '-t', 'tmpfs', '-o', f'size={size}', 'tmpfs',
+       str(mount_point)], capture_output=True, text=True, check=False)
+  if mounted.returncode:
+    pytest.skip(f'cannot mount a tmpfs here: {mounted.stderr.strip()}')
+  try:
+    yield mount_point
+  finally:
+    subprocess.run(['umount', '-l', str(mount_point)], check=False)
+
+
+# ------------------------------------------- runs in real processes --------
+
+_TIMINGS = ('images_per_second', 'flops_per_second', 'seconds')
+
+
+def history(workdir) -> list[dict]:
+  lines = (pathlib.Path(workdir) / 'metrics.jsonl').read_text().splitlines()
+  return [json.loads(line) for line in lines]
+
+
+def without_timings(records: list[dict]) -> list[dict]:
+  return [{k: v for k, v in r.items() if k not in _TIMINGS} for r in records]
+
+
+_PROCESS_CONFIG = '''
+import sys
+sys.path.insert(0, {root!r})
+from tests.helpers import process_test_config
+def get_config():
+  return process_test_config({data_dir!r})
+'''
+
+
+def write_process_config(tmp_path, data_dir) -> pathlib.Path:
+  """A config file of `process_test_config` for `python -m vit_jax.main`."""
+  config_file = tmp_path / 'process_config.py'
+  config_file.write_text(_PROCESS_CONFIG.format(root=str(ROOT),
+                                                data_dir=str(data_dir)))
+  return config_file
+
+
+def start_main(config_file, workdir, log_path, *flags, new_session=False):
+  """`python -m vit_jax.main` in the background, its output in `log_path`;
+  `new_session`: in a process group of its own, as a batch system starts
+  it."""
+  with open(log_path, 'w') as log:
+    return subprocess.Popen(
+        [sys.executable, '-m', 'vit_jax.main', f'--config={config_file}',
+         f'--workdir={workdir}', *flags],
+        cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
+        env={**os.environ, 'JAX_PLATFORMS': 'cpu'},
+        start_new_session=new_session)
+
+
+def wait_for_step(process, workdir, step, timeout=120):
+  """Returns once metrics.jsonl logs `step` or later."""
+  deadline = time.monotonic() + timeout
+  metrics = pathlib.Path(workdir) / 'metrics.jsonl'
+  while time.monotonic() < deadline:
+    assert process.poll() is None, 'the run ended before it could be stopped'
+    if metrics.exists():
+      lines = metrics.read_text().splitlines()
+      if lines and json.loads(lines[-1])['step'] >= step:
+        return
+    time.sleep(0.005)
+  raise TimeoutError(f'step {step} was not logged in {timeout}s')
+
+
+def free_port() -> int:
+  with socket.socket() as s:
+    s.bind(('127.0.0.1', 0))
+    return s.getsockname()[1]
+
+
+def start_two_process_job(command, tmp_path):
+  """A 2-process job of `python -m` `command` (a module and its flags) on
+  127.0.0.1, 1 CPU device each; returns the processes and their log paths
+  (stdout and stderr together)."""
+  address = f'127.0.0.1:{free_port()}'
+  env = {**os.environ, 'JAX_PLATFORMS': 'cpu',
+         'XLA_FLAGS': '--xla_force_host_platform_device_count=1'}
+  processes, logs = [], []
+  for process_id in range(2):
+    logs.append(tmp_path / f'process_{process_id}.log')
+    with logs[-1].open('w') as log:
+      processes.append(subprocess.Popen(
+          [sys.executable, '-m', *command, f'--coordinator_address={address}',
+           '--num_processes=2', f'--process_id={process_id}'],
+          cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT))
+  return processes, logs
+
+
+def start_two_processes(config_file, workdir, tmp_path, *flags):
+  """A 2-process job of `python -m vit_jax.main` (`start_two_process_job`)."""
+  return start_two_process_job(
+      ['vit_jax.main', f'--config={config_file}', f'--workdir={workdir}',
+       *flags], tmp_path)
+
+
+def wait_all(processes, timeout=300) -> list[int]:
+  """The exit statuses; processes still running after `timeout` are
+  killed."""
+  try:
+    for process in processes:
+      process.wait(timeout=timeout)
+  finally:
+    for process in processes:
+      if process.poll() is None:
+        process.kill()
+        process.wait()
+  return [process.returncode for process in processes]
+
+
+def random_vit_params(model, image_size: int, seed: int = 0) -> dict:
+  """`model`'s parameter tree (numpy, float32) filled with distinct random
+  values, so that a conversion that swaps or transposes any two arrays is
+  caught (initial heads and biases are zeros)."""
+  import jax  # pylint: disable=g-import-not-at-top
+  shapes = jax.eval_shape(
+      lambda: model.init(jax.random.key(0),
+                         np.zeros((1, image_size, image_size, 3)),
+                         train=False))['params']
+  rng = np.random.default_rng(seed)
+  return jax.tree.map(
+      lambda s: rng.standard_normal(s.shape).astype(np.float32) * 0.1, shapes)
+
+
+def one_block_vit(name: str, **fields):
+  """A registered ViT's family (width, heads, patch) with one block and 7
+  classes, and random parameters for a 2x2 patch grid: the shapes that
+  differ between families, at a size a test can hold."""
+  from vit_jax import models  # pylint: disable=g-import-not-at-top
+  model = models.create_model(name, 7, num_layers=1, **fields)
+  return model, random_vit_params(model, 2 * model.effective_patch_size)

@@ -1,0 +1,98 @@
+"""Hash-based dropout: nn.Dropout's semantics; drop-path built on it."""
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from vit_jax.models import VisionTransformer
+from vit_jax.models.layers.dropout import DropPath
+from vit_jax.models.layers.dropout import Dropout
+from vit_jax.models.layers.dropout import drop_path_rates
+from vit_jax.models.layers.dropout import hash_bits
+from tests.test_models_vit import SMALL
+from tests.test_models_vit import _images
+from tests.test_models_vit import _randomized
+from tests.test_models_vit import param_shapes
+
+
+def _apply(rate, x, seed, deterministic=False):
+  return Dropout(rate).apply({}, x, deterministic=deterministic,
+                             rngs={'dropout': jax.random.key(seed)})
+
+
+@pytest.mark.parametrize('rate', [0.1, 0.5])
+def test_keeps_the_right_fraction_and_rescales(rate):
+  x = jnp.ones((64, 65, 128))
+  y = np.asarray(_apply(rate, x, 0))
+  kept = y != 0
+  assert abs(kept.mean() - (1 - rate)) < 0.005
+  np.testing.assert_allclose(y[kept], 1 / (1 - rate), rtol=1e-6)
+
+
+def test_masks_are_fresh_per_rng_and_reproducible():
+  x = jnp.ones((8, 17, 32))
+  np.testing.assert_array_equal(_apply(0.5, x, 1), _apply(0.5, x, 1))
+  assert not np.array_equal(_apply(0.5, x, 1), _apply(0.5, x, 2))
+
+
+def test_bits_are_uniform_and_uncorrelated_across_positions():
+  bits = np.asarray(hash_bits(jax.random.key(3), (256, 256)), np.float64)
+  u = bits / 2**32
+  assert abs(u.mean() - 0.5) < 0.005
+  assert abs(np.corrcoef(u[:, :-1].ravel(), u[:, 1:].ravel())[0, 1]) < 0.01
+  assert abs(np.corrcoef(u[:-1].ravel(), u[1:].ravel())[0, 1]) < 0.01
+
+
+def test_identity_when_deterministic_or_rate_zero():
+  x = jax.random.normal(jax.random.key(0), (4, 5))
+  np.testing.assert_array_equal(_apply(0.5, x, 0, deterministic=True), x)
+  np.testing.assert_array_equal(_apply(0.0, x, 0), x)
+  assert not np.any(_apply(1.0, x, 0))
+
+
+def test_matches_flax_dropout_in_distribution():
+  x = jnp.ones((200_000,))
+  ours = _apply(0.3, x, 0)
+  flax_out = nn.Dropout(0.3).apply({}, x, deterministic=False,
+                                   rngs={'dropout': jax.random.key(0)})
+  assert abs(float(ours.mean()) - float(flax_out.mean())) < 0.01
+
+
+def test_drop_path_drops_whole_examples():
+  x = jnp.ones((256, 3, 4))
+  y = np.asarray(DropPath(0.5).apply({}, x, deterministic=False,
+                                     rngs={'dropout': jax.random.key(0)}))
+  per_example = y.reshape(256, -1)
+  assert np.all(per_example == per_example[:, :1])  # All of it, or none.
+  assert set(np.unique(per_example)) == {0.0, 2.0}
+  assert 0.35 < np.mean(per_example[:, 0] == 0) < 0.65
+  np.testing.assert_array_equal(
+      DropPath(0.5).apply({}, x, deterministic=True), x)
+  assert drop_path_rates(0.3, 4) == pytest.approx([0.0, 0.1, 0.2, 0.3])
+  assert drop_path_rates(0.3, 1) == [0.0]
+
+
+def test_stochastic_depth_is_train_only_and_adds_no_parameters():
+  images = _images(batch=8)
+  plain = VisionTransformer(num_classes=5, **SMALL)
+  deep = VisionTransformer(num_classes=5, stochastic_depth_rate=0.99,
+                           **SMALL)
+  assert param_shapes(deep, images) == param_shapes(plain, images)
+  params = {'params': _randomized(
+      plain.init(jax.random.key(0), images, train=False)['params'])}
+  evaluated = plain.apply(params, images, train=False)
+
+  def run(train, seed):
+    return deep.apply(params, images, train=train,
+                      rngs={'dropout': jax.random.key(seed)})
+
+  np.testing.assert_array_equal(run(False, 1), evaluated)
+  # The last block's branches are dropped, or kept and scaled by 100, so no
+  # example comes out as in eval.
+  same = np.all(np.isclose(run(True, 1), evaluated, rtol=1e-5, atol=1e-5),
+                axis=-1)
+  assert not np.any(same)
+  with pytest.raises(ValueError, match='stochastic_depth_rate=1.0 must be in'):
+    VisionTransformer(num_classes=5, stochastic_depth_rate=1.0, **SMALL)

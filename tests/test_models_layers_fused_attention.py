@@ -1,0 +1,85 @@
+"""Fused attention at any token count, and where cuDNN's kernel runs: the
+cuDNN path checked through XLA's kernel, which runs here."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from vit_jax.models.layers import fused_attention
+from vit_jax.models.layers.attention import MultiHeadSelfAttention
+from tests.test_models_vit import _randomized
+
+
+@pytest.mark.parametrize('tokens', [17, 65, 197])
+def test_padded_fused_attention_is_the_unpadded_function(tokens):
+  """cuDNN's path (tokens padded to a multiple of 64, the padding masked by
+  sequence lengths, then sliced off) through the XLA kernel, which runs
+  here: the plain attention's outputs and gradients."""
+  q, k, v = jax.random.normal(jax.random.key(tokens), (3, 2, tokens, 4, 16))
+  scale = 16**-0.5
+
+  def plain(q, k, v):
+    logits = jnp.einsum('bqhe,bkhe->bhqk', q, k) * scale
+    return jnp.einsum('bhqk,bkhe->bqhe', jax.nn.softmax(logits), v)
+
+  def padded(q, k, v):
+    return fused_attention.attend(q, k, v, scale=scale, implementation='xla')
+
+  cotangent = jax.random.normal(jax.random.key(1), q.shape)
+  for f in (plain, padded):
+    out, vjp = jax.vjp(f, q, k, v)
+    if f is plain:
+      expected, expected_grads = out, vjp(cotangent)
+  assert out.shape == q.shape
+  np.testing.assert_allclose(out, expected, rtol=1e-5, atol=1e-5)
+  for grad, want in zip(vjp(cotangent), expected_grads):
+    np.testing.assert_allclose(grad, want, rtol=1e-4, atol=1e-5)
+
+
+
+def test_cudnn_attention_in_the_module_pads_and_slices_before_the_output(
+    monkeypatch):
+  """The module's cuDNN path, its kernel swapped for XLA's so that it runs
+  here: the einsum path's outputs at 17 tokens (padded to 64)."""
+  monkeypatch.setitem(fused_attention.KERNELS, 'cudnn',
+                      ('xla', fused_attention.CUDNN_TOKEN_MULTIPLE))
+  x = jax.random.normal(jax.random.key(0), (2, 17, 32))
+  einsum = MultiHeadSelfAttention(num_heads=4, attention='einsum')
+  params = {'params': _randomized(
+      einsum.init(jax.random.key(1), x, deterministic=True)['params'])}
+  cudnn = einsum.clone(attention='cudnn')
+  np.testing.assert_allclose(cudnn.apply(params, x, deterministic=True),
+                             einsum.apply(params, x, deterministic=True),
+                             rtol=1e-5, atol=1e-5)
+
+
+
+class _Device:
+  """What `cudnn_applies` reads of a jax device."""
+
+  def __init__(self, platform, version, capability):
+    self.platform, self.compute_capability = platform, capability
+    self.client = type('Client', (), {'platform_version': version})
+
+
+
+H100 = _Device('gpu', 'cuda 13000', '9.0')
+
+
+
+@pytest.mark.parametrize('device, dtype, head_dim, applies', [
+    (H100, jnp.bfloat16, 64, True),
+    (H100, jnp.float16, 256, True),
+    (H100, jnp.float32, 64, False),  # cuDNN's flash kernel is 16-bit
+    (H100, jnp.bfloat16, 20, False),  # not a multiple of 8
+    (H100, jnp.bfloat16, 264, False),
+    (_Device('gpu', 'cuda 12080', '8.0'), jnp.bfloat16, 256, False),
+    (_Device('gpu', 'cuda 12080', '8.0'), jnp.bfloat16, 128, True),
+    (_Device('gpu', 'cuda 12080', '7.0'), jnp.bfloat16, 64, False),
+    (_Device('gpu', 'rocm 6.3', 'gfx90a'), jnp.bfloat16, 64, False),
+    (jax.devices('cpu')[0], jnp.bfloat16, 64, False),
+])
+def test_auto_attention_is_cudnn_where_cudnn_applies(device, dtype, head_dim,
+                                                     applies):
+  assert fused_attention.cudnn_applies(device, dtype, head_dim) == applies

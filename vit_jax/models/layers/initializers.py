@@ -1,0 +1,22 @@
+"""PyTorch's default initialisers of a conv or Dense layer, for the modules
+whose authors trained in PyTorch: the study's CNNs and locality guidance's
+projections start where theirs did."""
+
+import math
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+# PyTorch's kaiming_uniform(a=sqrt(5)): uniform(+-1/sqrt(fan_in)).
+torch_kernel_init = nn.initializers.variance_scaling(1 / 3, 'fan_in',
+                                                     'uniform')
+
+
+def torch_bias_init(fan_in: int):
+  bound = 1 / math.sqrt(fan_in)
+
+  def init(key, shape, dtype=jnp.float32):
+    return jax.random.uniform(key, shape, dtype, -bound, bound)
+
+  return init

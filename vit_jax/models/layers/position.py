@@ -1,0 +1,89 @@
+"""Where each token is: added to the tokens before the encoder.
+
+`posemb` picks one (`POSEMBS`): 'learned', the official model's table of
+one vector per token (`AddPositionEmbs`); 'sincos2d', a fixed 2-D
+sine-cosine embedding of the patch grid with nothing to learn
+(`AddSincos2dPositionEmbs`, MoCo v3 and big_vision), for little data;
+'none', no position information at all.
+"""
+
+from typing import Any
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+Dtype = Any
+
+POSEMBS = ('learned', 'sincos2d', 'none')
+
+
+class AddPositionEmbs(nn.Module):
+  """Adds a learned 1-D position embedding, one vector per token."""
+
+  @nn.compact
+  def __call__(self, tokens: jax.Array) -> jax.Array:
+    shape = (1, tokens.shape[1], tokens.shape[2])
+    if self.has_variable('params', 'pos_embedding'):
+      stored = self.get_variable('params', 'pos_embedding').shape
+      if stored != shape:
+        raise ValueError(
+            f'The position embedding was made for {stored[1]} tokens but the '
+            f'input gives {shape[1]}: the image size differs from the one the '
+            'parameters were initialised at. Use that image size, or resize '
+            'the position embedding to the new patch grid (fine-tuning).')
+    # normal(0.02) as in BERT and the official ViT.
+    pos_embedding = self.param(
+        'pos_embedding', nn.initializers.normal(stddev=0.02), shape)
+    return tokens + pos_embedding.astype(tokens.dtype)
+
+
+def check_sincos_width(width: int) -> None:
+  if width % 4:
+    raise ValueError(
+        f"posemb='sincos2d' needs a hidden_size divisible by 4, got {width}: "
+        "use a multiple of 4 or posemb='learned'.")
+
+
+def posemb_sincos_2d(h: int, w: int, width: int, temperature: float = 10_000.,
+                     dtype: Dtype = jnp.float32) -> jax.Array:
+  """Fixed 2-D sine-cosine position embedding of an h x w patch grid,
+  shape (1, h * w, width), tokens in row-major order (as the patches).
+
+  A quarter of the channels each holds sin(x w_k), cos(x w_k), sin(y w_k),
+  cos(y w_k) for the column x and row y of the patch, with frequencies
+  w_k = temperature^(-k / (width/4 - 1)) (MoCo v3, big_vision's
+  `posemb_sincos_2d`). Nothing to learn, so a small data set cannot overfit
+  it, and it extends to any grid size.
+  """
+  check_sincos_width(width)
+  y, x = jnp.mgrid[:h, :w]
+  quarter = width // 4
+  # One frequency (1) when a quarter is one channel, where k / (quarter - 1)
+  # would divide by zero.
+  omega = jnp.arange(quarter) / max(quarter - 1, 1)
+  omega = 1.0 / (temperature**omega)
+  x = x.reshape(-1)[:, None] * omega[None, :]
+  y = y.reshape(-1)[:, None] * omega[None, :]
+  embedding = jnp.concatenate(
+      [jnp.sin(x), jnp.cos(x), jnp.sin(y), jnp.cos(y)], axis=1)
+  return embedding[None].astype(dtype)
+
+
+class AddSincos2dPositionEmbs(nn.Module):
+  """Adds `posemb_sincos_2d` of the patch `grid` to the last rows * columns
+  tokens (the patches), and zero to the tokens before them ([CLS],
+  distillation), which have no place on the grid. No parameters."""
+
+  grid: tuple[int, int]
+
+  @nn.compact
+  def __call__(self, tokens: jax.Array) -> jax.Array:
+    h, w = self.grid
+    prefix = tokens.shape[1] - h * w
+    if prefix < 0:
+      raise ValueError(f'{tokens.shape[1]} tokens cannot hold the {h}x{w} '
+                       'patch grid: pass the grid the patches were cut into.')
+    embedding = posemb_sincos_2d(h, w, tokens.shape[2], dtype=tokens.dtype)
+    embedding = jnp.pad(embedding, ((0, 0), (prefix, 0), (0, 0)))
+    return tokens + embedding

@@ -1,0 +1,45 @@
+"""The names in a ViT's parameter tree that code outside the model reads.
+
+They are the official linen model's (google-research/vision_transformer,
+`vit_jax/models_vit.py`), so released checkpoints load by renaming keys:
+the model names its modules from here, and so do the formats and analyses
+that read its parameters. (The conversion tables to timm and transformers,
+`formats.timm` and `formats.hf`, spell whole paths out: each row is one
+key of each tree.)
+"""
+
+# At the top level of the parameters.
+PATCH_EMBEDDING = 'embedding'
+# Shifted patch tokenization's, in place of PATCH_EMBEDDING.
+SHIFTED_PATCH_NORM = 'shifted_patch_norm'
+SHIFTED_PATCH_EMBEDDING = 'shifted_patch_embedding'
+ENCODER = 'Transformer'
+MAP_HEAD = 'MAPHead_0'
+# The classifier, then DeiT's distillation head.
+HEADS = ('head', 'head_dist')
+
+# Under ENCODER.
+POSITION_EMBEDDING = 'posembed_input'
+ENCODER_NORM = 'encoder_norm'
+# The official tree's block i (`block_name`), and a scanned model's one
+# block whose arrays have a leading layer axis, as big_vision names it.
+BLOCK_PREFIX = 'encoderblock_'
+STACKED_BLOCK = 'encoderblock'
+
+# Under each block.
+ATTENTION = 'MultiHeadDotProductAttention_0'
+MLP = 'MlpBlock_0'
+
+# Where the learned position embedding's table sits, and the final norm's
+# scale, which every ViT has.
+POSITION_EMBEDDING_TABLE = (ENCODER, POSITION_EMBEDDING, 'pos_embedding')
+ENCODER_NORM_SCALE = (ENCODER, ENCODER_NORM, 'scale')
+
+
+def block_name(layer: int) -> str:
+  return f'{BLOCK_PREFIX}{layer}'
+
+
+def path(keys: tuple[str, ...]) -> str:
+  """`keys` as a flat key, 'Transformer/encoder_norm/scale'."""
+  return '/'.join(keys)
