@@ -1,11 +1,8 @@
 """The Transformer encoder: position embedding, pre-LayerNorm blocks, a final
 LayerNorm, named as the official linen model names them (`names`)."""
 
-from typing import Any
-
 import flax.linen as nn
 import jax
-import jax.numpy as jnp
 
 from vit_jax.models import masked_autoencoder
 from vit_jax.models import names
@@ -13,29 +10,21 @@ from vit_jax.models import remat_scan
 from vit_jax.models.layers import position
 from vit_jax.models.layers.dropout import Dropout
 from vit_jax.models.layers.dropout import drop_path_rates
+from vit_jax.models.layers.encoder_block import BlockConfig
 from vit_jax.models.layers.encoder_block import Encoder1DBlock
-
-Dtype = Any
 
 
 class Encoder(nn.Module):
   """Position embedding (one of `position.POSEMBS`; 'sincos2d' is laid on
-  `grid`, the patch rows and columns the last tokens come from),
-  `num_layers` encoder blocks (rematerialised and scanned as `remat` and
-  `scan` say: `remat_scan`; drop-path rates growing to
-  `stochastic_depth_rate`) and a final LayerNorm."""
+  `grid`, the patch rows and columns the last tokens come from), dropout,
+  `num_layers` encoder blocks made as `block` says (rematerialised and
+  scanned as `remat` and `scan` say: `remat_scan`; drop-path rates growing
+  to `stochastic_depth_rate`) and a final LayerNorm."""
 
   num_layers: int
-  mlp_dim: int
-  num_heads: int
-  dropout_rate: float = 0.0
-  attention_dropout_rate: float = 0.0
-  dtype: Dtype = jnp.float32
-  attention: str = 'auto'
+  block: BlockConfig
   posemb: str = 'learned'
   stochastic_depth_rate: float = 0.0
-  locality_attention: bool = False
-  mimetic_init: bool = False
   remat: str = 'none'
   scan: bool = False
   guided_blocks: tuple[int, ...] = ()
@@ -53,31 +42,21 @@ class Encoder(nn.Module):
       x = position.AddSincos2dPositionEmbs(grid, name='posembed_sincos2d')(x)
     if kept is not None:
       x = masked_autoencoder.keep(x, kept, grid[0] * grid[1])
-    x = Dropout(self.dropout_rate)(x, deterministic=not train)
+    x = Dropout(self.block.dropout_rate)(x, deterministic=not train)
     guided = []
     if self.scan:  # stochastic depth and guidance are off (`remat_scan.check`)
       x = remat_scan.scan_blocks(
-          self._block(names.STACKED_BLOCK), x, num_layers=self.num_layers,
-          deterministic=not train, remat=self.remat)
+          Encoder1DBlock(self.block, name=names.STACKED_BLOCK), x,
+          num_layers=self.num_layers, deterministic=not train,
+          remat=self.remat)
     else:
       rates = drop_path_rates(self.stochastic_depth_rate, self.num_layers)
       for i in range(self.num_layers):
         x = remat_scan.call_block(
-            self._block(names.block_name(i), drop_path_rate=rates[i]), x,
-            deterministic=not train, remat=self.remat)
+            Encoder1DBlock(self.block, drop_path_rate=rates[i],
+                           name=names.block_name(i)),
+            x, deterministic=not train, remat=self.remat)
         if i in self.guided_blocks:
           guided.append(x)
-    return nn.LayerNorm(dtype=self.dtype, name=names.ENCODER_NORM)(x), guided
-
-  def _block(self, name: str, drop_path_rate: float = 0.0) -> Encoder1DBlock:
-    return Encoder1DBlock(
-        mlp_dim=self.mlp_dim,
-        num_heads=self.num_heads,
-        dropout_rate=self.dropout_rate,
-        attention_dropout_rate=self.attention_dropout_rate,
-        dtype=self.dtype,
-        attention=self.attention,
-        locality=self.locality_attention,
-        mimetic_init=self.mimetic_init,
-        drop_path_rate=drop_path_rate,
-        name=name)
+    norm = nn.LayerNorm(dtype=self.block.dtype, name=names.ENCODER_NORM)
+    return norm(x), guided

@@ -35,6 +35,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from vit_jax.models.layers.encoder_block import BlockConfig
 from vit_jax.models.layers.encoder_block import Encoder1DBlock
 from vit_jax.models.layers.patch_embedding import patch_grid
 from vit_jax.models.layers.position import AddPositionEmbs
@@ -142,11 +143,11 @@ class Decoder(nn.Module):
       patches = everywhere.at[jnp.arange(batch)[:, None], kept].set(patches)
     x = AddPositionEmbs(name='posembed')(
         jnp.concatenate([x[:, :prefix], patches], axis=1))
+    block = BlockConfig(mlp_dim=4 * self.width,
+                        num_heads=self.width // HEAD_SIZE,
+                        attention=self.attention, dtype=self.dtype)
     for i in range(self.depth):
-      x = Encoder1DBlock(mlp_dim=4 * self.width,
-                         num_heads=self.width // HEAD_SIZE,
-                         attention=self.attention, dtype=self.dtype,
-                         name=f'block_{i}')(x, deterministic=True)
+      x = Encoder1DBlock(block, name=f'block_{i}')(x, deterministic=True)
     x = nn.LayerNorm(dtype=self.dtype, name='norm')(x[:, prefix:])
     return nn.Dense(self.patch_pixels, name='predictions',
                     **projection)(x).astype(jnp.float32)

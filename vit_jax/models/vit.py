@@ -25,6 +25,7 @@ from vit_jax.models.layers import patch_embedding
 from vit_jax.models.layers import pooling
 from vit_jax.models.layers import position
 from vit_jax.models.layers.attention import MultiHeadSelfAttention
+from vit_jax.models.layers.encoder_block import BlockConfig
 
 Dtype = Any
 
@@ -245,18 +246,20 @@ class VisionTransformer(nn.Module):
         dtype=self.dtype)
 
   def _encoder(self) -> Encoder:
-    return Encoder(
-        num_layers=self.num_layers,
+    block = BlockConfig(
         mlp_dim=self.mlp_dim,
         num_heads=self.num_heads,
         dropout_rate=self.dropout_rate,
         attention_dropout_rate=self.attention_dropout_rate,
         dtype=self.dtype,
         attention=self.attention,
+        locality=self.locality_attention,
+        mimetic_init=self.mimetic_init)
+    return Encoder(
+        num_layers=self.num_layers,
+        block=block,
         posemb=self.posemb,
         stochastic_depth_rate=self.stochastic_depth_rate,
-        locality_attention=self.locality_attention,
-        mimetic_init=self.mimetic_init,
         remat=self.remat,
         scan=self.scan,
         guided_blocks=self.guided_blocks,

@@ -1,6 +1,7 @@
 """The Transformer's encoder block, the official pre-LayerNorm one, shared
 by the ViT's encoder and its MAE decoder."""
 
+import dataclasses
 from typing import Any
 
 import flax.linen as nn
@@ -16,15 +17,12 @@ from vit_jax.models.layers.mlp import MlpBlock
 Dtype = Any
 
 
-class Encoder1DBlock(nn.Module):
-  """Pre-LayerNorm encoder block: x + MSA(LN(x)), then x + MLP(LN(x)).
-
-  The attention probabilities are sown into the `intermediates` collection
-  (`MultiHeadDotProductAttention_0/attention_weights`); see
-  `vit.logits_and_attention`. `drop_path_rate` drops both residual branches
-  for whole examples in training (`DropPath`); `locality` and
-  `mimetic_init` are the attention's (`MultiHeadSelfAttention`).
-  """
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class BlockConfig:
+  """What every encoder block of a model is made with: the MLP's width and
+  the attention's heads, the dropout rates, the computation's dtype, and
+  the attention's options (`MultiHeadSelfAttention`: how it is computed,
+  `locality`, `mimetic_init`)."""
 
   mlp_dim: int
   num_heads: int
@@ -34,29 +32,42 @@ class Encoder1DBlock(nn.Module):
   attention: str = 'auto'
   locality: bool = False
   mimetic_init: bool = False
+
+
+class Encoder1DBlock(nn.Module):
+  """Pre-LayerNorm encoder block: x + MSA(LN(x)), then x + MLP(LN(x)).
+
+  The attention probabilities are sown into the `intermediates` collection
+  (`MultiHeadDotProductAttention_0/attention_weights`); see
+  `vit.logits_and_attention`. `drop_path_rate` drops both residual branches
+  for whole examples in training (`DropPath`).
+  """
+
+  config: BlockConfig
   drop_path_rate: float = 0.0
 
   @nn.compact
   def __call__(self, inputs: jax.Array, *, deterministic: bool) -> jax.Array:
-    x = nn.LayerNorm(dtype=self.dtype)(inputs)
+    config = self.config
+    x = nn.LayerNorm(dtype=config.dtype)(inputs)
     x = MultiHeadSelfAttention(
-        num_heads=self.num_heads,
-        dropout_rate=self.attention_dropout_rate,
-        dtype=self.dtype,
-        attention=self.attention,
-        locality=self.locality,
-        mimetic_init=self.mimetic_init,
+        num_heads=config.num_heads,
+        dropout_rate=config.attention_dropout_rate,
+        dtype=config.dtype,
+        attention=config.attention,
+        locality=config.locality,
+        mimetic_init=config.mimetic_init,
         name=names.ATTENTION)(
             x, deterministic=deterministic)
-    x = Dropout(self.dropout_rate)(x, deterministic=deterministic)
+    x = Dropout(config.dropout_rate)(x, deterministic=deterministic)
     x = DropPath(self.drop_path_rate, name='DropPath_0')(
         x, deterministic=deterministic)
     x = x + inputs
 
-    y = nn.LayerNorm(dtype=self.dtype)(x)
+    y = nn.LayerNorm(dtype=config.dtype)(x)
     y = MlpBlock(
-        mlp_dim=self.mlp_dim, dropout_rate=self.dropout_rate, dtype=self.dtype,
-        name=names.MLP)(
+        mlp_dim=config.mlp_dim, dropout_rate=config.dropout_rate,
+        dtype=config.dtype, name=names.MLP)(
             y, deterministic=deterministic)
     y = DropPath(self.drop_path_rate, name='DropPath_1')(
         y, deterministic=deterministic)
