@@ -1,5 +1,5 @@
-"""The config schema: defaults, validation without compiling, epochs into
-steps, and which changes a resumed run refuses."""
+"""The config schema: defaults, validation without compiling, and which
+changes a resumed run refuses."""
 
 import pytest
 
@@ -41,19 +41,6 @@ def test_accumulation_must_split_the_batch_over_the_devices():
   config = tiny_config('', batch_size=16, grad_accumulation_steps=3)
   with pytest.raises(ConfigError, match='grad_accumulation_steps=3'):
     config_schema.validate(config, num_devices=1)
-
-
-def test_epochs_become_steps_and_intervals_default_to_an_epoch():
-  plan = config_schema.step_plan(tiny_config('', num_epochs=3,
-                                             warmup_epochs=1), 7)
-  assert (plan.total_steps, plan.warmup_steps, plan.log_every,
-          plan.eval_every, plan.checkpoint_every) == (21, 7, 7, 7, 7)
-  plan = config_schema.step_plan(
-      tiny_config('', total_steps=100, warmup_steps=10, log_every_steps=5,
-                  eval_every_steps=20, checkpoint_every_steps=50), 7)
-  assert (plan.total_steps, plan.warmup_steps, plan.log_every,
-          plan.eval_every, plan.checkpoint_every) == (100, 10, 5, 20, 50)
-  assert plan.epoch(14) == 2.0
 
 
 def test_resuming_refuses_what_changes_the_checkpoints_meaning(tmp_path):

@@ -2,7 +2,9 @@
 student's distillation token inside the train step."""
 
 
+import flax.linen as nn
 import jax
+import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
@@ -91,3 +93,52 @@ def test_a_distilled_run_trains_and_evaluates(trained_cnn_run, tmp_path):
   assert np.isfinite(records[-1]['train_loss'])
   assert 0 <= records[-1]['test_accuracy'] <= 1
 
+
+
+class _LinearTeacher(nn.Module):
+  """A teacher applied as the train step applies one."""
+
+  @nn.compact
+  def __call__(self, x, *, train):
+    del train
+    return nn.Dense(3)(x)
+
+
+@pytest.mark.parametrize('target', ['hard', 'soft'])
+def test_the_distillation_head_learns_the_teachers_class_or_probabilities(
+    target):
+  images = jax.random.normal(jax.random.key(0), (4, 5))
+  module = _LinearTeacher()
+  variables = module.init(jax.random.key(1), images, train=False)
+  teacher = distillation.Teacher(module, variables, 'workdir', target,
+                                 temperature=2.0)
+  outputs = {'class_logits': jax.random.normal(jax.random.key(2), (4, 3)),
+             'distillation_logits': jax.random.normal(jax.random.key(3),
+                                                      (4, 3))}
+  targets = jax.nn.one_hot(jnp.array([0, 1, 2, 0]), 3)
+
+  def base(logits, outputs, targets, images):
+    del outputs, images
+    return losses.cross_entropy(logits, targets)
+
+  loss = teacher.objective(base)(None, outputs, targets, images)
+  teacher_logits = module.apply(variables, images, train=False)
+  student = outputs['distillation_logits']
+  if target == 'hard':
+    learned = optax.softmax_cross_entropy_with_integer_labels(
+        student, jnp.argmax(teacher_logits, -1))
+  else:  # T^2 KL(teacher || student), both at temperature T = 2
+    p = jax.nn.softmax(teacher_logits / 2)
+    learned = 4 * jnp.sum(p * (jnp.log(p) - jax.nn.log_softmax(student / 2)),
+                          -1)
+  np.testing.assert_allclose(
+      loss, (losses.cross_entropy(outputs['class_logits'], targets) +
+             learned) / 2, rtol=1e-5)
+
+
+def test_the_soft_targets_gradient_pulls_towards_the_teacher():
+  # At T = 1, d KL(p || softmax(z)) / dz = softmax(z) - p.
+  student, teacher = jnp.array([1.0, 2.0, 0.5]), jnp.array([0.3, 2.5, 1.0])
+  grad = jax.grad(lambda z: distillation.soft_target(z, teacher, 1.0))(student)
+  np.testing.assert_allclose(
+      grad, jax.nn.softmax(student) - jax.nn.softmax(teacher), atol=1e-6)

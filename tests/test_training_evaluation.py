@@ -1,13 +1,18 @@
 """vit_jax.training.evaluation: a checkpoint's loss, top-1 and top-5 over a whole split."""
 
-
+import jax
+import numpy as np
 import pytest
 
 from tests.helpers import history
+from tests.helpers import tiny_config
 from tests.helpers import trained_vit_config
 from vit_jax.checkpoints import export
+from vit_jax.checkpoints import reading
+from vit_jax.checkpoints import run_checkpoints
 from vit_jax.errors import ConfigError
 from vit_jax.training import evaluation
+from vit_jax.training import train
 
 def _logged_test(workdir) -> dict:
   return [r for r in history(workdir) if 'test_accuracy' in r][-1]
@@ -23,6 +28,23 @@ def test_a_run_evaluates_to_the_accuracy_it_logged(trained_vit_run):
   assert result['loss'] == pytest.approx(logged['test_loss'], rel=1e-5)
   assert result['top1'] <= result['top5'] <= 1
   assert (result['format'], result['step']) == ('workdir', logged['step'])
+
+
+def test_a_run_with_a_moving_average_evaluates_and_reads_back_the_average(
+    cifar10_binary, tmp_path):
+  data_dir, _ = cifar10_binary  # 96 images: 6 steps an epoch
+  config = tiny_config(data_dir, total_steps=6, ema_decay=0.9)
+  train.train_and_evaluate(config, tmp_path)
+  logged = _logged_test(tmp_path)
+  result = evaluation.evaluate(tmp_path)
+  assert result['top1'] == logged['test_accuracy']
+  assert result['loss'] == pytest.approx(logged['test_loss'], rel=1e-5)
+  with run_checkpoints.RunCheckpoints(tmp_path / 'checkpoints') as saved:
+    state = saved.restore(6).state
+  jax.tree.map(np.testing.assert_array_equal, reading.load_run(tmp_path).params,
+               state['ema_params'])
+  assert not np.array_equal(state['ema_params']['head']['bias'],
+                            state['params']['head']['bias'])
 
 
 def test_a_file_without_a_config_or_of_another_size_is_one_line(

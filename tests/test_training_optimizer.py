@@ -6,12 +6,12 @@ import numpy as np
 import pytest
 
 from tests.helpers import tiny_config
-from vit_jax import config_schema
 from vit_jax.training import optimizer
+from vit_jax.training import plan
 
 
 def _plan(config, steps_per_epoch):
-  return config_schema.step_plan(config, steps_per_epoch)
+  return plan.step_plan(config, steps_per_epoch)
 
 
 def test_learning_rate_warms_up_then_decays_to_zero():

@@ -2,12 +2,11 @@
 
 import time
 
-from vit_jax import config_schema
+from vit_jax.training import plan
 from vit_jax.training import progress
 
-_PLAN = config_schema.StepPlan(steps_per_epoch=10, total_steps=100,
-                               warmup_steps=0, log_every=5, eval_every=10,
-                               checkpoint_every=10)
+_PLAN = plan.StepPlan(steps_per_epoch=10, total_steps=100, warmup_steps=0,
+                      log_every=5, eval_every=10, checkpoint_every=10)
 
 
 def test_the_progress_line_says_step_losses_speed_and_eta():

@@ -32,10 +32,29 @@ def _one_device_train_step(config, images, labels):
                                    mesh)
   model = models.from_config(config, num_classes=10)
   tx = optimizer.create_optimizer(config, lambda step: 1e-3)
-  state = steps.initial_state(jax.random.key(0), model, tx, 32, mesh)
+  state = steps.initial_state(jax.random.key(0), model, tx, 32, mesh,
+                              config.ema_decay)
   step = jax.jit(steps.make_train_step(config, inputs))
   sums = steps.zero_sums(sharding.replicated(mesh))
   return functools.partial(step, sums=sums, data=inputs.train_data), state
+
+
+def test_the_moving_average_follows_the_parameters():
+  # What evaluates it: test_training_evaluation's moving-average run.
+  images, labels = random_cifar(16, 10, seed=0)
+  config = tiny_config('', augment=False, ema_decay=0.5)
+  step, state = _one_device_train_step(config, images, labels)
+  jax.tree.map(np.testing.assert_array_equal, state.ema_params, state.params)
+  expected = state.params
+  for t in range(1, 4):
+    state, _ = step(state, batch=np.arange(16, dtype=np.int32),
+                    key=jax.random.key(t))
+    # TensorFlow's warm-up: min(decay, (1 + t) / (10 + t)) after step t.
+    decay = min(0.5, (1 + t) / (10 + t))
+    expected = jax.tree.map(lambda e, p, d=decay: d * e + (1 - d) * p,
+                            expected, state.params)
+  jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, atol=1e-6),
+               state.ema_params, expected)
 
 
 def test_gradient_accumulation_gives_the_same_step():

@@ -13,9 +13,7 @@ import difflib
 import json
 from typing import Any
 
-from absl import logging
 import ml_collections
-
 
 from vit_jax import models
 from vit_jax.errors import ConfigError
@@ -103,9 +101,16 @@ FIELDS: dict[str, Field] = {
                           'labels mixed by its area; 0: off. With both '
                           'alphas set, each step picks one at random.'),
     'distillation_teacher': Field(
-        '', "DeiT hard distillation: the workdir of a trained run (e.g. a "
+        '', "DeiT distillation: the workdir of a trained run (e.g. a "
         "CNN's) whose predictions teach the student's distillation token "
         '(needs model_overrides.distillation_token=True); empty: none.'),
+    'distillation_target': Field(
+        'hard', "What the distillation token learns of the teacher: 'hard', "
+        "its predicted class (DeiT's default), or 'soft', its probabilities "
+        'at distillation_temperature (objectives.distillation).',
+        ('hard', 'soft')),
+    'distillation_temperature': Field(
+        1.0, "The soft target's temperature (DeiT: 1; Hinton et al.: 2-20)."),
     'locality_guidance_teacher': Field(
         '', 'Locality guidance: the workdir of a trained CNN run whose stage '
         "features the ViT's guided blocks imitate in training (needs "
@@ -166,6 +171,11 @@ FIELDS: dict[str, Field] = {
     'grad_clip_norm': Field(0.0, 'Clip gradients to this global norm; 0: '
                             'no clipping.'),
     'label_smoothing': Field(0.0, 'Label smoothing of the cross-entropy.'),
+    'ema_decay': Field(
+        0.0, 'Keep an exponential moving average of the parameters with '
+        'this decay (reached after 9 / (1 - decay) steps, as TensorFlow\'s '
+        'num_updates), and evaluate, export and analyse it as the run\'s '
+        'model (timm\'s ModelEma; DeiT: 0.99996); 0: none.'),
     'seed': Field(0, 'Seeds initialisation, shuffling, augmentation, '
                   'dropout, and the subsets of a dataset ordered by class.'),
     # The machine.
@@ -197,13 +207,15 @@ FIELDS: dict[str, Field] = {
 _OVERRIDES_MAY_CHANGE = ('remat', 'attention')
 
 _POSITIVE = ('batch_size', 'eval_batch_size', 'image_size', 'learning_rate',
-             'keep_checkpoints', 'grad_accumulation_steps')
+             'keep_checkpoints', 'grad_accumulation_steps',
+             'distillation_temperature')
 _NON_NEGATIVE = ('total_steps', 'num_epochs', 'warmup_steps', 'warmup_epochs',
                  'steps_per_dispatch', 'log_every_steps', 'eval_every_steps',
                  'checkpoint_every_steps', 'train_examples',
                  'train_examples_per_file', 'test_examples', 'weight_decay',
                  'grad_clip_norm', 'locality_guidance_weight', 'cpu_devices',
                  'mixup_alpha', 'cutmix_alpha', 'rand_augment_ops')
+_FRACTIONS = ('label_smoothing', 'ema_decay')
 
 
 def defaults() -> ml_collections.ConfigDict:
@@ -281,9 +293,9 @@ def validate(config: ml_collections.ConfigDict, num_devices: int,
         'config.model_overrides.guided_blocks is set but there is no CNN to '
         'imitate: set --config.locality_guidance_teacher to the workdir of a '
         'trained simple_cnn or small_resnet run.')
-  if not 0 <= config.label_smoothing < 1:
-    raise ConfigError(f'config.label_smoothing={config.label_smoothing} must '
-                      'be in [0, 1).')
+  for name in _FRACTIONS:
+    if not 0 <= config[name] < 1:
+      raise ConfigError(f'config.{name}={config[name]} must be in [0, 1).')
   if config.fsdp != -1 and (config.fsdp < 1 or num_devices % config.fsdp):
     raise ConfigError(
         f'config.fsdp={config.fsdp} does not divide the {num_devices} '
@@ -304,50 +316,8 @@ def validate(config: ml_collections.ConfigDict, num_devices: int,
         f'by the {num_devices} devices.')
 
 
-@dataclasses.dataclass(frozen=True)
-class StepPlan:
-  """The run in steps: its length, warmup, and how often it logs,
-  evaluates and checkpoints (each also happens at the last step)."""
-  steps_per_epoch: int
-  total_steps: int
-  warmup_steps: int
-  log_every: int
-  eval_every: int
-  checkpoint_every: int
-
-  def epoch(self, step: int) -> float:
-    return round(step / self.steps_per_epoch, 4)
-
-  def steps_to_next_event(self, step: int) -> int:
-    """Steps from `step` to the next log, evaluation, checkpoint or the
-    end, whichever comes first."""
-    return min(self.total_steps - step,
-               *(every - step % every for every in
-                 (self.log_every, self.eval_every, self.checkpoint_every)))
-
-
-def step_plan(config, steps_per_epoch: int) -> StepPlan:
-  """Epoch-counted fields converted to steps, once, for a training split of
-  `steps_per_epoch` batches (at least one: `data.create_input` refuses a
-  batch larger than the split)."""
-  total = config.total_steps or config.num_epochs * steps_per_epoch
-  if config.total_steps and config.num_epochs:
-    logging.info('config.total_steps=%d sets the length; config.num_epochs=%d '
-                 'is not used.', config.total_steps, config.num_epochs)
-  warmup = config.warmup_steps or config.warmup_epochs * steps_per_epoch
-  if warmup >= total:
-    logging.warning('The warmup (%d steps) is not shorter than the run (%d '
-                    'steps): the run only warms up.', warmup, total)
-    warmup = total
-  return StepPlan(
-      steps_per_epoch=steps_per_epoch, total_steps=total, warmup_steps=warmup,
-      log_every=config.log_every_steps or steps_per_epoch,
-      eval_every=config.eval_every_steps or steps_per_epoch,
-      checkpoint_every=config.checkpoint_every_steps or steps_per_epoch)
-
-
 # Epoch-counted fields and the step-counted fields that take their place
-# when set (`step_plan`).
+# when set (`training.plan.step_plan`).
 _SET_IN_STEPS_BY = {'num_epochs': 'total_steps',
                     'warmup_epochs': 'warmup_steps'}
 

@@ -121,10 +121,13 @@ def load_run(workdir: str | pathlib.Path, step: int | None = None) -> Run:
                     workdir / 'config.json', problem,
                     checkpoints.directory / str(restored.step))
     config = restored.config
-  # The optimizer state, needed to verify the checkpoint, stays behind.
+  # The optimizer state, needed to verify the checkpoint, stays behind;
+  # the model is the parameters' moving average where the run kept one
+  # (`steps.TrainState`).
   device = jax.local_devices()[0]
+  params = restored.state.get('ema_params') or restored.state['params']
   return Run(ml_collections.ConfigDict(config),
-             jax.device_put(restored.state['params'], device),
+             jax.device_put(params, device),
              jax.device_put(restored.state.get('batch_stats') or {}, device),
              restored.step)
 

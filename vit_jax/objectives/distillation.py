@@ -1,13 +1,17 @@
-"""DeiT's hard distillation (Touvron et al., ICML 2021): a ViT with a
-distillation token learns from a trained teacher's predicted classes.
+"""DeiT's distillation (Touvron et al., ICML 2021): a ViT with a
+distillation token learns from a trained teacher's predictions.
 
 The student (`model_overrides.distillation_token=True`) sows two logits, its
 class head's and its distillation head's (`vit.TRAINING_OUTPUTS`); the
-class head learns the (smoothed, mixed) targets and the distillation head
-the teacher's argmax on the same images, each half of the loss
-(`Teacher.objective`, around the run's other objective). The teacher is one of our own runs
-(`config.distillation_teacher`, read by `teacher_run`), applied in eval
-mode inside the train step.
+class head learns the (smoothed, mixed) targets, the distillation head the
+teacher on the same images, each half of the loss (`Teacher.objective`,
+around the run's other objective). `config.distillation_target` says what
+of the teacher: 'hard', its argmax (DeiT's best), or 'soft', its
+probabilities at `config.distillation_temperature` T, by T^2 times the
+Kullback-Leibler divergence (Hinton et al. 2015; DeiT's soft loss, which
+also divides by the number of classes, and weights it as here, 0.5). The
+teacher is one of our own runs (`config.distillation_teacher`, read by
+`teacher_run`), applied in eval mode inside the train step.
 """
 
 import dataclasses
@@ -23,27 +27,52 @@ from vit_jax.objectives import losses
 from vit_jax.objectives import teacher_run
 
 
+def hard_target(student: jax.Array, teacher: jax.Array,
+                temperature: float) -> jax.Array:
+  """Per-example cross-entropy of `student`'s logits with the teacher's
+  predicted classes."""
+  del temperature
+  return optax.softmax_cross_entropy_with_integer_labels(
+      student, jnp.argmax(teacher, axis=-1))
+
+
+def soft_target(student: jax.Array, teacher: jax.Array,
+                temperature: float) -> jax.Array:
+  """Per-example T^2 KL(teacher || student), both softened by T: the T^2
+  keeps the gradients' scale whatever T (Hinton et al. 2015)."""
+  return temperature**2 * optax.kl_divergence(
+      jax.nn.log_softmax(student / temperature),
+      jax.nn.softmax(teacher / temperature))
+
+
+# What the distillation head learns of the teacher (`distillation_target`).
+TARGETS = {'hard': hard_target, 'soft': soft_target}
+
+
 @dataclasses.dataclass(frozen=True)
 class Teacher:
   module: nn.Module
   variables: Any  # {'params': ..., 'batch_stats': ...}, replicated
   workdir: str
+  target: str = 'hard'
+  temperature: float = 1.0
 
-  def labels(self, images: jax.Array) -> jax.Array:
-    """The teacher's predicted class of each image, in eval mode."""
-    logits = self.module.apply(self.variables, images, train=False)
-    return jnp.argmax(jax.lax.stop_gradient(logits), axis=-1)
+  def logits(self, images: jax.Array) -> jax.Array:
+    """The teacher's logits of each image, in eval mode."""
+    return jax.lax.stop_gradient(
+        self.module.apply(self.variables, images, train=False))
 
   def objective(self, base: losses.Objective) -> losses.Objective:
     """Half `base` on the class head's logits, half the distillation
-    head's loss on the teacher's classes."""
+    head's loss on the teacher's predictions (`TARGETS[target]`)."""
+    learn = TARGETS[self.target]
 
     def distilled(logits: jax.Array, outputs: dict, targets: jax.Array,
                   images: jax.Array) -> jax.Array:
       del logits  # the heads' average, what the student predicts
       return (base(outputs['class_logits'], outputs, targets, images) +
-              optax.softmax_cross_entropy_with_integer_labels(
-                  outputs['distillation_logits'], self.labels(images))) / 2
+              learn(outputs['distillation_logits'], self.logits(images),
+                    self.temperature)) / 2
 
     return distilled
 
@@ -60,4 +89,5 @@ def load_teacher(config, num_classes: int, sharding) -> Teacher | None:
     raise ConfigError(
         f'config.distillation_teacher={config.distillation_teacher} is itself '
         'a distilled ViT; use a run of a model with one head.')
-  return Teacher(module, variables, str(config.distillation_teacher))
+  return Teacher(module, variables, str(config.distillation_teacher),
+                 config.distillation_target, config.distillation_temperature)

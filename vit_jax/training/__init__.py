@@ -3,6 +3,8 @@ workdir)` (`train.py`) is where a run starts.
 
   train.py              the loop, counted in steps: log, evaluate,
                         checkpoint, resume
+  plan.py               the run in steps: its length, warmup and the
+                        intervals of logs, evaluations and checkpoints
   startup.py            what a run builds before its loop: the workdir
                         checked, input, model, objective, compiled steps,
                         the state restored or made

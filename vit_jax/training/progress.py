@@ -3,7 +3,7 @@
 
 import time
 
-from vit_jax import config_schema
+from vit_jax.training import plan as plan_lib
 
 
 def _format_duration(seconds: float) -> str:
@@ -21,7 +21,7 @@ def _format_flops(value: float) -> str:
   return f'{value / 1e6:.0f} MFLOP/s'
 
 
-def progress_line(record: dict, plan: config_schema.StepPlan,
+def progress_line(record: dict, plan: plan_lib.StepPlan,
                   eta_seconds: float) -> str:
   """One logged record as a line: step, epoch, losses and accuracies, the
   learning rate, throughput and ETA."""

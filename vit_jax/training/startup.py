@@ -36,6 +36,7 @@ from vit_jax.runtime import sharding
 from vit_jax.runtime import workdir_lock
 from vit_jax.training import finetune
 from vit_jax.training import optimizer
+from vit_jax.training import plan as plan_lib
 from vit_jax.training import steps
 
 
@@ -123,7 +124,7 @@ class Run:
   workdir: pathlib.Path
   checkpoints: run_checkpoints.RunCheckpoints
   inputs: data.Input
-  plan: config_schema.StepPlan
+  plan: plan_lib.StepPlan
   model: Any
   schedule: Any
   state_shapes: Any
@@ -190,23 +191,22 @@ def build(config, workdir: pathlib.Path,
   replicated = sharding.replicated(mesh)
   inputs = data.create_input(config, mesh)
   stop_if_signalled(signals, checkpoints)
-  plan = config_schema.step_plan(config, inputs.steps_per_epoch)
+  plan = plan_lib.step_plan(config, inputs.steps_per_epoch)
   model = models.from_config(config, inputs.num_classes)
   schedule = optimizer.create_learning_rate_schedule(config, plan)
   tx = optimizer.create_optimizer(config, schedule)
   init_key, step_key = jax.random.split(jax.random.key(config.seed))
-  state_shapes = steps.state_shapes(init_key, model, tx, config.image_size,
-                                    mesh)
+  state_of = (init_key, model, tx, config.image_size, mesh, config.ema_decay)
+  state_shapes = steps.state_shapes(*state_of)
   objective = _objective(config, model, inputs.num_classes, replicated)
   with concurrent.futures.ThreadPoolExecutor(1) as beside:
     initializer = None if checkpoints.steps() else beside.submit(
-        steps.initializer, init_key, model, tx, config.image_size, mesh)
+        steps.initializer, *state_of)
     compiled = steps.compile_steps(config, inputs, state_shapes, step_key,
                                    objective)
     initialize = initializer and initializer.result()
   if initialize is None:  # for a run whose checkpoints all fail to restore
-    initialize = lambda: steps.initializer(
-        init_key, model, tx, config.image_size, mesh)(init_key)
+    initialize = lambda: steps.initializer(*state_of)(init_key)
   else:
     initialize = functools.partial(initialize, init_key)
   stop_if_signalled(signals, checkpoints)
@@ -229,11 +229,14 @@ def restore_or_initialise(run: Run, initialize, pretrained,
                      restored.step, restored.position)
   state = initialize()
   if run.config.init_from:
-    state = state.replace(params=jax.tree.map(
+    params = jax.tree.map(
         lambda x, shape: sharding.replicate(x, shape.sharding),
         finetune.pretrained_params(run.config, run.model, state.params,
                                    pretrained),
-        run.state_shapes.params))
+        run.state_shapes.params)
+    state = state.replace(params=params)
+    if isinstance(state, steps.AveragedTrainState):
+      state = state.replace(ema_params=params)
   return Progress(state, steps.zero_sums(run.replicated), [], 0,
                    run.inputs.position(0))
 

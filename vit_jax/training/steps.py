@@ -21,6 +21,7 @@ import time
 from typing import Any, NamedTuple
 
 from absl import logging
+import flax
 from flax.training import train_state
 import jax
 import jax.numpy as jnp
@@ -44,31 +45,68 @@ EVAL_SUMS = {**METRIC_SUMS, 'correct_top5': jnp.int32}
 
 
 class TrainState(train_state.TrainState):
+  """flax's, with BatchNorm statistics."""
+
   batch_stats: Any = None
 
+  @property
+  def model_params(self) -> Any:
+    """The parameters the run evaluates and its readers load."""
+    return self.params
 
-def _init(key, model, tx, image_size: int) -> TrainState:
+
+class AveragedTrainState(TrainState):
+  """A train state that also keeps the exponential moving average of the
+  parameters (`config.ema_decay`): the model the run evaluates and saves
+  as its own (`reading.load_run`). A class of its own, so that the
+  checkpoints of runs without it keep their tree."""
+
+  ema_params: Any = None
+  ema_decay: float = flax.struct.field(pytree_node=False, default=0.0)
+
+  def apply_gradients(self, *, grads, **kwargs) -> 'AveragedTrainState':
+    state = super().apply_gradients(grads=grads, **kwargs)
+    # TensorFlow's ExponentialMovingAverage with num_updates: a smaller
+    # decay in the first steps, so that the average soon leaves the
+    # initialisation behind; `ema_decay` from step 9 / (1 - ema_decay).
+    step = state.step.astype(jnp.float32)
+    decay = jnp.minimum(self.ema_decay, (1 + step) / (10 + step))
+    return state.replace(ema_params=jax.tree.map(
+        lambda average, param: average + (1 - decay) * (param - average),
+        state.ema_params, state.params))
+
+  @property
+  def model_params(self) -> Any:
+    return self.ema_params
+
+
+def _init(key, model, tx, image_size: int, ema_decay: float) -> TrainState:
   variables = model.init(
       key, jnp.zeros((1, image_size, image_size, 3)), train=False)
-  return TrainState.create(
-      apply_fn=model.apply, params=variables['params'], tx=tx,
-      batch_stats=variables.get('batch_stats'))
+  params = variables['params']
+  averaged = (dict(ema_params=params, ema_decay=ema_decay) if ema_decay
+              else {})
+  return (AveragedTrainState if ema_decay else TrainState).create(
+      apply_fn=model.apply, params=params, tx=tx,
+      batch_stats=variables.get('batch_stats'), **averaged)
 
 
-def _shapes(key, model, tx, image_size: int) -> TrainState:
+def _shapes(key, model, tx, image_size: int, ema_decay: float) -> TrainState:
   return jax.eval_shape(functools.partial(
-      _init, model=model, tx=tx, image_size=image_size), key)
+      _init, model=model, tx=tx, image_size=image_size, ema_decay=ema_decay),
+                        key)
 
 
-def initializer(key, model, tx, image_size: int, mesh: jax.sharding.Mesh
-                ) -> Callable[[jax.Array], TrainState]:
+def initializer(key, model, tx, image_size: int, mesh: jax.sharding.Mesh,
+                ema_decay: float = 0.0) -> Callable[[jax.Array], TrainState]:
   """key -> freshly initialised parameters and optimizer state, laid out
   on `mesh` as `sharding.state_shardings` says (each device initialises
   only its shards; on a CPU, a mimetic model's one device all of it),
   compiled now: a thread can compile it while the steps compile."""
-  shardings = sharding.state_shardings(_shapes(key, model, tx, image_size),
-                                       mesh)
-  init = functools.partial(_init, model=model, tx=tx, image_size=image_size)
+  shardings = sharding.state_shardings(
+      _shapes(key, model, tx, image_size, ema_decay), mesh)
+  init = functools.partial(_init, model=model, tx=tx, image_size=image_size,
+                           ema_decay=ema_decay)
   if getattr(model, 'mimetic_init', False) and jax.default_backend() == 'cpu':
     # Its SVDs deadlock XLA's CPU runtime in a program partitioned over
     # several host devices (jax 0.10.2, 4 devices on 2 cores): one device
@@ -77,18 +115,18 @@ def initializer(key, model, tx, image_size: int, mesh: jax.sharding.Mesh
   return jax.jit(init, out_shardings=shardings).lower(key).compile()
 
 
-def initial_state(key, model, tx, image_size: int,
-                  mesh: jax.sharding.Mesh) -> TrainState:
+def initial_state(key, model, tx, image_size: int, mesh: jax.sharding.Mesh,
+                  ema_decay: float = 0.0) -> TrainState:
   """`initializer`'s state for `key`."""
-  return initializer(key, model, tx, image_size, mesh)(key)
+  return initializer(key, model, tx, image_size, mesh, ema_decay)(key)
 
 
-def state_shapes(key, model, tx, image_size: int,
-                 mesh: jax.sharding.Mesh) -> TrainState:
+def state_shapes(key, model, tx, image_size: int, mesh: jax.sharding.Mesh,
+                 ema_decay: float = 0.0) -> TrainState:
   """The train state's shapes and shardings on `mesh`, computing nothing:
   what the steps compile for and what a checkpoint restores into (whatever
   layout it was saved from)."""
-  shapes = _shapes(key, model, tx, image_size)
+  shapes = _shapes(key, model, tx, image_size, ema_decay)
   return jax.tree.map(
       lambda s, placement: jax.ShapeDtypeStruct(s.shape, s.dtype,
                                                 sharding=placement),
@@ -232,7 +270,8 @@ def eval_step(state: TrainState, sums: dict, data, batch, mask, *, config,
 of the unmasked examples."""
   x, y = inputs.model_inputs(data, batch, None)
   logits = state.apply_fn(
-      models.model_variables(state.params, state.batch_stats), x, train=False)
+      models.model_variables(state.model_params, state.batch_stats), x,
+      train=False)
   loss = losses.cross_entropy(
       logits, losses.soft_targets(y, inputs.num_classes,
                                   config.label_smoothing))

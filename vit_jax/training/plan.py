@@ -1,0 +1,48 @@
+"""The run in steps: the epoch-counted fields of a config converted to
+steps once, and when the loop logs, evaluates and checkpoints."""
+
+import dataclasses
+
+from absl import logging
+
+
+@dataclasses.dataclass(frozen=True)
+class StepPlan:
+  """The run in steps: its length, warmup, and how often it logs,
+  evaluates and checkpoints (each also happens at the last step)."""
+  steps_per_epoch: int
+  total_steps: int
+  warmup_steps: int
+  log_every: int
+  eval_every: int
+  checkpoint_every: int
+
+  def epoch(self, step: int) -> float:
+    return round(step / self.steps_per_epoch, 4)
+
+  def steps_to_next_event(self, step: int) -> int:
+    """Steps from `step` to the next log, evaluation, checkpoint or the
+    end, whichever comes first."""
+    return min(self.total_steps - step,
+               *(every - step % every for every in
+                 (self.log_every, self.eval_every, self.checkpoint_every)))
+
+
+def step_plan(config, steps_per_epoch: int) -> StepPlan:
+  """Epoch-counted fields converted to steps, once, for a training split of
+  `steps_per_epoch` batches (at least one: `data.create_input` refuses a
+  batch larger than the split)."""
+  total = config.total_steps or config.num_epochs * steps_per_epoch
+  if config.total_steps and config.num_epochs:
+    logging.info('config.total_steps=%d sets the length; config.num_epochs=%d '
+                 'is not used.', config.total_steps, config.num_epochs)
+  warmup = config.warmup_steps or config.warmup_epochs * steps_per_epoch
+  if warmup >= total:
+    logging.warning('The warmup (%d steps) is not shorter than the run (%d '
+                    'steps): the run only warms up.', warmup, total)
+    warmup = total
+  return StepPlan(
+      steps_per_epoch=steps_per_epoch, total_steps=total, warmup_steps=warmup,
+      log_every=config.log_every_steps or steps_per_epoch,
+      eval_every=config.eval_every_steps or steps_per_epoch,
+      checkpoint_every=config.checkpoint_every_steps or steps_per_epoch)
