@@ -7,8 +7,11 @@ import pytest
 
 from configs import cifar_small
 from configs import data_efficient
+from experiments.data_efficiency import order
+from experiments.data_efficiency import recipes
 from experiments.data_efficiency import run
 from tests.helpers import finished_run
+from vit_jax import config_schema
 from vit_jax import models
 
 MODELS = ('vit', 'simple_cnn', 'small_resnet')
@@ -17,7 +20,8 @@ MODELS = ('vit', 'simple_cnn', 'small_resnet')
 def _recipe_config(model, ingredients):
   """configs/data_efficient.py with a recipe's overrides applied."""
   config = data_efficient.get_config(model)
-  config.update_from_flattened_dict(run.recipe_overrides(model, ingredients))
+  config.update_from_flattened_dict(
+      recipes.recipe_overrides(model, ingredients))
   return config
 
 
@@ -39,7 +43,8 @@ def test_the_study_recipe_is_the_study_config(model):
 @pytest.mark.parametrize('model', MODELS)
 def test_configs_data_efficient_is_the_full_recipe_without_distillation(
     model):
-  ingredients = run.CUMULATIVE[-2] if model == 'vit' else run.CNN_AUGMENTED
+  ingredients = (recipes.CUMULATIVE[-2] if model == 'vit' else
+                 recipes.CNN_AUGMENTED)
   _assert_same_training(
       _recipe_config(model, ingredients),
       data_efficient.get_config(model))
@@ -56,9 +61,32 @@ def _value(config, key):
 
 def test_each_ingredient_turns_on_what_the_study_leaves_off():
   study = _recipe_config('vit', ())
-  for ingredient, changes in run.INGREDIENTS.items():
+  for ingredient, changes in recipes.INGREDIENTS.items():
     for key, value in changes.items():
       assert _value(study, key) != value, (ingredient, key)
+
+
+def _flat(tree: dict, prefix: str = '') -> dict:
+  flat = {}
+  for key, value in tree.items():
+    if isinstance(value, dict):
+      flat.update(_flat(value, f'{prefix}{key}.'))
+    else:
+      flat[prefix + key] = value
+  return flat
+
+
+@pytest.mark.parametrize('levers', recipes.ROUND_THREE,
+                         ids=lambda levers: levers[-1])
+def test_round_three_adds_one_lever_to_the_best_recipe(levers):
+  best, config = (_recipe_config('vit', ingredients)
+                  for ingredients in (recipes.BEST, levers))
+  for each in (best, config):  # the teachers the runner names (`SOURCES`)
+    each.distillation_teacher = each.locality_guidance_teacher = '/teacher'
+  config_schema.validate(config, num_devices=4)
+  before, after = _flat(best.to_dict()), _flat(config.to_dict())
+  changed = {key for key, value in after.items() if before.get(key) != value}
+  assert changed == set(recipes.INGREDIENTS[levers[-1]])
 
 
 def _fake_training(accuracies, trained):
@@ -77,20 +105,23 @@ def _fake_training(accuracies, trained):
 
 
 def test_the_first_runs_are_the_key_rows_at_seed_zero(tmp_path):
-  planned = list(run.planned_runs(tmp_path, [30, 100]))
+  planned = list(order.planned_runs(tmp_path, [30, 100]))
   assert planned[:5] == [
       ('simple_cnn', (), 30, 0), ('vit', (), 30, 0),
-      ('vit', run.ALL[:-1], 30, 0), ('vit', run.ALL, 30, 0),
+      ('vit', recipes.ALL[:-1], 30, 0), ('vit', recipes.ALL, 30, 0),
       ('vit', ('distillation',), 30, 0)]
   assert len(planned) == len(set(planned))
   # Last, after every seed, the ablation's other steps at the longer budget.
   other_steps = [('spt_lsa',), ('spt_lsa', 'distillation'),
-                 *run.CUMULATIVE[1:-2]]
+                 *recipes.CUMULATIVE[1:-2]]
   assert planned[-6:] == [('vit', i, 100, 0) for i in other_steps]
   assert all(seed == 0 for *_, seed in planned[-6:])
-  # Before them, round two's rows after locality guidance's, just after
-  # the seeds (an empty workdir ranks none of them best).
-  rest = _round_two_after_the_seeds(100)
+  # Before them, round three's levers on the best recipe and round two's
+  # rows after locality guidance's, just after the seeds (an empty workdir
+  # ranks none of them best).
+  rest = [('vit', ingredients, 100, 0)
+          for ingredients in recipes.ROUND_THREE] + (
+              _round_two_after_the_seeds(100))
   assert planned[-6 - len(rest):-6] == rest
   assert max(i for i, (*_, seed) in enumerate(planned) if seed) == (
       len(planned) - 6 - len(rest) - 1)
@@ -108,27 +139,30 @@ def test_seeds_go_to_the_rows_the_seed_zero_runs_rank_best(tmp_path,
   # rows of the share of the gap before the full recipe, which distils, so
   # the teacher's seeds train first.
   rows = ['simple_cnn_study', 'vit_study', 'vit_study+spt_lsa',
-          'small_resnet_study', 'vit_' + run.recipe_name(run.ALL)]
+          'small_resnet_study', 'vit_' + recipes.recipe_name(recipes.ALL)]
   assert seeded == [f'{row}_e30_seed{seed}' for seed in (1, 2)
                     for row in rows]
 
 
 def test_round_two_trains_around_the_seeds_and_can_carry_the_conclusion(
     tmp_path, monkeypatch):
-  planned = list(run.planned_runs(tmp_path, [30, 100]))
+  planned = list(order.planned_runs(tmp_path, [30, 100]))
   for epochs in (30, 100):
     at_budget = [p for p in planned if p[2] == epochs]
     first_seed = next(i for i, (*_, seed) in enumerate(at_budget) if seed)
     first = [('vit', ingredients, epochs, 0)
-             for ingredients in run.ROUND_TWO_FIRST]
+             for ingredients in recipes.ROUND_TWO_FIRST]
     assert at_budget[first_seed - len(first):first_seed] == first
-    rest = _round_two_after_the_seeds(epochs)
+    # At the last budget round three's levers on the best recipe first.
+    rest = ([('vit', ingredients, epochs, 0)
+             for ingredients in recipes.ROUND_THREE] if epochs == 100
+            else []) + _round_two_after_the_seeds(epochs)
     seed_zero = [p for p in at_budget[first_seed:] if not p[3]]
     assert seed_zero[:len(rest)] == rest
   # The short budget's seeds before the long budget's round two.
   assert max(i for i, p in enumerate(planned) if p[2:] == (30, 2)) < min(
       i for i, p in enumerate(planned) if p[2] == 100 and p[1] in
-      run.ROUND_TWO)
+      recipes.ROUND_TWO)
   trained = []
   monkeypatch.setattr(run.runs, 'train', _fake_training({
       ('vit', 'study+distillation+mimetic'): 0.6}, trained))
@@ -145,9 +179,9 @@ def test_round_two_trains_around_the_seeds_and_can_carry_the_conclusion(
 def _round_two_after_the_seeds(epochs):
   """Round two's rows after locality guidance's, at seed 0, each MAE row
   just after the pre-training it reads, the first time one does."""
-  rest = [('vit', ingredients, epochs, 0) for ingredients in run.ROUND_TWO
-          if ingredients not in run.ROUND_TWO_FIRST]
-  pretraining = ('vit', (run.PRETRAINING,), epochs, 0)
+  rest = [('vit', ingredients, epochs, 0) for ingredients in recipes.ROUND_TWO
+          if ingredients not in recipes.ROUND_TWO_FIRST]
+  pretraining = ('vit', (recipes.PRETRAINING,), epochs, 0)
   rest.insert(rest.index(('vit', ('mae',), epochs, 0)), pretraining)
   return rest
 
@@ -161,7 +195,8 @@ def test_locality_guidance_ranked_best_takes_its_seeds_before_the_other_levers(
   names = [name for name, _ in trained]
   first_seed = next(i for i, (_, overrides) in enumerate(trained)
                     if overrides['seed'])
-  other_levers = names.index('vit_study+mimetic_e30_seed0')
+  other_levers = names.index(
+      f'vit_{recipes.recipe_name(recipes.ROUND_THREE[0])}_e30_seed0')
   # Ranked after locality guidance's runs trained, not before.
   assert names.index('vit_study+locality_guidance_e30_seed2') < other_levers
   seeded = trained[first_seed:other_levers]
@@ -197,8 +232,8 @@ def test_an_mae_row_fine_tunes_from_its_pretraining_which_ranks_nowhere(
   assert dict(trained)['vit_study+mae_e30_seed2']['init_from'] == (
       tmp_path / 'vit_study+mae_pretraining_e30_seed2')
   assert not any('mae_pretraining' in recipe for _, recipe in
-                 run.conclusion_rows(run.load_runs(tmp_path), 30))
-  row, = [line for line in run.table(run.load_runs(tmp_path)).splitlines()
+                 order.conclusion_rows(recipes.load_runs(tmp_path), 30))
+  row, = [line for line in run.table(recipes.load_runs(tmp_path)).splitlines()
           if 'mae_pretraining' in line]
   assert 'an online probe' in row and '%' not in row
 
@@ -206,7 +241,7 @@ def test_an_mae_row_fine_tunes_from_its_pretraining_which_ranks_nowhere(
 def test_locality_guidance_imitates_the_teachers_stages():
   student = models.from_config(
       _recipe_config('vit', ('locality_guidance',)), 10)
-  teacher = models.from_config(data_efficient.get_config(run.TEACHER), 10)
+  teacher = models.from_config(data_efficient.get_config(recipes.TEACHER), 10)
   assert student.guidance_widths == teacher.feature_widths
   assert student.guided_blocks == (0, student.num_layers // 2,
                                    student.num_layers - 1)
@@ -238,7 +273,7 @@ def test_the_long_budget_trains_the_two_best_vits_and_each_cnns_best(
 
 
 def test_no_long_budget_rows_before_the_comparison_runs(tmp_path):
-  assert run.long_rows([], 100) == []
+  assert order.long_rows([], 100) == []
 
 
 def test_max_runs_counts_only_new_runs(tmp_path, monkeypatch):
@@ -248,7 +283,7 @@ def test_max_runs_counts_only_new_runs(tmp_path, monkeypatch):
   run.train(tmp_path, tmp_path / 'data', [30], max_runs=2)
   assert [name for name, _ in trained] == [
       'vit_study_e30_seed0',
-      f'vit_{run.recipe_name(run.ALL[:-1])}_e30_seed0']
+      f'vit_{recipes.recipe_name(recipes.ALL[:-1])}_e30_seed0']
 
 
 def test_a_distilled_run_is_taught_by_the_teacher_of_its_budget_and_seed(
@@ -279,7 +314,7 @@ def test_load_runs_reads_model_recipe_and_seed(tmp_path):
   finished_run(tmp_path / 'b', seed=0, description={
       'recipe': 'study+spt_lsa+distillation', 'train_examples': 5000})
   (tmp_path / 'vit_study_e30_seed1').mkdir()  # interrupted: no summary
-  records = run.load_runs(tmp_path)
+  records = recipes.load_runs(tmp_path)
   assert [(r['model'], r['recipe'], r['epochs'], r['seed'],
            r['train_examples']) for r in records] == [
                ('vit', 'study+spt_lsa+distillation', 30, 0, 5000),
@@ -287,11 +322,11 @@ def test_load_runs_reads_model_recipe_and_seed(tmp_path):
 
 
 def test_the_committed_records_name_planned_runs():
-  landed = run.runs.landed(run.HERE / 'results.json', run.record_name)
+  landed = run.runs.landed(run.HERE / 'results.json', recipes.record_name)
   # The long budgets the records have (300 here, 1,000 on a GPU).
   long_budgets = tuple(sorted({r['epochs'] for r in landed.values()}
                               - {30, 100}))
-  planned = {run.run_name(*r) for r in run.planned_runs(
+  planned = {recipes.run_name(*r) for r in order.planned_runs(
       run.HERE / 'no workdir', [30, 100], landed, long_budgets)}
   assert landed and set(landed) <= planned
 
@@ -303,7 +338,7 @@ def test_a_fresh_workdir_trains_only_what_the_committed_records_lack(
   everything = tmp_path / 'elsewhere'
   monkeypatch.setattr(run.runs, 'train', _fake_training({}, []))
   run.train(everything, tmp_path / 'data', [30], max_runs=0)
-  landed = {run.record_name(r): r for r in run.load_runs(everything)}
+  landed = {recipes.record_name(r): r for r in recipes.load_runs(everything)}
   trained = []
   monkeypatch.setattr(run.runs, 'train', _fake_training({}, trained))
   run.train(tmp_path / 'fresh', tmp_path / 'data', [30], max_runs=0,
@@ -311,14 +346,14 @@ def test_a_fresh_workdir_trains_only_what_the_committed_records_lack(
   assert not trained
   # A distilled run that is missing needs its teacher's checkpoint: the
   # teacher trains again first, and its record becomes the new run's.
-  student = f'vit_{run.recipe_name(run.ALL)}_e30_seed2'
+  student = f'vit_{recipes.recipe_name(recipes.ALL)}_e30_seed2'
   del landed[student]
   landed['simple_cnn_study_e30_seed2']['wall_minutes'] = 99.0
   run.train(tmp_path / 'fresh', tmp_path / 'data', [30], max_runs=0,
             landed=landed)
   assert [name for name, _ in trained] == ['simple_cnn_study_e30_seed2',
                                            student]
-  records = run.load_runs(tmp_path / 'fresh', landed)
+  records = recipes.load_runs(tmp_path / 'fresh', landed)
   assert len(records) == len(landed) + 1
   teacher, = [r for r in records if (r['model'], r['seed']) == (
       'simple_cnn', 2)]
@@ -328,9 +363,9 @@ def test_a_fresh_workdir_trains_only_what_the_committed_records_lack(
 def test_max_runs_counts_a_teacher_trained_again(tmp_path, monkeypatch):
   monkeypatch.setattr(run.runs, 'train', _fake_training({}, []))
   run.train(tmp_path / 'elsewhere', tmp_path / 'data', [30], max_runs=0)
-  landed = {run.record_name(r): r
-            for r in run.load_runs(tmp_path / 'elsewhere')}
-  student = f'vit_{run.recipe_name(run.ALL)}_e30_seed1'
+  landed = {recipes.record_name(r): r
+            for r in recipes.load_runs(tmp_path / 'elsewhere')}
+  student = f'vit_{recipes.recipe_name(recipes.ALL)}_e30_seed1'
   del landed[student]
   trained, summaries = [], []
   monkeypatch.setattr(run.runs, 'train', _fake_training({}, trained))
@@ -371,15 +406,16 @@ def test_the_table_gives_each_vit_row_its_share_of_the_gap():
 
 
 def test_labels_read_alone_when_the_previous_step_is_not_shown():
-  full = run.recipe_name(run.ALL)
-  without = run.recipe_name(run.ALL[:-1])
-  assert run._label(full, ['study', without, full]) == '+ distillation'
-  assert run._label(full, ['study', full]) == 'full recipe + distillation'
-  assert run._label(without, ['study', without]) == (
+  full = recipes.recipe_name(recipes.ALL)
+  without = recipes.recipe_name(recipes.ALL[:-1])
+  assert recipes.label(full, ['study', without, full]) == '+ distillation'
+  assert recipes.label(full, ['study', full]) == 'full recipe + distillation'
+  assert recipes.label(without, ['study', without]) == (
       'full recipe without distillation')
-  assert run._label('study+distillation', []) == 'study + distillation alone'
-  assert run._label('study+mimetic', []) == 'study + mimetic alone'
-  assert run._label('study+distillation+mimetic', ['study+distillation']) == (
+  assert recipes.label('study+distillation', []) == 'study + distillation alone'
+  assert recipes.label('study+mimetic', []) == 'study + mimetic alone'
+  assert recipes.label('study+distillation+mimetic',
+                       ['study+distillation']) == (
       'study + distillation + mimetic')
 
 
@@ -390,7 +426,7 @@ def test_a_former_best_keeps_its_seeds_when_another_row_overtakes_it():
 
   records = [record('study+distillation', seed, 0.53) for seed in range(3)]
   records.append(record('study+locality_guidance', 0, 0.61))
-  rows = run.conclusion_rows(records, 30)
+  rows = order.conclusion_rows(records, 30)
   assert rows.index(('vit', ('locality_guidance',))) < rows.index(
       ('vit', ('distillation',)))
-  assert rows[0] == (run.TEACHER, ())
+  assert rows[0] == (recipes.TEACHER, ())

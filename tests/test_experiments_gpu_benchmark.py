@@ -1,6 +1,6 @@
-"""experiments/benchmarks/gpu.py: one model's rows at --smoke's sizes, the
-attention and profile sections, the results file and README section they
-land in, and (slow) the whole --smoke run."""
+"""experiments/benchmarks/gpu.py and gpu_sections.py: one model's rows at
+--smoke's sizes, the attention and profile sections, the results file and
+README section they land in, and (slow) the whole --smoke run."""
 
 import gzip
 import json
@@ -16,6 +16,7 @@ from experiments import runs
 from experiments.benchmarks import gpu
 from experiments.benchmarks import gpu_plan
 from experiments.benchmarks import gpu_report
+from experiments.benchmarks import gpu_sections
 from experiments.benchmarks import gpu_steps
 from experiments.benchmarks import profile_step
 from tests.helpers import random_cifar
@@ -45,7 +46,7 @@ def landed(tmp_path_factory):
   label, model, batch = gpu_plan.SMOKE.models[0]
   rows = gpu_steps.compare_model(label, model, batch, gpu_plan.SMOKE, peaks,
                                  None, 'no torch here')
-  rows += gpu.attention_rows(gpu_plan.SMOKE, seconds_left=60)
+  rows += gpu_sections.attention_rows(gpu_plan.SMOKE, seconds_left=60)
   for row in rows:
     results.add(row)
   results.data['finished'] = True

@@ -1,6 +1,7 @@
 """The package's shape: no import circle among vit_jax's modules, counting
-imports inside functions, no module a reader cannot take in at once, and a
-top level a newcomer reads at a glance."""
+imports inside functions, no module (of vit_jax or the experiments) a
+reader cannot take in at once, and a top level a newcomer reads at a
+glance."""
 
 import ast
 import importlib
@@ -64,10 +65,15 @@ def test_no_import_circle_among_the_modules():
   assert cycle is None, 'import circle: ' + ' -> '.join(cycle)
 
 
-@pytest.mark.parametrize('name', sorted(MODULES))
-def test_no_module_is_over_400_lines(name):
-  lines = len(MODULES[name].read_text().splitlines())
-  assert lines <= MAX_LINES, f'{MODULES[name]} has {lines} lines'
+EXPERIMENTS = sorted(PACKAGE.parent.glob('experiments/**/*.py'))
+
+
+@pytest.mark.parametrize(
+    'path', [MODULES[name] for name in sorted(MODULES)] + EXPERIMENTS,
+    ids=lambda path: str(path.relative_to(PACKAGE.parent)))
+def test_no_module_is_over_400_lines(path):
+  lines = len(path.read_text().splitlines())
+  assert lines <= MAX_LINES, f'{path} has {lines} lines'
 
 
 def test_the_errors_a_user_sees_come_from_one_leaf_module():

@@ -23,8 +23,8 @@ class Plan:
   rounds: int
   matmul_size: int  # the side of the square bf16 matmul timed as a ceiling
   # The study: `python -m vit_jax.main --config=configs/cifar_small.py`
-  # with these overrides (`gpu.STUDY_RUNS`: with a fresh compilation cache,
-  # then with the cache the first run filled).
+  # with these overrides (`gpu_sections.STUDY_RUNS`: with a fresh
+  # compilation cache, then with the cache the first run filled).
   study_overrides: dict
   # Attention alone, forward and backward, at (batch, tokens, heads,
   # head_dim): the einsum path against the fused kernel with the tokens

@@ -1,0 +1,231 @@
+"""The sections `gpu.py` measures besides the train step's (`gpu_steps`),
+each a function that returns its rows: the study in processes of its own
+(`study_rows`), the input pipeline on synthetic JPEGs (`input_rows`),
+attention alone (`attention_rows`) and a profile of the train step
+(`profile_rows`); and `start_worker`, timm's worker for the train step's
+rows."""
+
+import gc
+import json
+import pathlib
+import subprocess
+import sys
+import tempfile
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from experiments.benchmarks import gpu_plan
+from experiments.benchmarks import gpu_steps
+from experiments.benchmarks import profile_step
+from experiments.benchmarks import timm_worker
+from vit_jax import benchmark_input
+from vit_jax.models.layers import fused_attention
+from vit_jax.training import step_benchmark
+
+# The study runs `python -m vit_jax.main` from the checkout's root, where
+# its config is.
+REPO = pathlib.Path(__file__).resolve().parents[2]
+OUT_OF_TIME = gpu_steps.OUT_OF_TIME
+
+
+def run_study(plan: gpu_plan.Plan, cifar_dir: pathlib.Path, timeout: float,
+              env: dict, cache: pathlib.Path, state: str,
+              overrides: dict | None = None) -> dict:
+  """The study in a process of its own, its programs compiled through
+  `cache` (`state`: 'cold', empty; 'warm', filled by a run before), with
+  `overrides` beside the plan's."""
+  overrides = {**plan.study_overrides, **(overrides or {})}
+  row = {'section': 'study', 'config': 'configs/cifar_small.py',
+         'overrides': overrides, 'compilation_cache': state}
+  with tempfile.TemporaryDirectory() as workdir:
+    start = time.time()
+    try:
+      run = subprocess.run(
+          [sys.executable, '-m', 'vit_jax.main',
+           '--config=configs/cifar_small.py', f'--workdir={workdir}',
+           f'--config.data_dir={cifar_dir}',
+           f'--config.compilation_cache_dir={cache}',
+           *(f'--config.{k}={v}' for k, v in overrides.items())],
+          cwd=REPO, env=env, capture_output=True, text=True,
+          timeout=max(timeout, 1))
+    except subprocess.TimeoutExpired:
+      return {**row, 'skipped': f'still running at the end of its budget '
+              f'({timeout:.0f} s)'}
+    if run.returncode:
+      last_line = (run.stderr.strip().splitlines() or [''])[-1]
+      return {**row, 'skipped': f'vit_jax.main exited with {run.returncode}: '
+              f'{last_line}'}
+    summary_file = pathlib.Path(workdir) / 'summary.json'
+    summary = json.loads(summary_file.read_text())
+    # Where its start-up time went, as its log says (the lines that
+    # name the phases, cut at 300 characters).
+    phases = [line[:300] for line in run.stderr.splitlines()
+              if any(word in line for word in (
+                  'Compil', 'parameters) on', 'Resumed', 'step 39/',
+                  'Done:'))]
+    return {**row, 'end_to_end_seconds': summary_file.stat().st_mtime - start,
+            'train_seconds': summary['train_seconds'],
+            'epochs': summary['epochs'], 'steps': summary['steps'],
+            'best_test_accuracy': summary['best_test_accuracy'],
+            'log': phases}
+
+
+# The study's runs: with a cold, then a warm compilation cache; then warm
+# with one train step a call, the default before issue 47, to see what
+# many steps a call (`vit_jax.dispatch`) gives on the GPU.
+STUDY_RUNS = (('cold', {}), ('warm', {}),
+              ('warm', {'steps_per_dispatch': 1}))
+
+
+def study_rows(plan: gpu_plan.Plan, cifar_dir: pathlib.Path,
+               seconds_left, env: dict) -> list[dict]:
+  """The study's `STUDY_RUNS`, sharing one compilation cache."""
+  rows = []
+  with tempfile.TemporaryDirectory() as cache:
+    for state, overrides in STUDY_RUNS:
+      if seconds_left() <= 0:
+        rows.append({'section': 'study', 'config': 'configs/cifar_small.py',
+                     'overrides': {**plan.study_overrides, **overrides},
+                     'compilation_cache': state, 'skipped': OUT_OF_TIME})
+        continue
+      rows.append(run_study(plan, cifar_dir, seconds_left(), env,
+                            pathlib.Path(cache), state, overrides))
+  return rows
+
+
+def write_jpegs(folder: pathlib.Path, count: int, size: tuple[int, int]):
+  """An image folder of `count` training JPEGs (and one test image) of
+  `size`: 16 distinct smooth, lightly noisy images, repeated (the loader
+  decodes each file anew)."""
+  from PIL import Image  # pylint: disable=g-import-not-at-top
+  rng = np.random.default_rng(0)
+  width, height = size
+  encoded = []
+  for i in range(16):
+    coarse = rng.integers(0, 256, (height // 16 + 1, width // 16 + 1, 3),
+                          np.uint8)
+    smooth = np.asarray(Image.fromarray(coarse).resize(size, Image.BICUBIC))
+    noisy = smooth + rng.integers(-8, 9, smooth.shape)
+    path = folder / f'{i}.jpg'
+    Image.fromarray(noisy.clip(0, 255).astype(np.uint8)).save(path,
+                                                              quality=90)
+    encoded.append(path.read_bytes())
+    path.unlink()
+  for split, images in (('train', count), ('test', 1)):
+    (folder / split / 'a').mkdir(parents=True)
+    for i in range(images):
+      (folder / split / 'a' / f'{i}.jpg').write_bytes(encoded[i % 16])
+
+
+def input_rows(plan: gpu_plan.Plan, seconds_left: float) -> list[dict]:
+  """`benchmark_input` with threads (0) and a worker process per core
+  (-1), both on all cores."""
+  width, height = plan.jpeg_size
+  row = {'section': 'input', 'image_size': plan.input_image_size,
+         'batch_size': plan.input_batch_size,
+         'source': f'{width}x{height} JPEGs to {plan.input_image_size} px, '
+                   f'batch {plan.input_batch_size}'}
+  if seconds_left <= 0:
+    return [{**row, 'skipped': OUT_OF_TIME}]
+  with tempfile.TemporaryDirectory() as folder:
+    write_jpegs(pathlib.Path(folder),
+                (plan.input_steps + 1) * plan.input_batch_size,
+                plan.jpeg_size)
+    config = benchmark_input.loader_config(
+        'image_folder', folder, plan.input_batch_size,
+        plan.input_image_size, plan.input_steps)
+    try:
+      results = benchmark_input.run_benchmark(config, plan.input_steps,
+                                              [0, -1], plan.input_rounds)
+    except Exception as e:  # pylint: disable=broad-except
+      # The input's failure is its row's note; the GPU rows still run.
+      return [{**row, 'skipped': gpu_steps.failure_note(e)}]
+  return [{**row, **r} for r in results]
+
+
+def start_worker(python: str) -> tuple[timm_worker.TimmWorker | None, str]:
+  """The timm worker, or None and why not."""
+  try:
+    return timm_worker.TimmWorker(python), ''
+  except (timm_worker.WorkerError, OSError) as e:
+    return None, f'torch and timm do not import in {python} ({e})'
+
+
+def attention_rows(plan: gpu_plan.Plan, seconds_left: float) -> list[dict]:
+  """Attention alone at `plan.attention_shape`, forward and backward in
+  bfloat16: the einsum path's core and the fused kernel with the tokens
+  padded to each of `plan.token_multiples` (cuDNN's on a GPU, XLA's
+  elsewhere), each the median of `plan.steps` calls."""
+  batch, tokens, heads, head_dim = plan.attention_shape
+  row = {'section': 'attention', 'shape': list(plan.attention_shape)}
+  if seconds_left <= 0:
+    return [{**row, 'skipped': OUT_OF_TIME}]
+  kernel = 'cudnn' if fused_attention.cudnn_applies(
+      jax.devices()[0], jnp.bfloat16, head_dim) else 'xla'
+  q, k, v = jax.random.normal(jax.random.key(0), (3, batch, tokens, heads,
+                                                  head_dim), jnp.bfloat16)
+  scale = head_dim**-0.5
+
+  def einsum(q, k, v):  # MultiHeadSelfAttention's, in its layout
+    q, k, v = (x.transpose(0, 2, 1, 3) for x in (q, k, v))
+    logits = jnp.einsum('bhqe,bhke->bhqk', q * jnp.bfloat16(scale), k)
+    weights = jax.nn.softmax(logits.astype(jnp.float32)).astype(q.dtype)
+    return jnp.einsum('bhqk,bhke->bhqe', weights, v)
+
+  candidates = {'einsum': einsum}
+  for multiple in plan.token_multiples:
+    candidates[f'{kernel}, tokens padded to a multiple of {multiple}'] = (
+        lambda q, k, v, m=multiple: fused_attention.attend(
+            q, k, v, scale=scale, implementation=kernel, token_multiple=m))
+  rows = []
+  for name, forward in candidates.items():
+    step = jax.jit(jax.grad(lambda q, k, v, f=forward: f(q, k, v).astype(
+        jnp.float32).sum(), argnums=(0, 1, 2)))
+    try:
+      seconds = step_benchmark.median_seconds(lambda: step(q, k, v),
+                                              plan.steps)
+    except Exception as e:  # pylint: disable=broad-except
+      rows.append({**row, 'variant': name,
+                   'skipped': gpu_steps.failure_note(e)})
+      continue
+    rows.append({**row, 'variant': name, 'ms': 1000 * seconds})
+  return rows
+
+
+def profile_rows(plan: gpu_plan.Plan, seconds_left) -> list[dict]:
+  """A trace of `plan.profile_steps` train steps of the first
+  `plan.profile_models` models (attention 'auto'), summed by kind of work,
+  each while `seconds_left()` is positive."""
+  rows = []
+  for label, model, batch in plan.models[:plan.profile_models]:
+    row = {'section': 'profile', 'model': label, 'batch_size': batch}
+    if seconds_left() <= 0:
+      rows.append({**row, 'skipped': OUT_OF_TIME})
+      continue
+    try:
+      bench, batch = gpu_steps.fitting_ours(plan, model, batch,
+                                            attention='auto')
+      step = step_benchmark.median_seconds(bench.train_step, plan.steps)
+      with tempfile.TemporaryDirectory() as trace_dir:
+        with jax.profiler.trace(trace_dir, create_perfetto_trace=True):
+          for _ in range(plan.profile_steps):
+            jax.block_until_ready(bench.train_step())
+        trace = next(pathlib.Path(trace_dir).rglob('perfetto_trace.json.gz'))
+        kinds, heaviest = profile_step.summarize_device(trace,
+                                                        plan.profile_steps)
+    except Exception as e:  # pylint: disable=broad-except
+      rows.append({**row, 'skipped': gpu_steps.failure_note(e)})
+      continue
+    finally:
+      bench = None
+      gc.collect()
+    if not kinds:
+      rows.append({**row, 'skipped': 'the trace holds no accelerator '
+                   'kernels (a CPU)'})
+      continue
+    rows.append({**row, 'batch_size': batch, 'step_ms': 1000 * step,
+                 'ms_per_step_by_kind': kinds, 'heaviest_kernels': heaviest})
+  return rows

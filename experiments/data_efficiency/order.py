@@ -1,0 +1,167 @@
+"""Which runs the data-efficiency experiment trains, most informative
+first, and what each reads: the rows that carry a budget's conclusion get
+their seeds; the long budgets take the best rows."""
+
+import pathlib
+import sys
+
+from experiments import runs
+from experiments.data_efficiency import recipes
+
+
+def conclusion_rows(records: list[dict], epochs: int) -> list[tuple]:
+  """(model, ingredients) of the rows that carry the conclusion at a budget,
+  in the order their seeds train: the teacher where a row needs it
+  (`recipes.SOURCES`), then the three rows the share of the gap is computed
+  from (the ViT's study recipe, and its best recipe and the best CNN, model
+  and recipe, as seed 0 ranks them), then the ViT's full recipe, then any
+  row with seeds already run (a former best, which keeps its three)."""
+  study, full = recipes.CUMULATIVE[0], recipes.CUMULATIVE[-1]
+  at_budget = [r for r in records
+               if r['epochs'] == epochs and recipes.ranked(r)]
+  seed_zero = [r for r in at_budget if r['seed'] == 0]
+  rows = [('vit', study)]
+  for kind in (('vit',), ('simple_cnn', 'small_resnet')):
+    candidates = [r for r in seed_zero if r['model'] in kind]
+    if candidates:
+      best = max(candidates, key=lambda r: r['best_test_accuracy'])
+      rows.append((best['model'], recipes.ingredients_of(best['recipe'])))
+  rows.append(('vit', full))
+  rows += [(r['model'], recipes.ingredients_of(r['recipe'])) for r in at_budget
+           if r['seed']]
+  if any(recipes.needs_teacher(ingredients) for _, ingredients in rows):
+    rows.insert(0, (recipes.TEACHER, study))
+  return list(dict.fromkeys(rows))
+
+
+def long_rows(records: list[dict], epochs: int) -> list[tuple]:
+  """(model, ingredients) of the rows trained at the long budgets: the two
+  best ViT recipes and each CNN's best recipe at `epochs` (the longest
+  comparison budget), by their mean best test accuracy over the seeds run;
+  the teacher first where a ViT row needs it. Empty before any ran."""
+  means = {key: float(recipes.accuracies(group).mean())
+           for key, group in recipes.group_runs(
+               filter(recipes.ranked, records)).items()
+           if key[0] == epochs}
+
+  def best(model):
+    return sorted(((accuracy, recipe) for (_, m, recipe), accuracy
+                   in means.items() if m == model), reverse=True)
+
+  rows = [('vit', recipes.ingredients_of(recipe))
+          for _, recipe in best('vit')[:2]]
+  rows += [(model, recipes.ingredients_of(best(model)[0][1]))
+           for model in ('simple_cnn', 'small_resnet') if best(model)]
+  if any(recipes.needs_teacher(ingredients) for _, ingredients in rows):
+    rows.insert(0, (recipes.TEACHER, ()))
+  return list(dict.fromkeys(rows))
+
+
+def planned_runs(workdir: pathlib.Path, budgets: list[int],
+                 landed: dict[str, dict] | None = None,
+                 long_budgets: tuple[int, ...] = ()):
+  """`_rows_in_order`, each run just after the pre-training it reads
+  (`recipes.SOURCES`), the first time one does."""
+  planned = set()
+  for model, ingredients, epochs, seed in _rows_in_order(
+      workdir, budgets, landed, long_budgets):
+    sources = [(*recipes.SOURCES[i][1], epochs, seed) for i in ingredients
+               if i in recipes.SOURCES
+               and recipes.PRETRAINING in recipes.SOURCES[i][1][1]]
+    for run in sources + [(model, ingredients, epochs, seed)]:
+      if run not in planned:
+        planned.add(run)
+        yield run
+
+
+def _rows_in_order(workdir: pathlib.Path, budgets: list[int],
+                   landed: dict[str, dict] | None,
+                   long_budgets: tuple[int, ...]):
+  """(model, ingredients, epochs, seed), most informative first: at the
+  first budget, the teacher, the ViT's study and full recipes (without and
+  with distillation) and distillation alone, the other steps and
+  combinations, and the CNNs with both recipes (seed 0); at each longer
+  budget the same without the other steps; then, budget by budget,
+  `recipes.ROUND_TWO_FIRST` (seed 0), so that one of them can carry the
+  conclusion, seeds 1 and 2 of `conclusion_rows` (chosen when the runner
+  gets there, from the seed-0 runs then finished, in `workdir` or
+  `landed`), at the last budget round three's levers on the best recipe
+  (seed 0), the rest of round two, each followed by the seeds of a row it
+  makes the best: a short budget's conclusion lands before the longer
+  budgets' rows; last, the other steps at the longer budgets. Then, at
+  each of `long_budgets`, `long_rows` with seeds 0, 1 and 2 (chosen when
+  the runner gets there)."""
+  study, full = recipes.CUMULATIVE[0], recipes.CUMULATIVE[-1]
+  key_rows = [study, recipes.CUMULATIVE[-2], full, ('distillation',)]
+  between = [r for r in recipes.ON_STUDY + recipes.CUMULATIVE[1:-2]
+             if r not in key_rows]
+  first, *longer = budgets
+
+  def seed_zero(epochs, ablation):
+    yield recipes.TEACHER, study, epochs, 0
+    for ingredients in key_rows + ablation:
+      yield 'vit', ingredients, epochs, 0
+    for model in ('simple_cnn', 'small_resnet'):
+      for ingredients in (study, recipes.CNN_AUGMENTED):
+        if (model, ingredients) != (recipes.TEACHER, study):
+          yield model, ingredients, epochs, 0
+
+  yield from seed_zero(first, between)
+  for epochs in longer:
+    yield from seed_zero(epochs, [])
+  round_two_rest = [r for r in recipes.ROUND_TWO
+                    if r not in recipes.ROUND_TWO_FIRST]
+  for epochs in budgets:
+    round_three = recipes.ROUND_THREE if epochs == budgets[-1] else []
+    for levers in (recipes.ROUND_TWO_FIRST, round_three, round_two_rest):
+      for ingredients in levers:
+        yield 'vit', ingredients, epochs, 0
+      rows = conclusion_rows(recipes.load_runs(workdir, landed), epochs)
+      for seed in (1, 2):
+        for model, ingredients in rows:
+          yield model, ingredients, epochs, seed
+  for epochs in longer:
+    for ingredients in between:
+      yield 'vit', ingredients, epochs, 0
+  for epochs in long_budgets:
+    rows = long_rows(recipes.load_runs(workdir, landed), budgets[-1])
+    for seed in (0, 1, 2):
+      for model, ingredients in rows:
+        yield model, ingredients, epochs, seed
+
+
+def unfinished_runs(workdir: pathlib.Path, budgets: list[int],
+                     landed: dict[str, dict], long_budgets: tuple[int, ...]):
+  """(directory, model, recipe, overrides) of each planned run not yet
+  finished, in order; first, the run it reads (`recipes.SOURCES`: the
+  teacher of a
+  distilled or guided run, an MAE's pre-training) where only that run's
+  record landed. Lazy: a source is looked for after the runs before it have
+  trained."""
+  for model, ingredients, epochs, seed in planned_runs(workdir, budgets,
+                                                       landed, long_budgets):
+    name = recipes.run_name(model, ingredients, epochs, seed)
+    if name in landed or runs.finished(workdir / name):
+      continue
+    overrides = run_overrides(model, ingredients, epochs, seed)
+    for field, (source_model, source_ingredients) in (
+        recipes.SOURCES[i] for i in ingredients if i in recipes.SOURCES):
+      source = workdir / recipes.run_name(source_model, source_ingredients,
+                                          epochs, seed)
+      if source.name in landed and not runs.finished(source):
+        # The run needs the checkpoint, gone with the workdir its record
+        # came from; the retrained run's record replaces it.
+        print(f'retraining {source.name}: its checkpoint is not in '
+              f'{workdir}', flush=True)
+        yield (source, source_model, recipes.recipe_name(source_ingredients),
+               run_overrides(source_model, source_ingredients, epochs, seed))
+      if not runs.finished(source):
+        sys.exit(f'error: {source}, which {name} reads, has not finished.')
+      overrides[field] = source
+    yield workdir / name, model, recipes.recipe_name(ingredients), overrides
+
+
+def run_overrides(model: str, ingredients: tuple[str, ...], epochs: int,
+                   seed: int) -> dict:
+  return {'num_epochs': epochs, 'seed': seed,
+          **recipes.recipe_overrides(model, ingredients)}
