@@ -203,18 +203,19 @@ def catch_stop_signals() -> None:
   run trains they go on to it (`run_to_its_end`); otherwise the runner
   ends at once in one line, its records as they were (`write_summary`)."""
   stop_signals.catch(
-      at_once='stopped the runner; its results, figure and README are as '
+      at_once='stopped the runner; its results, figures and README are as '
       'they were')
 
 
-def write_summary(folder: pathlib.Path, results, searched: str,
-                  sections: dict[str, str], figure: str | None = None,
-                  plot: Callable[[object, pathlib.Path], None] | None = None):
-  """`results` as folder/results.json (what `landed` reads back), drawn by
-  `plot` as folder/`figure`, and each of `sections` (name -> text) between
-  its markers in folder/README.md, as one set (`files.replace_together`):
-  a failure or a stop signal leaves the three as they were. One clear
-  error (exit) if there are no results, found in `searched`."""
+def write_summary(
+    folder: pathlib.Path, results, searched: str, sections: dict[str, str],
+    figures: dict[str, Callable[[object, pathlib.Path], None]] | None = None):
+  """`results` as folder/results.json (what `landed` reads back), drawn as
+  each of `figures` (file name -> plot(results, path)) in folder, and each
+  of `sections` (name -> text) between its markers in folder/README.md, as
+  one set (`files.replace_together`): a failure or a stop signal leaves
+  them all as they were. One clear error (exit) if there are no results,
+  found in `searched`."""
   if not results:
     sys.exit(f'error: no finished runs in {searched}.')
   readme = folder / 'README.md'
@@ -225,14 +226,14 @@ def write_summary(folder: pathlib.Path, results, searched: str,
       folder / 'results.json':
           lambda partial: partial.write_text(_results_text(results)),
       readme: lambda partial: partial.write_text(text)}
-  if figure is not None:
-    writes[folder / figure] = lambda partial: plot(results, partial)
+  for name, plot in (figures or {}).items():
+    writes[folder / name] = lambda partial, plot=plot: plot(results, partial)
   try:
     files.replace_together(writes)
   except OSError as e:  # a full or read-only disk
     sys.exit('error: ' + errors.write_failed(
         folder / 'results.json', e,
-        'results.json, the figure and the README are as they were'))
+        'results.json, the figures and the README are as they were'))
 
 
 def _results_text(results) -> str:

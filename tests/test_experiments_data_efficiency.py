@@ -7,6 +7,7 @@ import pytest
 
 from configs import cifar_small
 from configs import data_efficient
+from experiments.data_efficiency import budgets
 from experiments.data_efficiency import order
 from experiments.data_efficiency import recipes
 from experiments.data_efficiency import run
@@ -403,6 +404,36 @@ def test_the_table_gives_each_vit_row_its_share_of_the_gap():
   # of two means of three seeds, each with a sample deviation of 1 point.
   assert rows['study+distillation'][4] == '10% (+2.0 ± 0.8)'
   assert rows['study+spt_lsa'][4] == '-5% (-1.0)'
+
+
+def test_the_answer_across_budgets_compares_the_best_vit_with_the_best_cnn(
+    tmp_path):
+  def seeds(model, recipe, accuracies, epochs):
+    return [{**_record(model, recipe, a, seed), 'epochs': epochs}
+            for seed, a in enumerate(accuracies)]
+
+  records = [
+      *seeds('small_resnet', 'study', [0.68, 0.67, 0.69], 30),
+      *seeds('simple_cnn', 'study', [0.66, 0.67, 0.68], 30),
+      *seeds('vit', 'study', [0.50, 0.51, 0.52], 30),
+      *seeds('vit', 'study+distillation', [0.60, 0.62, 0.64], 30),
+      *seeds('small_resnet', 'study', [0.73, 0.74, 0.72], 300),
+      *seeds('vit', 'study', [0.56], 300),
+      *seeds('vit', 'study+distillation', [0.73, 0.74, 0.75], 300)]
+  rows = budgets.best_rows(records)
+  assert list(rows) == [30, 300]
+  assert rows[30]['vit'][0] == 'study+distillation'
+  assert rows[30]['study'][0] == 'study'
+  assert rows[300]['small_resnet'][0] == 'study'
+  lines = budgets.answer(records).splitlines()
+  assert lines[0].startswith(
+      "- 30 epochs: the ViT's best, `study+distillation`, 62.0 ± 2.0 (n=3), "
+      'against SmallResNet `study`, 68.0 ± 1.0 (n=3): -6.0 points')
+  assert '+1.0 points' in lines[1]
+  assert lines[-1] == ('A pure ViT matches the best CNN, over three seeds, '
+                       'at 300 epochs.')
+  budgets.plot(records, tmp_path / 'budgets.png')
+  assert (tmp_path / 'budgets.png').stat().st_size > 0
 
 
 def test_labels_read_alone_when_the_previous_step_is_not_shown():

@@ -205,7 +205,7 @@ def test_write_summary_writes_results_figure_and_sections(tmp_path):
   readme.write_text(''.join(''.join(runs.section_markers(name))
                             for name in ('a', 'b')))
   runs.write_summary(tmp_path, [{'seed': 0}], 'workdir', {'a': 'A', 'b': 'B'},
-                     'figure.png', _draw)
+                     {'figure.png': _draw})
   assert runs.landed(tmp_path / 'results.json', lambda r: 'run') == {
       'run': {'seed': 0}}
   assert (tmp_path / 'figure.png').read_bytes() == b'[{"seed": 0}]'
@@ -220,7 +220,7 @@ def test_write_summary_writes_results_figure_and_sections(tmp_path):
 def _earlier_summary(folder):
   (folder / 'README.md').write_text(''.join(runs.section_markers('a')))
   runs.write_summary(folder, [{'seed': 0}], 'workdir', {'a': 'old'},
-                     'figure.png', _draw)
+                     {'figure.png': _draw})
   return {p.name: p.read_bytes() for p in folder.iterdir()}
 
 
@@ -234,10 +234,10 @@ def test_a_summary_on_a_full_disk_is_one_line_and_leaves_the_earlier_one(
 
   with pytest.raises(SystemExit, match=re.escape(
       f'error: Writing {tmp_path / "results.json"} failed (OSError: [Errno '
-      '28] No space left on device); results.json, the figure and the README '
+      '28] No space left on device); results.json, the figures and the README '
       f'are as they were. Free space there (df -h {tmp_path}).')):
     runs.write_summary(tmp_path, [{'seed': 1}], 'workdir', {'a': 'new'},
-                       'figure.png', fill)
+                       {'figure.png': fill})
   assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == earlier
 
 
@@ -258,13 +258,13 @@ def draw(results, path):
 
 runs.catch_stop_signals()
 runs.write_summary(pathlib.Path({str(tmp_path)!r}), [{{'seed': 1}}], 'w',
-                   {{'a': 'new'}}, 'figure.png', draw)
+                   {{'a': 'new'}}, {{'figure.png': draw}})
 """], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
   assert runner.stdout.readline() == 'drawing\n'
   runner.send_signal(signal.SIGINT)
   assert runner.wait(timeout=30) == 130
   assert runner.stderr.read() == (
-      '\nCtrl-C: stopped the runner; its results, figure and README are as '
+      '\nCtrl-C: stopped the runner; its results, figures and README are as '
       'they were.\n')
   assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == earlier
 

@@ -30,6 +30,7 @@ from absl import flags
 import numpy as np
 
 from experiments import runs
+from experiments.data_efficiency import budgets as budgets_lib
 from experiments.data_efficiency import order
 from experiments.data_efficiency import recipes
 from vit_jax.analysis import plotting
@@ -147,9 +148,9 @@ def plot(records: list[dict], path: pathlib.Path):
 def summarize(workdir: pathlib.Path, budgets: list[int],
               landed: dict[str, dict],
               long_budgets: tuple[int, ...] = ()) -> list[dict]:
-  """Writes results.json, ablation.png and the README's table and missing
-  runs from the runs finished in `workdir` or `landed`; returns their
-  records."""
+  """Writes results.json, ablation.png, budgets.png and the README's table,
+  answer across budgets and missing runs from the runs finished in
+  `workdir` or `landed`; returns their records."""
   records = recipes.load_runs(workdir, landed)
   planned = list(order.planned_runs(workdir, budgets, landed, long_budgets))
   minutes = {
@@ -158,9 +159,10 @@ def summarize(workdir: pathlib.Path, budgets: list[int],
       for model, ingredients, epochs, seed in planned}
   runs.write_summary(HERE, records, f'{workdir} or results.json', {
       'ablation table': table(records),
+      'answer across budgets': budgets_lib.answer(records),
       'missing runs': runs.missing_runs(
           list(minutes), {recipes.record_name(r) for r in records}, minutes)},
-                     'ablation.png', plot)
+                     {'ablation.png': plot, 'budgets.png': budgets_lib.plot})
   return records
 
 

@@ -178,7 +178,8 @@ def summarize(workdir: pathlib.Path, planned: list,
       'results table': table(records),
       'missing runs': runs.missing_runs(
           [run_name(*run) for run in planned],
-          {record_name(r) for r in records})}, 'accuracy_vs_size.png', plot)
+          {record_name(r) for r in records})},
+                     {'accuracy_vs_size.png': plot})
   return records
 
 

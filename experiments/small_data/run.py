@@ -228,7 +228,7 @@ def main(argv):
   runs.write_summary(HERE, results, str(workdir),
                      {'results table': table(results),
                       'batch-size table': batch_size_table(results)},
-                     'learning_curves.png', plot)
+                     {'learning_curves.png': plot})
   print(table(results), batch_size_table(results), sep='\n\n')
 
 

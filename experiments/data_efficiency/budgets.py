@@ -1,0 +1,103 @@
+"""The answer across budgets: at each training budget, the study's ViT, the
+best ViT recipe and each CNN's best recipe, seeds as error bars
+(`plot`), and at which budget, if any, a pure ViT matches the best CNN
+(`answer`)."""
+
+import pathlib
+
+import numpy as np
+
+from experiments import runs
+from experiments.data_efficiency import recipes
+from vit_jax.analysis import plotting
+
+MODELS = ('simple_cnn', 'small_resnet')
+
+
+def best_rows(records: list[dict]) -> dict[int, dict[str, tuple]]:
+  """Per budget: 'study' (the study's ViT), 'vit' (the ViT's best recipe)
+  and each CNN (its best recipe), each (recipe, its runs), the best by
+  the mean best test accuracy over the seeds run."""
+  rows = {}
+  for (epochs, model, recipe), group in recipes.group_runs(
+      filter(recipes.ranked, records)).items():
+    at_budget = rows.setdefault(epochs, {})
+    if model == 'vit' and recipe == 'study':
+      at_budget['study'] = (recipe, group)
+    best = at_budget.get(model)
+    if best is None or (recipes.accuracies(group).mean() >
+                        recipes.accuracies(best[1]).mean()):
+      at_budget[model] = (recipe, group)
+  return dict(sorted(rows.items()))
+
+
+def _mean_and_spread(group: list[dict]) -> tuple[float, float]:
+  accuracies = recipes.accuracies(group)
+  return accuracies.mean(), (accuracies.std(ddof=1) if len(accuracies) > 1
+                             else 0.0)
+
+
+def plot(records: list[dict], path: pathlib.Path):
+  plt = plotting.pyplot()
+  rows = best_rows(records)
+  fig, ax = plt.subplots(figsize=(7, 4.5))
+  lines = (('study', 'ViT-Tiny, study recipe', 'tab:gray', 's'),
+           ('vit', 'ViT-Tiny, best recipe', 'tab:blue', 'o'),
+           ('simple_cnn', 'SimpleCNN, best recipe', 'tab:red', '^'),
+           ('small_resnet', 'SmallResNet, best recipe', 'tab:green', 'v'))
+  for key, label, color, marker in lines:
+    budgets = [epochs for epochs in rows if key in rows[epochs]]
+    points = [_mean_and_spread(rows[epochs][key][1]) for epochs in budgets]
+    ax.errorbar(budgets, [mean for mean, _ in points],
+                yerr=[spread for _, spread in points], color=color,
+                marker=marker, capsize=3, label=label)
+  ax.set_xscale('log')
+  ax.set_xticks(list(rows), [str(epochs) for epochs in rows])
+  ax.minorticks_off()
+  ax.set_xlabel('training budget (epochs over the 5,000 images)')
+  ax.set_ylabel('best test accuracy (%), mean ± std over seeds')
+  ax.set_title('Does a pure ViT catch the CNNs with a longer budget?')
+  ax.legend(fontsize=8, loc='lower right')
+  ax.grid(alpha=0.3)
+  fig.tight_layout()
+  plotting.save_figure(fig, path)
+
+
+def _cost(group: list[dict]) -> str:
+  """The mean wall minutes of a row's runs, per device."""
+  by_device = {}
+  for r in group:
+    by_device.setdefault(r['device'], []).append(r['wall_minutes'])
+  return ' and '.join(
+      f'{np.mean(minutes):.0f} min on this 2-core CPU' if device == 'cpu'
+      else f'{np.mean(minutes):.1f} min on an {device}'
+      for device, minutes in by_device.items())
+
+
+def answer(records: list[dict]) -> str:
+  """One line per budget: the best ViT recipe against the best CNN, the
+  difference of their means and what the ViT's runs cost; then whether a
+  ViT got there."""
+  lines = []
+  matched = []
+  for epochs, row in best_rows(records).items():
+    cnns = [row[model] + (model,) for model in MODELS if model in row]
+    if 'vit' not in row or not cnns:
+      continue
+    (vit_recipe, vit), (cnn_recipe, cnn, cnn_model) = row['vit'], max(
+        cnns, key=lambda c: recipes.accuracies(c[1]).mean())
+    difference = (recipes.accuracies(vit).mean() -
+                  recipes.accuracies(cnn).mean())
+    if difference >= 0 and len(vit) >= 3:
+      matched.append(epochs)
+    lines.append(
+        f'- {epochs} epochs: the ViT\'s best, `{vit_recipe}`, '
+        f'{runs.mean_std([r["best_test_accuracy"] for r in vit], True)}, '
+        f'against {runs.NAMES[cnn_model]} `{cnn_recipe}`, '
+        f'{runs.mean_std([r["best_test_accuracy"] for r in cnn], True)}: '
+        f'{difference:+.1f} points; a run of that ViT took {_cost(vit)}.')
+  verdict = (f'A pure ViT matches the best CNN, over three seeds, at '
+             f'{", ".join(map(str, matched))} epochs.' if matched else
+             'At no budget run so far does a pure ViT match the best CNN '
+             '(a match counts with three seeds).')
+  return '\n'.join(lines + ['', verdict])
