@@ -123,7 +123,7 @@ def load_run(workdir: str | pathlib.Path, step: int | None = None) -> Run:
     config = restored.config
   # The optimizer state, needed to verify the checkpoint, stays behind;
   # the model is the parameters' moving average where the run kept one
-  # (`steps.TrainState`).
+  # (`steps.AveragedTrainState`).
   device = jax.local_devices()[0]
   params = restored.state.get('ema_params') or restored.state['params']
   return Run(ml_collections.ConfigDict(config),

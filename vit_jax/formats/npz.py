@@ -22,9 +22,9 @@ from vit_jax.runtime import files
 # (pre-linen flax: LayerNorm_0, MultiHeadDotProductAttention_1, LayerNorm_2,
 # MlpBlock_3); linen, and so our model, numbers them per type.
 _RELEASED_TO_OURS = {
-    'MultiHeadDotProductAttention_1': 'MultiHeadDotProductAttention_0',
+    'MultiHeadDotProductAttention_1': names.ATTENTION,
     'LayerNorm_2': 'LayerNorm_1',
-    'MlpBlock_3': 'MlpBlock_0',
+    'MlpBlock_3': names.MLP,
 }
 _OURS_TO_RELEASED = {ours: old for old, ours in _RELEASED_TO_OURS.items()}
 _ENCODER_BLOCK = re.compile(r'encoderblock_\d+')

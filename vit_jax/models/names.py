@@ -2,8 +2,9 @@
 
 They are the official linen model's (google-research/vision_transformer,
 `vit_jax/models_vit.py`), so released checkpoints load by renaming keys:
-the model names its modules from here, and so do the formats and analyses
-that read its parameters. (The conversion tables to timm and transformers,
+the model names these modules from here, and so do the formats and
+analyses that read its parameters (names no reader outside the model uses,
+such as its LayerNorms', stay where the module is made). (The conversion tables to timm and transformers,
 `formats.timm` and `formats.hf`, spell whole paths out: each row is one
 key of each tree.)
 """

@@ -4,9 +4,10 @@ Module names, nesting, shapes and initialisers follow the official linen model
 (google-research/vision_transformer, `vit_jax/models_vit.py`), so the same
 parameters give the same logits and released checkpoints load by renaming keys
 (`names`). The model is its layers (`layers`: patch embedding, position
-embedding, attention, MLP, dropout and drop-path, pooling) and the encoder
-(`encoder`); the options for training on little data, each a field whose
-default is off, sit in the layer they change.
+embedding, attention, MLP, dropout and drop-path, the encoder block,
+pooling, guidance projections) and the encoder (`encoder`); the options for
+training on little data, each a field whose default is off, sit in the
+layer they change.
 """
 
 from typing import Any
@@ -51,10 +52,10 @@ class VisionTransformer(nn.Module):
   patch size on its feature map (1 for R50+ViT-B_16).
 
   `attention` picks how every block computes attention, with the same
-  parameters (`layers.attention.MultiHeadSelfAttention`): 'auto' (default: cuDNN's
-  fused kernel on an NVIDIA GPU in bfloat16 or float16, else 'einsum'),
-  'einsum', 'dot_product_attention' or 'cudnn'; the fused two need
-  `attention_dropout_rate=0`.
+  parameters (`layers.attention.MultiHeadSelfAttention`): 'auto' (default:
+  cuDNN's fused kernel on an NVIDIA GPU in bfloat16 or float16, else
+  'einsum'), 'einsum', 'dot_product_attention' or 'cudnn'; the fused two
+  need `attention_dropout_rate=0` and `locality_attention=False`.
 
   Options for training on little data, all off by default, each in its
   layer: `posemb` 'sincos2d' (fixed, no parameters; hidden_size a multiple
@@ -283,10 +284,9 @@ class VisionTransformer(nn.Module):
   def _classify(self, x: jax.Array) -> jax.Array:
     """The logits of the encoded tokens: of the prefix token(s), their mean
     or the MAP head's; DeiT's two heads averaged, each sown."""
-    features = pooling.pooled(x, self.classifier,
-                              prefix_tokens=len(self.prefix_tokens),
-                              num_heads=self.num_heads, mlp_dim=self.mlp_dim,
-                              dtype=self.dtype)
+    features = pooling.pooled_features(
+        x, self.classifier, prefix_tokens=len(self.prefix_tokens),
+        num_heads=self.num_heads, mlp_dim=self.mlp_dim, dtype=self.dtype)
 
     if self.representation_size is not None:
       pre_logits = nn.Dense(self.representation_size, name='pre_logits')

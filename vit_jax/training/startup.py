@@ -16,6 +16,7 @@ from typing import Any
 
 from absl import logging
 import jax
+import jax.numpy as jnp
 from jax.experimental import multihost_utils
 import ml_collections
 import numpy as np
@@ -25,6 +26,7 @@ from vit_jax import data
 from vit_jax import models
 from vit_jax.checkpoints import reading
 from vit_jax.checkpoints import run_checkpoints
+from vit_jax.errors import ConfigError
 from vit_jax.errors import WorkdirError
 from vit_jax.models import masked_autoencoder
 from vit_jax.objectives import distillation
@@ -198,6 +200,11 @@ def build(config, workdir: pathlib.Path,
   init_key, step_key = jax.random.split(jax.random.key(config.seed))
   state_of = (init_key, model, tx, config.image_size, mesh, config.ema_decay)
   state_shapes = steps.state_shapes(*state_of)
+  if config.ema_decay and state_shapes.batch_stats:
+    raise ConfigError(
+        f'config.ema_decay={config.ema_decay} averages the parameters only, '
+        f'and {config.model} also keeps BatchNorm statistics, which would not '
+        'match the average: set --config.ema_decay=0 for it.')
   objective = _objective(config, model, inputs.num_classes, replicated)
   with concurrent.futures.ThreadPoolExecutor(1) as beside:
     initializer = None if checkpoints.steps() else beside.submit(
@@ -236,7 +243,9 @@ def restore_or_initialise(run: Run, initialize, pretrained,
         run.state_shapes.params)
     state = state.replace(params=params)
     if isinstance(state, steps.AveragedTrainState):
-      state = state.replace(ema_params=params)
+      # A copy: the step donates the state, and a buffer cannot be donated
+      # twice.
+      state = state.replace(ema_params=jax.tree.map(jnp.copy, params))
   return Progress(state, steps.zero_sums(run.replicated), [], 0,
                    run.inputs.position(0))
 

@@ -1,5 +1,6 @@
 """The ViT's layers, each a small typed linen module or the function that
-makes one in its caller, with the small-data variant of each beside it:
+makes one in its caller; the options for training on little data sit in
+the layer they change:
 
 - `patch_embedding`: images to patch tokens: the official linear
   projection, or shifted patch tokenization.

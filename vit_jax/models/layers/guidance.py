@@ -40,14 +40,14 @@ def check_guidance(guided_blocks: tuple[int, ...],
 
 def guidance_maps(block_outputs: list[jax.Array], widths: tuple[int, ...],
                   grid: tuple[int, int], dtype: Dtype) -> list[jax.Array]:
-  """Locality guidance (Li et al. 2022): the ViT's `guided_blocks` (in
-  order), each imitating a CNN stage of `guidance_widths` channels for
-  `objectives.locality_guidance`'s loss. Each guided block's patch tokens
-  (batch, h * w, hidden), the prefix tokens dropped, are laid on the patch
-  `grid` and projected by a 1x1 convolution with bias (a Dense per token,
-  `GUIDANCE_PROJECTION_k`) to the width of its CNN stage: (batch, h, w,
-  width). Called in a compact method, the projections are the caller's
-  children."""
+  """Locality guidance (Li et al. 2022): `block_outputs`, the guided
+  blocks' tokens in order, each imitating a CNN stage of `widths[k]`
+  channels for `objectives.locality_guidance`'s loss. Each block's patch
+  tokens (batch, h * w, hidden), the prefix tokens dropped, are laid on the
+  patch `grid` and projected by a 1x1 convolution with bias (a Dense per
+  token, named `locality_guidance_k`) to the width of its CNN stage:
+  (batch, h, w, width). Called in a compact method, the projections are
+  the caller's children."""
   maps = []
   for k, (tokens, width) in enumerate(zip(block_outputs, widths)):
     patches = tokens[:, tokens.shape[1] - grid[0] * grid[1]:]

@@ -17,8 +17,9 @@ Dtype = Any
 CLASSIFIERS = ('token', 'gap', 'map')
 
 
-def pooled(x: jax.Array, classifier: str, *, prefix_tokens: int,
-           num_heads: int, mlp_dim: int, dtype: Dtype) -> list[jax.Array]:
+def pooled_features(x: jax.Array, classifier: str, *, prefix_tokens: int,
+                    num_heads: int, mlp_dim: int,
+                    dtype: Dtype) -> list[jax.Array]:
   """(batch, hidden) features of (batch, tokens, hidden) `x`, one per head
   the model has: each prefix token's for 'token', else one. Called in a
   compact method, the MAP head is the caller's child (`names.MAP_HEAD`)."""
