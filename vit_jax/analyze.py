@@ -89,6 +89,7 @@ from vit_jax.analysis import measures
 from vit_jax.analysis import subjects
 from vit_jax.checkpoints import reading
 from vit_jax.errors import AnalysisError
+from vit_jax.models import names
 from vit_jax.runtime import command
 from vit_jax.runtime import files
 
@@ -305,7 +306,7 @@ def _draw_token_attention(out: pathlib.Path, subject: subjects.Subject,
   `image_files`; or why not into `not_drawn`."""
   model, grid = subject.model, subject.grid
   prefix = model.prefix_tokens
-  if 'cls' not in prefix:
+  if names.CLASS_TOKEN not in prefix:
     reason = f"no class token (classifier='{model.classifier}')"
     not_drawn['cls_attention.png'] = reason
     not_drawn['attention_rollout.png'] = reason
@@ -315,16 +316,16 @@ def _draw_token_attention(out: pathlib.Path, subject: subjects.Subject,
   figures.plot_cls_attention(
       out / 'cls_attention.png', display[shown],
       measures.cls_attention(last_layer, grid, len(prefix)))
-  if 'dist' in prefix:
+  if names.DISTILLATION_TOKEN in prefix:
     figures.plot_cls_attention(
         out / 'dist_attention.png', display[shown],
         measures.cls_attention(last_layer, grid, len(prefix),
-                               query=prefix.index('dist')),
+                               query=prefix.index(names.DISTILLATION_TOKEN)),
         token='distillation')
   needed = len(image_files) if image_files else num_images
   rollout = measures.attention_rollout([a[:needed] for a in attentions])
   rollout = measures.token_to_patches(rollout, grid, len(prefix),
-                                      prefix.index('cls'))
+                                      prefix.index(names.CLASS_TOKEN))
   figures.plot_rollout(out / 'attention_rollout.png', display[shown],
                        rollout[shown])
   for i, path in enumerate(image_files or []):

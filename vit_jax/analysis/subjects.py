@@ -124,12 +124,12 @@ def run_test_images(config, count: int) -> np.ndarray:
 def read_class_names(path, subject: Subject) -> list[str]:
   """The class names in a text file, one a line, as many as the subject has
   classes."""
-  names = pathlib.Path(path).read_text().splitlines()
-  classes = subject.params['head']['kernel'].shape[-1]
-  if len(names) != classes:
-    raise AnalysisError(f'--class_names={path} has {len(names)} lines; the '
-                        f'model has {classes} classes.')
-  return names
+  class_names = pathlib.Path(path).read_text().splitlines()
+  classes = subject.params[names.HEAD]['kernel'].shape[-1]
+  if len(class_names) != classes:
+    raise AnalysisError(f'--class_names={path} has {len(class_names)} lines; '
+                        f'the model has {classes} classes.')
+  return class_names
 
 
 def model_inputs(images: np.ndarray,

@@ -27,6 +27,7 @@ from vit_jax.formats import npz
 from vit_jax.formats import safetensors_file
 from vit_jax.formats import timm
 from vit_jax.formats import vit_model
+from vit_jax.models import names
 from vit_jax.runtime import files
 
 
@@ -45,7 +46,7 @@ class Run:
     """The model and variables that apply this run as it is evaluated,
     analysed, exported and fine-tuned (`models.for_inference`)."""
     model = models.from_config(self.config,
-                               self.params['head']['bias'].shape[-1])
+                               self.params[names.HEAD]['bias'].shape[-1])
     return models.for_inference(model, self.variables)
 
 

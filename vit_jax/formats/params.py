@@ -207,13 +207,13 @@ def _fitted(pretrained: Any, fresh: Any,
   fresh = flax.traverse_util.flatten_dict(flax.core.unfreeze(fresh))
   adapted = {
       path: value for path, value in pretrained.items()
-      if path[0] not in names.HEADS and (path[0] != 'pre_logits' or
+      if path[0] not in names.HEADS and (path[0] != names.PRE_LOGITS or
                                          path in fresh)
   }
   for path, init in fresh.items():
     if path[0] in names.HEADS or inference.training_only(path[0]):
       adapted[path] = init
-    elif path[0] == 'pre_logits' and path not in pretrained:
+    elif path[0] == names.PRE_LOGITS and path not in pretrained:
       logging.info('The checkpoint has no %s; it starts from scratch.',
                    '/'.join(path))
       adapted[path] = init

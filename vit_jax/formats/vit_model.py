@@ -92,7 +92,7 @@ def num_heads(hidden_size: int, *, model_name: str | None,
 
 
 def _classifier(params: Mapping[str, Any]) -> str:
-  if 'cls' in params:
+  if names.CLASS_TOKEN in params:
     return 'token'
   return 'map' if names.MAP_HEAD in params else 'gap'
 
@@ -101,17 +101,17 @@ def _head_fields(params: Mapping[str, Any], source: str) -> dict:
   """The VisionTransformer fields the parameters beside the encoder tell:
   the classifier, `representation_size`, `distillation_token` and
   `num_classes`."""
-  if 'head' not in params:
+  if names.HEAD not in params:
     raise CheckpointError(f'{source} has no classification head '
                           '(head/kernel): a backbone alone cannot be '
                           'evaluated or converted; fine-tune it with '
                           'config.init_from.')
   return {
       'classifier': _classifier(params),
-      'representation_size': (params['pre_logits']['bias'].shape[0]
-                              if 'pre_logits' in params else None),
-      'distillation_token': 'dist' in params,
-      'num_classes': params['head']['bias'].shape[0],
+      'representation_size': (params[names.PRE_LOGITS]['bias'].shape[0]
+                              if names.PRE_LOGITS in params else None),
+      'distillation_token': names.DISTILLATION_TOKEN in params,
+      'num_classes': params[names.HEAD]['bias'].shape[0],
   }
 
 

@@ -3,21 +3,27 @@
 They are the official linen model's (google-research/vision_transformer,
 `vit_jax/models_vit.py`), so released checkpoints load by renaming keys:
 the model names these modules from here, and so do the formats and
-analyses that read its parameters (names no reader outside the model uses,
-such as its LayerNorms', stay where the module is made). (The conversion tables to timm and transformers,
-`formats.timm` and `formats.hf`, spell whole paths out: each row is one
-key of each tree.)
+analyses that read its parameters. Names no reader outside the model uses,
+such as its LayerNorms', stay where the module is made; the conversion
+tables to timm and transformers (`formats.timm`, `formats.hf`) spell whole
+paths out, each row one key of each tree.
 """
 
 # At the top level of the parameters.
 PATCH_EMBEDDING = 'embedding'
+# The tokens before the patches: [CLS], then DeiT's distillation token.
+CLASS_TOKEN = 'cls'
+DISTILLATION_TOKEN = 'dist'
 # Shifted patch tokenization's, in place of PATCH_EMBEDDING.
 SHIFTED_PATCH_NORM = 'shifted_patch_norm'
 SHIFTED_PATCH_EMBEDDING = 'shifted_patch_embedding'
 ENCODER = 'Transformer'
 MAP_HEAD = 'MAPHead_0'
-# The classifier, then DeiT's distillation head.
+# The representation layer before the heads (`representation_size`), the
+# classifier, then DeiT's distillation head.
+PRE_LOGITS = 'pre_logits'
 HEADS = ('head', 'head_dist')
+HEAD = HEADS[0]
 
 # Under ENCODER.
 POSITION_EMBEDDING = 'posembed_input'

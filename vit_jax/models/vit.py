@@ -133,8 +133,8 @@ class VisionTransformer(nn.Module):
   def prefix_tokens(self) -> tuple[str, ...]:
     """The tokens before the patches, in order: 'cls' (classifier 'token'),
     then 'dist' (`distillation_token`)."""
-    return (('cls',) if self.classifier == 'token' else ()) + (
-        ('dist',) if self.distillation_token else ())
+    return ((names.CLASS_TOKEN,) if self.classifier == 'token' else ()) + (
+        (names.DISTILLATION_TOKEN,) if self.distillation_token else ())
 
   def check_image_size(self, height: int, width: int) -> None:
     """Raises ValueError unless the patches tile a height x width image."""
@@ -276,8 +276,8 @@ class VisionTransformer(nn.Module):
 
     # Not zero like [CLS]: with a position embedding of zero ('sincos2d',
     # 'none') the distillation token would start out identical to it.
-    inits = {'cls': nn.initializers.zeros,
-             'dist': nn.initializers.normal(stddev=0.02)}
+    inits = {names.CLASS_TOKEN: nn.initializers.zeros,
+             names.DISTILLATION_TOKEN: nn.initializers.normal(stddev=0.02)}
     prefix = [token(name, inits[name]) for name in self.prefix_tokens]
     return jnp.concatenate(prefix + [x], axis=1) if prefix else x
 
@@ -289,7 +289,7 @@ class VisionTransformer(nn.Module):
         num_heads=self.num_heads, mlp_dim=self.mlp_dim, dtype=self.dtype)
 
     if self.representation_size is not None:
-      pre_logits = nn.Dense(self.representation_size, name='pre_logits')
+      pre_logits = nn.Dense(self.representation_size, name=names.PRE_LOGITS)
       features = [nn.tanh(pre_logits(f)) for f in features]
 
     heads = names.HEADS[:len(features)]
