@@ -417,6 +417,8 @@ def test_the_answer_across_budgets_compares_the_best_vit_with_the_best_cnn(
       *seeds('simple_cnn', 'study', [0.66, 0.67, 0.68], 30),
       *seeds('vit', 'study', [0.50, 0.51, 0.52], 30),
       *seeds('vit', 'study+distillation', [0.60, 0.62, 0.64], 30),
+      # One lucky seed does not displace a mean over three.
+      *seeds('vit', 'study+distillation+ema', [0.65], 30),
       *seeds('small_resnet', 'study', [0.73, 0.74, 0.72], 300),
       *seeds('vit', 'study', [0.56], 300),
       *seeds('vit', 'study+distillation', [0.73, 0.74, 0.75], 300)]
