@@ -26,6 +26,7 @@ from flax.training import train_state
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 
 from vit_jax import models
 from vit_jax.data import mixing
@@ -71,9 +72,8 @@ class AveragedTrainState(TrainState):
     # initialisation behind; `ema_decay` from step 9 / (1 - ema_decay).
     step = state.step.astype(jnp.float32)
     decay = jnp.minimum(self.ema_decay, (1 + step) / (10 + step))
-    return state.replace(ema_params=jax.tree.map(
-        lambda average, param: average + (1 - decay) * (param - average),
-        state.ema_params, state.params))
+    return state.replace(ema_params=optax.incremental_update(
+        state.params, state.ema_params, step_size=1 - decay))
 
   @property
   def model_params(self) -> Any:
