@@ -5,8 +5,6 @@ best ViT recipe and each CNN's best recipe, seeds as error bars
 
 import pathlib
 
-import numpy as np
-
 from experiments import runs
 from experiments.data_efficiency import recipes
 from vit_jax.analysis import plotting
@@ -68,17 +66,6 @@ def plot(records: list[dict], path: pathlib.Path):
   plotting.save_figure(fig, path)
 
 
-def _cost(group: list[dict]) -> str:
-  """The mean wall minutes of a row's runs, per device."""
-  by_device = {}
-  for r in group:
-    by_device.setdefault(r['device'], []).append(r['wall_minutes'])
-  return ' and '.join(
-      f'{np.mean(minutes):.0f} min on this 2-core CPU' if device == 'cpu'
-      else f'{np.mean(minutes):.1f} min on an {device}'
-      for device, minutes in by_device.items())
-
-
 def answer(records: list[dict]) -> str:
   """One line per budget: the best ViT recipe against the best CNN, the
   difference of their means and what the ViT's runs cost; then whether a
@@ -100,7 +87,9 @@ def answer(records: list[dict]) -> str:
         f'{runs.mean_std([r["best_test_accuracy"] for r in vit], True)}, '
         f'against {runs.NAMES[cnn_model]} `{cnn_recipe}`, '
         f'{runs.mean_std([r["best_test_accuracy"] for r in cnn], True)}: '
-        f'{difference:+.1f} points; a run of that ViT took {_cost(vit)}.')
+        f'{difference:+.1f} points; wall minutes per run of that ViT: '
+        f'{runs.wall_time_cell(vit)} (this 2-core CPU unless a GPU is '
+        'named).')
   verdict = (f'A pure ViT matches the best CNN, over three seeds, at '
              f'{", ".join(map(str, matched))} epochs.' if matched else
              'At no budget run so far does a pure ViT match the best CNN '
