@@ -73,8 +73,12 @@ def trained_cnn_run(tmp_path_factory):
   write_cifar_binary(root / 'data' / 'cifar-10-batches-bin', {
       'data_batch_1.bin': random_cifar(48, 10, seed=1),
       'test_batch.bin': random_cifar(16, 10, seed=3)})
+  # Every step evaluated and kept, and the best one too: a teacher read at
+  # its best can be checked against the step it names.
   config = tiny_config(root / 'data', 'simple_cnn', num_epochs=1,
-                       warmup_epochs=0)
+                       warmup_epochs=0, eval_every_steps=1,
+                       checkpoint_every_steps=1, keep_checkpoints=3,
+                       keep_best_checkpoint=True)
   train.train_and_evaluate(config, root / 'teacher')
   return root / 'teacher', root / 'data'
 

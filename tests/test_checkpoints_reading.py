@@ -55,6 +55,10 @@ def test_missing_run_or_step_is_a_clear_error(trained_vit_run, tmp_path):
   (tmp_path / 'config.json').write_text('{}')
   with pytest.raises(CheckpointError, match='holds no checkpoint'):
     reading.load_run(tmp_path)
+  with pytest.raises(CheckpointError, match=(
+      rf'^{workdir} kept no best checkpoint .*: train it with '
+      r'--config.keep_best_checkpoint=True')):
+    reading.load_run(workdir, best=True)
 
 
 def _without_config_in_checkpoints(workdir):

@@ -120,3 +120,10 @@ def test_a_student_without_its_teacher_or_the_reverse_is_refused(
   config.model_overrides.update(student)
   with pytest.raises(ConfigError, match=message):
     config_schema.validate(config, num_devices=1)
+
+
+def test_a_teachers_best_checkpoint_without_a_teacher_is_refused():
+  config = tiny_config('', teacher_checkpoint='best')
+  with pytest.raises(ConfigError, match="teacher_checkpoint='best' picks a "
+                     "teacher's checkpoint, and this run has none"):
+    config_schema.validate(config, num_devices=1)

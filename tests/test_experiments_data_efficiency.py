@@ -14,25 +14,42 @@ from experiments.data_efficiency import run
 from tests.helpers import finished_run
 from vit_jax import config_schema
 from vit_jax import models
+from vit_jax.checkpoints import best_checkpoint
 
 MODELS = ('vit', 'simple_cnn', 'small_resnet')
 
 
-def _recipe_config(model, ingredients):
+def _recipe_config(model, ingredients, epochs=100):
   """configs/data_efficient.py with a recipe's overrides applied."""
   config = data_efficient.get_config(model)
   config.update_from_flattened_dict(
-      recipes.recipe_overrides(model, ingredients))
+      recipes.recipe_overrides(model, ingredients, epochs))
   return config
 
 
 def _assert_same_training(config, reference):
   """The same model (a field set to its default counts as unset) and the
-  same everything else."""
+  same everything else but what a teacher keeps."""
   assert models.from_config(config, 10) == models.from_config(reference, 10)
   config, reference = config.to_dict(), reference.to_dict()
-  del config['model_overrides'], reference['model_overrides']
+  for key in ('model_overrides', *recipes.TEACHER_OVERRIDES):
+    del config[key], reference[key]
   assert config == reference
+
+
+def test_the_teacher_keeps_its_best_checkpoint_and_the_rows_read_it():
+  assert _recipe_config(recipes.TEACHER, ()).keep_best_checkpoint
+  assert not _recipe_config('small_resnet', ()).keep_best_checkpoint
+  assert not _recipe_config('vit', recipes.BEST).keep_best_checkpoint
+  config = _recipe_config('vit', recipes.BEST + ('best_teacher',))
+  assert config.teacher_checkpoint == 'best'
+
+
+def test_stochastic_depth_grows_with_the_budget():
+  rates = [_recipe_config('vit', ('budget_stochastic_depth',), epochs)
+           .model_overrides.stochastic_depth_rate
+           for epochs in (30, 100, 300, 1000)]
+  assert rates == [0.048, 0.1, 0.148, 0.2]
 
 
 @pytest.mark.parametrize('model', MODELS)
@@ -102,6 +119,8 @@ def _fake_training(accuracies, trained):
                  epochs=float(overrides['num_epochs']),
                  best_test_accuracy=accuracies.get(
                      (model, description['recipe']), 0.5))
+    if overrides.get('keep_best_checkpoint'):
+      (directory / best_checkpoint.DIRECTORY / '12').mkdir(parents=True)
   return train
 
 
@@ -120,9 +139,7 @@ def test_the_first_runs_are_the_key_rows_at_seed_zero(tmp_path):
   # Before them, round three's levers on the best recipe and round two's
   # rows after locality guidance's, just after the seeds (an empty workdir
   # ranks none of them best).
-  rest = [('vit', ingredients, 100, 0)
-          for ingredients in recipes.ROUND_THREE] + (
-              _round_two_after_the_seeds(100))
+  rest = _round_three(100) + _round_two_after_the_seeds(100)
   assert planned[-6 - len(rest):-6] == rest
   assert max(i for i, (*_, seed) in enumerate(planned) if seed) == (
       len(planned) - 6 - len(rest) - 1)
@@ -154,11 +171,10 @@ def test_round_two_trains_around_the_seeds_and_can_carry_the_conclusion(
     first = [('vit', ingredients, epochs, 0)
              for ingredients in recipes.ROUND_TWO_FIRST]
     assert at_budget[first_seed - len(first):first_seed] == first
-    # At the last budget round three's levers on the best recipe first.
-    rest = ([('vit', ingredients, epochs, 0)
-             for ingredients in recipes.ROUND_THREE] if epochs == 100
-            else []) + _round_two_after_the_seeds(epochs)
-    seed_zero = [p for p in at_budget[first_seed:] if not p[3]]
+    # Round three's levers on each budget's best recipe first.
+    rest = _round_three(epochs) + _round_two_after_the_seeds(epochs)
+    seed_zero = [p for p in planned[planned.index(at_budget[first_seed]):]
+                 if not p[3]]
     assert seed_zero[:len(rest)] == rest
   # The short budget's seeds before the long budget's round two.
   assert max(i for i, p in enumerate(planned) if p[2:] == (30, 2)) < min(
@@ -179,12 +195,24 @@ def test_round_two_trains_around_the_seeds_and_can_carry_the_conclusion(
 
 def _round_two_after_the_seeds(epochs):
   """Round two's rows after locality guidance's, at seed 0, each MAE row
-  just after the pre-training it reads, the first time one does."""
+  just after the pre-training it reads, the first time one does: at 100
+  epochs, round three's longer pre-training at 30 read it first."""
   rest = [('vit', ingredients, epochs, 0) for ingredients in recipes.ROUND_TWO
           if ingredients not in recipes.ROUND_TWO_FIRST]
-  pretraining = ('vit', (recipes.PRETRAINING,), epochs, 0)
-  rest.insert(rest.index(('vit', ('mae',), epochs, 0)), pretraining)
+  if epochs != recipes.SOURCE_EPOCHS['long_mae']:
+    pretraining = ('vit', (recipes.PRETRAINING,), epochs, 0)
+    rest.insert(rest.index(('vit', ('mae',), epochs, 0)), pretraining)
   return rest
+
+
+def _round_three(epochs):
+  """Round three's rows at seed 0 at a budget of [30, 100], the longer MAE
+  pre-training just before the row that reads it."""
+  if epochs == 100:
+    return [('vit', ingredients, 100, 0) for ingredients in recipes.ROUND_THREE]
+  return [('vit', (recipes.PRETRAINING,), 100, 0)] + [
+      ('vit', ingredients, 30, 0)
+      for ingredients in recipes.ROUND_THREE_FIRST_BUDGET]
 
 
 def test_locality_guidance_ranked_best_takes_its_seeds_before_the_other_levers(
@@ -463,3 +491,41 @@ def test_a_former_best_keeps_its_seeds_when_another_row_overtakes_it():
   assert rows.index(('vit', ('locality_guidance',))) < rows.index(
       ('vit', ('distillation',)))
   assert rows[0] == (recipes.TEACHER, ())
+
+
+def test_a_teacher_read_at_its_best_that_kept_none_is_trained_again(
+    tmp_path, monkeypatch):
+  teacher = tmp_path / 'simple_cnn_study_e30_seed0'
+  finished_run(teacher, seed=0, model='simple_cnn', epochs=30.0,
+               description={'recipe': 'study', 'train_examples': 5000})
+  trained = []
+  monkeypatch.setattr(run.runs, 'train', _fake_training({}, trained))
+  run.train(tmp_path, tmp_path / 'data', [30], max_runs=0)
+  names = [name for name, _ in trained]
+  reader = f'vit_{recipes.recipe_name(recipes.BEST + ("best_teacher",))}'
+  reader += '_e30_seed0'
+  # Read at its last checkpoint until then; trained again just before the
+  # row that reads its best, the first run set aside, not deleted.
+  assert names.count(teacher.name) == 1
+  assert names.index(teacher.name) + 1 == names.index(reader)
+  assert dict(trained)[teacher.name]['keep_best_checkpoint'] is True
+  assert (tmp_path / f'{teacher.name}.without_best_checkpoint').is_dir()
+  assert dict(trained)[reader]['teacher_checkpoint'] == 'best'
+  assert dict(trained)[reader]['distillation_teacher'] == teacher
+
+
+def test_the_longer_mae_pretraining_is_the_100_epoch_rows(tmp_path,
+                                                          monkeypatch):
+  trained = []
+  monkeypatch.setattr(run.runs, 'train', _fake_training({}, trained))
+  run.train(tmp_path, tmp_path / 'data', [30, 100], max_runs=0)
+  names = [name for name, _ in trained]
+  pretraining = 'vit_study+mae_pretraining_e100_seed0'
+  tuned = 'vit_study+locality_guidance+long_mae_e30_seed0'
+  assert names.count(pretraining) == 1
+  assert names.index(pretraining) + 1 == names.index(tuned)
+  assert dict(trained)[tuned]['init_from'] == tmp_path / pretraining
+  assert dict(trained)[tuned]['num_epochs'] == 30
+  # The 100-epoch MAE rows read the same pre-training.
+  assert dict(trained)['vit_study+mae_e100_seed0']['init_from'] == (
+      tmp_path / pretraining)

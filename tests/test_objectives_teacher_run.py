@@ -1,6 +1,7 @@
 """A trained run read as the frozen teacher of another run's step, by
 either field that names one."""
 
+import json
 import shutil
 
 import jax
@@ -8,6 +9,7 @@ import numpy as np
 import pytest
 
 from tests.helpers import tiny_config
+from vit_jax.checkpoints import reading
 from vit_jax.errors import ConfigError
 from vit_jax.models import SimpleCNN
 from vit_jax.objectives import teacher_run
@@ -24,6 +26,18 @@ def test_the_teacher_is_the_runs_model_and_variables(trained_cnn_run, field):
   assert module.dtype == 'bfloat16'  # computes as the student does
   assert set(variables) == {'params', 'batch_stats'}
   assert np.all(np.isfinite(jax.tree.leaves(variables)[0]))
+
+
+@pytest.mark.parametrize('field', FIELDS)
+def test_a_teacher_read_at_its_best_is_its_best_evaluations_state(
+    trained_cnn_run, field):
+  workdir, data_dir = trained_cnn_run
+  summary = json.loads((workdir / 'summary.json').read_text())
+  config = tiny_config(data_dir, teacher_checkpoint='best',
+                       **{field: str(workdir)})
+  _, variables = teacher_run.load(config, field, 10, None)
+  at_best = reading.load_run(workdir, step=summary['best_step']).variables
+  jax.tree.map(np.testing.assert_array_equal, variables, at_best)
 
 
 @pytest.mark.parametrize('field', FIELDS)

@@ -116,6 +116,11 @@ FIELDS: dict[str, Field] = {
         "features the ViT's guided blocks imitate in training (needs "
         'model_overrides.guided_blocks and guidance_widths; '
         'vit_jax.objectives.locality_guidance); empty: none.'),
+    'teacher_checkpoint': Field(
+        'last', 'Which checkpoint of distillation_teacher and '
+        "locality_guidance_teacher is read: 'last', the newest, or 'best', "
+        'that of its best evaluation (trained with keep_best_checkpoint).',
+        ('last', 'best')),
     'locality_guidance_weight': Field(
         2.5, 'Locality guidance: the weight of the imitation loss, added to '
         "the run's objective (cross-entropy, or DeiT's) (Li et al.: 2.5)."),
@@ -142,6 +147,11 @@ FIELDS: dict[str, Field] = {
                                     'epoch.', may_change_on_resume=True),
     'keep_checkpoints': Field(2, 'Newest checkpoints kept in the workdir.',
                               may_change_on_resume=True),
+    'keep_best_checkpoint': Field(
+        False, 'Also keep the state of the evaluation with the best test '
+        'accuracy, in workdir/best_checkpoint (checkpoints.best_checkpoint): '
+        "what a student reads with teacher_checkpoint='best'.",
+        may_change_on_resume=True),
     'steps_per_dispatch': Field(
         0, 'Most train steps one compiled call runs, the data already on '
         'the devices (vit_jax.dispatch; the same steps, fewer calls); 0: 1 '
@@ -271,28 +281,7 @@ def validate(config: ml_collections.ConfigDict, num_devices: int,
   if not 0 <= config.rand_augment_magnitude <= 10:
     raise ConfigError(f'config.rand_augment_magnitude='
                       f'{config.rand_augment_magnitude}: use 0 to 10.')
-  has_token = bool(config.model_overrides.get('distillation_token', False))
-  if config.distillation_teacher and not has_token:
-    raise ConfigError(
-        f'config.distillation_teacher={config.distillation_teacher} needs a '
-        'student with a distillation token: add '
-        '--config.model_overrides.distillation_token=True (a ViT).')
-  if has_token and not config.distillation_teacher:
-    raise ConfigError(
-        'config.model_overrides.distillation_token=True needs a teacher: set '
-        '--config.distillation_teacher to the workdir of a trained run.')
-  guided = bool(config.model_overrides.get('guided_blocks', ()))
-  if config.locality_guidance_teacher and not guided:
-    raise ConfigError(
-        f'config.locality_guidance_teacher={config.locality_guidance_teacher}'
-        ' needs a ViT with guided blocks: set --config.model_overrides.'
-        "guided_blocks (e.g. '(0, 3, 5)') and guidance_widths (the CNN's "
-        'stage widths).')
-  if guided and not config.locality_guidance_teacher:
-    raise ConfigError(
-        'config.model_overrides.guided_blocks is set but there is no CNN to '
-        'imitate: set --config.locality_guidance_teacher to the workdir of a '
-        'trained simple_cnn or small_resnet run.')
+  _check_teachers(config)
   for name in _FRACTIONS:
     if not 0 <= config[name] < 1:
       raise ConfigError(f'config.{name}={config[name]} must be in [0, 1).')
@@ -321,6 +310,38 @@ def validate(config: ml_collections.ConfigDict, num_devices: int,
 _SET_IN_STEPS_BY = {'num_epochs': 'total_steps',
                     'warmup_epochs': 'warmup_steps'}
 
+
+
+def _check_teachers(config: ml_collections.ConfigDict):
+  """Each teacher field with the student it needs, and the reverse."""
+  has_token = bool(config.model_overrides.get('distillation_token', False))
+  if config.distillation_teacher and not has_token:
+    raise ConfigError(
+        f'config.distillation_teacher={config.distillation_teacher} needs a '
+        'student with a distillation token: add '
+        '--config.model_overrides.distillation_token=True (a ViT).')
+  if has_token and not config.distillation_teacher:
+    raise ConfigError(
+        'config.model_overrides.distillation_token=True needs a teacher: set '
+        '--config.distillation_teacher to the workdir of a trained run.')
+  guided = bool(config.model_overrides.get('guided_blocks', ()))
+  if config.locality_guidance_teacher and not guided:
+    raise ConfigError(
+        f'config.locality_guidance_teacher={config.locality_guidance_teacher}'
+        ' needs a ViT with guided blocks: set --config.model_overrides.'
+        "guided_blocks (e.g. '(0, 3, 5)') and guidance_widths (the CNN's "
+        'stage widths).')
+  if guided and not config.locality_guidance_teacher:
+    raise ConfigError(
+        'config.model_overrides.guided_blocks is set but there is no CNN to '
+        'imitate: set --config.locality_guidance_teacher to the workdir of a '
+        'trained simple_cnn or small_resnet run.')
+  if (config.teacher_checkpoint == 'best' and not config.distillation_teacher
+      and not config.locality_guidance_teacher):
+    raise ConfigError(
+        "config.teacher_checkpoint='best' picks a teacher's checkpoint, and "
+        'this run has none: set --config.distillation_teacher or '
+        '--config.locality_guidance_teacher, or leave it at last.')
 
 def comparable(value) -> Any:
   """`value` as its JSON round trip gives it back (tuples as lists, nested

@@ -7,6 +7,7 @@ import sys
 
 from experiments import runs
 from experiments.data_efficiency import recipes
+from vit_jax.checkpoints import best_checkpoint
 
 
 def conclusion_rows(records: list[dict], epochs: int) -> list[tuple]:
@@ -65,7 +66,7 @@ def planned_runs(workdir: pathlib.Path, budgets: list[int],
   planned = set()
   for model, ingredients, epochs, seed in _rows_in_order(
       workdir, budgets, landed, long_budgets):
-    sources = [(*recipes.SOURCES[i][1], epochs, seed) for i in ingredients
+    sources = [recipes.source_run(i, epochs, seed)[1:] for i in ingredients
                if i in recipes.SOURCES
                and recipes.PRETRAINING in recipes.SOURCES[i][1][1]]
     for run in sources + [(model, ingredients, epochs, seed)]:
@@ -85,7 +86,8 @@ def _rows_in_order(workdir: pathlib.Path, budgets: list[int],
   `recipes.ROUND_TWO_FIRST` (seed 0), so that one of them can carry the
   conclusion, seeds 1 and 2 of `conclusion_rows` (chosen when the runner
   gets there, from the seed-0 runs then finished, in `workdir` or
-  `landed`), at the last budget round three's levers on the best recipe
+  `landed`), round three (at the last budget its levers on the best recipe,
+  at the first `recipes.ROUND_THREE_FIRST_BUDGET`)
   (seed 0), the rest of round two, each followed by the seeds of a row it
   makes the best: a short budget's conclusion lands before the longer
   budgets' rows; last, the other steps at the longer budgets. Then, at
@@ -112,7 +114,8 @@ def _rows_in_order(workdir: pathlib.Path, budgets: list[int],
   round_two_rest = [r for r in recipes.ROUND_TWO
                     if r not in recipes.ROUND_TWO_FIRST]
   for epochs in budgets:
-    round_three = recipes.ROUND_THREE if epochs == budgets[-1] else []
+    round_three = (recipes.ROUND_THREE if epochs == budgets[-1] else
+                   recipes.ROUND_THREE_FIRST_BUDGET if epochs == first else [])
     for levers in (recipes.ROUND_TWO_FIRST, round_three, round_two_rest):
       for ingredients in levers:
         yield 'vit', ingredients, epochs, 0
@@ -144,24 +147,40 @@ def unfinished_runs(workdir: pathlib.Path, budgets: list[int],
     if name in landed or runs.finished(workdir / name):
       continue
     overrides = run_overrides(model, ingredients, epochs, seed)
-    for field, (source_model, source_ingredients) in (
-        recipes.SOURCES[i] for i in ingredients if i in recipes.SOURCES):
-      source = workdir / recipes.run_name(source_model, source_ingredients,
-                                          epochs, seed)
-      if source.name in landed and not runs.finished(source):
-        # The run needs the checkpoint, gone with the workdir its record
-        # came from; the retrained run's record replaces it.
+    for field, *source_run in (recipes.source_run(i, epochs, seed)
+                               for i in ingredients if i in recipes.SOURCES):
+      source = workdir / recipes.run_name(*source_run)
+      set_aside = ('best_teacher' in ingredients and runs.finished(source)
+                   and not _kept_its_best(source))
+      if set_aside:
+        aside = source.with_name(f'{source.name}.without_best_checkpoint')
+        print(f'retraining {source.name}, which kept no best checkpoint '
+              f'(moved to {aside})', flush=True)
+        source.rename(aside)
+      elif source.name in landed and not runs.finished(source):
         print(f'retraining {source.name}: its checkpoint is not in '
               f'{workdir}', flush=True)
-        yield (source, source_model, recipes.recipe_name(source_ingredients),
-               run_overrides(source_model, source_ingredients, epochs, seed))
+      if set_aside or (source.name in landed and not runs.finished(source)):
+        # The run needs a checkpoint, gone with the workdir its record came
+        # from or never kept; the retrained run's record replaces it.
+        yield (source, source_run[0], recipes.recipe_name(source_run[1]),
+               run_overrides(*source_run))
       if not runs.finished(source):
         sys.exit(f'error: {source}, which {name} reads, has not finished.')
+      if 'best_teacher' in ingredients and not _kept_its_best(source):
+        sys.exit(f'error: {source}, which {name} reads at its best, kept no '
+                 'best checkpoint.')
       overrides[field] = source
     yield workdir / name, model, recipes.recipe_name(ingredients), overrides
+
+
+def _kept_its_best(run_dir: pathlib.Path) -> bool:
+  # orbax names a checkpoint by its step once it is complete.
+  kept = run_dir / best_checkpoint.DIRECTORY
+  return kept.is_dir() and any(p.name.isdigit() for p in kept.iterdir())
 
 
 def run_overrides(model: str, ingredients: tuple[str, ...], epochs: int,
                    seed: int) -> dict:
   return {'num_epochs': epochs, 'seed': seed,
-          **recipes.recipe_overrides(model, ingredients)}
+          **recipes.recipe_overrides(model, ingredients, epochs)}

@@ -9,8 +9,8 @@ time, from the study's recipe (all off) to the full one, for the ViT; the
 CNNs with the study's recipe and with the same augmentations; at every
 budget in --epochs; seeds as `order.planned_runs` orders them (the rows
 that carry the conclusion get three). Round two adds ingredients from the
-literature (`recipes.ROUND_TWO`), round three levers on the best recipe
-(`recipes.ROUND_THREE`); then it trains the two best ViT recipes and each
+literature (`recipes.ROUND_TWO`), round three levers on each budget's
+best recipe (`recipes.ROUND_THREE`, `ROUND_THREE_FIRST_BUDGET`); then it trains the two best ViT recipes and each
 CNN's best, three seeds each, at each budget of --long_epochs. The recipes
 and records are `recipes.py`'s, the order `order.py`'s. One `vit_jax.main`
 process per run; rerunning

@@ -3,6 +3,8 @@
   run_checkpoints.py  a run's checkpoints, `workdir/checkpoints/<step>/`:
                       saved and restored by the loop (`RunCheckpoints`),
                       read by the commands while a run may be writing
+  best_checkpoint.py  the state of a run's best evaluation, kept beside
+                      them in `workdir/best_checkpoint/<step>/`
   digests.py          what a checkpoint hashes to, checked on every restore
   reading.py          any checkpoint read back: a workdir (`load_run`), an
                       official .npz, timm's or transformers' (`load`,

@@ -19,6 +19,7 @@ import ml_collections
 
 from vit_jax import formats
 from vit_jax import models
+from vit_jax.checkpoints import best_checkpoint
 from vit_jax.checkpoints import run_checkpoints
 from vit_jax.errors import CheckpointError
 from vit_jax.errors import WorkdirError
@@ -90,22 +91,32 @@ def saved_config(workdir: pathlib.Path) -> dict:
   return saved
 
 
-def load_run(workdir: str | pathlib.Path, step: int | None = None) -> Run:
+def load_run(workdir: str | pathlib.Path, step: int | None = None,
+             best: bool = False) -> Run:
   """The config and the model variables of a `vit_jax.main` workdir.
 
   Reads the checkpoint of `step`, or the newest that matches its digest
   (the trainer's fallback: a damaged one is skipped with a warning), onto
   this process's first device, whatever devices the run was trained on;
+  `best`: the one of its best evaluation instead (`best_checkpoint`).
   CheckpointError for a step that cannot be restored. The config is
   config.json's, or, when that is lost, the checkpoint's.
   """
   workdir = pathlib.Path(workdir)
-  with run_checkpoints.RunCheckpoints(workdir / 'checkpoints') as checkpoints:
+  if best and step is not None:
+    raise ValueError('load_run: pass step or best, not both.')
+  directory = workdir / (best_checkpoint.DIRECTORY if best else 'checkpoints')
+  with run_checkpoints.RunCheckpoints(directory) as checkpoints:
     if not checkpoints.steps():
       if not (workdir / 'config.json').exists():
         raise CheckpointError(f'{workdir} has no config.json nor checkpoints: '
                               'pass the --workdir of a run of `python -m '
                               'vit_jax.main`.')
+      if best:
+        raise CheckpointError(
+            f'{workdir} kept no best checkpoint ({directory} holds none): '
+            'train it with --config.keep_best_checkpoint=True (a finished '
+            'run must be trained again), or read its newest checkpoint.')
       raise CheckpointError(f'{workdir / "checkpoints"} holds no checkpoint '
                             'yet; train until the first one is saved.')
     restored = (checkpoints.restore_latest() if step is None else

@@ -305,6 +305,20 @@ class RunCheckpoints:
           f'orbax declined to save step {step} in {self.directory} (it holds '
           f'steps {self._manager.all_steps()}); move the directory away.')
 
+  def wait(self):
+    """Returns when the save in flight is complete; CheckpointError if it
+    failed."""
+    if self._manager is not None:
+      with self._failed_saves_raised():
+        self._manager.wait_until_finished()
+
+  def delete_after(self, step: int) -> list[int]:
+    """Deletes the checkpoints of steps after `step`; returns their steps."""
+    later = [s for s in self.steps() if s > step]
+    for s in later:
+      self._open(create=False).delete(s)
+    return later
+
   def check(self):
     """Raises CheckpointError if the last save, written in the background,
     failed (orbax keeps its error until someone waits for it)."""

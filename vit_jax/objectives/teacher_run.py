@@ -27,7 +27,7 @@ def load(config, field: str, num_classes: int,
   for a workdir that is no finished-enough run or whose inputs differ."""
   workdir = config[field]
   try:
-    run = reading.load_run(workdir)
+    run = reading.load_run(workdir, best=config.teacher_checkpoint == 'best')
   except CheckpointError as e:
     raise ConfigError(f'config.{field}={workdir}: {e}') from e
   teacher_config = run.config.copy_and_resolve_references()

@@ -6,8 +6,10 @@
     `startup`) -> loop:
       train steps, several to a compiled call (dispatch); every
       config.log_every_steps the train metrics, every eval_every_steps an
-      evaluation, every checkpoint_every_steps a checkpoint
-      (run_checkpoints.RunCheckpoints); each also at the last step
+      evaluation (the best one's state also kept where
+      config.keep_best_checkpoint: best_checkpoint), every
+      checkpoint_every_steps a checkpoint (run_checkpoints.RunCheckpoints);
+      each also at the last step
     -> summary.json.
 
 A checkpoint holds everything the loop needs to go on (state, step, the
@@ -38,6 +40,7 @@ import ml_collections
 
 from vit_jax import config_schema
 from vit_jax import models
+from vit_jax.checkpoints import best_checkpoint
 from vit_jax.errors import TrainingDivergedError
 from vit_jax.runtime import files
 from vit_jax.runtime import preemption
@@ -162,6 +165,8 @@ def _loop(run: startup.Run, at: startup.Progress,
   throughput = _throughput(run, step)
   batches = run.inputs.train_batches(at.position)
   dispatcher = dispatch.Dispatcher(run.compiled, run.inputs, run.step_key)
+  best = best_checkpoint.BestCheckpoint(
+      run.workdir, run.config.keep_best_checkpoint, history, step)
   try:
     if step < plan.total_steps:
       startup.stop_if_signalled(signals, checkpoints)  # restoring was the last phase
@@ -182,6 +187,8 @@ def _loop(run: startup.Run, at: startup.Progress,
         writer.write(record)
         logging.info('%s', progress.progress_line(
             record, plan, throughput.eta(step, plan.total_steps)))
+        best.offer(record, state, sums, history, run.inputs.position(step),
+                   run_config)
       preempted = signals.reached()
       if step % plan.checkpoint_every == 0 or last or preempted:
         if 'train_loss' not in record:  # never save a diverged state
@@ -189,6 +196,7 @@ def _loop(run: startup.Run, at: startup.Progress,
                         step, checkpoints, history)
         dispatcher.drain()
         save_start = time.perf_counter()
+        best.wait()
         checkpoints.save(step, state, sums, history,
                          run.inputs.position(step), run_config)
         throughput.exclude(time.perf_counter() - save_start)
@@ -198,10 +206,12 @@ def _loop(run: startup.Run, at: startup.Progress,
                                    checkpoints.directory, saved=True)
   except BaseException:
     checkpoints.close(quietly=True)  # the error in flight says what happened
+    best.close(quietly=True)
     raise
   finally:
     batches.close()
     checkpoints.close()
+    best.close()
     writer.close()
   return history
 
