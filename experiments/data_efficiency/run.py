@@ -199,9 +199,10 @@ def _define_flags():
       'the longer one that fits this machine (a 200-epoch ViT run is ~2 h on '
       '2 cores); --epochs=30,200 where a GPU is.')
   flags.DEFINE_list(
-      'long_epochs', ['300'], 'Budgets for the two best ViT recipes and each '
-      "CNN's best, 3 seeds, after everything else (about 3 h a ViT run on 2 "
-      'cores; 1000 where a GPU is); empty: none.')
+      'long_epochs', ['300', '1000'], 'Budgets for the two best ViT recipes '
+      "and each CNN's best, 3 seeds, after everything else (about 2 h and 6 "
+      'h a ViT run on 2 cores: listed with their cost here, trained where a '
+      'GPU is); empty: none.')
   flags.DEFINE_integer('max_runs', 0, 'Stop after this many new runs; 0: '
                        'all.')
   flags.DEFINE_bool('summarize_only', False, 'Only summarise finished runs.')
