@@ -4,6 +4,7 @@ their seeds; the long budgets take the best rows."""
 
 import pathlib
 import sys
+from typing import Callable
 
 from experiments import runs
 from experiments.data_efficiency import recipes
@@ -134,13 +135,14 @@ def _rows_in_order(workdir: pathlib.Path, budgets: list[int],
 
 
 def unfinished_runs(workdir: pathlib.Path, budgets: list[int],
-                     landed: dict[str, dict], long_budgets: tuple[int, ...]):
+                     landed: dict[str, dict], long_budgets: tuple[int, ...],
+                     wait_for: Callable[[pathlib.Path], None] = lambda _: None):
   """(directory, model, recipe, overrides) of each planned run not yet
   finished, in order; first, the run it reads (`recipes.SOURCES`: the
-  teacher of a
-  distilled or guided run, an MAE's pre-training) where only that run's
-  record landed. Lazy: a source is looked for after the runs before it have
-  trained."""
+  teacher of a distilled or guided run, an MAE's pre-training) where only
+  that run's record landed, or where it kept no best checkpoint and the
+  run reads the best. Lazy: a source is looked for once `wait_for` returns
+  for it (the runs before it may train side by side)."""
   for model, ingredients, epochs, seed in planned_runs(workdir, budgets,
                                                        landed, long_budgets):
     name = recipes.run_name(model, ingredients, epochs, seed)
@@ -150,6 +152,7 @@ def unfinished_runs(workdir: pathlib.Path, budgets: list[int],
     for field, *source_run in (recipes.source_run(i, epochs, seed)
                                for i in ingredients if i in recipes.SOURCES):
       source = workdir / recipes.run_name(*source_run)
+      wait_for(source)  # training beside the runs before this one
       set_aside = ('best_teacher' in ingredients and runs.finished(source)
                    and not _kept_its_best(source))
       if set_aside:
@@ -165,6 +168,7 @@ def unfinished_runs(workdir: pathlib.Path, budgets: list[int],
         # from or never kept; the retrained run's record replaces it.
         yield (source, source_run[0], recipes.recipe_name(source_run[1]),
                run_overrides(*source_run))
+        wait_for(source)
       if not runs.finished(source):
         sys.exit(f'error: {source}, which {name} reads, has not finished.')
       if 'best_teacher' in ingredients and not _kept_its_best(source):

@@ -22,6 +22,7 @@ and the tables and the runs still missing inside `README.md`.
 (a teacher or pre-training trained again counts as one).
 """
 
+import itertools
 import pathlib
 from typing import Callable
 
@@ -30,6 +31,7 @@ from absl import flags
 import numpy as np
 
 from experiments import runs
+from experiments import side_by_side as side_by_side_lib
 from experiments.data_efficiency import budgets as budgets_lib
 from experiments.data_efficiency import order
 from experiments.data_efficiency import recipes
@@ -41,18 +43,23 @@ HERE = pathlib.Path(__file__).resolve().parent
 def train(workdir: pathlib.Path, data_dir: pathlib.Path, budgets: list[int],
           max_runs: int, landed: dict[str, dict] | None = None,
           after_each_run: Callable[[], None] = lambda: None,
-          long_budgets: tuple[int, ...] = ()):
+          long_budgets: tuple[int, ...] = (), side_by_side: int = 1):
   """Trains the planned runs finished neither in `workdir` nor in `landed`
-  (the committed records), at most `max_runs` new runs (0: all), calling
-  `after_each_run` as each finishes."""
-  for count, (directory, model, recipe, overrides) in enumerate(
-      order.unfinished_runs(workdir, budgets, landed or {}, long_budgets)):
-    if max_runs and count == max_runs:
-      return
-    runs.train(directory, f'configs/data_efficient.py:{model}',
-               {'data_dir': data_dir, **overrides},
-               {'recipe': recipe, 'train_examples': recipes.TRAIN_EXAMPLES})
-    after_each_run()
+  (the committed records), at most `max_runs` new runs (0: all), up to
+  `side_by_side` at once, calling `after_each_run` as each finishes."""
+  with side_by_side_lib.SideBySide(side_by_side, after_each_run) as slots:
+    unfinished = order.unfinished_runs(workdir, budgets, landed or {},
+                                       long_budgets, slots.wait_for)
+    for count in itertools.count():
+      slots.free_slot()  # first: the next run is chosen from those finished
+      if max_runs and count == max_runs:
+        return
+      directory, model, recipe, overrides = next(unfinished, (None,) * 4)
+      if directory is None:
+        return
+      slots.start(directory, f'configs/data_efficient.py:{model}',
+                  {'data_dir': data_dir, **overrides},
+                  {'recipe': recipe, 'train_examples': recipes.TRAIN_EXAMPLES})
 
 
 def _gain(group: list[dict], study: list[dict]) -> str:
@@ -183,7 +190,7 @@ def main(argv):
     # mid-run loses only that run on a fresh machine.
     train(workdir, data_dir, budgets, args.max_runs, landed,
           lambda: summarize(workdir, budgets, landed, long_budgets),
-          long_budgets)
+          long_budgets, args.side_by_side)
   print(table(summarize(workdir, budgets, landed, long_budgets)))
 
 
@@ -205,6 +212,10 @@ def _define_flags():
       'GPU is); empty: none.')
   flags.DEFINE_integer('max_runs', 0, 'Stop after this many new runs; 0: '
                        'all.')
+  flags.DEFINE_integer(
+      'side_by_side', 1, 'Runs trained at once (experiments/side_by_side.py): '
+      'several small runs may share a GPU sooner than they follow each '
+      'other; 1 on a 2-core CPU.', lower_bound=1)
   flags.DEFINE_bool('summarize_only', False, 'Only summarise finished runs.')
 
 

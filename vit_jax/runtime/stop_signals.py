@@ -60,6 +60,7 @@ _at_once: list[str] = []  # [what a signal that stops at once did]
 _to_remove: list[str] = []  # written by the command, unfinished
 _not_stopped = threading.Lock()  # held where a stop would leave a mix
 _children: list = []  # processes a stop signal goes on to (`sent_on_to`)
+_children_lock = threading.Lock()
 
 
 def catch(sigterm: bool = True, at_once: str | None = None) -> bool:
@@ -124,9 +125,19 @@ def sent_on_to(process):
   `vit_jax.main`: an experiment's training run): a stop signal goes on to
   it as SIGTERM, so that it saves its step, instead of ending this
   process; `received()` then says so, for what follows the block. Catches
-  the signals for the block if nothing did."""
-  started = catch()
-  _children.append(process)
+  the signals for the block if nothing did; from a thread other than the
+  main one (runs side by side), the main thread must have caught them:
+  Python lets only it install handlers."""
+  main = threading.current_thread() is threading.main_thread()
+  started = catch() if main else False
+  if not main and not _watching:
+    raise RuntimeError('stop_signals.sent_on_to from a thread: call catch() '
+                       'in the main thread first.')
+  with _children_lock:
+    _children.append(process)
+    late = bool(_received)
+  if late:  # came between its start and here: it would not have heard
+    process.send_signal(signal.SIGTERM)
   try:
     yield
   finally:
@@ -194,9 +205,12 @@ def _read_signals(reader: socket.socket) -> None:
 
 
 def _on_signal(signum: int) -> None:
-  if _children:
-    _received.append(_NAMES[signum])
-    for process in _children:
+  with _children_lock:  # other threads add and remove theirs
+    children = list(_children)
+    if children:
+      _received.append(_NAMES[signum])
+  if children:
+    for process in children:
       process.send_signal(signal.SIGTERM)
     return
   if _at_once:

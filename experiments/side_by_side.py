@@ -1,0 +1,95 @@
+"""Runs trained side by side on one machine: a small run (the study's
+ViT-Tiny on 5,000 images) leaves most of a GPU idle, so several at once may
+finish sooner than one after another.
+
+Each run is a `vit_jax.main` process (`runs.train`), waited on by a thread
+of its own. The runner asks for a free slot before it picks the next run,
+so a runner that chooses what to train from the runs finished so far
+(`data_efficiency/order.py`) sees every run that could finish first; with
+one slot it trains exactly as one run after another. A stop signal goes on
+to every run in flight (`stop_signals.sent_on_to`), each saves its step,
+and the runner exits 75 once all have; a failed run stops the runner from
+starting more, and it exits with that run's error once those beside it end.
+"""
+
+import concurrent.futures
+import os
+import pathlib
+from typing import Callable
+
+from experiments import runs
+from vit_jax.runtime import preemption
+from vit_jax.runtime import stop_signals
+
+# jax preallocates 75% of a GPU's memory per process; side by side, each run
+# takes its share of 90%.
+_MEMORY_FRACTION = 'XLA_PYTHON_CLIENT_MEM_FRACTION'
+
+
+class SideBySide:
+  """Up to `slots` runs training at once; `after_each_run` called in the
+  runner's thread as each finishes. A context manager: leaving it waits
+  for the runs in flight."""
+
+  def __init__(self, slots: int, after_each_run: Callable[[], None]):
+    if slots < 1:
+      raise ValueError(f'slots={slots}: at least 1')
+    self._slots = slots
+    self._after_each_run = after_each_run
+    self._pool = concurrent.futures.ThreadPoolExecutor(slots)
+    self._in_flight: dict[pathlib.Path, concurrent.futures.Future] = {}
+    self._failure: BaseException | None = None
+    if slots > 1:
+      os.environ.setdefault(_MEMORY_FRACTION, f'{0.9 / slots:.2f}')
+
+  def __enter__(self) -> 'SideBySide':
+    return self
+
+  def __exit__(self, exc_type, *unused_exc_info):
+    self._wait(concurrent.futures.ALL_COMPLETED)
+    self._pool.shutdown()
+    if self._failure is not None and exc_type is None:
+      raise self._failure
+
+  def free_slot(self):
+    """Returns once a run can start: fewer than `slots` in flight. Raises
+    the error of a run that failed (or stopped on a signal), once the runs
+    beside it have ended."""
+    while len(self._in_flight) >= self._slots and self._failure is None:
+      self._wait(concurrent.futures.FIRST_COMPLETED)
+    if self._failure is None and stop_signals.received():
+      # The runs in flight save and stop; start none after them.
+      self._failure = SystemExit(preemption.PREEMPTED_EXIT_STATUS)
+    if self._failure is not None:
+      self._wait(concurrent.futures.ALL_COMPLETED)
+      raise self._failure
+
+  def start(self, directory: pathlib.Path, config: str, overrides: dict,
+            description: dict):
+    """`runs.train`'s arguments, trained in a free slot."""
+    self.free_slot()
+    if self._slots > 1:
+      description = {**description, 'side_by_side': self._slots}
+    self._in_flight[directory] = self._pool.submit(
+        runs.train, directory, config, overrides, description)
+
+  def wait_for(self, directory: pathlib.Path):
+    """Returns once the run in `directory` is not training here (a run
+    that reads it needs it finished)."""
+    while directory in self._in_flight and self._failure is None:
+      self._wait(concurrent.futures.FIRST_COMPLETED)
+    if self._failure is not None:
+      self.free_slot()  # raises it
+
+  def _wait(self, return_when: str):
+    if not self._in_flight:
+      return
+    done, _ = concurrent.futures.wait(self._in_flight.values(),
+                                      return_when=return_when)
+    for directory, future in list(self._in_flight.items()):
+      if future in done:
+        del self._in_flight[directory]
+        if future.exception() is not None:
+          self._failure = self._failure or future.exception()
+        else:
+          self._after_each_run()

@@ -1,0 +1,159 @@
+"""experiments/side_by_side.py: runs trained at once, each waited on by a
+thread; a run that reads another after it; a failure or a stop signal
+ends the runner once the runs beside it end."""
+
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+
+import pytest
+
+from experiments import side_by_side
+from experiments.data_efficiency import run
+from tests.helpers import finished_run
+from tests.helpers import ROOT
+from vit_jax.checkpoints import best_checkpoint
+from vit_jax.runtime import preemption
+
+
+class _FakeTraining:
+  """A stand-in for `runs.train`: each run takes `seconds`, then finishes
+  as the data-efficiency runner reads it; the spans of the runs and the
+  threads `after_each_run` ran in are kept."""
+
+  def __init__(self, seconds=0.05, fail=None):
+    self.seconds, self.fail = seconds, fail
+    self.spans, self.starts, self.lock = {}, [], threading.Lock()
+    self.failed_at = None
+
+  def __call__(self, directory, config, overrides, description):
+    start = time.monotonic()
+    self.starts.append((start, directory.name))
+    if directory.name == self.fail:
+      time.sleep(0.3)  # runs start and finish beside it meanwhile
+      self.failed_at = time.monotonic()
+      raise SystemExit(f'error: {directory.name} stopped with exit status 1')
+    time.sleep(self.seconds)
+    finished_run(directory, seed=overrides['seed'],
+                 model=config.split(':')[1], description=description,
+                 epochs=float(overrides['num_epochs']))
+    if overrides.get('keep_best_checkpoint'):
+      (directory / best_checkpoint.DIRECTORY / '12').mkdir(parents=True)
+    with self.lock:
+      self.spans[directory.name] = (start, time.monotonic(), overrides)
+
+  def most_at_once(self) -> int:
+    spans = list(self.spans.values())
+    return max(sum(s <= start < e for s, e, _ in spans)
+               for start, _, _ in spans)
+
+
+def test_slots_bound_the_runs_at_once_and_each_finish_is_summarised_here(
+    tmp_path, monkeypatch):
+  training = _FakeTraining()
+  monkeypatch.setattr(side_by_side.runs, 'train', training)
+  summarised = []
+  with side_by_side.SideBySide(
+      3, lambda: summarised.append(threading.current_thread())) as slots:
+    for i in range(7):
+      slots.start(tmp_path / f'vit_study_e30_seed{i}', 'c.py:vit',
+                  {'seed': i, 'num_epochs': 30}, {'recipe': 'study'})
+  assert len(training.spans) == 7 and training.most_at_once() == 3
+  assert summarised == [threading.main_thread()] * 7
+  description = (tmp_path / 'vit_study_e30_seed0' / 'run.json').read_text()
+  assert '"side_by_side": 3' in description
+
+
+def test_a_run_starts_only_once_the_runs_it_reads_have_finished(
+    tmp_path, monkeypatch):
+  training = _FakeTraining()
+  monkeypatch.setattr(side_by_side.runs, 'train', training)
+  run.train(tmp_path, tmp_path / 'data', [30], max_runs=12, side_by_side=4)
+  assert training.most_at_once() == 4
+  readers = 0
+  for start, _, overrides in training.spans.values():
+    for field in ('distillation_teacher', 'locality_guidance_teacher',
+                  'init_from'):
+      if field in overrides:
+        readers += 1
+        assert training.spans[overrides[field].name][1] <= start
+  assert readers and len(training.spans) == 12
+
+
+def test_one_slot_trains_as_one_run_after_another(tmp_path, monkeypatch):
+  training = _FakeTraining(seconds=0)
+  monkeypatch.setattr(side_by_side.runs, 'train', training)
+  run.train(tmp_path, tmp_path / 'data', [30], max_runs=0)
+  assert training.most_at_once() == 1
+  spans = sorted(training.spans.values(), key=lambda span: span[0])
+  assert all(a[1] <= b[0] for a, b in zip(spans, spans[1:]))
+
+
+def test_a_failed_run_starts_no_more_and_is_raised_after_those_beside_it(
+    tmp_path, monkeypatch):
+  training = _FakeTraining(fail='vit_study_e30_seed0')
+  monkeypatch.setattr(side_by_side.runs, 'train', training)
+  with pytest.raises(SystemExit, match='vit_study_e30_seed0 stopped'):
+    run.train(tmp_path, tmp_path / 'data', [30], max_runs=0, side_by_side=2)
+  # None started after it failed; those beside it finished.
+  assert max(start for start, _ in training.starts) < training.failed_at
+  assert {name for _, name in training.starts} == set(training.spans) | {
+      training.fail}
+  assert len(training.spans) >= 2
+
+
+_RUNNER = '''
+import pathlib, sys
+sys.path.insert(0, {root!r})
+from experiments import runs, side_by_side
+from vit_jax.checkpoints import best_checkpoint
+from vit_jax.runtime import preemption
+
+def train(directory, config, overrides, description):
+  # What runs.train does with the status of its process.
+  with open(directory.with_suffix('.log'), 'w') as log:
+    status = runs.run_to_its_end([sys.executable, {child!r}, str(directory)],
+                                 log)
+  if status == preemption.PREEMPTED_EXIT_STATUS:
+    raise SystemExit(status)
+
+runs.train = train
+runs.catch_stop_signals()
+folder = pathlib.Path({folder!r})
+with side_by_side.SideBySide(2, lambda: None) as slots:
+  for i in range(4):
+    slots.start(folder / f'run{{i}}', '', {{}}, {{}})
+'''
+
+_RUN = '''
+import pathlib, signal, sys, time
+directory = pathlib.Path(sys.argv[1])
+def saved(*_):
+  directory.with_suffix('.saved').touch()
+  sys.exit(75)
+signal.signal(signal.SIGTERM, saved)
+directory.with_suffix('.started').touch()
+time.sleep(60)
+'''
+
+
+def test_a_stop_signal_stops_every_run_beside_it_and_starts_none(tmp_path):
+  child = tmp_path / 'child.py'
+  child.write_text(textwrap.dedent(_RUN))
+  runner = tmp_path / 'runner.py'
+  runner.write_text(_RUNNER.format(root=str(ROOT), child=str(child),
+                                   folder=str(tmp_path)))
+  process = subprocess.Popen([sys.executable, str(runner)],
+                             stderr=subprocess.PIPE, text=True)
+  deadline = time.monotonic() + 60
+  while len(list(tmp_path.glob('*.started'))) < 2:
+    assert time.monotonic() < deadline and process.poll() is None
+    time.sleep(0.05)
+  process.send_signal(signal.SIGTERM)
+  assert process.wait(timeout=60) == preemption.PREEMPTED_EXIT_STATUS
+  assert sorted(p.stem for p in tmp_path.glob('*.saved')) == ['run0', 'run1']
+  assert sorted(p.stem for p in tmp_path.glob('*.started')) == ['run0', 'run1']
+  assert 'Traceback' not in process.stderr.read()
