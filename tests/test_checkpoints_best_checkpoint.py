@@ -5,6 +5,7 @@ import pathlib
 import shutil
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import orbax.checkpoint as ocp
 
@@ -36,7 +37,8 @@ def test_the_best_evaluation_is_kept_and_a_resumed_run_keeps_the_same(
                        keep_best_checkpoint=True)
   summary = train.train_and_evaluate(config, tmp_path / 'whole')
   best = summary['best_step']
-  assert _best_checkpoint_steps(tmp_path / 'whole') == [best]
+  # The newest held is the best; older ones serve older checkpoints.
+  assert _best_checkpoint_steps(tmp_path / 'whole')[-1] == best
   run = reading.load_run(tmp_path / 'whole', best=True)
   assert run.step == best
   jax.tree.map(np.testing.assert_array_equal, run.params,
@@ -49,7 +51,64 @@ def test_the_best_evaluation_is_kept_and_a_resumed_run_keeps_the_same(
     shutil.rmtree(tmp_path / 'resumed' / 'checkpoints' / str(step))
   resumed = train.train_and_evaluate(config, tmp_path / 'resumed')
   assert resumed['best_step'] == best
-  assert _best_checkpoint_steps(tmp_path / 'resumed') == [best]
+  assert _best_checkpoint_steps(tmp_path / 'resumed') == (
+      _best_checkpoint_steps(tmp_path / 'whole'))
   jax.tree.map(np.testing.assert_array_equal,
                reading.load_run(tmp_path / 'resumed', best=True).params,
                run.params)
+
+
+def _tested(step, accuracy):
+  return {'step': step, 'test_accuracy': accuracy}
+
+
+def _offer(best, history, step, accuracy):
+  history.append(_tested(step, accuracy))
+  best.offer(history[-1], {'params': {'w': jnp.full(2, step)}},
+             {'loss': jnp.zeros(())}, list(history), {}, {})
+
+
+def _held(workdir):
+  with run_checkpoints.RunCheckpoints(
+      workdir / best_checkpoint.DIRECTORY) as checkpoints:
+    return checkpoints.steps()
+
+
+def test_every_checkpoint_a_run_may_resume_from_keeps_its_best(tmp_path):
+  history = []
+  best = best_checkpoint.BestCheckpoint(tmp_path, True, history, 0, [], 2)
+  _offer(best, history, 2, 0.5)
+  best.wait()
+  best.prune(3)  # the regular checkpoint of step 3
+  _offer(best, history, 4, 0.6)
+  best.close()
+  # Killed after the best of step 4, before the regular checkpoint after
+  # it: resumed from step 3, whose best (step 2) is still there.
+  history = history[:1]
+  best = best_checkpoint.BestCheckpoint(tmp_path, True, history, 3, [3], 2)
+  assert _held(tmp_path) == [2]
+  for step, accuracy in ((4, 0.6), (6, 0.7)):
+    _offer(best, history, step, accuracy)
+    best.wait()
+    best.prune(step + 1)  # regular checkpoints 5 and 7
+  # The regular checkpoints kept are 5 and 7 (and 3 until 7 is complete):
+  # their bests are 4 and 6 (and 2).
+  assert _held(tmp_path) == [2, 4, 6]
+  best.prune(9)
+  assert _held(tmp_path) == [4, 6]
+  best.close()
+  # Resumed from 7 when 9 is damaged: its best is there.
+  best = best_checkpoint.BestCheckpoint(tmp_path, True, history, 7, [5, 7], 2)
+  assert _held(tmp_path) == [4, 6]
+  best.close()
+
+
+def test_a_best_left_by_a_run_that_stopped_keeping_it_is_deleted(tmp_path,
+                                                                caplog):
+  history = []
+  best = best_checkpoint.BestCheckpoint(tmp_path, True, history, 0, [], 2)
+  _offer(best, history, 2, 0.5)
+  best.close()
+  best_checkpoint.BestCheckpoint(tmp_path, False, history, 2, [2], 2).close()
+  assert _held(tmp_path) == []
+  assert 'keep_best_checkpoint is off: deleted' in caplog.text

@@ -497,7 +497,8 @@ def test_a_teacher_read_at_its_best_that_kept_none_is_trained_again(
     tmp_path, monkeypatch):
   teacher = tmp_path / 'simple_cnn_study_e30_seed0'
   finished_run(teacher, seed=0, model='simple_cnn', epochs=30.0,
-               description={'recipe': 'study', 'train_examples': 5000})
+               description={'recipe': 'study', 'train_examples': 5000},
+               best_test_accuracy=0.25)
   trained = []
   monkeypatch.setattr(run.runs, 'train', _fake_training({}, trained))
   run.train(tmp_path, tmp_path / 'data', [30], max_runs=0)
@@ -509,7 +510,12 @@ def test_a_teacher_read_at_its_best_that_kept_none_is_trained_again(
   assert names.count(teacher.name) == 1
   assert names.index(teacher.name) + 1 == names.index(reader)
   assert dict(trained)[teacher.name]['keep_best_checkpoint'] is True
-  assert (tmp_path / f'{teacher.name}.without_best_checkpoint').is_dir()
+  aside = tmp_path / order.SET_ASIDE / teacher.name
+  assert (aside / 'summary.json').exists()
+  # Its record is the retrained run's, not the one set aside.
+  teachers = [r for r in recipes.load_runs(tmp_path)
+              if recipes.record_name(r) == teacher.name]
+  assert [r['best_test_accuracy'] for r in teachers] == [0.5]
   assert dict(trained)[reader]['teacher_checkpoint'] == 'best'
   assert dict(trained)[reader]['distillation_teacher'] == teacher
 

@@ -2,6 +2,7 @@
 first, and what each reads: the rows that carry a budget's conclusion get
 their seeds; the long budgets take the best rows."""
 
+import itertools
 import pathlib
 import sys
 from typing import Callable
@@ -9,6 +10,10 @@ from typing import Callable
 from experiments import runs
 from experiments.data_efficiency import recipes
 from vit_jax.checkpoints import best_checkpoint
+
+
+# Where runs the runner trains again go, out of its sight.
+SET_ASIDE = 'set_aside'
 
 
 def conclusion_rows(records: list[dict], epochs: int) -> list[tuple]:
@@ -156,10 +161,9 @@ def unfinished_runs(workdir: pathlib.Path, budgets: list[int],
       set_aside = ('best_teacher' in ingredients and runs.finished(source)
                    and not _kept_its_best(source))
       if set_aside:
-        aside = source.with_name(f'{source.name}.without_best_checkpoint')
+        aside = _set_aside(source)
         print(f'retraining {source.name}, which kept no best checkpoint '
               f'(moved to {aside})', flush=True)
-        source.rename(aside)
       elif source.name in landed and not runs.finished(source):
         print(f'retraining {source.name}: its checkpoint is not in '
               f'{workdir}', flush=True)
@@ -176,6 +180,20 @@ def unfinished_runs(workdir: pathlib.Path, budgets: list[int],
                  'best checkpoint.')
       overrides[field] = source
     yield workdir / name, model, recipes.recipe_name(ingredients), overrides
+
+
+def _set_aside(run_dir: pathlib.Path) -> pathlib.Path:
+  """Moves a run out of the runner's sight (its records are read from the
+  workdir's folders), kept: `workdir/set_aside/<name>[.N]`."""
+  folder = run_dir.parent / SET_ASIDE
+  folder.mkdir(exist_ok=True)
+  aside = folder / run_dir.name
+  for n in itertools.count(1):
+    if not aside.exists():
+      break
+    aside = folder / f'{run_dir.name}.{n}'
+  run_dir.rename(aside)
+  return aside
 
 
 def _kept_its_best(run_dir: pathlib.Path) -> bool:

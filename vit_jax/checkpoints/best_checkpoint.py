@@ -3,13 +3,18 @@
 read at its best is (config.teacher_checkpoint='best'), and what
 `load_run(workdir, best=True)` reads.
 
-Its invariant: it holds the state of the evaluation with the highest test
-accuracy in the run's history (the first of equals, as the summary's
-best_step), or nothing before the first evaluation. A resumed run trains
-again the steps after its checkpoint, so a best saved during those steps
-is deleted when it resumes and saved again when it is reached; a regular
-checkpoint is saved only once the best before it is complete, so resuming
-never finds a best missing.
+Its invariant: the newest step it holds is the evaluation with the highest
+test accuracy in the run's history (the first of equals, as the summary's
+best_step), or it holds nothing before the first evaluation. A run resumes
+from any of its regular checkpoints (the newest, or an older one when the
+newest is damaged) and trains again the steps after it, so:
+  - a regular checkpoint is saved only once the best before it is
+    complete (`wait`);
+  - an older best is deleted only when no regular checkpoint that may
+    still be resumed from has it as its best (`prune`), never by orbax's
+    rotation;
+  - bests after the step a run resumes from are deleted then, and saved
+    again when reached.
 """
 
 import math
@@ -29,49 +34,79 @@ def _best_record(history: list[dict]) -> dict | None:
 
 class BestCheckpoint:
   """Saves the state of each evaluation that beats every earlier one of
-  the run, keeping one; does nothing for a run that keeps none.
+  the run. With `keep` False it saves nothing, and deletes a best left by
+  the run while it kept one, which would no longer be its best.
   Multi-process: every process calls every method with the same records,
-  so they decide alike."""
+  and decides from the steps all listed alike, so they delete alike."""
 
   def __init__(self, workdir: pathlib.Path, keep: bool, history: list[dict],
-               step: int):
-    """`history` and `step`: where the run resumes (empty and 0 afresh)."""
-    self._checkpoints = None
-    if not keep:
-      return
-    self._checkpoints = run_checkpoints.RunCheckpoints(workdir / DIRECTORY,
-                                                       keep=1)
-    ahead = self._checkpoints.delete_after(step)
-    if ahead:
-      logging.info('Deleted the best checkpoint of step %d, after the step '
-                   'this run resumes from; it is saved again when reached.',
-                   ahead[-1])
+               step: int, regular_steps: list[int], keep_regular: int):
+    """`history` and `step`: where the run resumes (empty and 0 afresh);
+    `regular_steps`: the steps of its regular checkpoints, of which it
+    keeps the newest `keep_regular`."""
+    self._checkpoints = run_checkpoints.RunCheckpoints(
+        workdir / DIRECTORY, keep=run_checkpoints.KEEP_ALL)
+    self._keep = keep
+    self._regular, self._keep_regular = list(regular_steps), keep_regular
+    self._held = self._checkpoints.steps_agreed()
     best = _best_record(history)
     self._accuracy = best['test_accuracy'] if best else -math.inf
-    held = self._checkpoints.steps()
-    if held and (best is None or held[-1] != best['step']):
-      # Left while the field was off for a while, or by another history.
-      logging.warning('%s holds step %d, not the best evaluation of this '
-                      "run's history: deleted.",
-                      self._checkpoints.directory, held[-1])
-      self._checkpoints.delete_after(-1)
+    if not keep:
+      stale = self._held
+      if stale:
+        logging.warning('config.keep_best_checkpoint is off: deleted %s, '
+                        'which this run would no longer keep up to date.',
+                        self._checkpoints.directory)
+    else:
+      stale = [s for s in self._held if s > step]
+      if stale:
+        logging.info('Deleted the best checkpoints of steps %s, after the '
+                     'step this run resumes from; saved again when reached.',
+                     stale)
+      kept = [s for s in self._held if s <= step]
+      if kept and (best is None or kept[-1] != best['step']):
+        # Left while the field was off for a while, or by another history.
+        logging.warning('%s holds step %d, not the best evaluation of this '
+                        "run's history (step %s): deleted.",
+                        self._checkpoints.directory, kept[-1],
+                        best and best['step'])
+        stale = self._held
+    self._delete(stale)
+
+  def _delete(self, steps: list[int]):
+    self._checkpoints.delete(steps)
+    self._held = [s for s in self._held if s not in steps]
 
   def offer(self, record: dict, state, train_sums: dict,
             history: list[dict], position: dict, config: dict):
     """Saves the state of `record`'s step if its test accuracy is the
     run's best so far."""
     accuracy = record.get('test_accuracy', -math.inf)
-    if self._checkpoints is None or accuracy <= self._accuracy:
+    if not self._keep or accuracy <= self._accuracy:
       return
     self._accuracy = accuracy
     self._checkpoints.save(record['step'], state, train_sums, history,
                            position, config)
+    self._held.append(record['step'])
 
   def wait(self):
     """Before a regular checkpoint: the best before it is complete."""
-    if self._checkpoints is not None:
+    if self._keep:
       self._checkpoints.wait()
 
+  def prune(self, saved_step: int):
+    """After the regular checkpoint of `saved_step` was handed to orbax
+    (which first completed the one before it): deletes the bests that
+    neither it nor the complete regular checkpoints kept (the newest
+    `keep_regular`) have as their best."""
+    if not self._keep:
+      return
+    self._checkpoints.wait()  # orbax deletes nothing during a save
+    needed = {max((b for b in self._held if b <= regular), default=None)
+              for regular in self._regular[-self._keep_regular:] +
+              [saved_step]}
+    self._delete([b for b in self._held if b not in needed])
+    self._regular.append(saved_step)
+
   def close(self, quietly: bool = False):
-    if self._checkpoints is not None:
-      self._checkpoints.close(quietly)
+    self._checkpoints.close(quietly)

@@ -108,15 +108,17 @@ def load_run(workdir: str | pathlib.Path, step: int | None = None,
   directory = workdir / (best_checkpoint.DIRECTORY if best else 'checkpoints')
   with run_checkpoints.RunCheckpoints(directory) as checkpoints:
     if not checkpoints.steps():
+      if best and (workdir / 'checkpoints').is_dir():
+        raise CheckpointError(
+            f'{workdir} kept no best checkpoint ({directory} holds none): '
+            'its run trained without --config.keep_best_checkpoint=True, or '
+            'has not evaluated since it was set (a finished run must be '
+            'trained again). A teacher is read at its newest checkpoint '
+            'with --config.teacher_checkpoint=last.')
       if not (workdir / 'config.json').exists():
         raise CheckpointError(f'{workdir} has no config.json nor checkpoints: '
                               'pass the --workdir of a run of `python -m '
                               'vit_jax.main`.')
-      if best:
-        raise CheckpointError(
-            f'{workdir} kept no best checkpoint ({directory} holds none): '
-            'train it with --config.keep_best_checkpoint=True (a finished '
-            'run must be trained again), or read its newest checkpoint.')
       raise CheckpointError(f'{workdir / "checkpoints"} holds no checkpoint '
                             'yet; train until the first one is saved.')
     restored = (checkpoints.restore_latest() if step is None else

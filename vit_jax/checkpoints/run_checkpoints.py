@@ -90,6 +90,10 @@ def _ignore_what_orbax_abandons():
 _MAX_ROTATED_WHILE_READ = 10
 
 
+# `keep` for a writer that keeps every step it saves: its owner deletes them.
+KEEP_ALL = 0
+
+
 class RunCheckpoints:
   """The checkpoints of a run, `directory/<step>/`, the newest
   `keep` kept. Each holds a `Restored`'s fields: the train state, the train
@@ -101,7 +105,8 @@ class RunCheckpoints:
   the next run removes. A save that fails in the background raises
   CheckpointError at the next `check`, `save` or `close`.
 
-  Without `keep`, a reader's: it saves nothing and changes nothing in
+  With `keep=KEEP_ALL`, nothing is deleted but by `delete`. Without
+  `keep`, a reader's: it saves nothing and changes nothing in
   `directory` (a save in progress there keeps its temporary directory, a
   damaged checkpoint stays where it is).
 
@@ -110,7 +115,7 @@ class RunCheckpoints:
 
   def __init__(self, directory: pathlib.Path, keep: int | None = None):
     self.directory = pathlib.Path(directory).absolute()  # orbax needs it so
-    self._keep = keep
+    self._keep = keep or None  # KEEP_ALL: orbax's None, no rotation
     self._reading = keep is None
     self._manager = None
 
@@ -312,12 +317,19 @@ class RunCheckpoints:
       with self._failed_saves_raised():
         self._manager.wait_until_finished()
 
-  def delete_after(self, step: int) -> list[int]:
-    """Deletes the checkpoints of steps after `step`; returns their steps."""
-    later = [s for s in self.steps() if s > step]
-    for s in later:
-      self._open(create=False).delete(s)
-    return later
+  def steps_agreed(self) -> list[int]:
+    """`steps`, listed by every process before any goes on (to delete some
+    of them: orbax deletes on the first process, then waits for all)."""
+    steps = self.steps()
+    if jax.process_count() > 1:
+      multihost_utils.sync_global_devices(f'vit_jax: {self.directory} listed')
+    return steps
+
+  def delete(self, steps: list[int]):
+    """Deletes the checkpoints of `steps`. Multi-process: every process
+    passes the same steps."""
+    for step in steps:
+      self._open(create=False).delete(step)
 
   def check(self):
     """Raises CheckpointError if the last save, written in the background,

@@ -161,12 +161,13 @@ def _loop(run: startup.Run, at: startup.Progress,
   signal. Returns the history."""
   plan, checkpoints = run.plan, run.checkpoints
   state, sums, history, step = at.state, at.sums, at.history, at.step
+  best = best_checkpoint.BestCheckpoint(
+      run.workdir, run.config.keep_best_checkpoint, history, step,
+      checkpoints.steps(), run.config.keep_checkpoints)
   writer = metric_writer.MetricWriter(run.workdir, history)
   throughput = _throughput(run, step)
   batches = run.inputs.train_batches(at.position)
   dispatcher = dispatch.Dispatcher(run.compiled, run.inputs, run.step_key)
-  best = best_checkpoint.BestCheckpoint(
-      run.workdir, run.config.keep_best_checkpoint, history, step)
   try:
     if step < plan.total_steps:
       startup.stop_if_signalled(signals, checkpoints)  # restoring was the last phase
@@ -187,8 +188,10 @@ def _loop(run: startup.Run, at: startup.Progress,
         writer.write(record)
         logging.info('%s', progress.progress_line(
             record, plan, throughput.eta(step, plan.total_steps)))
+        save_start = time.perf_counter()
         best.offer(record, state, sums, history, run.inputs.position(step),
                    run_config)
+        throughput.exclude(time.perf_counter() - save_start)
       preempted = signals.reached()
       if step % plan.checkpoint_every == 0 or last or preempted:
         if 'train_loss' not in record:  # never save a diverged state
@@ -199,6 +202,7 @@ def _loop(run: startup.Run, at: startup.Progress,
         best.wait()
         checkpoints.save(step, state, sums, history,
                          run.inputs.position(step), run_config)
+        best.prune(step)
         throughput.exclude(time.perf_counter() - save_start)
       if preempted and not last:
         checkpoints.close()  # waits until the checkpoint is complete
@@ -210,9 +214,13 @@ def _loop(run: startup.Run, at: startup.Progress,
     raise
   finally:
     batches.close()
-    checkpoints.close()
-    best.close()
-    writer.close()
+    try:
+      checkpoints.close()
+    finally:
+      try:
+        best.close()
+      finally:
+        writer.close()
   return history
 
 
