@@ -1,6 +1,7 @@
 """The state of a run's best evaluation, kept beside its checkpoints:
 saved by the loop, read back, and the same after a resumption."""
 
+import json
 import pathlib
 import shutil
 
@@ -8,11 +9,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import orbax.checkpoint as ocp
+import pytest
 
 from tests.helpers import tiny_config
 from vit_jax.checkpoints import best_checkpoint
 from vit_jax.checkpoints import reading
 from vit_jax.checkpoints import run_checkpoints
+from vit_jax.errors import CheckpointError
 from vit_jax.training import train
 
 
@@ -112,3 +115,17 @@ def test_a_best_left_by_a_run_that_stopped_keeping_it_is_deleted(tmp_path,
   best_checkpoint.BestCheckpoint(tmp_path, False, history, 2, [2], 2).close()
   assert _held(tmp_path) == []
   assert 'keep_best_checkpoint is off: deleted' in caplog.text
+
+
+def test_a_runs_best_checkpoint_folder_is_a_source_of_its_own(
+    trained_cnn_run):
+  workdir, _ = trained_cnn_run
+  summary = json.loads((workdir / 'summary.json').read_text())
+  folder = workdir / best_checkpoint.DIRECTORY
+  assert reading.source_kind(folder) == reading.WORKDIR
+  loaded = reading.load(folder)  # what evaluate, analyze and convert read
+  assert loaded.step == summary['best_step']
+  assert loaded.config == reading.load_run(workdir).config
+  with pytest.raises(CheckpointError, match='pass a step or its best '
+                     'checkpoint, not both'):
+    reading.load_run(folder, step=1)

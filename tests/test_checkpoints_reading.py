@@ -154,8 +154,9 @@ def test_any_source_is_told_by_its_contents(trained_vit_run, tmp_path):
                      r"transformers' ViT arrays \(it has conv1.weight\)"):
     reading.source_kind(tmp_path / 'other.safetensors')
   (tmp_path / 'empty').mkdir()
-  with pytest.raises(CheckpointError, match='holds no checkpoint: '
-                     'pass a vit_jax.main workdir, an official .npz'):
+  with pytest.raises(CheckpointError, match=(
+      r'holds no checkpoint: pass a vit_jax.main workdir \(or its '
+      r'best_checkpoint\), an official .npz')):
     reading.source_kind(tmp_path / 'empty')
   with pytest.raises(CheckpointError,
                      match='is one checkpoint; step=3 only selects'):

@@ -93,7 +93,9 @@ from vit_jax.models import names
 from vit_jax.runtime import command
 from vit_jax.runtime import files
 
-_WORKDIR = flags.DEFINE_string('workdir', None, 'A vit_jax.main run.')
+_WORKDIR = flags.DEFINE_string(
+    'workdir', None, 'A vit_jax.main run (WORKDIR/best_checkpoint: at its best '
+    'evaluation, kept with config.keep_best_checkpoint).')
 _CHECKPOINT = flags.DEFINE_string(
     'checkpoint', None, 'Any checkpoint, instead of --workdir: an official '
     '.npz, a timm model.safetensors or hub folder, a transformers ViT '

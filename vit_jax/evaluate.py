@@ -56,8 +56,9 @@ from vit_jax.runtime import job
 from vit_jax.training import evaluation
 
 _CHECKPOINT = flags.DEFINE_string(
-    'checkpoint', None, 'Any checkpoint: a vit_jax.main workdir, an official '
-    '.npz, a timm model.safetensors or hub folder, a transformers ViT folder.')
+    'checkpoint', None, 'Any checkpoint: a vit_jax.main workdir (WORKDIR/'
+    'best_checkpoint: at its best evaluation), an official .npz, a timm '
+    'model.safetensors or hub folder, a transformers ViT folder.')
 _CONFIG = config_flags.DEFINE_config_file(
     'config', None, "The dataset and preprocessing, e.g. configs/cifar_small.py "
     "(default for a workdir: its run's config).", lock_config=False)

@@ -91,6 +91,12 @@ def saved_config(workdir: pathlib.Path) -> dict:
   return saved
 
 
+def _names_best(path: pathlib.Path) -> bool:
+  """Whether `path` is a workdir's best_checkpoint folder."""
+  return (path.name == best_checkpoint.DIRECTORY and
+          (path.parent / 'checkpoints').is_dir())
+
+
 def load_run(workdir: str | pathlib.Path, step: int | None = None,
              best: bool = False) -> Run:
   """The config and the model variables of a `vit_jax.main` workdir.
@@ -98,13 +104,17 @@ def load_run(workdir: str | pathlib.Path, step: int | None = None,
   Reads the checkpoint of `step`, or the newest that matches its digest
   (the trainer's fallback: a damaged one is skipped with a warning), onto
   this process's first device, whatever devices the run was trained on;
-  `best`: the one of its best evaluation instead (`best_checkpoint`).
-  CheckpointError for a step that cannot be restored. The config is
-  config.json's, or, when that is lost, the checkpoint's.
+  `best` (or `WORKDIR/best_checkpoint` as the workdir): the one of its
+  best evaluation instead (`best_checkpoint`). CheckpointError for a step
+  that cannot be restored. The config is config.json's, or, when that is
+  lost, the checkpoint's.
   """
   workdir = pathlib.Path(workdir)
+  if _names_best(workdir):
+    workdir, best = workdir.parent, True
   if best and step is not None:
-    raise ValueError('load_run: pass step or best, not both.')
+    raise CheckpointError(f'{workdir}: pass a step or its best checkpoint, '
+                          'not both.')
   directory = workdir / (best_checkpoint.DIRECTORY if best else 'checkpoints')
   with run_checkpoints.RunCheckpoints(directory) as checkpoints:
     if not checkpoints.steps():
@@ -149,8 +159,9 @@ def load_run(workdir: str | pathlib.Path, step: int | None = None,
 # What `source_kind` calls each source, as `vit_jax.convert --format` does.
 WORKDIR, NPZ, TIMM, HF = 'workdir', 'npz', 'timm', 'hf'
 FOLDER_FORMATS: dict[str, formats.FolderFormat] = {TIMM: timm, HF: hf}
-SOURCES_HELP = ('a vit_jax.main workdir, an official .npz, a timm '
-                'model.safetensors or hub folder, or a transformers ViT folder')
+SOURCES_HELP = ('a vit_jax.main workdir (or its best_checkpoint), an '
+                'official .npz, a timm model.safetensors or hub folder, or a '
+                'transformers ViT folder')
 
 
 def _safetensors_kind(path: pathlib.Path) -> str:
@@ -178,7 +189,8 @@ def source_kind(source: str | pathlib.Path) -> str:
       return HF
     if isinstance(config, dict) and 'architecture' in config:
       return TIMM
-    if (path / 'checkpoints').is_dir() or config is not None:
+    if ((path / 'checkpoints').is_dir() or config is not None or
+        _names_best(path)):
       return WORKDIR
     weights = path / safetensors_file.WEIGHTS_NAME
     if weights.exists():
