@@ -8,6 +8,7 @@ each runner writes beside itself.
 
 import json
 import pathlib
+import signal
 import subprocess
 import sys
 from typing import Callable
@@ -74,6 +75,8 @@ def train(directory: pathlib.Path, config: str, overrides: dict,
           'another --workdir'))
   if finished(directory):
     return
+  if stop_signals.received():  # beside runs that were stopped: start none
+    raise SystemExit(preemption.PREEMPTED_EXIT_STATUS)
   print(f'training {directory.name}', flush=True)
   with open(directory / 'log.txt', 'a') as log:
     status = run_to_its_end([
@@ -102,7 +105,9 @@ def run_to_its_end(command: list[str], log) -> int:
                              stderr=subprocess.STDOUT)
   with stop_signals.sent_on_to(process):
     status = process.wait()
-    if status == 0 and stop_signals.received():
+    # Finished as the signal came, or signalled before it caught signals
+    # (SIGTERM's default ends it, with nothing to save yet).
+    if status in (0, -signal.SIGTERM) and stop_signals.received():
       return preemption.PREEMPTED_EXIT_STATUS
   return status
 

@@ -13,8 +13,10 @@ starting more, and it exits with that run's error once those beside it end.
 """
 
 import concurrent.futures
+import math
 import os
 import pathlib
+import sys
 from typing import Callable
 
 from experiments import runs
@@ -39,8 +41,8 @@ class SideBySide:
     self._pool = concurrent.futures.ThreadPoolExecutor(slots)
     self._in_flight: dict[pathlib.Path, concurrent.futures.Future] = {}
     self._failure: BaseException | None = None
-    if slots > 1:
-      os.environ.setdefault(_MEMORY_FRACTION, f'{0.9 / slots:.2f}')
+    if slots > 1:  # the runs' processes inherit it
+      os.environ[_MEMORY_FRACTION] = f'{math.floor(90 / slots) / 100:.2f}'
 
   def __enter__(self) -> 'SideBySide':
     return self
@@ -73,6 +75,12 @@ class SideBySide:
     self._in_flight[directory] = self._pool.submit(
         runs.train, directory, config, overrides, description)
 
+  def settle(self):
+    """Returns once no run trains (the next choice reads them all)."""
+    self._wait(concurrent.futures.ALL_COMPLETED)
+    if self._failure is not None:
+      raise self._failure
+
   def wait_for(self, directory: pathlib.Path):
     """Returns once the run in `directory` is not training here (a run
     that reads it needs it finished)."""
@@ -89,7 +97,11 @@ class SideBySide:
     for directory, future in list(self._in_flight.items()):
       if future in done:
         del self._in_flight[directory]
-        if future.exception() is not None:
-          self._failure = self._failure or future.exception()
+        error = future.exception()
+        if error is not None and self._failure is not None:
+          # Only the first is raised: say the others here.
+          print(f'also: {error}', file=sys.stderr, flush=True)
+        elif error is not None:
+          self._failure = error
         else:
           self._after_each_run()

@@ -54,6 +54,10 @@ def test_the_best_evaluation_is_kept_and_a_resumed_run_keeps_the_same(
     shutil.rmtree(tmp_path / 'resumed' / 'checkpoints' / str(step))
   resumed = train.train_and_evaluate(config, tmp_path / 'resumed')
   assert resumed['best_step'] == best
+  # Run again once finished, without the field: nothing to train, nothing
+  # deleted.
+  config.keep_best_checkpoint = False
+  train.train_and_evaluate(config, tmp_path / 'resumed')
   assert _best_checkpoint_steps(tmp_path / 'resumed') == (
       _best_checkpoint_steps(tmp_path / 'whole'))
   jax.tree.map(np.testing.assert_array_equal,

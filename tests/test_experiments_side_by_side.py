@@ -28,6 +28,7 @@ class _FakeTraining:
     self.seconds, self.fail = seconds, fail
     self.spans, self.starts, self.lock = {}, [], threading.Lock()
     self.failed_at = None
+    self.accuracies = {}  # (model, recipe) -> its best test accuracy
 
   def __call__(self, directory, config, overrides, description):
     start = time.monotonic()
@@ -37,9 +38,12 @@ class _FakeTraining:
       self.failed_at = time.monotonic()
       raise SystemExit(f'error: {directory.name} stopped with exit status 1')
     time.sleep(self.seconds)
-    finished_run(directory, seed=overrides['seed'],
-                 model=config.split(':')[1], description=description,
-                 epochs=float(overrides['num_epochs']))
+    model = config.split(':')[1]
+    finished_run(directory, seed=overrides['seed'], model=model,
+                 description=description,
+                 epochs=float(overrides['num_epochs']),
+                 best_test_accuracy=self.accuracies.get(
+                     (model, description['recipe']), 0.5))
     if overrides.get('keep_best_checkpoint'):
       (directory / best_checkpoint.DIRECTORY / '12').mkdir(parents=True)
     with self.lock:
@@ -157,3 +161,20 @@ def test_a_stop_signal_stops_every_run_beside_it_and_starts_none(tmp_path):
   assert sorted(p.stem for p in tmp_path.glob('*.saved')) == ['run0', 'run1']
   assert sorted(p.stem for p in tmp_path.glob('*.started')) == ['run0', 'run1']
   assert 'Traceback' not in process.stderr.read()
+
+
+def test_side_by_side_the_seeds_go_to_the_rows_one_after_another_would_pick(
+    tmp_path, monkeypatch):
+  accuracies = {('small_resnet', 'study'): 0.69, ('vit', 'study+spt_lsa'): 0.6,
+                ('vit', 'study+distillation+locality_guidance'): 0.65}
+  chosen = {}
+  for slots in (1, 4):
+    training = _FakeTraining(seconds=0.02)
+    training.accuracies = accuracies
+    monkeypatch.setattr(side_by_side.runs, 'train', training)
+    run.train(tmp_path / str(slots), tmp_path / 'data', [30], max_runs=0,
+              side_by_side=slots)
+    chosen[slots] = sorted(name for name, (*_, overrides)
+                           in training.spans.items() if overrides['seed'])
+  assert chosen[4] == chosen[1]
+  assert 'vit_study+distillation+locality_guidance_e30_seed2' in chosen[4]

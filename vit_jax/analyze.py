@@ -170,7 +170,7 @@ def analyze(out, *, workdir=None, step=None, data_dir=None,
     raise AnalysisError(errors.write_failed(
         out, e, '--out is as it was', 'another --out')) from e
   if workdir is not None:
-    events = pathlib.Path(workdir) / 'tensorboard' / 'analysis'
+    events = reading.run_directory(workdir) / 'tensorboard' / 'analysis'
     try:
       _to_tensorboard(events, out, subject.described['step'])
     except OSError as e:

@@ -98,7 +98,8 @@ def main(argv):
   if config is not None:
     cpu_devices = config.get('cpu_devices')
   else:  # a workdir's own config, read before JAX picks its devices
-    stated, _ = reading.read_config_json(_CHECKPOINT.value)
+    stated, _ = reading.read_config_json(
+        reading.run_directory(_CHECKPOINT.value))
     cpu_devices = stated.get('cpu_devices') if isinstance(stated, dict) else (
         None)
   job.run(work, cpu_devices=_CPU_DEVICES.value or cpu_devices)

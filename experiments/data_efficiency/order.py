@@ -66,12 +66,15 @@ def long_rows(records: list[dict], epochs: int) -> list[tuple]:
 
 def planned_runs(workdir: pathlib.Path, budgets: list[int],
                  landed: dict[str, dict] | None = None,
-                 long_budgets: tuple[int, ...] = ()):
+                 long_budgets: tuple[int, ...] = (),
+                 settle: Callable[[], None] = lambda: None):
   """`_rows_in_order`, each run just after the pre-training it reads
-  (`recipes.SOURCES`), the first time one does."""
+  (`recipes.SOURCES`), the first time one does. `settle` returns once the
+  runs planned so far have finished: called before each choice made from
+  the runs finished."""
   planned = set()
   for model, ingredients, epochs, seed in _rows_in_order(
-      workdir, budgets, landed, long_budgets):
+      workdir, budgets, landed, long_budgets, settle):
     sources = [recipes.source_run(i, epochs, seed)[1:] for i in ingredients
                if i in recipes.SOURCES
                and recipes.PRETRAINING in recipes.SOURCES[i][1][1]]
@@ -83,7 +86,7 @@ def planned_runs(workdir: pathlib.Path, budgets: list[int],
 
 def _rows_in_order(workdir: pathlib.Path, budgets: list[int],
                    landed: dict[str, dict] | None,
-                   long_budgets: tuple[int, ...]):
+                   long_budgets: tuple[int, ...], settle: Callable[[], None]):
   """(model, ingredients, epochs, seed), most informative first: at the
   first budget, the teacher, the ViT's study and full recipes (without and
   with distillation) and distillation alone, the other steps and
@@ -125,6 +128,7 @@ def _rows_in_order(workdir: pathlib.Path, budgets: list[int],
     for levers in (recipes.ROUND_TWO_FIRST, round_three, round_two_rest):
       for ingredients in levers:
         yield 'vit', ingredients, epochs, 0
+      settle()
       rows = conclusion_rows(recipes.load_runs(workdir, landed), epochs)
       for seed in (1, 2):
         for model, ingredients in rows:
@@ -133,6 +137,7 @@ def _rows_in_order(workdir: pathlib.Path, budgets: list[int],
     for ingredients in between:
       yield 'vit', ingredients, epochs, 0
   for epochs in long_budgets:
+    settle()
     rows = long_rows(recipes.load_runs(workdir, landed), budgets[-1])
     for seed in (0, 1, 2):
       for model, ingredients in rows:
@@ -141,15 +146,17 @@ def _rows_in_order(workdir: pathlib.Path, budgets: list[int],
 
 def unfinished_runs(workdir: pathlib.Path, budgets: list[int],
                      landed: dict[str, dict], long_budgets: tuple[int, ...],
-                     wait_for: Callable[[pathlib.Path], None] = lambda _: None):
+                     wait_for: Callable[[pathlib.Path], None] = lambda _: None,
+                     settle: Callable[[], None] = lambda: None):
   """(directory, model, recipe, overrides) of each planned run not yet
   finished, in order; first, the run it reads (`recipes.SOURCES`: the
   teacher of a distilled or guided run, an MAE's pre-training) where only
   that run's record landed, or where it kept no best checkpoint and the
   run reads the best. Lazy: a source is looked for once `wait_for` returns
-  for it (the runs before it may train side by side)."""
-  for model, ingredients, epochs, seed in planned_runs(workdir, budgets,
-                                                       landed, long_budgets):
+  for it (the runs before it may train side by side), a choice made once
+  `settle` returns (`planned_runs`)."""
+  for model, ingredients, epochs, seed in planned_runs(
+      workdir, budgets, landed, long_budgets, settle):
     name = recipes.run_name(model, ingredients, epochs, seed)
     if name in landed or runs.finished(workdir / name):
       continue

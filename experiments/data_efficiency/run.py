@@ -49,7 +49,8 @@ def train(workdir: pathlib.Path, data_dir: pathlib.Path, budgets: list[int],
   `side_by_side` at once, calling `after_each_run` as each finishes."""
   with side_by_side_lib.SideBySide(side_by_side, after_each_run) as slots:
     unfinished = order.unfinished_runs(workdir, budgets, landed or {},
-                                       long_budgets, slots.wait_for)
+                                       long_budgets, slots.wait_for,
+                                       slots.settle)
     for count in itertools.count():
       slots.free_slot()  # first: the next run is chosen from those finished
       if max_runs and count == max_runs:

@@ -40,13 +40,17 @@ class BestCheckpoint:
   and decides from the steps all listed alike, so they delete alike."""
 
   def __init__(self, workdir: pathlib.Path, keep: bool, history: list[dict],
-               step: int, regular_steps: list[int], keep_regular: int):
+               step: int, regular_steps: list[int], keep_regular: int,
+               trains: bool = True):
     """`history` and `step`: where the run resumes (empty and 0 afresh);
-    `regular_steps`: the steps of its regular checkpoints, of which it
-    keeps the newest `keep_regular`."""
+    `regular_steps`: the steps of its regular checkpoints on disk, of which
+    it keeps the newest `keep_regular`. Not `trains` (a finished run run
+    again): it changes nothing."""
     self._checkpoints = run_checkpoints.RunCheckpoints(
         workdir / DIRECTORY, keep=run_checkpoints.KEEP_ALL)
-    self._keep = keep
+    self._keep = keep and trains
+    if not trains:
+      return
     self._regular, self._keep_regular = list(regular_steps), keep_regular
     self._held = self._checkpoints.steps_agreed()
     best = _best_record(history)
@@ -102,11 +106,13 @@ class BestCheckpoint:
     if not self._keep:
       return
     self._checkpoints.wait()  # orbax deletes nothing during a save
-    needed = {max((b for b in self._held if b <= regular), default=None)
-              for regular in self._regular[-self._keep_regular:] +
-              [saved_step]}
-    self._delete([b for b in self._held if b not in needed])
+    # Every regular step on disk until this save completes: orbax rotates
+    # them then (with a keep_checkpoints lowered on resume, several).
     self._regular.append(saved_step)
+    needed = {max((b for b in self._held if b <= regular), default=None)
+              for regular in self._regular}
+    self._delete([b for b in self._held if b not in needed])
+    self._regular = self._regular[-self._keep_regular:]
 
   def close(self, quietly: bool = False):
     self._checkpoints.close(quietly)

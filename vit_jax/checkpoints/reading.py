@@ -97,6 +97,13 @@ def _names_best(path: pathlib.Path) -> bool:
           (path.parent / 'checkpoints').is_dir())
 
 
+def run_directory(source: str | pathlib.Path) -> pathlib.Path:
+  """The workdir of a run source: itself, or the run whose best_checkpoint
+  folder it is."""
+  path = pathlib.Path(source)
+  return path.parent if _names_best(path) else path
+
+
 def load_run(workdir: str | pathlib.Path, step: int | None = None,
              best: bool = False) -> Run:
   """The config and the model variables of a `vit_jax.main` workdir.

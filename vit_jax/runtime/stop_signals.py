@@ -131,6 +131,7 @@ def sent_on_to(process):
   main = threading.current_thread() is threading.main_thread()
   started = catch() if main else False
   if not main and not _watching:
+    process.kill()  # nothing would pass a stop on to it
     raise RuntimeError('stop_signals.sent_on_to from a thread: call catch() '
                        'in the main thread first.')
   with _children_lock:
@@ -141,7 +142,8 @@ def sent_on_to(process):
   try:
     yield
   finally:
-    _children.remove(process)
+    with _children_lock:
+      _children.remove(process)
     if started:
       release()
 

@@ -163,7 +163,8 @@ def _loop(run: startup.Run, at: startup.Progress,
   state, sums, history, step = at.state, at.sums, at.history, at.step
   best = best_checkpoint.BestCheckpoint(
       run.workdir, run.config.keep_best_checkpoint, history, step,
-      checkpoints.steps(), run.config.keep_checkpoints)
+      checkpoints.steps(), run.config.keep_checkpoints,
+      trains=step < plan.total_steps)
   writer = metric_writer.MetricWriter(run.workdir, history)
   throughput = _throughput(run, step)
   batches = run.inputs.train_batches(at.position)
