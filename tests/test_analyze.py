@@ -191,8 +191,8 @@ def test_a_missing_checkpoint_is_one_line(tmp_path):
   assert out.returncode == 1
   assert out.stderr.strip().splitlines()[-1] == (
       f'error: No checkpoint at {tmp_path / "vit.npz"}: pass a vit_jax.main '
-      'workdir, an official .npz, a timm model.safetensors or hub folder, or '
-      'a transformers ViT folder.')
+      'workdir (or its best_checkpoint), an official .npz, a timm '
+      'model.safetensors or hub folder, or a transformers ViT folder.')
 
 
 # ------------------------------- runs of VisionTransformer's techniques -----

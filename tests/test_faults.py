@@ -579,9 +579,9 @@ def _another_architecture(tmp_path) -> pathlib.Path:
 
 
 @pytest.mark.parametrize('init_from,message', [
-    (_missing, 'No checkpoint at {path}: pass a vit_jax.main workdir, an '
-     'official .npz, a timm model.safetensors or hub folder, or a '
-     'transformers ViT folder.'),
+    (_missing, 'No checkpoint at {path}: pass a vit_jax.main workdir (or its '
+     'best_checkpoint), an official .npz, a timm model.safetensors or hub '
+     'folder, or a transformers ViT folder.'),
     (_a_pickle, '{path} is not a .npz file (a zip archive of arrays): pass a '
      'released ViT .npz or the --workdir of a `vit_jax.main` run.'),
     (_another_architecture, 'holds a ViT with hidden size 8, 1 layer of 2 '

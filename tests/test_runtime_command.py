@@ -86,9 +86,9 @@ def test_a_missing_checkpoint_is_one_line_for_every_reader(
       cwd=ROOT, capture_output=True, text=True, check=False)
   assert out.returncode == 1
   assert out.stderr.strip().splitlines() == [
-      f'error: No checkpoint at {missing}: pass a vit_jax.main workdir, an '
-      'official .npz, a timm model.safetensors or hub folder, or a '
-      'transformers ViT folder.']
+      f'error: No checkpoint at {missing}: pass a vit_jax.main workdir (or '
+      'its best_checkpoint), an official .npz, a timm model.safetensors or '
+      'hub folder, or a transformers ViT folder.']
   assert sorted(p.name for p in tmp_path.iterdir()) == []
 
 
