@@ -165,16 +165,16 @@ def unfinished_runs(workdir: pathlib.Path, budgets: list[int],
                                for i in ingredients if i in recipes.SOURCES):
       source = workdir / recipes.run_name(*source_run)
       wait_for(source)  # training beside the runs before this one
-      set_aside = ('best_teacher' in ingredients and runs.finished(source)
-                   and not _kept_its_best(source))
-      if set_aside:
-        aside = _set_aside(source)
+      lost = source.name in landed and not runs.finished(source)
+      no_best = ('best_teacher' in ingredients and runs.finished(source)
+                 and not _kept_its_best(source))
+      if no_best:
         print(f'retraining {source.name}, which kept no best checkpoint '
-              f'(moved to {aside})', flush=True)
-      elif source.name in landed and not runs.finished(source):
+              f'(moved to {_set_aside(source)})', flush=True)
+      elif lost:
         print(f'retraining {source.name}: its checkpoint is not in '
               f'{workdir}', flush=True)
-      if set_aside or (source.name in landed and not runs.finished(source)):
+      if lost or no_best:
         # The run needs a checkpoint, gone with the workdir its record came
         # from or never kept; the retrained run's record replaces it.
         yield (source, source_run[0], recipes.recipe_name(source_run[1]),

@@ -59,9 +59,9 @@ INGREDIENTS = dict([
                            'distillation_temperature': 4.0}),
     # Stochastic depth in place of dropout, its rate growing with the
     # budget: 0.1 * log10(epochs / 10), DeiT-Ti's 0.1 at 100 epochs, 0.148
-    # at 300, 0.2 at 1,000 (none at 10 or fewer) (AugReg, Steiner et al. 2021: the longer the
-    # schedule on little data, the more regularisation pays; the rule is
-    # ours). The values at 100 epochs; `changes` gives a budget's.
+    # at 300, 0.2 at 1,000, none at 10 or fewer (AugReg, Steiner et al.
+    # 2021: the longer the schedule on little data, the more regularisation
+    # pays; the rule is ours). The values at 100 epochs; `changes` gives a budget's.
     ('budget_stochastic_depth', {'model_overrides.stochastic_depth_rate': 0.1,
                                  'model_overrides.dropout_rate': 0.0}),
     # The teachers read at their best evaluation, not their last (the

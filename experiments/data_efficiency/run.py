@@ -10,10 +10,11 @@ CNNs with the study's recipe and with the same augmentations; at every
 budget in --epochs; seeds as `order.planned_runs` orders them (the rows
 that carry the conclusion get three). Round two adds ingredients from the
 literature (`recipes.ROUND_TWO`), round three levers on each budget's
-best recipe (`recipes.ROUND_THREE`, `ROUND_THREE_FIRST_BUDGET`); then it trains the two best ViT recipes and each
-CNN's best, three seeds each, at each budget of --long_epochs. The recipes
-and records are `recipes.py`'s, the order `order.py`'s. One `vit_jax.main`
-process per run; rerunning
+best recipe (`recipes.ROUND_THREE`, `ROUND_THREE_FIRST_BUDGET`); then it
+trains the two best ViT recipes and each CNN's best, three seeds each, at
+each budget of --long_epochs, up to --side_by_side runs at once. The
+recipes and records are `recipes.py`'s, the order `order.py`'s. One
+`vit_jax.main` process per run; rerunning
 skips the runs finished in --workdir or recorded in the committed
 `results.json`, and resumes an interrupted one. After each run it writes,
 next to this file, `results.json` (one record per run), `ablation.png`,
