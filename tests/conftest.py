@@ -2,6 +2,7 @@
 the fixtures many files share (a CIFAR-10 release on disk, trained runs).
 Helpers that tests import are `tests.helpers`'."""
 
+import importlib
 import os
 import shutil
 import signal
@@ -16,6 +17,13 @@ from tests.helpers import process_test_config
 from tests.helpers import random_cifar
 from tests.helpers import tiny_config
 from tests.helpers import write_cifar_binary
+
+# pytest reports an exception raised in a destructor by importing tracemalloc
+# then. tensorflow_datasets imports its modules inside etils' lazy_imports,
+# which makes every import a lazy proxy, in all threads: a destructor that
+# fails while one is open would fail the report itself, and the test with
+# it. Imported now, the report finds the module already loaded.
+importlib.import_module('tracemalloc')
 
 # The tests press Ctrl-C on the commands they start as a person at a
 # terminal does. A suite started with Ctrl-C ignored (`nohup pytest &`, some

@@ -42,6 +42,7 @@ def test_the_best_evaluation_is_kept_and_a_resumed_run_keeps_the_same(
   best = summary['best_step']
   # The newest held is the best; older ones serve older checkpoints.
   assert _best_checkpoint_steps(tmp_path / 'whole')[-1] == best
+  assert best_checkpoint.kept_one(tmp_path / 'whole')
   run = reading.load_run(tmp_path / 'whole', best=True)
   assert run.step == best
   jax.tree.map(np.testing.assert_array_equal, run.params,
@@ -116,8 +117,10 @@ def test_a_best_left_by_a_run_that_stopped_keeping_it_is_deleted(tmp_path,
   best = best_checkpoint.BestCheckpoint(tmp_path, True, history, 0, [], 2)
   _offer(best, history, 2, 0.5)
   best.close()
+  assert best_checkpoint.kept_one(tmp_path)
   best_checkpoint.BestCheckpoint(tmp_path, False, history, 2, [2], 2).close()
   assert _held(tmp_path) == []
+  assert not best_checkpoint.kept_one(tmp_path)
   assert 'keep_best_checkpoint is off: deleted' in caplog.text
 
 

@@ -167,7 +167,7 @@ def unfinished_runs(workdir: pathlib.Path, budgets: list[int],
       wait_for(source)  # training beside the runs before this one
       lost = source.name in landed and not runs.finished(source)
       no_best = ('best_teacher' in ingredients and runs.finished(source)
-                 and not _kept_its_best(source))
+                 and not best_checkpoint.kept_one(source))
       if no_best:
         print(f'retraining {source.name}, which kept no best checkpoint '
               f'(moved to {_set_aside(source)})', flush=True)
@@ -182,7 +182,8 @@ def unfinished_runs(workdir: pathlib.Path, budgets: list[int],
         wait_for(source)
       if not runs.finished(source):
         sys.exit(f'error: {source}, which {name} reads, has not finished.')
-      if 'best_teacher' in ingredients and not _kept_its_best(source):
+      if ('best_teacher' in ingredients and
+          not best_checkpoint.kept_one(source)):
         sys.exit(f'error: {source}, which {name} reads at its best, kept no '
                  'best checkpoint.')
       overrides[field] = source
@@ -201,12 +202,6 @@ def _set_aside(run_dir: pathlib.Path) -> pathlib.Path:
     aside = folder / f'{run_dir.name}.{n}'
   run_dir.rename(aside)
   return aside
-
-
-def _kept_its_best(run_dir: pathlib.Path) -> bool:
-  # orbax names a checkpoint by its step once it is complete.
-  kept = run_dir / best_checkpoint.DIRECTORY
-  return kept.is_dir() and any(p.name.isdigit() for p in kept.iterdir())
 
 
 def run_overrides(model: str, ingredients: tuple[str, ...], epochs: int,
