@@ -103,6 +103,31 @@ def test_a_command_with_nothing_to_save_stops_at_once_in_one_line(
   assert 'Traceback' not in first + stderr
 
 
+def test_the_stop_line_is_the_last_while_the_main_thread_logs():
+  """What the main thread writes to stderr while the stop is said (jax
+  logging its start-up) comes before the line, never after it, however
+  long the watcher waits for the interpreter before it ends the process
+  (here: 0.3 s)."""
+  process = subprocess.Popen(
+      [sys.executable, '-c',
+       'import os, time\n'
+       'from vit_jax.runtime import stop_signals\n'
+       'exit_now = os._exit\n'
+       'os._exit = lambda status: (time.sleep(0.3), exit_now(status))\n'
+       "stop_signals.catch(at_once='stopped the test; it wrote nothing')\n"
+       'print("caught", flush=True)\n'
+       'while True:\n'
+       '  os.write(2, b"a log line\\n")\n'
+       '  time.sleep(0.001)\n'],
+      cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+  assert process.stdout.readline() == 'caught\n'
+  process.send_signal(signal.SIGTERM)
+  _, stderr = process.communicate(timeout=30)
+  assert process.returncode == stop_signals.STOPPED_EXIT_STATUS
+  assert stderr.splitlines()[-1] == (
+      'SIGTERM: stopped the test; it wrote nothing.')
+
+
 def _with_ctrl_c_ignored(command: list[str]) -> list[str]:
   """`command` started as `nohup command &` starts it: Ctrl-C ignored."""
   return ['sh', '-c', 'trap "" INT; exec "$@"', 'sh', *command]

@@ -219,19 +219,27 @@ def _on_signal(signum: int) -> None:
     _not_stopped.acquire()  # never released: the process ends here
     for path in list(_to_remove):
       _remove(path)
-    os.write(2, f'\n{_NAMES[signum]}: {_at_once[0]}.\n'.encode())
-    os._exit(INTERRUPTED_EXIT_STATUS if signum == signal.SIGINT else  # pylint: disable=protected-access
-             STOPPED_EXIT_STATUS)
+    _exit_saying(f'\n{_NAMES[signum]}: {_at_once[0]}.\n'.encode(),
+                 INTERRUPTED_EXIT_STATUS if signum == signal.SIGINT else
+                 STOPPED_EXIT_STATUS)
   if _received and signum == signal.SIGINT:
-    os.write(2, b'\nerror: Interrupted again: stopped at once, without '
-             b'saving; rerun the same command to resume from the newest '
-             b'complete checkpoint.\n')
-    os._exit(INTERRUPTED_EXIT_STATUS)  # pylint: disable=protected-access
+    _exit_saying(b'\nerror: Interrupted again: stopped at once, without '
+                 b'saving; rerun the same command to resume from the newest '
+                 b'complete checkpoint.\n', INTERRUPTED_EXIT_STATUS)
   if not _received:
     os.write(2, b'\n' + _FIRST_NOTICE[signum])
   _received.append(_NAMES[signum])
   if _forwarding and signum == signal.SIGINT:
     os.kill(os.getpid(), signal.SIGTERM)
+
+
+def _exit_saying(line: bytes, status: int) -> None:
+  """Ends the process with `line` the last thing on its stderr: what the
+  main thread logs meanwhile (jax starting up) goes nowhere."""
+  stderr = os.dup(2)
+  os.dup2(os.open(os.devnull, os.O_WRONLY), 2)
+  os.write(stderr, line)
+  os._exit(status)  # pylint: disable=protected-access
 
 
 def _remove(path: str) -> None:
