@@ -6,6 +6,7 @@ only the runs they lack), and the results.json, figure and README sections
 each runner writes beside itself.
 """
 
+import contextlib
 import json
 import pathlib
 import signal
@@ -101,9 +102,13 @@ def run_to_its_end(command: list[str], log) -> int:
   to this process alone), and this process waits for that save instead of
   ending before it. A run that finished as the signal came is stopped all
   the same: 75, so that the runner trains nothing more."""
-  process = subprocess.Popen(command, cwd=REPO, stdout=log,
-                             stderr=subprocess.STDOUT)
-  with stop_signals.sent_on_to(process):
+  with contextlib.ExitStack() as stack:
+    # A stop that would end this process at once waits until the child is
+    # one a stop goes on to: it would be left training otherwise.
+    with stop_signals.not_stopped_within():
+      process = subprocess.Popen(command, cwd=REPO, stdout=log,
+                                 stderr=subprocess.STDOUT)
+      stack.enter_context(stop_signals.sent_on_to(process))
     status = process.wait()
     # Finished as the signal came, or signalled before it caught signals
     # (SIGTERM's default ends it, with nothing to save yet).

@@ -30,8 +30,8 @@ _MEMORY_FRACTION = 'XLA_PYTHON_CLIENT_MEM_FRACTION'
 
 class SideBySide:
   """Up to `slots` runs training at once; `after_each_run` called in the
-  runner's thread as each finishes. A context manager: leaving it waits
-  for the runs in flight."""
+  runner's thread as runs finish (once for those that finish together). A
+  context manager: leaving it waits for the runs in flight."""
 
   def __init__(self, slots: int, after_each_run: Callable[[], None]):
     if slots < 1:
@@ -41,8 +41,9 @@ class SideBySide:
     self._pool = concurrent.futures.ThreadPoolExecutor(slots)
     self._in_flight: dict[pathlib.Path, concurrent.futures.Future] = {}
     self._failure: BaseException | None = None
-    if slots > 1:  # the runs' processes inherit it
-      os.environ[_MEMORY_FRACTION] = f'{math.floor(90 / slots) / 100:.2f}'
+    if slots > 1:  # the runs' processes inherit it; a user's value stays
+      os.environ.setdefault(_MEMORY_FRACTION,
+                            f'{max(1, math.floor(90 / slots)) / 100:.2f}')
 
   def __enter__(self) -> 'SideBySide':
     return self
@@ -94,14 +95,21 @@ class SideBySide:
       return
     done, _ = concurrent.futures.wait(self._in_flight.values(),
                                       return_when=return_when)
+    finished = False
     for directory, future in list(self._in_flight.items()):
       if future in done:
         del self._in_flight[directory]
         error = future.exception()
+        # A run that finished as a stop signal came stops the runner all
+        # the same (`runs.run_to_its_end`), and is recorded.
+        finished |= error is None or runs.finished(directory)
         if error is not None and self._failure is not None:
           # Only the first is raised: say the others here.
           print(f'also: {error}', file=sys.stderr, flush=True)
         elif error is not None:
           self._failure = error
-        else:
-          self._after_each_run()
+    if finished:
+      # Not cut in two by a stop signal: the runs' workdirs may be thrown
+      # away with the machine (a lent GPU's), their records kept.
+      with stop_signals.not_stopped_within():
+        self._after_each_run()

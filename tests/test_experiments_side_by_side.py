@@ -2,6 +2,7 @@
 thread; a run that reads another after it; a failure or a stop signal
 ends the runner once the runs beside it end."""
 
+import os
 import signal
 import subprocess
 import sys
@@ -17,6 +18,17 @@ from tests.helpers import finished_run
 from tests.helpers import ROOT
 from vit_jax.checkpoints import best_checkpoint
 from vit_jax.runtime import preemption
+
+
+@pytest.fixture(autouse=True)
+def _memory_fraction_as_it_was():
+  """SideBySide sets it for the runs' processes: not for the next test."""
+  before = os.environ.get(side_by_side._MEMORY_FRACTION)  # pylint: disable=protected-access
+  yield
+  if before is None:
+    os.environ.pop(side_by_side._MEMORY_FRACTION, None)  # pylint: disable=protected-access
+  else:
+    os.environ[side_by_side._MEMORY_FRACTION] = before  # pylint: disable=protected-access
 
 
 class _FakeTraining:
@@ -66,9 +78,42 @@ def test_slots_bound_the_runs_at_once_and_each_finish_is_summarised_here(
       slots.start(tmp_path / f'vit_study_e30_seed{i}', 'c.py:vit',
                   {'seed': i, 'num_epochs': 30}, {'recipe': 'study'})
   assert len(training.spans) == 7 and training.most_at_once() == 3
-  assert summarised == [threading.main_thread()] * 7
+  # Once for the runs that finished together, after the last of them.
+  assert 1 <= len(summarised) <= 7
+  assert set(summarised) == {threading.main_thread()}
   description = (tmp_path / 'vit_study_e30_seed0' / 'run.json').read_text()
   assert '"side_by_side": 3' in description
+
+
+def test_each_run_gets_its_share_of_the_gpus_memory_unless_the_user_set_it(
+    monkeypatch):
+  monkeypatch.delenv(side_by_side._MEMORY_FRACTION, raising=False)  # pylint: disable=protected-access
+  with side_by_side.SideBySide(4, lambda: None):
+    assert os.environ[side_by_side._MEMORY_FRACTION] == '0.22'  # pylint: disable=protected-access
+  os.environ[side_by_side._MEMORY_FRACTION] = '0.1'  # pylint: disable=protected-access
+  with side_by_side.SideBySide(2, lambda: None):
+    assert os.environ[side_by_side._MEMORY_FRACTION] == '0.1'  # pylint: disable=protected-access
+
+
+def test_a_run_that_finished_as_the_signal_came_is_recorded(tmp_path,
+                                                           monkeypatch):
+  """`runs.train` stops the runner (75) after a run that finished as a
+  stop signal came: its record is written all the same."""
+  training = _FakeTraining()
+
+  def finished_then_stopped(directory, *args):
+    training(directory, *args)
+    raise SystemExit(preemption.PREEMPTED_EXIT_STATUS)
+
+  monkeypatch.setattr(side_by_side.runs, 'train', finished_then_stopped)
+  summarised = []
+  with pytest.raises(SystemExit) as stopped:
+    with side_by_side.SideBySide(2, lambda: summarised.append(1)) as slots:
+      for i in range(3):
+        slots.start(tmp_path / f'vit_study_e30_seed{i}', 'c.py:vit',
+                    {'seed': i, 'num_epochs': 30}, {'recipe': 'study'})
+  assert stopped.value.code == preemption.PREEMPTED_EXIT_STATUS
+  assert summarised and len(training.spans) == 2  # none after the stop
 
 
 def test_a_run_starts_only_once_the_runs_it_reads_have_finished(

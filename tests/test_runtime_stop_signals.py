@@ -128,6 +128,31 @@ def test_the_stop_line_is_the_last_while_the_main_thread_logs():
       'SIGTERM: stopped the test; it wrote nothing.')
 
 
+def test_a_stop_that_ends_at_once_waits_for_a_block_not_to_be_cut(tmp_path):
+  """Blocks that `not_stopped_within` keeps whole (writing records, a
+  child's start) end before the process does, nested ones too."""
+  done = tmp_path / 'done'
+  process = subprocess.Popen(
+      [sys.executable, '-c',
+       'import pathlib, sys, time\n'
+       'from vit_jax.runtime import stop_signals\n'
+       "stop_signals.catch(at_once='stopped the test; it wrote nothing')\n"
+       'with stop_signals.not_stopped_within():\n'
+       '  with stop_signals.not_stopped_within():\n'
+       '    print("inside", flush=True)\n'
+       '    time.sleep(0.5)\n'
+       f'  pathlib.Path({str(done)!r}).touch()\n'
+       'time.sleep(60)\n'],
+      cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+  assert process.stdout.readline() == 'inside\n'
+  process.send_signal(signal.SIGTERM)
+  _, stderr = process.communicate(timeout=30)
+  assert process.returncode == stop_signals.STOPPED_EXIT_STATUS
+  assert done.exists()
+  assert stderr.splitlines()[-1] == (
+      'SIGTERM: stopped the test; it wrote nothing.')
+
+
 def _with_ctrl_c_ignored(command: list[str]) -> list[str]:
   """`command` started as `nohup command &` starts it: Ctrl-C ignored."""
   return ['sh', '-c', 'trap "" INT; exec "$@"', 'sh', *command]

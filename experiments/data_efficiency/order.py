@@ -169,6 +169,7 @@ def unfinished_runs(workdir: pathlib.Path, budgets: list[int],
       no_best = ('best_teacher' in ingredients and runs.finished(source)
                  and not best_checkpoint.kept_one(source))
       if no_best:
+        settle()  # the runs beside this one may be reading it
         print(f'retraining {source.name}, which kept no best checkpoint '
               f'(moved to {_set_aside(source)})', flush=True)
       elif lost:

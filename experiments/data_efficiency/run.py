@@ -29,6 +29,7 @@ from typing import Callable
 
 from absl import app
 from absl import flags
+import jax
 import numpy as np
 
 from experiments import runs
@@ -178,6 +179,9 @@ def summarize(workdir: pathlib.Path, budgets: list[int],
 def main(argv):
   del argv
   runs.catch_stop_signals()
+  # The runner only reads its runs' folders (a teacher's best checkpoint
+  # among them): the accelerator's memory is the runs'.
+  jax.config.update('jax_platforms', 'cpu')
   args = flags.FLAGS
   workdir = pathlib.Path(args.workdir).absolute()
   budgets = runs.integers('epochs', args.epochs,

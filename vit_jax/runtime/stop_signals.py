@@ -58,7 +58,7 @@ _forwarding: list[bool] = []  # [True] once `forward_as_sigterm` was called
 _watching: list = []  # [the previous wake-up fd, reader, writer, thread]
 _at_once: list[str] = []  # [what a signal that stops at once did]
 _to_remove: list[str] = []  # written by the command, unfinished
-_not_stopped = threading.Lock()  # held where a stop would leave a mix
+_not_stopped = threading.RLock()  # held where a stop would leave a mix
 _children: list = []  # processes a stop signal goes on to (`sent_on_to`)
 _children_lock = threading.Lock()
 
@@ -112,9 +112,9 @@ def stops_at_once() -> bool:
 
 @contextlib.contextmanager
 def not_stopped_within():
-  """A block (the renames that put a finished output in place) that a
-  stop signal does not cut in two: the signal ends the process before it
-  or after it."""
+  """A block (the renames that put a finished output in place, a child's
+  start) that a stop signal does not cut in two: the signal ends the
+  process before it or after it. Blocks may nest."""
   with _not_stopped:
     yield
 
@@ -207,16 +207,21 @@ def _read_signals(reader: socket.socket) -> None:
 
 
 def _on_signal(signum: int) -> None:
+  if _at_once:
+    # A block that must not be cut in two ends first, and a child started
+    # in one (`sent_on_to`) is among the children below.
+    _not_stopped.acquire()
   with _children_lock:  # other threads add and remove theirs
     children = list(_children)
     if children:
       _received.append(_NAMES[signum])
   if children:
+    if _at_once:
+      _not_stopped.release()
     for process in children:
       process.send_signal(signal.SIGTERM)
     return
-  if _at_once:
-    _not_stopped.acquire()  # never released: the process ends here
+  if _at_once:  # the lock is never released: the process ends here
     for path in list(_to_remove):
       _remove(path)
     _exit_saying(f'\n{_NAMES[signum]}: {_at_once[0]}.\n'.encode(),
