@@ -95,8 +95,8 @@ def _flat(tree: dict, prefix: str = '') -> dict:
 
 
 @pytest.mark.parametrize('levers', recipes.ROUND_THREE,
-                         ids=lambda levers: levers[-1])
-def test_round_three_adds_one_lever_to_the_best_recipe(levers):
+                         ids=lambda levers: '+'.join(levers[2:]))
+def test_round_three_adds_levers_to_the_best_recipe(levers):
   best, config = (_recipe_config('vit', ingredients)
                   for ingredients in (recipes.BEST, levers))
   for each in (best, config):  # the teachers the runner names (`SOURCES`)
@@ -104,7 +104,9 @@ def test_round_three_adds_one_lever_to_the_best_recipe(levers):
   config_schema.validate(config, num_devices=4)
   before, after = _flat(best.to_dict()), _flat(config.to_dict())
   changed = {key for key, value in after.items() if before.get(key) != value}
-  assert changed == set(recipes.changes(levers[-1], epochs=100))
+  assert levers[:len(recipes.BEST)] == recipes.BEST
+  assert changed == {key for lever in levers[len(recipes.BEST):]
+                     for key in recipes.changes(lever, epochs=100)}
 
 
 def _fake_training(accuracies, trained):
