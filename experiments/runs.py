@@ -211,10 +211,12 @@ def wall_time_cell(records: list[dict]) -> str:
 def catch_stop_signals() -> None:
   """A runner's Ctrl-C and SIGTERM, from the start of its `main`: while a
   run trains they go on to it (`run_to_its_end`); otherwise the runner
-  ends at once in one line, its records as they were (`write_summary`)."""
+  ends at once in one line, its records as the last complete summary left
+  them (`write_summary`; one the runner holds whole, `side_by_side`, first
+  completes)."""
   stop_signals.catch(
       at_once='stopped the runner; its results, figures and README are as '
-      'they were')
+      'the last complete summary left them')
 
 
 def write_summary(

@@ -265,7 +265,7 @@ runs.write_summary(pathlib.Path({str(tmp_path)!r}), [{{'seed': 1}}], 'w',
   assert runner.wait(timeout=30) == 130
   assert runner.stderr.read() == (
       '\nCtrl-C: stopped the runner; its results, figures and README are as '
-      'they were.\n')
+      'the last complete summary left them.\n')
   assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == earlier
 
 

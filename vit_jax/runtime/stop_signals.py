@@ -206,22 +206,28 @@ def _read_signals(reader: socket.socket) -> None:
         _on_signal(signum)
 
 
-def _on_signal(signum: int) -> None:
-  if _at_once:
-    # A block that must not be cut in two ends first, and a child started
-    # in one (`sent_on_to`) is among the children below.
-    _not_stopped.acquire()
+def _sent_on_to_children(signum: int) -> bool:
+  """Sends the stop on to the children as SIGTERM, if there are any."""
   with _children_lock:  # other threads add and remove theirs
     children = list(_children)
     if children:
       _received.append(_NAMES[signum])
-  if children:
-    if _at_once:
-      _not_stopped.release()
-    for process in children:
-      process.send_signal(signal.SIGTERM)
+  for process in children:
+    process.send_signal(signal.SIGTERM)
+  return bool(children)
+
+
+def _on_signal(signum: int) -> None:
+  if _sent_on_to_children(signum):
     return
-  if _at_once:  # the lock is never released: the process ends here
+  if _at_once:
+    # A block that must not be cut in two ends first; a child started in
+    # one is then among the children (`runs.run_to_its_end`).
+    _not_stopped.acquire()
+    if _sent_on_to_children(signum):
+      _not_stopped.release()
+      return
+    # The lock is never released: the process ends here.
     for path in list(_to_remove):
       _remove(path)
     _exit_saying(f'\n{_NAMES[signum]}: {_at_once[0]}.\n'.encode(),
@@ -241,10 +247,12 @@ def _on_signal(signum: int) -> None:
 def _exit_saying(line: bytes, status: int) -> None:
   """Ends the process with `line` the last thing on its stderr: what the
   main thread logs meanwhile (jax starting up) goes nowhere."""
-  stderr = os.dup(2)
-  os.dup2(os.open(os.devnull, os.O_WRONLY), 2)
-  os.write(stderr, line)
-  os._exit(status)  # pylint: disable=protected-access
+  try:
+    stderr = os.dup(2)
+    os.dup2(os.open(os.devnull, os.O_WRONLY), 2)
+    os.write(stderr, line)
+  finally:  # even without a stderr (`2>&-`)
+    os._exit(status)  # pylint: disable=protected-access
 
 
 def _remove(path: str) -> None:
