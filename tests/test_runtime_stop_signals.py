@@ -103,54 +103,52 @@ def test_a_command_with_nothing_to_save_stops_at_once_in_one_line(
   assert 'Traceback' not in first + stderr
 
 
-def test_the_stop_line_is_the_last_while_the_main_thread_logs():
-  """What the main thread writes to stderr while the stop is said (jax
-  logging its start-up) comes before the line, never after it, however
-  long the watcher waits for the interpreter before it ends the process
-  (here: 0.3 s)."""
-  process = subprocess.Popen(
-      [sys.executable, '-c',
-       'import os, time\n'
-       'from vit_jax.runtime import stop_signals\n'
-       'exit_now = os._exit\n'
-       'os._exit = lambda status: (time.sleep(0.3), exit_now(status))\n'
-       "stop_signals.catch(at_once='stopped the test; it wrote nothing')\n"
-       'print("caught", flush=True)\n'
-       'while True:\n'
-       '  os.write(2, b"a log line\\n")\n'
-       '  time.sleep(0.001)\n'],
-      cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-  assert process.stdout.readline() == 'caught\n'
+_AT_ONCE = ('from vit_jax.runtime import stop_signals\n'
+            "stop_signals.catch(at_once='stopped the test; it wrote nothing')\n")
+
+
+def _stop_at_once(script: str, ready: str):
+  """Runs `script` after `catch(at_once=...)`, sends SIGTERM once it
+  prints `ready`: the command ends with status 75 and the stop line last."""
+  process = subprocess.Popen([sys.executable, '-c', _AT_ONCE + script],
+                             cwd=ROOT, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)
+  assert process.stdout.readline() == ready + '\n'
   process.send_signal(signal.SIGTERM)
   _, stderr = process.communicate(timeout=30)
   assert process.returncode == stop_signals.STOPPED_EXIT_STATUS
   assert stderr.splitlines()[-1] == (
       'SIGTERM: stopped the test; it wrote nothing.')
+
+
+def test_the_stop_line_is_the_last_while_the_main_thread_logs():
+  """What the main thread writes to stderr while the stop is said (jax
+  logging its start-up) comes before the line, never after it, however
+  long the watcher waits for the interpreter before it ends the process
+  (here: 0.3 s)."""
+  _stop_at_once(
+      'import os, time\n'
+      'exit_now = os._exit\n'
+      'os._exit = lambda status: (time.sleep(0.3), exit_now(status))\n'
+      'print("caught", flush=True)\n'
+      'while True:\n'
+      '  os.write(2, b"a log line\\n")\n'
+      '  time.sleep(0.001)\n', 'caught')
 
 
 def test_a_stop_that_ends_at_once_waits_for_a_block_not_to_be_cut(tmp_path):
   """Blocks that `not_stopped_within` keeps whole (writing records, a
   child's start) end before the process does, nested ones too."""
   done = tmp_path / 'done'
-  process = subprocess.Popen(
-      [sys.executable, '-c',
-       'import pathlib, sys, time\n'
-       'from vit_jax.runtime import stop_signals\n'
-       "stop_signals.catch(at_once='stopped the test; it wrote nothing')\n"
-       'with stop_signals.not_stopped_within():\n'
-       '  with stop_signals.not_stopped_within():\n'
-       '    print("inside", flush=True)\n'
-       '    time.sleep(0.5)\n'
-       f'  pathlib.Path({str(done)!r}).touch()\n'
-       'time.sleep(60)\n'],
-      cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-  assert process.stdout.readline() == 'inside\n'
-  process.send_signal(signal.SIGTERM)
-  _, stderr = process.communicate(timeout=30)
-  assert process.returncode == stop_signals.STOPPED_EXIT_STATUS
+  _stop_at_once(
+      'import pathlib, time\n'
+      'with stop_signals.not_stopped_within():\n'
+      '  with stop_signals.not_stopped_within():\n'
+      '    print("inside", flush=True)\n'
+      '    time.sleep(0.5)\n'
+      f'  pathlib.Path({str(done)!r}).touch()\n'
+      'time.sleep(60)\n', 'inside')
   assert done.exists()
-  assert stderr.splitlines()[-1] == (
-      'SIGTERM: stopped the test; it wrote nothing.')
 
 
 _HOLDING_WITH_A_CHILD = """
