@@ -212,8 +212,8 @@ def catch_stop_signals() -> None:
   """A runner's Ctrl-C and SIGTERM, from the start of its `main`: while a
   run trains they go on to it (`run_to_its_end`); otherwise the runner
   ends at once in one line, its records as the last complete summary left
-  them (`write_summary`; one the runner holds whole, `side_by_side`, first
-  completes)."""
+  them (`write_summary`; a summary that `side_by_side` writes is completed
+  first)."""
   stop_signals.catch(
       at_once='stopped the runner; its results, figures and README are as '
       'the last complete summary left them')

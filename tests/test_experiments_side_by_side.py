@@ -73,14 +73,17 @@ def test_slots_bound_the_runs_at_once_and_each_finish_is_summarised_here(
   monkeypatch.setattr(side_by_side.runs, 'train', training)
   summarised = []
   with side_by_side.SideBySide(
-      3, lambda: summarised.append(threading.current_thread())) as slots:
+      3, lambda: summarised.append((threading.current_thread(),
+                                    time.monotonic()))) as slots:
     for i in range(7):
       slots.start(tmp_path / f'vit_study_e30_seed{i}', 'c.py:vit',
                   {'seed': i, 'num_epochs': 30}, {'recipe': 'study'})
   assert len(training.spans) == 7 and training.most_at_once() == 3
   # Once for the runs that finished together, after the last of them.
   assert 1 <= len(summarised) <= 7
-  assert set(summarised) == {threading.main_thread()}
+  assert {thread for thread, _ in summarised} == {threading.main_thread()}
+  assert summarised[-1][1] >= max(end for _, end, _ in
+                                  training.spans.values())
   description = (tmp_path / 'vit_study_e30_seed0' / 'run.json').read_text()
   assert '"side_by_side": 3' in description
 
