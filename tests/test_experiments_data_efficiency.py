@@ -208,10 +208,14 @@ def _round_two_after_the_seeds(epochs):
 
 
 def _round_three(epochs):
-  """Round three's rows at seed 0 at a budget of [30, 100], the longer MAE
+  """Round three's rows at seed 0 at a budget of [30, 100]: at the last the
+  CNNs with the ViT's best augmentation first; at the first the longer MAE
   pre-training just before the row that reads it."""
   if epochs == 100:
-    return [('vit', ingredients, 100, 0) for ingredients in recipes.ROUND_THREE]
+    return [('simple_cnn', ('trivial_augment',), 100, 0),
+            ('small_resnet', ('trivial_augment',), 100, 0)] + [
+                ('vit', ingredients, 100, 0)
+                for ingredients in recipes.ROUND_THREE]
   return [('vit', (recipes.PRETRAINING,), 100, 0)] + [
       ('vit', ingredients, 30, 0)
       for ingredients in recipes.ROUND_THREE_FIRST_BUDGET]
@@ -226,8 +230,8 @@ def test_locality_guidance_ranked_best_takes_its_seeds_before_the_other_levers(
   names = [name for name, _ in trained]
   first_seed = next(i for i, (_, overrides) in enumerate(trained)
                     if overrides['seed'])
-  other_levers = names.index(
-      f'vit_{recipes.recipe_name(recipes.ROUND_THREE[0])}_e30_seed0')
+  other_levers = names.index(  # round three's first row at the last budget
+      f'simple_cnn_{recipes.recipe_name(recipes.CNN_ROUND_THREE[0])}_e30_seed0')
   # Ranked after locality guidance's runs trained, not before.
   assert names.index('vit_study+locality_guidance_e30_seed2') < other_levers
   seeded = trained[first_seed:other_levers]
@@ -236,6 +240,27 @@ def test_locality_guidance_ranked_best_takes_its_seeds_before_the_other_levers(
                  if overrides['seed'] == seed] for seed in (1, 2)}
   assert rows[1] == rows[2]
   assert 'vit_study+locality_guidance_e30' in rows[1]
+
+
+def test_a_cnn_with_the_vits_best_augmentation_can_be_the_best_cnn(
+    tmp_path, monkeypatch):
+  trained = []
+  monkeypatch.setattr(run.runs, 'train', _fake_training({
+      ('small_resnet', 'study+trivial_augment'): 0.75,
+      ('small_resnet', 'study'): 0.73,
+      ('vit', 'study+distillation+locality_guidance+trivial_augment'): 0.71},
+      trained))
+  run.train(tmp_path, tmp_path / 'data', [100], max_runs=0)
+  names = [name for name, _ in trained]
+  cnn = 'small_resnet_study+trivial_augment_e100_seed0'
+  assert names.index(cnn) < names.index(
+      f'vit_{recipes.recipe_name(recipes.ROUND_THREE[0])}_e100_seed0')
+  assert dict(trained)[cnn].items() >= recipes.changes(
+      'trivial_augment', epochs=100).items()
+  # Ranked best at seed 0, it takes the seeds the ViT is held against.
+  assert 'small_resnet_study+trivial_augment_e100_seed2' in names
+  assert ('small_resnet', ('trivial_augment',)) in order.conclusion_rows(
+      recipes.load_runs(tmp_path), 100)
 
 
 def test_an_mae_row_fine_tunes_from_its_pretraining_which_ranks_nowhere(

@@ -95,8 +95,9 @@ def _rows_in_order(workdir: pathlib.Path, budgets: list[int],
   `recipes.ROUND_TWO_FIRST` (seed 0), so that one of them can carry the
   conclusion, seeds 1 and 2 of `conclusion_rows` (chosen when the runner
   gets there, from the seed-0 runs then finished, in `workdir` or
-  `landed`), round three (at the last budget its levers on the best recipe,
-  at the first `recipes.ROUND_THREE_FIRST_BUDGET`)
+  `landed`), round three (at the last budget the CNNs with
+  `recipes.CNN_ROUND_THREE`, then the levers on the ViT's best recipe; at
+  the first `recipes.ROUND_THREE_FIRST_BUDGET`)
   (seed 0), the rest of round two, each followed by the seeds of a row it
   makes the best: a short budget's conclusion lands before the longer
   budgets' rows; last, the other steps at the longer budgets. Then, at
@@ -123,11 +124,17 @@ def _rows_in_order(workdir: pathlib.Path, budgets: list[int],
   round_two_rest = [r for r in recipes.ROUND_TWO
                     if r not in recipes.ROUND_TWO_FIRST]
   for epochs in budgets:
-    round_three = (recipes.ROUND_THREE if epochs == budgets[-1] else
-                   recipes.ROUND_THREE_FIRST_BUDGET if epochs == first else [])
-    for levers in (recipes.ROUND_TWO_FIRST, round_three, round_two_rest):
-      for ingredients in levers:
-        yield 'vit', ingredients, epochs, 0
+    round_three = [('vit', ingredients) for ingredients in (
+        recipes.ROUND_THREE if epochs == budgets[-1] else
+        recipes.ROUND_THREE_FIRST_BUDGET if epochs == first else [])]
+    if epochs == budgets[-1]:
+      round_three[:0] = [(model, ingredients)
+                         for ingredients in recipes.CNN_ROUND_THREE
+                         for model in ('simple_cnn', 'small_resnet')]
+    for rows in ([('vit', r) for r in recipes.ROUND_TWO_FIRST], round_three,
+                 [('vit', r) for r in round_two_rest]):
+      for model, ingredients in rows:
+        yield model, ingredients, epochs, 0
       settle()
       rows = conclusion_rows(recipes.load_runs(workdir, landed), epochs)
       for seed in (1, 2):

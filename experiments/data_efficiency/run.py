@@ -10,7 +10,8 @@ CNNs with the study's recipe and with the same augmentations; at every
 budget in --epochs; seeds as `order.planned_runs` orders them (the rows
 that carry the conclusion get three). Round two adds ingredients from the
 literature (`recipes.ROUND_TWO`), round three levers on each budget's
-best recipe (`recipes.ROUND_THREE`, `ROUND_THREE_FIRST_BUDGET`); then it
+best recipe (`recipes.ROUND_THREE`, `ROUND_THREE_FIRST_BUDGET`), after
+the CNNs with the ViT's best augmentation (`CNN_ROUND_THREE`); then it
 trains the two best ViT recipes and each CNN's best, three seeds each, at
 each budget of --long_epochs, up to --side_by_side runs at once. The
 recipes and records are `recipes.py`'s, the order `order.py`'s. One
