@@ -8,11 +8,15 @@ so a runner that chooses what to train from the runs finished so far
 (`data_efficiency/order.py`) sees every run that could finish first; with
 one slot it trains exactly as one run after another. A stop signal goes on
 to every run in flight (`stop_signals.sent_on_to`), each saves its step,
-and the runner exits 75 once all have; a failed run stops the runner from
+and the runner exits 75 once all have, and once every run that finished
+is recorded (`stop_signals.waited_for`, from a run's start until its
+record is written: the stop does not end the runner at once between a
+run's end and its record); a failed run stops the runner from
 starting more, and it exits with that run's error once those beside it end.
 """
 
 import concurrent.futures
+import contextlib
 import math
 import os
 import pathlib
@@ -40,6 +44,8 @@ class SideBySide:
     self._after_each_run = after_each_run
     self._pool = concurrent.futures.ThreadPoolExecutor(slots)
     self._in_flight: dict[pathlib.Path, concurrent.futures.Future] = {}
+    # From a run's start until its record is written: a stop waits for it.
+    self._unrecorded: dict[pathlib.Path, contextlib.ExitStack] = {}
     self._failure: BaseException | None = None
     if slots > 1:  # the runs' processes inherit it; a user's value stays
       os.environ.setdefault(_MEMORY_FRACTION,
@@ -73,6 +79,9 @@ class SideBySide:
     self.free_slot()
     if self._slots > 1:
       description = {**description, 'side_by_side': self._slots}
+    unrecorded = contextlib.ExitStack()
+    unrecorded.enter_context(stop_signals.waited_for())
+    self._unrecorded[directory] = unrecorded
     self._in_flight[directory] = self._pool.submit(
         runs.train, directory, config, overrides, description)
 
@@ -96,9 +105,11 @@ class SideBySide:
     done, _ = concurrent.futures.wait(self._in_flight.values(),
                                       return_when=return_when)
     finished = False
+    ended = []
     for directory, future in list(self._in_flight.items()):
       if future in done:
         del self._in_flight[directory]
+        ended.append(self._unrecorded.pop(directory))
         error = future.exception()
         # A run that finished as a stop signal came stops the runner all
         # the same (`runs.run_to_its_end`), and is recorded.
@@ -108,8 +119,12 @@ class SideBySide:
           print(f'also: {error}', file=sys.stderr, flush=True)
         elif error is not None:
           self._failure = error
-    if finished:
-      # Not cut in two by a stop signal: the runs' workdirs may be thrown
-      # away with the machine (a lent GPU's), their records kept.
-      with stop_signals.not_stopped_within():
-        self._after_each_run()
+    try:
+      if finished:
+        # Not cut in two by a stop signal: the runs' workdirs may be thrown
+        # away with the machine (a lent GPU's), their records kept.
+        with stop_signals.not_stopped_within():
+          self._after_each_run()
+    finally:
+      for unrecorded in ended:
+        unrecorded.close()

@@ -119,6 +119,44 @@ def test_a_run_that_finished_as_the_signal_came_is_recorded(tmp_path,
   assert summarised and len(training.spans) == 2  # none after the stop
 
 
+_STOPPED_BEFORE_ITS_RECORD = '''
+import os, pathlib, signal, sys, time
+sys.path.insert(0, {root!r})
+from experiments import runs, side_by_side
+from vit_jax.runtime import stop_signals
+
+folder = pathlib.Path({folder!r})
+
+def train(directory, config, overrides, description):
+  # Its process has ended and is no child a stop goes on to any more; the
+  # stop comes before the runner has written its record.
+  (folder / directory.name).touch()
+  os.kill(os.getpid(), signal.SIGTERM)
+  while not stop_signals.received():
+    time.sleep(0.01)
+  time.sleep(0.3)
+
+runs.train = train
+runs.catch_stop_signals()
+with side_by_side.SideBySide(1, (folder / 'recorded').touch) as slots:
+  for i in range(2):
+    slots.start(folder / f'run{{i}}', '', {{}}, {{}})
+'''
+
+
+def test_a_stop_between_a_runs_end_and_its_record_waits_for_the_record(
+    tmp_path):
+  runner = tmp_path / 'runner.py'
+  runner.write_text(_STOPPED_BEFORE_ITS_RECORD.format(root=str(ROOT),
+                                                      folder=str(tmp_path)))
+  process = subprocess.run([sys.executable, str(runner)], timeout=60,
+                           stderr=subprocess.PIPE, text=True, check=False)
+  assert process.returncode == preemption.PREEMPTED_EXIT_STATUS
+  assert (tmp_path / 'recorded').exists()
+  assert not (tmp_path / 'run1').exists()  # none started after the stop
+  assert 'Traceback' not in process.stderr
+
+
 def test_a_run_starts_only_once_the_runs_it_reads_have_finished(
     tmp_path, monkeypatch):
   training = _FakeTraining()

@@ -151,6 +151,24 @@ def test_a_stop_that_ends_at_once_waits_for_a_block_not_to_be_cut(tmp_path):
   assert done.exists()
 
 
+def test_a_stop_that_ends_at_once_waits_for_the_block_it_is_left_to():
+  """Inside `waited_for` the stop is only recorded, as when it goes on to a
+  child; the block's owner ends the command once its work is done."""
+  process = subprocess.Popen([sys.executable, '-c', _AT_ONCE + (
+      'import os, signal, time\n'
+      'with stop_signals.waited_for():\n'
+      '  os.kill(os.getpid(), signal.SIGTERM)\n'
+      '  while not stop_signals.received():\n'
+      '    time.sleep(0.01)\n'
+      '  time.sleep(0.3)\n'  # the watcher would have ended it by now
+      '  print("recorded", stop_signals.received(), flush=True)\n'
+      'raise SystemExit(75)\n')], cwd=ROOT, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)
+  stdout, _ = process.communicate(timeout=30)
+  assert stdout == 'recorded SIGTERM\n'
+  assert process.returncode == stop_signals.STOPPED_EXIT_STATUS
+
+
 _HOLDING_WITH_A_CHILD = """
 import subprocess, sys, threading, time
 from vit_jax.runtime import stop_signals

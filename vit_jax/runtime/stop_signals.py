@@ -60,6 +60,7 @@ _at_once: list[str] = []  # [what a signal that stops at once did]
 _to_remove: list[str] = []  # written by the command, unfinished
 _not_stopped = threading.RLock()  # held where a stop would leave a mix
 _children: list = []  # processes a stop signal goes on to (`sent_on_to`)
+_waited_for = [0]  # open `waited_for` blocks
 _children_lock = threading.Lock()
 
 
@@ -148,6 +149,22 @@ def sent_on_to(process):
       release()
 
 
+@contextlib.contextmanager
+def waited_for():
+  """A block that a stop signal waits for, as for a child's (`sent_on_to`),
+  instead of ending the process at once (`catch(at_once=...)`):
+  `received()` says it came, and the block's owner stops once it has
+  finished its work. For what ends elsewhere than a child: a run that
+  finished but is not yet recorded (`experiments/side_by_side.py`)."""
+  with _children_lock:
+    _waited_for[0] += 1
+  try:
+    yield
+  finally:
+    with _children_lock:
+      _waited_for[0] -= 1
+
+
 def remove_on_stop(path, remove: bool = True) -> None:
   """A file or directory the command is writing, unfinished: a signal that
   stops the command at once (`catch(at_once=...)`) removes it first.
@@ -206,25 +223,27 @@ def _read_signals(reader: socket.socket) -> None:
         _on_signal(signum)
 
 
-def _sent_on_to_children(signum: int) -> bool:
-  """Sends the stop on to the children as SIGTERM, if there are any."""
+def _left_to_the_waiting(signum: int) -> bool:
+  """If there are children or `waited_for` blocks: records the stop and
+  sends it on to the children as SIGTERM."""
   with _children_lock:  # other threads add and remove theirs
     children = list(_children)
-    if children:
+    waiting = bool(children) or _waited_for[0] > 0
+    if waiting:
       _received.append(_NAMES[signum])
   for process in children:
     process.send_signal(signal.SIGTERM)
-  return bool(children)
+  return waiting
 
 
 def _on_signal(signum: int) -> None:
-  if _sent_on_to_children(signum):
+  if _left_to_the_waiting(signum):
     return
   if _at_once:
     # A block that must not be cut in two ends first; a child started in
     # one is then among the children (`runs.run_to_its_end`).
     _not_stopped.acquire()
-    if _sent_on_to_children(signum):
+    if _left_to_the_waiting(signum):
       _not_stopped.release()
       return
     # The lock is never released: the process ends here.
