@@ -89,6 +89,13 @@ def train(directory: pathlib.Path, config: str, overrides: dict,
     print(f'stopped: {directory.name} saved its step on the signal; rerun '
           'the same command to resume it.', file=sys.stderr, flush=True)
     raise SystemExit(status)
+  if (status == stop_signals.INTERRUPTED_EXIT_STATUS and
+      stop_signals.received()):
+    # A second Ctrl-C at a terminal reaches the run itself too.
+    print(f'stopped: {directory.name} was interrupted again, at once, '
+          'without saving; rerun the same command to resume it from its '
+          'newest complete checkpoint.', file=sys.stderr, flush=True)
+    raise SystemExit(status)
   if status:
     raise SystemExit(f'error: {directory.name} stopped with exit status '
                      f'{status}; its log says why: {directory / "log.txt"}')

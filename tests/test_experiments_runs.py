@@ -19,6 +19,7 @@ from tests.helpers import write_cifar_binary
 from tests.helpers import write_process_config
 from vit_jax.checkpoints import run_checkpoints
 from vit_jax.runtime import preemption
+from vit_jax.runtime import stop_signals
 
 DESCRIPTION = {'recipe': 'study', 'train_examples': 5000}
 
@@ -81,6 +82,25 @@ def test_a_failed_run_is_one_line_naming_its_log(tmp_path, monkeypatch):
   with pytest.raises(SystemExit, match='^error: run stopped with exit status '
                      f'1; its log says why: {tmp_path / "run" / "log.txt"}$'):
     runs.train(tmp_path / 'run', 'configs/cifar_small.py:vit', {'seed': 0})
+
+
+def test_a_run_interrupted_again_stops_the_runner_in_one_line(
+    tmp_path, monkeypatch, capsys):
+  interrupted = []  # Ctrl-C once while it trained, then again
+
+  def run_to_its_end(command, log):
+    interrupted.append('Ctrl-C')
+    return stop_signals.INTERRUPTED_EXIT_STATUS
+
+  monkeypatch.setattr(runs, 'run_to_its_end', run_to_its_end)
+  monkeypatch.setattr(stop_signals, 'received',
+                      lambda: interrupted[0] if interrupted else None)
+  with pytest.raises(SystemExit) as stopped:
+    runs.train(tmp_path / 'run', 'configs/cifar_small.py:vit', {'seed': 0})
+  assert stopped.value.code == stop_signals.INTERRUPTED_EXIT_STATUS
+  assert capsys.readouterr().err == (
+      'stopped: run was interrupted again, at once, without saving; rerun the '
+      'same command to resume it from its newest complete checkpoint.\n')
 
 
 _RUNNER = '''
