@@ -263,6 +263,26 @@ def test_a_cnn_with_the_vits_best_augmentation_can_be_the_best_cnn(
       recipes.load_runs(tmp_path), 100)
 
 
+def test_long_first_trains_the_long_budgets_rows_before_the_rest(
+    tmp_path, monkeypatch):
+  trained = []
+  monkeypatch.setattr(run.runs, 'train', _fake_training({
+      ('vit', 'study+distillation'): 0.6, ('vit', 'study'): 0.52,
+      ('small_resnet', 'study'): 0.7}, trained))
+  run.train(tmp_path, tmp_path / 'data', [30], max_runs=10)
+  rows = order.long_rows(recipes.load_runs(tmp_path), 30)
+  assert ('vit', ('distillation',)) in rows
+  trained.clear()
+  run.train(tmp_path, tmp_path / 'data', [30], max_runs=0,
+            long_budgets=(300,), long_first=True)
+  names = [name for name, _ in trained]
+  first = [recipes.run_name(model, ingredients, 300, seed)
+           for seed in (0, 1, 2) for model, ingredients in rows]
+  assert names[:len(first)] == first
+  assert f'vit_{recipes.recipe_name(recipes.ALL)}_e30_seed1' in names
+  assert len(names) == len(set(names))
+
+
 def test_an_mae_row_fine_tunes_from_its_pretraining_which_ranks_nowhere(
     tmp_path, monkeypatch):
   trained = []

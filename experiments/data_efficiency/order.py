@@ -67,14 +67,22 @@ def long_rows(records: list[dict], epochs: int) -> list[tuple]:
 def planned_runs(workdir: pathlib.Path, budgets: list[int],
                  landed: dict[str, dict] | None = None,
                  long_budgets: tuple[int, ...] = (),
-                 settle: Callable[[], None] = lambda: None):
+                 settle: Callable[[], None] = lambda: None,
+                 long_first: bool = False):
   """`_rows_in_order`, each run just after the pre-training it reads
   (`recipes.SOURCES`), the first time one does. `settle` returns once the
   runs planned so far have finished: called before each choice made from
-  the runs finished."""
+  the runs finished. `long_first`: the long budgets' rows (`long_rows`,
+  chosen from the runs finished now) before everything else, for a lent
+  GPU while the CPU trains the rest; the same rows chosen again at the end
+  train where the choice has changed."""
   planned = set()
-  for model, ingredients, epochs, seed in _rows_in_order(
-      workdir, budgets, landed, long_budgets, settle):
+  rows = _rows_in_order(workdir, budgets, landed, long_budgets, settle)
+  if long_first:
+    rows = itertools.chain(
+        _long_budget_rows(workdir, budgets, landed, long_budgets, settle),
+        rows)
+  for model, ingredients, epochs, seed in rows:
     sources = [recipes.source_run(i, epochs, seed)[1:] for i in ingredients
                if i in recipes.SOURCES
                and recipes.PRETRAINING in recipes.SOURCES[i][1][1]]
@@ -143,6 +151,16 @@ def _rows_in_order(workdir: pathlib.Path, budgets: list[int],
   for epochs in longer:
     for ingredients in between:
       yield 'vit', ingredients, epochs, 0
+  yield from _long_budget_rows(workdir, budgets, landed, long_budgets, settle)
+
+
+def _long_budget_rows(workdir: pathlib.Path, budgets: list[int],
+                      landed: dict[str, dict] | None,
+                      long_budgets: tuple[int, ...],
+                      settle: Callable[[], None]):
+  """At each of `long_budgets`, `long_rows` of the last comparison budget
+  with seeds 0, 1 and 2, chosen from the runs finished when the runner
+  gets there."""
   for epochs in long_budgets:
     settle()
     rows = long_rows(recipes.load_runs(workdir, landed), budgets[-1])
@@ -154,16 +172,17 @@ def _rows_in_order(workdir: pathlib.Path, budgets: list[int],
 def unfinished_runs(workdir: pathlib.Path, budgets: list[int],
                      landed: dict[str, dict], long_budgets: tuple[int, ...],
                      wait_for: Callable[[pathlib.Path], None] = lambda _: None,
-                     settle: Callable[[], None] = lambda: None):
+                     settle: Callable[[], None] = lambda: None,
+                     long_first: bool = False):
   """(directory, model, recipe, overrides) of each planned run not yet
   finished, in order; first, the run it reads (`recipes.SOURCES`: the
   teacher of a distilled or guided run, an MAE's pre-training) where only
   that run's record landed, or where it kept no best checkpoint and the
   run reads the best. Lazy: a source is looked for once `wait_for` returns
   for it (the runs before it may train side by side), a choice made once
-  `settle` returns (`planned_runs`)."""
+  `settle` returns (`planned_runs`, with `long_first`)."""
   for model, ingredients, epochs, seed in planned_runs(
-      workdir, budgets, landed, long_budgets, settle):
+      workdir, budgets, landed, long_budgets, settle, long_first):
     name = recipes.run_name(model, ingredients, epochs, seed)
     if name in landed or runs.finished(workdir / name):
       continue

@@ -13,7 +13,8 @@ literature (`recipes.ROUND_TWO`), round three levers on each budget's
 best recipe (`recipes.ROUND_THREE`, `ROUND_THREE_FIRST_BUDGET`), after
 the CNNs with the ViT's best augmentation (`CNN_ROUND_THREE`); then it
 trains the two best ViT recipes and each CNN's best, three seeds each, at
-each budget of --long_epochs, up to --side_by_side runs at once. The
+each budget of --long_epochs (first with --long_first), up to
+--side_by_side runs at once. The
 recipes and records are `recipes.py`'s, the order `order.py`'s. One
 `vit_jax.main` process per run; rerunning
 skips the runs finished in --workdir or recorded in the committed
@@ -46,14 +47,16 @@ HERE = pathlib.Path(__file__).resolve().parent
 def train(workdir: pathlib.Path, data_dir: pathlib.Path, budgets: list[int],
           max_runs: int, landed: dict[str, dict] | None = None,
           after_each_run: Callable[[], None] = lambda: None,
-          long_budgets: tuple[int, ...] = (), side_by_side: int = 1):
+          long_budgets: tuple[int, ...] = (), side_by_side: int = 1,
+          long_first: bool = False):
   """Trains the planned runs finished neither in `workdir` nor in `landed`
   (the committed records), at most `max_runs` new runs (0: all), up to
-  `side_by_side` at once, calling `after_each_run` as each finishes."""
+  `side_by_side` at once, calling `after_each_run` as each finishes;
+  `long_first`: the long budgets' first (`order.planned_runs`)."""
   with side_by_side_lib.SideBySide(side_by_side, after_each_run) as slots:
     unfinished = order.unfinished_runs(workdir, budgets, landed or {},
                                        long_budgets, slots.wait_for,
-                                       slots.settle)
+                                       slots.settle, long_first)
     for count in itertools.count():
       slots.free_slot()  # first: the next run is chosen from those finished
       if max_runs and count == max_runs:
@@ -136,10 +139,14 @@ def plot(records: list[dict], path: pathlib.Path):
     ax.bar(range(len(shown)), [vit[r].mean() for r in shown],
            yerr=[vit[r].std(ddof=1) if len(vit[r]) > 1 else 0
                  for r in shown], color='tab:blue', label='ViT-Tiny')
+    cnn_recipes = [('study', 'tab:red', 'study'),
+                   (recipes.recipe_name(recipes.CNN_AUGMENTED), 'tab:green',
+                    'augmented')] + [
+                       (recipes.recipe_name(ingredients), 'tab:purple',
+                        '+ ' + ' + '.join(ingredients))
+                       for ingredients in recipes.CNN_ROUND_THREE]
     for model, style in (('simple_cnn', '--'), ('small_resnet', ':')):
-      augmented = recipes.recipe_name(recipes.CNN_AUGMENTED)
-      for recipe, color, name in (('study', 'tab:red', 'study'),
-                                  (augmented, 'tab:green', 'augmented')):
+      for recipe, color, name in cnn_recipes:
         if (epochs, model, recipe) in groups:
           ax.axhline(recipes.accuracies(groups[epochs, model, recipe]).mean(),
                      linestyle=style, color=color,
@@ -147,7 +154,7 @@ def plot(records: list[dict], path: pathlib.Path):
     ax.set_xticks(range(len(shown)), labels, rotation=30, ha='right',
                   fontsize=8)
     ax.set_xlim(-0.6, len(recipes.ORDER) - 0.4)  # bars as wide in every panel
-    ax.set_ylabel('best test accuracy (%), mean over seeds')
+    ax.set_ylabel('best test accuracy (%; mean of the seeds)', fontsize=9)
     ax.set_title(f'{epochs} epochs, 5,000 CIFAR-10 images')
     ax.set_ylim(0, 100)  # room above the bars and lines for the legend
     ax.legend(fontsize=7, loc='upper left', ncol=3)
@@ -197,7 +204,7 @@ def main(argv):
     # mid-run loses only that run on a fresh machine.
     train(workdir, data_dir, budgets, args.max_runs, landed,
           lambda: summarize(workdir, budgets, landed, long_budgets),
-          long_budgets, args.side_by_side)
+          long_budgets, args.side_by_side, args.long_first)
   print(table(summarize(workdir, budgets, landed, long_budgets)))
 
 
@@ -223,6 +230,10 @@ def _define_flags():
       'side_by_side', 1, 'Runs trained at once (experiments/side_by_side.py): '
       'several small runs may share a GPU sooner than they follow each '
       'other; 1 on a 2-core CPU.', lower_bound=1)
+  flags.DEFINE_bool(
+      'long_first', False, 'Train the --long_epochs rows first, chosen from '
+      'the runs finished now: for a lent GPU, while this CPU trains the '
+      'rest.')
   flags.DEFINE_bool('summarize_only', False, 'Only summarise finished runs.')
 
 
