@@ -67,13 +67,7 @@ def train(directory: pathlib.Path, config: str, overrides: dict,
   if description is not None:
     # Also for a run that finished before runners wrote descriptions, so
     # that `load_records` finds it.
-    try:
-      files.write_atomically(directory / DESCRIPTION_FILE,
-                             json.dumps(description))
-    except OSError as e:  # a full or read-only disk
-      sys.exit('error: ' + errors.write_failed(
-          directory / DESCRIPTION_FILE, e, 'nothing was trained',
-          'another --workdir'))
+    describe(directory, description, 'nothing was trained')
   if finished(directory):
     return
   if stop_signals.received():  # beside runs that were stopped: start none
@@ -99,6 +93,17 @@ def train(directory: pathlib.Path, config: str, overrides: dict,
   if status:
     raise SystemExit(f'error: {directory.name} stopped with exit status '
                      f'{status}; its log says why: {directory / "log.txt"}')
+
+
+def describe(directory: pathlib.Path, description: dict, kept: str):
+  """Writes the runner's `description` of a run (`record` reads it), or
+  exits in one line saying what was `kept`."""
+  try:
+    files.write_atomically(directory / DESCRIPTION_FILE,
+                           json.dumps(description))
+  except OSError as e:  # a full or read-only disk
+    sys.exit('error: ' + errors.write_failed(
+        directory / DESCRIPTION_FILE, e, kept, 'another --workdir'))
 
 
 def run_to_its_end(command: list[str], log) -> int:

@@ -44,6 +44,9 @@ class SideBySide:
     self._after_each_run = after_each_run
     self._pool = concurrent.futures.ThreadPoolExecutor(slots)
     self._in_flight: dict[pathlib.Path, concurrent.futures.Future] = {}
+    # The most runs in flight at once while each trained.
+    self._most_at_once: dict[pathlib.Path, int] = {}
+    self._descriptions: dict[pathlib.Path, dict] = {}
     # From a run's start until its record is written: a stop waits for it.
     self._unrecorded: dict[pathlib.Path, contextlib.ExitStack] = {}
     self._failure: BaseException | None = None
@@ -77,13 +80,15 @@ class SideBySide:
             description: dict):
     """`runs.train`'s arguments, trained in a free slot."""
     self.free_slot()
-    if self._slots > 1:
-      description = {**description, 'side_by_side': self._slots}
     unrecorded = contextlib.ExitStack()
     unrecorded.enter_context(stop_signals.waited_for())
     self._unrecorded[directory] = unrecorded
     self._in_flight[directory] = self._pool.submit(
         runs.train, directory, config, overrides, description)
+    for each in self._in_flight:
+      self._most_at_once[each] = max(self._most_at_once.get(each, 0),
+                                     len(self._in_flight))
+    self._descriptions[directory] = description
 
   def settle(self):
     """Returns once no run trains (the next choice reads them all)."""
@@ -110,10 +115,17 @@ class SideBySide:
       if future in done:
         del self._in_flight[directory]
         ended.append(self._unrecorded.pop(directory))
+        most = self._most_at_once.pop(directory)
+        description = self._descriptions.pop(directory)
         error = future.exception()
         # A run that finished as a stop signal came stops the runner all
         # the same (`runs.run_to_its_end`), and is recorded.
-        finished |= error is None or runs.finished(directory)
+        if error is None or runs.finished(directory):
+          finished = True
+          if self._slots > 1:  # whether it was faster: from the records
+            runs.describe(directory, {**description, 'side_by_side': most},
+                          'the run is kept, finished; rerun the same command '
+                          'to record it')
         if error is not None and self._failure is not None:
           # Only the first is raised: say the others here.
           print(f'also: {error}', file=sys.stderr, flush=True)

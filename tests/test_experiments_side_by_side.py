@@ -12,6 +12,7 @@ import time
 
 import pytest
 
+from experiments import runs
 from experiments import side_by_side
 from experiments.data_efficiency import run
 from tests.helpers import finished_run
@@ -96,6 +97,21 @@ def test_each_run_gets_its_share_of_the_gpus_memory_unless_the_user_set_it(
   os.environ[side_by_side._MEMORY_FRACTION] = '0.1'  # pylint: disable=protected-access
   with side_by_side.SideBySide(2, lambda: None):
     assert os.environ[side_by_side._MEMORY_FRACTION] == '0.1'  # pylint: disable=protected-access
+
+
+def test_each_run_records_the_most_runs_that_trained_beside_it(
+    tmp_path, monkeypatch):
+  monkeypatch.setattr(side_by_side.runs, 'train', _FakeTraining(seconds=0.2))
+  with side_by_side.SideBySide(3, lambda: None) as slots:
+    for i in range(2):
+      slots.start(tmp_path / f'vit_study_e30_seed{i}', 'c.py:vit',
+                  {'seed': i, 'num_epochs': 30}, {'recipe': 'study'})
+    slots.settle()
+    slots.start(tmp_path / 'vit_study_e30_seed2', 'c.py:vit',
+                {'seed': 2, 'num_epochs': 30}, {'recipe': 'study'})
+  at_once = {r['seed']: r['side_by_side']
+             for r in map(runs.record, tmp_path.iterdir())}
+  assert at_once == {0: 2, 1: 2, 2: 1}  # not the 3 slots
 
 
 def test_a_run_that_finished_as_the_signal_came_is_recorded(tmp_path,
