@@ -123,8 +123,10 @@ def run_to_its_end(command: list[str], log) -> int:
       stack.enter_context(stop_signals.sent_on_to(process))
     status = process.wait()
     # Finished as the signal came, or signalled before it caught signals
-    # (SIGTERM's default ends it, with nothing to save yet).
-    if status in (0, -signal.SIGTERM) and stop_signals.received():
+    # (the defaults end it, with nothing to save yet; at a terminal a
+    # Ctrl-C reaches it too).
+    if (status in (0, -signal.SIGTERM, -signal.SIGINT) and
+        stop_signals.received()):
       return preemption.PREEMPTED_EXIT_STATUS
   return status
 

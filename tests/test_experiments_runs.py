@@ -84,6 +84,15 @@ def test_a_failed_run_is_one_line_naming_its_log(tmp_path, monkeypatch):
     runs.train(tmp_path / 'run', 'configs/cifar_small.py:vit', {'seed': 0})
 
 
+def test_a_run_that_exits_130_unasked_is_a_failure_naming_its_log(
+    tmp_path, monkeypatch):
+  monkeypatch.setattr(runs, 'run_to_its_end', lambda command, log: (
+      stop_signals.INTERRUPTED_EXIT_STATUS))
+  with pytest.raises(SystemExit, match='^error: run stopped with exit status '
+                     '130; its log says why'):
+    runs.train(tmp_path / 'run', 'configs/cifar_small.py:vit', {'seed': 0})
+
+
 def test_a_run_interrupted_again_stops_the_runner_in_one_line(
     tmp_path, monkeypatch, capsys):
   interrupted = []  # Ctrl-C once while it trained, then again

@@ -85,8 +85,6 @@ def test_slots_bound_the_runs_at_once_and_each_finish_is_summarised_here(
   assert {thread for thread, _ in summarised} == {threading.main_thread()}
   assert summarised[-1][1] >= max(end for _, end, _ in
                                   training.spans.values())
-  description = (tmp_path / 'vit_study_e30_seed0' / 'run.json').read_text()
-  assert '"side_by_side": 3' in description
 
 
 def test_each_run_gets_its_share_of_the_gpus_memory_unless_the_user_set_it(
@@ -99,9 +97,15 @@ def test_each_run_gets_its_share_of_the_gpus_memory_unless_the_user_set_it(
     assert os.environ[side_by_side._MEMORY_FRACTION] == '0.1'  # pylint: disable=protected-access
 
 
-def test_each_run_records_the_most_runs_that_trained_beside_it(
+def test_each_run_records_how_many_runs_trained_beside_it_over_time(
     tmp_path, monkeypatch):
-  monkeypatch.setattr(side_by_side.runs, 'train', _FakeTraining(seconds=0.2))
+  training = _FakeTraining(seconds=0.1)
+
+  def train(directory, config, overrides, description):
+    time.sleep(0.5 if overrides['seed'] == 0 else 0)  # 0.6 s against 0.1
+    training(directory, config, overrides, description)
+
+  monkeypatch.setattr(side_by_side.runs, 'train', train)
   with side_by_side.SideBySide(3, lambda: None) as slots:
     for i in range(2):
       slots.start(tmp_path / f'vit_study_e30_seed{i}', 'c.py:vit',
@@ -111,7 +115,10 @@ def test_each_run_records_the_most_runs_that_trained_beside_it(
                 {'seed': 2, 'num_epochs': 30}, {'recipe': 'study'})
   at_once = {r['seed']: r['side_by_side']
              for r in map(runs.record, tmp_path.iterdir())}
-  assert at_once == {0: 2, 1: 2, 2: 1}  # not the 3 slots
+  # Not the 3 slots, nor the 2 that met: seed 0 trained alone after 0.1 s.
+  assert 1.1 <= at_once[0] <= 1.3
+  assert 1.8 <= at_once[1] <= 2.0
+  assert at_once[2] == 1.0
 
 
 def test_a_run_that_finished_as_the_signal_came_is_recorded(tmp_path,
@@ -170,7 +177,9 @@ def test_a_stop_between_a_runs_end_and_its_record_waits_for_the_record(
   assert process.returncode == preemption.PREEMPTED_EXIT_STATUS
   assert (tmp_path / 'recorded').exists()
   assert not (tmp_path / 'run1').exists()  # none started after the stop
-  assert 'Traceback' not in process.stderr
+  assert process.stderr.splitlines()[-1] == (
+      'stopped: the runs that finished are recorded; rerun the same command '
+      'to go on.')
 
 
 def test_a_run_starts_only_once_the_runs_it_reads_have_finished(

@@ -139,9 +139,9 @@ def _rows_in_order(workdir: pathlib.Path, budgets: list[int],
       round_three[:0] = [(model, ingredients)
                          for ingredients in recipes.CNN_ROUND_THREE
                          for model in ('simple_cnn', 'small_resnet')]
-    for rows in ([('vit', r) for r in recipes.ROUND_TWO_FIRST], round_three,
-                 [('vit', r) for r in round_two_rest]):
-      for model, ingredients in rows:
+    for stage in ([('vit', r) for r in recipes.ROUND_TWO_FIRST], round_three,
+                  [('vit', r) for r in round_two_rest]):
+      for model, ingredients in stage:
         yield model, ingredients, epochs, 0
       settle()
       rows = conclusion_rows(recipes.load_runs(workdir, landed), epochs)

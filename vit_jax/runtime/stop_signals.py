@@ -155,7 +155,9 @@ def waited_for():
   instead of ending the process at once (`catch(at_once=...)`):
   `received()` says it came, and the block's owner stops once it has
   finished its work. For what ends elsewhere than a child: a run that
-  finished but is not yet recorded (`experiments/side_by_side.py`)."""
+  finished but is not yet recorded (`experiments/side_by_side.py`). As
+  with a child, the signal is not announced here and a second Ctrl-C does
+  not end the process: a block is short."""
   with _children_lock:
     _waited_for[0] += 1
   try:
