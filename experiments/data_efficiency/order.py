@@ -103,14 +103,13 @@ def _rows_in_order(workdir: pathlib.Path, budgets: list[int],
   `recipes.ROUND_TWO_FIRST` (seed 0), so that one of them can carry the
   conclusion, seeds 1 and 2 of `conclusion_rows` (chosen when the runner
   gets there, from the seed-0 runs then finished, in `workdir` or
-  `landed`), round three (at the last budget the CNNs with
-  `recipes.CNN_ROUND_THREE`, then the levers on the ViT's best recipe; at
-  the first `recipes.ROUND_THREE_FIRST_BUDGET`)
-  (seed 0), the rest of round two, each followed by the seeds of a row it
-  makes the best: a short budget's conclusion lands before the longer
-  budgets' rows; last, the other steps at the longer budgets. Then, at
-  each of `long_budgets`, `long_rows` with seeds 0, 1 and 2 (chosen when
-  the runner gets there)."""
+  `landed`), at the last budget the CNNs with `recipes.CNN_ROUND_THREE`,
+  round three (at the last budget the levers on the ViT's best recipe, at
+  the first `recipes.ROUND_THREE_FIRST_BUDGET`) (seed 0), the rest of round
+  two, each followed by the seeds of a row it makes the best: a short
+  budget's conclusion lands before the longer budgets' rows; last, the
+  other steps at the longer budgets. Then, at each of `long_budgets`,
+  `long_rows` with seeds 0, 1 and 2 (chosen when the runner gets there)."""
   study, full = recipes.CUMULATIVE[0], recipes.CUMULATIVE[-1]
   key_rows = [study, recipes.CUMULATIVE[-2], full, ('distillation',)]
   between = [r for r in recipes.ON_STUDY + recipes.CUMULATIVE[1:-2]
@@ -132,15 +131,14 @@ def _rows_in_order(workdir: pathlib.Path, budgets: list[int],
   round_two_rest = [r for r in recipes.ROUND_TWO
                     if r not in recipes.ROUND_TWO_FIRST]
   for epochs in budgets:
+    last = epochs == budgets[-1]
+    cnns = [(model, ingredients) for ingredients in recipes.CNN_ROUND_THREE
+            for model in ('simple_cnn', 'small_resnet')] if last else []
     round_three = [('vit', ingredients) for ingredients in (
-        recipes.ROUND_THREE if epochs == budgets[-1] else
+        recipes.ROUND_THREE if last else
         recipes.ROUND_THREE_FIRST_BUDGET if epochs == first else [])]
-    if epochs == budgets[-1]:
-      round_three[:0] = [(model, ingredients)
-                         for ingredients in recipes.CNN_ROUND_THREE
-                         for model in ('simple_cnn', 'small_resnet')]
-    for stage in ([('vit', r) for r in recipes.ROUND_TWO_FIRST], round_three,
-                  [('vit', r) for r in round_two_rest]):
+    for stage in ([('vit', r) for r in recipes.ROUND_TWO_FIRST], cnns,
+                  round_three, [('vit', r) for r in round_two_rest]):
       for model, ingredients in stage:
         yield model, ingredients, epochs, 0
       settle()
