@@ -264,6 +264,29 @@ def test_a_cnn_with_the_vits_best_augmentation_can_be_the_best_cnn(
       recipes.load_runs(tmp_path), 100)
 
 
+def test_the_resnet_teacher_lever_learns_from_the_augmented_smallresnet(
+    tmp_path, monkeypatch):
+  trained = []
+  levers = recipes.BEST + ('trivial_augment', 'resnet_teacher')
+  monkeypatch.setattr(run.runs, 'train', _fake_training({
+      ('vit', recipes.recipe_name(levers)): 0.8}, trained))
+  run.train(tmp_path, tmp_path / 'data', [100], max_runs=0)
+  names = [name for name, _ in trained]
+  teacher = tmp_path / 'small_resnet_study+trivial_augment_e100_seed0'
+  student = dict(trained)[recipes.run_name('vit', levers, 100, 0)]
+  assert student['distillation_teacher'] == teacher
+  assert student['locality_guidance_teacher'] == teacher
+  assert student['model_overrides.guidance_widths'] == (
+      models.SmallResNet().feature_widths)
+  # Ranked best, its seeds each learn from the SmallResNet of their seed,
+  # trained before them.
+  for seed in (1, 2):
+    reader = recipes.run_name('vit', levers, 100, seed)
+    source = f'small_resnet_study+trivial_augment_e100_seed{seed}'
+    assert names.index(source) < names.index(reader)
+    assert dict(trained)[reader]['distillation_teacher'] == tmp_path / source
+
+
 def test_long_first_trains_the_long_budgets_rows_before_the_rest(
     tmp_path, monkeypatch):
   trained = []

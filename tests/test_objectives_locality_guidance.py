@@ -12,6 +12,7 @@ from vit_jax.checkpoints import export
 from vit_jax.checkpoints import reading
 from vit_jax.errors import ConfigError
 from vit_jax.models import SimpleCNN
+from vit_jax.models import SmallResNet
 from vit_jax.models import cnn
 from vit_jax.objectives import locality_guidance
 from vit_jax.training import finetune
@@ -42,13 +43,17 @@ def test_imitation_is_the_mean_squared_error_on_the_larger_grid():
       rtol=1e-6)
 
 
-def test_the_objective_adds_the_weighted_imitation_of_the_cnn_to_any_base():
-  module = SimpleCNN(widths=(4, 4, 8, 8, 8))
+@pytest.mark.parametrize('module', [
+    SimpleCNN(widths=(4, 4, 8, 8, 8)),
+    SmallResNet(stage_widths=(4, 8, 16), blocks_per_stage=1)],
+                         ids=['SimpleCNN', 'SmallResNet'])
+def test_the_objective_adds_the_weighted_imitation_of_the_cnn_to_any_base(
+    module):
   images = _random((3, 32, 32, 3), 2)
   variables = module.init(jax.random.key(0), images, train=False)
   guide = locality_guidance.Guide(module, variables, 'cnn', weight=2.5)
-  maps = tuple(_random(shape, 3 + k) for k, shape in enumerate(
-      [(3, 8, 8, 4), (3, 8, 8, 8), (3, 8, 8, 8)]))
+  maps = tuple(_random((3, 8, 8, width), 3 + k)
+               for k, width in enumerate(module.feature_widths))
 
   def base(logits, outputs, targets, images):
     del outputs, targets, images

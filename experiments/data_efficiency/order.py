@@ -18,8 +18,8 @@ SET_ASIDE = 'set_aside'
 
 def conclusion_rows(records: list[dict], epochs: int) -> list[tuple]:
   """(model, ingredients) of the rows that carry the conclusion at a budget,
-  in the order their seeds train: the teacher where a row needs it
-  (`recipes.SOURCES`), then the three rows the share of the gap is computed
+  in the order their seeds train: the teachers the rows read
+  (`recipes.teachers_read`), then the three rows the share of the gap is computed
   from (the ViT's study recipe, and its best recipe and the best CNN, model
   and recipe, as seed 0 ranks them), then the ViT's full recipe, then any
   row with seeds already run (a former best, which keeps its three)."""
@@ -36,16 +36,14 @@ def conclusion_rows(records: list[dict], epochs: int) -> list[tuple]:
   rows.append(('vit', full))
   rows += [(r['model'], recipes.ingredients_of(r['recipe'])) for r in at_budget
            if r['seed']]
-  if any(recipes.needs_teacher(ingredients) for _, ingredients in rows):
-    rows.insert(0, (recipes.TEACHER, study))
-  return list(dict.fromkeys(rows))
+  return list(dict.fromkeys(recipes.teachers_read(rows) + rows))
 
 
 def long_rows(records: list[dict], epochs: int) -> list[tuple]:
   """(model, ingredients) of the rows trained at the long budgets: the two
   best ViT recipes and each CNN's best recipe at `epochs` (the longest
   comparison budget), by their mean best test accuracy over the seeds run;
-  the teacher first where a ViT row needs it. Empty before any ran."""
+  the teachers they read first. Empty before any ran."""
   means = {key: float(recipes.accuracies(group).mean())
            for key, group in recipes.group_runs(
                filter(recipes.ranked, records)).items()
@@ -59,9 +57,7 @@ def long_rows(records: list[dict], epochs: int) -> list[tuple]:
           for _, recipe in best('vit')[:2]]
   rows += [(model, recipes.ingredients_of(best(model)[0][1]))
            for model in ('simple_cnn', 'small_resnet') if best(model)]
-  if any(recipes.needs_teacher(ingredients) for _, ingredients in rows):
-    rows.insert(0, (recipes.TEACHER, ()))
-  return list(dict.fromkeys(rows))
+  return list(dict.fromkeys(recipes.teachers_read(rows) + rows))
 
 
 def planned_runs(workdir: pathlib.Path, budgets: list[int],
@@ -69,8 +65,9 @@ def planned_runs(workdir: pathlib.Path, budgets: list[int],
                  long_budgets: tuple[int, ...] = (),
                  settle: Callable[[], None] = lambda: None,
                  long_first: bool = False):
-  """`_rows_in_order`, each run just after the pre-training it reads
-  (`recipes.SOURCES`), the first time one does. `settle` returns once the
+  """`_rows_in_order`, each run after the runs it reads (a teacher, a
+  pre-training: `recipes.source_runs`), planned just before it where no
+  run before it was one. `settle` returns once the
   runs planned so far have finished: called before each choice made from
   the runs finished. `long_first`: the long budgets' rows (`long_rows`,
   chosen from the runs finished now) before everything else, for a lent
@@ -83,9 +80,8 @@ def planned_runs(workdir: pathlib.Path, budgets: list[int],
         _long_budget_rows(workdir, budgets, landed, long_budgets, settle),
         rows)
   for model, ingredients, epochs, seed in rows:
-    sources = [recipes.source_run(i, epochs, seed)[1:] for i in ingredients
-               if i in recipes.SOURCES
-               and recipes.PRETRAINING in recipes.SOURCES[i][1][1]]
+    sources = [tuple(source[1:]) for source in
+               recipes.source_runs(ingredients, epochs, seed)]
     for run in sources + [(model, ingredients, epochs, seed)]:
       if run not in planned:
         planned.add(run)
@@ -185,8 +181,7 @@ def unfinished_runs(workdir: pathlib.Path, budgets: list[int],
     if name in landed or runs.finished(workdir / name):
       continue
     overrides = run_overrides(model, ingredients, epochs, seed)
-    for field, *source_run in (recipes.source_run(i, epochs, seed)
-                               for i in ingredients if i in recipes.SOURCES):
+    for field, *source_run in recipes.source_runs(ingredients, epochs, seed):
       source = workdir / recipes.run_name(*source_run)
       wait_for(source)  # training beside the runs before this one
       lost = source.name in landed and not runs.finished(source)
