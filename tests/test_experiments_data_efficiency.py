@@ -39,6 +39,8 @@ def _assert_same_training(config, reference):
 
 def test_the_teacher_keeps_its_best_checkpoint_and_the_rows_read_it():
   assert _recipe_config(recipes.TEACHER, ()).keep_best_checkpoint
+  for model, ingredients in recipes.TEACHERS.values():
+    assert _recipe_config(model, ingredients).keep_best_checkpoint
   assert not _recipe_config('small_resnet', ()).keep_best_checkpoint
   assert not _recipe_config('vit', recipes.BEST).keep_best_checkpoint
   config = _recipe_config('vit', recipes.BEST + ('best_teacher',))
@@ -105,8 +107,12 @@ def test_round_three_adds_levers_to_the_best_recipe(levers):
   before, after = _flat(best.to_dict()), _flat(config.to_dict())
   changed = {key for key, value in after.items() if before.get(key) != value}
   assert levers[:len(recipes.BEST)] == recipes.BEST
+  # A teacher of other stages changes the widths guidance imitates.
   assert changed == {key for lever in levers[len(recipes.BEST):]
-                     for key in recipes.changes(lever, epochs=100)}
+                     for key in recipes.changes(lever, epochs=100)} | (
+                         {'model_overrides.guidance_widths'}
+                         if recipes.teacher(levers) != recipes.teacher(
+                             recipes.BEST) else set())
 
 
 def _fake_training(accuracies, trained):
@@ -278,6 +284,11 @@ def test_the_resnet_teacher_lever_learns_from_the_augmented_smallresnet(
   assert student['locality_guidance_teacher'] == teacher
   assert student['model_overrides.guidance_widths'] == (
       models.SmallResNet().feature_widths)
+  # In either order of the ingredients.
+  assert recipes.recipe_overrides(
+      'vit', ('resnet_teacher',) + recipes.BEST, 100)[
+          'model_overrides.guidance_widths'] == (
+              models.SmallResNet().feature_widths)
   # Ranked best, its seeds each learn from the SmallResNet of their seed,
   # trained before them.
   for seed in (1, 2):

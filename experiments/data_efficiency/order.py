@@ -19,9 +19,10 @@ SET_ASIDE = 'set_aside'
 def conclusion_rows(records: list[dict], epochs: int) -> list[tuple]:
   """(model, ingredients) of the rows that carry the conclusion at a budget,
   in the order their seeds train: the teachers the rows read
-  (`recipes.teachers_read`), then the three rows the share of the gap is computed
-  from (the ViT's study recipe, and its best recipe and the best CNN, model
-  and recipe, as seed 0 ranks them), then the ViT's full recipe, then any
+  (`recipes.teachers_read`), then the three rows the share of the gap is
+  computed from (the ViT's study recipe, and its best recipe and the best
+  CNN, model and recipe, as seed 0 ranks them), then the ViT's full recipe,
+  then any
   row with seeds already run (a former best, which keeps its three)."""
   study, full = recipes.CUMULATIVE[0], recipes.CUMULATIVE[-1]
   at_budget = [r for r in records
@@ -66,8 +67,8 @@ def planned_runs(workdir: pathlib.Path, budgets: list[int],
                  settle: Callable[[], None] = lambda: None,
                  long_first: bool = False):
   """`_rows_in_order`, each run after the runs it reads (a teacher, a
-  pre-training: `recipes.source_runs`), planned just before it where no
-  run before it was one. `settle` returns once the
+  pre-training: `recipes.source_runs`): a source not yet planned is
+  planned just before its first reader. `settle` returns once the
   runs planned so far have finished: called before each choice made from
   the runs finished. `long_first`: the long budgets' rows (`long_rows`,
   chosen from the runs finished now) before everything else, for a lent
@@ -169,7 +170,7 @@ def unfinished_runs(workdir: pathlib.Path, budgets: list[int],
                      settle: Callable[[], None] = lambda: None,
                      long_first: bool = False):
   """(directory, model, recipe, overrides) of each planned run not yet
-  finished, in order; first, the run it reads (`recipes.SOURCES`: the
+  finished, in order; first, the run it reads (`recipes.source_runs`: the
   teacher of a distilled or guided run, an MAE's pre-training) where only
   that run's record landed, or where it kept no best checkpoint and the
   run reads the best. Lazy: a source is looked for once `wait_for` returns

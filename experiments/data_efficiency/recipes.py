@@ -44,10 +44,9 @@ INGREDIENTS = dict([
     # DeiT's and Lee et al.'s: 0.05, not on biases, norms, embeddings.
     ('reference_decay', {'weight_decay': 0.05, 'weight_decay_on': 'kernels'}),
     # Li et al.'s blocks (start, middle, end) imitate the teacher's three
-    # stages (the SimpleCNN's: 32x32x32, 16x16x64, 8x8x128).
-    ('locality_guidance', {
-        'model_overrides.guided_blocks': (0, 3, 5),
-        'model_overrides.guidance_widths': models.SimpleCNN().feature_widths}),
+    # stages (the SimpleCNN's: 32x32x32, 16x16x64, 8x8x128), their widths
+    # the teacher's (`recipe_overrides`).
+    ('locality_guidance', {'model_overrides.guided_blocks': (0, 3, 5)}),
     # Masked-autoencoder pre-training without labels (He et al. 2022), as
     # MAE pre-trains: 75% of the patches hidden, normalised pixels, no
     # dropout, weight decay 0.05, Adam's beta2 0.95; a decoder of 2 blocks
@@ -84,8 +83,7 @@ INGREDIENTS = dict([
     # TrivialAugment (`TEACHERS`), in place of the SimpleCNN with the
     # study's recipe: guidance imitates its three stages (32x32x16,
     # 16x16x32, 8x8x64), as Li et al. guide with a ResNet's.
-    ('resnet_teacher', {
-        'model_overrides.guidance_widths': models.SmallResNet().feature_widths}),
+    ('resnet_teacher', {}),
 ])
 
 
@@ -119,13 +117,16 @@ TEACHER = 'simple_cnn'
 # Levers that make another CNN run the teacher of both distillation and
 # locality guidance: its model and ingredients.
 TEACHERS = {'resnet_teacher': ('small_resnet', ('trivial_augment',))}
-# In `SOURCES`: the run a recipe learns from (`teacher`).
-THE_TEACHER = 'the teacher'
-# The ingredients that read another run of the same budget and seed: the
-# config field that names it, and that run's model and ingredients.
+# In `SOURCES`, in place of a model and ingredients: the CNN run the
+# recipe learns from (`teacher`).
+RECIPE_TEACHER = "the recipe's teacher"
+# The ingredients that read another run of the same seed: the config field
+# that names it, and that run's model and ingredients (or
+# `RECIPE_TEACHER`), at the reader's budget unless `SOURCE_EPOCHS` says
+# otherwise.
 SOURCES = {
-    'distillation': ('distillation_teacher', THE_TEACHER),
-    'locality_guidance': ('locality_guidance_teacher', THE_TEACHER),
+    'distillation': ('distillation_teacher', RECIPE_TEACHER),
+    'locality_guidance': ('locality_guidance_teacher', RECIPE_TEACHER),
     'mae': ('init_from', ('vit', ('mae_pretraining',))),
     'long_mae': ('init_from', ('vit', ('mae_pretraining',))),
 }
@@ -133,6 +134,9 @@ SOURCES = {
 SOURCE_EPOCHS = {'long_mae': 100}
 # The teacher runs keep their best evaluation's state, for 'best_teacher'.
 TEACHER_OVERRIDES = {'keep_best_checkpoint': True}
+# The widths of each CNN's stages, which locality guidance imitates.
+STAGE_WIDTHS = {'simple_cnn': models.SimpleCNN().feature_widths,
+                'small_resnet': models.SmallResNet().feature_widths}
 
 
 def teacher(ingredients: tuple[str, ...]) -> tuple[str, tuple[str, ...]]:
@@ -140,6 +144,8 @@ def teacher(ingredients: tuple[str, ...]) -> tuple[str, tuple[str, ...]]:
   locality guidance learn from: `TEACHER` with the study's recipe unless
   a lever of `TEACHERS` names another."""
   named = [TEACHERS[name] for name in ingredients if name in TEACHERS]
+  if len(named) > 1:
+    raise ValueError(f'{ingredients}: name one teacher of {list(TEACHERS)}')
   return named[0] if named else (TEACHER, ())
 
 
@@ -151,7 +157,8 @@ def source_runs(ingredients: tuple[str, ...], epochs: int, seed: int
   for name in ingredients:
     if name in SOURCES:
       field, source = SOURCES[name]
-      model, read = teacher(ingredients) if source == THE_TEACHER else source
+      model, read = (teacher(ingredients) if source == RECIPE_TEACHER
+                     else source)
       sources.append((field, model, read, SOURCE_EPOCHS.get(name, epochs),
                       seed))
   return sources
@@ -242,7 +249,7 @@ def teachers_read(rows: list[tuple[str, tuple[str, ...]]]) -> list[tuple]:
   """(model, ingredients) of the teachers that `rows` read."""
   return list(dict.fromkeys(
       teacher(ingredients) for _, ingredients in rows
-      if any(SOURCES.get(name, (None, None))[1] == THE_TEACHER
+      if any(SOURCES.get(name, (None, None))[1] == RECIPE_TEACHER
              for name in ingredients)))
 
 
@@ -255,10 +262,13 @@ def recipe_overrides(model: str, ingredients: tuple[str, ...],
                      epochs: int) -> dict:
   overrides = {k: v for k, v in STUDY_OFF.items()
                if model == 'vit' or not k.startswith('model_overrides.')}
-  if (model, ingredients) == (TEACHER, ()):
+  if (model, ingredients) in [(TEACHER, ()), *TEACHERS.values()]:
     overrides.update(TEACHER_OVERRIDES)
   for name in ingredients:
     overrides.update(changes(name, epochs))
+  if 'locality_guidance' in ingredients:
+    overrides['model_overrides.guidance_widths'] = STAGE_WIDTHS[
+        teacher(ingredients)[0]]
   return overrides
 
 

@@ -11,9 +11,10 @@ temporary directory, which the next run removes.
 
 A command with nothing to save (`vit_jax.evaluate`, `convert`, `analyze`,
 `benchmark`, `benchmark_input`) calls `catch(at_once=...)` instead: the
-first signal ends it at once, with one line that says so, status 130 for Ctrl-C and 75 for SIGTERM (as training's
-stops: rerun the same command), after removing what it was writing and had
-not finished (`remove_on_stop`).
+first signal ends it at once, with one line that says so, status 130 for
+Ctrl-C and 75 for SIGTERM (as training's stops: rerun the same command),
+after removing what it was writing and had not finished
+(`remove_on_stop`).
 
 A signal the command was started with ignored stays ignored, as Python
 leaves it: `nohup cmd &` and a script's background jobs ignore Ctrl-C so
