@@ -96,9 +96,8 @@ class SideBySide:
             description: dict):
     """`runs.train`'s arguments, trained in a free slot."""
     self.free_slot()
-    with contextlib.ExitStack() as unrecorded:
-      unrecorded.enter_context(stop_signals.waited_for())
-      run = _Run(description, unrecorded.pop_all())
+    run = _Run(description, contextlib.ExitStack())
+    run.unrecorded.enter_context(stop_signals.waited_for())
     try:
       run.future = self._pool.submit(self._train, run, directory, config,
                                      overrides, description)

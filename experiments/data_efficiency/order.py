@@ -22,8 +22,8 @@ def conclusion_rows(records: list[dict], epochs: int) -> list[tuple]:
   (`recipes.teachers_read`), then the three rows the share of the gap is
   computed from (the ViT's study recipe, and its best recipe and the best
   CNN, model and recipe, as seed 0 ranks them), then the ViT's full recipe,
-  then any
-  row with seeds already run (a former best, which keeps its three)."""
+  then any row with seeds already run (a former best, which keeps its
+  three)."""
   study, full = recipes.CUMULATIVE[0], recipes.CUMULATIVE[-1]
   at_budget = [r for r in records
                if r['epochs'] == epochs and recipes.ranked(r)]
