@@ -383,6 +383,31 @@ def test_the_long_budget_trains_the_two_best_vits_and_each_cnns_best(
       'distillation_teacher'] == tmp_path / 'simple_cnn_study_e300_seed1'
 
 
+@pytest.mark.parametrize('vit_accuracy, seeds', [(0.6, [0]),
+                                                  (0.695, [0, 1, 2])])
+def test_the_longest_budget_trains_the_best_vit_and_cnn_and_seeds_if_close(
+    tmp_path, monkeypatch, vit_accuracy, seeds):
+  trained = []
+  monkeypatch.setattr(run.runs, 'train', _fake_training({
+      ('vit', 'study+distillation+mimetic'): vit_accuracy,
+      ('vit', 'study+mimetic'): 0.58, ('simple_cnn', 'study'): 0.67,
+      ('small_resnet', 'study'): 0.7}, trained))
+  run.train(tmp_path, tmp_path / 'data', [30], max_runs=0,
+            long_budgets=(300, 1000))
+  longest = [name for name, overrides in trained
+             if overrides['num_epochs'] == 1000]
+  # The teacher the ViT reads, the ViT, the best CNN; seeds 1 and 2 only
+  # where the ViT's seed 0 came within a point of the CNN's.
+  assert longest == [f'{row}_e1000_seed{seed}' for seed in seeds for row in (
+      'simple_cnn_study', 'vit_study+distillation+mimetic',
+      'small_resnet_study')]
+  # The budgets before it train all their rows' seeds.
+  assert 'vit_study+mimetic_e300_seed2' in dict(trained)
+  assert order.long_rows(recipes.load_runs(tmp_path), 30, longest=True) == [
+      ('simple_cnn', ()), ('vit', ('distillation', 'mimetic')),
+      ('small_resnet', ())]
+
+
 def test_no_long_budget_rows_before_the_comparison_runs(tmp_path):
   assert order.long_rows([], 100) == []
 
