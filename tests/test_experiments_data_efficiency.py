@@ -371,8 +371,8 @@ def test_the_long_budget_trains_the_two_best_vits_and_each_cnns_best(
             long_budgets=(300,))
   long = [name for name, overrides in trained
           if overrides['num_epochs'] == 300]
-  rows = ['simple_cnn_study', 'vit_study+distillation+mimetic',
-          'vit_study+mimetic',
+  # The study recipe's three seeds (52%) rank before mimetic's one (58%).
+  rows = ['simple_cnn_study', 'vit_study+distillation+mimetic', 'vit_study',
           'small_resnet_study+trivial_augment+random_erasing+mixup_cutmix']
   assert long == [f'{row}_e300_seed{seed}' for seed in (0, 1, 2)
                   for row in rows]
@@ -402,7 +402,7 @@ def test_the_longest_budget_trains_the_best_vit_and_cnn_and_seeds_if_close(
       'simple_cnn_study', 'vit_study+distillation+mimetic',
       'small_resnet_study')]
   # The budgets before it train all their rows' seeds.
-  assert 'vit_study+mimetic_e300_seed2' in dict(trained)
+  assert 'vit_study_e300_seed2' in dict(trained)
   assert order.long_rows(recipes.load_runs(tmp_path), 30, longest=True) == [
       ('simple_cnn', ()), ('vit', ('distillation', 'mimetic')),
       ('small_resnet', ())]

@@ -12,16 +12,10 @@ from vit_jax.analysis import plotting
 MODELS = ('simple_cnn', 'small_resnet')
 
 
-def _standing(group: list[dict]) -> tuple[int, float]:
-  # Three seeds before one: a single lucky seed does not displace a mean.
-  return min(len(group), 3), recipes.accuracies(group).mean()
-
-
 def best_rows(records: list[dict]) -> dict[int, dict[str, tuple]]:
   """Per budget: 'study' (the study's ViT), 'vit' (the ViT's best recipe)
-  and each CNN (its best recipe), each (recipe, its runs): the best by the
-  mean best test accuracy over the seeds run, among the rows with three
-  seeds where there are any."""
+  and each CNN (its best recipe), each (recipe, its runs): the best by
+  `recipes.standing`."""
   rows = {}
   for (epochs, model, recipe), group in recipes.group_runs(
       filter(recipes.ranked, records)).items():
@@ -29,7 +23,7 @@ def best_rows(records: list[dict]) -> dict[int, dict[str, tuple]]:
     if model == 'vit' and recipe == 'study':
       at_budget['study'] = (recipe, group)
     best = at_budget.get(model)
-    if best is None or _standing(group) > _standing(best[1]):
+    if best is None or recipes.standing(group) > recipes.standing(best[1]):
       at_budget[model] = (recipe, group)
   return dict(sorted(rows.items()))
 
@@ -77,7 +71,7 @@ def answer(records: list[dict]) -> str:
     if 'vit' not in row or not cnns:
       continue
     (vit_recipe, vit), (cnn_recipe, cnn, cnn_model) = row['vit'], max(
-        cnns, key=lambda c: _standing(c[1]))
+        cnns, key=lambda c: recipes.standing(c[1]))
     difference = (recipes.accuracies(vit).mean() -
                   recipes.accuracies(cnn).mean())
     if difference >= 0 and len(vit) >= 3:

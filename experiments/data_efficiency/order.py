@@ -46,40 +46,40 @@ def conclusion_rows(records: list[dict], epochs: int) -> list[tuple]:
 WITHIN_A_SEED = 1.0
 
 
-def _by_mean(records: list[dict], epochs: int,
-             models: tuple[str, ...]) -> list[tuple]:
-  """(model, ingredients) of the ranked rows of `models` at `epochs`, best
-  mean best test accuracy over the seeds run first."""
-  means = {key: float(recipes.accuracies(group).mean())
-           for key, group in recipes.group_runs(
-               filter(recipes.ranked, records)).items()
-           if key[0] == epochs and key[1] in models}
+def _best_first(records: list[dict], epochs: int,
+                models: tuple[str, ...]) -> list[tuple]:
+  """(model, ingredients) of the ranked rows of `models` at `epochs`, the
+  best first (`recipes.standing`)."""
+  standings = {key: recipes.standing(group)
+               for key, group in recipes.group_runs(
+                   filter(recipes.ranked, records)).items()
+               if key[0] == epochs and key[1] in models}
   return [(model, recipes.ingredients_of(recipe)) for (_, model, recipe), _
-          in sorted(means.items(), key=lambda item: -item[1])]
+          in sorted(standings.items(), key=lambda item: item[1],
+                    reverse=True)]
 
 
 def best_vit_and_cnn(records: list[dict], epochs: int) -> list[tuple]:
   """(model, ingredients) of the best ViT recipe and the best CNN (model
-  and recipe) at `epochs`, by their mean over the seeds run; fewer before
-  both ran."""
-  return (_by_mean(records, epochs, ('vit',))[:1] +
-          _by_mean(records, epochs, ('simple_cnn', 'small_resnet'))[:1])
+  and recipe) at `epochs` (`recipes.standing`); fewer before both ran."""
+  return (_best_first(records, epochs, ('vit',))[:1] +
+          _best_first(records, epochs, ('simple_cnn', 'small_resnet'))[:1])
 
 
 def long_rows(records: list[dict], epochs: int,
               longest: bool = False) -> list[tuple]:
   """(model, ingredients) of the rows trained at a long budget: the two
   best ViT recipes and each CNN's best recipe at `epochs` (the longest
-  comparison budget), by their mean best test accuracy over the seeds run;
+  comparison budget), as `recipes.standing` ranks them;
   `longest`: the best ViT recipe and the best CNN alone
   (`best_vit_and_cnn`). The teachers they read first. Empty before any
   ran."""
   if longest:
     rows = best_vit_and_cnn(records, epochs)
   else:
-    rows = _by_mean(records, epochs, ('vit',))[:2] + [
+    rows = _best_first(records, epochs, ('vit',))[:2] + [
         best for model in ('simple_cnn', 'small_resnet')
-        for best in _by_mean(records, epochs, (model,))[:1]]
+        for best in _best_first(records, epochs, (model,))[:1]]
   return list(dict.fromkeys(recipes.teachers_read(rows) + rows))
 
 

@@ -306,3 +306,10 @@ def group_runs(records: list[dict]) -> dict[tuple, list[dict]]:
 
 def accuracies(group: list[dict]) -> np.ndarray:
   return 100 * np.array([r['best_test_accuracy'] for r in group])
+
+
+def standing(group: list[dict]) -> tuple[int, float]:
+  """How a row ranks among the rows of its budget: three seeds before
+  fewer, so that one lucky seed does not displace a mean; then its mean
+  best test accuracy."""
+  return min(len(group), 3), float(accuracies(group).mean())
