@@ -13,10 +13,10 @@ literature (`recipes.ROUND_TWO`), round three levers on each budget's
 best recipe (`recipes.ROUND_THREE`, `ROUND_THREE_FIRST_BUDGET`), after
 the CNNs with the ViT's best augmentation (`CNN_ROUND_THREE`); then it
 trains the two best ViT recipes and each CNN's best, three seeds each, at
-each budget of --long_epochs (first with --long_first) but the last of
+each budget of --long_epochs (first with --long_first) but the longest of
 several, where the best ViT recipe and the best CNN train with seed 0, and
-with seeds 1 and 2 if the ViT came within a point; up to --side_by_side
-runs at once. The
+with seeds 1 and 2 if the ViT came within reach of the best CNN there
+(`order.WITHIN_REACH`); up to --side_by_side runs at once. The
 recipes and records are `recipes.py`'s, the order `order.py`'s. One
 `vit_jax.main` process per run; rerunning
 skips the runs finished in --workdir or recorded in the committed
@@ -223,11 +223,11 @@ def _define_flags():
       '2 cores); --epochs=30,200 where a GPU is.')
   flags.DEFINE_list(
       'long_epochs', ['300', '1000'], 'Budgets for the two best ViT recipes '
-      "and each CNN's best, 3 seeds, after everything else; at the last of "
-      'several, the best ViT recipe and the best CNN, seed 0, and seeds 1 and '
-      "2 if the ViT's seed 0 came within a point of the CNN's (a ViT run "
-      'takes about 2 h at 300 epochs and 6 h at 1,000 on 2 cores); empty: '
-      'none.')
+      "and each CNN's best, 3 seeds, after everything else; at the longest "
+      'of several, the best ViT recipe and the best CNN, seed 0, and seeds 1 '
+      "and 2 if the ViT's seed 0 came within 4 points of the best CNN's "
+      '(order.WITHIN_REACH; a ViT run takes about 2 h at 300 epochs and 6 h '
+      'at 1,000 on 2 cores); empty: none.')
   flags.DEFINE_integer('max_runs', 0, 'Stop after this many new runs; 0: '
                        'all.')
   flags.DEFINE_integer(
@@ -236,8 +236,9 @@ def _define_flags():
       'other; 1 on a 2-core CPU.', lower_bound=1)
   flags.DEFINE_bool(
       'long_first', False, 'Train the --long_epochs rows first, chosen from '
-      'the runs finished now: for a lent GPU, while this CPU trains the '
-      'rest.')
+      'the runs finished now (at the longest of several, seed 0 alone; '
+      'the end decides on more): for a lent GPU, while this CPU trains '
+      'the rest.')
   flags.DEFINE_bool('summarize_only', False, 'Only summarise finished runs.')
 
 
