@@ -588,6 +588,11 @@ def test_the_answer_across_budgets_compares_the_best_vit_with_the_best_cnn(
   assert lines[0].startswith(
       "- 30 epochs: the ViT's best, `study+distillation`, 62.0 ± 2.0 (n=3), "
       'against SmallResNet `study`, 68.0 ± 1.0 (n=3): -6.0 points')
+  # Its cost counts the teacher it learns from (no 300-epoch teacher ran).
+  assert lines[0].endswith(
+      'wall minutes per seed: 10 for the ViT, 10 for the SimpleCNN `study` '
+      'it learns from (this 2-core CPU unless a GPU is named).')
+  assert 'wall minutes per seed: 10 for the ViT (this' in lines[1]
   assert '+1.0 points' in lines[1]
   assert lines[-1] == ('A pure ViT matches the best CNN, over three seeds, '
                        'at 300 epochs.')

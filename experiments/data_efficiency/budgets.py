@@ -60,10 +60,32 @@ def plot(records: list[dict], path: pathlib.Path):
   plotting.save_figure(fig, path)
 
 
+def _cost_of_what_it_reads(records: list[dict], vit: list[dict]) -> str:
+  """The wall minutes per seed of the runs that the ViT runs `vit` read
+  (the CNN they learn from, the MAE pre-training they are fine-tuned
+  from): part of what the ViT's recipe costs."""
+  by_name = {recipes.record_name(r): r for r in records}
+  read = {}
+  for r in vit:
+    for field, model, ingredients, epochs, seed in recipes.source_runs(
+        recipes.ingredients_of(r['recipe']), r['epochs'], r['seed']):
+      source = by_name.get(recipes.run_name(model, ingredients, epochs, seed))
+      if source is not None:
+        role = ('is fine-tuned from' if field == 'init_from' else
+                'learns from')
+        read.setdefault((role, model, ingredients, epochs), {})[seed] = source
+  return ''.join(
+      f', {runs.wall_time_cell(list(group.values()))} for the '
+      f'{runs.NAMES[model]} `{recipes.recipe_name(ingredients)}`'
+      + (f' of {epochs} epochs' if epochs != vit[0]['epochs'] else '')
+      + f' it {role}'
+      for (role, model, ingredients, epochs), group in read.items())
+
+
 def answer(records: list[dict]) -> str:
   """One line per budget: the best ViT recipe against the best CNN, the
-  difference of their means and what the ViT's runs cost; then whether a
-  ViT got there."""
+  difference of their means and what the ViT's runs cost, with the runs
+  they read; then whether a ViT got there."""
   lines = []
   matched = []
   for epochs, row in best_rows(records).items():
@@ -81,9 +103,10 @@ def answer(records: list[dict]) -> str:
         f'{runs.mean_std([r["best_test_accuracy"] for r in vit], True)}, '
         f'against {runs.NAMES[cnn_model]} `{cnn_recipe}`, '
         f'{runs.mean_std([r["best_test_accuracy"] for r in cnn], True)}: '
-        f'{difference:+.1f} points; wall minutes per run of that ViT: '
-        f'{runs.wall_time_cell(vit)} (this 2-core CPU unless a GPU is '
-        'named).')
+        f'{difference:+.1f} points; wall minutes per seed: '
+        f'{runs.wall_time_cell(vit)} for the ViT'
+        f'{_cost_of_what_it_reads(records, vit)} (this 2-core CPU unless a '
+        'GPU is named).')
   verdict = (f'A pure ViT matches the best CNN, over three seeds, at '
              f'{", ".join(map(str, matched))} epochs.' if matched else
              'At no budget run so far does a pure ViT match the best CNN '
