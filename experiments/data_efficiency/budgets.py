@@ -48,7 +48,15 @@ def plot(records: list[dict], path: pathlib.Path):
     ax.errorbar(budgets, [mean for mean, _ in points],
                 yerr=[spread for _, spread in points], color=color,
                 marker=marker, capsize=3, label=label)
+    if key == 'vit':  # which recipe is best changes with the budget
+      for epochs, (mean, _) in zip(budgets, points):
+        ingredients = recipes.ingredients_of(rows[epochs][key][0])
+        ax.annotate('+ ' + '\n+ '.join(ingredients), (epochs, mean),
+                    textcoords='offset points', xytext=(6, -6), va='top',
+                    fontsize=6, color=color)
   ax.set_xscale('log')
+  if rows:  # room right of the last budget for its recipe's name
+    ax.set_xlim(min(rows) / 1.2, max(rows) * 1.6)
   ax.set_xticks(list(rows), [str(epochs) for epochs in rows])
   ax.minorticks_off()
   ax.set_xlabel('training budget (epochs over the 5,000 images)')
