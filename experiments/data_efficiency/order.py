@@ -62,27 +62,20 @@ def _best_first(records: list[dict], epochs: int,
                     reverse=True)]
 
 
-def best_vit_and_cnn(records: list[dict], epochs: int) -> list[tuple]:
-  """(model, ingredients) of the best ViT recipe and the best CNN (model
-  and recipe) at `epochs` (`recipes.standing`); fewer before both ran."""
-  return (_best_first(records, epochs, ('vit',))[:1] +
-          _best_first(records, epochs, ('simple_cnn', 'small_resnet'))[:1])
-
-
 def long_rows(records: list[dict], epochs: int,
               longest: bool = False) -> list[tuple]:
   """(model, ingredients) of the rows trained at a long budget: the two
   best ViT recipes and each CNN's best recipe at `epochs` (the longest
-  comparison budget), as `recipes.standing` ranks them;
-  `longest`: the best ViT recipe and the best CNN alone
-  (`best_vit_and_cnn`). The teachers they read first. Empty before any
-  ran."""
+  comparison budget), as `recipes.standing` ranks them; `longest`: the
+  best ViT recipe and the best CNN (model and recipe) alone. The teachers
+  they read first. Empty before any ran."""
+  vits = _best_first(records, epochs, ('vit',))
   if longest:
-    rows = best_vit_and_cnn(records, epochs)
+    rows = vits[:1] + _best_first(records, epochs,
+                                  ('simple_cnn', 'small_resnet'))[:1]
   else:
-    rows = _best_first(records, epochs, ('vit',))[:2] + [
-        best for model in ('simple_cnn', 'small_resnet')
-        for best in _best_first(records, epochs, (model,))[:1]]
+    rows = vits[:2] + [best for model in ('simple_cnn', 'small_resnet')
+                       for best in _best_first(records, epochs, (model,))[:1]]
   return list(dict.fromkeys(recipes.teachers_read(rows) + rows))
 
 
@@ -207,7 +200,7 @@ def _long_budget_rows(workdir: pathlib.Path, budgets: list[int],
       settle()
     records = recipes.load_runs(workdir, landed)
     rows = long_rows(records, budgets[-1], epochs == longest)
-    vit = best_vit_and_cnn(records, budgets[-1])[:1]
+    vit = _best_first(records, budgets[-1], ('vit',))[:1]
     for seed in (0, 1, 2):
       if epochs == longest and seed == 1:
         if first:
