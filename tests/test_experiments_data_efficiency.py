@@ -371,8 +371,8 @@ def test_the_long_budget_trains_the_two_best_vits_and_each_cnns_best(
     tmp_path, monkeypatch):
   trained = []
   monkeypatch.setattr(run.runs, 'train', _fake_training({
-      ('vit', 'study+distillation+mimetic'): 0.6,
-      ('vit', 'study+mimetic'): 0.58, ('vit', 'study'): 0.52,
+      ('vit', 'study+distillation+locality_guidance'): 0.6,
+      ('vit', 'study+locality_guidance'): 0.58, ('vit', 'study'): 0.52,
       ('simple_cnn', 'study'): 0.67, ('small_resnet', 'study'): 0.66,
       ('small_resnet', 'study+trivial_augment+random_erasing+mixup_cutmix'):
           0.69}, trained))
@@ -380,16 +380,20 @@ def test_the_long_budget_trains_the_two_best_vits_and_each_cnns_best(
             long_budgets=(300,))
   long = [name for name, overrides in trained
           if overrides['num_epochs'] == 300]
-  # The study recipe's three seeds (52%) rank before mimetic's one (58%).
-  rows = ['simple_cnn_study', 'vit_study+distillation+mimetic', 'vit_study',
+  # The study recipe's three seeds (52%) rank before guidance's one (58%).
+  rows = ['simple_cnn_study', 'vit_study+distillation+locality_guidance',
+          'vit_study',
           'small_resnet_study+trivial_augment+random_erasing+mixup_cutmix']
   assert long == [f'{row}_e300_seed{seed}' for seed in (0, 1, 2)
                   for row in rows]
-  # After every run of the comparison budgets.
-  assert trained[-len(long):] == [t for t in trained
-                                  if t[1]['num_epochs'] == 300]
-  assert dict(trained)['vit_study+distillation+mimetic_e300_seed1'][
+  assert dict(trained)['vit_study+distillation+locality_guidance_e300_seed1'][
       'distillation_teacher'] == tmp_path / 'simple_cnn_study_e300_seed1'
+  # After every run of the comparison budget but the rest of round two,
+  # which cannot carry the answer there.
+  names = [name for name, _ in trained]
+  after = names[names.index(long[-1]) + 1:]
+  assert after == [recipes.run_name(*row)
+                   for row in _round_two_after_the_seeds(30)]
 
 
 @pytest.mark.parametrize('vit, teacher, seeds', [
@@ -401,8 +405,8 @@ def test_the_longest_budget_trains_the_best_vit_and_cnn_and_seeds_if_close(
     tmp_path, monkeypatch, vit, teacher, seeds):
   trained = []
   fake = _fake_training({
-      ('vit', 'study+distillation+mimetic'): 0.69,
-      ('vit', 'study+distillation+mimetic', 1000): vit,
+      ('vit', 'study+distillation+locality_guidance'): 0.69,
+      ('vit', 'study+distillation+locality_guidance', 1000): vit,
       ('simple_cnn', 'study'): 0.67, ('simple_cnn', 'study', 1000): teacher,
       ('small_resnet', 'study'): 0.7}, trained)
 
@@ -421,12 +425,16 @@ def test_the_longest_budget_trains_the_best_vit_and_cnn_and_seeds_if_close(
   # where the ViT's seed 0 came within reach of the best CNN's there.
   assert sorted(longest) == sorted(
       f'{row}_e1000_seed{seed}' for seed in seeds for row in (
-          'simple_cnn_study', 'vit_study+distillation+mimetic',
+          'simple_cnn_study', 'vit_study+distillation+locality_guidance',
           'small_resnet_study'))
-  # The budgets before it train all their rows' seeds.
-  assert 'vit_study_e300_seed2' in dict(trained)
+  # The budgets before it train all their rows' seeds, and the rest of
+  # round two trains between them.
+  names = [name for name, _ in trained]
+  rest = [recipes.run_name(*row) for row in _round_two_after_the_seeds(30)]
+  assert names.index('vit_study_e300_seed2') < min(map(names.index, rest))
+  assert max(map(names.index, rest)) < min(map(names.index, longest))
   assert order.long_rows(recipes.load_runs(tmp_path), 30, longest=True) == [
-      ('simple_cnn', ()), ('vit', ('distillation', 'mimetic')),
+      ('simple_cnn', ()), ('vit', ('distillation', 'locality_guidance')),
       ('small_resnet', ())]
 
 
