@@ -217,6 +217,13 @@ def _round_two_after_the_seeds(epochs):
   return rest
 
 
+def _round_two_late(epochs):
+  """The names of round two's rows that train after a long budget's
+  three-seed rows, at seed 0."""
+  return [recipes.run_name('vit', ingredients, epochs, 0)
+          for ingredients in recipes.ROUND_TWO_LATE]
+
+
 def _round_three(epochs):
   """Round three's rows at seed 0 at a budget of [30, 100]: at the last the
   CNNs with the ViT's best augmentation first; at the first the longer MAE
@@ -388,12 +395,10 @@ def test_the_long_budget_trains_the_two_best_vits_and_each_cnns_best(
                   for row in rows]
   assert dict(trained)['vit_study+distillation+locality_guidance_e300_seed1'][
       'distillation_teacher'] == tmp_path / 'simple_cnn_study_e300_seed1'
-  # After every run of the comparison budget but the rest of round two,
+  # After every run of the comparison budget but round two's weakest rows,
   # which cannot carry the answer there.
   names = [name for name, _ in trained]
-  after = names[names.index(long[-1]) + 1:]
-  assert after == [recipes.run_name(*row)
-                   for row in _round_two_after_the_seeds(30)]
+  assert names[names.index(long[-1]) + 1:] == _round_two_late(30)
 
 
 @pytest.mark.parametrize('vit, teacher, seeds', [
@@ -427,10 +432,10 @@ def test_the_longest_budget_trains_the_best_vit_and_cnn_and_seeds_if_close(
       f'{row}_e1000_seed{seed}' for seed in seeds for row in (
           'simple_cnn_study', 'vit_study+distillation+locality_guidance',
           'small_resnet_study'))
-  # The budgets before it train all their rows' seeds, and the rest of
-  # round two trains between them.
+  # The budgets before it train all their rows' seeds, and round two's
+  # weakest rows train between them.
   names = [name for name, _ in trained]
-  rest = [recipes.run_name(*row) for row in _round_two_after_the_seeds(30)]
+  rest = _round_two_late(30)
   assert names.index('vit_study_e300_seed2') < min(map(names.index, rest))
   assert max(map(names.index, rest)) < min(map(names.index, longest))
   assert order.long_rows(recipes.load_runs(tmp_path), 30, longest=True) == [

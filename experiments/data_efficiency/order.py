@@ -139,9 +139,9 @@ def _rows_in_order(workdir: pathlib.Path, budgets: list[int],
   two, each followed by the seeds of a row it makes the best: a short
   budget's conclusion lands before the longer budgets' rows; last, the
   other steps at the longer budgets. Then the long budgets' rows
-  (`_long_budget_rows`, chosen when the runner gets there), the rest of
-  round two at the last budget between the three-seed long budgets and the
-  longest of several."""
+  (`_long_budget_rows`, chosen when the runner gets there),
+  `recipes.ROUND_TWO_LATE` at the last budget between the three-seed long
+  budgets and the longest of several."""
   study, full = recipes.CUMULATIVE[0], recipes.CUMULATIVE[-1]
   key_rows = [study, recipes.CUMULATIVE[-2], full, ('distillation',)]
   between = [r for r in recipes.ON_STUDY + recipes.CUMULATIVE[1:-2]
@@ -162,11 +162,7 @@ def _rows_in_order(workdir: pathlib.Path, budgets: list[int],
     yield from seed_zero(epochs, [])
   round_two_rest = [('vit', r) for r in recipes.ROUND_TWO
                     if r not in recipes.ROUND_TWO_FIRST]
-  # At 30 epochs each of round two's other rows scored at most 56.4% where
-  # the best ViT scored 65.6 and the best CNN 67.8: none can carry the
-  # answer at a long budget, and at the last budget they take about 6 h on
-  # 2 cores, so the long budgets' rows train before them.
-  late = bool(long_budgets)
+  late = [('vit', r) for r in recipes.ROUND_TWO_LATE] if long_budgets else []
 
   def then_the_seeds(stage, epochs):
     for model, ingredients in stage:
@@ -185,7 +181,8 @@ def _rows_in_order(workdir: pathlib.Path, budgets: list[int],
         recipes.ROUND_THREE if last else
         recipes.ROUND_THREE_FIRST_BUDGET if epochs == first else [])]
     for stage in ([('vit', r) for r in recipes.ROUND_TWO_FIRST], cnns,
-                  round_three, [] if last and late else round_two_rest):
+                  round_three, [row for row in round_two_rest
+                                if not (last and row in late)]):
       yield from then_the_seeds(stage, epochs)
   for epochs in longer:
     for ingredients in between:
@@ -195,7 +192,7 @@ def _rows_in_order(workdir: pathlib.Path, budgets: list[int],
                                tuple(b for b in long_budgets if b != longest),
                                settle, longest)
   if late:
-    yield from then_the_seeds(round_two_rest, budgets[-1])
+    yield from then_the_seeds(late, budgets[-1])
   if longest:
     yield from _long_budget_rows(workdir, budgets, landed, (longest,),
                                  settle, longest)

@@ -16,8 +16,9 @@ trains the two best ViT recipes and each CNN's best, three seeds each, at
 each budget of --long_epochs (first with --long_first) but the longest of
 several, where the best ViT recipe and the best CNN train with seed 0, and
 with seeds 1 and 2 if the ViT came within reach of the best CNN there
-(`order.WITHIN_REACH`); the rest of round two at the last --epochs
-budget trains before that longest one; up to --side_by_side runs at once. The
+(`order.WITHIN_REACH`); round two's weakest rows at the last --epochs
+budget (`recipes.ROUND_TWO_LATE`) train before that longest one; up to
+--side_by_side runs at once. The
 recipes and records are `recipes.py`'s, the order `order.py`'s. One
 `vit_jax.main` process per run; rerunning
 skips the runs finished in --workdir or recorded in the committed
