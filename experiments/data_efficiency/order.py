@@ -140,8 +140,8 @@ def _rows_in_order(workdir: pathlib.Path, budgets: list[int],
   budget's conclusion lands before the longer budgets' rows; last, the
   other steps at the longer budgets. Then the long budgets' rows
   (`_long_budget_rows`, chosen when the runner gets there),
-  `recipes.ROUND_TWO_LATE` at the last budget between the three-seed long
-  budgets and the longest of several."""
+  `recipes.ROUND_TWO_LATE` at the last budget after the three-seed long
+  budgets, before the longest of several."""
   study, full = recipes.CUMULATIVE[0], recipes.CUMULATIVE[-1]
   key_rows = [study, recipes.CUMULATIVE[-2], full, ('distillation',)]
   between = [r for r in recipes.ON_STUDY + recipes.CUMULATIVE[1:-2]
@@ -164,7 +164,9 @@ def _rows_in_order(workdir: pathlib.Path, budgets: list[int],
                     if r not in recipes.ROUND_TWO_FIRST]
   late = [('vit', r) for r in recipes.ROUND_TWO_LATE] if long_budgets else []
 
-  def then_the_seeds(stage, epochs):
+  def with_conclusion_seeds(stage, epochs):
+    """`stage`'s rows at seed 0, then, once they finished, seeds 1 and 2
+    of the rows that carry the conclusion then."""
     for model, ingredients in stage:
       yield model, ingredients, epochs, 0
     settle()
@@ -183,7 +185,7 @@ def _rows_in_order(workdir: pathlib.Path, budgets: list[int],
     for stage in ([('vit', r) for r in recipes.ROUND_TWO_FIRST], cnns,
                   round_three, [row for row in round_two_rest
                                 if not (last and row in late)]):
-      yield from then_the_seeds(stage, epochs)
+      yield from with_conclusion_seeds(stage, epochs)
   for epochs in longer:
     for ingredients in between:
       yield 'vit', ingredients, epochs, 0
@@ -192,7 +194,7 @@ def _rows_in_order(workdir: pathlib.Path, budgets: list[int],
                                tuple(b for b in long_budgets if b != longest),
                                settle, longest)
   if late:
-    yield from then_the_seeds(late, budgets[-1])
+    yield from with_conclusion_seeds(late, budgets[-1])
   if longest:
     yield from _long_budget_rows(workdir, budgets, landed, (longest,),
                                  settle, longest)
@@ -211,7 +213,7 @@ def _long_budget_rows(workdir: pathlib.Path, budgets: list[int],
                       longest: int | None, first: bool = False):
   """At each of `long_budgets`, `long_rows` of the last comparison budget
   with seeds 0, 1 and 2, chosen from the runs finished when the runner
-  gets there; at `longest` (`_longest` of all of them), the best
+  gets there; at `longest` (`_longest` of all the long budgets), the best
   ViT recipe and the best CNN with seed 0, and with seeds 1 and 2 only
   where seed 0 brought a match within reach (`_a_match_within_reach`).
   `first` (`planned_runs`' `long_first`): seed 0 alone there, the choice

@@ -191,7 +191,8 @@ ROUND_TWO_FIRST = ROUND_TWO[:2]
 # can carry the answer. Locality guidance on the MAE trains before them:
 # 62.6 +- 0.3 at 30 epochs, and at 100 it reads the 100-epoch pre-training
 # that made the best ViT at 30.
-ROUND_TWO_LATE = [r for r in ROUND_TWO[2:] if r != ('locality_guidance', 'mae')]
+ROUND_TWO_LATE = [r for r in ROUND_TWO if r not in ROUND_TWO_FIRST
+                  and r != ('locality_guidance', 'mae')]
 # Round three: each lever on the best recipe at 100 epochs (locality
 # guidance with distillation, 67.7 +- 0.9 over three seeds), at seed 0
 # first: the weights' average, soft distillation, and the regularisers of

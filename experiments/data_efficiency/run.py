@@ -17,7 +17,8 @@ each budget of --long_epochs (first with --long_first) but the longest of
 several, where the best ViT recipe and the best CNN train with seed 0, and
 with seeds 1 and 2 if the ViT came within reach of the best CNN there
 (`order.WITHIN_REACH`); round two's weakest rows at the last --epochs
-budget (`recipes.ROUND_TWO_LATE`) train before that longest one; up to
+budget (`recipes.ROUND_TWO_LATE`) train after the other long budgets'
+rows, before the longest's (with --long_first, after its seed 0); up to
 --side_by_side runs at once. The
 recipes and records are `recipes.py`'s, the order `order.py`'s. One
 `vit_jax.main` process per run; rerunning
