@@ -45,6 +45,7 @@ from experiments.data_efficiency import budgets as budgets_lib
 from experiments.data_efficiency import order
 from experiments.data_efficiency import recipes
 from vit_jax.analysis import plotting
+from vit_jax.runtime import command
 
 HERE = pathlib.Path(__file__).resolve().parent
 
@@ -192,6 +193,9 @@ def summarize(workdir: pathlib.Path, budgets: list[int],
 def main(argv):
   del argv
   runs.catch_stop_signals()
+  # Looking for a teacher's best checkpoint opens it with orbax, which logs
+  # tens of INFO lines each time; the runner's output is its own lines.
+  command.quiet_libraries()
   # The runner only reads its runs' folders (a teacher's best checkpoint
   # among them): the accelerator's memory is the runs'.
   jax.config.update('jax_platforms', 'cpu')
@@ -226,11 +230,12 @@ def _define_flags():
       '2 cores); --epochs=30,200 where a GPU is.')
   flags.DEFINE_list(
       'long_epochs', ['300', '1000'], 'Budgets for the two best ViT recipes '
-      "and each CNN's best, 3 seeds, after everything else; at the longest "
-      'of several, the best ViT recipe and the best CNN, seed 0, and seeds 1 '
-      "and 2 if the ViT's seed 0 came within 4 points of the best CNN's "
-      '(order.WITHIN_REACH; a ViT run takes about 2 h at 300 epochs and 6 h '
-      'at 1,000 on 2 cores); empty: none.')
+      "and each CNN's best, 3 seeds, after everything else but round two's "
+      'weakest rows (recipes.ROUND_TWO_LATE); at the longest of several, '
+      'after those rows, the best ViT recipe and the best CNN, seed 0, and '
+      "seeds 1 and 2 if the ViT's seed 0 came within 4 points of the best "
+      "CNN's (order.WITHIN_REACH; a ViT run takes about 2 h at 300 epochs and "
+      '6 h at 1,000 on 2 cores); empty: none.')
   flags.DEFINE_integer('max_runs', 0, 'Stop after this many new runs; 0: '
                        'all.')
   flags.DEFINE_integer(
