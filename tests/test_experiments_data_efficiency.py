@@ -344,7 +344,10 @@ def test_an_mae_row_fine_tunes_from_its_pretraining_which_ranks_nowhere(
   run.train(tmp_path, tmp_path / 'data', [30], max_runs=0)
   names = [name for name, _ in trained]
   pretraining = 'vit_study+mae_pretraining_e30_seed0'
-  assert names.index(pretraining) + 1 == names.index('vit_study+mae_e30_seed0')
+  # Just before its first reader (here round three's, at this last budget).
+  first_reader = names[names.index(pretraining) + 1]
+  assert dict(trained)[first_reader]['init_from'] == tmp_path / pretraining
+  assert names.index(pretraining) < names.index('vit_study+mae_e30_seed0')
   assert names.count(pretraining) == 1
   assert dict(trained)[pretraining]['model_overrides.mae_mask_ratio'] == 0.75
   tuned = dict(trained)['vit_study+mae_e30_seed0']

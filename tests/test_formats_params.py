@@ -46,7 +46,7 @@ def test_adapt_resizes_positions_replaces_the_head_and_drops_pre_logits():
   pretrained = vit_params(16, 100, representation_size=8)
   pretrained['head']['kernel'] = np.ones_like(pretrained['head']['kernel'])
   fresh = vit_params(24, 10)
-  adapted = params_lib.adapt_params(pretrained, fresh, num_prefix_tokens=1)
+  adapted = params_lib.adapt_params(pretrained, fresh)
   assert jax.tree.structure(adapted) == jax.tree.structure(fresh)
   assert 'pre_logits' not in adapted
   np.testing.assert_array_equal(adapted['head']['kernel'], 0.0)
@@ -60,22 +60,56 @@ def test_adapt_resizes_positions_replaces_the_head_and_drops_pre_logits():
           num_prefix_tokens=1))
 
 
+def test_a_distilled_student_starts_from_a_vit_without_the_token():
+  # DeiT's distillation token sits between [CLS] and the patches: a ViT
+  # checkpoint lacks it, and its position row, which start as the new
+  # model's; the rest is the checkpoint's, the grid resized.
+  pretrained = vit_params(16, 10)
+  fresh = vit_params(24, 10, distillation_token=True)
+  adapted = params_lib.adapt_params(pretrained, fresh)
+  assert jax.tree.structure(adapted) == jax.tree.structure(fresh)
+  np.testing.assert_array_equal(adapted['dist'], fresh['dist'])
+  np.testing.assert_array_equal(adapted['cls'], pretrained['cls'])
+  table = adapted['Transformer']['posembed_input']['pos_embedding']
+  theirs = pretrained['Transformer']['posembed_input']['pos_embedding']
+  np.testing.assert_array_equal(table[:, 0], theirs[:, 0])
+  np.testing.assert_array_equal(
+      table[:, 1], fresh['Transformer']['posembed_input']['pos_embedding'][:, 1])
+  np.testing.assert_array_equal(
+      table[:, 2:], params_lib.resize_position_embeddings(
+          theirs[:, 1:], 36, num_prefix_tokens=0))
+  params_lib.check_fit(pretrained, params_lib.param_shapes(
+      models.create_model('ViT-Tiny-CIFAR_4', 10, num_layers=1, hidden_size=8,
+                          num_heads=2, mlp_dim=16, distillation_token=True),
+      24))
+
+
+def test_a_distilled_checkpoint_fits_a_vit_without_its_token():
+  pretrained = vit_params(16, 10, distillation_token=True)
+  fresh = vit_params(16, 10)
+  adapted = params_lib.adapt_params(pretrained, fresh)
+  assert jax.tree.structure(adapted) == jax.tree.structure(fresh)
+  theirs = pretrained['Transformer']['posembed_input']['pos_embedding']
+  np.testing.assert_array_equal(
+      adapted['Transformer']['posembed_input']['pos_embedding'],
+      np.concatenate([theirs[:, :1], theirs[:, 2:]], axis=1))
+
+
 def test_adapt_names_the_key_that_does_not_fit():
   with pytest.raises(CheckpointError,
                      match=r'encoderblock_0/MlpBlock_0/Dense_0/bias has '
                      r'shape \(16,\) in the checkpoint but \(32,\)'):
-    params_lib.adapt_params(vit_params(16, 10), vit_params(16, 10, mlp_dim=32),
-                          num_prefix_tokens=1)
+    params_lib.adapt_params(vit_params(16, 10), vit_params(16, 10, mlp_dim=32))
   deeper = vit_params(16, 10, num_layers=2)
   with pytest.raises(CheckpointError,
                      match='Transformer/encoderblock_1/LayerNorm_0/bias is '
                      'missing from the checkpoint'):
-    params_lib.adapt_params(vit_params(16, 10), deeper, num_prefix_tokens=1)
+    params_lib.adapt_params(vit_params(16, 10), deeper)
   with pytest.raises(CheckpointError,
                      match='Transformer/encoderblock_1/LayerNorm_0/bias '
                      r'\(shape \(8,\)\) is in the checkpoint but not in '
                      r'the new model \(config.model\)'):
-    params_lib.adapt_params(deeper, vit_params(16, 10), num_prefix_tokens=1)
+    params_lib.adapt_params(deeper, vit_params(16, 10))
 
 
 def test_the_architecture_is_read_from_the_shapes():
@@ -136,7 +170,7 @@ def test_adapt_stacks_or_unstacks_to_the_new_models_layout(scan_pretrained,
   pretrained = (params_lib.stack_blocks(official) if scan_pretrained else
                 official)
   fresh = vit_params(24, 10, num_layers=2, scan=scan_fresh)
-  adapted = params_lib.adapt_params(pretrained, fresh, num_prefix_tokens=1)
+  adapted = params_lib.adapt_params(pretrained, fresh)
   assert jax.tree.map(np.shape, adapted) == jax.tree.map(np.shape, fresh)
   jax.tree.map(np.testing.assert_array_equal,
                params_lib.unstack_blocks(adapted)['Transformer']

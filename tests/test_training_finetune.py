@@ -28,10 +28,9 @@ def test_fine_tunes_a_run_at_a_higher_resolution(trained_vit_run, tmp_path):
                        learning_rate=0.01, num_epochs=1, batch_size=32,
                        grad_accumulation_steps=2)
   config.model_overrides.num_layers = 2
-  model = models.from_config(config, num_classes=10)
   fresh = vit_params(32, 10, num_layers=2, hidden_size=16, num_heads=2,
                   mlp_dim=32, patch_size=8)
-  start = finetune.pretrained_params(config, model, fresh)
+  start = finetune.pretrained_params(config, fresh)
   pretrained = reading.load_run(workdir).params
   np.testing.assert_array_equal(
       start['Transformer']['encoderblock_1']['LayerNorm_0']['scale'],
@@ -104,7 +103,7 @@ def test_any_vit_fine_tunes_at_a_new_resolution(overrides, tmp_path):
                        image_size=24)
   config.model_overrides = fields
   model = models.from_config(config, num_classes=10)
-  start = finetune.pretrained_params(config, model, vit_params(24, 10,
+  start = finetune.pretrained_params(config, vit_params(24, 10,
                                                                **fields))
   tokens = 36 + len(model.prefix_tokens)
   assert start['Transformer']['posembed_input']['pos_embedding'].shape == (
@@ -127,9 +126,8 @@ def test_another_architecture_is_one_line_naming_what_it_holds(tmp_path):
   with pytest.raises(config_schema.ConfigError) as checked:
     finetune.check_init_from(config)
   assert str(checked.value) == expected
-  model = models.from_config(config, num_classes=10)
   with pytest.raises(config_schema.ConfigError) as loaded:
-    finetune.pretrained_params(config, model, vit_params(
+    finetune.pretrained_params(config, vit_params(
         32, 10, hidden_size=16, mlp_dim=32, patch_size=8))
   assert str(loaded.value) == expected
   cnn = tiny_config('', 'simple_cnn', init_from=str(tmp_path / 'ViT-Ti_16.npz'))
@@ -162,11 +160,10 @@ def test_what_the_check_read_is_what_fine_tuning_starts_from(tmp_path):
                        image_size=24)
   config.model_overrides = fields
   pretrained = finetune.check_init_from(config)
-  model = models.from_config(config, num_classes=10)
   fresh = vit_params(24, 10, **fields)
   assert_trees_identical(
-      finetune.pretrained_params(config, model, fresh, pretrained),
-      finetune.pretrained_params(config, model, fresh))
+      finetune.pretrained_params(config, fresh, pretrained),
+      finetune.pretrained_params(config, fresh))
 
 
 @pytest.mark.parametrize('format_name', ['timm', 'hf'])

@@ -447,7 +447,7 @@ def test_a_masked_autoencoder_trains_its_encoder_and_fine_tunes_from_it(
   plain = models.from_config(tuned, num_classes=10)
   fresh = plain.init(jax.random.key(0), np.zeros((1, 32, 32, 3)),
                      train=False)['params']
-  start = finetune.pretrained_params(tuned, plain, fresh)
+  start = finetune.pretrained_params(tuned, fresh)
   assert set(start) == set(fresh)  # no decoder
   np.testing.assert_array_equal(
       start['Transformer']['encoderblock_0']['MlpBlock_0']['Dense_0'][

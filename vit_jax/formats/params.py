@@ -2,8 +2,8 @@
 '/'-joined key paths and back, the encoder blocks stacked for a scanned
 model and back, a model's expected shapes, the check that a tree fits them,
 and fitting a pre-trained tree to a new model (position embeddings resized
-to the new patch grid as the official code does, a fresh head) for
-fine-tuning.
+to the new patch grid as the official code does, a fresh head, prefix
+tokens added or left out) for fine-tuning.
 """
 
 from collections.abc import Mapping
@@ -195,56 +195,90 @@ def resize_position_embeddings(table: np.ndarray, num_tokens: int,
           table.dtype)
 
 
-def _fitted(pretrained: Any, fresh: Any,
-            num_prefix_tokens: int) -> dict[tuple[str, ...], Any]:
+def _prefix_tokens(flat: dict[tuple[str, ...], Any]) -> tuple[str, ...]:
+  """The tokens before the patches that a flat ViT tree has, in order."""
+  return tuple(name for name in names.PREFIX_TOKENS if (name,) in flat)
+
+
+def _fitted_position_table(table: np.ndarray, want: Any,
+                           theirs: tuple[str, ...],
+                           ours: tuple[str, ...]) -> np.ndarray:
+  """A checkpoint's position table (prefix tokens `theirs`) fitted to
+  `want`'s (the new model's, prefix tokens `ours`): the rows of the prefix
+  tokens both have kept, a token's only the new model has taken from
+  `want` (zeros where `want` is only a shape, as for `check_fit`), the
+  patch grid resized."""
+  table = np.asarray(table)
+  if table.shape == want.shape and theirs == ours:
+    return table
+
+  def row(name):
+    if name in theirs:
+      i = theirs.index(name)
+      return table[:, i:i + 1]
+    if isinstance(want, jax.ShapeDtypeStruct):
+      return np.zeros((1, 1, want.shape[2]), table.dtype)
+    i = ours.index(name)
+    return np.asarray(want)[:, i:i + 1].astype(table.dtype)
+
+  grid = table[:, len(theirs):]
+  if grid.shape[1] != want.shape[1] - len(ours):
+    logging.info('Resizing the position embeddings from %s to %s.',
+                 table.shape, want.shape)
+    grid = resize_position_embeddings(grid, want.shape[1] - len(ours),
+                                      num_prefix_tokens=0)
+  return np.concatenate([row(name) for name in ours] + [grid], axis=1)
+
+
+def _fitted(pretrained: Any, fresh: Any) -> dict[tuple[str, ...], Any]:
   """`adapt_params`' flat tree before its dtypes: the pre-trained arrays as
   they are, the new heads and the new parts only training reads (no
-  checkpoint holds them: `reading.load_params`), the position table
-  resized; raises CheckpointError (`check_params`) naming every key that
-  does not fit."""
+  checkpoint holds them: `reading.load_params`), a prefix token the
+  checkpoint lacks (DeiT's distillation token, for a distilled student
+  fine-tuned from a ViT) new and one the new model lacks left out, the
+  position table fitted to both; raises CheckpointError (`check_params`)
+  naming every key that does not fit."""
   pretrained = flax.traverse_util.flatten_dict(_in_layout_of(pretrained,
                                                             fresh))
   fresh = flax.traverse_util.flatten_dict(flax.core.unfreeze(fresh))
+  theirs, ours = _prefix_tokens(pretrained), _prefix_tokens(fresh)
   adapted = {
       path: value for path, value in pretrained.items()
-      if path[0] not in names.HEADS and (path[0] != names.PRE_LOGITS or
+      if path[0] not in names.HEADS and (path[0] not in (names.PRE_LOGITS,
+                                                         *theirs) or
                                          path in fresh)
   }
   for path, init in fresh.items():
     if path[0] in names.HEADS or inference.training_only(path[0]):
       adapted[path] = init
-    elif path[0] == names.PRE_LOGITS and path not in pretrained:
+    elif (path[0] in (names.PRE_LOGITS, *ours) and path not in pretrained):
       logging.info('The checkpoint has no %s; it starts from scratch.',
                    '/'.join(path))
       adapted[path] = init
   table = adapted.get(names.POSITION_EMBEDDING_TABLE)
   want = fresh.get(names.POSITION_EMBEDDING_TABLE)
-  if table is not None and want is not None and table.shape != want.shape:
-    logging.info('Resizing the position embeddings from %s to %s.',
-                 table.shape, want.shape)
-    adapted[names.POSITION_EMBEDDING_TABLE] = resize_position_embeddings(
-        table, want.shape[1], num_prefix_tokens)
+  if table is not None and want is not None:
+    adapted[names.POSITION_EMBEDDING_TABLE] = _fitted_position_table(
+        table, want, theirs, ours)
   unflatten_paths = flax.traverse_util.unflatten_dict
   check_params(unflatten_paths(adapted), unflatten_paths(fresh),
                target='the new model (config.model)')
   return adapted
 
 
-def check_fit(pretrained: Any, expected: Any, *,
-              num_prefix_tokens: int) -> None:
+def check_fit(pretrained: Any, expected: Any) -> None:
   """Raises what `adapt_params` would for a model of `expected`'s shapes
   (e.g. `param_shapes(model, size)`), computing no parameter but the
-  resized position table."""
-  _fitted(pretrained, expected, num_prefix_tokens)
+  fitted position table."""
+  _fitted(pretrained, expected)
 
 
-def adapt_params(pretrained: Any, fresh: Any, *,
-                 num_prefix_tokens: int) -> dict:
+def adapt_params(pretrained: Any, fresh: Any) -> dict:
   """The pre-trained parameters in the shape of `fresh` (the new model's
-  initial parameters): position embeddings resized to the new patch grid,
-  `fresh`'s head; raises CheckpointError (`check_params`) naming every key
-  that does not fit."""
-  fitted = _fitted(pretrained, fresh, num_prefix_tokens)
+  initial parameters): position embeddings fitted to the new patch grid
+  and prefix tokens, `fresh`'s head; raises CheckpointError
+  (`check_params`) naming every key that does not fit."""
+  fitted = _fitted(pretrained, fresh)
   dtypes = {path: value.dtype for path, value in
             flax.traverse_util.flatten_dict(flax.core.unfreeze(fresh)).items()}
   return flax.traverse_util.unflatten_dict(

@@ -14,6 +14,7 @@ PATCH_EMBEDDING = 'embedding'
 # The tokens before the patches: [CLS], then DeiT's distillation token.
 CLASS_TOKEN = 'cls'
 DISTILLATION_TOKEN = 'dist'
+PREFIX_TOKENS = (CLASS_TOKEN, DISTILLATION_TOKEN)
 # Shifted patch tokenization's, in place of PATCH_EMBEDDING.
 SHIFTED_PATCH_NORM = 'shifted_patch_norm'
 SHIFTED_PATCH_EMBEDDING = 'shifted_patch_embedding'

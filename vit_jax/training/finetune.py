@@ -27,28 +27,23 @@ def check_init_from(config) -> Any:
   are read once."""
   pretrained = _read(config)
   model = models.from_config(config, num_classes=1)  # the head starts afresh
-  _check_fit(config, model, pretrained,
+  _check_fit(config, pretrained,
              params_lib.param_shapes(model, config.image_size))
   return pretrained
 
 
-def pretrained_params(config, model, fresh_params, pretrained=None) -> dict:
+def pretrained_params(config, fresh_params, pretrained=None) -> dict:
   """`config.init_from` (any checkpoint, `reading.source_kind`; `pretrained`:
-  what `check_init_from` read of it) fitted to `model`, whose freshly
-  initialised parameters are `fresh_params`; a ConfigError names what does
-  not fit."""
+  what `check_init_from` read of it) fitted to the run's model, whose
+  freshly initialised parameters are `fresh_params`; a ConfigError names
+  what does not fit."""
   fresh = jax.device_get(fresh_params)
   if pretrained is None:
     pretrained = _read(config)
-    _check_fit(config, model, pretrained, fresh)
-  adapted = params_lib.adapt_params(pretrained, fresh,
-                                    num_prefix_tokens=_prefix_tokens(model))
+    _check_fit(config, pretrained, fresh)
+  adapted = params_lib.adapt_params(pretrained, fresh)
   logging.info('Initialised from %s.', config.init_from)
   return adapted
-
-
-def _prefix_tokens(model) -> int:
-  return len(getattr(model, 'prefix_tokens', ()))
 
 
 def _read(config) -> Any:
@@ -71,7 +66,7 @@ def _read(config) -> Any:
   return params
 
 
-def _check_fit(config, model, pretrained, expected):
+def _check_fit(config, pretrained, expected):
   """ConfigError unless `pretrained` fits a model of `expected`'s shapes:
   in one line when they are models of different architectures (else every
   array of theirs would be listed)."""
@@ -91,8 +86,7 @@ def _check_fit(config, model, pretrained, expected):
         f'{_described(ours)}: pass a checkpoint of this model, or set '
         f'{setting} to fine-tune the one it holds.')
   try:
-    params_lib.check_fit(pretrained, expected,
-                         num_prefix_tokens=_prefix_tokens(model))
+    params_lib.check_fit(pretrained, expected)
   except CheckpointError as e:
     raise ConfigError(f'config.init_from={config.init_from!r}: {e}') from e
 

@@ -238,8 +238,7 @@ def restore_or_initialise(run: Run, initialize, pretrained,
   if run.config.init_from:
     params = jax.tree.map(
         lambda x, shape: sharding.replicate(x, shape.sharding),
-        finetune.pretrained_params(run.config, run.model, state.params,
-                                   pretrained),
+        finetune.pretrained_params(run.config, state.params, pretrained),
         run.state_shapes.params)
     state = state.replace(params=params)
     if isinstance(state, steps.AveragedTrainState):
