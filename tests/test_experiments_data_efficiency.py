@@ -309,6 +309,21 @@ def test_the_resnet_teacher_lever_learns_from_the_augmented_smallresnet(
     assert dict(trained)[reader]['distillation_teacher'] == tmp_path / source
 
 
+def test_the_mae_under_the_best_row_reads_its_pretraining_and_the_resnet(
+    tmp_path, monkeypatch):
+  trained = []
+  levers = recipes.BEST + ('trivial_augment', 'resnet_teacher', 'mae')
+  monkeypatch.setattr(run.runs, 'train', _fake_training({}, trained))
+  run.train(tmp_path, tmp_path / 'data', [100], max_runs=0)
+  student = dict(trained)[recipes.run_name('vit', levers, 100, 0)]
+  assert student['init_from'] == (
+      tmp_path / 'vit_study+mae_pretraining_e100_seed0')
+  assert student['distillation_teacher'] == student[
+      'locality_guidance_teacher'] == (
+          tmp_path / 'small_resnet_study+trivial_augment_e100_seed0')
+  assert student['model_overrides.distillation_token'] is True
+
+
 def test_long_first_trains_the_long_budgets_rows_before_the_rest(
     tmp_path, monkeypatch):
   trained = []

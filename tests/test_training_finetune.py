@@ -110,6 +110,22 @@ def test_any_vit_fine_tunes_at_a_new_resolution(overrides, tmp_path):
       1, tokens, 8)
 
 
+def test_a_distilled_student_fine_tunes_from_a_vit_without_the_token(
+    tmp_path):
+  # An MAE's or a released ViT's encoder under DeiT's distillation: the
+  # check before the data passes, and the token starts as the new model's.
+  fields = dict(num_layers=1, hidden_size=8, num_heads=2, mlp_dim=16)
+  npz.save_npz(vit_params(16, 10, **fields), tmp_path / 'plain.npz')
+  config = tiny_config('', init_from=str(tmp_path / 'plain.npz'),
+                       image_size=16)
+  config.model_overrides = dict(fields, distillation_token=True)
+  pretrained = finetune.check_init_from(config)
+  fresh = vit_params(16, 10, distillation_token=True, **fields)
+  start = finetune.pretrained_params(config, fresh, pretrained)
+  np.testing.assert_array_equal(start['dist'], fresh['dist'])
+  np.testing.assert_array_equal(start['cls'], pretrained['cls'])
+
+
 def test_another_architecture_is_one_line_naming_what_it_holds(tmp_path):
   shapes = params_lib.param_shapes(models.create_model('ViT-Ti_16', 10), 32)
   npz.save_npz(jax.tree.map(lambda s: np.zeros(s.shape, s.dtype),
