@@ -463,6 +463,29 @@ def test_the_longest_budget_trains_the_best_vit_and_cnn_and_seeds_if_close(
       ('small_resnet', ())]
 
 
+def test_every_long_budget_but_the_longest_trains_three_seeds(
+    tmp_path, monkeypatch):
+  trained = []
+  monkeypatch.setattr(run.runs, 'train', _fake_training({
+      ('vit', 'study+distillation+locality_guidance'): 0.6,
+      ('small_resnet', 'study'): 0.7}, trained))
+  run.train(tmp_path, tmp_path / 'data', [30], max_runs=0,
+            long_budgets=(300, 500, 1000))
+  names = [name for name, _ in trained]
+  seeds = {epochs: {overrides['seed'] for _, overrides in trained
+                    if overrides['num_epochs'] == epochs}
+           for epochs in (300, 500, 1000)}
+  assert seeds == {300: {0, 1, 2}, 500: {0, 1, 2}, 1000: {0}}
+  # The shorter long budgets, then round two's weakest rows, then the
+  # longest.
+  at = {epochs: [i for i, name in enumerate(names) if f'_e{epochs}_' in name]
+        for epochs in (300, 500, 1000)}
+  late = list(map(names.index, _round_two_late(30)))
+  assert max(at[300]) < min(at[500])
+  assert max(at[500]) < min(late)
+  assert max(late) < min(at[1000])
+
+
 def test_no_long_budget_rows_before_the_comparison_runs(tmp_path):
   assert order.long_rows([], 100) == []
 
