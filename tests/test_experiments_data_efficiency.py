@@ -722,6 +722,13 @@ def test_the_longer_mae_pretraining_is_the_100_epoch_rows(tmp_path,
   assert names.index(pretraining) + 1 == names.index(tuned)
   assert dict(trained)[tuned]['init_from'] == tmp_path / pretraining
   assert dict(trained)[tuned]['num_epochs'] == 30
-  # The 100-epoch MAE rows read the same pre-training.
+  # The 100-epoch MAE rows read the same pre-training, and so does the
+  # distilled row of the first budget, taught by its budget's teacher.
   assert dict(trained)['vit_study+mae_e100_seed0']['init_from'] == (
       tmp_path / pretraining)
+  distilled = dict(trained)[
+      'vit_study+distillation+locality_guidance+long_mae_e30_seed0']
+  assert distilled['init_from'] == tmp_path / pretraining
+  assert distilled['distillation_teacher'] == (
+      tmp_path / 'simple_cnn_study_e30_seed0')
+  assert distilled['model_overrides.distillation_token'] is True
