@@ -1,7 +1,9 @@
 """Fitting a pre-trained tree to a new model: position embeddings resized,
-the head replaced, every key that does not fit named."""
+the head replaced, DeiT's distillation token added or left out, every key
+that does not fit named."""
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
@@ -29,6 +31,9 @@ def test_resize_without_class_token_and_to_the_same_size():
       table, 64, num_prefix_tokens=0).dtype == np.float32
   with pytest.raises(CheckpointError, match='only square grids'):
     params_lib.resize_position_embeddings(table, 15, num_prefix_tokens=0)
+  assert params_lib.resize_position_embeddings(
+      table.astype(jnp.bfloat16), 64, num_prefix_tokens=0).dtype == (
+          jnp.bfloat16)
 
 
 def vit_params(image_size, num_classes, **overrides):
@@ -93,6 +98,27 @@ def test_a_distilled_checkpoint_fits_a_vit_without_its_token():
   np.testing.assert_array_equal(
       adapted['Transformer']['posembed_input']['pos_embedding'],
       np.concatenate([theirs[:, :1], theirs[:, 2:]], axis=1))
+
+
+def test_a_class_token_is_never_added_or_left_out():
+  # A head reading [CLS] and one pooling the patches are other models: the
+  # token is named, not made up or dropped.
+  with pytest.raises(CheckpointError, match='^cls .* is in the checkpoint but '
+                     'not in the new model'):
+    params_lib.adapt_params(vit_params(16, 10),
+                            vit_params(16, 10, classifier='gap'))
+  with pytest.raises(CheckpointError, match='^cls is missing from the '
+                     'checkpoint'):
+    params_lib.check_fit(vit_params(16, 10, classifier='gap'),
+                         params_lib.param_shapes(models.create_model(
+                             'ViT-Tiny-CIFAR_4', 10, num_layers=1,
+                             hidden_size=8, num_heads=2, mlp_dim=16), 16))
+
+
+def test_a_token_and_another_width_name_the_widths_not_the_table():
+  with pytest.raises(CheckpointError, match='does not fit'):
+    params_lib.adapt_params(vit_params(16, 10), vit_params(
+        16, 10, hidden_size=16, distillation_token=True))
 
 
 def test_adapt_names_the_key_that_does_not_fit():

@@ -187,7 +187,9 @@ def resize_position_embeddings(table: np.ndarray, num_tokens: int,
     raise CheckpointError(
         f'Cannot resize position embeddings of {len(grid)} patches to '
         f'{num_tokens - num_prefix_tokens}: only square grids are resized.')
-  grid = grid.reshape(old_side, old_side, -1)
+  # At least float32: scipy zooms no bfloat16.
+  grid = grid.reshape(old_side, old_side, -1).astype(
+      np.promote_types(grid.dtype, np.float32))
   zoom = new_side / old_side
   grid = scipy.ndimage.zoom(grid, (zoom, zoom, 1), order=1)
   return np.concatenate(
@@ -209,17 +211,18 @@ def _fitted_position_table(table: np.ndarray, want: Any,
   `want` (zeros where `want` is only a shape, as for `check_fit`), the
   patch grid resized."""
   table = np.asarray(table)
-  if table.shape == want.shape and theirs == ours:
+  if (table.shape == want.shape and theirs == ours) or (
+      table.shape[-1] != want.shape[-1]):  # for `check_params` to name
     return table
 
   def row(name):
     if name in theirs:
       i = theirs.index(name)
       return table[:, i:i + 1]
-    if isinstance(want, jax.ShapeDtypeStruct):
-      return np.zeros((1, 1, want.shape[2]), table.dtype)
-    i = ours.index(name)
-    return np.asarray(want)[:, i:i + 1].astype(table.dtype)
+    if isinstance(want, (np.ndarray, jax.Array)):
+      i = ours.index(name)
+      return np.asarray(want)[:, i:i + 1].astype(table.dtype)
+    return np.zeros((1, 1, want.shape[2]), table.dtype)
 
   grid = table[:, len(theirs):]
   if grid.shape[1] != want.shape[1] - len(ours):
@@ -242,16 +245,18 @@ def _fitted(pretrained: Any, fresh: Any) -> dict[tuple[str, ...], Any]:
                                                             fresh))
   fresh = flax.traverse_util.flatten_dict(flax.core.unfreeze(fresh))
   theirs, ours = _prefix_tokens(pretrained), _prefix_tokens(fresh)
-  adapted = {
-      path: value for path, value in pretrained.items()
-      if path[0] not in names.HEADS and (path[0] not in (names.PRE_LOGITS,
-                                                         *theirs) or
-                                         path in fresh)
-  }
+  optional = (names.PRE_LOGITS, names.DISTILLATION_TOKEN)
+  adapted = {}
+  for path, value in pretrained.items():
+    if path[0] in optional and path not in fresh:
+      logging.info('The new model has no %s; the checkpoint\'s is left out.',
+                   '/'.join(path))
+    elif path[0] not in names.HEADS:
+      adapted[path] = value
   for path, init in fresh.items():
     if path[0] in names.HEADS or inference.training_only(path[0]):
       adapted[path] = init
-    elif (path[0] in (names.PRE_LOGITS, *ours) and path not in pretrained):
+    elif path[0] in optional and path not in pretrained:
       logging.info('The checkpoint has no %s; it starts from scratch.',
                    '/'.join(path))
       adapted[path] = init
