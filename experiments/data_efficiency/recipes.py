@@ -172,7 +172,7 @@ PRETRAINING = 'mae_pretraining'
 # added: distillation for the first three; for MAE locality guidance
 # alone (61.5% at 30 epochs and seed 0; 62.4% with distillation), since
 # fine-tuning could not then add the distillation token that a pre-trained
-# encoder lacks (round three's last row adds it). Locality guidance, the
+# encoder lacks (round three's MAE rows add it). Locality guidance, the
 # best at 30 epochs, first.
 ROUND_TWO = [('locality_guidance',), ('distillation', 'locality_guidance'),
              ('mimetic',), ('distillation', 'mimetic'), ('reference_decay',),
