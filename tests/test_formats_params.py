@@ -12,28 +12,25 @@ from vit_jax.errors import CheckpointError
 from vit_jax.formats import params as params_lib
 
 
-def test_resize_keeps_the_class_token_and_zooms_the_grid_bilinearly():
+def test_resize_zooms_the_grid_bilinearly():
   # A 2x2 grid of 1-d embeddings [[0, 1], [2, 3]] to 3x3: corners stay, the
   # rest interpolates linearly between them (scipy.ndimage.zoom, order 1).
-  table = np.array([9.0, 0.0, 1.0, 2.0, 3.0]).reshape(1, 5, 1)
-  resized = params_lib.resize_position_embeddings(table, 10, num_prefix_tokens=1)
-  assert resized.shape == (1, 10, 1)
+  grid = np.array([0.0, 1.0, 2.0, 3.0]).reshape(1, 4, 1)
+  resized = params_lib.resize_patch_grid(grid, 9)
+  assert resized.shape == (1, 9, 1)
   np.testing.assert_allclose(
-      resized[0, :, 0], [9.0, 0.0, 0.5, 1.0, 1.0, 1.5, 2.0, 2.0, 2.5, 3.0])
+      resized[0, :, 0], [0.0, 0.5, 1.0, 1.0, 1.5, 2.0, 2.0, 2.5, 3.0])
 
 
-def test_resize_without_class_token_and_to_the_same_size():
-  table = np.random.default_rng(0).normal(size=(1, 16, 3)).astype(np.float32)
-  np.testing.assert_allclose(
-      params_lib.resize_position_embeddings(table, 16, num_prefix_tokens=0),
-      table, atol=1e-6)
-  assert params_lib.resize_position_embeddings(
-      table, 64, num_prefix_tokens=0).dtype == np.float32
+def test_resize_to_the_same_size_keeps_the_grid_and_its_dtype():
+  grid = np.random.default_rng(0).normal(size=(1, 16, 3)).astype(np.float32)
+  np.testing.assert_allclose(params_lib.resize_patch_grid(grid, 16), grid,
+                             atol=1e-6)
+  assert params_lib.resize_patch_grid(grid, 64).dtype == np.float32
   with pytest.raises(CheckpointError, match='only square grids'):
-    params_lib.resize_position_embeddings(table, 15, num_prefix_tokens=0)
-  assert params_lib.resize_position_embeddings(
-      table.astype(jnp.bfloat16), 64, num_prefix_tokens=0).dtype == (
-          jnp.bfloat16)
+    params_lib.resize_patch_grid(grid, 15)
+  assert params_lib.resize_patch_grid(grid.astype(jnp.bfloat16), 64).dtype == (
+      jnp.bfloat16)
 
 
 def vit_params(image_size, num_classes, **overrides):
@@ -58,11 +55,13 @@ def test_adapt_resizes_positions_replaces_the_head_and_drops_pre_logits():
   assert adapted['head']['kernel'].shape == (8, 10)
   np.testing.assert_array_equal(adapted['embedding']['kernel'],
                                 pretrained['embedding']['kernel'])
+  # [CLS]'s row kept, the grid zoomed.
+  theirs = pretrained['Transformer']['posembed_input']['pos_embedding']
   np.testing.assert_array_equal(
       adapted['Transformer']['posembed_input']['pos_embedding'],
-      params_lib.resize_position_embeddings(
-          pretrained['Transformer']['posembed_input']['pos_embedding'], 37,
-          num_prefix_tokens=1))
+      np.concatenate([theirs[:, :1],
+                      params_lib.resize_patch_grid(theirs[:, 1:], 36)],
+                     axis=1))
 
 
 def test_a_distilled_student_starts_from_a_vit_without_the_token():
@@ -81,8 +80,7 @@ def test_a_distilled_student_starts_from_a_vit_without_the_token():
   np.testing.assert_array_equal(
       table[:, 1], fresh['Transformer']['posembed_input']['pos_embedding'][:, 1])
   np.testing.assert_array_equal(
-      table[:, 2:], params_lib.resize_position_embeddings(
-          theirs[:, 1:], 36, num_prefix_tokens=0))
+      table[:, 2:], params_lib.resize_patch_grid(theirs[:, 1:], 36))
   params_lib.check_fit(pretrained, params_lib.param_shapes(
       models.create_model('ViT-Tiny-CIFAR_4', 10, num_layers=1, hidden_size=8,
                           num_heads=2, mlp_dim=16, distillation_token=True),

@@ -172,29 +172,23 @@ def check_params(params: Mapping[str, Any],
         (f'\n  ... and {more} more' if more > 0 else ''))
 
 
-def resize_position_embeddings(table: np.ndarray, num_tokens: int,
-                               num_prefix_tokens: int) -> np.ndarray:
-  """(1, prefix + h*h, d) -> (1, num_tokens, d) for a square patch grid.
-
-  The prefix (class-token) entries are kept; the grid is zoomed bilinearly
-  (`scipy.ndimage.zoom`, order 1, corners to corners) as in the official code.
-  """
-  table = np.asarray(table)
-  prefix, grid = table[:, :num_prefix_tokens], table[0, num_prefix_tokens:]
-  old_side = int(round(np.sqrt(len(grid))))
-  new_side = int(round(np.sqrt(num_tokens - num_prefix_tokens)))
-  if old_side**2 != len(grid) or new_side**2 != num_tokens - num_prefix_tokens:
+def resize_patch_grid(grid: np.ndarray, num_patches: int) -> np.ndarray:
+  """A position table's patch rows, (1, h*h, d) -> (1, num_patches, d),
+  for square grids: zoomed bilinearly (`scipy.ndimage.zoom`, order 1,
+  corners to corners) as in the official code."""
+  grid = np.asarray(grid)
+  old_side = int(round(np.sqrt(grid.shape[1])))
+  new_side = int(round(np.sqrt(num_patches)))
+  if old_side**2 != grid.shape[1] or new_side**2 != num_patches:
     raise CheckpointError(
-        f'Cannot resize position embeddings of {len(grid)} patches to '
-        f'{num_tokens - num_prefix_tokens}: only square grids are resized.')
+        f'Cannot resize position embeddings of {grid.shape[1]} patches to '
+        f'{num_patches}: only square grids are resized.')
   # At least float32: scipy zooms no bfloat16.
-  grid = grid.reshape(old_side, old_side, -1).astype(
+  square = grid.reshape(old_side, old_side, -1).astype(
       np.promote_types(grid.dtype, np.float32))
   zoom = new_side / old_side
-  grid = scipy.ndimage.zoom(grid, (zoom, zoom, 1), order=1)
-  return np.concatenate(
-      [prefix, grid.reshape(1, new_side * new_side, -1)], axis=1).astype(
-          table.dtype)
+  square = scipy.ndimage.zoom(square, (zoom, zoom, 1), order=1)
+  return square.reshape(1, num_patches, -1).astype(grid.dtype)
 
 
 def _prefix_tokens(flat: dict[tuple[str, ...], Any]) -> tuple[str, ...]:
@@ -209,7 +203,7 @@ def _fitted_position_table(table: np.ndarray, want: Any,
   `want`'s (the new model's, prefix tokens `ours`): the rows of the prefix
   tokens both have kept, a token's only the new model has taken from
   `want` (zeros where `want` is only a shape, as for `check_fit`), the
-  patch grid resized."""
+  patch grid resized (`resize_patch_grid`)."""
   table = np.asarray(table)
   if (table.shape == want.shape and theirs == ours) or (
       table.shape[-1] != want.shape[-1]):  # for `check_params` to name
@@ -228,8 +222,7 @@ def _fitted_position_table(table: np.ndarray, want: Any,
   if grid.shape[1] != want.shape[1] - len(ours):
     logging.info('Resizing the position embeddings from %s to %s.',
                  table.shape, want.shape)
-    grid = resize_position_embeddings(grid, want.shape[1] - len(ours),
-                                      num_prefix_tokens=0)
+    grid = resize_patch_grid(grid, want.shape[1] - len(ours))
   return np.concatenate([row(name) for name in ours] + [grid], axis=1)
 
 
