@@ -7,6 +7,7 @@ import shutil
 
 import jax
 import numpy as np
+import orbax.checkpoint as ocp
 import pytest
 
 from tests.helpers import ROOT
@@ -125,6 +126,34 @@ def test_a_checkpoint_rotated_away_while_read_is_not_called_damaged(
                      'writing there'):
     run_checkpoints.RunCheckpoints(directory).restore_latest()
   assert _warnings(caplog) == []
+
+
+def test_steps_listed_empty_while_a_run_rotates_are_listed_again(
+    tmp_path, monkeypatch):
+  """A run keeping one checkpoint renames step 6 from its temporary name and
+  deletes step 4 while a reader lists them: orbax, having listed 4 and the
+  temporary name, finds neither a step. The reader lists again and finds 6;
+  a run killed in its first save, which left only a temporary folder, still
+  has no step."""
+  directory = tmp_path / 'checkpoints'
+  _saved_steps(directory, [6])
+  listed = ocp.CheckpointManager.all_steps
+  listings = []
+
+  def rotating(self, *args, **kwargs):
+    listings.append(listed(self, *args, **kwargs))
+    return [] if len(listings) == 1 else listings[-1]
+
+  monkeypatch.setattr(ocp.CheckpointManager, 'all_steps', rotating)
+  reader = run_checkpoints.RunCheckpoints(directory)
+  assert reader.steps() == [6]
+  assert reader.restore_latest().step == 6
+  assert len(listings) >= 2
+
+  killed = tmp_path / 'killed'
+  killed.mkdir()
+  (killed / '2.orbax-checkpoint-tmp-1').mkdir()
+  assert run_checkpoints.RunCheckpoints(killed).steps() == []
 
 
 def test_a_reader_verifies_as_the_trainer_does_and_changes_nothing(

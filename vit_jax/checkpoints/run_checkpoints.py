@@ -141,17 +141,27 @@ class RunCheckpoints:
     if not self.directory.is_dir():
       return []
     for attempt in range(_MAX_ROTATED_WHILE_READ):
+      last = attempt == _MAX_ROTATED_WHILE_READ - 1
       try:
         manager = self._open(create=False)
         if fresh:
           manager.reload()
-        return sorted(manager.all_steps())
+        steps = sorted(manager.all_steps())
       except (FileNotFoundError, NotADirectoryError):
         # orbax lists the steps, then reads each one's time (opening the
         # manager too): a live run deleted one in between. List again.
-        if attempt == _MAX_ROTATED_WHILE_READ - 1:
+        if last:
           raise
         fresh = True
+        continue
+      # orbax lists the folders, then drops each one gone by the time it
+      # checks it: a live run keeping one checkpoint deleted the old step
+      # as it renamed the new one from the temporary name listed. Empty,
+      # though a step is here now: list again.
+      if steps or last or not any(
+          path.name.isdigit() for path in self.directory.iterdir()):
+        return steps
+      fresh = True
 
   def restore_latest(self, state_shapes=None,
                      sum_shapes=None) -> Restored | None:
