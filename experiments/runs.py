@@ -304,7 +304,7 @@ def cpu_minutes(records: list[dict], model: str, recipe: str,
                                    for r in same]))
 
 
-def _duration(minutes: float) -> str:
+def duration(minutes: float) -> str:
   return (f'{minutes:.0f} min' if minutes < 60 else f'{minutes / 60:.1f} h')
 
 
@@ -321,13 +321,13 @@ def missing_runs(planned: list[str], done: set[str],
   cost = ''
   if known:
     unknown = len(missing) - len(known)
-    cost = (f'; about {_duration(sum(known))} on this 2-core machine'
+    cost = (f'; about {duration(sum(known))} on this 2-core machine'
             + (f' for the {len(known)} with a rate' if unknown else '') +
             " (each run's epochs times the median minutes per epoch of the"
             ' finished CPU runs of its model and recipe, or of its model)')
 
   def line(name):
-    return f'- `{name}`' + (f' (about {_duration(minutes[name])})'
+    return f'- `{name}`' + (f' (about {duration(minutes[name])})'
                             if minutes.get(name) else '')
 
   return (f'{len(missing)} of {len(planned)} planned runs, in the order '

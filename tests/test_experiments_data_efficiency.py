@@ -574,6 +574,42 @@ def test_a_fresh_workdir_trains_only_what_the_committed_records_lack(
   assert teacher['wall_minutes'] == 16.5  # the retrained run's
 
 
+def test_hours_trains_only_the_runs_that_end_in_time_with_what_they_read(
+    tmp_path, monkeypatch, capsys):
+  """A fresh machine with the committed records of every 30-epoch run but
+  three (16.5 min each here): a row alone fits 25 minutes; a distilled
+  row, whose teacher is gone with the other workdir, and an MAE row,
+  whose pre-training never ran, do not, and neither does what they read.
+  An hour is enough for them."""
+  monkeypatch.setattr(run.runs, 'train', _fake_training({}, []))
+  run.train(tmp_path / 'elsewhere', tmp_path / 'data', [30], max_runs=0)
+  landed = {recipes.record_name(r): r
+            for r in recipes.load_runs(tmp_path / 'elsewhere')}
+  alone = 'vit_study_e30_seed1'
+  student = f'vit_{recipes.recipe_name(recipes.ALL)}_e30_seed2'
+  tuned, pretraining = ('vit_study+mae_e30_seed0',
+                        'vit_study+mae_pretraining_e30_seed0')
+  for name in (alone, student, tuned, pretraining):
+    del landed[name]
+  trained = []
+  monkeypatch.setattr(run.runs, 'train', _fake_training({}, trained))
+  run.train(tmp_path / 'fresh', tmp_path / 'data', [30], max_runs=0,
+            landed=landed, hours=25 / 60)
+  assert [name for name, _ in trained] == [alone]
+  printed = capsys.readouterr().out
+  for name in (student, tuned):
+    assert (f'passing over {name}: about 33 min with the runs it reads, '
+            'more than the 25 min left of --hours') in printed
+  run.train(tmp_path / 'fresh', tmp_path / 'data', [30], max_runs=0,
+            landed=landed, hours=1)
+  names = [name for name, _ in trained]
+  assert names[1:] == ['simple_cnn_study_e30_seed2', student,
+                       pretraining, tuned]
+  nothing_run = run.ends_in_time(tmp_path / 'empty', {}, time.monotonic())
+  assert 'no CPU run of its model has run yet' in nothing_run(
+      [('vit', (), 30)])
+
+
 def test_max_runs_counts_a_teacher_trained_again(tmp_path, monkeypatch):
   monkeypatch.setattr(run.runs, 'train', _fake_training({}, []))
   run.train(tmp_path / 'elsewhere', tmp_path / 'data', [30], max_runs=0)

@@ -237,43 +237,64 @@ def _long_budget_rows(workdir: pathlib.Path, budgets: list[int],
         yield model, ingredients, epochs, seed
 
 
+# A run to train, with what it reads: (model, ingredients, epochs) each.
+Chain = list[tuple[str, tuple[str, ...], int]]
+
+
 def unfinished_runs(workdir: pathlib.Path, budgets: list[int],
                      landed: dict[str, dict], long_budgets: tuple[int, ...],
                      wait_for: Callable[[pathlib.Path], None] = lambda _: None,
                      settle: Callable[[], None] = lambda: None,
-                     long_first: bool = False):
+                     long_first: bool = False,
+                     too_long: Callable[[Chain], str | None] = lambda _: None):
   """(directory, model, recipe, overrides) of each planned run not yet
-  finished, in order; first, the run it reads (`recipes.source_runs`: the
-  teacher of a distilled or guided run, an MAE's pre-training) where only
-  that run's record landed, or where it kept no best checkpoint and the
-  run reads the best. Lazy: a source is looked for once `wait_for` returns
-  for it (the runs before it may train side by side), a choice made once
-  `settle` returns (`planned_runs`, with `long_first`)."""
+  finished, in order; first, each run it reads (`recipes.source_runs`: the
+  teacher of a distilled or guided run, an MAE's pre-training) that is not
+  in `workdir` (a pre-training always trains so, just before its reader;
+  a teacher whose record alone landed, again), or that kept no best
+  checkpoint where the run reads the best. A run is passed over, with the
+  reason `too_long` gives for it and those sources (None: it trains). Lazy:
+  a source is looked for once `wait_for` returns for it (the runs before it
+  may train side by side), a choice made once `settle` returns
+  (`planned_runs`, with `long_first`)."""
+  tried = set()
   for model, ingredients, epochs, seed in planned_runs(
       workdir, budgets, landed, long_budgets, settle, long_first):
     name = recipes.run_name(model, ingredients, epochs, seed)
-    if name in landed or runs.finished(workdir / name):
+    if (name in landed or runs.finished(workdir / name) or
+        recipes.PRETRAINING in ingredients):
       continue
     overrides = run_overrides(model, ingredients, epochs, seed)
+    sources, first = [], {}  # two fields may read one run
     for field, *source_run in recipes.source_runs(ingredients, epochs, seed):
       source = workdir / recipes.run_name(*source_run)
       wait_for(source)  # training beside the runs before this one
-      lost = source.name in landed and not runs.finished(source)
       no_best = ('best_teacher' in ingredients and runs.finished(source)
                  and not best_checkpoint.kept_one(source))
+      # One that failed here is not tried again (the error below).
+      if no_best or not (runs.finished(source) or source.name in tried):
+        first[source] = (source_run, no_best)
+      sources.append((field, source))
+    reason = too_long([tuple(source_run[:3]) for source_run, _ in
+                       first.values()] + [(model, ingredients, epochs)])
+    if reason:
+      print(f'passing over {name}: {reason}', flush=True)
+      continue
+    for source, (source_run, no_best) in first.items():
       if no_best:
         settle()  # the runs beside this one may be reading it
         print(f'retraining {source.name}, which kept no best checkpoint '
               f'(moved to {_set_aside(source)})', flush=True)
-      elif lost:
+      elif source.name in landed:
+        # Gone with the workdir its record came from; the retrained run's
+        # record replaces it.
         print(f'retraining {source.name}: its checkpoint is not in '
               f'{workdir}', flush=True)
-      if lost or no_best:
-        # The run needs a checkpoint, gone with the workdir its record came
-        # from or never kept; the retrained run's record replaces it.
-        yield (source, source_run[0], recipes.recipe_name(source_run[1]),
-               run_overrides(*source_run))
-        wait_for(source)
+      tried.add(source.name)
+      yield (source, source_run[0], recipes.recipe_name(source_run[1]),
+             run_overrides(*source_run))
+      wait_for(source)
+    for field, source in sources:
       if not runs.finished(source):
         sys.exit(f'error: {source}, which {name} reads, has not finished.')
       if ('best_teacher' in ingredients and
@@ -281,6 +302,7 @@ def unfinished_runs(workdir: pathlib.Path, budgets: list[int],
         sys.exit(f'error: {source}, which {name} reads at its best, kept no '
                  'best checkpoint.')
       overrides[field] = source
+    tried.add(name)
     yield workdir / name, model, recipes.recipe_name(ingredients), overrides
 
 

@@ -27,11 +27,14 @@ skips the runs finished in --workdir or recorded in the committed
 next to this file, `results.json` (one record per run), `ablation.png`,
 and the tables and the runs still missing inside `README.md`.
 --summarize_only skips training; --max_runs stops after that many new runs
-(a teacher or pre-training trained again counts as one).
+(a teacher or pre-training trained again counts as one); --hours trains
+only the runs that will end in time on a machine that goes away with its
+workdir (`ends_in_time`).
 """
 
 import itertools
 import pathlib
+import time
 from typing import Callable
 
 from absl import app
@@ -54,15 +57,19 @@ def train(workdir: pathlib.Path, data_dir: pathlib.Path, budgets: list[int],
           max_runs: int, landed: dict[str, dict] | None = None,
           after_each_run: Callable[[], None] = lambda: None,
           long_budgets: tuple[int, ...] = (), side_by_side: int = 1,
-          long_first: bool = False):
+          long_first: bool = False, hours: float = 0):
   """Trains the planned runs finished neither in `workdir` nor in `landed`
   (the committed records), at most `max_runs` new runs (0: all), up to
   `side_by_side` at once, calling `after_each_run` as each finishes;
-  `long_first`: the long budgets' first (`order.planned_runs`)."""
+  `long_first`: the long budgets' first (`order.planned_runs`); `hours`:
+  only runs expected to end within that many hours from now
+  (`ends_in_time`; 0: every run)."""
+  too_long = (ends_in_time(workdir, landed or {}, time.monotonic() + 3600 *
+                           hours) if hours else lambda _: None)
   with side_by_side_lib.SideBySide(side_by_side, after_each_run) as slots:
     unfinished = order.unfinished_runs(workdir, budgets, landed or {},
                                        long_budgets, slots.wait_for,
-                                       slots.settle, long_first)
+                                       slots.settle, long_first, too_long)
     for count in itertools.count():
       slots.free_slot()  # first: the next run is chosen from those finished
       if max_runs and count == max_runs:
@@ -73,6 +80,29 @@ def train(workdir: pathlib.Path, data_dir: pathlib.Path, budgets: list[int],
       slots.start(directory, f'configs/data_efficient.py:{model}',
                   {'data_dir': data_dir, **overrides},
                   {'recipe': recipe, 'train_examples': recipes.TRAIN_EXAMPLES})
+
+
+def ends_in_time(workdir: pathlib.Path, landed: dict[str, dict],
+                 deadline: float) -> Callable[[order.Chain], str | None]:
+  """`order.unfinished_runs`' too_long for a machine that goes away with
+  its workdir at `deadline` (time.monotonic()), a run cut off with it: why
+  a run, with the runs it trains first, would not end in time, each
+  taking its `runs.cpu_minutes` among the runs finished by then."""
+  def too_long(chain: order.Chain) -> str | None:
+    records = recipes.load_runs(workdir, landed)
+    minutes = [runs.cpu_minutes(records, model, recipes.recipe_name(
+        ingredients), epochs) for model, ingredients, epochs in chain]
+    left = (deadline - time.monotonic()) / 60
+    with_sources = ' with the runs it reads' if len(chain) > 1 else ''
+    if None in minutes:
+      return ('no CPU run of its model has run yet to tell whether it'
+              f'{with_sources} ends in the {runs.duration(left)} left of '
+              '--hours')
+    if sum(minutes) > left:
+      return (f'about {runs.duration(sum(minutes))}{with_sources}, more '
+              f'than the {runs.duration(max(left, 0))} left of --hours')
+    return None
+  return too_long
 
 
 def _gain(group: list[dict], study: list[dict]) -> str:
@@ -213,7 +243,7 @@ def main(argv):
     # mid-run loses only that run on a fresh machine.
     train(workdir, data_dir, budgets, args.max_runs, landed,
           lambda: summarize(workdir, budgets, landed, long_budgets),
-          long_budgets, args.side_by_side, args.long_first)
+          long_budgets, args.side_by_side, args.long_first, args.hours)
   print(table(summarize(workdir, budgets, landed, long_budgets)))
 
 
@@ -247,6 +277,13 @@ def _define_flags():
       'the runs finished now (at the longest of several, seed 0 alone; '
       'the end decides on more): for a lent GPU, while this CPU trains '
       'the rest.')
+  flags.DEFINE_float(
+      'hours', 0, 'Train only the runs expected to end within this many '
+      'hours, each with the runs it reads and has to train first (a '
+      "pre-training, a teacher gone with another machine's workdir), at "
+      "this CPU's measured minutes per epoch: for a machine that goes away "
+      'with its workdir, where a run cut off is lost; the others are '
+      'passed over, each with its reason. 0: every run.', lower_bound=0)
   flags.DEFINE_bool('summarize_only', False, 'Only summarise finished runs.')
 
 
