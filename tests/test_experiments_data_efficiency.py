@@ -211,7 +211,7 @@ def _round_two_after_the_seeds(epochs):
   epochs, round three's longer pre-training at 30 read it first."""
   rest = [('vit', ingredients, epochs, 0) for ingredients in recipes.ROUND_TWO
           if ingredients not in recipes.ROUND_TWO_FIRST]
-  if epochs != recipes.SOURCE_EPOCHS['long_mae']:
+  if epochs != recipes.SOURCE_EPOCHS['long_mae'][30]:
     pretraining = ('vit', (recipes.PRETRAINING,), epochs, 0)
     rest.insert(rest.index(('vit', ('mae',), epochs, 0)), pretraining)
   return rest
@@ -226,13 +226,14 @@ def _round_two_late(epochs):
 
 def _round_three(epochs):
   """Round three's rows at seed 0 at a budget of [30, 100]: at the last the
-  CNNs with the ViT's best augmentation first; at the first the longer MAE
+  CNNs with the ViT's best augmentation first; at each the longer MAE
   pre-training just before the row that reads it."""
   if epochs == 100:
+    *rows, longer = [('vit', ingredients, 100, 0)
+                     for ingredients in recipes.ROUND_THREE]
     return [('simple_cnn', ('trivial_augment',), 100, 0),
-            ('small_resnet', ('trivial_augment',), 100, 0)] + [
-                ('vit', ingredients, 100, 0)
-                for ingredients in recipes.ROUND_THREE]
+            ('small_resnet', ('trivial_augment',), 100, 0), *rows,
+            ('vit', (recipes.PRETRAINING,), 300, 0), longer]
   return [('vit', (recipes.PRETRAINING,), 100, 0)] + [
       ('vit', ingredients, 30, 0)
       for ingredients in recipes.ROUND_THREE_FIRST_BUDGET]
@@ -378,9 +379,10 @@ def test_an_mae_row_fine_tunes_from_its_pretraining_which_ranks_nowhere(
       tmp_path / 'vit_study+mae_pretraining_e30_seed2')
   assert not any('mae_pretraining' in recipe for _, recipe in
                  order.conclusion_rows(recipes.load_runs(tmp_path), 30))
-  row, = [line for line in run.table(recipes.load_runs(tmp_path)).splitlines()
+  rows = [line for line in run.table(recipes.load_runs(tmp_path)).splitlines()
           if 'mae_pretraining' in line]
-  assert 'an online probe' in row and '%' not in row
+  assert rows and all('an online probe' in row and '%' not in row
+                      for row in rows)
 
 
 def test_locality_guidance_imitates_the_teachers_stages():
@@ -577,13 +579,14 @@ def test_a_fresh_workdir_trains_only_what_the_committed_records_lack(
 def test_hours_trains_only_the_runs_that_end_in_time_with_what_they_read(
     tmp_path, monkeypatch, capsys):
   """A fresh machine with the committed records of every 30-epoch run but
-  three (16.5 min each here): a row alone fits 25 minutes; a distilled
+  three (16.5 min each, at 0.55 min per epoch): a row alone fits 25
+  minutes; a distilled
   row, whose teacher is gone with the other workdir, and an MAE row,
   whose pre-training never ran, do not, and neither does what they read.
   An hour is enough for them."""
   monkeypatch.setattr(run.runs, 'train', _fake_training({}, []))
   run.train(tmp_path / 'elsewhere', tmp_path / 'data', [30], max_runs=0)
-  landed = {recipes.record_name(r): r
+  landed = {recipes.record_name(r): {**r, 'wall_minutes': 0.55 * r['epochs']}
             for r in recipes.load_runs(tmp_path / 'elsewhere')}
   alone = 'vit_study_e30_seed1'
   student = f'vit_{recipes.recipe_name(recipes.ALL)}_e30_seed2'
@@ -768,3 +771,14 @@ def test_the_longer_mae_pretraining_is_the_100_epoch_rows(tmp_path,
   assert distilled['distillation_teacher'] == (
       tmp_path / 'simple_cnn_study_e30_seed0')
   assert distilled['model_overrides.distillation_token'] is True
+  # At 100 epochs, the best row reads the 300-epoch pre-training, trained
+  # just before it, and its own budget's teacher.
+  longer = 'vit_study+mae_pretraining_e300_seed0'
+  best = ('vit_study+distillation+locality_guidance+trivial_augment+'
+          'resnet_teacher+long_mae_e100_seed0')
+  assert names.index(longer) + 1 == names.index(best)
+  assert dict(trained)[longer]['num_epochs'] == 300
+  assert dict(trained)[best]['init_from'] == tmp_path / longer
+  assert dict(trained)[best]['num_epochs'] == 100
+  assert dict(trained)[best]['distillation_teacher'] == (
+      tmp_path / 'small_resnet_study+trivial_augment_e100_seed0')
