@@ -111,9 +111,11 @@ def test_any_vit_fine_tunes_at_a_new_resolution(overrides, tmp_path):
 
 
 def test_a_distilled_student_fine_tunes_from_a_vit_without_the_token(
-    tmp_path):
+    tmp_path, caplog):
   # An MAE's or a released ViT's encoder under DeiT's distillation: the
-  # check before the data passes, and the token starts as the new model's.
+  # check before the data passes, and the token starts as the new model's,
+  # which the run's log says once.
+  caplog.set_level('INFO')
   fields = dict(num_layers=1, hidden_size=8, num_heads=2, mlp_dim=16)
   npz.save_npz(vit_params(16, 10, **fields), tmp_path / 'plain.npz')
   config = tiny_config('', init_from=str(tmp_path / 'plain.npz'),
@@ -124,6 +126,8 @@ def test_a_distilled_student_fine_tunes_from_a_vit_without_the_token(
   start = finetune.pretrained_params(config, fresh, pretrained)
   np.testing.assert_array_equal(start['dist'], fresh['dist'])
   np.testing.assert_array_equal(start['cls'], pretrained['cls'])
+  assert caplog.messages.count(
+      'The checkpoint has no dist; it starts from scratch.') == 1
 
 
 def test_another_architecture_is_one_line_naming_what_it_holds(tmp_path):

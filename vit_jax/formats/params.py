@@ -226,32 +226,34 @@ def _fitted_position_table(table: np.ndarray, want: Any,
   return np.concatenate([row(name) for name in ours] + [grid], axis=1)
 
 
-def _fitted(pretrained: Any, fresh: Any) -> dict[tuple[str, ...], Any]:
+def _fitted(pretrained: Any, fresh: Any
+            ) -> tuple[dict[tuple[str, ...], Any], list[str]]:
   """`adapt_params`' flat tree before its dtypes: the pre-trained arrays as
   they are, the new heads and the new parts only training reads (no
   checkpoint holds them: `reading.load_params`), a prefix token the
   checkpoint lacks (DeiT's distillation token, for a distilled student
   fine-tuned from a ViT) new and one the new model lacks left out, the
-  position table fitted to both; raises CheckpointError (`check_params`)
-  naming every key that does not fit."""
+  position table fitted to both; and a line for each part new or left out
+  beyond the heads. Raises CheckpointError (`check_params`) naming every
+  key that does not fit."""
   pretrained = flax.traverse_util.flatten_dict(_in_layout_of(pretrained,
                                                             fresh))
   fresh = flax.traverse_util.flatten_dict(flax.core.unfreeze(fresh))
   theirs, ours = _prefix_tokens(pretrained), _prefix_tokens(fresh)
   optional = (names.PRE_LOGITS, names.DISTILLATION_TOKEN)
-  adapted = {}
+  adapted, notes = {}, []
   for path, value in pretrained.items():
     if path[0] in optional and path not in fresh:
-      logging.info('The new model has no %s; the checkpoint\'s is left out.',
-                   '/'.join(path))
+      notes.append(f'The new model has no {"/".join(path)}; the '
+                   "checkpoint's is left out.")
     elif path[0] not in names.HEADS:
       adapted[path] = value
   for path, init in fresh.items():
     if path[0] in names.HEADS or inference.training_only(path[0]):
       adapted[path] = init
     elif path[0] in optional and path not in pretrained:
-      logging.info('The checkpoint has no %s; it starts from scratch.',
-                   '/'.join(path))
+      notes.append(f'The checkpoint has no {"/".join(path)}; it starts from '
+                   'scratch.')
       adapted[path] = init
   table = adapted.get(names.POSITION_EMBEDDING_TABLE)
   want = fresh.get(names.POSITION_EMBEDDING_TABLE)
@@ -261,13 +263,13 @@ def _fitted(pretrained: Any, fresh: Any) -> dict[tuple[str, ...], Any]:
   unflatten_paths = flax.traverse_util.unflatten_dict
   check_params(unflatten_paths(adapted), unflatten_paths(fresh),
                target='the new model (config.model)')
-  return adapted
+  return adapted, notes
 
 
 def check_fit(pretrained: Any, expected: Any) -> None:
   """Raises what `adapt_params` would for a model of `expected`'s shapes
   (e.g. `param_shapes(model, size)`), computing no parameter but the
-  fitted position table."""
+  fitted position table; logs nothing (`adapt_params` does)."""
   _fitted(pretrained, expected)
 
 
@@ -276,7 +278,9 @@ def adapt_params(pretrained: Any, fresh: Any) -> dict:
   initial parameters): position embeddings fitted to the new patch grid
   and prefix tokens, `fresh`'s head; raises CheckpointError
   (`check_params`) naming every key that does not fit."""
-  fitted = _fitted(pretrained, fresh)
+  fitted, notes = _fitted(pretrained, fresh)
+  for note in notes:
+    logging.info(note)
   dtypes = {path: value.dtype for path, value in
             flax.traverse_util.flatten_dict(flax.core.unfreeze(fresh)).items()}
   return flax.traverse_util.unflatten_dict(
