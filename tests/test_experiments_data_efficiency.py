@@ -2,6 +2,8 @@
 runs in, and the table it writes."""
 
 import functools
+import subprocess
+import sys
 import time
 
 import pytest
@@ -12,6 +14,7 @@ from experiments.data_efficiency import budgets
 from experiments.data_efficiency import order
 from experiments.data_efficiency import recipes
 from experiments.data_efficiency import run
+from tests.helpers import ROOT
 from tests.helpers import finished_run
 from vit_jax import config_schema
 from vit_jax import models
@@ -465,6 +468,52 @@ def test_the_longest_budget_trains_the_best_vit_and_cnn_and_seeds_if_close(
       ('small_resnet', ())]
 
 
+def test_a_longer_pretraining_ranked_best_reads_the_next_budgets_at_long_ones(
+    tmp_path, monkeypatch):
+  """The best ViT fine-tunes the next budget's pre-training: at 300 epochs
+  the 1,000-epoch one; at 1,000, where none is longer, its own, as `mae`."""
+  longer = recipes.BEST + ('trivial_augment', 'resnet_teacher', 'long_mae')
+  trained = []
+  monkeypatch.setattr(run.runs, 'train', _fake_training({
+      ('vit', recipes.recipe_name(longer)): 0.9}, trained))
+  run.train(tmp_path, tmp_path / 'data', [30], max_runs=0,
+            long_budgets=(300, 1000))
+  overrides = dict(trained)
+  pretraining = tmp_path / 'vit_study+mae_pretraining_e1000_seed0'
+  name = f'vit_{recipes.recipe_name(longer)}'
+  assert overrides[f'{name}_e300_seed0']['init_from'] == pretraining
+  assert f'{name}_e1000_seed0' not in overrides
+  mae = name.replace('long_mae', 'mae')
+  assert overrides[f'{mae}_e1000_seed0']['init_from'] == pretraining
+
+
+def test_a_runs_sources_train_beside_each_other(tmp_path, monkeypatch):
+  """Side by side, a run's pre-training starts while the teacher it also
+  reads, yielded before it, is still training; the run waits for both."""
+  monkeypatch.setattr(run.runs, 'train', _fake_training({}, []))
+  run.train(tmp_path / 'elsewhere', tmp_path / 'data', [30], max_runs=0)
+  landed = {recipes.record_name(r): r
+            for r in recipes.load_runs(tmp_path / 'elsewhere')}
+  teacher, pretraining, reader = ('simple_cnn_study_e30_seed0',
+                                  'vit_study+mae_pretraining_e30_seed0',
+                                  'vit_study+locality_guidance+mae_e30_seed0')
+  for name in (teacher, pretraining, reader):
+    del landed[name]
+  events = []
+
+  def wait_for(source):
+    events.append(('waited for', source.name))
+
+  for directory, *_ in order.unfinished_runs(
+      tmp_path / 'fresh', [30], landed, (), wait_for):
+    events.append(('started', directory.name))
+    finished_run(directory)
+  assert events.index(('started', pretraining)) < events.index(
+      ('waited for', teacher)) < events.index(('started', reader))
+  assert events.index(('waited for', pretraining)) < events.index(
+      ('started', reader))
+
+
 def test_every_long_budget_but_the_longest_trains_three_seeds(
     tmp_path, monkeypatch):
   trained = []
@@ -611,6 +660,18 @@ def test_hours_trains_only_the_runs_that_end_in_time_with_what_they_read(
   nothing_run = run.ends_in_time(tmp_path / 'empty', {}, time.monotonic())
   assert 'no CPU run of its model has run yet' in nothing_run(
       [('vit', (), 30)])
+
+
+def test_hours_with_runs_side_by_side_is_one_clear_error():
+  # Its estimates are a lone run's on this CPU.
+  result = subprocess.run(
+      [sys.executable, '-m', 'experiments.data_efficiency.run', '--hours=1',
+       '--side_by_side=2'], cwd=ROOT, capture_output=True, text=True,
+      timeout=300, check=False)
+  assert result.returncode == 1
+  assert result.stderr.splitlines()[-1] == (
+      'error: --hours estimates one run at a time, from lone runs on this '
+      'CPU; pass --side_by_side=1 with it, or leave --hours out.')
 
 
 def test_max_runs_counts_a_teacher_trained_again(tmp_path, monkeypatch):

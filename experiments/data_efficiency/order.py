@@ -224,7 +224,8 @@ def _long_budget_rows(workdir: pathlib.Path, budgets: list[int],
       settle()
     records = recipes.load_runs(workdir, landed)
     rows = long_rows(records, budgets[-1], epochs == longest)
-    vit = _best_first(records, budgets[-1], ('vit',))[:1]
+    vit = [(model, recipes.at_budget(ingredients, epochs)) for model,
+           ingredients in _best_first(records, budgets[-1], ('vit',))[:1]]
     for seed in (0, 1, 2):
       if epochs == longest and seed == 1:
         if first:
@@ -234,7 +235,7 @@ def _long_budget_rows(workdir: pathlib.Path, budgets: list[int],
             recipes.load_runs(workdir, landed), epochs, vit[0]):
           break
       for model, ingredients in rows:
-        yield model, ingredients, epochs, seed
+        yield model, recipes.at_budget(ingredients, epochs), epochs, seed
 
 
 # A run to train, with what it reads: (model, ingredients, epochs) each.
@@ -250,13 +251,14 @@ def unfinished_runs(workdir: pathlib.Path, budgets: list[int],
   """(directory, model, recipe, overrides) of each planned run not yet
   finished, in order; first, each run it reads (`recipes.source_runs`: the
   teacher of a distilled or guided run, an MAE's pre-training) that is not
-  in `workdir` (a pre-training always trains so, just before its reader;
-  a teacher whose record alone landed, again), or that kept no best
-  checkpoint where the run reads the best. A run is passed over, with the
-  reason `too_long` gives for it and those sources (None: it trains). Lazy:
-  a source is looked for once `wait_for` returns for it (the runs before it
-  may train side by side), a choice made once `settle` returns
-  (`planned_runs`, with `long_first`)."""
+  in `workdir` and was not yielded before (a pre-training always trains
+  so, just before its reader; a teacher whose record alone landed, again),
+  or that kept no best checkpoint where the run reads the best. A run is
+  passed over, with the reason `too_long` gives for it and those sources
+  (None: it trains). Lazy: a run is yielded once `wait_for` returns for
+  each run it reads (the runs before it, its sources among them, may train
+  side by side), a choice made once `settle` returns (`planned_runs`, with
+  `long_first`)."""
   tried = set()
   for model, ingredients, epochs, seed in planned_runs(
       workdir, budgets, landed, long_budgets, settle, long_first):
@@ -268,13 +270,13 @@ def unfinished_runs(workdir: pathlib.Path, budgets: list[int],
     sources, first = [], {}  # two fields may read one run
     for field, *source_run in recipes.source_runs(ingredients, epochs, seed):
       source = workdir / recipes.run_name(*source_run)
-      wait_for(source)  # training beside the runs before this one
+      sources.append((field, source))
+      if source.name in tried:  # finished, or training beside: waited for
+        continue
       no_best = ('best_teacher' in ingredients and runs.finished(source)
                  and not best_checkpoint.kept_one(source))
-      # One that failed here is not tried again (the error below).
-      if no_best or not (runs.finished(source) or source.name in tried):
+      if no_best or not runs.finished(source):
         first[source] = (source_run, no_best)
-      sources.append((field, source))
     reason = too_long([tuple(source_run[:3]) for source_run, _ in
                        first.values()] + [(model, ingredients, epochs)])
     if reason:
@@ -293,8 +295,8 @@ def unfinished_runs(workdir: pathlib.Path, budgets: list[int],
       tried.add(source.name)
       yield (source, source_run[0], recipes.recipe_name(source_run[1]),
              run_overrides(*source_run))
-      wait_for(source)
     for field, source in sources:
+      wait_for(source)  # training beside the runs before this one
       if not runs.finished(source):
         sys.exit(f'error: {source}, which {name} reads, has not finished.')
       if ('best_teacher' in ingredients and

@@ -78,7 +78,7 @@ INGREDIENTS = dict([
     # Fine-tuned from a longer pre-training: MAE's own schedules pre-train
     # 8-16 times as long as they fine-tune; here the next budget's
     # pre-training (`SOURCE_EPOCHS`), 3.3 times the 30-epoch budget, 3 times
-    # the 100-epoch one.
+    # the 100-epoch one, 3.3 times the 300-epoch one.
     ('long_mae', {}),
     # Both teachers the best CNN of the last budget, the SmallResNet with
     # TrivialAugment (`TEACHERS`), in place of the SimpleCNN with the
@@ -132,8 +132,9 @@ SOURCES = {
     'long_mae': ('init_from', ('vit', ('mae_pretraining',))),
 }
 # The budget of the run a source names where it is not the reader's, by
-# the reader's budget.
-SOURCE_EPOCHS = {'long_mae': {30: 100, 100: 300}}
+# the reader's budget: `long_mae` reads the next budget's pre-training
+# (`at_budget` for the longest).
+SOURCE_EPOCHS = {'long_mae': {30: 100, 100: 300, 300: 1000}}
 # The teacher runs keep their best evaluation's state, for 'best_teacher'.
 TEACHER_OVERRIDES = {'keep_best_checkpoint': True}
 # The widths of each CNN's stages, which locality guidance imitates.
@@ -161,9 +162,21 @@ def source_runs(ingredients: tuple[str, ...], epochs: int, seed: int
       field, source = SOURCES[name]
       model, read = (teacher(ingredients) if source == RECIPE_TEACHER
                      else source)
-      sources.append((field, model, read,
-                      SOURCE_EPOCHS.get(name, {}).get(epochs, epochs), seed))
+      read_at = SOURCE_EPOCHS[name][epochs] if name in SOURCE_EPOCHS else (
+          epochs)
+      sources.append((field, model, read, read_at, seed))
   return sources
+
+
+def at_budget(ingredients: tuple[str, ...],
+              epochs: int) -> tuple[str, ...]:
+  """A recipe as a run of `epochs` trains it: `long_mae` is `mae` where no
+  longer pre-training is planned (`SOURCE_EPOCHS`), at the longest
+  budget, which a recipe ranked at a shorter one may reach."""
+  if 'long_mae' in ingredients and epochs not in SOURCE_EPOCHS['long_mae']:
+    return tuple('mae' if name == 'long_mae' else name
+                 for name in ingredients)
+  return ingredients
 
 # The ingredient of runs that only other runs read: planned just before the
 # first run that reads each, not ranked among the recipes (their accuracy

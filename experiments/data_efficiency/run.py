@@ -34,6 +34,7 @@ workdir (`ends_in_time`).
 
 import itertools
 import pathlib
+import sys
 import time
 from typing import Callable
 
@@ -90,8 +91,7 @@ def ends_in_time(workdir: pathlib.Path, landed: dict[str, dict],
   taking its `runs.cpu_minutes` among the runs finished by then."""
   def too_long(chain: order.Chain) -> str | None:
     records = recipes.load_runs(workdir, landed)
-    minutes = [runs.cpu_minutes(records, model, recipes.recipe_name(
-        ingredients), epochs) for model, ingredients, epochs in chain]
+    minutes = [_cpu_minutes(records, *run) for run in chain]
     left = (deadline - time.monotonic()) / 60
     with_sources = ' with the runs it reads' if len(chain) > 1 else ''
     if None in minutes:
@@ -103,6 +103,12 @@ def ends_in_time(workdir: pathlib.Path, landed: dict[str, dict],
               f'than the {runs.duration(max(left, 0))} left of --hours')
     return None
   return too_long
+
+
+def _cpu_minutes(records: list[dict], model: str,
+                 ingredients: tuple[str, ...], epochs: int) -> float | None:
+  return runs.cpu_minutes(records, model, recipes.recipe_name(ingredients),
+                          epochs)
 
 
 def _gain(group: list[dict], study: list[dict]) -> str:
@@ -208,8 +214,8 @@ def summarize(workdir: pathlib.Path, budgets: list[int],
   records = recipes.load_runs(workdir, landed)
   planned = list(order.planned_runs(workdir, budgets, landed, long_budgets))
   minutes = {
-      recipes.run_name(model, ingredients, epochs, seed): runs.cpu_minutes(
-          records, model, recipes.recipe_name(ingredients), epochs)
+      recipes.run_name(model, ingredients, epochs, seed): _cpu_minutes(
+          records, model, ingredients, epochs)
       for model, ingredients, epochs, seed in planned}
   runs.write_summary(HERE, records, f'{workdir} or results.json', {
       'ablation table': table(records),
@@ -235,6 +241,9 @@ def main(argv):
                           example='30,100 (the study\'s 30 first)')
   long_budgets = tuple(runs.integers('long_epochs', args.long_epochs,
                                      example='300')) if args.long_epochs else ()
+  if args.hours and args.side_by_side > 1:
+    sys.exit('error: --hours estimates one run at a time, from lone runs on '
+             'this CPU; pass --side_by_side=1 with it, or leave --hours out.')
   landed = runs.landed(HERE / 'results.json', recipes.record_name)
   if not args.summarize_only:
     data_dir = pathlib.Path(args.data_dir).absolute()
@@ -283,7 +292,8 @@ def _define_flags():
       "pre-training, a teacher gone with another machine's workdir), at "
       "this CPU's measured minutes per epoch: for a machine that goes away "
       'with its workdir, where a run cut off is lost; the others are '
-      'passed over, each with its reason. 0: every run.', lower_bound=0)
+      'passed over, each with its reason. One run at a time '
+      '(--side_by_side=1). 0: every run.', lower_bound=0)
   flags.DEFINE_bool('summarize_only', False, 'Only summarise finished runs.')
 
 

@@ -158,10 +158,15 @@ class RunCheckpoints:
       # checks it: a live run keeping one checkpoint deleted the old step
       # as it renamed the new one from the temporary name listed. Empty,
       # though a step is here now: list again.
-      if steps or last or not any(
-          path.name.isdigit() for path in self.directory.iterdir()):
+      if steps or last or not self._holds_a_step_folder():
         return steps
       fresh = True
+
+  def _holds_a_step_folder(self) -> bool:
+    try:
+      return any(path.name.isdigit() for path in self.directory.iterdir())
+    except FileNotFoundError:  # moved away meanwhile
+      return False
 
   def restore_latest(self, state_shapes=None,
                      sum_shapes=None) -> Restored | None:
