@@ -662,6 +662,23 @@ def test_hours_trains_only_the_runs_that_end_in_time_with_what_they_read(
       [('vit', (), 30)])
 
 
+def test_hours_estimates_at_the_pace_of_the_runs_finished_here(
+    tmp_path, monkeypatch):
+  """A machine at half the pace of the one the records came from: once a
+  run has taken twice its record's minutes here, so does every estimate."""
+  monkeypatch.setattr(run.runs, 'train', _fake_training({}, []))
+  run.train(tmp_path / 'elsewhere', tmp_path / 'data', [30], max_runs=2)
+  landed = {recipes.record_name(r): {**r, 'wall_minutes': 8.25}
+            for r in recipes.load_runs(tmp_path / 'elsewhere')}
+  too_long = run.ends_in_time(tmp_path / 'here', landed,
+                              time.monotonic() + 12 * 60)
+  assert too_long([('vit', (), 30)]) is None
+  run.train(tmp_path / 'here', tmp_path / 'data', [30], max_runs=1)
+  assert too_long([('vit', (), 30)]) == (
+      "about 16 min at this machine's pace, 2.0 times the records' minutes, "
+      'more than the 12 min left of --hours')
+
+
 def test_hours_with_runs_side_by_side_is_one_clear_error():
   # Its estimates are a lone run's on this CPU.
   result = subprocess.run(

@@ -88,21 +88,40 @@ def ends_in_time(workdir: pathlib.Path, landed: dict[str, dict],
   """`order.unfinished_runs`' too_long for a machine that goes away with
   its workdir at `deadline` (time.monotonic()), a run cut off with it: why
   a run, with the runs it trains first, would not end in time, each
-  taking its `runs.cpu_minutes` among the runs finished by then."""
+  taking its `runs.cpu_minutes` among the committed records `landed`, at
+  this machine's pace (`_pace`)."""
+  committed = list(landed.values())
+
   def too_long(chain: order.Chain) -> str | None:
-    records = recipes.load_runs(workdir, landed)
-    minutes = [_cpu_minutes(records, *run) for run in chain]
+    minutes = [_cpu_minutes(committed, *run) for run in chain]
     left = (deadline - time.monotonic()) / 60
     with_sources = ' with the runs it reads' if len(chain) > 1 else ''
     if None in minutes:
       return ('no CPU run of its model has run yet to tell whether it'
               f'{with_sources} ends in the {runs.duration(left)} left of '
               '--hours')
-    if sum(minutes) > left:
-      return (f'about {runs.duration(sum(minutes))}{with_sources}, more '
+    pace = _pace(workdir, committed)
+    total = pace * sum(minutes)
+    if total > left:
+      paced = (f' at this machine\'s pace, {pace:.1f} times the records\' '
+               'minutes' if abs(pace - 1) > 0.05 else '')
+      return (f'about {runs.duration(total)}{with_sources}{paced}, more '
               f'than the {runs.duration(max(left, 0))} left of --hours')
     return None
   return too_long
+
+
+def _pace(workdir: pathlib.Path, committed: list[dict]) -> float:
+  """How many times the committed records' minutes this machine takes:
+  the median, over the CPU runs finished in `workdir`, of their minutes
+  against the records' estimate of them; 1 before any has finished."""
+  ratios = []
+  for record in recipes.load_runs(workdir):
+    expected = record['device'] == 'cpu' and runs.cpu_minutes(
+        committed, record['model'], record['recipe'], record['epochs'])
+    if expected and record['wall_minutes'] > 0:
+      ratios.append(record['wall_minutes'] / expected)
+  return float(np.median(ratios)) if ratios else 1.0
 
 
 def _cpu_minutes(records: list[dict], model: str,
@@ -290,7 +309,8 @@ def _define_flags():
       'hours', 0, 'Train only the runs expected to end within this many '
       'hours, each with the runs it reads and has to train first (a '
       "pre-training, a teacher gone with another machine's workdir), at "
-      "this CPU's measured minutes per epoch: for a machine that goes away "
+      "the records' minutes per epoch times this machine's pace (its "
+      'finished runs against their records): for a machine that goes away '
       'with its workdir, where a run cut off is lost; the others are '
       'passed over, each with its reason. One run at a time '
       '(--side_by_side=1). 0: every run.', lower_bound=0)
