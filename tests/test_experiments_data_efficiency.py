@@ -670,13 +670,46 @@ def test_hours_estimates_at_the_pace_of_the_runs_finished_here(
   run.train(tmp_path / 'elsewhere', tmp_path / 'data', [30], max_runs=2)
   landed = {recipes.record_name(r): {**r, 'wall_minutes': 8.25}
             for r in recipes.load_runs(tmp_path / 'elsewhere')}
+  # Another seed of the run to be retrained here: a rate that stays once
+  # the retrained run's record replaces its own.
+  teacher = landed['simple_cnn_study_e30_seed0']
+  landed['simple_cnn_study_e30_seed1'] = {**teacher, 'seed': 1}
   too_long = run.ends_in_time(tmp_path / 'here', landed,
                               time.monotonic() + 12 * 60)
   assert too_long([('vit', (), 30)]) is None
   run.train(tmp_path / 'here', tmp_path / 'data', [30], max_runs=1)
-  assert too_long([('vit', (), 30)]) == (
-      "about 16 min at this machine's pace, 2.0 times the records' minutes, "
-      'more than the 12 min left of --hours')
+  slower = ("about 16 min at this machine's pace, 2.0 times the records' "
+            'minutes, more than the 12 min left of --hours')
+  assert too_long([('vit', (), 30)]) == slower
+  # Restarted after its records replaced those in results.json: the same.
+  landed.update({recipes.record_name(r): r
+                 for r in recipes.load_runs(tmp_path / 'here')})
+  assert run.ends_in_time(tmp_path / 'here', landed, time.monotonic() +
+                          12 * 60)([('vit', (), 30)]) == slower
+
+
+def test_hours_asks_again_after_each_run_a_run_reads(tmp_path, monkeypatch,
+                                                     capsys):
+  """A student and its teacher, gone with the other workdir, fit 30 minutes
+  at the records' pace; the teacher takes twice its record's minutes
+  here, and the student, at that pace, no longer fits."""
+  monkeypatch.setattr(run.runs, 'train', _fake_training({}, []))
+  run.train(tmp_path / 'elsewhere', tmp_path / 'data', [30], max_runs=0)
+  landed = {recipes.record_name(r): {**r, 'wall_minutes': 0.55 * r['epochs']}
+            for r in recipes.load_runs(tmp_path / 'elsewhere')}
+  for record in landed.values():
+    if record['model'] == 'simple_cnn':
+      record['wall_minutes'] /= 2
+  student = f'vit_{recipes.recipe_name(recipes.ALL)}_e30_seed2'
+  del landed[student]
+  trained = []
+  monkeypatch.setattr(run.runs, 'train', _fake_training({}, trained))
+  run.train(tmp_path / 'fresh', tmp_path / 'data', [30], max_runs=0,
+            landed=landed, hours=0.5)
+  assert [name for name, _ in trained] == ['simple_cnn_study_e30_seed2']
+  assert (f'passing over {student}: about 33 min at this machine\'s pace, '
+          "2.0 times the records' minutes, more than the 30 min left of "
+          '--hours') in capsys.readouterr().out
 
 
 def test_hours_with_runs_side_by_side_is_one_clear_error():

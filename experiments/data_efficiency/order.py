@@ -255,7 +255,7 @@ def unfinished_runs(workdir: pathlib.Path, budgets: list[int],
   so, just before its reader; a teacher whose record alone landed, again),
   or that kept no best checkpoint where the run reads the best. A run is
   passed over, with the reason `too_long` gives for it and those sources
-  (None: it trains). Lazy: a run is yielded once `wait_for` returns for
+  (None: it trains), asked again after each source. Lazy: a run is yielded once `wait_for` returns for
   each run it reads (the runs before it, its sources among them, may train
   side by side), a choice made once `settle` returns (`planned_runs`, with
   `long_first`)."""
@@ -277,12 +277,14 @@ def unfinished_runs(workdir: pathlib.Path, budgets: list[int],
                  and not best_checkpoint.kept_one(source))
       if no_best or not runs.finished(source):
         first[source] = (source_run, no_best)
-    reason = too_long([tuple(source_run[:3]) for source_run, _ in
-                       first.values()] + [(model, ingredients, epochs)])
-    if reason:
-      print(f'passing over {name}: {reason}', flush=True)
-      continue
-    for source, (source_run, no_best) in first.items():
+    queue = list(first.items())
+    while True:
+      # Again after each source: what it took may change the estimate.
+      reason = too_long([tuple(source_run[:3]) for _, (source_run, _) in
+                         queue] + [(model, ingredients, epochs)])
+      if reason or not queue:
+        break
+      source, (source_run, no_best) = queue.pop(0)
       if no_best:
         settle()  # the runs beside this one may be reading it
         print(f'retraining {source.name}, which kept no best checkpoint '
@@ -295,6 +297,9 @@ def unfinished_runs(workdir: pathlib.Path, budgets: list[int],
       tried.add(source.name)
       yield (source, source_run[0], recipes.recipe_name(source_run[1]),
              run_overrides(*source_run))
+    if reason:
+      print(f'passing over {name}: {reason}', flush=True)
+      continue
     for field, source in sources:
       wait_for(source)  # training beside the runs before this one
       if not runs.finished(source):

@@ -170,9 +170,9 @@ def source_runs(ingredients: tuple[str, ...], epochs: int, seed: int
 
 def at_budget(ingredients: tuple[str, ...],
               epochs: int) -> tuple[str, ...]:
-  """A recipe as a run of `epochs` trains it: `long_mae` is `mae` where no
-  longer pre-training is planned (`SOURCE_EPOCHS`), at the longest
-  budget, which a recipe ranked at a shorter one may reach."""
+  """A recipe as a run of `epochs` trains it: `long_mae` is `mae` at a
+  budget `SOURCE_EPOCHS` names no longer pre-training for (1,000 epochs,
+  which a recipe ranked at a shorter budget may reach)."""
   if 'long_mae' in ingredients and epochs not in SOURCE_EPOCHS['long_mae']:
     return tuple('mae' if name == 'long_mae' else name
                  for name in ingredients)

@@ -88,9 +88,11 @@ def ends_in_time(workdir: pathlib.Path, landed: dict[str, dict],
   """`order.unfinished_runs`' too_long for a machine that goes away with
   its workdir at `deadline` (time.monotonic()), a run cut off with it: why
   a run, with the runs it trains first, would not end in time, each
-  taking its `runs.cpu_minutes` among the committed records `landed`, at
-  this machine's pace (`_pace`)."""
-  committed = list(landed.values())
+  taking its `runs.cpu_minutes` among the records `landed` from other
+  machines, at this machine's pace (`_pace`)."""
+  # results.json holds this workdir's runs too once the runner rewrote it.
+  committed = [record for name, record in landed.items()
+               if not runs.finished(workdir / name)]
 
   def too_long(chain: order.Chain) -> str | None:
     minutes = [_cpu_minutes(committed, *run) for run in chain]
@@ -113,14 +115,17 @@ def ends_in_time(workdir: pathlib.Path, landed: dict[str, dict],
 
 def _pace(workdir: pathlib.Path, committed: list[dict]) -> float:
   """How many times the committed records' minutes this machine takes:
-  the median, over the CPU runs finished in `workdir`, of their minutes
-  against the records' estimate of them; 1 before any has finished."""
+  the median, over the CPU runs finished in `workdir` whose model and
+  recipe have committed CPU runs, of their minutes against those runs'
+  estimate of them (another recipe's would measure the recipe, not the
+  machine); 1 before any has finished."""
   ratios = []
   for record in recipes.load_runs(workdir):
-    expected = record['device'] == 'cpu' and runs.cpu_minutes(
-        committed, record['model'], record['recipe'], record['epochs'])
-    if expected and record['wall_minutes'] > 0:
-      ratios.append(record['wall_minutes'] / expected)
+    same = [r for r in committed if r['device'] == 'cpu' and
+            (r['model'], r['recipe']) == (record['model'], record['recipe'])]
+    if same and record['device'] == 'cpu' and record['wall_minutes'] > 0:
+      ratios.append(record['wall_minutes'] / runs.cpu_minutes(
+          same, record['model'], record['recipe'], record['epochs']))
   return float(np.median(ratios)) if ratios else 1.0
 
 
@@ -309,8 +314,9 @@ def _define_flags():
       'hours', 0, 'Train only the runs expected to end within this many '
       'hours, each with the runs it reads and has to train first (a '
       "pre-training, a teacher gone with another machine's workdir), at "
-      "the records' minutes per epoch times this machine's pace (its "
-      'finished runs against their records): for a machine that goes away '
+      "the records' minutes per epoch times this machine's pace (the "
+      "median of its finished runs' minutes against the records' estimate "
+      'of them): for a machine that goes away '
       'with its workdir, where a run cut off is lost; the others are '
       'passed over, each with its reason. One run at a time '
       '(--side_by_side=1). 0: every run.', lower_bound=0)
