@@ -92,10 +92,12 @@ def test_released_vit_ti_16_fine_tunes_at_384_from_224(cifar10_binary,
     dict(distillation_token=True),
     pytest.param(dict(posemb='learned'), marks=pytest.mark.slow),
     dict(scan=True, remat='full')])
-def test_any_vit_fine_tunes_at_a_new_resolution(overrides, tmp_path):
+def test_any_vit_fine_tunes_at_a_new_resolution(overrides, tmp_path, caplog):
   # The prefix tokens ([CLS], the distillation token, none) are counted by
-  # the model, so the patch grid is resized whatever the head. A scanned
-  # model saves the official layout and starts from it stacked.
+  # the model, so the patch grid is resized whatever the head, which the
+  # log says once. A scanned model saves the official layout and starts
+  # from it stacked.
+  caplog.set_level('INFO')
   fields = dict(num_layers=1, hidden_size=8, num_heads=2, mlp_dim=16,
                 **overrides)
   npz.save_npz(vit_params(16, 10, **fields), tmp_path / 'small.npz')
@@ -108,6 +110,9 @@ def test_any_vit_fine_tunes_at_a_new_resolution(overrides, tmp_path):
   tokens = 36 + len(model.prefix_tokens)
   assert start['Transformer']['posembed_input']['pos_embedding'].shape == (
       1, tokens, 8)
+  assert [m for m in caplog.messages if m.startswith('Resizing')] == [
+      f'Resizing the position embeddings from (1, {tokens - 20}, 8) to '
+      f'(1, {tokens}, 8).']
 
 
 def test_a_distilled_student_fine_tunes_from_a_vit_without_the_token(

@@ -197,13 +197,13 @@ def _prefix_tokens(flat: dict[tuple[str, ...], Any]) -> tuple[str, ...]:
 
 
 def _fitted_position_table(table: np.ndarray, want: Any,
-                           theirs: tuple[str, ...],
-                           ours: tuple[str, ...]) -> np.ndarray:
+                           theirs: tuple[str, ...], ours: tuple[str, ...],
+                           notes: list[str]) -> np.ndarray:
   """A checkpoint's position table (prefix tokens `theirs`) fitted to
   `want`'s (the new model's, prefix tokens `ours`): the rows of the prefix
   tokens both have kept, a token's only the new model has taken from
   `want` (zeros where `want` is only a shape, as for `check_fit`), the
-  patch grid resized (`resize_patch_grid`)."""
+  patch grid resized (`resize_patch_grid`), said in `notes`."""
   table = np.asarray(table)
   if (table.shape == want.shape and theirs == ours) or (
       table.shape[-1] != want.shape[-1]):  # for `check_params` to name
@@ -220,8 +220,8 @@ def _fitted_position_table(table: np.ndarray, want: Any,
 
   grid = table[:, len(theirs):]
   if grid.shape[1] != want.shape[1] - len(ours):
-    logging.info('Resizing the position embeddings from %s to %s.',
-                 table.shape, want.shape)
+    notes.append(f'Resizing the position embeddings from {table.shape} to '
+                 f'{want.shape}.')
     grid = resize_patch_grid(grid, want.shape[1] - len(ours))
   return np.concatenate([row(name) for name in ours] + [grid], axis=1)
 
@@ -259,7 +259,7 @@ def _fitted(pretrained: Any, fresh: Any
   want = fresh.get(names.POSITION_EMBEDDING_TABLE)
   if table is not None and want is not None:
     adapted[names.POSITION_EMBEDDING_TABLE] = _fitted_position_table(
-        table, want, theirs, ours)
+        table, want, theirs, ours, notes)
   unflatten_paths = flax.traverse_util.unflatten_dict
   check_params(unflatten_paths(adapted), unflatten_paths(fresh),
                target='the new model (config.model)')
