@@ -255,10 +255,10 @@ def unfinished_runs(workdir: pathlib.Path, budgets: list[int],
   so, just before its reader; a teacher whose record alone landed, again),
   or that kept no best checkpoint where the run reads the best. A run is
   passed over, with the reason `too_long` gives for it and those sources
-  (None: it trains), asked again after each source. Lazy: a run is yielded once `wait_for` returns for
-  each run it reads (the runs before it, its sources among them, may train
-  side by side), a choice made once `settle` returns (`planned_runs`, with
-  `long_first`)."""
+  (None: it trains), asked again after each source. Lazy: a run is
+  yielded once `wait_for` returns for each run it reads (the runs before
+  it, its sources among them, may train side by side), a choice made once
+  `settle` returns (`planned_runs`, with `long_first`)."""
   tried = set()
   for model, ingredients, epochs, seed in planned_runs(
       workdir, budgets, landed, long_budgets, settle, long_first):
