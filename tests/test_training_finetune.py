@@ -97,7 +97,7 @@ def test_any_vit_fine_tunes_at_a_new_resolution(overrides, tmp_path, caplog):
   # the model, so the patch grid is resized whatever the head, which the
   # log says once. A scanned model saves the official layout and starts
   # from it stacked.
-  caplog.set_level('INFO')
+  caplog.set_level('INFO', logger='absl')  # another test may have set it
   fields = dict(num_layers=1, hidden_size=8, num_heads=2, mlp_dim=16,
                 **overrides)
   npz.save_npz(vit_params(16, 10, **fields), tmp_path / 'small.npz')
@@ -120,7 +120,7 @@ def test_a_distilled_student_fine_tunes_from_a_vit_without_the_token(
   # An MAE's or a released ViT's encoder under DeiT's distillation: the
   # check before the data passes, and the token starts as the new model's,
   # which the run's log says once.
-  caplog.set_level('INFO')
+  caplog.set_level('INFO', logger='absl')  # another test may have set it
   fields = dict(num_layers=1, hidden_size=8, num_heads=2, mlp_dim=16)
   npz.save_npz(vit_params(16, 10, **fields), tmp_path / 'plain.npz')
   config = tiny_config('', init_from=str(tmp_path / 'plain.npz'),
