@@ -17,6 +17,7 @@ from tests.test_models_vit import _flat
 from tests.test_models_vit import _softmax
 from tests.test_models_vit import _images
 from tests.test_models_vit import _randomized
+from tests.test_models_vit import random_params
 
 
 @pytest.mark.parametrize('attention', ['einsum', 'dot_product_attention'])
@@ -76,8 +77,7 @@ def test_fused_attention_trains_with_dropout_and_gives_attention_maps():
   model = VisionTransformer(num_classes=5, dropout_rate=0.3,
                             attention='dot_product_attention', **SMALL)
   images = _images()
-  variables = {'params': _randomized(
-      model.init(jax.random.key(0), images, train=False)['params'])}
+  variables = {'params': random_params(model, images, train=False)}
 
   def run(seed):
     return model.apply(variables, images, train=True,
@@ -122,8 +122,7 @@ def test_bfloat16_attention_scales_float32_logits_unless_folding_is_exact(
   heads = 2
   x = jax.random.normal(jax.random.key(0), (2, 9, heads * head_dim))
   attention = MultiHeadSelfAttention(num_heads=heads, dtype=jnp.bfloat16)
-  params = {'params': _randomized(
-      attention.init(jax.random.key(1), x, deterministic=True)['params'])}
+  params = {'params': random_params(attention, x, deterministic=True)}
   _, state = attention.apply(params, x, deterministic=True,
                              mutable=['intermediates'])
   ours = state['intermediates']['attention_weights'][0]
@@ -158,8 +157,7 @@ def test_bfloat16_attention_scales_float32_logits_unless_folding_is_exact(
 def test_auto_attention_is_einsum_on_this_cpu():
   images = _images(batch=2)
   auto = VisionTransformer(num_classes=5, dtype=jnp.bfloat16, **SMALL)
-  variables = {'params': _randomized(
-      auto.init(jax.random.key(0), images, train=False)['params'])}
+  variables = {'params': random_params(auto, images, train=False)}
   # Bit for bit: the XLA kernel rounds differently in bfloat16.
   np.testing.assert_array_equal(
       auto.apply(variables, images, train=False),
@@ -171,8 +169,7 @@ def test_cudnn_attention_matches_einsum_in_bfloat16_on_gpu():
   images = _images(batch=4)
   einsum = VisionTransformer(num_classes=5, dtype=jnp.bfloat16, **HEAD_DIM_32)
   cudnn = einsum.clone(attention='cudnn')
-  params = {'params': _randomized(
-      einsum.init(jax.random.key(0), images, train=False)['params'])}
+  params = {'params': random_params(einsum, images, train=False)}
   high = VisionTransformer(num_classes=5, **HEAD_DIM_32).apply(
       params, images, train=False)
   low = jax.jit(lambda v: cudnn.apply(v, images, train=False))(params)

@@ -13,8 +13,8 @@ from vit_jax.models.layers.dropout import drop_path_rates
 from vit_jax.models.layers.dropout import hash_bits
 from tests.test_models_vit import SMALL
 from tests.test_models_vit import _images
-from tests.test_models_vit import _randomized
 from tests.test_models_vit import param_shapes
+from tests.test_models_vit import random_params
 
 
 def _apply(rate, x, seed, deterministic=False):
@@ -80,8 +80,7 @@ def test_stochastic_depth_is_train_only_and_adds_no_parameters():
   deep = VisionTransformer(num_classes=5, stochastic_depth_rate=0.99,
                            **SMALL)
   assert param_shapes(deep, images) == param_shapes(plain, images)
-  params = {'params': _randomized(
-      plain.init(jax.random.key(0), images, train=False)['params'])}
+  params = {'params': random_params(plain, images, train=False)}
   evaluated = plain.apply(params, images, train=False)
 
   def run(train, seed):

@@ -8,7 +8,7 @@ import pytest
 
 from vit_jax.models.layers import fused_attention
 from vit_jax.models.layers.attention import MultiHeadSelfAttention
-from tests.test_models_vit import _randomized
+from tests.test_models_vit import random_params
 
 
 @pytest.mark.parametrize('tokens', [17, 65, 197])
@@ -16,7 +16,9 @@ def test_padded_fused_attention_is_the_unpadded_function(tokens):
   """cuDNN's path (tokens padded to a multiple of 64, the padding masked by
   sequence lengths, then sliced off) through the XLA kernel, which runs
   here: the plain attention's outputs and gradients."""
-  q, k, v = jax.random.normal(jax.random.key(tokens), (3, 2, tokens, 4, 16))
+  rng = np.random.default_rng(tokens)
+  q, k, v = jnp.asarray(rng.standard_normal((3, 2, tokens, 4, 16)),
+                        jnp.float32)
   scale = 16**-0.5
 
   def plain(q, k, v):
@@ -26,7 +28,7 @@ def test_padded_fused_attention_is_the_unpadded_function(tokens):
   def padded(q, k, v):
     return fused_attention.attend(q, k, v, scale=scale, implementation='xla')
 
-  cotangent = jax.random.normal(jax.random.key(1), q.shape)
+  cotangent = jnp.asarray(rng.standard_normal(q.shape), jnp.float32)
   for f in (plain, padded):
     out, vjp = jax.vjp(f, q, k, v)
     if f is plain:
@@ -46,8 +48,7 @@ def test_cudnn_attention_in_the_module_pads_and_slices_before_the_output(
                       ('xla', fused_attention.CUDNN_TOKEN_MULTIPLE))
   x = jax.random.normal(jax.random.key(0), (2, 17, 32))
   einsum = MultiHeadSelfAttention(num_heads=4, attention='einsum')
-  params = {'params': _randomized(
-      einsum.init(jax.random.key(1), x, deterministic=True)['params'])}
+  params = {'params': random_params(einsum, x, deterministic=True)}
   cudnn = einsum.clone(attention='cudnn')
   np.testing.assert_allclose(cudnn.apply(params, x, deterministic=True),
                              einsum.apply(params, x, deterministic=True),

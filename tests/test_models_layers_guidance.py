@@ -1,7 +1,6 @@
 """Locality guidance's projections: only they are added, and their fields
 are checked."""
 
-import jax
 import numpy as np
 import pytest
 
@@ -11,8 +10,8 @@ from vit_jax.models import vit
 from tests.test_models_vit import SMALL
 from tests.test_models_vit import _flat
 from tests.test_models_vit import _images
-from tests.test_models_vit import _randomized
 from tests.test_models_vit import param_shapes
+from tests.test_models_vit import random_params
 
 
 GUIDED = dict(num_classes=5, **{**SMALL, 'num_layers': 3},
@@ -22,7 +21,7 @@ GUIDED = dict(num_classes=5, **{**SMALL, 'num_layers': 3},
 def test_guidance_adds_only_its_projections_and_sows_the_blocks_maps():
   model = VisionTransformer(**GUIDED)
   images = _images()
-  variables = _randomized(model.init(jax.random.key(0), images, train=False))
+  variables = {'params': random_params(model, images, train=False)}
   shapes = param_shapes(model, images)
   plain = param_shapes(VisionTransformer(**{**GUIDED, 'guided_blocks': (),
                                        'guidance_widths': ()}), images)

@@ -1,6 +1,5 @@
 """Position embeddings: the learned table and the fixed 2-D sine-cosine one."""
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -10,8 +9,8 @@ from vit_jax.models.layers.position import posemb_sincos_2d
 from tests.test_models_vit import SMALL
 from tests.test_models_vit import _flat
 from tests.test_models_vit import _images
-from tests.test_models_vit import _randomized
 from tests.test_models_vit import param_shapes
+from tests.test_models_vit import random_params
 
 
 def _permute_patches(images, patch, permutation):
@@ -36,8 +35,7 @@ def test_only_a_position_embedding_makes_patch_order_matter(posemb,
   model = VisionTransformer(num_classes=5, posemb=posemb,
                             classifier=classifier, **SMALL)
   images = _images()
-  params = _randomized(model.init(jax.random.key(0), images,
-                                  train=False)['params'])
+  params = random_params(model, images, train=False)
   permutation = np.random.default_rng(0).permutation(16)
   assert np.any(permutation != np.arange(16))
   permuted = _permute_patches(images, 4, permutation)
@@ -68,8 +66,7 @@ def test_sincos2d_model_has_no_posemb_parameter_and_zero_for_cls():
   images = _images()
   sincos = VisionTransformer(num_classes=5, posemb='sincos2d', **SMALL)
   learned = VisionTransformer(num_classes=5, **SMALL)
-  params = _randomized(learned.init(jax.random.key(0), images,
-                                    train=False)['params'])
+  params = random_params(learned, images, train=False)
   transformer = dict(params['Transformer'])
   del transformer['posembed_input']
   sincos_params = {**params, 'Transformer': transformer}

@@ -13,7 +13,7 @@ from vit_jax.objectives import losses
 from tests.test_models_vit import SMALL
 from tests.test_models_vit import _flat
 from tests.test_models_vit import _images
-from tests.test_models_vit import _randomized
+from tests.test_models_vit import random_params
 
 MAE = dict(num_classes=5, **SMALL, mae_mask_ratio=0.75, mae_decoder_depth=1,
            mae_decoder_width=32)
@@ -22,9 +22,8 @@ PATCH = SMALL['patch_size']
 
 @functools.partial(jax.jit, static_argnums=0)
 def _params(model, images):
-  """Random parameters, none zero (`_randomized`)."""
-  return _randomized(
-      model.init(jax.random.key(0), images, train=False)['params'])
+  """Random parameters, none zero (`random_params`)."""
+  return random_params(model, images, train=False)
 
 
 @functools.partial(jax.jit, static_argnums=0)

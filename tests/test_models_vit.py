@@ -1,5 +1,7 @@
 """The ViT against the official linen model's parameter tree and forward pass."""
 
+import functools
+
 import flax
 import jax
 import jax.numpy as jnp
@@ -117,17 +119,25 @@ def reference_logits(params, images, *, classifier):
 
 
 def _randomized(params, seed=0):
-  """Every parameter random (heads and biases included), so nothing is zero."""
-  leaves, treedef = jax.tree.flatten(params)
-  keys = jax.random.split(jax.random.key(seed), len(leaves))
-  return jax.tree.unflatten(treedef, [
-      0.3 * jax.random.normal(k, a.shape, a.dtype) + (a.ndim == 1)
-      for k, a in zip(keys, leaves)
-  ])
+  """Every parameter random (heads and biases included), so nothing is zero.
+  `params` may be shapes (`jax.eval_shape` of an init). numpy draws them:
+  each of jax.random's shapes would be a program compiled for seconds."""
+  rng = np.random.default_rng(seed)
+  return jax.tree.map(
+      lambda a: jnp.asarray(0.3 * rng.standard_normal(a.shape) + (a.ndim == 1),
+                            a.dtype), params)
+
+
+def random_params(module, *inputs, **kwargs):
+  """`_randomized` parameters of `module` called on `inputs`, never
+  initialised."""
+  init = functools.partial(module.init, **kwargs)  # train=: not traced
+  return _randomized(jax.eval_shape(init, jax.random.key(0), *inputs)['params'])
 
 
 def _images(batch=2, size=16, seed=1):
-  return jax.random.normal(jax.random.key(seed), (batch, size, size, 3))
+  return jnp.asarray(np.random.default_rng(seed).standard_normal(
+      (batch, size, size, 3)), jnp.float32)
 
 
 TECHNIQUES_OFF = dict(posemb='learned', stochastic_depth_rate=0.0,

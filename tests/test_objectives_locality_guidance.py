@@ -24,7 +24,20 @@ TINY_CNN_STAGES = (4, 8, 8)
 
 
 def _random(shape, seed):
-  return jax.random.normal(jax.random.key(seed), shape)
+  # numpy's: each of jax.random's shapes would be a program compiled for
+  # seconds.
+  return jnp.asarray(np.random.default_rng(seed).standard_normal(shape),
+                     jnp.float32)
+
+
+def _random_variables(module, images):
+  """`module`'s variables drawn in numpy, never initialised; the BatchNorm
+  variances positive."""
+  rng = np.random.default_rng(0)
+  shapes = jax.eval_shape(
+      lambda: module.init(jax.random.key(0), images, train=False))
+  return jax.tree.map(
+      lambda a: jnp.asarray(rng.uniform(0.5, 1.5, a.shape), a.dtype), shapes)
 
 
 def test_imitation_is_the_mean_squared_error_on_the_larger_grid():
@@ -50,7 +63,7 @@ def test_imitation_is_the_mean_squared_error_on_the_larger_grid():
 def test_the_objective_adds_the_weighted_imitation_of_the_cnn_to_any_base(
     module):
   images = _random((3, 32, 32, 3), 2)
-  variables = module.init(jax.random.key(0), images, train=False)
+  variables = _random_variables(module, images)
   guide = locality_guidance.Guide(module, variables, 'cnn', weight=2.5)
   maps = tuple(_random((3, 8, 8, width), 3 + k)
                for k, width in enumerate(module.feature_widths))
