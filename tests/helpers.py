@@ -4,6 +4,7 @@ the experiment runners read, and commands started and waited for as
 processes."""
 
 import contextlib
+import functools
 import io
 import json
 import os
@@ -294,18 +295,35 @@ def wait_all(processes, timeout=300) -> list[int]:
   return [process.returncode for process in processes]
 
 
-def random_vit_params(model, image_size: int, seed: int = 0) -> dict:
-  """`model`'s parameter tree (numpy, float32) filled with distinct random
-  values, so that a conversion that swaps or transposes any two arrays is
-  caught (initial heads and biases are zeros)."""
+def randomized(params, seed: int = 0):
+  """`params` (arrays, or `jax.eval_shape`'s shapes) with every array drawn
+  at random, 0.3 N(0, 1) plus 1 for vectors: nothing is zero (initial heads
+  and biases are), so a swap or transpose of any two arrays is caught. numpy
+  draws them: each of jax.random's shapes would be an XLA program compiled
+  for seconds on a CPU."""
   import jax  # pylint: disable=g-import-not-at-top
-  shapes = jax.eval_shape(
-      lambda: model.init(jax.random.key(0),
-                         np.zeros((1, image_size, image_size, 3)),
-                         train=False))['params']
+  import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
   rng = np.random.default_rng(seed)
   return jax.tree.map(
-      lambda s: rng.standard_normal(s.shape).astype(np.float32) * 0.1, shapes)
+      lambda a: jnp.asarray(0.3 * rng.standard_normal(a.shape) + (a.ndim == 1),
+                            a.dtype), params)
+
+
+def random_params(module, *inputs, seed: int = 0, **kwargs):
+  """`randomized` parameters of `module` called on `inputs` (and `kwargs`),
+  never initialised."""
+  import jax  # pylint: disable=g-import-not-at-top
+  init = functools.partial(module.init, **kwargs)  # train=: not traced
+  return randomized(
+      jax.eval_shape(init, jax.random.key(0), *inputs)['params'], seed)
+
+
+def random_vit_params(model, image_size: int, seed: int = 0) -> dict:
+  """`random_params` of a ViT for `image_size` images, as numpy arrays."""
+  import jax  # pylint: disable=g-import-not-at-top
+  return jax.device_get(random_params(
+      model, np.zeros((1, image_size, image_size, 3), np.float32), seed=seed,
+      train=False))
 
 
 def one_block_vit(name: str, **fields):

@@ -12,12 +12,12 @@ from vit_jax.models import attention_weights
 from vit_jax.models import create_model
 from vit_jax.models.layers.attention import MultiHeadSelfAttention
 from vit_jax.models.layers.attention import mimetic_kernels
+from tests.helpers import random_params
+from tests.helpers import randomized
 from tests.test_models_vit import SMALL
 from tests.test_models_vit import _flat
 from tests.test_models_vit import _softmax
 from tests.test_models_vit import _images
-from tests.test_models_vit import _randomized
-from tests.test_models_vit import random_params
 
 
 @pytest.mark.parametrize('attention', ['einsum', 'dot_product_attention'])
@@ -31,7 +31,7 @@ def test_attention_is_flax_multi_head_attention_in_another_layout(attention):
   # Same names, shapes and initial values: the init rngs follow the names.
   jax.tree.map(np.testing.assert_array_equal, our_params, flax_params)
 
-  params = {'params': _randomized(flax_params['params'])}
+  params = {'params': randomized(flax_params['params'])}
   np.testing.assert_allclose(
       ours.apply(params, x, deterministic=True),
       flax_attention.apply(params, x, x), rtol=1e-5, atol=1e-5)
@@ -53,7 +53,7 @@ def test_fused_attention_has_the_same_parameters_logits_and_gradients():
   jax.tree.map(np.testing.assert_array_equal, params,
                fused.init(jax.random.key(0), images, train=False)['params'])
 
-  params = {'params': _randomized(params)}
+  params = {'params': randomized(params)}
   labels = jnp.arange(3) % 5
 
   def loss(model, variables):
@@ -187,7 +187,7 @@ def test_locality_attention_learns_a_temperature_and_masks_self():
   params = attention.init(jax.random.key(1), x, deterministic=True)['params']
   np.testing.assert_allclose(params['temperature'], [8**-0.5] * 4)
   temperature = np.float32([0.7, 0.3, 1.1, 0.5])  # one per head
-  params = {**_randomized(params), 'temperature': jnp.asarray(temperature)}
+  params = {**randomized(params), 'temperature': jnp.asarray(temperature)}
   out, state = attention.apply({'params': params}, x, deterministic=True,
                                mutable=['intermediates'])
   weights = state['intermediates']['attention_weights'][0]

@@ -11,10 +11,10 @@ from vit_jax.models.layers.dropout import DropPath
 from vit_jax.models.layers.dropout import Dropout
 from vit_jax.models.layers.dropout import drop_path_rates
 from vit_jax.models.layers.dropout import hash_bits
+from tests.helpers import random_params
 from tests.test_models_vit import SMALL
 from tests.test_models_vit import _images
 from tests.test_models_vit import param_shapes
-from tests.test_models_vit import random_params
 
 
 def _apply(rate, x, seed, deterministic=False):

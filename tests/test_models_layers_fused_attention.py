@@ -8,7 +8,7 @@ import pytest
 
 from vit_jax.models.layers import fused_attention
 from vit_jax.models.layers.attention import MultiHeadSelfAttention
-from tests.test_models_vit import random_params
+from tests.helpers import random_params
 
 
 @pytest.mark.parametrize('tokens', [17, 65, 197])

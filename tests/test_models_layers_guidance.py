@@ -7,11 +7,11 @@ import pytest
 from vit_jax.models import VisionTransformer
 from vit_jax.models import for_inference
 from vit_jax.models import vit
+from tests.helpers import random_params
 from tests.test_models_vit import SMALL
 from tests.test_models_vit import _flat
 from tests.test_models_vit import _images
 from tests.test_models_vit import param_shapes
-from tests.test_models_vit import random_params
 
 
 GUIDED = dict(num_classes=5, **{**SMALL, 'num_layers': 3},

@@ -6,11 +6,11 @@ import pytest
 
 from vit_jax.models import VisionTransformer
 from vit_jax.models.layers.position import posemb_sincos_2d
+from tests.helpers import random_params
 from tests.test_models_vit import SMALL
 from tests.test_models_vit import _flat
 from tests.test_models_vit import _images
 from tests.test_models_vit import param_shapes
-from tests.test_models_vit import random_params
 
 
 def _permute_patches(images, patch, permutation):

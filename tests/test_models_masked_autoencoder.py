@@ -10,10 +10,10 @@ from vit_jax.models import for_inference
 from vit_jax.models import masked_autoencoder
 from vit_jax.models import vit
 from vit_jax.objectives import losses
+from tests.helpers import random_params
 from tests.test_models_vit import SMALL
 from tests.test_models_vit import _flat
 from tests.test_models_vit import _images
-from tests.test_models_vit import random_params
 
 MAE = dict(num_classes=5, **SMALL, mae_mask_ratio=0.75, mae_decoder_depth=1,
            mae_decoder_width=32)

@@ -1,7 +1,5 @@
 """The ViT against the official linen model's parameter tree and forward pass."""
 
-import functools
-
 import flax
 import jax
 import jax.numpy as jnp
@@ -9,6 +7,7 @@ import numpy as np
 import pytest
 
 from configs import cifar_small
+from tests.helpers import randomized
 from vit_jax.errors import ConfigError
 from vit_jax.formats import params as params_lib
 from vit_jax.models import VisionTransformer
@@ -118,23 +117,6 @@ def reference_logits(params, images, *, classifier):
   return x @ p['head']['kernel'] + p['head']['bias']
 
 
-def _randomized(params, seed=0):
-  """Every parameter random (heads and biases included), so nothing is zero.
-  `params` may be shapes (`jax.eval_shape` of an init). numpy draws them:
-  each of jax.random's shapes would be a program compiled for seconds."""
-  rng = np.random.default_rng(seed)
-  return jax.tree.map(
-      lambda a: jnp.asarray(0.3 * rng.standard_normal(a.shape) + (a.ndim == 1),
-                            a.dtype), params)
-
-
-def random_params(module, *inputs, **kwargs):
-  """`_randomized` parameters of `module` called on `inputs`, never
-  initialised."""
-  init = functools.partial(module.init, **kwargs)  # train=: not traced
-  return _randomized(jax.eval_shape(init, jax.random.key(0), *inputs)['params'])
-
-
 def _images(batch=2, size=16, seed=1):
   return jnp.asarray(np.random.default_rng(seed).standard_normal(
       (batch, size, size, 3)), jnp.float32)
@@ -180,7 +162,7 @@ def test_tree_and_logits_match_the_official_model(classifier,
       tokens=16 + (classifier == 'token'), num_classes=5,
       classifier=classifier, representation_size=representation_size)
 
-  params = _randomized(params)
+  params = randomized(params)
   logits = model.apply({'params': params}, images, train=False)
   np.testing.assert_allclose(
       logits, reference_logits(params, images, classifier=classifier),
@@ -217,7 +199,7 @@ def test_attention_weights_are_probabilities_per_layer():
   model = VisionTransformer(num_classes=5, **SMALL)
   images = _images(batch=3)
   variables = model.init(jax.random.key(0), images, train=False)
-  variables = {'params': _randomized(variables['params'])}
+  variables = {'params': randomized(variables['params'])}
   maps = attention_weights(model, variables, images)
   assert len(maps) == SMALL['num_layers']
   for a in maps:
@@ -232,7 +214,7 @@ def test_eval_is_deterministic_and_train_applies_dropout():
   model = VisionTransformer(num_classes=5, dropout_rate=0.3,
                             attention_dropout_rate=0.3, **SMALL)
   images = _images()
-  variables = {'params': _randomized(
+  variables = {'params': randomized(
       model.init(jax.random.key(0), images, train=False)['params'])}
 
   def run(train, seed):
@@ -252,7 +234,7 @@ def test_bfloat16_compute_with_float32_parameters():
   params = bf16.init(jax.random.key(0), images, train=False)['params']
   assert {a.dtype for a in jax.tree.leaves(params)} == {jnp.dtype('float32')}
 
-  params = _randomized(params)
+  params = randomized(params)
   low = bf16.apply({'params': params}, images, train=False)
   high = f32.apply({'params': params}, images, train=False)
   assert low.dtype == jnp.float32
@@ -308,7 +290,7 @@ def test_distillation_token_has_two_heads_averaged():
   assert shapes['Transformer/posembed_input/pos_embedding'] == (1, 18, 32)
   assert not np.any(variables['params']['head_dist']['kernel'])
 
-  variables = {'params': _randomized(variables['params'])}
+  variables = {'params': randomized(variables['params'])}
   evaluated, sown = model.apply(variables, images, train=False,
                                 mutable=[TRAINING_OUTPUTS])
   class_logits, distillation_logits = (
@@ -379,7 +361,7 @@ def test_remat_keeps_the_tree_logits_and_gradients(remat):
   jax.tree.map(np.testing.assert_array_equal, params,
                rematted.init(jax.random.key(0), images,
                              train=False)['params'])
-  params = _randomized(params)
+  params = randomized(params)
   _assert_close_trees(_logits_and_grads(rematted, params, images),
                       _logits_and_grads(model, params, images))
 
@@ -398,7 +380,7 @@ def test_scan_equals_the_unscanned_model_on_stacked_parameters(remat):
                 'query/kernel'] == (layers, 32, 4, 8)
   assert not any('encoderblock_' in key for key in shapes)
 
-  params = _randomized(
+  params = randomized(
       model.init(jax.random.key(0), images, train=False)['params'])
   stacked = params_lib.stack_blocks(params)
   assert {k: v.shape for k, v in _flat(stacked).items()} == shapes

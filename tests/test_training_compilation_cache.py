@@ -4,6 +4,8 @@ and a damaged entry compiled again."""
 import os
 import pathlib
 
+import jax
+
 from tests.helpers import history
 from tests.helpers import random_cifar
 from tests.helpers import start_main
@@ -79,14 +81,14 @@ what it wrote. All five train alike."""
     assert without_timings(history(tmp_path / name)) == expected
 
 
-def test_an_empty_directory_turns_the_cache_off(tmp_path):
-  data_dir = tmp_path / 'data'
-  write_cifar_binary(data_dir / 'cifar-10-batches-bin', {
-      'data_batch_1.bin': random_cifar(80, 10, seed=1),
-      'test_batch.bin': random_cifar(37, 10, seed=3)})
-  config_file = write_process_config(tmp_path, data_dir)
-  process = start_main(config_file, tmp_path / 'run', tmp_path / 'run.log',
-                       '--config.compilation_cache_dir=',
-                       '--config.total_steps=1')
-  assert wait_all([process]) == [0]
-  assert 'Compilation cache: off.' in (tmp_path / 'run.log').read_text()
+def test_an_empty_directory_turns_the_cache_off(caplog):
+  caplog.set_level('INFO', logger='absl')
+  kept = (jax.config.jax_compilation_cache_dir,
+          jax.config.jax_persistent_cache_min_compile_time_secs)
+  try:
+    compilation_cache.use('')
+    assert jax.config.jax_compilation_cache_dir is None
+    assert 'Compilation cache: off.' in caplog.text
+  finally:  # the suite's cache again
+    compilation_cache.use(kept[0])
+    jax.config.update('jax_persistent_cache_min_compile_time_secs', kept[1])

@@ -6,6 +6,7 @@ import time
 
 import jax
 import numpy as np
+import pytest
 
 from tests.helpers import history
 from tests.helpers import random_cifar
@@ -115,10 +116,14 @@ def test_at_most_two_calls_are_in_flight():
   assert time.perf_counter() - start >= 0.4
 
 
-def test_a_stop_signal_ends_the_run_within_its_calls_in_flight(tmp_path):
+@pytest.mark.parametrize('resumed', [
+    False, pytest.param(True, marks=pytest.mark.slow)])  # +25 s: two runs
+def test_a_stop_signal_ends_the_run_within_its_calls_in_flight(tmp_path,
+                                                               resumed):
   """Nothing scheduled for 600 steps, so calls are as long as a second of
   steps allows: SIGTERM is acted on when the calls in flight end, within
-  seconds, and the resumed run is the uninterrupted one."""
+  seconds, and the resumed run is the uninterrupted one (`resumed`; by
+  default, the faults tests resume runs of a step per call)."""
   write_cifar_binary(tmp_path / 'data' / 'cifar-10-batches-bin', {
       'data_batch_1.bin': random_cifar(80, 10, seed=1),
       'test_batch.bin': random_cifar(37, 10, seed=3)})
@@ -141,6 +146,8 @@ def test_a_stop_signal_ends_the_run_within_its_calls_in_flight(tmp_path):
   assert 'Traceback' not in log
   # Two calls of at most a second of steps, the save, the exit.
   assert waited < 2 * dispatch.MAX_SECONDS + 8, waited
+  if not resumed:
+    return
   for name in ('run', 'whole'):
     rerun = start_main(config_file, tmp_path / name, tmp_path / f'{name}.log',
                        *flags)
