@@ -130,16 +130,23 @@ def test_mixup_and_cutmix_train_on_mixed_targets_and_count_own_labels():
   split = sources.ArraySource(images, labels)
   inputs = on_device.OnDeviceInput(sources.Dataset(split, split, 10), config,
                                    mesh)
-  step_key = jax.random.fold_in(key, 0)
-  augment_key, _ = jax.random.split(step_key)
-  x, y = inputs.model_inputs(inputs.train_data, batch, augment_key)
-  mixed, targets = mixing.mix(
-      jax.random.fold_in(step_key, 2), x,
-      losses.soft_targets(y, 10, config.label_smoothing), mixup_alpha=0.8,
-      cutmix_alpha=1.0)
+
+  @jax.jit  # one program, not one per operation
+  def expected_step(data, params):
+    step_key = jax.random.fold_in(key, 0)
+    augment_key, _ = jax.random.split(step_key)
+    x, y = inputs.model_inputs(data, batch, augment_key)
+    mixed, targets = mixing.mix(
+        jax.random.fold_in(step_key, 2), x,
+        losses.soft_targets(y, 10, config.label_smoothing), mixup_alpha=0.8,
+        cutmix_alpha=1.0)
+    logits = state.apply_fn({'params': params}, mixed, train=False)
+    return x, y, mixed, logits, optax.softmax_cross_entropy(logits,
+                                                            targets).sum()
+
+  x, y, mixed, logits, expected = expected_step(inputs.train_data,
+                                                state.params)
   assert not np.allclose(mixed, x)
-  logits = state.apply_fn({'params': state.params}, mixed, train=False)
-  expected = optax.softmax_cross_entropy(logits, targets).sum()
   np.testing.assert_allclose(metrics['loss'], expected, rtol=1e-5)
   assert metrics['correct'] == np.sum(np.argmax(logits, -1) == y)
 
