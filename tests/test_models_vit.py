@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from configs import cifar_small
+from tests.helpers import random_params
 from tests.helpers import randomized
 from vit_jax.errors import ConfigError
 from vit_jax.formats import params as params_lib
@@ -155,14 +156,13 @@ def test_tree_and_logits_match_the_official_model(classifier,
   model = VisionTransformer(num_classes=5, classifier=classifier,
                             representation_size=representation_size, **SMALL)
   images = _images()
-  params = model.init(jax.random.key(0), images, train=False)['params']
+  params = random_params(model, images, train=False)
   shapes = {k: v.shape for k, v in _flat(params).items()}
   assert shapes == official_param_shapes(
       patch=4, hidden=32, layers=2, heads=4, mlp=64,
       tokens=16 + (classifier == 'token'), num_classes=5,
       classifier=classifier, representation_size=representation_size)
 
-  params = randomized(params)
   logits = model.apply({'params': params}, images, train=False)
   np.testing.assert_allclose(
       logits, reference_logits(params, images, classifier=classifier),
@@ -198,8 +198,7 @@ def test_output_shape(classifier):
 def test_attention_weights_are_probabilities_per_layer():
   model = VisionTransformer(num_classes=5, **SMALL)
   images = _images(batch=3)
-  variables = model.init(jax.random.key(0), images, train=False)
-  variables = {'params': randomized(variables['params'])}
+  variables = {'params': random_params(model, images, train=False)}
   maps = attention_weights(model, variables, images)
   assert len(maps) == SMALL['num_layers']
   for a in maps:
@@ -207,15 +206,15 @@ def test_attention_weights_are_probabilities_per_layer():
     assert np.all(a >= 0)
     np.testing.assert_allclose(a.sum(-1), 1.0, rtol=1e-5)
   # Sowing leaves the parameters alone.
-  assert set(model.init(jax.random.key(0), images, train=False)) == {'params'}
+  assert set(jax.eval_shape(lambda: model.init(
+      jax.random.key(0), images, train=False))) == {'params'}
 
 
 def test_eval_is_deterministic_and_train_applies_dropout():
   model = VisionTransformer(num_classes=5, dropout_rate=0.3,
                             attention_dropout_rate=0.3, **SMALL)
   images = _images()
-  variables = {'params': randomized(
-      model.init(jax.random.key(0), images, train=False)['params'])}
+  variables = {'params': random_params(model, images, train=False)}
 
   def run(train, seed):
     return model.apply(variables, images, train=train,
@@ -231,10 +230,8 @@ def test_bfloat16_compute_with_float32_parameters():
   images = _images(batch=4)
   f32 = VisionTransformer(num_classes=5, **SMALL)
   bf16 = VisionTransformer(num_classes=5, dtype=jnp.bfloat16, **SMALL)
-  params = bf16.init(jax.random.key(0), images, train=False)['params']
+  params = random_params(bf16, images, train=False)
   assert {a.dtype for a in jax.tree.leaves(params)} == {jnp.dtype('float32')}
-
-  params = randomized(params)
   low = bf16.apply({'params': params}, images, train=False)
   high = f32.apply({'params': params}, images, train=False)
   assert low.dtype == jnp.float32
@@ -250,7 +247,7 @@ def test_image_size_not_divisible_by_patch_is_a_clear_error():
 
 def test_other_image_size_than_at_init_is_a_clear_error():
   model = VisionTransformer(num_classes=5, **SMALL)
-  variables = model.init(jax.random.key(0), _images(size=16), train=False)
+  variables = {'params': random_params(model, _images(size=16), train=False)}
   with pytest.raises(ValueError, match='position embedding was made for 17'):
     model.apply(variables, _images(size=32), train=False)
 
