@@ -1,7 +1,7 @@
 """What tests share besides fixtures: synthetic datasets in the official
 on-disk formats, the study's config cut down to seconds, run directories
-the experiment runners read, and commands started and waited for as
-processes."""
+the experiment runners read, commands started and waited for as
+processes, and random inputs and parameters drawn in numpy."""
 
 import contextlib
 import functools
@@ -295,12 +295,20 @@ def wait_all(processes, timeout=300) -> list[int]:
   return [process.returncode for process in processes]
 
 
+def normal(shape, seed: int = 0):
+  """A float32 array of N(0, 1) draws. numpy draws them: each of
+  jax.random's shapes would be an XLA program compiled for seconds on a
+  CPU."""
+  import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
+  return jnp.asarray(np.random.default_rng(seed).standard_normal(shape),
+                     jnp.float32)
+
+
 def randomized(params, seed: int = 0):
   """`params` (arrays, or `jax.eval_shape`'s shapes) with every array drawn
-  at random, 0.3 N(0, 1) plus 1 for vectors: nothing is zero (initial heads
-  and biases are), so a swap or transpose of any two arrays is caught. numpy
-  draws them: each of jax.random's shapes would be an XLA program compiled
-  for seconds on a CPU."""
+  at random (in numpy, as `normal`), 0.3 N(0, 1) plus 1 for vectors:
+  nothing is zero (initial heads and biases are), so a swap or transpose of
+  any two arrays is caught; each keeps its dtype."""
   import jax  # pylint: disable=g-import-not-at-top
   import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
   rng = np.random.default_rng(seed)

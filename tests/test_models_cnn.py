@@ -10,12 +10,13 @@ import pytest
 from vit_jax.models import SimpleCNN
 from vit_jax.models import SmallResNet
 from vit_jax.models import cnn
+from tests.helpers import normal
 
 MODELS = [SimpleCNN, SmallResNet]
 
 
 def _images(batch=4, seed=0):
-  return jax.random.normal(jax.random.key(seed), (batch, 32, 32, 3))
+  return normal((batch, 32, 32, 3), seed)
 
 
 @pytest.mark.parametrize('model_class', MODELS)

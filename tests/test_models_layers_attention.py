@@ -12,6 +12,7 @@ from vit_jax.models import attention_weights
 from vit_jax.models import create_model
 from vit_jax.models.layers.attention import MultiHeadSelfAttention
 from vit_jax.models.layers.attention import mimetic_kernels
+from tests.helpers import normal
 from tests.helpers import random_params
 from tests.helpers import randomized
 from tests.test_models_vit import SMALL
@@ -22,7 +23,7 @@ from tests.test_models_vit import _images
 
 @pytest.mark.parametrize('attention', ['einsum', 'dot_product_attention'])
 def test_attention_is_flax_multi_head_attention_in_another_layout(attention):
-  x = jax.random.normal(jax.random.key(0), (3, 17, 32))
+  x = normal((3, 17, 32), 0)
   flax_attention = flax.linen.MultiHeadDotProductAttention(
       num_heads=4, kernel_init=flax.linen.initializers.xavier_uniform())
   ours = MultiHeadSelfAttention(num_heads=4, attention=attention)
@@ -120,7 +121,7 @@ def test_bfloat16_attention_scales_float32_logits_unless_folding_is_exact(
   # scaled in float32. Either way the result is the one of scaling the
   # float32 logits, bit for bit.
   heads = 2
-  x = jax.random.normal(jax.random.key(0), (2, 9, heads * head_dim))
+  x = normal((2, 9, heads * head_dim), 0)
   attention = MultiHeadSelfAttention(num_heads=heads, dtype=jnp.bfloat16)
   params = {'params': random_params(attention, x, deterministic=True)}
   _, state = attention.apply(params, x, deterministic=True,
@@ -182,7 +183,7 @@ def test_cudnn_attention_matches_einsum_in_bfloat16_on_gpu():
 # Data-efficiency techniques: each a field whose default is off.
 
 def test_locality_attention_learns_a_temperature_and_masks_self():
-  x = jax.random.normal(jax.random.key(0), (2, 5, 32))
+  x = normal((2, 5, 32), 0)
   attention = MultiHeadSelfAttention(num_heads=4, locality=True)
   params = attention.init(jax.random.key(1), x, deterministic=True)['params']
   np.testing.assert_allclose(params['temperature'], [8**-0.5] * 4)

@@ -11,6 +11,7 @@ from vit_jax.models.layers.dropout import DropPath
 from vit_jax.models.layers.dropout import Dropout
 from vit_jax.models.layers.dropout import drop_path_rates
 from vit_jax.models.layers.dropout import hash_bits
+from tests.helpers import normal
 from tests.helpers import random_params
 from tests.test_models_vit import SMALL
 from tests.test_models_vit import _images
@@ -46,7 +47,7 @@ def test_bits_are_uniform_and_uncorrelated_across_positions():
 
 
 def test_identity_when_deterministic_or_rate_zero():
-  x = jax.random.normal(jax.random.key(0), (4, 5))
+  x = normal((4, 5), 0)
   np.testing.assert_array_equal(_apply(0.5, x, 0, deterministic=True), x)
   np.testing.assert_array_equal(_apply(0.0, x, 0), x)
   assert not np.any(_apply(1.0, x, 0))

@@ -8,6 +8,7 @@ import pytest
 
 from vit_jax.models.layers import fused_attention
 from vit_jax.models.layers.attention import MultiHeadSelfAttention
+from tests.helpers import normal
 from tests.helpers import random_params
 
 
@@ -16,9 +17,7 @@ def test_padded_fused_attention_is_the_unpadded_function(tokens):
   """cuDNN's path (tokens padded to a multiple of 64, the padding masked by
   sequence lengths, then sliced off) through the XLA kernel, which runs
   here: the plain attention's outputs and gradients."""
-  rng = np.random.default_rng(tokens)
-  q, k, v = jnp.asarray(rng.standard_normal((3, 2, tokens, 4, 16)),
-                        jnp.float32)
+  q, k, v = normal((3, 2, tokens, 4, 16), seed=tokens)
   scale = 16**-0.5
 
   def plain(q, k, v):
@@ -28,7 +27,7 @@ def test_padded_fused_attention_is_the_unpadded_function(tokens):
   def padded(q, k, v):
     return fused_attention.attend(q, k, v, scale=scale, implementation='xla')
 
-  cotangent = jnp.asarray(rng.standard_normal(q.shape), jnp.float32)
+  cotangent = normal(q.shape, seed=1)
   for f in (plain, padded):
     out, vjp = jax.vjp(f, q, k, v)
     if f is plain:
@@ -46,7 +45,7 @@ def test_cudnn_attention_in_the_module_pads_and_slices_before_the_output(
   here: the einsum path's outputs at 17 tokens (padded to 64)."""
   monkeypatch.setitem(fused_attention.KERNELS, 'cudnn',
                       ('xla', fused_attention.CUDNN_TOKEN_MULTIPLE))
-  x = jax.random.normal(jax.random.key(0), (2, 17, 32))
+  x = normal((2, 17, 32))
   einsum = MultiHeadSelfAttention(num_heads=4, attention='einsum')
   params = {'params': random_params(einsum, x, deterministic=True)}
   cudnn = einsum.clone(attention='cudnn')

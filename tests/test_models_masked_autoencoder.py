@@ -10,6 +10,7 @@ from vit_jax.models import for_inference
 from vit_jax.models import masked_autoencoder
 from vit_jax.models import vit
 from vit_jax.objectives import losses
+from tests.helpers import normal
 from tests.helpers import random_params
 from tests.test_models_vit import SMALL
 from tests.test_models_vit import _flat
@@ -20,7 +21,6 @@ MAE = dict(num_classes=5, **SMALL, mae_mask_ratio=0.75, mae_decoder_depth=1,
 PATCH = SMALL['patch_size']
 
 
-@functools.partial(jax.jit, static_argnums=0)
 def _params(model, images):
   """Random parameters, none zero (`random_params`)."""
   return random_params(model, images, train=False)
@@ -56,7 +56,7 @@ def test_patches_are_in_the_order_of_the_tokens():
 
 def test_the_error_is_maes_normalised_pixel_loss_over_the_masked_patches():
   images = _images(size=8)
-  predictions = jax.random.normal(jax.random.key(5), (2, 4, 48))
+  predictions = normal((2, 4, 48), 5)
   mask = jnp.array([[1.0, 0, 0, 1], [0, 1, 0, 0]])
   target = np.asarray(images).reshape(2, 2, 4, 2, 4, 3).transpose(
       0, 1, 3, 2, 4, 5).reshape(2, 4, 48)

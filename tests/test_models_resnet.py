@@ -9,6 +9,7 @@ import pytest
 
 from vit_jax.models import create_model
 from vit_jax.models import resnet
+from tests.helpers import random_params
 from tests.test_models_vit import official_param_shapes
 
 R50_STAGES = (3, 4, 9)
@@ -131,21 +132,6 @@ def reference_stem(params, images):
   return x
 
 
-def _random_params(model, images, seed=0, **kwargs):
-  """Parameters of the right tree and shapes, drawn in NumPy (no slow eager
-  init): kernels N(0, 0.2^2), norm scales around 1, everything else around 0,
-  so no GroupNorm scale (gn3 starts at 0) or head is zero."""
-  shapes = jax.eval_shape(
-      lambda: model.init(jax.random.key(0), images, **kwargs))['params']
-  rng = np.random.default_rng(seed)
-
-  def draw(path, a):
-    noise = 0.2 * rng.standard_normal(a.shape).astype(np.float32)
-    return noise + 1 if path[-1].key == 'scale' else noise
-
-  return jax.tree.map_with_path(draw, shapes)
-
-
 def _eval_init(model, size):
   return jax.eval_shape(lambda: model.init(
       jax.random.key(0), jnp.zeros((1, size, size, 3)), train=False))
@@ -266,7 +252,7 @@ def test_stem_forward_matches_numpy_reference():
   stem = Stem((1, 2))
   images = np.random.default_rng(3).standard_normal((2, 32, 32, 3))
   images = images.astype(np.float32)
-  params = _random_params(stem, images)
+  params = random_params(stem, images)
   got = jax.jit(stem.apply)({'params': params}, images)
   expected = reference_stem(params, images)
   assert got.shape == expected.shape == (2, 4, 4, 512)
@@ -290,7 +276,7 @@ def test_tiny_hybrid_forward_pass():
   model = create_model('R50+ViT-B_16', 10, **TINY_HYBRID)
   images = np.random.default_rng(0).standard_normal((2, 32, 32, 3))
   images = images.astype(np.float32)
-  params = _random_params(model, images, train=False)
+  params = random_params(model, images, train=False)
   # 32x32 -> a 2x2 feature map -> 4 tokens and [CLS].
   assert params['Transformer']['posembed_input']['pos_embedding'].shape == (
       1, 5, 32)

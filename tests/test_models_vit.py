@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from configs import cifar_small
+from tests.helpers import normal
 from tests.helpers import random_params
 from tests.helpers import randomized
 from vit_jax.errors import ConfigError
@@ -119,8 +120,7 @@ def reference_logits(params, images, *, classifier):
 
 
 def _images(batch=2, size=16, seed=1):
-  return jnp.asarray(np.random.default_rng(seed).standard_normal(
-      (batch, size, size, 3)), jnp.float32)
+  return normal((batch, size, size, 3), seed)
 
 
 TECHNIQUES_OFF = dict(posemb='learned', stochastic_depth_rate=0.0,
@@ -368,8 +368,7 @@ def test_scan_equals_the_unscanned_model_on_stacked_parameters(remat):
   images = _images()
   model = VisionTransformer(num_classes=5, **SMALL)
   scanned = model.clone(scan=True, remat=remat)
-  shapes = {k: v.shape for k, v in _flat(scanned.init(
-      jax.random.key(0), images, train=False)['params']).items()}
+  shapes = param_shapes(scanned, images)
   layers = SMALL['num_layers']
   assert shapes['Transformer/encoderblock/MlpBlock_0/Dense_0/kernel'] == (
       layers, 32, 64)
@@ -377,8 +376,7 @@ def test_scan_equals_the_unscanned_model_on_stacked_parameters(remat):
                 'query/kernel'] == (layers, 32, 4, 8)
   assert not any('encoderblock_' in key for key in shapes)
 
-  params = randomized(
-      model.init(jax.random.key(0), images, train=False)['params'])
+  params = random_params(model, images, train=False)
   stacked = params_lib.stack_blocks(params)
   assert {k: v.shape for k, v in _flat(stacked).items()} == shapes
   logits, grads = _logits_and_grads(scanned, stacked, images)

@@ -89,6 +89,6 @@ def test_an_empty_directory_turns_the_cache_off(caplog):
     compilation_cache.use('')
     assert jax.config.jax_compilation_cache_dir is None
     assert 'Compilation cache: off.' in caplog.text
-  finally:  # the suite's cache again
+  finally:  # the suite's cache again, and its minimum (`use` sets 0)
     compilation_cache.use(kept[0])
     jax.config.update('jax_persistent_cache_min_compile_time_secs', kept[1])

@@ -122,8 +122,8 @@ def test_a_stop_signal_ends_the_run_within_its_calls_in_flight(tmp_path,
                                                                resumed):
   """Nothing scheduled for 600 steps, so calls are as long as a second of
   steps allows: SIGTERM is acted on when the calls in flight end, within
-  seconds, and the resumed run is the uninterrupted one (`resumed`; by
-  default, the faults tests resume runs of a step per call)."""
+  seconds, and the resumed run equals the uninterrupted one (`resumed`,
+  slow; by default test_faults resumes runs of one step per call)."""
   write_cifar_binary(tmp_path / 'data' / 'cifar-10-batches-bin', {
       'data_batch_1.bin': random_cifar(80, 10, seed=1),
       'test_batch.bin': random_cifar(37, 10, seed=3)})
