@@ -160,14 +160,18 @@ def test_a_scanned_run_resumes_exactly_in_its_own_layout(cifar10_binary,
 
 
 def test_rerunning_a_finished_run_does_not_train_again(cifar10_binary,
-                                                       tmp_path):
+                                                       tmp_path, caplog):
+  """Nor compile: it returns the summary it had."""
   data_dir, _ = cifar10_binary
   config = tiny_config(data_dir, num_epochs=1)
   first = train.train_and_evaluate(config, tmp_path)
   before = history(tmp_path)
+  caplog.set_level('INFO')
   again = train.train_and_evaluate(config, tmp_path)
   assert history(tmp_path) == before
   assert again == first
+  assert 'already holds all 6 steps; nothing to train' in caplog.text
+  assert 'Compiled' not in caplog.text
 
 
 def test_eval_scores_every_test_example_once(cifar10_binary, tmp_path):

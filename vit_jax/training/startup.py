@@ -6,6 +6,7 @@ state made (`restore_or_initialise`), and the run's record written
 nothing new to save (`stop_if_signalled`).
 """
 
+from collections.abc import Callable
 import concurrent.futures
 import contextlib
 import dataclasses
@@ -121,7 +122,8 @@ def stop_if_signalled(signals: preemption.Preemption,
 
 @dataclasses.dataclass
 class Run:
-  """What start-up builds for the loop: the run's parts, compiled."""
+  """What start-up builds for the loop: the run's parts, and its steps
+  compiled on first use."""
   config: ml_collections.ConfigDict
   workdir: pathlib.Path
   checkpoints: run_checkpoints.RunCheckpoints
@@ -130,9 +132,13 @@ class Run:
   model: Any
   schedule: Any
   state_shapes: Any
-  compiled: steps.CompiledSteps
+  compile_steps: Callable[[], steps.CompiledSteps]
   step_key: Any
   replicated: Any
+
+  @functools.cached_property
+  def compiled(self) -> steps.CompiledSteps:
+    return self.compile_steps()
 
 
 @dataclasses.dataclass
@@ -187,8 +193,9 @@ def build(config, workdir: pathlib.Path,
            checkpoints: run_checkpoints.RunCheckpoints,
            signals: preemption.Preemption):
   """The mesh, the input, the model, its optimizer and objective, and the
-  compiled steps; with a fresh run's initialiser, compiled beside them
-  (None when the run resumes)."""
+  compiled steps (not for a run its newest checkpoint finished); with a
+  fresh run's initialiser, compiled beside them (None when the run
+  resumes)."""
   mesh = sharding.make_mesh(config.fsdp)
   replicated = sharding.replicated(mesh)
   inputs = data.create_input(config, mesh)
@@ -206,19 +213,24 @@ def build(config, workdir: pathlib.Path,
         f'and {config.model} also keeps BatchNorm statistics, which would not '
         'match the average: set --config.ema_decay=0 for it.')
   objective = _objective(config, model, inputs.num_classes, replicated)
+  run = Run(config, workdir, checkpoints, inputs, plan, model, schedule,
+            state_shapes, functools.partial(
+                steps.compile_steps, config, inputs, state_shapes, step_key,
+                objective), step_key, replicated)
   with concurrent.futures.ThreadPoolExecutor(1) as beside:
     initializer = None if checkpoints.steps() else beside.submit(
         steps.initializer, *state_of)
-    compiled = steps.compile_steps(config, inputs, state_shapes, step_key,
-                                   objective)
+    # A rerun of a finished run compiles nothing (unless its newest
+    # checkpoint fails to restore: the loop compiles on first use).
+    if (checkpoints.latest_step() or 0) < plan.total_steps:
+      run.compiled = run.compile_steps()
     initialize = initializer and initializer.result()
   if initialize is None:  # for a run whose checkpoints all fail to restore
     initialize = lambda: steps.initializer(*state_of)(init_key)
   else:
     initialize = functools.partial(initialize, init_key)
   stop_if_signalled(signals, checkpoints)
-  return Run(config, workdir, checkpoints, inputs, plan, model, schedule,
-              state_shapes, compiled, step_key, replicated), initialize
+  return run, initialize
 
 
 def restore_or_initialise(run: Run, initialize, pretrained,

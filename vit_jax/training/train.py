@@ -168,9 +168,9 @@ def _loop(run: startup.Run, at: startup.Progress,
   writer = metric_writer.MetricWriter(run.workdir, history)
   throughput = _throughput(run, step)
   batches = run.inputs.train_batches(at.position)
-  dispatcher = dispatch.Dispatcher(run.compiled, run.inputs, run.step_key)
   try:
     if step < plan.total_steps:
+      dispatcher = dispatch.Dispatcher(run.compiled, run.inputs, run.step_key)
       startup.stop_if_signalled(signals, checkpoints)  # restoring was the last phase
     while step < plan.total_steps:
       count = dispatcher.next_call_steps(plan.steps_to_next_event(step))
