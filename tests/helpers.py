@@ -326,6 +326,25 @@ def random_params(module, *inputs, seed: int = 0, **kwargs):
       jax.eval_shape(init, jax.random.key(0), *inputs)['params'], seed)
 
 
+def random_cnn_variables(module, images, seed: int = 0) -> dict:
+  """A CNN's variables drawn in numpy, never initialised: kernels
+  N(0, 1 / fan-in), as an initialisation keeps the activations' scale, and
+  the BatchNorm variances positive."""
+  import jax  # pylint: disable=g-import-not-at-top
+  import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
+  rng = np.random.default_rng(seed)
+
+  def draw(path, a):
+    if path[-1].key == 'var':
+      return jnp.asarray(rng.uniform(0.5, 1.5, a.shape), a.dtype)
+    fan_in = np.prod(a.shape[:-1]) if a.ndim > 1 else 1
+    return jnp.asarray(rng.standard_normal(a.shape) / np.sqrt(fan_in),
+                       a.dtype)
+
+  return jax.tree.map_with_path(draw, jax.eval_shape(
+      lambda: module.init(jax.random.key(0), images, train=False)))
+
+
 def random_vit_params(model, image_size: int, seed: int = 0) -> dict:
   """`random_params` of a ViT for `image_size` images, as numpy arrays."""
   import jax  # pylint: disable=g-import-not-at-top

@@ -1,6 +1,8 @@
 """The study's CNN baselines: shapes, BatchNorm behaviour, dtype, the stage
 features locality guidance reads."""
 
+import functools
+
 import flax
 import jax
 import jax.numpy as jnp
@@ -11,6 +13,7 @@ from vit_jax.models import SimpleCNN
 from vit_jax.models import SmallResNet
 from vit_jax.models import cnn
 from tests.helpers import normal
+from tests.helpers import random_cnn_variables
 
 MODELS = [SimpleCNN, SmallResNet]
 
@@ -21,8 +24,9 @@ def _images(batch=4, seed=0):
 
 @pytest.mark.parametrize('model_class', MODELS)
 def test_output_shape_and_collections(model_class):
-  logits, variables = model_class(num_classes=7).init_with_output(
-      jax.random.key(0), _images(), train=False)
+  logits, variables = jax.eval_shape(functools.partial(
+      model_class(num_classes=7).init_with_output, train=False),
+                                     jax.random.key(0), _images())
   assert logits.shape == (4, 7)
   assert logits.dtype == jnp.float32
   assert set(variables) == {'params', 'batch_stats'}
@@ -32,7 +36,7 @@ def test_output_shape_and_collections(model_class):
 def test_batch_stats_change_only_in_training(model_class):
   model = model_class()
   images = _images()
-  variables = model.init(jax.random.key(0), images, train=False)
+  variables = random_cnn_variables(model, images)
 
   _, updated = model.apply(variables, images, train=True,
                            mutable=['batch_stats'])
@@ -48,7 +52,7 @@ def test_batch_stats_change_only_in_training(model_class):
 def test_eval_uses_running_statistics(model_class):
   model = model_class()
   images = _images(batch=6)
-  variables = model.init(jax.random.key(0), images, train=False)
+  variables = random_cnn_variables(model, images)
   _, stats = model.apply(variables, images, train=True, mutable=['batch_stats'])
   variables = {'params': variables['params'], **stats}
 
@@ -64,8 +68,8 @@ def test_eval_uses_running_statistics(model_class):
 
 
 def test_small_resnet_projects_only_where_the_shape_changes():
-  params = SmallResNet().init(
-      jax.random.key(0), _images(), train=False)['params']
+  params = jax.eval_shape(functools.partial(SmallResNet().init, train=False),
+                          jax.random.key(0), _images())['params']
   projected = sorted(name for name, block in params.items()
                      if 'shortcut_conv' in block)
   assert projected == ['stage2_block1', 'stage3_block1']
@@ -77,7 +81,7 @@ def test_small_resnet_projects_only_where_the_shape_changes():
 @pytest.mark.parametrize('model_class', MODELS)
 def test_bfloat16_forward_is_finite_and_close_to_float32(model_class):
   images = _images()
-  variables = model_class().init(jax.random.key(0), images, train=False)
+  variables = random_cnn_variables(model_class(), images)
   high = model_class().apply(variables, images, train=False)
   low = model_class(dtype=jnp.bfloat16).apply(variables, images, train=False)
   assert low.dtype == jnp.float32
@@ -91,7 +95,7 @@ def test_bfloat16_forward_is_finite_and_close_to_float32(model_class):
 ])
 def test_each_stage_sows_the_feature_map_it_ends_with(model_class, shapes):
   model = model_class(num_classes=7)
-  variables = model.init(jax.random.key(0), _images(), train=False)
+  variables = random_cnn_variables(model, _images())
   features = cnn.stage_features(model, variables, _images(seed=1))
   assert [f.shape[1:] for f in features] == shapes
   assert model.feature_widths == tuple(shape[-1] for shape in shapes)

@@ -1,13 +1,13 @@
 """Locality guidance: a ViT's guided blocks imitate a trained CNN run's stage
 features in training, and what the run leaves is a plain ViT."""
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
 from tests.helpers import history
 from tests.helpers import normal
+from tests.helpers import random_cnn_variables
 from tests.helpers import tiny_config
 from vit_jax.checkpoints import export
 from vit_jax.checkpoints import reading
@@ -22,23 +22,6 @@ from vit_jax.training import train
 # The tiny SimpleCNN of `trained_cnn_run` (widths 4, 4, 8, 8, 8) ends its
 # stages in 4, 8 and 8 channels.
 TINY_CNN_STAGES = (4, 8, 8)
-
-
-def _random_variables(module, images):
-  """`module`'s variables drawn in numpy, never initialised: kernels
-  N(0, 1 / fan-in), as an initialisation keeps the activations' scale, and
-  the BatchNorm variances positive."""
-  rng = np.random.default_rng(0)
-
-  def draw(path, a):
-    if path[-1].key == 'var':
-      return jnp.asarray(rng.uniform(0.5, 1.5, a.shape), a.dtype)
-    fan_in = np.prod(a.shape[:-1]) if a.ndim > 1 else 1
-    return jnp.asarray(rng.standard_normal(a.shape) / np.sqrt(fan_in),
-                       a.dtype)
-
-  return jax.tree.map_with_path(draw, jax.eval_shape(
-      lambda: module.init(jax.random.key(0), images, train=False)))
 
 
 def test_imitation_is_the_mean_squared_error_on_the_larger_grid():
@@ -64,7 +47,7 @@ def test_imitation_is_the_mean_squared_error_on_the_larger_grid():
 def test_the_objective_adds_the_weighted_imitation_of_the_cnn_to_any_base(
     module):
   images = normal((3, 32, 32, 3), 2)
-  variables = _random_variables(module, images)
+  variables = random_cnn_variables(module, images)
   guide = locality_guidance.Guide(module, variables, 'cnn', weight=2.5)
   maps = tuple(normal((3, 8, 8, width), 3 + k)
                for k, width in enumerate(module.feature_widths))
