@@ -328,8 +328,8 @@ def random_params(module, *inputs, seed: int = 0, **kwargs):
 
 def random_cnn_variables(module, images, seed: int = 0) -> dict:
   """A CNN's variables drawn in numpy, never initialised: kernels
-  N(0, 1 / fan-in), as an initialisation keeps the activations' scale, and
-  the BatchNorm variances positive."""
+  N(0, 1 / fan-in), as an initialisation keeps the activations' scale, the
+  BatchNorm variances U(0.5, 1.5), every other vector N(0, 1)."""
   import jax  # pylint: disable=g-import-not-at-top
   import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
   rng = np.random.default_rng(seed)

@@ -167,6 +167,7 @@ def test_rerunning_a_finished_run_does_not_train_again(cifar10_binary,
   first = train.train_and_evaluate(config, tmp_path)
   before = history(tmp_path)
   caplog.set_level('INFO')
+  caplog.clear()
   again = train.train_and_evaluate(config, tmp_path)
   assert history(tmp_path) == before
   assert again == first

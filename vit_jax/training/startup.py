@@ -122,8 +122,8 @@ def stop_if_signalled(signals: preemption.Preemption,
 
 @dataclasses.dataclass
 class Run:
-  """What start-up builds for the loop: the run's parts, and its steps
-  compiled on first use."""
+  """What start-up builds for the loop: the run's parts, and its steps,
+  compiled by `build` or else on first use."""
   config: ml_collections.ConfigDict
   workdir: pathlib.Path
   checkpoints: run_checkpoints.RunCheckpoints
@@ -193,9 +193,9 @@ def build(config, workdir: pathlib.Path,
            checkpoints: run_checkpoints.RunCheckpoints,
            signals: preemption.Preemption):
   """The mesh, the input, the model, its optimizer and objective, and the
-  compiled steps (not for a run its newest checkpoint finished); with a
-  fresh run's initialiser, compiled beside them (None when the run
-  resumes)."""
+  compiled steps (not when the newest checkpoint holds the last step); and
+  what makes a fresh state: for a fresh run, an initialiser compiled beside
+  the steps."""
   mesh = sharding.make_mesh(config.fsdp)
   replicated = sharding.replicated(mesh)
   inputs = data.create_input(config, mesh)

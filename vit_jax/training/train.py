@@ -161,6 +161,10 @@ def _loop(run: startup.Run, at: startup.Progress,
   signal. Returns the history."""
   plan, checkpoints = run.plan, run.checkpoints
   state, sums, history, step = at.state, at.sums, at.history, at.step
+  # Start-up compiled the steps, unless the newest checkpoint held the
+  # last step and an older one restored: then now, before the clocks start.
+  dispatcher = (dispatch.Dispatcher(run.compiled, run.inputs, run.step_key)
+                if step < plan.total_steps else None)
   best = best_checkpoint.BestCheckpoint(
       run.workdir, run.config.keep_best_checkpoint, history, step,
       checkpoints.steps(), run.config.keep_checkpoints,
@@ -170,7 +174,6 @@ def _loop(run: startup.Run, at: startup.Progress,
   batches = run.inputs.train_batches(at.position)
   try:
     if step < plan.total_steps:
-      dispatcher = dispatch.Dispatcher(run.compiled, run.inputs, run.step_key)
       startup.stop_if_signalled(signals, checkpoints)  # restoring was the last phase
     while step < plan.total_steps:
       count = dispatcher.next_call_steps(plan.steps_to_next_event(step))
