@@ -1,8 +1,8 @@
 """What a run builds before its loop (`train.train_and_evaluate`): the
 workdir held and checked, then the mesh, input, model, optimizer, objective
-and compiled steps (`build`), then the newest checkpoint restored or a fresh
-state made (`restore_or_initialise`), and the run's record written
-(`record_run`). A stop signal between these phases ends the run with
+and compiled steps (`build`; none for a finished run), then the newest
+checkpoint restored or a fresh state made (`restore_or_initialise`), and
+the run's record written (`record_run`). A stop signal between these phases ends the run with
 nothing new to save (`stop_if_signalled`).
 """
 
