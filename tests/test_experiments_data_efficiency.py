@@ -228,16 +228,16 @@ def _round_two_late(epochs):
 
 
 def _round_three(epochs):
-  """Round three's rows at seed 0 at a budget of [30, 100]: at the last the
-  CNNs with the ViT's best augmentation first; at each the longer MAE
+  """Round three's rows at seed 0 at a budget of [30, 100]: at each the
+  CNNs with the ViT's best augmentation first, and the longer MAE
   pre-training just before the row that reads it."""
+  cnns = [(model, ('trivial_augment',), epochs, 0)
+          for model in ('simple_cnn', 'small_resnet')]
   if epochs == 100:
     *rows, longer = [('vit', ingredients, 100, 0)
                      for ingredients in recipes.ROUND_THREE]
-    return [('simple_cnn', ('trivial_augment',), 100, 0),
-            ('small_resnet', ('trivial_augment',), 100, 0), *rows,
-            ('vit', (recipes.PRETRAINING,), 300, 0), longer]
-  return [('vit', (recipes.PRETRAINING,), 100, 0)] + [
+    return cnns + [*rows, ('vit', (recipes.PRETRAINING,), 300, 0), longer]
+  return cnns + [('vit', (recipes.PRETRAINING,), 100, 0)] + [
       ('vit', ingredients, 30, 0)
       for ingredients in recipes.ROUND_THREE_FIRST_BUDGET]
 
@@ -882,6 +882,14 @@ def test_the_longer_mae_pretraining_is_the_100_epoch_rows(tmp_path,
   assert distilled['distillation_teacher'] == (
       tmp_path / 'simple_cnn_study_e30_seed0')
   assert distilled['model_overrides.distillation_token'] is True
+  # The 100-epoch best row's levers at 30 epochs: the same pre-training,
+  # both teachers the SmallResNet with TrivialAugment of the first budget.
+  whole = dict(trained)['vit_study+distillation+locality_guidance+'
+                        'trivial_augment+resnet_teacher+long_mae_e30_seed0']
+  assert whole['init_from'] == tmp_path / pretraining
+  assert whole['distillation_teacher'] == whole[
+      'locality_guidance_teacher'] == (
+          tmp_path / 'small_resnet_study+trivial_augment_e30_seed0')
   # At 100 epochs, the best row reads the 300-epoch pre-training, trained
   # just before it, and its own budget's teacher.
   longer = 'vit_study+mae_pretraining_e300_seed0'

@@ -133,9 +133,9 @@ def _rows_in_order(workdir: pathlib.Path, budgets: list[int],
   `recipes.ROUND_TWO_FIRST` (seed 0), so that one of them can carry the
   conclusion, seeds 1 and 2 of `conclusion_rows` (chosen when the runner
   gets there, from the seed-0 runs then finished, in `workdir` or
-  `landed`), at the last budget the CNNs with `recipes.CNN_ROUND_THREE`,
-  round three (at the last budget the levers on the ViT's best recipe, at
-  the first `recipes.ROUND_THREE_FIRST_BUDGET`) (seed 0), the rest of round
+  `landed`), round three (at the last budget the levers on the ViT's best
+  recipe, at the first `recipes.ROUND_THREE_FIRST_BUDGET`), after the CNNs
+  with `recipes.CNN_ROUND_THREE` there (seed 0), the rest of round
   two, each followed by the seeds of a row it makes the best: a short
   budget's conclusion lands before the longer budgets' rows; last, the
   other steps at the longer budgets. Then the long budgets' rows
@@ -177,11 +177,11 @@ def _rows_in_order(workdir: pathlib.Path, budgets: list[int],
 
   for epochs in budgets:
     last = epochs == budgets[-1]
-    cnns = [(model, ingredients) for ingredients in recipes.CNN_ROUND_THREE
-            for model in ('simple_cnn', 'small_resnet')] if last else []
     round_three = [('vit', ingredients) for ingredients in (
         recipes.ROUND_THREE if last else
         recipes.ROUND_THREE_FIRST_BUDGET if epochs == first else [])]
+    cnns = [(model, ingredients) for ingredients in recipes.CNN_ROUND_THREE
+            for model in ('simple_cnn', 'small_resnet')] if round_three else []
     for stage in ([('vit', r) for r in recipes.ROUND_TWO_FIRST], cnns,
                   round_three, [row for row in round_two_rest
                                 if not (last and row in late)]):
