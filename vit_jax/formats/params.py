@@ -17,7 +17,6 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
-import scipy.ndimage
 
 from vit_jax.errors import CheckpointError
 from vit_jax.models import inference
@@ -187,6 +186,9 @@ def resize_patch_grid(grid: np.ndarray, num_patches: int) -> np.ndarray:
   square = grid.reshape(old_side, old_side, -1).astype(
       np.promote_types(grid.dtype, np.float32))
   zoom = new_side / old_side
+  # Here, not at the top: scipy.ndimage is a fifth of the import time of
+  # every command, and only a resized checkpoint needs it.
+  import scipy.ndimage  # pylint: disable=g-import-not-at-top
   square = scipy.ndimage.zoom(square, (zoom, zoom, 1), order=1)
   return square.reshape(1, num_patches, -1).astype(grid.dtype)
 
