@@ -251,7 +251,7 @@ def test_locality_guidance_ranked_best_takes_its_seeds_before_the_other_levers(
   names = [name for name, _ in trained]
   first_seed = next(i for i, (_, overrides) in enumerate(trained)
                     if overrides['seed'])
-  other_levers = names.index(  # round three's first row at the last budget
+  other_levers = names.index(  # round three's first row ([30]: the last budget)
       f'simple_cnn_{recipes.recipe_name(recipes.CNN_ROUND_THREE[0])}_e30_seed0')
   # Ranked after locality guidance's runs trained, not before.
   assert names.index('vit_study+locality_guidance_e30_seed2') < other_levers

@@ -80,10 +80,10 @@ INGREDIENTS = dict([
     # pre-training (`SOURCE_EPOCHS`), 3.3 times the 30-epoch budget, 3 times
     # the 100-epoch one, 3.3 times the 300-epoch one.
     ('long_mae', {}),
-    # Both teachers the best CNN of the last budget, the SmallResNet with
-    # TrivialAugment (`TEACHERS`), in place of the SimpleCNN with the
-    # study's recipe: guidance imitates its three stages (32x32x16,
-    # 16x16x32, 8x8x64), as Li et al. guide with a ResNet's.
+    # Both teachers the SmallResNet with TrivialAugment of the same budget
+    # and seed (`TEACHERS`; the best CNN at 100 epochs), in place of the
+    # SimpleCNN with the study's recipe: guidance imitates its three stages
+    # (32x32x16, 16x16x32, 8x8x64), as Li et al. guide with a ResNet's.
     ('resnet_teacher', {}),
 ])
 
