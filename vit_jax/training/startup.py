@@ -2,8 +2,8 @@
 workdir held and checked, then the mesh, input, model, optimizer, objective
 and compiled steps (`build`; none for a finished run), then the newest
 checkpoint restored or a fresh state made (`restore_or_initialise`), and
-the run's record written (`record_run`). A stop signal between these phases ends the run with
-nothing new to save (`stop_if_signalled`).
+the run's record written (`record_run`). A stop signal between these
+phases ends the run with nothing new to save (`stop_if_signalled`).
 """
 
 from collections.abc import Callable
