@@ -5,6 +5,7 @@ import functools
 import subprocess
 import sys
 import time
+import warnings
 
 import pytest
 
@@ -803,6 +804,23 @@ def test_the_answer_across_budgets_compares_the_best_vit_with_the_best_cnn(
   assert lines[-1] == ('A pure ViT matches the best CNN, over three seeds, '
                        'at 300 epochs.')
   budgets.plot(records, tmp_path / 'budgets.png')
+  assert (tmp_path / 'budgets.png').stat().st_size > 0
+
+
+@pytest.mark.parametrize('vit_recipes', [
+    (), ('study',), ('study', 'study+distillation', 'study+spt_lsa')])
+def test_the_figures_draw_whole_at_any_number_of_vit_rows(tmp_path,
+                                                         vit_recipes):
+  """Before the ViT's runs land, with one, with several: matplotlib fits
+  every title, label and legend (it warns where a layout cannot)."""
+  records = [_record('small_resnet', 'study', 0.71),
+             _record('simple_cnn', 'study', 0.66),
+             *(_record('vit', recipe, 0.5) for recipe in vit_recipes)]
+  with warnings.catch_warnings():
+    warnings.simplefilter('error')
+    run.plot(records, tmp_path / 'ablation.png')
+    budgets.plot(records, tmp_path / 'budgets.png')
+  assert (tmp_path / 'ablation.png').stat().st_size > 0
   assert (tmp_path / 'budgets.png').stat().st_size > 0
 
 

@@ -34,6 +34,11 @@ def _mean_and_spread(group: list[dict]) -> tuple[float, float]:
                              else 0.0)
 
 
+def _ingredient_lines(recipe: str) -> str:
+  return '\n'.join(f'+ {ingredient}'
+                   for ingredient in recipes.ingredients_of(recipe)) or recipe
+
+
 def plot(records: list[dict], path: pathlib.Path):
   plt = plotting.pyplot()
   rows = best_rows(records)
@@ -44,6 +49,8 @@ def plot(records: list[dict], path: pathlib.Path):
            ('small_resnet', 'SmallResNet, best recipe', 'tab:green', 'v'))
   for key, label, color, marker in lines:
     budgets = [epochs for epochs in rows if key in rows[epochs]]
+    if not budgets:  # no runs yet: no legend entry either
+      continue
     points = [_mean_and_spread(rows[epochs][key][1]) for epochs in budgets]
     ax.errorbar(budgets, [mean for mean, _ in points],
                 yerr=[spread for _, spread in points], color=color,
@@ -52,8 +59,7 @@ def plot(records: list[dict], path: pathlib.Path):
       # Under each budget's tick, where no line runs: beside its point the
       # list crossed the CNNs' lines.
       for epochs in budgets:
-        ingredients = recipes.ingredients_of(rows[epochs][key][0])
-        ax.annotate('best ViT:\n+ ' + '\n+ '.join(ingredients),
+        ax.annotate('best ViT:\n' + _ingredient_lines(rows[epochs][key][0]),
                     (epochs, 0), xycoords=('data', 'axes fraction'),
                     textcoords='offset points', xytext=(0, -16), ha='center',
                     va='top', fontsize=6, color=color, annotation_clip=False)
@@ -65,7 +71,7 @@ def plot(records: list[dict], path: pathlib.Path):
   # Below the tallest ingredient list.
   ax.set_xlabel('training budget (epochs over the 5,000 images)',
                 labelpad=6 + 7 * max(
-                    (len(recipes.ingredients_of(row['vit'][0])) + 1
+                    (_ingredient_lines(row['vit'][0]).count('\n') + 2
                      for row in rows.values() if 'vit' in row), default=0))
   ax.set_ylabel('best test accuracy (%), mean ± std over seeds')
   ax.set_title('Does a pure ViT catch the CNNs with a longer budget?')

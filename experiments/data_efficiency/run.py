@@ -202,7 +202,8 @@ def plot(records: list[dict], path: pathlib.Path):
                  key=recipes.rank)
   fig, axes = plt.subplots(
       1, len(budgets), sharex=True, sharey=True, squeeze=False,
-      figsize=(3.5 + 3.2 * len(budgets), 1.6 + 0.2 * len(shown)))
+      figsize=(3.5 + 3.2 * len(budgets), 2.5 + 0.2 * len(shown)),
+      layout='constrained')  # room for the legend below, whatever the rows
   cnn_recipes = [('study', 'tab:red', 'study'),
                  (recipes.recipe_name(recipes.CNN_AUGMENTED), 'tab:green',
                   'augmented')] + [
@@ -232,17 +233,16 @@ def plot(records: list[dict], path: pathlib.Path):
     ax.set_title(f'{epochs} epochs')
     ax.set_xlabel('best test accuracy (%)', fontsize=9)
     ax.grid(alpha=0.3, axis='x')
-  axes[0][0].set_yticks(range(len(shown)),
-                        [recipes.label(recipe, shown) for recipe in shown],
-                        fontsize=7)
-  axes[0][0].set_ylim(len(shown) - 0.5, -0.5)  # the ablation's order, down
+  if shown:
+    axes[0][0].set_yticks(range(len(shown)),
+                          [recipes.label(recipe, shown) for recipe in shown],
+                          fontsize=7)
+    axes[0][0].set_ylim(len(shown) - 0.5, -0.5)  # the ablation's order, down
   fig.suptitle('The ViT-Tiny\'s recipes on 5,000 CIFAR-10 images, against '
                'the CNNs\' (lines: their means over the seeds)', fontsize=10)
   ordered = sorted(legend, key=lambda name: not name.startswith('ViT'))
   fig.legend([legend[name] for name in ordered], ordered, fontsize=7,
-             ncol=4, loc='lower center')
-  fig.tight_layout(rect=(0, 0.06 + 0.4 / len(shown) if shown else 0.1, 1,
-                         1))
+             ncol=4, loc='outside lower center')
   plotting.save_figure(fig, path)
 
 
