@@ -224,10 +224,9 @@ def plot(records: list[dict], path: pathlib.Path):
           capsize=2, color='tab:blue',
           markerfacecolor='tab:blue' if seeds > 1 else 'white')
     for model, style in (('simple_cnn', '--'), ('small_resnet', ':')):
-      for recipe, color, name in cnn_recipes:
+      for recipe, color, recipe_label in cnn_recipes:
         if (epochs, model, recipe) in groups:
-          name = f'{runs.NAMES[model]}, {name}'
-          legend[name] = ax.axvline(
+          legend[f'{runs.NAMES[model]}, {recipe_label}'] = ax.axvline(
               recipes.accuracies(groups[epochs, model, recipe]).mean(),
               linestyle=style, color=color)
     ax.set_title(f'{epochs} epochs')
