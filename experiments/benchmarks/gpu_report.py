@@ -15,6 +15,8 @@ INPUT_OVER_B16_TARGET = 1.2
 # experiments/small_data): a GPU run within two standard deviations.
 STUDY_ACCURACY = (0.509, 0.006)
 B16 = gpu_plan.B16
+# The batch a model's target names where its rows were not measured.
+PLANNED_BATCH = {label: batch for label, _, batch in gpu_plan.VIT_MODELS}
 
 
 def _measured(rows: list[dict], section: str, **fields) -> list[dict]:
@@ -123,7 +125,8 @@ def _targets(results: dict) -> list[str]:
     met = None if ratio is None else ratio >= over_timm and (
         share is None or (ours['peak_share'] or 0) >= share)
     lines.append([
-        f'{model} train step, batch {ours.get("batch_size", "")}: {goal}',
+        f'{model} train step, batch '
+        f'{ours.get("batch_size", PLANNED_BATCH[model])}: {goal}',
         f'{ratio:.2f}x ({ours["variant"]} against {timm["variant"]}), '
         f'{_percent(ours["peak_share"])} of peak' if ratio else '',
         _status(met)])

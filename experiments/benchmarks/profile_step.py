@@ -105,7 +105,7 @@ def _per_step(kinds: collections.Counter, order, events: list[dict],
 # 'optimizer'); the first match wins.
 DEVICE_KINDS = (
     ('attention (cuDNN)', re.compile(r'cudnn|fmha|sdpa|flash', re.I)),
-    ('matmuls', re.compile(r'gemm|cublas|cutlass|xmma|wgmma|matmul|\bdot',
+    ('matmuls', re.compile(r'gemm|nvjet|cublas|cutlass|xmma|wgmma|matmul|\bdot',
                            re.I)),
     ('optimizer update', re.compile(r'optimizer')),
     ('layer norms and other reductions', re.compile(r'reduce|norm', re.I)),
