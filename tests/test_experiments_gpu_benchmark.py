@@ -108,7 +108,7 @@ def test_the_readme_section_is_the_report_and_summarize_only_rewrites_it(
           '|') in section
   assert ('| the study end to end, cold compilation cache, < 15 s |  | not '
           'measured |') in section
-  assert '| ViT-L/16 train step, batch : >= 1.3x timm\'s best' in section
+  assert '| ViT-L/16 train step, batch 128: >= 1.3x timm\'s best' in section
   # The rest of the README is untouched.
   committed = (HERE / 'README.md').read_text()
   assert readme.read_text().split(section) == committed.split(
@@ -206,6 +206,8 @@ def test_smoke_measures_every_section_into_json_and_readme(tmp_path):
   assert results['finished'] and results['smoke']
   assert set(results['versions']) >= {'jax', 'cuda', 'cudnn'}
   assert results['date'] and results['matmul']['tflop_per_second'] > 0
+  landed = [row['at_seconds'] for row in results['rows']]
+  assert landed == sorted(landed) and 0 < landed[-1] <= results['seconds']
   by_section = {}
   for row in results['rows']:
     by_section.setdefault(row['section'], []).append(row)
@@ -215,6 +217,7 @@ def test_smoke_measures_every_section_into_json_and_readme(tmp_path):
   assert one_step['overrides']['steps_per_dispatch'] == 1
   for study in cold, warm, one_step:
     assert study['end_to_end_seconds'] > study['train_seconds'] > 0
+    assert study['train_images_per_second'] > 0
     assert any('Compiled the train' in line for line in study['log'])
   assert any('from the compilation cache' in line for line in warm['log'])
   assert results['summary']['study_cold_seconds'] == (

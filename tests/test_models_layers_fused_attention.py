@@ -12,11 +12,14 @@ from tests.helpers import normal
 from tests.helpers import random_params
 
 
+@pytest.mark.parametrize('token_multiple', [2, 64])
 @pytest.mark.parametrize('tokens', [17, 65, 197])
-def test_padded_fused_attention_is_the_unpadded_function(tokens):
-  """cuDNN's path (tokens padded to a multiple of 64, the padding masked by
-  sequence lengths, then sliced off) through the XLA kernel, which runs
-  here: the plain attention's outputs and gradients."""
+def test_padded_fused_attention_is_the_unpadded_function(tokens,
+                                                         token_multiple):
+  """cuDNN's path (tokens padded to a multiple of 2, cuDNN's default, or
+  of 64, the padding masked by sequence lengths, then sliced off) through
+  the XLA kernel, which runs here: the plain attention's outputs and
+  gradients."""
   q, k, v = normal((3, 2, tokens, 4, 16), seed=tokens)
   scale = 16**-0.5
 
@@ -25,7 +28,8 @@ def test_padded_fused_attention_is_the_unpadded_function(tokens):
     return jnp.einsum('bhqk,bkhe->bqhe', jax.nn.softmax(logits), v)
 
   def padded(q, k, v):
-    return fused_attention.attend(q, k, v, scale=scale, implementation='xla')
+    return fused_attention.attend(q, k, v, scale=scale, implementation='xla',
+                                  token_multiple=token_multiple)
 
   cotangent = normal(q.shape, seed=1)
   for f in (plain, padded):
@@ -42,7 +46,7 @@ def test_padded_fused_attention_is_the_unpadded_function(tokens):
 def test_cudnn_attention_in_the_module_pads_and_slices_before_the_output(
     monkeypatch):
   """The module's cuDNN path, its kernel swapped for XLA's so that it runs
-  here: the einsum path's outputs at 17 tokens (padded to 64)."""
+  here: the einsum path's outputs at 17 tokens (padded to 18)."""
   monkeypatch.setitem(fused_attention.KERNELS, 'cudnn',
                       ('xla', fused_attention.CUDNN_TOKEN_MULTIPLE))
   x = normal((2, 17, 32))

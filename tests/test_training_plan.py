@@ -1,4 +1,5 @@
-"""The run in steps: epochs become steps, intervals default to an epoch."""
+"""The run in steps: epochs become steps, intervals default to an epoch,
+an epoch's checkpoint waits its seconds."""
 
 from tests.helpers import tiny_config
 from vit_jax.training import plan
@@ -8,9 +9,22 @@ def test_epochs_become_steps_and_intervals_default_to_an_epoch():
   epochs = plan.step_plan(tiny_config('', num_epochs=3, warmup_epochs=1), 7)
   assert (epochs.total_steps, epochs.warmup_steps, epochs.log_every,
           epochs.eval_every, epochs.checkpoint_every) == (21, 7, 7, 7, 7)
+  assert epochs.checkpoint_min_seconds == 30
   steps = plan.step_plan(
       tiny_config('', total_steps=100, warmup_steps=10, log_every_steps=5,
                   eval_every_steps=20, checkpoint_every_steps=50), 7)
   assert (steps.total_steps, steps.warmup_steps, steps.log_every,
           steps.eval_every, steps.checkpoint_every) == (100, 10, 5, 20, 50)
+  assert steps.checkpoint_min_seconds == 0  # an interval set in steps is kept
   assert steps.epoch(14) == 2.0
+
+
+def test_an_epochs_checkpoint_is_taken_once_its_seconds_have_passed():
+  now = [100.0]
+  pace = plan.CheckpointPace(30, clock=lambda: now[0])
+  answers = []
+  for now[0] in (110, 129.9, 130, 140, 159, 161):
+    answers.append(pace.due())
+  assert answers == [False, False, True, False, False, True]
+  every_time = plan.CheckpointPace(0, clock=lambda: now[0])
+  assert all(every_time.due() for _ in range(3))

@@ -144,7 +144,15 @@ FIELDS: dict[str, Field] = {
                               '0: once an epoch.', may_change_on_resume=True),
     'checkpoint_every_steps': Field(0, 'Checkpointed every N steps (and at the '
                                     'last, and on SIGTERM); 0: once an '
-                                    'epoch.', may_change_on_resume=True),
+                                    'epoch, at most every '
+                                    'checkpoint_min_seconds.',
+                                    may_change_on_resume=True),
+    'checkpoint_min_seconds': Field(
+        30.0, 'With checkpoint_every_steps 0, an epoch\'s checkpoint is '
+        'skipped while the last began less than this many seconds ago, so '
+        'that a run of short epochs (a small model on a GPU) trains rather '
+        'than saves; the last step and a stop signal always save. 0: every '
+        'epoch.', may_change_on_resume=True),
     'keep_checkpoints': Field(2, 'Newest checkpoints kept in the workdir.',
                               may_change_on_resume=True),
     'keep_best_checkpoint': Field(
@@ -221,10 +229,11 @@ _POSITIVE = ('batch_size', 'eval_batch_size', 'image_size', 'learning_rate',
              'distillation_temperature')
 _NON_NEGATIVE = ('total_steps', 'num_epochs', 'warmup_steps', 'warmup_epochs',
                  'steps_per_dispatch', 'log_every_steps', 'eval_every_steps',
-                 'checkpoint_every_steps', 'train_examples',
-                 'train_examples_per_file', 'test_examples', 'weight_decay',
-                 'grad_clip_norm', 'locality_guidance_weight', 'cpu_devices',
-                 'mixup_alpha', 'cutmix_alpha', 'rand_augment_ops')
+                 'checkpoint_every_steps', 'checkpoint_min_seconds',
+                 'train_examples', 'train_examples_per_file', 'test_examples',
+                 'weight_decay', 'grad_clip_norm', 'locality_guidance_weight',
+                 'cpu_devices', 'mixup_alpha', 'cutmix_alpha',
+                 'rand_augment_ops')
 _FRACTIONS = ('label_smoothing', 'ema_decay')
 
 

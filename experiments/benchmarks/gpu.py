@@ -14,8 +14,9 @@ Measures, in this order, each section within its time budget
   (ViT-Tiny, 30 epochs) in a process of its own, from its start to its
   summary.json, and its training time alone (summary.json's
   train_seconds); first, while the GPU is free, with a fresh compilation
-  cache ("cold"), then again with the cache it filled ("warm"), then warm
-  with one train step a call (`--config.steps_per_dispatch=1`);
+  cache ("cold"), then again with the cache it filled ("warm"), then 6
+  epochs warm with one train step a call (`--config.steps_per_dispatch=1`),
+  each with its images/s in training (its records' median);
 - a large bf16 matmul's TFLOP/s, then the train step of ViT-B/16 (batch
   256), ViT-L/16 (128) and ViT-Ti/16 (256) at 224 px in bfloat16 (or the
   largest batch below that fits), ours with the einsum attention and with
@@ -34,7 +35,8 @@ Measures, in this order, each section within its time budget
   with one worker process per core.
 
 Every row lands in --output (gpu_results.json beside this file: device,
-versions, environment, rows, summary) and in the README's GPU section as it
+versions, environment, rows with the second each landed, summary) and in
+the README's GPU section as it
 completes, both written whole, so a killed run keeps what it measured.
 `--summarize_only` rewrites the README's section from --output.
 `--smoke` runs the same code on the CPU at tiny sizes (`gpu_plan.SMOKE`).
@@ -134,6 +136,8 @@ class Results:
     self.data = {**header, 'rows': [], 'summary': {}, 'finished': False}
 
   def add(self, row: dict):
+    # When it landed, so that the next plan's budgets can be read off.
+    row = {**row, 'at_seconds': round(time.monotonic() - self.start, 1)}
     self.data['rows'].append(row)
     print(gpu_report.row_line(row), flush=True)
     self.write()
@@ -194,12 +198,15 @@ def measure(plan: gpu_plan.Plan, results: Results, clock: Clock,
       last = time.monotonic() - start
     for row in rows:
       results.add(row)
-    # timm at its best on the first model stands for it on the others.
+    # timm at its best on the first model stands for it on the others,
+    # which then take about as long less the others' setup (timm builds
+    # its modes one after another).
     timm = [r for r in rows if r['implementation'] == 'timm' and
             'images_per_second' in r]
     if timm:
-      timm_modes = (max(timm, key=lambda r: r['images_per_second'])[
-          'variant'],)
+      best = max(timm, key=lambda r: r['images_per_second'])
+      timm_modes = (best['variant'],)
+      last -= sum(r['setup_seconds'] for r in timm if r is not best)
   if worker:
     worker.close()  # its GPU memory goes back before the traces
   planned = dict(plan.budgets)  # --quick plans no time for the rest

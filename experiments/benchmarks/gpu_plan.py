@@ -59,10 +59,13 @@ TI16 = 'ViT-Ti/16'
 VIT_MODELS = ((B16, 'ViT-B_16', 256), (L16, 'ViT-L_16', 128),
               (TI16, 'ViT-Ti_16', 256))
 
-# One H100 in under 9 minutes: 500 s of sections, the rest for starting
-# and for the last step of a section that runs over. (Measured on an H200,
-# 2026-11-26: the study 56 s; timm's torch.compile 42-52 s of setup a
-# model, ours 12 s an attention.)
+# One H100 in under 9 minutes: 510 s of sections, the rest for starting
+# and for the last step of a section that runs over. (Measured on an H100,
+# 2026-11-28, 546 s in all: the study 69 s cold, 36 s warm, and 30 epochs
+# of one step a call over 40 s; ViT-B/16's four contenders about 160 s,
+# timm's whole-step torch.compile 66 s of setup and its compiled model
+# 27 s, ours 14-19 s an attention; the profile over its 40 s. ViT-L/16,
+# ViT-Ti/16 and the input did not fit.)
 H100 = Plan(
     models=VIT_MODELS, attentions=('einsum', 'auto'), image_size=224,
     num_classes=1000, model_overrides={}, steps=10, rounds=3,
@@ -71,13 +74,13 @@ H100 = Plan(
     profile_models=2, profile_steps=3,
     input_image_size=224, input_batch_size=256, input_steps=10,
     input_rounds=2, jpeg_size=(500, 375),
-    budgets=(('study', 150), ('train step', 260), ('attention', 15),
-             ('profile', 40), ('input', 35)))
+    budgets=(('study', 110), ('train step', 290), ('attention', 15),
+             ('profile', 60), ('input', 35)))
 
 # When little GPU time is left: the ViT-B/16 pair and the study.
 QUICK = dataclasses.replace(
     H100, models=VIT_MODELS[:1], profile_models=0,
-    budgets=(('study', 150), ('train step', 110), ('attention', 0),
+    budgets=(('study', 110), ('train step', 170), ('attention', 0),
              ('profile', 0), ('input', 0)))
 
 _ONE_LAYER = dict(num_layers=1, hidden_size=32, num_heads=2, mlp_dim=64)

@@ -7,15 +7,16 @@ import jax
 import jax.numpy as jnp
 
 # cuDNN's fused attention trains only on an even token count (jax: "Unsupported
-# sequence length Q 197, KV 197"); `attend` pads the tokens to a
-# multiple of this and masks the padding. 64 gives ViT-B/16's 197 tokens the
-# 256 measured at 1.34 ms a layer on an H100 (issue 47).
-CUDNN_TOKEN_MULTIPLE = 64
+# sequence length Q 197, KV 197"); `attend` pads the tokens to a multiple of
+# this and masks the padding. The least padding is the fastest: ViT-B/16's
+# attention (batch 256, forward and backward) took 1.67 ms at 198 tokens
+# against 1.78 ms at 256 on an H100 (gpu.py, 2026-11-28).
+CUDNN_TOKEN_MULTIPLE = 2
 
 # For each fused choice, the kernel `jax.nn.dot_product_attention` runs (None:
 # jax's choice) and the multiple `attend` pads the tokens to.
 KERNELS = {'dot_product_attention': (None, 1),
-                 'cudnn': ('cudnn', CUDNN_TOKEN_MULTIPLE)}
+           'cudnn': ('cudnn', CUDNN_TOKEN_MULTIPLE)}
 
 
 def cudnn_applies(device: jax.Device, dtype, head_dim: int) -> bool:
@@ -36,8 +37,8 @@ def cudnn_applies(device: jax.Device, dtype, head_dim: int) -> bool:
 
 
 def attend(query: jax.Array, key: jax.Array, value: jax.Array, *,
-                    scale: float, implementation: str | None,
-                    token_multiple: int = CUDNN_TOKEN_MULTIPLE) -> jax.Array:
+           scale: float, implementation: str | None,
+           token_multiple: int = CUDNN_TOKEN_MULTIPLE) -> jax.Array:
   """softmax(q k^T * scale) v of (batch, tokens, heads, head_dim) arrays by
   `jax.nn.dot_product_attention(implementation=...)`, at any token count:
   the tokens are padded with zeros to a multiple of `token_multiple`, the
