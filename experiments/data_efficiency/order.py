@@ -292,8 +292,9 @@ def unfinished_runs(workdir: pathlib.Path, budgets: list[int],
       elif source.name in landed:
         # Gone with the workdir its record came from; the retrained run's
         # record replaces it.
-        print(f'retraining {source.name}: its checkpoint is not in '
-              f'{workdir}', flush=True)
+        print(f'training {source.name} again: the checkpoint its record '
+              f'came from is not in {workdir} (a retraining stopped midway '
+              'resumes)', flush=True)
       tried.add(source.name)
       yield (source, source_run[0], recipes.recipe_name(source_run[1]),
              run_overrides(*source_run))
