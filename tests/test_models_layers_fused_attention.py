@@ -13,13 +13,13 @@ from tests.helpers import random_params
 
 
 @pytest.mark.parametrize('token_multiple', [2, 64])
-@pytest.mark.parametrize('tokens', [17, 65, 197])
+@pytest.mark.parametrize('tokens', [16, 17, 65, 197])
 def test_padded_fused_attention_is_the_unpadded_function(tokens,
                                                          token_multiple):
   """cuDNN's path (tokens padded to a multiple of 2, cuDNN's default, or
-  of 64, the padding masked by sequence lengths, then sliced off) through
-  the XLA kernel, which runs here: the plain attention's outputs and
-  gradients."""
+  of 64, the padding masked by sequence lengths, then sliced off; 16
+  tokens need none at 2) through the XLA kernel, which runs here: the
+  plain attention's outputs and gradients."""
   q, k, v = normal((3, 2, tokens, 4, 16), seed=tokens)
   scale = 16**-0.5
 

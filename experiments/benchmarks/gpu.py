@@ -29,7 +29,7 @@ Measures, in this order, each section within its time budget
 - attention alone at ViT-B/16's shape, forward and backward: the einsum
   path and the fused kernel with the tokens padded to each multiple of
   `token_multiples` (the choice of fused_attention.CUDNN_TOKEN_MULTIPLE);
-- a jax.profiler trace of ViT-B/16's and ViT-L/16's steps, the kernels'
+- a jax.profiler trace of ViT-B/16's step, the kernels'
   time by kind of work (`profile_step.summarize_device`) and the heaviest;
 - `vit_jax.benchmark_input` at 224 px on synthetic JPEGs, with threads and
   with one worker process per core.
@@ -198,9 +198,9 @@ def measure(plan: gpu_plan.Plan, results: Results, clock: Clock,
       last = time.monotonic() - start
     for row in rows:
       results.add(row)
-    # timm at its best on the first model stands for it on the others,
-    # which then take about as long less the others' setup (timm builds
-    # its modes one after another).
+    # timm at its best on the first model stands for it on the others; the
+    # next model is estimated at this one's time less the dropped modes'
+    # setup (timm builds its modes one after another).
     timm = [r for r in rows if r['implementation'] == 'timm' and
             'images_per_second' in r]
     if timm:

@@ -104,7 +104,10 @@ def _per_step(kinds: collections.Counter, order, events: list[dict],
 # the trace gives them (`steps` scopes the optimizer's update as
 # 'optimizer'); the first match wins.
 DEVICE_KINDS = (
-    ('attention (cuDNN)', re.compile(r'cudnn|fmha|sdpa|flash', re.I)),
+    # Flash attention's kernels, and the cuDNN fusions of its backward pass.
+    ('attention (cuDNN)', re.compile(r'sdpa|fmha|flash|cudnn::fusion', re.I)),
+    # cuDNN's, by their XLA custom call (the patch embedding's).
+    ('convolutions', re.compile(r'cudnn-conv|implicit_gemm', re.I)),
     ('matmuls', re.compile(r'gemm|nvjet|cublas|cutlass|xmma|wgmma|matmul|\bdot',
                            re.I)),
     ('optimizer update', re.compile(r'optimizer')),

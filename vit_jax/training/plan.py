@@ -20,8 +20,8 @@ class StepPlan:
   log_every: int
   eval_every: int
   checkpoint_every: int
-  # A checkpoint's interval's is taken only this long after the last began
-  # (CheckpointPace): the epoch's default interval's, not one set in steps.
+  # Seconds an epoch's checkpoint waits after the last began
+  # (CheckpointPace); 0 when the interval is set in steps.
   checkpoint_min_seconds: float
 
   def epoch(self, step: int) -> float:
@@ -60,11 +60,10 @@ def step_plan(config, steps_per_epoch: int) -> StepPlan:
 class CheckpointPace:
   """Whether an interval's checkpoint is taken: when the last began at
   least `min_seconds` ago (or the loop started: a resumed run has its
-  checkpoint). On a GPU an epoch of a small model trains in less time than
-  a save takes (orbax: about 1 ms an array), so that every epoch's would
-  hold up training: the study's 30 epochs trained in 23.4 s on an H100,
-  against about 9 s at its first epoch's pace. The processes of a job take
-  process 0's answer, so that all save together."""
+  checkpoint). On a GPU a small model's epoch trains in less time than
+  orbax takes to save, so that a checkpoint every epoch would hold up
+  training (experiments/benchmarks/README.md, attempt 24). The processes
+  of a job take process 0's answer, so that all save together."""
 
   def __init__(self, min_seconds: float, clock=time.monotonic):
     self._min_seconds = min_seconds
