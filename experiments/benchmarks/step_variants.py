@@ -1,11 +1,13 @@
-r"""Attempts 13-16 of the optimisation log: the study ViT's train step with
-other dropout random generators and jax's attention, against our default.
+r"""A train step under variants, each in a fresh process, in alternating
+order by round: each run, then a table of medians (and, with --output, the
+runs as JSON).
 
   python experiments/benchmarks/step_variants.py --rounds=3
+  python experiments/benchmarks/step_variants.py --gpu --output=OUT.json
 
-Each variant runs `vit_jax.benchmark`'s train step (ViT-Tiny-CIFAR_4, batch
-128, augmented, 4 host devices) in a fresh process, in alternating order by
-round; prints each run and a table of medians.
+The study ViT's step on the CPU (`vit_jax.benchmark`'s: ViT-Tiny-CIFAR_4,
+batch 128, augmented, 4 host devices), attempts 13-16 of the optimisation
+log:
 
 - `hash`: our dropout (`vit_jax.models.layers.dropout`), the default.
 - `flax_threefry`, `flax_rbg`, `flax_unsafe_rbg`: `flax.linen.Dropout` with
@@ -14,23 +16,52 @@ round; prints each run and a table of medians.
   place of ours by hand, only to measure attempts 13-15 again.
 - `dot_product_attention`: the benchmark's
   `attention='dot_product_attention'`.
+
+With --gpu, ViT-B/16's step as `gpu.py` times it (batch 256, 224 px,
+bfloat16, no augmentation, attention 'auto'; `--smoke`: `gpu_plan.SMOKE`'s
+one-layer model, to run the code on a CPU), the candidates that the GPU
+profile names (the README's "Next"): its images/s and its compile time,
+each variant's XLA flags added to the process's. A variant that fails (a
+flag this XLA lacks, a kernel the device lacks) is a row saying so. Runs
+stop starting once --seconds have passed, so that it fits a device call:
+
+- `default`: the step as it trains.
+- `cudnn_layer_norm`: XLA rewrites the layer norms into cuDNN's kernels.
+- `cublaslt`: GEMMs through cuBLASLt, whose epilogues take bias and GELU.
+- `no_command_buffers`: each kernel launched on its own, not in CUDA
+  graphs (what a profile that names each kernel's HLO op costs).
+- `autotune_level_0`: no autotuning: the compile time against the step's.
+- `tokens_to_64`: cuDNN's attention with the tokens padded to a multiple of
+  64, as before attempt 23.
 """
 
 import argparse
 import json
+import os
 import pathlib
 import statistics
 import subprocess
 import sys
+import time
 
 from experiments.benchmarks import study_step
 
-VARIANTS = ('hash', 'flax_threefry', 'flax_rbg', 'flax_unsafe_rbg',
-            'dot_product_attention')
+CPU_VARIANTS = ('hash', 'flax_threefry', 'flax_rbg', 'flax_unsafe_rbg',
+                'dot_product_attention')
+# Each GPU variant's XLA flags (`tokens_to_64` changes the padding instead),
+# the first the most wanted: a spent budget cuts the last.
+GPU_VARIANTS = {
+    'default': '',
+    'cudnn_layer_norm': '--xla_gpu_enable_cudnn_layer_norm=true',
+    'cublaslt': '--xla_gpu_enable_cublaslt=true',
+    'no_command_buffers': '--xla_gpu_enable_command_buffer=',
+    'autotune_level_0': '--xla_gpu_autotune_level=0',
+    'tokens_to_64': '',
+}
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
-def run_variant(variant: str, steps: int) -> dict:
+def run_cpu_variant(variant: str, steps: int) -> dict:
   if variant.startswith('flax_'):
     _use_flax_dropout(variant.removeprefix('flax_'))
   attention = ('dot_product_attention' if variant == 'dot_product_attention'
@@ -39,6 +70,26 @@ def run_variant(variant: str, steps: int) -> dict:
   return {'variant': variant,
           'train_images_per_second': result['train_images_per_second'],
           'train_utilisation': result['train_utilisation']}
+
+
+def run_gpu_variant(variant: str, steps: int, smoke: bool) -> dict:
+  """ViT-B/16's step as gpu.py's rows time it, this process's XLA flags
+  set by the caller."""
+  # pylint: disable=g-import-not-at-top
+  from experiments.benchmarks import gpu_plan
+  from experiments.benchmarks import gpu_steps
+  from vit_jax.models.layers import fused_attention
+  from vit_jax.training import step_benchmark
+  # pylint: enable=g-import-not-at-top
+  if variant == 'tokens_to_64':
+    fused_attention.KERNELS['cudnn'] = ('cudnn', 64)
+  plan = gpu_plan.SMOKE if smoke else gpu_plan.H100
+  _, model, batch = plan.models[0]
+  bench, batch = gpu_steps.fitting_ours(plan, model, batch, attention='auto')
+  seconds = step_benchmark.median_seconds(bench.train_step, steps)
+  return {'variant': variant, 'batch_size': batch,
+          'train_images_per_second': batch / seconds,
+          'compile_seconds': bench.compile_seconds}
 
 
 def _use_flax_dropout(prng_impl: str):
@@ -59,34 +110,85 @@ def _use_flax_dropout(prng_impl: str):
     jax.config.update('jax_default_prng_impl', prng_impl)
 
 
+def _run(variant: str, args) -> dict:
+  """One run of `variant` in a fresh process: its result, or why it has
+  none."""
+  command = [sys.executable, __file__, f'--variant={variant}',
+             f'--steps={args.steps}']
+  env = dict(os.environ)
+  if args.gpu:
+    command += ['--gpu'] + (['--smoke'] if args.smoke else [])
+    env['XLA_FLAGS'] = ' '.join(
+        filter(None, (env.get('XLA_FLAGS', ''), GPU_VARIANTS[variant])))
+  try:
+    out = subprocess.run(command, cwd=ROOT, env=env, capture_output=True,
+                         text=True, timeout=args.run_timeout, check=False)
+  except subprocess.TimeoutExpired:
+    return {'variant': variant, 'failed': f'over {args.run_timeout} s'}
+  if out.returncode:
+    last = (out.stderr.strip().splitlines() or [''])[-1][:300]
+    return {'variant': variant,
+            'failed': f'exit {out.returncode}: {last}'}
+  return json.loads(out.stdout.strip().splitlines()[-1])
+
+
 def main():
   parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
   parser.add_argument('--rounds', type=int, default=3)
   parser.add_argument('--steps', type=int, default=10)
-  parser.add_argument('--variant', choices=VARIANTS)
+  parser.add_argument('--gpu', action='store_true',
+                      help='ViT-B/16 on a GPU under GPU_VARIANTS.')
+  parser.add_argument('--smoke', action='store_true',
+                      help='With --gpu: a one-layer model, for a CPU.')
+  parser.add_argument('--variants', help='Comma-separated; default: all.')
+  parser.add_argument('--seconds', type=float, default=float('inf'),
+                      help='Start no run after this many seconds.')
+  parser.add_argument('--run_timeout', type=float, default=300)
+  parser.add_argument('--output', type=pathlib.Path,
+                      help='The runs as JSON, rewritten after each.')
+  parser.add_argument('--variant', help=argparse.SUPPRESS)  # one run, here
   args = parser.parse_args()
   if args.variant:
-    print(json.dumps(run_variant(args.variant, args.steps)))
+    result = (run_gpu_variant(args.variant, args.steps, args.smoke)
+              if args.gpu else run_cpu_variant(args.variant, args.steps))
+    print(json.dumps(result))
     return
 
-  rates = {variant: [] for variant in VARIANTS}
+  known = tuple(GPU_VARIANTS) if args.gpu else CPU_VARIANTS
+  variants = tuple(args.variants.split(',')) if args.variants else known
+  unknown = sorted(set(variants) - set(known))
+  if unknown:
+    parser.error(f'unknown variants {", ".join(unknown)}; use some of '
+                 f'{", ".join(known)}')
+  start, runs = time.monotonic(), []
   for round_index in range(args.rounds):
-    order = VARIANTS if round_index % 2 == 0 else VARIANTS[::-1]
+    order = variants if round_index % 2 == 0 else variants[::-1]
     for variant in order:
-      out = subprocess.run(
-          [sys.executable, __file__, f'--variant={variant}',
-           f'--steps={args.steps}'],
-          cwd=ROOT, check=True, capture_output=True, text=True)
-      rate = json.loads(out.stdout.strip().splitlines()[-1])[
-          'train_images_per_second']
-      rates[variant].append(rate)
-      print(f'round {round_index + 1}: {variant}: {rate:.1f} img/s',
-            flush=True)
+      if time.monotonic() - start > args.seconds:
+        break
+      run = {**_run(variant, args), 'round': round_index + 1}
+      runs.append(run)
+      if args.output:
+        args.output.write_text(json.dumps(runs, indent=1) + '\n')
+      said = (f'{run["train_images_per_second"]:.1f} img/s'
+              if 'failed' not in run else f'failed: {run["failed"]}')
+      print(f'round {round_index + 1}: {variant}: {said}', flush=True)
   print()
   study_step.print_table(
-      ('variant', 'median train img/s'),
-      ((variant, f'{statistics.median(values):.1f}')
-       for variant, values in rates.items()))
+      ('variant', 'runs', 'median train img/s', 'median compile s'),
+      _medians(variants, runs))
+
+
+def _medians(variants, runs: list[dict]):
+  for variant in variants:
+    done = [r for r in runs if r['variant'] == variant and 'failed' not in r]
+    compile_seconds = [r['compile_seconds'] for r in done
+                       if 'compile_seconds' in r]
+    rates = [r['train_images_per_second'] for r in done]
+    yield (variant, str(len(done)),
+           f'{statistics.median(rates):.1f}' if rates else '',
+           f'{statistics.median(compile_seconds):.1f}'
+           if compile_seconds else '')
 
 
 if __name__ == '__main__':
