@@ -4,9 +4,14 @@ a fresh process; one that fails is a row, and the budget stops new runs."""
 import json
 import sys
 
+import jax
+import numpy as np
 import pytest
 
 from experiments.benchmarks import step_variants
+from tests.helpers import normal
+from vit_jax import models
+from vit_jax.models.layers import patch_embedding
 
 
 def _main(monkeypatch, *flags):
@@ -45,3 +50,27 @@ def test_an_unknown_variant_is_named_with_the_choices(monkeypatch, capsys):
     _main(monkeypatch, '--gpu', '--variants=default,cudnn_layernorm')
   error = capsys.readouterr().err
   assert 'unknown variants cudnn_layernorm; use some of default, ' in error
+
+
+def test_the_patch_matmul_is_the_conv_with_the_same_parameters(monkeypatch):
+  # Restored after the test: use_patch_matmul replaces it.
+  monkeypatch.setattr(patch_embedding, 'embed_patches',
+                      patch_embedding.embed_patches)
+  model = models.create_model('ViT-Ti_16', num_classes=10, num_layers=1)
+  images = normal((2, 32, 32, 3))
+  conv = model.init(jax.random.key(0), images, train=False)
+
+  def program(variables):
+    return str(jax.make_jaxpr(
+        lambda v: model.apply(v, images, train=False))(variables))
+
+  assert 'conv_general_dilated' in program(conv)
+  step_variants.use_patch_matmul()
+  matmul = model.init(jax.random.key(0), images, train=False)
+  assert 'conv_general_dilated' not in program(matmul)
+  assert jax.tree.map(np.shape, matmul) == jax.tree.map(np.shape, conv)
+  for ours, theirs in zip(jax.tree.leaves(matmul), jax.tree.leaves(conv)):
+    np.testing.assert_array_equal(ours, theirs)
+  np.testing.assert_allclose(model.apply(conv, images, train=False),
+                             model.apply(matmul, images, train=False),
+                             rtol=1e-5, atol=1e-5)
