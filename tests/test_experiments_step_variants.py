@@ -5,6 +5,7 @@ import json
 import sys
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
@@ -21,21 +22,38 @@ def _main(monkeypatch, *flags):
 
 def test_a_variant_xla_refuses_is_a_row_and_the_others_run(
     monkeypatch, capsys, tmp_path):
-  """ViT-B/16's step at --smoke's size; `bad`'s flag is none of XLA's, so
-  its process dies starting jax."""
-  monkeypatch.setattr(step_variants, 'GPU_VARIANTS', {
-      'default': '', 'bad': '--xla_no_such_flag=true'})
+  """ViT-B/16's step at --smoke's size; `cublaslt`'s flag made one that
+  XLA lacks, so its process dies starting jax."""
+  monkeypatch.setattr(step_variants, 'GPU_FLAGS', {
+      'default': '', 'cublaslt': '--xla_no_such_flag=true'})
   output = tmp_path / 'runs.json'
   _main(monkeypatch, '--gpu', '--smoke', '--rounds=1', '--steps=1',
-        f'--output={output}')
+        '--variants=default,cublaslt,patch_matmul', f'--output={output}')
   printed = capsys.readouterr().out
-  assert 'round 1: bad: failed: exit ' in printed
-  assert '| bad | 0 |  |  |' in printed
-  default, bad = json.loads(output.read_text())
-  assert (default['variant'], default['round']) == ('default', 1)
-  assert default['train_images_per_second'] > 0
-  assert default['compile_seconds'] > 0
-  assert bad['variant'] == 'bad' and 'xla_no_such_flag' in bad['failed']
+  assert 'round 1: cublaslt: failed: exit ' in printed
+  assert '| cublaslt | 0 |  |  |' in printed
+  default, bad, patch_matmul = json.loads(output.read_text())
+  for run, variant in ((default, 'default'), (patch_matmul, 'patch_matmul')):
+    assert (run['variant'], run['round']) == (variant, 1)
+    assert run['train_images_per_second'] > 0 and run['compile_seconds'] > 0
+  assert bad['variant'] == 'cublaslt' and 'xla_no_such_flag' in bad['failed']
+
+
+def test_the_baseline_opens_every_round_the_others_alternate(
+    monkeypatch, capsys):
+  ran = []
+
+  def run(variant, unused_args):
+    ran.append(variant)
+    return {'variant': variant, 'train_images_per_second': 1.0,
+            'compile_seconds': 1.0}
+
+  monkeypatch.setattr(step_variants, '_run', run)
+  _main(monkeypatch, '--gpu', '--rounds=2', '--variants=default,cublaslt,'
+        'patch_matmul')
+  assert ran == ['default', 'cublaslt', 'patch_matmul',
+                 'default', 'patch_matmul', 'cublaslt']
+  assert '| patch_matmul | 2 | 1.0 | 1.0 |' in capsys.readouterr().out
 
 
 def test_no_run_starts_once_the_seconds_are_spent(monkeypatch, capsys):
@@ -52,11 +70,15 @@ def test_an_unknown_variant_is_named_with_the_choices(monkeypatch, capsys):
   assert 'unknown variants cudnn_layernorm; use some of default, ' in error
 
 
-def test_the_patch_matmul_is_the_conv_with_the_same_parameters(monkeypatch):
+@pytest.mark.parametrize('dtype, tolerance', [(jnp.float32, 1e-5),
+                                              (jnp.bfloat16, 2e-2)])
+def test_the_patch_matmul_is_the_conv_with_the_same_parameters(
+    monkeypatch, dtype, tolerance):
   # Restored after the test: use_patch_matmul replaces it.
   monkeypatch.setattr(patch_embedding, 'embed_patches',
                       patch_embedding.embed_patches)
-  model = models.create_model('ViT-Ti_16', num_classes=10, num_layers=1)
+  model = models.create_model('ViT-Ti_16', num_classes=10, num_layers=1,
+                              dtype=dtype)
   images = normal((2, 32, 32, 3))
   conv = model.init(jax.random.key(0), images, train=False)
 
@@ -71,6 +93,9 @@ def test_the_patch_matmul_is_the_conv_with_the_same_parameters(monkeypatch):
   assert jax.tree.map(np.shape, matmul) == jax.tree.map(np.shape, conv)
   for ours, theirs in zip(jax.tree.leaves(matmul), jax.tree.leaves(conv)):
     np.testing.assert_array_equal(ours, theirs)
-  np.testing.assert_allclose(model.apply(conv, images, train=False),
-                             model.apply(matmul, images, train=False),
-                             rtol=1e-5, atol=1e-5)
+  expected = model.apply(conv, images, train=False)
+  logits = model.apply(matmul, images, train=False)
+  assert logits.dtype == expected.dtype
+  np.testing.assert_allclose(np.asarray(logits, np.float32),
+                             np.asarray(expected, np.float32),
+                             rtol=tolerance, atol=tolerance)

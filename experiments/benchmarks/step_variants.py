@@ -1,6 +1,7 @@
-r"""A train step under variants, each in a fresh process, in alternating
-order by round: each run, then a table of medians (and, with --output, the
-runs as JSON).
+r"""A train step under variants, each in a fresh process, round after round
+(the first variant, the baseline, first in each; the others in alternating
+order): each run, then a table of medians (and, with --output, the runs as
+JSON).
 
   python experiments/benchmarks/step_variants.py --rounds=3
   python experiments/benchmarks/step_variants.py --gpu --output=OUT.json
@@ -20,10 +21,11 @@ log:
 With --gpu, ViT-B/16's step as `gpu.py` times it (batch 256, 224 px,
 bfloat16, no augmentation, attention 'auto'; `--smoke`: `gpu_plan.SMOKE`'s
 one-layer model, to run the code on a CPU), the candidates that the GPU
-profile names (the README's "Next"): its images/s and its compile time,
-each variant's XLA flags added to the process's. A variant that fails (a
-flag this XLA lacks, a kernel the device lacks) is a row saying so. Runs
-stop starting once --seconds have passed, so that it fits a device call:
+profile names (the README's "Next"): its images/s and its compile time.
+A flag variant adds its XLA flags to the process's; a code variant swaps a
+piece of the model in its process. A variant that fails (a flag this XLA
+lacks, a kernel the device lacks) is a row saying so. Runs stop starting
+once --seconds have passed, so that it fits a device call:
 
 - `default`: the step as it trains.
 - `cudnn_layer_norm`: XLA rewrites the layer norms into cuDNN's kernels.
@@ -48,22 +50,27 @@ import subprocess
 import sys
 import time
 
+# Runs from a checkout, installed or not (on the GPU machine the project's
+# dependencies come as wheels, the project itself does not).
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+# pylint: disable=g-import-not-at-top,wrong-import-position
 from experiments.benchmarks import study_step
+# pylint: enable=g-import-not-at-top,wrong-import-position
 
 CPU_VARIANTS = ('hash', 'flax_threefry', 'flax_rbg', 'flax_unsafe_rbg',
                 'dot_product_attention')
-# Each GPU variant's XLA flags (the last two change the model's code
-# instead), the first the most wanted: a spent budget cuts the last.
-GPU_VARIANTS = {
+# The GPU variants that are XLA flags, the baseline first; the code
+# variants after them (GPU_CODE_VARIANTS, swapped in `run_gpu_variant`).
+GPU_FLAGS = {
     'default': '',
     'cudnn_layer_norm': '--xla_gpu_enable_cudnn_layer_norm=true',
     'cublaslt': '--xla_gpu_enable_cublaslt=true',
     'no_command_buffers': '--xla_gpu_enable_command_buffer=',
     'autotune_level_0': '--xla_gpu_autotune_level=0',
-    'tokens_to_64': '',
-    'patch_matmul': '',
 }
-ROOT = pathlib.Path(__file__).resolve().parents[2]
+GPU_CODE_VARIANTS = ('tokens_to_64', 'patch_matmul')
 
 
 def run_cpu_variant(variant: str, steps: int) -> dict:
@@ -85,7 +92,11 @@ def run_gpu_variant(variant: str, steps: int, smoke: bool) -> dict:
   from experiments.benchmarks import gpu_steps
   from vit_jax.models.layers import fused_attention
   from vit_jax.training import step_benchmark
+  import jax
   # pylint: enable=g-import-not-at-top
+  if jax.default_backend() != 'gpu' and not smoke:
+    raise SystemExit('No GPU here: ViT-B/16 at its size would take hours; '
+                     'add --smoke to run the code on a CPU.')
   if variant == 'tokens_to_64':
     fused_attention.KERNELS['cudnn'] = ('cudnn', 64)
   if variant == 'patch_matmul':
@@ -156,6 +167,9 @@ def _use_flax_dropout(prng_impl: str):
     jax.config.update('jax_default_prng_impl', prng_impl)
 
 
+RESULT = 'step_variants result: '  # the line of a run's result
+
+
 def _run(variant: str, args) -> dict:
   """One run of `variant` in a fresh process: its result, or why it has
   none."""
@@ -165,17 +179,19 @@ def _run(variant: str, args) -> dict:
   if args.gpu:
     command += ['--gpu'] + (['--smoke'] if args.smoke else [])
     env['XLA_FLAGS'] = ' '.join(
-        filter(None, (env.get('XLA_FLAGS', ''), GPU_VARIANTS[variant])))
+        filter(None, (env.get('XLA_FLAGS', ''), GPU_FLAGS.get(variant))))
   try:
     out = subprocess.run(command, cwd=ROOT, env=env, capture_output=True,
                          text=True, timeout=args.run_timeout, check=False)
   except subprocess.TimeoutExpired:
-    return {'variant': variant, 'failed': f'over {args.run_timeout} s'}
-  if out.returncode:
+    return {'variant': variant, 'failed': f'over {args.run_timeout:.0f} s'}
+  results = [line.removeprefix(RESULT) for line in out.stdout.splitlines()
+             if line.startswith(RESULT)]
+  if out.returncode or not results:
     last = (out.stderr.strip().splitlines() or [''])[-1][:300]
     return {'variant': variant,
             'failed': f'exit {out.returncode}: {last}'}
-  return json.loads(out.stdout.strip().splitlines()[-1])
+  return json.loads(results[-1])
 
 
 def main():
@@ -183,32 +199,41 @@ def main():
   parser.add_argument('--rounds', type=int, default=3)
   parser.add_argument('--steps', type=int, default=10)
   parser.add_argument('--gpu', action='store_true',
-                      help='ViT-B/16 on a GPU under GPU_VARIANTS.')
+                      help='ViT-B/16 on a GPU under GPU_FLAGS and '
+                      'GPU_CODE_VARIANTS.')
   parser.add_argument('--smoke', action='store_true',
                       help='With --gpu: a one-layer model, for a CPU.')
-  parser.add_argument('--variants', help='Comma-separated; default: all.')
+  parser.add_argument('--variants', help='Comma-separated, the first the '
+                      'baseline; default: all.')
   parser.add_argument('--seconds', type=float, default=float('inf'),
                       help='Start no run after this many seconds.')
-  parser.add_argument('--run_timeout', type=float, default=300)
+  parser.add_argument('--run_timeout', type=float, default=120,
+                      help='Seconds one run may take before it counts as '
+                      'failed.')
   parser.add_argument('--output', type=pathlib.Path,
                       help='The runs as JSON, rewritten after each.')
   parser.add_argument('--variant', help=argparse.SUPPRESS)  # one run, here
   args = parser.parse_args()
+  known = (tuple(GPU_FLAGS) + GPU_CODE_VARIANTS if args.gpu else
+           CPU_VARIANTS)
   if args.variant:
+    if args.variant not in known:
+      parser.error(f'unknown variant {args.variant}')
     result = (run_gpu_variant(args.variant, args.steps, args.smoke)
               if args.gpu else run_cpu_variant(args.variant, args.steps))
-    print(json.dumps(result))
+    print(RESULT + json.dumps(result))
     return
 
-  known = tuple(GPU_VARIANTS) if args.gpu else CPU_VARIANTS
   variants = tuple(args.variants.split(',')) if args.variants else known
   unknown = sorted(set(variants) - set(known))
   if unknown:
     parser.error(f'unknown variants {", ".join(unknown)}; use some of '
                  f'{", ".join(known)}')
   start, runs = time.monotonic(), []
+  baseline, others = variants[0], variants[1:]
   for round_index in range(args.rounds):
-    order = variants if round_index % 2 == 0 else variants[::-1]
+    # The baseline first in each round, so that a cut round still has it.
+    order = (baseline,) + (others if round_index % 2 == 0 else others[::-1])
     for variant in order:
       if time.monotonic() - start > args.seconds:
         break
@@ -221,20 +246,22 @@ def main():
       print(f'round {round_index + 1}: {variant}: {said}', flush=True)
   print()
   study_step.print_table(
-      ('variant', 'runs', 'median train img/s', 'median compile s'),
-      _medians(variants, runs))
+      ('variant', 'runs', 'median train img/s') +
+      (('median compile s',) if args.gpu else ()),
+      _medians(variants, runs, args.gpu))
 
 
-def _medians(variants, runs: list[dict]):
+def _medians(variants, runs: list[dict], with_compile: bool):
   for variant in variants:
     done = [r for r in runs if r['variant'] == variant and 'failed' not in r]
-    compile_seconds = [r['compile_seconds'] for r in done
-                       if 'compile_seconds' in r]
     rates = [r['train_images_per_second'] for r in done]
-    yield (variant, str(len(done)),
-           f'{statistics.median(rates):.1f}' if rates else '',
-           f'{statistics.median(compile_seconds):.1f}'
-           if compile_seconds else '')
+    row = (variant, str(len(done)),
+           f'{statistics.median(rates):.1f}' if rates else '')
+    if with_compile:
+      compile_seconds = [r['compile_seconds'] for r in done]
+      row += (f'{statistics.median(compile_seconds):.1f}'
+              if compile_seconds else '',)
+    yield row
 
 
 if __name__ == '__main__':
