@@ -2,6 +2,7 @@
 --smoke's sizes, the attention and profile sections, the results file and
 README section they land in, and (slow) the whole --smoke run."""
 
+import dataclasses
 import gzip
 import json
 import shutil
@@ -143,6 +144,51 @@ def test_the_study_targets_read_the_whole_runs_not_the_short_one(landed):
   assert ('| the study end to end, warm compilation cache, < 8 s | 7.5 s | '
           'met |') in section
   assert '| 51.1%, 50.5% | met |' in section
+
+
+def test_a_model_runs_when_it_fits_without_the_timm_mode_it_drops(
+    monkeypatch, tmp_path):
+  """ViT-B/16's rows took 100 s, 60 of them timm's slower mode's setup,
+  which the next models do without: ViT-L/16, about 40 s, fits the 50 s
+  left; ViT-Ti/16 then does not."""
+  now = [0.0]
+  monkeypatch.setattr(gpu.time, 'monotonic', lambda: now[0])
+  monkeypatch.setattr(gpu_sections, 'start_worker',
+                      lambda python: (None, 'no torch here'))
+  monkeypatch.setattr(gpu.step_benchmark, 'measure_matmul_peak',
+                      lambda *args, **kwargs: 1e12)
+  asked = []
+
+  def compare_model(label, model, batch, plan, peaks, worker, missing,
+                    timm_modes):
+    asked.append((label, timm_modes))
+    now[0] += {gpu_plan.B16: 100, gpu_plan.L16: 40}[label]
+    setups = {'torch.compile': 60.0, 'compiled model, fused AdamW': 20.0}
+    rate = {'torch.compile': 2.0, 'compiled model, fused AdamW': 3.0}
+    return [{'section': 'train step', 'model': label,
+             'implementation': 'timm', 'variant': mode, 'image_size': 224,
+             'batch_size': batch, 'images_per_second': rate[mode],
+             'round_images_per_second': [rate[mode]], 'ms_per_step': 1.0,
+             'train_tflop_per_second': 1.0, 'peak_share': None,
+             'matmul_share': 1.0, 'setup_seconds': setups[mode]}
+            for mode in timm_modes]
+
+  monkeypatch.setattr(gpu_steps, 'compare_model', compare_model)
+  plan = dataclasses.replace(
+      gpu_plan.SMOKE, models=gpu_plan.VIT_MODELS,
+      budgets=(('study', 0), ('train step', 150), ('attention', 0),
+               ('profile', 0), ('input', 0)))
+  readme = tmp_path / 'README.md'
+  shutil.copy(HERE / 'README.md', readme)
+  results = gpu.Results(tmp_path / 'gpu_results.json', readme,
+                        gpu.environment(smoke=True), 0.0)
+  gpu.measure(plan, results, gpu.Clock(plan, 0.0), sys.executable)
+  best = ('compiled model, fused AdamW',)
+  assert asked == [(gpu_plan.B16, tuple(gpu_steps.TIMM_MODES)),
+                   (gpu_plan.L16, best)]
+  ti16 = [r for r in results.data['rows'] if r['model'] == gpu_plan.TI16]
+  assert ti16 and all(r['skipped'] == gpu_steps.OUT_OF_TIME for r in ti16)
+  assert [r['at_seconds'] for r in results.data['rows']][-1] == 140.0
 
 
 def test_smoke_needs_its_own_output_and_readme(monkeypatch, capsys):
