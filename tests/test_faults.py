@@ -387,6 +387,8 @@ def test_a_stop_signal_saves_the_step_exits_75_and_the_rerun_ends_identical(
   saved = run_checkpoints.RunCheckpoints(workdir / 'checkpoints', 2).steps()
   assert len(saved) == 1 and 5 <= saved[0] < 40
   name = {signal.SIGTERM: 'SIGTERM', signal.SIGINT: 'Ctrl-C'}[signum]
+  assert f'{name}: stopping once the steps in flight are saved' in output
+  assert 'before training' not in output  # it was training
   assert (f'Preempted ({name}): saved a checkpoint of step {saved[0]} in '
           f'{workdir / "checkpoints"} and stopped; rerun the same command to '
           'resume.') in output

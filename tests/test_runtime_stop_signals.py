@@ -44,9 +44,32 @@ def test_signals_are_recorded_until_released(capfd):
   assert stop_signals.received() is None
   assert _handlers() == before
   assert capfd.readouterr().err == (
-      '\nCtrl-C: stopping once the steps in flight are saved (during start-up: '
-      'before training); press Ctrl-C again to stop at once, without '
-      'saving.\n')
+      '\nCtrl-C: stopping before training starts; press Ctrl-C again to stop '
+      'at once.\n')
+
+
+@pytest.mark.parametrize('signum, line', [
+    (signal.SIGTERM, 'SIGTERM: stopping once the steps in flight are saved.'),
+    (signal.SIGINT, 'Ctrl-C: stopping once the steps in flight are saved; '
+                    'press Ctrl-C again to stop at once, without saving.')])
+def test_once_training_the_first_signal_says_the_steps_are_saved(
+    capfd, signum, line):
+  stop_signals.catch()
+  try:
+    stop_signals.now_training()
+    os.kill(os.getpid(), signum)
+    _wait_until_received(1)
+  finally:
+    stop_signals.release()
+  assert capfd.readouterr().err == f'\n{line}\n'
+  stop_signals.catch()  # a new command starts before training again
+  try:
+    os.kill(os.getpid(), signal.SIGTERM)
+    _wait_until_received(1)
+  finally:
+    stop_signals.release()
+  assert capfd.readouterr().err == (
+      '\nSIGTERM: stopping before training starts.\n')
 
 
 def test_a_second_ctrl_c_exits_at_once_in_one_line():

@@ -69,6 +69,10 @@ class Preemption:
       return multihost_utils.reached_preemption_sync_point(self._calls)
     return stop_signals.received() is not None
 
+  def training(self) -> None:
+    """The loop starts: from now on a stop saves the steps in flight."""
+    stop_signals.now_training()
+
   def close(self):
     if self._caught_here:
       stop_signals.release()

@@ -45,17 +45,23 @@ INTERRUPTED_EXIT_STATUS = 128 + signal.SIGINT
 STOPPED_EXIT_STATUS = 75
 
 _NAMES = {signal.SIGTERM: 'SIGTERM', signal.SIGINT: 'Ctrl-C'}
+# The first signal's one line, by whether the training loop has started
+# (`now_training`): before it there are no steps to save.
 _FIRST_NOTICE = {
-    signal.SIGTERM: b'SIGTERM: stopping once the steps in flight are saved '
-                    b'(during start-up: before training).\n',
-    signal.SIGINT: b'Ctrl-C: stopping once the steps in flight are saved '
-                   b'(during start-up: before training); press Ctrl-C again '
-                   b'to stop at once, without saving.\n',
+    (signal.SIGTERM, False): b'SIGTERM: stopping before training starts.\n',
+    (signal.SIGINT, False): b'Ctrl-C: stopping before training starts; press '
+                            b'Ctrl-C again to stop at once.\n',
+    (signal.SIGTERM, True): b'SIGTERM: stopping once the steps in flight are '
+                            b'saved.\n',
+    (signal.SIGINT, True): b'Ctrl-C: stopping once the steps in flight are '
+                           b'saved; press Ctrl-C again to stop at once, '
+                           b'without saving.\n',
 }
 
 _received: list[str] = []
 _previous: dict[int, object] = {}
 _forwarding: list[bool] = []  # [True] once `forward_as_sigterm` was called
+_training: list[bool] = []  # [True] once `now_training` was called
 _watching: list = []  # [the previous wake-up fd, reader, writer, thread]
 _at_once: list[str] = []  # [what a signal that stops at once did]
 _to_remove: list[str] = []  # written by the command, unfinished
@@ -104,6 +110,7 @@ def release() -> None:
   _watching.clear()
   _received.clear()
   _forwarding.clear()
+  _training.clear()
   _at_once.clear()
 
 
@@ -196,6 +203,12 @@ def forward_as_sigterm() -> None:
     os.kill(os.getpid(), signal.SIGTERM)
 
 
+def now_training() -> None:
+  """The training loop has started: a first signal's line now says that
+  the steps in flight are saved, not that training will not start."""
+  _training[:] = [True]
+
+
 def _wake_the_watcher(signum, frame):
   """Python's handler: there to have Python's C-level handler write each
   signal to the wake-up fd; the watcher thread acts on it."""
@@ -260,7 +273,7 @@ def _on_signal(signum: int) -> None:
                  b'saving; rerun the same command to resume from the newest '
                  b'complete checkpoint.\n', INTERRUPTED_EXIT_STATUS)
   if not _received:
-    os.write(2, b'\n' + _FIRST_NOTICE[signum])
+    os.write(2, b'\n' + _FIRST_NOTICE[signum, bool(_training)])
   _received.append(_NAMES[signum])
   if _forwarding and signum == signal.SIGINT:
     os.kill(os.getpid(), signal.SIGTERM)

@@ -176,6 +176,7 @@ def _loop(run: startup.Run, at: startup.Progress,
   batches = run.inputs.train_batches(at.position)
   try:
     if step < plan.total_steps:
+      signals.training()
       startup.stop_if_signalled(signals, checkpoints)  # restoring was the last phase
     while step < plan.total_steps:
       count = dispatcher.next_call_steps(plan.steps_to_next_event(step))
