@@ -4,6 +4,7 @@ and by readers, along one path."""
 import json
 import logging
 import shutil
+import time
 
 import jax
 import numpy as np
@@ -49,6 +50,43 @@ def _put_in_another_state(directory, step, other):
 def _warnings(caplog) -> list[str]:
   return [r.getMessage() for r in caplog.records
           if r.levelno == logging.WARNING]
+
+
+def test_an_intervals_checkpoint_waits_its_seconds_after_the_newest(
+    tmp_path):
+  """orbax's ContinuousCheckpointingPolicy: due when none is saved, then
+  once `min_seconds` have passed since the newest began, on disk too; with
+  0 at every interval. A save the loop decides on is taken regardless."""
+  replicated = sharding.replicated(sharding.make_mesh())
+  state = {'w': sharding.replicate(np.zeros((3, 4), np.float32), replicated)}
+  sums = steps.zero_sums(replicated)
+
+  def save(checkpoints, step):
+    checkpoints.save(step, state, sums, [], {'epoch': 1, 'batch': step},
+                     _CONFIG)
+    checkpoints.wait()
+
+  paced = run_checkpoints.RunCheckpoints(tmp_path / 'paced', keep=5,
+                                         min_seconds=1.0)
+  assert paced.due(1)
+  save(paced, 1)
+  assert not paced.due(2)
+  save(paced, 3)  # the last step, or a stop signal
+  time.sleep(1.1)
+  assert paced.due(4)
+  paced.close()
+  resumed = run_checkpoints.RunCheckpoints(tmp_path / 'paced', keep=5,
+                                           min_seconds=1e9)
+  assert not resumed.due(5) and resumed.steps() == [1, 3]
+  resumed.close()
+  every = run_checkpoints.RunCheckpoints(tmp_path / 'every', keep=5)
+  save(every, 1)
+  assert every.due(2)
+  with pytest.raises(CheckpointError, match=(
+      r'orbax would not save step 1 in .*every \(it holds steps \[1\]\); '
+      'move the directory away.')):
+    save(every, 1)
+  every.close()
 
 
 def test_restores_everything_the_loop_saved(tmp_path):

@@ -6,8 +6,7 @@ from vit_jax.training import plan
 from vit_jax.training import progress
 
 _PLAN = plan.StepPlan(steps_per_epoch=10, total_steps=100, warmup_steps=0,
-                      log_every=5, eval_every=10, checkpoint_every=10,
-                      checkpoint_min_seconds=0.0)
+                      log_every=5, eval_every=10, checkpoint_every=10)
 
 
 def test_the_progress_line_says_step_losses_speed_and_eta():

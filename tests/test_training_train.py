@@ -102,16 +102,18 @@ def test_steps_set_when_it_logs_evaluates_and_checkpoints(cifar10_binary,
 def test_by_default_it_logs_evaluates_and_checkpoints_once_an_epoch(
     cifar10_binary, tmp_path):
   """Checkpoints at most every checkpoint_min_seconds (30 s by default):
-  with more than the run takes, only the last step saves; with 0, every
-  epoch does."""
+  with more than the run takes, the first epoch (none was saved) and the
+  last step save; with 0, every epoch does."""
   data_dir, _ = cifar10_binary
-  for min_seconds, saved in ((1e9, [12]), (0, [6, 12])):
+  for min_seconds, saved in ((1e9, [6, 18]), (0, [6, 12, 18])):
     workdir = tmp_path / str(min_seconds)
     train.train_and_evaluate(
-        tiny_config(data_dir, num_epochs=2, checkpoint_min_seconds=min_seconds),
+        tiny_config(data_dir, num_epochs=3, checkpoint_min_seconds=min_seconds,
+                    keep_checkpoints=5),
         workdir)
     records = history(workdir)
-    assert [(r['step'], r['epoch']) for r in records] == [(6, 1.0), (12, 2.0)]
+    assert [(r['step'], r['epoch']) for r in records] == [
+        (6, 1.0), (12, 2.0), (18, 3.0)]
     assert all('train_loss' in r and 'test_loss' in r for r in records)
     with ocp.CheckpointManager(workdir / 'checkpoints') as manager:
       assert manager.all_steps() == saved
@@ -405,6 +407,23 @@ def test_two_streaming_processes_each_read_their_half_of_every_batch(
     assert records[0][metric] == pytest.approx(expected[0][metric], abs=1e-5)
   for metric in ('train_accuracy', 'test_accuracy', 'test_examples'):
     assert records[0][metric] == expected[0][metric]
+
+
+def test_two_processes_save_the_epochs_that_process_0_finds_due(
+    cifar10_binary, tmp_path):
+  """With the default interval each epoch asks orbax's policy, which
+  process 0 answers for both over jax's coordination service: the first
+  epoch's checkpoint (none before it) and the last step's, in both."""
+  data_dir, _ = cifar10_binary  # 6 steps an epoch
+  workdir = tmp_path / 'run'
+  processes, logs = start_two_processes(
+      write_process_config(tmp_path, data_dir), workdir, tmp_path,
+      '--config.total_steps=18', '--config.checkpoint_every_steps=0',
+      '--config.checkpoint_min_seconds=1e9')
+  for code, log in zip(wait_all(processes), logs):
+    assert code == 0, log.read_text()[-3000:]
+  assert run_checkpoints.RunCheckpoints(
+      workdir / 'checkpoints', 5).steps() == [6, 18]
 
 
 @pytest.mark.parametrize('signum', [

@@ -149,7 +149,8 @@ FIELDS: dict[str, Field] = {
                                     may_change_on_resume=True),
     'checkpoint_min_seconds': Field(
         30.0, 'With checkpoint_every_steps 0, an epoch\'s checkpoint is '
-        'skipped while the last began less than this many seconds ago, so '
+        'skipped while the newest began less than this many seconds ago or '
+        'is still being written (orbax\'s ContinuousCheckpointingPolicy), so '
         'that a run of short epochs (a small model on a GPU) trains rather '
         'than saves; the last step and a stop signal always save. 0: every '
         'epoch.', may_change_on_resume=True),

@@ -110,13 +110,17 @@ class RunCheckpoints:
   `directory` (a save in progress there keeps its temporary directory, a
   damaged checkpoint stays where it is).
 
+  `min_seconds`: what `due` waits between checkpoints.
+
   Multi-process: every process calls every method; orbax coordinates them.
   """
 
-  def __init__(self, directory: pathlib.Path, keep: int | None = None):
+  def __init__(self, directory: pathlib.Path, keep: int | None = None,
+               min_seconds: float = 0.0):
     self.directory = pathlib.Path(directory).absolute()  # orbax needs it so
     self._keep = keep or None  # KEEP_ALL: orbax's None, no rotation
     self._reading = keep is None
+    self._min_seconds = min_seconds
     self._manager = None
 
   def __enter__(self) -> 'RunCheckpoints':
@@ -132,8 +136,20 @@ class RunCheckpoints:
           self.directory,
           options=ocp.CheckpointManagerOptions(
               max_to_keep=self._keep, create=create,
-              cleanup_tmp_directories=not self._reading))
+              cleanup_tmp_directories=not self._reading,
+              save_decision_policy=(
+                  ocp.checkpoint_managers.ContinuousCheckpointingPolicy(
+                      minimum_interval_secs=self._min_seconds)
+                  if self._min_seconds else None)))
     return self._manager
+
+  def due(self, step: int) -> bool:
+    """Whether an interval's checkpoint is taken at `step`: with
+    `min_seconds`, orbax's ContinuousCheckpointingPolicy: when none is
+    saved yet, or the newest began `min_seconds` ago and none is being
+    written (process 0 decides for all). `save` is the loop's decision:
+    the last step and a stop signal save whatever this says."""
+    return not self._min_seconds or self._open(create=True).should_save(step)
 
   def steps(self, fresh: bool = False) -> list[int]:
     """The steps saved here; `fresh`: as the directory lists them now, not
@@ -311,19 +327,22 @@ class RunCheckpoints:
     # records the loop logs meanwhile are not in this checkpoint.
     history = list(history)
     contents = digests.compute(state, train_sums, history, position, config)
+    manager = self._open(create=True)
+    latest = manager.latest_step()
+    if latest is not None and step <= latest:
+      raise CheckpointError(
+          f'orbax would not save step {step} in {self.directory} (it holds '
+          f'steps {manager.all_steps()}); move the directory away.')
     with self._failed_saves_raised():
-      saved = self._open(create=True).save(
-          step, args=ocp.args.Composite(
+      manager.save(
+          step, force=True,  # the loop decided (`due`)
+          args=ocp.args.Composite(
               state=ocp.args.StandardSave(state),
               train_sums=ocp.args.StandardSave(train_sums),
               history=ocp.args.JsonSave(history),
               position=ocp.args.JsonSave(position),
               config=ocp.args.JsonSave(config),
               digest=ocp.args.JsonSave(contents)))
-    if not saved:
-      raise CheckpointError(
-          f'orbax declined to save step {step} in {self.directory} (it holds '
-          f'steps {self._manager.all_steps()}); move the directory away.')
 
   def wait(self):
     """Returns when the save in flight is complete; CheckpointError if it

@@ -2,12 +2,8 @@
 steps once, and when the loop logs, evaluates and checkpoints."""
 
 import dataclasses
-import time
 
 from absl import logging
-import jax
-from jax.experimental import multihost_utils
-import numpy as np
 
 
 @dataclasses.dataclass(frozen=True)
@@ -20,9 +16,6 @@ class StepPlan:
   log_every: int
   eval_every: int
   checkpoint_every: int
-  # Seconds an epoch's checkpoint waits after the last began
-  # (CheckpointPace); 0 when the interval is set in steps.
-  checkpoint_min_seconds: float
 
   def epoch(self, step: int) -> float:
     return round(step / self.steps_per_epoch, 4)
@@ -52,31 +45,14 @@ def step_plan(config, steps_per_epoch: int) -> StepPlan:
       steps_per_epoch=steps_per_epoch, total_steps=total, warmup_steps=warmup,
       log_every=config.log_every_steps or steps_per_epoch,
       eval_every=config.eval_every_steps or steps_per_epoch,
-      checkpoint_every=config.checkpoint_every_steps or steps_per_epoch,
-      checkpoint_min_seconds=(0.0 if config.checkpoint_every_steps else
-                              config.checkpoint_min_seconds))
+      checkpoint_every=config.checkpoint_every_steps or steps_per_epoch)
 
 
-class CheckpointPace:
-  """Whether an interval's checkpoint is taken: when the last began at
-  least `min_seconds` ago (or the loop started: a resumed run has its
-  checkpoint). On a GPU a small model's epoch trains in less time than
-  orbax takes to save, so that a checkpoint every epoch would hold up
-  training (experiments/benchmarks/README.md, attempt 24). The processes
-  of a job take process 0's answer, so that all save together."""
-
-  def __init__(self, min_seconds: float, clock=time.monotonic):
-    self._min_seconds = min_seconds
-    self._clock = clock
-    self._last = clock()
-
-  def due(self) -> bool:
-    """Asked at each interval's checkpoint; True starts the wait again."""
-    if not self._min_seconds:
-      return True
-    due = self._clock() - self._last >= self._min_seconds
-    if jax.process_count() > 1:
-      due = bool(multihost_utils.broadcast_one_to_all(np.bool_(due)))
-    if due:
-      self._last = self._clock()
-    return due
+def checkpoint_min_seconds(config) -> float:
+  """Seconds an interval's checkpoint waits after the last began
+  (`RunCheckpoints.due`): config.checkpoint_min_seconds when the interval
+  is the default epoch; 0, every interval, when it is set in steps. On a
+  GPU a small model's epoch trains in less time than orbax takes to save,
+  so that a checkpoint every epoch would hold up training
+  (experiments/benchmarks/README.md, attempts 24 and 25)."""
+  return 0.0 if config.checkpoint_every_steps else config.checkpoint_min_seconds

@@ -180,8 +180,9 @@ def check_before_data(config, workdir: pathlib.Path,
   """Before any data loads: the run's checkpoints, the fields a resumed run
   changed (`_check_workdir`), and config.init_from read and checked (None
   when the run resumes: it starts from its checkpoint)."""
-  checkpoints = run_checkpoints.RunCheckpoints(workdir / 'checkpoints',
-                                               config.keep_checkpoints)
+  checkpoints = run_checkpoints.RunCheckpoints(
+      workdir / 'checkpoints', config.keep_checkpoints,
+      plan_lib.checkpoint_min_seconds(config))
   changed = _check_workdir(workdir, config, checkpoints)
   pretrained = (finetune.check_init_from(config)
                 if config.init_from and not checkpoints.steps() else None)

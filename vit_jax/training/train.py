@@ -49,7 +49,6 @@ from vit_jax.training import dispatch
 from vit_jax.training import evaluation
 from vit_jax.training import flops
 from vit_jax.training import metric_writer
-from vit_jax.training import plan as plans
 from vit_jax.training import progress
 from vit_jax.training import startup
 from vit_jax.training import steps
@@ -172,7 +171,6 @@ def _loop(run: startup.Run, at: startup.Progress,
       trains=step < plan.total_steps)
   writer = metric_writer.MetricWriter(run.workdir, history)
   throughput = _throughput(run, step)
-  pace = plans.CheckpointPace(plan.checkpoint_min_seconds)
   batches = run.inputs.train_batches(at.position)
   try:
     if step < plan.total_steps:
@@ -201,7 +199,7 @@ def _loop(run: startup.Run, at: startup.Progress,
         throughput.exclude(time.perf_counter() - save_start)
       preempted = signals.reached()
       if last or preempted or (step % plan.checkpoint_every == 0 and
-                               pace.due()):
+                               checkpoints.due(step)):
         if 'train_loss' not in record:  # never save a diverged state
           _check_finite({'train_loss': float(jax.device_get(sums['loss']))},
                         step, checkpoints, history)
