@@ -7,6 +7,7 @@ import shutil
 import time
 
 import jax
+from jax.experimental import multihost_utils
 import numpy as np
 import orbax.checkpoint as ocp
 import pytest
@@ -52,32 +53,37 @@ def _warnings(caplog) -> list[str]:
           if r.levelno == logging.WARNING]
 
 
+def _tiny_state():
+  replicated = sharding.replicated(sharding.make_mesh())
+  state = {'w': sharding.replicate(np.zeros((3, 4), np.float32), replicated)}
+  return state, steps.zero_sums(replicated)
+
+
 def test_an_intervals_checkpoint_waits_its_seconds_after_the_newest(
     tmp_path):
   """orbax's ContinuousCheckpointingPolicy: due when none is saved, then
-  once `min_seconds` have passed since the newest began, on disk too; with
-  0 at every interval. A save the loop decides on is taken regardless."""
-  replicated = sharding.replicated(sharding.make_mesh())
-  state = {'w': sharding.replicate(np.zeros((3, 4), np.float32), replicated)}
-  sums = steps.zero_sums(replicated)
+  once `min_seconds` have passed since the newest was saved, on disk too;
+  with 0 at every interval. A save the loop decides on is taken
+  regardless."""
+  state, sums = _tiny_state()
 
   def save(checkpoints, step):
     checkpoints.save(step, state, sums, [], {'epoch': 1, 'batch': step},
                      _CONFIG)
     checkpoints.wait()
 
-  paced = run_checkpoints.RunCheckpoints(tmp_path / 'paced', keep=5,
-                                         min_seconds=1.0)
-  assert paced.due(1)
-  save(paced, 1)
-  assert not paced.due(2)
-  save(paced, 3)  # the last step, or a stop signal
-  time.sleep(1.1)
-  assert paced.due(4)
-  paced.close()
+  never = run_checkpoints.RunCheckpoints(tmp_path / 'paced', keep=5,
+                                         min_seconds=float('inf'))
+  assert never.due(1)
+  save(never, 1)
+  assert not never.due(2)
+  save(never, 3)  # the last step, or a stop signal
+  assert not never.due(4)
+  never.close()
+  time.sleep(0.6)
   resumed = run_checkpoints.RunCheckpoints(tmp_path / 'paced', keep=5,
-                                           min_seconds=1e9)
-  assert not resumed.due(5) and resumed.steps() == [1, 3]
+                                           min_seconds=0.5)
+  assert resumed.due(5) and resumed.steps() == [1, 3]
   resumed.close()
   every = run_checkpoints.RunCheckpoints(tmp_path / 'every', keep=5)
   save(every, 1)
@@ -87,6 +93,25 @@ def test_an_intervals_checkpoint_waits_its_seconds_after_the_newest(
       'move the directory away.')):
     save(every, 1)
   every.close()
+
+
+def test_checkpoints_leave_jaxs_preemption_sync_point_to_the_loop(
+    tmp_path, monkeypatch):
+  """jax's sync point stops a multi-process job at the call after the
+  latest: orbax's calls with a step between `Preemption`'s counted calls
+  made a SIGTERM go unheeded (test_training_train's two-process case)."""
+  calls = []
+  monkeypatch.setattr(multihost_utils, 'reached_preemption_sync_point',
+                      lambda step: calls.append(step) or False)
+  state, sums = _tiny_state()
+  checkpoints = run_checkpoints.RunCheckpoints(tmp_path, keep=2,
+                                               min_seconds=30)
+  for step in (1, 2):
+    checkpoints.due(step)
+    checkpoints.save(step, state, sums, [], {'epoch': 1, 'batch': step},
+                     _CONFIG)
+  checkpoints.close()  # the background finalisation included
+  assert checkpoints.steps() == [1, 2] and not calls
 
 
 def test_restores_everything_the_loop_saved(tmp_path):

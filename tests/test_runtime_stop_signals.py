@@ -56,7 +56,7 @@ def test_once_training_the_first_signal_says_the_steps_are_saved(
     capfd, signum, line):
   stop_signals.catch()
   try:
-    stop_signals.now_training()
+    stop_signals.set_training(True)
     os.kill(os.getpid(), signum)
     _wait_until_received(1)
   finally:

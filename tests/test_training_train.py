@@ -285,6 +285,8 @@ def test_eight_devices_give_the_single_device_loss(cifar10_binary, tmp_path):
 @pytest.mark.parametrize('overrides,message', [
     (dict(learning_rate=0.0), 'learning_rate=0.0 must be positive'),
     (dict(num_epochs=-1), 'num_epochs=-1 must be >= 0'),
+    (dict(checkpoint_min_seconds=float('nan')),
+     'checkpoint_min_seconds=nan must be >= 0'),
     (dict(num_epochs=0), 'Set config.total_steps or config.num_epochs'),
     (dict(optimizer='lamb'), "optimizer='lamb'"),
     (dict(dtype='float16'), "dtype='float16'"),
@@ -409,11 +411,11 @@ def test_two_streaming_processes_each_read_their_half_of_every_batch(
     assert records[0][metric] == expected[0][metric]
 
 
-def test_two_processes_save_the_epochs_that_process_0_finds_due(
+def test_two_processes_save_the_same_epochs_checkpoints(
     cifar10_binary, tmp_path):
   """With the default interval each epoch asks orbax's policy, which
   process 0 answers for both over jax's coordination service: the first
-  epoch's checkpoint (none before it) and the last step's, in both."""
+  epoch's checkpoint (none before it) and the last step's."""
   data_dir, _ = cifar10_binary  # 6 steps an epoch
   workdir = tmp_path / 'run'
   processes, logs = start_two_processes(
@@ -426,13 +428,15 @@ def test_two_processes_save_the_epochs_that_process_0_finds_due(
       workdir / 'checkpoints', 5).steps() == [6, 18]
 
 
-@pytest.mark.parametrize('signum', [
-    pytest.param(signal.SIGTERM, marks=pytest.mark.slow),  # 16 s
+@pytest.mark.parametrize('signum, checkpoint_every', [
+    pytest.param(signal.SIGTERM, 5000, marks=pytest.mark.slow),  # 16 s
     # Sent on to jax's preemption service as SIGTERM.
-    pytest.param(signal.SIGINT, marks=pytest.mark.slow)],  # 33 s
-                         ids=['SIGTERM', 'Ctrl-C'])
+    pytest.param(signal.SIGINT, 5000, marks=pytest.mark.slow),  # 33 s
+    # orbax's saves once moved jax's sync point: the job trained on.
+    pytest.param(signal.SIGTERM, 1, marks=pytest.mark.slow)],  # 30 s
+                         ids=['SIGTERM', 'Ctrl-C', 'SIGTERM-saving'])
 def test_a_stop_signal_to_one_of_two_processes_stops_both_at_one_saved_step(
-    uninterrupted, tmp_path, signum):
+    uninterrupted, tmp_path, signum, checkpoint_every):
   data_dir, _ = uninterrupted
   config_file = write_process_config(tmp_path, data_dir)
   workdir = tmp_path / 'run'
@@ -440,15 +444,16 @@ def test_a_stop_signal_to_one_of_two_processes_stops_both_at_one_saved_step(
   # well before the end.
   processes, logs = start_two_processes(
       config_file, workdir, tmp_path, '--config.total_steps=2000',
-      '--config.checkpoint_every_steps=5000', '--config.eval_every_steps=5000')
+      f'--config.checkpoint_every_steps={checkpoint_every}',
+      '--config.eval_every_steps=5000')
   wait_for_step(processes[0], workdir, 3)
   processes[1].send_signal(signum)
   assert wait_all(processes, timeout=120) == [preemption.PREEMPTED_EXIT_STATUS] * 2
   stopped = [int(log.read_text().split('saved a checkpoint of step ')[1]
                  .split()[0]) for log in logs]
   assert stopped[0] == stopped[1] < 2000
-  assert run_checkpoints.RunCheckpoints(workdir / 'checkpoints', 2).steps() == [
-      stopped[0]]
+  assert run_checkpoints.RunCheckpoints(
+      workdir / 'checkpoints', 2).steps()[-1] == stopped[0]
 
 
 @pytest.mark.slow  # 27 s; the MAE model, its objective and inference are

@@ -149,8 +149,8 @@ FIELDS: dict[str, Field] = {
                                     may_change_on_resume=True),
     'checkpoint_min_seconds': Field(
         30.0, 'With checkpoint_every_steps 0, an epoch\'s checkpoint is '
-        'skipped while the newest began less than this many seconds ago or '
-        'is still being written (orbax\'s ContinuousCheckpointingPolicy), so '
+        'skipped while the newest was saved less than this many seconds ago '
+        'or is still being written (orbax\'s ContinuousCheckpointingPolicy), so '
         'that a run of short epochs (a small model on a GPU) trains rather '
         'than saves; the last step and a stop signal always save. 0: every '
         'epoch.', may_change_on_resume=True),
@@ -277,7 +277,7 @@ def validate(config: ml_collections.ConfigDict, num_devices: int,
     if not config[name] > 0:
       raise ConfigError(f'config.{name}={config[name]} must be positive.')
   for name in _NON_NEGATIVE:
-    if config[name] < 0:
+    if not config[name] >= 0:  # NaN too
       raise ConfigError(f'config.{name}={config[name]} must be >= 0.')
   if config.input_workers < -1:
     raise ConfigError(f'config.input_workers={config.input_workers}: use -1 '

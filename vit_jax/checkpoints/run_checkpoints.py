@@ -94,6 +94,20 @@ _MAX_ROTATED_WHILE_READ = 10
 KEEP_ALL = 0
 
 
+class _CheckpointManager(ocp.CheckpointManager):
+  """orbax's, with the stop signals left to `runtime.preemption`. jax's
+  preemption sync point keeps one counter, the value of the latest call,
+  and stops a job at the call that passes the next value: `Preemption`
+  counts its own calls, orbax passes the step (saving, deciding whether to
+  save, finishing a save in the background), so its calls between ours
+  would move that point to a value `Preemption` never passes, and a SIGTERM
+  to a multi-process job would go unheeded."""
+
+  def reached_preemption(self, step: int) -> bool:
+    del step
+    return False
+
+
 class RunCheckpoints:
   """The checkpoints of a run, `directory/<step>/`, the newest
   `keep` kept. Each holds a `Restored`'s fields: the train state, the train
@@ -132,23 +146,26 @@ class RunCheckpoints:
   def _open(self, create: bool) -> ocp.CheckpointManager:
     if self._manager is None:
       _ignore_what_orbax_abandons()
-      self._manager = ocp.CheckpointManager(
+      self._manager = _CheckpointManager(
           self.directory,
           options=ocp.CheckpointManagerOptions(
               max_to_keep=self._keep, create=create,
               cleanup_tmp_directories=not self._reading,
               save_decision_policy=(
                   ocp.checkpoint_managers.ContinuousCheckpointingPolicy(
-                      minimum_interval_secs=self._min_seconds)
+                      # orbax makes a timedelta of it: inf, "never", would
+                      # overflow
+                      minimum_interval_secs=min(self._min_seconds, 1e12))
                   if self._min_seconds else None)))
     return self._manager
 
   def due(self, step: int) -> bool:
     """Whether an interval's checkpoint is taken at `step`: with
     `min_seconds`, orbax's ContinuousCheckpointingPolicy: when none is
-    saved yet, or the newest began `min_seconds` ago and none is being
-    written (process 0 decides for all). `save` is the loop's decision:
-    the last step and a stop signal save whatever this says."""
+    saved yet, or the newest was saved `min_seconds` ago (by the clock:
+    from disk, when it was completed) and none is being written (process 0
+    decides for all). `save` is the loop's decision: the last step and a
+    stop signal save whatever this says."""
     return not self._min_seconds or self._open(create=True).should_save(step)
 
   def steps(self, fresh: bool = False) -> list[int]:

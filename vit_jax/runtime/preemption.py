@@ -71,9 +71,10 @@ class Preemption:
 
   def training(self) -> None:
     """The loop starts: from now on a stop saves the steps in flight."""
-    stop_signals.now_training()
+    stop_signals.set_training(True)
 
   def close(self):
+    stop_signals.set_training(False)
     if self._caught_here:
       stop_signals.release()
       self._caught_here = False

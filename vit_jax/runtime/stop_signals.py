@@ -46,7 +46,7 @@ STOPPED_EXIT_STATUS = 75
 
 _NAMES = {signal.SIGTERM: 'SIGTERM', signal.SIGINT: 'Ctrl-C'}
 # The first signal's one line, by whether the training loop has started
-# (`now_training`): before it there are no steps to save.
+# (`set_training`): before it there are no steps to save.
 _FIRST_NOTICE = {
     (signal.SIGTERM, False): b'SIGTERM: stopping before training starts.\n',
     (signal.SIGINT, False): b'Ctrl-C: stopping before training starts; press '
@@ -61,7 +61,7 @@ _FIRST_NOTICE = {
 _received: list[str] = []
 _previous: dict[int, object] = {}
 _forwarding: list[bool] = []  # [True] once `forward_as_sigterm` was called
-_training: list[bool] = []  # [True] once `now_training` was called
+_training: list[bool] = []  # [True] while a training loop runs
 _watching: list = []  # [the previous wake-up fd, reader, writer, thread]
 _at_once: list[str] = []  # [what a signal that stops at once did]
 _to_remove: list[str] = []  # written by the command, unfinished
@@ -203,10 +203,10 @@ def forward_as_sigterm() -> None:
     os.kill(os.getpid(), signal.SIGTERM)
 
 
-def now_training() -> None:
-  """The training loop has started: a first signal's line now says that
+def set_training(training: bool) -> None:
+  """Whether a training loop runs: a first signal's line then says that
   the steps in flight are saved, not that training will not start."""
-  _training[:] = [True]
+  _training[:] = [True] if training else []
 
 
 def _wake_the_watcher(signum, frame):

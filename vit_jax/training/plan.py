@@ -49,7 +49,7 @@ def step_plan(config, steps_per_epoch: int) -> StepPlan:
 
 
 def checkpoint_min_seconds(config) -> float:
-  """Seconds an interval's checkpoint waits after the last began
+  """Seconds an interval's checkpoint waits after the newest was saved
   (`RunCheckpoints.due`): config.checkpoint_min_seconds when the interval
   is the default epoch; 0, every interval, when it is set in steps. On a
   GPU a small model's epoch trains in less time than orbax takes to save,
