@@ -62,9 +62,9 @@ def _tiny_state():
 def test_an_intervals_checkpoint_waits_its_seconds_after_the_newest(
     tmp_path):
   """orbax's ContinuousCheckpointingPolicy: due when none is saved, then
-  once `min_seconds` have passed since the newest was saved, on disk too;
-  with 0 at every interval. A save the loop decides on is taken
-  regardless."""
+  once `min_seconds` have passed since the newest started writing (read
+  from disk after a restart: since it was completed); with 0 at every
+  interval. A save the loop decides on is taken regardless."""
   state, sums = _tiny_state()
 
   def save(checkpoints, step):
@@ -72,13 +72,17 @@ def test_an_intervals_checkpoint_waits_its_seconds_after_the_newest(
                      _CONFIG)
     checkpoints.wait()
 
+  paced = run_checkpoints.RunCheckpoints(tmp_path / 'paced', keep=5,
+                                         min_seconds=30)
+  assert paced.due(1)
+  save(paced, 1)
+  assert not paced.due(2)
+  save(paced, 3)  # the last step, or a stop signal
+  assert not paced.due(4)
+  paced.close()
   never = run_checkpoints.RunCheckpoints(tmp_path / 'paced', keep=5,
                                          min_seconds=float('inf'))
-  assert never.due(1)
-  save(never, 1)
-  assert not never.due(2)
-  save(never, 3)  # the last step, or a stop signal
-  assert not never.due(4)
+  assert not never.due(5)  # step 3's time, read from disk
   never.close()
   time.sleep(0.6)
   resumed = run_checkpoints.RunCheckpoints(tmp_path / 'paced', keep=5,

@@ -11,6 +11,7 @@ import pytest
 
 from tests.helpers import free_port
 from vit_jax.runtime import preemption
+from vit_jax.runtime import stop_signals
 
 
 @pytest.mark.parametrize('signum', [signal.SIGTERM, signal.SIGINT])
@@ -29,6 +30,25 @@ def test_a_stop_signal_is_a_request_that_the_loop_reads(signum):
   finally:
     signals.close()
   assert {s: signal.getsignal(s) for s in before} == before
+
+
+def test_a_loop_that_closed_leaves_the_next_start_up_saying_so(capfd):
+  """The first signal's line follows the loop: once one has closed, a
+  command that catches the signals again (a second run in one process) is
+  starting up."""
+  signals = preemption.Preemption()
+  signals.training()
+  signals.close()
+  stop_signals.catch()
+  try:
+    os.kill(os.getpid(), signal.SIGTERM)
+    deadline = time.monotonic() + 5
+    while not stop_signals.received() and time.monotonic() < deadline:
+      time.sleep(0.01)
+  finally:
+    stop_signals.release()
+  assert capfd.readouterr().err == (
+      '\nSIGTERM: stopping before training starts.\n')
 
 
 def test_the_message_says_what_was_saved():

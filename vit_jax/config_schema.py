@@ -149,11 +149,13 @@ FIELDS: dict[str, Field] = {
                                     may_change_on_resume=True),
     'checkpoint_min_seconds': Field(
         30.0, 'With checkpoint_every_steps 0, an epoch\'s checkpoint is '
-        'skipped while the newest was saved less than this many seconds ago '
-        'or is still being written (orbax\'s ContinuousCheckpointingPolicy), so '
-        'that a run of short epochs (a small model on a GPU) trains rather '
-        'than saves; the last step and a stop signal always save. 0: every '
-        'epoch.', may_change_on_resume=True),
+        'skipped while the newest started writing less than this many '
+        'seconds ago (after a restart: was completed) or is still being '
+        'written (orbax\'s ContinuousCheckpointingPolicy), so that a run of '
+        'short epochs (a small model on a GPU) trains rather than saves; the '
+        'last step and a stop signal always save. 0: every epoch; inf: only '
+        'the first epoch (none when resuming) and the last step.',
+        may_change_on_resume=True),
     'keep_checkpoints': Field(2, 'Newest checkpoints kept in the workdir.',
                               may_change_on_resume=True),
     'keep_best_checkpoint': Field(

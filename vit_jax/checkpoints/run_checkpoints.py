@@ -162,9 +162,9 @@ class RunCheckpoints:
   def due(self, step: int) -> bool:
     """Whether an interval's checkpoint is taken at `step`: with
     `min_seconds`, orbax's ContinuousCheckpointingPolicy: when none is
-    saved yet, or the newest was saved `min_seconds` ago (by the clock:
-    from disk, when it was completed) and none is being written (process 0
-    decides for all). `save` is the loop's decision: the last step and a
+    saved yet, or the newest started writing `min_seconds` ago (by the
+    clock; read from disk after a restart: when it was completed) and none
+    is being written (process 0 decides for all). `save` is the loop's decision: the last step and a
     stop signal save whatever this says."""
     return not self._min_seconds or self._open(create=True).should_save(step)
 
