@@ -7,7 +7,6 @@ import shutil
 import time
 
 import jax
-from jax.experimental import multihost_utils
 import numpy as np
 import orbax.checkpoint as ocp
 import pytest
@@ -97,25 +96,6 @@ def test_an_intervals_checkpoint_waits_its_seconds_after_the_newest(
       'move the directory away.')):
     save(every, 1)
   every.close()
-
-
-def test_checkpoints_leave_jaxs_preemption_sync_point_to_the_loop(
-    tmp_path, monkeypatch):
-  """jax's sync point stops a multi-process job at the call after the
-  latest: orbax's calls with a step between `Preemption`'s counted calls
-  made a SIGTERM go unheeded (test_training_train's two-process case)."""
-  calls = []
-  monkeypatch.setattr(multihost_utils, 'reached_preemption_sync_point',
-                      lambda step: calls.append(step) or False)
-  state, sums = _tiny_state()
-  checkpoints = run_checkpoints.RunCheckpoints(tmp_path, keep=2,
-                                               min_seconds=30)
-  for step in (1, 2):
-    checkpoints.due(step)
-    checkpoints.save(step, state, sums, [], {'epoch': 1, 'batch': step},
-                     _CONFIG)
-  checkpoints.close()  # the background finalisation included
-  assert checkpoints.steps() == [1, 2] and not calls
 
 
 def test_restores_everything_the_loop_saved(tmp_path):

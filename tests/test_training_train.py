@@ -411,6 +411,7 @@ def test_two_streaming_processes_each_read_their_half_of_every_batch(
     assert records[0][metric] == expected[0][metric]
 
 
+@pytest.mark.slow  # 30 s: two processes
 def test_two_processes_save_the_same_epochs_checkpoints(
     cifar10_binary, tmp_path):
   """With the default interval each epoch asks orbax's policy, which

@@ -148,13 +148,11 @@ FIELDS: dict[str, Field] = {
                                     'checkpoint_min_seconds.',
                                     may_change_on_resume=True),
     'checkpoint_min_seconds': Field(
-        30.0, 'With checkpoint_every_steps 0, an epoch\'s checkpoint is '
-        'skipped while the newest started writing less than this many '
-        'seconds ago (after a restart: was completed) or is still being '
-        'written (orbax\'s ContinuousCheckpointingPolicy), so that a run of '
-        'short epochs (a small model on a GPU) trains rather than saves; the '
-        'last step and a stop signal always save. 0: every epoch; inf: only '
-        'the first epoch (none when resuming) and the last step.',
+        30.0, 'With checkpoint_every_steps 0, skip an epoch\'s checkpoint '
+        'while the newest is still written or began less than this long ago '
+        '(orbax\'s ContinuousCheckpointingPolicy; docs/training.md), so that '
+        'short epochs (a small model on a GPU) train, not save; the last '
+        'step and a stop signal always save. 0: every epoch.',
         may_change_on_resume=True),
     'keep_checkpoints': Field(2, 'Newest checkpoints kept in the workdir.',
                               may_change_on_resume=True),

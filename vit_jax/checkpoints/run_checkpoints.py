@@ -7,10 +7,8 @@ newest one.
 
 import contextlib
 import dataclasses
-import functools
 import os
 import pathlib
-import sys
 from typing import Any
 
 from absl import logging
@@ -20,6 +18,7 @@ import orbax.checkpoint as ocp
 
 from vit_jax import errors
 from vit_jax.checkpoints import digests
+from vit_jax.checkpoints import orbax_manager
 from vit_jax.errors import CheckpointError
 from vit_jax.errors import first_line
 
@@ -59,32 +58,6 @@ def _as_saved(step_dir: pathlib.Path) -> tuple[Any, Any]:
   return target('state'), target('train_sums')
 
 
-def _abandoned_by_orbax(unraisable) -> bool:
-  """Whether an unraisable exception is what a failed save or restore,
-  already reported in one line, leaves behind: tensorstore's pending
-  operations calling back into orbax's closed event loop, or orbax's other
-  reads of a damaged checkpoint, collected with their errors."""
-  error, code = unraisable.exc_value, getattr(unraisable.object, 'cr_code',
-                                              None)
-  return (isinstance(error, RuntimeError) and
-          str(error) == 'Event loop is closed') or (
-              code is not None and '/orbax/' in code.co_filename)
-
-
-@functools.cache
-def _ignore_what_orbax_abandons():
-  """Python prints each of `_abandoned_by_orbax`'s exceptions with a
-  traceback: pages after the one line that says what failed. Installed
-  once, by the first RunCheckpoints opened."""
-  unraisablehook = sys.unraisablehook
-
-  def hook(unraisable):
-    if not _abandoned_by_orbax(unraisable):
-      unraisablehook(unraisable)
-
-  sys.unraisablehook = hook
-
-
 # How many checkpoints a reader lets a live run replace under it before it
 # says so, rather than chasing the run's rotation for as long as it lasts.
 _MAX_ROTATED_WHILE_READ = 10
@@ -92,20 +65,6 @@ _MAX_ROTATED_WHILE_READ = 10
 
 # `keep` for a writer that keeps every step it saves: its owner deletes them.
 KEEP_ALL = 0
-
-
-class _CheckpointManager(ocp.CheckpointManager):
-  """orbax's, with the stop signals left to `runtime.preemption`. jax's
-  preemption sync point keeps one counter, the value of the latest call,
-  and stops a job at the call that passes the next value: `Preemption`
-  counts its own calls, orbax passes the step (saving, deciding whether to
-  save, finishing a save in the background), so its calls between ours
-  would move that point to a value `Preemption` never passes, and a SIGTERM
-  to a multi-process job would go unheeded."""
-
-  def reached_preemption(self, step: int) -> bool:
-    del step
-    return False
 
 
 class RunCheckpoints:
@@ -145,18 +104,9 @@ class RunCheckpoints:
 
   def _open(self, create: bool) -> ocp.CheckpointManager:
     if self._manager is None:
-      _ignore_what_orbax_abandons()
-      self._manager = _CheckpointManager(
-          self.directory,
-          options=ocp.CheckpointManagerOptions(
-              max_to_keep=self._keep, create=create,
-              cleanup_tmp_directories=not self._reading,
-              save_decision_policy=(
-                  ocp.checkpoint_managers.ContinuousCheckpointingPolicy(
-                      # orbax makes a timedelta of it: inf, "never", would
-                      # overflow
-                      minimum_interval_secs=min(self._min_seconds, 1e12))
-                  if self._min_seconds else None)))
+      self._manager = orbax_manager.open_manager(
+          self.directory, self._keep, create, reading=self._reading,
+          min_seconds=self._min_seconds)
     return self._manager
 
   def due(self, step: int) -> bool:
@@ -164,8 +114,8 @@ class RunCheckpoints:
     `min_seconds`, orbax's ContinuousCheckpointingPolicy: when none is
     saved yet, or the newest started writing `min_seconds` ago (by the
     clock; read from disk after a restart: when it was completed) and none
-    is being written (process 0 decides for all). `save` is the loop's decision: the last step and a
-    stop signal save whatever this says."""
+    is being written (process 0 decides for all). `save` is the loop's
+    decision: the last step and a stop signal save whatever this says."""
     return not self._min_seconds or self._open(create=True).should_save(step)
 
   def steps(self, fresh: bool = False) -> list[int]:
