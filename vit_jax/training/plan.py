@@ -50,8 +50,9 @@ def step_plan(config, steps_per_epoch: int) -> StepPlan:
 
 def checkpoint_min_seconds(config) -> float:
   """Seconds an interval's checkpoint waits after the newest started
-  writing (`RunCheckpoints.due`): config.checkpoint_min_seconds when the interval
-  is the default epoch; 0, every interval, when it is set in steps. On a
+  writing (`RunCheckpoints.due`): config.checkpoint_min_seconds when the
+  interval is the default epoch; 0, every interval, when it is set in
+  steps. On a
   GPU a small model's epoch trains in less time than orbax takes to save,
   so that a checkpoint every epoch would hold up training
   (experiments/benchmarks/README.md, attempts 24 and 25)."""
