@@ -297,7 +297,8 @@ def test_smoke_measures_every_section_into_json_and_readme(tmp_path):
     assert study['end_to_end_seconds'] > study['train_seconds'] > 0
     assert study['train_images_per_second'] > 0
     assert any('Compiled the train' in line for line in study['log'])
-  assert any('from the compilation cache' in line for line in warm['log'])
+  assert any('from the compilation cache' in line
+             for line in warm['log']), warm['log']
   assert results['summary']['study_cold_seconds'] == (
       cold['end_to_end_seconds'])
   assert [r['loader'] for r in by_section['input']] == [

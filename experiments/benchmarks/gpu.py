@@ -137,13 +137,17 @@ class Results:
 
   def add(self, row: dict):
     # When it landed, so that the next plan's budgets can be read off.
-    row = {**row, 'at_seconds': round(time.monotonic() - self.start, 1)}
+    row = {**row, 'at_seconds': self._seconds()}
     self.data['rows'].append(row)
     print(gpu_report.row_line(row), flush=True)
     self.write()
 
+  def _seconds(self) -> float:
+    # Rounded alike, so that no row lands after the run's total.
+    return round(time.monotonic() - self.start, 1)
+
   def write(self):
-    self.data['seconds'] = time.monotonic() - self.start
+    self.data['seconds'] = self._seconds()
     self.data['summary'] = gpu_report.summary(self.data)
     self.output.parent.mkdir(parents=True, exist_ok=True)
     files.write_atomically(self.output, json.dumps(self.data, indent=1) + '\n')
