@@ -27,6 +27,9 @@ def test_command_prints_a_table_and_a_json_line_and_writes_a_trace(tmp_path):
   # What TensorBoard and Perfetto open.
   assert list(tmp_path.rglob('*.xplane.pb'))
   assert list(tmp_path.rglob('perfetto_trace.json.gz'))
+  # The program whose instructions the trace's events name.
+  assert (tmp_path / 'train_steps.hlo.txt').read_text().startswith(
+      'HloModule')
 
 
 @pytest.mark.slow  # 15 s

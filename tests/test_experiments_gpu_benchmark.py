@@ -19,6 +19,7 @@ from experiments.benchmarks import gpu_plan
 from experiments.benchmarks import gpu_report
 from experiments.benchmarks import gpu_sections
 from experiments.benchmarks import gpu_steps
+from experiments.benchmarks import hlo_parts
 from experiments.benchmarks import profile_step
 from tests.helpers import random_cifar
 from tests.helpers import ROOT
@@ -264,6 +265,45 @@ def test_a_device_trace_is_summed_by_kind_of_kernel(tmp_path):
       'attention (cuDNN)')
   assert kind['sm80_xmma_fprop_implicit_gemm_indexed_bf16bf16_bf16f32_f32'] == (
       'convolutions')
+
+
+def test_a_device_trace_is_summed_by_part_of_the_model(tmp_path, landed):
+  trace = tmp_path / 'perfetto_trace.json.gz'
+  with gzip.open(trace, 'wt') as f:
+    json.dump({'traceEvents': _DEVICE_TRACE}, f)
+  dense = hlo_parts.Part('Transformer/encoderblock_*/MlpBlock_0/Dense_0',
+                         'forward', ('dot_general',))
+  norm = hlo_parts.Part('Transformer/encoderblock_*/LayerNorm_0', 'backward',
+                        ('reduce_sum', 'mul'))
+  # By the HLO op the trace names, by the kernel's own name, and by the jax
+  # op name the trace gives (the optimizer's fusion).
+  parts = {'gemm_fusion_dot.3': dense, 'input_reduce_fusion': norm}
+  by_part = profile_step.device_time_by_part(trace, 2, parts)
+  assert by_part == pytest.approx({
+      dense.label: 0.14, hlo_parts.UNNAMED: 0.325, 'optimizer': 0.03,
+      norm.label: 0.02})
+  assert list(by_part)[:2] == [hlo_parts.UNNAMED, dense.label]
+  _, heaviest = profile_step.summarize_device(trace, 2, parts=parts)
+  computes = {k['kernel']: k.get('computes') for k in heaviest}
+  assert computes['sm90_xmma_gemm_bf16bf16'] == (
+      'Transformer/encoderblock_*/MlpBlock_0/Dense_0, forward: dot_general')
+  assert computes['input_reduce_fusion'] == norm.described
+  assert computes['loop_multiply_fusion'] == 'optimizer'
+  assert computes['loop_add_fusion'] is None
+
+  results, _ = landed
+  profile = {'section': 'profile', 'model': 'ViT-B/16', 'batch_size': 256,
+             'step_ms': 81.9, 'ms_per_step_by_kind': {'matmuls': 0.25},
+             'ms_per_step_by_model_part': {
+                 f'part {i}': 20.0 - i for i in range(17)},
+             'heaviest_kernels': [{'kernel': 'input_reduce_fusion',
+                                   'kind': 'layer norms', 'ms_per_step': 0.02,
+                                   'computes': norm.described}]}
+  section = gpu_report.report({**results, 'rows': results['rows'] + [profile]})
+  assert '| part 14 | 6.00 |\n| the other 2 parts | 9.00 |' in section
+  assert ('| `input_reduce_fusion` | layer norms | '
+          'Transformer/encoderblock_*/LayerNorm_0, backward: reduce_sum, mul | '
+          '0.02 |') in section
 
 
 @pytest.mark.slow  # 30-60 s: the study's process, worker processes, compiles

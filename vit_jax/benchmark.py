@@ -25,7 +25,9 @@ the memory of models far larger than this machine can be compared, e.g.
 parameters replicated (`--fsdp=1`) against split over 8 devices.
 `--trace_dir` also records a `jax.profiler` trace of a few train steps after
 the timed ones (open it in TensorBoard or Perfetto;
-`experiments/benchmarks/profile_step.py` sums it by kind of work).
+`experiments/benchmarks/profile_step.py` sums it by kind of work and by part
+of the model), with the compiled step's HLO beside it (`train_steps.hlo.txt`,
+whose instructions the trace's events name).
 
 FLOPs are counted from the model's jaxpr (`vit_jax.flops`). XLA's cost
 analysis of the compiled step, which also counts elementwise work, is printed

@@ -109,6 +109,24 @@ def _table(header: list[str], rows: list[list[str]]) -> list[str]:
           ['| ' + ' | '.join(cells) + ' |' for cells in rows])
 
 
+def _by_model_part(by_part: dict[str, float] | None,
+                   shown: int = 15) -> list[str]:
+  """A profile's table by part of the model (`hlo_parts`): the heaviest
+  `shown` parts, then the rest summed."""
+  if not by_part:
+    return []
+  ranked = sorted(by_part.items(), key=lambda item: -item[1])
+  rest = ranked[shown:]
+  rows = [[label, _number(ms, 2)] for label, ms in ranked[:shown]]
+  if rest:
+    rows.append([f'the other {len(rest)} parts',
+                 _number(sum(ms for _, ms in rest), 2)])
+  return ['', 'The same kernels by the part of the model each computes (the '
+          'flax module and pass the compiled program\'s metadata names; '
+          'encoder blocks summed):', '',
+          *_table(['part of the model', 'ms per step'], rows)]
+
+
 def _cells(row: dict, measured) -> list[str]:
   """`measured(row)`'s cells, or the reason it was not measured."""
   if 'skipped' in row:
@@ -246,10 +264,11 @@ def report(results: dict) -> str:
               *_table(['kind of work', 'ms per step'],
                       [[kind, _number(ms, 2)] for kind, ms in
                        r['ms_per_step_by_kind'].items()]),
+              *_by_model_part(r.get('ms_per_step_by_model_part')),
               '', 'Its heaviest kernels:', '',
-              *_table(['kernel', 'kind', 'ms per step'],
+              *_table(['kernel', 'kind', 'computes', 'ms per step'],
                       [[f'`{k["kernel"][:80]}`', k['kind'],
-                        _number(k['ms_per_step'], 2)]
+                        k.get('computes', ''), _number(k['ms_per_step'], 2)]
                        for k in r['heaviest_kernels'][:12]])]
   inputs = [r for r in rows if r['section'] == 'input']
   if inputs:

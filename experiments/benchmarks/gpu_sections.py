@@ -20,6 +20,7 @@ import numpy as np
 
 from experiments.benchmarks import gpu_plan
 from experiments.benchmarks import gpu_steps
+from experiments.benchmarks import hlo_parts
 from experiments.benchmarks import profile_step
 from experiments.benchmarks import timm_worker
 from vit_jax import benchmark_input
@@ -207,8 +208,8 @@ def attention_rows(plan: gpu_plan.Plan, seconds_left: float) -> list[dict]:
 
 def profile_rows(plan: gpu_plan.Plan, seconds_left) -> list[dict]:
   """A trace of `plan.profile_steps` train steps of the first
-  `plan.profile_models` models (attention 'auto'), summed by kind of work,
-  each while `seconds_left()` is positive."""
+  `plan.profile_models` models (attention 'auto'), summed by kind of work
+  and by part of the model, each while `seconds_left()` is positive."""
   rows = []
   for label, model, batch in plan.models[:plan.profile_models]:
     row = {'section': 'profile', 'model': label, 'batch_size': batch}
@@ -224,8 +225,11 @@ def profile_rows(plan: gpu_plan.Plan, seconds_left) -> list[dict]:
           for _ in range(plan.profile_steps):
             jax.block_until_ready(bench.train_step())
         trace = next(pathlib.Path(trace_dir).rglob('perfetto_trace.json.gz'))
-        kinds, heaviest = profile_step.summarize_device(trace,
-                                                        plan.profile_steps)
+        parts = hlo_parts.model_parts(bench.compiled.train.as_text())
+        kinds, heaviest = profile_step.summarize_device(
+            trace, plan.profile_steps, parts=parts)
+        by_part = profile_step.device_time_by_part(trace, plan.profile_steps,
+                                                   parts)
     except Exception as e:  # pylint: disable=broad-except
       rows.append({**row, 'skipped': gpu_steps.failure_note(e)})
       continue
@@ -237,5 +241,7 @@ def profile_rows(plan: gpu_plan.Plan, seconds_left) -> list[dict]:
                    'kernels (a CPU)'})
       continue
     rows.append({**row, 'batch_size': batch, 'step_ms': 1000 * step,
-                 'ms_per_step_by_kind': kinds, 'heaviest_kernels': heaviest})
+                 'ms_per_step_by_kind': kinds,
+                 'ms_per_step_by_model_part': by_part,
+                 'heaviest_kernels': heaviest})
   return rows

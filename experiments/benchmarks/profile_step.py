@@ -11,7 +11,9 @@ augmented), records a `jax.profiler` trace of --steps steps with XLA's
 per-operation events on (`--xla_cpu_enable_xprof_traceme`), and sums the
 events of the threads that run XLA's operations by kind of work, each event
 counted for its own time (its nested events subtracted). Prints thread-ms per
-step against the step's wall time. With one device the threads run on the 2
+step against the step's wall time, then by the part of the model each
+operation computes (`hlo_parts`: the flax module, forward or backward, that
+the compiled program's metadata names). With one device the threads run on the 2
 cores and add up to at most 2 x wall; with 4 devices on 2 cores each device
 has its own thread and they share the cores, so an operation's time includes
 the slices it waited for a core, and the sum can reach 4 x wall.
@@ -31,6 +33,7 @@ import sys
 import tempfile
 import time
 
+from experiments.benchmarks import hlo_parts
 from experiments.benchmarks import study_step
 
 # Kinds of work, by XLA's names for its thunks; the first match wins.
@@ -65,9 +68,8 @@ def self_times(events: list[dict]) -> list[tuple[str, float]]:
   return result
 
 
-def summarize(trace_path: pathlib.Path, steps: int) -> dict[str, float]:
-  """Milliseconds per step: each kind of work summed over XLA's threads, and
-  the wall time from the first event on them to the last."""
+def _worker_events(trace_path: pathlib.Path) -> dict[int, list[dict]]:
+  """The complete events of each thread that runs XLA's operations."""
   with gzip.open(trace_path) as f:
     events = json.load(f)['traceEvents']
   workers = {e['tid'] for e in events
@@ -77,6 +79,13 @@ def summarize(trace_path: pathlib.Path, steps: int) -> dict[str, float]:
   for e in events:
     if e.get('ph') == 'X' and e.get('tid') in workers:
       by_thread[e['tid']].append(e)
+  return by_thread
+
+
+def summarize(trace_path: pathlib.Path, steps: int) -> dict[str, float]:
+  """Milliseconds per step: each kind of work summed over XLA's threads, and
+  the wall time from the first event on them to the last."""
+  by_thread = _worker_events(trace_path)
   kinds = collections.Counter()
   for thread_events in by_thread.values():
     for name, own in self_times(thread_events):
@@ -84,6 +93,18 @@ def summarize(trace_path: pathlib.Path, steps: int) -> dict[str, float]:
       kinds[kind] += own
   spans = [e for thread_events in by_thread.values() for e in thread_events]
   return _per_step(kinds, KINDS, spans, steps, 'sum over threads', 'wall')
+
+
+def summarize_by_part(trace_path: pathlib.Path, steps: int,
+                      parts: dict[str, hlo_parts.Part]) -> dict[str, float]:
+  """Thread-milliseconds per step of XLA's operations by the part of the
+  model each computes (`hlo_parts.model_parts` of the traced program), the
+  most first; the runtime's own events are `hlo_parts.UNNAMED`."""
+  times = hlo_parts.time_by_part(
+      (parts.get(name), own)
+      for thread_events in _worker_events(trace_path).values()
+      for name, own in self_times(thread_events))
+  return {label: us / 1e3 / steps for label, us in times.most_common()}
 
 
 def _per_step(kinds: collections.Counter, order, events: list[dict],
@@ -136,17 +157,37 @@ def _device_threads(events: list[dict]) -> set[tuple[int, int]]:
   return threads & streams or threads
 
 
-def summarize_device(trace_path: pathlib.Path, steps: int,
-                     top: int = 25) -> tuple[dict[str, float], list[dict]]:
-  """Milliseconds per step of an accelerator's kernels by kind of work
-  (DEVICE_KINDS), their sum and the wall time from the first to the last;
-  and the `top` kernels by time, with what the trace says of them. Empty
-  when the trace has no accelerator (a CPU)."""
+def _device_kernels(trace_path: pathlib.Path) -> list[dict]:
+  """The trace's accelerator kernels (none on a CPU)."""
   with gzip.open(trace_path) as f:
     events = json.load(f)['traceEvents']
   threads = _device_threads(events)
-  kernels = [e for e in events if e.get('ph') == 'X' and
-             (e.get('pid'), e.get('tid')) in threads]
+  return [e for e in events if e.get('ph') == 'X' and
+          (e.get('pid'), e.get('tid')) in threads]
+
+
+def _part_of(kernel: dict, parts: dict[str, hlo_parts.Part]
+             ) -> hlo_parts.Part | None:
+  """The part of the model a kernel computes: its instruction's, by the
+  HLO op the trace gives it or its name (a fusion's kernel); else the jax
+  op name the trace gives it."""
+  args = kernel.get('args', {})
+  for instruction in (args.get('hlo_op'), kernel['name']):
+    if instruction in parts:
+      return parts[instruction]
+  return hlo_parts.part(args['tf_op']) if args.get('tf_op') else None
+
+
+def summarize_device(trace_path: pathlib.Path, steps: int, top: int = 25,
+                     parts: dict[str, hlo_parts.Part] | None = None
+                     ) -> tuple[dict[str, float], list[dict]]:
+  """Milliseconds per step of an accelerator's kernels by kind of work
+  (DEVICE_KINDS), their sum and the wall time from the first to the last;
+  and the `top` kernels by time, with what the trace says of them and the
+  part of the model each computes, where the trace or the program's `parts`
+  (`hlo_parts.model_parts`) say. Empty when the trace has no accelerator (a
+  CPU)."""
+  kernels = _device_kernels(trace_path)
   if not kernels:
     return {}, []
   kinds, by_name = collections.Counter(), collections.Counter()
@@ -159,11 +200,24 @@ def summarize_device(trace_path: pathlib.Path, steps: int,
     by_name[e['name']] += e['dur']
     described.setdefault(e['name'], {'kind': kind, 'args': {
         k: str(v)[:200] for k, v in e.get('args', {}).items()}})
+    where = _part_of(e, parts or {})
+    if where:
+      described[e['name']]['computes'] = where.described
   table = _per_step(kinds, DEVICE_KINDS, kernels, steps, 'kernels, summed',
                     'wall, first kernel to last')
   heaviest = [{'kernel': name, 'ms_per_step': us / 1e3 / steps,
                **described[name]} for name, us in by_name.most_common(top)]
   return table, heaviest
+
+
+def device_time_by_part(trace_path: pathlib.Path, steps: int,
+                        parts: dict[str, hlo_parts.Part]) -> dict[str, float]:
+  """Milliseconds per step of an accelerator's kernels by the part of the
+  model each computes, the most first; `hlo_parts.UNNAMED` holds the
+  kernels whose instruction the trace does not name."""
+  times = hlo_parts.time_by_part(
+      (_part_of(e, parts), e['dur']) for e in _device_kernels(trace_path))
+  return {label: us / 1e3 / steps for label, us in times.most_common()}
 
 
 # The step's largest matmuls (M, K, N) at batch 128: the MLP's two and a
@@ -229,11 +283,21 @@ def main():
                                 trace_dir=trace_dir, trace_steps=args.steps)
     trace_path = next(pathlib.Path(trace_dir).rglob('perfetto_trace.json.gz'))
     table = summarize(trace_path, args.steps)
+    # Not imported above, where jax would start before XLA_FLAGS is set.
+    # pylint: disable-next=g-import-not-at-top
+    from vit_jax.training import step_benchmark
+    parts = hlo_parts.model_parts(
+        (pathlib.Path(trace_dir) / step_benchmark.TRACED_PROGRAM).read_text())
+    by_part = summarize_by_part(trace_path, args.steps, parts)
   print(f'{args.cpu_devices} host devices; untraced step '
         f'{result["train_ms_per_step"]:.0f} ms '
         f'({result["train_images_per_second"]:.1f} img/s)\n')
   study_step.print_table(('work', 'thread-ms per step'),
                          ((kind, f'{ms:,.0f}') for kind, ms in table.items()))
+  print()
+  study_step.print_table(('part of the model', 'thread-ms per step'),
+                         ((label, f'{ms:,.1f}') for label, ms in
+                          by_part.items() if ms >= 0.05))
 
 
 if __name__ == '__main__':

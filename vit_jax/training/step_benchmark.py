@@ -8,6 +8,7 @@ Defines no command-line flags, so that any tool may import it.
 """
 
 import dataclasses
+import pathlib
 import time
 from typing import Any
 
@@ -28,6 +29,8 @@ from vit_jax.training import steps
 # The side of the matmul whose FLOP/s a step's utilisation is measured
 # against.
 _PEAK_MATMUL_SIZE = 2048
+# The traced train step's optimized HLO, written beside a trace.
+TRACED_PROGRAM = 'train_steps.hlo.txt'
 
 
 def measure_matmul_peak(dtype, placement: jax.sharding.NamedSharding,
@@ -197,6 +200,9 @@ def run_benchmark(*, model: str, batch_size: int, image_size: int,
     with jax.profiler.trace(trace_dir, create_perfetto_trace=True):
       for _ in range(trace_steps):
         jax.block_until_ready(bench.train_step())
+    # The program the trace's events name, to read what each computes.
+    (pathlib.Path(trace_dir) / TRACED_PROGRAM).write_text(
+        compiled.train.as_text())
   eval_seconds = median_seconds(bench.eval_step, steps_timed)
 
   forward = bench.forward_flops_per_image()

@@ -1,0 +1,135 @@
+"""experiments/benchmarks/hlo_parts.py: what a compiled program's
+instructions compute in the model's terms, read from real compiled programs
+and (slow) from a real trace of the study's step."""
+
+import subprocess
+import sys
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import pytest
+
+from experiments.benchmarks import hlo_parts
+from tests.helpers import ROOT
+
+Part = hlo_parts.Part
+
+
+@pytest.mark.parametrize('op_name, expected', [
+    ('jit(train_steps)/jvp(VisionTransformer)/Transformer/encoderblock_3/'
+     'LayerNorm_0/reduce_sum',
+     Part('Transformer/encoderblock_*/LayerNorm_0', 'forward')),
+    ('jit(train_steps)/while/body/transpose(jvp(VisionTransformer))/'
+     'Transformer/encoderblock_11/MultiHeadDotProductAttention_0/'
+     'btd,dhe->bhte/dot_general',
+     Part('Transformer/encoderblock_*/MultiHeadDotProductAttention_0/'
+          'btd,dhe->bhte', 'backward')),
+    ('jit(train_steps)/while/body/optimizer/mul', Part('optimizer', '')),
+    ('jit(train_steps)/jit(_one_hot)/eq', Part('_one_hot', '')),
+    ('jit(train_steps)/vmap()/gather', Part(hlo_parts.OUTSIDE, '')),
+    ('jit(train_steps)/add', Part(hlo_parts.OUTSIDE, '')),
+])
+def test_a_jax_op_name_names_its_module_and_pass(op_name, expected):
+  assert hlo_parts.part(op_name) == expected
+
+
+class _Block(nn.Module):
+
+  @nn.compact
+  def __call__(self, x):
+    y = nn.LayerNorm(name='LayerNorm_0')(x)
+    y = nn.gelu(nn.Dense(32, name='Dense_0')(y))
+    return x + nn.Dense(16, name='Dense_1')(y)
+
+
+def _compiled_step_text() -> str:
+  model = _Block()
+  x = jnp.ones((8, 16))
+  params = model.init(jax.random.key(0), x)
+
+  def train_step(params, x):
+    grads = jax.grad(lambda p: jnp.mean(model.apply(p, x) ** 2))(params)
+    return jax.tree.map(lambda p, g: p - 0.1 * g, params, grads)
+
+  return jax.jit(train_step).lower(params, x).compile().as_text()
+
+
+def test_a_compiled_steps_instructions_are_mapped_to_its_modules():
+  parts = hlo_parts.model_parts(_compiled_step_text())
+  labels = {p.label for p in parts.values()}
+  for module in 'LayerNorm_0', 'Dense_0', 'Dense_1':
+    assert f'{module}, forward' in labels
+    assert f'{module}, backward' in labels
+  # A kernel is found by its name too, '.' written '_'.
+  dotted = [name for name in parts if '.' in name]
+  assert dotted and all(
+      parts[name.replace('.', '_').replace('-', '_')] == parts[name]
+      for name in dotted)
+  layer_norm = [p for p in parts.values() if p.path == 'LayerNorm_0']
+  assert any('rsqrt' in p.operations for p in layer_norm)
+
+
+_HLO = """\
+HloModule jit_train_steps
+
+%fused_computation.7 (param_0: f32[8,16]) -> f32[8] {
+  %param_0 = f32[8,16]{1,0} parameter(0)
+  %constant = f32[] constant(0)
+  ROOT %reduce.1 = f32[8]{0} reduce(%param_0, %constant), dimensions={1}, \
+to_apply=%region_0, metadata={op_name="jit(train_steps)/transpose(jvp(ViT))/\
+Transformer/encoderblock_0/LayerNorm_0/reduce_sum"}
+}
+
+%region_0 (a: f32[], b: f32[]) -> f32[] {
+  %a = f32[] parameter(0)
+  %b = f32[] parameter(1)
+  ROOT %add.2 = f32[] add(%a, %b), metadata={op_name="jit(train_steps)/\
+transpose(jvp(ViT))/Transformer/encoderblock_0/LayerNorm_0/reduce_sum"}
+}
+
+ENTRY %main.9 (x: f32[8,16]) -> f32[8] {
+  %x = f32[8,16]{1,0} parameter(0)
+  %multiply.3 = f32[8,16]{1,0} multiply(%x, %x), metadata={op_name=\
+"jit(train_steps)/jvp(ViT)/Transformer/encoderblock_1/MlpBlock_0/mul;\
+jit(train_steps)/jvp(ViT)/Transformer/encoderblock_1/MlpBlock_0/mul"}
+  %copy.4 = f32[8,16]{0,1} copy(%multiply.3)
+  ROOT %input_reduce_fusion.7 = f32[8]{0} fusion(%copy.4), kind=kInput, \
+calls=%fused_computation.7
+}
+"""
+
+
+def test_fusions_read_their_computations_and_copies_their_operand():
+  parts = hlo_parts.model_parts(_HLO)
+  layer_norm = Part('Transformer/encoderblock_*/LayerNorm_0', 'backward',
+                    ('reduce_sum',))
+  assert parts['input_reduce_fusion.7'] == layer_norm
+  assert parts['input_reduce_fusion_7'] == layer_norm
+  mlp = Part('Transformer/encoderblock_*/MlpBlock_0', 'forward', ('mul',))
+  assert parts['multiply.3'] == mlp  # two merged names, one part
+  assert parts['copy_4'] == mlp._replace(operations=('moves multiply.3',))
+  assert 'x' not in parts  # names nothing
+  times = hlo_parts.time_by_part([(parts['copy.4'], 2.0), (None, 1.0),
+                                  (parts['multiply.3'], 3.0)])
+  assert times == {mlp.label: 5.0, hlo_parts.UNNAMED: 1.0}
+  assert layer_norm.described == (
+      'Transformer/encoderblock_*/LayerNorm_0, backward: reduce_sum')
+
+
+@pytest.mark.slow  # 40 s: the study's step compiled, timed and traced
+def test_the_cpu_profile_sums_a_real_trace_by_part_of_the_model():
+  run = subprocess.run(
+      [sys.executable, 'experiments/benchmarks/profile_step.py',
+       '--cpu_devices=1', '--steps=1'],
+      cwd=ROOT, capture_output=True, text=True, check=True)
+  table = run.stdout.split('| part of the model | thread-ms per step |')[1]
+  rows = {cells[0]: float(cells[1].replace(',', '')) for cells in (
+      [c.strip() for c in line.strip('|').split('|')]
+      for line in table.strip().splitlines()[1:])}
+  for module in ('LayerNorm_0', 'MlpBlock_0/Dense_0'):
+    for direction in 'forward', 'backward':
+      assert rows[f'Transformer/encoderblock_*/{module}, {direction}'] > 0
+  assert rows['optimizer'] > 0
+  # The runtime's own events aside, the program names where the time goes.
+  assert rows.get(hlo_parts.UNNAMED, 0) < 0.25 * sum(rows.values())
