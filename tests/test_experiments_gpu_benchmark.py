@@ -268,25 +268,34 @@ def test_a_device_trace_is_summed_by_kind_of_kernel(tmp_path):
 
 
 def test_a_device_trace_is_summed_by_part_of_the_model(tmp_path, landed):
+  # The same cuBLAS kernel again, for another matmul.
+  other_matmul = {'ph': 'X', 'pid': 2, 'tid': 8,
+                  'name': 'sm90_xmma_gemm_bf16bf16', 'ts': 1100, 'dur': 20,
+                  'args': {'hlo_op': 'gemm_fusion_dot.4'}}
   trace = tmp_path / 'perfetto_trace.json.gz'
   with gzip.open(trace, 'wt') as f:
-    json.dump({'traceEvents': _DEVICE_TRACE}, f)
+    json.dump({'traceEvents': _DEVICE_TRACE + [other_matmul]}, f)
   dense = hlo_parts.Part('Transformer/encoderblock_*/MlpBlock_0/Dense_0',
                          'forward', ('dot_general',))
+  head = hlo_parts.Part('VisionTransformer._classify/head', 'backward',
+                        ('dot_general',))
   norm = hlo_parts.Part('Transformer/encoderblock_*/LayerNorm_0', 'backward',
                         ('reduce_sum', 'mul'))
   # By the HLO op the trace names, by the kernel's own name, and by the jax
   # op name the trace gives (the optimizer's fusion).
-  parts = {'gemm_fusion_dot.3': dense, 'input_reduce_fusion': norm}
+  parts = {'gemm_fusion_dot.3': dense, 'gemm_fusion_dot.4': head,
+           'input_reduce_fusion': norm}
   by_part = profile_step.device_time_by_part(trace, 2, parts)
   assert by_part == pytest.approx({
       dense.label: 0.14, hlo_parts.UNNAMED: 0.325, 'optimizer': 0.03,
-      norm.label: 0.02})
+      norm.label: 0.02, head.label: 0.01})
   assert list(by_part)[:2] == [hlo_parts.UNNAMED, dense.label]
   _, heaviest = profile_step.summarize_device(trace, 2, parts=parts)
   computes = {k['kernel']: k.get('computes') for k in heaviest}
+  # A kernel that runs for several parts: the one it spends the most on.
   assert computes['sm90_xmma_gemm_bf16bf16'] == (
-      'Transformer/encoderblock_*/MlpBlock_0/Dense_0, forward: dot_general')
+      'Transformer/encoderblock_*/MlpBlock_0/Dense_0, forward: dot_general '
+      '(and 1 more)')
   assert computes['input_reduce_fusion'] == norm.described
   assert computes['loop_multiply_fusion'] == 'optimizer'
   assert computes['loop_add_fusion'] is None

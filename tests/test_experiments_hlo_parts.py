@@ -2,6 +2,7 @@
 instructions compute in the model's terms, read from real compiled programs
 and (slow) from a real trace of the study's step."""
 
+import re
 import subprocess
 import sys
 
@@ -26,9 +27,24 @@ Part = hlo_parts.Part
      Part('Transformer/encoderblock_*/MultiHeadDotProductAttention_0/'
           'btd,dhe->bhte', 'backward')),
     ('jit(train_steps)/while/body/optimizer/mul', Part('optimizer', '')),
-    ('jit(train_steps)/jit(_one_hot)/eq', Part('_one_hot', '')),
+    # Remat and scan's scopes, a module's method, a helper's jit.
+    ('jit(train_steps)/while/body/closed_call/transpose(jvp(ViT))/'
+     'Transformer/scan_blocks/encoderblock.body/rematted_computation/'
+     'encoderblock/Dropout_0/Dropout.__call__/jit(_bernoulli)/lt',
+     Part('Transformer/scan_blocks/encoderblock/Dropout_0', 'backward')),
+    # XLA repeats the path after the operation's own.
+    ('jit(train_steps)/jvp(ViT)/Transformer/encoderblock_0/Dropout_0/while/'
+     'jit(train_steps)/jvp(ViT)/Transformer/mul',
+     Part('Transformer/encoderblock_*/Dropout_0', 'forward')),
+    # The loss, the metrics and the input's augmentation.
+    ('jit(train_steps)/jit(_one_hot)/eq', Part(hlo_parts.OUTSIDE, '')),
+    ('jit(train_steps)/jvp(jit(log_softmax))/sub',
+     Part(hlo_parts.OUTSIDE, '')),
     ('jit(train_steps)/vmap()/gather', Part(hlo_parts.OUTSIDE, '')),
     ('jit(train_steps)/add', Part(hlo_parts.OUTSIDE, '')),
+    # A model without a pass (an evaluation, a teacher).
+    ('jit(eval_step)/Transformer/encoderblock_1/LayerNorm_0/mul',
+     Part('Transformer/encoderblock_*/LayerNorm_0', '')),
 ])
 def test_a_jax_op_name_names_its_module_and_pass(op_name, expected):
   assert hlo_parts.part(op_name) == expected
@@ -43,8 +59,19 @@ class _Block(nn.Module):
     return x + nn.Dense(16, name='Dense_1')(y)
 
 
-def _compiled_step_text() -> str:
-  model = _Block()
+class _Blocks(nn.Module):
+  """Two `_Block`s scanned and rematerialised, as `remat_scan` runs the
+  encoder."""
+
+  @nn.compact
+  def __call__(self, x):
+    block = nn.scan(nn.remat(lambda module, x, _: (_Block()(x), None)),
+                    variable_axes={'params': 0},
+                    split_rngs={'params': True}, length=2)
+    return block(self, x, None)[0]
+
+
+def _compiled_step_text(model: nn.Module) -> str:
   x = jnp.ones((8, 16))
   params = model.init(jax.random.key(0), x)
 
@@ -55,12 +82,26 @@ def _compiled_step_text() -> str:
   return jax.jit(train_step).lower(params, x).compile().as_text()
 
 
+def _arithmetic(hlo_text: str) -> set[str]:
+  """The instructions that are a matmul or a fusion around one."""
+  with_dot = {name for name, body in re.findall(
+      r'^%?(\S+) .*\{\n(.*?)^\}', hlo_text, re.M | re.S) if ' dot(' in body}
+  return {name for name, text in re.findall(
+      r'^\s+(?:ROOT )?%?(\S+) = (.*)$', hlo_text, re.M)
+          if ' dot(' in text or any(f'calls=%{c}' in text for c in with_dot)}
+
+
 def test_a_compiled_steps_instructions_are_mapped_to_its_modules():
-  parts = hlo_parts.model_parts(_compiled_step_text())
+  text = _compiled_step_text(_Block())
+  parts = hlo_parts.model_parts(text)
   labels = {p.label for p in parts.values()}
   for module in 'LayerNorm_0', 'Dense_0', 'Dense_1':
     assert f'{module}, forward' in labels
     assert f'{module}, backward' in labels
+  # A matmul is its Dense's, whatever XLA fused around it.
+  matmuls = _arithmetic(text)
+  assert matmuls and {parts[name].path for name in matmuls} == {
+      'Dense_0', 'Dense_1'}
   # A kernel is found by its name too, '.' written '_'.
   dotted = [name for name in parts if '.' in name]
   assert dotted and all(
@@ -68,6 +109,16 @@ def test_a_compiled_steps_instructions_are_mapped_to_its_modules():
       for name in dotted)
   layer_norm = [p for p in parts.values() if p.path == 'LayerNorm_0']
   assert any('rsqrt' in p.operations for p in layer_norm)
+
+
+def test_scanned_and_rematerialised_blocks_add_up_by_module():
+  parts = hlo_parts.model_parts(_compiled_step_text(_Blocks()))
+  # One part a module and pass, free of how scan and remat run them; scan's
+  # own loop is the model's.
+  assert {p.label for p in parts.values()} == {hlo_parts.OUTSIDE} | {
+      f'{path}, {direction}' for direction in ('forward', 'backward')
+      for path in ('_Block_0/LayerNorm_0', '_Block_0/Dense_0',
+                   '_Block_0/Dense_1', '_Block_0', '_Blocks')}
 
 
 _HLO = """\
@@ -88,14 +139,17 @@ Transformer/encoderblock_0/LayerNorm_0/reduce_sum"}
 transpose(jvp(ViT))/Transformer/encoderblock_0/LayerNorm_0/reduce_sum"}
 }
 
-ENTRY %main.9 (x: f32[8,16]) -> f32[8] {
+ENTRY %main.9 (x: f32[8,16], p: s32[]) -> f32[8] {
   %x = f32[8,16]{1,0} parameter(0)
   %multiply.3 = f32[8,16]{1,0} multiply(%x, %x), metadata={op_name=\
 "jit(train_steps)/jvp(ViT)/Transformer/encoderblock_1/MlpBlock_0/mul;\
 jit(train_steps)/jvp(ViT)/Transformer/encoderblock_1/MlpBlock_0/mul"}
   %copy.4 = f32[8,16]{0,1} copy(%multiply.3)
-  ROOT %input_reduce_fusion.7 = f32[8]{0} fusion(%copy.4), kind=kInput, \
+  %input_reduce_fusion.7 = f32[8]{0} fusion(%copy.4), kind=kInput, \
 calls=%fused_computation.7
+  %p = s32[] parameter(1)
+  ROOT %conditional.8 = f32[8]{0} conditional(%p, %copy.4, %copy.4), \
+branch_computations={%fused_computation.7, %fused_computation.7}
 }
 """
 
@@ -106,6 +160,7 @@ def test_fusions_read_their_computations_and_copies_their_operand():
                     ('reduce_sum',))
   assert parts['input_reduce_fusion.7'] == layer_norm
   assert parts['input_reduce_fusion_7'] == layer_norm
+  assert parts['conditional.8'] == layer_norm  # calls in braces
   mlp = Part('Transformer/encoderblock_*/MlpBlock_0', 'forward', ('mul',))
   assert parts['multiply.3'] == mlp  # two merged names, one part
   assert parts['copy_4'] == mlp._replace(operations=('moves multiply.3',))

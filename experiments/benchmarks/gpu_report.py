@@ -109,12 +109,14 @@ def _table(header: list[str], rows: list[list[str]]) -> list[str]:
           ['| ' + ' | '.join(cells) + ' |' for cells in rows])
 
 
-def _by_model_part(by_part: dict[str, float] | None,
+def _by_model_part(by_part: dict[str, float] | str | None,
                    shown: int = 15) -> list[str]:
   """A profile's table by part of the model (`hlo_parts`): the heaviest
-  `shown` parts, then the rest summed."""
+  `shown` parts, then the rest summed; or why it is missing."""
   if not by_part:
     return []
+  if isinstance(by_part, str):
+    return ['', f'By part of the model: not measured: {by_part}']
   ranked = sorted(by_part.items(), key=lambda item: -item[1])
   rest = ranked[shown:]
   rows = [[label, _number(ms, 2)] for label, ms in ranked[:shown]]

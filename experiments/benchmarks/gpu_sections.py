@@ -225,11 +225,15 @@ def profile_rows(plan: gpu_plan.Plan, seconds_left) -> list[dict]:
           for _ in range(plan.profile_steps):
             jax.block_until_ready(bench.train_step())
         trace = next(pathlib.Path(trace_dir).rglob('perfetto_trace.json.gz'))
-        parts = hlo_parts.model_parts(bench.compiled.train.as_text())
+        try:
+          parts = hlo_parts.model_parts(bench.compiled.train.as_text())
+          by_part = profile_step.device_time_by_part(
+              trace, plan.profile_steps, parts)
+        except Exception as e:  # pylint: disable=broad-except
+          # Without it, the kinds of work are still measured.
+          parts, by_part = {}, gpu_steps.failure_note(e)
         kinds, heaviest = profile_step.summarize_device(
             trace, plan.profile_steps, parts=parts)
-        by_part = profile_step.device_time_by_part(trace, plan.profile_steps,
-                                                   parts)
     except Exception as e:  # pylint: disable=broad-except
       rows.append({**row, 'skipped': gpu_steps.failure_note(e)})
       continue

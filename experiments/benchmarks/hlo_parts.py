@@ -17,13 +17,23 @@ from typing import Iterable, NamedTuple
 _COMPUTATION = re.compile(r'^(?:ENTRY )?%?(\S+) .*\{$')
 _INSTRUCTION = re.compile(r'^\s+(?:ROOT )?%?([^\s=]+) = (.*)$')
 _CALLED = re.compile(
-    r'\b(?:calls|to_apply|body|condition)=(\{[^}]*\}|%?[\w.\-]+)')
+    r'\b(?:calls|to_apply|body|condition|branch_computations|'
+    r'true_computation|false_computation|called_computations|select|scatter)'
+    r'=(\{[^}]*\}|%?[\w.\-]+)')
 _OPERAND = re.compile(r'%([\w.\-]+)')
 _OP_NAME = re.compile(r'op_name="([^"]*)"')
+# The operations that do a fusion's arithmetic: a fusion that holds one is
+# theirs, however many elementwise operations XLA fused around it.
+_ARITHMETIC = re.compile(r'\s(?:dot|convolution|custom-call)\(')
+# The model's pass: `jvp(VisionTransformer)`, `transpose(jvp(ResNet))`.
+_MODEL_PASS = re.compile(r'^(transpose\()?jvp\((\w+)\)\)?$')
 _LAYER = re.compile(r'(?<=_)\d+$')
-_UNNAMED_TRANSFORM = re.compile(r'^\w+\(\)$')  # `vmap()` of a function
-# Scopes that say where an operation sits in the program, not in the model.
-_CONTROL = ('while', 'body', 'cond', 'checkpoint', 'remat')
+# Scopes that say how the program runs an operation, not where in the model
+# it is: control flow, remat, scan's calls, jax's and our helper functions
+# (`jit(_where)`, `vmap()`, `make_train_step.<locals>.gradients`).
+_CONTROL = ('while', 'body', 'cond', 'closed_call', 'checkpoint', 'remat',
+            'rematted_computation')
+_HOW = re.compile(r'\(|<locals>|<lambda>|\.(?:__call__|body|call)$')
 OUTSIDE = 'outside the model (loss, metrics, batch)'
 UNNAMED = 'not named in the program'
 
@@ -33,7 +43,9 @@ class Part(NamedTuple):
   `encoderblock_*`, so the layers add up), the pass, and the jax
   operations of the path there (the most frequent first)."""
   path: str
-  direction: str  # 'forward', 'backward' or '' (the optimizer, the loss)
+  # 'forward', 'backward', or '' outside the model's passes: the optimizer,
+  # the input's augmentation, the metrics, an evaluation or a teacher.
+  direction: str
   operations: tuple[str, ...] = ()
 
   @property
@@ -48,17 +60,22 @@ class Part(NamedTuple):
 
 
 def part(op_name: str) -> Part:
-  """The `Part` (without operations) a jax op name names."""
-  scopes = op_name.split('/')[1:-1]  # the program's jit, the operation
-  direction = ''
+  """The `Part` (without operations) a jax op name names: what follows the
+  model's pass, where there is one."""
+  scopes = op_name.split('/')[:-1]
+  # XLA may repeat the whole path after an operation's own: the first is it.
+  if scopes and scopes[0] in scopes[1:]:
+    scopes = scopes[:scopes.index(scopes[0], 1)]
+  scopes, direction = scopes[1:], ''  # the program's jit
   for i, scope in enumerate(scopes):
-    if scope.startswith(('jvp(', 'transpose(jvp(')):
-      direction = 'backward' if scope.startswith('transpose') else 'forward'
+    if model_pass := _MODEL_PASS.match(scope):
+      direction = 'backward' if model_pass.group(1) else 'forward'
       scopes = scopes[i + 1:]
       break
-  path = [_LAYER.sub('*', s) if s.startswith('encoderblock_') else
-          s.removeprefix('jit(').removesuffix(')') for s in scopes
-          if s not in _CONTROL and not _UNNAMED_TRANSFORM.match(s)]
+  path = [_LAYER.sub('*', s) if s.startswith('encoderblock_') else s
+          for s in scopes if s not in _CONTROL and not _HOW.search(s)]
+  if direction and not path:  # the model's own (scan's loop, the pooling)
+    path = [model_pass.group(2)]
   return Part('/'.join(path) or OUTSIDE, direction)
 
 
@@ -75,22 +92,26 @@ def model_parts(hlo_text: str) -> dict[str, Part]:
     elif instruction := _INSTRUCTION.match(line):
       lines.append(instruction.groups())
 
-  op_names: dict[str, list[str]] = {}  # a computation's, its calls' included
+  # A computation's (op name, whether arithmetic), its calls' included.
+  named: dict[str, list[tuple[str, bool]]] = {}
 
-  def named_in(computation: str) -> list[str]:
-    if computation not in op_names:
-      op_names[computation] = []  # a cycle, were there one, ends here
-      op_names[computation] = [
+  def named_in(computation: str) -> list[tuple[str, bool]]:
+    if computation not in named:
+      named[computation] = []  # a cycle, were there one, ends here
+      named[computation] = [
           name for _, text in computations.get(computation, ())
           for name in _names(text, named_in)]
-    return op_names[computation]
+    return named[computation]
 
   parts = {}
   for body in computations.values():
     for name, text in body:
+      names = _names(text, named_in)
+      arithmetic = [op_name for op_name, is_arithmetic in names
+                    if is_arithmetic]
       counted = collections.Counter()
       operations = collections.defaultdict(collections.Counter)
-      for op_name in _names(text, named_in):
+      for op_name in arithmetic or [op_name for op_name, _ in names]:
         where = part(op_name)
         counted[where] += 1
         operations[where][op_name.rsplit('/', 1)[-1]] += 1
@@ -101,8 +122,8 @@ def model_parts(hlo_text: str) -> dict[str, Part]:
       else:
         # A copy, a transpose or a cast XLA added: the part whose result it
         # moves (an operand defined before it).
-        operand = next((o for o in _OPERAND.findall(text) if o in parts),
-                       None)
+        operand = next((o for o in _OPERAND.findall(text.split('), ')[0])
+                        if o in parts), None)
         if operand is None:
           continue
         described = parts[operand]._replace(operations=(f'moves {operand}',))
@@ -111,12 +132,15 @@ def model_parts(hlo_text: str) -> dict[str, Part]:
   return parts
 
 
-def _names(text: str, named_in) -> list[str]:
-  """The jax op names an instruction's `text` has and those of the
-  computations it calls."""
-  # XLA joins the names of operations it merged with ';'.
-  names = [name for joined in _OP_NAME.findall(text)
-           for name in joined.split(';')]
+def _names(text: str, named_in) -> list[tuple[str, bool]]:
+  """The jax op names an instruction's `text` has, each with whether the
+  instruction does a fusion's arithmetic, and those of the computations it
+  calls."""
+  arithmetic = bool(_ARITHMETIC.search(text))
+  # XLA joins the names of operations it merged with ';'. Those that do not
+  # start at the program's jit (a parameter's, some reducers') name no part.
+  names = [(name, arithmetic) for joined in _OP_NAME.findall(text)
+           for name in joined.split(';') if name.startswith('jit(')]
   for called in _CALLED.findall(text):
     for computation in called.strip('{}').split(','):
       names += named_in(computation.strip().lstrip('%'))

@@ -168,11 +168,13 @@ def _device_kernels(trace_path: pathlib.Path) -> list[dict]:
 
 def _part_of(kernel: dict, parts: dict[str, hlo_parts.Part]
              ) -> hlo_parts.Part | None:
-  """The part of the model a kernel computes: its instruction's, by the
-  HLO op the trace gives it or its name (a fusion's kernel); else the jax
+  """The part of the model a kernel computes: its instruction's, by its
+  name (a fusion's kernel) or the HLO op the trace gives it; else the jax
   op name the trace gives it."""
   args = kernel.get('args', {})
-  for instruction in (args.get('hlo_op'), kernel['name']):
+  # Its own name first: an HLO op may name a command buffer's call, which
+  # holds many kernels.
+  for instruction in (kernel['name'], args.get('hlo_op')):
     if instruction in parts:
       return parts[instruction]
   return hlo_parts.part(args['tf_op']) if args.get('tf_op') else None
@@ -185,13 +187,15 @@ def summarize_device(trace_path: pathlib.Path, steps: int, top: int = 25,
   (DEVICE_KINDS), their sum and the wall time from the first to the last;
   and the `top` kernels by time, with what the trace says of them and the
   part of the model each computes, where the trace or the program's `parts`
-  (`hlo_parts.model_parts`) say. Empty when the trace has no accelerator (a
-  CPU)."""
+  (`hlo_parts.model_parts`) say: the one it spends the most time on, where
+  one kernel (cuBLAS's) runs for several. Empty when the trace has no
+  accelerator (a CPU)."""
   kernels = _device_kernels(trace_path)
   if not kernels:
     return {}, []
   kinds, by_name = collections.Counter(), collections.Counter()
   described = {}
+  computes = collections.defaultdict(collections.Counter)
   for e in kernels:
     text = ' '.join([e['name'], *(str(v) for v in e.get('args', {}).values())])
     kind = next((k for k, pattern in DEVICE_KINDS if pattern.search(text)),
@@ -202,7 +206,11 @@ def summarize_device(trace_path: pathlib.Path, steps: int, top: int = 25,
         k: str(v)[:200] for k, v in e.get('args', {}).items()}})
     where = _part_of(e, parts or {})
     if where:
-      described[e['name']]['computes'] = where.described
+      computes[e['name']][where.described] += e['dur']
+  for name, described_parts in computes.items():
+    (most, _), *others = described_parts.most_common()
+    described[name]['computes'] = most + (
+        f' (and {len(others)} more)' if others else '')
   table = _per_step(kinds, DEVICE_KINDS, kernels, steps, 'kernels, summed',
                     'wall, first kernel to last')
   heaviest = [{'kernel': name, 'ms_per_step': us / 1e3 / steps,
