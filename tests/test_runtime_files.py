@@ -129,3 +129,36 @@ def test_files_replaced_together_are_all_new_or_all_as_they_were(tmp_path):
   assert [p.read_text() for p in paths] == ['new', 'new']
   assert sorted(p.name for p in tmp_path.iterdir()) == [
       'README.md', 'results.json']
+
+
+_STOPPED_AS_THE_FOLDER_IS_MADE = '''
+import os, pathlib, signal, sys, time
+from vit_jax.runtime import files, stop_signals
+stop_signals.catch(at_once='stopped; --out is as it was')
+made = pathlib.Path.mkdir
+
+def mkdir_then_ctrl_c(self, *args, **kwargs):
+  made(self, *args, **kwargs)
+  os.kill(os.getpid(), signal.SIGINT)
+  time.sleep(2)  # the signal's watcher acts meanwhile, where it may
+
+pathlib.Path.mkdir = mkdir_then_ctrl_c
+files.replace_directory_atomically(pathlib.Path(sys.argv[1]),
+                                   lambda partial: time.sleep(30))
+'''
+
+
+def test_ctrl_c_as_the_temporary_folder_is_made_leaves_none(tmp_path):
+  """The moment `vit_jax.analyze`'s test once hit by chance: Ctrl-C right
+  after the folder is made, before it is known as unfinished."""
+  (tmp_path / 'out').mkdir()
+  (tmp_path / 'out' / 'earlier.png').write_text('earlier')
+  run = subprocess.run(
+      [sys.executable, '-c', _STOPPED_AS_THE_FOLDER_IS_MADE,
+       str(tmp_path / 'out')], cwd=ROOT, capture_output=True, text=True,
+      timeout=60, check=False)
+  assert run.returncode == 130, run.stderr
+  assert run.stderr.strip().splitlines()[-1] == (
+      'Ctrl-C: stopped; --out is as it was.')
+  assert [p.name for p in tmp_path.iterdir()] == ['out']
+  assert (tmp_path / 'out' / 'earlier.png').read_text() == 'earlier'

@@ -174,8 +174,9 @@ def main(argv):
   del argv
   output = pathlib.Path(FLAGS.output)
   stop_signals.catch(at_once=f'stopped the check; {output} is as it was')
-  tmp = pathlib.Path(tempfile.mkdtemp(prefix='library_check_'))
-  stop_signals.remove_on_stop(tmp)
+  with stop_signals.not_stopped_within():  # not made and left behind
+    tmp = pathlib.Path(tempfile.mkdtemp(prefix='library_check_'))
+    stop_signals.remove_on_stop(tmp)
   try:
     record = check(tmp)
   finally:
