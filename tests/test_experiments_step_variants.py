@@ -25,18 +25,26 @@ def test_a_variant_xla_refuses_is_a_row_and_the_others_run(
   """ViT-B/16's step at --smoke's size; `cublaslt`'s flag made one that
   XLA lacks, so its process dies starting jax."""
   monkeypatch.setattr(step_variants, 'GPU_FLAGS', {
-      'default': '', 'cublaslt': '--xla_no_such_flag=true'})
+      'default': '', 'cublaslt': '--xla_no_such_flag=true',
+      step_variants.PROFILED: ''})
   output = tmp_path / 'runs.json'
   _main(monkeypatch, '--gpu', '--smoke', '--rounds=1', '--steps=1',
-        '--variants=default,cublaslt,patch_matmul', f'--output={output}')
+        f'--variants=default,cublaslt,patch_matmul,{step_variants.PROFILED}',
+        f'--output={output}')
   printed = capsys.readouterr().out
   assert 'round 1: cublaslt: failed: exit ' in printed
   assert '| cublaslt | 0 |  |  |' in printed
-  default, bad, patch_matmul = json.loads(output.read_text())
-  for run, variant in ((default, 'default'), (patch_matmul, 'patch_matmul')):
+  default, bad, patch_matmul, profiled = json.loads(output.read_text())
+  for run, variant in ((default, 'default'), (patch_matmul, 'patch_matmul'),
+                       (profiled, step_variants.PROFILED)):
     assert (run['variant'], run['round']) == (variant, 1)
     assert run['train_images_per_second'] > 0 and run['compile_seconds'] > 0
   assert bad['variant'] == 'cublaslt' and 'xla_no_such_flag' in bad['failed']
+  # The profiled variant traced its step (a CPU's trace: no GPU kernels,
+  # but the program's parts were read).
+  assert set(profiled['profile']) == {
+      'ms_per_step_by_kind', 'ms_per_step_by_model_part', 'heaviest_kernels'}
+  assert 'profile' not in default
 
 
 def test_the_baseline_opens_every_round_the_others_alternate(

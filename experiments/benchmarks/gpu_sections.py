@@ -206,10 +206,30 @@ def attention_rows(plan: gpu_plan.Plan, seconds_left: float) -> list[dict]:
   return rows
 
 
+def trace_profile(bench: step_benchmark.StepBenchmark, steps: int) -> dict:
+  """A `jax.profiler` trace of `steps` of `bench`'s train steps: its
+  kernels' milliseconds per step by kind of work and by part of the model,
+  and the heaviest kernels; empty kinds on a CPU, whose trace holds none."""
+  with tempfile.TemporaryDirectory() as trace_dir:
+    with jax.profiler.trace(trace_dir, create_perfetto_trace=True):
+      for _ in range(steps):
+        jax.block_until_ready(bench.train_step())
+    trace = next(pathlib.Path(trace_dir).rglob('perfetto_trace.json.gz'))
+    try:
+      parts = hlo_parts.model_parts(bench.compiled.train.as_text())
+      by_part = profile_step.device_time_by_part(trace, steps, parts)
+    except Exception as e:  # pylint: disable=broad-except
+      # Without it, the kinds of work are still measured.
+      parts, by_part = {}, gpu_steps.failure_note(e)
+    kinds, heaviest = profile_step.summarize_device(trace, steps, parts=parts)
+  return {'ms_per_step_by_kind': kinds, 'ms_per_step_by_model_part': by_part,
+          'heaviest_kernels': heaviest}
+
+
 def profile_rows(plan: gpu_plan.Plan, seconds_left) -> list[dict]:
-  """A trace of `plan.profile_steps` train steps of the first
-  `plan.profile_models` models (attention 'auto'), summed by kind of work
-  and by part of the model, each while `seconds_left()` is positive."""
+  """`trace_profile` of `plan.profile_steps` train steps of the first
+  `plan.profile_models` models (attention 'auto'), each while
+  `seconds_left()` is positive."""
   rows = []
   for label, model, batch in plan.models[:plan.profile_models]:
     row = {'section': 'profile', 'model': label, 'batch_size': batch}
@@ -220,32 +240,17 @@ def profile_rows(plan: gpu_plan.Plan, seconds_left) -> list[dict]:
       bench, batch = gpu_steps.fitting_ours(plan, model, batch,
                                             attention='auto')
       step = step_benchmark.median_seconds(bench.train_step, plan.steps)
-      with tempfile.TemporaryDirectory() as trace_dir:
-        with jax.profiler.trace(trace_dir, create_perfetto_trace=True):
-          for _ in range(plan.profile_steps):
-            jax.block_until_ready(bench.train_step())
-        trace = next(pathlib.Path(trace_dir).rglob('perfetto_trace.json.gz'))
-        try:
-          parts = hlo_parts.model_parts(bench.compiled.train.as_text())
-          by_part = profile_step.device_time_by_part(
-              trace, plan.profile_steps, parts)
-        except Exception as e:  # pylint: disable=broad-except
-          # Without it, the kinds of work are still measured.
-          parts, by_part = {}, gpu_steps.failure_note(e)
-        kinds, heaviest = profile_step.summarize_device(
-            trace, plan.profile_steps, parts=parts)
+      profile = trace_profile(bench, plan.profile_steps)
     except Exception as e:  # pylint: disable=broad-except
       rows.append({**row, 'skipped': gpu_steps.failure_note(e)})
       continue
     finally:
       bench = None
       gc.collect()
-    if not kinds:
+    if not profile['ms_per_step_by_kind']:
       rows.append({**row, 'skipped': 'the trace holds no accelerator '
                    'kernels (a CPU)'})
       continue
     rows.append({**row, 'batch_size': batch, 'step_ms': 1000 * step,
-                 'ms_per_step_by_kind': kinds,
-                 'ms_per_step_by_model_part': by_part,
-                 'heaviest_kernels': heaviest})
+                 **profile})
   return rows

@@ -31,7 +31,10 @@ once --seconds have passed, so that it fits a device call:
 - `cudnn_layer_norm`: XLA rewrites the layer norms into cuDNN's kernels.
 - `cublaslt`: GEMMs through cuBLASLt, whose epilogues take bias and GELU.
 - `no_command_buffers`: each kernel launched on its own, not in CUDA
-  graphs (what a profile that names each kernel's HLO op costs).
+  graphs (what a profile that names each kernel's HLO op costs). Its runs
+  then trace the step (`gpu_sections.trace_profile`): every kernel, cuBLAS's
+  and cuDNN's too, by kind and by part of the model, in the run's
+  `profile`.
 - `autotune_level_0`: no autotuning: the compile time against the step's.
 - `tokens_to_64`: cuDNN's attention with the tokens padded to a multiple of
   64, as before attempt 23.
@@ -71,6 +74,10 @@ GPU_FLAGS = {
     'autotune_level_0': '--xla_gpu_autotune_level=0',
 }
 GPU_CODE_VARIANTS = ('tokens_to_64', 'patch_matmul')
+# The variant whose runs also trace the step: without command buffers each
+# kernel names its HLO op, so all of them, cuBLAS's included, are summed by
+# part of the model.
+PROFILED = 'no_command_buffers'
 
 
 def run_cpu_variant(variant: str, steps: int) -> dict:
@@ -105,9 +112,14 @@ def run_gpu_variant(variant: str, steps: int, smoke: bool) -> dict:
   _, model, batch = plan.models[0]
   bench, batch = gpu_steps.fitting_ours(plan, model, batch, attention='auto')
   seconds = step_benchmark.median_seconds(bench.train_step, steps)
-  return {'variant': variant, 'batch_size': batch,
-          'train_images_per_second': batch / seconds,
-          'compile_seconds': bench.compile_seconds}
+  result = {'variant': variant, 'batch_size': batch,
+            'train_images_per_second': batch / seconds,
+            'compile_seconds': bench.compile_seconds}
+  if variant == PROFILED:  # after the timing, which it would slow
+    # pylint: disable-next=g-import-not-at-top
+    from experiments.benchmarks import gpu_sections
+    result['profile'] = gpu_sections.trace_profile(bench, plan.profile_steps)
+  return result
 
 
 def use_patch_matmul():
