@@ -9,6 +9,7 @@ import shutil
 import subprocess
 import sys
 import time
+import types
 
 import jax
 import pytest
@@ -272,9 +273,12 @@ def test_a_device_trace_is_summed_by_part_of_the_model(tmp_path, landed):
   other_matmul = {'ph': 'X', 'pid': 2, 'tid': 8,
                   'name': 'sm90_xmma_gemm_bf16bf16', 'ts': 1100, 'dur': 20,
                   'args': {'hlo_op': 'gemm_fusion_dot.4'}}
+  # A kernel XLA reused for an identical fusion, under the first one's name.
+  reused = {'ph': 'X', 'pid': 2, 'tid': 8, 'name': 'input_reduce_fusion',
+            'ts': 1200, 'dur': 40, 'args': {'hlo_op': 'input_reduce_fusion.2'}}
   trace = tmp_path / 'perfetto_trace.json.gz'
   with gzip.open(trace, 'wt') as f:
-    json.dump({'traceEvents': _DEVICE_TRACE + [other_matmul]}, f)
+    json.dump({'traceEvents': _DEVICE_TRACE + [other_matmul, reused]}, f)
   dense = hlo_parts.Part('Transformer/encoderblock_*/MlpBlock_0/Dense_0',
                          'forward', ('dot_general',))
   head = hlo_parts.Part('VisionTransformer._classify/head', 'backward',
@@ -283,12 +287,13 @@ def test_a_device_trace_is_summed_by_part_of_the_model(tmp_path, landed):
                         ('reduce_sum', 'mul'))
   # By the HLO op the trace names, by the kernel's own name, and by the jax
   # op name the trace gives (the optimizer's fusion).
+  norm_1 = norm._replace(path='Transformer/encoderblock_*/LayerNorm_1')
   parts = {'gemm_fusion_dot.3': dense, 'gemm_fusion_dot.4': head,
-           'input_reduce_fusion': norm}
+           'input_reduce_fusion': norm, 'input_reduce_fusion.2': norm_1}
   by_part = profile_step.device_time_by_part(trace, 2, parts)
   assert by_part == pytest.approx({
       dense.label: 0.14, hlo_parts.UNNAMED: 0.325, 'optimizer': 0.03,
-      norm.label: 0.02, head.label: 0.01})
+      norm.label: 0.02, norm_1.label: 0.02, head.label: 0.01})
   assert list(by_part)[:2] == [hlo_parts.UNNAMED, dense.label]
   _, heaviest = profile_step.summarize_device(trace, 2, parts=parts)
   computes = {k['kernel']: k.get('computes') for k in heaviest}
@@ -296,7 +301,7 @@ def test_a_device_trace_is_summed_by_part_of_the_model(tmp_path, landed):
   assert computes['sm90_xmma_gemm_bf16bf16'] == (
       'Transformer/encoderblock_*/MlpBlock_0/Dense_0, forward: dot_general '
       '(and 1 more)')
-  assert computes['input_reduce_fusion'] == norm.described
+  assert computes['input_reduce_fusion'] == norm.described + ' (and 1 more)'
   assert computes['loop_multiply_fusion'] == 'optimizer'
   assert computes['loop_add_fusion'] is None
 
@@ -313,6 +318,30 @@ def test_a_device_trace_is_summed_by_part_of_the_model(tmp_path, landed):
   assert ('| `input_reduce_fusion` | layer norms | '
           'Transformer/encoderblock_*/LayerNorm_0, backward: reduce_sum, mul | '
           '0.02 |') in section
+
+
+def test_a_profile_whose_parts_fail_keeps_its_kinds_and_says_why(
+    monkeypatch, landed):
+  def unreadable(text):
+    raise ValueError(f'no parts in {len(text)} characters')
+
+  monkeypatch.setattr(hlo_parts, 'model_parts', unreadable)
+  bench = types.SimpleNamespace(
+      train_step=lambda: jax.numpy.ones(()),
+      compiled=types.SimpleNamespace(
+          train=types.SimpleNamespace(as_text=lambda: 'HloModule m')))
+  profile = gpu_sections.trace_profile(bench, steps=2)
+  assert profile['ms_per_step_by_kind'] == {}  # a CPU's trace: no kernels
+  assert profile['ms_per_step_by_model_part'] == (
+      'ValueError: no parts in 11 characters')
+  results, _ = landed
+  row = {'section': 'profile', 'model': 'ViT-B/16', 'batch_size': 256,
+         'step_ms': 81.9, 'ms_per_step_by_kind': {'matmuls': 0.25},
+         'heaviest_kernels': [], **{
+             k: v for k, v in profile.items() if k != 'ms_per_step_by_kind'}}
+  section = gpu_report.report({**results, 'rows': results['rows'] + [row]})
+  assert ('By part of the model: not measured: ValueError: no parts in 11 '
+          'characters') in section
 
 
 @pytest.mark.slow  # 30-60 s: the study's process, worker processes, compiles

@@ -2,7 +2,9 @@
 a fresh process; one that fails is a row, and the budget stops new runs."""
 
 import json
+import subprocess
 import sys
+import types
 
 import jax
 import jax.numpy as jnp
@@ -24,27 +26,24 @@ def test_a_variant_xla_refuses_is_a_row_and_the_others_run(
     monkeypatch, capsys, tmp_path):
   """ViT-B/16's step at --smoke's size; `cublaslt`'s flag made one that
   XLA lacks, so its process dies starting jax."""
+  profiled = step_variants.PROFILED  # its flag left out: a CPU's XLA
   monkeypatch.setattr(step_variants, 'GPU_FLAGS', {
-      'default': '', 'cublaslt': '--xla_no_such_flag=true',
-      step_variants.PROFILED: ''})
+      profiled: '', 'cublaslt': '--xla_no_such_flag=true'})
   output = tmp_path / 'runs.json'
   _main(monkeypatch, '--gpu', '--smoke', '--rounds=1', '--steps=1',
-        f'--variants=default,cublaslt,patch_matmul,{step_variants.PROFILED}',
-        f'--output={output}')
+        f'--variants={profiled},cublaslt,patch_matmul', f'--output={output}')
   printed = capsys.readouterr().out
   assert 'round 1: cublaslt: failed: exit ' in printed
   assert '| cublaslt | 0 |  |  |' in printed
-  default, bad, patch_matmul, profiled = json.loads(output.read_text())
-  for run, variant in ((default, 'default'), (patch_matmul, 'patch_matmul'),
-                       (profiled, step_variants.PROFILED)):
+  baseline, bad, patch_matmul = json.loads(output.read_text())
+  for run, variant in ((baseline, profiled), (patch_matmul, 'patch_matmul')):
     assert (run['variant'], run['round']) == (variant, 1)
     assert run['train_images_per_second'] > 0 and run['compile_seconds'] > 0
   assert bad['variant'] == 'cublaslt' and 'xla_no_such_flag' in bad['failed']
-  # The profiled variant traced its step (a CPU's trace: no GPU kernels,
-  # but the program's parts were read).
-  assert set(profiled['profile']) == {
+  # The profiled variant traced its step (a CPU's trace: no GPU kernels).
+  assert set(baseline['profile']) == {
       'ms_per_step_by_kind', 'ms_per_step_by_model_part', 'heaviest_kernels'}
-  assert 'profile' not in default
+  assert 'profile' not in patch_matmul
 
 
 def test_the_baseline_opens_every_round_the_others_alternate(
@@ -107,3 +106,26 @@ def test_the_patch_matmul_is_the_conv_with_the_same_parameters(
   np.testing.assert_allclose(np.asarray(logits, np.float32),
                              np.asarray(expected, np.float32),
                              rtol=tolerance, atol=tolerance)
+
+
+def test_a_run_that_outlasts_its_time_keeps_what_it_timed(monkeypatch):
+  """The profiled variant prints its timing before it traces: a run cut
+  there keeps it; one cut before has nothing."""
+  timed = {'variant': step_variants.PROFILED, 'batch_size': 256,
+           'train_images_per_second': 3000.0, 'compile_seconds': 15.0}
+
+  printed = []  # by the run, when the time was up
+
+  def cut(command, **kwargs):
+    raise subprocess.TimeoutExpired(command, kwargs['timeout'],
+                                    output=b''.join(printed) or None)
+
+  monkeypatch.setattr(step_variants.subprocess, 'run', cut)
+  args = types.SimpleNamespace(steps=10, gpu=True, smoke=False,
+                               run_timeout=120.0)
+  run = step_variants._run(step_variants.PROFILED, args)
+  assert run == {'variant': step_variants.PROFILED, 'failed': 'over 120 s'}
+  printed += [b'jax starting\n',
+              f'{step_variants.RESULT}{json.dumps(timed)}\n'.encode()]
+  run = step_variants._run(step_variants.PROFILED, args)
+  assert run == {**timed, 'profile': {'failed': 'over 120 s'}}

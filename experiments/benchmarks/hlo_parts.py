@@ -26,14 +26,19 @@ _OP_NAME = re.compile(r'op_name="([^"]*)"')
 # theirs, however many elementwise operations XLA fused around it.
 _ARITHMETIC = re.compile(r'\s(?:dot|convolution|custom-call)\(')
 # The model's pass: `jvp(VisionTransformer)`, `transpose(jvp(ResNet))`.
-_MODEL_PASS = re.compile(r'^(transpose\()?jvp\((\w+)\)\)?$')
+_MODEL_PASS = re.compile(r'^(transpose\()?jvp\((\w+)\)(?(1)\))$')
 _LAYER = re.compile(r'(?<=_)\d+$')
 # Scopes that say how the program runs an operation, not where in the model
 # it is: control flow, remat, scan's calls, jax's and our helper functions
-# (`jit(_where)`, `vmap()`, `make_train_step.<locals>.gradients`).
+# (`jit(_where)`, `vmap()`, `make_train_step.<locals>.gradients`), a
+# module's `__call__`. A module's other methods stay: they name its parts
+# (`VisionTransformer._classify`).
 _CONTROL = ('while', 'body', 'cond', 'closed_call', 'checkpoint', 'remat',
             'rematted_computation')
 _HOW = re.compile(r'\(|<locals>|<lambda>|\.(?:__call__|body|call)$')
+# Instructions that run other computations, not kernels of their own: a
+# trace's event for one (a command buffer's call) holds many parts.
+_CONTAINER = re.compile(r'\s(?:call|while|conditional)\(')
 OUTSIDE = 'outside the model (loss, metrics, batch)'
 UNNAMED = 'not named in the program'
 
@@ -61,21 +66,27 @@ class Part(NamedTuple):
 
 def part(op_name: str) -> Part:
   """The `Part` (without operations) a jax op name names: what follows the
-  model's pass, where there is one."""
-  scopes = op_name.split('/')[:-1]
+  model's pass, where there is one. A name that does not start at the
+  program's jit (a parameter's) names none: OUTSIDE."""
+  # XLA joins the names of operations it merged with ';': the first names
+  # the part.
+  scopes = op_name.split(';')[0].split('/')[:-1]
+  if not scopes or not scopes[0].startswith('jit('):
+    return Part(OUTSIDE, '')
   # XLA may repeat the whole path after an operation's own: the first is it.
-  if scopes and scopes[0] in scopes[1:]:
+  if scopes[0] in scopes[1:]:
     scopes = scopes[:scopes.index(scopes[0], 1)]
-  scopes, direction = scopes[1:], ''  # the program's jit
+  scopes, direction, model = scopes[1:], '', None
   for i, scope in enumerate(scopes):
-    if model_pass := _MODEL_PASS.match(scope):
+    model_pass = _MODEL_PASS.match(scope)
+    if model_pass and model_pass.group(2) not in _CONTROL:
       direction = 'backward' if model_pass.group(1) else 'forward'
-      scopes = scopes[i + 1:]
+      scopes, model = scopes[i + 1:], model_pass.group(2)
       break
   path = [_LAYER.sub('*', s) if s.startswith('encoderblock_') else s
           for s in scopes if s not in _CONTROL and not _HOW.search(s)]
-  if direction and not path:  # the model's own (scan's loop, the pooling)
-    path = [model_pass.group(2)]
+  if model and not path:  # the model's own operations (scan's loop)
+    path = [model]
   return Part('/'.join(path) or OUTSIDE, direction)
 
 
@@ -106,6 +117,8 @@ def model_parts(hlo_text: str) -> dict[str, Part]:
   parts = {}
   for body in computations.values():
     for name, text in body:
+      if _CONTAINER.search(text):
+        continue
       names = _names(text, named_in)
       arithmetic = [op_name for op_name, is_arithmetic in names
                     if is_arithmetic]
@@ -114,7 +127,7 @@ def model_parts(hlo_text: str) -> dict[str, Part]:
       for op_name in arithmetic or [op_name for op_name, _ in names]:
         where = part(op_name)
         counted[where] += 1
-        operations[where][op_name.rsplit('/', 1)[-1]] += 1
+        operations[where][op_name.split(';')[0].rsplit('/', 1)[-1]] += 1
       if counted:
         where = counted.most_common(1)[0][0]
         described = where._replace(operations=tuple(
@@ -137,10 +150,10 @@ def _names(text: str, named_in) -> list[tuple[str, bool]]:
   instruction does a fusion's arithmetic, and those of the computations it
   calls."""
   arithmetic = bool(_ARITHMETIC.search(text))
-  # XLA joins the names of operations it merged with ';'. Those that do not
-  # start at the program's jit (a parameter's, some reducers') name no part.
-  names = [(name, arithmetic) for joined in _OP_NAME.findall(text)
-           for name in joined.split(';') if name.startswith('jit(')]
+  # Those that do not start at the program's jit (a parameter's, some
+  # reducers') name no part.
+  names = [(name, arithmetic) for name in _OP_NAME.findall(text)
+           if name.startswith('jit(')]
   for called in _CALLED.findall(text):
     for computation in called.strip('{}').split(','):
       names += named_in(computation.strip().lstrip('%'))

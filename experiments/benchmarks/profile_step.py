@@ -168,13 +168,14 @@ def _device_kernels(trace_path: pathlib.Path) -> list[dict]:
 
 def _part_of(kernel: dict, parts: dict[str, hlo_parts.Part]
              ) -> hlo_parts.Part | None:
-  """The part of the model a kernel computes: its instruction's, by its
-  name (a fusion's kernel) or the HLO op the trace gives it; else the jax
-  op name the trace gives it."""
+  """The part of the model a kernel computes: its instruction's, by the HLO
+  op the trace gives it or its name (a fusion's kernel); else the jax op
+  name the trace gives it."""
   args = kernel.get('args', {})
-  # Its own name first: an HLO op may name a command buffer's call, which
-  # holds many kernels.
-  for instruction in (kernel['name'], args.get('hlo_op')):
+  # The HLO op first: XLA names a kernel it reuses for identical fusions
+  # after the first of them. (A command buffer, which holds many, is no
+  # instruction of `parts`.)
+  for instruction in (args.get('hlo_op'), kernel['name']):
     if instruction in parts:
       return parts[instruction]
   return hlo_parts.part(args['tf_op']) if args.get('tf_op') else None
@@ -195,7 +196,8 @@ def summarize_device(trace_path: pathlib.Path, steps: int, top: int = 25,
     return {}, []
   kinds, by_name = collections.Counter(), collections.Counter()
   described = {}
-  computes = collections.defaultdict(collections.Counter)
+  computes = collections.defaultdict(collections.Counter)  # by part's label
+  labelled = {}  # a label's part, as first seen
   for e in kernels:
     text = ' '.join([e['name'], *(str(v) for v in e.get('args', {}).values())])
     kind = next((k for k, pattern in DEVICE_KINDS if pattern.search(text)),
@@ -206,10 +208,11 @@ def summarize_device(trace_path: pathlib.Path, steps: int, top: int = 25,
         k: str(v)[:200] for k, v in e.get('args', {}).items()}})
     where = _part_of(e, parts or {})
     if where:
-      computes[e['name']][where.described] += e['dur']
-  for name, described_parts in computes.items():
-    (most, _), *others = described_parts.most_common()
-    described[name]['computes'] = most + (
+      computes[e['name']][where.label] += e['dur']
+      labelled.setdefault(where.label, where)
+  for name, by_label in computes.items():
+    (most, _), *others = by_label.most_common()
+    described[name]['computes'] = labelled[most].described + (
         f' (and {len(others)} more)' if others else '')
   table = _per_step(kinds, DEVICE_KINDS, kernels, steps, 'kernels, summed',
                     'wall, first kernel to last')

@@ -115,10 +115,16 @@ def run_gpu_variant(variant: str, steps: int, smoke: bool) -> dict:
   result = {'variant': variant, 'batch_size': batch,
             'train_images_per_second': batch / seconds,
             'compile_seconds': bench.compile_seconds}
-  if variant == PROFILED:  # after the timing, which it would slow
+  if variant == PROFILED:
+    # Its timing first, kept should the trace fail or outrun the run's time.
+    print(RESULT + json.dumps(result), flush=True)
     # pylint: disable-next=g-import-not-at-top
     from experiments.benchmarks import gpu_sections
-    result['profile'] = gpu_sections.trace_profile(bench, plan.profile_steps)
+    try:
+      result['profile'] = gpu_sections.trace_profile(bench,
+                                                     plan.profile_steps)
+    except Exception as e:  # pylint: disable=broad-except
+      result['profile'] = {'failed': gpu_steps.failure_note(e)}
   return result
 
 
@@ -195,15 +201,25 @@ def _run(variant: str, args) -> dict:
   try:
     out = subprocess.run(command, cwd=ROOT, env=env, capture_output=True,
                          text=True, timeout=args.run_timeout, check=False)
-  except subprocess.TimeoutExpired:
-    return {'variant': variant, 'failed': f'over {args.run_timeout:.0f} s'}
-  results = [line.removeprefix(RESULT) for line in out.stdout.splitlines()
-             if line.startswith(RESULT)]
+  except subprocess.TimeoutExpired as e:
+    late = f'over {args.run_timeout:.0f} s'
+    timed = _results(e.stdout)  # the profiled variant's, before its trace
+    return ({**json.loads(timed[-1]), 'profile': {'failed': late}} if timed
+            else {'variant': variant, 'failed': late})
+  results = _results(out.stdout)
   if out.returncode or not results:
     last = (out.stderr.strip().splitlines() or [''])[-1][:300]
     return {'variant': variant,
             'failed': f'exit {out.returncode}: {last}'}
   return json.loads(results[-1])
+
+
+def _results(stdout: str | bytes | None) -> list[str]:
+  """The result lines a run printed."""
+  if isinstance(stdout, bytes):  # what a timeout leaves, even with text=True
+    stdout = stdout.decode(errors='replace')
+  return [line.removeprefix(RESULT) for line in (stdout or '').splitlines()
+          if line.startswith(RESULT)]
 
 
 def main():

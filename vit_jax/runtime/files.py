@@ -109,11 +109,11 @@ def replace_directory_atomically(path: pathlib.Path,
     os.replace(replaced, path)  # killed between the renames: the old set
   for leftover in (partial, replaced):
     shutil.rmtree(leftover, ignore_errors=True)
-  # A signal between the two would leave the folder behind.
-  with stop_signals.not_stopped_within():
-    partial.mkdir(parents=True)
-    stop_signals.remove_on_stop(partial)
   try:
+    # A signal between the two would leave the folder behind.
+    with stop_signals.not_stopped_within():
+      partial.mkdir(parents=True)
+      stop_signals.remove_on_stop(partial)
     write(partial)
   except BaseException:
     stop_signals.remove_on_stop(partial, remove=False)
