@@ -14,6 +14,7 @@ import pytest
 from experiments.benchmarks import step_variants
 from tests.helpers import normal
 from vit_jax import models
+from vit_jax.models.layers import attention as attention_layer
 from vit_jax.models.layers import patch_embedding
 
 
@@ -129,3 +130,26 @@ def test_a_run_that_outlasts_its_time_keeps_what_it_timed(monkeypatch):
               f'{step_variants.RESULT}{json.dumps(timed)}\n'.encode()]
   run = step_variants._run(step_variants.PROFILED, args)
   assert run == {**timed, 'profile': {'failed': 'over 120 s'}}
+
+
+@pytest.mark.parametrize('attention', ['einsum', 'dot_product_attention'])
+def test_the_fused_qkv_is_the_three_projections(monkeypatch, attention):
+  # Restored after the test: use_fused_qkv replaces it.
+  monkeypatch.setattr(attention_layer, 'project_qkv',
+                      attention_layer.project_qkv)
+  model = models.create_model('ViT-Ti_16', num_classes=10, num_layers=1,
+                              attention=attention)
+  images = normal((2, 32, 32, 3))
+  variables = model.init(jax.random.key(0), images, train=False)
+
+  def run():
+    logits = model.apply(variables, images, train=False)
+    program = str(jax.make_jaxpr(
+        lambda v: model.apply(v, images, train=False))(variables))
+    return logits, program.count('dot_general')
+
+  separate, separate_matmuls = run()
+  step_variants.use_fused_qkv()
+  fused, fused_matmuls = run()
+  assert fused_matmuls == separate_matmuls - 2  # one where there were three
+  np.testing.assert_allclose(fused, separate, rtol=1e-5, atol=1e-5)

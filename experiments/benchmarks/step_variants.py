@@ -42,6 +42,8 @@ once --seconds have passed, so that it fits a device call:
   patches, the `embedding` conv's kernel reshaped (cuDNN's strided
   convolution took 1.63 ms of the step). Put in place by hand, as the
   flax dropout above: the model changes only if it wins.
+- `fused_qkv`: the query, key and value projections as one matmul of the
+  three kernels side by side, as timm's step computes them (by hand too).
 """
 
 import argparse
@@ -73,7 +75,7 @@ GPU_FLAGS = {
     'no_command_buffers': '--xla_gpu_enable_command_buffer=',
     'autotune_level_0': '--xla_gpu_autotune_level=0',
 }
-GPU_CODE_VARIANTS = ('tokens_to_64', 'patch_matmul')
+GPU_CODE_VARIANTS = ('tokens_to_64', 'patch_matmul', 'fused_qkv')
 # The variant whose runs also trace the step: without command buffers each
 # kernel names its HLO op, so all of them, cuBLAS's included, are summed by
 # part of the model.
@@ -108,6 +110,8 @@ def run_gpu_variant(variant: str, steps: int, smoke: bool) -> dict:
     fused_attention.KERNELS['cudnn'] = ('cudnn', 64)
   if variant == 'patch_matmul':
     use_patch_matmul()
+  if variant == 'fused_qkv':
+    use_fused_qkv()
   plan = gpu_plan.SMOKE if smoke else gpu_plan.H100
   _, model, batch = plan.models[0]
   bench, batch = gpu_steps.fitting_ours(plan, model, batch, attention='auto')
@@ -165,6 +169,27 @@ def use_patch_matmul():
                        name=names.PATCH_EMBEDDING)(images)
 
   patch_embedding.embed_patches = embed_patches
+
+
+def use_fused_qkv():
+  """`fused_qkv`: the query, key and value projections as one matmul by
+  their kernels side by side (hidden x 3 hidden), as timm's `qkv` Linear
+  computes them: the same parameters and function. (On the CPU, attempt 9
+  found it slower.)"""
+  # pylint: disable=g-import-not-at-top
+  import jax.numpy as jnp
+  from vit_jax.models.layers import attention
+  # pylint: enable=g-import-not-at-top
+
+  def project_qkv(x, projections, layout):
+    kernels, biases = zip(*projections)
+    both = jnp.einsum(f'btd,dhe->{layout}', x,
+                      jnp.concatenate(kernels, axis=1))
+    bias = jnp.concatenate(biases, axis=0)
+    both += bias[:, None, :] if layout == 'bhte' else bias
+    return tuple(jnp.split(both, len(projections), axis=layout.index('h')))
+
+  attention.project_qkv = project_qkv
 
 
 def _use_flax_dropout(prng_impl: str):

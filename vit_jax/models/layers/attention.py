@@ -43,6 +43,17 @@ def _check_attention(attention: str, attention_dropout_rate: float,
         "use attention='einsum'.")
 
 
+def project_qkv(x: jax.Array, projections, layout: str
+                ) -> tuple[jax.Array, ...]:
+  """The queries, keys and values: `x` (batch, tokens, hidden) through each
+  (kernel (hidden, heads, head_dim), bias (heads, head_dim)) of
+  `projections`, in `layout`: 'bthe' (batch, tokens, heads, head_dim) or
+  'bhte'."""
+  return tuple(jnp.einsum(f'btd,dhe->{layout}', x, kernel) +
+               (bias[:, None, :] if layout == 'bhte' else bias)
+               for kernel, bias in projections)
+
+
 def _is_power_of_4(n: int) -> bool:
   """Whether 1/sqrt(n) is a power of two, so scaling by it is exact."""
   return n > 0 and n & (n - 1) == 0 and (n.bit_length() - 1) % 2 == 0
@@ -158,15 +169,13 @@ class MultiHeadSelfAttention(nn.Module):
 
     attention = self._implementation(head_dim)
     if attention in fused_attention.KERNELS:
-      q, k, v = (jnp.einsum('btd,dhe->bthe', x, w) + b
-                 for w, b in ((wq, bq), (wk, bk), (wv, bv)))
+      q, k, v = project_qkv(x, ((wq, bq), (wk, bk), (wv, bv)), 'bthe')
       kernel, token_multiple = fused_attention.KERNELS[attention]
       out = fused_attention.attend(q, k, v, scale=head_dim**-0.5,
                                    implementation=kernel,
                                    token_multiple=token_multiple)
       return jnp.einsum('bthe,hed->btd', out, wo) + bo
 
-    bq, bk, bv = bq[:, None, :], bk[:, None, :], bv[:, None, :]
     # Folding the scale into the query projection is exact when it is a power
     # of two; float32 keeps the fold whatever head_dim (its results pinned).
     # A learned temperature cannot be folded.
@@ -175,9 +184,7 @@ class MultiHeadSelfAttention(nn.Module):
     if fold:
       scale = jnp.asarray(head_dim**-0.5, self.dtype)
       wq, bq = wq * scale, bq * scale
-    q = jnp.einsum('btd,dhe->bhte', x, wq) + bq
-    k = jnp.einsum('btd,dhe->bhte', x, wk) + bk
-    v = jnp.einsum('btd,dhe->bhte', x, wv) + bv
+    q, k, v = project_qkv(x, ((wq, bq), (wk, bk), (wv, bv)), 'bhte')
     # float32 softmax: bfloat16 logits would lose the small probabilities.
     logits = jnp.einsum('bhqe,bhke->bhqk', q, k).astype(jnp.float32)
     if self.locality:
