@@ -4,10 +4,12 @@ module's path, and whether the forward or the backward pass), so that a
 profile's time can be summed by part of the model (`profile_step`).
 
 A trace names the instructions it ran: on a CPU each event is one; on a GPU
-a fusion's kernel has the fusion's name with '.' as '_', and cuBLAS's and
-cuDNN's kernels carry theirs in the event's `hlo_op` (when XLA's command
-buffers leave it there). A fusion is described by the scope most of its
-operations name, among those of the computations it calls.
+a kernel's event carries its instruction as `hlo_op` where XLA's command
+buffers leave it there, and a fusion's kernel is named after its fusion
+('.' as '_'; a kernel reused for identical fusions, after the first). A
+fusion is the part of the matmul or convolution it holds, if any; else
+the part most of its operations name, among those of the computations it
+calls.
 """
 
 import collections
