@@ -13,6 +13,7 @@ import pytest
 
 from experiments.benchmarks import step_variants
 from tests.helpers import normal
+from tests.helpers import randomized
 from vit_jax import models
 from vit_jax.models.layers import attention as attention_layer
 from vit_jax.models.layers import patch_embedding
@@ -89,20 +90,22 @@ def test_the_patch_matmul_is_the_conv_with_the_same_parameters(
                               dtype=dtype)
   images = normal((2, 32, 32, 3))
   conv = model.init(jax.random.key(0), images, train=False)
+  # Nothing zero (the initial head and biases are), for the logits to show.
+  random = {'params': randomized(conv['params'])}
 
   def program(variables):
     return str(jax.make_jaxpr(
         lambda v: model.apply(v, images, train=False))(variables))
 
   assert 'conv_general_dilated' in program(conv)
+  expected = model.apply(random, images, train=False)
   step_variants.use_patch_matmul()
   matmul = model.init(jax.random.key(0), images, train=False)
   assert 'conv_general_dilated' not in program(matmul)
   assert jax.tree.map(np.shape, matmul) == jax.tree.map(np.shape, conv)
   for ours, theirs in zip(jax.tree.leaves(matmul), jax.tree.leaves(conv)):
     np.testing.assert_array_equal(ours, theirs)
-  expected = model.apply(conv, images, train=False)
-  logits = model.apply(matmul, images, train=False)
+  logits = model.apply(random, images, train=False)
   assert logits.dtype == expected.dtype
   np.testing.assert_allclose(np.asarray(logits, np.float32),
                              np.asarray(expected, np.float32),
@@ -140,7 +143,10 @@ def test_the_fused_qkv_is_the_three_projections(monkeypatch, attention):
   model = models.create_model('ViT-Ti_16', num_classes=10, num_layers=1,
                               attention=attention)
   images = normal((2, 32, 32, 3))
-  variables = model.init(jax.random.key(0), images, train=False)
+  # Nothing zero (the initial head and biases are): a bias or an output
+  # out of place would show.
+  variables = {'params': randomized(
+      model.init(jax.random.key(0), images, train=False)['params'])}
 
   def run():
     logits = model.apply(variables, images, train=False)
@@ -152,4 +158,4 @@ def test_the_fused_qkv_is_the_three_projections(monkeypatch, attention):
   step_variants.use_fused_qkv()
   fused, fused_matmuls = run()
   assert fused_matmuls == separate_matmuls - 2  # one where there were three
-  np.testing.assert_allclose(fused, separate, rtol=1e-5, atol=1e-5)
+  np.testing.assert_allclose(fused, separate, rtol=1e-5, atol=1e-4)

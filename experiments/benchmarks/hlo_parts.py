@@ -7,9 +7,9 @@ A trace names the instructions it ran: on a CPU each event is one; on a GPU
 a kernel's event carries its instruction as `hlo_op` where XLA's command
 buffers leave it there, and a fusion's kernel is named after its fusion
 ('.' as '_'; a kernel reused for identical fusions, after the first). A
-fusion is the part of the matmul or convolution it holds, if any; else
-the part most of its operations name, among those of the computations it
-calls.
+fusion is the part of the matmul, convolution or custom call it holds, if
+any; else the part most of its operations name, among those of the
+computations it calls.
 """
 
 import collections
@@ -24,8 +24,9 @@ _CALLED = re.compile(
     r'=(\{[^}]*\}|%?[\w.\-]+)')
 _OPERAND = re.compile(r'%([\w.\-]+)')
 _OP_NAME = re.compile(r'op_name="([^"]*)"')
-# The operations that do a fusion's arithmetic: a fusion that holds one is
-# theirs, however many elementwise operations XLA fused around it.
+# The operations that do a fusion's arithmetic (a custom call: cuBLAS's,
+# cuDNN's): a fusion that holds one is theirs, however many elementwise
+# operations XLA fused around it.
 _ARITHMETIC = re.compile(r'\s(?:dot|convolution|custom-call)\(')
 # The model's pass: `jvp(VisionTransformer)`, `transpose(jvp(ResNet))`.
 _MODEL_PASS = re.compile(r'^(transpose\()?jvp\((\w+)\)(?(1)\))$')

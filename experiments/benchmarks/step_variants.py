@@ -43,7 +43,7 @@ once --seconds have passed, so that it fits a device call:
   convolution took 1.63 ms of the step). Put in place by hand, as the
   flax dropout above: the model changes only if it wins.
 - `fused_qkv`: the query, key and value projections as one matmul of the
-  three kernels side by side, as timm's step computes them (by hand too).
+  three kernels joined, the matmul timm's step does (by hand too).
 """
 
 import argparse
@@ -173,9 +173,11 @@ def use_patch_matmul():
 
 def use_fused_qkv():
   """`fused_qkv`: the query, key and value projections as one matmul by
-  their kernels side by side (hidden x 3 hidden), as timm's `qkv` Linear
-  computes them: the same parameters and function. (On the CPU, attempt 9
-  found it slower.)"""
+  their kernels joined side by side (hidden x 3 hidden), the matmul timm's
+  `qkv` Linear does. The parameters stay three, so each step joins them and
+  splits their gradient, a cost timm, which stores them joined, does not
+  pay. The same function, to float rounding. (On the CPU, attempt 9 found
+  it slower.)"""
   # pylint: disable=g-import-not-at-top
   import jax.numpy as jnp
   from vit_jax.models.layers import attention
@@ -183,11 +185,11 @@ def use_fused_qkv():
 
   def project_qkv(x, projections, layout):
     kernels, biases = zip(*projections)
-    both = jnp.einsum(f'btd,dhe->{layout}', x,
-                      jnp.concatenate(kernels, axis=1))
-    bias = jnp.concatenate(biases, axis=0)
-    both += bias[:, None, :] if layout == 'bhte' else bias
-    return tuple(jnp.split(both, len(projections), axis=layout.index('h')))
+    bias = jnp.concatenate(biases, axis=0)  # the heads of q, then k, then v
+    qkv = jnp.einsum(f'btd,dhe->{layout}', x,
+                     jnp.concatenate(kernels, axis=1)) + (
+                         bias[:, None, :] if layout == 'bhte' else bias)
+    return tuple(jnp.split(qkv, len(projections), axis=layout.index('h')))
 
   attention.project_qkv = project_qkv
 

@@ -12,7 +12,7 @@ or cuDNN's fused attention at any token count (`fused_attention`);
 """
 
 import math
-from typing import Any
+from typing import Any, Sequence
 
 import flax.linen as nn
 import jax
@@ -43,8 +43,9 @@ def _check_attention(attention: str, attention_dropout_rate: float,
         "use attention='einsum'.")
 
 
-def project_qkv(x: jax.Array, projections, layout: str
-                ) -> tuple[jax.Array, ...]:
+def project_qkv(x: jax.Array,
+                projections: Sequence[tuple[jax.Array, jax.Array]],
+                layout: str) -> tuple[jax.Array, ...]:
   """The queries, keys and values: `x` (batch, tokens, hidden) through each
   (kernel (hidden, heads, head_dim), bias (heads, head_dim)) of
   `projections`, in `layout`: 'bthe' (batch, tokens, heads, head_dim) or
