@@ -1,7 +1,9 @@
 """experiments/benchmarks/hlo_parts.py: what a compiled program's
 instructions compute in the model's terms, read from real compiled programs
-and (slow) from a real trace of the study's step."""
+and (slow) from real traces summed by `profile_step.py`: the study's step,
+and any model's that `vit_jax.benchmark --trace_dir` wrote."""
 
+import os
 import subprocess
 import sys
 
@@ -11,6 +13,7 @@ import jax.numpy as jnp
 import pytest
 
 from experiments.benchmarks import hlo_parts
+from experiments.benchmarks import profile_step
 from tests.helpers import ROOT
 
 Part = hlo_parts.Part
@@ -207,3 +210,31 @@ def test_the_cpu_profile_sums_a_real_trace_by_part_of_the_model():
   assert rows['optimizer'] > 0
   # The runtime's own events aside, the program names where the time goes.
   assert rows.get(hlo_parts.UNNAMED, 0) < 0.25 * sum(rows.values())
+
+
+@pytest.mark.slow  # 15 s: a benchmark's run, traced
+def test_any_models_benchmark_trace_is_summed_by_part(tmp_path, monkeypatch,
+                                                      capsys):
+  subprocess.run(
+      [sys.executable, '-m', 'vit_jax.benchmark', '--model=SimpleCNN',
+       '--batch_size=8', '--steps=1', '--cpu_devices=1',
+       f'--trace_dir={tmp_path}', '--trace_steps=1'],
+      cwd=ROOT, capture_output=True, check=True,
+      env={**os.environ, 'XLA_FLAGS': '--xla_cpu_enable_xprof_traceme=true'})
+  monkeypatch.setattr(sys, 'argv', ['profile_step.py',
+                                    f'--trace_dir={tmp_path}', '--steps=1'])
+  profile_step.main()
+  printed = capsys.readouterr().out
+  assert '| part of the model | thread-ms per step |' in printed
+  for layer in 'conv_1', 'conv_3', 'bn_0':  # layers of a CNN, any model's
+    assert f'| {layer}, forward |' in printed
+    assert f'| {layer}, backward |' in printed
+
+
+def test_a_trace_dir_without_a_trace_is_one_line(tmp_path, monkeypatch):
+  monkeypatch.setattr(sys, 'argv', ['profile_step.py',
+                                    f'--trace_dir={tmp_path}'])
+  with pytest.raises(SystemExit, match=(
+      f'^error: {tmp_path} holds no trace: write one with python -m '
+      f'vit_jax.benchmark --trace_dir={tmp_path}.$')):
+    profile_step.main()

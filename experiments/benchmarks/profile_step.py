@@ -5,6 +5,7 @@ profile section).
 
   python experiments/benchmarks/profile_step.py [--cpu_devices=4] [--steps=3]
   python experiments/benchmarks/profile_step.py --matmuls
+  python experiments/benchmarks/profile_step.py --trace_dir=DIR [--steps=3]
 
 Runs `vit_jax.benchmark`'s train step (ViT-Tiny-CIFAR_4, batch 128,
 augmented), records a `jax.profiler` trace of --steps steps with XLA's
@@ -19,6 +20,10 @@ has its own thread and they share the cores, so an operation's time includes
 the slices it waited for a core, and the sum can reach 4 x wall.
 `--matmuls` times the step's largest matmuls alone on one core and on both
 cores at once (`taskset`), to see whether the cores slow each other down.
+`--trace_dir` prints the same tables for the trace `python -m
+vit_jax.benchmark --trace_dir=DIR` wrote of any model (on a CPU, with
+`XLA_FLAGS=--xla_cpu_enable_xprof_traceme=true`, which records XLA's
+operations; on a GPU, of its kernels, with the heaviest).
 """
 
 import argparse
@@ -272,10 +277,57 @@ def matmuls_alone_and_side_by_side():
       map(rates, MATMULS))
 
 
+def print_trace(trace_dir: pathlib.Path, steps: int):
+  """The tables of the newest trace in `trace_dir` and of the program
+  written beside it (`vit_jax.benchmark --trace_dir`), `steps` steps
+  traced: by kind of work and by part of the model, of an accelerator's
+  kernels where the trace has them, else of XLA's CPU threads."""
+  traces = sorted(trace_dir.rglob('perfetto_trace.json.gz'),
+                  key=lambda path: path.stat().st_mtime)
+  if not traces:
+    raise SystemExit(f'error: {trace_dir} holds no trace: write one with '
+                     f'python -m vit_jax.benchmark --trace_dir={trace_dir}.')
+  # Not imported above, where jax would start before XLA_FLAGS is set.
+  # pylint: disable-next=g-import-not-at-top
+  from vit_jax.training import step_benchmark
+  program = trace_dir / step_benchmark.TRACED_PROGRAM
+  parts = (hlo_parts.model_parts(program.read_text()) if program.exists()
+           else {})
+  kinds, heaviest = summarize_device(traces[-1], steps, parts=parts)
+  if kinds:
+    unit = 'ms per step'
+    by_part = device_time_by_part(traces[-1], steps, parts)
+  elif _worker_events(traces[-1]):
+    unit = 'thread-ms per step'
+    kinds = summarize(traces[-1], steps)
+    by_part = summarize_by_part(traces[-1], steps, parts)
+  else:
+    raise SystemExit(
+        f'error: the trace in {trace_dir} holds no XLA operations: on a CPU, '
+        'trace with XLA_FLAGS=--xla_cpu_enable_xprof_traceme=true.')
+  study_step.print_table(('work', unit),
+                         ((kind, f'{ms:,.1f}') for kind, ms in kinds.items()))
+  print()
+  study_step.print_table(('part of the model', unit),
+                         ((label, f'{ms:,.1f}') for label, ms in
+                          by_part.items() if ms >= 0.05))
+  if heaviest:
+    print()
+    study_step.print_table(
+        ('kernel', 'kind', 'computes', unit),
+        ((f'`{k["kernel"][:80]}`', k['kind'], k.get('computes', ''),
+          f'{k["ms_per_step"]:,.2f}') for k in heaviest))
+
+
 def main():
   parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
   parser.add_argument('--cpu_devices', type=int, default=4)
-  parser.add_argument('--steps', type=int, default=3)
+  parser.add_argument('--steps', type=int, default=3,
+                      help='Steps to trace, or that --trace_dir\'s trace '
+                      'holds (`vit_jax.benchmark --trace_steps`).')
+  parser.add_argument('--trace_dir', type=pathlib.Path,
+                      help='Sum the trace `vit_jax.benchmark --trace_dir` '
+                      'wrote there (any model, CPU or GPU) instead.')
   parser.add_argument('--matmuls', action='store_true',
                       help='Time the step\'s matmul shapes alone and two at '
                       'once instead (one device each, pinned to a core).')
@@ -287,28 +339,18 @@ def main():
   if args.matmuls:
     matmuls_alone_and_side_by_side()
     return
+  if args.trace_dir:
+    print_trace(args.trace_dir, args.steps)
+    return
   os.environ['XLA_FLAGS'] = (os.environ.get('XLA_FLAGS', '') +
                              ' --xla_cpu_enable_xprof_traceme=true')
   with tempfile.TemporaryDirectory() as trace_dir:
     result = study_step.measure(args.cpu_devices, steps_timed=5,
                                 trace_dir=trace_dir, trace_steps=args.steps)
-    trace_path = next(pathlib.Path(trace_dir).rglob('perfetto_trace.json.gz'))
-    table = summarize(trace_path, args.steps)
-    # Not imported above, where jax would start before XLA_FLAGS is set.
-    # pylint: disable-next=g-import-not-at-top
-    from vit_jax.training import step_benchmark
-    parts = hlo_parts.model_parts(
-        (pathlib.Path(trace_dir) / step_benchmark.TRACED_PROGRAM).read_text())
-    by_part = summarize_by_part(trace_path, args.steps, parts)
-  print(f'{args.cpu_devices} host devices; untraced step '
-        f'{result["train_ms_per_step"]:.0f} ms '
-        f'({result["train_images_per_second"]:.1f} img/s)\n')
-  study_step.print_table(('work', 'thread-ms per step'),
-                         ((kind, f'{ms:,.0f}') for kind, ms in table.items()))
-  print()
-  study_step.print_table(('part of the model', 'thread-ms per step'),
-                         ((label, f'{ms:,.1f}') for label, ms in
-                          by_part.items() if ms >= 0.05))
+    print(f'{args.cpu_devices} host devices; untraced step '
+          f'{result["train_ms_per_step"]:.0f} ms '
+          f'({result["train_images_per_second"]:.1f} img/s)\n')
+    print_trace(pathlib.Path(trace_dir), args.steps)
 
 
 if __name__ == '__main__':
