@@ -3,6 +3,8 @@ instructions compute in the model's terms, read from real compiled programs
 and (slow) from real traces summed by `profile_step.py`: the study's step,
 and any model's that `vit_jax.benchmark --trace_dir` wrote."""
 
+import gzip
+import json
 import os
 import subprocess
 import sys
@@ -237,4 +239,24 @@ def test_a_trace_dir_without_a_trace_is_one_line(tmp_path, monkeypatch):
   with pytest.raises(SystemExit, match=(
       f'^error: {tmp_path} holds no trace: write one with python -m '
       f'vit_jax.benchmark --trace_dir={tmp_path}.$')):
+    profile_step.main()
+
+
+def test_a_cpu_trace_without_xlas_operations_is_one_line(tmp_path,
+                                                         monkeypatch):
+  """A CPU trace taken without XLA's per-operation events holds only the
+  runtime's: the line says which flag records them."""
+  trace = tmp_path / 'plugins' / 'profile' / 'perfetto_trace.json.gz'
+  trace.parent.mkdir(parents=True)
+  with gzip.open(trace, 'wt') as f:
+    json.dump({'traceEvents': [
+        {'ph': 'M', 'name': 'thread_name', 'pid': 1, 'tid': 2,
+         'args': {'name': 'python'}},
+        {'ph': 'X', 'pid': 1, 'tid': 2, 'name': 'PjitFunction(train_steps)',
+         'ts': 0, 'dur': 5}]}, f)
+  monkeypatch.setattr(sys, 'argv', ['profile_step.py',
+                                    f'--trace_dir={tmp_path}'])
+  with pytest.raises(SystemExit, match=(
+      f'^error: the trace in {tmp_path} holds no XLA operations: on a CPU, '
+      r'trace with XLA_FLAGS=--xla_cpu_enable_xprof_traceme=true\.$')):
     profile_step.main()
