@@ -52,8 +52,7 @@ def checkpoint_min_seconds(config) -> float:
   """Seconds an interval's checkpoint waits after the newest started
   writing (`RunCheckpoints.due`): config.checkpoint_min_seconds when the
   interval is the default epoch; 0, every interval, when it is set in
-  steps. On a
-  GPU a small model's epoch trains in less time than orbax takes to save,
-  so that a checkpoint every epoch would hold up training
+  steps. On a GPU a small model's epoch trains in less time than orbax
+  takes to save, so that a checkpoint every epoch would hold up training
   (experiments/benchmarks/README.md, attempts 24 and 25)."""
   return 0.0 if config.checkpoint_every_steps else config.checkpoint_min_seconds
