@@ -1,31 +1,10 @@
-"""TrivialAugment and RandAugment, on the devices, inside the compiled step.
+"""TrivialAugment and RandAugment in pure jax, traced into the train step.
 
-The recipes that train ViTs from scratch on small data (DeiT, and the
-"ViT on small datasets" studies) lean on these, where the paper's large
-pre-training needed only a crop and a flip. Every function here is pure jax
-with static shapes, so it traces into the train step: per-image choices are
-random draws of a batch-shaped array, and branches are `jnp.where` /
-`lax.switch` under `vmap`, never Python control flow on traced values.
-
-Images are float32 NHWC in [0, 1]: after `/ 255` and the random crop and
-flip, before normalisation (`preprocess.train_input`); the ops keep them in
-[0, 1].
-
-The op table (`OPS`) is torchvision's TrivialAugmentWide / RandAugment set of
-14 ops, each written once as a function of a signed magnitude in [-1, 1]
-that `OpRanges` maps to the op's own range: `TRIVIAL_AUGMENT_WIDE` (Muller &
-Hutter 2021, the "wide" ranges of torchvision) and `RAND_AUGMENT` (timm's
-ranges at its magnitude scale out of 10, the severity-increasing `inc1`
-variants, on torchvision's op set: timm's default `rand-m9-n2` op set also
-has Invert and SolarizeAdd and no Identity). Photometric ops follow PIL's
-definitions, as timm and torchvision do; geometric ops are one affine warp
-with bilinear sampling (rotations about the image centre, shears about its
-top-left corner, as torchvision's), filled with gray `FILL`: 0.5, timm's
-fill of 128 scaled to [0, 1], near the dataset mean, so near 0 once
-normalised. torchvision's TrivialAugmentWide fills with black and samples
-the nearest pixel by default; we keep timm's gray and bilinear sampling, so
-that a large rotation or shift does not paste a black area that no test
-image has.
+Images are float32 NHWC in [0, 1] (before normalisation) and stay in [0, 1].
+`OPS` is torchvision's 14-op set, each op a function of a signed magnitude in
+[-1, 1] that `OpRanges` scales. Photometric ops follow PIL; geometric ops are
+one bilinear affine warp filled with timm's gray (`FILL`), not torchvision's
+black, so a large rotation does not paste a black area no test image has.
 """
 
 import dataclasses
@@ -49,12 +28,10 @@ _LUMA = (0.299, 0.587, 0.114)
 class OpRanges:
   """What magnitude 1 means for each op (magnitude 0 is the identity).
 
-  rotate: degrees. shear: the shear factor (tan of the shear angle).
-  translate: pixels, or a fraction of the image's width (x) / height (y)
-  when `translate_relative`. enhance: the largest |factor - 1| of color,
-  contrast, brightness and sharpness (factor 1 is the identity). posterize:
-  bits dropped of 8. Solarize always goes from inverting nothing (0) to
-  inverting everything (1).
+  rotate: degrees. shear: tan of the shear angle. translate: pixels, or a
+  fraction of the image's side when `translate_relative`. enhance: the
+  largest |factor - 1| of color, contrast, brightness and sharpness.
+  posterize: bits dropped of 8.
   """
   rotate: float
   shear: float
@@ -64,28 +41,19 @@ class OpRanges:
   posterize: int
 
 
-# torchvision's TrivialAugmentWide: rotate 135 deg, shear 0.99, translate 32
-# pixels (whatever the image size), enhance factors 0.01-1.99, posterize to
-# 8-2 bits.
+# torchvision's TrivialAugmentWide ranges.
 TRIVIAL_AUGMENT_WIDE = OpRanges(rotate=135.0, shear=0.99, translate=32.0,
                                 translate_relative=False, enhance=0.99,
                                 posterize=6)
 
-# timm's RandAugment at magnitude 10 (`_LEVEL_DENOM`): rotate 30 deg, shear
-# 0.3, translate 45% of the image (TranslateRel), enhance factors 0.1-1.9
-# (the `inc1` ops, signed about 1). Posterize to 8-4 bits as torchvision's
-# RandAugment and the AutoAugment paper (timm's PosterizeIncreasing keeps
-# 4-0 bits, which is not the identity at magnitude 0).
+# timm's RandAugment `inc1` ranges at magnitude 10; posterize as torchvision's
+# (timm's PosterizeIncreasing is not the identity at magnitude 0).
 RAND_AUGMENT = OpRanges(rotate=30.0, shear=0.3, translate=0.45,
                         translate_relative=True, enhance=0.9, posterize=4)
 
 
 def op_index(name: str) -> int:
-  """The position of op `name` in `OPS`."""
   return OPS.index(name)
-
-
-# ------------------------------------------------------- photometric ops ---
 
 
 def _grayscale(image: jax.Array) -> jax.Array:
@@ -98,14 +66,12 @@ def _grayscale(image: jax.Array) -> jax.Array:
 
 def _blend(degenerate: jax.Array, image: jax.Array,
            factor: jax.Array) -> jax.Array:
-  """PIL's ImageEnhance: degenerate + factor * (image - degenerate), so
-  factor 1 is the image, 0 the degenerate one, > 1 extrapolates."""
+  """PIL's ImageEnhance: factor 1 is the image, 0 the degenerate one."""
   return jnp.clip(degenerate + factor * (image - degenerate), 0.0, 1.0)
 
 
 def _auto_contrast(image: jax.Array) -> jax.Array:
-  """Each channel stretched to [0, 1] (PIL's autocontrast with no cutoff);
-  a constant channel is kept."""
+  """Each channel stretched to [0, 1] (PIL's autocontrast, no cutoff)."""
   low = image.min(axis=(0, 1), keepdims=True)
   high = image.max(axis=(0, 1), keepdims=True)
   span = high - low
@@ -114,14 +80,11 @@ def _auto_contrast(image: jax.Array) -> jax.Array:
 
 
 def _quantize(image: jax.Array) -> jax.Array:
-  """The 8-bit values, int32."""
   return jnp.round(image * 255.0).astype(jnp.int32)
 
 
 def _equalize_channel(channel: jax.Array) -> jax.Array:
-  """PIL's ImageOps.equalize of one (H, W) channel: a 256-bin histogram,
-  lut[i] = (step // 2 + number of pixels below i) // step with step = (pixels
-  not in the top occupied bin) // 255; identity when step is 0."""
+  """PIL's ImageOps.equalize of one (H, W) channel."""
   values = _quantize(channel)
   histogram = jnp.bincount(values.ravel(), length=256)
   top = histogram[values.max()]
@@ -137,39 +100,34 @@ def _equalize(image: jax.Array) -> jax.Array:
 
 
 def _solarize(image: jax.Array, magnitude: jax.Array) -> jax.Array:
-  """Values at or above the threshold inverted. The threshold is timm's
-  `256 - 256 m` of 255 (SolarizeIncreasing): nothing at m = 0, all at 1."""
+  """timm's SolarizeIncreasing: inverts nothing at m = 0, all at 1."""
   threshold = (1.0 - magnitude) * 256.0 / 255.0
   return jnp.where(image >= threshold, 1.0 - image, image)
 
 
 def _posterize(image: jax.Array, bits: jax.Array) -> jax.Array:
-  """The 8-bit values with only their `bits` high bits kept (PIL's
-  posterize); 8 bits is the identity, exactly."""
+  """PIL's posterize; 8 bits is exactly the identity."""
   bucket = 2.0**(8 - bits)
   posterized = jnp.floor(_quantize(image) / bucket) * bucket / 255.0
   return jnp.where(bits >= 8, image, posterized)
 
 
 def _color(image: jax.Array, factor: jax.Array) -> jax.Array:
-  """Saturation: blended with its grayscale (PIL's ImageEnhance.Color)."""
+  """PIL's ImageEnhance.Color."""
   return _blend(_grayscale(image), image, factor)
 
 
 def _contrast(image: jax.Array, factor: jax.Array) -> jax.Array:
-  """Blended with the mean gray level (PIL's ImageEnhance.Contrast, which
-  rounds that mean to an 8-bit value; here it is not rounded)."""
+  """PIL's ImageEnhance.Contrast, its mean gray level not rounded."""
   return _blend(_grayscale(image).mean(), image, factor)
 
 
 def _brightness(image: jax.Array, factor: jax.Array) -> jax.Array:
-  """Blended with black: the image scaled by `factor`, clipped."""
   return _blend(jnp.zeros_like(image), image, factor)
 
 
 def _sharpness(image: jax.Array, factor: jax.Array) -> jax.Array:
-  """Blended with PIL's SMOOTH filter ([[1, 1, 1], [1, 5, 1], [1, 1, 1]] /
-  13), whose border pixels stay the image's, as in PIL and torchvision."""
+  """PIL's ImageEnhance.Sharpness: border pixels stay the image's."""
   h, w, _ = image.shape
   padded = jnp.pad(image, ((1, 1), (1, 1), (0, 0)))
   neighbours = sum(padded[dy:dy + h, dx:dx + w] for dy in range(3)
@@ -181,13 +139,9 @@ def _sharpness(image: jax.Array, factor: jax.Array) -> jax.Array:
   return _blend(jnp.where(interior, smooth, image), image, factor)
 
 
-# --------------------------------------------------------- geometric ops ---
-
-
 def _affine(image: jax.Array, matrix: jax.Array,
             offset: jax.Array) -> jax.Array:
-  """Output pixel p (x, y) read from the input at `matrix @ (p - c) + c +
-  offset`, c the image centre, bilinearly; outside the image is FILL."""
+  """Pixel p read bilinearly at `matrix @ (p - centre) + centre + offset`."""
   h, w, _ = image.shape
   ys, xs = jnp.meshgrid(jnp.arange(h, dtype=jnp.float32),
                         jnp.arange(w, dtype=jnp.float32), indexing='ij')
@@ -199,8 +153,7 @@ def _affine(image: jax.Array, matrix: jax.Array,
   x0, y0 = jnp.floor(src_x), jnp.floor(src_y)
   fx, fy = (src_x - x0)[..., None], (src_y - y0)[..., None]
   x0, y0 = x0.astype(jnp.int32), y0.astype(jnp.int32)
-  # The 4 taps in one gather of rows of the flattened image (XLA on CPU ran
-  # the 2-D gather several times slower when it read another op's output).
+  # One gather of flattened rows: XLA on CPU ran the 2-D gather slower.
   ty = jnp.stack([y0, y0, y0 + 1, y0 + 1])
   tx = jnp.stack([x0, x0 + 1, x0, x0 + 1])
   inside = ((ty >= 0) & (ty < h) & (tx >= 0) & (tx < w))[..., None]
@@ -213,14 +166,10 @@ def _affine(image: jax.Array, matrix: jax.Array,
 
 def _warp_parameters(op: jax.Array, magnitude: jax.Array, ranges: OpRanges,
                      height: int, width: int) -> tuple[jax.Array, jax.Array]:
-  """The (2, 2) matrix and (2,) offset, in (x, y), of the geometric op `op`
-  at signed `magnitude`; the identity for the other ops.
+  """The (x, y) matrix and offset of geometric op `op`; else the identity.
 
-  Positive magnitudes rotate counter-clockwise as displayed (PIL's rotate),
-  shear x by sampling `x + s (y + 1/2)` / y by `y + s (x + 1/2)` (about the
-  image's top-left corner, as torchvision's `center=[0, 0]` and PIL's shear
-  matrix), and move the content right / down. Translations are rounded to
-  whole pixels, so they are exact shifts (torchvision truncates).
+  Shears are about the top-left corner, as torchvision's; translations are
+  rounded to whole pixels.
   """
   angle = magnitude * ranges.rotate * math.pi / 180.0
   cos, sin = jnp.cos(angle), jnp.sin(angle)
@@ -236,8 +185,7 @@ def _warp_parameters(op: jax.Array, magnitude: jax.Array, ranges: OpRanges,
       'shear_x': jnp.stack([one, shear, zero, one]),
       'shear_y': jnp.stack([one, zero, shear, one]),
   }
-  # `_affine` turns about the centre; these offsets move a shear's fixed
-  # point to the corner.
+  # These move a shear's fixed point from `_affine`'s centre to the corner.
   offsets = {'translate_x': jnp.stack([-shift_x, zero]),
              'translate_y': jnp.stack([zero, -shift_y]),
              'shear_x': jnp.stack([shear * height / 2, zero]),
@@ -251,14 +199,9 @@ def _warp_parameters(op: jax.Array, magnitude: jax.Array, ranges: OpRanges,
 _GEOMETRIC = ('rotate', 'shear_x', 'shear_y', 'translate_x', 'translate_y')
 
 
-# ------------------------------------------------------------ the table ----
-
-
 def _apply_one(image: jax.Array, op: jax.Array, magnitude: jax.Array,
                ranges: OpRanges) -> jax.Array:
-  """Op number `op` of `OPS` on one (H, W, C) image at signed `magnitude` in
-  [-1, 1]; ops without a direction (solarize, posterize) use |magnitude|,
-  ops without a magnitude ignore it."""
+  """Op `OPS[op]` on one image; solarize and posterize use |magnitude|."""
   h, w, _ = image.shape
   strength = jnp.abs(magnitude)
   factor = jnp.maximum(1.0 + magnitude * ranges.enhance, 0.0)
@@ -273,8 +216,6 @@ def _apply_one(image: jax.Array, op: jax.Array, magnitude: jax.Array,
       'brightness': lambda x: _brightness(x, factor),
       'sharpness': lambda x: _sharpness(x, factor),
   }
-  # The geometric ops share one warp: its matrix is the chosen op's (the
-  # identity for the others, whose images are kept as they are).
   matrix, offset = _warp_parameters(op, magnitude, ranges, h, w)
   is_geometric = jnp.isin(op, jnp.asarray([op_index(n) for n in _GEOMETRIC]))
   warped = jnp.where(is_geometric, _affine(image, matrix, offset), image)
@@ -284,17 +225,12 @@ def _apply_one(image: jax.Array, op: jax.Array, magnitude: jax.Array,
 
 def apply_op(images: jax.Array, ops, magnitudes,
              ranges: OpRanges = TRIVIAL_AUGMENT_WIDE) -> jax.Array:
-  """Per image i of NHWC `images`, op `ops[i]` (its index in `OPS`) at signed
-  magnitude `magnitudes[i]` in [-1, 1] (|m| = 1: the op's range in
-  `ranges`). `ops` and `magnitudes` may be scalars, the same for all."""
+  """Op `OPS[ops[i]]` at signed `magnitudes[i]` on image i (or scalars)."""
   n = images.shape[0]
   ops = jnp.broadcast_to(jnp.asarray(ops, jnp.int32), (n,))
   magnitudes = jnp.broadcast_to(jnp.asarray(magnitudes, jnp.float32), (n,))
   return jax.vmap(functools.partial(_apply_one, ranges=ranges))(
       images, ops, magnitudes)
-
-
-# ------------------------------------------------------------ policies -----
 
 
 def _random_signs(key: jax.Array, n: int) -> jax.Array:
@@ -304,14 +240,10 @@ def _random_signs(key: jax.Array, n: int) -> jax.Array:
 def trivial_augment(key: jax.Array, images: jax.Array,
                     num_magnitude_bins: int = 31, *,
                     ranges: OpRanges = TRIVIAL_AUGMENT_WIDE) -> jax.Array:
-  """TrivialAugment (Muller & Hutter, ICCV 2021), torchvision's
-  TrivialAugmentWide: per image, one op of `OPS` drawn uniformly and one
-  magnitude drawn uniformly from `num_magnitude_bins` evenly spaced levels
-  of [0, 1] (bin 0 is the identity), with a random sign. No parameter to
-  tune, which is the point: it matches RandAugment's searched settings.
+  """TrivialAugment (Muller & Hutter 2021), torchvision's TrivialAugmentWide.
 
-  Solarize at bin 0 inverts nothing here; torchvision's threshold of 255
-  there inverts pure white.
+  Per image, one op and one of `num_magnitude_bins` magnitudes in [0, 1],
+  drawn uniformly, with a random sign.
   """
   if num_magnitude_bins < 2:
     raise ValueError(f'num_magnitude_bins={num_magnitude_bins}: need >= 2.')
@@ -327,17 +259,11 @@ def rand_augment(key: jax.Array, images: jax.Array, num_ops: int = 2,
                  magnitude: float = 9, *, probability: float = 0.5,
                  magnitude_std: float = 0.0,
                  ranges: OpRanges = RAND_AUGMENT) -> jax.Array:
-  """RandAugment (Cubuk et al., CVPR Workshops 2020) as timm's
-  `rand-m{magnitude}-n{num_ops}[-mstd{magnitude_std}]-inc1`: per image,
-  `num_ops` ops drawn uniformly (with replacement) from `OPS`, one after the
-  other, each applied with `probability` (timm's RandAugment: 0.5; the
-  paper and torchvision: 1) at `magnitude` out of 10 with a random sign.
-  `magnitude_std` > 0 draws each op's magnitude from N(magnitude,
-  magnitude_std) clipped to [0, 10] (DeiT's `mstd0.5`). Only `num_ops` and
-  `ranges` must be static.
+  """RandAugment (Cubuk et al. 2020) as timm's `rand-mM-nN-mstdS-inc1`.
 
-  The op set is torchvision's RandAugment (= TrivialAugment's: identity in,
-  timm's invert and solarize-add out); the ranges are timm's (`RAND_AUGMENT`).
+  Per image, `num_ops` ops drawn uniformly, each applied with `probability`
+  at `magnitude` out of 10 (drawn from N(magnitude, magnitude_std) clipped
+  to [0, 10]) with a random sign. Only `num_ops` and `ranges` are static.
   """
   n = images.shape[0]
   keys = jax.random.split(key, num_ops)
@@ -351,7 +277,6 @@ def rand_augment(key: jax.Array, images: jax.Array, num_ops: int = 2,
     ops = jnp.where(applied, ops, op_index('identity'))
     return apply_op(images, ops, level * _random_signs(sign_key, n), ranges)
 
-  # A loop, not unrolled: XLA on CPU fused one op into the next one's warp
-  # and recomputed it per sample, about 4x slower for 2 ops (the loop
-  # boundary materialises the images).
+  # Not unrolled: XLA on CPU fused one op into the next one's warp and
+  # recomputed it per sample; the loop boundary materialises the images.
   return jax.lax.fori_loop(0, num_ops, step, images)

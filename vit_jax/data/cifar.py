@@ -1,10 +1,4 @@
-"""CIFAR-10 and CIFAR-100: their channel statistics, and either official
-release (the binary or the python version) read into memory.
-
-`open_cifar` reads the release from a data directory when one is given, else
-from the download cache, where `download` fetches the binary release the
-first time.
-"""
+"""CIFAR-10 and CIFAR-100, either official release read into memory."""
 
 import pathlib
 import pickle
@@ -35,9 +29,8 @@ def _read_binary(path: pathlib.Path, label_bytes: int,
                      raw[:, label_offset].astype(np.int32))
 
 
-# What the official CIFAR python batches hold (dicts of bytes, lists, ints and
-# numpy arrays, pickled by Python 2 or 3, numpy 1 or 2): nothing else is
-# unpickled, so a crafted file cannot run code.
+# All the official python batches hold: nothing else is unpickled, so a
+# crafted file cannot run code.
 _PICKLE_GLOBALS = frozenset({
     ('numpy.core.multiarray', '_reconstruct'),
     ('numpy._core.multiarray', '_reconstruct'),
@@ -84,8 +77,7 @@ def _concatenate(splits: list[ArraySource]) -> ArraySource:
                      np.concatenate([s.labels for s in splits]))
 
 
-# (folder, train files, test file, reader) per format; the first folder found
-# under the data directory (or the data directory itself) is used.
+# (folder, train files, test file, reader) per format.
 _FORMATS = {
     'cifar10': [
         ('cifar-10-batches-bin', 'data_batch_*.bin', 'test_batch.bin',
@@ -111,8 +103,7 @@ def _read_file(read, path: pathlib.Path) -> ArraySource:
 
 
 def _find(name: str, data_dir: pathlib.Path):
-  """(root, train files, test file, reader) of the first official format of
-  `name` under `data_dir`, or None."""
+  """The first format of `name` under `data_dir` or in it, or None."""
   for folder, train_pattern, test_file, read in _FORMATS[name]:
     for root in (data_dir / folder, data_dir):
       train_files = sorted(root.glob(train_pattern))
@@ -123,9 +114,7 @@ def _find(name: str, data_dir: pathlib.Path):
 
 def load_cifar(name: str, data_dir: pathlib.Path,
                train_per_file: int = 0) -> Dataset:
-  """CIFAR-10/100 from either official format under `data_dir`;
-  `train_per_file`: only the first that many images of each training file
-  (0: all)."""
+  """CIFAR-10/100 from `data_dir`; `train_per_file` > 0 keeps as many."""
   found = _find(name, data_dir)
   if found is None:
     binary, python = (f[0] for f in _FORMATS[name])
@@ -157,9 +146,7 @@ def load_cifar(name: str, data_dir: pathlib.Path,
 
 def open_cifar(name: str, data_dir: pathlib.Path | None,
                train_per_file: int = 0) -> Dataset:
-  """`load_cifar` from `data_dir` when given, else from the download cache
-  ($VIT_JAX_DATA_DIR or ~/.cache/vit_jax), downloading the official binary
-  release there the first time."""
+  """`load_cifar` from `data_dir`, else from the cache, downloaded once."""
   if data_dir is not None:
     return load_cifar(name, data_dir, train_per_file)
   cache = download.cache_dir()

@@ -1,10 +1,4 @@
-"""What every dataset reader returns: a `Dataset` of two splits, each a
-`Source` read by example index.
-
-A leaf module (numpy only), so that the readers (`cifar`, `image_folder`,
-`tfds_source`) and `sources.open_dataset`, which dispatches to them, all
-import it without importing each other.
-"""
+"""What every dataset reader returns: a `Dataset` of two indexed `Source`s."""
 
 from collections.abc import Callable
 import dataclasses
@@ -24,15 +18,12 @@ class Source(Protocol):
 
 
 class ScalableSource(Source, Protocol):
-  """A source of stored images that can decode one smaller than stored (a
-  JPEG, by libjpeg's DCT scaling), for an input that shrinks it anyway."""
+  """A source that can decode an image smaller than stored (JPEG scaling)."""
 
   def read(self, index: int,
            at_least: Callable[[tuple[int, int]], tuple[int, int]]
            ) -> tuple[np.ndarray, int, tuple[int, int]]:
-    """(image, label, stored (height, width)) of example `index`: the image
-    perhaps decoded smaller than stored, but never below `at_least(stored)`
-    (height, width), which the caller decides from the stored size."""
+    """(image, label, stored size); the image no smaller than `at_least`."""
 
 
 def scalable(source: Source) -> bool:
@@ -65,7 +56,6 @@ class SubsetSource:
     return self.source[self._in_source(index)]
 
   def __getattr__(self, name):
-    # ScalableSource's `read`, where the source has it.
     if name == 'read' and scalable(self.source):
       return lambda index, at_least: self.source.read(
           self._in_source(index), at_least)
@@ -87,9 +77,6 @@ class Dataset:
   train: Source
   test: Source
   num_classes: int
-  # Whether each split lists its examples class by class (an image folder),
-  # so that its first examples are of its first classes only: a subset is
-  # then drawn across the classes (`sources.subset`), which needs the
-  # split's `labels`. False: the order is mixed (the official CIFAR files,
-  # tfds datasets), and a subset is the first examples.
+  # An image folder lists its examples class by class, so a subset is drawn
+  # across the classes (`sources.subset`) rather than taken from the front.
   ordered_by_class: bool = False

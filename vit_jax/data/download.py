@@ -1,11 +1,7 @@
-"""The official CIFAR releases, fetched once into a cache when a run names
-CIFAR and no data directory.
+"""The official CIFAR releases, fetched once into a cache.
 
-The archive is downloaded to `<name>.partial` while its sha256 is computed,
-checked against the size and sha256 that tensorflow-datasets records for the
-release, unpacked into a temporary directory and moved into place in one
-rename: an interrupted or corrupted download leaves nothing that a later run
-would trust.
+The archive is checked against tensorflow-datasets' size and sha256 and moved
+into place in one rename, so a damaged download leaves nothing behind.
 """
 
 import dataclasses
@@ -60,8 +56,7 @@ def cache_dir() -> pathlib.Path:
 
 
 def fetch(name: str, cache: pathlib.Path) -> pathlib.Path:
-  """`cache/<folder>` of the official `name` release, downloaded and unpacked
-  there unless it already is."""
+  """`cache/<folder>` of release `name`, downloaded unless it is there."""
   release = RELEASES[name]
   target = cache / release.folder
   if target.is_dir():
@@ -113,8 +108,7 @@ def _download(release: Release, path: pathlib.Path):
 
 
 def _unpack(archive: pathlib.Path, into: pathlib.Path, folder: str):
-  """Only regular files and directories under `folder`: an archive cannot
-  write outside `into`."""
+  """Only files and directories under `folder`, so nothing lands elsewhere."""
   with tarfile.open(archive) as tar:
     members = [m for m in tar.getmembers()
                if (m.isfile() or m.isdir()) and

@@ -1,18 +1,9 @@
-"""Image folders: `data_dir/{train,test}/<class>/*.{jpg,jpeg,png}`, checked
-whole when opened and decoded file by file when read.
+"""Image folders `data_dir/{train,test}/<class>/*.{jpg,jpeg,png}`.
 
-Opening names every problem of the folder in one `DatasetError`, so that one
-run lists all there is to fix: a missing split, images outside class folders,
-a test class the training split lacks, a class folder without images, and
-image files that cannot be read (not an image, cut short, unreadable). Other
-files are ignored with a warning; hidden ones (`.DS_Store`,
-`.ipynb_checkpoints/`) silently.
-
-Images are decoded as a viewer shows them (`to_rgb`), except for EXIF
-orientation, which is not applied: the official code decodes with
-`tf.io.decode_image` / `tf.image.decode_jpeg` (vit_jax's tfds input,
-big_vision's `decode`), which ignore it, so a model fine-tuned here sees the
-pixels it would see there.
+Opening names every problem of the folder in one `DatasetError`, so one run
+lists all there is to fix. EXIF orientation is not applied, as the official
+code's `tf.image.decode_jpeg` does not, so a fine-tuned model sees the same
+pixels.
 """
 
 from collections.abc import Callable
@@ -29,30 +20,22 @@ from vit_jax.data.dataset import Dataset
 from vit_jax.errors import DatasetError
 from vit_jax.runtime import files
 
-# The colour a transparent pixel is shown on: white, the page a browser or a
-# document shows a transparent image on, and what icons and cut-out product
-# photos (the usual transparent images) are made to be seen on. The colour
-# stored under a transparent pixel is arbitrary (often black), so it is not
-# used.
+# Transparent pixels are shown on white, as a browser shows them; the colour
+# stored under them is arbitrary (often black).
 BACKGROUND = 255
 
-# Modes deeper than 8 bits, and the value each shows as white: 16-bit
-# greyscale (a 16-bit PNG, mode I as older Pillows read it; larger values in
-# a 32-bit mode I clip to white), and floats in [0, 1], the convention for
-# float images.
+# Modes deeper than 8 bits, and the value each shows as white (mode I is a
+# 16-bit PNG as some Pillows read it).
 _WHITE_LEVELS = {'I;16': 65535, 'I;16B': 65535, 'I;16L': 65535,
                  'I;16N': 65535, 'I': 65535, 'F': 1.0}
 _ALPHA_MODES = ('LA', 'PA', 'RGBA', 'RGBa')
 _DECODED_MODES = ('1', 'L', 'P', 'RGB', 'RGBX', 'YCbCr', 'CMYK',
                   *_ALPHA_MODES, *_WHITE_LEVELS)
 
-# How a whole JPEG or PNG file starts and ends: one cut short (an
-# interrupted copy or download) lacks the end. Every JPEG and PNG mode is
-# decoded (`to_rgb`).
+# How a whole JPEG or PNG file starts and ends; one cut short lacks the end.
 _WHOLE_FILES = ((b'\xff\xd8\xff', b'\xff\xd9'),
                 (b'\x89PNG\r\n\x1a\n', b'IEND\xaeB`\x82'))
 
-# Problems named in the error; the rest are counted.
 _SHOWN_PROBLEMS = 20
 
 
@@ -61,15 +44,14 @@ class _NotDecoded(Exception):
 
 
 def _decode_errors() -> tuple[type[BaseException], ...]:
-  """What PIL raises on a malformed file: its plugins raise several types."""
+  """What PIL's plugins raise on a malformed file."""
   from PIL import Image  # pylint: disable=g-import-not-at-top
   return (OSError, SyntaxError, ValueError, EOFError, IndexError,
           struct.error, Image.DecompressionBombError, _NotDecoded)
 
 
 def _to_8_bits(image):
-  """A greyscale image deeper than 8 bits as mode L, white at its mode's
-  white level."""
+  """A greyscale image deeper than 8 bits as mode L."""
   from PIL import Image  # pylint: disable=g-import-not-at-top
   values = np.asarray(image, np.float64) / _WHITE_LEVELS[image.mode]
   return Image.fromarray(np.round(np.clip(values, 0, 1) * 255).astype(
@@ -77,7 +59,7 @@ def _to_8_bits(image):
 
 
 def _on_background(rgba: np.ndarray) -> np.ndarray:
-  """RGBA pixels composited on BACKGROUND, rounded to uint8 RGB."""
+  """RGBA pixels composited on BACKGROUND as uint8 RGB."""
   rgb = rgba[..., :3].astype(np.uint32)
   alpha = rgba[..., 3:].astype(np.uint32)
   return ((rgb * alpha + BACKGROUND * (255 - alpha) + 127) // 255).astype(
@@ -91,11 +73,7 @@ def _check_mode(image):
 
 
 def to_rgb(image) -> np.ndarray:
-  """A PIL image as uint8 RGB, as a viewer shows it: 16-bit and float
-  greyscale scaled to 8 bits (from their white level, not cut at 255),
-  palettes looked up, CMYK and 1-bit converted, and transparency (an alpha
-  band, or the transparent colour of a palette or a PNG) composited on
-  BACKGROUND."""
+  """A PIL image as uint8 RGB, as a viewer shows it (on BACKGROUND)."""
   _check_mode(image)
   if image.mode in _WHITE_LEVELS:
     transparent = image.info.get('transparency')
@@ -125,11 +103,8 @@ def read_image(
     path: pathlib.Path,
     at_least: Callable[[tuple[int, int]], tuple[int, int]] | None = None
 ) -> np.ndarray:
-  """An image file as uint8 RGB (`to_rgb`). With `at_least`, a function of
-  the stored (height, width) giving the smallest (height, width) wanted, a
-  JPEG is decoded at 1/2, 1/4 or 1/8 of its size where that is no smaller
-  (PIL's draft mode: libjpeg's DCT scaling, which skips most of the
-  decoding's arithmetic)."""
+  """An image file as uint8 RGB; a JPEG scaled down to no less than
+  `at_least(stored (height, width))` by PIL's draft mode."""
   from PIL import Image  # pylint: disable=g-import-not-at-top
   try:
     with Image.open(path) as image:
@@ -143,7 +118,7 @@ def read_image(
 
 
 def _looks_whole(path: pathlib.Path) -> bool:
-  """Whether the file starts and ends as a whole JPEG or PNG file does."""
+  """Whether the file starts and ends as a whole JPEG or PNG does."""
   with open(path, 'rb') as f:
     head = f.read(8)
     size = f.seek(0, os.SEEK_END)
@@ -154,10 +129,11 @@ def _looks_whole(path: pathlib.Path) -> bool:
 
 
 def _file_problem(path: pathlib.Path) -> str | None:
-  """Why the image file cannot be read, or None. A file that starts and
-  ends as a whole JPEG or PNG does passes undecoded, so that checking a
-  folder costs little more than listing it (one damaged inside fails when
-  read); any other is decoded to tell."""
+  """Why the image file cannot be read, or None.
+
+  A whole-looking JPEG or PNG passes undecoded, so that checking a folder
+  costs little more than listing it.
+  """
   from PIL import Image  # pylint: disable=g-import-not-at-top
   try:
     if _looks_whole(path):
@@ -191,8 +167,7 @@ class FileSource:
 
 @dataclasses.dataclass
 class _Findings:
-  """What checking a folder found besides its images, each named by its
-  path in the folder (a folder's ending in /)."""
+  """What checking a folder found besides its images."""
   data_dir: pathlib.Path
   problems: list[str] = dataclasses.field(default_factory=list)
   ignored: list[str] = dataclasses.field(default_factory=list)
@@ -219,15 +194,13 @@ def _entries(folder: pathlib.Path, findings: _Findings) -> list[os.DirEntry]:
 
 
 def _class_names(train_dir: pathlib.Path) -> list[str]:
-  """The training class folders, sorted: label i is the i-th. (Listing
-  train_dir again names its problems.)"""
+  """The training class folders, sorted: label i is the i-th."""
   return [e.name for e in _entries(train_dir, _Findings(train_dir))
           if e.is_dir()]
 
 
 def _list_class(folder: pathlib.Path,
                 findings: _Findings) -> list[pathlib.Path]:
-  """The image files of a class folder."""
   images = []
   for entry in _entries(folder, findings):
     path = pathlib.Path(entry.path)
@@ -282,8 +255,7 @@ def _count(n: int, one: str, many: str | None = None) -> str:
 
 
 def _listed(names: list[str]) -> str:
-  """The first _SHOWN_PROBLEMS of `names`, '; '-separated; the rest
-  counted."""
+  """The first _SHOWN_PROBLEMS of `names`; the rest counted."""
   shown = names[:_SHOWN_PROBLEMS]
   if len(names) > _SHOWN_PROBLEMS:
     shown.append(f'... and {len(names) - _SHOWN_PROBLEMS} more')
@@ -291,9 +263,7 @@ def _listed(names: list[str]) -> str:
 
 
 def open_image_folder(data_dir: pathlib.Path) -> Dataset:
-  """The image files under `data_dir/{train,test}/<class>/`, labelled by the
-  index of their class folder among the sorted training classes, listed
-  class by class. Raises one DatasetError naming every problem found."""
+  """The images under `data_dir/{train,test}/<class>/`, class by class."""
   if not (data_dir / 'train').is_dir() and not (data_dir / 'test').is_dir():
     raise DatasetError(
         f'No image folder found in {data_dir}: expected '

@@ -1,16 +1,8 @@
 """The interface both inputs implement, and the batch order they share.
 
-An `Input` has a host side, which hands the loop one batch per step from any
-position (so a resumed run reads exactly the batches an uninterrupted one
-would), stacks the batches of several steps into one `block` on the devices,
-and hands it the evaluation batches; and a device side, `model_inputs`, which
-the compiled steps trace: it turns a batch into normalised images and labels.
-The steps call only this interface, so one compiled step serves both inputs.
-
-Both draw the same seeded global batches: a fresh permutation of the training
-split each epoch, the remainder dropped (`epoch_batches`), and the test split
-in order, the last batch padded and masked (`eval_batches`). Every process
-builds the same tables.
+The host side hands the loop batches from any position (a resumed run reads
+the batches an uninterrupted one would); the device side, `model_inputs`, is
+traced into the compiled steps.
 """
 
 import abc
@@ -33,14 +25,12 @@ class Input(abc.ABC):
   num_classes: int
   train_size: int
   test_size: int
-  # Device arrays the steps pass to `model_inputs` beside each batch: the
-  # whole split for the on-device input, () when batches carry the examples.
+  # Passed to `model_inputs` beside each batch: the whole split on device,
+  # or () when batches carry the examples.
   train_data: Any
   test_data: Any
 
-  # How many train steps one compiled call runs on an accelerator, unless
-  # config.steps_per_dispatch says: as many as a block of this input's
-  # batches can hold at little cost.
+  # Train steps per compiled call on an accelerator, unless configured.
   default_steps_per_dispatch: int
 
   def __init__(self, config, mesh: jax.sharding.Mesh):
@@ -50,9 +40,8 @@ class Input(abc.ABC):
 
   @property
   def steps_per_dispatch(self) -> int:
-    """The batches a block holds: config.steps_per_dispatch, else one on a
-    CPU (whose steps are long, and ran slower in a loop) and the input's
-    default on an accelerator."""
+    """The batches a block holds; one on a CPU, whose steps ran slower in a
+    loop."""
     if self.config.steps_per_dispatch:
       return self.config.steps_per_dispatch
     if jax.default_backend() == 'cpu':
@@ -78,8 +67,7 @@ class Input(abc.ABC):
 
   def epochs_from(self, position: Position) -> Iterator[tuple[int, np.ndarray,
                                                                  int]]:
-    """(epoch, its index table, first batch to read) from `position` on,
-    epoch after epoch, without end."""
+    """(epoch, its index table, first batch to read) from `position` on."""
     epoch, first = position['epoch'], position['batch']
     while True:
       yield epoch, self.epoch_table(epoch), first
@@ -95,12 +83,10 @@ class Input(abc.ABC):
 
   @abc.abstractmethod
   def train_batches(self, position: Position) -> Iterator[Any]:
-    """One batch per step from `position` on, without end: this process's
-    part of it, in host memory, for `block`."""
+    """This process's part of each step's batch from `position` on."""
 
   def block_specs(self, rows: int) -> Any:
-    """Shapes and shardings of a block: `rows` train batches stacked along
-    a new leading axis, each laid out as a train batch is."""
+    """Shapes and shardings of `rows` train batches stacked."""
     def stacked(spec):
       placement = jax.sharding.NamedSharding(
           spec.sharding.mesh,
@@ -112,10 +98,10 @@ class Input(abc.ABC):
     return jax.tree.map(stacked, train_batch)
 
   def block(self, batches: list, rows: int) -> Any:
-    """`batches` (from `train_batches`, at most `rows`) as one block on the
-    devices, one transfer per array; the rows after them are zeros, which
-    the train steps do not read. A block of one batch is that batch, not a
-    copy (a streaming step's images)."""
+    """Up to `rows` `batches` as one block on the devices, zero-padded.
+
+    A block of one batch is that batch, not a copy.
+    """
     def stack(spec, *parts):
       if rows == 1:
         local = parts[0][np.newaxis]
@@ -134,15 +120,11 @@ class Input(abc.ABC):
   @abc.abstractmethod
   def model_inputs(self, data, batch, key: jax.Array | None
                    ) -> tuple[jax.Array, jax.Array]:
-    """Inside the compiled step: (normalised float images, int labels) of
-    `batch`; `data` is `train_data` or `test_data`, `key` None in
-    evaluation (no augmentation)."""
+    """(normalised images, labels) of `batch`; `key` None in evaluation."""
 
   def _model_images(self, images: jax.Array, key: jax.Array | None, *,
                     crop_and_flip: bool) -> jax.Array:
-    """uint8 `images` as the model takes them: `preprocess.eval_input` in
-    evaluation (`key` None), else `preprocess.train_input` with the config's
-    policy, and the device's crop and flip when `crop_and_flip`."""
+    """uint8 `images` preprocessed for evaluation, or training with `key`."""
     config = self.config
     size_and_statistics = dict(image_size=config.image_size,
                                mean=config.pixel_mean, std=config.pixel_std)
@@ -154,8 +136,7 @@ class Input(abc.ABC):
 
 def epoch_batches(seed: int, epoch: int, num_examples: int,
                   batch_size: int) -> np.ndarray:
-  """(steps, batch_size) example indices: a fresh shuffle each epoch, the
-  remainder dropped. The same on every process and on resumption."""
+  """(steps, batch_size) indices, shuffled afresh each epoch, by seed."""
   order = np.random.default_rng([seed, epoch]).permutation(num_examples)
   steps = num_examples // batch_size
   return order[:steps * batch_size].reshape(steps, batch_size).astype(np.int32)
@@ -163,8 +144,7 @@ def epoch_batches(seed: int, epoch: int, num_examples: int,
 
 def eval_batches(num_examples: int,
                  batch_size: int) -> tuple[np.ndarray, np.ndarray]:
-  """Indices and a 0/1 mask covering every example exactly once; the last
-  batch is padded (with example 0, masked out)."""
+  """Indices and a 0/1 mask covering every example once, padded."""
   steps = -(-num_examples // batch_size)
   indices = np.arange(steps * batch_size, dtype=np.int32)
   mask = indices < num_examples

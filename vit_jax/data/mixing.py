@@ -1,11 +1,8 @@
-"""Mixup (Zhang et al., ICLR 2018) and CutMix (Yun et al., ICCV 2019) as
-timm's Mixup in batch mode, on the devices, inside the compiled step: one
-lam per batch, every image mixed with the batch reversed.
+"""Mixup (Zhang et al. 2018) and CutMix (Yun et al. 2019) as timm's Mixup in
+batch mode: one lam per batch, every image mixed with the batch reversed.
 
-The targets come in already soft, (batch, num_classes) floats: the training
-step smooths one-hot labels first (`losses.soft_targets`, timm's
-`mixup_target` order), so the loss must not smooth them again. Mixing is
-linear (or a paste), so it works on normalised images too.
+The targets come in already smoothed (timm's `mixup_target` order), so the
+loss must not smooth them again.
 """
 
 from typing import NamedTuple
@@ -15,11 +12,8 @@ import jax.numpy as jnp
 
 
 class MixParameters(NamedTuple):
-  """One batch's mix: each image i keeps weight `lam` of itself (and of its
-  target) and takes 1 - lam from image n - 1 - i (the batch reversed).
-  CutMix pastes the partner where `box` (H, W) is True, and `lam` is
-  1 - the box's area fraction exactly; mixup blends the whole image and
-  `box` is all False."""
+  """Image i keeps `lam` of itself and takes the rest from image n - 1 - i;
+  CutMix pastes it where `box` (H, W) is True."""
   lam: jax.Array
   use_cutmix: jax.Array
   box: jax.Array
@@ -29,15 +23,9 @@ def mix_parameters(key: jax.Array, image_shape: tuple[int, ...],
                    mixup_alpha: float, cutmix_alpha: float,
                    switch_probability: float = 0.5,
                    probability: float = 1.0) -> MixParameters:
-  """timm's Mixup in batch mode: with `probability` the batch is mixed; lam
-  ~ Beta(alpha, alpha) of mixup, or of CutMix when only `cutmix_alpha` > 0
-  or, both > 0, with `switch_probability`. CutMix's box has sides
-  sqrt(1 - lam) of the image's around a uniform centre, clipped to the
-  image, and lam is corrected to the area actually pasted (timm's
-  `correct_lam`). Both alphas 0: lam 1, nothing mixed.
+  """timm's Mixup parameters, lam corrected to the area pasted (`correct_lam`).
 
-  Only `image_shape` must be static: the alphas and probabilities may be
-  traced, so one compiled program serves any of them.
+  Only `image_shape` is static, so one compiled program serves any alphas.
   """
   _, h, w, _ = image_shape
   mix_key, switch_key, lam_key, y_key, x_key = jax.random.split(key, 5)
@@ -49,12 +37,10 @@ def mix_parameters(key: jax.Array, image_shape: tuple[int, ...],
       jax.random.bernoulli(switch_key, switch_probability), cutmix_on)
   mixed = jax.random.bernoulli(mix_key, probability) & (mixup_on | cutmix_on)
   use_cutmix = use_cutmix & mixed
-  # One draw, of the chosen method's Beta (the sampler is the costly part of
-  # this program to compile); alpha 1 stands in when neither is on.
+  # One Beta draw: the sampler is the costly part of this program to compile.
   alpha = jnp.where(use_cutmix, cutmix_alpha, mixup_alpha)
   lam = jax.random.beta(lam_key, *(2 * [jnp.where(alpha > 0, alpha, 1.0)]))
-  # timm's rand_bbox: cut sides int(side * sqrt(1 - lam)), half of them
-  # (rounded down) either side of a uniform centre, clipped.
+  # timm's rand_bbox.
   ratio = jnp.sqrt(1.0 - lam)
   half_h = jnp.floor(h * ratio).astype(jnp.int32) // 2
   half_w = jnp.floor(w * ratio).astype(jnp.int32) // 2
@@ -72,7 +58,6 @@ def mix_parameters(key: jax.Array, image_shape: tuple[int, ...],
 
 def _apply_mix(parameters: MixParameters, images: jax.Array,
               targets: jax.Array) -> tuple[jax.Array, jax.Array]:
-  """(mixed images, mixed targets) of `parameters` (see `MixParameters`)."""
   lam, use_cutmix, box = parameters
   partner = images[::-1]
   blended = lam * images + (1.0 - lam) * partner
@@ -85,12 +70,10 @@ def mix(key: jax.Array, images: jax.Array, targets: jax.Array,
         mixup_alpha: float, cutmix_alpha: float,
         switch_probability: float = 0.5,
         probability: float = 1.0) -> tuple[jax.Array, jax.Array]:
-  """`images` and their soft `targets` (batch, num_classes), mixed:
-  `mix_parameters`, then `_apply_mix`. Each target row keeps its sum (1 for
-  probabilities). Both alphas 0: the images and targets unchanged (Python
-  zeros skip the sampler; traced zeros mix with lam 1, which leaves them as
-  they are). `mix_parameters(key, images.shape, ...)` with the same key and
-  arguments gives the lam used."""
+  """`images` and their soft `targets`, mixed by `mix_parameters`.
+
+  Python zero alphas skip the sampler; traced zeros mix with lam 1.
+  """
   if all(isinstance(a, (int, float)) and a <= 0
          for a in (mixup_alpha, cutmix_alpha)):
     return images, targets

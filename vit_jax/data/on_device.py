@@ -1,11 +1,5 @@
 """The whole dataset on every device, copied once; each step gets a batch of
-example indices and gathers, augments and normalises the examples where it
-runs. Suits small datasets (CIFAR): no per-step host work or transfer.
-
-Several processes: every process reads the whole dataset and places it on
-its own devices, and builds the same seeded index tables, so together they
-hold one global, replicated copy; inside the step each device gathers only
-its shard of the batch (`with_sharding_constraint` over the mesh).
+example indices. Suits small datasets (CIFAR): no per-step host work.
 """
 
 import jax
@@ -20,7 +14,6 @@ from vit_jax.runtime import sharding
 class OnDeviceInput(input_lib.Input):
   """Batches are int32 index vectors into `train_data` / `test_data`."""
 
-  # A block of index vectors is a few kilobytes.
   default_steps_per_dispatch = 32
 
   def __init__(self, dataset: sources.Dataset, config,

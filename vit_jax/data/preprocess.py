@@ -1,12 +1,6 @@
-"""Image preprocessing and augmentation, on the host (numpy, PIL) and on the
-devices (jax, inside the compiled step).
-
-Host, for streaming: the official fine-tuning code's Inception crop (5-100%
-of the area, aspect ratio 3/4-4/3) resized to the model's input, plus a
-horizontal flip; a plain resize for evaluation. Device, for the on-device
-input: torchvision's 4-pixel-padded random crop plus flip; for both inputs,
-the config's stronger augmentations (`device_policy`). On the devices,
-`train_input` and `eval_input` turn uint8 batches into what a model takes.
+"""Image preprocessing and augmentation: the official code's Inception crop
+on the host (streaming), and on the devices a padded random crop, the config's
+`device_policy` and normalisation (`train_input`, `eval_input`).
 """
 
 from collections.abc import Callable
@@ -25,9 +19,6 @@ _INCEPTION_AREA = (0.05, 1.0)
 _INCEPTION_ASPECT = (3 / 4, 4 / 3)
 _CROP_ATTEMPTS = 10
 
-# ------------------------------------------------------------------ host ---
-
-
 def resize(image: np.ndarray, size: int) -> np.ndarray:
   """Bilinear resize of a uint8 HxWx3 image to size x size."""
   if image.shape[:2] == (size, size):
@@ -39,9 +30,7 @@ def resize(image: np.ndarray, size: int) -> np.ndarray:
 
 def inception_crop_box(height: int, width: int,
                        rng: np.random.Generator) -> tuple[int, int, int, int]:
-  """(top, left, crop height, crop width): a random crop of 5-100% of the
-  area with aspect ratio in [3/4, 4/3] (`tf.image.sample_distorted_bounding_box`
-  as the official code calls it); the whole image when no draw fits."""
+  """(top, left, height, width) of the official code's Inception crop."""
   for _ in range(_CROP_ATTEMPTS):
     area = rng.uniform(*_INCEPTION_AREA) * height * width
     aspect = math.exp(rng.uniform(*np.log(_INCEPTION_ASPECT)))
@@ -67,11 +56,11 @@ def train_image(image: np.ndarray, size: int, augment: bool,
 def train_example(source: dataset.Source, index: int, size: int,
                   augment: bool, rng: np.random.Generator
                   ) -> tuple[np.ndarray, int]:
-  """`train_image` of `source[index]`, and its label. From a source that
-  can decode smaller (`dataset.ScalableSource`: JPEG files), the crop is
-  drawn on the stored size, then the image decoded at the smallest scale
-  that leaves the crop at least `size` pixels each way: the same crop, the
-  same flip, less decoding."""
+  """`train_image` of `source[index]`, and its label.
+
+  A `dataset.ScalableSource` decodes at the smallest scale that leaves the
+  crop `size` pixels each way: the same crop, less decoding.
+  """
   if not dataset.scalable(source):
     image, label = source[index]
     return train_image(image, size, augment, rng), label
@@ -91,8 +80,7 @@ def train_example(source: dataset.Source, index: int, size: int,
 
 def _decoded_size(stored: tuple[int, int], box: tuple[int, int, int, int],
                   size: int) -> tuple[int, int]:
-  """The smallest (height, width) of the whole image at which the crop
-  `box` of an image `stored` large is still `size` x `size` or more."""
+  """The smallest image size at which crop `box` is still `size` square."""
   (height, width), (_, _, crop_height, crop_width) = stored, box
   return (min(height, math.ceil(height * size / crop_height)),
           min(width, math.ceil(width * size / crop_width)))
@@ -100,8 +88,7 @@ def _decoded_size(stored: tuple[int, int], box: tuple[int, int, int, int],
 
 def _scaled_crop(image: np.ndarray, stored: tuple[int, int],
                  box: tuple[int, int, int, int]) -> np.ndarray:
-  """The crop `box`, drawn on an image `stored` large, of `image`: that
-  image decoded at a smaller scale (or not: then the box itself)."""
+  """Crop `box` of an image `stored` large, from `image` decoded smaller."""
   scale_y, scale_x = (image.shape[0] / stored[0], image.shape[1] / stored[1])
   top, left, height, width = box
   y0, x0 = round(top * scale_y), round(left * scale_x)
@@ -110,13 +97,9 @@ def _scaled_crop(image: np.ndarray, stored: tuple[int, int],
   return image[y0:y1, x0:x1]
 
 
-# ---------------------------------------------------------------- device ---
-
-
 def random_crop_and_flip(key: jax.Array, images: jax.Array,
                          padding: int = 4) -> jax.Array:
-  """Per image: zero-pad by `padding`, crop back at a random offset, flip
-  left-right with probability 1/2 (torchvision's RandomCrop + RandomFlip)."""
+  """torchvision's padded RandomCrop and RandomHorizontalFlip, per image."""
   n, h, w, _ = images.shape
   crop_key, flip_key = jax.random.split(key)
   offsets = jax.random.randint(crop_key, (n, 2), 0, 2 * padding + 1)
@@ -136,10 +119,7 @@ Policy = Callable[[jax.Array, jax.Array], jax.Array]
 
 
 def device_policy(config) -> Policy | None:
-  """The config's augmentations beyond the crop and flip, as one function
-  (key, images in [0, 1]) -> images: TrivialAugment or RandAugment, then
-  random erasing with normal noise (`auto_augment`, `random_erasing`); None
-  when the config has none."""
+  """The config's augmentations beyond the crop and flip, or None."""
   steps = []
   if config.auto_augment == 'trivial_augment':
     steps.append(auto_augment.trivial_augment)
@@ -167,9 +147,7 @@ def device_policy(config) -> Policy | None:
 def train_input(images: jax.Array, key: jax.Array, *, crop_and_flip: bool,
                 policy: Policy | None, image_size: int, mean,
                 std) -> jax.Array:
-  """What a train step feeds a model: uint8 NHWC scaled to [0, 1], randomly
-  cropped and flipped when `crop_and_flip`, augmented by `policy` when
-  given, resized to `image_size` if needed, normalised."""
+  """uint8 NHWC images augmented, resized and normalised for training."""
   x = _unit_range(images)
   if crop_and_flip:
     x = random_crop_and_flip(key, x)
@@ -181,8 +159,7 @@ def train_input(images: jax.Array, key: jax.Array, *, crop_and_flip: bool,
 
 def eval_input(images: jax.Array, *, image_size: int, mean,
                std) -> jax.Array:
-  """What evaluation and analysis feed a model: uint8 NHWC scaled to [0, 1],
-  resized to `image_size` if needed, normalised; no augmentation."""
+  """uint8 NHWC images resized and normalised, unaugmented."""
   return _normalized(_resized(_unit_range(images), image_size), mean, std)
 
 

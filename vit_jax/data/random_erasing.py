@@ -1,8 +1,4 @@
-"""Random erasing, on the devices, inside the compiled step: the last of the
-config's augmentations (`preprocess.device_policy`), on float32 NHWC images
-in [0, 1] before normalisation. Its default fill is the gray the op table
-fills with (`auto_augment.FILL`).
-"""
+"""Random erasing on the devices, on images in [0, 1] before normalisation."""
 
 import jax
 import jax.numpy as jnp
@@ -16,19 +12,11 @@ def random_erasing(key: jax.Array, images: jax.Array,
                    aspect: tuple[float, float] = (0.3, 3.3), *,
                    mode: str = 'const', mean=auto_augment.FILL, std=1.0,
                    attempts: int = 10) -> jax.Array:
-  """Random erasing (Zhong et al., AAAI 2020) as timm's RandomErasing with
-  one rectangle: per image, with `probability`, a rectangle of a uniform
-  fraction `area` of the image and a log-uniform aspect ratio (height /
-  width) in `aspect`, at a uniform position, is erased. Of `attempts` draws
-  the first that fits (height and width smaller than the image's) is used;
-  none fitting leaves the image as it is.
+  """Random erasing (Zhong et al. 2020) as timm's RandomErasing, one box.
 
-  We erase before normalisation, in [0, 1] units, with what timm erases with
-  after it, given the dataset's pixel `mean` and `std` (per channel):
-  `mode='const'` fills with `mean` (timm's zeros once normalised),
-  `mode='pixel'` with per-pixel, per-channel `mean + std * N(0, 1)` (timm's
-  and DeiT's normal noise once normalised, which leaves [0, 1] as theirs
-  does). Only `mode` and `attempts` must be static.
+  `mean` and `std` are the dataset's, so 'const' and 'pixel' fill with what
+  timm's zeros and normal noise are once normalised. Only `mode` and
+  `attempts` are static.
   """
   if mode not in ('const', 'pixel'):
     raise ValueError(f"mode={mode!r}: use 'const' or 'pixel'.")

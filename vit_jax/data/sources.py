@@ -1,25 +1,5 @@
-"""The dataset a config names, opened for reading by example index.
-
-Datasets (`config.dataset`):
-  cifar10, cifar100   the official binary or python release under
-                      `config.data_dir`, read into memory; without a
-                      data_dir, the binary release in the download cache
-                      ($VIT_JAX_DATA_DIR or ~/.cache/vit_jax), downloaded
-                      there the first time (`cifar`, `download`);
-  image_folder        `data_dir/{train,test}/<class>/*.{jpg,jpeg,png}`, read
-                      file by file (`image_folder`);
-  tfds:NAME           a tensorflow-datasets dataset already prepared in
-                      `data_dir`, never downloaded: by index without
-                      TensorFlow when it is in the array_record format, else
-                      whole with TensorFlow (on-device input only;
-                      `tfds_source`).
-A dataset that is missing (and, for CIFAR, cannot be downloaded) is a
-`DatasetError` that says where it looked and how to supply the data. Both
-inputs (`on_device`, `streaming`) open their data through `open_dataset`,
-which cuts the splits to config.train_examples / test_examples (`subset`):
-the first examples, or, where a reader lists them class by class (an image
-folder), a seeded draw that keeps every class in proportion.
-"""
+"""The dataset a config names (cifar10, cifar100, image_folder, tfds:NAME),
+opened for reading by example index and cut to the config's sizes."""
 
 import dataclasses
 import os
@@ -32,8 +12,6 @@ from vit_jax.data import download
 from vit_jax.data import image_folder
 from vit_jax.data import preprocess
 from vit_jax.data import tfds_source
-# The split types are defined in the leaf module `dataset`, which the readers
-# import; they are named here too, where the inputs and tools open data.
 from vit_jax.data.dataset import ArraySource
 from vit_jax.data.dataset import Dataset
 from vit_jax.data.dataset import Source
@@ -50,9 +28,7 @@ DATA_DIR_ENV = download.DATA_DIR_ENV
 
 
 def to_arrays(source: Source, image_size: int) -> tuple[np.ndarray, np.ndarray]:
-  """A whole split as (uint8 images, int32 labels). Arrays are returned as
-  they are; examples read one by one are resized to `image_size` so that
-  they stack."""
+  """A whole split as (uint8 images, int32 labels), files resized to stack."""
   if isinstance(source, ArraySource):
     return source.images, source.labels
   examples = [source[i] for i in range(len(source))]
@@ -70,11 +46,11 @@ def first(source: Source, count: int) -> Source:
 
 def class_counts(sizes: np.ndarray, count: int,
                  rng: np.random.Generator) -> np.ndarray:
-  """How many of `count` examples to draw from classes of `sizes` examples
-  (count < sizes.sum()): one of every class, and the rest in proportion to
-  what each class has left, rounded by largest remainder (ties broken by
-  `rng`), so that they add up to `count`. With `count` below the number of
-  classes, `count` classes drawn by `rng` give one each."""
+  """How many of `count` examples to draw from classes of `sizes` examples.
+
+  One of every class and the rest in proportion, by largest remainder; with
+  fewer than one per class, `count` classes drawn give one each.
+  """
   num_classes = len(sizes)
   if count < num_classes:
     counts = np.zeros(num_classes, np.int64)
@@ -91,10 +67,7 @@ def class_counts(sizes: np.ndarray, count: int,
 
 
 def _across_classes(source: Source, count: int, seed: int) -> SubsetSource:
-  """`count` examples drawn with `seed`, every class in proportion
-  (`class_counts`), kept in the source's order. It depends only on the
-  source's labels, `count` and `seed`: every process of a run, and every
-  resume, draws the same."""
+  """`count` examples drawn with `seed`, every class in proportion, in order."""
   labels = np.asarray(source.labels)
   rng = np.random.default_rng(seed)
   _, sizes = np.unique(labels, return_counts=True)
@@ -106,11 +79,8 @@ def _across_classes(source: Source, count: int, seed: int) -> SubsetSource:
 
 
 def subset(dataset: Dataset, split: str, count: int, seed: int) -> Source:
-  """The `count` examples of a split (0: all) that config.{split}_examples
-  keeps. A split in mixed order (the official CIFAR files, tfds datasets)
-  keeps its first `count`, which the study's numbers rest on; one ordered by
-  class (an image folder) would keep its first classes only, so there they
-  are drawn across the classes with `seed` (`_across_classes`)."""
+  """The first `count` examples of a split (0: all), or drawn across its
+  classes where it is ordered by class."""
   source = getattr(dataset, split)
   if not count or count == len(source):
     return source
@@ -129,8 +99,7 @@ def data_dir(config) -> pathlib.Path | None:
 
 
 def _local_data_dir(config) -> pathlib.Path:
-  """`data_dir(config)` for datasets read from a local directory: raises
-  DatasetError when it is unset or missing."""
+  """`data_dir(config)`, which must be a readable directory."""
   directory = data_dir(config)
   if directory is None:
     raise DatasetError(
@@ -148,13 +117,13 @@ def _local_data_dir(config) -> pathlib.Path:
 
 
 def open_dataset(config, whole: bool = False) -> Dataset:
-  """The dataset `config` names, cut to the requested sizes. `whole`: the
-  caller reads every example into memory (the on-device input), which lets
-  tfrecord-format tfds datasets be read with TensorFlow."""
+  """The dataset `config` names, cut to the requested sizes.
+
+  `whole`: the caller reads every example, which lets tfrecord-format tfds
+  datasets be read with TensorFlow.
+  """
   name = config.dataset
   if name in cifar.NUM_CLASSES:
-    # Without config.data_dir, the download cache ($VIT_JAX_DATA_DIR
-    # relocates it), where a missing release is fetched.
     directory = _local_data_dir(config) if config.data_dir else None
     dataset = cifar.open_cifar(name, directory,
                                config.train_examples_per_file)

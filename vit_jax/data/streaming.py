@@ -1,23 +1,9 @@
-"""Streaming input, for datasets that do not fit in device memory (ImageNet):
-examples are read, cropped and resized on the host for every step, and each
-process reads only the examples its own devices compute on.
+"""Streaming input, for datasets that do not fit in device memory (ImageNet).
 
-`config.input_pipeline = 'streaming'` selects it; the default, 'on_device',
-copies a small dataset to every device once and is faster for CIFAR-sized
-data. Preprocessing is the official fine-tuning code's (`preprocess`): an
-Inception crop plus flip for training, a resize for evaluation; a training
-JPEG is decoded at the smallest of 1/1, 1/2, 1/4, 1/8 of its size that
-leaves the crop at least the model's input size (`preprocess.train_example`;
-an evaluation image whole, as the official code decodes it). Each
-example's randomness comes from (seed, epoch, batch, row in the global
-batch), so a batch is the same however many processes and threads load it,
-and from whichever step a run resumes.
-
-Loading runs on grain: by default in `config.input_workers` worker processes
-per host, each building whole batches (the GIL does not serialise the
-decoding and cropping of different batches); with `input_workers=0`, in
-threads of the training process, which start at once and keep no copy of the
-source. `python -m vit_jax.benchmark_input` times both.
+Examples are read, cropped and resized on the host every step, each process
+reading only its own devices' rows, on grain worker processes (or threads).
+Each example's randomness comes from (seed, epoch, batch, row), so a batch is
+the same however it is loaded and wherever a run resumes.
 """
 
 from collections.abc import Iterator
@@ -42,11 +28,9 @@ from vit_jax.runtime import sharding
 
 class StreamingInput(input_lib.Input):
   """Batches are sharded global (uint8 images, int32 labels); this process
-  loads only its rows, in `workers` processes (0: a thread per usable core
-  in this process), `prefetch` batches ahead (per worker) of the one being
-  computed."""
+  loads its rows in `workers` processes (0: threads)."""
 
-  # A block holds its batches' images: one step's unless the config asks.
+  # A block holds its batches' images.
   default_steps_per_dispatch = 1
 
   def __init__(self, dataset: sources.Dataset, config, mesh,
@@ -70,8 +54,7 @@ class StreamingInput(input_lib.Input):
                  config.batch_size)
 
   def fingerprint(self) -> list[np.ndarray]:
-    """The split sizes, the first example of each split (reading all would
-    take an epoch) and the shuffle."""
+    """The split sizes, each split's first example and the shuffle."""
     (first_train, train_label), (first_test, test_label) = (
         self.dataset.train[0], self.dataset.test[0])
     return [
@@ -131,16 +114,12 @@ class StreamingInput(input_lib.Input):
 
   def _batches(self, examples, first: int, stop: int, rows: slice,
                workers: int) -> Iterator:
-    """This process's `rows` of the (images, labels) of batches `first`..
-    `stop` - 1, loaded in `workers` processes (0: threads):
-    `examples(i)` is the example of row `rows.start + i % rows` of batch
-    `i // rows`."""
+    """This process's `rows` of batches `first`..`stop` - 1."""
     per_batch = self._rows(rows)
     flat = grain.MapDataset.range(first * per_batch, stop * per_batch)
     if workers:
-      # Batched before the workers take over, so that a worker builds whole
-      # batches (worker w: batches w, w + workers, ...; grain puts them back
-      # in order) and each crosses to this process as one array.
+      # Batched first, so a worker builds whole batches, each crossing to
+      # this process as one array.
       batched = flat.map(examples).batch(per_batch, batch_fn=_stack)
       if not flags.FLAGS.is_parsed():  # grain reads its flags in the workers
         flags.FLAGS.mark_as_parsed()
@@ -163,25 +142,21 @@ class StreamingInput(input_lib.Input):
       iterator.close()
 
 
-# Training batches have no end (the loop stops taking them): a trillion
-# batches, a count grain's range can hold.
+# Endless, within what grain's range holds.
 _ENDLESS = 2**40
 
 
 def _usable_cores() -> int:
-  """The cores this process may run on (a batch system's share of the
-  host), where the OS says."""
+  """The cores this process may run on, where the OS says."""
   if hasattr(os, 'sched_getaffinity'):
     return len(os.sched_getaffinity(0))
   return os.cpu_count() or 1
 
 
 def _worker_setup(parent: int, worker_index: int, worker_count: int) -> None:
-  """Run in each worker process. SIGTERM and SIGINT are left to the training
-  process, which saves and then stops the workers: a batch system signals
-  every process of a job, and a worker killed mid-batch would fail the save.
-  And the worker exits when the training process dies (SIGKILL), instead of
-  living on with a copy of the source."""
+  """In each worker: ignore SIGTERM and SIGINT, which the training process
+  handles (a worker killed mid-batch would fail its save), and exit when it
+  dies."""
   del worker_index, worker_count
   signal.signal(signal.SIGTERM, signal.SIG_IGN)
   signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -195,8 +170,7 @@ def _worker_setup(parent: int, worker_index: int, worker_count: int) -> None:
 
 
 def _out_of_shared_memory(batch):
-  """A batch copied out of the shared memory grain's workers hand it over in:
-  jax would alias that memory and keep it past the end of the process."""
+  """A batch copied out of grain's shared memory, which jax would alias."""
   images, labels = batch
   return np.array(images), np.array(labels)
 
@@ -213,14 +187,12 @@ def _epoch_table(seed: int, epoch: int, num_examples: int,
   return input_lib.epoch_batches(seed, epoch, num_examples, batch_size)
 
 
-# The two example loaders are module-level dataclasses so that grain can ship
-# them (and the source they read) to its worker processes.
+# Module-level dataclasses, so that grain can ship them to its workers.
 
 
 @dataclasses.dataclass(frozen=True)
 class _Rows:
-  """This process's `rows` of every global batch of `batch_size` from
-  `source`, starting at row `first_row`, as `image_size` images."""
+  """This process's `rows` of every global batch, from `first_row`."""
   source: sources.Source
   batch_size: int
   first_row: int
@@ -230,9 +202,7 @@ class _Rows:
 
 @dataclasses.dataclass(frozen=True)
 class _TrainExamples(_Rows):
-  """Example `i` of this process's rows of the training batches, counting
-  from the run's first: read, Inception-cropped and flipped with randomness
-  seeded by (seed, epoch, batch, row in the global batch)."""
+  """Example `i` of this process's training rows, cropped and flipped."""
   seed: int
   augment: bool
 
@@ -249,8 +219,7 @@ class _TrainExamples(_Rows):
 
 @dataclasses.dataclass(frozen=True)
 class _TestExamples(_Rows):
-  """Example `i` of this process's rows of the evaluation batches, resized;
-  rows past the end of the split repeat example 0 (masked out)."""
+  """Example `i` of this process's evaluation rows; past the end, example 0."""
 
   def __call__(self, i: int) -> tuple[np.ndarray, int]:
     batch, offset = divmod(int(i), self.rows)

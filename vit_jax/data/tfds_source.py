@@ -1,10 +1,5 @@
-"""tensorflow-datasets image classification datasets already prepared in a
-data directory (`config.dataset = 'tfds:NAME'`); nothing is downloaded.
-
-The array_record format is read by index without TensorFlow (`TfdsSource`);
-the tfrecord format only whole, with TensorFlow (`pip install -e '.[tf]'`),
-which only the on-device input can use.
-"""
+"""Prepared tensorflow-datasets image classification datasets ('tfds:NAME'):
+array_record by index without TensorFlow, tfrecord only whole with it."""
 
 import dataclasses
 import pathlib
@@ -18,8 +13,7 @@ from vit_jax.errors import DatasetError
 
 @dataclasses.dataclass(frozen=True)
 class TfdsSource:
-  """A split of an array_record dataset, read by index; grayscale images
-  come as RGB."""
+  """A split of an array_record dataset, read by index, as RGB."""
   examples: object  # a tfds data source: len() and [i] -> feature dict
 
   def __len__(self):
@@ -34,8 +28,7 @@ class TfdsSource:
 
 
 def _tfds_builder(name: str, data_dir: pathlib.Path | None):
-  """The builder of a prepared tensorflow-datasets image-classification
-  dataset; never downloads."""
+  """The builder of a prepared dataset; never downloads."""
   import tensorflow_datasets as tfds  # pylint: disable=g-import-not-at-top
   try:
     builder = tfds.builder(name, data_dir=data_dir and str(data_dir))
@@ -56,8 +49,7 @@ def _tfds_builder(name: str, data_dir: pathlib.Path | None):
 
 def _read_whole(builder, name: str, train_split: str,
                 test_split: str) -> Dataset:
-  """A tfrecord-format dataset of same-size images, read whole with
-  TensorFlow."""
+  """A tfrecord-format dataset of same-size images, read with TensorFlow."""
   if None in builder.info.features['image'].shape[:2]:
     raise DatasetError(
         f'tfds:{name} has images of varying size, which cannot be read whole '
@@ -86,8 +78,7 @@ def _read_whole(builder, name: str, train_split: str,
 
 def open_tfds(name: str, data_dir: pathlib.Path | None, train_split: str,
               test_split: str, whole: bool) -> Dataset:
-  """By index (array_record format); failing that, whole with TensorFlow
-  when the input holds the whole dataset anyway."""
+  """By index; failing that, and if `whole`, whole with TensorFlow."""
   builder = _tfds_builder(name, data_dir)
   try:
     train, test = (builder.as_data_source(split=s)
