@@ -1,9 +1,10 @@
-"""experiments/runs.py: what the experiment runners share."""
+"""experiments/runs.py: what the sweeps and summaries share."""
 
+import argparse
 import errno
 import json
-import os
 import re
+import shlex
 import signal
 import subprocess
 import sys
@@ -13,42 +14,24 @@ import pytest
 from experiments import runs
 from tests.helpers import ROOT
 from tests.helpers import finished_run
-from tests.helpers import random_cifar
-from tests.helpers import wait_for_step
-from tests.helpers import write_cifar_binary
-from tests.helpers import write_process_config
-from vit_jax.checkpoints import run_checkpoints
-from vit_jax.runtime import preemption
-from vit_jax.runtime import stop_signals
 
 DESCRIPTION = {'recipe': 'study', 'train_examples': 5000}
 
 
 def test_record_of_a_finished_run(tmp_path):
-  finished_run(tmp_path / 'run', model='small_resnet', description=DESCRIPTION)
+  finished_run(tmp_path / 'run', model='small_resnet')
   assert runs.finished(tmp_path / 'run')
-  assert runs.record(tmp_path / 'run') == {
+  assert runs.record(tmp_path / 'run', DESCRIPTION) == {
       'model': 'small_resnet', 'recipe': 'study', 'train_examples': 5000,
       'epochs': 30, 'seed': 3, 'best_test_accuracy': 0.514,
       'best_epoch': 28.0, 'final_test_accuracy': 0.513,
       'final_train_accuracy': 0.57, 'wall_minutes': 16.5, 'device': 'cpu'}
 
 
-def test_a_run_is_read_from_its_files_not_its_directory_name(tmp_path):
-  finished_run(tmp_path / 'vit_e100', model='simple_cnn', seed=1,
-               description={'recipe': 'b', 'train_examples': 10})
-  record = runs.record(tmp_path / 'vit_e100')
-  assert (record['model'], record['recipe'], record['epochs'],
-          record['seed'], record['train_examples']) == (
-              'simple_cnn', 'b', 30, 1, 10)
-
-
 def test_record_names_the_accelerator_that_trained_the_run(tmp_path):
-  finished_run(tmp_path / 'run', description=DESCRIPTION)
-  summary = json.loads((tmp_path / 'run/summary.json').read_text())
-  (tmp_path / 'run/summary.json').write_text(
-      json.dumps({**summary, 'device': 'NVIDIA H100 80GB HBM3'}))
-  assert runs.record(tmp_path / 'run')['device'] == 'NVIDIA H100 80GB HBM3'
+  finished_run(tmp_path / 'run', device='NVIDIA H100 80GB HBM3')
+  assert runs.record(tmp_path / 'run', DESCRIPTION)['device'] == (
+      'NVIDIA H100 80GB HBM3')
 
 
 def test_wall_time_cell_per_device():
@@ -59,107 +42,45 @@ def test_wall_time_cell_per_device():
   assert runs.wall_time_cell([cpu, h100]) == '16, 1.2 on H100 80GB HBM3'
 
 
-def test_train_skips_a_finished_run(tmp_path, monkeypatch):
-  finished_run(tmp_path / 'run')
-  monkeypatch.setattr(runs, 'run_to_its_end',
-                      lambda *a, **k: pytest.fail('trained again'))
-  runs.train(tmp_path / 'run', 'configs/cifar_small.py:vit', {'seed': 0})
-  assert not runs.finished(tmp_path / 'other')
+def test_a_command_is_one_shell_line_of_vit_jax_main(tmp_path):
+  line = runs.command(tmp_path / 'run one', 'configs/cifar_small.py:vit',
+                      {'seed': 0, 'model_overrides.guided_blocks': (0, 3)})
+  assert shlex.split(line) == [
+      'python', '-m', 'vit_jax.main', '--config=configs/cifar_small.py:vit',
+      f'--workdir={tmp_path / "run one"}', '--config.seed=0',
+      '--config.model_overrides.guided_blocks=(0, 3)']
 
 
-def test_train_describes_the_run_before_it_starts(tmp_path, monkeypatch):
-  started = []
-  monkeypatch.setattr(runs, 'run_to_its_end', lambda command, log: (
-      started.append(json.loads((tmp_path / 'run/run.json').read_text())),
-      0)[-1])
-  runs.train(tmp_path / 'run', 'configs/cifar_small.py:vit', {'seed': 0},
-             DESCRIPTION)
-  assert started == [DESCRIPTION]
+def test_emit_prints_the_commands_or_writes_a_slurm_array(tmp_path, capsys):
+  runs.emit(['echo a', 'echo b'], None)
+  assert capsys.readouterr().out == 'echo a\necho b\n'
+  script = tmp_path / 'array.sh'
+  runs.emit(['echo a', "echo 'b c'"], script)
+  assert '#SBATCH --array=1-2\n' in script.read_text()
+  for task, said in ((1, 'a\n'), (2, 'b c\n')):
+    assert subprocess.run(['bash', script], capture_output=True, text=True,
+                          env={'SLURM_ARRAY_TASK_ID': str(task)},
+                          check=True).stdout == said
+  with pytest.raises(SystemExit, match='^error: no runs to write'):
+    runs.emit([], script)
 
 
-def test_a_failed_run_is_one_line_naming_its_log(tmp_path, monkeypatch):
-  monkeypatch.setattr(runs, 'run_to_its_end', lambda command, log: 1)
-  with pytest.raises(SystemExit, match='^error: run stopped with exit status '
-                     f'1; its log says why: {tmp_path / "run" / "log.txt"}$'):
-    runs.train(tmp_path / 'run', 'configs/cifar_small.py:vit', {'seed': 0})
+def test_integers_of_a_list_flag():
+  assert runs.integers('0,2') == [0, 2]
+  with pytest.raises(argparse.ArgumentTypeError, match=re.escape(
+      "'30,x': use integers separated by commas, e.g. 0,1,2")):
+    runs.integers('30,x')
 
 
-def test_a_run_that_exits_130_unasked_is_a_failure_naming_its_log(
-    tmp_path, monkeypatch):
-  monkeypatch.setattr(runs, 'run_to_its_end', lambda command, log: (
-      stop_signals.INTERRUPTED_EXIT_STATUS))
-  with pytest.raises(SystemExit, match='^error: run stopped with exit status '
-                     '130; its log says why'):
-    runs.train(tmp_path / 'run', 'configs/cifar_small.py:vit', {'seed': 0})
-
-
-def test_a_run_interrupted_again_stops_the_runner_in_one_line(
-    tmp_path, monkeypatch, capsys):
-  interrupted = []  # Ctrl-C once while it trained, then again
-
-  def run_to_its_end(command, log):
-    interrupted.append('Ctrl-C')
-    return stop_signals.INTERRUPTED_EXIT_STATUS
-
-  monkeypatch.setattr(runs, 'run_to_its_end', run_to_its_end)
-  monkeypatch.setattr(stop_signals, 'received',
-                      lambda: interrupted[0] if interrupted else None)
-  with pytest.raises(SystemExit) as stopped:
-    runs.train(tmp_path / 'run', 'configs/cifar_small.py:vit', {'seed': 0})
-  assert stopped.value.code == stop_signals.INTERRUPTED_EXIT_STATUS
-  assert capsys.readouterr().err == (
-      'stopped: run was interrupted again, at once, without saving; rerun the '
-      'same command to resume it from its newest complete checkpoint.\n')
-
-
-_RUNNER = '''
-import sys
-sys.path.insert(0, {root!r})
-from experiments import runs
-# No checkpoint is scheduled before step 100: only the signal saves one.
-runs.train(runs.pathlib.Path({workdir!r}), {config!r},
-           {{'checkpoint_every_steps': 100}})
-'''
-
-
-@pytest.mark.parametrize('signum', [
-    pytest.param(signal.SIGTERM, marks=pytest.mark.slow),  # 17 s
-    signal.SIGINT], ids=['SIGTERM', 'Ctrl-C'])
-def test_a_signal_to_the_runner_alone_stops_its_run_after_the_save(
-    tmp_path, signum):
-  write_cifar_binary(tmp_path / 'data' / 'cifar-10-batches-bin', {
-      'data_batch_1.bin': random_cifar(80, 10, seed=1),
-      'test_batch.bin': random_cifar(37, 10, seed=3)})
-  config = write_process_config(tmp_path, tmp_path / 'data')
-  workdir = tmp_path / 'run'
-  runner = subprocess.Popen(
-      [sys.executable, '-c', _RUNNER.format(
-          root=str(ROOT), workdir=str(workdir), config=str(config))],
-      cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-      env={**os.environ, 'JAX_PLATFORMS': 'cpu'})
-  wait_for_step(runner, workdir, 5)
-  # As `kill PID` sends it: to the runner, not to its run.
-  runner.send_signal(signum)
-  _, errors = runner.communicate(timeout=60)
-  assert runner.returncode == preemption.PREEMPTED_EXIT_STATUS
-  assert errors.splitlines() == [
-      'stopped: run saved its step on the signal; rerun the same command to '
-      'resume it.']
-  saved = run_checkpoints.RunCheckpoints(workdir / 'checkpoints', 2).steps()
-  assert len(saved) == 1 and 5 <= saved[0] < 40
-  assert 'Preempted (SIGTERM): saved a checkpoint' in (
-      workdir / 'log.txt').read_text()
-
-
-def test_load_records_reads_the_described_finished_runs(tmp_path):
+def test_load_records_reads_the_planned_finished_runs(tmp_path):
   committed = {'a': {'name': 'a', 'best_test_accuracy': 0.4},
                'b': {'name': 'b', 'best_test_accuracy': 0.4}}
-  finished_run(tmp_path / 'b', description={'name': 'b'})
-  finished_run(tmp_path / 'c', description={'name': 'c'})
-  finished_run(tmp_path / 'from_before_descriptions')
+  finished_run(tmp_path / 'b')
+  finished_run(tmp_path / 'c')
+  finished_run(tmp_path / 'not_planned')
   (tmp_path / 'interrupted').mkdir()
-  (tmp_path / 'interrupted/run.json').write_text('{"name": "d"}')
-  records = runs.load_records(tmp_path, committed, lambda r: r['name'])
+  records = runs.load_records(tmp_path, {name: {'name': name} for name in (
+      'a', 'b', 'c', 'interrupted')}, committed)
   assert sorted(records) == ['a', 'b', 'c']
   # A run the workdir holds is its own record, not the committed one.
   assert records['a'] == committed['a']
@@ -169,7 +90,7 @@ def test_load_records_reads_the_described_finished_runs(tmp_path):
 def test_write_section_replaces_only_the_marked_section(tmp_path):
   readme = tmp_path / 'README.md'
   start, end = runs.section_markers('results table')
-  assert (start, end) == ('<!-- results table: written by run.py -->',
+  assert (start, end) == ('<!-- results table: written by summary.py -->',
                           '<!-- end of results table -->')
   readme.write_text(f'intro\n{start}\n\nold\n\n{end}\nafter\n')
   runs.write_section(readme, 'results table', '| new |')
@@ -190,39 +111,9 @@ def test_a_directory_without_the_subset_is_one_clear_error(tmp_path):
 
 def test_missing_runs_lists_the_planned_runs_not_done_in_order():
   assert runs.missing_runs(['c', 'b', 'a'], {'b'}) == (
-      '2 of 3 planned runs, in the order `run.py` trains them:\n\n'
-      '- `c`\n- `a`')
+      '2 of the 3 runs of the sweep have no record yet:\n\n- `c`\n- `a`')
   assert runs.missing_runs(['b'], {'b'}) == (
-      'None: all 1 planned runs have finished.')
-
-
-def test_missing_runs_give_each_known_time_and_their_sum():
-  section = runs.missing_runs(['c', 'b', 'a'], {'b'}, {'c': 30, 'a': None})
-  assert section.startswith('2 of 3 planned runs, in the order `run.py` '
-                            'trains them; about 30 min on this 2-core '
-                            'machine for the 1 with a rate (')
-  assert section.endswith(':\n\n- `c` (about 30 min)\n- `a`')
-  assert 'about 1.5 h on' in runs.missing_runs(['c', 'a'], set(),
-                                                {'c': 30, 'a': 60})
-
-
-def test_cpu_minutes_scale_the_median_rate_of_the_same_recipe_or_model():
-  def record(model, recipe, epochs, minutes, device='cpu'):
-    return {'model': model, 'recipe': recipe, 'epochs': epochs,
-            'wall_minutes': minutes, 'device': device}
-  records = [record('vit', 'study', 30, 15), record('vit', 'study', 30, 21),
-             record('vit', 'study', 100, 60), record('vit', 'study+x', 30, 30),
-             record('vit', 'study', 30, 0.3, device='NVIDIA H100'),
-             record('simple_cnn', 'study', 30, 6)]
-  # The study's per epoch: 0.5, 0.7 and 0.6 (the median); the GPU's and the
-  # other model's apart.
-  assert runs.cpu_minutes(records, 'vit', 'study', 300) == pytest.approx(180)
-  assert runs.cpu_minutes(records, 'vit', 'study+x', 100) == pytest.approx(
-      100)
-  # A recipe without a CPU run yet takes its model's median over all of them
-  # (0.5, 0.6, 0.7 and 1.0).
-  assert runs.cpu_minutes(records, 'vit', 'study+y', 10) == pytest.approx(6.5)
-  assert runs.cpu_minutes(records, 'small_resnet', 'study', 30) is None
+      'None: all 1 runs of the sweep have a record.')
 
 
 def _draw(results, path):
@@ -270,12 +161,11 @@ def test_a_summary_on_a_full_disk_is_one_line_and_leaves_the_earlier_one(
   assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == earlier
 
 
-def test_a_stop_signal_to_a_runner_as_it_summarises_leaves_the_earlier_one(
-    tmp_path):
+def test_a_stop_signal_as_a_summary_writes_leaves_the_earlier_one(tmp_path):
   """Ctrl-C while the figure is drawn, after the new results.json and
   README were written: one line, status 130, all three as they were."""
   earlier = _earlier_summary(tmp_path)
-  runner = subprocess.Popen([sys.executable, '-c', f"""
+  summary = subprocess.Popen([sys.executable, '-c', f"""
 import pathlib, sys, time
 sys.path.insert(0, {str(ROOT)!r})
 from experiments import runs
@@ -289,11 +179,11 @@ runs.catch_stop_signals()
 runs.write_summary(pathlib.Path({str(tmp_path)!r}), [{{'seed': 1}}], 'w',
                    {{'a': 'new'}}, {{'figure.png': draw}})
 """], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-  assert runner.stdout.readline() == 'drawing\n'
-  runner.send_signal(signal.SIGINT)
-  assert runner.wait(timeout=30) == 130
-  assert runner.stderr.read() == (
-      '\nCtrl-C: stopped the runner; its results, figures and README are as '
+  assert summary.stdout.readline() == 'drawing\n'
+  summary.send_signal(signal.SIGINT)
+  assert summary.wait(timeout=30) == 130
+  assert summary.stderr.read() == (
+      '\nCtrl-C: stopped the summary; its results, figures and README are as '
       'the last complete summary left them.\n')
   assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == earlier
 
@@ -313,17 +203,3 @@ def test_a_damaged_results_json_is_one_clear_error(tmp_path):
   with pytest.raises(SystemExit, match=r'^error: .*results.json is not JSON '
                      r'\(.*\); restore it with `git checkout -- results.json`'):
     runs.landed(results, lambda r: r['name'])
-
-
-def test_integers_of_a_list_flag():
-  assert runs.integers('seeds', ['0', '2'], minimum=0) == [0, 2]
-  assert runs.integers('sizes', ['5000'], multiple_of=10) == [5000]
-  with pytest.raises(SystemExit, match=r'^error: --epochs=30,x: use integers '
-                     r'of at least 1, e\.g\. --epochs=30,100\.$'):
-    runs.integers('epochs', ['30', 'x'], example='30,100')
-  with pytest.raises(SystemExit, match='--sizes=15: use integers of at least '
-                     '1 that are multiples of 10'):
-    runs.integers('sizes', ['15'], multiple_of=10)
-  with pytest.raises(SystemExit, match='--epochs=: use'):
-    runs.integers('epochs', [])
-

@@ -1,14 +1,11 @@
-"""The data-efficiency experiment's recipes and records: each ingredient's
-config changes, the rounds that combine them, the name of every run, and
-the records of the runs finished (`run.py` trains them, `order.py` says in
-which order)."""
+"""The data-efficiency experiment's recipes: each ingredient's config
+changes, the rounds that combine them, the runs each budget trains, the
+runs they read, and the name of every run."""
 
 import math
-import pathlib
 
 import numpy as np
 
-from experiments import runs
 from vit_jax import models
 
 # Every run trains on the study's subset.
@@ -178,9 +175,8 @@ def at_budget(ingredients: tuple[str, ...],
                  for name in ingredients)
   return ingredients
 
-# The ingredient of runs that only other runs read: planned just before the
-# first run that reads each, not ranked among the recipes (their accuracy
-# is a probe's).
+# The ingredient of runs that only other runs read, not ranked among the
+# recipes (their accuracy is a probe's).
 PRETRAINING = 'mae_pretraining'
 # Round two: levers from the literature that leave the ViT pure at
 # inference, each on the study's recipe and on the best recipe when it was
@@ -193,22 +189,6 @@ ROUND_TWO = [('locality_guidance',), ('distillation', 'locality_guidance'),
              ('mimetic',), ('distillation', 'mimetic'), ('reference_decay',),
              ('distillation', 'reference_decay'), ('mae',),
              ('locality_guidance', 'mae')]
-# Round two's rows that train before a budget's seeds: locality guidance's
-# (63% of the gap at 30 epochs, seed 0 62%), so that a longer budget's
-# three-seed conclusion does not wait for the levers that added little at
-# 30, nor for MAE's pre-training (a second budget of training, for a point
-# more than guidance alone at 30). The others train after those seeds; one
-# of them that seed 0 then ranks best gets its seeds too.
-ROUND_TWO_FIRST = ROUND_TWO[:2]
-# Round two's rows that, where long budgets train, wait at the last
-# comparison budget behind the long budgets' three-seed rows: at 30 epochs
-# each scored at most 56.4% where the best ViT scored 65.6, and they lack
-# what the best rows at 100 epochs add (TrivialAugment, a teacher), so none
-# can carry the answer. Locality guidance on the MAE trains before them:
-# 62.6 +- 0.3 at 30 epochs, and at 100 it reads the 100-epoch pre-training
-# that made the best ViT at 30.
-ROUND_TWO_LATE = [r for r in ROUND_TWO if r not in ROUND_TWO_FIRST
-                  and r != ('locality_guidance', 'mae')]
 # Round three: each lever on the best recipe at 100 epochs (locality
 # guidance with distillation, 67.7 +- 0.9 over three seeds), at seed 0
 # first: the weights' average, soft distillation, and the regularisers of
@@ -291,14 +271,6 @@ def label(recipe: str, shown: list[str]) -> str:
   return f'+ {ingredients[-1]}'
 
 
-def teachers_read(rows: list[tuple[str, tuple[str, ...]]]) -> list[tuple]:
-  """(model, ingredients) of the teachers that `rows` read."""
-  return list(dict.fromkeys(
-      teacher(ingredients) for _, ingredients in rows
-      if any(SOURCES.get(name, (None, None))[1] == RECIPE_TEACHER
-             for name in ingredients)))
-
-
 def ranked(record: dict) -> bool:
   """Whether a run is a recipe of its own, not a pre-training."""
   return PRETRAINING not in ingredients_of(record['recipe'])
@@ -331,15 +303,6 @@ def record_name(record: dict) -> str:
   """The name of the run a results.json record comes from."""
   return run_name(record['model'], ingredients_of(record['recipe']),
                   record['epochs'], record['seed'])
-
-
-def load_runs(workdir: pathlib.Path,
-              landed: dict[str, dict] | None = None) -> list[dict]:
-  """The records of the runs finished in `workdir`, and of those in `landed`
-  that `workdir` does not hold."""
-  records = runs.load_records(workdir, landed or {}, record_name)
-  return sorted(records.values(), key=lambda r: (
-      r['epochs'], r['model'], rank(r['recipe']), r['seed']))
 
 
 def group_runs(records: list[dict]) -> dict[tuple, list[dict]]:

@@ -1,0 +1,168 @@
+r"""The data-efficiency results from the runs' workdirs and the committed
+records:
+
+  python -m experiments.data_efficiency.summary --workdir=/tmp/data_efficiency
+
+writes, next to this file, `results.json` (one record per run: those
+finished in --workdir, and the committed ones it lacks), `ablation.png`,
+`budgets.png`, and the tables, the answer across budgets and the runs
+still missing inside `README.md`.
+"""
+
+import argparse
+import pathlib
+
+import numpy as np
+
+from experiments import runs
+from experiments.data_efficiency import budgets
+from experiments.data_efficiency import recipes
+from experiments.data_efficiency import sweep
+from vit_jax.analysis import plotting
+
+HERE = pathlib.Path(__file__).resolve().parent
+
+
+def load_runs(workdir: pathlib.Path,
+              landed: dict[str, dict] | None = None) -> list[dict]:
+  """The records of the sweep's runs finished in `workdir`, and of those in
+  `landed` that `workdir` does not hold."""
+  planned = {recipes.run_name(*run): {
+      'recipe': recipes.recipe_name(run[1]),
+      'train_examples': recipes.TRAIN_EXAMPLES} for run in sum(
+          sweep.planned_runs(), [])}
+  records = runs.load_records(workdir, planned, landed or {})
+  return sorted(records.values(), key=lambda r: (
+      r['epochs'], r['model'], recipes.rank(r['recipe']), r['seed']))
+
+
+def _gain(group: list[dict], study: list[dict]) -> str:
+  """Points over the study-recipe ViT, with the standard error of the
+  difference of the two means where both rows have seeds to estimate it."""
+  a, b = recipes.accuracies(group), recipes.accuracies(study)
+  gain = f'{a.mean() - b.mean():+.1f}'
+  if len(a) > 1 and len(b) > 1:
+    error = np.sqrt(a.var(ddof=1) / len(a) + b.var(ddof=1) / len(b))
+    gain += f' ± {error:.1f}'
+  return gain
+
+
+def _seed_cell(group: list[dict], field: str) -> str:
+  return runs.mean_std([r[field] for r in group], show_n=True)
+
+
+def table(records: list[dict]) -> str:
+  """Per budget: every recipe of every model, and for the ViT the share of
+  the gap (study ViT to the best CNN of that budget) it closes."""
+  groups = recipes.group_runs(records)
+  lines = []
+  for epochs in sorted({r['epochs'] for r in records}):
+    cnns = {key: recipes.accuracies(group).mean()
+            for key, group in groups.items()
+            if key[0] == epochs and key[1] != 'vit'}
+    study_vit = groups.get((epochs, 'vit', 'study'))
+    best_cnn = max(cnns.items(), key=lambda item: item[1]) if cnns else None
+    lines += [f'**{epochs} epochs**' + (
+        f' (best CNN: {runs.NAMES[best_cnn[0][1]]}, {best_cnn[0][2]}, '
+        f'{best_cnn[1]:.1f}%)' if best_cnn else ''), '',
+              '| Model | Recipe | Best test acc (%) | Final train acc (%) | '
+              'Gap to the best CNN closed (points over the study ViT ± '
+              'standard error) | Wall time (min; CPU unless named) |',
+              '|---|---|---|---|---|---|']
+    for key in sorted((k for k in groups if k[0] == epochs),
+                      key=lambda k: (k[1] != 'vit', k[1], recipes.rank(k[2]))):
+      group = groups[key]
+      closed, recipe = '', key[2]
+      if not recipes.ranked(group[0]):
+        recipe += ' (pre-training: an online probe\'s accuracy)'
+      elif key[1] == 'vit' and study_vit and best_cnn:
+        study_mean = recipes.accuracies(study_vit).mean()
+        share = (recipes.accuracies(group).mean() - study_mean) / (
+            best_cnn[1] - study_mean)
+        closed = f'{100 * share:.0f}%'
+        if key[2] != 'study':
+          closed += f' ({_gain(group, study_vit)})'
+      lines.append(
+          f'| {runs.NAMES[key[1]]} | {recipe} | '
+          f'{_seed_cell(group, "best_test_accuracy")} | '
+          f'{_seed_cell(group, "final_train_accuracy")} | {closed} | '
+          f'{runs.wall_time_cell(group)} |')
+    lines.append('')
+  return '\n'.join(lines).rstrip()
+
+
+def plot(records: list[dict], path: pathlib.Path):
+  """Each ViT recipe's best test accuracy (mean ± std over its seeds; hollow
+  where one seed ran), a row per recipe in the ablation's order and a
+  panel per budget on one accuracy axis, against the CNNs' recipes (lines)."""
+  plt = plotting.pyplot()
+  budgets = sorted({r['epochs'] for r in records})
+  groups = recipes.group_runs(records)
+  shown = sorted({recipe for (_, model, recipe), group in groups.items()
+                  if model == 'vit' and recipes.ranked(group[0])},
+                 key=recipes.rank)
+  fig, axes = plt.subplots(
+      1, len(budgets), sharex=True, sharey=True, squeeze=False,
+      figsize=(3.5 + 3.2 * len(budgets), 2.5 + 0.2 * len(shown)),
+      layout='constrained')  # room for the legend below, whatever the rows
+  cnn_recipes = [('study', 'tab:red', 'study'),
+                 (recipes.recipe_name(recipes.CNN_AUGMENTED), 'tab:green',
+                  'augmented')] + [
+                     (recipes.recipe_name(ingredients), 'tab:purple',
+                      '+ ' + ' + '.join(ingredients))
+                     for ingredients in recipes.CNN_ROUND_THREE]
+  legend = {}
+  for ax, epochs in zip(axes[0], budgets):
+    for row, recipe in enumerate(shown):
+      if (epochs, 'vit', recipe) not in groups:
+        continue
+      accuracies = recipes.accuracies(groups[epochs, 'vit', recipe])
+      seeds = len(accuracies)
+      name = f'ViT-Tiny, {seeds} seed{"s" if seeds > 1 else ""}'
+      legend[name] = ax.errorbar(
+          accuracies.mean(), row,
+          xerr=accuracies.std(ddof=1) if seeds > 1 else 0, fmt='o', ms=4,
+          capsize=2, color='tab:blue',
+          markerfacecolor='tab:blue' if seeds > 1 else 'white')
+    for model, style in (('simple_cnn', '--'), ('small_resnet', ':')):
+      for recipe, color, recipe_label in cnn_recipes:
+        if (epochs, model, recipe) in groups:
+          legend[f'{runs.NAMES[model]}, {recipe_label}'] = ax.axvline(
+              recipes.accuracies(groups[epochs, model, recipe]).mean(),
+              linestyle=style, color=color)
+    ax.set_title(f'{epochs} epochs')
+    ax.set_xlabel('best test accuracy (%)', fontsize=9)
+    ax.grid(alpha=0.3, axis='x')
+  if shown:
+    axes[0][0].set_yticks(range(len(shown)),
+                          [recipes.label(recipe, shown) for recipe in shown],
+                          fontsize=7)
+    axes[0][0].set_ylim(len(shown) - 0.5, -0.5)  # the ablation's order, down
+  fig.suptitle('The ViT-Tiny\'s recipes on 5,000 CIFAR-10 images, against '
+               'the CNNs\' (lines: their means over the seeds)', fontsize=10)
+  ordered = sorted(legend, key=lambda name: not name.startswith('ViT'))
+  fig.legend([legend[name] for name in ordered], ordered, fontsize=7,
+             ncol=4, loc='outside lower center')
+  plotting.save_figure(fig, path)
+
+
+def main(argv=None):
+  runs.catch_stop_signals()
+  parser = argparse.ArgumentParser(description=__doc__)
+  parser.add_argument('--workdir', type=pathlib.Path,
+                      default='/tmp/data_efficiency')
+  workdir = parser.parse_args(argv).workdir
+  records = load_runs(workdir, runs.landed(HERE / 'results.json',
+                                           recipes.record_name))
+  runs.write_summary(HERE, records, f'{workdir} or results.json', {
+      'ablation table': table(records),
+      'answer across budgets': budgets.answer(records),
+      'missing runs': runs.missing_runs(
+          [recipes.run_name(*run) for run in sum(sweep.planned_runs(), [])],
+          {recipes.record_name(r) for r in records})},
+                     {'ablation.png': plot, 'budgets.png': budgets.plot})
+  print(table(records))
+
+
+if __name__ == '__main__':
+  main()

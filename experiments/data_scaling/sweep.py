@@ -1,0 +1,108 @@
+r"""Where, if anywhere, ViT-Tiny overtakes the CNNs as the training set
+grows: `configs/cifar_small.py`'s three models, the study's recipe
+unchanged, on the first N/10 images of every class of the JPEG CIFAR-10 (N
+in --sizes: nested, class-balanced subsets, linked under WORKDIR/data
+first), each tested on all 10,000 test images. Prints one `vit_jax.main`
+command per run:
+
+  python -m experiments.data_scaling.sweep --jpeg_dir=/tmp/cifar10-jpeg | bash
+"""
+
+import pathlib
+import sys
+
+from experiments import runs
+
+RECIPE = 'study'
+
+
+def subset(jpeg_dir: pathlib.Path, root: pathlib.Path, size: int
+           ) -> pathlib.Path:
+  """An image folder of the first size/10 training images of each class
+  (links into `jpeg_dir`) and the whole test split."""
+  directory = root / f'cifar10_{size}'
+  done = directory / '.complete'
+  if done.exists():
+    return directory
+  per_class = size // 10
+  for class_dir in sorted((jpeg_dir / 'train').iterdir()):
+    images = sorted(class_dir.iterdir())
+    if len(images) < per_class:
+      sys.exit(f'error: {class_dir} has {len(images)} images, fewer than '
+               f'the {per_class} a {size}-image subset needs.')
+    target = directory / 'train' / class_dir.name
+    target.mkdir(parents=True, exist_ok=True)
+    for image in images[:per_class]:
+      link = target / image.name
+      if not link.exists():
+        link.symlink_to(image.absolute())
+  test = directory / 'test'
+  if not test.exists():
+    test.symlink_to((jpeg_dir / 'test').absolute())
+  done.touch()
+  return directory
+
+
+def run_name(model: str, size: int, seed: int) -> str:
+  return f'{model}_{RECIPE}_n{size}_seed{seed}'
+
+
+def record_name(record: dict) -> str:
+  """The name of the run a results.json record comes from."""
+  return run_name(record['model'], record['train_examples'], record['seed'])
+
+
+def planned_runs(sizes: list[int], seeds: list[int], models: list[str]):
+  """(model, size, seed) of each run, size by size."""
+  return [(model, size, seed)
+          for size in sizes for seed in seeds for model in models]
+
+
+def parser():
+  parsing = runs.sweep_parser(__doc__, '/tmp/data_scaling')
+  parsing.add_argument('--sizes', type=runs.integers,
+                       default='5000,10000,25000,50000',
+                       help='Training-set sizes, multiples of 10.')
+  parsing.add_argument('--models', default='simple_cnn,small_resnet,vit',
+                       help='configs/cifar_small.py models.')
+  parsing.add_argument('--seeds', type=runs.integers, default='0',
+                       help='Seeds of every (model, size).')
+  return parsing
+
+
+def planned(parsing, args) -> list[tuple[str, int, int]]:
+  models = args.models.split(',')
+  if not set(models) <= set(runs.NAMES):
+    parsing.error(f'--models={args.models}: use some of '
+                  f'{",".join(runs.NAMES)}.')
+  if any(size % 10 for size in args.sizes):
+    parsing.error('--sizes: use multiples of 10 (the subsets are '
+                  'class-balanced), e.g. 5000,10000.')
+  return planned_runs(args.sizes, args.seeds, models)
+
+
+def main(argv=None):
+  parsing = parser()
+  parsing.add_argument(
+      '--jpeg_dir', type=pathlib.Path, default='/tmp/cifar10-jpeg',
+      help='The unpacked cifar10-jpeg-full.tar.gz: train/<class>/NNNN.jpg, '
+      'test/.')
+  args = parsing.parse_args(argv)
+  if not (args.jpeg_dir / 'train').is_dir() or not (
+      args.jpeg_dir / 'test').is_dir():
+    sys.exit(f'error: no train/ and test/ in --jpeg_dir={args.jpeg_dir}; '
+             'unpack ../shared/data/cifar10-jpeg-full.tar.gz there first.')
+  landed = runs.landed(pathlib.Path(__file__).parent / 'results.json',
+                       record_name) if args.missing else {}
+  runs.emit([runs.command(
+      args.workdir / run_name(model, size, seed),
+      f'configs/cifar_small.py:{model}',
+      {'dataset': 'image_folder', 'train_examples_per_file': 0,
+       'test_examples': 0, 'seed': seed,
+       'data_dir': subset(args.jpeg_dir, args.workdir / 'data', size)})
+             for model, size, seed in planned(parsing, args)
+             if run_name(model, size, seed) not in landed], args.slurm)
+
+
+if __name__ == '__main__':
+  main()

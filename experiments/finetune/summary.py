@@ -1,0 +1,61 @@
+r"""The fine-tuning results from the runs' workdirs:
+
+  python -m experiments.finetune.summary \
+      --pretrained=/tmp/small_data/vit_augment_seed0 --workdir=/tmp/finetune
+
+writes results.json and the table in README.md next to this file.
+"""
+
+import argparse
+import pathlib
+
+from experiments import runs
+
+HERE = pathlib.Path(__file__).resolve().parent
+
+
+def rows(pretrained: pathlib.Path, workdir: pathlib.Path) -> list[dict]:
+  """The pre-trained run and each finished fine-tuning in `workdir`."""
+  results = [{'run': 'pre-trained (configs/cifar_small.py)', 'image_size': 32,
+              'wall_minutes': None,
+              **runs.read_json(pretrained / 'summary.json')}]
+  tuned = [d for d in workdir.glob('finetune_*') if runs.finished(d)]
+  for directory in sorted(tuned, key=lambda d: -int(d.name.split('_')[1])):
+    results.append({
+        'run': 'fine-tuned (configs/finetune.py)',
+        'image_size': runs.read_json(directory / 'config.json')['image_size'],
+        'wall_minutes': sum(r['seconds'] for r in runs.history(directory)) / 60,
+        **runs.read_json(directory / 'summary.json')})
+  return results
+
+
+def table(results: list[dict]) -> str:
+  lines = ['| run | image size | epochs | best test acc | final test acc | '
+           'final train acc | wall time (min) |', '|---|---|---|---|---|---|---|']
+  for r in results:
+    minutes = f'{r["wall_minutes"]:.1f}' if r['wall_minutes'] else ''
+    lines.append(
+        f'| {r["run"]} | {r["image_size"]}x{r["image_size"]} | {r["epochs"]:g} | '
+        f'{100 * r["best_test_accuracy"]:.1f}% | '
+        f'{100 * r["final_test_accuracy"]:.1f}% | '
+        f'{100 * r["final_train_accuracy"]:.1f}% | {minutes} |')
+  return '\n'.join(lines)
+
+
+def main(argv=None):
+  runs.catch_stop_signals()
+  parser = argparse.ArgumentParser(description=__doc__)
+  parser.add_argument('--pretrained', type=pathlib.Path, required=True)
+  parser.add_argument('--workdir', type=pathlib.Path, default='/tmp/finetune')
+  args = parser.parse_args(argv)
+  if not runs.finished(args.pretrained):
+    parser.error(f'--pretrained={args.pretrained} has no summary.json: point '
+                 'it at a finished configs/cifar_small.py run.')
+  results = rows(args.pretrained, args.workdir)
+  runs.write_summary(HERE, results, str(args.workdir),
+                     {'results table': table(results)})
+  print(table(results))
+
+
+if __name__ == '__main__':
+  main()

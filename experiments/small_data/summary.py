@@ -1,0 +1,175 @@
+r"""The small-data study's results from its runs' workdirs:
+
+  python -m experiments.small_data.summary --workdir=/tmp/small_data
+
+writes, next to this file, `results.json` (per-run summaries and per-epoch
+curves), `learning_curves.png` and the two results tables inside
+`README.md`.
+"""
+
+import argparse
+import pathlib
+
+import numpy as np
+
+from configs import cifar_small
+from experiments import runs
+from experiments.small_data import sweep
+from vit_jax.analysis import plotting
+
+HERE = pathlib.Path(__file__).resolve().parent
+
+# Best test accuracy / final train accuracy the study reports.
+STUDY = {
+    'vit': (0.4960, 0.5352),
+    'simple_cnn': (0.7080, 0.8024),
+    'small_resnet': (0.6330, 0.6906),
+}
+
+
+def parameter_count(model: str) -> int:
+  import jax  # pylint: disable=g-import-not-at-top
+  from vit_jax import models  # pylint: disable=g-import-not-at-top
+  module = models.from_config(cifar_small.get_config(model), 10)
+  shapes = jax.eval_shape(
+      lambda: module.init(jax.random.key(0), np.zeros((1, 32, 32, 3)),
+                          train=False))
+  return sum(int(np.prod(x.shape)) for x in jax.tree.leaves(shapes['params']))
+
+
+def load_run(directory: pathlib.Path) -> tuple[str, str, dict]:
+  """(model, recipe, record) of a finished run, from its config and
+  summary: the record holds its per-epoch curves."""
+  summary = runs.read_json(directory / 'summary.json')
+  config = runs.read_json(directory / 'config.json')
+  history = runs.history(directory)
+  recipe = {augment: name for name, augment in sweep.RECIPES.items()}[
+      config['augment']]
+  return runs.model_key(config), recipe, {
+      'seed': config['seed'],
+      'batch_size': config['batch_size'],
+      'steps_per_epoch': round(summary['steps'] / summary['epochs']),
+      'best_test_accuracy': summary['best_test_accuracy'],
+      'best_epoch': summary['best_epoch'],
+      'final_train_accuracy': summary['final_train_accuracy'],
+      'wall_minutes': sum(r['seconds'] for r in history) / 60,
+      'train_accuracy': [r['train_accuracy'] for r in history
+                         if 'train_accuracy' in r],
+      'test_accuracy': [r['test_accuracy'] for r in history
+                        if 'test_accuracy' in r],
+  }
+
+
+def collect(workdir: pathlib.Path) -> dict:
+  """{model: {'parameters': n, recipe: [run, ...], 'batch_sizes': [run, ...]}}
+  of the runs finished in `workdir`: each recipe's runs at the config's
+  batch size, and 'batch_sizes' the default recipe at every batch size,
+  the config's included, for the seed of the runs at other batch sizes."""
+  loaded = [load_run(d) for d in sorted(workdir.glob('*')) if runs.finished(d)]
+  results = {}
+  for model in STUDY:
+    config_batch_size = cifar_small.get_config(model).batch_size
+    for recipe in sweep.RECIPES:
+      group = [r for m, c, r in loaded if (m, c) == (model, recipe) and
+               r['batch_size'] == config_batch_size]
+      if group:
+        results.setdefault(model, {'parameters': parameter_count(model)})
+        results[model][recipe] = sorted(group, key=lambda r: r['seed'])
+    augmented = [r for m, c, r in loaded if (m, c) == (model, 'augment')]
+    probed = {r['seed'] for r in augmented
+              if r['batch_size'] != config_batch_size}
+    probes = [r for r in augmented if r['seed'] in probed]
+    if len(probes) > 1:
+      results[model]['batch_sizes'] = sorted(probes,
+                                             key=lambda r: r['batch_size'])
+  return results
+
+
+def table(results: dict) -> str:
+  lines = [
+      '| Model | Params | Recipe | Seeds | Best test acc (%) | Final train acc '
+      '(%) | Best epoch | Wall time (min) | Study: best test / final train (%) |',
+      '|---|---|---|---|---|---|---|---|---|'
+  ]
+  for model, by_recipe in results.items():
+    study_test, study_train = STUDY[model]
+    for recipe in sweep.RECIPES:
+      group = by_recipe.get(recipe)
+      if not group:
+        continue
+      column = lambda key: [r[key] for r in group]  # pylint: disable=cell-var-from-loop
+      lines.append(
+          f'| {runs.NAMES[model]} | {by_recipe["parameters"]:,} | '
+          f'{recipe.replace("_", " ")} | {len(group)} | '
+          f'{runs.mean_std(column("best_test_accuracy"))} | '
+          f'{runs.mean_std(column("final_train_accuracy"))} | '
+          f'{", ".join(f"{e:g}" for e in column("best_epoch"))} | '
+          f'{np.mean(column("wall_minutes")):.1f} | '
+          f'{100 * study_test:.1f} / {100 * study_train:.1f} |')
+  return '\n'.join(lines)
+
+
+def batch_size_table(results: dict) -> str:
+  lines = [
+      '| Model | Batch size | Steps per epoch | Best test acc (%) | Final train '
+      'acc (%) | Best epoch | Wall time (min) | Study: best test / final train '
+      '(%) |', '|---|---|---|---|---|---|---|---|'
+  ]
+  for model, by_recipe in results.items():
+    study_test, study_train = STUDY[model]
+    for run in by_recipe.get('batch_sizes', []):
+      lines.append(
+          f'| {runs.NAMES[model]} | {run["batch_size"]} | '
+          f'{run["steps_per_epoch"]} | '
+          f'{100 * run["best_test_accuracy"]:.1f} | '
+          f'{100 * run["final_train_accuracy"]:.1f} | {run["best_epoch"]:g} | '
+          f'{run["wall_minutes"]:.1f} | '
+          f'{100 * study_test:.1f} / {100 * study_train:.1f} |')
+  return '\n'.join(lines)
+
+
+def plot(results: dict, path: pathlib.Path):
+  plt = plotting.pyplot()
+  fig, axes = plt.subplots(1, len(results), figsize=(5 * len(results), 4),
+                           sharey=True, squeeze=False)
+  colors = {'augment': 'tab:blue', 'no_augment': 'tab:orange'}
+  for ax, (model, by_recipe) in zip(axes[0], results.items()):
+    for recipe, color in colors.items():
+      for key, style in (('test_accuracy', '-'), ('train_accuracy', '--')):
+        curves = [r[key] for r in by_recipe.get(recipe, [])]
+        if not curves:
+          continue
+        curves = 100 * np.asarray(curves)
+        epochs = np.arange(1, curves.shape[1] + 1)
+        label = f'{recipe.replace("_", " ")}, {key.split("_")[0]}'
+        ax.plot(epochs, curves.mean(0), style, color=color,
+                label=f'{label} (n={len(curves)})')
+        if len(curves) > 1:
+          ax.fill_between(epochs, curves.min(0), curves.max(0), color=color,
+                          alpha=0.2)
+    ax.axhline(100 * STUDY[model][0], color='gray', linestyle=':',
+               label='study, best test')
+    ax.set_title(f'{runs.NAMES[model]} ({by_recipe["parameters"]:,} params)')
+    ax.set_xlabel('epoch')
+    ax.grid(alpha=0.3)
+  axes[0][0].set_ylabel('accuracy (%)')
+  axes[0][0].legend(fontsize=8)
+  fig.tight_layout()
+  plotting.save_figure(fig, path)
+
+
+def main(argv=None):
+  runs.catch_stop_signals()
+  parser = argparse.ArgumentParser(description=__doc__)
+  parser.add_argument('--workdir', type=pathlib.Path, default='/tmp/small_data')
+  workdir = parser.parse_args(argv).workdir
+  results = collect(workdir)
+  runs.write_summary(HERE, results, str(workdir),
+                     {'results table': table(results),
+                      'batch-size table': batch_size_table(results)},
+                     {'learning_curves.png': plot})
+  print(table(results), batch_size_table(results), sep='\n\n')
+
+
+if __name__ == '__main__':
+  main()
