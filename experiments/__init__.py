@@ -1,3 +1,3 @@
-"""The project's studies, a folder each: its README, its `run.py`, and the
-results and figures that `run.py` writes beside them; `runs` is what the
-runners share."""
+"""The project's studies, a folder each: its README, its configs' runs
+(`sweep.py`), and the results and figures its `summary.py` writes beside
+them; `runs` is what they share."""
