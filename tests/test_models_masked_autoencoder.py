@@ -6,9 +6,8 @@ import numpy as np
 import pytest
 
 from vit_jax.models import VisionTransformer
-from vit_jax.models import for_inference
 from vit_jax.models import masked_autoencoder
-from vit_jax.models import vit
+from vit_jax.models import names
 from vit_jax.objectives import losses
 from tests.helpers import normal
 from tests.helpers import random_params
@@ -16,8 +15,13 @@ from tests.test_models_vit import SMALL
 from tests.test_models_vit import _flat
 from tests.test_models_vit import _images
 
-MAE = dict(num_classes=5, **SMALL, mae_mask_ratio=0.75, mae_decoder_depth=1,
-           mae_decoder_width=32)
+VIT = dict(num_classes=5, **SMALL)
+MAE = dict(mask_ratio=0.75, decoder_depth=1, decoder_width=32)
+
+
+def _mae(vit=None, **fields):
+  return masked_autoencoder.MaskedAutoencoder(
+      VisionTransformer(**{**VIT, **(vit or {})}), **{**MAE, **fields})
 PATCH = SMALL['patch_size']
 
 
@@ -29,10 +33,8 @@ def _params(model, images):
 @functools.partial(jax.jit, static_argnums=0)
 def _train(model, variables, images):
   """Logits and training outputs, the same patches hidden every call."""
-  logits, state = model.apply(variables, images, train=True,
-                              mutable=[vit.TRAINING_OUTPUTS],
-                              rngs={'dropout': jax.random.key(3)})
-  return logits, state[vit.TRAINING_OUTPUTS]
+  return model.apply(variables, images, train=True, return_out=True,
+                     rngs={'dropout': jax.random.key(3)})
 
 
 def test_each_image_keeps_a_random_quarter_of_its_patches_and_masks_the_rest():
@@ -75,7 +77,7 @@ def test_the_error_is_maes_normalised_pixel_loss_over_the_masked_patches():
 
 
 def test_the_encoder_never_sees_the_masked_patches():
-  model = VisionTransformer(**MAE)
+  model = _mae()
   images = _images()
   variables = {'params': _params(model, images)}
   logits, outputs = _train(model, variables, images)
@@ -97,7 +99,7 @@ def test_the_encoder_never_sees_the_masked_patches():
 
 
 def test_the_labels_train_the_probe_and_the_pixels_the_encoder():
-  model = VisionTransformer(**MAE)
+  model = _mae()
   images = _images()
   params = _params(model, images)
   targets = losses.soft_targets(jnp.array([1, 3]), 5)
@@ -119,38 +121,37 @@ def test_the_labels_train_the_probe_and_the_pixels_the_encoder():
 
 
 def test_in_evaluation_it_is_the_plain_vit_and_inference_drops_the_decoder():
-  model = VisionTransformer(**MAE)
+  model = _mae()
   images = _images()
   variables = {'params': _params(model, images)}
   assert {p.split('/')[0] for p in _flat(variables['params'])} - {
       'embedding', 'cls', 'Transformer', 'head'} == {'mae_decoder'}
-  plain_model, plain = for_inference(model, variables)
-  assert plain_model.mae_mask_ratio == 0.0
+  plain = {'params': names.inference_params(variables['params'])}
   assert 'mae_decoder' not in plain['params']
-  np.testing.assert_array_equal(plain_model.apply(plain, images, train=False),
+  np.testing.assert_array_equal(model.vit.apply(plain, images, train=False),
                                 model.apply(variables, images, train=False))
-  plain_tree = VisionTransformer(**{**MAE, 'mae_mask_ratio': 0.0}).init(
-      jax.random.key(0), images, train=False)['params']
+  plain_tree = model.vit.init(jax.random.key(0), images,
+                              train=False)['params']
   assert jax.tree.map(np.shape, plain['params']) == jax.tree.map(
       np.shape, plain_tree)
 
 
-@pytest.mark.parametrize('fields,message', [
-    (dict(mae_mask_ratio=1.0), r'must be in \[0, 1\)'),
-    (dict(mae_decoder_width=48), 'positive multiple of 32'),
-    (dict(mae_decoder_depth=0), 'at least one block'),
-    (dict(guided_blocks=(0,), guidance_widths=(4,)), 'use one or the other'),
-    (dict(shifted_patches=True), 'shifted_patches=True gives each token'),
-    (dict(resnet_stages=(1,)), 'A ResNet stem gives each token'),
-    (dict(posemb='none'), "posemb='none' leaves the encoder"),
+@pytest.mark.parametrize('vit,fields,message', [
+    ({}, dict(mask_ratio=1.0), r'must be in \[0, 1\)'),
+    ({}, dict(decoder_width=48), 'positive multiple of 32'),
+    ({}, dict(decoder_depth=0), 'at least one block'),
+    (dict(shifted_patches=True), {}, 'shifted_patches=True gives each token'),
+    (dict(resnet_stages=(1,)), {}, 'A ResNet stem gives each token'),
+    (dict(posemb='none'), {}, "posemb='none' leaves the encoder"),
 ])
-def test_fields_that_make_no_mae_are_refused_in_one_line(fields, message):
+def test_fields_that_make_no_mae_are_refused_in_one_line(vit, fields,
+                                                         message):
   with pytest.raises(ValueError, match=message):
-    VisionTransformer(**{**MAE, **fields})
+    _mae(vit, **fields)
 
 
 def test_a_ratio_that_hides_every_patch_says_so():
-  model = VisionTransformer(**{**MAE, 'mae_mask_ratio': 0.99})
+  model = _mae(mask_ratio=0.99)
   images = _images()
   variables = model.init(jax.random.key(0), images, train=False)
   with pytest.raises(ValueError, match='keeps none of 16 patches'):

@@ -16,7 +16,6 @@ from vit_jax.models import VisionTransformer
 from vit_jax.models import attention_weights
 from vit_jax.models import create_model
 from vit_jax.models import registry
-from vit_jax.models.vit import TRAINING_OUTPUTS
 from vit_jax.models.vit import logits_and_attention
 
 SMALL = dict(patch_size=4, hidden_size=32, num_layers=2, num_heads=4,
@@ -125,14 +124,13 @@ def _images(batch=2, size=16, seed=1):
 
 TECHNIQUES_OFF = dict(posemb='learned', stochastic_depth_rate=0.0,
                       shifted_patches=False, locality_attention=False,
-                      mimetic_init=False, distillation_token=False,
-                      guided_blocks=(), guidance_widths=(), mae_mask_ratio=0.0)
+                      mimetic_init=False, distillation_token=False)
 
 
 def param_shapes(model, images):
   variables = jax.eval_shape(
       lambda: model.init(jax.random.key(0), images, train=False))
-  assert set(variables) - {TRAINING_OUTPUTS} == {'params'}
+  assert set(variables) == {'params'}
   return {k: v.shape for k, v in _flat(variables['params']).items()}
 
 
@@ -176,13 +174,6 @@ def test_initialisation_follows_the_official_model():
   assert not np.any(params['head']['kernel'])
   pos = params['Transformer']['posembed_input']['pos_embedding']
   assert 0.01 < float(np.std(pos)) < 0.03
-
-
-def test_head_bias_init():
-  model = VisionTransformer(num_classes=5, head_bias_init=-3.0, **SMALL)
-  logits, _ = model.init_with_output(
-      jax.random.key(0), _images(), train=False)
-  np.testing.assert_allclose(logits, -3.0)
 
 
 @pytest.mark.parametrize('classifier', ['token', 'gap', 'map'])
@@ -288,11 +279,10 @@ def test_distillation_token_has_two_heads_averaged():
   assert not np.any(variables['params']['head_dist']['kernel'])
 
   variables = {'params': randomized(variables['params'])}
-  evaluated, sown = model.apply(variables, images, train=False,
-                                mutable=[TRAINING_OUTPUTS])
-  class_logits, distillation_logits = (
-      sown[TRAINING_OUTPUTS]['class_logits'],
-      sown[TRAINING_OUTPUTS]['distillation_logits'])
+  evaluated, out = model.apply(variables, images, train=False,
+                               return_out=True)
+  class_logits, distillation_logits = (out['class_logits'],
+                                       out['distillation_logits'])
   assert class_logits.shape == distillation_logits.shape == (3, 5)
   assert not np.allclose(class_logits, distillation_logits)
   np.testing.assert_allclose(evaluated,

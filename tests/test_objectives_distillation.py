@@ -15,7 +15,6 @@ from tests.helpers import tiny_config
 from vit_jax import models
 from vit_jax.data import on_device
 from vit_jax.data import sources
-from vit_jax.models import vit
 from vit_jax.objectives import distillation
 from vit_jax.objectives import losses
 from vit_jax.runtime import sharding
@@ -65,11 +64,10 @@ def test_the_distillation_head_learns_the_teachers_classes(trained_cnn_run):
 
   augment_key, _ = jax.random.split(jax.random.fold_in(key, 0))
   x, y = inputs.model_inputs(inputs.train_data, batch, augment_key)
-  _, sown = state.apply_fn({'params': params}, x, train=False,
-                           mutable=[vit.TRAINING_OUTPUTS])
-  class_logits, distillation_logits = (
-      sown[vit.TRAINING_OUTPUTS]['class_logits'],
-      sown[vit.TRAINING_OUTPUTS]['distillation_logits'])
+  _, out = state.apply_fn({'params': params}, x, train=False,
+                          return_out=True)
+  class_logits, distillation_logits = (out['class_logits'],
+                                       out['distillation_logits'])
   teacher_labels = np.argmax(
       teacher.module.apply(teacher.variables, x, train=False), -1)
   targets = optax.smooth_labels(jax.nn.one_hot(y, 10), config.label_smoothing)

@@ -8,13 +8,20 @@ import pytest
 from tests.helpers import history
 from tests.helpers import normal
 from tests.helpers import random_cnn_variables
+from tests.helpers import random_params
 from tests.helpers import tiny_config
+from tests.test_models_vit import SMALL
+from tests.test_models_vit import _flat
+from tests.test_models_vit import _images
+from tests.test_models_vit import param_shapes
 from vit_jax.checkpoints import export
 from vit_jax.checkpoints import reading
 from vit_jax.errors import ConfigError
 from vit_jax.models import SimpleCNN
 from vit_jax.models import SmallResNet
+from vit_jax.models import VisionTransformer
 from vit_jax.models import cnn
+from vit_jax.models import names
 from vit_jax.objectives import locality_guidance
 from vit_jax.training import finetune
 from vit_jax.training import train
@@ -97,7 +104,7 @@ def test_a_guided_deit_student_trains_and_leaves_a_plain_vit(
   # Evaluation, analysis, export and fine-tuning get the ViT without the
   # projections, which only the training loss reads.
   loaded = reading.load(workdir)
-  assert loaded.model.guided_blocks == ()
+  assert isinstance(loaded.model, VisionTransformer)
   assert not any(name.startswith('locality_guidance')
                  for name in loaded.params)
   assert set(reading.load_params(workdir)) == set(loaded.params)
@@ -130,3 +137,58 @@ def test_a_vit_run_as_the_teacher_is_refused(trained_vit_run):
                      'locality guidance imitates a CNN'):
     locality_guidance.load_guide(config, 10, None)
 
+
+
+VIT = VisionTransformer(num_classes=5, **{**SMALL, 'num_layers': 3})
+
+
+def test_guidance_adds_only_its_projections_of_the_blocks_patch_tokens():
+  model = locality_guidance.GuidedViT(VIT, (0, 2), (6, 10))
+  images = _images()
+  variables = {'params': random_params(model, images, train=False)}
+  plain = param_shapes(VIT, images)
+  hidden = SMALL['hidden_size']
+  assert param_shapes(model, images) == {
+      **plain,
+      'locality_guidance_0/kernel': (hidden, 6),
+      'locality_guidance_0/bias': (6,),
+      'locality_guidance_1/kernel': (hidden, 10),
+      'locality_guidance_1/bias': (10,)}
+
+  logits, out = model.apply(variables, images, train=False, return_out=True)
+  _, state = VIT.apply(variables, images, train=False,
+                       capture_intermediates=True, mutable=['intermediates'])
+  blocks = state['intermediates']['Transformer']
+  grid = images.shape[1] // SMALL['patch_size']
+  for k, block in enumerate((0, 2)):
+    tokens = blocks[f'encoderblock_{block}']['__call__'][0][:, 1:]  # no [CLS]
+    projection = variables['params'][f'locality_guidance_{k}']
+    expected = (tokens @ projection['kernel'] + projection['bias']).reshape(
+        images.shape[0], grid, grid, -1)
+    np.testing.assert_allclose(out['guided_features'][k], expected,
+                               rtol=1e-5, atol=1e-6)
+
+  # Without the projections (what evaluation, export and fine-tuning get)
+  # the plain ViT gives the same logits.
+  pure = {'params': names.inference_params(variables['params'])}
+  assert set(_flat(pure['params'])) == set(plain)
+  np.testing.assert_array_equal(VIT.apply(pure, images, train=False), logits)
+
+
+def test_what_only_training_reads_is_named_by_its_top_level_key():
+  params = {'head': 1, 'Transformer': 2, 'locality_guidance_0': 3,
+            'locality_guidance_2': 4, 'mae_decoder': 5}
+  assert names.inference_params(params) == {'head': 1, 'Transformer': 2}
+
+
+@pytest.mark.parametrize('vit,blocks,widths,message', [
+    (VIT, (0, 2), (6,), 'same length'),
+    (VIT, (2, 0), (6, 6), 'increasing order'),
+    (VIT, (0, 3), (6, 6), r'each in 0\.\.2'),
+    (VIT, (0,), (0,), 'must be positive'),
+    (VIT.clone(scan=True), (0,), (6,), 'set scan=False'),
+])
+def test_guidance_fields_are_checked_in_one_line(vit, blocks, widths,
+                                                 message):
+  with pytest.raises(ValueError, match=message):
+    locality_guidance.GuidedViT(vit, blocks, widths)

@@ -45,10 +45,12 @@ class Run:
 
   def for_inference(self) -> tuple[Any, dict]:
     """The model and variables that apply this run as it is evaluated,
-    analysed, exported and fine-tuned (`models.for_inference`)."""
+    analysed, exported and fine-tuned: without what served only training
+    (`names.inference_params`)."""
     model = models.from_config(self.config,
                                self.params[names.HEAD]['bias'].shape[-1])
-    return models.for_inference(model, self.variables)
+    return model, {**self.variables,
+                   'params': names.inference_params(self.params)}
 
 
 def read_config_json(workdir: pathlib.Path) -> tuple[dict | None, str]:
@@ -211,7 +213,7 @@ def source_kind(source: str | pathlib.Path) -> str:
 def load_params(source: str | pathlib.Path, step: int | None = None,
                 model_name: str | None = None) -> Any:
   """Parameters from any checkpoint (`source_kind`), in our tree, without
-  what served only training (`models.inference_params`).
+  what served only training (`names.inference_params`).
 
   A workdir gives its checkpoint of `step` (default: the newest sound one)
   as arrays on the first device; files give numpy arrays. `model_name`, a
@@ -221,7 +223,7 @@ def load_params(source: str | pathlib.Path, step: int | None = None,
   path = pathlib.Path(source)
   kind = source_kind(path)
   if kind == WORKDIR:
-    return models.inference_params(load_run(path, step).params)
+    return names.inference_params(load_run(path, step).params)
   return _read_file(path, kind, model_name, step)
 
 
@@ -258,7 +260,7 @@ class Loaded:
 def load(source: str | pathlib.Path, *, model_name: str | None = None,
          step: int | None = None) -> Loaded:
   """Any checkpoint (`source_kind`) and the model that applies it: a
-  workdir's config says which (`models.for_inference`); for the others,
+  workdir's config says which (`Run.for_inference`); for the others,
   `model_name` (`--model`) or the shapes (`formats.vit_model.model_for`)."""
   path = pathlib.Path(source)
   kind = source_kind(path)

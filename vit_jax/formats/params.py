@@ -1,10 +1,5 @@
-"""What every checkpoint format shares: parameter trees flattened to
-'/'-joined key paths and back, the encoder blocks stacked for a scanned
-model and back, a model's expected shapes, the check that a tree fits them,
-and fitting a pre-trained tree to a new model (position embeddings resized
-to the new patch grid as the official code does, a fresh head, prefix
-tokens added or left out) for fine-tuning.
-"""
+"""What every checkpoint format shares: key paths, stacked blocks, expected
+shapes, the fit check, and fitting a pre-trained tree to a new model."""
 
 from collections.abc import Mapping
 import functools
@@ -19,10 +14,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from vit_jax.errors import CheckpointError
-from vit_jax.models import inference
 from vit_jax.models import names
 
-# Enough of a long list of problems to act on, short enough to read.
 MAX_REPORTED = 12
 
 
@@ -61,15 +54,12 @@ def unflatten(flat: dict[str, Any], source: str) -> dict[str, Any]:
 
 
 def is_stacked(params: Mapping[str, Any]) -> bool:
-  """Whether `params` are a scanned ViT's: one `Transformer/encoderblock`
-  whose arrays have a leading layer axis (`models.remat_scan`)."""
+  """Whether `params` are a scanned ViT's, blocks stacked on a layer axis."""
   return names.STACKED_BLOCK in params.get(names.ENCODER, {})
 
 
 def stack_blocks(params: Mapping[str, Any]) -> dict[str, Any]:
-  """The official tree (`Transformer/encoderblock_{i}/...`) as a scanned
-  ViT's: the blocks' arrays stacked (numpy) along a new leading axis in
-  `Transformer/encoderblock/...`. Other trees come back as they are."""
+  """The official tree's blocks stacked as a scanned ViT's; others as is."""
   params = dict(flax.core.unfreeze(params))
   encoder = dict(params.get(names.ENCODER, {}))
   blocks = []
@@ -89,9 +79,7 @@ def stack_blocks(params: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def unstack_blocks(params: Mapping[str, Any]) -> dict[str, Any]:
-  """A scanned ViT's tree in the official layout, one
-  `Transformer/encoderblock_{i}` per slice of the leading axis; the inverse
-  of `stack_blocks`. Other trees come back as they are."""
+  """The inverse of `stack_blocks`; other trees as they are."""
   params = dict(flax.core.unfreeze(params))
   if not is_stacked(params):
     return params
@@ -107,9 +95,7 @@ def unstack_blocks(params: Mapping[str, Any]) -> dict[str, Any]:
 
 def _in_layout_of(params: Mapping[str, Any],
                  reference: Mapping[str, Any]) -> dict[str, Any]:
-  """`params` with its encoder blocks stacked as `reference`'s are, or
-  unstacked: a released or unscanned checkpoint for a scanned model and the
-  other way round."""
+  """`params` with its encoder blocks stacked as `reference`'s are, or not."""
   if is_stacked(flax.core.unfreeze(reference)):
     return stack_blocks(params)
   return unstack_blocks(params)
@@ -117,10 +103,7 @@ def _in_layout_of(params: Mapping[str, Any],
 
 def param_shapes(model: nn.Module,
                  image_size: int | tuple[int, int]) -> dict[str, Any]:
-  """`model`'s parameter shapes and dtypes for RGB images of `image_size`.
-
-  Computes no parameters (`jax.eval_shape`), so it is cheap for any model.
-  """
+  """`model`'s parameter shapes and dtypes, computing no parameter."""
   height, width = ((image_size, image_size) if isinstance(image_size, int)
                    else image_size)
   variables = jax.eval_shape(
@@ -136,18 +119,13 @@ def check_params(params: Mapping[str, Any],
                  target: str = 'the model') -> None:
   """Raises `CheckpointError` unless `params` has exactly `expected`'s shapes.
 
-  `expected` is any tree with shaped leaves, e.g. `param_shapes(model, 224)`.
-  The error names every missing, unexpected or wrongly shaped key path, with
-  `source` and `target` (e.g. 'ViT-B_16.npz', 'ViT-B_16 at 384x384') naming
-  the two sides. Dtypes are not compared: float32 weights drive a bfloat16
-  model too.
+  Dtypes are not compared: float32 weights drive a bfloat16 model too.
   """
   have = {key: tuple(np.shape(value))
           for key, value in flatten(params, source).items()}
   want = {key: tuple(value.shape)
           for key, value in flatten(expected, target).items()}
-  # Wrong shapes and unexpected keys first: they are usually few and tell
-  # most, while a wrong depth or naming can leave hundreds of keys missing.
+  # Wrong shapes and unexpected keys first: they are few and tell most.
   problems = [
       f'{key} has shape {have[key]} in {source} but {shape} in {target}'
       for key, shape in want.items() if key in have and have[key] != shape
@@ -172,9 +150,8 @@ def check_params(params: Mapping[str, Any],
 
 
 def resize_patch_grid(grid: np.ndarray, num_patches: int) -> np.ndarray:
-  """A position table's patch rows, (1, h*h, d) -> (1, num_patches, d),
-  for square grids: zoomed bilinearly (`scipy.ndimage.zoom`, order 1,
-  corners to corners) as in the official code."""
+  """A square patch grid's position rows zoomed bilinearly to `num_patches`,
+  as the official code does."""
   grid = np.asarray(grid)
   old_side = int(round(np.sqrt(grid.shape[1])))
   new_side = int(round(np.sqrt(num_patches)))
@@ -182,30 +159,26 @@ def resize_patch_grid(grid: np.ndarray, num_patches: int) -> np.ndarray:
     raise CheckpointError(
         f'Cannot resize position embeddings of {grid.shape[1]} patches to '
         f'{num_patches}: only square grids are resized.')
-  # At least float32: scipy zooms no bfloat16.
+  # scipy zooms no bfloat16.
   square = grid.reshape(old_side, old_side, -1).astype(
       np.promote_types(grid.dtype, np.float32))
   zoom = new_side / old_side
-  # Here, not at the top: scipy.ndimage is a fifth of the import time of
-  # every command, and only a resized checkpoint needs it.
+  # Here: scipy.ndimage is a fifth of every command's import time.
   import scipy.ndimage  # pylint: disable=g-import-not-at-top
   square = scipy.ndimage.zoom(square, (zoom, zoom, 1), order=1)
   return square.reshape(1, num_patches, -1).astype(grid.dtype)
 
 
 def _prefix_tokens(flat: dict[tuple[str, ...], Any]) -> tuple[str, ...]:
-  """The tokens before the patches that a flat ViT tree has, in order."""
+  """The tokens before the patches in a flat ViT tree, in order."""
   return tuple(name for name in names.PREFIX_TOKENS if (name,) in flat)
 
 
 def _fitted_position_table(table: np.ndarray, want: Any,
                            theirs: tuple[str, ...], ours: tuple[str, ...],
                            notes: list[str]) -> np.ndarray:
-  """A checkpoint's position table (prefix tokens `theirs`) fitted to
-  `want`'s (the new model's, prefix tokens `ours`): the rows of the prefix
-  tokens both have kept, a token's only the new model has taken from
-  `want` (zeros where `want` is only a shape, as for `check_fit`), the
-  patch grid resized (`resize_patch_grid`), said in `notes`."""
+  """A checkpoint's position table fitted to `want`'s prefix tokens and
+  grid; a token only the new model has comes from `want`."""
   table = np.asarray(table)
   if (table.shape == want.shape and theirs == ours) or (
       table.shape[-1] != want.shape[-1]):  # for `check_params` to name
@@ -230,14 +203,8 @@ def _fitted_position_table(table: np.ndarray, want: Any,
 
 def _fitted(pretrained: Any, fresh: Any
             ) -> tuple[dict[tuple[str, ...], Any], list[str]]:
-  """`adapt_params`' flat tree before its dtypes: the pre-trained arrays as
-  they are, the new heads and the new parts only training reads (no
-  checkpoint holds them: `reading.load_params`), a prefix token the
-  checkpoint lacks (DeiT's distillation token, for a distilled student
-  fine-tuned from a ViT) new and one the new model lacks left out, the
-  position table fitted to both; and a line for each part new or left out
-  beyond the heads. Raises CheckpointError (`check_params`) naming every
-  key that does not fit."""
+  """`adapt_params`' flat tree before its dtypes, and a note per part new or
+  left out beyond the heads."""
   pretrained = flax.traverse_util.flatten_dict(_in_layout_of(pretrained,
                                                             fresh))
   fresh = flax.traverse_util.flatten_dict(flax.core.unfreeze(fresh))
@@ -251,7 +218,7 @@ def _fitted(pretrained: Any, fresh: Any
     elif path[0] not in names.HEADS:
       adapted[path] = value
   for path, init in fresh.items():
-    if path[0] in names.HEADS or inference.training_only(path[0]):
+    if path[0] in names.HEADS or names.training_only(path[0]):
       adapted[path] = init
     elif path[0] in optional and path not in pretrained:
       notes.append(f'The checkpoint has no {"/".join(path)}; it starts from '
@@ -269,17 +236,12 @@ def _fitted(pretrained: Any, fresh: Any
 
 
 def check_fit(pretrained: Any, expected: Any) -> None:
-  """Raises what `adapt_params` would for a model of `expected`'s shapes
-  (e.g. `param_shapes(model, size)`), computing no parameter but the
-  fitted position table; logs nothing (`adapt_params` does)."""
+  """Raises what `adapt_params` would for a model of `expected`'s shapes."""
   _fitted(pretrained, expected)
 
 
 def adapt_params(pretrained: Any, fresh: Any) -> dict:
-  """The pre-trained parameters in the shape of `fresh` (the new model's
-  initial parameters): position embeddings fitted to the new patch grid
-  and prefix tokens, `fresh`'s head; raises CheckpointError
-  (`check_params`) naming every key that does not fit."""
+  """The pre-trained parameters fitted to `fresh`, with `fresh`'s head."""
   fitted, notes = _fitted(pretrained, fresh)
   for note in notes:
     logging.info(note)
@@ -291,11 +253,8 @@ def adapt_params(pretrained: Any, fresh: Any) -> dict:
 
 
 def vit_architecture(params: Mapping[str, Any]) -> dict | None:
-  """What a ViT's parameter shapes say of its architecture, in the
-  registry's field names (`models.registry`); None for parameters of another
-  kind of model. Two ViTs' parameters fit each other only when these agree
-  (the image size and the head may differ)."""
-  # Shapes only: a scanned model's blocks unstacked without copying them.
+  """A ViT's architecture in the registry's field names, from its shapes;
+  None for another kind of model."""
   official = jax.eval_shape(unstack_blocks, params)
   shapes = {key: value.shape for key, value in
             flatten(official, 'the parameters').items()}
@@ -313,16 +272,14 @@ def vit_architecture(params: Mapping[str, Any]) -> dict | None:
                                            f'{names.BLOCK_PREFIX}')}),
       'num_heads': query[1] if query else None,
       'mlp_dim': mlp[1] if mlp else None,
-      # A convolution's kernel: a shifted-patch embedding is a Dense.
+      # Not a shifted-patch embedding's Dense.
       'patch_size': patch[0] if len(patch) == 4 else None,
       **_resnet_fields(shapes),
   }
 
 
 def stem_width_factor(root_width: int, where: str) -> int:
-  """The width factor of a hybrid whose ResNet root (`where`, its key) has
-  `root_width` channels: 64 per unit of width factor; CheckpointError for
-  another width."""
+  """The width factor of a hybrid whose ResNet root has `root_width`."""
   if root_width < 64 or root_width % 64:
     raise CheckpointError(
         f'{where} has {root_width} output channels; the ResNet stem of the '
@@ -331,8 +288,7 @@ def stem_width_factor(root_width: int, where: str) -> int:
 
 
 def _resnet_fields(shapes: dict[str, tuple[int, ...]]) -> dict:
-  """A hybrid's `resnet_stages` (units per `block{i}`) and
-  `resnet_width_factor` (the root's width over 64); None for a pure ViT."""
+  """A hybrid's `resnet_stages` and `resnet_width_factor`; None for a ViT."""
   root = shapes.get('conv_root/kernel')
   if root is None:
     return {'resnet_stages': None, 'resnet_width_factor': None}
@@ -348,8 +304,7 @@ def _resnet_fields(shapes: dict[str, tuple[int, ...]]) -> dict:
 
 
 def describe_architecture(architecture: dict) -> str:
-  """`vit_architecture`'s result in words, e.g. 'a ViT with hidden size
-  768, 12 layers of 12 heads, MLP 3072, patch 16x16'."""
+  """`vit_architecture`'s result in words."""
   layers = architecture['num_layers']
   parts = [f'hidden size {architecture["hidden_size"]}',
            f'{layers} layer{"" if layers == 1 else "s"} of '

@@ -5,22 +5,20 @@
 - `layers/`: the layers both are made of (its `__init__` is the map).
 - `names`: the parameter tree's names that readers of checkpoints use.
 - `remat_scan`: the encoder's blocks rematerialised and scanned.
-- `masked_autoencoder`: MAE pre-training's masking and decoder.
+- `masked_autoencoder`: MAE pre-training, a model wrapping the ViT.
 - `resnet`: the hybrid's ResNet stem; `cnn`: the study's CNNs.
 - `registry`: every model by name, or from a training config.
-- `inference`: a trained model without what only its training reads.
 """
 
 from vit_jax.models.cnn import SimpleCNN
 from vit_jax.models.cnn import SmallResNet
-from vit_jax.models.inference import for_inference
-from vit_jax.models.inference import inference_params
 from vit_jax.models.registry import MODEL_NAMES
 from vit_jax.models.registry import model_variables
 from vit_jax.models.registry import create_model
 from vit_jax.models.registry import default_fields
 from vit_jax.models.registry import from_config
 from vit_jax.models.registry import registered_vit_fields
+from vit_jax.models.registry import training_fields
 from vit_jax.models.registry import vit_fields
 from vit_jax.models.registry import vit_named
 from vit_jax.models.registry import vit_names
@@ -36,12 +34,11 @@ __all__ = [
     'attention_weights',
     'create_model',
     'default_fields',
-    'for_inference',
     'from_config',
-    'inference_params',
     'logits_and_attention',
     'model_variables',
     'registered_vit_fields',
+    'training_fields',
     'vit_fields',
     'vit_named',
     'vit_names',

@@ -6,8 +6,9 @@ PyTorch's defaults: the baselines start where the study's did.
 
 Both take `train`: BatchNorm normalises with batch statistics and updates its
 running averages (apply with `mutable=['batch_stats']`) when training, and uses
-the running averages otherwise. Both are `StagedCNN`s: the feature map each
-stage ends with is what a ViT trained with locality guidance imitates.
+the running averages otherwise. With `return_out=True` both return
+`(logits, out)`, `out['stages']` the feature map each stage ends with, which
+a ViT trained with locality guidance imitates.
 """
 
 from typing import Any, Sequence
@@ -57,30 +58,20 @@ def _head(x: jax.Array, num_classes: int) -> jax.Array:
           x)
 
 
-# The collection a `StagedCNN` sows its stages' feature maps into.
-STAGE_FEATURES = 'intermediates'
-
-
 class StagedCNN(nn.Module):
   """A CNN in stages, each ending in a feature map (batch, height, width,
-  `feature_widths[k]`) that every apply sows into `STAGE_FEATURES` as
-  `stage_{k + 1}` (`stage_features` reads them)."""
+  `feature_widths[k]`)."""
 
   @property
   def feature_widths(self) -> tuple[int, ...]:
     raise NotImplementedError
 
-  def sow_stage(self, stage: int, features: jax.Array) -> None:
-    self.sow(STAGE_FEATURES, f'stage_{stage + 1}', features)
-
 
 def stage_features(module: StagedCNN, variables, images: jax.Array
                    ) -> list[jax.Array]:
   """The feature map each stage of `module` ends with, in eval mode."""
-  _, state = module.apply(variables, images, train=False,
-                          mutable=[STAGE_FEATURES])
-  sown = state[STAGE_FEATURES]
-  return [sown[f'stage_{k + 1}'][0] for k in range(len(module.feature_widths))]
+  _, out = module.apply(variables, images, train=False, return_out=True)
+  return out['stages']
 
 
 class SimpleCNN(StagedCNN):
@@ -104,18 +95,19 @@ class SimpleCNN(StagedCNN):
     return tuple(self.widths[i] for i in self._stage_ends)
 
   @nn.compact
-  def __call__(self, images: jax.Array, *, train: bool) -> jax.Array:
-    x = images
+  def __call__(self, images: jax.Array, *, train: bool,
+               return_out: bool = False):
+    x, stages = images, []
     for i, width in enumerate(self.widths):
       x = _conv(x, width, 3, use_bias=True, dtype=self.dtype, name=f'conv_{i}')
       x = _batch_norm(x, train=train, dtype=self.dtype, name=f'bn_{i}')
       x = nn.relu(x)
       if i in self._stage_ends:
-        self.sow_stage(self._stage_ends.index(i), x)
+        stages.append(x)
       if i in self.pool_after:
         x = nn.max_pool(x, window_shape=(2, 2), strides=(2, 2))
-    x = jnp.mean(x, axis=(1, 2))
-    return _head(x, self.num_classes)
+    logits = _head(jnp.mean(x, axis=(1, 2)), self.num_classes)
+    return (logits, {'stages': stages}) if return_out else logits
 
 
 class BasicBlock(nn.Module):
@@ -160,7 +152,9 @@ class SmallResNet(StagedCNN):
     return tuple(self.stage_widths)
 
   @nn.compact
-  def __call__(self, images: jax.Array, *, train: bool) -> jax.Array:
+  def __call__(self, images: jax.Array, *, train: bool,
+               return_out: bool = False):
+    stages = []
     x = _conv(images, self.stage_widths[0], 3, use_bias=False, dtype=self.dtype,
               name='stem_conv')
     x = _batch_norm(x, train=train, dtype=self.dtype, name='stem_bn')
@@ -173,6 +167,6 @@ class SmallResNet(StagedCNN):
             dtype=self.dtype,
             name=f'stage{stage + 1}_block{block + 1}')(
                 x, train=train)
-      self.sow_stage(stage, x)
-    x = jnp.mean(x, axis=(1, 2))
-    return _head(x, self.num_classes)
+      stages.append(x)
+    logits = _head(jnp.mean(x, axis=(1, 2)), self.num_classes)
+    return (logits, {'stages': stages}) if return_out else logits

@@ -3,8 +3,8 @@ LayerNorm, named as the official linen model names them (`names`)."""
 
 import flax.linen as nn
 import jax
+import jax.numpy as jnp
 
-from vit_jax.models import masked_autoencoder
 from vit_jax.models import names
 from vit_jax.models import remat_scan
 from vit_jax.models.layers import position
@@ -27,24 +27,22 @@ class Encoder(nn.Module):
   stochastic_depth_rate: float = 0.0
   remat: str = 'none'
   scan: bool = False
-  guided_blocks: tuple[int, ...] = ()
 
   @nn.compact
   def __call__(self, x: jax.Array, *, train: bool, grid: tuple[int, int],
                kept: jax.Array | None = None
-               ) -> tuple[jax.Array, list[jax.Array]]:
-    """The encoded tokens, and the output of each of `guided_blocks`; with
-    `kept`, of the prefix tokens and the patches it indexes alone
-    (`masked_autoencoder`)."""
+               ) -> tuple[jax.Array, tuple[jax.Array, ...]]:
+    """The encoded tokens and each block's output (none when scanned); with
+    `kept`, of the prefix tokens and the patches it indexes alone."""
     if self.posemb == 'learned':
       x = position.AddPositionEmbs(name=names.POSITION_EMBEDDING)(x)
     elif self.posemb == 'sincos2d':
       x = position.AddSincos2dPositionEmbs(grid, name='posembed_sincos2d')(x)
     if kept is not None:
-      x = masked_autoencoder.keep(x, kept, grid[0] * grid[1])
+      x = keep_patches(x, kept, grid[0] * grid[1])
     x = Dropout(self.block.dropout_rate)(x, deterministic=not train)
-    guided = []
-    if self.scan:  # stochastic depth and guidance are off (`remat_scan.check`)
+    blocks = []
+    if self.scan:  # no stochastic depth (`remat_scan.check`)
       x = remat_scan.scan_blocks(
           Encoder1DBlock(self.block, name=names.STACKED_BLOCK), x,
           num_layers=self.num_layers, deterministic=not train,
@@ -56,7 +54,15 @@ class Encoder(nn.Module):
             Encoder1DBlock(self.block, drop_path_rate=rates[i],
                            name=names.block_name(i)),
             x, deterministic=not train, remat=self.remat)
-        if i in self.guided_blocks:
-          guided.append(x)
+        blocks.append(x)
     norm = nn.LayerNorm(dtype=self.block.dtype, name=names.ENCODER_NORM)
-    return norm(x), guided
+    return norm(x), tuple(blocks)
+
+
+def keep_patches(tokens: jax.Array, kept: jax.Array,
+                 num_patches: int) -> jax.Array:
+  """Of (batch, prefix + num_patches, width) `tokens`, the prefix tokens and
+  the patch tokens `kept` (batch, kept) indexes."""
+  prefix = tokens.shape[1] - num_patches
+  patches = jnp.take_along_axis(tokens[:, prefix:], kept[..., None], axis=1)
+  return jnp.concatenate([tokens[:, :prefix], patches], axis=1)

@@ -2,31 +2,20 @@
 Learners", CVPR 2022): a ViT pre-trained without labels by predicting the
 pixels of the patches it was not shown.
 
-With `mae_mask_ratio` > 0 (`vit.VisionTransformer`), in training each image
-keeps a random `1 - mae_mask_ratio` of its patch tokens after the position
-embedding (`kept_patches`; the prefix tokens stay), the encoder reads only
-those, and `Decoder` (`mae_decoder`) puts a learned mask token in every
-dropped place and predicts the pixels of every patch. `objective` adds the
-mean squared error over the dropped patches, each patch's pixels normalised
-by their own mean and variance (MAE's `norm_pix_loss`), to the run's other
-objective. The classifier head reads the encoder's output through a
-stop-gradient: the labels train an online probe, which is what the run's
-accuracy measures, and never the encoder. In evaluation every patch is kept
-(so the probe, trained on a quarter of the patches, is tested on all of
-them, and reads lower than a linear probe trained on whole images).
-Fine-tuning from such a run (`config.init_from`) starts from its encoder;
-the decoder serves only this training (`inference`).
+`MaskedAutoencoder` wraps a ViT, its parameters at the ViT's own top level
+(where fine-tuning reads them) beside the decoder's (`names.MAE_DECODER`).
+In training each image keeps a random `1 - mask_ratio` of its patch tokens
+after the position embedding; `Decoder` predicts every patch's pixels, and
+`objective` adds their error over the dropped patches, normalised per patch
+(MAE's `norm_pix_loss`), to the run's other objective. The ViT's head reads
+the encoder through a stop-gradient: an online probe, what the run's
+accuracy measures, tested on every patch.
 
-As MAE: the patches kept by sorting uniform noise per image; the decoder a
-linear projection in, its own learned position embedding, pre-LayerNorm
-blocks of 4x MLPs and heads of 32 dimensions (MAE's 16 heads of 512), a
-LayerNorm and a linear projection out, those two projections Xavier-uniform
-and the mask token normal(0.02); the per-patch variance unbiased, as
-PyTorch's. Where we differ: the blocks are initialised as the official
-ViT's (MAE's: Xavier-uniform everywhere); the encoder's position embedding
-is its own (learned, or as `posemb` says) where MAE's is fixed sine-cosine,
-and the decoder's is learned (MAE's fixed); the decoder's size is the
-model's fields (MAE's 8 blocks of 512 by default).
+As MAE: patches kept by sorting uniform noise; the decoder a linear
+projection in, a learned position embedding (MAE's is fixed), pre-LayerNorm
+blocks of 4x MLPs and heads of 32 dimensions, a LayerNorm and a projection
+out, the projections Xavier-uniform, the mask token normal(0.02), the
+per-patch variance unbiased. The blocks initialise as the official ViT's.
 """
 
 from typing import Any
@@ -35,46 +24,39 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from vit_jax.models import names
 from vit_jax.models.layers.encoder_block import BlockConfig
 from vit_jax.models.layers.encoder_block import Encoder1DBlock
 from vit_jax.models.layers.patch_embedding import patch_grid
 from vit_jax.models.layers.position import AddPositionEmbs
+from vit_jax.models.vit import VisionTransformer
 from vit_jax.objectives import losses
 
 Dtype = Any
 
-# The decoder's name at the top level of the ViT's parameters.
-DECODER = 'mae_decoder'
 HEAD_SIZE = 32
 
 
-def check(mask_ratio: float, depth: int, width: int, *,
-          guided_blocks: tuple[int, ...], shifted_patches: bool,
-          resnet_stages: tuple[int, ...] | None, posemb: str) -> None:
-  """Raises ValueError for decoder fields that make no MAE, or for an MAE
-  beside a technique that needs every patch, that shows a token the
-  pixels of hidden ones, or that leaves it no position."""
-  if not 0.0 <= mask_ratio < 1.0:
+def check(vit: VisionTransformer, mask_ratio: float, depth: int,
+          width: int) -> None:
+  """Raises ValueError for decoder fields that make no MAE, or for a ViT
+  whose tokens see the pixels of hidden patches or have no position."""
+  if not 0.0 < mask_ratio < 1.0:
     raise ValueError(
         f'mae_mask_ratio={mask_ratio} must be in [0, 1): the share of each '
         "image's patches its encoder does not see (MAE: 0.75; 0: off).")
-  if not mask_ratio:
-    return
   if depth < 1 or width < HEAD_SIZE or width % HEAD_SIZE:
     raise ValueError(
         f'mae_decoder_depth={depth} and mae_decoder_width={width}: the '
         f'decoder needs at least one block, and a width that is a positive '
         f'multiple of {HEAD_SIZE}, its heads\' size (MAE: 8 and 512).')
-  if guided_blocks:
-    raise ValueError('guided_blocks imitate a CNN on every patch, which '
-                     'mae_mask_ratio > 0 hides: use one or the other.')
-  if shifted_patches or resnet_stages is not None:
+  if vit.shifted_patches or vit.resnet_stages is not None:
     raise ValueError(
-        f'{"shifted_patches=True" if shifted_patches else "A ResNet stem"} '
+        f'{"shifted_patches=True" if vit.shifted_patches else "A ResNet stem"} '
         'gives each token its neighbours\' pixels, so a hidden patch would '
         'be seen through them: use the plain patch embedding with '
         'mae_mask_ratio > 0.')
-  if posemb == 'none':
+  if vit.posemb == 'none':
     raise ValueError(
         "posemb='none' leaves the encoder no way to tell where its kept "
         "patches are: use 'learned' or 'sincos2d' with mae_mask_ratio > 0.")
@@ -91,15 +73,6 @@ def kept_patches(key: jax.Array, batch: int, num_patches: int,
         'lower it, or use smaller patches.')
   noise = jax.random.uniform(key, (batch, num_patches))
   return jnp.argsort(noise, axis=1)[:, :kept]
-
-
-def keep(tokens: jax.Array, kept: jax.Array, num_patches: int) -> jax.Array:
-  """Of (batch, prefix + num_patches, width) `tokens`, the prefix tokens
-  and after them the patch tokens `kept` indexes: (batch, prefix + kept,
-  width)."""
-  prefix = tokens.shape[1] - num_patches
-  patches = jnp.take_along_axis(tokens[:, prefix:], kept[..., None], axis=1)
-  return jnp.concatenate([tokens[:, :prefix], patches], axis=1)
 
 
 def masked(kept: jax.Array | None, batch: int,
@@ -153,6 +126,44 @@ class Decoder(nn.Module):
                     **projection)(x).astype(jnp.float32)
 
 
+class MaskedAutoencoder(nn.Module):
+  """`vit` pre-trained as a masked autoencoder; returns the online probe's
+  logits, and with `return_out` `out['mae_predictions']` (batch, patches,
+  pixels) and `out['mae_mask']` (1 where a patch was dropped)."""
+
+  vit: VisionTransformer
+  mask_ratio: float = 0.75
+  decoder_depth: int = 8
+  decoder_width: int = 512
+
+  def __post_init__(self):
+    check(self.vit, self.mask_ratio, self.decoder_depth, self.decoder_width)
+    super().__post_init__()
+
+  def setup(self):
+    nn.share_scope(self, self.vit)
+
+  @nn.compact
+  def __call__(self, images: jax.Array, *, train: bool,
+               return_out: bool = False):
+    size = self.vit.effective_patch_size
+    n, num_patches = images.shape[0], (images.shape[1] // size) * (
+        images.shape[2] // size)
+    kept = (kept_patches(self.make_rng('dropout'), n, num_patches,
+                         self.mask_ratio) if train else None)
+    logits, out = self.vit(images, train=train, kept_patches=kept,
+                           probe=True, return_out=True)
+    # Made in evaluation too, where the parameters are initialised.
+    predictions = Decoder(
+        self.decoder_width, self.decoder_depth,
+        size**2 * images.shape[-1], self.vit.attention, self.vit.dtype,
+        name=names.MAE_DECODER)(out['encoded'], kept, num_patches)
+    if not return_out:
+      return logits
+    return logits, {**out, 'mae_predictions': predictions,
+                    'mae_mask': masked(kept, n, num_patches)}
+
+
 def patches_of(images: jax.Array, patch_size: int) -> jax.Array:
   """(batch, height, width, channels) images as (batch, patches,
   patch_size * patch_size * channels), the patches in the order of the
@@ -178,8 +189,7 @@ def reconstruction_error(predictions: jax.Array, mask: jax.Array,
 
 def objective(base: losses.Objective, patch_size: int) -> losses.Objective:
   """`base` (the online probe's loss) plus the reconstruction error of the
-  patches the encoder did not see, from what the model sowed
-  (`mae_predictions`, `mae_mask`); `patch_size` in image pixels."""
+  patches the encoder did not see; `patch_size` in image pixels."""
 
   def with_reconstruction(logits: jax.Array, outputs: dict,
                           targets: jax.Array, images: jax.Array

@@ -26,6 +26,12 @@ PRE_LOGITS = 'pre_logits'
 HEADS = ('head', 'head_dist')
 HEAD = HEADS[0]
 
+# What only training reads, beside the ViT's own: an MAE's decoder, and
+# locality guidance's projections (`locality_guidance_0`, ...).
+MAE_DECODER = 'mae_decoder'
+GUIDANCE_PROJECTION = 'locality_guidance'
+TRAINING_ONLY = (MAE_DECODER, GUIDANCE_PROJECTION)
+
 # Under ENCODER.
 POSITION_EMBEDDING = 'posembed_input'
 ENCODER_NORM = 'encoder_norm'
@@ -46,6 +52,17 @@ ENCODER_NORM_SCALE = (ENCODER, ENCODER_NORM, 'scale')
 
 def block_name(layer: int) -> str:
   return f'{BLOCK_PREFIX}{layer}'
+
+
+def training_only(name: str) -> bool:
+  """Whether the top-level parameter `name` serves only training."""
+  return name.startswith(TRAINING_ONLY)
+
+
+def inference_params(params: dict) -> dict:
+  """A trained run's `params` without what served only its training."""
+  return {name: value for name, value in params.items()
+          if not training_only(name)}
 
 
 def path(keys: tuple[str, ...]) -> str:

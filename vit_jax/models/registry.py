@@ -57,6 +57,13 @@ _MODELS: dict[str, Callable[..., nn.Module]] = {
 
 MODEL_NAMES = tuple(_MODELS)
 
+# Fields of a ViT's config.model_overrides that say how it trains, not what
+# it is (an MAE's decoder, locality guidance's blocks), with their defaults:
+# `training_fields` reads them, `from_config` leaves them out.
+TRAINING_FIELDS = {'mae_mask_ratio': 0.0, 'mae_decoder_depth': 8,
+                   'mae_decoder_width': 512, 'guided_blocks': (),
+                   'guidance_widths': ()}
+
 
 def vit_fields(name: str) -> dict | None:
   """The fields the registered ViT `name` sets (patch_size, hidden_size,
@@ -106,8 +113,14 @@ def default_fields(name: str) -> dict:
   values = {f.name: f.default for f in _settable_fields(factory)
             if f.default is not dataclasses.MISSING}
   if isinstance(factory, functools.partial):
-    values.update(factory.keywords)
+    values.update(factory.keywords, **TRAINING_FIELDS)
   return values
+
+
+def training_fields(config) -> dict:
+  """`TRAINING_FIELDS` as `config` sets them (all defaults for a CNN)."""
+  return {name: config.model_overrides.get(name, default)
+          for name, default in TRAINING_FIELDS.items()}
 
 
 def model_variables(params, batch_stats=None) -> dict:
@@ -166,13 +179,16 @@ def _check_kinds(name: str, overrides: dict):
 
 
 def from_config(config, num_classes: int) -> nn.Module:
-  """`config.model` with `config.model_overrides`, computing in
-  `config.dtype`; ConfigError if it does not exist or does not fit
-  `config.image_size`."""
+  """`config.model` with `config.model_overrides` (but `TRAINING_FIELDS`),
+  computing in `config.dtype`; ConfigError if it does not exist or does not
+  fit `config.image_size`."""
+  overrides = dict(config.model_overrides)
+  if vit_fields(config.model) is not None:
+    overrides = {name: value for name, value in overrides.items()
+                 if name not in TRAINING_FIELDS}
   try:
     model = create_model(config.model, num_classes,
-                         dtype=jnp.dtype(config.dtype),
-                         **config.model_overrides)
+                         dtype=jnp.dtype(config.dtype), **overrides)
   except (ValueError, TypeError) as e:
     raise ConfigError(str(e)) from e
   if isinstance(model, VisionTransformer):

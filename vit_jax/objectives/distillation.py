@@ -1,8 +1,8 @@
 """DeiT's distillation (Touvron et al., ICML 2021): a ViT with a
 distillation token learns from a trained teacher's predictions.
 
-The student (`model_overrides.distillation_token=True`) sows two logits, its
-class head's and its distillation head's (`vit.TRAINING_OUTPUTS`); the
+The student (`model_overrides.distillation_token=True`) returns two logits,
+its class head's and its distillation head's (`return_out=True`); the
 class head learns the (smoothed, mixed) targets, the distillation head the
 teacher on the same images, each half of the loss (`Teacher.objective`,
 around the run's other objective). `config.distillation_target` says what

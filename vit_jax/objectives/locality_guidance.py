@@ -3,39 +3,92 @@ Transformers on Tiny Datasets", ECCV 2022): while it trains, a ViT's
 intermediate features imitate a trained CNN's, which carry the locality a
 ViT lacks on little data; the ViT stays pure at inference.
 
-The student (`model_overrides.guided_blocks` and `guidance_widths`) projects
-the patch tokens of each guided encoder block to the channels of one CNN
-stage with a 1x1 convolution and sows the maps (`vit.TRAINING_OUTPUTS`,
-`guided_features`); the CNN (`config.locality_guidance_teacher`, a
-`vit_jax.main` workdir of a `StagedCNN`, read by `teacher_run`) gives the
-feature map each of its stages ends with (`cnn.stage_features`). Each pair
-is resized bilinearly to the larger of the two grids and compared by mean
-squared error; the sum over the pairs, times
-`config.locality_guidance_weight`, is added to the run's other objective
-(`Guide.objective`: cross-entropy, or DeiT's distillation).
+`GuidedViT` projects the patch tokens of each guided block to one CNN
+stage's channels with a 1x1 convolution (parameters `locality_guidance_k`
+beside the ViT's own, which serve only training); the CNN
+(`config.locality_guidance_teacher`, read by `teacher_run`) gives the map
+each stage ends with (`cnn.stage_features`). Each pair is resized
+bilinearly to the larger grid and compared by mean squared error; the sum,
+times `config.locality_guidance_weight`, is added to the run's other
+objective (`Guide.objective`).
 
-As the authors' code: the stages' outputs after their ReLU (one map per
-resolution), no normalisation of either side, the projections initialised
-as PyTorch's Conv2d, weight 2.5, ViT blocks at the start, middle and end
-(0, 6, 11 of 12; 0, 3, 5 of the study's 6). Where we differ: their
-teacher's BatchNorm runs in training mode inside the student's step, ours
-in eval mode (its running averages, as our distillation teacher); their
-teacher may take another image size, ours sees the student's images
-(`teacher_run`); with DeiT's distillation their loss drops the
-distillation head's term, ours keeps both; and a run's checkpoints keep
-the projections, so that it resumes exactly.
+As the authors' code: the stages' outputs after their ReLU, no
+normalisation, the projections initialised as PyTorch's Conv2d, weight 2.5,
+blocks at the start, middle and end (0, 3, 5 of the study's 6). Where we
+differ: the teacher's BatchNorm runs in eval mode, it sees the student's
+images, and with DeiT's distillation both heads' terms stay.
 """
 
 import dataclasses
 from typing import Any
 
+import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
 from vit_jax.errors import ConfigError
 from vit_jax.models import cnn
+from vit_jax.models import names
+from vit_jax.models.layers import initializers
+from vit_jax.models.vit import VisionTransformer
 from vit_jax.objectives import losses
 from vit_jax.objectives import teacher_run
+
+
+def check_guidance(vit: VisionTransformer, blocks: tuple[int, ...],
+                   widths: tuple[int, ...]) -> None:
+  """Raises ValueError for guided blocks and widths that do not fit `vit`."""
+  if len(blocks) != len(widths) or not blocks:
+    raise ValueError(
+        f'guided_blocks={tuple(blocks)} and guidance_widths='
+        f'{tuple(widths)} must have one entry per CNN stage each: '
+        'set both to the same length.')
+  if list(blocks) != sorted(set(blocks)) or any(
+      not 0 <= block < vit.num_layers for block in blocks):
+    raise ValueError(
+        f'guided_blocks={tuple(blocks)}: list encoder blocks in '
+        f'increasing order, each in 0..{vit.num_layers - 1}.')
+  if any(width < 1 for width in widths):
+    raise ValueError(f'guidance_widths={tuple(widths)} must be '
+                     'positive: the channels of the CNN\'s stages.')
+  if vit.scan:
+    raise ValueError('guided_blocks needs each block\'s output, which '
+                     'scan=True does not keep: set scan=False.')
+
+
+class GuidedViT(nn.Module):
+  """`vit` whose `blocks` are projected to the CNN stages' `widths`; returns
+  its logits, and with `return_out` `out['guided_features']`, each block's
+  patch tokens as a (batch, rows, columns, width) map."""
+
+  vit: VisionTransformer
+  blocks: tuple[int, ...]
+  widths: tuple[int, ...]
+
+  def __post_init__(self):
+    check_guidance(self.vit, self.blocks, self.widths)
+    super().__post_init__()
+
+  def setup(self):
+    nn.share_scope(self, self.vit)
+
+  @nn.compact
+  def __call__(self, images: jax.Array, *, train: bool,
+               return_out: bool = False):
+    logits, out = self.vit(images, train=train, return_out=True)
+    size = self.vit.effective_patch_size
+    grid = (images.shape[1] // size, images.shape[2] // size)
+    maps = []
+    for k, (block, width) in enumerate(zip(self.blocks, self.widths)):
+      tokens = out['blocks'][block]
+      patches = tokens[:, tokens.shape[1] - grid[0] * grid[1]:]
+      patches = patches.reshape(patches.shape[0], *grid, patches.shape[-1])
+      maps.append(nn.Dense(
+          width, dtype=self.vit.dtype,
+          kernel_init=initializers.torch_kernel_init,
+          bias_init=initializers.torch_bias_init(patches.shape[-1]),
+          name=f'{names.GUIDANCE_PROJECTION}_{k}')(patches))
+    return (logits, {**out, 'guided_features': maps}) if return_out else logits
 
 
 def imitation(student: list[jax.Array], teacher: list[jax.Array]

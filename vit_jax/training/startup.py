@@ -30,6 +30,7 @@ from vit_jax.checkpoints import run_checkpoints
 from vit_jax.errors import ConfigError
 from vit_jax.errors import WorkdirError
 from vit_jax.models import masked_autoencoder
+from vit_jax.models import names
 from vit_jax.objectives import distillation
 from vit_jax.objectives import locality_guidance
 from vit_jax.objectives import losses
@@ -72,14 +73,13 @@ def _record_changes(workdir: pathlib.Path, step: int,
           for name, (old, new) in changed.items()}}) + '\n')
 
 
-def _parameter_count(model, params) -> str:
+def _parameter_count(params) -> str:
   """'N parameters', and how many more serve only training (locality
   guidance's projections, an MAE's decoder)."""
   def size(tree):
     return sum(x.size for x in jax.tree.leaves(tree))
 
-  total = size(params)
-  kept = size(models.for_inference(model, {'params': params})[1]['params'])
+  total, kept = size(params), size(names.inference_params(params))
   return f'{kept:,} parameters' + (
       f', and {total - kept:,} used only in training' if total > kept else '')
 
@@ -151,11 +151,27 @@ class Progress:
   position: Any
 
 
-def _objective(config, model, num_classes: int,
-                 replicated) -> losses.Objective:
-  """What the train step minimises: the classification loss, wrapped by
-  each technique the config turns on (a teacher's distillation, a CNN's
-  locality guidance, an MAE's reconstruction), each `base -> objective`."""
+def _trained_model_and_objective(config, model, num_classes: int,
+                                 replicated) -> tuple[Any, losses.Objective]:
+  """The model the step trains (`model`, or a wrapper of it that adds what
+  only training reads) and what it minimises: the classification loss,
+  wrapped by each technique the config turns on (a teacher's distillation,
+  a CNN's locality guidance, an MAE's reconstruction)."""
+  fields = models.training_fields(config)
+  try:
+    if fields['guided_blocks'] or fields['guidance_widths']:
+      model = locality_guidance.GuidedViT(
+          model, tuple(fields['guided_blocks']),
+          tuple(fields['guidance_widths']))
+    if fields['mae_mask_ratio']:
+      if isinstance(model, locality_guidance.GuidedViT):
+        raise ValueError('guided_blocks imitate a CNN on every patch, which '
+                         'mae_mask_ratio > 0 hides: use one or the other.')
+      model = masked_autoencoder.MaskedAutoencoder(
+          model, fields['mae_mask_ratio'], fields['mae_decoder_depth'],
+          fields['mae_decoder_width'])
+  except ValueError as e:
+    raise ConfigError(str(e)) from e
   objective = losses.classification
   teacher = distillation.load_teacher(config, num_classes, replicated)
   if teacher:
@@ -166,13 +182,13 @@ def _objective(config, model, num_classes: int,
     logging.info('Guided by the stage features of the CNN run in %s.',
                  guide.workdir)
     objective = guide.objective(objective)
-  if getattr(model, 'mae_mask_ratio', 0.0):
+  if fields['mae_mask_ratio']:
     logging.info('Pre-training as a masked autoencoder (%d%% of the patches '
                  'hidden); the accuracy is an online probe\'s.',
-                 round(100 * model.mae_mask_ratio))
-    objective = masked_autoencoder.objective(objective,
-                                             model.effective_patch_size)
-  return objective
+                 round(100 * fields['mae_mask_ratio']))
+    objective = masked_autoencoder.objective(
+        objective, model.vit.effective_patch_size)
+  return model, objective
 
 
 def check_before_data(config, workdir: pathlib.Path,
@@ -202,7 +218,9 @@ def build(config, workdir: pathlib.Path,
   inputs = data.create_input(config, mesh)
   stop_if_signalled(signals, checkpoints)
   plan = plan_lib.step_plan(config, inputs.steps_per_epoch)
-  model = models.from_config(config, inputs.num_classes)
+  model, objective = _trained_model_and_objective(
+      config, models.from_config(config, inputs.num_classes),
+      inputs.num_classes, replicated)
   schedule = optimizer.create_learning_rate_schedule(config, plan)
   tx = optimizer.create_optimizer(config, schedule)
   init_key, step_key = jax.random.split(jax.random.key(config.seed))
@@ -213,7 +231,6 @@ def build(config, workdir: pathlib.Path,
         f'config.ema_decay={config.ema_decay} averages the parameters only, '
         f'and {config.model} also keeps BatchNorm statistics, which would not '
         'match the average: set --config.ema_decay=0 for it.')
-  objective = _objective(config, model, inputs.num_classes, replicated)
   run = Run(config, workdir, checkpoints, inputs, plan, model, schedule,
             state_shapes, functools.partial(
                 steps.compile_steps, config, inputs, state_shapes, step_key,
@@ -277,7 +294,7 @@ def record_run(run: Run, at: Progress) -> dict:
   logging.info(
       '%s (%s) on %d device(s)%s: %d train / %d test examples, '
       '%d steps of batch %d (%d per epoch).', config.model,
-      _parameter_count(run.model, run.state_shapes.params),
+      _parameter_count(run.state_shapes.params),
       jax.device_count(), processes, inputs.train_size, inputs.test_size,
       plan.total_steps, config.batch_size, plan.steps_per_epoch)
   if at.step >= plan.total_steps:

@@ -31,7 +31,6 @@ import optax
 from vit_jax import models
 from vit_jax.data import mixing
 from vit_jax.errors import ConfigError
-from vit_jax.models import vit
 from vit_jax.objectives import losses
 from vit_jax.runtime import sharding
 from vit_jax.training import compilation_cache
@@ -107,7 +106,8 @@ def initializer(key, model, tx, image_size: int, mesh: jax.sharding.Mesh,
       _shapes(key, model, tx, image_size, ema_decay), mesh)
   init = functools.partial(_init, model=model, tx=tx, image_size=image_size,
                            ema_decay=ema_decay)
-  if getattr(model, 'mimetic_init', False) and jax.default_backend() == 'cpu':
+  vit = getattr(model, 'vit', model)  # a training wrapper's ViT
+  if getattr(vit, 'mimetic_init', False) and jax.default_backend() == 'cpu':
     # Its SVDs deadlock XLA's CPU runtime in a program partitioned over
     # several host devices (jax 0.10.2, 4 devices on 2 cores): one device
     # initialises, then the state is laid out.
@@ -202,11 +202,10 @@ def make_train_step(config, inputs,
                             cutmix_alpha=config.cutmix_alpha)
 
     def loss_fn(params):
-      logits, updates = state.apply_fn(
+      (logits, outputs), updates = state.apply_fn(
           models.model_variables(params, batch_stats), x, train=True,
-          mutable=['batch_stats', vit.TRAINING_OUTPUTS],
+          return_out=True, mutable=['batch_stats'],
           rngs={'dropout': dropout_key})
-      outputs = updates.get(vit.TRAINING_OUTPUTS, {})
       return objective(logits, outputs, targets, x).mean(), (logits, updates)
 
     (loss, (logits, updates)), grads = jax.value_and_grad(

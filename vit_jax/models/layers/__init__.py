@@ -14,6 +14,5 @@ the layer they change:
 - `dropout`: dropout with hash masks, and drop-path (stochastic depth).
 - `encoder_block`: the pre-LayerNorm block of attention and MLP.
 - `pooling`: what the classifier reads: [CLS], the mean, or a MAP head.
-- `guidance`: locality guidance's projections of blocks to a CNN's widths.
 - `initializers`: PyTorch's defaults, for modules first trained there.
 """
