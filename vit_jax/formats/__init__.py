@@ -1,20 +1,7 @@
 """Checkpoint formats: parameters written by others (and by us for them).
 
-  params.py           what every format shares: key paths, expected shapes,
-                      the fit check, and fitting a pre-trained tree to a new
-                      model
-  npz.py              the official google-research/vision_transformer `.npz`
-  timm.py             timm's VisionTransformer: model.safetensors and the hub
-                      folder's config.json
-  hf.py               transformers' ViTForImageClassification folder
-  vit_model.py        the ViT a tree of any format is, and what the folder
-                      formats share (their JSON, the normalisation stated)
-  torch_layout.py     PyTorch's names and array layouts, by rules
-  safetensors_file.py the .safetensors file, read and written without torch
-
-A new format is a module here that reads into our parameter tree (the
-official linen model's) and, where it can, writes back; one held in a
-folder, as timm's and transformers', is a `FolderFormat`.
+A format is a module that reads into our parameter tree and, where it can,
+writes back; one held in a folder (timm's, transformers') is a `FolderFormat`.
 """
 
 import pathlib
@@ -22,8 +9,7 @@ from typing import Any, Protocol
 
 
 class FolderFormat(Protocol):
-  """What `timm` and `hf` each are (as modules), and what
-  `reading.load` and `export.convert` call them by."""
+  """The module interface of `timm` and `hf`."""
 
   NAME: str  # the other library's model, in messages
   FILES: tuple[str, ...]  # what `write` puts in its folder

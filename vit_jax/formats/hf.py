@@ -1,15 +1,6 @@
-"""Hugging Face transformers' ViT layout: a folder with `config.json`
-(`ViTConfig`), `model.safetensors` (`ViTForImageClassification`'s names,
-PyTorch's array layouts) and `preprocessor_config.json`
-(`ViTImageProcessor`), which `from_pretrained(DIR)` reads.
-
-What we write is transformers' model of our logits: tanh GELU
-(`hidden_act='gelu_pytorch_tanh'`; transformers' default is the exact one)
-and LayerNorm eps 1e-6 (its default is 1e-12). ViTForImageClassification
-reads the class token only and has no pooler: our 'gap' head, pre-logits
-layer, MAP head and hybrid are refused in one line. A bare ViTModel (the
-in21k releases on the hub) reads in without a head, its pooler as the
-pre-logits layer, for `config.init_from`.
+"""Hugging Face transformers' ViTForImageClassification folder, which
+`from_pretrained(DIR)` reads; we write tanh GELU and eps 1e-6 into its
+config so it computes our logits. A bare ViTModel reads in without a head.
 """
 
 import json
@@ -86,8 +77,7 @@ def is_state(keys) -> bool:
 
 
 def to_state(params: dict) -> dict[str, Any]:
-  """Our tree (either block layout) as ViTForImageClassification's state
-  dict (a pre-logits layer as a ViTModel's pooler)."""
+  """Our tree as ViTForImageClassification's state dict."""
   return torch.to_state(params, _TOP, _BLOCK_RULES)
 
 
@@ -99,8 +89,7 @@ def _with_prefix(state: dict) -> dict:
 
 def _expected_model(state: dict, num_heads: int,
                     source: str) -> tuple[models.VisionTransformer, int]:
-  """The ViT whose state dict `state` should be, from the shapes of a few
-  of its arrays (a ViTModel without a classifier: one of 1 class)."""
+  """The ViT `state` should be, from a few of its arrays' shapes."""
   p = _PREFIX
   for key in ('embeddings.position_embeddings',
               'embeddings.patch_embeddings.projection.weight',
@@ -128,10 +117,8 @@ def _expected_model(state: dict, num_heads: int,
 
 
 def from_state(state: dict, num_heads: int, source: str) -> dict:
-  """A transformers ViT's state dict (ViTForImageClassification's names, or
-  a ViTModel's, whose pooler is the pre-logits layer) as our tree (without
-  a head for a ViTModel); CheckpointError naming the transformers key of
-  any array missing, unexpected or of the wrong shape."""
+  """A transformers ViT's state dict as our tree; CheckpointError naming the
+  key of any array missing, unexpected or of the wrong shape."""
   state = _with_prefix(state)
   model, image_size = _expected_model(state, num_heads, source)
   shapes = params_lib.param_shapes(model, image_size)
@@ -171,8 +158,7 @@ def config(model: models.VisionTransformer, image_size: int) -> dict:
 
 
 def preprocessor_config(image_size: int, pixels: tuple[tuple, tuple]) -> dict:
-  """`ViTImageProcessor`'s config: images resized to the model's input,
-  pixels scaled to [0, 1], then normalised by `pixels` (mean, std)."""
+  """`ViTImageProcessor`'s config, normalising by `pixels` (mean, std)."""
   mean, std = pixels
   return {
       'image_processor_type': 'ViTImageProcessor',
@@ -190,8 +176,7 @@ def preprocessor_config(image_size: int, pixels: tuple[tuple, tuple]) -> dict:
 def check_exportable(model: models.VisionTransformer) -> None:
   vit_model.check_exportable(model, NAME, {
       **vit_model.common_unsupported(model),
-      # transformers' ViTHybrid is deprecated (and its BiT stem is not the
-      # official one); timm's layout holds the hybrid.
+      # transformers' ViTHybrid is deprecated and its BiT stem not ours.
       "ResNet stem of the hybrid (--format=timm has it)":
           model.resnet_stages is not None,
       "'gap' head (it reads the class token)": model.classifier == 'gap',
@@ -200,7 +185,6 @@ def check_exportable(model: models.VisionTransformer) -> None:
   })
 
 
-# What `write` puts in its folder.
 FILES = (safetensors_file.WEIGHTS_NAME, 'config.json',
          PREPROCESSOR_CONFIG)
 
@@ -208,9 +192,7 @@ FILES = (safetensors_file.WEIGHTS_NAME, 'config.json',
 def write(directory: pathlib.Path, params: dict,
           model: models.VisionTransformer, image_size: int,
           pixels: tuple[tuple, tuple] = vit_model.RELEASED_PIXELS) -> None:
-  """`directory`/config.json, model.safetensors and
-  preprocessor_config.json, transformers' folder; `pixels`, the (mean, std)
-  the model's input was normalised with in training."""
+  """transformers' folder in `directory`; `pixels`: the training (mean, std)."""
   check_exportable(model)
   directory = pathlib.Path(directory)
   safetensors_file.write(directory / safetensors_file.WEIGHTS_NAME,
@@ -224,9 +206,7 @@ def write(directory: pathlib.Path, params: dict,
 
 
 def pixels(path: pathlib.Path) -> tuple[tuple, tuple]:
-  """The (mean, std) a folder's preprocessor_config.json normalises with
-  (`ViTImageProcessor`'s defaults, the released models' [-1, 1], for what
-  it leaves out); the weights file alone states nothing."""
+  """The (mean, std) of a folder's preprocessor_config.json, else [-1, 1]."""
   preprocessor = vit_model.folder_config(path, PREPROCESSOR_CONFIG) or {}
   if preprocessor.get('do_normalize', True) is False:
     return (0.0, 0.0, 0.0), (1.0, 1.0, 1.0)
@@ -236,8 +216,7 @@ def pixels(path: pathlib.Path) -> tuple[tuple, tuple]:
 
 
 def read(path: pathlib.Path, model_name: str | None) -> dict:
-  """Our tree from a transformers ViT folder (or its model.safetensors
-  alone, the heads then from `--model` or the registered ViTs)."""
+  """Our tree from a transformers ViT folder or its model.safetensors."""
   path = pathlib.Path(path)
   config_dict = vit_model.folder_config(path, 'config.json') or {}
   if path.is_dir():

@@ -1,9 +1,5 @@
-"""The official google-research/vision_transformer release format: a flat
-`.npz` of arrays named by '/'-joined key paths, encoder-block submodules
-numbered across types (pre-linen flax). `load_npz` reads it (either
-numbering) into our tree; `save_npz` writes ours so the official code, timm
-and our `load_npz` read it.
-"""
+"""The official google-research/vision_transformer `.npz`: arrays named by
+'/'-joined key paths, encoder-block submodules numbered across types."""
 
 from collections.abc import Mapping
 import pathlib
@@ -18,9 +14,8 @@ from vit_jax.formats import params as params_lib
 from vit_jax.models import names
 from vit_jax.runtime import files
 
-# Inside an encoder block the released files number submodules across types
-# (pre-linen flax: LayerNorm_0, MultiHeadDotProductAttention_1, LayerNorm_2,
-# MlpBlock_3); linen, and so our model, numbers them per type.
+# The released files number block submodules across types (pre-linen flax);
+# linen numbers them per type.
 _RELEASED_TO_OURS = {
     'MultiHeadDotProductAttention_1': names.ATTENTION,
     'LayerNorm_2': 'LayerNorm_1',
@@ -28,15 +23,12 @@ _RELEASED_TO_OURS = {
 }
 _OURS_TO_RELEASED = {ours: old for old, ours in _RELEASED_TO_OURS.items()}
 _ENCODER_BLOCK = re.compile(r'encoderblock_\d+')
-# A .npy file's first bytes: np.load reads such a file as one array.
 _NPY_MAGIC = b'\x93NUMPY'
-# Every ViT has these, whatever its classifier or head; a file without them is
-# some other kind of .npz.
+# Every ViT has these; a file without them is some other kind of .npz.
 _REQUIRED_KEYS = (f'{names.PATCH_EMBEDDING}/kernel',
                   names.path(names.POSITION_EMBEDDING_TABLE),
                   names.path(names.ENCODER_NORM_SCALE))
 def _rename_block_child(key: str, renames: dict[str, str]) -> str:
-  """`key` with its encoder-block submodule renamed by `renames`."""
   parts = key.split('/')
   if (len(parts) > 2 and parts[0] == names.ENCODER and
       _ENCODER_BLOCK.fullmatch(parts[1])):
@@ -50,7 +42,6 @@ def _renamed(flat: dict[str, Any], renames: dict[str, str],
   for key, value in flat.items():
     new_key = _rename_block_child(key, renames)
     if new_key in renamed:
-      # Both numberings in one block: no way to tell which array is meant.
       clashing = [k for k in flat
                   if _rename_block_child(k, renames) == new_key]
       raise CheckpointError(f'In {source}, {" and ".join(clashing)} are the '
@@ -61,13 +52,9 @@ def _renamed(flat: dict[str, Any], renames: dict[str, str],
 
 
 def load_npz(path: str | pathlib.Path) -> dict[str, Any]:
-  """ViT parameters from a `.npz` in the official released layout.
+  """Our tree of numpy arrays from an official `.npz` (either numbering).
 
-  Accepts both numberings of the encoder-block submodules (the released
-  `MultiHeadDotProductAttention_1`, `LayerNorm_2`, `MlpBlock_3` and ours,
-  `..._0`, `LayerNorm_1`, `MlpBlock_0`) and returns our tree of numpy arrays,
-  which `model.apply({'params': ...}, ...)` takes as it is. Only the layout is
-  checked here; `check_params` checks the shapes against a model.
+  Only the layout is checked; `check_params` checks the shapes.
   """
   path = pathlib.Path(path)
   if path.is_dir():
@@ -84,14 +71,12 @@ def load_npz(path: str | pathlib.Path) -> dict[str, Any]:
   if start == _NPY_MAGIC:
     raise CheckpointError(f'{path} is a single .npy array, not a .npz of '
                           'named parameters.')
-  # numpy's messages about pickles suggest allow_pickle, which would run the
-  # file's code: they are never shown.
+  # numpy's messages about pickles suggest allow_pickle: never shown.
   if not zipfile.is_zipfile(path):
     raise CheckpointError(f'{path} is not a .npz file (a zip archive of '
                           'arrays): pass a released ViT .npz or the --workdir '
                           'of a `vit_jax.main` run.')
   try:
-    # No pickles: a parameter file has no business running code on load.
     with np.load(path, allow_pickle=False) as data:
       flat = {key: data[key] for key in data.files}
   except (OSError, ValueError, EOFError, zipfile.BadZipFile) as e:
@@ -111,14 +96,7 @@ def load_npz(path: str | pathlib.Path) -> dict[str, Any]:
 
 
 def save_npz(params: Mapping[str, Any], path: str | pathlib.Path) -> None:
-  """Writes ViT parameters in the official released `.npz` layout.
-
-  The keys use the released numbering, so the file loads in code written for
-  the official checkpoints; `load_npz` gives back `params` bit for bit (a
-  scanned model's stacked blocks as the official ones, one per layer:
-  `params.stack_blocks` gives them back). The file is replaced in one step,
-  so a crash leaves the old file or the new one.
-  """
+  """Writes ViT parameters in the official `.npz` layout, atomically."""
   path = pathlib.Path(path)
   if 'params' in params:
     raise CheckpointError(f'Not saving {path}: pass the parameters, '
@@ -137,8 +115,7 @@ def save_npz(params: Mapping[str, Any], path: str | pathlib.Path) -> None:
   path.parent.mkdir(parents=True, exist_ok=True)
 
   def write(partial: pathlib.Path):
-    # What np.savez writes, without its keyword arguments, which a parameter
-    # named `file` or `allow_pickle` would collide with.
+    # np.savez's keyword arguments would collide with a parameter `file`.
     with zipfile.ZipFile(partial, 'w', zipfile.ZIP_STORED,
                          allowZip64=True) as archive:
       for key, array in arrays.items():

@@ -1,24 +1,7 @@
-"""timm's `VisionTransformer` layout: `model.safetensors` (timm's names and
-PyTorch's array layouts, query, key and value fused into one `qkv`), and
-the hub folder's `config.json`, which `timm.create_model('local-dir:DIR',
-pretrained=True)` reads.
-
-What we write is timm's model of our logits: tanh GELU
-(`act_layer='gelu_tanh'`; timm's default is the exact one), LayerNorm eps
-1e-6 (timm's default), a class token with `global_pool='token'`, or
-`global_pool='avg'` with `fc_norm=False` for our 'gap' head (the final norm
-before the mean, as the official model; timm's default moves it after).
-timm's ViT has no pre-logits layer or MAP head of ours: such models are
-refused in one line.
-
-The hybrid is timm's `HybridEmbed` on a `ResNetV2` backbone
-(timm/models/vision_transformer_hybrid.py), the official stem's arrays
-under timm's names. timm builds that backbone in its factories, of stages
-(3, 4, 9), (2, 2, 2, 2), (3, 4, 6, 3) or the root alone and width factor 1,
-so only those export; any reads in. timm's stem computes with other
-epsilons than the official one (weight standardisation 1e-8 inside the
-square root, GroupNorm 1e-5), so the same arrays give slightly other
-logits there (docs/checkpoints.md).
+"""timm's `VisionTransformer`: `model.safetensors` and the hub folder's
+`config.json`, which `timm.create_model('local-dir:DIR', pretrained=True)`
+reads; its model_args make timm compute our logits (tanh GELU, no fc_norm).
+The hybrid is timm's `HybridEmbed` on a `ResNetV2` backbone.
 """
 
 import json
@@ -38,10 +21,8 @@ from vit_jax.formats import vit_model
 from vit_jax.runtime import files
 
 NAME = "timm's VisionTransformer"
-# timm's IMAGENET_DEFAULT_MEAN and _STD: what a pretrained_cfg without its
-# own normalises with.
+# timm's IMAGENET_DEFAULT_MEAN and _STD, for a pretrained_cfg without its own.
 _IMAGENET_DEFAULT_PIXELS = ((0.485, 0.456, 0.406), (0.229, 0.224, 0.225))
-# Keys of timm models we cannot hold, and what they are.
 _REFUSED = {
     'fc_norm.weight': 'a final norm after the pooling (fc_norm), which the '
                       'official ViT applies before it',
@@ -53,14 +34,12 @@ _REFUSED = {
 _BACKBONE = 'patch_embed.backbone.'
 _STAGE_UNIT = re.compile(r'patch_embed\.backbone\.stages\.(\d+)\.blocks\.'
                          r'(\d+)\.')
-# A bottleneck unit's convolutions and GroupNorms, ours and timm's
-# (`resnetv2.Bottleneck`); the projection only where the unit has one.
+# A bottleneck unit's convolutions and GroupNorms, ours and timm's.
 _UNIT_LAYERS = [
     *((f'conv{r}', f'gn{r}', f'conv{r}', f'norm{r}') for r in (1, 2, 3)),
     ('conv_proj', 'gn_proj', 'downsample.conv', 'downsample.norm'),
 ]
-# timm's hybrid factory of each backbone it builds (`_resnetv2(layers)`);
-# config.json's model_args set the rest.
+# timm's hybrid factory of each backbone it builds.
 _HYBRID_FACTORIES = {
     (3, 4, 9): 'vit_base_r50_s16_224',
     (2, 2, 2, 2): 'vit_small_r26_s32_224',
@@ -81,8 +60,7 @@ _TOP = [
     torch.Rule('head/kernel', 'head.weight', 'linear'),
     torch.Rule('head/bias', 'head.bias'),
 ]
-# Query, key and value as `attn.q`, `attn.k`, `attn.v`, which timm keeps
-# fused as `attn.qkv` (`_fused`).
+# Query, key and value unfused, as timm's `attn.qkv` split (`_fused`).
 _BLOCK_RULES = [
     torch.Rule('LayerNorm_0/scale', 'blocks.{i}.norm1.weight'),
     torch.Rule('LayerNorm_0/bias', 'blocks.{i}.norm1.bias'),
@@ -106,9 +84,7 @@ _BLOCK_RULES = [
 
 
 def _stem_rules(stages: tuple[int, ...] | None) -> list[torch.Rule]:
-  """The hybrid's stem: the root (`ResNetV2.stem`, or the backbone itself
-  when there are no stages) and each unit of each stage, its projection
-  where it has one."""
+  """The hybrid stem's rules."""
   if stages is None:
     return []
   root = _BACKBONE + ('stem.' if stages else '')
@@ -131,8 +107,7 @@ def _stem_rules(stages: tuple[int, ...] | None) -> list[torch.Rule]:
 
 
 def _state_stages(state: dict, source: str) -> tuple[int, ...] | None:
-  """The stages of the ResNetV2 stem of a timm hybrid, None for a pure
-  ViT; one line for a hybrid of another backbone."""
+  """The stages of a timm hybrid's ResNetV2 stem, None for a pure ViT."""
   if not any(key.startswith(_BACKBONE) for key in state):
     return None
   if (_BACKBONE + 'stem.conv.weight' not in state and
@@ -157,7 +132,7 @@ def is_state(keys) -> bool:
 
 
 def _fused(state: dict) -> dict:
-  """`attn.q`, `attn.k` and `attn.v` as timm's one `attn.qkv`."""
+  """`attn.q`, `attn.k` and `attn.v` fused into timm's `attn.qkv`."""
   state = dict(state)
   i = 0
   while f'blocks.{i}.attn.q.weight' in state:
@@ -189,9 +164,7 @@ def to_state(params: dict) -> dict[str, Any]:
 
 def _expected_model(state: dict, num_heads: int,
                     source: str) -> tuple[models.VisionTransformer, int]:
-  """The ViT whose timm state dict `state` should be, from the shapes of a
-  few of its arrays (a backbone without a head: one of 1 class); one line
-  for what we cannot hold."""
+  """The ViT `state` should be, from a few of its arrays' shapes."""
   for key, what in _REFUSED.items():
     if key in state:
       raise CheckpointError(f'{source} holds a timm ViT with {what} ({key}), '
@@ -228,9 +201,8 @@ def _hybrid_fields(state: dict, source: str) -> dict:
 
 
 def from_state(state: dict, num_heads: int, source: str) -> dict:
-  """timm's state dict as our tree (without a head for a backbone);
-  CheckpointError naming the timm key of any array missing, unexpected or
-  of the wrong shape."""
+  """timm's state dict as our tree; CheckpointError naming the key of any
+  array missing, unexpected or of the wrong shape."""
   model, image_size = _expected_model(state, num_heads, source)
   shapes = params_lib.param_shapes(model, image_size)
   described = params_lib.describe_architecture(
@@ -244,10 +216,7 @@ def from_state(state: dict, num_heads: int, source: str) -> dict:
 
 def config(model: models.VisionTransformer, image_size: int,
            pixels: tuple[tuple, tuple]) -> dict:
-  """The hub folder's config.json for `model`: timm's factory
-  `vit_base_patch16_224`, or for a hybrid the factory of its stages
-  (`_HYBRID_FACTORIES`), with `model_args` that set every field, and the
-  (mean, std) `pixels` that its input is normalised with."""
+  """The hub folder's config.json for `model`, normalising by `pixels`."""
   global_pool = 'token' if model.classifier == 'token' else 'avg'
   model_args = {
       'img_size': image_size,
@@ -304,16 +273,13 @@ def check_exportable(model: models.VisionTransformer) -> None:
   })
 
 
-# What `write` puts in its folder.
 FILES = (safetensors_file.WEIGHTS_NAME, 'config.json')
 
 
 def write(directory: pathlib.Path, params: dict,
           model: models.VisionTransformer, image_size: int,
           pixels: tuple[tuple, tuple] = vit_model.RELEASED_PIXELS) -> None:
-  """`directory`/model.safetensors and config.json, timm's hub folder;
-  `pixels`, the (mean, std) the model's input was normalised with in
-  training."""
+  """timm's hub folder in `directory`; `pixels`: the training (mean, std)."""
   check_exportable(model)
   directory = pathlib.Path(directory)
   safetensors_file.write(directory / safetensors_file.WEIGHTS_NAME,
@@ -324,10 +290,8 @@ def write(directory: pathlib.Path, params: dict,
 
 
 def pixels(path: pathlib.Path) -> tuple[tuple, tuple]:
-  """The (mean, std) a hub folder's config.json states in its
-  `pretrained_cfg` (older ones: at the top level), timm's ImageNet defaults
-  for what it leaves out; without a config.json (the weights file alone),
-  the released models' [-1, 1]."""
+  """The (mean, std) a hub folder's config.json states; without one, the
+  released models' [-1, 1]."""
   config_dict = vit_model.folder_config(path, 'config.json')
   if config_dict is None:
     return vit_model.RELEASED_PIXELS
@@ -342,11 +306,9 @@ def pixels(path: pathlib.Path) -> tuple[tuple, tuple]:
 
 
 def read(path: pathlib.Path, model_name: str | None) -> dict:
-  """Our tree from a timm `.safetensors` file or hub folder (whose
-  config.json, when there, gives the number of heads and the activation)."""
+  """Our tree from a timm `.safetensors` file or hub folder."""
   path = pathlib.Path(path)
   config_dict = vit_model.folder_config(path, 'config.json')
-  # None: no config.json says
   model_args = None if config_dict is None else (
       config_dict.get('model_args') or {})
   if path.is_dir():

@@ -1,14 +1,6 @@
-"""Our parameter tree as a PyTorch library's state dict and back, for the
-formats of timm and transformers: each declares its `Rule`s (which of our
-arrays is which of theirs, and in which layout), and `to_state` and
-`from_state` apply them either way.
-
-The layouts: a Dense kernel (in, out) is a Linear weight (out, in), a Conv
-kernel (h, w, in, out) a Conv2d weight (out, in, h, w), attention's
-per-head kernels (in, heads, head_dim) and (heads, head_dim, out) Linear
-weights with the heads flattened, a per-head bias (heads, head_dim) a flat
-one. Each works on numpy arrays and, for `jax.eval_shape`, on jax's
-abstract ones, so a format derives the shapes it expects from a model's.
+"""Our parameter tree as a PyTorch library's state dict and back, by each
+format's `Rule`s. The layouts work on numpy arrays and, for
+`jax.eval_shape`, on abstract ones, so a format derives its expected shapes.
 """
 
 import dataclasses
@@ -45,18 +37,15 @@ _LAYOUTS = {
 
 @dataclasses.dataclass(frozen=True)
 class Rule:
-  """One array: its '/'-joined path in our tree (in an encoder block,
-  relative to the block), its name in theirs (`{i}`: the block's index),
-  and its `layout` ('same', 'linear', 'conv2d', 'heads_in', 'heads_out',
-  'heads_bias')."""
+  """One array: its path in our tree (in a block, relative to it), its name
+  in theirs (`{i}`: the block's index), and its `_LAYOUTS` key."""
   ours: str
   theirs: str
   layout: str = 'same'
 
 
 def to_state(params: dict, top: list[Rule], block: list[Rule]) -> dict:
-  """Our tree (either block layout) as their state dict; arrays the tree
-  lacks (a class token, a head) are left out."""
+  """Our tree (either block layout) as their state dict."""
   flat = params_lib.flatten(params_lib.unstack_blocks(params),
                             'the parameters')
   state = {rule.theirs: _LAYOUTS[rule.layout][0](flat[rule.ours])
@@ -73,8 +62,7 @@ def to_state(params: dict, top: list[Rule], block: list[Rule]) -> dict:
 
 def from_state(state: dict, top: list[Rule], block: list[Rule],
                num_layers: int, num_heads: int) -> dict:
-  """Their state dict as our tree (the official layout), once
-  `check_state` has passed; arrays the state lacks are left out."""
+  """Their state dict, once `check_state` has passed, as our tree."""
   flat = {rule.ours: _LAYOUTS[rule.layout][1](state[rule.theirs], num_heads)
           for rule in top if rule.theirs in state}
   for i in range(num_layers):
@@ -86,9 +74,8 @@ def from_state(state: dict, top: list[Rule], block: list[Rule],
 
 def check_state(state: dict, expected: dict, *, optional: tuple[str, ...],
                 source: str, target: str) -> None:
-  """CheckpointError naming, in their names, every array of `state` that is
-  missing, unexpected or of another shape than in `expected` (what
-  `to_state` makes of a model's shapes); `optional` arrays may be absent."""
+  """CheckpointError naming, in their names, every array of `state` that
+  does not fit `expected`; `optional` arrays may be absent."""
   expected = {key: value for key, value in expected.items()
               if key in state or key not in optional}
   params_lib.check_params(state, expected, source=source, target=target)

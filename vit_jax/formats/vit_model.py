@@ -1,8 +1,5 @@
-"""The ViT that a tree of parameters from any format is: its architecture
-read from the shapes (the number of heads, which fused layouts hide, from
-`--model`, the file's config or the registered ViTs), its image size from
-the position embeddings, and what another library's format can hold of it.
-"""
+"""The ViT that a tree of parameters from any format is, and what another
+library's format can hold of it."""
 
 from collections.abc import Mapping
 import json
@@ -15,14 +12,12 @@ from vit_jax.errors import CheckpointError
 from vit_jax.formats import params as params_lib
 from vit_jax.models import names
 
-# The released models' preprocessing, pixels scaled to [-1, 1]: what a
-# checkpoint that states none (an official `.npz`) is read with.
+# The released models' pixels in [-1, 1], for a checkpoint that states none.
 RELEASED_PIXELS = ((0.5, 0.5, 0.5), (0.5, 0.5, 0.5))
 
 
 def folder_config(path: pathlib.Path, name: str) -> dict | None:
-  """The JSON object `name` in the checkpoint folder `path`; None when
-  `path` is a file or the folder has no `name`."""
+  """The JSON object `name` in the checkpoint folder `path`, or None."""
   config_file = pathlib.Path(path) / name
   if not config_file.is_file():
     return None
@@ -37,7 +32,7 @@ def folder_config(path: pathlib.Path, name: str) -> dict | None:
 
 
 def _per_channel(value: Any) -> tuple[float, ...] | None:
-  """3 floats from 3 numbers or one (as the libraries broadcast it)."""
+  """3 floats from 3 numbers or one."""
   try:
     values = (float(value),) * 3 if isinstance(value, (int, float)) else tuple(
         float(x) for x in value)
@@ -49,8 +44,7 @@ def _per_channel(value: Any) -> tuple[float, ...] | None:
 
 def checked_pixels(mean: Any, std: Any, source: str,
                   default: tuple[tuple, tuple]) -> tuple[tuple, tuple]:
-  """The per-channel (mean, std) a checkpoint's config states, checked; the
-  library's `default` for what it leaves out."""
+  """The (mean, std) a checkpoint's config states, else `default`."""
   pixels = (default[0] if mean is None else _per_channel(mean),
             default[1] if std is None else _per_channel(std))
   if None in pixels or not all(s > 0 for s in pixels[1]):
@@ -61,8 +55,7 @@ def checked_pixels(mean: Any, std: Any, source: str,
 
 
 def _registered_num_heads(hidden_size: int) -> int | None:
-  """The heads of the registered ViTs of this width, when they agree (3 for
-  192, 12 for 768, ...)."""
+  """The heads of the registered ViTs of this width, when they agree."""
   heads = {fields['num_heads'] for fields in models.registered_vit_fields()
            if fields['hidden_size'] == hidden_size}
   return heads.pop() if len(heads) == 1 else None
@@ -70,10 +63,8 @@ def _registered_num_heads(hidden_size: int) -> int | None:
 
 def num_heads(hidden_size: int, *, model_name: str | None,
               stated: int | None, source: str) -> int:
-  """The number of heads of a ViT whose file fuses or flattens them: what
-  the file's config `stated`, else that of `--model`, else that of the
-  registered ViTs of `hidden_size`; one line saying what to pass when none
-  tells."""
+  """The heads the file's config `stated`, else `--model`'s, else the
+  registered ViTs' of `hidden_size`."""
   if stated:
     return int(stated)
   if model_name:
@@ -98,9 +89,7 @@ def _classifier(params: Mapping[str, Any]) -> str:
 
 
 def _head_fields(params: Mapping[str, Any], source: str) -> dict:
-  """The VisionTransformer fields the parameters beside the encoder tell:
-  the classifier, `representation_size`, `distillation_token` and
-  `num_classes`."""
+  """The VisionTransformer fields the parameters beside the encoder tell."""
   if names.HEAD not in params:
     raise CheckpointError(f'{source} has no classification head '
                           '(head/kernel): a backbone alone cannot be '
@@ -117,11 +106,11 @@ def _head_fields(params: Mapping[str, Any], source: str) -> dict:
 
 def model_for(params: Mapping[str, Any], *, model_name: str | None = None,
               source: str) -> tuple[models.VisionTransformer, int]:
-  """The VisionTransformer that applies `params` (our tree, the official
-  layout) and the image size its position embeddings were trained for;
-  `model_name` (`--model`) when given, else the registered ViT of the
-  shapes, else a ViT of exactly those shapes. CheckpointError in one line
-  (or naming every key that does not fit `--model`)."""
+  """The VisionTransformer that applies `params`, and its image size.
+
+  `model_name` when given, else the registered ViT of the shapes, else a
+  ViT of exactly those shapes.
+  """
   architecture = params_lib.vit_architecture(params)
   if architecture is None:
     raise CheckpointError(f'{source} holds no ViT: it has no '
@@ -162,9 +151,7 @@ def model_for(params: Mapping[str, Any], *, model_name: str | None = None,
 
 def grid_side(num_tokens: int, num_prefix_tokens: int, source: str,
               table: str) -> int:
-  """The side of the square patch grid of a position table (`table`, its
-  name in `source`) of `num_tokens` rows, `num_prefix_tokens` of them the
-  class and other tokens; one line when the patches are no square."""
+  """The side of the square patch grid of a position table."""
   patches = num_tokens - num_prefix_tokens
   side = math.isqrt(max(patches, 0))
   if side * side != patches:
@@ -188,9 +175,7 @@ def _image_size(params, model: models.VisionTransformer, source: str) -> int:
 
 def check_exportable(model: models.VisionTransformer, format_name: str,
                      unsupported: dict[str, bool]) -> None:
-  """One line naming the first feature of `model` that `format_name`
-  cannot hold: `unsupported` maps a description to whether the model has
-  it; .npz holds them all."""
+  """CheckpointError naming the first `unsupported` feature present."""
   for feature, present in unsupported.items():
     if present:
       raise CheckpointError(
@@ -199,8 +184,7 @@ def check_exportable(model: models.VisionTransformer, format_name: str,
 
 
 def common_unsupported(model: models.VisionTransformer) -> dict[str, bool]:
-  """The features of our ViTs that neither timm's nor transformers' ViT
-  layout holds in the same way."""
+  """Our ViTs' features that neither timm's nor transformers' layout holds."""
   return {
       'MAP head': model.classifier == 'map',
       'distillation token': model.distillation_token,
