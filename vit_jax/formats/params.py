@@ -14,7 +14,6 @@ import jax.numpy as jnp
 import numpy as np
 
 from vit_jax.errors import CheckpointError
-from vit_jax.models import inference
 from vit_jax.models import names
 
 MAX_REPORTED = 12
@@ -219,7 +218,7 @@ def _fitted(pretrained: Any, fresh: Any
     elif path[0] not in names.HEADS:
       adapted[path] = value
   for path, init in fresh.items():
-    if path[0] in names.HEADS or inference.training_only(path[0]):
+    if path[0] in names.HEADS or names.training_only(path[0]):
       adapted[path] = init
     elif path[0] in optional and path not in pretrained:
       notes.append(f'The checkpoint has no {"/".join(path)}; it starts from '
