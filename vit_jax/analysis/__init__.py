@@ -1,16 +1,7 @@
 """What a trained ViT learned: the paper's analyses (its Figures 6 and 7).
 
-  measures.py  the analyses as pure NumPy functions (attention rollout and
-               distance, position-embedding similarity, filter PCA),
-               re-exported here
-  subjects.py  what is analysed: the ViT of a run or of any checkpoint
-               (`reading.load`), its images, its logits and attention,
-               its embeddings
-  figures.py   the figures of the measures
-
-`python -m vit_jax.analyze` (vit_jax/analyze.py) puts them together.
-Importing this package loads NumPy only; the figures load matplotlib, the
-subjects JAX and the checkpoints.
+The measures (pure NumPy) are re-exported here; importing this package loads
+NumPy only. `python -m vit_jax.analyze` puts them together.
 """
 
 from vit_jax.analysis.measures import attention_rollout

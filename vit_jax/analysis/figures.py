@@ -1,7 +1,6 @@
 """The figures `python -m vit_jax.analyze` draws of the measures, as PNGs.
 
-Images are (batch, height, width, 3) in [0, 1]; attention and rollout maps
-are patch grids (`measures.token_to_patches`).
+Images are (batch, height, width, 3) in [0, 1]; maps are patch grids.
 """
 
 import numpy as np
@@ -11,8 +10,7 @@ from vit_jax.analysis import plotting
 
 
 def plot_cls_attention(path, display, maps, token='class'):
-  """Each image beside its `token` token's last-layer attention map per
-  head: `maps` is (images, heads, h, w)."""
+  """Each image beside its `token` token's attention `maps` per head."""
   plt = plotting.pyplot()
   num_images, heads = maps.shape[:2]
   fig, axes = plt.subplots(num_images, heads + 1,
@@ -38,8 +36,7 @@ def _upsample(grid_map: np.ndarray, image_size: int) -> np.ndarray:
 
 
 def plot_rollout(path, display, rollout_maps):
-  """Per image: the image, its rollout map (h, w), and the image weighted
-  by the map scaled to peak at 1."""
+  """Per image: the image, its rollout map, and the image weighted by it."""
   plt = plotting.pyplot()
   num_images = len(rollout_maps)
   fig, axes = plt.subplots(num_images, 3, figsize=(5, 1.7 * num_images),
@@ -60,8 +57,7 @@ def plot_rollout(path, display, rollout_maps):
 
 def plot_attention_distance(path, distances: np.ndarray, image_size: int,
                             uniform: float):
-  """Every head's mean attention distance, (layers, heads), against depth,
-  with the layers' mean and the `uniform` attention's distance."""
+  """Every head's mean attention distance against depth."""
   plt = plotting.pyplot()
   fig, ax = plt.subplots(figsize=(4.5, 3.5))
   layers, heads = distances.shape
@@ -90,8 +86,7 @@ def _mosaic(similarity: np.ndarray) -> np.ndarray:
 
 def plot_position_embeddings(path, similarity: np.ndarray, correlation: float,
                              title: str | None = None):
-  """Each position's similarity map, (h, w, h, w), as tiles, and the
-  centre's, with their `correlation` to the distance on the grid."""
+  """Each position's similarity map as tiles, and the centre's."""
   plt = plotting.pyplot()
   fig, axes = plt.subplots(1, 2, figsize=(9, 4.3),
                            gridspec_kw={'width_ratios': [1.4, 1]})
@@ -114,9 +109,7 @@ def plot_position_embeddings(path, similarity: np.ndarray, correlation: float,
 def plot_embedding_filters(path, components: np.ndarray,
                            explained: np.ndarray,
                            title: str = 'the patch-embedding filters'):
-  """The principal `components`, (count, p, p, 3), as RGB patches, each
-  with the share of variance it `explained`. `title`: what the filters
-  are, after 'principal components of'."""
+  """The principal `components` as RGB patches, with the variance shares."""
   plt = plotting.pyplot()
   columns = 7
   rows = -(-len(components) // columns)

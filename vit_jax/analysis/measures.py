@@ -1,11 +1,8 @@
-"""What a trained ViT learned: the paper's analyses (Dosovitskiy et al. 2021,
-Figures 6 and 7) as pure NumPy functions.
+"""The paper's analyses (Dosovitskiy et al. 2021, Figures 6 and 7) in NumPy.
 
-Attention arrays are one layer's probabilities, (batch, heads, tokens, tokens),
-rows (queries) summing to 1 (`vit_jax.models.attention_weights` returns them
-in depth order). The tokens are the `prefix` tokens that have no place on the
-image (none; [CLS]; or [CLS] then DeiT's distillation token), then the
-patches, row-major as the patch embedding flattens them.
+Attention arrays are one layer's probabilities, (batch, heads, tokens,
+tokens): the `prefix` tokens ([CLS], distillation), then the patches,
+row-major.
 """
 
 import numpy as np
@@ -14,12 +11,7 @@ import numpy as np
 def token_to_patches(matrix: np.ndarray, grid: tuple[int, int],
                      prefix: int, query: int = 0) -> np.ndarray:
   """Row `query` (a prefix token) of a tokens x tokens matrix, over the
-  patches only, as patch grids.
-
-  (..., prefix + h*w, prefix + h*w) -> (..., h, w): an attention layer
-  (batch, heads, ...) or a rollout (batch, ...). The prefix tokens' own
-  columns are left out.
-  """
+  patches only, as patch grids (..., h, w)."""
   matrix = np.asarray(matrix)
   tokens = matrix.shape[-1]
   if tokens != prefix + grid[0] * grid[1]:
@@ -33,22 +25,14 @@ def token_to_patches(matrix: np.ndarray, grid: tuple[int, int],
 
 def cls_attention(attention: np.ndarray, grid: tuple[int, int],
                   prefix: int = 1, query: int = 0) -> np.ndarray:
-  """The class token's attention over the patches, per head, as patch grids.
-
-  (batch, heads, prefix + h*w, prefix + h*w) -> (batch, heads, h, w). Each
-  map sums to 1 minus the class token's attention to the prefix tokens
-  (itself, and the distillation token if there is one). `prefix`: 1 for
-  [CLS], 2 for [CLS] and a distillation token; `query=1` then gives the
-  distillation token's attention instead.
-  """
+  """The class token's (or with `query=1`, the distillation token's)
+  attention over the patches, per head, as patch grids."""
   return token_to_patches(attention, grid, prefix, query)
 
 
 def attention_rollout(attentions: list[np.ndarray]) -> np.ndarray:
   """Attention rollout (Abnar & Zuidema 2020), as in the paper's Figure 6.
 
-  Per layer: average the heads, add the identity for the residual connection,
-  renormalise the rows; then multiply the layers, first layer rightmost.
   Returns (batch, tokens, tokens): row i is how much each input token flows
   into output token i.
   """
@@ -73,14 +57,7 @@ def mean_attention_distance(attention: np.ndarray, grid: tuple[int, int],
                             prefix: int | None = None) -> np.ndarray:
   """Mean attention distance in pixels of each head (the paper's Figure 7).
 
-  For every patch query, the distance between its centre and each key patch's
-  centre, weighted by the attention between them, averaged over queries and
-  images. Only patch-to-patch attention counts (the prefix tokens, the
-  tokens before the last h*w, have no position in the image); it is
-  renormalised to sum to 1 over the patches. A masked diagonal (locality
-  self-attention) is fine: a row's patch attention still sums to 1 minus
-  its attention to the prefix tokens. `prefix`, when given, is checked
-  against the tokens and the grid. Returns (heads,).
+  Only patch-to-patch attention counts, renormalised over the patches.
   """
   attention = np.asarray(attention, np.float64)
   num_patches = grid[0] * grid[1]
@@ -101,10 +78,8 @@ def mean_attention_distance(attention: np.ndarray, grid: tuple[int, int],
 
 def uniform_attention_distance(grid: tuple[int, int], patch_size: int,
                                exclude_self: bool = False) -> float:
-  """The mean attention distance of a head attending to all patches alike:
-  the mean distance between two patch centres. A head below it looks near.
-  `exclude_self`: alike to all the other patches, for locality
-  self-attention, which masks each token's attention to itself."""
+  """The mean attention distance of a head attending to all patches alike
+  (`exclude_self`: all the others, as locality self-attention does)."""
   centres = patch_centres(grid, patch_size)
   distances = np.linalg.norm(centres[:, None] - centres[None], axis=-1)
   if exclude_self:
@@ -123,13 +98,8 @@ def cosine_similarity_matrix(vectors: np.ndarray) -> np.ndarray:
 
 def position_embedding_similarity(position_embeddings: np.ndarray,
                                   grid: tuple[int, int]) -> np.ndarray:
-  """Cosine similarity of every patch position's embedding to every other's.
-
-  `position_embeddings` is the model's (1, tokens, d) or (tokens, d) table;
-  leading entries for the prefix tokens ([CLS], distillation) are dropped.
-  Returns (h, w, h, w): [i, j] is the similarity map of position (i, j)
-  against the grid (the paper's Figure 7, centre).
-  """
+  """Cosine similarity of every patch position's embedding to every other's,
+  (h, w, h, w); the prefix tokens' rows are dropped (Figure 7, centre)."""
   table = np.asarray(position_embeddings).reshape(-1,
                                                   position_embeddings.shape[-1])
   num_patches = grid[0] * grid[1]
@@ -147,12 +117,8 @@ def similarity_to_centre(similarity: np.ndarray) -> np.ndarray:
 
 
 def similarity_distance_correlation(similarity: np.ndarray) -> float:
-  """Pearson correlation between the similarity of two positions and their
-  Euclidean distance on the patch grid, over all pairs of distinct positions.
-
-  Strongly negative when the embeddings learned 2-D locality (near patches
-  alike), near 0 when they carry no spatial structure.
-  """
+  """Pearson correlation of two distinct positions' similarity with their
+  distance on the grid: strongly negative for learned 2-D locality."""
   h, w = similarity.shape[:2]
   centres = patch_centres((h, w), 1)
   distances = np.linalg.norm(centres[:, None] - centres[None], axis=-1)
@@ -165,10 +131,8 @@ def patch_embedding_components(
     kernel: np.ndarray, count: int) -> tuple[np.ndarray, np.ndarray]:
   """Principal components of the patch-embedding filters (Figure 7, left).
 
-  `kernel` is the (p, p, channels, d) patch-embedding convolution: d filters.
-  Returns the top `count` components, (count, p, p, channels), each of unit
-  norm with its largest-magnitude entry positive, and the share of the
-  filters' variance each explains.
+  Returns the top `count` components, (count, p, p, channels), each with its
+  largest entry positive, and the share of the variance each explains.
   """
   kernel = np.asarray(kernel, np.float64)
   filters = kernel.reshape(-1, kernel.shape[-1]).T  # (d, p*p*channels)
@@ -185,18 +149,11 @@ def patch_embedding_components(
 
 def shifted_patch_filters(kernel: np.ndarray, patch_size: int,
                           norm_scale: np.ndarray | None = None) -> np.ndarray:
-  """The filters that shifted patch tokenization applies to the patch
-  itself, as a (p, p, channels, d) patch-embedding kernel.
+  """The filters shifted patch tokenization applies to the unshifted patch,
+  as a (p, p, channels, d) patch-embedding kernel.
 
-  `kernel` is the `shifted_patch_embedding` Dense kernel, (p*p*5*channels, d),
-  over `layers.patch_embedding.shifted_patch_tokens`' features: each patch's
-  pixels flattened (row, column, channel) with the channels of the image and
-  of its four shifted copies concatenated, the unshifted image first. Returns that first
-  copy's slice. `norm_scale`, the `shifted_patch_norm` LayerNorm's scale
-  ((p*p*5*channels,)), is multiplied in when given, so the filters act on the
-  normalised pixels as the projection sees them (the LayerNorm's per-token
-  centring and scaling and its bias are not linear in the pixels and are left
-  out).
+  `norm_scale`, the `shifted_patch_norm` LayerNorm's scale, is multiplied in
+  when given (its centring and bias, not linear in the pixels, are not).
   """
   kernel = np.asarray(kernel, np.float64)
   features, width = kernel.shape

@@ -1,7 +1,5 @@
-"""What `python -m vit_jax.analyze` analyses: the ViT of a run or of any
-other checkpoint (a released `.npz`, timm's or transformers' weights), the
-images it looks at, its logits and attention on them, and the embeddings it
-learned."""
+"""What `python -m vit_jax.analyze` analyses: the ViT of a run or checkpoint,
+its images, its logits and attention on them, and its embeddings."""
 
 import dataclasses
 import functools
@@ -21,8 +19,7 @@ from vit_jax.models import names
 from vit_jax.models.layers import position
 from vit_jax.runtime import files
 
-# Images per forward pass: every layer's attention is kept, 12 x 12 x 197 x
-# 197 floats an image for a ViT-B/16.
+# Images per forward pass: every layer's attention is kept.
 _BATCH_SIZE = 64
 
 
@@ -34,7 +31,7 @@ class Subject:
   image_size: int
   pixel_mean: tuple
   pixel_std: tuple
-  described: dict  # what analysis.json says was analysed
+  described: dict  # for analysis.json
 
   @property
   def params(self) -> dict:
@@ -42,13 +39,11 @@ class Subject:
 
   @property
   def patch_size(self) -> int:
-    """Image pixels per token side: a hybrid's tokens are patches of ResNet
-    features, each from a larger square of pixels."""
+    """Image pixels per token side (a hybrid's are larger than its patch)."""
     return self.model.effective_patch_size
 
   @property
   def grid(self) -> tuple[int, int]:
-    """Patches per column and per row."""
     return (self.image_size // self.patch_size,) * 2
 
 
@@ -67,11 +62,7 @@ def run_subject(workdir, step=None) -> tuple[Subject, object]:
 
 
 def checkpoint_subject(source, model_name: str | None) -> Subject:
-  """The ViT of a checkpoint other than a run (`reading.load`: a
-  released `.npz`, timm's or transformers' weights), at the image size its
-  position embeddings were trained for, normalised as the checkpoint states
-  (`reading.Loaded.pixels`: the released models' [-1, 1] where it states
-  nothing)."""
+  """The ViT of a checkpoint other than a run, as `reading.load` reads it."""
   loaded = reading.load(source, model_name=model_name)
   if loaded.kind == reading.WORKDIR:
     raise AnalysisError(f'{source} is a run: pass it as --workdir.')
@@ -101,14 +92,13 @@ def image_files(specs: list[str]) -> list[pathlib.Path]:
 
 
 def read_images(paths: list[pathlib.Path], image_size: int) -> np.ndarray:
-  """The image files as uint8, resized to image_size x image_size."""
+  """The image files as uint8, resized to `image_size`."""
   return np.stack([preprocess.resize(sources.read_image(path), image_size)
                    for path in paths])
 
 
 def run_test_images(config, count: int) -> np.ndarray:
-  """`count` test images of a run's dataset (those config.test_examples
-  would keep: `sources.subset`), uint8 at the model's resolution."""
+  """`count` test images of a run's dataset, uint8 at the model's size."""
   dataset = sources.open_dataset(
       config, whole=config.input_pipeline == 'on_device')
   images, _ = sources.to_arrays(
@@ -122,8 +112,7 @@ def run_test_images(config, count: int) -> np.ndarray:
 
 
 def read_class_names(path, subject: Subject) -> list[str]:
-  """The class names in a text file, one a line, as many as the subject has
-  classes."""
+  """The class names in a text file, one a line, one per class."""
   class_names = pathlib.Path(path).read_text().splitlines()
   classes = subject.params[names.HEAD]['kernel'].shape[-1]
   if len(class_names) != classes:
@@ -134,8 +123,7 @@ def read_class_names(path, subject: Subject) -> list[str]:
 
 def model_inputs(images: np.ndarray,
                  subject: Subject) -> tuple[np.ndarray, np.ndarray]:
-  """Normalised model inputs of uint8 images (resized to the model's size
-  if they are not), and the same in [0, 1] for display."""
+  """Normalised model inputs of uint8 images, and the same in [0, 1]."""
   inputs = np.asarray(preprocess.eval_input(
       images, image_size=subject.image_size, mean=subject.pixel_mean,
       std=subject.pixel_std))
@@ -158,8 +146,7 @@ def forward(model, variables, inputs: np.ndarray):
 
 
 def top5(logits: np.ndarray, names: list[str] | None) -> list[list]:
-  """Per image, the 5 likeliest classes (name or index) and their
-  probabilities."""
+  """Per image, the 5 likeliest classes and their probabilities."""
   probabilities = np.asarray(jax.nn.softmax(logits))
   best = np.argsort(-probabilities, axis=1)[:, :5]
   return [[[names[c] if names else int(c), round(float(p[c]), 4)]
@@ -168,8 +155,7 @@ def top5(logits: np.ndarray, names: list[str] | None) -> list[list]:
 
 def position_table(model: models.VisionTransformer, params,
                    grid: tuple[int, int]) -> np.ndarray | None:
-  """The position embedding the model adds, (1, tokens or h*w, d): its
-  learned table, the fixed sine-cosine one of the grid, or None."""
+  """The position embedding the model adds, learned or fixed, or None."""
   if model.posemb == 'learned':
     encoder, embedding, table = names.POSITION_EMBEDDING_TABLE
     return params[encoder][embedding][table]
@@ -180,8 +166,7 @@ def position_table(model: models.VisionTransformer, params,
 
 def embedding_filters(model: models.VisionTransformer,
                       params) -> tuple[np.ndarray | None, str]:
-  """The patch-embedding filters on RGB pixels, (p, p, channels, d), and
-  what they are (a figure title); or None and why there are none."""
+  """The patch-embedding filters on RGB pixels and a title, or None and why."""
   if model.resnet_stages is not None:
     return None, ("a hybrid's patch embedding sees ResNet features, not "
                   'pixels')

@@ -1,12 +1,8 @@
-"""What a run checkpoint's contents hash to, saved with it and checked on
-every restore (`run_checkpoints.RunCheckpoints`): one number per array,
-computed where the arrays are, and a sha256 of each JSON item.
+"""What a run checkpoint's contents hash to, checked on every restore: one
+number per array, computed where the arrays are, and a sha256 per JSON item.
 
-The trainer restores a checkpoint into its TrainState; a reader (analysis,
-fine-tuning, a distillation teacher) has no model to give the state its
-structure and restores the nested dicts orbax saved, whose arrays flatten in
-another order. So a state's array digests are compared as a multiset: damage
-changes the digest of every array it hits, and no reordering hides that.
+Array digests are compared as a multiset, since a reader without the model
+restores the nested dicts, whose arrays flatten in another order.
 """
 
 import hashlib
@@ -21,10 +17,8 @@ class DigestMismatchError(ValueError):
 
 
 def _array_digest(x: jax.Array) -> jax.Array:
-  """A uint32 of every bit of `x`: its elements' bits (in 32-bit words, or
-  bytes and half-words for smaller types), each multiplied by an odd weight
-  of its position, summed modulo 2**32, so that a change in any one element
-  always changes it."""
+  """A uint32 of `x`'s bits, each word weighted oddly by its position, so
+  that a change in any one element always changes it."""
   if jnp.issubdtype(x.dtype, jax.dtypes.prng_key):
     x = jax.random.key_data(x)
   if x.dtype == jnp.bool_:
@@ -51,9 +45,7 @@ def _json_digest(value) -> str:
 
 def compute(state, train_sums: dict, history: list[dict], position: dict,
             config: dict | None) -> dict:
-  """The digest of a checkpoint's items (nothing is copied to the host but
-  one number per array); `config` is None for a checkpoint saved before
-  checkpoints held the run's config."""
+  """The digest of a checkpoint's items; `config` may be None."""
   contents = {
       'state': _arrays_digest(state),
       'train_sums': _arrays_digest(train_sums),
@@ -71,8 +63,7 @@ def _comparable(value):
 
 def verify(saved: dict, state, train_sums: dict, history: list[dict],
            position: dict, config: dict | None) -> None:
-  """Raises DigestMismatchError naming the items that do not hash to the
-  `saved` digest: a damaged file, or an item missing."""
+  """Raises DigestMismatchError naming the items that do not hash to `saved`."""
   found = compute(state, train_sums, history, position, config)
   differ = [name for name in {**saved, **found}
             if _comparable(found.get(name)) != _comparable(saved.get(name))]
@@ -83,8 +74,7 @@ def verify(saved: dict, state, train_sums: dict, history: list[dict],
 
 
 def verify_config(saved: dict, config: dict) -> None:
-  """Raises DigestMismatchError unless the `config` item alone hashes to
-  the `saved` digest (read without the state it was saved with)."""
+  """Raises DigestMismatchError unless `config` alone hashes to `saved`."""
   if _json_digest(config) != saved.get('config'):
     raise DigestMismatchError('its config does not match the digest saved '
                               'with it: a damaged file')

@@ -1,11 +1,6 @@
 """Any checkpoint read back: a `vit_jax.main` workdir as it was trained
-(`load_run`; a teacher's, `teacher_run`), verified as the loop verifies what
-it resumes; any checkpoint (`source_kind`: a workdir, an official `.npz`,
-timm's or transformers' safetensors) as it is evaluated, analysed, exported
-and fine-tuned (`load_params`, `load`). A workdir's record of its run is
-its config.json, and a copy in each checkpoint, from which a lost
-config.json is rebuilt (`saved_config`). Saving is `run_checkpoints`'; the
-other formats are `vit_jax.formats`'.
+(`load_run`), or any checkpoint (`source_kind`) as it is evaluated, analysed,
+exported and fine-tuned (`load_params`, `load`).
 """
 
 import dataclasses
@@ -44,9 +39,7 @@ class Run:
     return models.model_variables(self.params, self.batch_stats)
 
   def for_inference(self) -> tuple[Any, dict]:
-    """The model and variables that apply this run as it is evaluated,
-    analysed, exported and fine-tuned: without what served only training
-    (`names.inference_params`)."""
+    """The model and variables without what served only training."""
     model = models.from_config(self.config,
                                self.params[names.HEAD]['bias'].shape[-1])
     return model, {**self.variables,
@@ -54,8 +47,7 @@ class Run:
 
 
 def read_config_json(workdir: pathlib.Path) -> tuple[dict | None, str]:
-  """`workdir`'s config.json, or None and what is wrong with it ('is
-  missing', 'is not valid JSON (...)')."""
+  """`workdir`'s config.json, or None and what is wrong with it."""
   config_file = pathlib.Path(workdir) / 'config.json'
   try:
     return json.loads(config_file.read_text()), ''
@@ -68,11 +60,7 @@ def read_config_json(workdir: pathlib.Path) -> tuple[dict | None, str]:
 
 
 def saved_config(workdir: pathlib.Path) -> dict:
-  """The config of the run whose checkpoints `workdir` holds: its
-  config.json, or, when that is missing or unreadable, the config its
-  newest checkpoint saved, written back to config.json (one warning says
-  so). WorkdirError when neither exists: nothing then says which config
-  the checkpoints are of."""
+  """`workdir`'s config.json, else rebuilt from its newest checkpoint."""
   saved, problem = read_config_json(workdir)
   if saved is not None:
     return saved
@@ -100,8 +88,7 @@ def _names_best(path: pathlib.Path) -> bool:
 
 
 def run_directory(source: str | pathlib.Path) -> pathlib.Path:
-  """The workdir of a run source: itself, or the run whose best_checkpoint
-  folder it is."""
+  """The workdir of a run source, itself or its best_checkpoint's."""
   path = pathlib.Path(source)
   return path.parent if _names_best(path) else path
 
@@ -110,13 +97,8 @@ def load_run(workdir: str | pathlib.Path, step: int | None = None,
              best: bool = False) -> Run:
   """The config and the model variables of a `vit_jax.main` workdir.
 
-  Reads the checkpoint of `step`, or the newest that matches its digest
-  (the trainer's fallback: a damaged one is skipped with a warning), onto
-  this process's first device, whatever devices the run was trained on;
-  `best` (or `WORKDIR/best_checkpoint` as the workdir): the one of its
-  best evaluation instead (`best_checkpoint`). CheckpointError for a step
-  that cannot be restored. The config is config.json's, or, when that is
-  lost, the checkpoint's.
+  Reads the checkpoint of `step`, else the newest sound one, or with `best`
+  that of its best evaluation, onto this process's first device.
   """
   workdir = pathlib.Path(workdir)
   if _names_best(workdir):
@@ -154,9 +136,7 @@ def load_run(workdir: str | pathlib.Path, step: int | None = None,
                     workdir / 'config.json', problem,
                     checkpoints.directory / str(restored.step))
     config = restored.config
-  # The optimizer state, needed to verify the checkpoint, stays behind;
-  # the model is the parameters' moving average where the run kept one
-  # (`steps.AveragedTrainState`).
+  # The model is the parameters' moving average where the run kept one.
   device = jax.local_devices()[0]
   params = restored.state.get('ema_params') or restored.state['params']
   return Run(ml_collections.ConfigDict(config),
@@ -165,7 +145,7 @@ def load_run(workdir: str | pathlib.Path, step: int | None = None,
              restored.step)
 
 
-# What `source_kind` calls each source, as `vit_jax.convert --format` does.
+# As `vit_jax.convert --format` names them.
 WORKDIR, NPZ, TIMM, HF = 'workdir', 'npz', 'timm', 'hf'
 FOLDER_FORMATS: dict[str, formats.FolderFormat] = {TIMM: timm, HF: hf}
 SOURCES_HELP = ('a vit_jax.main workdir (or its best_checkpoint), an '
@@ -174,7 +154,7 @@ SOURCES_HELP = ('a vit_jax.main workdir (or its best_checkpoint), an '
 
 
 def _safetensors_kind(path: pathlib.Path) -> str:
-  """TIMM or HF, from the array names in a .safetensors file's header."""
+  """TIMM or HF, from a .safetensors file's array names."""
   keys = safetensors_file.names(path)
   if timm.is_state(keys):
     return TIMM
@@ -187,8 +167,7 @@ def _safetensors_kind(path: pathlib.Path) -> str:
 
 
 def source_kind(source: str | pathlib.Path) -> str:
-  """What `source` is, from its contents: WORKDIR, NPZ, TIMM or HF;
-  CheckpointError in one line for anything else."""
+  """What `source` is, from its contents: WORKDIR, NPZ, TIMM or HF."""
   path = pathlib.Path(source)
   if not path.exists():
     raise CheckpointError(f'No checkpoint at {path}: pass {SOURCES_HELP}.')
@@ -212,14 +191,8 @@ def source_kind(source: str | pathlib.Path) -> str:
 
 def load_params(source: str | pathlib.Path, step: int | None = None,
                 model_name: str | None = None) -> Any:
-  """Parameters from any checkpoint (`source_kind`), in our tree, without
-  what served only training (`names.inference_params`).
-
-  A workdir gives its checkpoint of `step` (default: the newest sound one)
-  as arrays on the first device; files give numpy arrays. `model_name`, a
-  ViT's name, gives the number of heads where a timm or transformers file
-  fuses them and no config.json says it.
-  """
+  """Parameters from any checkpoint in our tree, without what served only
+  training; `model_name` gives the heads where a file does not."""
   path = pathlib.Path(source)
   kind = source_kind(path)
   if kind == WORKDIR:
@@ -229,7 +202,7 @@ def load_params(source: str | pathlib.Path, step: int | None = None,
 
 def _read_file(path: pathlib.Path, kind: str, model_name: str | None,
                step: int | None) -> Any:
-  """The parameters of a checkpoint file or folder of `kind` (not a run)."""
+  """The parameters of a checkpoint file or folder (not a run)."""
   if step is not None:
     raise CheckpointError(f'{path} is one checkpoint; step={step} only '
                           'selects among the checkpoints of a run directory.')
@@ -247,9 +220,6 @@ class Loaded:
   image_size: int  # the run's, or what the position embeddings were for
   config: ml_collections.ConfigDict | None  # a workdir's run config
   step: int | None  # a workdir's checkpoint step
-  # The per-channel (mean, std) its input is normalised with: a run's
-  # config's, what a timm or transformers folder states, else the released
-  # models' (pixels in [-1, 1]).
   pixels: tuple[tuple, tuple]
 
   @property
@@ -259,9 +229,8 @@ class Loaded:
 
 def load(source: str | pathlib.Path, *, model_name: str | None = None,
          step: int | None = None) -> Loaded:
-  """Any checkpoint (`source_kind`) and the model that applies it: a
-  workdir's config says which (`Run.for_inference`); for the others,
-  `model_name` (`--model`) or the shapes (`formats.vit_model.model_for`)."""
+  """Any checkpoint and the model that applies it: a workdir's config's, else
+  `model_name`'s or the shapes'."""
   path = pathlib.Path(source)
   kind = source_kind(path)
   if kind == WORKDIR:
@@ -289,8 +258,7 @@ def _file_pixels(path: pathlib.Path, kind: str) -> tuple[tuple, tuple]:
 
 
 def trained_pixels(source: str | pathlib.Path) -> tuple[tuple, tuple] | None:
-  """The (mean, std) `source` was trained on (`Loaded.pixels`) without
-  loading its arrays; None for a run whose config.json does not say."""
+  """The (mean, std) `source` was trained on, without loading its arrays."""
   path = pathlib.Path(source)
   kind = source_kind(path)
   if kind != WORKDIR:
