@@ -138,7 +138,7 @@ class StreamingInput(input_lib.Input):
     iterator = iter(loaded)
     try:
       yield from iterator
-    finally:  # a closed generator (a preempted run) stops the workers now
+    finally:  # a closed generator (a preempted run) stops the workers at once
       iterator.close()
 
 
