@@ -2,6 +2,7 @@
 
 import os
 import pathlib
+import re
 import subprocess
 import sys
 
@@ -121,3 +122,29 @@ def test_libraries_info_records_are_left_out_unless_asked_for():
     assert shown(record(orbax, python_logging.INFO))
   finally:
     logging.set_verbosity(verbosity)
+
+
+def test_help_shows_each_command_its_flags_with_one_text_each():
+  commands = ('main', 'evaluate', 'analyze', 'convert')
+  processes = {name: subprocess.Popen(
+      [sys.executable, '-m', f'vit_jax.{name}', '--help'], cwd=ROOT,
+      stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+               for name in commands}
+  shown = {name: p.communicate()[0] for name, p in processes.items()}
+  assert all('Try --helpfull' in text for text in shown.values()), shown
+  flag_help = lambda text, flag: re.search(
+      rf'^  --{flag}: (.*(?:\n    (?!\().*)*)', text, re.M)[1].split()
+  for flag, readers in (('checkpoint', ('evaluate', 'analyze')),
+                        ('model', ('evaluate', 'analyze', 'convert')),
+                        ('step', ('evaluate', 'analyze', 'convert')),
+                        ('data_dir', ('evaluate', 'analyze'))):
+    assert len({' '.join(flag_help(shown[r], flag)) for r in readers}) == 1
+  for flag in ('cpu_devices', 'coordinator_address', 'num_processes',
+               'process_id', 'lost_process_timeout'):
+    assert flag_help(shown['main'], flag) == flag_help(shown['evaluate'], flag)
+  assert '--config.FIELD=VALUE' in shown['main']
+  assert '--config.num_epochs=1' in shown['main']
+  assert 'vit_jax/config_schema.py' in shown['main']
+  assert '`vit_jax.checkpoints.export`' in shown['convert']
+  assert '--data_dir=DIR' in shown['evaluate']
+  assert not any('shared/data' in text for text in shown.values())

@@ -6,16 +6,12 @@ the run's test images or on your own.
   python -m vit_jax.analyze --checkpoint=ViT-B_16.npz --model=ViT-B_16 \
       --images=photos/ --class_names=imagenet21k_classes.txt --out=/tmp/b16
 
-A run: its config.json and newest checkpoint that matches its digest (a
-damaged one is skipped with a warning; a damaged --step is refused), any ViT
-variant and image size, and its dataset's test images unless --images is
-given. Any other checkpoint (`reading.load`: an official `.npz`, timm's
-or transformers' safetensors): its architecture is read from its shapes
-unless --model names it, the image size follows from its position
-embeddings, and images are resized and normalised as the checkpoint's
-folder states (a timm config.json's mean and std, a transformers
-preprocessor_config.json's), or scaled to [-1, 1] as the released models
-expect where it states nothing.
+A run is read with its config.json and newest sound checkpoint (a damaged
+one skipped with a warning; a damaged --step refused), on its dataset's test
+images unless --images is given. Another checkpoint needs --images; its
+image size follows from its position embeddings, and images are normalised
+as its folder states (timm's config.json, transformers'
+preprocessor_config.json), else scaled to [-1, 1] as the released models'.
 Writes into --out (the analyses are in `vit_jax.analysis`):
 
   cls_attention.png          the class token's last-layer attention over the
@@ -94,15 +90,11 @@ from vit_jax.runtime import command
 from vit_jax.runtime import files
 
 _WORKDIR = flags.DEFINE_string(
-    'workdir', None, 'A vit_jax.main run (WORKDIR/best_checkpoint: at its best '
-    'evaluation, kept with config.keep_best_checkpoint).')
-_CHECKPOINT = flags.DEFINE_string(
-    'checkpoint', None, 'Any checkpoint, instead of --workdir: an official '
-    '.npz, a timm model.safetensors or hub folder, a transformers ViT '
-    'folder, or a run.')
-_MODEL = flags.DEFINE_string(
-    'model', None, "The --checkpoint's architecture, e.g. ViT-B_16 (default: "
-    'read from its shapes).')
+    'workdir', None, 'A vit_jax.main run, or pass --checkpoint '
+    '(WORKDIR/best_checkpoint: at its best evaluation, kept with '
+    'config.keep_best_checkpoint).')
+_CHECKPOINT, _MODEL, _STEP, _DATA_DIR = command.define_checkpoint_flags(
+    'checkpoint', 'model', 'step', 'data_dir')
 _IMAGES = flags.DEFINE_list(
     'images', None, "Image files or directories to analyse (default: the "
     "run's test images).")
@@ -110,10 +102,6 @@ _CLASS_NAMES = flags.DEFINE_string(
     'class_names', None, 'A text file of the class names, one per line, to '
     'name the top-5 predictions of --images.')
 _OUT = flags.DEFINE_string('out', None, 'Where figures and analysis.json go.')
-_STEP = flags.DEFINE_integer('step', None,
-                             'Checkpoint to analyse (default: the latest).')
-_DATA_DIR = flags.DEFINE_string(
-    'data_dir', None, "The run's dataset directory, if it moved since.")
 _NUM_IMAGES = flags.DEFINE_integer(
     'num_images', 4, 'Test images shown in the attention maps.', lower_bound=1)
 _DISTANCE_IMAGES = flags.DEFINE_integer(
@@ -126,8 +114,7 @@ flags.mark_flags_as_required(['out'])
 
 
 def not_drawn_lines(result: dict) -> list[str]:
-  """One line per reason a figure was not drawn: 'REASON: FIGURES not
-  drawn'."""
+  """'REASON: FIGURES not drawn', one line per reason."""
   reasons = {}
   for figure, reason in result.get('not_drawn', {}).items():
     reasons.setdefault(reason, []).append(figure)
@@ -139,9 +126,8 @@ def analyze(out, *, workdir=None, step=None, data_dir=None,
             checkpoint_path=None, model_name=None, images=None,
             class_names=None, num_images=4, distance_images=512,
             components=28) -> dict:
-  """Writes the figures and analysis.json into `out` for a run (`workdir`)
-  or any other checkpoint (`checkpoint_path`, `model_name`), on the run's test
-  images or on `images` (files or directories); returns the numbers."""
+  """Writes the figures and analysis.json of a run or checkpoint into `out`;
+  returns the numbers."""
   out = pathlib.Path(out)
   _check_out(out)  # before minutes of work
   subject, config = _subject(workdir, step, data_dir, checkpoint_path,
@@ -162,8 +148,6 @@ def analyze(out, *, workdir=None, step=None, data_dir=None,
                                   attentions, num_images, image_files, names,
                                   components))
 
-  # The figures and analysis.json as one set: an earlier analysis's stay
-  # whole until this one is.
   try:
     files.replace_directory_atomically(out, write)
   except OSError as e:  # a full or read-only disk
@@ -179,8 +163,7 @@ def analyze(out, *, workdir=None, step=None, data_dir=None,
   return result
 
 
-# What an analysis writes (the module docstring's list; `rollout_<image>.png`
-# with --images).
+# And `rollout_<image>.png` with --images.
 _WRITTEN = ('cls_attention.png', 'dist_attention.png', 'attention_rollout.png',
             'attention_distance.png', 'position_embeddings.png',
             'embedding_filters.png', 'analysis.json')
@@ -203,8 +186,7 @@ def _check_out(out: pathlib.Path):
 def _write_analysis(out: pathlib.Path, subject: subjects.Subject, inputs,
                     display, logits, attentions, num_images: int,
                     image_files, names, components: int) -> dict:
-  """The figures and analysis.json in the empty directory `out`; returns
-  the numbers."""
+  """Writes the figures and analysis.json into `out`; returns the numbers."""
   not_drawn = {}  # figure -> why not
   position_numbers = _draw_position_embeddings(out, subject, not_drawn)
   filter_numbers = _draw_embedding_filters(out, subject, components,
@@ -236,8 +218,7 @@ def _write_analysis(out: pathlib.Path, subject: subjects.Subject, inputs,
 
 def _subject(workdir, step, data_dir, checkpoint_path, model_name,
              images) -> tuple[subjects.Subject, object]:
-  """The ViT that the flags name, and its run's config (None for a
-  checkpoint that is not a run)."""
+  """The ViT the flags name, and its run's config (None for no run)."""
   if (workdir is None) == (checkpoint_path is None):
     raise AnalysisError('Pass --workdir (a run) or --checkpoint (any '
                         'checkpoint).')
@@ -258,8 +239,7 @@ def _subject(workdir, step, data_dir, checkpoint_path, model_name,
 
 def _pixels(subject: subjects.Subject, config, image_files,
             count: int) -> np.ndarray:
-  """The images to analyse, uint8 at the subject's size: `image_files`, or
-  `count` of the run's test images (`subjects.run_test_images`)."""
+  """`image_files`, or `count` of the run's test images, as uint8."""
   if image_files:
     return subjects.read_images(image_files, subject.image_size)
   return subjects.run_test_images(config, count)
@@ -267,8 +247,7 @@ def _pixels(subject: subjects.Subject, config, image_files,
 
 def _draw_position_embeddings(out: pathlib.Path, subject: subjects.Subject,
                               not_drawn: dict) -> dict:
-  """position_embeddings.png, or why not into `not_drawn`; returns its
-  number for analysis.json."""
+  """position_embeddings.png, or why not into `not_drawn`; returns a number."""
   model = subject.model
   table = subjects.position_table(model, subject.params, subject.grid)
   if table is None:
@@ -287,8 +266,7 @@ def _draw_position_embeddings(out: pathlib.Path, subject: subjects.Subject,
 
 def _draw_embedding_filters(out: pathlib.Path, subject: subjects.Subject,
                             components: int, not_drawn: dict) -> dict:
-  """embedding_filters.png, or why not into `not_drawn`; returns its
-  numbers for analysis.json."""
+  """embedding_filters.png, or why not into `not_drawn`; returns its numbers."""
   kernel, title = subjects.embedding_filters(subject.model, subject.params)
   if kernel is None:
     not_drawn['embedding_filters.png'] = title
@@ -303,9 +281,8 @@ def _draw_embedding_filters(out: pathlib.Path, subject: subjects.Subject,
 def _draw_token_attention(out: pathlib.Path, subject: subjects.Subject,
                           display: np.ndarray, attentions: list[np.ndarray],
                           num_images: int, image_files, not_drawn: dict):
-  """The prefix tokens' last-layer attention over the first `num_images`
-  images, and the class token's rollout over them and over each of
-  `image_files`; or why not into `not_drawn`."""
+  """The prefix tokens' last-layer attention and the class token's rollout,
+  or why not into `not_drawn`."""
   model, grid = subject.model, subject.grid
   prefix = model.prefix_tokens
   if names.CLASS_TOKEN not in prefix:
@@ -337,7 +314,7 @@ def _draw_token_attention(out: pathlib.Path, subject: subjects.Subject,
 
 def _draw_attention_distance(out: pathlib.Path, subject: subjects.Subject,
                              attentions: list[np.ndarray]) -> dict:
-  """attention_distance.png; returns its numbers for analysis.json."""
+  """attention_distance.png; returns its numbers."""
   grid, patch_size = subject.grid, subject.patch_size
   # The distances of 'gap' models' heads still use patch-to-patch attention.
   distances = np.stack([
@@ -357,8 +334,7 @@ def _draw_attention_distance(out: pathlib.Path, subject: subjects.Subject,
 
 
 def _to_tensorboard(directory: pathlib.Path, out: pathlib.Path, step: int):
-  """The figures in `out` as images beside the run's curves in TensorBoard,
-  at the step of the checkpoint analysed."""
+  """The figures in `out` as TensorBoard images at the step analysed."""
   from PIL import Image  # pylint: disable=g-import-not-at-top
   from tensorboardX import SummaryWriter  # pylint: disable=g-import-not-at-top
   with SummaryWriter(str(directory)) as writer:

@@ -3,28 +3,26 @@ and Hugging Face transformers' formats.
 
   python -m vit_jax.convert SOURCE DEST --format=npz|timm|hf [--model=NAME]
 
-SOURCE is any checkpoint (`reading.source_kind`, told from its
-contents): a `vit_jax.main` workdir (its newest checkpoint that matches its
-digest, or --step), an official `.npz`, a timm `model.safetensors` or hub
-folder, or a transformers ViT folder. Its architecture is read from its
-shapes (and its config.json, where the format has one) unless --model
-names it. DEST is written in --format:
+SOURCE is any checkpoint, told from its contents: a `vit_jax.main` workdir
+(its newest sound checkpoint, or --step), an official `.npz`, a timm
+`model.safetensors` or hub folder, or a transformers ViT folder. DEST is
+written in --format:
 
   npz    the official google-research/vision_transformer `.npz` (every ViT
          of this project, hybrids and small-data options included)
   timm   a folder with model.safetensors and config.json:
          `timm.create_model('local-dir:DEST', pretrained=True)`; the
-         hybrid as timm's HybridEmbed on a ResNetV2 (the stages timm's
-         factories build)
+         hybrid as timm's HybridEmbed on a ResNetV2
   hf     a folder with config.json, model.safetensors and
          preprocessor_config.json:
          `transformers.ViTForImageClassification.from_pretrained(DEST)`
 
-`vit_jax.export` writes them. The exports compute our logits in those
-libraries (tanh GELU, LayerNorm eps 1e-6, written into their configs; a
-hybrid's stem computes with timm's own epsilons there); what they cannot
-hold (timm's and transformers' ViTs have no pre-logits layer; transformers'
-has no hybrid and reads the class token only) is one line.
+`vit_jax.checkpoints.export` writes them (the folders through
+`vit_jax.formats.timm` and `vit_jax.formats.hf`). They compute our logits
+in those libraries (tanh GELU, LayerNorm eps 1e-6, written into their
+configs; a hybrid's stem with timm's own epsilons); what they cannot hold
+(timm's and transformers' ViTs have no pre-logits layer; transformers' has
+no hybrid and reads the class token only) is one line.
 
 DEST is replaced whole: it holds the old file or folder, or the whole new
 one, after a full disk (one `error:` line, status 1) or Ctrl-C / SIGTERM
@@ -48,12 +46,7 @@ from vit_jax.runtime import command
 
 _FORMAT = flags.DEFINE_enum('format', None, export.FORMATS,
                             'What DEST is written as.')
-_MODEL = flags.DEFINE_string(
-    'model', None, "SOURCE's architecture, e.g. ViT-B_16 (default: read from "
-    'its shapes and config).')
-_STEP = flags.DEFINE_integer(
-    'step', None, 'For a workdir SOURCE: the checkpoint to convert (default: '
-    'the newest sound one).')
+_MODEL, _STEP = command.define_checkpoint_flags('model', 'step')
 
 
 def main(argv):

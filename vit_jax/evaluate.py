@@ -3,36 +3,26 @@ split, without training.
 
   python -m vit_jax.evaluate --checkpoint=/tmp/vit_tiny
   python -m vit_jax.evaluate --checkpoint=vit_small.npz \
-      --config=configs/cifar_small.py --config.data_dir=../shared/data
+      --config=configs/cifar_small.py --data_dir=DIR
   python -m vit_jax.evaluate --checkpoint=hf_vit/ --config=configs/my_data.py \
       --released_preprocessing
 
---checkpoint takes any checkpoint (`reading.source_kind`): a
-`vit_jax.main` workdir (its newest sound checkpoint, or --step), an official
-`.npz`, a timm `model.safetensors` or hub folder, a transformers ViT folder.
+A workdir is evaluated with its run's config unless --config names another
+(--config.FIELD=VALUE overrides a field). Other checkpoints need --config,
+which names the dataset; the model is the checkpoint's, computing in
+config.dtype, and its preprocessing the config's (config.image_size must
+then be what its position embeddings were trained for), or with
+--released_preprocessing the checkpoint's own: that resolution, the mean
+and std its folder states (timm's config.json, transformers'
+preprocessor_config.json), else pixels in [-1, 1] as the released models'
+(for a workdir with another --config: its run's image size, mean and std).
 
-The data and its preprocessing: a workdir's own config, unless --config
-names another (--config.FIELD overrides it; --data_dir, where a run's data
-moved). Other checkpoints need --config, which names the dataset; the model
-is the checkpoint's (its shapes, or --model), computing in config.dtype.
-Their preprocessing is the config's (config.image_size must then be what the
-position embeddings were trained for), or, with --released_preprocessing,
-the checkpoint's own: images at the resolution the position embeddings
-were trained for, normalised with the mean and std its folder states (timm's
-config.json, transformers' preprocessor_config.json), pixels scaled to
-[-1, 1] as the released models' where it states none (the flag is named
-for them); for a workdir evaluated with another --config, its run's
-image size, mean and std.
-
-Every test example counts exactly once (the masks the trainer's evaluation
-uses), on all devices, and on all processes of a multi-process job: the
-same command once per process, as for `vit_jax.main` (SLURM, Open MPI and
-Cloud TPU detected; elsewhere --coordinator_address, --num_processes and
---process_id). A run's workdir evaluates to exactly the test accuracy it
-logged at that step. Process 0 prints the result; its last line is JSON:
-top1, top5, loss, examples, and what was evaluated. Exit status 0, or 1
-after one `error:` line; Ctrl-C or SIGTERM stop it at once in one line,
-status 130 or 75.
+Every test example counts exactly once, on all devices and all processes of
+a multi-process job (the same command once per process, as for
+`vit_jax.main`); a workdir evaluates to exactly the test accuracy it logged
+at that step. Process 0 prints the result, its last line JSON: top1, top5,
+loss, examples, and what was evaluated. Exit status 0, or 1 after one
+`error:` line; Ctrl-C or SIGTERM stop it at once, status 130 or 75.
 """
 
 # pylint: disable=g-import-not-at-top,wrong-import-position
@@ -55,26 +45,17 @@ from vit_jax.runtime import command
 from vit_jax.runtime import job
 from vit_jax.training import evaluation
 
-_CHECKPOINT = flags.DEFINE_string(
-    'checkpoint', None, 'Any checkpoint: a vit_jax.main workdir (WORKDIR/'
-    'best_checkpoint: at its best evaluation), an official .npz, a timm '
-    'model.safetensors or hub folder, a transformers ViT folder.')
+_CHECKPOINT, _MODEL, _STEP, _DATA_DIR = command.define_checkpoint_flags(
+    'checkpoint', 'model', 'step', 'data_dir')
 _CONFIG = config_flags.DEFINE_config_file(
     'config', None, "The dataset and preprocessing, e.g. configs/cifar_small.py "
     "(default for a workdir: its run's config).", lock_config=False)
-_MODEL = flags.DEFINE_string(
-    'model', None, "The checkpoint's architecture, e.g. ViT-B_16 (default: "
-    'read from its shapes and config).')
-_STEP = flags.DEFINE_integer(
-    'step', None, 'For a workdir: the checkpoint to evaluate (default: the '
-    'newest sound one).')
-_DATA_DIR = flags.DEFINE_string(
-    'data_dir', None, 'Where the data is, in place of config.data_dir.')
 _RELEASED_PREPROCESSING = flags.DEFINE_bool(
     'released_preprocessing', False, 'Preprocess as the checkpoint '
     'expects: the resolution of its position embeddings, the mean and std '
     'its folder states (pixels in [-1, 1] where none).')
 _CPU_DEVICES = command.define_cpu_devices()
+flags.adopt_module_key_flags(job)
 flags.mark_flag_as_required('checkpoint')
 
 

@@ -1,23 +1,29 @@
-"""Trains and evaluates a model: `python -m vit_jax.main --config=... --workdir=...`.
+r"""Trains and evaluates a model; the same command again resumes the run.
 
-Rerunning the same command resumes from the latest checkpoint in the workdir.
+  python -m vit_jax.main --config=configs/cifar_small.py --workdir=/tmp/vit_tiny
+  python -m vit_jax.main --config=configs/cifar_small.py --workdir=/tmp/vit \
+      --config.num_epochs=1 --config.data_dir=DIR
+
+--config.FIELD=VALUE sets any field of the config, and
+--config.model_overrides.FIELD=VALUE any field of the model: every field, its
+default and what it means are in vit_jax/config_schema.py (docs/training.md,
+"Configs").
+
 Exit status: 0 when the run is complete; 75 when SIGTERM or Ctrl-C stopped
 it with nothing lost (rerun to resume); 1 for a problem the message explains;
 130 when a second Ctrl-C stopped it at once (rerun to resume from the newest
-complete checkpoint).
-On several hosts the same command runs once per host (or per accelerator),
-with the workdir on a shared filesystem; SLURM, Open MPI and Cloud TPU jobs are
-detected, elsewhere --coordinator_address, --num_processes and --process_id say
-who is who (docs/multi_host.md).
+complete checkpoint). On several hosts the same command runs once per host
+(or per accelerator), with the workdir on a shared filesystem; the job flags
+below say who is who where SLURM, Open MPI or a Cloud TPU does not
+(docs/multi_host.md).
 """
 
 # pylint: disable=g-import-not-at-top,wrong-import-position
 from vit_jax.runtime import stop_signals
 
 if __name__ == '__main__':
-  # First, before jax and the rest load (a second or more): a SIGTERM or
-  # Ctrl-C from now on is a request to stop, acted on as the run allows,
-  # not a kill with status 143 or a traceback.
+  # Before jax loads (a second or more): a SIGTERM or Ctrl-C from now on is
+  # a request to stop, not a kill with status 143 or a traceback.
   stop_signals.catch()
 
 from absl import app
@@ -31,13 +37,15 @@ from vit_jax.runtime import preemption
 from vit_jax.training import train
 
 _CONFIG = config_flags.DEFINE_config_file(
-    'config', None, 'Training configuration file, e.g. configs/cifar_small.py.',
+    'config', None, 'Training configuration file, e.g. configs/cifar_small.py; '
+    '--config.FIELD=VALUE overrides a field.',
     # Any field may be overridden, a model's too; the schema and the model
     # name the ones that do not exist.
     lock_config=False, accept_new_attributes=True)
 _WORKDIR = flags.DEFINE_string(
     'workdir', None, 'Directory for checkpoints, metrics and the config.')
 _CPU_DEVICES = command.define_cpu_devices()
+flags.adopt_module_key_flags(job)
 flags.mark_flags_as_required(['config', 'workdir'])
 
 

@@ -1,9 +1,7 @@
-"""What every command does with its flags and its log: a --config file that
-cannot be loaded is one `error:` line (`parse_flags`, for the commands that
-take one), and libraries' INFO records stay out of what it prints
-(`quiet_libraries`). Defines no flags when imported, so any command may
-import it; `define_cpu_devices` defines the one flag every command that
-computes shares.
+"""What every command does with its flags and its log: one `error:` line for
+a bad flag or --config (`parse_flags`), libraries' INFO records left out
+(`quiet_libraries`), and the flags several commands share (`define_*`,
+none at import).
 """
 
 import functools
@@ -33,10 +31,8 @@ def _config_files(argv: list[str]) -> set[str]:
 
 def _config_file_problem(error: BaseException,
                          config_files: set[str]) -> str | None:
-  """What is wrong with the --config file, if `error` came from loading
-  it: missing, not Python, or raising (ml_collections wraps what it
-  raised, and the innermost traceback runs through the file); None for
-  another error."""
+  """What is wrong with the --config file if `error` came from loading it
+  (missing, not Python, or raising); None for another error."""
   missing = sorted(f for f in config_files if not pathlib.Path(f).is_file())
   if missing:
     return 'no file ' + ', '.join(missing)
@@ -62,12 +58,8 @@ def _config_file_problem(error: BaseException,
 
 
 def parse_flags(argv: list[str]) -> list[str]:
-  """absl's flag parsing for a command; a bad flag, or a --config file
-  that is missing, is not Python or raises, is one `error:` line and exit
-  status 1 instead of a traceback, with or without --config.FIELD
-  overrides. An override of a field the config lacks,
-  `--config.num_epoch=3`, is accepted here and named by the config schema
-  or the model."""
+  """absl's flag parsing, with a bad flag or --config file one `error:`
+  line and status 1; an unknown --config.FIELD is left to the schema."""
   try:
     remaining = flags.FLAGS(argv)
   except Exception as e:  # pylint: disable=broad-except
@@ -99,16 +91,58 @@ _OURS = tuple(str(pathlib.Path(__file__).resolve().parents[2] / folder) +
               os.sep for folder in ('vit_jax', 'experiments', 'configs'))
 
 
+# The flags `define_*` defines belong to the command that calls them: absl
+# shows in --help only the main module's.
+flags.disclaim_key_flags()
+
+_CHECKPOINT_FLAGS = {
+    'checkpoint': (
+        flags.DEFINE_string,
+        'Any checkpoint: a vit_jax.main workdir (WORKDIR/best_checkpoint: at '
+        'its best evaluation), an official .npz, a timm model.safetensors or '
+        'hub folder, a transformers ViT folder.'),
+    'model': (
+        flags.DEFINE_string,
+        "The checkpoint's architecture, e.g. ViT-B_16 (default: read from its "
+        'shapes and config).'),
+    'step': (
+        flags.DEFINE_integer,
+        'For a workdir: the step of the checkpoint to read (default: the '
+        'newest sound one).'),
+    'data_dir': (
+        flags.DEFINE_string,
+        'Where the dataset is, in place of config.data_dir (for a workdir '
+        'whose data moved).'),
+}
+
+
 @functools.lru_cache(maxsize=None)
+def _define(name: str) -> flags.FlagHolder:
+  if name == 'cpu_devices':
+    return flags.DEFINE_integer(
+        'cpu_devices', None,
+        'Host devices the batches are split over on a CPU (default: '
+        f'config.cpu_devices, else {distributed.DEFAULT_CPU_DEVICES}).',
+        lower_bound=1)
+  define, help_text = _CHECKPOINT_FLAGS[name]
+  return define(name, None, help_text)
+
+
+def _defined(*names: str) -> tuple[flags.FlagHolder, ...]:
+  holders = tuple(_define(name) for name in names)
+  for name in names:  # each command's own, with two in one process (tests)
+    flags.declare_key_flag(name)
+  return holders
+
+
+def define_checkpoint_flags(*names: str) -> tuple[flags.FlagHolder, ...]:
+  """The flags `names` of --checkpoint, --model, --step and --data_dir."""
+  return _defined(*names)
+
+
 def define_cpu_devices() -> flags.FlagHolder:
-  """--cpu_devices: how many host devices a command on a CPU splits its
-  batches over (`distributed.set_cpu_devices`); unset, a run's config says
-  (config.cpu_devices), else the default."""
-  return flags.DEFINE_integer(
-      'cpu_devices', None,
-      'Host devices the batches are split over on a CPU (default: '
-      f'config.cpu_devices, else {distributed.DEFAULT_CPU_DEVICES}).',
-      lower_bound=1)
+  """--cpu_devices: host devices a command on a CPU splits its batches over."""
+  return _defined('cpu_devices')[0]
 
 
 def _is_ours(pathname: str) -> bool:
@@ -116,13 +150,10 @@ def _is_ours(pathname: str) -> bool:
 
 
 def _quiet_libraries(record) -> bool:
-  """Libraries' INFO records left out of a command's log: jax's (which
-  backends it tried) and orbax's (every step of every save and read:
-  registries, handlers, throughputs, tens of lines a checkpoint). Orbax's
-  warnings and the tracebacks its background reads and writes leave (a
-  live run's checkpoint deleted under a read, a failed save logged by
-  every thread involved) too: the command says what happened once, in its
-  own words. All of them shown with --verbosity=1 or more."""
+  """Whether a record is shown: libraries' INFO records (jax's backends,
+  orbax's tens of lines a checkpoint), orbax's warnings and its background
+  threads' tracebacks are not (the command says what happened once, in its
+  own words), unless --verbosity=1 or more."""
   if _is_ours(record.pathname) or logging.get_verbosity() > logging.INFO:
     return True
   background = '/orbax/' in record.pathname or record.name == 'asyncio'
