@@ -1,5 +1,7 @@
 """vit_jax.checkpoints.export: any checkpoint written as npz, timm or hf."""
 
+import os
+
 import jax
 import numpy as np
 import pytest
@@ -105,3 +107,23 @@ def test_a_released_hybrid_converts_to_timm_and_back_exactly(tmp_path):
   with pytest.raises(CheckpointError, match='has no ResNet stem of the '
                      'hybrid'):
     export.convert(tmp_path / 'r50.npz', tmp_path / 'hf', 'hf')
+
+
+def test_every_exported_file_has_the_mode_the_umask_gives(tmp_path):
+  model = models.create_model('ViT-Tiny-CIFAR_4', 5, num_layers=1)
+  npz.save_npz(random_vit_params(model, 8), tmp_path / 'a.npz')
+  umask = os.umask(0o022)
+  try:
+    for format_name, dest in (('npz', 'b.npz'), ('timm', 'timm'),
+                              ('hf', 'hf')):
+      export.convert(tmp_path / 'a.npz', tmp_path / dest, format_name)
+  finally:
+    os.umask(umask)
+  written = [p for p in tmp_path.rglob('*') if p.name != 'a.npz']
+  assert {p.relative_to(tmp_path).as_posix(): oct(p.stat().st_mode & 0o777)
+          for p in written} == {
+              'b.npz': '0o644', 'timm': '0o755',
+              'timm/model.safetensors': '0o644', 'timm/config.json': '0o644',
+              'hf': '0o755', 'hf/model.safetensors': '0o644',
+              'hf/config.json': '0o644',
+              'hf/preprocessor_config.json': '0o644'}

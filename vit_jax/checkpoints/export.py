@@ -1,5 +1,4 @@
-"""Any checkpoint written in another format: what `python -m
-vit_jax.convert` does (that module's docstring says what each format is)."""
+"""Any checkpoint written in another format (`python -m vit_jax.convert`)."""
 
 import pathlib
 
@@ -43,8 +42,7 @@ def _check_destination(dest: pathlib.Path, format_name: str) -> None:
 def convert(source: str | pathlib.Path, dest: str | pathlib.Path,
             format_name: str, *, model_name: str | None = None,
             step: int | None = None) -> str:
-  """Writes `source` as `dest` in `format_name`; returns what it wrote, in
-  one line."""
+  """Writes `source` as `dest` in `format_name`; returns one line saying so."""
   if format_name not in FORMATS:
     raise CheckpointError(f'--format={format_name!r}: use one of '
                           f'{", ".join(FORMATS)}.')

@@ -1,7 +1,5 @@
-"""`.safetensors` files, the hub's format for timm and transformers weights,
-read and written with safetensors' numpy API: no torch, and no pickles
-(the format holds raw arrays and a JSON header, nothing that runs code).
-"""
+"""`.safetensors` files (timm's and transformers' weights) through
+safetensors' numpy API: no torch, no pickles."""
 
 import pathlib
 
@@ -12,13 +10,11 @@ import safetensors.numpy
 from vit_jax.errors import CheckpointError
 from vit_jax.runtime import files
 
-# The name timm's and transformers' hub folders give their weights.
 WEIGHTS_NAME = 'model.safetensors'
 
 
 def is_safetensors(path: pathlib.Path) -> bool:
-  """Whether `path` starts like a .safetensors file: an 8-byte little-endian
-  header length, then a JSON object."""
+  """Whether `path` starts as a .safetensors file: 8 bytes, then JSON."""
   try:
     with pathlib.Path(path).open('rb') as f:
       start = f.read(9)
@@ -42,8 +38,7 @@ def names(path: pathlib.Path) -> list[str]:
 
 
 def read(path: pathlib.Path) -> dict[str, np.ndarray]:
-  """Every array of a .safetensors file, by name (bfloat16 as ml_dtypes'
-  bfloat16); CheckpointError in one line for a file that is not one."""
+  """Every array of a .safetensors file, by name (bfloat16 as ml_dtypes')."""
   try:
     return safetensors.numpy.load_file(str(path))
   except (safetensors.SafetensorError, OSError) as e:
@@ -52,8 +47,7 @@ def read(path: pathlib.Path) -> dict[str, np.ndarray]:
 
 def write(path: pathlib.Path, arrays: dict[str, np.ndarray],
           metadata: dict[str, str] | None = None) -> None:
-  """`arrays` as the .safetensors file `path`, replaced in one step so that
-  a crash leaves the old file or the new one."""
+  """`arrays` as the .safetensors file `path`, replaced atomically."""
   arrays = {key: np.ascontiguousarray(value) for key, value in arrays.items()}
   path.parent.mkdir(parents=True, exist_ok=True)
   files.replace_atomically(

@@ -1,19 +1,11 @@
-"""Files written whole or not at all, and the image files we read.
-
-A process killed while it writes leaves the old file or the new one, never
-half of one: every file a later run or reader trusts (config.json,
-summary.json, a released-format .npz, an experiment's results.json and
-figures) is written under a temporary name and renamed into place. A set of
-files that belong together (a timm or transformers folder) is written into
-a temporary directory that then takes the place of the old one
-(`replace_directory_atomically`); files that belong together in a folder
-that holds others too (an experiment's records beside its README) are
-written first and renamed together (`replace_together`).
+"""Files written whole or not at all, under a temporary name renamed into
+place, with the mode the umask gives; and the image files we read.
 """
 
 from collections.abc import Callable
 import os
 import pathlib
+import re
 import shutil
 
 from vit_jax import errors
@@ -25,40 +17,50 @@ IMAGE_SUFFIXES = ('.jpg', '.jpeg', '.png')
 PARTIAL_SUFFIX = '.partial'
 
 
+def _umask() -> int:
+  # Read, not set: os.umask sets it, and a file another thread creates
+  # meanwhile would get the mode of the value set.
+  try:
+    status = pathlib.Path('/proc/self/status').read_text()
+    return int(re.search(r'^Umask:\s*([0-7]+)', status, re.M).group(1), 8)
+  except (OSError, AttributeError):  # not Linux
+    umask = os.umask(0o077)
+    os.umask(umask)
+    return umask
+
+
 def is_image_file(path: pathlib.Path) -> bool:
   return path.suffix.lower() in IMAGE_SUFFIXES
 
 
 def partial_path(path: pathlib.Path) -> pathlib.Path:
-  """Where `path` is written before it is renamed into place: a file or
-  folder named so is unfinished, and the next writer removes it."""
+  """Where `path` is written before its rename; the next writer removes it."""
   return path.with_name(path.name + PARTIAL_SUFFIX)
 
 
 def replace_atomically(path: pathlib.Path,
                        write: Callable[[pathlib.Path], None]) -> None:
-  """Calls `write(partial)` for a temporary path beside `path`, then renames
-  it to `path`; a failed `write` leaves no temporary file behind."""
+  """`write(partial)` for a temporary path, then renamed to `path`."""
   replace_together({path: write})
 
 
 def replace_together(
     writes: dict[pathlib.Path, Callable[[pathlib.Path], None]]) -> None:
-  """Each `write(partial)` of `writes` for a temporary path beside its
-  path, then every partial renamed into place, a stop signal waiting for
-  the renames (`stop_signals.not_stopped_within`): the files (an
-  experiment's results.json, figure and README) are the old set or the
-  whole new one. A failed write, or a stop signal during the writes
-  (`stop_signals.remove_on_stop`), leaves every path as it was and no
-  temporary file. Only a process killed within the renames' microseconds
-  leaves a mix."""
+  """Each `write(partial)` of `writes`, then every partial renamed into
+  place: the old set or the whole new one. A failed write or a stop signal
+  leaves every path as it was; only a kill within the renames leaves a mix."""
   partials = {}
+  mode = 0o666 & ~_umask()
   try:
     for path, write in writes.items():
       path = pathlib.Path(path)
       partials[path] = partial_path(path)
       stop_signals.remove_on_stop(partials[path])
       write(partials[path])
+      if partials[path].is_file():
+        # Writers that go through a temporary file of their own
+        # (safetensors) leave it 0600.
+        os.chmod(partials[path], mode)
     with stop_signals.not_stopped_within():
       for path, partial in partials.items():
         os.replace(partial, path)
@@ -72,15 +74,14 @@ def replace_together(
 
 
 def write_atomically(path: pathlib.Path, text: str) -> None:
-  """`text` as the whole content of `path` (see `replace_atomically`)."""
+  """`text` as the whole content of `path`, replaced atomically."""
   replace_atomically(path, lambda partial: partial.write_text(text))
 
 
 def foreign_files(directory: pathlib.Path,
                   ours: Callable[[str], bool]) -> str | None:
-  """The names in `directory` that `ours` does not claim, listed ('a, b'),
-  the first five then '...'; None when there are none (or no directory):
-  what `replace_directory_atomically` would lose of it."""
+  """The names in `directory` that `ours` does not claim ('a, b', five at
+  most, then '...'); None for none."""
   directory = pathlib.Path(directory)
   others = sorted(p.name for p in directory.iterdir()
                   if not ours(p.name)) if directory.is_dir() else []
@@ -91,14 +92,10 @@ def foreign_files(directory: pathlib.Path,
 
 def replace_directory_atomically(path: pathlib.Path,
                                  write: Callable[[pathlib.Path], None]) -> None:
-  """Calls `write(partial)` for a fresh temporary directory beside `path`,
-  then renames it to `path`, the directory there before moved aside and
-  removed: `path` holds the old set of files or the whole new one. A failed
-  `write`, or a stop signal during it (`stop_signals.remove_on_stop`),
-  leaves `path` as it was and no temporary directory; a signal waits for
-  the renames (`stop_signals.not_stopped_within`). What a process killed
-  between the renames left is put back first. `path` (a symlink's target)
-  must not be a mount point: it is renamed."""
+  """`write(partial)` for a fresh temporary directory that then takes the
+  place of `path`: the old set of files or the whole new one, also after a
+  failed `write`, a stop signal, or a kill between the renames (put back
+  first). `path` (a symlink's target) must not be a mount point."""
   path = pathlib.Path(os.path.realpath(path))
   if os.path.ismount(path):
     raise errors.VitJaxError(f'{path} is a mount point, which cannot be '
