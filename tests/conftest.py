@@ -4,6 +4,7 @@ Helpers that tests import are `tests.helpers`'."""
 
 import importlib
 import os
+import pathlib
 import shutil
 import signal
 import subprocess
@@ -36,7 +37,9 @@ signal.signal(signal.SIGINT, signal.default_int_handler)
 # compiles the same tiny steps many times, and a rerun after kill -9
 # compiles what the killed run did. Fresh each session, so no test reads
 # what other code compiled: the controller (or a run without workers) makes
-# it and removes it.
+# it and removes it at the end; one whose session was killed first (kill,
+# `timeout`) goes at the next session's start.
+_CACHE_PREFIX = 'vit_jax_tests_xla_cache_'
 _compilation_cache = None
 
 
@@ -44,12 +47,31 @@ def _is_xdist_worker(config) -> bool:
   return hasattr(config, 'workerinput')
 
 
+def _is_running(pid: int) -> bool:
+  try:
+    os.kill(pid, 0)
+  except ProcessLookupError:
+    return False
+  except PermissionError:  # another user's
+    pass
+  return True
+
+
+def _remove_killed_sessions_caches():
+  for cache in pathlib.Path(tempfile.gettempdir()).glob(f'{_CACHE_PREFIX}*'):
+    pid = cache.name[len(_CACHE_PREFIX):].split('_')[0]
+    if pid.isdigit() and not _is_running(int(pid)):
+      shutil.rmtree(cache, ignore_errors=True)
+
+
 def pytest_configure(config):
   global _compilation_cache
   if _is_xdist_worker(config):
     _compilation_cache = os.environ['JAX_COMPILATION_CACHE_DIR']
   else:
-    _compilation_cache = tempfile.mkdtemp(prefix='vit_jax_tests_xla_cache_')
+    _remove_killed_sessions_caches()
+    _compilation_cache = tempfile.mkdtemp(
+        prefix=f'{_CACHE_PREFIX}{os.getpid()}_')
     os.environ['JAX_COMPILATION_CACHE_DIR'] = _compilation_cache
   import jax  # pylint: disable=g-import-not-at-top
   jax.config.update('jax_compilation_cache_dir', _compilation_cache)
