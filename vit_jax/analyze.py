@@ -31,29 +31,15 @@ Writes into --out (the analyses are in `vit_jax.analysis`):
   analysis.json              the numbers behind the figures, and with
                              --images the top-5 classes of each image
 
-Runs of `VisionTransformer`'s optional techniques are analysed as they are:
-the patches are the tokens after the prefix ones ([CLS], then the
-distillation token), and the image size and patch grid come from the run's
-config. What a model does not have is not drawn, and the command says so in
-one line each (analysis.json lists it under `not_drawn`, and has no numbers
-for it):
-
-  classifier 'gap' or 'map'  no class token: no cls_attention.png nor
-                             attention rollout
-  posemb='sincos2d'          position_embeddings.png shows the fixed
-                             sine-cosine embedding
-                             (`layers.position.posemb_sincos_2d`), titled
-                             as such; analysis.json's `position_embedding`
-                             says which it was
-  posemb='none'              no position_embeddings.png
-  shifted_patches            embedding_filters.png shows the components of the
-                             filters on the patch itself: the unshifted
-                             image's slice of the `shifted_patch_embedding`
-                             kernel, times the `shifted_patch_norm` scale
-                             (`analysis.shifted_patch_filters`)
-  locality_attention         the attention maps have a zero diagonal; the
-                             uniform-attention distance leaves out the patch
-                             itself
+A model's optional techniques are analysed as they are (the patches are the
+tokens after [CLS] and the distillation token). What a model lacks is not
+drawn, in one line each and under analysis.json's `not_drawn`: without a
+class token (classifier 'gap' or 'map') no cls_attention.png nor rollout,
+with posemb='none' no position_embeddings.png. With posemb='sincos2d' that
+figure shows the fixed embedding, titled so; with shifted_patches
+embedding_filters.png shows the filters on the unshifted patch
+(`analysis.shifted_patch_filters`); with locality_attention the maps have a
+zero diagonal and the uniform-attention distance leaves the patch out.
 
 For a run, the figures also go to its TensorBoard (`tensorboard --logdir
 WORKDIR/tensorboard`, under `analysis`), at the step analysed.
@@ -67,8 +53,7 @@ analysis, after success the new one, never a mix.
 from vit_jax.runtime import stop_signals
 
 if __name__ == '__main__':
-  # First, before jax loads: Ctrl-C or SIGTERM stops the analysis at once,
-  # what it was writing removed.
+  # Before jax loads: Ctrl-C or SIGTERM stop it at once, whatever it does.
   stop_signals.catch(at_once='stopped the analysis; --out is as it was')
 
 import json

@@ -33,8 +33,7 @@ one, after a full disk (one `error:` line, status 1) or Ctrl-C / SIGTERM
 from vit_jax.runtime import stop_signals
 
 if __name__ == '__main__':
-  # First, before jax loads: Ctrl-C or SIGTERM stops the conversion at once,
-  # what it was writing removed.
+  # Before jax loads: Ctrl-C or SIGTERM stop it at once, whatever it does.
   stop_signals.catch(at_once='stopped the conversion; DEST is as it was')
 
 from absl import app

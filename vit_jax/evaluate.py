@@ -29,8 +29,7 @@ loss, examples, and what was evaluated. Exit status 0, or 1 after one
 from vit_jax.runtime import stop_signals
 
 if __name__ == '__main__':
-  # First, before jax loads: Ctrl-C or SIGTERM stops the evaluation at once,
-  # in one line (status 130 or 75), whatever it is doing.
+  # Before jax loads: Ctrl-C or SIGTERM stop it at once, whatever it does.
   stop_signals.catch(at_once='stopped the evaluation; it wrote nothing')
 
 import json

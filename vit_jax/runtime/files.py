@@ -11,8 +11,7 @@ import shutil
 from vit_jax import errors
 from vit_jax.runtime import stop_signals
 
-# The image files an image folder, `vit_jax.analyze --images` and the
-# experiments read (what PIL decodes that people keep photos in).
+# What PIL decodes that people keep photos in.
 IMAGE_SUFFIXES = ('.jpg', '.jpeg', '.png')
 PARTIAL_SUFFIX = '.partial'
 
