@@ -31,11 +31,8 @@ def cls_attention(attention: np.ndarray, grid: tuple[int, int],
 
 
 def attention_rollout(attentions: list[np.ndarray]) -> np.ndarray:
-  """Attention rollout (Abnar & Zuidema 2020), as in the paper's Figure 6.
-
-  Returns (batch, tokens, tokens): row i is how much each input token flows
-  into output token i.
-  """
+  """Attention rollout (Abnar & Zuidema 2020), the paper's Figure 6: row i of
+  (batch, tokens, tokens) is how much each input token flows into token i."""
   rollout = None
   for attention in attentions:
     mixed = np.asarray(attention, np.float64).mean(axis=1)
@@ -129,11 +126,8 @@ def similarity_distance_correlation(similarity: np.ndarray) -> float:
 
 def patch_embedding_components(
     kernel: np.ndarray, count: int) -> tuple[np.ndarray, np.ndarray]:
-  """Principal components of the patch-embedding filters (Figure 7, left).
-
-  Returns the top `count` components, (count, p, p, channels), each with its
-  largest entry positive, and the share of the variance each explains.
-  """
+  """The top `count` principal components of the patch-embedding filters
+  (Figure 7, left) and the share of the variance each explains."""
   kernel = np.asarray(kernel, np.float64)
   filters = kernel.reshape(-1, kernel.shape[-1]).T  # (d, p*p*channels)
   filters = filters - filters.mean(axis=0)

@@ -95,11 +95,8 @@ def run_directory(source: str | pathlib.Path) -> pathlib.Path:
 
 def load_run(workdir: str | pathlib.Path, step: int | None = None,
              best: bool = False) -> Run:
-  """The config and the model variables of a `vit_jax.main` workdir.
-
-  Reads the checkpoint of `step`, else the newest sound one, or with `best`
-  that of its best evaluation, onto this process's first device.
-  """
+  """The config and variables of a workdir's checkpoint of `step`, else its
+  newest sound one (or with `best`, its best), on the first device."""
   workdir = pathlib.Path(workdir)
   if _names_best(workdir):
     workdir, best = workdir.parent, True

@@ -240,11 +240,7 @@ def _random_signs(key: jax.Array, n: int) -> jax.Array:
 def trivial_augment(key: jax.Array, images: jax.Array,
                     num_magnitude_bins: int = 31, *,
                     ranges: OpRanges = TRIVIAL_AUGMENT_WIDE) -> jax.Array:
-  """TrivialAugment (Muller & Hutter 2021), torchvision's TrivialAugmentWide.
-
-  Per image, one op and one of `num_magnitude_bins` magnitudes in [0, 1],
-  drawn uniformly, with a random sign.
-  """
+  """TrivialAugment (Muller & Hutter 2021), torchvision's TrivialAugmentWide."""
   if num_magnitude_bins < 2:
     raise ValueError(f'num_magnitude_bins={num_magnitude_bins}: need >= 2.')
   n = images.shape[0]

@@ -1,9 +1,5 @@
-"""The interface both inputs implement, and the batch order they share.
-
-The host side hands the loop batches from any position (a resumed run reads
-the batches an uninterrupted one would); the device side, `model_inputs`, is
-traced into the compiled steps.
-"""
+"""The interface both inputs implement, and the batch order they share: a
+resumed run reads the batches an uninterrupted one would."""
 
 import abc
 from collections.abc import Iterator

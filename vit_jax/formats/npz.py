@@ -52,10 +52,7 @@ def _renamed(flat: dict[str, Any], renames: dict[str, str],
 
 
 def load_npz(path: str | pathlib.Path) -> dict[str, Any]:
-  """Our tree of numpy arrays from an official `.npz` (either numbering).
-
-  Only the layout is checked; `check_params` checks the shapes.
-  """
+  """Our tree from an official `.npz`; `check_params` checks the shapes."""
   path = pathlib.Path(path)
   if path.is_dir():
     raise CheckpointError(f'{path} is a directory, not a .npz file; '
