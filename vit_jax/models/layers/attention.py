@@ -1,15 +1,6 @@
-"""How the ViT's blocks compute self-attention: one set of parameters (flax's
-`MultiHeadDotProductAttention` tree), several implementations.
-
-`MultiHeadSelfAttention(attention=...)` picks the implementation: `'auto'`
-(the default: cuDNN's fused attention where it applies, the einsum one
-elsewhere), this project's einsum one (which sows the attention maps and can
-drop them out), `jax.nn.dot_product_attention` with jax's choice of kernel,
-or cuDNN's fused attention at any token count (`fused_attention`);
-`locality=True` makes it the locality self-attention of Lee, Lee & Song
-(2021), and `mimetic_init=True` initialises it as Trockman & Kolter (2023)
-(`mimetic_kernels`): the small-data techniques of this layer.
-"""
+"""Multi-head self-attention: flax's `MultiHeadDotProductAttention` parameter
+tree, several implementations (`ATTENTIONS`), with locality self-attention
+(Lee, Lee & Song 2021) and mimetic initialisation (Trockman & Kolter 2023)."""
 
 import math
 from typing import Any, Sequence
@@ -21,8 +12,6 @@ import jax.numpy as jnp
 from vit_jax.models.layers import fused_attention
 from vit_jax.models.layers.dropout import Dropout
 
-# How MultiHeadSelfAttention computes softmax(q k^T / sqrt(head_dim)) v; the
-# parameters are the same for all (see its docstring).
 ATTENTIONS = ('auto', 'einsum', 'dot_product_attention', 'cudnn')
 
 
@@ -46,10 +35,7 @@ def _check_attention(attention: str, attention_dropout_rate: float,
 def project_qkv(x: jax.Array,
                 projections: Sequence[tuple[jax.Array, jax.Array]],
                 layout: str) -> tuple[jax.Array, ...]:
-  """The queries, keys and values: `x` (batch, tokens, hidden) through each
-  (kernel (hidden, heads, head_dim), bias (heads, head_dim)) of
-  `projections`, in `layout`: 'bthe' (batch, tokens, heads, head_dim) or
-  'bhte'."""
+  """`x` through each (kernel, bias) of `projections`, laid out as `layout`."""
   return tuple(jnp.einsum(f'btd,dhe->{layout}', x, kernel) +
                (bias[:, None, :] if layout == 'bhte' else bias)
                for kernel, bias in projections)
@@ -61,11 +47,7 @@ def _is_power_of_4(n: int) -> bool:
 
 
 class _Projection(nn.Module):
-  """One attention projection's kernel and bias, nothing else.
-
-  Initialised like flax's `DenseGeneral` (xavier_uniform on the kernel
-  flattened to 2-D, zero bias), under the same names.
-  """
+  """One projection's kernel and bias, as flax's `DenseGeneral` makes them."""
 
   kernel_shape: tuple[int, ...]
   bias_shape: tuple[int, ...]
@@ -88,50 +70,21 @@ class _Projection(nn.Module):
 
 
 class MultiHeadSelfAttention(nn.Module):
-  """Multi-head self-attention with flax's parameters, in a faster layout.
+  """`nn.MultiHeadDotProductAttention`'s parameters and function, faster.
 
-  Same parameters (`query`, `key`, `value`: kernel (hidden, heads, head_dim);
-  `out`: kernel (heads, head_dim, hidden)) and the same function as
-  `nn.MultiHeadDotProductAttention`, whichever `attention` computes it:
+  - `'auto'`: `'cudnn'` where `fused_attention.cudnn_applies` and nothing
+    needs the probabilities (no attention dropout, no locality, no
+    `intermediates` collected); `'einsum'` elsewhere.
+  - `'einsum'`: (batch, heads, tokens, head_dim) layout, float32 softmax;
+    sows `attention_weights` and drops them out with `dropout_rate`.
+  - `'dot_product_attention'`: `jax.nn.dot_product_attention`, jax's kernel.
+  - `'cudnn'`: cuDNN's fused attention at any token count
+    (`fused_attention.attend`); 16-bit `dtype` on NVIDIA GPUs only.
 
-  - `'auto'` (default): `'cudnn'` where it applies
-    (`fused_attention.cudnn_applies`: an NVIDIA GPU, a bfloat16 or float16
-    `dtype`), with no attention dropout, no locality and nobody collecting
-    the attention maps; `'einsum'` everywhere else (on a CPU, in float32,
-    for analysis).
-  - `'einsum'`: in (batch, heads, tokens, head_dim) layout, which
-    saves the transposes around the per-head matmuls
-    (experiments/benchmarks/README.md), with a float32 softmax. The
-    1/sqrt(head_dim) scale is folded into the query projection where that is
-    exact or the computation is float32; in bfloat16 with a head_dim that is
-    not a power of 4 (32, 80, ...) it scales the float32 logits instead, as
-    folding would round the scale and every query weight once more. Sows the
-    attention probabilities as `attention_weights`, and drops them out with
-    `dropout_rate` in training.
-  - `'dot_product_attention'`: `jax.nn.dot_product_attention` with
-    `implementation=None`, jax's choice of kernel; in jax 0.10 that is XLA
-    on every backend (float32 logits, float32 softmax).
-  - `'cudnn'`: `jax.nn.dot_product_attention(implementation='cudnn')`,
-    cuDNN's fused (flash) attention on NVIDIA GPUs: bfloat16 or float16
-    `dtype`, head_dim a multiple of 8 up to 128 (256 from Hopper on); jax
-    raises elsewhere. Any token count: `fused_attention.attend` pads and
-    masks what cuDNN cannot train on. It never holds the (tokens x tokens)
-    probabilities in memory.
-
-  The fused kernels return no probabilities, so they can neither sow nor drop
-  them out: a nonzero `dropout_rate` is an error there, and when the caller
-  collects `intermediates` (`logits_and_attention`) the einsum path runs so
-  that `attention_weights` are there.
-
-  `locality` is the locality self-attention of Lee, Lee & Song (2021, "Vision
-  Transformer for Small-Size Datasets"): the fixed 1/sqrt(head_dim) becomes
-  a learned `temperature` per head (initialised to it, multiplied on the
-  float32 logits, as the authors' code), and each token's logit for itself is
-  masked out before the softmax. Both sharpen the attention towards other tokens, which ViTs
-  trained on small data spread too evenly. Only the einsum path has it.
-
-  `mimetic_init` initialises the four kernels as Trockman & Kolter (2023)
-  do (`mimetic_kernels`); the parameters and the function are the same.
+  `locality` (Lee, Lee & Song 2021, einsum only) learns a per-head
+  `temperature` in place of 1/sqrt(head_dim) and masks each token's logit
+  for itself, sharpening attention that small-data ViTs spread too evenly.
+  `mimetic_init` initialises the kernels by `mimetic_kernels`.
   """
 
   num_heads: int
@@ -177,9 +130,8 @@ class MultiHeadSelfAttention(nn.Module):
                                    token_multiple=token_multiple)
       return jnp.einsum('bthe,hed->btd', out, wo) + bo
 
-    # Folding the scale into the query projection is exact when it is a power
-    # of two; float32 keeps the fold whatever head_dim (its results pinned).
-    # A learned temperature cannot be folded.
+    # Folding the scale into the query weights rounds them once more unless it
+    # is a power of two; float32 folds anyway (its results are pinned).
     fold = not self.locality and (jnp.finfo(self.dtype).bits >= 32 or
                                   _is_power_of_4(head_dim))
     if fold:
@@ -207,9 +159,7 @@ class MultiHeadSelfAttention(nn.Module):
     return jnp.einsum('bhte,hed->btd', out, wo) + bo
 
   def _implementation(self, head_dim: int) -> str:
-    """The implementation `attention` means here: the einsum one wherever
-    the attention maps are collected (only it has them), and `'auto'`
-    resolved as the class docstring says."""
+    """`attention` resolved; einsum where the attention maps are collected."""
     if self.is_mutable_collection('intermediates'):
       return 'einsum'
     if self.attention != 'auto':
@@ -228,10 +178,7 @@ MIMETIC_VALUE_OUT = (0.4, -0.4)
 
 def _factors(key: jax.Array, size: int, noise: float,
              identity: float) -> tuple[jax.Array, jax.Array]:
-  """`left`, `right` with left @ right = noise * Z + identity * I, Z of
-  N(0, 1/size) entries; each takes the square root of the singular values,
-  and the first k columns of `left` times the first k rows of `right` are
-  the best rank-k approximation."""
+  """SVD factors of noise * Z + identity * I, truncatable to best rank k."""
   z = jax.random.normal(key, (size, size), jnp.float32) / jnp.sqrt(size)
   u, s, vh = jnp.linalg.svd(noise * z + identity * jnp.eye(size))
   root = jnp.sqrt(s)
@@ -240,18 +187,15 @@ def _factors(key: jax.Array, size: int, noise: float,
 
 def mimetic_kernels(key: jax.Array, hidden: int,
                     heads: int) -> dict[str, jax.Array]:
-  """Initial `query`, `key`, `value` kernels (hidden, heads, head_dim) and
-  `out` kernel (heads, head_dim, hidden) of mimetic initialisation (Trockman
-  & Kolter, "Mimetic Initialization of Self-Attention Layers", ICML 2023):
-  each head's W_q W_k^T is the best rank-head_dim approximation of
-  0.7 Z + 0.7 I (a Z of its own), and W_v W_proj, the heads together, is
-  0.4 Z - 0.4 I, so that attention starts out favouring each token's own
-  and similar tokens, as in trained ViTs. Biases stay zero."""
+  """Mimetic initialisation's kernels (Trockman & Kolter, ICML 2023).
+
+  Each head's W_q W_k^T approximates 0.7 Z + 0.7 I and W_v W_proj is
+  0.4 Z - 0.4 I, so attention starts out as in trained ViTs.
+  """
   head_dim = hidden // heads
   query_key, value_out = jax.random.split(key)
   left, right = jax.vmap(lambda k: _factors(k, hidden, *MIMETIC_QUERY_KEY))(
       jax.random.split(query_key, heads))
-  # (heads, hidden, head_dim) -> (hidden, heads, head_dim)
   query = left[:, :, :head_dim].transpose(1, 0, 2)
   key_kernel = right[:, :head_dim, :].transpose(2, 0, 1)
   value, out = _factors(value_out, hidden, *MIMETIC_VALUE_OUT)

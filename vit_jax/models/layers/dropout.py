@@ -1,13 +1,8 @@
-"""Inverted dropout with masks from a counter-based hash, and drop-path
-(stochastic depth), the same dropout with one mask value per example.
+"""Dropout and drop-path (stochastic depth), as `flax.linen.Dropout` does.
 
-Same semantics as `flax.linen.Dropout` (keep each element with probability
-1 - rate, scale kept ones by 1 / (1 - rate), one fresh 'dropout' rng per call),
-but the mask is a hash of each element's index and a per-call seed instead of
-a threefry stream. With jax's sharding-invariant threefry, the masks of the
-ViT-Tiny train step cost about a third of the whole step on a CPU
-(experiments/benchmarks/README.md); the hash is ~50x cheaper and equally
-independent of how the batch is sharded, since it depends on global indices.
+The mask hashes each element's global index with a per-call seed: far
+cheaper than threefry masks and as independent of sharding
+(experiments/benchmarks/README.md, optimisation log).
 """
 
 from collections.abc import Sequence
@@ -39,8 +34,7 @@ def hash_bits(key: jax.Array, shape: tuple[int, ...]) -> jax.Array:
 
 
 class Dropout(nn.Module):
-  """Drop-in for `nn.Dropout` (no parameters, so no change to the tree);
-  as there, `broadcast_dims` share one mask value along those axes."""
+  """Drop-in for `nn.Dropout`; `broadcast_dims` share one mask value."""
 
   rate: float
   broadcast_dims: Sequence[int] = ()
@@ -61,21 +55,16 @@ class Dropout(nn.Module):
 
 
 def DropPath(rate: float, name: str | None = None) -> Dropout:  # pylint: disable=invalid-name
-  """Stochastic depth (Huang et al. 2016), as DeiT trains: drops a residual
-  branch for whole examples, with probability `rate`, and scales the kept
-  ones by 1 / (1 - rate), so that eval (`deterministic`, the identity) sees
-  the expected value. `Dropout` with its mask broadcast over tokens and
-  channels (one bit per example); no parameters, and rate 0 draws no rng,
-  so it leaves the other dropout masks as they were."""
+  """Stochastic depth (Huang et al. 2016): drops whole examples' branch.
+
+  Rate 0 draws no rng, so the other dropout masks stay the same.
+  """
   return Dropout(rate, broadcast_dims=(1, 2), name=name)
 
 
 def drop_path_rates(stochastic_depth_rate: float,
                     num_layers: int) -> list[float]:
-  """Each block's drop-path rate: growing linearly from 0 at the first block
-  to `stochastic_depth_rate` at the last (DeiT, timm), since the early
-  blocks' features are the ones every later block builds on. A single block
-  gets 0, as in timm."""
+  """Drop-path rates rising linearly over the blocks from 0 (DeiT, timm)."""
   if num_layers < 2:
     return [0.0] * num_layers
   return [stochastic_depth_rate * i / (num_layers - 1)

@@ -1,5 +1,4 @@
-"""The Transformer's encoder block, the official pre-LayerNorm one, shared
-by the ViT's encoder and its MAE decoder."""
+"""The pre-LayerNorm encoder block, shared by the ViT and the MAE decoder."""
 
 import dataclasses
 from typing import Any
@@ -19,10 +18,7 @@ Dtype = Any
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class BlockConfig:
-  """What every encoder block of a model is made with: the MLP's width and
-  the attention's heads, the dropout rates, the computation's dtype, and
-  the attention's options (`MultiHeadSelfAttention`: how it is computed,
-  `locality`, `mimetic_init`)."""
+  """What every encoder block of a model is made with."""
 
   mlp_dim: int
   num_heads: int
@@ -35,13 +31,7 @@ class BlockConfig:
 
 
 class Encoder1DBlock(nn.Module):
-  """Pre-LayerNorm encoder block: x + MSA(LN(x)), then x + MLP(LN(x)).
-
-  The attention probabilities are sown into the `intermediates` collection
-  (`MultiHeadDotProductAttention_0/attention_weights`); see
-  `vit.logits_and_attention`. `drop_path_rate` drops both residual branches
-  for whole examples in training (`DropPath`).
-  """
+  """x + MSA(LN(x)), then x + MLP(LN(x)), both branches drop-path'd."""
 
   config: BlockConfig
   drop_path_rate: float = 0.0

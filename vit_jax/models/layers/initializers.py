@@ -1,6 +1,4 @@
-"""PyTorch's default initialisers of a conv or Dense layer, for the modules
-whose authors trained in PyTorch: the study's CNNs and locality guidance's
-projections start where theirs did."""
+"""PyTorch's default conv and Dense initialisers, for PyTorch-born modules."""
 
 import math
 

@@ -9,11 +9,7 @@ from vit_jax.models.layers.dropout import Dropout
 
 
 class MlpBlock(nn.Module):
-  """Transformer MLP: Dense -> GELU -> dropout -> Dense -> dropout.
-
-  The class name is part of the parameter tree (`MlpBlock_0`), as in the
-  official model and big_vision's MAP head.
-  """
+  """Dense, GELU, dropout, Dense, dropout; its class name is a checkpoint key."""
 
   mlp_dim: int
   dropout_rate: float = 0.0

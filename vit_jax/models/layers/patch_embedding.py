@@ -1,7 +1,5 @@
-"""Images to patch tokens: the official linear patch projection (a conv
-whose kernel and stride are the patch size), or shifted patch tokenization
-(Lee, Lee & Song 2021), whose tokens also see the pixels around their
-patch, for little data."""
+"""Images to patch tokens: the official patch conv, or shifted patch
+tokenization (Lee, Lee & Song 2021)."""
 
 from typing import Any
 
@@ -16,9 +14,7 @@ Dtype = Any
 
 def embed_patches(images: jax.Array, patch_size: int, hidden_size: int, *,
                   shifted: bool, dtype: Dtype) -> jax.Array:
-  """(batch, rows, columns, hidden_size): the patches' embeddings. Called
-  in a compact method, the modules are the caller's children, at the top
-  level of the ViT's parameters as in the official tree."""
+  """The patches' embeddings, by modules of the calling compact method."""
   if shifted:
     return shifted_patch_embedding(images, patch_size, hidden_size, dtype)
   return nn.Conv(
@@ -32,17 +28,7 @@ def embed_patches(images: jax.Array, patch_size: int, hidden_size: int, *,
 
 
 def shifted_patch_tokens(images: jax.Array, patch_size: int) -> jax.Array:
-  """Shifted patch tokenization's patches (Lee, Lee & Song 2021), before
-  their LayerNorm and linear projection: shape (batch, rows, columns,
-  patch_size**2 * 5 * channels).
-
-  The images are concatenated along channels with four copies shifted by
-  patch_size // 2 pixels up-left, up-right, down-left and down-right (zeros
-  shifted in), then cut into patch_size x patch_size patches, each flattened
-  (row, column, channel), as the 'embedding' conv's kernel. Each token thus
-  also sees the pixels around its patch, a locality that a ViT trained on
-  little data otherwise has to learn.
-  """
+  """The images and their four diagonal half-patch shifts, as patches."""
   _, height, width, _ = images.shape
   s = patch_size // 2
   padded = jnp.pad(images, ((0, 0), (s, s), (s, s), (0, 0)))
@@ -55,9 +41,7 @@ def shifted_patch_tokens(images: jax.Array, patch_size: int) -> jax.Array:
 
 
 def patch_grid(images: jax.Array, patch_size: int) -> jax.Array:
-  """(batch, height, width, channels) images cut into patches, each
-  flattened (row, column, channel) as the 'embedding' conv's kernel:
-  (batch, rows, columns, patch_size**2 * channels)."""
+  """Images cut into patches, flattened (row, column, channel) as the conv."""
   n, height, width, channels = images.shape
   p = patch_size
   x = images.reshape(n, height // p, p, width // p, p, channels)
@@ -80,10 +64,7 @@ def check_shifted_patches(patch_size: int,
 
 def shifted_patch_embedding(images: jax.Array, patch_size: int,
                             hidden_size: int, dtype: Dtype) -> jax.Array:
-  """Shifted patch tokenization as modules of the calling compact method
-  (`shifted_patch_norm`, `shifted_patch_embedding` beside the ViT's other
-  top-level modules): the shifted patches LayerNorm'd and projected, in place
-  of the `embedding` conv. Shape (batch, rows, columns, hidden_size)."""
+  """Shifted patches LayerNorm'd and projected, in place of the conv."""
   x = shifted_patch_tokens(images, patch_size)
   x = nn.LayerNorm(dtype=dtype, name=names.SHIFTED_PATCH_NORM)(x)
   return nn.Dense(hidden_size, dtype=dtype,

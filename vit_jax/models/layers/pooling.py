@@ -1,7 +1,4 @@
-"""What the classifier reads of the encoded tokens (`classifier`, one of
-`CLASSIFIERS`): the prefix tokens ('token': [CLS], and DeiT's distillation
-token after it), the mean of all ('gap'), or multihead attention pooling
-('map', `MAPHead`, big_vision's), for little data."""
+"""What the classifier reads: prefix tokens, the mean, or a MAP head."""
 
 from typing import Any
 
@@ -20,9 +17,7 @@ CLASSIFIERS = ('token', 'gap', 'map')
 def pooled_features(x: jax.Array, classifier: str, *, prefix_tokens: int,
                     num_heads: int, mlp_dim: int,
                     dtype: Dtype) -> list[jax.Array]:
-  """(batch, hidden) features of (batch, tokens, hidden) `x`, one per head
-  the model has: each prefix token's for 'token', else one. Called in a
-  compact method, the MAP head is the caller's child (`names.MAP_HEAD`)."""
+  """A (batch, hidden) feature per head; a MAP head is the caller's child."""
   if classifier == 'token':
     return [x[:, i] for i in range(prefix_tokens)]
   if classifier == 'gap':
@@ -32,14 +27,9 @@ def pooled_features(x: jax.Array, classifier: str, *, prefix_tokens: int,
 
 
 class MAPHead(nn.Module):
-  """Multihead attention pooling (big_vision's `MAPHead`): a learned `probe`
-  token attends over all the encoder's output tokens, then goes through a
-  LayerNorm-MLP residual block; the result is the pooled representation.
+  """Multihead attention pooling: a learned `probe` attends over the tokens.
 
-  Unlike [CLS] the probe does not take part in the encoder, and unlike the
-  mean it weights the tokens by relevance. Module names are big_vision's
-  (`probe`, `MultiHeadDotProductAttention_0`, `LayerNorm_0`, `MlpBlock_0`),
-  so its MAP heads load as they are. No dropout in the head, as there.
+  Module names are big_vision's, so its MAP heads load as they are.
   """
 
   num_heads: int

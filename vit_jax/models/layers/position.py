@@ -1,11 +1,4 @@
-"""Where each token is: added to the tokens before the encoder.
-
-`posemb` picks one (`POSEMBS`): 'learned', the official model's table of
-one vector per token (`AddPositionEmbs`); 'sincos2d', a fixed 2-D
-sine-cosine embedding of the patch grid with nothing to learn
-(`AddSincos2dPositionEmbs`, MoCo v3 and big_vision), for little data;
-'none', no position information at all.
-"""
+"""Position embeddings: learned, fixed 2-D sine-cosine (MoCo v3), or none."""
 
 from typing import Any
 
@@ -47,20 +40,11 @@ def check_sincos_width(width: int) -> None:
 
 def posemb_sincos_2d(h: int, w: int, width: int, temperature: float = 10_000.,
                      dtype: Dtype = jnp.float32) -> jax.Array:
-  """Fixed 2-D sine-cosine position embedding of an h x w patch grid,
-  shape (1, h * w, width), tokens in row-major order (as the patches).
-
-  A quarter of the channels each holds sin(x w_k), cos(x w_k), sin(y w_k),
-  cos(y w_k) for the column x and row y of the patch, with frequencies
-  w_k = temperature^(-k / (width/4 - 1)) (MoCo v3, big_vision's
-  `posemb_sincos_2d`). Nothing to learn, so a small data set cannot overfit
-  it, and it extends to any grid size.
-  """
+  """big_vision's `posemb_sincos_2d` of an h x w grid, (1, h * w, width)."""
   check_sincos_width(width)
   y, x = jnp.mgrid[:h, :w]
   quarter = width // 4
-  # One frequency (1) when a quarter is one channel, where k / (quarter - 1)
-  # would divide by zero.
+  # A one-channel quarter would divide by zero.
   omega = jnp.arange(quarter) / max(quarter - 1, 1)
   omega = 1.0 / (temperature**omega)
   x = x.reshape(-1)[:, None] * omega[None, :]
@@ -71,9 +55,7 @@ def posemb_sincos_2d(h: int, w: int, width: int, temperature: float = 10_000.,
 
 
 class AddSincos2dPositionEmbs(nn.Module):
-  """Adds `posemb_sincos_2d` of the patch `grid` to the last rows * columns
-  tokens (the patches), and zero to the tokens before them ([CLS],
-  distillation), which have no place on the grid. No parameters."""
+  """Adds `posemb_sincos_2d` to the patch tokens, zero to the prefix tokens."""
 
   grid: tuple[int, int]
 
