@@ -174,64 +174,6 @@ def test_a_stop_that_ends_at_once_waits_for_a_block_not_to_be_cut(tmp_path):
   assert done.exists()
 
 
-def test_a_stop_that_ends_at_once_waits_for_the_block_it_is_left_to():
-  """Inside `waited_for` the stop is only recorded, as when it goes on to a
-  child; the block's owner ends the command once its work is done."""
-  process = subprocess.Popen([sys.executable, '-c', _AT_ONCE + (
-      'import os, signal, time\n'
-      'with stop_signals.waited_for():\n'
-      '  os.kill(os.getpid(), signal.SIGTERM)\n'
-      '  while not stop_signals.received():\n'
-      '    time.sleep(0.01)\n'
-      '  time.sleep(0.3)\n'  # the watcher would have ended it by now
-      '  print("recorded", stop_signals.received(), flush=True)\n'
-      'raise SystemExit(75)\n')], cwd=ROOT, stdout=subprocess.PIPE,
-                             stderr=subprocess.PIPE, text=True)
-  stdout, _ = process.communicate(timeout=30)
-  assert stdout == 'recorded SIGTERM\n'
-  assert process.returncode == stop_signals.STOPPED_EXIT_STATUS
-
-
-_HOLDING_WITH_A_CHILD = """
-import subprocess, sys, threading, time
-from vit_jax.runtime import stop_signals
-stop_signals.catch(at_once='stopped the test; it wrote nothing')
-child = subprocess.Popen([sys.executable, '-c', (
-    'import signal, sys, time\\n'
-    'def stop(*_):\\n'
-    '  print("the child saved", flush=True)\\n'
-    '  sys.exit(75)\\n'
-    'signal.signal(signal.SIGTERM, stop)\\n'
-    'time.sleep(60)\\n')])
-
-def wait():
-  with stop_signals.sent_on_to(child):
-    print('registered', flush=True)
-    child.wait()
-
-threading.Thread(target=wait).start()
-with stop_signals.not_stopped_within():  # a runner writing its records
-  time.sleep(60)
-"""
-
-
-def test_a_stop_goes_on_to_the_children_while_a_block_is_held():
-  """A block kept whole (`not_stopped_within`: a runner's records, seconds)
-  does not hold back the stop of the runs in flight."""
-  process = subprocess.Popen([sys.executable, '-c', _HOLDING_WITH_A_CHILD],
-                             cwd=ROOT, stdout=subprocess.PIPE, text=True)
-  try:
-    assert process.stdout.readline() == 'registered\n'
-    time.sleep(0.5)  # the child has set its handler
-    process.send_signal(signal.SIGTERM)
-    sent = time.monotonic()
-    assert process.stdout.readline() == 'the child saved\n'
-    assert time.monotonic() - sent < 10
-  finally:
-    process.kill()
-    process.wait()
-
-
 def _with_ctrl_c_ignored(command: list[str]) -> list[str]:
   """`command` started as `nohup command &` starts it: Ctrl-C ignored."""
   return ['sh', '-c', 'trap "" INT; exec "$@"', 'sh', *command]
