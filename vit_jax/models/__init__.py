@@ -1,14 +1,5 @@
-"""Models: the ViT family and the small-data study's CNN baselines.
-
-- `vit`: `VisionTransformer`, and its attention maps.
-- `encoder`: the Transformer encoder the ViT runs its tokens through.
-- `layers/`: the layers both are made of (its `__init__` is the map).
-- `names`: the parameter tree's names that readers of checkpoints use.
-- `remat_scan`: the encoder's blocks rematerialised and scanned.
-- `masked_autoencoder`: MAE pre-training, a model wrapping the ViT.
-- `resnet`: the hybrid's ResNet stem; `cnn`: the study's CNNs.
-- `registry`: every model by name, or from a training config.
-"""
+"""Models: the ViT family, its MAE wrapper and the small-data study's CNNs;
+`registry` makes each by name or from a training config."""
 
 from vit_jax.models.cnn import SimpleCNN
 from vit_jax.models.cnn import SmallResNet

@@ -1,14 +1,7 @@
-"""The CNN baselines of the small-data study: SimpleCNN and SmallResNet.
+"""The small-data study's CNN baselines, with PyTorch's defaults as trained.
 
-The study trained these in PyTorch, so convolutions, padding, BatchNorm
-(momentum 0.1 in PyTorch's convention, eps 1e-5) and initialisation follow
-PyTorch's defaults: the baselines start where the study's did.
-
-Both take `train`: BatchNorm normalises with batch statistics and updates its
-running averages (apply with `mutable=['batch_stats']`) when training, and uses
-the running averages otherwise. With `return_out=True` both return
-`(logits, out)`, `out['stages']` the feature map each stage ends with, which
-a ViT trained with locality guidance imitates.
+Training needs `mutable=['batch_stats']`; `return_out=True` adds
+`out['stages']`, the maps locality guidance imitates.
 """
 
 from typing import Any, Sequence
@@ -59,8 +52,7 @@ def _head(x: jax.Array, num_classes: int) -> jax.Array:
 
 
 class StagedCNN(nn.Module):
-  """A CNN in stages, each ending in a feature map (batch, height, width,
-  `feature_widths[k]`)."""
+  """A CNN whose stages end in feature maps `feature_widths` wide."""
 
   @property
   def feature_widths(self) -> tuple[int, ...]:
@@ -75,11 +67,10 @@ def stage_features(module: StagedCNN, variables, images: jax.Array
 
 
 class SimpleCNN(StagedCNN):
-  """Five 3x3 conv-BN-ReLU layers, 2x2 max-pool after the 2nd and 4th,
-  global average pool, linear head. 141,354 parameters for 10 classes.
-  Its stages end before each pool and at the last layer, one map per
-  resolution as a ResNet's stages (for CIFAR: 32x32x32, 16x16x64 and
-  8x8x128)."""
+  """Five 3x3 conv-BN-ReLU layers, max-pools after the 2nd and 4th, a head.
+
+  Its stages end before each pool and at the last layer, one per resolution.
+  """
 
   num_classes: int = 10
   widths: Sequence[int] = (32, 32, 64, 64, 128)
@@ -111,8 +102,7 @@ class SimpleCNN(StagedCNN):
 
 
 class BasicBlock(nn.Module):
-  """ResNet basic block (He et al. 2016): two 3x3 conv-BN, projection shortcut
-  (1x1 conv-BN) where the shape changes, ReLU after the sum."""
+  """ResNet basic block (He et al. 2016)."""
 
   features: int
   strides: int = 1
@@ -138,9 +128,7 @@ class BasicBlock(nn.Module):
 
 
 class SmallResNet(StagedCNN):
-  """CIFAR ResNet: 3x3 stem (16 channels), three stages of 16/32/64 channels
-  with 2 basic blocks each (stride 2 entering stages 2 and 3), global average
-  pool, linear head. 175,258 parameters for 10 classes."""
+  """CIFAR ResNet: a 3x3 stem, stages of basic blocks, a linear head."""
 
   num_classes: int = 10
   stage_widths: Sequence[int] = (16, 32, 64)

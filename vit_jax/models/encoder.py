@@ -1,5 +1,4 @@
-"""The Transformer encoder: position embedding, pre-LayerNorm blocks, a final
-LayerNorm, named as the official linen model names them (`names`)."""
+"""The Transformer encoder, named as the official linen model names it."""
 
 import flax.linen as nn
 import jax
@@ -15,11 +14,7 @@ from vit_jax.models.layers.encoder_block import Encoder1DBlock
 
 
 class Encoder(nn.Module):
-  """Position embedding (one of `position.POSEMBS`; 'sincos2d' is laid on
-  `grid`, the patch rows and columns the last tokens come from), dropout,
-  `num_layers` encoder blocks made as `block` says (rematerialised and
-  scanned as `remat` and `scan` say: `remat_scan`; drop-path rates growing
-  to `stochastic_depth_rate`) and a final LayerNorm."""
+  """Position embedding, dropout, `num_layers` blocks, a final LayerNorm."""
 
   num_layers: int
   block: BlockConfig
@@ -32,8 +27,7 @@ class Encoder(nn.Module):
   def __call__(self, x: jax.Array, *, train: bool, grid: tuple[int, int],
                kept: jax.Array | None = None
                ) -> tuple[jax.Array, tuple[jax.Array, ...]]:
-    """The encoded tokens and each block's output (none when scanned); with
-    `kept`, of the prefix tokens and the patches it indexes alone."""
+    """The encoded tokens and each block's output (none when scanned)."""
     if self.posemb == 'learned':
       x = position.AddPositionEmbs(name=names.POSITION_EMBEDDING)(x)
     elif self.posemb == 'sincos2d':
@@ -61,8 +55,7 @@ class Encoder(nn.Module):
 
 def keep_patches(tokens: jax.Array, kept: jax.Array,
                  num_patches: int) -> jax.Array:
-  """Of (batch, prefix + num_patches, width) `tokens`, the prefix tokens and
-  the patch tokens `kept` (batch, kept) indexes."""
+  """The prefix tokens and the patch tokens `kept` indexes."""
   prefix = tokens.shape[1] - num_patches
   patches = jnp.take_along_axis(tokens[:, prefix:], kept[..., None], axis=1)
   return jnp.concatenate([tokens[:, :prefix], patches], axis=1)

@@ -1,21 +1,10 @@
-"""Masked autoencoding (He et al., "Masked Autoencoders Are Scalable Vision
-Learners", CVPR 2022): a ViT pre-trained without labels by predicting the
-pixels of the patches it was not shown.
+"""Masked autoencoding (He et al., CVPR 2022): a ViT pre-trained by predicting
+the pixels of the patches it was not shown.
 
-`MaskedAutoencoder` wraps a ViT, its parameters at the ViT's own top level
-(where fine-tuning reads them) beside the decoder's (`names.MAE_DECODER`).
-In training each image keeps a random `1 - mask_ratio` of its patch tokens
-after the position embedding; `Decoder` predicts every patch's pixels, and
-`objective` adds their error over the dropped patches, normalised per patch
-(MAE's `norm_pix_loss`), to the run's other objective. The ViT's head reads
-the encoder through a stop-gradient: an online probe, what the run's
-accuracy measures, tested on every patch.
-
-As MAE: patches kept by sorting uniform noise; the decoder a linear
-projection in, a learned position embedding (MAE's is fixed), pre-LayerNorm
-blocks of 4x MLPs and heads of 32 dimensions, a LayerNorm and a projection
-out, the projections Xavier-uniform, the mask token normal(0.02), the
-per-patch variance unbiased. The blocks initialise as the official ViT's.
+The ViT's parameters stay at its own top level, where fine-tuning reads
+them, beside the decoder's (`names.MAE_DECODER`). Its head reads the encoder
+through a stop-gradient: an online probe, which the run's accuracy measures.
+The decoder follows MAE's but for a learned position embedding.
 """
 
 from typing import Any
@@ -39,8 +28,7 @@ HEAD_SIZE = 32
 
 def check(vit: VisionTransformer, mask_ratio: float, depth: int,
           width: int) -> None:
-  """Raises ValueError for decoder fields that make no MAE, or for a ViT
-  whose tokens see the pixels of hidden patches or have no position."""
+  """Raises ValueError for fields or a ViT that make no MAE."""
   if not 0.0 < mask_ratio < 1.0:
     raise ValueError(
         f'mae_mask_ratio={mask_ratio} must be in [0, 1): the share of each '
@@ -64,8 +52,7 @@ def check(vit: VisionTransformer, mask_ratio: float, depth: int,
 
 def kept_patches(key: jax.Array, batch: int, num_patches: int,
                  mask_ratio: float) -> jax.Array:
-  """(batch, kept) indices of the patches each image keeps, in random
-  order, kept = int(num_patches * (1 - mask_ratio)) as MAE's."""
+  """(batch, kept) random indices of the patches each image keeps."""
   kept = int(num_patches * (1 - mask_ratio))
   if kept < 1:
     raise ValueError(
@@ -77,8 +64,7 @@ def kept_patches(key: jax.Array, batch: int, num_patches: int,
 
 def masked(kept: jax.Array | None, batch: int,
            num_patches: int) -> jax.Array:
-  """(batch, num_patches) float32: 1 where a patch was dropped, 0 where
-  kept (all 0 for `kept` None, every patch seen)."""
+  """(batch, num_patches) float32, 1 where a patch was dropped."""
   mask = jnp.ones((batch, num_patches), jnp.float32)
   if kept is None:
     return jnp.zeros_like(mask)
@@ -86,9 +72,7 @@ def masked(kept: jax.Array | None, batch: int,
 
 
 class Decoder(nn.Module):
-  """MAE's decoder: from the encoder's output of the kept patches (and the
-  prefix tokens), every patch's `patch_pixels` values, in float32:
-  (batch, num_patches, patch_pixels)."""
+  """MAE's decoder: every patch's pixels, in float32, from the kept ones'."""
 
   width: int
   depth: int
@@ -127,9 +111,7 @@ class Decoder(nn.Module):
 
 
 class MaskedAutoencoder(nn.Module):
-  """`vit` pre-trained as a masked autoencoder; returns the online probe's
-  logits, and with `return_out` `out['mae_predictions']` (batch, patches,
-  pixels) and `out['mae_mask']` (1 where a patch was dropped)."""
+  """`vit` as a masked autoencoder; returns the online probe's logits."""
 
   vit: VisionTransformer
   mask_ratio: float = 0.75
@@ -165,18 +147,14 @@ class MaskedAutoencoder(nn.Module):
 
 
 def patches_of(images: jax.Array, patch_size: int) -> jax.Array:
-  """(batch, height, width, channels) images as (batch, patches,
-  patch_size * patch_size * channels), the patches in the order of the
-  ViT's tokens (row by row)."""
+  """Images as (batch, patches, pixels), in the order of the ViT's tokens."""
   grid = patch_grid(images, patch_size)
   return grid.reshape(grid.shape[0], -1, grid.shape[-1])
 
 
 def reconstruction_error(predictions: jax.Array, mask: jax.Array,
                          images: jax.Array, patch_size: int) -> jax.Array:
-  """Per-example mean over the dropped patches of the squared error of
-  `predictions` against each patch's pixels, normalised by the patch's
-  own mean and variance (MAE's `norm_pix_loss`), in float32."""
+  """Per-example error on the dropped patches (MAE's `norm_pix_loss`)."""
   target = patches_of(images.astype(jnp.float32), patch_size)
   mean = target.mean(axis=-1, keepdims=True)
   # PyTorch's default, the unbiased variance, as MAE's.
@@ -188,8 +166,7 @@ def reconstruction_error(predictions: jax.Array, mask: jax.Array,
 
 
 def objective(base: losses.Objective, patch_size: int) -> losses.Objective:
-  """`base` (the online probe's loss) plus the reconstruction error of the
-  patches the encoder did not see; `patch_size` in image pixels."""
+  """`base` plus the reconstruction error of the patches the encoder missed."""
 
   def with_reconstruction(logits: jax.Array, outputs: dict,
                           targets: jax.Array, images: jax.Array

@@ -1,17 +1,11 @@
 """The names in a ViT's parameter tree that code outside the model reads.
 
-They are the official linen model's (google-research/vision_transformer,
-`vit_jax/models_vit.py`), so released checkpoints load by renaming keys:
-the model names these modules from here, and so do the formats and
-analyses that read its parameters. Names no reader outside the model uses,
-such as its LayerNorms', stay where the module is made; the conversion
-tables to timm and transformers (`formats.timm`, `formats.hf`) spell whole
-paths out, each row one key of each tree.
+They are the official linen model's, so released checkpoints load by
+renaming keys; names only the model uses stay where the module is made.
 """
 
 # At the top level of the parameters.
 PATCH_EMBEDDING = 'embedding'
-# The tokens before the patches: [CLS], then DeiT's distillation token.
 CLASS_TOKEN = 'cls'
 DISTILLATION_TOKEN = 'dist'
 PREFIX_TOKENS = (CLASS_TOKEN, DISTILLATION_TOKEN)
@@ -20,14 +14,11 @@ SHIFTED_PATCH_NORM = 'shifted_patch_norm'
 SHIFTED_PATCH_EMBEDDING = 'shifted_patch_embedding'
 ENCODER = 'Transformer'
 MAP_HEAD = 'MAPHead_0'
-# The representation layer before the heads (`representation_size`), the
-# classifier, then DeiT's distillation head.
 PRE_LOGITS = 'pre_logits'
 HEADS = ('head', 'head_dist')
 HEAD = HEADS[0]
 
-# What only training reads, beside the ViT's own: an MAE's decoder, and
-# locality guidance's projections (`locality_guidance_0`, ...).
+# What only training reads, beside the ViT's own.
 MAE_DECODER = 'mae_decoder'
 GUIDANCE_PROJECTION = 'locality_guidance'
 TRAINING_ONLY = (MAE_DECODER, GUIDANCE_PROJECTION)
@@ -35,8 +26,7 @@ TRAINING_ONLY = (MAE_DECODER, GUIDANCE_PROJECTION)
 # Under ENCODER.
 POSITION_EMBEDDING = 'posembed_input'
 ENCODER_NORM = 'encoder_norm'
-# The official tree's block i (`block_name`), and a scanned model's one
-# block whose arrays have a leading layer axis, as big_vision names it.
+# A scanned model's one block has a leading layer axis, as in big_vision.
 BLOCK_PREFIX = 'encoderblock_'
 STACKED_BLOCK = 'encoderblock'
 
@@ -44,8 +34,6 @@ STACKED_BLOCK = 'encoderblock'
 ATTENTION = 'MultiHeadDotProductAttention_0'
 MLP = 'MlpBlock_0'
 
-# Where the learned position embedding's table sits, and the final norm's
-# scale, which every ViT has.
 POSITION_EMBEDDING_TABLE = (ENCODER, POSITION_EMBEDDING, 'pos_embedding')
 ENCODER_NORM_SCALE = (ENCODER, ENCODER_NORM, 'scale')
 

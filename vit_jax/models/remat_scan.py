@@ -1,18 +1,8 @@
-"""How the encoder runs its blocks at scale: each block recomputed in the
-backward pass (`remat`), and all of them as one `nn.scan` over parameters
-stacked along a leading layer axis (`scan`).
+"""The encoder's blocks rematerialised (memory for compute) and scanned
+(one block compiled, not `num_layers`); neither changes what they compute.
 
-Remat keeps less of the forward pass for the gradients and recomputes the
-rest, trading compute for memory; scan traces and compiles one block
-instead of `num_layers`, which makes deep models compile several times
-faster (experiments/benchmarks/README.md). Neither changes what the model
-computes.
-
-The blocks' parameter names are checkpoint keys (`names`): remat keeps the
-official tree (`encoderblock_{i}`, one per block); scan holds one
-`encoderblock` whose arrays have a leading axis of `num_layers`, as
-big_vision names it. `formats.params.stack_blocks` and `unstack_blocks`
-convert between the two.
+Scan stacks the blocks' parameters in one `encoderblock`, as big_vision;
+`formats.params.stack_blocks` and `unstack_blocks` convert.
 """
 
 from collections.abc import Callable
@@ -23,16 +13,11 @@ import jax
 # What each block keeps from its forward pass for the backward pass
 # (`jax.checkpoint_policies`); the rest is recomputed there.
 REMAT_POLICIES = {
-    # Everything: nothing is recomputed (no remat).
     'none': None,
-    # Only the block's input: the whole block is recomputed, the least
-    # memory for about a third more compute.
+    # The least memory, for about a third more compute.
     'full': jax.checkpoint_policies.nothing_saveable,
-    # The outputs of matmuls with a weight (the q/k/v and output
-    # projections, the MLP's two Dense layers): LayerNorms, GELU, softmax and
-    # the attention's own batched matmuls (q k^T, weights x v) are
-    # recomputed, which is cheap, while the tokens x tokens attention maps
-    # are not kept.
+    # Keeps the weight matmuls' outputs; recomputes the cheap rest, so the
+    # tokens x tokens attention maps are not kept.
     'dots': jax.checkpoint_policies.dots_with_no_batch_dims_saveable,
 }
 
@@ -53,8 +38,8 @@ def check(remat: str, scan: bool, stochastic_depth_rate: float) -> None:
 def _block_call(remat: str, deterministic: bool,
                 prevent_cse: bool) -> Callable[[nn.Module, jax.Array],
                                                jax.Array]:
-  """(block, x) -> block(x), rematerialised as `remat` says. `deterministic`
-  is closed over rather than passed: remat would trace it."""
+  """(block, x) -> block(x), rematerialised as `remat` says."""
+  # `deterministic` is closed over: remat would trace an argument.
 
   def call(block: nn.Module, x: jax.Array) -> jax.Array:
     return block(x, deterministic=deterministic)
@@ -74,10 +59,7 @@ def call_block(block: nn.Module, x: jax.Array, *, deterministic: bool,
 
 def scan_blocks(block: nn.Module, x: jax.Array, *, num_layers: int,
                 deterministic: bool, remat: str) -> jax.Array:
-  """`num_layers` applications of `block`, each with its own slice of the
-  parameters, which `block` holds stacked along a leading axis; so do the
-  values it sows (`intermediates`: the attention maps, one per layer). Each
-  layer draws its own initialisation and dropout rngs."""
+  """`block` over `num_layers` slices of its stacked parameters and rngs."""
   # Inside a scan XLA cannot merge the recomputation with the forward pass,
   # so remat needs no CSE barrier there (flax's advice).
   call = _block_call(remat, deterministic, prevent_cse=False)

@@ -1,18 +1,8 @@
-"""The ResNet stem of the paper's hybrid models (R50+ViT-B/16) in flax.linen.
+"""The BiT-style ResNet stem of the hybrid models (R50+ViT-B/16).
 
-A BiT-style ResNet v1.5 without its head: weight-standardised convolutions,
-GroupNorm, a 7x7/2 root conv and 3x3/2 max pool, then stages of bottleneck
-units. Module names, nesting, shapes, initialisers and the order of operations
-follow the official hybrid (google-research/vision_transformer,
-`vit_jax/models_resnet.py` and the root in `vit_jax/models_vit.py`), so the
-same parameters give the same features and released hybrid checkpoints load by
-renaming keys.
-
-In the official tree the stem's modules (`conv_root`, `gn_root`, `block1`,
-`block2`, ...) sit at the top level of the ViT's parameters, beside
-`embedding` and `Transformer`, with no module of their own around them.
-`resnet_stem` reproduces that: called inside a compact method, it makes its
-modules children of the caller.
+Module names and nesting follow the official hybrid, so its checkpoints
+load by renaming keys; its modules sit at the ViT's top level, hence
+`resnet_stem` makes them children of the calling compact method.
 """
 
 from typing import Any, Sequence
@@ -25,10 +15,9 @@ Dtype = Any
 
 # Added to the kernel's standard deviation, as in the official StdConv.
 STD_CONV_EPSILON = 1e-5
-# The official code uses flax's GroupNorm defaults: 32 groups, epsilon 1e-6.
+# flax's GroupNorm defaults, as the official code.
 GROUP_NORM_GROUPS = 32
 GROUP_NORM_EPSILON = 1e-6
-# The root (conv 7x7 stride 2, max pool stride 2) downsamples by 4.
 ROOT_STRIDE = 4
 
 
@@ -41,12 +30,7 @@ def standardize_kernel(kernel: jax.Array,
 
 
 class StdConv(nn.Module):
-  """A bias-free 'SAME'-padded conv whose kernel is standardised when applied.
-
-  The stored `kernel` (h, w, in, out) is the raw parameter, initialised as
-  flax's `nn.Conv` (LeCun normal); the convolution uses its standardisation,
-  computed in float32 whatever `dtype` is.
-  """
+  """A bias-free 'SAME' conv whose kernel is standardised in float32."""
 
   features: int
   kernel_size: int
@@ -78,13 +62,8 @@ def _group_norm(x: jax.Array, name: str, dtype: Dtype,
 
 
 class ResidualUnit(nn.Module):
-  """Bottleneck unit: 1x1 -> 3x3 (strided) -> 1x1 with 4x `features` out.
-
-  Each conv is followed by GroupNorm, the first two also by ReLU; the third
-  GroupNorm's scale starts at zero, so the unit starts as its shortcut. The
-  shortcut is a 1x1 conv + GroupNorm (`conv_proj`, `gn_proj`) where the
-  channels or the stride change, the identity otherwise; ReLU follows the sum.
-  """
+  """Bottleneck unit; its last GroupNorm starts at zero, so the unit as its
+  shortcut."""
 
   features: int
   strides: int = 1
@@ -128,8 +107,7 @@ class ResNetStage(nn.Module):
 
 
 def stem_stride(stages: Sequence[int]) -> int:
-  """How much the stem downsamples: 4 for the root, x2 per stage after the
-  first (16 for R50+ViT-B/16's three stages)."""
+  """How much the stem downsamples."""
   return ROOT_STRIDE * 2**max(len(stages) - 1, 0)
 
 
@@ -143,13 +121,7 @@ def validate_stem(stages: Sequence[int], width_factor: int) -> None:
 
 def resnet_stem(x: jax.Array, stages: Sequence[int], width_factor: int = 1,
                 dtype: Dtype = jnp.float32) -> jax.Array:
-  """Root and ResNet stages, as modules of the calling compact method.
-
-  Root: `conv_root` (7x7, stride 2) -> `gn_root` -> ReLU -> 3x3 max pool,
-  stride 2, 'SAME'. Then stage i (`block{i}`, i from 1) of `stages[i - 1]`
-  units of width 64 * width_factor * 2**(i - 1), strided by 2 in its first
-  unit's 3x3 conv except in `block1`. `stages=()` gives the root alone.
-  """
+  """Root and ResNet stages, as modules of the calling compact method."""
   validate_stem(stages, width_factor)
   width = 64 * width_factor
   x = StdConv(width, 7, 2, dtype, name='conv_root')(x)
