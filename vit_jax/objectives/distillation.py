@@ -1,17 +1,6 @@
-"""DeiT's distillation (Touvron et al., ICML 2021): a ViT with a
-distillation token learns from a trained teacher's predictions.
-
-The student (`model_overrides.distillation_token=True`) returns two logits,
-its class head's and its distillation head's (`return_out=True`); the
-class head learns the (smoothed, mixed) targets, the distillation head the
-teacher on the same images, each half of the loss (`Teacher.objective`,
-around the run's other objective). `config.distillation_target` says what
-of the teacher: 'hard', its argmax (DeiT's best), or 'soft', its
-probabilities at `config.distillation_temperature` T, by T^2 times the
-Kullback-Leibler divergence (Hinton et al. 2015; DeiT's soft loss, which
-also divides by the number of classes, and weights it as here, 0.5). The
-teacher is one of our own runs (`config.distillation_teacher`, read by
-`teacher_run`), applied in eval mode inside the train step.
+"""DeiT's distillation (Touvron et al., ICML 2021): a ViT's distillation head
+learns a trained teacher run's predictions, hard or soft (Hinton et al.
+2015), each head half of the loss; the teacher runs in eval mode.
 """
 
 import dataclasses
@@ -63,8 +52,7 @@ class Teacher:
         self.module.apply(self.variables, images, train=False))
 
   def objective(self, base: losses.Objective) -> losses.Objective:
-    """Half `base` on the class head's logits, half the distillation
-    head's loss on the teacher's predictions (`TARGETS[target]`)."""
+    """Half `base` on the class head, half the distillation head's loss."""
     learn = TARGETS[self.target]
 
     def distilled(logits: jax.Array, outputs: dict, targets: jax.Array,

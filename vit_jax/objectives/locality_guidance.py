@@ -3,20 +3,10 @@ Transformers on Tiny Datasets", ECCV 2022): while it trains, a ViT's
 intermediate features imitate a trained CNN's, which carry the locality a
 ViT lacks on little data; the ViT stays pure at inference.
 
-`GuidedViT` projects the patch tokens of each guided block to one CNN
-stage's channels with a 1x1 convolution (parameters `locality_guidance_k`
-beside the ViT's own, which serve only training); the CNN
-(`config.locality_guidance_teacher`, read by `teacher_run`) gives the map
-each stage ends with (`cnn.stage_features`). Each pair is resized
-bilinearly to the larger grid and compared by mean squared error; the sum,
-times `config.locality_guidance_weight`, is added to the run's other
-objective (`Guide.objective`).
-
-As the authors' code: the stages' outputs after their ReLU, no
-normalisation, the projections initialised as PyTorch's Conv2d, weight 2.5,
-blocks at the start, middle and end (0, 3, 5 of the study's 6). Where we
-differ: the teacher's BatchNorm runs in eval mode, it sees the student's
-images, and with DeiT's distillation both heads' terms stay.
+`GuidedViT` projects each guided block's patch tokens to a CNN stage's
+channels (`locality_guidance_k`, training-only parameters); each pair is
+resized to the larger grid and compared by mean squared error. The
+teacher's BatchNorm runs in eval mode, on the student's images.
 """
 
 import dataclasses

@@ -1,14 +1,6 @@
-"""What the train step minimises: soft-target cross-entropy, and the
-objectives built on it.
-
-Every label becomes a soft target once (`soft_targets`, optax's label
-smoothing); mixup and CutMix mix those targets, and every objective is
-`Objective`: a function of the model's logits, what it returns beside them
-(`outputs`), the targets and the images, so a technique adds an objective,
-not a branch in the step. `classification` is the base; each technique is
-a function `base -> objective` around it (DeiT's in `distillation`, a CNN's
-`locality_guidance`, `models.masked_autoencoder`'s reconstruction), all
-chosen in `training.startup`.
+"""What the train step minimises: soft-target cross-entropy (`classification`),
+and `Objective`, the one signature every technique wraps so that a technique
+adds an objective, not a branch in the step.
 """
 
 from typing import Protocol
@@ -31,10 +23,7 @@ def cross_entropy(logits: jax.Array, targets: jax.Array) -> jax.Array:
 
 
 class Objective(Protocol):
-  """Per-example training loss. `outputs` is the model's `out` with
-  `return_out=True` (a DeiT student's two heads' logits, a guided ViT's
-  projected block features, an MAE's predicted pixels and mask); `images` are
-  the model's inputs, augmented and mixed."""
+  """Per-example training loss; `outputs` is the model's `out`."""
 
   def __call__(self, logits: jax.Array, outputs: dict, targets: jax.Array,
                images: jax.Array) -> jax.Array:
