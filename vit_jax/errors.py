@@ -1,9 +1,5 @@
-"""The errors a user can see: each says what was wrong and what to do.
-
-`vit_jax.main` and the other commands catch `VitJaxError` once and print its
-message as one `error:` line; anything else is a bug and keeps its traceback.
-This module imports nothing of vit_jax, so every module can raise these.
-"""
+"""The errors a user can see, printed as one `error:` line by the commands;
+anything else is a bug and keeps its traceback. Imports nothing of vit_jax."""
 
 import errno
 import os
@@ -42,17 +38,15 @@ class AnalysisError(VitJaxError):
 
 
 def first_line(error: BaseException, limit: int = 300) -> str:
-  """`Type: first line of the message`, cut at `limit` characters: enough
-  to tell a library's error apart, without the pages some of them carry
-  (tensorstore's one line holds a whole JSON spec)."""
+  """`Type: first line of the message`, cut at `limit` characters (some
+  libraries' one line holds pages)."""
   text = str(error).strip().splitlines()
   line = f'{type(error).__name__}: {text[0] if text else ""}'
   return line if len(line) <= limit else line[:limit - 3] + '...'
 
 
 def out_of_space(error: BaseException | None) -> bool:
-  """Whether `error` or one it arose from says the disk or quota is full
-  (orbax, tensorstore and safetensors raise their own types for it)."""
+  """Whether `error` or one it arose from says the disk or quota is full."""
   while error is not None:
     if (isinstance(error, OSError) and
         error.errno in (errno.ENOSPC, errno.EDQUOT)) or any(
@@ -65,9 +59,8 @@ def out_of_space(error: BaseException | None) -> bool:
 
 def write_failed(path, error: BaseException, kept: str,
                  elsewhere: str | None = None) -> str:
-  """The line for a write to `path` that failed with `error`: what failed,
-  what is `kept` as it was, and the fix: free space, or a place that takes
-  writes, or pass `elsewhere` ('another DEST')."""
+  """The line for a failed write to `path`: what failed, what is `kept`, and
+  the fix (free space, a writable place, or pass `elsewhere`)."""
   where = os.path.dirname(os.path.abspath(path))
   fix = (f'Free space there (df -h {where})' if out_of_space(error) else
          f'Check that {where} is writable')
@@ -77,8 +70,8 @@ def write_failed(path, error: BaseException, kept: str,
 
 
 def exit_on_user_error(command, also: tuple[type[BaseException], ...] = ()):
-  """`command()`, or, when it raises a `VitJaxError` (or one of `also`), its
-  message as one `error:` line on stderr and exit status 1, no traceback."""
+  """`command()`; a `VitJaxError` (or one of `also`) exits 1 with one
+  `error:` line."""
   try:
     return command()
   except (VitJaxError, *also) as e:

@@ -1,20 +1,11 @@
-"""The checkpoint of a run's best evaluation (config.keep_best_checkpoint),
-`workdir/best_checkpoint/<step>/`, beside the newest ones: what a teacher
-read at its best is (config.teacher_checkpoint='best'), and what
-`load_run(workdir, best=True)` reads.
+"""The checkpoint of a run's best evaluation, `workdir/best_checkpoint/<step>/`
+(config.keep_best_checkpoint), read by `load_run(workdir, best=True)`.
 
-Its invariant: the newest step it holds is the evaluation with the highest
-test accuracy in the run's history (the first of equals, as the summary's
-best_step), or it holds nothing before the first evaluation. A run resumes
-from any of its regular checkpoints (the newest, or an older one when the
-newest is damaged) and trains again the steps after it, so:
-  - a regular checkpoint is saved only once the best before it is
-    complete (`wait`);
-  - an older best is deleted only when no regular checkpoint that may
-    still be resumed from has it as its best (`prune`), never by orbax's
-    rotation;
-  - bests after the step a run resumes from are deleted then, and saved
-    again when reached.
+Invariant: its newest step is the history's most accurate evaluation (the
+first of equals). A run may resume from any regular checkpoint, so a regular
+one is saved only once the best before it is complete (`wait`), an older best
+is deleted only when no resumable regular checkpoint needs it (`prune`), and
+bests after the step resumed from are deleted then.
 """
 
 import math
@@ -33,19 +24,17 @@ def _best_record(history: list[dict]) -> dict | None:
 
 
 class BestCheckpoint:
-  """Saves the state of each evaluation that beats every earlier one of
-  the run. With `keep` False it saves nothing, and deletes a best left by
-  the run while it kept one, which would no longer be its best.
-  Multi-process: every process calls every method with the same records,
-  and decides from the steps all listed alike, so they delete alike."""
+  """Saves the state of each evaluation that beats the run's earlier ones.
+
+  With `keep` False it saves nothing and deletes a best left on disk. Every
+  process calls every method with the same records, so they delete alike.
+  """
 
   def __init__(self, workdir: pathlib.Path, keep: bool, history: list[dict],
                step: int, regular_steps: list[int], keep_regular: int,
                trains: bool = True):
-    """`history` and `step`: where the run resumes (empty and 0 afresh);
-    `regular_steps`: the steps of its regular checkpoints on disk, of which
-    it keeps the newest `keep_regular`. Not `trains` (a finished run run
-    again): it changes nothing."""
+    """`history` and `step`: where the run resumes; `regular_steps`: its
+    regular checkpoints on disk. Not `trains`: it changes nothing."""
     self._checkpoints = run_checkpoints.RunCheckpoints(
         workdir / DIRECTORY, keep=run_checkpoints.KEEP_ALL)
     self._keep = keep and trains
@@ -83,8 +72,7 @@ class BestCheckpoint:
 
   def offer(self, record: dict, state, train_sums: dict,
             history: list[dict], position: dict, config: dict):
-    """Saves the state of `record`'s step if its test accuracy is the
-    run's best so far."""
+    """Saves `record`'s state if its test accuracy is the run's best."""
     accuracy = record.get('test_accuracy', -math.inf)
     if not self._keep or accuracy <= self._accuracy:
       return
@@ -99,15 +87,12 @@ class BestCheckpoint:
       self._checkpoints.wait()
 
   def prune(self, saved_step: int):
-    """After the regular checkpoint of `saved_step` was handed to orbax
-    (which first completed the one before it): deletes the bests that
-    neither it nor the complete regular checkpoints kept (the newest
-    `keep_regular`) have as their best."""
+    """Deletes the bests that neither `saved_step`'s regular checkpoint nor
+    the kept ones have as their best."""
     if not self._keep:
       return
     self._checkpoints.wait()  # orbax deletes nothing during a save
-    # Every regular step on disk until this save completes: orbax rotates
-    # them then (with a keep_checkpoints lowered on resume, several).
+    # orbax rotates the regular steps only once this save completes.
     self._regular.append(saved_step)
     needed = {max((b for b in self._held if b <= regular), default=None)
               for regular in self._regular}

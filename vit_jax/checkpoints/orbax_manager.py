@@ -1,8 +1,4 @@
-"""orbax's CheckpointManager as a run's checkpoints use it
-(`run_checkpoints.RunCheckpoints`): its options, the pace of an interval's
-checkpoint, the stop signals left to the training loop, and the
-exceptions a failed save or restore leaves behind kept off the terminal.
-"""
+"""orbax's CheckpointManager as `run_checkpoints.RunCheckpoints` uses it."""
 
 import functools
 import pathlib
@@ -12,13 +8,12 @@ import orbax.checkpoint as ocp
 
 
 class _CheckpointManager(ocp.CheckpointManager):
-  """orbax's, with the stop signals left to `runtime.preemption`. jax's
-  preemption sync point keeps one counter, the value of the latest call,
-  and stops a job at the call that passes the next value: `Preemption`
-  counts its own calls, orbax passes the step (saving, deciding whether to
-  save, finishing a save in the background), so its calls between ours
-  would move that point to a value `Preemption` never passes, and a SIGTERM
-  to a multi-process job would go unheeded."""
+  """orbax's, with the stop signals left to `runtime.preemption`.
+
+  jax's preemption sync point keeps one counter; orbax's calls with the step
+  between `Preemption`'s own would move the stop to a value `Preemption`
+  never passes, and a multi-process job would ignore SIGTERM.
+  """
 
   def reached_preemption(self, step: int) -> bool:
     del step
@@ -27,10 +22,8 @@ class _CheckpointManager(ocp.CheckpointManager):
 
 def open_manager(directory: pathlib.Path, keep: int | None, create: bool,
                  reading: bool, min_seconds: float) -> ocp.CheckpointManager:
-  """`keep`: the newest kept (None: all); `reading`: a reader's, which
-  leaves a save in progress its temporary directory; `min_seconds`: an
-  interval's checkpoint waits that long after the newest (orbax's
-  ContinuousCheckpointingPolicy; 0: none)."""
+  """`keep`: the newest kept (None: all); `reading`: leaves a save in
+  progress alone; `min_seconds`: least time between interval checkpoints."""
   _ignore_what_orbax_abandons()
   return _CheckpointManager(directory, options=ocp.CheckpointManagerOptions(
       max_to_keep=keep, create=create, cleanup_tmp_directories=not reading,
@@ -42,10 +35,8 @@ def open_manager(directory: pathlib.Path, keep: int | None, create: bool,
 
 
 def _abandoned_by_orbax(unraisable) -> bool:
-  """Whether an unraisable exception is what a failed save or restore,
-  already reported in one line, leaves behind: tensorstore's pending
-  operations calling back into orbax's closed event loop, or orbax's other
-  reads of a damaged checkpoint, collected with their errors."""
+  """Whether an unraisable exception is left behind by a failed save or
+  restore, already reported in one line."""
   error, code = unraisable.exc_value, getattr(unraisable.object, 'cr_code',
                                               None)
   return (isinstance(error, RuntimeError) and
@@ -55,9 +46,7 @@ def _abandoned_by_orbax(unraisable) -> bool:
 
 @functools.cache
 def _ignore_what_orbax_abandons():
-  """Python prints each of `_abandoned_by_orbax`'s exceptions with a
-  traceback: pages after the one line that says what failed. Installed
-  once, by the first RunCheckpoints opened."""
+  """Keeps `_abandoned_by_orbax`'s tracebacks off the terminal."""
   unraisablehook = sys.unraisablehook
 
   def hook(unraisable):

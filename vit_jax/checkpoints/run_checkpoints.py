@@ -1,9 +1,6 @@
-"""A run's checkpoints, `workdir/checkpoints/<step>/`: saved by the training
-loop, restored by it to resume and by every reader of a run
-(`reading.load_run`) along one path, which verifies each checkpoint
-against its digest (`digests`) and falls back to the one before a damaged
-newest one.
-"""
+"""A run's checkpoints, `workdir/checkpoints/<step>/`, saved by the training
+loop and restored by it and every reader along one path, verified against
+their digests, falling back past a damaged newest one."""
 
 import contextlib
 import dataclasses
@@ -31,13 +28,12 @@ class Restored:
   train_sums: dict  # metric sums of the unfinished logging interval
   history: list[dict]  # every record logged so far
   position: dict  # where the input's next batch comes from
-  config: dict | None  # as config.json holds it; None: saved before
+  config: dict | None  # as config.json holds it; None: not held
 
 
 def _host_device() -> jax.Device:
-  """Where a reader restores a run's whole state to verify it: the host's
-  memory, which holds the optimizer state more easily than an
-  accelerator's (only the parameters go on to the accelerator)."""
+  """Where a reader restores a whole state to verify it: host memory holds
+  the optimizer state more easily than an accelerator."""
   try:
     return jax.local_devices(backend='cpu')[0]
   except RuntimeError:  # JAX_PLATFORMS leaves the CPU out
@@ -45,9 +41,8 @@ def _host_device() -> jax.Device:
 
 
 def _as_saved(step_dir: pathlib.Path) -> tuple[Any, Any]:
-  """Restore targets for a checkpoint's state and train sums as they were
-  saved, on one device whatever devices saved them: a reader has no model
-  to say the state's structure."""
+  """Restore targets for a checkpoint's state and train sums as saved, on one
+  device: a reader has no model to give the structure."""
   device = jax.sharding.SingleDeviceSharding(_host_device())
 
   def target(item: str):
@@ -58,8 +53,7 @@ def _as_saved(step_dir: pathlib.Path) -> tuple[Any, Any]:
   return target('state'), target('train_sums')
 
 
-# How many checkpoints a reader lets a live run replace under it before it
-# says so, rather than chasing the run's rotation for as long as it lasts.
+# Checkpoints a live run may rotate away under a reader before it gives up.
 _MAX_ROTATED_WHILE_READ = 10
 
 
@@ -68,24 +62,14 @@ KEEP_ALL = 0
 
 
 class RunCheckpoints:
-  """The checkpoints of a run, `directory/<step>/`, the newest
-  `keep` kept. Each holds a `Restored`'s fields: the train state, the train
-  metric sums of the unfinished logging interval, the history of logged
-  records, the input's position and the run's config, and their `digest`,
-  which every restore verifies (`digests`). Saves are asynchronous; orbax
-  writes a checkpoint under a temporary name and renames it when complete,
-  so a killed save leaves no step behind, only a temporary directory that
-  the next run removes. A save that fails in the background raises
-  CheckpointError at the next `check`, `save` or `close`.
+  """The checkpoints of a run, `directory/<step>/`, the newest `keep` kept.
 
-  With `keep=KEEP_ALL`, nothing is deleted but by `delete`. Without
-  `keep`, a reader's: it saves nothing and changes nothing in
-  `directory` (a save in progress there keeps its temporary directory, a
-  damaged checkpoint stays where it is).
-
-  `min_seconds`: what `due` waits between checkpoints.
-
-  Multi-process: every process calls every method; orbax coordinates them.
+  Each holds a `Restored`'s fields and their `digest`, verified on restore.
+  Saves are asynchronous; a save that fails in the background raises
+  CheckpointError at the next `check`, `save` or `close`. With
+  `keep=KEEP_ALL` only `delete` deletes; without `keep`, a reader's, which
+  changes nothing in `directory`. `min_seconds`: what `due` waits between
+  checkpoints. Every process calls every method.
   """
 
   def __init__(self, directory: pathlib.Path, keep: int | None = None,
@@ -111,16 +95,12 @@ class RunCheckpoints:
 
   def due(self, step: int) -> bool:
     """Whether an interval's checkpoint is taken at `step`: with
-    `min_seconds`, orbax's ContinuousCheckpointingPolicy: when none is
-    saved yet, or the newest started writing `min_seconds` ago (by the
-    clock; read from disk after a restart: when it was completed) and none
-    is being written (process 0 decides for all). `save` is the loop's
-    decision: the last step and a stop signal save whatever this says."""
+    `min_seconds`, when the newest started that long ago and none is being
+    written (orbax's ContinuousCheckpointingPolicy)."""
     return not self._min_seconds or self._open(create=True).should_save(step)
 
   def steps(self, fresh: bool = False) -> list[int]:
-    """The steps saved here; `fresh`: as the directory lists them now, not
-    as it did when first read (a run may be writing there)."""
+    """The steps saved here; `fresh`: listed again (a run may be writing)."""
     if not self.directory.is_dir():
       return []
     for attempt in range(_MAX_ROTATED_WHILE_READ):
@@ -131,16 +111,13 @@ class RunCheckpoints:
           manager.reload()
         steps = sorted(manager.all_steps())
       except (FileNotFoundError, NotADirectoryError):
-        # orbax lists the steps, then reads each one's time (opening the
-        # manager too): a live run deleted one in between. List again.
+        # A live run deleted a step between orbax's listing and reading it.
         if last:
           raise
         fresh = True
         continue
-      # orbax lists the folders, then drops each one gone by the time it
-      # checks it: a live run keeping one checkpoint deleted the old step
-      # as it renamed the new one from the temporary name listed. Empty,
-      # though a step is here now: list again.
+      # Empty though a step is here: a live run keeping one checkpoint
+      # renamed the new one as orbax listed; list again.
       if steps or last or not self._holds_a_step_folder():
         return steps
       fresh = True
@@ -153,12 +130,12 @@ class RunCheckpoints:
 
   def restore_latest(self, state_shapes=None,
                      sum_shapes=None) -> Restored | None:
-    """The newest checkpoint that restores and matches its digest (see
-    `restore` for the shapes); one that does not is skipped with a warning
-    naming it and, unless this is a reader, set aside. One deleted while it
-    was read (a live run's rotation) is not damaged: the steps are listed
-    again and the newest read. None when there is none; CheckpointError
-    when none of several restores."""
+    """The newest checkpoint that restores and matches its digest, or None.
+
+    A damaged one is skipped with a warning and, unless this is a reader,
+    set aside; one a live run rotated away is not damaged. CheckpointError
+    when none of several restores.
+    """
     tried, damaged, deleted = set(), [], []
     while len(deleted) < _MAX_ROTATED_WHILE_READ:
       untried = [s for s in self.steps(fresh=bool(tried)) if s not in tried]
@@ -169,9 +146,7 @@ class RunCheckpoints:
       try:
         restored = self._restore(step, state_shapes, sum_shapes)
       except Exception as e:  # pylint: disable=broad-except
-        # Rotated away by the run writing here: gone, or being deleted
-        # (orbax removes a checkpoint's files one by one) for a newer one
-        # saved since.
+        # Rotated away (gone, or being deleted) by a run writing here.
         if not (self.directory / str(step)).exists() or any(
             s > step and s not in tried for s in self.steps(fresh=True)):
           deleted.append(step)
@@ -202,10 +177,8 @@ class RunCheckpoints:
 
   def restore(self, step: int, state_shapes=None,
               sum_shapes=None) -> Restored:
-    """The checkpoint of `step`, verified against its digest, onto the
-    shardings of the shapes given; without shapes (a reader), every array
-    as saved onto one device of this host. CheckpointError when there is
-    no such checkpoint or it cannot be restored."""
+    """The verified checkpoint of `step`, onto the shapes' shardings, else
+    as saved onto one host device; CheckpointError when it cannot be."""
     steps = self.steps()
     if step not in steps:
       raise CheckpointError(f'No checkpoint of step {step} in '
@@ -226,9 +199,8 @@ class RunCheckpoints:
       ) from e
 
   def _restore(self, step: int, state_shapes, sum_shapes) -> Restored:
-    """`restore` without its checks: raises what orbax raises for a damaged
-    or foreign checkpoint, or DigestMismatchError. One that predates
-    digests is restored with a warning."""
+    """`restore` without its checks: raises what orbax raises, or
+    DigestMismatchError."""
     step_dir = self.directory / str(step)
     if state_shapes is None:
       state_shapes, sum_shapes = _as_saved(step_dir)
@@ -255,9 +227,8 @@ class RunCheckpoints:
     return result
 
   def latest_config(self) -> tuple[int, dict] | None:
-    """The run's config as the newest checkpoint holding one saved it,
-    checked against that checkpoint's digest, and its step; None when none
-    does (saved before checkpoints held their config)."""
+    """The step and verified config of the newest checkpoint holding one,
+    or None."""
     for step in reversed(self.steps()):
       step_dir = self.directory / str(step)
       if not (step_dir / 'config').is_dir():
@@ -273,8 +244,8 @@ class RunCheckpoints:
     return None
 
   def _set_aside(self, steps: list[int]):
-    """Renames damaged checkpoints `<step>.unrestorable`, so that the run
-    saves those steps again (orbax would not save below its latest step)."""
+    """Renames damaged checkpoints `<step>.unrestorable`: orbax saves no step
+    below its latest."""
     if not steps:
       return
     self.close()
@@ -287,11 +258,9 @@ class RunCheckpoints:
 
   def save(self, step: int, state, train_sums: dict, history: list[dict],
            position: dict, config: dict):
-    """`config`: the run's, as config.json holds it, so that the workdir's
-    record of its run outlives a lost config.json."""
+    """`config`: as config.json holds it, which it outlives."""
     self.check()
-    # orbax writes the JSON items later, in the background: a copy, so that
-    # records the loop logs meanwhile are not in this checkpoint.
+    # A copy: orbax writes the JSON in the background while the loop logs.
     history = list(history)
     contents = digests.compute(state, train_sums, history, position, config)
     manager = self._open(create=True)
@@ -312,29 +281,25 @@ class RunCheckpoints:
               digest=ocp.args.JsonSave(contents)))
 
   def wait(self):
-    """Returns when the save in flight is complete; CheckpointError if it
-    failed."""
+    """Waits for the save in flight; CheckpointError if it failed."""
     if self._manager is not None:
       with self._failed_saves_raised():
         self._manager.wait_until_finished()
 
   def steps_agreed(self) -> list[int]:
-    """`steps`, listed by every process before any goes on (to delete some
-    of them: orbax deletes on the first process, then waits for all)."""
+    """`steps`, listed by every process before any deletes some."""
     steps = self.steps()
     if jax.process_count() > 1:
       multihost_utils.sync_global_devices(f'vit_jax: {self.directory} listed')
     return steps
 
   def delete(self, steps: list[int]):
-    """Deletes the checkpoints of `steps`. Multi-process: every process
-    passes the same steps."""
+    """Deletes the checkpoints of `steps`, the same in every process."""
     for step in steps:
       self._open(create=False).delete(step)
 
   def check(self):
-    """Raises CheckpointError if the last save, written in the background,
-    failed (orbax keeps its error until someone waits for it)."""
+    """Raises CheckpointError if the last background save failed."""
     if self._manager is not None and not self._manager.is_saving_in_progress():
       with self._failed_saves_raised():
         self._manager.wait_until_finished()

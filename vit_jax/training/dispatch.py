@@ -1,21 +1,11 @@
 """How the loop hands train steps to the devices: several to one compiled
-call (`steps.make_train_steps`), the batches of all of them in one block on
-the devices, so that a small model's steps do not wait on Python.
+call, so that a small model's steps do not wait on Python.
 
-A call runs at most `CompiledSteps.steps_per_dispatch` steps
-(`config.steps_per_dispatch`), never past the loop's next log, evaluation
-or checkpoint (the loop says how far that is), and no more than
-`MAX_SECONDS` of them as the calls before took: one step first, then as
-many as fit. The processes of a multi-process job must make the same calls:
-there process 0's timing decides, sent to the others where the loop waits
-for the devices anyway (`drain`: a log, evaluation or checkpoint), so that
-the job runs one step a call until its first. Whatever the split, the steps
-compute what one call each computes (`make_train_steps`).
-
-At most two calls are in flight: the loop waits for the one before the
-newest before it makes another, so a stop signal, read between calls, is
-acted on once the call running and the one queued have finished: within
-about 2 x MAX_SECONDS, or two steps where one step takes longer.
+A call runs at most `config.steps_per_dispatch` steps, never past the loop's
+next log, evaluation or checkpoint, and no more than fit in `MAX_SECONDS` as
+the last call took. In a multi-process job process 0's timing decides, agreed
+at each `drain`. At most two calls are in flight, so a stop signal is acted
+on within about 2 x MAX_SECONDS.
 """
 
 import time
@@ -49,8 +39,7 @@ class Dispatcher:
     self._agreed = 1  # a multi-process job's steps a call, as of its drain
 
   def next_call_steps(self, until_event: int) -> int:
-    """How many steps the next call runs, with the next log, evaluation
-    or checkpoint `until_event` steps away."""
+    """Steps of the next call, with the next loop event `until_event` away."""
     fit = self._fit() if jax.process_count() == 1 else self._agreed
     return min(self._rows, until_event, fit)
 
@@ -62,8 +51,7 @@ class Dispatcher:
 
   def run(self, state: steps.TrainState, sums: dict, batches: list
           ) -> tuple[steps.TrainState, dict]:
-    """Trains on `batches` (`next_call_steps` of them) in one call,
-    returning as soon as the call before it has finished."""
+    """Trains on `batches` in one call; returns once the one before ends."""
     block = self._inputs.block(batches, self._rows)
     state, sums, done = self._train(state, sums, self._inputs.train_data,
                                     block, len(batches), self._key)
@@ -73,10 +61,8 @@ class Dispatcher:
     return state, sums
 
   def drain(self):
-    """Waits until every call made has finished (in a multi-process job,
-    where every process makes the same calls, then agrees on the steps a
-    call runs until the next drain; a drain with nothing in flight, the
-    second at one step, agrees nothing new)."""
+    """Waits for every call made; a multi-process job then agrees on the
+    steps a call runs until the next drain."""
     if not self._calls:
       return
     while self._calls:

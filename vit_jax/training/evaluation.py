@@ -1,7 +1,5 @@
-"""A model's loss, top-1 and top-5 accuracy over a whole test split: the
-training loop's evaluations (`over_test_split`), and a checkpoint's, what
-`python -m vit_jax.evaluate` does (`evaluate`; that module holds the
-command, its flags and how the data and preprocessing are chosen)."""
+"""A model's loss, top-1 and top-5 accuracy over a whole test split: in the
+training loop, and for `python -m vit_jax.evaluate`."""
 
 from absl import logging
 import jax
@@ -16,16 +14,13 @@ from vit_jax.errors import ConfigError
 from vit_jax.runtime import sharding
 from vit_jax.training import steps
 
-# In training, evaluations over this many batches or more log their
-# progress.
 _PROGRESS_BATCHES = 50
 
 
 def over_test_split(eval_step, state, inputs: data.Input, label: str,
                     progress_from: int = _PROGRESS_BATCHES) -> dict:
-  """Loss, accuracy and top-5 accuracy over every test example, each once
-  (`eval_step`: `steps.compile_eval`'s); logs its progress, starting with
-  `label`, when the split has `progress_from` batches or more."""
+  """Loss, accuracy and top-5 accuracy over every test example, each once;
+  logs progress when the split has `progress_from` batches or more."""
   sums = steps.zero_sums(sharding.replicated(inputs.mesh), steps.EVAL_SUMS)
   total = inputs.num_eval_batches
   report_every = max(total // 10, 1)
