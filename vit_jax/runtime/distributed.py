@@ -1,8 +1,5 @@
-"""Starting a job: the CPU's host devices, joining a multi-process job
-(SLURM, Open MPI, Cloud TPU, or explicit flags), checking that every process
-holds the same data, and leaving the job when it ends or a process is lost.
-Everything here but the last two runs before JAX is asked for its devices.
-"""
+"""Starting a job: the CPU's host devices, joining a multi-process job,
+checking that every process holds the same data, and leaving the job."""
 
 from collections.abc import Mapping
 import glob
@@ -20,24 +17,17 @@ import numpy as np
 from vit_jax.errors import DistributedError
 from vit_jax.errors import first_line
 
-# On a CPU, XLA runs the small matmuls of a small model with little
-# parallelism; splitting the batch over a few host devices runs the shards
-# side by side (ViT-Tiny train step, 2 cores: 93 img/s on 1 device, 123 on 4;
-# experiments/benchmarks/README.md). Other platforms are unaffected.
+# XLA runs a small model's matmuls on a CPU with little parallelism; batch
+# shards on several host devices run side by side
+# (experiments/benchmarks/README.md, optimisation log).
 DEFAULT_CPU_DEVICES = 4
-# Seconds after which the processes of a job give up on one that stopped
-# answering (jax's defaults: 100 s of missed heartbeats, then a 300 s shutdown
-# barrier).
+# Seconds before a job gives up on a silent process; jax's defaults are minutes.
 DEFAULT_LOST_PROCESS_TIMEOUT = 30
 
 
 def set_cpu_devices(count: int | None = None):
-  """Makes the CPU backend expose `count` devices (default:
-  DEFAULT_CPU_DEVICES).
-
-  Leaves an explicit `--xla_force_host_platform_device_count` in XLA_FLAGS
-  alone. Call before anything asks JAX for its devices.
-  """
+  """Makes the CPU backend expose `count` devices, unless XLA_FLAGS sets
+  them; call before anything asks JAX for its devices."""
   if 'xla_force_host_platform_device_count' in os.environ.get('XLA_FLAGS', ''):
     return
   jax.config.update('jax_num_cpu_devices', count or DEFAULT_CPU_DEVICES)
@@ -54,25 +44,15 @@ def _int_env(environ: Mapping[str, str], name: str) -> int | None:
 
 
 def _on_cloud_tpu_vm() -> bool:
-  # libtpu installed and TPU chips attached (/dev/accel* up to v4, VFIO from
-  # v5e on).
+  # libtpu installed and TPU chips attached (/dev/accel* or VFIO).
   return importlib.util.find_spec('libtpu') is not None and bool(
       glob.glob('/dev/accel[0-9]*') or glob.glob('/dev/vfio/[0-9]*'))
 
 
 def _detect_cluster(environ: Mapping[str, str] | None = None) -> str | None:
-  """The launcher of a multi-process job that `jax.distributed.initialize()`
-  configures itself from, or None (a single process, as far as it can tell).
-
-  - SLURM: inside an `srun` step of more than one task (jax needs
-    SLURM_JOB_ID, SLURM_STEP_NODELIST, SLURM_NTASKS, SLURM_PROCID and
-    SLURM_LOCALID); the batch script itself, outside `srun`, is one process.
-  - Open MPI: `mpirun -n N` with N > 1.
-  - Cloud TPU: several workers named in TPU_WORKER_HOSTNAMES /
-    TPU_PROCESS_ADDRESSES (GKE), a multislice job (MEGASCALE_COORDINATOR_ADDRESS),
-    or any Cloud TPU VM, whose workers jax reads from the VM's metadata (a
-    single-host VM becomes a one-process job, which changes nothing).
-  """
+  """The launcher `jax.distributed.initialize()` configures itself from
+  (SLURM inside an `srun` step of several tasks, Open MPI with several, or
+  Cloud TPU), or None for a single process."""
   env = os.environ if environ is None else environ
   slurm_vars = ('SLURM_JOB_ID', 'SLURM_STEP_NODELIST', 'SLURM_NTASKS',
                 'SLURM_PROCID', 'SLURM_LOCALID')
@@ -96,16 +76,11 @@ def distributed_args(coordinator_address: str | None = None,
                      num_processes: int | None = None,
                      process_id: int | None = None,
                      environ: Mapping[str, str] | None = None) -> dict | None:
-  """Decides whether and how to call `jax.distributed.initialize`.
+  """The keyword arguments of `jax.distributed.initialize`, or None for a
+  single process.
 
-  Returns None for a single process (nothing to initialize), else the keyword
-  arguments (an empty dict: jax detects everything from the cluster).
-
-  Explicit values (the flags) win; JAX_COORDINATOR_ADDRESS, and our
-  JAX_NUM_PROCESSES and JAX_PROCESS_ID, stand in for missing flags. Outside a
-  cluster `_detect_cluster` knows, the three must be complete. `num_processes=1`
-  is a single process even inside a cluster. Raises DistributedError for a set
-  that cannot work.
+  The flags win over $JAX_COORDINATOR_ADDRESS, $JAX_NUM_PROCESSES and
+  $JAX_PROCESS_ID; outside a known cluster all three are needed.
   """
   env = os.environ if environ is None else environ
   coordinator_address = (coordinator_address or
@@ -149,27 +124,20 @@ def initialize_distributed(
     coordinator_address: str | None = None, num_processes: int | None = None,
     process_id: int | None = None,
     lost_process_timeout: int = DEFAULT_LOST_PROCESS_TIMEOUT) -> bool:
-  """Joins a multi-process job when the flags or the environment ask for one
-  (see `distributed_args`); does nothing for a single process. A process
-  silent for `lost_process_timeout` seconds counts as lost.
-
-  Call before anything asks JAX for its devices. On the CPU the processes'
-  collectives run over gloo (TCP). Returns whether it initialized.
-  """
+  """Joins a multi-process job when `distributed_args` asks for one; returns
+  whether it did. Call before anything asks JAX for its devices."""
   kwargs = distributed_args(coordinator_address, num_processes, process_id)
   if kwargs is None:
     return False
-  # The CPU backend runs cross-process collectives only with an implementation
-  # (newer jax defaults to gloo, older ones to none); keep an explicit choice.
+  # The CPU backend needs an implementation for cross-process collectives.
   if not getattr(jax.config, 'jax_cpu_collectives_implementation', 'gloo'):
     jax.config.update('jax_cpu_collectives_implementation', 'gloo')
   described = ', '.join(f'{k}={v}' for k, v in kwargs.items()) or (
       f'detected from {_detect_cluster()}')
   if _detect_cluster() != 'Cloud TPU':
-    # A lost process then fails the survivors' next collective, which
-    # `abandon_job` reports, instead of jax aborting them from a background
-    # thread with a stack trace. (Tried on CPUs with gloo; jax documents it
-    # for GPUs, and TPU collectives may not fail but wait.)
+    # A lost process fails the survivors' next collective (`abandon_job`)
+    # instead of jax aborting them with a stack trace. TPU collectives may
+    # wait instead of failing.
     jax.config.update('jax_enable_recoverability', True)
   try:
     jax.distributed.initialize(
@@ -184,25 +152,21 @@ def initialize_distributed(
   return True
 
 
-# How a collective fails when a peer process is gone (gloo on CPUs, NCCL and
-# the coordination service elsewhere).
+# How a collective fails when a peer process is gone.
 _PEER_LOST = ('UNAVAILABLE', 'DEADLINE_EXCEEDED', 'Connection reset',
               'Connection closed', 'Connection refused', 'heartbeat',
               'Broken pipe')
 
 
 def lost_a_process(error: BaseException) -> bool:
-  """Whether `error`, raised by a computation of a multi-process job, says
-  that another process of the job is gone."""
+  """Whether `error` says that another process of the job is gone."""
   return jax.process_count() > 1 and any(
       sign in str(error) for sign in _PEER_LOST)
 
 
 def _lost_processes(timeout: float = 2.0) -> list[int]:
-  """The processes jax's coordination service no longer counts as alive;
-  empty where it cannot tell within `timeout` seconds (the call waits for
-  every live process, which a healthy peer stuck in a collective never
-  joins)."""
+  """The processes jax no longer counts as alive; empty where it cannot tell
+  within `timeout` seconds (a peer stuck in a collective never answers)."""
   found = []
 
   def ask():
@@ -218,10 +182,8 @@ def _lost_processes(timeout: float = 2.0) -> list[int]:
 
 
 def leave_job(status: int, every_process_here: bool) -> None:
-  """Ends this process of a multi-process job without jax's shutdown: with
-  `jax_enable_recoverability` a process that shuts down first fails the
-  others' shutdown. `every_process_here`: all processes are ending this way
-  (a finished or preempted run), so they wait for each other first."""
+  """Ends this process without jax's shutdown, which with recoverability
+  fails the others'. `every_process_here`: wait for all first."""
   if every_process_here:
     multihost_utils.sync_global_devices('vit_jax: leaving the job')
   logging.flush()
@@ -231,9 +193,8 @@ def leave_job(status: int, every_process_here: bool) -> None:
 
 
 def abandon_job(error: BaseException) -> None:
-  """After a collective failed because a process of the job died: logs one
-  line and exits at once with status 1, instead of waiting in jax's shutdown
-  barrier for the dead process until jax aborts the survivors."""
+  """After a process of the job died: one line and exit status 1, not a wait
+  in jax's shutdown barrier."""
   try:
     lost = _lost_processes()
   except Exception:  # pylint: disable=broad-except
@@ -260,8 +221,7 @@ def _checksum(array) -> int:
 
 
 def processes_that_differ(arrays: list[np.ndarray]) -> list[int]:
-  """The processes whose `arrays` differ from process 0's (by checksum, one
-  number per array exchanged); [] in a single process."""
+  """The processes whose `arrays` differ from process 0's, by checksum."""
   if jax.process_count() == 1:
     return []
   local = np.array([_checksum(a) for a in arrays], np.uint32)

@@ -1,11 +1,7 @@
-"""What a command that runs as one process of a multi-process job does around
-its work, shared by `vit_jax.main` and `vit_jax.evaluate`: the flags that
-say who is who, joining the job (or running alone), telling the processes'
-logs apart, and ending so that no process waits on one that is gone.
-
-SLURM, Open MPI and Cloud TPU jobs are detected (`distributed`); elsewhere
---coordinator_address, --num_processes and --process_id, or $JAX_*, say
-who is who. Imported by commands only: the flags are global to a process.
+"""A command as one process of a multi-process job (`vit_jax.main`,
+`vit_jax.evaluate`): its flags, joining the job, its log prefix and ending
+so that no process waits on one that is gone. Imported by commands only:
+the flags are global to a process.
 """
 
 import logging as python_logging
@@ -53,34 +49,27 @@ class _ProcessPrefix(python_logging.Filter):
 
 
 def exit_job(status: int, every_process_here: bool) -> NoReturn:
-  """Ends this process with `status`; in a multi-process job without jax's
-  shutdown (`distributed.leave_job`), after waiting for the others when
-  `every_process_here` (they all end this way)."""
+  """Ends this process with `status` (`distributed.leave_job` in a job)."""
   if jax.process_count() > 1:
     distributed.leave_job(status, every_process_here)
   sys.exit(status)
 
 
 def run(work: Callable[[], None], *, cpu_devices: int | None) -> NoReturn:
-  """Joins the job the flags or the environment describe (or runs alone),
-  runs `work`, and exits: 0 when it returned; 1 after one `error:` line
-  for a problem the message explains (`VitJaxError`) or a lost process.
-  `cpu_devices`: host devices on a CPU (default:
-  `distributed.DEFAULT_CPU_DEVICES`). Libraries' INFO records are left out
-  (`command.quiet_libraries`)."""
+  """Joins the job (or runs alone), runs `work` and exits: 0 when it
+  returned, 1 after one `error:` line for a `VitJaxError` or a lost process.
+  `cpu_devices`: host devices on a CPU."""
   command.quiet_libraries()
   distributed.set_cpu_devices(cpu_devices)
   try:
     if distributed.initialize_distributed(
         _COORDINATOR_ADDRESS.value, _NUM_PROCESSES.value, _PROCESS_ID.value,
         _LOST_PROCESS_TIMEOUT.value):
-      # Every process logs, as in flax's and big_vision's trainers; the
-      # prefix tells them apart.
+      # Every process logs; the prefix tells them apart.
       logging.get_absl_handler().addFilter(_ProcessPrefix(
           f'[process {jax.process_index()}/{jax.process_count()}] '))
       if stop_signals.stops_at_once():
-        # jax's preemption service took SIGTERM, to agree on a step to
-        # stop at; a command with nothing to save stops at once instead.
+        # jax's preemption service took SIGTERM; this command stops at once.
         stop_signals.catch()
     work()
   except jax.errors.JaxRuntimeError as e:

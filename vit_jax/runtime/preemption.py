@@ -1,6 +1,5 @@
-"""SIGTERM (and what sends it: SLURM, Kubernetes, TPU maintenance) and Ctrl-C
-as a request to save and stop, at a step every process agrees on.
-"""
+"""SIGTERM and Ctrl-C as a request to save and stop, at a step every process
+agrees on."""
 
 import pathlib
 
@@ -9,7 +8,6 @@ from jax.experimental import multihost_utils
 
 from vit_jax.runtime import stop_signals
 
-# The exit status of a run stopped by SIGTERM or Ctrl-C with nothing lost.
 PREEMPTED_EXIT_STATUS = stop_signals.STOPPED_EXIT_STATUS
 
 
@@ -31,27 +29,18 @@ class Preempted(Exception):  # pylint: disable=g-bad-exception-name
 
 
 class Preemption:
-  """SIGTERM and Ctrl-C (`stop_signals`) as a request to save and stop, at a
-  step every process agrees on.
+  """Stop requests, agreed across processes.
 
-  A single process catches the signals itself. In a multi-process job the
-  coordination service that `jax.distributed.initialize` started catches
-  SIGTERM in whichever process receives it (a Ctrl-C is sent on to it as
-  SIGTERM) and picks the call of `reached` at which all of them stop
-  (`multihost_utils.reached_preemption_sync_point`): the one after the
-  latest any process has made, the first if none has. So every process
-  calls `reached` at the same moments, between the phases of start-up and
-  once per step, and the calls are counted here, not by step: a run that
-  resumes at step 500 and was signalled during start-up stops at its first
-  call, before it trains.
+  In a multi-process job jax's coordination service catches SIGTERM (Ctrl-C
+  is sent on as SIGTERM) and picks the call of `reached` at which all stop.
+  So every process calls `reached` at the same moments, and calls are
+  counted here, not by step.
   """
 
   def __init__(self):
     self._multi_process = jax.process_count() > 1
-    # vit_jax.main catches the signals from its first line; a script that
-    # calls train_and_evaluate has them caught here, until `close`. SIGTERM
-    # is jax's preemption service's in a multi-process job; in a single
-    # process it is taken back from that service, should it have started.
+    # For a script calling train_and_evaluate, caught here until `close`.
+    # SIGTERM is jax's preemption service's in a multi-process job.
     self._caught_here = stop_signals.catch(sigterm=not self._multi_process)
     if self._multi_process:
       stop_signals.forward_as_sigterm()
@@ -70,7 +59,7 @@ class Preemption:
     return stop_signals.received() is not None
 
   def training(self) -> None:
-    """The loop starts: from now on a stop saves the steps in flight."""
+    """The loop starts: a stop saves the steps in flight."""
     stop_signals.set_training(True)
 
   def close(self):

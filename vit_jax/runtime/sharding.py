@@ -1,10 +1,7 @@
 """The mesh and where arrays live on it.
 
-Two mesh axes, `data` and `fsdp`: the batch is split over all devices (both
-axes), and each large parameter and optimizer-state array over the `fsdp`
-axis (fully sharded data parallelism; its size 1, the default, replicates
-them). In a multi-process job every process runs the same program on the same
-global arrays, each holding its own devices' shards.
+The batch is split over both axes, `data` and `fsdp`; each large parameter
+and optimizer-state array over `fsdp` (size 1, the default, replicates them).
 """
 
 import math
@@ -13,8 +10,8 @@ import jax
 import numpy as np
 
 def make_mesh(fsdp: int = 1) -> jax.sharding.Mesh:
-  """All devices of all processes on a (`data`, `fsdp`) mesh with `fsdp`
-  devices along the second axis (-1: all of them)."""
+  """All devices on a (`data`, `fsdp`) mesh, `fsdp` of them (-1: all) on the
+  second axis."""
   devices = jax.device_count()
   fsdp = devices if fsdp == -1 else fsdp  # config_schema checks it divides
   return jax.make_mesh((devices // fsdp, fsdp), ('data', 'fsdp'),
@@ -31,16 +28,14 @@ def batch_sharded(mesh: jax.sharding.Mesh) -> jax.sharding.NamedSharding:
       mesh, jax.sharding.PartitionSpec(tuple(mesh.axis_names)))
 
 
-# Smaller arrays (biases, norms, the ViT-Tiny position embedding) stay
-# replicated: splitting them saves little memory and costs a collective each.
+# Smaller arrays stay replicated: splitting saves little, costs a collective.
 MIN_ELEMENTS_TO_SHARD = 2**14
 
 
 def _fsdp_sharding(shape: tuple[int, ...],
                   mesh: jax.sharding.Mesh) -> jax.sharding.NamedSharding:
-  """Where an array of `shape` lives in the train state: split along its
-  largest axis that the `fsdp` axis divides (as big_vision's `fsdp` rule),
-  replicated when none does, when it is small or when `fsdp` has size 1."""
+  """An array of `shape` split along its largest axis `fsdp` divides (as
+  big_vision's rule), else replicated."""
   shards = dict(mesh.shape).get('fsdp', 1)
   spec = [None] * len(shape)
   if shards > 1 and math.prod(shape) >= MIN_ELEMENTS_TO_SHARD:
@@ -57,12 +52,8 @@ def state_shardings(shapes, mesh: jax.sharding.Mesh):
 
 
 def replicate(array: np.ndarray, sharding: jax.sharding.Sharding) -> jax.Array:
-  """A global array from host data that every process holds identically.
-
-  Each process fills only its own devices, so `sharding` may span several
-  processes (`jax.device_put` would also compare the data across processes
-  first, moving all of it over the network).
-  """
+  """A global array from host data that every process holds identically;
+  unlike `jax.device_put`, no cross-process comparison of the data."""
   array = np.asarray(array)
   return jax.make_array_from_callback(array.shape, sharding,
                                       lambda index: array[index])

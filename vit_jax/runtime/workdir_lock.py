@@ -1,16 +1,11 @@
-"""One run per workdir: a lock that a second run meets before it writes
-anything, and that a killed run never leaves behind.
+"""One run per workdir: a lock a second run meets before it writes anything,
+and that a killed run never leaves behind.
 
-The lock is the file `workdir/lock`, held with `flock` by process 0 of the
-run (the processes of a multi-process job are one run) for as long as it
-trains. It names its holder (host, process id, since when), so that a run
-refused knows whom to name. The kernel releases `flock` when its holder dies
-in any way, `kill -9` included, so on the holder's host a lock is never
-stale. Another host cannot tell whether the filesystem carries `flock`
-between hosts (NFS, Lustre and GPFS can; some mounts do not), so the holder
-also renews the file's time every `RENEW_SECONDS`, and a run on another host
-is refused until the holder's last renewal is `STALE_SECONDS` old (by the
-file server's clock against its own), and then takes over.
+`workdir/lock` is held with `flock` by process 0 and names its holder. The
+kernel releases `flock` when the holder dies, so on its host a lock is never
+stale. `flock` may not reach other hosts, so the holder also renews the
+file's time every `RENEW_SECONDS`; another host takes over once the renewal
+is `STALE_SECONDS` old.
 """
 
 import dataclasses
@@ -44,8 +39,7 @@ class Holder:
 
 
 def _holder_in(fd: int) -> Holder | None:
-  """The holder the lock file names; None when it is empty (released) or
-  torn (a holder killed while it wrote)."""
+  """The holder the lock file names; None when it is empty or torn."""
   try:
     text = os.pread(fd, 4096, 0).decode()
     fields = json.loads(text)
@@ -78,8 +72,8 @@ class WorkdirLock:
     self._renewing = None
 
   def acquire(self) -> None:
-    """Takes the lock, creating the workdir if needed; WorkdirError naming
-    the holder when another run has it."""
+    """Takes the lock, creating the workdir; WorkdirError naming the holder
+    when another run has it."""
     if self.workdir.exists() and not self.workdir.is_dir():
       raise WorkdirError(f'The workdir {self.workdir} is a file: pass a '
                          'directory (new or of this run) as --workdir.')
@@ -109,8 +103,7 @@ class WorkdirLock:
       fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
       try:
         self._flocked = self._lock(fd)
-        # A run that let go of the lock may have removed the file between
-        # our open and our flock: the lock is the file at the path now.
+        # A releasing run may have removed the file between open and flock.
         if os.fstat(fd).st_ino == os.stat(self.path).st_ino:
           break
       except FileNotFoundError:
@@ -143,9 +136,8 @@ class WorkdirLock:
       return False
 
   def _refuse_if_alive(self, holder: Holder) -> None:
-    """A holder that flock cannot see: one on another host (whose locks may
-    not reach this one) while it renews the lock, or one on this host while
-    its process lives, where the filesystem has no locks."""
+    """Refuses a holder flock cannot see: on another host while it renews,
+    or on this host while its process lives."""
     if holder.host == socket.gethostname():
       if self._flocked or not _process_exists(holder.pid):
         return
@@ -183,9 +175,8 @@ class WorkdirLock:
         logging.warning('Cannot renew %s: %s', self.path, e)
 
   def release(self) -> None:
-    """Lets go of the lock. A workdir this lock created and nothing else
-    was written to is removed with it (and the parents it created): a run
-    refused for its config or data leaves nothing behind."""
+    """Lets go of the lock, removing a workdir it created that holds nothing
+    else: a refused run leaves nothing behind."""
     if self._fd is None:
       return
     self._stop_renewing.set()
