@@ -1,17 +1,11 @@
-"""Where the steps are compiled: the train state, and one `jax.jit` train
-step and eval step over the mesh (the loss is `losses`', the optimizer
-`optimizer`'s).
+"""The train state and the `jax.jit` train and eval steps over the mesh.
 
-The batch is split over every device of the mesh; parameters and optimizer
-state are replicated, or split over its `fsdp` axis (`sharding`), so the
-same code serves 1 CPU, N GPUs, many hosts, or a model larger than one
-device's memory. Gradients
-and metric sums are reduced across all devices by the compiler. Both steps
-reach the data only through the input's `model_inputs` (`data.Input`), so
-one compiled step serves every input. Each step adds its metrics to running
-sums that stay on the devices until the loop logs them, and the state and
-the sums are donated. `compile_steps` compiles ahead of time from shapes
-alone, so a config that cannot compile fails before anything is written.
+The batch is split over every device; the state is replicated or split over
+the `fsdp` axis (`sharding`), and the compiler reduces gradients and sums.
+The steps reach the data only through `data.Input.model_inputs`, add their
+metrics to running sums kept on the devices, and donate state and sums.
+`compile_steps` compiles from shapes alone, so a config that cannot compile
+fails before anything is written.
 """
 
 from collections.abc import Callable
@@ -35,10 +29,8 @@ from vit_jax.objectives import losses
 from vit_jax.runtime import sharding
 from vit_jax.training import compilation_cache
 
-# Running sums of a train or eval interval: summed losses, correct
-# predictions and examples. Evaluations also count the examples whose label
-# is among the five highest logits (the train sums, saved in checkpoints,
-# keep their keys).
+# Running sums of an interval; the train sums, saved in checkpoints, keep
+# their keys, so top-5 is counted in evaluations alone.
 METRIC_SUMS = {'loss': jnp.float32, 'correct': jnp.int32,
                'count': jnp.float32}
 EVAL_SUMS = {**METRIC_SUMS, 'correct_top5': jnp.int32}
@@ -56,19 +48,17 @@ class TrainState(train_state.TrainState):
 
 
 class AveragedTrainState(TrainState):
-  """A train state that also keeps the exponential moving average of the
-  parameters (`config.ema_decay`): the model the run evaluates and saves
-  as its own (`reading.load_run`). A class of its own, so that the
-  checkpoints of runs without it keep their tree."""
+  """A train state with the parameters' moving average (`config.ema_decay`),
+  the model the run evaluates and saves. A class of its own, so that runs
+  without it keep their checkpoint tree."""
 
   ema_params: Any = None
   ema_decay: float = flax.struct.field(pytree_node=False, default=0.0)
 
   def apply_gradients(self, *, grads, **kwargs) -> 'AveragedTrainState':
     state = super().apply_gradients(grads=grads, **kwargs)
-    # TensorFlow's ExponentialMovingAverage with num_updates: a smaller
-    # decay in the first steps, so that the average soon leaves the
-    # initialisation behind; `ema_decay` from step 9 / (1 - ema_decay).
+    # As TensorFlow's ExponentialMovingAverage with num_updates: a smaller
+    # early decay, so that the average soon leaves the initialisation.
     step = state.step.astype(jnp.float32)
     decay = jnp.minimum(self.ema_decay, (1 + step) / (10 + step))
     return state.replace(ema_params=optax.incremental_update(
@@ -98,19 +88,16 @@ def _shapes(key, model, tx, image_size: int, ema_decay: float) -> TrainState:
 
 def initializer(key, model, tx, image_size: int, mesh: jax.sharding.Mesh,
                 ema_decay: float = 0.0) -> Callable[[jax.Array], TrainState]:
-  """key -> freshly initialised parameters and optimizer state, laid out
-  on `mesh` as `sharding.state_shardings` says (each device initialises
-  only its shards; on a CPU, a mimetic model's one device all of it),
-  compiled now: a thread can compile it while the steps compile."""
+  """key -> a fresh state laid out on `mesh`, each device initialising its
+  shards; compiled now, so a thread can compile it beside the steps."""
   shardings = sharding.state_shardings(
       _shapes(key, model, tx, image_size, ema_decay), mesh)
   init = functools.partial(_init, model=model, tx=tx, image_size=image_size,
                            ema_decay=ema_decay)
   vit = getattr(model, 'vit', model)  # a training wrapper's ViT
   if getattr(vit, 'mimetic_init', False) and jax.default_backend() == 'cpu':
-    # Its SVDs deadlock XLA's CPU runtime in a program partitioned over
-    # several host devices (jax 0.10.2, 4 devices on 2 cores): one device
-    # initialises, then the state is laid out.
+    # Its SVDs deadlock XLA's CPU runtime when partitioned over host
+    # devices: one device initialises, then the state is laid out.
     return lambda key: jax.device_put(jax.jit(init)(key), shardings)
   return jax.jit(init, out_shardings=shardings).lower(key).compile()
 
@@ -123,9 +110,7 @@ def initial_state(key, model, tx, image_size: int, mesh: jax.sharding.Mesh,
 
 def state_shapes(key, model, tx, image_size: int, mesh: jax.sharding.Mesh,
                  ema_decay: float = 0.0) -> TrainState:
-  """The train state's shapes and shardings on `mesh`, computing nothing:
-  what the steps compile for and what a checkpoint restores into (whatever
-  layout it was saved from)."""
+  """The train state's shapes and shardings on `mesh`, computing nothing."""
   shapes = _shapes(key, model, tx, image_size, ema_decay)
   return jax.tree.map(
       lambda s, placement: jax.ShapeDtypeStruct(s.shape, s.dtype,
@@ -144,8 +129,7 @@ def zero_sums(placement, sums: dict = METRIC_SUMS) -> dict:
 
 
 def averages(sums) -> dict[str, float]:
-  """The mean loss and accuracies of `sums` (METRIC_SUMS or EVAL_SUMS),
-  and the examples they count."""
+  """The mean loss and accuracies of `sums`, and the examples they count."""
   sums = jax.device_get(sums)
   means = {
       'loss': float(sums['loss'] / sums['count']),
@@ -158,9 +142,8 @@ def averages(sums) -> dict[str, float]:
 
 
 def _accumulated(gradients, micro_batches: int):
-  """`gradients` over `micro_batches` equal slices of the batch, averaged:
-  the same step in a fraction of the activation memory, as the paper
-  fine-tunes. Each slice's key is the batch's folded with its index."""
+  """`gradients` averaged over `micro_batches` slices of the batch: the same
+  step in a fraction of the activation memory."""
 
   def accumulate(state, batch_stats, data, batch, key):
     def one(carry, inputs):
@@ -193,8 +176,6 @@ def make_train_step(config, inputs,
     """(new batch statistics, gradients, metric sums) of one batch."""
     augment_key, dropout_key = jax.random.split(key)
     x, y = inputs.model_inputs(data, batch, augment_key)
-    # Smoothed one-hot targets, mixed with the images by mixup or CutMix
-    # when the config asks (`mixing.mix` leaves both as they are if not).
     targets = losses.soft_targets(y, inputs.num_classes,
                                   config.label_smoothing)
     x, targets = mixing.mix(jax.random.fold_in(key, 2), x, targets,
@@ -210,8 +191,7 @@ def make_train_step(config, inputs,
 
     (loss, (logits, updates)), grads = jax.value_and_grad(
         loss_fn, has_aux=True)(state.params)
-    # The accuracy counts predictions equal to each image's own label,
-    # mixed or not.
+    # Against each image's own label, mixed or not.
     metrics = {
         'loss': loss * y.shape[0],
         'correct': jnp.sum(jnp.argmax(logits, -1) == y),
@@ -236,14 +216,13 @@ def make_train_step(config, inputs,
 def make_train_steps(config, inputs, rows: int,
                      objective: losses.Objective = losses.classification):
   """(state, sums, data, block, count, key) -> (state, sums, step): the
-  first `count` batches of `block` (the input's `block` of `rows` batches
-  stacked along a leading axis), one `make_train_step` each, in one
-  compiled loop; `step` is the state's step count, an output of its own for
-  the loop to wait on while the state itself is donated to the next call.
-  Each step's randomness comes from the state's step, so the steps compute
-  what they compute one call each. A block of one row is the step itself,
-  no loop: a loop's step ran 12% slower on a CPU (ViT-Tiny-CIFAR_4, batch
-  128, experiments/benchmarks/README.md)."""
+  first `count` batches of `block` in one compiled loop.
+
+  `step` is an output of its own for the loop to wait on while the state is
+  donated. Randomness comes from the state's step, so any split computes
+  the same. A block of one row runs the step without a loop: a loop is
+  slower on a CPU (experiments/benchmarks/README.md, optimisation log).
+  """
   train_step = make_train_step(config, inputs, objective)
 
   def train_steps(state: TrainState, sums: dict, data, block, count, key):
@@ -265,8 +244,7 @@ def make_train_steps(config, inputs, rows: int,
 
 def eval_step(state: TrainState, sums: dict, data, batch, mask, *, config,
               inputs) -> dict:
-  """`sums` (`EVAL_SUMS`) plus the loss, correct and top-5 correct counts
-of the unmasked examples."""
+  """`sums` plus the loss, correct and top-5 counts of unmasked examples."""
   x, y = inputs.model_inputs(data, batch, None)
   logits = state.apply_fn(
       models.model_variables(state.model_params, state.batch_stats), x,
@@ -274,7 +252,7 @@ of the unmasked examples."""
   loss = losses.cross_entropy(
       logits, losses.soft_targets(y, inputs.num_classes,
                                   config.label_smoothing))
-  # Top-5, as the paper reports (all classes where there are fewer).
+  # As the paper reports; all classes where there are fewer than five.
   _, best5 = jax.lax.top_k(logits, min(5, logits.shape[-1]))
   counted = mask > 0
   return jax.tree.map(jnp.add, sums, {
@@ -285,18 +263,13 @@ of the unmasked examples."""
   })
 
 
-# XLA's CPU pipeline turns jax's optimization barriers into nothing
-# (`cse_barrier_expander`) before CSE, which then merges a rematerialised
-# block's recomputation back into its forward pass: outside a scan, remat
-# would keep everything on a CPU. Without the pass the barriers stay, as on
-# accelerators.
+# On a CPU this pass drops the optimization barriers before CSE, which then
+# merges remat's recomputation back into the forward pass.
 _KEEP_REMAT_BARRIERS = ('xla_disable_hlo_passes', 'cse_barrier_expander')
 
 
 def compiler_options(config) -> dict[str, str] | None:
-  """XLA options the steps compile with: `config.cpu_compiler_options` on a
-  CPU backend, and what a rematerialised model needs there; none
-  elsewhere."""
+  """XLA options for the steps on a CPU backend; None elsewhere."""
   if jax.default_backend() != 'cpu':
     return None
   options = {name: str(value)
@@ -309,8 +282,7 @@ def compiler_options(config) -> dict[str, str] | None:
 
 @contextlib.contextmanager
 def _options_blamed(options: dict[str, str] | None):
-  """A compile error with XLA `options` set, which may have caused it, is a
-  ConfigError naming them."""
+  """Turns a compile error with XLA `options` set into a ConfigError."""
   try:
     yield
   except jax.errors.JaxRuntimeError as e:
@@ -322,8 +294,7 @@ def _options_blamed(options: dict[str, str] | None):
 
 
 def compile_eval(config, inputs, state: TrainState):
-  """The eval step compiled for `inputs`' test batches: (state, sums, data,
-  batch, mask) -> sums, the sums `EVAL_SUMS`'."""
+  """The eval step compiled for `inputs`' test batches."""
   options = compiler_options(config)
   replicated = sharding.replicated(inputs.mesh)
   _, eval_batch, eval_mask = inputs.batch_specs()
@@ -336,9 +307,7 @@ def compile_eval(config, inputs, state: TrainState):
 
 
 class CompiledSteps(NamedTuple):
-  # (state, sums, data, block, count, key) -> (state, sums, step): up to
-  # `steps_per_dispatch` train steps (`make_train_steps`)
-  train: Any
+  train: Any  # `make_train_steps`'s, compiled
   eval: Any  # (state, sums, data, batch, mask) -> sums; or None
   train_compile_seconds: float  # tracing and compiling the train step
   steps_per_dispatch: int  # the rows of a block
@@ -347,12 +316,9 @@ class CompiledSteps(NamedTuple):
 def compile_steps(config, inputs, state: TrainState, key,
                   objective: losses.Objective = losses.classification,
                   evaluate: bool = True) -> CompiledSteps:
-  """Both steps compiled once for `inputs`' batches (the train steps
-  alone, `eval` None, without `evaluate`): the train steps for blocks of
-  `inputs.steps_per_dispatch` batches. `state` may be shapes
-  (`state_shapes`). An XLA option XLA lacks is a ConfigError. Whatever the
-  `objective` holds (a teacher's variables) is a constant of the train
-  step."""
+  """Both steps compiled for `inputs`' batches (`eval` None without
+  `evaluate`); `state` may be shapes. What `objective` holds (a teacher's
+  variables) is a constant of the train step."""
   start = time.perf_counter()
   options = compiler_options(config)
   replicated = sharding.replicated(inputs.mesh)
