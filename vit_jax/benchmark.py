@@ -12,26 +12,14 @@ r"""Times the compiled train and eval steps of a model on this machine.
   python -m vit_jax.benchmark --model=ViT-L_16 --image_size=224 \
       --batch_size=32 --remat=full --scan --memory_only
 
-The steps are the training loop's own (`vit_jax.steps`: AdamW, on-device
-batch gather and preprocessing, the config built from `config_schema`), fed
-from synthetic images already on the devices. Prints a
-table and, last, one JSON line with the same numbers: images/s, ms/step
-(median of --steps after warm-up), compile time of both steps and of the
-train step alone (tracing included), FLOPs per image, achieved
-FLOP/s and its share of a matmul peak measured on the same devices in the same
-run, and XLA's estimate of the step's memory per device. `--memory_only`
-compiles the steps for the state's shapes and prints only that estimate, so
-the memory of models far larger than this machine can be compared, e.g.
-parameters replicated (`--fsdp=1`) against split over 8 devices.
-`--trace_dir` also records a `jax.profiler` trace of a few train steps after
-the timed ones (open it in TensorBoard or Perfetto;
-`experiments/benchmarks/profile_step.py` sums it by kind of work and by part
-of the model), with the compiled step's HLO beside it (`train_steps.hlo.txt`,
-whose instructions the trace's events name).
-
-FLOPs are counted from the model's jaxpr (`vit_jax.flops`). XLA's cost
-analysis of the compiled step, which also counts elementwise work, is printed
-beside it as a cross-check.
+The steps are the training loop's own, fed synthetic images already on the
+devices. Prints a table and, last, one JSON line: images/s, median ms/step,
+compile times, FLOPs per image (from the jaxpr, with XLA's cost analysis as
+a cross-check), FLOP/s against a matmul peak measured in the same run, and
+XLA's memory estimate per device. `--memory_only` prints only that estimate,
+for models larger than this machine. `--trace_dir` records a
+`jax.profiler` trace and the step's HLO (`train_steps.hlo.txt`;
+`experiments/benchmarks/profile_step.py` sums the trace).
 """
 
 
