@@ -29,6 +29,9 @@ FIGURES = ('cls_attention.png', 'attention_rollout.png',
            'embedding_filters.png')
 
 
+COUNTS = ('--num_images=2', '--distance_images=20', '--components=5')
+
+
 def _analyze(*flags):
   return subprocess.run([sys.executable, '-m', 'vit_jax.analyze', *flags],
                         cwd=ROOT, capture_output=True, text=True, check=False)
@@ -37,8 +40,7 @@ def _analyze(*flags):
 def test_writes_every_figure_and_the_numbers(trained_vit_run, tmp_path):
   workdir = shutil.copytree(trained_vit_run[0], tmp_path / 'run')
   figures = tmp_path / 'out'
-  out = _analyze(f'--workdir={workdir}', f'--out={figures}',
-                 '--num_images=2', '--distance_images=20', '--components=5')
+  out = _analyze(f'--workdir={workdir}', f'--out={figures}', *COUNTS)
   assert out.returncode == 0, out.stderr[-2000:]
   for figure in FIGURES:
     assert (figures / figure).stat().st_size > 1000, figure
@@ -64,12 +66,9 @@ def _contents(folder) -> dict:
 
 def test_a_stop_signal_leaves_the_earlier_analysis_whole(trained_vit_run,
                                                          tmp_path):
-  """Ctrl-C while an analysis replaces an earlier one in --out: one line,
-  status 130, and --out is the earlier analysis, every file as it was."""
-  workdir, _ = trained_vit_run
+  """Ctrl-C while an analysis replaces an earlier one in --out."""
   figures = tmp_path / 'out'
-  flags = (f'--workdir={workdir}', f'--out={figures}', '--num_images=2',
-           '--distance_images=20', '--components=5')
+  flags = (f'--workdir={trained_vit_run[0]}', f'--out={figures}', *COUNTS)
   assert _analyze(*flags).returncode == 0
   earlier = _contents(figures)
   process = subprocess.Popen(
@@ -92,9 +91,7 @@ def test_a_stop_signal_leaves_the_earlier_analysis_whole(trained_vit_run,
     'full', pytest.param('read-only', marks=pytest.mark.slow)])  # 8 s
 def test_a_full_or_read_only_disk_is_one_line_and_leaves_the_earlier_analysis(
     trained_vit_run, tmp_path, fault):
-  workdir, _ = trained_vit_run
-  flags = (f'--workdir={workdir}', '--num_images=2', '--distance_images=20',
-           '--components=5')
+  flags = (f'--workdir={trained_vit_run[0]}', *COUNTS)
   earlier = tmp_path / 'earlier'
   assert _analyze(*flags, f'--out={earlier}').returncode == 0
   size = sum(p.stat().st_size for p in earlier.iterdir())
@@ -115,7 +112,6 @@ def test_a_full_or_read_only_disk_is_one_line_and_leaves_the_earlier_analysis(
 
 
 def test_an_out_with_other_files_is_refused(trained_vit_run, tmp_path):
-  """Your own files (pictures too) are never replaced by an analysis."""
   (tmp_path / 'notes.txt').write_text('mine')
   (tmp_path / 'cat.png').write_bytes(png(np.zeros((4, 4, 3), np.uint8)))
   out = _analyze(f'--workdir={trained_vit_run[0]}', f'--out={tmp_path}')
@@ -147,8 +143,7 @@ def test_a_missing_run_is_one_clear_line(tmp_path):
 
 
 def test_a_cnn_run_is_refused(trained_vit_run, tmp_path):
-  workdir, _ = trained_vit_run
-  cnn_run = shutil.copytree(workdir, tmp_path / 'cnn')
+  cnn_run = shutil.copytree(trained_vit_run[0], tmp_path / 'cnn')
   config = json.loads((cnn_run / 'config.json').read_text())
   config.update(model='SimpleCNN', model_overrides={})
   (cnn_run / 'config.json').write_text(json.dumps(config))
@@ -157,8 +152,7 @@ def test_a_cnn_run_is_refused(trained_vit_run, tmp_path):
 
 
 def test_a_released_npz_is_analysed_on_your_own_images(tmp_path):
-  """A .npz in the official layout, two photos of other sizes, class names:
-  every figure, a rollout per image, and named top-5 predictions."""
+  """Two photos of other sizes and class names: named top-5 predictions."""
   model = models.create_model('ViT-Tiny-CIFAR_4', 3)
   variables = model.init(jax.random.key(0), np.zeros((1, 32, 32, 3)),
                          train=False)
@@ -199,10 +193,7 @@ def test_a_missing_checkpoint_is_one_line(tmp_path):
 
 
 def _untrained_run(workdir, data_dir, **techniques):
-  """A run of a 2-layer ViT with `techniques`, at 16x16 (a 4x4 grid of
-  4-pixel patches), as `reading.load_run` reads one: its config.json and
-  a checkpoint of its initial parameters at step 0. Training would take far
-  longer and change no shape the analyses depend on."""
+  """An untrained 2-layer ViT run with `techniques` on a 4x4 patch grid."""
   config = tiny_config(data_dir, image_size=16)
   config.model_overrides = dict(TINY_MODELS['vit'], patch_size=4,
                                 num_layers=2, **techniques)
@@ -233,8 +224,6 @@ def _written(out):
 
 def test_a_distillation_token_run_shows_both_tokens_attention(cifar10_binary,
                                                               tmp_path):
-  """[CLS], dist, then the patches: both tokens' maps are over the 4x4
-  patches alone, and the rollout is the class token's."""
   workdir = _untrained_run(tmp_path / 'run', cifar10_binary[0],
                            distillation_token=True)
   result = _analyze_run(workdir, tmp_path / 'out')
@@ -251,8 +240,6 @@ def test_a_distillation_token_run_shows_both_tokens_attention(cifar10_binary,
 
 def test_a_scanned_run_is_analysed_layer_by_layer_as_the_unscanned(
     cifar10_binary, tmp_path):
-  """The attention maps sown inside the scan come out one per layer: the
-  same numbers as the unscanned model's with the same parameters."""
   data_dir = cifar10_binary[0]
   plain = _analyze_run(_untrained_run(tmp_path / 'plain', data_dir),
                        tmp_path / 'plain_out')
@@ -273,16 +260,14 @@ def test_a_scanned_run_is_analysed_layer_by_layer_as_the_unscanned(
 
 def test_a_gap_run_without_position_embedding_says_what_it_did_not_draw(
     cifar10_binary, tmp_path):
-  """No class token and no position embedding: those figures are not drawn
-  (an old one of the same name is removed), one line each in the command's
-  output, and no number about them in analysis.json."""
+  """An old figure of the same name is removed."""
   workdir = _untrained_run(tmp_path / 'run', cifar10_binary[0], posemb='none',
                            classifier='gap')
   figures = tmp_path / 'out'
   figures.mkdir()
   (figures / 'position_embeddings.png').write_bytes(b'from another model')
-  out = _analyze(f'--workdir={workdir}', f'--out={figures}',
-                 '--num_images=2', '--distance_images=8', '--components=5')
+  out = _analyze(f'--workdir={workdir}', f'--out={figures}', '--num_images=2',
+                 '--distance_images=8', '--components=5')
   assert out.returncode == 0, out.stderr[-2000:]
   assert 'Traceback' not in out.stderr
   assert _written(figures) == ['attention_distance.png',
@@ -310,9 +295,6 @@ def test_a_gap_run_without_position_embedding_says_what_it_did_not_draw(
 # 10 minutes (the distillation-token and gap variants stay in)
 def test_a_shifted_patch_locality_sincos_run_draws_every_figure(
     cifar10_binary, tmp_path):
-  """Shifted patches: the filters are the unshifted copy's; the fixed
-  sine-cosine embedding is drawn, and falls off with distance; locality
-  attention's zero diagonal leaves the distances finite."""
   workdir = _untrained_run(tmp_path / 'run', cifar10_binary[0],
                            shifted_patches=True, locality_attention=True,
                            posemb='sincos2d')
