@@ -27,10 +27,7 @@ def tiny_vit(**overrides):
 
 
 def released_arrays(seed=0, representation_size=None, numbering='released'):
-  """Random arrays for `tiny_vit`, under the official release's key names.
-
-  numbering='linen' gives the per-type numbering of big_vision-era exports.
-  """
+  """Random arrays for `tiny_vit`; 'linen' numbers blocks per module type."""
   rng = np.random.default_rng(seed)
   d, heads, mlp, patch = 16, 2, 32, 8
   names = {
@@ -49,19 +46,14 @@ def released_arrays(seed=0, representation_size=None, numbering='released'):
   for i in range(2):
     block = f'Transformer/encoderblock_{i}/'
     attention, norm, mlp_block = (block + name + '/' for name in names)
+    for name in (block + 'LayerNorm_0/bias', block + 'LayerNorm_0/scale',
+                 norm + 'bias', norm + 'scale', attention + 'out/bias'):
+      shapes[name] = (d,)
+    for name in ('key', 'query', 'value'):
+      shapes[attention + name + '/bias'] = (heads, d // heads)
+      shapes[attention + name + '/kernel'] = (d, heads, d // heads)
     shapes.update({
-        block + 'LayerNorm_0/bias': (d,),
-        block + 'LayerNorm_0/scale': (d,),
-        attention + 'key/bias': (heads, d // heads),
-        attention + 'key/kernel': (d, heads, d // heads),
-        attention + 'out/bias': (d,),
         attention + 'out/kernel': (heads, d // heads, d),
-        attention + 'query/bias': (heads, d // heads),
-        attention + 'query/kernel': (d, heads, d // heads),
-        attention + 'value/bias': (heads, d // heads),
-        attention + 'value/kernel': (d, heads, d // heads),
-        norm + 'bias': (d,),
-        norm + 'scale': (d,),
         mlp_block + 'Dense_0/bias': (mlp,),
         mlp_block + 'Dense_0/kernel': (d, mlp),
         mlp_block + 'Dense_1/bias': (d,),
