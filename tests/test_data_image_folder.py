@@ -1,11 +1,10 @@
-"""Image folders: classes from the training folders, files listed and
-checked once and decoded when read, as a viewer shows them; every problem of
-a folder named in one error."""
+"""Image folders: classes, lazy decoding as a viewer shows, one error."""
 
 import io
 import logging
 
 import numpy as np
+from PIL import Image
 import pytest
 
 from tests.helpers import png
@@ -15,9 +14,12 @@ from vit_jax.data import image_folder
 from vit_jax.errors import DatasetError
 
 
-def _write_folders(root, shape, counts=(('train', 3), ('test', 2))):
-  """PNG files under root/{train,test}/{cat,dog}/; returns, per split, the
-  (image, label) written, in the order the folder is read."""
+ONE_EACH = (('train', 1), ('test', 1))
+
+
+def _write_folders(root, shape=lambda i: (8, 8, 3),
+                   counts=(('train', 3), ('test', 2))):
+  """PNGs under root/{train,test}/{cat,dog}/; per split, (image, label)s."""
   rng = np.random.default_rng(0)
   written = {}
   for split, count in counts:
@@ -31,7 +33,7 @@ def _write_folders(root, shape, counts=(('train', 3), ('test', 2))):
 
 
 def test_image_folder_reads_every_image_labelled_by_its_class(tmp_path):
-  written = _write_folders(tmp_path, lambda i: (8, 8, 3))
+  written = _write_folders(tmp_path)
   dataset = image_folder.open_image_folder(tmp_path)
   assert dataset.num_classes == 2
   for split in ('train', 'test'):
@@ -56,7 +58,7 @@ def test_image_folder_is_listed_and_read_lazily_at_any_size(tmp_path):
 
 def test_only_image_files_are_read_and_a_grayscale_one_comes_as_rgb(
     tmp_path):
-  _write_folders(tmp_path, lambda i: (8, 8, 3), (('train', 1), ('test', 1)))
+  _write_folders(tmp_path, counts=ONE_EACH)
   (tmp_path / 'train' / 'cat' / 'notes.txt').write_text('not an image')
   (tmp_path / 'train' / 'dog' / '1.PNG').write_bytes(
       png(np.full((5, 6), 7, np.uint8)))
@@ -74,9 +76,8 @@ def _encoded(image, image_format='PNG', **options) -> bytes:
 
 
 def _read_in_a_folder(tmp_path, name: str, data: bytes) -> np.ndarray:
-  """The image `data`, saved as train/cat/`name` of a folder, as the folder
-  reads it."""
-  _write_folders(tmp_path, lambda i: (8, 8, 3), (('train', 1), ('test', 1)))
+  """The image `data`, saved as train/cat/`name`, as a folder reads it."""
+  _write_folders(tmp_path, counts=ONE_EACH)
   (tmp_path / 'train' / 'cat' / name).write_bytes(data)
   train = image_folder.open_image_folder(tmp_path).train
   image, _ = train[train.paths.index(tmp_path / 'train' / 'cat' / name)]
@@ -84,25 +85,18 @@ def _read_in_a_folder(tmp_path, name: str, data: bytes) -> np.ndarray:
   return image
 
 
-def test_a_16_bit_png_at_mid_grey_reads_as_mid_grey_not_white(tmp_path):
-  from PIL import Image  # pylint: disable=g-import-not-at-top
+@pytest.mark.parametrize('transparent, black', [(False, 0), (True, 255)])
+def test_a_16_bit_png_is_scaled_and_its_transparent_value_shows_on_white(
+    tmp_path, transparent, black):
   grey = Image.fromarray(np.array([[0, 32768, 65535]], np.uint16))
   assert grey.mode == 'I;16'
+  # PNG's tRNS chunk for a grey image
+  encoded = _encoded(grey, **({'transparency': 0} if transparent else {}))
+  assert Image.open(io.BytesIO(encoded)).info.get('transparency') == (
+      0 if transparent else None)
   np.testing.assert_array_equal(
-      _read_in_a_folder(tmp_path, 'grey16.png', _encoded(grey))[0],
-      [[0] * 3, [128] * 3, [255] * 3])
-
-
-def test_a_16_bit_png_with_a_transparent_value_shows_it_on_white(tmp_path):
-  from PIL import Image  # pylint: disable=g-import-not-at-top
-  grey = Image.fromarray(np.array([[0, 32768, 65535]], np.uint16))
-  grey.info['transparency'] = 0  # PNG's tRNS chunk for a grey image
-  encoded = io.BytesIO()
-  grey.save(encoded, format='PNG', transparency=0)
-  assert Image.open(io.BytesIO(encoded.getvalue())).info['transparency'] == 0
-  np.testing.assert_array_equal(
-      _read_in_a_folder(tmp_path, 'grey16.png', encoded.getvalue())[0],
-      [[255] * 3, [128] * 3, [255] * 3])
+      _read_in_a_folder(tmp_path, 'grey16.png', encoded)[0],
+      [[black] * 3, [128] * 3, [255] * 3])
 
 
 @pytest.mark.parametrize('mode, dtype, values, expected', [
@@ -111,7 +105,6 @@ def test_a_16_bit_png_with_a_transparent_value_shows_it_on_white(tmp_path):
     ('I', '<i4', [-5, 32768, 65535, 99999], [0, 128, 255, 255]),
     ('F', '<f4', [-0.5, 0.5, 1.0, 2.0], [0, 128, 255, 255])])
 def test_deep_greyscale_modes_scale_to_8_bits(mode, dtype, values, expected):
-  from PIL import Image  # pylint: disable=g-import-not-at-top
   image = Image.frombytes(mode, (len(values), 1),
                           np.array(values, dtype).tobytes())
   rgb = image_folder.to_rgb(image)
@@ -119,7 +112,6 @@ def test_deep_greyscale_modes_scale_to_8_bits(mode, dtype, values, expected):
 
 
 def test_transparent_pixels_show_on_white(tmp_path):
-  from PIL import Image  # pylint: disable=g-import-not-at-top
   rgba = np.array([[[200, 0, 0, 0], [0, 0, 0, 128], [10, 20, 30, 255]]],
                   np.uint8)
   np.testing.assert_array_equal(
@@ -137,7 +129,6 @@ def test_transparent_pixels_show_on_white(tmp_path):
 
 
 def test_a_palette_png_with_a_transparent_entry_shows_it_on_white(tmp_path):
-  from PIL import Image  # pylint: disable=g-import-not-at-top
   image = Image.fromarray(np.array([[0, 1, 1]], np.uint8), 'P')
   image.putpalette([255, 0, 0, 0, 0, 255])
   read = _read_in_a_folder(tmp_path, 'palette.png',
@@ -147,7 +138,6 @@ def test_a_palette_png_with_a_transparent_entry_shows_it_on_white(tmp_path):
 
 
 def test_cmyk_jpeg_and_1_bit_png_read_as_their_colours(tmp_path):
-  from PIL import Image  # pylint: disable=g-import-not-at-top
   cyan = Image.new('CMYK', (8, 8), (255, 0, 0, 0))
   read = _read_in_a_folder(tmp_path, 'cmyk.jpg', _encoded(cyan, 'JPEG'))
   np.testing.assert_allclose(read[4, 4], [0, 255, 255], atol=2)
@@ -159,7 +149,6 @@ def test_cmyk_jpeg_and_1_bit_png_read_as_their_colours(tmp_path):
 
 def test_exif_orientation_is_not_applied_as_in_the_official_decoding(
     tmp_path):
-  from PIL import Image  # pylint: disable=g-import-not-at-top
   stored = np.zeros((8, 16, 3), np.uint8)
   stored[:, :8] = 255  # left half white
   image = Image.fromarray(stored)
@@ -172,8 +161,7 @@ def test_exif_orientation_is_not_applied_as_in_the_official_decoding(
 
 
 def test_a_mode_it_does_not_decode_is_named(tmp_path):
-  from PIL import Image  # pylint: disable=g-import-not-at-top
-  _write_folders(tmp_path, lambda i: (8, 8, 3), (('train', 1), ('test', 1)))
+  _write_folders(tmp_path, counts=ONE_EACH)
   (tmp_path / 'train' / 'cat' / 'lab.png').write_bytes(
       _encoded(Image.new('LAB', (4, 4)), 'TIFF'))
   with pytest.raises(DatasetError, match=r'train/cat/lab.png: its mode LAB '
@@ -184,7 +172,7 @@ def test_a_mode_it_does_not_decode_is_named(tmp_path):
 def test_a_wrong_layout_says_what_is_expected(tmp_path):
   with pytest.raises(DatasetError, match='No image folder found in'):
     image_folder.open_image_folder(tmp_path)
-  _write_folders(tmp_path, lambda i: (8, 8, 3))
+  _write_folders(tmp_path)
   (tmp_path / 'test' / 'bird').mkdir()
   (tmp_path / 'test' / 'bird' / '0.png').write_bytes(
       png(np.zeros((8, 8, 3), np.uint8)))
@@ -195,9 +183,8 @@ def test_a_wrong_layout_says_what_is_expected(tmp_path):
 
 
 def _bad_files(root) -> dict[str, str]:
-  """Writes files that cannot be read under root/train/cat/; returns what
-  the error says of each."""
-  jpeg = _encoded_array(np.zeros((16, 16, 3), np.uint8), 'JPEG')
+  """Writes unreadable files; returns what the error says of each."""
+  jpeg = _encoded(Image.fromarray(np.zeros((16, 16, 3), np.uint8)), 'JPEG')
   written = {
       'train/cat/notes.jpg': (b'not an image', 'not an image PIL can read'),
       'train/cat/empty.png': (b'', 'not an image PIL can read'),
@@ -210,13 +197,8 @@ def _bad_files(root) -> dict[str, str]:
   return {name: what for name, (_, what) in written.items()}
 
 
-def _encoded_array(array, image_format) -> bytes:
-  from PIL import Image  # pylint: disable=g-import-not-at-top
-  return _encoded(Image.fromarray(array), image_format)
-
-
 def test_every_problem_of_a_folder_is_named_in_one_error(tmp_path):
-  _write_folders(tmp_path, lambda i: (8, 8, 3))
+  _write_folders(tmp_path)
   bad = _bad_files(tmp_path)
   (tmp_path / 'train' / 'loose.png').write_bytes(
       png(np.zeros((4, 4, 3), np.uint8)))
@@ -239,7 +221,7 @@ def test_every_problem_of_a_folder_is_named_in_one_error(tmp_path):
 
 
 def test_a_long_list_of_problems_names_twenty_and_counts_the_rest(tmp_path):
-  _write_folders(tmp_path, lambda i: (8, 8, 3))
+  _write_folders(tmp_path)
   for i in range(25):
     (tmp_path / 'train' / 'dog' / f'bad{i:02}.jpg').write_bytes(b'')
   message = str(pytest.raises(DatasetError, image_folder.open_image_folder,
@@ -250,7 +232,7 @@ def test_a_long_list_of_problems_names_twenty_and_counts_the_rest(tmp_path):
 
 
 def test_a_missing_split_is_named_beside_the_other_problems(tmp_path):
-  _write_folders(tmp_path, lambda i: (8, 8, 3), (('train', 1),))
+  _write_folders(tmp_path, counts=(('train', 1),))
   (tmp_path / 'train' / 'dog' / 'bad.png').write_bytes(b'')
   message = str(pytest.raises(DatasetError, image_folder.open_image_folder,
                               tmp_path).value)
@@ -261,8 +243,8 @@ def test_a_missing_split_is_named_beside_the_other_problems(tmp_path):
 
 def test_whole_files_with_trailing_bytes_and_other_files_are_fine(tmp_path,
                                                                   caplog):
-  _write_folders(tmp_path, lambda i: (8, 8, 3), (('train', 1), ('test', 1)))
-  jpeg = _encoded_array(np.full((8, 8, 3), 50, np.uint8), 'JPEG')
+  _write_folders(tmp_path, counts=ONE_EACH)
+  jpeg = _encoded(Image.fromarray(np.full((8, 8, 3), 50, np.uint8)), 'JPEG')
   (tmp_path / 'train' / 'cat' / 'trailer.jpg').write_bytes(jpeg + b'extra')
   (tmp_path / 'train' / 'cat' / 'notes.txt').write_text('not an image')
   (tmp_path / 'train' / 'cat' / '.DS_Store').write_bytes(b'')
@@ -287,7 +269,7 @@ def test_an_unreadable_image_names_the_file(tmp_path):
 
 def test_main_names_every_bad_file_in_one_error_line(tmp_path):
   data_dir = tmp_path / 'photos'
-  _write_folders(data_dir, lambda i: (8, 8, 3))
+  _write_folders(data_dir)
   bad = _bad_files(data_dir)
   log = tmp_path / 'main.log'
   process = start_main(write_process_config(tmp_path, data_dir),
