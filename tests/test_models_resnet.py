@@ -30,8 +30,7 @@ def _shapes(tree):
 
 
 def official_stem_shapes(stages, width_factor=1):
-  """Path -> shape of the official hybrid's stem (models_vit.py's root and
-  models_resnet.py's ResNetStage / ResidualUnit), written from its layers."""
+  """Path -> shape of the official hybrid's stem, written from its layers."""
   width = 64 * width_factor
   shapes = {'conv_root/kernel': (7, 7, 3, width),
             'gn_root/scale': (width,), 'gn_root/bias': (width,)}
@@ -187,17 +186,6 @@ class Stem(nn.Module):
     return resnet.resnet_stem(images, self.stages)
 
 
-def test_r50_stem_tree_and_feature_map_at_224():
-  stem = Stem(R50_STAGES)
-  features, variables = jax.eval_shape(lambda: stem.init_with_output(
-      jax.random.key(0), jnp.zeros((2, 224, 224, 3))))
-  assert features.shape == (2, 14, 14, 1024)
-  assert set(variables) == {'params'}
-  assert _shapes(variables['params']) == official_stem_shapes(R50_STAGES)
-  assert sum(a.size for a in jax.tree.leaves(variables)) == R50_STEM_PARAMS
-  assert resnet.stem_stride(R50_STAGES) == 16
-
-
 @pytest.mark.parametrize('stages,stride,features', [
     ((), 4, 64), ((3,), 4, 256), ((2, 2), 8, 512), ((3, 4, 9), 16, 1024),
     ((3, 4, 6, 3), 32, 2048)])
@@ -209,8 +197,10 @@ def test_stem_stride_and_features(stages, stride, features):
   assert resnet.stem_stride(stages) == stride
 
 
-def test_hybrid_tree_matches_official_key_for_key():
-  params = _eval_init(create_model('R50+ViT-B_16', 1000), 224)['params']
+def test_hybrid_tree_matches_official_key_for_key_and_its_count():
+  variables = _eval_init(create_model('R50+ViT-B_16', 1000), 224)
+  assert set(variables) == {'params'}
+  params = variables['params']
   assert set(params) == {'conv_root', 'gn_root', 'block1', 'block2', 'block3',
                          'embedding', 'cls', 'Transformer', 'head'}
   ours = _shapes(params)
@@ -226,10 +216,9 @@ def test_hybrid_tree_matches_official_key_for_key():
   official['embedding/kernel'] = (1, 1, 1024, 768)  # 1x1 on the feature map.
   official.update(official_stem_shapes(R50_STAGES))
   assert ours == official
-
-
-def test_r50_b16_exact_parameter_count():
-  params = _eval_init(create_model('R50+ViT-B_16', 1000), 224)['params']
+  stem = jax.eval_shape(lambda: Stem(R50_STAGES).init(
+      jax.random.key(0), jnp.zeros((1, 224, 224, 3))))
+  assert sum(a.size for a in jax.tree.leaves(stem)) == R50_STEM_PARAMS
   count = sum(a.size for a in jax.tree.leaves(params))
   assert count == R50_B16_PARAMS
   # ViT-B_16, with the stem and a 1x1x1024 instead of 16x16x3 embedding.
