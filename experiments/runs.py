@@ -164,9 +164,8 @@ def catch_stop_signals() -> None:
 def write_summary(
     folder: pathlib.Path, results, searched: str, sections: dict[str, str],
     figures: dict[str, Callable[[object, pathlib.Path], None]] | None = None):
-  """`results` as folder/results.json, each of `figures` (file name ->
-  plot(results, path)) and each of `sections` (name -> text) in its
-  README, all or none (`files.replace_together`)."""
+  """`results` as folder/results.json, `figures` (file name -> plot(results,
+  path)) and README `sections` (name -> text), all or none."""
   if not results:
     sys.exit(f'error: no finished runs in {searched}.')
   readme = folder / 'README.md'

@@ -250,7 +250,7 @@ def test_a_device_trace_is_summed_by_kind_of_kernel(tmp_path):
   trace = tmp_path / 'perfetto_trace.json.gz'
   with gzip.open(trace, 'wt') as f:
     json.dump({'traceEvents': _DEVICE_TRACE}, f)
-  kinds, heaviest = profile_step.summarize_device(trace, steps=2)
+  kinds, _, heaviest = profile_step.device_profile(trace, 2, {})
   assert kinds == {
       'attention (cuDNN)': 0.1, 'convolutions': 0.015, 'matmuls': 0.25,
       'optimizer update': 0.03, 'layer norms and other reductions': 0.02,
@@ -290,12 +290,11 @@ def test_a_device_trace_is_summed_by_part_of_the_model(tmp_path, landed):
   norm_1 = norm._replace(path='Transformer/encoderblock_*/LayerNorm_1')
   parts = {'gemm_fusion_dot.3': dense, 'gemm_fusion_dot.4': head,
            'input_reduce_fusion': norm, 'input_reduce_fusion.2': norm_1}
-  by_part = profile_step.device_time_by_part(trace, 2, parts)
+  _, by_part, heaviest = profile_step.device_profile(trace, 2, parts)
   assert by_part == pytest.approx({
       dense.label: 0.14, hlo_parts.UNNAMED: 0.325, 'optimizer': 0.03,
       norm.label: 0.02, norm_1.label: 0.02, head.label: 0.01})
   assert list(by_part)[:2] == [hlo_parts.UNNAMED, dense.label]
-  _, heaviest = profile_step.summarize_device(trace, 2, parts=parts)
   computes = {k['kernel']: k.get('computes') for k in heaviest}
   # A kernel that runs for several parts: the one it spends the most on.
   assert computes['sm90_xmma_gemm_bf16bf16'] == (

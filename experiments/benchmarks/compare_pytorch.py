@@ -1,33 +1,15 @@
 r"""Our ViT-Tiny train step against timm's VisionTransformer, on this machine.
 
-  /work/main/.venv/bin/python experiments/benchmarks/compare_pytorch.py \
-      --torch_python=/work/torch_venv/bin/python --rounds=3 --steps=10
+  python experiments/benchmarks/compare_pytorch.py \
+      --torch_python=../torch_venv/bin/python --rounds=3 --steps=10
 
-Two Pythons: the script itself, and so the vit_jax contenders
-(`python -m vit_jax.benchmark`, on 1 and on the default host devices), run
-under the project's venv (`sys.executable`); the PyTorch contenders run this
-file again as `--worker` under `--torch_python`, a separate venv with torch and
-timm (experiments/benchmarks/README.md), so that neither enters the project's
-dependencies. The worker needs only the standard library, torch and timm.
-Its pieces (`timm_vit`, `train_step`, `run_steps`) also time timm's model
-for any of our ViTs on a GPU (`timm_worker.py`, for `gpu.py`).
-
-The PyTorch peer is timm's `VisionTransformer` configured as our
-ViT-Tiny-CIFAR_4: 32x32 images, patch 4, width 128, depth 6, 4 heads, MLP 512,
-10 classes, class token and 'token' pooling, pre-LayerNorm (eps 1e-6), qkv
-bias, tanh GELU, 1,205,898 parameters (asserted). Dropout 0.1 where ours has
-it: after the position embedding (`pos_drop_rate`), after the attention output
-projection and after GELU and fc2 in the MLP (`proj_drop_rate`: timm's `Block`
-passes it to `Attention.proj_drop` and to `Mlp`'s `drop1` and `drop2`); no
-attention-probability, head or drop-path dropout. JAX-style init
-(`weight_init='jax'`: zero head, as ours). Before timing, the worker checks
-that the eval-mode features and logits are finite.
-
-Each round runs every contender in a fresh process, in alternating order: batch
-128, float32, AdamW (lr 1e-3, weight decay 0.01), label smoothing 0.1, PyTorch
-in eager mode and under torch.compile. Neither side augments. Writes the runs
-and medians to `--output` (default `pytorch_comparison.json` beside this file)
-and prints a markdown table of the median images/s over rounds.
+Our contenders (`python -m vit_jax.benchmark`, on 1 and 4 host devices) run
+under this Python; the PyTorch ones run this file as `--worker` under
+`--torch_python`, a venv with torch and timm that the project does not depend
+on. timm's model is configured as ViT-Tiny-CIFAR_4 (`timm_vit` asserts its
+parameters, norms and dropouts); each round runs every contender in a fresh
+process, alternating order: batch 128, float32, AdamW, eager and
+torch.compile. Writes the runs and medians to --output and prints a table.
 """
 
 import argparse
@@ -49,8 +31,7 @@ TORCH_MODES = ('eager', 'compile')
 
 
 class Architecture(NamedTuple):
-  """A ViT as timm's VisionTransformer is configured for it, and the
-  parameter count it must come to."""
+  """A ViT as timm's VisionTransformer is configured, and its parameter count."""
   image: int
   patch: int
   hidden: int
@@ -77,25 +58,16 @@ def timm_vit(architecture: Architecture = VIT_TINY_CIFAR):
 
   a = architecture
   model = vision_transformer.VisionTransformer(
-      img_size=a.image,
-      patch_size=a.patch,
-      num_classes=a.classes,
-      global_pool='token',
-      class_token=True,
-      embed_dim=a.hidden,
-      depth=a.layers,
-      num_heads=a.heads,
-      mlp_ratio=a.mlp / a.hidden,
-      qkv_bias=True,
-      norm_layer=functools.partial(nn.LayerNorm, eps=1e-6),
+      img_size=a.image, patch_size=a.patch, num_classes=a.classes,
+      global_pool='token', class_token=True, embed_dim=a.hidden,
+      depth=a.layers, num_heads=a.heads, mlp_ratio=a.mlp / a.hidden,
+      qkv_bias=True, norm_layer=functools.partial(nn.LayerNorm, eps=1e-6),
       act_layer=functools.partial(nn.GELU, approximate='tanh'),
-      pos_drop_rate=a.dropout,   # VisionTransformer.pos_drop
-      proj_drop_rate=a.dropout,  # Attention.proj_drop, Mlp.drop1, Mlp.drop2
-      attn_drop_rate=0.0,
-      drop_rate=0.0,             # head_drop
-      drop_path_rate=0.0,
-      weight_init='jax',
-  )
+      # Dropout where ours has it: after the position embedding (pos_drop),
+      # the attention's projection and the MLP's layers (proj_drop, drop1,
+      # drop2); none on attention weights, the head (drop_rate) or paths.
+      pos_drop_rate=a.dropout, proj_drop_rate=a.dropout, attn_drop_rate=0.0,
+      drop_rate=0.0, drop_path_rate=0.0, weight_init='jax')
   parameters = sum(p.numel() for p in model.parameters())
   assert parameters == a.parameters, (parameters, a.parameters)
   layer_norms = [m for m in model.modules() if isinstance(m, nn.LayerNorm)]
@@ -118,11 +90,9 @@ COMPILED = ('nothing', 'step', 'model')
 def train_step(model, architecture: Architecture, batch: int,
                compiled: str | bool, device: str = 'cpu',
                bfloat16: bool = False):
-  """One AdamW step (lr 1e-3, weight decay 0.01, label smoothing 0.1) of
-  `model` on a fixed random batch on `device`, torch.compile applied to
-  what `compiled` (of COMPILED; True: 'step') names, in bfloat16 autocast if
-  `bfloat16`; returns the loss. Checks first that the eval-mode features and
-  logits are finite."""
+  """A function that runs one AdamW step of `model` on a fixed random batch,
+  torch.compile applied to what `compiled` (of COMPILED; True: 'step') names;
+  checks first that the eval-mode features and logits are finite."""
   import torch  # pylint: disable=g-import-not-at-top
   from torch import nn  # pylint: disable=g-import-not-at-top
 
@@ -160,8 +130,7 @@ def train_step(model, architecture: Architecture, batch: int,
 
 
 def run_steps(step, count: int, device: str = 'cpu') -> list[float]:
-  """Seconds of each of `count` steps, each waited for; checks that the last
-  loss is finite."""
+  """Seconds of each of `count` steps; checks that the last loss is finite."""
   import torch  # pylint: disable=g-import-not-at-top
   times = []
   for _ in range(count):

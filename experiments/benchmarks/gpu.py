@@ -1,5 +1,5 @@
-r"""One command for the GPU rows of experiments/benchmarks/README.md, in
-under 9 minutes on one H100 (`--quick`: the ViT-B/16 pair and the study):
+r"""One command for the GPU rows of experiments/benchmarks/README.md (its "GPU"
+section says what each measures), in under 9 minutes on one H100:
 
   python experiments/benchmarks/gpu.py --cifar_dir=../shared/data/cifar10-5k
   python experiments/benchmarks/gpu.py --quick --cifar_dir=...
@@ -7,41 +7,9 @@ under 9 minutes on one H100 (`--quick`: the ViT-B/16 pair and the study):
   python experiments/benchmarks/gpu.py --smoke --cifar_dir=DIR \
       --output=/tmp/gpu/gpu_results.json --readme=/tmp/gpu/README.md
 
-Measures, in this order, each section within its time budget
-(`gpu_plan.H100`):
-
-- the study: `python -m vit_jax.main --config=configs/cifar_small.py`
-  (ViT-Tiny, 30 epochs) in a process of its own, from its start to its
-  summary.json, and its training time alone (summary.json's
-  train_seconds); first, while the GPU is free, with a fresh compilation
-  cache ("cold"), then again with the cache it filled ("warm"), then 6
-  epochs warm with one train step a call (`--config.steps_per_dispatch=1`),
-  each with its images/s in training (its records' median);
-- a large bf16 matmul's TFLOP/s, then the train step of ViT-B/16 (batch
-  256), ViT-L/16 (128) and ViT-Ti/16 (256) at 224 px in bfloat16 (or the
-  largest batch below that fits), ours with the einsum attention and with
-  the default ('auto': cuDNN's fused kernel on a GPU), against timm's
-  VisionTransformer of the same model and batch in bf16 autocast, the whole
-  step under torch.compile and the compiled model with fused AdamW (in a
-  worker process under --torch_python, when torch and timm import there),
-  in alternating rounds: images/s, medians, and their share of the
-  datasheet's dense bf16 peak and of the matmul;
-- attention alone at ViT-B/16's shape, forward and backward: the einsum
-  path and the fused kernel with the tokens padded to each multiple of
-  `token_multiples` (the choice of fused_attention.CUDNN_TOKEN_MULTIPLE);
-- a jax.profiler trace of ViT-B/16's step, the kernels'
-  time by kind of work (`profile_step.summarize_device`) and the heaviest;
-- `vit_jax.benchmark_input` at 224 px on synthetic JPEGs, with threads and
-  with one worker process per core.
-
-Every row lands in --output (gpu_results.json beside this file: device,
-versions, environment, rows with the second each landed, summary) and in
-the README's GPU section as it
-completes, both written whole, so a killed run keeps what it measured.
-`--summarize_only` rewrites the README's section from --output.
-`--smoke` runs the same code on the CPU at tiny sizes (`gpu_plan.SMOKE`).
-Meant for one GPU: our steps use every device jax sees, timm's one.
-The sections are measured in gpu_sections.py, the train step in gpu_steps.py.
+Each section runs within its time budget (`gpu_plan`); every row lands in
+--output and the README's GPU section as it completes, so a killed run keeps
+what it measured. `--smoke` runs the same code on the CPU at tiny sizes.
 """
 
 import argparse
@@ -86,16 +54,13 @@ ALLOCATOR = {'XLA_PYTHON_CLIENT_PREALLOCATE': 'false',
 
 
 def _versions() -> dict:
-  """jax's and, on a GPU, the CUDA runtime's, driver's and cuDNN's, read
-  where jax's own checks read them (a private module: no public API has
-  them); None where they cannot be read."""
+  """jax's and, on a GPU, CUDA's and cuDNN's (from jax's private module: no
+  public API has them); None where they cannot be read."""
   from jax._src import lib  # pylint: disable=g-import-not-at-top
   cuda = (getattr(lib, 'cuda_versions', None)
           if jax.default_backend() == 'gpu' else None)
 
   def dotted(name: str, unit: int) -> str | None:
-    """CUDA's major * 1000 + minor * 10, cuDNN's major * 10000 + minor *
-    100 + patch, as major.minor."""
     read = getattr(cuda, name, None)
     if read is None:
       return None
@@ -156,8 +121,8 @@ class Results:
 
 
 class Clock:
-  """Seconds left to each section: it ends by the sum of its budget and the
-  earlier sections' from `start`."""
+  """Seconds left to each section, which ends at the sum of its and the earlier
+  budgets from `start`."""
 
   def __init__(self, plan: gpu_plan.Plan, start: float):
     self.start = start
@@ -173,8 +138,7 @@ class Clock:
 
 def measure(plan: gpu_plan.Plan, results: Results, clock: Clock,
             torch_python: str):
-  """The train-step, attention, profile and input sections, into
-  `results`."""
+  """The train-step, attention, profile and input sections, into `results`."""
   # The datasheet's is one device's; our step and the matmul use them all.
   per_device = flops.peak_flops(results.data['device'], 'bfloat16')
   datasheet = per_device and per_device * jax.device_count()

@@ -22,20 +22,16 @@ def _measured(rows: list[dict], section: str, **fields) -> list[dict]:
           and all(r.get(k) == v for k, v in fields.items())]
 
 
-def _fastest(rows: list[dict]) -> dict:
-  return max(rows, key=lambda r: r['images_per_second'], default={})
-
-
 def pair(rows: list[dict], model: str) -> tuple[dict, dict]:
   """Our fastest row of `model` and timm's."""
-  return tuple(_fastest(_measured(rows, 'train step', model=model,
-                                  implementation=implementation))
+  return tuple(max(_measured(rows, 'train step', model=model,
+                             implementation=implementation),
+                   key=lambda r: r['images_per_second'], default={})
                for implementation in ('vit_jax', 'timm'))
 
 
 def _batch(rows: list[dict], model: str) -> str:
-  """', batch N' of `model`'s train-step rows, measured or not; empty
-  where the run has none."""
+  """', batch N' of `model`'s train-step rows; empty without one."""
   batches = [r['batch_size'] for r in rows
              if r['section'] == 'train step' and r['model'] == model]
   return f', batch {batches[0]}' if batches else ''
@@ -111,8 +107,7 @@ def _table(header: list[str], rows: list[list[str]]) -> list[str]:
 
 def _by_model_part(by_part: dict[str, float] | str | None,
                    shown: int = 15) -> list[str]:
-  """A profile's table by part of the model (`hlo_parts`): the heaviest
-  `shown` parts, then the rest summed; or why it is missing."""
+  """The heaviest `shown` parts of a profile, the rest summed; or why none."""
   if not by_part:
     return []
   if isinstance(by_part, str):
@@ -184,8 +179,7 @@ def _targets(results: dict) -> list[str]:
 
 
 def report(results: dict) -> str:
-  """The README's GPU section: where and when, the targets, then a table
-  per section of rows."""
+  """The README's GPU section: where, the targets, a table per section."""
   versions, rows = results['versions'], results['rows']
   matmul = results.get('matmul', {})
   lines = [

@@ -1,9 +1,5 @@
 """The sections `gpu.py` measures besides the train step's (`gpu_steps`),
-each a function that returns its rows: the study in processes of its own
-(`study_rows`), the input pipeline on synthetic JPEGs (`input_rows`),
-attention alone (`attention_rows`) and a profile of the train step
-(`profile_rows`); and `start_worker`, timm's worker for the train step's
-rows."""
+each a function that returns its rows."""
 
 import gc
 import json
@@ -36,9 +32,8 @@ OUT_OF_TIME = gpu_steps.OUT_OF_TIME
 def run_study(plan: gpu_plan.Plan, cifar_dir: pathlib.Path, timeout: float,
               env: dict, cache: pathlib.Path, state: str,
               overrides: dict | None = None) -> dict:
-  """The study in a process of its own, its programs compiled through
-  `cache` (`state`: 'cold', empty; 'warm', filled by a run before), with
-  `overrides` beside the plan's."""
+  """The study in a process of its own, compiled through `cache` (`state`:
+  'cold', empty; 'warm', filled by a run before)."""
   overrides = {**plan.study_overrides, **(overrides or {})}
   row = {'section': 'study', 'config': 'configs/cifar_small.py',
          'overrides': overrides, 'compilation_cache': state}
@@ -82,11 +77,9 @@ def run_study(plan: gpu_plan.Plan, cifar_dir: pathlib.Path, timeout: float,
             'log': phases}
 
 
-# The study's runs: with a cold, then a warm compilation cache; then 6 of
-# its epochs, warm, with one train step a call, the default before issue
-# 47: its images/s in training against the warm run's is what many steps a
-# call (`vit_jax.dispatch`) gives on the GPU. (All 30 epochs of it outran
-# their 40 s on an H100.)
+# The study with a cold, then a warm compilation cache; then 6 epochs warm
+# with one train step a call: its images/s in training against the warm
+# run's is what many steps a call (`vit_jax.dispatch`) gives on the GPU.
 STUDY_RUNS = (('cold', {}), ('warm', {}),
               ('warm', {'steps_per_dispatch': 1, 'num_epochs': 6}))
 
@@ -108,9 +101,8 @@ def study_rows(plan: gpu_plan.Plan, cifar_dir: pathlib.Path,
 
 
 def write_jpegs(folder: pathlib.Path, count: int, size: tuple[int, int]):
-  """An image folder of `count` training JPEGs (and one test image) of
-  `size`: 16 distinct smooth, lightly noisy images, repeated (the loader
-  decodes each file anew)."""
+  """An image folder of `count` training JPEGs and one test image of `size`:
+  16 distinct smooth, lightly noisy images, repeated."""
   from PIL import Image  # pylint: disable=g-import-not-at-top
   rng = np.random.default_rng(0)
   width, height = size
@@ -132,8 +124,7 @@ def write_jpegs(folder: pathlib.Path, count: int, size: tuple[int, int]):
 
 
 def input_rows(plan: gpu_plan.Plan, seconds_left: float) -> list[dict]:
-  """`benchmark_input` with threads (0) and a worker process per core
-  (-1), both on all cores."""
+  """`benchmark_input` with threads (0) and a worker process per core (-1)."""
   width, height = plan.jpeg_size
   row = {'section': 'input', 'image_size': plan.input_image_size,
          'batch_size': plan.input_batch_size,
@@ -166,10 +157,8 @@ def start_worker(python: str) -> tuple[timm_worker.TimmWorker | None, str]:
 
 
 def attention_rows(plan: gpu_plan.Plan, seconds_left: float) -> list[dict]:
-  """Attention alone at `plan.attention_shape`, forward and backward in
-  bfloat16: the einsum path's core and the fused kernel with the tokens
-  padded to each of `plan.token_multiples` (cuDNN's on a GPU, XLA's
-  elsewhere), each the median of `plan.steps` calls."""
+  """Attention alone, forward and backward in bfloat16: the einsum path and
+  the fused kernel with the tokens padded to each of `plan.token_multiples`."""
   batch, tokens, heads, head_dim = plan.attention_shape
   row = {'section': 'attention', 'shape': list(plan.attention_shape)}
   if seconds_left <= 0:
@@ -207,29 +196,27 @@ def attention_rows(plan: gpu_plan.Plan, seconds_left: float) -> list[dict]:
 
 
 def trace_profile(bench: step_benchmark.StepBenchmark, steps: int) -> dict:
-  """A `jax.profiler` trace of `steps` of `bench`'s train steps: its
-  kernels' milliseconds per step by kind of work and by part of the model,
-  and the heaviest kernels; empty kinds on a CPU, whose trace holds none."""
+  """`profile_step.device_profile` of `steps` of `bench`'s train steps; empty
+  kinds on a CPU, whose trace holds no kernels."""
   with tempfile.TemporaryDirectory() as trace_dir:
     with jax.profiler.trace(trace_dir, create_perfetto_trace=True):
       for _ in range(steps):
         jax.block_until_ready(bench.train_step())
     trace = next(pathlib.Path(trace_dir).rglob('perfetto_trace.json.gz'))
+    failed = None
     try:
       parts = hlo_parts.model_parts(bench.compiled.train.as_text())
-      by_part = profile_step.device_time_by_part(trace, steps, parts)
     except Exception as e:  # pylint: disable=broad-except
       # Without it, the kinds of work are still measured.
-      parts, by_part = {}, gpu_steps.failure_note(e)
-    kinds, heaviest = profile_step.summarize_device(trace, steps, parts=parts)
-  return {'ms_per_step_by_kind': kinds, 'ms_per_step_by_model_part': by_part,
+      parts, failed = {}, gpu_steps.failure_note(e)
+    kinds, by_part, heaviest = profile_step.device_profile(trace, steps, parts)
+  return {'ms_per_step_by_kind': kinds,
+          'ms_per_step_by_model_part': failed or by_part,
           'heaviest_kernels': heaviest}
 
 
 def profile_rows(plan: gpu_plan.Plan, seconds_left) -> list[dict]:
-  """`trace_profile` of `plan.profile_steps` train steps of the first
-  `plan.profile_models` models (attention 'auto'), each while
-  `seconds_left()` is positive."""
+  """`trace_profile` of the first `plan.profile_models` models' steps."""
   rows = []
   for label, model, batch in plan.models[:plan.profile_models]:
     row = {'section': 'profile', 'model': label, 'batch_size': batch}

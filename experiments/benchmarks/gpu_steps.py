@@ -1,8 +1,6 @@
-"""The train-step rows of `gpu.py`: our ViTs' compiled steps, one per
-attention implementation, against timm's compiled steps in alternating
-rounds."""
+"""The train-step rows of `gpu.py`: our ViTs' steps, one per attention, against
+timm's in alternating rounds."""
 
-from collections.abc import Callable
 import gc
 import statistics
 import traceback
@@ -18,15 +16,8 @@ TIMM_MODES = gpu_plan.TIMM_MODES
 OUT_OF_TIME = 'not run: its section\'s time budget was spent'
 
 
-def is_out_of_memory(error: Exception) -> bool:
-  return isinstance(error, jax.errors.JaxRuntimeError) and (
-      'RESOURCE_EXHAUSTED' in str(error) or
-      'out of memory' in str(error).lower())
-
-
 def failure_note(error: Exception) -> str:
-  """A failed row's note, the error's first line; its traceback goes to
-  stderr, the run's log."""
+  """A failed row's note, the error's first line; its traceback to stderr."""
   traceback.print_exception(error)
   first_line = str(error).partition('\n')[0]
   return f'{type(error).__name__}: {first_line}'
@@ -34,8 +25,7 @@ def failure_note(error: Exception) -> str:
 
 def _ours(plan: gpu_plan.Plan, model: str, batch: int,
           **overrides) -> step_benchmark.StepBenchmark:
-  """Our compiled train step in bfloat16 (without augmentation, as
-  timm's), run once: out of memory shows there."""
+  """Our train step in bfloat16, unaugmented, run once: out of memory shows."""
   config = step_benchmark.benchmark_config(model, batch, plan.image_size,
                                       'bfloat16', augment=False,
                                       cpu_compiler_options={})
@@ -47,18 +37,13 @@ def _ours(plan: gpu_plan.Plan, model: str, batch: int,
 
 def fitting_ours(plan: gpu_plan.Plan, model: str, batch: int, **overrides
                  ) -> tuple[step_benchmark.StepBenchmark, int]:
-  """Our step (`_ours`) at `batch`, or the largest half of it that fits."""
-  return _fitting(lambda b: _ours(plan, model, b, **overrides), batch)
-
-
-def _fitting(make: Callable[[int], step_benchmark.StepBenchmark],
-             batch: int):
-  """(make(batch), batch), the batch halved while it runs out of memory."""
+  """Our step (`_ours`) at `batch`, halved while it runs out of memory."""
   while True:
     try:
-      return make(batch), batch
+      return _ours(plan, model, batch, **overrides), batch
     except jax.errors.JaxRuntimeError as e:
-      if not is_out_of_memory(e) or batch == 1:
+      if batch == 1 or not ('RESOURCE_EXHAUSTED' in str(e) or
+                            'out of memory' in str(e).lower()):
         raise
     batch //= 2
     gc.collect()
@@ -92,10 +77,8 @@ def compare_model(label: str, model: str, batch_size: int,
                   plan: gpu_plan.Plan, peaks: dict,
                   worker: timm_worker.TimmWorker | None, timm_missing: str,
                   timm_modes=tuple(TIMM_MODES)) -> list[dict]:
-  """The rows of `model`: ours with each of the plan's attentions, timm in
-  each of `timm_modes` (each skipped with `timm_missing` when `worker` is
-  None), timed in alternating rounds at the largest batch up to
-  `batch_size` that our first attention's step runs at."""
+  """The rows of `model`: ours with each attention, timm in each of
+  `timm_modes`, in alternating rounds at the largest batch that fits."""
   first, *others = plan.attentions
   keys = contenders(plan, timm_modes)
   skipped = {} if worker else {('timm', mode): timm_missing

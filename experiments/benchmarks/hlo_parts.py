@@ -1,15 +1,8 @@
-"""What each instruction of a compiled program computes, in the model's
-terms: the jax scope that XLA keeps in every operation's metadata (the flax
-module's path, and whether the forward or the backward pass), so that a
-profile's time can be summed by part of the model (`profile_step`).
-
-A trace names the instructions it ran: on a CPU each event is one; on a GPU
-a kernel's event carries its instruction as `hlo_op` where XLA's command
-buffers leave it there, and a fusion's kernel is named after its fusion
-('.' as '_'; a kernel reused for identical fusions, after the first). A
-fusion is the part of the matmul, convolution or custom call it holds, if
-any; else the part most of its operations name, among those of the
-computations it calls.
+"""What each instruction of a compiled program computes, in the model's terms
+(the flax module's path and the pass, from the jax scope XLA keeps in every
+operation's metadata), so that a profile is summed by part (`profile_step`).
+A fusion is the part of the matmul, convolution or custom call it holds, else
+the part most of its operations name.
 """
 
 import collections
@@ -47,9 +40,8 @@ UNNAMED = 'not named in the program'
 
 
 class Part(NamedTuple):
-  """Where in the model: its module path (each encoder block's as
-  `encoderblock_*`, so the layers add up), the pass, and the jax
-  operations of the path there (the most frequent first)."""
+  """Where in the model: the module path (`encoderblock_*` for each block),
+  the pass, and its jax operations there, the most frequent first."""
   path: str
   # 'forward', 'backward', or '' outside the model's passes: the optimizer,
   # the input's augmentation, the metrics, an evaluation or a teacher.
@@ -62,15 +54,12 @@ class Part(NamedTuple):
 
   @property
   def described(self) -> str:
-    """The label, and the operations where known."""
     return (f'{self.label}: {", ".join(self.operations)}' if self.operations
             else self.label)
 
 
 def part(op_name: str) -> Part:
-  """The `Part` (without operations) a jax op name names: what follows the
-  model's pass, where there is one. A name that does not start at the
-  program's jit (a parameter's) names none: OUTSIDE."""
+  """The `Part` (without operations) a jax op name names; OUTSIDE for none."""
   # XLA joins the names of operations it merged with ';': the first names
   # the part.
   scopes = op_name.split(';')[0].split('/')[:-1]
@@ -94,10 +83,8 @@ def part(op_name: str) -> Part:
 
 
 def model_parts(hlo_text: str) -> dict[str, Part]:
-  """Each instruction of `hlo_text` (an optimized module's text, as
-  `jax.stages.Compiled.as_text` gives it) by its name and by its kernel's,
-  mapped to the `Part` of the model it computes. One that names no jax
-  operation (a copy XLA added) has its operand's; left out when none has."""
+  """Each instruction of `hlo_text` (`Compiled.as_text()`), by its name and its
+  kernel's, to the `Part` it computes (a copy XLA added: its operand's)."""
   computations: dict[str, list[tuple[str, str]]] = {}
   lines: list[tuple[str, str]] = []
   for line in hlo_text.splitlines():
@@ -149,9 +136,7 @@ def model_parts(hlo_text: str) -> dict[str, Part]:
 
 
 def _names(text: str, named_in) -> list[tuple[str, bool]]:
-  """The jax op names an instruction's `text` has, each with whether the
-  instruction does a fusion's arithmetic, and those of the computations it
-  calls."""
+  """(jax op name, whether arithmetic) of an instruction and what it calls."""
   arithmetic = bool(_ARITHMETIC.search(text))
   # Those that do not start at the program's jit (a parameter's, some
   # reducers') name no part.
@@ -165,8 +150,7 @@ def _names(text: str, named_in) -> list[tuple[str, bool]]:
 
 def time_by_part(timed: Iterable[tuple[Part | None, float]]
                  ) -> collections.Counter:
-  """`timed`'s (part or None, time) summed by the part's label; UNNAMED for
-  None, the time of what the program does not name."""
+  """`timed`'s (part or None, time) summed by label; None's as UNNAMED."""
   total = collections.Counter()
   for where, duration in timed:
     total[where.label if where else UNNAMED] += duration

@@ -1,17 +1,11 @@
-r"""Does the training job run at the speed of its step? Back to back, on this
-machine: the training images/s `vit_jax.main` reports for the study's ViT
-against what `vit_jax.benchmark` measures for the same step.
+r"""Does the training job run at the speed of its step? The training images/s
+`vit_jax.main` reports for the study's ViT (epochs after the first) against
+`vit_jax.benchmark`'s of the same step, in alternating fresh processes.
 
   python experiments/benchmarks/main_vs_step.py \
       --data_dir=../shared/data/cifar10-5k --rounds=3 --epochs=3
 
-Each round runs, in fresh processes and alternating order, (a) the study
-config (`configs/cifar_small.py`: batch 128, augmentation, evaluation and a
-checkpoint every epoch) for `--epochs` epochs in a temporary workdir, reading
-the images/s of each epoch but the first from its `metrics.jsonl` (the loop
-leaves evaluation and checkpoint time out of them), and (b) `vit_jax.benchmark`
-with the same model, batch, augmentation and device count (median of
-`--steps`). Writes `main_vs_step.json` and prints the medians and their ratio.
+Writes `main_vs_step.json` and prints the medians and their ratio.
 """
 
 import argparse
@@ -22,6 +16,8 @@ import statistics
 import subprocess
 import sys
 import tempfile
+
+from experiments.benchmarks import study_step
 
 HERE = pathlib.Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
@@ -86,13 +82,13 @@ def main():
       'ratio': main_median / step_median,
   }
   (HERE / 'main_vs_step.json').write_text(json.dumps(summary, indent=2))
-  print('\n| training images/s (ViT-Tiny-CIFAR_4, batch 128, augmented) | '
-        'median |')
-  print('| --- | ---: |')
-  print(f'| `vit_jax.main`, epochs 2-{args.epochs} of each run | '
-        f'{main_median:.1f} |')
-  print(f'| `vit_jax.benchmark`, the same step | {step_median:.1f} |')
-  print(f'| ratio | {main_median / step_median:.3f} |')
+  print()
+  study_step.print_table(
+      ('training images/s (ViT-Tiny-CIFAR_4, batch 128, augmented)', 'median'),
+      [(f'`vit_jax.main`, epochs 2-{args.epochs} of each run',
+        f'{main_median:.1f}'),
+       ('`vit_jax.benchmark`, the same step', f'{step_median:.1f}'),
+       ('ratio', f'{main_median / step_median:.3f}')])
 
 
 if __name__ == '__main__':

@@ -1,29 +1,18 @@
-r"""Where the study ViT's train step spends its time on this machine: the
-table of the benchmarks README's "Where the time goes". On an accelerator,
-`summarize_device` sums a trace's kernels by kind of work instead (`gpu.py`'s
-profile section).
+r"""Where a train step spends its time: a `jax.profiler` trace summed by kind
+of work and by part of the model (`hlo_parts`); the table of the benchmarks
+README's "Where the time goes".
 
   python experiments/benchmarks/profile_step.py [--cpu_devices=4] [--steps=3]
   python experiments/benchmarks/profile_step.py --matmuls
   python experiments/benchmarks/profile_step.py --trace_dir=DIR [--steps=3]
 
-Runs `vit_jax.benchmark`'s train step (ViT-Tiny-CIFAR_4, batch 128,
-augmented), records a `jax.profiler` trace of --steps steps with XLA's
-per-operation events on (`--xla_cpu_enable_xprof_traceme`), and sums the
-events of the threads that run XLA's operations by kind of work, each event
-counted for its own time (its nested events subtracted). Prints thread-ms per
-step against the step's wall time, then by the part of the model each
-operation computes (`hlo_parts`: the flax module, forward or backward, that
-the compiled program's metadata names). With one device the threads run on the 2
-cores and add up to at most 2 x wall; with 4 devices on 2 cores each device
-has its own thread and they share the cores, so an operation's time includes
-the slices it waited for a core, and the sum can reach 4 x wall.
-`--matmuls` times the step's largest matmuls alone on one core and on both
-cores at once (`taskset`), to see whether the cores slow each other down.
-`--trace_dir` prints the same tables for the trace `python -m
-vit_jax.benchmark --trace_dir=DIR` wrote of any model (on a CPU, with
-`XLA_FLAGS=--xla_cpu_enable_xprof_traceme=true`, which records XLA's
-operations; on a GPU, of its kernels, with the heaviest).
+By default it traces the study ViT's step (`vit_jax.benchmark`'s) with XLA's
+per-operation events on and sums the threads that run XLA's operations, each
+event for its own time: thread-ms per step, which with more devices than cores
+includes the slices a thread waited for a core. `--matmuls` times the step's
+largest matmuls on one core and on two at once. `--trace_dir` sums the trace
+`python -m vit_jax.benchmark --trace_dir=DIR` wrote of any model (on a GPU, its
+kernels, with the heaviest).
 """
 
 import argparse
@@ -57,8 +46,7 @@ WORKER_THREADS = re.compile(r'^tf_XLAEigen')
 
 
 def self_times(events: list[dict]) -> list[tuple[str, float]]:
-  """(name, microseconds not spent in nested events) for one thread's
-  complete events."""
+  """(name, microseconds not spent in nested events) of one thread's events."""
   events = sorted(events, key=lambda e: (e['ts'], -e['dur']))
   result = []
   stack = []  # [name, end, self time]
@@ -73,10 +61,13 @@ def self_times(events: list[dict]) -> list[tuple[str, float]]:
   return result
 
 
-def _worker_events(trace_path: pathlib.Path) -> dict[int, list[dict]]:
-  """The complete events of each thread that runs XLA's operations."""
+def _events(trace_path: pathlib.Path) -> list[dict]:
   with gzip.open(trace_path) as f:
-    events = json.load(f)['traceEvents']
+    return json.load(f)['traceEvents']
+
+
+def _worker_events(events: list[dict]) -> dict[int, list[dict]]:
+  """The complete events of each thread that runs XLA's operations."""
   workers = {e['tid'] for e in events
              if e.get('name') == 'thread_name' and
              WORKER_THREADS.match(e['args']['name'])}
@@ -87,36 +78,32 @@ def _worker_events(trace_path: pathlib.Path) -> dict[int, list[dict]]:
   return by_thread
 
 
-def summarize(trace_path: pathlib.Path, steps: int) -> dict[str, float]:
-  """Milliseconds per step: each kind of work summed over XLA's threads, and
-  the wall time from the first event on them to the last."""
-  by_thread = _worker_events(trace_path)
-  kinds = collections.Counter()
+def thread_profile(by_thread: dict[int, list[dict]], steps: int,
+                   parts: dict[str, hlo_parts.Part]
+                   ) -> tuple[dict[str, float], dict[str, float]]:
+  """Thread-ms per step of XLA's CPU operations by kind of work (KINDS, their
+  sum and the wall time) and by part of the model (`parts`)."""
+  kinds, placed = collections.Counter(), []
   for thread_events in by_thread.values():
     for name, own in self_times(thread_events):
       kind = next((k for k, pattern in KINDS if pattern.search(name)), OTHER)
       kinds[kind] += own
+      placed.append((parts.get(name), own))
   spans = [e for thread_events in by_thread.values() for e in thread_events]
-  return _per_step(kinds, KINDS, spans, steps, 'sum over threads', 'wall')
+  return (_per_step(kinds, KINDS, spans, steps, 'sum over threads', 'wall'),
+          _by_part(placed, steps))
 
 
-def summarize_by_part(trace_path: pathlib.Path, steps: int,
-                      parts: dict[str, hlo_parts.Part]) -> dict[str, float]:
-  """Thread-milliseconds per step of XLA's operations by the part of the
-  model each computes (`hlo_parts.model_parts` of the traced program), the
-  most first; the runtime's own events are `hlo_parts.UNNAMED`."""
-  times = hlo_parts.time_by_part(
-      (parts.get(name), own)
-      for thread_events in _worker_events(trace_path).values()
-      for name, own in self_times(thread_events))
+def _by_part(placed, steps: int) -> dict[str, float]:
+  """(part or None, microseconds) as ms per step by part, the most first."""
+  times = hlo_parts.time_by_part(placed)
   return {label: us / 1e3 / steps for label, us in times.most_common()}
 
 
 def _per_step(kinds: collections.Counter, order, events: list[dict],
               steps: int, summed: str, wall: str) -> dict[str, float]:
-  """Milliseconds per step of each kind of work (`order`'s, then OTHER),
-  their sum, and the wall time from the first of `events` to the end of
-  the last."""
+  """Ms per step of each kind (`order`'s, then OTHER), their sum and the wall
+  time from the first of `events` to the end of the last."""
   span = (max(e['ts'] + e['dur'] for e in events) -
           min(e['ts'] for e in events))
   table = {kind: kinds[kind] / 1e3 / steps
@@ -144,11 +131,10 @@ DEVICE_KINDS = (
 )
 
 
-def _device_threads(events: list[dict]) -> set[tuple[int, int]]:
-  """(pid, tid) of the trace's accelerator streams: the threads named
-  'Stream ...' of the processes named after a device other than the host
-  (the others, where a trace has them, repeat the kernels as XLA modules,
-  ops or scopes); all of their threads where none is so named."""
+def _device_kernels(events: list[dict]) -> list[dict]:
+  """The kernels of the accelerators' 'Stream ...' threads (the others repeat
+  them as XLA modules, ops or scopes), of all their threads if none is so
+  named; none on a CPU."""
   devices = {e['pid'] for e in events
              if e.get('ph') == 'M' and e.get('name') == 'process_name' and
              '/device:' in e['args'].get('name', '') and
@@ -159,23 +145,14 @@ def _device_threads(events: list[dict]) -> set[tuple[int, int]]:
              if e.get('ph') == 'M' and e.get('name') == 'thread_name' and
              e['pid'] in devices and
              e['args'].get('name', '').startswith('Stream')}
-  return threads & streams or threads
-
-
-def _device_kernels(trace_path: pathlib.Path) -> list[dict]:
-  """The trace's accelerator kernels (none on a CPU)."""
-  with gzip.open(trace_path) as f:
-    events = json.load(f)['traceEvents']
-  threads = _device_threads(events)
+  threads = threads & streams or threads
   return [e for e in events if e.get('ph') == 'X' and
           (e.get('pid'), e.get('tid')) in threads]
 
 
 def _part_of(kernel: dict, parts: dict[str, hlo_parts.Part]
              ) -> hlo_parts.Part | None:
-  """The part of the model a kernel computes: its instruction's, by the HLO
-  op the trace gives it or its name (a fusion's kernel); else the jax op
-  name the trace gives it."""
+  """The part a kernel computes: its HLO op's, its name's, else its jax op's."""
   args = kernel.get('args', {})
   # The HLO op first: XLA names a kernel it reuses for identical fusions
   # after the first of them. (A command buffer, which holds many, is no
@@ -186,20 +163,18 @@ def _part_of(kernel: dict, parts: dict[str, hlo_parts.Part]
   return hlo_parts.part(args['tf_op']) if args.get('tf_op') else None
 
 
-def summarize_device(trace_path: pathlib.Path, steps: int, top: int = 25,
-                     parts: dict[str, hlo_parts.Part] | None = None
-                     ) -> tuple[dict[str, float], list[dict]]:
-  """Milliseconds per step of an accelerator's kernels by kind of work
-  (DEVICE_KINDS), their sum and the wall time from the first to the last;
-  and the `top` kernels by time, with what the trace says of them and the
-  part of the model each computes, where the trace or the program's `parts`
-  (`hlo_parts.model_parts`) say: the one it spends the most time on, where
-  one kernel (cuBLAS's) runs for several. Empty when the trace has no
-  accelerator (a CPU)."""
-  kernels = _device_kernels(trace_path)
+def device_profile(trace_path: pathlib.Path, steps: int,
+                   parts: dict[str, hlo_parts.Part], top: int = 25
+                   ) -> tuple[dict[str, float], dict[str, float], list[dict]]:
+  """Ms per step of an accelerator's kernels by kind of work (DEVICE_KINDS,
+  their sum and the wall time) and by part of the model (`parts`:
+  `hlo_parts.model_parts`); and the `top` kernels, each with what the trace
+  says of it and the part it spends the most time on. Empty on a CPU."""
+  kernels = _device_kernels(_events(trace_path))
   if not kernels:
-    return {}, []
+    return {}, {}, []
   kinds, by_name = collections.Counter(), collections.Counter()
+  placed = []
   described = {}
   computes = collections.defaultdict(collections.Counter)  # by part's label
   labelled = {}  # a label's part, as first seen
@@ -211,7 +186,8 @@ def summarize_device(trace_path: pathlib.Path, steps: int, top: int = 25,
     by_name[e['name']] += e['dur']
     described.setdefault(e['name'], {'kind': kind, 'args': {
         k: str(v)[:200] for k, v in e.get('args', {}).items()}})
-    where = _part_of(e, parts or {})
+    where = _part_of(e, parts)
+    placed.append((where, e['dur']))
     if where:
       computes[e['name']][where.label] += e['dur']
       labelled.setdefault(where.label, where)
@@ -223,17 +199,7 @@ def summarize_device(trace_path: pathlib.Path, steps: int, top: int = 25,
                     'wall, first kernel to last')
   heaviest = [{'kernel': name, 'ms_per_step': us / 1e3 / steps,
                **described[name]} for name, us in by_name.most_common(top)]
-  return table, heaviest
-
-
-def device_time_by_part(trace_path: pathlib.Path, steps: int,
-                        parts: dict[str, hlo_parts.Part]) -> dict[str, float]:
-  """Milliseconds per step of an accelerator's kernels by the part of the
-  model each computes, the most first; `hlo_parts.UNNAMED` holds the
-  kernels whose instruction the trace does not name."""
-  times = hlo_parts.time_by_part(
-      (_part_of(e, parts), e['dur']) for e in _device_kernels(trace_path))
-  return {label: us / 1e3 / steps for label, us in times.most_common()}
+  return table, _by_part(placed, steps), heaviest
 
 
 # The step's largest matmuls (M, K, N) at batch 128: the MLP's two and a
@@ -257,9 +223,7 @@ def matmul_rate(shape: tuple[int, int, int], seconds: float = 5.0) -> float:
 
 
 def matmuls_alone_and_side_by_side():
-  """Each of MATMULS in one process pinned to core 0, then in two processes
-  at once pinned to cores 0 and 1: whether the cores slow each other's
-  matmuls down."""
+  """Each of MATMULS pinned to core 0, then two at once on cores 0 and 1."""
   def rates(shape):
     def start(core):
       return subprocess.Popen(
@@ -278,10 +242,8 @@ def matmuls_alone_and_side_by_side():
 
 
 def print_trace(trace_dir: pathlib.Path, steps: int):
-  """The tables of the newest trace in `trace_dir` and of the program
-  written beside it (`vit_jax.benchmark --trace_dir`), `steps` steps
-  traced: by kind of work and by part of the model, of an accelerator's
-  kernels where the trace has them, else of XLA's CPU threads."""
+  """The tables of the newest trace in `trace_dir` (`vit_jax.benchmark
+  --trace_dir`): of its accelerator kernels, else of XLA's CPU threads."""
   traces = sorted(trace_dir.rglob('perfetto_trace.json.gz'),
                   key=lambda path: path.stat().st_mtime)
   if not traces:
@@ -293,15 +255,12 @@ def print_trace(trace_dir: pathlib.Path, steps: int):
   program = trace_dir / step_benchmark.TRACED_PROGRAM
   parts = (hlo_parts.model_parts(program.read_text()) if program.exists()
            else {})
-  kinds, heaviest = summarize_device(traces[-1], steps, parts=parts)
-  if kinds:
-    unit = 'ms per step'
-    by_part = device_time_by_part(traces[-1], steps, parts)
-  elif _worker_events(traces[-1]):
+  kinds, by_part, heaviest = device_profile(traces[-1], steps, parts)
+  unit = 'ms per step'
+  if not kinds and (by_thread := _worker_events(_events(traces[-1]))):
     unit = 'thread-ms per step'
-    kinds = summarize(traces[-1], steps)
-    by_part = summarize_by_part(traces[-1], steps, parts)
-  else:
+    kinds, by_part = thread_profile(by_thread, steps, parts)
+  elif not kinds:
     raise SystemExit(
         f'error: the trace in {trace_dir} holds no XLA operations: on a CPU, '
         'trace with XLA_FLAGS=--xla_cpu_enable_xprof_traceme=true.')

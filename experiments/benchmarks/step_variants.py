@@ -1,49 +1,12 @@
-r"""A train step under variants, each in a fresh process, round after round
-(the first variant, the baseline, first in each; the others in alternating
-order): each run, then a table of medians (and, with --output, the runs as
-JSON).
+r"""A train step under variants, each run in a fresh process, round after
+round (the baseline, the first, opens each), then a table of medians.
 
   python experiments/benchmarks/step_variants.py --rounds=3
   python experiments/benchmarks/step_variants.py --gpu --output=OUT.json
 
-The study ViT's step on the CPU (`vit_jax.benchmark`'s: ViT-Tiny-CIFAR_4,
-batch 128, augmented, 4 host devices), attempts 13-16 of the optimisation
-log:
-
-- `hash`: our dropout (`vit_jax.models.layers.dropout`), the default.
-- `flax_threefry`, `flax_rbg`, `flax_unsafe_rbg`: `flax.linen.Dropout` with
-  jax's PRNG implementation set by `jax_default_prng_impl`. The log kept the
-  hash, so the model has no option for flax's dropout: these three put it in
-  place of ours by hand, only to measure attempts 13-15 again.
-- `dot_product_attention`: the benchmark's
-  `attention='dot_product_attention'`.
-
-With --gpu, ViT-B/16's step as `gpu.py` times it (batch 256, 224 px,
-bfloat16, no augmentation, attention 'auto'; `--smoke`: `gpu_plan.SMOKE`'s
-one-layer model, to run the code on a CPU), the candidates that the GPU
-profile names (the README's "Next"): its images/s and its compile time.
-A flag variant adds its XLA flags to the process's; a code variant swaps a
-piece of the model in its process. A variant that fails (a flag this XLA
-lacks, a kernel the device lacks) is a row saying so. Runs stop starting
-once --seconds have passed, so that it fits a device call:
-
-- `default`: the step as it trains.
-- `cudnn_layer_norm`: XLA rewrites the layer norms into cuDNN's kernels.
-- `cublaslt`: GEMMs through cuBLASLt, whose epilogues take bias and GELU.
-- `no_command_buffers`: each kernel launched on its own, not in CUDA
-  graphs (what a profile that names each kernel's HLO op costs). Its runs
-  then trace the step (`gpu_sections.trace_profile`): every kernel, cuBLAS's
-  and cuDNN's too, by kind and by part of the model, in the run's
-  `profile`.
-- `autotune_level_0`: no autotuning: the compile time against the step's.
-- `tokens_to_64`: cuDNN's attention with the tokens padded to a multiple of
-  64, as before attempt 23.
-- `patch_matmul`: the patch embedding as one matmul over the images'
-  patches, the `embedding` conv's kernel reshaped (cuDNN's strided
-  convolution took 1.63 ms of the step). Put in place by hand, as the
-  flax dropout above: the model changes only if it wins.
-- `fused_qkv`: the query, key and value projections as one matmul of the
-  three kernels joined, the matmul timm's step does (by hand too).
+On the CPU, the study ViT's step under CPU_VARIANTS (attempts 13-16 of the
+optimisation log); with --gpu, ViT-B/16's step as `gpu.py` times it under the
+candidates of the README's "Next" (`--smoke`: one layer, for a CPU).
 """
 
 import argparse
@@ -64,6 +27,8 @@ sys.path.insert(0, str(ROOT))
 from experiments.benchmarks import study_step
 # pylint: enable=g-import-not-at-top,wrong-import-position
 
+# `hash`: our dropout; `flax_*`: `flax.linen.Dropout` put in its place by
+# hand, with that `jax_default_prng_impl`.
 CPU_VARIANTS = ('hash', 'flax_threefry', 'flax_rbg', 'flax_unsafe_rbg',
                 'dot_product_attention')
 # The GPU variants that are XLA flags, the baseline first; the code
@@ -75,6 +40,8 @@ GPU_FLAGS = {
     'no_command_buffers': '--xla_gpu_enable_command_buffer=',
     'autotune_level_0': '--xla_gpu_autotune_level=0',
 }
+# cuDNN's attention with the tokens padded to 64; the patch embedding as one
+# matmul; q, k and v projected by one matmul, as timm's step does.
 GPU_CODE_VARIANTS = ('tokens_to_64', 'patch_matmul', 'fused_qkv')
 # The variant whose runs also trace the step: without command buffers each
 # kernel names its HLO op, so all of them, cuBLAS's included, are summed by
@@ -94,8 +61,7 @@ def run_cpu_variant(variant: str, steps: int) -> dict:
 
 
 def run_gpu_variant(variant: str, steps: int, smoke: bool) -> dict:
-  """ViT-B/16's step as gpu.py's rows time it, this process's XLA flags
-  set by the caller."""
+  """ViT-B/16's step as gpu.py's rows time it, under the caller's XLA flags."""
   # pylint: disable=g-import-not-at-top
   from experiments.benchmarks import gpu_plan
   from experiments.benchmarks import gpu_steps
@@ -133,10 +99,8 @@ def run_gpu_variant(variant: str, steps: int, smoke: bool) -> dict:
 
 
 def use_patch_matmul():
-  """`patch_matmul`: the ViT's `embedding` conv computed as a matmul of
-  the patches (`patch_embedding.patch_grid`, flattened as the kernel is)
-  by the kernel reshaped: the same parameters, initialised alike, and the
-  same function."""
+  """The `embedding` conv as a matmul of the patches by the kernel reshaped:
+  the same parameters, initialised alike, and the same function."""
   import flax.linen as nn  # pylint: disable=g-import-not-at-top
   # pylint: disable=g-import-not-at-top
   from vit_jax.models import names
@@ -172,12 +136,8 @@ def use_patch_matmul():
 
 
 def use_fused_qkv():
-  """`fused_qkv`: the query, key and value projections as one matmul by
-  their kernels joined side by side (hidden x 3 hidden), the matmul timm's
-  `qkv` Linear does. The parameters stay three, so each step joins them and
-  splits their gradient, a cost timm, which stores them joined, does not
-  pay. The same function, to float rounding. (On the CPU, attempt 9 found
-  it slower.)"""
+  """The q, k and v projections as one matmul by their kernels joined (timm's
+  `qkv`); the parameters stay three, joined and split each step."""
   # pylint: disable=g-import-not-at-top
   import jax.numpy as jnp
   from vit_jax.models.layers import attention
@@ -195,8 +155,7 @@ def use_fused_qkv():
 
 
 def _use_flax_dropout(prng_impl: str):
-  """Attempts 13-15: flax's dropout in the ViT in place of ours, its masks
-  drawn with `prng_impl` ('threefry': jax's default)."""
+  """flax's dropout in the ViT in place of ours, its masks drawn with `prng_impl`."""
   import flax.linen as nn  # pylint: disable=g-import-not-at-top
   import jax  # pylint: disable=g-import-not-at-top
   # pylint: disable=g-import-not-at-top
@@ -216,8 +175,7 @@ RESULT = 'step_variants result: '  # the line of a run's result
 
 
 def _run(variant: str, args) -> dict:
-  """One run of `variant` in a fresh process: its result, or why it has
-  none."""
+  """One run of `variant` in a fresh process: its result, or why it has none."""
   command = [sys.executable, __file__, f'--variant={variant}',
              f'--steps={args.steps}']
   env = dict(os.environ)

@@ -1,13 +1,10 @@
-"""What the benchmark scripts share: the study ViT's train step timed by
-`vit_jax.benchmark`, and the markdown tables they print."""
+"""The study ViT's train step timed, and markdown tables, for the benchmark scripts."""
 
 from collections.abc import Iterable
 
 
 def measure(cpu_devices: int, **options) -> dict:
-  """`vit_jax.training.step_benchmark.run_benchmark` of the study's ViT train step
-  (ViT-Tiny-CIFAR_4, batch 128, 32x32, augmented) on `cpu_devices` host
-  devices, with run_benchmark's other `options`."""
+  """`step_benchmark.run_benchmark` of the study's ViT step on `cpu_devices`."""
   # Imported here, not above: the scripts set XLA_FLAGS and jax's options
   # before jax starts.
   from vit_jax.runtime import distributed  # pylint: disable=g-import-not-at-top
@@ -19,8 +16,7 @@ def measure(cpu_devices: int, **options) -> dict:
 
 
 def print_table(header: Iterable[str], rows: Iterable[Iterable[str]]):
-  """A markdown table, its first column text and the others numbers
-  (right-aligned); each row printed as `rows` yields it."""
+  """A markdown table, the columns after the first right-aligned."""
   header = list(header)
   print('| ' + ' | '.join(header) + ' |')
   print('| --- |' + ' ---: |' * (len(header) - 1))

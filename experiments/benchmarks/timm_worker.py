@@ -1,22 +1,12 @@
-"""timm's VisionTransformer train steps, timed on request in a process of
-their own, so that `gpu.py` can alternate rounds between them and our
-compiled steps without recompiling either, and without torch in the
-project's process or dependencies.
+"""timm's train steps, timed on request in a process of their own, so that
+`gpu.py` alternates rounds between them and our compiled steps without
+recompiling either, and without torch in the project's process.
 
-The worker (`python -m experiments.benchmarks.timm_worker`, from the
-repository's root) needs only the standard library, torch and timm. It reads
-one JSON request a line and answers one JSON line each, in order:
-
-  {"op": "prepare", "name": N, "architecture": {...}, "batch": B,
-   "compiled": C}               -> {"warmup_seconds": s}: built, with
-                                   torch.compile on C (compare_pytorch.
-                                   COMPILED), 3 steps run
-  {"op": "time", "name": N, "steps": S} -> {"seconds": [...]}: 2 warm-up
-                                   steps, then S timed ones
-  {"op": "clear"}               -> {}: every prepared step dropped
-A request that fails (out of memory, a compile error) is answered
-{"error": "..."} and the worker goes on. Its first line says which torch and
-timm it runs, or why they do not import.
+`python -m experiments.benchmarks.timm_worker` (from the repository's root)
+reads one JSON request a line and answers one JSON line each: `prepare` (name,
+architecture, batch, compiled) -> warmup_seconds; `time` (name, steps) ->
+seconds; `clear` -> {}. A failed request is answered {"error": ...}; its first
+line names torch's and timm's versions, or why they do not import.
 """
 
 import json
@@ -90,9 +80,8 @@ class WorkerError(Exception):
 
 
 class TimmWorker:
-  """The client: a worker started under `python`. `send` queues a request
-  (the worker prepares while this process compiles), `receive` waits for
-  the oldest unanswered one's reply."""
+  """A worker under `python`: `send` queues a request, `receive` waits for the
+  oldest unanswered one's reply."""
 
   def __init__(self, python: str):
     self.process = subprocess.Popen(

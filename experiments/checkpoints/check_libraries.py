@@ -1,45 +1,11 @@
 r"""Our timm and transformers exports, and our readers of their checkpoints,
-checked against the real libraries.
+checked against the real libraries (README.md beside this file: what it checks):
 
   python -m experiments.checkpoints.check_libraries \
       --torch_python=/tmp/torch_venv/bin/python
 
-(from the repository's root). Two Pythons, as in
-experiments/benchmarks/compare_pytorch.py: this script runs our side under
-the project's Python; `library_worker.py` runs the libraries' side under
-`--torch_python`, a separate venv with torch, timm, transformers and
-safetensors, none of which the project depends on.
-
-Out: ViT-B_16 (1000 classes), ViT-Ti_16 with classifier='gap' (10 classes;
-timm only, transformers' ViT has no 'gap') and ViT-S_32 (100 classes, no
-`representation_size`), all at 224x224, get parameters with distinct random
-values (kernels, biases, position embeddings and class token normal * 0.02,
-LayerNorm scales 1 + normal * 0.1, heads not zero), are saved with
-`npz.save_npz` and converted from that .npz with `export.convert` to
-a timm and a transformers folder. The worker loads the folders with
-`timm.create_model('local-dir:DIR', pretrained=True)` and
-`ViTForImageClassification.from_pretrained(DIR)`; their logits on 4 fixed
-random images in [-1, 1] are compared with ours
-(`model.apply(variables, images, train=False)`). It also loads them with the
-libraries' defaults that ours differs from (exact GELU; transformers'
-LayerNorm eps 1e-12), to show what a config that left those out would cost.
-R50+ViT-B_16 (1000 classes, timm only: transformers' ViTHybrid is
-deprecated) goes out the same way; timm's stem computes with its own
-epsilons (weight standardisation 1e-8 inside the square root, GroupNorm
-1e-5, where the official model adds 1e-5 to the std and uses GroupNorm
-1e-6), so the worker also runs it with the official ones to show that
-the rest of the difference is theirs, not the arrays'.
-
-In: the worker makes timm ViT-S/16, timm ViT-Ti/16 with average pooling,
-timm's hybrid vit_small_r26_s32_224 (also run with the official epsilons)
-and a transformers ViT-S/16 (tanh GELU, eps 1e-6) with random weights and saves
-them in their libraries' own folder layouts; `reading.load(DIR)` reads
-them and our logits are compared with the library's.
-
-Each number is max |a - b| / max |reference|, the reference being the logits
-of the model whose weights they are (ours out, the library's in). Writes
-every number, the versions and the date to --output and prints a markdown
-table. Temporary files go under a tempfile.mkdtemp(), removed at the end.
+from the repository's root; `library_worker.py` runs the libraries' side under
+--torch_python, a venv with torch, timm, transformers and safetensors.
 """
 
 import datetime
@@ -132,9 +98,7 @@ def logits_of(model, variables, images) -> np.ndarray:
 
 
 def float32_rounding(name: str) -> float:
-  """How far our float32 logits of `OURS[name]` are from the same model
-  computing in float64 where it can (run under JAX_ENABLE_X64=1): the
-  rounding a comparison of two float32 implementations cannot go below."""
+  """Our float32 logits of `OURS[name]` against float64's (JAX_ENABLE_X64=1)."""
   assert jax.config.jax_enable_x64, 'run with JAX_ENABLE_X64=1'
   registered, overrides, _ = OURS[name]
   model = models.create_model(registered, **overrides)
@@ -279,13 +243,11 @@ def check(tmp: pathlib.Path) -> dict:
                 'logits of the model whose weights they are (ours out, the '
                 "library's in)",
       'target': TARGET,
-      'target_applies_to': 'the logits as exported or saved of the pure '
-                           "ViTs; timm's hybrid computes its stem with other "
-                           "epsilons (its rows give the difference with "
-                           "timm's stem computing with the official ones: "
-                           'GroupNorm 1e-6, kernels standardised as (w - '
-                           'mean) / (std + 1e-5), and float32_rounding, how '
-                           'far our float32 logits are from float64)',
+      'target_applies_to': "the pure ViTs' logits as exported or saved; "
+                           "timm's hybrid computes its stem with other "
+                           "epsilons (its rows: timm's stem with the official "
+                           'ones, and float32_rounding, float32 against '
+                           'float64)',
       'all_under_target': all(m['max_rel_diff'] < TARGET for m in matched),
       'rows': rows,
   }

@@ -1,33 +1,12 @@
-r"""The PyTorch side of `check_libraries.py`, run under the Python of a
-separate venv with torch, timm, transformers and safetensors (none of which
-the project depends on); it needs nothing else, not numpy nor vit_jax:
+r"""The libraries' side of `check_libraries.py`, under a venv with torch, timm,
+transformers and safetensors (not numpy nor vit_jax):
 
-  /tmp/torch_venv/bin/python experiments/checkpoints/library_worker.py \
-      REQUEST.json
+  /tmp/torch_venv/bin/python experiments/checkpoints/library_worker.py REQUEST.json
 
-REQUEST.json names the images (a .safetensors file holding `images`, NHWC
-float32 in [-1, 1]), our exported folders and an empty folder for the
-libraries' own checkpoints:
-
-  {"images": PATH,
-   "exports": [{"name": "ViT-B_16", "timm": DIR or null, "hf": DIR or null,
-                "hybrid": false}],
-   "native_dir": DIR}
-
-For each export it loads the timm folder with
-`timm.create_model('local-dir:DIR', pretrained=True)` and the transformers
-folder with `ViTForImageClassification.from_pretrained(DIR)` (eval mode,
-float32, the images as NCHW), and the same weights again with the libraries'
-defaults that ours differs from: exact GELU (timm `act_layer='gelu'`,
-transformers `hidden_act='gelu'`) and transformers' LayerNorm eps 1e-12.
-A hybrid (`"hybrid": true`) is loaded once more with its stem computed with
-the official epsilons (`_official_stem`), and so is the hybrid it makes.
-Then it makes the libraries' own ViTs with random weights (`NATIVE`), saves
-each in its library's folder layout under native_dir, and records their
-logits, for our side to read back with `reading.load`.
-
-Prints one JSON line, the last on stdout: the versions, the logits of every
-model (lists of floats), and how each was loaded.
+REQUEST.json: {"images": a .safetensors of NHWC float32 `images`, "exports":
+[{"name", "timm": DIR or null, "hf": DIR or null, "hybrid": bool}],
+"native_dir": an empty DIR}. Prints one JSON line, the last on stdout: the
+versions, every model's logits and how each was loaded.
 """
 
 import json
@@ -67,9 +46,7 @@ def _logits(model, images) -> list:
 
 
 def _perturb(model, generator) -> None:
-  """Every bias and norm parameter away from its init (zeros, ones), so a
-  misplaced one shows; the head drawn at random even where the init zeroes
-  it."""
+  """Every bias, norm and head parameter drawn at random, so a misplaced one shows."""
   import torch  # pylint: disable=g-import-not-at-top
   with torch.no_grad():
     for name, parameter in model.named_parameters():
@@ -83,10 +60,8 @@ def _perturb(model, generator) -> None:
 
 
 def _official_stem(model) -> None:
-  """A timm hybrid's stem computed with the official epsilons: GroupNorm
-  1e-6 (timm's: 1e-5) and kernels standardised as (w - mean) / (std +
-  1e-5) (timm's StdConv2dSame: / sqrt(var + 1e-8)), so what is left of a
-  difference is the arrays'."""
+  """A timm hybrid's stem with the official epsilons (GroupNorm 1e-6, kernels
+  standardised as (w - mean) / (std + 1e-5))."""
   import torch  # pylint: disable=g-import-not-at-top
   from timm.layers import StdConv2dSame  # pylint: disable=g-import-not-at-top
   from timm.layers.padding import pad_same  # pylint: disable=g-import-not-at-top
@@ -146,20 +121,13 @@ def _native(name: str, directory: pathlib.Path, images) -> dict:
   if name.startswith('timm_'):
     import timm  # pylint: disable=g-import-not-at-top
     from timm.models import save_for_hf  # pylint: disable=g-import-not-at-top
-    if name == 'timm_vit_small_patch16_224':
-      model = timm.create_model('vit_small_patch16_224', pretrained=False,
-                                act_layer='gelu_tanh', num_classes=10)
-      heads = 6
-    elif name == 'timm_vit_small_r26_s32_224':
-      model = timm.create_model('vit_small_r26_s32_224', pretrained=False,
-                                act_layer='gelu_tanh', num_classes=10)
-      heads = 6
-    else:
-      model = timm.create_model('vit_tiny_patch16_224', pretrained=False,
-                                act_layer='gelu_tanh', num_classes=10,
-                                class_token=False, global_pool='avg',
-                                fc_norm=False)
-      heads = 3
+    gap = name.endswith('_gap')
+    model = timm.create_model(
+        name.removeprefix('timm_').removesuffix('_gap'), pretrained=False,
+        act_layer='gelu_tanh', num_classes=10,
+        **(dict(class_token=False, global_pool='avg', fc_norm=False)
+           if gap else {}))
+    heads = 3 if gap else 6
     _perturb(model, generator)
     model.eval()
     save_for_hf(model, str(directory), model_args={'num_heads': heads},

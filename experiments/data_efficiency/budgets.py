@@ -13,9 +13,8 @@ MODELS = ('simple_cnn', 'small_resnet')
 
 
 def best_rows(records: list[dict]) -> dict[int, dict[str, tuple]]:
-  """Per budget: 'study' (the study's ViT), 'vit' (the ViT's best recipe)
-  and each CNN (its best recipe), each (recipe, its runs): the best by
-  `recipes.standing`."""
+  """Per budget, (recipe, runs) of 'study', 'vit' (the ViT's best recipe by
+  `recipes.standing`) and each CNN (its best)."""
   rows = {}
   for (epochs, model, recipe), group in recipes.group_runs(
       filter(recipes.ranked, records)).items():
@@ -82,9 +81,8 @@ def plot(records: list[dict], path: pathlib.Path):
 
 
 def _cost_of_what_it_reads(records: list[dict], vit: list[dict]) -> str:
-  """The wall minutes per seed of the runs that the ViT runs `vit` read
-  (the CNN they learn from, the MAE pre-training they are fine-tuned
-  from): part of what the ViT's recipe costs."""
+  """Wall minutes per seed of the runs `vit` reads (its teacher, its MAE
+  pre-training): part of what the ViT's recipe costs."""
   by_name = {recipes.record_name(r): r for r in records}
   read = {}
   for r in vit:

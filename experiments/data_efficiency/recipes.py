@@ -13,11 +13,8 @@ TRAIN_EXAMPLES = 5000
 
 
 def _budget_stochastic_depth(epochs: int) -> dict:
-  """Stochastic depth in place of dropout, its rate growing with the
-  budget: 0.1 * log10(epochs / 10), DeiT-Ti's 0.1 at 100 epochs, 0.148 at
-  300, 0.2 at 1,000, none at 10 or fewer (AugReg, Steiner et al. 2021: the
-  longer the schedule on little data, the more regularisation pays; the
-  rule is ours)."""
+  """Stochastic depth in place of dropout at 0.1 * log10(epochs / 10) (ours;
+  DeiT-Ti's 0.1 at 100 epochs): longer schedules on little data want more."""
   return {'model_overrides.stochastic_depth_rate':
               max(0.0, round(0.1 * math.log10(epochs / 10), 3)),
           'model_overrides.dropout_rate': 0.0}
@@ -140,9 +137,8 @@ STAGE_WIDTHS = {'simple_cnn': models.SimpleCNN().feature_widths,
 
 
 def teacher(ingredients: tuple[str, ...]) -> tuple[str, tuple[str, ...]]:
-  """(model, ingredients) of the CNN run a recipe's distillation and
-  locality guidance learn from: `TEACHER` with the study's recipe unless
-  a lever of `TEACHERS` names another."""
+  """(model, ingredients) of the CNN a recipe learns from: `TEACHER` with
+  the study's recipe unless a lever of `TEACHERS` names another."""
   named = [TEACHERS[name] for name in ingredients if name in TEACHERS]
   if len(named) > 1:
     raise ValueError(f'{ingredients}: name one teacher of {list(TEACHERS)}')
@@ -318,7 +314,6 @@ def accuracies(group: list[dict]) -> np.ndarray:
 
 
 def standing(group: list[dict]) -> tuple[int, float]:
-  """How a row ranks among the rows of its budget: three seeds before
-  fewer, so that one lucky seed does not displace a mean; then its mean
-  best test accuracy."""
+  """A row's rank in its budget: three seeds before fewer (a lucky seed does
+  not displace a mean), then its mean best test accuracy."""
   return min(len(group), 3), float(accuracies(group).mean())
