@@ -1,8 +1,8 @@
 """The training loop and what it runs; a run starts at `train_and_evaluate`.
 
-  train.py              the loop: log, evaluate, checkpoint, resume
+  train.py              the run top to bottom: build, restore, loop, summary
   plan.py               the run in steps: length, warmup, intervals
-  startup.py            what a run builds before its loop
+  startup.py            the workdir held and checked; the trained model
   steps.py              the train state and the compiled train and eval steps
   dispatch.py           train steps handed to the devices several to a call
   optimizer.py          the learning-rate schedule and the optimizer

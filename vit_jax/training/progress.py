@@ -1,6 +1,7 @@
 """What the loop reports as it goes: images/s, FLOP/s and the ETA
 (`Throughput`), and the progress line it logs after each record."""
 
+import contextlib
 import time
 
 from vit_jax.training import plan as plan_lib
@@ -59,8 +60,14 @@ class Throughput:
     self._peak = peak
     self._last_record = self._loop_start
 
-  def exclude(self, seconds: float):
-    self._excluded += seconds
+  @contextlib.contextmanager
+  def excluded(self):
+    """A block whose time (an evaluation, a save) is not training's."""
+    start = time.perf_counter()
+    try:
+      yield
+    finally:
+      self._excluded += time.perf_counter() - start
 
   def interval(self, step: int) -> dict:
     """Over the steps this process trained since the last call (a resumed

@@ -1,16 +1,10 @@
-"""What a run builds before its loop (`train.train_and_evaluate`): the
-workdir held and checked, then the mesh, input, model, optimizer, objective
-and compiled steps (`build`; none for a finished run), then the newest
-checkpoint restored or a fresh state made (`restore_or_initialise`), and
-the run's record written (`record_run`). A stop signal between these
-phases ends the run with nothing new to save (`stop_if_signalled`).
+"""What `train.train_and_evaluate` calls before its loop: the workdir held
+and checked, the model trained and its objective, the pre-trained start,
+and the run's record. A stop signal between these phases ends the run with
+nothing new to save (`stop_if_signalled`).
 """
 
-from collections.abc import Callable
-import concurrent.futures
 import contextlib
-import dataclasses
-import functools
 import json
 import pathlib
 from typing import Any
@@ -19,7 +13,6 @@ from absl import logging
 import jax
 import jax.numpy as jnp
 from jax.experimental import multihost_utils
-import ml_collections
 import numpy as np
 
 from vit_jax import config_schema
@@ -39,12 +32,11 @@ from vit_jax.runtime import preemption
 from vit_jax.runtime import sharding
 from vit_jax.runtime import workdir_lock
 from vit_jax.training import finetune
-from vit_jax.training import optimizer
 from vit_jax.training import plan as plan_lib
 from vit_jax.training import steps
 
 
-def _check_workdir(workdir: pathlib.Path, config,
+def check_workdir(workdir: pathlib.Path, config,
                   checkpoints: run_checkpoints.RunCheckpoints) -> dict[str, tuple]:
   """Before any data or model loads: that a run already in `workdir` is
   this config's (else ConfigError), as its config.json says or, when that
@@ -57,7 +49,7 @@ def _check_workdir(workdir: pathlib.Path, config,
                                        config, workdir)
 
 
-def _record_changes(workdir: pathlib.Path, step: int,
+def record_changes(workdir: pathlib.Path, step: int,
                     changed: dict[str, tuple]):
   """Logs and appends to `config_changes.jsonl` what a resumed run changed:
   config.json holds the latest values only."""
@@ -120,43 +112,13 @@ def stop_if_signalled(signals: preemption.Preemption,
                                checkpoints.directory, saved=False)
 
 
-@dataclasses.dataclass
-class Run:
-  """What start-up builds for the loop: the run's parts, and its steps,
-  compiled by `build` or else on first use."""
-  config: ml_collections.ConfigDict
-  workdir: pathlib.Path
-  checkpoints: run_checkpoints.RunCheckpoints
-  inputs: data.Input
-  plan: plan_lib.StepPlan
-  model: Any
-  schedule: Any
-  state_shapes: Any
-  compile_steps: Callable[[], steps.CompiledSteps]
-  step_key: Any
-  replicated: Any
-
-  @functools.cached_property
-  def compiled(self) -> steps.CompiledSteps:
-    return self.compile_steps()
-
-
-@dataclasses.dataclass
-class Progress:
-  """Where the loop stands: what a checkpoint holds."""
-  state: Any
-  sums: dict
-  history: list[dict]
-  step: int
-  position: Any
-
-
-def _trained_model_and_objective(config, model, num_classes: int,
-                                 replicated) -> tuple[Any, losses.Objective]:
-  """The model the step trains (`model`, or a wrapper of it that adds what
-  only training reads) and what it minimises: the classification loss,
+def trained_model_and_objective(config, num_classes: int,
+                                replicated) -> tuple[Any, losses.Objective]:
+  """The model the step trains (`config`'s, or a wrapper of it that adds
+  what only training reads) and what it minimises: the classification loss,
   wrapped by each technique the config turns on (a teacher's distillation,
   a CNN's locality guidance, an MAE's reconstruction)."""
+  model = models.from_config(config, num_classes)
   fields = models.training_fields(config)
   try:
     if fields['guided_blocks'] or fields['guidance_widths']:
@@ -191,113 +153,46 @@ def _trained_model_and_objective(config, model, num_classes: int,
   return model, objective
 
 
-def check_before_data(config, workdir: pathlib.Path,
-                      signals: preemption.Preemption):
-  """Before any data loads: the run's checkpoints, the fields a resumed run
-  changed (`_check_workdir`), and config.init_from read and checked (None
-  when the run resumes: it starts from its checkpoint)."""
-  checkpoints = run_checkpoints.RunCheckpoints(
-      workdir / 'checkpoints', config.keep_checkpoints,
-      plan_lib.checkpoint_min_seconds(config))
-  changed = _check_workdir(workdir, config, checkpoints)
-  pretrained = (finetune.check_init_from(config)
-                if config.init_from and not checkpoints.steps() else None)
-  stop_if_signalled(signals, checkpoints)
-  return checkpoints, changed, pretrained
+def pretrained_state(config, state, state_shapes, pretrained):
+  """`state` with `config.init_from`'s parameters (`pretrained`: what
+  `finetune.check_init_from` read), laid out as `state_shapes` says."""
+  params = jax.tree.map(
+      lambda x, shape: sharding.replicate(x, shape.sharding),
+      finetune.pretrained_params(config, state.params, pretrained),
+      state_shapes.params)
+  state = state.replace(params=params)
+  if isinstance(state, steps.AveragedTrainState):
+    # A copy: the step donates the state, and a buffer cannot be donated
+    # twice.
+    state = state.replace(ema_params=jax.tree.map(jnp.copy, params))
+  return state
 
 
-def build(config, workdir: pathlib.Path,
-           checkpoints: run_checkpoints.RunCheckpoints,
-           signals: preemption.Preemption):
-  """The mesh, the input, the model, its optimizer and objective, and the
-  compiled steps (not when the newest checkpoint holds the last step); and
-  what makes a fresh state: for a fresh run, an initialiser compiled beside
-  the steps."""
-  mesh = sharding.make_mesh(config.fsdp)
-  replicated = sharding.replicated(mesh)
-  inputs = data.create_input(config, mesh)
-  stop_if_signalled(signals, checkpoints)
-  plan = plan_lib.step_plan(config, inputs.steps_per_epoch)
-  model, objective = _trained_model_and_objective(
-      config, models.from_config(config, inputs.num_classes),
-      inputs.num_classes, replicated)
-  schedule = optimizer.create_learning_rate_schedule(config, plan)
-  tx = optimizer.create_optimizer(config, schedule)
-  init_key, step_key = jax.random.split(jax.random.key(config.seed))
-  state_of = (init_key, model, tx, config.image_size, mesh, config.ema_decay)
-  state_shapes = steps.state_shapes(*state_of)
+def check_ema(config, state_shapes):
+  """ConfigError for a moving average of a model with BatchNorm."""
   if config.ema_decay and state_shapes.batch_stats:
     raise ConfigError(
         f'config.ema_decay={config.ema_decay} averages the parameters only, '
         f'and {config.model} also keeps BatchNorm statistics, which would not '
         'match the average: set --config.ema_decay=0 for it.')
-  run = Run(config, workdir, checkpoints, inputs, plan, model, schedule,
-            state_shapes, functools.partial(
-                steps.compile_steps, config, inputs, state_shapes, step_key,
-                objective), step_key, replicated)
-  with concurrent.futures.ThreadPoolExecutor(1) as beside:
-    initializer = None if checkpoints.steps() else beside.submit(
-        steps.initializer, *state_of)
-    # A rerun of a finished run compiles nothing (unless its newest
-    # checkpoint fails to restore: the loop compiles on first use).
-    if (checkpoints.latest_step() or 0) < plan.total_steps:
-      run.compiled = run.compile_steps()
-    initialize = initializer and initializer.result()
-  if initialize is None:  # for a run whose checkpoints all fail to restore
-    initialize = lambda: steps.initializer(*state_of)(init_key)
-  else:
-    initialize = functools.partial(initialize, init_key)
-  stop_if_signalled(signals, checkpoints)
-  return run, initialize
 
 
-def restore_or_initialise(run: Run, initialize, pretrained,
-                           changed: dict) -> Progress:
-  """The newest checkpoint that restores, or a fresh state (its
-  parameters `config.init_from`'s when set)."""
-  restored = run.checkpoints.restore_latest(run.state_shapes,
-                                            steps.sum_shapes(run.replicated))
-  if restored:
-    logging.info('Resumed from %s at step %d.',
-                 run.checkpoints.directory / str(restored.step),
-                 restored.step)
-    _record_changes(run.workdir, restored.step, changed)
-    return Progress(restored.state, restored.train_sums, restored.history,
-                     restored.step, restored.position)
-  state = initialize()
-  if run.config.init_from:
-    params = jax.tree.map(
-        lambda x, shape: sharding.replicate(x, shape.sharding),
-        finetune.pretrained_params(run.config, state.params, pretrained),
-        run.state_shapes.params)
-    state = state.replace(params=params)
-    if isinstance(state, steps.AveragedTrainState):
-      # A copy: the step donates the state, and a buffer cannot be donated
-      # twice.
-      state = state.replace(ema_params=jax.tree.map(jnp.copy, params))
-  return Progress(state, steps.zero_sums(run.replicated), [], 0,
-                   run.inputs.position(0))
-
-
-def record_run(run: Run, at: Progress) -> dict:
-  """The workdir's record of its run (config.json, and each checkpoint's
-  copy, from which a lost config.json is rebuilt: `_check_workdir`), and
-  the log's line of what trains; returns the config as recorded."""
-  config, plan, inputs = run.config, run.plan, run.inputs
+def record_run(config, workdir: pathlib.Path, inputs: data.Input,
+               plan: plan_lib.StepPlan, params) -> dict:
+  """The workdir's config.json (each checkpoint keeps a copy too, from which
+  a lost one is rebuilt) and the log's line of what trains; returns the
+  config as recorded."""
   run_config = json.loads(config.to_json_best_effort())
   if jax.process_index() == 0:
-    run.workdir.mkdir(parents=True, exist_ok=True)
-    files.write_atomically(run.workdir / 'config.json',
+    workdir.mkdir(parents=True, exist_ok=True)
+    files.write_atomically(workdir / 'config.json',
                            json.dumps(run_config, indent=2))
   processes = (f' in {jax.process_count()} processes'
                if jax.process_count() > 1 else '')
   logging.info(
       '%s (%s) on %d device(s)%s: %d train / %d test examples, '
       '%d steps of batch %d (%d per epoch).', config.model,
-      _parameter_count(run.state_shapes.params),
-      jax.device_count(), processes, inputs.train_size, inputs.test_size,
-      plan.total_steps, config.batch_size, plan.steps_per_epoch)
-  if at.step >= plan.total_steps:
-    logging.info('%s already holds all %d steps; nothing to train.',
-                 run.workdir, plan.total_steps)
+      _parameter_count(params), jax.device_count(), processes,
+      inputs.train_size, inputs.test_size, plan.total_steps,
+      config.batch_size, plan.steps_per_epoch)
   return run_config

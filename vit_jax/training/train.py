@@ -1,54 +1,44 @@
-"""The training loop, counted in steps: train, log, evaluate, checkpoint.
-
-    validate the config (config_schema) -> hold and check the workdir, read
-    config.init_from -> build the input, model, objective and compiled
-    steps -> restore the newest checkpoint or start (these three:
-    `startup`) -> loop:
-      train steps, several to a compiled call (dispatch); every
-      config.log_every_steps the train metrics, every eval_every_steps an
-      evaluation (the best one's state also kept where
-      config.keep_best_checkpoint: best_checkpoint), every
-      checkpoint_every_steps a checkpoint (run_checkpoints.RunCheckpoints);
-      each also at the last step
-    -> summary.json.
+"""The training run, counted in steps, top to bottom in `train_and_evaluate`:
+validate; the workdir; mesh, input, model, optimizer, objective; compile;
+restore or initialise; loop (train, log, evaluate, checkpoint); summary.
 
 A checkpoint holds everything the loop needs to go on (state, step, the
-input's position, the train-metric sums of an unfinished logging interval,
-the history), so a run killed at any step and rerun with the same command
-logs exactly what an uninterrupted run logs. On SIGTERM or Ctrl-C the loop
-finishes the calls in flight (`dispatch`), saves, and raises
-`preemption.Preempted`
-(`vit_jax.main` exits with status 75); all processes of a multi-process job
-stop at the same step. A signal during start-up stops the run before it
-trains, with nothing new to save.
-
-Several processes (multi-host, `distributed.initialize_distributed`): every
-process runs this same loop on the same global arrays; all take part in
-checkpointing (orbax coordinates them), while config.json, summary.json,
-metrics.jsonl and TensorBoard files are written by process 0 alone. The
-workdir must be on a filesystem all processes share.
+input's position, the sums of an unfinished logging interval, the history),
+so a run killed at any step and rerun logs exactly what an uninterrupted run
+logs. On SIGTERM or Ctrl-C the loop saves and raises `preemption.Preempted`
+(`vit_jax.main` exits 75); every process of a multi-process job stops at the
+same step. Every process runs this loop on the same global arrays; process 0
+alone writes config.json, summary.json and the metrics.
 """
 
+import concurrent.futures
+import contextlib
+import functools
 import json
 import math
 import pathlib
-import time
 
 from absl import logging
 import jax
 import ml_collections
 
 from vit_jax import config_schema
+from vit_jax import data
 from vit_jax import models
 from vit_jax.checkpoints import best_checkpoint
+from vit_jax.checkpoints import run_checkpoints
 from vit_jax.errors import TrainingDivergedError
 from vit_jax.runtime import files
 from vit_jax.runtime import preemption
+from vit_jax.runtime import sharding
 from vit_jax.training import compilation_cache
 from vit_jax.training import dispatch
 from vit_jax.training import evaluation
+from vit_jax.training import finetune
 from vit_jax.training import flops
 from vit_jax.training import metric_writer
+from vit_jax.training import optimizer
+from vit_jax.training import plan as plan_lib
 from vit_jax.training import progress
 from vit_jax.training import startup
 from vit_jax.training import steps
@@ -112,13 +102,10 @@ def _what_is_kept(checkpoints, history: list[dict]) -> str:
 
 def train_and_evaluate(config: ml_collections.ConfigDict,
                        workdir: str | pathlib.Path) -> dict:
-  """Trains `config` in `workdir`, resuming from its newest checkpoint.
-
-  Returns the summary: best test accuracy and its step, final accuracies.
-  Raises preemption.Preempted after saving when SIGTERM arrives.
-  """
+  """Trains `config` in `workdir`, resuming from its newest checkpoint;
+  returns the summary (best test accuracy and its step, final accuracies)."""
   workdir = pathlib.Path(workdir).absolute()
-  signals = preemption.Preemption()  # early: a SIGTERM while loading counts
+  signals = preemption.Preemption()  # first: a SIGTERM while loading counts
   try:
     config_schema.validate(config, jax.device_count())
     compilation_cache.use(config.compilation_cache_dir)
@@ -130,52 +117,96 @@ def train_and_evaluate(config: ml_collections.ConfigDict,
 
 def _train_and_evaluate(config, workdir: pathlib.Path,
                         signals: preemption.Preemption) -> dict:
-  checkpoints, changed, pretrained = startup.check_before_data(
-      config, workdir, signals)
-  run, initialize = startup.build(config, workdir, checkpoints, signals)
-  at = startup.restore_or_initialise(run, initialize, pretrained, changed)
+  # The workdir: a run there must be this config's; config.init_from is
+  # read and checked before any data loads.
+  checkpoints = run_checkpoints.RunCheckpoints(
+      workdir / 'checkpoints', config.keep_checkpoints,
+      plan_lib.checkpoint_min_seconds(config))
+  changed = startup.check_workdir(workdir, config, checkpoints)
+  pretrained = (finetune.check_init_from(config)
+                if config.init_from and not checkpoints.steps() else None)
+  stop_if_signalled = functools.partial(startup.stop_if_signalled, signals,
+                                        checkpoints)
+  stop_if_signalled()
+
+  # Mesh, input, model, optimizer, objective.
+  mesh = sharding.make_mesh(config.fsdp)
+  replicated = sharding.replicated(mesh)
+  inputs = data.create_input(config, mesh)
+  stop_if_signalled()
+  plan = plan_lib.step_plan(config, inputs.steps_per_epoch)
+  model, objective = startup.trained_model_and_objective(
+      config, inputs.num_classes, replicated)
+  schedule = optimizer.create_learning_rate_schedule(config, plan)
+  tx = optimizer.create_optimizer(config, schedule)
+  init_key, step_key = jax.random.split(jax.random.key(config.seed))
+  state_of = (init_key, model, tx, config.image_size, mesh, config.ema_decay)
+  state_shapes = steps.state_shapes(*state_of)
+  startup.check_ema(config, state_shapes)
+
+  # Compile the steps, unless the newest checkpoint holds the last step; a
+  # fresh run's initialiser compiles beside them (optimisation log, row 21).
+  compile_steps = functools.partial(steps.compile_steps, config, inputs,
+                                    state_shapes, step_key, objective)
+  compiled = initializer = None
+  with concurrent.futures.ThreadPoolExecutor(1) as beside:
+    if not checkpoints.steps():
+      initializer = beside.submit(steps.initializer, *state_of)
+    if (checkpoints.latest_step() or 0) < plan.total_steps:
+      compiled = compile_steps()
+    initializer = initializer and initializer.result()
+  stop_if_signalled()
+
+  # Restore the newest checkpoint that restores, or initialise.
+  restored = checkpoints.restore_latest(state_shapes,
+                                        steps.sum_shapes(replicated))
+  if restored:
+    logging.info('Resumed from %s at step %d.',
+                 checkpoints.directory / str(restored.step), restored.step)
+    startup.record_changes(workdir, restored.step, changed)
+    state, sums, history, step = (restored.state, restored.train_sums,
+                                  restored.history, restored.step)
+    position = restored.position
+  else:  # a fresh run, or one whose checkpoints all fail to restore
+    state = (initializer or steps.initializer(*state_of))(init_key)
+    if config.init_from:
+      state = startup.pretrained_state(config, state, state_shapes,
+                                       pretrained)
+    sums, history, step = steps.zero_sums(replicated), [], 0
+    position = inputs.position(0)
   del pretrained  # host memory the run needs no more
-  run_config = startup.record_run(run, at)
-  return _summarise(workdir, _loop(run, at, signals, run_config))
+  run_config = startup.record_run(config, workdir, inputs, plan,
+                                  state_shapes.params)
+  trains = step < plan.total_steps
+  if not trains:
+    logging.info('%s already holds all %d steps; nothing to train.', workdir,
+                 plan.total_steps)
+  elif compiled is None:  # the newest checkpoint failed, an older restored
+    compiled = compile_steps()
 
-
-def _throughput(run: startup.Run, step: int) -> progress.Throughput:
-  # The model's own, in evaluation: a teacher's forward pass (distillation,
-  # locality guidance) is left out, so such a run's FLOP/s undercounts its
-  # work; an MAE's counts every patch, so it overcounts.
-  train_flops = 3 * flops.forward_flops_per_image(
-      run.model, models.model_variables(run.state_shapes.params,
-                                       run.state_shapes.batch_stats),
-      run.config.image_size)
-  device_peak = flops.peak_flops(jax.devices()[0].device_kind,
-                                 run.config.dtype)
-  return progress.Throughput(
-      step, run.config.batch_size, train_flops,
-      device_peak and device_peak * jax.device_count())
-
-
-def _loop(run: startup.Run, at: startup.Progress,
-          signals: preemption.Preemption, run_config: dict) -> list[dict]:
-  """Trains from `at` to the last step: logs, evaluates and checkpoints
-  at their intervals and at the end; saves and raises Preempted on a stop
-  signal. Returns the history."""
-  plan, checkpoints = run.plan, run.checkpoints
-  state, sums, history, step = at.state, at.sums, at.history, at.step
-  # Start-up compiled the steps, unless the newest checkpoint held the
-  # last step and an older one restored: then now, before the clocks start.
-  dispatcher = (dispatch.Dispatcher(run.compiled, run.inputs, run.step_key)
-                if step < plan.total_steps else None)
+  # The loop: train steps, several to a compiled call (`dispatch`); log,
+  # evaluate and checkpoint at their intervals and at the last step.
   best = best_checkpoint.BestCheckpoint(
-      run.workdir, run.config.keep_best_checkpoint, history, step,
-      checkpoints.steps(), run.config.keep_checkpoints,
-      trains=step < plan.total_steps)
-  writer = metric_writer.MetricWriter(run.workdir, history)
-  throughput = _throughput(run, step)
-  batches = run.inputs.train_batches(at.position)
-  try:
-    if step < plan.total_steps:
+      workdir, config.keep_best_checkpoint, history, step, checkpoints.steps(),
+      config.keep_checkpoints, trains=trains)
+  writer = metric_writer.MetricWriter(workdir, history)
+  throughput = progress.Throughput(
+      step, config.batch_size, 3 * flops.forward_flops_per_image(
+          model, models.model_variables(state_shapes.params,
+                                        state_shapes.batch_stats),
+          config.image_size),
+      _peak_flops(config.dtype))
+  batches = inputs.train_batches(position)
+  with contextlib.ExitStack() as closing:  # in reverse order, even on errors
+    closing.callback(writer.close)
+    closing.push(lambda error, *_: best.close(quietly=error is not None))
+    closing.push(
+        lambda error, *_: checkpoints.close(quietly=error is not None))
+    closing.callback(batches.close)
+    if trains:
+      dispatcher = dispatch.Dispatcher(compiled, inputs, step_key)
       signals.training()
-      startup.stop_if_signalled(signals, checkpoints)  # restoring was the last phase
+      stop_if_signalled()  # restoring was the last phase
     while step < plan.total_steps:
       count = dispatcher.next_call_steps(plan.steps_to_next_event(step))
       state, sums = dispatcher.run(state, sums,
@@ -183,8 +214,22 @@ def _loop(run: startup.Run, at: startup.Progress,
       step += count
       checkpoints.check()  # a failed background save stops the run now
       last = step == plan.total_steps
-      record, sums = _measure(run, step, last, state, sums, dispatcher,
-                              throughput)
+      record = {}
+      if step % plan.log_every == 0 or last:
+        dispatcher.drain()  # the steps' time is training time
+        train = steps.averages(sums)
+        sums = steps.zero_sums(replicated)
+        record.update(train_loss=train['loss'],
+                      train_accuracy=train['accuracy'],
+                      learning_rate=float(schedule(step)),
+                      **throughput.interval(step))
+      if step % plan.eval_every == 0 or last:
+        dispatcher.drain()  # the train steps count as training
+        with throughput.excluded():
+          test = evaluation.over_test_split(compiled.eval, state, inputs,
+                                            f'step {step}')
+        record.update(test_loss=test['loss'], test_accuracy=test['accuracy'],
+                      test_examples=test['count'])
       if record:
         _check_finite(record, step, checkpoints, history)
         record = {'step': step, 'epoch': plan.epoch(step), **record,
@@ -193,10 +238,9 @@ def _loop(run: startup.Run, at: startup.Progress,
         writer.write(record)
         logging.info('%s', progress.progress_line(
             record, plan, throughput.eta(step, plan.total_steps)))
-        save_start = time.perf_counter()
-        best.offer(record, state, sums, history, run.inputs.position(step),
-                   run_config)
-        throughput.exclude(time.perf_counter() - save_start)
+        with throughput.excluded():
+          best.offer(record, state, sums, history, inputs.position(step),
+                     run_config)
       preempted = signals.reached()
       if last or preempted or (step % plan.checkpoint_every == 0 and
                                checkpoints.due(step)):
@@ -204,59 +248,26 @@ def _loop(run: startup.Run, at: startup.Progress,
           _check_finite({'train_loss': float(jax.device_get(sums['loss']))},
                         step, checkpoints, history)
         dispatcher.drain()
-        save_start = time.perf_counter()
-        best.wait()
-        checkpoints.save(step, state, sums, history,
-                         run.inputs.position(step), run_config)
-        best.prune(step)
-        throughput.exclude(time.perf_counter() - save_start)
+        with throughput.excluded():
+          best.wait()
+          checkpoints.save(step, state, sums, history, inputs.position(step),
+                           run_config)
+          best.prune(step)
       if preempted and not last:
         checkpoints.close()  # waits until the checkpoint is complete
         raise preemption.Preempted(signals.signal_name, step,
                                    checkpoints.directory, saved=True)
-  except BaseException:
-    checkpoints.close(quietly=True)  # the error in flight says what happened
-    best.close(quietly=True)
-    raise
-  finally:
-    batches.close()
-    try:
-      checkpoints.close()
-    finally:
-      try:
-        best.close()
-      finally:
-        writer.close()
-  return history
+
+  # The summary.
+  return _summarize(workdir, history)
 
 
-def _measure(run: startup.Run, step: int, last: bool, state, sums,
-             dispatcher: dispatch.Dispatcher,
-             throughput: progress.Throughput) -> tuple[dict, dict]:
-  """The train metrics of the interval ending at `step` and the test
-  split's, each when its interval ends (and at the last step); returns
-  them and the sums to go on with."""
-  plan, record = run.plan, {}
-  if step % plan.log_every == 0 or last:
-    dispatcher.drain()  # the steps' time is training time
-    train = steps.averages(sums)
-    sums = steps.zero_sums(run.replicated)
-    record.update(train_loss=train['loss'],
-                  train_accuracy=train['accuracy'],
-                  learning_rate=float(run.schedule(step)),
-                  **throughput.interval(step))
-  if step % plan.eval_every == 0 or last:
-    dispatcher.drain()  # the train steps count as training
-    eval_start = time.perf_counter()
-    test = evaluation.over_test_split(run.compiled.eval, state, run.inputs,
-                                      f'step {step}')
-    throughput.exclude(time.perf_counter() - eval_start)
-    record.update(test_loss=test['loss'], test_accuracy=test['accuracy'],
-                  test_examples=test['count'])
-  return record, sums
+def _peak_flops(dtype: str) -> float | None:
+  device_peak = flops.peak_flops(jax.devices()[0].device_kind, dtype)
+  return device_peak and device_peak * jax.device_count()
 
 
-def _summarise(workdir: pathlib.Path, history: list[dict]) -> dict:
+def _summarize(workdir: pathlib.Path, history: list[dict]) -> dict:
   """summary.json, and the log's last line."""
   # So that result tables mixing machines say which trained each run; a
   # resumed run names the machine that finished it.
