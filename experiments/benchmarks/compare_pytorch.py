@@ -88,15 +88,14 @@ COMPILED = ('nothing', 'step', 'model')
 
 
 def train_step(model, architecture: Architecture, batch: int,
-               compiled: str | bool, device: str = 'cpu',
+               compiled: str, device: str = 'cpu',
                bfloat16: bool = False):
   """A function that runs one AdamW step of `model` on a fixed random batch,
-  torch.compile applied to what `compiled` (of COMPILED; True: 'step') names;
+  torch.compile applied to what `compiled` (of COMPILED) names;
   checks first that the eval-mode features and logits are finite."""
   import torch  # pylint: disable=g-import-not-at-top
   from torch import nn  # pylint: disable=g-import-not-at-top
 
-  compiled = {True: 'step', False: 'nothing'}.get(compiled, compiled)
   if compiled not in COMPILED:
     raise ValueError(f'compiled={compiled!r}; use one of {COMPILED}.')
   model.to(device)
@@ -143,7 +142,7 @@ def run_steps(step, count: int, device: str = 'cpu') -> list[float]:
   return times
 
 
-def torch_worker(compiled: bool, steps: int) -> dict:
+def torch_worker(compiled: str, steps: int) -> dict:
   import torch  # pylint: disable=g-import-not-at-top
 
   torch.manual_seed(0)
@@ -201,7 +200,8 @@ def main():
   parser.add_argument('--worker', choices=TORCH_MODES)
   args = parser.parse_args()
   if args.worker:
-    print(json.dumps(torch_worker(args.worker == 'compile', args.steps)))
+    print(json.dumps(torch_worker(
+        'step' if args.worker == 'compile' else 'nothing', args.steps)))
     return
 
   torch_modes = [m for m in args.torch_modes.split(',') if m]

@@ -15,6 +15,7 @@ what it measured. `--smoke` runs the same code on the CPU at tiny sizes.
 import argparse
 import datetime
 import importlib.metadata
+import itertools
 import json
 import os
 import pathlib
@@ -126,11 +127,9 @@ class Clock:
 
   def __init__(self, plan: gpu_plan.Plan, start: float):
     self.start = start
-    ends, total = {}, start
-    for section, seconds in plan.budgets:
-      total += seconds
-      ends[section] = total
-    self.ends = ends
+    sections, budgets = zip(*plan.budgets)
+    ends = itertools.accumulate(budgets, initial=start)
+    self.ends = dict(zip(sections, list(ends)[1:]))
 
   def left(self, section: str) -> float:
     return self.ends[section] - time.monotonic()

@@ -37,6 +37,8 @@ def run_study(plan: gpu_plan.Plan, cifar_dir: pathlib.Path, timeout: float,
   overrides = {**plan.study_overrides, **(overrides or {})}
   row = {'section': 'study', 'config': 'configs/cifar_small.py',
          'overrides': overrides, 'compilation_cache': state}
+  if timeout <= 0:
+    return {**row, 'skipped': OUT_OF_TIME}
   with tempfile.TemporaryDirectory() as workdir:
     start = time.time()
     try:
@@ -47,7 +49,7 @@ def run_study(plan: gpu_plan.Plan, cifar_dir: pathlib.Path, timeout: float,
            f'--config.compilation_cache_dir={cache}',
            *(f'--config.{k}={v}' for k, v in overrides.items())],
           cwd=REPO, env=env, capture_output=True, text=True,
-          timeout=max(timeout, 1))
+          timeout=timeout)
     except subprocess.TimeoutExpired:
       return {**row, 'skipped': f'still running at the end of its budget '
               f'({timeout:.0f} s)'}
@@ -87,17 +89,10 @@ STUDY_RUNS = (('cold', {}), ('warm', {}),
 def study_rows(plan: gpu_plan.Plan, cifar_dir: pathlib.Path,
                seconds_left, env: dict) -> list[dict]:
   """The study's `STUDY_RUNS`, sharing one compilation cache."""
-  rows = []
   with tempfile.TemporaryDirectory() as cache:
-    for state, overrides in STUDY_RUNS:
-      if seconds_left() <= 0:
-        rows.append({'section': 'study', 'config': 'configs/cifar_small.py',
-                     'overrides': {**plan.study_overrides, **overrides},
-                     'compilation_cache': state, 'skipped': OUT_OF_TIME})
-        continue
-      rows.append(run_study(plan, cifar_dir, seconds_left(), env,
-                            pathlib.Path(cache), state, overrides))
-  return rows
+    return [run_study(plan, cifar_dir, seconds_left(), env,
+                      pathlib.Path(cache), state, overrides)
+            for state, overrides in STUDY_RUNS]
 
 
 def write_jpegs(folder: pathlib.Path, count: int, size: tuple[int, int]):
