@@ -10,7 +10,7 @@ import pytest
 from vit_jax.formats import params as params_lib
 from vit_jax.models import MODEL_NAMES
 from vit_jax.models import create_model
-from vit_jax.models import vit_named
+from vit_jax.models import vit_of_architecture
 
 # (image size, classes, parameters). The paper-sized counts are the official
 # models' at 224x224 with 1000 classes; the small ones are the study's.
@@ -105,7 +105,7 @@ def test_unknown_override_lists_the_fields():
 def test_every_registered_vit_is_named_from_its_parameter_shapes(name):
   model = create_model(name, 10)
   shapes = params_lib.param_shapes(model, 2 * model.effective_patch_size)
-  assert vit_named(params_lib.vit_architecture(shapes)) == name
+  assert vit_of_architecture(params_lib.vit_architecture(shapes)) == name
 
 
 def test_a_field_a_model_lacks_is_named_with_the_likely_one():

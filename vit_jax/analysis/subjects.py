@@ -69,7 +69,7 @@ def checkpoint_subject(source, model_name: str | None) -> Subject:
   return Subject(loaded.model, loaded.variables, loaded.image_size,
                  *loaded.pixels,
                  {'checkpoint': str(source), 'format': loaded.kind,
-                  'model': model_name or models.vit_named(
+                  'model': model_name or models.vit_of_architecture(
                       params_lib.vit_architecture(loaded.params))})
 
 

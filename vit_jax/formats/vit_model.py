@@ -56,7 +56,7 @@ def checked_pixels(mean: Any, std: Any, source: str,
 
 def _registered_num_heads(hidden_size: int) -> int | None:
   """The heads of the registered ViTs of this width, when they agree."""
-  heads = {fields['num_heads'] for fields in models.registered_vit_fields()
+  heads = {fields['num_heads'] for fields in models.VIT_FIELDS.values()
            if fields['hidden_size'] == hidden_size}
   return heads.pop() if len(heads) == 1 else None
 
@@ -68,10 +68,10 @@ def num_heads(hidden_size: int, *, model_name: str | None,
   if stated:
     return int(stated)
   if model_name:
-    fields = models.vit_fields(model_name)
+    fields = models.VIT_FIELDS.get(model_name)
     if fields is None:
       raise CheckpointError(f'--model={model_name} is not a ViT; pass one of '
-                            f'{", ".join(models.vit_names())}.')
+                            f'{", ".join(models.VIT_FIELDS)}.')
     return fields['num_heads']
   heads = _registered_num_heads(hidden_size)
   if heads is None:
@@ -116,16 +116,16 @@ def model_for(params: Mapping[str, Any], *, model_name: str | None = None,
     raise CheckpointError(f'{source} holds no ViT: it has no '
                           f'{names.path(names.ENCODER_NORM_SCALE)}.')
   fields = _head_fields(params, source)
-  name = model_name or models.vit_named(architecture)
+  name = model_name or models.vit_of_architecture(architecture)
   if name:
-    if models.vit_fields(name) is None:
+    if name not in models.VIT_FIELDS:
       raise CheckpointError(f'--model={name} is not a ViT; pass one of '
-                            f'{", ".join(models.vit_names())}.')
+                            f'{", ".join(models.VIT_FIELDS)}.')
     model = models.create_model(name, **fields)
     named = params_lib.vit_architecture(params_lib.param_shapes(
         model, model.effective_patch_size))
     if named != architecture:
-      found = models.vit_named(architecture)
+      found = models.vit_of_architecture(architecture)
       raise CheckpointError(
           f'{source} holds {params_lib.describe_architecture(architecture)}'
           f'{f" ({found})" if found else ""}, but --model={name} is '

@@ -8,17 +8,16 @@ from vit_jax.models.registry import model_variables
 from vit_jax.models.registry import create_model
 from vit_jax.models.registry import default_fields
 from vit_jax.models.registry import from_config
-from vit_jax.models.registry import registered_vit_fields
 from vit_jax.models.registry import training_fields
-from vit_jax.models.registry import vit_fields
-from vit_jax.models.registry import vit_named
-from vit_jax.models.registry import vit_names
+from vit_jax.models.registry import VIT_FIELDS
+from vit_jax.models.registry import vit_of_architecture
 from vit_jax.models.vit import VisionTransformer
 from vit_jax.models.vit import attention_weights
 from vit_jax.models.vit import logits_and_attention
 
 __all__ = [
     'MODEL_NAMES',
+    'VIT_FIELDS',
     'SimpleCNN',
     'SmallResNet',
     'VisionTransformer',
@@ -28,9 +27,6 @@ __all__ = [
     'from_config',
     'logits_and_attention',
     'model_variables',
-    'registered_vit_fields',
     'training_fields',
-    'vit_fields',
-    'vit_named',
-    'vit_names',
+    'vit_of_architecture',
 ]

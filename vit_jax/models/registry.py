@@ -56,6 +56,9 @@ _MODELS: dict[str, Callable[..., nn.Module]] = {
 }
 
 MODEL_NAMES = tuple(_MODELS)
+# The fields each registered ViT sets (patch_size, hidden_size, ...).
+VIT_FIELDS = {name: dict(factory.keywords) for name, factory in _MODELS.items()
+              if isinstance(factory, functools.partial)}
 
 # Fields of a ViT's config.model_overrides that say how it trains, not what
 # it is (an MAE's decoder, locality guidance's blocks), with their defaults:
@@ -65,28 +68,10 @@ TRAINING_FIELDS = {'mae_mask_ratio': 0.0, 'mae_decoder_depth': 8,
                    'guidance_widths': ()}
 
 
-def vit_fields(name: str) -> dict | None:
-  """The fields the registered ViT `name` sets (patch_size, hidden_size,
-  num_layers, num_heads, mlp_dim, ...); None for a name of no ViT."""
-  factory = _MODELS.get(name)
-  if not isinstance(factory, functools.partial):
-    return None
-  return dict(factory.keywords)
-
-
-def vit_names() -> tuple[str, ...]:
-  return tuple(name for name in _MODELS if vit_fields(name) is not None)
-
-
-def registered_vit_fields() -> list[dict]:
-  return [vit_fields(name) for name in vit_names()]
-
-
-def vit_named(architecture: dict) -> str | None:
+def vit_of_architecture(architecture: dict) -> str | None:
   """The registered ViT of `architecture` (what
   `formats.params.vit_architecture` reads from parameter shapes), if any."""
-  for name in vit_names():
-    fields = vit_fields(name)
+  for name, fields in VIT_FIELDS.items():
     if architecture == {key: fields.get(key) for key in architecture}:
       return name
   return None
@@ -183,7 +168,7 @@ def from_config(config, num_classes: int) -> nn.Module:
   computing in `config.dtype`; ConfigError if it does not exist or does not
   fit `config.image_size`."""
   overrides = dict(config.model_overrides)
-  if vit_fields(config.model) is not None:
+  if config.model in VIT_FIELDS:
     overrides = {name: value for name, value in overrides.items()
                  if name not in TRAINING_FIELDS}
   try:

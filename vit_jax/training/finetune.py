@@ -49,7 +49,7 @@ def pretrained_params(config, fresh_params, pretrained=None) -> dict:
 def _read(config) -> Any:
   try:
     # The run's ViT names the heads a timm or transformers file fuses.
-    heads_of = config.model if models.vit_fields(config.model) else None
+    heads_of = config.model if config.model in models.VIT_FIELDS else None
     params = jax.device_get(reading.load_params(config.init_from,
                                                    model_name=heads_of))
     trained_on = reading.trained_pixels(config.init_from)
@@ -73,7 +73,7 @@ def _check_fit(config, pretrained, expected):
   theirs = params_lib.vit_architecture(pretrained)
   ours = params_lib.vit_architecture(expected)
   if theirs != ours:
-    name = theirs and models.vit_named(theirs)
+    name = theirs and models.vit_of_architecture(theirs)
     overrides = ' with its model_overrides' if config.model_overrides else ''
     setting = (f'--config.model={name}' if name else
                '--config.model and --config.model_overrides')

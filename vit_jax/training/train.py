@@ -259,7 +259,7 @@ def _train_and_evaluate(config, workdir: pathlib.Path,
                                    checkpoints.directory, saved=True)
 
   # The summary.
-  return _summarize(workdir, history)
+  return _write_summary(workdir, history)
 
 
 def _peak_flops(dtype: str) -> float | None:
@@ -267,7 +267,7 @@ def _peak_flops(dtype: str) -> float | None:
   return device_peak and device_peak * jax.device_count()
 
 
-def _summarize(workdir: pathlib.Path, history: list[dict]) -> dict:
+def _write_summary(workdir: pathlib.Path, history: list[dict]) -> dict:
   """summary.json, and the log's last line."""
   # So that result tables mixing machines say which trained each run; a
   # resumed run names the machine that finished it.
