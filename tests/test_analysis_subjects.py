@@ -1,5 +1,4 @@
-"""What is analysed: a released .npz's ViT, the images, the predictions and
-the embeddings read from a model."""
+"""What is analysed: a released ViT, images, predictions, embeddings."""
 
 import jax
 import numpy as np
@@ -17,8 +16,6 @@ from vit_jax.formats import npz
 
 def test_a_runs_test_images_of_an_image_folder_come_from_every_class(
     tmp_path):
-  """The folder lists its test images class by class; the analysed ones
-  are drawn across the classes, as config.test_examples would be."""
   for split in ('train', 'test'):
     for label, name in enumerate(('cat', 'dog', 'fox')):
       (tmp_path / split / name).mkdir(parents=True)

@@ -1,5 +1,4 @@
-"""Every config file builds, for every argument it documents, and passes the
-checks that need no data."""
+"""Every config file builds, for every argument, and passes its checks."""
 
 import ast
 import importlib
@@ -39,8 +38,7 @@ def test_config_is_valid(name, argument):
 
 
 def test_configs_are_data():
-  """A config file imports ml_collections, the schema and other configs:
-  nothing that runs."""
+  """A config file imports ml_collections, the schema and other configs."""
   allowed = {'ml_collections', 'vit_jax.config_schema', 'configs'}
   for path in (pathlib.Path(__file__).parents[1] / 'configs').glob('*.py'):
     imported = set()

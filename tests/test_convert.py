@@ -45,9 +45,7 @@ def test_bad_arguments_and_sources_are_one_line(tmp_path):
     ('npz', 'model.npz'), ('timm', 'timm'), ('hf', 'hf')])
 def test_a_full_disk_is_one_line_and_leaves_the_old_export(
     trained_vit_run, tmp_path, format_name, dest):
-  """An export there before, a disk without room for a second (a tmpfs
-  just larger than one): one `error:` line, the old export as it was, no
-  temporary file or folder beside it."""
+  """A tmpfs with room for one export: the old one stays as it was."""
   workdir, _ = trained_vit_run
   old = tmp_path / 'old' / dest
   assert _convert(str(workdir), str(old),

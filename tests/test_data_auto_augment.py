@@ -1,5 +1,4 @@
-"""TrivialAugment and RandAugment on the device: the op table against PIL
-and the geometry, the policies' draws."""
+"""TrivialAugment and RandAugment: the ops against PIL, the draws."""
 
 import jax
 import jax.numpy as jnp

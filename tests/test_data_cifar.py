@@ -1,5 +1,4 @@
-"""CIFAR on disk: both official formats of CIFAR-10 and CIFAR-100, the
-study's per-file subset, and the errors that say what to do."""
+"""CIFAR on disk: both formats, the study's subset, the errors."""
 
 import numpy as np
 import pytest
@@ -55,8 +54,7 @@ def test_both_cifar100_formats_load_fine_labels(tmp_path):
 
 
 def test_the_study_subset_is_the_same_from_the_full_release(tmp_path):
-  """The study's 5,000: the first 1,000 of each training file (here 4 of
-  each of 5 files of 6), as ../shared/data/cifar10-5k holds them."""
+  """The first 1,000 of each training file, as cifar10-5k holds them."""
   files = {f'data_batch_{i}.bin': random_cifar(6, 10, seed=i)
            for i in range(1, 6)}
   files['test_batch.bin'] = random_cifar(7, 10, seed=9)

@@ -1,5 +1,4 @@
-"""The CIFAR download, from an HTTP server on 127.0.0.1 serving an archive in
-the official layout: verified, unpacked atomically, never trusted half done."""
+"""The CIFAR download from a local HTTP server: verified, atomic."""
 
 import hashlib
 import http.server

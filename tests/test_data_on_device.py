@@ -1,5 +1,4 @@
-"""The on-device input: index batches from any position, gathered and
-augmented inside the step."""
+"""The on-device input: index batches gathered and augmented in the step."""
 
 import jax
 import numpy as np

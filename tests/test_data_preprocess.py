@@ -76,9 +76,7 @@ class _Decoded:
 @pytest.mark.parametrize('size', [32, 96, 224])
 def test_a_jpeg_is_decoded_at_the_smallest_scale_its_crop_allows(tmp_path,
                                                                  size):
-  """Each crop drawn on the stored 500x375 image, then the image decoded
-  at 1/2, 1/4 or 1/8 where the crop stays `size` pixels each way: the same
-  crops and flips as decoding whole, the pixels close."""
+  """The same crops and flips as decoding whole, the pixels close."""
   files = _jpeg_folder(tmp_path)
   whole = dataset.ArraySource(np.stack([files[i][0] for i in range(4)]),
                               files.labels)

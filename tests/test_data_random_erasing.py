@@ -1,5 +1,4 @@
-"""Random erasing on the device: one rectangle of the area and aspect
-ranges, filled with what timm fills once normalised."""
+"""Random erasing on the device, filled as timm fills it."""
 
 import jax
 import jax.numpy as jnp

@@ -1,6 +1,4 @@
-"""Opening the dataset a config names: the dispatch, the data directory,
-the deterministic subsets, whole splits as arrays, and the errors that say
-what to do."""
+"""Opening the dataset a config names, its subsets, and its errors."""
 
 import dataclasses
 import tarfile
@@ -119,8 +117,7 @@ def test_an_image_folder_is_opened_and_cut_to_the_requested_sizes(tmp_path):
 
 
 def test_an_image_folder_subset_holds_every_class_in_proportion(tmp_path):
-  """The folder lists its images class by class: the first 12 would all be
-  airplanes."""
+  """The folder lists its images by class: the first 12 are airplanes."""
   _image_folder(tmp_path, {'train': (12, 8, 4), 'test': (6, 6, 6)})
 
   def cut(seed, **sizes):
@@ -147,9 +144,7 @@ _CIFAR10_JPEG = ROOT.parent / 'shared' / 'data' / 'cifar10-jpeg-full.tar.gz'
                     reason=f'no {_CIFAR10_JPEG} on this machine')
 def test_640_test_images_of_the_cifar10_jpeg_folder_are_64_of_each_class(
     tmp_path):
-  """Where a fault probe's test_examples=640 tested 640 airplanes: the real
-  folder's test split (10,000 JPEGs, standing in for its training split
-  too)."""
+  """The real folder's 10,000 test JPEGs, standing in for training too."""
   with tarfile.open(_CIFAR10_JPEG) as archive:
     archive.extractall(tmp_path, filter='data', members=[
         m for m in archive if m.name.startswith('test/')])

@@ -1,5 +1,4 @@
-"""tensorflow-datasets datasets prepared on disk: by index in the
-array_record format, whole with TensorFlow in the tfrecord format."""
+"""tfds datasets on disk: array_record by index, tfrecord whole."""
 
 import numpy as np
 import pytest

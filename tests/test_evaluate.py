@@ -54,8 +54,7 @@ def test_its_npz_evaluates_the_same_with_the_runs_config_file(
 
 def test_two_processes_evaluate_a_run_to_the_accuracy_it_logged(
     trained_vit_run, tmp_path):
-  """The run's 2 devices as 2 processes of 1 device on 127.0.0.1: every
-  example counted once over both; process 0 prints the result."""
+  """Every example counted once over both; process 0 prints the result."""
   workdir, _ = trained_vit_run
   processes, logs = start_two_process_job(
       ['vit_jax.evaluate', f'--checkpoint={workdir}'], tmp_path)
@@ -120,9 +119,7 @@ def test_a_stop_signal_ends_an_evaluation_at_once_in_one_line(
 
 def test_sigterm_stops_a_two_process_evaluation_at_once(trained_vit_run,
                                                         tmp_path):
-  """jax's preemption service takes SIGTERM once the processes join; the
-  evaluation takes it back, and SIGTERM to both (a batch system's) stops
-  each in one line with status 75."""
+  """The evaluation takes SIGTERM back from jax's preemption service."""
   workdir, _ = trained_vit_run
   processes, logs = start_two_process_job(
       ['vit_jax.evaluate', f'--checkpoint={workdir}'], tmp_path)

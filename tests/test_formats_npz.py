@@ -1,5 +1,4 @@
-"""Released .npz files read into our tree and written back, both
-numberings, and the errors for what does not fit or is no checkpoint."""
+"""Released .npz files read and written back, and their errors."""
 
 import functools
 import re

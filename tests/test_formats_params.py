@@ -1,6 +1,4 @@
-"""Fitting a pre-trained tree to a new model: position embeddings resized,
-the head replaced, DeiT's distillation token added or left out, every key
-that does not fit named."""
+"""Fitting a pre-trained tree to a new model, every misfit named."""
 
 import jax
 import jax.numpy as jnp
@@ -186,8 +184,6 @@ def test_blocks_stack_for_a_scanned_model_and_back():
                                                         (True, False)])
 def test_adapt_stacks_or_unstacks_to_the_new_models_layout(scan_pretrained,
                                                            scan_fresh):
-  """A released (unscanned) checkpoint fine-tunes a scanned model, and a
-  scanned run an unscanned one."""
   official = vit_params(16, 10, num_layers=2)
   norm = official['Transformer']['encoderblock_1']['LayerNorm_0']
   norm['bias'] = norm['bias'] + 1.0  # the layers differ

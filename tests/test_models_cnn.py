@@ -1,5 +1,4 @@
-"""The study's CNN baselines: shapes, BatchNorm behaviour, dtype, the stage
-features locality guidance reads."""
+"""The study's CNN baselines: shapes, BatchNorm, dtype, stage features."""
 
 import functools
 

@@ -1,5 +1,4 @@
-"""Self-attention: the implementations against flax's, locality self-attention
-and mimetic initialisation."""
+"""Self-attention against flax's, locality attention, mimetic init."""
 
 import flax
 import jax

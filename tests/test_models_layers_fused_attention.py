@@ -1,5 +1,4 @@
-"""Fused attention at any token count, and where cuDNN's kernel runs: the
-cuDNN path checked through XLA's kernel, which runs here."""
+"""Fused attention at any token count; cuDNN's path through XLA's kernel."""
 
 import jax
 import jax.numpy as jnp
@@ -16,10 +15,7 @@ from tests.helpers import random_params
 @pytest.mark.parametrize('tokens', [16, 17, 65, 197])
 def test_padded_fused_attention_is_the_unpadded_function(tokens,
                                                          token_multiple):
-  """cuDNN's path (tokens padded to a multiple of 2, cuDNN's default, or
-  of 64, the padding masked by sequence lengths, then sliced off; 16
-  tokens need none at 2) through the XLA kernel, which runs here: the
-  plain attention's outputs and gradients."""
+  """cuDNN's padding and masking, through the XLA kernel."""
   q, k, v = normal((3, 2, tokens, 4, 16), seed=tokens)
   scale = 16**-0.5
 
@@ -45,8 +41,7 @@ def test_padded_fused_attention_is_the_unpadded_function(tokens,
 
 def test_cudnn_attention_in_the_module_pads_and_slices_before_the_output(
     monkeypatch):
-  """The module's cuDNN path, its kernel swapped for XLA's so that it runs
-  here: the einsum path's outputs at 17 tokens (padded to 18)."""
+  """The module's cuDNN path on XLA's kernel: 17 tokens padded to 18."""
   monkeypatch.setitem(fused_attention.KERNELS, 'cudnn',
                       ('xla', fused_attention.CUDNN_TOKEN_MULTIPLE))
   x = normal((2, 17, 32))

@@ -14,8 +14,7 @@ from tests.test_models_vit import param_shapes
 
 
 def _permute_patches(images, patch, permutation):
-  """The image with its patch grid's patches moved: patch permutation[i] of
-  the row-major grid goes to place i."""
+  """Patch permutation[i] of the row-major grid goes to place i."""
   b, h, w, c = images.shape
   rows, cols = h // patch, w // patch
   x = images.reshape(b, rows, patch, cols, patch, c).transpose(0, 1, 3, 2, 4, 5)

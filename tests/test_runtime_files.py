@@ -149,8 +149,7 @@ files.replace_directory_atomically(pathlib.Path(sys.argv[1]),
 
 
 def test_ctrl_c_as_the_temporary_folder_is_made_leaves_none(tmp_path):
-  """The moment `vit_jax.analyze`'s test once hit by chance: Ctrl-C right
-  after the folder is made, before it is known as unfinished."""
+  """Ctrl-C before the folder is known as unfinished."""
   (tmp_path / 'out').mkdir()
   (tmp_path / 'out' / 'earlier.png').write_text('earlier')
   run = subprocess.run(
