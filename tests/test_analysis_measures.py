@@ -12,8 +12,7 @@ TOKENS = 1 + GRID[0] * GRID[1]
 
 
 def neighbour_attention(cls_weight: float = 0.0) -> np.ndarray:
-  """Each patch attends to the patch right of it (left on the last column),
-  one patch size away; `cls_weight` of every row goes to the class token."""
+  """Each patch attends to its right neighbour; `cls_weight` to [CLS]."""
   attention = np.zeros((TOKENS, TOKENS))
   attention[0, 0] = 1.0
   for row in range(GRID[0]):
@@ -74,6 +73,16 @@ def test_uniform_attention_distance_is_the_mean_pairwise_distance():
       measures.mean_attention_distance(uniform, GRID, PATCH), [pairwise.mean()])
   assert measures.uniform_attention_distance(GRID, PATCH) == pytest.approx(
       pairwise.mean())
+  # Without the patch itself.
+  others = pairwise[~np.eye(len(centres), dtype=bool)]
+  assert measures.uniform_attention_distance(
+      GRID, PATCH, exclude_self=True) == pytest.approx(others.mean())
+  attention = np.zeros((1, 1, TOKENS, TOKENS))
+  attention[0, 0, 0, 0] = 1
+  attention[0, 0, 1:, 1:] = (1 - np.eye(TOKENS - 1)) / (TOKENS - 2)
+  np.testing.assert_allclose(
+      measures.mean_attention_distance(attention, GRID, PATCH),
+      [others.mean()])
 
 
 def test_patch_centres_are_in_pixels_row_major():
@@ -142,9 +151,7 @@ def test_too_few_tokens_for_the_grid_is_a_clear_error():
 
 def with_distillation_token(attention: np.ndarray,
                             dist_weight: float = 0.0) -> np.ndarray:
-  """`attention` ([CLS], patches) with a distillation token inserted after
-  [CLS]: it attends to itself, and `dist_weight` of every patch row moves to
-  it."""
+  """`attention` with a dist token after [CLS], given `dist_weight`."""
   tokens = attention.shape[-1] + 1
   out = np.zeros((tokens, tokens))
   keep = [0] + list(range(2, tokens))
@@ -187,25 +194,8 @@ def test_distance_leaves_out_every_prefix_token_and_a_masked_diagonal():
     measures.mean_attention_distance(heads[None], GRID, PATCH, prefix=1)
 
 
-def test_uniform_distance_without_the_patch_itself():
-  centres = measures.patch_centres(GRID, PATCH)
-  pairwise = np.linalg.norm(centres[:, None] - centres[None], axis=-1)
-  others = pairwise[~np.eye(len(centres), dtype=bool)]
-  assert measures.uniform_attention_distance(
-      GRID, PATCH, exclude_self=True) == pytest.approx(others.mean())
-  uniform_others = (1 - np.eye(TOKENS - 1)) / (TOKENS - 2)
-  attention = np.zeros((1, 1, TOKENS, TOKENS))
-  attention[0, 0, 0, 0] = 1
-  attention[0, 0, 1:, 1:] = uniform_others
-  np.testing.assert_allclose(
-      measures.mean_attention_distance(attention, GRID, PATCH),
-      [others.mean()])
-
-
 def test_shifted_patch_filters_are_the_unshifted_copys_slice():
-  """`patch_embedding.shifted_patch_tokens` puts each patch's own pixels
-  first among the 5 copies of its (row, column) position; the filters are
-  the kernel rows of those, times the LayerNorm scale."""
+  """The kernel rows of each patch's own pixels, times the norm's scale."""
   p, channels, width = 4, 3, 6
   rng = np.random.default_rng(0)
   images = rng.normal(size=(2, 8, 8, channels)).astype(np.float32)

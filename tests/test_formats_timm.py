@@ -37,9 +37,7 @@ def test_ours_to_timm_to_ours_is_exact(tmp_path, name, classifier):
 
 
 def test_the_names_and_shapes_are_timms():
-  """timm's documented layout (timm/models/vision_transformer.py:
-  PatchEmbed.proj, Block.norm1/attn.qkv/attn.proj/norm2/mlp.fc1/fc2, norm,
-  head) for a ViT-Ti/16 of 7 classes at 32x32."""
+  """timm/models/vision_transformer.py's layout, ViT-Ti/16 at 32x32."""
   model = models.create_model('ViT-Ti_16', 7)
   state = timm.to_state(random_vit_params(model, 32))
   expected = {
@@ -53,20 +51,12 @@ def test_the_names_and_shapes_are_timms():
       'head.bias': (7,),
   }
   for i in range(12):
-    expected.update({
-        f'blocks.{i}.norm1.weight': (192,),
-        f'blocks.{i}.norm1.bias': (192,),
-        f'blocks.{i}.attn.qkv.weight': (576, 192),
-        f'blocks.{i}.attn.qkv.bias': (576,),
-        f'blocks.{i}.attn.proj.weight': (192, 192),
-        f'blocks.{i}.attn.proj.bias': (192,),
-        f'blocks.{i}.norm2.weight': (192,),
-        f'blocks.{i}.norm2.bias': (192,),
-        f'blocks.{i}.mlp.fc1.weight': (768, 192),
-        f'blocks.{i}.mlp.fc1.bias': (768,),
-        f'blocks.{i}.mlp.fc2.weight': (192, 768),
-        f'blocks.{i}.mlp.fc2.bias': (192,),
-    })
+    for layer, out, fan_in in (('norm1', 192, None), ('attn.qkv', 576, 192),
+                               ('attn.proj', 192, 192), ('norm2', 192, None),
+                               ('mlp.fc1', 768, 192), ('mlp.fc2', 192, 768)):
+      expected[f'blocks.{i}.{layer}.weight'] = (
+          (out, fan_in) if fan_in else (out,))
+      expected[f'blocks.{i}.{layer}.bias'] = (out,)
   assert {key: value.shape for key, value in state.items()} == expected
 
 
@@ -110,17 +100,21 @@ def test_what_timm_cannot_hold_is_one_line(tmp_path, fields, feature):
   assert not list(tmp_path.iterdir())
 
 
-def _written(tmp_path):
+def _written(tmp_path, changes, drop=()):
+  """A one-block ViT's model.safetensors with `changes`, without `drop`."""
   model, params = one_block_vit('ViT-Tiny-CIFAR_4')
   timm.write(tmp_path / 'timm', params, model, 8)
   path = tmp_path / 'timm' / 'model.safetensors'
-  return path, safetensors_file.read(path)
+  state = safetensors_file.read(path)
+  for key in drop:
+    del state[key]
+  safetensors_file.write(path, {**state, **changes})
+  return path
 
 
 def test_one_wrong_shape_is_one_line_naming_the_key(tmp_path):
-  path, state = _written(tmp_path)
-  state['blocks.0.mlp.fc2.bias'] = np.zeros(127, np.float32)
-  safetensors_file.write(path, state)
+  path = _written(tmp_path, {'blocks.0.mlp.fc2.bias': np.zeros(127,
+                                                               np.float32)})
   with pytest.raises(CheckpointError) as error:
     timm.read(path, None)
   assert str(error.value) == (
@@ -135,9 +129,7 @@ def test_one_wrong_shape_is_one_line_naming_the_key(tmp_path):
     ('reg_token', 'register tokens'),
 ])
 def test_a_timm_model_of_another_design_is_one_line(tmp_path, key, what):
-  path, state = _written(tmp_path)
-  state[key] = np.zeros(128, np.float32)
-  safetensors_file.write(path, state)
+  path = _written(tmp_path, {key: np.zeros(128, np.float32)})
   with pytest.raises(CheckpointError, match=f'holds a timm ViT with {what}'):
     timm.read(path, None)
 
@@ -155,9 +147,7 @@ def test_a_width_no_registered_vit_has_needs_its_heads(tmp_path):
 
 
 def test_a_backbone_without_a_head_reads_for_fine_tuning(tmp_path):
-  path, state = _written(tmp_path)
-  del state['head.weight'], state['head.bias']
-  safetensors_file.write(path, state)
+  path = _written(tmp_path, {}, drop=('head.weight', 'head.bias'))
   assert 'head' not in timm.read(path, None)
 
 
@@ -187,10 +177,7 @@ def test_a_hybrid_goes_to_timm_and_back_exactly(tmp_path, stages):
 
 
 def test_the_hybrids_names_and_shapes_are_timms():
-  """timm's documented layout of its ViT hybrids (HybridEmbed on ResNetV2,
-  timm/models/vision_transformer_hybrid.py and resnetv2.py: stem.conv,
-  stem.norm, stages.S.blocks.U.conv1-3/norm1-3, downsample.conv/norm where
-  the unit changes width or stride), for stages (1, 2)."""
+  """timm's vision_transformer_hybrid.py and resnetv2.py, stages (1, 2)."""
   model, params = _hybrid((1, 2))
   state = timm.to_state(params)
   backbone = {key[len('patch_embed.backbone.'):]: value.shape
@@ -240,12 +227,9 @@ def test_a_hybrid_timm_cannot_build_is_one_line(tmp_path):
 
 
 def test_a_hybrid_of_another_backbone_is_one_line(tmp_path):
-  """timm's hybrids on its own ResNet-D (vit_small_resnet26d_224) are not
-  the official stem."""
-  path, state = _written(tmp_path)
-  state['patch_embed.backbone.conv1.0.weight'] = np.zeros((32, 3, 3, 3),
-                                                          np.float32)
-  safetensors_file.write(path, state)
+  """timm's ResNet-D hybrids (vit_small_resnet26d_224)."""
+  path = _written(tmp_path, {'patch_embed.backbone.conv1.0.weight': np.zeros(
+      (32, 3, 3, 3), np.float32)})
   with pytest.raises(CheckpointError, match=r'holds a timm hybrid whose '
                      r'backbone is not the official ResNet stem '
                      r'\(patch_embed.backbone.conv1.0.weight\)'):
