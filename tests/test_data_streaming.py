@@ -43,7 +43,7 @@ def test_train_batches_follow_the_seeded_shuffle_from_any_position():
     np.testing.assert_array_equal(images, train_split[0][indices])
     np.testing.assert_array_equal(labels, train_split[1][indices])
   # On the devices, a block of them: each step's batch split over them.
-  images, labels = inputs.block(taken[:2], 3)
+  images, labels = inputs.stack(taken[:2], 3)
   assert images.sharding.spec == jax.sharding.PartitionSpec(
       None, ('data', 'fsdp'))
   np.testing.assert_array_equal(images[:2], [i for i, _ in taken[:2]])

@@ -68,20 +68,20 @@ class _Device:
 class _Input:
   train_data = ()
 
-  def block(self, batches, rows):
+  def stack(self, batches, count):
     return batches
 
 
-def _dispatcher(seconds_per_step: float, rows: int = 32):
+def _dispatcher(seconds_per_step: float, per_call: int = 32):
   queue = []  # when each call in flight will have finished
 
-  def train(state, sums, data, block, count, key):
+  def train(state, sums, data, stacked, count, key):
     start = max([time.perf_counter(), *(d.ready_at for d in queue)])
     done = _Device(start - time.perf_counter() + count * seconds_per_step)
     queue.append(done)
     return state, sums, done
 
-  compiled = steps.CompiledSteps(train, None, 0.0, rows)
+  compiled = steps.CompiledSteps(train, None, 0.0, per_call)
   return dispatch.Dispatcher(compiled, _Input(), None)
 
 
@@ -95,10 +95,10 @@ def test_calls_grow_to_what_fits_in_a_second_of_steps(monkeypatch):
   dispatcher.drain()
   # One step, then what 0.5 s holds at 0.05 s a step (10, give or take what
   # a loaded machine's timer makes of it), never more than the event allows
-  # or a block holds.
+  # or a call holds.
   assert counts[0] == 1 and all(7 <= c <= 13 for c in counts[2:]), counts
   assert dispatcher.next_call_steps(until_event=3) == 3
-  assert _dispatcher(0.001, rows=4).next_call_steps(100) == 1
+  assert _dispatcher(0.001, per_call=4).next_call_steps(100) == 1
   slow = _dispatcher(seconds_per_step=0.5)
   slow.run(None, None, [None])
   slow.drain()

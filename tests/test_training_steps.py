@@ -213,9 +213,9 @@ for fsdp in (1, 8):
   compiled = steps.compile_steps(config, inputs, state, jax.random.key(1))
   sums = steps.zero_sums(replicated)
   for i in range(2):
-    block = inputs.block([np.arange(16 * i, 16 * (i + 1), dtype=np.int32)],
+    stacked = inputs.stack([np.arange(16 * i, 16 * (i + 1), dtype=np.int32)],
                          compiled.steps_per_dispatch)
-    state, sums, _ = compiled.train(state, sums, inputs.train_data, block, 1,
+    state, sums, _ = compiled.train(state, sums, inputs.train_data, stacked, 1,
                                     jax.random.key(1))
   leaves = jax.tree.leaves(state.params) + jax.tree.leaves(state.opt_state)
   results[fsdp] = dict(

@@ -68,7 +68,7 @@ def _time_loader(config: ml_collections.ConfigDict, steps: int,
   batches = inputs.train_batches(inputs.position(0))
 
   def on_device():  # as the loop takes it: a block of one step
-    return jax.block_until_ready(inputs.block([next(batches)], 1))
+    return jax.block_until_ready(inputs.stack([next(batches)], 1))
 
   on_device()
   first = time.perf_counter()

@@ -36,8 +36,8 @@ class Input(abc.ABC):
 
   @property
   def steps_per_dispatch(self) -> int:
-    """The batches a block holds; one on a CPU, whose steps ran slower in a
-    loop."""
+    """The batches one compiled call trains on; one on a CPU, whose steps
+    ran slower in a loop."""
     if self.config.steps_per_dispatch:
       return self.config.steps_per_dispatch
     if jax.default_backend() == 'cpu':
@@ -81,33 +81,31 @@ class Input(abc.ABC):
   def train_batches(self, position: Position) -> Iterator[Any]:
     """This process's part of each step's batch from `position` on."""
 
-  def block_specs(self, rows: int) -> Any:
-    """Shapes and shardings of `rows` train batches stacked."""
+  def stacked_specs(self, count: int) -> Any:
+    """Shapes and shardings of `count` train batches stacked."""
     def stacked(spec):
       placement = jax.sharding.NamedSharding(
           spec.sharding.mesh,
           jax.sharding.PartitionSpec(None, *spec.sharding.spec))
-      return jax.ShapeDtypeStruct((rows, *spec.shape), spec.dtype,
+      return jax.ShapeDtypeStruct((count, *spec.shape), spec.dtype,
                                   sharding=placement)
 
     train_batch, _, _ = self.batch_specs()
     return jax.tree.map(stacked, train_batch)
 
-  def block(self, batches: list, rows: int) -> Any:
-    """Up to `rows` `batches` as one block on the devices, zero-padded.
-
-    A block of one batch is that batch, not a copy.
-    """
+  def stack(self, batches: list, count: int) -> Any:
+    """Up to `count` `batches` stacked on the devices, zero-padded (one
+    batch without a copy)."""
     def stack(spec, *parts):
-      if rows == 1:
+      if count == 1:
         local = parts[0][np.newaxis]
       else:
-        local = np.zeros((rows, *parts[0].shape), parts[0].dtype)
+        local = np.zeros((count, *parts[0].shape), parts[0].dtype)
         local[:len(parts)] = parts
       return jax.make_array_from_process_local_data(spec.sharding, local,
                                                     spec.shape)
 
-    return jax.tree.map(stack, self.block_specs(rows), *batches)
+    return jax.tree.map(stack, self.stacked_specs(count), *batches)
 
   @abc.abstractmethod
   def eval_batches(self) -> Iterator[tuple[Any, jax.Array]]:

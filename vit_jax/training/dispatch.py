@@ -27,11 +27,11 @@ class _Call(NamedTuple):
 
 
 class Dispatcher:
-  """Runs train steps in calls of `compiled.train` over `inputs`' blocks."""
+  """Runs train steps in calls of `compiled.train` over stacked batches."""
 
   def __init__(self, compiled: steps.CompiledSteps, inputs, key: jax.Array):
     self._train = compiled.train
-    self._rows = compiled.steps_per_dispatch
+    self._per_call = compiled.steps_per_dispatch
     self._inputs = inputs
     self._key = key
     self._calls: list[_Call] = []  # in flight, oldest first
@@ -41,7 +41,7 @@ class Dispatcher:
   def next_call_steps(self, until_event: int) -> int:
     """Steps of the next call, with the next loop event `until_event` away."""
     fit = self._fit() if jax.process_count() == 1 else self._agreed
-    return min(self._rows, until_event, fit)
+    return min(self._per_call, until_event, fit)
 
   def _fit(self) -> int:
     """The steps of `MAX_SECONDS`, as this process timed the last call."""
@@ -52,9 +52,9 @@ class Dispatcher:
   def run(self, state: steps.TrainState, sums: dict, batches: list
           ) -> tuple[steps.TrainState, dict]:
     """Trains on `batches` in one call; returns once the one before ends."""
-    block = self._inputs.block(batches, self._rows)
+    stacked = self._inputs.stack(batches, self._per_call)
     state, sums, done = self._train(state, sums, self._inputs.train_data,
-                                    block, len(batches), self._key)
+                                    stacked, len(batches), self._key)
     self._calls.append(_Call(done, len(batches), time.perf_counter()))
     while len(self._calls) > 1:
       self._finish_oldest()

@@ -140,14 +140,14 @@ class StepBenchmark:
     self.compile_seconds = time.perf_counter() - start
     self.train_sums = steps.zero_sums(self.replicated)
     self.steps_per_call = self.compiled.steps_per_dispatch
-    self.block = self.inputs.block([indices] * self.steps_per_call,
+    self.stacked = self.inputs.stack([indices] * self.steps_per_call,
                                    self.steps_per_call)
 
   def train_step(self):
     """`steps_per_call` optimizer steps in one call, as the loop makes it
     (`dispatch`); returns their metric sums to wait for."""
     self.state, self.train_sums, _ = self.compiled.train(
-        self.state, self.train_sums, self.inputs.train_data, self.block,
+        self.state, self.train_sums, self.inputs.train_data, self.stacked,
         self.steps_per_call, self.key)
     return self.train_sums
 

@@ -213,27 +213,27 @@ def make_train_step(config, inputs,
   return train_step
 
 
-def make_train_steps(config, inputs, rows: int,
+def make_train_steps(config, inputs, per_call: int,
                      objective: losses.Objective = losses.classification):
-  """(state, sums, data, block, count, key) -> (state, sums, step): the
-  first `count` batches of `block` in one compiled loop.
+  """(state, sums, data, stacked, count, key) -> (state, sums, step): the
+  first `count` of `per_call` stacked batches in one compiled loop.
 
   `step` is an output of its own for the loop to wait on while the state is
   donated. Randomness comes from the state's step, so any split computes
-  the same. A block of one row runs the step without a loop: a loop is
+  the same. One batch a call runs the step without a loop: a loop is
   slower on a CPU (experiments/benchmarks/README.md, optimisation log).
   """
   train_step = make_train_step(config, inputs, objective)
 
-  def train_steps(state: TrainState, sums: dict, data, block, count, key):
-    if rows == 1:
+  def train_steps(state: TrainState, sums: dict, data, stacked, count, key):
+    if per_call == 1:
       del count  # 1
       state, sums = train_step(state, sums, data,
-                               jax.tree.map(lambda rows: rows[0], block), key)
+                               jax.tree.map(lambda x: x[0], stacked), key)
       return state, sums, state.step
 
     def one(i, carry):
-      batch = jax.tree.map(lambda rows: rows[i], block)
+      batch = jax.tree.map(lambda x: x[i], stacked)
       return train_step(*carry, data, batch, key)
 
     state, sums = jax.lax.fori_loop(0, count, one, (state, sums))
@@ -310,7 +310,7 @@ class CompiledSteps(NamedTuple):
   train: Any  # `make_train_steps`'s, compiled
   eval: Any  # (state, sums, data, batch, mask) -> sums; or None
   train_compile_seconds: float  # tracing and compiling the train step
-  steps_per_dispatch: int  # the rows of a block
+  steps_per_dispatch: int  # the batches stacked for one call
 
 
 def compile_steps(config, inputs, state: TrainState, key,
@@ -322,18 +322,18 @@ def compile_steps(config, inputs, state: TrainState, key,
   start = time.perf_counter()
   options = compiler_options(config)
   replicated = sharding.replicated(inputs.mesh)
-  rows = inputs.steps_per_dispatch
+  per_call = inputs.steps_per_dispatch
   # The state leaves each step where it came in, sharded or not.
   state_out = jax.tree.map(lambda x: x.sharding, state)
   count = jax.ShapeDtypeStruct((), jnp.int32, sharding=replicated)
   cached = []
   with _options_blamed(options):
     with compilation_cache.Hits() as hits:
-      train = jax.jit(make_train_steps(config, inputs, rows, objective),
+      train = jax.jit(make_train_steps(config, inputs, per_call, objective),
                       out_shardings=(state_out, replicated, replicated),
                       donate_argnums=(0, 1)).lower(
                           state, sum_shapes(replicated), inputs.train_data,
-                          inputs.block_specs(rows), count,
+                          inputs.stacked_specs(per_call), count,
                           key).compile(options)
     train_seconds = time.perf_counter() - start
     cached += ['train step'] if hits.count else []
@@ -347,4 +347,4 @@ def compile_steps(config, inputs, state: TrainState, key,
                time.perf_counter() - start,
                f' ({" and ".join(cached)} from the compilation cache)'
                if cached else '')
-  return CompiledSteps(train, evaluated, train_seconds, rows)
+  return CompiledSteps(train, evaluated, train_seconds, per_call)

@@ -140,8 +140,8 @@ def _train_and_evaluate(config, workdir: pathlib.Path,
   schedule = optimizer.create_learning_rate_schedule(config, plan)
   tx = optimizer.create_optimizer(config, schedule)
   init_key, step_key = jax.random.split(jax.random.key(config.seed))
-  state_of = (init_key, model, tx, config.image_size, mesh, config.ema_decay)
-  state_shapes = steps.state_shapes(*state_of)
+  init_args = (init_key, model, tx, config.image_size, mesh, config.ema_decay)
+  state_shapes = steps.state_shapes(*init_args)
   startup.check_ema(config, state_shapes)
 
   # Compile the steps, unless the newest checkpoint holds the last step; a
@@ -149,9 +149,9 @@ def _train_and_evaluate(config, workdir: pathlib.Path,
   compile_steps = functools.partial(steps.compile_steps, config, inputs,
                                     state_shapes, step_key, objective)
   compiled = initializer = None
-  with concurrent.futures.ThreadPoolExecutor(1) as beside:
+  with concurrent.futures.ThreadPoolExecutor(1) as thread:
     if not checkpoints.steps():
-      initializer = beside.submit(steps.initializer, *state_of)
+      initializer = thread.submit(steps.initializer, *init_args)
     if (checkpoints.latest_step() or 0) < plan.total_steps:
       compiled = compile_steps()
     initializer = initializer and initializer.result()
@@ -168,7 +168,7 @@ def _train_and_evaluate(config, workdir: pathlib.Path,
                                   restored.history, restored.step)
     position = restored.position
   else:  # a fresh run, or one whose checkpoints all fail to restore
-    state = (initializer or steps.initializer(*state_of))(init_key)
+    state = (initializer or steps.initializer(*init_args))(init_key)
     if config.init_from:
       state = startup.pretrained_state(config, state, state_shapes,
                                        pretrained)
