@@ -22,7 +22,7 @@ CNNs', the wall times and both recipes and batch sizes measured).
 from vit_jax import config_schema
 
 # CIFAR-10 training-set channel statistics of pixels in [0, 1], the study's
-# normalisation.
+# normalization.
 CIFAR10_MEAN = (0.4914, 0.4822, 0.4465)
 CIFAR10_STD = (0.2470, 0.2435, 0.2616)
 

@@ -38,7 +38,7 @@ def get_config(model: str = 'vit'):
   if model == 'vit':
     overrides = config.model_overrides
     # Stochastic depth in place of the study's dropout, as DeiT (and Lee et
-    # al.) train: both at once over-regularise a small ViT.
+    # al.) train: both at once over-regularize a small ViT.
     overrides.stochastic_depth_rate = 0.1
     overrides.dropout_rate = 0.0
     overrides.shifted_patches = True

@@ -4,7 +4,7 @@ The paper (Sec. 3.1, App. B.1.1) fine-tunes with SGD momentum 0.9, batch 512,
 no weight decay, global-norm clipping at 1, a short linear warmup then cosine
 decay, at a higher resolution than pre-training; the official code splits the
 batch into micro-batches (gradient accumulation) to fit memory. The head is
-replaced by a zero-initialised one and the position embeddings are resized to
+replaced by a zero-initialized one and the position embeddings are resized to
 the new patch grid (`vit_jax/training/finetune.py`).
 
 `config.init_from` is a `vit_jax.main` run directory or a released `.npz`.

@@ -319,7 +319,7 @@ def randomized(params, seed: int = 0):
 
 def random_params(module, *inputs, seed: int = 0, **kwargs):
   """`randomized` parameters of `module` called on `inputs` (and `kwargs`),
-  never initialised."""
+  never initialized."""
   import jax  # pylint: disable=g-import-not-at-top
   init = functools.partial(module.init, **kwargs)  # train=: not traced
   return randomized(
@@ -327,8 +327,8 @@ def random_params(module, *inputs, seed: int = 0, **kwargs):
 
 
 def random_cnn_variables(module, images, seed: int = 0) -> dict:
-  """A CNN's variables drawn in numpy, never initialised: kernels
-  N(0, 1 / fan-in), as an initialisation keeps the activations' scale, the
+  """A CNN's variables drawn in numpy, never initialized: kernels
+  N(0, 1 / fan-in), as an initialization keeps the activations' scale, the
   BatchNorm variances U(0.5, 1.5), every other vector N(0, 1)."""
   import jax  # pylint: disable=g-import-not-at-top
   import jax.numpy as jnp  # pylint: disable=g-import-not-at-top

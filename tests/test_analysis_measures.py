@@ -31,7 +31,7 @@ def test_rollout_of_identity_attention_is_the_identity():
                                                       (2, TOKENS, TOKENS)))
 
 
-def test_rollout_adds_the_residual_renormalises_and_multiplies_layers():
+def test_rollout_adds_the_residual_renormalizes_and_multiplies_layers():
   # Every token attends only to the class token.
   to_cls = np.zeros((1, 1, 3, 3))
   to_cls[..., 0] = 1.0

@@ -1,4 +1,4 @@
-"""What is analysed: a released ViT, images, predictions, embeddings."""
+"""What is analyzed: a released ViT, images, predictions, embeddings."""
 
 import jax
 import numpy as np

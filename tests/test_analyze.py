@@ -55,7 +55,7 @@ def test_writes_every_figure_and_the_numbers(trained_vit_run, tmp_path):
   assert all(0 < d < 22.7 for layer in per_head for d in layer)
   assert -1 <= result['position_similarity_distance_correlation'] <= 1
   assert len(result['embedding_filter_explained_variance']) == 5
-  # The figures beside the run's curves in TensorBoard, at the step analysed.
+  # The figures beside the run's curves in TensorBoard, at the step analyzed.
   events = list((workdir / 'tensorboard' / 'analysis').glob('events.out.*'))
   assert len(events) == 1 and events[0].stat().st_size > 10_000
 

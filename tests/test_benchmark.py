@@ -20,7 +20,7 @@ def test_command_prints_a_table_and_a_json_line_and_writes_a_trace(tmp_path):
   result = json.loads(lines[-1])
   assert result['devices'] == '2 x cpu'
   assert result['train_images_per_second'] > 0
-  assert 0 < result['train_utilisation'] < 1.5
+  assert 0 < result['train_utilization'] < 1.5
   assert abs(result['xla_train_gflop_per_image'] /
              result['train_gflop_per_image'] - 1) < 0.5
   assert any(line.startswith('train_ms_per_step') for line in lines)

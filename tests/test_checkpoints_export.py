@@ -37,7 +37,7 @@ def test_a_run_converts_to_every_format_and_back_exactly(trained_vit_run,
                          f'{std}.') == (format_name == 'npz')
     loaded = reading.load(dest)
     assert loaded.kind == format_name and loaded.image_size == 24
-    # The normalisation the run trained with travels with the folders; an
+    # The normalization the run trained with travels with the folders; an
     # .npz has no place for it.
     assert loaded.pixels == (vit_model.RELEASED_PIXELS if format_name == 'npz'
                              else (cifar_small.CIFAR10_MEAN, cifar_small.CIFAR10_STD))

@@ -25,5 +25,5 @@ def test_checkpoints_leave_jaxs_preemption_sync_point_to_the_loop(
     checkpoints.due(step)
     checkpoints.save(step, state, sums, [], {'epoch': 1, 'batch': step},
                      {})
-  checkpoints.close()  # the background finalisation included
+  checkpoints.close()  # the background finalization included
   assert checkpoints.steps() == [1, 2] and not calls

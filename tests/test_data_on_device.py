@@ -29,7 +29,7 @@ def test_batches_from_a_mid_epoch_position_continue_into_the_next_epoch():
     np.testing.assert_array_equal(next(batches), indices)
 
 
-def test_model_inputs_gather_and_normalise_the_batch():
+def test_model_inputs_gather_and_normalize_the_batch():
   inputs, (images, labels) = _input(augment=False)
   indices = np.array([3, 0, 7, 7, 1, 2, 9, 4], np.int32)
   x, y = jax.jit(inputs.model_inputs)(inputs.train_data, indices, None)

@@ -1,4 +1,4 @@
-"""Crops, flips, resizing and normalisation, on the host and the device."""
+"""Crops, flips, resizing and normalization, on the host and the device."""
 
 import functools
 
@@ -128,7 +128,7 @@ def test_random_crop_and_flip_is_a_shifted_crop_of_the_padded_image():
   assert seen == {False, True}
 
 
-def test_eval_input_scales_resizes_and_normalises():
+def test_eval_input_scales_resizes_and_normalizes():
   images = jnp.full((2, 4, 4, 3), 255, jnp.uint8)
   out = preprocess.eval_input(images, image_size=8, mean=(0.5, 0.5, 0.5),
                               std=(0.25, 0.5, 1.0))
@@ -170,7 +170,7 @@ def test_the_policy_changes_images_and_leaves_the_crops_as_they_were():
   plain, erased = (np.asarray(jax.jit(functools.partial(
       preprocess.train_input, policy=p, **kwargs))(images))
                    for p in (None, policy))
-  # (XLA may fuse the normalisation differently: a 1e-9 difference is not
+  # (XLA may fuse the normalization differently: a 1e-9 difference is not
   # a change.)
   changed = np.any(np.abs(plain - erased) > 1e-5, axis=-1)
   for image_changed in changed:
@@ -178,6 +178,6 @@ def test_the_policy_changes_images_and_leaves_the_crops_as_they_were():
     assert rows.size  # every image erased
     box = image_changed[rows.min():rows.max() + 1, cols.min():cols.max() + 1]
     assert box.all()  # one rectangle, the rest as cropped
-  # The erased pixels hold DeiT's noise: N(0, 1) once normalised.
+  # The erased pixels hold DeiT's noise: N(0, 1) once normalized.
   values = erased[changed]
   assert abs(values.mean()) < 0.15 and abs(values.std() - 1) < 0.15

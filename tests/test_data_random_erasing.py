@@ -38,17 +38,17 @@ def test_random_erasing_fills_one_rectangle_of_the_area_range():
   assert len(set(fractions)) > 5
 
 
-def test_random_erasing_fills_what_timm_fills_once_normalised():
+def test_random_erasing_fills_what_timm_fills_once_normalized():
   mean, std = (0.49, 0.48, 0.45), (0.25, 0.24, 0.26)
   images = jnp.full(SHAPE, 2.0)  # outside [0, 1]: never a fill value
-  normalised = lambda x: (np.asarray(x) - np.asarray(mean)) / np.asarray(std)
+  normalized = lambda x: (np.asarray(x) - np.asarray(mean)) / np.asarray(std)
   const = _erase(jax.random.key(3), images, 1.0, mean=mean, std=std)
   erased = np.asarray(const) != 2.0
   assert erased.any(axis=(1, 2, 3)).all()
-  np.testing.assert_allclose(normalised(const)[erased], 0.0, atol=1e-6)
-  # DeiT's 'pixel' mode: N(0, 1) per pixel and channel, once normalised.
+  np.testing.assert_allclose(normalized(const)[erased], 0.0, atol=1e-6)
+  # DeiT's 'pixel' mode: N(0, 1) per pixel and channel, once normalized.
   noise = _erase(jax.random.key(3), images, 1.0, mode='pixel', mean=mean,
                  std=std)
-  values = normalised(noise)[np.asarray(noise) != 2.0]
+  values = normalized(noise)[np.asarray(noise) != 2.0]
   assert values.size > 1000
   assert abs(values.mean()) < 0.1 and abs(values.std() - 1) < 0.1

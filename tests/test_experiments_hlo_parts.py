@@ -71,7 +71,7 @@ class _Block(nn.Module):
 
 
 class _Blocks(nn.Module):
-  """Two `_Block`s scanned and rematerialised, as `remat_scan` runs the
+  """Two `_Block`s scanned and rematerialized, as `remat_scan` runs the
   encoder."""
 
   @nn.compact
@@ -108,7 +108,7 @@ def test_a_compiled_steps_instructions_are_mapped_to_its_modules():
   assert any('rsqrt' in p.operations for p in layer_norm)
 
 
-def test_scanned_and_rematerialised_blocks_add_up_by_module():
+def test_scanned_and_rematerialized_blocks_add_up_by_module():
   parts = hlo_parts.model_parts(_compiled_step_text(_Blocks()))
   # One part a module and pass, free of how scan and remat run them; scan's
   # own loop is the model's.

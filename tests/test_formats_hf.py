@@ -127,7 +127,7 @@ def test_a_vit_model_with_a_pooler_reads_as_a_backbone_with_pre_logits(
     reading.load(tmp_path)
 
 
-def test_the_folder_states_the_normalisation_it_was_trained_with(tmp_path):
+def test_the_folder_states_the_normalization_it_was_trained_with(tmp_path):
   model, params = one_block_vit('ViT-Tiny-CIFAR_4')
   imagenet = ((0.485, 0.456, 0.406), (0.229, 0.224, 0.225))
   hf.write(tmp_path, params, model, 8, imagenet)
@@ -136,7 +136,7 @@ def test_the_folder_states_the_normalisation_it_was_trained_with(tmp_path):
   # The weights alone state nothing: the released models' [-1, 1].
   assert hf.pixels(tmp_path / 'model.safetensors') == ((0.5,) * 3,) * 2
   # As ViTImageProcessor reads it: one number for every channel, its
-  # defaults for what is left out, no normalisation when told so.
+  # defaults for what is left out, no normalization when told so.
   preprocessor = tmp_path / hf.PREPROCESSOR_CONFIG
   preprocessor.write_text('{"image_mean": 0.4}')
   assert hf.pixels(tmp_path) == ((0.4,) * 3, (0.5,) * 3)

@@ -249,7 +249,7 @@ def test_a_root_of_another_width_is_one_line(tmp_path):
     timm.read(path, None)
 
 
-def test_the_hub_folder_states_the_normalisation_it_was_trained_with(
+def test_the_hub_folder_states_the_normalization_it_was_trained_with(
     tmp_path):
   model, params = one_block_vit('ViT-Tiny-CIFAR_4')
   imagenet = ((0.485, 0.456, 0.406), (0.229, 0.224, 0.225))

@@ -56,7 +56,7 @@ def test_patches_are_in_the_order_of_the_tokens():
     np.testing.assert_array_equal(patches[:, k], window.reshape(2, -1))
 
 
-def test_the_error_is_maes_normalised_pixel_loss_over_the_masked_patches():
+def test_the_error_is_maes_normalized_pixel_loss_over_the_masked_patches():
   images = _images(size=8)
   predictions = normal((2, 4, 48), 5)
   mask = jnp.array([[1.0, 0, 0, 1], [0, 1, 0, 0]])

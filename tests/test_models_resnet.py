@@ -149,7 +149,7 @@ def test_standardize_kernel_against_numpy():
 
 @pytest.mark.parametrize('kernel_size,strides', [(1, 1), (1, 2), (3, 2),
                                                  (7, 2)])
-def test_std_conv_is_flax_conv_with_the_standardised_kernel(kernel_size,
+def test_std_conv_is_flax_conv_with_the_standardized_kernel(kernel_size,
                                                             strides):
   x = jax.random.normal(jax.random.key(1), (2, 9, 9, 5))
   ours = resnet.StdConv(6, kernel_size, strides)

@@ -167,7 +167,7 @@ def test_tree_and_logits_match_the_official_model(classifier,
       rtol=1e-4, atol=1e-4)
 
 
-def test_initialisation_follows_the_official_model():
+def test_initialization_follows_the_official_model():
   model = VisionTransformer(num_classes=5, **SMALL)
   params = model.init(jax.random.key(0), _images(), train=False)['params']
   assert not np.any(params['cls'])
@@ -344,7 +344,7 @@ def test_remat_keeps_the_tree_logits_and_gradients(remat):
   rematted = model.clone(remat=remat)
   params = model.init(jax.random.key(0), images, train=False)['params']
   # Same names, so the official checkpoints load as they are; same
-  # initialisation too.
+  # initialization too.
   jax.tree.map(np.testing.assert_array_equal, params,
                rematted.init(jax.random.key(0), images,
                              train=False)['params'])

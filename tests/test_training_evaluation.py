@@ -77,13 +77,13 @@ def test_a_file_without_a_config_or_of_another_size_is_one_line(
                      r'images: pass --config.image_size=24, or '
                      '--released_preprocessing'):
     evaluation.evaluate(npz, config=config)
-  # An .npz states no normalisation: the released models' (pixels in
+  # An .npz states no normalization: the released models' (pixels in
   # [-1, 1]) at the resolution of the position embeddings.
   result = evaluation.evaluate(npz, config=config, released_preprocessing=True)
   assert result['image_size'] == 24 and result['examples'] == 37
 
 
-def test_an_export_evaluates_with_the_normalisation_it_states(
+def test_an_export_evaluates_with_the_normalization_it_states(
     trained_vit_run, tmp_path):
   workdir, data_dir = trained_vit_run
   logged = _logged_test(workdir)

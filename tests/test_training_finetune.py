@@ -203,10 +203,10 @@ def test_init_from_takes_timm_and_transformers_folders(tmp_path, format_name,
   config.model_overrides = fields
   assert_trees_identical(finetune.check_init_from(config), params)
   # The folder states the released models' [-1, 1]; the study's config
-  # normalises with CIFAR-10's mean and std: said, with what to pass.
+  # normalizes with CIFAR-10's mean and std: said, with what to pass.
   assert ('--config.pixel_mean=0.5,0.5,0.5 --config.pixel_std=0.5,0.5,0.5'
           in caplog.text)
   caplog.clear()
   config.pixel_mean = config.pixel_std = (0.5, 0.5, 0.5)
   finetune.check_init_from(config)
-  assert 'normalised with' not in caplog.text
+  assert 'normalized with' not in caplog.text

@@ -21,8 +21,8 @@ def test_the_table_formats_rates_and_shares():
   from vit_jax.training import step_benchmark  # pylint: disable=g-import-not-at-top
   assert step_benchmark.format_table({
       'model': 'ViT-Ti_16', 'train_images_per_second': 1234.5,
-      'train_utilisation': 0.4567, 'train_ms_per_step': 3.25}) == (
+      'train_utilization': 0.4567, 'train_ms_per_step': 3.25}) == (
           'model                    ViT-Ti_16\n'
           'train_images_per_second  1,234.5\n'
-          'train_utilisation        45.7%\n'
+          'train_utilization        45.7%\n'
           'train_ms_per_step        3.250')

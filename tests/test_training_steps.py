@@ -77,7 +77,7 @@ def test_gradient_accumulation_gives_the_same_step():
 
 
 @pytest.mark.slow  # 8 s; the model's remat test stays in the suite
-def test_a_rematerialised_step_is_the_same_step_keeping_less():
+def test_a_rematerialized_step_is_the_same_step_keeping_less():
   """remat='full' recomputes each block in the backward pass, dropout masks
   included, so the step is the same; on a CPU too, where the compiler
   options keep jax's barriers (else XLA merges the recomputation away)."""
@@ -263,14 +263,14 @@ state = steps.initial_state(jax.random.key(0), model, tx, 32, mesh)
 shapes = steps.state_shapes(jax.random.key(0), model, tx, 32, mesh)
 assert jax.tree.map(lambda a: (a.shape, a.sharding), state) == (
     jax.tree.map(lambda a: (a.shape, a.sharding), shapes))
-print('initialised')
+print('initialized')
 '''
 
 
 @pytest.mark.parametrize('fsdp', [1, 4])
-def test_a_mimetic_model_initialises_on_several_host_devices(fsdp):
+def test_a_mimetic_model_initializes_on_several_host_devices(fsdp):
   """Its SVDs deadlocked a program partitioned over 4 host devices on 2
   cores (jax 0.10.2); the state still ends up laid out as the mesh says."""
   out = run_on_host_devices(
       _MIMETIC_SCRIPT.format(root=str(ROOT), fsdp=fsdp), 4, timeout=120)
-  assert out.strip().endswith('initialised')
+  assert out.strip().endswith('initialized')

@@ -143,7 +143,7 @@ def test_resumed_mid_interval_equals_uninterrupted(cifar10_binary, tmp_path,
 
 def test_a_scanned_run_resumes_exactly_in_its_own_layout(cifar10_binary,
                                                         tmp_path):
-  """Stacked blocks (scan), rematerialised, with dropout drawn per layer:
+  """Stacked blocks (scan), rematerialized, with dropout drawn per layer:
   orbax restores the stacked tree, and the resumed run is the whole one."""
   data_dir, _ = cifar10_binary
   config = tiny_config(data_dir, total_steps=8, log_every_steps=2,

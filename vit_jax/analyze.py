@@ -9,7 +9,7 @@ the run's test images or on your own.
 A run is read with its config.json and newest sound checkpoint (a damaged
 one skipped with a warning; a damaged --step refused), on its dataset's test
 images unless --images is given. Another checkpoint needs --images; its
-image size follows from its position embeddings, and images are normalised
+image size follows from its position embeddings, and images are normalized
 as its folder states (timm's config.json, transformers'
 preprocessor_config.json), else scaled to [-1, 1] as the released models'.
 Writes into --out (the analyses are in `vit_jax.analysis`):
@@ -31,7 +31,7 @@ Writes into --out (the analyses are in `vit_jax.analysis`):
   analysis.json              the numbers behind the figures, and with
                              --images the top-5 classes of each image
 
-A model's optional techniques are analysed as they are (the patches are the
+A model's optional techniques are analyzed as they are (the patches are the
 tokens after [CLS] and the distillation token). What a model lacks is not
 drawn, in one line each and under analysis.json's `not_drawn`: without a
 class token (classifier 'gap' or 'map') no cls_attention.png nor rollout,
@@ -42,7 +42,7 @@ embedding_filters.png shows the filters on the unshifted patch
 zero diagonal and the uniform-attention distance leaves the patch out.
 
 For a run, the figures also go to its TensorBoard (`tensorboard --logdir
-WORKDIR/tensorboard`, under `analysis`), at the step analysed.
+WORKDIR/tensorboard`, under `analysis`), at the step analyzed.
 
 --out is replaced whole (it may hold an earlier analysis only): after Ctrl-C
 or SIGTERM (one line, status 130 or 75) or a failure it holds the earlier
@@ -81,7 +81,7 @@ _WORKDIR = flags.DEFINE_string(
 _CHECKPOINT, _MODEL, _STEP, _DATA_DIR = command.define_checkpoint_flags(
     'checkpoint', 'model', 'step', 'data_dir')
 _IMAGES = flags.DEFINE_list(
-    'images', None, "Image files or directories to analyse (default: the "
+    'images', None, "Image files or directories to analyze (default: the "
     "run's test images).")
 _CLASS_NAMES = flags.DEFINE_string(
     'class_names', None, 'A text file of the class names, one per line, to '
@@ -319,7 +319,7 @@ def _draw_attention_distance(out: pathlib.Path, subject: subjects.Subject,
 
 
 def _to_tensorboard(directory: pathlib.Path, out: pathlib.Path, step: int):
-  """The figures in `out` as TensorBoard images at the step analysed."""
+  """The figures in `out` as TensorBoard images at the step analyzed."""
   from PIL import Image  # pylint: disable=g-import-not-at-top
   from tensorboardX import SummaryWriter  # pylint: disable=g-import-not-at-top
   with SummaryWriter(str(directory)) as writer:

@@ -193,9 +193,9 @@ FIELDS: dict[str, Field] = {
     'ema_decay': Field(
         0.0, 'Keep an exponential moving average of the parameters with '
         'this decay (reached after 9 / (1 - decay) steps, as TensorFlow\'s '
-        'num_updates), and evaluate, export and analyse it as the run\'s '
+        'num_updates), and evaluate, export and analyze it as the run\'s '
         'model (timm\'s ModelEma; DeiT: 0.99996); 0: none.'),
-    'seed': Field(0, 'Seeds initialisation, shuffling, augmentation, '
+    'seed': Field(0, 'Seeds initialization, shuffling, augmentation, '
                   'dropout, and the subsets of a dataset ordered by class.'),
     # The machine.
     'fsdp': Field(1, 'Devices each large parameter and optimizer-state array '

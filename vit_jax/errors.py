@@ -34,7 +34,7 @@ class TrainingDivergedError(VitJaxError):
 
 
 class AnalysisError(VitJaxError):
-  """The run or checkpoint cannot be analysed as asked."""
+  """The run or checkpoint cannot be analyzed as asked."""
 
 
 def first_line(error: BaseException, limit: int = 300) -> str:

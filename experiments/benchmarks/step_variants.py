@@ -5,7 +5,7 @@ round (the baseline, the first, opens each), then a table of medians.
   python experiments/benchmarks/step_variants.py --gpu --output=OUT.json
 
 On the CPU, the study ViT's step under CPU_VARIANTS (attempts 13-16 of the
-optimisation log); with --gpu, ViT-B/16's step as `gpu.py` times it under the
+optimization log); with --gpu, ViT-B/16's step as `gpu.py` times it under the
 candidates of the README's "Next" (`--smoke`: one layer, for a CPU).
 """
 
@@ -57,7 +57,7 @@ def run_cpu_variant(variant: str, steps: int) -> dict:
   result = study_step.measure(4, steps_timed=steps, attention=attention)
   return {'variant': variant,
           'train_images_per_second': result['train_images_per_second'],
-          'train_utilisation': result['train_utilisation']}
+          'train_utilization': result['train_utilization']}
 
 
 def run_gpu_variant(variant: str, steps: int, smoke: bool) -> dict:
@@ -100,7 +100,7 @@ def run_gpu_variant(variant: str, steps: int, smoke: bool) -> dict:
 
 def use_patch_matmul():
   """The `embedding` conv as a matmul of the patches by the kernel reshaped:
-  the same parameters, initialised alike, and the same function."""
+  the same parameters, initialized alike, and the same function."""
   import flax.linen as nn  # pylint: disable=g-import-not-at-top
   # pylint: disable=g-import-not-at-top
   from vit_jax.models import names

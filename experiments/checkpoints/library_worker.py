@@ -61,7 +61,7 @@ def _perturb(model, generator) -> None:
 
 def _official_stem(model) -> None:
   """A timm hybrid's stem with the official epsilons (GroupNorm 1e-6, kernels
-  standardised as (w - mean) / (std + 1e-5))."""
+  standardized as (w - mean) / (std + 1e-5))."""
   import torch  # pylint: disable=g-import-not-at-top
   from timm.layers import StdConv2dSame  # pylint: disable=g-import-not-at-top
   from timm.layers.padding import pad_same  # pylint: disable=g-import-not-at-top

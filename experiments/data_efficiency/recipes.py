@@ -42,7 +42,7 @@ INGREDIENTS = dict([
     # the teacher's (`recipe_overrides`).
     ('locality_guidance', {'model_overrides.guided_blocks': (0, 3, 5)}),
     # Masked-autoencoder pre-training without labels (He et al. 2022), as
-    # MAE pre-trains: 75% of the patches hidden, normalised pixels, no
+    # MAE pre-trains: 75% of the patches hidden, normalized pixels, no
     # dropout, weight decay 0.05, Adam's beta2 0.95; a decoder of 2 blocks
     # as wide as the encoder (MAE's ablation: one block fine-tunes as well as
     # eight). Its run is read by the 'mae' rows (`SOURCES`) alone.
@@ -187,7 +187,7 @@ ROUND_TWO = [('locality_guidance',), ('distillation', 'locality_guidance'),
              ('locality_guidance', 'mae')]
 # Round three: each lever on the best recipe at 100 epochs (locality
 # guidance with distillation, 67.7 +- 0.9 over three seeds), at seed 0
-# first: the weights' average, soft distillation, and the regularisers of
+# first: the weights' average, soft distillation, and the regularizers of
 # round one that the guided ViT has not tried (stochastic depth in place
 # of dropout, TrivialAugment, DeiT's weight decay). The two that gained at
 # seed 0 (soft distillation +1.7 points, TrivialAugment +3.2) together,

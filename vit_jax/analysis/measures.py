@@ -54,7 +54,7 @@ def mean_attention_distance(attention: np.ndarray, grid: tuple[int, int],
                             prefix: int | None = None) -> np.ndarray:
   """Mean attention distance in pixels of each head (the paper's Figure 7).
 
-  Only patch-to-patch attention counts, renormalised over the patches.
+  Only patch-to-patch attention counts, renormalized over the patches.
   """
   attention = np.asarray(attention, np.float64)
   num_patches = grid[0] * grid[1]

@@ -1,4 +1,4 @@
-"""What `python -m vit_jax.analyze` analyses: the ViT of a run or checkpoint,
+"""What `python -m vit_jax.analyze` analyzes: the ViT of a run or checkpoint,
 its images, its logits and attention on them, and its embeddings."""
 
 import dataclasses
@@ -25,7 +25,7 @@ _BATCH_SIZE = 64
 
 @dataclasses.dataclass(frozen=True)
 class Subject:
-  """A ViT to analyse, and how its input images are made."""
+  """A ViT to analyze, and how its input images are made."""
   model: models.VisionTransformer
   variables: dict
   image_size: int
@@ -123,7 +123,7 @@ def read_class_names(path, subject: Subject) -> list[str]:
 
 def model_inputs(images: np.ndarray,
                  subject: Subject) -> tuple[np.ndarray, np.ndarray]:
-  """Normalised model inputs of uint8 images, and the same in [0, 1]."""
+  """Normalized model inputs of uint8 images, and the same in [0, 1]."""
   inputs = np.asarray(preprocess.eval_input(
       images, image_size=subject.image_size, mean=subject.pixel_mean,
       std=subject.pixel_std))

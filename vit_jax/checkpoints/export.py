@@ -81,5 +81,5 @@ def _unstated_pixels(format_name: str, pixels: tuple[tuple, tuple]) -> str:
   """What a user of an .npz must pass that the file cannot hold."""
   if format_name != reading.NPZ or pixels == vit_model.RELEASED_PIXELS:
     return ''
-  return (' An .npz does not hold the normalisation it was trained with: '
+  return (' An .npz does not hold the normalization it was trained with: '
           f'evaluate or fine-tune it with {reading.pixel_flags(pixels)}.')

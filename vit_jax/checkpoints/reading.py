@@ -1,5 +1,5 @@
 """Any checkpoint read back: a `vit_jax.main` workdir as it was trained
-(`load_run`), or any checkpoint (`source_kind`) as it is evaluated, analysed,
+(`load_run`), or any checkpoint (`source_kind`) as it is evaluated, analyzed,
 exported and fine-tuned (`load_params`, `load`).
 """
 
@@ -268,6 +268,6 @@ def trained_pixels(source: str | pathlib.Path) -> tuple[tuple, tuple] | None:
 
 
 def pixel_flags(pixels: tuple[tuple, tuple]) -> str:
-  """The overrides that normalise a run's input with `pixels` (mean, std)."""
+  """The overrides that normalize a run's input with `pixels` (mean, std)."""
   mean, std = (','.join(f'{x:g}' for x in p) for p in pixels)
   return f'--config.pixel_mean={mean} --config.pixel_std={std}'

@@ -1,6 +1,6 @@
 """TrivialAugment and RandAugment in pure jax, traced into the train step.
 
-Images are float32 NHWC in [0, 1] (before normalisation) and stay in [0, 1].
+Images are float32 NHWC in [0, 1] (before normalization) and stay in [0, 1].
 `OPS` is torchvision's 14-op set, each op a function of a signed magnitude in
 [-1, 1] that `OpRanges` scales. Photometric ops follow PIL; geometric ops are
 one bilinear affine warp filled with timm's gray (`FILL`), not torchvision's
@@ -274,5 +274,5 @@ def rand_augment(key: jax.Array, images: jax.Array, num_ops: int = 2,
     return apply_op(images, ops, level * _random_signs(sign_key, n), ranges)
 
   # Not unrolled: XLA on CPU fused one op into the next one's warp and
-  # recomputed it per sample; the loop boundary materialises the images.
+  # recomputed it per sample; the loop boundary materializes the images.
   return jax.lax.fori_loop(0, num_ops, step, images)

@@ -114,7 +114,7 @@ class Input(abc.ABC):
   @abc.abstractmethod
   def model_inputs(self, data, batch, key: jax.Array | None
                    ) -> tuple[jax.Array, jax.Array]:
-    """(normalised images, labels) of `batch`; `key` None in evaluation."""
+    """(normalized images, labels) of `batch`; `key` None in evaluation."""
 
   def _model_images(self, images: jax.Array, key: jax.Array | None, *,
                     crop_and_flip: bool) -> jax.Array:

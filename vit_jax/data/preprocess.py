@@ -1,6 +1,6 @@
 """Image preprocessing and augmentation: the official code's Inception crop
 on the host (streaming), and on the devices a padded random crop, the config's
-`device_policy` and normalisation (`train_input`, `eval_input`).
+`device_policy` and normalization (`train_input`, `eval_input`).
 """
 
 from collections.abc import Callable
@@ -128,7 +128,7 @@ def device_policy(config) -> Policy | None:
         auto_augment.rand_augment, num_ops=config.rand_augment_ops,
         magnitude=config.rand_augment_magnitude))
   if config.random_erasing:
-    # DeiT's setting (timm's `remode='pixel'`): normal noise once normalised.
+    # DeiT's setting (timm's `remode='pixel'`): normal noise once normalized.
     steps.append(functools.partial(
         random_erasing.random_erasing, probability=config.random_erasing,
         mode='pixel', mean=tuple(config.pixel_mean),
@@ -147,7 +147,7 @@ def device_policy(config) -> Policy | None:
 def train_input(images: jax.Array, key: jax.Array, *, crop_and_flip: bool,
                 policy: Policy | None, image_size: int, mean,
                 std) -> jax.Array:
-  """uint8 NHWC images augmented, resized and normalised for training."""
+  """uint8 NHWC images augmented, resized and normalized for training."""
   x = _unit_range(images)
   if crop_and_flip:
     x = random_crop_and_flip(key, x)
@@ -159,7 +159,7 @@ def train_input(images: jax.Array, key: jax.Array, *, crop_and_flip: bool,
 
 def eval_input(images: jax.Array, *, image_size: int, mean,
                std) -> jax.Array:
-  """uint8 NHWC images resized and normalised, unaugmented."""
+  """uint8 NHWC images resized and normalized, unaugmented."""
   return _normalized(_resized(_unit_range(images), image_size), mean, std)
 
 

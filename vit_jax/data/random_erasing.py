@@ -1,4 +1,4 @@
-"""Random erasing on the devices, on images in [0, 1] before normalisation."""
+"""Random erasing on the devices, on images in [0, 1] before normalization."""
 
 import jax
 import jax.numpy as jnp
@@ -15,7 +15,7 @@ def random_erasing(key: jax.Array, images: jax.Array,
   """Random erasing (Zhong et al. 2020) as timm's RandomErasing, one box.
 
   `mean` and `std` are the dataset's, so 'const' and 'pixel' fill with what
-  timm's zeros and normal noise are once normalised. Only `mode` and
+  timm's zeros and normal noise are once normalized. Only `mode` and
   `attempts` are static.
   """
   if mode not in ('const', 'pixel'):

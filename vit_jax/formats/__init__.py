@@ -21,7 +21,7 @@ class FolderFormat(Protocol):
     """Our parameter tree from the folder or its weights file."""
 
   def pixels(self, path: pathlib.Path) -> tuple[tuple, tuple]:
-    """The (mean, std) the folder states its input is normalised with."""
+    """The (mean, std) the folder states its input is normalized with."""
 
   def write(self, directory: pathlib.Path, params: dict, model: Any,
             image_size: int, pixels: tuple[tuple, tuple] = ...) -> None:

@@ -158,7 +158,7 @@ def config(model: models.VisionTransformer, image_size: int) -> dict:
 
 
 def preprocessor_config(image_size: int, pixels: tuple[tuple, tuple]) -> dict:
-  """`ViTImageProcessor`'s config, normalising by `pixels` (mean, std)."""
+  """`ViTImageProcessor`'s config, normalizing by `pixels` (mean, std)."""
   mean, std = pixels
   return {
       'image_processor_type': 'ViTImageProcessor',

@@ -216,7 +216,7 @@ def from_state(state: dict, num_heads: int, source: str) -> dict:
 
 def config(model: models.VisionTransformer, image_size: int,
            pixels: tuple[tuple, tuple]) -> dict:
-  """The hub folder's config.json for `model`, normalising by `pixels`."""
+  """The hub folder's config.json for `model`, normalizing by `pixels`."""
   global_pool = 'token' if model.classifier == 'token' else 'avg'
   model_args = {
       'img_size': image_size,

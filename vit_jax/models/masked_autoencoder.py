@@ -89,7 +89,7 @@ class Decoder(nn.Module):
     projection = dict(kernel_init=nn.initializers.xavier_uniform(),
                       dtype=self.dtype)
     x = nn.Dense(self.width, name='embed', **projection)(encoded)
-    # Made whether or not a patch is dropped: the model initialises in
+    # Made whether or not a patch is dropped: the model initializes in
     # evaluation, where none is.
     mask_token = self.param('mask_token', nn.initializers.normal(0.02),
                             (1, 1, self.width)).astype(x.dtype)
@@ -135,7 +135,7 @@ class MaskedAutoencoder(nn.Module):
                          self.mask_ratio) if train else None)
     logits, out = self.vit(images, train=train, kept_patches=kept,
                            probe=True, return_out=True)
-    # Made in evaluation too, where the parameters are initialised.
+    # Made in evaluation too, where the parameters are initialized.
     predictions = Decoder(
         self.decoder_width, self.decoder_depth,
         size**2 * images.shape[-1], self.vit.attention, self.vit.dtype,

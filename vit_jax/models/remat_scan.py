@@ -1,4 +1,4 @@
-"""The encoder's blocks rematerialised (memory for compute) and scanned
+"""The encoder's blocks rematerialized (memory for compute) and scanned
 (one block compiled, not `num_layers`); neither changes what they compute.
 
 Scan stacks the blocks' parameters in one `encoderblock`, as big_vision;
@@ -38,7 +38,7 @@ def check(remat: str, scan: bool, stochastic_depth_rate: float) -> None:
 def _block_call(remat: str, deterministic: bool,
                 prevent_cse: bool) -> Callable[[nn.Module, jax.Array],
                                                jax.Array]:
-  """(block, x) -> block(x), rematerialised as `remat` says."""
+  """(block, x) -> block(x), rematerialized as `remat` says."""
   # `deterministic` is closed over: remat would trace an argument.
 
   def call(block: nn.Module, x: jax.Array) -> jax.Array:
@@ -53,7 +53,7 @@ def _block_call(remat: str, deterministic: bool,
 
 def call_block(block: nn.Module, x: jax.Array, *, deterministic: bool,
                remat: str) -> jax.Array:
-  """`block(x)`, rematerialised as `remat` says."""
+  """`block(x)`, rematerialized as `remat` says."""
   return _block_call(remat, deterministic, prevent_cse=True)(block, x)
 
 

@@ -30,7 +30,7 @@ def standardize_kernel(kernel: jax.Array,
 
 
 class StdConv(nn.Module):
-  """A bias-free 'SAME' conv whose kernel is standardised in float32."""
+  """A bias-free 'SAME' conv whose kernel is standardized in float32."""
 
   features: int
   kernel_size: int

@@ -1,6 +1,6 @@
 """The Vision Transformer (Dosovitskiy et al., ICLR 2021) in flax.linen.
 
-Module names, nesting, shapes and initialisers follow the official linen model
+Module names, nesting, shapes and initializers follow the official linen model
 (google-research/vision_transformer, `vit_jax/models_vit.py`), so the same
 parameters give the same logits and released checkpoints load by renaming keys
 (`names`). The options for training on little data sit in the layer they

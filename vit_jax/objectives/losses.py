@@ -1,4 +1,4 @@
-"""What the train step minimises: soft-target cross-entropy (`classification`),
+"""What the train step minimizes: soft-target cross-entropy (`classification`),
 and `Objective`, the one signature every technique wraps so that a technique
 adds an objective, not a branch in the step.
 """

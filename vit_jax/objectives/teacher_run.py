@@ -16,7 +16,7 @@ from vit_jax.errors import CheckpointError
 from vit_jax.errors import ConfigError
 
 # Teacher fields that must equal the student's: the teacher sees the
-# student's normalised images.
+# student's normalized images.
 _SAME_INPUT = ('dataset', 'image_size', 'pixel_mean', 'pixel_std')
 
 

@@ -35,14 +35,14 @@ def check_init_from(config) -> Any:
 def pretrained_params(config, fresh_params, pretrained=None) -> dict:
   """`config.init_from` (any checkpoint, `reading.source_kind`; `pretrained`:
   what `check_init_from` read of it) fitted to the run's model, whose
-  freshly initialised parameters are `fresh_params`; a ConfigError names
+  freshly initialized parameters are `fresh_params`; a ConfigError names
   what does not fit."""
   fresh = jax.device_get(fresh_params)
   if pretrained is None:
     pretrained = _read(config)
     _check_fit(config, pretrained, fresh)
   adapted = params_lib.adapt_params(pretrained, fresh)
-  logging.info('Initialised from %s.', config.init_from)
+  logging.info('Initialized from %s.', config.init_from)
   return adapted
 
 
@@ -59,8 +59,8 @@ def _read(config) -> Any:
   if trained_on is not None and not np.allclose(trained_on, ours):
     # Allowed (fine-tuning adapts), but rarely meant.
     logging.warning(
-        '%s was trained on pixels normalised with mean %s and std %s; this '
-        'run normalises with %s and %s. To feed it what it learned on, pass '
+        '%s was trained on pixels normalized with mean %s and std %s; this '
+        'run normalizes with %s and %s. To feed it what it learned on, pass '
         '%s.', config.init_from, *trained_on, *ours,
         reading.pixel_flags(trained_on))
   return params

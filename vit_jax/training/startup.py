@@ -115,7 +115,7 @@ def stop_if_signalled(signals: preemption.Preemption,
 def trained_model_and_objective(config, num_classes: int,
                                 replicated) -> tuple[Any, losses.Objective]:
   """The model the step trains (`config`'s, or a wrapper of it that adds
-  what only training reads) and what it minimises: the classification loss,
+  what only training reads) and what it minimizes: the classification loss,
   wrapped by each technique the config turns on (a teacher's distillation,
   a CNN's locality guidance, an MAE's reconstruction)."""
   model = models.from_config(config, num_classes)

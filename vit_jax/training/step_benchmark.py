@@ -26,7 +26,7 @@ from vit_jax.training import flops
 from vit_jax.training import optimizer
 from vit_jax.training import steps
 
-# The side of the matmul whose FLOP/s a step's utilisation is measured
+# The side of the matmul whose FLOP/s a step's utilization is measured
 # against.
 _PEAK_MATMUL_SIZE = 2048
 # The traced train step's optimized HLO, written beside a trace.
@@ -226,8 +226,8 @@ def run_benchmark(*, model: str, batch_size: int, image_size: int,
       'train_gflop_per_second': train_flops_per_second / 1e9,
       'eval_gflop_per_second': eval_flops_per_second / 1e9,
       'matmul_peak_gflop_per_second': peak / 1e9,
-      'train_utilisation': train_flops_per_second / peak,
-      'eval_utilisation': eval_flops_per_second / peak,
+      'train_utilization': train_flops_per_second / peak,
+      'eval_utilization': eval_flops_per_second / peak,
       **_memory_mb(compiled.train),
   }
 
@@ -236,7 +236,7 @@ def format_table(result: dict[str, Any]) -> str:
   rows = []
   for name, value in result.items():
     if isinstance(value, float):
-      value = f'{100 * value:.1f}%' if name.endswith('utilisation') else (
+      value = f'{100 * value:.1f}%' if name.endswith('utilization') else (
           f'{value:,.3f}' if value < 10 else f'{value:,.1f}')
     rows.append((name, str(value)))
   width = max(len(name) for name, _ in rows)

@@ -58,7 +58,7 @@ class AveragedTrainState(TrainState):
   def apply_gradients(self, *, grads, **kwargs) -> 'AveragedTrainState':
     state = super().apply_gradients(grads=grads, **kwargs)
     # As TensorFlow's ExponentialMovingAverage with num_updates: a smaller
-    # early decay, so that the average soon leaves the initialisation.
+    # early decay, so that the average soon leaves the initialization.
     step = state.step.astype(jnp.float32)
     decay = jnp.minimum(self.ema_decay, (1 + step) / (10 + step))
     return state.replace(ema_params=optax.incremental_update(
@@ -88,7 +88,7 @@ def _shapes(key, model, tx, image_size: int, ema_decay: float) -> TrainState:
 
 def initializer(key, model, tx, image_size: int, mesh: jax.sharding.Mesh,
                 ema_decay: float = 0.0) -> Callable[[jax.Array], TrainState]:
-  """key -> a fresh state laid out on `mesh`, each device initialising its
+  """key -> a fresh state laid out on `mesh`, each device initializing its
   shards; compiled now, so a thread can compile it beside the steps."""
   shardings = sharding.state_shardings(
       _shapes(key, model, tx, image_size, ema_decay), mesh)
@@ -97,7 +97,7 @@ def initializer(key, model, tx, image_size: int, mesh: jax.sharding.Mesh,
   vit = getattr(model, 'vit', model)  # a training wrapper's ViT
   if getattr(vit, 'mimetic_init', False) and jax.default_backend() == 'cpu':
     # Its SVDs deadlock XLA's CPU runtime when partitioned over host
-    # devices: one device initialises, then the state is laid out.
+    # devices: one device initializes, then the state is laid out.
     return lambda key: jax.device_put(jax.jit(init)(key), shardings)
   return jax.jit(init, out_shardings=shardings).lower(key).compile()
 
@@ -170,7 +170,7 @@ def _accumulated(gradients, micro_batches: int):
 def make_train_step(config, inputs,
                     objective: losses.Objective = losses.classification):
   """(state, sums, data, batch, key) -> (state, sums): one optimizer step on
-  `batch` minimising `objective`, its metrics added to `sums`."""
+  `batch` minimizing `objective`, its metrics added to `sums`."""
 
   def gradients(state: TrainState, batch_stats, data, batch, key):
     """(new batch statistics, gradients, metric sums) of one batch."""
@@ -221,7 +221,7 @@ def make_train_steps(config, inputs, per_call: int,
   `step` is an output of its own for the loop to wait on while the state is
   donated. Randomness comes from the state's step, so any split computes
   the same. One batch a call runs the step without a loop: a loop is
-  slower on a CPU (experiments/benchmarks/README.md, optimisation log).
+  slower on a CPU (experiments/benchmarks/README.md, optimization log).
   """
   train_step = make_train_step(config, inputs, objective)
 

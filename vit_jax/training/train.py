@@ -1,6 +1,6 @@
 """The training run, counted in steps, top to bottom in `train_and_evaluate`:
 validate; the workdir; mesh, input, model, optimizer, objective; compile;
-restore or initialise; loop (train, log, evaluate, checkpoint); summary.
+restore or initialize; loop (train, log, evaluate, checkpoint); summary.
 
 A checkpoint holds everything the loop needs to go on (state, step, the
 input's position, the sums of an unfinished logging interval, the history),
@@ -145,7 +145,7 @@ def _train_and_evaluate(config, workdir: pathlib.Path,
   startup.check_ema(config, state_shapes)
 
   # Compile the steps, unless the newest checkpoint holds the last step; a
-  # fresh run's initialiser compiles beside them (optimisation log, row 21).
+  # fresh run's initializer compiles beside them (optimization log, row 21).
   compile_steps = functools.partial(steps.compile_steps, config, inputs,
                                     state_shapes, step_key, objective)
   compiled = initializer = None
@@ -157,7 +157,7 @@ def _train_and_evaluate(config, workdir: pathlib.Path,
     initializer = initializer and initializer.result()
   stop_if_signalled()
 
-  # Restore the newest checkpoint that restores, or initialise.
+  # Restore the newest checkpoint that restores, or initialize.
   restored = checkpoints.restore_latest(state_shapes,
                                         steps.sum_shapes(replicated))
   if restored:

@@ -1,6 +1,6 @@
 """Multi-head self-attention: flax's `MultiHeadDotProductAttention` parameter
 tree, several implementations (`ATTENTIONS`), with locality self-attention
-(Lee, Lee & Song 2021) and mimetic initialisation (Trockman & Kolter 2023)."""
+(Lee, Lee & Song 2021) and mimetic initialization (Trockman & Kolter 2023)."""
 
 import math
 from typing import Any, Sequence
@@ -84,7 +84,7 @@ class MultiHeadSelfAttention(nn.Module):
   `locality` (Lee, Lee & Song 2021, einsum only) learns a per-head
   `temperature` in place of 1/sqrt(head_dim) and masks each token's logit
   for itself, sharpening attention that small-data ViTs spread too evenly.
-  `mimetic_init` initialises the kernels by `mimetic_kernels`.
+  `mimetic_init` initializes the kernels by `mimetic_kernels`.
   """
 
   num_heads: int
@@ -187,7 +187,7 @@ def _factors(key: jax.Array, size: int, noise: float,
 
 def mimetic_kernels(key: jax.Array, hidden: int,
                     heads: int) -> dict[str, jax.Array]:
-  """Mimetic initialisation's kernels (Trockman & Kolter, ICML 2023).
+  """Mimetic initialization's kernels (Trockman & Kolter, ICML 2023).
 
   Each head's W_q W_k^T approximates 0.7 Z + 0.7 I and W_v W_proj is
   0.4 Z - 0.4 I, so attention starts out as in trained ViTs.

@@ -2,7 +2,7 @@
 
 The mask hashes each element's global index with a per-call seed: far
 cheaper than threefry masks and as independent of sharding
-(experiments/benchmarks/README.md, optimisation log).
+(experiments/benchmarks/README.md, optimization log).
 """
 
 from collections.abc import Sequence
@@ -13,7 +13,7 @@ import jax.numpy as jnp
 
 
 def _mix(x: jax.Array) -> jax.Array:
-  # MurmurHash3's 32-bit finaliser: a bijection with full avalanche.
+  # MurmurHash3's 32-bit finalizer: a bijection with full avalanche.
   x = x ^ (x >> 16)
   x = x * jnp.uint32(0x85EBCA6B)
   x = x ^ (x >> 13)

@@ -1,4 +1,4 @@
-"""PyTorch's default conv and Dense initialisers, for PyTorch-born modules."""
+"""PyTorch's default conv and Dense initializers, for PyTorch-born modules."""
 
 import math
 

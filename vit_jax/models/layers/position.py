@@ -23,7 +23,7 @@ class AddPositionEmbs(nn.Module):
         raise ValueError(
             f'The position embedding was made for {stored[1]} tokens but the '
             f'input gives {shape[1]}: the image size differs from the one the '
-            'parameters were initialised at. Use that image size, or resize '
+            'parameters were initialized at. Use that image size, or resize '
             'the position embedding to the new patch grid (fine-tuning).')
     # normal(0.02) as in BERT and the official ViT.
     pos_embedding = self.param(
