@@ -19,11 +19,11 @@ from vit_jax.runtime import stop_signals
 REPO = pathlib.Path(__file__).resolve().parents[1]
 # The study's models: key (configs/cifar_small.py's argument, results.json's
 # `model`) -> the name the tables and figures show.
-NAMES = {'vit': 'ViT-Tiny', 'simple_cnn': 'SimpleCNN',
-         'small_resnet': 'SmallResNet'}
+NAMES = {
+    'vit': 'ViT-Tiny', 'simple_cnn': 'SimpleCNN', 'small_resnet': 'SmallResNet'
+}
 # A run's config.json names the registered model, not the key.
-_KEYS = {registered: key
-         for key, (registered, _) in cifar_small.MODELS.items()}
+_KEYS = {registered: key for key, (registered, _) in cifar_small.MODELS.items()}
 
 
 def finished(directory: pathlib.Path) -> bool:
@@ -41,15 +41,19 @@ def read_json(path: pathlib.Path):
 
 def history(directory: pathlib.Path) -> list[dict]:
   """The records of a run's metrics.jsonl, in the order they were logged."""
-  return [json.loads(line) for line in
-          (directory / 'metrics.jsonl').read_text().splitlines()]
+  return [
+      json.loads(line)
+      for line in (directory / 'metrics.jsonl').read_text().splitlines()
+  ]
 
 
 def command(directory: pathlib.Path, config: str, overrides: dict) -> str:
   """The shell line that trains `config` into `directory` with `overrides`."""
-  return shlex.join(['python', '-m', 'vit_jax.main', f'--config={config}',
-                     f'--workdir={directory}',
-                     *(f'--config.{k}={v}' for k, v in overrides.items())])
+  return shlex.join([
+      'python', '-m', 'vit_jax.main', f'--config={config}',
+      f'--workdir={directory}', *(f'--config.{k}={v}'
+                                  for k, v in overrides.items())
+  ])
 
 
 def sweep_parser(doc: str, workdir: str,
@@ -58,12 +62,14 @@ def sweep_parser(doc: str, workdir: str,
       description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
   parser.add_argument('--workdir', type=pathlib.Path, default=workdir,
                       help='One directory per run; never committed.')
-  parser.add_argument('--slurm', type=pathlib.Path, help='Write a SLURM job '
-                      'array script that runs line $SLURM_ARRAY_TASK_ID of '
-                      'the list here, instead of printing the list.')
+  parser.add_argument(
+      '--slurm', type=pathlib.Path, help='Write a SLURM job '
+      'array script that runs line $SLURM_ARRAY_TASK_ID of '
+      'the list here, instead of printing the list.')
   if missing:
-    parser.add_argument('--missing', action='store_true', help='Only the '
-                        'runs the committed results.json has no record of.')
+    parser.add_argument(
+        '--missing', action='store_true', help='Only the '
+        'runs the committed results.json has no record of.')
   return parser
 
 
@@ -74,11 +80,10 @@ def emit(commands: list[str], slurm: pathlib.Path | None):
     return
   if not commands:
     sys.exit('error: no runs to write to a SLURM script.')
-  slurm.write_text(
-      f'#!/bin/bash\n#SBATCH --array=1-{len(commands)}\n'
-      f'cd {shlex.quote(str(REPO))}\n'
-      'sed -n "${SLURM_ARRAY_TASK_ID}p" <<\'RUNS\' | bash\n' +
-      '\n'.join(commands) + '\nRUNS\n')
+  slurm.write_text(f'#!/bin/bash\n#SBATCH --array=1-{len(commands)}\n'
+                   f'cd {shlex.quote(str(REPO))}\n'
+                   'sed -n "${SLURM_ARRAY_TASK_ID}p" <<\'RUNS\' | bash\n' +
+                   '\n'.join(commands) + '\nRUNS\n')
   print(f'{slurm}: {len(commands)} runs; sbatch {slurm}')
 
 
@@ -86,19 +91,23 @@ def record(directory: pathlib.Path, description: dict) -> dict:
   """A finished run as results.json holds it, with the sweep's `description`."""
   summary = read_json(directory / 'summary.json')
   config = read_json(directory / 'config.json')
-  return {'model': model_key(config), **description,
-          'epochs': round(summary['epochs']), 'seed': config['seed'],
-          **{key: summary[key] for key in (
-              'best_test_accuracy', 'best_epoch', 'final_test_accuracy',
-              'final_train_accuracy')},
-          'wall_minutes': round(summary['train_seconds'] / 60, 1),
-          # Runs from before summary.json named its device ran on the
-          # project's 2-core CPU machine.
-          'device': summary.get('device', 'cpu')}
+  return {
+      'model': model_key(config),
+      **description,
+      'epochs': round(summary['epochs']),
+      'seed': config['seed'],
+      **{
+          key: summary[key] for key in ('best_test_accuracy', 'best_epoch', 'final_test_accuracy', 'final_train_accuracy')
+      },
+      'wall_minutes': round(summary['train_seconds'] / 60, 1),
+      # Runs from before summary.json named its device ran on the
+      # project's 2-core CPU machine.
+      'device': summary.get('device', 'cpu')
+  }
 
 
-def landed(results: pathlib.Path,
-           run_name: Callable[[dict], str]) -> dict[str, dict]:
+def landed(results: pathlib.Path, run_name: Callable[[dict],
+                                                     str]) -> dict[str, dict]:
   """The records of a committed results.json, by run name."""
   if not results.exists():
     return {}
@@ -150,8 +159,8 @@ def wall_time_cell(records: list[dict]) -> str:
   for r in records:
     by_device.setdefault(r['device'], []).append(r['wall_minutes'])
   return ', '.join(
-      f'{np.mean(minutes):.0f}' if device == 'cpu' else
-      f'{np.mean(minutes):.1f} on {device.removeprefix("NVIDIA ")}'
+      f'{np.mean(minutes):.0f}' if device ==
+      'cpu' else f'{np.mean(minutes):.1f} on {device.removeprefix("NVIDIA ")}'
       for device, minutes in by_device.items())
 
 
@@ -173,10 +182,10 @@ def write_summary(
   for name, section in sections.items():
     text = with_section(text, name, section)
   writes = {
-      folder / 'results.json':
-          lambda partial: partial.write_text(
-              json.dumps(results, indent=1) + '\n'),
-      readme: lambda partial: partial.write_text(text)}
+      folder / 'results.json': lambda partial: partial.write_text(
+          json.dumps(results, indent=1) + '\n'),
+      readme: lambda partial: partial.write_text(text)
+  }
   for name, plot in (figures or {}).items():
     writes[folder / name] = lambda partial, plot=plot: plot(results, partial)
   try:
@@ -187,8 +196,7 @@ def write_summary(
         'results.json, the figures and the README are as they were'))
 
 
-def section_markers(name: str,
-                    writer: str = 'summary.py') -> tuple[str, str]:
+def section_markers(name: str, writer: str = 'summary.py') -> tuple[str, str]:
   return (f'<!-- {name}: written by {writer} -->', f'<!-- end of {name} -->')
 
 
@@ -203,8 +211,8 @@ def with_section(content: str, name: str, text: str,
 
 def write_section(readme: pathlib.Path, name: str, text: str,
                   writer: str = 'summary.py'):
-  files.write_atomically(
-      readme, with_section(readme.read_text(), name, text, writer))
+  files.write_atomically(readme,
+                         with_section(readme.read_text(), name, text, writer))
 
 
 def missing_runs(planned: list[str], done: set[str]) -> str:

@@ -100,9 +100,11 @@ def trained_cnn_run(tmp_path_factory):
   for distillation and locality guidance."""
   from vit_jax.training import train  # pylint: disable=g-import-not-at-top
   root = tmp_path_factory.mktemp('trained_cnn_run')
-  write_cifar_binary(root / 'data' / 'cifar-10-batches-bin', {
-      'data_batch_1.bin': random_cifar(48, 10, seed=1),
-      'test_batch.bin': random_cifar(16, 10, seed=3)})
+  write_cifar_binary(
+      root / 'data' / 'cifar-10-batches-bin', {
+          'data_batch_1.bin': random_cifar(48, 10, seed=1),
+          'test_batch.bin': random_cifar(16, 10, seed=3)
+      })
   # Every step evaluated and kept, and the best one too: a teacher read at
   # its best can be checked against the step it names.
   config = tiny_config(root / 'data', 'simple_cnn', num_epochs=1,
@@ -128,17 +130,18 @@ def trained_vit_run(tmp_path_factory):
   patch grid) on 2 host devices."""
   root = tmp_path_factory.mktemp('trained_vit_run')
   data_dir = root / 'data'
-  write_cifar_binary(data_dir / 'cifar-10-batches-bin', {
-      'data_batch_1.bin': random_cifar(96, 10, seed=1),
-      'test_batch.bin': random_cifar(37, 10, seed=3),
-  })
+  write_cifar_binary(
+      data_dir / 'cifar-10-batches-bin', {
+          'data_batch_1.bin': random_cifar(96, 10, seed=1),
+          'test_batch.bin': random_cifar(37, 10, seed=3),
+      })
   workdir = root / 'run'
-  env = {**os.environ,
-         'XLA_FLAGS': '--xla_force_host_platform_device_count=2'}
-  subprocess.run(
-      [sys.executable, '-c', _TRAIN_SCRIPT.format(
-          root=str(ROOT), data_dir=str(data_dir), workdir=str(workdir))],
-      env=env, check=True, capture_output=True)
+  env = {**os.environ, 'XLA_FLAGS': '--xla_force_host_platform_device_count=2'}
+  subprocess.run([
+      sys.executable, '-c',
+      _TRAIN_SCRIPT.format(root=str(ROOT), data_dir=str(data_dir),
+                           workdir=str(workdir))
+  ], env=env, check=True, capture_output=True)
   return workdir, data_dir
 
 
@@ -147,8 +150,10 @@ def uninterrupted(tmp_path_factory):
   """(data_dir, workdir) of `process_test_config` run without a stop."""
   from vit_jax.training import train  # pylint: disable=g-import-not-at-top
   root = tmp_path_factory.mktemp('uninterrupted')
-  write_cifar_binary(root / 'data' / 'cifar-10-batches-bin', {
-      'data_batch_1.bin': random_cifar(80, 10, seed=1),
-      'test_batch.bin': random_cifar(37, 10, seed=3)})
+  write_cifar_binary(
+      root / 'data' / 'cifar-10-batches-bin', {
+          'data_batch_1.bin': random_cifar(80, 10, seed=1),
+          'test_batch.bin': random_cifar(37, 10, seed=3)
+      })
   train.train_and_evaluate(process_test_config(root / 'data'), root / 'run')
   return root / 'data', root / 'run'

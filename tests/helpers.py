@@ -40,10 +40,10 @@ def write_cifar_binary(folder: pathlib.Path, files: dict, label_bytes=1):
   """files: name -> (images, labels); CIFAR-100 records carry (coarse, fine)."""
   folder.mkdir(parents=True)
   for name, (images, labels) in files.items():
-    label_columns = np.stack([labels // 5, labels], 1) if label_bytes == 2 else (
-        labels[:, None])
-    records = np.concatenate([label_columns.astype(np.uint8), _planar(images)],
-                             axis=1)
+    label_columns = np.stack([labels // 5, labels],
+                             1) if label_bytes == 2 else (labels[:, None])
+    records = np.concatenate([label_columns.astype(np.uint8),
+                              _planar(images)], axis=1)
     records.tofile(folder / name)
 
 
@@ -68,20 +68,23 @@ def prepare_tfds_array_record(data_dir: pathlib.Path, class_name: str,
   the i-th, in the array_record format, without TensorFlow (the images go in
   as encoded PNG); returns its `config.dataset` name."""
   tfds = pytest.importorskip('tensorflow_datasets')
-  static_shape = image_shape(0) if image_shape(0) == image_shape(1) else (
-      None, None, 3)
+  static_shape = image_shape(0) if image_shape(0) == image_shape(1) else (None,
+                                                                          None,
+                                                                          3)
 
   def info(self):
     return tfds.core.DatasetInfo(
-        builder=self,
-        features=tfds.features.FeaturesDict({
+        builder=self, features=tfds.features.FeaturesDict({
             'image': tfds.features.Image(shape=static_shape),
-            'label': tfds.features.ClassLabel(num_classes=3)}))
+            'label': tfds.features.ClassLabel(num_classes=3)
+        }))
 
   def split_generators(self, dl_manager):
     del dl_manager
-    return {'train': self._generate_examples(num_train, 0),
-            'test': self._generate_examples(num_test, 1)}
+    return {
+        'train': self._generate_examples(num_train, 0),
+        'test': self._generate_examples(num_test, 1)
+    }
 
   def generate_examples(self, count, seed):
     del self
@@ -90,13 +93,16 @@ def prepare_tfds_array_record(data_dir: pathlib.Path, class_name: str,
       image = rng.integers(0, 256, image_shape(i), np.uint8)
       yield i, {'image': io.BytesIO(png(image)), 'label': i % 3}
 
-  builder_class = type(class_name, (tfds.core.GeneratorBasedBuilder,), {
-      'VERSION': tfds.core.Version('1.0.0'),
-      'code_path': None,  # no checksums file to look up beside this module
-      '_info': info,
-      '_split_generators': split_generators,
-      '_generate_examples': generate_examples,
-  })
+  builder_class = type(
+      class_name,
+      (tfds.core.GeneratorBasedBuilder,),
+      {
+          'VERSION': tfds.core.Version('1.0.0'),
+          'code_path': None,  # no checksums file to look up beside this module
+          '_info': info,
+          '_split_generators': split_generators,
+          '_generate_examples': generate_examples,
+      })
   builder = builder_class(data_dir=str(data_dir), file_format='array_record')
   builder.download_and_prepare()
   return f'tfds:{builder.name}'
@@ -104,8 +110,7 @@ def prepare_tfds_array_record(data_dir: pathlib.Path, class_name: str,
 
 TINY_MODELS = {
     'vit': dict(num_layers=1, hidden_size=16, num_heads=2, mlp_dim=32,
-                patch_size=8),
-    'simple_cnn': dict(widths=(4, 4, 8, 8, 8)),
+                patch_size=8), 'simple_cnn': dict(widths=(4, 4, 8, 8, 8)),
 }
 
 
@@ -116,14 +121,16 @@ def finished_run(directory: pathlib.Path, seed: int = 3, model: str = 'vit',
   the runner's `description` if given; `summary` changes fields of
   summary.json."""
   directory.mkdir(parents=True)
-  (directory / 'config.json').write_text(json.dumps(
-      {'model': cifar_small.MODELS[model][0], 'seed': seed}))
+  (directory / 'config.json').write_text(
+      json.dumps({'model': cifar_small.MODELS[model][0], 'seed': seed}))
   if description is not None:
     (directory / 'run.json').write_text(json.dumps(description))
-  (directory / 'summary.json').write_text(json.dumps({
-      'best_test_accuracy': 0.514, 'best_epoch': 28.0, 'epochs': 30.0,
-      'final_test_accuracy': 0.513, 'final_train_accuracy': 0.57,
-      'train_seconds': 989.2, **summary}))
+  (directory / 'summary.json').write_text(
+      json.dumps({
+          'best_test_accuracy': 0.514, 'best_epoch': 28.0, 'epochs': 30.0,
+          'final_test_accuracy': 0.513, 'final_train_accuracy': 0.57,
+          'train_seconds': 989.2, **summary
+      }))
 
 
 def study_config(model: str = 'vit') -> ml_collections.ConfigDict:
@@ -170,8 +177,8 @@ def run_on_host_devices(script: str, devices: int, cwd=ROOT,
   out = subprocess.run(
       [sys.executable, '-c', script], cwd=cwd, capture_output=True, text=True,
       check=False, timeout=timeout, env={
-          **os.environ,
-          'XLA_FLAGS': f'--xla_force_host_platform_device_count={devices}'})
+          **os.environ, 'XLA_FLAGS': f'--xla_force_host_platform_device_count={devices}'
+      })
   assert out.returncode == 0, out.stderr[-3000:]
   return out.stdout
 
@@ -218,8 +225,8 @@ def get_config():
 def write_process_config(tmp_path, data_dir) -> pathlib.Path:
   """A config file of `process_test_config` for `python -m vit_jax.main`."""
   config_file = tmp_path / 'process_config.py'
-  config_file.write_text(_PROCESS_CONFIG.format(root=str(ROOT),
-                                                data_dir=str(data_dir)))
+  config_file.write_text(
+      _PROCESS_CONFIG.format(root=str(ROOT), data_dir=str(data_dir)))
   return config_file
 
 
@@ -228,12 +235,12 @@ def start_main(config_file, workdir, log_path, *flags, new_session=False):
   `new_session`: in a process group of its own, as a batch system starts
   it."""
   with open(log_path, 'w') as log:
-    return subprocess.Popen(
-        [sys.executable, '-m', 'vit_jax.main', f'--config={config_file}',
-         f'--workdir={workdir}', *flags],
-        cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
-        env={**os.environ, 'JAX_PLATFORMS': 'cpu'},
-        start_new_session=new_session)
+    return subprocess.Popen([
+        sys.executable, '-m', 'vit_jax.main', f'--config={config_file}',
+        f'--workdir={workdir}', *flags
+    ], cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
+                            env={**os.environ, 'JAX_PLATFORMS': 'cpu'},
+                            start_new_session=new_session)
 
 
 def wait_for_step(process, workdir, step, timeout=120):
@@ -261,24 +268,28 @@ def start_two_process_job(command, tmp_path):
   127.0.0.1, 1 CPU device each; returns the processes and their log paths
   (stdout and stderr together)."""
   address = f'127.0.0.1:{free_port()}'
-  env = {**os.environ, 'JAX_PLATFORMS': 'cpu',
-         'XLA_FLAGS': '--xla_force_host_platform_device_count=1'}
+  env = {
+      **os.environ, 'JAX_PLATFORMS': 'cpu',
+      'XLA_FLAGS': '--xla_force_host_platform_device_count=1'
+  }
   processes, logs = [], []
   for process_id in range(2):
     logs.append(tmp_path / f'process_{process_id}.log')
     with logs[-1].open('w') as log:
-      processes.append(subprocess.Popen(
-          [sys.executable, '-m', *command, f'--coordinator_address={address}',
-           '--num_processes=2', f'--process_id={process_id}'],
-          cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT))
+      processes.append(
+          subprocess.Popen([
+              sys.executable, '-m', *command,
+              f'--coordinator_address={address}', '--num_processes=2',
+              f'--process_id={process_id}'
+          ], cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT))
   return processes, logs
 
 
 def start_two_processes(config_file, workdir, tmp_path, *flags):
   """A 2-process job of `python -m vit_jax.main` (`start_two_process_job`)."""
-  return start_two_process_job(
-      ['vit_jax.main', f'--config={config_file}', f'--workdir={workdir}',
-       *flags], tmp_path)
+  return start_two_process_job([
+      'vit_jax.main', f'--config={config_file}', f'--workdir={workdir}', *flags
+  ], tmp_path)
 
 
 def wait_all(processes, timeout=300) -> list[int]:
@@ -300,8 +311,8 @@ def normal(shape, seed: int = 0):
   jax.random's shapes would be an XLA program compiled for seconds on a
   CPU."""
   import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
-  return jnp.asarray(np.random.default_rng(seed).standard_normal(shape),
-                     jnp.float32)
+  return jnp.asarray(
+      np.random.default_rng(seed).standard_normal(shape), jnp.float32)
 
 
 def randomized(params, seed: int = 0):
@@ -313,8 +324,8 @@ def randomized(params, seed: int = 0):
   import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
   rng = np.random.default_rng(seed)
   return jax.tree.map(
-      lambda a: jnp.asarray(0.3 * rng.standard_normal(a.shape) + (a.ndim == 1),
-                            a.dtype), params)
+      lambda a: jnp.asarray(0.3 * rng.standard_normal(a.shape) +
+                            (a.ndim == 1), a.dtype), params)
 
 
 def random_params(module, *inputs, seed: int = 0, **kwargs):
@@ -338,19 +349,20 @@ def random_cnn_variables(module, images, seed: int = 0) -> dict:
     if path[-1].key == 'var':
       return jnp.asarray(rng.uniform(0.5, 1.5, a.shape), a.dtype)
     fan_in = np.prod(a.shape[:-1]) if a.ndim > 1 else 1
-    return jnp.asarray(rng.standard_normal(a.shape) / np.sqrt(fan_in),
-                       a.dtype)
+    return jnp.asarray(rng.standard_normal(a.shape) / np.sqrt(fan_in), a.dtype)
 
-  return jax.tree.map_with_path(draw, jax.eval_shape(
-      lambda: module.init(jax.random.key(0), images, train=False)))
+  return jax.tree.map_with_path(
+      draw,
+      jax.eval_shape(
+          lambda: module.init(jax.random.key(0), images, train=False)))
 
 
 def random_vit_params(model, image_size: int, seed: int = 0) -> dict:
   """`random_params` of a ViT for `image_size` images, as numpy arrays."""
   import jax  # pylint: disable=g-import-not-at-top
-  return jax.device_get(random_params(
-      model, np.zeros((1, image_size, image_size, 3), np.float32), seed=seed,
-      train=False))
+  return jax.device_get(
+      random_params(model, np.zeros((1, image_size, image_size, 3), np.float32),
+                    seed=seed, train=False))
 
 
 def one_block_vit(name: str, **fields):

@@ -10,18 +10,19 @@ from vit_jax.analysis import measures
 
 
 def test_every_measure_is_the_packages_own_name():
-  public = {name for name, function in inspect.getmembers(
-      measures, inspect.isfunction)
-            if function.__module__ == measures.__name__
-            and not name.startswith('_')}
+  public = {
+      name
+      for name, function in inspect.getmembers(measures, inspect.isfunction)
+      if function.__module__ == measures.__name__ and not name.startswith('_')
+  }
   assert public == set(analysis.__all__)
   for name in public:
     assert getattr(analysis, name) is getattr(measures, name)
 
 
 def test_importing_the_measures_loads_neither_matplotlib_nor_jax():
-  loaded = subprocess.run(
-      [sys.executable, '-c', 'import sys; from vit_jax import analysis; '
-       "print(sorted({'jax', 'matplotlib'} & set(sys.modules)))"],
-      cwd=ROOT, capture_output=True, text=True, check=True).stdout
+  loaded = subprocess.run([
+      sys.executable, '-c', 'import sys; from vit_jax import analysis; '
+      "print(sorted({'jax', 'matplotlib'} & set(sys.modules)))"
+  ], cwd=ROOT, capture_output=True, text=True, check=True).stdout
   assert loaded.strip() == '[]'

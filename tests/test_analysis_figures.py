@@ -35,8 +35,7 @@ def test_every_figure_is_a_png_at_its_resolution(tmp_path):
   figures.plot_cls_attention(tmp_path / 'cls.png', display,
                              rng.random((2, 2, 4, 4)))
   assert _pixels(tmp_path / 'cls.png') == (320, 480)  # 2 x 3 squares of 1.6 in
-  figures.plot_rollout(tmp_path / 'rollout.png', display,
-                       rng.random((2, 4, 4)))
+  figures.plot_rollout(tmp_path / 'rollout.png', display, rng.random((2, 4, 4)))
   assert _pixels(tmp_path / 'rollout.png') == (340, 500)
   figures.plot_attention_distance(tmp_path / 'distance.png',
                                   rng.random((3, 2)) * 10, 16, 6.0)

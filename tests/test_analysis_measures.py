@@ -27,8 +27,8 @@ def neighbour_attention(cls_weight: float = 0.0) -> np.ndarray:
 def test_rollout_of_identity_attention_is_the_identity():
   identity = np.broadcast_to(np.eye(TOKENS), (2, 3, TOKENS, TOKENS))
   rollout = measures.attention_rollout([identity] * 4)
-  np.testing.assert_allclose(rollout, np.broadcast_to(np.eye(TOKENS),
-                                                      (2, TOKENS, TOKENS)))
+  np.testing.assert_allclose(
+      rollout, np.broadcast_to(np.eye(TOKENS), (2, TOKENS, TOKENS)))
 
 
 def test_rollout_adds_the_residual_renormalizes_and_multiplies_layers():
@@ -36,8 +36,7 @@ def test_rollout_adds_the_residual_renormalizes_and_multiplies_layers():
   to_cls = np.zeros((1, 1, 3, 3))
   to_cls[..., 0] = 1.0
   one_layer = 0.5 * (to_cls[0, 0] + np.eye(3))
-  np.testing.assert_allclose(
-      measures.attention_rollout([to_cls])[0], one_layer)
+  np.testing.assert_allclose(measures.attention_rollout([to_cls])[0], one_layer)
   np.testing.assert_allclose(
       measures.attention_rollout([to_cls, to_cls])[0], one_layer @ one_layer)
   # Heads are averaged before the residual is added.
@@ -81,14 +80,12 @@ def test_uniform_attention_distance_is_the_mean_pairwise_distance():
   attention[0, 0, 0, 0] = 1
   attention[0, 0, 1:, 1:] = (1 - np.eye(TOKENS - 1)) / (TOKENS - 2)
   np.testing.assert_allclose(
-      measures.mean_attention_distance(attention, GRID, PATCH),
-      [others.mean()])
+      measures.mean_attention_distance(attention, GRID, PATCH), [others.mean()])
 
 
 def test_patch_centres_are_in_pixels_row_major():
-  np.testing.assert_array_equal(
-      measures.patch_centres((2, 3), 4),
-      [[2, 2], [2, 6], [2, 10], [6, 2], [6, 6], [6, 10]])
+  np.testing.assert_array_equal(measures.patch_centres(
+      (2, 3), 4), [[2, 2], [2, 6], [2, 10], [6, 2], [6, 6], [6, 10]])
 
 
 def smooth_2d_embedding(grid, width=0.8):
@@ -106,8 +103,7 @@ def test_hand_built_2d_embedding_gives_2d_similarity_structure():
   assert similarity.shape == (*grid, *grid)
   np.testing.assert_allclose(
       [similarity[i, j, i, j] for i in range(5) for j in range(5)], 1.0)
-  np.testing.assert_allclose(similarity,
-                             similarity.transpose(2, 3, 0, 1))
+  np.testing.assert_allclose(similarity, similarity.transpose(2, 3, 0, 1))
   centre = measures.similarity_to_centre(similarity)
   assert centre.argmax() == 12  # the centre itself
   # Falls off with grid distance from the centre, the same in every direction.
@@ -210,9 +206,8 @@ def test_shifted_patch_filters_are_the_unshifted_copys_slice():
   # The unshifted pixels' part of the projection of the LayerNorm'd tokens.
   unshifted = np.zeros_like(tokens)
   unshifted.reshape(2, 2, 2, p, p, 5, channels)[..., 0, :] = patches
-  np.testing.assert_allclose(
-      np.einsum('nhwabc,abcd->nhwd', patches, filters),
-      (unshifted * scale) @ kernel, rtol=1e-6, atol=1e-9)
+  np.testing.assert_allclose(np.einsum('nhwabc,abcd->nhwd', patches, filters),
+                             (unshifted * scale) @ kernel, rtol=1e-6, atol=1e-9)
   np.testing.assert_array_equal(
       measures.shifted_patch_filters(kernel, p)[1, 2, 0],
       kernel[(1 * p + 2) * 5 * channels])

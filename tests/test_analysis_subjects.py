@@ -14,8 +14,7 @@ from vit_jax.errors import CheckpointError
 from vit_jax.formats import npz
 
 
-def test_a_runs_test_images_of_an_image_folder_come_from_every_class(
-    tmp_path):
+def test_a_runs_test_images_of_an_image_folder_come_from_every_class(tmp_path):
   for split in ('train', 'test'):
     for label, name in enumerate(('cat', 'dog', 'fox')):
       (tmp_path / split / name).mkdir(parents=True)
@@ -30,16 +29,18 @@ def test_a_runs_test_images_of_an_image_folder_come_from_every_class(
                                 [0, 0, 100, 100, 200, 200])
 
 
-def test_image_files_are_the_named_ones_then_each_directorys_sorted(
-    tmp_path):
+def test_image_files_are_the_named_ones_then_each_directorys_sorted(tmp_path):
   for name in ('b.PNG', 'a.jpg', 'notes.txt', 'deeper/c.jpeg'):
     (tmp_path / 'photos' / name).parent.mkdir(parents=True, exist_ok=True)
     (tmp_path / 'photos' / name).write_bytes(b'')
   (tmp_path / 'one.png').write_bytes(b'')
-  found = subjects.image_files([str(tmp_path / 'one.png'),
-                                str(tmp_path / 'photos')])
+  found = subjects.image_files([
+      str(tmp_path / 'one.png'),
+      str(tmp_path / 'photos')
+  ])
   assert [p.relative_to(tmp_path).as_posix() for p in found] == [
-      'one.png', 'photos/a.jpg', 'photos/b.PNG', 'photos/deeper/c.jpeg']
+      'one.png', 'photos/a.jpg', 'photos/b.PNG', 'photos/deeper/c.jpeg'
+  ]
 
 
 def test_no_image_file_is_one_clear_error(tmp_path):
@@ -53,8 +54,9 @@ def test_no_image_file_is_one_clear_error(tmp_path):
 
 def test_top5_names_the_likeliest_classes_first():
   logits = np.log(np.array([[0.1, 0.6, 0.3]]))
-  assert subjects.top5(logits, ['cat', 'dog', 'bird']) == [
-      [['dog', 0.6], ['bird', 0.3], ['cat', 0.1]]]
+  assert subjects.top5(logits, ['cat', 'dog', 'bird']) == [[['dog', 0.6],
+                                                            ['bird', 0.3],
+                                                            ['cat', 0.1]]]
   assert [c for c, _ in subjects.top5(logits, None)[0]] == [1, 2, 0]
 
 
@@ -73,8 +75,9 @@ def test_a_released_npz_is_analysed_at_its_position_embeddings_size(
   subject = subjects.checkpoint_subject(released, None)
   assert subject.image_size == 32 and subject.patch_size == 4
   assert subject.grid == (8, 8)
-  assert subject.described == {'checkpoint': str(released), 'format': 'npz',
-                               'model': 'ViT-Tiny-CIFAR_4'}
+  assert subject.described == {
+      'checkpoint': str(released), 'format': 'npz', 'model': 'ViT-Tiny-CIFAR_4'
+  }
   # Scaled to [-1, 1] as the released models expect; shown in [0, 1].
   inputs, display = subjects.model_inputs(
       np.full((1, 16, 16, 3), 255, np.uint8), subject)
@@ -97,8 +100,7 @@ def test_timm_and_transformers_folders_are_analysed_the_same(
   assert subject.described['format'] == format_name
   assert subject.model.num_heads == 4  # from the folder's config.json
   reference = subjects.checkpoint_subject(released, None)
-  jax.tree.map(np.testing.assert_array_equal, subject.params,
-               reference.params)
+  jax.tree.map(np.testing.assert_array_equal, subject.params, reference.params)
 
 
 def test_position_table_is_the_learned_the_fixed_or_none():
@@ -117,6 +119,5 @@ def test_a_hybrids_filters_are_not_on_pixels():
   kernel, why = subjects.embedding_filters(hybrid, {})
   assert kernel is None and 'ResNet features' in why
   model = models.create_model('ViT-Tiny-CIFAR_4', 3)
-  assert subjects.embedding_filters(
-      model, {'embedding': {'kernel': 'filters'}}) == (
-          'filters', 'the patch-embedding filters')
+  assert subjects.embedding_filters(model, {'embedding':
+      {'kernel': 'filters'}}) == ('filters', 'the patch-embedding filters')

@@ -28,7 +28,6 @@ FIGURES = ('cls_attention.png', 'attention_rollout.png',
            'attention_distance.png', 'position_embeddings.png',
            'embedding_filters.png')
 
-
 COUNTS = ('--num_images=2', '--distance_images=20', '--components=5')
 
 
@@ -45,7 +44,8 @@ def test_writes_every_figure_and_the_numbers(trained_vit_run, tmp_path):
   for figure in FIGURES:
     assert (figures / figure).stat().st_size > 1000, figure
   result = json.loads((figures / 'analysis.json').read_text())
-  assert out.stdout.splitlines()[-1] == f'  {figures / "position_embeddings.png"}'
+  assert out.stdout.splitlines(
+  )[-1] == f'  {figures / "position_embeddings.png"}'
   assert result['step'] == 6
   assert result['grid'] == [3, 3] and result['patch_size'] == 8
   assert result['distance_images'] == 20
@@ -64,16 +64,16 @@ def _contents(folder) -> dict:
   return {p.name: p.read_bytes() for p in sorted(folder.iterdir())}
 
 
-def test_a_stop_signal_leaves_the_earlier_analysis_whole(trained_vit_run,
-                                                         tmp_path):
+def test_a_stop_signal_leaves_the_earlier_analysis_whole(
+    trained_vit_run, tmp_path):
   """Ctrl-C while an analysis replaces an earlier one in --out."""
   figures = tmp_path / 'out'
   flags = (f'--workdir={trained_vit_run[0]}', f'--out={figures}', *COUNTS)
   assert _analyze(*flags).returncode == 0
   earlier = _contents(figures)
   process = subprocess.Popen(
-      [sys.executable, '-m', 'vit_jax.analyze', *flags, '--step=6'],
-      cwd=ROOT, stderr=subprocess.PIPE, text=True)
+      [sys.executable, '-m', 'vit_jax.analyze', *flags, '--step=6'], cwd=ROOT,
+      stderr=subprocess.PIPE, text=True)
   deadline = time.monotonic() + 60
   while not (tmp_path / 'out.partial').exists():  # drawing the new one
     assert process.poll() is None and time.monotonic() < deadline
@@ -87,8 +87,8 @@ def test_a_stop_signal_leaves_the_earlier_analysis_whole(trained_vit_run,
   assert sorted(p.name for p in tmp_path.iterdir()) == ['out']
 
 
-@pytest.mark.parametrize('fault', [
-    'full', pytest.param('read-only', marks=pytest.mark.slow)])  # 8 s
+@pytest.mark.parametrize(
+    'fault', ['full', pytest.param('read-only', marks=pytest.mark.slow)])  # 8 s
 def test_a_full_or_read_only_disk_is_one_line_and_leaves_the_earlier_analysis(
     trained_vit_run, tmp_path, fault):
   flags = (f'--workdir={trained_vit_run[0]}', *COUNTS)
@@ -103,8 +103,8 @@ def test_a_full_or_read_only_disk_is_one_line_and_leaves_the_earlier_analysis(
     out = _analyze(*flags, f'--out={disk / "out"}', '--step=6')
     assert out.returncode == 1 and 'Traceback' not in out.stderr
     [line] = out.stderr.strip().splitlines()[-1:]
-    fix = (f'Free space there (df -h {disk})' if fault == 'full' else
-           f'Check that {disk} is writable')
+    fix = (f'Free space there (df -h {disk})'
+           if fault == 'full' else f'Check that {disk} is writable')
     assert line.startswith(f'error: Writing {disk / "out"} failed (') and (
         line.endswith(f'--out is as it was. {fix}, or pass another --out.'))
     assert _contents(disk / 'out') == _contents(earlier)
@@ -124,8 +124,7 @@ def test_an_out_with_other_files_is_refused(trained_vit_run, tmp_path):
 
 
 def test_a_count_below_one_is_one_clear_line(tmp_path):
-  out = _analyze(f'--workdir={tmp_path}', f'--out={tmp_path}',
-                 '--num_images=0')
+  out = _analyze(f'--workdir={tmp_path}', f'--out={tmp_path}', '--num_images=0')
   assert out.returncode == 1
   assert 'flag --num_images=0: 0 is not a positive integer' in out.stderr
   assert 'Traceback' not in out.stderr
@@ -195,13 +194,14 @@ def test_a_missing_checkpoint_is_one_line(tmp_path):
 def _untrained_run(workdir, data_dir, **techniques):
   """An untrained 2-layer ViT run with `techniques` on a 4x4 patch grid."""
   config = tiny_config(data_dir, image_size=16)
-  config.model_overrides = dict(TINY_MODELS['vit'], patch_size=4,
-                                num_layers=2, **techniques)
+  config.model_overrides = dict(TINY_MODELS['vit'], patch_size=4, num_layers=2,
+                                **techniques)
   model = models.from_config(config, 10)
   # A scanned run starts from the unscanned one's parameters, stacked, so
   # that the two compare.
-  params = model.clone(scan=False).init(
-      jax.random.key(0), np.zeros((1, 16, 16, 3)), train=False)['params']
+  params = model.clone(scan=False).init(jax.random.key(0),
+                                        np.zeros((1, 16, 16, 3)),
+                                        train=False)['params']
   if model.scan:
     params = params_lib.stack_blocks(params)
   workdir.mkdir()
@@ -214,21 +214,20 @@ def _untrained_run(workdir, data_dir, **techniques):
 
 
 def _analyze_run(workdir, out):
-  return analyze.analyze(out, workdir=workdir, num_images=2,
-                         distance_images=8, components=5)
+  return analyze.analyze(out, workdir=workdir, num_images=2, distance_images=8,
+                         components=5)
 
 
 def _written(out):
   return sorted(p.name for p in out.glob('*.png'))
 
 
-def test_a_distillation_token_run_shows_both_tokens_attention(cifar10_binary,
-                                                              tmp_path):
+def test_a_distillation_token_run_shows_both_tokens_attention(
+    cifar10_binary, tmp_path):
   workdir = _untrained_run(tmp_path / 'run', cifar10_binary[0],
                            distillation_token=True)
   result = _analyze_run(workdir, tmp_path / 'out')
-  assert _written(tmp_path / 'out') == sorted(
-      (*FIGURES, 'dist_attention.png'))
+  assert _written(tmp_path / 'out') == sorted((*FIGURES, 'dist_attention.png'))
   assert result['prefix_tokens'] == ['cls', 'dist']
   assert result['grid'] == [4, 4] and result['position_embedding'] == 'learned'
   assert 'not_drawn' not in result and analyze.not_drawn_lines(result) == []
@@ -247,15 +246,14 @@ def test_a_scanned_run_is_analysed_layer_by_layer_as_the_unscanned(
       _untrained_run(tmp_path / 'scanned', data_dir, scan=True, remat='full'),
       tmp_path / 'scanned_out')
   assert _written(tmp_path / 'scanned_out') == sorted(FIGURES)
-  assert [len(layer) for layer in
-          scanned['mean_attention_distance_per_head']] == [2, 2]
+  assert [len(layer)
+          for layer in scanned['mean_attention_distance_per_head']] == [2, 2]
   assert scanned.keys() == plain.keys()
   for key in ('mean_attention_distance_per_head', 'uniform_attention_distance',
               'position_similarity_distance_correlation',
               'embedding_filter_explained_variance'):
     # Rounded to 3 or 4 places: equal unless float32 rounding crosses one.
-    np.testing.assert_allclose(scanned[key], plain[key], atol=2e-3,
-                               err_msg=key)
+    np.testing.assert_allclose(scanned[key], plain[key], atol=2e-3, err_msg=key)
 
 
 def test_a_gap_run_without_position_embedding_says_what_it_did_not_draw(
@@ -270,25 +268,26 @@ def test_a_gap_run_without_position_embedding_says_what_it_did_not_draw(
                  '--distance_images=8', '--components=5')
   assert out.returncode == 0, out.stderr[-2000:]
   assert 'Traceback' not in out.stderr
-  assert _written(figures) == ['attention_distance.png',
-                               'embedding_filters.png']
+  assert _written(figures) == [
+      'attention_distance.png', 'embedding_filters.png'
+  ]
   lines = out.stdout.splitlines()
   assert lines[-2:] == [
       "no position embedding (posemb='none'): position_embeddings.png not "
-      'drawn',
-      "no class token (classifier='gap'): cls_attention.png, "
-      'attention_rollout.png not drawn']
+      'drawn', "no class token (classifier='gap'): cls_attention.png, "
+      'attention_rollout.png not drawn'
+  ]
   assert sum('not drawn' in line for line in lines) == 2
   result = json.loads((figures / 'analysis.json').read_text())
   assert result['prefix_tokens'] == []
   assert result['position_embedding'] == 'none'
   assert 'position_similarity_distance_correlation' not in result
-  assert sorted(result['not_drawn']) == ['attention_rollout.png',
-                                         'cls_attention.png',
-                                         'position_embeddings.png']
+  assert sorted(result['not_drawn']) == [
+      'attention_rollout.png', 'cls_attention.png', 'position_embeddings.png'
+  ]
   assert len(result['embedding_filter_explained_variance']) == 5
-  assert [len(layer) for layer in result['mean_attention_distance_per_head']
-         ] == [2, 2]
+  assert [len(layer)
+          for layer in result['mean_attention_distance_per_head']] == [2, 2]
 
 
 @pytest.mark.slow  # 6 s, left out of the default run to keep it under

@@ -15,10 +15,10 @@ from vit_jax import config_schema
 
 def _config(data_dir, batch_size):
   config = config_schema.defaults()
-  config.update(dict(
-      dataset='image_folder', data_dir=str(data_dir),
-      input_pipeline='streaming', batch_size=batch_size,
-      eval_batch_size=batch_size, image_size=24))
+  config.update(
+      dict(dataset='image_folder', data_dir=str(data_dir),
+           input_pipeline='streaming', batch_size=batch_size,
+           eval_batch_size=batch_size, image_size=24))
   return config
 
 
@@ -30,9 +30,10 @@ def test_reports_the_images_per_second_of_the_streaming_input(tmp_path):
       (tmp_path / split / 'a' / f'{i}.png').write_bytes(
           png(rng.integers(0, 256, (30, 40, 3), np.uint8)))
   results = benchmark_input.run_benchmark(_config(tmp_path, 4), steps=2,
-                                         workers=[0, 1], rounds=2)
-  assert [(r['input_workers'], r['loader']) for r in results] == [
-      (0, f'{len(os.sched_getaffinity(0))} threads'), (1, '1 worker processes')]
+                                          workers=[0, 1], rounds=2)
+  assert [(r['input_workers'], r['loader'])
+          for r in results] == [(0, f'{len(os.sched_getaffinity(0))} threads'),
+                                (1, '1 worker processes')]
   threads, worker = results
   assert threads['images_per_second_per_core'] == pytest.approx(
       threads['images_per_second'] / len(os.sched_getaffinity(0)))
@@ -48,10 +49,9 @@ def test_a_count_below_one_is_one_clear_line():
   # (batch_size=0 was a ZeroDivisionError traceback; steps, rounds and
   # image_size have the same bound.)
   flag = '--batch_size=0'
-  out = subprocess.run(
-      [sys.executable, '-m', 'vit_jax.benchmark_input', flag],
-      cwd=pathlib.Path(__file__).parent.parent, capture_output=True, text=True,
-      check=False)
+  out = subprocess.run([sys.executable, '-m', 'vit_jax.benchmark_input', flag],
+                       cwd=pathlib.Path(__file__).parent.parent,
+                       capture_output=True, text=True, check=False)
   assert out.returncode == 1
   assert f'flag {flag}: 0 is not a positive integer' in out.stderr
   assert 'Traceback' not in out.stderr

@@ -21,13 +21,14 @@ from vit_jax.training import train
 
 def _params_of(workdir, step):
   with ocp.CheckpointManager(pathlib.Path(workdir) / 'checkpoints') as manager:
-    return manager.restore(step, args=ocp.args.Composite(
-        state=ocp.args.StandardRestore())).state['params']
+    return manager.restore(
+        step, args=ocp.args.Composite(
+            state=ocp.args.StandardRestore())).state['params']
 
 
 def _best_checkpoint_steps(workdir):
-  return run_checkpoints.RunCheckpoints(
-      workdir / best_checkpoint.DIRECTORY).steps()
+  return run_checkpoints.RunCheckpoints(workdir /
+                                        best_checkpoint.DIRECTORY).steps()
 
 
 def test_the_best_evaluation_is_kept_and_a_resumed_run_keeps_the_same(
@@ -59,8 +60,8 @@ def test_the_best_evaluation_is_kept_and_a_resumed_run_keeps_the_same(
   # deleted.
   config.keep_best_checkpoint = False
   train.train_and_evaluate(config, tmp_path / 'resumed')
-  assert _best_checkpoint_steps(tmp_path / 'resumed') == (
-      _best_checkpoint_steps(tmp_path / 'whole'))
+  assert _best_checkpoint_steps(
+      tmp_path / 'resumed') == (_best_checkpoint_steps(tmp_path / 'whole'))
   jax.tree.map(np.testing.assert_array_equal,
                reading.load_run(tmp_path / 'resumed', best=True).params,
                run.params)
@@ -77,8 +78,8 @@ def _offer(best, history, step, accuracy):
 
 
 def _held(workdir):
-  with run_checkpoints.RunCheckpoints(
-      workdir / best_checkpoint.DIRECTORY) as checkpoints:
+  with run_checkpoints.RunCheckpoints(workdir /
+                                      best_checkpoint.DIRECTORY) as checkpoints:
     return checkpoints.steps()
 
 
@@ -111,8 +112,8 @@ def test_every_checkpoint_a_run_may_resume_from_keeps_its_best(tmp_path):
   best.close()
 
 
-def test_a_best_left_by_a_run_that_stopped_keeping_it_is_deleted(tmp_path,
-                                                                caplog):
+def test_a_best_left_by_a_run_that_stopped_keeping_it_is_deleted(
+    tmp_path, caplog):
   history = []
   best = best_checkpoint.BestCheckpoint(tmp_path, True, history, 0, [], 2)
   _offer(best, history, 2, 0.5)
@@ -124,8 +125,7 @@ def test_a_best_left_by_a_run_that_stopped_keeping_it_is_deleted(tmp_path,
   assert 'keep_best_checkpoint is off: deleted' in caplog.text
 
 
-def test_a_runs_best_checkpoint_folder_is_a_source_of_its_own(
-    trained_cnn_run):
+def test_a_runs_best_checkpoint_folder_is_a_source_of_its_own(trained_cnn_run):
   workdir, _ = trained_cnn_run
   summary = json.loads((workdir / 'summary.json').read_text())
   folder = workdir / best_checkpoint.DIRECTORY

@@ -17,15 +17,15 @@ from vit_jax.errors import CheckpointError
 from vit_jax.formats import vit_model
 
 
-def test_a_run_converts_to_every_format_and_back_exactly(trained_vit_run,
-                                                         tmp_path):
+def test_a_run_converts_to_every_format_and_back_exactly(
+    trained_vit_run, tmp_path):
   workdir, _ = trained_vit_run
   run = reading.load_run(workdir)
   images = np.random.default_rng(0).uniform(-1, 1, (2, 24, 24, 3))
   logits = {}
   for format_name, dest in (('npz', tmp_path / 'run.npz'),
-                            ('timm', tmp_path / 'timm'),
-                            ('hf', tmp_path / 'hf')):
+                            ('timm', tmp_path / 'timm'), ('hf',
+                                                          tmp_path / 'hf')):
     line = export.convert(workdir, dest, format_name)
     assert line.startswith(f'Wrote {dest} ({format_name}): a ViT with hidden '
                            'size 16, 2 layers of 2 heads')
@@ -40,7 +40,8 @@ def test_a_run_converts_to_every_format_and_back_exactly(trained_vit_run,
     # The normalization the run trained with travels with the folders; an
     # .npz has no place for it.
     assert loaded.pixels == (vit_model.RELEASED_PIXELS if format_name == 'npz'
-                             else (cifar_small.CIFAR10_MEAN, cifar_small.CIFAR10_STD))
+                             else (cifar_small.CIFAR10_MEAN,
+                                   cifar_small.CIFAR10_STD))
     assert_trees_identical(loaded.params, jax.device_get(run.params))
     logits[format_name] = loaded.model.apply(loaded.variables, images,
                                              train=False)
@@ -53,8 +54,7 @@ def test_a_run_converts_to_every_format_and_back_exactly(trained_vit_run,
   np.testing.assert_array_equal(logits['hf'], logits['npz'])
 
 
-def test_a_released_layout_file_converts_with_pre_logits_only_to_npz(
-    tmp_path):
+def test_a_released_layout_file_converts_with_pre_logits_only_to_npz(tmp_path):
   model = models.create_model('ViT-Tiny-CIFAR_4', 5, num_layers=1,
                               representation_size=3)
   npz.save_npz(random_vit_params(model, 8), tmp_path / 'a.npz')
@@ -67,8 +67,9 @@ def test_a_released_layout_file_converts_with_pre_logits_only_to_npz(
 def test_a_destination_that_would_lose_something_is_one_line(
     trained_vit_run, tmp_path):
   workdir, _ = trained_vit_run
-  with pytest.raises(CheckpointError, match='is a vit_jax.main workdir, whose '
-                     'config.json the export would overwrite'):
+  with pytest.raises(
+      CheckpointError, match='is a vit_jax.main workdir, whose '
+      'config.json the export would overwrite'):
     export.convert(workdir, workdir, 'hf')
   (tmp_path / 'file').write_text('')
   with pytest.raises(CheckpointError, match='is a file; --format=timm writes '
@@ -114,16 +115,17 @@ def test_every_exported_file_has_the_mode_the_umask_gives(tmp_path):
   npz.save_npz(random_vit_params(model, 8), tmp_path / 'a.npz')
   umask = os.umask(0o022)
   try:
-    for format_name, dest in (('npz', 'b.npz'), ('timm', 'timm'),
-                              ('hf', 'hf')):
+    for format_name, dest in (('npz', 'b.npz'), ('timm', 'timm'), ('hf', 'hf')):
       export.convert(tmp_path / 'a.npz', tmp_path / dest, format_name)
   finally:
     os.umask(umask)
   written = [p for p in tmp_path.rglob('*') if p.name != 'a.npz']
-  assert {p.relative_to(tmp_path).as_posix(): oct(p.stat().st_mode & 0o777)
-          for p in written} == {
-              'b.npz': '0o644', 'timm': '0o755',
-              'timm/model.safetensors': '0o644', 'timm/config.json': '0o644',
-              'hf': '0o755', 'hf/model.safetensors': '0o644',
-              'hf/config.json': '0o644',
-              'hf/preprocessor_config.json': '0o644'}
+  assert {
+      p.relative_to(tmp_path).as_posix(): oct(p.stat().st_mode & 0o777)
+      for p in written
+  } == {
+      'b.npz': '0o644', 'timm': '0o755', 'timm/model.safetensors': '0o644',
+      'timm/config.json': '0o644', 'hf': '0o755',
+      'hf/model.safetensors': '0o644', 'hf/config.json': '0o644',
+      'hf/preprocessor_config.json': '0o644'
+  }

@@ -19,11 +19,9 @@ def test_checkpoints_leave_jaxs_preemption_sync_point_to_the_loop(
   replicated = sharding.replicated(sharding.make_mesh())
   state = {'w': sharding.replicate(np.zeros((3, 4), np.float32), replicated)}
   sums = steps.zero_sums(replicated)
-  checkpoints = run_checkpoints.RunCheckpoints(tmp_path, keep=2,
-                                               min_seconds=30)
+  checkpoints = run_checkpoints.RunCheckpoints(tmp_path, keep=2, min_seconds=30)
   for step in (1, 2):
     checkpoints.due(step)
-    checkpoints.save(step, state, sums, [], {'epoch': 1, 'batch': step},
-                     {})
+    checkpoints.save(step, state, sums, [], {'epoch': 1, 'batch': step}, {})
   checkpoints.close()  # the background finalization included
   assert checkpoints.steps() == [1, 2] and not calls

@@ -21,12 +21,12 @@ from vit_jax.formats import safetensors_file
 
 
 def _warnings(caplog) -> list[str]:
-  return [r.getMessage() for r in caplog.records
-          if r.levelno == logging.WARNING]
+  return [
+      r.getMessage() for r in caplog.records if r.levelno == logging.WARNING
+  ]
 
 
-def test_loads_a_run_trained_on_other_devices_onto_one(trained_vit_run,
-                                                       caplog):
+def test_loads_a_run_trained_on_other_devices_onto_one(trained_vit_run, caplog):
   workdir, _ = trained_vit_run
   run = reading.load_run(workdir)
   assert _warnings(caplog) == []  # a sound checkpoint, verified
@@ -36,8 +36,8 @@ def test_loads_a_run_trained_on_other_devices_onto_one(trained_vit_run,
   assert run.batch_stats == {}
   assert set(run.variables) == {'params'}
   leaves = jax.tree.leaves(run.params)
-  assert {leaf.sharding.device_set.pop() for leaf in leaves} == {
-      jax.devices()[0]}
+  assert {leaf.sharding.device_set.pop()
+          for leaf in leaves} == {jax.devices()[0]}
   # The restored parameters drive the model they were trained as.
   model = models.from_config(run.config, num_classes=10)
   logits = model.apply(run.variables, np.zeros((2, 24, 24, 3)), train=False)
@@ -55,9 +55,10 @@ def test_missing_run_or_step_is_a_clear_error(trained_vit_run, tmp_path):
   (tmp_path / 'config.json').write_text('{}')
   with pytest.raises(CheckpointError, match='holds no checkpoint'):
     reading.load_run(tmp_path)
-  with pytest.raises(CheckpointError, match=(
-      rf'^{workdir} kept no best checkpoint .*: its run trained without '
-      r'--config.keep_best_checkpoint=True.*teacher_checkpoint=last\.$')):
+  with pytest.raises(
+      CheckpointError, match=(
+          rf'^{workdir} kept no best checkpoint .*: its run trained without '
+          r'--config.keep_best_checkpoint=True.*teacher_checkpoint=last\.$')):
     reading.load_run(workdir, best=True)
 
 
@@ -78,14 +79,15 @@ def test_a_lost_config_json_is_read_from_the_checkpoint(trained_vit_run,
   assert reading.load_run(workdir).config.to_dict() == original
   assert _warnings(caplog) == [
       f'{config_file} is missing: reading the config saved with checkpoint '
-      f'{workdir / "checkpoints" / "6"}.']
+      f'{workdir / "checkpoints" / "6"}.'
+  ]
   assert not config_file.exists()  # a reader changes nothing
   _without_config_in_checkpoints(workdir)
-  with pytest.raises(CheckpointError,
-                     match=r'config.json is missing, and the checkpoints .* '
-                     r'were saved before checkpoints held their config: '
-                     r"nothing says which model they are\. Put back the "
-                     r"run's config.json\.$"):
+  with pytest.raises(
+      CheckpointError, match=r'config.json is missing, and the checkpoints .* '
+      r'were saved before checkpoints held their config: '
+      r"nothing says which model they are\. Put back the "
+      r"run's config.json\.$"):
     reading.load_run(workdir)
 
 
@@ -109,17 +111,17 @@ def test_a_lost_config_json_is_rebuilt_from_the_newest_checkpoint(
       f'checkpoint {workdir / "checkpoints" / "6"}.')
   config_file.unlink()
   _without_config_in_checkpoints(workdir)
-  with pytest.raises(WorkdirError,
-                     match=r'config.json is missing, and the checkpoints in .* '
-                     r'were saved before checkpoints held their config: .* '
-                     r'Pass a new '
-                     r'--workdir, or move .*/checkpoints away to start afresh '
-                     r'here\.$'):
+  with pytest.raises(
+      WorkdirError, match=r'config.json is missing, and the checkpoints in .* '
+      r'were saved before checkpoints held their config: .* '
+      r'Pass a new '
+      r'--workdir, or move .*/checkpoints away to start afresh '
+      r'here\.$'):
     reading.saved_config(workdir)
 
 
-def test_load_params_reads_run_directories_and_their_npz(trained_vit_run,
-                                                         tmp_path):
+def test_load_params_reads_run_directories_and_their_npz(
+    trained_vit_run, tmp_path):
   workdir, _ = trained_vit_run
   run = reading.load_run(workdir)
   params = reading.load_params(workdir)
@@ -133,7 +135,6 @@ def test_load_params_reads_run_directories_and_their_npz(trained_vit_run,
   np.testing.assert_array_equal(
       model.apply({'params': from_npz}, images, train=False),
       model.apply(run.variables, images, train=False))
-
 
 
 def test_any_source_is_told_by_its_contents(trained_vit_run, tmp_path):
@@ -150,13 +151,15 @@ def test_any_source_is_told_by_its_contents(trained_vit_run, tmp_path):
     assert reading.source_kind(bare) == kind
   safetensors_file.write(tmp_path / 'other.safetensors',
                          {'conv1.weight': np.zeros(3, np.float32)})
-  with pytest.raises(CheckpointError, match="neither timm's nor "
-                     r"transformers' ViT arrays \(it has conv1.weight\)"):
+  with pytest.raises(
+      CheckpointError, match="neither timm's nor "
+      r"transformers' ViT arrays \(it has conv1.weight\)"):
     reading.source_kind(tmp_path / 'other.safetensors')
   (tmp_path / 'empty').mkdir()
-  with pytest.raises(CheckpointError, match=(
-      r'holds no checkpoint: pass a vit_jax.main workdir \(or its '
-      r'best_checkpoint\), an official .npz')):
+  with pytest.raises(
+      CheckpointError,
+      match=(r'holds no checkpoint: pass a vit_jax.main workdir \(or its '
+             r'best_checkpoint\), an official .npz')):
     reading.source_kind(tmp_path / 'empty')
   with pytest.raises(CheckpointError,
                      match='is one checkpoint; step=3 only selects'):

@@ -48,8 +48,9 @@ def _put_in_another_state(directory, step, other):
 
 
 def _warnings(caplog) -> list[str]:
-  return [r.getMessage() for r in caplog.records
-          if r.levelno == logging.WARNING]
+  return [
+      r.getMessage() for r in caplog.records if r.levelno == logging.WARNING
+  ]
 
 
 def _tiny_state():
@@ -58,8 +59,7 @@ def _tiny_state():
   return state, steps.zero_sums(replicated)
 
 
-def test_an_intervals_checkpoint_waits_its_seconds_after_the_newest(
-    tmp_path):
+def test_an_intervals_checkpoint_waits_its_seconds_after_the_newest(tmp_path):
   """orbax's ContinuousCheckpointingPolicy: due when none is saved, then
   once `min_seconds` have passed since the newest started writing (read
   from disk after a restart: since it was completed); with 0 at every
@@ -91,9 +91,10 @@ def test_an_intervals_checkpoint_waits_its_seconds_after_the_newest(
   every = run_checkpoints.RunCheckpoints(tmp_path / 'every', keep=5)
   save(every, 1)
   assert every.due(2)
-  with pytest.raises(CheckpointError, match=(
-      r'orbax would not save step 1 in .*every \(it holds steps \[1\]\); '
-      'move the directory away.')):
+  with pytest.raises(
+      CheckpointError, match=(
+          r'orbax would not save step 1 in .*every \(it holds steps \[1\]\); '
+          'move the directory away.')):
     save(every, 1)
   every.close()
 
@@ -107,8 +108,8 @@ def test_restores_everything_the_loop_saved(tmp_path):
   assert restored.position == {'epoch': 1, 'batch': 4}
   assert restored.config == {**_CONFIG, 'step': 4}
   assert set(restored.train_sums) == {'loss', 'correct', 'count'}
-  assert run_checkpoints.RunCheckpoints(tmp_path / 'none', 2).restore_latest(
-      *shapes) is None
+  assert run_checkpoints.RunCheckpoints(tmp_path / 'none',
+                                        2).restore_latest(*shapes) is None
 
 
 def test_a_damaged_latest_checkpoint_is_skipped_for_the_one_before(
@@ -132,9 +133,9 @@ def test_a_damaged_latest_checkpoint_is_skipped_for_the_one_before(
 def test_when_no_checkpoint_restores_the_error_says_what_to_do(tmp_path):
   checkpoints, shapes = _saved_steps(tmp_path / 'checkpoints', [2])
   shutil.rmtree(tmp_path / 'checkpoints' / '2' / 'state')
-  with pytest.raises(CheckpointError,
-                     match=r'None of the checkpoints .* \(steps 2\) can be '
-                     'restored.*Move the directory away'):
+  with pytest.raises(
+      CheckpointError, match=r'None of the checkpoints .* \(steps 2\) can be '
+      'restored.*Move the directory away'):
     checkpoints.restore_latest(*shapes)
 
 
@@ -168,9 +169,10 @@ def test_a_checkpoint_rotated_away_while_read_is_not_called_damaged(
 
   monkeypatch.setattr(run_checkpoints.RunCheckpoints, '_restore',
                       deleted_while_read)
-  with pytest.raises(CheckpointError, match=r'The checkpoints in .* \(steps '
-                     r'2, 4, 6\) were deleted while they were read: a run still '
-                     'writing there'):
+  with pytest.raises(
+      CheckpointError, match=r'The checkpoints in .* \(steps '
+      r'2, 4, 6\) were deleted while they were read: a run still '
+      'writing there'):
     run_checkpoints.RunCheckpoints(directory).restore_latest()
   assert _warnings(caplog) == []
 
@@ -221,20 +223,22 @@ def test_a_reader_verifies_as_the_trainer_does_and_changes_nothing(
   assert _warnings(caplog) == [
       f'Skipping checkpoint {directory / "4"}, which cannot be restored '
       '(DigestMismatchError: its state does not match the digest saved with '
-      'it: a damaged file); trying the one before it.']
+      'it: a damaged file); trying the one before it.'
+  ]
   assert reader.steps() == [2, 4]  # nothing set aside
-  with pytest.raises(CheckpointError,
-                     match=rf'^The checkpoint {directory / "4"} cannot be '
-                     r'restored \(DigestMismatchError: .*\); the others are '
-                     r'steps \[2\]\.$'):
+  with pytest.raises(
+      CheckpointError, match=rf'^The checkpoint {directory / "4"} cannot be '
+      r'restored \(DigestMismatchError: .*\); the others are '
+      r'steps \[2\]\.$'):
     reader.restore(4)
   with pytest.raises(CheckpointError,
                      match=r'No checkpoint of step 3 .*; there are \[2, 4\]'):
     reader.restore(3)
   shutil.rmtree(directory / '2' / 'state')
-  with pytest.raises(CheckpointError,
-                     match=r'^None of the checkpoints .* \(steps 2, 4\) can be '
-                     r'restored; the warnings above say why\.$'):
+  with pytest.raises(
+      CheckpointError,
+      match=r'^None of the checkpoints .* \(steps 2, 4\) can be '
+      r'restored; the warnings above say why\.$'):
     run_checkpoints.RunCheckpoints(directory).restore_latest()
 
 
@@ -247,7 +251,8 @@ def test_a_checkpoint_from_before_digests_is_restored_with_one_warning(
   restored = run_checkpoints.RunCheckpoints(directory).restore(2)
   assert restored.config is None
   assert _warnings(caplog) == [
-      f'Checkpoint {directory / "2"} predates digests: restored unverified.']
+      f'Checkpoint {directory / "2"} predates digests: restored unverified.'
+  ]
 
 
 def test_the_config_of_the_newest_checkpoint_that_holds_one(tmp_path):
@@ -311,4 +316,5 @@ def test_a_checkpoint_restores_onto_either_parameter_layout(tmp_path):
       dict(saved_sharded=True, equal=True, on_target=True,
            read_onto_one_device=True),
       dict(saved_sharded=False, equal=True, on_target=True,
-           read_onto_one_device=True)]
+           read_onto_one_device=True)
+  ]

@@ -32,15 +32,16 @@ def test_saved_runs_load_as_plain_vits_without_what_only_training_read():
 
 def test_a_saved_mae_run_resumes(tmp_path):
   # The data and config it was trained with.
-  write_cifar_binary(tmp_path / 'data' / 'cifar-10-batches-bin', {
-      'data_batch_1.bin': random_cifar(32, 10, seed=1),
-      'test_batch.bin': random_cifar(16, 10, seed=3)})
+  write_cifar_binary(
+      tmp_path / 'data' / 'cifar-10-batches-bin', {
+          'data_batch_1.bin': random_cifar(32, 10, seed=1),
+          'test_batch.bin': random_cifar(16, 10, seed=3)
+      })
   workdir = tmp_path / 'mae'
   shutil.copytree(SAVED / 'mae', workdir)
   config = tiny_config(tmp_path / 'data', total_steps=4, num_epochs=0,
-                       warmup_epochs=0, cpu_devices=1,
-                       checkpoint_every_steps=2, eval_every_steps=2,
-                       log_every_steps=1)
+                       warmup_epochs=0, cpu_devices=1, checkpoint_every_steps=2,
+                       eval_every_steps=2, log_every_steps=1)
   config.model_overrides.update(mae_mask_ratio=0.75, mae_decoder_depth=1,
                                 mae_decoder_width=32)
   before = reading.load_run(workdir, 2).params

@@ -21,8 +21,9 @@ def test_an_unknown_or_missing_field_is_named():
   config = tiny_config('')
   with config.unlocked():
     config.num_epoch = 3
-  with pytest.raises(ConfigError, match="num_epoch is not a field.*did you "
-                     "mean 'num_epochs'"):
+  with pytest.raises(
+      ConfigError, match="num_epoch is not a field.*did you "
+      "mean 'num_epochs'"):
     config_schema.validate(config, 1)
   config = tiny_config('')
   del config['seed']
@@ -47,27 +48,31 @@ def test_resuming_refuses_what_changes_the_checkpoints_meaning(tmp_path):
   saved = tiny_config('').to_dict()
   config_schema.check_resumable(
       saved, tiny_config('', log_every_steps=5, eval_batch_size=64), tmp_path)
-  with pytest.raises(ConfigError, match=r'another config\.seed \(0 there, 1 '
-                     r'here\).*config\.json, or pass a new --workdir'):
+  with pytest.raises(
+      ConfigError, match=r'another config\.seed \(0 there, 1 '
+      r'here\).*config\.json, or pass a new --workdir'):
     config_schema.check_resumable(saved, tiny_config('', seed=1), tmp_path)
   # An epoch count that total_steps overrides on both sides is not used.
   in_steps = tiny_config('', total_steps=40, warmup_steps=4).to_dict()
   config_schema.check_resumable(
-      in_steps, tiny_config('', total_steps=40, warmup_steps=4, num_epochs=7,
-                            warmup_epochs=3), tmp_path)
+      in_steps,
+      tiny_config('', total_steps=40, warmup_steps=4, num_epochs=7,
+                  warmup_epochs=3), tmp_path)
   with pytest.raises(ConfigError, match=r'config\.total_steps \(40 there, 50'):
     config_schema.check_resumable(in_steps, tiny_config('', total_steps=50),
                                   tmp_path)
 
 
 def test_an_fsdp_size_that_does_not_divide_the_devices_is_a_clear_error():
-  with pytest.raises(ConfigError, match='config.fsdp=3 does not divide the 8 '
-                     'devices; use a divisor of 8, or -1'):
+  with pytest.raises(
+      ConfigError, match='config.fsdp=3 does not divide the 8 '
+      'devices; use a divisor of 8, or -1'):
     config_schema.validate(tiny_config('', fsdp=3), num_devices=8)
   config_schema.validate(tiny_config('', fsdp=-1), num_devices=8)
 
 
 def test_a_resumed_run_may_change_remat_and_attention_but_not_scan(tmp_path):
+
   def config(**overrides):
     config = tiny_config('')
     config.model_overrides.update(overrides)
@@ -75,15 +80,16 @@ def test_a_resumed_run_may_change_remat_and_attention_but_not_scan(tmp_path):
 
   saved = config(remat='full', scan=True).to_dict()
   assert config_schema.check_resumable(
-      saved, config(remat='none', scan=True), tmp_path) == {
-          'model_overrides.remat': ('full', 'none')}
-  assert config_schema.check_resumable(
-      saved, config(remat='full', scan=True), tmp_path) == {}
+      saved, config(remat='none', scan=True),
+      tmp_path) == {'model_overrides.remat': ('full', 'none')}
+  assert config_schema.check_resumable(saved, config(remat='full', scan=True),
+                                       tmp_path) == {}
   assert config_schema.check_resumable(
       saved, config(remat='full', scan=True, attention='cudnn'),
       tmp_path) == {'model_overrides.attention': (None, 'cudnn')}
-  with pytest.raises(ConfigError, match=r"another config\.model_overrides "
-                     r"\(\{.*'scan': True.*\} there, \{.*\} here\)"):
+  with pytest.raises(
+      ConfigError, match=r"another config\.model_overrides "
+      r"\(\{.*'scan': True.*\} there, \{.*\} here\)"):
     config_schema.check_resumable(saved, config(remat='full'), tmp_path)
 
 
@@ -99,20 +105,21 @@ def test_overriding_a_model_field_with_its_own_value_resumes(tmp_path):
                                        tmp_path) == {}
   other = tiny_config('')
   other.model_overrides.update(mimetic_init=True)
-  with pytest.raises(ConfigError, match=r"another config\.model_overrides "
-                     r"\(.* there, .*'mimetic_init': True.* here\)"):
+  with pytest.raises(
+      ConfigError, match=r"another config\.model_overrides "
+      r"\(.* there, .*'mimetic_init': True.* here\)"):
     config_schema.check_resumable(saved, other, tmp_path)
 
 
 @pytest.mark.parametrize('teacher_field,teacher,student,message', [
     ('distillation_teacher', '/tmp/teacher', {'distillation_token': False},
      'needs a student with a distillation token'),
-    ('distillation_teacher', '', {'distillation_token': True},
-     'needs a teacher'),
-    ('locality_guidance_teacher', '/tmp/cnn', {'guided_blocks': ()},
-     'needs a ViT with guided blocks'),
-    ('locality_guidance_teacher', '', {'guided_blocks': (0,)},
-     'there is no CNN to imitate'),
+    ('distillation_teacher', '', {'distillation_token': True
+                                 }, 'needs a teacher'),
+    ('locality_guidance_teacher', '/tmp/cnn', {'guided_blocks':
+        ()}, 'needs a ViT with guided blocks'),
+    ('locality_guidance_teacher', '', {'guided_blocks':
+        (0,)}, 'there is no CNN to imitate'),
 ])
 def test_a_student_without_its_teacher_or_the_reverse_is_refused(
     teacher_field, teacher, student, message):
@@ -124,6 +131,7 @@ def test_a_student_without_its_teacher_or_the_reverse_is_refused(
 
 def test_a_teachers_best_checkpoint_without_a_teacher_is_refused():
   config = tiny_config('', teacher_checkpoint='best')
-  with pytest.raises(ConfigError, match="teacher_checkpoint='best' picks a "
-                     "teacher's checkpoint, and this run has none"):
+  with pytest.raises(
+      ConfigError, match="teacher_checkpoint='best' picks a "
+      "teacher's checkpoint, and this run has none"):
     config_schema.validate(config, num_devices=1)

@@ -21,15 +21,20 @@ def _config(name, argument=None):
   return module.get_config(argument) if argument else module.get_config()
 
 
-@pytest.mark.parametrize('name,argument', [
-    ('cifar_small', 'vit'), ('cifar_small', 'simple_cnn'),
-    ('cifar_small', 'small_resnet'), ('finetune', None),
-    ('finetune', 'imagenet2012'), ('finetune', 'cifar10'),
-    ('finetune', 'oxford_flowers102'), ('vit_pretrain', 'imagenet21k'),
-    ('vit_pretrain', 'imagenet2012'), ('image_folder', None),
-    ('image_folder', 'finetune'), ('data_efficient', 'vit'),
-    ('data_efficient', 'simple_cnn'), ('data_efficient', 'small_resnet'),
-])
+@pytest.mark.parametrize('name,argument', [('cifar_small', 'vit'),
+                                           ('cifar_small', 'simple_cnn'),
+                                           ('cifar_small', 'small_resnet'),
+                                           ('finetune', None),
+                                           ('finetune', 'imagenet2012'),
+                                           ('finetune', 'cifar10'),
+                                           ('finetune', 'oxford_flowers102'),
+                                           ('vit_pretrain', 'imagenet21k'),
+                                           ('vit_pretrain', 'imagenet2012'),
+                                           ('image_folder', None),
+                                           ('image_folder', 'finetune'),
+                                           ('data_efficient', 'vit'),
+                                           ('data_efficient', 'simple_cnn'),
+                                           ('data_efficient', 'small_resnet'),])
 def test_config_is_valid(name, argument):
   config = _config(name, argument)
   config_schema.validate(config, num_devices=8)
@@ -54,10 +59,10 @@ def test_configs_are_data():
 def test_paper_recipes_match_the_tables():
   pretrain = _config('vit_pretrain', 'imagenet21k')
   assert (pretrain.batch_size, pretrain.warmup_steps, pretrain.learning_rate,
-          pretrain.weight_decay, pretrain.lr_decay, pretrain.num_epochs) == (
-              4096, 10_000, 1e-3, 0.03, 'linear', 90)
-  assert (pretrain.adam_b1, pretrain.adam_b2, pretrain.grad_clip_norm) == (
-      0.9, 0.999, 1.0)
+          pretrain.weight_decay, pretrain.lr_decay,
+          pretrain.num_epochs) == (4096, 10_000, 1e-3, 0.03, 'linear', 90)
+  assert (pretrain.adam_b1, pretrain.adam_b2,
+          pretrain.grad_clip_norm) == (0.9, 0.999, 1.0)
   imagenet = _config('vit_pretrain', 'imagenet2012')
   assert (imagenet.num_epochs, imagenet.learning_rate, imagenet.weight_decay,
           imagenet.lr_decay) == (300, 3e-3, 0.3, 'cosine')
@@ -66,8 +71,9 @@ def test_paper_recipes_match_the_tables():
           finetune.weight_decay, finetune.grad_clip_norm,
           finetune.image_size) == ('sgd', 0.9, 512, 0.0, 1.0, 384)
   # Every paper recipe streams its dataset, as the official code does.
-  assert {pretrain.input_pipeline, imagenet.input_pipeline,
-          finetune.input_pipeline} == {'streaming'}
+  assert {
+      pretrain.input_pipeline, imagenet.input_pipeline, finetune.input_pipeline
+  } == {'streaming'}
   # Table 4 counts fine-tuning in steps; Table 3 pre-training in epochs.
   assert (finetune.total_steps, finetune.warmup_steps) == (10_000, 500)
   assert _config('finetune', 'oxford_flowers102').total_steps == 500
@@ -96,9 +102,8 @@ def _image_folder(root, classes=('cat', 'dog'), per_class=(12, 4)):
 @pytest.mark.slow
 def test_image_folder_walkthrough_trains_from_scratch(tmp_path):
   config = _config('image_folder')
-  config.update(data_dir=str(_image_folder(tmp_path / 'photos')),
-                num_epochs=1, warmup_epochs=0, batch_size=8,
-                eval_batch_size=8, cpu_devices=1)
+  config.update(data_dir=str(_image_folder(tmp_path / 'photos')), num_epochs=1,
+                warmup_epochs=0, batch_size=8, eval_batch_size=8, cpu_devices=1)
   summary = train.train_and_evaluate(config, tmp_path / 'run')
   assert summary['steps'] == 3  # 24 images, batches of 8
 

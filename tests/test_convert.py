@@ -23,7 +23,8 @@ def test_converts_a_run_and_says_what_it_wrote(trained_vit_run, tmp_path):
   assert out.stdout.startswith(f'Wrote {tmp_path / "hf"} (hf): ')
   assert out.stderr == ''  # no library's records
   assert sorted(p.name for p in (tmp_path / 'hf').iterdir()) == [
-      'config.json', 'model.safetensors', 'preprocessor_config.json']
+      'config.json', 'model.safetensors', 'preprocessor_config.json'
+  ]
 
 
 def test_bad_arguments_and_sources_are_one_line(tmp_path):
@@ -31,8 +32,8 @@ def test_bad_arguments_and_sources_are_one_line(tmp_path):
   assert out.returncode == 1
   assert out.stderr.strip().splitlines()[-1].startswith(
       'error: pass SOURCE, DEST and --format')
-  (tmp_path / 'weights.safetensors').write_bytes(
-      b'\x10\x00\x00\x00\x00\x00\x00\x00{"x": 1}       ')
+  (tmp_path / 'weights.safetensors'
+  ).write_bytes(b'\x10\x00\x00\x00\x00\x00\x00\x00{"x": 1}       ')
   out = _convert(str(tmp_path / 'weights.safetensors'), str(tmp_path / 'o'),
                  '--format=timm')
   assert out.returncode == 1 and 'Traceback' not in out.stderr
@@ -41,8 +42,8 @@ def test_bad_arguments_and_sources_are_one_line(tmp_path):
       '.safetensors file')
 
 
-@pytest.mark.parametrize('format_name, dest', [
-    ('npz', 'model.npz'), ('timm', 'timm'), ('hf', 'hf')])
+@pytest.mark.parametrize('format_name, dest', [('npz', 'model.npz'),
+                                               ('timm', 'timm'), ('hf', 'hf')])
 def test_a_full_disk_is_one_line_and_leaves_the_old_export(
     trained_vit_run, tmp_path, format_name, dest):
   """A tmpfs with room for one export: the old one stays as it was."""
@@ -51,10 +52,10 @@ def test_a_full_disk_is_one_line_and_leaves_the_old_export(
   assert _convert(str(workdir), str(old),
                   f'--format={format_name}').returncode == 0
   size = sum(p.stat().st_size for p in [old, *old.rglob('*')] if p.is_file())
-  with mounted_tmpfs(tmp_path / 'disk', f'{size * 3 // 2 // 1024 + 8}k') as (
-      disk):
-    shutil.copytree(old, disk / dest) if old.is_dir() else shutil.copy(
-        old, disk / dest)
+  with mounted_tmpfs(tmp_path / 'disk',
+                     f'{size * 3 // 2 // 1024 + 8}k') as (disk):
+    shutil.copytree(old, disk /
+                    dest) if old.is_dir() else shutil.copy(old, disk / dest)
     out = _convert(str(workdir), str(disk / dest), f'--format={format_name}')
     assert out.returncode == 1
     [line] = out.stderr.strip().splitlines()[-1:]
@@ -69,8 +70,9 @@ def test_a_full_disk_is_one_line_and_leaves_the_old_export(
         assert after.read_bytes() == before.read_bytes()
 
 
-@pytest.mark.parametrize('format_name, dest', [
-    pytest.param('npz', 'model.npz', marks=pytest.mark.slow), ('hf', 'hf')])
+@pytest.mark.parametrize(
+    'format_name, dest',
+    [pytest.param('npz', 'model.npz', marks=pytest.mark.slow), ('hf', 'hf')])
 def test_a_read_only_disk_is_one_line_and_leaves_the_old_export(
     trained_vit_run, tmp_path, format_name, dest):
   workdir, _ = trained_vit_run
@@ -84,16 +86,17 @@ def test_a_read_only_disk_is_one_line_and_leaves_the_old_export(
     [line] = out.stderr.strip().splitlines()[-1:]
     assert line.startswith(f'error: Writing {disk / dest} failed (') and (
         f'Check that {disk} is writable, or pass another DEST.') in line
-    assert {p: p.read_bytes() for p in disk.rglob('*') if p.is_file()} == (
-        before)
+    assert {p: p.read_bytes() for p in disk.rglob('*')
+            if p.is_file()} == (before)
 
 
 def test_a_stop_signal_leaves_dest_as_it_was(trained_vit_run, tmp_path):
   workdir, _ = trained_vit_run
-  process = subprocess.Popen(
-      [sys.executable, '-m', 'vit_jax.convert', str(workdir),
-       str(tmp_path / 'hf'), '--format=hf', '--verbosity=1'],
-      cwd=ROOT, stderr=subprocess.PIPE, text=True)
+  process = subprocess.Popen([
+      sys.executable, '-m', 'vit_jax.convert',
+      str(workdir),
+      str(tmp_path / 'hf'), '--format=hf', '--verbosity=1'
+  ], cwd=ROOT, stderr=subprocess.PIPE, text=True)
   # jax's first record (shown by --verbosity=1): it has started, reading the
   # run.
   first = process.stderr.readline()

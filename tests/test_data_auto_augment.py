@@ -25,8 +25,8 @@ def apply(images, name, magnitude, ranges=WIDE):
   n = images.shape[0]
   ops = jnp.full((n,), auto_augment.op_index(name), jnp.int32)
   magnitudes = jnp.broadcast_to(jnp.asarray(magnitude, jnp.float32), (n,))
-  return np.asarray(_apply_op(jnp.asarray(images), ops, magnitudes,
-                              ranges=ranges))
+  return np.asarray(
+      _apply_op(jnp.asarray(images), ops, magnitudes, ranges=ranges))
 
 
 def uint8_images(seed=0, shape=SHAPE):
@@ -130,10 +130,9 @@ def _pil(images, fn):
     ('posterize', 0.5, lambda im: ImageOps.posterize(im, 5), 0.0),
     ('color', 0.5, lambda im: ImageEnhance.Color(im).enhance(1.495), 1.5),
     ('color', -0.5, lambda im: ImageEnhance.Color(im).enhance(0.505), 1.5),
-    ('contrast', 0.5, lambda im: ImageEnhance.Contrast(im).enhance(1.495),
-     1.5),
-    ('brightness', -0.5,
-     lambda im: ImageEnhance.Brightness(im).enhance(0.505), 1.0),
+    ('contrast', 0.5, lambda im: ImageEnhance.Contrast(im).enhance(1.495), 1.5),
+    ('brightness', -0.5, lambda im: ImageEnhance.Brightness(im).enhance(0.505),
+     1.0),
     ('sharpness', 0.5, lambda im: ImageEnhance.Sharpness(im).enhance(1.495),
      1.5),
 ])

@@ -15,14 +15,14 @@ def _assert_same(a, b):
   np.testing.assert_array_equal(a.labels, b.labels)
 
 
-def test_both_cifar10_formats_load_to_the_same_arrays(cifar10_binary,
-                                                      tmp_path):
+def test_both_cifar10_formats_load_to_the_same_arrays(cifar10_binary, tmp_path):
   data_dir, splits = cifar10_binary
-  write_cifar_python(tmp_path / 'py' / 'cifar-10-batches-py', {
-      'data_batch_1': splits['data_batch_1.bin'],
-      'data_batch_2': splits['data_batch_2.bin'],
-      'test_batch': splits['test_batch.bin'],
-  })
+  write_cifar_python(
+      tmp_path / 'py' / 'cifar-10-batches-py', {
+          'data_batch_1': splits['data_batch_1.bin'],
+          'data_batch_2': splits['data_batch_2.bin'], 'test_batch':
+              splits['test_batch.bin'],
+      })
   binary = cifar.load_cifar('cifar10', data_dir)
   python = cifar.load_cifar('cifar10', tmp_path / 'py')
   _assert_same(binary.train, python.train)
@@ -30,11 +30,11 @@ def test_both_cifar10_formats_load_to_the_same_arrays(cifar10_binary,
   assert binary.num_classes == python.num_classes == 10
 
   # Pixels land where the official planar layout puts them.
-  expected_train = np.concatenate([splits['data_batch_1.bin'][0],
-                                   splits['data_batch_2.bin'][0]])
+  expected_train = np.concatenate([
+      splits['data_batch_1.bin'][0], splits['data_batch_2.bin'][0]
+  ])
   np.testing.assert_array_equal(binary.train.images, expected_train)
-  np.testing.assert_array_equal(binary.test.labels,
-                                splits['test_batch.bin'][1])
+  np.testing.assert_array_equal(binary.test.labels, splits['test_batch.bin'][1])
   assert binary.train.images.dtype == np.uint8
   assert binary.train.labels.dtype == np.int32
 
@@ -55,13 +55,15 @@ def test_both_cifar100_formats_load_fine_labels(tmp_path):
 
 def test_the_study_subset_is_the_same_from_the_full_release(tmp_path):
   """The first 1,000 of each training file, as cifar10-5k holds them."""
-  files = {f'data_batch_{i}.bin': random_cifar(6, 10, seed=i)
-           for i in range(1, 6)}
+  files = {
+      f'data_batch_{i}.bin': random_cifar(6, 10, seed=i) for i in range(1, 6)
+  }
   files['test_batch.bin'] = random_cifar(7, 10, seed=9)
   write_cifar_binary(tmp_path / 'full' / 'cifar-10-batches-bin', files)
-  subset = {name: (images[:4], labels[:4]) if name.startswith('data') else
-            (images[:5], labels[:5])
-            for name, (images, labels) in files.items()}
+  subset = {
+      name: (images[:4], labels[:4]) if name.startswith('data') else
+            (images[:5], labels[:5]) for name, (images, labels) in files.items()
+  }
   write_cifar_binary(tmp_path / 'subset' / 'cifar-10-batches-bin', subset)
   from_full = cifar.load_cifar('cifar10', tmp_path / 'full', train_per_file=4)
   from_subset = cifar.load_cifar('cifar10', tmp_path / 'subset',
@@ -72,16 +74,17 @@ def test_the_study_subset_is_the_same_from_the_full_release(tmp_path):
   assert len(from_full.train) == 20
   np.testing.assert_array_equal(from_full.train.labels[4:8],
                                 files['data_batch_2.bin'][1][:4])
-  with pytest.raises(DatasetError, match='train_examples_per_file=5 but .* '
-                     'fewer in data_batch_1.bin'):
+  with pytest.raises(
+      DatasetError, match='train_examples_per_file=5 but .* '
+      'fewer in data_batch_1.bin'):
     cifar.load_cifar('cifar10', tmp_path / 'subset', train_per_file=5)
 
 
 def test_missing_cifar_says_where_it_looked_and_what_to_do(tmp_path):
-  with pytest.raises(DatasetError,
-                     match=r'No cifar10 found in .*cifar-10-batches-bin.*'
-                     r'--config.data_dir=DIR, or leave data_dir unset to '
-                     r'download it'):
+  with pytest.raises(
+      DatasetError, match=r'No cifar10 found in .*cifar-10-batches-bin.*'
+      r'--config.data_dir=DIR, or leave data_dir unset to '
+      r'download it'):
     cifar.load_cifar('cifar10', tmp_path)
 
 
@@ -92,4 +95,3 @@ def test_malformed_data_names_the_file(cifar10_binary):
   with pytest.raises(DatasetError,
                      match='test_batch.bin is not a CIFAR binary file'):
     cifar.load_cifar('cifar10', data_dir)
-

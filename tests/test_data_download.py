@@ -20,12 +20,13 @@ from vit_jax.errors import DatasetError
 
 def _official_archive(tmp_path) -> bytes:
   """A cifar-10-binary.tar.gz of 5 x 4 training and 3 test images."""
-  files = {f'data_batch_{i}.bin': random_cifar(4, 10, seed=i)
-           for i in range(1, 6)}
+  files = {
+      f'data_batch_{i}.bin': random_cifar(4, 10, seed=i) for i in range(1, 6)
+  }
   files['test_batch.bin'] = random_cifar(3, 10, seed=9)
   write_cifar_binary(tmp_path / 'release' / 'cifar-10-batches-bin', files)
-  (tmp_path / 'release' / 'cifar-10-batches-bin' / 'batches.meta.txt'
-   ).write_text('airplane\n')
+  (tmp_path / 'release' / 'cifar-10-batches-bin' /
+   'batches.meta.txt').write_text('airplane\n')
   buffer = io.BytesIO()
   with tarfile.open(fileobj=buffer, mode='w:gz') as tar:
     tar.add(tmp_path / 'release' / 'cifar-10-batches-bin',
@@ -45,8 +46,8 @@ class _Handler(http.server.BaseHTTPRequestHandler):
     self.send_header('Content-Length', str(len(self._body)))
     self.end_headers()
     # `cut`: the connection drops halfway, as a flaky network does.
-    self.wfile.write(self._body[:len(self._body) // 2] if self._cut else
-                     self._body)
+    self.wfile.write(self._body[:len(self._body) //
+                                2] if self._cut else self._body)
 
   def log_message(self, *args):
     del args
@@ -65,9 +66,12 @@ def server(tmp_path, monkeypatch):
 
   httpd = http.server.ThreadingHTTPServer(('127.0.0.1', port), handler)
   threading.Thread(target=httpd.serve_forever, daemon=True).start()
-  monkeypatch.setitem(download.RELEASES, 'cifar10', download.Release(
-      f'http://127.0.0.1:{port}/cifar-10-binary.tar.gz', len(archive),
-      hashlib.sha256(archive).hexdigest(), 'cifar-10-batches-bin'))
+  monkeypatch.setitem(
+      download.RELEASES, 'cifar10',
+      download.Release(f'http://127.0.0.1:{port}/cifar-10-binary.tar.gz',
+                       len(archive),
+                       hashlib.sha256(archive).hexdigest(),
+                       'cifar-10-batches-bin'))
   monkeypatch.setenv('VIT_JAX_DATA_DIR', str(tmp_path / 'cache'))
   yield served, settings
   httpd.shutdown()
@@ -92,8 +96,8 @@ def test_with_no_data_given_the_release_is_downloaded_once(server, tmp_path):
   assert len(served) == 1
 
 
-def test_an_interrupted_or_damaged_download_leaves_nothing(server, tmp_path,
-                                                           monkeypatch):
+def test_an_interrupted_or_damaged_download_leaves_nothing(
+    server, tmp_path, monkeypatch):
   served, settings = server
   settings['cut'] = True
   with pytest.raises(DatasetError, match='Could not download|is damaged'):
@@ -101,8 +105,9 @@ def test_an_interrupted_or_damaged_download_leaves_nothing(server, tmp_path,
   assert list((tmp_path / 'cache').iterdir()) == []
   settings['cut'] = False
   release = download.RELEASES['cifar10']
-  monkeypatch.setitem(download.RELEASES, 'cifar10', download.Release(
-      release.url, release.size, '0' * 64, release.folder))
+  monkeypatch.setitem(
+      download.RELEASES, 'cifar10',
+      download.Release(release.url, release.size, '0' * 64, release.folder))
   with pytest.raises(DatasetError, match=r'is damaged .*it was deleted'):
     _open()
   assert list((tmp_path / 'cache').iterdir()) == []
@@ -111,11 +116,11 @@ def test_an_interrupted_or_damaged_download_leaves_nothing(server, tmp_path,
   assert len(served) == 3
 
 
-def test_offline_the_error_says_where_and_what_to_place(tmp_path,
-                                                        monkeypatch):
+def test_offline_the_error_says_where_and_what_to_place(tmp_path, monkeypatch):
   url = f'http://127.0.0.1:{free_port()}/cifar-10-binary.tar.gz'  # nobody
-  monkeypatch.setitem(download.RELEASES, 'cifar10', download.Release(
-      url, 1, '0' * 64, 'cifar-10-batches-bin'))
+  monkeypatch.setitem(
+      download.RELEASES, 'cifar10',
+      download.Release(url, 1, '0' * 64, 'cifar-10-batches-bin'))
   monkeypatch.setenv('VIT_JAX_DATA_DIR', str(tmp_path / 'cache'))
   with pytest.raises(DatasetError) as error:
     _open()
@@ -135,9 +140,11 @@ def test_an_archive_cannot_write_outside_its_folder(tmp_path):
       tar.addfile(info, io.BytesIO(b'x'))
   (tmp_path / 'archive.tar.gz').write_bytes(buffer.getvalue())
   (tmp_path / 'into').mkdir()
-  download._unpack(tmp_path / 'archive.tar.gz', tmp_path / 'into',  # pylint: disable=protected-access
-                   'cifar-10-batches-bin')
+  download._unpack(
+      tmp_path / 'archive.tar.gz',
+      tmp_path / 'into',  # pylint: disable=protected-access
+      'cifar-10-batches-bin')
   assert not (tmp_path / 'escaped').exists()
   assert not (tmp_path / 'escaped2').exists()
-  assert (tmp_path / 'into' / 'cifar-10-batches-bin' / 'test_batch.bin'
-          ).read_bytes() == b'x'
+  assert (tmp_path / 'into' / 'cifar-10-batches-bin' /
+          'test_batch.bin').read_bytes() == b'x'

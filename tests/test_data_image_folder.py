@@ -13,7 +13,6 @@ from tests.helpers import write_process_config
 from vit_jax.data import image_folder
 from vit_jax.errors import DatasetError
 
-
 ONE_EACH = (('train', 1), ('test', 1))
 
 
@@ -56,8 +55,7 @@ def test_image_folder_is_listed_and_read_lazily_at_any_size(tmp_path):
   assert label == 1
 
 
-def test_only_image_files_are_read_and_a_grayscale_one_comes_as_rgb(
-    tmp_path):
+def test_only_image_files_are_read_and_a_grayscale_one_comes_as_rgb(tmp_path):
   _write_folders(tmp_path, counts=ONE_EACH)
   (tmp_path / 'train' / 'cat' / 'notes.txt').write_text('not an image')
   (tmp_path / 'train' / 'dog' / '1.PNG').write_bytes(
@@ -103,7 +101,8 @@ def test_a_16_bit_png_is_scaled_and_its_transparent_value_shows_on_white(
     ('I;16B', '>u2', [0, 32768, 65535], [0, 128, 255]),
     ('I;16L', '<u2', [0, 32768, 65535], [0, 128, 255]),
     ('I', '<i4', [-5, 32768, 65535, 99999], [0, 128, 255, 255]),
-    ('F', '<f4', [-0.5, 0.5, 1.0, 2.0], [0, 128, 255, 255])])
+    ('F', '<f4', [-0.5, 0.5, 1.0, 2.0], [0, 128, 255, 255])
+])
 def test_deep_greyscale_modes_scale_to_8_bits(mode, dtype, values, expected):
   image = Image.frombytes(mode, (len(values), 1),
                           np.array(values, dtype).tobytes())
@@ -119,13 +118,13 @@ def test_transparent_pixels_show_on_white(tmp_path):
                         _encoded(Image.fromarray(rgba, 'RGBA')))[0],
       [[255, 255, 255], [127, 127, 127], [10, 20, 30]])
   grey_alpha = Image.fromarray(np.array([[[0, 0], [0, 255]]], np.uint8), 'LA')
-  np.testing.assert_array_equal(image_folder.to_rgb(grey_alpha)[0],
-                                [[255] * 3, [0] * 3])
+  np.testing.assert_array_equal(
+      image_folder.to_rgb(grey_alpha)[0], [[255] * 3, [0] * 3])
   palette_alpha = Image.new('PA', (2, 1))
   palette_alpha.putpalette([0, 0, 200] * 256)
   palette_alpha.putpixel((1, 0), (0, 255))
-  np.testing.assert_array_equal(image_folder.to_rgb(palette_alpha)[0],
-                                [[255] * 3, [0, 0, 200]])
+  np.testing.assert_array_equal(
+      image_folder.to_rgb(palette_alpha)[0], [[255] * 3, [0, 0, 200]])
 
 
 def test_a_palette_png_with_a_transparent_entry_shows_it_on_white(tmp_path):
@@ -133,8 +132,7 @@ def test_a_palette_png_with_a_transparent_entry_shows_it_on_white(tmp_path):
   image.putpalette([255, 0, 0, 0, 0, 255])
   read = _read_in_a_folder(tmp_path, 'palette.png',
                            _encoded(image, transparency=0))
-  np.testing.assert_array_equal(read[0], [[255] * 3, [0, 0, 255],
-                                          [0, 0, 255]])
+  np.testing.assert_array_equal(read[0], [[255] * 3, [0, 0, 255], [0, 0, 255]])
 
 
 def test_cmyk_jpeg_and_1_bit_png_read_as_their_colours(tmp_path):
@@ -143,12 +141,12 @@ def test_cmyk_jpeg_and_1_bit_png_read_as_their_colours(tmp_path):
   np.testing.assert_allclose(read[4, 4], [0, 255, 255], atol=2)
   bits = Image.fromarray(np.array([[False, True]]))
   assert bits.mode == '1'
-  np.testing.assert_array_equal(image_folder.to_rgb(
-      Image.open(io.BytesIO(_encoded(bits))))[0], [[0] * 3, [255] * 3])
+  np.testing.assert_array_equal(
+      image_folder.to_rgb(Image.open(io.BytesIO(_encoded(bits))))[0],
+      [[0] * 3, [255] * 3])
 
 
-def test_exif_orientation_is_not_applied_as_in_the_official_decoding(
-    tmp_path):
+def test_exif_orientation_is_not_applied_as_in_the_official_decoding(tmp_path):
   stored = np.zeros((8, 16, 3), np.uint8)
   stored[:, :8] = 255  # left half white
   image = Image.fromarray(stored)
@@ -164,8 +162,9 @@ def test_a_mode_it_does_not_decode_is_named(tmp_path):
   _write_folders(tmp_path, counts=ONE_EACH)
   (tmp_path / 'train' / 'cat' / 'lab.png').write_bytes(
       _encoded(Image.new('LAB', (4, 4)), 'TIFF'))
-  with pytest.raises(DatasetError, match=r'train/cat/lab.png: its mode LAB '
-                     r'is not one this reader decodes \(save it as RGB\)'):
+  with pytest.raises(
+      DatasetError, match=r'train/cat/lab.png: its mode LAB '
+      r'is not one this reader decodes \(save it as RGB\)'):
     image_folder.open_image_folder(tmp_path)
 
 
@@ -176,9 +175,10 @@ def test_a_wrong_layout_says_what_is_expected(tmp_path):
   (tmp_path / 'test' / 'bird').mkdir()
   (tmp_path / 'test' / 'bird' / '0.png').write_bytes(
       png(np.zeros((8, 8, 3), np.uint8)))
-  with pytest.raises(DatasetError, match=r'test/bird/: no train/bird/ \(a '
-                     'test class must be one of the training classes: cat, '
-                     r'dog\)'):
+  with pytest.raises(
+      DatasetError, match=r'test/bird/: no train/bird/ \(a '
+      'test class must be one of the training classes: cat, '
+      r'dog\)'):
     image_folder.open_image_folder(tmp_path)
 
 
@@ -188,9 +188,9 @@ def _bad_files(root) -> dict[str, str]:
   written = {
       'train/cat/notes.jpg': (b'not an image', 'not an image PIL can read'),
       'train/cat/empty.png': (b'', 'not an image PIL can read'),
-      'train/cat/cut.jpg': (jpeg[:len(jpeg) // 2], 'cannot be decoded'),
-      'train/cat/cut.png': (png(np.zeros((16, 16, 3), np.uint8))[:-30],
-                            'cannot be decoded'),
+      'train/cat/cut.jpg':
+          (jpeg[:len(jpeg) // 2], 'cannot be decoded'), 'train/cat/cut.png':
+              (png(np.zeros((16, 16, 3), np.uint8))[:-30], 'cannot be decoded'),
   }
   for name, (data, _) in written.items():
     (root / name).write_bytes(data)
@@ -224,8 +224,9 @@ def test_a_long_list_of_problems_names_twenty_and_counts_the_rest(tmp_path):
   _write_folders(tmp_path)
   for i in range(25):
     (tmp_path / 'train' / 'dog' / f'bad{i:02}.jpg').write_bytes(b'')
-  message = str(pytest.raises(DatasetError, image_folder.open_image_folder,
-                              tmp_path).value)
+  message = str(
+      pytest.raises(DatasetError, image_folder.open_image_folder,
+                    tmp_path).value)
   assert message.startswith('25 problems')
   assert 'bad19.jpg' in message and 'bad20.jpg' not in message
   assert message.endswith('; ... and 5 more.')
@@ -234,15 +235,16 @@ def test_a_long_list_of_problems_names_twenty_and_counts_the_rest(tmp_path):
 def test_a_missing_split_is_named_beside_the_other_problems(tmp_path):
   _write_folders(tmp_path, counts=(('train', 1),))
   (tmp_path / 'train' / 'dog' / 'bad.png').write_bytes(b'')
-  message = str(pytest.raises(DatasetError, image_folder.open_image_folder,
-                              tmp_path).value)
+  message = str(
+      pytest.raises(DatasetError, image_folder.open_image_folder,
+                    tmp_path).value)
   assert message.startswith('2 problems')
   assert 'test/: missing (put the test images in test/<class>/)' in message
   assert 'train/dog/bad.png: not an image PIL can read' in message
 
 
-def test_whole_files_with_trailing_bytes_and_other_files_are_fine(tmp_path,
-                                                                  caplog):
+def test_whole_files_with_trailing_bytes_and_other_files_are_fine(
+    tmp_path, caplog):
   _write_folders(tmp_path, counts=ONE_EACH)
   jpeg = _encoded(Image.fromarray(np.full((8, 8, 3), 50, np.uint8)), 'JPEG')
   (tmp_path / 'train' / 'cat' / 'trailer.jpg').write_bytes(jpeg + b'extra')
@@ -262,8 +264,9 @@ def test_whole_files_with_trailing_bytes_and_other_files_are_fine(tmp_path,
 def test_an_unreadable_image_names_the_file(tmp_path):
   broken = tmp_path / 'broken.png'
   broken.write_bytes(b'not a png')
-  with pytest.raises(DatasetError, match='Cannot read image .*broken.png: '
-                     'not an image PIL can read; fix or remove it.'):
+  with pytest.raises(
+      DatasetError, match='Cannot read image .*broken.png: '
+      'not an image PIL can read; fix or remove it.'):
     image_folder.read_image(broken)
 
 

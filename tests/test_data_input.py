@@ -21,7 +21,8 @@ def test_epoch_batches_shuffle_per_epoch_and_are_reproducible():
   assert not np.array_equal(first, input_lib.epoch_batches(0, 2, 100, 16))
 
 
-@pytest.mark.parametrize('num_examples,batch_size', [(37, 16), (32, 16), (5, 8)])
+@pytest.mark.parametrize('num_examples,batch_size', [(37, 16), (32, 16),
+                                                     (5, 8)])
 def test_eval_batches_cover_every_example_exactly_once(num_examples,
                                                        batch_size):
   indices, mask = input_lib.eval_batches(num_examples, batch_size)

@@ -74,8 +74,10 @@ def test_switch_probability_picks_cutmix_or_mixup():
   for switch, expected in ((1.0, True), (0.0, False)):
     params = mix(jax.random.key(0), images, 1.0, 1.0, switch)[2]
     assert bool(params.use_cutmix) == expected
-  picks = [bool(mix(jax.random.key(s), images, 1.0, 1.0)[2].use_cutmix)
-           for s in range(20)]
+  picks = [
+      bool(mix(jax.random.key(s), images, 1.0, 1.0)[2].use_cutmix)
+      for s in range(20)
+  ]
   assert set(picks) == {False, True}
 
 
@@ -84,8 +86,7 @@ def test_no_mixing_gives_the_images_and_targets_back():
   targets = soft_targets()
   out, mixed = mixing.mix(jax.random.key(1), images, targets, 0.0, 0.0)
   assert out is images and mixed is targets
-  out, mixed, params = mix(jax.random.key(1), images, 1.0, 1.0,
-                           probability=0.0)
+  out, mixed, params = mix(jax.random.key(1), images, 1.0, 1.0, probability=0.0)
   assert params.lam == 1 and not params.use_cutmix
   np.testing.assert_array_equal(out, images)
   np.testing.assert_array_equal(mixed, np.eye(10)[LABELS])

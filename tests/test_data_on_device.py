@@ -23,8 +23,10 @@ def test_batches_from_a_mid_epoch_position_continue_into_the_next_epoch():
   inputs, _ = _input()  # 2 batches an epoch
   assert inputs.position(3) == {'epoch': 2, 'batch': 1}
   batches = inputs.train_batches(inputs.position(3))
-  expected = [input_lib.epoch_batches(0, 2, 20, 8)[1],
-              *input_lib.epoch_batches(0, 3, 20, 8)]
+  expected = [
+      input_lib.epoch_batches(0, 2, 20, 8)[1],
+      *input_lib.epoch_batches(0, 3, 20, 8)
+  ]
   for indices in expected:
     np.testing.assert_array_equal(next(batches), indices)
 
@@ -35,6 +37,6 @@ def test_model_inputs_gather_and_normalize_the_batch():
   x, y = jax.jit(inputs.model_inputs)(inputs.train_data, indices, None)
   np.testing.assert_array_equal(y, labels[indices])
   config = inputs.config
-  expected = (images[indices] / 255 - np.asarray(config.pixel_mean)) / (
-      np.asarray(config.pixel_std))
+  expected = (images[indices] / 255 -
+              np.asarray(config.pixel_mean)) / (np.asarray(config.pixel_std))
   np.testing.assert_allclose(x, expected, rtol=1e-5, atol=1e-5)

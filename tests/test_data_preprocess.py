@@ -23,20 +23,23 @@ def test_inception_crop_box_stays_inside_with_the_official_ranges():
 
 def test_inception_crop_falls_back_to_the_whole_image():
   # No crop of 5-100% of a 1x200 strip has an aspect ratio near 1.
-  assert preprocess.inception_crop_box(1, 200, np.random.default_rng(0)) == (
-      0, 0, 1, 200)
+  assert preprocess.inception_crop_box(1, 200,
+                                       np.random.default_rng(0)) == (0, 0, 1,
+                                                                     200)
 
 
 def test_train_image_is_a_resized_crop_reproducible_from_its_seed():
   image = np.random.default_rng(0).integers(0, 256, (50, 70, 3), np.uint8)
-  out = [preprocess.train_image(image, 16, True, np.random.default_rng([1, 2]))
-         for _ in range(2)]
+  out = [
+      preprocess.train_image(image, 16, True, np.random.default_rng([1, 2]))
+      for _ in range(2)
+  ]
   assert out[0].shape == (16, 16, 3) and out[0].dtype == np.uint8
   np.testing.assert_array_equal(out[0], out[1])
   assert preprocess.train_image(image, 70, False, None).shape == (70, 70, 3)
   flips = {
-      bool(rng.random() < 0.5) for rng in
-      (np.random.default_rng([1, i]) for i in range(20))
+      bool(rng.random() < 0.5) for rng in (np.random.default_rng([1, i])
+                                           for i in range(20))
   }
   assert flips == {False, True}
 
@@ -74,12 +77,12 @@ class _Decoded:
 
 
 @pytest.mark.parametrize('size', [32, 96, 224])
-def test_a_jpeg_is_decoded_at_the_smallest_scale_its_crop_allows(tmp_path,
-                                                                 size):
+def test_a_jpeg_is_decoded_at_the_smallest_scale_its_crop_allows(
+    tmp_path, size):
   """The same crops and flips as decoding whole, the pixels close."""
   files = _jpeg_folder(tmp_path)
-  whole = dataset.ArraySource(np.stack([files[i][0] for i in range(4)]),
-                              files.labels)
+  whole = dataset.ArraySource(np.stack([files[i][0]
+                                        for i in range(4)]), files.labels)
   recorded = _Decoded(files)
   differences = []
   for seed in range(24):
@@ -92,8 +95,10 @@ def test_a_jpeg_is_decoded_at_the_smallest_scale_its_crop_allows(tmp_path,
     assert scaled.shape == full.shape == (size, size, 3)
     assert label == full_label == seed % 4 % 3
     differences.append(np.abs(scaled.astype(int) - full).mean())
-    factor, = [f for f in (1, 2, 4, 8)
-               if recorded.sizes[-1] == (-(-375 // f), -(-500 // f))]
+    factor, = [
+        f for f in (1, 2, 4, 8)
+        if recorded.sizes[-1] == (-(-375 // f), -(-500 // f))
+    ]
     # Reduced, the crop is still the output's size.
     assert factor == 1 or min(box[2], box[3]) / factor >= size
   if size == 224:  # 500x375 leaves no crop of 448 pixels each way...
@@ -121,8 +126,9 @@ def test_random_crop_and_flip_is_a_shifted_crop_of_the_padded_image():
   for image, source in zip(out, padded):
     matches = [(dy, dx, flip) for dy in range(5) for dx in range(5)
                for flip in (False, True)
-               if np.array_equal(image, (lambda c: c[:, ::-1] if flip else c)(
-                   source[dy:dy + 6, dx:dx + 6]))]
+               if np.array_equal(image, (
+                   lambda c: c[:, ::-1] if flip else c)(source[dy:dy + 6,
+                                                               dx:dx + 6]))]
     assert matches
     seen.update(m[2] for m in matches)
   assert seen == {False, True}
@@ -163,13 +169,14 @@ def test_the_policy_changes_images_and_leaves_the_crops_as_they_were():
   # With erasing at probability 1, every image differs from the crop alone
   # only inside its erased rectangle: the crops themselves are the same.
   images = np.random.default_rng(0).integers(0, 256, (8, 32, 32, 3), np.uint8)
-  policy = preprocess.device_policy(_augment_config(
-      random_erasing=1.0, pixel_mean=(0.5,) * 3, pixel_std=(0.5,) * 3))
+  policy = preprocess.device_policy(
+      _augment_config(random_erasing=1.0, pixel_mean=(0.5,) * 3,
+                      pixel_std=(0.5,) * 3))
   kwargs = dict(key=jax.random.key(3), crop_and_flip=True, image_size=32,
                 mean=(0.5,) * 3, std=(0.5,) * 3)
-  plain, erased = (np.asarray(jax.jit(functools.partial(
-      preprocess.train_input, policy=p, **kwargs))(images))
-                   for p in (None, policy))
+  plain, erased = (np.asarray(
+      jax.jit(functools.partial(preprocess.train_input, policy=p,
+                                **kwargs))(images)) for p in (None, policy))
   # (XLA may fuse the normalization differently: a 1e-9 difference is not
   # a change.)
   changed = np.any(np.abs(plain - erased) > 1e-5, axis=-1)

@@ -18,10 +18,10 @@ def test_random_erasing_with_probability_zero_is_the_identity():
 
 def test_random_erasing_fills_one_rectangle_of_the_area_range():
   images = 0.4 * jax.random.uniform(jax.random.key(0), SHAPE)
-  out = np.concatenate([_erase(jax.random.key(seed), images, 1.0)
-                        for seed in range(4)])
-  np.testing.assert_array_equal(out[:8], _erase(jax.random.key(0), images,
-                                                1.0))
+  out = np.concatenate([
+      _erase(jax.random.key(seed), images, 1.0) for seed in range(4)
+  ])
+  np.testing.assert_array_equal(out[:8], _erase(jax.random.key(0), images, 1.0))
   fractions, aspects = [], []
   for image in out:
     filled = np.all(image == 0.5, axis=-1)

@@ -63,13 +63,15 @@ def test_the_first_examples_of_a_split_read_one_by_one():
     sources.subset(dataset, 'test', 5, seed=0)
 
 
-@pytest.mark.parametrize('sizes, count, expected', [
-    ([1000] * 10, 640, [64] * 10),
-    ([50, 30, 20], 10, [5, 3, 2]),
-    ([12, 8, 4], 12, [6, 4, 2]),
-    ([1000, 1, 1], 3, [1, 1, 1]),  # every class, however small
-    ([1000, 1, 1], 500, [498, 1, 1]),
-])
+@pytest.mark.parametrize(
+    'sizes, count, expected',
+    [
+        ([1000] * 10, 640, [64] * 10),
+        ([50, 30, 20], 10, [5, 3, 2]),
+        ([12, 8, 4], 12, [6, 4, 2]),
+        ([1000, 1, 1], 3, [1, 1, 1]),  # every class, however small
+        ([1000, 1, 1], 500, [498, 1, 1]),
+    ])
 def test_class_counts_are_proportional_and_add_up(sizes, count, expected):
   counts = sources.class_counts(np.array(sizes), count,
                                 np.random.default_rng(0))
@@ -77,9 +79,11 @@ def test_class_counts_are_proportional_and_add_up(sizes, count, expected):
 
 
 def test_class_counts_break_ties_and_fall_short_by_the_seed():
+
   def counts(count, seed):
     return sources.class_counts(np.array([3] * 10), count,
                                 np.random.default_rng(seed))
+
   assert sorted(counts(15, 0)) == [1] * 5 + [2] * 5
   assert not np.array_equal(counts(15, 0), counts(15, 1))
   assert sorted(counts(4, 0)) == [0] * 6 + [1] * 4  # fewer than the classes
@@ -108,8 +112,8 @@ def _image_folder(root, counts) -> None:
 
 def test_an_image_folder_is_opened_and_cut_to_the_requested_sizes(tmp_path):
   _image_folder(tmp_path, {'train': (3, 3), 'test': (2, 2)})
-  dataset = sources.open_dataset(_config(tmp_path, 'image_folder',
-                                         test_examples=3))
+  dataset = sources.open_dataset(
+      _config(tmp_path, 'image_folder', test_examples=3))
   assert (len(dataset.train), len(dataset.test), dataset.num_classes) == (6, 3,
                                                                           2)
   with pytest.raises(DatasetError, match='has only 4'):
@@ -121,8 +125,8 @@ def test_an_image_folder_subset_holds_every_class_in_proportion(tmp_path):
   _image_folder(tmp_path, {'train': (12, 8, 4), 'test': (6, 6, 6)})
 
   def cut(seed, **sizes):
-    dataset = sources.open_dataset(_config(tmp_path, 'image_folder',
-                                           seed=seed, **sizes))
+    dataset = sources.open_dataset(
+        _config(tmp_path, 'image_folder', seed=seed, **sizes))
     return dataset.train, dataset.test
 
   train, test = cut(seed=0, train_examples=12, test_examples=9)
@@ -146,11 +150,12 @@ def test_640_test_images_of_the_cifar10_jpeg_folder_are_64_of_each_class(
     tmp_path):
   """The real folder's 10,000 test JPEGs, standing in for training too."""
   with tarfile.open(_CIFAR10_JPEG) as archive:
-    archive.extractall(tmp_path, filter='data', members=[
-        m for m in archive if m.name.startswith('test/')])
+    archive.extractall(
+        tmp_path, filter='data',
+        members=[m for m in archive if m.name.startswith('test/')])
   (tmp_path / 'train').symlink_to(tmp_path / 'test')
-  dataset = sources.open_dataset(_config(tmp_path, 'image_folder',
-                                         test_examples=640))
+  dataset = sources.open_dataset(
+      _config(tmp_path, 'image_folder', test_examples=640))
   assert dataset.num_classes == 10 and len(dataset.train) == 10_000
   np.testing.assert_array_equal(np.bincount(dataset.test.labels), [64] * 10)
 

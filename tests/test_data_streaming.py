@@ -23,9 +23,11 @@ from vit_jax.training import train
 
 
 def _array_input(train_split, test_split, **overrides):
-  config = tiny_config('', **{
-      'seed': 3, 'batch_size': 8, 'eval_batch_size': 8, 'augment': False,
-      'input_pipeline': 'streaming', 'input_workers': 0, **overrides})
+  config = tiny_config(
+      '', **{
+          'seed': 3, 'batch_size': 8, 'eval_batch_size': 8, 'augment': False,
+          'input_pipeline': 'streaming', 'input_workers': 0, **overrides
+      })
   dataset = sources.Dataset(sources.ArraySource(*train_split),
                             sources.ArraySource(*test_split), 10)
   return streaming.StreamingInput(dataset, config, sharding.make_mesh())
@@ -35,8 +37,10 @@ def test_train_batches_follow_the_seeded_shuffle_from_any_position():
   train_split, test_split = random_cifar(20, 10, 1), random_cifar(5, 10, 2)
   inputs = _array_input(train_split, test_split)  # 2 batches an epoch
   batches = inputs.train_batches({'epoch': 2, 'batch': 1})
-  expected = [input_lib.epoch_batches(3, 2, 20, 8)[1],
-              *input_lib.epoch_batches(3, 3, 20, 8)]
+  expected = [
+      input_lib.epoch_batches(3, 2, 20, 8)[1],
+      *input_lib.epoch_batches(3, 3, 20, 8)
+  ]
   taken = [next(batches) for _ in expected]
   batches.close()
   for (images, labels), indices in zip(taken, expected):
@@ -65,8 +69,8 @@ def test_worker_processes_load_the_batches_threads_load():
   train_split, test_split = random_cifar(40, 10, 1), random_cifar(13, 10, 2)
   outputs = {}
   for workers in (0, 2):
-    inputs = _array_input(train_split, test_split, augment=True,
-                          image_size=16, input_workers=workers)
+    inputs = _array_input(train_split, test_split, augment=True, image_size=16,
+                          input_workers=workers)
     train = inputs.train_batches(inputs.position(3))  # 5 batches an epoch
     outputs[workers] = ([next(train) for _ in range(4)] +
                         [batch for batch, _ in inputs.eval_batches()])
@@ -90,12 +94,10 @@ def test_eval_batches_cover_the_test_set_once_resized():
 
 
 def test_tfds_array_record_streams_variable_size_images(tmp_path):
-  name = prepare_tfds_array_record(
-      tmp_path, 'VitJaxStreamedVariableSizeTest', 7, 4,
-      lambda i: (20 + 3 * i, 30 - 2 * i, 3))
-  config = tiny_config(tmp_path, dataset=name, batch_size=4,
-                       eval_batch_size=4, image_size=16,
-                       input_pipeline='streaming')
+  name = prepare_tfds_array_record(tmp_path, 'VitJaxStreamedVariableSizeTest',
+                                   7, 4, lambda i: (20 + 3 * i, 30 - 2 * i, 3))
+  config = tiny_config(tmp_path, dataset=name, batch_size=4, eval_batch_size=4,
+                       image_size=16, input_pipeline='streaming')
   inputs = streaming.StreamingInput(sources.open_dataset(config), config,
                                     sharding.make_mesh(), workers=0)
   images, _ = next(inputs.train_batches(inputs.position(0)))
@@ -162,8 +164,8 @@ def _running(pid: int) -> bool:
 @pytest.mark.skipif(not os.path.isdir('/proc'), reason='reads /proc')
 def test_worker_processes_exit_when_the_training_process_is_killed(tmp_path):
   script = tmp_path / 'load.py'
-  script.write_text(_WORKERS_SCRIPT.format(
-      root=str(pathlib.Path(__file__).parent.parent)))
+  script.write_text(
+      _WORKERS_SCRIPT.format(root=str(pathlib.Path(__file__).parent.parent)))
   process = subprocess.Popen([sys.executable, str(script)],
                              stdout=subprocess.PIPE, text=True)
   try:

@@ -22,18 +22,18 @@ def test_tfds_dataset_prepared_on_disk(tmp_path):
   builder = tfds.dataset_builders.TfDataBuilder(
       name='tiny_images', version='1.0.0', data_dir=str(tmp_path),
       split_datasets={
-          split: tf.data.Dataset.from_tensor_slices(
-              {'image': images, 'label': labels})
-          for split, (images, labels) in (('train', train), ('test', test))},
-      features=tfds.features.FeaturesDict({
+          split: tf.data.Dataset.from_tensor_slices({
+              'image': images, 'label': labels
+          }) for split, (images, labels) in (('train', train), ('test', test))
+      }, features=tfds.features.FeaturesDict({
           'image': tfds.features.Image(shape=(32, 32, 3)),
-          'label': tfds.features.ClassLabel(num_classes=3)}))
+          'label': tfds.features.ClassLabel(num_classes=3)
+      }))
   builder.download_and_prepare()
 
   dataset = _open(tmp_path, 'tfds:tiny_images')
   assert dataset.num_classes == 3
-  for split, (images, labels) in ((dataset.train, train),
-                                  (dataset.test, test)):
+  for split, (images, labels) in ((dataset.train, train), (dataset.test, test)):
     loaded_images, loaded_labels = sources.to_arrays(split, 32)
     order = np.argsort([img.tobytes() for img in loaded_images])
     expected = np.argsort([img.tobytes() for img in images])
@@ -55,14 +55,13 @@ def test_array_record_tfds_is_read_whole_without_tensorflow(tmp_path):
 
 
 def test_tfds_array_record_is_read_by_index_at_any_image_size(tmp_path):
-  name = prepare_tfds_array_record(
-      tmp_path, 'VitJaxVariableSizeTest', 7, 4,
-      lambda i: (20 + 3 * i, 30 - 2 * i, 3))
+  name = prepare_tfds_array_record(tmp_path, 'VitJaxVariableSizeTest', 7, 4,
+                                   lambda i: (20 + 3 * i, 30 - 2 * i, 3))
   dataset = _open(tmp_path, name, whole=False)
   assert (len(dataset.train), len(dataset.test), dataset.num_classes) == (7, 4,
                                                                           3)
-  assert {dataset.train[i][0].shape for i in range(7)} == {
-      (20 + 3 * i, 30 - 2 * i, 3) for i in range(7)}
+  assert {dataset.train[i][0].shape
+          for i in range(7)} == {(20 + 3 * i, 30 - 2 * i, 3) for i in range(7)}
   assert sorted(dataset.train[i][1] for i in range(7)) == [0, 0, 0, 1, 1, 2, 2]
   # Read whole for the on-device input, each image resized to image_size.
   assert sources.to_arrays(dataset.train, 16)[0].shape == (7, 16, 16, 3)

@@ -37,12 +37,12 @@ def test_its_npz_evaluates_the_same_with_the_runs_config_file(
   npz = tmp_path / 'run.npz'
   export.convert(workdir, npz, 'npz')
   config_file = tmp_path / 'config.py'
-  config_file.write_text(_CONFIG_FILE.format(root=str(ROOT),
-                                             data_dir=str(data_dir)))
-  out = subprocess.run(
-      [sys.executable, '-m', 'vit_jax.evaluate', f'--checkpoint={npz}',
-       f'--config={config_file}'], cwd=ROOT, capture_output=True, text=True,
-      check=False)
+  config_file.write_text(
+      _CONFIG_FILE.format(root=str(ROOT), data_dir=str(data_dir)))
+  out = subprocess.run([
+      sys.executable, '-m', 'vit_jax.evaluate', f'--checkpoint={npz}',
+      f'--config={config_file}'
+  ], cwd=ROOT, capture_output=True, text=True, check=False)
   assert out.returncode == 0, out.stderr[-3000:]
   result = json.loads(out.stdout.splitlines()[-1])
   logged = _logged_test(workdir)
@@ -61,8 +61,9 @@ def test_two_processes_evaluate_a_run_to_the_accuracy_it_logged(
   statuses = wait_all(processes, timeout=240)
   outputs = [log.read_text() for log in logs]
   assert statuses == [0, 0], outputs[0][-3000:] + outputs[1][-3000:]
-  results = [[json.loads(line) for line in output.splitlines()
-              if line.startswith('{')] for output in outputs]
+  results = [[
+      json.loads(line) for line in output.splitlines() if line.startswith('{')
+  ] for output in outputs]
   assert results[1] == []
   logged = _logged_test(workdir)
   assert results[0][-1]['top1'] == logged['test_accuracy']
@@ -84,25 +85,27 @@ def test_a_run_evaluates_on_the_cpu_devices_its_config_names(
   assert out.returncode == 1
   assert 'not divisible by the 3 devices' in out.stderr
   assert 'Traceback' not in out.stderr
-  out = subprocess.run(
-      [sys.executable, '-m', 'vit_jax.evaluate', f'--checkpoint={workdir}',
-       '--cpu_devices=2'], cwd=ROOT, capture_output=True, text=True,
-      check=False)
+  out = subprocess.run([
+      sys.executable, '-m', 'vit_jax.evaluate', f'--checkpoint={workdir}',
+      '--cpu_devices=2'
+  ], cwd=ROOT, capture_output=True, text=True, check=False)
   assert out.returncode == 0, out.stderr[-3000:]
   # Orbax's records of reading the checkpoint, and jax's of the backends it
   # tried, are not the command's output.
-  assert not re.search(r'checkpoint_manager|checkpoint_handler|orbax|'
-                       r'xla_bridge', out.stderr), out.stderr
+  assert not re.search(
+      r'checkpoint_manager|checkpoint_handler|orbax|'
+      r'xla_bridge', out.stderr), out.stderr
 
 
-@pytest.mark.parametrize('stop, status, name', [
-    (signal.SIGINT, 130, 'Ctrl-C'), (signal.SIGTERM, 75, 'SIGTERM')])
+@pytest.mark.parametrize('stop, status, name',
+                         [(signal.SIGINT, 130, 'Ctrl-C'),
+                          (signal.SIGTERM, 75, 'SIGTERM')])
 def test_a_stop_signal_ends_an_evaluation_at_once_in_one_line(
     trained_vit_run, stop, status, name):
-  process = subprocess.Popen(
-      [sys.executable, '-m', 'vit_jax.evaluate',
-       f'--checkpoint={trained_vit_run[0]}', '--verbosity=1'],
-      cwd=ROOT, stderr=subprocess.PIPE, text=True)
+  process = subprocess.Popen([
+      sys.executable, '-m', 'vit_jax.evaluate',
+      f'--checkpoint={trained_vit_run[0]}', '--verbosity=1'
+  ], cwd=ROOT, stderr=subprocess.PIPE, text=True)
   # jax's first record (shown by --verbosity=1): it has started, loading the
   # run.
   first = process.stderr.readline()
@@ -125,14 +128,15 @@ def test_sigterm_stops_a_two_process_evaluation_at_once(trained_vit_run,
       ['vit_jax.evaluate', f'--checkpoint={workdir}'], tmp_path)
   deadline = time.monotonic() + 120
   while not all('[process ' in log.read_text() for log in logs):  # joined
-    assert all(p.poll() is None for p in processes), [
-        log.read_text()[-2000:] for log in logs]
+    assert all(p.poll() is None
+               for p in processes), [log.read_text()[-2000:] for log in logs]
     assert time.monotonic() < deadline
     time.sleep(0.01)
   for process in processes:
     process.send_signal(signal.SIGTERM)
-  assert wait_all(processes, timeout=30) == [75, 75], [
-      log.read_text()[-2000:] for log in logs]
+  assert wait_all(processes,
+                  timeout=30) == [75, 75
+                                 ], [log.read_text()[-2000:] for log in logs]
   for log in logs:
     text = log.read_text()
     assert text.strip().splitlines()[-1] == (

@@ -50,9 +50,11 @@ def test_the_teacher_keeps_its_best_checkpoint_and_the_rows_read_it():
 
 
 def test_stochastic_depth_grows_with_the_budget():
-  rates = [_recipe_config('vit', ('budget_stochastic_depth',), epochs)
-           .model_overrides.stochastic_depth_rate
-           for epochs in (30, 100, 300, 1000)]
+  rates = [
+      _recipe_config('vit', ('budget_stochastic_depth',),
+                     epochs).model_overrides.stochastic_depth_rate
+      for epochs in (30, 100, 300, 1000)
+  ]
   assert rates == [0.048, 0.1, 0.148, 0.2]
 
 
@@ -63,13 +65,11 @@ def test_the_study_recipe_is_the_study_config(model):
 
 
 @pytest.mark.parametrize('model', MODELS)
-def test_configs_data_efficient_is_the_full_recipe_without_distillation(
-    model):
-  ingredients = (recipes.CUMULATIVE[-2] if model == 'vit' else
-                 recipes.CNN_AUGMENTED)
-  _assert_same_training(
-      _recipe_config(model, ingredients),
-      data_efficient.get_config(model))
+def test_configs_data_efficient_is_the_full_recipe_without_distillation(model):
+  ingredients = (recipes.CUMULATIVE[-2]
+                 if model == 'vit' else recipes.CNN_AUGMENTED)
+  _assert_same_training(_recipe_config(model, ingredients),
+                        data_efficient.get_config(model))
 
 
 def _value(config, key):
@@ -110,11 +110,11 @@ def test_round_three_adds_levers_to_the_best_recipe(levers):
   changed = {key for key, value in after.items() if before.get(key) != value}
   assert levers[:len(recipes.BEST)] == recipes.BEST
   # A teacher of other stages changes the widths guidance imitates.
-  assert changed == {key for lever in levers[len(recipes.BEST):]
-                     for key in recipes.changes(lever, epochs=100)} | (
-                         {'model_overrides.guidance_widths'}
-                         if recipes.teacher(levers) != recipes.teacher(
-                             recipes.BEST) else set())
+  assert changed == {
+      key for lever in levers[len(recipes.BEST):]
+      for key in recipes.changes(lever, epochs=100)
+  } | ({'model_overrides.guidance_widths'}
+       if recipes.teacher(levers) != recipes.teacher(recipes.BEST) else set())
 
 
 def _sweep(capsys, *flags) -> dict[str, dict]:
@@ -126,7 +126,8 @@ def _sweep(capsys, *flags) -> dict[str, dict]:
     assert (python, main) == ('python', 'vit_jax.main')
     printed[workdir.removeprefix('--workdir=/w/')] = {
         'model': config.removeprefix('--config=configs/data_efficient.py:'),
-        **dict(o.removeprefix('--').split('=', 1) for o in overrides)}
+        **dict(o.removeprefix('--').split('=', 1) for o in overrides)
+    }
   return printed
 
 
@@ -136,8 +137,10 @@ def test_stage_one_holds_every_run_that_another_reads(capsys):
   assert len(first) + len(second) == 129
   fields = ('config.distillation_teacher', 'config.locality_guidance_teacher',
             'config.init_from')
-  read = {run[field].removeprefix('/w/') for run in second.values()
-          for field in fields if field in run}
+  read = {
+      run[field].removeprefix('/w/') for run in second.values()
+      for field in fields if field in run
+  }
   assert read == set(first)
   assert all(field not in run for run in first.values() for field in fields)
   # Each teacher keeps its best checkpoint, which 'best_teacher' reads.
@@ -189,8 +192,8 @@ def test_missing_prints_the_runs_without_a_record_and_what_they_read(capsys):
   assert 'small_resnet_study+trivial_augment_e300_seed0' in missing
   assert not set(missing) - set(second) - {
       run[field].removeprefix('/w/') for run in second.values()
-      for field in run if field.endswith(('_teacher', 'init_from'))} - (
-          set(_sweep(capsys)) - set(landed))
+      for field in run if field.endswith(('_teacher', 'init_from'))
+  } - (set(_sweep(capsys)) - set(landed))
 
 
 def test_the_summary_reads_the_sweeps_runs_from_the_workdir(tmp_path):
@@ -199,30 +202,34 @@ def test_the_summary_reads_the_sweeps_runs_from_the_workdir(tmp_path):
   finished_run(tmp_path / 'vit_study+spt_lsa+distillation_e30_seed0', seed=0)
   (tmp_path / 'vit_study_e30_seed1').mkdir()  # interrupted: no summary
   records = summary.load_runs(tmp_path)
-  assert [(r['model'], r['recipe'], r['epochs'], r['seed'],
-           r['train_examples']) for r in records] == [
-               ('vit', 'study+spt_lsa+distillation', 30, 0, 5000),
-               ('small_resnet', 'study', 100, 2, 5000)]
+  assert [(r['model'], r['recipe'], r['epochs'], r['seed'], r['train_examples'])
+          for r in records] == [('vit', 'study+spt_lsa+distillation', 30, 0,
+                                 5000), ('small_resnet', 'study', 100, 2, 5000)]
 
 
 def _record(model, recipe, accuracy, seed=0):
-  return {'model': model, 'recipe': recipe, 'epochs': 30, 'seed': seed,
-          'best_test_accuracy': accuracy, 'final_train_accuracy': 0.5,
-          'wall_minutes': 10.0, 'device': 'cpu'}
+  return {
+      'model': model, 'recipe': recipe, 'epochs': 30, 'seed': seed,
+      'best_test_accuracy': accuracy, 'final_train_accuracy': 0.5,
+      'wall_minutes': 10.0, 'device': 'cpu'
+  }
 
 
 def test_the_table_gives_each_vit_row_its_share_of_the_gap():
   records = [
       _record('small_resnet', 'study', 0.71),
-      _record('simple_cnn', 'study', 0.66),
-      *(_record('vit', 'study', a, seed) for seed, a in
-        enumerate([0.50, 0.51, 0.52])),
-      *(_record('vit', 'study+distillation', a, seed) for seed, a in
-        enumerate([0.52, 0.53, 0.54])),
-      _record('vit', 'study+spt_lsa', 0.50)]
-  rows = {line.split(' | ')[1]: line.split(' | ')
-          for line in summary.table(records).splitlines()
-          if line.startswith('| ViT')}
+      _record('simple_cnn', 'study',
+              0.66), *(_record('vit', 'study', a, seed)
+                       for seed, a in enumerate([0.50, 0.51, 0.52])),
+      *(_record('vit', 'study+distillation', a, seed)
+        for seed, a in enumerate([0.52, 0.53, 0.54])),
+      _record('vit', 'study+spt_lsa', 0.50)
+  ]
+  rows = {
+      line.split(' | ')[1]: line.split(' | ')
+      for line in summary.table(records).splitlines()
+      if line.startswith('| ViT')
+  }
   assert '(best CNN: SmallResNet, study, 71.0%)' in summary.table(records)
   assert rows['study'][2:5] == ['51.0 ± 1.0 (n=3)', '50.0 ± 0.0 (n=3)', '0%']
   # (53 - 51) / (71 - 51) of the gap; the standard error of the difference
@@ -233,6 +240,7 @@ def test_the_table_gives_each_vit_row_its_share_of_the_gap():
 
 def test_the_answer_across_budgets_compares_the_best_vit_with_the_best_cnn(
     tmp_path):
+
   def seeds(model, recipe, accuracies, epochs):
     return [{**_record(model, recipe, a, seed), 'epochs': epochs}
             for seed, a in enumerate(accuracies)]
@@ -246,7 +254,8 @@ def test_the_answer_across_budgets_compares_the_best_vit_with_the_best_cnn(
       *seeds('vit', 'study+distillation+ema', [0.65], 30),
       *seeds('small_resnet', 'study', [0.73, 0.74, 0.72], 300),
       *seeds('vit', 'study', [0.56], 300),
-      *seeds('vit', 'study+distillation', [0.73, 0.74, 0.75], 300)]
+      *seeds('vit', 'study+distillation', [0.73, 0.74, 0.75], 300)
+  ]
   rows = budgets.best_rows(records)
   assert list(rows) == [30, 300]
   assert rows[30]['vit'][0] == 'study+distillation'
@@ -268,15 +277,18 @@ def test_the_answer_across_budgets_compares_the_best_vit_with_the_best_cnn(
   assert (tmp_path / 'budgets.png').stat().st_size > 0
 
 
-@pytest.mark.parametrize('vit_recipes', [
-    (), ('study',), ('study', 'study+distillation', 'study+spt_lsa')])
-def test_the_figures_draw_whole_at_any_number_of_vit_rows(tmp_path,
-                                                         vit_recipes):
+@pytest.mark.parametrize('vit_recipes',
+                         [(), ('study',),
+                          ('study', 'study+distillation', 'study+spt_lsa')])
+def test_the_figures_draw_whole_at_any_number_of_vit_rows(
+    tmp_path, vit_recipes):
   """Before the ViT's runs land, with one, with several: matplotlib fits
   every title, label and legend (it warns where a layout cannot)."""
-  records = [_record('small_resnet', 'study', 0.71),
-             _record('simple_cnn', 'study', 0.66),
-             *(_record('vit', recipe, 0.5) for recipe in vit_recipes)]
+  records = [
+      _record('small_resnet', 'study', 0.71),
+      _record('simple_cnn', 'study', 0.66), *(_record('vit', recipe, 0.5)
+                                              for recipe in vit_recipes)
+  ]
   with warnings.catch_warnings():
     warnings.simplefilter('error')
     summary.plot(records, tmp_path / 'ablation.png')
@@ -290,12 +302,10 @@ def test_labels_read_alone_when_the_previous_step_is_not_shown():
   without = recipes.recipe_name(recipes.ALL[:-1])
   assert recipes.label(full, ['study', without, full]) == '+ distillation'
   assert recipes.label(full, ['study', full]) == 'full recipe + distillation'
-  assert recipes.label(without, ['study', without]) == (
-      'full recipe without distillation')
+  assert recipes.label(
+      without, ['study', without]) == ('full recipe without distillation')
   assert recipes.label('study+distillation', []) == 'study + distillation alone'
   assert recipes.label('study+mimetic', []) == 'study + mimetic alone'
-  assert recipes.label('study+distillation+mimetic',
-                       ['study+distillation']) == (
-      'study + distillation + mimetic')
-
-
+  assert recipes.label(
+      'study+distillation+mimetic',
+      ['study+distillation']) == ('study + distillation + mimetic')

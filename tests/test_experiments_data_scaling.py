@@ -26,12 +26,14 @@ def test_subsets_are_class_balanced_nested_and_link_the_images(tmp_path):
   small = sweep.subset(jpeg, tmp_path / 'subsets', 10)
   larger = sweep.subset(jpeg, tmp_path / 'subsets', 20)
   for name in ('airplane', 'cat'):
-    assert sorted(p.name for p in (small / 'train' / name).iterdir()) == [
-        '0000.jpg']
+    assert sorted(p.name
+                  for p in (small / 'train' / name).iterdir()) == ['0000.jpg']
     assert sorted(p.name for p in (larger / 'train' / name).iterdir()) == [
-        '0000.jpg', '0001.jpg']
-  assert (larger / 'train/cat/0001.jpg').resolve() == (
-      jpeg / 'train/cat/0001.jpg').resolve()
+        '0000.jpg', '0001.jpg'
+    ]
+  assert (larger /
+          'train/cat/0001.jpg').resolve() == (jpeg /
+                                              'train/cat/0001.jpg').resolve()
   assert (small / 'test').resolve() == (jpeg / 'test').resolve()
   # A finished subset is reused as it is.
   (jpeg / 'train/cat/0000.jpg').unlink()
@@ -47,46 +49,58 @@ def test_a_subset_larger_than_a_class_is_one_clear_error(tmp_path):
 def test_the_sweep_trains_the_study_recipe_on_each_subset(tmp_path, capsys):
   jpeg = _jpeg_dir(tmp_path / 'jpeg')
   work = tmp_path / 'work'
-  sweep.main([f'--jpeg_dir={jpeg}', f'--workdir={work}', '--sizes=10,20',
-              '--seeds=0,1', '--models=vit,simple_cnn'])
+  sweep.main([
+      f'--jpeg_dir={jpeg}', f'--workdir={work}', '--sizes=10,20', '--seeds=0,1',
+      '--models=vit,simple_cnn'
+  ])
   lines = [shlex.split(line) for line in capsys.readouterr().out.splitlines()]
   assert [line[4] for line in lines] == [
-      f'--workdir={work}/{model}_study_n{size}_seed{seed}'
-      for size in (10, 20) for seed in (0, 1) for model in ('vit', 'simple_cnn')]
+      f'--workdir={work}/{model}_study_n{size}_seed{seed}' for size in (10, 20)
+      for seed in (0, 1) for model in ('vit', 'simple_cnn')
+  ]
   assert lines[-1] == [
       'python', '-m', 'vit_jax.main',
       '--config=configs/cifar_small.py:simple_cnn',
       f'--workdir={work}/simple_cnn_study_n20_seed1',
       '--config.dataset=image_folder', '--config.train_examples_per_file=0',
       '--config.test_examples=0', '--config.seed=1',
-      f'--config.data_dir={work}/data/cifar10_20']
+      f'--config.data_dir={work}/data/cifar10_20'
+  ]
   assert (work / 'data/cifar10_20/.complete').exists()
 
 
-@pytest.mark.parametrize('flags, error', [
-    (['--sizes=15'], 'multiples of 10'), (['--models=vit,mlp'], 'some of'),
-    (['--seeds=a'], "'a': use integers")])
+@pytest.mark.parametrize('flags, error', [(['--sizes=15'], 'multiples of 10'),
+                                          (['--models=vit,mlp'], 'some of'),
+                                          (['--seeds=a'], "'a': use integers")])
 def test_bad_sweep_flags_are_one_clear_error(tmp_path, capsys, flags, error):
   with pytest.raises(SystemExit):
-    sweep.main([f'--jpeg_dir={_jpeg_dir(tmp_path / "jpeg")}',
-                f'--workdir={tmp_path / "work"}', *flags])
+    sweep.main([
+        f'--jpeg_dir={_jpeg_dir(tmp_path / "jpeg")}',
+        f'--workdir={tmp_path / "work"}', *flags
+    ])
   assert error in capsys.readouterr().err
 
 
 def test_missing_prints_only_the_runs_the_records_lack(tmp_path, capsys):
-  sweep.main([f'--jpeg_dir={_jpeg_dir(tmp_path / "jpeg", 1000)}',
-              f'--workdir={tmp_path / "work"}', '--sizes=20,10000',
-              '--missing'])
-  assert [line.split()[4].split('/')[-1]
-          for line in capsys.readouterr().out.splitlines()] == [
-              f'{model}_study_n20_seed0'
-              for model in ('simple_cnn', 'small_resnet', 'vit')]
+  sweep.main([
+      f'--jpeg_dir={_jpeg_dir(tmp_path / "jpeg", 1000)}',
+      f'--workdir={tmp_path / "work"}', '--sizes=20,10000', '--missing'
+  ])
+  assert [
+      line.split()[4].split('/')[-1]
+      for line in capsys.readouterr().out.splitlines()
+  ] == [
+      f'{model}_study_n20_seed0'
+      for model in ('simple_cnn', 'small_resnet', 'vit')
+  ]
 
 
 def test_crossover_interpolates_in_log_size():
-  curves = {'vit': {1000: [0.4], 4000: [0.7]},
-            'simple_cnn': {1000: [0.5], 4000: [0.6]},
-            'small_resnet': {1000: [0.8], 4000: [0.9]}}
+  curves = {
+      'vit': {1000: [0.4],
+              4000: [0.7]}, 'simple_cnn': {1000: [0.5], 4000: [0.6]},
+      'small_resnet': {1000: [0.8], 4000: [0.9]}
+  }
   [(model, size)] = summary.crossovers(curves)
   # The gap goes from -10 to +10 points: halfway between, in log(size).
   assert model == 'simple_cnn'
@@ -94,40 +108,48 @@ def test_crossover_interpolates_in_log_size():
 
 
 def test_no_crossover_where_the_vit_stays_behind():
-  curves = {'vit': {1000: [0.4, 0.5], 4000: [0.6]},
-            'small_resnet': {1000: [0.5], 4000: [0.61]}}
+  curves = {
+      'vit': {1000: [0.4, 0.5], 4000: [0.6]},
+      'small_resnet': {1000: [0.5], 4000: [0.61]}
+  }
   assert not summary.crossovers(curves)
 
 
 def test_the_summary_reads_the_workdirs_into_the_table(tmp_path):
   for model, size, accuracy in (('vit', 5000, 0.45), ('vit', 10000, 0.52),
                                 ('small_resnet', 5000, 0.61)):
-    finished_run(tmp_path / sweep.run_name(model, size, 0), seed=0,
-                 model=model, best_test_accuracy=accuracy)
+    finished_run(tmp_path / sweep.run_name(model, size, 0), seed=0, model=model,
+                 best_test_accuracy=accuracy)
   (tmp_path / 'vit_study_n25000_seed0').mkdir()  # interrupted
   planned = sweep.planned_runs([5000, 10000, 25000], [0], list(runs.NAMES))
   records = summary.load_runs(tmp_path, planned)
-  assert [(r['model'], r['train_examples'], r['recipe']) for r in records] == [
-      ('small_resnet', 5000, 'study'), ('vit', 5000, 'study'),
-      ('vit', 10000, 'study')]
+  assert [(r['model'], r['train_examples'], r['recipe'])
+          for r in records] == [('small_resnet', 5000, 'study'),
+                                ('vit', 5000, 'study'), ('vit', 10000, 'study')]
   assert summary.table(records).splitlines() == [
       '| Model | 5,000 | 10,000 |', '|---|---|---|',
-      '| ViT-Tiny | 45.0 | 52.0 |',
-      '| SmallResNet | 61.0 | not run yet |']
+      '| ViT-Tiny | 45.0 | 52.0 |', '| SmallResNet | 61.0 | not run yet |'
+  ]
   # The committed records fill in what the workdir lacks, not what it has.
-  landed = {'vit_study_n10000_seed0': {'model': 'vit', 'train_examples': 10000,
-                                       'seed': 0, 'best_test_accuracy': 0.4},
-            'simple_cnn_study_n5000_seed0': {
-                'model': 'simple_cnn', 'train_examples': 5000, 'seed': 0,
-                'best_test_accuracy': 0.6}}
+  landed = {
+      'vit_study_n10000_seed0': {
+          'model': 'vit', 'train_examples': 10000, 'seed': 0,
+          'best_test_accuracy': 0.4
+      }, 'simple_cnn_study_n5000_seed0': {
+          'model': 'simple_cnn', 'train_examples': 5000, 'seed': 0,
+          'best_test_accuracy': 0.6
+      }
+  }
   records = summary.load_runs(tmp_path, planned, landed)
-  assert [(r['model'], r['best_test_accuracy']) for r in records] == [
-      ('simple_cnn', 0.6), ('small_resnet', 0.61), ('vit', 0.45),
-      ('vit', 0.52)]
+  assert [(r['model'], r['best_test_accuracy'])
+          for r in records] == [('simple_cnn', 0.6), ('small_resnet', 0.61),
+                                ('vit', 0.45), ('vit', 0.52)]
 
 
 def test_the_committed_records_name_the_sweeps_runs():
   records = runs.landed(summary.HERE / 'results.json', sweep.record_name)
   assert set(records) == {
-      sweep.run_name(*r) for r in sweep.planned_runs(
-          [5000, 10000, 25000, 50000], [0], list(runs.NAMES))}
+      sweep.run_name(*r)
+      for r in sweep.planned_runs([5000, 10000, 25000, 50000], [0],
+                                  list(runs.NAMES))
+  }

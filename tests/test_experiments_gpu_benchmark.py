@@ -66,8 +66,8 @@ def test_each_attention_and_timm_mode_is_a_row(landed):
     row = steps[key]
     assert row['batch_size'] == 8 and row['images_per_second'] > 0
     assert len(row['round_images_per_second']) == 2  # SMOKE's rounds
-    assert row['matmul_share'] == pytest.approx(
-        row['train_tflop_per_second'] * 1e12 / 1e11)
+    assert row['matmul_share'] == pytest.approx(row['train_tflop_per_second'] *
+                                                1e12 / 1e11)
     assert row['peak_share'] is None  # no datasheet peak given
   for mode in gpu_steps.TIMM_MODES:
     assert steps['timm', mode]['skipped'] == 'no torch here'
@@ -79,19 +79,21 @@ def test_attention_is_timed_unpadded_and_at_each_token_multiple(landed):
   kernel = 'cudnn' if jax.default_backend() == 'gpu' else 'xla'
   assert [r['variant'] for r in rows] == ['einsum'] + [
       f'{kernel}, tokens padded to a multiple of {m}'
-      for m in gpu_plan.SMOKE.token_multiples]
+      for m in gpu_plan.SMOKE.token_multiples
+  ]
   assert all(r['ms'] > 0 for r in rows)
 
 
 def test_the_summary_reads_the_fastest_of_ours(landed):
   results, _ = landed
   summary = results['summary']
-  assert set(summary) >= {'device', 'vit_b16_images_per_second',
-                          'vit_b16_peak_share',
-                          'timm_b16_best_images_per_second',
-                          'study_cold_seconds', 'study_warm_seconds'}
-  fastest = max((r for r in results['rows'] if 'skipped' not in r and
-                 r['section'] == 'train step'),
+  assert set(summary) >= {
+      'device', 'vit_b16_images_per_second', 'vit_b16_peak_share',
+      'timm_b16_best_images_per_second', 'study_cold_seconds',
+      'study_warm_seconds'
+  }
+  fastest = max((r for r in results['rows']
+                 if 'skipped' not in r and r['section'] == 'train step'),
                 key=lambda r: r['images_per_second'])
   assert (summary['vit_b16_images_per_second'],
           summary['vit_b16_attention']) == (fastest['images_per_second'],
@@ -121,8 +123,9 @@ def test_the_readme_section_is_the_report_and_summarize_only_rewrites_it(
   shutil.copy(HERE / 'README.md', copy)
   output = tmp_path / 'gpu_results.json'
   output.write_text(json.dumps(results))
-  monkeypatch.setattr(sys, 'argv', [
-      'gpu.py', '--summarize_only', f'--output={output}', f'--readme={copy}'])
+  monkeypatch.setattr(
+      sys, 'argv',
+      ['gpu.py', '--summarize_only', f'--output={output}', f'--readme={copy}'])
   gpu.main()
   assert _section(copy) == section
 
@@ -131,15 +134,19 @@ def test_the_study_targets_read_the_whole_runs_not_the_short_one(landed):
   results, _ = landed
 
   def study(cache, accuracy, seconds, **overrides):
-    return {'section': 'study', 'config': 'configs/cifar_small.py',
-            'overrides': overrides, 'compilation_cache': cache,
-            'end_to_end_seconds': seconds, 'train_seconds': seconds / 2,
-            'train_images_per_second': 1000.0, 'epochs': 30.0, 'steps': 1170,
-            'best_test_accuracy': accuracy, 'log': []}
+    return {
+        'section': 'study', 'config': 'configs/cifar_small.py',
+        'overrides': overrides, 'compilation_cache': cache,
+        'end_to_end_seconds': seconds, 'train_seconds': seconds / 2,
+        'train_images_per_second': 1000.0, 'epochs': 30.0, 'steps': 1170,
+        'best_test_accuracy': accuracy, 'log': []
+    }
 
   rows = results['rows'] + [
-      study('cold', 0.511, 40.0), study('warm', 0.505, 7.5),
-      study('warm', 0.31, 20.0, steps_per_dispatch=1, num_epochs=6)]
+      study('cold', 0.511, 40.0),
+      study('warm', 0.505, 7.5),
+      study('warm', 0.31, 20.0, steps_per_dispatch=1, num_epochs=6)
+  ]
   section = gpu_report.report({**results, 'rows': rows})
   assert ('| the study end to end, cold compilation cache, < 15 s | 40.0 s | '
           'not met |') in section
@@ -155,8 +162,8 @@ def test_a_model_runs_when_it_fits_without_the_timm_mode_it_drops(
   left; ViT-Ti/16 then does not."""
   now = [0.0]
   monkeypatch.setattr(gpu.time, 'monotonic', lambda: now[0])
-  monkeypatch.setattr(gpu_sections, 'start_worker',
-                      lambda python: (None, 'no torch here'))
+  monkeypatch.setattr(gpu_sections, 'start_worker', lambda python:
+                      (None, 'no torch here'))
   monkeypatch.setattr(gpu.step_benchmark, 'measure_matmul_peak',
                       lambda *args, **kwargs: 1e12)
   asked = []
@@ -167,13 +174,14 @@ def test_a_model_runs_when_it_fits_without_the_timm_mode_it_drops(
     now[0] += {gpu_plan.B16: 100, gpu_plan.L16: 40}[label]
     setups = {'torch.compile': 60.0, 'compiled model, fused AdamW': 20.0}
     rate = {'torch.compile': 2.0, 'compiled model, fused AdamW': 3.0}
-    return [{'section': 'train step', 'model': label,
-             'implementation': 'timm', 'variant': mode, 'image_size': 224,
-             'batch_size': batch, 'images_per_second': rate[mode],
-             'round_images_per_second': [rate[mode]], 'ms_per_step': 1.0,
-             'train_tflop_per_second': 1.0, 'peak_share': None,
-             'matmul_share': 1.0, 'setup_seconds': setups[mode]}
-            for mode in timm_modes]
+    return [{
+        'section': 'train step', 'model': label, 'implementation': 'timm',
+        'variant': mode, 'image_size': 224, 'batch_size': batch,
+        'images_per_second': rate[mode], 'round_images_per_second': [
+            rate[mode]
+        ], 'ms_per_step': 1.0, 'train_tflop_per_second': 1.0,
+        'peak_share': None, 'matmul_share': 1.0, 'setup_seconds': setups[mode]
+    } for mode in timm_modes]
 
   monkeypatch.setattr(gpu_steps, 'compare_model', compare_model)
   plan = dataclasses.replace(
@@ -206,43 +214,75 @@ def test_the_committed_readme_has_no_gpu_figure_before_a_gpu_run():
 
 
 _DEVICE_TRACE = [
-    {'ph': 'M', 'name': 'process_name', 'pid': 1,
-     'args': {'name': '/host:CPU'}},
-    {'ph': 'M', 'name': 'process_name', 'pid': 2,
-     'args': {'name': '/device:GPU:0'}},
-    {'ph': 'X', 'pid': 1, 'tid': 1, 'name': 'jit_train_steps', 'ts': 0,
-     'dur': 900},
-    {'ph': 'X', 'pid': 2, 'tid': 7, 'name': 'sm90_xmma_gemm_bf16bf16', 'ts': 0,
-     'dur': 280, 'args': {'hlo_op': 'gemm_fusion_dot.3'}},
+    {
+        'ph': 'M', 'name': 'process_name', 'pid': 1,
+        'args': {'name': '/host:CPU'}
+    },
+    {
+        'ph': 'M', 'name': 'process_name', 'pid': 2,
+        'args': {'name': '/device:GPU:0'}
+    },
+    {
+        'ph': 'X', 'pid': 1, 'tid': 1, 'name': 'jit_train_steps', 'ts': 0,
+        'dur': 900
+    },
+    {
+        'ph': 'X', 'pid': 2, 'tid': 7, 'name': 'sm90_xmma_gemm_bf16bf16',
+        'ts': 0, 'dur': 280, 'args': {'hlo_op': 'gemm_fusion_dot.3'}
+    },
     # cuBLAS's GEMMs of CUDA 13, in a command buffer that hides the HLO op
     # (an H100's trace, 2026-11-28).
-    {'ph': 'X', 'pid': 2, 'tid': 7,
-     'name': 'nvjet_sm90_tst_128x160_64x5_2x1_v_bz_NNT', 'ts': 280,
-     'dur': 220, 'args': {'hlo_op': 'command_buffer_159'}},
-    {'ph': 'X', 'pid': 2, 'tid': 7,
-     'name': 'cudnn_generated_fort_native_sdpa_sm90', 'ts': 500, 'dur': 160},
-    {'ph': 'X', 'pid': 2, 'tid': 7,
-     'name': 'void cudnn::fusion::compute_dot_do_o_specialized<true, 64>',
-     'ts': 660, 'dur': 40},
+    {
+        'ph': 'X', 'pid': 2, 'tid': 7,
+        'name': 'nvjet_sm90_tst_128x160_64x5_2x1_v_bz_NNT', 'ts': 280,
+        'dur': 220, 'args': {'hlo_op': 'command_buffer_159'}
+    },
+    {
+        'ph': 'X', 'pid': 2, 'tid': 7,
+        'name': 'cudnn_generated_fort_native_sdpa_sm90', 'ts': 500, 'dur': 160
+    },
+    {
+        'ph': 'X', 'pid': 2, 'tid': 7,
+        'name': 'void cudnn::fusion::compute_dot_do_o_specialized<true, 64>',
+        'ts': 660, 'dur': 40
+    },
     # The patch embedding, cuDNN's convolution (an H100's trace).
-    {'ph': 'X', 'pid': 2, 'tid': 8,
-     'name': 'sm80_xmma_fprop_implicit_gemm_indexed_bf16bf16_bf16f32_f32',
-     'ts': 1000, 'dur': 30, 'args': {'hlo_op': 'cudnn-conv-bias-activation.3'}},
-    {'ph': 'X', 'pid': 2, 'tid': 7, 'name': 'loop_multiply_fusion', 'ts': 700,
-     'dur': 60, 'args': {'tf_op': 'jit(train_steps)/while/body/optimizer/mul'}},
-    {'ph': 'X', 'pid': 2, 'tid': 7, 'name': 'input_reduce_fusion', 'ts': 760,
-     'dur': 40},
-    {'ph': 'X', 'pid': 2, 'tid': 8, 'name': 'loop_add_fusion', 'ts': 800,
-     'dur': 200},
+    {
+        'ph': 'X', 'pid': 2, 'tid': 8,
+        'name': 'sm80_xmma_fprop_implicit_gemm_indexed_bf16bf16_bf16f32_f32',
+        'ts': 1000, 'dur': 30,
+        'args': {'hlo_op': 'cudnn-conv-bias-activation.3'}
+    },
+    {
+        'ph': 'X', 'pid': 2, 'tid': 7, 'name': 'loop_multiply_fusion',
+        'ts': 700, 'dur': 60,
+        'args': {'tf_op': 'jit(train_steps)/while/body/optimizer/mul'}
+    },
+    {
+        'ph': 'X', 'pid': 2, 'tid': 7, 'name': 'input_reduce_fusion', 'ts': 760,
+        'dur': 40
+    },
+    {
+        'ph': 'X', 'pid': 2, 'tid': 8, 'name': 'loop_add_fusion', 'ts': 800,
+        'dur': 200
+    },
     # The same kernels again, as the XLA modules and ops a trace may add.
-    {'ph': 'M', 'name': 'thread_name', 'pid': 2, 'tid': 7,
-     'args': {'name': 'Stream #13(Compute)'}},
-    {'ph': 'M', 'name': 'thread_name', 'pid': 2, 'tid': 8,
-     'args': {'name': 'Stream #14(Compute)'}},
-    {'ph': 'M', 'name': 'thread_name', 'pid': 2, 'tid': 9,
-     'args': {'name': 'XLA Modules'}},
-    {'ph': 'X', 'pid': 2, 'tid': 9, 'name': 'jit_train_steps', 'ts': 0,
-     'dur': 1000},
+    {
+        'ph': 'M', 'name': 'thread_name', 'pid': 2, 'tid': 7,
+        'args': {'name': 'Stream #13(Compute)'}
+    },
+    {
+        'ph': 'M', 'name': 'thread_name', 'pid': 2, 'tid': 8,
+        'args': {'name': 'Stream #14(Compute)'}
+    },
+    {
+        'ph': 'M', 'name': 'thread_name', 'pid': 2, 'tid': 9,
+        'args': {'name': 'XLA Modules'}
+    },
+    {
+        'ph': 'X', 'pid': 2, 'tid': 9, 'name': 'jit_train_steps', 'ts': 0,
+        'dur': 1000
+    },
 ]
 
 
@@ -256,9 +296,11 @@ def test_a_device_trace_is_summed_by_kind_of_kernel(tmp_path):
       'optimizer update': 0.03, 'layer norms and other reductions': 0.02,
       'copies and transposes': 0.0, 'other fusions': 0.1,
       profile_step.OTHER: 0.0, 'kernels, summed': 0.515,
-      'wall, first kernel to last': 0.515}
+      'wall, first kernel to last': 0.515
+  }
   assert [k['kernel'] for k in heaviest][:2] == [
-      'sm90_xmma_gemm_bf16bf16', 'nvjet_sm90_tst_128x160_64x5_2x1_v_bz_NNT']
+      'sm90_xmma_gemm_bf16bf16', 'nvjet_sm90_tst_128x160_64x5_2x1_v_bz_NNT'
+  ]
   assert heaviest[0]['args'] == {'hlo_op': 'gemm_fusion_dot.3'}
   kind = {k['kernel']: k['kind'] for k in heaviest}
   assert kind['nvjet_sm90_tst_128x160_64x5_2x1_v_bz_NNT'] == 'matmuls'
@@ -270,12 +312,15 @@ def test_a_device_trace_is_summed_by_kind_of_kernel(tmp_path):
 
 def test_a_device_trace_is_summed_by_part_of_the_model(tmp_path, landed):
   # The same cuBLAS kernel again, for another matmul.
-  other_matmul = {'ph': 'X', 'pid': 2, 'tid': 8,
-                  'name': 'sm90_xmma_gemm_bf16bf16', 'ts': 1100, 'dur': 20,
-                  'args': {'hlo_op': 'gemm_fusion_dot.4'}}
+  other_matmul = {
+      'ph': 'X', 'pid': 2, 'tid': 8, 'name': 'sm90_xmma_gemm_bf16bf16',
+      'ts': 1100, 'dur': 20, 'args': {'hlo_op': 'gemm_fusion_dot.4'}
+  }
   # A kernel XLA reused for an identical fusion, under the first one's name.
-  reused = {'ph': 'X', 'pid': 2, 'tid': 8, 'name': 'input_reduce_fusion',
-            'ts': 1200, 'dur': 40, 'args': {'hlo_op': 'input_reduce_fusion.2'}}
+  reused = {
+      'ph': 'X', 'pid': 2, 'tid': 8, 'name': 'input_reduce_fusion', 'ts': 1200,
+      'dur': 40, 'args': {'hlo_op': 'input_reduce_fusion.2'}
+  }
   trace = tmp_path / 'perfetto_trace.json.gz'
   with gzip.open(trace, 'wt') as f:
     json.dump({'traceEvents': _DEVICE_TRACE + [other_matmul, reused]}, f)
@@ -288,12 +333,15 @@ def test_a_device_trace_is_summed_by_part_of_the_model(tmp_path, landed):
   # By the HLO op the trace names, by the kernel's own name, and by the jax
   # op name the trace gives (the optimizer's fusion).
   norm_1 = norm._replace(path='Transformer/encoderblock_*/LayerNorm_1')
-  parts = {'gemm_fusion_dot.3': dense, 'gemm_fusion_dot.4': head,
-           'input_reduce_fusion': norm, 'input_reduce_fusion.2': norm_1}
+  parts = {
+      'gemm_fusion_dot.3': dense, 'gemm_fusion_dot.4': head,
+      'input_reduce_fusion': norm, 'input_reduce_fusion.2': norm_1
+  }
   _, by_part, heaviest = profile_step.device_profile(trace, 2, parts)
   assert by_part == pytest.approx({
       dense.label: 0.14, hlo_parts.UNNAMED: 0.325, 'optimizer': 0.03,
-      norm.label: 0.02, norm_1.label: 0.02, head.label: 0.01})
+      norm.label: 0.02, norm_1.label: 0.02, head.label: 0.01
+  })
   assert list(by_part)[:2] == [hlo_parts.UNNAMED, dense.label]
   computes = {k['kernel']: k.get('computes') for k in heaviest}
   # A kernel that runs for several parts: the one it spends the most on.
@@ -305,13 +353,15 @@ def test_a_device_trace_is_summed_by_part_of_the_model(tmp_path, landed):
   assert computes['loop_add_fusion'] is None
 
   results, _ = landed
-  profile = {'section': 'profile', 'model': 'ViT-B/16', 'batch_size': 256,
-             'step_ms': 81.9, 'ms_per_step_by_kind': {'matmuls': 0.25},
-             'ms_per_step_by_model_part': {
-                 f'part {i}': 20.0 - i for i in range(17)},
-             'heaviest_kernels': [{'kernel': 'input_reduce_fusion',
-                                   'kind': 'layer norms', 'ms_per_step': 0.02,
-                                   'computes': norm.described}]}
+  profile = {
+      'section': 'profile', 'model': 'ViT-B/16', 'batch_size': 256,
+      'step_ms': 81.9, 'ms_per_step_by_kind': {'matmuls': 0.25},
+      'ms_per_step_by_model_part': {f'part {i}': 20.0 - i for i in range(17)},
+      'heaviest_kernels': [{
+          'kernel': 'input_reduce_fusion', 'kind': 'layer norms',
+          'ms_per_step': 0.02, 'computes': norm.described
+      }]
+  }
   section = gpu_report.report({**results, 'rows': results['rows'] + [profile]})
   assert '| part 14 | 6.00 |\n| the other 2 parts | 9.00 |' in section
   assert ('| `input_reduce_fusion` | layer norms | '
@@ -321,23 +371,25 @@ def test_a_device_trace_is_summed_by_part_of_the_model(tmp_path, landed):
 
 def test_a_profile_whose_parts_fail_keeps_its_kinds_and_says_why(
     monkeypatch, landed):
+
   def unreadable(text):
     raise ValueError(f'no parts in {len(text)} characters')
 
   monkeypatch.setattr(hlo_parts, 'model_parts', unreadable)
   bench = types.SimpleNamespace(
-      train_step=lambda: jax.numpy.ones(()),
-      compiled=types.SimpleNamespace(
+      train_step=lambda: jax.numpy.ones(()), compiled=types.SimpleNamespace(
           train=types.SimpleNamespace(as_text=lambda: 'HloModule m')))
   profile = gpu_sections.trace_profile(bench, steps=2)
   assert profile['ms_per_step_by_kind'] == {}  # a CPU's trace: no kernels
   assert profile['ms_per_step_by_model_part'] == (
       'ValueError: no parts in 11 characters')
   results, _ = landed
-  row = {'section': 'profile', 'model': 'ViT-B/16', 'batch_size': 256,
-         'step_ms': 81.9, 'ms_per_step_by_kind': {'matmuls': 0.25},
-         'heaviest_kernels': [], **{
-             k: v for k, v in profile.items() if k != 'ms_per_step_by_kind'}}
+  row = {
+      'section': 'profile', 'model': 'ViT-B/16', 'batch_size': 256,
+      'step_ms': 81.9, 'ms_per_step_by_kind': {'matmuls': 0.25
+                                              }, 'heaviest_kernels': [],
+      **{k: v for k, v in profile.items() if k != 'ms_per_step_by_kind'}
+  }
   section = gpu_report.report({**results, 'rows': results['rows'] + [row]})
   assert ('By part of the model: not measured: ValueError: no parts in 11 '
           'characters') in section
@@ -345,16 +397,19 @@ def test_a_profile_whose_parts_fail_keeps_its_kinds_and_says_why(
 
 @pytest.mark.slow  # 30-60 s: the study's process, worker processes, compiles
 def test_smoke_measures_every_section_into_json_and_readme(tmp_path):
-  write_cifar_binary(tmp_path / 'data' / 'cifar-10-batches-bin', {
-      'data_batch_1.bin': random_cifar(96, 10, seed=1),
-      'test_batch.bin': random_cifar(37, 10, seed=3)})
+  write_cifar_binary(
+      tmp_path / 'data' / 'cifar-10-batches-bin', {
+          'data_batch_1.bin': random_cifar(96, 10, seed=1),
+          'test_batch.bin': random_cifar(37, 10, seed=3)
+      })
   readme = tmp_path / 'README.md'
   shutil.copy(HERE / 'README.md', readme)
   output = tmp_path / 'out' / 'gpu_results.json'
-  run = subprocess.run(
-      [sys.executable, str(SCRIPT), '--smoke',
-       f'--cifar_dir={tmp_path / "data"}', f'--output={output}',
-       f'--readme={readme}'], capture_output=True, text=True, check=False)
+  run = subprocess.run([
+      sys.executable,
+      str(SCRIPT), '--smoke', f'--cifar_dir={tmp_path / "data"}',
+      f'--output={output}', f'--readme={readme}'
+  ], capture_output=True, text=True, check=False)
   assert run.returncode == 0, run.stderr[-3000:]
   assert 'train step: ViT-B/16 vit_jax einsum, batch 8:' in run.stdout
   results = json.loads(output.read_text())
@@ -367,8 +422,8 @@ def test_smoke_measures_every_section_into_json_and_readme(tmp_path):
   for row in results['rows']:
     by_section.setdefault(row['section'], []).append(row)
   cold, warm, one_step = by_section['study']
-  assert [r['compilation_cache'] for r in (cold, warm, one_step)] == [
-      'cold', 'warm', 'warm']
+  assert [r['compilation_cache']
+          for r in (cold, warm, one_step)] == ['cold', 'warm', 'warm']
   assert one_step['overrides']['steps_per_dispatch'] == 1
   for study in cold, warm, one_step:
     assert study['end_to_end_seconds'] > study['train_seconds'] > 0
@@ -379,15 +434,16 @@ def test_smoke_measures_every_section_into_json_and_readme(tmp_path):
   assert results['summary']['study_cold_seconds'] == (
       cold['end_to_end_seconds'])
   assert [r['loader'] for r in by_section['input']] == [
-      f'{results["cpus"]} threads', f'{results["cpus"]} worker processes']
+      f'{results["cpus"]} threads', f'{results["cpus"]} worker processes'
+  ]
   assert all(r['images_per_second'] > 0 for r in by_section['input'])
   steps = {(r['implementation'], r['variant']): r
            for r in by_section['train step']}
   assert steps['vit_jax', 'einsum']['images_per_second'] > 0
   for mode in gpu_steps.TIMM_MODES:  # measured where torch and timm import
     row = steps['timm', mode]
-    assert row.get('images_per_second', 0) > 0 or 'do not import' in row[
-        'skipped']
+    assert row.get('images_per_second',
+                   0) > 0 or 'do not import' in row['skipped']
   [profile] = by_section['profile']  # a CPU's trace has no GPU kernels
   assert 'no accelerator kernels' in profile['skipped']
   section = _section(readme)

@@ -21,42 +21,46 @@ from tests.helpers import ROOT
 Part = hlo_parts.Part
 
 
-@pytest.mark.parametrize('op_name, expected', [
-    ('jit(train_steps)/jvp(VisionTransformer)/Transformer/encoderblock_3/'
-     'LayerNorm_0/reduce_sum',
-     Part('Transformer/encoderblock_*/LayerNorm_0', 'forward')),
-    ('jit(train_steps)/while/body/transpose(jvp(VisionTransformer))/'
-     'Transformer/encoderblock_11/MultiHeadDotProductAttention_0/'
-     'btd,dhe->bhte/dot_general',
-     Part('Transformer/encoderblock_*/MultiHeadDotProductAttention_0/'
-          'btd,dhe->bhte', 'backward')),
-    ('jit(train_steps)/while/body/optimizer/mul', Part('optimizer', '')),
-    # Remat and scan's scopes, a module's method, a helper's jit.
-    ('jit(train_steps)/while/body/closed_call/transpose(jvp(ViT))/'
-     'Transformer/scan_blocks/encoderblock.body/rematted_computation/'
-     'encoderblock/Dropout_0/Dropout.__call__/jit(_bernoulli)/lt',
-     Part('Transformer/scan_blocks/encoderblock/Dropout_0', 'backward')),
-    # XLA repeats the path after the operation's own.
-    ('jit(train_steps)/jvp(ViT)/Transformer/encoderblock_0/Dropout_0/while/'
-     'jit(train_steps)/jvp(ViT)/Transformer/mul',
-     Part('Transformer/encoderblock_*/Dropout_0', 'forward')),
-    # The loss, the metrics and the input's augmentation.
-    ('jit(train_steps)/jit(_one_hot)/eq', Part(hlo_parts.OUTSIDE, '')),
-    ('jit(train_steps)/jvp(jit(log_softmax))/sub',
-     Part(hlo_parts.OUTSIDE, '')),
-    ('jit(train_steps)/vmap()/gather', Part(hlo_parts.OUTSIDE, '')),
-    ('jit(train_steps)/add', Part(hlo_parts.OUTSIDE, '')),
-    # Names XLA merged: the first; one outside the program's jit: none.
-    ('jit(train_steps)/jvp(ViT)/Transformer/encoderblock_0/LayerNorm_0/mul;'
-     'jit(train_steps)/jvp(ViT)/Transformer/encoderblock_0/LayerNorm_0/add',
-     Part('Transformer/encoderblock_*/LayerNorm_0', 'forward')),
-    ("state.params['head']['bias']", Part(hlo_parts.OUTSIDE, '')),
-    # A pass of control flow, not of a model.
-    ('jit(train_steps)/jvp(checkpoint)/optimizer/mul', Part('optimizer', '')),
-    # A model without a pass (an evaluation, a teacher).
-    ('jit(eval_step)/Transformer/encoderblock_1/LayerNorm_0/mul',
-     Part('Transformer/encoderblock_*/LayerNorm_0', '')),
-])
+@pytest.mark.parametrize(
+    'op_name, expected',
+    [
+        ('jit(train_steps)/jvp(VisionTransformer)/Transformer/encoderblock_3/'
+         'LayerNorm_0/reduce_sum',
+         Part('Transformer/encoderblock_*/LayerNorm_0', 'forward')),
+        ('jit(train_steps)/while/body/transpose(jvp(VisionTransformer))/'
+         'Transformer/encoderblock_11/MultiHeadDotProductAttention_0/'
+         'btd,dhe->bhte/dot_general',
+         Part(
+             'Transformer/encoderblock_*/MultiHeadDotProductAttention_0/'
+             'btd,dhe->bhte', 'backward')),
+        ('jit(train_steps)/while/body/optimizer/mul', Part('optimizer', '')),
+        # Remat and scan's scopes, a module's method, a helper's jit.
+        ('jit(train_steps)/while/body/closed_call/transpose(jvp(ViT))/'
+         'Transformer/scan_blocks/encoderblock.body/rematted_computation/'
+         'encoderblock/Dropout_0/Dropout.__call__/jit(_bernoulli)/lt',
+         Part('Transformer/scan_blocks/encoderblock/Dropout_0', 'backward')),
+        # XLA repeats the path after the operation's own.
+        ('jit(train_steps)/jvp(ViT)/Transformer/encoderblock_0/Dropout_0/while/'
+         'jit(train_steps)/jvp(ViT)/Transformer/mul',
+         Part('Transformer/encoderblock_*/Dropout_0', 'forward')),
+        # The loss, the metrics and the input's augmentation.
+        ('jit(train_steps)/jit(_one_hot)/eq', Part(hlo_parts.OUTSIDE, '')),
+        ('jit(train_steps)/jvp(jit(log_softmax))/sub',
+         Part(hlo_parts.OUTSIDE, '')),
+        ('jit(train_steps)/vmap()/gather', Part(hlo_parts.OUTSIDE, '')),
+        ('jit(train_steps)/add', Part(hlo_parts.OUTSIDE, '')),
+        # Names XLA merged: the first; one outside the program's jit: none.
+        ('jit(train_steps)/jvp(ViT)/Transformer/encoderblock_0/LayerNorm_0/mul;'
+         'jit(train_steps)/jvp(ViT)/Transformer/encoderblock_0/LayerNorm_0/add',
+         Part('Transformer/encoderblock_*/LayerNorm_0', 'forward')),
+        ("state.params['head']['bias']", Part(hlo_parts.OUTSIDE, '')),
+        # A pass of control flow, not of a model.
+        ('jit(train_steps)/jvp(checkpoint)/optimizer/mul', Part(
+            'optimizer', '')),
+        # A model without a pass (an evaluation, a teacher).
+        ('jit(eval_step)/Transformer/encoderblock_1/LayerNorm_0/mul',
+         Part('Transformer/encoderblock_*/LayerNorm_0', '')),
+    ])
 def test_a_jax_op_name_names_its_module_and_pass(op_name, expected):
   assert hlo_parts.part(op_name) == expected
 
@@ -77,8 +81,8 @@ class _Blocks(nn.Module):
   @nn.compact
   def __call__(self, x):
     block = nn.scan(nn.remat(lambda module, x, _: (_Block()(x), None)),
-                    variable_axes={'params': 0},
-                    split_rngs={'params': True}, length=2)
+                    variable_axes={'params': 0}, split_rngs={'params': True},
+                    length=2)
     return block(self, x, None)[0]
 
 
@@ -87,7 +91,7 @@ def _compiled_step_text(model: nn.Module) -> str:
   params = model.init(jax.random.key(0), x)
 
   def train_step(params, x):
-    grads = jax.grad(lambda p: jnp.mean(model.apply(p, x) ** 2))(params)
+    grads = jax.grad(lambda p: jnp.mean(model.apply(p, x)**2))(params)
     return jax.tree.map(lambda p, g: p - 0.1 * g, params, grads)
 
   return jax.jit(train_step).lower(params, x).compile().as_text()
@@ -115,7 +119,8 @@ def test_scanned_and_rematerialized_blocks_add_up_by_module():
   assert {p.label for p in parts.values()} == {hlo_parts.OUTSIDE} | {
       f'{path}, {direction}' for direction in ('forward', 'backward')
       for path in ('_Block_0/LayerNorm_0', '_Block_0/Dense_0',
-                   '_Block_0/Dense_1', '_Block_0', '_Blocks')}
+                   '_Block_0/Dense_1', '_Block_0', '_Blocks')
+  }
 
 
 _HLO = """\
@@ -198,14 +203,16 @@ def test_fusions_read_their_computations_and_copies_their_operand():
 
 @pytest.mark.slow  # 40 s: the study's step compiled, timed and traced
 def test_the_cpu_profile_sums_a_real_trace_by_part_of_the_model():
-  run = subprocess.run(
-      [sys.executable, 'experiments/benchmarks/profile_step.py',
-       '--cpu_devices=1', '--steps=1'],
-      cwd=ROOT, capture_output=True, text=True, check=True)
+  run = subprocess.run([
+      sys.executable, 'experiments/benchmarks/profile_step.py',
+      '--cpu_devices=1', '--steps=1'
+  ], cwd=ROOT, capture_output=True, text=True, check=True)
   table = run.stdout.split('| part of the model | thread-ms per step |')[1]
-  rows = {cells[0]: float(cells[1].replace(',', '')) for cells in (
-      [c.strip() for c in line.strip('|').split('|')]
-      for line in table.strip().splitlines()[1:])}
+  rows = {
+      cells[0]: float(cells[1].replace(',', ''))
+      for cells in ([c.strip() for c in line.strip('|').split('|')]
+                    for line in table.strip().splitlines()[1:])
+  }
   for module in ('LayerNorm_0', 'MlpBlock_0/Dense_0'):
     for direction in 'forward', 'backward':
       assert rows[f'Transformer/encoderblock_*/{module}, {direction}'] > 0
@@ -218,13 +225,14 @@ def test_the_cpu_profile_sums_a_real_trace_by_part_of_the_model():
 def test_any_models_benchmark_trace_is_summed_by_part(tmp_path, monkeypatch,
                                                       capsys):
   subprocess.run(
-      [sys.executable, '-m', 'vit_jax.benchmark', '--model=SimpleCNN',
-       '--batch_size=8', '--steps=1', '--cpu_devices=1',
-       f'--trace_dir={tmp_path}', '--trace_steps=1'],
-      cwd=ROOT, capture_output=True, check=True,
+      [
+          sys.executable, '-m', 'vit_jax.benchmark', '--model=SimpleCNN',
+          '--batch_size=8', '--steps=1', '--cpu_devices=1',
+          f'--trace_dir={tmp_path}', '--trace_steps=1'
+      ], cwd=ROOT, capture_output=True, check=True,
       env={**os.environ, 'XLA_FLAGS': '--xla_cpu_enable_xprof_traceme=true'})
-  monkeypatch.setattr(sys, 'argv', ['profile_step.py',
-                                    f'--trace_dir={tmp_path}', '--steps=1'])
+  monkeypatch.setattr(
+      sys, 'argv', ['profile_step.py', f'--trace_dir={tmp_path}', '--steps=1'])
   profile_step.main()
   printed = capsys.readouterr().out
   assert '| part of the model | thread-ms per step |' in printed
@@ -234,8 +242,8 @@ def test_any_models_benchmark_trace_is_summed_by_part(tmp_path, monkeypatch,
 
 
 def _summing_stops_with(monkeypatch, trace_dir, line: str):
-  monkeypatch.setattr(sys, 'argv', ['profile_step.py',
-                                    f'--trace_dir={trace_dir}'])
+  monkeypatch.setattr(sys, 'argv',
+                      ['profile_step.py', f'--trace_dir={trace_dir}'])
   with pytest.raises(SystemExit) as stopped:
     profile_step.main()
   assert str(stopped.value) == line
@@ -247,18 +255,22 @@ def test_a_trace_dir_without_a_trace_is_one_line(tmp_path, monkeypatch):
       f'with python -m vit_jax.benchmark --trace_dir={tmp_path}.')
 
 
-def test_a_cpu_trace_without_xlas_operations_is_one_line(tmp_path,
-                                                         monkeypatch):
+def test_a_cpu_trace_without_xlas_operations_is_one_line(tmp_path, monkeypatch):
   """A CPU trace taken without XLA's per-operation events holds only the
   runtime's: the line says which flag records them."""
   trace = tmp_path / 'plugins' / 'profile' / 'perfetto_trace.json.gz'
   trace.parent.mkdir(parents=True)
   with gzip.open(trace, 'wt') as f:
-    json.dump({'traceEvents': [
-        {'ph': 'M', 'name': 'thread_name', 'pid': 1, 'tid': 2,
-         'args': {'name': 'python'}},
-        {'ph': 'X', 'pid': 1, 'tid': 2, 'name': 'PjitFunction(train_steps)',
-         'ts': 0, 'dur': 5}]}, f)
+    json.dump(
+        {
+            'traceEvents': [{
+                'ph': 'M', 'name': 'thread_name', 'pid': 1, 'tid': 2,
+                'args': {'name': 'python'}
+            }, {
+                'ph': 'X', 'pid': 1, 'tid': 2,
+                'name': 'PjitFunction(train_steps)', 'ts': 0, 'dur': 5
+            }]
+        }, f)
   _summing_stops_with(
       monkeypatch, tmp_path, f'error: the trace in {tmp_path} holds no XLA '
       'operations: on a CPU, trace with '

@@ -23,15 +23,16 @@ def test_record_of_a_finished_run(tmp_path):
   assert runs.finished(tmp_path / 'run')
   assert runs.record(tmp_path / 'run', DESCRIPTION) == {
       'model': 'small_resnet', 'recipe': 'study', 'train_examples': 5000,
-      'epochs': 30, 'seed': 3, 'best_test_accuracy': 0.514,
-      'best_epoch': 28.0, 'final_test_accuracy': 0.513,
-      'final_train_accuracy': 0.57, 'wall_minutes': 16.5, 'device': 'cpu'}
+      'epochs': 30, 'seed': 3, 'best_test_accuracy': 0.514, 'best_epoch': 28.0,
+      'final_test_accuracy': 0.513, 'final_train_accuracy': 0.57,
+      'wall_minutes': 16.5, 'device': 'cpu'
+  }
 
 
 def test_record_names_the_accelerator_that_trained_the_run(tmp_path):
   finished_run(tmp_path / 'run', device='NVIDIA H100 80GB HBM3')
-  assert runs.record(tmp_path / 'run', DESCRIPTION)['device'] == (
-      'NVIDIA H100 80GB HBM3')
+  assert runs.record(tmp_path / 'run',
+                     DESCRIPTION)['device'] == ('NVIDIA H100 80GB HBM3')
 
 
 def test_wall_time_cell_per_device():
@@ -48,7 +49,8 @@ def test_a_command_is_one_shell_line_of_vit_jax_main(tmp_path):
   assert shlex.split(line) == [
       'python', '-m', 'vit_jax.main', '--config=configs/cifar_small.py:vit',
       f'--workdir={tmp_path / "run one"}', '--config.seed=0',
-      '--config.model_overrides.guided_blocks=(0, 3)']
+      '--config.model_overrides.guided_blocks=(0, 3)'
+  ]
 
 
 def test_emit_prints_the_commands_or_writes_a_slurm_array(tmp_path, capsys):
@@ -67,20 +69,25 @@ def test_emit_prints_the_commands_or_writes_a_slurm_array(tmp_path, capsys):
 
 def test_integers_of_a_list_flag():
   assert runs.integers('0,2') == [0, 2]
-  with pytest.raises(argparse.ArgumentTypeError, match=re.escape(
-      "'30,x': use integers separated by commas, e.g. 0,1,2")):
+  with pytest.raises(
+      argparse.ArgumentTypeError,
+      match=re.escape("'30,x': use integers separated by commas, e.g. 0,1,2")):
     runs.integers('30,x')
 
 
 def test_load_records_reads_the_planned_finished_runs(tmp_path):
-  committed = {'a': {'name': 'a', 'best_test_accuracy': 0.4},
-               'b': {'name': 'b', 'best_test_accuracy': 0.4}}
+  committed = {
+      'a': {'name': 'a', 'best_test_accuracy': 0.4},
+      'b': {'name': 'b', 'best_test_accuracy': 0.4}
+  }
   finished_run(tmp_path / 'b')
   finished_run(tmp_path / 'c')
   finished_run(tmp_path / 'not_planned')
   (tmp_path / 'interrupted').mkdir()
-  records = runs.load_records(tmp_path, {name: {'name': name} for name in (
-      'a', 'b', 'c', 'interrupted')}, committed)
+  records = runs.load_records(
+      tmp_path,
+      {name: {'name': name}
+       for name in ('a', 'b', 'c', 'interrupted')}, committed)
   assert sorted(records) == ['a', 'b', 'c']
   # A run the workdir holds is its own record, not the committed one.
   assert records['a'] == committed['a']
@@ -104,16 +111,18 @@ def test_mean_std():
 
 
 def test_a_directory_without_the_subset_is_one_clear_error(tmp_path):
-  with pytest.raises(SystemExit, match='no cifar-10-batches-bin/ in '
-                     '--data_dir=.*point it at the 5k/1k'):
+  with pytest.raises(
+      SystemExit, match='no cifar-10-batches-bin/ in '
+      '--data_dir=.*point it at the 5k/1k'):
     runs.require_cifar10_subset(tmp_path)
 
 
 def test_missing_runs_lists_the_planned_runs_not_done_in_order():
-  assert runs.missing_runs(['c', 'b', 'a'], {'b'}) == (
-      '2 of the 3 runs of the sweep have no record yet:\n\n- `c`\n- `a`')
-  assert runs.missing_runs(['b'], {'b'}) == (
-      'None: all 1 runs of the sweep have a record.')
+  assert runs.missing_runs(['c', 'b', 'a'], {
+      'b'
+  }) == ('2 of the 3 runs of the sweep have no record yet:\n\n- `c`\n- `a`')
+  assert runs.missing_runs(
+      ['b'], {'b'}) == ('None: all 1 runs of the sweep have a record.')
 
 
 def _draw(results, path):
@@ -126,13 +135,14 @@ def test_write_summary_writes_results_figure_and_sections(tmp_path):
                             for name in ('a', 'b')))
   runs.write_summary(tmp_path, [{'seed': 0}], 'workdir', {'a': 'A', 'b': 'B'},
                      {'figure.png': _draw})
-  assert runs.landed(tmp_path / 'results.json', lambda r: 'run') == {
-      'run': {'seed': 0}}
+  assert runs.landed(tmp_path / 'results.json',
+                     lambda r: 'run') == {'run': {'seed': 0}}
   assert (tmp_path / 'figure.png').read_bytes() == b'[{"seed": 0}]'
   assert '\n\nA\n\n' in readme.read_text()
   assert '\n\nB\n\n' in readme.read_text()
   assert sorted(p.name for p in tmp_path.iterdir()) == [
-      'README.md', 'figure.png', 'results.json']
+      'README.md', 'figure.png', 'results.json'
+  ]
   with pytest.raises(SystemExit, match='^error: no finished runs in workdir'):
     runs.write_summary(tmp_path, [], 'workdir', {})
 
@@ -152,10 +162,11 @@ def test_a_summary_on_a_full_disk_is_one_line_and_leaves_the_earlier_one(
     path.write_bytes(b'half a figure')
     raise OSError(errno.ENOSPC, 'No space left on device')
 
-  with pytest.raises(SystemExit, match=re.escape(
-      f'error: Writing {tmp_path / "results.json"} failed (OSError: [Errno '
-      '28] No space left on device); results.json, the figures and the README '
-      f'are as they were. Free space there (df -h {tmp_path}).')):
+  with pytest.raises(
+      SystemExit, match=re.escape(
+          f'error: Writing {tmp_path / "results.json"} failed (OSError: [Errno '
+          '28] No space left on device); results.json, the figures and the README '
+          f'are as they were. Free space there (df -h {tmp_path}).')):
     runs.write_summary(tmp_path, [{'seed': 1}], 'workdir', {'a': 'new'},
                        {'figure.png': fill})
   assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == earlier
@@ -165,7 +176,8 @@ def test_a_stop_signal_as_a_summary_writes_leaves_the_earlier_one(tmp_path):
   """Ctrl-C while the figure is drawn, after the new results.json and
   README were written: one line, status 130, all three as they were."""
   earlier = _earlier_summary(tmp_path)
-  summary = subprocess.Popen([sys.executable, '-c', f"""
+  summary = subprocess.Popen([
+      sys.executable, '-c', f"""
 import pathlib, sys, time
 sys.path.insert(0, {str(ROOT)!r})
 from experiments import runs
@@ -178,7 +190,8 @@ def draw(results, path):
 runs.catch_stop_signals()
 runs.write_summary(pathlib.Path({str(tmp_path)!r}), [{{'seed': 1}}], 'w',
                    {{'a': 'new'}}, {{'figure.png': draw}})
-"""], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+"""
+  ], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
   assert summary.stdout.readline() == 'drawing\n'
   summary.send_signal(signal.SIGINT)
   assert summary.wait(timeout=30) == 130
@@ -191,15 +204,17 @@ runs.write_summary(pathlib.Path({str(tmp_path)!r}), [{{'seed': 1}}], 'w',
 def test_landed_records_by_run_name(tmp_path):
   results = tmp_path / 'results.json'
   assert not runs.landed(results, lambda r: r['name'])  # none committed yet
-  results.write_text(json.dumps([{'name': 'a', 'seed': 0},
-                                 {'name': 'b', 'seed': 1}]))
+  results.write_text(
+      json.dumps([{'name': 'a', 'seed': 0}, {'name': 'b', 'seed': 1}]))
   assert runs.landed(results, lambda r: r['name']) == {
-      'a': {'name': 'a', 'seed': 0}, 'b': {'name': 'b', 'seed': 1}}
+      'a': {'name': 'a', 'seed': 0}, 'b': {'name': 'b', 'seed': 1}
+  }
 
 
 def test_a_damaged_results_json_is_one_clear_error(tmp_path):
   results = tmp_path / 'results.json'
   results.write_text('[{"name": "a", "se')  # cut off mid-write
-  with pytest.raises(SystemExit, match=r'^error: .*results.json is not JSON '
-                     r'\(.*\); restore it with `git checkout -- results.json`'):
+  with pytest.raises(
+      SystemExit, match=r'^error: .*results.json is not JSON '
+      r'\(.*\); restore it with `git checkout -- results.json`'):
     runs.landed(results, lambda r: r['name'])

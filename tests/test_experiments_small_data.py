@@ -30,35 +30,40 @@ def test_the_sweep_prints_every_model_recipe_seed_and_batch_size(capsys):
   assert shlex.split(lines[0]) == [
       'python', '-m', 'vit_jax.main', '--config=configs/cifar_small.py:vit',
       '--workdir=/w/vit_augment_seed0', '--config.augment=True',
-      '--config.seed=0', '--config.data_dir=/d']
+      '--config.seed=0', '--config.data_dir=/d'
+  ]
   assert '--workdir=/w/small_resnet_no_augment_seed0' in lines[5]
   assert '--config.augment=False' in lines[5]
   assert shlex.split(lines[-1])[4:] == [
       '--workdir=/w/small_resnet_augment_batch256_seed0',
       '--config.augment=True', '--config.seed=0', '--config.data_dir=/d',
-      '--config.batch_size=256']
+      '--config.batch_size=256'
+  ]
 
 
 def _finished(directory, model, augment, seed, batch_size, accuracies):
   """A workdir as `vit_jax.main` leaves it, as far as the summary reads it."""
   directory.mkdir(parents=True)
-  (directory / 'config.json').write_text(json.dumps({
-      'model': cifar_small.MODELS[model][0], 'seed': seed, 'augment': augment,
-      'batch_size': batch_size}))
+  (directory / 'config.json').write_text(
+      json.dumps({
+          'model': cifar_small.MODELS[model][0], 'seed': seed,
+          'augment': augment, 'batch_size': batch_size
+      }))
   (directory / 'metrics.jsonl').write_text(''.join(
       json.dumps(r) + '\n' for epoch, accuracy in enumerate(accuracies, 1)
-      for r in ({'epoch': epoch, 'train_accuracy': accuracy + 0.1,
-                 'seconds': 30.0},
-                {'epoch': epoch, 'test_accuracy': accuracy, 'seconds': 6.0})))
-  (directory / 'summary.json').write_text(json.dumps({
-      'steps': 39 * len(accuracies), 'epochs': float(len(accuracies)),
-      'best_test_accuracy': max(accuracies),
-      'best_epoch': float(accuracies.index(max(accuracies)) + 1),
-      'final_train_accuracy': accuracies[-1] + 0.1}))
+      for r in (
+          {'epoch': epoch, 'train_accuracy': accuracy + 0.1, 'seconds': 30.0},
+          {'epoch': epoch, 'test_accuracy': accuracy, 'seconds': 6.0})))
+  (directory / 'summary.json').write_text(
+      json.dumps({
+          'steps': 39 * len(accuracies), 'epochs': float(len(accuracies)),
+          'best_test_accuracy': max(accuracies),
+          'best_epoch': float(accuracies.index(max(accuracies)) + 1),
+          'final_train_accuracy': accuracies[-1] + 0.1
+      }))
 
 
-def test_the_summary_reads_the_workdirs_into_its_tables(tmp_path,
-                                                         monkeypatch):
+def test_the_summary_reads_the_workdirs_into_its_tables(tmp_path, monkeypatch):
   monkeypatch.setattr(summary, 'parameter_count', lambda model: 1000)
   for seed, accuracies in ((0, [0.4, 0.5]), (1, [0.45, 0.52])):
     _finished(tmp_path / f'vit_augment_seed{seed}', 'vit', True, seed, 128,
@@ -73,26 +78,31 @@ def test_the_summary_reads_the_workdirs_into_its_tables(tmp_path,
       '| ViT-Tiny | 1,000 | augment | 2 | 51.0 ± 1.4 | 61.0 ± 1.4 | 2, 2 | '
       '1.2 | 49.6 / 53.5 |',
       '| ViT-Tiny | 1,000 | no augment | 1 | 47.0 | 56.0 | 1 | 1.2 | '
-      '49.6 / 53.5 |']
+      '49.6 / 53.5 |'
+  ]
   assert summary.batch_size_table(results).splitlines()[2:] == [
       '| ViT-Tiny | 64 | 39 | 55.0 | 65.0 | 2 | 1.2 | 49.6 / 53.5 |',
-      '| ViT-Tiny | 128 | 39 | 50.0 | 60.0 | 2 | 1.2 | 49.6 / 53.5 |']
+      '| ViT-Tiny | 128 | 39 | 50.0 | 60.0 | 2 | 1.2 | 49.6 / 53.5 |'
+  ]
   assert results['vit']['augment'][1]['test_accuracy'] == [0.45, 0.52]
   summary.plot(results, tmp_path / 'curves.png')
   assert (tmp_path / 'curves.png').stat().st_size > 0
 
 
 def test_the_finetune_sweep_and_its_summary(tmp_path, capsys):
-  lines = _printed(capsys, finetune_sweep.main, [
-      '--pretrained=/p', '--workdir=/w', '--data_dir=/d'])
-  assert [shlex.split(line)[3:] for line in lines] == [
-      ['--config=configs/finetune.py', f'--workdir=/w/finetune_{size}',
-       '--config.init_from=/p', f'--config.image_size={size}',
-       '--config.data_dir=/d'] for size in (48, 32)]
-  measured = {'epochs': 10, 'best_test_accuracy': 0.52,
-              'final_test_accuracy': 0.511, 'final_train_accuracy': 0.606}
-  for directory, size in ((tmp_path / 'pre', 32),
-                          (tmp_path / 'w/finetune_48', 48)):
+  lines = _printed(capsys, finetune_sweep.main,
+                   ['--pretrained=/p', '--workdir=/w', '--data_dir=/d'])
+  assert [shlex.split(line)[3:] for line in lines] == [[
+      '--config=configs/finetune.py', f'--workdir=/w/finetune_{size}',
+      '--config.init_from=/p', f'--config.image_size={size}',
+      '--config.data_dir=/d'
+  ] for size in (48, 32)]
+  measured = {
+      'epochs': 10, 'best_test_accuracy': 0.52, 'final_test_accuracy': 0.511,
+      'final_train_accuracy': 0.606
+  }
+  for directory, size in ((tmp_path / 'pre', 32), (tmp_path / 'w/finetune_48',
+                                                   48)):
     directory.mkdir(parents=True)
     (directory / 'summary.json').write_text(json.dumps(measured))
     (directory / 'config.json').write_text(json.dumps({'image_size': size}))
@@ -102,17 +112,21 @@ def test_the_finetune_sweep_and_its_summary(tmp_path, capsys):
       '| pre-trained (configs/cifar_small.py) | 32x32 | 10 | 52.0% | 51.1% | '
       '60.6% |  |',
       '| fine-tuned (configs/finetune.py) | 48x48 | 10 | 52.0% | 51.1% | '
-      '60.6% | 3.0 |']
+      '60.6% | 3.0 |'
+  ]
 
 
 @pytest.mark.slow  # 60 s: a run trained, then the same line again
 def test_a_printed_command_trains_its_run_and_then_skips_it(tmp_path, capsys):
-  write_cifar_binary(tmp_path / 'data' / 'cifar-10-batches-bin', {
-      'data_batch_1.bin': random_cifar(64, 10, seed=1),
-      'test_batch.bin': random_cifar(16, 10, seed=3)})
+  write_cifar_binary(
+      tmp_path / 'data' / 'cifar-10-batches-bin', {
+          'data_batch_1.bin': random_cifar(64, 10, seed=1),
+          'test_batch.bin': random_cifar(16, 10, seed=3)
+      })
   line = _printed(capsys, sweep.main, [
       f'--workdir={tmp_path / "w"}', f'--data_dir={tmp_path / "data"}',
-      '--seeds=0', '--other_seeds=0', '--models=vit', '--batch_size_runs='])[0]
+      '--seeds=0', '--other_seeds=0', '--models=vit', '--batch_size_runs='
+  ])[0]
   tiny = ' '.join(f'--config.model_overrides.{k}={shlex.quote(str(v))}'
                   for k, v in TINY_MODELS['vit'].items())
   line += (f' {tiny} --config.num_epochs=1 --config.warmup_epochs=0 '

@@ -29,8 +29,8 @@ def test_a_variant_xla_refuses_is_a_row_and_the_others_run(
   """ViT-B/16's step at --smoke's size; `cublaslt`'s flag made one that
   XLA lacks, so its process dies starting jax."""
   profiled = step_variants.PROFILED  # its flag left out: a CPU's XLA
-  monkeypatch.setattr(step_variants, 'GPU_FLAGS', {
-      profiled: '', 'cublaslt': '--xla_no_such_flag=true'})
+  monkeypatch.setattr(step_variants, 'GPU_FLAGS',
+                      {profiled: '', 'cublaslt': '--xla_no_such_flag=true'})
   output = tmp_path / 'runs.json'
   _main(monkeypatch, '--gpu', '--smoke', '--rounds=1', '--steps=1',
         f'--variants={profiled},cublaslt,patch_matmul', f'--output={output}')
@@ -44,7 +44,8 @@ def test_a_variant_xla_refuses_is_a_row_and_the_others_run(
   assert bad['variant'] == 'cublaslt' and 'xla_no_such_flag' in bad['failed']
   # The profiled variant traced its step (a CPU's trace: no GPU kernels).
   assert set(baseline['profile']) == {
-      'ms_per_step_by_kind', 'ms_per_step_by_model_part', 'heaviest_kernels'}
+      'ms_per_step_by_kind', 'ms_per_step_by_model_part', 'heaviest_kernels'
+  }
   assert 'profile' not in patch_matmul
 
 
@@ -54,14 +55,18 @@ def test_the_baseline_opens_every_round_the_others_alternate(
 
   def run(variant, unused_args):
     ran.append(variant)
-    return {'variant': variant, 'train_images_per_second': 1.0,
-            'compile_seconds': 1.0}
+    return {
+        'variant': variant, 'train_images_per_second': 1.0,
+        'compile_seconds': 1.0
+    }
 
   monkeypatch.setattr(step_variants, '_run', run)
   _main(monkeypatch, '--gpu', '--rounds=2', '--variants=default,cublaslt,'
         'patch_matmul')
-  assert ran == ['default', 'cublaslt', 'patch_matmul',
-                 'default', 'patch_matmul', 'cublaslt']
+  assert ran == [
+      'default', 'cublaslt', 'patch_matmul', 'default', 'patch_matmul',
+      'cublaslt'
+  ]
   assert '| patch_matmul | 2 | 1.0 | 1.0 |' in capsys.readouterr().out
 
 
@@ -94,8 +99,9 @@ def test_the_patch_matmul_is_the_conv_with_the_same_parameters(
   random = {'params': randomized(conv['params'])}
 
   def program(variables):
-    return str(jax.make_jaxpr(
-        lambda v: model.apply(v, images, train=False))(variables))
+    return str(
+        jax.make_jaxpr(lambda v: model.apply(v, images, train=False))(
+            variables))
 
   assert 'conv_general_dilated' in program(conv)
   expected = model.apply(random, images, train=False)
@@ -108,15 +114,17 @@ def test_the_patch_matmul_is_the_conv_with_the_same_parameters(
   logits = model.apply(random, images, train=False)
   assert logits.dtype == expected.dtype
   np.testing.assert_allclose(np.asarray(logits, np.float32),
-                             np.asarray(expected, np.float32),
-                             rtol=tolerance, atol=tolerance)
+                             np.asarray(expected, np.float32), rtol=tolerance,
+                             atol=tolerance)
 
 
 def test_a_run_that_outlasts_its_time_keeps_what_it_timed(monkeypatch):
   """The profiled variant prints its timing before it traces: a run cut
   there keeps it; one cut before has nothing."""
-  timed = {'variant': step_variants.PROFILED, 'batch_size': 256,
-           'train_images_per_second': 3000.0, 'compile_seconds': 15.0}
+  timed = {
+      'variant': step_variants.PROFILED, 'batch_size': 256,
+      'train_images_per_second': 3000.0, 'compile_seconds': 15.0
+  }
 
   printed = []  # by the run, when the time was up
 
@@ -129,8 +137,10 @@ def test_a_run_that_outlasts_its_time_keeps_what_it_timed(monkeypatch):
                                run_timeout=120.0)
   run = step_variants._run(step_variants.PROFILED, args)
   assert run == {'variant': step_variants.PROFILED, 'failed': 'over 120 s'}
-  printed += [b'jax starting\n',
-              f'{step_variants.RESULT}{json.dumps(timed)}\n'.encode()]
+  printed += [
+      b'jax starting\n',
+      f'{step_variants.RESULT}{json.dumps(timed)}\n'.encode()
+  ]
   run = step_variants._run(step_variants.PROFILED, args)
   assert run == {**timed, 'profile': {'failed': 'over 120 s'}}
 
@@ -145,13 +155,16 @@ def test_the_fused_qkv_is_the_three_projections(monkeypatch, attention):
   images = normal((2, 32, 32, 3))
   # Nothing zero (the initial head and biases are): a bias or an output
   # out of place would show.
-  variables = {'params': randomized(
-      model.init(jax.random.key(0), images, train=False)['params'])}
+  variables = {
+      'params': randomized(
+          model.init(jax.random.key(0), images, train=False)['params'])
+  }
 
   def run():
     logits = model.apply(variables, images, train=False)
-    program = str(jax.make_jaxpr(
-        lambda v: model.apply(v, images, train=False))(variables))
+    program = str(
+        jax.make_jaxpr(lambda v: model.apply(v, images, train=False))(
+            variables))
     return logits, program.count('dot_general')
 
   separate, separate_matmuls = run()

@@ -138,8 +138,8 @@ def _truncate_history(step_dir):
     pytest.param(_truncate_data, marks=pytest.mark.slow),
     pytest.param(_delete_manifest, marks=pytest.mark.slow),
     pytest.param(_delete_metadata, marks=pytest.mark.slow),
-    pytest.param(_truncate_history, marks=pytest.mark.slow)],
-                         ids=lambda damage: damage.__name__.strip('_'))
+    pytest.param(_truncate_history, marks=pytest.mark.slow)
+], ids=lambda damage: damage.__name__.strip('_'))
 def test_a_damaged_latest_checkpoint_is_skipped_and_nothing_is_lost(
     uninterrupted, tmp_path, damage, caplog):
   data_dir, reference = uninterrupted
@@ -149,8 +149,10 @@ def test_a_damaged_latest_checkpoint_is_skipped_and_nothing_is_lost(
 
   caplog.set_level('INFO')
   train.train_and_evaluate(process_test_config(data_dir), workdir)
-  warnings = [r.getMessage() for r in caplog.records
-              if r.levelname == 'WARNING' and 'Skipping' in r.getMessage()]
+  warnings = [
+      r.getMessage() for r in caplog.records
+      if r.levelname == 'WARNING' and 'Skipping' in r.getMessage()
+  ]
   assert len(warnings) == 1
   assert warnings[0].startswith(
       f'Skipping checkpoint {workdir / "checkpoints" / "40"}, which cannot be '
@@ -169,13 +171,13 @@ def _tensorboard_steps(workdir: pathlib.Path, tag: str) -> list[int]:
   protos, read with tensorboardX's own proto)."""
   from tensorboardX.proto import event_pb2  # pylint: disable=g-import-not-at-top
   found = []
-  for path in sorted((workdir / 'tensorboard' / 'training').glob('events.out.*')):
+  for path in sorted(
+      (workdir / 'tensorboard' / 'training').glob('events.out.*')):
     data = path.read_bytes()
     offset = 0
     while offset < len(data):
       length = int.from_bytes(data[offset:offset + 8], 'little')
-      event = event_pb2.Event.FromString(
-          data[offset + 12:offset + 12 + length])
+      event = event_pb2.Event.FromString(data[offset + 12:offset + 12 + length])
       offset += 12 + length + 4
       found += [event.step for v in event.summary.value if v.tag == tag]
   return found
@@ -183,8 +185,9 @@ def _tensorboard_steps(workdir: pathlib.Path, tag: str) -> list[int]:
 
 def _final_state(workdir):
   with ocp.CheckpointManager(pathlib.Path(workdir) / 'checkpoints') as manager:
-    return manager.restore(manager.latest_step(), args=ocp.args.Composite(
-        state=ocp.args.StandardRestore())).state
+    return manager.restore(
+        manager.latest_step(),
+        args=ocp.args.Composite(state=ocp.args.StandardRestore())).state
 
 
 def test_killed_with_sigkill_mid_epoch_the_rerun_ends_identical_in_every_file(
@@ -213,12 +216,16 @@ def test_killed_with_sigkill_mid_epoch_the_rerun_ends_identical_in_every_file(
 
 def test_a_diverged_test_loss_stops_and_says_no_checkpoint_exists(tmp_path):
   checkpoints = run_checkpoints.RunCheckpoints(tmp_path / 'checkpoints', 2)
-  with pytest.raises(TrainingDivergedError,
-                     match=r'test loss became nan by step 3; stopped without '
-                     r'saving\. No checkpoint had been saved yet: rerun with a lower '
-                     r'config\.learning_rate'):
-    train._check_finite({'train_loss': 1.0, 'test_loss': math.nan}, 3,  # pylint: disable=protected-access
-                        checkpoints, history=[])
+  with pytest.raises(
+      TrainingDivergedError,
+      match=r'test loss became nan by step 3; stopped without '
+      r'saving\. No checkpoint had been saved yet: rerun with a lower '
+      r'config\.learning_rate'):
+    train._check_finite(
+        {'train_loss': 1.0, 'test_loss': math.nan},
+        3,  # pylint: disable=protected-access
+        checkpoints,
+        history=[])
 
 
 # ------------------------------------------------- bad workdirs and data ---
@@ -245,8 +252,11 @@ def test_a_file_given_as_the_data_directory_is_named(tmp_path):
 
 def test_a_truncated_cifar_file_is_named(tmp_path):
   folder = tmp_path / 'cifar-10-batches-bin'
-  write_cifar_binary(folder, {'data_batch_1.bin': random_cifar(4, 10, 1),
-                              'test_batch.bin': random_cifar(2, 10, 2)})
+  write_cifar_binary(
+      folder, {
+          'data_batch_1.bin': random_cifar(4, 10, 1),
+          'test_batch.bin': random_cifar(2, 10, 2)
+      })
   os.truncate(folder / 'data_batch_1.bin', 3073 * 3 + 100)
   with pytest.raises(DatasetError, match=r'data_batch_1.bin is not a CIFAR '
                      r'binary file'):
@@ -256,11 +266,15 @@ def test_a_truncated_cifar_file_is_named(tmp_path):
 @pytest.mark.skipif(os.geteuid() == 0, reason='root reads any file')
 def test_an_unreadable_cifar_file_is_named(tmp_path):
   folder = tmp_path / 'cifar-10-batches-bin'
-  write_cifar_binary(folder, {'data_batch_1.bin': random_cifar(4, 10, 1),
-                              'test_batch.bin': random_cifar(2, 10, 2)})
+  write_cifar_binary(
+      folder, {
+          'data_batch_1.bin': random_cifar(4, 10, 1),
+          'test_batch.bin': random_cifar(2, 10, 2)
+      })
   (folder / 'test_batch.bin').chmod(0)
-  with pytest.raises(DatasetError, match=r'Cannot read .*test_batch.bin: '
-                     r'Permission denied'):
+  with pytest.raises(
+      DatasetError, match=r'Cannot read .*test_batch.bin: '
+      r'Permission denied'):
     sources.open_dataset(tiny_config(tmp_path))
 
 
@@ -277,10 +291,14 @@ def test_a_crafted_cifar_pickle_is_refused_unrun(tmp_path, monkeypatch):
   images, labels = random_cifar(2, 10, 1)
   for name in ('data_batch_1', 'test_batch'):
     with (folder / name).open('wb') as f:
-      pickle.dump({b'data': images.reshape(2, -1), b'labels': labels.tolist(),
-                   b'extra': _Exploit()}, f)
-  with pytest.raises(DatasetError, match=r'data_batch_1 is not a CIFAR python '
-                     r'batch: it refers to posix.system'):
+      pickle.dump(
+          {
+              b'data': images.reshape(2, -1), b'labels': labels.tolist(),
+              b'extra': _Exploit()
+          }, f)
+  with pytest.raises(
+      DatasetError, match=r'data_batch_1 is not a CIFAR python '
+      r'batch: it refers to posix.system'):
     sources.open_dataset(tiny_config(tmp_path))
   assert not (tmp_path / 'pwned').exists()
 
@@ -298,19 +316,18 @@ def test_sigterm_to_the_process_group_with_input_workers_saves_and_exits_75(
   process = start_main(config_file, workdir, log,
                        '--config.input_pipeline=streaming',
                        '--config.input_workers=2',
-                       '--config.checkpoint_every_steps=100',
-                       new_session=True)
+                       '--config.checkpoint_every_steps=100', new_session=True)
   wait_for_step(process, workdir, 5)
   os.killpg(process.pid, signal.SIGTERM)
-  assert process.wait(timeout=60) == preemption.PREEMPTED_EXIT_STATUS, (
-      log.read_text()[-3000:])
+  assert process.wait(
+      timeout=60) == preemption.PREEMPTED_EXIT_STATUS, (log.read_text()[-3000:])
   assert 'Preempted (SIGTERM): saved a checkpoint of step' in log.read_text()
   assert 'Traceback' not in log.read_text()
 
 
 @pytest.mark.slow  # 15 s
-def test_when_one_process_dies_the_other_exits_in_bounded_time(uninterrupted,
-                                                               tmp_path):
+def test_when_one_process_dies_the_other_exits_in_bounded_time(
+    uninterrupted, tmp_path):
   data_dir, _ = uninterrupted
   config_file = write_process_config(tmp_path, data_dir)
   workdir = tmp_path / 'run'
@@ -348,12 +365,14 @@ def test_a_second_run_on_a_workdir_in_use_is_refused_and_the_first_ends_intact(
   codes = wait_all([first, second], timeout=180)
   # Whichever reached the lock first runs; the other is refused.
   winner, loser = (0, 1) if codes[0] == 0 else (1, 0)
-  assert sorted(codes) == [0, 1], [p.read_text()[-2000:] for p in
-                                   (tmp_path / 'log1', tmp_path / 'log2')]
+  assert sorted(codes) == [0, 1], [
+      p.read_text()[-2000:] for p in (tmp_path / 'log1', tmp_path / 'log2')
+  ]
   output = (tmp_path / f'log{loser + 1}').read_text()
   holder = (first, second)[winner].pid
   assert _error_lines(output) == [
-      line for line in output.splitlines() if 'in use' in line]
+      line for line in output.splitlines() if 'in use' in line
+  ]
   assert len(_error_lines(output)) == 1
   assert _error_lines(output)[0].startswith(
       f'error: The workdir {workdir} is in use by another run (process '
@@ -364,9 +383,13 @@ def test_a_second_run_on_a_workdir_in_use_is_refused_and_the_first_ends_intact(
   assert (workdir / 'lock').read_text() == ''  # let go
 
 
-@pytest.mark.parametrize('signum', [
-    pytest.param(signal.SIGTERM, marks=pytest.mark.slow),  # 11 s
-    signal.SIGINT], ids=['SIGTERM', 'Ctrl-C'])
+@pytest.mark.parametrize(
+    'signum',
+    [
+        pytest.param(signal.SIGTERM, marks=pytest.mark.slow),  # 11 s
+        signal.SIGINT
+    ],
+    ids=['SIGTERM', 'Ctrl-C'])
 def test_a_stop_signal_saves_the_step_exits_75_and_the_rerun_ends_identical(
     uninterrupted, tmp_path, signum):
   data_dir, reference = uninterrupted
@@ -374,9 +397,11 @@ def test_a_stop_signal_saves_the_step_exits_75_and_the_rerun_ends_identical(
   workdir, log = tmp_path / 'run', tmp_path / 'log'
   # The signal's step is the newest checkpoint: none is scheduled before
   # step 100, or (Ctrl-C) none after the first epoch's until the run ends.
-  flags = (['--config.checkpoint_every_steps=100'] if signum == signal.SIGTERM
-           else ['--config.checkpoint_every_steps=0',
-                 '--config.checkpoint_min_seconds=1e9'])
+  flags = ([
+      '--config.checkpoint_every_steps=100'
+  ] if signum == signal.SIGTERM else [
+      '--config.checkpoint_every_steps=0', '--config.checkpoint_min_seconds=1e9'
+  ])
   process = start_main(config_file, workdir, log, *flags)
   wait_for_step(process, workdir, 5)
   signalled = time.monotonic()
@@ -418,19 +443,24 @@ def test_a_second_ctrl_c_exits_at_once_and_the_rerun_clears_what_it_left(
   assert status == 130
   assert _error_lines(output) == [
       'error: Interrupted again: stopped at once, without saving; rerun the '
-      'same command to resume from the newest complete checkpoint.']
+      'same command to resume from the newest complete checkpoint.'
+  ]
   rerun = start_main(config_file, workdir, tmp_path / 'log2')
   assert rerun.wait(timeout=120) == 0, (tmp_path / 'log2').read_text()[-3000:]
   assert without_timings(history(workdir)) == without_timings(
       history(reference))
-  left = [p.name for p in workdir.rglob('*')
-          if 'tmp' in p.name or p.name.endswith('.partial')]
+  left = [
+      p.name for p in workdir.rglob('*')
+      if 'tmp' in p.name or p.name.endswith('.partial')
+  ]
   assert not left
 
 
-@pytest.mark.parametrize('signum', [
-    signal.SIGTERM, pytest.param(signal.SIGINT, marks=pytest.mark.slow)],  # 20 s
-                         ids=['SIGTERM', 'Ctrl-C'])
+@pytest.mark.parametrize(
+    'signum',
+    [signal.SIGTERM,
+     pytest.param(signal.SIGINT, marks=pytest.mark.slow)],  # 20 s
+    ids=['SIGTERM', 'Ctrl-C'])
 def test_a_signal_during_start_up_exits_75_without_a_checkpoint(
     uninterrupted, tmp_path, signum):
   """From the first instant to the first step: while Python starts, while
@@ -455,7 +485,8 @@ def test_a_signal_during_start_up_exits_75_without_a_checkpoint(
     assert f'Preempted ({name}): stopped before training' in output or (
         f'Preempted ({name}): saved a checkpoint of step' in output)
     if 'stopped before training' in output:
-      assert not run_checkpoints.RunCheckpoints(workdir / 'checkpoints', 2).steps()
+      assert not run_checkpoints.RunCheckpoints(workdir / 'checkpoints',
+                                                2).steps()
   requeued = start_main(config_file, workdir, tmp_path / 'requeued')
   assert requeued.wait(timeout=120) == 0
   assert without_timings(history(workdir)) == without_timings(
@@ -466,11 +497,11 @@ def test_a_signal_during_start_up_exits_75_without_a_checkpoint(
 
 
 def _analyze(workdir, out) -> subprocess.CompletedProcess:
-  return subprocess.run(
-      [sys.executable, '-m', 'vit_jax.analyze', f'--workdir={workdir}',
-       f'--out={out}', '--num_images=2', '--distance_images=8',
-       '--components=3'], cwd=ROOT, capture_output=True, text=True,
-      env={**os.environ, 'JAX_PLATFORMS': 'cpu'}, check=False)
+  return subprocess.run([
+      sys.executable, '-m', 'vit_jax.analyze', f'--workdir={workdir}',
+      f'--out={out}', '--num_images=2', '--distance_images=8', '--components=3'
+  ], cwd=ROOT, capture_output=True, text=True,
+                        env={**os.environ, 'JAX_PLATFORMS': 'cpu'}, check=False)
 
 
 def _run_main(config_file, workdir, log, *flags) -> tuple[int, str]:
@@ -497,8 +528,8 @@ def test_analyze_skips_a_damaged_newest_checkpoint_with_one_warning(
       f'Skipping checkpoint {workdir / "checkpoints" / "40"}, which cannot be '
       'restored (DigestMismatchError: ') in warnings[0]
   assert len(out.stderr.strip().splitlines()) == 1  # nothing else
-  assert json.loads((tmp_path / 'out' / 'analysis.json').read_text()
-                   )['step'] == 36
+  assert json.loads(
+      (tmp_path / 'out' / 'analysis.json').read_text())['step'] == 36
 
 
 def test_analyze_refuses_a_run_whose_checkpoints_are_all_damaged(
@@ -509,7 +540,8 @@ def test_analyze_refuses_a_run_whose_checkpoints_are_all_damaged(
   assert out.returncode == 1
   assert _error_lines(out.stderr) == [
       f'error: None of the checkpoints in {workdir / "checkpoints"} (steps '
-      '36, 40) can be restored; the warnings above say why.']
+      '36, 40) can be restored; the warnings above say why.'
+  ]
   assert sum('Skipping' in line for line in out.stderr.splitlines()) == 2
   assert 'Traceback' not in out.stderr
   assert not (tmp_path / 'out' / 'analysis.json').exists()
@@ -523,10 +555,9 @@ def test_a_reader_of_a_live_run_never_calls_a_rotated_checkpoint_damaged(
   none warns of a damaged one."""
   data_dir, _ = uninterrupted
   workdir = tmp_path / 'run'
-  process = start_main(
-      write_process_config(tmp_path, data_dir), workdir, tmp_path / 'log',
-      '--config.checkpoint_every_steps=1', '--config.keep_checkpoints=1',
-      '--config.total_steps=40')
+  process = start_main(write_process_config(tmp_path, data_dir), workdir,
+                       tmp_path / 'log', '--config.checkpoint_every_steps=1',
+                       '--config.keep_checkpoints=1', '--config.total_steps=40')
   wait_for_step(process, workdir, 3)
   caplog.set_level('WARNING')
   steps, in_progress = [], 0
@@ -540,8 +571,9 @@ def test_a_reader_of_a_live_run_never_calls_a_rotated_checkpoint_damaged(
   assert process.wait() == 0, (tmp_path / 'log').read_text()[-3000:]
   # What a command shows of them (orbax's warnings and its background
   # reads' tracebacks are not).
-  assert [r.getMessage() for r in caplog.records
-          if command._quiet_libraries(r)] == []  # pylint: disable=protected-access
+  assert [
+      r.getMessage() for r in caplog.records if command._quiet_libraries(r)
+  ] == []  # pylint: disable=protected-access
   assert steps == sorted(steps) and len(steps) >= 3, (steps, in_progress)
 
 
@@ -550,15 +582,16 @@ def test_init_from_a_damaged_run_is_refused_in_one_line_before_the_data(
   data_dir, reference = uninterrupted
   damaged = _damaged_copy(reference, tmp_path / 'damaged', [36, 40])
   # Data that does not exist: had it been read first, its error would show.
-  status, output = _run_main(
-      write_process_config(tmp_path, data_dir), tmp_path / 'run',
-      tmp_path / 'log', f'--config.init_from={damaged}',
-      f'--config.data_dir={tmp_path / "no-data"}')
+  status, output = _run_main(write_process_config(tmp_path,
+                                                  data_dir), tmp_path / 'run',
+                             tmp_path / 'log', f'--config.init_from={damaged}',
+                             f'--config.data_dir={tmp_path / "no-data"}')
   assert status == 1
   assert _error_lines(output) == [
       f"error: config.init_from='{damaged}': None of the checkpoints in "
       f'{damaged / "checkpoints"} (steps 36, 40) can be restored; the '
-      'warnings above say why.']
+      'warnings above say why.'
+  ]
   assert 'Traceback' not in output
   assert not (tmp_path / 'run').exists()
 
@@ -577,9 +610,9 @@ def _another_architecture(tmp_path) -> pathlib.Path:
   model = models.create_model('ViT-Tiny-CIFAR_4', 10, num_layers=1,
                               hidden_size=8, num_heads=2, mlp_dim=16)
   path = tmp_path / 'other.npz'
-  npz.save_npz(jax.tree.map(
-      lambda s: np.zeros(s.shape, s.dtype),
-      params_lib.param_shapes(model, 32)), path)
+  npz.save_npz(
+      jax.tree.map(lambda s: np.zeros(s.shape, s.dtype),
+                   params_lib.param_shapes(model, 32)), path)
   return path
 
 
@@ -600,10 +633,10 @@ def test_a_bad_init_from_is_one_line_before_the_data(uninterrupted, tmp_path,
                                                      init_from, message):
   data_dir, _ = uninterrupted
   path = init_from(tmp_path)
-  status, output = _run_main(
-      write_process_config(tmp_path, data_dir), tmp_path / 'run',
-      tmp_path / 'log', f'--config.init_from={path}',
-      f'--config.data_dir={tmp_path / "no-data"}')
+  status, output = _run_main(write_process_config(tmp_path,
+                                                  data_dir), tmp_path / 'run',
+                             tmp_path / 'log', f'--config.init_from={path}',
+                             f'--config.data_dir={tmp_path / "no-data"}')
   assert status == 1
   errors = _error_lines(output)
   assert len(errors) == 1 and errors[0].startswith(
@@ -619,9 +652,8 @@ def test_a_deleted_config_json_is_rebuilt_and_still_guards_the_run(
   workdir = shutil.copytree(reference, tmp_path / 'run')
   config_file = workdir / 'config.json'
   config_file.unlink()
-  status, output = _run_main(write_process_config(tmp_path, data_dir),
-                             workdir, tmp_path / 'log',
-                             '--config.batch_size=32')
+  status, output = _run_main(write_process_config(tmp_path, data_dir), workdir,
+                             tmp_path / 'log', '--config.batch_size=32')
   assert status == 1
   assert (f'{config_file} is missing: rebuilt from the config saved with '
           f'checkpoint {workdir / "checkpoints" / "40"}.') in output
@@ -653,13 +685,13 @@ def test_a_truncated_config_json_is_rebuilt_or_the_way_out_is_named(
       shutil.rmtree(step_dir / item)
   config_file.write_text(config_file.read_text()[:200])
   checkpoints = workdir / 'checkpoints'
-  with pytest.raises(WorkdirError,
-                     match=rf'^{config_file} is not valid JSON \(.*\), and the '
-                     rf'checkpoints in {checkpoints} were saved before '
-                     'checkpoints held their config: nothing says which '
-                     r'config they are of, so no run can resume them\. Pass '
-                     rf'a new --workdir, or move {checkpoints} away to start '
-                     r'afresh here\.$'):
+  with pytest.raises(
+      WorkdirError, match=rf'^{config_file} is not valid JSON \(.*\), and the '
+      rf'checkpoints in {checkpoints} were saved before '
+      'checkpoints held their config: nothing says which '
+      r'config they are of, so no run can resume them\. Pass '
+      rf'a new --workdir, or move {checkpoints} away to start '
+      r'afresh here\.$'):
     train.train_and_evaluate(process_test_config(data_dir), workdir)
 
 
@@ -677,18 +709,19 @@ def test_a_resumed_two_process_job_signalled_at_start_up_stops_before_training(
   processes, logs = start_two_processes(config_file, workdir, tmp_path, *flags)
   wait_for_step(processes[0], workdir, 6)
   processes[1].send_signal(signal.SIGTERM)
-  assert wait_all(processes, timeout=120) == [
-      preemption.PREEMPTED_EXIT_STATUS] * 2
+  assert wait_all(processes,
+                  timeout=120) == [preemption.PREEMPTED_EXIT_STATUS] * 2
   saved = run_checkpoints.RunCheckpoints(workdir / 'checkpoints').steps()
   assert len(saved) == 1
 
   processes, logs = start_two_processes(config_file, workdir, tmp_path, *flags)
   time.sleep(1.0)  # process 1 is starting: importing jax, or joining the job
   processes[1].send_signal(signal.SIGTERM)
-  assert wait_all(processes, timeout=120) == [
-      preemption.PREEMPTED_EXIT_STATUS] * 2, logs[0].read_text()[-3000:]
+  assert wait_all(processes, timeout=120) == [preemption.PREEMPTED_EXIT_STATUS
+                                             ] * 2, logs[0].read_text()[-3000:]
   for log in logs:
     assert (f'stopped before training, with nothing new to save (the '
             f'checkpoint of step {saved[0]} in {workdir / "checkpoints"} is '
             'kept)') in log.read_text()
-  assert run_checkpoints.RunCheckpoints(workdir / 'checkpoints').steps() == saved
+  assert run_checkpoints.RunCheckpoints(workdir /
+                                        'checkpoints').steps() == saved

@@ -15,9 +15,11 @@ from vit_jax.formats import hf
 from vit_jax.formats import safetensors_file
 
 # The largest families' arrays take a second each: slow.
-FAMILIES = ['ViT-Ti_16', 'ViT-S_32', 'ViT-Tiny-CIFAR_4',
-            *(pytest.param(name, marks=pytest.mark.slow)
-              for name in ('ViT-B_8', 'ViT-L_16', 'ViT-H_14'))]
+FAMILIES = [
+    'ViT-Ti_16', 'ViT-S_32', 'ViT-Tiny-CIFAR_4',
+    *(pytest.param(name, marks=pytest.mark.slow)
+      for name in ('ViT-B_8', 'ViT-L_16', 'ViT-H_14'))
+]
 
 
 @pytest.mark.parametrize('name', FAMILIES)
@@ -30,8 +32,10 @@ def test_ours_to_hf_to_ours_is_exact(tmp_path, name):
 
 def test_a_vit_model_without_the_prefix_reads_the_same(tmp_path):
   model, params = one_block_vit('ViT-Tiny-CIFAR_4')
-  state = {key.removeprefix('vit.'): value
-           for key, value in hf.to_state(params).items()}
+  state = {
+      key.removeprefix('vit.'): value
+      for key, value in hf.to_state(params).items()
+  }
   safetensors_file.write(tmp_path / 'model.safetensors', state)
   assert_trees_identical(hf.read(tmp_path / 'model.safetensors', None), params)
 
@@ -41,24 +45,23 @@ def test_the_names_and_shapes_are_transformers():
   model = models.create_model('ViT-Ti_16', 7)
   state = hf.to_state(random_vit_params(model, 32))
   expected = {
-      'vit.embeddings.cls_token': (1, 1, 192),
-      'vit.embeddings.position_embeddings': (1, 5, 192),
+      'vit.embeddings.cls_token':
+          (1, 1, 192), 'vit.embeddings.position_embeddings': (1, 5, 192),
       'vit.embeddings.patch_embeddings.projection.weight': (192, 3, 16, 16),
-      'vit.embeddings.patch_embeddings.projection.bias': (192,),
-      'vit.layernorm.weight': (192,),
-      'vit.layernorm.bias': (192,),
-      'classifier.weight': (7, 192),
-      'classifier.bias': (7,),
+      'vit.embeddings.patch_embeddings.projection.bias':
+          (192,), 'vit.layernorm.weight': (192,), 'vit.layernorm.bias':
+              (192,), 'classifier.weight': (7, 192), 'classifier.bias': (7,),
   }
   for i in range(12):
     layer = f'vit.encoder.layer.{i}.'
-    for name, shape in (
-        ('attention.attention.query', (192, 192)),
-        ('attention.attention.key', (192, 192)),
-        ('attention.attention.value', (192, 192)),
-        ('attention.output.dense', (192, 192)),
-        ('intermediate.dense', (768, 192)), ('output.dense', (192, 768)),
-        ('layernorm_before', (192,)), ('layernorm_after', (192,))):
+    for name, shape in (('attention.attention.query',
+                         (192, 192)), ('attention.attention.key', (192, 192)),
+                        ('attention.attention.value',
+                         (192, 192)), ('attention.output.dense', (192, 192)),
+                        ('intermediate.dense', (768, 192)), ('output.dense',
+                                                             (192, 768)),
+                        ('layernorm_before', (192,)), ('layernorm_after',
+                                                       (192,))):
       expected[f'{layer}{name}.weight'] = shape
       expected[f'{layer}{name}.bias'] = shape[:1]
   assert {key: value.shape for key, value in state.items()} == expected
@@ -68,12 +71,12 @@ def test_the_config_builds_transformers_model_of_our_logits(tmp_path):
   model, params = one_block_vit('ViT-B_16')
   hf.write(tmp_path, params, model, 32)
   config = json.loads((tmp_path / 'config.json').read_text())
-  assert (config['hidden_act'], config['layer_norm_eps']) == (
-      'gelu_pytorch_tanh', 1e-6)
+  assert (config['hidden_act'],
+          config['layer_norm_eps']) == ('gelu_pytorch_tanh', 1e-6)
   assert (config['hidden_size'], config['num_hidden_layers'],
           config['num_attention_heads'], config['intermediate_size'],
-          config['patch_size'], config['image_size'], len(config['id2label'])
-          ) == (768, 1, 12, 3072, 16, 32, 7)
+          config['patch_size'], config['image_size'], len(
+              config['id2label'])) == (768, 1, 12, 3072, 16, 32, 7)
   preprocessor = json.loads((tmp_path / hf.PREPROCESSOR_CONFIG).read_text())
   assert preprocessor['image_mean'] == preprocessor['image_std'] == [0.5] * 3
   assert preprocessor['size'] == {'height': 32, 'width': 32}
@@ -88,8 +91,9 @@ def test_the_config_builds_transformers_model_of_our_logits(tmp_path):
 ])
 def test_what_transformers_cannot_hold_is_one_line(tmp_path, fields, feature):
   model, params = one_block_vit('ViT-Tiny-CIFAR_4', **fields)
-  with pytest.raises(CheckpointError, match="transformers' "
-                     f'ViTForImageClassification has no {feature}'):
+  with pytest.raises(
+      CheckpointError, match="transformers' "
+      f'ViTForImageClassification has no {feature}'):
     hf.write(tmp_path, params, model, 8)
   assert not list(tmp_path.iterdir())
 
@@ -114,16 +118,19 @@ def test_a_vit_model_with_a_pooler_reads_as_a_backbone_with_pre_logits(
     tmp_path):
   """An in21k ViTModel: no classifier, a pooler as the pre-logits layer."""
   model, params = one_block_vit('ViT-Tiny-CIFAR_4', representation_size=128)
-  state = {key.removeprefix('vit.'): value
-           for key, value in hf.to_state(params).items()
-           if not key.startswith('classifier.')}
+  state = {
+      key.removeprefix('vit.'): value
+      for key, value in hf.to_state(params).items()
+      if not key.startswith('classifier.')
+  }
   assert {'pooler.dense.weight', 'pooler.dense.bias'} <= set(state)
   safetensors_file.write(tmp_path / 'model.safetensors', state)
   backbone = {key: value for key, value in params.items() if key != 'head'}
   assert_trees_identical(hf.read(tmp_path, None), backbone)
-  with pytest.raises(CheckpointError, match=r'has no classification head '
-                     r'\(head/kernel\): a backbone alone cannot be evaluated '
-                     'or converted; fine-tune it with config.init_from'):
+  with pytest.raises(
+      CheckpointError, match=r'has no classification head '
+      r'\(head/kernel\): a backbone alone cannot be evaluated '
+      'or converted; fine-tune it with config.init_from'):
     reading.load(tmp_path)
 
 
@@ -148,8 +155,7 @@ def test_the_folder_states_the_normalization_it_was_trained_with(tmp_path):
     ('{"image_mean": [0.5, 0.5], "image_std": [0.5, 0.5, 0.5]}',
      'each must be 3 finite numbers'),
     ('{"image_mean": [0.5, 0.5, 0.5], "image_std": [0.5, 0, 0.5]}',
-     'the std positive'),
-    ('[1, 2]', 'holds a list, not a JSON object'),
+     'the std positive'), ('[1, 2]', 'holds a list, not a JSON object'),
     ('{"image_mean": ', 'is not valid JSON'),
 ])
 def test_a_bad_preprocessor_config_is_one_line(tmp_path, text, said):

@@ -13,7 +13,6 @@ from vit_jax.errors import CheckpointError
 from vit_jax.formats import npz
 from vit_jax.formats import params as params_lib
 
-
 # A 2-layer ViT at 32x32: 4x4 patches of 8 pixels and the class token.
 TINY_VIT = dict(num_layers=2, hidden_size=16, num_heads=2, mlp_dim=32,
                 patch_size=8)
@@ -30,16 +29,14 @@ def released_arrays(seed=0, representation_size=None, numbering='released'):
   rng = np.random.default_rng(seed)
   d, heads, mlp, patch = 16, 2, 32, 8
   names = {
-      'released': ('MultiHeadDotProductAttention_1', 'LayerNorm_2',
-                   'MlpBlock_3'),
+      'released':
+          ('MultiHeadDotProductAttention_1', 'LayerNorm_2', 'MlpBlock_3'),
       'linen': ('MultiHeadDotProductAttention_0', 'LayerNorm_1', 'MlpBlock_0'),
   }[numbering]
   shapes = {
-      'cls': (1, 1, d),
-      'embedding/bias': (d,),
-      'embedding/kernel': (patch, patch, 3, d),
-      'Transformer/encoder_norm/bias': (d,),
-      'Transformer/encoder_norm/scale': (d,),
+      'cls': (1, 1, d), 'embedding/bias': (d,), 'embedding/kernel':
+          (patch, patch, 3, d), 'Transformer/encoder_norm/bias':
+              (d,), 'Transformer/encoder_norm/scale': (d,),
       'Transformer/posembed_input/pos_embedding': (1, TINY_TOKENS, d),
   }
   for i in range(2):
@@ -53,10 +50,9 @@ def released_arrays(seed=0, representation_size=None, numbering='released'):
       shapes[attention + name + '/kernel'] = (d, heads, d // heads)
     shapes.update({
         attention + 'out/kernel': (heads, d // heads, d),
-        mlp_block + 'Dense_0/bias': (mlp,),
-        mlp_block + 'Dense_0/kernel': (d, mlp),
-        mlp_block + 'Dense_1/bias': (d,),
-        mlp_block + 'Dense_1/kernel': (mlp, d),
+        mlp_block + 'Dense_0/bias': (mlp,), mlp_block + 'Dense_0/kernel':
+            (d, mlp), mlp_block + 'Dense_1/bias':
+                (d,), mlp_block + 'Dense_1/kernel': (mlp, d),
     })
   head_in = d
   if representation_size is not None:
@@ -65,8 +61,10 @@ def released_arrays(seed=0, representation_size=None, numbering='released'):
     head_in = representation_size
   shapes['head/bias'] = (10,)
   shapes['head/kernel'] = (head_in, 10)
-  return {key: (0.1 * rng.standard_normal(shape)).astype(np.float32)
-          for key, shape in shapes.items()}
+  return {
+      key: (0.1 * rng.standard_normal(shape)).astype(np.float32)
+      for key, shape in shapes.items()
+  }
 
 
 def write_npz(path, arrays):
@@ -76,18 +74,21 @@ def write_npz(path, arrays):
 
 def placed_by_hand(arrays):
   """Our tree of `released_arrays()`, spelled out rather than renamed."""
+
   def dense(prefix):
-    return {'kernel': arrays[prefix + '/kernel'],
-            'bias': arrays[prefix + '/bias']}
+    return {
+        'kernel': arrays[prefix + '/kernel'], 'bias': arrays[prefix + '/bias']
+    }
 
   def norm(prefix):
-    return {'scale': arrays[prefix + '/scale'],
-            'bias': arrays[prefix + '/bias']}
+    return {
+        'scale': arrays[prefix + '/scale'], 'bias': arrays[prefix + '/bias']
+    }
 
   transformer = {
       'posembed_input': {
-          'pos_embedding': arrays['Transformer/posembed_input/pos_embedding']},
-      'encoder_norm': norm('Transformer/encoder_norm'),
+          'pos_embedding': arrays['Transformer/posembed_input/pos_embedding']
+      }, 'encoder_norm': norm('Transformer/encoder_norm'),
   }
   for i in range(2):
     block = f'Transformer/encoderblock_{i}/'
@@ -95,13 +96,16 @@ def placed_by_hand(arrays):
         'LayerNorm_0': norm(block + 'LayerNorm_0'),
         'MultiHeadDotProductAttention_0': {
             name: dense(block + 'MultiHeadDotProductAttention_1/' + name)
-            for name in ('query', 'key', 'value', 'out')},
-        'LayerNorm_1': norm(block + 'LayerNorm_2'),
-        'MlpBlock_0': {'Dense_0': dense(block + 'MlpBlock_3/Dense_0'),
-                       'Dense_1': dense(block + 'MlpBlock_3/Dense_1')},
+            for name in ('query', 'key', 'value', 'out')
+        }, 'LayerNorm_1': norm(block + 'LayerNorm_2'), 'MlpBlock_0': {
+            'Dense_0': dense(block + 'MlpBlock_3/Dense_0'),
+            'Dense_1': dense(block + 'MlpBlock_3/Dense_1')
+        },
     }
-  return {'embedding': dense('embedding'), 'cls': arrays['cls'],
-          'Transformer': transformer, 'head': dense('head')}
+  return {
+      'embedding': dense('embedding'), 'cls': arrays['cls'],
+      'Transformer': transformer, 'head': dense('head')
+  }
 
 
 def assert_trees_identical(actual, expected):
@@ -151,8 +155,7 @@ def test_file_to_params_to_file_is_identical(tmp_path):
   assert_npz_identical(tmp_path / 'saved.npz', original)
 
 
-def test_params_to_file_to_params_is_identical_in_the_released_names(
-    tmp_path):
+def test_params_to_file_to_params_is_identical_in_the_released_names(tmp_path):
   rng = np.random.default_rng(0)
   params = jax.tree.map(
       lambda leaf: rng.standard_normal(leaf.shape).astype(leaf.dtype),
@@ -171,8 +174,7 @@ def test_representation_size_gives_pre_logits(tmp_path):
   params = npz.load_npz(path)
   assert set(params['pre_logits']) == {'kernel', 'bias'}
   model = tiny_vit(representation_size=12)
-  params_lib.check_params(params,
-                          params_lib.param_shapes(model, TINY_IMAGE))
+  params_lib.check_params(params, params_lib.param_shapes(model, TINY_IMAGE))
   logits = model.apply({'params': params},
                        np.ones((1, TINY_IMAGE, TINY_IMAGE, 3)), train=False)
   assert np.all(np.isfinite(logits))
@@ -193,8 +195,7 @@ def test_a_mismatch_names_the_key_and_both_shapes(tmp_path):
   arrays = released_arrays()
   params = npz.load_npz(write_npz(tmp_path / 'tiny.npz', arrays))
   with pytest.raises(
-      CheckpointError,
-      match=re.escape(
+      CheckpointError, match=re.escape(
           'Transformer/posembed_input/pos_embedding has shape (1, 17, 16) in '
           'tiny.npz but (1, 37, 16) in ViT-Ti_16 at 48x48.')):
     params_lib.check_params(params, params_lib.param_shapes(tiny_vit(), 48),
@@ -202,17 +203,16 @@ def test_a_mismatch_names_the_key_and_both_shapes(tmp_path):
   del arrays['Transformer/encoderblock_1/MlpBlock_3/Dense_1/bias']
   params = npz.load_npz(write_npz(tmp_path / 'missing.npz', arrays))
   with pytest.raises(
-      CheckpointError,
-      match=re.escape(
+      CheckpointError, match=re.escape(
           'Transformer/encoderblock_1/MlpBlock_0/Dense_1/bias is missing from '
           'the checkpoint but the model has it with shape (16,).')):
     params_lib.check_params(params,
                             params_lib.param_shapes(tiny_vit(), TINY_IMAGE))
   # A shallower model: all 15 remaining arrays of block 1 are unexpected.
-  with pytest.raises(CheckpointError,
-                     match=r'\(15 problems\):\n  Transformer/encoderblock_1/'
-                     r'LayerNorm_0/bias \(shape \(16,\)\) is in the checkpoint '
-                     r'but not in the model\n(.|\n)*\.\.\. and 3 more$'):
+  with pytest.raises(
+      CheckpointError, match=r'\(15 problems\):\n  Transformer/encoderblock_1/'
+      r'LayerNorm_0/bias \(shape \(16,\)\) is in the checkpoint '
+      r'but not in the model\n(.|\n)*\.\.\. and 3 more$'):
     params_lib.check_params(
         params, params_lib.param_shapes(tiny_vit(num_layers=1), TINY_IMAGE))
 
@@ -231,13 +231,15 @@ def test_linen_numbering_loads_too(tmp_path):
   mixed = released_arrays()
   mixed['Transformer/encoderblock_0/LayerNorm_1/scale'] = mixed[
       'Transformer/encoderblock_0/LayerNorm_2/scale']
-  with pytest.raises(CheckpointError,
-                     match='LayerNorm_2/scale and .*LayerNorm_1/scale are the '
-                     'same parameter'):
+  with pytest.raises(
+      CheckpointError,
+      match='LayerNorm_2/scale and .*LayerNorm_1/scale are the '
+      'same parameter'):
     npz.load_npz(write_npz(tmp_path / 'mixed.npz', mixed))
 
 
 def test_what_is_not_a_checkpoint_is_a_clear_error(tmp_path):
+
   def fails(path, match):
     with pytest.raises(CheckpointError, match=match) as error:
       reading.load_params(path)
@@ -248,27 +250,27 @@ def test_what_is_not_a_checkpoint_is_a_clear_error(tmp_path):
   fails(tmp_path / 'text.npz', r'is not a .npz file \(a zip archive')
   np.save(tmp_path / 'one.npy', np.zeros(3))
   fails(tmp_path / 'one.npy', 'is a single .npy array')
-  fails(write_npz(tmp_path / 'other.npz', {'x': np.zeros(3)}),
-        'is not a ViT checkpoint in the official .npz layout: it has no '
-        'embedding/kernel, .*It has x.')
+  fails(
+      write_npz(tmp_path / 'other.npz', {'x': np.zeros(3)}),
+      'is not a ViT checkpoint in the official .npz layout: it has no '
+      'embedding/kernel, .*It has x.')
   # Never numpy's advice to load it with allow_pickle, which runs its code.
-  fails(write_npz(tmp_path / 'pickled.npz',
-                  {'x': np.array([{}], dtype=object)}),
-        r'is not a readable .npz file: it holds pickled Python objects, which '
-        r'are not loaded: they can run code\.$')
-  with pytest.raises(CheckpointError, match='holds no checkpoint: pass a '
-                     'vit_jax.main workdir'):
+  fails(
+      write_npz(tmp_path / 'pickled.npz', {'x': np.array([{}], dtype=object)}),
+      r'is not a readable .npz file: it holds pickled Python objects, which '
+      r'are not loaded: they can run code\.$')
+  with pytest.raises(
+      CheckpointError, match='holds no checkpoint: pass a '
+      'vit_jax.main workdir'):
     reading.load_params(tmp_path)
   with pytest.raises(CheckpointError, match='step=1 only'):
-    reading.load_params(
-        write_npz(tmp_path / 'tiny.npz', released_arrays()), step=1)
+    reading.load_params(write_npz(tmp_path / 'tiny.npz', released_arrays()),
+                        step=1)
 
 
 def test_save_npz_refuses_what_it_cannot_write_back(tmp_path):
-  params = npz.load_npz(
-      write_npz(tmp_path / 'tiny.npz', released_arrays()))
-  with pytest.raises(CheckpointError,
-                     match=r"variables\['params'\]"):
+  params = npz.load_npz(write_npz(tmp_path / 'tiny.npz', released_arrays()))
+  with pytest.raises(CheckpointError, match=r"variables\['params'\]"):
     npz.save_npz({'params': params}, tmp_path / 'variables.npz')
   params['cls'] = params['cls'].astype(jax.numpy.bfloat16)
   with pytest.raises(CheckpointError,
@@ -284,14 +286,13 @@ def test_a_released_npz_drives_a_scanned_model_and_saves_back_unstacked(
   params = npz.load_npz(original)
   stacked = params_lib.stack_blocks(params)
   scanned = tiny_vit(scan=True)
-  params_lib.check_params(stacked,
-                          params_lib.param_shapes(scanned, TINY_IMAGE))
+  params_lib.check_params(stacked, params_lib.param_shapes(scanned, TINY_IMAGE))
   images = np.random.default_rng(1).standard_normal(
       (2, TINY_IMAGE, TINY_IMAGE, 3)).astype(np.float32)
   np.testing.assert_allclose(
       scanned.apply({'params': stacked}, images, train=False),
-      tiny_vit().apply({'params': params}, images, train=False),
-      rtol=1e-5, atol=1e-5)
+      tiny_vit().apply({'params': params}, images, train=False), rtol=1e-5,
+      atol=1e-5)
   # The official layout and names, array for array.
   npz.save_npz(stacked, tmp_path / 'saved.npz')
   assert_npz_identical(tmp_path / 'saved.npz', original)

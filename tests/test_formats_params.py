@@ -16,8 +16,8 @@ def test_resize_zooms_the_grid_bilinearly():
   grid = np.array([0.0, 1.0, 2.0, 3.0]).reshape(1, 4, 1)
   resized = params_lib.resize_patch_grid(grid, 9)
   assert resized.shape == (1, 9, 1)
-  np.testing.assert_allclose(
-      resized[0, :, 0], [0.0, 0.5, 1.0, 1.0, 1.5, 2.0, 2.0, 2.5, 3.0])
+  np.testing.assert_allclose(resized[0, :, 0],
+                             [0.0, 0.5, 1.0, 1.0, 1.5, 2.0, 2.0, 2.5, 3.0])
 
 
 def test_resize_to_the_same_size_keeps_the_grid_and_its_dtype():
@@ -27,8 +27,8 @@ def test_resize_to_the_same_size_keeps_the_grid_and_its_dtype():
   assert params_lib.resize_patch_grid(grid, 64).dtype == np.float32
   with pytest.raises(CheckpointError, match='only square grids'):
     params_lib.resize_patch_grid(grid, 15)
-  assert params_lib.resize_patch_grid(grid.astype(jnp.bfloat16), 64).dtype == (
-      jnp.bfloat16)
+  assert params_lib.resize_patch_grid(grid.astype(jnp.bfloat16),
+                                      64).dtype == (jnp.bfloat16)
 
 
 def vit_params(image_size, num_classes, **overrides):
@@ -36,9 +36,8 @@ def vit_params(image_size, num_classes, **overrides):
   fields = dict(num_layers=1, hidden_size=8, num_heads=2, mlp_dim=16)
   model = models.create_model('ViT-Tiny-CIFAR_4', num_classes,
                               **{**fields, **overrides})
-  variables = model.init(jax.random.key(0), np.zeros((1, image_size,
-                                                      image_size, 3)),
-                         train=False)
+  variables = model.init(jax.random.key(0),
+                         np.zeros((1, image_size, image_size, 3)), train=False)
   return jax.device_get(variables['params'])
 
 
@@ -57,9 +56,9 @@ def test_adapt_resizes_positions_replaces_the_head_and_drops_pre_logits():
   theirs = pretrained['Transformer']['posembed_input']['pos_embedding']
   np.testing.assert_array_equal(
       adapted['Transformer']['posembed_input']['pos_embedding'],
-      np.concatenate([theirs[:, :1],
-                      params_lib.resize_patch_grid(theirs[:, 1:], 36)],
-                     axis=1))
+      np.concatenate(
+          [theirs[:, :1],
+           params_lib.resize_patch_grid(theirs[:, 1:], 36)], axis=1))
 
 
 def test_a_distilled_student_starts_from_a_vit_without_the_token():
@@ -76,13 +75,16 @@ def test_a_distilled_student_starts_from_a_vit_without_the_token():
   theirs = pretrained['Transformer']['posembed_input']['pos_embedding']
   np.testing.assert_array_equal(table[:, 0], theirs[:, 0])
   np.testing.assert_array_equal(
-      table[:, 1], fresh['Transformer']['posembed_input']['pos_embedding'][:, 1])
-  np.testing.assert_array_equal(
-      table[:, 2:], params_lib.resize_patch_grid(theirs[:, 1:], 36))
-  params_lib.check_fit(pretrained, params_lib.param_shapes(
-      models.create_model('ViT-Tiny-CIFAR_4', 10, num_layers=1, hidden_size=8,
-                          num_heads=2, mlp_dim=16, distillation_token=True),
-      24))
+      table[:, 1], fresh['Transformer']['posembed_input']['pos_embedding'][:,
+                                                                           1])
+  np.testing.assert_array_equal(table[:, 2:],
+                                params_lib.resize_patch_grid(theirs[:, 1:], 36))
+  params_lib.check_fit(
+      pretrained,
+      params_lib.param_shapes(
+          models.create_model('ViT-Tiny-CIFAR_4', 10, num_layers=1,
+                              hidden_size=8, num_heads=2, mlp_dim=16,
+                              distillation_token=True), 24))
 
 
 def test_a_distilled_checkpoint_fits_a_vit_without_its_token():
@@ -99,38 +101,41 @@ def test_a_distilled_checkpoint_fits_a_vit_without_its_token():
 def test_a_class_token_is_never_added_or_left_out():
   # A head reading [CLS] and one pooling the patches are other models: the
   # token is named, not made up or dropped.
-  with pytest.raises(CheckpointError, match='^cls .* is in the checkpoint but '
-                     'not in the new model'):
+  with pytest.raises(
+      CheckpointError, match='^cls .* is in the checkpoint but '
+      'not in the new model'):
     params_lib.adapt_params(vit_params(16, 10),
                             vit_params(16, 10, classifier='gap'))
   with pytest.raises(CheckpointError, match='^cls is missing from the '
                      'checkpoint'):
-    params_lib.check_fit(vit_params(16, 10, classifier='gap'),
-                         params_lib.param_shapes(models.create_model(
-                             'ViT-Tiny-CIFAR_4', 10, num_layers=1,
-                             hidden_size=8, num_heads=2, mlp_dim=16), 16))
+    params_lib.check_fit(
+        vit_params(16, 10, classifier='gap'),
+        params_lib.param_shapes(
+            models.create_model('ViT-Tiny-CIFAR_4', 10, num_layers=1,
+                                hidden_size=8, num_heads=2, mlp_dim=16), 16))
 
 
 def test_a_token_and_another_width_name_the_widths_not_the_table():
   with pytest.raises(CheckpointError, match='does not fit'):
-    params_lib.adapt_params(vit_params(16, 10), vit_params(
-        16, 10, hidden_size=16, distillation_token=True))
+    params_lib.adapt_params(
+        vit_params(16, 10),
+        vit_params(16, 10, hidden_size=16, distillation_token=True))
 
 
 def test_adapt_names_the_key_that_does_not_fit():
-  with pytest.raises(CheckpointError,
-                     match=r'encoderblock_0/MlpBlock_0/Dense_0/bias has '
-                     r'shape \(16,\) in the checkpoint but \(32,\)'):
+  with pytest.raises(
+      CheckpointError, match=r'encoderblock_0/MlpBlock_0/Dense_0/bias has '
+      r'shape \(16,\) in the checkpoint but \(32,\)'):
     params_lib.adapt_params(vit_params(16, 10), vit_params(16, 10, mlp_dim=32))
   deeper = vit_params(16, 10, num_layers=2)
-  with pytest.raises(CheckpointError,
-                     match='Transformer/encoderblock_1/LayerNorm_0/bias is '
-                     'missing from the checkpoint'):
+  with pytest.raises(
+      CheckpointError, match='Transformer/encoderblock_1/LayerNorm_0/bias is '
+      'missing from the checkpoint'):
     params_lib.adapt_params(vit_params(16, 10), deeper)
-  with pytest.raises(CheckpointError,
-                     match='Transformer/encoderblock_1/LayerNorm_0/bias '
-                     r'\(shape \(8,\)\) is in the checkpoint but not in '
-                     r'the new model \(config.model\)'):
+  with pytest.raises(
+      CheckpointError, match='Transformer/encoderblock_1/LayerNorm_0/bias '
+      r'\(shape \(8,\)\) is in the checkpoint but not in '
+      r'the new model \(config.model\)'):
     params_lib.adapt_params(deeper, vit_params(16, 10))
 
 
@@ -143,8 +148,8 @@ def test_the_architecture_is_read_from_the_shapes():
       'a ViT with hidden size 8, 2 layers of 2 heads, MLP 16, patch 4x4')
   hybrid = models.create_model('R50+ViT-B_16', 3, num_layers=1,
                                resnet_stages=(2, 1), resnet_width_factor=2)
-  architecture = params_lib.vit_architecture(
-      params_lib.param_shapes(hybrid, 32))
+  architecture = params_lib.vit_architecture(params_lib.param_shapes(
+      hybrid, 32))
   assert (architecture['resnet_stages'],
           architecture['resnet_width_factor']) == ((2, 1), 2)
   assert params_lib.describe_architecture(architecture) == (
@@ -174,24 +179,26 @@ def test_blocks_stack_for_a_scanned_model_and_back():
   architecture = params_lib.vit_architecture(official)
   assert architecture['num_layers'] == 3
   assert params_lib.vit_architecture(scanned) == architecture
-  assert params_lib.vit_architecture(params_lib.param_shapes(
-      models.create_model('ViT-Tiny-CIFAR_4', 10, num_layers=3,
-                          hidden_size=8, num_heads=2, mlp_dim=16,
-                          scan=True), 16)) == architecture
+  assert params_lib.vit_architecture(
+      params_lib.param_shapes(
+          models.create_model('ViT-Tiny-CIFAR_4', 10, num_layers=3,
+                              hidden_size=8, num_heads=2, mlp_dim=16,
+                              scan=True), 16)) == architecture
 
 
 @pytest.mark.parametrize('scan_pretrained,scan_fresh', [(False, True),
                                                         (True, False)])
-def test_adapt_stacks_or_unstacks_to_the_new_models_layout(scan_pretrained,
-                                                           scan_fresh):
+def test_adapt_stacks_or_unstacks_to_the_new_models_layout(
+    scan_pretrained, scan_fresh):
   official = vit_params(16, 10, num_layers=2)
   norm = official['Transformer']['encoderblock_1']['LayerNorm_0']
   norm['bias'] = norm['bias'] + 1.0  # the layers differ
-  pretrained = (params_lib.stack_blocks(official) if scan_pretrained else
-                official)
+  pretrained = (params_lib.stack_blocks(official)
+                if scan_pretrained else official)
   fresh = vit_params(24, 10, num_layers=2, scan=scan_fresh)
   adapted = params_lib.adapt_params(pretrained, fresh)
   assert jax.tree.map(np.shape, adapted) == jax.tree.map(np.shape, fresh)
-  jax.tree.map(np.testing.assert_array_equal,
-               params_lib.unstack_blocks(adapted)['Transformer']
-               ['encoderblock_1'], official['Transformer']['encoderblock_1'])
+  jax.tree.map(
+      np.testing.assert_array_equal,
+      params_lib.unstack_blocks(adapted)['Transformer']['encoderblock_1'],
+      official['Transformer']['encoderblock_1'])

@@ -15,9 +15,11 @@ from vit_jax.formats import timm
 from vit_jax.formats import vit_model
 
 # The largest families' arrays take a second each: slow.
-FAMILIES = ['ViT-Ti_16', 'ViT-S_32', 'ViT-Tiny-CIFAR_4',
-            *(pytest.param(name, marks=pytest.mark.slow)
-              for name in ('ViT-B_8', 'ViT-L_16', 'ViT-H_14'))]
+FAMILIES = [
+    'ViT-Ti_16', 'ViT-S_32', 'ViT-Tiny-CIFAR_4',
+    *(pytest.param(name, marks=pytest.mark.slow)
+      for name in ('ViT-B_8', 'ViT-L_16', 'ViT-H_14'))
+]
 
 
 @pytest.mark.parametrize('name', FAMILIES)
@@ -32,8 +34,8 @@ def test_ours_to_timm_to_ours_is_exact(tmp_path, name, classifier):
   assert_trees_identical(timm.read(bare, None), params)
   back, size = vit_model.model_for(timm.read(bare, None), source='x')
   assert size == image_size
-  assert (back.num_heads, back.classifier, back.num_classes) == (
-      model.num_heads, classifier, 7)
+  assert (back.num_heads, back.classifier,
+          back.num_classes) == (model.num_heads, classifier, 7)
 
 
 def test_the_names_and_shapes_are_timms():
@@ -41,21 +43,17 @@ def test_the_names_and_shapes_are_timms():
   model = models.create_model('ViT-Ti_16', 7)
   state = timm.to_state(random_vit_params(model, 32))
   expected = {
-      'cls_token': (1, 1, 192),
-      'pos_embed': (1, 5, 192),
-      'patch_embed.proj.weight': (192, 3, 16, 16),
-      'patch_embed.proj.bias': (192,),
-      'norm.weight': (192,),
-      'norm.bias': (192,),
-      'head.weight': (7, 192),
-      'head.bias': (7,),
+      'cls_token': (1, 1, 192), 'pos_embed': (1, 5, 192),
+      'patch_embed.proj.weight': (192, 3, 16, 16), 'patch_embed.proj.bias':
+          (192,), 'norm.weight': (192,), 'norm.bias': (192,), 'head.weight':
+              (7, 192), 'head.bias': (7,),
   }
   for i in range(12):
     for layer, out, fan_in in (('norm1', 192, None), ('attn.qkv', 576, 192),
                                ('attn.proj', 192, 192), ('norm2', 192, None),
                                ('mlp.fc1', 768, 192), ('mlp.fc2', 192, 768)):
-      expected[f'blocks.{i}.{layer}.weight'] = (
-          (out, fan_in) if fan_in else (out,))
+      expected[f'blocks.{i}.{layer}.weight'] = ((out, fan_in) if fan_in else
+                                                (out,))
       expected[f'blocks.{i}.{layer}.bias'] = (out,)
   assert {key: value.shape for key, value in state.items()} == expected
 
@@ -66,12 +64,13 @@ def test_qkv_is_query_key_value_in_that_order_heads_flattened():
   attention = params['Transformer']['encoderblock_0'][
       'MultiHeadDotProductAttention_0']
   query, key, value = np.split(state['blocks.0.attn.qkv.weight'], 3)
+  np.testing.assert_array_equal(value[32:64],
+                                attention['value']['kernel'][:,
+                                                             1, :].T)  # head 1
   np.testing.assert_array_equal(
-      value[32:64], attention['value']['kernel'][:, 1, :].T)  # head 1
-  np.testing.assert_array_equal(query, attention['query']['kernel'].reshape(
-      128, 128).T)
-  np.testing.assert_array_equal(key, attention['key']['kernel'].reshape(
-      128, 128).T)
+      query, attention['query']['kernel'].reshape(128, 128).T)
+  np.testing.assert_array_equal(key,
+                                attention['key']['kernel'].reshape(128, 128).T)
 
 
 def test_the_config_builds_timms_model_of_our_logits(tmp_path):
@@ -80,9 +79,10 @@ def test_the_config_builds_timms_model_of_our_logits(tmp_path):
   written = json.loads((tmp_path / 'config.json').read_text())
   assert written['model_args'] == {
       'img_size': 64, 'patch_size': 32, 'embed_dim': 384, 'depth': 1,
-      'num_heads': 6, 'mlp_ratio': 4.0, 'qkv_bias': True,
-      'class_token': False, 'global_pool': 'avg', 'fc_norm': False,
-      'act_layer': 'gelu_tanh', 'norm_layer': 'layernorm', 'num_classes': 7}
+      'num_heads': 6, 'mlp_ratio': 4.0, 'qkv_bias': True, 'class_token': False,
+      'global_pool': 'avg', 'fc_norm': False, 'act_layer': 'gelu_tanh',
+      'norm_layer': 'layernorm', 'num_classes': 7
+  }
   assert written['pretrained_cfg']['mean'] == [0.5, 0.5, 0.5]
   assert written['pretrained_cfg']['input_size'] == [3, 64, 64]
 
@@ -94,8 +94,9 @@ def test_the_config_builds_timms_model_of_our_logits(tmp_path):
 ])
 def test_what_timm_cannot_hold_is_one_line(tmp_path, fields, feature):
   model, params = one_block_vit('ViT-Tiny-CIFAR_4', **fields)
-  with pytest.raises(CheckpointError, match=f"timm's VisionTransformer has "
-                     f'no {feature}.*convert it with --format=npz'):
+  with pytest.raises(
+      CheckpointError, match=f"timm's VisionTransformer has "
+      f'no {feature}.*convert it with --format=npz'):
     timm.write(tmp_path, params, model, 32)
   assert not list(tmp_path.iterdir())
 
@@ -113,8 +114,8 @@ def _written(tmp_path, changes, drop=()):
 
 
 def test_one_wrong_shape_is_one_line_naming_the_key(tmp_path):
-  path = _written(tmp_path, {'blocks.0.mlp.fc2.bias': np.zeros(127,
-                                                               np.float32)})
+  path = _written(tmp_path,
+                  {'blocks.0.mlp.fc2.bias': np.zeros(127, np.float32)})
   with pytest.raises(CheckpointError) as error:
     timm.read(path, None)
   assert str(error.value) == (
@@ -123,11 +124,10 @@ def test_one_wrong_shape_is_one_line_naming_the_key(tmp_path):
       '512, patch 4x4.')
 
 
-@pytest.mark.parametrize('key,what', [
-    ('fc_norm.weight', 'a final norm after the pooling'),
-    ('dist_token', "DeiT's distillation token"),
-    ('reg_token', 'register tokens'),
-])
+@pytest.mark.parametrize('key,what',
+                         [('fc_norm.weight', 'a final norm after the pooling'),
+                          ('dist_token', "DeiT's distillation token"),
+                          ('reg_token', 'register tokens'),])
 def test_a_timm_model_of_another_design_is_one_line(tmp_path, key, what):
   path = _written(tmp_path, {key: np.zeros(128, np.float32)})
   with pytest.raises(CheckpointError, match=f'holds a timm ViT with {what}'):
@@ -139,10 +139,12 @@ def test_a_width_no_registered_vit_has_needs_its_heads(tmp_path):
                               num_heads=6, mlp_dim=64, num_layers=1)
   params = random_vit_params(model, 8)
   timm.write(tmp_path, params, model, 8)
-  assert_trees_identical(timm.read(tmp_path, None), params)  # config.json has them
-  with pytest.raises(CheckpointError, match='hidden size 96, which no '
-                     'registered ViT has, and does not say its number of '
-                     'heads: pass --model=NAME'):
+  assert_trees_identical(timm.read(tmp_path, None),
+                         params)  # config.json has them
+  with pytest.raises(
+      CheckpointError, match='hidden size 96, which no '
+      'registered ViT has, and does not say its number of '
+      'heads: pass --model=NAME'):
     timm.read(tmp_path / 'model.safetensors', None)
 
 
@@ -153,9 +155,8 @@ def test_a_backbone_without_a_head_reads_for_fine_tuning(tmp_path):
 
 def _hybrid(stages):
   """A one-block hybrid of `stages` (ViT-Ti's width, 1x1 patches)."""
-  model = models.create_model('R50+ViT-B_16', 7, num_layers=1,
-                              hidden_size=192, num_heads=3, mlp_dim=768,
-                              resnet_stages=stages)
+  model = models.create_model('R50+ViT-B_16', 7, num_layers=1, hidden_size=192,
+                              num_heads=3, mlp_dim=768, resnet_stages=stages)
   return model, random_vit_params(model, 2 * model.effective_patch_size)
 
 
@@ -168,11 +169,11 @@ def test_a_hybrid_goes_to_timm_and_back_exactly(tmp_path, stages):
   assert_trees_identical(back, params)
   read_model, size = vit_model.model_for(back, source='x')
   assert size == image_size
-  assert (read_model.resnet_stages, read_model.resnet_width_factor) == (
-      stages, 1)
+  assert (read_model.resnet_stages, read_model.resnet_width_factor) == (stages,
+                                                                        1)
   written = json.loads((tmp_path / 'config.json').read_text())
-  assert written['architecture'] == (
-      'vit_small_r26_s32_224' if stages else 'vit_tiny_r_s16_p8_224')
+  assert written['architecture'] == ('vit_small_r26_s32_224'
+                                     if stages else 'vit_tiny_r_s16_p8_224')
   assert written['model_args']['patch_size'] == 1
 
 
@@ -180,59 +181,63 @@ def test_the_hybrids_names_and_shapes_are_timms():
   """timm's vision_transformer_hybrid.py and resnetv2.py, stages (1, 2)."""
   model, params = _hybrid((1, 2))
   state = timm.to_state(params)
-  backbone = {key[len('patch_embed.backbone.'):]: value.shape
-              for key, value in state.items()
-              if key.startswith('patch_embed.backbone.')}
+  backbone = {
+      key[len('patch_embed.backbone.'):]: value.shape
+      for key, value in state.items() if key.startswith('patch_embed.backbone.')
+  }
 
   def unit(stage, index, width, fan_in, projection):
     prefix = f'stages.{stage}.blocks.{index}.'
     shapes = {
-        'conv1.weight': (width, fan_in, 1, 1),
-        'conv2.weight': (width, width, 3, 3),
-        'conv3.weight': (4 * width, width, 1, 1),
-        **{f'norm{r}.{array}': (width if r < 3 else 4 * width,)
-           for r in (1, 2, 3) for array in ('weight', 'bias')},
+        'conv1.weight': (width, fan_in, 1, 1), 'conv2.weight':
+            (width, width, 3, 3), 'conv3.weight': (4 * width, width, 1, 1),
+        **{
+            f'norm{r}.{array}': (width if r < 3 else 4 * width,) for r in (1, 2, 3) for array in ('weight', 'bias')
+        },
     }
     if projection:
-      shapes.update({'downsample.conv.weight': (4 * width, fan_in, 1, 1),
-                     'downsample.norm.weight': (4 * width,),
-                     'downsample.norm.bias': (4 * width,)})
+      shapes.update({
+          'downsample.conv.weight': (4 * width, fan_in, 1, 1),
+          'downsample.norm.weight': (4 * width,
+                                    ), 'downsample.norm.bias': (4 * width,)
+      })
     return {prefix + key: shape for key, shape in shapes.items()}
 
   assert backbone == {
-      'stem.conv.weight': (64, 3, 7, 7),
-      'stem.norm.weight': (64,),
-      'stem.norm.bias': (64,),
-      **unit(0, 0, 64, 64, True),
-      **unit(1, 0, 128, 256, True),
-      **unit(1, 1, 128, 512, False),
+      'stem.conv.weight': (64, 3, 7, 7), 'stem.norm.weight':
+          (64,), 'stem.norm.bias': (64,), **unit(0, 0, 64, 64, True),
+      **unit(1, 0, 128, 256, True), **unit(1, 1, 128, 512, False),
   }
   # The transformer's 1x1 patches of the stem's 512 channels.
   assert state['patch_embed.proj.weight'].shape == (192, 512, 1, 1)
   root_only = timm.to_state(_hybrid(())[1])
   assert {key for key in root_only if 'backbone' in key} == {
       'patch_embed.backbone.conv.weight', 'patch_embed.backbone.norm.weight',
-      'patch_embed.backbone.norm.bias'}
+      'patch_embed.backbone.norm.bias'
+  }
 
 
 def test_a_hybrid_timm_cannot_build_is_one_line(tmp_path):
   model, params = _hybrid((1, 2))
-  with pytest.raises(CheckpointError, match=r"timm's VisionTransformer has no "
-                     r'hybrid of ResNet stages \(1, 2\) and width factor 1 '
-                     r'\(its factories build stages \(3, 4, 9\), '
-                     r'\(2, 2, 2, 2\), \(3, 4, 6, 3\) or none, of width '
-                     r'factor 1\).*--format=npz'):
+  with pytest.raises(
+      CheckpointError, match=r"timm's VisionTransformer has no "
+      r'hybrid of ResNet stages \(1, 2\) and width factor 1 '
+      r'\(its factories build stages \(3, 4, 9\), '
+      r'\(2, 2, 2, 2\), \(3, 4, 6, 3\) or none, of width '
+      r'factor 1\).*--format=npz'):
     timm.write(tmp_path, params, model, 32)
   assert not list(tmp_path.iterdir())
 
 
 def test_a_hybrid_of_another_backbone_is_one_line(tmp_path):
   """timm's ResNet-D hybrids (vit_small_resnet26d_224)."""
-  path = _written(tmp_path, {'patch_embed.backbone.conv1.0.weight': np.zeros(
-      (32, 3, 3, 3), np.float32)})
-  with pytest.raises(CheckpointError, match=r'holds a timm hybrid whose '
-                     r'backbone is not the official ResNet stem '
-                     r'\(patch_embed.backbone.conv1.0.weight\)'):
+  path = _written(tmp_path, {
+      'patch_embed.backbone.conv1.0.weight': np.zeros((32, 3, 3, 3), np.float32)
+  })
+  with pytest.raises(
+      CheckpointError, match=r'holds a timm hybrid whose '
+      r'backbone is not the official ResNet stem '
+      r'\(patch_embed.backbone.conv1.0.weight\)'):
     timm.read(path, None)
 
 
@@ -243,14 +248,14 @@ def test_a_root_of_another_width_is_one_line(tmp_path):
                                                             np.float32)
   path = tmp_path / 'model.safetensors'
   safetensors_file.write(path, state)
-  with pytest.raises(CheckpointError, match=r'patch_embed.backbone.stem.conv.'
-                     r'weight in .* has 48 output channels; the ResNet stem of '
-                     r'the official hybrid has 64 per unit of width factor'):
+  with pytest.raises(
+      CheckpointError, match=r'patch_embed.backbone.stem.conv.'
+      r'weight in .* has 48 output channels; the ResNet stem of '
+      r'the official hybrid has 64 per unit of width factor'):
     timm.read(path, None)
 
 
-def test_the_hub_folder_states_the_normalization_it_was_trained_with(
-    tmp_path):
+def test_the_hub_folder_states_the_normalization_it_was_trained_with(tmp_path):
   model, params = one_block_vit('ViT-Tiny-CIFAR_4')
   imagenet = ((0.485, 0.456, 0.406), (0.229, 0.224, 0.225))
   timm.write(tmp_path, params, model, 8, imagenet)
@@ -260,16 +265,17 @@ def test_the_hub_folder_states_the_normalization_it_was_trained_with(
   # Older hub configs state them at the top level; one that states none
   # gets timm's ImageNet defaults, as timm.create_model gives it.
   del written['pretrained_cfg']
-  (tmp_path / 'config.json').write_text(json.dumps(
-      {**written, 'mean': [0.5] * 3, 'std': 0.25}))
+  (tmp_path / 'config.json').write_text(
+      json.dumps({**written, 'mean': [0.5] * 3, 'std': 0.25}))
   assert timm.pixels(tmp_path) == ((0.5,) * 3, (0.25,) * 3)
   (tmp_path / 'config.json').write_text(json.dumps(written))
   assert timm.pixels(tmp_path) == imagenet
   # The weights alone: the released models' [-1, 1].
-  assert timm.pixels(tmp_path / 'model.safetensors') == (
-      vit_model.RELEASED_PIXELS)
-  (tmp_path / 'config.json').write_text(
-      '{"pretrained_cfg": {"mean": "x", "std": [1, 1, NaN]}}')
-  with pytest.raises(CheckpointError, match=r"states the pixel mean 'x' and "
-                     r'std \[1, 1, nan\]: each must be 3 finite numbers'):
+  assert timm.pixels(tmp_path /
+                     'model.safetensors') == (vit_model.RELEASED_PIXELS)
+  (tmp_path / 'config.json'
+  ).write_text('{"pretrained_cfg": {"mean": "x", "std": [1, 1, NaN]}}')
+  with pytest.raises(
+      CheckpointError, match=r"states the pixel mean 'x' and "
+      r'std \[1, 1, nan\]: each must be 3 finite numbers'):
     timm.pixels(tmp_path)

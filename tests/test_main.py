@@ -15,10 +15,10 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 
 def _main(*flags):
-  return subprocess.run(
-      [sys.executable, '-m', 'vit_jax.main',
-       '--config=configs/cifar_small.py', *flags],
-      cwd=ROOT, capture_output=True, text=True, check=False)
+  return subprocess.run([
+      sys.executable, '-m', 'vit_jax.main', '--config=configs/cifar_small.py',
+      *flags
+  ], cwd=ROOT, capture_output=True, text=True, check=False)
 
 
 def test_bad_input_is_one_clear_line_printed_once_not_a_traceback(tmp_path):
@@ -60,11 +60,11 @@ def test_incomplete_cluster_flags_are_one_clear_line(tmp_path):
 def test_any_model_field_can_be_overridden_and_a_typo_is_named(
     cifar10_binary, tmp_path):
   data_dir, _ = cifar10_binary
-  flags = [f'--config.data_dir={data_dir}',
-           '--config.train_examples_per_file=0',
-           '--config.batch_size=16', '--config.eval_batch_size=16',
-           '--config.test_examples=0', '--config.total_steps=1',
-           '--cpu_devices=1']
+  flags = [
+      f'--config.data_dir={data_dir}', '--config.train_examples_per_file=0',
+      '--config.batch_size=16', '--config.eval_batch_size=16',
+      '--config.test_examples=0', '--config.total_steps=1', '--cpu_devices=1'
+  ]
   out = _main(f'--workdir={tmp_path / "typo"}',
               '--config.model_overrides.num_layerz=1', *flags)
   assert out.returncode == 1
@@ -82,25 +82,30 @@ def test_the_cpu_devices_flag_is_what_the_run_records(tmp_path):
   """--cpu_devices overrides config.cpu_devices; config.json says what the
   run used, and a rerun on another count says it changed (a finished run:
   the record is written before anything trains)."""
-  write_cifar_binary(tmp_path / 'data' / 'cifar-10-batches-bin', {
-      'data_batch_1.bin': random_cifar(80, 10, seed=1),
-      'test_batch.bin': random_cifar(37, 10, seed=3)})
+  write_cifar_binary(
+      tmp_path / 'data' / 'cifar-10-batches-bin', {
+          'data_batch_1.bin': random_cifar(80, 10, seed=1),
+          'test_batch.bin': random_cifar(37, 10, seed=3)
+      })
   config_file = write_process_config(tmp_path, tmp_path / 'data')
   workdir = tmp_path / 'run'
   for devices in 2, 4:  # the config says 1
     out = _main_with(config_file, f'--workdir={workdir}',
                      f'--cpu_devices={devices}', '--config.total_steps=8')
     assert out.returncode == 0, out.stderr[-2000:]
-    assert json.loads((workdir / 'config.json').read_text())[
-        'cpu_devices'] == devices
+    assert json.loads(
+        (workdir / 'config.json').read_text())['cpu_devices'] == devices
     assert f'on {devices} device(s)' in out.stderr
-  changes = [json.loads(line) for line in
-             (workdir / 'config_changes.jsonl').read_text().splitlines()]
-  assert changes == [{'step': 8, 'changed': {
-      'cpu_devices': {'before': 2, 'after': 4}}}]
+  changes = [
+      json.loads(line)
+      for line in (workdir / 'config_changes.jsonl').read_text().splitlines()
+  ]
+  assert changes == [{
+      'step': 8, 'changed': {'cpu_devices': {'before': 2, 'after': 4}}
+  }]
 
 
 def _main_with(config_file, *flags):
   return subprocess.run(
-      [sys.executable, '-m', 'vit_jax.main', f'--config={config_file}',
-       *flags], cwd=ROOT, capture_output=True, text=True, check=False)
+      [sys.executable, '-m', 'vit_jax.main', f'--config={config_file}', *flags],
+      cwd=ROOT, capture_output=True, text=True, check=False)

@@ -23,9 +23,10 @@ def _images(batch=4, seed=0):
 
 @pytest.mark.parametrize('model_class', MODELS)
 def test_output_shape_and_collections(model_class):
-  logits, variables = jax.eval_shape(functools.partial(
-      model_class(num_classes=7).init_with_output, train=False),
-                                     jax.random.key(0), _images())
+  logits, variables = jax.eval_shape(
+      functools.partial(
+          model_class(num_classes=7).init_with_output, train=False),
+      jax.random.key(0), _images())
   assert logits.shape == (4, 7)
   assert logits.dtype == jnp.float32
   assert set(variables) == {'params', 'batch_stats'}
@@ -57,13 +58,15 @@ def test_eval_uses_running_statistics(model_class):
 
   # Each example's eval logits do not depend on the rest of the batch...
   full = model.apply(variables, images, train=False)
-  np.testing.assert_allclose(
-      full[:2], model.apply(variables, images[:2], train=False), atol=1e-5)
+  np.testing.assert_allclose(full[:2],
+                             model.apply(variables, images[:2], train=False),
+                             atol=1e-5)
   # ...but do depend on the running statistics.
   shifted = jax.tree.map(lambda s: s + 1.0, stats)
   assert not np.allclose(
-      full, model.apply({'params': variables['params'], **shifted}, images,
-                        train=False))
+      full,
+      model.apply({'params': variables['params'], **shifted}, images,
+                  train=False))
 
 
 def test_small_resnet_projects_only_where_the_shape_changes():
@@ -88,10 +91,12 @@ def test_bfloat16_forward_is_finite_and_close_to_float32(model_class):
   np.testing.assert_allclose(low, high, atol=0.05 * np.abs(high).max())
 
 
-@pytest.mark.parametrize('model_class,shapes', [
-    (SimpleCNN, [(32, 32, 32), (16, 16, 64), (8, 8, 128)]),
-    (SmallResNet, [(32, 32, 16), (16, 16, 32), (8, 8, 64)]),
-])
+@pytest.mark.parametrize('model_class,shapes', [(SimpleCNN, [(32, 32, 32),
+                                                             (16, 16, 64),
+                                                             (8, 8, 128)]),
+                                                (SmallResNet, [(32, 32, 16),
+                                                               (16, 16, 32),
+                                                               (8, 8, 64)]),])
 def test_each_stage_sows_the_feature_map_it_ends_with(model_class, shapes):
   model = model_class(num_classes=7)
   variables = random_cnn_variables(model, _images())

@@ -32,9 +32,9 @@ def test_attention_is_flax_multi_head_attention_in_another_layout(attention):
   jax.tree.map(np.testing.assert_array_equal, our_params, flax_params)
 
   params = {'params': randomized(flax_params['params'])}
-  np.testing.assert_allclose(
-      ours.apply(params, x, deterministic=True),
-      flax_attention.apply(params, x, x), rtol=1e-5, atol=1e-5)
+  np.testing.assert_allclose(ours.apply(params, x, deterministic=True),
+                             flax_attention.apply(params, x, x), rtol=1e-5,
+                             atol=1e-5)
 
 
 # ViT-Tiny-CIFAR_4's head_dim (128 / 4 = 32) on a small model: 17 tokens.
@@ -60,16 +60,15 @@ def test_fused_attention_has_the_same_parameters_logits_and_gradients():
     logits = model.apply(variables, images, train=False)
     return -jnp.mean(jax.nn.log_softmax(logits)[jnp.arange(3), labels]), logits
 
-  (ours, ours_logits), (theirs, their_logits) = (
-      jax.jit(jax.grad(lambda v, m=m: loss(m, v), has_aux=True))(params)
-      for m in (einsum, fused))
+  (ours, ours_logits), (theirs, their_logits) = (jax.jit(
+      jax.grad(lambda v, m=m: loss(m, v), has_aux=True))(params)
+                                                 for m in (einsum, fused))
   np.testing.assert_allclose(their_logits, ours_logits, rtol=1e-5, atol=1e-5)
   # Relative to the largest gradient: the key bias's is zero but for rounding.
   largest = max(float(np.abs(g).max()) for g in jax.tree.leaves(ours))
   jax.tree.map(
-      lambda a, b: np.testing.assert_allclose(b, a, rtol=1e-4,
-                                              atol=1e-5 * largest),
-      ours, theirs)
+      lambda a, b: np.testing.assert_allclose(b, a, rtol=1e-4, atol=1e-5 *
+                                              largest), ours, theirs)
 
 
 @pytest.mark.slow  # 9 s
@@ -103,16 +102,21 @@ def test_attention_choice_is_a_checked_model_field():
                     locality_attention=True, **SMALL)
   with pytest.raises(ValueError, match="attention='flash'; use one of"):
     VisionTransformer(num_classes=5, attention='flash', **SMALL)
-  with pytest.raises(ValueError, match="cannot drop attention probabilities.*"
-                     "use attention='einsum'"):
+  with pytest.raises(
+      ValueError, match="cannot drop attention probabilities.*"
+      "use attention='einsum'"):
     VisionTransformer(num_classes=5, attention='cudnn',
                       attention_dropout_rate=0.1, **SMALL)
 
 
-@pytest.mark.parametrize('head_dim', [
-    16, 32,  # one of each case; 48 and 64 repeat them (9 s, op by op)
-    pytest.param(48, marks=pytest.mark.slow),
-    pytest.param(64, marks=pytest.mark.slow)])
+@pytest.mark.parametrize(
+    'head_dim',
+    [
+        16,
+        32,  # one of each case; 48 and 64 repeat them (9 s, op by op)
+        pytest.param(48, marks=pytest.mark.slow),
+        pytest.param(64, marks=pytest.mark.slow)
+    ])
 def test_bfloat16_attention_scales_float32_logits_unless_folding_is_exact(
     head_dim):
   # Folding 1/sqrt(head_dim) into the bfloat16 query kernel is exact only for
@@ -148,9 +152,9 @@ def test_bfloat16_attention_scales_float32_logits_unless_folding_is_exact(
   # parameters make some rows sharp, and sensitive to it).
   _, state = MultiHeadSelfAttention(num_heads=heads).apply(
       params, x, deterministic=True, mutable=['intermediates'])
-  np.testing.assert_allclose(
-      np.asarray(ours, np.float32),
-      state['intermediates']['attention_weights'][0], atol=0.06)
+  np.testing.assert_allclose(np.asarray(ours, np.float32),
+                             state['intermediates']['attention_weights'][0],
+                             atol=0.06)
 
 
 def test_auto_attention_is_einsum_on_this_cpu():
@@ -169,16 +173,17 @@ def test_cudnn_attention_matches_einsum_in_bfloat16_on_gpu():
   einsum = VisionTransformer(num_classes=5, dtype=jnp.bfloat16, **HEAD_DIM_32)
   cudnn = einsum.clone(attention='cudnn')
   params = {'params': random_params(einsum, images, train=False)}
-  high = VisionTransformer(num_classes=5, **HEAD_DIM_32).apply(
-      params, images, train=False)
+  high = VisionTransformer(num_classes=5,
+                           **HEAD_DIM_32).apply(params, images, train=False)
   low = jax.jit(lambda v: cudnn.apply(v, images, train=False))(params)
   np.testing.assert_allclose(low, high, atol=0.05 * np.abs(high).max())
-  grads = jax.jit(jax.grad(
-      lambda v: cudnn.apply(v, images, train=False).sum()))(params)
+  grads = jax.jit(
+      jax.grad(lambda v: cudnn.apply(v, images, train=False).sum()))(params)
   assert all(np.all(np.isfinite(g)) for g in jax.tree.leaves(grads))
 
 
 # Data-efficiency techniques: each a field whose default is off.
+
 
 def test_locality_attention_learns_a_temperature_and_masks_self():
   x = normal((2, 5, 32), 0)
@@ -215,10 +220,11 @@ def test_locality_attention_in_the_model():
     np.testing.assert_array_equal(np.diagonal(a, axis1=-2, axis2=-1), 0.0)
     np.testing.assert_allclose(a.sum(-1), 1.0, rtol=1e-5)
   for fused in ('dot_product_attention', 'cudnn'):
-    with pytest.raises(ValueError, match=f"attention='{fused}' cannot mask "
-                       ".*use attention='einsum'"):
-      VisionTransformer(num_classes=5, locality_attention=True,
-                        attention=fused, **SMALL)
+    with pytest.raises(
+        ValueError, match=f"attention='{fused}' cannot mask "
+        ".*use attention='einsum'"):
+      VisionTransformer(num_classes=5, locality_attention=True, attention=fused,
+                        **SMALL)
 
 
 def _off_diagonal(matrix):
@@ -231,10 +237,10 @@ def test_mimetic_products_are_the_papers_with_one_head():
   kernels = mimetic_kernels(jax.random.key(1), d, heads=1)
   query_key = np.asarray(kernels['query'][:, 0] @ kernels['key'][:, 0].T,
                          np.float64)
-  value_out = np.asarray(kernels['value'].reshape(d, d) @
-                         kernels['out'].reshape(d, d), np.float64)
-  for product, (noise, identity) in ((query_key, (0.7, 0.7)),
-                                     (value_out, (0.4, -0.4))):
+  value_out = np.asarray(
+      kernels['value'].reshape(d, d) @ kernels['out'].reshape(d, d), np.float64)
+  for product, (noise, identity) in ((query_key, (0.7, 0.7)), (value_out,
+                                                               (0.4, -0.4))):
     z = (product - identity * np.eye(d)) / noise * np.sqrt(d)
     # Standard normal entries: mean 0, std 1 (65,536 of them).
     assert abs(z.mean()) < 0.02 and abs(z.std() - 1) < 0.02
@@ -247,8 +253,10 @@ def test_mimetic_heads_are_each_the_best_rank_approximation():
   kernels = mimetic_kernels(jax.random.key(2), d, heads)
   assert kernels['query'].shape == kernels['key'].shape == (d, heads, 32)
   assert kernels['out'].shape == (heads, 32, d)
-  products = [np.asarray(kernels['query'][:, h] @ kernels['key'][:, h].T)
-              for h in range(heads)]
+  products = [
+      np.asarray(kernels['query'][:, h] @ kernels['key'][:, h].T)
+      for h in range(heads)
+  ]
   for h, product in enumerate(products):
     assert np.linalg.matrix_rank(product) == 32
     # Its diagonal well above its off-diagonal noise.
@@ -262,15 +270,17 @@ def test_mimetic_heads_are_each_the_best_rank_approximation():
     singular = np.diag(gram)
     np.testing.assert_allclose(gram, np.diag(singular), atol=1e-5)
     assert np.all(np.diff(singular) <= 1e-6)
-    np.testing.assert_allclose(
-        singular, np.linalg.svd(product, compute_uv=False)[:32], rtol=1e-4)
+    np.testing.assert_allclose(singular,
+                               np.linalg.svd(product, compute_uv=False)[:32],
+                               rtol=1e-4)
   assert not np.allclose(products[0], products[1])
-  value_out = np.asarray(kernels['value'].reshape(d, d) @
-                         kernels['out'].reshape(d, d))
+  value_out = np.asarray(
+      kernels['value'].reshape(d, d) @ kernels['out'].reshape(d, d))
   np.testing.assert_allclose(np.diag(value_out).mean(), -0.4, atol=0.01)
 
 
-@pytest.mark.parametrize('scan', [False, pytest.param(True, marks=pytest.mark.slow)])  # 7 s
+@pytest.mark.parametrize(
+    'scan', [False, pytest.param(True, marks=pytest.mark.slow)])  # 7 s
 def test_mimetic_init_changes_only_the_attention_kernels(scan):
   images = _images()
   plain = VisionTransformer(num_classes=5, **SMALL, scan=scan)
@@ -278,12 +288,15 @@ def test_mimetic_init_changes_only_the_attention_kernels(scan):
   params = mimetic.init(jax.random.key(0), images, train=False)['params']
   before = _flat(plain.init(jax.random.key(0), images, train=False)['params'])
   after = _flat(params)
-  assert {k: v.shape for k, v in before.items()} == {
-      k: v.shape for k, v in after.items()}
+  assert {k: v.shape
+          for k, v in before.items()} == {k: v.shape for k, v in after.items()}
   changed = {k for k in before if not np.array_equal(before[k], after[k])}
-  attention = {k for k in before if 'MultiHeadDotProductAttention_0' in k
-               and k.endswith('kernel')}
+  attention = {
+      k for k in before
+      if 'MultiHeadDotProductAttention_0' in k and k.endswith('kernel')
+  }
   assert changed == attention
+
   def kernel(name, layer):
     if scan:  # stacked: (layers, ...)
       return after[f'Transformer/encoderblock/MultiHeadDotProductAttention_0/'

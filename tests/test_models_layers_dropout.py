@@ -63,8 +63,9 @@ def test_matches_flax_dropout_in_distribution():
 
 def test_drop_path_drops_whole_examples():
   x = jnp.ones((256, 3, 4))
-  y = np.asarray(DropPath(0.5).apply({}, x, deterministic=False,
-                                     rngs={'dropout': jax.random.key(0)}))
+  y = np.asarray(
+      DropPath(0.5).apply({}, x, deterministic=False,
+                          rngs={'dropout': jax.random.key(0)}))
   per_example = y.reshape(256, -1)
   assert np.all(per_example == per_example[:, :1])  # All of it, or none.
   assert set(np.unique(per_example)) == {0.0, 2.0}
@@ -78,8 +79,7 @@ def test_drop_path_drops_whole_examples():
 def test_stochastic_depth_is_train_only_and_adds_no_parameters():
   images = _images(batch=8)
   plain = VisionTransformer(num_classes=5, **SMALL)
-  deep = VisionTransformer(num_classes=5, stochastic_depth_rate=0.99,
-                           **SMALL)
+  deep = VisionTransformer(num_classes=5, stochastic_depth_rate=0.99, **SMALL)
   assert param_shapes(deep, images) == param_shapes(plain, images)
   params = {'params': random_params(plain, images, train=False)}
   evaluated = plain.apply(params, images, train=False)

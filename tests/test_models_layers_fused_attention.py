@@ -13,8 +13,8 @@ from tests.helpers import random_params
 
 @pytest.mark.parametrize('token_multiple', [2, 64])
 @pytest.mark.parametrize('tokens', [16, 17, 65, 197])
-def test_padded_fused_attention_is_the_unpadded_function(tokens,
-                                                         token_multiple):
+def test_padded_fused_attention_is_the_unpadded_function(
+    tokens, token_multiple):
   """cuDNN's padding and masking, through the XLA kernel."""
   q, k, v = normal((3, 2, tokens, 4, 16), seed=tokens)
   scale = 16**-0.5
@@ -38,7 +38,6 @@ def test_padded_fused_attention_is_the_unpadded_function(tokens,
     np.testing.assert_allclose(grad, want, rtol=1e-4, atol=1e-5)
 
 
-
 def test_cudnn_attention_in_the_module_pads_and_slices_before_the_output(
     monkeypatch):
   """The module's cuDNN path on XLA's kernel: 17 tokens padded to 18."""
@@ -53,7 +52,6 @@ def test_cudnn_attention_in_the_module_pads_and_slices_before_the_output(
                              rtol=1e-5, atol=1e-5)
 
 
-
 class _Device:
   """What `cudnn_applies` reads of a jax device."""
 
@@ -62,23 +60,23 @@ class _Device:
     self.client = type('Client', (), {'platform_version': version})
 
 
-
 H100 = _Device('gpu', 'cuda 13000', '9.0')
 
 
-
-@pytest.mark.parametrize('device, dtype, head_dim, applies', [
-    (H100, jnp.bfloat16, 64, True),
-    (H100, jnp.float16, 256, True),
-    (H100, jnp.float32, 64, False),  # cuDNN's flash kernel is 16-bit
-    (H100, jnp.bfloat16, 20, False),  # not a multiple of 8
-    (H100, jnp.bfloat16, 264, False),
-    (_Device('gpu', 'cuda 12080', '8.0'), jnp.bfloat16, 256, False),
-    (_Device('gpu', 'cuda 12080', '8.0'), jnp.bfloat16, 128, True),
-    (_Device('gpu', 'cuda 12080', '7.0'), jnp.bfloat16, 64, False),
-    (_Device('gpu', 'rocm 6.3', 'gfx90a'), jnp.bfloat16, 64, False),
-    (jax.devices('cpu')[0], jnp.bfloat16, 64, False),
-])
+@pytest.mark.parametrize(
+    'device, dtype, head_dim, applies',
+    [
+        (H100, jnp.bfloat16, 64, True),
+        (H100, jnp.float16, 256, True),
+        (H100, jnp.float32, 64, False),  # cuDNN's flash kernel is 16-bit
+        (H100, jnp.bfloat16, 20, False),  # not a multiple of 8
+        (H100, jnp.bfloat16, 264, False),
+        (_Device('gpu', 'cuda 12080', '8.0'), jnp.bfloat16, 256, False),
+        (_Device('gpu', 'cuda 12080', '8.0'), jnp.bfloat16, 128, True),
+        (_Device('gpu', 'cuda 12080', '7.0'), jnp.bfloat16, 64, False),
+        (_Device('gpu', 'rocm 6.3', 'gfx90a'), jnp.bfloat16, 64, False),
+        (jax.devices('cpu')[0], jnp.bfloat16, 64, False),
+    ])
 def test_auto_attention_is_cudnn_where_cudnn_applies(device, dtype, head_dim,
                                                      applies):
   assert fused_attention.cudnn_applies(device, dtype, head_dim) == applies

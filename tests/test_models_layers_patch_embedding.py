@@ -27,34 +27,35 @@ def test_shifted_patch_tokens_match_a_numpy_reference(patch):
   images = np.asarray(_images(batch=1, size=2 * patch))
   s = patch // 2
   # The image, then its copies moved up-left, up-right, down-left, down-right.
-  stacked = np.concatenate(
-      [images] + [_shifted(images, dy, dx)
-                  for dy, dx in ((-s, -s), (-s, s), (s, -s), (s, s))], axis=-1)
+  stacked = np.concatenate([images] + [
+      _shifted(images, dy, dx)
+      for dy, dx in ((-s, -s), (-s, s), (s, -s), (s, s))
+  ], axis=-1)
   expected = np.stack([
-      np.stack([stacked[0, r * patch:(r + 1) * patch,
-                        c * patch:(c + 1) * patch].ravel() for c in range(2)])
-      for r in range(2)
+      np.stack([
+          stacked[0, r * patch:(r + 1) * patch,
+                  c * patch:(c + 1) * patch].ravel() for c in range(2)
+      ]) for r in range(2)
   ])[None]
   np.testing.assert_array_equal(shifted_patch_tokens(images, patch), expected)
 
 
 def test_shifted_patches_replace_the_embedding_conv():
   model = VisionTransformer(num_classes=7, shifted_patches=True, **SMALL)
-  logits, variables = model.init_with_output(
-      jax.random.key(0), _images(batch=3), train=False)
+  logits, variables = model.init_with_output(jax.random.key(0),
+                                             _images(batch=3), train=False)
   assert logits.shape == (3, 7)
   shapes = {k: v.shape for k, v in _flat(variables['params']).items()}
   features = 4 * 4 * 3 * 5
   assert 'embedding/kernel' not in shapes
   assert {k: v for k, v in shapes.items() if k.startswith('shifted')} == {
-      'shifted_patch_norm/scale': (features,),
-      'shifted_patch_norm/bias': (features,),
-      'shifted_patch_embedding/kernel': (features, 32),
+      'shifted_patch_norm/scale': (features,), 'shifted_patch_norm/bias':
+          (features,), 'shifted_patch_embedding/kernel': (features, 32),
       'shifted_patch_embedding/bias': (32,),
   }
   with pytest.raises(ValueError, match='cannot follow a ResNet stem'):
-    VisionTransformer(num_classes=5, shifted_patches=True,
-                      resnet_stages=(1,), **{**SMALL, 'patch_size': 2})
+    VisionTransformer(num_classes=5, shifted_patches=True, resnet_stages=(1,),
+                      **{**SMALL, 'patch_size': 2})
   with pytest.raises(ValueError, match='patch_size=1 cannot give'):
     VisionTransformer(num_classes=5, shifted_patches=True,
                       **{**SMALL, 'patch_size': 1})

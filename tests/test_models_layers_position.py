@@ -23,16 +23,14 @@ def _permute_patches(images, patch, permutation):
   return x.reshape(b, h, w, c)
 
 
-@pytest.mark.parametrize('posemb,classifier', [('none', 'gap'),
-                                               ('none', 'map'),
+@pytest.mark.parametrize('posemb,classifier', [('none', 'gap'), ('none', 'map'),
                                                ('learned', 'gap')])
-def test_only_a_position_embedding_makes_patch_order_matter(posemb,
-                                                            classifier):
+def test_only_a_position_embedding_makes_patch_order_matter(posemb, classifier):
   # The property: without position information a pooling head sees a
   # set of patches, so permuting them changes nothing; the (random, nonzero)
   # learned embedding ties each patch to its place.
-  model = VisionTransformer(num_classes=5, posemb=posemb,
-                            classifier=classifier, **SMALL)
+  model = VisionTransformer(num_classes=5, posemb=posemb, classifier=classifier,
+                            **SMALL)
   images = _images()
   params = random_params(model, images, train=False)
   permutation = np.random.default_rng(0).permutation(16)
@@ -40,7 +38,8 @@ def test_only_a_position_embedding_makes_patch_order_matter(posemb,
   permuted = _permute_patches(images, 4, permutation)
   assert not np.allclose(permuted, images)
   np.testing.assert_array_equal(  # The helper moves patches, nothing else.
-      np.sort(np.asarray(permuted).ravel()), np.sort(np.asarray(images).ravel()))
+      np.sort(np.asarray(permuted).ravel()),
+      np.sort(np.asarray(images).ravel()))
   logits, permuted_logits = (model.apply({'params': params}, x, train=False)
                              for x in (images, permuted))
   invariant = np.allclose(permuted_logits, logits, rtol=1e-5, atol=1e-5)
@@ -55,10 +54,15 @@ def test_sincos2d_posemb_matches_a_numpy_reference():
   rows = []
   for y in range(2):
     for x in range(2):
-      rows.append(np.concatenate([np.sin(x * omega), np.cos(x * omega),
-                                  np.sin(y * omega), np.cos(y * omega)]))
-  np.testing.assert_allclose(posemb_sincos_2d(2, 2, 8), np.array(rows)[None],
-                             rtol=1e-6, atol=1e-7)
+      rows.append(
+          np.concatenate([
+              np.sin(x * omega),
+              np.cos(x * omega),
+              np.sin(y * omega),
+              np.cos(y * omega)
+          ]))
+  np.testing.assert_allclose(posemb_sincos_2d(2, 2, 8),
+                             np.array(rows)[None], rtol=1e-6, atol=1e-7)
 
 
 def test_sincos2d_model_has_no_posemb_parameter_and_zero_for_cls():
@@ -70,20 +74,22 @@ def test_sincos2d_model_has_no_posemb_parameter_and_zero_for_cls():
   del transformer['posembed_input']
   sincos_params = {**params, 'Transformer': transformer}
   assert param_shapes(sincos, images) == {
-      k: v.shape for k, v in _flat(sincos_params).items()}
+      k: v.shape for k, v in _flat(sincos_params).items()
+  }
   # The same as the learned embedding set to [0 for cls; sincos of 4x4].
-  fixed = jnp.concatenate([jnp.zeros((1, 1, 32)), posemb_sincos_2d(4, 4, 32)],
-                          axis=1)
+  fixed = jnp.concatenate([jnp.zeros(
+      (1, 1, 32)), posemb_sincos_2d(4, 4, 32)], axis=1)
   transformer = {**transformer, 'posembed_input': {'pos_embedding': fixed}}
   np.testing.assert_allclose(
       sincos.apply({'params': sincos_params}, images, train=False),
-      learned.apply({'params': {**params, 'Transformer': transformer}},
-                    images, train=False), rtol=1e-6, atol=1e-6)
+      learned.apply({'params': {**params, 'Transformer': transformer}}, images,
+                    train=False), rtol=1e-6, atol=1e-6)
 
 
 def test_posemb_choices_are_checked():
-  with pytest.raises(ValueError, match="posemb='sincos2d' needs a hidden_size "
-                     'divisible by 4, got 30'):
+  with pytest.raises(
+      ValueError, match="posemb='sincos2d' needs a hidden_size "
+      'divisible by 4, got 30'):
     VisionTransformer(num_classes=5, posemb='sincos2d',
                       **{**SMALL, 'hidden_size': 30, 'num_heads': 3})
   with pytest.raises(ValueError, match="posemb='learn'; use one of"):

@@ -22,6 +22,8 @@ MAE = dict(mask_ratio=0.75, decoder_depth=1, decoder_width=32)
 def _mae(vit=None, **fields):
   return masked_autoencoder.MaskedAutoencoder(
       VisionTransformer(**{**VIT, **(vit or {})}), **{**MAE, **fields})
+
+
 PATCH = SMALL['patch_size']
 
 
@@ -60,20 +62,23 @@ def test_the_error_is_maes_normalized_pixel_loss_over_the_masked_patches():
   images = _images(size=8)
   predictions = normal((2, 4, 48), 5)
   mask = jnp.array([[1.0, 0, 0, 1], [0, 1, 0, 0]])
-  target = np.asarray(images).reshape(2, 2, 4, 2, 4, 3).transpose(
-      0, 1, 3, 2, 4, 5).reshape(2, 4, 48)
-  target = (target - target.mean(-1, keepdims=True)) / np.sqrt(
-      target.var(-1, keepdims=True, ddof=1) + 1e-6)
+  target = np.asarray(images).reshape(2, 2, 4, 2, 4,
+                                      3).transpose(0, 1, 3, 2, 4,
+                                                   5).reshape(2, 4, 48)
+  target = (target - target.mean(-1, keepdims=True)
+           ) / np.sqrt(target.var(-1, keepdims=True, ddof=1) + 1e-6)
   error = ((np.asarray(predictions) - target)**2).mean(-1)
   expected = [(error[0, 0] + error[0, 3]) / 2, error[1, 1]]
   np.testing.assert_allclose(
       masked_autoencoder.reconstruction_error(predictions, mask, images, 4),
       expected, rtol=1e-5)
-  np.testing.assert_allclose(masked_autoencoder.reconstruction_error(
-      jnp.asarray(target), mask, images, 4), [0, 0], atol=1e-6)
+  np.testing.assert_allclose(
+      masked_autoencoder.reconstruction_error(jnp.asarray(target), mask, images,
+                                              4), [0, 0], atol=1e-6)
   # Nothing hidden (evaluation): no error, not 0/0.
-  np.testing.assert_array_equal(masked_autoencoder.reconstruction_error(
-      predictions, jnp.zeros((2, 4)), images, 4), [0, 0])
+  np.testing.assert_array_equal(
+      masked_autoencoder.reconstruction_error(predictions, jnp.zeros((2, 4)),
+                                              images, 4), [0, 0])
 
 
 def test_the_encoder_never_sees_the_masked_patches():
@@ -105,14 +110,15 @@ def test_the_labels_train_the_probe_and_the_pixels_the_encoder():
   targets = losses.soft_targets(jnp.array([1, 3]), 5)
 
   def gradients(objective):
+
     def loss(params):
       logits, outputs = _train(model, {'params': params}, images)
       return objective(logits, outputs, targets, images).mean()
+
     return _flat(jax.jit(jax.grad(loss))(params))
 
   probe = gradients(losses.classification)
-  both = gradients(masked_autoencoder.objective(losses.classification,
-                                                PATCH))
+  both = gradients(masked_autoencoder.objective(losses.classification, PATCH))
   for path, gradient in probe.items():
     reaches = path.startswith('head/')
     assert bool(np.any(gradient != 0)) == reaches, path
@@ -124,16 +130,15 @@ def test_in_evaluation_it_is_the_plain_vit_and_inference_drops_the_decoder():
   model = _mae()
   images = _images()
   variables = {'params': _params(model, images)}
-  assert {p.split('/')[0] for p in _flat(variables['params'])} - {
-      'embedding', 'cls', 'Transformer', 'head'} == {'mae_decoder'}
+  assert {p.split('/')[0] for p in _flat(variables['params'])
+         } - {'embedding', 'cls', 'Transformer', 'head'} == {'mae_decoder'}
   plain = {'params': names.inference_params(variables['params'])}
   assert 'mae_decoder' not in plain['params']
   np.testing.assert_array_equal(model.vit.apply(plain, images, train=False),
                                 model.apply(variables, images, train=False))
-  plain_tree = model.vit.init(jax.random.key(0), images,
-                              train=False)['params']
-  assert jax.tree.map(np.shape, plain['params']) == jax.tree.map(
-      np.shape, plain_tree)
+  plain_tree = model.vit.init(jax.random.key(0), images, train=False)['params']
+  assert jax.tree.map(np.shape,
+                      plain['params']) == jax.tree.map(np.shape, plain_tree)
 
 
 @pytest.mark.parametrize('vit,fields,message', [
@@ -144,8 +149,7 @@ def test_in_evaluation_it_is_the_plain_vit_and_inference_drops_the_decoder():
     (dict(resnet_stages=(1,)), {}, 'A ResNet stem gives each token'),
     (dict(posemb='none'), {}, "posemb='none' leaves the encoder"),
 ])
-def test_fields_that_make_no_mae_are_refused_in_one_line(vit, fields,
-                                                         message):
+def test_fields_that_make_no_mae_are_refused_in_one_line(vit, fields, message):
   with pytest.raises(ValueError, match=message):
     _mae(vit, **fields)
 

@@ -15,19 +15,14 @@ from vit_jax.models import vit_of_architecture
 # (image size, classes, parameters). The paper-sized counts are the official
 # models' at 224x224 with 1000 classes; the small ones are the study's.
 PARAMETER_COUNTS = {
-    'ViT-Ti_16': (224, 1000, 5_717_416),
-    'ViT-S_16': (224, 1000, 22_050_664),
-    'ViT-S_32': (224, 1000, 22_878_952),
-    'ViT-B_8': (224, 1000, 86_576_872),
-    'ViT-B_16': (224, 1000, 86_567_656),
-    'ViT-B_32': (224, 1000, 88_224_232),
-    'ViT-L_16': (224, 1000, 304_326_632),
-    'ViT-L_32': (224, 1000, 306_535_400),
-    'ViT-H_14': (224, 1000, 632_045_800),
-    'R50+ViT-B_16': (224, 1000, 98_659_112),
-    'ViT-Tiny-CIFAR_4': (32, 10, 1_205_898),
-    'SimpleCNN': (32, 10, 141_354),
-    'SmallResNet': (32, 10, 175_258),
+    'ViT-Ti_16': (224, 1000, 5_717_416), 'ViT-S_16':
+        (224, 1000, 22_050_664), 'ViT-S_32': (224, 1000, 22_878_952), 'ViT-B_8':
+            (224, 1000, 86_576_872), 'ViT-B_16': (224, 1000, 86_567_656),
+    'ViT-B_32': (224, 1000, 88_224_232), 'ViT-L_16': (224, 1000, 304_326_632),
+    'ViT-L_32': (224, 1000, 306_535_400), 'ViT-H_14': (224, 1000, 632_045_800),
+    'R50+ViT-B_16': (224, 1000, 98_659_112), 'ViT-Tiny-CIFAR_4':
+        (32, 10, 1_205_898), 'SimpleCNN': (32, 10, 141_354), 'SmallResNet':
+            (32, 10, 175_258),
 }
 
 STUDY_MODELS = ['ViT-Tiny-CIFAR_4', 'SimpleCNN', 'SmallResNet']
@@ -42,8 +37,8 @@ def test_exact_parameter_count(name):
   size, classes, expected = PARAMETER_COUNTS[name]
   model = create_model(name, classes)
   # eval_shape allocates nothing, so the 632M-parameter ViT-H costs no memory.
-  variables = jax.eval_shape(lambda: model.init(
-      jax.random.key(0), jnp.zeros((1, size, size, 3)), train=False))
+  variables = jax.eval_shape(lambda: model.init(jax.random.key(
+      0), jnp.zeros((1, size, size, 3)), train=False))
   assert sum(a.size for a in jax.tree.leaves(variables['params'])) == expected
 
 
@@ -54,19 +49,19 @@ def test_models_are_called_the_same_way(name):
   images = jnp.zeros((2, 32, 32, 3))
   variables = jax.eval_shape(
       lambda: model.init(jax.random.key(0), images, train=False))
-  assert jax.eval_shape(
-      lambda v: model.apply(v, images, train=False), variables).shape == (2, 10)
+  assert jax.eval_shape(lambda v: model.apply(v, images, train=False),
+                        variables).shape == (2, 10)
   mutable = [c for c in variables if c != 'params']
   logits, _ = jax.eval_shape(
-      lambda v: model.apply(v, images, train=True, mutable=mutable,
-                            rngs={'dropout': jax.random.key(1)}), variables)
+      lambda v: model.apply(v, images, train=True, mutable=mutable, rngs=
+                            {'dropout': jax.random.key(1)}), variables)
   assert logits.shape == (2, 10)
 
 
 def test_overrides_set_module_fields():
   model = create_model('ViT-B_16', 3, dtype=jnp.bfloat16, dropout_rate=0.2)
-  assert (model.dtype, model.dropout_rate, model.num_classes) == (
-      jnp.bfloat16, 0.2, 3)
+  assert (model.dtype, model.dropout_rate, model.num_classes) == (jnp.bfloat16,
+                                                                  0.2, 3)
   assert create_model('SmallResNet', 100).num_classes == 100
 
 
@@ -75,19 +70,22 @@ def test_unknown_name_lists_the_known_ones():
     create_model('ViT-X_16', 10)
 
 
-@pytest.mark.parametrize('override, kind, default', [
-    (dict(num_layers='abc'), 'an integer', '6'),  # as --config... =abc
-    (dict(num_layers=6.0), 'an integer', '6'),
-    (dict(num_layers=True), 'an integer', '6'),
-    (dict(dropout_rate='0.2'), 'a number', '0.1'),  # the registry's
-    (dict(mimetic_init=1), 'a boolean', 'False'),
-    (dict(posemb=3), 'a string', "'learned'"),
-])
+@pytest.mark.parametrize(
+    'override, kind, default',
+    [
+        (dict(num_layers='abc'), 'an integer', '6'),  # as --config... =abc
+        (dict(num_layers=6.0), 'an integer', '6'),
+        (dict(num_layers=True), 'an integer', '6'),
+        (dict(dropout_rate='0.2'), 'a number', '0.1'),  # the registry's
+        (dict(mimetic_init=1), 'a boolean', 'False'),
+        (dict(posemb=3), 'a string', "'learned'"),
+    ])
 def test_an_override_of_another_kind_is_one_line(override, kind, default):
   [(field, value)] = override.items()
-  with pytest.raises(ValueError, match=re.escape(
-      f"{field}={value!r}: ViT-Tiny-CIFAR_4's {field} is {kind} (default "
-      f'{default}).')):
+  with pytest.raises(
+      ValueError, match=re.escape(
+          f"{field}={value!r}: ViT-Tiny-CIFAR_4's {field} is {kind} (default "
+          f'{default}).')):
     create_model('ViT-Tiny-CIFAR_4', 10, **override)
   # An integer where a float is expected is a number; numpy's numbers are.
   assert create_model('ViT-Tiny-CIFAR_4', 10, dropout_rate=0).dropout_rate == 0
@@ -100,8 +98,8 @@ def test_unknown_override_lists_the_fields():
     create_model('ViT-Ti_16', 10, dropout=0.1)
 
 
-@pytest.mark.parametrize('name', [n for n in MODEL_NAMES
-                                  if n not in STUDY_MODELS[1:]])
+@pytest.mark.parametrize('name',
+                         [n for n in MODEL_NAMES if n not in STUDY_MODELS[1:]])
 def test_every_registered_vit_is_named_from_its_parameter_shapes(name):
   model = create_model(name, 10)
   shapes = params_lib.param_shapes(model, 2 * model.effective_patch_size)
@@ -109,6 +107,7 @@ def test_every_registered_vit_is_named_from_its_parameter_shapes(name):
 
 
 def test_a_field_a_model_lacks_is_named_with_the_likely_one():
-  with pytest.raises(ValueError, match=r'ViT-Tiny-CIFAR_4 has no field\(s\) '
-                     r'num_layerz\. Did you mean num_layers\?'):
+  with pytest.raises(
+      ValueError, match=r'ViT-Tiny-CIFAR_4 has no field\(s\) '
+      r'num_layerz\. Did you mean num_layers\?'):
     create_model('ViT-Tiny-CIFAR_4', 10, num_layerz=1)

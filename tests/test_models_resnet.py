@@ -32,8 +32,10 @@ def _shapes(tree):
 def official_stem_shapes(stages, width_factor=1):
   """Path -> shape of the official hybrid's stem, written from its layers."""
   width = 64 * width_factor
-  shapes = {'conv_root/kernel': (7, 7, 3, width),
-            'gn_root/scale': (width,), 'gn_root/bias': (width,)}
+  shapes = {
+      'conv_root/kernel': (7, 7, 3, width), 'gn_root/scale': (width,),
+      'gn_root/bias': (width,)
+  }
   channels = width
   for b, num_units in enumerate(stages):
     features = width * 2**b
@@ -47,8 +49,8 @@ def official_stem_shapes(stages, width_factor=1):
                           ('conv2', (3, 3, features, features)),
                           ('conv3', (1, 1, features, 4 * features))):
         shapes[f'{unit}/{conv}/kernel'] = shape
-      for gn, size in (('gn1', features), ('gn2', features),
-                       ('gn3', 4 * features)):
+      for gn, size in (('gn1', features), ('gn2', features), ('gn3',
+                                                              4 * features)):
         shapes[f'{unit}/{gn}/scale'] = (size,)
         shapes[f'{unit}/{gn}/bias'] = (size,)
       channels = 4 * features
@@ -95,8 +97,9 @@ def _numpy_max_pool(x):
   out_h, pad_h = _same_pads(x.shape[1], 3, 2)
   out_w, pad_w = _same_pads(x.shape[2], 3, 2)
   x = np.pad(x, ((0, 0), pad_h, pad_w, (0, 0)), constant_values=-np.inf)
-  return np.max([x[:, i::2, j::2][:, :out_h, :out_w]
-                 for i in range(3) for j in range(3)], axis=0)
+  return np.max(
+      [x[:, i::2, j::2][:, :out_h, :out_w] for i in range(3)
+       for j in range(3)], axis=0)
 
 
 def _relu(x):
@@ -132,8 +135,8 @@ def reference_stem(params, images):
 
 
 def _eval_init(model, size):
-  return jax.eval_shape(lambda: model.init(
-      jax.random.key(0), jnp.zeros((1, size, size, 3)), train=False))
+  return jax.eval_shape(lambda: model.init(jax.random.key(
+      0), jnp.zeros((1, size, size, 3)), train=False))
 
 
 def test_standardize_kernel_against_numpy():
@@ -149,8 +152,8 @@ def test_standardize_kernel_against_numpy():
 
 @pytest.mark.parametrize('kernel_size,strides', [(1, 1), (1, 2), (3, 2),
                                                  (7, 2)])
-def test_std_conv_is_flax_conv_with_the_standardized_kernel(kernel_size,
-                                                            strides):
+def test_std_conv_is_flax_conv_with_the_standardized_kernel(
+    kernel_size, strides):
   x = jax.random.normal(jax.random.key(1), (2, 9, 9, 5))
   ours = resnet.StdConv(6, kernel_size, strides)
   flax_conv = nn.Conv(6, (kernel_size, kernel_size), (strides, strides),
@@ -166,14 +169,15 @@ def test_std_conv_is_flax_conv_with_the_standardized_kernel(kernel_size,
   got = ours.apply({'params': {'kernel': kernel}}, x)
   np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
   np.testing.assert_allclose(
-      got, _numpy_conv(np.asarray(x, np.float64), _numpy_standardize(kernel),
-                       strides), rtol=1e-4, atol=1e-4)
+      got,
+      _numpy_conv(np.asarray(x, np.float64), _numpy_standardize(kernel),
+                  strides), rtol=1e-4, atol=1e-4)
 
 
 def test_group_norm_defaults_are_flax_defaults_as_in_the_official_code():
   default = nn.GroupNorm()
-  assert (resnet.GROUP_NORM_GROUPS, resnet.GROUP_NORM_EPSILON) == (
-      default.num_groups, default.epsilon)
+  assert (resnet.GROUP_NORM_GROUPS,
+          resnet.GROUP_NORM_EPSILON) == (default.num_groups, default.epsilon)
 
 
 class Stem(nn.Module):
@@ -186,9 +190,10 @@ class Stem(nn.Module):
     return resnet.resnet_stem(images, self.stages)
 
 
-@pytest.mark.parametrize('stages,stride,features', [
-    ((), 4, 64), ((3,), 4, 256), ((2, 2), 8, 512), ((3, 4, 9), 16, 1024),
-    ((3, 4, 6, 3), 32, 2048)])
+@pytest.mark.parametrize('stages,stride,features', [((), 4, 64), ((3,), 4, 256),
+                                                    ((2, 2), 8, 512),
+                                                    ((3, 4, 9), 16, 1024),
+                                                    ((3, 4, 6, 3), 32, 2048)])
 def test_stem_stride_and_features(stages, stride, features):
   size = 2 * stride
   out = jax.eval_shape(lambda: Stem(stages).init_with_output(
@@ -201,8 +206,10 @@ def test_hybrid_tree_matches_official_key_for_key_and_its_count():
   variables = _eval_init(create_model('R50+ViT-B_16', 1000), 224)
   assert set(variables) == {'params'}
   params = variables['params']
-  assert set(params) == {'conv_root', 'gn_root', 'block1', 'block2', 'block3',
-                         'embedding', 'cls', 'Transformer', 'head'}
+  assert set(params) == {
+      'conv_root', 'gn_root', 'block1', 'block2', 'block3', 'embedding', 'cls',
+      'Transformer', 'head'
+  }
   ours = _shapes(params)
   assert ours['block1/unit1/conv_proj/kernel'] == (1, 1, 64, 256)
   assert ours['block2/unit1/conv2/kernel'] == (3, 3, 128, 128)
@@ -210,9 +217,8 @@ def test_hybrid_tree_matches_official_key_for_key_and_its_count():
   assert 'block1/unit2/conv_proj/kernel' not in ours
   assert 'block3/unit10/conv1/kernel' not in ours
 
-  official = official_param_shapes(
-      patch=1, hidden=768, layers=12, heads=12, mlp=3072, tokens=197,
-      num_classes=1000)
+  official = official_param_shapes(patch=1, hidden=768, layers=12, heads=12,
+                                   mlp=3072, tokens=197, num_classes=1000)
   official['embedding/kernel'] = (1, 1, 1024, 768)  # 1x1 on the feature map.
   official.update(official_stem_shapes(R50_STAGES))
   assert ours == official
@@ -231,8 +237,9 @@ def test_registered_config_follows_the_official_one():
   assert (model.resnet_stages, model.resnet_width_factor, model.patch_size,
           model.hidden_size, model.num_layers, model.num_heads, model.mlp_dim,
           model.dropout_rate, model.attention_dropout_rate,
-          model.representation_size, model.classifier) == (
-              (3, 4, 9), 1, 1, 768, 12, 12, 3072, 0.1, 0.0, None, 'token')
+          model.representation_size, model.classifier) == ((3, 4, 9), 1, 1, 768,
+                                                           12, 12, 3072, 0.1,
+                                                           0.0, None, 'token')
   assert model.effective_patch_size == 16
   assert create_model('ViT-B_16', 10).effective_patch_size == 16
 
@@ -250,8 +257,8 @@ def test_stem_forward_matches_numpy_reference():
 
 
 def test_last_group_norm_starts_at_zero_so_units_start_as_shortcuts():
-  x = jnp.asarray(np.random.default_rng(0).standard_normal((1, 4, 4, 128)),
-                  jnp.float32)
+  x = jnp.asarray(
+      np.random.default_rng(0).standard_normal((1, 4, 4, 128)), jnp.float32)
   unit = resnet.ResidualUnit(32)
   y, variables = jax.jit(unit.init_with_output)(jax.random.key(0), x)
   params = variables['params']
@@ -267,33 +274,36 @@ def test_tiny_hybrid_forward_pass():
   images = images.astype(np.float32)
   params = random_params(model, images, train=False)
   # 32x32 -> a 2x2 feature map -> 4 tokens and [CLS].
-  assert params['Transformer']['posembed_input']['pos_embedding'].shape == (
-      1, 5, 32)
+  assert params['Transformer']['posembed_input']['pos_embedding'].shape == (1,
+                                                                            5,
+                                                                            32)
   assert params['embedding']['kernel'].shape == (1, 1, 1024, 32)
   # jit: one compilation instead of one per operation.
-  logits = jax.jit(model.apply, static_argnames='train')(
-      {'params': params}, images, train=False)
+  logits = jax.jit(model.apply, static_argnames='train')({'params': params},
+                                                         images, train=False)
   assert logits.shape == (2, 10) and logits.dtype == jnp.float32
   assert np.all(np.isfinite(logits))
   assert not np.allclose(logits[0], logits[1])
 
   low = create_model('R50+ViT-B_16', 10, dtype=jnp.bfloat16, **TINY_HYBRID)
-  low = jax.jit(low.apply, static_argnames='train')(
-      {'params': params}, images, train=False)
+  low = jax.jit(low.apply, static_argnames='train')({'params': params}, images,
+                                                    train=False)
   assert low.dtype == jnp.float32
   np.testing.assert_allclose(low, logits, atol=0.05 * np.abs(logits).max())
 
 
 def test_image_size_not_divisible_by_the_stem_stride_is_a_clear_error():
   model = create_model('R50+ViT-B_16', 10)
-  with pytest.raises(ValueError, match='200x200 is not divisible by 16, the '
-                     "ResNet stem's stride 16 times the patch size 1"):
+  with pytest.raises(
+      ValueError, match='200x200 is not divisible by 16, the '
+      "ResNet stem's stride 16 times the patch size 1"):
     _eval_init(model, 200)
   model = create_model('R50+ViT-B_16', 10, patch_size=2)
   with pytest.raises(ValueError, match='not divisible by 32'):
     _eval_init(model, 240)
-  assert _eval_init(model, 256)['params']['embedding']['kernel'].shape == (
-      2, 2, 1024, 768)
+  assert _eval_init(model,
+                    256)['params']['embedding']['kernel'].shape == (2, 2, 1024,
+                                                                    768)
 
 
 def test_invalid_stems_are_clear_errors():

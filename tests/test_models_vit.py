@@ -32,10 +32,9 @@ def official_param_shapes(*, patch, hidden, layers, heads, mlp, tokens,
   """Path -> shape of google-research/vision_transformer's linen ViT."""
   head_dim = hidden // heads
   shapes = {
-      'embedding/kernel': (patch, patch, 3, hidden),
-      'embedding/bias': (hidden,),
-      'Transformer/posembed_input/pos_embedding': (1, tokens, hidden),
-      'Transformer/encoder_norm/scale': (hidden,),
+      'embedding/kernel': (patch, patch, 3, hidden), 'embedding/bias':
+          (hidden,), 'Transformer/posembed_input/pos_embedding':
+              (1, tokens, hidden), 'Transformer/encoder_norm/scale': (hidden,),
       'Transformer/encoder_norm/bias': (hidden,),
   }
   if classifier == 'token':
@@ -104,8 +103,8 @@ def reference_logits(params, images, *, classifier):
                for n in ('query', 'key', 'value'))
     logits = np.einsum('bqhe,bkhe->bhqk', q, k) / np.sqrt(q.shape[-1])
     y = np.einsum('bhqk,bkhe->bqhe', _softmax(logits), v)
-    x = x + np.einsum('bqhe,hed->bqd', y, att['out']['kernel']) + att['out'][
-        'bias']
+    x = x + np.einsum('bqhe,hed->bqd', y,
+                      att['out']['kernel']) + att['out']['bias']
     mlp = block['MlpBlock_0']
     y = _layer_norm(x, block['LayerNorm_1'])
     y = _gelu(y @ mlp['Dense_0']['kernel'] + mlp['Dense_0']['bias'])
@@ -136,14 +135,12 @@ def param_shapes(model, images):
 
 def test_vit_b16_tree_matches_official_key_for_key():
   model = create_model('ViT-B_16', 1000)
-  variables = jax.eval_shape(
-      lambda: model.init(jax.random.key(0), jnp.zeros((1, 224, 224, 3)),
-                         train=False))
+  variables = jax.eval_shape(lambda: model.init(jax.random.key(
+      0), jnp.zeros((1, 224, 224, 3)), train=False))
   assert set(variables) == {'params'}
   ours = {k: v.shape for k, v in _flat(variables['params']).items()}
-  official = official_param_shapes(
-      patch=16, hidden=768, layers=12, heads=12, mlp=3072, tokens=197,
-      num_classes=1000)
+  official = official_param_shapes(patch=16, hidden=768, layers=12, heads=12,
+                                   mlp=3072, tokens=197, num_classes=1000)
   assert ours == official
 
 
@@ -158,8 +155,8 @@ def test_tree_and_logits_match_the_official_model(classifier,
   shapes = {k: v.shape for k, v in _flat(params).items()}
   assert shapes == official_param_shapes(
       patch=4, hidden=32, layers=2, heads=4, mlp=64,
-      tokens=16 + (classifier == 'token'), num_classes=5,
-      classifier=classifier, representation_size=representation_size)
+      tokens=16 + (classifier == 'token'), num_classes=5, classifier=classifier,
+      representation_size=representation_size)
 
   logits = model.apply({'params': params}, images, train=False)
   np.testing.assert_allclose(
@@ -179,8 +176,8 @@ def test_initialization_follows_the_official_model():
 @pytest.mark.parametrize('classifier', ['token', 'gap', 'map'])
 def test_output_shape(classifier):
   model = VisionTransformer(num_classes=7, classifier=classifier, **SMALL)
-  logits, variables = model.init_with_output(
-      jax.random.key(0), _images(batch=3), train=False)
+  logits, variables = model.init_with_output(jax.random.key(0),
+                                             _images(batch=3), train=False)
   assert logits.shape == (3, 7)
   assert logits.dtype == jnp.float32
   assert ('cls' in variables['params']) == (classifier == 'token')
@@ -197,8 +194,11 @@ def test_attention_weights_are_probabilities_per_layer():
     assert np.all(a >= 0)
     np.testing.assert_allclose(a.sum(-1), 1.0, rtol=1e-5)
   # Sowing leaves the parameters alone.
-  assert set(jax.eval_shape(lambda: model.init(
-      jax.random.key(0), images, train=False))) == {'params'}
+  assert set(
+      jax.eval_shape(
+          lambda: model.init(jax.random.key(0), images, train=False))) == {
+              'params'
+          }
 
 
 def test_eval_is_deterministic_and_train_applies_dropout():
@@ -279,8 +279,7 @@ def test_distillation_token_has_two_heads_averaged():
   assert not np.any(variables['params']['head_dist']['kernel'])
 
   variables = {'params': randomized(variables['params'])}
-  evaluated, out = model.apply(variables, images, train=False,
-                               return_out=True)
+  evaluated, out = model.apply(variables, images, train=False, return_out=True)
   class_logits, distillation_logits = (out['class_logits'],
                                        out['distillation_logits'])
   assert class_logits.shape == distillation_logits.shape == (3, 5)
@@ -295,10 +294,11 @@ def test_distillation_token_has_two_heads_averaged():
   logits, maps = logits_and_attention(model, variables, images)
   np.testing.assert_array_equal(logits, evaluated)
   assert maps[0].shape == (3, 4, 18, 18)
-  with pytest.raises(ValueError, match="distillation_token=True needs "
-                     "classifier='token'.*got classifier='gap'"):
-    VisionTransformer(num_classes=5, distillation_token=True,
-                      classifier='gap', **SMALL)
+  with pytest.raises(
+      ValueError, match="distillation_token=True needs "
+      "classifier='token'.*got classifier='gap'"):
+    VisionTransformer(num_classes=5, distillation_token=True, classifier='gap',
+                      **SMALL)
 
 
 def test_techniques_are_registry_overrides():
@@ -306,8 +306,8 @@ def test_techniques_are_registry_overrides():
                        classifier='map', stochastic_depth_rate=0.1,
                        shifted_patches=True, locality_attention=True)
   assert (model.posemb, model.classifier, model.stochastic_depth_rate,
-          model.shifted_patches, model.locality_attention) == (
-              'sincos2d', 'map', 0.1, True, True)
+          model.shifted_patches,
+          model.locality_attention) == ('sincos2d', 'map', 0.1, True, True)
   assert create_model('ViT-Tiny-CIFAR_4', 10,
                       distillation_token=True).distillation_token
 
@@ -322,8 +322,8 @@ def _logits_and_grads(model, params, images):
   def loss(p):
     return jnp.sum(model.apply({'params': p}, images, train=True)**2)
 
-  return (model.apply({'params': params}, images, train=False),
-          jax.grad(loss)(params))
+  return (model.apply({'params': params}, images,
+                      train=False), jax.grad(loss)(params))
 
 
 def _assert_close_trees(got, want):
@@ -336,8 +336,8 @@ def _assert_close_trees(got, want):
 
 
 # 'full' takes 13 s, 'dots' runs the same check in the suite.
-@pytest.mark.parametrize('remat', [pytest.param('full', marks=pytest.mark.slow),
-                                   'dots'])
+@pytest.mark.parametrize('remat',
+                         [pytest.param('full', marks=pytest.mark.slow), 'dots'])
 def test_remat_keeps_the_tree_logits_and_gradients(remat):
   images = _images()
   model = VisionTransformer(num_classes=5, **SMALL)
@@ -346,8 +346,7 @@ def test_remat_keeps_the_tree_logits_and_gradients(remat):
   # Same names, so the official checkpoints load as they are; same
   # initialization too.
   jax.tree.map(np.testing.assert_array_equal, params,
-               rematted.init(jax.random.key(0), images,
-                             train=False)['params'])
+               rematted.init(jax.random.key(0), images, train=False)['params'])
   params = randomized(params)
   _assert_close_trees(_logits_and_grads(rematted, params, images),
                       _logits_and_grads(model, params, images))
@@ -381,14 +380,16 @@ def test_scan_equals_the_unscanned_model_on_stacked_parameters(remat):
 
 
 def test_bad_remat_or_scan_values_are_one_line_errors():
-  with pytest.raises(ValueError, match=r"^remat='ful'; use one of \('none', "
-                     r"'full', 'dots'\)\.$"):
+  with pytest.raises(
+      ValueError, match=r"^remat='ful'; use one of \('none', "
+      r"'full', 'dots'\)\.$"):
     VisionTransformer(num_classes=5, remat='ful', **SMALL)
   with pytest.raises(ValueError, match=r"^scan='yes'; use True or False\.$"):
     VisionTransformer(num_classes=5, scan='yes', **SMALL)
-  with pytest.raises(ValueError, match=r'scan=True .* own drop-path rate '
-                     r'\(stochastic_depth_rate=0.1\): set scan=False or '
-                     r'stochastic_depth_rate=0\.$'):
+  with pytest.raises(
+      ValueError, match=r'scan=True .* own drop-path rate '
+      r'\(stochastic_depth_rate=0.1\): set scan=False or '
+      r'stochastic_depth_rate=0\.$'):
     VisionTransformer(num_classes=5, scan=True, stochastic_depth_rate=0.1,
                       **SMALL)
   assert create_model('ViT-B_16', 10, remat='dots', scan=True).scan
@@ -401,4 +402,5 @@ def test_techniques_are_off_by_default_and_leave_the_official_tree():
   explicit = VisionTransformer(num_classes=5, **SMALL, **TECHNIQUES_OFF)
   official = official_param_shapes(patch=4, hidden=32, layers=2, heads=4,
                                    mlp=64, tokens=17, num_classes=5)
-  assert param_shapes(model, _images()) == param_shapes(explicit, _images()) == official
+  assert param_shapes(model, _images()) == param_shapes(explicit,
+                                                        _images()) == official

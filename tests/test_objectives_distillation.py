@@ -1,7 +1,6 @@
 """DeiT's hard distillation: a teacher read from a run's workdir teaches the
 student's distillation token inside the train step."""
 
-
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
@@ -52,29 +51,28 @@ def test_the_distillation_head_learns_the_teachers_classes(trained_cnn_run):
   state = steps.initial_state(jax.random.key(0), model, tx, 32, mesh)
   # Class and distillation heads start at zero: give them distinct weights.
   params = jax.tree_util.tree_map_with_path(
-      lambda path, x: (jax.random.normal(jax.random.key(len(str(path))),
-                                         x.shape) * 0.1
-                       if 'head' in str(path) else x), state.params)
+      lambda path, x:
+      (jax.random.normal(jax.random.key(len(str(path))), x.shape) * 0.1
+       if 'head' in str(path) else x), state.params)
   state = state.replace(params=params)
   batch, key = np.arange(16, dtype=np.int32), jax.random.key(1)
-  step = jax.jit(steps.make_train_step(
-      config, inputs, teacher.objective(losses.classification)))
+  step = jax.jit(
+      steps.make_train_step(config, inputs,
+                            teacher.objective(losses.classification)))
   _, metrics = step(state, steps.zero_sums(replicated), inputs.train_data,
                     batch, key)
 
   augment_key, _ = jax.random.split(jax.random.fold_in(key, 0))
   x, y = inputs.model_inputs(inputs.train_data, batch, augment_key)
-  _, out = state.apply_fn({'params': params}, x, train=False,
-                          return_out=True)
+  _, out = state.apply_fn({'params': params}, x, train=False, return_out=True)
   class_logits, distillation_logits = (out['class_logits'],
                                        out['distillation_logits'])
   teacher_labels = np.argmax(
       teacher.module.apply(teacher.variables, x, train=False), -1)
   targets = optax.smooth_labels(jax.nn.one_hot(y, 10), config.label_smoothing)
-  expected = 16 * (
-      optax.softmax_cross_entropy(class_logits, targets).mean() +
-      optax.softmax_cross_entropy_with_integer_labels(
-          distillation_logits, teacher_labels).mean()) / 2
+  expected = 16 * (optax.softmax_cross_entropy(class_logits, targets).mean() +
+                   optax.softmax_cross_entropy_with_integer_labels(
+                       distillation_logits, teacher_labels).mean()) / 2
   np.testing.assert_allclose(metrics['loss'], expected, rtol=1e-5)
   average = (class_logits + distillation_logits) / 2
   assert metrics['correct'] == np.sum(np.argmax(average, -1) == y)
@@ -90,7 +88,6 @@ def test_a_distilled_run_trains_and_evaluates(trained_cnn_run, tmp_path):
   records = history(tmp_path / 'student')
   assert np.isfinite(records[-1]['train_loss'])
   assert 0 <= records[-1]['test_accuracy'] <= 1
-
 
 
 class _LinearTeacher(nn.Module):
@@ -110,9 +107,10 @@ def test_the_distillation_head_learns_the_teachers_class_or_probabilities(
   variables = module.init(jax.random.key(1), images, train=False)
   teacher = distillation.Teacher(module, variables, 'workdir', target,
                                  temperature=2.0)
-  outputs = {'class_logits': jax.random.normal(jax.random.key(2), (4, 3)),
-             'distillation_logits': jax.random.normal(jax.random.key(3),
-                                                      (4, 3))}
+  outputs = {
+      'class_logits': jax.random.normal(jax.random.key(2), (4, 3)),
+      'distillation_logits': jax.random.normal(jax.random.key(3), (4, 3))
+  }
   targets = jax.nn.one_hot(jnp.array([0, 1, 2, 0]), 3)
 
   def base(logits, outputs, targets, images):
@@ -127,16 +125,17 @@ def test_the_distillation_head_learns_the_teachers_class_or_probabilities(
         student, jnp.argmax(teacher_logits, -1))
   else:  # T^2 KL(teacher || student), both at temperature T = 2
     p = jax.nn.softmax(teacher_logits / 2)
-    learned = 4 * jnp.sum(p * (jnp.log(p) - jax.nn.log_softmax(student / 2)),
-                          -1)
+    learned = 4 * jnp.sum(p *
+                          (jnp.log(p) - jax.nn.log_softmax(student / 2)), -1)
   np.testing.assert_allclose(
-      loss, (losses.cross_entropy(outputs['class_logits'], targets) +
-             learned) / 2, rtol=1e-5)
+      loss, (losses.cross_entropy(outputs['class_logits'], targets) + learned) /
+      2, rtol=1e-5)
 
 
 def test_the_soft_targets_gradient_pulls_towards_the_teacher():
   # At T = 1, d KL(p || softmax(z)) / dz = softmax(z) - p.
   student, teacher = jnp.array([1.0, 2.0, 0.5]), jnp.array([0.3, 2.5, 1.0])
   grad = jax.grad(lambda z: distillation.soft_target(z, teacher, 1.0))(student)
-  np.testing.assert_allclose(
-      grad, jax.nn.softmax(student) - jax.nn.softmax(teacher), atol=1e-6)
+  np.testing.assert_allclose(grad,
+                             jax.nn.softmax(student) - jax.nn.softmax(teacher),
+                             atol=1e-6)

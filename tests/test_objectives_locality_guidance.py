@@ -49,15 +49,16 @@ def test_imitation_is_the_mean_squared_error_on_the_larger_grid():
 
 @pytest.mark.parametrize('module', [
     SimpleCNN(widths=(4, 4, 8, 8, 8)),
-    SmallResNet(stage_widths=(4, 8, 16), blocks_per_stage=1)],
-                         ids=['SimpleCNN', 'SmallResNet'])
+    SmallResNet(stage_widths=(4, 8, 16), blocks_per_stage=1)
+], ids=['SimpleCNN', 'SmallResNet'])
 def test_the_objective_adds_the_weighted_imitation_of_the_cnn_to_any_base(
     module):
   images = normal((3, 32, 32, 3), 2)
   variables = random_cnn_variables(module, images)
   guide = locality_guidance.Guide(module, variables, 'cnn', weight=2.5)
-  maps = tuple(normal((3, 8, 8, width), 3 + k)
-               for k, width in enumerate(module.feature_widths))
+  maps = tuple(
+      normal((3, 8, 8, width), 3 + k)
+      for k, width in enumerate(module.feature_widths))
 
   def base(logits, outputs, targets, images):
     del outputs, targets, images
@@ -105,8 +106,7 @@ def test_a_guided_deit_student_trains_and_leaves_a_plain_vit(
   # projections, which only the training loss reads.
   loaded = reading.load(workdir)
   assert isinstance(loaded.model, VisionTransformer)
-  assert not any(name.startswith('locality_guidance')
-                 for name in loaded.params)
+  assert not any(name.startswith('locality_guidance') for name in loaded.params)
   assert set(reading.load_params(workdir)) == set(loaded.params)
   export.convert(workdir, tmp_path / 'model.npz', 'npz')
   released = reading.load(tmp_path / 'model.npz')
@@ -123,20 +123,21 @@ def test_a_teacher_of_other_widths_is_one_line_saying_which(trained_cnn_run):
   teacher_workdir, data_dir = trained_cnn_run
   config = _guided_config(data_dir, teacher_workdir)
   config.model_overrides.guidance_widths = (4, 8, 16)
-  with pytest.raises(ConfigError, match=(
-      r"stages end in \(4, 8, 8\) channels, but config.model_overrides."
-      r"guidance_widths=\(4, 8, 16\): set --config.model_overrides."
-      r"guidance_widths='\(4, 8, 8\)'")):
+  with pytest.raises(
+      ConfigError,
+      match=(r"stages end in \(4, 8, 8\) channels, but config.model_overrides."
+             r"guidance_widths=\(4, 8, 16\): set --config.model_overrides."
+             r"guidance_widths='\(4, 8, 8\)'")):
     locality_guidance.load_guide(config, 10, None)
 
 
 def test_a_vit_run_as_the_teacher_is_refused(trained_vit_run):
   workdir, data_dir = trained_vit_run
   config = _guided_config(data_dir, workdir, image_size=24)
-  with pytest.raises(ConfigError, match='trained a VisionTransformer; '
-                     'locality guidance imitates a CNN'):
+  with pytest.raises(
+      ConfigError, match='trained a VisionTransformer; '
+      'locality guidance imitates a CNN'):
     locality_guidance.load_guide(config, 10, None)
-
 
 
 VIT = VisionTransformer(num_classes=5, **{**SMALL, 'num_layers': 3})
@@ -149,11 +150,10 @@ def test_guidance_adds_only_its_projections_of_the_blocks_patch_tokens():
   plain = param_shapes(VIT, images)
   hidden = SMALL['hidden_size']
   assert param_shapes(model, images) == {
-      **plain,
-      'locality_guidance_0/kernel': (hidden, 6),
-      'locality_guidance_0/bias': (6,),
-      'locality_guidance_1/kernel': (hidden, 10),
-      'locality_guidance_1/bias': (10,)}
+      **plain, 'locality_guidance_0/kernel': (hidden, 6),
+      'locality_guidance_0/bias': (6,), 'locality_guidance_1/kernel':
+          (hidden, 10), 'locality_guidance_1/bias': (10,)
+  }
 
   logits, out = model.apply(variables, images, train=False, return_out=True)
   _, state = VIT.apply(variables, images, train=False,
@@ -165,8 +165,8 @@ def test_guidance_adds_only_its_projections_of_the_blocks_patch_tokens():
     projection = variables['params'][f'locality_guidance_{k}']
     expected = (tokens @ projection['kernel'] + projection['bias']).reshape(
         images.shape[0], grid, grid, -1)
-    np.testing.assert_allclose(out['guided_features'][k], expected,
-                               rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(out['guided_features'][k], expected, rtol=1e-5,
+                               atol=1e-6)
 
   # Without the projections (what evaluation, export and fine-tuning get)
   # the plain ViT gives the same logits.
@@ -176,19 +176,20 @@ def test_guidance_adds_only_its_projections_of_the_blocks_patch_tokens():
 
 
 def test_what_only_training_reads_is_named_by_its_top_level_key():
-  params = {'head': 1, 'Transformer': 2, 'locality_guidance_0': 3,
-            'locality_guidance_2': 4, 'mae_decoder': 5}
+  params = {
+      'head': 1, 'Transformer': 2, 'locality_guidance_0': 3,
+      'locality_guidance_2': 4, 'mae_decoder': 5
+  }
   assert names.inference_params(params) == {'head': 1, 'Transformer': 2}
 
 
-@pytest.mark.parametrize('vit,blocks,widths,message', [
-    (VIT, (0, 2), (6,), 'same length'),
-    (VIT, (2, 0), (6, 6), 'increasing order'),
-    (VIT, (0, 3), (6, 6), r'each in 0\.\.2'),
-    (VIT, (0,), (0,), 'must be positive'),
-    (VIT.clone(scan=True), (0,), (6,), 'set scan=False'),
-])
-def test_guidance_fields_are_checked_in_one_line(vit, blocks, widths,
-                                                 message):
+@pytest.mark.parametrize('vit,blocks,widths,message',
+                         [(VIT, (0, 2), (6,), 'same length'),
+                          (VIT, (2, 0), (6, 6), 'increasing order'),
+                          (VIT, (0, 3), (6, 6), r'each in 0\.\.2'),
+                          (VIT, (0,), (0,), 'must be positive'),
+                          (VIT.clone(scan=True), (0,),
+                           (6,), 'set scan=False'),])
+def test_guidance_fields_are_checked_in_one_line(vit, blocks, widths, message):
   with pytest.raises(ValueError, match=message):
     locality_guidance.GuidedViT(vit, blocks, widths)

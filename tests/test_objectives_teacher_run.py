@@ -41,14 +41,15 @@ def test_a_teacher_read_at_its_best_is_its_best_evaluations_state(
 
 
 @pytest.mark.parametrize('field', FIELDS)
-def test_a_teacher_that_saw_other_inputs_is_a_clear_error(trained_cnn_run,
-                                                          tmp_path, field):
+def test_a_teacher_that_saw_other_inputs_is_a_clear_error(
+    trained_cnn_run, tmp_path, field):
   workdir, data_dir = trained_cnn_run
   config = tiny_config(data_dir, pixel_mean=(0.4, 0.5, 0.5),
                        **{field: str(workdir)})
-  with pytest.raises(ConfigError, match=rf'^config.{field}=.* was trained '
-                     r'with pixel_mean=.*: the teacher must see the same '
-                     r'inputs; set --config.pixel_mean to the teacher'):
+  with pytest.raises(
+      ConfigError, match=rf'^config.{field}=.* was trained '
+      r'with pixel_mean=.*: the teacher must see the same '
+      r'inputs; set --config.pixel_mean to the teacher'):
     teacher_run.load(config, field, 10, None)
   config = tiny_config(data_dir, **{field: str(tmp_path / 'nothing')})
   with pytest.raises(ConfigError, match='no config.json'):
@@ -62,8 +63,8 @@ def test_a_teacher_without_a_sound_checkpoint_is_refused_in_one_line(
   for step_dir in (damaged / 'checkpoints').glob('[0-9]*'):
     shutil.rmtree(step_dir / 'state')
   config = tiny_config(data_dir, distillation_teacher=str(damaged))
-  with pytest.raises(ConfigError,
-                     match=rf'^config.distillation_teacher={damaged}: None of '
-                     r'the checkpoints in .* can be restored; the warnings '
-                     r'above say why\.$'):
+  with pytest.raises(
+      ConfigError, match=rf'^config.distillation_teacher={damaged}: None of '
+      r'the checkpoints in .* can be restored; the warnings '
+      r'above say why\.$'):
     teacher_run.load(config, 'distillation_teacher', 10, None)

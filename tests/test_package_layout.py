@@ -68,9 +68,9 @@ def test_no_import_circle_among_the_modules():
 EXPERIMENTS = sorted(PACKAGE.parent.glob('experiments/**/*.py'))
 
 
-@pytest.mark.parametrize(
-    'path', [MODULES[name] for name in sorted(MODULES)] + EXPERIMENTS,
-    ids=lambda path: str(path.relative_to(PACKAGE.parent)))
+@pytest.mark.parametrize('path', [MODULES[name]
+                                  for name in sorted(MODULES)] + EXPERIMENTS,
+                         ids=lambda path: str(path.relative_to(PACKAGE.parent)))
 def test_no_module_is_over_400_lines(path):
   lines = len(path.read_text().splitlines())
   assert lines <= MAX_LINES, f'{path} has {lines} lines'

@@ -30,5 +30,6 @@ def test_the_use_section_runs_as_written(tmp_path):
   exec(load, names)  # pylint: disable=exec-used
   assert names['size'] == 32
   assert names['logits'].shape == (8, 10)
-  assert (jax.tree.structure(names['loaded'].variables['params']) ==
-          jax.tree.structure(names['variables']['params']))
+  assert (jax.tree.structure(
+      names['loaded'].variables['params']) == jax.tree.structure(
+          names['variables']['params']))

@@ -8,7 +8,6 @@ import sys
 
 import pytest
 
-
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 _BAD_CONFIGS = {
@@ -16,11 +15,11 @@ _BAD_CONFIGS = {
     'raises.py': 'def get_config():\n  raise RuntimeError("boom")\n',
     'raises_on_import.py': 'import nonexistent_module_xyz\n',
     'opens.py': 'def get_config():\n  open("/nonexistent/labels.txt")\n',
-    'calls.py': ('import config_helper_xyz\ndef get_config():\n'
-                 '  return config_helper_xyz.read()\n'),
-    'config_helper_xyz.py': 'def read():\n  return {}["labels"]\n',
+    'calls.py':
+        ('import config_helper_xyz\ndef get_config():\n'
+         '  return config_helper_xyz.read()\n'
+        ), 'config_helper_xyz.py': 'def read():\n  return {}["labels"]\n',
 }
-
 
 _UNLOADABLE = [  # (id, config, overrides, message)
     ('refused argument', 'configs/cifar_small.py:vit_tiny', (),
@@ -55,41 +54,45 @@ _EVALUATE_BY_DEFAULT = ('missing file, overridden', 'syntax error', 'raises')
         pytest.mark.slow)
     for command, target in (('main', '--workdir={tmp}/run'),
                             ('evaluate', '--checkpoint={tmp}/run'))
-    for name, config, overrides, message in _UNLOADABLE])
+    for name, config, overrides, message in _UNLOADABLE
+])
 def test_a_config_that_cannot_load_is_one_line_for_every_command(
     tmp_path, command, target, config, overrides, message):
   for name, text in _BAD_CONFIGS.items():
     (tmp_path / name).write_text(text)
   fill = lambda text: text.format(tmp=tmp_path)
-  out = subprocess.run(
-      [sys.executable, '-m', f'vit_jax.{command}', f'--config={fill(config)}',
-       *overrides, fill(target)],
-      cwd=ROOT, capture_output=True, text=True, check=False,
-      env={**os.environ, 'PYTHONPATH': str(tmp_path)})
+  out = subprocess.run([
+      sys.executable, '-m', f'vit_jax.{command}', f'--config={fill(config)}',
+      *overrides,
+      fill(target)
+  ], cwd=ROOT, capture_output=True, text=True, check=False,
+                       env={**os.environ, 'PYTHONPATH': str(tmp_path)})
   assert out.returncode == 1
   assert out.stderr.strip().splitlines() == [
-      f'error: --config cannot be loaded: {fill(message)}']
+      f'error: --config cannot be loaded: {fill(message)}'
+  ]
   assert not (tmp_path / 'run').exists()
 
 
 @pytest.mark.parametrize('command, arguments', [
     ('evaluate', ('--checkpoint={missing}',)),
     ('convert', ('{missing}', '{tmp}/out.npz', '--format=npz')),
-    ('analyze', ('--checkpoint={missing}', '--images={tmp}',
-                 '--out={tmp}/out')),
+    ('analyze',
+     ('--checkpoint={missing}', '--images={tmp}', '--out={tmp}/out')),
 ])
 def test_a_missing_checkpoint_is_one_line_for_every_reader(
     tmp_path, command, arguments):
   missing = tmp_path / 'vit.npz'
-  out = subprocess.run(
-      [sys.executable, '-m', f'vit_jax.{command}',
-       *(a.format(missing=missing, tmp=tmp_path) for a in arguments)],
-      cwd=ROOT, capture_output=True, text=True, check=False)
+  out = subprocess.run([
+      sys.executable, '-m', f'vit_jax.{command}',
+      *(a.format(missing=missing, tmp=tmp_path) for a in arguments)
+  ], cwd=ROOT, capture_output=True, text=True, check=False)
   assert out.returncode == 1
   assert out.stderr.strip().splitlines() == [
       f'error: No checkpoint at {missing}: pass a vit_jax.main workdir (or '
       'its best_checkpoint), an official .npz, a timm model.safetensors or '
-      'hub folder, or a transformers ViT folder.']
+      'hub folder, or a transformers ViT folder.'
+  ]
   assert sorted(p.name for p in tmp_path.iterdir()) == []
 
 
@@ -110,9 +113,10 @@ def test_libraries_info_records_are_left_out_unless_asked_for():
   assert not shown(record(orbax, python_logging.INFO))
   assert not shown(record(orbax, python_logging.WARNING))
   assert shown(record(orbax, python_logging.ERROR))
-  assert not shown(record(orbax, python_logging.ERROR,
-                          (OSError, OSError(), None)))
-  assert shown(record(str(ROOT / 'vit_jax/training/train.py'), python_logging.INFO))
+  assert not shown(
+      record(orbax, python_logging.ERROR, (OSError, OSError(), None)))
+  assert shown(
+      record(str(ROOT / 'vit_jax/training/train.py'), python_logging.INFO))
   jax_backends = '/site-packages/jax/_src/xla_bridge.py'
   assert not shown(record(jax_backends, python_logging.INFO))
   assert shown(record(jax_backends, python_logging.WARNING))
@@ -126,10 +130,12 @@ def test_libraries_info_records_are_left_out_unless_asked_for():
 
 def test_help_shows_each_command_its_flags_with_one_text_each():
   commands = ('main', 'evaluate', 'analyze', 'convert')
-  processes = {name: subprocess.Popen(
-      [sys.executable, '-m', f'vit_jax.{name}', '--help'], cwd=ROOT,
-      stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-               for name in commands}
+  processes = {
+      name: subprocess.Popen(
+          [sys.executable, '-m', f'vit_jax.{name}', '--help'], cwd=ROOT,
+          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+      for name in commands
+  }
   shown = {name: p.communicate()[0] for name, p in processes.items()}
   assert all('Try --helpfull' in text for text in shown.values()), shown
   flag_help = lambda text, flag: re.search(

@@ -9,14 +9,16 @@ import pytest
 
 from vit_jax.runtime import distributed
 
-_COUNT_DEVICES = ('from vit_jax.runtime import distributed, preemption, sharding; distributed.set_cpu_devices({}); '
-                  'import jax; print(jax.device_count())')
+_COUNT_DEVICES = (
+    'from vit_jax.runtime import distributed, preemption, sharding; distributed.set_cpu_devices({}); '
+    'import jax; print(jax.device_count())')
 
 
 def _device_count(count, xla_flags=''):
   env = {**os.environ, 'XLA_FLAGS': xla_flags, 'JAX_PLATFORMS': 'cpu'}
-  out = subprocess.run([sys.executable, '-c', _COUNT_DEVICES.format(count)],
-                       env=env, capture_output=True, text=True, check=True)
+  out = subprocess.run([sys.executable, '-c',
+                        _COUNT_DEVICES.format(count)], env=env,
+                       capture_output=True, text=True, check=True)
   return int(out.stdout.split()[-1])
 
 
@@ -31,27 +33,41 @@ def test_leaves_an_explicit_xla_flag_alone():
 
 # ------------------------------------------------------- multi-process -----
 
-_SLURM_STEP = {'SLURM_JOB_ID': '17', 'SLURM_STEP_NODELIST': 'node[01-02]',
-               'SLURM_NTASKS': '2', 'SLURM_STEP_NUM_TASKS': '2',
-               'SLURM_PROCID': '1', 'SLURM_LOCALID': '0'}
+_SLURM_STEP = {
+    'SLURM_JOB_ID': '17', 'SLURM_STEP_NODELIST': 'node[01-02]',
+    'SLURM_NTASKS': '2', 'SLURM_STEP_NUM_TASKS': '2', 'SLURM_PROCID': '1',
+    'SLURM_LOCALID': '0'
+}
 
 
-@pytest.mark.parametrize('environ,expected', [
-    ({}, None),                                     # a plain single machine
-    ({**_SLURM_STEP, 'SLURM_NTASKS': '1', 'SLURM_STEP_NUM_TASKS': '1'}, None),
-    ({k: v for k, v in _SLURM_STEP.items()          # the sbatch script itself
-      if k not in ('SLURM_STEP_NODELIST', 'SLURM_STEP_NUM_TASKS')}, None),
-    (_SLURM_STEP, {}),                              # srun: jax detects it all
-    ({'OMPI_MCA_orte_hnp_uri': '1.0;tcp://10.0.0.1:5', 'OMPI_COMM_WORLD_SIZE':
-      '4'}, {}),
-    ({'OMPI_MCA_orte_hnp_uri': '1.0;tcp://10.0.0.1:5', 'OMPI_COMM_WORLD_SIZE':
-      '1'}, None),
-    ({'TPU_WORKER_HOSTNAMES': 'w-0,w-1,w-2,w-3', 'TPU_WORKER_ID': '2'}, {}),
-    ({'TPU_WORKER_HOSTNAMES': 'w-0', 'TPU_WORKER_ID': '0'}, None),
-    ({'JAX_COORDINATOR_ADDRESS': 'h:1234', 'JAX_NUM_PROCESSES': '2',
-      'JAX_PROCESS_ID': '1'},
-     dict(coordinator_address='h:1234', num_processes=2, process_id=1)),
-])
+@pytest.mark.parametrize(
+    'environ,expected',
+    [
+        ({}, None),  # a plain single machine
+        ({**_SLURM_STEP, 'SLURM_NTASKS': '1', 'SLURM_STEP_NUM_TASKS': '1'
+         }, None),
+        (
+            {
+                k: v for k, v in _SLURM_STEP.items()  # the sbatch script itself
+                if k not in ('SLURM_STEP_NODELIST', 'SLURM_STEP_NUM_TASKS')
+            },
+            None),
+        (_SLURM_STEP, {}),  # srun: jax detects it all
+        ({
+            'OMPI_MCA_orte_hnp_uri': '1.0;tcp://10.0.0.1:5',
+            'OMPI_COMM_WORLD_SIZE': '4'
+        }, {}),
+        ({
+            'OMPI_MCA_orte_hnp_uri': '1.0;tcp://10.0.0.1:5',
+            'OMPI_COMM_WORLD_SIZE': '1'
+        }, None),
+        ({'TPU_WORKER_HOSTNAMES': 'w-0,w-1,w-2,w-3', 'TPU_WORKER_ID': '2'}, {}),
+        ({'TPU_WORKER_HOSTNAMES': 'w-0', 'TPU_WORKER_ID': '0'}, None),
+        ({
+            'JAX_COORDINATOR_ADDRESS': 'h:1234', 'JAX_NUM_PROCESSES': '2',
+            'JAX_PROCESS_ID': '1'
+        }, dict(coordinator_address='h:1234', num_processes=2, process_id=1)),
+    ])
 def test_initializes_only_when_the_environment_is_a_multi_process_job(
     environ, expected):
   assert distributed.distributed_args(environ=environ) == expected
@@ -61,14 +77,18 @@ def test_flags_win_and_may_complete_a_detected_cluster():
   flags = dict(coordinator_address='10.0.0.1:8476', num_processes=4,
                process_id=3)
   assert distributed.distributed_args(**flags, environ={}) == flags
-  assert distributed.distributed_args(**flags, environ={
-      'JAX_COORDINATOR_ADDRESS': 'other:1', 'JAX_PROCESS_ID': '0'}) == flags
-  # Inside SLURM a flag overrides what jax would detect, the rest is detected.
   assert distributed.distributed_args(
-      coordinator_address='node01:9999', environ=_SLURM_STEP) == {
-          'coordinator_address': 'node01:9999'}
+      **flags,
+      environ={'JAX_COORDINATOR_ADDRESS': 'other:1',
+               'JAX_PROCESS_ID': '0'}) == flags
+  # Inside SLURM a flag overrides what jax would detect, the rest is detected.
+  assert distributed.distributed_args(coordinator_address='node01:9999',
+                                      environ=_SLURM_STEP) == {
+                                          'coordinator_address': 'node01:9999'
+                                      }
   # One process is one process, whatever the environment says.
-  assert distributed.distributed_args(num_processes=1, environ=_SLURM_STEP) is None
+  assert distributed.distributed_args(num_processes=1,
+                                      environ=_SLURM_STEP) is None
 
 
 @pytest.mark.parametrize('flags,environ,message', [
@@ -80,12 +100,12 @@ def test_flags_win_and_may_complete_a_detected_cluster():
      r'needs --coordinator_address.*missing --coordinator_address\.$'),
     (dict(coordinator_address='h:1'), {},
      r'missing --num_processes, --process_id'),
-    ({}, {'JAX_COORDINATOR_ADDRESS': 'h:1'},
-     r'missing --num_processes, --process_id'),
+    ({}, {'JAX_COORDINATOR_ADDRESS': 'h:1'
+         }, r'missing --num_processes, --process_id'),
     ({}, {'JAX_NUM_PROCESSES': 'two'}, r"\$JAX_NUM_PROCESSES='two' is not"),
 ])
-def test_an_incomplete_or_impossible_set_is_a_clear_error(flags, environ,
-                                                          message):
+def test_an_incomplete_or_impossible_set_is_a_clear_error(
+    flags, environ, message):
   with pytest.raises(distributed.DistributedError, match=message):
     distributed.distributed_args(**flags, environ=environ)
 
@@ -95,7 +115,8 @@ def test_initialize_does_nothing_on_a_single_machine(monkeypatch):
     if name.startswith(('SLURM_', 'OMPI_', 'TPU_', 'MEGASCALE_', 'JAX_')):
       monkeypatch.delenv(name)
   assert not distributed.initialize_distributed()
-  with pytest.raises(distributed.DistributedError, match='needs --num_processes'):
+  with pytest.raises(distributed.DistributedError,
+                     match='needs --num_processes'):
     distributed.initialize_distributed(process_id=0)
 
 

@@ -18,14 +18,16 @@ def test_a_writer_killed_while_writing_leaves_a_whole_file(tmp_path):
   # Rewrites a 7 MB results.json, old and new records in turn, until killed
   # with -9, as a session's end kills an experiment's runner.
   results = tmp_path / 'results.json'
-  writer = subprocess.Popen([sys.executable, '-c', f"""
+  writer = subprocess.Popen([
+      sys.executable, '-c', f"""
 import json, pathlib
 from vit_jax.runtime import files
 results = pathlib.Path({str(results)!r})
 texts = [json.dumps([{{'seed': seed}}] * 2 ** 19) for seed in (0, 1)]
 for i in range(10**6):
   files.write_atomically(results, texts[i % 2])
-"""], cwd=ROOT)
+"""
+  ], cwd=ROOT)
   deadline = time.monotonic() + 60
   while not results.exists() and time.monotonic() < deadline:
     time.sleep(0.05)
@@ -33,7 +35,7 @@ for i in range(10**6):
   writer.send_signal(signal.SIGKILL)
   assert writer.wait() == -signal.SIGKILL
   records = json.loads(results.read_text())
-  assert len(records) == 2 ** 19 and len({r['seed'] for r in records}) == 1
+  assert len(records) == 2**19 and len({r['seed'] for r in records}) == 1
 
 
 def test_a_failed_write_leaves_the_old_file_and_no_partial_one(tmp_path):
@@ -103,8 +105,9 @@ def test_a_symlinked_folder_has_its_target_replaced(tmp_path):
 def test_a_mount_point_is_refused_in_one_line(tmp_path):
   with mounted_tmpfs(tmp_path / 'disk', '64k') as disk:
     (disk / 'a').write_text('old')
-    with pytest.raises(VitJaxError, match=r'is a mount point, which cannot '
-                       r'be replaced whole: pass a folder inside it\.'):
+    with pytest.raises(
+        VitJaxError, match=r'is a mount point, which cannot '
+        r'be replaced whole: pass a folder inside it\.'):
       files.replace_directory_atomically(disk, lambda partial: None)
     assert _written(disk) == {'a': 'old'}
 
@@ -119,16 +122,16 @@ def test_files_replaced_together_are_all_new_or_all_as_they_were(tmp_path):
     raise OSError(28, 'No space left on device')
 
   with pytest.raises(OSError):
-    files.replace_together({paths[0]: lambda p: p.write_text('new'),
-                            paths[1]: fail})
-  assert sorted(p.name for p in tmp_path.iterdir()) == [
-      'README.md', 'results.json']
+    files.replace_together({
+        paths[0]: lambda p: p.write_text('new'), paths[1]: fail
+    })
+  assert sorted(p.name
+                for p in tmp_path.iterdir()) == ['README.md', 'results.json']
   assert [p.read_text() for p in paths] == ['old', 'old']
-  files.replace_together({path: lambda p: p.write_text('new')
-                          for path in paths})
+  files.replace_together({path: lambda p: p.write_text('new') for path in paths})
   assert [p.read_text() for p in paths] == ['new', 'new']
-  assert sorted(p.name for p in tmp_path.iterdir()) == [
-      'README.md', 'results.json']
+  assert sorted(p.name
+                for p in tmp_path.iterdir()) == ['README.md', 'results.json']
 
 
 _STOPPED_AS_THE_FOLDER_IS_MADE = '''
@@ -152,10 +155,10 @@ def test_ctrl_c_as_the_temporary_folder_is_made_leaves_none(tmp_path):
   """Ctrl-C before the folder is known as unfinished."""
   (tmp_path / 'out').mkdir()
   (tmp_path / 'out' / 'earlier.png').write_text('earlier')
-  run = subprocess.run(
-      [sys.executable, '-c', _STOPPED_AS_THE_FOLDER_IS_MADE,
-       str(tmp_path / 'out')], cwd=ROOT, capture_output=True, text=True,
-      timeout=60, check=False)
+  run = subprocess.run([
+      sys.executable, '-c', _STOPPED_AS_THE_FOLDER_IS_MADE,
+      str(tmp_path / 'out')
+  ], cwd=ROOT, capture_output=True, text=True, timeout=60, check=False)
   assert run.returncode == 130, run.stderr
   assert run.stderr.strip().splitlines()[-1] == (
       'Ctrl-C: stopped; --out is as it was.')

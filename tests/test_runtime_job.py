@@ -32,6 +32,7 @@ def test_work_that_returns_exits_0():
 
 
 def test_a_problem_the_message_explains_is_one_line_and_status_1(capsys):
+
   def work():
     raise ConfigError('config.batch_size=0 must be positive: set it to 128.')
 
@@ -43,9 +44,9 @@ def test_a_problem_the_message_explains_is_one_line_and_status_1(capsys):
 
 
 def test_a_bug_keeps_its_traceback():
+
   def work():
     raise KeyError('a bug')
 
   with pytest.raises(KeyError):
     job.run(work, cpu_devices=None)
-

@@ -25,8 +25,9 @@ def test_a_stop_signal_is_a_request_that_the_loop_reads(signum):
     while not signals.reached() and time.monotonic() < deadline:
       time.sleep(0.01)
     assert signals.reached()
-    assert signals.signal_name == {signal.SIGTERM: 'SIGTERM',
-                                   signal.SIGINT: 'Ctrl-C'}[signum]
+    assert signals.signal_name == {
+        signal.SIGTERM: 'SIGTERM', signal.SIGINT: 'Ctrl-C'
+    }[signum]
   finally:
     signals.close()
   assert {s: signal.getsignal(s) for s in before} == before
@@ -68,17 +69,16 @@ def test_the_message_says_what_was_saved():
 def test_a_single_process_that_started_jax_distributed_still_hears_sigterm():
   """As on a single-host Cloud TPU VM: jax's preemption service takes
   SIGTERM over when it starts; a job of one process takes it back."""
-  script = (
-      'import os, signal, time\n'
-      'import jax\n'
-      f'jax.distributed.initialize("127.0.0.1:{free_port()}", 1, 0)\n'
-      'from vit_jax.runtime import preemption\n'
-      'signals = preemption.Preemption()\n'
-      'os.kill(os.getpid(), signal.SIGTERM)\n'
-      'deadline = time.monotonic() + 10\n'
-      'while not signals.reached() and time.monotonic() < deadline:\n'
-      '  time.sleep(0.01)\n'
-      'print(signals.reached(), signals.signal_name)\n')
+  script = ('import os, signal, time\n'
+            'import jax\n'
+            f'jax.distributed.initialize("127.0.0.1:{free_port()}", 1, 0)\n'
+            'from vit_jax.runtime import preemption\n'
+            'signals = preemption.Preemption()\n'
+            'os.kill(os.getpid(), signal.SIGTERM)\n'
+            'deadline = time.monotonic() + 10\n'
+            'while not signals.reached() and time.monotonic() < deadline:\n'
+            '  time.sleep(0.01)\n'
+            'print(signals.reached(), signals.signal_name)\n')
   process = subprocess.run([sys.executable, '-c', script], capture_output=True,
                            text=True, timeout=120, check=False,
                            env={**os.environ, 'JAX_PLATFORMS': 'cpu'})

@@ -23,8 +23,10 @@ def _wait_until_received(count: int):
 
 
 def _handlers():
-  return {signum: signal.getsignal(signum)
-          for signum in (signal.SIGTERM, signal.SIGINT)}
+  return {
+      signum: signal.getsignal(signum)
+      for signum in (signal.SIGTERM, signal.SIGINT)
+  }
 
 
 def test_signals_are_recorded_until_released(capfd):
@@ -51,7 +53,8 @@ def test_signals_are_recorded_until_released(capfd):
 @pytest.mark.parametrize('signum, line', [
     (signal.SIGTERM, 'SIGTERM: stopping once the steps in flight are saved.'),
     (signal.SIGINT, 'Ctrl-C: stopping once the steps in flight are saved; '
-                    'press Ctrl-C again to stop at once, without saving.')])
+     'press Ctrl-C again to stop at once, without saving.')
+])
 def test_once_training_the_first_signal_says_the_steps_are_saved(
     capfd, signum, line):
   stop_signals.catch()
@@ -76,15 +79,14 @@ def test_a_second_ctrl_c_exits_at_once_in_one_line():
   """Even while the main thread is inside one long native call, where no
   Python-level handler runs (here: a product of large matrices, as XLA's
   compiler is for a big model)."""
-  process = subprocess.Popen(
-      [sys.executable, '-c',
-       'import numpy as np\n'
-       'from vit_jax.runtime import stop_signals\n'
-       'stop_signals.catch()\n'
-       'a = np.ones((6000, 6000))\n'
-       'print("caught", flush=True)\n'
-       'a @ a\n'],
-      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+  process = subprocess.Popen([
+      sys.executable, '-c', 'import numpy as np\n'
+      'from vit_jax.runtime import stop_signals\n'
+      'stop_signals.catch()\n'
+      'a = np.ones((6000, 6000))\n'
+      'print("caught", flush=True)\n'
+      'a @ a\n'
+  ], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
   assert process.stdout.readline() == 'caught\n'
   process.send_signal(signal.SIGINT)
   time.sleep(0.2)
@@ -97,11 +99,10 @@ def test_a_second_ctrl_c_exits_at_once_in_one_line():
 
 @pytest.mark.parametrize('command, flags, what', [
     ('vit_jax.benchmark', ('--model=ViT-Tiny-CIFAR_4', '--image_size=32',
-                           '--batch_size=8', '--steps=100'),
-     'the benchmark'),
-    ('vit_jax.benchmark_input', ('--dataset=image_folder', '--image_size=16',
-                                 '--batch_size=2', '--steps=2000'),
-     'the input benchmark'),
+                           '--batch_size=8', '--steps=100'), 'the benchmark'),
+    ('vit_jax.benchmark_input',
+     ('--dataset=image_folder', '--image_size=16', '--batch_size=2',
+      '--steps=2000'), 'the input benchmark'),
 ])
 def test_a_command_with_nothing_to_save_stops_at_once_in_one_line(
     tmp_path, command, flags, what):
@@ -110,24 +111,25 @@ def test_a_command_with_nothing_to_save_stops_at_once_in_one_line(
     for split, count in (('train', 4002), ('test', 1)):
       (tmp_path / split / 'a').mkdir(parents=True)
       for i in range(count):
-        (tmp_path / split / 'a' / f'{i}.png').write_bytes(png(
-            np.full((8, 8, 3), i % 256, np.uint8)))
+        (tmp_path / split / 'a' / f'{i}.png').write_bytes(
+            png(np.full((8, 8, 3), i % 256, np.uint8)))
     flags += (f'--data_dir={tmp_path}',)
-  process = subprocess.Popen(
-      [sys.executable, '-m', command, *flags],
-      cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+  process = subprocess.Popen([sys.executable, '-m', command, *flags], cwd=ROOT,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                             text=True)
   first = process.stderr.readline()  # jax has started
   process.send_signal(signal.SIGINT)
   _, stderr = process.communicate(timeout=60)
-  assert process.returncode == stop_signals.INTERRUPTED_EXIT_STATUS, (
-      first + stderr)
+  assert process.returncode == stop_signals.INTERRUPTED_EXIT_STATUS, (first +
+                                                                      stderr)
   assert stderr.strip().splitlines()[-1] == (
       f'Ctrl-C: stopped {what}; it measured nothing.')
   assert 'Traceback' not in first + stderr
 
 
-_AT_ONCE = ('from vit_jax.runtime import stop_signals\n'
-            "stop_signals.catch(at_once='stopped the test; it wrote nothing')\n")
+_AT_ONCE = (
+    'from vit_jax.runtime import stop_signals\n'
+    "stop_signals.catch(at_once='stopped the test; it wrote nothing')\n")
 
 
 def _stop_at_once(script: str, ready: str):
@@ -182,14 +184,14 @@ def _with_ctrl_c_ignored(command: list[str]) -> list[str]:
 def test_a_command_started_with_ctrl_c_ignored_keeps_it_ignored():
   """As `nohup cmd &` and a script's background jobs start it: the Ctrl-C
   meant for the foreground passes it by; SIGTERM stops it."""
-  process = subprocess.Popen(_with_ctrl_c_ignored(
-      [sys.executable, '-c',
-       'import time\n'
-       'from vit_jax.runtime import stop_signals\n'
-       'stop_signals.catch(at_once="stopped the test")\n'
-       'print("caught", flush=True)\n'
-       'time.sleep(60)\n']), stdout=subprocess.PIPE,
-      stderr=subprocess.PIPE, text=True)
+  process = subprocess.Popen(
+      _with_ctrl_c_ignored([
+          sys.executable, '-c', 'import time\n'
+          'from vit_jax.runtime import stop_signals\n'
+          'stop_signals.catch(at_once="stopped the test")\n'
+          'print("caught", flush=True)\n'
+          'time.sleep(60)\n'
+      ]), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
   assert process.stdout.readline() == 'caught\n'
   process.send_signal(signal.SIGINT)
   with pytest.raises(subprocess.TimeoutExpired):
@@ -202,9 +204,11 @@ def test_a_command_started_with_ctrl_c_ignored_keeps_it_ignored():
 def test_the_signal_tests_pass_in_a_suite_started_with_ctrl_c_ignored():
   """They assume no handler they inherit (conftest gives the commands they
   start Python's, as at a terminal)."""
-  suite = subprocess.run(_with_ctrl_c_ignored(
-      [sys.executable, '-m', 'pytest', '-q', '-n', '0', '-p',
-       'no:cacheprovider', '-k', 'not suite_started_with_ctrl_c_ignored',
-       'tests/test_runtime_stop_signals.py', 'tests/test_runtime_preemption.py']),
-      cwd=ROOT, capture_output=True, text=True, timeout=300, check=False)
+  suite = subprocess.run(
+      _with_ctrl_c_ignored([
+          sys.executable, '-m', 'pytest', '-q', '-n', '0', '-p',
+          'no:cacheprovider', '-k', 'not suite_started_with_ctrl_c_ignored',
+          'tests/test_runtime_stop_signals.py',
+          'tests/test_runtime_preemption.py'
+      ]), cwd=ROOT, capture_output=True, text=True, timeout=300, check=False)
   assert suite.returncode == 0, suite.stdout[-3000:]

@@ -28,8 +28,7 @@ def test_a_second_holder_is_refused_with_the_first_named(tmp_path):
     pass
 
 
-def test_a_workdir_created_for_nothing_is_removed_and_others_are_kept(
-    tmp_path):
+def test_a_workdir_created_for_nothing_is_removed_and_others_are_kept(tmp_path):
   with workdir_lock.WorkdirLock(tmp_path / 'new' / 'run'):
     assert (tmp_path / 'new' / 'run' / 'lock').exists()
   assert not (tmp_path / 'new').exists()
@@ -41,14 +40,13 @@ def test_a_workdir_created_for_nothing_is_removed_and_others_are_kept(
 
 
 def test_a_lock_left_by_a_killed_process_is_taken_over_at_once(tmp_path):
-  holder = subprocess.Popen(
-      [sys.executable, '-c',
-       'import sys, time\n'
-       'from vit_jax.runtime import workdir_lock\n'
-       f'workdir_lock.WorkdirLock({str(tmp_path)!r}).acquire()\n'
-       'print("held", flush=True)\n'
-       'time.sleep(600)\n'],
-      stdout=subprocess.PIPE, text=True)
+  holder = subprocess.Popen([
+      sys.executable, '-c', 'import sys, time\n'
+      'from vit_jax.runtime import workdir_lock\n'
+      f'workdir_lock.WorkdirLock({str(tmp_path)!r}).acquire()\n'
+      'print("held", flush=True)\n'
+      'time.sleep(600)\n'
+  ], stdout=subprocess.PIPE, text=True)
   assert holder.stdout.readline() == 'held\n'
   with pytest.raises(WorkdirError, match=f'process {holder.pid} on'):
     workdir_lock.WorkdirLock(tmp_path).acquire()
@@ -61,8 +59,10 @@ def test_a_lock_left_by_a_killed_process_is_taken_over_at_once(tmp_path):
 def _lock_of_another_host(workdir, renewed_seconds_ago):
   workdir.mkdir()
   lock = workdir / 'lock'
-  lock.write_text(json.dumps({'host': 'elsewhere', 'pid': 7,
-                              'since': '2026-11-25T08:00:00+00:00'}))
+  lock.write_text(
+      json.dumps({
+          'host': 'elsewhere', 'pid': 7, 'since': '2026-11-25T08:00:00+00:00'
+      }))
   renewed = time.time() - renewed_seconds_ago
   os.utime(lock, (renewed, renewed))
 
@@ -70,10 +70,10 @@ def _lock_of_another_host(workdir, renewed_seconds_ago):
 def test_another_hosts_renewed_lock_is_refused_until_it_lapses(tmp_path):
   """Where flock does not reach across hosts, the renewal time does."""
   _lock_of_another_host(tmp_path / 'fresh', renewed_seconds_ago=5)
-  with pytest.raises(WorkdirError,
-                     match=r'\(process 7 on elsewhere, since 2026-11-25T08:00'
-                     r':00\+00:00, renewed 5 s ago; if that run is gone, its '
-                     r'lock lapses 55 s from now\)'):
+  with pytest.raises(
+      WorkdirError, match=r'\(process 7 on elsewhere, since 2026-11-25T08:00'
+      r':00\+00:00, renewed 5 s ago; if that run is gone, its '
+      r'lock lapses 55 s from now\)'):
     workdir_lock.WorkdirLock(tmp_path / 'fresh').acquire()
   assert 'elsewhere' in (tmp_path / 'fresh' / 'lock').read_text()
 

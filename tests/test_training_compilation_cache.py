@@ -41,20 +41,23 @@ def test_runs_share_a_cache_and_a_rerun_compiles_from_it(tmp_path):
   writing it), a fourth removes it with a line and compiles it again, and
   a fifth loads what it wrote. All five train alike."""
   data_dir = tmp_path / 'data'
-  write_cifar_binary(data_dir / 'cifar-10-batches-bin', {
-      'data_batch_1.bin': random_cifar(80, 10, seed=1),
-      'test_batch.bin': random_cifar(37, 10, seed=3)})
+  write_cifar_binary(
+      data_dir / 'cifar-10-batches-bin', {
+          'data_batch_1.bin': random_cifar(80, 10, seed=1),
+          'test_batch.bin': random_cifar(37, 10, seed=3)
+      })
   config_file = write_process_config(tmp_path, data_dir)
   cache = tmp_path / 'cache'
-  flags = (f'--config.compilation_cache_dir={cache}',
-           '--config.total_steps=8')
+  flags = (f'--config.compilation_cache_dir={cache}', '--config.total_steps=8')
 
   def run(*names):
-    processes = [start_main(config_file, tmp_path / name,
-                            tmp_path / f'{name}.log', *flags)
-                 for name in names]
+    processes = [
+        start_main(config_file, tmp_path / name, tmp_path / f'{name}.log',
+                   *flags) for name in names
+    ]
     assert wait_all(processes) == [0] * len(names), [
-        (tmp_path / f'{name}.log').read_text()[-2000:] for name in names]
+        (tmp_path / f'{name}.log').read_text()[-2000:] for name in names
+    ]
 
   run('first', 'second')
   assert any(cache.iterdir())
@@ -65,8 +68,9 @@ def test_runs_share_a_cache_and_a_rerun_compiles_from_it(tmp_path):
   entry.write_bytes(entry.read_bytes()[:entry.stat().st_size // 2])
   run('fourth')
   log = (tmp_path / 'fourth.log').read_text()
-  assert _compiled_line(tmp_path / 'fourth.log').endswith(
-      's (eval step from the compilation cache).')
+  assert _compiled_line(
+      tmp_path /
+      'fourth.log').endswith('s (eval step from the compilation cache).')
   assert 'Traceback' not in log and 'warnings.warn' not in log
   assert (f'The compilation cache {cache} held an entry of jit_train_steps '
           'that does not load (a run killed while writing it?): removed, '

@@ -32,12 +32,11 @@ def test_many_steps_per_call_train_as_one_step_per_call(cifar10_binary,
   monkeypatch.setattr(dispatch, 'MAX_SECONDS', 1e9)  # no time limit
   made = {}
   run = dispatch.Dispatcher.run
-  monkeypatch.setattr(dispatch.Dispatcher, 'run',
-                      lambda self, state, sums, batches: (
-                          made[name].append(len(batches)),
-                          run(self, state, sums, batches))[1])
-  for name, per_call, log_every in (('one', 1, 7), ('many', 5, 7),
-                                    ('split', 5, 1)):
+  monkeypatch.setattr(
+      dispatch.Dispatcher, 'run', lambda self, state, sums, batches:
+      (made[name].append(len(batches)), run(self, state, sums, batches))[1])
+  for name, per_call, log_every in (('one', 1, 7), ('many', 5, 7), ('split', 5,
+                                                                    1)):
     config = tiny_config(data_dir, total_steps=17, log_every_steps=log_every,
                          eval_every_steps=8, checkpoint_every_steps=16,
                          steps_per_dispatch=per_call)
@@ -117,17 +116,20 @@ def test_at_most_two_calls_are_in_flight():
   assert time.perf_counter() - start >= 0.4
 
 
-@pytest.mark.parametrize('resumed', [
-    False, pytest.param(True, marks=pytest.mark.slow)])  # +25 s: two runs
-def test_a_stop_signal_ends_the_run_within_its_calls_in_flight(tmp_path,
-                                                               resumed):
+@pytest.mark.parametrize(
+    'resumed',
+    [False, pytest.param(True, marks=pytest.mark.slow)])  # +25 s: two runs
+def test_a_stop_signal_ends_the_run_within_its_calls_in_flight(
+    tmp_path, resumed):
   """Nothing scheduled for 600 steps, so calls are as long as a second of
   steps allows: SIGTERM is acted on when the calls in flight end, within
   seconds, and the resumed run equals the uninterrupted one (`resumed`,
   slow; by default test_faults resumes runs of one step per call)."""
-  write_cifar_binary(tmp_path / 'data' / 'cifar-10-batches-bin', {
-      'data_batch_1.bin': random_cifar(80, 10, seed=1),
-      'test_batch.bin': random_cifar(37, 10, seed=3)})
+  write_cifar_binary(
+      tmp_path / 'data' / 'cifar-10-batches-bin', {
+          'data_batch_1.bin': random_cifar(80, 10, seed=1),
+          'test_batch.bin': random_cifar(37, 10, seed=3)
+      })
   config_file = write_process_config(tmp_path, tmp_path / 'data')
   flags = ('--config.total_steps=600', '--config.steps_per_dispatch=600',
            '--config.checkpoint_every_steps=600',

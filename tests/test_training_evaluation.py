@@ -14,6 +14,7 @@ from vit_jax.errors import ConfigError
 from vit_jax.training import evaluation
 from vit_jax.training import train
 
+
 def _logged_test(workdir) -> dict:
   return [r for r in history(workdir) if 'test_accuracy' in r][-1]
 
@@ -41,24 +42,25 @@ def test_a_run_with_a_moving_average_evaluates_and_reads_back_the_average(
   assert result['loss'] == pytest.approx(logged['test_loss'], rel=1e-5)
   with run_checkpoints.RunCheckpoints(tmp_path / 'checkpoints') as saved:
     state = saved.restore(6).state
-  jax.tree.map(np.testing.assert_array_equal, reading.load_run(tmp_path).params,
-               state['ema_params'])
+  jax.tree.map(np.testing.assert_array_equal,
+               reading.load_run(tmp_path).params, state['ema_params'])
   assert not np.array_equal(state['ema_params']['head']['bias'],
                             state['params']['head']['bias'])
   # Fine-tuned with an average of its own, which starts from the run's
   # (the train step donates both copies).
   tuned = tiny_config(data_dir, total_steps=2, ema_decay=0.9,
                       init_from=str(tmp_path))
-  assert np.isfinite(train.train_and_evaluate(
-      tuned, tmp_path / 'tuned')['best_test_accuracy'])
+  assert np.isfinite(
+      train.train_and_evaluate(tuned, tmp_path / 'tuned')['best_test_accuracy'])
 
 
 def test_a_moving_average_beside_batchnorm_statistics_is_one_line(
     cifar10_binary, tmp_path):
   data_dir, _ = cifar10_binary
   config = tiny_config(data_dir, 'simple_cnn', total_steps=1, ema_decay=0.9)
-  with pytest.raises(ConfigError, match=r'config.ema_decay=0.9 averages the '
-                     r'parameters only, and SimpleCNN also keeps BatchNorm'):
+  with pytest.raises(
+      ConfigError, match=r'config.ema_decay=0.9 averages the '
+      r'parameters only, and SimpleCNN also keeps BatchNorm'):
     train.train_and_evaluate(config, tmp_path)
 
 
@@ -72,10 +74,11 @@ def test_a_file_without_a_config_or_of_another_size_is_one_line(
     evaluation.evaluate(npz)
   config = trained_vit_config(data_dir)
   config.image_size = 32
-  with pytest.raises(ConfigError, match=r'config.image_size=32, but the '
-                     r'position embeddings of .* were trained for 24x24 '
-                     r'images: pass --config.image_size=24, or '
-                     '--released_preprocessing'):
+  with pytest.raises(
+      ConfigError, match=r'config.image_size=32, but the '
+      r'position embeddings of .* were trained for 24x24 '
+      r'images: pass --config.image_size=24, or '
+      '--released_preprocessing'):
     evaluation.evaluate(npz, config=config)
   # An .npz states no normalization: the released models' (pixels in
   # [-1, 1]) at the resolution of the position embeddings.

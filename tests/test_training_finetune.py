@@ -29,20 +29,21 @@ def test_fine_tunes_a_run_at_a_higher_resolution(trained_vit_run, tmp_path):
                        grad_accumulation_steps=2)
   config.model_overrides.num_layers = 2
   fresh = vit_params(32, 10, num_layers=2, hidden_size=16, num_heads=2,
-                  mlp_dim=32, patch_size=8)
+                     mlp_dim=32, patch_size=8)
   start = finetune.pretrained_params(config, fresh)
   pretrained = reading.load_run(workdir).params
   np.testing.assert_array_equal(
       start['Transformer']['encoderblock_1']['LayerNorm_0']['scale'],
       pretrained['Transformer']['encoderblock_1']['LayerNorm_0']['scale'])
-  assert start['Transformer']['posembed_input']['pos_embedding'].shape == (
-      1, 17, 16)
+  assert start['Transformer']['posembed_input']['pos_embedding'].shape == (1,
+                                                                           17,
+                                                                           16)
   summary = train.train_and_evaluate(config, tmp_path)
   assert np.isfinite(summary['best_test_accuracy'])
 
 
-def test_a_bad_init_from_is_a_config_error_before_writing(cifar10_binary,
-                                                          tmp_path):
+def test_a_bad_init_from_is_a_config_error_before_writing(
+    cifar10_binary, tmp_path):
   data_dir, _ = cifar10_binary
   config = tiny_config(data_dir, init_from=str(tmp_path / 'missing'))
   with pytest.raises(config_schema.ConfigError, match='config.init_from='):
@@ -52,7 +53,7 @@ def test_a_bad_init_from_is_a_config_error_before_writing(cifar10_binary,
 
 @pytest.mark.slow  # ~35 s: a 12-layer ViT at 577 tokens
 def test_released_vit_ti_16_fine_tunes_at_384_from_224(cifar10_binary,
-                                                         tmp_path):
+                                                       tmp_path):
   # A ViT-Ti_16 .npz in the released layout (224x224, 21k classes, with
   # pre_logits), fine-tuned at 384x384 for 10 classes by config alone.
   data_dir, _ = cifar10_binary
@@ -63,20 +64,20 @@ def test_released_vit_ti_16_fine_tunes_at_384_from_224(cifar10_binary,
       lambda s: rng.normal(0, 0.02, s.shape).astype(np.float32), shapes)
   npz.save_npz(params, tmp_path / 'ViT-Ti_16.npz')
 
-  config = tiny_config(data_dir, model='ViT-Ti_16',
-                       init_from=str(tmp_path / 'ViT-Ti_16.npz'),
-                       image_size=384, batch_size=2, eval_batch_size=2,
-                       train_examples=2, test_examples=2, num_epochs=1,
-                       optimizer='sgd', weight_decay=0.0, grad_clip_norm=1.0,
-                       learning_rate=0.01)
+  config = tiny_config(data_dir, model='ViT-Ti_16', init_from=str(
+      tmp_path / 'ViT-Ti_16.npz'), image_size=384, batch_size=2,
+                       eval_batch_size=2, train_examples=2, test_examples=2,
+                       num_epochs=1, optimizer='sgd', weight_decay=0.0,
+                       grad_clip_norm=1.0, learning_rate=0.01)
   config.model_overrides = {}  # the registered ViT-Ti_16
   summary = train.train_and_evaluate(config, tmp_path / 'run')
   assert summary['epochs'] == 1
   tuned = reading.load_run(tmp_path / 'run').params
   assert 'pre_logits' not in tuned
   assert tuned['head']['kernel'].shape == (192, 10)
-  assert tuned['Transformer']['posembed_input']['pos_embedding'].shape == (
-      1, 577, 192)
+  assert tuned['Transformer']['posembed_input']['pos_embedding'].shape == (1,
+                                                                           577,
+                                                                           192)
   # The one step ran at the warmup's learning rate 0, so the run holds the
   # fitted checkpoint itself: same filters, class-token position kept.
   np.testing.assert_array_equal(tuned['embedding']['kernel'],
@@ -91,7 +92,8 @@ def test_released_vit_ti_16_fine_tunes_at_384_from_224(cifar10_binary,
     pytest.param(dict(classifier='map'), marks=pytest.mark.slow),
     dict(distillation_token=True),
     pytest.param(dict(posemb='learned'), marks=pytest.mark.slow),
-    dict(scan=True, remat='full')])
+    dict(scan=True, remat='full')
+])
 def test_any_vit_fine_tunes_at_a_new_resolution(overrides, tmp_path, caplog):
   # The prefix tokens ([CLS], the distillation token, none) are counted by
   # the model, so the patch grid is resized whatever the head, which the
@@ -101,18 +103,17 @@ def test_any_vit_fine_tunes_at_a_new_resolution(overrides, tmp_path, caplog):
   fields = dict(num_layers=1, hidden_size=8, num_heads=2, mlp_dim=16,
                 **overrides)
   npz.save_npz(vit_params(16, 10, **fields), tmp_path / 'small.npz')
-  config = tiny_config('', init_from=str(tmp_path / 'small.npz'),
-                       image_size=24)
+  config = tiny_config('', init_from=str(tmp_path / 'small.npz'), image_size=24)
   config.model_overrides = fields
   model = models.from_config(config, num_classes=10)
-  start = finetune.pretrained_params(config, vit_params(24, 10,
-                                                               **fields))
+  start = finetune.pretrained_params(config, vit_params(24, 10, **fields))
   tokens = 36 + len(model.prefix_tokens)
   assert start['Transformer']['posembed_input']['pos_embedding'].shape == (
       1, tokens, 8)
   assert [m for m in caplog.messages if m.startswith('Resizing')] == [
       f'Resizing the position embeddings from (1, {tokens - 20}, 8) to '
-      f'(1, {tokens}, 8).']
+      f'(1, {tokens}, 8).'
+  ]
 
 
 def test_a_distilled_student_fine_tunes_from_a_vit_without_the_token(
@@ -123,8 +124,7 @@ def test_a_distilled_student_fine_tunes_from_a_vit_without_the_token(
   caplog.set_level('INFO', logger='absl')  # another test may have set it
   fields = dict(num_layers=1, hidden_size=8, num_heads=2, mlp_dim=16)
   npz.save_npz(vit_params(16, 10, **fields), tmp_path / 'plain.npz')
-  config = tiny_config('', init_from=str(tmp_path / 'plain.npz'),
-                       image_size=16)
+  config = tiny_config('', init_from=str(tmp_path / 'plain.npz'), image_size=16)
   config.model_overrides = dict(fields, distillation_token=True)
   pretrained = finetune.check_init_from(config)
   fresh = vit_params(16, 10, distillation_token=True, **fields)
@@ -137,8 +137,8 @@ def test_a_distilled_student_fine_tunes_from_a_vit_without_the_token(
 
 def test_another_architecture_is_one_line_naming_what_it_holds(tmp_path):
   shapes = params_lib.param_shapes(models.create_model('ViT-Ti_16', 10), 32)
-  npz.save_npz(jax.tree.map(lambda s: np.zeros(s.shape, s.dtype),
-                                   shapes), tmp_path / 'ViT-Ti_16.npz')
+  npz.save_npz(jax.tree.map(lambda s: np.zeros(s.shape, s.dtype), shapes),
+               tmp_path / 'ViT-Ti_16.npz')
   config = tiny_config('', init_from=str(tmp_path / 'ViT-Ti_16.npz'))
   expected = (
       f"config.init_from='{tmp_path}/ViT-Ti_16.npz' holds a ViT with hidden "
@@ -152,28 +152,31 @@ def test_another_architecture_is_one_line_naming_what_it_holds(tmp_path):
     finetune.check_init_from(config)
   assert str(checked.value) == expected
   with pytest.raises(config_schema.ConfigError) as loaded:
-    finetune.pretrained_params(config, vit_params(
-        32, 10, hidden_size=16, mlp_dim=32, patch_size=8))
+    finetune.pretrained_params(
+        config, vit_params(32, 10, hidden_size=16, mlp_dim=32, patch_size=8))
   assert str(loaded.value) == expected
   cnn = tiny_config('', 'simple_cnn', init_from=str(tmp_path / 'ViT-Ti_16.npz'))
-  with pytest.raises(config_schema.ConfigError,
-                     match=r"holds a ViT with .* \(ViT-Ti_16\), but this run's "
-                     r"model \(config.model='SimpleCNN' with its "
-                     r'model_overrides\) is a model that is no ViT: '):
+  with pytest.raises(
+      config_schema.ConfigError,
+      match=r"holds a ViT with .* \(ViT-Ti_16\), but this run's "
+      r"model \(config.model='SimpleCNN' with its "
+      r'model_overrides\) is a model that is no ViT: '):
     finetune.check_init_from(cnn)
 
 
-@pytest.mark.parametrize('content', [b'not a zip', pickle.dumps({'a': 1})],
+@pytest.mark.parametrize('content',
+                         [b'not a zip', pickle.dumps({'a': 1})],
                          ids=['text', 'pickle'])
 def test_a_file_that_is_no_npz_is_one_line_without_pickle_advice(
     tmp_path, content):
   (tmp_path / 'file.npz').write_bytes(content)
   config = tiny_config('', init_from=str(tmp_path / 'file.npz'))
-  with pytest.raises(config_schema.ConfigError,
-                     match=r"^config.init_from='.*/file.npz': .*file.npz is "
-                     r'not a .npz file \(a zip archive of arrays\): pass a '
-                     r'released ViT .npz or the --workdir of a `vit_jax.main` '
-                     r'run\.$') as error:
+  with pytest.raises(
+      config_schema.ConfigError,
+      match=r"^config.init_from='.*/file.npz': .*file.npz is "
+      r'not a .npz file \(a zip archive of arrays\): pass a '
+      r'released ViT .npz or the --workdir of a `vit_jax.main` '
+      r'run\.$') as error:
     finetune.check_init_from(config)
   assert 'pickle' not in str(error.value)
 
@@ -181,14 +184,12 @@ def test_a_file_that_is_no_npz_is_one_line_without_pickle_advice(
 def test_what_the_check_read_is_what_fine_tuning_starts_from(tmp_path):
   fields = dict(num_layers=1, hidden_size=8, num_heads=2, mlp_dim=16)
   npz.save_npz(vit_params(16, 10, **fields), tmp_path / 'small.npz')
-  config = tiny_config('', init_from=str(tmp_path / 'small.npz'),
-                       image_size=24)
+  config = tiny_config('', init_from=str(tmp_path / 'small.npz'), image_size=24)
   config.model_overrides = fields
   pretrained = finetune.check_init_from(config)
   fresh = vit_params(24, 10, **fields)
-  assert_trees_identical(
-      finetune.pretrained_params(config, fresh, pretrained),
-      finetune.pretrained_params(config, fresh))
+  assert_trees_identical(finetune.pretrained_params(config, fresh, pretrained),
+                         finetune.pretrained_params(config, fresh))
 
 
 @pytest.mark.parametrize('format_name', ['timm', 'hf'])
@@ -198,8 +199,7 @@ def test_init_from_takes_timm_and_transformers_folders(tmp_path, format_name,
   params = vit_params(16, 10, **fields)
   npz.save_npz(params, tmp_path / 'small.npz')
   export.convert(tmp_path / 'small.npz', tmp_path / format_name, format_name)
-  config = tiny_config('', init_from=str(tmp_path / format_name),
-                       image_size=16)
+  config = tiny_config('', init_from=str(tmp_path / format_name), image_size=16)
   config.model_overrides = fields
   assert_trees_identical(finetune.check_init_from(config), params)
   # The folder states the released models' [-1, 1]; the study's config

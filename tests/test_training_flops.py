@@ -9,8 +9,8 @@ from vit_jax.training import flops
 
 
 def test_matmul_flops_of_a_dense_and_a_conv():
-  dense = jax.make_jaxpr(lambda x, w: x @ w)(jnp.ones((8, 16)),
-                                              jnp.ones((16, 4)))
+  dense = jax.make_jaxpr(lambda x, w: x @ w)(jnp.ones((8, 16)), jnp.ones(
+      (16, 4)))
   assert flops.matmul_flops(dense.jaxpr) == 2 * 8 * 16 * 4
 
   conv = nn.Conv(6, (3, 3), strides=(2, 2), padding='VALID')
@@ -22,19 +22,21 @@ def test_matmul_flops_of_a_dense_and_a_conv():
 
 def test_vit_tiny_forward_flops_match_the_analytic_count():
   model = create_model('ViT-Tiny-CIFAR_4', 10)
-  variables = jax.eval_shape(lambda: model.init(
-      jax.random.key(0), jnp.zeros((1, 32, 32, 3)), train=False))
+  variables = jax.eval_shape(lambda: model.init(jax.random.key(
+      0), jnp.zeros((1, 32, 32, 3)), train=False))
   tokens, hidden, mlp = 65, 128, 512
-  per_layer = (2 * tokens * hidden * 4 * hidden  # q, k, v, out projections
-               + 2 * 2 * tokens * tokens * hidden  # logits and weighted sum
-               + 2 * 2 * tokens * hidden * mlp)  # MLP
-  expected = (2 * 64 * 48 * hidden  # patch embedding
-              + 6 * per_layer + 2 * hidden * 10)  # blocks, head
+  per_layer = (
+      2 * tokens * hidden * 4 * hidden  # q, k, v, out projections
+      + 2 * 2 * tokens * tokens * hidden  # logits and weighted sum
+      + 2 * 2 * tokens * hidden * mlp)  # MLP
+  expected = (
+      2 * 64 * 48 * hidden  # patch embedding
+      + 6 * per_layer + 2 * hidden * 10)  # blocks, head
   assert flops.forward_flops_per_image(model, variables, 32) == expected
   # Scanned, the one block traced counts once per layer.
   scanned = model.clone(scan=True, remat='full')
-  variables = jax.eval_shape(lambda: scanned.init(
-      jax.random.key(0), jnp.zeros((1, 32, 32, 3)), train=False))
+  variables = jax.eval_shape(lambda: scanned.init(jax.random.key(
+      0), jnp.zeros((1, 32, 32, 3)), train=False))
   assert flops.forward_flops_per_image(scanned, variables, 32) == expected
 
 

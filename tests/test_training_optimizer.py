@@ -36,24 +36,27 @@ def test_linear_decay_after_a_warmup_counted_in_steps():
 
 
 @pytest.mark.parametrize('optimizer_name', ['adamw', 'sgd'])
-@pytest.mark.parametrize('decay_on,decayed', [
-    ('all', {'kernel', 'bias', 'scale', 'pos_embedding'}),
-    ('kernels', {'kernel'}),
-])
-def test_weight_decay_applies_to_the_parameters_named(optimizer_name,
-                                                      decay_on, decayed):
+@pytest.mark.parametrize('decay_on,decayed',
+                         [('all', {'kernel', 'bias', 'scale', 'pos_embedding'}),
+                          ('kernels', {'kernel'}),])
+def test_weight_decay_applies_to_the_parameters_named(optimizer_name, decay_on,
+                                                      decayed):
   """With zero gradients, a step moves exactly the decayed parameters."""
   config = tiny_config('', optimizer=optimizer_name, weight_decay=0.5,
                        weight_decay_on=decay_on)
-  params = {'Dense_0': {'kernel': jnp.ones((2, 3)), 'bias': jnp.ones(3)},
-            'LayerNorm_0': {'scale': jnp.ones(3)},
-            'posembed_input': {'pos_embedding': jnp.ones((1, 4, 3))}}
+  params = {
+      'Dense_0': {'kernel': jnp.ones((2, 3)),
+                  'bias': jnp.ones(3)}, 'LayerNorm_0': {'scale': jnp.ones(3)},
+      'posembed_input': {'pos_embedding': jnp.ones((1, 4, 3))}
+  }
   tx = optimizer.create_optimizer(config, lambda step: 0.1)
-  updates, _ = tx.update(jax.tree.map(jnp.zeros_like, params),
-                         tx.init(params), params)
-  moved = {path[-1].key for path, update in
-           jax.tree_util.tree_leaves_with_path(updates)
-           if np.any(np.asarray(update) != 0)}
+  updates, _ = tx.update(jax.tree.map(jnp.zeros_like, params), tx.init(params),
+                         params)
+  moved = {
+      path[-1].key
+      for path, update in jax.tree_util.tree_leaves_with_path(updates)
+      if np.any(np.asarray(update) != 0)
+  }
   assert moved == decayed
 
 

@@ -19,7 +19,7 @@ def test_epochs_become_steps_and_intervals_default_to_an_epoch():
 
 def test_an_epochs_checkpoint_waits_its_seconds_one_set_in_steps_does_not():
   assert plan.checkpoint_min_seconds(tiny_config('')) == 30
-  assert plan.checkpoint_min_seconds(
-      tiny_config('', checkpoint_min_seconds=0)) == 0
-  assert plan.checkpoint_min_seconds(
-      tiny_config('', checkpoint_every_steps=50)) == 0
+  assert plan.checkpoint_min_seconds(tiny_config('',
+                                                 checkpoint_min_seconds=0)) == 0
+  assert plan.checkpoint_min_seconds(tiny_config(
+      '', checkpoint_every_steps=50)) == 0

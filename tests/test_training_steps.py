@@ -51,8 +51,8 @@ def test_the_moving_average_follows_the_parameters():
                     key=jax.random.key(t))
     # TensorFlow's warm-up: min(decay, (1 + t) / (10 + t)) after step t.
     decay = min(0.5, (1 + t) / (10 + t))
-    expected = jax.tree.map(lambda e, p, d=decay: d * e + (1 - d) * p,
-                            expected, state.params)
+    expected = jax.tree.map(lambda e, p, d=decay: d * e + (1 - d) * p, expected,
+                            state.params)
   jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, atol=1e-6),
                state.ema_params, expected)
 
@@ -91,21 +91,22 @@ def test_a_rematerialized_step_is_the_same_step_keeping_less():
     config = tiny_config('')  # dropout 0.1
     config.model_overrides = dict(config.model_overrides, num_layers=2,
                                   remat=remat)
-    inputs = on_device.OnDeviceInput(sources.Dataset(split, split, 10),
-                                     config, mesh)
+    inputs = on_device.OnDeviceInput(sources.Dataset(split, split, 10), config,
+                                     mesh)
     model = models.from_config(config, num_classes=10)
     tx = optimizer.create_optimizer(config, lambda step: 1e-3)
     state = steps.initial_state(jax.random.key(0), model, tx, 32, mesh)
     sums = steps.zero_sums(sharding.replicated(mesh))
     args = (state, sums, inputs.train_data, batch, jax.random.key(1))
-    train = jax.jit(steps.make_train_step(config, inputs)).lower(
-        *args).compile(steps.compiler_options(config))
+    train = jax.jit(steps.make_train_step(config, inputs)).lower(*args).compile(
+        steps.compiler_options(config))
     state, sums = train(*args)
     results[remat] = (state.params, float(sums['loss']),
                       train.memory_analysis().temp_size_in_bytes,
                       steps.compiler_options(config))
-  (plain, plain_loss, plain_temp, plain_options), (
-      rematted, loss, temp, options) = results['none'], results['full']
+  (plain, plain_loss, plain_temp,
+   plain_options), (rematted, loss, temp,
+                    options) = results['none'], results['full']
   assert loss == pytest.approx(plain_loss, rel=1e-6)
   for a, b in zip(jax.tree.leaves(rematted), jax.tree.leaves(plain)):
     np.testing.assert_allclose(a, b, atol=1e-6)
@@ -144,8 +145,7 @@ def test_mixup_and_cutmix_train_on_mixed_targets_and_count_own_labels():
     return x, y, mixed, logits, optax.softmax_cross_entropy(logits,
                                                             targets).sum()
 
-  x, y, mixed, logits, expected = expected_step(inputs.train_data,
-                                                state.params)
+  x, y, mixed, logits, expected = expected_step(inputs.train_data, state.params)
   assert not np.allclose(mixed, x)
   np.testing.assert_allclose(metrics['loss'], expected, rtol=1e-5)
   assert metrics['correct'] == np.sum(np.argmax(logits, -1) == y)
@@ -166,10 +166,11 @@ def test_bfloat16_training_stays_close_to_float32():
           key=jax.random.key(1))
       losses[dtype].append(float(metrics['loss'] / metrics['count']))
     # Parameters and optimizer state stay float32.
-    assert {leaf.dtype for leaf in jax.tree.leaves(state.params)} == {
-        np.dtype('float32')}
-    assert {leaf.dtype for leaf in jax.tree.leaves(state.opt_state)
-            if leaf.ndim} == {np.dtype('float32')}
+    assert {leaf.dtype
+            for leaf in jax.tree.leaves(state.params)} == {np.dtype('float32')}
+    assert {
+        leaf.dtype for leaf in jax.tree.leaves(state.opt_state) if leaf.ndim
+    } == {np.dtype('float32')}
   np.testing.assert_allclose(losses['bfloat16'], losses['float32'], rtol=0.02)
 
 
@@ -180,8 +181,9 @@ def test_state_shapes_are_the_initial_state_without_computing_it():
   mesh = sharding.make_mesh()
   shapes = steps.state_shapes(jax.random.key(0), model, tx, 32, mesh)
   state = steps.initial_state(jax.random.key(0), model, tx, 32, mesh)
-  assert jax.tree.map(lambda a: (a.shape, a.dtype, a.sharding), state) == (
-      jax.tree.map(lambda a: (a.shape, a.dtype, a.sharding), shapes))
+  assert jax.tree.map(lambda a: (a.shape, a.dtype, a.sharding),
+                      state) == (jax.tree.map(
+                          lambda a: (a.shape, a.dtype, a.sharding), shapes))
 
 
 _FSDP_SCRIPT = '''
@@ -271,6 +273,6 @@ print('initialized')
 def test_a_mimetic_model_initializes_on_several_host_devices(fsdp):
   """Its SVDs deadlocked a program partitioned over 4 host devices on 2
   cores (jax 0.10.2); the state still ends up laid out as the mesh says."""
-  out = run_on_host_devices(
-      _MIMETIC_SCRIPT.format(root=str(ROOT), fsdp=fsdp), 4, timeout=120)
+  out = run_on_host_devices(_MIMETIC_SCRIPT.format(root=str(ROOT), fsdp=fsdp),
+                            4, timeout=120)
   assert out.strip().endswith('initialized')

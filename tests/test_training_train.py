@@ -39,7 +39,6 @@ from vit_jax.training import finetune
 from vit_jax.training import train
 
 
-
 def final_state(workdir, step):
   with ocp.CheckpointManager(pathlib.Path(workdir) / 'checkpoints') as manager:
     restored = manager.restore(
@@ -53,28 +52,31 @@ def final_state(workdir, step):
 _PINNED_TRAIN_LOSSES = [
     2.3025848865509033, 2.3025851249694824, 2.3031511306762695,
     2.3047778606414795, 2.30236554145813, 2.3063464164733887,
-    2.3046836853027344, 2.300473690032959]
+    2.3046836853027344, 2.300473690032959
+]
 _PINNED_TEST_LOSS = 2.3020577430725098
 
 
 def test_the_study_vit_computes_the_losses_it_always_did(tmp_path):
-  write_cifar_binary(tmp_path / 'data' / 'cifar-10-batches-bin', {
-      'data_batch_1.bin': random_cifar(128, 10, seed=11),
-      'test_batch.bin': random_cifar(40, 10, seed=12)})
+  write_cifar_binary(
+      tmp_path / 'data' / 'cifar-10-batches-bin', {
+          'data_batch_1.bin': random_cifar(128, 10, seed=11),
+          'test_batch.bin': random_cifar(40, 10, seed=12)
+      })
   config = study_config('vit')
-  config.update(dict(data_dir=str(tmp_path / 'data'),
-                     train_examples_per_file=0, test_examples=0, batch_size=32, eval_batch_size=40,
-                     total_steps=8, log_every_steps=1, eval_every_steps=8))
+  config.update(
+      dict(data_dir=str(tmp_path / 'data'), train_examples_per_file=0,
+           test_examples=0, batch_size=32, eval_batch_size=40, total_steps=8,
+           log_every_steps=1, eval_every_steps=8))
   train.train_and_evaluate(config, tmp_path / 'run')
   records = history(tmp_path / 'run')
   np.testing.assert_allclose([r['train_loss'] for r in records],
                              _PINNED_TRAIN_LOSSES, rtol=1e-6)
-  assert records[-1]['test_loss'] == pytest.approx(_PINNED_TEST_LOSS,
-                                                   rel=1e-6)
+  assert records[-1]['test_loss'] == pytest.approx(_PINNED_TEST_LOSS, rel=1e-6)
 
 
-def test_steps_set_when_it_logs_evaluates_and_checkpoints(cifar10_binary,
-                                                         tmp_path):
+def test_steps_set_when_it_logs_evaluates_and_checkpoints(
+    cifar10_binary, tmp_path):
   data_dir, _ = cifar10_binary  # 96 images: 6 steps an epoch
   config = tiny_config(data_dir, total_steps=20, log_every_steps=3,
                        eval_every_steps=8, checkpoint_every_steps=4,
@@ -83,8 +85,8 @@ def test_steps_set_when_it_logs_evaluates_and_checkpoints(cifar10_binary,
   records = history(tmp_path)
   assert [r['step'] for r in records] == [3, 6, 8, 9, 12, 15, 16, 18, 20]
   assert [r['step'] for r in records if 'test_loss' in r] == [8, 16, 20]
-  assert [r['step'] for r in records if 'train_loss' in r] == [
-      3, 6, 9, 12, 15, 18, 20]
+  assert [r['step'] for r in records
+          if 'train_loss' in r] == [3, 6, 9, 12, 15, 18, 20]
   assert records[0]['epoch'] == 0.5 and records[-1]['epoch'] == pytest.approx(
       20 / 6, abs=1e-4)
   logged = records[1]
@@ -92,9 +94,10 @@ def test_steps_set_when_it_logs_evaluates_and_checkpoints(cifar10_binary,
   assert logged['flops_per_second'] > 0 and 'peak_share' not in logged  # CPU
   with ocp.CheckpointManager(tmp_path / 'checkpoints') as manager:
     assert manager.all_steps() == [12, 16, 20]
-  assert (summary['steps'], summary['best_step']) == (20, max(
-      (r for r in records if 'test_loss' in r),
-      key=lambda r: r['test_accuracy'])['step'])
+  assert (summary['steps'], summary['best_step']) == (
+      20,
+      max((r for r in records if 'test_loss' in r),
+          key=lambda r: r['test_accuracy'])['step'])
   assert summary['device'] == jax.devices()[0].device_kind
   assert list((tmp_path / 'tensorboard' / 'training').glob('events.out.*'))
 
@@ -109,11 +112,10 @@ def test_by_default_it_logs_evaluates_and_checkpoints_once_an_epoch(
     workdir = tmp_path / str(min_seconds)
     train.train_and_evaluate(
         tiny_config(data_dir, num_epochs=3, checkpoint_min_seconds=min_seconds,
-                    keep_checkpoints=5),
-        workdir)
+                    keep_checkpoints=5), workdir)
     records = history(workdir)
-    assert [(r['step'], r['epoch']) for r in records] == [
-        (6, 1.0), (12, 2.0), (18, 3.0)]
+    assert [(r['step'], r['epoch']) for r in records] == [(6, 1.0), (12, 2.0),
+                                                          (18, 3.0)]
     assert all('train_loss' in r and 'test_loss' in r for r in records)
     with ocp.CheckpointManager(workdir / 'checkpoints') as manager:
       assert manager.all_steps() == saved
@@ -141,8 +143,8 @@ def test_resumed_mid_interval_equals_uninterrupted(cifar10_binary, tmp_path,
                final_state(tmp_path / 'whole', 14))
 
 
-def test_a_scanned_run_resumes_exactly_in_its_own_layout(cifar10_binary,
-                                                        tmp_path):
+def test_a_scanned_run_resumes_exactly_in_its_own_layout(
+    cifar10_binary, tmp_path):
   """Stacked blocks (scan), rematerialized, with dropout drawn per layer:
   orbax restores the stacked tree, and the resumed run is the whole one."""
   data_dir, _ = cifar10_binary
@@ -168,8 +170,8 @@ def test_a_scanned_run_resumes_exactly_in_its_own_layout(cifar10_binary,
     train.train_and_evaluate(config, tmp_path / 'resumed')
 
 
-def test_rerunning_a_finished_run_does_not_train_again(cifar10_binary,
-                                                       tmp_path, caplog):
+def test_rerunning_a_finished_run_does_not_train_again(cifar10_binary, tmp_path,
+                                                       caplog):
   """Nor compile: it returns the summary it had."""
   data_dir, _ = cifar10_binary
   config = tiny_config(data_dir, num_epochs=1)
@@ -195,10 +197,9 @@ def test_eval_scores_every_test_example_once(cifar10_binary, tmp_path):
   model = models.from_config(config, 10)
   params = final_state(tmp_path, 6)['params']
   logits = model.apply({'params': params},
-                       preprocess.eval_input(
-                           images, image_size=32, mean=config.pixel_mean,
-                           std=config.pixel_std),
-                       train=False)
+                       preprocess.eval_input(images, image_size=32,
+                                             mean=config.pixel_mean,
+                                             std=config.pixel_std), train=False)
   accuracy = float(np.mean(np.argmax(logits, -1) == labels))
   assert record['test_accuracy'] == pytest.approx(accuracy, abs=1e-6)
 
@@ -232,14 +233,14 @@ def test_a_run_diverging_for_steps_is_told_so_and_the_advice_works(
     cifar10_binary, tmp_path):
   data_dir, _ = cifar10_binary
   # SGD at learning rate 10: the loss grows for steps, then is not finite.
-  diverging = dict(optimizer='sgd', momentum=0.9, warmup_epochs=0,
-                   num_epochs=2, log_every_steps=1, checkpoint_every_steps=2)
+  diverging = dict(optimizer='sgd', momentum=0.9, warmup_epochs=0, num_epochs=2,
+                   log_every_steps=1, checkpoint_every_steps=2)
   config = tiny_config(data_dir, learning_rate=10.0, **diverging)
   with pytest.raises(TrainingDivergedError) as raised:
     train.train_and_evaluate(config, tmp_path / 'run')
   records = history(tmp_path / 'run')
   kept = run_checkpoints.RunCheckpoints(tmp_path / 'run' / 'checkpoints',
-                                   2).steps()[-1]
+                                        2).steps()[-1]
   before = [r for r in records if r['step'] <= kept][-1]
   assert before['train_loss'] > 1e3
   message = str(raised.value)
@@ -252,8 +253,7 @@ def test_a_run_diverging_for_steps_is_told_so_and_the_advice_works(
   # The advice, followed.
   config = tiny_config(data_dir, learning_rate=0.1, **diverging)
   train.train_and_evaluate(config, tmp_path / 'new')
-  assert all(math.isfinite(r['train_loss'])
-             for r in history(tmp_path / 'new'))
+  assert all(math.isfinite(r['train_loss']) for r in history(tmp_path / 'new'))
 
 
 _LOSS_SCRIPT = '''
@@ -274,8 +274,9 @@ def test_eight_devices_give_the_single_device_loss(cifar10_binary, tmp_path):
   records = {}
   for devices in (1, 8):
     workdir = str(tmp_path / f'devices_{devices}')
-    out = run_on_host_devices(_LOSS_SCRIPT.format(
-        root=str(ROOT), data_dir=str(data_dir), workdir=workdir), devices)
+    out = run_on_host_devices(
+        _LOSS_SCRIPT.format(root=str(ROOT), data_dir=str(data_dir),
+                            workdir=workdir), devices)
     assert json.loads(out.splitlines()[-1])[0] == devices
     records[devices] = history(workdir)[-1]
   for metric in ('train_loss', 'test_loss'):
@@ -292,7 +293,8 @@ def test_eight_devices_give_the_single_device_loss(cifar10_binary, tmp_path):
     (dict(dtype='float16'), "dtype='float16'"),
     (dict(model='ViT-Q_3'), "Unknown model 'ViT-Q_3'"),
     (dict(dataset='imagenet'), "Unknown dataset 'imagenet'"),
-    (dict(image_size=30), 'image_size=30 does not fit.*not divisible by the patch size 8'),
+    (dict(image_size=30),
+     'image_size=30 does not fit.*not divisible by the patch size 8'),
     (dict(batch_size=512), 'batch_size=512 is larger than the 96 training'),
     (dict(model_overrides={'depth': 2}), 'no field.*depth'),
     (dict(lr_decay='step'), "lr_decay='step'"),
@@ -309,27 +311,30 @@ def test_bad_input_is_a_clear_error_before_anything_is_written(
   assert not (tmp_path / 'run').exists()
 
 
-def test_a_workdir_of_another_run_is_refused_not_restored(cifar10_binary,
-                                                          tmp_path):
+def test_a_workdir_of_another_run_is_refused_not_restored(
+    cifar10_binary, tmp_path):
   data_dir, _ = cifar10_binary
   train.train_and_evaluate(tiny_config(data_dir, num_epochs=1), tmp_path)
   before = (tmp_path / 'config.json').read_text()
   other = tiny_config(data_dir, num_epochs=1, batch_size=32, image_size=24)
-  with pytest.raises(ConfigError,
-                     match=r"another config\.image_size \(32 there, 24 here\); "
-                     r"config\.batch_size \(16 there, 32 here\).*new "
-                     r'--workdir to start afresh'):
+  with pytest.raises(
+      ConfigError, match=r"another config\.image_size \(32 there, 24 here\); "
+      r"config\.batch_size \(16 there, 32 here\).*new "
+      r'--workdir to start afresh'):
     train.train_and_evaluate(other, tmp_path)
   assert (tmp_path / 'config.json').read_text() == before
   # Intervals do not change what the checkpoints mean: allowed, and recorded.
-  train.train_and_evaluate(tiny_config(data_dir, num_epochs=1,
-                                       eval_every_steps=2), tmp_path)
-  changes = [json.loads(line) for line in
-             (tmp_path / 'config_changes.jsonl').read_text().splitlines()]
-  assert changes == [{'step': 6, 'changed': {
-      'eval_every_steps': {'before': 0, 'after': 2}}}]
-  assert json.loads((tmp_path / 'config.json').read_text())[
-      'eval_every_steps'] == 2
+  train.train_and_evaluate(
+      tiny_config(data_dir, num_epochs=1, eval_every_steps=2), tmp_path)
+  changes = [
+      json.loads(line)
+      for line in (tmp_path / 'config_changes.jsonl').read_text().splitlines()
+  ]
+  assert changes == [{
+      'step': 6, 'changed': {'eval_every_steps': {'before': 0, 'after': 2}}
+  }]
+  assert json.loads(
+      (tmp_path / 'config.json').read_text())['eval_every_steps'] == 2
 
 
 # ------------------------------------------------- real processes ----------
@@ -351,9 +356,9 @@ def _train_in_two_processes(data_dir, input_pipeline_name, workdir, tmp_path):
   """Runs `trained_vit_config` in 2 processes x 1 CPU device through
   main.py's cluster flags; returns their logs."""
   config_file = tmp_path / 'config.py'
-  config_file.write_text(_TWO_PROCESS_CONFIG.format(
-      root=str(ROOT), data_dir=str(data_dir),
-      input_pipeline=input_pipeline_name))
+  config_file.write_text(
+      _TWO_PROCESS_CONFIG.format(root=str(ROOT), data_dir=str(data_dir),
+                                 input_pipeline=input_pipeline_name))
   processes, logs = start_two_processes(config_file, workdir, tmp_path)
   codes = wait_all(processes)
   for code, log in zip(codes, logs):
@@ -380,7 +385,8 @@ def test_two_processes_give_the_two_device_loss_and_one_set_of_files(
   assert json.loads((workdir / 'config.json').read_text()) == json.loads(
       (reference / 'config.json').read_text())
   assert json.loads((workdir / 'summary.json').read_text())['steps'] == 6
-  assert len(list((workdir / 'tensorboard' / 'training').glob('events.out.*'))) == 1
+  assert len(list(
+      (workdir / 'tensorboard' / 'training').glob('events.out.*'))) == 1
   # The checkpoint both processes wrote restores on this process's device.
   run = reading.load_run(workdir)
   assert run.step == 6
@@ -403,8 +409,7 @@ def test_two_streaming_processes_each_read_their_half_of_every_batch(
   for process_id, log in enumerate(logs):
     rows = f'{8 * process_id}:{8 * (process_id + 1)}'
     assert f'reads rows {rows} of every training batch of 16' in log
-  records, expected = history(tmp_path / 'run'), history(
-      tmp_path / 'reference')
+  records, expected = history(tmp_path / 'run'), history(tmp_path / 'reference')
   for metric in ('train_loss', 'test_loss'):
     assert records[0][metric] == pytest.approx(expected[0][metric], abs=1e-5)
   for metric in ('train_accuracy', 'test_accuracy', 'test_examples'):
@@ -412,8 +417,8 @@ def test_two_streaming_processes_each_read_their_half_of_every_batch(
 
 
 @pytest.mark.slow  # 30 s: two processes
-def test_two_processes_save_the_same_epochs_checkpoints(
-    cifar10_binary, tmp_path):
+def test_two_processes_save_the_same_epochs_checkpoints(cifar10_binary,
+                                                        tmp_path):
   """With the default interval each epoch asks orbax's policy, which
   process 0 answers for both over jax's coordination service: the first
   epoch's checkpoint (none before it) and the last step's."""
@@ -425,17 +430,20 @@ def test_two_processes_save_the_same_epochs_checkpoints(
       '--config.checkpoint_min_seconds=1e9')
   for code, log in zip(wait_all(processes), logs):
     assert code == 0, log.read_text()[-3000:]
-  assert run_checkpoints.RunCheckpoints(
-      workdir / 'checkpoints', 5).steps() == [6, 18]
+  assert run_checkpoints.RunCheckpoints(workdir / 'checkpoints',
+                                        5).steps() == [6, 18]
 
 
-@pytest.mark.parametrize('signum, checkpoint_every', [
-    pytest.param(signal.SIGTERM, 5000, marks=pytest.mark.slow),  # 16 s
-    # Sent on to jax's preemption service as SIGTERM.
-    pytest.param(signal.SIGINT, 5000, marks=pytest.mark.slow),  # 33 s
-    # orbax's saves once moved jax's sync point: the job trained on.
-    pytest.param(signal.SIGTERM, 1, marks=pytest.mark.slow)],  # 30 s
-                         ids=['SIGTERM', 'Ctrl-C', 'SIGTERM-saving'])
+@pytest.mark.parametrize(
+    'signum, checkpoint_every',
+    [
+        pytest.param(signal.SIGTERM, 5000, marks=pytest.mark.slow),  # 16 s
+        # Sent on to jax's preemption service as SIGTERM.
+        pytest.param(signal.SIGINT, 5000, marks=pytest.mark.slow),  # 33 s
+        # orbax's saves once moved jax's sync point: the job trained on.
+        pytest.param(signal.SIGTERM, 1, marks=pytest.mark.slow)
+    ],  # 30 s
+    ids=['SIGTERM', 'Ctrl-C', 'SIGTERM-saving'])
 def test_a_stop_signal_to_one_of_two_processes_stops_both_at_one_saved_step(
     uninterrupted, tmp_path, signum, checkpoint_every):
   data_dir, _ = uninterrupted
@@ -449,13 +457,17 @@ def test_a_stop_signal_to_one_of_two_processes_stops_both_at_one_saved_step(
       '--config.eval_every_steps=5000')
   wait_for_step(processes[0], workdir, 3)
   processes[1].send_signal(signum)
-  assert wait_all(processes, timeout=120) == [preemption.PREEMPTED_EXIT_STATUS] * 2
-  stopped = [int(log.read_text().split('saved a checkpoint of step ')[1]
-                 .split()[0]) for log in logs]
+  assert wait_all(processes,
+                  timeout=120) == [preemption.PREEMPTED_EXIT_STATUS] * 2
+  stopped = [
+      int(log.read_text().split('saved a checkpoint of step ')[1].split()[0])
+      for log in logs
+  ]
   assert stopped[0] == stopped[1] < 2000
-  assert run_checkpoints.RunCheckpoints(workdir / 'checkpoints', 2).steps() == (
-      [stopped[0]] if checkpoint_every > stopped[0] else
-      [stopped[0] - 1, stopped[0]])
+  assert run_checkpoints.RunCheckpoints(
+      workdir / 'checkpoints',
+      2).steps() == ([stopped[0]] if checkpoint_every > stopped[0] else
+                     [stopped[0] - 1, stopped[0]])
 
 
 @pytest.mark.slow  # 27 s; the MAE model, its objective and inference are
@@ -472,13 +484,13 @@ def test_a_masked_autoencoder_trains_its_encoder_and_fine_tunes_from_it(
   assert 0.0 <= summary['best_test_accuracy'] <= 1.0  # the probe's
   pretrained = reading.load_run(tmp_path / 'mae').params
   model = models.from_config(config, num_classes=10)
-  initial = model.init(jax.random.split(jax.random.key(config.seed))[0],
-                       np.zeros((1, 32, 32, 3)), train=False)['params']
+  initial = model.init(
+      jax.random.split(jax.random.key(config.seed))[0], np.zeros(
+          (1, 32, 32, 3)), train=False)['params']
   assert not np.allclose(
-      pretrained['Transformer']['encoderblock_0']['MlpBlock_0']['Dense_0'][
-          'kernel'],
-      initial['Transformer']['encoderblock_0']['MlpBlock_0']['Dense_0'][
-          'kernel'])
+      pretrained['Transformer']['encoderblock_0']['MlpBlock_0']['Dense_0']
+      ['kernel'], initial['Transformer']['encoderblock_0']['MlpBlock_0']
+      ['Dense_0']['kernel'])
 
   tuned = tiny_config(data_dir, num_epochs=1, warmup_epochs=0,
                       init_from=str(tmp_path / 'mae'))
@@ -488,9 +500,8 @@ def test_a_masked_autoencoder_trains_its_encoder_and_fine_tunes_from_it(
   start = finetune.pretrained_params(tuned, fresh)
   assert set(start) == set(fresh)  # no decoder
   np.testing.assert_array_equal(
-      start['Transformer']['encoderblock_0']['MlpBlock_0']['Dense_0'][
-          'kernel'],
-      pretrained['Transformer']['encoderblock_0']['MlpBlock_0']['Dense_0'][
-          'kernel'])
-  assert np.isfinite(train.train_and_evaluate(
-      tuned, tmp_path / 'tuned')['best_test_accuracy'])
+      start['Transformer']['encoderblock_0']['MlpBlock_0']['Dense_0']['kernel'],
+      pretrained['Transformer']['encoderblock_0']['MlpBlock_0']['Dense_0']
+      ['kernel'])
+  assert np.isfinite(
+      train.train_and_evaluate(tuned, tmp_path / 'tuned')['best_test_accuracy'])

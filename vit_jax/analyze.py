@@ -87,8 +87,9 @@ _CLASS_NAMES = flags.DEFINE_string(
     'class_names', None, 'A text file of the class names, one per line, to '
     'name the top-5 predictions of --images.')
 _OUT = flags.DEFINE_string('out', None, 'Where figures and analysis.json go.')
-_NUM_IMAGES = flags.DEFINE_integer(
-    'num_images', 4, 'Test images shown in the attention maps.', lower_bound=1)
+_NUM_IMAGES = flags.DEFINE_integer('num_images', 4,
+                                   'Test images shown in the attention maps.',
+                                   lower_bound=1)
 _DISTANCE_IMAGES = flags.DEFINE_integer(
     'distance_images', 512, 'Test images the attention distances average.',
     lower_bound=1)
@@ -103,8 +104,10 @@ def not_drawn_lines(result: dict) -> list[str]:
   reasons = {}
   for figure, reason in result.get('not_drawn', {}).items():
     reasons.setdefault(reason, []).append(figure)
-  return [f'{reason}: {", ".join(names)} not drawn'
-          for reason, names in reasons.items()]
+  return [
+      f'{reason}: {", ".join(names)} not drawn'
+      for reason, names in reasons.items()
+  ]
 
 
 def analyze(out, *, workdir=None, step=None, data_dir=None,
@@ -129,22 +132,24 @@ def analyze(out, *, workdir=None, step=None, data_dir=None,
   result = {}
 
   def write(into: pathlib.Path):
-    result.update(_write_analysis(into, subject, inputs, display, logits,
-                                  attentions, num_images, image_files, names,
-                                  components))
+    result.update(
+        _write_analysis(into, subject, inputs, display, logits, attentions,
+                        num_images, image_files, names, components))
 
   try:
     files.replace_directory_atomically(out, write)
   except OSError as e:  # a full or read-only disk
-    raise AnalysisError(errors.write_failed(
-        out, e, '--out is as it was', 'another --out')) from e
+    raise AnalysisError(
+        errors.write_failed(out, e, '--out is as it was',
+                            'another --out')) from e
   if workdir is not None:
     events = reading.run_directory(workdir) / 'tensorboard' / 'analysis'
     try:
       _to_tensorboard(events, out, subject.described['step'])
     except OSError as e:
-      raise AnalysisError(errors.write_failed(
-          events, e, f'the analysis in {out} is whole')) from e
+      raise AnalysisError(
+          errors.write_failed(events, e,
+                              f'the analysis in {out} is whole')) from e
   return result
 
 
@@ -159,8 +164,9 @@ def _check_out(out: pathlib.Path):
   if out.is_file():
     raise AnalysisError(f'--out={out} is a file: pass a new directory, or '
                         'one of an earlier analysis.')
-  others = files.foreign_files(out, lambda name: name in _WRITTEN or (
-      name.startswith('rollout_') and name.endswith('.png')))
+  others = files.foreign_files(
+      out, lambda name: name in _WRITTEN or
+      (name.startswith('rollout_') and name.endswith('.png')))
   if others:
     raise AnalysisError(
         f'--out={out} holds files an analysis does not ({others}), which '
@@ -169,34 +175,30 @@ def _check_out(out: pathlib.Path):
 
 
 def _write_analysis(out: pathlib.Path, subject: subjects.Subject, inputs,
-                    display, logits, attentions, num_images: int,
-                    image_files, names, components: int) -> dict:
+                    display, logits, attentions, num_images: int, image_files,
+                    names, components: int) -> dict:
   """Writes the figures and analysis.json into `out`; returns the numbers."""
   not_drawn = {}  # figure -> why not
   position_numbers = _draw_position_embeddings(out, subject, not_drawn)
-  filter_numbers = _draw_embedding_filters(out, subject, components,
-                                           not_drawn)
+  filter_numbers = _draw_embedding_filters(out, subject, components, not_drawn)
   _draw_token_attention(out, subject, display, attentions, num_images,
                         image_files, not_drawn)
   distance_numbers = _draw_attention_distance(out, subject, attentions)
 
   result = {
-      **subject.described,
-      'image_size': subject.image_size,
-      'patch_size': subject.patch_size,
-      'grid': list(subject.grid),
-      'distance_images': len(inputs),
-      **distance_numbers,
-      'prefix_tokens': list(subject.model.prefix_tokens),
-      'position_embedding': subject.model.posemb,
-      **position_numbers,
-      **filter_numbers,
+      **subject.described, 'image_size': subject.image_size,
+      'patch_size': subject.patch_size, 'grid': list(subject.grid),
+      'distance_images': len(inputs), **distance_numbers, 'prefix_tokens': list(
+          subject.model.prefix_tokens), 'position_embedding':
+              subject.model.posemb, **position_numbers, **filter_numbers,
   }
   if not_drawn:
     result['not_drawn'] = not_drawn
   if image_files:
-    result['top5'] = {str(f): best for f, best in zip(
-        image_files, subjects.top5(logits, names))}
+    result['top5'] = {
+        str(f): best
+        for f, best in zip(image_files, subjects.top5(logits, names))
+    }
   (out / 'analysis.json').write_text(json.dumps(result, indent=1) + '\n')
   return result
 
@@ -256,8 +258,7 @@ def _draw_embedding_filters(out: pathlib.Path, subject: subjects.Subject,
   if kernel is None:
     not_drawn['embedding_filters.png'] = title
     return {}
-  filters, explained = measures.patch_embedding_components(kernel,
-                                                           components)
+  filters, explained = measures.patch_embedding_components(kernel, components)
   figures.plot_embedding_filters(out / 'embedding_filters.png', filters,
                                  explained, title)
   return {'embedding_filter_explained_variance': explained.round(4).tolist()}
@@ -337,12 +338,11 @@ def main(argv):
   logging.set_verbosity(logging.WARNING)
   command.quiet_libraries()
   result = errors.exit_on_user_error(lambda: analyze(
-      _OUT.value, workdir=_WORKDIR.value, step=_STEP.value,
-      data_dir=_DATA_DIR.value, checkpoint_path=_CHECKPOINT.value,
-      model_name=_MODEL.value, images=_IMAGES.value,
-      class_names=_CLASS_NAMES.value, num_images=_NUM_IMAGES.value,
-      distance_images=_DISTANCE_IMAGES.value, components=_COMPONENTS.value),
-      also=(OSError,))  # an --out or --class_names that cannot be used
+      _OUT.value, workdir=_WORKDIR.value, step=_STEP.value, data_dir=_DATA_DIR.
+      value, checkpoint_path=_CHECKPOINT.value, model_name=_MODEL.value, images=
+      _IMAGES.value, class_names=_CLASS_NAMES.value, num_images=_NUM_IMAGES.
+      value, distance_images=_DISTANCE_IMAGES.value, components=_COMPONENTS.
+      value), also=(OSError,))  # an --out or --class_names that cannot be used
   out = pathlib.Path(_OUT.value)
   print(f'Wrote into {out}:')
   for path in sorted(out.iterdir()):

@@ -22,7 +22,6 @@ for models larger than this machine. `--trace_dir` records a
 `experiments/benchmarks/profile_step.py` sums the trace).
 """
 
-
 # pylint: disable=g-import-not-at-top,wrong-import-position
 from vit_jax.runtime import stop_signals
 
@@ -47,7 +46,8 @@ _MODEL = flags.DEFINE_string('model', 'ViT-Tiny-CIFAR_4', 'Registered model.')
 _BATCH_SIZE = flags.DEFINE_integer('batch_size', 128, 'Global batch size.')
 _IMAGE_SIZE = flags.DEFINE_integer('image_size', 32, 'Image side in pixels.')
 _NUM_CLASSES = flags.DEFINE_integer('num_classes', 10, 'Classes of the head.')
-_DTYPE = flags.DEFINE_enum('dtype', 'float32', list(config_schema.FIELDS['dtype'].choices),
+_DTYPE = flags.DEFINE_enum('dtype', 'float32',
+                           list(config_schema.FIELDS['dtype'].choices),
                            'Computation dtype; parameters stay float32.')
 _STEPS = flags.DEFINE_integer('steps', 10, 'Timed steps (after 2 warm-up).')
 _AUGMENT = flags.DEFINE_bool('augment', True,
@@ -100,15 +100,13 @@ def main(argv):
     raise app.UsageError(f'Unexpected arguments: {" ".join(argv[1:])}')
   distributed.set_cpu_devices(_CPU_DEVICES.value)
   result = errors.exit_on_user_error(lambda: step_benchmark.run_benchmark(
-      model=_MODEL.value, batch_size=_BATCH_SIZE.value,
-      image_size=_IMAGE_SIZE.value, num_classes=_NUM_CLASSES.value,
-      dtype=_DTYPE.value, steps_timed=_STEPS.value, augment=_AUGMENT.value,
-      cpu_compiler_options=_parse_options(_CPU_COMPILER_OPTIONS.value),
-      fsdp=_FSDP.value, memory_only=_MEMORY_ONLY.value,
-      attention=_ATTENTION.value, remat=_REMAT.value, scan=_SCAN.value,
-      steps_per_dispatch=_STEPS_PER_DISPATCH.value,
-      trace_dir=_TRACE_DIR.value,
-      trace_steps=_TRACE_STEPS.value))
+      model=_MODEL.value, batch_size=_BATCH_SIZE.value, image_size=_IMAGE_SIZE.
+      value, num_classes=_NUM_CLASSES.value, dtype=_DTYPE.value, steps_timed=
+      _STEPS.value, augment=_AUGMENT.value, cpu_compiler_options=_parse_options(
+          _CPU_COMPILER_OPTIONS.value), fsdp=_FSDP.value, memory_only=
+      _MEMORY_ONLY.value, attention=_ATTENTION.value, remat=_REMAT.value, scan=
+      _SCAN.value, steps_per_dispatch=_STEPS_PER_DISPATCH.value, trace_dir=
+      _TRACE_DIR.value, trace_steps=_TRACE_STEPS.value))
   print(step_benchmark.format_table(result))
   print(json.dumps(result))
 

@@ -19,7 +19,6 @@ per second and per core used (worker processes, or the threads' usable
 cores), as a table and one JSON line.
 """
 
-
 # pylint: disable=g-import-not-at-top,wrong-import-position
 from vit_jax.runtime import stop_signals
 
@@ -42,19 +41,19 @@ from vit_jax import data
 from vit_jax.data import sources
 
 
-def loader_config(dataset: str, data_dir: str, batch_size: int,
-                  image_size: int, steps: int) -> ml_collections.ConfigDict:
+def loader_config(dataset: str, data_dir: str, batch_size: int, image_size: int,
+                  steps: int) -> ml_collections.ConfigDict:
   """The schema's streaming config of `dataset` for `steps` + 1 batches."""
   config = config_schema.defaults()
-  config.update(dict(
-      dataset=dataset, data_dir=data_dir, input_pipeline='streaming',
-      batch_size=batch_size, eval_batch_size=batch_size,
-      image_size=image_size, total_steps=steps + 1))
+  config.update(
+      dict(dataset=dataset, data_dir=data_dir, input_pipeline='streaming',
+           batch_size=batch_size, eval_batch_size=batch_size,
+           image_size=image_size, total_steps=steps + 1))
   return config
 
 
 def _time_loader(config: ml_collections.ConfigDict, steps: int,
-                workers: int) -> dict:
+                 workers: int) -> dict:
   """One run: seconds to the first batch, and steady seconds per batch."""
   mesh = jax.make_mesh((1,), ('data',), devices=jax.devices()[:1])
   inputs = data.StreamingInput(sources.open_dataset(config), config, mesh,
@@ -76,9 +75,11 @@ def _time_loader(config: ml_collections.ConfigDict, steps: int,
     on_device()
   end = time.perf_counter()
   batches.close()
-  return {'first_batch_seconds': first - start,
-          'seconds_per_batch': (end - first) / steps,
-          'workers': inputs.workers, 'threads': inputs.threads}
+  return {
+      'first_batch_seconds': first - start, 'seconds_per_batch':
+          (end - first) / steps, 'workers': inputs.workers,
+      'threads': inputs.threads
+  }
 
 
 def run_benchmark(config: ml_collections.ConfigDict, steps: int,
@@ -96,13 +97,12 @@ def run_benchmark(config: ml_collections.ConfigDict, steps: int,
     cores = min(processes, os.cpu_count() or 1) if processes else threads
     results.append({
         'loader': (f'{processes} worker processes' if processes else
-                   f'{threads} threads'),
-        'input_workers': setting,
+                   f'{threads} threads'), 'input_workers': setting,
         'images_per_second': config.batch_size / seconds,
         'images_per_second_per_core': config.batch_size / seconds / cores,
         'ms_per_batch': 1000 * seconds,
-        'first_batch_seconds': statistics.median(
-            r['first_batch_seconds'] for r in timed),
+        'first_batch_seconds': statistics.median(r['first_batch_seconds']
+                                                 for r in timed),
     })
   return results
 
@@ -129,10 +129,12 @@ def main(argv):
     print(f'{r["loader"]:<22} {r["images_per_second"]:9.1f} '
           f'{r["images_per_second_per_core"]:9.1f} {r["ms_per_batch"]:9.1f} '
           f'{r["first_batch_seconds"]:14.2f}')
-  print(json.dumps({'dataset': config.dataset, 'image_size': args.image_size,
-                    'batch_size': args.batch_size, 'steps': args.steps,
-                    'rounds': args.rounds, 'cpus': os.cpu_count(),
-                    'results': results}))
+  print(
+      json.dumps({
+          'dataset': config.dataset, 'image_size': args.image_size,
+          'batch_size': args.batch_size, 'steps': args.steps,
+          'rounds': args.rounds, 'cpus': os.cpu_count(), 'results': results
+      }))
 
 
 def _define_flags():
@@ -143,9 +145,10 @@ def _define_flags():
   flags.DEFINE_string('data_dir', None, 'config.data_dir.')
   flags.DEFINE_integer('image_size', 224, 'Output resolution.', lower_bound=1)
   flags.DEFINE_integer('batch_size', 256, 'Images per batch.', lower_bound=1)
-  flags.DEFINE_list('workers', ['0', '-1'],
-                    'config.input_workers settings to compare: 0 threads, '
-                    '-1 one process per CPU core, N processes.')
+  flags.DEFINE_list(
+      'workers', ['0', '-1'],
+      'config.input_workers settings to compare: 0 threads, '
+      '-1 one process per CPU core, N processes.')
   flags.DEFINE_integer('steps', 20, 'Timed batches after the first.',
                        lower_bound=1)
   flags.DEFINE_integer('rounds', 3, 'Alternating runs of every setting.',

@@ -21,7 +21,6 @@ from vit_jax.formats import vit_model
 from vit_jax.runtime import distributed
 from vit_jax.training import compilation_cache
 
-
 # The released models' pixels, in [-1, 1]: the default, and the paper's.
 RELEASED_PIXELS = vit_model.RELEASED_PIXELS
 
@@ -49,42 +48,48 @@ FIELDS: dict[str, Field] = {
                              "A ViT's 'remat' and 'attention' may change when "
                              "a run resumes (_OVERRIDES_MAY_CHANGE), 'scan' "
                              'may not.'),
-    'dtype': Field('float32', 'Computation dtype; parameters and optimizer '
-                   'state stay float32.', ('float32', 'bfloat16')),
-    'init_from': Field('', 'Start from these parameters: a run directory or a '
-                       'released .npz (fine-tuning); empty: from scratch.',
-                       may_change_on_resume=True),
+    'dtype': Field(
+        'float32', 'Computation dtype; parameters and optimizer '
+        'state stay float32.', ('float32', 'bfloat16')),
+    'init_from': Field(
+        '', 'Start from these parameters: a run directory or a '
+        'released .npz (fine-tuning); empty: from scratch.',
+        may_change_on_resume=True),
     # The data.
     'dataset': Field('cifar10', 'cifar10, cifar100, image_folder or '
                      'tfds:NAME.'),
-    'data_dir': Field('', 'Where the dataset is. Unset: $VIT_JAX_DATA_DIR, '
-                      'else ~/.cache/vit_jax, where CIFAR is downloaded the '
-                      'first time.', may_change_on_resume=True),
+    'data_dir': Field(
+        '', 'Where the dataset is. Unset: $VIT_JAX_DATA_DIR, '
+        'else ~/.cache/vit_jax, where CIFAR is downloaded the '
+        'first time.', may_change_on_resume=True),
     'train_split': Field('train', 'Training split (tfds datasets).'),
     'test_split': Field('test', 'Evaluation split (tfds datasets).',
                         may_change_on_resume=True),
-    'train_examples': Field(0, 'Keep N training examples; 0: all. The first '
-                            'N, except where the dataset lists them class by '
-                            'class (image_folder): N drawn with config.seed, '
-                            'every class in proportion (data.sources.subset).'),
+    'train_examples': Field(
+        0, 'Keep N training examples; 0: all. The first '
+        'N, except where the dataset lists them class by '
+        'class (image_folder): N drawn with config.seed, '
+        'every class in proportion (data.sources.subset).'),
     'train_examples_per_file': Field(
         0, 'CIFAR: keep the first N images of each training file of the '
         'release (the study: 1000 of each of the 5, its 5,000); 0: all.'),
-    'test_examples': Field(0, 'Keep N test examples; 0: all. Chosen as '
-                           'train_examples are.', may_change_on_resume=True),
+    'test_examples': Field(
+        0, 'Keep N test examples; 0: all. Chosen as '
+        'train_examples are.', may_change_on_resume=True),
     'image_size': Field(32, 'Side of the square model input, in pixels.'),
     'input_pipeline': Field(
         'on_device', "'on_device': the dataset copied to every device once, "
         "batches gathered and augmented in the step (small data); "
         "'streaming': batches read and cropped on the hosts (ImageNet).",
         ('on_device', 'streaming')),
-    'input_workers': Field(-1, 'Streaming: grain worker processes loading '
-                           'batches on each host, each with a copy of the '
-                           'source; -1: one per core this process may use; 0: '
-                           'threads of the training process.',
-                           may_change_on_resume=True),
-    'augment': Field(True, 'Training augmentation: on device, 4-pixel-padded '
-                     'random crop + flip; streaming, Inception crop + flip.'),
+    'input_workers': Field(
+        -1, 'Streaming: grain worker processes loading '
+        'batches on each host, each with a copy of the '
+        'source; -1: one per core this process may use; 0: '
+        'threads of the training process.', may_change_on_resume=True),
+    'augment': Field(
+        True, 'Training augmentation: on device, 4-pixel-padded '
+        'random crop + flip; streaming, Inception crop + flip.'),
     'auto_augment': Field(
         'none', 'Photometric and geometric ops drawn per image on the '
         'device, after the crop and flip (vit_jax.data.auto_augment): '
@@ -93,13 +98,16 @@ FIELDS: dict[str, Field] = {
         ('none', 'trivial_augment', 'rand_augment')),
     'rand_augment_ops': Field(2, 'RandAugment: ops per image.'),
     'rand_augment_magnitude': Field(9, 'RandAugment: magnitude, 0-10.'),
-    'random_erasing': Field(0.0, 'Probability that a training image has one '
-                            'random rectangle erased (on the device).'),
-    'mixup_alpha': Field(0.0, 'Mixup: images and labels mixed with the '
-                         'batch reversed, by Beta(alpha, alpha); 0: off.'),
-    'cutmix_alpha': Field(0.0, 'CutMix: a box of the reversed batch pasted, '
-                          'labels mixed by its area; 0: off. With both '
-                          'alphas set, each step picks one at random.'),
+    'random_erasing': Field(
+        0.0, 'Probability that a training image has one '
+        'random rectangle erased (on the device).'),
+    'mixup_alpha': Field(
+        0.0, 'Mixup: images and labels mixed with the '
+        'batch reversed, by Beta(alpha, alpha); 0: off.'),
+    'cutmix_alpha': Field(
+        0.0, 'CutMix: a box of the reversed batch pasted, '
+        'labels mixed by its area; 0: off. With both '
+        'alphas set, each step picks one at random.'),
     'distillation_teacher': Field(
         '', "DeiT distillation: the workdir of a trained run (e.g. a "
         "CNN's) whose predictions teach the student's distillation token "
@@ -129,24 +137,27 @@ FIELDS: dict[str, Field] = {
     'pixel_std': Field(RELEASED_PIXELS[1], 'Per-channel std pixels are '
                        'divided by.'),
     # How long, and how often.
-    'total_steps': Field(0, 'Optimizer steps of the run; 0: num_epochs '
-                         'epochs of the training split.'),
+    'total_steps': Field(
+        0, 'Optimizer steps of the run; 0: num_epochs '
+        'epochs of the training split.'),
     'num_epochs': Field(0, 'Length in epochs, used when total_steps is 0.'),
-    'warmup_steps': Field(0, 'Linear warmup from 0, in steps; 0: '
-                          'warmup_epochs epochs.'),
+    'warmup_steps': Field(
+        0, 'Linear warmup from 0, in steps; 0: '
+        'warmup_epochs epochs.'),
     'warmup_epochs': Field(0, 'Warmup in epochs, used when warmup_steps is 0.'),
     'lr_decay': Field('cosine', 'Decay to 0 at the last step after warmup.',
                       ('cosine', 'linear')),
-    'log_every_steps': Field(0, 'Train metrics logged every N steps (and at '
-                             'the last); 0: once an epoch.',
-                             may_change_on_resume=True),
-    'eval_every_steps': Field(0, 'Evaluated every N steps (and at the last); '
-                              '0: once an epoch.', may_change_on_resume=True),
-    'checkpoint_every_steps': Field(0, 'Checkpointed every N steps (and at the '
-                                    'last, and on SIGTERM); 0: once an '
-                                    'epoch, at most every '
-                                    'checkpoint_min_seconds.',
-                                    may_change_on_resume=True),
+    'log_every_steps': Field(
+        0, 'Train metrics logged every N steps (and at '
+        'the last); 0: once an epoch.', may_change_on_resume=True),
+    'eval_every_steps': Field(
+        0, 'Evaluated every N steps (and at the last); '
+        '0: once an epoch.', may_change_on_resume=True),
+    'checkpoint_every_steps': Field(
+        0, 'Checkpointed every N steps (and at the '
+        'last, and on SIGTERM); 0: once an '
+        'epoch, at most every '
+        'checkpoint_min_seconds.', may_change_on_resume=True),
     'checkpoint_min_seconds': Field(
         30.0, 'With checkpoint_every_steps 0, skip an epoch\'s checkpoint '
         'while the newest is still written or began less than this long ago '
@@ -169,16 +180,18 @@ FIELDS: dict[str, Field] = {
     # The optimizer.
     'batch_size': Field(128, 'Global batch size, over all devices and '
                         'processes.'),
-    'grad_accumulation_steps': Field(1, 'Micro-batches each batch is split '
-                                     'into (the same step, less memory).'),
+    'grad_accumulation_steps': Field(
+        1, 'Micro-batches each batch is split '
+        'into (the same step, less memory).'),
     'eval_batch_size': Field(256, 'Global evaluation batch size.',
                              may_change_on_resume=True),
     'optimizer': Field('adamw', 'adamw, or sgd with momentum.',
                        ('adamw', 'sgd')),
     'learning_rate': Field(1e-3, 'Peak learning rate.'),
-    'weight_decay': Field(0.0, 'Weight decay: decoupled for adamw (optax\'s, '
-                          'scaled by the learning rate), coupled (L2, '
-                          'added to the gradient) for sgd.'),
+    'weight_decay': Field(
+        0.0, 'Weight decay: decoupled for adamw (optax\'s, '
+        'scaled by the learning rate), coupled (L2, '
+        'added to the gradient) for sgd.'),
     'weight_decay_on': Field(
         'all', "The parameters weight decay applies to: 'all' (the study's), "
         "or 'kernels', the weight matrices and convolution kernels only, "
@@ -187,26 +200,30 @@ FIELDS: dict[str, Field] = {
     'adam_b1': Field(0.9, 'Adam beta1 (adamw).'),
     'adam_b2': Field(0.999, 'Adam beta2 (adamw).'),
     'momentum': Field(0.9, 'Momentum (sgd).'),
-    'grad_clip_norm': Field(0.0, 'Clip gradients to this global norm; 0: '
-                            'no clipping.'),
+    'grad_clip_norm': Field(
+        0.0, 'Clip gradients to this global norm; 0: '
+        'no clipping.'),
     'label_smoothing': Field(0.0, 'Label smoothing of the cross-entropy.'),
     'ema_decay': Field(
         0.0, 'Keep an exponential moving average of the parameters with '
         'this decay (reached after 9 / (1 - decay) steps, as TensorFlow\'s '
         'num_updates), and evaluate, export and analyze it as the run\'s '
         'model (timm\'s ModelEma; DeiT: 0.99996); 0: none.'),
-    'seed': Field(0, 'Seeds initialization, shuffling, augmentation, '
-                  'dropout, and the subsets of a dataset ordered by class.'),
+    'seed': Field(
+        0, 'Seeds initialization, shuffling, augmentation, '
+        'dropout, and the subsets of a dataset ordered by class.'),
     # The machine.
-    'fsdp': Field(1, 'Devices each large parameter and optimizer-state array '
-                  'is split over (fully sharded data parallel: the mesh\'s '
-                  'fsdp axis); 1: every device holds all of them; -1: split '
-                  'over all devices. The batch is split over every device '
-                  'either way; a checkpoint restores onto any value.',
-                  may_change_on_resume=True),
-    'cpu_devices': Field(distributed.DEFAULT_CPU_DEVICES, 'Host devices the '
-                         'batch is split over on a CPU (--cpu_devices '
-                         'overrides).', may_change_on_resume=True),
+    'fsdp': Field(
+        1, 'Devices each large parameter and optimizer-state array '
+        'is split over (fully sharded data parallel: the mesh\'s '
+        'fsdp axis); 1: every device holds all of them; -1: split '
+        'over all devices. The batch is split over every device '
+        'either way; a checkpoint restores onto any value.',
+        may_change_on_resume=True),
+    'cpu_devices': Field(
+        distributed.DEFAULT_CPU_DEVICES, 'Host devices the '
+        'batch is split over on a CPU (--cpu_devices '
+        'overrides).', may_change_on_resume=True),
     'cpu_compiler_options': Field({}, 'XLA options the steps compile with on '
                                   'a CPU, e.g. '
                                   "{'xla_cpu_experimental_ynn_fusion_type': "
@@ -242,8 +259,8 @@ def defaults() -> ml_collections.ConfigDict:
   """A config holding every field at its default."""
   config = ml_collections.ConfigDict()
   for name, field in FIELDS.items():
-    config[name] = (ml_collections.ConfigDict(field.default)
-                    if isinstance(field.default, dict) else field.default)
+    config[name] = (ml_collections.ConfigDict(field.default) if isinstance(
+        field.default, dict) else field.default)
   return config
 
 
@@ -317,9 +334,9 @@ def validate(config: ml_collections.ConfigDict, num_devices: int,
 
 # Epoch-counted fields and the step-counted fields that take their place
 # when set (`training.plan.step_plan`).
-_SET_IN_STEPS_BY = {'num_epochs': 'total_steps',
-                    'warmup_epochs': 'warmup_steps'}
-
+_SET_IN_STEPS_BY = {
+    'num_epochs': 'total_steps', 'warmup_epochs': 'warmup_steps'
+}
 
 
 def _check_teachers(config: ml_collections.ConfigDict):
@@ -346,19 +363,21 @@ def _check_teachers(config: ml_collections.ConfigDict):
         'config.model_overrides.guided_blocks is set but there is no CNN to '
         'imitate: set --config.locality_guidance_teacher to the workdir of a '
         'trained simple_cnn or small_resnet run.')
-  if (config.teacher_checkpoint == 'best' and not config.distillation_teacher
-      and not config.locality_guidance_teacher):
+  if (config.teacher_checkpoint == 'best' and
+      not config.distillation_teacher and not config.locality_guidance_teacher):
     raise ConfigError(
         "config.teacher_checkpoint='best' picks a teacher's checkpoint, and "
         'this run has none: set --config.distillation_teacher or '
         '--config.locality_guidance_teacher, or leave it at last.')
 
+
 def comparable(value) -> Any:
   """`value` as its JSON round trip gives it back (tuples as lists, nested
   configs as dicts): a config's field and the same field read back from a
   run's config.json compare equal."""
-  return json.loads(json.dumps(value.to_dict() if isinstance(
-      value, ml_collections.ConfigDict) else value))
+  return json.loads(
+      json.dumps(value.to_dict() if isinstance(value, ml_collections.ConfigDict
+                                              ) else value))
 
 
 def check_resumable(saved: dict, config, workdir) -> dict[str, tuple]:

@@ -54,9 +54,9 @@ def main(argv):
                      'vit_jax.convert SOURCE DEST --format=npz|timm|hf '
                      '[--model=NAME]')
   command.quiet_libraries()
-  print(errors.exit_on_user_error(lambda: export.convert(
-      argv[1], argv[2], _FORMAT.value, model_name=_MODEL.value,
-      step=_STEP.value)))
+  print(
+      errors.exit_on_user_error(lambda: export.convert(argv[1], argv[
+          2], _FORMAT.value, model_name=_MODEL.value, step=_STEP.value)))
 
 
 if __name__ == '__main__':

@@ -62,8 +62,8 @@ def write_failed(path, error: BaseException, kept: str,
   """The line for a failed write to `path`: what failed, what is `kept`, and
   the fix (free space, a writable place, or pass `elsewhere`)."""
   where = os.path.dirname(os.path.abspath(path))
-  fix = (f'Free space there (df -h {where})' if out_of_space(error) else
-         f'Check that {where} is writable')
+  fix = (f'Free space there (df -h {where})'
+         if out_of_space(error) else f'Check that {where} is writable')
   if elsewhere:
     fix += f', or pass {elsewhere}'
   return f'Writing {path} failed ({first_line(error)}); {kept}. {fix}.'

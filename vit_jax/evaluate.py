@@ -47,7 +47,8 @@ from vit_jax.training import evaluation
 _CHECKPOINT, _MODEL, _STEP, _DATA_DIR = command.define_checkpoint_flags(
     'checkpoint', 'model', 'step', 'data_dir')
 _CONFIG = config_flags.DEFINE_config_file(
-    'config', None, "The dataset and preprocessing, e.g. configs/cifar_small.py "
+    'config', None,
+    "The dataset and preprocessing, e.g. configs/cifar_small.py "
     "(default for a workdir: its run's config).", lock_config=False)
 _RELEASED_PREPROCESSING = flags.DEFINE_bool(
     'released_preprocessing', False, 'Preprocess as the checkpoint '
@@ -80,8 +81,8 @@ def main(argv):
   else:  # a workdir's own config, read before JAX picks its devices
     stated, _ = reading.read_config_json(
         reading.run_directory(_CHECKPOINT.value))
-    cpu_devices = stated.get('cpu_devices') if isinstance(stated, dict) else (
-        None)
+    cpu_devices = stated.get('cpu_devices') if isinstance(stated,
+                                                          dict) else (None)
   job.run(work, cpu_devices=_CPU_DEVICES.value or cpu_devices)
 
 

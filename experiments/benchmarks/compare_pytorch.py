@@ -44,8 +44,8 @@ class Architecture(NamedTuple):
 
 
 # ViT-Tiny-CIFAR_4, its parameters as tests/test_models_registry.py counts.
-VIT_TINY_CIFAR = Architecture(image=32, patch=4, hidden=128, layers=6,
-                              heads=4, mlp=512, classes=10, dropout=0.1,
+VIT_TINY_CIFAR = Architecture(image=32, patch=4, hidden=128, layers=6, heads=4,
+                              mlp=512, classes=10, dropout=0.1,
                               parameters=1_205_898)
 
 
@@ -58,16 +58,27 @@ def timm_vit(architecture: Architecture = VIT_TINY_CIFAR):
 
   a = architecture
   model = vision_transformer.VisionTransformer(
-      img_size=a.image, patch_size=a.patch, num_classes=a.classes,
-      global_pool='token', class_token=True, embed_dim=a.hidden,
-      depth=a.layers, num_heads=a.heads, mlp_ratio=a.mlp / a.hidden,
-      qkv_bias=True, norm_layer=functools.partial(nn.LayerNorm, eps=1e-6),
+      img_size=a.image,
+      patch_size=a.patch,
+      num_classes=a.classes,
+      global_pool='token',
+      class_token=True,
+      embed_dim=a.hidden,
+      depth=a.layers,
+      num_heads=a.heads,
+      mlp_ratio=a.mlp / a.hidden,
+      qkv_bias=True,
+      norm_layer=functools.partial(nn.LayerNorm, eps=1e-6),
       act_layer=functools.partial(nn.GELU, approximate='tanh'),
       # Dropout where ours has it: after the position embedding (pos_drop),
       # the attention's projection and the MLP's layers (proj_drop, drop1,
       # drop2); none on attention weights, the head (drop_rate) or paths.
-      pos_drop_rate=a.dropout, proj_drop_rate=a.dropout, attn_drop_rate=0.0,
-      drop_rate=0.0, drop_path_rate=0.0, weight_init='jax')
+      pos_drop_rate=a.dropout,
+      proj_drop_rate=a.dropout,
+      attn_drop_rate=0.0,
+      drop_rate=0.0,
+      drop_path_rate=0.0,
+      weight_init='jax')
   parameters = sum(p.numel() for p in model.parameters())
   assert parameters == a.parameters, (parameters, a.parameters)
   layer_norms = [m for m in model.modules() if isinstance(m, nn.LayerNorm)]
@@ -75,9 +86,9 @@ def timm_vit(architecture: Architecture = VIT_TINY_CIFAR):
   assert all(m.eps == 1e-6 for m in layer_norms)
   dropouts = [m.p for m in model.modules() if isinstance(m, nn.Dropout)]
   # pos_drop + per block (attn_drop, proj_drop, drop1, drop2) + head_drop.
-  assert sorted(dropouts) == sorted(
-      [a.dropout] + [0.0, a.dropout, a.dropout, a.dropout] * a.layers +
-      [0.0]), dropouts
+  assert sorted(dropouts) == sorted([a.dropout] +
+                                    [0.0, a.dropout, a.dropout, a.dropout] *
+                                    a.layers + [0.0]), dropouts
   return model, timm.__version__
 
 
@@ -87,9 +98,8 @@ def timm_vit(architecture: Architecture = VIT_TINY_CIFAR):
 COMPILED = ('nothing', 'step', 'model')
 
 
-def train_step(model, architecture: Architecture, batch: int,
-               compiled: str, device: str = 'cpu',
-               bfloat16: bool = False):
+def train_step(model, architecture: Architecture, batch: int, compiled: str,
+               device: str = 'cpu', bfloat16: bool = False):
   """A function that runs one AdamW step of `model` on a fixed random batch,
   torch.compile applied to what `compiled` (of COMPILED) names;
   checks first that the eval-mode features and logits are finite."""
@@ -151,12 +161,9 @@ def torch_worker(compiled: str, steps: int) -> dict:
   warmup_seconds = sum(run_steps(step, 3))
   seconds = statistics.median(run_steps(step, steps))
   return {
-      'images_per_second': BATCH / seconds,
-      'ms_per_step': 1000 * seconds,
-      'warmup_seconds': warmup_seconds,
-      'threads': torch.get_num_threads(),
-      'version': torch.__version__,
-      'timm_version': timm_version,
+      'images_per_second': BATCH / seconds, 'ms_per_step': 1000 * seconds,
+      'warmup_seconds': warmup_seconds, 'threads': torch.get_num_threads(),
+      'version': torch.__version__, 'timm_version': timm_version,
       'parameters': VIT_TINY_CIFAR.parameters,
   }
 
@@ -171,14 +178,18 @@ def run(command: list[str]) -> dict:
 
 def contenders(steps: int, torch_python: str,
                torch_modes: list[str]) -> dict[str, list[str]]:
-  ours = [sys.executable, '-m', 'vit_jax.benchmark', '--model=ViT-Tiny-CIFAR_4',
-          f'--batch_size={BATCH}', f'--image_size={VIT_TINY_CIFAR.image}',
-          f'--steps={steps}',
-          '--noaugment']
-  worker = [torch_python, str(pathlib.Path(__file__).resolve()),
-            f'--steps={steps}', '--worker']
-  names = {'eager': 'PyTorch (timm) eager',
-           'compile': 'PyTorch (timm) torch.compile'}
+  ours = [
+      sys.executable, '-m', 'vit_jax.benchmark', '--model=ViT-Tiny-CIFAR_4',
+      f'--batch_size={BATCH}', f'--image_size={VIT_TINY_CIFAR.image}',
+      f'--steps={steps}', '--noaugment'
+  ]
+  worker = [
+      torch_python,
+      str(pathlib.Path(__file__).resolve()), f'--steps={steps}', '--worker'
+  ]
+  names = {
+      'eager': 'PyTorch (timm) eager', 'compile': 'PyTorch (timm) torch.compile'
+  }
   return {
       'vit_jax, 1 CPU device': ours + ['--cpu_devices=1'],
       'vit_jax, 4 host devices (default)': ours + ['--cpu_devices=4'],
@@ -190,9 +201,10 @@ def main():
   parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
   parser.add_argument('--rounds', type=int, default=3)
   parser.add_argument('--steps', type=int, default=10)
-  parser.add_argument('--torch_python', default=sys.executable,
-                      help='Python with torch and timm that runs the PyTorch '
-                      'workers (default: this one).')
+  parser.add_argument(
+      '--torch_python', default=sys.executable,
+      help='Python with torch and timm that runs the PyTorch '
+      'workers (default: this one).')
   parser.add_argument('--torch_modes', default=','.join(TORCH_MODES),
                       help='Comma-separated PyTorch modes to run.')
   parser.add_argument('--output', type=pathlib.Path,
@@ -200,8 +212,10 @@ def main():
   parser.add_argument('--worker', choices=TORCH_MODES)
   args = parser.parse_args()
   if args.worker:
-    print(json.dumps(torch_worker(
-        'step' if args.worker == 'compile' else 'nothing', args.steps)))
+    print(
+        json.dumps(
+            torch_worker('step' if args.worker == 'compile' else 'nothing',
+                         args.steps)))
     return
 
   torch_modes = [m for m in args.torch_modes.split(',') if m]
@@ -218,21 +232,22 @@ def main():
       results[name].append({**result, 'images_per_second': rate})
       print(f'round {round_index + 1}: {name}: {rate:.1f} img/s', flush=True)
 
-  medians = {name: statistics.median(r['images_per_second'] for r in rs)
-             for name, rs in results.items()}
+  medians = {
+      name: statistics.median(r['images_per_second'] for r in rs)
+      for name, rs in results.items()
+  }
   best_torch = max(v for k, v in medians.items() if k.startswith('PyTorch'))
   summary = {
       'date': datetime.date.today().isoformat(),
       'machine': f'{platform.processor() or platform.machine()}, '
-                 f'{len(os.sched_getaffinity(0))} cores',
-      'rounds': args.rounds,
-      'steps': args.steps,
-      'pythons': {'vit_jax': sys.executable, 'pytorch': args.torch_python},
-      'pytorch_model': 'timm VisionTransformer (ViT-Tiny-CIFAR_4 config)',
-      'median_images_per_second': medians,
-      'ours_over_best_pytorch': {k: v / best_torch for k, v in medians.items()
-                                 if k.startswith('vit_jax')},
-      'runs': results,
+                 f'{len(os.sched_getaffinity(0))} cores', 'rounds': args.rounds,
+      'steps': args.steps, 'pythons': {
+          'vit_jax': sys.executable, 'pytorch': args.torch_python
+      }, 'pytorch_model': 'timm VisionTransformer (ViT-Tiny-CIFAR_4 config)',
+      'median_images_per_second': medians, 'ours_over_best_pytorch': {
+          k: v / best_torch for k, v in medians.items()
+          if k.startswith('vit_jax')
+      }, 'runs': results,
   }
   args.output.write_text(json.dumps(summary, indent=2))
   print('\n| step (ViT-Tiny-CIFAR_4, batch 128, f32, AdamW) | median img/s | '

@@ -50,8 +50,10 @@ SECTION = 'gpu results'
 WRITER = 'gpu.py'
 # Our process grows its GPU memory as it goes instead of taking 75% at the
 # start, so that timm's worker has room beside it.
-ALLOCATOR = {'XLA_PYTHON_CLIENT_PREALLOCATE': 'false',
-             'XLA_PYTHON_CLIENT_MEM_FRACTION': '0.9'}
+ALLOCATOR = {
+    'XLA_PYTHON_CLIENT_PREALLOCATE': 'false',
+    'XLA_PYTHON_CLIENT_MEM_FRACTION': '0.9'
+}
 
 
 def _versions() -> dict:
@@ -70,9 +72,9 @@ def _versions() -> dict:
 
   return {
       'python': sys.version.split()[0], 'jax': jax.__version__,
-      'jaxlib': importlib.metadata.version('jaxlib'),
-      'cuda': dotted('cuda_runtime_get_version', 1000),
-      'cuda_driver': dotted('cuda_driver_get_version', 1000),
+      'jaxlib': importlib.metadata.version('jaxlib'), 'cuda': dotted(
+          'cuda_runtime_get_version',
+          1000), 'cuda_driver': dotted('cuda_driver_get_version', 1000),
       'cudnn': dotted('cudnn_get_version', 10000),
   }
 
@@ -88,16 +90,18 @@ def environment(smoke: bool) -> dict:
       'versions': _versions(),
       # XLA's flags, the allocator's settings and the visible GPUs, as the
       # run had them.
-      'environment': {k: v for k, v in sorted(os.environ.items())
-                      if k.startswith(('XLA_', 'JAX_', 'TF_', 'CUDA_'))},
+      'environment': {
+          k: v for k, v in sorted(os.environ.items())
+          if k.startswith(('XLA_', 'JAX_', 'TF_', 'CUDA_'))
+      },
   }
 
 
 class Results:
   """The rows so far, written whole to `output` and `readme` as each lands."""
 
-  def __init__(self, output: pathlib.Path, readme: pathlib.Path,
-               header: dict, start: float):
+  def __init__(self, output: pathlib.Path, readme: pathlib.Path, header: dict,
+               start: float):
     self.output, self.readme, self.start = output, readme, start
     self.data = {**header, 'rows': [], 'summary': {}, 'finished': False}
 
@@ -147,7 +151,8 @@ def measure(plan: gpu_plan.Plan, results: Results, clock: Clock,
   results.data['matmul'] = {
       'size': plan.matmul_size, 'dtype': 'bfloat16',
       'tflop_per_second': matmul / 1e12,
-      'datasheet_tflop_per_second': datasheet and datasheet / 1e12}
+      'datasheet_tflop_per_second': datasheet and datasheet / 1e12
+  }
   peaks = {'datasheet': datasheet, 'matmul': matmul}
   worker, timm_missing = gpu_sections.start_worker(torch_python)
   if worker:
@@ -156,8 +161,7 @@ def measure(plan: gpu_plan.Plan, results: Results, clock: Clock,
   for label, model, batch in plan.models:
     # A model's rows take about as long as the last model's did.
     if clock.left('train step') <= last:
-      rows = gpu_steps.not_measured(label, plan, batch, OUT_OF_TIME,
-                                    timm_modes)
+      rows = gpu_steps.not_measured(label, plan, batch, OUT_OF_TIME, timm_modes)
     else:
       start = time.monotonic()
       rows = gpu_steps.compare_model(label, model, batch, plan, peaks, worker,
@@ -168,8 +172,10 @@ def measure(plan: gpu_plan.Plan, results: Results, clock: Clock,
     # timm at its best on the first model stands for it on the others; the
     # next model is estimated at this one's time less the dropped modes'
     # setup (timm builds its modes one after another).
-    timm = [r for r in rows if r['implementation'] == 'timm' and
-            'images_per_second' in r]
+    timm = [
+        r for r in rows
+        if r['implementation'] == 'timm' and 'images_per_second' in r
+    ]
     if timm:
       best = max(timm, key=lambda r: r['images_per_second'])
       timm_modes = (best['variant'],)
@@ -192,16 +198,18 @@ def main():
   parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
   parser.add_argument('--smoke', action='store_true',
                       help='The same code paths on the CPU at tiny sizes.')
-  parser.add_argument('--quick', action='store_true',
-                      help='Only the ViT-B/16 pair and the study, for when '
-                      'little GPU time is left (gpu_plan.QUICK).')
+  parser.add_argument(
+      '--quick', action='store_true',
+      help='Only the ViT-B/16 pair and the study, for when '
+      'little GPU time is left (gpu_plan.QUICK).')
   parser.add_argument('--summarize_only', action='store_true',
                       help='Only rewrite the README section from --output.')
   parser.add_argument('--output', type=pathlib.Path,
                       help='The results (default: gpu_results.json here).')
-  parser.add_argument('--readme', type=pathlib.Path,
-                      help='The README whose GPU section is written '
-                      '(default: README.md here).')
+  parser.add_argument(
+      '--readme', type=pathlib.Path,
+      help='The README whose GPU section is written '
+      '(default: README.md here).')
   parser.add_argument('--cifar_dir', type=pathlib.Path,
                       default=REPO.parent / 'shared/data/cifar10-5k',
                       help='The study\'s 5k CIFAR-10 subset.')
@@ -223,8 +231,8 @@ def main():
     return
 
   runs.require_cifar10_subset(args.cifar_dir)
-  plan = (gpu_plan.SMOKE if args.smoke else
-          gpu_plan.QUICK if args.quick else gpu_plan.H100)
+  plan = (gpu_plan.SMOKE
+          if args.smoke else gpu_plan.QUICK if args.quick else gpu_plan.H100)
   clock = Clock(plan, time.monotonic())
   study_environment = dict(os.environ)  # jax's defaults for the study
   for name, value in ALLOCATOR.items():

@@ -51,8 +51,7 @@ SECTIONS = ('study', 'train step', 'attention', 'profile', 'input')
 # timm's step as a PyTorch user runs it at its best
 # (compare_pytorch.COMPILED): the whole step compiled, or the model compiled
 # beside AdamW's fused kernel.
-TIMM_MODES = {'torch.compile': 'step',
-              'compiled model, fused AdamW': 'model'}
+TIMM_MODES = {'torch.compile': 'step', 'compiled model, fused AdamW': 'model'}
 B16 = 'ViT-B/16'  # the summary's model
 L16 = 'ViT-L/16'
 TI16 = 'ViT-Ti/16'
@@ -69,14 +68,13 @@ VIT_MODELS = ((B16, 'ViT-B_16', 256), (L16, 'ViT-L_16', 128),
 # alone now.)
 H100 = Plan(
     models=VIT_MODELS, attentions=('einsum', 'auto'), image_size=224,
-    num_classes=1000, model_overrides={}, steps=10, rounds=3,
-    matmul_size=8192, study_overrides={},
-    attention_shape=(256, 197, 12, 64), token_multiples=(2, 64, 128),
-    profile_models=1, profile_steps=3,
-    input_image_size=224, input_batch_size=256, input_steps=10,
-    input_rounds=2, jpeg_size=(500, 375),
-    budgets=(('study', 150), ('train step', 270), ('attention', 15),
-             ('profile', 35), ('input', 35)))
+    num_classes=1000, model_overrides={}, steps=10, rounds=3, matmul_size=8192,
+    study_overrides={}, attention_shape=(256, 197, 12, 64),
+    token_multiples=(2, 64, 128), profile_models=1, profile_steps=3,
+    input_image_size=224, input_batch_size=256, input_steps=10, input_rounds=2,
+    jpeg_size=(500, 375), budgets=(('study', 150), ('train step', 270),
+                                   ('attention', 15), ('profile', 35), ('input',
+                                                                        35)))
 
 # When little GPU time is left: the ViT-B/16 pair and the study.
 QUICK = dataclasses.replace(
@@ -92,13 +90,11 @@ _ONE_LAYER = dict(num_layers=1, hidden_size=32, num_heads=2, mlp_dim=64)
 SMOKE = Plan(
     models=((B16, 'ViT-B_16', 8),), attentions=('einsum', 'auto'),
     image_size=112, num_classes=10, model_overrides=_ONE_LAYER, steps=2,
-    rounds=2, matmul_size=256,
-    study_overrides=dict(
+    rounds=2, matmul_size=256, study_overrides=dict(
         total_steps=2, warmup_steps=1, batch_size=16, eval_batch_size=16,
-        train_examples_per_file=0, test_examples=0, cpu_devices=1,
-        **{f'model_overrides.{k}': v for k, v in _ONE_LAYER.items()}),
-    attention_shape=(2, 17, 2, 16), token_multiples=(2, 64),
-    profile_models=1, profile_steps=2,
-    input_image_size=32, input_batch_size=4, input_steps=2, input_rounds=1,
-    jpeg_size=(40, 30),
-    budgets=tuple((section, 300) for section in SECTIONS))
+        train_examples_per_file=0, test_examples=0, cpu_devices=1, **{
+            f'model_overrides.{k}': v for k, v in _ONE_LAYER.items()
+        }), attention_shape=(2, 17, 2, 16), token_multiples=(2, 64),
+    profile_models=1, profile_steps=2, input_image_size=32, input_batch_size=4,
+    input_steps=2, input_rounds=1, jpeg_size=(40, 30), budgets=tuple(
+        (section, 300) for section in SECTIONS))

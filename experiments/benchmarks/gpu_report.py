@@ -7,8 +7,10 @@ from experiments.benchmarks import gpu_plan
 # train step against timm's at its best, and its share of the bf16 peak;
 # the study end to end with a cold and a warm compilation cache; the
 # loader against ViT-B/16's step.
-STEP_TARGETS = {gpu_plan.B16: (1.3, 0.45), gpu_plan.L16: (1.3, 0.50),
-                gpu_plan.TI16: (1.3, None)}
+STEP_TARGETS = {
+    gpu_plan.B16: (1.3, 0.45), gpu_plan.L16: (1.3, 0.50),
+    gpu_plan.TI16: (1.3, None)
+}
 STUDY_SECONDS_TARGETS = {'cold': 15, 'warm': 8}
 INPUT_OVER_B16_TARGET = 1.2
 # The study's best test accuracy over seeds 0-2 on the CPU (mean, std;
@@ -18,29 +20,37 @@ B16 = gpu_plan.B16
 
 
 def _measured(rows: list[dict], section: str, **fields) -> list[dict]:
-  return [r for r in rows if r['section'] == section and 'skipped' not in r
-          and all(r.get(k) == v for k, v in fields.items())]
+  return [
+      r for r in rows if r['section'] == section and 'skipped' not in r and all(
+          r.get(k) == v for k, v in fields.items())
+  ]
 
 
 def pair(rows: list[dict], model: str) -> tuple[dict, dict]:
   """Our fastest row of `model` and timm's."""
-  return tuple(max(_measured(rows, 'train step', model=model,
-                             implementation=implementation),
-                   key=lambda r: r['images_per_second'], default={})
-               for implementation in ('vit_jax', 'timm'))
+  return tuple(
+      max(
+          _measured(rows, 'train step', model=model,
+                    implementation=implementation),
+          key=lambda r: r['images_per_second'], default={})
+      for implementation in ('vit_jax', 'timm'))
 
 
 def _batch(rows: list[dict], model: str) -> str:
   """', batch N' of `model`'s train-step rows; empty without one."""
-  batches = [r['batch_size'] for r in rows
-             if r['section'] == 'train step' and r['model'] == model]
+  batches = [
+      r['batch_size'] for r in rows
+      if r['section'] == 'train step' and r['model'] == model
+  ]
   return f', batch {batches[0]}' if batches else ''
 
 
 def _study(rows: list[dict], state: str) -> dict:
   """The run of the study's config as it is with a `state` cache."""
-  measured = [r for r in _measured(rows, 'study', compilation_cache=state)
-              if 'steps_per_dispatch' not in r['overrides']]
+  measured = [
+      r for r in _measured(rows, 'study', compilation_cache=state)
+      if 'steps_per_dispatch' not in r['overrides']
+  ]
   return measured[0] if measured else {}
 
 
@@ -51,13 +61,12 @@ def summary(results: dict) -> dict:
   return {
       'device': results.get('device'),
       'vit_b16_images_per_second': ours.get('images_per_second'),
-      'vit_b16_attention': ours.get('variant'),
-      'vit_b16_batch_size': ours.get('batch_size'),
-      'vit_b16_peak_share': ours.get('peak_share'),
+      'vit_b16_attention': ours.get('variant'), 'vit_b16_batch_size':
+          ours.get('batch_size'), 'vit_b16_peak_share': ours.get('peak_share'),
       'timm_b16_best_images_per_second': timm.get('images_per_second'),
-      'timm_b16_best_mode': timm.get('variant'),
-      'study_cold_seconds': _study(rows, 'cold').get('end_to_end_seconds'),
-      'study_warm_seconds': _study(rows, 'warm').get('end_to_end_seconds'),
+      'timm_b16_best_mode': timm.get('variant'), 'study_cold_seconds': _study(
+          rows, 'cold').get('end_to_end_seconds'), 'study_warm_seconds': _study(
+              rows, 'warm').get('end_to_end_seconds'),
   }
 
 
@@ -72,9 +81,9 @@ def _percent(share) -> str:
 def row_line(row: dict) -> str:
   """One row as `gpu.py` prints it when it lands."""
   if 'skipped' in row:
-    what = ' '.join(str(row[k]) for k in (
-        'model', 'implementation', 'variant', 'loader', 'compilation_cache')
-                    if k in row)
+    what = ' '.join(
+        str(row[k]) for k in ('model', 'implementation', 'variant', 'loader',
+                              'compilation_cache') if k in row)
     return f'{row["section"]}: {what}: not measured: {row["skipped"]}'
   if row['section'] == 'train step':
     return (f'train step: {row["model"]} {row["implementation"]} '
@@ -83,8 +92,8 @@ def row_line(row: dict) -> str:
             f'{_percent(row["peak_share"]) or "?"} of peak, '
             f'{_percent(row["matmul_share"])} of the matmul')
   if row['section'] == 'study':
-    one_step = (', one step a call' if 'steps_per_dispatch' in row['overrides']
-                else '')
+    one_step = (', one step a call'
+                if 'steps_per_dispatch' in row['overrides'] else '')
     return (f'study, {row["compilation_cache"]} compilation cache{one_step}: '
             f'{_number(row["end_to_end_seconds"])} s end to end, '
             f'{_number(row["train_seconds"])} s training, '
@@ -92,17 +101,18 @@ def row_line(row: dict) -> str:
   if row['section'] == 'attention':
     return f'attention: {row["variant"]}: {_number(row["ms"], 2)} ms'
   if row['section'] == 'profile':
-    kinds = ', '.join(f'{kind} {_number(ms, 1)}' for kind, ms in
-                      row['ms_per_step_by_kind'].items())
+    kinds = ', '.join(f'{kind} {_number(ms, 1)}'
+                      for kind, ms in row['ms_per_step_by_kind'].items())
     return f'profile: {row["model"]}: ms per step: {kinds}'
   return (f'input: {row["loader"]}: '
           f'{_number(row["images_per_second"])} img/s')
 
 
 def _table(header: list[str], rows: list[list[str]]) -> list[str]:
-  return (['| ' + ' | '.join(header) + ' |',
-           '| --- |' + ' ---: |' * (len(header) - 1)] +
-          ['| ' + ' | '.join(cells) + ' |' for cells in rows])
+  return ([
+      '| ' + ' | '.join(header) + ' |', '| --- |' + ' ---: |' *
+      (len(header) - 1)
+  ] + ['| ' + ' | '.join(cells) + ' |' for cells in rows])
 
 
 def _by_model_part(by_part: dict[str, float] | str | None,
@@ -116,12 +126,16 @@ def _by_model_part(by_part: dict[str, float] | str | None,
   rest = ranked[shown:]
   rows = [[label, _number(ms, 2)] for label, ms in ranked[:shown]]
   if rest:
-    rows.append([f'the other {len(rest)} parts',
-                 _number(sum(ms for _, ms in rest), 2)])
-  return ['', 'The same kernels by the part of the model each computes (the '
-          'flax module and pass the compiled program\'s metadata names; '
-          'encoder blocks summed):', '',
-          *_table(['part of the model', 'ms per step'], rows)]
+    rows.append([
+        f'the other {len(rest)} parts',
+        _number(sum(ms for _, ms in rest), 2)
+    ])
+  return [
+      '', 'The same kernels by the part of the model each computes (the '
+      'flax module and pass the compiled program\'s metadata names; '
+      'encoder blocks summed):', '',
+      *_table(['part of the model', 'ms per step'], rows)
+  ]
 
 
 def _cells(row: dict, measured) -> list[str]:
@@ -140,8 +154,8 @@ def _targets(results: dict) -> list[str]:
   lines = []
   for model, (over_timm, share) in STEP_TARGETS.items():
     ours, timm = pair(rows, model)
-    ratio = (ours['images_per_second'] / timm['images_per_second']
-             if ours and timm else None)
+    ratio = (ours['images_per_second'] /
+             timm['images_per_second'] if ours and timm else None)
     goal = f'>= {over_timm}x timm\'s best' + (
         f', >= {share:.0%} of the bf16 peak' if share else '')
     met = None if ratio is None else ratio >= over_timm and (
@@ -150,13 +164,16 @@ def _targets(results: dict) -> list[str]:
         f'{model} train step{_batch(rows, model)}: {goal}',
         f'{ratio:.2f}x ({ours["variant"]} against {timm["variant"]}), '
         f'{_percent(ours["peak_share"])} of peak' if ratio else '',
-        _status(met)])
+        _status(met)
+    ])
   for state, seconds in STUDY_SECONDS_TARGETS.items():
     study = _study(rows, state)
     took = study.get('end_to_end_seconds')
-    lines.append([f'the study end to end, {state} compilation cache, '
-                  f'< {seconds} s', f'{_number(took)} s' if took else '',
-                  _status(None if took is None else took < seconds)])
+    lines.append([
+        f'the study end to end, {state} compilation cache, '
+        f'< {seconds} s', f'{_number(took)} s' if took else '',
+        _status(None if took is None else took < seconds)
+    ])
   # The whole study's runs (the one-step-a-call run is shorter).
   studies = [r for r in (_study(rows, 'cold'), _study(rows, 'warm')) if r]
   mean, std = STUDY_ACCURACY
@@ -164,17 +181,22 @@ def _targets(results: dict) -> list[str]:
       f'the study\'s best test accuracy within {_percent(mean)} ± '
       f'{_percent(2 * std)} (2 std of seeds 0-2 on the CPU)',
       ', '.join(_percent(r['best_test_accuracy']) for r in studies),
-      _status(all(abs(r['best_test_accuracy'] - mean) <= 2 * std
-                  for r in studies) if studies else None)])
+      _status(
+          all(abs(r['best_test_accuracy'] - mean) <= 2 * std
+              for r in studies) if studies else None)
+  ])
   inputs = _measured(rows, 'input')
   b16 = pair(rows, B16)[0].get('images_per_second')
-  keeps_up = (max(r['images_per_second'] for r in inputs) >=
-              INPUT_OVER_B16_TARGET * b16 if inputs and b16 else None)
+  keeps_up = (max(r['images_per_second']
+                  for r in inputs) >= INPUT_OVER_B16_TARGET *
+              b16 if inputs and b16 else None)
   lines.append([
       f'`benchmark_input` at 224 px >= {INPUT_OVER_B16_TARGET}x {B16}\'s '
       f'step ({_number(b16)} img/s)',
       ', '.join(f'{_number(r["images_per_second"])} img/s ({r["loader"]})'
-                for r in inputs), _status(keeps_up)])
+                for r in inputs),
+      _status(keeps_up)
+  ])
   return _table(['target', 'measured', 'status'], lines)
 
 
@@ -189,94 +211,107 @@ def report(results: dict) -> str:
       f'({results["cpus"]} CPU cores), {results["date"]}: jax '
       f'{versions["jax"]}, CUDA {versions["cuda"]}, cuDNN '
       f'{versions["cudnn"]}, torch {versions.get("torch")}, timm '
-      f'{versions.get("timm")}; {len(rows)} rows, '
-      + ('finished in ' f'{results["seconds"]:.0f} s.' if results['finished']
-         else 'stopped before the end.'),
-      '',
-      *_targets(results),
+      f'{versions.get("timm")}; {len(rows)} rows, ' +
+      ('finished in '
+       f'{results["seconds"]:.0f} s.' if results['finished'] else
+       'stopped before the end.'), '', *_targets(results),
   ]
   if matmul:
-    lines += ['', f'A {matmul["size"]}³ bfloat16 matmul ran at '
-              f'{_number(matmul["tflop_per_second"])} TFLOP/s (datasheet '
-              f'dense bf16 peak: '
-              f'{_number(matmul["datasheet_tflop_per_second"]) or "unknown"}'
-              ' TFLOP/s).']
+    lines += [
+        '', f'A {matmul["size"]}³ bfloat16 matmul ran at '
+        f'{_number(matmul["tflop_per_second"])} TFLOP/s (datasheet '
+        f'dense bf16 peak: '
+        f'{_number(matmul["datasheet_tflop_per_second"]) or "unknown"}'
+        ' TFLOP/s).'
+    ]
   steps = [r for r in rows if r['section'] == 'train step']
   if steps:
     size = steps[0]['image_size']
-    lines += ['', f'Train step at {size}x{size} px, bfloat16, no '
-              'augmentation, AdamW, median of alternating rounds (img/s of '
-              'each round in brackets):', '',
-              *_table(['model', 'implementation', 'batch', 'img/s',
-                       'TFLOP/s', 'of bf16 peak', 'of the matmul',
-                       'setup s'],
-                      [[r['model'], f'{r["implementation"]} {r["variant"]}',
-                        str(r['batch_size'])] + _cells(r, lambda r: [
-                            f'{_number(r["images_per_second"])} ('
-                            + ', '.join(_number(x) for x in
-                                        r['round_images_per_second']) + ')',
-                            _number(r['train_tflop_per_second']),
-                            _percent(r['peak_share']),
-                            _percent(r['matmul_share']),
-                            _number(r['setup_seconds'])])
-                       for r in steps])]
+    lines += [
+        '', f'Train step at {size}x{size} px, bfloat16, no '
+        'augmentation, AdamW, median of alternating rounds (img/s of '
+        'each round in brackets):', '', *_table([
+            'model', 'implementation', 'batch', 'img/s', 'TFLOP/s',
+            'of bf16 peak', 'of the matmul', 'setup s'
+        ], [[
+            r['model'], f'{r["implementation"]} {r["variant"]}',
+            str(r['batch_size'])
+        ] + _cells(
+            r, lambda r: [
+                f'{_number(r["images_per_second"])} (' + ', '.join(
+                    _number(x) for x in r['round_images_per_second']) + ')',
+                _number(r['train_tflop_per_second']),
+                _percent(r['peak_share']),
+                _percent(r['matmul_share']),
+                _number(r['setup_seconds'])
+            ]) for r in steps])
+    ]
   study = [r for r in rows if r['section'] == 'study']
   if study:
-    lines += ['', '`configs/cifar_small.py` (ViT-Tiny), a `vit_jax.main` '
-              'process with a fresh compilation cache (cold), then the one it '
-              'filled (warm), then 6 epochs of it with one train step a call '
-              '(its train step another program, compiled anew). Training s: '
-              'the loop, evaluations and checkpoints included; img/s in '
-              'training: the median of its records, which leave them out:',
-              '',
-              *_table(['cache', 'overrides', 'epochs', 'end to end s',
-                       'training s', 'img/s in training',
-                       'best test accuracy'],
-                      [[r.get('compilation_cache', 'not said'),
-                        ', '.join(f'{k}={v}' for k, v in
-                                  r['overrides'].items()) or 'none'] +
-                       _cells(r, lambda r: [
-                           _number(r['epochs'], 2),
-                           _number(r['end_to_end_seconds']),
-                           _number(r['train_seconds']),
-                           _number(r.get('train_images_per_second')),
-                           _percent(r['best_test_accuracy'])])
-                       for r in study])]
+    lines += [
+        '', '`configs/cifar_small.py` (ViT-Tiny), a `vit_jax.main` '
+        'process with a fresh compilation cache (cold), then the one it '
+        'filled (warm), then 6 epochs of it with one train step a call '
+        '(its train step another program, compiled anew). Training s: '
+        'the loop, evaluations and checkpoints included; img/s in '
+        'training: the median of its records, which leave them out:', '',
+        *_table([
+            'cache', 'overrides', 'epochs', 'end to end s', 'training s',
+            'img/s in training', 'best test accuracy'
+        ], [[
+            r.get('compilation_cache', 'not said'),
+            ', '.join(f'{k}={v}' for k, v in r['overrides'].items()) or 'none'
+        ] + _cells(
+            r, lambda r: [
+                _number(r['epochs'], 2),
+                _number(r['end_to_end_seconds']),
+                _number(r['train_seconds']),
+                _number(r.get('train_images_per_second')),
+                _percent(r['best_test_accuracy'])
+            ]) for r in study])
+    ]
   attention_rows = [r for r in rows if r['section'] == 'attention']
   if attention_rows:
     shape = 'x'.join(map(str, attention_rows[0]['shape']))
-    lines += ['', f'Attention alone (batch x tokens x heads x head_dim '
-              f'{shape}, bfloat16, forward and backward), median ms:', '',
-              *_table(['attention', 'ms'],
-                      [[r['variant']] + _cells(r, lambda r: [
-                          _number(r['ms'], 2)]) for r in attention_rows])]
+    lines += [
+        '', f'Attention alone (batch x tokens x heads x head_dim '
+        f'{shape}, bfloat16, forward and backward), median ms:', '',
+        *_table(['attention', 'ms'],
+                [[r['variant']] + _cells(r, lambda r: [_number(r['ms'], 2)])
+                 for r in attention_rows])
+    ]
   for r in (r for r in rows if r['section'] == 'profile'):
     if 'skipped' in r:
       lines += ['', f'Profile of {r["model"]}: not measured: {r["skipped"]}']
       continue
-    lines += ['', f'Where {r["model"]}\'s train step (batch '
-              f'{r["batch_size"]}, {_number(r["step_ms"])} ms untraced) spends '
-              'its GPU time, ms per step by kind of kernel:', '',
-              *_table(['kind of work', 'ms per step'],
-                      [[kind, _number(ms, 2)] for kind, ms in
-                       r['ms_per_step_by_kind'].items()]),
-              *_by_model_part(r.get('ms_per_step_by_model_part')),
-              '', 'Its heaviest kernels:', '',
-              *_table(['kernel', 'kind', 'computes', 'ms per step'],
-                      [[f'`{k["kernel"][:80]}`', k['kind'],
-                        k.get('computes', ''), _number(k['ms_per_step'], 2)]
-                       for k in r['heaviest_kernels'][:12]])]
+    lines += [
+        '', f'Where {r["model"]}\'s train step (batch '
+        f'{r["batch_size"]}, {_number(r["step_ms"])} ms untraced) spends '
+        'its GPU time, ms per step by kind of kernel:', '',
+        *_table(['kind of work', 'ms per step'],
+                [[kind, _number(ms, 2)]
+                 for kind, ms in r['ms_per_step_by_kind'].items()]),
+        *_by_model_part(r.get('ms_per_step_by_model_part')), '',
+        'Its heaviest kernels:', '',
+        *_table(['kernel', 'kind', 'computes', 'ms per step'], [[
+            f'`{k["kernel"][:80]}`', k['kind'],
+            k.get('computes', ''),
+            _number(k['ms_per_step'], 2)
+        ] for k in r['heaviest_kernels'][:12]])
+    ]
   inputs = [r for r in rows if r['section'] == 'input']
   if inputs:
-    lines += ['', '`vit_jax.benchmark_input` (streaming, Inception crop, '
-              'flip, onto the device):', '',
-              *_table(['loader', 'images', 'img/s', 'img/s per core',
-                       'ms/batch', 'first batch s'],
-                      [[r.get('loader', ''), r['source']] + _cells(
-                          r, lambda r: [
-                              _number(r['images_per_second']),
-                              _number(r['images_per_second_per_core']),
-                              _number(r['ms_per_batch']),
-                              _number(r['first_batch_seconds'])])
-                       for r in inputs])]
+    lines += [
+        '', '`vit_jax.benchmark_input` (streaming, Inception crop, '
+        'flip, onto the device):', '', *_table([
+            'loader', 'images', 'img/s', 'img/s per core', 'ms/batch',
+            'first batch s'
+        ], [[r.get('loader', ''), r['source']] + _cells(
+            r, lambda r: [
+                _number(r['images_per_second']),
+                _number(r['images_per_second_per_core']),
+                _number(r['ms_per_batch']),
+                _number(r['first_batch_seconds'])
+            ]) for r in inputs])
+    ]
   return '\n'.join(lines)

@@ -35,28 +35,33 @@ def run_study(plan: gpu_plan.Plan, cifar_dir: pathlib.Path, timeout: float,
   """The study in a process of its own, compiled through `cache` (`state`:
   'cold', empty; 'warm', filled by a run before)."""
   overrides = {**plan.study_overrides, **(overrides or {})}
-  row = {'section': 'study', 'config': 'configs/cifar_small.py',
-         'overrides': overrides, 'compilation_cache': state}
+  row = {
+      'section': 'study', 'config': 'configs/cifar_small.py',
+      'overrides': overrides, 'compilation_cache': state
+  }
   if timeout <= 0:
     return {**row, 'skipped': OUT_OF_TIME}
   with tempfile.TemporaryDirectory() as workdir:
     start = time.time()
     try:
-      run = subprocess.run(
-          [sys.executable, '-m', 'vit_jax.main',
-           '--config=configs/cifar_small.py', f'--workdir={workdir}',
-           f'--config.data_dir={cifar_dir}',
-           f'--config.compilation_cache_dir={cache}',
-           *(f'--config.{k}={v}' for k, v in overrides.items())],
-          cwd=REPO, env=env, capture_output=True, text=True,
-          timeout=timeout)
+      run = subprocess.run([
+          sys.executable, '-m', 'vit_jax.main',
+          '--config=configs/cifar_small.py', f'--workdir={workdir}',
+          f'--config.data_dir={cifar_dir}',
+          f'--config.compilation_cache_dir={cache}',
+          *(f'--config.{k}={v}' for k, v in overrides.items())
+      ], cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired:
-      return {**row, 'skipped': f'still running at the end of its budget '
-              f'({timeout:.0f} s)'}
+      return {
+          **row, 'skipped': f'still running at the end of its budget '
+                            f'({timeout:.0f} s)'
+      }
     if run.returncode:
       last_line = (run.stderr.strip().splitlines() or [''])[-1]
-      return {**row, 'skipped': f'vit_jax.main exited with {run.returncode}: '
-              f'{last_line}'}
+      return {
+          **row, 'skipped': f'vit_jax.main exited with {run.returncode}: '
+                            f'{last_line}'
+      }
     summary_file = pathlib.Path(workdir) / 'summary.json'
     summary = json.loads(summary_file.read_text())
     # Its pace in training alone (a record's images/s leaves out evaluating
@@ -65,18 +70,19 @@ def run_study(plan: gpu_plan.Plan, cifar_dir: pathlib.Path, timeout: float,
     records = [json.loads(line) for line in metrics.read_text().splitlines()]
     # Where its start-up time went, as its log says (the lines that
     # name the phases, cut at 300 characters).
-    phases = [line[:300] for line in run.stderr.splitlines()
-              if any(word in line for word in (
-                  'Compil', 'parameters) on', 'Resumed', 'step 39/',
-                  'Done:'))]
-    return {**row, 'end_to_end_seconds': summary_file.stat().st_mtime - start,
-            'train_seconds': summary['train_seconds'],
-            'train_images_per_second': statistics.median(
-                r['images_per_second'] for r in records
-                if 'images_per_second' in r),
-            'epochs': summary['epochs'], 'steps': summary['steps'],
-            'best_test_accuracy': summary['best_test_accuracy'],
-            'log': phases}
+    phases = [
+        line[:300] for line in run.stderr.splitlines()
+        if any(word in line for word in ('Compil', 'parameters) on', 'Resumed',
+                                         'step 39/', 'Done:'))
+    ]
+    return {
+        **row, 'end_to_end_seconds': summary_file.stat().st_mtime - start,
+        'train_seconds': summary['train_seconds'], 'train_images_per_second':
+            statistics.median(r['images_per_second'] for r in records
+                              if 'images_per_second' in r),
+        'epochs': summary['epochs'], 'steps': summary['steps'],
+        'best_test_accuracy': summary['best_test_accuracy'], 'log': phases
+    }
 
 
 # The study with a cold, then a warm compilation cache; then 6 epochs warm
@@ -86,13 +92,14 @@ STUDY_RUNS = (('cold', {}), ('warm', {}),
               ('warm', {'steps_per_dispatch': 1, 'num_epochs': 6}))
 
 
-def study_rows(plan: gpu_plan.Plan, cifar_dir: pathlib.Path,
-               seconds_left, env: dict) -> list[dict]:
+def study_rows(plan: gpu_plan.Plan, cifar_dir: pathlib.Path, seconds_left,
+               env: dict) -> list[dict]:
   """The study's `STUDY_RUNS`, sharing one compilation cache."""
   with tempfile.TemporaryDirectory() as cache:
-    return [run_study(plan, cifar_dir, seconds_left(), env,
-                      pathlib.Path(cache), state, overrides)
-            for state, overrides in STUDY_RUNS]
+    return [
+        run_study(plan, cifar_dir, seconds_left(), env, pathlib.Path(cache),
+                  state, overrides) for state, overrides in STUDY_RUNS
+    ]
 
 
 def write_jpegs(folder: pathlib.Path, count: int, size: tuple[int, int]):
@@ -108,8 +115,7 @@ def write_jpegs(folder: pathlib.Path, count: int, size: tuple[int, int]):
     smooth = np.asarray(Image.fromarray(coarse).resize(size, Image.BICUBIC))
     noisy = smooth + rng.integers(-8, 9, smooth.shape)
     path = folder / f'{i}.jpg'
-    Image.fromarray(noisy.clip(0, 255).astype(np.uint8)).save(path,
-                                                              quality=90)
+    Image.fromarray(noisy.clip(0, 255).astype(np.uint8)).save(path, quality=90)
     encoded.append(path.read_bytes())
     path.unlink()
   for split, images in (('train', count), ('test', 1)):
@@ -121,22 +127,23 @@ def write_jpegs(folder: pathlib.Path, count: int, size: tuple[int, int]):
 def input_rows(plan: gpu_plan.Plan, seconds_left: float) -> list[dict]:
   """`benchmark_input` with threads (0) and a worker process per core (-1)."""
   width, height = plan.jpeg_size
-  row = {'section': 'input', 'image_size': plan.input_image_size,
-         'batch_size': plan.input_batch_size,
-         'source': f'{width}x{height} JPEGs to {plan.input_image_size} px, '
-                   f'batch {plan.input_batch_size}'}
+  row = {
+      'section': 'input', 'image_size': plan.input_image_size,
+      'batch_size': plan.input_batch_size,
+      'source': f'{width}x{height} JPEGs to {plan.input_image_size} px, '
+                f'batch {plan.input_batch_size}'
+  }
   if seconds_left <= 0:
     return [{**row, 'skipped': OUT_OF_TIME}]
   with tempfile.TemporaryDirectory() as folder:
     write_jpegs(pathlib.Path(folder),
-                (plan.input_steps + 1) * plan.input_batch_size,
-                plan.jpeg_size)
+                (plan.input_steps + 1) * plan.input_batch_size, plan.jpeg_size)
     config = benchmark_input.loader_config(
-        'image_folder', folder, plan.input_batch_size,
-        plan.input_image_size, plan.input_steps)
+        'image_folder', folder, plan.input_batch_size, plan.input_image_size,
+        plan.input_steps)
     try:
-      results = benchmark_input.run_benchmark(config, plan.input_steps,
-                                              [0, -1], plan.input_rounds)
+      results = benchmark_input.run_benchmark(config, plan.input_steps, [0, -1],
+                                              plan.input_rounds)
     except Exception as e:  # pylint: disable=broad-except
       # The input's failure is its row's note; the GPU rows still run.
       return [{**row, 'skipped': gpu_steps.failure_note(e)}]
@@ -160,8 +167,8 @@ def attention_rows(plan: gpu_plan.Plan, seconds_left: float) -> list[dict]:
     return [{**row, 'skipped': OUT_OF_TIME}]
   kernel = 'cudnn' if fused_attention.cudnn_applies(
       jax.devices()[0], jnp.bfloat16, head_dim) else 'xla'
-  q, k, v = jax.random.normal(jax.random.key(0), (3, batch, tokens, heads,
-                                                  head_dim), jnp.bfloat16)
+  q, k, v = jax.random.normal(jax.random.key(0),
+                              (3, batch, tokens, heads, head_dim), jnp.bfloat16)
   scale = head_dim**-0.5
 
   def einsum(q, k, v):  # MultiHeadSelfAttention's, in its layout
@@ -177,14 +184,15 @@ def attention_rows(plan: gpu_plan.Plan, seconds_left: float) -> list[dict]:
             q, k, v, scale=scale, implementation=kernel, token_multiple=m))
   rows = []
   for name, forward in candidates.items():
-    step = jax.jit(jax.grad(lambda q, k, v, f=forward: f(q, k, v).astype(
-        jnp.float32).sum(), argnums=(0, 1, 2)))
+    step = jax.jit(
+        jax.grad(
+            lambda q, k, v, f=forward: f(q, k, v).astype(jnp.float32).sum(),
+            argnums=(0, 1, 2)))
     try:
-      seconds = step_benchmark.median_seconds(lambda: step(q, k, v),
-                                              plan.steps)
+      seconds = step_benchmark.median_seconds(lambda: step(q, k, v), plan.steps)
     except Exception as e:  # pylint: disable=broad-except
-      rows.append({**row, 'variant': name,
-                   'skipped': gpu_steps.failure_note(e)})
+      rows.append(
+          {**row, 'variant': name, 'skipped': gpu_steps.failure_note(e)})
       continue
     rows.append({**row, 'variant': name, 'ms': 1000 * seconds})
   return rows
@@ -205,9 +213,11 @@ def trace_profile(bench: step_benchmark.StepBenchmark, steps: int) -> dict:
       # Without it, the kinds of work are still measured.
       parts, failed = {}, gpu_steps.failure_note(e)
     kinds, by_part, heaviest = profile_step.device_profile(trace, steps, parts)
-  return {'ms_per_step_by_kind': kinds,
-          'ms_per_step_by_model_part': failed or by_part,
-          'heaviest_kernels': heaviest}
+  return {
+      'ms_per_step_by_kind': kinds,
+      'ms_per_step_by_model_part': failed or by_part,
+      'heaviest_kernels': heaviest
+  }
 
 
 def profile_rows(plan: gpu_plan.Plan, seconds_left) -> list[dict]:
@@ -230,9 +240,10 @@ def profile_rows(plan: gpu_plan.Plan, seconds_left) -> list[dict]:
       bench = None
       gc.collect()
     if not profile['ms_per_step_by_kind']:
-      rows.append({**row, 'skipped': 'the trace holds no accelerator '
-                   'kernels (a CPU)'})
+      rows.append({
+          **row, 'skipped': 'the trace holds no accelerator '
+                            'kernels (a CPU)'
+      })
       continue
-    rows.append({**row, 'batch_size': batch, 'step_ms': 1000 * step,
-                 **profile})
+    rows.append({**row, 'batch_size': batch, 'step_ms': 1000 * step, **profile})
   return rows

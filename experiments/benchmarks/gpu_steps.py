@@ -27,16 +27,16 @@ def _ours(plan: gpu_plan.Plan, model: str, batch: int,
           **overrides) -> step_benchmark.StepBenchmark:
   """Our train step in bfloat16, unaugmented, run once: out of memory shows."""
   config = step_benchmark.benchmark_config(model, batch, plan.image_size,
-                                      'bfloat16', augment=False,
-                                      cpu_compiler_options={})
+                                           'bfloat16', augment=False,
+                                           cpu_compiler_options={})
   config.model_overrides.update({**plan.model_overrides, **overrides})
   bench = step_benchmark.StepBenchmark(config, plan.num_classes, evaluate=False)
   jax.block_until_ready(bench.train_step())
   return bench
 
 
-def fitting_ours(plan: gpu_plan.Plan, model: str, batch: int, **overrides
-                 ) -> tuple[step_benchmark.StepBenchmark, int]:
+def fitting_ours(plan: gpu_plan.Plan, model: str, batch: int,
+                 **overrides) -> tuple[step_benchmark.StepBenchmark, int]:
   """Our step (`_ours`) at `batch`, halved while it runs out of memory."""
   while True:
     try:
@@ -56,27 +56,30 @@ def architecture(bench: step_benchmark.StepBenchmark) -> dict:
       image=bench.config.image_size, patch=m.patch_size, hidden=m.hidden_size,
       layers=m.num_layers, heads=m.num_heads, mlp=m.mlp_dim,
       classes=m.num_classes, dropout=m.dropout_rate,
-      parameters=sum(x.size for x in jax.tree.leaves(bench.state.params))
-  )._asdict()
+      parameters=sum(x.size
+                     for x in jax.tree.leaves(bench.state.params)))._asdict()
 
 
-def contenders(plan: gpu_plan.Plan, timm_modes=tuple(TIMM_MODES)
-               ) -> list[tuple[str, str]]:
+def contenders(
+    plan: gpu_plan.Plan, timm_modes=tuple(TIMM_MODES)) -> list[tuple[str, str]]:
   """The rows of a model: (implementation, variant)."""
-  return ([('vit_jax', name) for name in plan.attentions] +
-          [('timm', mode) for mode in timm_modes])
+  return ([('vit_jax', name)
+           for name in plan.attentions] + [('timm', mode)
+                                           for mode in timm_modes])
 
 
 def not_measured(label: str, plan: gpu_plan.Plan, batch: int, reason: str,
                  timm_modes=tuple(TIMM_MODES)) -> list[dict]:
-  return [_row(label, key, plan, batch, skipped=reason)
-          for key in contenders(plan, timm_modes)]
+  return [
+      _row(label, key, plan, batch, skipped=reason)
+      for key in contenders(plan, timm_modes)
+  ]
 
 
-def compare_model(label: str, model: str, batch_size: int,
-                  plan: gpu_plan.Plan, peaks: dict,
-                  worker: timm_worker.TimmWorker | None, timm_missing: str,
-                  timm_modes=tuple(TIMM_MODES)) -> list[dict]:
+def compare_model(
+    label: str, model: str, batch_size: int, plan: gpu_plan.Plan, peaks: dict,
+    worker: timm_worker.TimmWorker | None, timm_missing: str,
+    timm_modes=tuple(TIMM_MODES)) -> list[dict]:
   """The rows of `model`: ours with each attention, timm in each of
   `timm_modes`, in alternating rounds at the largest batch that fits."""
   first, *others = plan.attentions
@@ -132,32 +135,31 @@ def compare_model(label: str, model: str, batch_size: int,
       worker.receive()
     except timm_worker.WorkerError:
       pass  # it ended: its rows say so
-  return [_row(label, key, plan, batch, skipped=skipped[key])
-          if key in skipped else
-          _row(label, key, plan, batch, seconds=seconds[key],
-               train_flops=train_flops, peaks=peaks, setup_seconds=setup[key])
-          for key in keys]
+  return [
+      _row(label, key, plan, batch, skipped=skipped[key]) if key in skipped else
+      _row(label, key, plan, batch, seconds=seconds[key],
+           train_flops=train_flops, peaks=peaks, setup_seconds=setup[key])
+      for key in keys
+  ]
 
 
 def _row(label: str, key: tuple[str, str], plan: gpu_plan.Plan, batch: int,
          skipped: str = '', seconds: list[float] = (), train_flops: float = 0,
          peaks: dict | None = None, setup_seconds: float = 0) -> dict:
   implementation, variant = key
-  row = {'section': 'train step', 'model': label,
-         'implementation': implementation, 'variant': variant,
-         'image_size': plan.image_size, 'batch_size': batch}
+  row = {
+      'section': 'train step', 'model': label, 'implementation': implementation,
+      'variant': variant, 'image_size': plan.image_size, 'batch_size': batch
+  }
   if skipped:
     return {**row, 'skipped': skipped}
   step = statistics.median(seconds)
   flop_per_second = train_flops * batch / step
   return {
-      **row,
-      'images_per_second': batch / step,
-      'ms_per_step': 1000 * step,
+      **row, 'images_per_second': batch / step, 'ms_per_step': 1000 * step,
       'round_images_per_second': [batch / s for s in seconds],
-      'train_tflop_per_second': flop_per_second / 1e12,
-      'peak_share': (flop_per_second / peaks['datasheet']
-                     if peaks['datasheet'] else None),
-      'matmul_share': flop_per_second / peaks['matmul'],
+      'train_tflop_per_second': flop_per_second / 1e12, 'peak_share':
+          (flop_per_second / peaks['datasheet'] if peaks['datasheet'] else None
+          ), 'matmul_share': flop_per_second / peaks['matmul'],
       'setup_seconds': setup_seconds,
   }

@@ -54,8 +54,8 @@ class Part(NamedTuple):
 
   @property
   def described(self) -> str:
-    return (f'{self.label}: {", ".join(self.operations)}' if self.operations
-            else self.label)
+    return (f'{self.label}: {", ".join(self.operations)}'
+            if self.operations else self.label)
 
 
 def part(op_name: str) -> Part:
@@ -75,8 +75,10 @@ def part(op_name: str) -> Part:
       direction = 'backward' if model_pass.group(1) else 'forward'
       scopes, model = scopes[i + 1:], model_pass.group(2)
       break
-  path = [_LAYER.sub('*', s) if s.startswith('encoderblock_') else s
-          for s in scopes if s not in _CONTROL and not _HOW.search(s)]
+  path = [
+      _LAYER.sub('*', s) if s.startswith('encoderblock_') else s for s in scopes
+      if s not in _CONTROL and not _HOW.search(s)
+  ]
   if model and not path:  # the model's own operations (scan's loop)
     path = [model]
   return Part('/'.join(path) or OUTSIDE, direction)
@@ -101,7 +103,8 @@ def model_parts(hlo_text: str) -> dict[str, Part]:
       named[computation] = []  # a cycle, were there one, ends here
       named[computation] = [
           name for _, text in computations.get(computation, ())
-          for name in _names(text, named_in)]
+          for name in _names(text, named_in)
+      ]
     return named[computation]
 
   parts = {}
@@ -110,8 +113,9 @@ def model_parts(hlo_text: str) -> dict[str, Part]:
       if _CONTAINER.search(text):
         continue
       names = _names(text, named_in)
-      arithmetic = [op_name for op_name, is_arithmetic in names
-                    if is_arithmetic]
+      arithmetic = [
+          op_name for op_name, is_arithmetic in names if is_arithmetic
+      ]
       counted = collections.Counter()
       operations = collections.defaultdict(collections.Counter)
       for op_name in arithmetic or [op_name for op_name, _ in names]:
@@ -125,13 +129,14 @@ def model_parts(hlo_text: str) -> dict[str, Part]:
       else:
         # A copy, a transpose or a cast XLA added: the part whose result it
         # moves (an operand defined before it).
-        operand = next((o for o in _OPERAND.findall(text.split('), ')[0])
-                        if o in parts), None)
+        operand = next(
+            (o for o in _OPERAND.findall(text.split('), ')[0]) if o in parts),
+            None)
         if operand is None:
           continue
         described = parts[operand]._replace(operations=(f'moves {operand}',))
-      parts[name] = parts[name.replace('.', '_').replace('-', '_')] = (
-          described)
+      parts[name] = parts[name.replace('.', '_').replace('-',
+                                                         '_')] = (described)
   return parts
 
 
@@ -148,8 +153,8 @@ def _names(text: str, named_in) -> list[tuple[str, bool]]:
   return names
 
 
-def time_by_part(timed: Iterable[tuple[Part | None, float]]
-                 ) -> collections.Counter:
+def time_by_part(
+    timed: Iterable[tuple[Part | None, float]]) -> collections.Counter:
   """`timed`'s (part or None, time) summed by label; None's as UNNAMED."""
   total = collections.Counter()
   for where, duration in timed:

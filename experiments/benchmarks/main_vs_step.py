@@ -25,24 +25,26 @@ ROOT = HERE.parents[1]
 
 def main_job_rates(data_dir: str, epochs: int) -> list[float]:
   with tempfile.TemporaryDirectory() as workdir:
-    subprocess.run(
-        [sys.executable, '-m', 'vit_jax.main',
-         '--config=configs/cifar_small.py', f'--workdir={workdir}',
-         f'--config.data_dir={data_dir}', f'--config.num_epochs={epochs}'],
-        cwd=ROOT, check=True, capture_output=True, text=True)
-    records = [json.loads(line) for line in
-               (pathlib.Path(workdir) / 'metrics.jsonl').read_text().splitlines()]
+    subprocess.run([
+        sys.executable, '-m', 'vit_jax.main', '--config=configs/cifar_small.py',
+        f'--workdir={workdir}', f'--config.data_dir={data_dir}',
+        f'--config.num_epochs={epochs}'
+    ], cwd=ROOT, check=True, capture_output=True, text=True)
+    records = [
+        json.loads(line) for line in (pathlib.Path(workdir) /
+                                      'metrics.jsonl').read_text().splitlines()
+    ]
   return [r['images_per_second'] for r in records
           if 'images_per_second' in r][1:]
 
 
 def step_rate(steps: int) -> float:
-  out = subprocess.run(
-      [sys.executable, '-m', 'vit_jax.benchmark', '--model=ViT-Tiny-CIFAR_4',
-       '--batch_size=128', '--image_size=32', f'--steps={steps}'],
-      cwd=ROOT, check=True, capture_output=True, text=True)
-  return json.loads(out.stdout.strip().splitlines()[-1])[
-      'train_images_per_second']
+  out = subprocess.run([
+      sys.executable, '-m', 'vit_jax.benchmark', '--model=ViT-Tiny-CIFAR_4',
+      '--batch_size=128', '--image_size=32', f'--steps={steps}'
+  ], cwd=ROOT, check=True, capture_output=True, text=True)
+  return json.loads(
+      out.stdout.strip().splitlines()[-1])['train_images_per_second']
 
 
 def main():
@@ -62,24 +64,22 @@ def main():
       if name == 'main':
         rates = main_job_rates(data_dir, args.epochs)
         main_rates.extend(rates)
-        print(f'round {round_index + 1}: vit_jax.main epochs: '
-              f'{", ".join(f"{r:.1f}" for r in rates)} img/s', flush=True)
+        print(
+            f'round {round_index + 1}: vit_jax.main epochs: '
+            f'{", ".join(f"{r:.1f}" for r in rates)} img/s', flush=True)
       else:
         step_rates.append(step_rate(args.steps))
-        print(f'round {round_index + 1}: vit_jax.benchmark: '
-              f'{step_rates[-1]:.1f} img/s', flush=True)
+        print(
+            f'round {round_index + 1}: vit_jax.benchmark: '
+            f'{step_rates[-1]:.1f} img/s', flush=True)
 
   main_median = statistics.median(main_rates)
   step_median = statistics.median(step_rates)
   summary = {
-      'date': datetime.date.today().isoformat(),
-      'rounds': args.rounds,
-      'epochs': args.epochs,
-      'main_images_per_second': main_rates,
-      'benchmark_images_per_second': step_rates,
-      'main_median': main_median,
-      'benchmark_median': step_median,
-      'ratio': main_median / step_median,
+      'date': datetime.date.today().isoformat(), 'rounds': args.rounds,
+      'epochs': args.epochs, 'main_images_per_second': main_rates,
+      'benchmark_images_per_second': step_rates, 'main_median': main_median,
+      'benchmark_median': step_median, 'ratio': main_median / step_median,
   }
   (HERE / 'main_vs_step.json').write_text(json.dumps(summary, indent=2))
   print()

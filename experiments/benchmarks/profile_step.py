@@ -31,14 +31,16 @@ from experiments.benchmarks import hlo_parts
 from experiments.benchmarks import study_step
 
 # Kinds of work, by XLA's names for its thunks; the first match wins.
-KINDS = (
-    ('matmuls (YNNPACK kernels)', re.compile(r'^ynn_fusion')),
-    ('gradient all-reduce', re.compile(r'all-reduce|collective')),
-    ('waits for other threads (rendezvous)', re.compile(r'^Wait', re.I)),
-    ('layout copies', re.compile(r'copy|transpose')),
-    ('dropout selects, GELU', re.compile(r'select|tanh')),
-    ('batched attention dots', re.compile(r'^dot')),
-)
+KINDS = (('matmuls (YNNPACK kernels)',
+          re.compile(r'^ynn_fusion')), ('gradient all-reduce',
+                                        re.compile(r'all-reduce|collective')),
+         ('waits for other threads (rendezvous)',
+          re.compile(r'^Wait', re.I)), ('layout copies',
+                                        re.compile(r'copy|transpose')),
+         ('dropout selects, GELU',
+          re.compile(r'select|tanh')), ('batched attention dots',
+                                        re.compile(r'^dot')),
+        )
 OTHER = 'other elementwise and reductions'
 # The threads that run the compiled step's operations, one or more per
 # device (the PjRt client's threads only wait for them).
@@ -68,9 +70,10 @@ def _events(trace_path: pathlib.Path) -> list[dict]:
 
 def _worker_events(events: list[dict]) -> dict[int, list[dict]]:
   """The complete events of each thread that runs XLA's operations."""
-  workers = {e['tid'] for e in events
-             if e.get('name') == 'thread_name' and
-             WORKER_THREADS.match(e['args']['name'])}
+  workers = {
+      e['tid'] for e in events if e.get('name') == 'thread_name' and
+      WORKER_THREADS.match(e['args']['name'])
+  }
   by_thread = collections.defaultdict(list)
   for e in events:
     if e.get('ph') == 'X' and e.get('tid') in workers:
@@ -78,9 +81,10 @@ def _worker_events(events: list[dict]) -> dict[int, list[dict]]:
   return by_thread
 
 
-def thread_profile(by_thread: dict[int, list[dict]], steps: int,
-                   parts: dict[str, hlo_parts.Part]
-                   ) -> tuple[dict[str, float], dict[str, float]]:
+def thread_profile(
+    by_thread: dict[int, list[dict]], steps: int,
+    parts: dict[str,
+                hlo_parts.Part]) -> tuple[dict[str, float], dict[str, float]]:
   """Thread-ms per step of XLA's CPU operations by kind of work (KINDS, their
   sum and the wall time) and by part of the model (`parts`)."""
   kinds, placed = collections.Counter(), []
@@ -100,14 +104,16 @@ def _by_part(placed, steps: int) -> dict[str, float]:
   return {label: us / 1e3 / steps for label, us in times.most_common()}
 
 
-def _per_step(kinds: collections.Counter, order, events: list[dict],
-              steps: int, summed: str, wall: str) -> dict[str, float]:
+def _per_step(kinds: collections.Counter, order, events: list[dict], steps: int,
+              summed: str, wall: str) -> dict[str, float]:
   """Ms per step of each kind (`order`'s, then OTHER), their sum and the wall
   time from the first of `events` to the end of the last."""
-  span = (max(e['ts'] + e['dur'] for e in events) -
-          min(e['ts'] for e in events))
-  table = {kind: kinds[kind] / 1e3 / steps
-           for kind in (*(k for k, _ in order), OTHER)}
+  span = (max(e['ts'] + e['dur'] for e in events) - min(e['ts']
+                                                        for e in events))
+  table = {
+      kind: kinds[kind] / 1e3 / steps for kind in (*(k
+                                                     for k, _ in order), OTHER)
+  }
   table[summed] = sum(kinds.values()) / 1e3 / steps
   table[wall] = span / 1e3 / steps
   return table
@@ -121,12 +127,12 @@ DEVICE_KINDS = (
     ('attention (cuDNN)', re.compile(r'sdpa|fmha|flash|cudnn::fusion', re.I)),
     # cuDNN's, by their XLA custom call (the patch embedding's).
     ('convolutions', re.compile(r'cudnn-conv|implicit_gemm', re.I)),
-    ('matmuls', re.compile(r'gemm|nvjet|cublas|cutlass|xmma|wgmma|matmul|\bdot',
-                           re.I)),
+    ('matmuls',
+     re.compile(r'gemm|nvjet|cublas|cutlass|xmma|wgmma|matmul|\bdot', re.I)),
     ('optimizer update', re.compile(r'optimizer')),
     ('layer norms and other reductions', re.compile(r'reduce|norm', re.I)),
-    ('copies and transposes',
-     re.compile(r'copy|transpose|memcpy|memset', re.I)),
+    ('copies and transposes', re.compile(r'copy|transpose|memcpy|memset',
+                                         re.I)),
     ('other fusions', re.compile(r'fusion|loop', re.I)),
 )
 
@@ -135,23 +141,27 @@ def _device_kernels(events: list[dict]) -> list[dict]:
   """The kernels of the accelerators' 'Stream ...' threads (the others repeat
   them as XLA modules, ops or scopes), of all their threads if none is so
   named; none on a CPU."""
-  devices = {e['pid'] for e in events
-             if e.get('ph') == 'M' and e.get('name') == 'process_name' and
-             '/device:' in e['args'].get('name', '') and
-             'CPU' not in e['args']['name']}
+  devices = {
+      e['pid'] for e in events
+      if e.get('ph') == 'M' and e.get('name') == 'process_name' and
+      '/device:' in e['args'].get('name', '') and 'CPU' not in e['args']['name']
+  }
   threads = {(e['pid'], e['tid']) for e in events
              if e.get('ph') == 'X' and e['pid'] in devices}
-  streams = {(e['pid'], e['tid']) for e in events
-             if e.get('ph') == 'M' and e.get('name') == 'thread_name' and
-             e['pid'] in devices and
-             e['args'].get('name', '').startswith('Stream')}
+  streams = {
+      (e['pid'], e['tid']) for e in events
+      if e.get('ph') == 'M' and e.get('name') == 'thread_name' and
+      e['pid'] in devices and e['args'].get('name', '').startswith('Stream')
+  }
   threads = threads & streams or threads
-  return [e for e in events if e.get('ph') == 'X' and
-          (e.get('pid'), e.get('tid')) in threads]
+  return [
+      e for e in events
+      if e.get('ph') == 'X' and (e.get('pid'), e.get('tid')) in threads
+  ]
 
 
-def _part_of(kernel: dict, parts: dict[str, hlo_parts.Part]
-             ) -> hlo_parts.Part | None:
+def _part_of(kernel: dict,
+             parts: dict[str, hlo_parts.Part]) -> hlo_parts.Part | None:
   """The part a kernel computes: its HLO op's, its name's, else its jax op's."""
   args = kernel.get('args', {})
   # The HLO op first: XLA names a kernel it reuses for identical fusions
@@ -163,9 +173,9 @@ def _part_of(kernel: dict, parts: dict[str, hlo_parts.Part]
   return hlo_parts.part(args['tf_op']) if args.get('tf_op') else None
 
 
-def device_profile(trace_path: pathlib.Path, steps: int,
-                   parts: dict[str, hlo_parts.Part], top: int = 25
-                   ) -> tuple[dict[str, float], dict[str, float], list[dict]]:
+def device_profile(
+    trace_path: pathlib.Path, steps: int, parts: dict[str, hlo_parts.Part],
+    top: int = 25) -> tuple[dict[str, float], dict[str, float], list[dict]]:
   """Ms per step of an accelerator's kernels by kind of work (DEVICE_KINDS,
   their sum and the wall time) and by part of the model (`parts`:
   `hlo_parts.model_parts`); and the `top` kernels, each with what the trace
@@ -180,12 +190,15 @@ def device_profile(trace_path: pathlib.Path, steps: int,
   labelled = {}  # a label's part, as first seen
   for e in kernels:
     text = ' '.join([e['name'], *(str(v) for v in e.get('args', {}).values())])
-    kind = next((k for k, pattern in DEVICE_KINDS if pattern.search(text)),
-                OTHER)
+    kind = next((k
+                 for k, pattern in DEVICE_KINDS if pattern.search(text)), OTHER)
     kinds[kind] += e['dur']
     by_name[e['name']] += e['dur']
-    described.setdefault(e['name'], {'kind': kind, 'args': {
-        k: str(v)[:200] for k, v in e.get('args', {}).items()}})
+    described.setdefault(
+        e['name'], {
+            'kind': kind,
+            'args': {k: str(v)[:200] for k, v in e.get('args', {}).items()}
+        })
     where = _part_of(e, parts)
     placed.append((where, e['dur']))
     if where:
@@ -197,8 +210,9 @@ def device_profile(trace_path: pathlib.Path, steps: int,
         f' (and {len(others)} more)' if others else '')
   table = _per_step(kinds, DEVICE_KINDS, kernels, steps, 'kernels, summed',
                     'wall, first kernel to last')
-  heaviest = [{'kernel': name, 'ms_per_step': us / 1e3 / steps,
-               **described[name]} for name, us in by_name.most_common(top)]
+  heaviest = [{
+      'kernel': name, 'ms_per_step': us / 1e3 / steps, **described[name]
+  } for name, us in by_name.most_common(top)]
   return table, _by_part(placed, steps), heaviest
 
 
@@ -224,12 +238,16 @@ def matmul_rate(shape: tuple[int, int, int], seconds: float = 5.0) -> float:
 
 def matmuls_alone_and_side_by_side():
   """Each of MATMULS pinned to core 0, then two at once on cores 0 and 1."""
+
   def rates(shape):
+
     def start(core):
-      return subprocess.Popen(
-          ['taskset', '-c', str(core), sys.executable, __file__,
-           '--matmul=' + 'x'.join(map(str, shape))],
-          stdout=subprocess.PIPE, text=True)
+      return subprocess.Popen([
+          'taskset', '-c',
+          str(core), sys.executable, __file__,
+          '--matmul=' + 'x'.join(map(str, shape))
+      ], stdout=subprocess.PIPE, text=True)
+
     alone = float(start(0).communicate()[0])
     pair = [start(0), start(1)]
     both = [float(process.communicate()[0]) for process in pair]
@@ -253,8 +271,8 @@ def print_trace(trace_dir: pathlib.Path, steps: int):
   # pylint: disable-next=g-import-not-at-top
   from vit_jax.training import step_benchmark
   program = trace_dir / step_benchmark.TRACED_PROGRAM
-  parts = (hlo_parts.model_parts(program.read_text()) if program.exists()
-           else {})
+  parts = (hlo_parts.model_parts(program.read_text())
+           if program.exists() else {})
   kinds, by_part, heaviest = device_profile(traces[-1], steps, parts)
   unit = 'ms per step'
   if not kinds and (by_thread := _worker_events(_events(traces[-1]))):
@@ -264,32 +282,35 @@ def print_trace(trace_dir: pathlib.Path, steps: int):
     raise SystemExit(
         f'error: the trace in {trace_dir} holds no XLA operations: on a CPU, '
         'trace with XLA_FLAGS=--xla_cpu_enable_xprof_traceme=true.')
-  study_step.print_table(('work', unit),
-                         ((kind, f'{ms:,.1f}') for kind, ms in kinds.items()))
+  study_step.print_table(('work', unit), ((kind, f'{ms:,.1f}')
+                                          for kind, ms in kinds.items()))
   print()
   study_step.print_table(('part of the model', unit),
-                         ((label, f'{ms:,.1f}') for label, ms in
-                          by_part.items() if ms >= 0.05))
+                         ((label, f'{ms:,.1f}')
+                          for label, ms in by_part.items() if ms >= 0.05))
   if heaviest:
     print()
-    study_step.print_table(
-        ('kernel', 'kind', 'computes', unit),
-        ((f'`{k["kernel"][:80]}`', k['kind'], k.get('computes', ''),
-          f'{k["ms_per_step"]:,.2f}') for k in heaviest))
+    study_step.print_table(('kernel', 'kind', 'computes', unit),
+                           ((f'`{k["kernel"][:80]}`', k['kind'],
+                             k.get('computes', ''), f'{k["ms_per_step"]:,.2f}')
+                            for k in heaviest))
 
 
 def main():
   parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
   parser.add_argument('--cpu_devices', type=int, default=4)
-  parser.add_argument('--steps', type=int, default=3,
-                      help='Steps to trace, or that --trace_dir\'s trace '
-                      'holds (`vit_jax.benchmark --trace_steps`).')
-  parser.add_argument('--trace_dir', type=pathlib.Path,
-                      help='Sum the trace `vit_jax.benchmark --trace_dir` '
-                      'wrote there (any model, CPU or GPU) instead.')
-  parser.add_argument('--matmuls', action='store_true',
-                      help='Time the step\'s matmul shapes alone and two at '
-                      'once instead (one device each, pinned to a core).')
+  parser.add_argument(
+      '--steps', type=int, default=3,
+      help='Steps to trace, or that --trace_dir\'s trace '
+      'holds (`vit_jax.benchmark --trace_steps`).')
+  parser.add_argument(
+      '--trace_dir', type=pathlib.Path,
+      help='Sum the trace `vit_jax.benchmark --trace_dir` '
+      'wrote there (any model, CPU or GPU) instead.')
+  parser.add_argument(
+      '--matmuls', action='store_true',
+      help='Time the step\'s matmul shapes alone and two at '
+      'once instead (one device each, pinned to a core).')
   parser.add_argument('--matmul', help=argparse.SUPPRESS)
   args = parser.parse_args()
   if args.matmul:

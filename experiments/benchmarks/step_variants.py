@@ -34,8 +34,7 @@ CPU_VARIANTS = ('hash', 'flax_threefry', 'flax_rbg', 'flax_unsafe_rbg',
 # The GPU variants that are XLA flags, the baseline first; the code
 # variants after them (GPU_CODE_VARIANTS, swapped in `run_gpu_variant`).
 GPU_FLAGS = {
-    'default': '',
-    'cudnn_layer_norm': '--xla_gpu_enable_cudnn_layer_norm=true',
+    'default': '', 'cudnn_layer_norm': '--xla_gpu_enable_cudnn_layer_norm=true',
     'cublaslt': '--xla_gpu_enable_cublaslt=true',
     'no_command_buffers': '--xla_gpu_enable_command_buffer=',
     'autotune_level_0': '--xla_gpu_autotune_level=0',
@@ -52,12 +51,14 @@ PROFILED = 'no_command_buffers'
 def run_cpu_variant(variant: str, steps: int) -> dict:
   if variant.startswith('flax_'):
     _use_flax_dropout(variant.removeprefix('flax_'))
-  attention = ('dot_product_attention' if variant == 'dot_product_attention'
-               else 'einsum')
+  attention = ('dot_product_attention'
+               if variant == 'dot_product_attention' else 'einsum')
   result = study_step.measure(4, steps_timed=steps, attention=attention)
-  return {'variant': variant,
-          'train_images_per_second': result['train_images_per_second'],
-          'train_utilization': result['train_utilization']}
+  return {
+      'variant': variant,
+      'train_images_per_second': result['train_images_per_second'],
+      'train_utilization': result['train_utilization']
+  }
 
 
 def run_gpu_variant(variant: str, steps: int, smoke: bool) -> dict:
@@ -82,17 +83,18 @@ def run_gpu_variant(variant: str, steps: int, smoke: bool) -> dict:
   _, model, batch = plan.models[0]
   bench, batch = gpu_steps.fitting_ours(plan, model, batch, attention='auto')
   seconds = step_benchmark.median_seconds(bench.train_step, steps)
-  result = {'variant': variant, 'batch_size': batch,
-            'train_images_per_second': batch / seconds,
-            'compile_seconds': bench.compile_seconds}
+  result = {
+      'variant': variant, 'batch_size': batch,
+      'train_images_per_second': batch / seconds,
+      'compile_seconds': bench.compile_seconds
+  }
   if variant == PROFILED:
     # Its timing first, kept should the trace fail or outrun the run's time.
     print(RESULT + json.dumps(result), flush=True)
     # pylint: disable-next=g-import-not-at-top
     from experiments.benchmarks import gpu_sections
     try:
-      result['profile'] = gpu_sections.trace_profile(bench,
-                                                     plan.profile_steps)
+      result['profile'] = gpu_sections.trace_profile(bench, plan.profile_steps)
     except Exception as e:  # pylint: disable=broad-except
       result['profile'] = {'failed': gpu_steps.failure_note(e)}
   return result
@@ -105,6 +107,7 @@ def use_patch_matmul():
   # pylint: disable=g-import-not-at-top
   from vit_jax.models import names
   from vit_jax.models.layers import patch_embedding
+
   # pylint: enable=g-import-not-at-top
 
   class PatchMatmul(nn.Module):
@@ -120,8 +123,7 @@ def use_patch_matmul():
       bias = self.param('bias', nn.initializers.zeros_init(),
                         (self.hidden_size,))
       patches, kernel, bias = nn.dtypes.promote_dtype(
-          patch_embedding.patch_grid(images, p), kernel, bias,
-          dtype=self.dtype)
+          patch_embedding.patch_grid(images, p), kernel, bias, dtype=self.dtype)
       return patches @ kernel.reshape(-1, self.hidden_size) + bias
 
   conv = patch_embedding.embed_patches
@@ -141,14 +143,14 @@ def use_fused_qkv():
   # pylint: disable=g-import-not-at-top
   import jax.numpy as jnp
   from vit_jax.models.layers import attention
+
   # pylint: enable=g-import-not-at-top
 
   def project_qkv(x, projections, layout):
     kernels, biases = zip(*projections)
     bias = jnp.concatenate(biases, axis=0)  # the heads of q, then k, then v
-    qkv = jnp.einsum(f'btd,dhe->{layout}', x,
-                     jnp.concatenate(kernels, axis=1)) + (
-                         bias[:, None, :] if layout == 'bhte' else bias)
+    qkv = jnp.einsum(f'btd,dhe->{layout}', x, jnp.concatenate(
+        kernels, axis=1)) + (bias[:, None, :] if layout == 'bhte' else bias)
     return tuple(jnp.split(qkv, len(projections), axis=layout.index('h')))
 
   attention.project_qkv = project_qkv
@@ -176,8 +178,9 @@ RESULT = 'step_variants result: '  # the line of a run's result
 
 def _run(variant: str, args) -> dict:
   """One run of `variant` in a fresh process: its result, or why it has none."""
-  command = [sys.executable, __file__, f'--variant={variant}',
-             f'--steps={args.steps}']
+  command = [
+      sys.executable, __file__, f'--variant={variant}', f'--steps={args.steps}'
+  ]
   env = dict(os.environ)
   if args.gpu:
     command += ['--gpu'] + (['--smoke'] if args.smoke else [])
@@ -189,13 +192,12 @@ def _run(variant: str, args) -> dict:
   except subprocess.TimeoutExpired as e:
     late = f'over {args.run_timeout:.0f} s'
     timed = _results(e.stdout)  # the profiled variant's, before its trace
-    return ({**json.loads(timed[-1]), 'profile': {'failed': late}} if timed
-            else {'variant': variant, 'failed': late})
+    return ({**json.loads(timed[-1]), 'profile': {'failed': late}}
+            if timed else {'variant': variant, 'failed': late})
   results = _results(out.stdout)
   if out.returncode or not results:
     last = (out.stderr.strip().splitlines() or [''])[-1][:300]
-    return {'variant': variant,
-            'failed': f'exit {out.returncode}: {last}'}
+    return {'variant': variant, 'failed': f'exit {out.returncode}: {last}'}
   return json.loads(results[-1])
 
 
@@ -203,32 +205,36 @@ def _results(stdout: str | bytes | None) -> list[str]:
   """The result lines a run printed."""
   if isinstance(stdout, bytes):  # what a timeout leaves, even with text=True
     stdout = stdout.decode(errors='replace')
-  return [line.removeprefix(RESULT) for line in (stdout or '').splitlines()
-          if line.startswith(RESULT)]
+  return [
+      line.removeprefix(RESULT) for line in (stdout or '').splitlines()
+      if line.startswith(RESULT)
+  ]
 
 
 def main():
   parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
   parser.add_argument('--rounds', type=int, default=3)
   parser.add_argument('--steps', type=int, default=10)
-  parser.add_argument('--gpu', action='store_true',
-                      help='ViT-B/16 on a GPU under GPU_FLAGS and '
-                      'GPU_CODE_VARIANTS.')
+  parser.add_argument(
+      '--gpu', action='store_true',
+      help='ViT-B/16 on a GPU under GPU_FLAGS and '
+      'GPU_CODE_VARIANTS.')
   parser.add_argument('--smoke', action='store_true',
                       help='With --gpu: a one-layer model, for a CPU.')
-  parser.add_argument('--variants', help='Comma-separated, the first the '
-                      'baseline; default: all.')
+  parser.add_argument(
+      '--variants', help='Comma-separated, the first the '
+      'baseline; default: all.')
   parser.add_argument('--seconds', type=float, default=float('inf'),
                       help='Start no run after this many seconds.')
-  parser.add_argument('--run_timeout', type=float, default=120,
-                      help='Seconds one run may take before it counts as '
-                      'failed.')
+  parser.add_argument(
+      '--run_timeout', type=float, default=120,
+      help='Seconds one run may take before it counts as '
+      'failed.')
   parser.add_argument('--output', type=pathlib.Path,
                       help='The runs as JSON, rewritten after each.')
   parser.add_argument('--variant', help=argparse.SUPPRESS)  # one run, here
   args = parser.parse_args()
-  known = (tuple(GPU_FLAGS) + GPU_CODE_VARIANTS if args.gpu else
-           CPU_VARIANTS)
+  known = (tuple(GPU_FLAGS) + GPU_CODE_VARIANTS if args.gpu else CPU_VARIANTS)
   if args.variant:
     if args.variant not in known:
       parser.error(f'unknown variant {args.variant}')
@@ -258,10 +264,9 @@ def main():
               if 'failed' not in run else f'failed: {run["failed"]}')
       print(f'round {round_index + 1}: {variant}: {said}', flush=True)
   print()
-  study_step.print_table(
-      ('variant', 'runs', 'median train img/s') +
-      (('median compile s',) if args.gpu else ()),
-      _medians(variants, runs, args.gpu))
+  study_step.print_table(('variant', 'runs', 'median train img/s') +
+                         (('median compile s',) if args.gpu else ()),
+                         _medians(variants, runs, args.gpu))
 
 
 def _medians(variants, runs: list[dict], with_compile: bool):

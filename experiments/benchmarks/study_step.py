@@ -10,9 +10,8 @@ def measure(cpu_devices: int, **options) -> dict:
   from vit_jax.runtime import distributed  # pylint: disable=g-import-not-at-top
   distributed.set_cpu_devices(cpu_devices)
   from vit_jax.training import step_benchmark  # pylint: disable=g-import-not-at-top
-  return step_benchmark.run_benchmark(
-      model='ViT-Tiny-CIFAR_4', batch_size=128, image_size=32, augment=True,
-      **options)
+  return step_benchmark.run_benchmark(model='ViT-Tiny-CIFAR_4', batch_size=128,
+                                      image_size=32, augment=True, **options)
 
 
 def print_table(header: Iterable[str], rows: Iterable[Iterable[str]]):

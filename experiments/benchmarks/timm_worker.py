@@ -36,8 +36,9 @@ def _serve():
     reply({'error': f'{type(e).__name__}: {e}'})
     return
   device = 'cuda' if torch.cuda.is_available() else 'cpu'
-  reply({'torch': torch.__version__, 'timm': timm.__version__,
-         'device': device})
+  reply({
+      'torch': torch.__version__, 'timm': timm.__version__, 'device': device
+  })
   prepared = {}
   for line in sys.stdin:
     request = json.loads(line)
@@ -65,8 +66,9 @@ def _handle(request: dict, prepared: dict, device: str) -> dict:
   if request['op'] == 'time':
     step = prepared[request['name']]
     compare_pytorch.run_steps(step, 2, device)
-    return {'seconds': compare_pytorch.run_steps(step, request['steps'],
-                                                 device)}
+    return {
+        'seconds': compare_pytorch.run_steps(step, request['steps'], device)
+    }
   if request['op'] == 'clear':
     prepared.clear()
     if device == 'cuda':

@@ -40,9 +40,9 @@ from vit_jax.runtime import stop_signals
 # pylint: enable=g-import-not-at-top,wrong-import-position
 
 FLAGS = flags.FLAGS
-flags.DEFINE_string('torch_python', None,
-                    'Python of a venv with torch, timm, transformers and '
-                    'safetensors, which runs library_worker.py.')
+flags.DEFINE_string(
+    'torch_python', None, 'Python of a venv with torch, timm, transformers and '
+    'safetensors, which runs library_worker.py.')
 flags.DEFINE_string('output', str(HERE / 'library_check.json'),
                     'Where the JSON record goes.')
 flags.mark_flag_as_required('torch_python')
@@ -52,9 +52,9 @@ NUM_IMAGES = 4
 TARGET = 1e-5
 # name: (registered model, overrides, formats).
 OURS = {
-    'ViT-B_16': ('ViT-B_16', {'num_classes': 1000}, ('timm', 'hf')),
-    'ViT-Ti_16 gap': ('ViT-Ti_16', {'num_classes': 10, 'classifier': 'gap'},
-                      ('timm',)),
+    'ViT-B_16':
+        ('ViT-B_16', {'num_classes': 1000}, ('timm', 'hf')), 'ViT-Ti_16 gap':
+            ('ViT-Ti_16', {'num_classes': 10, 'classifier': 'gap'}, ('timm',)),
     'ViT-S_32': ('ViT-S_32', {'num_classes': 100}, ('timm', 'hf')),
     'R50+ViT-B_16': ('R50+ViT-B_16', {'num_classes': 1000}, ('timm',)),
 }
@@ -64,10 +64,9 @@ LIBRARY = {'timm': 'timm', 'hf': 'transformers'}
 
 def random_params(model, seed: int) -> dict:
   """`model`'s parameters, each drawn at random (none zero or one)."""
-  shapes = jax.eval_shape(
-      lambda: model.init(jax.random.key(0),
-                         np.zeros((1, IMAGE_SIZE, IMAGE_SIZE, 3), np.float32),
-                         train=False))['params']
+  shapes = jax.eval_shape(lambda: model.init(
+      jax.random.key(0), np.zeros(
+          (1, IMAGE_SIZE, IMAGE_SIZE, 3), np.float32), train=False))['params']
   rng = np.random.default_rng(seed)
 
   def draw(path, leaf):
@@ -82,19 +81,20 @@ def random_params(model, seed: int) -> dict:
 
 def relative(ours: np.ndarray, theirs: np.ndarray,
              reference: np.ndarray) -> dict:
-  difference = np.abs(np.asarray(ours, np.float64) -
-                      np.asarray(theirs, np.float64))
+  difference = np.abs(
+      np.asarray(ours, np.float64) - np.asarray(theirs, np.float64))
   scale = float(np.abs(np.asarray(reference, np.float64)).max())
-  return {'max_rel_diff': float(difference.max()) / scale,
-          'max_abs_diff': float(difference.max()),
-          'max_abs_reference': scale,
-          'top1_agree': int((np.argmax(ours, -1) ==
-                             np.argmax(theirs, -1)).sum())}
+  return {
+      'max_rel_diff': float(difference.max()) / scale,
+      'max_abs_diff': float(difference.max()), 'max_abs_reference': scale,
+      'top1_agree': int((np.argmax(ours, -1) == np.argmax(theirs, -1)).sum())
+  }
 
 
 def logits_of(model, variables, images) -> np.ndarray:
-  return np.asarray(jax.jit(lambda v, x: model.apply(v, x, train=False))(
-      variables, images), np.float64)
+  return np.asarray(
+      jax.jit(lambda v, x: model.apply(v, x, train=False))(variables, images),
+      np.float64)
 
 
 def float32_rounding(name: str) -> float:
@@ -114,11 +114,11 @@ def float32_rounding(name: str) -> float:
 
 
 def run_float32_rounding(name: str) -> float:
-  out = subprocess.run(
-      [sys.executable, '-c', 'from experiments.checkpoints import '
-       f'check_libraries as c; print(c.float32_rounding({name!r}))'],
-      env={**os.environ, 'JAX_ENABLE_X64': '1'}, cwd=REPO, check=True,
-      stdout=subprocess.PIPE, text=True)
+  out = subprocess.run([
+      sys.executable, '-c', 'from experiments.checkpoints import '
+      f'check_libraries as c; print(c.float32_rounding({name!r}))'
+  ], env={**os.environ, 'JAX_ENABLE_X64': '1'}, cwd=REPO, check=True,
+                       stdout=subprocess.PIPE, text=True)
   return float(out.stdout.strip().splitlines()[-1])
 
 
@@ -126,8 +126,8 @@ def run_worker(torch_python: str, request: dict, tmp: pathlib.Path) -> dict:
   request_file = tmp / 'request.json'
   request_file.write_text(json.dumps(request))
   command = [torch_python, str(HERE / 'library_worker.py'), str(request_file)]
-  out = subprocess.run(command, stdout=subprocess.PIPE, text=True,
-                       check=False, cwd=REPO)  # its stderr: ours
+  out = subprocess.run(command, stdout=subprocess.PIPE, text=True, check=False,
+                       cwd=REPO)  # its stderr: ours
   if out.returncode:
     raise RuntimeError(f'{" ".join(command)} failed (exit status '
                        f'{out.returncode}); its output is above.')
@@ -156,29 +156,31 @@ def check(tmp: pathlib.Path) -> dict:
   safetensors_file.write(tmp / 'images.safetensors', {'images': images})
 
   ours, exports, converted = {}, [], {}
-  for seed, (name, (registered, overrides, formats)) in enumerate(
-      OURS.items()):
+  for seed, (name, (registered, overrides, formats)) in enumerate(OURS.items()):
     model = models.create_model(registered, **overrides)
     params = random_params(model, seed + 1)
     npz_path = tmp / f'{registered}.npz'
     npz.save_npz(params, npz_path)
     ours[name] = logits_of(model, {'params': params}, images)
-    request = {'name': name, 'timm': None, 'hf': None,
-               'hybrid': model.resnet_stages is not None}
+    request = {
+        'name': name, 'timm': None, 'hf': None,
+        'hybrid': model.resnet_stages is not None
+    }
     for format_name in formats:
       folder = tmp / f'{registered}_{format_name}'
-      converted[f'{name} {format_name}'] = export.convert(npz_path, folder,
-                                                          format_name)
+      converted[f'{name} {format_name}'] = export.convert(
+          npz_path, folder, format_name)
       request[format_name] = str(folder)
     exports.append(request)
     print(f'ours: {name} exported', flush=True)
 
   native_dir = tmp / 'native'
   native_dir.mkdir()
-  answer = run_worker(FLAGS.torch_python,
-                      {'images': str(tmp / 'images.safetensors'),
-                       'exports': exports, 'native_dir': str(native_dir)},
-                      tmp)
+  answer = run_worker(
+      FLAGS.torch_python, {
+          'images': str(tmp / 'images.safetensors'), 'exports': exports,
+          'native_dir': str(native_dir)
+      }, tmp)
 
   rows = []
   for name, results in answer['exports'].items():
@@ -186,16 +188,19 @@ def check(tmp: pathlib.Path) -> dict:
     for format_name in ('timm', 'hf'):
       if format_name not in results:
         continue
-      variants = {'tanh GELU, eps 1e-6 (as exported)': format_name,
-                  'exact GELU': f'{format_name}_exact_gelu',
-                  'LayerNorm eps 1e-12': f'{format_name}_eps_1e-12',
-                  OFFICIAL_STEM: f'{format_name}_official_stem'}
-      row = {'direction': 'out', 'model': name,
-             'library': LIBRARY[format_name],
-             'loaded_as': {key: {k: v for k, v in results[key].items()
-                                 if k != 'logits'}
-                           for key in variants.values() if key in results},
-             'convert': converted[f'{name} {format_name}']}
+      variants = {
+          'tanh GELU, eps 1e-6 (as exported)': format_name,
+          'exact GELU': f'{format_name}_exact_gelu',
+          'LayerNorm eps 1e-12': f'{format_name}_eps_1e-12',
+          OFFICIAL_STEM: f'{format_name}_official_stem'
+      }
+      row = {
+          'direction': 'out', 'model': name, 'library': LIBRARY[format_name],
+          'loaded_as': {
+              key: {k: v for k, v in results[key].items() if k != 'logits'}
+              for key in variants.values() if key in results
+          }, 'convert': converted[f'{name} {format_name}']
+      }
       for variant, key in variants.items():
         if key in results:
           row[variant] = relative(reference, np.array(results[key]['logits']),
@@ -210,8 +215,7 @@ def check(tmp: pathlib.Path) -> dict:
     our_logits = logits_of(loaded.model, loaded.variables, images)
     rows.append({
         'direction': 'in', 'model': name, 'library': native['library'],
-        'made_with': native['description'],
-        'files': native['files'],
+        'made_with': native['description'], 'files': native['files'],
         'library_rereads_identically': native['library_rereads_identically'],
         'read_as': (f'{loaded.kind}: {type(loaded.model).__name__}('
                     f'patch {loaded.model.patch_size}, hidden '
@@ -226,30 +230,32 @@ def check(tmp: pathlib.Path) -> dict:
       rows[-1][OFFICIAL_STEM] = relative(our_logits, official, official)
     print(f'ours: {name} read', flush=True)
 
-  matched = [row.get('tanh GELU, eps 1e-6 (as exported)',
-                     row.get('tanh GELU, eps 1e-6 (as saved)'))
-             for row in rows if OFFICIAL_STEM not in row]
+  matched = [
+      row.get('tanh GELU, eps 1e-6 (as exported)',
+              row.get('tanh GELU, eps 1e-6 (as saved)')) for row in rows
+      if OFFICIAL_STEM not in row
+  ]
   return {
-      'date': datetime.date.today().isoformat(),
-      'versions': {**answer['versions'], 'jax': jax.__version__,
-                   'flax': flax.__version__, 'numpy': np.__version__,
-                   'python (ours)': sys.version.split()[0]},
-      'pythons': {'vit_jax': sys.executable, 'libraries': FLAGS.torch_python},
-      'jax_backend': jax.default_backend(),
+      'date': datetime.date.today().isoformat(), 'versions': {
+          **answer['versions'], 'jax': jax.__version__,
+          'flax': flax.__version__, 'numpy': np.__version__,
+          'python (ours)': sys.version.split()[0]
+      }, 'pythons': {
+          'vit_jax': sys.executable, 'libraries': FLAGS.torch_python
+      }, 'jax_backend': jax.default_backend(),
       'torch_threads': answer['torch_threads'],
       'images': f'{NUM_IMAGES} x {IMAGE_SIZE}x{IMAGE_SIZE}x3 float32, '
                 'uniform in [-1, 1] (numpy default_rng(0)); NCHW for torch',
       'metric': 'max |a - b| / max |reference|, the reference being the '
                 'logits of the model whose weights they are (ours out, the '
-                "library's in)",
-      'target': TARGET,
+                "library's in)", 'target': TARGET,
       'target_applies_to': "the pure ViTs' logits as exported or saved; "
                            "timm's hybrid computes its stem with other "
                            "epsilons (its rows: timm's stem with the official "
                            'ones, and float32_rounding, float32 against '
-                           'float64)',
-      'all_under_target': all(m['max_rel_diff'] < TARGET for m in matched),
-      'rows': rows,
+                           'float64)', 'all_under_target': all(
+                               m['max_rel_diff'] < TARGET
+                               for m in matched), 'rows': rows,
   }
 
 
@@ -258,23 +264,26 @@ def _cell(row: dict, key: str) -> str:
 
 
 def table(record: dict) -> str:
-  lines = ['| direction | model | logits, max rel. diff | top-1 agree | '
-           'with exact GELU | with LayerNorm eps 1e-12 | '
-           "with the official stem's epsilons |",
-           '| --- | --- | --- | --- | --- | --- | --- |']
+  lines = [
+      '| direction | model | logits, max rel. diff | top-1 agree | '
+      'with exact GELU | with LayerNorm eps 1e-12 | '
+      "with the official stem's epsilons |",
+      '| --- | --- | --- | --- | --- | --- | --- |'
+  ]
   for row in record['rows']:
-    key = ('tanh GELU, eps 1e-6 (as exported)' if row['direction'] == 'out'
-           else 'tanh GELU, eps 1e-6 (as saved)')
+    key = ('tanh GELU, eps 1e-6 (as exported)'
+           if row['direction'] == 'out' else 'tanh GELU, eps 1e-6 (as saved)')
     direction = ('vit_jax -> ' + row['library'] if row['direction'] == 'out'
                  else row['library'] + ' -> vit_jax')
     lines.append(
         f'| {direction} | {row["model"]} | {_cell(row, key)} | '
         f'{row[key]["top1_agree"]}/{NUM_IMAGES} | '
         f'{_cell(row, "exact GELU")} | {_cell(row, "LayerNorm eps 1e-12")} | '
-        f'{_cell(row, OFFICIAL_STEM)}'
-        + (f' (float32 rounding: {row["float32_rounding"]:.1e})'
-           if 'float32_rounding' in row else '') + ' |')
+        f'{_cell(row, OFFICIAL_STEM)}' +
+        (f' (float32 rounding: {row["float32_rounding"]:.1e})'
+         if 'float32_rounding' in row else '') + ' |')
   return '\n'.join(lines)
+
 
 if __name__ == '__main__':
   app.run(main)

@@ -16,23 +16,23 @@ import sys
 
 # name: (library, description, what makes it).
 NATIVE = {
-    'timm_vit_small_patch16_224': (
-        'timm', "timm.create_model('vit_small_patch16_224', "
-        "act_layer='gelu_tanh', num_classes=10), saved with "
-        "timm.models.save_for_hf(safe_serialization=True)"),
-    'timm_vit_tiny_patch16_224_gap': (
-        'timm', "timm.create_model('vit_tiny_patch16_224', "
-        "act_layer='gelu_tanh', num_classes=10, class_token=False, "
-        "global_pool='avg', fc_norm=False), saved with save_for_hf"),
-    'timm_vit_small_r26_s32_224': (
-        'timm', "timm.create_model('vit_small_r26_s32_224', "
-        "act_layer='gelu_tanh', num_classes=10) (the hybrid: ResNetV2 "
-        'stages (2, 2, 2, 2)), saved with save_for_hf'),
-    'hf_vit_s16': (
-        'transformers', 'ViTForImageClassification(ViTConfig(hidden_size=384, '
-        'num_hidden_layers=12, num_attention_heads=6, intermediate_size=1536, '
-        "hidden_act='gelu_pytorch_tanh', layer_norm_eps=1e-6, num_labels=10, "
-        'image_size=224, patch_size=16)), saved with save_pretrained'),
+    'timm_vit_small_patch16_224':
+        ('timm', "timm.create_model('vit_small_patch16_224', "
+         "act_layer='gelu_tanh', num_classes=10), saved with "
+         "timm.models.save_for_hf(safe_serialization=True)"
+        ), 'timm_vit_tiny_patch16_224_gap':
+            ('timm', "timm.create_model('vit_tiny_patch16_224', "
+             "act_layer='gelu_tanh', num_classes=10, class_token=False, "
+             "global_pool='avg', fc_norm=False), saved with save_for_hf"),
+    'timm_vit_small_r26_s32_224':
+        ('timm', "timm.create_model('vit_small_r26_s32_224', "
+         "act_layer='gelu_tanh', num_classes=10) (the hybrid: ResNetV2 "
+         'stages (2, 2, 2, 2)), saved with save_for_hf'),
+    'hf_vit_s16':
+        ('transformers', 'ViTForImageClassification(ViTConfig(hidden_size=384, '
+         'num_hidden_layers=12, num_attention_heads=6, intermediate_size=1536, '
+         "hidden_act='gelu_pytorch_tanh', layer_norm_eps=1e-6, num_labels=10, "
+         'image_size=224, patch_size=16)), saved with save_pretrained'),
 }
 
 
@@ -72,9 +72,9 @@ def _official_stem(model) -> None:
     flat = conv.weight.reshape(conv.out_channels, -1)
     centred = flat - flat.mean(1, keepdim=True)
     weight = centred / (centred.std(1, unbiased=False, keepdim=True) + 1e-5)
-    return torch.nn.functional.conv2d(
-        x, weight.reshape_as(conv.weight), conv.bias, conv.stride,
-        conv.padding, conv.dilation, conv.groups)
+    return torch.nn.functional.conv2d(x, weight.reshape_as(conv.weight),
+                                      conv.bias, conv.stride, conv.padding,
+                                      conv.dilation, conv.groups)
 
   for module in model.modules():
     if isinstance(module, torch.nn.GroupNorm):
@@ -92,8 +92,10 @@ def _timm_export(directory: str, images, official_stem: bool = False,
     _official_stem(model)
   act = type(model.blocks[0].mlp.act).__name__
   eps = model.blocks[0].norm1.eps
-  return {'logits': _logits(model, images), 'act': act, 'eps': eps,
-          'architecture': model.pretrained_cfg.get('architecture')}
+  return {
+      'logits': _logits(model, images), 'act': act, 'eps': eps,
+      'architecture': model.pretrained_cfg.get('architecture')
+  }
 
 
 def _hf_export(directory: str, images, **overrides) -> dict:
@@ -108,10 +110,11 @@ def _hf_export(directory: str, images, **overrides) -> dict:
     raise RuntimeError(f'{directory}: transformers loaded it with {problems}')
   assert next(model.parameters()).dtype == torch.float32
   config = model.config
-  return {'logits': _logits(model, images), 'act': config.hidden_act,
-          'eps': config.layer_norm_eps,
-          'attn_implementation': getattr(config, '_attn_implementation',
-                                         None)}
+  return {
+      'logits': _logits(model, images), 'act': config.hidden_act,
+      'eps': config.layer_norm_eps,
+      'attn_implementation': getattr(config, '_attn_implementation', None)
+  }
 
 
 def _native(name: str, directory: pathlib.Path, images) -> dict:
@@ -151,10 +154,12 @@ def _native(name: str, directory: pathlib.Path, images) -> dict:
         str(directory)).eval()
     reread = _logits(again, images)
   rereads_equal = reread == logits
-  answer = {'dir': str(directory), 'library': NATIVE[name][0],
-            'description': NATIVE[name][1], 'logits': logits,
-            'files': sorted(p.name for p in directory.iterdir()),
-            'library_rereads_identically': rereads_equal}
+  answer = {
+      'dir': str(directory), 'library': NATIVE[name]
+                                        [0], 'description': NATIVE[name][1],
+      'logits': logits, 'files': sorted(p.name for p in directory.iterdir()),
+      'library_rereads_identically': rereads_equal
+  }
   if hasattr(getattr(model, 'patch_embed', None), 'backbone'):
     _official_stem(model)
     answer['logits_official_stem'] = _logits(model, images)
@@ -205,15 +210,15 @@ def main():
     natives[name] = _native(name, directory, images)
     print(f'worker: {name} done', file=sys.stderr, flush=True)
 
-  answer.write(json.dumps({
-      'versions': {'torch': torch.__version__, 'timm': timm.__version__,
-                   'transformers': transformers.__version__,
-                   'safetensors': safetensors.__version__,
-                   'python': sys.version.split()[0]},
-      'torch_threads': torch.get_num_threads(),
-      'exports': exports,
-      'natives': natives,
-  }) + '\n')
+  answer.write(
+      json.dumps({
+          'versions': {
+              'torch': torch.__version__, 'timm': timm.__version__,
+              'transformers': transformers.__version__, 'safetensors':
+                  safetensors.__version__, 'python': sys.version.split()[0]
+          }, 'torch_threads': torch.get_num_threads(), 'exports': exports,
+          'natives': natives,
+      }) + '\n')
   answer.flush()
 
 

@@ -29,8 +29,8 @@ def best_rows(records: list[dict]) -> dict[int, dict[str, tuple]]:
 
 def _mean_and_spread(group: list[dict]) -> tuple[float, float]:
   accuracies = recipes.accuracies(group)
-  return accuracies.mean(), (accuracies.std(ddof=1) if len(accuracies) > 1
-                             else 0.0)
+  return accuracies.mean(), (accuracies.std(
+      ddof=1) if len(accuracies) > 1 else 0.0)
 
 
 def _ingredient_lines(recipe: str) -> str:
@@ -42,8 +42,8 @@ def plot(records: list[dict], path: pathlib.Path):
   plt = plotting.pyplot()
   rows = best_rows(records)
   fig, ax = plt.subplots(figsize=(7, 4.5))
-  lines = (('study', 'ViT-Tiny, study recipe', 'tab:gray', 's'),
-           ('vit', 'ViT-Tiny, best recipe', 'tab:blue', 'o'),
+  lines = (('study', 'ViT-Tiny, study recipe', 'tab:gray',
+            's'), ('vit', 'ViT-Tiny, best recipe', 'tab:blue', 'o'),
            ('simple_cnn', 'SimpleCNN, best recipe', 'tab:red', '^'),
            ('small_resnet', 'SmallResNet, best recipe', 'tab:green', 'v'))
   for key, label, color, marker in lines:
@@ -68,10 +68,10 @@ def plot(records: list[dict], path: pathlib.Path):
   ax.set_xticks(list(rows), [str(epochs) for epochs in rows])
   ax.minorticks_off()
   # Below the tallest ingredient list.
-  ax.set_xlabel('training budget (epochs over the 5,000 images)',
-                labelpad=6 + 7 * max(
-                    (_ingredient_lines(row['vit'][0]).count('\n') + 2
-                     for row in rows.values() if 'vit' in row), default=0))
+  ax.set_xlabel(
+      'training budget (epochs over the 5,000 images)', labelpad=6 + 7 * max(
+          (_ingredient_lines(row['vit'][0]).count('\n') + 2
+           for row in rows.values() if 'vit' in row), default=0))
   ax.set_ylabel('best test accuracy (%), mean ± std over seeds')
   ax.set_title('Does a pure ViT catch the CNNs with a longer budget?')
   ax.legend(fontsize=8, loc='lower right')
@@ -90,14 +90,13 @@ def _cost_of_what_it_reads(records: list[dict], vit: list[dict]) -> str:
         recipes.ingredients_of(r['recipe']), r['epochs'], r['seed']):
       source = by_name.get(recipes.run_name(model, ingredients, epochs, seed))
       if source is not None:
-        role = ('is fine-tuned from' if field == 'init_from' else
-                'learns from')
+        role = ('is fine-tuned from' if field == 'init_from' else 'learns from')
         read.setdefault((role, model, ingredients, epochs), {})[seed] = source
   return ''.join(
       f', {runs.wall_time_cell(list(group.values()))} for the '
-      f'{runs.NAMES[model]} `{recipes.recipe_name(ingredients)}`'
-      + (f' of {epochs} epochs' if epochs != vit[0]['epochs'] else '')
-      + f' it {role}'
+      f'{runs.NAMES[model]} `{recipes.recipe_name(ingredients)}`' +
+      (f' of {epochs} epochs' if epochs != vit[0]['epochs'] else '') +
+      f' it {role}'
       for (role, model, ingredients, epochs), group in read.items())
 
 

@@ -15,9 +15,12 @@ TRAIN_EXAMPLES = 5000
 def _budget_stochastic_depth(epochs: int) -> dict:
   """Stochastic depth in place of dropout at 0.1 * log10(epochs / 10) (ours;
   DeiT-Ti's 0.1 at 100 epochs): longer schedules on little data want more."""
-  return {'model_overrides.stochastic_depth_rate':
-              max(0.0, round(0.1 * math.log10(epochs / 10), 3)),
-          'model_overrides.dropout_rate': 0.0}
+  return {
+      'model_overrides.stochastic_depth_rate': max(
+          0.0, round(0.1 * math.log10(epochs / 10), 3)),
+      'model_overrides.dropout_rate': 0.0
+  }
+
 
 # Each ingredient's config changes, in the order the ablation adds them; a
 # recipe is the study's plus some of them, named by the ingredients it adds.
@@ -28,10 +31,14 @@ INGREDIENTS = dict([
     ('random_erasing', {'random_erasing': 0.25}),
     ('mixup_cutmix', {'mixup_alpha': 0.8, 'cutmix_alpha': 1.0}),
     # In place of dropout, as DeiT.
-    ('stochastic_depth', {'model_overrides.stochastic_depth_rate': 0.1,
-                          'model_overrides.dropout_rate': 0.0}),
-    ('spt_lsa', {'model_overrides.shifted_patches': True,
-                 'model_overrides.locality_attention': True}),
+    ('stochastic_depth', {
+        'model_overrides.stochastic_depth_rate': 0.1,
+        'model_overrides.dropout_rate': 0.0
+    }),
+    ('spt_lsa', {
+        'model_overrides.shifted_patches': True,
+        'model_overrides.locality_attention': True
+    }),
     ('distillation', {'model_overrides.distillation_token': True}),
     # Round two (issue 37).
     ('mimetic', {'model_overrides.mimetic_init': True}),
@@ -50,8 +57,9 @@ INGREDIENTS = dict([
         'model_overrides.mae_mask_ratio': 0.75,
         'model_overrides.mae_decoder_depth': 2,
         'model_overrides.mae_decoder_width': 128,
-        'model_overrides.dropout_rate': 0.0,
-        'weight_decay': 0.05, 'adam_b2': 0.95}),
+        'model_overrides.dropout_rate': 0.0, 'weight_decay': 0.05,
+        'adam_b2': 0.95
+    }),
     # Fine-tuned from that pre-training (of the same budget and seed).
     ('mae', {}),
     # Round three (issue 50): levers aimed at the 100-epoch overfitting of
@@ -62,8 +70,8 @@ INGREDIENTS = dict([
     # The teacher's probabilities instead of its class (Hinton et al. 2015;
     # DeiT's soft distillation, whose temperature is 1): T = 4, as the
     # CIFAR distillation baselines of Tian et al. 2020 (CRD).
-    ('soft_distillation', {'distillation_target': 'soft',
-                           'distillation_temperature': 4.0}),
+    ('soft_distillation',
+     {'distillation_target': 'soft', 'distillation_temperature': 4.0}),
     ('budget_stochastic_depth', _budget_stochastic_depth),
     # The teachers read at their best evaluation, not their last (the
     # SimpleCNN's best is a point above its last at 100 epochs). Selected on
@@ -86,6 +94,7 @@ def changes(ingredient: str, epochs: int) -> dict:
   """The config changes of `ingredient` at a budget of `epochs`."""
   made = INGREDIENTS[ingredient]
   return made(epochs) if callable(made) else made
+
 
 # What configs/data_efficient.py sets that the study's recipe does not.
 STUDY_OFF = {
@@ -121,9 +130,9 @@ RECIPE_TEACHER = "the recipe's teacher"
 # otherwise.
 SOURCES = {
     'distillation': ('distillation_teacher', RECIPE_TEACHER),
-    'locality_guidance': ('locality_guidance_teacher', RECIPE_TEACHER),
-    'mae': ('init_from', ('vit', ('mae_pretraining',))),
-    'long_mae': ('init_from', ('vit', ('mae_pretraining',))),
+    'locality_guidance': ('locality_guidance_teacher', RECIPE_TEACHER), 'mae':
+        ('init_from', ('vit', ('mae_pretraining',))), 'long_mae':
+            ('init_from', ('vit', ('mae_pretraining',))),
 }
 # The budget of the run a source names where it is not the reader's, by
 # the reader's budget: `long_mae` reads the next budget's pre-training
@@ -132,8 +141,10 @@ SOURCE_EPOCHS = {'long_mae': {30: 100, 100: 300, 300: 1000}}
 # The teacher runs keep their best evaluation's state, for 'best_teacher'.
 TEACHER_OVERRIDES = {'keep_best_checkpoint': True}
 # The widths of each CNN's stages, which locality guidance imitates.
-STAGE_WIDTHS = {'simple_cnn': models.SimpleCNN().feature_widths,
-                'small_resnet': models.SmallResNet().feature_widths}
+STAGE_WIDTHS = {
+    'simple_cnn': models.SimpleCNN().feature_widths,
+    'small_resnet': models.SmallResNet().feature_widths
+}
 
 
 def teacher(ingredients: tuple[str, ...]) -> tuple[str, tuple[str, ...]]:
@@ -145,31 +156,30 @@ def teacher(ingredients: tuple[str, ...]) -> tuple[str, tuple[str, ...]]:
   return named[0] if named else (TEACHER, ())
 
 
-def source_runs(ingredients: tuple[str, ...], epochs: int, seed: int
-                ) -> list[tuple[str, str, tuple[str, ...], int, int]]:
+def source_runs(ingredients: tuple[str, ...], epochs: int,
+                seed: int) -> list[tuple[str, str, tuple[str, ...], int, int]]:
   """(config field, model, ingredients, epochs, seed) of each run that a
   recipe's ingredients read at a budget and seed (`SOURCES`)."""
   sources = []
   for name in ingredients:
     if name in SOURCES:
       field, source = SOURCES[name]
-      model, read = (teacher(ingredients) if source == RECIPE_TEACHER
-                     else source)
+      model, read = (teacher(ingredients)
+                     if source == RECIPE_TEACHER else source)
       read_at = SOURCE_EPOCHS[name][epochs] if name in SOURCE_EPOCHS else (
           epochs)
       sources.append((field, model, read, read_at, seed))
   return sources
 
 
-def at_budget(ingredients: tuple[str, ...],
-              epochs: int) -> tuple[str, ...]:
+def at_budget(ingredients: tuple[str, ...], epochs: int) -> tuple[str, ...]:
   """A recipe as a run of `epochs` trains it: `long_mae` is `mae` at a
   budget `SOURCE_EPOCHS` names no longer pre-training for (1,000 epochs,
   which a recipe ranked at a shorter budget may reach)."""
   if 'long_mae' in ingredients and epochs not in SOURCE_EPOCHS['long_mae']:
-    return tuple('mae' if name == 'long_mae' else name
-                 for name in ingredients)
+    return tuple('mae' if name == 'long_mae' else name for name in ingredients)
   return ingredients
+
 
 # The ingredient of runs that only other runs read, not ranked among the
 # recipes (their accuracy is a probe's).
@@ -203,12 +213,16 @@ ROUND_TWO = [('locality_guidance',), ('distillation', 'locality_guidance'),
 # 0.9 points under the best CNN: at 30 epochs a longer pre-training
 # gained 3.0 points under locality guidance.
 BEST = ('distillation', 'locality_guidance')
-ROUND_THREE = [BEST + levers for levers in (
-    ('ema',), ('soft_distillation',), ('budget_stochastic_depth',),
-    ('trivial_augment',), ('soft_distillation', 'trivial_augment'),
-    ('trivial_augment', 'resnet_teacher'), ('reference_decay',),
-    ('best_teacher',), ('trivial_augment', 'resnet_teacher', 'mae'),
-    ('trivial_augment', 'resnet_teacher', 'long_mae'))]
+ROUND_THREE = [
+    BEST + levers
+    for levers in (('ema',), ('soft_distillation',),
+                   ('budget_stochastic_depth',), ('trivial_augment',),
+                   ('soft_distillation', 'trivial_augment'),
+                   ('trivial_augment', 'resnet_teacher'), ('reference_decay',),
+                   ('best_teacher',), ('trivial_augment', 'resnet_teacher',
+                                       'mae'), ('trivial_augment',
+                                                'resnet_teacher', 'long_mae'))
+]
 # The CNNs with TrivialAugment alone, at the first and the last budget,
 # before the ViT's levers there: the ViT's best row at the last trains with
 # it (+3.6 points over three seeds), and at the first round three tries
@@ -225,10 +239,10 @@ CNN_ROUND_THREE = [('trivial_augment',)]
 # teachers with it, on that row: the last budget's best recipe whole,
 # added once it had come within 0.9 points of the best CNN there (74.0
 # +- 0.6) where the first budget's best stayed 2.2 points short.
-ROUND_THREE_FIRST_BUDGET = [('locality_guidance', 'long_mae'),
-                            BEST + ('long_mae',),
-                            BEST + ('trivial_augment', 'resnet_teacher',
-                                    'long_mae')]
+ROUND_THREE_FIRST_BUDGET = [
+    ('locality_guidance', 'long_mae'), BEST + ('long_mae',),
+    BEST + ('trivial_augment', 'resnet_teacher', 'long_mae')
+]
 
 
 def recipe_name(ingredients: tuple[str, ...]) -> str:
@@ -237,9 +251,10 @@ def recipe_name(ingredients: tuple[str, ...]) -> str:
 
 # The tables' and the figure's order of the recipes; the last budget's
 # best row, which the first budget tries too, among the last budget's.
-ORDER = [recipe_name(r) for r in CUMULATIVE + ON_STUDY + ROUND_TWO + [
-    r for r in ROUND_THREE_FIRST_BUDGET if r not in ROUND_THREE] +
-         ROUND_THREE]
+ORDER = [
+    recipe_name(r) for r in CUMULATIVE + ON_STUDY + ROUND_TWO +
+    [r for r in ROUND_THREE_FIRST_BUDGET if r not in ROUND_THREE] + ROUND_THREE
+]
 
 
 def rank(recipe: str) -> int:
@@ -256,8 +271,8 @@ def label(recipe: str, shown: list[str]) -> str:
     return 'study'
   if ingredients in (ON_STUDY + ROUND_TWO + ROUND_THREE_FIRST_BUDGET +
                      ROUND_THREE):
-    return 'study + ' + ' + '.join(ingredients) + (
-        ' alone' if len(ingredients) == 1 else '')
+    return 'study + ' + ' + '.join(ingredients) + (' alone' if len(ingredients)
+                                                   == 1 else '')
   if len(ingredients) > 1 and recipe_name(ingredients[:-1]) not in shown:
     if ingredients == ALL:
       return f'full recipe + {ALL[-1]}'
@@ -274,15 +289,17 @@ def ranked(record: dict) -> bool:
 
 def recipe_overrides(model: str, ingredients: tuple[str, ...],
                      epochs: int) -> dict:
-  overrides = {k: v for k, v in STUDY_OFF.items()
-               if model == 'vit' or not k.startswith('model_overrides.')}
+  overrides = {
+      k: v for k, v in STUDY_OFF.items()
+      if model == 'vit' or not k.startswith('model_overrides.')
+  }
   if (model, ingredients) in [(TEACHER, ()), *TEACHERS.values()]:
     overrides.update(TEACHER_OVERRIDES)
   for name in ingredients:
     overrides.update(changes(name, epochs))
   if 'locality_guidance' in ingredients:
-    overrides['model_overrides.guidance_widths'] = STAGE_WIDTHS[
-        teacher(ingredients)[0]]
+    overrides['model_overrides.guidance_widths'] = STAGE_WIDTHS[teacher(
+        ingredients)[0]]
   return overrides
 
 

@@ -27,13 +27,16 @@ def load_runs(workdir: pathlib.Path,
               landed: dict[str, dict] | None = None) -> list[dict]:
   """The records of the sweep's runs finished in `workdir`, and of those in
   `landed` that `workdir` does not hold."""
-  planned = {recipes.run_name(*run): {
-      'recipe': recipes.recipe_name(run[1]),
-      'train_examples': recipes.TRAIN_EXAMPLES} for run in sum(
-          sweep.planned_runs(), [])}
+  planned = {
+      recipes.run_name(*run): {
+          'recipe': recipes.recipe_name(run[1]),
+          'train_examples': recipes.TRAIN_EXAMPLES
+      } for run in sum(sweep.planned_runs(), [])
+  }
   records = runs.load_records(workdir, planned, landed or {})
-  return sorted(records.values(), key=lambda r: (
-      r['epochs'], r['model'], recipes.rank(r['recipe']), r['seed']))
+  return sorted(
+      records.values(), key=lambda r:
+      (r['epochs'], r['model'], recipes.rank(r['recipe']), r['seed']))
 
 
 def _gain(group: list[dict], study: list[dict]) -> str:
@@ -57,36 +60,38 @@ def table(records: list[dict]) -> str:
   groups = recipes.group_runs(records)
   lines = []
   for epochs in sorted({r['epochs'] for r in records}):
-    cnns = {key: recipes.accuracies(group).mean()
-            for key, group in groups.items()
-            if key[0] == epochs and key[1] != 'vit'}
+    cnns = {
+        key: recipes.accuracies(group).mean() for key, group in groups.items()
+        if key[0] == epochs and key[1] != 'vit'
+    }
     study_vit = groups.get((epochs, 'vit', 'study'))
     best_cnn = max(cnns.items(), key=lambda item: item[1]) if cnns else None
-    lines += [f'**{epochs} epochs**' + (
-        f' (best CNN: {runs.NAMES[best_cnn[0][1]]}, {best_cnn[0][2]}, '
-        f'{best_cnn[1]:.1f}%)' if best_cnn else ''), '',
-              '| Model | Recipe | Best test acc (%) | Final train acc (%) | '
-              'Gap to the best CNN closed (points over the study ViT ± '
-              'standard error) | Wall time (min; CPU unless named) |',
-              '|---|---|---|---|---|---|']
-    for key in sorted((k for k in groups if k[0] == epochs),
-                      key=lambda k: (k[1] != 'vit', k[1], recipes.rank(k[2]))):
+    lines += [
+        f'**{epochs} epochs**' +
+        (f' (best CNN: {runs.NAMES[best_cnn[0][1]]}, {best_cnn[0][2]}, '
+         f'{best_cnn[1]:.1f}%)' if best_cnn else ''), '',
+        '| Model | Recipe | Best test acc (%) | Final train acc (%) | '
+        'Gap to the best CNN closed (points over the study ViT ± '
+        'standard error) | Wall time (min; CPU unless named) |',
+        '|---|---|---|---|---|---|'
+    ]
+    for key in sorted((k for k in groups if k[0] == epochs), key=lambda k:
+                      (k[1] != 'vit', k[1], recipes.rank(k[2]))):
       group = groups[key]
       closed, recipe = '', key[2]
       if not recipes.ranked(group[0]):
         recipe += ' (pre-training: an online probe\'s accuracy)'
       elif key[1] == 'vit' and study_vit and best_cnn:
         study_mean = recipes.accuracies(study_vit).mean()
-        share = (recipes.accuracies(group).mean() - study_mean) / (
-            best_cnn[1] - study_mean)
+        share = (recipes.accuracies(group).mean() - study_mean) / (best_cnn[1] -
+                                                                   study_mean)
         closed = f'{100 * share:.0f}%'
         if key[2] != 'study':
           closed += f' ({_gain(group, study_vit)})'
-      lines.append(
-          f'| {runs.NAMES[key[1]]} | {recipe} | '
-          f'{_seed_cell(group, "best_test_accuracy")} | '
-          f'{_seed_cell(group, "final_train_accuracy")} | {closed} | '
-          f'{runs.wall_time_cell(group)} |')
+      lines.append(f'| {runs.NAMES[key[1]]} | {recipe} | '
+                   f'{_seed_cell(group, "best_test_accuracy")} | '
+                   f'{_seed_cell(group, "final_train_accuracy")} | {closed} | '
+                   f'{runs.wall_time_cell(group)} |')
     lines.append('')
   return '\n'.join(lines).rstrip()
 
@@ -98,19 +103,21 @@ def plot(records: list[dict], path: pathlib.Path):
   plt = plotting.pyplot()
   budgets = sorted({r['epochs'] for r in records})
   groups = recipes.group_runs(records)
-  shown = sorted({recipe for (_, model, recipe), group in groups.items()
-                  if model == 'vit' and recipes.ranked(group[0])},
-                 key=recipes.rank)
+  shown = sorted(
+      {
+          recipe for (_, model, recipe), group in groups.items()
+          if model == 'vit' and recipes.ranked(group[0])
+      }, key=recipes.rank)
   fig, axes = plt.subplots(
       1, len(budgets), sharex=True, sharey=True, squeeze=False,
       figsize=(3.5 + 3.2 * len(budgets), 2.5 + 0.2 * len(shown)),
       layout='constrained')  # room for the legend below, whatever the rows
-  cnn_recipes = [('study', 'tab:red', 'study'),
-                 (recipes.recipe_name(recipes.CNN_AUGMENTED), 'tab:green',
-                  'augmented')] + [
-                     (recipes.recipe_name(ingredients), 'tab:purple',
-                      '+ ' + ' + '.join(ingredients))
-                     for ingredients in recipes.CNN_ROUND_THREE]
+  cnn_recipes = [
+      ('study', 'tab:red', 'study'),
+      (recipes.recipe_name(recipes.CNN_AUGMENTED), 'tab:green', 'augmented')
+  ] + [(recipes.recipe_name(ingredients), 'tab:purple',
+        '+ ' + ' + '.join(ingredients))
+       for ingredients in recipes.CNN_ROUND_THREE]
   legend = {}
   for ax, epochs in zip(axes[0], budgets):
     for row, recipe in enumerate(shown):
@@ -135,14 +142,15 @@ def plot(records: list[dict], path: pathlib.Path):
     ax.grid(alpha=0.3, axis='x')
   if shown:
     axes[0][0].set_yticks(range(len(shown)),
-                          [recipes.label(recipe, shown) for recipe in shown],
-                          fontsize=7)
+                          [recipes.label(recipe, shown)
+                           for recipe in shown], fontsize=7)
     axes[0][0].set_ylim(len(shown) - 0.5, -0.5)  # the ablation's order, down
-  fig.suptitle('The ViT-Tiny\'s recipes on 5,000 CIFAR-10 images, against '
-               'the CNNs\' (lines: their means over the seeds)', fontsize=10)
+  fig.suptitle(
+      'The ViT-Tiny\'s recipes on 5,000 CIFAR-10 images, against '
+      'the CNNs\' (lines: their means over the seeds)', fontsize=10)
   ordered = sorted(legend, key=lambda name: not name.startswith('ViT'))
-  fig.legend([legend[name] for name in ordered], ordered, fontsize=7,
-             ncol=4, loc='outside lower center')
+  fig.legend([legend[name] for name in ordered], ordered, fontsize=7, ncol=4,
+             loc='outside lower center')
   plotting.save_figure(fig, path)
 
 
@@ -152,15 +160,16 @@ def main(argv=None):
   parser.add_argument('--workdir', type=pathlib.Path,
                       default='/tmp/data_efficiency')
   workdir = parser.parse_args(argv).workdir
-  records = load_runs(workdir, runs.landed(HERE / 'results.json',
-                                           recipes.record_name))
-  runs.write_summary(HERE, records, f'{workdir} or results.json', {
-      'ablation table': table(records),
-      'answer across budgets': budgets.answer(records),
-      'missing runs': runs.missing_runs(
-          [recipes.run_name(*run) for run in sum(sweep.planned_runs(), [])],
-          {recipes.record_name(r) for r in records})},
-                     {'ablation.png': plot, 'budgets.png': budgets.plot})
+  records = load_runs(workdir,
+                      runs.landed(HERE / 'results.json', recipes.record_name))
+  runs.write_summary(
+      HERE, records, f'{workdir} or results.json', {
+          'ablation table': table(records), 'answer across budgets':
+              budgets.answer(records),
+          'missing runs': runs.missing_runs(
+              [recipes.run_name(*run) for run in sum(sweep.planned_runs(), [])],
+              {recipes.record_name(r) for r in records})
+      }, {'ablation.png': plot, 'budgets.png': budgets.plot})
   print(table(records))
 
 

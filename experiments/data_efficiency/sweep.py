@@ -17,12 +17,16 @@ from experiments.data_efficiency import recipes as r
 
 HERE = pathlib.Path(__file__).resolve().parent
 CNNS = ('simple_cnn', 'small_resnet')
-_CNN_ROWS = [(model, ingredients) for model in CNNS for ingredients in
-             [r.CUMULATIVE[0], r.CNN_AUGMENTED] + r.CNN_ROUND_THREE]
+_CNN_ROWS = [
+    (model, ingredients) for model in CNNS
+    for ingredients in [r.CUMULATIVE[0], r.CNN_AUGMENTED] + r.CNN_ROUND_THREE
+]
 _VIT_ROWS = [('vit', ingredients)
              for ingredients in r.CUMULATIVE + r.ON_STUDY + r.ROUND_TWO]
-_TOP_VIT = [BEST_TA := r.BEST + ('trivial_augment', 'resnet_teacher'),
-            BEST_TA + ('mae',), BEST_TA + ('long_mae',)]
+_TOP_VIT = [
+    BEST_TA := r.BEST + ('trivial_augment', 'resnet_teacher'),
+    BEST_TA + ('mae',), BEST_TA + ('long_mae',)
+]
 # Per budget: its rows, and those of them with seeds 1 and 2 besides 0 (the
 # rows the conclusion rests on, as seed 0 ranked them). The long budgets
 # train the best rows of the last comparison budget: at 300 epochs the two
@@ -31,19 +35,23 @@ _TOP_VIT = [BEST_TA := r.BEST + ('trivial_augment', 'resnet_teacher'),
 ROWS = {
     30: (_VIT_ROWS + _CNN_ROWS +
          [('vit', ingredients) for ingredients in r.ROUND_THREE_FIRST_BUDGET],
-         [('vit', ingredients) for ingredients in (
-             (), ('distillation',), r.BEST, r.ALL, ('locality_guidance', 'mae'),
-             ('locality_guidance', 'long_mae'), r.BEST + ('long_mae',))] +
-         [(model, ()) for model in CNNS]),
+         [('vit', ingredients)
+          for ingredients in ((), ('distillation',), r.BEST, r.ALL,
+                              ('locality_guidance', 'mae'),
+                              ('locality_guidance', 'long_mae'), r.BEST +
+                              ('long_mae',))] + [(model, ())
+                                                 for model in CNNS]),
     100: (_VIT_ROWS + _CNN_ROWS + [('vit', levers) for levers in r.ROUND_THREE],
-          [('vit', ingredients) for ingredients in (
-              (), ('distillation',), r.BEST, r.ALL,
-              r.BEST + ('soft_distillation',), r.BEST + ('trivial_augment',),
-              *_TOP_VIT)] + [(model, ()) for model in CNNS] +
-          [('small_resnet', ('trivial_augment',))]),
-    300: ([('simple_cnn', ()), ('small_resnet', ('trivial_augment',)),
-           ('vit', _TOP_VIT[2]), ('vit', _TOP_VIT[1])], 'all'),
-    1000: ([('small_resnet', ('trivial_augment',)), ('vit', _TOP_VIT[1])], []),
+          [('vit', ingredients)
+           for ingredients in ((), ('distillation',), r.BEST, r.ALL, r.BEST +
+                               ('soft_distillation',), r.BEST +
+                               ('trivial_augment',), *_TOP_VIT)] +
+          [(model, ())
+           for model in CNNS] + [('small_resnet', ('trivial_augment',))]), 300:
+               ([('simple_cnn', ()), ('small_resnet', ('trivial_augment',)),
+                 ('vit', _TOP_VIT[2]), ('vit', _TOP_VIT[1])], 'all'), 1000:
+                     ([('small_resnet', ('trivial_augment',)),
+                       ('vit', _TOP_VIT[1])], []),
 }
 
 
@@ -54,18 +62,23 @@ def planned_runs() -> tuple[list[tuple], list[tuple]]:
           for epochs, (all_rows, seeded) in ROWS.items() for seed in (0, 1, 2)
           for model, ingredients in all_rows
           if seed == 0 or seeded == 'all' or (model, ingredients) in seeded]
-  read = list(dict.fromkeys(tuple(source[1:]) for run in rows
-                            for source in r.source_runs(*run[1:])))
+  read = list(
+      dict.fromkeys(
+          tuple(source[1:]) for run in rows
+          for source in r.source_runs(*run[1:])))
   return read, [run for run in dict.fromkeys(rows) if run not in read]
 
 
 def overrides(workdir: pathlib.Path, data_dir: pathlib.Path, model: str,
               ingredients: tuple[str, ...], epochs: int, seed: int) -> dict:
   """A run's config changes: its recipe's, and the runs it reads."""
-  return {'num_epochs': epochs, 'seed': seed, 'data_dir': data_dir,
-          **r.recipe_overrides(model, ingredients, epochs),
-          **{field: workdir / r.run_name(*source)
-             for field, *source in r.source_runs(ingredients, epochs, seed)}}
+  return {
+      'num_epochs': epochs, 'seed': seed, 'data_dir': data_dir,
+      **r.recipe_overrides(model, ingredients, epochs), **{
+          field: workdir / r.run_name(*source) for field, *source in r.source_runs(
+              ingredients, epochs, seed)
+      }
+  }
 
 
 def main(argv=None):
@@ -73,22 +86,27 @@ def main(argv=None):
   parser.add_argument('--data_dir', type=pathlib.Path,
                       default='../shared/data/cifar10-5k',
                       help='The 5k/1k CIFAR-10 subset.')
-  parser.add_argument('--stage', type=int, choices=(1, 2), help='1: the runs '
-                      'others read; 2: the rest; neither: both, in order.')
+  parser.add_argument(
+      '--stage', type=int, choices=(1, 2), help='1: the runs '
+      'others read; 2: the rest; neither: both, in order.')
   args = parser.parse_args(argv)
   read, rest = planned_runs()
   if args.missing:  # and every run they read, whose checkpoint they need
     landed = runs.landed(HERE / 'results.json', r.record_name)
     rest = [run for run in rest if r.run_name(*run) not in landed]
-    needed = {tuple(source[1:]) for run in rest
-              for source in r.source_runs(*run[1:])}
-    read = [run for run in read
-            if run in needed or r.run_name(*run) not in landed]
+    needed = {
+        tuple(source[1:]) for run in rest for source in r.source_runs(*run[1:])
+    }
+    read = [
+        run for run in read if run in needed or r.run_name(*run) not in landed
+    ]
   stages = {1: read, 2: rest}.get(args.stage, read + rest)
-  runs.emit([runs.command(args.workdir / r.run_name(*run),
-                          f'configs/data_efficient.py:{run[0]}',
-                          overrides(args.workdir, args.data_dir, *run))
-             for run in stages], args.slurm)
+  runs.emit([
+      runs.command(args.workdir / r.run_name(*run),
+                   f'configs/data_efficient.py:{run[0]}',
+                   overrides(args.workdir, args.data_dir, *run))
+      for run in stages
+  ], args.slurm)
 
 
 if __name__ == '__main__':

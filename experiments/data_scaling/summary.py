@@ -25,19 +25,23 @@ def load_runs(workdir: pathlib.Path, planned: list,
               landed: dict[str, dict] | None = None) -> list[dict]:
   """The records of the `planned` runs finished in `workdir`, and of those
   in `landed` that `workdir` does not hold."""
-  records = runs.load_records(workdir, {
-      sweep.run_name(*run): {'recipe': sweep.RECIPE, 'train_examples': run[1]}
-      for run in planned}, landed or {})
-  return sorted(records.values(), key=lambda r: (
-      r['train_examples'], r['model'], r['seed']))
+  records = runs.load_records(
+      workdir, {
+          sweep.run_name(*run):
+              {'recipe': sweep.RECIPE, 'train_examples': run[1]}
+          for run in planned
+      }, landed or {})
+  return sorted(records.values(), key=lambda r:
+                (r['train_examples'], r['model'], r['seed']))
 
 
 def by_model_and_size(records: list[dict]) -> dict:
   """{model: {size: [best test accuracy of each seed]}}"""
   table = {}
   for r in records:
-    table.setdefault(r['model'], {}).setdefault(
-        r['train_examples'], []).append(r['best_test_accuracy'])
+    table.setdefault(r['model'],
+                     {}).setdefault(r['train_examples'],
+                                    []).append(r['best_test_accuracy'])
   return table
 
 
@@ -54,21 +58,25 @@ def crossovers(curves: dict) -> list[tuple[str, float]]:
     for (a, b), (ga, gb) in zip(zip(sizes, sizes[1:]), zip(gaps, gaps[1:])):
       if ga < 0 <= gb:
         t = -ga / (gb - ga)
-        found.append((model, math.exp(math.log(a) + t *
-                                      (math.log(b) - math.log(a)))))
+        found.append((model,
+                      math.exp(math.log(a) + t * (math.log(b) - math.log(a)))))
   return found
 
 
 def table(records: list[dict]) -> str:
   curves = by_model_and_size(records)
   sizes = sorted({r['train_examples'] for r in records})
-  lines = ['| Model | ' + ' | '.join(f'{s:,}' for s in sizes) + ' |',
-           '|---|' + '---|' * len(sizes)]
+  lines = [
+      '| Model | ' + ' | '.join(f'{s:,}' for s in sizes) + ' |',
+      '|---|' + '---|' * len(sizes)
+  ]
   for model in runs.NAMES:
     if model not in curves:
       continue
-    cells = [runs.mean_std(curves[model][s]) if s in curves[model] else
-             'not run yet' for s in sizes]
+    cells = [
+        runs.mean_std(curves[model][s]) if s in curves[model] else 'not run yet'
+        for s in sizes
+    ]
     lines.append(f'| {runs.NAMES[model]} | ' + ' | '.join(cells) + ' |')
   return '\n'.join(lines)
 
@@ -84,8 +92,7 @@ def plot(records: list[dict], path: pathlib.Path):
   for cnn, size in crossovers(curves):
     ax.axvline(size, color='gray', linestyle=':')
     ax.annotate(f'ViT meets {runs.NAMES[cnn]}\n~{size:,.0f}',
-                (size, ax.get_ylim()[0]),
-                fontsize=8, rotation=90, va='bottom')
+                (size, ax.get_ylim()[0]), fontsize=8, rotation=90, va='bottom')
   ax.set_xscale('log')
   ax.set_xlabel('training images (log scale)')
   ax.set_ylabel('best test accuracy (%), 10,000 test images')
@@ -103,12 +110,12 @@ def main(argv=None):
   planned = sweep.planned(parsing, args)
   records = load_runs(args.workdir, planned,
                       runs.landed(HERE / 'results.json', sweep.record_name))
-  runs.write_summary(HERE, records, f'{args.workdir} or results.json', {
-      'results table': table(records),
-      'missing runs': runs.missing_runs(
-          [sweep.run_name(*run) for run in planned],
-          {sweep.record_name(r) for r in records})},
-                     {'accuracy_vs_size.png': plot})
+  runs.write_summary(
+      HERE, records, f'{args.workdir} or results.json', {
+          'results table': table(records), 'missing runs': runs.missing_runs(
+              [sweep.run_name(*run)
+               for run in planned], {sweep.record_name(r) for r in records})
+      }, {'accuracy_vs_size.png': plot})
   print(table(records))
 
 

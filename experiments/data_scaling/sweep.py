@@ -16,8 +16,8 @@ from experiments import runs
 RECIPE = 'study'
 
 
-def subset(jpeg_dir: pathlib.Path, root: pathlib.Path, size: int
-           ) -> pathlib.Path:
+def subset(jpeg_dir: pathlib.Path, root: pathlib.Path,
+           size: int) -> pathlib.Path:
   """An image folder of the first size/10 training images of each class
   (links into `jpeg_dir`) and the whole test split."""
   directory = root / f'cifar10_{size}'
@@ -54,8 +54,8 @@ def record_name(record: dict) -> str:
 
 def planned_runs(sizes: list[int], seeds: list[int], models: list[str]):
   """(model, size, seed) of each run, size by size."""
-  return [(model, size, seed)
-          for size in sizes for seed in seeds for model in models]
+  return [(model, size, seed) for size in sizes for seed in seeds
+          for model in models]
 
 
 def parser():
@@ -88,20 +88,23 @@ def main(argv=None):
       help='The unpacked cifar10-jpeg-full.tar.gz: train/<class>/NNNN.jpg, '
       'test/.')
   args = parsing.parse_args(argv)
-  if not (args.jpeg_dir / 'train').is_dir() or not (
-      args.jpeg_dir / 'test').is_dir():
+  if not (args.jpeg_dir / 'train').is_dir() or not (args.jpeg_dir /
+                                                    'test').is_dir():
     sys.exit(f'error: no train/ and test/ in --jpeg_dir={args.jpeg_dir}; '
              'unpack ../shared/data/cifar10-jpeg-full.tar.gz there first.')
-  landed = runs.landed(pathlib.Path(__file__).parent / 'results.json',
-                       record_name) if args.missing else {}
-  runs.emit([runs.command(
-      args.workdir / run_name(model, size, seed),
-      f'configs/cifar_small.py:{model}',
-      {'dataset': 'image_folder', 'train_examples_per_file': 0,
-       'test_examples': 0, 'seed': seed,
-       'data_dir': subset(args.jpeg_dir, args.workdir / 'data', size)})
-             for model, size, seed in planned(parsing, args)
-             if run_name(model, size, seed) not in landed], args.slurm)
+  landed = runs.landed(
+      pathlib.Path(__file__).parent /
+      'results.json', record_name) if args.missing else {}
+  runs.emit([
+      runs.command(
+          args.workdir / run_name(model, size, seed),
+          f'configs/cifar_small.py:{model}', {
+              'dataset': 'image_folder', 'train_examples_per_file': 0,
+              'test_examples': 0, 'seed': seed, 'data_dir': subset(
+                  args.jpeg_dir, args.workdir / 'data', size)
+          }) for model, size, seed in planned(parsing, args)
+      if run_name(model, size, seed) not in landed
+  ], args.slurm)
 
 
 if __name__ == '__main__':

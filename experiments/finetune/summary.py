@@ -16,22 +16,26 @@ HERE = pathlib.Path(__file__).resolve().parent
 
 def rows(pretrained: pathlib.Path, workdir: pathlib.Path) -> list[dict]:
   """The pre-trained run and each finished fine-tuning in `workdir`."""
-  results = [{'run': 'pre-trained (configs/cifar_small.py)', 'image_size': 32,
-              'wall_minutes': None,
-              **runs.read_json(pretrained / 'summary.json')}]
+  results = [{
+      'run': 'pre-trained (configs/cifar_small.py)', 'image_size': 32,
+      'wall_minutes': None, **runs.read_json(pretrained / 'summary.json')
+  }]
   tuned = [d for d in workdir.glob('finetune_*') if runs.finished(d)]
   for directory in sorted(tuned, key=lambda d: -int(d.name.split('_')[1])):
     results.append({
         'run': 'fine-tuned (configs/finetune.py)',
         'image_size': runs.read_json(directory / 'config.json')['image_size'],
         'wall_minutes': sum(r['seconds'] for r in runs.history(directory)) / 60,
-        **runs.read_json(directory / 'summary.json')})
+        **runs.read_json(directory / 'summary.json')
+    })
   return results
 
 
 def table(results: list[dict]) -> str:
-  lines = ['| run | image size | epochs | best test acc | final test acc | '
-           'final train acc | wall time (min) |', '|---|---|---|---|---|---|---|']
+  lines = [
+      '| run | image size | epochs | best test acc | final test acc | '
+      'final train acc | wall time (min) |', '|---|---|---|---|---|---|---|'
+  ]
   for r in results:
     minutes = f'{r["wall_minutes"]:.1f}' if r['wall_minutes'] else ''
     lines.append(

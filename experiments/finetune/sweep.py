@@ -25,12 +25,13 @@ def main(argv=None):
   parser.add_argument('--image_sizes', type=runs.integers, default='48,32',
                       help='Fine-tuning resolutions.')
   args = parser.parse_args(argv)
-  runs.emit([runs.command(args.workdir / f'finetune_{size}',
-                          'configs/finetune.py',
-                          {'init_from': args.pretrained, 'image_size': size,
-                           'data_dir': args.data_dir})
-             for size in args.image_sizes],
-            args.slurm)
+  runs.emit([
+      runs.command(
+          args.workdir / f'finetune_{size}', 'configs/finetune.py', {
+              'init_from': args.pretrained, 'image_size': size,
+              'data_dir': args.data_dir
+          }) for size in args.image_sizes
+  ], args.slurm)
 
 
 if __name__ == '__main__':

@@ -21,8 +21,7 @@ HERE = pathlib.Path(__file__).resolve().parent
 
 # Best test accuracy / final train accuracy the study reports.
 STUDY = {
-    'vit': (0.4960, 0.5352),
-    'simple_cnn': (0.7080, 0.8024),
+    'vit': (0.4960, 0.5352), 'simple_cnn': (0.7080, 0.8024),
     'small_resnet': (0.6330, 0.6906),
 }
 
@@ -31,9 +30,8 @@ def parameter_count(model: str) -> int:
   import jax  # pylint: disable=g-import-not-at-top
   from vit_jax import models  # pylint: disable=g-import-not-at-top
   module = models.from_config(cifar_small.get_config(model), 10)
-  shapes = jax.eval_shape(
-      lambda: module.init(jax.random.key(0), np.zeros((1, 32, 32, 3)),
-                          train=False))
+  shapes = jax.eval_shape(lambda: module.init(jax.random.key(
+      0), np.zeros((1, 32, 32, 3)), train=False))
   return sum(int(np.prod(x.shape)) for x in jax.tree.leaves(shapes['params']))
 
 
@@ -43,20 +41,22 @@ def load_run(directory: pathlib.Path) -> tuple[str, str, dict]:
   summary = runs.read_json(directory / 'summary.json')
   config = runs.read_json(directory / 'config.json')
   history = runs.history(directory)
-  recipe = {augment: name for name, augment in sweep.RECIPES.items()}[
-      config['augment']]
+  recipe = {augment: name
+            for name, augment in sweep.RECIPES.items()}[config['augment']]
   return runs.model_key(config), recipe, {
-      'seed': config['seed'],
-      'batch_size': config['batch_size'],
+      'seed': config['seed'], 'batch_size': config['batch_size'],
       'steps_per_epoch': round(summary['steps'] / summary['epochs']),
       'best_test_accuracy': summary['best_test_accuracy'],
-      'best_epoch': summary['best_epoch'],
-      'final_train_accuracy': summary['final_train_accuracy'],
-      'wall_minutes': sum(r['seconds'] for r in history) / 60,
-      'train_accuracy': [r['train_accuracy'] for r in history
-                         if 'train_accuracy' in r],
-      'test_accuracy': [r['test_accuracy'] for r in history
-                        if 'test_accuracy' in r],
+      'best_epoch': summary['best_epoch'], 'final_train_accuracy':
+          summary['final_train_accuracy'],
+      'wall_minutes': sum(r['seconds']
+                          for r in history) / 60, 'train_accuracy': [
+                              r['train_accuracy'] for r in history
+                              if 'train_accuracy' in r
+                          ], 'test_accuracy': [
+                              r['test_accuracy'] for r in history
+                              if 'test_accuracy' in r
+                          ],
   }
 
 
@@ -70,14 +70,17 @@ def collect(workdir: pathlib.Path) -> dict:
   for model in STUDY:
     config_batch_size = cifar_small.get_config(model).batch_size
     for recipe in sweep.RECIPES:
-      group = [r for m, c, r in loaded if (m, c) == (model, recipe) and
-               r['batch_size'] == config_batch_size]
+      group = [
+          r for m, c, r in loaded
+          if (m, c) == (model, recipe) and r['batch_size'] == config_batch_size
+      ]
       if group:
         results.setdefault(model, {'parameters': parameter_count(model)})
         results[model][recipe] = sorted(group, key=lambda r: r['seed'])
     augmented = [r for m, c, r in loaded if (m, c) == (model, 'augment')]
-    probed = {r['seed'] for r in augmented
-              if r['batch_size'] != config_batch_size}
+    probed = {
+        r['seed'] for r in augmented if r['batch_size'] != config_batch_size
+    }
     probes = [r for r in augmented if r['seed'] in probed]
     if len(probes) > 1:
       results[model]['batch_sizes'] = sorted(probes,
@@ -98,14 +101,13 @@ def table(results: dict) -> str:
       if not group:
         continue
       column = lambda key: [r[key] for r in group]  # pylint: disable=cell-var-from-loop
-      lines.append(
-          f'| {runs.NAMES[model]} | {by_recipe["parameters"]:,} | '
-          f'{recipe.replace("_", " ")} | {len(group)} | '
-          f'{runs.mean_std(column("best_test_accuracy"))} | '
-          f'{runs.mean_std(column("final_train_accuracy"))} | '
-          f'{", ".join(f"{e:g}" for e in column("best_epoch"))} | '
-          f'{np.mean(column("wall_minutes")):.1f} | '
-          f'{100 * study_test:.1f} / {100 * study_train:.1f} |')
+      lines.append(f'| {runs.NAMES[model]} | {by_recipe["parameters"]:,} | '
+                   f'{recipe.replace("_", " ")} | {len(group)} | '
+                   f'{runs.mean_std(column("best_test_accuracy"))} | '
+                   f'{runs.mean_std(column("final_train_accuracy"))} | '
+                   f'{", ".join(f"{e:g}" for e in column("best_epoch"))} | '
+                   f'{np.mean(column("wall_minutes")):.1f} | '
+                   f'{100 * study_test:.1f} / {100 * study_train:.1f} |')
   return '\n'.join(lines)
 
 
@@ -164,10 +166,11 @@ def main(argv=None):
   parser.add_argument('--workdir', type=pathlib.Path, default='/tmp/small_data')
   workdir = parser.parse_args(argv).workdir
   results = collect(workdir)
-  runs.write_summary(HERE, results, str(workdir),
-                     {'results table': table(results),
-                      'batch-size table': batch_size_table(results)},
-                     {'learning_curves.png': plot})
+  runs.write_summary(
+      HERE, results, str(workdir), {
+          'results table': table(results),
+          'batch-size table': batch_size_table(results)
+      }, {'learning_curves.png': plot})
   print(table(results), batch_size_table(results), sep='\n\n')
 
 

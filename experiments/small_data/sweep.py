@@ -25,8 +25,8 @@ def planned_runs(seeds, other_seeds, models, batch_size_runs):
   seed of both recipes, the default recipe's other seeds, then the batch
   sizes (MODEL:BATCH, at the first seed)."""
   first, *rest = seeds
-  for recipe_seeds, recipe in (([first], 'augment'), (other_seeds, 'no_augment'),
-                               (rest, 'augment')):
+  for recipe_seeds, recipe in (([first], 'augment'),
+                               (other_seeds, 'no_augment'), (rest, 'augment')):
     for seed in recipe_seeds:
       for model in models:
         yield model, recipe, seed, None
@@ -39,11 +39,11 @@ def planned_runs(seeds, other_seeds, models, batch_size_runs):
 def commands(workdir: pathlib.Path, data_dir: pathlib.Path, planned):
   for model, recipe, seed, batch_size in planned:
     batch = {} if batch_size is None else {'batch_size': batch_size}
-    yield runs.command(
-        workdir / run_name(model, recipe, seed, batch_size),
-        f'configs/cifar_small.py:{model}',
-        {'augment': RECIPES[recipe], 'seed': seed, 'data_dir': data_dir,
-         **batch})
+    yield runs.command(workdir / run_name(model, recipe, seed, batch_size),
+                       f'configs/cifar_small.py:{model}', {
+                           'augment': RECIPES[recipe], 'seed': seed,
+                           'data_dir': data_dir, **batch
+                       })
 
 
 def main(argv=None):

@@ -18,16 +18,9 @@ from vit_jax.analysis.measures import token_to_patches
 from vit_jax.analysis.measures import uniform_attention_distance
 
 __all__ = [
-    'attention_rollout',
-    'cls_attention',
-    'cosine_similarity_matrix',
-    'mean_attention_distance',
-    'patch_centres',
-    'patch_embedding_components',
-    'position_embedding_similarity',
-    'shifted_patch_filters',
-    'similarity_distance_correlation',
-    'similarity_to_centre',
-    'token_to_patches',
-    'uniform_attention_distance',
+    'attention_rollout', 'cls_attention', 'cosine_similarity_matrix',
+    'mean_attention_distance', 'patch_centres', 'patch_embedding_components',
+    'position_embedding_similarity', 'shifted_patch_filters',
+    'similarity_distance_correlation', 'similarity_to_centre',
+    'token_to_patches', 'uniform_attention_distance',
 ]

@@ -42,8 +42,7 @@ def plot_rollout(path, display, rollout_maps):
   fig, axes = plt.subplots(num_images, 3, figsize=(5, 1.7 * num_images),
                            squeeze=False)
   for i in range(num_images):
-    heat = _upsample(rollout_maps[i] / rollout_maps[i].max(),
-                     display.shape[1])
+    heat = _upsample(rollout_maps[i] / rollout_maps[i].max(), display.shape[1])
     axes[i, 0].imshow(display[i])
     axes[i, 1].imshow(rollout_maps[i], cmap='inferno')
     axes[i, 2].imshow(display[i] * heat[..., None])
@@ -94,9 +93,9 @@ def plot_position_embeddings(path, similarity: np.ndarray, correlation: float,
   axes[0].set_title('each position vs all (tile = position)', fontsize=9)
   axes[1].imshow(measures.similarity_to_centre(similarity), cmap='viridis',
                  vmin=-1, vmax=1)
-  axes[1].set_title(f'similarity to the centre patch\n'
-                    f'corr(similarity, grid distance) = {correlation:.2f}',
-                    fontsize=9)
+  axes[1].set_title(
+      f'similarity to the centre patch\n'
+      f'corr(similarity, grid distance) = {correlation:.2f}', fontsize=9)
   for ax in axes:
     ax.set_xticks([])
     ax.set_yticks([])
@@ -106,8 +105,7 @@ def plot_position_embeddings(path, similarity: np.ndarray, correlation: float,
   plotting.save_figure(fig, path, dpi=120)
 
 
-def plot_embedding_filters(path, components: np.ndarray,
-                           explained: np.ndarray,
+def plot_embedding_filters(path, components: np.ndarray, explained: np.ndarray,
                            title: str = 'the patch-embedding filters'):
   """The principal `components` as RGB patches, with the variance shares."""
   plt = plotting.pyplot()

@@ -8,8 +8,8 @@ row-major.
 import numpy as np
 
 
-def token_to_patches(matrix: np.ndarray, grid: tuple[int, int],
-                     prefix: int, query: int = 0) -> np.ndarray:
+def token_to_patches(matrix: np.ndarray, grid: tuple[int, int], prefix: int,
+                     query: int = 0) -> np.ndarray:
   """Row `query` (a prefix token) of a tokens x tokens matrix, over the
   patches only, as patch grids (..., h, w)."""
   matrix = np.asarray(matrix)
@@ -23,8 +23,8 @@ def token_to_patches(matrix: np.ndarray, grid: tuple[int, int],
   return matrix[..., query, prefix:].reshape(*matrix.shape[:-2], *grid)
 
 
-def cls_attention(attention: np.ndarray, grid: tuple[int, int],
-                  prefix: int = 1, query: int = 0) -> np.ndarray:
+def cls_attention(attention: np.ndarray, grid: tuple[int, int], prefix: int = 1,
+                  query: int = 0) -> np.ndarray:
   """The class token's (or with `query=1`, the distillation token's)
   attention over the patches, per head, as patch grids."""
   return token_to_patches(attention, grid, prefix, query)
@@ -120,12 +120,13 @@ def similarity_distance_correlation(similarity: np.ndarray) -> float:
   centres = patch_centres((h, w), 1)
   distances = np.linalg.norm(centres[:, None] - centres[None], axis=-1)
   pairs = ~np.eye(h * w, dtype=bool)
-  return float(np.corrcoef(similarity.reshape(h * w, h * w)[pairs],
-                           distances[pairs])[0, 1])
+  return float(
+      np.corrcoef(similarity.reshape(h * w, h * w)[pairs], distances[pairs])[0,
+                                                                             1])
 
 
-def patch_embedding_components(
-    kernel: np.ndarray, count: int) -> tuple[np.ndarray, np.ndarray]:
+def patch_embedding_components(kernel: np.ndarray,
+                               count: int) -> tuple[np.ndarray, np.ndarray]:
   """The top `count` principal components of the patch-embedding filters
   (Figure 7, left) and the share of the variance each explains."""
   kernel = np.asarray(kernel, np.float64)

@@ -55,10 +55,11 @@ def run_subject(workdir, step=None) -> tuple[Subject, object]:
   if not isinstance(model, models.VisionTransformer):
     raise AnalysisError(f'{workdir} trained {config.model}; the analyses need '
                         'a ViT run.')
-  return Subject(model, variables, config.image_size,
-                 tuple(config.pixel_mean), tuple(config.pixel_std),
-                 {'workdir': str(workdir), 'step': run.step,
-                  'model': config.model}), config
+  return Subject(
+      model, variables, config.image_size, tuple(config.pixel_mean),
+      tuple(config.pixel_std),
+      {'workdir': str(workdir), 'step': run.step, 'model': config.model
+      }), config
 
 
 def checkpoint_subject(source, model_name: str | None) -> Subject:
@@ -66,11 +67,12 @@ def checkpoint_subject(source, model_name: str | None) -> Subject:
   loaded = reading.load(source, model_name=model_name)
   if loaded.kind == reading.WORKDIR:
     raise AnalysisError(f'{source} is a run: pass it as --workdir.')
-  return Subject(loaded.model, loaded.variables, loaded.image_size,
-                 *loaded.pixels,
-                 {'checkpoint': str(source), 'format': loaded.kind,
-                  'model': model_name or models.vit_of_architecture(
-                      params_lib.vit_architecture(loaded.params))})
+  return Subject(
+      loaded.model, loaded.variables, loaded.image_size, *loaded.pixels, {
+          'checkpoint': str(source), 'format': loaded.kind,
+          'model': model_name or models.vit_of_architecture(
+              params_lib.vit_architecture(loaded.params))
+      })
 
 
 def image_files(specs: list[str]) -> list[pathlib.Path]:
@@ -93,21 +95,22 @@ def image_files(specs: list[str]) -> list[pathlib.Path]:
 
 def read_images(paths: list[pathlib.Path], image_size: int) -> np.ndarray:
   """The image files as uint8, resized to `image_size`."""
-  return np.stack([preprocess.resize(sources.read_image(path), image_size)
-                   for path in paths])
+  return np.stack([
+      preprocess.resize(sources.read_image(path), image_size) for path in paths
+  ])
 
 
 def run_test_images(config, count: int) -> np.ndarray:
   """`count` test images of a run's dataset, uint8 at the model's size."""
-  dataset = sources.open_dataset(
-      config, whole=config.input_pipeline == 'on_device')
+  dataset = sources.open_dataset(config,
+                                 whole=config.input_pipeline == 'on_device')
   images, _ = sources.to_arrays(
       sources.subset(dataset, 'test', min(count, len(dataset.test)),
-                     config.seed),
-      config.image_size)
+                     config.seed), config.image_size)
   if config.input_pipeline == 'streaming':  # resized on the host, as it trained
-    images = np.stack([preprocess.resize(image, config.image_size)
-                       for image in images])
+    images = np.stack([
+        preprocess.resize(image, config.image_size) for image in images
+    ])
   return images
 
 
@@ -124,9 +127,9 @@ def read_class_names(path, subject: Subject) -> list[str]:
 def model_inputs(images: np.ndarray,
                  subject: Subject) -> tuple[np.ndarray, np.ndarray]:
   """Normalized model inputs of uint8 images, and the same in [0, 1]."""
-  inputs = np.asarray(preprocess.eval_input(
-      images, image_size=subject.image_size, mean=subject.pixel_mean,
-      std=subject.pixel_std))
+  inputs = np.asarray(
+      preprocess.eval_input(images, image_size=subject.image_size,
+                            mean=subject.pixel_mean, std=subject.pixel_std))
   display = inputs * np.asarray(subject.pixel_std) + np.asarray(
       subject.pixel_mean)
   return inputs, np.clip(display, 0, 1)
@@ -149,8 +152,9 @@ def top5(logits: np.ndarray, names: list[str] | None) -> list[list]:
   """Per image, the 5 likeliest classes and their probabilities."""
   probabilities = np.asarray(jax.nn.softmax(logits))
   best = np.argsort(-probabilities, axis=1)[:, :5]
-  return [[[names[c] if names else int(c), round(float(p[c]), 4)]
-           for c in row] for p, row in zip(probabilities, best)]
+  return [[[names[c] if names else int(c),
+            round(float(p[c]), 4)] for c in row]
+          for p, row in zip(probabilities, best)]
 
 
 def position_table(model: models.VisionTransformer, params,

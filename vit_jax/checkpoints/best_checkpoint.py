@@ -47,22 +47,23 @@ class BestCheckpoint:
     if not keep:
       stale = self._held
       if stale:
-        logging.warning('config.keep_best_checkpoint is off: deleted %s, '
-                        'which this run would no longer keep up to date.',
-                        self._checkpoints.directory)
+        logging.warning(
+            'config.keep_best_checkpoint is off: deleted %s, '
+            'which this run would no longer keep up to date.',
+            self._checkpoints.directory)
     else:
       stale = [s for s in self._held if s > step]
       if stale:
-        logging.info('Deleted the best checkpoints of steps %s, after the '
-                     'step this run resumes from; saved again when reached.',
-                     stale)
+        logging.info(
+            'Deleted the best checkpoints of steps %s, after the '
+            'step this run resumes from; saved again when reached.', stale)
       kept = [s for s in self._held if s <= step]
       if kept and (best is None or kept[-1] != best['step']):
         # Left while the field was off for a while, or by another history.
-        logging.warning('%s holds step %d, not the best evaluation of this '
-                        "run's history (step %s): deleted.",
-                        self._checkpoints.directory, kept[-1],
-                        best and best['step'])
+        logging.warning(
+            '%s holds step %d, not the best evaluation of this '
+            "run's history (step %s): deleted.", self._checkpoints.directory,
+            kept[-1], best and best['step'])
         stale = self._held
     self._delete(stale)
 
@@ -70,15 +71,15 @@ class BestCheckpoint:
     self._checkpoints.delete(steps)
     self._held = [s for s in self._held if s not in steps]
 
-  def offer(self, record: dict, state, train_sums: dict,
-            history: list[dict], position: dict, config: dict):
+  def offer(self, record: dict, state, train_sums: dict, history: list[dict],
+            position: dict, config: dict):
     """Saves `record`'s state if its test accuracy is the run's best."""
     accuracy = record.get('test_accuracy', -math.inf)
     if not self._keep or accuracy <= self._accuracy:
       return
     self._accuracy = accuracy
-    self._checkpoints.save(record['step'], state, train_sums, history,
-                           position, config)
+    self._checkpoints.save(record['step'], state, train_sums, history, position,
+                           config)
     self._held.append(record['step'])
 
   def wait(self):
@@ -94,8 +95,10 @@ class BestCheckpoint:
     self._checkpoints.wait()  # orbax deletes nothing during a save
     # orbax rotates the regular steps only once this save completes.
     self._regular.append(saved_step)
-    needed = {max((b for b in self._held if b <= regular), default=None)
-              for regular in self._regular}
+    needed = {
+        max((b for b in self._held if b <= regular), default=None)
+        for regular in self._regular
+    }
     self._delete([b for b in self._held if b not in needed])
     self._regular = self._regular[-self._keep_regular:]
 
@@ -105,6 +108,6 @@ class BestCheckpoint:
 
 def kept_one(workdir: pathlib.Path) -> bool:
   """Whether the run in `workdir` holds a best checkpoint to read."""
-  with run_checkpoints.RunCheckpoints(
-      pathlib.Path(workdir) / DIRECTORY) as checkpoints:
+  with run_checkpoints.RunCheckpoints(pathlib.Path(workdir) /
+                                      DIRECTORY) as checkpoints:
     return bool(checkpoints.steps())

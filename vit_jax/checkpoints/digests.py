@@ -25,8 +25,8 @@ def _array_digest(x: jax.Array) -> jax.Array:
     x = x.astype(jnp.uint8)
   word = {1: jnp.uint8, 2: jnp.uint16}.get(x.dtype.itemsize, jnp.uint32)
   bits = jax.lax.bitcast_convert_type(x, word).ravel().astype(jnp.uint32)
-  weights = jnp.arange(bits.size, dtype=jnp.uint32) * jnp.uint32(
-      2654435761) | jnp.uint32(1)
+  weights = jnp.arange(
+      bits.size, dtype=jnp.uint32) * jnp.uint32(2654435761) | jnp.uint32(1)
   return jnp.sum(bits * weights, dtype=jnp.uint32)
 
 
@@ -47,10 +47,8 @@ def compute(state, train_sums: dict, history: list[dict], position: dict,
             config: dict | None) -> dict:
   """The digest of a checkpoint's items; `config` may be None."""
   contents = {
-      'state': _arrays_digest(state),
-      'train_sums': _arrays_digest(train_sums),
-      'history': _json_digest(history),
-      'position': _json_digest(position),
+      'state': _arrays_digest(state), 'train_sums': _arrays_digest(train_sums),
+      'history': _json_digest(history), 'position': _json_digest(position),
   }
   if config is not None:
     contents['config'] = _json_digest(config)
@@ -65,8 +63,10 @@ def verify(saved: dict, state, train_sums: dict, history: list[dict],
            position: dict, config: dict | None) -> None:
   """Raises DigestMismatchError naming the items that do not hash to `saved`."""
   found = compute(state, train_sums, history, position, config)
-  differ = [name for name in {**saved, **found}
-            if _comparable(found.get(name)) != _comparable(saved.get(name))]
+  differ = [
+      name for name in {**saved, **found}
+      if _comparable(found.get(name)) != _comparable(saved.get(name))
+  ]
   if differ:
     raise DigestMismatchError(
         f'its {" and ".join(differ)} {"does" if len(differ) == 1 else "do"} '

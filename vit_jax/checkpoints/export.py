@@ -59,15 +59,15 @@ def convert(source: str | pathlib.Path, dest: str | pathlib.Path,
     else:
       files.replace_directory_atomically(
           dest, lambda partial: reading.FOLDER_FORMATS[format_name].write(
-              partial, params, loaded.model, loaded.image_size,
-              loaded.pixels))
+              partial, params, loaded.model, loaded.image_size, loaded.pixels))
   except errors.VitJaxError:
     raise
   except Exception as e:  # pylint: disable=broad-except
     # A full or read-only disk: OSError, or safetensors' own error.
-    raise CheckpointError(errors.write_failed(
-        dest, e, f'{"the file" if format_name == "npz" else "the folder"} '
-        'is as it was', 'another DEST')) from e
+    raise CheckpointError(
+        errors.write_failed(
+            dest, e, f'{"the file" if format_name == "npz" else "the folder"} '
+            'is as it was', 'another DEST')) from e
   described = params_lib.describe_architecture(
       params_lib.vit_architecture(params))
   return (f'Wrote {dest} ({format_name}): {described}, '

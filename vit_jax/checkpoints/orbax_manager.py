@@ -25,13 +25,17 @@ def open_manager(directory: pathlib.Path, keep: int | None, create: bool,
   """`keep`: the newest kept (None: all); `reading`: leaves a save in
   progress alone; `min_seconds`: least time between interval checkpoints."""
   _ignore_what_orbax_abandons()
-  return _CheckpointManager(directory, options=ocp.CheckpointManagerOptions(
-      max_to_keep=keep, create=create, cleanup_tmp_directories=not reading,
-      save_decision_policy=(
-          ocp.checkpoint_managers.ContinuousCheckpointingPolicy(
-              # orbax makes a timedelta of it: inf, "never", would overflow
-              minimum_interval_secs=min(min_seconds, 1e12))
-          if min_seconds else None)))
+  return _CheckpointManager(
+      directory,
+      options=ocp.CheckpointManagerOptions(
+          max_to_keep=keep,
+          create=create,
+          cleanup_tmp_directories=not reading,
+          save_decision_policy=(
+              ocp.checkpoint_managers.ContinuousCheckpointingPolicy(
+                  # orbax makes a timedelta of it: inf, "never", would overflow
+                  minimum_interval_secs=min(min_seconds, 1e12))
+              if min_seconds else None)))
 
 
 def _abandoned_by_orbax(unraisable) -> bool:
@@ -39,9 +43,9 @@ def _abandoned_by_orbax(unraisable) -> bool:
   restore, already reported in one line."""
   error, code = unraisable.exc_value, getattr(unraisable.object, 'cr_code',
                                               None)
-  return (isinstance(error, RuntimeError) and
-          str(error) == 'Event loop is closed') or (
-              code is not None and '/orbax/' in code.co_filename)
+  return (isinstance(error, RuntimeError) and str(error)
+          == 'Event loop is closed') or (code is not None and
+                                         '/orbax/' in code.co_filename)
 
 
 @functools.cache

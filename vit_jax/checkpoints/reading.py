@@ -42,8 +42,9 @@ class Run:
     """The model and variables without what served only training."""
     model = models.from_config(self.config,
                                self.params[names.HEAD]['bias'].shape[-1])
-    return model, {**self.variables,
-                   'params': names.inference_params(self.params)}
+    return model, {
+        **self.variables, 'params': names.inference_params(self.params)
+    }
 
 
 def read_config_json(workdir: pathlib.Path) -> tuple[dict | None, str]:
@@ -119,8 +120,8 @@ def load_run(workdir: str | pathlib.Path, step: int | None = None,
                               'vit_jax.main`.')
       raise CheckpointError(f'{workdir / "checkpoints"} holds no checkpoint '
                             'yet; train until the first one is saved.')
-    restored = (checkpoints.restore_latest() if step is None else
-                checkpoints.restore(step))
+    restored = (checkpoints.restore_latest()
+                if step is None else checkpoints.restore(step))
   config, problem = read_config_json(workdir)
   if config is None:
     if restored.config is None:
@@ -136,8 +137,7 @@ def load_run(workdir: str | pathlib.Path, step: int | None = None,
   # The model is the parameters' moving average where the run kept one.
   device = jax.local_devices()[0]
   params = restored.state.get('ema_params') or restored.state['params']
-  return Run(ml_collections.ConfigDict(config),
-             jax.device_put(params, device),
+  return Run(ml_collections.ConfigDict(config), jax.device_put(params, device),
              jax.device_put(restored.state.get('batch_stats') or {}, device),
              restored.step)
 
@@ -236,8 +236,8 @@ def load(source: str | pathlib.Path, *, model_name: str | None = None,
                             f'leave out --model={model_name}.')
     run = load_run(path, step)
     model, variables = run.for_inference()
-    return Loaded(WORKDIR, model, variables, run.config.image_size,
-                  run.config, run.step, _config_pixels(run.config))
+    return Loaded(WORKDIR, model, variables, run.config.image_size, run.config,
+                  run.step, _config_pixels(run.config))
   params = _read_file(path, kind, model_name, step)
   model, image_size = vit_model.model_for(params, model_name=model_name,
                                           source=str(path))
@@ -250,8 +250,8 @@ def _config_pixels(config) -> tuple[tuple, tuple]:
 
 
 def _file_pixels(path: pathlib.Path, kind: str) -> tuple[tuple, tuple]:
-  return (vit_model.RELEASED_PIXELS if kind == NPZ else
-          FOLDER_FORMATS[kind].pixels(path))
+  return (vit_model.RELEASED_PIXELS
+          if kind == NPZ else FOLDER_FORMATS[kind].pixels(path))
 
 
 def trained_pixels(source: str | pathlib.Path) -> tuple[tuple, tuple] | None:
@@ -261,8 +261,8 @@ def trained_pixels(source: str | pathlib.Path) -> tuple[tuple, tuple] | None:
   if kind != WORKDIR:
     return _file_pixels(path, kind)
   config, _ = read_config_json(path)
-  if not isinstance(config, dict) or not {'pixel_mean', 'pixel_std'} <= set(
-      config):
+  if not isinstance(config, dict) or not {'pixel_mean', 'pixel_std'
+                                         } <= set(config):
     return None
   return _config_pixels(config)
 

@@ -47,15 +47,15 @@ def _as_saved(step_dir: pathlib.Path) -> tuple[Any, Any]:
 
   def target(item: str):
     metadata = ocp.StandardCheckpointHandler().metadata(step_dir / item)
-    return jax.tree.map(lambda leaf: jax.ShapeDtypeStruct(
-        leaf.shape, leaf.dtype, sharding=device), metadata)
+    return jax.tree.map(
+        lambda leaf: jax.ShapeDtypeStruct(leaf.shape, leaf.dtype, sharding=
+                                          device), metadata)
 
   return target('state'), target('train_sums')
 
 
 # Checkpoints a live run may rotate away under a reader before it gives up.
 _MAX_ROTATED_WHILE_READ = 10
-
 
 # `keep` for a writer that keeps every step it saves: its owner deletes them.
 KEEP_ALL = 0
@@ -88,9 +88,9 @@ class RunCheckpoints:
 
   def _open(self, create: bool) -> ocp.CheckpointManager:
     if self._manager is None:
-      self._manager = orbax_manager.open_manager(
-          self.directory, self._keep, create, reading=self._reading,
-          min_seconds=self._min_seconds)
+      self._manager = orbax_manager.open_manager(self.directory, self._keep,
+                                                 create, reading=self._reading,
+                                                 min_seconds=self._min_seconds)
     return self._manager
 
   def due(self, step: int) -> bool:
@@ -152,9 +152,10 @@ class RunCheckpoints:
           deleted.append(step)
           continue
         # orbax and tensorstore raise many types for damaged files.
-        logging.warning('Skipping checkpoint %s, which cannot be restored '
-                        '(%s); trying the one before it.',
-                        self.directory / str(step), first_line(e))
+        logging.warning(
+            'Skipping checkpoint %s, which cannot be restored '
+            '(%s); trying the one before it.', self.directory / str(step),
+            first_line(e))
         damaged.append(step)
         continue
       if not self._reading:
@@ -164,9 +165,9 @@ class RunCheckpoints:
       raise CheckpointError(
           f'None of the checkpoints in {self.directory} (steps '
           f'{", ".join(map(str, sorted(damaged)))}) can be restored; the '
-          'warnings above say why.' + (
-              '' if self._reading else
-              ' Move the directory away to start the run afresh.'))
+          'warnings above say why.' +
+          ('' if self.
+           _reading else ' Move the directory away to start the run afresh.'))
     if deleted:
       raise CheckpointError(
           f'The checkpoints in {self.directory} (steps '
@@ -175,8 +176,7 @@ class RunCheckpoints:
           'again, or wait until it ends.')
     return None
 
-  def restore(self, step: int, state_shapes=None,
-              sum_shapes=None) -> Restored:
+  def restore(self, step: int, state_shapes=None, sum_shapes=None) -> Restored:
     """The verified checkpoint of `step`, onto the shapes' shardings, else
     as saved onto one host device; CheckpointError when it cannot be."""
     steps = self.steps()
@@ -194,9 +194,9 @@ class RunCheckpoints:
       others = [s for s in steps if s != step]
       raise CheckpointError(
           f'The checkpoint {self.directory / str(step)} cannot be restored '
-          f'({first_line(e)}); ' + (f'the others are steps {others}.'
-                                    if others else 'there is no other.')
-      ) from e
+          f'({first_line(e)}); ' +
+          (f'the others are steps {others}.' if others else 'there is no other.'
+          )) from e
 
   def _restore(self, step: int, state_shapes, sum_shapes) -> Restored:
     """`restore` without its checks: raises what orbax raises, or
@@ -209,8 +209,10 @@ class RunCheckpoints:
                  train_sums=ocp.args.StandardRestore(sum_shapes),
                  history=ocp.args.JsonRestore(),
                  position=ocp.args.JsonRestore())
-    items.update({name: ocp.args.JsonRestore()
-                  for name in ('config', 'digest') if name in held})
+    items.update({
+        name: ocp.args.JsonRestore() for name in ('config', 'digest')
+        if name in held
+    })
     restored = self._open(create=False).restore(
         step, args=ocp.args.Composite(**items))
     result = Restored(step, restored.state, dict(restored.train_sums),
@@ -234,13 +236,15 @@ class RunCheckpoints:
       if not (step_dir / 'config').is_dir():
         continue
       try:
-        read = self._open(create=False).restore(step, args=ocp.args.Composite(
-            config=ocp.args.JsonRestore(), digest=ocp.args.JsonRestore()))
+        read = self._open(create=False).restore(
+            step, args=ocp.args.Composite(config=ocp.args.JsonRestore(),
+                                          digest=ocp.args.JsonRestore()))
         digests.verify_config(read.digest, read.config)
         return step, dict(read.config)
       except Exception as e:  # pylint: disable=broad-except
-        logging.warning('Skipping the config of checkpoint %s, which '
-                        'cannot be read (%s).', step_dir, first_line(e))
+        logging.warning(
+            'Skipping the config of checkpoint %s, which '
+            'cannot be read (%s).', step_dir, first_line(e))
     return None
 
   def _set_aside(self, steps: list[int]):
@@ -271,14 +275,14 @@ class RunCheckpoints:
           f'steps {manager.all_steps()}); move the directory away.')
     with self._failed_saves_raised():
       manager.save(
-          step, force=True,  # the loop decided (`due`)
-          args=ocp.args.Composite(
-              state=ocp.args.StandardSave(state),
-              train_sums=ocp.args.StandardSave(train_sums),
-              history=ocp.args.JsonSave(history),
-              position=ocp.args.JsonSave(position),
-              config=ocp.args.JsonSave(config),
-              digest=ocp.args.JsonSave(contents)))
+          step,
+          force=True,  # the loop decided (`due`)
+          args=ocp.args.Composite(state=ocp.args.StandardSave(state),
+                                  train_sums=ocp.args.StandardSave(train_sums),
+                                  history=ocp.args.JsonSave(history),
+                                  position=ocp.args.JsonSave(position),
+                                  config=ocp.args.JsonSave(config),
+                                  digest=ocp.args.JsonSave(contents)))
 
   def wait(self):
     """Waits for the save in flight; CheckpointError if it failed."""
@@ -311,8 +315,8 @@ class RunCheckpoints:
     except Exception as e:  # pylint: disable=broad-except
       # orbax and tensorstore raise many types for a failed write.
       self._manager = None  # its threads are stuck on the failed write
-      good = sorted(int(p.name) for p in self.directory.glob('*')
-                    if p.name.isdigit())
+      good = sorted(
+          int(p.name) for p in self.directory.glob('*') if p.name.isdigit())
       kept = (f'the newest complete checkpoint, step {good[-1]}, is kept'
               if good else 'no checkpoint was complete before it')
       fix = (f'Free space there (df -h {self.directory}) or pass a --workdir '

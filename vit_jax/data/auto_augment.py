@@ -17,8 +17,8 @@ import jax.numpy as jnp
 FILL = 0.5
 
 OPS = ('identity', 'auto_contrast', 'equalize', 'rotate', 'solarize', 'color',
-       'posterize', 'contrast', 'brightness', 'sharpness', 'shear_x',
-       'shear_y', 'translate_x', 'translate_y')
+       'posterize', 'contrast', 'brightness', 'sharpness', 'shear_x', 'shear_y',
+       'translate_x', 'translate_y')
 
 # ITU-R 601-2 luma, PIL's convert('L').
 _LUMA = (0.299, 0.587, 0.114)
@@ -60,8 +60,8 @@ def _grayscale(image: jax.Array) -> jax.Array:
   """(H, W, 1) luma of RGB; the channels' mean for other channel counts."""
   if image.shape[-1] != 3:
     return image.mean(axis=-1, keepdims=True)
-  return jnp.tensordot(image, jnp.asarray(_LUMA, image.dtype),
-                       axes=1)[..., None]
+  return jnp.tensordot(image, jnp.asarray(_LUMA, image.dtype), axes=1)[...,
+                                                                       None]
 
 
 def _blend(degenerate: jax.Array, image: jax.Array,
@@ -75,8 +75,8 @@ def _auto_contrast(image: jax.Array) -> jax.Array:
   low = image.min(axis=(0, 1), keepdims=True)
   high = image.max(axis=(0, 1), keepdims=True)
   span = high - low
-  return jnp.where(span > 0,
-                   (image - low) / jnp.where(span > 0, span, 1.0), image)
+  return jnp.where(span > 0, (image - low) / jnp.where(span > 0, span, 1.0),
+                   image)
 
 
 def _quantize(image: jax.Array) -> jax.Array:
@@ -91,8 +91,7 @@ def _equalize_channel(channel: jax.Array) -> jax.Array:
   step = (values.size - top) // 255
   below = jnp.cumsum(histogram) - histogram
   lut = jnp.clip((step // 2 + below) // jnp.maximum(step, 1), 0, 255)
-  return jnp.where(step > 0, lut[values].astype(channel.dtype) / 255.0,
-                   channel)
+  return jnp.where(step > 0, lut[values].astype(channel.dtype) / 255.0, channel)
 
 
 def _equalize(image: jax.Array) -> jax.Array:
@@ -146,10 +145,8 @@ def _affine(image: jax.Array, matrix: jax.Array,
   ys, xs = jnp.meshgrid(jnp.arange(h, dtype=jnp.float32),
                         jnp.arange(w, dtype=jnp.float32), indexing='ij')
   cy, cx = (h - 1) / 2.0, (w - 1) / 2.0
-  src_x = (matrix[0, 0] * (xs - cx) + matrix[0, 1] * (ys - cy) + cx +
-           offset[0])
-  src_y = (matrix[1, 0] * (xs - cx) + matrix[1, 1] * (ys - cy) + cy +
-           offset[1])
+  src_x = (matrix[0, 0] * (xs - cx) + matrix[0, 1] * (ys - cy) + cx + offset[0])
+  src_y = (matrix[1, 0] * (xs - cx) + matrix[1, 1] * (ys - cy) + cy + offset[1])
   x0, y0 = jnp.floor(src_x), jnp.floor(src_y)
   fx, fy = (src_x - x0)[..., None], (src_y - y0)[..., None]
   x0, y0 = x0.astype(jnp.int32), y0.astype(jnp.int32)
@@ -159,8 +156,8 @@ def _affine(image: jax.Array, matrix: jax.Array,
   inside = ((ty >= 0) & (ty < h) & (tx >= 0) & (tx < w))[..., None]
   rows = jnp.clip(ty, 0, h - 1) * w + jnp.clip(tx, 0, w - 1)
   taps = jnp.where(inside, image.reshape(h * w, -1)[rows], FILL)
-  out = ((1 - fy) * ((1 - fx) * taps[0] + fx * taps[1]) +
-         fy * ((1 - fx) * taps[2] + fx * taps[3]))
+  out = ((1 - fy) * ((1 - fx) * taps[0] + fx * taps[1]) + fy *
+         ((1 - fx) * taps[2] + fx * taps[3]))
   return jnp.clip(out, 0.0, 1.0)
 
 
@@ -181,18 +178,21 @@ def _warp_parameters(op: jax.Array, magnitude: jax.Array, ranges: OpRanges,
   one, zero = jnp.ones_like(magnitude), jnp.zeros_like(magnitude)
   identity = jnp.stack([one, zero, zero, one])
   matrices = {
-      'rotate': jnp.stack([cos, -sin, sin, cos]),
-      'shear_x': jnp.stack([one, shear, zero, one]),
+      'rotate': jnp.stack([cos, -sin, sin,
+                           cos]), 'shear_x': jnp.stack([one, shear, zero, one]),
       'shear_y': jnp.stack([one, zero, shear, one]),
   }
   # These move a shear's fixed point from `_affine`'s centre to the corner.
-  offsets = {'translate_x': jnp.stack([-shift_x, zero]),
-             'translate_y': jnp.stack([zero, -shift_y]),
-             'shear_x': jnp.stack([shear * height / 2, zero]),
-             'shear_y': jnp.stack([zero, shear * width / 2])}
+  offsets = {
+      'translate_x': jnp.stack([-shift_x, zero]), 'translate_y': jnp.stack([
+          zero, -shift_y
+      ]), 'shear_x': jnp.stack([shear * height / 2, zero]),
+      'shear_y': jnp.stack([zero, shear * width / 2])
+  }
   matrix = jnp.stack([matrices.get(name, identity) for name in OPS])[op]
-  offset = jnp.stack([offsets.get(name, jnp.stack([zero, zero]))
-                      for name in OPS])[op]
+  offset = jnp.stack([
+      offsets.get(name, jnp.stack([zero, zero])) for name in OPS
+  ])[op]
   return matrix.reshape(2, 2), offset
 
 
@@ -207,8 +207,7 @@ def _apply_one(image: jax.Array, op: jax.Array, magnitude: jax.Array,
   factor = jnp.maximum(1.0 + magnitude * ranges.enhance, 0.0)
   bits = 8 - jnp.round(strength * ranges.posterize)
   photometric = {
-      'auto_contrast': _auto_contrast,
-      'equalize': _equalize,
+      'auto_contrast': _auto_contrast, 'equalize': _equalize,
       'solarize': lambda x: _solarize(x, strength),
       'color': lambda x: _color(x, factor),
       'posterize': lambda x: _posterize(x, bits),
@@ -229,8 +228,8 @@ def apply_op(images: jax.Array, ops, magnitudes,
   n = images.shape[0]
   ops = jnp.broadcast_to(jnp.asarray(ops, jnp.int32), (n,))
   magnitudes = jnp.broadcast_to(jnp.asarray(magnitudes, jnp.float32), (n,))
-  return jax.vmap(functools.partial(_apply_one, ranges=ranges))(
-      images, ops, magnitudes)
+  return jax.vmap(functools.partial(_apply_one, ranges=ranges))(images, ops,
+                                                                magnitudes)
 
 
 def _random_signs(key: jax.Array, n: int) -> jax.Array:

@@ -35,10 +35,8 @@ _PICKLE_GLOBALS = frozenset({
     ('numpy.core.multiarray', '_reconstruct'),
     ('numpy._core.multiarray', '_reconstruct'),
     ('numpy.core.numeric', '_frombuffer'),
-    ('numpy._core.numeric', '_frombuffer'),
-    ('numpy', 'ndarray'),
-    ('numpy', 'dtype'),
-    ('_codecs', 'encode'),
+    ('numpy._core.numeric', '_frombuffer'), ('numpy', 'ndarray'),
+    ('numpy', 'dtype'), ('_codecs', 'encode'),
 })
 
 
@@ -79,18 +77,14 @@ def _concatenate(splits: list[ArraySource]) -> ArraySource:
 
 # (folder, train files, test file, reader) per format.
 _FORMATS = {
-    'cifar10': [
-        ('cifar-10-batches-bin', 'data_batch_*.bin', 'test_batch.bin',
-         lambda p: _read_binary(p, label_bytes=1, label_offset=0)),
-        ('cifar-10-batches-py', 'data_batch_[0-9]', 'test_batch',
-         lambda p: _read_python(p, b'labels')),
-    ],
-    'cifar100': [
-        ('cifar-100-binary', 'train.bin', 'test.bin',
-         lambda p: _read_binary(p, label_bytes=2, label_offset=1)),
-        ('cifar-100-python', 'train', 'test',
-         lambda p: _read_python(p, b'fine_labels')),
-    ],
+    'cifar10': [('cifar-10-batches-bin', 'data_batch_*.bin', 'test_batch.bin',
+                 lambda p: _read_binary(p, label_bytes=1, label_offset=0)),
+                ('cifar-10-batches-py', 'data_batch_[0-9]', 'test_batch',
+                 lambda p: _read_python(p, b'labels')),],
+    'cifar100': [('cifar-100-binary', 'train.bin', 'test.bin',
+                  lambda p: _read_binary(p, label_bytes=2, label_offset=1)),
+                 ('cifar-100-python', 'train', 'test',
+                  lambda p: _read_python(p, b'fine_labels')),],
 }
 
 
@@ -126,16 +120,18 @@ def load_cifar(name: str, data_dir: pathlib.Path,
   root, train_files, test_file, read = found
   train = [_read_file(read, p) for p in train_files]
   if train_per_file:
-    short = [p.name for p, s in zip(train_files, train)
-             if len(s) < train_per_file]
+    short = [
+        p.name for p, s in zip(train_files, train) if len(s) < train_per_file
+    ]
     if short:
       raise DatasetError(
           f'config.train_examples_per_file={train_per_file} but {root} has '
           f'fewer in {", ".join(short)}; lower it or set it to 0 for all.')
-    train = [ArraySource(s.images[:train_per_file], s.labels[:train_per_file])
-             for s in train]
-  dataset = Dataset(train=_concatenate(train),
-                    test=_read_file(read, test_file),
+    train = [
+        ArraySource(s.images[:train_per_file], s.labels[:train_per_file])
+        for s in train
+    ]
+  dataset = Dataset(train=_concatenate(train), test=_read_file(read, test_file),
                     num_classes=NUM_CLASSES[name])
   for split in (dataset.train, dataset.test):
     if split.labels.min() < 0 or split.labels.max() >= dataset.num_classes:

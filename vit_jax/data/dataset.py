@@ -20,9 +20,9 @@ class Source(Protocol):
 class ScalableSource(Source, Protocol):
   """A source that can decode an image smaller than stored (JPEG scaling)."""
 
-  def read(self, index: int,
-           at_least: Callable[[tuple[int, int]], tuple[int, int]]
-           ) -> tuple[np.ndarray, int, tuple[int, int]]:
+  def read(
+      self, index: int, at_least: Callable[[tuple[int, int]], tuple[int, int]]
+  ) -> tuple[np.ndarray, int, tuple[int, int]]:
     """(image, label, stored size); the image no smaller than `at_least`."""
 
 
@@ -57,8 +57,8 @@ class SubsetSource:
 
   def __getattr__(self, name):
     if name == 'read' and scalable(self.source):
-      return lambda index, at_least: self.source.read(
-          self._in_source(index), at_least)
+      return lambda index, at_least: self.source.read(self._in_source(index),
+                                                      at_least)
     raise AttributeError(name)
 
   def _in_source(self, index) -> int:

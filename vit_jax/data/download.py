@@ -110,10 +110,11 @@ def _download(release: Release, path: pathlib.Path):
 def _unpack(archive: pathlib.Path, into: pathlib.Path, folder: str):
   """Only files and directories under `folder`, so nothing lands elsewhere."""
   with tarfile.open(archive) as tar:
-    members = [m for m in tar.getmembers()
-               if (m.isfile() or m.isdir()) and
-               pathlib.PurePosixPath(m.name).parts[:1] == (folder,) and
-               '..' not in pathlib.PurePosixPath(m.name).parts]
+    members = [
+        m for m in tar.getmembers()
+        if (m.isfile() or m.isdir()) and pathlib.PurePosixPath(m.name).parts[:1]
+        == (folder,) and '..' not in pathlib.PurePosixPath(m.name).parts
+    ]
     if not any(m.isfile() for m in members):
       raise DatasetError(f'{archive} holds no {folder}/.')
     safe = {'filter': 'data'} if hasattr(tarfile, 'data_filter') else {}

@@ -26,15 +26,17 @@ BACKGROUND = 255
 
 # Modes deeper than 8 bits, and the value each shows as white (mode I is a
 # 16-bit PNG as some Pillows read it).
-_WHITE_LEVELS = {'I;16': 65535, 'I;16B': 65535, 'I;16L': 65535,
-                 'I;16N': 65535, 'I': 65535, 'F': 1.0}
+_WHITE_LEVELS = {
+    'I;16': 65535, 'I;16B': 65535, 'I;16L': 65535, 'I;16N': 65535, 'I': 65535,
+    'F': 1.0
+}
 _ALPHA_MODES = ('LA', 'PA', 'RGBA', 'RGBa')
-_DECODED_MODES = ('1', 'L', 'P', 'RGB', 'RGBX', 'YCbCr', 'CMYK',
-                  *_ALPHA_MODES, *_WHITE_LEVELS)
+_DECODED_MODES = ('1', 'L', 'P', 'RGB', 'RGBX', 'YCbCr', 'CMYK', *_ALPHA_MODES,
+                  *_WHITE_LEVELS)
 
 # How a whole JPEG or PNG file starts and ends; one cut short lacks the end.
-_WHOLE_FILES = ((b'\xff\xd8\xff', b'\xff\xd9'),
-                (b'\x89PNG\r\n\x1a\n', b'IEND\xaeB`\x82'))
+_WHOLE_FILES = ((b'\xff\xd8\xff', b'\xff\xd9'), (b'\x89PNG\r\n\x1a\n',
+                                                 b'IEND\xaeB`\x82'))
 
 _SHOWN_PROBLEMS = 20
 
@@ -46,16 +48,15 @@ class _NotDecoded(Exception):
 def _decode_errors() -> tuple[type[BaseException], ...]:
   """What PIL's plugins raise on a malformed file."""
   from PIL import Image  # pylint: disable=g-import-not-at-top
-  return (OSError, SyntaxError, ValueError, EOFError, IndexError,
-          struct.error, Image.DecompressionBombError, _NotDecoded)
+  return (OSError, SyntaxError, ValueError, EOFError, IndexError, struct.error,
+          Image.DecompressionBombError, _NotDecoded)
 
 
 def _to_8_bits(image):
   """A greyscale image deeper than 8 bits as mode L."""
   from PIL import Image  # pylint: disable=g-import-not-at-top
   values = np.asarray(image, np.float64) / _WHITE_LEVELS[image.mode]
-  return Image.fromarray(np.round(np.clip(values, 0, 1) * 255).astype(
-      np.uint8))
+  return Image.fromarray(np.round(np.clip(values, 0, 1) * 255).astype(np.uint8))
 
 
 def _on_background(rgba: np.ndarray) -> np.ndarray:
@@ -124,8 +125,9 @@ def _looks_whole(path: pathlib.Path) -> bool:
     size = f.seek(0, os.SEEK_END)
     f.seek(max(size - 8, 0))
     tail = f.read()
-  return any(head.startswith(start) and tail.endswith(end)
-             for start, end in _WHOLE_FILES)
+  return any(
+      head.startswith(start) and tail.endswith(end)
+      for start, end in _WHOLE_FILES)
 
 
 def _file_problem(path: pathlib.Path) -> str | None:
@@ -195,8 +197,9 @@ def _entries(folder: pathlib.Path, findings: _Findings) -> list[os.DirEntry]:
 
 def _class_names(train_dir: pathlib.Path) -> list[str]:
   """The training class folders, sorted: label i is the i-th."""
-  return [e.name for e in _entries(train_dir, _Findings(train_dir))
-          if e.is_dir()]
+  return [
+      e.name for e in _entries(train_dir, _Findings(train_dir)) if e.is_dir()
+  ]
 
 
 def _list_class(folder: pathlib.Path,
@@ -218,8 +221,9 @@ def _list_split(split_dir: pathlib.Path, class_names: list[str],
   """The images of `split_dir/<class>/`, labelled by `class_names`."""
   split = split_dir.name
   if not split_dir.is_dir():
-    findings.problem(split_dir, f'missing (put the {split} images in '
-                     f'{split}/<class>/)', folder=True)
+    findings.problem(
+        split_dir, f'missing (put the {split} images in '
+        f'{split}/<class>/)', folder=True)
     return FileSource([], np.zeros(0, np.int32))
   paths, labels = [], []
   entries = _entries(split_dir, findings)
@@ -227,8 +231,9 @@ def _list_split(split_dir: pathlib.Path, class_names: list[str],
     path = pathlib.Path(entry.path)
     if not entry.is_dir():
       if files.is_image_file(path):
-        findings.problem(path, 'an image outside a class folder (move it '
-                         f'into {split}/<class>/)')
+        findings.problem(
+            path, 'an image outside a class folder (move it '
+            f'into {split}/<class>/)')
       else:
         findings.ignore(path, folder=False)
     elif entry.name in class_names:
@@ -236,12 +241,14 @@ def _list_split(split_dir: pathlib.Path, class_names: list[str],
       paths += images
       labels += [class_names.index(entry.name)] * len(images)
     elif class_names:  # else the training split's problem is named
-      findings.problem(path, f'no train/{entry.name}/ (a test class must be '
-                       f'one of the training classes: {", ".join(class_names)})',
-                       folder=True)
+      findings.problem(
+          path, f'no train/{entry.name}/ (a test class must be '
+          f'one of the training classes: {", ".join(class_names)})',
+          folder=True)
   if not any(entry.is_dir() for entry in entries):
-    findings.problem(split_dir, 'holds no class folder (put the images in '
-                     f'{split}/<class>/)', folder=True)
+    findings.problem(
+        split_dir, 'holds no class folder (put the images in '
+        f'{split}/<class>/)', folder=True)
   return FileSource(paths, np.asarray(labels, np.int32))
 
 
@@ -281,8 +288,8 @@ def open_image_folder(data_dir: pathlib.Path) -> Dataset:
         f'{data_dir} (fix each, or move the file out of the folder, then run '
         f'again): {_listed(findings.problems)}.')
   if findings.ignored:
-    logging.warning('Ignored %s in %s that are not %s images: %s.',
-                    _count(len(findings.ignored), 'file or folder',
-                           'files and folders'), data_dir, _suffixes(),
-                    _listed(findings.ignored))
+    logging.warning(
+        'Ignored %s in %s that are not %s images: %s.',
+        _count(len(findings.ignored), 'file or folder', 'files and folders'),
+        data_dir, _suffixes(), _listed(findings.ignored))
   return Dataset(train, test, len(class_names), ordered_by_class=True)

@@ -61,8 +61,8 @@ class Input(abc.ABC):
     return epoch_batches(self.config.seed, epoch, self.train_size,
                          self.config.batch_size)
 
-  def epochs_from(self, position: Position) -> Iterator[tuple[int, np.ndarray,
-                                                                 int]]:
+  def epochs_from(self,
+                  position: Position) -> Iterator[tuple[int, np.ndarray, int]]:
     """(epoch, its index table, first batch to read) from `position` on."""
     epoch, first = position['epoch'], position['batch']
     while True:
@@ -83,6 +83,7 @@ class Input(abc.ABC):
 
   def stacked_specs(self, count: int) -> Any:
     """Shapes and shardings of `count` train batches stacked."""
+
     def stacked(spec):
       placement = jax.sharding.NamedSharding(
           spec.sharding.mesh,
@@ -96,6 +97,7 @@ class Input(abc.ABC):
   def stack(self, batches: list, count: int) -> Any:
     """Up to `count` `batches` stacked on the devices, zero-padded (one
     batch without a copy)."""
+
     def stack(spec, *parts):
       if count == 1:
         local = parts[0][np.newaxis]
@@ -112,8 +114,8 @@ class Input(abc.ABC):
     """(batch, 0/1 mask) covering every test example once."""
 
   @abc.abstractmethod
-  def model_inputs(self, data, batch, key: jax.Array | None
-                   ) -> tuple[jax.Array, jax.Array]:
+  def model_inputs(self, data, batch,
+                   key: jax.Array | None) -> tuple[jax.Array, jax.Array]:
     """(normalized images, labels) of `batch`; `key` None in evaluation."""
 
   def _model_images(self, images: jax.Array, key: jax.Array | None, *,

@@ -19,9 +19,9 @@ class MixParameters(NamedTuple):
   box: jax.Array
 
 
-def mix_parameters(key: jax.Array, image_shape: tuple[int, ...],
-                   mixup_alpha: float, cutmix_alpha: float,
-                   switch_probability: float = 0.5,
+def mix_parameters(key: jax.Array, image_shape: tuple[int,
+                                                      ...], mixup_alpha: float,
+                   cutmix_alpha: float, switch_probability: float = 0.5,
                    probability: float = 1.0) -> MixParameters:
   """timm's Mixup parameters, lam corrected to the area pasted (`correct_lam`).
 
@@ -32,9 +32,9 @@ def mix_parameters(key: jax.Array, image_shape: tuple[int, ...],
   mixup_alpha = jnp.asarray(mixup_alpha, jnp.float32)
   cutmix_alpha = jnp.asarray(cutmix_alpha, jnp.float32)
   mixup_on, cutmix_on = mixup_alpha > 0, cutmix_alpha > 0
-  use_cutmix = jnp.where(
-      mixup_on & cutmix_on,
-      jax.random.bernoulli(switch_key, switch_probability), cutmix_on)
+  use_cutmix = jnp.where(mixup_on & cutmix_on,
+                         jax.random.bernoulli(switch_key, switch_probability),
+                         cutmix_on)
   mixed = jax.random.bernoulli(mix_key, probability) & (mixup_on | cutmix_on)
   use_cutmix = use_cutmix & mixed
   # One Beta draw: the sampler is the costly part of this program to compile.
@@ -57,7 +57,7 @@ def mix_parameters(key: jax.Array, image_shape: tuple[int, ...],
 
 
 def _apply_mix(parameters: MixParameters, images: jax.Array,
-              targets: jax.Array) -> tuple[jax.Array, jax.Array]:
+               targets: jax.Array) -> tuple[jax.Array, jax.Array]:
   lam, use_cutmix, box = parameters
   partner = images[::-1]
   blended = lam * images + (1.0 - lam) * partner
@@ -74,8 +74,9 @@ def mix(key: jax.Array, images: jax.Array, targets: jax.Array,
 
   Python zero alphas skip the sampler; traced zeros mix with lam 1.
   """
-  if all(isinstance(a, (int, float)) and a <= 0
-         for a in (mixup_alpha, cutmix_alpha)):
+  if all(
+      isinstance(a, (int, float)) and a <= 0
+      for a in (mixup_alpha, cutmix_alpha)):
     return images, targets
   parameters = mix_parameters(key, images.shape, mixup_alpha, cutmix_alpha,
                               switch_probability, probability)

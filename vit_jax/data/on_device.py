@@ -16,23 +16,23 @@ class OnDeviceInput(input_lib.Input):
 
   default_steps_per_dispatch = 32
 
-  def __init__(self, dataset: sources.Dataset, config,
-               mesh: jax.sharding.Mesh):
+  def __init__(self, dataset: sources.Dataset, config, mesh: jax.sharding.Mesh):
     super().__init__(config, mesh)
     self.num_classes = dataset.num_classes
     self._replicated = sharding.replicated(mesh)
     self._batch_sharding = sharding.batch_sharded(mesh)
-    self._arrays = [sources.to_arrays(split, config.image_size)
-                    for split in (dataset.train, dataset.test)]
+    self._arrays = [
+        sources.to_arrays(split, config.image_size)
+        for split in (dataset.train, dataset.test)
+    ]
     self.train_size, self.test_size = (len(labels)
                                        for _, labels in self._arrays)
-    self.train_data, self.test_data = (
-        tuple(sharding.replicate(a, self._replicated) for a in arrays)
-        for arrays in self._arrays)
+    self.train_data, self.test_data = (tuple(
+        sharding.replicate(a, self._replicated) for a in arrays)
+                                       for arrays in self._arrays)
     self._eval_indices, self._eval_masks = (
         sharding.replicate(a, self._replicated)
-        for a in input_lib.eval_batches(self.test_size,
-                                        config.eval_batch_size))
+        for a in input_lib.eval_batches(self.test_size, config.eval_batch_size))
 
   def fingerprint(self) -> list[np.ndarray]:
     return [*self._arrays[0], *self._arrays[1], self.epoch_table(1)]

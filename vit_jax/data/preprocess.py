@@ -19,6 +19,7 @@ _INCEPTION_AREA = (0.05, 1.0)
 _INCEPTION_ASPECT = (3 / 4, 4 / 3)
 _CROP_ATTEMPTS = 10
 
+
 def resize(image: np.ndarray, size: int) -> np.ndarray:
   """Bilinear resize of a uint8 HxWx3 image to size x size."""
   if image.shape[:2] == (size, size):
@@ -53,9 +54,8 @@ def train_image(image: np.ndarray, size: int, augment: bool,
   return image[:, ::-1] if rng.random() < 0.5 else image
 
 
-def train_example(source: dataset.Source, index: int, size: int,
-                  augment: bool, rng: np.random.Generator
-                  ) -> tuple[np.ndarray, int]:
+def train_example(source: dataset.Source, index: int, size: int, augment: bool,
+                  rng: np.random.Generator) -> tuple[np.ndarray, int]:
   """`train_image` of `source[index]`, and its label.
 
   A `dataset.ScalableSource` decodes at the smallest scale that leaves the
@@ -67,8 +67,8 @@ def train_example(source: dataset.Source, index: int, size: int,
   drawn = []
 
   def at_least(stored):
-    drawn.append(inception_crop_box(*stored, rng) if augment else
-                 (0, 0, *stored))
+    drawn.append(
+        inception_crop_box(*stored, rng) if augment else (0, 0, *stored))
     return _decoded_size(stored, drawn[0], size)
 
   image, label, stored = source.read(index, at_least)
@@ -104,8 +104,8 @@ def random_crop_and_flip(key: jax.Array, images: jax.Array,
   crop_key, flip_key = jax.random.split(key)
   offsets = jax.random.randint(crop_key, (n, 2), 0, 2 * padding + 1)
   flips = jax.random.bernoulli(flip_key, 0.5, (n,))
-  padded = jnp.pad(images, ((0, 0), (padding, padding), (padding, padding),
-                            (0, 0)))
+  padded = jnp.pad(images,
+                   ((0, 0), (padding, padding), (padding, padding), (0, 0)))
 
   def crop(image, offset, flip):
     image = jax.lax.dynamic_slice(image, (offset[0], offset[1], 0),
@@ -124,15 +124,17 @@ def device_policy(config) -> Policy | None:
   if config.auto_augment == 'trivial_augment':
     steps.append(auto_augment.trivial_augment)
   elif config.auto_augment == 'rand_augment':
-    steps.append(functools.partial(
-        auto_augment.rand_augment, num_ops=config.rand_augment_ops,
-        magnitude=config.rand_augment_magnitude))
+    steps.append(
+        functools.partial(auto_augment.rand_augment,
+                          num_ops=config.rand_augment_ops,
+                          magnitude=config.rand_augment_magnitude))
   if config.random_erasing:
     # DeiT's setting (timm's `remode='pixel'`): normal noise once normalized.
-    steps.append(functools.partial(
-        random_erasing.random_erasing, probability=config.random_erasing,
-        mode='pixel', mean=tuple(config.pixel_mean),
-        std=tuple(config.pixel_std)))
+    steps.append(
+        functools.partial(random_erasing.random_erasing,
+                          probability=config.random_erasing, mode='pixel',
+                          mean=tuple(config.pixel_mean),
+                          std=tuple(config.pixel_std)))
   if not steps:
     return None
 
@@ -145,8 +147,7 @@ def device_policy(config) -> Policy | None:
 
 
 def train_input(images: jax.Array, key: jax.Array, *, crop_and_flip: bool,
-                policy: Policy | None, image_size: int, mean,
-                std) -> jax.Array:
+                policy: Policy | None, image_size: int, mean, std) -> jax.Array:
   """uint8 NHWC images augmented, resized and normalized for training."""
   x = _unit_range(images)
   if crop_and_flip:
@@ -157,8 +158,7 @@ def train_input(images: jax.Array, key: jax.Array, *, crop_and_flip: bool,
   return _normalized(_resized(x, image_size), mean, std)
 
 
-def eval_input(images: jax.Array, *, image_size: int, mean,
-               std) -> jax.Array:
+def eval_input(images: jax.Array, *, image_size: int, mean, std) -> jax.Array:
   """uint8 NHWC images resized and normalized, unaugmented."""
   return _normalized(_resized(_unit_range(images), image_size), mean, std)
 

@@ -6,8 +6,7 @@ import jax.numpy as jnp
 from vit_jax.data import auto_augment
 
 
-def random_erasing(key: jax.Array, images: jax.Array,
-                   probability: float = 0.25,
+def random_erasing(key: jax.Array, images: jax.Array, probability: float = 0.25,
                    area: tuple[float, float] = (0.02, 1 / 3),
                    aspect: tuple[float, float] = (0.3, 3.3), *,
                    mode: str = 'const', mean=auto_augment.FILL, std=1.0,
@@ -24,9 +23,9 @@ def random_erasing(key: jax.Array, images: jax.Array,
   keys = jax.random.split(key, 6)
   target = jax.random.uniform(keys[0], (n, attempts), minval=area[0],
                               maxval=area[1]) * h * w
-  ratio = jnp.exp(jax.random.uniform(keys[1], (n, attempts),
-                                     minval=jnp.log(aspect[0]),
-                                     maxval=jnp.log(aspect[1])))
+  ratio = jnp.exp(
+      jax.random.uniform(keys[1], (n, attempts), minval=jnp.log(aspect[0]),
+                         maxval=jnp.log(aspect[1])))
   heights = jnp.round(jnp.sqrt(target * ratio)).astype(jnp.int32)
   widths = jnp.round(jnp.sqrt(target / ratio)).astype(jnp.int32)
   fits = (heights < h) & (widths < w)

@@ -19,10 +19,11 @@ from vit_jax.data.dataset import SubsetSource
 from vit_jax.data.image_folder import read_image
 from vit_jax.errors import DatasetError
 
-__all__ = ['DATA_DIR_ENV', 'ArraySource', 'Dataset', 'Source', 'SubsetSource',
-           '_across_classes', 'class_counts', 'data_dir', 'first',
-           '_local_data_dir', 'open_dataset', 'read_image', 'subset',
-           'to_arrays']
+__all__ = [
+    'DATA_DIR_ENV', 'ArraySource', 'Dataset', 'Source', 'SubsetSource',
+    '_across_classes', 'class_counts', 'data_dir', 'first', '_local_data_dir',
+    'open_dataset', 'read_image', 'subset', 'to_arrays'
+]
 
 DATA_DIR_ENV = download.DATA_DIR_ENV
 
@@ -32,9 +33,9 @@ def to_arrays(source: Source, image_size: int) -> tuple[np.ndarray, np.ndarray]:
   if isinstance(source, ArraySource):
     return source.images, source.labels
   examples = [source[i] for i in range(len(source))]
-  return (np.stack([preprocess.resize(image, image_size)
-                    for image, _ in examples]),
-          np.asarray([label for _, label in examples], np.int32))
+  return (np.stack([
+      preprocess.resize(image, image_size) for image, _ in examples
+  ]), np.asarray([label for _, label in examples], np.int32))
 
 
 def first(source: Source, count: int) -> Source:
@@ -60,8 +61,7 @@ def class_counts(sizes: np.ndarray, count: int,
   shares, remainders = np.divmod((count - num_classes) * left, left.sum())
   counts = 1 + shares
   ties_drawn = rng.permutation(num_classes)
-  largest_first = ties_drawn[np.argsort(-remainders[ties_drawn],
-                                        kind='stable')]
+  largest_first = ties_drawn[np.argsort(-remainders[ties_drawn], kind='stable')]
   counts[largest_first[:count - counts.sum()]] += 1
   return counts
 
@@ -73,8 +73,7 @@ def _across_classes(source: Source, count: int, seed: int) -> SubsetSource:
   _, sizes = np.unique(labels, return_counts=True)
   counts = class_counts(sizes, count, rng)
   by_class = np.split(np.argsort(labels, kind='stable'), np.cumsum(sizes)[:-1])
-  drawn = [rng.permutation(indices)[:k]
-           for indices, k in zip(by_class, counts)]
+  drawn = [rng.permutation(indices)[:k] for indices, k in zip(by_class, counts)]
   return SubsetSource(source, np.sort(np.concatenate(drawn)))
 
 
@@ -102,9 +101,8 @@ def _local_data_dir(config) -> pathlib.Path:
   """`data_dir(config)`, which must be a readable directory."""
   directory = data_dir(config)
   if directory is None:
-    raise DatasetError(
-        f'{config.dataset} is read from a local directory: pass '
-        f'--config.data_dir=DIR or set ${DATA_DIR_ENV}=DIR.')
+    raise DatasetError(f'{config.dataset} is read from a local directory: pass '
+                       f'--config.data_dir=DIR or set ${DATA_DIR_ENV}=DIR.')
   if directory.exists() and not directory.is_dir():
     raise DatasetError(f'The data directory {directory} is a file: pass the '
                        'directory that holds the dataset.')
@@ -125,8 +123,7 @@ def open_dataset(config, whole: bool = False) -> Dataset:
   name = config.dataset
   if name in cifar.NUM_CLASSES:
     directory = _local_data_dir(config) if config.data_dir else None
-    dataset = cifar.open_cifar(name, directory,
-                               config.train_examples_per_file)
+    dataset = cifar.open_cifar(name, directory, config.train_examples_per_file)
   elif name == 'image_folder':
     dataset = image_folder.open_image_folder(_local_data_dir(config))
   elif name.startswith('tfds:'):
@@ -138,6 +135,6 @@ def open_dataset(config, whole: bool = False) -> Dataset:
         f'Unknown dataset {name!r}: use cifar10, cifar100, image_folder or '
         'tfds:NAME.')
   return dataclasses.replace(
-      dataset,
-      train=subset(dataset, 'train', config.train_examples, config.seed),
+      dataset, train=subset(dataset, 'train', config.train_examples,
+                            config.seed),
       test=subset(dataset, 'test', config.test_examples, config.seed))

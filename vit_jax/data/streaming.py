@@ -48,18 +48,22 @@ class StreamingInput(input_lib.Input):
     self._train_rows = sharding.process_rows(self._sharding, config.batch_size)
     self._eval_rows = sharding.process_rows(self._sharding,
                                             config.eval_batch_size)
-    logging.info('Streaming %d train / %d test examples; this process reads '
-                 'rows %d:%d of every training batch of %d.', self.train_size,
-                 self.test_size, self._train_rows.start, self._train_rows.stop,
-                 config.batch_size)
+    logging.info(
+        'Streaming %d train / %d test examples; this process reads '
+        'rows %d:%d of every training batch of %d.', self.train_size,
+        self.test_size, self._train_rows.start, self._train_rows.stop,
+        config.batch_size)
 
   def fingerprint(self) -> list[np.ndarray]:
     """The split sizes, each split's first example and the shuffle."""
-    (first_train, train_label), (first_test, test_label) = (
-        self.dataset.train[0], self.dataset.test[0])
+    (first_train, train_label), (first_test,
+                                 test_label) = (self.dataset.train[0],
+                                                self.dataset.test[0])
     return [
-        np.array([self.train_size, self.test_size, self.num_classes,
-                  train_label, test_label]), first_train, first_test,
+        np.array([
+            self.train_size, self.test_size, self.num_classes, train_label,
+            test_label
+        ]), first_train, first_test,
         self.epoch_table(1)
     ]
 
@@ -74,15 +78,14 @@ class StreamingInput(input_lib.Input):
 
     mask = jax.ShapeDtypeStruct((self.config.eval_batch_size,), np.float32,
                                 sharding=self._sharding)
-    return spec(self.config.batch_size), spec(
-        self.config.eval_batch_size), mask
+    return spec(self.config.batch_size), spec(self.config.eval_batch_size), mask
 
   def train_batches(self, position: input_lib.Position) -> Iterator:
     config = self.config
-    examples = _TrainExamples(
-        self.dataset.train, config.batch_size, self._train_rows.start,
-        self._rows(self._train_rows), config.image_size, seed=config.seed,
-        augment=config.augment)
+    examples = _TrainExamples(self.dataset.train, config.batch_size,
+                              self._train_rows.start,
+                              self._rows(self._train_rows), config.image_size,
+                              seed=config.seed, augment=config.augment)
     first = (position['epoch'] - 1) * self.steps_per_epoch + position['batch']
     yield from self._batches(examples, first, _ENDLESS, self._train_rows,
                              self.workers)
@@ -96,8 +99,8 @@ class StreamingInput(input_lib.Input):
     batches = self._batches(examples, 0, len(masks), rows,
                             min(self.workers, len(masks)))
     for batch, mask in zip(batches, masks):
-      yield (tuple(self._global(part, len(mask)) for part in batch),
-             self._global(mask[rows], len(mask)))
+      yield (tuple(self._global(part, len(mask))
+                   for part in batch), self._global(mask[rows], len(mask)))
 
   def model_inputs(self, data, batch, key):
     del data  # the examples come in the batch, cropped on the host
@@ -133,8 +136,8 @@ class StreamingInput(input_lib.Input):
     else:
       loaded = flat.map(examples).to_iter_dataset(
           grain.ReadOptions(num_threads=self.threads,
-                            prefetch_buffer_size=self._prefetch * per_batch)
-      ).batch(per_batch, batch_fn=_stack)
+                            prefetch_buffer_size=self._prefetch *
+                            per_batch)).batch(per_batch, batch_fn=_stack)
     iterator = iter(loaded)
     try:
       yield from iterator

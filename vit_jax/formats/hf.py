@@ -72,8 +72,8 @@ _BLOCK_RULES = [
 
 def is_state(keys) -> bool:
   """Whether arrays named `keys` look like a transformers ViT's."""
-  return any(key.startswith(('vit.embeddings.', 'embeddings.patch_'))
-             for key in keys)
+  return any(
+      key.startswith(('vit.embeddings.', 'embeddings.patch_')) for key in keys)
 
 
 def to_state(params: dict) -> dict[str, Any]:
@@ -83,8 +83,10 @@ def to_state(params: dict) -> dict[str, Any]:
 
 def _with_prefix(state: dict) -> dict:
   """A bare ViTModel's names as ViTForImageClassification's."""
-  return {key if key.startswith(_PREFIX) or key in _HEAD
-          else _PREFIX + key: value for key, value in state.items()}
+  return {
+      key if key.startswith(_PREFIX) or key in _HEAD else _PREFIX + key: value
+      for key, value in state.items()
+  }
 
 
 def _expected_model(state: dict, num_heads: int,
@@ -93,8 +95,8 @@ def _expected_model(state: dict, num_heads: int,
   p = _PREFIX
   for key in ('embeddings.position_embeddings',
               'embeddings.patch_embeddings.projection.weight',
-              'embeddings.cls_token', 'encoder.layer.0.intermediate.dense.weight',
-              'layernorm.weight'):
+              'embeddings.cls_token',
+              'encoder.layer.0.intermediate.dense.weight', 'layernorm.weight'):
     if p + key not in state:
       raise CheckpointError(f'{source} is not a transformers ViT: it has no '
                             f'{key}.')
@@ -103,12 +105,10 @@ def _expected_model(state: dict, num_heads: int,
   pooler = state.get(p + 'pooler.dense.bias')
   model = models.VisionTransformer(
       num_classes=state['classifier.weight'].shape[0]
-      if 'classifier.weight' in state else 1,
-      patch_size=patch,
-      hidden_size=positions.shape[-1],
-      num_layers=1 + max(int(_LAYER.match(key).group(1)) for key in state
-                         if _LAYER.match(key)),
-      num_heads=num_heads,
+      if 'classifier.weight' in state else 1, patch_size=patch,
+      hidden_size=positions.shape[-1], num_layers=1 + max(
+          int(_LAYER.match(key).group(1))
+          for key in state if _LAYER.match(key)), num_heads=num_heads,
       mlp_dim=state[p + 'encoder.layer.0.intermediate.dense.weight'].shape[0],
       representation_size=None if pooler is None else pooler.shape[0])
   side = vit_model.grid_side(positions.shape[1], 1, source,
@@ -135,25 +135,17 @@ def config(model: models.VisionTransformer, image_size: int) -> dict:
   """`ViTConfig` for `model`, as config.json."""
   labels = {str(i): f'LABEL_{i}' for i in range(model.num_classes)}
   return {
-      'architectures': ['ViTForImageClassification'],
-      'model_type': 'vit',
-      'hidden_size': model.hidden_size,
-      'num_hidden_layers': model.num_layers,
-      'num_attention_heads': model.num_heads,
-      'intermediate_size': model.mlp_dim,
-      'hidden_act': 'gelu_pytorch_tanh',
-      'layer_norm_eps': 1e-6,
-      'hidden_dropout_prob': 0.0,
-      'attention_probs_dropout_prob': 0.0,
-      'initializer_range': 0.02,
-      'image_size': image_size,
-      'patch_size': model.patch_size,
-      'num_channels': 3,
-      'qkv_bias': True,
-      'encoder_stride': model.patch_size,
-      'id2label': labels,
-      'label2id': {label: int(i) for i, label in labels.items()},
-      'torch_dtype': 'float32',
+      'architectures': ['ViTForImageClassification'
+                       ], 'model_type': 'vit', 'hidden_size': model.hidden_size,
+      'num_hidden_layers': model.num_layers, 'num_attention_heads':
+          model.num_heads, 'intermediate_size': model.mlp_dim,
+      'hidden_act': 'gelu_pytorch_tanh', 'layer_norm_eps': 1e-6,
+      'hidden_dropout_prob': 0.0, 'attention_probs_dropout_prob': 0.0,
+      'initializer_range': 0.02, 'image_size': image_size, 'patch_size':
+          model.patch_size, 'num_channels': 3, 'qkv_bias': True,
+      'encoder_stride': model.patch_size, 'id2label': labels, 'label2id': {
+          label: int(i) for i, label in labels.items()
+      }, 'torch_dtype': 'float32',
   }
 
 
@@ -174,19 +166,21 @@ def preprocessor_config(image_size: int, pixels: tuple[tuple, tuple]) -> dict:
 
 
 def check_exportable(model: models.VisionTransformer) -> None:
-  vit_model.check_exportable(model, NAME, {
-      **vit_model.common_unsupported(model),
-      # transformers' ViTHybrid is deprecated and its BiT stem not ours.
-      "ResNet stem of the hybrid (--format=timm has it)":
-          model.resnet_stages is not None,
-      "'gap' head (it reads the class token)": model.classifier == 'gap',
-      'pre-logits layer (representation_size)':
-          model.representation_size is not None,
-  })
+  vit_model.check_exportable(
+      model,
+      NAME,
+      {
+          **vit_model.common_unsupported(model),
+          # transformers' ViTHybrid is deprecated and its BiT stem not ours.
+          "ResNet stem of the hybrid (--format=timm has it)":
+              model.resnet_stages is not None,
+          "'gap' head (it reads the class token)": model.classifier == 'gap',
+          'pre-logits layer (representation_size)': model.representation_size is
+                                                    not None,
+      })
 
 
-FILES = (safetensors_file.WEIGHTS_NAME, 'config.json',
-         PREPROCESSOR_CONFIG)
+FILES = (safetensors_file.WEIGHTS_NAME, 'config.json', PREPROCESSOR_CONFIG)
 
 
 def write(directory: pathlib.Path, params: dict,
@@ -200,9 +194,9 @@ def write(directory: pathlib.Path, params: dict,
                          metadata={'format': 'pt'})
   files.write_atomically(directory / 'config.json',
                          json.dumps(config(model, image_size), indent=2))
-  files.write_atomically(directory / PREPROCESSOR_CONFIG,
-                         json.dumps(preprocessor_config(image_size, pixels),
-                                    indent=2))
+  files.write_atomically(
+      directory / PREPROCESSOR_CONFIG,
+      json.dumps(preprocessor_config(image_size, pixels), indent=2))
 
 
 def pixels(path: pathlib.Path) -> tuple[tuple, tuple]:
@@ -210,9 +204,10 @@ def pixels(path: pathlib.Path) -> tuple[tuple, tuple]:
   preprocessor = vit_model.folder_config(path, PREPROCESSOR_CONFIG) or {}
   if preprocessor.get('do_normalize', True) is False:
     return (0.0, 0.0, 0.0), (1.0, 1.0, 1.0)
-  return vit_model.checked_pixels(
-      preprocessor.get('image_mean'), preprocessor.get('image_std'),
-      str(pathlib.Path(path) / PREPROCESSOR_CONFIG), vit_model.RELEASED_PIXELS)
+  return vit_model.checked_pixels(preprocessor.get('image_mean'),
+                                  preprocessor.get('image_std'),
+                                  str(pathlib.Path(path) / PREPROCESSOR_CONFIG),
+                                  vit_model.RELEASED_PIXELS)
 
 
 def read(path: pathlib.Path, model_name: str | None) -> dict:
@@ -225,8 +220,8 @@ def read(path: pathlib.Path, model_name: str | None) -> dict:
   # transformers' defaults: exact GELU, eps 1e-12.
   act = config_dict.get('hidden_act', 'gelu')
   eps = config_dict.get('layer_norm_eps', 1e-12)
-  if config_dict and (act not in ('gelu_pytorch_tanh', 'gelu_new',
-                                  'gelu_fast') or eps != 1e-6):
+  if config_dict and (act not in ('gelu_pytorch_tanh', 'gelu_new', 'gelu_fast')
+                      or eps != 1e-6):
     logging.warning(
         '%s uses hidden_act=%r and layer_norm_eps=%g; vit_jax computes the '
         'official model (tanh GELU, eps 1e-6): its logits move slightly '

@@ -18,8 +18,7 @@ from vit_jax.runtime import files
 # linen numbers them per type.
 _RELEASED_TO_OURS = {
     'MultiHeadDotProductAttention_1': names.ATTENTION,
-    'LayerNorm_2': 'LayerNorm_1',
-    'MlpBlock_3': names.MLP,
+    'LayerNorm_2': 'LayerNorm_1', 'MlpBlock_3': names.MLP,
 }
 _OURS_TO_RELEASED = {ours: old for old, ours in _RELEASED_TO_OURS.items()}
 _ENCODER_BLOCK = re.compile(r'encoderblock_\d+')
@@ -28,6 +27,8 @@ _NPY_MAGIC = b'\x93NUMPY'
 _REQUIRED_KEYS = (f'{names.PATCH_EMBEDDING}/kernel',
                   names.path(names.POSITION_EMBEDDING_TABLE),
                   names.path(names.ENCODER_NORM_SCALE))
+
+
 def _rename_block_child(key: str, renames: dict[str, str]) -> str:
   parts = key.split('/')
   if (len(parts) > 2 and parts[0] == names.ENCODER and
@@ -42,8 +43,7 @@ def _renamed(flat: dict[str, Any], renames: dict[str, str],
   for key, value in flat.items():
     new_key = _rename_block_child(key, renames)
     if new_key in renamed:
-      clashing = [k for k in flat
-                  if _rename_block_child(k, renames) == new_key]
+      clashing = [k for k in flat if _rename_block_child(k, renames) == new_key]
       raise CheckpointError(f'In {source}, {" and ".join(clashing)} are the '
                             'same parameter in the two numberings of '
                             'encoder-block submodules; keep one.')
@@ -98,9 +98,9 @@ def save_npz(params: Mapping[str, Any], path: str | pathlib.Path) -> None:
   if 'params' in params:
     raise CheckpointError(f'Not saving {path}: pass the parameters, '
                           "variables['params'], not the variables.")
-  flat = _renamed(params_lib.flatten(params_lib.unstack_blocks(params),
-                                     'the parameters'),
-                  _OURS_TO_RELEASED, 'the parameters')
+  flat = _renamed(
+      params_lib.flatten(params_lib.unstack_blocks(params), 'the parameters'),
+      _OURS_TO_RELEASED, 'the parameters')
   arrays = {key: np.asarray(value) for key, value in flat.items()}
   for key, array in arrays.items():
     descr = np.lib.format.dtype_to_descr(array.dtype)

@@ -20,7 +20,7 @@ MAX_REPORTED = 12
 
 
 def flatten(tree: Mapping[str, Any], source: str,
-             prefix: str = '') -> dict[str, Any]:
+            prefix: str = '') -> dict[str, Any]:
   """{'a/b': leaf} from {'a': {'b': leaf}}, in the tree's order."""
   flat = {}
   for name, value in tree.items():
@@ -71,9 +71,9 @@ def stack_blocks(params: Mapping[str, Any]) -> dict[str, Any]:
     encoder[names.STACKED_BLOCK] = jax.tree.map(
         lambda *layers: np.stack(layers), *blocks)
   except ValueError as e:  # trees or shapes that differ between blocks
-    raise CheckpointError('The encoder blocks differ in their arrays, so '
-                          f'they cannot be stacked for a scanned model: {e}'
-                          ) from e
+    raise CheckpointError(
+        'The encoder blocks differ in their arrays, so '
+        f'they cannot be stacked for a scanned model: {e}') from e
   params[names.ENCODER] = encoder
   return params
 
@@ -87,14 +87,13 @@ def unstack_blocks(params: Mapping[str, Any]) -> dict[str, Any]:
   stacked = encoder.pop(names.STACKED_BLOCK)
   num_layers = jax.tree.leaves(stacked)[0].shape[0]
   for i in range(num_layers):
-    encoder[names.block_name(i)] = jax.tree.map(lambda a, i=i: a[i],
-                                                     stacked)
+    encoder[names.block_name(i)] = jax.tree.map(lambda a, i=i: a[i], stacked)
   params[names.ENCODER] = encoder
   return params
 
 
 def _in_layout_of(params: Mapping[str, Any],
-                 reference: Mapping[str, Any]) -> dict[str, Any]:
+                  reference: Mapping[str, Any]) -> dict[str, Any]:
   """`params` with its encoder blocks stacked as `reference`'s are, or not."""
   if is_stacked(flax.core.unfreeze(reference)):
     return stack_blocks(params)
@@ -104,27 +103,29 @@ def _in_layout_of(params: Mapping[str, Any],
 def param_shapes(model: nn.Module,
                  image_size: int | tuple[int, int]) -> dict[str, Any]:
   """`model`'s parameter shapes and dtypes, computing no parameter."""
-  height, width = ((image_size, image_size) if isinstance(image_size, int)
-                   else image_size)
+  height, width = ((image_size,
+                    image_size) if isinstance(image_size, int) else image_size)
   variables = jax.eval_shape(
       functools.partial(model.init, train=False), jax.random.key(0),
       jax.ShapeDtypeStruct((1, height, width, 3), jnp.float32))
   return variables['params']
 
 
-def check_params(params: Mapping[str, Any],
-                 expected: Mapping[str, Any],
-                 *,
+def check_params(params: Mapping[str, Any], expected: Mapping[str, Any], *,
                  source: str = 'the checkpoint',
                  target: str = 'the model') -> None:
   """Raises `CheckpointError` unless `params` has exactly `expected`'s shapes.
 
   Dtypes are not compared: float32 weights drive a bfloat16 model too.
   """
-  have = {key: tuple(np.shape(value))
-          for key, value in flatten(params, source).items()}
-  want = {key: tuple(value.shape)
-          for key, value in flatten(expected, target).items()}
+  have = {
+      key: tuple(np.shape(value))
+      for key, value in flatten(params, source).items()
+  }
+  want = {
+      key: tuple(value.shape)
+      for key, value in flatten(expected, target).items()
+  }
   # Wrong shapes and unexpected keys first: they are few and tell most.
   problems = [
       f'{key} has shape {have[key]} in {source} but {shape} in {target}'
@@ -160,8 +161,8 @@ def resize_patch_grid(grid: np.ndarray, num_patches: int) -> np.ndarray:
         f'Cannot resize position embeddings of {grid.shape[1]} patches to '
         f'{num_patches}: only square grids are resized.')
   # scipy zooms no bfloat16.
-  square = grid.reshape(old_side, old_side, -1).astype(
-      np.promote_types(grid.dtype, np.float32))
+  square = grid.reshape(old_side, old_side,
+                        -1).astype(np.promote_types(grid.dtype, np.float32))
   zoom = new_side / old_side
   # Here: scipy.ndimage is a fifth of every command's import time.
   import scipy.ndimage  # pylint: disable=g-import-not-at-top
@@ -180,8 +181,9 @@ def _fitted_position_table(table: np.ndarray, want: Any,
   """A checkpoint's position table fitted to `want`'s prefix tokens and
   grid; a token only the new model has comes from `want`."""
   table = np.asarray(table)
-  if (table.shape == want.shape and theirs == ours) or (
-      table.shape[-1] != want.shape[-1]):  # for `check_params` to name
+  if (table.shape == want.shape and
+      theirs == ours) or (table.shape[-1]
+                          != want.shape[-1]):  # for `check_params` to name
     return table
 
   def row(name):
@@ -201,12 +203,11 @@ def _fitted_position_table(table: np.ndarray, want: Any,
   return np.concatenate([row(name) for name in ours] + [grid], axis=1)
 
 
-def _fitted(pretrained: Any, fresh: Any
-            ) -> tuple[dict[tuple[str, ...], Any], list[str]]:
+def _fitted(pretrained: Any,
+            fresh: Any) -> tuple[dict[tuple[str, ...], Any], list[str]]:
   """`adapt_params`' flat tree before its dtypes, and a note per part new or
   left out beyond the heads."""
-  pretrained = flax.traverse_util.flatten_dict(_in_layout_of(pretrained,
-                                                            fresh))
+  pretrained = flax.traverse_util.flatten_dict(_in_layout_of(pretrained, fresh))
   fresh = flax.traverse_util.flatten_dict(flax.core.unfreeze(fresh))
   theirs, ours = _prefix_tokens(pretrained), _prefix_tokens(fresh)
   optional = (names.PRE_LOGITS, names.DISTILLATION_TOKEN)
@@ -245,19 +246,24 @@ def adapt_params(pretrained: Any, fresh: Any) -> dict:
   fitted, notes = _fitted(pretrained, fresh)
   for note in notes:
     logging.info(note)
-  dtypes = {path: value.dtype for path, value in
-            flax.traverse_util.flatten_dict(flax.core.unfreeze(fresh)).items()}
-  return flax.traverse_util.unflatten_dict(
-      {path: np.asarray(value).astype(dtypes[path])
-       for path, value in fitted.items()})
+  dtypes = {
+      path: value.dtype for path, value in flax.traverse_util.flatten_dict(
+          flax.core.unfreeze(fresh)).items()
+  }
+  return flax.traverse_util.unflatten_dict({
+      path: np.asarray(value).astype(dtypes[path])
+      for path, value in fitted.items()
+  })
 
 
 def vit_architecture(params: Mapping[str, Any]) -> dict | None:
   """A ViT's architecture in the registry's field names, from its shapes;
   None for another kind of model."""
   official = jax.eval_shape(unstack_blocks, params)
-  shapes = {key: value.shape for key, value in
-            flatten(official, 'the parameters').items()}
+  shapes = {
+      key: value.shape
+      for key, value in flatten(official, 'the parameters').items()
+  }
   norm = names.path(names.ENCODER_NORM_SCALE)
   if norm not in shapes:
     return None
@@ -267,9 +273,11 @@ def vit_architecture(params: Mapping[str, Any]) -> dict | None:
   patch = shapes.get(f'{names.PATCH_EMBEDDING}/kernel', ())
   return {
       'hidden_size': shapes[norm][0],
-      'num_layers': len({key.split('/')[1] for key in shapes
-                         if key.startswith(f'{names.ENCODER}/'
-                                           f'{names.BLOCK_PREFIX}')}),
+      'num_layers': len({
+          key.split('/')[1] for key in shapes
+          if key.startswith(f'{names.ENCODER}/'
+                            f'{names.BLOCK_PREFIX}')
+      }),
       'num_heads': query[1] if query else None,
       'mlp_dim': mlp[1] if mlp else None,
       # Not a shifted-patch embedding's Dense.
@@ -298,18 +306,20 @@ def _resnet_fields(shapes: dict[str, tuple[int, ...]]) -> dict:
     if match:
       stage, unit = int(match.group(1)), int(match.group(2))
       units[stage] = max(units.get(stage, 0), unit)
-  return {'resnet_stages': tuple(units[stage] for stage in sorted(units)),
-          'resnet_width_factor': stem_width_factor(root[-1],
-                                                   'conv_root/kernel')}
+  return {
+      'resnet_stages': tuple(units[stage] for stage in sorted(units)),
+      'resnet_width_factor': stem_width_factor(root[-1], 'conv_root/kernel')
+  }
 
 
 def describe_architecture(architecture: dict) -> str:
   """`vit_architecture`'s result in words."""
   layers = architecture['num_layers']
-  parts = [f'hidden size {architecture["hidden_size"]}',
-           f'{layers} layer{"" if layers == 1 else "s"} of '
-           f'{architecture["num_heads"]} heads',
-           f'MLP {architecture["mlp_dim"]}']
+  parts = [
+      f'hidden size {architecture["hidden_size"]}',
+      f'{layers} layer{"" if layers == 1 else "s"} of '
+      f'{architecture["num_heads"]} heads', f'MLP {architecture["mlp_dim"]}'
+  ]
   if architecture['patch_size']:
     parts.append(f'patch {architecture["patch_size"]}x'
                  f'{architecture["patch_size"]}')

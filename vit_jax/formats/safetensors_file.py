@@ -51,5 +51,5 @@ def write(path: pathlib.Path, arrays: dict[str, np.ndarray],
   arrays = {key: np.ascontiguousarray(value) for key, value in arrays.items()}
   path.parent.mkdir(parents=True, exist_ok=True)
   files.replace_atomically(
-      path, lambda partial: safetensors.numpy.save_file(
-          arrays, str(partial), metadata=metadata))
+      path, lambda partial: safetensors.numpy.save_file(arrays, str(partial),
+                                                        metadata=metadata))

@@ -26,8 +26,7 @@ _IMAGENET_DEFAULT_PIXELS = ((0.485, 0.456, 0.406), (0.229, 0.224, 0.225))
 _REFUSED = {
     'fc_norm.weight': 'a final norm after the pooling (fc_norm), which the '
                       'official ViT applies before it',
-    'reg_token': 'register tokens',
-    'dist_token': "DeiT's distillation token",
+    'reg_token': 'register tokens', 'dist_token': "DeiT's distillation token",
     'attn_pool.latent': "an attention-pooling head (timm's 'map')",
     'norm_pre.weight': 'a norm before the blocks (CLIP-style pre_norm)',
 }
@@ -41,10 +40,8 @@ _UNIT_LAYERS = [
 ]
 # timm's hybrid factory of each backbone it builds.
 _HYBRID_FACTORIES = {
-    (3, 4, 9): 'vit_base_r50_s16_224',
-    (2, 2, 2, 2): 'vit_small_r26_s32_224',
-    (3, 4, 6, 3): 'vit_large_r50_s32_224',
-    (): 'vit_tiny_r_s16_p8_224',
+    (3, 4, 9): 'vit_base_r50_s16_224', (2, 2, 2, 2): 'vit_small_r26_s32_224',
+    (3, 4, 6, 3): 'vit_large_r50_s32_224', (): 'vit_tiny_r_s16_p8_224',
 }
 _BLOCK = re.compile(r'blocks\.(\d+)\.')
 _HEAD = ('head.weight', 'head.bias')
@@ -65,8 +62,7 @@ _BLOCK_RULES = [
     torch.Rule('LayerNorm_0/scale', 'blocks.{i}.norm1.weight'),
     torch.Rule('LayerNorm_0/bias', 'blocks.{i}.norm1.bias'),
     *(torch.Rule(f'{_ATTENTION}{name}/{array}', f'blocks.{{i}}.attn.{name[0]}.'
-                 f'{torch_name}', layout)
-      for name in ('query', 'key', 'value')
+                 f'{torch_name}', layout) for name in ('query', 'key', 'value')
       for array, torch_name, layout in (('kernel', 'weight', 'heads_in'),
                                         ('bias', 'bias', 'heads_bias'))),
     torch.Rule(_ATTENTION + 'out/kernel', 'blocks.{i}.attn.proj.weight',
@@ -88,9 +84,11 @@ def _stem_rules(stages: tuple[int, ...] | None) -> list[torch.Rule]:
   if stages is None:
     return []
   root = _BACKBONE + ('stem.' if stages else '')
-  rules = [torch.Rule('conv_root/kernel', root + 'conv.weight', 'conv2d'),
-           torch.Rule('gn_root/scale', root + 'norm.weight'),
-           torch.Rule('gn_root/bias', root + 'norm.bias')]
+  rules = [
+      torch.Rule('conv_root/kernel', root + 'conv.weight', 'conv2d'),
+      torch.Rule('gn_root/scale', root + 'norm.weight'),
+      torch.Rule('gn_root/bias', root + 'norm.bias')
+  ]
   for stage, units in enumerate(stages):
     for unit in range(units):
       ours = f'block{stage + 1}/unit{unit + 1}/'
@@ -101,8 +99,8 @@ def _stem_rules(stages: tuple[int, ...] | None) -> list[torch.Rule]:
                        'conv2d'),
             torch.Rule(f'{ours}{group_norm}/scale',
                        f'{theirs}{torch_norm}.weight'),
-            torch.Rule(f'{ours}{group_norm}/bias',
-                       f'{theirs}{torch_norm}.bias')]
+            torch.Rule(f'{ours}{group_norm}/bias', f'{theirs}{torch_norm}.bias')
+        ]
   return rules
 
 
@@ -127,8 +125,8 @@ def _state_stages(state: dict, source: str) -> tuple[int, ...] | None:
 
 def is_state(keys) -> bool:
   """Whether arrays named `keys` look like a timm ViT's."""
-  return 'patch_embed.proj.weight' in keys or (
-      'pos_embed' in keys and any(_BLOCK.match(key) for key in keys))
+  return 'patch_embed.proj.weight' in keys or ('pos_embed' in keys and any(
+      _BLOCK.match(key) for key in keys))
 
 
 def _fused(state: dict) -> dict:
@@ -137,8 +135,9 @@ def _fused(state: dict) -> dict:
   i = 0
   while f'blocks.{i}.attn.q.weight' in state:
     for array in ('weight', 'bias'):
-      state[f'blocks.{i}.attn.qkv.{array}'] = torch.concatenate(
-          [state.pop(f'blocks.{i}.attn.{part}.{array}') for part in 'qkv'])
+      state[f'blocks.{i}.attn.qkv.{array}'] = torch.concatenate([
+          state.pop(f'blocks.{i}.attn.{part}.{array}') for part in 'qkv'
+      ])
     i += 1
   return state
 
@@ -149,8 +148,10 @@ def _unfused(state: dict) -> dict:
   while f'blocks.{i}.attn.qkv.weight' in state:
     for array in ('weight', 'bias'):
       parts = torch.split(state.pop(f'blocks.{i}.attn.qkv.{array}'), 3)
-      state.update({f'blocks.{i}.attn.{part}.{array}': value
-                    for part, value in zip('qkv', parts)})
+      state.update({
+          f'blocks.{i}.attn.{part}.{array}': value
+          for part, value in zip('qkv', parts)
+      })
     i += 1
   return state
 
@@ -174,13 +175,11 @@ def _expected_model(state: dict, num_heads: int,
     if key not in state:
       raise CheckpointError(f'{source} is not a timm ViT: it has no {key}.')
   model = models.VisionTransformer(
-      num_classes=state['head.weight'].shape[0] if 'head.weight' in state
-      else 1,
-      patch_size=state['patch_embed.proj.weight'].shape[-1],
-      hidden_size=state['pos_embed'].shape[-1],
-      num_layers=1 + max(int(_BLOCK.match(key).group(1)) for key in state
-                         if _BLOCK.match(key)),
-      num_heads=num_heads,
+      num_classes=state['head.weight'].shape[0] if 'head.weight' in state else
+      1, patch_size=state['patch_embed.proj.weight'].shape[-1],
+      hidden_size=state['pos_embed'].shape[-1], num_layers=1 + max(
+          int(_BLOCK.match(key).group(1))
+          for key in state if _BLOCK.match(key)), num_heads=num_heads,
       mlp_dim=state['blocks.0.mlp.fc1.weight'].shape[0],
       classifier='token' if 'cls_token' in state else 'gap',
       **_hybrid_fields(state, source))
@@ -195,9 +194,11 @@ def _hybrid_fields(state: dict, source: str) -> dict:
     return {}
   root = next(_BACKBONE + key for key in ('stem.conv.weight', 'conv.weight')
               if _BACKBONE + key in state)
-  return {'resnet_stages': stages,
-          'resnet_width_factor': params_lib.stem_width_factor(
-              state[root].shape[0], f'{root} in {source}')}
+  return {
+      'resnet_stages': stages,
+      'resnet_width_factor': params_lib.stem_width_factor(
+          state[root].shape[0], f'{root} in {source}')
+  }
 
 
 def from_state(state: dict, num_heads: int, source: str) -> dict:
@@ -210,8 +211,8 @@ def from_state(state: dict, num_heads: int, source: str) -> dict:
   torch.check_state(state, jax.eval_shape(to_state, shapes), optional=_HEAD,
                     source=source, target=f"timm's layout of {described}")
   return torch.from_state(_unfused(state),
-                          _TOP + _stem_rules(model.resnet_stages),
-                          _BLOCK_RULES, model.num_layers, num_heads)
+                          _TOP + _stem_rules(model.resnet_stages), _BLOCK_RULES,
+                          model.num_layers, num_heads)
 
 
 def config(model: models.VisionTransformer, image_size: int,
@@ -235,42 +236,34 @@ def config(model: models.VisionTransformer, image_size: int,
   }
   hybrid = model.resnet_stages is not None
   return {
-      'architecture': (_HYBRID_FACTORIES[tuple(model.resnet_stages)] if hybrid
-                       else 'vit_base_patch16_224'),
-      'num_classes': model.num_classes,
-      'num_features': model.hidden_size,
-      'global_pool': global_pool,
-      'model_args': model_args,
-      'pretrained_cfg': {
-          'input_size': [3, image_size, image_size],
-          'fixed_input_size': True,
-          'interpolation': 'bilinear',
-          'crop_pct': 1.0,
-          'crop_mode': 'center',
-          'mean': [float(x) for x in pixels[0]],
-          'std': [float(x) for x in pixels[1]],
-          'num_classes': model.num_classes,
-          'first_conv': ((_BACKBONE + ('stem.conv' if model.resnet_stages
-                                       else 'conv')) if hybrid
-                         else 'patch_embed.proj'),
-          'classifier': 'head',
+      'architecture': (_HYBRID_FACTORIES[tuple(model.resnet_stages)]
+                       if hybrid else 'vit_base_patch16_224'),
+      'num_classes': model.num_classes, 'num_features': model.hidden_size,
+      'global_pool': global_pool, 'model_args': model_args, 'pretrained_cfg': {
+          'input_size': [3, image_size, image_size], 'fixed_input_size': True,
+          'interpolation': 'bilinear', 'crop_pct': 1.0, 'crop_mode': 'center',
+          'mean': [float(x)
+                   for x in pixels[0]], 'std': [float(x) for x in pixels[1]],
+          'num_classes': model.num_classes, 'first_conv': (
+              (_BACKBONE + ('stem.conv' if model.resnet_stages else 'conv'))
+              if hybrid else 'patch_embed.proj'), 'classifier': 'head',
       },
   }
 
 
 def check_exportable(model: models.VisionTransformer) -> None:
-  vit_model.check_exportable(model, NAME, {
-      **vit_model.common_unsupported(model),
-      'pre-logits layer (representation_size)':
-          model.representation_size is not None,
-      f'hybrid of ResNet stages {model.resnet_stages} and width factor '
-      f'{model.resnet_width_factor} (its factories build stages '
-      f'{", ".join(map(str, list(_HYBRID_FACTORIES)[:-1]))} or none, of '
-      'width factor 1)':
-          model.resnet_stages is not None and (
-              tuple(model.resnet_stages) not in _HYBRID_FACTORIES or
-              model.resnet_width_factor != 1),
-  })
+  vit_model.check_exportable(
+      model, NAME, {
+          **vit_model.common_unsupported(model), 'pre-logits layer (representation_size)':
+              model.representation_size is not None,
+          f'hybrid of ResNet stages {model.resnet_stages} and width factor '
+          f'{model.resnet_width_factor} (its factories build stages '
+          f'{", ".join(map(str, list(_HYBRID_FACTORIES)[:-1]))} or none, of '
+          'width factor 1)':
+              model.resnet_stages is not None and
+              (tuple(model.resnet_stages) not in _HYBRID_FACTORIES or
+               model.resnet_width_factor != 1),
+      })
 
 
 FILES = (safetensors_file.WEIGHTS_NAME, 'config.json')
@@ -284,9 +277,9 @@ def write(directory: pathlib.Path, params: dict,
   directory = pathlib.Path(directory)
   safetensors_file.write(directory / safetensors_file.WEIGHTS_NAME,
                          to_state(jax.device_get(params)))
-  files.write_atomically(directory / 'config.json',
-                         json.dumps(config(model, image_size, pixels),
-                                    indent=2))
+  files.write_atomically(
+      directory / 'config.json',
+      json.dumps(config(model, image_size, pixels), indent=2))
 
 
 def pixels(path: pathlib.Path) -> tuple[tuple, tuple]:
@@ -300,9 +293,8 @@ def pixels(path: pathlib.Path) -> tuple[tuple, tuple]:
   if not isinstance(pretrained, dict):
     raise CheckpointError(f'{source}: its pretrained_cfg is not a JSON '
                           'object.')
-  return vit_model.checked_pixels(pretrained.get('mean'),
-                                  pretrained.get('std'), source,
-                                  _IMAGENET_DEFAULT_PIXELS)
+  return vit_model.checked_pixels(pretrained.get('mean'), pretrained.get('std'),
+                                  source, _IMAGENET_DEFAULT_PIXELS)
 
 
 def read(path: pathlib.Path, model_name: str | None) -> dict:
@@ -324,6 +316,6 @@ def read(path: pathlib.Path, model_name: str | None) -> dict:
     raise CheckpointError(f'{path} is not a timm ViT: it has no pos_embed.')
   heads = vit_model.num_heads(state['pos_embed'].shape[-1],
                               model_name=model_name,
-                              stated=(model_args or {}).get('num_heads'),
-                              source=str(path))
+                              stated=(model_args or
+                                      {}).get('num_heads'), source=str(path))
   return from_state(state, heads, str(path))

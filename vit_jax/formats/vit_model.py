@@ -43,7 +43,7 @@ def _per_channel(value: Any) -> tuple[float, ...] | None:
 
 
 def checked_pixels(mean: Any, std: Any, source: str,
-                  default: tuple[tuple, tuple]) -> tuple[tuple, tuple]:
+                   default: tuple[tuple, tuple]) -> tuple[tuple, tuple]:
   """The (mean, std) a checkpoint's config states, else `default`."""
   pixels = (default[0] if mean is None else _per_channel(mean),
             default[1] if std is None else _per_channel(std))
@@ -56,13 +56,15 @@ def checked_pixels(mean: Any, std: Any, source: str,
 
 def _registered_num_heads(hidden_size: int) -> int | None:
   """The heads of the registered ViTs of this width, when they agree."""
-  heads = {fields['num_heads'] for fields in models.VIT_FIELDS.values()
-           if fields['hidden_size'] == hidden_size}
+  heads = {
+      fields['num_heads'] for fields in models.VIT_FIELDS.values()
+      if fields['hidden_size'] == hidden_size
+  }
   return heads.pop() if len(heads) == 1 else None
 
 
-def num_heads(hidden_size: int, *, model_name: str | None,
-              stated: int | None, source: str) -> int:
+def num_heads(hidden_size: int, *, model_name: str | None, stated: int | None,
+              source: str) -> int:
   """The heads the file's config `stated`, else `--model`'s, else the
   registered ViTs' of `hidden_size`."""
   if stated:
@@ -96,9 +98,9 @@ def _head_fields(params: Mapping[str, Any], source: str) -> dict:
                           'evaluated or converted; fine-tune it with '
                           'config.init_from.')
   return {
-      'classifier': _classifier(params),
-      'representation_size': (params[names.PRE_LOGITS]['bias'].shape[0]
-                              if names.PRE_LOGITS in params else None),
+      'classifier': _classifier(params), 'representation_size':
+          (params[names.PRE_LOGITS]['bias'].shape[0]
+           if names.PRE_LOGITS in params else None),
       'distillation_token': names.DISTILLATION_TOKEN in params,
       'num_classes': params[names.HEAD]['bias'].shape[0],
   }
@@ -122,8 +124,8 @@ def model_for(params: Mapping[str, Any], *, model_name: str | None = None,
       raise CheckpointError(f'--model={name} is not a ViT; pass one of '
                             f'{", ".join(models.VIT_FIELDS)}.')
     model = models.create_model(name, **fields)
-    named = params_lib.vit_architecture(params_lib.param_shapes(
-        model, model.effective_patch_size))
+    named = params_lib.vit_architecture(
+        params_lib.param_shapes(model, model.effective_patch_size))
     if named != architecture:
       found = models.vit_of_architecture(architecture)
       raise CheckpointError(
@@ -138,10 +140,12 @@ def model_for(params: Mapping[str, Any], *, model_name: str | None = None,
   else:
     hybrid = architecture['resnet_stages'] is not None
     model = models.VisionTransformer(
-        **{key: architecture[key] for key in
-           ('patch_size', 'hidden_size', 'num_layers', 'num_heads',
-            'mlp_dim', 'resnet_stages', 'resnet_width_factor')
-           if hybrid or not key.startswith('resnet')}, **fields)
+        **{
+            key: architecture[key]
+            for key in ('patch_size', 'hidden_size', 'num_layers', 'num_heads',
+                        'mlp_dim', 'resnet_stages', 'resnet_width_factor')
+            if hybrid or not key.startswith('resnet')
+        }, **fields)
   image_size = _image_size(params, model, source)
   params_lib.check_params(
       params, params_lib.param_shapes(model, image_size), source=source,

@@ -14,6 +14,7 @@ from vit_jax.models.layers import initializers
 
 Dtype = Any
 
+
 def _conv(x: jax.Array, features: int, kernel_size: int, *, strides: int = 1,
           use_bias: bool, dtype: Dtype, name: str) -> jax.Array:
   fan_in = kernel_size * kernel_size * x.shape[-1]
@@ -26,29 +27,20 @@ def _conv(x: jax.Array, features: int, kernel_size: int, *, strides: int = 1,
       dtype=dtype,
       kernel_init=initializers.torch_kernel_init,
       bias_init=initializers.torch_bias_init(fan_in),
-      name=name)(
-          x)
+      name=name)(x)
 
 
 def _batch_norm(x: jax.Array, *, train: bool, dtype: Dtype,
                 name: str) -> jax.Array:
-  return nn.BatchNorm(
-      use_running_average=not train,
-      momentum=0.9,
-      epsilon=1e-5,
-      dtype=dtype,
-      name=name)(
-          x)
+  return nn.BatchNorm(use_running_average=not train, momentum=0.9, epsilon=1e-5,
+                      dtype=dtype, name=name)(x)
 
 
 def _head(x: jax.Array, num_classes: int) -> jax.Array:
   # float32, like the ViT head, so logits are float32 whatever the dtype.
-  return nn.Dense(
-      num_classes,
-      kernel_init=initializers.torch_kernel_init,
-      bias_init=initializers.torch_bias_init(x.shape[-1]),
-      name='head')(
-          x)
+  return nn.Dense(num_classes, kernel_init=initializers.torch_kernel_init,
+                  bias_init=initializers.torch_bias_init(x.shape[-1]),
+                  name='head')(x)
 
 
 class StagedCNN(nn.Module):
@@ -59,8 +51,8 @@ class StagedCNN(nn.Module):
     raise NotImplementedError
 
 
-def stage_features(module: StagedCNN, variables, images: jax.Array
-                   ) -> list[jax.Array]:
+def stage_features(module: StagedCNN, variables,
+                   images: jax.Array) -> list[jax.Array]:
   """The feature map each stage of `module` ends with, in eval mode."""
   _, out = module.apply(variables, images, train=False, return_out=True)
   return out['stages']
@@ -149,12 +141,10 @@ class SmallResNet(StagedCNN):
     x = nn.relu(x)
     for stage, width in enumerate(self.stage_widths):
       for block in range(self.blocks_per_stage):
-        x = BasicBlock(
-            width,
-            strides=2 if stage > 0 and block == 0 else 1,
-            dtype=self.dtype,
-            name=f'stage{stage + 1}_block{block + 1}')(
-                x, train=train)
+        x = BasicBlock(width, strides=2 if stage > 0 and block == 0 else 1,
+                       dtype=self.dtype,
+                       name=f'stage{stage + 1}_block{block + 1}')(x,
+                                                                  train=train)
       stages.append(x)
     logits = _head(jnp.mean(x, axis=(1, 2)), self.num_classes)
     return (logits, {'stages': stages}) if return_out else logits

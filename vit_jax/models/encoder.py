@@ -24,9 +24,9 @@ class Encoder(nn.Module):
   scan: bool = False
 
   @nn.compact
-  def __call__(self, x: jax.Array, *, train: bool, grid: tuple[int, int],
-               kept: jax.Array | None = None
-               ) -> tuple[jax.Array, tuple[jax.Array, ...]]:
+  def __call__(
+      self, x: jax.Array, *, train: bool, grid: tuple[int, int],
+      kept: jax.Array | None = None) -> tuple[jax.Array, tuple[jax.Array, ...]]:
     """The encoded tokens and each block's output (none when scanned)."""
     if self.posemb == 'learned':
       x = position.AddPositionEmbs(name=names.POSITION_EMBEDDING)(x)
@@ -39,15 +39,14 @@ class Encoder(nn.Module):
     if self.scan:  # no stochastic depth (`remat_scan.check`)
       x = remat_scan.scan_blocks(
           Encoder1DBlock(self.block, name=names.STACKED_BLOCK), x,
-          num_layers=self.num_layers, deterministic=not train,
-          remat=self.remat)
+          num_layers=self.num_layers, deterministic=not train, remat=self.remat)
     else:
       rates = drop_path_rates(self.stochastic_depth_rate, self.num_layers)
       for i in range(self.num_layers):
         x = remat_scan.call_block(
             Encoder1DBlock(self.block, drop_path_rate=rates[i],
-                           name=names.block_name(i)),
-            x, deterministic=not train, remat=self.remat)
+                           name=names.block_name(i)), x,
+            deterministic=not train, remat=self.remat)
         blocks.append(x)
     norm = nn.LayerNorm(dtype=self.block.dtype, name=names.ENCODER_NORM)
     return norm(x), tuple(blocks)

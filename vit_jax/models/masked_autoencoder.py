@@ -62,8 +62,7 @@ def kept_patches(key: jax.Array, batch: int, num_patches: int,
   return jnp.argsort(noise, axis=1)[:, :kept]
 
 
-def masked(kept: jax.Array | None, batch: int,
-           num_patches: int) -> jax.Array:
+def masked(kept: jax.Array | None, batch: int, num_patches: int) -> jax.Array:
   """(batch, num_patches) float32, 1 where a patch was dropped."""
   mask = jnp.ones((batch, num_patches), jnp.float32)
   if kept is None:
@@ -84,8 +83,7 @@ class Decoder(nn.Module):
   def __call__(self, encoded: jax.Array, kept: jax.Array | None,
                num_patches: int) -> jax.Array:
     batch = encoded.shape[0]
-    prefix = encoded.shape[1] - (num_patches if kept is None
-                                 else kept.shape[1])
+    prefix = encoded.shape[1] - (num_patches if kept is None else kept.shape[1])
     projection = dict(kernel_init=nn.initializers.xavier_uniform(),
                       dtype=self.dtype)
     x = nn.Dense(self.width, name='embed', **projection)(encoded)
@@ -98,8 +96,8 @@ class Decoder(nn.Module):
       everywhere = jnp.broadcast_to(mask_token,
                                     (batch, num_patches, self.width))
       patches = everywhere.at[jnp.arange(batch)[:, None], kept].set(patches)
-    x = AddPositionEmbs(name='posembed')(
-        jnp.concatenate([x[:, :prefix], patches], axis=1))
+    x = AddPositionEmbs(name='posembed')(jnp.concatenate(
+        [x[:, :prefix], patches], axis=1))
     block = BlockConfig(mlp_dim=4 * self.width,
                         num_heads=self.width // HEAD_SIZE,
                         attention=self.attention, dtype=self.dtype)
@@ -129,21 +127,23 @@ class MaskedAutoencoder(nn.Module):
   def __call__(self, images: jax.Array, *, train: bool,
                return_out: bool = False):
     size = self.vit.effective_patch_size
-    n, num_patches = images.shape[0], (images.shape[1] // size) * (
-        images.shape[2] // size)
+    n, num_patches = images.shape[0], (images.shape[1] //
+                                       size) * (images.shape[2] // size)
     kept = (kept_patches(self.make_rng('dropout'), n, num_patches,
                          self.mask_ratio) if train else None)
-    logits, out = self.vit(images, train=train, kept_patches=kept,
-                           probe=True, return_out=True)
+    logits, out = self.vit(images, train=train, kept_patches=kept, probe=True,
+                           return_out=True)
     # Made in evaluation too, where the parameters are initialized.
-    predictions = Decoder(
-        self.decoder_width, self.decoder_depth,
-        size**2 * images.shape[-1], self.vit.attention, self.vit.dtype,
-        name=names.MAE_DECODER)(out['encoded'], kept, num_patches)
+    predictions = Decoder(self.decoder_width, self.decoder_depth, size**2 *
+                          images.shape[-1], self.vit.attention, self.vit.dtype,
+                          name=names.MAE_DECODER)(out['encoded'], kept,
+                                                  num_patches)
     if not return_out:
       return logits
-    return logits, {**out, 'mae_predictions': predictions,
-                    'mae_mask': masked(kept, n, num_patches)}
+    return logits, {
+        **out, 'mae_predictions': predictions,
+        'mae_mask': masked(kept, n, num_patches)
+    }
 
 
 def patches_of(images: jax.Array, patch_size: int) -> jax.Array:
@@ -168,9 +168,8 @@ def reconstruction_error(predictions: jax.Array, mask: jax.Array,
 def objective(base: losses.Objective, patch_size: int) -> losses.Objective:
   """`base` plus the reconstruction error of the patches the encoder missed."""
 
-  def with_reconstruction(logits: jax.Array, outputs: dict,
-                          targets: jax.Array, images: jax.Array
-                          ) -> jax.Array:
+  def with_reconstruction(logits: jax.Array, outputs: dict, targets: jax.Array,
+                          images: jax.Array) -> jax.Array:
     return base(logits, outputs, targets, images) + reconstruction_error(
         outputs['mae_predictions'], outputs['mae_mask'], images, patch_size)
 

@@ -49,8 +49,9 @@ def training_only(name: str) -> bool:
 
 def inference_params(params: dict) -> dict:
   """A trained run's `params` without what served only its training."""
-  return {name: value for name, value in params.items()
-          if not training_only(name)}
+  return {
+      name: value for name, value in params.items() if not training_only(name)
+  }
 
 
 def path(keys: tuple[str, ...]) -> str:

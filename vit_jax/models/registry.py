@@ -21,15 +21,10 @@ def _vit(patch_size, hidden_size, num_layers, num_heads, mlp_dim,
          dropout_rate=0.0, **hybrid):
   # Dropout rates are the official configs' (google-research/vision_transformer
   # vit_jax/configs/models.py); attention dropout is 0 in all of them.
-  return functools.partial(
-      VisionTransformer,
-      patch_size=patch_size,
-      hidden_size=hidden_size,
-      num_layers=num_layers,
-      num_heads=num_heads,
-      mlp_dim=mlp_dim,
-      dropout_rate=dropout_rate,
-      **hybrid)
+  return functools.partial(VisionTransformer, patch_size=patch_size,
+                           hidden_size=hidden_size, num_layers=num_layers,
+                           num_heads=num_heads, mlp_dim=mlp_dim,
+                           dropout_rate=dropout_rate, **hybrid)
 
 
 _MODELS: dict[str, Callable[..., nn.Module]] = {
@@ -57,15 +52,18 @@ _MODELS: dict[str, Callable[..., nn.Module]] = {
 
 MODEL_NAMES = tuple(_MODELS)
 # The fields each registered ViT sets (patch_size, hidden_size, ...).
-VIT_FIELDS = {name: dict(factory.keywords) for name, factory in _MODELS.items()
-              if isinstance(factory, functools.partial)}
+VIT_FIELDS = {
+    name: dict(factory.keywords) for name, factory in _MODELS.items()
+    if isinstance(factory, functools.partial)
+}
 
 # Fields of a ViT's config.model_overrides that say how it trains, not what
 # it is (an MAE's decoder, locality guidance's blocks), with their defaults:
 # `training_fields` reads them, `from_config` leaves them out.
-TRAINING_FIELDS = {'mae_mask_ratio': 0.0, 'mae_decoder_depth': 8,
-                   'mae_decoder_width': 512, 'guided_blocks': (),
-                   'guidance_widths': ()}
+TRAINING_FIELDS = {
+    'mae_mask_ratio': 0.0, 'mae_decoder_depth': 8, 'mae_decoder_width': 512,
+    'guided_blocks': (), 'guidance_widths': ()
+}
 
 
 def vit_of_architecture(architecture: dict) -> str | None:
@@ -84,8 +82,10 @@ def _module_class(factory) -> type[nn.Module]:
 def _settable_fields(factory) -> list[dataclasses.Field]:
   """The fields an override may set: all but linen's own and num_classes,
   which `create_model` takes apart."""
-  return [f for f in dataclasses.fields(_module_class(factory))
-          if f.name not in ('parent', 'name', 'num_classes')]
+  return [
+      f for f in dataclasses.fields(_module_class(factory))
+      if f.name not in ('parent', 'name', 'num_classes')
+  ]
 
 
 def default_fields(name: str) -> dict:
@@ -95,8 +95,10 @@ def default_fields(name: str) -> dict:
   factory = _MODELS.get(name)
   if factory is None:
     return {}
-  values = {f.name: f.default for f in _settable_fields(factory)
-            if f.default is not dataclasses.MISSING}
+  values = {
+      f.name: f.default for f in _settable_fields(factory)
+      if f.default is not dataclasses.MISSING
+  }
   if isinstance(factory, functools.partial):
     values.update(factory.keywords, **TRAINING_FIELDS)
   return values
@@ -104,8 +106,10 @@ def default_fields(name: str) -> dict:
 
 def training_fields(config) -> dict:
   """`TRAINING_FIELDS` as `config` sets them (all defaults for a CNN)."""
-  return {name: config.model_overrides.get(name, default)
-          for name, default in TRAINING_FIELDS.items()}
+  return {
+      name: config.model_overrides.get(name, default)
+      for name, default in TRAINING_FIELDS.items()
+  }
 
 
 def model_variables(params, batch_stats=None) -> dict:
@@ -131,8 +135,9 @@ def create_model(name: str, num_classes: int, **overrides) -> nn.Module:
   fields = {f.name for f in _settable_fields(factory)}
   unknown = sorted(set(overrides) - fields)
   if unknown:
-    guesses = [g for u in unknown
-               for g in difflib.get_close_matches(u, fields, n=1)]
+    guesses = [
+        g for u in unknown for g in difflib.get_close_matches(u, fields, n=1)
+    ]
     guess = f' Did you mean {", ".join(guesses)}?' if guesses else ''
     raise ValueError(f'{name} has no field(s) {", ".join(unknown)}.{guess} '
                      f'Its fields: {", ".join(sorted(fields))}.')
@@ -143,9 +148,11 @@ def create_model(name: str, num_classes: int, **overrides) -> nn.Module:
 # What an override of a field whose default is of the key's type must be
 # (an integer field takes no float, a float field an integer too; numpy's
 # numbers, as an experiment's runner may pass them, are numbers).
-_KINDS = {bool: ('a boolean', (bool, np.bool_)),
-          int: ('an integer', (numbers.Integral,)),
-          float: ('a number', (numbers.Real,)), str: ('a string', (str,))}
+_KINDS = {
+    bool: ('a boolean', (bool, np.bool_)),
+    int: ('an integer', (numbers.Integral,)), float:
+        ('a number', (numbers.Real,)), str: ('a string', (str,))
+}
 
 
 def _check_kinds(name: str, overrides: dict):
@@ -157,8 +164,9 @@ def _check_kinds(name: str, overrides: dict):
     if type(default) not in _KINDS:  # None, tuples, dtypes: the model checks
       continue
     kind, accepted = _KINDS[type(default)]
-    if not isinstance(value, accepted) or (
-        isinstance(value, (bool, np.bool_)) and type(default) is not bool):
+    if not isinstance(value, accepted) or (isinstance(value,
+                                                      (bool, np.bool_)) and
+                                           type(default) is not bool):
       raise ValueError(f'{field}={value!r}: {name}\'s {field} is {kind} '
                        f'(default {default!r}).')
 
@@ -169,8 +177,10 @@ def from_config(config, num_classes: int) -> nn.Module:
   fit `config.image_size`."""
   overrides = dict(config.model_overrides)
   if config.model in VIT_FIELDS:
-    overrides = {name: value for name, value in overrides.items()
-                 if name not in TRAINING_FIELDS}
+    overrides = {
+        name: value for name, value in overrides.items()
+        if name not in TRAINING_FIELDS
+    }
   try:
     model = create_model(config.model, num_classes,
                          dtype=jnp.dtype(config.dtype), **overrides)

@@ -35,10 +35,11 @@ def check(remat: str, scan: bool, stochastic_depth_rate: float) -> None:
         f'{stochastic_depth_rate}): set scan=False or stochastic_depth_rate=0.')
 
 
-def _block_call(remat: str, deterministic: bool,
-                prevent_cse: bool) -> Callable[[nn.Module, jax.Array],
-                                               jax.Array]:
+def _block_call(
+    remat: str, deterministic: bool,
+    prevent_cse: bool) -> Callable[[nn.Module, jax.Array], jax.Array]:
   """(block, x) -> block(x), rematerialized as `remat` says."""
+
   # `deterministic` is closed over: remat would trace an argument.
 
   def call(block: nn.Module, x: jax.Array) -> jax.Array:
@@ -67,9 +68,8 @@ def scan_blocks(block: nn.Module, x: jax.Array, *, num_layers: int,
   def body(module: nn.Module, carry: jax.Array, _) -> tuple[jax.Array, None]:
     return call(module, carry), None
 
-  scanned = nn.scan(body,
-                    variable_axes={'params': 0, 'intermediates': 0},
-                    split_rngs={'params': True, 'dropout': True},
-                    length=num_layers)
+  scanned = nn.scan(body, variable_axes={'params': 0, 'intermediates': 0},
+                    split_rngs={'params': True,
+                                'dropout': True}, length=num_layers)
   x, _ = scanned(block, x, None)
   return x

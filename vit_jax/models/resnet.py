@@ -43,22 +43,14 @@ class StdConv(nn.Module):
     kernel = self.param('kernel', nn.initializers.lecun_normal(), shape)
     kernel = standardize_kernel(kernel).astype(self.dtype)
     return jax.lax.conv_general_dilated(
-        x.astype(self.dtype),
-        kernel,
-        window_strides=(self.strides, self.strides),
-        padding='SAME',
+        x.astype(self.dtype), kernel,
+        window_strides=(self.strides, self.strides), padding='SAME',
         dimension_numbers=('NHWC', 'HWIO', 'NHWC'))
 
 
-def _group_norm(x: jax.Array, name: str, dtype: Dtype,
-                **kwargs) -> jax.Array:
-  return nn.GroupNorm(
-      num_groups=GROUP_NORM_GROUPS,
-      epsilon=GROUP_NORM_EPSILON,
-      dtype=dtype,
-      name=name,
-      **kwargs)(
-          x)
+def _group_norm(x: jax.Array, name: str, dtype: Dtype, **kwargs) -> jax.Array:
+  return nn.GroupNorm(num_groups=GROUP_NORM_GROUPS, epsilon=GROUP_NORM_EPSILON,
+                      dtype=dtype, name=name, **kwargs)(x)
 
 
 class ResidualUnit(nn.Module):
@@ -97,12 +89,9 @@ class ResNetStage(nn.Module):
   @nn.compact
   def __call__(self, x: jax.Array) -> jax.Array:
     for i in range(self.num_units):
-      x = ResidualUnit(
-          self.features,
-          strides=self.first_stride if i == 0 else 1,
-          dtype=self.dtype,
-          name=f'unit{i + 1}')(
-              x)
+      x = ResidualUnit(self.features,
+                       strides=self.first_stride if i == 0 else 1,
+                       dtype=self.dtype, name=f'unit{i + 1}')(x)
     return x
 
 
@@ -128,12 +117,6 @@ def resnet_stem(x: jax.Array, stages: Sequence[int], width_factor: int = 1,
   x = nn.relu(_group_norm(x, 'gn_root', dtype))
   x = nn.max_pool(x, window_shape=(3, 3), strides=(2, 2), padding='SAME')
   for i, num_units in enumerate(stages):
-    x = ResNetStage(
-        num_units,
-        width * 2**i,
-        first_stride=1 if i == 0 else 2,
-        dtype=dtype,
-        name=f'block{i + 1}')(
-            x)
+    x = ResNetStage(num_units, width * 2**i, first_stride=1 if i == 0 else 2,
+                    dtype=dtype, name=f'block{i + 1}')(x)
   return x
-

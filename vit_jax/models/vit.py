@@ -81,8 +81,9 @@ class VisionTransformer(nn.Module):
   @property
   def prefix_tokens(self) -> tuple[str, ...]:
     """The tokens before the patches, in order."""
-    return ((names.CLASS_TOKEN,) if self.classifier == 'token' else ()) + (
-        (names.DISTILLATION_TOKEN,) if self.distillation_token else ())
+    return ((names.CLASS_TOKEN,) if self.classifier == 'token' else
+            ()) + ((names.DISTILLATION_TOKEN,) if self.distillation_token else
+                   ())
 
   def check_image_size(self, height: int, width: int) -> None:
     """Raises ValueError unless the patches tile a height x width image."""
@@ -158,8 +159,7 @@ class VisionTransformer(nn.Module):
     x = self._embed_patches(images)
     n, h, w, _ = x.shape
     x = self._with_prefix_tokens(jnp.reshape(x, (n, h * w, x.shape[-1])))
-    x, blocks = self._encoder()(x, train=train, grid=(h, w),
-                                kept=kept_patches)
+    x, blocks = self._encoder()(x, train=train, grid=(h, w), kept=kept_patches)
     logits, out = self._classify(jax.lax.stop_gradient(x) if probe else x)
     out.update(encoded=x, blocks=blocks)
     return (logits, out) if return_out else logits
@@ -170,28 +170,20 @@ class VisionTransformer(nn.Module):
     if self.resnet_stages is not None:
       x = resnet.resnet_stem(x, self.resnet_stages, self.resnet_width_factor,
                              self.dtype)
-    return patch_embedding.embed_patches(
-        x, self.patch_size, self.hidden_size, shifted=self.shifted_patches,
-        dtype=self.dtype)
+    return patch_embedding.embed_patches(x, self.patch_size, self.hidden_size,
+                                         shifted=self.shifted_patches,
+                                         dtype=self.dtype)
 
   def _encoder(self) -> Encoder:
-    block = BlockConfig(
-        mlp_dim=self.mlp_dim,
-        num_heads=self.num_heads,
-        dropout_rate=self.dropout_rate,
-        attention_dropout_rate=self.attention_dropout_rate,
-        dtype=self.dtype,
-        attention=self.attention,
-        locality=self.locality_attention,
-        mimetic_init=self.mimetic_init)
-    return Encoder(
-        num_layers=self.num_layers,
-        block=block,
-        posemb=self.posemb,
-        stochastic_depth_rate=self.stochastic_depth_rate,
-        remat=self.remat,
-        scan=self.scan,
-        name=names.ENCODER)
+    block = BlockConfig(mlp_dim=self.mlp_dim, num_heads=self.num_heads,
+                        dropout_rate=self.dropout_rate,
+                        attention_dropout_rate=self.attention_dropout_rate,
+                        dtype=self.dtype, attention=self.attention,
+                        locality=self.locality_attention,
+                        mimetic_init=self.mimetic_init)
+    return Encoder(num_layers=self.num_layers, block=block, posemb=self.posemb,
+                   stochastic_depth_rate=self.stochastic_depth_rate,
+                   remat=self.remat, scan=self.scan, name=names.ENCODER)
 
   def _with_prefix_tokens(self, x: jax.Array) -> jax.Array:
     """The [CLS] (and DeiT's distillation) token before the patches."""
@@ -203,17 +195,19 @@ class VisionTransformer(nn.Module):
 
     # Not zero like [CLS]: with a position embedding of zero ('sincos2d',
     # 'none') the distillation token would start out identical to it.
-    inits = {names.CLASS_TOKEN: nn.initializers.zeros,
-             names.DISTILLATION_TOKEN: nn.initializers.normal(stddev=0.02)}
+    inits = {
+        names.CLASS_TOKEN: nn.initializers.zeros,
+        names.DISTILLATION_TOKEN: nn.initializers.normal(stddev=0.02)
+    }
     prefix = [token(name, inits[name]) for name in self.prefix_tokens]
     return jnp.concatenate(prefix + [x], axis=1) if prefix else x
 
   def _classify(self, x: jax.Array) -> tuple[jax.Array, dict]:
     """The logits of the encoded tokens; DeiT's two heads' mean, each in
     the returned dict."""
-    features = pooling.pooled_features(
-        x, self.classifier, prefix_tokens=len(self.prefix_tokens),
-        num_heads=self.num_heads, mlp_dim=self.mlp_dim, dtype=self.dtype)
+    features = pooling.pooled_features(x, self.classifier, prefix_tokens=len(
+        self.prefix_tokens), num_heads=self.num_heads, mlp_dim=self.mlp_dim,
+                                       dtype=self.dtype)
 
     if self.representation_size is not None:
       pre_logits = nn.Dense(self.representation_size, name=names.PRE_LOGITS)
@@ -228,20 +222,20 @@ class VisionTransformer(nn.Module):
       return logits[0], {}
     class_logits, distillation_logits = logits
     return (class_logits + distillation_logits) / 2, {
-        'class_logits': class_logits,
-        'distillation_logits': distillation_logits}
+        'class_logits': class_logits, 'distillation_logits': distillation_logits
+    }
 
 
-def logits_and_attention(model: VisionTransformer, variables: Any,
-                         images: jax.Array) -> tuple[jax.Array,
-                                                     list[jax.Array]]:
+def logits_and_attention(
+    model: VisionTransformer, variables: Any,
+    images: jax.Array) -> tuple[jax.Array, list[jax.Array]]:
   """The logits of `images` in eval mode, and every layer's attention
   probabilities, in depth order, each (batch, heads, tokens, tokens).
 
   Collecting `intermediates` makes the fused attentions compute the einsum
   way, the one that sows the probabilities (the same function)."""
-  logits, state = model.apply(
-      variables, images, train=False, mutable=['intermediates'])
+  logits, state = model.apply(variables, images, train=False,
+                              mutable=['intermediates'])
   blocks = state['intermediates'][names.ENCODER]
 
   def weights(block):
@@ -250,8 +244,9 @@ def logits_and_attention(model: VisionTransformer, variables: Any,
   if model.scan:  # sown inside the scan: one array, a leading layer axis
     stacked = weights(blocks[names.STACKED_BLOCK])
     return logits, [stacked[i] for i in range(model.num_layers)]
-  return logits, [weights(blocks[names.block_name(i)])
-                  for i in range(model.num_layers)]
+  return logits, [
+      weights(blocks[names.block_name(i)]) for i in range(model.num_layers)
+  ]
 
 
 def attention_weights(model: VisionTransformer, variables: Any,

@@ -29,15 +29,13 @@ def check_guidance(vit: VisionTransformer, blocks: tuple[int, ...],
                    widths: tuple[int, ...]) -> None:
   """Raises ValueError for guided blocks and widths that do not fit `vit`."""
   if len(blocks) != len(widths) or not blocks:
-    raise ValueError(
-        f'guided_blocks={tuple(blocks)} and guidance_widths='
-        f'{tuple(widths)} must have one entry per CNN stage each: '
-        'set both to the same length.')
-  if list(blocks) != sorted(set(blocks)) or any(
-      not 0 <= block < vit.num_layers for block in blocks):
-    raise ValueError(
-        f'guided_blocks={tuple(blocks)}: list encoder blocks in '
-        f'increasing order, each in 0..{vit.num_layers - 1}.')
+    raise ValueError(f'guided_blocks={tuple(blocks)} and guidance_widths='
+                     f'{tuple(widths)} must have one entry per CNN stage each: '
+                     'set both to the same length.')
+  if list(blocks) != sorted(set(blocks)) or any(not 0 <= block < vit.num_layers
+                                                for block in blocks):
+    raise ValueError(f'guided_blocks={tuple(blocks)}: list encoder blocks in '
+                     f'increasing order, each in 0..{vit.num_layers - 1}.')
   if any(width < 1 for width in widths):
     raise ValueError(f'guidance_widths={tuple(widths)} must be '
                      'positive: the channels of the CNN\'s stages.')
@@ -73,16 +71,15 @@ class GuidedViT(nn.Module):
       tokens = out['blocks'][block]
       patches = tokens[:, tokens.shape[1] - grid[0] * grid[1]:]
       patches = patches.reshape(patches.shape[0], *grid, patches.shape[-1])
-      maps.append(nn.Dense(
-          width, dtype=self.vit.dtype,
-          kernel_init=initializers.torch_kernel_init,
-          bias_init=initializers.torch_bias_init(patches.shape[-1]),
-          name=f'{names.GUIDANCE_PROJECTION}_{k}')(patches))
+      maps.append(
+          nn.Dense(width, dtype=self.vit.dtype,
+                   kernel_init=initializers.torch_kernel_init,
+                   bias_init=initializers.torch_bias_init(patches.shape[-1]),
+                   name=f'{names.GUIDANCE_PROJECTION}_{k}')(patches))
     return (logits, {**out, 'guided_features': maps}) if return_out else logits
 
 
-def imitation(student: list[jax.Array], teacher: list[jax.Array]
-              ) -> jax.Array:
+def imitation(student: list[jax.Array], teacher: list[jax.Array]) -> jax.Array:
   """Per-example loss: for each (student, teacher) pair of feature maps
   (batch, height, width, channels), both resized bilinearly to the larger
   grid, the mean squared difference; summed over the pairs, in float32."""
@@ -114,8 +111,9 @@ class Guide:
                images: jax.Array) -> jax.Array:
       teacher = jax.lax.stop_gradient(
           cnn.stage_features(self.module, self.variables, images))
-      return (base(logits, outputs, targets, images) + self.weight *
-              imitation(list(outputs['guided_features']), teacher))
+      return (
+          base(logits, outputs, targets, images) +
+          self.weight * imitation(list(outputs['guided_features']), teacher))
 
     return guided
 
@@ -144,5 +142,4 @@ def load_guide(config, num_classes: int, sharding) -> Guide | None:
         f'guidance_widths={widths}: set --config.model_overrides.'
         f"guidance_widths='{module.feature_widths}' (and guided_blocks to "
         f'{len(module.feature_widths)} blocks).')
-  return Guide(module, variables, str(workdir),
-               config.locality_guidance_weight)
+  return Guide(module, variables, str(workdir), config.locality_guidance_weight)

@@ -23,8 +23,10 @@ from vit_jax.runtime import distributed
 def _config_files(argv: list[str]) -> set[str]:
   """The resolved paths the --config (or -config) flags of `argv` name."""
   names = ('--config', '-config')
-  values = [arg.split('=', 1)[1] for arg in argv
-            if arg.startswith(tuple(f'{name}=' for name in names))]
+  values = [
+      arg.split('=', 1)[1] for arg in argv
+      if arg.startswith(tuple(f'{name}=' for name in names))
+  ]
   values += [after for arg, after in zip(argv, argv[1:]) if arg in names]
   return {str(pathlib.Path(value.split(':')[0]).resolve()) for value in values}
 
@@ -44,8 +46,10 @@ def _config_file_problem(error: BaseException,
     return (f'{innermost.filename}, line {innermost.lineno}: '
             f'{innermost.msg}; fix the file.')
   frames = traceback.extract_tb(innermost.__traceback__)
-  in_file = [frame for frame in frames
-             if str(pathlib.Path(frame.filename).resolve()) in config_files]
+  in_file = [
+      frame for frame in frames
+      if str(pathlib.Path(frame.filename).resolve()) in config_files
+  ]
   if not in_file:
     return None
   if isinstance(innermost, ValueError):  # the file's own refusal
@@ -87,32 +91,31 @@ def parse_flags(argv: list[str]) -> list[str]:
 
 # Where a command's own records come from: vit_jax, and the experiments and
 # configs beside it.
-_OURS = tuple(str(pathlib.Path(__file__).resolve().parents[2] / folder) +
-              os.sep for folder in ('vit_jax', 'experiments', 'configs'))
-
+_OURS = tuple(
+    str(pathlib.Path(__file__).resolve().parents[2] / folder) + os.sep
+    for folder in ('vit_jax', 'experiments', 'configs'))
 
 # The flags `define_*` defines belong to the command that calls them: absl
 # shows in --help only the main module's.
 flags.disclaim_key_flags()
 
 _CHECKPOINT_FLAGS = {
-    'checkpoint': (
-        flags.DEFINE_string,
-        'Any checkpoint: a vit_jax.main workdir (WORKDIR/best_checkpoint: at '
-        'its best evaluation), an official .npz, a timm model.safetensors or '
-        'hub folder, a transformers ViT folder.'),
-    'model': (
-        flags.DEFINE_string,
-        "The checkpoint's architecture, e.g. ViT-B_16 (default: read from its "
-        'shapes and config).'),
-    'step': (
-        flags.DEFINE_integer,
-        'For a workdir: the step of the checkpoint to read (default: the '
-        'newest sound one).'),
-    'data_dir': (
-        flags.DEFINE_string,
-        'Where the dataset is, in place of config.data_dir (for a workdir '
-        'whose data moved).'),
+    'checkpoint':
+        (flags.DEFINE_string,
+         'Any checkpoint: a vit_jax.main workdir (WORKDIR/best_checkpoint: at '
+         'its best evaluation), an official .npz, a timm model.safetensors or '
+         'hub folder, a transformers ViT folder.'),
+    'model':
+        (flags.DEFINE_string,
+         "The checkpoint's architecture, e.g. ViT-B_16 (default: read from its "
+         'shapes and config).'), 'step':
+             (flags.DEFINE_integer,
+              'For a workdir: the step of the checkpoint to read (default: the '
+              'newest sound one).'),
+    'data_dir':
+        (flags.DEFINE_string,
+         'Where the dataset is, in place of config.data_dir (for a workdir '
+         'whose data moved).'),
 }
 
 

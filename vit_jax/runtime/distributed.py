@@ -57,12 +57,12 @@ def _detect_cluster(environ: Mapping[str, str] | None = None) -> str | None:
   slurm_vars = ('SLURM_JOB_ID', 'SLURM_STEP_NODELIST', 'SLURM_NTASKS',
                 'SLURM_PROCID', 'SLURM_LOCALID')
   if all(name in env for name in slurm_vars):
-    tasks = _int_env(env, 'SLURM_STEP_NUM_TASKS') or _int_env(env,
-                                                              'SLURM_NTASKS')
+    tasks = _int_env(env, 'SLURM_STEP_NUM_TASKS') or _int_env(
+        env, 'SLURM_NTASKS')
     if tasks and tasks > 1:
       return 'SLURM'
-  if 'OMPI_MCA_orte_hnp_uri' in env and (
-      _int_env(env, 'OMPI_COMM_WORLD_SIZE') or 1) > 1:
+  if 'OMPI_MCA_orte_hnp_uri' in env and (_int_env(env, 'OMPI_COMM_WORLD_SIZE')
+                                         or 1) > 1:
     return 'Open MPI'
   hosts = env.get('TPU_PROCESS_ADDRESSES') or env.get('TPU_WORKER_HOSTNAMES')
   if (hosts and ',' in hosts) or env.get('MEGASCALE_COORDINATOR_ADDRESS'):
@@ -105,8 +105,10 @@ def distributed_args(coordinator_address: str | None = None,
   if num_processes == 1:
     return None
 
-  given = {'coordinator_address': coordinator_address,
-           'num_processes': num_processes, 'process_id': process_id}
+  given = {
+      'coordinator_address': coordinator_address,
+      'num_processes': num_processes, 'process_id': process_id
+  }
   if all(value is None for value in given.values()):
     return {} if _detect_cluster(environ) else None
   if _detect_cluster(environ) is None:
@@ -132,17 +134,18 @@ def initialize_distributed(
   # The CPU backend needs an implementation for cross-process collectives.
   if not getattr(jax.config, 'jax_cpu_collectives_implementation', 'gloo'):
     jax.config.update('jax_cpu_collectives_implementation', 'gloo')
-  described = ', '.join(f'{k}={v}' for k, v in kwargs.items()) or (
-      f'detected from {_detect_cluster()}')
+  described = ', '.join(
+      f'{k}={v}'
+      for k, v in kwargs.items()) or (f'detected from {_detect_cluster()}')
   if _detect_cluster() != 'Cloud TPU':
     # A lost process fails the survivors' next collective (`abandon_job`)
     # instead of jax aborting them with a stack trace. TPU collectives may
     # wait instead of failing.
     jax.config.update('jax_enable_recoverability', True)
   try:
-    jax.distributed.initialize(
-        **kwargs, heartbeat_timeout_seconds=lost_process_timeout,
-        shutdown_timeout_seconds=lost_process_timeout)
+    jax.distributed.initialize(**kwargs,
+                               heartbeat_timeout_seconds=lost_process_timeout,
+                               shutdown_timeout_seconds=lost_process_timeout)
   except (ValueError, TypeError, RuntimeError) as e:
     raise DistributedError(
         f'Could not join the multi-process job ({described}): {e}') from e
@@ -160,8 +163,8 @@ _PEER_LOST = ('UNAVAILABLE', 'DEADLINE_EXCEEDED', 'Connection reset',
 
 def lost_a_process(error: BaseException) -> bool:
   """Whether `error` says that another process of the job is gone."""
-  return jax.process_count() > 1 and any(
-      sign in str(error) for sign in _PEER_LOST)
+  return jax.process_count() > 1 and any(sign in str(error)
+                                         for sign in _PEER_LOST)
 
 
 def _lost_processes(timeout: float = 2.0) -> list[int]:

@@ -37,8 +37,8 @@ def partial_path(path: pathlib.Path) -> pathlib.Path:
   return path.with_name(path.name + PARTIAL_SUFFIX)
 
 
-def replace_atomically(path: pathlib.Path,
-                       write: Callable[[pathlib.Path], None]) -> None:
+def replace_atomically(path: pathlib.Path, write: Callable[[pathlib.Path],
+                                                           None]) -> None:
   """`write(partial)` for a temporary path, then renamed to `path`."""
   replace_together({path: write})
 
@@ -77,8 +77,8 @@ def write_atomically(path: pathlib.Path, text: str) -> None:
   replace_atomically(path, lambda partial: partial.write_text(text))
 
 
-def foreign_files(directory: pathlib.Path,
-                  ours: Callable[[str], bool]) -> str | None:
+def foreign_files(directory: pathlib.Path, ours: Callable[[str],
+                                                          bool]) -> str | None:
   """The names in `directory` that `ours` does not claim ('a, b', five at
   most, then '...'); None for none."""
   directory = pathlib.Path(directory)

@@ -66,8 +66,9 @@ def run(work: Callable[[], None], *, cpu_devices: int | None) -> NoReturn:
         _COORDINATOR_ADDRESS.value, _NUM_PROCESSES.value, _PROCESS_ID.value,
         _LOST_PROCESS_TIMEOUT.value):
       # Every process logs; the prefix tells them apart.
-      logging.get_absl_handler().addFilter(_ProcessPrefix(
-          f'[process {jax.process_index()}/{jax.process_count()}] '))
+      logging.get_absl_handler().addFilter(
+          _ProcessPrefix(
+              f'[process {jax.process_index()}/{jax.process_count()}] '))
       if stop_signals.stops_at_once():
         # jax's preemption service took SIGTERM; this command stops at once.
         stop_signals.catch()

@@ -9,6 +9,7 @@ import math
 import jax
 import numpy as np
 
+
 def make_mesh(fsdp: int = 1) -> jax.sharding.Mesh:
   """All devices on a (`data`, `fsdp`) mesh, `fsdp` of them (-1: all) on the
   second axis."""
@@ -33,7 +34,7 @@ MIN_ELEMENTS_TO_SHARD = 2**14
 
 
 def _fsdp_sharding(shape: tuple[int, ...],
-                  mesh: jax.sharding.Mesh) -> jax.sharding.NamedSharding:
+                   mesh: jax.sharding.Mesh) -> jax.sharding.NamedSharding:
   """An array of `shape` split along its largest axis `fsdp` divides (as
   big_vision's rule), else replicated."""
   shards = dict(mesh.shape).get('fsdp', 1)
@@ -61,12 +62,10 @@ def replicate(array: np.ndarray, sharding: jax.sharding.Sharding) -> jax.Array:
 
 def process_rows(sharding: jax.sharding.Sharding, batch_size: int) -> slice:
   """The rows of a global batch that live on this process's devices."""
-  spans = sorted({
-      (index[0].start or 0,
-       batch_size if index[0].stop is None else index[0].stop)
-      for index in sharding.addressable_devices_indices_map(
-          (batch_size,)).values()
-  })
+  spans = sorted({(index[0].start or
+                   0, batch_size if index[0].stop is None else index[0].stop)
+                  for index in sharding.addressable_devices_indices_map((
+                      batch_size,)).values()})
   if any(stop != start for (_, stop), (start, _) in zip(spans, spans[1:])):
     raise ValueError(f'The batch rows of process {jax.process_index()} are '
                      f'not contiguous: {spans}.')

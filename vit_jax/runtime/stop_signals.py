@@ -61,8 +61,7 @@ def catch(sigterm: bool = True, at_once: str | None = None) -> bool:
   for signum in _NAMES:
     if signum == signal.SIGTERM and not sigterm:
       continue
-    if signum not in _previous and (
-        signal.getsignal(signum) == signal.SIG_IGN):
+    if signum not in _previous and (signal.getsignal(signum) == signal.SIG_IGN):
       continue  # the launcher's choice
     previous = signal.signal(signum, _wake_the_watcher)
     _previous.setdefault(signum, previous)
@@ -136,10 +135,9 @@ def _wake_the_watcher(signum, frame):
 def _watch() -> None:
   reader, writer = socket.socketpair()
   writer.setblocking(False)
-  previous_fd = signal.set_wakeup_fd(writer.fileno(),
-                                     warn_on_full_buffer=False)
-  thread = threading.Thread(target=_read_signals, args=(reader,),
-                            daemon=True, name='vit_jax stop signals')
+  previous_fd = signal.set_wakeup_fd(writer.fileno(), warn_on_full_buffer=False)
+  thread = threading.Thread(target=_read_signals, args=(reader,), daemon=True,
+                            name='vit_jax stop signals')
   thread.start()
   _watching[:] = [previous_fd, reader, writer, thread]
 
@@ -162,13 +160,15 @@ def _on_signal(signum: int) -> None:
     _not_stopped.acquire()  # never released: the process ends here
     for path in list(_to_remove):
       _remove(path)
-    _exit_saying(f'\n{_NAMES[signum]}: {_at_once[0]}.\n'.encode(),
-                 INTERRUPTED_EXIT_STATUS if signum == signal.SIGINT else
-                 STOPPED_EXIT_STATUS)
+    _exit_saying(
+        f'\n{_NAMES[signum]}: {_at_once[0]}.\n'.encode(),
+        INTERRUPTED_EXIT_STATUS
+        if signum == signal.SIGINT else STOPPED_EXIT_STATUS)
   if _received and signum == signal.SIGINT:
-    _exit_saying(b'\nerror: Interrupted again: stopped at once, without '
-                 b'saving; rerun the same command to resume from the newest '
-                 b'complete checkpoint.\n', INTERRUPTED_EXIT_STATUS)
+    _exit_saying(
+        b'\nerror: Interrupted again: stopped at once, without '
+        b'saving; rerun the same command to resume from the newest '
+        b'complete checkpoint.\n', INTERRUPTED_EXIT_STATUS)
   if not _received:
     os.write(2, b'\n' + _FIRST_NOTICE[signum, bool(_training)])
   _received.append(_NAMES[signum])

@@ -43,8 +43,7 @@ def _holder_in(fd: int) -> Holder | None:
   try:
     text = os.pread(fd, 4096, 0).decode()
     fields = json.loads(text)
-    return Holder(str(fields['host']), int(fields['pid']),
-                  str(fields['since']))
+    return Holder(str(fields['host']), int(fields['pid']), str(fields['since']))
   except (ValueError, KeyError, TypeError, UnicodeDecodeError):
     return None
 
@@ -95,8 +94,9 @@ class WorkdirLock:
     self._renewing.start()
 
   def _open_and_lock(self) -> None:
-    missing = [d for d in (self.workdir, *self.workdir.parents)
-               if not d.exists()]
+    missing = [
+        d for d in (self.workdir, *self.workdir.parents) if not d.exists()
+    ]
     self.workdir.mkdir(parents=True, exist_ok=True)
     self._created = missing  # deepest first, the order to remove them in
     while True:
@@ -130,9 +130,9 @@ class WorkdirLock:
     except OSError as e:
       if e.errno not in (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS):
         raise
-      logging.warning("%s cannot be locked (%s); relying on its holder's "
-                      'process id and renewal time alone.', self.path,
-                      e.strerror)
+      logging.warning(
+          "%s cannot be locked (%s); relying on its holder's "
+          'process id and renewal time alone.', self.path, e.strerror)
       return False
 
   def _refuse_if_alive(self, holder: Holder) -> None:
@@ -160,9 +160,10 @@ class WorkdirLock:
       self._fd = None
 
   def _write_holder(self) -> None:
-    holder = {'host': socket.gethostname(), 'pid': os.getpid(),
-              'since': datetime.datetime.now().astimezone().isoformat(
-                  timespec='seconds')}
+    holder = {
+        'host': socket.gethostname(), 'pid': os.getpid(), 'since':
+            datetime.datetime.now().astimezone().isoformat(timespec='seconds')
+    }
     os.ftruncate(self._fd, 0)
     os.pwrite(self._fd, json.dumps(holder).encode(), 0)
     os.fsync(self._fd)

@@ -48,7 +48,8 @@ def use(configured: str) -> None:
   compilation_cache.set_cache_dir(path)
   # jax opens its cache at its first compilation; a process that has compiled
   # (a test, a notebook) reopens it here, quietly.
-  jax_logger = python_logging.getLogger(compilation_cache.reset_cache.__module__)
+  jax_logger = python_logging.getLogger(
+      compilation_cache.reset_cache.__module__)
   level = jax_logger.level
   jax_logger.setLevel(python_logging.WARNING)
   try:
@@ -76,9 +77,10 @@ def _remove_unreadable(message, category, filename, lineno, file=None,
   program = unreadable.group(1)
   for entry in pathlib.Path(path).glob(f'{glob.escape(program)}-*-cache'):
     entry.unlink(missing_ok=True)
-  logging.warning('The compilation cache %s held an entry of %s that does '
-                  'not load (a run killed while writing it?): removed, and '
-                  'compiled again.', path, program)
+  logging.warning(
+      'The compilation cache %s held an entry of %s that does '
+      'not load (a run killed while writing it?): removed, and '
+      'compiled again.', path, program)
 
 
 _HIT = '/jax/compilation_cache/cache_hits'

@@ -49,8 +49,8 @@ class Dispatcher:
       return 1
     return max(1, int(MAX_SECONDS / self._seconds_per_step))
 
-  def run(self, state: steps.TrainState, sums: dict, batches: list
-          ) -> tuple[steps.TrainState, dict]:
+  def run(self, state: steps.TrainState, sums: dict,
+          batches: list) -> tuple[steps.TrainState, dict]:
     """Trains on `batches` in one call; returns once the one before ends."""
     stacked = self._inputs.stack(batches, self._per_call)
     state, sums, done = self._train(state, sums, self._inputs.train_data,
@@ -68,8 +68,8 @@ class Dispatcher:
     while self._calls:
       self._finish_oldest()
     if jax.process_count() > 1:
-      self._agreed = int(multihost_utils.broadcast_one_to_all(
-          np.int32(self._fit())))
+      self._agreed = int(
+          multihost_utils.broadcast_one_to_all(np.int32(self._fit())))
 
   def _finish_oldest(self):
     call = self._calls.pop(0)

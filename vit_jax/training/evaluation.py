@@ -48,8 +48,8 @@ def _config_for(loaded: reading.Loaded, config, source, data_dir,
   if released_preprocessing:
     config.image_size = loaded.image_size
     config.pixel_mean, config.pixel_std = loaded.pixels
-  elif loaded.kind != reading.WORKDIR and (
-      config.image_size != loaded.image_size):
+  elif loaded.kind != reading.WORKDIR and (config.image_size
+                                           != loaded.image_size):
     raise ConfigError(
         f'config.image_size={config.image_size}, but the position embeddings '
         f'of {source} were trained for {loaded.image_size}x'
@@ -58,13 +58,12 @@ def _config_for(loaded: reading.Loaded, config, source, data_dir,
   return config
 
 
-def evaluate(source, *, config=None, model_name=None, step=None,
-             data_dir=None, released_preprocessing=False) -> dict:
+def evaluate(source, *, config=None, model_name=None, step=None, data_dir=None,
+             released_preprocessing=False) -> dict:
   """Loss, top-1 and top-5 accuracy of the checkpoint `source` over the test
   split of `config` (default: a workdir's own config)."""
   loaded = reading.load(source, model_name=model_name, step=step)
-  config = _config_for(loaded, config, source, data_dir,
-                       released_preprocessing)
+  config = _config_for(loaded, config, source, data_dir, released_preprocessing)
   config_schema.validate(config, jax.device_count(), training=False)
   model = loaded.model
   if loaded.kind != reading.WORKDIR:
@@ -92,7 +91,8 @@ def evaluate(source, *, config=None, model_name=None, step=None,
                inputs.num_eval_batches)
   results = over_test_split(eval_step, state, inputs, str(source),
                             progress_from=1)
-  return {'top1': results['accuracy'], 'top5': results['top5_accuracy'],
-          'loss': results['loss'], 'examples': results['count'],
-          **described, 'dataset': config.dataset,
-          'image_size': config.image_size}
+  return {
+      'top1': results['accuracy'], 'top5': results['top5_accuracy'],
+      'loss': results['loss'], 'examples': results['count'],
+      **described, 'dataset': config.dataset, 'image_size': config.image_size
+  }

@@ -50,8 +50,8 @@ def _read(config) -> Any:
   try:
     # The run's ViT names the heads a timm or transformers file fuses.
     heads_of = config.model if config.model in models.VIT_FIELDS else None
-    params = jax.device_get(reading.load_params(config.init_from,
-                                                   model_name=heads_of))
+    params = jax.device_get(
+        reading.load_params(config.init_from, model_name=heads_of))
     trained_on = reading.trained_pixels(config.init_from)
   except CheckpointError as e:
     raise ConfigError(f'config.init_from={config.init_from!r}: {e}') from e
@@ -75,8 +75,8 @@ def _check_fit(config, pretrained, expected):
   if theirs != ours:
     name = theirs and models.vit_of_architecture(theirs)
     overrides = ' with its model_overrides' if config.model_overrides else ''
-    setting = (f'--config.model={name}' if name else
-               '--config.model and --config.model_overrides')
+    setting = (f'--config.model={name}'
+               if name else '--config.model and --config.model_overrides')
     if name and overrides:
       setting += ' without model_overrides'
     raise ConfigError(

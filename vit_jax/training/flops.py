@@ -79,6 +79,6 @@ def forward_flops_per_image(model, variables, image_size: int) -> int:
   if getattr(model, 'attention', 'einsum') != 'einsum':
     model = model.clone(attention='einsum')
   images = jax.ShapeDtypeStruct((1, image_size, image_size, 3), jnp.float32)
-  jaxpr = jax.make_jaxpr(
-      lambda v, x: model.apply(v, x, train=False))(variables, images)
+  jaxpr = jax.make_jaxpr(lambda v, x: model.apply(v, x, train=False))(variables,
+                                                                      images)
   return matmul_flops(jaxpr.jaxpr)

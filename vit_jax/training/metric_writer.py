@@ -23,10 +23,8 @@ TENSORBOARD_RUN = 'training'
 # under accuracy and loss, first, and the speed below. The others (epoch,
 # step, seconds, test_examples) are no curves; metrics.jsonl has them.
 TENSORBOARD_TAGS = {
-    'train_accuracy': 'accuracy/train',
-    'test_accuracy': 'accuracy/test',
-    'train_loss': 'loss/train',
-    'test_loss': 'loss/test',
+    'train_accuracy': 'accuracy/train', 'test_accuracy': 'accuracy/test',
+    'train_loss': 'loss/train', 'test_loss': 'loss/test',
     'learning_rate': 'optimizer/learning_rate',
     'images_per_second': 'speed/images_per_second',
     'flops_per_second': 'speed/flops_per_second',
@@ -37,8 +35,9 @@ TENSORBOARD_TAGS = {
 def _json_line(record: dict) -> str:
   """`record` as one line of strict JSON, NaN and infinities as null."""
   finite = {
-      name: None if isinstance(value, float) and not math.isfinite(value)
-      else value for name, value in record.items()
+      name: None
+            if isinstance(value, float) and not math.isfinite(value) else value
+      for name, value in record.items()
   }
   return json.dumps(finite, allow_nan=False) + '\n'
 
@@ -56,8 +55,10 @@ class MetricWriter:
     tensorboard_dir = workdir / 'tensorboard' / TENSORBOARD_RUN
     # Also what a run from before the `training` run wrote at the top: its
     # curves are rewritten here. Other runs (vit_jax.analyze's) stay.
-    for events in [*tensorboard_dir.glob('events.out.tfevents.*'),
-                   *tensorboard_dir.parent.glob('events.out.tfevents.*')]:
+    for events in [
+        *tensorboard_dir.glob('events.out.tfevents.*'),
+        *tensorboard_dir.parent.glob('events.out.tfevents.*')
+    ]:
       events.unlink()
     self._tensorboard = SummaryWriter(str(tensorboard_dir))
     for record in history:

@@ -10,13 +10,11 @@ def create_learning_rate_schedule(config, plan) -> optax.Schedule:
   total, warmup = plan.total_steps, plan.warmup_steps
   if config.lr_decay == 'cosine':
     return optax.warmup_cosine_decay_schedule(
-        init_value=0.0, peak_value=config.learning_rate,
-        warmup_steps=warmup, decay_steps=max(total, warmup + 1),
-        end_value=0.0)
+        init_value=0.0, peak_value=config.learning_rate, warmup_steps=warmup,
+        decay_steps=max(total, warmup + 1), end_value=0.0)
   return optax.join_schedules([
       optax.linear_schedule(0.0, config.learning_rate, warmup),
-      optax.linear_schedule(config.learning_rate, 0.0,
-                            max(total - warmup, 1)),
+      optax.linear_schedule(config.learning_rate, 0.0, max(total - warmup, 1)),
   ], [warmup])
 
 

@@ -23,9 +23,10 @@ class StepPlan:
   def steps_to_next_event(self, step: int) -> int:
     """Steps from `step` to the next log, evaluation, checkpoint or the
     end, whichever comes first."""
-    return min(self.total_steps - step,
-               *(every - step % every for every in
-                 (self.log_every, self.eval_every, self.checkpoint_every)))
+    return min(
+        self.total_steps - step,
+        *(every - step % every for every in (self.log_every, self.eval_every,
+                                             self.checkpoint_every)))
 
 
 def step_plan(config, steps_per_epoch: int) -> StepPlan:
@@ -34,12 +35,14 @@ def step_plan(config, steps_per_epoch: int) -> StepPlan:
   batch larger than the split)."""
   total = config.total_steps or config.num_epochs * steps_per_epoch
   if config.total_steps and config.num_epochs:
-    logging.info('config.total_steps=%d sets the length; config.num_epochs=%d '
-                 'is not used.', config.total_steps, config.num_epochs)
+    logging.info(
+        'config.total_steps=%d sets the length; config.num_epochs=%d '
+        'is not used.', config.total_steps, config.num_epochs)
   warmup = config.warmup_steps or config.warmup_epochs * steps_per_epoch
   if warmup >= total:
-    logging.warning('The warmup (%d steps) is not shorter than the run (%d '
-                    'steps): the run only warms up.', warmup, total)
+    logging.warning(
+        'The warmup (%d steps) is not shorter than the run (%d '
+        'steps): the run only warms up.', warmup, total)
     warmup = total
   return StepPlan(
       steps_per_epoch=steps_per_epoch, total_steps=total, warmup_steps=warmup,

@@ -10,13 +10,12 @@ from vit_jax.training import plan as plan_lib
 def _format_duration(seconds: float) -> str:
   hours, rest = divmod(int(seconds), 3600)
   minutes, seconds = divmod(rest, 60)
-  return (f'{hours}:{minutes:02d}:{seconds:02d}' if hours else
-          f'{minutes}:{seconds:02d}')
+  return (f'{hours}:{minutes:02d}:{seconds:02d}'
+          if hours else f'{minutes}:{seconds:02d}')
 
 
 def _format_flops(value: float) -> str:
-  for unit, scale in (('PFLOP/s', 1e15), ('TFLOP/s', 1e12),
-                      ('GFLOP/s', 1e9)):
+  for unit, scale in (('PFLOP/s', 1e15), ('TFLOP/s', 1e12), ('GFLOP/s', 1e9)):
     if value >= scale:
       return f'{value / scale:.2f} {unit}'
   return f'{value / 1e6:.0f} MFLOP/s'
@@ -26,8 +25,10 @@ def progress_line(record: dict, plan: plan_lib.StepPlan,
                   eta_seconds: float) -> str:
   """One logged record as a line: step, epoch, losses and accuracies, the
   learning rate, throughput and ETA."""
-  parts = [f'step {record["step"]}/{plan.total_steps} (epoch '
-           f'{record["epoch"]:g})']
+  parts = [
+      f'step {record["step"]}/{plan.total_steps} (epoch '
+      f'{record["epoch"]:g})'
+  ]
   if 'train_loss' in record:
     parts.append(f'train loss {record["train_loss"]:.4f} acc '
                  f'{100 * record["train_accuracy"]:.2f}%')
@@ -78,8 +79,10 @@ class Throughput:
     self._interval_start, self._interval_step = now, step
     self._excluded = 0.0
     rate = images / seconds
-    measured = {'images_per_second': rate,
-                'flops_per_second': rate * self._flops_per_image}
+    measured = {
+        'images_per_second': rate,
+        'flops_per_second': rate * self._flops_per_image
+    }
     if self._peak:
       measured['peak_share'] = measured['flops_per_second'] / self._peak
     return measured

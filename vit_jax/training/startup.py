@@ -36,8 +36,9 @@ from vit_jax.training import plan as plan_lib
 from vit_jax.training import steps
 
 
-def check_workdir(workdir: pathlib.Path, config,
-                  checkpoints: run_checkpoints.RunCheckpoints) -> dict[str, tuple]:
+def check_workdir(
+    workdir: pathlib.Path, config,
+    checkpoints: run_checkpoints.RunCheckpoints) -> dict[str, tuple]:
   """Before any data or model loads: that a run already in `workdir` is
   this config's (else ConfigError), as its config.json says or, when that
   is lost, its newest checkpoint (`reading.saved_config`). Returns the
@@ -45,29 +46,34 @@ def check_workdir(workdir: pathlib.Path, config,
   (`config_schema.check_resumable`)."""
   if not checkpoints.steps():
     return {}
-  return config_schema.check_resumable(reading.saved_config(workdir),
-                                       config, workdir)
+  return config_schema.check_resumable(reading.saved_config(workdir), config,
+                                       workdir)
 
 
-def record_changes(workdir: pathlib.Path, step: int,
-                    changed: dict[str, tuple]):
+def record_changes(workdir: pathlib.Path, step: int, changed: dict[str, tuple]):
   """Logs and appends to `config_changes.jsonl` what a resumed run changed:
   config.json holds the latest values only."""
   if not changed:
     return
-  logging.info('Resuming with changed %s.', ', '.join(
-      f'config.{name} ({old!r} -> {new!r})'
-      for name, (old, new) in changed.items()))
+  logging.info(
+      'Resuming with changed %s.',
+      ', '.join(f'config.{name} ({old!r} -> {new!r})'
+                for name, (old, new) in changed.items()))
   if jax.process_index() == 0:
     with (workdir / 'config_changes.jsonl').open('a') as f:
-      f.write(json.dumps({'step': step, 'changed': {
-          name: {'before': old, 'after': new}
-          for name, (old, new) in changed.items()}}) + '\n')
+      f.write(
+          json.dumps({
+              'step': step, 'changed': {
+                  name: {'before': old, 'after': new}
+                  for name, (old, new) in changed.items()
+              }
+          }) + '\n')
 
 
 def _parameter_count(params) -> str:
   """'N parameters', and how many more serve only training (locality
   guidance's projections, an MAE's decoder)."""
+
   def size(tree):
     return sum(x.size for x in jax.tree.leaves(tree))
 
@@ -104,7 +110,7 @@ def sole_writer(workdir: pathlib.Path):
 
 
 def stop_if_signalled(signals: preemption.Preemption,
-                       checkpoints: run_checkpoints.RunCheckpoints):
+                      checkpoints: run_checkpoints.RunCheckpoints):
   """Between the phases of start-up: a stop signal ends the run here, with
   nothing new to save."""
   if signals.reached():
@@ -122,9 +128,8 @@ def trained_model_and_objective(config, num_classes: int,
   fields = models.training_fields(config)
   try:
     if fields['guided_blocks'] or fields['guidance_widths']:
-      model = locality_guidance.GuidedViT(
-          model, tuple(fields['guided_blocks']),
-          tuple(fields['guidance_widths']))
+      model = locality_guidance.GuidedViT(model, tuple(fields['guided_blocks']),
+                                          tuple(fields['guidance_widths']))
     if fields['mae_mask_ratio']:
       if isinstance(model, locality_guidance.GuidedViT):
         raise ValueError('guided_blocks imitate a CNN on every patch, which '
@@ -145,11 +150,12 @@ def trained_model_and_objective(config, num_classes: int,
                  guide.workdir)
     objective = guide.objective(objective)
   if fields['mae_mask_ratio']:
-    logging.info('Pre-training as a masked autoencoder (%d%% of the patches '
-                 'hidden); the accuracy is an online probe\'s.',
-                 round(100 * fields['mae_mask_ratio']))
-    objective = masked_autoencoder.objective(
-        objective, model.vit.effective_patch_size)
+    logging.info(
+        'Pre-training as a masked autoencoder (%d%% of the patches '
+        'hidden); the accuracy is an online probe\'s.',
+        round(100 * fields['mae_mask_ratio']))
+    objective = masked_autoencoder.objective(objective,
+                                             model.vit.effective_patch_size)
   return model, objective
 
 
@@ -193,6 +199,6 @@ def record_run(config, workdir: pathlib.Path, inputs: data.Input,
       '%s (%s) on %d device(s)%s: %d train / %d test examples, '
       '%d steps of batch %d (%d per epoch).', config.model,
       _parameter_count(params), jax.device_count(), processes,
-      inputs.train_size, inputs.test_size, plan.total_steps,
-      config.batch_size, plan.steps_per_epoch)
+      inputs.train_size, inputs.test_size, plan.total_steps, config.batch_size,
+      plan.steps_per_epoch)
   return run_config

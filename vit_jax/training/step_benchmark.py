@@ -70,9 +70,11 @@ def _memory_mb(compiled) -> dict[str, float]:
     return {}
   total = (analysis.argument_size_in_bytes + analysis.output_size_in_bytes +
            analysis.temp_size_in_bytes - analysis.alias_size_in_bytes)
-  return {'train_step_argument_mb': analysis.argument_size_in_bytes / 2**20,
-          'train_step_temp_mb': analysis.temp_size_in_bytes / 2**20,
-          'train_step_memory_mb': total / 2**20}
+  return {
+      'train_step_argument_mb': analysis.argument_size_in_bytes / 2**20,
+      'train_step_temp_mb': analysis.temp_size_in_bytes / 2**20,
+      'train_step_memory_mb': total / 2**20
+  }
 
 
 def _xla_flops(compiled) -> float | None:
@@ -86,21 +88,20 @@ def benchmark_config(model: str, batch_size: int, image_size: int, dtype: str,
                      augment: bool, cpu_compiler_options: dict[str, str],
                      fsdp: int = 1, attention: str = 'auto',
                      remat: str = 'none', scan: bool = False,
-                     steps_per_dispatch: int = 1
-                     ) -> ml_collections.ConfigDict:
+                     steps_per_dispatch: int = 1) -> ml_collections.ConfigDict:
   """The schema's config with the study's optimizer and loss."""
   config = config_schema.defaults()
-  config.update(dict(
-      model=model, dtype=dtype, batch_size=batch_size,
-      eval_batch_size=batch_size, image_size=image_size, augment=augment,
-      pixel_std=(0.25, 0.25, 0.25), label_smoothing=0.1, weight_decay=0.01,
-      total_steps=1, fsdp=fsdp, steps_per_dispatch=steps_per_dispatch))
+  config.update(
+      dict(model=model, dtype=dtype, batch_size=batch_size,
+           eval_batch_size=batch_size, image_size=image_size, augment=augment,
+           pixel_std=(0.25, 0.25, 0.25), label_smoothing=0.1, weight_decay=0.01,
+           total_steps=1, fsdp=fsdp, steps_per_dispatch=steps_per_dispatch))
   config.cpu_compiler_options.update(cpu_compiler_options)
   # A ViT's fields, set where they are not its defaults, so a CNN runs.
-  defaults = {f.name: f.default
-              for f in dataclasses.fields(models.VisionTransformer)}
-  for name, value in dict(attention=attention, remat=remat,
-                          scan=scan).items():
+  defaults = {
+      f.name: f.default for f in dataclasses.fields(models.VisionTransformer)
+  }
+  for name, value in dict(attention=attention, remat=remat, scan=scan).items():
     if value != defaults[name]:
       config.model_overrides[name] = value
   return config
@@ -127,12 +128,11 @@ class StepBenchmark:
     split = sources.ArraySource(
         rng.integers(0, 256, (batch_size, size, size, 3), dtype=np.uint8),
         rng.integers(0, num_classes, (batch_size,), dtype=np.int32))
-    self.inputs = data.OnDeviceInput(
-        sources.Dataset(split, split, num_classes), config, self.mesh)
+    self.inputs = data.OnDeviceInput(sources.Dataset(split, split, num_classes),
+                                     config, self.mesh)
     indices = np.arange(batch_size, dtype=np.int32)
     self.indices = jax.device_put(indices, self.replicated)
-    self.mask = jax.device_put(np.ones(batch_size, np.float32),
-                               self.replicated)
+    self.mask = jax.device_put(np.ones(batch_size, np.float32), self.replicated)
     self.key = jax.random.key(1)
     start = time.perf_counter()
     self.compiled = steps.compile_steps(config, self.inputs, self.state,
@@ -141,7 +141,7 @@ class StepBenchmark:
     self.train_sums = steps.zero_sums(self.replicated)
     self.steps_per_call = self.compiled.steps_per_dispatch
     self.stacked = self.inputs.stack([indices] * self.steps_per_call,
-                                   self.steps_per_call)
+                                     self.steps_per_call)
 
   def train_step(self):
     """`steps_per_call` optimizer steps in one call, as the loop makes it
@@ -152,8 +152,8 @@ class StepBenchmark:
     return self.train_sums
 
   def eval_step(self):
-    return self.compiled.eval(self.state, steps.zero_sums(self.replicated,
-                                                          steps.EVAL_SUMS),
+    return self.compiled.eval(self.state,
+                              steps.zero_sums(self.replicated, steps.EVAL_SUMS),
                               self.inputs.test_data, self.indices, self.mask)
 
   def forward_flops_per_image(self) -> int:
@@ -173,25 +173,22 @@ def run_benchmark(*, model: str, batch_size: int, image_size: int,
                   trace_dir: str | None = None,
                   trace_steps: int = 3) -> dict[str, Any]:
   config = benchmark_config(model, batch_size, image_size, dtype, augment,
-                            cpu_compiler_options or {}, fsdp, attention,
-                            remat, scan, steps_per_dispatch)
+                            cpu_compiler_options or {}, fsdp, attention, remat,
+                            scan, steps_per_dispatch)
   num_devices = jax.device_count()
   bench = StepBenchmark(config, num_classes, memory_only)
   compiled, compile_seconds = bench.compiled, bench.compile_seconds
   described = {
-      'model': model,
-      'batch_size': batch_size,
-      'image_size': image_size,
+      'model': model, 'batch_size': batch_size, 'image_size': image_size,
       'dtype': dtype,
       'devices': f'{num_devices} x {jax.devices()[0].device_kind}',
-      'fsdp': bench.mesh.shape['fsdp'],
-      'attention': attention,
-      'remat': remat,
-      'scan': scan,
-      'steps_per_dispatch': steps_per_dispatch,
+      'fsdp': bench.mesh.shape['fsdp'], 'attention': attention, 'remat': remat,
+      'scan': scan, 'steps_per_dispatch': steps_per_dispatch,
   }
-  compile_times = {'compile_seconds': compile_seconds,
-                   'train_compile_seconds': compiled.train_compile_seconds}
+  compile_times = {
+      'compile_seconds': compile_seconds,
+      'train_compile_seconds': compiled.train_compile_seconds
+  }
   if memory_only:
     return {**described, **compile_times, **_memory_mb(compiled.train)}
   train_seconds = median_seconds(bench.train_step,
@@ -213,22 +210,22 @@ def run_benchmark(*, model: str, batch_size: int, image_size: int,
   train_flops_per_second = 3 * forward * batch_size / train_seconds
   eval_flops_per_second = forward * batch_size / eval_seconds
   return {
-      **described,
-      'compiler_options': options or {},
+      **described, 'compiler_options': options or {},
       'train_images_per_second': batch_size / train_seconds,
       'train_ms_per_step': 1000 * train_seconds,
-      'eval_images_per_second': batch_size / eval_seconds,
-      'eval_ms_per_step': 1000 * eval_seconds,
-      **compile_times,
-      'train_gflop_per_image': 3 * forward / 1e9,
-      'xla_train_gflop_per_image': (xla_train_flops * num_devices / batch_size /
-                                    1e9 if xla_train_flops else None),
-      'train_gflop_per_second': train_flops_per_second / 1e9,
-      'eval_gflop_per_second': eval_flops_per_second / 1e9,
-      'matmul_peak_gflop_per_second': peak / 1e9,
+      'eval_images_per_second': batch_size /
+                                eval_seconds, 'eval_ms_per_step': 1000 *
+                                                                  eval_seconds,
+      **compile_times, 'train_gflop_per_image': 3 * forward / 1e9,
+      'xla_train_gflop_per_image':
+          (xla_train_flops * num_devices / batch_size /
+           1e9 if xla_train_flops else None
+          ), 'train_gflop_per_second': train_flops_per_second / 1e9,
+      'eval_gflop_per_second': eval_flops_per_second /
+                               1e9, 'matmul_peak_gflop_per_second': peak / 1e9,
       'train_utilization': train_flops_per_second / peak,
-      'eval_utilization': eval_flops_per_second / peak,
-      **_memory_mb(compiled.train),
+      'eval_utilization': eval_flops_per_second /
+                          peak, **_memory_mb(compiled.train),
   }
 
 

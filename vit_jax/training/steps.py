@@ -31,8 +31,7 @@ from vit_jax.training import compilation_cache
 
 # Running sums of an interval; the train sums, saved in checkpoints, keep
 # their keys, so top-5 is counted in evaluations alone.
-METRIC_SUMS = {'loss': jnp.float32, 'correct': jnp.int32,
-               'count': jnp.float32}
+METRIC_SUMS = {'loss': jnp.float32, 'correct': jnp.int32, 'count': jnp.float32}
 EVAL_SUMS = {**METRIC_SUMS, 'correct_top5': jnp.int32}
 
 
@@ -70,20 +69,19 @@ class AveragedTrainState(TrainState):
 
 
 def _init(key, model, tx, image_size: int, ema_decay: float) -> TrainState:
-  variables = model.init(
-      key, jnp.zeros((1, image_size, image_size, 3)), train=False)
+  variables = model.init(key, jnp.zeros((1, image_size, image_size, 3)),
+                         train=False)
   params = variables['params']
-  averaged = (dict(ema_params=params, ema_decay=ema_decay) if ema_decay
-              else {})
+  averaged = (dict(ema_params=params, ema_decay=ema_decay) if ema_decay else {})
   return (AveragedTrainState if ema_decay else TrainState).create(
       apply_fn=model.apply, params=params, tx=tx,
       batch_stats=variables.get('batch_stats'), **averaged)
 
 
 def _shapes(key, model, tx, image_size: int, ema_decay: float) -> TrainState:
-  return jax.eval_shape(functools.partial(
-      _init, model=model, tx=tx, image_size=image_size, ema_decay=ema_decay),
-                        key)
+  return jax.eval_shape(
+      functools.partial(_init, model=model, tx=tx, image_size=image_size,
+                        ema_decay=ema_decay), key)
 
 
 def initializer(key, model, tx, image_size: int, mesh: jax.sharding.Mesh,
@@ -113,19 +111,23 @@ def state_shapes(key, model, tx, image_size: int, mesh: jax.sharding.Mesh,
   """The train state's shapes and shardings on `mesh`, computing nothing."""
   shapes = _shapes(key, model, tx, image_size, ema_decay)
   return jax.tree.map(
-      lambda s, placement: jax.ShapeDtypeStruct(s.shape, s.dtype,
-                                                sharding=placement),
-      shapes, sharding.state_shardings(shapes, mesh))
+      lambda s, placement: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=
+                                                placement), shapes,
+      sharding.state_shardings(shapes, mesh))
 
 
 def sum_shapes(placement, sums: dict = METRIC_SUMS) -> dict:
-  return {name: jax.ShapeDtypeStruct((), dtype, sharding=placement)
-          for name, dtype in sums.items()}
+  return {
+      name: jax.ShapeDtypeStruct((), dtype, sharding=placement)
+      for name, dtype in sums.items()
+  }
 
 
 def zero_sums(placement, sums: dict = METRIC_SUMS) -> dict:
-  return {name: sharding.replicate(np.zeros((), dtype), placement)
-          for name, dtype in sums.items()}
+  return {
+      name: sharding.replicate(np.zeros((), dtype), placement)
+      for name, dtype in sums.items()
+  }
 
 
 def averages(sums) -> dict[str, float]:
@@ -146,23 +148,25 @@ def _accumulated(gradients, micro_batches: int):
   step in a fraction of the activation memory."""
 
   def accumulate(state, batch_stats, data, batch, key):
+
     def one(carry, inputs):
       batch_stats, grad_sum, metric_sum = carry
       i, micro_batch = inputs
-      batch_stats, grads, metrics = gradients(
-          state, batch_stats, data, micro_batch, jax.random.fold_in(key, i))
+      batch_stats, grads, metrics = gradients(state, batch_stats, data,
+                                              micro_batch,
+                                              jax.random.fold_in(key, i))
       return (batch_stats, jax.tree.map(jnp.add, grad_sum, grads),
               jax.tree.map(jnp.add, metric_sum, metrics)), None
 
     zeros = (jax.tree.map(jnp.zeros_like, state.params),
-             {name: jnp.zeros((), dtype)
-              for name, dtype in METRIC_SUMS.items()})
-    slices = jax.tree.map(
-        lambda a: a.reshape(micro_batches, -1, *a.shape[1:]), batch)
-    (batch_stats, grads, metrics), _ = jax.lax.scan(
-        one, (batch_stats, *zeros), (jnp.arange(micro_batches), slices))
-    return (batch_stats, jax.tree.map(lambda g: g / micro_batches, grads),
-            metrics)
+             {name: jnp.zeros((), dtype) for name, dtype in METRIC_SUMS.items()})
+    slices = jax.tree.map(lambda a: a.reshape(micro_batches, -1, *a.shape[1:]),
+                          batch)
+    (batch_stats, grads,
+     metrics), _ = jax.lax.scan(one, (batch_stats, *zeros),
+                                (jnp.arange(micro_batches), slices))
+    return (batch_stats, jax.tree.map(lambda g: g / micro_batches,
+                                      grads), metrics)
 
   return accumulate
 
@@ -176,17 +180,16 @@ def make_train_step(config, inputs,
     """(new batch statistics, gradients, metric sums) of one batch."""
     augment_key, dropout_key = jax.random.split(key)
     x, y = inputs.model_inputs(data, batch, augment_key)
-    targets = losses.soft_targets(y, inputs.num_classes,
-                                  config.label_smoothing)
+    targets = losses.soft_targets(y, inputs.num_classes, config.label_smoothing)
     x, targets = mixing.mix(jax.random.fold_in(key, 2), x, targets,
                             mixup_alpha=config.mixup_alpha,
                             cutmix_alpha=config.cutmix_alpha)
 
     def loss_fn(params):
       (logits, outputs), updates = state.apply_fn(
-          models.model_variables(params, batch_stats), x, train=True,
-          return_out=True, mutable=['batch_stats'],
-          rngs={'dropout': dropout_key})
+          models.model_variables(params,
+                                 batch_stats), x, train=True, return_out=True,
+          mutable=['batch_stats'], rngs={'dropout': dropout_key})
       return objective(logits, outputs, targets, x).mean(), (logits, updates)
 
     (loss, (logits, updates)), grads = jax.value_and_grad(
@@ -255,12 +258,13 @@ def eval_step(state: TrainState, sums: dict, data, batch, mask, *, config,
   # As the paper reports; all classes where there are fewer than five.
   _, best5 = jax.lax.top_k(logits, min(5, logits.shape[-1]))
   counted = mask > 0
-  return jax.tree.map(jnp.add, sums, {
-      'loss': jnp.sum(loss * mask),
-      'correct': jnp.sum((jnp.argmax(logits, -1) == y) & counted),
-      'correct_top5': jnp.sum(jnp.any(best5 == y[:, None], -1) & counted),
-      'count': jnp.sum(mask),
-  })
+  return jax.tree.map(
+      jnp.add, sums, {
+          'loss': jnp.sum(loss * mask), 'correct':
+              jnp.sum((jnp.argmax(logits, -1) == y) & counted), 'correct_top5':
+                  jnp.sum(jnp.any(best5 == y[:, None], -1) & counted),
+          'count': jnp.sum(mask),
+      })
 
 
 # On a CPU this pass drops the optimization barriers before CSE, which then
@@ -272,8 +276,9 @@ def compiler_options(config) -> dict[str, str] | None:
   """XLA options for the steps on a CPU backend; None elsewhere."""
   if jax.default_backend() != 'cpu':
     return None
-  options = {name: str(value)
-             for name, value in config.cpu_compiler_options.items()}
+  options = {
+      name: str(value) for name, value in config.cpu_compiler_options.items()
+  }
   if config.model_overrides.get('remat', 'none') != 'none':
     name, value = _KEEP_REMAT_BARRIERS
     options[name] = ','.join(filter(None, (options.get(name), value)))
@@ -302,8 +307,7 @@ def compile_eval(config, inputs, state: TrainState):
     return jax.jit(functools.partial(eval_step, config=config, inputs=inputs),
                    out_shardings=replicated, donate_argnums=1).lower(
                        state, sum_shapes(replicated, EVAL_SUMS),
-                       inputs.test_data, eval_batch,
-                       eval_mask).compile(options)
+                       inputs.test_data, eval_batch, eval_mask).compile(options)
 
 
 class CompiledSteps(NamedTuple):
@@ -342,9 +346,9 @@ def compile_steps(config, inputs, state: TrainState, key,
       with compilation_cache.Hits() as hits:
         evaluated = compile_eval(config, inputs, state)
       cached += ['eval step'] if hits.count else []
-  logging.info('Compiled the %s in %.1fs%s.',
-               'train and eval steps' if evaluate else 'train step',
-               time.perf_counter() - start,
-               f' ({" and ".join(cached)} from the compilation cache)'
-               if cached else '')
+  logging.info(
+      'Compiled the %s in %.1fs%s.',
+      'train and eval steps' if evaluate else 'train step',
+      time.perf_counter() - start,
+      f' ({" and ".join(cached)} from the compilation cache)' if cached else '')
   return CompiledSteps(train, evaluated, train_seconds, per_call)

@@ -49,14 +49,13 @@ def summarize(history: list[dict]) -> dict:
   trained = [r for r in history if 'train_accuracy' in r]
   best = max(tested, key=lambda r: r['test_accuracy'])
   return {
-      'best_test_accuracy': best['test_accuracy'],
-      'best_step': best['step'],
-      'best_epoch': best['epoch'],
-      'final_test_accuracy': tested[-1]['test_accuracy'],
-      'final_train_accuracy': trained[-1]['train_accuracy'],
-      'steps': history[-1]['step'],
-      'epochs': history[-1]['epoch'],
-      'train_seconds': sum(r['seconds'] for r in history),
+      'best_test_accuracy': best['test_accuracy'], 'best_step': best['step'],
+      'best_epoch': best['epoch'], 'final_test_accuracy': tested[-1]
+                                                          ['test_accuracy'],
+      'final_train_accuracy': trained[-1]
+                              ['train_accuracy'], 'steps': history[-1]['step'],
+      'epochs': history[-1]['epoch'], 'train_seconds': sum(r['seconds']
+                                                           for r in history),
   }
 
 
@@ -170,8 +169,7 @@ def _train_and_evaluate(config, workdir: pathlib.Path,
   else:  # a fresh run, or one whose checkpoints all fail to restore
     state = (initializer or steps.initializer(*init_args))(init_key)
     if config.init_from:
-      state = startup.pretrained_state(config, state, state_shapes,
-                                       pretrained)
+      state = startup.pretrained_state(config, state, state_shapes, pretrained)
     sums, history, step = steps.zero_sums(replicated), [], 0
     position = inputs.position(0)
   del pretrained  # host memory the run needs no more
@@ -186,22 +184,20 @@ def _train_and_evaluate(config, workdir: pathlib.Path,
 
   # The loop: train steps, several to a compiled call (`dispatch`); log,
   # evaluate and checkpoint at their intervals and at the last step.
-  best = best_checkpoint.BestCheckpoint(
-      workdir, config.keep_best_checkpoint, history, step, checkpoints.steps(),
-      config.keep_checkpoints, trains=trains)
+  best = best_checkpoint.BestCheckpoint(workdir, config.keep_best_checkpoint,
+                                        history, step, checkpoints.steps(),
+                                        config.keep_checkpoints, trains=trains)
   writer = metric_writer.MetricWriter(workdir, history)
   throughput = progress.Throughput(
       step, config.batch_size, 3 * flops.forward_flops_per_image(
-          model, models.model_variables(state_shapes.params,
-                                        state_shapes.batch_stats),
-          config.image_size),
-      _peak_flops(config.dtype))
+          model,
+          models.model_variables(state_shapes.params, state_shapes.batch_stats),
+          config.image_size), _peak_flops(config.dtype))
   batches = inputs.train_batches(position)
   with contextlib.ExitStack() as closing:  # in reverse order, even on errors
     closing.callback(writer.close)
     closing.push(lambda error, *_: best.close(quietly=error is not None))
-    closing.push(
-        lambda error, *_: checkpoints.close(quietly=error is not None))
+    closing.push(lambda error, *_: checkpoints.close(quietly=error is not None))
     closing.callback(batches.close)
     if trains:
       dispatcher = dispatch.Dispatcher(compiled, inputs, step_key)
@@ -232,12 +228,16 @@ def _train_and_evaluate(config, workdir: pathlib.Path,
                       test_examples=test['count'])
       if record:
         _check_finite(record, step, checkpoints, history)
-        record = {'step': step, 'epoch': plan.epoch(step), **record,
-                  'seconds': throughput.since_last_record()}
+        record = {
+            'step': step, 'epoch': plan.epoch(step),
+            **record, 'seconds': throughput.since_last_record()
+        }
         history.append(record)
         writer.write(record)
-        logging.info('%s', progress.progress_line(
-            record, plan, throughput.eta(step, plan.total_steps)))
+        logging.info(
+            '%s',
+            progress.progress_line(record, plan,
+                                   throughput.eta(step, plan.total_steps)))
         with throughput.excluded():
           best.offer(record, state, sums, history, inputs.position(step),
                      run_config)

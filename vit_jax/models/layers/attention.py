@@ -32,13 +32,14 @@ def _check_attention(attention: str, attention_dropout_rate: float,
         "use attention='einsum'.")
 
 
-def project_qkv(x: jax.Array,
-                projections: Sequence[tuple[jax.Array, jax.Array]],
+def project_qkv(x: jax.Array, projections: Sequence[tuple[jax.Array,
+                                                          jax.Array]],
                 layout: str) -> tuple[jax.Array, ...]:
   """`x` through each (kernel, bias) of `projections`, laid out as `layout`."""
-  return tuple(jnp.einsum(f'btd,dhe->{layout}', x, kernel) +
-               (bias[:, None, :] if layout == 'bhte' else bias)
-               for kernel, bias in projections)
+  return tuple(
+      jnp.einsum(f'btd,dhe->{layout}', x, kernel) +
+      (bias[:, None, :] if layout == 'bhte' else bias)
+      for kernel, bias in projections)
 
 
 def _is_power_of_4(n: int) -> bool:
@@ -105,13 +106,12 @@ class MultiHeadSelfAttention(nn.Module):
 
     initial = {}
     if self.mimetic_init and self.is_initializing():
-      initial = mimetic_kernels(self.make_rng('params'), hidden,
-                                           heads)
+      initial = mimetic_kernels(self.make_rng('params'), hidden, heads)
 
     def projection(name):
       kernel, bias = _Projection((hidden, heads, head_dim), (heads, head_dim),
-                                 fan_in_axes=1, initial_kernel=initial.get(name),
-                                 name=name)()
+                                 fan_in_axes=1,
+                                 initial_kernel=initial.get(name), name=name)()
       return kernel.astype(self.dtype), bias.astype(self.dtype)
 
     (wq, bq), (wk, bk), (wv, bv) = (projection(n)
@@ -164,9 +164,9 @@ class MultiHeadSelfAttention(nn.Module):
       return 'einsum'
     if self.attention != 'auto':
       return self.attention
-    fused = (self.dropout_rate == 0 and not self.locality and
-             fused_attention.cudnn_applies(jax.devices()[0], self.dtype,
-                                           head_dim))
+    fused = (self.dropout_rate == 0 and
+             not self.locality and fused_attention.cudnn_applies(
+                 jax.devices()[0], self.dtype, head_dim))
     return 'cudnn' if fused else 'einsum'
 
 
@@ -199,6 +199,7 @@ def mimetic_kernels(key: jax.Array, hidden: int,
   query = left[:, :, :head_dim].transpose(1, 0, 2)
   key_kernel = right[:, :head_dim, :].transpose(2, 0, 1)
   value, out = _factors(value_out, hidden, *MIMETIC_VALUE_OUT)
-  return {'query': query, 'key': key_kernel,
-          'value': value.reshape(hidden, heads, head_dim),
-          'out': out.reshape(heads, head_dim, hidden)}
+  return {
+      'query': query, 'key': key_kernel, 'value': value.reshape(
+          hidden, heads, head_dim), 'out': out.reshape(heads, head_dim, hidden)
+  }

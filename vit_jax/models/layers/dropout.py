@@ -67,5 +67,6 @@ def drop_path_rates(stochastic_depth_rate: float,
   """Drop-path rates rising linearly over the blocks from 0 (DeiT, timm)."""
   if num_layers < 2:
     return [0.0] * num_layers
-  return [stochastic_depth_rate * i / (num_layers - 1)
-          for i in range(num_layers)]
+  return [
+      stochastic_depth_rate * i / (num_layers - 1) for i in range(num_layers)
+  ]

@@ -41,24 +41,19 @@ class Encoder1DBlock(nn.Module):
     config = self.config
     x = nn.LayerNorm(dtype=config.dtype)(inputs)
     x = MultiHeadSelfAttention(
-        num_heads=config.num_heads,
-        dropout_rate=config.attention_dropout_rate,
-        dtype=config.dtype,
-        attention=config.attention,
-        locality=config.locality,
-        mimetic_init=config.mimetic_init,
-        name=names.ATTENTION)(
-            x, deterministic=deterministic)
+        num_heads=config.num_heads, dropout_rate=config.attention_dropout_rate,
+        dtype=config.dtype, attention=config.attention,
+        locality=config.locality, mimetic_init=config.mimetic_init,
+        name=names.ATTENTION)(x, deterministic=deterministic)
     x = Dropout(config.dropout_rate)(x, deterministic=deterministic)
-    x = DropPath(self.drop_path_rate, name='DropPath_0')(
-        x, deterministic=deterministic)
+    x = DropPath(self.drop_path_rate,
+                 name='DropPath_0')(x, deterministic=deterministic)
     x = x + inputs
 
     y = nn.LayerNorm(dtype=config.dtype)(x)
-    y = MlpBlock(
-        mlp_dim=config.mlp_dim, dropout_rate=config.dropout_rate,
-        dtype=config.dtype, name=names.MLP)(
-            y, deterministic=deterministic)
-    y = DropPath(self.drop_path_rate, name='DropPath_1')(
-        y, deterministic=deterministic)
+    y = MlpBlock(mlp_dim=config.mlp_dim, dropout_rate=config.dropout_rate,
+                 dtype=config.dtype,
+                 name=names.MLP)(y, deterministic=deterministic)
+    y = DropPath(self.drop_path_rate,
+                 name='DropPath_1')(y, deterministic=deterministic)
     return x + y

@@ -8,8 +8,9 @@ import jax.numpy as jnp
 CUDNN_TOKEN_MULTIPLE = 2
 
 # Each fused choice's `implementation` and token multiple.
-KERNELS = {'dot_product_attention': (None, 1),
-           'cudnn': ('cudnn', CUDNN_TOKEN_MULTIPLE)}
+KERNELS = {
+    'dot_product_attention': (None, 1), 'cudnn': ('cudnn', CUDNN_TOKEN_MULTIPLE)
+}
 
 
 def cudnn_applies(device: jax.Device, dtype, head_dim: int) -> bool:
@@ -21,13 +22,13 @@ def cudnn_applies(device: jax.Device, dtype, head_dim: int) -> bool:
   except (AttributeError, ValueError):
     return False
   largest = 256 if capability >= (9, 0) else 128
-  return (capability >= (8, 0) and
-          jnp.dtype(dtype) in (jnp.dtype(jnp.bfloat16), jnp.dtype(jnp.float16))
-          and head_dim % 8 == 0 and head_dim <= largest)
+  return (capability >= (8, 0) and jnp.dtype(dtype) in (jnp.dtype(
+      jnp.bfloat16), jnp.dtype(jnp.float16)) and head_dim % 8 == 0 and
+          head_dim <= largest)
 
 
-def attend(query: jax.Array, key: jax.Array, value: jax.Array, *,
-           scale: float, implementation: str | None,
+def attend(query: jax.Array, key: jax.Array, value: jax.Array, *, scale: float,
+           implementation: str | None,
            token_multiple: int = CUDNN_TOKEN_MULTIPLE) -> jax.Array:
   """softmax(q k^T * scale) v, tokens padded to `token_multiple`, masked."""
   batch, tokens = query.shape[:2]

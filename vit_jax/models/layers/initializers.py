@@ -7,8 +7,7 @@ import jax
 import jax.numpy as jnp
 
 # PyTorch's kaiming_uniform(a=sqrt(5)): uniform(+-1/sqrt(fan_in)).
-torch_kernel_init = nn.initializers.variance_scaling(1 / 3, 'fan_in',
-                                                     'uniform')
+torch_kernel_init = nn.initializers.variance_scaling(1 / 3, 'fan_in', 'uniform')
 
 
 def torch_bias_init(fan_in: int):

@@ -17,12 +17,11 @@ class MlpBlock(nn.Module):
 
   @nn.compact
   def __call__(self, x: jax.Array, *, deterministic: bool) -> jax.Array:
+
     def dense(features):
-      return nn.Dense(
-          features,
-          dtype=self.dtype,
-          kernel_init=nn.initializers.xavier_uniform(),
-          bias_init=nn.initializers.normal(stddev=1e-6))
+      return nn.Dense(features, dtype=self.dtype,
+                      kernel_init=nn.initializers.xavier_uniform(),
+                      bias_init=nn.initializers.normal(stddev=1e-6))
 
     y = dense(self.mlp_dim)(x)
     y = nn.gelu(y)  # tanh approximation, as in the official code.

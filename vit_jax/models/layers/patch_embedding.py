@@ -17,14 +17,9 @@ def embed_patches(images: jax.Array, patch_size: int, hidden_size: int, *,
   """The patches' embeddings, by modules of the calling compact method."""
   if shifted:
     return shifted_patch_embedding(images, patch_size, hidden_size, dtype)
-  return nn.Conv(
-      hidden_size,
-      kernel_size=(patch_size, patch_size),
-      strides=(patch_size, patch_size),
-      padding='VALID',
-      dtype=dtype,
-      name=names.PATCH_EMBEDDING)(
-          images)
+  return nn.Conv(hidden_size, kernel_size=(patch_size, patch_size),
+                 strides=(patch_size, patch_size), padding='VALID', dtype=dtype,
+                 name=names.PATCH_EMBEDDING)(images)
 
 
 def shifted_patch_tokens(images: jax.Array, patch_size: int) -> jax.Array:

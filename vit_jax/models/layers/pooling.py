@@ -22,8 +22,10 @@ def pooled_features(x: jax.Array, classifier: str, *, prefix_tokens: int,
     return [x[:, i] for i in range(prefix_tokens)]
   if classifier == 'gap':
     return [jnp.mean(x, axis=1)]
-  return [MAPHead(num_heads=num_heads, mlp_dim=mlp_dim, dtype=dtype,
-                  name=names.MAP_HEAD)(x)]
+  return [
+      MAPHead(num_heads=num_heads, mlp_dim=mlp_dim, dtype=dtype,
+              name=names.MAP_HEAD)(x)
+  ]
 
 
 class MAPHead(nn.Module):
@@ -42,11 +44,9 @@ class MAPHead(nn.Module):
     probe = self.param('probe', nn.initializers.xavier_uniform(), (1, 1, d))
     probe = jnp.broadcast_to(probe.astype(x.dtype), (n, 1, d))
     x = nn.MultiHeadDotProductAttention(
-        num_heads=self.num_heads,
-        dtype=self.dtype,
+        num_heads=self.num_heads, dtype=self.dtype,
         kernel_init=nn.initializers.xavier_uniform(),
-        force_fp32_for_softmax=True,
-        name=names.ATTENTION)(probe, x)
+        force_fp32_for_softmax=True, name=names.ATTENTION)(probe, x)
     y = nn.LayerNorm(dtype=self.dtype)(x)
     x = x + MlpBlock(mlp_dim=self.mlp_dim, dtype=self.dtype, name=names.MLP)(
         y, deterministic=True)

@@ -26,8 +26,8 @@ class AddPositionEmbs(nn.Module):
             'parameters were initialized at. Use that image size, or resize '
             'the position embedding to the new patch grid (fine-tuning).')
     # normal(0.02) as in BERT and the official ViT.
-    pos_embedding = self.param(
-        'pos_embedding', nn.initializers.normal(stddev=0.02), shape)
+    pos_embedding = self.param('pos_embedding',
+                               nn.initializers.normal(stddev=0.02), shape)
     return tokens + pos_embedding.astype(tokens.dtype)
 
 
@@ -50,7 +50,8 @@ def posemb_sincos_2d(h: int, w: int, width: int, temperature: float = 10_000.,
   x = x.reshape(-1)[:, None] * omega[None, :]
   y = y.reshape(-1)[:, None] * omega[None, :]
   embedding = jnp.concatenate(
-      [jnp.sin(x), jnp.cos(x), jnp.sin(y), jnp.cos(y)], axis=1)
+      [jnp.sin(x), jnp.cos(x), jnp.sin(y),
+       jnp.cos(y)], axis=1)
   return embedding[None].astype(dtype)
 
 
