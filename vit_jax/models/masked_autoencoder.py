@@ -19,6 +19,7 @@ from vit_jax.models.layers.encoder_block import Encoder1DBlock
 from vit_jax.models.layers.patch_embedding import patch_grid
 from vit_jax.models.layers.position import AddPositionEmbs
 from vit_jax.models.vit import VisionTransformer
+from vit_jax.models.vit import ViTWrapper
 from vit_jax.objectives import losses
 
 Dtype = Any
@@ -108,10 +109,9 @@ class Decoder(nn.Module):
                     **projection)(x).astype(jnp.float32)
 
 
-class MaskedAutoencoder(nn.Module):
+class MaskedAutoencoder(ViTWrapper):
   """`vit` as a masked autoencoder; returns the online probe's logits."""
 
-  vit: VisionTransformer
   mask_ratio: float = 0.75
   decoder_depth: int = 8
   decoder_width: int = 512
@@ -119,9 +119,6 @@ class MaskedAutoencoder(nn.Module):
   def __post_init__(self):
     check(self.vit, self.mask_ratio, self.decoder_depth, self.decoder_width)
     super().__post_init__()
-
-  def setup(self):
-    nn.share_scope(self, self.vit)
 
   @nn.compact
   def __call__(self, images: jax.Array, *, train: bool,

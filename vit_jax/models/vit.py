@@ -226,6 +226,16 @@ class VisionTransformer(nn.Module):
     }
 
 
+class ViTWrapper(nn.Module):
+  """A model that trains `vit` with parameters of its own, which sit beside
+  the ViT's at the top level (`nn.share_scope`), where readers find them."""
+
+  vit: VisionTransformer
+
+  def setup(self):
+    nn.share_scope(self, self.vit)
+
+
 def logits_and_attention(
     model: VisionTransformer, variables: Any,
     images: jax.Array) -> tuple[jax.Array, list[jax.Array]]:

@@ -21,6 +21,7 @@ from vit_jax.models import cnn
 from vit_jax.models import names
 from vit_jax.models.layers import initializers
 from vit_jax.models.vit import VisionTransformer
+from vit_jax.models.vit import ViTWrapper
 from vit_jax.objectives import losses
 from vit_jax.objectives import teacher_run
 
@@ -44,21 +45,17 @@ def check_guidance(vit: VisionTransformer, blocks: tuple[int, ...],
                      'scan=True does not keep: set scan=False.')
 
 
-class GuidedViT(nn.Module):
+class GuidedViT(ViTWrapper):
   """`vit` whose `blocks` are projected to the CNN stages' `widths`; returns
   its logits, and with `return_out` `out['guided_features']`, each block's
   patch tokens as a (batch, rows, columns, width) map."""
 
-  vit: VisionTransformer
   blocks: tuple[int, ...]
   widths: tuple[int, ...]
 
   def __post_init__(self):
     check_guidance(self.vit, self.blocks, self.widths)
     super().__post_init__()
-
-  def setup(self):
-    nn.share_scope(self, self.vit)
 
   @nn.compact
   def __call__(self, images: jax.Array, *, train: bool,
