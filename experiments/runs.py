@@ -11,7 +11,6 @@ from typing import Callable
 
 import numpy as np
 
-from configs import cifar_small
 from vit_jax import errors
 from vit_jax.runtime import files
 from vit_jax.runtime import stop_signals
@@ -22,8 +21,6 @@ REPO = pathlib.Path(__file__).resolve().parents[1]
 NAMES = {
     'vit': 'ViT-Tiny', 'simple_cnn': 'SimpleCNN', 'small_resnet': 'SmallResNet'
 }
-# A run's config.json names the registered model, not the key.
-_KEYS = {registered: key for key, (registered, _) in cifar_small.MODELS.items()}
 
 
 def finished(directory: pathlib.Path) -> bool:
@@ -31,8 +28,12 @@ def finished(directory: pathlib.Path) -> bool:
 
 
 def model_key(config: dict) -> str:
-  """The key of the model a run's config.json trains."""
-  return _KEYS[config['model']]
+  """The key of the model a run's config.json trains (it names the registered
+  model)."""
+  # Here, not at the top: configs import jax, which a sweep does not need.
+  from configs import cifar_small  # pylint: disable=g-import-not-at-top
+  return next(key for key, (registered, _) in cifar_small.MODELS.items()
+              if registered == config['model'])
 
 
 def read_json(path: pathlib.Path):
@@ -56,21 +57,27 @@ def command(directory: pathlib.Path, config: str, overrides: dict) -> str:
   ])
 
 
+def parser(doc: str, workdir: str) -> argparse.ArgumentParser:
+  """A sweep's or a summary's flags: --workdir, where the runs are."""
+  parsing = argparse.ArgumentParser(
+      description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+  parsing.add_argument('--workdir', type=pathlib.Path, default=workdir,
+                       help='One directory per run; never committed.')
+  return parsing
+
+
 def sweep_parser(doc: str, workdir: str,
                  missing: bool = True) -> argparse.ArgumentParser:
-  parser = argparse.ArgumentParser(
-      description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
-  parser.add_argument('--workdir', type=pathlib.Path, default=workdir,
-                      help='One directory per run; never committed.')
-  parser.add_argument(
+  parsing = parser(doc, workdir)
+  parsing.add_argument(
       '--slurm', type=pathlib.Path, help='Write a SLURM job '
       'array script that runs line $SLURM_ARRAY_TASK_ID of '
       'the list here, instead of printing the list.')
   if missing:
-    parser.add_argument(
+    parsing.add_argument(
         '--missing', action='store_true', help='Only the '
         'runs the committed results.json has no record of.')
-  return parser
+  return parsing
 
 
 def emit(commands: list[str], slurm: pathlib.Path | None):
@@ -174,7 +181,8 @@ def write_summary(
     folder: pathlib.Path, results, searched: str, sections: dict[str, str],
     figures: dict[str, Callable[[object, pathlib.Path], None]] | None = None):
   """`results` as folder/results.json, `figures` (file name -> plot(results,
-  path)) and README `sections` (name -> text), all or none."""
+  path)) and README `sections` (name -> text), all or none; then prints the
+  sections."""
   if not results:
     sys.exit(f'error: no finished runs in {searched}.')
   readme = folder / 'README.md'
@@ -194,6 +202,14 @@ def write_summary(
     sys.exit('error: ' + errors.write_failed(
         folder / 'results.json', e,
         'results.json, the figures and the README are as they were'))
+  print('\n\n'.join(sections.values()))
+
+
+def markdown_table(header: list[str], rows: list[list]) -> str:
+  """A table for a README: the `header` cells, then each row's."""
+  return '\n'.join(
+      ['| ' + ' | '.join(header) + ' |', '|' + '---|' * len(header)] +
+      ['| ' + ' | '.join(map(str, row)) + ' |' for row in rows])
 
 
 def section_markers(name: str, writer: str = 'summary.py') -> tuple[str, str]:

@@ -9,7 +9,6 @@ finished in --workdir, and the committed ones it lacks), `ablation.png`,
 still missing inside `README.md`.
 """
 
-import argparse
 import pathlib
 
 import numpy as np
@@ -50,15 +49,11 @@ def _gain(group: list[dict], study: list[dict]) -> str:
   return gain
 
 
-def _seed_cell(group: list[dict], field: str) -> str:
-  return runs.mean_std([r[field] for r in group], show_n=True)
-
-
 def table(records: list[dict]) -> str:
   """Per budget: every recipe of every model, and for the ViT the share of
   the gap (study ViT to the best CNN of that budget) it closes."""
   groups = recipes.group_runs(records)
-  lines = []
+  blocks = []
   for epochs in sorted({r['epochs'] for r in records}):
     cnns = {
         key: recipes.accuracies(group).mean() for key, group in groups.items()
@@ -66,15 +61,7 @@ def table(records: list[dict]) -> str:
     }
     study_vit = groups.get((epochs, 'vit', 'study'))
     best_cnn = max(cnns.items(), key=lambda item: item[1]) if cnns else None
-    lines += [
-        f'**{epochs} epochs**' +
-        (f' (best CNN: {runs.NAMES[best_cnn[0][1]]}, {best_cnn[0][2]}, '
-         f'{best_cnn[1]:.1f}%)' if best_cnn else ''), '',
-        '| Model | Recipe | Best test acc (%) | Final train acc (%) | '
-        'Gap to the best CNN closed (points over the study ViT ± '
-        'standard error) | Wall time (min; CPU unless named) |',
-        '|---|---|---|---|---|---|'
-    ]
+    rows = []
     for key in sorted((k for k in groups if k[0] == epochs), key=lambda k:
                       (k[1] != 'vit', k[1], recipes.rank(k[2]))):
       group = groups[key]
@@ -88,12 +75,23 @@ def table(records: list[dict]) -> str:
         closed = f'{100 * share:.0f}%'
         if key[2] != 'study':
           closed += f' ({_gain(group, study_vit)})'
-      lines.append(f'| {runs.NAMES[key[1]]} | {recipe} | '
-                   f'{_seed_cell(group, "best_test_accuracy")} | '
-                   f'{_seed_cell(group, "final_train_accuracy")} | {closed} | '
-                   f'{runs.wall_time_cell(group)} |')
-    lines.append('')
-  return '\n'.join(lines).rstrip()
+      rows.append([
+          runs.NAMES[key[1]], recipe,
+          *(runs.mean_std([r[field] for r in group], show_n=True)
+            for field in ('best_test_accuracy', 'final_train_accuracy')),
+          closed,
+          runs.wall_time_cell(group)
+      ])
+    blocks.append(
+        f'**{epochs} epochs**' +
+        (f' (best CNN: {runs.NAMES[best_cnn[0][1]]}, {best_cnn[0][2]}, '
+         f'{best_cnn[1]:.1f}%)' if best_cnn else '') + '\n\n' +
+        runs.markdown_table([
+            'Model', 'Recipe', 'Best test acc (%)', 'Final train acc (%)',
+            'Gap to the best CNN closed (points over the study ViT ± '
+            'standard error)', 'Wall time (min; CPU unless named)'
+        ], rows))
+  return '\n\n'.join(blocks)
 
 
 def plot(records: list[dict], path: pathlib.Path):
@@ -156,10 +154,8 @@ def plot(records: list[dict], path: pathlib.Path):
 
 def main(argv=None):
   runs.catch_stop_signals()
-  parser = argparse.ArgumentParser(description=__doc__)
-  parser.add_argument('--workdir', type=pathlib.Path,
-                      default='/tmp/data_efficiency')
-  workdir = parser.parse_args(argv).workdir
+  workdir = runs.parser(__doc__,
+                        '/tmp/data_efficiency').parse_args(argv).workdir
   records = load_runs(workdir,
                       runs.landed(HERE / 'results.json', recipes.record_name))
   runs.write_summary(
@@ -170,7 +166,6 @@ def main(argv=None):
               [recipes.run_name(*run) for run in sum(sweep.planned_runs(), [])],
               {recipes.record_name(r) for r in records})
       }, {'ablation.png': plot, 'budgets.png': budgets.plot})
-  print(table(records))
 
 
 if __name__ == '__main__':

@@ -66,19 +66,11 @@ def crossovers(curves: dict) -> list[tuple[str, float]]:
 def table(records: list[dict]) -> str:
   curves = by_model_and_size(records)
   sizes = sorted({r['train_examples'] for r in records})
-  lines = [
-      '| Model | ' + ' | '.join(f'{s:,}' for s in sizes) + ' |',
-      '|---|' + '---|' * len(sizes)
-  ]
-  for model in runs.NAMES:
-    if model not in curves:
-      continue
-    cells = [
-        runs.mean_std(curves[model][s]) if s in curves[model] else 'not run yet'
-        for s in sizes
-    ]
-    lines.append(f'| {runs.NAMES[model]} | ' + ' | '.join(cells) + ' |')
-  return '\n'.join(lines)
+  return runs.markdown_table(['Model', *(f'{s:,}' for s in sizes)], [[
+      runs.NAMES[model],
+      *(runs.mean_std(curves[model][s]) if s in curves[model] else 'not run yet'
+        for s in sizes)
+  ] for model in runs.NAMES if model in curves])
 
 
 def plot(records: list[dict], path: pathlib.Path):
@@ -116,7 +108,6 @@ def main(argv=None):
               [sweep.run_name(*run)
                for run in planned], {sweep.record_name(r) for r in records})
       }, {'accuracy_vs_size.png': plot})
-  print(table(records))
 
 
 if __name__ == '__main__':

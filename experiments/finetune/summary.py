@@ -6,7 +6,6 @@ r"""The fine-tuning results from the runs' workdirs:
 writes results.json and the table in README.md next to this file.
 """
 
-import argparse
 import pathlib
 
 from experiments import runs
@@ -32,25 +31,22 @@ def rows(pretrained: pathlib.Path, workdir: pathlib.Path) -> list[dict]:
 
 
 def table(results: list[dict]) -> str:
-  lines = [
-      '| run | image size | epochs | best test acc | final test acc | '
-      'final train acc | wall time (min) |', '|---|---|---|---|---|---|---|'
-  ]
-  for r in results:
-    minutes = f'{r["wall_minutes"]:.1f}' if r['wall_minutes'] else ''
-    lines.append(
-        f'| {r["run"]} | {r["image_size"]}x{r["image_size"]} | {r["epochs"]:g} | '
-        f'{100 * r["best_test_accuracy"]:.1f}% | '
-        f'{100 * r["final_test_accuracy"]:.1f}% | '
-        f'{100 * r["final_train_accuracy"]:.1f}% | {minutes} |')
-  return '\n'.join(lines)
+  return runs.markdown_table([
+      'run', 'image size', 'epochs', 'best test acc', 'final test acc',
+      'final train acc', 'wall time (min)'
+  ], [[
+      r['run'], f'{r["image_size"]}x{r["image_size"]}', f'{r["epochs"]:g}',
+      *(f'{100 * r[key]:.1f}%'
+        for key in ('best_test_accuracy', 'final_test_accuracy',
+                    'final_train_accuracy')),
+      f'{r["wall_minutes"]:.1f}' if r['wall_minutes'] else ''
+  ] for r in results])
 
 
 def main(argv=None):
   runs.catch_stop_signals()
-  parser = argparse.ArgumentParser(description=__doc__)
+  parser = runs.parser(__doc__, '/tmp/finetune')
   parser.add_argument('--pretrained', type=pathlib.Path, required=True)
-  parser.add_argument('--workdir', type=pathlib.Path, default='/tmp/finetune')
   args = parser.parse_args(argv)
   if not runs.finished(args.pretrained):
     parser.error(f'--pretrained={args.pretrained} has no summary.json: point '
@@ -58,7 +54,6 @@ def main(argv=None):
   results = rows(args.pretrained, args.workdir)
   runs.write_summary(HERE, results, str(args.workdir),
                      {'results table': table(results)})
-  print(table(results))
 
 
 if __name__ == '__main__':

@@ -7,7 +7,6 @@ curves), `learning_curves.png` and the two results tables inside
 `README.md`.
 """
 
-import argparse
 import pathlib
 
 import numpy as np
@@ -43,21 +42,16 @@ def load_run(directory: pathlib.Path) -> tuple[str, str, dict]:
   history = runs.history(directory)
   recipe = {augment: name
             for name, augment in sweep.RECIPES.items()}[config['augment']]
-  return runs.model_key(config), recipe, {
+  record = {
       'seed': config['seed'], 'batch_size': config['batch_size'],
-      'steps_per_epoch': round(summary['steps'] / summary['epochs']),
-      'best_test_accuracy': summary['best_test_accuracy'],
-      'best_epoch': summary['best_epoch'], 'final_train_accuracy':
-          summary['final_train_accuracy'],
-      'wall_minutes': sum(r['seconds']
-                          for r in history) / 60, 'train_accuracy': [
-                              r['train_accuracy'] for r in history
-                              if 'train_accuracy' in r
-                          ], 'test_accuracy': [
-                              r['test_accuracy'] for r in history
-                              if 'test_accuracy' in r
-                          ],
+      'steps_per_epoch': round(summary['steps'] / summary['epochs'])
   }
+  for key in ('best_test_accuracy', 'best_epoch', 'final_train_accuracy'):
+    record[key] = summary[key]
+  record['wall_minutes'] = sum(r['seconds'] for r in history) / 60
+  for key in ('train_accuracy', 'test_accuracy'):
+    record[key] = [r[key] for r in history if key in r]
+  return runs.model_key(config), recipe, record
 
 
 def collect(workdir: pathlib.Path) -> dict:
@@ -88,46 +82,47 @@ def collect(workdir: pathlib.Path) -> dict:
   return results
 
 
+def _study_cell(model: str) -> str:
+  return ' / '.join(f'{100 * accuracy:.1f}' for accuracy in STUDY[model])
+
+
 def table(results: dict) -> str:
-  lines = [
-      '| Model | Params | Recipe | Seeds | Best test acc (%) | Final train acc '
-      '(%) | Best epoch | Wall time (min) | Study: best test / final train (%) |',
-      '|---|---|---|---|---|---|---|---|---|'
-  ]
+  rows = []
   for model, by_recipe in results.items():
-    study_test, study_train = STUDY[model]
     for recipe in sweep.RECIPES:
       group = by_recipe.get(recipe)
-      if not group:
-        continue
-      column = lambda key: [r[key] for r in group]  # pylint: disable=cell-var-from-loop
-      lines.append(f'| {runs.NAMES[model]} | {by_recipe["parameters"]:,} | '
-                   f'{recipe.replace("_", " ")} | {len(group)} | '
-                   f'{runs.mean_std(column("best_test_accuracy"))} | '
-                   f'{runs.mean_std(column("final_train_accuracy"))} | '
-                   f'{", ".join(f"{e:g}" for e in column("best_epoch"))} | '
-                   f'{np.mean(column("wall_minutes")):.1f} | '
-                   f'{100 * study_test:.1f} / {100 * study_train:.1f} |')
-  return '\n'.join(lines)
+      if group:
+        column = lambda key: [r[key] for r in group]  # pylint: disable=cell-var-from-loop
+        rows.append([
+            runs.NAMES[model], f'{by_recipe["parameters"]:,}',
+            recipe.replace('_', ' '),
+            len(group),
+            *(runs.mean_std(column(key))
+              for key in ('best_test_accuracy', 'final_train_accuracy')),
+            ', '.join(f'{e:g}' for e in column('best_epoch')),
+            f'{np.mean(column("wall_minutes")):.1f}',
+            _study_cell(model)
+        ])
+  return runs.markdown_table([
+      'Model', 'Params', 'Recipe', 'Seeds', 'Best test acc (%)',
+      'Final train acc (%)', 'Best epoch', 'Wall time (min)',
+      'Study: best test / final train (%)'
+  ], rows)
 
 
 def batch_size_table(results: dict) -> str:
-  lines = [
-      '| Model | Batch size | Steps per epoch | Best test acc (%) | Final train '
-      'acc (%) | Best epoch | Wall time (min) | Study: best test / final train '
-      '(%) |', '|---|---|---|---|---|---|---|---|'
-  ]
-  for model, by_recipe in results.items():
-    study_test, study_train = STUDY[model]
-    for run in by_recipe.get('batch_sizes', []):
-      lines.append(
-          f'| {runs.NAMES[model]} | {run["batch_size"]} | '
-          f'{run["steps_per_epoch"]} | '
-          f'{100 * run["best_test_accuracy"]:.1f} | '
-          f'{100 * run["final_train_accuracy"]:.1f} | {run["best_epoch"]:g} | '
-          f'{run["wall_minutes"]:.1f} | '
-          f'{100 * study_test:.1f} / {100 * study_train:.1f} |')
-  return '\n'.join(lines)
+  return runs.markdown_table([
+      'Model', 'Batch size', 'Steps per epoch', 'Best test acc (%)',
+      'Final train acc (%)', 'Best epoch', 'Wall time (min)',
+      'Study: best test / final train (%)'
+  ], [[
+      runs.NAMES[model], run['batch_size'], run['steps_per_epoch'],
+      f'{100 * run["best_test_accuracy"]:.1f}',
+      f'{100 * run["final_train_accuracy"]:.1f}', f'{run["best_epoch"]:g}',
+      f'{run["wall_minutes"]:.1f}',
+      _study_cell(model)
+  ] for model, by_recipe in results.items()
+      for run in by_recipe.get('batch_sizes', [])])
 
 
 def plot(results: dict, path: pathlib.Path):
@@ -162,16 +157,13 @@ def plot(results: dict, path: pathlib.Path):
 
 def main(argv=None):
   runs.catch_stop_signals()
-  parser = argparse.ArgumentParser(description=__doc__)
-  parser.add_argument('--workdir', type=pathlib.Path, default='/tmp/small_data')
-  workdir = parser.parse_args(argv).workdir
+  workdir = runs.parser(__doc__, '/tmp/small_data').parse_args(argv).workdir
   results = collect(workdir)
   runs.write_summary(
       HERE, results, str(workdir), {
           'results table': table(results),
           'batch-size table': batch_size_table(results)
       }, {'learning_curves.png': plot})
-  print(table(results), batch_size_table(results), sep='\n\n')
 
 
 if __name__ == '__main__':
