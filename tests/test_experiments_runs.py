@@ -15,35 +15,52 @@ from experiments import runs
 from tests.helpers import ROOT
 from tests.helpers import finished_run
 
-DESCRIPTION = {'recipe': 'study', 'train_examples': 5000}
 
-
-def test_record_of_a_finished_run(tmp_path):
-  finished_run(tmp_path / 'run', model='small_resnet')
-  assert runs.finished(tmp_path / 'run')
-  assert runs.record(tmp_path / 'run', DESCRIPTION) == {
+def test_records_of_the_planned_finished_runs(tmp_path):
+  finished_run(tmp_path / 'b', model='small_resnet')
+  finished_run(tmp_path / 'c', device='NVIDIA H100 80GB HBM3')
+  finished_run(tmp_path / 'not_planned')
+  (tmp_path / 'interrupted').mkdir()
+  committed = {'a': {'recipe': 'old'}, 'b': {'recipe': 'old'}}
+  records = runs.load_records(
+      tmp_path, {
+          name: {'recipe': 'study', 'train_examples': 5000}
+          for name in ('a', 'b', 'c', 'interrupted')
+      }, committed)
+  assert sorted(records) == ['a', 'b', 'c']
+  # A run the workdir holds is its own record, not the committed one.
+  assert records['a'] == committed['a']
+  assert records['b'] == {
       'model': 'small_resnet', 'recipe': 'study', 'train_examples': 5000,
       'epochs': 30, 'seed': 3, 'best_test_accuracy': 0.514, 'best_epoch': 28.0,
       'final_test_accuracy': 0.513, 'final_train_accuracy': 0.57,
       'wall_minutes': 16.5, 'device': 'cpu'
   }
+  assert records['c']['model'] == 'vit'
+  assert records['c']['device'] == 'NVIDIA H100 80GB HBM3'
 
 
-def test_record_names_the_accelerator_that_trained_the_run(tmp_path):
-  finished_run(tmp_path / 'run', device='NVIDIA H100 80GB HBM3')
-  assert runs.record(tmp_path / 'run',
-                     DESCRIPTION)['device'] == ('NVIDIA H100 80GB HBM3')
-
-
-def test_wall_time_cell_per_device():
+def test_the_cells_and_lists_of_a_readme():
   cpu = {'device': 'cpu', 'wall_minutes': 16.4}
   h100 = {'device': 'NVIDIA H100 80GB HBM3', 'wall_minutes': 1.24}
   assert runs.wall_time_cell([cpu, {**cpu, 'wall_minutes': 17.6}]) == '17'
   assert runs.wall_time_cell([h100]) == '1.2 on H100 80GB HBM3'
   assert runs.wall_time_cell([cpu, h100]) == '16, 1.2 on H100 80GB HBM3'
+  assert runs.mean_std([0.514]) == '51.4'
+  assert runs.mean_std([0.5, 0.52]) == '51.0 ± 1.4'
+  assert runs.mean_std([0.5, 0.52], show_n=True) == '51.0 ± 1.4 (n=2)'
+  assert runs.markdown_table(
+      ['a', 'b'],
+      [[1, ''], ['x', 'y']]) == ('| a | b |\n|---|---|\n| 1 |  |\n| x | y |')
+  assert runs.missing_runs(['c', 'b', 'a'], {
+      'b'
+  }) == ('2 of the 3 runs of the sweep have no record yet:\n\n- `c`\n- `a`')
+  assert runs.missing_runs(
+      ['b'], {'b'}) == ('None: all 1 runs of the sweep have a record.')
 
 
-def test_a_command_is_one_shell_line_of_vit_jax_main(tmp_path):
+def test_a_sweep_prints_vit_jax_main_lines_or_writes_a_slurm_array(
+    tmp_path, capsys):
   line = runs.command(tmp_path / 'run one', 'configs/cifar_small.py:vit',
                       {'seed': 0, 'model_overrides.guided_blocks': (0, 3)})
   assert shlex.split(line) == [
@@ -51,9 +68,6 @@ def test_a_command_is_one_shell_line_of_vit_jax_main(tmp_path):
       f'--workdir={tmp_path / "run one"}', '--config.seed=0',
       '--config.model_overrides.guided_blocks=(0, 3)'
   ]
-
-
-def test_emit_prints_the_commands_or_writes_a_slurm_array(tmp_path, capsys):
   runs.emit(['echo a', 'echo b'], None)
   assert capsys.readouterr().out == 'echo a\necho b\n'
   script = tmp_path / 'array.sh'
@@ -65,33 +79,15 @@ def test_emit_prints_the_commands_or_writes_a_slurm_array(tmp_path, capsys):
                           check=True).stdout == said
   with pytest.raises(SystemExit, match='^error: no runs to write'):
     runs.emit([], script)
-
-
-def test_integers_of_a_list_flag():
   assert runs.integers('0,2') == [0, 2]
   with pytest.raises(
       argparse.ArgumentTypeError,
       match=re.escape("'30,x': use integers separated by commas, e.g. 0,1,2")):
     runs.integers('30,x')
-
-
-def test_load_records_reads_the_planned_finished_runs(tmp_path):
-  committed = {
-      'a': {'name': 'a', 'best_test_accuracy': 0.4},
-      'b': {'name': 'b', 'best_test_accuracy': 0.4}
-  }
-  finished_run(tmp_path / 'b')
-  finished_run(tmp_path / 'c')
-  finished_run(tmp_path / 'not_planned')
-  (tmp_path / 'interrupted').mkdir()
-  records = runs.load_records(
-      tmp_path,
-      {name: {'name': name}
-       for name in ('a', 'b', 'c', 'interrupted')}, committed)
-  assert sorted(records) == ['a', 'b', 'c']
-  # A run the workdir holds is its own record, not the committed one.
-  assert records['a'] == committed['a']
-  assert records['b']['best_test_accuracy'] == 0.514
+  with pytest.raises(
+      SystemExit, match='no cifar-10-batches-bin/ in '
+      '--data_dir=.*point it at the 5k/1k'):
+    runs.require_cifar10_subset(tmp_path)
 
 
 def test_write_section_replaces_only_the_marked_section(tmp_path):
@@ -104,59 +100,25 @@ def test_write_section_replaces_only_the_marked_section(tmp_path):
   assert readme.read_text() == f'intro\n{start}\n\n| new |\n\n{end}\nafter\n'
 
 
-def test_mean_std():
-  assert runs.mean_std([0.514]) == '51.4'
-  assert runs.mean_std([0.5, 0.52]) == '51.0 ± 1.4'
-  assert runs.mean_std([0.5, 0.52], show_n=True) == '51.0 ± 1.4 (n=2)'
-
-
-def test_a_directory_without_the_subset_is_one_clear_error(tmp_path):
-  with pytest.raises(
-      SystemExit, match='no cifar-10-batches-bin/ in '
-      '--data_dir=.*point it at the 5k/1k'):
-    runs.require_cifar10_subset(tmp_path)
-
-
-def test_missing_runs_lists_the_planned_runs_not_done_in_order():
-  assert runs.missing_runs(['c', 'b', 'a'], {
-      'b'
-  }) == ('2 of the 3 runs of the sweep have no record yet:\n\n- `c`\n- `a`')
-  assert runs.missing_runs(
-      ['b'], {'b'}) == ('None: all 1 runs of the sweep have a record.')
-
-
 def _draw(results, path):
   path.write_bytes(json.dumps(results).encode())
 
 
-def test_write_summary_writes_results_figure_and_sections(tmp_path):
-  readme = tmp_path / 'README.md'
-  readme.write_text(''.join(''.join(runs.section_markers(name))
-                            for name in ('a', 'b')))
+def test_a_summary_writes_all_or_none(tmp_path, capsys):
+  (tmp_path / 'README.md').write_text(''.join(
+      ''.join(runs.section_markers(name)) for name in ('a', 'b')))
   runs.write_summary(tmp_path, [{'seed': 0}], 'workdir', {'a': 'A', 'b': 'B'},
                      {'figure.png': _draw})
+  assert capsys.readouterr().out == 'A\n\nB\n'
   assert runs.landed(tmp_path / 'results.json',
                      lambda r: 'run') == {'run': {'seed': 0}}
   assert (tmp_path / 'figure.png').read_bytes() == b'[{"seed": 0}]'
-  assert '\n\nA\n\n' in readme.read_text()
-  assert '\n\nB\n\n' in readme.read_text()
-  assert sorted(p.name for p in tmp_path.iterdir()) == [
-      'README.md', 'figure.png', 'results.json'
-  ]
+  assert '\n\nA\n\n' in (tmp_path / 'README.md').read_text()
+  assert '\n\nB\n\n' in (tmp_path / 'README.md').read_text()
+  written = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
+  assert sorted(written) == ['README.md', 'figure.png', 'results.json']
   with pytest.raises(SystemExit, match='^error: no finished runs in workdir'):
     runs.write_summary(tmp_path, [], 'workdir', {})
-
-
-def _earlier_summary(folder):
-  (folder / 'README.md').write_text(''.join(runs.section_markers('a')))
-  runs.write_summary(folder, [{'seed': 0}], 'workdir', {'a': 'old'},
-                     {'figure.png': _draw})
-  return {p.name: p.read_bytes() for p in folder.iterdir()}
-
-
-def test_a_summary_on_a_full_disk_is_one_line_and_leaves_the_earlier_one(
-    tmp_path):
-  earlier = _earlier_summary(tmp_path)
 
   def fill(results, path):
     path.write_bytes(b'half a figure')
@@ -169,13 +131,10 @@ def test_a_summary_on_a_full_disk_is_one_line_and_leaves_the_earlier_one(
           f'are as they were. Free space there (df -h {tmp_path}).')):
     runs.write_summary(tmp_path, [{'seed': 1}], 'workdir', {'a': 'new'},
                        {'figure.png': fill})
-  assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == earlier
+  assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == written
 
-
-def test_a_stop_signal_as_a_summary_writes_leaves_the_earlier_one(tmp_path):
-  """Ctrl-C while the figure is drawn, after the new results.json and
-  README were written: one line, status 130, all three as they were."""
-  earlier = _earlier_summary(tmp_path)
+  # Ctrl-C while the figure is drawn, after the new results.json and README
+  # were written: one line, status 130, all three as they were.
   summary = subprocess.Popen([
       sys.executable, '-c', f"""
 import pathlib, sys, time
@@ -198,7 +157,7 @@ runs.write_summary(pathlib.Path({str(tmp_path)!r}), [{{'seed': 1}}], 'w',
   assert summary.stderr.read() == (
       '\nCtrl-C: stopped the summary; its results, figures and README are as '
       'the last complete summary left them.\n')
-  assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == earlier
+  assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == written
 
 
 def test_landed_records_by_run_name(tmp_path):
@@ -209,10 +168,6 @@ def test_landed_records_by_run_name(tmp_path):
   assert runs.landed(results, lambda r: r['name']) == {
       'a': {'name': 'a', 'seed': 0}, 'b': {'name': 'b', 'seed': 1}
   }
-
-
-def test_a_damaged_results_json_is_one_clear_error(tmp_path):
-  results = tmp_path / 'results.json'
   results.write_text('[{"name": "a", "se')  # cut off mid-write
   with pytest.raises(
       SystemExit, match=r'^error: .*results.json is not JSON '
