@@ -2,16 +2,15 @@
 
 Each file in `configs/` starts from `defaults()` and overrides what its
 experiment changes, so every config accepts the same `--config.FIELD=...`
-overrides, and the tools (`vit_jax.benchmark`, `benchmark_input`) build
-their configs here too. `validate` checks a config before any data is
-read or anything compiled; `step_plan` turns its epochs into steps once the
-dataset size is known: the loop counts steps.
+overrides; the tools (`vit_jax.benchmark`, `benchmark_input`) build their
+configs here too. `validate` checks a config before any data is read or
+anything compiled.
 """
 
 import dataclasses
 import difflib
 import json
-from typing import Any
+from typing import Any, Callable
 
 import ml_collections
 
@@ -23,6 +22,12 @@ from vit_jax.training import compilation_cache
 
 # The released models' pixels, in [-1, 1]: the default, and the paper's.
 RELEASED_PIXELS = vit_model.RELEASED_PIXELS
+
+# A number field's check: what its value must pass (a NaN passes none), and
+# what the error says after `config.NAME=VALUE`.
+_POSITIVE = (lambda v: v > 0, 'must be positive')
+_NON_NEGATIVE = (lambda v: v >= 0, 'must be >= 0')
+_FRACTION = (lambda v: 0 <= v < 1, 'must be in [0, 1)')
 
 
 @dataclasses.dataclass(frozen=True)
@@ -36,78 +41,85 @@ class Field:
   # resumed (`check_resumable`). Fixed unless declared, so a new field cannot
   # silently mix two runs in one workdir.
   may_change_on_resume: bool = False
+  check: tuple[Callable[[Any], bool], str] | None = None
 
 
 FIELDS: dict[str, Field] = {
     # The model.
-    'model': Field('ViT-Tiny-CIFAR_4', 'A registered model name '
-                   '(vit_jax.models.registry).'),
-    'model_overrides': Field({}, 'Model fields to change, e.g. '
-                             "{'dropout_rate': 0.0}; a config file sets the "
-                             'keys --config.model_overrides.KEY can change. '
-                             "A ViT's 'remat' and 'attention' may change when "
-                             "a run resumes (_OVERRIDES_MAY_CHANGE), 'scan' "
-                             'may not.'),
+    'model': Field('ViT-Tiny-CIFAR_4',
+                   'A registered model name (vit_jax.models.registry).'),
+    'model_overrides': Field(
+        {}, "Model fields to change, e.g. {'dropout_rate': 0.0}; a config "
+        'file sets the keys --config.model_overrides.KEY can change. A '
+        "ViT's 'remat' and 'attention' may change when a run resumes "
+        "(_OVERRIDES_MAY_CHANGE), 'scan' may not."),
     'dtype': Field(
-        'float32', 'Computation dtype; parameters and optimizer '
-        'state stay float32.', ('float32', 'bfloat16')),
+        'float32', 'Computation dtype; parameters and optimizer state stay '
+        'float32.', ('float32', 'bfloat16')),
     'init_from': Field(
-        '', 'Start from these parameters: a run directory or a '
-        'released .npz (fine-tuning); empty: from scratch.',
-        may_change_on_resume=True),
+        '', 'Start from these parameters: a run directory or a released .npz '
+        '(fine-tuning); empty: from scratch.', may_change_on_resume=True),
     # The data.
-    'dataset': Field('cifar10', 'cifar10, cifar100, image_folder or '
-                     'tfds:NAME.'),
+    'dataset': Field('cifar10',
+                     'cifar10, cifar100, image_folder or tfds:NAME.'),
     'data_dir': Field(
-        '', 'Where the dataset is. Unset: $VIT_JAX_DATA_DIR, '
-        'else ~/.cache/vit_jax, where CIFAR is downloaded the '
-        'first time.', may_change_on_resume=True),
+        '', 'Where the dataset is. Unset: $VIT_JAX_DATA_DIR, else '
+        '~/.cache/vit_jax, where CIFAR is downloaded the first time.',
+        may_change_on_resume=True),
     'train_split': Field('train', 'Training split (tfds datasets).'),
     'test_split': Field('test', 'Evaluation split (tfds datasets).',
                         may_change_on_resume=True),
     'train_examples': Field(
-        0, 'Keep N training examples; 0: all. The first '
-        'N, except where the dataset lists them class by '
-        'class (image_folder): N drawn with config.seed, '
-        'every class in proportion (data.sources.subset).'),
+        0, 'Keep N training examples; 0: all. The first N, except where the '
+        'dataset lists them class by class (image_folder): N drawn with '
+        'config.seed, every class in proportion (data.sources.subset).',
+        check=_NON_NEGATIVE),
     'train_examples_per_file': Field(
         0, 'CIFAR: keep the first N images of each training file of the '
-        'release (the study: 1000 of each of the 5, its 5,000); 0: all.'),
+        'release (the study: 1000 of each of the 5, its 5,000); 0: all.',
+        check=_NON_NEGATIVE),
     'test_examples': Field(
-        0, 'Keep N test examples; 0: all. Chosen as '
-        'train_examples are.', may_change_on_resume=True),
-    'image_size': Field(32, 'Side of the square model input, in pixels.'),
+        0, 'Keep N test examples; 0: all. Chosen as train_examples are.',
+        may_change_on_resume=True, check=_NON_NEGATIVE),
+    'image_size': Field(32, 'Side of the square model input, in pixels.',
+                        check=_POSITIVE),
     'input_pipeline': Field(
         'on_device', "'on_device': the dataset copied to every device once, "
         "batches gathered and augmented in the step (small data); "
         "'streaming': batches read and cropped on the hosts (ImageNet).",
         ('on_device', 'streaming')),
     'input_workers': Field(
-        -1, 'Streaming: grain worker processes loading '
-        'batches on each host, each with a copy of the '
-        'source; -1: one per core this process may use; 0: '
-        'threads of the training process.', may_change_on_resume=True),
+        -1, 'Streaming: grain worker processes loading batches on each host, '
+        'each with a copy of the source; -1: one per core this process may '
+        'use; 0: threads of the training process.', may_change_on_resume=True,
+        check=(lambda v: v >= -1,
+               'must be -1 (one per CPU core), 0 (threads) or a count')),
     'augment': Field(
-        True, 'Training augmentation: on device, 4-pixel-padded '
-        'random crop + flip; streaming, Inception crop + flip.'),
+        True, 'Training augmentation: on device, 4-pixel-padded random crop + '
+        'flip; streaming, Inception crop + flip.'),
     'auto_augment': Field(
         'none', 'Photometric and geometric ops drawn per image on the '
         'device, after the crop and flip (vit_jax.data.auto_augment): '
         "'trivial_augment' (one op, random magnitude) or 'rand_augment' "
         '(rand_augment_ops ops at rand_augment_magnitude).',
         ('none', 'trivial_augment', 'rand_augment')),
-    'rand_augment_ops': Field(2, 'RandAugment: ops per image.'),
-    'rand_augment_magnitude': Field(9, 'RandAugment: magnitude, 0-10.'),
+    'rand_augment_ops': Field(2, 'RandAugment: ops per image.',
+                              check=_NON_NEGATIVE),
+    'rand_augment_magnitude': Field(
+        9, 'RandAugment: magnitude, 0-10.',
+        check=(lambda v: 0 <= v <= 10, 'must be in [0, 10]')),
     'random_erasing': Field(
-        0.0, 'Probability that a training image has one '
-        'random rectangle erased (on the device).'),
+        0.0, 'Probability that a training image has one random rectangle '
+        'erased (on the device).',
+        check=(lambda v: 0 <= v <= 1, 'is a probability: use a value in '
+               '[0, 1]')),
     'mixup_alpha': Field(
-        0.0, 'Mixup: images and labels mixed with the '
-        'batch reversed, by Beta(alpha, alpha); 0: off.'),
+        0.0, 'Mixup: images and labels mixed with the batch reversed, by '
+        'Beta(alpha, alpha); 0: off.', check=_NON_NEGATIVE),
     'cutmix_alpha': Field(
-        0.0, 'CutMix: a box of the reversed batch pasted, '
-        'labels mixed by its area; 0: off. With both '
-        'alphas set, each step picks one at random.'),
+        0.0, 'CutMix: a box of the reversed batch pasted, labels mixed by its '
+        'area; 0: off. With both alphas set, each step picks one at random.',
+        check=_NON_NEGATIVE),
     'distillation_teacher': Field(
         '', "DeiT distillation: the workdir of a trained run (e.g. a "
         "CNN's) whose predictions teach the student's distillation token "
@@ -118,7 +130,8 @@ FIELDS: dict[str, Field] = {
         'at distillation_temperature (objectives.distillation).',
         ('hard', 'soft')),
     'distillation_temperature': Field(
-        1.0, "The soft target's temperature (DeiT: 1; Hinton et al.: 2-20)."),
+        1.0, "The soft target's temperature (DeiT: 1; Hinton et al.: 2-20).",
+        check=_POSITIVE),
     'locality_guidance_teacher': Field(
         '', 'Locality guidance: the workdir of a trained CNN run whose stage '
         "features the ViT's guided blocks imitate in training (needs "
@@ -131,42 +144,44 @@ FIELDS: dict[str, Field] = {
         ('last', 'best')),
     'locality_guidance_weight': Field(
         2.5, 'Locality guidance: the weight of the imitation loss, added to '
-        "the run's objective (cross-entropy, or DeiT's) (Li et al.: 2.5)."),
-    'pixel_mean': Field(RELEASED_PIXELS[0], 'Per-channel mean subtracted '
-                        'from pixels in [0, 1].'),
-    'pixel_std': Field(RELEASED_PIXELS[1], 'Per-channel std pixels are '
-                       'divided by.'),
+        "the run's objective (cross-entropy, or DeiT's) (Li et al.: 2.5).",
+        check=_NON_NEGATIVE),
+    'pixel_mean': Field(RELEASED_PIXELS[0],
+                        'Per-channel mean subtracted from pixels in [0, 1].'),
+    'pixel_std': Field(RELEASED_PIXELS[1],
+                       'Per-channel std pixels are divided by.'),
     # How long, and how often.
     'total_steps': Field(
-        0, 'Optimizer steps of the run; 0: num_epochs '
-        'epochs of the training split.'),
-    'num_epochs': Field(0, 'Length in epochs, used when total_steps is 0.'),
+        0, 'Optimizer steps of the run; 0: num_epochs epochs of the training '
+        'split.', check=_NON_NEGATIVE),
+    'num_epochs': Field(0, 'Length in epochs, used when total_steps is 0.',
+                        check=_NON_NEGATIVE),
     'warmup_steps': Field(
-        0, 'Linear warmup from 0, in steps; 0: '
-        'warmup_epochs epochs.'),
-    'warmup_epochs': Field(0, 'Warmup in epochs, used when warmup_steps is 0.'),
+        0, 'Linear warmup from 0, in steps; 0: warmup_epochs epochs.',
+        check=_NON_NEGATIVE),
+    'warmup_epochs': Field(0, 'Warmup in epochs, used when warmup_steps is 0.',
+                           check=_NON_NEGATIVE),
     'lr_decay': Field('cosine', 'Decay to 0 at the last step after warmup.',
                       ('cosine', 'linear')),
     'log_every_steps': Field(
-        0, 'Train metrics logged every N steps (and at '
-        'the last); 0: once an epoch.', may_change_on_resume=True),
+        0, 'Train metrics logged every N steps (and at the last); 0: once an '
+        'epoch.', may_change_on_resume=True, check=_NON_NEGATIVE),
     'eval_every_steps': Field(
-        0, 'Evaluated every N steps (and at the last); '
-        '0: once an epoch.', may_change_on_resume=True),
+        0, 'Evaluated every N steps (and at the last); 0: once an epoch.',
+        may_change_on_resume=True, check=_NON_NEGATIVE),
     'checkpoint_every_steps': Field(
-        0, 'Checkpointed every N steps (and at the '
-        'last, and on SIGTERM); 0: once an '
-        'epoch, at most every '
-        'checkpoint_min_seconds.', may_change_on_resume=True),
+        0, 'Checkpointed every N steps (and at the last, and on SIGTERM); 0: '
+        'once an epoch, at most every checkpoint_min_seconds.',
+        may_change_on_resume=True, check=_NON_NEGATIVE),
     'checkpoint_min_seconds': Field(
-        30.0, 'With checkpoint_every_steps 0, skip an epoch\'s checkpoint '
+        30.0, "With checkpoint_every_steps 0, skip an epoch's checkpoint "
         'while the newest is still written or began less than this long ago '
-        '(orbax\'s ContinuousCheckpointingPolicy; docs/training.md), so that '
+        "(orbax's ContinuousCheckpointingPolicy; docs/training.md), so that "
         'short epochs (a small model on a GPU) train, not save; the last '
         'step and a stop signal always save. 0: every epoch.',
-        may_change_on_resume=True),
+        may_change_on_resume=True, check=_NON_NEGATIVE),
     'keep_checkpoints': Field(2, 'Newest checkpoints kept in the workdir.',
-                              may_change_on_resume=True),
+                              may_change_on_resume=True, check=_POSITIVE),
     'keep_best_checkpoint': Field(
         False, 'Also keep the state of the evaluation with the best test '
         'accuracy, in workdir/best_checkpoint (checkpoints.best_checkpoint): '
@@ -176,22 +191,23 @@ FIELDS: dict[str, Field] = {
         0, 'Most train steps one compiled call runs, the data already on '
         'the devices (vit_jax.dispatch; the same steps, fewer calls); 0: 1 '
         "on a CPU, else the input's default, 32 on-device, 1 streaming.",
-        may_change_on_resume=True),
+        may_change_on_resume=True, check=_NON_NEGATIVE),
     # The optimizer.
-    'batch_size': Field(128, 'Global batch size, over all devices and '
-                        'processes.'),
+    'batch_size': Field(128,
+                        'Global batch size, over all devices and processes.',
+                        check=_POSITIVE),
     'grad_accumulation_steps': Field(
-        1, 'Micro-batches each batch is split '
-        'into (the same step, less memory).'),
+        1, 'Micro-batches each batch is split into (the same step, less '
+        'memory).', check=_POSITIVE),
     'eval_batch_size': Field(256, 'Global evaluation batch size.',
-                             may_change_on_resume=True),
+                             may_change_on_resume=True, check=_POSITIVE),
     'optimizer': Field('adamw', 'adamw, or sgd with momentum.',
                        ('adamw', 'sgd')),
-    'learning_rate': Field(1e-3, 'Peak learning rate.'),
+    'learning_rate': Field(1e-3, 'Peak learning rate.', check=_POSITIVE),
     'weight_decay': Field(
-        0.0, 'Weight decay: decoupled for adamw (optax\'s, '
-        'scaled by the learning rate), coupled (L2, '
-        'added to the gradient) for sgd.'),
+        0.0, "Weight decay: decoupled for adamw (optax's, scaled by the "
+        'learning rate), coupled (L2, added to the gradient) for sgd.',
+        check=_NON_NEGATIVE),
     'weight_decay_on': Field(
         'all', "The parameters weight decay applies to: 'all' (the study's), "
         "or 'kernels', the weight matrices and convolution kernels only, "
@@ -201,36 +217,36 @@ FIELDS: dict[str, Field] = {
     'adam_b2': Field(0.999, 'Adam beta2 (adamw).'),
     'momentum': Field(0.9, 'Momentum (sgd).'),
     'grad_clip_norm': Field(
-        0.0, 'Clip gradients to this global norm; 0: '
-        'no clipping.'),
-    'label_smoothing': Field(0.0, 'Label smoothing of the cross-entropy.'),
+        0.0, 'Clip gradients to this global norm; 0: no clipping.',
+        check=_NON_NEGATIVE),
+    'label_smoothing': Field(0.0, 'Label smoothing of the cross-entropy.',
+                             check=_FRACTION),
     'ema_decay': Field(
         0.0, 'Keep an exponential moving average of the parameters with '
-        'this decay (reached after 9 / (1 - decay) steps, as TensorFlow\'s '
-        'num_updates), and evaluate, export and analyze it as the run\'s '
-        'model (timm\'s ModelEma; DeiT: 0.99996); 0: none.'),
+        "this decay (reached after 9 / (1 - decay) steps, as TensorFlow's "
+        "num_updates), and evaluate, export and analyze it as the run's "
+        "model (timm's ModelEma; DeiT: 0.99996); 0: none.", check=_FRACTION),
     'seed': Field(
-        0, 'Seeds initialization, shuffling, augmentation, '
-        'dropout, and the subsets of a dataset ordered by class.'),
+        0, 'Seeds initialization, shuffling, augmentation, dropout, and the '
+        'subsets of a dataset ordered by class.'),
     # The machine.
     'fsdp': Field(
-        1, 'Devices each large parameter and optimizer-state array '
-        'is split over (fully sharded data parallel: the mesh\'s '
-        'fsdp axis); 1: every device holds all of them; -1: split '
-        'over all devices. The batch is split over every device '
-        'either way; a checkpoint restores onto any value.',
-        may_change_on_resume=True),
+        1, 'Devices each large parameter and optimizer-state array is split '
+        "over (fully sharded data parallel: the mesh's fsdp axis); 1: every "
+        'device holds all of them; -1: split over all devices. The batch is '
+        'split over every device either way; a checkpoint restores onto any '
+        'value.', may_change_on_resume=True),
     'cpu_devices': Field(
-        distributed.DEFAULT_CPU_DEVICES, 'Host devices the '
-        'batch is split over on a CPU (--cpu_devices '
-        'overrides).', may_change_on_resume=True),
-    'cpu_compiler_options': Field({}, 'XLA options the steps compile with on '
-                                  'a CPU, e.g. '
-                                  "{'xla_cpu_experimental_ynn_fusion_type': "
-                                  "''}.", may_change_on_resume=True),
+        distributed.DEFAULT_CPU_DEVICES, 'Host devices the batch is split '
+        'over on a CPU (--cpu_devices overrides).', may_change_on_resume=True,
+        check=_NON_NEGATIVE),
+    'cpu_compiler_options':
+        Field({}, 'XLA options the steps compile with on a CPU, e.g. '
+              "{'xla_cpu_experimental_ynn_fusion_type': ''}.",
+              may_change_on_resume=True),
     'compilation_cache_dir': Field(
         compilation_cache.DEFAULT_DIRECTORY, 'Where compiled programs are '
-        'kept for the next run of the same config (jax\'s persistent '
+        "kept for the next run of the same config (jax's persistent "
         'compilation cache; $JAX_COMPILATION_CACHE_DIR when set and this is '
         'the default); empty: off.', may_change_on_resume=True),
 }
@@ -242,76 +258,47 @@ FIELDS: dict[str, Field] = {
 # blocks' parameters, so its checkpoints hold another tree: it stays.)
 _OVERRIDES_MAY_CHANGE = ('remat', 'attention')
 
-_POSITIVE = ('batch_size', 'eval_batch_size', 'image_size', 'learning_rate',
-             'keep_checkpoints', 'grad_accumulation_steps',
-             'distillation_temperature')
-_NON_NEGATIVE = ('total_steps', 'num_epochs', 'warmup_steps', 'warmup_epochs',
-                 'steps_per_dispatch', 'log_every_steps', 'eval_every_steps',
-                 'checkpoint_every_steps', 'checkpoint_min_seconds',
-                 'train_examples', 'train_examples_per_file', 'test_examples',
-                 'weight_decay', 'grad_clip_norm', 'locality_guidance_weight',
-                 'cpu_devices', 'mixup_alpha', 'cutmix_alpha',
-                 'rand_augment_ops')
-_FRACTIONS = ('label_smoothing', 'ema_decay')
+# Epoch-counted fields and the step-counted fields that take their place
+# when set (`training.plan.step_plan`).
+_SET_IN_STEPS_BY = {
+    'num_epochs': 'total_steps', 'warmup_epochs': 'warmup_steps'
+}
 
 
 def defaults() -> ml_collections.ConfigDict:
   """A config holding every field at its default."""
-  config = ml_collections.ConfigDict()
-  for name, field in FIELDS.items():
-    config[name] = (ml_collections.ConfigDict(field.default) if isinstance(
-        field.default, dict) else field.default)
-  return config
-
-
-def _unknown_field_message(name: str) -> str:
-  close = difflib.get_close_matches(name, FIELDS, n=1)
-  hint = f' (did you mean {close[0]!r}?)' if close else ''
-  return (f'config.{name} is not a field of the config schema{hint}; the '
-          'fields are listed in vit_jax/config_schema.py.')
+  return ml_collections.ConfigDict({
+      name: field.default for name, field in FIELDS.items()
+  })
 
 
 def validate(config: ml_collections.ConfigDict, num_devices: int,
              training: bool = True):
-  """Raises ConfigError for a config that cannot run on `num_devices`; the
-  training batch's fields only when `training` (evaluation uses none).
-
-  Reads no data and compiles nothing; what only the data or the model can
-  tell (the dataset, the patch size) is checked where they are made.
-  """
+  """Raises ConfigError for a config that cannot run on `num_devices`, the
+  training batch's fields only when `training`; what only the data or the
+  model can tell (the dataset, the patch size) is checked where it is made."""
   for name in config.keys():
     if name not in FIELDS:
-      raise ConfigError(_unknown_field_message(name))
+      close = difflib.get_close_matches(name, FIELDS, n=1)
+      hint = f' (did you mean {close[0]!r}?)' if close else ''
+      raise ConfigError(f'config.{name} is not a field of the config schema'
+                        f'{hint}; the fields are listed in '
+                        'vit_jax/config_schema.py.')
   missing = [name for name in FIELDS if name not in config]
   if missing:
     raise ConfigError(f'The config lacks {", ".join(missing)}: start it from '
                       'vit_jax.config_schema.defaults().')
   for name, field in FIELDS.items():
-    if field.choices and config[name] not in field.choices:
-      raise ConfigError(f'config.{name}={config[name]!r}; use one of '
+    value = config[name]
+    if field.choices and value not in field.choices:
+      raise ConfigError(f'config.{name}={value!r}; use one of '
                         f'{field.choices}.')
-  for name in _POSITIVE:
-    if not config[name] > 0:
-      raise ConfigError(f'config.{name}={config[name]} must be positive.')
-  for name in _NON_NEGATIVE:
-    if not config[name] >= 0:  # NaN too
-      raise ConfigError(f'config.{name}={config[name]} must be >= 0.')
-  if config.input_workers < -1:
-    raise ConfigError(f'config.input_workers={config.input_workers}: use -1 '
-                      '(one per CPU core), 0 (threads) or a count.')
+    if field.check and not field.check[0](value):
+      raise ConfigError(f'config.{name}={value} {field.check[1]}.')
   if not config.total_steps and not config.num_epochs:
     raise ConfigError('Set config.total_steps or config.num_epochs: the run '
                       'has no length.')
-  if not 0 <= config.random_erasing <= 1:
-    raise ConfigError(f'config.random_erasing={config.random_erasing} is a '
-                      'probability: use a value in [0, 1].')
-  if not 0 <= config.rand_augment_magnitude <= 10:
-    raise ConfigError(f'config.rand_augment_magnitude='
-                      f'{config.rand_augment_magnitude}: use 0 to 10.')
   _check_teachers(config)
-  for name in _FRACTIONS:
-    if not 0 <= config[name] < 1:
-      raise ConfigError(f'config.{name}={config[name]} must be in [0, 1).')
   if config.fsdp != -1 and (config.fsdp < 1 or num_devices % config.fsdp):
     raise ConfigError(
         f'config.fsdp={config.fsdp} does not divide the {num_devices} '
@@ -322,69 +309,56 @@ def validate(config: ml_collections.ConfigDict, num_devices: int,
           f'config.{name}={config[name]} is not divisible by the '
           f'{num_devices} devices; use a multiple of {num_devices} (on a CPU, '
           'config.cpu_devices sets the number of devices).')
-  if not training:
-    return
   accumulation = config.grad_accumulation_steps
-  if config.batch_size % (accumulation * num_devices):
+  if training and config.batch_size % (accumulation * num_devices):
     raise ConfigError(
         f'config.grad_accumulation_steps={accumulation} must split '
         f'config.batch_size={config.batch_size} into micro-batches divisible '
         f'by the {num_devices} devices.')
 
 
-# Epoch-counted fields and the step-counted fields that take their place
-# when set (`training.plan.step_plan`).
-_SET_IN_STEPS_BY = {
-    'num_epochs': 'total_steps', 'warmup_epochs': 'warmup_steps'
-}
-
-
 def _check_teachers(config: ml_collections.ConfigDict):
   """Each teacher field with the student it needs, and the reverse."""
   has_token = bool(config.model_overrides.get('distillation_token', False))
-  if config.distillation_teacher and not has_token:
-    raise ConfigError(
-        f'config.distillation_teacher={config.distillation_teacher} needs a '
-        'student with a distillation token: add '
-        '--config.model_overrides.distillation_token=True (a ViT).')
-  if has_token and not config.distillation_teacher:
-    raise ConfigError(
-        'config.model_overrides.distillation_token=True needs a teacher: set '
-        '--config.distillation_teacher to the workdir of a trained run.')
   guided = bool(config.model_overrides.get('guided_blocks', ()))
-  if config.locality_guidance_teacher and not guided:
-    raise ConfigError(
-        f'config.locality_guidance_teacher={config.locality_guidance_teacher}'
-        ' needs a ViT with guided blocks: set --config.model_overrides.'
-        "guided_blocks (e.g. '(0, 3, 5)') and guidance_widths (the CNN's "
-        'stage widths).')
-  if guided and not config.locality_guidance_teacher:
-    raise ConfigError(
-        'config.model_overrides.guided_blocks is set but there is no CNN to '
-        'imitate: set --config.locality_guidance_teacher to the workdir of a '
-        'trained simple_cnn or small_resnet run.')
-  if (config.teacher_checkpoint == 'best' and
-      not config.distillation_teacher and not config.locality_guidance_teacher):
-    raise ConfigError(
-        "config.teacher_checkpoint='best' picks a teacher's checkpoint, and "
-        'this run has none: set --config.distillation_teacher or '
-        '--config.locality_guidance_teacher, or leave it at last.')
+  for wrong, message in (
+      (config.distillation_teacher and not has_token,
+       f'config.distillation_teacher={config.distillation_teacher} needs a '
+       'student with a distillation token: add '
+       '--config.model_overrides.distillation_token=True (a ViT).'),
+      (has_token and not config.distillation_teacher,
+       'config.model_overrides.distillation_token=True needs a teacher: set '
+       '--config.distillation_teacher to the workdir of a trained run.'),
+      (config.locality_guidance_teacher and not guided,
+       f'config.locality_guidance_teacher={config.locality_guidance_teacher} '
+       'needs a ViT with guided blocks: set '
+       "--config.model_overrides.guided_blocks (e.g. '(0, 3, 5)') and "
+       "guidance_widths (the CNN's stage widths)."),
+      (guided and not config.locality_guidance_teacher,
+       'config.model_overrides.guided_blocks is set but there is no CNN to '
+       'imitate: set --config.locality_guidance_teacher to the workdir of a '
+       'trained simple_cnn or small_resnet run.'),
+      (config.teacher_checkpoint == 'best' and
+       not config.distillation_teacher and not config.locality_guidance_teacher,
+       "config.teacher_checkpoint='best' picks a teacher's checkpoint, and "
+       'this run has none: set --config.distillation_teacher or '
+       '--config.locality_guidance_teacher, or leave it at last.')):
+    if wrong:
+      raise ConfigError(message)
 
 
 def comparable(value) -> Any:
-  """`value` as its JSON round trip gives it back (tuples as lists, nested
-  configs as dicts): a config's field and the same field read back from a
-  run's config.json compare equal."""
-  return json.loads(
-      json.dumps(value.to_dict() if isinstance(value, ml_collections.ConfigDict
-                                              ) else value))
+  """`value` as its JSON round trip gives it back (tuples as lists, configs as
+  dicts), to compare with a field read back from a run's config.json."""
+  if isinstance(value, ml_collections.ConfigDict):
+    value = value.to_dict()
+  return json.loads(json.dumps(value))
 
 
 def check_resumable(saved: dict, config, workdir) -> dict[str, tuple]:
   """Raises ConfigError when the run saved in `workdir` (its config.json,
   `saved`) differs from `config` in a field that changes what its
-  checkpoints mean; other fields (intervals, eval batch size, data_dir) may
-  change between a run and its resumption: returns those that did, as
+  checkpoints mean; returns the fields that may change and did, as
   {name: (saved value, this value)}."""
   changed, differ = {}, []
   for name, field in FIELDS.items():
