@@ -18,8 +18,6 @@ from tests.helpers import finished_run
 from vit_jax import config_schema
 from vit_jax import models
 
-MODELS = ('vit', 'simple_cnn', 'small_resnet')
-
 
 def _recipe_config(model, ingredients, epochs=100):
   """configs/data_efficient.py with a recipe's overrides applied."""
@@ -39,7 +37,7 @@ def _assert_same_training(config, reference):
   assert config == reference
 
 
-def test_the_teacher_keeps_its_best_checkpoint_and_the_rows_read_it():
+def test_the_recipes_configs():
   assert _recipe_config(recipes.TEACHER, ()).keep_best_checkpoint
   for model, ingredients in recipes.TEACHERS.values():
     assert _recipe_config(model, ingredients).keep_best_checkpoint
@@ -47,29 +45,22 @@ def test_the_teacher_keeps_its_best_checkpoint_and_the_rows_read_it():
   assert not _recipe_config('vit', recipes.BEST).keep_best_checkpoint
   config = _recipe_config('vit', recipes.BEST + ('best_teacher',))
   assert config.teacher_checkpoint == 'best'
-
-
-def test_stochastic_depth_grows_with_the_budget():
-  rates = [
+  # Stochastic depth grows with the budget.
+  assert [
       _recipe_config('vit', ('budget_stochastic_depth',),
                      epochs).model_overrides.stochastic_depth_rate
       for epochs in (30, 100, 300, 1000)
-  ]
-  assert rates == [0.048, 0.1, 0.148, 0.2]
-
-
-@pytest.mark.parametrize('model', MODELS)
-def test_the_study_recipe_is_the_study_config(model):
-  study = cifar_small.get_config(model)
-  _assert_same_training(_recipe_config(model, ()), study)
-
-
-@pytest.mark.parametrize('model', MODELS)
-def test_configs_data_efficient_is_the_full_recipe_without_distillation(model):
-  ingredients = (recipes.CUMULATIVE[-2]
-                 if model == 'vit' else recipes.CNN_AUGMENTED)
-  _assert_same_training(_recipe_config(model, ingredients),
-                        data_efficient.get_config(model))
+  ] == [0.048, 0.1, 0.148, 0.2]
+  # The study recipe is the study's config, and configs/data_efficient.py
+  # the full recipe without distillation.
+  for model in ('vit', 'simple_cnn', 'small_resnet'):
+    _assert_same_training(_recipe_config(model, ()),
+                          cifar_small.get_config(model))
+    _assert_same_training(
+        _recipe_config(
+            model, recipes.CUMULATIVE[-2]
+            if model == 'vit' else recipes.CNN_AUGMENTED),
+        data_efficient.get_config(model))
 
 
 def _value(config, key):
@@ -88,33 +79,27 @@ def test_each_ingredient_turns_on_what_the_study_leaves_off():
       assert _value(study, key) != value, (ingredient, key)
 
 
-def _flat(tree: dict, prefix: str = '') -> dict:
-  flat = {}
-  for key, value in tree.items():
-    if isinstance(value, dict):
-      flat.update(_flat(value, f'{prefix}{key}.'))
-    else:
-      flat[prefix + key] = value
-  return flat
-
-
-@pytest.mark.parametrize('levers', recipes.ROUND_THREE,
-                         ids=lambda levers: '+'.join(levers[2:]))
-def test_round_three_adds_levers_to_the_best_recipe(levers):
-  best, config = (_recipe_config('vit', ingredients)
-                  for ingredients in (recipes.BEST, levers))
-  for each in (best, config):  # the teachers the runner names (`SOURCES`)
-    each.distillation_teacher = each.locality_guidance_teacher = '/teacher'
-  config_schema.validate(config, num_devices=4)
-  before, after = _flat(best.to_dict()), _flat(config.to_dict())
-  changed = {key for key, value in after.items() if before.get(key) != value}
-  assert levers[:len(recipes.BEST)] == recipes.BEST
-  # A teacher of other stages changes the widths guidance imitates.
-  assert changed == {
-      key for lever in levers[len(recipes.BEST):]
-      for key in recipes.changes(lever, epochs=100)
-  } | ({'model_overrides.guidance_widths'}
-       if recipes.teacher(levers) != recipes.teacher(recipes.BEST) else set())
+def test_round_three_adds_levers_to_the_best_recipe():
+  best = _recipe_config('vit', recipes.BEST)
+  for levers in recipes.ROUND_THREE:
+    config = _recipe_config('vit', levers)
+    # The teachers the runner names (`SOURCES`).
+    config.distillation_teacher = config.locality_guidance_teacher = '/teacher'
+    config_schema.validate(config, num_devices=4)
+    # Only what the recipes override can differ.
+    changed = {
+        key for key in {
+            **recipes.recipe_overrides('vit', levers, 100),
+            **recipes.recipe_overrides('vit', recipes.BEST, 100)
+        } if _value(config, key) != _value(best, key)
+    }
+    assert levers[:len(recipes.BEST)] == recipes.BEST
+    # A teacher of other stages changes the widths guidance imitates.
+    assert changed == {
+        key for lever in levers[len(recipes.BEST):]
+        for key in recipes.changes(lever, epochs=100)
+    } | ({'model_overrides.guidance_widths'} if recipes.teacher(levers)
+         != recipes.teacher(recipes.BEST) else set()), levers
 
 
 def _sweep(capsys, *flags) -> dict[str, dict]:
@@ -131,25 +116,23 @@ def _sweep(capsys, *flags) -> dict[str, dict]:
   return printed
 
 
-def test_stage_one_holds_every_run_that_another_reads(capsys):
+def test_the_sweeps_stages_and_the_runs_each_reads(capsys):
   first, second = _sweep(capsys, '--stage=1'), _sweep(capsys, '--stage=2')
-  assert list(_sweep(capsys)) == list(first) + list(second)
-  assert len(first) + len(second) == 129
+  runs_ = _sweep(capsys)
+  assert list(runs_) == list(first) + list(second)
+  assert len(runs_) == 129
+  # Stage one holds every run that another reads, and reads none.
   fields = ('config.distillation_teacher', 'config.locality_guidance_teacher',
             'config.init_from')
-  read = {
+  assert {
       run[field].removeprefix('/w/') for run in second.values()
       for field in fields if field in run
-  }
-  assert read == set(first)
+  } == set(first)
   assert all(field not in run for run in first.values() for field in fields)
   # Each teacher keeps its best checkpoint, which 'best_teacher' reads.
   assert all(run['config.keep_best_checkpoint'] == 'True'
              for run in first.values() if run['model'] != 'vit')
-
-
-def test_each_run_reads_the_runs_of_its_budget_and_seed(capsys):
-  runs_ = _sweep(capsys)
+  # Each run reads the runs of its budget and seed.
   distilled = runs_[f'vit_{recipes.recipe_name(recipes.ALL)}_e30_seed2']
   assert distilled['config.distillation_teacher'] == (
       '/w/simple_cnn_study_e30_seed2')
@@ -175,25 +158,20 @@ def test_each_run_reads_the_runs_of_its_budget_and_seed(capsys):
   assert best['config.model_overrides.guidance_widths'] == str(
       recipes.STAGE_WIDTHS['small_resnet'])
 
-
-def test_the_committed_records_are_runs_of_the_sweep():
+  # The committed records are runs of the sweep; --missing prints the runs
+  # without one, and what they read.
   landed = runs.landed(summary.HERE / 'results.json', recipes.record_name)
-  planned = {recipes.run_name(*run) for run in sum(sweep.planned_runs(), [])}
-  assert landed and set(landed) <= planned
-
-
-def test_missing_prints_the_runs_without_a_record_and_what_they_read(capsys):
-  landed = runs.landed(summary.HERE / 'results.json', recipes.record_name)
+  assert landed and set(landed) <= set(runs_)
   missing = _sweep(capsys, '--missing')
-  second = _sweep(capsys, '--missing', '--stage=2')
-  assert set(second) == set(_sweep(capsys, '--stage=2')) - set(landed)
+  missing_second = _sweep(capsys, '--missing', '--stage=2')
+  assert set(missing_second) == set(second) - set(landed)
   # A teacher with a record trains again where a missing run reads it.
   assert 'small_resnet_study+trivial_augment_e300_seed0' in landed
   assert 'small_resnet_study+trivial_augment_e300_seed0' in missing
-  assert not set(missing) - set(second) - {
-      run[field].removeprefix('/w/') for run in second.values()
+  assert not set(missing) - set(missing_second) - {
+      run[field].removeprefix('/w/') for run in missing_second.values()
       for field in run if field.endswith(('_teacher', 'init_from'))
-  } - (set(_sweep(capsys)) - set(landed))
+  } - (set(runs_) - set(landed))
 
 
 def test_the_summary_reads_the_sweeps_runs_from_the_workdir(tmp_path):
@@ -238,30 +216,32 @@ def test_the_table_gives_each_vit_row_its_share_of_the_gap():
   assert rows['study+spt_lsa'][4] == '-5% (-1.0)'
 
 
-def test_the_answer_across_budgets_compares_the_best_vit_with_the_best_cnn(
-    tmp_path):
+def _seeds(model, recipe, accuracies, epochs=30):
+  return [{**_record(model, recipe, a, seed), 'epochs': epochs}
+          for seed, a in enumerate(accuracies)]
 
-  def seeds(model, recipe, accuracies, epochs):
-    return [{**_record(model, recipe, a, seed), 'epochs': epochs}
-            for seed, a in enumerate(accuracies)]
 
-  records = [
-      *seeds('small_resnet', 'study', [0.68, 0.67, 0.69], 30),
-      *seeds('simple_cnn', 'study', [0.66, 0.67, 0.68], 30),
-      *seeds('vit', 'study', [0.50, 0.51, 0.52], 30),
-      *seeds('vit', 'study+distillation', [0.60, 0.62, 0.64], 30),
-      # One lucky seed does not displace a mean over three.
-      *seeds('vit', 'study+distillation+ema', [0.65], 30),
-      *seeds('small_resnet', 'study', [0.73, 0.74, 0.72], 300),
-      *seeds('vit', 'study', [0.56], 300),
-      *seeds('vit', 'study+distillation', [0.73, 0.74, 0.75], 300)
-  ]
-  rows = budgets.best_rows(records)
+# Two budgets, several ViT recipes.
+BUDGETS = [
+    *_seeds('small_resnet', 'study', [0.68, 0.67, 0.69]),
+    *_seeds('simple_cnn', 'study', [0.66, 0.67, 0.68]),
+    *_seeds('vit', 'study', [0.50, 0.51, 0.52]),
+    *_seeds('vit', 'study+distillation', [0.60, 0.62, 0.64]),
+    # One lucky seed does not displace a mean over three.
+    *_seeds('vit', 'study+distillation+ema', [0.65]),
+    *_seeds('small_resnet', 'study', [0.73, 0.74, 0.72], 300),
+    *_seeds('vit', 'study', [0.56], 300),
+    *_seeds('vit', 'study+distillation', [0.73, 0.74, 0.75], 300)
+]
+
+
+def test_the_answer_across_budgets_compares_the_best_vit_with_the_best_cnn():
+  rows = budgets.best_rows(BUDGETS)
   assert list(rows) == [30, 300]
   assert rows[30]['vit'][0] == 'study+distillation'
   assert rows[30]['study'][0] == 'study'
   assert rows[300]['small_resnet'][0] == 'study'
-  lines = budgets.answer(records).splitlines()
+  lines = budgets.answer(BUDGETS).splitlines()
   assert lines[0].startswith(
       "- 30 epochs: the ViT's best, `study+distillation`, 62.0 ± 2.0 (n=3), "
       'against SmallResNet `study`, 68.0 ± 1.0 (n=3): -6.0 points')
@@ -273,28 +253,24 @@ def test_the_answer_across_budgets_compares_the_best_vit_with_the_best_cnn(
   assert '+1.0 points' in lines[1]
   assert lines[-1] == ('A pure ViT matches the best CNN, over three seeds, '
                        'at 300 epochs.')
-  budgets.plot(records, tmp_path / 'budgets.png')
-  assert (tmp_path / 'budgets.png').stat().st_size > 0
 
 
-@pytest.mark.parametrize('vit_recipes',
-                         [(), ('study',),
-                          ('study', 'study+distillation', 'study+spt_lsa')])
-def test_the_figures_draw_whole_at_any_number_of_vit_rows(
-    tmp_path, vit_recipes):
+def test_the_figures_draw_whole_at_any_number_of_vit_rows(tmp_path):
   """Before the ViT's runs land, with one, with several: matplotlib fits
   every title, label and legend (it warns where a layout cannot)."""
-  records = [
+  cnns = [
       _record('small_resnet', 'study', 0.71),
-      _record('simple_cnn', 'study', 0.66), *(_record('vit', recipe, 0.5)
-                                              for recipe in vit_recipes)
+      _record('simple_cnn', 'study', 0.66)
   ]
-  with warnings.catch_warnings():
-    warnings.simplefilter('error')
-    summary.plot(records, tmp_path / 'ablation.png')
-    budgets.plot(records, tmp_path / 'budgets.png')
-  assert (tmp_path / 'ablation.png').stat().st_size > 0
-  assert (tmp_path / 'budgets.png').stat().st_size > 0
+  for records in (cnns, cnns + [_record('vit', 'study', 0.5)], BUDGETS):
+    with warnings.catch_warnings():
+      warnings.simplefilter('error')
+      summary.plot(records, tmp_path / 'ablation.png')
+      budgets.plot(records, tmp_path / 'budgets.png')
+    assert (tmp_path / 'ablation.png').stat().st_size > 0
+    assert (tmp_path / 'budgets.png').stat().st_size > 0
+    (tmp_path / 'ablation.png').unlink()
+    (tmp_path / 'budgets.png').unlink()
 
 
 def test_labels_read_alone_when_the_previous_step_is_not_shown():

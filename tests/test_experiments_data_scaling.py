@@ -12,10 +12,11 @@ from experiments.data_scaling import sweep
 from tests.helpers import finished_run
 
 
-def _jpeg_dir(root, per_class=3, classes=('airplane', 'cat')):
-  for name in classes:
+def _jpeg_dir(root):
+  """Two classes of three images each."""
+  for name in ('airplane', 'cat'):
     (root / 'train' / name).mkdir(parents=True)
-    for i in range(per_class):
+    for i in range(3):
       (root / 'train' / name / f'{i:04d}.jpg').write_bytes(b'jpeg')
   (root / 'test').mkdir()
   return root
@@ -35,15 +36,11 @@ def test_subsets_are_class_balanced_nested_and_link_the_images(tmp_path):
           'train/cat/0001.jpg').resolve() == (jpeg /
                                               'train/cat/0001.jpg').resolve()
   assert (small / 'test').resolve() == (jpeg / 'test').resolve()
+  with pytest.raises(SystemExit, match='has 3 images, fewer than the 4'):
+    sweep.subset(jpeg, tmp_path / 'subsets', 40)
   # A finished subset is reused as it is.
   (jpeg / 'train/cat/0000.jpg').unlink()
   assert sweep.subset(jpeg, tmp_path / 'subsets', 10) == small
-
-
-def test_a_subset_larger_than_a_class_is_one_clear_error(tmp_path):
-  jpeg = _jpeg_dir(tmp_path / 'jpeg')
-  with pytest.raises(SystemExit, match='has 3 images, fewer than the 4'):
-    sweep.subset(jpeg, tmp_path / 'subsets', 40)
 
 
 def test_the_sweep_trains_the_study_recipe_on_each_subset(tmp_path, capsys):
@@ -67,24 +64,9 @@ def test_the_sweep_trains_the_study_recipe_on_each_subset(tmp_path, capsys):
       f'--config.data_dir={work}/data/cifar10_20'
   ]
   assert (work / 'data/cifar10_20/.complete').exists()
-
-
-@pytest.mark.parametrize('flags, error', [(['--sizes=15'], 'multiples of 10'),
-                                          (['--models=vit,mlp'], 'some of'),
-                                          (['--seeds=a'], "'a': use integers")])
-def test_bad_sweep_flags_are_one_clear_error(tmp_path, capsys, flags, error):
-  with pytest.raises(SystemExit):
-    sweep.main([
-        f'--jpeg_dir={_jpeg_dir(tmp_path / "jpeg")}',
-        f'--workdir={tmp_path / "work"}', *flags
-    ])
-  assert error in capsys.readouterr().err
-
-
-def test_missing_prints_only_the_runs_the_records_lack(tmp_path, capsys):
+  # --missing: only the runs the committed records lack (all of 10,000's).
   sweep.main([
-      f'--jpeg_dir={_jpeg_dir(tmp_path / "jpeg", 1000)}',
-      f'--workdir={tmp_path / "work"}', '--sizes=20,10000', '--missing'
+      f'--jpeg_dir={jpeg}', f'--workdir={work}', '--sizes=20,10000', '--missing'
   ])
   assert [
       line.split()[4].split('/')[-1]
@@ -93,6 +75,12 @@ def test_missing_prints_only_the_runs_the_records_lack(tmp_path, capsys):
       f'{model}_study_n20_seed0'
       for model in ('simple_cnn', 'small_resnet', 'vit')
   ]
+  for flags, error in ((['--sizes=15'], 'multiples of 10'), ([
+      '--models=vit,mlp'
+  ], 'some of'), (['--seeds=a'], "'a': use integers")):
+    with pytest.raises(SystemExit):
+      sweep.main([f'--jpeg_dir={jpeg}', f'--workdir={work}', *flags])
+    assert error in capsys.readouterr().err
 
 
 def test_crossover_interpolates_in_log_size():
@@ -105,14 +93,11 @@ def test_crossover_interpolates_in_log_size():
   # The gap goes from -10 to +10 points: halfway between, in log(size).
   assert model == 'simple_cnn'
   assert size == pytest.approx(math.sqrt(1000 * 4000))
-
-
-def test_no_crossover_where_the_vit_stays_behind():
-  curves = {
+  # None where the ViT stays behind.
+  assert not summary.crossovers({
       'vit': {1000: [0.4, 0.5], 4000: [0.6]},
       'small_resnet': {1000: [0.5], 4000: [0.61]}
-  }
-  assert not summary.crossovers(curves)
+  })
 
 
 def test_the_summary_reads_the_workdirs_into_the_table(tmp_path):
