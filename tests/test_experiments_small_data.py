@@ -24,7 +24,7 @@ def _printed(capsys, main, flags) -> list[str]:
   return capsys.readouterr().out.splitlines()
 
 
-def test_the_sweep_prints_every_model_recipe_seed_and_batch_size(capsys):
+def test_the_sweeps_print_every_run(capsys):
   lines = _printed(capsys, sweep.main, ['--workdir=/w', '--data_dir=/d'])
   assert len(lines) == 15
   assert shlex.split(lines[0]) == [
@@ -39,6 +39,13 @@ def test_the_sweep_prints_every_model_recipe_seed_and_batch_size(capsys):
       '--config.augment=True', '--config.seed=0', '--config.data_dir=/d',
       '--config.batch_size=256'
   ]
+  lines = _printed(capsys, finetune_sweep.main,
+                   ['--pretrained=/p', '--workdir=/w', '--data_dir=/d'])
+  assert [shlex.split(line)[3:] for line in lines] == [[
+      '--config=configs/finetune.py', f'--workdir=/w/finetune_{size}',
+      '--config.init_from=/p', f'--config.image_size={size}',
+      '--config.data_dir=/d'
+  ] for size in (48, 32)]
 
 
 def _finished(directory, model, augment, seed, batch_size, accuracies):
@@ -89,14 +96,7 @@ def test_the_summary_reads_the_workdirs_into_its_tables(tmp_path, monkeypatch):
   assert (tmp_path / 'curves.png').stat().st_size > 0
 
 
-def test_the_finetune_sweep_and_its_summary(tmp_path, capsys):
-  lines = _printed(capsys, finetune_sweep.main,
-                   ['--pretrained=/p', '--workdir=/w', '--data_dir=/d'])
-  assert [shlex.split(line)[3:] for line in lines] == [[
-      '--config=configs/finetune.py', f'--workdir=/w/finetune_{size}',
-      '--config.init_from=/p', f'--config.image_size={size}',
-      '--config.data_dir=/d'
-  ] for size in (48, 32)]
+def test_the_finetune_summary(tmp_path):
   measured = {
       'epochs': 10, 'best_test_accuracy': 0.52, 'final_test_accuracy': 0.511,
       'final_train_accuracy': 0.606
