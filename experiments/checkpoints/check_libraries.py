@@ -19,17 +19,11 @@ import tempfile
 
 from absl import app
 from absl import flags
-
-HERE = pathlib.Path(__file__).resolve().parent
-REPO = HERE.parent.parent
-if sys.path[0] != str(REPO):
-  sys.path.insert(0, str(REPO))  # this checkout's vit_jax, not an installed one
-
-# pylint: disable=g-import-not-at-top,wrong-import-position
 import flax
 import jax
 import numpy as np
 
+from experiments import runs
 from vit_jax import models
 from vit_jax.checkpoints import export
 from vit_jax.checkpoints import reading
@@ -37,8 +31,9 @@ from vit_jax.formats import npz
 from vit_jax.formats import safetensors_file
 from vit_jax.runtime import files
 from vit_jax.runtime import stop_signals
-# pylint: enable=g-import-not-at-top,wrong-import-position
 
+HERE = pathlib.Path(__file__).resolve().parent
+REPO = HERE.parent.parent
 FLAGS = flags.FLAGS
 flags.DEFINE_string(
     'torch_python', None, 'Python of a venv with torch, timm, transformers and '
@@ -264,25 +259,24 @@ def _cell(row: dict, key: str) -> str:
 
 
 def table(record: dict) -> str:
-  lines = [
-      '| direction | model | logits, max rel. diff | top-1 agree | '
-      'with exact GELU | with LayerNorm eps 1e-12 | '
-      "with the official stem's epsilons |",
-      '| --- | --- | --- | --- | --- | --- | --- |'
-  ]
+  rows = []
   for row in record['rows']:
-    key = ('tanh GELU, eps 1e-6 (as exported)'
-           if row['direction'] == 'out' else 'tanh GELU, eps 1e-6 (as saved)')
-    direction = ('vit_jax -> ' + row['library'] if row['direction'] == 'out'
-                 else row['library'] + ' -> vit_jax')
-    lines.append(
-        f'| {direction} | {row["model"]} | {_cell(row, key)} | '
-        f'{row[key]["top1_agree"]}/{NUM_IMAGES} | '
-        f'{_cell(row, "exact GELU")} | {_cell(row, "LayerNorm eps 1e-12")} | '
-        f'{_cell(row, OFFICIAL_STEM)}' +
+    out = row['direction'] == 'out'
+    key = f'tanh GELU, eps 1e-6 (as {"exported" if out else "saved"})'
+    rows.append([
+        f'vit_jax -> {row["library"]}'
+        if out else f'{row["library"]} -> vit_jax', row['model'],
+        _cell(row, key), f'{row[key]["top1_agree"]}/{NUM_IMAGES}',
+        _cell(row, 'exact GELU'),
+        _cell(row, 'LayerNorm eps 1e-12'),
+        _cell(row, OFFICIAL_STEM) +
         (f' (float32 rounding: {row["float32_rounding"]:.1e})'
-         if 'float32_rounding' in row else '') + ' |')
-  return '\n'.join(lines)
+         if 'float32_rounding' in row else '')
+    ])
+  return runs.markdown_table([
+      'direction', 'model', 'logits, max rel. diff', 'top-1 agree',
+      'with exact GELU', 'with LayerNorm eps 1e-12', OFFICIAL_STEM
+  ], rows)
 
 
 if __name__ == '__main__':

@@ -9,6 +9,7 @@ REQUEST.json: {"images": a .safetensors of NHWC float32 `images`, "exports":
 versions, every model's logits and how each was loaded.
 """
 
+import functools
 import json
 import os
 import pathlib
@@ -130,35 +131,33 @@ def _native(name: str, directory: pathlib.Path, images) -> dict:
         act_layer='gelu_tanh', num_classes=10,
         **(dict(class_token=False, global_pool='avg', fc_norm=False)
            if gap else {}))
-    heads = 3 if gap else 6
-    _perturb(model, generator)
-    model.eval()
-    save_for_hf(model, str(directory), model_args={'num_heads': heads},
-                safe_serialization=True)
-    logits = _logits(model, images)
-    # The folder is timm's own: timm reads it back to the same logits.
-    again = timm.create_model(f'local-dir:{directory}', pretrained=True).eval()
-    reread = _logits(again, images)
+    save = functools.partial(save_for_hf, model, str(directory),
+                             model_args={'num_heads': 3 if gap else 6},
+                             safe_serialization=True)
+    reread = functools.partial(timm.create_model, f'local-dir:{directory}',
+                               pretrained=True)
   else:
     import transformers  # pylint: disable=g-import-not-at-top
-    config = transformers.ViTConfig(
-        hidden_size=384, num_hidden_layers=12, num_attention_heads=6,
-        intermediate_size=1536, hidden_act='gelu_pytorch_tanh',
-        layer_norm_eps=1e-6, num_labels=10, image_size=224, patch_size=16)
-    model = transformers.ViTForImageClassification(config)
-    _perturb(model, generator)
-    model.eval()
-    model.save_pretrained(str(directory), safe_serialization=True)
-    logits = _logits(model, images)
-    again = transformers.ViTForImageClassification.from_pretrained(
-        str(directory)).eval()
-    reread = _logits(again, images)
-  rereads_equal = reread == logits
+    model = transformers.ViTForImageClassification(
+        transformers.ViTConfig(
+            hidden_size=384, num_hidden_layers=12, num_attention_heads=6,
+            intermediate_size=1536, hidden_act='gelu_pytorch_tanh',
+            layer_norm_eps=1e-6, num_labels=10, image_size=224, patch_size=16))
+    save = functools.partial(model.save_pretrained, str(directory),
+                             safe_serialization=True)
+    reread = functools.partial(
+        transformers.ViTForImageClassification.from_pretrained, str(directory))
+  _perturb(model, generator)
+  model.eval()
+  save()
+  logits = _logits(model, images)
+  # The folder is the library's own: it reads it back to the same logits.
+  rereads_identically = _logits(reread().eval(), images) == logits
+  library, description = NATIVE[name]
   answer = {
-      'dir': str(directory), 'library': NATIVE[name]
-                                        [0], 'description': NATIVE[name][1],
+      'dir': str(directory), 'library': library, 'description': description,
       'logits': logits, 'files': sorted(p.name for p in directory.iterdir()),
-      'library_rereads_identically': rereads_equal
+      'library_rereads_identically': rereads_identically
   }
   if hasattr(getattr(model, 'patch_embed', None), 'backbone'):
     _official_stem(model)
