@@ -135,8 +135,8 @@ SOURCES = {
             ('init_from', ('vit', ('mae_pretraining',))),
 }
 # The budget of the run a source names where it is not the reader's, by
-# the reader's budget: `long_mae` reads the next budget's pre-training
-# (`at_budget` for the longest).
+# the reader's budget: `long_mae` reads the next budget's pre-training (the
+# longest budget has none longer: its rows fine-tune with `mae`).
 SOURCE_EPOCHS = {'long_mae': {30: 100, 100: 300, 300: 1000}}
 # The teacher runs keep their best evaluation's state, for 'best_teacher'.
 TEACHER_OVERRIDES = {'keep_best_checkpoint': True}
@@ -170,15 +170,6 @@ def source_runs(ingredients: tuple[str, ...], epochs: int,
           epochs)
       sources.append((field, model, read, read_at, seed))
   return sources
-
-
-def at_budget(ingredients: tuple[str, ...], epochs: int) -> tuple[str, ...]:
-  """A recipe as a run of `epochs` trains it: `long_mae` is `mae` at a
-  budget `SOURCE_EPOCHS` names no longer pre-training for (1,000 epochs,
-  which a recipe ranked at a shorter budget may reach)."""
-  if 'long_mae' in ingredients and epochs not in SOURCE_EPOCHS['long_mae']:
-    return tuple('mae' if name == 'long_mae' else name for name in ingredients)
-  return ingredients
 
 
 # The ingredient of runs that only other runs read, not ranked among the
