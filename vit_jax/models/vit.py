@@ -175,13 +175,8 @@ class VisionTransformer(nn.Module):
                                          dtype=self.dtype)
 
   def _encoder(self) -> Encoder:
-    block = BlockConfig(mlp_dim=self.mlp_dim, num_heads=self.num_heads,
-                        dropout_rate=self.dropout_rate,
-                        attention_dropout_rate=self.attention_dropout_rate,
-                        dtype=self.dtype, attention=self.attention,
-                        locality=self.locality_attention,
-                        mimetic_init=self.mimetic_init)
-    return Encoder(num_layers=self.num_layers, block=block, posemb=self.posemb,
+    return Encoder(num_layers=self.num_layers, block=BlockConfig.of(self),
+                   posemb=self.posemb,
                    stochastic_depth_rate=self.stochastic_depth_rate,
                    remat=self.remat, scan=self.scan, name=names.ENCODER)
 

@@ -18,7 +18,7 @@ Dtype = Any
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class BlockConfig:
-  """What every encoder block of a model is made with."""
+  """What every encoder block of a model is made with, named as the ViT's fields."""
 
   mlp_dim: int
   num_heads: int
@@ -26,8 +26,16 @@ class BlockConfig:
   attention_dropout_rate: float = 0.0
   dtype: Dtype = jnp.float32
   attention: str = 'auto'
-  locality: bool = False
+  locality_attention: bool = False
   mimetic_init: bool = False
+
+  @classmethod
+  def of(cls, model: Any) -> 'BlockConfig':
+    """The block fields of `model` (a ViT), read by name."""
+    return cls(**{
+        field.name: getattr(model, field.name)
+        for field in dataclasses.fields(cls)
+    })
 
 
 class Encoder1DBlock(nn.Module):
@@ -43,7 +51,7 @@ class Encoder1DBlock(nn.Module):
     x = MultiHeadSelfAttention(
         num_heads=config.num_heads, dropout_rate=config.attention_dropout_rate,
         dtype=config.dtype, attention=config.attention,
-        locality=config.locality, mimetic_init=config.mimetic_init,
+        locality=config.locality_attention, mimetic_init=config.mimetic_init,
         name=names.ATTENTION)(x, deterministic=deterministic)
     x = Dropout(config.dropout_rate)(x, deterministic=deterministic)
     x = DropPath(self.drop_path_rate,
