@@ -17,41 +17,39 @@ from experiments.data_efficiency import recipes as r
 
 HERE = pathlib.Path(__file__).resolve().parent
 CNNS = ('simple_cnn', 'small_resnet')
+
+
+def _vit(recipes: list[tuple[str, ...]]) -> list[tuple]:
+  return [('vit', ingredients) for ingredients in recipes]
+
+
 _CNN_ROWS = [
     (model, ingredients) for model in CNNS
     for ingredients in [r.CUMULATIVE[0], r.CNN_AUGMENTED] + r.CNN_ROUND_THREE
 ]
-_VIT_ROWS = [('vit', ingredients)
-             for ingredients in r.CUMULATIVE + r.ON_STUDY + r.ROUND_TWO]
-_TOP_VIT = [
-    BEST_TA := r.BEST + ('trivial_augment', 'resnet_teacher'),
-    BEST_TA + ('mae',), BEST_TA + ('long_mae',)
-]
+_CNN_STUDY = [(model, ()) for model in CNNS]
+_VIT_ROWS = _vit(r.CUMULATIVE + r.ON_STUDY + r.ROUND_TWO)
+BEST_TA = r.BEST + ('trivial_augment', 'resnet_teacher')
+_TOP_VIT = [BEST_TA, BEST_TA + ('mae',), BEST_TA + ('long_mae',)]
+_RESNET_TA = ('small_resnet', ('trivial_augment',))
 # Per budget: its rows, and those of them with seeds 1 and 2 besides 0 (the
 # rows the conclusion rests on, as seed 0 ranked them). The long budgets
 # train the best rows of the last comparison budget: at 300 epochs the two
 # best ViT recipes and each CNN's best; at 1,000 the best ViT recipe and
 # the best CNN, seed 0.
 ROWS = {
-    30: (_VIT_ROWS + _CNN_ROWS +
-         [('vit', ingredients) for ingredients in r.ROUND_THREE_FIRST_BUDGET],
-         [('vit', ingredients)
-          for ingredients in ((), ('distillation',), r.BEST, r.ALL,
-                              ('locality_guidance', 'mae'),
-                              ('locality_guidance', 'long_mae'), r.BEST +
-                              ('long_mae',))] + [(model, ())
-                                                 for model in CNNS]),
-    100: (_VIT_ROWS + _CNN_ROWS + [('vit', levers) for levers in r.ROUND_THREE],
-          [('vit', ingredients)
-           for ingredients in ((), ('distillation',), r.BEST, r.ALL, r.BEST +
-                               ('soft_distillation',), r.BEST +
-                               ('trivial_augment',), *_TOP_VIT)] +
-          [(model, ())
-           for model in CNNS] + [('small_resnet', ('trivial_augment',))]), 300:
-               ([('simple_cnn', ()), ('small_resnet', ('trivial_augment',)),
-                 ('vit', _TOP_VIT[2]), ('vit', _TOP_VIT[1])], 'all'), 1000:
-                     ([('small_resnet', ('trivial_augment',)),
-                       ('vit', _TOP_VIT[1])], []),
+    30: (_VIT_ROWS + _CNN_ROWS + _vit(r.ROUND_THREE_FIRST_BUDGET),
+         _vit([(),
+               ('distillation',), r.BEST, r.ALL, ('locality_guidance', 'mae'),
+               ('locality_guidance', 'long_mae'), r.BEST + ('long_mae',)]) +
+         _CNN_STUDY),
+    100: (_VIT_ROWS + _CNN_ROWS + _vit(r.ROUND_THREE),
+          _vit([(), ('distillation',), r.BEST, r.ALL, r.BEST +
+                ('soft_distillation',), r.BEST +
+                ('trivial_augment',), *_TOP_VIT]) + _CNN_STUDY + [_RESNET_TA]),
+    300: ([('simple_cnn', ()), _RESNET_TA, ('vit', _TOP_VIT[2]),
+           ('vit', _TOP_VIT[1])], 'all'), 1000:
+               ([_RESNET_TA, ('vit', _TOP_VIT[1])], []),
 }
 
 
