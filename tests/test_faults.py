@@ -38,6 +38,7 @@ from vit_jax.checkpoints import reading
 from vit_jax.checkpoints import run_checkpoints
 from vit_jax.data import sources
 from vit_jax.errors import CheckpointError
+from vit_jax.errors import ConfigError
 from vit_jax.errors import DatasetError
 from vit_jax.errors import TrainingDivergedError
 from vit_jax.errors import WorkdirError
@@ -46,6 +47,54 @@ from vit_jax.formats import params as params_lib
 from vit_jax.runtime import command
 from vit_jax.runtime import preemption
 from vit_jax.training import train
+
+_NAMES = {signal.SIGTERM: 'SIGTERM', signal.SIGINT: 'Ctrl-C'}
+
+
+@pytest.fixture
+def run(uninterrupted, tmp_path):
+  """A `_Run` of the uninterrupted run's config in `tmp_path / 'run'`."""
+  return _Run(*uninterrupted, tmp_path)
+
+
+class _Run:
+  """`python -m vit_jax.main` processes of `process_test_config` on one
+  workdir, and the uninterrupted run they must end as."""
+
+  def __init__(self, data_dir, reference, tmp_path):
+    self.data_dir, self.reference, self.tmp_path = data_dir, reference, tmp_path
+    self.config_file = write_process_config(tmp_path, data_dir)
+    self.workdir = tmp_path / 'run'
+
+  def start(self, log: str, *flags, **kwargs) -> subprocess.Popen:
+    return start_main(self.config_file, self.workdir, self.tmp_path / log,
+                      *flags, **kwargs)
+
+  def output(self, log: str) -> str:
+    return (self.tmp_path / log).read_text()
+
+  def stop(self, process, signum, log: str) -> tuple[int, str]:
+    """Sends `signum`; the exit status (within 60 s) and the output."""
+    process.send_signal(signum)
+    return process.wait(timeout=60), self.output(log)
+
+  def finish(self, log: str, *flags) -> str:
+    """The output of a run to the end, which must succeed."""
+    process = self.start(log, *flags)
+    assert process.wait(timeout=120) == 0, self.output(log)[-3000:]
+    return self.output(log)
+
+  def ends_identical(self) -> bool:
+    return without_timings(history(self.workdir)) == without_timings(
+        history(self.reference))
+
+  def steps_saved(self) -> list[int]:
+    return run_checkpoints.RunCheckpoints(self.workdir / 'checkpoints').steps()
+
+
+def _error_lines(output: str) -> list[str]:
+  return [line for line in output.splitlines() if line.startswith('error:')]
+
 
 # ------------------------------------------------------------ full disk ---
 
@@ -71,30 +120,27 @@ def _fill(directory: pathlib.Path) -> pathlib.Path:
 
 @pytest.mark.slow  # 9 s, root only
 def test_a_full_disk_stops_the_run_at_once_in_one_line_and_loses_nothing(
-    uninterrupted, small_disk, tmp_path):
-  data_dir, reference = uninterrupted
-  config_file = write_process_config(tmp_path, data_dir)
-  workdir, log = small_disk / 'run', tmp_path / 'log'
-  process = start_main(config_file, workdir, log)
-  while not (workdir / 'checkpoints' / '8').is_dir():
-    assert process.poll() is None, log.read_text()[-3000:]
+    run, small_disk):
+  run.workdir = small_disk / 'run'
+  process = run.start('log')
+  while not (run.workdir / 'checkpoints' / '8').is_dir():
+    assert process.poll() is None, run.output('log')[-3000:]
     time.sleep(0.01)
   filler = _fill(small_disk)
   filled = time.monotonic()
   assert process.wait(timeout=60) == 1
   assert time.monotonic() - filled < 30
-  output = log.read_text()
-  errors = [line for line in output.splitlines() if line.startswith('error:')]
+  output = run.output('log')
+  errors = _error_lines(output)
   assert len(errors) == 1 and errors[0].startswith(
-      f'error: Saving a checkpoint in {workdir / "checkpoints"} failed (')
+      f'error: Saving a checkpoint in {run.workdir / "checkpoints"} failed (')
   assert 'Free space there' in errors[0]
   assert 'Traceback' not in output
   assert len(output.splitlines()) < 60
 
   filler.unlink()  # space freed: the rerun resumes and loses nothing
-  train.train_and_evaluate(process_test_config(data_dir), workdir)
-  assert without_timings(history(workdir)) == without_timings(
-      history(reference))
+  train.train_and_evaluate(process_test_config(run.data_dir), run.workdir)
+  assert run.ends_identical()
 
 
 # ----------------------------------------------------- damaged checkpoints ---
@@ -141,26 +187,23 @@ def _truncate_history(step_dir):
     pytest.param(_truncate_history, marks=pytest.mark.slow)
 ], ids=lambda damage: damage.__name__.strip('_'))
 def test_a_damaged_latest_checkpoint_is_skipped_and_nothing_is_lost(
-    uninterrupted, tmp_path, damage, caplog):
-  data_dir, reference = uninterrupted
-  workdir = tmp_path / 'run'
-  shutil.copytree(reference, workdir)
-  damage(workdir / 'checkpoints' / '40')
+    run, damage, caplog):
+  shutil.copytree(run.reference, run.workdir)
+  damage(run.workdir / 'checkpoints' / '40')
 
   caplog.set_level('INFO')
-  train.train_and_evaluate(process_test_config(data_dir), workdir)
+  train.train_and_evaluate(process_test_config(run.data_dir), run.workdir)
   warnings = [
       r.getMessage() for r in caplog.records
       if r.levelname == 'WARNING' and 'Skipping' in r.getMessage()
   ]
   assert len(warnings) == 1
   assert warnings[0].startswith(
-      f'Skipping checkpoint {workdir / "checkpoints" / "40"}, which cannot be '
-      'restored (')
+      f'Skipping checkpoint {run.workdir / "checkpoints" / "40"}, which cannot '
+      'be restored (')
   assert 'Resumed from' in caplog.text and 'at step 36' in caplog.text
-  assert (workdir / 'checkpoints' / '40.unrestorable').is_dir()
-  assert without_timings(history(workdir)) == without_timings(
-      history(reference))
+  assert (run.workdir / 'checkpoints' / '40.unrestorable').is_dir()
+  assert run.ends_identical()
 
 
 # ------------------------------------------------------------- outputs ---
@@ -190,28 +233,42 @@ def _final_state(workdir):
         args=ocp.args.Composite(state=ocp.args.StandardRestore())).state
 
 
-def test_killed_with_sigkill_mid_epoch_the_rerun_ends_identical_in_every_file(
-    uninterrupted, tmp_path):
-  data_dir, reference = uninterrupted
-  config_file = write_process_config(tmp_path, data_dir)
-  workdir, log = tmp_path / 'run', tmp_path / 'log'
-  process = start_main(config_file, workdir, log)
-  wait_for_step(process, workdir, 10)  # 5 steps an epoch: checkpoint 8 is
-  process.send_signal(signal.SIGKILL)  # mid-epoch and mid logging interval
-  assert process.wait() == -signal.SIGKILL
-  assert not (workdir / 'summary.json').exists()
+def test_a_second_run_is_refused_and_the_first_killed_mid_epoch_resumes_identical(
+    run):
+  """The second starts 0.5 s after the first, as close as a requeued job
+  and the old one come, and is refused before it writes anything; the
+  first, killed with kill -9, leaves its lock to the rerun, which ends as
+  an uninterrupted run in every file."""
+  processes = [run.start('log0')]
+  time.sleep(0.5)
+  processes.append(run.start('log1'))
+  while all(p.poll() is None for p in processes):
+    time.sleep(0.01)
+  # Whichever reached the lock first runs; the other is refused.
+  loser = next(i for i, p in enumerate(processes) if p.poll() is not None)
+  winner = processes[1 - loser]
+  output = run.output(f'log{loser}')
+  assert processes[loser].returncode == 1, output[-3000:]
+  assert len(_error_lines(output)) == 1
+  assert _error_lines(output)[0].startswith(
+      f'error: The workdir {run.workdir} is in use by another run (process '
+      f'{winner.pid} on ')
+  assert 'Traceback' not in output
 
-  rerun = start_main(config_file, workdir, tmp_path / 'log2')
-  assert rerun.wait(timeout=120) == 0, (tmp_path / 'log2').read_text()[-3000:]
-  assert 'Resumed from' in (tmp_path / 'log2').read_text()
-  assert without_timings(history(workdir)) == without_timings(
-      history(reference))
-  jax.tree.map(np.testing.assert_array_equal, _final_state(workdir),
-               _final_state(reference))
-  logged = [r['step'] for r in history(reference) if 'train_loss' in r]
-  assert _tensorboard_steps(workdir, 'loss/train') == logged
-  for line in (workdir / 'metrics.jsonl').read_text().splitlines():
+  wait_for_step(winner, run.workdir, 10)  # 5 steps an epoch: checkpoint 8 is
+  winner.send_signal(signal.SIGKILL)  # mid-epoch and mid logging interval
+  assert winner.wait() == -signal.SIGKILL
+  assert not (run.workdir / 'summary.json').exists()
+
+  assert 'Resumed from' in run.finish('rerun')
+  assert run.ends_identical()
+  jax.tree.map(np.testing.assert_array_equal, _final_state(run.workdir),
+               _final_state(run.reference))
+  logged = [r['step'] for r in history(run.reference) if 'train_loss' in r]
+  assert _tensorboard_steps(run.workdir, 'loss/train') == logged
+  for line in (run.workdir / 'metrics.jsonl').read_text().splitlines():
     json.loads(line, parse_constant=pytest.fail)  # strict: no NaN
+  assert (run.workdir / 'lock').read_text() == ''  # let go
 
 
 def test_a_diverged_test_loss_stops_and_says_no_checkpoint_exists(tmp_path):
@@ -303,140 +360,69 @@ def test_a_crafted_cifar_pickle_is_refused_unrun(tmp_path, monkeypatch):
   assert not (tmp_path / 'pwned').exists()
 
 
-# ---------------------------------------------------- processes and hosts ---
+# -------------------------------------------------------- stop signals ---
 
 
-@pytest.mark.slow  # 13 s
-def test_sigterm_to_the_process_group_with_input_workers_saves_and_exits_75(
-    uninterrupted, tmp_path):
-  """SLURM signals every process of a job step: the grain workers too."""
-  data_dir, _ = uninterrupted
-  config_file = write_process_config(tmp_path, data_dir)
-  workdir, log = tmp_path / 'run', tmp_path / 'log'
-  process = start_main(config_file, workdir, log,
-                       '--config.input_pipeline=streaming',
-                       '--config.input_workers=2',
-                       '--config.checkpoint_every_steps=100', new_session=True)
-  wait_for_step(process, workdir, 5)
-  os.killpg(process.pid, signal.SIGTERM)
-  assert process.wait(
-      timeout=60) == preemption.PREEMPTED_EXIT_STATUS, (log.read_text()[-3000:])
-  assert 'Preempted (SIGTERM): saved a checkpoint of step' in log.read_text()
-  assert 'Traceback' not in log.read_text()
+def _assert_stopped_cleanly(status: int, output: str):
+  assert status == preemption.PREEMPTED_EXIT_STATUS, output[-3000:]
+  assert 'Traceback' not in output and not _error_lines(output)
 
 
-@pytest.mark.slow  # 15 s
-def test_when_one_process_dies_the_other_exits_in_bounded_time(
-    uninterrupted, tmp_path):
-  data_dir, _ = uninterrupted
-  config_file = write_process_config(tmp_path, data_dir)
-  workdir = tmp_path / 'run'
-  processes, logs = start_two_processes(
-      config_file, workdir, tmp_path, '--config.total_steps=2000',
-      '--config.checkpoint_every_steps=5000', '--config.eval_every_steps=5000',
-      '--lost_process_timeout=5')
-  wait_for_step(processes[0], workdir, 3)
-  processes[1].send_signal(signal.SIGKILL)
-  killed = time.monotonic()
-  codes = wait_all(processes, timeout=60)
-  assert codes[1] == -signal.SIGKILL
-  assert codes[0] == 1, logs[0].read_text()[-3000:]
-  assert time.monotonic() - killed < 30
-  output = logs[0].read_text()
-  errors = [line for line in output.splitlines() if line.startswith('error:')]
-  assert len(errors) == 1 and 'process 1' in errors[0], output[-3000:]
-
-
-# ------------------------- one writer per workdir; Ctrl-C; signals at start-up
-
-
-def _error_lines(output: str) -> list[str]:
-  return [line for line in output.splitlines() if line.startswith('error:')]
-
-
-def test_a_second_run_on_a_workdir_in_use_is_refused_and_the_first_ends_intact(
-    uninterrupted, tmp_path):
-  data_dir, reference = uninterrupted
-  config_file = write_process_config(tmp_path, data_dir)
-  workdir = tmp_path / 'run'
-  first = start_main(config_file, workdir, tmp_path / 'log1')
-  time.sleep(0.5)  # as close as a requeued job and the old one come
-  second = start_main(config_file, workdir, tmp_path / 'log2')
-  codes = wait_all([first, second], timeout=180)
-  # Whichever reached the lock first runs; the other is refused.
-  winner, loser = (0, 1) if codes[0] == 0 else (1, 0)
-  assert sorted(codes) == [0, 1], [
-      p.read_text()[-2000:] for p in (tmp_path / 'log1', tmp_path / 'log2')
-  ]
-  output = (tmp_path / f'log{loser + 1}').read_text()
-  holder = (first, second)[winner].pid
-  assert _error_lines(output) == [
-      line for line in output.splitlines() if 'in use' in line
-  ]
-  assert len(_error_lines(output)) == 1
-  assert _error_lines(output)[0].startswith(
-      f'error: The workdir {workdir} is in use by another run (process '
-      f'{holder} on ')
-  assert 'Traceback' not in output
-  assert without_timings(history(workdir)) == without_timings(
-      history(reference))
-  assert (workdir / 'lock').read_text() == ''  # let go
-
-
-@pytest.mark.parametrize(
-    'signum',
-    [
-        pytest.param(signal.SIGTERM, marks=pytest.mark.slow),  # 11 s
-        signal.SIGINT
-    ],
-    ids=['SIGTERM', 'Ctrl-C'])
-def test_a_stop_signal_saves_the_step_exits_75_and_the_rerun_ends_identical(
-    uninterrupted, tmp_path, signum):
-  data_dir, reference = uninterrupted
-  config_file = write_process_config(tmp_path, data_dir)
-  workdir, log = tmp_path / 'run', tmp_path / 'log'
+@pytest.mark.parametrize('at_start_up, while_training', [
+    (signal.SIGTERM, signal.SIGINT),
+    pytest.param(signal.SIGINT, signal.SIGTERM, marks=pytest.mark.slow)
+], ids=['SIGTERM-then-Ctrl-C', 'Ctrl-C-then-SIGTERM'])
+def test_a_stop_signal_saves_what_was_done_exits_75_and_the_rerun_ends_identical(
+    run, at_start_up, while_training):
+  """During start-up (from the first instant to the first step: while
+  Python starts, jax loads, the config is checked, the data loads and the
+  steps compile) there is nothing to save; while training, the step it
+  reached is saved. docs/multi_host.md's requeue recipe (rerun on 75) then
+  completes the run."""
   # The signal's step is the newest checkpoint: none is scheduled before
   # step 100, or (Ctrl-C) none after the first epoch's until the run ends.
   flags = ([
       '--config.checkpoint_every_steps=100'
-  ] if signum == signal.SIGTERM else [
+  ] if while_training == signal.SIGTERM else [
       '--config.checkpoint_every_steps=0', '--config.checkpoint_min_seconds=1e9'
   ])
-  process = start_main(config_file, workdir, log, *flags)
-  wait_for_step(process, workdir, 5)
+  name = _NAMES[at_start_up]
+  for attempt, delay in enumerate((0.3, 3.5)):
+    process = run.start(f'start_up{attempt}', *flags)
+    time.sleep(delay)
+    status, output = run.stop(process, at_start_up, f'start_up{attempt}')
+    if status == 0 or f'Preempted ({name}): saved a checkpoint' in output:
+      run.workdir = run.tmp_path / 'trained'  # on this machine's speed
+      break
+    _assert_stopped_cleanly(status, output)
+    assert f'Preempted ({name}): stopped before training' in output
+    assert not run.steps_saved()
+
+  name = _NAMES[while_training]
+  process = run.start('log', *flags)
+  wait_for_step(process, run.workdir, 5)
   signalled = time.monotonic()
-  process.send_signal(signum)
-  assert process.wait(timeout=60) == preemption.PREEMPTED_EXIT_STATUS
+  status, output = run.stop(process, while_training, 'log')
   assert time.monotonic() - signalled < 30
-  output = log.read_text()
-  saved = run_checkpoints.RunCheckpoints(workdir / 'checkpoints', 2).steps()
+  _assert_stopped_cleanly(status, output)
+  saved = run.steps_saved()
   assert 5 <= saved[-1] < 40 and saved[:-1] in ([], [5])
-  name = {signal.SIGTERM: 'SIGTERM', signal.SIGINT: 'Ctrl-C'}[signum]
   assert f'{name}: stopping once the steps in flight are saved' in output
   assert 'before training' not in output  # it was training
   assert (f'Preempted ({name}): saved a checkpoint of step {saved[-1]} in '
-          f'{workdir / "checkpoints"} and stopped; rerun the same command to '
-          'resume.') in output
-  assert 'Traceback' not in output and not _error_lines(output)
-  rerun = start_main(config_file, workdir, tmp_path / 'log2', *flags)
-  assert rerun.wait(timeout=120) == 0, (tmp_path / 'log2').read_text()[-3000:]
-  assert without_timings(history(workdir)) == without_timings(
-      history(reference))
+          f'{run.workdir / "checkpoints"} and stopped; rerun the same command '
+          'to resume.') in output
+  run.finish('rerun', *flags)
+  assert run.ends_identical()
 
 
 @pytest.mark.slow  # 11 s
-def test_a_second_ctrl_c_exits_at_once_and_the_rerun_clears_what_it_left(
-    uninterrupted, tmp_path):
-  data_dir, reference = uninterrupted
-  config_file = write_process_config(tmp_path, data_dir)
-  workdir, log = tmp_path / 'run', tmp_path / 'log'
-  process = start_main(config_file, workdir, log)
-  wait_for_step(process, workdir, 10)
+def test_a_second_ctrl_c_exits_at_once_and_the_rerun_clears_what_it_left(run):
+  process = run.start('log')
+  wait_for_step(process, run.workdir, 10)
   process.send_signal(signal.SIGINT)
   time.sleep(0.01)  # the step in flight, or its save
-  process.send_signal(signal.SIGINT)
-  status = process.wait(timeout=60)
-  output = log.read_text()
+  status, output = run.stop(process, signal.SIGINT, 'log')
   assert 'Traceback' not in output
   if status == preemption.PREEMPTED_EXIT_STATUS:  # saved before the second
     pytest.skip('the first Ctrl-C finished its save within 10 ms')
@@ -445,52 +431,78 @@ def test_a_second_ctrl_c_exits_at_once_and_the_rerun_clears_what_it_left(
       'error: Interrupted again: stopped at once, without saving; rerun the '
       'same command to resume from the newest complete checkpoint.'
   ]
-  rerun = start_main(config_file, workdir, tmp_path / 'log2')
-  assert rerun.wait(timeout=120) == 0, (tmp_path / 'log2').read_text()[-3000:]
-  assert without_timings(history(workdir)) == without_timings(
-      history(reference))
+  run.finish('rerun')
+  assert run.ends_identical()
   left = [
-      p.name for p in workdir.rglob('*')
+      p.name for p in run.workdir.rglob('*')
       if 'tmp' in p.name or p.name.endswith('.partial')
   ]
   assert not left
 
 
-@pytest.mark.parametrize(
-    'signum',
-    [signal.SIGTERM,
-     pytest.param(signal.SIGINT, marks=pytest.mark.slow)],  # 20 s
-    ids=['SIGTERM', 'Ctrl-C'])
-def test_a_signal_during_start_up_exits_75_without_a_checkpoint(
-    uninterrupted, tmp_path, signum):
-  """From the first instant to the first step: while Python starts, while
-  jax loads, while the config is checked, the data loads and the steps
-  compile. docs/multi_host.md's requeue recipe (rerun on 75) then completes the
-  run."""
-  data_dir, reference = uninterrupted
-  config_file = write_process_config(tmp_path, data_dir)
-  workdir = tmp_path / 'run'
-  name = {signal.SIGTERM: 'SIGTERM', signal.SIGINT: 'Ctrl-C'}[signum]
-  for attempt, delay in enumerate((0.3, 3.5)):
-    log = tmp_path / f'log{attempt}'
-    process = start_main(config_file, workdir, log)
-    time.sleep(delay)
-    process.send_signal(signum)
-    status = process.wait(timeout=120)
-    output = log.read_text()
-    if status == 0:
-      break  # the run got through (not on this machine's speed)
-    assert status == preemption.PREEMPTED_EXIT_STATUS, output[-3000:]
-    assert 'Traceback' not in output and not _error_lines(output)
-    assert f'Preempted ({name}): stopped before training' in output or (
-        f'Preempted ({name}): saved a checkpoint of step' in output)
-    if 'stopped before training' in output:
-      assert not run_checkpoints.RunCheckpoints(workdir / 'checkpoints',
-                                                2).steps()
-  requeued = start_main(config_file, workdir, tmp_path / 'requeued')
-  assert requeued.wait(timeout=120) == 0
-  assert without_timings(history(workdir)) == without_timings(
-      history(reference))
+@pytest.mark.slow  # 13 s
+def test_sigterm_to_the_process_group_with_input_workers_saves_and_exits_75(
+    run):
+  """SLURM signals every process of a job step: the grain workers too."""
+  process = run.start('log', '--config.input_pipeline=streaming',
+                      '--config.input_workers=2',
+                      '--config.checkpoint_every_steps=100', new_session=True)
+  wait_for_step(process, run.workdir, 5)
+  os.killpg(process.pid, signal.SIGTERM)
+  status = process.wait(timeout=60)
+  _assert_stopped_cleanly(status, run.output('log'))
+  assert 'Preempted (SIGTERM): saved a checkpoint of step' in run.output('log')
+
+
+# ------------------------------------------------- two-process jobs ---
+
+_NO_CHECKPOINT_SOON = ('--config.total_steps=2000',
+                       '--config.checkpoint_every_steps=5000',
+                       '--config.eval_every_steps=5000')
+
+
+@pytest.mark.slow  # 15 s
+def test_when_one_process_dies_the_other_exits_in_bounded_time(run):
+  processes, logs = start_two_processes(run.config_file, run.workdir,
+                                        run.tmp_path, *_NO_CHECKPOINT_SOON,
+                                        '--lost_process_timeout=5')
+  wait_for_step(processes[0], run.workdir, 3)
+  processes[1].send_signal(signal.SIGKILL)
+  killed = time.monotonic()
+  codes = wait_all(processes, timeout=60)
+  assert codes[1] == -signal.SIGKILL
+  assert codes[0] == 1, logs[0].read_text()[-3000:]
+  assert time.monotonic() - killed < 30
+  errors = _error_lines(logs[0].read_text())
+  assert len(errors) == 1 and 'process 1' in errors[0], errors
+
+
+@pytest.mark.slow  # 45 s
+def test_a_resumed_two_process_job_signalled_at_start_up_stops_before_training(
+    run):
+  """jax's preemption service counts calls, not steps: a job resuming at
+  step N and signalled while it starts stops at its first call, with
+  nothing new to save, in both processes."""
+  processes, logs = start_two_processes(run.config_file, run.workdir,
+                                        run.tmp_path, *_NO_CHECKPOINT_SOON)
+  wait_for_step(processes[0], run.workdir, 6)
+  processes[1].send_signal(signal.SIGTERM)
+  assert wait_all(processes,
+                  timeout=120) == [preemption.PREEMPTED_EXIT_STATUS] * 2
+  saved = run.steps_saved()
+  assert len(saved) == 1
+
+  processes, logs = start_two_processes(run.config_file, run.workdir,
+                                        run.tmp_path, *_NO_CHECKPOINT_SOON)
+  time.sleep(1.0)  # process 1 is starting: importing jax, or joining the job
+  processes[1].send_signal(signal.SIGTERM)
+  assert wait_all(processes, timeout=120) == [preemption.PREEMPTED_EXIT_STATUS
+                                             ] * 2, logs[0].read_text()[-3000:]
+  for log in logs:
+    assert (f'stopped before training, with nothing new to save (the '
+            f'checkpoint of step {saved[0]} in {run.workdir / "checkpoints"} '
+            'is kept)') in log.read_text()
+  assert run.steps_saved() == saved
 
 
 # ---- readers verify; config.json; init_from ----
@@ -504,96 +516,65 @@ def _analyze(workdir, out) -> subprocess.CompletedProcess:
                         env={**os.environ, 'JAX_PLATFORMS': 'cpu'}, check=False)
 
 
-def _run_main(config_file, workdir, log, *flags) -> tuple[int, str]:
-  """`python -m vit_jax.main` to its end: its exit status and output."""
-  process = start_main(config_file, workdir, log, *flags)
-  return process.wait(timeout=120), log.read_text()
-
-
-def _damaged_copy(reference, directory, steps) -> pathlib.Path:
-  workdir = shutil.copytree(reference, directory)
-  for step in steps:
-    _flip_four_bytes(workdir / 'checkpoints' / str(step))
-  return workdir
-
-
-def test_analyze_skips_a_damaged_newest_checkpoint_with_one_warning(
-    uninterrupted, tmp_path):
-  _, reference = uninterrupted
-  workdir = _damaged_copy(reference, tmp_path / 'run', [40])
-  out = _analyze(workdir, tmp_path / 'out')
+def test_readers_skip_a_damaged_newest_checkpoint_and_refuse_a_run_without_one(
+    run):
+  """As analyze, fine-tuning (init_from) and the teachers read a run."""
+  workdir = shutil.copytree(run.reference, run.workdir)
+  checkpoints = workdir / 'checkpoints'
+  _flip_four_bytes(checkpoints / '40')
+  out = _analyze(workdir, run.tmp_path / 'out')
   assert out.returncode == 0, out.stderr[-3000:]
   warnings = [line for line in out.stderr.splitlines() if 'Skipping' in line]
   assert len(warnings) == 1 and (
-      f'Skipping checkpoint {workdir / "checkpoints" / "40"}, which cannot be '
-      'restored (DigestMismatchError: ') in warnings[0]
+      f'Skipping checkpoint {checkpoints / "40"}, which cannot be restored '
+      '(DigestMismatchError: ') in warnings[0]
   assert len(out.stderr.strip().splitlines()) == 1  # nothing else
   assert json.loads(
-      (tmp_path / 'out' / 'analysis.json').read_text())['step'] == 36
+      (run.tmp_path / 'out' / 'analysis.json').read_text())['step'] == 36
 
-
-def test_analyze_refuses_a_run_whose_checkpoints_are_all_damaged(
-    uninterrupted, tmp_path):
-  _, reference = uninterrupted
-  workdir = _damaged_copy(reference, tmp_path / 'run', [36, 40])
-  out = _analyze(workdir, tmp_path / 'out')
+  _flip_four_bytes(checkpoints / '36')
+  refused = (f'None of the checkpoints in {checkpoints} (steps 36, 40) can be '
+             'restored; the warnings above say why.')
+  out = _analyze(workdir, run.tmp_path / 'out2')
   assert out.returncode == 1
-  assert _error_lines(out.stderr) == [
-      f'error: None of the checkpoints in {workdir / "checkpoints"} (steps '
-      '36, 40) can be restored; the warnings above say why.'
-  ]
+  assert _error_lines(out.stderr) == [f'error: {refused}']
   assert sum('Skipping' in line for line in out.stderr.splitlines()) == 2
   assert 'Traceback' not in out.stderr
-  assert not (tmp_path / 'out' / 'analysis.json').exists()
+  assert not (run.tmp_path / 'out2' / 'analysis.json').exists()
+  # Data that does not exist: had it been read first, its error would show.
+  config = process_test_config(run.tmp_path / 'no-data')
+  config.init_from = str(workdir)
+  with pytest.raises(ConfigError) as refused_init:
+    train.train_and_evaluate(config, run.tmp_path / 'finetuned')
+  assert str(refused_init.value) == f"config.init_from='{workdir}': {refused}"
+  assert not (run.tmp_path / 'finetuned').exists()
 
 
 def test_a_reader_of_a_live_run_never_calls_a_rotated_checkpoint_damaged(
-    uninterrupted, tmp_path, caplog):
+    run, caplog):
   """A run saving every step and keeping one checkpoint, deleting each as
   it saves the next, read again and again as evaluate and analyze read it:
   each read is a newer sound checkpoint, or says the run is writing there;
   none warns of a damaged one."""
-  data_dir, _ = uninterrupted
-  workdir = tmp_path / 'run'
-  process = start_main(write_process_config(tmp_path, data_dir), workdir,
-                       tmp_path / 'log', '--config.checkpoint_every_steps=1',
-                       '--config.keep_checkpoints=1', '--config.total_steps=40')
-  wait_for_step(process, workdir, 3)
+  process = run.start('log', '--config.checkpoint_every_steps=1',
+                      '--config.keep_checkpoints=1', '--config.total_steps=24')
+  wait_for_step(process, run.workdir, 3)
   caplog.set_level('WARNING')
   steps, in_progress = [], 0
   while process.poll() is None:
     try:
-      steps.append(reading.load_run(workdir).step)
+      steps.append(reading.load_run(run.workdir).step)
     except CheckpointError as e:
       assert 'were deleted while they were read: a run still writing' in (
           str(e)), e
       in_progress += 1
-  assert process.wait() == 0, (tmp_path / 'log').read_text()[-3000:]
+  assert process.wait() == 0, run.output('log')[-3000:]
   # What a command shows of them (orbax's warnings and its background
   # reads' tracebacks are not).
   assert [
       r.getMessage() for r in caplog.records if command._quiet_libraries(r)
   ] == []  # pylint: disable=protected-access
   assert steps == sorted(steps) and len(steps) >= 3, (steps, in_progress)
-
-
-def test_init_from_a_damaged_run_is_refused_in_one_line_before_the_data(
-    uninterrupted, tmp_path):
-  data_dir, reference = uninterrupted
-  damaged = _damaged_copy(reference, tmp_path / 'damaged', [36, 40])
-  # Data that does not exist: had it been read first, its error would show.
-  status, output = _run_main(write_process_config(tmp_path,
-                                                  data_dir), tmp_path / 'run',
-                             tmp_path / 'log', f'--config.init_from={damaged}',
-                             f'--config.data_dir={tmp_path / "no-data"}')
-  assert status == 1
-  assert _error_lines(output) == [
-      f"error: config.init_from='{damaged}': None of the checkpoints in "
-      f'{damaged / "checkpoints"} (steps 36, 40) can be restored; the '
-      'warnings above say why.'
-  ]
-  assert 'Traceback' not in output
-  assert not (tmp_path / 'run').exists()
 
 
 def _missing(tmp_path) -> pathlib.Path:
@@ -629,62 +610,51 @@ def _another_architecture(tmp_path) -> pathlib.Path:
      'checkpoint of this model, or set --config.model and '
      '--config.model_overrides to fine-tune the one it holds.'),
 ], ids=['missing', 'not_an_npz', 'another_architecture'])
-def test_a_bad_init_from_is_one_line_before_the_data(uninterrupted, tmp_path,
-                                                     init_from, message):
-  data_dir, _ = uninterrupted
+def test_a_bad_init_from_is_one_line_before_the_data(tmp_path, init_from,
+                                                     message):
+  """One line: `job.run` prints a ConfigError as `error: ` and it."""
   path = init_from(tmp_path)
-  status, output = _run_main(write_process_config(tmp_path,
-                                                  data_dir), tmp_path / 'run',
-                             tmp_path / 'log', f'--config.init_from={path}',
-                             f'--config.data_dir={tmp_path / "no-data"}')
-  assert status == 1
-  errors = _error_lines(output)
-  assert len(errors) == 1 and errors[0].startswith(
-      f"error: config.init_from='{path}'"), output[-3000:]
-  assert errors[0].endswith(message.format(path=path))
-  assert 'Traceback' not in output and 'allow_pickle' not in output
+  # Data that does not exist: had it been read first, its error would show.
+  config = process_test_config(tmp_path / 'no-data')
+  config.init_from = str(path)
+  with pytest.raises(ConfigError) as refused:
+    train.train_and_evaluate(config, tmp_path / 'run')
+  error = str(refused.value)
+  assert error.startswith(f"config.init_from='{path}'") and '\n' not in error
+  assert error.endswith(message.format(path=path))
+  assert 'allow_pickle' not in error
   assert not (tmp_path / 'run').exists()
 
 
-def test_a_deleted_config_json_is_rebuilt_and_still_guards_the_run(
-    uninterrupted, tmp_path):
-  data_dir, reference = uninterrupted
-  workdir = shutil.copytree(reference, tmp_path / 'run')
-  config_file = workdir / 'config.json'
+def test_a_lost_config_json_is_rebuilt_or_the_way_out_is_named(run, caplog):
+  """Deleted or truncated, it is rebuilt from the newest checkpoint, and a
+  run of another config is refused as with it; from checkpoints saved before
+  they held the config, nothing can be rebuilt, and the message says what
+  can be done."""
+  workdir = shutil.copytree(run.reference, run.workdir)
+  config_file, checkpoints = workdir / 'config.json', workdir / 'checkpoints'
+  saved = json.loads(config_file.read_text())
   config_file.unlink()
-  status, output = _run_main(write_process_config(tmp_path, data_dir), workdir,
-                             tmp_path / 'log', '--config.batch_size=32')
-  assert status == 1
+  config = process_test_config(run.data_dir)
+  config.batch_size = 32
+  with pytest.raises(
+      ConfigError, match=rf'^{workdir} holds a run with another '
+      r'config.batch_size \(16 there, 32 here\)'):
+    train.train_and_evaluate(config, workdir)
   assert (f'{config_file} is missing: rebuilt from the config saved with '
-          f'checkpoint {workdir / "checkpoints" / "40"}.') in output
-  errors = _error_lines(output)
-  assert len(errors) == 1 and errors[0].startswith(
-      f'error: {workdir} holds a run with another config.batch_size (16 '
-      'there, 32 here)')
-  assert json.loads(config_file.read_text()) == json.loads(
-      (reference / 'config.json').read_text())
-  assert without_timings(history(workdir)) == without_timings(
-      history(reference))
+          f'checkpoint {checkpoints / "40"}.') in caplog.text
+  assert json.loads(config_file.read_text()) == saved
+  assert run.ends_identical()
 
-
-def test_a_truncated_config_json_is_rebuilt_or_the_way_out_is_named(
-    uninterrupted, tmp_path, caplog):
-  data_dir, reference = uninterrupted
-  workdir = shutil.copytree(reference, tmp_path / 'run')
-  config_file = workdir / 'config.json'
   config_file.write_text(config_file.read_text()[:200])
-  train.train_and_evaluate(process_test_config(data_dir), workdir)
+  train.train_and_evaluate(process_test_config(run.data_dir), workdir)
   assert f'{config_file} is not valid JSON (' in caplog.text
-  assert json.loads(config_file.read_text()) == json.loads(
-      (reference / 'config.json').read_text())
+  assert json.loads(config_file.read_text()) == saved
 
-  # Checkpoints saved before they held the run's config: nothing to rebuild
-  # from, and the message says what can be done.
-  for step_dir in (workdir / 'checkpoints').glob('[0-9]*'):
+  for step_dir in checkpoints.glob('[0-9]*'):
     for item in ('config', 'digest'):
       shutil.rmtree(step_dir / item)
   config_file.write_text(config_file.read_text()[:200])
-  checkpoints = workdir / 'checkpoints'
   with pytest.raises(
       WorkdirError, match=rf'^{config_file} is not valid JSON \(.*\), and the '
       rf'checkpoints in {checkpoints} were saved before '
@@ -692,36 +662,4 @@ def test_a_truncated_config_json_is_rebuilt_or_the_way_out_is_named(
       r'config they are of, so no run can resume them\. Pass '
       rf'a new --workdir, or move {checkpoints} away to start '
       r'afresh here\.$'):
-    train.train_and_evaluate(process_test_config(data_dir), workdir)
-
-
-@pytest.mark.slow  # 45 s
-def test_a_resumed_two_process_job_signalled_at_start_up_stops_before_training(
-    uninterrupted, tmp_path):
-  """jax's preemption service counts calls, not steps: a job resuming at
-  step N and signalled while it starts stops at its first call, with
-  nothing new to save, in both processes."""
-  data_dir, _ = uninterrupted
-  config_file = write_process_config(tmp_path, data_dir)
-  workdir = tmp_path / 'run'
-  flags = ('--config.total_steps=2000', '--config.checkpoint_every_steps=5000',
-           '--config.eval_every_steps=5000')
-  processes, logs = start_two_processes(config_file, workdir, tmp_path, *flags)
-  wait_for_step(processes[0], workdir, 6)
-  processes[1].send_signal(signal.SIGTERM)
-  assert wait_all(processes,
-                  timeout=120) == [preemption.PREEMPTED_EXIT_STATUS] * 2
-  saved = run_checkpoints.RunCheckpoints(workdir / 'checkpoints').steps()
-  assert len(saved) == 1
-
-  processes, logs = start_two_processes(config_file, workdir, tmp_path, *flags)
-  time.sleep(1.0)  # process 1 is starting: importing jax, or joining the job
-  processes[1].send_signal(signal.SIGTERM)
-  assert wait_all(processes, timeout=120) == [preemption.PREEMPTED_EXIT_STATUS
-                                             ] * 2, logs[0].read_text()[-3000:]
-  for log in logs:
-    assert (f'stopped before training, with nothing new to save (the '
-            f'checkpoint of step {saved[0]} in {workdir / "checkpoints"} is '
-            'kept)') in log.read_text()
-  assert run_checkpoints.RunCheckpoints(workdir /
-                                        'checkpoints').steps() == saved
+    train.train_and_evaluate(process_test_config(run.data_dir), workdir)
