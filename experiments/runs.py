@@ -28,8 +28,7 @@ def finished(directory: pathlib.Path) -> bool:
 
 
 def model_key(config: dict) -> str:
-  """The key of the model a run's config.json trains (it names the registered
-  model)."""
+  """The configs/cifar_small.py key of the model a run's config.json names."""
   # Here, not at the top: configs import jax, which a sweep does not need.
   from configs import cifar_small  # pylint: disable=g-import-not-at-top
   return next(key for key, (registered, _) in cifar_small.MODELS.items()
