@@ -2,24 +2,15 @@ r"""Times the compiled train and eval steps of a model on this machine.
 
   python -m vit_jax.benchmark --model=ViT-Tiny-CIFAR_4 --batch_size=128 \
       --image_size=32 [--dtype=bfloat16] [--steps=10]
-  python -m vit_jax.benchmark --model=SimpleCNN --cpu_devices=1 \
-      --cpu_compiler_option=xla_cpu_experimental_ynn_fusion_type=
   python -m vit_jax.benchmark --model=ViT-H_14 --image_size=224 \
       --batch_size=8 --cpu_devices=8 --fsdp=8 --memory_only
-  python -m vit_jax.benchmark --trace_dir=/tmp/trace
-  python -m vit_jax.benchmark --model=ViT-B_16 --image_size=224 \
-      --batch_size=256 --dtype=bfloat16 --attention=cudnn  # on a GPU
-  python -m vit_jax.benchmark --model=ViT-L_16 --image_size=224 \
-      --batch_size=32 --remat=full --scan --memory_only
 
-The steps are the training loop's own, fed synthetic images already on the
-devices. Prints a table and, last, one JSON line: images/s, median ms/step,
-compile times, FLOPs per image (from the jaxpr, with XLA's cost analysis as
-a cross-check), FLOP/s against a matmul peak measured in the same run, and
-XLA's memory estimate per device. `--memory_only` prints only that estimate,
-for models larger than this machine. `--trace_dir` records a
-`jax.profiler` trace and the step's HLO (`train_steps.hlo.txt`;
-`experiments/benchmarks/profile_step.py` sums the trace).
+The training loop's own steps, fed synthetic images already on the devices
+(docs/benchmarks.md). Prints a table and, last, one JSON line: images/s,
+ms/step, compile times, FLOPs per image, FLOP/s against a matmul peak timed
+in the same run, and XLA's memory estimate per device (alone, with
+`--memory_only`). `--trace_dir` also writes a `jax.profiler` trace and the
+step's HLO for `experiments/benchmarks/profile_step.py`.
 """
 
 # pylint: disable=g-import-not-at-top,wrong-import-position
@@ -99,14 +90,14 @@ def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'Unexpected arguments: {" ".join(argv[1:])}')
   distributed.set_cpu_devices(_CPU_DEVICES.value)
+  config = step_benchmark.benchmark_config(
+      _MODEL.value, _BATCH_SIZE.value, _IMAGE_SIZE.value, _DTYPE.value,
+      _AUGMENT.value, _parse_options(_CPU_COMPILER_OPTIONS.value), _FSDP.value,
+      _STEPS_PER_DISPATCH.value, attention=_ATTENTION.value, remat=_REMAT.value,
+      scan=_SCAN.value)
   result = errors.exit_on_user_error(lambda: step_benchmark.run_benchmark(
-      model=_MODEL.value, batch_size=_BATCH_SIZE.value, image_size=_IMAGE_SIZE.
-      value, num_classes=_NUM_CLASSES.value, dtype=_DTYPE.value, steps_timed=
-      _STEPS.value, augment=_AUGMENT.value, cpu_compiler_options=_parse_options(
-          _CPU_COMPILER_OPTIONS.value), fsdp=_FSDP.value, memory_only=
-      _MEMORY_ONLY.value, attention=_ATTENTION.value, remat=_REMAT.value, scan=
-      _SCAN.value, steps_per_dispatch=_STEPS_PER_DISPATCH.value, trace_dir=
-      _TRACE_DIR.value, trace_steps=_TRACE_STEPS.value))
+      config, _NUM_CLASSES.value, _STEPS.value, _MEMORY_ONLY.value, _TRACE_DIR.
+      value, _TRACE_STEPS.value))
   print(step_benchmark.format_table(result))
   print(json.dumps(result))
 

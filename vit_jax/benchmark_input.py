@@ -1,29 +1,23 @@
-r"""Times the streaming input on this host: how many training images per
-second one process reads, crops and resizes, to compare with what the
-accelerators consume (`vit_jax.benchmark`) and to choose
-`config.input_workers`.
+r"""Times the streaming input on this host: training images per second read,
+cropped and resized, to set against what the accelerators consume
+(`vit_jax.benchmark`) and to choose `config.input_workers`.
 
   python -m vit_jax.benchmark_input --dataset=image_folder \
       --data_dir=DIR --image_size=224 --batch_size=256 --workers=0,-1 \
       [--steps=20] [--rounds=3]
 
-For each `--workers` setting in turn, `--rounds` times over (alternating, so
-that the settings share the machine's slow and fast moments), reads
-`--steps` + 1 training batches of `config.dataset` through
-`data.StreamingInput` (Inception crop + flip, resize to --image_size; JPEGs
-decoded at the smallest scale the crop allows) onto one device, as the loop
-takes them. The first batch includes starting the loader (for worker
-processes: spawning them and their imports) and is timed apart from the
-steady `--steps` that follow. Prints the medians over the rounds, in images
-per second and per core used (worker processes, or the threads' usable
-cores), as a table and one JSON line.
+Each `--workers` setting in turn, `--rounds` times over, reads `--steps` + 1
+training batches through `data.StreamingInput` onto one device, as the loop
+takes them; the first batch (the loader's start) is timed apart. Prints the
+medians, in images per second and per core used, as a table and one JSON
+line.
 """
 
 # pylint: disable=g-import-not-at-top,wrong-import-position
 from vit_jax.runtime import stop_signals
 
 if __name__ == '__main__':
-  # First, before jax loads: Ctrl-C or SIGTERM stops the input benchmark at once.
+  # First, before jax loads: Ctrl-C or SIGTERM stops it at once.
   stop_signals.catch(at_once='stopped the input benchmark; it measured nothing')
 
 import json

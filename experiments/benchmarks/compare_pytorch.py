@@ -12,7 +12,6 @@ process, alternating order: batch 128, float32, AdamW, eager and
 torch.compile. Writes the runs and medians to --output and prints a table.
 """
 
-import argparse
 import datetime
 import json
 import os
@@ -26,8 +25,19 @@ from typing import NamedTuple
 
 HERE = pathlib.Path(__file__).resolve().parent
 REPO = HERE.parent.parent
+# Under --torch_python too, which has torch, not the project, installed.
+sys.path.insert(0, str(REPO))
+
+# pylint: disable-next=g-import-not-at-top,wrong-import-position
+from experiments.benchmarks import study_step
+
 BATCH = 128
 TORCH_MODES = ('eager', 'compile')
+# Our step of ViT-Tiny-CIFAR_4 (main_vs_step.py's too).
+BENCHMARK = [
+    sys.executable, '-m', 'vit_jax.benchmark', '--model=ViT-Tiny-CIFAR_4',
+    f'--batch_size={BATCH}', '--image_size=32'
+]
 
 
 class Architecture(NamedTuple):
@@ -178,11 +188,7 @@ def run(command: list[str]) -> dict:
 
 def contenders(steps: int, torch_python: str,
                torch_modes: list[str]) -> dict[str, list[str]]:
-  ours = [
-      sys.executable, '-m', 'vit_jax.benchmark', '--model=ViT-Tiny-CIFAR_4',
-      f'--batch_size={BATCH}', f'--image_size={VIT_TINY_CIFAR.image}',
-      f'--steps={steps}', '--noaugment'
-  ]
+  ours = BENCHMARK + [f'--steps={steps}', '--noaugment']
   worker = [
       torch_python,
       str(pathlib.Path(__file__).resolve()), f'--steps={steps}', '--worker'
@@ -198,9 +204,7 @@ def contenders(steps: int, torch_python: str,
 
 
 def main():
-  parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
-  parser.add_argument('--rounds', type=int, default=3)
-  parser.add_argument('--steps', type=int, default=10)
+  parser = study_step.parser(__doc__, rounds=3, steps=10)
   parser.add_argument(
       '--torch_python', default=sys.executable,
       help='Python with torch and timm that runs the PyTorch '
@@ -223,14 +227,12 @@ def main():
     parser.error(f'--torch_modes: a subset of {",".join(TORCH_MODES)}')
   runs = contenders(args.steps, args.torch_python, torch_modes)
   results = {name: [] for name in runs}
-  for round_index in range(args.rounds):
-    order = list(runs) if round_index % 2 == 0 else list(reversed(runs))
-    for name in order:
-      result = run(runs[name])
-      rate = result.get('images_per_second',
-                        result.get('train_images_per_second'))
-      results[name].append({**result, 'images_per_second': rate})
-      print(f'round {round_index + 1}: {name}: {rate:.1f} img/s', flush=True)
+  for round_number, name in study_step.rounds(runs, args.rounds):
+    result = run(runs[name])
+    rate = result.get('images_per_second',
+                      result.get('train_images_per_second'))
+    results[name].append({**result, 'images_per_second': rate})
+    print(f'round {round_number}: {name}: {rate:.1f} img/s', flush=True)
 
   medians = {
       name: statistics.median(r['images_per_second'] for r in rs)
@@ -250,12 +252,13 @@ def main():
       }, 'runs': results,
   }
   args.output.write_text(json.dumps(summary, indent=2))
-  print('\n| step (ViT-Tiny-CIFAR_4, batch 128, f32, AdamW) | median img/s | '
-        'ours / best PyTorch |')
-  print('| --- | --- | --- |')
-  for name, rate in medians.items():
-    ratio = f'{rate / best_torch:.2f}' if name.startswith('vit_jax') else ''
-    print(f'| {name} | {rate:.1f} | {ratio} |')
+  print()
+  study_step.print_table(
+      ('step (ViT-Tiny-CIFAR_4, batch 128, f32, AdamW)', 'median img/s',
+       'ours / best PyTorch'),
+      ((name, f'{rate:.1f}',
+        f'{rate / best_torch:.2f}' if name.startswith('vit_jax') else '')
+       for name, rate in medians.items()))
 
 
 if __name__ == '__main__':

@@ -12,7 +12,6 @@ Each section runs within its time budget (`gpu_plan`); every row lands in
 what it measured. `--smoke` runs the same code on the CPU at tiny sizes.
 """
 
-import argparse
 import datetime
 import importlib.metadata
 import itertools
@@ -36,6 +35,7 @@ from experiments.benchmarks import gpu_plan
 from experiments.benchmarks import gpu_report
 from experiments.benchmarks import gpu_sections
 from experiments.benchmarks import gpu_steps
+from experiments.benchmarks import study_step
 from vit_jax.runtime import distributed
 from vit_jax.runtime import files
 from vit_jax.runtime import sharding
@@ -195,15 +195,13 @@ def measure(plan: gpu_plan.Plan, results: Results, clock: Clock,
 
 
 def main():
-  parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
-  parser.add_argument('--smoke', action='store_true',
-                      help='The same code paths on the CPU at tiny sizes.')
-  parser.add_argument(
-      '--quick', action='store_true',
-      help='Only the ViT-B/16 pair and the study, for when '
-      'little GPU time is left (gpu_plan.QUICK).')
-  parser.add_argument('--summarize_only', action='store_true',
-                      help='Only rewrite the README section from --output.')
+  parser = study_step.parser(
+      __doc__, {
+          'smoke': 'The same code paths on the CPU at tiny sizes.', 'quick':
+              'Only the ViT-B/16 pair and the study, for when little '
+              'GPU time is left (gpu_plan.QUICK).',
+          'summarize_only': 'Only rewrite the README section from --output.'
+      })
   parser.add_argument('--output', type=pathlib.Path,
                       help='The results (default: gpu_results.json here).')
   parser.add_argument(

@@ -2,6 +2,7 @@
 row lands, and the README's GPU section."""
 
 from experiments.benchmarks import gpu_plan
+from experiments.benchmarks import study_step
 
 # The GPU targets (issue 47), on the same GPU in the same call: each model's
 # train step against timm's at its best, and its share of the bf16 peak;
@@ -108,13 +109,6 @@ def row_line(row: dict) -> str:
           f'{_number(row["images_per_second"])} img/s')
 
 
-def _table(header: list[str], rows: list[list[str]]) -> list[str]:
-  return ([
-      '| ' + ' | '.join(header) + ' |', '| --- |' + ' ---: |' *
-      (len(header) - 1)
-  ] + ['| ' + ' | '.join(cells) + ' |' for cells in rows])
-
-
 def _by_model_part(by_part: dict[str, float] | str | None,
                    shown: int = 15) -> list[str]:
   """The heaviest `shown` parts of a profile, the rest summed; or why none."""
@@ -134,15 +128,25 @@ def _by_model_part(by_part: dict[str, float] | str | None,
       '', 'The same kernels by the part of the model each computes (the '
       'flax module and pass the compiled program\'s metadata names; '
       'encoder blocks summed):', '',
-      *_table(['part of the model', 'ms per step'], rows)
+      *study_step.table(['part of the model', 'ms per step'], rows)
   ]
 
 
-def _cells(row: dict, measured) -> list[str]:
-  """`measured(row)`'s cells, or the reason it was not measured."""
-  if 'skipped' in row:
-    return [f'not measured: {row["skipped"]}']
-  return measured(row)
+def _table(rows: list[dict], section: str, intro, header: list[str], lead,
+           measured) -> list[str]:
+  """`section`'s rows after `intro(first row)`: `lead(row)`'s cells, then
+  `measured(row)`'s or the reason it was not measured."""
+  chosen = [r for r in rows if r['section'] == section]
+  if not chosen:
+    return []
+  return [
+      '',
+      intro(chosen[0]), '', *study_step.table(header, [
+          lead(r) +
+          ([f'not measured: {r["skipped"]}'] if 'skipped' in r else measured(r))
+          for r in chosen
+      ])
+  ]
 
 
 def _status(met: bool | None) -> str:
@@ -197,7 +201,7 @@ def _targets(results: dict) -> list[str]:
                 for r in inputs),
       _status(keeps_up)
   ])
-  return _table(['target', 'measured', 'status'], lines)
+  return list(study_step.table(['target', 'measured', 'status'], lines))
 
 
 def report(results: dict) -> str:
@@ -224,62 +228,47 @@ def report(results: dict) -> str:
         f'{_number(matmul["datasheet_tflop_per_second"]) or "unknown"}'
         ' TFLOP/s).'
     ]
-  steps = [r for r in rows if r['section'] == 'train step']
-  if steps:
-    size = steps[0]['image_size']
-    lines += [
-        '', f'Train step at {size}x{size} px, bfloat16, no '
-        'augmentation, AdamW, median of alternating rounds (img/s of '
-        'each round in brackets):', '', *_table([
-            'model', 'implementation', 'batch', 'img/s', 'TFLOP/s',
-            'of bf16 peak', 'of the matmul', 'setup s'
-        ], [[
-            r['model'], f'{r["implementation"]} {r["variant"]}',
-            str(r['batch_size'])
-        ] + _cells(
-            r, lambda r: [
-                f'{_number(r["images_per_second"])} (' + ', '.join(
-                    _number(x) for x in r['round_images_per_second']) + ')',
-                _number(r['train_tflop_per_second']),
-                _percent(r['peak_share']),
-                _percent(r['matmul_share']),
-                _number(r['setup_seconds'])
-            ]) for r in steps])
-    ]
-  study = [r for r in rows if r['section'] == 'study']
-  if study:
-    lines += [
-        '', '`configs/cifar_small.py` (ViT-Tiny), a `vit_jax.main` '
-        'process with a fresh compilation cache (cold), then the one it '
-        'filled (warm), then 6 epochs of it with one train step a call '
-        '(its train step another program, compiled anew). Training s: '
-        'the loop, evaluations and checkpoints included; img/s in '
-        'training: the median of its records, which leave them out:', '',
-        *_table([
-            'cache', 'overrides', 'epochs', 'end to end s', 'training s',
-            'img/s in training', 'best test accuracy'
-        ], [[
-            r.get('compilation_cache', 'not said'),
-            ', '.join(f'{k}={v}' for k, v in r['overrides'].items()) or 'none'
-        ] + _cells(
-            r, lambda r: [
-                _number(r['epochs'], 2),
-                _number(r['end_to_end_seconds']),
-                _number(r['train_seconds']),
-                _number(r.get('train_images_per_second')),
-                _percent(r['best_test_accuracy'])
-            ]) for r in study])
-    ]
-  attention_rows = [r for r in rows if r['section'] == 'attention']
-  if attention_rows:
-    shape = 'x'.join(map(str, attention_rows[0]['shape']))
-    lines += [
-        '', f'Attention alone (batch x tokens x heads x head_dim '
-        f'{shape}, bfloat16, forward and backward), median ms:', '',
-        *_table(['attention', 'ms'],
-                [[r['variant']] + _cells(r, lambda r: [_number(r['ms'], 2)])
-                 for r in attention_rows])
-    ]
+  lines += _table(
+      rows, 'train step', lambda r: f'Train step at {r["image_size"]}x'
+      f'{r["image_size"]} px, bfloat16, no augmentation, AdamW, median of '
+      'alternating rounds (img/s of each round in brackets):', [
+          'model', 'implementation', 'batch', 'img/s', 'TFLOP/s',
+          'of bf16 peak', 'of the matmul', 'setup s'
+      ], lambda r: [
+          r['model'], f'{r["implementation"]} {r["variant"]}',
+          str(r['batch_size'])
+      ], lambda r: [
+          f'{_number(r["images_per_second"])} (' + ', '.join(
+              _number(x) for x in r['round_images_per_second']) + ')',
+          _number(r['train_tflop_per_second']),
+          _percent(r['peak_share']),
+          _percent(r['matmul_share']),
+          _number(r['setup_seconds'])
+      ])
+  lines += _table(
+      rows, 'study', lambda _: '`configs/cifar_small.py` (ViT-Tiny), a '
+      '`vit_jax.main` process with a fresh compilation cache (cold), then the '
+      'one it filled (warm), then 6 epochs of it with one train step a call '
+      '(its train step another program, compiled anew). Training s: the loop, '
+      'evaluations and checkpoints included; img/s in training: the median of '
+      'its records, which leave them out:', [
+          'cache', 'overrides', 'epochs', 'end to end s', 'training s',
+          'img/s in training', 'best test accuracy'
+      ], lambda r: [
+          r.get('compilation_cache', 'not said'), ', '.join(
+              f'{k}={v}' for k, v in r['overrides'].items()) or 'none'
+      ], lambda r: [
+          _number(r['epochs'], 2),
+          _number(r['end_to_end_seconds']),
+          _number(r['train_seconds']),
+          _number(r.get('train_images_per_second')),
+          _percent(r['best_test_accuracy'])
+      ])
+  lines += _table(
+      rows, 'attention', lambda r: 'Attention alone (batch x tokens x heads x '
+      f'head_dim {"x".join(map(str, r["shape"]))}, bfloat16, forward and '
+      'backward), median ms:', ['attention', 'ms'], lambda r: [r['variant']],
+      lambda r: [_number(r['ms'], 2)])
   for r in (r for r in rows if r['section'] == 'profile'):
     if 'skipped' in r:
       lines += ['', f'Profile of {r["model"]}: not measured: {r["skipped"]}']
@@ -288,30 +277,26 @@ def report(results: dict) -> str:
         '', f'Where {r["model"]}\'s train step (batch '
         f'{r["batch_size"]}, {_number(r["step_ms"])} ms untraced) spends '
         'its GPU time, ms per step by kind of kernel:', '',
-        *_table(['kind of work', 'ms per step'],
-                [[kind, _number(ms, 2)]
-                 for kind, ms in r['ms_per_step_by_kind'].items()]),
+        *study_step.table(['kind of work', 'ms per step'],
+                          [[kind, _number(ms, 2)]
+                           for kind, ms in r['ms_per_step_by_kind'].items()]),
         *_by_model_part(r.get('ms_per_step_by_model_part')), '',
         'Its heaviest kernels:', '',
-        *_table(['kernel', 'kind', 'computes', 'ms per step'], [[
+        *study_step.table(['kernel', 'kind', 'computes', 'ms per step'], [[
             f'`{k["kernel"][:80]}`', k['kind'],
             k.get('computes', ''),
             _number(k['ms_per_step'], 2)
         ] for k in r['heaviest_kernels'][:12]])
     ]
-  inputs = [r for r in rows if r['section'] == 'input']
-  if inputs:
-    lines += [
-        '', '`vit_jax.benchmark_input` (streaming, Inception crop, '
-        'flip, onto the device):', '', *_table([
-            'loader', 'images', 'img/s', 'img/s per core', 'ms/batch',
-            'first batch s'
-        ], [[r.get('loader', ''), r['source']] + _cells(
-            r, lambda r: [
-                _number(r['images_per_second']),
-                _number(r['images_per_second_per_core']),
-                _number(r['ms_per_batch']),
-                _number(r['first_batch_seconds'])
-            ]) for r in inputs])
-    ]
+  lines += _table(
+      rows, 'input', lambda _: '`vit_jax.benchmark_input` (streaming, '
+      'Inception crop, flip, onto the device):', [
+          'loader', 'images', 'img/s', 'img/s per core', 'ms/batch',
+          'first batch s'
+      ], lambda r: [r.get('loader', ''), r['source']], lambda r: [
+          _number(r['images_per_second']),
+          _number(r['images_per_second_per_core']),
+          _number(r['ms_per_batch']),
+          _number(r['first_batch_seconds'])
+      ])
   return '\n'.join(lines)

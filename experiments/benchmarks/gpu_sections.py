@@ -2,11 +2,9 @@
 each a function that returns its rows."""
 
 import gc
-import json
 import pathlib
 import statistics
 import subprocess
-import sys
 import tempfile
 import time
 
@@ -14,18 +12,17 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from experiments import runs
 from experiments.benchmarks import gpu_plan
 from experiments.benchmarks import gpu_steps
 from experiments.benchmarks import hlo_parts
 from experiments.benchmarks import profile_step
+from experiments.benchmarks import study_step
 from experiments.benchmarks import timm_worker
 from vit_jax import benchmark_input
 from vit_jax.models.layers import fused_attention
 from vit_jax.training import step_benchmark
 
-# The study runs `python -m vit_jax.main` from the checkout's root, where
-# its config is.
-REPO = pathlib.Path(__file__).resolve().parents[2]
 OUT_OF_TIME = gpu_steps.OUT_OF_TIME
 
 
@@ -44,13 +41,12 @@ def run_study(plan: gpu_plan.Plan, cifar_dir: pathlib.Path, timeout: float,
   with tempfile.TemporaryDirectory() as workdir:
     start = time.time()
     try:
-      run = subprocess.run([
-          sys.executable, '-m', 'vit_jax.main',
-          '--config=configs/cifar_small.py', f'--workdir={workdir}',
-          f'--config.data_dir={cifar_dir}',
-          f'--config.compilation_cache_dir={cache}',
-          *(f'--config.{k}={v}' for k, v in overrides.items())
-      ], cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout)
+      run = subprocess.run(
+          study_step.study_command(
+              workdir, cifar_dir,
+              {'compilation_cache_dir': cache, **overrides}),
+          cwd=study_step.REPO, env=env, capture_output=True, text=True,
+          timeout=timeout)
     except subprocess.TimeoutExpired:
       return {
           **row, 'skipped': f'still running at the end of its budget '
@@ -63,11 +59,10 @@ def run_study(plan: gpu_plan.Plan, cifar_dir: pathlib.Path, timeout: float,
                             f'{last_line}'
       }
     summary_file = pathlib.Path(workdir) / 'summary.json'
-    summary = json.loads(summary_file.read_text())
+    summary = runs.read_json(summary_file)
     # Its pace in training alone (a record's images/s leaves out evaluating
     # and saving), to set runs of other lengths side by side.
-    metrics = pathlib.Path(workdir) / 'metrics.jsonl'
-    records = [json.loads(line) for line in metrics.read_text().splitlines()]
+    records = runs.history(pathlib.Path(workdir))
     # Where its start-up time went, as its log says (the lines that
     # name the phases, cut at 300 characters).
     phases = [
@@ -202,9 +197,7 @@ def trace_profile(bench: step_benchmark.StepBenchmark, steps: int) -> dict:
   """`profile_step.device_profile` of `steps` of `bench`'s train steps; empty
   kinds on a CPU, whose trace holds no kernels."""
   with tempfile.TemporaryDirectory() as trace_dir:
-    with jax.profiler.trace(trace_dir, create_perfetto_trace=True):
-      for _ in range(steps):
-        jax.block_until_ready(bench.train_step())
+    step_benchmark.trace(bench, trace_dir, steps)
     trace = next(pathlib.Path(trace_dir).rglob('perfetto_trace.json.gz'))
     failed = None
     try:

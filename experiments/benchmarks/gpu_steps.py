@@ -9,7 +9,9 @@ import jax
 
 from experiments.benchmarks import compare_pytorch
 from experiments.benchmarks import gpu_plan
+from experiments.benchmarks import study_step
 from experiments.benchmarks import timm_worker
+from vit_jax import errors
 from vit_jax.training import step_benchmark
 
 TIMM_MODES = gpu_plan.TIMM_MODES
@@ -19,17 +21,15 @@ OUT_OF_TIME = 'not run: its section\'s time budget was spent'
 def failure_note(error: Exception) -> str:
   """A failed row's note, the error's first line; its traceback to stderr."""
   traceback.print_exception(error)
-  first_line = str(error).partition('\n')[0]
-  return f'{type(error).__name__}: {first_line}'
+  return errors.first_line(error)
 
 
 def _ours(plan: gpu_plan.Plan, model: str, batch: int,
           **overrides) -> step_benchmark.StepBenchmark:
   """Our train step in bfloat16, unaugmented, run once: out of memory shows."""
-  config = step_benchmark.benchmark_config(model, batch, plan.image_size,
-                                           'bfloat16', augment=False,
-                                           cpu_compiler_options={})
-  config.model_overrides.update({**plan.model_overrides, **overrides})
+  config = step_benchmark.benchmark_config(
+      model, batch, plan.image_size, 'bfloat16', augment=False,
+      **{**plan.model_overrides, **overrides})
   bench = step_benchmark.StepBenchmark(config, plan.num_classes, evaluate=False)
   jax.block_until_ready(bench.train_step())
   return bench
@@ -121,14 +121,12 @@ def compare_model(
     return statistics.median(worker.receive()['seconds'])
 
   seconds = {key: [] for key in keys if key in setup}
-  for round_index in range(plan.rounds):
-    order = list(seconds) if round_index % 2 == 0 else list(seconds)[::-1]
-    for key in order:
-      if key not in skipped:
-        try:
-          seconds[key].append(time_round(key))
-        except timm_worker.WorkerError as e:
-          skipped[key] = str(e)
+  for _, key in study_step.rounds(seconds, plan.rounds):
+    if key not in skipped:
+      try:
+        seconds[key].append(time_round(key))
+      except timm_worker.WorkerError as e:
+        skipped[key] = str(e)
   if worker:
     try:
       worker.send(op='clear')

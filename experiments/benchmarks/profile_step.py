@@ -297,8 +297,11 @@ def print_trace(trace_dir: pathlib.Path, steps: int):
 
 
 def main():
-  parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
-  parser.add_argument('--cpu_devices', type=int, default=4)
+  parser = study_step.parser(
+      __doc__, {
+          'matmuls': 'Time the step\'s matmul shapes alone and two at once '
+                     'instead (one device each, pinned to a core).'
+      }, cpu_devices=4)
   parser.add_argument(
       '--steps', type=int, default=3,
       help='Steps to trace, or that --trace_dir\'s trace '
@@ -307,10 +310,6 @@ def main():
       '--trace_dir', type=pathlib.Path,
       help='Sum the trace `vit_jax.benchmark --trace_dir` '
       'wrote there (any model, CPU or GPU) instead.')
-  parser.add_argument(
-      '--matmuls', action='store_true',
-      help='Time the step\'s matmul shapes alone and two at '
-      'once instead (one device each, pinned to a core).')
   parser.add_argument('--matmul', help=argparse.SUPPRESS)
   args = parser.parse_args()
   if args.matmul:

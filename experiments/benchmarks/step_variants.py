@@ -212,15 +212,11 @@ def _results(stdout: str | bytes | None) -> list[str]:
 
 
 def main():
-  parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
-  parser.add_argument('--rounds', type=int, default=3)
-  parser.add_argument('--steps', type=int, default=10)
-  parser.add_argument(
-      '--gpu', action='store_true',
-      help='ViT-B/16 on a GPU under GPU_FLAGS and '
-      'GPU_CODE_VARIANTS.')
-  parser.add_argument('--smoke', action='store_true',
-                      help='With --gpu: a one-layer model, for a CPU.')
+  parser = study_step.parser(
+      __doc__, {
+          'gpu': 'ViT-B/16 on a GPU under GPU_FLAGS and GPU_CODE_VARIANTS.',
+          'smoke': 'With --gpu: a one-layer model, for a CPU.'
+      }, rounds=3, steps=10)
   parser.add_argument(
       '--variants', help='Comma-separated, the first the '
       'baseline; default: all.')
@@ -249,20 +245,18 @@ def main():
     parser.error(f'unknown variants {", ".join(unknown)}; use some of '
                  f'{", ".join(known)}')
   start, runs = time.monotonic(), []
-  baseline, others = variants[0], variants[1:]
-  for round_index in range(args.rounds):
-    # The baseline first in each round, so that a cut round still has it.
-    order = (baseline,) + (others if round_index % 2 == 0 else others[::-1])
-    for variant in order:
-      if time.monotonic() - start > args.seconds:
-        break
-      run = {**_run(variant, args), 'round': round_index + 1}
-      runs.append(run)
-      if args.output:
-        args.output.write_text(json.dumps(runs, indent=1) + '\n')
-      said = (f'{run["train_images_per_second"]:.1f} img/s'
-              if 'failed' not in run else f'failed: {run["failed"]}')
-      print(f'round {round_index + 1}: {variant}: {said}', flush=True)
+  # The baseline first in each round, so that a cut round still has it.
+  for round_number, variant in study_step.rounds(variants[1:], args.rounds,
+                                                 first=variants[:1]):
+    if time.monotonic() - start > args.seconds:
+      break
+    run = {**_run(variant, args), 'round': round_number}
+    runs.append(run)
+    if args.output:
+      args.output.write_text(json.dumps(runs, indent=1) + '\n')
+    said = (f'{run["train_images_per_second"]:.1f} img/s'
+            if 'failed' not in run else f'failed: {run["failed"]}')
+    print(f'round {round_number}: {variant}: {said}', flush=True)
   print()
   study_step.print_table(('variant', 'runs', 'median train img/s') +
                          (('median compile s',) if args.gpu else ()),

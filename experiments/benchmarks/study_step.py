@@ -1,23 +1,66 @@
-"""The study ViT's train step timed, and markdown tables, for the benchmark scripts."""
+"""What the benchmark scripts share: the study ViT's step timed, the study's
+command, alternating rounds, flags and markdown tables."""
 
+import argparse
 from collections.abc import Iterable
+import pathlib
+import sys
+
+# The study's command runs from the checkout's root, where its config is.
+REPO = pathlib.Path(__file__).resolve().parents[2]
 
 
-def measure(cpu_devices: int, **options) -> dict:
+def measure(cpu_devices: int, attention: str = 'auto', **options) -> dict:
   """`step_benchmark.run_benchmark` of the study's ViT step on `cpu_devices`."""
   # Imported here, not above: the scripts set XLA_FLAGS and jax's options
   # before jax starts.
   from vit_jax.runtime import distributed  # pylint: disable=g-import-not-at-top
   distributed.set_cpu_devices(cpu_devices)
   from vit_jax.training import step_benchmark  # pylint: disable=g-import-not-at-top
-  return step_benchmark.run_benchmark(model='ViT-Tiny-CIFAR_4', batch_size=128,
-                                      image_size=32, augment=True, **options)
+  config = step_benchmark.benchmark_config('ViT-Tiny-CIFAR_4', 128, 32,
+                                           attention=attention)
+  return step_benchmark.run_benchmark(config, **options)
+
+
+def study_command(workdir, data_dir, overrides: dict) -> list[str]:
+  """`vit_jax.main` of `configs/cifar_small.py` with `overrides`, run in REPO."""
+  return [
+      sys.executable, '-m', 'vit_jax.main', '--config=configs/cifar_small.py',
+      f'--workdir={workdir}', f'--config.data_dir={data_dir}',
+      *(f'--config.{k}={v}' for k, v in overrides.items())
+  ]
+
+
+def rounds(names: Iterable, count: int, first: tuple = ()):
+  """(round from 1, name) over `count` rounds: `first` opens each, then
+  `names`, reversed every other round so that each runs early and late."""
+  names = list(names)
+  for index in range(count):
+    for name in (*first, *(names[::-1] if index % 2 else names)):
+      yield index + 1, name
+
+
+def parser(doc: str, switches: dict[str, str] | None = None,
+           **defaults) -> argparse.ArgumentParser:
+  """Flags described by `doc`'s first line: --NAME, off unless given, for
+  each of `switches` (name: help), and --NAME of each of `defaults`' type."""
+  parsing = argparse.ArgumentParser(description=doc.split('\n')[0])
+  for name, help_text in (switches or {}).items():
+    parsing.add_argument(f'--{name}', action='store_true', help=help_text)
+  for name, default in defaults.items():
+    parsing.add_argument(f'--{name}', type=type(default), default=default)
+  return parsing
+
+
+def table(header: Iterable[str], rows: Iterable[Iterable[str]]):
+  """A markdown table's lines, the columns after the first right-aligned."""
+  header = list(header)
+  yield '| ' + ' | '.join(header) + ' |'
+  yield '| --- |' + ' ---: |' * (len(header) - 1)
+  for row in rows:
+    yield '| ' + ' | '.join(row) + ' |'
 
 
 def print_table(header: Iterable[str], rows: Iterable[Iterable[str]]):
-  """A markdown table, the columns after the first right-aligned."""
-  header = list(header)
-  print('| ' + ' | '.join(header) + ' |')
-  print('| --- |' + ' ---: |' * (len(header) - 1))
-  for row in rows:
-    print('| ' + ' | '.join(row) + ' |', flush=True)
+  for line in table(header, rows):
+    print(line, flush=True)  # a row as it is measured

@@ -16,6 +16,7 @@ import sys
 import traceback
 
 from experiments.benchmarks import compare_pytorch
+from vit_jax import errors
 
 REPO = compare_pytorch.REPO
 
@@ -47,8 +48,7 @@ def _serve():
     except Exception as e:  # pylint: disable=broad-except
       # One contender's failure is its row's note; the others still run.
       traceback.print_exc()
-      first_line = str(e).partition('\n')[0]
-      reply({'error': f'{type(e).__name__}: {first_line}'})
+      reply({'error': errors.first_line(e)})
 
 
 def _handle(request: dict, prepared: dict, device: str) -> dict:

@@ -1,11 +1,6 @@
-"""The train and eval steps of a model timed on this machine, as
-`vit_jax.benchmark` prints them and the experiments' benchmarks read them:
-the training loop's own steps (`vit_jax.steps`) fed from synthetic images
-already on the devices (`StepBenchmark`, `run_benchmark`), a matmul peak
-measured in the same run, and XLA's estimate of a step's memory.
-
-Defines no command-line flags, so that any tool may import it.
-"""
+"""The training loop's train and eval steps timed on synthetic images already
+on the devices, beside a matmul peak and XLA's memory estimate; no flags, so
+that any tool may import it."""
 
 import dataclasses
 import pathlib
@@ -31,6 +26,10 @@ from vit_jax.training import steps
 _PEAK_MATMUL_SIZE = 2048
 # The traced train step's optimized HLO, written beside a trace.
 TRACED_PROGRAM = 'train_steps.hlo.txt'
+# A benchmark sets a ViT's fields only where they differ, so that a CNN runs.
+_VIT_DEFAULTS = {
+    f.name: f.default for f in dataclasses.fields(models.VisionTransformer)
+}
 
 
 def measure_matmul_peak(dtype, placement: jax.sharding.NamedSharding,
@@ -49,8 +48,7 @@ def measure_matmul_peak(dtype, placement: jax.sharding.NamedSharding,
 
 
 def median_seconds(run, steps: int, warmup: int = 2) -> float:
-  """The median time of `steps` calls of `run`, each waited for, after
-  `warmup` untimed ones."""
+  """The median seconds of `steps` waited-for calls of `run` after `warmup`."""
   for _ in range(warmup):
     jax.block_until_ready(run())
   times = []
@@ -62,9 +60,8 @@ def median_seconds(run, steps: int, warmup: int = 2) -> float:
 
 
 def _memory_mb(compiled) -> dict[str, float]:
-  """XLA's estimate of what one device holds while the step runs: its
-  arguments (state, batch), temporaries, and the total (outputs that do not
-  reuse a donated argument's buffer included)."""
+  """XLA's estimate of one device's arguments, temporaries and total (outputs
+  that reuse no donated buffer included) while the step runs."""
   analysis = compiled.memory_analysis()
   if analysis is None:
     return {}
@@ -84,11 +81,11 @@ def _xla_flops(compiled) -> float | None:
   return analysis.get('flops') if analysis else None
 
 
-def benchmark_config(model: str, batch_size: int, image_size: int, dtype: str,
-                     augment: bool, cpu_compiler_options: dict[str, str],
-                     fsdp: int = 1, attention: str = 'auto',
-                     remat: str = 'none', scan: bool = False,
-                     steps_per_dispatch: int = 1) -> ml_collections.ConfigDict:
+def benchmark_config(model: str, batch_size: int, image_size: int,
+                     dtype: str = 'float32', augment: bool = True,
+                     cpu_compiler_options: dict[str, str] | None = None,
+                     fsdp: int = 1, steps_per_dispatch: int = 1,
+                     **model_overrides) -> ml_collections.ConfigDict:
   """The schema's config with the study's optimizer and loss."""
   config = config_schema.defaults()
   config.update(
@@ -96,14 +93,11 @@ def benchmark_config(model: str, batch_size: int, image_size: int, dtype: str,
            eval_batch_size=batch_size, image_size=image_size, augment=augment,
            pixel_std=(0.25, 0.25, 0.25), label_smoothing=0.1, weight_decay=0.01,
            total_steps=1, fsdp=fsdp, steps_per_dispatch=steps_per_dispatch))
-  config.cpu_compiler_options.update(cpu_compiler_options)
-  # A ViT's fields, set where they are not its defaults, so a CNN runs.
-  defaults = {
-      f.name: f.default for f in dataclasses.fields(models.VisionTransformer)
-  }
-  for name, value in dict(attention=attention, remat=remat, scan=scan).items():
-    if value != defaults[name]:
-      config.model_overrides[name] = value
+  config.cpu_compiler_options.update(cpu_compiler_options or {})
+  config.model_overrides.update({
+      name: value for name, value in model_overrides.items()
+      if value != _VIT_DEFAULTS.get(name)
+  })
   return config
 
 
@@ -163,27 +157,35 @@ class StepBenchmark:
         self.config.image_size)
 
 
-def run_benchmark(*, model: str, batch_size: int, image_size: int,
-                  num_classes: int = 10, dtype: str = 'float32',
-                  steps_timed: int = 10, augment: bool = True,
-                  cpu_compiler_options: dict[str, str] | None = None,
-                  fsdp: int = 1, memory_only: bool = False,
-                  attention: str = 'auto', remat: str = 'none',
-                  scan: bool = False, steps_per_dispatch: int = 1,
+def trace(bench: StepBenchmark, trace_dir, steps: int):
+  """A `jax.profiler` trace of `steps` train steps of `bench` in `trace_dir`,
+  and beside it the program its events name (TRACED_PROGRAM)."""
+  with jax.profiler.trace(trace_dir, create_perfetto_trace=True):
+    for _ in range(steps):
+      jax.block_until_ready(bench.train_step())
+  (pathlib.Path(trace_dir) / TRACED_PROGRAM).write_text(
+      bench.compiled.train.as_text())
+
+
+def run_benchmark(config: ml_collections.ConfigDict, num_classes: int = 10,
+                  steps_timed: int = 10, memory_only: bool = False,
                   trace_dir: str | None = None,
                   trace_steps: int = 3) -> dict[str, Any]:
-  config = benchmark_config(model, batch_size, image_size, dtype, augment,
-                            cpu_compiler_options or {}, fsdp, attention, remat,
-                            scan, steps_per_dispatch)
+  """What `vit_jax.benchmark` reports of `config`'s (`benchmark_config`) steps."""
   num_devices = jax.device_count()
   bench = StepBenchmark(config, num_classes, memory_only)
   compiled, compile_seconds = bench.compiled, bench.compile_seconds
+  batch_size = config.batch_size
   described = {
-      'model': model, 'batch_size': batch_size, 'image_size': image_size,
-      'dtype': dtype,
-      'devices': f'{num_devices} x {jax.devices()[0].device_kind}',
-      'fsdp': bench.mesh.shape['fsdp'], 'attention': attention, 'remat': remat,
-      'scan': scan, 'steps_per_dispatch': steps_per_dispatch,
+      'model': config.model, 'batch_size': batch_size,
+      'image_size': config.image_size, 'dtype': config.dtype,
+      'devices': f'{num_devices} x {jax.devices()[0].device_kind}', 'fsdp':
+          bench.
+          mesh.shape['fsdp'
+                    ], **{
+                        name: config.model_overrides.get(
+                            name, _VIT_DEFAULTS[name]) for name in ('attention', 'remat', 'scan')
+                    }, 'steps_per_dispatch': config.steps_per_dispatch
   }
   compile_times = {
       'compile_seconds': compile_seconds,
@@ -194,17 +196,12 @@ def run_benchmark(*, model: str, batch_size: int, image_size: int,
   train_seconds = median_seconds(bench.train_step,
                                  steps_timed) / bench.steps_per_call
   if trace_dir:
-    with jax.profiler.trace(trace_dir, create_perfetto_trace=True):
-      for _ in range(trace_steps):
-        jax.block_until_ready(bench.train_step())
-    # The program the trace's events name, to read what each computes.
-    (pathlib.Path(trace_dir) / TRACED_PROGRAM).write_text(
-        compiled.train.as_text())
+    trace(bench, trace_dir, trace_steps)
   eval_seconds = median_seconds(bench.eval_step, steps_timed)
 
   forward = bench.forward_flops_per_image()
   options = steps.compiler_options(config)
-  peak = measure_matmul_peak(jnp.dtype(dtype),
+  peak = measure_matmul_peak(jnp.dtype(config.dtype),
                              sharding.batch_sharded(bench.mesh), options)
   xla_train_flops = _xla_flops(compiled.train)
   train_flops_per_second = 3 * forward * batch_size / train_seconds
