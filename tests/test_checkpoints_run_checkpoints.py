@@ -7,6 +7,7 @@ import shutil
 import time
 
 import jax
+from jax.experimental import multihost_utils
 import numpy as np
 import orbax.checkpoint as ocp
 import pytest
@@ -21,12 +22,16 @@ from vit_jax.training import steps
 _CONFIG = {'model': 'ViT-B_16', 'batch_size': 16}
 
 
+def _tiny_state():
+  replicated = sharding.replicated(sharding.make_mesh())
+  state = {'w': sharding.replicate(np.zeros((3, 4), np.float32), replicated)}
+  return state, steps.zero_sums(replicated)
+
+
 def _saved_steps(directory, steps_to_save):
   """RunCheckpoints of a tiny state at `steps_to_save`, the state at step s
   holding s everywhere; returns (checkpoints, shapes of state and sums)."""
-  replicated = sharding.replicated(sharding.make_mesh())
-  state = {'w': sharding.replicate(np.zeros((3, 4), np.float32), replicated)}
-  sums = steps.zero_sums(replicated)
+  state, sums = _tiny_state()
   checkpoints = run_checkpoints.RunCheckpoints(directory, keep=5)
   for step in steps_to_save:
     state = jax.tree.map(lambda a, s=step: a * 0 + s, state)
@@ -51,12 +56,6 @@ def _warnings(caplog) -> list[str]:
   return [
       r.getMessage() for r in caplog.records if r.levelno == logging.WARNING
   ]
-
-
-def _tiny_state():
-  replicated = sharding.replicated(sharding.make_mesh())
-  state = {'w': sharding.replicate(np.zeros((3, 4), np.float32), replicated)}
-  return state, steps.zero_sums(replicated)
 
 
 def test_an_intervals_checkpoint_waits_its_seconds_after_the_newest(tmp_path):
@@ -99,7 +98,7 @@ def test_an_intervals_checkpoint_waits_its_seconds_after_the_newest(tmp_path):
   every.close()
 
 
-def test_restores_everything_the_loop_saved(tmp_path):
+def test_restores_the_newest_sound_checkpoint_the_loop_saved(tmp_path, caplog):
   checkpoints, shapes = _saved_steps(tmp_path / 'checkpoints', [2, 4])
   restored = checkpoints.restore_latest(*shapes)
   assert restored.step == 4
@@ -111,10 +110,7 @@ def test_restores_everything_the_loop_saved(tmp_path):
   assert run_checkpoints.RunCheckpoints(tmp_path / 'none',
                                         2).restore_latest(*shapes) is None
 
-
-def test_a_damaged_latest_checkpoint_is_skipped_for_the_one_before(
-    tmp_path, caplog):
-  checkpoints, shapes = _saved_steps(tmp_path / 'checkpoints', [2, 4])
+  # A damaged newest one is skipped for the one before.
   for path in (tmp_path / 'checkpoints' / '4').rglob('*'):
     if path.is_file():
       path.write_bytes(path.read_bytes()[:len(path.read_bytes()) // 2])
@@ -128,14 +124,12 @@ def test_a_damaged_latest_checkpoint_is_skipped_for_the_one_before(
   checkpoints.save(4, restored.state, restored.train_sums, [], {}, _CONFIG)
   checkpoints.close()
   assert checkpoints.steps() == [2, 4]
-
-
-def test_when_no_checkpoint_restores_the_error_says_what_to_do(tmp_path):
-  checkpoints, shapes = _saved_steps(tmp_path / 'checkpoints', [2])
-  shutil.rmtree(tmp_path / 'checkpoints' / '2' / 'state')
+  # None restores: the error says what to do.
+  for step in (2, 4):
+    shutil.rmtree(tmp_path / 'checkpoints' / str(step) / 'state')
   with pytest.raises(
-      CheckpointError, match=r'None of the checkpoints .* \(steps 2\) can be '
-      'restored.*Move the directory away'):
+      CheckpointError, match=r'None of the checkpoints .* \(steps 2, 4\) can '
+      'be restored.*Move the directory away'):
     checkpoints.restore_latest(*shapes)
 
 
@@ -318,3 +312,20 @@ def test_a_checkpoint_restores_onto_either_parameter_layout(tmp_path):
       dict(saved_sharded=False, equal=True, on_target=True,
            read_onto_one_device=True)
   ]
+
+
+def test_checkpoints_leave_jaxs_preemption_sync_point_to_the_loop(
+    tmp_path, monkeypatch):
+  """jax's sync point stops a multi-process job at the call after the
+  latest: orbax's calls with a step between `Preemption`'s counted calls
+  made a SIGTERM go unheeded (test_training_train's two-process case)."""
+  calls = []
+  monkeypatch.setattr(multihost_utils, 'reached_preemption_sync_point',
+                      lambda step: calls.append(step) or False)
+  state, sums = _tiny_state()
+  checkpoints = run_checkpoints.RunCheckpoints(tmp_path, keep=2, min_seconds=30)
+  for step in (1, 2):
+    checkpoints.due(step)
+    checkpoints.save(step, state, sums, [], {'epoch': 1, 'batch': step}, {})
+  checkpoints.close()  # the background finalization included
+  assert checkpoints.steps() == [1, 2] and not calls

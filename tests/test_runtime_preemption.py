@@ -14,7 +14,8 @@ from vit_jax.runtime import preemption
 from vit_jax.runtime import stop_signals
 
 
-@pytest.mark.parametrize('signum', [signal.SIGTERM, signal.SIGINT])
+@pytest.mark.parametrize('signum', [signal.SIGTERM, signal.SIGINT],
+                         ids=['SIGTERM', 'SIGINT'])
 def test_a_stop_signal_is_a_request_that_the_loop_reads(signum):
   before = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}
   signals = preemption.Preemption()
