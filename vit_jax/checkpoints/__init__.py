@@ -3,9 +3,6 @@
   run_checkpoints.py  a run's checkpoints, `workdir/checkpoints/<step>/`:
                       saved and restored by the loop (`RunCheckpoints`),
                       read by the commands while a run may be writing
-  orbax_manager.py    orbax's CheckpointManager as they use it: options,
-                      the pace of an interval's checkpoint, stop signals
-                      left to the loop
   best_checkpoint.py  the state of a run's best evaluation, kept beside
                       them in `workdir/best_checkpoint/<step>/`
   digests.py          what a checkpoint hashes to, checked on every restore

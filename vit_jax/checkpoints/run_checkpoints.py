@@ -4,8 +4,10 @@ their digests, falling back past a damaged newest one."""
 
 import contextlib
 import dataclasses
+import functools
 import os
 import pathlib
+import sys
 from typing import Any
 
 from absl import logging
@@ -15,7 +17,6 @@ import orbax.checkpoint as ocp
 
 from vit_jax import errors
 from vit_jax.checkpoints import digests
-from vit_jax.checkpoints import orbax_manager
 from vit_jax.errors import CheckpointError
 from vit_jax.errors import first_line
 
@@ -32,8 +33,7 @@ class Restored:
 
 
 def _host_device() -> jax.Device:
-  """Where a reader restores a whole state to verify it: host memory holds
-  the optimizer state more easily than an accelerator."""
+  """Where a reader restores a whole state: host memory holds it easily."""
   try:
     return jax.local_devices(backend='cpu')[0]
   except RuntimeError:  # JAX_PLATFORMS leaves the CPU out
@@ -61,15 +61,47 @@ _MAX_ROTATED_WHILE_READ = 10
 KEEP_ALL = 0
 
 
-class RunCheckpoints:
+class _CheckpointManager(ocp.CheckpointManager):
+  """orbax's, with the stop signals left to `runtime.preemption`: jax's
+  preemption sync point keeps one counter, and orbax's calls with the step
+  between `Preemption`'s would make a multi-process job ignore SIGTERM."""
+
+  def reached_preemption(self, step: int) -> bool:
+    del step
+    return False
+
+
+def _abandoned_by_orbax(unraisable) -> bool:
+  """Whether an unraisable exception is left behind by a failed save or
+  restore, already reported in one line."""
+  error, code = unraisable.exc_value, getattr(unraisable.object, 'cr_code',
+                                              None)
+  return (isinstance(error, RuntimeError) and str(error)
+          == 'Event loop is closed') or (code is not None and
+                                         '/orbax/' in code.co_filename)
+
+
+@functools.cache
+def _ignore_what_orbax_abandons():
+  """Keeps `_abandoned_by_orbax`'s tracebacks off the terminal."""
+  unraisablehook = sys.unraisablehook
+
+  def hook(unraisable):
+    if not _abandoned_by_orbax(unraisable):
+      unraisablehook(unraisable)
+
+  sys.unraisablehook = hook
+
+
+class RunCheckpoints(contextlib.AbstractContextManager):
   """The checkpoints of a run, `directory/<step>/`, the newest `keep` kept.
 
   Each holds a `Restored`'s fields and their `digest`, verified on restore.
-  Saves are asynchronous; a save that fails in the background raises
-  CheckpointError at the next `check`, `save` or `close`. With
-  `keep=KEEP_ALL` only `delete` deletes; without `keep`, a reader's, which
-  changes nothing in `directory`. `min_seconds`: what `due` waits between
-  checkpoints. Every process calls every method.
+  Saves are asynchronous; one that fails raises CheckpointError at the next
+  `check`, `save` or `close`. With `keep=KEEP_ALL` only `delete` deletes;
+  without `keep`, a reader's, which changes nothing in `directory`.
+  `min_seconds`: what `due` waits between checkpoints (orbax's
+  ContinuousCheckpointingPolicy). Every process calls every method.
   """
 
   def __init__(self, directory: pathlib.Path, keep: int | None = None,
@@ -80,23 +112,29 @@ class RunCheckpoints:
     self._min_seconds = min_seconds
     self._manager = None
 
-  def __enter__(self) -> 'RunCheckpoints':
-    return self
-
   def __exit__(self, *unused_exc_info):
     self.close()
 
   def _open(self, create: bool) -> ocp.CheckpointManager:
     if self._manager is None:
-      self._manager = orbax_manager.open_manager(self.directory, self._keep,
-                                                 create, reading=self._reading,
-                                                 min_seconds=self._min_seconds)
+      _ignore_what_orbax_abandons()
+      self._manager = _CheckpointManager(
+          self.directory,
+          options=ocp.CheckpointManagerOptions(
+              max_to_keep=self._keep,
+              create=create,
+              cleanup_tmp_directories=not self._reading,
+              save_decision_policy=(
+                  ocp.checkpoint_managers.ContinuousCheckpointingPolicy(
+                      # orbax makes a timedelta of it: inf would overflow
+                      minimum_interval_secs=min(self._min_seconds, 1e12))
+                  if self._min_seconds else None)))
     return self._manager
 
   def due(self, step: int) -> bool:
     """Whether an interval's checkpoint is taken at `step`: with
     `min_seconds`, when the newest started that long ago and none is being
-    written (orbax's ContinuousCheckpointingPolicy)."""
+    written."""
     return not self._min_seconds or self._open(create=True).should_save(step)
 
   def steps(self, fresh: bool = False) -> list[int]:
@@ -199,8 +237,7 @@ class RunCheckpoints:
           )) from e
 
   def _restore(self, step: int, state_shapes, sum_shapes) -> Restored:
-    """`restore` without its checks: raises what orbax raises, or
-    DigestMismatchError."""
+    """`restore` unchecked: raises what orbax raises, or DigestMismatchError."""
     step_dir = self.directory / str(step)
     if state_shapes is None:
       state_shapes, sum_shapes = _as_saved(step_dir)
@@ -229,8 +266,7 @@ class RunCheckpoints:
     return result
 
   def latest_config(self) -> tuple[int, dict] | None:
-    """The step and verified config of the newest checkpoint holding one,
-    or None."""
+    """The step and verified config of the newest checkpoint with one."""
     for step in reversed(self.steps()):
       step_dir = self.directory / str(step)
       if not (step_dir / 'config').is_dir():
@@ -248,8 +284,8 @@ class RunCheckpoints:
     return None
 
   def _set_aside(self, steps: list[int]):
-    """Renames damaged checkpoints `<step>.unrestorable`: orbax saves no step
-    below its latest."""
+    """Renames them `<step>.unrestorable`: orbax saves no step below its
+    latest."""
     if not steps:
       return
     self.close()
