@@ -4,7 +4,6 @@ so that no process waits on one that is gone. Imported by commands only:
 the flags are global to a process.
 """
 
-import logging as python_logging
 import sys
 from typing import Callable, NoReturn
 
@@ -35,19 +34,6 @@ _LOST_PROCESS_TIMEOUT = flags.DEFINE_integer(
     'one that died or hangs, and exit with status 1.')
 
 
-class _ProcessPrefix(python_logging.Filter):
-  """Starts every log line with `[process i/n] ` in a multi-process job."""
-
-  def __init__(self, prefix: str):
-    super().__init__()
-    self._prefix = prefix
-
-  def filter(self, record) -> bool:
-    if not str(record.msg).startswith(self._prefix):
-      record.msg = self._prefix + str(record.msg)
-    return True
-
-
 def exit_job(status: int, every_process_here: bool) -> NoReturn:
   """Ends this process with `status` (`distributed.leave_job` in a job)."""
   if jax.process_count() > 1:
@@ -66,9 +52,14 @@ def run(work: Callable[[], None], *, cpu_devices: int | None) -> NoReturn:
         _COORDINATOR_ADDRESS.value, _NUM_PROCESSES.value, _PROCESS_ID.value,
         _LOST_PROCESS_TIMEOUT.value):
       # Every process logs; the prefix tells them apart.
-      logging.get_absl_handler().addFilter(
-          _ProcessPrefix(
-              f'[process {jax.process_index()}/{jax.process_count()}] '))
+      prefix = f'[process {jax.process_index()}/{jax.process_count()}] '
+
+      def add_prefix(record) -> bool:
+        if not str(record.msg).startswith(prefix):
+          record.msg = prefix + str(record.msg)
+        return True
+
+      logging.get_absl_handler().addFilter(add_prefix)
       if stop_signals.stops_at_once():
         # jax's preemption service took SIGTERM; this command stops at once.
         stop_signals.catch()

@@ -54,7 +54,7 @@ def _process_exists(pid: int) -> bool:
   except ProcessLookupError:
     return False
   except PermissionError:  # another user's
-    return True
+    pass
   return True
 
 
