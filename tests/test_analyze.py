@@ -1,4 +1,5 @@
-"""`python -m vit_jax.analyze` on a trained run."""
+"""`python -m vit_jax.analyze` on a trained run, a released checkpoint and
+runs of VisionTransformer's techniques."""
 
 import json
 import shutil
@@ -21,6 +22,8 @@ from vit_jax import analysis
 from vit_jax import analyze
 from vit_jax import models
 from vit_jax.checkpoints import run_checkpoints
+from vit_jax.errors import AnalysisError
+from vit_jax.errors import CheckpointError
 from vit_jax.formats import npz
 from vit_jax.formats import params as params_lib
 
@@ -28,25 +31,33 @@ FIGURES = ('cls_attention.png', 'attention_rollout.png',
            'attention_distance.png', 'position_embeddings.png',
            'embedding_filters.png')
 
-COUNTS = ('--num_images=2', '--distance_images=20', '--components=5')
+COUNTS = dict(num_images=2, distance_images=20, components=5)
 
 
-def _analyze(*flags):
-  return subprocess.run([sys.executable, '-m', 'vit_jax.analyze', *flags],
-                        cwd=ROOT, capture_output=True, text=True, check=False)
+@pytest.fixture(scope='module', name='analyzed')
+def _analyzed(trained_vit_run, tmp_path_factory):
+  """(workdir, out, numbers) of a copy of the trained run, analyzed."""
+  root = tmp_path_factory.mktemp('analyzed')
+  workdir = shutil.copytree(trained_vit_run[0], root / 'run')
+  return workdir, root / 'out', analyze.analyze(root / 'out', workdir=workdir,
+                                                **COUNTS)
 
 
-def test_writes_every_figure_and_the_numbers(trained_vit_run, tmp_path):
-  workdir = shutil.copytree(trained_vit_run[0], tmp_path / 'run')
-  figures = tmp_path / 'out'
-  out = _analyze(f'--workdir={workdir}', f'--out={figures}', *COUNTS)
-  assert out.returncode == 0, out.stderr[-2000:]
+def _written(out):
+  return sorted(p.name for p in out.glob('*.png'))
+
+
+def _contents(folder) -> dict:
+  return {p.name: p.read_bytes() for p in sorted(folder.iterdir())}
+
+
+def test_writes_every_figure_and_the_numbers(analyzed):
+  workdir, out, result = analyzed
   for figure in FIGURES:
-    assert (figures / figure).stat().st_size > 1000, figure
-  result = json.loads((figures / 'analysis.json').read_text())
-  assert out.stdout.splitlines(
-  )[-1] == f'  {figures / "position_embeddings.png"}'
-  assert result['step'] == 6
+    assert (out / figure).stat().st_size > 1000, figure
+  assert _written(out) == sorted(FIGURES)
+  assert json.loads((out / 'analysis.json').read_text()) == result
+  assert result['step'] == 6 and result['workdir'] == str(workdir)
   assert result['grid'] == [3, 3] and result['patch_size'] == 8
   assert result['distance_images'] == 20
   per_head = result['mean_attention_distance_per_head']
@@ -60,20 +71,15 @@ def test_writes_every_figure_and_the_numbers(trained_vit_run, tmp_path):
   assert len(events) == 1 and events[0].stat().st_size > 10_000
 
 
-def _contents(folder) -> dict:
-  return {p.name: p.read_bytes() for p in sorted(folder.iterdir())}
-
-
-def test_a_stop_signal_leaves_the_earlier_analysis_whole(
-    trained_vit_run, tmp_path):
+def test_a_stop_signal_leaves_the_earlier_analysis_whole(analyzed, tmp_path):
   """Ctrl-C while an analysis replaces an earlier one in --out."""
-  figures = tmp_path / 'out'
-  flags = (f'--workdir={trained_vit_run[0]}', f'--out={figures}', *COUNTS)
-  assert _analyze(*flags).returncode == 0
-  earlier = _contents(figures)
-  process = subprocess.Popen(
-      [sys.executable, '-m', 'vit_jax.analyze', *flags, '--step=6'], cwd=ROOT,
-      stderr=subprocess.PIPE, text=True)
+  workdir, earlier, _ = analyzed
+  figures = shutil.copytree(earlier, tmp_path / 'out')
+  process = subprocess.Popen([
+      sys.executable, '-m', 'vit_jax.analyze', f'--workdir={workdir}',
+      f'--out={figures}', '--step=6', '--num_images=2', '--distance_images=20',
+      '--components=5'
+  ], cwd=ROOT, stderr=subprocess.PIPE, text=True)
   deadline = time.monotonic() + 60
   while not (tmp_path / 'out.partial').exists():  # drawing the new one
     assert process.poll() is None and time.monotonic() < deadline
@@ -83,70 +89,64 @@ def test_a_stop_signal_leaves_the_earlier_analysis_whole(
   assert process.returncode == 130, stderr
   assert stderr.strip().splitlines()[-1] == (
       'Ctrl-C: stopped the analysis; --out is as it was.')
-  assert _contents(figures) == earlier
+  assert _contents(figures) == _contents(earlier)
   assert sorted(p.name for p in tmp_path.iterdir()) == ['out']
 
 
 @pytest.mark.parametrize(
-    'fault', ['full', pytest.param('read-only', marks=pytest.mark.slow)])  # 8 s
+    'fault', ['full', pytest.param('read-only', marks=pytest.mark.slow)])
 def test_a_full_or_read_only_disk_is_one_line_and_leaves_the_earlier_analysis(
-    trained_vit_run, tmp_path, fault):
-  flags = (f'--workdir={trained_vit_run[0]}', *COUNTS)
-  earlier = tmp_path / 'earlier'
-  assert _analyze(*flags, f'--out={earlier}').returncode == 0
+    analyzed, tmp_path, fault):
+  workdir, earlier, _ = analyzed
   size = sum(p.stat().st_size for p in earlier.iterdir())
   with mounted_tmpfs(tmp_path / 'disk',
                      f'{size * 3 // 2 // 1024 + 8}k') as disk:
     shutil.copytree(earlier, disk / 'out')
     if fault == 'read-only':
       subprocess.run(['mount', '-o', 'remount,ro', str(disk)], check=True)
-    out = _analyze(*flags, f'--out={disk / "out"}', '--step=6')
-    assert out.returncode == 1 and 'Traceback' not in out.stderr
-    [line] = out.stderr.strip().splitlines()[-1:]
+    with pytest.raises(AnalysisError) as error:
+      analyze.analyze(disk / 'out', workdir=workdir, step=6, **COUNTS)
     fix = (f'Free space there (df -h {disk})'
            if fault == 'full' else f'Check that {disk} is writable')
-    assert line.startswith(f'error: Writing {disk / "out"} failed (') and (
-        line.endswith(f'--out is as it was. {fix}, or pass another --out.'))
+    assert str(error.value).startswith(f'Writing {disk / "out"} failed (')
+    assert str(error.value).endswith(
+        f'--out is as it was. {fix}, or pass another --out.')
+    assert '\n' not in str(error.value)
     assert _contents(disk / 'out') == _contents(earlier)
     assert [p.name for p in disk.iterdir()] == ['out']
 
 
-def test_an_out_with_other_files_is_refused(trained_vit_run, tmp_path):
+def test_an_out_with_other_files_or_a_file_is_refused(analyzed, tmp_path):
   (tmp_path / 'notes.txt').write_text('mine')
   (tmp_path / 'cat.png').write_bytes(png(np.zeros((4, 4, 3), np.uint8)))
-  out = _analyze(f'--workdir={trained_vit_run[0]}', f'--out={tmp_path}')
-  assert out.returncode == 1
-  assert out.stderr.strip().splitlines()[-1] == (
-      f'error: --out={tmp_path} holds files an analysis does not (cat.png, '
+  with pytest.raises(AnalysisError) as error:
+    analyze.analyze(tmp_path, workdir=analyzed[0])
+  assert str(error.value) == (
+      f'--out={tmp_path} holds files an analysis does not (cat.png, '
       'notes.txt), which this one would replace: pass a new directory, or '
       'one of an earlier analysis.')
   assert (tmp_path / 'notes.txt').read_text() == 'mine'
+  with pytest.raises(AnalysisError, match='notes.txt is a file: pass a new'):
+    analyze.analyze(tmp_path / 'notes.txt', workdir=analyzed[0])
 
 
-def test_a_count_below_one_is_one_clear_line(tmp_path):
-  out = _analyze(f'--workdir={tmp_path}', f'--out={tmp_path}', '--num_images=0')
-  assert out.returncode == 1
-  assert 'flag --num_images=0: 0 is not a positive integer' in out.stderr
-  assert 'Traceback' not in out.stderr
-  # (plt.subplots(0, ...) was the traceback.) So are the other counts.
-  for flag in (analyze._NUM_IMAGES, analyze._DISTANCE_IMAGES,
-               analyze._COMPONENTS):
-    assert flags.FLAGS[flag.name].parser.lower_bound == 1
+def test_a_count_below_one_is_refused_by_its_flag():
+  # (plt.subplots(0, ...) was the traceback.)
+  for name in ('num_images', 'distance_images', 'components'):
+    with pytest.raises(ValueError, match='^0 is not a positive integer$'):
+      flags.FLAGS[name].parser.parse('0')
 
 
-def test_a_missing_run_is_one_clear_line(tmp_path):
-  out = _analyze(f'--workdir={tmp_path / "nothing"}', f'--out={tmp_path}')
-  assert out.returncode == 1
-  assert 'error:' in out.stderr and 'has no config.json' in out.stderr
-  assert 'Traceback' not in out.stderr
-
-
-def test_a_cnn_run_is_refused(trained_vit_run, tmp_path):
+def test_what_is_no_vit_run_is_one_clear_error(trained_vit_run, tmp_path):
+  with pytest.raises(AnalysisError, match='Pass --workdir .* or --checkpoint'):
+    analyze.analyze(tmp_path / 'out')
+  with pytest.raises(CheckpointError, match='has no config.json'):
+    analyze.analyze(tmp_path / 'out', workdir=tmp_path / 'nothing')
   cnn_run = shutil.copytree(trained_vit_run[0], tmp_path / 'cnn')
   config = json.loads((cnn_run / 'config.json').read_text())
   config.update(model='SimpleCNN', model_overrides={})
   (cnn_run / 'config.json').write_text(json.dumps(config))
-  with pytest.raises(analyze.AnalysisError, match='need.* a ViT run'):
+  with pytest.raises(AnalysisError, match='need.* a ViT run'):
     analyze.analyze(tmp_path / 'out', workdir=cnn_run)
 
 
@@ -162,30 +162,21 @@ def test_a_released_npz_is_analysed_on_your_own_images(tmp_path):
     (tmp_path / 'photos' / f'{name}.png').write_bytes(
         png(rng.integers(0, 256, shape, np.uint8)))
   (tmp_path / 'classes.txt').write_text('cat\ndog\nbird\n')
-  out = _analyze(f'--checkpoint={tmp_path / "vit.npz"}',
-                 '--model=ViT-Tiny-CIFAR_4', f'--images={tmp_path / "photos"}',
-                 f'--class_names={tmp_path / "classes.txt"}',
-                 f'--out={tmp_path / "out"}', '--components=5')
-  assert out.returncode == 0, out.stderr[-2000:]
-  for figure in (*FIGURES, 'rollout_cat.png', 'rollout_dog.png'):
+  checkpoint = dict(checkpoint=tmp_path / 'vit.npz', model='ViT-Tiny-CIFAR_4')
+  with pytest.raises(AnalysisError, match='--checkpoint needs --images'):
+    analyze.analyze(tmp_path / 'out', **checkpoint)
+  result = analyze.analyze(tmp_path / 'out', **checkpoint,
+                           images=[str(tmp_path / 'photos')],
+                           class_names=tmp_path / 'classes.txt', components=5)
+  assert _written(tmp_path / 'out') == sorted(
+      (*FIGURES, 'rollout_cat.png', 'rollout_dog.png'))
+  for figure in ('embedding_filters.png', 'rollout_cat.png'):
     assert (tmp_path / 'out' / figure).stat().st_size > 1000, figure
-  assert out.stdout.splitlines()[0] == f'Wrote into {tmp_path / "out"}:'
-  result = json.loads((tmp_path / 'out' / 'analysis.json').read_text())
   assert result['image_size'] == 32 and result['grid'] == [8, 8]
   assert result['distance_images'] == 2
   predictions = result['top5'][str(tmp_path / 'photos' / 'cat.png')]
   assert sorted(name for name, _ in predictions) == ['bird', 'cat', 'dog']
   assert sum(p for _, p in predictions) == pytest.approx(1, abs=1e-3)
-
-
-def test_a_missing_checkpoint_is_one_line(tmp_path):
-  out = _analyze(f'--checkpoint={tmp_path / "vit.npz"}', '--images=x',
-                 f'--out={tmp_path}')
-  assert out.returncode == 1
-  assert out.stderr.strip().splitlines()[-1] == (
-      f'error: No checkpoint at {tmp_path / "vit.npz"}: pass a vit_jax.main '
-      'workdir (or its best_checkpoint), an official .npz, a timm '
-      'model.safetensors or hub folder, or a transformers ViT folder.')
 
 
 # ------------------------------- runs of VisionTransformer's techniques -----
@@ -218,37 +209,27 @@ def _analyze_run(workdir, out):
                          components=5)
 
 
-def _written(out):
-  return sorted(p.name for p in out.glob('*.png'))
-
-
-def test_a_distillation_token_run_shows_both_tokens_attention(
+def test_a_scanned_distillation_token_run_is_analysed_as_the_unscanned(
     cifar10_binary, tmp_path):
-  workdir = _untrained_run(tmp_path / 'run', cifar10_binary[0],
-                           distillation_token=True)
-  result = _analyze_run(workdir, tmp_path / 'out')
-  assert _written(tmp_path / 'out') == sorted((*FIGURES, 'dist_attention.png'))
-  assert result['prefix_tokens'] == ['cls', 'dist']
-  assert result['grid'] == [4, 4] and result['position_embedding'] == 'learned'
-  assert 'not_drawn' not in result and analyze.not_drawn_lines(result) == []
-  assert -1 <= result['position_similarity_distance_correlation'] <= 1
-  per_head = result['mean_attention_distance_per_head']
+  """Both tokens' attention, layer by layer, as the unscanned run's."""
+  data_dir = cifar10_binary[0]
+  plain = _analyze_run(
+      _untrained_run(tmp_path / 'plain', data_dir, distillation_token=True),
+      tmp_path / 'plain_out')
+  scanned = _analyze_run(
+      _untrained_run(tmp_path / 'scanned', data_dir, distillation_token=True,
+                     scan=True, remat='full'), tmp_path / 'scanned_out')
+  for out in ('plain_out', 'scanned_out'):
+    assert _written(tmp_path / out) == sorted((*FIGURES, 'dist_attention.png'))
+  assert scanned['prefix_tokens'] == ['cls', 'dist']
+  assert scanned['grid'] == [4, 4]
+  assert scanned['position_embedding'] == 'learned'
+  assert 'not_drawn' not in scanned and scanned.keys() == plain.keys()
+  assert -1 <= scanned['position_similarity_distance_correlation'] <= 1
+  per_head = scanned['mean_attention_distance_per_head']
+  assert [len(layer) for layer in per_head] == [2, 2]
   # Patch centres on a 4x4 grid of 4-pixel patches are 0 to 17 px apart.
   assert all(0 < d < 17 for layer in per_head for d in layer)
-
-
-def test_a_scanned_run_is_analysed_layer_by_layer_as_the_unscanned(
-    cifar10_binary, tmp_path):
-  data_dir = cifar10_binary[0]
-  plain = _analyze_run(_untrained_run(tmp_path / 'plain', data_dir),
-                       tmp_path / 'plain_out')
-  scanned = _analyze_run(
-      _untrained_run(tmp_path / 'scanned', data_dir, scan=True, remat='full'),
-      tmp_path / 'scanned_out')
-  assert _written(tmp_path / 'scanned_out') == sorted(FIGURES)
-  assert [len(layer)
-          for layer in scanned['mean_attention_distance_per_head']] == [2, 2]
-  assert scanned.keys() == plain.keys()
   for key in ('mean_attention_distance_per_head', 'uniform_attention_distance',
               'position_similarity_distance_correlation',
               'embedding_filter_explained_variance'):
@@ -258,26 +239,27 @@ def test_a_scanned_run_is_analysed_layer_by_layer_as_the_unscanned(
 
 def test_a_gap_run_without_position_embedding_says_what_it_did_not_draw(
     cifar10_binary, tmp_path):
-  """An old figure of the same name is removed."""
+  """What the command prints; an old figure of the same name is removed."""
   workdir = _untrained_run(tmp_path / 'run', cifar10_binary[0], posemb='none',
                            classifier='gap')
   figures = tmp_path / 'out'
   figures.mkdir()
   (figures / 'position_embeddings.png').write_bytes(b'from another model')
-  out = _analyze(f'--workdir={workdir}', f'--out={figures}', '--num_images=2',
-                 '--distance_images=8', '--components=5')
+  out = subprocess.run([
+      sys.executable, '-m', 'vit_jax.analyze', f'--workdir={workdir}',
+      f'--out={figures}', '--num_images=2', '--distance_images=8',
+      '--components=5'
+  ], cwd=ROOT, capture_output=True, text=True, check=False)
   assert out.returncode == 0, out.stderr[-2000:]
   assert 'Traceback' not in out.stderr
-  assert _written(figures) == [
-      'attention_distance.png', 'embedding_filters.png'
-  ]
-  lines = out.stdout.splitlines()
-  assert lines[-2:] == [
+  assert out.stdout.splitlines() == [
+      f'Wrote into {figures}:', f'  {figures / "analysis.json"}',
+      f'  {figures / "attention_distance.png"}',
+      f'  {figures / "embedding_filters.png"}',
       "no position embedding (posemb='none'): position_embeddings.png not "
       'drawn', "no class token (classifier='gap'): cls_attention.png, "
       'attention_rollout.png not drawn'
   ]
-  assert sum('not drawn' in line for line in lines) == 2
   result = json.loads((figures / 'analysis.json').read_text())
   assert result['prefix_tokens'] == []
   assert result['position_embedding'] == 'none'

@@ -1,6 +1,6 @@
-r"""Figures of what a ViT learned: from a run's checkpoint, or from any
-other checkpoint (a released `.npz`, timm's or transformers' weights), on
-the run's test images or on your own.
+r"""Figures of what a ViT learned, from a run's checkpoint or any other (a
+released `.npz`, timm's or transformers' weights), on the run's test images or
+on your own; docs/analysis.md says what each figure and number is.
 
   python -m vit_jax.analyze --workdir=/tmp/vit_tiny --out=/tmp/vit_tiny/analysis
   python -m vit_jax.analyze --checkpoint=ViT-B_16.npz --model=ViT-B_16 \
@@ -8,41 +8,8 @@ the run's test images or on your own.
 
 A run is read with its config.json and newest sound checkpoint (a damaged
 one skipped with a warning; a damaged --step refused), on its dataset's test
-images unless --images is given. Another checkpoint needs --images; its
-image size follows from its position embeddings, and images are normalized
-as its folder states (timm's config.json, transformers'
-preprocessor_config.json), else scaled to [-1, 1] as the released models'.
-Writes into --out (the analyses are in `vit_jax.analysis`):
-
-  cls_attention.png          the class token's last-layer attention over the
-                             patches, per head, for --num_images images
-  dist_attention.png         the same for DeiT's distillation token, when the
-                             model has one
-  attention_rollout.png      attention rollout through all layers, same images
-                             (what flows into the class token)
-  rollout_<image>.png        with --images: the rollout over each image
-  attention_distance.png     mean attention distance of every head against
-                             depth (the paper's Figure 7, right)
-  position_embeddings.png    cosine similarity of each position's embedding to
-                             all others, and to the centre (Figure 7, centre)
-  embedding_filters.png      top principal components of the patch-embedding
-                             filters, as RGB patches (Figure 7, left; not for
-                             hybrids)
-  analysis.json              the numbers behind the figures, and with
-                             --images the top-5 classes of each image
-
-A model's optional techniques are analyzed as they are (the patches are the
-tokens after [CLS] and the distillation token). What a model lacks is not
-drawn, in one line each and under analysis.json's `not_drawn`: without a
-class token (classifier 'gap' or 'map') no cls_attention.png nor rollout,
-with posemb='none' no position_embeddings.png. With posemb='sincos2d' that
-figure shows the fixed embedding, titled so; with shifted_patches
-embedding_filters.png shows the filters on the unshifted patch
-(`analysis.shifted_patch_filters`); with locality_attention the maps have a
-zero diagonal and the uniform-attention distance leaves the patch out.
-
-For a run, the figures also go to its TensorBoard (`tensorboard --logdir
-WORKDIR/tensorboard`, under `analysis`), at the step analyzed.
+images unless --images is given, and its figures also go to its TensorBoard
+(under `analysis`, at the step analyzed). Another checkpoint needs --images.
 
 --out is replaced whole (it may hold an earlier analysis only): after Ctrl-C
 or SIGTERM (one line, status 130 or 75) or a failure it holds the earlier
@@ -63,6 +30,8 @@ from absl import app
 from absl import flags
 from absl import logging
 import numpy as np
+from PIL import Image
+from tensorboardX import SummaryWriter
 
 from vit_jax import errors
 from vit_jax.analysis import figures
@@ -99,42 +68,42 @@ _COMPONENTS = flags.DEFINE_integer(
 flags.mark_flags_as_required(['out'])
 
 
-def not_drawn_lines(result: dict) -> list[str]:
-  """'REASON: FIGURES not drawn', one line per reason."""
-  reasons = {}
-  for figure, reason in result.get('not_drawn', {}).items():
-    reasons.setdefault(reason, []).append(figure)
-  return [
-      f'{reason}: {", ".join(names)} not drawn'
-      for reason, names in reasons.items()
-  ]
-
-
-def analyze(out, *, workdir=None, step=None, data_dir=None,
-            checkpoint_path=None, model_name=None, images=None,
-            class_names=None, num_images=4, distance_images=512,
-            components=28) -> dict:
+def analyze(out, *, workdir=None, step=None, data_dir=None, checkpoint=None,
+            model=None, images=None, class_names=None, num_images=4,
+            distance_images=512, components=28) -> dict:
   """Writes the figures and analysis.json of a run or checkpoint into `out`;
   returns the numbers."""
   out = pathlib.Path(out)
   _check_out(out)  # before minutes of work
-  subject, config = _subject(workdir, step, data_dir, checkpoint_path,
-                             model_name, images)
+  subject, config = _subject(workdir, step, data_dir, checkpoint, model, images)
   image_files = subjects.image_files(images) if images else None
-  inputs, display = subjects.model_inputs(
-      _pixels(subject, config, image_files, max(num_images, distance_images)),
-      subject)
+  pixels = (subjects.read_images(image_files, subject.image_size)
+            if image_files else subjects.run_test_images(
+                config, max(num_images, distance_images)))
+  inputs, display = subjects.model_inputs(pixels, subject)
   names = (subjects.read_class_names(class_names, subject)
            if class_names else None)
   logits, attentions = subjects.forward(subject.model, subject.variables,
                                         inputs)
-
-  result = {}
+  result = dict(subject.described, image_size=subject.image_size,
+                patch_size=subject.patch_size, grid=list(subject.grid),
+                distance_images=len(inputs),
+                prefix_tokens=list(subject.model.prefix_tokens),
+                position_embedding=subject.model.posemb)
 
   def write(into: pathlib.Path):
-    result.update(
-        _write_analysis(into, subject, inputs, display, logits, attentions,
-                        num_images, image_files, names, components))
+    not_drawn = {}  # figure -> why not
+    result.update(_draw_position_embeddings(into, subject, not_drawn))
+    result.update(_draw_embedding_filters(into, subject, components, not_drawn))
+    _draw_token_attention(into, subject, display, attentions, num_images,
+                          image_files, not_drawn)
+    result.update(_draw_attention_distance(into, subject, attentions))
+    if not_drawn:
+      result['not_drawn'] = not_drawn
+    if image_files:
+      result['top5'] = dict(
+          zip(map(str, image_files), subjects.top5(logits, names)))
+    (into / 'analysis.json').write_text(json.dumps(result, indent=1) + '\n')
 
   try:
     files.replace_directory_atomically(out, write)
@@ -174,46 +143,17 @@ def _check_out(out: pathlib.Path):
         'analysis.')
 
 
-def _write_analysis(out: pathlib.Path, subject: subjects.Subject, inputs,
-                    display, logits, attentions, num_images: int, image_files,
-                    names, components: int) -> dict:
-  """Writes the figures and analysis.json into `out`; returns the numbers."""
-  not_drawn = {}  # figure -> why not
-  position_numbers = _draw_position_embeddings(out, subject, not_drawn)
-  filter_numbers = _draw_embedding_filters(out, subject, components, not_drawn)
-  _draw_token_attention(out, subject, display, attentions, num_images,
-                        image_files, not_drawn)
-  distance_numbers = _draw_attention_distance(out, subject, attentions)
-
-  result = {
-      **subject.described, 'image_size': subject.image_size,
-      'patch_size': subject.patch_size, 'grid': list(subject.grid),
-      'distance_images': len(inputs), **distance_numbers, 'prefix_tokens': list(
-          subject.model.prefix_tokens), 'position_embedding':
-              subject.model.posemb, **position_numbers, **filter_numbers,
-  }
-  if not_drawn:
-    result['not_drawn'] = not_drawn
-  if image_files:
-    result['top5'] = {
-        str(f): best
-        for f, best in zip(image_files, subjects.top5(logits, names))
-    }
-  (out / 'analysis.json').write_text(json.dumps(result, indent=1) + '\n')
-  return result
-
-
-def _subject(workdir, step, data_dir, checkpoint_path, model_name,
+def _subject(workdir, step, data_dir, checkpoint, model,
              images) -> tuple[subjects.Subject, object]:
   """The ViT the flags name, and its run's config (None for no run)."""
-  if (workdir is None) == (checkpoint_path is None):
+  if (workdir is None) == (checkpoint is None):
     raise AnalysisError('Pass --workdir (a run) or --checkpoint (any '
                         'checkpoint).')
-  if (checkpoint_path is not None and
-      reading.source_kind(checkpoint_path) == reading.WORKDIR):
-    workdir, checkpoint_path = checkpoint_path, None
-  if checkpoint_path is not None:
-    subject = subjects.checkpoint_subject(checkpoint_path, model_name)
+  if (checkpoint is not None and
+      reading.source_kind(checkpoint) == reading.WORKDIR):
+    workdir, checkpoint = checkpoint, None
+  if checkpoint is not None:
+    subject = subjects.checkpoint_subject(checkpoint, model)
     if not images:
       raise AnalysisError('--checkpoint needs --images: the images to look '
                           'at (files or directories).')
@@ -222,14 +162,6 @@ def _subject(workdir, step, data_dir, checkpoint_path, model_name,
   if data_dir:
     config.data_dir = data_dir
   return subject, config
-
-
-def _pixels(subject: subjects.Subject, config, image_files,
-            count: int) -> np.ndarray:
-  """`image_files`, or `count` of the run's test images, as uint8."""
-  if image_files:
-    return subjects.read_images(image_files, subject.image_size)
-  return subjects.run_test_images(config, count)
 
 
 def _draw_position_embeddings(out: pathlib.Path, subject: subjects.Subject,
@@ -267,14 +199,13 @@ def _draw_embedding_filters(out: pathlib.Path, subject: subjects.Subject,
 def _draw_token_attention(out: pathlib.Path, subject: subjects.Subject,
                           display: np.ndarray, attentions: list[np.ndarray],
                           num_images: int, image_files, not_drawn: dict):
-  """The prefix tokens' last-layer attention and the class token's rollout,
-  or why not into `not_drawn`."""
+  """The prefix tokens' last-layer attention and the rollout, or why not."""
   model, grid = subject.model, subject.grid
   prefix = model.prefix_tokens
   if names.CLASS_TOKEN not in prefix:
-    reason = f"no class token (classifier='{model.classifier}')"
-    not_drawn['cls_attention.png'] = reason
-    not_drawn['attention_rollout.png'] = reason
+    not_drawn.update(
+        dict.fromkeys(('cls_attention.png', 'attention_rollout.png'),
+                      f"no class token (classifier='{model.classifier}')"))
     return
   shown = slice(0, num_images)
   last_layer = attentions[-1][shown]
@@ -321,8 +252,6 @@ def _draw_attention_distance(out: pathlib.Path, subject: subjects.Subject,
 
 def _to_tensorboard(directory: pathlib.Path, out: pathlib.Path, step: int):
   """The figures in `out` as TensorBoard images at the step analyzed."""
-  from PIL import Image  # pylint: disable=g-import-not-at-top
-  from tensorboardX import SummaryWriter  # pylint: disable=g-import-not-at-top
   with SummaryWriter(str(directory)) as writer:
     for path in sorted(out.glob('*.png')):
       with Image.open(path) as image:
@@ -339,16 +268,19 @@ def main(argv):
   command.quiet_libraries()
   result = errors.exit_on_user_error(lambda: analyze(
       _OUT.value, workdir=_WORKDIR.value, step=_STEP.value, data_dir=_DATA_DIR.
-      value, checkpoint_path=_CHECKPOINT.value, model_name=_MODEL.value, images=
-      _IMAGES.value, class_names=_CLASS_NAMES.value, num_images=_NUM_IMAGES.
-      value, distance_images=_DISTANCE_IMAGES.value, components=_COMPONENTS.
-      value), also=(OSError,))  # an --out or --class_names that cannot be used
+      value, checkpoint=_CHECKPOINT.value, model=_MODEL.value, images=_IMAGES.
+      value, class_names=_CLASS_NAMES.value, num_images=_NUM_IMAGES.value,
+      distance_images=_DISTANCE_IMAGES.value, components=_COMPONENTS.value
+  ), also=(OSError,))  # an --out or --class_names that cannot be used
   out = pathlib.Path(_OUT.value)
   print(f'Wrote into {out}:')
   for path in sorted(out.iterdir()):
     print(f'  {path}')
-  for line in not_drawn_lines(result):
-    print(line)
+  reasons = {}  # one line per reason
+  for figure, reason in result.get('not_drawn', {}).items():
+    reasons.setdefault(reason, []).append(figure)
+  for reason, figures_not_drawn in reasons.items():
+    print(f'{reason}: {", ".join(figures_not_drawn)} not drawn')
 
 
 if __name__ == '__main__':

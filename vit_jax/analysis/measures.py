@@ -7,11 +7,18 @@ row-major.
 
 import numpy as np
 
+__all__ = [
+    'attention_rollout', 'cls_attention', 'cosine_similarity_matrix',
+    'mean_attention_distance', 'patch_centres', 'patch_embedding_components',
+    'position_embedding_similarity', 'shifted_patch_filters',
+    'similarity_distance_correlation', 'similarity_to_centre',
+    'token_to_patches', 'uniform_attention_distance',
+]
+
 
 def token_to_patches(matrix: np.ndarray, grid: tuple[int, int], prefix: int,
                      query: int = 0) -> np.ndarray:
-  """Row `query` (a prefix token) of a tokens x tokens matrix, over the
-  patches only, as patch grids (..., h, w)."""
+  """Row `query` (a prefix token) of (..., tokens, tokens), as patch grids."""
   matrix = np.asarray(matrix)
   tokens = matrix.shape[-1]
   if tokens != prefix + grid[0] * grid[1]:
@@ -44,18 +51,14 @@ def attention_rollout(attentions: list[np.ndarray]) -> np.ndarray:
 
 def patch_centres(grid: tuple[int, int], patch_size: int) -> np.ndarray:
   """(h*w, 2) pixel coordinates (row, column) of the patch centres."""
-  rows, cols = np.meshgrid(np.arange(grid[0]), np.arange(grid[1]),
-                           indexing='ij')
-  return (np.stack([rows.ravel(), cols.ravel()], axis=-1) + 0.5) * patch_size
+  return (np.indices(grid).reshape(2, -1).T + 0.5) * patch_size
 
 
 def mean_attention_distance(attention: np.ndarray, grid: tuple[int, int],
                             patch_size: int,
                             prefix: int | None = None) -> np.ndarray:
-  """Mean attention distance in pixels of each head (the paper's Figure 7).
-
-  Only patch-to-patch attention counts, renormalized over the patches.
-  """
+  """Mean attention distance in pixels of each head (the paper's Figure 7),
+  of the patch-to-patch attention renormalized over the patches."""
   attention = np.asarray(attention, np.float64)
   num_patches = grid[0] * grid[1]
   tokens = attention.shape[-1]
@@ -79,11 +82,8 @@ def uniform_attention_distance(grid: tuple[int, int], patch_size: int,
   (`exclude_self`: all the others, as locality self-attention does)."""
   centres = patch_centres(grid, patch_size)
   distances = np.linalg.norm(centres[:, None] - centres[None], axis=-1)
-  if exclude_self:
-    if len(centres) < 2:
-      return 0.0
-    return float(distances.sum() / (len(centres) * (len(centres) - 1)))
-  return float(distances.mean())
+  n = len(centres)
+  return float(distances.sum() / max(n * (n - 1 if exclude_self else n), 1))
 
 
 def cosine_similarity_matrix(vectors: np.ndarray) -> np.ndarray:
@@ -120,15 +120,14 @@ def similarity_distance_correlation(similarity: np.ndarray) -> float:
   centres = patch_centres((h, w), 1)
   distances = np.linalg.norm(centres[:, None] - centres[None], axis=-1)
   pairs = ~np.eye(h * w, dtype=bool)
-  return float(
-      np.corrcoef(similarity.reshape(h * w, h * w)[pairs], distances[pairs])[0,
-                                                                             1])
+  similarity = similarity.reshape(h * w, h * w)[pairs]
+  return float(np.corrcoef(similarity, distances[pairs])[0, 1])
 
 
 def patch_embedding_components(kernel: np.ndarray,
                                count: int) -> tuple[np.ndarray, np.ndarray]:
   """The top `count` principal components of the patch-embedding filters
-  (Figure 7, left) and the share of the variance each explains."""
+  (Figure 7, left), and the share of the variance each explains."""
   kernel = np.asarray(kernel, np.float64)
   filters = kernel.reshape(-1, kernel.shape[-1]).T  # (d, p*p*channels)
   filters = filters - filters.mean(axis=0)

@@ -65,8 +65,6 @@ def run_subject(workdir, step=None) -> tuple[Subject, object]:
 def checkpoint_subject(source, model_name: str | None) -> Subject:
   """The ViT of a checkpoint other than a run, as `reading.load` reads it."""
   loaded = reading.load(source, model_name=model_name)
-  if loaded.kind == reading.WORKDIR:
-    raise AnalysisError(f'{source} is a run: pass it as --workdir.')
   return Subject(
       loaded.model, loaded.variables, loaded.image_size, *loaded.pixels, {
           'checkpoint': str(source), 'format': loaded.kind,
