@@ -28,6 +28,8 @@ from tests.helpers import write_cifar_binary
 
 SCRIPT = ROOT / 'experiments/benchmarks/gpu.py'
 HERE = SCRIPT.parent
+# --smoke's plan, the attention timed at one token multiple.
+PLAN = dataclasses.replace(gpu_plan.SMOKE, token_multiples=(64,))
 
 
 def _section(readme) -> str:
@@ -46,10 +48,10 @@ def landed(tmp_path_factory):
   results = gpu.Results(root / 'gpu_results.json', readme,
                         gpu.environment(smoke=True), time.monotonic())
   peaks = {'datasheet': None, 'matmul': 1e11}
-  label, model, batch = gpu_plan.SMOKE.models[0]
-  rows = gpu_steps.compare_model(label, model, batch, gpu_plan.SMOKE, peaks,
-                                 None, 'no torch here')
-  rows += gpu_sections.attention_rows(gpu_plan.SMOKE, seconds_left=60)
+  label, model, batch = PLAN.models[0]
+  rows = gpu_steps.compare_model(label, model, batch, PLAN, peaks, None,
+                                 'no torch here')
+  rows += gpu_sections.attention_rows(PLAN, seconds_left=60)
   for row in rows:
     results.add(row)
   results.data['finished'] = True
@@ -61,7 +63,7 @@ def test_each_attention_and_timm_mode_is_a_row(landed):
   results, _ = landed
   steps = {(r['implementation'], r['variant']): r for r in results['rows']
            if r['section'] == 'train step'}
-  assert list(steps) == gpu_steps.contenders(gpu_plan.SMOKE)
+  assert list(steps) == gpu_steps.contenders(PLAN)
   for key in ('vit_jax', 'einsum'), ('vit_jax', 'auto'):
     row = steps[key]
     assert row['batch_size'] == 8 and row['images_per_second'] > 0
@@ -79,7 +81,7 @@ def test_attention_is_timed_unpadded_and_at_each_token_multiple(landed):
   kernel = 'cudnn' if jax.default_backend() == 'gpu' else 'xla'
   assert [r['variant'] for r in rows] == ['einsum'] + [
       f'{kernel}, tokens padded to a multiple of {m}'
-      for m in gpu_plan.SMOKE.token_multiples
+      for m in PLAN.token_multiples
   ]
   assert all(r['ms'] > 0 for r in rows)
 
@@ -213,76 +215,49 @@ def test_the_committed_readme_has_no_gpu_figure_before_a_gpu_run():
     assert _section(HERE / 'README.md').startswith('Not measured yet')
 
 
+def _kernel(name: str, ts: int, dur: int, tid: int = 7, **args) -> dict:
+  """A trace's complete event of a kernel on the GPU's process (2)."""
+  return {
+      'ph': 'X', 'pid': 2, 'tid': tid, 'name': name, 'ts': ts, 'dur': dur,
+      **({'args': args} if args else {})
+  }
+
+
+def _named(kind: str, pid: int, name: str, **tid) -> dict:
+  """A trace's metadata event that names a process or (with `tid`) a thread."""
+  return {
+      'ph': 'M', 'name': f'{kind}_name', 'pid': pid,
+      **tid, 'args': {'name': name}
+  }
+
+
 _DEVICE_TRACE = [
-    {
-        'ph': 'M', 'name': 'process_name', 'pid': 1,
-        'args': {'name': '/host:CPU'}
-    },
-    {
-        'ph': 'M', 'name': 'process_name', 'pid': 2,
-        'args': {'name': '/device:GPU:0'}
-    },
+    _named('process', 1, '/host:CPU'),
+    _named('process', 2, '/device:GPU:0'),
     {
         'ph': 'X', 'pid': 1, 'tid': 1, 'name': 'jit_train_steps', 'ts': 0,
         'dur': 900
     },
-    {
-        'ph': 'X', 'pid': 2, 'tid': 7, 'name': 'sm90_xmma_gemm_bf16bf16',
-        'ts': 0, 'dur': 280, 'args': {'hlo_op': 'gemm_fusion_dot.3'}
-    },
+    _kernel('sm90_xmma_gemm_bf16bf16', 0, 280, hlo_op='gemm_fusion_dot.3'),
     # cuBLAS's GEMMs of CUDA 13, in a command buffer that hides the HLO op
     # (an H100's trace, 2026-11-28).
-    {
-        'ph': 'X', 'pid': 2, 'tid': 7,
-        'name': 'nvjet_sm90_tst_128x160_64x5_2x1_v_bz_NNT', 'ts': 280,
-        'dur': 220, 'args': {'hlo_op': 'command_buffer_159'}
-    },
-    {
-        'ph': 'X', 'pid': 2, 'tid': 7,
-        'name': 'cudnn_generated_fort_native_sdpa_sm90', 'ts': 500, 'dur': 160
-    },
-    {
-        'ph': 'X', 'pid': 2, 'tid': 7,
-        'name': 'void cudnn::fusion::compute_dot_do_o_specialized<true, 64>',
-        'ts': 660, 'dur': 40
-    },
+    _kernel('nvjet_sm90_tst_128x160_64x5_2x1_v_bz_NNT', 280, 220,
+            hlo_op='command_buffer_159'),
+    _kernel('cudnn_generated_fort_native_sdpa_sm90', 500, 160),
+    _kernel('void cudnn::fusion::compute_dot_do_o_specialized<true, 64>', 660,
+            40),
     # The patch embedding, cuDNN's convolution (an H100's trace).
-    {
-        'ph': 'X', 'pid': 2, 'tid': 8,
-        'name': 'sm80_xmma_fprop_implicit_gemm_indexed_bf16bf16_bf16f32_f32',
-        'ts': 1000, 'dur': 30,
-        'args': {'hlo_op': 'cudnn-conv-bias-activation.3'}
-    },
-    {
-        'ph': 'X', 'pid': 2, 'tid': 7, 'name': 'loop_multiply_fusion',
-        'ts': 700, 'dur': 60,
-        'args': {'tf_op': 'jit(train_steps)/while/body/optimizer/mul'}
-    },
-    {
-        'ph': 'X', 'pid': 2, 'tid': 7, 'name': 'input_reduce_fusion', 'ts': 760,
-        'dur': 40
-    },
-    {
-        'ph': 'X', 'pid': 2, 'tid': 8, 'name': 'loop_add_fusion', 'ts': 800,
-        'dur': 200
-    },
+    _kernel('sm80_xmma_fprop_implicit_gemm_indexed_bf16bf16_bf16f32_f32', 1000,
+            30, tid=8, hlo_op='cudnn-conv-bias-activation.3'),
+    _kernel('loop_multiply_fusion', 700, 60,
+            tf_op='jit(train_steps)/while/body/optimizer/mul'),
+    _kernel('input_reduce_fusion', 760, 40),
+    _kernel('loop_add_fusion', 800, 200, tid=8),
     # The same kernels again, as the XLA modules and ops a trace may add.
-    {
-        'ph': 'M', 'name': 'thread_name', 'pid': 2, 'tid': 7,
-        'args': {'name': 'Stream #13(Compute)'}
-    },
-    {
-        'ph': 'M', 'name': 'thread_name', 'pid': 2, 'tid': 8,
-        'args': {'name': 'Stream #14(Compute)'}
-    },
-    {
-        'ph': 'M', 'name': 'thread_name', 'pid': 2, 'tid': 9,
-        'args': {'name': 'XLA Modules'}
-    },
-    {
-        'ph': 'X', 'pid': 2, 'tid': 9, 'name': 'jit_train_steps', 'ts': 0,
-        'dur': 1000
-    },
+    _named('thread', 2, 'Stream #13(Compute)', tid=7),
+    _named('thread', 2, 'Stream #14(Compute)', tid=8),
+    _named('thread', 2, 'XLA Modules', tid=9),
+    _kernel('jit_train_steps', 0, 1000, tid=9),
 ]
 
 
@@ -311,19 +286,21 @@ def test_a_device_trace_is_summed_by_kind_of_kernel(tmp_path):
 
 
 def test_a_device_trace_is_summed_by_part_of_the_model(tmp_path, landed):
-  # The same cuBLAS kernel again, for another matmul.
-  other_matmul = {
-      'ph': 'X', 'pid': 2, 'tid': 8, 'name': 'sm90_xmma_gemm_bf16bf16',
-      'ts': 1100, 'dur': 20, 'args': {'hlo_op': 'gemm_fusion_dot.4'}
-  }
-  # A kernel XLA reused for an identical fusion, under the first one's name.
-  reused = {
-      'ph': 'X', 'pid': 2, 'tid': 8, 'name': 'input_reduce_fusion', 'ts': 1200,
-      'dur': 40, 'args': {'hlo_op': 'input_reduce_fusion.2'}
-  }
   trace = tmp_path / 'perfetto_trace.json.gz'
   with gzip.open(trace, 'wt') as f:
-    json.dump({'traceEvents': _DEVICE_TRACE + [other_matmul, reused]}, f)
+    json.dump(
+        {
+            'traceEvents': _DEVICE_TRACE + [
+                # The same cuBLAS kernel again, for another matmul.
+                _kernel('sm90_xmma_gemm_bf16bf16', 1100, 20, tid=8,
+                        hlo_op='gemm_fusion_dot.4'),
+                # A kernel XLA reused for an identical fusion, under the
+                # first one's name.
+                _kernel('input_reduce_fusion', 1200, 40, tid=8,
+                        hlo_op='input_reduce_fusion.2'),
+            ]
+        },
+        f)
   dense = hlo_parts.Part('Transformer/encoderblock_*/MlpBlock_0/Dense_0',
                          'forward', ('dot_general',))
   head = hlo_parts.Part('VisionTransformer._classify/head', 'backward',
