@@ -24,11 +24,9 @@ def _best_record(history: list[dict]) -> dict | None:
 
 
 class BestCheckpoint:
-  """Saves the state of each evaluation that beats the run's earlier ones.
-
-  With `keep` False it saves nothing and deletes a best left on disk. Every
-  process calls every method with the same records, so they delete alike.
-  """
+  """Saves the state of each evaluation that beats the run's earlier ones;
+  with `keep` False, nothing, and deletes a best left on disk. Every process
+  calls every method with the same records, so they delete alike."""
 
   def __init__(self, workdir: pathlib.Path, keep: bool, history: list[dict],
                step: int, regular_steps: list[int], keep_regular: int,

@@ -17,8 +17,8 @@ class DigestMismatchError(ValueError):
 
 
 def _array_digest(x: jax.Array) -> jax.Array:
-  """A uint32 of `x`'s bits, each word weighted oddly by its position, so
-  that a change in any one element always changes it."""
+  """A uint32 of `x`'s bits, each word weighted oddly by its position: any
+  one element's change changes it."""
   if jnp.issubdtype(x.dtype, jax.dtypes.prng_key):
     x = jax.random.key_data(x)
   if x.dtype == jnp.bool_:

@@ -1,7 +1,6 @@
 """Any checkpoint read back: a `vit_jax.main` workdir as it was trained
 (`load_run`), or any checkpoint (`source_kind`) as it is evaluated, analyzed,
-exported and fine-tuned (`load_params`, `load`).
-"""
+exported and fine-tuned (`load_params`, `load`)."""
 
 import dataclasses
 import json

@@ -1,8 +1,6 @@
 """What every command does with its flags and its log: one `error:` line for
 a bad flag or --config (`parse_flags`), libraries' INFO records left out
-(`quiet_libraries`), and the flags several commands share (`define_*`,
-none at import).
-"""
+(`quiet_libraries`), and the flags several commands share (`define_*`)."""
 
 import functools
 import logging as python_logging

@@ -51,8 +51,7 @@ def _on_cloud_tpu_vm() -> bool:
 
 def _detect_cluster(environ: Mapping[str, str] | None = None) -> str | None:
   """The launcher `jax.distributed.initialize()` configures itself from
-  (SLURM inside an `srun` step of several tasks, Open MPI with several, or
-  Cloud TPU), or None for a single process."""
+  (SLURM, Open MPI or Cloud TPU, with several processes), else None."""
   env = os.environ if environ is None else environ
   slurm_vars = ('SLURM_JOB_ID', 'SLURM_STEP_NODELIST', 'SLURM_NTASKS',
                 'SLURM_PROCID', 'SLURM_LOCALID')
@@ -76,12 +75,9 @@ def distributed_args(coordinator_address: str | None = None,
                      num_processes: int | None = None,
                      process_id: int | None = None,
                      environ: Mapping[str, str] | None = None) -> dict | None:
-  """The keyword arguments of `jax.distributed.initialize`, or None for a
-  single process.
-
-  The flags win over $JAX_COORDINATOR_ADDRESS, $JAX_NUM_PROCESSES and
-  $JAX_PROCESS_ID; outside a known cluster all three are needed.
-  """
+  """The keyword arguments of `jax.distributed.initialize` (None: a single
+  process), from the flags, else $JAX_COORDINATOR_ADDRESS, $JAX_NUM_PROCESSES
+  and $JAX_PROCESS_ID; outside a known cluster all three are needed."""
   env = os.environ if environ is None else environ
   coordinator_address = (coordinator_address or
                          env.get('JAX_COORDINATOR_ADDRESS') or None)

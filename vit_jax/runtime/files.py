@@ -1,6 +1,5 @@
 """Files written whole or not at all, under a temporary name renamed into
-place, with the mode the umask gives; and the image files we read.
-"""
+place, with the mode the umask gives; and the image files we read."""
 
 from collections.abc import Callable
 import os
@@ -80,7 +79,7 @@ def write_atomically(path: pathlib.Path, text: str) -> None:
 def foreign_files(directory: pathlib.Path, ours: Callable[[str],
                                                           bool]) -> str | None:
   """The names in `directory` that `ours` does not claim ('a, b', five at
-  most, then '...'); None for none."""
+  most, then '...'), or None."""
   directory = pathlib.Path(directory)
   others = sorted(p.name for p in directory.iterdir()
                   if not ours(p.name)) if directory.is_dir() else []

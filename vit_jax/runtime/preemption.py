@@ -29,13 +29,9 @@ class Preempted(Exception):  # pylint: disable=g-bad-exception-name
 
 
 class Preemption:
-  """Stop requests, agreed across processes.
-
-  In a multi-process job jax's coordination service catches SIGTERM (Ctrl-C
-  is sent on as SIGTERM) and picks the call of `reached` at which all stop.
-  So every process calls `reached` at the same moments, and calls are
-  counted here, not by step.
-  """
+  """Stop requests, agreed across processes: in a job, jax's coordination
+  service catches SIGTERM (Ctrl-C is sent on as it) and picks the call of
+  `reached`, counted here, not by step, at which all stop."""
 
   def __init__(self):
     self._multi_process = jax.process_count() > 1

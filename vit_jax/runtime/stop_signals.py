@@ -46,13 +46,10 @@ _not_stopped = threading.RLock()  # held where a stop would leave a mix
 
 
 def catch(sigterm: bool = True, at_once: str | None = None) -> bool:
-  """Records SIGINT, and SIGTERM unless `sigterm` is False, instead of their
-  defaults, taking them back from a handler installed since (jax's).
-
-  With `at_once` (what stopping does), the first signal says it and ends the
-  process. Returns True when this call started catching: its caller then
-  `release`s them.
-  """
+  """Records SIGINT, and SIGTERM unless `sigterm` is False, taking them back
+  from a handler installed since (jax's). With `at_once` (what stopping
+  does), the first signal says it and ends the process. True when this call
+  started catching: its caller then `release`s them."""
   if at_once is not None:
     _at_once[:] = [at_once]
   first = not _watching
@@ -93,15 +90,13 @@ def stops_at_once() -> bool:
 
 @contextlib.contextmanager
 def not_stopped_within():
-  """A block (renames that put an output in place) that a stop does not cut
-  in two. Blocks may nest."""
+  """A block (renames that put an output in place) a stop does not cut."""
   with _not_stopped:
     yield
 
 
 def remove_on_stop(path, remove: bool = True) -> None:
-  """Marks `path` unfinished: a stop at once removes it. `remove=False`
-  unmarks it."""
+  """Marks `path` unfinished, a stop at once removes it (False: unmarks)."""
   path = os.fspath(path)
   if remove:
     _to_remove.append(path)
