@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 
 from tests.helpers import png
+from tests.helpers import random_vit_params
 from vit_jax import config_schema
 from vit_jax import models
 from vit_jax.analysis import subjects
@@ -60,19 +61,19 @@ def test_top5_names_the_likeliest_classes_first():
   assert [c for c, _ in subjects.top5(logits, None)[0]] == [1, 2, 0]
 
 
-@pytest.fixture(name='released')
-def _released(tmp_path):
+@pytest.fixture(name='released', scope='module')
+def _released(tmp_path_factory):
   """A ViT-Tiny-CIFAR_4 .npz in the official layout, of 3 classes."""
-  model = models.create_model('ViT-Tiny-CIFAR_4', 3)
-  params = model.init(jax.random.key(0), np.zeros((1, 32, 32, 3)),
-                      train=False)['params']
-  npz.save_npz(params, tmp_path / 'vit.npz')
-  return tmp_path / 'vit.npz'
+  path = tmp_path_factory.mktemp('released') / 'vit.npz'
+  npz.save_npz(
+      random_vit_params(models.create_model('ViT-Tiny-CIFAR_4', 3), 32), path)
+  return path
 
 
 def test_a_released_npz_is_analysed_at_its_position_embeddings_size(
     released, tmp_path):
-  subject = subjects.checkpoint_subject(released, None)
+  subject, config = subjects.load(None, released, None, None)
+  assert config is None
   assert subject.image_size == 32 and subject.patch_size == 4
   assert subject.grid == (8, 8)
   assert subject.described == {
@@ -88,19 +89,16 @@ def test_a_released_npz_is_analysed_at_its_position_embeddings_size(
   with pytest.raises(AnalysisError, match='has 2 lines; the model has 3'):
     subjects.read_class_names(tmp_path / 'classes.txt', subject)
   with pytest.raises(CheckpointError, match='--model=SimpleCNN is not a ViT'):
-    subjects.checkpoint_subject(released, 'SimpleCNN')
-
-
-@pytest.mark.parametrize('format_name', ['timm', 'hf'])
-def test_timm_and_transformers_folders_are_analysed_the_same(
-    released, tmp_path, format_name):
-  export.convert(released, tmp_path / format_name, format_name)
-  subject = subjects.checkpoint_subject(tmp_path / format_name, None)
-  assert subject.image_size == 32 and subject.grid == (8, 8)
-  assert subject.described['format'] == format_name
-  assert subject.model.num_heads == 4  # from the folder's config.json
-  reference = subjects.checkpoint_subject(released, None)
-  jax.tree.map(np.testing.assert_array_equal, subject.params, reference.params)
+    subjects.load(None, released, 'SimpleCNN', None)
+  # The same from timm's and transformers' folders of it.
+  for format_name in ('timm', 'hf'):
+    export.convert(released, tmp_path / format_name, format_name)
+    converted, _ = subjects.load(None, tmp_path / format_name, None, None)
+    assert converted.image_size == 32 and converted.grid == (8, 8)
+    assert converted.described['format'] == format_name
+    assert converted.model.num_heads == 4  # from the folder's config.json
+    jax.tree.map(np.testing.assert_array_equal, converted.params,
+                 subject.params)
 
 
 def test_position_table_is_the_learned_the_fixed_or_none():

@@ -9,7 +9,6 @@ import sys
 import time
 
 from absl import flags
-import jax
 import numpy as np
 import pytest
 
@@ -17,6 +16,7 @@ from tests.helpers import ROOT
 from tests.helpers import mounted_tmpfs
 from tests.helpers import TINY_MODELS
 from tests.helpers import png
+from tests.helpers import random_vit_params
 from tests.helpers import tiny_config
 from vit_jax import analysis
 from vit_jax import analyze
@@ -152,10 +152,9 @@ def test_what_is_no_vit_run_is_one_clear_error(trained_vit_run, tmp_path):
 
 def test_a_released_npz_is_analysed_on_your_own_images(tmp_path):
   """Two photos of other sizes and class names: named top-5 predictions."""
-  model = models.create_model('ViT-Tiny-CIFAR_4', 3)
-  variables = model.init(jax.random.key(0), np.zeros((1, 32, 32, 3)),
-                         train=False)
-  npz.save_npz(variables['params'], tmp_path / 'vit.npz')
+  npz.save_npz(
+      random_vit_params(models.create_model('ViT-Tiny-CIFAR_4', 3), 32),
+      tmp_path / 'vit.npz')
   rng = np.random.default_rng(0)
   (tmp_path / 'photos').mkdir()
   for name, shape in (('cat', (40, 60, 3)), ('dog', (90, 50, 3))):
@@ -190,9 +189,7 @@ def _untrained_run(workdir, data_dir, **techniques):
   model = models.from_config(config, 10)
   # A scanned run starts from the unscanned one's parameters, stacked, so
   # that the two compare.
-  params = model.clone(scan=False).init(jax.random.key(0),
-                                        np.zeros((1, 16, 16, 3)),
-                                        train=False)['params']
+  params = random_vit_params(model.clone(scan=False), 16)
   if model.scan:
     params = params_lib.stack_blocks(params)
   workdir.mkdir()

@@ -75,7 +75,12 @@ def analyze(out, *, workdir=None, step=None, data_dir=None, checkpoint=None,
   returns the numbers."""
   out = pathlib.Path(out)
   _check_out(out)  # before minutes of work
-  subject, config = _subject(workdir, step, data_dir, checkpoint, model, images)
+  subject, config = subjects.load(workdir, checkpoint, model, step)
+  if config is None and not images:
+    raise AnalysisError('--checkpoint needs --images: the images to look at '
+                        '(files or directories).')
+  if config is not None and data_dir:
+    config.data_dir = data_dir
   image_files = subjects.image_files(images) if images else None
   pixels = (subjects.read_images(image_files, subject.image_size)
             if image_files else subjects.run_test_images(
@@ -141,27 +146,6 @@ def _check_out(out: pathlib.Path):
         f'--out={out} holds files an analysis does not ({others}), which '
         'this one would replace: pass a new directory, or one of an earlier '
         'analysis.')
-
-
-def _subject(workdir, step, data_dir, checkpoint, model,
-             images) -> tuple[subjects.Subject, object]:
-  """The ViT the flags name, and its run's config (None for no run)."""
-  if (workdir is None) == (checkpoint is None):
-    raise AnalysisError('Pass --workdir (a run) or --checkpoint (any '
-                        'checkpoint).')
-  if (checkpoint is not None and
-      reading.source_kind(checkpoint) == reading.WORKDIR):
-    workdir, checkpoint = checkpoint, None
-  if checkpoint is not None:
-    subject = subjects.checkpoint_subject(checkpoint, model)
-    if not images:
-      raise AnalysisError('--checkpoint needs --images: the images to look '
-                          'at (files or directories).')
-    return subject, None
-  subject, config = subjects.run_subject(workdir, step)
-  if data_dir:
-    config.data_dir = data_dir
-  return subject, config
 
 
 def _draw_position_embeddings(out: pathlib.Path, subject: subjects.Subject,

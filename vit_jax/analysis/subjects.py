@@ -2,7 +2,6 @@
 its images, its logits and attention on them, and its embeddings."""
 
 import dataclasses
-import functools
 import pathlib
 
 import jax
@@ -21,6 +20,8 @@ from vit_jax.runtime import files
 
 # Images per forward pass: every layer's attention is kept.
 _BATCH_SIZE = 64
+# Compiled once per model; the variables are an argument, not constants.
+_logits_and_attention = jax.jit(models.logits_and_attention, static_argnums=0)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -47,30 +48,32 @@ class Subject:
     return (self.image_size // self.patch_size,) * 2
 
 
-def run_subject(workdir, step=None) -> tuple[Subject, object]:
-  """The ViT of a `vit_jax.main` run, and the run's config."""
+def load(workdir, checkpoint, model_name: str | None,
+         step: int | None) -> tuple[Subject, object]:
+  """The ViT of --workdir (a run) or --checkpoint (any checkpoint), and the
+  run's config (None for no run)."""
+  if (workdir is None) == (checkpoint is None):
+    raise AnalysisError('Pass --workdir (a run) or --checkpoint (any '
+                        'checkpoint).')
+  if workdir is None and reading.source_kind(checkpoint) != reading.WORKDIR:
+    loaded = reading.load(checkpoint, model_name=model_name)
+    return Subject(
+        loaded.model, loaded.variables, loaded.image_size, *loaded.pixels, {
+            'checkpoint': str(checkpoint), 'format': loaded.kind,
+            'model': model_name or models.vit_of_architecture(
+                params_lib.vit_architecture(loaded.params))
+        }), None
+  workdir = workdir or checkpoint
   run = reading.load_run(workdir, step)
-  config = run.config
   model, variables = run.for_inference()
   if not isinstance(model, models.VisionTransformer):
-    raise AnalysisError(f'{workdir} trained {config.model}; the analyses need '
-                        'a ViT run.')
+    raise AnalysisError(f'{workdir} trained {run.config.model}; the analyses '
+                        'need a ViT run.')
   return Subject(
-      model, variables, config.image_size, tuple(config.pixel_mean),
-      tuple(config.pixel_std),
-      {'workdir': str(workdir), 'step': run.step, 'model': config.model
-      }), config
-
-
-def checkpoint_subject(source, model_name: str | None) -> Subject:
-  """The ViT of a checkpoint other than a run, as `reading.load` reads it."""
-  loaded = reading.load(source, model_name=model_name)
-  return Subject(
-      loaded.model, loaded.variables, loaded.image_size, *loaded.pixels, {
-          'checkpoint': str(source), 'format': loaded.kind,
-          'model': model_name or models.vit_of_architecture(
-              params_lib.vit_architecture(loaded.params))
-      })
+      model, variables, run.config.image_size, tuple(run.config.pixel_mean),
+      tuple(run.config.pixel_std),
+      {'workdir': str(workdir), 'step': run.step, 'model': run.config.model
+      }), run.config
 
 
 def image_files(specs: list[str]) -> list[pathlib.Path]:
@@ -135,11 +138,10 @@ def model_inputs(images: np.ndarray,
 
 def forward(model, variables, inputs: np.ndarray):
   """The logits of `inputs` and every layer's attention, in batches."""
-  # The variables are an argument, not constants baked into the program.
-  run = jax.jit(functools.partial(models.logits_and_attention, model))
   logits, attentions = [], []
   for i in range(0, len(inputs), _BATCH_SIZE):
-    batch_logits, batch_attentions = run(variables, inputs[i:i + _BATCH_SIZE])
+    batch_logits, batch_attentions = _logits_and_attention(
+        model, variables, inputs[i:i + _BATCH_SIZE])
     logits.append(np.asarray(batch_logits))
     attentions.append([np.asarray(a) for a in batch_attentions])
   return (np.concatenate(logits),
