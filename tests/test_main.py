@@ -2,23 +2,31 @@
 
 import json
 import pathlib
+import shutil
 import subprocess
 import sys
 
 import pytest
 
-from tests.helpers import random_cifar
-from tests.helpers import write_cifar_binary
-from tests.helpers import write_process_config
-
 ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+# The config `trained_vit_run` trained, as a file.
+_CONFIG_FILE = '''
+import sys
+sys.path.insert(0, {root!r})
+from tests.helpers import trained_vit_config
+def get_config():
+  return trained_vit_config({data_dir!r})
+'''
 
 
 def _main(*flags):
-  return subprocess.run([
-      sys.executable, '-m', 'vit_jax.main', '--config=configs/cifar_small.py',
-      *flags
-  ], cwd=ROOT, capture_output=True, text=True, check=False)
+  """`python -m vit_jax.main`, of configs/cifar_small.py unless a --config
+  flag names another."""
+  if not any(flag.startswith('--config=') for flag in flags):
+    flags = ('--config=configs/cifar_small.py', *flags)
+  return subprocess.run([sys.executable, '-m', 'vit_jax.main', *flags],
+                        cwd=ROOT, capture_output=True, text=True, check=False)
 
 
 def test_bad_input_is_one_clear_line_printed_once_not_a_traceback(tmp_path):
@@ -37,16 +45,6 @@ def test_unknown_config_field_is_one_clear_line(tmp_path):
   assert ("error: config.num_epoch is not a field of the config schema (did "
           "you mean 'num_epochs'?)") in out.stderr
   assert 'Traceback' not in out.stderr
-
-
-def test_config_sets_the_cpu_device_count_and_the_flag_overrides_it(tmp_path):
-  # An indivisible batch fails before any data is read, naming the count.
-  out = _main(f'--workdir={tmp_path}', '--config.cpu_devices=3',
-              '--config.batch_size=128')
-  assert 'not divisible by the 3 devices' in out.stderr
-  out = _main(f'--workdir={tmp_path}', '--config.cpu_devices=3',
-              '--cpu_devices=5', '--config.batch_size=128')
-  assert 'not divisible by the 5 devices' in out.stderr
 
 
 def test_incomplete_cluster_flags_are_one_clear_line(tmp_path):
@@ -78,20 +76,17 @@ def test_any_model_field_can_be_overridden_and_a_typo_is_named(
   assert 'ViT-Tiny-CIFAR_4 (214,538 parameters)' in out.stderr  # 1 layer
 
 
-def test_the_cpu_devices_flag_is_what_the_run_records(tmp_path):
+def test_the_config_or_the_flag_sets_the_cpu_devices_the_run_records(
+    trained_vit_run, tmp_path):
   """--cpu_devices overrides config.cpu_devices; config.json says what the
   run used, and a rerun on another count says it changed (a finished run:
   the record is written before anything trains)."""
-  write_cifar_binary(
-      tmp_path / 'data' / 'cifar-10-batches-bin', {
-          'data_batch_1.bin': random_cifar(80, 10, seed=1),
-          'test_batch.bin': random_cifar(37, 10, seed=3)
-      })
-  config_file = write_process_config(tmp_path, tmp_path / 'data')
-  workdir = tmp_path / 'run'
-  for devices in 2, 4:  # the config says 1
-    out = _main_with(config_file, f'--workdir={workdir}',
-                     f'--cpu_devices={devices}', '--config.total_steps=8')
+  workdir = shutil.copytree(trained_vit_run[0], tmp_path / 'run')
+  config_file = tmp_path / 'config.py'
+  config_file.write_text(
+      _CONFIG_FILE.format(root=str(ROOT), data_dir=str(trained_vit_run[1])))
+  for devices, flags in (2, ['--cpu_devices=2']), (4, []):  # the config's 4
+    out = _main(f'--config={config_file}', f'--workdir={workdir}', *flags)
     assert out.returncode == 0, out.stderr[-2000:]
     assert json.loads(
         (workdir / 'config.json').read_text())['cpu_devices'] == devices
@@ -101,11 +96,5 @@ def test_the_cpu_devices_flag_is_what_the_run_records(tmp_path):
       for line in (workdir / 'config_changes.jsonl').read_text().splitlines()
   ]
   assert changes == [{
-      'step': 8, 'changed': {'cpu_devices': {'before': 2, 'after': 4}}
-  }]
-
-
-def _main_with(config_file, *flags):
-  return subprocess.run(
-      [sys.executable, '-m', 'vit_jax.main', f'--config={config_file}', *flags],
-      cwd=ROOT, capture_output=True, text=True, check=False)
+      'step': 6, 'changed': {'cpu_devices': {'before': 4, 'after': 2}}
+  }, {'step': 6, 'changed': {'cpu_devices': {'before': 2, 'after': 4}}}]
