@@ -70,18 +70,30 @@ def _without_config_in_checkpoints(workdir):
       shutil.rmtree(step_dir / item)
 
 
-def test_a_lost_config_json_is_read_from_the_checkpoint(trained_vit_run,
-                                                        tmp_path, caplog):
+def test_a_lost_config_json_is_read_from_the_checkpoint_or_rebuilt(
+    trained_vit_run, tmp_path, caplog):
+  """A reader reads it and changes nothing; a run rebuilds config.json."""
   workdir = shutil.copytree(trained_vit_run[0], tmp_path / 'run')
-  config_file = workdir / 'config.json'
+  config_file, newest = workdir / 'config.json', workdir / 'checkpoints' / '6'
   original = json.loads(config_file.read_text())
+  assert reading.saved_config(workdir) == original
+  config_file.write_text(config_file.read_text()[:100])  # truncated
+  assert reading.saved_config(workdir) == original
+  assert json.loads(config_file.read_text()) == original
   config_file.unlink()
   assert reading.load_run(workdir).config.to_dict() == original
-  assert _warnings(caplog) == [
-      f'{config_file} is missing: reading the config saved with checkpoint '
-      f'{workdir / "checkpoints" / "6"}.'
-  ]
   assert not config_file.exists()  # a reader changes nothing
+  assert reading.saved_config(workdir) == original
+  assert json.loads(config_file.read_text()) == original
+  warnings = _warnings(caplog)
+  assert len(warnings) == 3
+  assert warnings[0].startswith(f'{config_file} is not valid JSON (')
+  assert warnings[1:] == [
+      f'{config_file} is missing: reading the config saved with checkpoint '
+      f'{newest}.', f'{config_file} is missing: rebuilt from the config saved '
+      f'with checkpoint {newest}.'
+  ]
+  config_file.unlink()
   _without_config_in_checkpoints(workdir)
   with pytest.raises(
       CheckpointError, match=r'config.json is missing, and the checkpoints .* '
@@ -89,28 +101,6 @@ def test_a_lost_config_json_is_read_from_the_checkpoint(trained_vit_run,
       r"nothing says which model they are\. Put back the "
       r"run's config.json\.$"):
     reading.load_run(workdir)
-
-
-def test_a_lost_config_json_is_rebuilt_from_the_newest_checkpoint(
-    trained_vit_run, tmp_path, caplog):
-  workdir = shutil.copytree(trained_vit_run[0], tmp_path / 'run')
-  config_file = workdir / 'config.json'
-  original = json.loads(config_file.read_text())
-  assert reading.saved_config(workdir) == original
-  config_file.write_text(config_file.read_text()[:100])  # truncated
-  assert reading.saved_config(workdir) == original
-  assert json.loads(config_file.read_text()) == original
-  config_file.unlink()
-  assert reading.saved_config(workdir) == original
-  assert json.loads(config_file.read_text()) == original
-  warnings = _warnings(caplog)
-  assert len(warnings) == 2
-  assert warnings[0].startswith(f'{config_file} is not valid JSON (')
-  assert warnings[1] == (
-      f'{config_file} is missing: rebuilt from the config saved with '
-      f'checkpoint {workdir / "checkpoints" / "6"}.')
-  config_file.unlink()
-  _without_config_in_checkpoints(workdir)
   with pytest.raises(
       WorkdirError, match=r'config.json is missing, and the checkpoints in .* '
       r'were saved before checkpoints held their config: .* '
