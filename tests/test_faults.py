@@ -301,38 +301,27 @@ def test_the_workdir_is_checked_before_the_data(tmp_path):
   assert not (tmp_path / 'run').exists()
 
 
-def test_a_file_given_as_the_data_directory_is_named(tmp_path):
+def test_a_data_file_or_directory_that_cannot_be_read_is_named(tmp_path):
   (tmp_path / 'data').write_text('')
   with pytest.raises(DatasetError, match=r'data directory .*/data is a file'):
     sources.open_dataset(tiny_config(tmp_path / 'data'))
-
-
-def test_a_truncated_cifar_file_is_named(tmp_path):
-  folder = tmp_path / 'cifar-10-batches-bin'
+  folder = tmp_path / 'cifar' / 'cifar-10-batches-bin'
   write_cifar_binary(
       folder, {
           'data_batch_1.bin': random_cifar(4, 10, 1),
           'test_batch.bin': random_cifar(2, 10, 2)
       })
+  if os.geteuid() != 0:  # root reads any file
+    (folder / 'test_batch.bin').chmod(0)
+    with pytest.raises(
+        DatasetError, match=r'Cannot read .*test_batch.bin: '
+        r'Permission denied'):
+      sources.open_dataset(tiny_config(folder.parent))
+    (folder / 'test_batch.bin').chmod(0o644)
   os.truncate(folder / 'data_batch_1.bin', 3073 * 3 + 100)
   with pytest.raises(DatasetError, match=r'data_batch_1.bin is not a CIFAR '
                      r'binary file'):
-    sources.open_dataset(tiny_config(tmp_path))
-
-
-@pytest.mark.skipif(os.geteuid() == 0, reason='root reads any file')
-def test_an_unreadable_cifar_file_is_named(tmp_path):
-  folder = tmp_path / 'cifar-10-batches-bin'
-  write_cifar_binary(
-      folder, {
-          'data_batch_1.bin': random_cifar(4, 10, 1),
-          'test_batch.bin': random_cifar(2, 10, 2)
-      })
-  (folder / 'test_batch.bin').chmod(0)
-  with pytest.raises(
-      DatasetError, match=r'Cannot read .*test_batch.bin: '
-      r'Permission denied'):
-    sources.open_dataset(tiny_config(tmp_path))
+    sources.open_dataset(tiny_config(folder.parent))
 
 
 class _Exploit:
