@@ -18,8 +18,7 @@ from vit_jax.objectives import teacher_run
 
 def hard_target(student: jax.Array, teacher: jax.Array,
                 temperature: float) -> jax.Array:
-  """Per-example cross-entropy of `student`'s logits with the teacher's
-  predicted classes."""
+  """Per-example cross-entropy with the teacher's predicted classes."""
   del temperature
   return optax.softmax_cross_entropy_with_integer_labels(
       student, jnp.argmax(teacher, axis=-1))
@@ -27,8 +26,7 @@ def hard_target(student: jax.Array, teacher: jax.Array,
 
 def soft_target(student: jax.Array, teacher: jax.Array,
                 temperature: float) -> jax.Array:
-  """Per-example T^2 KL(teacher || student), both softened by T: the T^2
-  keeps the gradients' scale whatever T (Hinton et al. 2015)."""
+  """Per-example T^2 KL(teacher || student), both softened by T."""
   return temperature**2 * optax.kl_divergence(
       jax.nn.log_softmax(student / temperature),
       jax.nn.softmax(teacher / temperature))
@@ -66,9 +64,7 @@ class Teacher:
 
 
 def load_teacher(config, num_classes: int, sharding) -> Teacher | None:
-  """The run `config.distillation_teacher` names (`teacher_run.load`); None
-  when the config distils from nothing. ConfigError for a teacher that is
-  itself a distilled ViT."""
+  """The run `config.distillation_teacher` names, or None."""
   if not config.distillation_teacher:
     return None
   module, variables = teacher_run.load(config, 'distillation_teacher',

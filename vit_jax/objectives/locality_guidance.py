@@ -1,12 +1,10 @@
-"""Locality guidance (Li et al., "Locality Guidance for Improving Vision
-Transformers on Tiny Datasets", ECCV 2022): while it trains, a ViT's
-intermediate features imitate a trained CNN's, which carry the locality a
+"""Locality guidance (Li et al., ECCV 2022): while it trains, a ViT's
+blocks imitate a trained CNN's stage features, which carry the locality a
 ViT lacks on little data; the ViT stays pure at inference.
 
 `GuidedViT` projects each guided block's patch tokens to a CNN stage's
-channels (`locality_guidance_k`, training-only parameters); each pair is
-resized to the larger grid and compared by mean squared error. The
-teacher's BatchNorm runs in eval mode, on the student's images.
+channels (training-only parameters); each pair is compared by mean squared
+error on the larger grid. The teacher runs in eval mode.
 """
 
 import dataclasses
@@ -77,9 +75,8 @@ class GuidedViT(ViTWrapper):
 
 
 def imitation(student: list[jax.Array], teacher: list[jax.Array]) -> jax.Array:
-  """Per-example loss: for each (student, teacher) pair of feature maps
-  (batch, height, width, channels), both resized bilinearly to the larger
-  grid, the mean squared difference; summed over the pairs, in float32."""
+  """Per-example mean squared difference of each pair of (batch, h, w, c)
+  maps, resized bilinearly to the larger grid; summed over the pairs."""
   total = 0.0
   for ours, theirs in zip(student, teacher, strict=True):
     grid = tuple(map(max, ours.shape[1:3], theirs.shape[1:3]))
@@ -101,8 +98,7 @@ class Guide:
   weight: float
 
   def objective(self, base: losses.Objective) -> losses.Objective:
-    """`base` plus `weight` times the student's imitation of the CNN's
-    stage features on the same images."""
+    """`base` plus `weight` times the imitation of the CNN's features."""
 
     def guided(logits: jax.Array, outputs: dict, targets: jax.Array,
                images: jax.Array) -> jax.Array:
@@ -117,9 +113,7 @@ class Guide:
 
 def load_guide(config, num_classes: int, sharding) -> Guide | None:
   """The CNN run `config.locality_guidance_teacher` names, checked against
-  the student's guidance; None when the config guides with nothing. A
-  ConfigError in one line for a run that is no staged CNN or whose stages
-  have other widths than `guidance_widths`."""
+  the student's guidance widths; or None."""
   if not config.locality_guidance_teacher:
     return None
   workdir = config.locality_guidance_teacher

@@ -1,7 +1,6 @@
-"""What the train step minimizes: soft-target cross-entropy (`classification`),
-and `Objective`, the one signature every technique wraps so that a technique
-adds an objective, not a branch in the step.
-"""
+"""Soft-target cross-entropy (`classification`), and `Objective`, the one
+signature every technique wraps: a technique adds an objective, not a branch
+in the step."""
 
 from typing import Protocol
 

@@ -1,8 +1,5 @@
-"""A trained run applied, frozen, inside another run's train step: DeiT's
-teacher (`distillation`) and the CNN a guided ViT imitates
-(`locality_guidance`). It is read from its `vit_jax.main` workdir, checked
-to see the student's inputs, and applied in eval mode; it trains nothing.
-"""
+"""A trained run read from its workdir as a frozen teacher inside another
+run's train step (`distillation`, `locality_guidance`)."""
 
 from typing import Any
 
@@ -22,9 +19,8 @@ _SAME_INPUT = ('dataset', 'image_size', 'pixel_mean', 'pixel_std')
 
 def load(config, field: str, num_classes: int,
          sharding) -> tuple[nn.Module, Any]:
-  """The module of the run that `config[field]` names, computing in the
-  student's dtype, and its variables placed with `sharding`. ConfigError
-  for a workdir that is no finished-enough run or whose inputs differ."""
+  """The module (in the student's dtype) and variables of the run
+  `config[field]` names; ConfigError if it saw other inputs."""
   workdir = config[field]
   try:
     run = reading.load_run(workdir, best=config.teacher_checkpoint == 'best')

@@ -1,10 +1,7 @@
-"""jax's persistent compilation cache, on for every training run.
-
-`config.compilation_cache_dir` says where (jax's $JAX_COMPILATION_CACHE_DIR
-overrides the default); empty turns it off. One directory serves every
-config, backend and jax version. jax never replaces an entry, so one it
-cannot read (a run killed while writing it) is removed here and compiled
-again (`_remove_unreadable`).
+"""jax's persistent compilation cache, on for every training run, where
+`config.compilation_cache_dir` says ($JAX_COMPILATION_CACHE_DIR overrides
+the default; empty: off). jax never replaces an entry, so one it cannot read
+is removed here and compiled again (`_remove_unreadable`).
 """
 
 import glob
@@ -67,8 +64,7 @@ _show_warning = None  # Python's, which `_remove_unreadable` stands in for
 
 def _remove_unreadable(message, category, filename, lineno, file=None,
                        line=None):
-  """A `warnings.showwarning` that removes the entries of a program jax could
-  not read, so that its next compilation writes a sound one."""
+  """A `warnings.showwarning` that removes the entries jax could not read."""
   unreadable = _UNREADABLE.match(str(message))
   path = jax.config.jax_compilation_cache_dir
   if unreadable is None or not path:

@@ -1,11 +1,10 @@
-"""How the loop hands train steps to the devices: several to one compiled
-call, so that a small model's steps do not wait on Python.
+"""Train steps handed to the devices several to one compiled call, so that a
+small model's steps do not wait on Python.
 
 A call runs at most `config.steps_per_dispatch` steps, never past the loop's
-next log, evaluation or checkpoint, and no more than fit in `MAX_SECONDS` as
-the last call took. In a multi-process job process 0's timing decides, agreed
-at each `drain`. At most two calls are in flight, so a stop signal is acted
-on within about 2 x MAX_SECONDS.
+next event, and no more than fit in `MAX_SECONDS` as the last call took
+(process 0's timing, in a multi-process job). At most two calls are in
+flight, so a stop signal is acted on within about 2 x MAX_SECONDS.
 """
 
 import time
@@ -61,8 +60,7 @@ class Dispatcher:
     return state, sums
 
   def drain(self):
-    """Waits for every call made; a multi-process job then agrees on the
-    steps a call runs until the next drain."""
+    """Waits for every call made; processes agree on the steps of a call."""
     if not self._calls:
       return
     while self._calls:

@@ -19,8 +19,7 @@ _PROGRESS_BATCHES = 50
 
 def over_test_split(eval_step, state, inputs: data.Input, label: str,
                     progress_from: int = _PROGRESS_BATCHES) -> dict:
-  """Loss, accuracy and top-5 accuracy over every test example, each once;
-  logs progress when the split has `progress_from` batches or more."""
+  """Loss, accuracy and top-5 accuracy over every test example, each once."""
   sums = steps.zero_sums(sharding.replicated(inputs.mesh), steps.EVAL_SUMS)
   total = inputs.num_eval_batches
   report_every = max(total // 10, 1)
@@ -60,8 +59,7 @@ def _config_for(loaded: reading.Loaded, config, source, data_dir,
 
 def evaluate(source, *, config=None, model_name=None, step=None, data_dir=None,
              released_preprocessing=False) -> dict:
-  """Loss, top-1 and top-5 accuracy of the checkpoint `source` over the test
-  split of `config` (default: a workdir's own config)."""
+  """Loss, top-1 and top-5 of `source` on `config`'s (or its own) test split."""
   loaded = reading.load(source, model_name=model_name, step=step)
   config = _config_for(loaded, config, source, data_dir, released_preprocessing)
   config_schema.validate(config, jax.device_count(), training=False)

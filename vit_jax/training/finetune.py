@@ -1,9 +1,6 @@
-"""Starting a run from pre-trained parameters, the way the paper fine-tunes:
-`config.init_from` read (`reading.load_params`), checked against the new
-model before any data loads (`check_init_from`) and fitted to it
-(`formats.params.adapt_params`). The paper's optimizer recipe is
-`configs/finetune.py`'s `use_paper_recipe`.
-"""
+"""Starting a run from pre-trained parameters (`config.init_from`), read and
+checked before any data loads, then fitted to the new model
+(`formats.params.adapt_params`); the paper's recipe is `configs/finetune.py`."""
 
 from typing import Any
 
@@ -19,12 +16,8 @@ from vit_jax.formats import params as params_lib
 
 
 def check_init_from(config) -> Any:
-  """`config.init_from`'s parameters (host arrays), read and checked to fit
-  `config`'s model, whose shapes are computed abstractly, before any data
-  loads or anything compiles: a ConfigError in one line for a path that
-  holds no checkpoint, a run none of whose checkpoints is sound, or a model
-  of another architecture. `pretrained_params` takes them on, so that they
-  are read once."""
+  """`config.init_from`'s parameters (host arrays), checked to fit `config`'s
+  model before anything loads or compiles; a ConfigError in one line."""
   pretrained = _read(config)
   model = models.from_config(config, num_classes=1)  # the head starts afresh
   _check_fit(config, pretrained,
@@ -33,10 +26,8 @@ def check_init_from(config) -> Any:
 
 
 def pretrained_params(config, fresh_params, pretrained=None) -> dict:
-  """`config.init_from` (any checkpoint, `reading.source_kind`; `pretrained`:
-  what `check_init_from` read of it) fitted to the run's model, whose
-  freshly initialized parameters are `fresh_params`; a ConfigError names
-  what does not fit."""
+  """`config.init_from` (`pretrained`: what `check_init_from` read) fitted to
+  the run's model, whose fresh parameters are `fresh_params`."""
   fresh = jax.device_get(fresh_params)
   if pretrained is None:
     pretrained = _read(config)
@@ -67,9 +58,8 @@ def _read(config) -> Any:
 
 
 def _check_fit(config, pretrained, expected):
-  """ConfigError unless `pretrained` fits a model of `expected`'s shapes:
-  in one line when they are models of different architectures (else every
-  array of theirs would be listed)."""
+  """ConfigError unless `pretrained` fits a model of `expected`'s shapes; one
+  line for another architecture, not every array."""
   theirs = params_lib.vit_architecture(pretrained)
   ours = params_lib.vit_architecture(expected)
   if theirs != ours:

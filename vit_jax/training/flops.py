@@ -1,10 +1,7 @@
 """FLOPs of a model, counted from its program, and the accelerators' peaks.
 
-`matmul_flops` counts 2*M*N*K for every matmul and convolution of a jaxpr; a
-train step is about 3x the forward pass (forward, and two matmuls per matmul
-in the backward pass). The training loop logs the achieved FLOP/s and, for an
-accelerator whose peak is known, its share of that peak; `vit_jax.benchmark`
-measures a matmul peak on any machine instead.
+A train step is about 3x the forward pass (two matmuls per matmul in the
+backward pass); the loop logs the share of a known peak.
 """
 
 import math
@@ -34,8 +31,7 @@ PEAK_FLOPS = (
 
 
 def peak_flops(device_kind: str, dtype: str) -> float | None:
-  """The datasheet peak of one device of `device_kind` computing in `dtype`
-  ('float32' or 'bfloat16'); None when unknown (CPUs among them)."""
+  """One device's datasheet peak in `dtype`; None when unknown (CPUs)."""
   for kind, bfloat16, float32 in PEAK_FLOPS:
     if re.search(rf'(^|\W){re.escape(kind)}($|\W)', device_kind):
       return bfloat16 if dtype == 'bfloat16' else float32
@@ -47,8 +43,7 @@ def _shape_size(shape) -> int:
 
 
 def matmul_flops(jaxpr) -> int:
-  """2*M*N*K summed over every dot_general and convolution in `jaxpr`, a
-  scan's as many times as it runs."""
+  """2*M*N*K summed over the matmuls and convolutions of `jaxpr`."""
   total = 0
   for eqn in jaxpr.eqns:
     if eqn.primitive.name == 'dot_general':
@@ -73,9 +68,8 @@ def matmul_flops(jaxpr) -> int:
 
 
 def forward_flops_per_image(model, variables, image_size: int) -> int:
-  """Matmul FLOPs of one image's forward pass; `variables` may be shapes.
-  A ViT is counted on its einsum attention: a fused kernel's matmuls are no
-  dot in the program, and the function is the same."""
+  """Matmul FLOPs of one image's forward pass; `variables` may be shapes. A
+  ViT counts on einsum attention, whose matmuls a fused kernel hides."""
   if getattr(model, 'attention', 'einsum') != 'einsum':
     model = model.clone(attention='einsum')
   images = jax.ShapeDtypeStruct((1, image_size, image_size, 3), jnp.float32)

@@ -1,12 +1,7 @@
-"""Logged metrics to `metrics.jsonl` and TensorBoard event files.
-
-The checkpoint's history is the truth: a resumed run rewrites both from it,
-so records logged after the last checkpoint of an interrupted run (trained
-again) are dropped, and records a killed writer never flushed come back.
-Every line of `metrics.jsonl` is strict JSON: a value that is not finite is
-written as null. TensorBoard files are written with tensorboardX, which needs
-no TensorFlow, into `tensorboard/training/` (a run named for what it is,
-beside `vit_jax.analyze`'s `analysis`). Only process 0 writes.
+"""Logged metrics to `metrics.jsonl` (strict JSON: null for a value that is
+not finite) and TensorBoard event files (tensorboardX, no TensorFlow); only
+process 0 writes. The checkpoint's history is the truth: a resumed run
+rewrites both from it, dropping records trained again.
 """
 
 import json
@@ -33,7 +28,6 @@ TENSORBOARD_TAGS = {
 
 
 def _json_line(record: dict) -> str:
-  """`record` as one line of strict JSON, NaN and infinities as null."""
   finite = {
       name: None
             if isinstance(value, float) and not math.isfinite(value) else value
@@ -43,8 +37,7 @@ def _json_line(record: dict) -> str:
 
 
 class MetricWriter:
-  """Writes one record per logged step; `history` is what a resumed run
-  restored."""
+  """One record per logged step, after `history` (a resumed run's)."""
 
   def __init__(self, workdir: pathlib.Path, history: list[dict]):
     self._enabled = jax.process_index() == 0

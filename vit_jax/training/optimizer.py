@@ -5,8 +5,7 @@ import optax
 
 
 def create_learning_rate_schedule(config, plan) -> optax.Schedule:
-  """Linear warmup from 0 over `plan.warmup_steps`, then `config.lr_decay`
-  ('cosine' or 'linear') to 0 at `plan.total_steps`."""
+  """Linear warmup from 0, then `config.lr_decay` to 0 at the last step."""
   total, warmup = plan.total_steps, plan.warmup_steps
   if config.lr_decay == 'cosine':
     return optax.warmup_cosine_decay_schedule(
@@ -19,17 +18,14 @@ def create_learning_rate_schedule(config, plan) -> optax.Schedule:
 
 
 def _kernels(params):
-  """True for the weight matrices and convolution kernels (`kernel`), False
-  for biases, norms, position embeddings and tokens."""
+  """True for the `kernel`s, False for biases, norms, embeddings, tokens."""
   return jax.tree_util.tree_map_with_path(
       lambda path, _: getattr(path[-1], 'key', None) == 'kernel', params)
 
 
 def create_optimizer(config, schedule) -> optax.GradientTransformation:
-  """AdamW (decoupled weight decay), or SGD with momentum and L2 weight
-  decay (added to the gradient, so it goes through the momentum), each on
-  the parameters `config.weight_decay_on` names; gradients clipped to
-  `config.grad_clip_norm` first when it is set."""
+  """AdamW, or SGD with momentum and L2 weight decay (through the momentum),
+  gradients clipped first when `config.grad_clip_norm` is set."""
   # 'all' keeps the optimizer state of runs from before the field.
   mask = _kernels if config.weight_decay_on == 'kernels' else None
   if config.optimizer == 'adamw':

@@ -1,5 +1,4 @@
-"""The run in steps: the epoch-counted fields of a config converted to
-steps once, and when the loop logs, evaluates and checkpoints."""
+"""The run in steps: when the loop logs, evaluates and checkpoints."""
 
 import dataclasses
 
@@ -8,8 +7,7 @@ from absl import logging
 
 @dataclasses.dataclass(frozen=True)
 class StepPlan:
-  """The run in steps: its length, warmup, and how often it logs,
-  evaluates and checkpoints (each also happens at the last step)."""
+  """Length, warmup and intervals (each also at the last step), in steps."""
   steps_per_epoch: int
   total_steps: int
   warmup_steps: int
@@ -21,8 +19,7 @@ class StepPlan:
     return round(step / self.steps_per_epoch, 4)
 
   def steps_to_next_event(self, step: int) -> int:
-    """Steps from `step` to the next log, evaluation, checkpoint or the
-    end, whichever comes first."""
+    """Steps from `step` to the next log, evaluation, checkpoint or end."""
     return min(
         self.total_steps - step,
         *(every - step % every for every in (self.log_every, self.eval_every,
@@ -30,9 +27,7 @@ class StepPlan:
 
 
 def step_plan(config, steps_per_epoch: int) -> StepPlan:
-  """Epoch-counted fields converted to steps, once, for a training split of
-  `steps_per_epoch` batches (at least one: `data.create_input` refuses a
-  batch larger than the split)."""
+  """Epoch-counted fields converted to steps, once."""
   total = config.total_steps or config.num_epochs * steps_per_epoch
   if config.total_steps and config.num_epochs:
     logging.info(
@@ -53,9 +48,7 @@ def step_plan(config, steps_per_epoch: int) -> StepPlan:
 
 def checkpoint_min_seconds(config) -> float:
   """Seconds an interval's checkpoint waits after the newest started
-  writing (`RunCheckpoints.due`): config.checkpoint_min_seconds when the
-  interval is the default epoch; 0, every interval, when it is set in
-  steps. On a GPU a small model's epoch trains in less time than orbax
-  takes to save, so that a checkpoint every epoch would hold up training
-  (experiments/benchmarks/README.md, attempts 24 and 25)."""
+  writing: config.checkpoint_min_seconds for the default epoch interval (on
+  a GPU a small model's epoch trains faster than orbax saves), 0 when the
+  interval is set in steps."""
   return 0.0 if config.checkpoint_every_steps else config.checkpoint_min_seconds

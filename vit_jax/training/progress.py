@@ -23,8 +23,7 @@ def _format_flops(value: float) -> str:
 
 def progress_line(record: dict, plan: plan_lib.StepPlan,
                   eta_seconds: float) -> str:
-  """One logged record as a line: step, epoch, losses and accuracies, the
-  learning rate, throughput and ETA."""
+  """One logged record as a line, with the ETA."""
   parts = [
       f'step {record["step"]}/{plan.total_steps} (epoch '
       f'{record["epoch"]:g})'
@@ -47,9 +46,8 @@ def progress_line(record: dict, plan: plan_lib.StepPlan,
 
 
 class Throughput:
-  """Training images/s and FLOP/s over each logging interval, leaving out
-  the time spent evaluating and checkpointing; the ETA from the pace since
-  the loop (re)started."""
+  """Training images/s and FLOP/s over each logging interval, evaluations
+  and saves left out; the ETA from the pace since the loop (re)started."""
 
   def __init__(self, start_step: int, batch_size: int,
                train_flops_per_image: float, peak: float | None):
@@ -71,8 +69,7 @@ class Throughput:
       self._excluded += time.perf_counter() - start
 
   def interval(self, step: int) -> dict:
-    """Over the steps this process trained since the last call (a resumed
-    interval's earlier steps were timed by the process that ran them)."""
+    """Over the steps this process trained since the last call."""
     now = time.perf_counter()
     seconds = max(now - self._interval_start - self._excluded, 1e-9)
     images = (step - self._interval_step) * self._batch_size
@@ -88,8 +85,7 @@ class Throughput:
     return measured
 
   def since_last_record(self) -> float:
-    """Wall seconds since the previous record (training, evaluating and
-    checkpointing alike): summed, the loop's wall time."""
+    """Wall seconds since the previous record, all phases alike."""
     now = time.perf_counter()
     seconds, self._last_record = now - self._last_record, now
     return seconds

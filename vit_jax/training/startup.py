@@ -1,8 +1,6 @@
 """What `train.train_and_evaluate` calls before its loop: the workdir held
 and checked, the model trained and its objective, the pre-trained start,
-and the run's record. A stop signal between these phases ends the run with
-nothing new to save (`stop_if_signalled`).
-"""
+and the run's record."""
 
 import contextlib
 import json
@@ -39,11 +37,8 @@ from vit_jax.training import steps
 def check_workdir(
     workdir: pathlib.Path, config,
     checkpoints: run_checkpoints.RunCheckpoints) -> dict[str, tuple]:
-  """Before any data or model loads: that a run already in `workdir` is
-  this config's (else ConfigError), as its config.json says or, when that
-  is lost, its newest checkpoint (`reading.saved_config`). Returns the
-  fields that changed harmlessly since that run
-  (`config_schema.check_resumable`)."""
+  """ConfigError unless a run already in `workdir` is this config's; the
+  fields that changed harmlessly since (`config_schema.check_resumable`)."""
   if not checkpoints.steps():
     return {}
   return config_schema.check_resumable(reading.saved_config(workdir), config,
@@ -51,8 +46,7 @@ def check_workdir(
 
 
 def record_changes(workdir: pathlib.Path, step: int, changed: dict[str, tuple]):
-  """Logs and appends to `config_changes.jsonl` what a resumed run changed:
-  config.json holds the latest values only."""
+  """Logs and appends to `config_changes.jsonl` what a resumed run changed."""
   if not changed:
     return
   logging.info(
@@ -71,8 +65,7 @@ def record_changes(workdir: pathlib.Path, step: int, changed: dict[str, tuple]):
 
 
 def _parameter_count(params) -> str:
-  """'N parameters', and how many more serve only training (locality
-  guidance's projections, an MAE's decoder)."""
+  """'N parameters', and how many more serve only training."""
 
   def size(tree):
     return sum(x.size for x in jax.tree.leaves(tree))
@@ -84,9 +77,8 @@ def _parameter_count(params) -> str:
 
 @contextlib.contextmanager
 def sole_writer(workdir: pathlib.Path):
-  """The workdir's lock (`workdir_lock`), held by process 0 while the run
-  lasts: every process of a job refuses the workdir when another run has
-  it. What a killed writer left half written (`*.partial`) is cleared."""
+  """The workdir's lock, held by process 0 while the run lasts (every
+  process refuses a workdir another run has); `*.partial` files cleared."""
   lock = workdir_lock.WorkdirLock(workdir)
   refusal = None
   if jax.process_index() == 0:
@@ -111,8 +103,7 @@ def sole_writer(workdir: pathlib.Path):
 
 def stop_if_signalled(signals: preemption.Preemption,
                       checkpoints: run_checkpoints.RunCheckpoints):
-  """Between the phases of start-up: a stop signal ends the run here, with
-  nothing new to save."""
+  """Between start-up's phases: a stop signal ends the run, nothing saved."""
   if signals.reached():
     raise preemption.Preempted(signals.signal_name, checkpoints.latest_step(),
                                checkpoints.directory, saved=False)
@@ -120,10 +111,8 @@ def stop_if_signalled(signals: preemption.Preemption,
 
 def trained_model_and_objective(config, num_classes: int,
                                 replicated) -> tuple[Any, losses.Objective]:
-  """The model the step trains (`config`'s, or a wrapper of it that adds
-  what only training reads) and what it minimizes: the classification loss,
-  wrapped by each technique the config turns on (a teacher's distillation,
-  a CNN's locality guidance, an MAE's reconstruction)."""
+  """The model the step trains (`config`'s, or a training wrapper of it) and
+  the loss, wrapped by each technique the config turns on."""
   model = models.from_config(config, num_classes)
   fields = models.training_fields(config)
   try:
@@ -160,8 +149,7 @@ def trained_model_and_objective(config, num_classes: int,
 
 
 def pretrained_state(config, state, state_shapes, pretrained):
-  """`state` with `config.init_from`'s parameters (`pretrained`: what
-  `finetune.check_init_from` read), laid out as `state_shapes` says."""
+  """`state` with `config.init_from`'s parameters, laid out as before."""
   params = jax.tree.map(
       lambda x, shape: sharding.replicate(x, shape.sharding),
       finetune.pretrained_params(config, state.params, pretrained),
@@ -185,9 +173,7 @@ def check_ema(config, state_shapes):
 
 def record_run(config, workdir: pathlib.Path, inputs: data.Input,
                plan: plan_lib.StepPlan, params) -> dict:
-  """The workdir's config.json (each checkpoint keeps a copy too, from which
-  a lost one is rebuilt) and the log's line of what trains; returns the
-  config as recorded."""
+  """Writes config.json and logs what trains; the config as recorded."""
   run_config = json.loads(config.to_json_best_effort())
   if jax.process_index() == 0:
     workdir.mkdir(parents=True, exist_ok=True)

@@ -1,11 +1,9 @@
 """The train state and the `jax.jit` train and eval steps over the mesh.
 
-The batch is split over every device; the state is replicated or split over
-the `fsdp` axis (`sharding`), and the compiler reduces gradients and sums.
-The steps reach the data only through `data.Input.model_inputs`, add their
-metrics to running sums kept on the devices, and donate state and sums.
-`compile_steps` compiles from shapes alone, so a config that cannot compile
-fails before anything is written.
+The batch is split over every device, the state as `sharding` says; the
+steps add their metrics to running sums kept on the devices and donate state
+and sums. `compile_steps` compiles from shapes alone, so a config that cannot
+compile fails before anything is written.
 """
 
 from collections.abc import Callable
@@ -47,9 +45,8 @@ class TrainState(train_state.TrainState):
 
 
 class AveragedTrainState(TrainState):
-  """A train state with the parameters' moving average (`config.ema_decay`),
-  the model the run evaluates and saves. A class of its own, so that runs
-  without it keep their checkpoint tree."""
+  """With the parameters' moving average (`config.ema_decay`), which the run
+  evaluates; a class of its own, so that runs without it keep their tree."""
 
   ema_params: Any = None
   ema_decay: float = flax.struct.field(pytree_node=False, default=0.0)
@@ -86,8 +83,7 @@ def _shapes(key, model, tx, image_size: int, ema_decay: float) -> TrainState:
 
 def initializer(key, model, tx, image_size: int, mesh: jax.sharding.Mesh,
                 ema_decay: float = 0.0) -> Callable[[jax.Array], TrainState]:
-  """key -> a fresh state laid out on `mesh`, each device initializing its
-  shards; compiled now, so a thread can compile it beside the steps."""
+  """key -> a fresh state laid out on `mesh`, compiled now (on a thread)."""
   shardings = sharding.state_shardings(
       _shapes(key, model, tx, image_size, ema_decay), mesh)
   init = functools.partial(_init, model=model, tx=tx, image_size=image_size,
@@ -102,7 +98,6 @@ def initializer(key, model, tx, image_size: int, mesh: jax.sharding.Mesh,
 
 def initial_state(key, model, tx, image_size: int, mesh: jax.sharding.Mesh,
                   ema_decay: float = 0.0) -> TrainState:
-  """`initializer`'s state for `key`."""
   return initializer(key, model, tx, image_size, mesh, ema_decay)(key)
 
 
@@ -131,7 +126,7 @@ def zero_sums(placement, sums: dict = METRIC_SUMS) -> dict:
 
 
 def averages(sums) -> dict[str, float]:
-  """The mean loss and accuracies of `sums`, and the examples they count."""
+  """The mean loss and accuracies of `sums`, and their count."""
   sums = jax.device_get(sums)
   means = {
       'loss': float(sums['loss'] / sums['count']),
@@ -144,8 +139,7 @@ def averages(sums) -> dict[str, float]:
 
 
 def _accumulated(gradients, micro_batches: int):
-  """`gradients` averaged over `micro_batches` slices of the batch: the same
-  step in a fraction of the activation memory."""
+  """`gradients` averaged over `micro_batches` slices of the batch."""
 
   def accumulate(state, batch_stats, data, batch, key):
 
@@ -219,13 +213,9 @@ def make_train_step(config, inputs,
 def make_train_steps(config, inputs, per_call: int,
                      objective: losses.Objective = losses.classification):
   """(state, sums, data, stacked, count, key) -> (state, sums, step): the
-  first `count` of `per_call` stacked batches in one compiled loop.
-
-  `step` is an output of its own for the loop to wait on while the state is
-  donated. Randomness comes from the state's step, so any split computes
-  the same. One batch a call runs the step without a loop: a loop is
-  slower on a CPU (experiments/benchmarks/README.md, optimization log).
-  """
+  first `count` of `per_call` stacked batches in one compiled loop; `step`,
+  for the loop to wait on while the state is donated. One batch a call has
+  no loop, which is slower on a CPU (experiments/benchmarks/README.md)."""
   train_step = make_train_step(config, inputs, objective)
 
   def train_steps(state: TrainState, sums: dict, data, stacked, count, key):
@@ -321,8 +311,7 @@ def compile_steps(config, inputs, state: TrainState, key,
                   objective: losses.Objective = losses.classification,
                   evaluate: bool = True) -> CompiledSteps:
   """Both steps compiled for `inputs`' batches (`eval` None without
-  `evaluate`); `state` may be shapes. What `objective` holds (a teacher's
-  variables) is a constant of the train step."""
+  `evaluate`); `state` may be shapes."""
   start = time.perf_counter()
   options = compiler_options(config)
   replicated = sharding.replicated(inputs.mesh)

@@ -1,14 +1,11 @@
-"""The training run, counted in steps, top to bottom in `train_and_evaluate`:
-validate; the workdir; mesh, input, model, optimizer, objective; compile;
-restore or initialize; loop (train, log, evaluate, checkpoint); summary.
+"""The training run, counted in steps, top to bottom in `train_and_evaluate`.
 
 A checkpoint holds everything the loop needs to go on (state, step, the
 input's position, the sums of an unfinished logging interval, the history),
 so a run killed at any step and rerun logs exactly what an uninterrupted run
-logs. On SIGTERM or Ctrl-C the loop saves and raises `preemption.Preempted`
-(`vit_jax.main` exits 75); every process of a multi-process job stops at the
-same step. Every process runs this loop on the same global arrays; process 0
-alone writes config.json, summary.json and the metrics.
+logs. On SIGTERM or Ctrl-C every process saves at the same step and raises
+`preemption.Preempted` (`vit_jax.main` exits 75). Process 0 alone writes
+config.json, summary.json and the metrics.
 """
 
 import concurrent.futures
@@ -48,20 +45,16 @@ def summarize(history: list[dict]) -> dict:
   tested = [r for r in history if 'test_accuracy' in r]
   trained = [r for r in history if 'train_accuracy' in r]
   best = max(tested, key=lambda r: r['test_accuracy'])
-  return {
-      'best_test_accuracy': best['test_accuracy'], 'best_step': best['step'],
-      'best_epoch': best['epoch'], 'final_test_accuracy': tested[-1]
-                                                          ['test_accuracy'],
-      'final_train_accuracy': trained[-1]
-                              ['train_accuracy'], 'steps': history[-1]['step'],
-      'epochs': history[-1]['epoch'], 'train_seconds': sum(r['seconds']
-                                                           for r in history),
-  }
+  return dict(best_test_accuracy=best['test_accuracy'], best_step=best['step'],
+              best_epoch=best['epoch'],
+              final_test_accuracy=tested[-1]['test_accuracy'],
+              final_train_accuracy=trained[-1]['train_accuracy'],
+              steps=history[-1]['step'], epochs=history[-1]['epoch'],
+              train_seconds=sum(r['seconds'] for r in history))
 
 
 def _check_finite(record: dict, step: int, checkpoints, history: list[dict]):
-  """Raises TrainingDivergedError if a logged loss is not finite, saying
-  what is kept (and the loss it had) and how to go on from it."""
+  """TrainingDivergedError for a logged loss that is not finite."""
   for name in ('train_loss', 'test_loss'):
     if name in record and not math.isfinite(record[name]):
       raise TrainingDivergedError(
@@ -71,8 +64,7 @@ def _check_finite(record: dict, step: int, checkpoints, history: list[dict]):
 
 
 def _what_is_kept(checkpoints, history: list[dict]) -> str:
-  """The newest checkpoint, the train loss logged before it, and advice
-  that this workdir, which keeps its run's settings, does not refuse."""
+  """The newest checkpoint, its train loss, and advice this workdir allows."""
   latest = checkpoints.latest_step()
   if latest is None:
     return ('No checkpoint had been saved yet: rerun with a lower '
@@ -101,8 +93,7 @@ def _what_is_kept(checkpoints, history: list[dict]) -> str:
 
 def train_and_evaluate(config: ml_collections.ConfigDict,
                        workdir: str | pathlib.Path) -> dict:
-  """Trains `config` in `workdir`, resuming from its newest checkpoint;
-  returns the summary (best test accuracy and its step, final accuracies)."""
+  """Trains `config` in `workdir` from its newest checkpoint; the summary."""
   workdir = pathlib.Path(workdir).absolute()
   signals = preemption.Preemption()  # first: a SIGTERM while loading counts
   try:
@@ -268,7 +259,6 @@ def _peak_flops(dtype: str) -> float | None:
 
 
 def _write_summary(workdir: pathlib.Path, history: list[dict]) -> dict:
-  """summary.json, and the log's last line."""
   # So that result tables mixing machines say which trained each run; a
   # resumed run names the machine that finished it.
   summary = {**summarize(history), 'device': jax.devices()[0].device_kind}
