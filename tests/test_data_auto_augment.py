@@ -9,6 +9,7 @@ import pytest
 from vit_jax.data import auto_augment
 
 SHAPE = (8, 32, 32, 3)
+IMAGES = jax.random.uniform(jax.random.key(0), SHAPE)
 WIDE = auto_augment.TRIVIAL_AUGMENT_WIDE
 RAND = auto_augment.RAND_AUGMENT
 
@@ -23,7 +24,7 @@ _rand_augment = jax.jit(  # rand-m9-n2, its probability traced
 
 def apply(images, name, magnitude, ranges=WIDE):
   n = images.shape[0]
-  ops = jnp.full((n,), auto_augment.op_index(name), jnp.int32)
+  ops = jnp.full((n,), auto_augment.OPS.index(name), jnp.int32)
   magnitudes = jnp.broadcast_to(jnp.asarray(magnitude, jnp.float32), (n,))
   return np.asarray(
       _apply_op(jnp.asarray(images), ops, magnitudes, ranges=ranges))
@@ -37,18 +38,15 @@ def constant(value, shape=SHAPE):
   return np.full(shape, value / 255, np.float32)
 
 
-def test_every_op_keeps_shape_dtype_and_range():
-  images = jax.random.uniform(jax.random.key(0), SHAPE)
+def test_every_op_keeps_shape_dtype_and_range_and_magnitude_zero_is_none():
   magnitudes = jax.random.uniform(jax.random.key(1), (8,), minval=-1.0)
   for first in (0, 8):
     ops = (jnp.arange(8) + first) % len(auto_augment.OPS)
     for ranges in (WIDE, RAND):
-      out = _apply_op(images, ops, magnitudes, ranges=ranges)
-      assert out.shape == images.shape and out.dtype == jnp.float32
+      out = _apply_op(IMAGES, ops, magnitudes, ranges=ranges)
+      assert out.shape == SHAPE and out.dtype == jnp.float32
       assert 0.0 <= float(out.min()) and float(out.max()) <= 1.0
-
-
-def test_identity_and_magnitude_zero_leave_images_unchanged():
+  # The identity, and magnitude zero, leave images unchanged.
   images = uint8_images() / np.float32(255)
   np.testing.assert_array_equal(apply(images, 'identity', 1.0), images)
   np.testing.assert_array_equal(apply(images, 'identity', -1.0), images)
@@ -58,9 +56,8 @@ def test_identity_and_magnitude_zero_leave_images_unchanged():
                                  err_msg=name)
 
 
-def test_translate_shifts_whole_pixels_with_gray_fill():
-  images = jax.random.uniform(jax.random.key(0), SHAPE)
-  x = np.asarray(images)
+def test_geometric_ops_shift_rotate_and_shear_with_gray_fill():
+  x = np.asarray(IMAGES)
   # Wide: 32 pixels at magnitude 1; 3 / 32 -> 3 pixels right.
   right = apply(x, 'translate_x', 3 / 32)
   np.testing.assert_array_equal(right[:, :, 3:], x[:, :, :-3])
@@ -71,18 +68,11 @@ def test_translate_shifts_whole_pixels_with_gray_fill():
   down = apply(x, 'translate_y', 1.0, RAND)
   np.testing.assert_array_equal(down[:, 14:], x[:, :-14])
   np.testing.assert_array_equal(down[:, :14], 0.5)
-
-
-def test_rotate_a_quarter_turn_counter_clockwise():
-  x = np.asarray(jax.random.uniform(jax.random.key(0), SHAPE))
+  # Rotate: a quarter turn counter-clockwise.
   np.testing.assert_allclose(apply(x, 'rotate', 90 / 135),
                              np.rot90(x, 1, axes=(1, 2)), atol=1e-4)
   np.testing.assert_allclose(apply(x, 'rotate', -90 / 135),
                              np.rot90(x, -1, axes=(1, 2)), atol=1e-4)
-
-
-def test_shears_slide_rows_and_columns_about_the_top_left_corner():
-  x = np.asarray(jax.random.uniform(jax.random.key(0), SHAPE))
   out = apply(x, 'shear_x', 0.4 / 0.99)  # shear factor 0.4
   # Row y samples x + 0.4 (y + 0.5), as torchvision's and PIL's shear: row 2
   # from x + 1, row 7 from x + 3; the pixels read from outside are gray.
@@ -145,24 +135,17 @@ def test_photometric_ops_match_pil(name, magnitude, reference, atol):
 
 
 def test_trivial_and_rand_augment_compile_are_seeded_and_vary():
-  images = jax.random.uniform(jax.random.key(0), SHAPE)
-  for fn in (_trivial_augment, lambda k, x: _rand_augment(k, x, 0.5)):
-    out = fn(jax.random.key(1), images)
-    assert out.shape == SHAPE and out.dtype == jnp.float32
-    assert 0.0 <= float(out.min()) and float(out.max()) <= 1.0
-    np.testing.assert_array_equal(out, fn(jax.random.key(1), images))
-    assert not np.array_equal(out, fn(jax.random.key(2), images))
-    # Per-image draws: images changed by different amounts.
-    change = np.abs(np.asarray(out) - np.asarray(images)).mean(axis=(1, 2, 3))
-    assert np.unique(change).size > 2
-
-
-def test_rand_augment_with_probability_zero_is_the_identity():
-  images = jax.random.uniform(jax.random.key(0), SHAPE)
-  out = _rand_augment(jax.random.key(1), images, 0.0)
-  np.testing.assert_array_equal(out, images)
-
-
-def test_trivial_augment_rejects_a_single_bin():
   with pytest.raises(ValueError, match='num_magnitude_bins'):
     auto_augment.trivial_augment(jax.random.key(0), jnp.zeros(SHAPE), 1)
+  for fn in (_trivial_augment, lambda k, x: _rand_augment(k, x, 0.5)):
+    out = fn(jax.random.key(1), IMAGES)
+    assert out.shape == SHAPE and out.dtype == jnp.float32
+    assert 0.0 <= float(out.min()) and float(out.max()) <= 1.0
+    np.testing.assert_array_equal(out, fn(jax.random.key(1), IMAGES))
+    assert not np.array_equal(out, fn(jax.random.key(2), IMAGES))
+    # Per-image draws: images changed by different amounts.
+    change = np.abs(np.asarray(out) - np.asarray(IMAGES)).mean(axis=(1, 2, 3))
+    assert np.unique(change).size > 2
+  # RandAugment with probability zero is the identity.
+  np.testing.assert_array_equal(_rand_augment(jax.random.key(1), IMAGES, 0.0),
+                                IMAGES)

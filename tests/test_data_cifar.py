@@ -80,15 +80,13 @@ def test_the_study_subset_is_the_same_from_the_full_release(tmp_path):
     cifar.load_cifar('cifar10', tmp_path / 'subset', train_per_file=5)
 
 
-def test_missing_cifar_says_where_it_looked_and_what_to_do(tmp_path):
+def test_missing_or_malformed_data_says_where_and_what_to_do(
+    cifar10_binary, tmp_path):
   with pytest.raises(
       DatasetError, match=r'No cifar10 found in .*cifar-10-batches-bin.*'
       r'--config.data_dir=DIR, or leave data_dir unset to '
       r'download it'):
-    cifar.load_cifar('cifar10', tmp_path)
-
-
-def test_malformed_data_names_the_file(cifar10_binary):
+    cifar.load_cifar('cifar10', tmp_path / 'elsewhere')
   data_dir, _ = cifar10_binary
   broken = data_dir / 'cifar-10-batches-bin' / 'test_batch.bin'
   broken.write_bytes(broken.read_bytes()[:-5])

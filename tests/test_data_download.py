@@ -34,25 +34,6 @@ def _official_archive(tmp_path) -> bytes:
   return buffer.getvalue()
 
 
-class _Handler(http.server.BaseHTTPRequestHandler):
-
-  def __init__(self, *args, body: bytes, cut: bool, served: list, **kwargs):
-    self._body, self._cut, self._served = body, cut, served
-    super().__init__(*args, **kwargs)
-
-  def do_GET(self):  # pylint: disable=invalid-name
-    self._served.append(self.path)
-    self.send_response(200)
-    self.send_header('Content-Length', str(len(self._body)))
-    self.end_headers()
-    # `cut`: the connection drops halfway, as a flaky network does.
-    self.wfile.write(self._body[:len(self._body) //
-                                2] if self._cut else self._body)
-
-  def log_message(self, *args):
-    del args
-
-
 @pytest.fixture
 def server(tmp_path, monkeypatch):
   """Serves the archive as the cifar10 release; returns what it served."""
@@ -60,11 +41,20 @@ def server(tmp_path, monkeypatch):
   served, settings = [], {'cut': False}
   port = free_port()
 
-  def handler(*args, **kwargs):
-    return _Handler(*args, body=archive, cut=settings['cut'], served=served,
-                    **kwargs)
+  class Handler(http.server.BaseHTTPRequestHandler):
 
-  httpd = http.server.ThreadingHTTPServer(('127.0.0.1', port), handler)
+    def do_GET(self):  # pylint: disable=invalid-name
+      served.append(self.path)
+      self.send_response(200)
+      self.send_header('Content-Length', str(len(archive)))
+      self.end_headers()
+      # `cut`: the connection drops halfway, as a flaky network does.
+      self.wfile.write(archive[:len(archive) // 2 if settings['cut'] else None])
+
+    def log_message(self, *args):
+      del args
+
+  httpd = http.server.ThreadingHTTPServer(('127.0.0.1', port), Handler)
   threading.Thread(target=httpd.serve_forever, daemon=True).start()
   monkeypatch.setitem(
       download.RELEASES, 'cifar10',
@@ -96,7 +86,7 @@ def test_with_no_data_given_the_release_is_downloaded_once(server, tmp_path):
   assert len(served) == 1
 
 
-def test_an_interrupted_or_damaged_download_leaves_nothing(
+def test_an_interrupted_damaged_or_offline_download_leaves_nothing(
     server, tmp_path, monkeypatch):
   served, settings = server
   settings['cut'] = True
@@ -111,23 +101,17 @@ def test_an_interrupted_or_damaged_download_leaves_nothing(
   with pytest.raises(DatasetError, match=r'is damaged .*it was deleted'):
     _open()
   assert list((tmp_path / 'cache').iterdir()) == []
+  url = f'http://127.0.0.1:{free_port()}/cifar-10-binary.tar.gz'  # nobody
+  monkeypatch.setitem(download.RELEASES, 'cifar10',
+                      download.Release(url, 1, '0' * 64, release.folder))
+  with pytest.raises(DatasetError) as offline:
+    _open()
+  assert str(offline.value).startswith(f'Could not download {url} (')
+  assert (f'unpack it into {tmp_path / "cache"} (it holds '
+          'cifar-10-batches-bin/)') in str(offline.value)
   monkeypatch.setitem(download.RELEASES, 'cifar10', release)
   assert len(_open().train) == 20  # the next run downloads it whole
   assert len(served) == 3
-
-
-def test_offline_the_error_says_where_and_what_to_place(tmp_path, monkeypatch):
-  url = f'http://127.0.0.1:{free_port()}/cifar-10-binary.tar.gz'  # nobody
-  monkeypatch.setitem(
-      download.RELEASES, 'cifar10',
-      download.Release(url, 1, '0' * 64, 'cifar-10-batches-bin'))
-  monkeypatch.setenv('VIT_JAX_DATA_DIR', str(tmp_path / 'cache'))
-  with pytest.raises(DatasetError) as error:
-    _open()
-  message = str(error.value)
-  assert message.startswith(f'Could not download {url} (')
-  assert (f'unpack it into {tmp_path / "cache"} (it holds '
-          'cifar-10-batches-bin/)') in message
 
 
 def test_an_archive_cannot_write_outside_its_folder(tmp_path):

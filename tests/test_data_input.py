@@ -1,10 +1,16 @@
-"""The input interface and the batch order both inputs share."""
+"""The input interface, the batch order both inputs share, and the on-device
+input: index batches gathered and augmented in the step."""
 
+import jax
 import numpy as np
-import pytest
 
+from tests.helpers import random_cifar
+from tests.helpers import tiny_config
 from vit_jax import data
 from vit_jax.data import input as input_lib
+from vit_jax.data import on_device
+from vit_jax.data import sources
+from vit_jax.runtime import sharding
 
 
 def test_both_inputs_implement_the_declared_interface():
@@ -21,11 +27,31 @@ def test_epoch_batches_shuffle_per_epoch_and_are_reproducible():
   assert not np.array_equal(first, input_lib.epoch_batches(0, 2, 100, 16))
 
 
-@pytest.mark.parametrize('num_examples,batch_size', [(37, 16), (32, 16),
-                                                     (5, 8)])
-def test_eval_batches_cover_every_example_exactly_once(num_examples,
-                                                       batch_size):
-  indices, mask = input_lib.eval_batches(num_examples, batch_size)
-  assert indices.shape == mask.shape
-  assert indices.shape[1] == batch_size
-  assert sorted(indices[mask == 1].tolist()) == list(range(num_examples))
+def test_eval_batches_cover_every_example_exactly_once():
+  for num_examples, batch_size in ((37, 16), (32, 16), (5, 8)):
+    indices, mask = input_lib.eval_batches(num_examples, batch_size)
+    assert indices.shape == mask.shape and indices.shape[1] == batch_size
+    assert sorted(indices[mask == 1].tolist()) == list(range(num_examples))
+
+
+def test_on_device_batches_continue_from_any_position_and_gather_examples():
+  config = tiny_config('', batch_size=8, eval_batch_size=8, augment=False)
+  images, labels = random_cifar(20, 10, 1)
+  split = sources.ArraySource(images, labels)
+  inputs = on_device.OnDeviceInput(sources.Dataset(split, split, 10), config,
+                                   sharding.make_mesh())  # 2 batches an epoch
+  assert inputs.position(3) == {'epoch': 2, 'batch': 1}
+  batches = inputs.train_batches(inputs.position(3))
+  expected = [
+      input_lib.epoch_batches(0, 2, 20, 8)[1],
+      *input_lib.epoch_batches(0, 3, 20, 8)
+  ]
+  for indices in expected:
+    np.testing.assert_array_equal(next(batches), indices)
+  # The model's inputs: the batch gathered and normalized.
+  indices = np.array([3, 0, 7, 7, 1, 2, 9, 4], np.int32)
+  x, y = jax.jit(inputs.model_inputs)(inputs.train_data, indices, None)
+  np.testing.assert_array_equal(y, labels[indices])
+  expected = (images[indices] / 255 -
+              np.asarray(config.pixel_mean)) / (np.asarray(config.pixel_std))
+  np.testing.assert_allclose(x, expected, rtol=1e-5, atol=1e-5)

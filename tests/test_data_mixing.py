@@ -9,6 +9,7 @@ from vit_jax.data import mixing
 
 SHAPE = (8, 32, 32, 3)
 LABELS = jnp.arange(8) % 10
+IMAGES = jax.random.uniform(jax.random.key(0), SHAPE)
 
 
 def soft_targets(label_smoothing=0.0):
@@ -34,13 +35,12 @@ def mix(key, images, mixup_alpha, cutmix_alpha, switch_probability=0.5,
                              probability)
 
 
-def test_mixup_blends_the_batch_with_its_reverse():
-  images = jax.random.uniform(jax.random.key(0), SHAPE)
+def test_mixup_blends_the_batch_and_its_smoothed_targets_with_its_reverse():
   for seed in range(3):
-    out, targets, (lam, use_cutmix, box) = mix(jax.random.key(seed), images,
+    out, targets, (lam, use_cutmix, box) = mix(jax.random.key(seed), IMAGES,
                                                0.8, 0.0)
     assert not use_cutmix and not box.any() and 0 < lam < 1
-    np.testing.assert_allclose(out, lam * images + (1 - lam) * images[::-1],
+    np.testing.assert_allclose(out, lam * IMAGES + (1 - lam) * IMAGES[::-1],
                                atol=1e-6)
     one_hot = np.eye(10)[LABELS]
     np.testing.assert_allclose(targets,
@@ -48,18 +48,24 @@ def test_mixup_blends_the_batch_with_its_reverse():
                                atol=1e-6)
     assert targets.dtype == jnp.float32 and targets.shape == (8, 10)
     np.testing.assert_allclose(targets.sum(1), 1.0, atol=1e-6)
+  # optax's smoothing is timm's `mixup_target`: off = s / n, on = 1 - s + off.
+  smooth = np.where(np.eye(10)[LABELS], 0.91, 0.01)
+  np.testing.assert_allclose(soft_targets(0.1), smooth, rtol=1e-6)
+  _, targets, (lam, _, _) = mix(jax.random.key(2), IMAGES, 0.8, 0.0,
+                                label_smoothing=0.1)
+  np.testing.assert_allclose(targets, lam * smooth + (1 - lam) * smooth[::-1],
+                             atol=1e-6)
 
 
 def test_cutmix_pastes_a_box_and_weighs_labels_by_its_area():
-  images = jax.random.uniform(jax.random.key(0), SHAPE)
   areas = set()
   for seed in range(4):
-    out, targets, (lam, use_cutmix, box) = mix(jax.random.key(seed), images,
+    out, targets, (lam, use_cutmix, box) = mix(jax.random.key(seed), IMAGES,
                                                0.0, 1.0)
     box = np.asarray(box)
     assert use_cutmix
     pasted = box[None, :, :, None]
-    np.testing.assert_array_equal(out, np.where(pasted, images[::-1], images))
+    np.testing.assert_array_equal(out, np.where(pasted, IMAGES[::-1], IMAGES))
     fraction = box.mean()
     areas.add(fraction)
     np.testing.assert_allclose(lam, 1 - fraction, rtol=1e-6)
@@ -70,40 +76,24 @@ def test_cutmix_pastes_a_box_and_weighs_labels_by_its_area():
 
 
 def test_switch_probability_picks_cutmix_or_mixup():
-  images = jax.random.uniform(jax.random.key(0), SHAPE)
   for switch, expected in ((1.0, True), (0.0, False)):
-    params = mix(jax.random.key(0), images, 1.0, 1.0, switch)[2]
+    params = mix(jax.random.key(0), IMAGES, 1.0, 1.0, switch)[2]
     assert bool(params.use_cutmix) == expected
   picks = [
-      bool(mix(jax.random.key(s), images, 1.0, 1.0)[2].use_cutmix)
+      bool(mix(jax.random.key(s), IMAGES, 1.0, 1.0)[2].use_cutmix)
       for s in range(20)
   ]
   assert set(picks) == {False, True}
 
 
 def test_no_mixing_gives_the_images_and_targets_back():
-  images = jax.random.uniform(jax.random.key(0), SHAPE)
   targets = soft_targets()
-  out, mixed = mixing.mix(jax.random.key(1), images, targets, 0.0, 0.0)
-  assert out is images and mixed is targets
-  out, mixed, params = mix(jax.random.key(1), images, 1.0, 1.0, probability=0.0)
-  assert params.lam == 1 and not params.use_cutmix
-  np.testing.assert_array_equal(out, images)
-  np.testing.assert_array_equal(mixed, np.eye(10)[LABELS])
+  out, mixed = mixing.mix(jax.random.key(1), IMAGES, targets, 0.0, 0.0)
+  assert out is IMAGES and mixed is targets
   # Traced zeros take the compiled path: lam 1, the same result.
-  out, mixed, params = mix(jax.random.key(1), images, 0.0, 0.0)
-  assert params.lam == 1 and not params.use_cutmix
-  np.testing.assert_array_equal(out, images)
-  np.testing.assert_array_equal(mixed, np.eye(10)[LABELS])
-
-
-def test_smoothed_targets_mix_as_timm_mixes_them():
-  # optax's smoothing is timm's `mixup_target`: off = s / n, on = 1 - s + off.
-  smooth = np.where(np.eye(10)[LABELS], 0.91, 0.01)
-  np.testing.assert_allclose(soft_targets(0.1), smooth, rtol=1e-6)
-  images = jax.random.uniform(jax.random.key(0), SHAPE)
-  _, targets, (lam, _, _) = mix(jax.random.key(2), images, 0.8, 0.0,
-                                label_smoothing=0.1)
-  np.testing.assert_allclose(targets, lam * smooth + (1 - lam) * smooth[::-1],
-                             atol=1e-6)
-  np.testing.assert_allclose(targets.sum(1), 1.0, atol=1e-6)
+  for alphas, probability in (((1.0, 1.0), 0.0), ((0.0, 0.0), 1.0)):
+    out, mixed, params = mix(jax.random.key(1), IMAGES, *alphas,
+                             probability=probability)
+    assert params.lam == 1 and not params.use_cutmix
+    np.testing.assert_array_equal(out, IMAGES)
+    np.testing.assert_array_equal(mixed, np.eye(10)[LABELS])

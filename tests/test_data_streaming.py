@@ -1,6 +1,6 @@
 """Streaming input: host-side batches from any position, sharded."""
 
-import json
+import hashlib
 import os
 import pathlib
 import subprocess
@@ -11,15 +11,14 @@ import jax
 import numpy as np
 import pytest
 
-from tests.helpers import prepare_tfds_array_record
 from tests.helpers import random_cifar
 from tests.helpers import tiny_config
+from vit_jax import data
 from vit_jax.data import input as input_lib
 from vit_jax.data import preprocess
 from vit_jax.data import sources
 from vit_jax.data import streaming
 from vit_jax.runtime import sharding
-from vit_jax.training import train
 
 
 def _array_input(train_split, test_split, **overrides):
@@ -33,8 +32,8 @@ def _array_input(train_split, test_split, **overrides):
   return streaming.StreamingInput(dataset, config, sharding.make_mesh())
 
 
-def test_train_batches_follow_the_seeded_shuffle_from_any_position():
-  train_split, test_split = random_cifar(20, 10, 1), random_cifar(5, 10, 2)
+def test_batches_follow_the_seeded_shuffle_from_any_position():
+  train_split, test_split = random_cifar(20, 10, 1), random_cifar(13, 10, 2)
   inputs = _array_input(train_split, test_split)  # 2 batches an epoch
   batches = inputs.train_batches({'epoch': 2, 'batch': 1})
   expected = [
@@ -53,9 +52,7 @@ def test_train_batches_follow_the_seeded_shuffle_from_any_position():
   np.testing.assert_array_equal(images[:2], [i for i, _ in taken[:2]])
   np.testing.assert_array_equal(labels[2], 0)  # a row no step reads
 
-
-def test_an_augmented_batch_is_the_same_from_any_starting_position():
-  train_split, test_split = random_cifar(20, 10, 1), random_cifar(5, 10, 2)
+  # Augmented, a batch is the same from any starting position.
   inputs = _array_input(train_split, test_split, augment=True, image_size=16)
   from_start = inputs.train_batches(inputs.position(0))
   for _ in range(3):
@@ -64,26 +61,7 @@ def test_an_augmented_batch_is_the_same_from_any_starting_position():
   for a, b in zip(third, resumed):
     np.testing.assert_array_equal(a, b)
 
-
-def test_worker_processes_load_the_batches_threads_load():
-  train_split, test_split = random_cifar(40, 10, 1), random_cifar(13, 10, 2)
-  outputs = {}
-  for workers in (0, 2):
-    inputs = _array_input(train_split, test_split, augment=True, image_size=16,
-                          input_workers=workers)
-    train = inputs.train_batches(inputs.position(3))  # 5 batches an epoch
-    outputs[workers] = ([next(train) for _ in range(4)] +
-                        [batch for batch, _ in inputs.eval_batches()])
-    train.close()
-  assert inputs.workers == 2
-  for threads_batch, workers_batch in zip(outputs[0], outputs[2]):
-    for a, b in zip(threads_batch, workers_batch):
-      np.testing.assert_array_equal(a, b)
-
-
-def test_eval_batches_cover_the_test_set_once_resized():
-  train_split, test_split = random_cifar(20, 10, 1), random_cifar(13, 10, 2)
-  inputs = _array_input(train_split, test_split, image_size=16)
+  # The eval batches cover the test set once, resized.
   seen = []
   for (images, labels), mask in inputs.eval_batches():
     assert images.shape == (8, 16, 16, 3)
@@ -93,49 +71,63 @@ def test_eval_batches_cover_the_test_set_once_resized():
   np.testing.assert_array_equal(first, preprocess.resize(test_split[0][0], 16))
 
 
-def test_tfds_array_record_streams_variable_size_images(tmp_path):
-  name = prepare_tfds_array_record(tmp_path, 'VitJaxStreamedVariableSizeTest',
-                                   7, 4, lambda i: (20 + 3 * i, 30 - 2 * i, 3))
-  config = tiny_config(tmp_path, dataset=name, batch_size=4, eval_batch_size=4,
-                       image_size=16, input_pipeline='streaming')
-  inputs = streaming.StreamingInput(sources.open_dataset(config), config,
-                                    sharding.make_mesh(), workers=0)
-  images, _ = next(inputs.train_batches(inputs.position(0)))
-  assert images.shape == (4, 16, 16, 3)
-
-
-def test_streaming_trains_as_the_on_device_input(cifar10_binary, tmp_path):
-  # Without augmentation and at the stored size both feed the same batches.
+def test_streaming_feeds_the_model_what_the_on_device_input_does(
+    cifar10_binary):
+  """Without augmentation and at the stored size, every train step and
+  evaluation gets the same model inputs, so both train alike."""
   data_dir, _ = cifar10_binary
-  records = {}
-  for pipeline in ('on_device', 'streaming'):
-    config = tiny_config(data_dir, num_epochs=1, augment=False,
-                         input_pipeline=pipeline, input_workers=0)
-    train.train_and_evaluate(config, str(tmp_path / pipeline))
-    lines = (tmp_path / pipeline / 'metrics.jsonl').read_text().splitlines()
-    records[pipeline] = json.loads(lines[-1])
-  for metric in ('train_loss', 'test_loss'):
-    assert records['streaming'][metric] == pytest.approx(
-        records['on_device'][metric], abs=1e-5)
-  assert records['streaming']['test_examples'] == 37
+  inputs = [
+      data.create_input(
+          tiny_config(data_dir, augment=False,
+                      input_pipeline=pipeline, input_workers=0),
+          sharding.make_mesh()) for pipeline in ('on_device', 'streaming')
+  ]
+  model_inputs = [jax.jit(i.model_inputs) for i in inputs]
+  key = jax.random.key(0)
+  batches = [i.train_batches(i.position(4)) for i in inputs]  # 6 an epoch
+  for _ in range(4):  # across the epoch's end, as the loop takes them
+    steps = [
+        jax.tree.map(lambda x: x[0], i.stack([next(b)], 1))
+        for i, b in zip(inputs, batches)
+    ]
+    x, y = (f(i.train_data, step, key)
+            for f, i, step in zip(model_inputs, inputs, steps))
+    jax.tree.map(np.testing.assert_array_equal, x, y)
+  evaluated = [list(i.eval_batches()) for i in inputs]
+  assert len(evaluated[0]) == len(evaluated[1]) == 3  # 37 test images
+  for (indices, mask), (batch, streamed_mask) in zip(*evaluated):
+    np.testing.assert_array_equal(mask, streamed_mask)
+    x, y = (f(i.test_data, b, None)
+            for f, i, b in zip(model_inputs, inputs, (indices, batch)))
+    jax.tree.map(np.testing.assert_array_equal, x, y)
+  assert sum(float(mask.sum()) for _, mask in evaluated[1]) == 37
+
+
+def _loaded_batches(workers: int):
+  """The eval batches and 4 training batches from mid-epoch on, loaded by
+  `workers` processes (0: threads); and the training batches, still open."""
+  inputs = _array_input(random_cifar(40, 10, 1), random_cifar(13, 10, 2),
+                        augment=True, image_size=16, input_workers=workers)
+  assert inputs.workers == workers
+  loaded = [batch for batch, _ in inputs.eval_batches()]
+  train = inputs.train_batches(inputs.position(3))  # 5 batches an epoch
+  return loaded + [next(train) for _ in range(4)], train
+
+
+def _digest(batches) -> str:
+  leaves = jax.tree.leaves(batches)
+  return hashlib.sha256(b''.join(
+      np.ascontiguousarray(a).tobytes() for a in leaves)).hexdigest()
 
 
 _WORKERS_SCRIPT = '''
 import sys, time
 sys.path.insert(0, {root!r})
-from tests.helpers import random_cifar, tiny_config
-from vit_jax.data import sources, streaming
-from vit_jax.runtime import sharding
+from tests.test_data_streaming import _digest, _loaded_batches
 
 if __name__ == '__main__':
-  config = tiny_config('', batch_size=8, input_pipeline='streaming',
-                       input_workers=2)
-  dataset = sources.Dataset(sources.ArraySource(*random_cifar(40, 10, 1)),
-                            sources.ArraySource(*random_cifar(8, 10, 2)), 10)
-  inputs = streaming.StreamingInput(dataset, config, sharding.make_mesh())
-  batches = inputs.train_batches(inputs.position(0))
-  next(batches)
-  print('loaded', flush=True)
+  batches, train = _loaded_batches(workers=2)
+  print(_digest(batches), flush=True)
   time.sleep(600)
 '''
 
@@ -162,14 +154,18 @@ def _running(pid: int) -> bool:
 
 
 @pytest.mark.skipif(not os.path.isdir('/proc'), reason='reads /proc')
-def test_worker_processes_exit_when_the_training_process_is_killed(tmp_path):
+def test_worker_processes_load_what_threads_load_and_exit_with_the_run(
+    tmp_path):
+  """A training process's 2 workers, which exit when it is killed."""
   script = tmp_path / 'load.py'
   script.write_text(
       _WORKERS_SCRIPT.format(root=str(pathlib.Path(__file__).parent.parent)))
   process = subprocess.Popen([sys.executable, str(script)],
                              stdout=subprocess.PIPE, text=True)
   try:
-    assert process.stdout.readline() == 'loaded\n'
+    batches, train = _loaded_batches(workers=0)
+    train.close()
+    assert process.stdout.readline() == _digest(batches) + '\n'
     workers = _grain_workers(process.pid)
   finally:
     process.kill()

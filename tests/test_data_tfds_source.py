@@ -5,9 +5,12 @@ import pytest
 
 from tests.helpers import prepare_tfds_array_record
 from tests.helpers import random_cifar
+from tests.helpers import tiny_config
 from vit_jax.data import sources
+from vit_jax.data import streaming
 from vit_jax.data import tfds_source
 from vit_jax.errors import DatasetError
+from vit_jax.runtime import sharding
 
 
 def _open(data_dir, name, whole=True):
@@ -63,7 +66,14 @@ def test_tfds_array_record_is_read_by_index_at_any_image_size(tmp_path):
   assert {dataset.train[i][0].shape
           for i in range(7)} == {(20 + 3 * i, 30 - 2 * i, 3) for i in range(7)}
   assert sorted(dataset.train[i][1] for i in range(7)) == [0, 0, 0, 1, 1, 2, 2]
-  # Read whole for the on-device input, each image resized to image_size.
+  # Read whole for the on-device input, each image resized to image_size;
+  # streamed, each cropped and resized on the host.
   assert sources.to_arrays(dataset.train, 16)[0].shape == (7, 16, 16, 3)
+  config = tiny_config(tmp_path, dataset=name, batch_size=4, image_size=16,
+                       input_pipeline='streaming', input_workers=0)
+  inputs = streaming.StreamingInput(sources.open_dataset(config), config,
+                                    sharding.make_mesh())
+  images, _ = next(inputs.train_batches(inputs.position(0)))
+  assert images.shape == (4, 16, 16, 3)
   with pytest.raises(DatasetError, match='not prepared'):
     _open(tmp_path / 'empty', name, whole=False)

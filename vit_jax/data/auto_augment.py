@@ -1,11 +1,9 @@
-"""TrivialAugment and RandAugment in pure jax, traced into the train step.
-
-Images are float32 NHWC in [0, 1] (before normalization) and stay in [0, 1].
-`OPS` is torchvision's 14-op set, each op a function of a signed magnitude in
-[-1, 1] that `OpRanges` scales. Photometric ops follow PIL; geometric ops are
-one bilinear affine warp filled with timm's gray (`FILL`), not torchvision's
-black, so a large rotation does not paste a black area no test image has.
-"""
+"""TrivialAugment and RandAugment in pure jax, traced into the train step, of
+float32 NHWC images in [0, 1] (before normalization). `OPS` is torchvision's
+14-op set, each a function of a signed magnitude in [-1, 1] that `OpRanges`
+scales. Photometric ops follow PIL; geometric ops are one bilinear affine warp
+filled with timm's gray (`FILL`), not torchvision's black: a large rotation
+pastes no black area, which no test image has."""
 
 import dataclasses
 import functools
@@ -52,10 +50,6 @@ RAND_AUGMENT = OpRanges(rotate=30.0, shear=0.3, translate=0.45,
                         translate_relative=True, enhance=0.9, posterize=4)
 
 
-def op_index(name: str) -> int:
-  return OPS.index(name)
-
-
 def _grayscale(image: jax.Array) -> jax.Array:
   """(H, W, 1) luma of RGB; the channels' mean for other channel counts."""
   if image.shape[-1] != 3:
@@ -94,10 +88,6 @@ def _equalize_channel(channel: jax.Array) -> jax.Array:
   return jnp.where(step > 0, lut[values].astype(channel.dtype) / 255.0, channel)
 
 
-def _equalize(image: jax.Array) -> jax.Array:
-  return jax.vmap(_equalize_channel, in_axes=-1, out_axes=-1)(image)
-
-
 def _solarize(image: jax.Array, magnitude: jax.Array) -> jax.Array:
   """timm's SolarizeIncreasing: inverts nothing at m = 0, all at 1."""
   threshold = (1.0 - magnitude) * 256.0 / 255.0
@@ -111,31 +101,14 @@ def _posterize(image: jax.Array, bits: jax.Array) -> jax.Array:
   return jnp.where(bits >= 8, image, posterized)
 
 
-def _color(image: jax.Array, factor: jax.Array) -> jax.Array:
-  """PIL's ImageEnhance.Color."""
-  return _blend(_grayscale(image), image, factor)
-
-
-def _contrast(image: jax.Array, factor: jax.Array) -> jax.Array:
-  """PIL's ImageEnhance.Contrast, its mean gray level not rounded."""
-  return _blend(_grayscale(image).mean(), image, factor)
-
-
-def _brightness(image: jax.Array, factor: jax.Array) -> jax.Array:
-  return _blend(jnp.zeros_like(image), image, factor)
-
-
 def _sharpness(image: jax.Array, factor: jax.Array) -> jax.Array:
   """PIL's ImageEnhance.Sharpness: border pixels stay the image's."""
   h, w, _ = image.shape
-  padded = jnp.pad(image, ((1, 1), (1, 1), (0, 0)))
-  neighbours = sum(padded[dy:dy + h, dx:dx + w] for dy in range(3)
+  neighbours = sum(image[dy:h - 2 + dy, dx:w - 2 + dx] for dy in range(3)
                    for dx in range(3))
-  smooth = (neighbours + 4.0 * image) / 13.0
-  rows = jnp.arange(h)[:, None, None]
-  cols = jnp.arange(w)[None, :, None]
-  interior = (rows > 0) & (rows < h - 1) & (cols > 0) & (cols < w - 1)
-  return _blend(jnp.where(interior, smooth, image), image, factor)
+  smooth = image.at[1:-1, 1:-1].set(
+      (neighbours + 4.0 * image[1:-1, 1:-1]) / 13.0)
+  return _blend(smooth, image, factor)
 
 
 def _affine(image: jax.Array, matrix: jax.Array,
@@ -163,40 +136,27 @@ def _affine(image: jax.Array, matrix: jax.Array,
 
 def _warp_parameters(op: jax.Array, magnitude: jax.Array, ranges: OpRanges,
                      height: int, width: int) -> tuple[jax.Array, jax.Array]:
-  """The (x, y) matrix and offset of geometric op `op`; else the identity.
-
-  Shears are about the top-left corner, as torchvision's; translations are
-  rounded to whole pixels.
-  """
+  """The (x, y) matrix and offset of op `op`, the identity unless geometric;
+  shears about the top-left corner, as torchvision's, translations rounded to
+  whole pixels."""
   angle = magnitude * ranges.rotate * math.pi / 180.0
   cos, sin = jnp.cos(angle), jnp.sin(angle)
   shear = magnitude * ranges.shear
-  scale_x = ranges.translate * (width if ranges.translate_relative else 1)
-  scale_y = ranges.translate * (height if ranges.translate_relative else 1)
-  shift_x = jnp.round(magnitude * scale_x)
-  shift_y = jnp.round(magnitude * scale_y)
+  shift_x = jnp.round(magnitude * ranges.translate *
+                      (width if ranges.translate_relative else 1))
+  shift_y = jnp.round(magnitude * ranges.translate *
+                      (height if ranges.translate_relative else 1))
   one, zero = jnp.ones_like(magnitude), jnp.zeros_like(magnitude)
-  identity = jnp.stack([one, zero, zero, one])
-  matrices = {
-      'rotate': jnp.stack([cos, -sin, sin,
-                           cos]), 'shear_x': jnp.stack([one, shear, zero, one]),
-      'shear_y': jnp.stack([one, zero, shear, one]),
-  }
-  # These move a shear's fixed point from `_affine`'s centre to the corner.
-  offsets = {
-      'translate_x': jnp.stack([-shift_x, zero]), 'translate_y': jnp.stack([
-          zero, -shift_y
-      ]), 'shear_x': jnp.stack([shear * height / 2, zero]),
-      'shear_y': jnp.stack([zero, shear * width / 2])
-  }
-  matrix = jnp.stack([matrices.get(name, identity) for name in OPS])[op]
-  offset = jnp.stack([
-      offsets.get(name, jnp.stack([zero, zero])) for name in OPS
-  ])[op]
-  return matrix.reshape(2, 2), offset
-
-
-_GEOMETRIC = ('rotate', 'shear_x', 'shear_y', 'translate_x', 'translate_y')
+  # (matrix, offset) per op; a shear's offset moves its fixed point from
+  # `_affine`'s centre to the corner.
+  warps = {name: (one, zero, zero, one, zero, zero) for name in OPS}
+  warps['rotate'] = (cos, -sin, sin, cos, zero, zero)
+  warps['shear_x'] = (one, shear, zero, one, shear * height / 2, zero)
+  warps['shear_y'] = (one, zero, shear, one, zero, shear * width / 2)
+  warps['translate_x'] = (one, zero, zero, one, -shift_x, zero)
+  warps['translate_y'] = (one, zero, zero, one, zero, -shift_y)
+  warp = jnp.asarray([warps[name] for name in OPS])[op]
+  return warp[:4].reshape(2, 2), warp[4:]
 
 
 def _apply_one(image: jax.Array, op: jax.Array, magnitude: jax.Array,
@@ -207,17 +167,19 @@ def _apply_one(image: jax.Array, op: jax.Array, magnitude: jax.Array,
   factor = jnp.maximum(1.0 + magnitude * ranges.enhance, 0.0)
   bits = 8 - jnp.round(strength * ranges.posterize)
   photometric = {
-      'auto_contrast': _auto_contrast, 'equalize': _equalize,
+      'auto_contrast': _auto_contrast,
+      'equalize': jax.vmap(_equalize_channel, in_axes=-1, out_axes=-1),
       'solarize': lambda x: _solarize(x, strength),
-      'color': lambda x: _color(x, factor),
+      # PIL's ImageEnhance.Color, Contrast (its mean gray level not rounded)
+      # and Brightness.
+      'color': lambda x: _blend(_grayscale(x), x, factor),
+      'contrast': lambda x: _blend(_grayscale(x).mean(), x, factor),
+      'brightness': lambda x: _blend(jnp.zeros_like(x), x, factor),
       'posterize': lambda x: _posterize(x, bits),
-      'contrast': lambda x: _contrast(x, factor),
-      'brightness': lambda x: _brightness(x, factor),
       'sharpness': lambda x: _sharpness(x, factor),
   }
-  matrix, offset = _warp_parameters(op, magnitude, ranges, h, w)
-  is_geometric = jnp.isin(op, jnp.asarray([op_index(n) for n in _GEOMETRIC]))
-  warped = jnp.where(is_geometric, _affine(image, matrix, offset), image)
+  # Exactly the image for the identity warp of the other ops.
+  warped = _affine(image, *_warp_parameters(op, magnitude, ranges, h, w))
   branches = [photometric.get(name, lambda x: x) for name in OPS]
   return jax.lax.switch(op, branches, warped)
 
@@ -254,12 +216,10 @@ def rand_augment(key: jax.Array, images: jax.Array, num_ops: int = 2,
                  magnitude: float = 9, *, probability: float = 0.5,
                  magnitude_std: float = 0.0,
                  ranges: OpRanges = RAND_AUGMENT) -> jax.Array:
-  """RandAugment (Cubuk et al. 2020) as timm's `rand-mM-nN-mstdS-inc1`.
-
-  Per image, `num_ops` ops drawn uniformly, each applied with `probability`
-  at `magnitude` out of 10 (drawn from N(magnitude, magnitude_std) clipped
-  to [0, 10]) with a random sign. Only `num_ops` and `ranges` are static.
-  """
+  """RandAugment (Cubuk et al. 2020) as timm's `rand-mM-nN-mstdS-inc1`: per
+  image, `num_ops` ops drawn uniformly, each applied with `probability` at
+  `magnitude` of 10 (drawn from N(magnitude, magnitude_std) clipped to
+  [0, 10]) with a random sign. `num_ops`, `ranges`: static."""
   n = images.shape[0]
   keys = jax.random.split(key, num_ops)
 
@@ -269,7 +229,7 @@ def rand_augment(key: jax.Array, images: jax.Array, num_ops: int = 2,
     level = magnitude + magnitude_std * jax.random.normal(noise_key, (n,))
     level = jnp.clip(level, 0.0, 10.0) / 10.0
     applied = jax.random.bernoulli(apply_key, probability, (n,))
-    ops = jnp.where(applied, ops, op_index('identity'))
+    ops = jnp.where(applied, ops, OPS.index('identity'))
     return apply_op(images, ops, level * _random_signs(sign_key, n), ranges)
 
   # Not unrolled: XLA on CPU fused one op into the next one's warp and

@@ -70,11 +70,6 @@ def _planar_to_nhwc(rows: np.ndarray) -> np.ndarray:
   return rows.reshape(-1, 3, _SIDE, _SIDE).transpose(0, 2, 3, 1)
 
 
-def _concatenate(splits: list[ArraySource]) -> ArraySource:
-  return ArraySource(np.concatenate([s.images for s in splits]),
-                     np.concatenate([s.labels for s in splits]))
-
-
 # (folder, train files, test file, reader) per format.
 _FORMATS = {
     'cifar10': [('cifar-10-batches-bin', 'data_batch_*.bin', 'test_batch.bin',
@@ -127,11 +122,10 @@ def load_cifar(name: str, data_dir: pathlib.Path,
       raise DatasetError(
           f'config.train_examples_per_file={train_per_file} but {root} has '
           f'fewer in {", ".join(short)}; lower it or set it to 0 for all.')
-    train = [
-        ArraySource(s.images[:train_per_file], s.labels[:train_per_file])
-        for s in train
-    ]
-  dataset = Dataset(train=_concatenate(train), test=_read_file(read, test_file),
+  kept = slice(train_per_file or None)
+  train = ArraySource(np.concatenate([s.images[kept] for s in train]),
+                      np.concatenate([s.labels[kept] for s in train]))
+  dataset = Dataset(train=train, test=_read_file(read, test_file),
                     num_classes=NUM_CLASSES[name])
   for split in (dataset.train, dataset.test):
     if split.labels.min() < 0 or split.labels.max() >= dataset.num_classes:

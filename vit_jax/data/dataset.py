@@ -1,6 +1,5 @@
 """What every dataset reader returns: a `Dataset` of two indexed `Source`s."""
 
-from collections.abc import Callable
 import dataclasses
 from typing import Protocol
 
@@ -17,16 +16,9 @@ class Source(Protocol):
     ...
 
 
-class ScalableSource(Source, Protocol):
-  """A source that can decode an image smaller than stored (JPEG scaling)."""
-
-  def read(
-      self, index: int, at_least: Callable[[tuple[int, int]], tuple[int, int]]
-  ) -> tuple[np.ndarray, int, tuple[int, int]]:
-    """(image, label, stored size); the image no smaller than `at_least`."""
-
-
 def scalable(source: Source) -> bool:
+  """Whether `source.read(index, at_least)` gives (image, label, stored size),
+  the image decoded no smaller than `at_least(stored size)` (JPEG scaling)."""
   return hasattr(source, 'read')
 
 

@@ -1,8 +1,6 @@
-"""The official CIFAR releases, fetched once into a cache.
-
-The archive is checked against tensorflow-datasets' size and sha256 and moved
-into place in one rename, so a damaged download leaves nothing behind.
-"""
+"""The official CIFAR releases, fetched once into a cache: checked against
+tensorflow-datasets' size and sha256 and moved into place in one rename, so a
+damaged download leaves nothing behind."""
 
 import dataclasses
 import hashlib
@@ -20,7 +18,6 @@ from absl import logging
 from vit_jax.errors import DatasetError
 from vit_jax.runtime import files
 
-DEFAULT_CACHE = pathlib.Path('~/.cache/vit_jax').expanduser()
 # Where a config without data_dir finds (and downloads) its datasets.
 DATA_DIR_ENV = 'VIT_JAX_DATA_DIR'
 
@@ -31,10 +28,6 @@ class Release:
   size: int
   sha256: str
   folder: str  # the directory the archive unpacks to
-
-  @property
-  def file_name(self) -> str:
-    return self.url.rsplit('/', 1)[-1]
 
 
 RELEASES = {
@@ -51,8 +44,8 @@ RELEASES = {
 
 def cache_dir() -> pathlib.Path:
   """$VIT_JAX_DATA_DIR, else ~/.cache/vit_jax."""
-  directory = os.environ.get(DATA_DIR_ENV)
-  return pathlib.Path(directory).expanduser() if directory else DEFAULT_CACHE
+  return pathlib.Path(os.environ.get(DATA_DIR_ENV) or
+                      '~/.cache/vit_jax').expanduser()
 
 
 def fetch(name: str, cache: pathlib.Path) -> pathlib.Path:
@@ -67,7 +60,7 @@ def fetch(name: str, cache: pathlib.Path) -> pathlib.Path:
     raise DatasetError(f'Cannot create the data cache {cache} '
                        f'({e.strerror}); set ${DATA_DIR_ENV} to a directory '
                        'you can write.') from e
-  partial = files.partial_path(cache / release.file_name)
+  partial = files.partial_path(cache / release.url.rsplit('/', 1)[-1])
   try:
     _download(release, partial)
     with tempfile.TemporaryDirectory(dir=cache) as unpacked:
@@ -83,16 +76,22 @@ def _download(release: Release, path: pathlib.Path):
   logging.info('Downloading %s (%d MB) to %s.', release.url,
                release.size // 2**20, path.parent)
   digest, received = hashlib.sha256(), 0
+  start = shown = time.monotonic()
   try:
     with urllib.request.urlopen(release.url, timeout=60) as response, \
         path.open('wb') as out:
-      progress = _Progress(release.size)
       while chunk := response.read(1 << 20):
         out.write(chunk)
         digest.update(chunk)
         received += len(chunk)
-        progress.show(received)
-      progress.done()
+        if (now := time.monotonic()) - shown >= 0.5:  # redrawn twice a second
+          shown = now
+          print(
+              f'\r  {100 * received / release.size:5.1f}% of '
+              f'{release.size / 2**20:.0f} MB, '
+              f'{received / 2**20 / (now - start):.1f} MB/s', end='',
+              file=sys.stderr, flush=True)
+      print(file=sys.stderr)
   except (urllib.error.URLError, OSError) as e:
     reason = getattr(e, 'reason', None) or e
     raise DatasetError(
@@ -120,24 +119,3 @@ def _unpack(archive: pathlib.Path, into: pathlib.Path, folder: str):
     safe = {'filter': 'data'} if hasattr(tarfile, 'data_filter') else {}
     for member in members:
       tar.extract(member, into, set_attrs=False, **safe)
-
-
-class _Progress:
-  """A line on stderr, redrawn at most twice a second."""
-
-  def __init__(self, total: int):
-    self._total = total
-    self._start = self._shown = time.monotonic()
-
-  def show(self, received: int):
-    now = time.monotonic()
-    if now - self._shown < 0.5:
-      return
-    self._shown = now
-    rate = received / max(now - self._start, 1e-9)
-    sys.stderr.write(f'\r  {100 * received / self._total:5.1f}% of '
-                     f'{self._total / 2**20:.0f} MB, {rate / 2**20:.1f} MB/s')
-    sys.stderr.flush()
-
-  def done(self):
-    sys.stderr.write('\n')

@@ -1,10 +1,7 @@
-"""Image folders `data_dir/{train,test}/<class>/*.{jpg,jpeg,png}`.
-
-Opening names every problem of the folder in one `DatasetError`, so one run
-lists all there is to fix. EXIF orientation is not applied, as the official
-code's `tf.image.decode_jpeg` does not, so a fine-tuned model sees the same
-pixels.
-"""
+"""Image folders `data_dir/{train,test}/<class>/*.{jpg,jpeg,png}`. Opening
+names every problem of the folder in one `DatasetError`. EXIF orientation is
+not applied, as the official code's `tf.image.decode_jpeg` does not: a
+fine-tuned model sees the same pixels."""
 
 from collections.abc import Callable
 import dataclasses
@@ -14,6 +11,8 @@ import struct
 
 from absl import logging
 import numpy as np
+from PIL import Image
+from PIL import UnidentifiedImageError
 
 from vit_jax import errors
 from vit_jax.data.dataset import Dataset
@@ -39,24 +38,17 @@ _WHOLE_FILES = ((b'\xff\xd8\xff', b'\xff\xd9'), (b'\x89PNG\r\n\x1a\n',
                                                  b'IEND\xaeB`\x82'))
 
 _SHOWN_PROBLEMS = 20
+_SUFFIXES = ', '.join(
+    files.IMAGE_SUFFIXES[:-1]) + ' or ' + files.IMAGE_SUFFIXES[-1]
 
 
 class _NotDecoded(Exception):
   """An image in a mode `to_rgb` does not decode."""
 
 
-def _decode_errors() -> tuple[type[BaseException], ...]:
-  """What PIL's plugins raise on a malformed file."""
-  from PIL import Image  # pylint: disable=g-import-not-at-top
-  return (OSError, SyntaxError, ValueError, EOFError, IndexError, struct.error,
-          Image.DecompressionBombError, _NotDecoded)
-
-
-def _to_8_bits(image):
-  """A greyscale image deeper than 8 bits as mode L."""
-  from PIL import Image  # pylint: disable=g-import-not-at-top
-  values = np.asarray(image, np.float64) / _WHITE_LEVELS[image.mode]
-  return Image.fromarray(np.round(np.clip(values, 0, 1) * 255).astype(np.uint8))
+# What PIL's plugins raise on a malformed file.
+_DECODE_ERRORS = (OSError, SyntaxError, ValueError, EOFError, IndexError,
+                  struct.error, Image.DecompressionBombError, _NotDecoded)
 
 
 def _on_background(rgba: np.ndarray) -> np.ndarray:
@@ -73,12 +65,13 @@ def _check_mode(image):
                       '(save it as RGB)')
 
 
-def to_rgb(image) -> np.ndarray:
+def to_rgb(image: Image.Image) -> np.ndarray:
   """A PIL image as uint8 RGB, as a viewer shows it (on BACKGROUND)."""
   _check_mode(image)
   if image.mode in _WHITE_LEVELS:
+    values = np.asarray(image, np.float64) / _WHITE_LEVELS[image.mode]
+    grey = np.round(np.clip(values, 0, 1) * 255).astype(np.uint8)
     transparent = image.info.get('transparency')
-    grey = np.asarray(_to_8_bits(image))
     if transparent is None:
       return np.stack([grey] * 3, axis=-1)
     alpha = np.where(np.asarray(image) == transparent, 0, 255)
@@ -90,7 +83,6 @@ def to_rgb(image) -> np.ndarray:
 
 def _reason(error: BaseException) -> str:
   """What is wrong with an image file, from what reading it raised."""
-  from PIL import UnidentifiedImageError  # pylint: disable=g-import-not-at-top
   if isinstance(error, UnidentifiedImageError):
     return 'not an image PIL can read'
   if isinstance(error, _NotDecoded):
@@ -106,14 +98,13 @@ def read_image(
 ) -> np.ndarray:
   """An image file as uint8 RGB; a JPEG scaled down to no less than
   `at_least(stored (height, width))` by PIL's draft mode."""
-  from PIL import Image  # pylint: disable=g-import-not-at-top
   try:
     with Image.open(path) as image:
       if at_least is not None:
         height, width = at_least((image.height, image.width))
         image.draft(None, (max(width, 1), max(height, 1)))
       return to_rgb(image)
-  except _decode_errors() as e:
+  except _DECODE_ERRORS as e:
     raise DatasetError(f'Cannot read image {path}: {_reason(e)}; fix or '
                        'remove it.') from e
 
@@ -131,26 +122,23 @@ def _looks_whole(path: pathlib.Path) -> bool:
 
 
 def _file_problem(path: pathlib.Path) -> str | None:
-  """Why the image file cannot be read, or None.
-
-  A whole-looking JPEG or PNG passes undecoded, so that checking a folder
-  costs little more than listing it.
-  """
-  from PIL import Image  # pylint: disable=g-import-not-at-top
+  """Why the image file cannot be read, or None; a whole-looking JPEG or PNG
+  passes undecoded, so that checking a folder costs little more than listing
+  it."""
   try:
     if _looks_whole(path):
       return None
     with Image.open(path) as image:
       _check_mode(image)
       image.load()
-  except _decode_errors() as e:
+  except _DECODE_ERRORS as e:
     return _reason(e)
   return None
 
 
 @dataclasses.dataclass(frozen=True)
 class FileSource:
-  """Image files, decoded when read (a `dataset.ScalableSource`)."""
+  """Image files, decoded when read (`dataset.scalable`)."""
   paths: list[pathlib.Path]
   labels: np.ndarray
 
@@ -212,7 +200,7 @@ def _list_class(folder: pathlib.Path,
     else:
       findings.ignore(path, folder=entry.is_dir())
   if not images:
-    findings.problem(folder, f'holds no {_suffixes()} image', folder=True)
+    findings.problem(folder, f'holds no {_SUFFIXES} image', folder=True)
   return images
 
 
@@ -252,11 +240,6 @@ def _list_split(split_dir: pathlib.Path, class_names: list[str],
   return FileSource(paths, np.asarray(labels, np.int32))
 
 
-def _suffixes() -> str:
-  *others, last = files.IMAGE_SUFFIXES
-  return f'{", ".join(others)} or {last}'
-
-
 def _count(n: int, one: str, many: str | None = None) -> str:
   return f'{n} {one if n == 1 else many or one + "s"}'
 
@@ -291,5 +274,5 @@ def open_image_folder(data_dir: pathlib.Path) -> Dataset:
     logging.warning(
         'Ignored %s in %s that are not %s images: %s.',
         _count(len(findings.ignored), 'file or folder', 'files and folders'),
-        data_dir, _suffixes(), _listed(findings.ignored))
+        data_dir, _SUFFIXES, _listed(findings.ignored))
   return Dataset(train, test, len(class_names), ordered_by_class=True)

@@ -36,8 +36,8 @@ class Input(abc.ABC):
 
   @property
   def steps_per_dispatch(self) -> int:
-    """The batches one compiled call trains on; one on a CPU, whose steps
-    ran slower in a loop."""
+    """Batches per compiled call; one on a CPU, whose steps ran slower in a
+    loop."""
     if self.config.steps_per_dispatch:
       return self.config.steps_per_dispatch
     if jax.default_backend() == 'cpu':
@@ -60,14 +60,6 @@ class Input(abc.ABC):
   def epoch_table(self, epoch: int) -> np.ndarray:
     return epoch_batches(self.config.seed, epoch, self.train_size,
                          self.config.batch_size)
-
-  def epochs_from(self,
-                  position: Position) -> Iterator[tuple[int, np.ndarray, int]]:
-    """(epoch, its index table, first batch to read) from `position` on."""
-    epoch, first = position['epoch'], position['batch']
-    while True:
-      yield epoch, self.epoch_table(epoch), first
-      epoch, first = epoch + 1, 0
 
   @abc.abstractmethod
   def fingerprint(self) -> list[np.ndarray]:

@@ -1,9 +1,7 @@
 """Mixup (Zhang et al. 2018) and CutMix (Yun et al. 2019) as timm's Mixup in
-batch mode: one lam per batch, every image mixed with the batch reversed.
-
-The targets come in already smoothed (timm's `mixup_target` order), so the
-loss must not smooth them again.
-"""
+batch mode: one lam per batch, every image mixed with the batch reversed. The
+targets come in smoothed (timm's `mixup_target` order): the loss must not
+smooth them again."""
 
 from typing import NamedTuple
 
@@ -12,8 +10,8 @@ import jax.numpy as jnp
 
 
 class MixParameters(NamedTuple):
-  """Image i keeps `lam` of itself and takes the rest from image n - 1 - i;
-  CutMix pastes it where `box` (H, W) is True."""
+  """Image i keeps `lam` of itself, the rest from image n - 1 - i (pasted
+  where `box` (H, W) is True in CutMix)."""
   lam: jax.Array
   use_cutmix: jax.Array
   box: jax.Array
@@ -56,28 +54,21 @@ def mix_parameters(key: jax.Array, image_shape: tuple[int,
   return MixParameters(lam.astype(jnp.float32), use_cutmix, box)
 
 
-def _apply_mix(parameters: MixParameters, images: jax.Array,
-               targets: jax.Array) -> tuple[jax.Array, jax.Array]:
-  lam, use_cutmix, box = parameters
-  partner = images[::-1]
-  blended = lam * images + (1.0 - lam) * partner
-  pasted = jnp.where(box[None, :, :, None], partner, images)
-  mixed = jnp.where(use_cutmix, pasted, blended)
-  return mixed, lam * targets + (1.0 - lam) * targets[::-1]
-
-
 def mix(key: jax.Array, images: jax.Array, targets: jax.Array,
         mixup_alpha: float, cutmix_alpha: float,
         switch_probability: float = 0.5,
         probability: float = 1.0) -> tuple[jax.Array, jax.Array]:
-  """`images` and their soft `targets`, mixed by `mix_parameters`.
-
-  Python zero alphas skip the sampler; traced zeros mix with lam 1.
-  """
+  """`images` and their soft `targets`, mixed by `mix_parameters`; Python
+  zero alphas skip the sampler, traced zeros mix with lam 1."""
   if all(
       isinstance(a, (int, float)) and a <= 0
       for a in (mixup_alpha, cutmix_alpha)):
     return images, targets
-  parameters = mix_parameters(key, images.shape, mixup_alpha, cutmix_alpha,
-                              switch_probability, probability)
-  return _apply_mix(parameters, images, targets)
+  lam, use_cutmix, box = mix_parameters(key, images.shape, mixup_alpha,
+                                        cutmix_alpha, switch_probability,
+                                        probability)
+  partner = images[::-1]
+  mixed = jnp.where(use_cutmix, jnp.where(box[None, :, :, None], partner,
+                                          images),
+                    lam * images + (1.0 - lam) * partner)
+  return mixed, lam * targets + (1.0 - lam) * targets[::-1]

@@ -1,6 +1,7 @@
 """The whole dataset on every device, copied once; each step gets a batch of
-example indices. Suits small datasets (CIFAR): no per-step host work.
-"""
+example indices. Suits small datasets (CIFAR): no per-step host work."""
+
+import functools
 
 import jax
 import jax.numpy as jnp
@@ -21,18 +22,16 @@ class OnDeviceInput(input_lib.Input):
     self.num_classes = dataset.num_classes
     self._replicated = sharding.replicated(mesh)
     self._batch_sharding = sharding.batch_sharded(mesh)
-    self._arrays = [
+    self._arrays = tuple(
         sources.to_arrays(split, config.image_size)
-        for split in (dataset.train, dataset.test)
-    ]
+        for split in (dataset.train, dataset.test))
     self.train_size, self.test_size = (len(labels)
                                        for _, labels in self._arrays)
-    self.train_data, self.test_data = (tuple(
-        sharding.replicate(a, self._replicated) for a in arrays)
-                                       for arrays in self._arrays)
-    self._eval_indices, self._eval_masks = (
-        sharding.replicate(a, self._replicated)
-        for a in input_lib.eval_batches(self.test_size, config.eval_batch_size))
+    replicate = functools.partial(
+        jax.tree.map, lambda a: sharding.replicate(a, self._replicated))
+    self.train_data, self.test_data = replicate(self._arrays)
+    self._eval_indices, self._eval_masks = replicate(
+        input_lib.eval_batches(self.test_size, config.eval_batch_size))
 
   def fingerprint(self) -> list[np.ndarray]:
     return [*self._arrays[0], *self._arrays[1], self.epoch_table(1)]
@@ -45,8 +44,10 @@ class OnDeviceInput(input_lib.Input):
             spec(self.config.eval_batch_size, jnp.float32))
 
   def train_batches(self, position: input_lib.Position):
-    for _, table, first in self.epochs_from(position):
-      yield from table[first:]
+    epoch, first = position['epoch'], position['batch']
+    while True:
+      yield from self.epoch_table(epoch)[first:]
+      epoch, first = epoch + 1, 0
 
   def eval_batches(self):
     return zip(self._eval_indices, self._eval_masks)

@@ -44,46 +44,30 @@ def inception_crop_box(height: int, width: int,
   return 0, 0, height, width
 
 
-def train_image(image: np.ndarray, size: int, augment: bool,
-                rng: np.random.Generator) -> np.ndarray:
-  """A training example for streaming: Inception crop + flip, resized."""
-  if not augment:
-    return resize(image, size)
-  top, left, height, width = inception_crop_box(*image.shape[:2], rng)
-  image = resize(image[top:top + height, left:left + width], size)
-  return image[:, ::-1] if rng.random() < 0.5 else image
-
-
 def train_example(source: dataset.Source, index: int, size: int, augment: bool,
                   rng: np.random.Generator) -> tuple[np.ndarray, int]:
-  """`train_image` of `source[index]`, and its label.
-
-  A `dataset.ScalableSource` decodes at the smallest scale that leaves the
-  crop `size` pixels each way: the same crop, less decoding.
-  """
-  if not dataset.scalable(source):
-    image, label = source[index]
-    return train_image(image, size, augment, rng), label
-  drawn = []
+  """`source[index]` for streaming: Inception crop + flip (if `augment`),
+  resized; a scalable source decodes at the smallest scale that leaves the
+  crop `size` pixels each way: the same crop, less decoding."""
+  boxes = []
 
   def at_least(stored):
-    drawn.append(
+    boxes.append(
         inception_crop_box(*stored, rng) if augment else (0, 0, *stored))
-    return _decoded_size(stored, drawn[0], size)
+    return tuple(
+        min(side, math.ceil(side * size / crop))
+        for side, crop in zip(stored, boxes[0][2:]))
 
-  image, label, stored = source.read(index, at_least)
-  image = resize(_scaled_crop(image, stored, drawn[0]), size)
+  if dataset.scalable(source):
+    image, label, stored = source.read(index, at_least)
+  else:
+    image, label = source[index]
+    stored = image.shape[:2]
+    at_least(stored)
+  image = resize(_scaled_crop(image, stored, boxes[0]), size)
   if augment and rng.random() < 0.5:
     image = image[:, ::-1]
   return image, label
-
-
-def _decoded_size(stored: tuple[int, int], box: tuple[int, int, int, int],
-                  size: int) -> tuple[int, int]:
-  """The smallest image size at which crop `box` is still `size` square."""
-  (height, width), (_, _, crop_height, crop_width) = stored, box
-  return (min(height, math.ceil(height * size / crop_height)),
-          min(width, math.ceil(width * size / crop_width)))
 
 
 def _scaled_crop(image: np.ndarray, stored: tuple[int, int],
@@ -149,31 +133,21 @@ def device_policy(config) -> Policy | None:
 def train_input(images: jax.Array, key: jax.Array, *, crop_and_flip: bool,
                 policy: Policy | None, image_size: int, mean, std) -> jax.Array:
   """uint8 NHWC images augmented, resized and normalized for training."""
-  x = _unit_range(images)
+  x = images.astype(jnp.float32) / 255.0
   if crop_and_flip:
     x = random_crop_and_flip(key, x)
   if policy is not None:
     # A key of its own, so the crops stay those of a run without `policy`.
     x = policy(jax.random.fold_in(key, 1), x)
-  return _normalized(_resized(x, image_size), mean, std)
+  return eval_input(x, image_size=image_size, mean=mean, std=std)
 
 
 def eval_input(images: jax.Array, *, image_size: int, mean, std) -> jax.Array:
-  """uint8 NHWC images resized and normalized, unaugmented."""
-  return _normalized(_resized(_unit_range(images), image_size), mean, std)
-
-
-def _unit_range(images: jax.Array) -> jax.Array:
-  return images.astype(jnp.float32) / 255.0
-
-
-def _resized(images: jax.Array, image_size: int) -> jax.Array:
-  if images.shape[1:3] == (image_size, image_size):
-    return images
-  return jax.image.resize(
-      images, (images.shape[0], image_size, image_size, images.shape[3]),
-      method='bilinear')
-
-
-def _normalized(images: jax.Array, mean, std) -> jax.Array:
+  """uint8 (or [0, 1] float) NHWC images resized and normalized."""
+  if images.dtype == jnp.uint8:
+    images = images.astype(jnp.float32) / 255.0
+  if images.shape[1:3] != (image_size, image_size):
+    images = jax.image.resize(
+        images, (images.shape[0], image_size, image_size, images.shape[3]),
+        method='bilinear')
   return (images - jnp.asarray(mean)) / jnp.asarray(std)

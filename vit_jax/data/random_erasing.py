@@ -11,12 +11,10 @@ def random_erasing(key: jax.Array, images: jax.Array, probability: float = 0.25,
                    aspect: tuple[float, float] = (0.3, 3.3), *,
                    mode: str = 'const', mean=auto_augment.FILL, std=1.0,
                    attempts: int = 10) -> jax.Array:
-  """Random erasing (Zhong et al. 2020) as timm's RandomErasing, one box.
-
-  `mean` and `std` are the dataset's, so 'const' and 'pixel' fill with what
-  timm's zeros and normal noise are once normalized. Only `mode` and
-  `attempts` are static.
-  """
+  """Random erasing (Zhong et al. 2020) as timm's RandomErasing, one box;
+  with the dataset's `mean` and `std`, 'const' and 'pixel' fill with what
+  timm's zeros and normal noise are once normalized. `mode`, `attempts`:
+  static."""
   if mode not in ('const', 'pixel'):
     raise ValueError(f"mode={mode!r}: use 'const' or 'pixel'.")
   n, h, w, _ = images.shape
@@ -41,10 +39,8 @@ def random_erasing(key: jax.Array, images: jax.Array, probability: float = 0.25,
           (rows < (top + height)[:, None, None]) &
           (cols >= left[:, None, None]) &
           (cols < (left + width)[:, None, None]) & erase[:, None, None])
-  mean = jnp.asarray(mean, images.dtype)
-  if mode == 'const':
-    values = jnp.broadcast_to(mean, images.shape)
-  else:
-    values = mean + jnp.asarray(std, images.dtype) * jax.random.normal(
+  values = jnp.asarray(mean, images.dtype)
+  if mode == 'pixel':
+    values = values + jnp.asarray(std, images.dtype) * jax.random.normal(
         keys[5], images.shape, images.dtype)
   return jnp.where(mask[..., None], values, images)

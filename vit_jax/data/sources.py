@@ -19,12 +19,6 @@ from vit_jax.data.dataset import SubsetSource
 from vit_jax.data.image_folder import read_image
 from vit_jax.errors import DatasetError
 
-__all__ = [
-    'DATA_DIR_ENV', 'ArraySource', 'Dataset', 'Source', 'SubsetSource',
-    '_across_classes', 'class_counts', 'data_dir', 'first', '_local_data_dir',
-    'open_dataset', 'read_image', 'subset', 'to_arrays'
-]
-
 DATA_DIR_ENV = download.DATA_DIR_ENV
 
 
@@ -36,13 +30,6 @@ def to_arrays(source: Source, image_size: int) -> tuple[np.ndarray, np.ndarray]:
   return (np.stack([
       preprocess.resize(image, image_size) for image, _ in examples
   ]), np.asarray([label for _, label in examples], np.int32))
-
-
-def first(source: Source, count: int) -> Source:
-  """The first `count` examples, in the source's order."""
-  if isinstance(source, ArraySource):
-    return ArraySource(source.images[:count], source.labels[:count])
-  return SubsetSource(source, np.arange(count))
 
 
 def class_counts(sizes: np.ndarray, count: int,
@@ -66,15 +53,15 @@ def class_counts(sizes: np.ndarray, count: int,
   return counts
 
 
-def _across_classes(source: Source, count: int, seed: int) -> SubsetSource:
-  """`count` examples drawn with `seed`, every class in proportion, in order."""
-  labels = np.asarray(source.labels)
+def _across_classes(labels: np.ndarray, count: int, seed: int) -> np.ndarray:
+  """The sorted indices of `count` examples drawn with `seed`, every class in
+  proportion."""
   rng = np.random.default_rng(seed)
   _, sizes = np.unique(labels, return_counts=True)
   counts = class_counts(sizes, count, rng)
   by_class = np.split(np.argsort(labels, kind='stable'), np.cumsum(sizes)[:-1])
   drawn = [rng.permutation(indices)[:k] for indices, k in zip(by_class, counts)]
-  return SubsetSource(source, np.sort(np.concatenate(drawn)))
+  return np.sort(np.concatenate(drawn))
 
 
 def subset(dataset: Dataset, split: str, count: int, seed: int) -> Source:
@@ -86,9 +73,11 @@ def subset(dataset: Dataset, split: str, count: int, seed: int) -> Source:
   if count > len(source):
     raise DatasetError(f'config.{split}_examples={count} but the dataset has '
                        f'only {len(source)}; lower it or set it to 0 for all.')
-  if dataset.ordered_by_class:
-    return _across_classes(source, count, seed)
-  return first(source, count)
+  indices = (_across_classes(np.asarray(source.labels), count, seed)
+             if dataset.ordered_by_class else np.arange(count))
+  if isinstance(source, ArraySource):
+    return ArraySource(source.images[indices], source.labels[indices])
+  return SubsetSource(source, indices)
 
 
 def data_dir(config) -> pathlib.Path | None:
@@ -115,11 +104,8 @@ def _local_data_dir(config) -> pathlib.Path:
 
 
 def open_dataset(config, whole: bool = False) -> Dataset:
-  """The dataset `config` names, cut to the requested sizes.
-
-  `whole`: the caller reads every example, which lets tfrecord-format tfds
-  datasets be read with TensorFlow.
-  """
+  """The dataset `config` names, cut to the requested sizes; `whole`: the
+  caller reads every example (tfrecord-format tfds datasets need it)."""
   name = config.dataset
   if name in cifar.NUM_CLASSES:
     directory = _local_data_dir(config) if config.data_dir else None

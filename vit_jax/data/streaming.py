@@ -1,10 +1,8 @@
-"""Streaming input, for datasets that do not fit in device memory (ImageNet).
-
-Examples are read, cropped and resized on the host every step, each process
-reading only its own devices' rows, on grain worker processes (or threads).
-Each example's randomness comes from (seed, epoch, batch, row), so a batch is
-the same however it is loaded and wherever a run resumes.
-"""
+"""Streaming input, for datasets that do not fit in device memory (ImageNet):
+each process reads, crops and resizes its own devices' rows on the host every
+step, on grain worker processes (or threads). An example's randomness comes
+from (seed, epoch, batch, row): a batch is the same however it is loaded and
+wherever a run resumes."""
 
 from collections.abc import Iterator
 import dataclasses
@@ -42,7 +40,9 @@ class StreamingInput(input_lib.Input):
     self.train_data = self.test_data = ()
     self._sharding = sharding.batch_sharded(mesh)
     workers = config.input_workers if workers is None else workers
-    self.threads = _usable_cores()
+    # The cores this process may run on, where the OS says.
+    self.threads = (len(os.sched_getaffinity(0)) if hasattr(
+        os, 'sched_getaffinity') else os.cpu_count() or 1)
     self.workers = self.threads if workers < 0 else workers
     self._prefetch = prefetch
     self._train_rows = sharding.process_rows(self._sharding, config.batch_size)
@@ -56,16 +56,10 @@ class StreamingInput(input_lib.Input):
 
   def fingerprint(self) -> list[np.ndarray]:
     """The split sizes, each split's first example and the shuffle."""
-    (first_train, train_label), (first_test,
-                                 test_label) = (self.dataset.train[0],
-                                                self.dataset.test[0])
-    return [
-        np.array([
-            self.train_size, self.test_size, self.num_classes, train_label,
-            test_label
-        ]), first_train, first_test,
-        self.epoch_table(1)
-    ]
+    train, test = self.dataset.train[0], self.dataset.test[0]
+    sizes = (self.train_size, self.test_size, self.num_classes, train[1],
+             test[1])
+    return [np.array(sizes), train[0], test[0], self.epoch_table(1)]
 
   def batch_specs(self):
     size = self.config.image_size
@@ -123,7 +117,7 @@ class StreamingInput(input_lib.Input):
     if workers:
       # Batched first, so a worker builds whole batches, each crossing to
       # this process as one array.
-      batched = flat.map(examples).batch(per_batch, batch_fn=_stack)
+      batched = flat.map(examples).batch(per_batch)
       if not flags.FLAGS.is_parsed():  # grain reads its flags in the workers
         flags.FLAGS.mark_as_parsed()
       in_order = batched.to_iter_dataset(
@@ -132,12 +126,13 @@ class StreamingInput(input_lib.Input):
           grain.MultiprocessingOptions(num_workers=workers,
                                        per_worker_buffer_size=self._prefetch),
           worker_init_fn=functools.partial(_worker_setup, os.getpid()))
-      loaded = loaded.map(_out_of_shared_memory)
+      # Copied out of grain's shared memory, which jax would alias.
+      loaded = loaded.map(lambda batch: tuple(map(np.array, batch)))
     else:
       loaded = flat.map(examples).to_iter_dataset(
           grain.ReadOptions(num_threads=self.threads,
                             prefetch_buffer_size=self._prefetch *
-                            per_batch)).batch(per_batch, batch_fn=_stack)
+                            per_batch)).batch(per_batch)
     iterator = iter(loaded)
     try:
       yield from iterator
@@ -147,13 +142,6 @@ class StreamingInput(input_lib.Input):
 
 # Endless, within what grain's range holds.
 _ENDLESS = 2**40
-
-
-def _usable_cores() -> int:
-  """The cores this process may run on, where the OS says."""
-  if hasattr(os, 'sched_getaffinity'):
-    return len(os.sched_getaffinity(0))
-  return os.cpu_count() or 1
 
 
 def _worker_setup(parent: int, worker_index: int, worker_count: int) -> None:
@@ -170,18 +158,6 @@ def _worker_setup(parent: int, worker_index: int, worker_count: int) -> None:
     os._exit(1)  # pylint: disable=protected-access
 
   threading.Thread(target=watch, daemon=True).start()
-
-
-def _out_of_shared_memory(batch):
-  """A batch copied out of grain's shared memory, which jax would alias."""
-  images, labels = batch
-  return np.array(images), np.array(labels)
-
-
-def _stack(examples: list[tuple[np.ndarray, int]]):
-  images = np.stack([image for image, _ in examples])
-  labels = np.asarray([label for _, label in examples], np.int32)
-  return images, labels
 
 
 @functools.lru_cache(maxsize=2)
@@ -216,8 +192,9 @@ class _TrainExamples(_Rows):
     index = _epoch_table(self.seed, epoch + 1, len(self.source),
                          self.batch_size)[batch, row]
     rng = np.random.default_rng([self.seed, epoch + 1, batch, row])
-    return preprocess.train_example(self.source, index, self.image_size,
-                                    self.augment, rng)
+    image, label = preprocess.train_example(self.source, index, self.image_size,
+                                            self.augment, rng)
+    return image, np.int32(label)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -229,4 +206,4 @@ class _TestExamples(_Rows):
     index = batch * self.batch_size + self.first_row + offset
     # Decoded whole, as the official evaluation decodes it.
     image, label = self.source[index if index < len(self.source) else 0]
-    return preprocess.resize(image, self.image_size), label
+    return preprocess.resize(image, self.image_size), np.int32(label)
