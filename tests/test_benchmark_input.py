@@ -10,16 +10,6 @@ import pytest
 
 from tests.helpers import png
 from vit_jax import benchmark_input
-from vit_jax import config_schema
-
-
-def _config(data_dir, batch_size):
-  config = config_schema.defaults()
-  config.update(
-      dict(dataset='image_folder', data_dir=str(data_dir),
-           input_pipeline='streaming', batch_size=batch_size,
-           eval_batch_size=batch_size, image_size=24))
-  return config
 
 
 def test_reports_the_images_per_second_of_the_streaming_input(tmp_path):
@@ -29,8 +19,10 @@ def test_reports_the_images_per_second_of_the_streaming_input(tmp_path):
     for i in range(count):
       (tmp_path / split / 'a' / f'{i}.png').write_bytes(
           png(rng.integers(0, 256, (30, 40, 3), np.uint8)))
-  results = benchmark_input.run_benchmark(_config(tmp_path, 4), steps=2,
-                                          workers=[0, 1], rounds=2)
+  config = benchmark_input.loader_config('image_folder', str(tmp_path), 4, 24,
+                                         steps=2)
+  results = benchmark_input.run_benchmark(config, steps=2, workers=[0, 1],
+                                          rounds=2)
   assert [(r['input_workers'], r['loader'])
           for r in results] == [(0, f'{len(os.sched_getaffinity(0))} threads'),
                                 (1, '1 worker processes')]
@@ -40,9 +32,9 @@ def test_reports_the_images_per_second_of_the_streaming_input(tmp_path):
   assert worker['images_per_second_per_core'] == worker['images_per_second']
   for r in results:
     assert r['images_per_second'] > 0 and r['first_batch_seconds'] > 0
+  config.batch_size = 8
   with pytest.raises(ValueError, match='need 16 training images'):
-    benchmark_input.run_benchmark(_config(tmp_path, 8), steps=1, workers=[0],
-                                  rounds=1)
+    benchmark_input.run_benchmark(config, steps=1, workers=[0], rounds=1)
 
 
 def test_a_count_below_one_is_one_clear_line():

@@ -31,16 +31,14 @@ from experiments.benchmarks import hlo_parts
 from experiments.benchmarks import study_step
 
 # Kinds of work, by XLA's names for its thunks; the first match wins.
-KINDS = (('matmuls (YNNPACK kernels)',
-          re.compile(r'^ynn_fusion')), ('gradient all-reduce',
-                                        re.compile(r'all-reduce|collective')),
-         ('waits for other threads (rendezvous)',
-          re.compile(r'^Wait', re.I)), ('layout copies',
-                                        re.compile(r'copy|transpose')),
-         ('dropout selects, GELU',
-          re.compile(r'select|tanh')), ('batched attention dots',
-                                        re.compile(r'^dot')),
-        )
+KINDS = {
+    'matmuls (YNNPACK kernels)': re.compile(r'^ynn_fusion'),
+    'gradient all-reduce': re.compile(r'all-reduce|collective'),
+    'waits for other threads (rendezvous)': re.compile(r'(?i)^Wait'),
+    'layout copies': re.compile(r'copy|transpose'), 'dropout selects, GELU':
+        re.compile(r'select|tanh'),
+    'batched attention dots': re.compile(r'^dot'),
+}
 OTHER = 'other elementwise and reductions'
 # The threads that run the compiled step's operations, one or more per
 # device (the PjRt client's threads only wait for them).
@@ -90,12 +88,18 @@ def thread_profile(
   kinds, placed = collections.Counter(), []
   for thread_events in by_thread.values():
     for name, own in self_times(thread_events):
-      kind = next((k for k, pattern in KINDS if pattern.search(name)), OTHER)
+      kind = _kind(KINDS, name)
       kinds[kind] += own
       placed.append((parts.get(name), own))
   spans = [e for thread_events in by_thread.values() for e in thread_events]
   return (_per_step(kinds, KINDS, spans, steps, 'sum over threads', 'wall'),
           _by_part(placed, steps))
+
+
+def _kind(kinds: dict[str, re.Pattern], text: str) -> str:
+  """The first of `kinds` whose pattern `text` matches, else OTHER."""
+  return next((k
+               for k, pattern in kinds.items() if pattern.search(text)), OTHER)
 
 
 def _by_part(placed, steps: int) -> dict[str, float]:
@@ -110,10 +114,7 @@ def _per_step(kinds: collections.Counter, order, events: list[dict], steps: int,
   time from the first of `events` to the end of the last."""
   span = (max(e['ts'] + e['dur'] for e in events) - min(e['ts']
                                                         for e in events))
-  table = {
-      kind: kinds[kind] / 1e3 / steps for kind in (*(k
-                                                     for k, _ in order), OTHER)
-  }
+  table = {kind: kinds[kind] / 1e3 / steps for kind in (*order, OTHER)}
   table[summed] = sum(kinds.values()) / 1e3 / steps
   table[wall] = span / 1e3 / steps
   return table
@@ -122,19 +123,18 @@ def _per_step(kinds: collections.Counter, order, events: list[dict], steps: int,
 # Kinds of a GPU step's kernels, by their names and the XLA and jax op names
 # the trace gives them (`steps` scopes the optimizer's update as
 # 'optimizer'); the first match wins.
-DEVICE_KINDS = (
+DEVICE_KINDS = {
     # Flash attention's kernels, and the cuDNN fusions of its backward pass.
-    ('attention (cuDNN)', re.compile(r'sdpa|fmha|flash|cudnn::fusion', re.I)),
+    'attention (cuDNN)': re.compile(r'sdpa|fmha|flash|cudnn::fusion', re.I),
     # cuDNN's, by their XLA custom call (the patch embedding's).
-    ('convolutions', re.compile(r'cudnn-conv|implicit_gemm', re.I)),
-    ('matmuls',
-     re.compile(r'gemm|nvjet|cublas|cutlass|xmma|wgmma|matmul|\bdot', re.I)),
-    ('optimizer update', re.compile(r'optimizer')),
-    ('layer norms and other reductions', re.compile(r'reduce|norm', re.I)),
-    ('copies and transposes', re.compile(r'copy|transpose|memcpy|memset',
-                                         re.I)),
-    ('other fusions', re.compile(r'fusion|loop', re.I)),
-)
+    'convolutions': re.compile(r'cudnn-conv|implicit_gemm', re.I),
+    'matmuls': re.compile(r'gemm|nvjet|cublas|cutlass|xmma|wgmma|matmul|\bdot',
+                          re.I),
+    'optimizer update': re.compile(r'optimizer'),
+    'layer norms and other reductions': re.compile(r'reduce|norm', re.I),
+    'copies and transposes': re.compile(r'copy|transpose|memcpy|memset', re.I),
+    'other fusions': re.compile(r'fusion|loop', re.I),
+}
 
 
 def _device_kernels(events: list[dict]) -> list[dict]:
@@ -190,8 +190,7 @@ def device_profile(
   labelled = {}  # a label's part, as first seen
   for e in kernels:
     text = ' '.join([e['name'], *(str(v) for v in e.get('args', {}).values())])
-    kind = next((k
-                 for k, pattern in DEVICE_KINDS if pattern.search(text)), OTHER)
+    kind = _kind(DEVICE_KINDS, text)
     kinds[kind] += e['dur']
     by_name[e['name']] += e['dur']
     described.setdefault(
