@@ -16,8 +16,8 @@ def test_every_measure_is_the_packages_own_name():
       if function.__module__ == measures.__name__ and not name.startswith('_')
   }
   assert public == set(analysis.__all__)
-  for name in public:
-    assert getattr(analysis, name) is getattr(measures, name)
+  assert all(
+      getattr(analysis, name) is getattr(measures, name) for name in public)
 
 
 def test_importing_the_measures_loads_neither_matplotlib_nor_jax():

@@ -13,9 +13,7 @@ def test_mosaic_tiles_each_positions_map_with_a_gap():
   # Position (1, 2)'s map starts at row 1 * (2 + 1), column 2 * (3 + 1).
   np.testing.assert_array_equal(mosaic[3:5, 8:11], similarity[1, 2])
   assert np.isnan(mosaic[2]).all() and np.isnan(mosaic[:, 3]).all()
-
-
-def test_upsample_repeats_each_patch_over_its_pixels():
+  # A rollout map over an image: each patch repeated over its pixels.
   np.testing.assert_array_equal(
       figures._upsample(np.array([[1., 2.], [3., 4.]]), 4),
       [[1, 1, 2, 2], [1, 1, 2, 2], [3, 3, 4, 4], [3, 3, 4, 4]])

@@ -24,14 +24,24 @@ def neighbour_attention(cls_weight: float = 0.0) -> np.ndarray:
   return attention
 
 
-def test_rollout_of_identity_attention_is_the_identity():
+def with_distillation_token(attention: np.ndarray,
+                            dist_weight: float = 0.0) -> np.ndarray:
+  """`attention` with a dist token after [CLS], given `dist_weight`."""
+  tokens = attention.shape[-1] + 1
+  out = np.zeros((tokens, tokens))
+  keep = [0] + list(range(2, tokens))
+  out[np.ix_(keep, keep)] = attention
+  out[2:, 2:] *= 1 - dist_weight
+  out[2:, 1] = dist_weight * (1 - out[2:, 0])  # rows still sum to 1
+  out[1, 1] = 1.0
+  return out
+
+
+def test_rollout_adds_the_residual_renormalizes_and_multiplies_layers():
   identity = np.broadcast_to(np.eye(TOKENS), (2, 3, TOKENS, TOKENS))
   rollout = measures.attention_rollout([identity] * 4)
   np.testing.assert_allclose(
       rollout, np.broadcast_to(np.eye(TOKENS), (2, TOKENS, TOKENS)))
-
-
-def test_rollout_adds_the_residual_renormalizes_and_multiplies_layers():
   # Every token attends only to the class token.
   to_cls = np.zeros((1, 1, 3, 3))
   to_cls[..., 0] = 1.0
@@ -46,14 +56,6 @@ def test_rollout_adds_the_residual_renormalizes_and_multiplies_layers():
       measures.attention_rollout([two_heads])[0], expected)
 
 
-def test_cls_attention_is_the_class_rows_over_the_patch_grid():
-  attention = np.random.default_rng(0).random((2, 3, TOKENS, TOKENS))
-  maps = measures.cls_attention(attention, GRID)
-  assert maps.shape == (2, 3, *GRID)
-  np.testing.assert_array_equal(maps[1, 2, 1, 3],
-                                attention[1, 2, 0, 1 + 1 * GRID[1] + 3])
-
-
 def test_one_hot_attention_at_a_known_offset_has_that_distance():
   heads = np.stack([
       neighbour_attention(),
@@ -62,6 +64,18 @@ def test_one_hot_attention_at_a_known_offset_has_that_distance():
   ])
   distances = measures.mean_attention_distance(heads[None], GRID, PATCH)
   np.testing.assert_allclose(distances, [PATCH, PATCH, 0.0], atol=1e-12)
+  # With a distillation token, and a zero diagonal as locality attention's.
+  heads = np.stack([
+      with_distillation_token(neighbour_attention()),
+      with_distillation_token(neighbour_attention(cls_weight=0.5), 0.5),
+  ])
+  distances = measures.mean_attention_distance(heads[None], GRID, PATCH,
+                                               prefix=2)
+  np.testing.assert_allclose(distances, [PATCH, PATCH], atol=1e-12)
+  with pytest.raises(ValueError, match='not 1 prefix token'):
+    measures.mean_attention_distance(heads[None], GRID, PATCH, prefix=1)
+  with pytest.raises(ValueError, match='cannot hold a 4x4 patch grid'):
+    measures.mean_attention_distance(np.ones((1, 1, 5, 5)), GRID, PATCH)
 
 
 def test_uniform_attention_distance_is_the_mean_pairwise_distance():
@@ -81,9 +95,7 @@ def test_uniform_attention_distance_is_the_mean_pairwise_distance():
   attention[0, 0, 1:, 1:] = (1 - np.eye(TOKENS - 1)) / (TOKENS - 2)
   np.testing.assert_allclose(
       measures.mean_attention_distance(attention, GRID, PATCH), [others.mean()])
-
-
-def test_patch_centres_are_in_pixels_row_major():
+  # In pixels, row-major.
   np.testing.assert_array_equal(measures.patch_centres(
       (2, 3), 4), [[2, 2], [2, 6], [2, 10], [6, 2], [6, 6], [6, 10]])
 
@@ -111,13 +123,11 @@ def test_hand_built_2d_embedding_gives_2d_similarity_structure():
   assert centre[2, 3] == pytest.approx(centre[3, 2])
   assert centre[2, 3] == pytest.approx(centre[2, 1])
   assert measures.similarity_distance_correlation(similarity) < -0.8
-
-
-def test_random_embedding_has_no_distance_correlation():
-  grid = (8, 8)
-  table = np.random.default_rng(0).normal(size=(64, 256))
-  similarity = measures.position_embedding_similarity(table, grid)
+  random = np.random.default_rng(0).normal(size=(64, 256))
+  similarity = measures.position_embedding_similarity(random, (8, 8))
   assert abs(measures.similarity_distance_correlation(similarity)) < 0.1
+  with pytest.raises(ValueError, match='cannot cover a 4x4 patch grid'):
+    measures.position_embedding_similarity(np.ones((5, 3)), GRID)
 
 
 def test_principal_components_recover_the_filters_directions():
@@ -138,27 +148,13 @@ def test_principal_components_recover_the_filters_directions():
   assert peak > 0
 
 
-def test_too_few_tokens_for_the_grid_is_a_clear_error():
-  with pytest.raises(ValueError, match='cannot hold a 4x4 patch grid'):
-    measures.mean_attention_distance(np.ones((1, 1, 5, 5)), GRID, PATCH)
-  with pytest.raises(ValueError, match='cannot cover a 4x4 patch grid'):
-    measures.position_embedding_similarity(np.ones((5, 3)), GRID)
-
-
-def with_distillation_token(attention: np.ndarray,
-                            dist_weight: float = 0.0) -> np.ndarray:
-  """`attention` with a dist token after [CLS], given `dist_weight`."""
-  tokens = attention.shape[-1] + 1
-  out = np.zeros((tokens, tokens))
-  keep = [0] + list(range(2, tokens))
-  out[np.ix_(keep, keep)] = attention
-  out[2:, 2:] *= 1 - dist_weight
-  out[2:, 1] = dist_weight * (1 - out[2:, 0])  # rows still sum to 1
-  out[1, 1] = 1.0
-  return out
-
-
-def test_with_a_distillation_token_the_maps_are_over_the_patches_only():
+def test_cls_attention_is_the_class_rows_over_the_patch_grid():
+  """With a distillation token too, the maps are over the patches only."""
+  attention = np.random.default_rng(0).random((2, 3, TOKENS, TOKENS))
+  maps = measures.cls_attention(attention, GRID)
+  assert maps.shape == (2, 3, *GRID)
+  np.testing.assert_array_equal(maps[1, 2, 1, 3],
+                                attention[1, 2, 0, 1 + 1 * GRID[1] + 3])
   attention = np.random.default_rng(0).random((2, 3, TOKENS + 1, TOKENS + 1))
   cls_maps = measures.cls_attention(attention, GRID, prefix=2)
   dist_maps = measures.cls_attention(attention, GRID, prefix=2, query=1)
@@ -175,19 +171,6 @@ def test_with_a_distillation_token_the_maps_are_over_the_patches_only():
     measures.cls_attention(attention, GRID)  # the old [CLS]-only slicing
   with pytest.raises(ValueError, match='not one of the 2 prefix'):
     measures.cls_attention(attention, GRID, prefix=2, query=2)
-
-
-def test_distance_leaves_out_every_prefix_token_and_a_masked_diagonal():
-  # neighbour_attention has a zero diagonal, as locality attention's.
-  heads = np.stack([
-      with_distillation_token(neighbour_attention()),
-      with_distillation_token(neighbour_attention(cls_weight=0.5), 0.5),
-  ])
-  distances = measures.mean_attention_distance(heads[None], GRID, PATCH,
-                                               prefix=2)
-  np.testing.assert_allclose(distances, [PATCH, PATCH], atol=1e-12)
-  with pytest.raises(ValueError, match='not 1 prefix token'):
-    measures.mean_attention_distance(heads[None], GRID, PATCH, prefix=1)
 
 
 def test_shifted_patch_filters_are_the_unshifted_copys_slice():

@@ -31,7 +31,8 @@ def test_a_runs_test_images_of_an_image_folder_come_from_every_class(tmp_path):
 
 
 def test_image_files_are_the_named_ones_then_each_directorys_sorted(tmp_path):
-  for name in ('b.PNG', 'a.jpg', 'notes.txt', 'deeper/c.jpeg'):
+  """Else one clear error."""
+  for name in ('b.PNG', 'a.jpg', 'notes.txt', 'deeper/c.jpeg', 'text/a.txt'):
     (tmp_path / 'photos' / name).parent.mkdir(parents=True, exist_ok=True)
     (tmp_path / 'photos' / name).write_bytes(b'')
   (tmp_path / 'one.png').write_bytes(b'')
@@ -42,13 +43,9 @@ def test_image_files_are_the_named_ones_then_each_directorys_sorted(tmp_path):
   assert [p.relative_to(tmp_path).as_posix() for p in found] == [
       'one.png', 'photos/a.jpg', 'photos/b.PNG', 'photos/deeper/c.jpeg'
   ]
-
-
-def test_no_image_file_is_one_clear_error(tmp_path):
-  (tmp_path / 'notes.txt').write_text('')
   with pytest.raises(AnalysisError,
                      match=r'holds no \.jpg, \.jpeg or \.png file'):
-    subjects.image_files([str(tmp_path)])
+    subjects.image_files([str(tmp_path / 'photos' / 'text')])
   with pytest.raises(AnalysisError, match='does not exist'):
     subjects.image_files([str(tmp_path / 'missing')])
 
@@ -101,7 +98,7 @@ def test_a_released_npz_is_analysed_at_its_position_embeddings_size(
                  subject.params)
 
 
-def test_position_table_is_the_learned_the_fixed_or_none():
+def test_the_position_table_and_filters_are_whatever_the_model_has():
   model = models.create_model('ViT-Tiny-CIFAR_4', 3)
   params = {'Transformer': {'posembed_input': {'pos_embedding': 'learned'}}}
   assert subjects.position_table(model, params, (8, 8)) == 'learned'
@@ -110,12 +107,8 @@ def test_position_table_is_the_learned_the_fixed_or_none():
   assert fixed.shape == (1, 64, 128)
   assert subjects.position_table(model.clone(posemb='none'), params,
                                  (8, 8)) is None
-
-
-def test_a_hybrids_filters_are_not_on_pixels():
   hybrid = models.create_model('R50+ViT-B_16', 3)
   kernel, why = subjects.embedding_filters(hybrid, {})
   assert kernel is None and 'ResNet features' in why
-  model = models.create_model('ViT-Tiny-CIFAR_4', 3)
   assert subjects.embedding_filters(model, {'embedding':
       {'kernel': 'filters'}}) == ('filters', 'the patch-embedding filters')

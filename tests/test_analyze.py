@@ -116,28 +116,22 @@ def test_a_full_or_read_only_disk_is_one_line_and_leaves_the_earlier_analysis(
     assert [p.name for p in disk.iterdir()] == ['out']
 
 
-def test_an_out_with_other_files_or_a_file_is_refused(analyzed, tmp_path):
+def test_bad_input_is_one_clear_error(trained_vit_run, tmp_path):
+  """An --out of other files or a file, a count below one, no ViT run."""
   (tmp_path / 'notes.txt').write_text('mine')
   (tmp_path / 'cat.png').write_bytes(png(np.zeros((4, 4, 3), np.uint8)))
   with pytest.raises(AnalysisError) as error:
-    analyze.analyze(tmp_path, workdir=analyzed[0])
+    analyze.analyze(tmp_path, workdir=trained_vit_run[0])
   assert str(error.value) == (
       f'--out={tmp_path} holds files an analysis does not (cat.png, '
       'notes.txt), which this one would replace: pass a new directory, or '
       'one of an earlier analysis.')
   assert (tmp_path / 'notes.txt').read_text() == 'mine'
   with pytest.raises(AnalysisError, match='notes.txt is a file: pass a new'):
-    analyze.analyze(tmp_path / 'notes.txt', workdir=analyzed[0])
-
-
-def test_a_count_below_one_is_refused_by_its_flag():
-  # (plt.subplots(0, ...) was the traceback.)
+    analyze.analyze(tmp_path / 'notes.txt', workdir=trained_vit_run[0])
   for name in ('num_images', 'distance_images', 'components'):
     with pytest.raises(ValueError, match='^0 is not a positive integer$'):
       flags.FLAGS[name].parser.parse('0')
-
-
-def test_what_is_no_vit_run_is_one_clear_error(trained_vit_run, tmp_path):
   with pytest.raises(AnalysisError, match='Pass --workdir .* or --checkpoint'):
     analyze.analyze(tmp_path / 'out')
   with pytest.raises(CheckpointError, match='has no config.json'):
@@ -206,23 +200,24 @@ def _analyze_run(workdir, out):
                          components=5)
 
 
-def test_a_scanned_distillation_token_run_is_analysed_as_the_unscanned(
+def test_a_scanned_distillation_token_sincos_run_is_analysed_as_unscanned(
     cifar10_binary, tmp_path):
-  """Both tokens' attention, layer by layer, as the unscanned run's."""
-  data_dir = cifar10_binary[0]
+  """Both tokens' attention and the fixed position embedding, layer by layer
+  as the unscanned run's."""
+  techniques = dict(distillation_token=True, posemb='sincos2d')
   plain = _analyze_run(
-      _untrained_run(tmp_path / 'plain', data_dir, distillation_token=True),
+      _untrained_run(tmp_path / 'plain', cifar10_binary[0], **techniques),
       tmp_path / 'plain_out')
   scanned = _analyze_run(
-      _untrained_run(tmp_path / 'scanned', data_dir, distillation_token=True,
+      _untrained_run(tmp_path / 'scanned', cifar10_binary[0], **techniques,
                      scan=True, remat='full'), tmp_path / 'scanned_out')
   for out in ('plain_out', 'scanned_out'):
     assert _written(tmp_path / out) == sorted((*FIGURES, 'dist_attention.png'))
   assert scanned['prefix_tokens'] == ['cls', 'dist']
   assert scanned['grid'] == [4, 4]
-  assert scanned['position_embedding'] == 'learned'
+  assert scanned['position_embedding'] == 'sincos2d'
   assert 'not_drawn' not in scanned and scanned.keys() == plain.keys()
-  assert -1 <= scanned['position_similarity_distance_correlation'] <= 1
+  assert scanned['position_similarity_distance_correlation'] < -0.5
   per_head = scanned['mean_attention_distance_per_head']
   assert [len(layer) for layer in per_head] == [2, 2]
   # Patch centres on a 4x4 grid of 4-pixel patches are 0 to 17 px apart.
@@ -236,9 +231,11 @@ def test_a_scanned_distillation_token_run_is_analysed_as_the_unscanned(
 
 def test_a_gap_run_without_position_embedding_says_what_it_did_not_draw(
     cifar10_binary, tmp_path):
-  """What the command prints; an old figure of the same name is removed."""
+  """What the command prints; an old figure of the same name is removed;
+  shifted patches' filters and locality attention's distances are drawn."""
   workdir = _untrained_run(tmp_path / 'run', cifar10_binary[0], posemb='none',
-                           classifier='gap')
+                           classifier='gap', shifted_patches=True,
+                           locality_attention=True)
   figures = tmp_path / 'out'
   figures.mkdir()
   (figures / 'position_embeddings.png').write_bytes(b'from another model')
@@ -265,25 +262,8 @@ def test_a_gap_run_without_position_embedding_says_what_it_did_not_draw(
       'attention_rollout.png', 'cls_attention.png', 'position_embeddings.png'
   ]
   assert len(result['embedding_filter_explained_variance']) == 5
-  assert [len(layer)
-          for layer in result['mean_attention_distance_per_head']] == [2, 2]
-
-
-@pytest.mark.slow  # 6 s, left out of the default run to keep it under
-# 10 minutes (the distillation-token and gap variants stay in)
-def test_a_shifted_patch_locality_sincos_run_draws_every_figure(
-    cifar10_binary, tmp_path):
-  workdir = _untrained_run(tmp_path / 'run', cifar10_binary[0],
-                           shifted_patches=True, locality_attention=True,
-                           posemb='sincos2d')
-  result = _analyze_run(workdir, tmp_path / 'out')
-  assert _written(tmp_path / 'out') == sorted(FIGURES)
-  assert 'not_drawn' not in result
-  assert result['position_embedding'] == 'sincos2d'
-  assert result['position_similarity_distance_correlation'] < -0.5
-  assert len(result['embedding_filter_explained_variance']) == 5
   distances = np.array(result['mean_attention_distance_per_head'])
-  assert np.isfinite(distances).all() and (distances > 0).all()
+  assert distances.shape == (2, 2) and (distances > 0).all()
   # Without itself, a uniform head's patches are farther on average.
   assert result['uniform_attention_distance'] == pytest.approx(
       analysis.uniform_attention_distance((4, 4), 4) * 16 / 15, abs=1e-3)
