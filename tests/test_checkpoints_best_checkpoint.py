@@ -26,9 +26,10 @@ def _params_of(workdir, step):
             state=ocp.args.StandardRestore())).state['params']
 
 
-def _best_checkpoint_steps(workdir):
-  return run_checkpoints.RunCheckpoints(workdir /
-                                        best_checkpoint.DIRECTORY).steps()
+def _held(workdir):
+  with run_checkpoints.RunCheckpoints(workdir /
+                                      best_checkpoint.DIRECTORY) as checkpoints:
+    return checkpoints.steps()
 
 
 def test_the_best_evaluation_is_kept_and_a_resumed_run_keeps_the_same(
@@ -42,8 +43,7 @@ def test_the_best_evaluation_is_kept_and_a_resumed_run_keeps_the_same(
   summary = train.train_and_evaluate(config, tmp_path / 'whole')
   best = summary['best_step']
   # The newest held is the best; older ones serve older checkpoints.
-  assert _best_checkpoint_steps(tmp_path / 'whole')[-1] == best
-  assert best_checkpoint.kept_one(tmp_path / 'whole')
+  assert _held(tmp_path / 'whole')[-1] == best
   run = reading.load_run(tmp_path / 'whole', best=True)
   assert run.step == best
   jax.tree.map(np.testing.assert_array_equal, run.params,
@@ -60,8 +60,7 @@ def test_the_best_evaluation_is_kept_and_a_resumed_run_keeps_the_same(
   # deleted.
   config.keep_best_checkpoint = False
   train.train_and_evaluate(config, tmp_path / 'resumed')
-  assert _best_checkpoint_steps(
-      tmp_path / 'resumed') == (_best_checkpoint_steps(tmp_path / 'whole'))
+  assert _held(tmp_path / 'resumed') == _held(tmp_path / 'whole')
   jax.tree.map(np.testing.assert_array_equal,
                reading.load_run(tmp_path / 'resumed', best=True).params,
                run.params)
@@ -75,12 +74,6 @@ def _offer(best, history, step, accuracy):
   history.append(_tested(step, accuracy))
   best.offer(history[-1], {'params': {'w': jnp.full(2, step)}},
              {'loss': jnp.zeros(())}, list(history), {}, {})
-
-
-def _held(workdir):
-  with run_checkpoints.RunCheckpoints(workdir /
-                                      best_checkpoint.DIRECTORY) as checkpoints:
-    return checkpoints.steps()
 
 
 def test_every_checkpoint_a_run_may_resume_from_keeps_its_best(tmp_path):
@@ -118,10 +111,9 @@ def test_a_best_left_by_a_run_that_stopped_keeping_it_is_deleted(
   best = best_checkpoint.BestCheckpoint(tmp_path, True, history, 0, [], 2)
   _offer(best, history, 2, 0.5)
   best.close()
-  assert best_checkpoint.kept_one(tmp_path)
+  assert _held(tmp_path) == [2]
   best_checkpoint.BestCheckpoint(tmp_path, False, history, 2, [2], 2).close()
   assert _held(tmp_path) == []
-  assert not best_checkpoint.kept_one(tmp_path)
   assert 'keep_best_checkpoint is off: deleted' in caplog.text
 
 

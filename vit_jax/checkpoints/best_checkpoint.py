@@ -102,10 +102,3 @@ class BestCheckpoint:
 
   def close(self, quietly: bool = False):
     self._checkpoints.close(quietly)
-
-
-def kept_one(workdir: pathlib.Path) -> bool:
-  """Whether the run in `workdir` holds a best checkpoint to read."""
-  with run_checkpoints.RunCheckpoints(pathlib.Path(workdir) /
-                                      DIRECTORY) as checkpoints:
-    return bool(checkpoints.steps())
