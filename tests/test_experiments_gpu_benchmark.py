@@ -51,7 +51,7 @@ def landed(tmp_path_factory):
   label, model, batch = PLAN.models[0]
   rows = gpu_steps.compare_model(label, model, batch, PLAN, peaks, None,
                                  'no torch here')
-  rows += gpu_sections.attention_rows(PLAN, seconds_left=60)
+  rows += gpu_sections.attention_rows(PLAN, lambda: 60)
   for row in rows:
     results.add(row)
   results.data['finished'] = True

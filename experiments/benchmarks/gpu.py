@@ -182,16 +182,14 @@ def measure(plan: gpu_plan.Plan, results: Results, clock: Clock,
       last -= sum(r['setup_seconds'] for r in timm if r is not best)
   if worker:
     worker.close()  # its GPU memory goes back before the traces
-  planned = dict(plan.budgets)  # --quick plans no time for the rest
-  if planned['attention']:
-    for row in gpu_sections.attention_rows(plan, clock.left('attention')):
-      results.add(row)
-  if planned['profile']:
-    for row in gpu_sections.profile_rows(plan, lambda: clock.left('profile')):
-      results.add(row)
-  if planned['input']:
-    for row in gpu_sections.input_rows(plan, clock.left('input')):
-      results.add(row)
+  sections = {
+      'attention': gpu_sections.attention_rows,
+      'profile': gpu_sections.profile_rows, 'input': gpu_sections.input_rows
+  }
+  for section, rows_of in sections.items():
+    if dict(plan.budgets)[section]:  # --quick plans no time for the rest
+      for row in rows_of(plan, lambda s=section: clock.left(s)):
+        results.add(row)
 
 
 def main():

@@ -119,7 +119,7 @@ def write_jpegs(folder: pathlib.Path, count: int, size: tuple[int, int]):
       (folder / split / 'a' / f'{i}.jpg').write_bytes(encoded[i % 16])
 
 
-def input_rows(plan: gpu_plan.Plan, seconds_left: float) -> list[dict]:
+def input_rows(plan: gpu_plan.Plan, seconds_left) -> list[dict]:
   """`benchmark_input` with threads (0) and a worker process per core (-1)."""
   width, height = plan.jpeg_size
   row = {
@@ -128,7 +128,7 @@ def input_rows(plan: gpu_plan.Plan, seconds_left: float) -> list[dict]:
       'source': f'{width}x{height} JPEGs to {plan.input_image_size} px, '
                 f'batch {plan.input_batch_size}'
   }
-  if seconds_left <= 0:
+  if seconds_left() <= 0:
     return [{**row, 'skipped': OUT_OF_TIME}]
   with tempfile.TemporaryDirectory() as folder:
     write_jpegs(pathlib.Path(folder),
@@ -153,12 +153,12 @@ def start_worker(python: str) -> tuple[timm_worker.TimmWorker | None, str]:
     return None, f'torch and timm do not import in {python} ({e})'
 
 
-def attention_rows(plan: gpu_plan.Plan, seconds_left: float) -> list[dict]:
+def attention_rows(plan: gpu_plan.Plan, seconds_left) -> list[dict]:
   """Attention alone, forward and backward in bfloat16: the einsum path and
   the fused kernel with the tokens padded to each of `plan.token_multiples`."""
   batch, tokens, heads, head_dim = plan.attention_shape
   row = {'section': 'attention', 'shape': list(plan.attention_shape)}
-  if seconds_left <= 0:
+  if seconds_left() <= 0:
     return [{**row, 'skipped': OUT_OF_TIME}]
   kernel = 'cudnn' if fused_attention.cudnn_applies(
       jax.devices()[0], jnp.bfloat16, head_dim) else 'xla'
