@@ -9,25 +9,33 @@ from vit_jax.analysis import measures
 from vit_jax.analysis import plotting
 
 
-def plot_cls_attention(path, display, maps, token='class'):
-  """Each image beside its `token` token's attention `maps` per head."""
+def _image_rows(path, rows, figsize, titles, suptitle=None):
+  """Rows of (image, colour map) panels, the first row's titled, at 100 dpi."""
   plt = plotting.pyplot()
-  num_images, heads = maps.shape[:2]
-  fig, axes = plt.subplots(num_images, heads + 1,
-                           figsize=(1.6 * (heads + 1), 1.6 * num_images),
+  fig, axes = plt.subplots(len(rows), len(rows[0]), figsize=figsize,
                            squeeze=False)
-  for i in range(num_images):
-    axes[i, 0].imshow(display[i])
-    for h in range(heads):
-      axes[i, h + 1].imshow(maps[i, h], cmap='inferno')
-      if i == 0:
-        axes[i, h + 1].set_title(f'head {h + 1}', fontsize=9)
+  for row_axes, row in zip(axes, rows):
+    for ax, (image, cmap) in zip(row_axes, row):
+      ax.imshow(image, cmap=cmap)
+  for ax, title in zip(axes[0], titles):
+    if title:
+      ax.set_title(title, fontsize=9)
   for ax in axes.ravel():
     ax.axis('off')
-  fig.suptitle(f'last layer: attention of the {token} token\nto each patch',
-               fontsize=10)
+  if suptitle:
+    fig.suptitle(suptitle, fontsize=10)
   fig.tight_layout()
   plotting.save_figure(fig, path, dpi=100)
+
+
+def plot_cls_attention(path, display, maps, token='class'):
+  """Each image beside its `token` token's attention `maps` per head."""
+  num_images, heads = maps.shape[:2]
+  _image_rows(path, [[(image, None), *((m, 'inferno') for m in head_maps)]
+                     for image, head_maps in zip(display, maps)],
+              (1.6 * (heads + 1), 1.6 * num_images),
+              [None, *(f'head {h + 1}' for h in range(heads))],
+              f'last layer: attention of the {token} token\nto each patch')
 
 
 def _upsample(grid_map: np.ndarray, image_size: int) -> np.ndarray:
@@ -37,21 +45,13 @@ def _upsample(grid_map: np.ndarray, image_size: int) -> np.ndarray:
 
 def plot_rollout(path, display, rollout_maps):
   """Per image: the image, its rollout map, and the image weighted by it."""
-  plt = plotting.pyplot()
-  num_images = len(rollout_maps)
-  fig, axes = plt.subplots(num_images, 3, figsize=(5, 1.7 * num_images),
-                           squeeze=False)
-  for i in range(num_images):
-    heat = _upsample(rollout_maps[i] / rollout_maps[i].max(), display.shape[1])
-    axes[i, 0].imshow(display[i])
-    axes[i, 1].imshow(rollout_maps[i], cmap='inferno')
-    axes[i, 2].imshow(display[i] * heat[..., None])
-  for ax, title in zip(axes[0], ('image', 'rollout', 'image x rollout')):
-    ax.set_title(title, fontsize=9)
-  for ax in axes.ravel():
-    ax.axis('off')
-  fig.tight_layout()
-  plotting.save_figure(fig, path, dpi=100)
+  rows = []
+  for image, rollout in zip(display, rollout_maps):
+    heat = _upsample(rollout / rollout.max(), image.shape[0])
+    rows.append([(image, None), (rollout, 'inferno'),
+                 (image * heat[..., None], None)])
+  _image_rows(path, rows, (5, 1.7 * len(rows)),
+              ('image', 'rollout', 'image x rollout'))
 
 
 def plot_attention_distance(path, distances: np.ndarray, image_size: int,
