@@ -1,17 +1,13 @@
-"""SIGTERM and Ctrl-C as requests to stop, caught from a command's start.
+"""SIGTERM and Ctrl-C as requests to stop, caught from a command's start
+(`catch()` before heavy imports; standard library only, to start early).
 
-`vit_jax.main` calls `catch()` before heavy imports, so a signal during
-start-up is recorded, not fatal. The first signal asks (one line); the
-training loop (`preemption.Preemption`) acts on it when nothing is half
-written. A second Ctrl-C exits at once. A command with nothing to save calls
-`catch(at_once=...)`: the first signal removes its unfinished outputs
-(`remove_on_stop`) and ends it. A signal ignored at start (`nohup cmd &`)
-stays ignored.
-
-A thread woken by Python's wake-up fd reads the signals: Python-level
-handlers run only between bytecodes, so two Ctrl-Cs during a long
-compilation would count as one. Standard library only, to start early.
-"""
+The first signal asks (one line); the training loop (`preemption`) acts on
+it when nothing is half written; a second Ctrl-C exits at once. With
+`catch(at_once=...)` the first signal removes the command's unfinished
+outputs (`remove_on_stop`) and ends it. A signal ignored at start (`nohup
+cmd &`) stays ignored. A thread woken by Python's wake-up fd reads them:
+Python-level handlers run only between bytecodes, so two Ctrl-Cs during a
+long compilation would count as one."""
 
 import contextlib
 import os
