@@ -16,7 +16,7 @@ from vit_jax.data.dataset import ArraySource
 from vit_jax.data.dataset import Dataset
 from vit_jax.data.dataset import Source
 from vit_jax.data.dataset import SubsetSource
-from vit_jax.data.image_folder import read_image
+from vit_jax.data.image_folder import read_image  # for callers of sources
 from vit_jax.errors import DatasetError
 
 DATA_DIR_ENV = download.DATA_DIR_ENV
