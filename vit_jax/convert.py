@@ -17,12 +17,8 @@ written in --format:
          preprocessor_config.json:
          `transformers.ViTForImageClassification.from_pretrained(DEST)`
 
-`vit_jax.checkpoints.export` writes them (the folders through
-`vit_jax.formats.timm` and `vit_jax.formats.hf`). They compute our logits
-in those libraries (tanh GELU, LayerNorm eps 1e-6, written into their
-configs; a hybrid's stem with timm's own epsilons); what they cannot hold
-(timm's and transformers' ViTs have no pre-logits layer; transformers' has
-no hybrid and reads the class token only) is one line.
+They compute our logits in those libraries; what they cannot hold is one
+line (docs/checkpoints.md).
 
 DEST is replaced whole: it holds the old file or folder, or the whole new
 one, after a full disk (one `error:` line, status 1) or Ctrl-C / SIGTERM

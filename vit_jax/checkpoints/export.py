@@ -70,16 +70,12 @@ def convert(source: str | pathlib.Path, dest: str | pathlib.Path,
             'is as it was', 'another DEST')) from e
   described = params_lib.describe_architecture(
       params_lib.vit_architecture(params))
-  return (f'Wrote {dest} ({format_name}): {described}, '
+  line = (f'Wrote {dest} ({format_name}): {described}, '
           f'{loaded.model.num_classes} classes, {loaded.image_size}x'
           f'{loaded.image_size} images; from the {loaded.kind} {source}'
-          f'{f" (step {loaded.step})" if loaded.step is not None else ""}.'
-          f'{_unstated_pixels(format_name, loaded.pixels)}')
-
-
-def _unstated_pixels(format_name: str, pixels: tuple[tuple, tuple]) -> str:
-  """What a user of an .npz must pass that the file cannot hold."""
-  if format_name != reading.NPZ or pixels == vit_model.RELEASED_PIXELS:
-    return ''
-  return (' An .npz does not hold the normalization it was trained with: '
-          f'evaluate or fine-tune it with {reading.pixel_flags(pixels)}.')
+          f'{f" (step {loaded.step})" if loaded.step is not None else ""}.')
+  if format_name == reading.NPZ and loaded.pixels != vit_model.RELEASED_PIXELS:
+    line += (' An .npz does not hold the normalization it was trained with: '
+             f'evaluate or fine-tune it with '
+             f'{reading.pixel_flags(loaded.pixels)}.')
+  return line

@@ -21,7 +21,8 @@ _RELEASED_TO_OURS = {
     'LayerNorm_2': 'LayerNorm_1', 'MlpBlock_3': names.MLP,
 }
 _OURS_TO_RELEASED = {ours: old for old, ours in _RELEASED_TO_OURS.items()}
-_ENCODER_BLOCK = re.compile(r'encoderblock_\d+')
+_BLOCK_CHILD = re.compile(
+    rf'^({names.ENCODER}/{names.BLOCK_PREFIX}\d+/)([^/]+)')
 _NPY_MAGIC = b'\x93NUMPY'
 # Every ViT has these; a file without them is some other kind of .npz.
 _REQUIRED_KEYS = (f'{names.PATCH_EMBEDDING}/kernel',
@@ -30,11 +31,8 @@ _REQUIRED_KEYS = (f'{names.PATCH_EMBEDDING}/kernel',
 
 
 def _rename_block_child(key: str, renames: dict[str, str]) -> str:
-  parts = key.split('/')
-  if (len(parts) > 2 and parts[0] == names.ENCODER and
-      _ENCODER_BLOCK.fullmatch(parts[1])):
-    parts[2] = renames.get(parts[2], parts[2])
-  return '/'.join(parts)
+  return _BLOCK_CHILD.sub(
+      lambda match: match[1] + renames.get(match[2], match[2]), key)
 
 
 def _renamed(flat: dict[str, Any], renames: dict[str, str],

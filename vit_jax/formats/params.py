@@ -17,6 +17,7 @@ from vit_jax.errors import CheckpointError
 from vit_jax.models import names
 
 MAX_REPORTED = 12
+_UNIT = re.compile(r'block(\d+)/unit(\d+)/')
 
 
 def flatten(tree: Mapping[str, Any], source: str,
@@ -90,14 +91,6 @@ def unstack_blocks(params: Mapping[str, Any]) -> dict[str, Any]:
     encoder[names.block_name(i)] = jax.tree.map(lambda a, i=i: a[i], stacked)
   params[names.ENCODER] = encoder
   return params
-
-
-def _in_layout_of(params: Mapping[str, Any],
-                  reference: Mapping[str, Any]) -> dict[str, Any]:
-  """`params` with its encoder blocks stacked as `reference`'s are, or not."""
-  if is_stacked(flax.core.unfreeze(reference)):
-    return stack_blocks(params)
-  return unstack_blocks(params)
 
 
 def param_shapes(model: nn.Module,
@@ -207,7 +200,9 @@ def _fitted(pretrained: Any,
             fresh: Any) -> tuple[dict[tuple[str, ...], Any], list[str]]:
   """`adapt_params`' flat tree before its dtypes, and a note per part new or
   left out beyond the heads."""
-  pretrained = flax.traverse_util.flatten_dict(_in_layout_of(pretrained, fresh))
+  in_layout = (stack_blocks
+               if is_stacked(flax.core.unfreeze(fresh)) else unstack_blocks)
+  pretrained = flax.traverse_util.flatten_dict(in_layout(pretrained))
   fresh = flax.traverse_util.flatten_dict(flax.core.unfreeze(fresh))
   theirs, ours = _prefix_tokens(pretrained), _prefix_tokens(fresh)
   optional = (names.PRE_LOGITS, names.DISTILLATION_TOKEN)
@@ -295,19 +290,23 @@ def stem_width_factor(root_width: int, where: str) -> int:
   return root_width // 64
 
 
+def stage_units(keys, unit: re.Pattern, first: int) -> tuple[int, ...]:
+  """The units of each stage of a ResNet stem, from the `keys` that `unit`
+  matches as (stage, unit), numbered from `first`."""
+  units = {}
+  for match in filter(None, map(unit.match, keys)):
+    stage = int(match[1])
+    units[stage] = max(units.get(stage, 0), int(match[2]) + 1 - first)
+  return tuple(units[stage] for stage in sorted(units))
+
+
 def _resnet_fields(shapes: dict[str, tuple[int, ...]]) -> dict:
   """A hybrid's `resnet_stages` and `resnet_width_factor`; None for a ViT."""
   root = shapes.get('conv_root/kernel')
   if root is None:
     return {'resnet_stages': None, 'resnet_width_factor': None}
-  units = {}
-  for key in shapes:
-    match = re.match(r'block(\d+)/unit(\d+)/', key)
-    if match:
-      stage, unit = int(match.group(1)), int(match.group(2))
-      units[stage] = max(units.get(stage, 0), unit)
   return {
-      'resnet_stages': tuple(units[stage] for stage in sorted(units)),
+      'resnet_stages': stage_units(shapes, _UNIT, 1),
       'resnet_width_factor': stem_width_factor(root[-1], 'conv_root/kernel')
   }
 

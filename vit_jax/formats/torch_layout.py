@@ -1,98 +1,159 @@
-"""Our parameter tree as a PyTorch library's state dict and back, by each
-format's `Rule`s. The layouts work on numpy arrays and, for
-`jax.eval_shape`, on abstract ones, so a format derives its expected shapes.
+"""What timm's and transformers' folders share: our parameter tree as a
+PyTorch library's state dict and back, by that library's names of our
+modules. The layouts work on numpy arrays and, for `jax.eval_shape`, on
+abstract ones, so a format derives its expected shapes.
 """
 
-import dataclasses
-from typing import Any
+import json
+import pathlib
+import re
+from typing import Callable
 
 import flax
-import jax.numpy as jnp
-import numpy as np
+import jax
 
+from vit_jax import models
+from vit_jax.errors import CheckpointError
 from vit_jax.formats import params as params_lib
+from vit_jax.formats import safetensors_file
+from vit_jax.formats import vit_model
 from vit_jax.models import names
+from vit_jax.runtime import files
+
+# The name of an array of one of our modules in theirs.
+_ARRAYS = {'kernel': 'weight', 'scale': 'weight', 'bias': 'bias'}
+_OUR_BLOCK = re.compile(rf'{names.ENCODER}/{names.BLOCK_PREFIX}(\d+)/(.+)')
+POSITIONS = names.path(names.POSITION_EMBEDDING_TABLE)
+
+# Their name of one of our modules, or of an array of none ('cls').
+Names = Callable[[str], str]
 
 
-def _xp(array):
-  return np if isinstance(array, np.ndarray) else jnp
+def module_name(module: str, top: dict[str, str], block: dict[str, str],
+                block_prefix: str) -> str:
+  """`top`'s name of `module`, or in block i, `block_prefix` (formatted with
+  i) and `block`'s."""
+  match = _OUR_BLOCK.fullmatch(module)
+  return block_prefix.format(match[1]) + block[match[2]] if match else (
+      top[module])
 
 
-# Layout name -> (ours to theirs, theirs to ours given the number of heads).
-_LAYOUTS = {
-    'same': (lambda x: x, lambda x, heads: x), 'linear':
-        (lambda kernel: kernel.T, lambda weight, heads: weight.T), 'conv2d':
-            (lambda kernel: kernel.transpose(3, 2, 0, 1),
-             lambda weight, heads: weight.transpose(2, 3, 1, 0)),
-    'heads_in':
-        (lambda kernel: kernel.reshape(kernel.shape[0], -1).T,
-         lambda weight, heads: weight.T.reshape(weight.shape[1], heads, -1)),
-    'heads_out':
-        (lambda kernel: kernel.reshape(-1, kernel.shape[-1]).T,
-         lambda weight, heads: weight.T.reshape(heads, -1, weight.shape[0])),
-    'heads_bias': (lambda bias: bias.reshape(-1),
-                   lambda bias, heads: bias.reshape(heads, -1)),
-}
+def their_key(key: str, name: Names) -> str:
+  """Their name of our array `key`."""
+  module, _, array = key.rpartition('/')
+  return f'{name(module)}.{_ARRAYS[array]}' if array in _ARRAYS else name(key)
 
 
-@dataclasses.dataclass(frozen=True)
-class Rule:
-  """One array: its path in our tree (in a block, relative to it), its name
-  in theirs (`{i}`: the block's index), and its `_LAYOUTS` key."""
-  ours: str
-  theirs: str
-  layout: str = 'same'
+def _theirs(key: str, array):
+  """Our array as PyTorch's: (out, in) matrices, (out, in, h, w) convolutions,
+  the heads of query, key, value and out flattened."""
+  if key.endswith('/bias'):
+    return array.reshape(-1)
+  if not key.endswith('/kernel'):
+    return array
+  if array.ndim == 4:
+    return array.transpose(3, 2, 0, 1)
+  # The attention's output projection has its heads on the input side.
+  if key.endswith('/out/kernel'):
+    return array.reshape(-1, array.shape[-1]).T
+  return array.reshape(array.shape[0], -1).T
 
 
-def to_state(params: dict, top: list[Rule], block: list[Rule]) -> dict:
+def _ours(key: str, array, shape: tuple[int, ...]):
+  """The inverse of `_theirs` for an array of our `shape`."""
+  if key.endswith('/kernel') and len(shape) == 4:
+    return array.transpose(2, 3, 1, 0)
+  if key.endswith('/kernel'):
+    return array.T.reshape(shape)
+  return array.reshape(shape)
+
+
+def to_state(params: dict, name: Names) -> dict:
   """Our tree (either block layout) as their state dict."""
   flat = params_lib.flatten(params_lib.unstack_blocks(params), 'the parameters')
-  state = {
-      rule.theirs: _LAYOUTS[rule.layout][0](flat[rule.ours]) for rule in top
-      if rule.ours in flat
+  return {
+      their_key(key, name): _theirs(key, value) for key, value in flat.items()
   }
-  i = 0
-  while f'{names.ENCODER}/{names.block_name(i)}/' + block[0].ours in flat:
-    prefix = f'{names.ENCODER}/{names.block_name(i)}/'
-    state.update({
-        rule.theirs.format(i=i): _LAYOUTS[rule.layout][0]
-                                 (flat[prefix + rule.ours]) for rule in block
-    })
-    i += 1
-  return state
 
 
-def from_state(state: dict, top: list[Rule], block: list[Rule], num_layers: int,
-               num_heads: int) -> dict:
-  """Their state dict, once `check_state` has passed, as our tree."""
-  flat = {
-      rule.ours: _LAYOUTS[rule.layout][1](state[rule.theirs], num_heads)
-      for rule in top if rule.theirs in state
-  }
-  for i in range(num_layers):
-    prefix = f'{names.ENCODER}/{names.block_name(i)}/'
-    flat.update({
-        prefix + rule.ours: _LAYOUTS[rule.layout][1]
-                            (state[rule.theirs.format(i=i)], num_heads)
-        for rule in block
-    })
-  return flax.traverse_util.unflatten_dict(flat, sep='/')
+def from_state(state: dict, expected: dict, name: Names) -> dict:
+  """Their state dict, once `checked_shapes` has passed, as our tree of
+  `expected`'s shapes; an optional array they lack stays out."""
+  flat = params_lib.flatten(expected, 'the model')
+  return flax.traverse_util.unflatten_dict(
+      {
+          key: _ours(key, state[their_key(key, name)], shape.shape)
+          for key, shape in flat.items() if their_key(key, name) in state
+      }, sep='/')
 
 
-def check_state(state: dict, expected: dict, *, optional: tuple[str, ...],
-                source: str, target: str) -> None:
-  """CheckpointError naming, in their names, every array of `state` that
-  does not fit `expected`; `optional` arrays may be absent."""
+def expected_model(state: dict, name: Names, layer: re.Pattern, *, library: str,
+                   model_name: str | None, stated_heads: int | None,
+                   source: str,
+                   **fields) -> tuple[models.VisionTransformer, int]:
+  """The ViT `state` should be, from a few of its arrays' shapes and
+  `fields`, and its image size; `layer` matches the names in a block."""
+  mlp = f'{names.ENCODER}/{names.block_name(0)}/{names.MLP}/Dense_0/kernel'
+  required = [
+      POSITIONS, 'embedding/kernel',
+      names.path(names.ENCODER_NORM_SCALE), mlp
+  ]
+  if fields.get('classifier', 'token') == 'token':
+    required.append(names.CLASS_TOKEN)
+  theirs = {ours: their_key(ours, name) for ours in [*required, 'head/kernel']}
+  for ours in required:
+    if theirs[ours] not in state:
+      raise CheckpointError(f'{source} is not a {library} ViT: it has no '
+                            f'{theirs[ours]}.')
+  width = state[theirs[POSITIONS]].shape[-1]
+  head = state.get(theirs['head/kernel'])
+  model = models.VisionTransformer(
+      num_classes=1 if head is None else head.shape[0],
+      patch_size=state[theirs['embedding/kernel']].shape[-1], hidden_size=width,
+      num_layers=1 +
+      max(int(match[1]) for match in map(layer.match, state) if match),
+      num_heads=vit_model.num_heads(width, model_name=model_name,
+                                    stated=stated_heads, source=source),
+      mlp_dim=state[theirs[mlp]].shape[0], **fields)
+  side = vit_model.grid_side(state[theirs[POSITIONS]].shape[1],
+                             len(model.prefix_tokens), source,
+                             theirs[POSITIONS])
+  return model, side * model.effective_patch_size
+
+
+def checked_shapes(state: dict, model: models.VisionTransformer,
+                   image_size: int, to_theirs: Callable[[dict], dict], *,
+                   optional: tuple[str, ...], source: str, layout: str) -> dict:
+  """`model`'s parameter shapes, once every array of `state` fits them as
+  `to_theirs` lays them out (`optional` ones may be absent); else a
+  CheckpointError naming each misfit in their names."""
+  shapes = params_lib.param_shapes(model, image_size)
   expected = {
-      key: value for key, value in expected.items()
+      key: value for key, value in jax.eval_shape(to_theirs, shapes).items()
       if key in state or key not in optional
   }
-  params_lib.check_params(state, expected, source=source, target=target)
+  described = params_lib.describe_architecture(
+      params_lib.vit_architecture(shapes))
+  params_lib.check_params(state, expected, source=source,
+                          target=f'{layout} of {described}')
+  return shapes
 
 
-def concatenate(arrays: list[Any]) -> Any:
-  return _xp(arrays[0]).concatenate(arrays)
+def read_weights(path: pathlib.Path) -> tuple[dict | None, pathlib.Path, dict]:
+  """A folder's config.json (None without one), the path of its weights and
+  their arrays; or a weights file's."""
+  path = pathlib.Path(path)
+  config = vit_model.folder_config(path, 'config.json')
+  if path.is_dir():
+    path = path / safetensors_file.WEIGHTS_NAME
+  return config, path, safetensors_file.read(path)
 
 
-def split(array: Any, parts: int) -> list[Any]:
-  return _xp(array).split(array, parts)
+def write_folder(directory: pathlib.Path, state: dict, configs: dict[str, dict],
+                 metadata: dict[str, str] | None = None) -> None:
+  """The weights and each of `configs` (file name: JSON) in `directory`."""
+  directory = pathlib.Path(directory)
+  safetensors_file.write(directory / safetensors_file.WEIGHTS_NAME, state,
+                         metadata=metadata)
+  for file_name, config in configs.items():
+    files.write_atomically(directory / file_name, json.dumps(config, indent=2))

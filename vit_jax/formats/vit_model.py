@@ -54,13 +54,11 @@ def checked_pixels(mean: Any, std: Any, source: str,
   return pixels
 
 
-def _registered_num_heads(hidden_size: int) -> int | None:
-  """The heads of the registered ViTs of this width, when they agree."""
-  heads = {
-      fields['num_heads'] for fields in models.VIT_FIELDS.values()
-      if fields['hidden_size'] == hidden_size
-  }
-  return heads.pop() if len(heads) == 1 else None
+def _vit_fields(model_name: str) -> dict:
+  if model_name not in models.VIT_FIELDS:
+    raise CheckpointError(f'--model={model_name} is not a ViT; pass one of '
+                          f'{", ".join(models.VIT_FIELDS)}.')
+  return models.VIT_FIELDS[model_name]
 
 
 def num_heads(hidden_size: int, *, model_name: str | None, stated: int | None,
@@ -70,24 +68,17 @@ def num_heads(hidden_size: int, *, model_name: str | None, stated: int | None,
   if stated:
     return int(stated)
   if model_name:
-    fields = models.VIT_FIELDS.get(model_name)
-    if fields is None:
-      raise CheckpointError(f'--model={model_name} is not a ViT; pass one of '
-                            f'{", ".join(models.VIT_FIELDS)}.')
-    return fields['num_heads']
-  heads = _registered_num_heads(hidden_size)
-  if heads is None:
+    return _vit_fields(model_name)['num_heads']
+  heads = {
+      fields['num_heads'] for fields in models.VIT_FIELDS.values()
+      if fields['hidden_size'] == hidden_size
+  }
+  if len(heads) != 1:
     raise CheckpointError(
         f'{source} has hidden size {hidden_size}, which no registered ViT '
         'has, and does not say its number of heads: pass --model=NAME of a '
         'ViT with its heads, or keep the config.json that came with it.')
-  return heads
-
-
-def _classifier(params: Mapping[str, Any]) -> str:
-  if names.CLASS_TOKEN in params:
-    return 'token'
-  return 'map' if names.MAP_HEAD in params else 'gap'
+  return heads.pop()
 
 
 def _head_fields(params: Mapping[str, Any], source: str) -> dict:
@@ -98,9 +89,10 @@ def _head_fields(params: Mapping[str, Any], source: str) -> dict:
                           'evaluated or converted; fine-tune it with '
                           'config.init_from.')
   return {
-      'classifier': _classifier(params), 'representation_size':
-          (params[names.PRE_LOGITS]['bias'].shape[0]
-           if names.PRE_LOGITS in params else None),
+      'classifier': ('token' if names.CLASS_TOKEN in params else
+                     'map' if names.MAP_HEAD in params else 'gap'),
+      'representation_size': (params[names.PRE_LOGITS]['bias'].shape[0]
+                              if names.PRE_LOGITS in params else None),
       'distillation_token': names.DISTILLATION_TOKEN in params,
       'num_classes': params[names.HEAD]['bias'].shape[0],
   }
@@ -120,9 +112,7 @@ def model_for(params: Mapping[str, Any], *, model_name: str | None = None,
   fields = _head_fields(params, source)
   name = model_name or models.vit_of_architecture(architecture)
   if name:
-    if name not in models.VIT_FIELDS:
-      raise CheckpointError(f'--model={name} is not a ViT; pass one of '
-                            f'{", ".join(models.VIT_FIELDS)}.')
+    _vit_fields(name)
     model = models.create_model(name, **fields)
     named = params_lib.vit_architecture(
         params_lib.param_shapes(model, model.effective_patch_size))
@@ -179,20 +169,19 @@ def _image_size(params, model: models.VisionTransformer, source: str) -> int:
 
 def check_exportable(model: models.VisionTransformer, format_name: str,
                      unsupported: dict[str, bool]) -> None:
-  """CheckpointError naming the first `unsupported` feature present."""
+  """CheckpointError naming the first feature of `model` that neither timm's
+  nor transformers' layout holds, or of the format's `unsupported`."""
+  unsupported = {
+      'MAP head': model.classifier == 'map',
+      'distillation token': model.distillation_token, 'shifted-patch embedding':
+          model.shifted_patches,
+      'locality self-attention': model.locality_attention,
+      f'position embedding {model.posemb!r}': model.posemb != 'learned',
+      'pre-logits layer (representation_size)': model.representation_size is
+                                                not None, **unsupported,
+  }
   for feature, present in unsupported.items():
     if present:
       raise CheckpointError(
           f'{format_name} has no {feature}, which this ViT has: convert it '
           'with --format=npz, which holds every ViT of this project.')
-
-
-def common_unsupported(model: models.VisionTransformer) -> dict[str, bool]:
-  """Our ViTs' features that neither timm's nor transformers' layout holds."""
-  return {
-      'MAP head': model.classifier == 'map',
-      'distillation token': model.distillation_token,
-      'shifted-patch embedding': model.shifted_patches,
-      'locality self-attention': model.locality_attention,
-      f'position embedding {model.posemb!r}': model.posemb != 'learned',
-  }
