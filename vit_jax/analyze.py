@@ -97,14 +97,11 @@ def analyze(out, *, workdir=None, step=None, data_dir=None, checkpoint=None,
                 position_embedding=subject.model.posemb)
 
   def write(into: pathlib.Path):
-    not_drawn = {}  # figure -> why not
-    result.update(_draw_position_embeddings(into, subject, not_drawn))
-    result.update(_draw_embedding_filters(into, subject, components, not_drawn))
+    _draw_position_embeddings(into, subject, result)
+    _draw_embedding_filters(into, subject, components, result)
     _draw_token_attention(into, subject, display, attentions, num_images,
-                          image_files, not_drawn)
-    result.update(_draw_attention_distance(into, subject, attentions))
-    if not_drawn:
-      result['not_drawn'] = not_drawn
+                          image_files, result)
+    _draw_attention_distance(into, subject, attentions, result)
     if image_files:
       result['top5'] = dict(
           zip(map(str, image_files), subjects.top5(logits, names)))
@@ -148,15 +145,21 @@ def _check_out(out: pathlib.Path):
         'analysis.')
 
 
+def _not_drawn(result: dict, reason: str, *figures_not_drawn: str):
+  """Records in `result` why the figures were not drawn."""
+  result.setdefault('not_drawn',
+                    {}).update(dict.fromkeys(figures_not_drawn, reason))
+
+
 def _draw_position_embeddings(out: pathlib.Path, subject: subjects.Subject,
-                              not_drawn: dict) -> dict:
-  """position_embeddings.png, or why not into `not_drawn`; returns a number."""
+                              result: dict):
+  """position_embeddings.png and its number, or why not, into `result`."""
   model = subject.model
   table = subjects.position_table(model, subject.params, subject.grid)
   if table is None:
-    not_drawn['position_embeddings.png'] = (
-        f"no position embedding (posemb='{model.posemb}')")
-    return {}
+    _not_drawn(result, f"no position embedding (posemb='{model.posemb}')",
+               'position_embeddings.png')
+    return
   similarity = measures.position_embedding_similarity(table, subject.grid)
   correlation = measures.similarity_distance_correlation(similarity)
   figures.plot_position_embeddings(
@@ -164,32 +167,31 @@ def _draw_position_embeddings(out: pathlib.Path, subject: subjects.Subject,
       title=None if model.posemb == 'learned' else
       "fixed sine-cosine position embedding (posemb='sincos2d'), not "
       'learned')
-  return {'position_similarity_distance_correlation': round(correlation, 4)}
+  result['position_similarity_distance_correlation'] = round(correlation, 4)
 
 
 def _draw_embedding_filters(out: pathlib.Path, subject: subjects.Subject,
-                            components: int, not_drawn: dict) -> dict:
-  """embedding_filters.png, or why not into `not_drawn`; returns its numbers."""
+                            components: int, result: dict):
+  """embedding_filters.png and its numbers, or why not, into `result`."""
   kernel, title = subjects.embedding_filters(subject.model, subject.params)
   if kernel is None:
-    not_drawn['embedding_filters.png'] = title
-    return {}
+    _not_drawn(result, title, 'embedding_filters.png')
+    return
   filters, explained = measures.patch_embedding_components(kernel, components)
   figures.plot_embedding_filters(out / 'embedding_filters.png', filters,
                                  explained, title)
-  return {'embedding_filter_explained_variance': explained.round(4).tolist()}
+  result['embedding_filter_explained_variance'] = explained.round(4).tolist()
 
 
 def _draw_token_attention(out: pathlib.Path, subject: subjects.Subject,
                           display: np.ndarray, attentions: list[np.ndarray],
-                          num_images: int, image_files, not_drawn: dict):
+                          num_images: int, image_files, result: dict):
   """The prefix tokens' last-layer attention and the rollout, or why not."""
   model, grid = subject.model, subject.grid
   prefix = model.prefix_tokens
   if names.CLASS_TOKEN not in prefix:
-    not_drawn.update(
-        dict.fromkeys(('cls_attention.png', 'attention_rollout.png'),
-                      f"no class token (classifier='{model.classifier}')"))
+    _not_drawn(result, f"no class token (classifier='{model.classifier}')",
+               'cls_attention.png', 'attention_rollout.png')
     return
   shown = slice(0, num_images)
   last_layer = attentions[-1][shown]
@@ -214,8 +216,8 @@ def _draw_token_attention(out: pathlib.Path, subject: subjects.Subject,
 
 
 def _draw_attention_distance(out: pathlib.Path, subject: subjects.Subject,
-                             attentions: list[np.ndarray]) -> dict:
-  """attention_distance.png; returns its numbers."""
+                             attentions: list[np.ndarray], result: dict):
+  """attention_distance.png, and its numbers into `result`."""
   grid, patch_size = subject.grid, subject.patch_size
   # The distances of 'gap' models' heads still use patch-to-patch attention.
   distances = np.stack([
@@ -227,11 +229,10 @@ def _draw_attention_distance(out: pathlib.Path, subject: subjects.Subject,
       grid, patch_size, exclude_self=subject.model.locality_attention)
   figures.plot_attention_distance(out / 'attention_distance.png', distances,
                                   subject.image_size, uniform)
-  return {
-      'mean_attention_distance_per_head': distances.round(3).tolist(),
-      'mean_attention_distance_per_layer': distances.mean(1).round(3).tolist(),
-      'uniform_attention_distance': round(uniform, 3),
-  }
+  result.update(
+      mean_attention_distance_per_head=distances.round(3).tolist(),
+      mean_attention_distance_per_layer=distances.mean(1).round(3).tolist(),
+      uniform_attention_distance=round(uniform, 3))
 
 
 def _to_tensorboard(directory: pathlib.Path, out: pathlib.Path, step: int):
