@@ -206,9 +206,8 @@ def pixels(path: pathlib.Path) -> tuple[tuple, tuple]:
 def read(path: pathlib.Path, model_name: str | None) -> dict:
   """Our tree from a timm `.safetensors` file or hub folder."""
   config_dict, path, state = torch.read_weights(path)
-  model_args = None if config_dict is None else (
-      config_dict.get('model_args') or {})
-  if model_args is not None and model_args.get('act_layer') not in (
+  model_args = (config_dict or {}).get('model_args') or {}
+  if config_dict is not None and model_args.get('act_layer') not in (
       'gelu_tanh', 'gelu_pytorch_tanh'):
     logging.warning(
         '%s was trained with exact GELU (timm\'s default), which vit_jax '
@@ -220,7 +219,7 @@ def read(path: pathlib.Path, model_name: str | None) -> dict:
                             'which the official ViT does not have.')
   model, image_size = torch.expected_model(
       state, _names({}), _BLOCK, library='timm', model_name=model_name,
-      stated_heads=(model_args or {}).get('num_heads'), source=str(path),
+      stated_heads=model_args.get('num_heads'), source=str(path),
       classifier='token' if 'cls_token' in state else 'gap',
       **_hybrid_fields(state, str(path)))
   shapes = torch.checked_shapes(state, model, image_size, to_state,
