@@ -1,5 +1,6 @@
 """vit_jax.checkpoints.export: any checkpoint written as npz, timm or hf."""
 
+import json
 import os
 
 import jax
@@ -54,16 +55,6 @@ def test_a_run_converts_to_every_format_and_back_exactly(
   np.testing.assert_array_equal(logits['hf'], logits['npz'])
 
 
-def test_a_released_layout_file_converts_with_pre_logits_only_to_npz(tmp_path):
-  model = models.create_model('ViT-Tiny-CIFAR_4', 5, num_layers=1,
-                              representation_size=3)
-  npz.save_npz(random_vit_params(model, 8), tmp_path / 'a.npz')
-  export.convert(tmp_path / 'a.npz', tmp_path / 'b.npz', 'npz')
-  assert reading.load(tmp_path / 'b.npz').model.representation_size == 3
-  with pytest.raises(CheckpointError, match='has no pre-logits layer'):
-    export.convert(tmp_path / 'a.npz', tmp_path / 'timm', 'timm')
-
-
 def test_a_destination_that_would_lose_something_is_one_line(
     trained_vit_run, tmp_path):
   workdir, _ = trained_vit_run
@@ -78,6 +69,19 @@ def test_a_destination_that_would_lose_something_is_one_line(
   with pytest.raises(CheckpointError, match='is a directory; --format=npz '
                      'writes a file'):
     export.convert(workdir, tmp_path, 'npz')
+  # A folder export replaces DEST whole: never a folder of your files.
+  dest = tmp_path / 'mine'
+  dest.mkdir()
+  for name in ('notes.txt', 'config.json', *(f'{i}.png' for i in range(6))):
+    (dest / name).write_text(name)
+  with pytest.raises(CheckpointError) as error:
+    export.convert(workdir, dest, 'timm')
+  assert str(error.value) == (
+      f'{dest} holds files a timm folder does not (0.png, 1.png, 2.png, '
+      '3.png, 4.png ...), which the export would replace: pass a new or '
+      'empty directory.')
+  assert sorted(p.read_text() for p in dest.iterdir()) == sorted(
+      p.name for p in dest.iterdir())  # untouched
 
 
 def test_model_names_the_architecture_or_says_it_differs(tmp_path):
@@ -95,12 +99,16 @@ def test_model_names_the_architecture_or_says_it_differs(tmp_path):
 
 
 def test_a_released_hybrid_converts_to_timm_and_back_exactly(tmp_path):
-  """The official R50+ViT-B_16 layout (here with one block): its
+  """The official R50+ViT-B_16 layout (here with one narrow block): its
   architecture, stem included, read from the shapes alone."""
-  model = models.create_model('R50+ViT-B_16', 5, num_layers=1)
+  model = models.create_model('R50+ViT-B_16', 5, num_layers=1, hidden_size=192,
+                              num_heads=3, mlp_dim=768)
   params = random_vit_params(model, 32)
   npz.save_npz(params, tmp_path / 'r50.npz')
   export.convert(tmp_path / 'r50.npz', tmp_path / 'timm', 'timm')
+  assert json.loads(
+      (tmp_path / 'timm' /
+       'config.json').read_text())['architecture'] == 'vit_base_r50_s16_224'
   export.convert(tmp_path / 'timm', tmp_path / 'back.npz', 'npz')
   back = reading.load(tmp_path / 'back.npz')
   assert_trees_identical(back.params, params)
@@ -110,22 +118,32 @@ def test_a_released_hybrid_converts_to_timm_and_back_exactly(tmp_path):
     export.convert(tmp_path / 'r50.npz', tmp_path / 'hf', 'hf')
 
 
-def test_every_exported_file_has_the_mode_the_umask_gives(tmp_path):
+def test_exports_have_the_umasks_mode_and_pre_logits_go_to_npz_only(tmp_path):
   model = models.create_model('ViT-Tiny-CIFAR_4', 5, num_layers=1)
   npz.save_npz(random_vit_params(model, 8), tmp_path / 'a.npz')
+  model = models.create_model('ViT-Tiny-CIFAR_4', 5, num_layers=1,
+                              representation_size=3)
+  npz.save_npz(random_vit_params(model, 8), tmp_path / 'pre_logits.npz')
   umask = os.umask(0o022)
   try:
     for format_name, dest in (('npz', 'b.npz'), ('timm', 'timm'), ('hf', 'hf')):
       export.convert(tmp_path / 'a.npz', tmp_path / dest, format_name)
+    export.convert(tmp_path / 'pre_logits.npz', tmp_path / 'c.npz', 'npz')
+    with pytest.raises(CheckpointError, match='has no pre-logits layer'):
+      export.convert(tmp_path / 'pre_logits.npz', tmp_path / 'd', 'timm')
   finally:
     os.umask(umask)
-  written = [p for p in tmp_path.rglob('*') if p.name != 'a.npz']
+  assert reading.load(tmp_path / 'c.npz').model.representation_size == 3
+  written = [
+      p for p in tmp_path.rglob('*')
+      if p.name not in ('a.npz', 'pre_logits.npz')
+  ]
   assert {
       p.relative_to(tmp_path).as_posix(): oct(p.stat().st_mode & 0o777)
       for p in written
   } == {
-      'b.npz': '0o644', 'timm': '0o755', 'timm/model.safetensors': '0o644',
-      'timm/config.json': '0o644', 'hf': '0o755',
-      'hf/model.safetensors': '0o644', 'hf/config.json': '0o644',
+      'b.npz': '0o644', 'c.npz': '0o644', 'timm': '0o755',
+      'timm/model.safetensors': '0o644', 'timm/config.json': '0o644',
+      'hf': '0o755', 'hf/model.safetensors': '0o644', 'hf/config.json': '0o644',
       'hf/preprocessor_config.json': '0o644'
   }

@@ -1,11 +1,14 @@
-"""vit_jax.formats: the interface the folder formats share."""
+"""vit_jax.formats: what the folder formats share."""
 
 import inspect
+import re
 
 import pytest
 
+from tests.helpers import one_block_vit
 from vit_jax import formats
 from vit_jax.checkpoints import reading
+from vit_jax.errors import CheckpointError
 
 
 def _declared(protocol) -> dict:
@@ -23,3 +26,27 @@ def test_each_folder_format_is_what_the_protocol_declares(kind):
     parameters = list(declared.parameters)[1:]  # without self
     assert list(inspect.signature(getattr(
         module, name)).parameters) == (parameters), f'{kind}.{name}'
+
+
+@pytest.mark.parametrize('kind,fields,feature', [
+    ('timm', dict(representation_size=5), 'pre-logits layer'),
+    ('timm', dict(classifier='map'), 'MAP head'),
+    ('timm', dict(posemb='sincos2d'), "position embedding 'sincos2d'"),
+    ('timm', dict(resnet_stages=(1, 2)),
+     r'hybrid of ResNet stages \(1, 2\) and width factor 1 \(its factories '
+     r'build stages \(3, 4, 9\), \(2, 2, 2, 2\), \(3, 4, 6, 3\) or none, of '
+     r'width factor 1\)'), ('hf', dict(classifier='gap'), "'gap' head"),
+    ('hf', dict(representation_size=5), 'pre-logits layer'),
+    ('hf', dict(distillation_token=True), 'distillation token'),
+    ('hf', dict(resnet_stages=()),
+     r'ResNet stem of the hybrid \(--format=timm has it\)'),
+])
+def test_what_a_folder_format_cannot_hold_is_one_line(tmp_path, kind, fields,
+                                                      feature):
+  module = reading.FOLDER_FORMATS[kind]
+  model, params = one_block_vit('ViT-Tiny-CIFAR_4', **fields)
+  with pytest.raises(
+      CheckpointError, match=f'^{re.escape(module.NAME)} has no {feature}.*, '
+      'which this ViT has: convert it with --format=npz'):
+    module.write(tmp_path, params, model, 8)
+  assert not list(tmp_path.iterdir())

@@ -13,6 +13,7 @@ from vit_jax.checkpoints import reading
 from vit_jax.errors import CheckpointError
 from vit_jax.formats import hf
 from vit_jax.formats import safetensors_file
+from vit_jax.formats import vit_model
 
 # The largest families' arrays take a second each: slow.
 FAMILIES = [
@@ -28,16 +29,7 @@ def test_ours_to_hf_to_ours_is_exact(tmp_path, name):
   hf.write(tmp_path, params, model, 2 * model.patch_size)
   assert_trees_identical(hf.read(tmp_path, None), params)
   assert_trees_identical(hf.read(tmp_path / 'model.safetensors', None), params)
-
-
-def test_a_vit_model_without_the_prefix_reads_the_same(tmp_path):
-  model, params = one_block_vit('ViT-Tiny-CIFAR_4')
-  state = {
-      key.removeprefix('vit.'): value
-      for key, value in hf.to_state(params).items()
-  }
-  safetensors_file.write(tmp_path / 'model.safetensors', state)
-  assert_trees_identical(hf.read(tmp_path / 'model.safetensors', None), params)
+  assert hf.pixels(tmp_path) == vit_model.RELEASED_PIXELS
 
 
 def test_the_names_and_shapes_are_transformers():
@@ -67,37 +59,6 @@ def test_the_names_and_shapes_are_transformers():
   assert {key: value.shape for key, value in state.items()} == expected
 
 
-def test_the_config_builds_transformers_model_of_our_logits(tmp_path):
-  model, params = one_block_vit('ViT-B_16')
-  hf.write(tmp_path, params, model, 32)
-  config = json.loads((tmp_path / 'config.json').read_text())
-  assert (config['hidden_act'],
-          config['layer_norm_eps']) == ('gelu_pytorch_tanh', 1e-6)
-  assert (config['hidden_size'], config['num_hidden_layers'],
-          config['num_attention_heads'], config['intermediate_size'],
-          config['patch_size'], config['image_size'], len(
-              config['id2label'])) == (768, 1, 12, 3072, 16, 32, 7)
-  preprocessor = json.loads((tmp_path / hf.PREPROCESSOR_CONFIG).read_text())
-  assert preprocessor['image_mean'] == preprocessor['image_std'] == [0.5] * 3
-  assert preprocessor['size'] == {'height': 32, 'width': 32}
-
-
-@pytest.mark.parametrize('fields,feature', [
-    (dict(classifier='gap'), "'gap' head"),
-    (dict(representation_size=5), 'pre-logits layer'),
-    (dict(distillation_token=True), 'distillation token'),
-    (dict(resnet_stages=()), r'ResNet stem of the hybrid \(--format=timm has '
-     r'it\)'),
-])
-def test_what_transformers_cannot_hold_is_one_line(tmp_path, fields, feature):
-  model, params = one_block_vit('ViT-Tiny-CIFAR_4', **fields)
-  with pytest.raises(
-      CheckpointError, match="transformers' "
-      f'ViTForImageClassification has no {feature}'):
-    hf.write(tmp_path, params, model, 8)
-  assert not list(tmp_path.iterdir())
-
-
 def test_one_wrong_shape_is_one_line_naming_the_key(tmp_path):
   model, params = one_block_vit('ViT-Tiny-CIFAR_4')
   hf.write(tmp_path, params, model, 8)
@@ -114,9 +75,16 @@ def test_one_wrong_shape_is_one_line_naming_the_key(tmp_path):
       'size 128, 1 layer of 4 heads, MLP 512, patch 4x4.')
 
 
-def test_a_vit_model_with_a_pooler_reads_as_a_backbone_with_pre_logits(
-    tmp_path):
-  """An in21k ViTModel: no classifier, a pooler as the pre-logits layer."""
+def test_a_vit_model_reads_its_pooler_as_pre_logits(tmp_path):
+  """A ViTModel's names lack the prefix; an in21k one has no classifier and
+  a pooler, the pre-logits layer."""
+  model, params = one_block_vit('ViT-Tiny-CIFAR_4')
+  path = tmp_path / 'model.safetensors'
+  safetensors_file.write(path, {
+      key.removeprefix('vit.'): value
+      for key, value in hf.to_state(params).items()
+  })
+  assert_trees_identical(hf.read(path, None), params)
   model, params = one_block_vit('ViT-Tiny-CIFAR_4', representation_size=128)
   state = {
       key.removeprefix('vit.'): value
@@ -124,7 +92,7 @@ def test_a_vit_model_with_a_pooler_reads_as_a_backbone_with_pre_logits(
       if not key.startswith('classifier.')
   }
   assert {'pooler.dense.weight', 'pooler.dense.bias'} <= set(state)
-  safetensors_file.write(tmp_path / 'model.safetensors', state)
+  safetensors_file.write(path, state)
   backbone = {key: value for key, value in params.items() if key != 'head'}
   assert_trees_identical(hf.read(tmp_path, None), backbone)
   with pytest.raises(
@@ -134,10 +102,20 @@ def test_a_vit_model_with_a_pooler_reads_as_a_backbone_with_pre_logits(
     reading.load(tmp_path)
 
 
-def test_the_folder_states_the_normalization_it_was_trained_with(tmp_path):
-  model, params = one_block_vit('ViT-Tiny-CIFAR_4')
+def test_the_folder_builds_transformers_model_of_our_logits_and_pixels(
+    tmp_path):
+  model, params = one_block_vit('ViT-B_16')
   imagenet = ((0.485, 0.456, 0.406), (0.229, 0.224, 0.225))
-  hf.write(tmp_path, params, model, 8, imagenet)
+  hf.write(tmp_path, params, model, 32, imagenet)
+  config = json.loads((tmp_path / 'config.json').read_text())
+  assert (config['hidden_act'],
+          config['layer_norm_eps']) == ('gelu_pytorch_tanh', 1e-6)
+  assert (config['hidden_size'], config['num_hidden_layers'],
+          config['num_attention_heads'], config['intermediate_size'],
+          config['patch_size'], config['image_size'], len(
+              config['id2label'])) == (768, 1, 12, 3072, 16, 32, 7)
+  written = json.loads((tmp_path / hf.PREPROCESSOR_CONFIG).read_text())
+  assert written['size'] == {'height': 32, 'width': 32}
   assert hf.pixels(tmp_path) == imagenet
   assert reading.load(tmp_path).pixels == imagenet
   # The weights alone state nothing: the released models' [-1, 1].
@@ -149,18 +127,13 @@ def test_the_folder_states_the_normalization_it_was_trained_with(tmp_path):
   assert hf.pixels(tmp_path) == ((0.4,) * 3, (0.5,) * 3)
   preprocessor.write_text('{"do_normalize": false, "image_mean": 0.4}')
   assert hf.pixels(tmp_path) == ((0.0,) * 3, (1.0,) * 3)
-
-
-@pytest.mark.parametrize('text,said', [
-    ('{"image_mean": [0.5, 0.5], "image_std": [0.5, 0.5, 0.5]}',
-     'each must be 3 finite numbers'),
-    ('{"image_mean": [0.5, 0.5, 0.5], "image_std": [0.5, 0, 0.5]}',
-     'the std positive'), ('[1, 2]', 'holds a list, not a JSON object'),
-    ('{"image_mean": ', 'is not valid JSON'),
-])
-def test_a_bad_preprocessor_config_is_one_line(tmp_path, text, said):
-  model, params = one_block_vit('ViT-Tiny-CIFAR_4')
-  hf.write(tmp_path, params, model, 8)
-  (tmp_path / hf.PREPROCESSOR_CONFIG).write_text(text)
-  with pytest.raises(CheckpointError, match=said):
-    reading.load(tmp_path)
+  for text, said in (
+      ('{"image_mean": [0.5, 0.5], "image_std": [0.5, 0.5, 0.5]}',
+       'each must be 3 finite numbers'),
+      ('{"image_mean": [0.5, 0.5, 0.5], "image_std": [0.5, 0, 0.5]}',
+       'the std positive'), ('[1, 2]', 'holds a list, not a JSON object'),
+      ('{"image_mean": ', 'is not valid JSON'),
+  ):
+    preprocessor.write_text(text)
+    with pytest.raises(CheckpointError, match=f'^{preprocessor} .*{said}'):
+      reading.trained_pixels(tmp_path)

@@ -3,6 +3,7 @@
 import functools
 import re
 
+import flax
 import jax
 import numpy as np
 import pytest
@@ -24,15 +25,17 @@ def tiny_vit(**overrides):
   return models.create_model('ViT-Ti_16', 10, **{**TINY_VIT, **overrides})
 
 
-def released_arrays(seed=0, representation_size=None, numbering='released'):
-  """Random arrays for `tiny_vit`; 'linen' numbers blocks per module type."""
+# The released files number block submodules across types, linen per type.
+LINEN_NUMBERS = (('MultiHeadDotProductAttention_1',
+                  'MultiHeadDotProductAttention_0'),
+                 ('LayerNorm_2', 'LayerNorm_1'), ('MlpBlock_3', 'MlpBlock_0'))
+
+
+def released_arrays(seed=0, representation_size=None):
+  """Random arrays for `tiny_vit`, named as in the released files."""
   rng = np.random.default_rng(seed)
   d, heads, mlp, patch = 16, 2, 32, 8
-  names = {
-      'released':
-          ('MultiHeadDotProductAttention_1', 'LayerNorm_2', 'MlpBlock_3'),
-      'linen': ('MultiHeadDotProductAttention_0', 'LayerNorm_1', 'MlpBlock_0'),
-  }[numbering]
+  names = [released for released, _ in LINEN_NUMBERS]
   shapes = {
       'cls': (1, 1, d), 'embedding/bias': (d,), 'embedding/kernel':
           (patch, patch, 3, d), 'Transformer/encoder_norm/bias':
@@ -72,40 +75,18 @@ def write_npz(path, arrays):
   return path
 
 
+def linen_numbered(arrays):
+  renamed = {}
+  for key, value in arrays.items():
+    for released, linen in LINEN_NUMBERS:
+      key = key.replace(released, linen)
+    renamed[key] = value
+  return renamed
+
+
 def placed_by_hand(arrays):
-  """Our tree of `released_arrays()`, spelled out rather than renamed."""
-
-  def dense(prefix):
-    return {
-        'kernel': arrays[prefix + '/kernel'], 'bias': arrays[prefix + '/bias']
-    }
-
-  def norm(prefix):
-    return {
-        'scale': arrays[prefix + '/scale'], 'bias': arrays[prefix + '/bias']
-    }
-
-  transformer = {
-      'posembed_input': {
-          'pos_embedding': arrays['Transformer/posembed_input/pos_embedding']
-      }, 'encoder_norm': norm('Transformer/encoder_norm'),
-  }
-  for i in range(2):
-    block = f'Transformer/encoderblock_{i}/'
-    transformer[f'encoderblock_{i}'] = {
-        'LayerNorm_0': norm(block + 'LayerNorm_0'),
-        'MultiHeadDotProductAttention_0': {
-            name: dense(block + 'MultiHeadDotProductAttention_1/' + name)
-            for name in ('query', 'key', 'value', 'out')
-        }, 'LayerNorm_1': norm(block + 'LayerNorm_2'), 'MlpBlock_0': {
-            'Dense_0': dense(block + 'MlpBlock_3/Dense_0'),
-            'Dense_1': dense(block + 'MlpBlock_3/Dense_1')
-        },
-    }
-  return {
-      'embedding': dense('embedding'), 'cls': arrays['cls'],
-      'Transformer': transformer, 'head': dense('head')
-  }
+  """Our tree of `released_arrays()`, renamed by hand rather than by npz."""
+  return flax.traverse_util.unflatten_dict(linen_numbered(arrays), sep='/')
 
 
 def assert_trees_identical(actual, expected):
@@ -143,16 +124,16 @@ def test_released_npz_loads_into_our_tree_and_drives_the_model(tmp_path):
   np.testing.assert_array_equal(
       logits, apply({'params': placed_by_hand(arrays)}, images))
   assert_trees_identical(reading.load_params(path), params)
-
-
-def test_file_to_params_to_file_is_identical(tmp_path):
-  arrays = released_arrays()
-  # Dtypes other than float32 must survive too.
-  arrays['cls'] = arrays['cls'].astype(np.float16)
-  arrays['head/bias'] = arrays['head/bias'].astype(np.float64)
-  original = write_npz(tmp_path / 'original.npz', arrays)
-  npz.save_npz(npz.load_npz(original), tmp_path / 'saved.npz')
-  assert_npz_identical(tmp_path / 'saved.npz', original)
+  # A scanned model takes the blocks stacked; saved back, they are the
+  # official layout and names, array for array.
+  stacked = params_lib.stack_blocks(params)
+  scanned = tiny_vit(scan=True)
+  params_lib.check_params(stacked, params_lib.param_shapes(scanned, TINY_IMAGE))
+  np.testing.assert_allclose(
+      scanned.apply({'params': stacked}, images, train=False), logits,
+      rtol=1e-5, atol=1e-5)
+  npz.save_npz(stacked, tmp_path / 'saved.npz')
+  assert_npz_identical(tmp_path / 'saved.npz', path)
 
 
 def test_params_to_file_to_params_is_identical_in_the_released_names(tmp_path):
@@ -173,11 +154,9 @@ def test_representation_size_gives_pre_logits(tmp_path):
   path = write_npz(tmp_path / 'pre_logits.npz', arrays)
   params = npz.load_npz(path)
   assert set(params['pre_logits']) == {'kernel', 'bias'}
-  model = tiny_vit(representation_size=12)
-  params_lib.check_params(params, params_lib.param_shapes(model, TINY_IMAGE))
-  logits = model.apply({'params': params},
-                       np.ones((1, TINY_IMAGE, TINY_IMAGE, 3)), train=False)
-  assert np.all(np.isfinite(logits))
+  params_lib.check_params(
+      params,
+      params_lib.param_shapes(tiny_vit(representation_size=12), TINY_IMAGE))
   npz.save_npz(params, tmp_path / 'saved.npz')
   assert_npz_identical(tmp_path / 'saved.npz', path)
   # Without a representation layer the model has no place for it.
@@ -217,14 +196,18 @@ def test_a_mismatch_names_the_key_and_both_shapes(tmp_path):
         params, params_lib.param_shapes(tiny_vit(num_layers=1), TINY_IMAGE))
 
 
-def test_linen_numbering_loads_too(tmp_path):
-  released = npz.load_npz(
-      write_npz(tmp_path / 'released.npz', released_arrays(seed=3)))
-  linen = npz.load_npz(
-      write_npz(tmp_path / 'linen.npz',
-                released_arrays(seed=3, numbering='linen')))
+def test_file_to_params_to_file_is_identical_from_either_numbering(tmp_path):
+  arrays = released_arrays()
+  # Dtypes other than float32 must survive too.
+  arrays['cls'] = arrays['cls'].astype(np.float16)
+  arrays['head/bias'] = arrays['head/bias'].astype(np.float64)
+  released = npz.load_npz(write_npz(tmp_path / 'released.npz', arrays))
+  npz.save_npz(released, tmp_path / 'saved.npz')
+  assert_npz_identical(tmp_path / 'saved.npz', tmp_path / 'released.npz')
+  # linen's numbering loads the same, and saves back in the released one.
+  linen = npz.load_npz(write_npz(tmp_path / 'linen.npz',
+                                 linen_numbered(arrays)))
   assert_trees_identical(linen, released)
-  # Saved back, it is in the released numbering.
   npz.save_npz(linen, tmp_path / 'saved.npz')
   assert_npz_identical(tmp_path / 'saved.npz', tmp_path / 'released.npz')
   # Both numberings in one block leave it unclear which array is meant.
@@ -278,21 +261,3 @@ def test_save_npz_refuses_what_it_cannot_write_back(tmp_path):
     npz.save_npz(params, tmp_path / 'bf16.npz')
   assert not (tmp_path / 'variables.npz').exists()
   assert not (tmp_path / 'bf16.npz').exists()
-
-
-def test_a_released_npz_drives_a_scanned_model_and_saves_back_unstacked(
-    tmp_path):
-  original = write_npz(tmp_path / 'original.npz', released_arrays())
-  params = npz.load_npz(original)
-  stacked = params_lib.stack_blocks(params)
-  scanned = tiny_vit(scan=True)
-  params_lib.check_params(stacked, params_lib.param_shapes(scanned, TINY_IMAGE))
-  images = np.random.default_rng(1).standard_normal(
-      (2, TINY_IMAGE, TINY_IMAGE, 3)).astype(np.float32)
-  np.testing.assert_allclose(
-      scanned.apply({'params': stacked}, images, train=False),
-      tiny_vit().apply({'params': params}, images, train=False), rtol=1e-5,
-      atol=1e-5)
-  # The official layout and names, array for array.
-  npz.save_npz(stacked, tmp_path / 'saved.npz')
-  assert_npz_identical(tmp_path / 'saved.npz', original)

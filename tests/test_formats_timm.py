@@ -15,15 +15,13 @@ from vit_jax.formats import timm
 from vit_jax.formats import vit_model
 
 # The largest families' arrays take a second each: slow.
-FAMILIES = [
-    'ViT-Ti_16', 'ViT-S_32', 'ViT-Tiny-CIFAR_4',
-    *(pytest.param(name, marks=pytest.mark.slow)
-      for name in ('ViT-B_8', 'ViT-L_16', 'ViT-H_14'))
-]
+FAMILIES = [('ViT-Ti_16', 'token'), ('ViT-S_32', 'gap'),
+            ('ViT-Tiny-CIFAR_4', 'token'),
+            *(pytest.param(name, 'token', marks=pytest.mark.slow)
+              for name in ('ViT-B_8', 'ViT-L_16', 'ViT-H_14'))]
 
 
-@pytest.mark.parametrize('name', FAMILIES)
-@pytest.mark.parametrize('classifier', ['token', 'gap'])
+@pytest.mark.parametrize('name,classifier', FAMILIES)
 def test_ours_to_timm_to_ours_is_exact(tmp_path, name, classifier):
   model, params = one_block_vit(name, classifier=classifier)
   image_size = 2 * model.patch_size
@@ -31,9 +29,11 @@ def test_ours_to_timm_to_ours_is_exact(tmp_path, name, classifier):
   # The heads from config.json, then from the registered ViTs of the width.
   assert_trees_identical(timm.read(tmp_path / 'timm', None), params)
   bare = tmp_path / 'timm' / 'model.safetensors'
-  assert_trees_identical(timm.read(bare, None), params)
-  back, size = vit_model.model_for(timm.read(bare, None), source='x')
+  from_bare = timm.read(bare, None)
+  assert_trees_identical(from_bare, params)
+  back, size = vit_model.model_for(from_bare, source='x')
   assert size == image_size
+  assert timm.pixels(tmp_path / 'timm') == vit_model.RELEASED_PIXELS
   assert (back.num_heads, back.classifier,
           back.num_classes) == (model.num_heads, classifier, 7)
 
@@ -41,7 +41,8 @@ def test_ours_to_timm_to_ours_is_exact(tmp_path, name, classifier):
 def test_the_names_and_shapes_are_timms():
   """timm/models/vision_transformer.py's layout, ViT-Ti/16 at 32x32."""
   model = models.create_model('ViT-Ti_16', 7)
-  state = timm.to_state(random_vit_params(model, 32))
+  params = random_vit_params(model, 32)
+  state = timm.to_state(params)
   expected = {
       'cls_token': (1, 1, 192), 'pos_embed': (1, 5, 192),
       'patch_embed.proj.weight': (192, 3, 16, 16), 'patch_embed.proj.bias':
@@ -56,49 +57,16 @@ def test_the_names_and_shapes_are_timms():
                                                 (out,))
       expected[f'blocks.{i}.{layer}.bias'] = (out,)
   assert {key: value.shape for key, value in state.items()} == expected
-
-
-def test_qkv_is_query_key_value_in_that_order_heads_flattened():
-  model, params = one_block_vit('ViT-Tiny-CIFAR_4')
-  state = timm.to_state(params)
+  # qkv is query, key and value in that order, their heads flattened.
   attention = params['Transformer']['encoderblock_0'][
       'MultiHeadDotProductAttention_0']
   query, key, value = np.split(state['blocks.0.attn.qkv.weight'], 3)
-  np.testing.assert_array_equal(value[32:64],
-                                attention['value']['kernel'][:,
-                                                             1, :].T)  # head 1
+  np.testing.assert_array_equal(value[64:128],
+                                attention['value']['kernel'][:, 1].T)  # head 1
   np.testing.assert_array_equal(
-      query, attention['query']['kernel'].reshape(128, 128).T)
+      query, attention['query']['kernel'].reshape(192, 192).T)
   np.testing.assert_array_equal(key,
-                                attention['key']['kernel'].reshape(128, 128).T)
-
-
-def test_the_config_builds_timms_model_of_our_logits(tmp_path):
-  model, params = one_block_vit('ViT-S_32', classifier='gap')
-  timm.write(tmp_path, params, model, 64)
-  written = json.loads((tmp_path / 'config.json').read_text())
-  assert written['model_args'] == {
-      'img_size': 64, 'patch_size': 32, 'embed_dim': 384, 'depth': 1,
-      'num_heads': 6, 'mlp_ratio': 4.0, 'qkv_bias': True, 'class_token': False,
-      'global_pool': 'avg', 'fc_norm': False, 'act_layer': 'gelu_tanh',
-      'norm_layer': 'layernorm', 'num_classes': 7
-  }
-  assert written['pretrained_cfg']['mean'] == [0.5, 0.5, 0.5]
-  assert written['pretrained_cfg']['input_size'] == [3, 64, 64]
-
-
-@pytest.mark.parametrize('fields,feature', [
-    (dict(representation_size=5), 'pre-logits layer'),
-    (dict(classifier='map'), 'MAP head'),
-    (dict(posemb='sincos2d'), "position embedding 'sincos2d'"),
-])
-def test_what_timm_cannot_hold_is_one_line(tmp_path, fields, feature):
-  model, params = one_block_vit('ViT-Tiny-CIFAR_4', **fields)
-  with pytest.raises(
-      CheckpointError, match=f"timm's VisionTransformer has "
-      f'no {feature}.*convert it with --format=npz'):
-    timm.write(tmp_path, params, model, 32)
-  assert not list(tmp_path.iterdir())
+                                attention['key']['kernel'].reshape(192, 192).T)
 
 
 def _written(tmp_path, changes, drop=()):
@@ -124,13 +92,27 @@ def test_one_wrong_shape_is_one_line_naming_the_key(tmp_path):
       '512, patch 4x4.')
 
 
-@pytest.mark.parametrize('key,what',
-                         [('fc_norm.weight', 'a final norm after the pooling'),
-                          ('dist_token', "DeiT's distillation token"),
-                          ('reg_token', 'register tokens'),])
-def test_a_timm_model_of_another_design_is_one_line(tmp_path, key, what):
-  path = _written(tmp_path, {key: np.zeros(128, np.float32)})
-  with pytest.raises(CheckpointError, match=f'holds a timm ViT with {what}'):
+@pytest.mark.parametrize(
+    'key,shape,said',
+    [
+        ('fc_norm.weight',
+         (128,), 'holds a timm ViT with a final norm after the '
+         'pooling'),
+        ('dist_token',
+         (128,), "holds a timm ViT with DeiT's distillation token"),
+        ('reg_token', (128,), 'holds a timm ViT with register tokens'),
+        # timm's ResNet-D hybrids (vit_small_resnet26d_224).
+        ('patch_embed.backbone.conv1.0.weight', (32, 3, 3, 3),
+         r'holds a timm hybrid whose backbone is not the official ResNet stem '
+         r'\(patch_embed.backbone.conv1.0.weight\)'),
+        ('patch_embed.backbone.stem.conv.weight', (48, 3, 7, 7),
+         r'patch_embed.backbone.stem.conv.weight in .* has 48 output channels; '
+         'the ResNet stem of the official hybrid has 64 per unit of width factor'
+        ),
+    ])
+def test_a_timm_model_of_another_design_is_one_line(tmp_path, key, shape, said):
+  path = _written(tmp_path, {key: np.zeros(shape, np.float32)})
+  with pytest.raises(CheckpointError, match=said):
     timm.read(path, None)
 
 
@@ -160,20 +142,19 @@ def _hybrid(stages):
   return model, random_vit_params(model, 2 * model.effective_patch_size)
 
 
-@pytest.mark.parametrize('stages', [(), (2, 2, 2, 2)])
-def test_a_hybrid_goes_to_timm_and_back_exactly(tmp_path, stages):
-  model, params = _hybrid(stages)
+def test_a_hybrid_of_the_root_alone_goes_to_timm_and_back_exactly(tmp_path):
+  """The stages' names: `test_the_hybrids_names_and_shapes_are_timms`, and
+  R50+ViT-B_16 through timm in tests/test_checkpoints_export.py."""
+  model, params = _hybrid(())
   image_size = 2 * model.effective_patch_size
   timm.write(tmp_path, params, model, image_size)
   back = timm.read(tmp_path, None)
   assert_trees_identical(back, params)
   read_model, size = vit_model.model_for(back, source='x')
   assert size == image_size
-  assert (read_model.resnet_stages, read_model.resnet_width_factor) == (stages,
-                                                                        1)
+  assert (read_model.resnet_stages, read_model.resnet_width_factor) == ((), 1)
   written = json.loads((tmp_path / 'config.json').read_text())
-  assert written['architecture'] == ('vit_small_r26_s32_224'
-                                     if stages else 'vit_tiny_r_s16_p8_224')
+  assert written['architecture'] == 'vit_tiny_r_s16_p8_224'
   assert written['model_args']['patch_size'] == 1
 
 
@@ -217,49 +198,18 @@ def test_the_hybrids_names_and_shapes_are_timms():
   }
 
 
-def test_a_hybrid_timm_cannot_build_is_one_line(tmp_path):
-  model, params = _hybrid((1, 2))
-  with pytest.raises(
-      CheckpointError, match=r"timm's VisionTransformer has no "
-      r'hybrid of ResNet stages \(1, 2\) and width factor 1 '
-      r'\(its factories build stages \(3, 4, 9\), '
-      r'\(2, 2, 2, 2\), \(3, 4, 6, 3\) or none, of width '
-      r'factor 1\).*--format=npz'):
-    timm.write(tmp_path, params, model, 32)
-  assert not list(tmp_path.iterdir())
-
-
-def test_a_hybrid_of_another_backbone_is_one_line(tmp_path):
-  """timm's ResNet-D hybrids (vit_small_resnet26d_224)."""
-  path = _written(tmp_path, {
-      'patch_embed.backbone.conv1.0.weight': np.zeros((32, 3, 3, 3), np.float32)
-  })
-  with pytest.raises(
-      CheckpointError, match=r'holds a timm hybrid whose '
-      r'backbone is not the official ResNet stem '
-      r'\(patch_embed.backbone.conv1.0.weight\)'):
-    timm.read(path, None)
-
-
-def test_a_root_of_another_width_is_one_line(tmp_path):
-  model, params = _hybrid((1,))
-  state = timm.to_state(params)
-  state['patch_embed.backbone.stem.conv.weight'] = np.zeros((48, 3, 7, 7),
-                                                            np.float32)
-  path = tmp_path / 'model.safetensors'
-  safetensors_file.write(path, state)
-  with pytest.raises(
-      CheckpointError, match=r'patch_embed.backbone.stem.conv.'
-      r'weight in .* has 48 output channels; the ResNet stem of '
-      r'the official hybrid has 64 per unit of width factor'):
-    timm.read(path, None)
-
-
-def test_the_hub_folder_states_the_normalization_it_was_trained_with(tmp_path):
-  model, params = one_block_vit('ViT-Tiny-CIFAR_4')
+def test_the_hub_folder_builds_timms_model_of_our_logits_and_pixels(tmp_path):
+  model, params = one_block_vit('ViT-S_32', classifier='gap')
   imagenet = ((0.485, 0.456, 0.406), (0.229, 0.224, 0.225))
-  timm.write(tmp_path, params, model, 8, imagenet)
+  timm.write(tmp_path, params, model, 64, imagenet)
   written = json.loads((tmp_path / 'config.json').read_text())
+  assert written['model_args'] == {
+      'img_size': 64, 'patch_size': 32, 'embed_dim': 384, 'depth': 1,
+      'num_heads': 6, 'mlp_ratio': 4.0, 'qkv_bias': True, 'class_token': False,
+      'global_pool': 'avg', 'fc_norm': False, 'act_layer': 'gelu_tanh',
+      'norm_layer': 'layernorm', 'num_classes': 7
+  }
+  assert written['pretrained_cfg']['input_size'] == [3, 64, 64]
   assert written['pretrained_cfg']['mean'] == list(imagenet[0])
   assert timm.pixels(tmp_path) == imagenet
   # Older hub configs state them at the top level; one that states none
