@@ -31,17 +31,31 @@ def test_an_unknown_or_missing_field_is_named():
     config_schema.validate(config, 1)
 
 
-def test_a_batch_not_divisible_by_the_devices_is_a_clear_error():
-  config = tiny_config('', batch_size=12)
+def test_the_batches_and_fsdp_must_fit_the_devices():
   with pytest.raises(ConfigError,
                      match='batch_size=12 is not divisible by the 8 devices'):
-    config_schema.validate(config, num_devices=8)
-
-
-def test_accumulation_must_split_the_batch_over_the_devices():
-  config = tiny_config('', batch_size=16, grad_accumulation_steps=3)
+    config_schema.validate(tiny_config('', batch_size=12), num_devices=8)
   with pytest.raises(ConfigError, match='grad_accumulation_steps=3'):
-    config_schema.validate(config, num_devices=1)
+    config_schema.validate(
+        tiny_config('', batch_size=16, grad_accumulation_steps=3), 1)
+  with pytest.raises(
+      ConfigError, match='config.fsdp=3 does not divide the 8 '
+      'devices; use a divisor of 8, or -1'):
+    config_schema.validate(tiny_config('', fsdp=3), num_devices=8)
+  config_schema.validate(tiny_config('', fsdp=-1), num_devices=8)
+
+
+@pytest.mark.parametrize('field,value,message', [
+    ('input_workers', -2, 'input_workers=-2 must be -1 .*, 0 .* or a count'),
+    ('rand_augment_magnitude', 11, 'rand_augment_magnitude=11 must be in '
+     r'\[0, 10\]'),
+    ('random_erasing', 1.5, r'random_erasing=1.5 is a probability: use a '
+     r'value in \[0, 1\]'),
+    ('ema_decay', 1.0, r'ema_decay=1.0 must be in \[0, 1\)'),
+])
+def test_a_number_out_of_its_fields_range_is_named(field, value, message):
+  with pytest.raises(ConfigError, match=message):
+    config_schema.validate(tiny_config('', **{field: value}), 1)
 
 
 def test_resuming_refuses_what_changes_the_checkpoints_meaning(tmp_path):
@@ -61,14 +75,6 @@ def test_resuming_refuses_what_changes_the_checkpoints_meaning(tmp_path):
   with pytest.raises(ConfigError, match=r'config\.total_steps \(40 there, 50'):
     config_schema.check_resumable(in_steps, tiny_config('', total_steps=50),
                                   tmp_path)
-
-
-def test_an_fsdp_size_that_does_not_divide_the_devices_is_a_clear_error():
-  with pytest.raises(
-      ConfigError, match='config.fsdp=3 does not divide the 8 '
-      'devices; use a divisor of 8, or -1'):
-    config_schema.validate(tiny_config('', fsdp=3), num_devices=8)
-  config_schema.validate(tiny_config('', fsdp=-1), num_devices=8)
 
 
 def test_a_resumed_run_may_change_remat_and_attention_but_not_scan(tmp_path):
@@ -120,18 +126,12 @@ def test_overriding_a_model_field_with_its_own_value_resumes(tmp_path):
         ()}, 'needs a ViT with guided blocks'),
     ('locality_guidance_teacher', '', {'guided_blocks':
         (0,)}, 'there is no CNN to imitate'),
+    ('teacher_checkpoint', 'best', {}, "teacher_checkpoint='best' picks a "
+     "teacher's checkpoint, and this run has none"),
 ])
 def test_a_student_without_its_teacher_or_the_reverse_is_refused(
     teacher_field, teacher, student, message):
   config = tiny_config('', **{teacher_field: teacher})
   config.model_overrides.update(student)
   with pytest.raises(ConfigError, match=message):
-    config_schema.validate(config, num_devices=1)
-
-
-def test_a_teachers_best_checkpoint_without_a_teacher_is_refused():
-  config = tiny_config('', teacher_checkpoint='best')
-  with pytest.raises(
-      ConfigError, match="teacher_checkpoint='best' picks a "
-      "teacher's checkpoint, and this run has none"):
     config_schema.validate(config, num_devices=1)

@@ -16,27 +16,23 @@ from vit_jax.formats import npz
 from vit_jax.training import train
 
 
-def _config(name, argument=None):
+def _config(spec):
+  """What --config=configs/NAME.py[:ARG] builds; `spec`: NAME[:ARG]."""
+  name, _, argument = spec.partition(':')
   module = importlib.import_module(f'configs.{name}')
   return module.get_config(argument) if argument else module.get_config()
 
 
-@pytest.mark.parametrize('name,argument', [('cifar_small', 'vit'),
-                                           ('cifar_small', 'simple_cnn'),
-                                           ('cifar_small', 'small_resnet'),
-                                           ('finetune', None),
-                                           ('finetune', 'imagenet2012'),
-                                           ('finetune', 'cifar10'),
-                                           ('finetune', 'oxford_flowers102'),
-                                           ('vit_pretrain', 'imagenet21k'),
-                                           ('vit_pretrain', 'imagenet2012'),
-                                           ('image_folder', None),
-                                           ('image_folder', 'finetune'),
-                                           ('data_efficient', 'vit'),
-                                           ('data_efficient', 'simple_cnn'),
-                                           ('data_efficient', 'small_resnet'),])
-def test_config_is_valid(name, argument):
-  config = _config(name, argument)
+@pytest.mark.parametrize('spec', [
+    'cifar_small:vit', 'cifar_small:simple_cnn', 'cifar_small:small_resnet',
+    'data_efficient:vit', 'data_efficient:simple_cnn',
+    'data_efficient:small_resnet', 'finetune', 'finetune:imagenet2012',
+    'finetune:cifar10', 'finetune:oxford_flowers102',
+    'vit_pretrain:imagenet21k', 'vit_pretrain:imagenet2012', 'image_folder',
+    'image_folder:finetune'
+])
+def test_config_is_valid(spec):
+  config = _config(spec)
   config_schema.validate(config, num_devices=8)
   models.from_config(config, num_classes=1000)
   assert set(config.keys()) == set(config_schema.FIELDS)
@@ -57,16 +53,16 @@ def test_configs_are_data():
 
 
 def test_paper_recipes_match_the_tables():
-  pretrain = _config('vit_pretrain', 'imagenet21k')
+  pretrain = _config('vit_pretrain:imagenet21k')
   assert (pretrain.batch_size, pretrain.warmup_steps, pretrain.learning_rate,
           pretrain.weight_decay, pretrain.lr_decay,
           pretrain.num_epochs) == (4096, 10_000, 1e-3, 0.03, 'linear', 90)
   assert (pretrain.adam_b1, pretrain.adam_b2,
           pretrain.grad_clip_norm) == (0.9, 0.999, 1.0)
-  imagenet = _config('vit_pretrain', 'imagenet2012')
+  imagenet = _config('vit_pretrain:imagenet2012')
   assert (imagenet.num_epochs, imagenet.learning_rate, imagenet.weight_decay,
           imagenet.lr_decay) == (300, 3e-3, 0.3, 'cosine')
-  finetune = _config('finetune', 'cifar10')
+  finetune = _config('finetune:cifar10')
   assert (finetune.optimizer, finetune.momentum, finetune.batch_size,
           finetune.weight_decay, finetune.grad_clip_norm,
           finetune.image_size) == ('sgd', 0.9, 512, 0.0, 1.0, 384)
@@ -76,14 +72,14 @@ def test_paper_recipes_match_the_tables():
   } == {'streaming'}
   # Table 4 counts fine-tuning in steps; Table 3 pre-training in epochs.
   assert (finetune.total_steps, finetune.warmup_steps) == (10_000, 500)
-  assert _config('finetune', 'oxford_flowers102').total_steps == 500
-  assert _config('finetune', 'imagenet2012').total_steps == 20_000
+  assert _config('finetune:oxford_flowers102').total_steps == 500
+  assert _config('finetune:imagenet2012').total_steps == 20_000
 
 
 def test_unknown_arguments_are_refused():
   for name in ('cifar_small', 'finetune', 'vit_pretrain'):
     with pytest.raises(ValueError, match='Unknown'):
-      _config(name, 'nonexistent')
+      _config(f'{name}:nonexistent')
 
 
 def _image_folder(root, classes=('cat', 'dog'), per_class=(12, 4)):
@@ -98,29 +94,25 @@ def _image_folder(root, classes=('cat', 'dog'), per_class=(12, 4)):
   return root
 
 
-# Slow: the fine-tuning walkthrough trains on the same image folder.
-@pytest.mark.slow
-def test_image_folder_walkthrough_trains_from_scratch(tmp_path):
+@pytest.mark.slow  # 15 s; tests/test_training_finetune.py fine-tunes .npz files
+def test_the_image_folder_walkthrough_trains_from_scratch_and_fine_tunes(
+    tmp_path):
+  photos = str(_image_folder(tmp_path / 'photos'))
   config = _config('image_folder')
-  config.update(data_dir=str(_image_folder(tmp_path / 'photos')), num_epochs=1,
-                warmup_epochs=0, batch_size=8, eval_batch_size=8, cpu_devices=1)
-  summary = train.train_and_evaluate(config, tmp_path / 'run')
+  config.update(data_dir=photos, num_epochs=1, warmup_epochs=0, batch_size=8,
+                eval_batch_size=8, cpu_devices=1)
+  summary = train.train_and_evaluate(config, tmp_path / 'scratch')
   assert summary['steps'] == 3  # 24 images, batches of 8
-
-
-@pytest.mark.slow  # 10 s; tests/test_training_finetune.py fine-tunes .npz files
-def test_image_folder_walkthrough_fine_tunes_a_released_npz(tmp_path):
-  # Another head, a 2x2 patch grid resized to the run's 4x4; 2 of the 12
-  # layers, to compile in seconds.
+  # A released .npz: another head, a 2x2 patch grid resized to the run's
+  # 4x4; 2 of the 12 layers, to compile in seconds.
   released = models.create_model('ViT-Ti_16', 21, num_layers=2)
   variables = released.init(jax.random.key(0), np.zeros((1, 32, 32, 3)),
                             train=False)
   npz.save_npz(variables['params'], tmp_path / 'ViT-Ti_16.npz')
-  config = _config('image_folder', 'finetune')
-  config.update(data_dir=str(_image_folder(tmp_path / 'photos')),
-                init_from=str(tmp_path / 'ViT-Ti_16.npz'), model='ViT-Ti_16',
-                image_size=64, num_epochs=1, warmup_epochs=0, batch_size=8,
-                eval_batch_size=8, cpu_devices=1)
+  config = _config('image_folder:finetune')
+  config.update(data_dir=photos, init_from=str(tmp_path / 'ViT-Ti_16.npz'),
+                model='ViT-Ti_16', image_size=64, num_epochs=1, warmup_epochs=0,
+                batch_size=8, eval_batch_size=8, cpu_devices=1)
   config.model_overrides.num_layers = 2
   summary = train.train_and_evaluate(config, tmp_path / 'run')
   assert summary['steps'] == 3
