@@ -566,53 +566,38 @@ def test_a_reader_of_a_live_run_never_calls_a_rotated_checkpoint_damaged(
   assert steps == sorted(steps) and len(steps) >= 3, (steps, in_progress)
 
 
-def _missing(tmp_path) -> pathlib.Path:
-  return tmp_path / 'absent.npz'
-
-
-def _a_pickle(tmp_path) -> pathlib.Path:
-  path = tmp_path / 'params.npz'
-  path.write_bytes(pickle.dumps({'kernel': [1.0]}))
-  return path
-
-
-def _another_architecture(tmp_path) -> pathlib.Path:
+def test_a_bad_init_from_is_one_line_before_the_data(tmp_path):
+  """Missing, a pickle, or of another architecture: one line (`job.run`
+  prints a ConfigError as `error: ` and it)."""
+  a_pickle, other = tmp_path / 'params.npz', tmp_path / 'other.npz'
+  a_pickle.write_bytes(pickle.dumps({'kernel': [1.0]}))
   model = models.create_model('ViT-Tiny-CIFAR_4', 10, num_layers=1,
                               hidden_size=8, num_heads=2, mlp_dim=16)
-  path = tmp_path / 'other.npz'
   npz.save_npz(
       jax.tree.map(lambda s: np.zeros(s.shape, s.dtype),
-                   params_lib.param_shapes(model, 32)), path)
-  return path
-
-
-@pytest.mark.parametrize('init_from,message', [
-    (_missing, 'No checkpoint at {path}: pass a vit_jax.main workdir (or its '
-     'best_checkpoint), an official .npz, a timm model.safetensors or hub '
-     'folder, or a transformers ViT folder.'),
-    (_a_pickle, '{path} is not a .npz file (a zip archive of arrays): pass a '
-     'released ViT .npz or the --workdir of a `vit_jax.main` run.'),
-    (_another_architecture, 'holds a ViT with hidden size 8, 1 layer of 2 '
-     "heads, MLP 16, patch 4x4, but this run's model "
-     "(config.model='ViT-Tiny-CIFAR_4' with its model_overrides) is a ViT "
-     'with hidden size 64, 2 layers of 4 heads, MLP 128, patch 4x4: pass a '
-     'checkpoint of this model, or set --config.model and '
-     '--config.model_overrides to fine-tune the one it holds.'),
-], ids=['missing', 'not_an_npz', 'another_architecture'])
-def test_a_bad_init_from_is_one_line_before_the_data(tmp_path, init_from,
-                                                     message):
-  """One line: `job.run` prints a ConfigError as `error: ` and it."""
-  path = init_from(tmp_path)
+                   params_lib.param_shapes(model, 32)), other)
   # Data that does not exist: had it been read first, its error would show.
   config = process_test_config(tmp_path / 'no-data')
-  config.init_from = str(path)
-  with pytest.raises(ConfigError) as refused:
-    train.train_and_evaluate(config, tmp_path / 'run')
-  error = str(refused.value)
-  assert error.startswith(f"config.init_from='{path}'") and '\n' not in error
-  assert error.endswith(message.format(path=path))
-  assert 'allow_pickle' not in error
-  assert not (tmp_path / 'run').exists()
+  for path, message in (
+      (tmp_path / 'absent.npz',
+       f'No checkpoint at {tmp_path / "absent.npz"}: pass a vit_jax.main '
+       'workdir (or its best_checkpoint), an official .npz, a timm '
+       'model.safetensors or hub folder, or a transformers ViT folder.'),
+      (a_pickle, f'{a_pickle} is not a .npz file (a zip archive of arrays): '
+       'pass a released ViT .npz or the --workdir of a `vit_jax.main` run.'),
+      (other, 'holds a ViT with hidden size 8, 1 layer of 2 heads, MLP 16, '
+       "patch 4x4, but this run's model (config.model='ViT-Tiny-CIFAR_4' "
+       'with its model_overrides) is a ViT with hidden size 64, 2 layers of '
+       '4 heads, MLP 128, patch 4x4: pass a checkpoint of this model, or set '
+       '--config.model and --config.model_overrides to fine-tune the one it '
+       'holds.')):
+    config.init_from = str(path)
+    with pytest.raises(ConfigError) as refused:
+      train.train_and_evaluate(config, tmp_path / 'run')
+    error = str(refused.value)
+    assert error.startswith(f"config.init_from='{path}'") and '\n' not in error
+    assert error.endswith(message) and 'allow_pickle' not in error
+    assert not (tmp_path / 'run').exists()
 
 
 def test_a_lost_config_json_is_rebuilt_or_the_way_out_is_named(run, caplog):

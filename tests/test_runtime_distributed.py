@@ -22,12 +22,9 @@ def _device_count(count, xla_flags=''):
   return int(out.stdout.split()[-1])
 
 
-def test_sets_the_cpu_device_count():
+def test_sets_the_cpu_device_count_unless_an_xla_flag_does():
   assert _device_count(3) == 3
   assert _device_count(None) == 4
-
-
-def test_leaves_an_explicit_xla_flag_alone():
   assert _device_count(3, '--xla_force_host_platform_device_count=2') == 2
 
 
@@ -110,7 +107,7 @@ def test_an_incomplete_or_impossible_set_is_a_clear_error(
     distributed.distributed_args(**flags, environ=environ)
 
 
-def test_initialize_does_nothing_on_a_single_machine(monkeypatch):
+def test_a_single_machine_joins_no_job_and_differs_from_no_other(monkeypatch):
   for name in list(os.environ):
     if name.startswith(('SLURM_', 'OMPI_', 'TPU_', 'MEGASCALE_', 'JAX_')):
       monkeypatch.delenv(name)
@@ -118,7 +115,4 @@ def test_initialize_does_nothing_on_a_single_machine(monkeypatch):
   with pytest.raises(distributed.DistributedError,
                      match='needs --num_processes'):
     distributed.initialize_distributed(process_id=0)
-
-
-def test_a_single_process_differs_from_no_other():
   assert distributed.processes_that_differ([np.arange(3)]) == []
