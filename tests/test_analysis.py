@@ -9,7 +9,8 @@ from vit_jax import analysis
 from vit_jax.analysis import measures
 
 
-def test_every_measure_is_the_packages_own_name():
+def test_every_measure_is_the_packages_own_name_imported_alone():
+  """Importing the measures loads neither matplotlib nor jax."""
   public = {
       name
       for name, function in inspect.getmembers(measures, inspect.isfunction)
@@ -18,9 +19,6 @@ def test_every_measure_is_the_packages_own_name():
   assert public == set(analysis.__all__)
   assert all(
       getattr(analysis, name) is getattr(measures, name) for name in public)
-
-
-def test_importing_the_measures_loads_neither_matplotlib_nor_jax():
   loaded = subprocess.run([
       sys.executable, '-c', 'import sys; from vit_jax import analysis; '
       "print(sorted({'jax', 'matplotlib'} & set(sys.modules)))"

@@ -100,16 +100,11 @@ def test_uniform_attention_distance_is_the_mean_pairwise_distance():
       (2, 3), 4), [[2, 2], [2, 6], [2, 10], [6, 2], [6, 6], [6, 10]])
 
 
-def smooth_2d_embedding(grid, width=0.8):
-  """Each position embedded by its closeness to every grid position."""
-  centres = measures.patch_centres(grid, 1)
-  squared = ((centres[:, None] - centres[None])**2).sum(-1)
-  return np.exp(-squared / (2 * width**2))
-
-
 def test_hand_built_2d_embedding_gives_2d_similarity_structure():
+  """Each position embedded by its closeness to every grid position."""
   grid = (5, 5)
-  table = smooth_2d_embedding(grid)
+  centres = measures.patch_centres(grid, 1)
+  table = np.exp(-((centres[:, None] - centres[None])**2).sum(-1) / 1.28)
   with_cls = np.concatenate([np.full((1, table.shape[1]), 7.0), table])[None]
   similarity = measures.position_embedding_similarity(with_cls, grid)
   assert similarity.shape == (*grid, *grid)
