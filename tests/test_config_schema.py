@@ -60,8 +60,9 @@ def test_a_number_out_of_its_fields_range_is_named(field, value, message):
 
 def test_resuming_refuses_what_changes_the_checkpoints_meaning(tmp_path):
   saved = tiny_config('').to_dict()
-  config_schema.check_resumable(
-      saved, tiny_config('', log_every_steps=5, eval_batch_size=64), tmp_path)
+  assert config_schema.check_resumable(
+      saved, tiny_config('', log_every_steps=5, eval_batch_size=64),
+      tmp_path) == {'log_every_steps': (0, 5), 'eval_batch_size': (16, 64)}
   with pytest.raises(
       ConfigError, match=r'another config\.seed \(0 there, 1 '
       r'here\).*config\.json, or pass a new --workdir'):
@@ -77,7 +78,10 @@ def test_resuming_refuses_what_changes_the_checkpoints_meaning(tmp_path):
                                   tmp_path)
 
 
-def test_a_resumed_run_may_change_remat_and_attention_but_not_scan(tmp_path):
+def test_a_resumed_runs_model_overrides(tmp_path):
+  """remat and attention may change, scan and other fields not; a run saved
+  before a model field existed (no override of it) resumes where the field
+  is set to the model's value, and the other way round."""
 
   def config(**overrides):
     config = tiny_config('')
@@ -97,24 +101,14 @@ def test_a_resumed_run_may_change_remat_and_attention_but_not_scan(tmp_path):
       ConfigError, match=r"another config\.model_overrides "
       r"\(\{.*'scan': True.*\} there, \{.*\} here\)"):
     config_schema.check_resumable(saved, config(remat='full'), tmp_path)
-
-
-def test_overriding_a_model_field_with_its_own_value_resumes(tmp_path):
-  """A run saved before a model field existed (no override of it) resumes
-  where the field is set to the model's value, and the other way round;
-  another value is refused."""
-  saved = tiny_config('').to_dict()
-  same = tiny_config('')
-  same.model_overrides.update(mimetic_init=False, posemb='learned')
-  assert config_schema.check_resumable(saved, same, tmp_path) == {}
-  assert config_schema.check_resumable(same.to_dict(), tiny_config(''),
-                                       tmp_path) == {}
-  other = tiny_config('')
-  other.model_overrides.update(mimetic_init=True)
+  plain, same = config(), config(mimetic_init=False, posemb='learned')
+  assert config_schema.check_resumable(plain.to_dict(), same, tmp_path) == {}
+  assert config_schema.check_resumable(same.to_dict(), plain, tmp_path) == {}
   with pytest.raises(
       ConfigError, match=r"another config\.model_overrides "
       r"\(.* there, .*'mimetic_init': True.* here\)"):
-    config_schema.check_resumable(saved, other, tmp_path)
+    config_schema.check_resumable(plain.to_dict(), config(mimetic_init=True),
+                                  tmp_path)
 
 
 @pytest.mark.parametrize('teacher_field,teacher,student,message', [
