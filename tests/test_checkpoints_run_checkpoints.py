@@ -236,28 +236,22 @@ def test_a_reader_verifies_as_the_trainer_does_and_changes_nothing(
     run_checkpoints.RunCheckpoints(directory).restore_latest()
 
 
-def test_a_checkpoint_from_before_digests_is_restored_with_one_warning(
-    tmp_path, caplog):
-  directory = tmp_path / 'checkpoints'
-  _saved_steps(directory, [2])
-  for item in ('digest', 'config'):
-    shutil.rmtree(directory / '2' / item)
-  restored = run_checkpoints.RunCheckpoints(directory).restore(2)
-  assert restored.config is None
-  assert _warnings(caplog) == [
-      f'Checkpoint {directory / "2"} predates digests: restored unverified.'
-  ]
-
-
-def test_the_config_of_the_newest_checkpoint_that_holds_one(tmp_path):
+def test_the_config_of_the_newest_checkpoint_that_holds_one(tmp_path, caplog):
   directory = tmp_path / 'checkpoints'
   _saved_steps(directory, [2, 4])
   reader = run_checkpoints.RunCheckpoints(directory)
   assert reader.latest_config() == (4, {**_CONFIG, 'step': 4})
   shutil.rmtree(directory / '4' / 'config')  # as saved before checkpoints
   assert reader.latest_config() == (2, {**_CONFIG, 'step': 2})  # held it
-  shutil.rmtree(directory / '2' / 'config')
+  for item in ('digest', 'config'):
+    shutil.rmtree(directory / '2' / item)
   assert reader.latest_config() is None
+  # Saved before digests too: restored with one warning.
+  restored = run_checkpoints.RunCheckpoints(directory).restore(2)
+  assert restored.config is None
+  assert _warnings(caplog) == [
+      f'Checkpoint {directory / "2"} predates digests: restored unverified.'
+  ]
 
 
 _LAYOUT_SCRIPT = '''

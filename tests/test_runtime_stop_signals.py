@@ -127,23 +127,33 @@ def test_a_command_with_nothing_to_save_stops_at_once_in_one_line(
   assert 'Traceback' not in first + stderr
 
 
+# A command started as `nohup cmd &` starts it: Ctrl-C ignored.
+_CTRL_C_IGNORED = ['sh', '-c', 'trap "" INT; exec "$@"', 'sh']
 _AT_ONCE = (
     'from vit_jax.runtime import stop_signals\n'
     "stop_signals.catch(at_once='stopped the test; it wrote nothing')\n")
 
 
-def _stop_at_once(script: str, ready: str):
-  """Runs `script` after `catch(at_once=...)`, sends SIGTERM once it
+def _stop_at_once(script: str, ready: str, ctrl_c_ignored: bool = False):
+  """Runs `script` after `catch(at_once=...)` (started as `nohup cmd &`
+  starts it if `ctrl_c_ignored`: Ctrl-C passes it by), sends SIGTERM once it
   prints `ready`: the command ends with status 75 and the stop line last."""
-  process = subprocess.Popen([sys.executable, '-c', _AT_ONCE + script],
-                             cwd=ROOT, stdout=subprocess.PIPE,
+  command = [sys.executable, '-c', _AT_ONCE + script]
+  if ctrl_c_ignored:
+    command = _CTRL_C_IGNORED + command
+  process = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE,
                              stderr=subprocess.PIPE, text=True)
   assert process.stdout.readline() == ready + '\n'
+  if ctrl_c_ignored:
+    process.send_signal(signal.SIGINT)
+    with pytest.raises(subprocess.TimeoutExpired):
+      process.wait(timeout=1)
   process.send_signal(signal.SIGTERM)
   _, stderr = process.communicate(timeout=30)
   assert process.returncode == stop_signals.STOPPED_EXIT_STATUS
   assert stderr.splitlines()[-1] == (
       'SIGTERM: stopped the test; it wrote nothing.')
+  return stderr
 
 
 def test_the_stop_line_is_the_last_while_the_main_thread_logs():
@@ -176,29 +186,14 @@ def test_a_stop_that_ends_at_once_waits_for_a_block_not_to_be_cut(tmp_path):
   assert done.exists()
 
 
-def _with_ctrl_c_ignored(command: list[str]) -> list[str]:
-  """`command` started as `nohup command &` starts it: Ctrl-C ignored."""
-  return ['sh', '-c', 'trap "" INT; exec "$@"', 'sh', *command]
-
-
 def test_a_command_started_with_ctrl_c_ignored_keeps_it_ignored():
   """As `nohup cmd &` and a script's background jobs start it: the Ctrl-C
   meant for the foreground passes it by; SIGTERM stops it."""
-  process = subprocess.Popen(
-      _with_ctrl_c_ignored([
-          sys.executable, '-c', 'import time\n'
-          'from vit_jax.runtime import stop_signals\n'
-          'stop_signals.catch(at_once="stopped the test")\n'
-          'print("caught", flush=True)\n'
-          'time.sleep(60)\n'
-      ]), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-  assert process.stdout.readline() == 'caught\n'
-  process.send_signal(signal.SIGINT)
-  with pytest.raises(subprocess.TimeoutExpired):
-    process.wait(timeout=1)
-  process.send_signal(signal.SIGTERM)
-  assert process.wait(timeout=10) == stop_signals.STOPPED_EXIT_STATUS
-  assert process.stderr.read() == '\nSIGTERM: stopped the test.\n'
+  stderr = _stop_at_once(
+      'import time\n'
+      'print("caught", flush=True)\n'
+      'time.sleep(60)\n', 'caught', ctrl_c_ignored=True)
+  assert stderr == '\nSIGTERM: stopped the test; it wrote nothing.\n'
 
 
 def test_the_ctrl_c_tests_pass_in_a_suite_started_with_ctrl_c_ignored():
@@ -206,10 +201,10 @@ def test_the_ctrl_c_tests_pass_in_a_suite_started_with_ctrl_c_ignored():
   start Python's, as at a terminal): those pressing Ctrl-C on this process
   and on a command they start."""
   suite = subprocess.run(
-      _with_ctrl_c_ignored([
+      _CTRL_C_IGNORED + [
           sys.executable, '-m', 'pytest', '-q', '-n', '0', '-p',
           'no:cacheprovider', '-k', 'until_released or SIGINT or ctrl_c_exits',
           'tests/test_runtime_stop_signals.py',
           'tests/test_runtime_preemption.py'
-      ]), cwd=ROOT, capture_output=True, text=True, timeout=300, check=False)
+      ], cwd=ROOT, capture_output=True, text=True, timeout=300, check=False)
   assert suite.returncode == 0, suite.stdout[-3000:]
