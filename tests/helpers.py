@@ -1,7 +1,5 @@
-"""What tests share besides fixtures: synthetic datasets in the official
-on-disk formats, the study's config cut down to seconds, run directories
-the experiment runners read, commands started and waited for as
-processes, and random inputs and parameters drawn in numpy."""
+"""What tests share besides fixtures: synthetic datasets, configs cut down to
+seconds, runs in real processes, random inputs and parameters."""
 
 import contextlib
 import functools
@@ -172,8 +170,7 @@ def process_test_config(data_dir) -> ml_collections.ConfigDict:
 
 def run_on_host_devices(script: str, devices: int, cwd=ROOT,
                         timeout: float = 300) -> str:
-  """`script` run by a fresh Python on `devices` CPU host devices; its
-  stdout (the test fails with its stderr when it fails)."""
+  """The stdout of `script` run by a fresh Python on `devices` CPU devices."""
   out = subprocess.run(
       [sys.executable, '-c', script], cwd=cwd, capture_output=True, text=True,
       check=False, timeout=timeout, env={
@@ -216,24 +213,27 @@ def without_timings(records: list[dict]) -> list[dict]:
 _PROCESS_CONFIG = '''
 import sys
 sys.path.insert(0, {root!r})
-from tests.helpers import process_test_config
+from tests import helpers
 def get_config():
-  return process_test_config({data_dir!r})
+  config = helpers.{function}({data_dir!r})
+  config.update({overrides!r})
+  return config
 '''
 
 
-def write_process_config(tmp_path, data_dir) -> pathlib.Path:
-  """A config file of `process_test_config` for `python -m vit_jax.main`."""
+def write_process_config(tmp_path, data_dir, function='process_test_config',
+                         **overrides) -> pathlib.Path:
+  """A config file for `python -m vit_jax.main`: `function(data_dir)` here."""
   config_file = tmp_path / 'process_config.py'
   config_file.write_text(
-      _PROCESS_CONFIG.format(root=str(ROOT), data_dir=str(data_dir)))
+      _PROCESS_CONFIG.format(root=str(ROOT), data_dir=str(data_dir),
+                             function=function, overrides=overrides))
   return config_file
 
 
 def start_main(config_file, workdir, log_path, *flags, new_session=False):
   """`python -m vit_jax.main` in the background, its output in `log_path`;
-  `new_session`: in a process group of its own, as a batch system starts
-  it."""
+  `new_session`: in a process group of its own, as a batch system starts it."""
   with open(log_path, 'w') as log:
     return subprocess.Popen([
         sys.executable, '-m', 'vit_jax.main', f'--config={config_file}',
@@ -293,8 +293,7 @@ def start_two_processes(config_file, workdir, tmp_path, *flags):
 
 
 def wait_all(processes, timeout=300) -> list[int]:
-  """The exit statuses; processes still running after `timeout` are
-  killed."""
+  """The exit statuses; processes still running after `timeout` are killed."""
   try:
     for process in processes:
       process.wait(timeout=timeout)
@@ -329,8 +328,7 @@ def randomized(params, seed: int = 0):
 
 
 def random_params(module, *inputs, seed: int = 0, **kwargs):
-  """`randomized` parameters of `module` called on `inputs` (and `kwargs`),
-  never initialized."""
+  """`randomized` parameters of `module` on `inputs`, never initialized."""
   import jax  # pylint: disable=g-import-not-at-top
   init = functools.partial(module.init, **kwargs)  # train=: not traced
   return randomized(

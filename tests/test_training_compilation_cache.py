@@ -46,9 +46,10 @@ def test_runs_share_a_cache_and_a_rerun_compiles_from_it(tmp_path):
           'data_batch_1.bin': random_cifar(80, 10, seed=1),
           'test_batch.bin': random_cifar(37, 10, seed=3)
       })
-  config_file = write_process_config(tmp_path, data_dir)
+  config_file = write_process_config(tmp_path, data_dir, 'tiny_config',
+                                     total_steps=8, cpu_devices=1)
   cache = tmp_path / 'cache'
-  flags = (f'--config.compilation_cache_dir={cache}', '--config.total_steps=8')
+  flags = (f'--config.compilation_cache_dir={cache}',)
 
   def run(*names):
     processes = [

@@ -37,20 +37,20 @@ def test_many_steps_per_call_train_as_one_step_per_call(cifar10_binary,
       (made[name].append(len(batches)), run(self, state, sums, batches))[1])
   for name, per_call, log_every in (('one', 1, 7), ('many', 5, 7), ('split', 5,
                                                                     1)):
-    config = tiny_config(data_dir, total_steps=17, log_every_steps=log_every,
+    config = tiny_config(data_dir, total_steps=18, log_every_steps=log_every,
                          eval_every_steps=8, checkpoint_every_steps=16,
                          steps_per_dispatch=per_call)
     made[name] = []
     train.train_and_evaluate(config, tmp_path / name)
   # To steps 1, 2 (nothing timed yet: the first still in flight), 7 (log),
-  # 8 (eval), 13, 14 (log), 16 (checkpoint), 17.
-  assert made['many'] == [1, 1, 5, 1, 5, 1, 2, 1]
-  assert made['split'] == [1] * 17
+  # 8 (eval), 13, 14 (log), 16 (checkpoint), 18.
+  assert made['many'] == [1, 1, 5, 1, 5, 1, 2, 2]
+  assert made['split'] == [1] * 18
   assert without_timings(history(tmp_path / 'many')) == without_timings(
       history(tmp_path / 'one'))
   jax.tree.map(np.testing.assert_array_equal,
-               final_state(tmp_path / 'many', 17),
-               final_state(tmp_path / 'split', 17))
+               final_state(tmp_path / 'many', 18),
+               final_state(tmp_path / 'split', 18))
 
 
 class _Device:

@@ -47,8 +47,8 @@ def test_a_run_with_a_moving_average_evaluates_and_reads_back_the_average(
   assert not np.array_equal(state['ema_params']['head']['bias'],
                             state['params']['head']['bias'])
   # Fine-tuned with an average of its own, which starts from the run's
-  # (the train step donates both copies).
-  tuned = tiny_config(data_dir, total_steps=2, ema_decay=0.9,
+  # (the train step donates both copies); the run's steps, so its programs.
+  tuned = tiny_config(data_dir, total_steps=6, ema_decay=0.9,
                       init_from=str(tmp_path))
   assert np.isfinite(
       train.train_and_evaluate(tuned, tmp_path / 'tuned')['best_test_accuracy'])

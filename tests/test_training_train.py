@@ -78,24 +78,24 @@ def test_the_study_vit_computes_the_losses_it_always_did(tmp_path):
 def test_steps_set_when_it_logs_evaluates_and_checkpoints(
     cifar10_binary, tmp_path):
   data_dir, _ = cifar10_binary  # 96 images: 6 steps an epoch
-  config = tiny_config(data_dir, total_steps=20, log_every_steps=3,
+  # 18 steps, as other runs here: their programs are in the suite's cache.
+  config = tiny_config(data_dir, total_steps=18, log_every_steps=3,
                        eval_every_steps=8, checkpoint_every_steps=4,
                        keep_checkpoints=3)
   summary = train.train_and_evaluate(config, tmp_path)
   records = history(tmp_path)
-  assert [r['step'] for r in records] == [3, 6, 8, 9, 12, 15, 16, 18, 20]
-  assert [r['step'] for r in records if 'test_loss' in r] == [8, 16, 20]
+  assert [r['step'] for r in records] == [3, 6, 8, 9, 12, 15, 16, 18]
+  assert [r['step'] for r in records if 'test_loss' in r] == [8, 16, 18]
   assert [r['step'] for r in records
-          if 'train_loss' in r] == [3, 6, 9, 12, 15, 18, 20]
-  assert records[0]['epoch'] == 0.5 and records[-1]['epoch'] == pytest.approx(
-      20 / 6, abs=1e-4)
+          if 'train_loss' in r] == [3, 6, 9, 12, 15, 18]
+  assert [r['epoch'] for r in records[:3]] == [0.5, 1.0, 1.3333]
   logged = records[1]
   assert logged['learning_rate'] > 0 and logged['images_per_second'] > 0
   assert logged['flops_per_second'] > 0 and 'peak_share' not in logged  # CPU
   with ocp.CheckpointManager(tmp_path / 'checkpoints') as manager:
-    assert manager.all_steps() == [12, 16, 20]
+    assert manager.all_steps() == [12, 16, 18]
   assert (summary['steps'], summary['best_step']) == (
-      20,
+      18,
       max((r for r in records if 'test_loss' in r),
           key=lambda r: r['test_accuracy'])['step'])
   assert summary['device'] == jax.devices()[0].device_kind
@@ -128,19 +128,19 @@ def test_resumed_mid_interval_equals_uninterrupted(cifar10_binary, tmp_path,
   data_dir, _ = cifar10_binary
   # Checkpoint 8 is mid-epoch (6 steps an epoch) and mid logging interval
   # (steps 7-9): its train-metric sums are part of what it saves.
-  config = tiny_config(data_dir, model, total_steps=14, log_every_steps=3,
+  config = tiny_config(data_dir, model, total_steps=18, log_every_steps=3,
                        eval_every_steps=5, checkpoint_every_steps=4,
                        keep_checkpoints=5)
   train.train_and_evaluate(config, tmp_path / 'whole')
   shutil.copytree(tmp_path / 'whole', tmp_path / 'resumed')
-  for step in (12, 14):  # as if killed between steps 8 and 12
+  for step in (12, 16, 18):  # as if killed between steps 8 and 12
     shutil.rmtree(tmp_path / 'resumed' / 'checkpoints' / str(step))
   train.train_and_evaluate(config, tmp_path / 'resumed')
   assert without_timings(history(tmp_path / 'resumed')) == without_timings(
       history(tmp_path / 'whole'))
   jax.tree.map(np.testing.assert_array_equal,
-               final_state(tmp_path / 'resumed', 14),
-               final_state(tmp_path / 'whole', 14))
+               final_state(tmp_path / 'resumed', 18),
+               final_state(tmp_path / 'whole', 18))
 
 
 def test_a_scanned_run_resumes_exactly_in_its_own_layout(
@@ -170,32 +170,42 @@ def test_a_scanned_run_resumes_exactly_in_its_own_layout(
     train.train_and_evaluate(config, tmp_path / 'resumed')
 
 
-def test_rerunning_a_finished_run_does_not_train_again(cifar10_binary, tmp_path,
-                                                       caplog):
+@pytest.fixture(scope='module')
+def one_epoch_run(tmp_path_factory):
+  """(config, workdir, summary, test split) of `tiny_config` trained 1 epoch
+  (6 steps) on 96 images, tested on 37."""
+  root = tmp_path_factory.mktemp('one_epoch_run')
+  test_split = random_cifar(37, 10, seed=3)
+  write_cifar_binary(
+      root / 'data' / 'cifar-10-batches-bin', {
+          'data_batch_1.bin': random_cifar(96, 10, seed=1),
+          'test_batch.bin': test_split
+      })
+  config = tiny_config(root / 'data', num_epochs=1)
+  return (config, root / 'run', train.train_and_evaluate(config, root / 'run'),
+          test_split)
+
+
+def test_rerunning_a_finished_run_does_not_train_again(one_epoch_run, caplog):
   """Nor compile: it returns the summary it had."""
-  data_dir, _ = cifar10_binary
-  config = tiny_config(data_dir, num_epochs=1)
-  first = train.train_and_evaluate(config, tmp_path)
-  before = history(tmp_path)
+  config, workdir, first, _ = one_epoch_run
+  before = history(workdir)
   caplog.set_level('INFO')
   caplog.clear()
-  again = train.train_and_evaluate(config, tmp_path)
-  assert history(tmp_path) == before
+  again = train.train_and_evaluate(config, workdir)
+  assert history(workdir) == before
   assert again == first
   assert 'already holds all 6 steps; nothing to train' in caplog.text
   assert 'Compiled' not in caplog.text
 
 
-def test_eval_scores_every_test_example_once(cifar10_binary, tmp_path):
-  data_dir, splits = cifar10_binary
-  config = tiny_config(data_dir, num_epochs=1)  # 37 test images, batches of 16
-  train.train_and_evaluate(config, tmp_path)
-  record = history(tmp_path)[-1]
-  assert record['test_examples'] == 37
+def test_eval_scores_every_test_example_once(one_epoch_run):
+  config, workdir, _, (images, labels) = one_epoch_run
+  record = history(workdir)[-1]
+  assert record['test_examples'] == 37  # in batches of 16
 
-  images, labels = splits['test_batch.bin']
   model = models.from_config(config, 10)
-  params = final_state(tmp_path, 6)['params']
+  params = final_state(workdir, 6)['params']
   logits = model.apply({'params': params},
                        preprocess.eval_input(images, image_size=32,
                                              mean=config.pixel_mean,
@@ -312,9 +322,10 @@ def test_bad_input_is_a_clear_error_before_anything_is_written(
 
 
 def test_a_workdir_of_another_run_is_refused_not_restored(
-    cifar10_binary, tmp_path):
-  data_dir, _ = cifar10_binary
-  train.train_and_evaluate(tiny_config(data_dir, num_epochs=1), tmp_path)
+    one_epoch_run, tmp_path):
+  config, workdir, _, _ = one_epoch_run
+  data_dir = config.data_dir
+  tmp_path = shutil.copytree(workdir, tmp_path / 'run')
   before = (tmp_path / 'config.json').read_text()
   other = tiny_config(data_dir, num_epochs=1, batch_size=32, image_size=24)
   with pytest.raises(
@@ -339,26 +350,12 @@ def test_a_workdir_of_another_run_is_refused_not_restored(
 
 # ------------------------------------------------- real processes ----------
 
-_TWO_PROCESS_CONFIG = '''
-import sys
-sys.path.insert(0, {root!r})
-from tests.helpers import trained_vit_config
-def get_config():
-  config = trained_vit_config({data_dir!r})
-  config.input_pipeline = {input_pipeline!r}
-  if config.input_pipeline == 'streaming':
-    config.input_workers = 0  # threads: worker processes start in seconds
-  return config
-'''
 
-
-def _train_in_two_processes(data_dir, input_pipeline_name, workdir, tmp_path):
+def _train_in_two_processes(data_dir, workdir, tmp_path, **overrides):
   """Runs `trained_vit_config` in 2 processes x 1 CPU device through
   main.py's cluster flags; returns their logs."""
-  config_file = tmp_path / 'config.py'
-  config_file.write_text(
-      _TWO_PROCESS_CONFIG.format(root=str(ROOT), data_dir=str(data_dir),
-                                 input_pipeline=input_pipeline_name))
+  config_file = write_process_config(tmp_path, data_dir, 'trained_vit_config',
+                                     **overrides)
   processes, logs = start_two_processes(config_file, workdir, tmp_path)
   codes = wait_all(processes)
   for code, log in zip(codes, logs):
@@ -373,7 +370,7 @@ def test_two_processes_give_the_two_device_loss_and_one_set_of_files(
   share the workdir, where one set of files and one checkpoint appear."""
   reference, data_dir = trained_vit_run
   workdir = tmp_path / 'run'
-  logs = _train_in_two_processes(data_dir, 'on_device', workdir, tmp_path)
+  logs = _train_in_two_processes(data_dir, workdir, tmp_path)
   assert '[process 1/2] step 6/6 (epoch 1)' in logs[1]
 
   records, expected = history(workdir), history(reference)
@@ -404,8 +401,9 @@ def test_two_streaming_processes_each_read_their_half_of_every_batch(
   config = trained_vit_config(data_dir)
   config.input_pipeline, config.input_workers = 'streaming', 0
   train.train_and_evaluate(config, tmp_path / 'reference')
-  logs = _train_in_two_processes(data_dir, 'streaming', tmp_path / 'run',
-                                 tmp_path)
+  # Threads: worker processes start in seconds.
+  logs = _train_in_two_processes(data_dir, tmp_path / 'run', tmp_path,
+                                 input_pipeline='streaming', input_workers=0)
   for process_id, log in enumerate(logs):
     rows = f'{8 * process_id}:{8 * (process_id + 1)}'
     assert f'reads rows {rows} of every training batch of 16' in log
