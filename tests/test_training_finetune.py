@@ -98,7 +98,8 @@ def test_any_vit_fine_tunes_at_a_new_resolution(overrides, tmp_path, caplog):
   # The prefix tokens ([CLS], the distillation token, none) are counted by
   # the model, so the patch grid is resized whatever the head, which the
   # log says once. A scanned model saves the official layout and starts
-  # from it stacked.
+  # from it stacked. What the check before the data read is what fine-tuning
+  # starts from.
   caplog.set_level('INFO', logger='absl')  # another test may have set it
   fields = dict(num_layers=1, hidden_size=8, num_heads=2, mlp_dim=16,
                 **overrides)
@@ -106,7 +107,8 @@ def test_any_vit_fine_tunes_at_a_new_resolution(overrides, tmp_path, caplog):
   config = tiny_config('', init_from=str(tmp_path / 'small.npz'), image_size=24)
   config.model_overrides = fields
   model = models.from_config(config, num_classes=10)
-  start = finetune.pretrained_params(config, vit_params(24, 10, **fields))
+  fresh = vit_params(24, 10, **fields)
+  start = finetune.pretrained_params(config, fresh)
   tokens = 36 + len(model.prefix_tokens)
   assert start['Transformer']['posembed_input']['pos_embedding'].shape == (
       1, tokens, 8)
@@ -114,6 +116,9 @@ def test_any_vit_fine_tunes_at_a_new_resolution(overrides, tmp_path, caplog):
       f'Resizing the position embeddings from (1, {tokens - 20}, 8) to '
       f'(1, {tokens}, 8).'
   ]
+  assert_trees_identical(
+      finetune.pretrained_params(config, fresh,
+                                 finetune.check_init_from(config)), start)
 
 
 def test_a_distilled_student_fine_tunes_from_a_vit_without_the_token(
@@ -179,17 +184,6 @@ def test_a_file_that_is_no_npz_is_one_line_without_pickle_advice(
       r'run\.$') as error:
     finetune.check_init_from(config)
   assert 'pickle' not in str(error.value)
-
-
-def test_what_the_check_read_is_what_fine_tuning_starts_from(tmp_path):
-  fields = dict(num_layers=1, hidden_size=8, num_heads=2, mlp_dim=16)
-  npz.save_npz(vit_params(16, 10, **fields), tmp_path / 'small.npz')
-  config = tiny_config('', init_from=str(tmp_path / 'small.npz'), image_size=24)
-  config.model_overrides = fields
-  pretrained = finetune.check_init_from(config)
-  fresh = vit_params(24, 10, **fields)
-  assert_trees_identical(finetune.pretrained_params(config, fresh, pretrained),
-                         finetune.pretrained_params(config, fresh))
 
 
 @pytest.mark.parametrize('format_name', ['timm', 'hf'])
