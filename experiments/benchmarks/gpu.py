@@ -62,21 +62,16 @@ def _versions() -> dict:
   from jax._src import lib  # pylint: disable=g-import-not-at-top
   cuda = (getattr(lib, 'cuda_versions', None)
           if jax.default_backend() == 'gpu' else None)
-
-  def dotted(name: str, unit: int) -> str | None:
-    read = getattr(cuda, name, None)
-    if read is None:
-      return None
-    version = read()
-    return f'{version // unit}.{version % unit // (unit // 100)}'
-
-  return {
+  versions = {
       'python': sys.version.split()[0], 'jax': jax.__version__,
-      'jaxlib': importlib.metadata.version('jaxlib'), 'cuda': dotted(
-          'cuda_runtime_get_version',
-          1000), 'cuda_driver': dotted('cuda_driver_get_version', 1000),
-      'cudnn': dotted('cudnn_get_version', 10000),
+      'jaxlib': importlib.metadata.version('jaxlib')
   }
+  for name, unit in (('cuda_runtime', 1000), ('cuda_driver', 1000), ('cudnn',
+                                                                     10000)):
+    version = getattr(cuda, f'{name}_get_version', lambda: None)()
+    versions[name.removesuffix('_runtime')] = (
+        version and f'{version // unit}.{version % unit // (unit // 100)}')
+  return versions
 
 
 def environment(smoke: bool) -> dict:

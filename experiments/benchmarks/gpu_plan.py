@@ -49,7 +49,7 @@ class Plan:
 
 SECTIONS = ('study', 'train step', 'attention', 'profile', 'input')
 # timm's step as a PyTorch user runs it at its best
-# (compare_pytorch.COMPILED): the whole step compiled, or the model compiled
+# (timm_worker.COMPILED): the whole step compiled, or the model compiled
 # beside AdamW's fused kernel.
 TIMM_MODES = {'torch.compile': 'step', 'compiled model, fused AdamW': 'model'}
 B16 = 'ViT-B/16'  # the summary's model

@@ -80,33 +80,11 @@ def _percent(share) -> str:
 
 
 def row_line(row: dict) -> str:
-  """One row as `gpu.py` prints it when it lands."""
-  if 'skipped' in row:
-    what = ' '.join(
-        str(row[k]) for k in ('model', 'implementation', 'variant', 'loader',
-                              'compilation_cache') if k in row)
-    return f'{row["section"]}: {what}: not measured: {row["skipped"]}'
-  if row['section'] == 'train step':
-    return (f'train step: {row["model"]} {row["implementation"]} '
-            f'{row["variant"]}, batch {row["batch_size"]}: '
-            f'{_number(row["images_per_second"])} img/s, '
-            f'{_percent(row["peak_share"]) or "?"} of peak, '
-            f'{_percent(row["matmul_share"])} of the matmul')
-  if row['section'] == 'study':
-    one_step = (', one step a call'
-                if 'steps_per_dispatch' in row['overrides'] else '')
-    return (f'study, {row["compilation_cache"]} compilation cache{one_step}: '
-            f'{_number(row["end_to_end_seconds"])} s end to end, '
-            f'{_number(row["train_seconds"])} s training, '
-            f'{_number(row["train_images_per_second"])} img/s in training')
-  if row['section'] == 'attention':
-    return f'attention: {row["variant"]}: {_number(row["ms"], 2)} ms'
-  if row['section'] == 'profile':
-    kinds = ', '.join(f'{kind} {_number(ms, 1)}'
-                      for kind, ms in row['ms_per_step_by_kind'].items())
-    return f'profile: {row["model"]}: ms per step: {kinds}'
-  return (f'input: {row["loader"]}: '
-          f'{_number(row["images_per_second"])} img/s')
+  """One row as `gpu.py` prints it when it lands: its section and scalars."""
+  cells = (f'{k}={_number(v, 2) if isinstance(v, float) else v}'
+           for k, v in row.items()
+           if k != 'section' and isinstance(v, (str, int, float)))
+  return f'{row["section"]}: ' + ', '.join(cells)
 
 
 def _by_model_part(by_part: dict[str, float] | str | None,
@@ -265,8 +243,10 @@ def report(results: dict) -> str:
           _percent(r['best_test_accuracy'])
       ])
   lines += _table(
-      rows, 'attention', lambda r: 'Attention alone (batch x tokens x heads x '
-      f'head_dim {"x".join(map(str, r["shape"]))}, bfloat16, forward and '
+      rows, 'attention', lambda r:
+      ('The attention layer, its projections included' if r.get('layer') else
+       'Attention alone') + ' (batch x tokens x heads x head_dim '
+      f'{"x".join(map(str, r["shape"]))}, bfloat16, forward and '
       'backward), median ms:', ['attention', 'ms'], lambda r: [r['variant']],
       lambda r: [_number(r['ms'], 2)])
   for r in (r for r in rows if r['section'] == 'profile'):

@@ -7,6 +7,7 @@ import statistics
 import subprocess
 import tempfile
 import time
+from unittest import mock
 
 import jax
 import jax.numpy as jnp
@@ -20,6 +21,7 @@ from experiments.benchmarks import profile_step
 from experiments.benchmarks import study_step
 from experiments.benchmarks import timm_worker
 from vit_jax import benchmark_input
+from vit_jax.models.layers import attention
 from vit_jax.models.layers import fused_attention
 from vit_jax.training import step_benchmark
 
@@ -154,37 +156,37 @@ def start_worker(python: str) -> tuple[timm_worker.TimmWorker | None, str]:
 
 
 def attention_rows(plan: gpu_plan.Plan, seconds_left) -> list[dict]:
-  """Attention alone, forward and backward in bfloat16: the einsum path and
-  the fused kernel with the tokens padded to each of `plan.token_multiples`."""
+  """The attention layer (`MultiHeadSelfAttention`), forward and backward in
+  bfloat16: einsum, and the fused kernel with the tokens padded to each of
+  `plan.token_multiples`."""
   batch, tokens, heads, head_dim = plan.attention_shape
-  row = {'section': 'attention', 'shape': list(plan.attention_shape)}
+  row = {
+      'section': 'attention', 'shape': list(plan.attention_shape), 'layer': True
+  }
   if seconds_left() <= 0:
     return [{**row, 'skipped': OUT_OF_TIME}]
   kernel = 'cudnn' if fused_attention.cudnn_applies(
       jax.devices()[0], jnp.bfloat16, head_dim) else 'xla'
-  q, k, v = jax.random.normal(jax.random.key(0),
-                              (3, batch, tokens, heads, head_dim), jnp.bfloat16)
-  scale = head_dim**-0.5
-
-  def einsum(q, k, v):  # MultiHeadSelfAttention's, in its layout
-    q, k, v = (x.transpose(0, 2, 1, 3) for x in (q, k, v))
-    logits = jnp.einsum('bhqe,bhke->bhqk', q * jnp.bfloat16(scale), k)
-    weights = jax.nn.softmax(logits.astype(jnp.float32)).astype(q.dtype)
-    return jnp.einsum('bhqk,bhke->bhqe', weights, v)
-
-  candidates = {'einsum': einsum}
+  x = jax.random.normal(jax.random.key(0), (batch, tokens, heads * head_dim),
+                        jnp.bfloat16)
+  # 'cudnn' runs `kernel` at each token multiple (KERNELS patched).
+  candidates = {'einsum': ('einsum', {})}
   for multiple in plan.token_multiples:
     candidates[f'{kernel}, tokens padded to a multiple of {multiple}'] = (
-        lambda q, k, v, m=multiple: fused_attention.attend(
-            q, k, v, scale=scale, implementation=kernel, token_multiple=m))
+        'cudnn', {'cudnn': (kernel, multiple)})
   rows = []
-  for name, forward in candidates.items():
+  for name, (implementation, kernels) in candidates.items():
+    layer = attention.MultiHeadSelfAttention(heads, dtype=jnp.bfloat16,
+                                             attention=implementation)
     step = jax.jit(
         jax.grad(
-            lambda q, k, v, f=forward: f(q, k, v).astype(jnp.float32).sum(),
-            argnums=(0, 1, 2)))
+            lambda p, x, f=layer.apply: f(p, x, deterministic=True).astype(
+                jnp.float32).sum(), argnums=(0, 1)))
     try:
-      seconds = step_benchmark.median_seconds(lambda: step(q, k, v), plan.steps)
+      with mock.patch.dict(fused_attention.KERNELS, kernels):
+        params = layer.init(jax.random.key(1), x, deterministic=True)
+        seconds = step_benchmark.median_seconds(lambda: step(params, x),
+                                                plan.steps)
     except Exception as e:  # pylint: disable=broad-except
       rows.append(
           {**row, 'variant': name, 'skipped': gpu_steps.failure_note(e)})

@@ -7,7 +7,6 @@ import traceback
 
 import jax
 
-from experiments.benchmarks import compare_pytorch
 from experiments.benchmarks import gpu_plan
 from experiments.benchmarks import study_step
 from experiments.benchmarks import timm_worker
@@ -52,7 +51,7 @@ def fitting_ours(plan: gpu_plan.Plan, model: str, batch: int,
 def architecture(bench: step_benchmark.StepBenchmark) -> dict:
   """Our model as timm's VisionTransformer is configured for it."""
   m = bench.module
-  return compare_pytorch.Architecture(
+  return timm_worker.Architecture(
       image=bench.config.image_size, patch=m.patch_size, hidden=m.hidden_size,
       layers=m.num_layers, heads=m.num_heads, mlp=m.mlp_dim,
       classes=m.num_classes, dropout=m.dropout_rate,
@@ -91,12 +90,11 @@ def compare_model(
   except Exception as e:  # pylint: disable=broad-except
     # One model's failure is its rows' note; the other models still run.
     return not_measured(label, plan, batch_size, failure_note(e), timm_modes)
-  train_flops = 3 * bench.forward_flops_per_image()
   if worker:
     # The worker builds and compiles timm's steps while we compile ours.
     for mode in timm_modes:
       worker.send(op='prepare', name=mode, architecture=architecture(bench),
-                  batch=batch, compiled=TIMM_MODES[mode])
+                  batch=batch, compiled=TIMM_MODES[mode], dtype='bfloat16')
   benches = {first: bench}
   for name in others:
     try:
@@ -135,14 +133,14 @@ def compare_model(
       pass  # it ended: its rows say so
   return [
       _row(label, key, plan, batch, skipped=skipped[key]) if key in skipped else
-      _row(label, key, plan, batch, seconds=seconds[key],
-           train_flops=train_flops, peaks=peaks, setup_seconds=setup[key])
-      for key in keys
+      _row(label, key, plan, batch, seconds=seconds[key], bench=bench,
+           peaks=peaks, setup_seconds=setup[key]) for key in keys
   ]
 
 
 def _row(label: str, key: tuple[str, str], plan: gpu_plan.Plan, batch: int,
-         skipped: str = '', seconds: list[float] = (), train_flops: float = 0,
+         skipped: str = '', seconds: list[float] = (),
+         bench: step_benchmark.StepBenchmark | None = None,
          peaks: dict | None = None, setup_seconds: float = 0) -> dict:
   implementation, variant = key
   row = {
@@ -152,7 +150,7 @@ def _row(label: str, key: tuple[str, str], plan: gpu_plan.Plan, batch: int,
   if skipped:
     return {**row, 'skipped': skipped}
   step = statistics.median(seconds)
-  flop_per_second = train_flops * batch / step
+  flop_per_second = bench.train_flops_per_second(step)
   return {
       **row, 'images_per_second': batch / step, 'ms_per_step': 1000 * step,
       'round_images_per_second': [batch / s for s in seconds],

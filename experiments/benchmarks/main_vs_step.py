@@ -8,8 +8,6 @@ r"""Does the training job run at the speed of its step? The training images/s
 Writes `main_vs_step.json` and prints the medians and their ratio.
 """
 
-import datetime
-import json
 import pathlib
 import statistics
 import subprocess
@@ -58,12 +56,12 @@ def main():
   main_median = statistics.median(main_rates)
   step_median = statistics.median(step_rates)
   summary = {
-      'date': datetime.date.today().isoformat(), 'rounds': args.rounds,
-      'epochs': args.epochs, 'main_images_per_second': main_rates,
+      'rounds': args.rounds, 'epochs': args.epochs,
+      'main_images_per_second': main_rates,
       'benchmark_images_per_second': step_rates, 'main_median': main_median,
       'benchmark_median': step_median, 'ratio': main_median / step_median,
   }
-  (HERE / 'main_vs_step.json').write_text(json.dumps(summary, indent=2))
+  study_step.write_json(HERE / 'main_vs_step.json', summary)
   print()
   study_step.print_table(
       ('training images/s (ViT-Tiny-CIFAR_4, batch 128, augmented)', 'median'),

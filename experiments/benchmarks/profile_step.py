@@ -25,7 +25,6 @@ import re
 import subprocess
 import sys
 import tempfile
-import time
 
 from experiments.benchmarks import hlo_parts
 from experiments.benchmarks import study_step
@@ -220,19 +219,16 @@ def device_profile(
 MATMULS = ((128 * 65, 128, 512), (128 * 65, 512, 128), (128, 128 * 65, 512))
 
 
-def matmul_rate(shape: tuple[int, int, int], seconds: float = 5.0) -> float:
-  """GFLOP/s of one jitted f32 matmul of `shape`, run back to back."""
-  import jax  # pylint: disable=g-import-not-at-top
-  import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
-  m, k, n = shape
-  matmul = jax.jit(jnp.matmul)
-  a, b = jnp.ones((m, k)), jnp.ones((k, n))
-  matmul(a, b).block_until_ready()
-  count, start = 0, time.perf_counter()
-  while time.perf_counter() - start < seconds:
-    matmul(a, b).block_until_ready()
-    count += 1
-  return 2 * m * k * n * count / (time.perf_counter() - start) / 1e9
+def matmul_rate(shape: tuple[int, int, int]) -> float:
+  """GFLOP/s of an f32 matmul of `shape` on one device."""
+  # pylint: disable=g-import-not-at-top
+  import jax.numpy as jnp
+  from vit_jax.runtime import sharding
+  from vit_jax.training import step_benchmark
+  # pylint: enable=g-import-not-at-top
+  return step_benchmark.measure_matmul_peak(
+      jnp.float32, sharding.batch_sharded(sharding.make_mesh()),
+      size=shape) / 1e9
 
 
 def matmuls_alone_and_side_by_side():

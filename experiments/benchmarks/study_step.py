@@ -1,9 +1,13 @@
 """What the benchmark scripts share: the study ViT's step timed, the study's
-command, alternating rounds, flags and markdown tables."""
+command, their JSON, alternating rounds, flags and markdown tables."""
 
 import argparse
 from collections.abc import Iterable
+import datetime
+import json
+import os
 import pathlib
+import platform
 import sys
 
 # The study's command runs from the checkout's root, where its config is.
@@ -29,6 +33,18 @@ def study_command(workdir, data_dir, overrides: dict) -> list[str]:
       f'--workdir={workdir}', f'--config.data_dir={data_dir}',
       *(f'--config.{k}={v}' for k, v in overrides.items())
   ]
+
+
+def write_json(path: pathlib.Path, data: dict):
+  """`data` as JSON at `path`, after the date and the machine that measured it."""
+  machine = (f'{platform.processor() or platform.machine()}, '
+             f'{len(os.sched_getaffinity(0))} cores')
+  path.write_text(
+      json.dumps(
+          {
+              'date': datetime.date.today().isoformat(), 'machine': machine,
+              **data
+          }, indent=2))
 
 
 def rounds(names: Iterable, count: int, first: tuple = ()):

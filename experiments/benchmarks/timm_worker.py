@@ -1,24 +1,142 @@
 """timm's train steps, timed on request in a process of their own, so that
-`gpu.py` alternates rounds between them and our compiled steps without
-recompiling either, and without torch in the project's process.
+`gpu.py` and `compare_pytorch.py` alternate rounds between them and our
+compiled steps without torch in the project's process.
 
 `python -m experiments.benchmarks.timm_worker` (from the repository's root)
 reads one JSON request a line and answers one JSON line each: `prepare` (name,
-architecture, batch, compiled) -> warmup_seconds; `time` (name, steps) ->
-seconds; `clear` -> {}. A failed request is answered {"error": ...}; its first
-line names torch's and timm's versions, or why they do not import.
+architecture, batch, compiled, dtype) -> warmup_seconds; `time` (name, steps)
+-> seconds; `clear` -> {}. A failed request is answered {"error": ...}; its
+first line names torch's and timm's versions and torch's threads, or why they
+do not import.
 """
 
+import functools
 import json
 import os
 import subprocess
 import sys
+import time
 import traceback
+from typing import NamedTuple
 
-from experiments.benchmarks import compare_pytorch
+from experiments.benchmarks import study_step
 from vit_jax import errors
 
-REPO = compare_pytorch.REPO
+
+class Architecture(NamedTuple):
+  """A ViT as timm's VisionTransformer is configured, and its parameter count."""
+  image: int
+  patch: int
+  hidden: int
+  layers: int
+  heads: int
+  mlp: int
+  classes: int
+  dropout: float
+  parameters: int
+
+
+def timm_vit(architecture: Architecture):
+  """timm's VisionTransformer as our ViT of `architecture` (train mode)."""
+  from timm.models import vision_transformer  # pylint: disable=g-import-not-at-top
+  from torch import nn  # pylint: disable=g-import-not-at-top
+
+  a = architecture
+  model = vision_transformer.VisionTransformer(
+      img_size=a.image,
+      patch_size=a.patch,
+      num_classes=a.classes,
+      global_pool='token',
+      class_token=True,
+      embed_dim=a.hidden,
+      depth=a.layers,
+      num_heads=a.heads,
+      mlp_ratio=a.mlp / a.hidden,
+      qkv_bias=True,
+      norm_layer=functools.partial(nn.LayerNorm, eps=1e-6),
+      act_layer=functools.partial(nn.GELU, approximate='tanh'),
+      # Dropout where ours has it: after the position embedding (pos_drop),
+      # the attention's projection and the MLP's layers (proj_drop, drop1,
+      # drop2); none on attention weights, the head (drop_rate) or paths.
+      pos_drop_rate=a.dropout,
+      proj_drop_rate=a.dropout,
+      attn_drop_rate=0.0,
+      drop_rate=0.0,
+      drop_path_rate=0.0,
+      weight_init='jax')
+  parameters = sum(p.numel() for p in model.parameters())
+  assert parameters == a.parameters, (parameters, a.parameters)
+  layer_norms = [m for m in model.modules() if isinstance(m, nn.LayerNorm)]
+  assert len(layer_norms) == 2 * a.layers + 1, len(layer_norms)
+  assert all(m.eps == 1e-6 for m in layer_norms)
+  dropouts = [m.p for m in model.modules() if isinstance(m, nn.Dropout)]
+  # pos_drop + per block (attn_drop, proj_drop, drop1, drop2) + head_drop.
+  assert sorted(dropouts) == sorted([a.dropout] +
+                                    [0.0, a.dropout, a.dropout, a.dropout] *
+                                    a.layers + [0.0]), dropouts
+  return model
+
+
+# What torch.compile compiles of a step: nothing, the whole step (forward,
+# backward and AdamW's update in one graph), or the model alone beside
+# AdamW's fused CUDA kernel (the usual recipe of PyTorch's own examples).
+COMPILED = ('nothing', 'step', 'model')
+
+
+def train_step(model, architecture: Architecture, batch: int, compiled: str,
+               device: str = 'cpu', dtype: str = 'float32'):
+  """A function that runs one AdamW step of `model` on a fixed random batch,
+  in `dtype` ('float32', or 'bfloat16' by autocast), torch.compile applied to
+  what `compiled` (of COMPILED) names; checks first that the eval-mode
+  features and logits are finite."""
+  import torch  # pylint: disable=g-import-not-at-top
+  from torch import nn  # pylint: disable=g-import-not-at-top
+
+  if compiled not in COMPILED:
+    raise ValueError(f'compiled={compiled!r}; use one of {COMPILED}.')
+  model.to(device)
+  fused = compiled == 'model' and device == 'cuda'
+  optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.01,
+                                fused=fused or None)
+  loss_fn = nn.CrossEntropyLoss(label_smoothing=0.1)
+  size = architecture.image
+  images = torch.randn(batch, 3, size, size, device=device)
+  labels = torch.randint(0, architecture.classes, (batch,), device=device)
+
+  model.eval()  # The head starts at zero (as ours), so check the features too.
+  with torch.no_grad():
+    features = model.forward_features(images)
+    logits = model.forward_head(features)
+  assert logits.shape == (batch, architecture.classes), logits.shape
+  assert torch.isfinite(features).all() and torch.isfinite(logits).all()
+
+  def step():
+    optimizer.zero_grad(set_to_none=True)
+    with torch.autocast(device, dtype=torch.bfloat16,
+                        enabled=dtype == 'bfloat16'):
+      loss = loss_fn(model(images), labels)
+    loss.backward()
+    optimizer.step()
+    return loss
+
+  model.train()
+  if compiled == 'model':
+    model.compile()  # in place: the optimizer keeps the same parameters
+  return torch.compile(step) if compiled == 'step' else step
+
+
+def run_steps(step, count: int, device: str = 'cpu') -> list[float]:
+  """Seconds of each of `count` steps; checks that the last loss is finite."""
+  import torch  # pylint: disable=g-import-not-at-top
+  times = []
+  for _ in range(count):
+    start = time.perf_counter()
+    loss = step()
+    if device == 'cuda':
+      torch.cuda.synchronize()
+    times.append(time.perf_counter() - start)
+  assert torch.isfinite(loss), loss
+  return times
 
 
 def _serve():
@@ -38,7 +156,8 @@ def _serve():
     return
   device = 'cuda' if torch.cuda.is_available() else 'cpu'
   reply({
-      'torch': torch.__version__, 'timm': timm.__version__, 'device': device
+      'torch': torch.__version__, 'timm': timm.__version__, 'device': device,
+      'threads': torch.get_num_threads()
   })
   prepared = {}
   for line in sys.stdin:
@@ -55,20 +174,17 @@ def _handle(request: dict, prepared: dict, device: str) -> dict:
   import torch  # pylint: disable=g-import-not-at-top
   if request['op'] == 'prepare':
     torch.manual_seed(0)
-    architecture = compare_pytorch.Architecture(**request['architecture'])
-    model, _ = compare_pytorch.timm_vit(architecture)
-    step = compare_pytorch.train_step(model, architecture, request['batch'],
-                                      request['compiled'], device,
-                                      bfloat16=True)
-    warmup = compare_pytorch.run_steps(step, 3, device)
+    architecture = Architecture(**request['architecture'])
+    model = timm_vit(architecture)
+    step = train_step(model, architecture, request['batch'],
+                      request['compiled'], device, request['dtype'])
+    warmup = run_steps(step, 3, device)
     prepared[request['name']] = step
     return {'warmup_seconds': sum(warmup)}
   if request['op'] == 'time':
     step = prepared[request['name']]
-    compare_pytorch.run_steps(step, 2, device)
-    return {
-        'seconds': compare_pytorch.run_steps(step, request['steps'], device)
-    }
+    run_steps(step, 2, device)
+    return {'seconds': run_steps(step, request['steps'], device)}
   if request['op'] == 'clear':
     prepared.clear()
     if device == 'cuda':
@@ -87,14 +203,16 @@ class TimmWorker:
 
   def __init__(self, python: str):
     self.process = subprocess.Popen(
-        [python, '-m', 'experiments.benchmarks.timm_worker'], cwd=REPO,
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        [python, '-m', 'experiments.benchmarks.timm_worker'],
+        cwd=study_step.REPO, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+        text=True)
     try:
       hello = self.receive()
     except WorkerError:
       self.close()
       raise
     self.versions = {'torch': hello['torch'], 'timm': hello['timm']}
+    self.threads = hello['threads']
 
   def send(self, **request):
     """Queues `request`; an ended worker's answer is an error."""

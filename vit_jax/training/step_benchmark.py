@@ -3,6 +3,7 @@ on the devices, beside a matmul peak and XLA's memory estimate; no flags, so
 that any tool may import it."""
 
 import dataclasses
+import functools
 import pathlib
 import time
 from typing import Any
@@ -32,19 +33,21 @@ _VIT_DEFAULTS = {
 }
 
 
-def measure_matmul_peak(dtype, placement: jax.sharding.NamedSharding,
-                        compiler_options=None,
-                        size: int = _PEAK_MATMUL_SIZE) -> float:
-  """FLOP/s of large square matmuls, one per device, on all devices at once,
-  of random data (a GPU multiplies zeros or constants faster)."""
+def measure_matmul_peak(
+    dtype, placement: jax.sharding.NamedSharding, compiler_options=None,
+    size: int | tuple[int, int, int] = _PEAK_MATMUL_SIZE) -> float:
+  """FLOP/s of large matmuls, square of side `size` or of (M, K, N) `size`, one
+  per device, on all devices at once, of random data (a GPU multiplies zeros
+  or constants faster)."""
+  m, k, n = (size,) * 3 if isinstance(size, int) else size
   num_devices = placement.mesh.size
   a_key, b_key = jax.random.split(jax.random.key(0))
-  a = jax.device_put(
-      jax.random.normal(a_key, (num_devices * size, size), dtype), placement)
-  b = jax.random.normal(b_key, (size, size), dtype)
+  a = jax.device_put(jax.random.normal(a_key, (num_devices * m, k), dtype),
+                     placement)
+  b = jax.random.normal(b_key, (k, n), dtype)
   matmul = jax.jit(lambda a, b: a @ b).lower(a, b).compile(compiler_options)
   seconds = median_seconds(lambda: matmul(a, b), steps=5)
-  return 2 * num_devices * size**3 / seconds
+  return 2 * num_devices * m * k * n / seconds
 
 
 def median_seconds(run, steps: int, warmup: int = 2) -> float:
@@ -150,11 +153,16 @@ class StepBenchmark:
                               steps.zero_sums(self.replicated, steps.EVAL_SUMS),
                               self.inputs.test_data, self.indices, self.mask)
 
+  @functools.cached_property
   def forward_flops_per_image(self) -> int:
     return flops.forward_flops_per_image(
         self.module,
         models.model_variables(self.state.params, self.state.batch_stats),
         self.config.image_size)
+
+  def train_flops_per_second(self, seconds: float) -> float:
+    """The FLOP/s of a train step (three forward passes) of `seconds`."""
+    return 3 * self.forward_flops_per_image * self.config.batch_size / seconds
 
 
 def trace(bench: StepBenchmark, trace_dir, steps: int):
@@ -199,12 +207,12 @@ def run_benchmark(config: ml_collections.ConfigDict, num_classes: int = 10,
     trace(bench, trace_dir, trace_steps)
   eval_seconds = median_seconds(bench.eval_step, steps_timed)
 
-  forward = bench.forward_flops_per_image()
+  forward = bench.forward_flops_per_image
   options = steps.compiler_options(config)
   peak = measure_matmul_peak(jnp.dtype(config.dtype),
                              sharding.batch_sharded(bench.mesh), options)
   xla_train_flops = _xla_flops(compiled.train)
-  train_flops_per_second = 3 * forward * batch_size / train_seconds
+  train_flops_per_second = bench.train_flops_per_second(train_seconds)
   eval_flops_per_second = forward * batch_size / eval_seconds
   return {
       **described, 'compiler_options': options or {},
