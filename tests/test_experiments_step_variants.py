@@ -134,7 +134,7 @@ def test_a_run_that_outlasts_its_time_keeps_what_it_timed(monkeypatch):
     raise subprocess.TimeoutExpired(command, kwargs['timeout'],
                                     output=b''.join(printed) or None)
 
-  monkeypatch.setattr(step_variants.subprocess, 'run', cut)
+  monkeypatch.setattr(step_variants.study_step.subprocess, 'run', cut)
   args = types.SimpleNamespace(steps=10, gpu=True, smoke=False,
                                run_timeout=120.0)
   run = step_variants._run(step_variants.PROFILED, args)

@@ -15,7 +15,6 @@ the runs and medians to --output and prints a table.
 import json
 import pathlib
 import statistics
-import subprocess
 import sys
 
 HERE = pathlib.Path(__file__).resolve().parent
@@ -62,11 +61,11 @@ def timm_run(torch_python: str, mode: str, steps: int) -> dict:
 
 
 def run(command: list[str]) -> dict:
-  out = subprocess.run(command, capture_output=True, text=True, check=False,
-                       cwd=REPO)
-  if out.returncode:
-    raise RuntimeError(f'{" ".join(command)} failed:\n{out.stderr[-3000:]}')
-  return json.loads(out.stdout.strip().splitlines()[-1])
+  """The JSON line `command` prints last."""
+  stdout, stderr, failed = study_step.run(command)
+  if failed:
+    raise RuntimeError(f'{" ".join(command)} failed:\n{stderr[-3000:]}')
+  return json.loads(stdout.strip().splitlines()[-1])
 
 
 def contenders(steps: int, torch_python: str, torch_modes: list[str]) -> dict:

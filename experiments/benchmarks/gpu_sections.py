@@ -4,7 +4,6 @@ each a function that returns its rows."""
 import gc
 import pathlib
 import statistics
-import subprocess
 import tempfile
 import time
 from unittest import mock
@@ -42,24 +41,12 @@ def run_study(plan: gpu_plan.Plan, cifar_dir: pathlib.Path, timeout: float,
     return {**row, 'skipped': OUT_OF_TIME}
   with tempfile.TemporaryDirectory() as workdir:
     start = time.time()
-    try:
-      run = subprocess.run(
-          study_step.study_command(
-              workdir, cifar_dir,
-              {'compilation_cache_dir': cache, **overrides}),
-          cwd=study_step.REPO, env=env, capture_output=True, text=True,
-          timeout=timeout)
-    except subprocess.TimeoutExpired:
-      return {
-          **row, 'skipped': f'still running at the end of its budget '
-                            f'({timeout:.0f} s)'
-      }
-    if run.returncode:
-      last_line = (run.stderr.strip().splitlines() or [''])[-1]
-      return {
-          **row, 'skipped': f'vit_jax.main exited with {run.returncode}: '
-                            f'{last_line}'
-      }
+    _, stderr, failed = study_step.run(
+        study_step.study_command(workdir, cifar_dir,
+                                 {'compilation_cache_dir': cache, **overrides}),
+        timeout, env)
+    if failed:
+      return {**row, 'skipped': f'vit_jax.main: {failed}'}
     summary_file = pathlib.Path(workdir) / 'summary.json'
     summary = runs.read_json(summary_file)
     # Its pace in training alone (a record's images/s leaves out evaluating
@@ -68,7 +55,7 @@ def run_study(plan: gpu_plan.Plan, cifar_dir: pathlib.Path, timeout: float,
     # Where its start-up time went, as its log says (the lines that
     # name the phases, cut at 300 characters).
     phases = [
-        line[:300] for line in run.stderr.splitlines()
+        line[:300] for line in stderr.splitlines()
         if any(word in line for word in ('Compil', 'parameters) on', 'Resumed',
                                          'step 39/', 'Done:'))
     ]

@@ -10,7 +10,6 @@ Writes `main_vs_step.json` and prints the medians and their ratio.
 
 import pathlib
 import statistics
-import subprocess
 import tempfile
 
 from experiments import runs
@@ -22,9 +21,10 @@ HERE = pathlib.Path(__file__).resolve().parent
 
 def main_job_rates(data_dir: str, epochs: int) -> list[float]:
   with tempfile.TemporaryDirectory() as workdir:
-    subprocess.run(
-        study_step.study_command(workdir, data_dir, {'num_epochs': epochs}),
-        cwd=study_step.REPO, check=True, capture_output=True, text=True)
+    _, _, failed = study_step.run(
+        study_step.study_command(workdir, data_dir, {'num_epochs': epochs}))
+    if failed:
+      raise RuntimeError(f'vit_jax.main: {failed}')
     records = runs.history(pathlib.Path(workdir))
   return [r['images_per_second'] for r in records
           if 'images_per_second' in r][1:]

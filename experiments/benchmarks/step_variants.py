@@ -14,7 +14,6 @@ import json
 import os
 import pathlib
 import statistics
-import subprocess
 import sys
 import time
 
@@ -186,29 +185,16 @@ def _run(variant: str, args) -> dict:
     command += ['--gpu'] + (['--smoke'] if args.smoke else [])
     env['XLA_FLAGS'] = ' '.join(
         filter(None, (env.get('XLA_FLAGS', ''), GPU_FLAGS.get(variant))))
-  try:
-    out = subprocess.run(command, cwd=ROOT, env=env, capture_output=True,
-                         text=True, timeout=args.run_timeout, check=False)
-  except subprocess.TimeoutExpired as e:
-    late = f'over {args.run_timeout:.0f} s'
-    timed = _results(e.stdout)  # the profiled variant's, before its trace
-    return ({**json.loads(timed[-1]), 'profile': {'failed': late}}
-            if timed else {'variant': variant, 'failed': late})
-  results = _results(out.stdout)
-  if out.returncode or not results:
-    last = (out.stderr.strip().splitlines() or [''])[-1][:300]
-    return {'variant': variant, 'failed': f'exit {out.returncode}: {last}'}
-  return json.loads(results[-1])
-
-
-def _results(stdout: str | bytes | None) -> list[str]:
-  """The result lines a run printed."""
-  if isinstance(stdout, bytes):  # what a timeout leaves, even with text=True
-    stdout = stdout.decode(errors='replace')
-  return [
-      line.removeprefix(RESULT) for line in (stdout or '').splitlines()
+  stdout, _, failed = study_step.run(command, args.run_timeout, env)
+  results = [
+      json.loads(line.removeprefix(RESULT)) for line in stdout.splitlines()
       if line.startswith(RESULT)
   ]
+  if not results:
+    return {'variant': variant, 'failed': failed or 'printed no result'}
+  # The profiled variant prints its timing before its trace, which failed.
+  return {**results[-1], 'profile': {'failed': failed}
+         } if failed else results[-1]
 
 
 def main():

@@ -8,6 +8,7 @@ import json
 import os
 import pathlib
 import platform
+import subprocess
 import sys
 
 # The study's command runs from the checkout's root, where its config is.
@@ -24,6 +25,22 @@ def measure(cpu_devices: int, attention: str = 'auto', **options) -> dict:
   config = step_benchmark.benchmark_config('ViT-Tiny-CIFAR_4', 128, 32,
                                            attention=attention)
   return step_benchmark.run_benchmark(config, **options)
+
+
+def run(command: list[str], timeout: float | None = None,
+        env: dict | None = None) -> tuple[str, str, str]:
+  """`command` run in REPO: its stdout, its stderr, and '' or why it failed
+  (over `timeout` seconds, or its exit status and stderr's last line)."""
+  try:
+    out = subprocess.run(command, cwd=REPO, env=env, capture_output=True,
+                         text=True, timeout=timeout, check=False)
+    last = (out.stderr.strip().splitlines() or [''])[-1][:300]
+    failed = f'exit {out.returncode}: {last}' if out.returncode else ''
+  except subprocess.TimeoutExpired as e:
+    out, failed = e, f'over {timeout:.0f} s'
+  # A timeout leaves bytes, even with text=True.
+  return (*(s.decode(errors='replace') if isinstance(s, bytes) else s or ''
+            for s in (out.stdout, out.stderr)), failed)
 
 
 def study_command(workdir, data_dir, overrides: dict) -> list[str]:
