@@ -2,6 +2,7 @@
 row lands, and the README's GPU section."""
 
 from experiments.benchmarks import gpu_plan
+from experiments.benchmarks import profile_step
 from experiments.benchmarks import study_step
 
 # The GPU targets (issue 47), on the same GPU in the same call: each model's
@@ -85,29 +86,6 @@ def row_line(row: dict) -> str:
            for k, v in row.items()
            if k != 'section' and isinstance(v, (str, int, float)))
   return f'{row["section"]}: ' + ', '.join(cells)
-
-
-def _by_model_part(by_part: dict[str, float] | str | None,
-                   shown: int = 15) -> list[str]:
-  """The heaviest `shown` parts of a profile, the rest summed; or why none."""
-  if not by_part:
-    return []
-  if isinstance(by_part, str):
-    return ['', f'By part of the model: not measured: {by_part}']
-  ranked = sorted(by_part.items(), key=lambda item: -item[1])
-  rest = ranked[shown:]
-  rows = [[label, _number(ms, 2)] for label, ms in ranked[:shown]]
-  if rest:
-    rows.append([
-        f'the other {len(rest)} parts',
-        _number(sum(ms for _, ms in rest), 2)
-    ])
-  return [
-      '', 'The same kernels by the part of the model each computes (the '
-      'flax module and pass the compiled program\'s metadata names; '
-      'encoder blocks summed):', '',
-      *study_step.table(['part of the model', 'ms per step'], rows)
-  ]
 
 
 def _table(rows: list[dict], section: str, intro, header: list[str], lead,
@@ -254,19 +232,11 @@ def report(results: dict) -> str:
       lines += ['', f'Profile of {r["model"]}: not measured: {r["skipped"]}']
       continue
     lines += [
-        '', f'Where {r["model"]}\'s train step (batch '
-        f'{r["batch_size"]}, {_number(r["step_ms"])} ms untraced) spends '
-        'its GPU time, ms per step by kind of kernel:', '',
-        *study_step.table(['kind of work', 'ms per step'],
-                          [[kind, _number(ms, 2)]
-                           for kind, ms in r['ms_per_step_by_kind'].items()]),
-        *_by_model_part(r.get('ms_per_step_by_model_part')), '',
-        'Its heaviest kernels:', '',
-        *study_step.table(['kernel', 'kind', 'computes', 'ms per step'], [[
-            f'`{k["kernel"][:80]}`', k['kind'],
-            k.get('computes', ''),
-            _number(k['ms_per_step'], 2)
-        ] for k in r['heaviest_kernels'][:12]])
+        '', f'Where {r["model"]}\'s train step (batch {r["batch_size"]}, '
+        f'{_number(r["step_ms"])} ms untraced) spends its GPU time:',
+        *profile_step.tables(r['ms_per_step_by_kind'],
+                             r.get('ms_per_step_by_model_part'),
+                             r['heaviest_kernels'])
     ]
   lines += _table(
       rows, 'input', lambda _: '`vit_jax.benchmark_input` (streaming, '

@@ -254,6 +254,42 @@ def matmuls_alone_and_side_by_side():
       map(rates, MATMULS))
 
 
+def tables(kinds: dict[str, float], by_part: dict[str, float] | str | None,
+           heaviest: list[dict], unit: str = 'ms per step', shown: int = 15,
+           top: int = 12) -> list[str]:
+  """A profile's markdown: by kind of work; by part of the model, the `shown`
+  heaviest and the rest summed, or why not measured; the `top` kernels."""
+  lines = [
+      '',
+      *study_step.table(['kind of work', unit], [[kind, f'{ms:,.2f}']
+                                                 for kind, ms in kinds.items()])
+  ]
+  if isinstance(by_part, str):
+    lines += ['', f'By part of the model: not measured: {by_part}']
+  elif by_part:
+    ranked = sorted(by_part.items(), key=lambda item: -item[1])
+    rest = [[
+        f'the other {len(ranked) - shown} parts',
+        f'{sum(ms for _, ms in ranked[shown:]):,.2f}'
+    ]] if len(ranked) > shown else []
+    lines += [
+        '', 'By part of the model, as the compiled program\'s metadata names '
+        'the flax module and pass (encoder blocks summed):', '',
+        *study_step.table(['part of the model', unit],
+                          [[label, f'{ms:,.2f}']
+                           for label, ms in ranked[:shown]] + rest)
+    ]
+  if heaviest:
+    lines += [
+        '', 'The heaviest kernels:', '',
+        *study_step.table(['kernel', 'kind', 'computes', unit], [[
+            f'`{k["kernel"][:80]}`', k['kind'],
+            k.get('computes', ''), f'{k["ms_per_step"]:,.2f}'
+        ] for k in heaviest[:top]])
+    ]
+  return lines
+
+
 def print_trace(trace_dir: pathlib.Path, steps: int):
   """The tables of the newest trace in `trace_dir` (`vit_jax.benchmark
   --trace_dir`): of its accelerator kernels, else of XLA's CPU threads."""
@@ -277,18 +313,7 @@ def print_trace(trace_dir: pathlib.Path, steps: int):
     raise SystemExit(
         f'error: the trace in {trace_dir} holds no XLA operations: on a CPU, '
         'trace with XLA_FLAGS=--xla_cpu_enable_xprof_traceme=true.')
-  study_step.print_table(('work', unit), ((kind, f'{ms:,.1f}')
-                                          for kind, ms in kinds.items()))
-  print()
-  study_step.print_table(('part of the model', unit),
-                         ((label, f'{ms:,.1f}')
-                          for label, ms in by_part.items() if ms >= 0.05))
-  if heaviest:
-    print()
-    study_step.print_table(('kernel', 'kind', 'computes', unit),
-                           ((f'`{k["kernel"][:80]}`', k['kind'],
-                             k.get('computes', ''), f'{k["ms_per_step"]:,.2f}')
-                            for k in heaviest))
+  print('\n'.join(tables(kinds, by_part, heaviest, unit, len(by_part))))
 
 
 def main():
