@@ -168,14 +168,19 @@ def process_test_config(data_dir) -> ml_collections.ConfigDict:
   return config
 
 
+def with_xla_flags(flags: str) -> dict:
+  """os.environ with `flags` added to the suite's XLA_FLAGS (conftest's)."""
+  suite = os.environ.get('XLA_FLAGS', '')
+  return {**os.environ, 'XLA_FLAGS': f'{suite} {flags}'.strip()}
+
+
 def run_on_host_devices(script: str, devices: int, cwd=ROOT,
                         timeout: float = 300) -> str:
   """The stdout of `script` run by a fresh Python on `devices` CPU devices."""
   out = subprocess.run(
       [sys.executable, '-c', script], cwd=cwd, capture_output=True, text=True,
-      check=False, timeout=timeout, env={
-          **os.environ, 'XLA_FLAGS': f'--xla_force_host_platform_device_count={devices}'
-      })
+      check=False, timeout=timeout,
+      env=with_xla_flags(f'--xla_force_host_platform_device_count={devices}'))
   assert out.returncode == 0, out.stderr[-3000:]
   return out.stdout
 
@@ -269,8 +274,7 @@ def start_two_process_job(command, tmp_path):
   (stdout and stderr together)."""
   address = f'127.0.0.1:{free_port()}'
   env = {
-      **os.environ, 'JAX_PLATFORMS': 'cpu',
-      'XLA_FLAGS': '--xla_force_host_platform_device_count=1'
+      **with_xla_flags('--xla_force_host_platform_device_count=1'), 'JAX_PLATFORMS': 'cpu'
   }
   processes, logs = [], []
   for process_id in range(2):
