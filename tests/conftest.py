@@ -19,6 +19,7 @@ from tests.helpers import random_cifar
 from tests.helpers import tiny_config
 from tests.helpers import with_xla_flags
 from tests.helpers import write_cifar_binary
+from vit_jax.runtime import workdir_lock
 
 # pytest reports an exception raised in a destructor by importing tracemalloc
 # then. tensorflow_datasets imports its modules inside etils' lazy_imports,
@@ -55,20 +56,10 @@ def _is_xdist_worker(config) -> bool:
   return hasattr(config, 'workerinput')
 
 
-def _is_running(pid: int) -> bool:
-  try:
-    os.kill(pid, 0)
-  except ProcessLookupError:
-    return False
-  except PermissionError:  # another user's
-    pass
-  return True
-
-
 def _remove_killed_sessions_caches():
   for cache in pathlib.Path(tempfile.gettempdir()).glob(f'{_CACHE_PREFIX}*'):
     pid = cache.name[len(_CACHE_PREFIX):].split('_')[0]
-    if pid.isdigit() and not _is_running(int(pid)):
+    if pid.isdigit() and not workdir_lock.process_exists(int(pid)):
       shutil.rmtree(cache, ignore_errors=True)
 
 

@@ -48,7 +48,8 @@ def _holder_in(fd: int) -> Holder | None:
     return None
 
 
-def _process_exists(pid: int) -> bool:
+def process_exists(pid: int) -> bool:
+  """Whether process `pid` runs on this host (another user's too)."""
   try:
     os.kill(pid, 0)
   except ProcessLookupError:
@@ -139,7 +140,7 @@ class WorkdirLock:
     """Refuses a holder flock cannot see: on another host while it renews,
     or on this host while its process lives."""
     if holder.host == socket.gethostname():
-      if self._flocked or not _process_exists(holder.pid):
+      if self._flocked or not process_exists(holder.pid):
         return
       state = 'running'
     else:
