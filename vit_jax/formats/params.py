@@ -18,6 +18,7 @@ from vit_jax.models import names
 
 MAX_REPORTED = 12
 _UNIT = re.compile(r'block(\d+)/unit(\d+)/')
+_ROOT = 'conv_root/kernel'
 
 
 def flatten(tree: Mapping[str, Any], source: str,
@@ -37,21 +38,14 @@ def flatten(tree: Mapping[str, Any], source: str,
 
 
 def unflatten(flat: dict[str, Any], source: str) -> dict[str, Any]:
-  tree = {}
-  for key, value in flat.items():
-    *parents, leaf = key.split('/')
-    node = tree
-    for depth, name in enumerate(parents):
-      node = node.setdefault(name, {})
-      if not isinstance(node, dict):
-        raise CheckpointError(f'{source} has both an array '
-                              f'{"/".join(parents[:depth + 1])} and arrays '
-                              f'under it, such as {key}.')
-    if leaf in node:
-      raise CheckpointError(f'{source} has both an array {key} and arrays '
-                            'under it.')
-    node[leaf] = value
-  return tree
+  """{'a': {'b': leaf}} from {'a/b': leaf}; an array cannot hold arrays."""
+  for key in flat:
+    parents = key.split('/')[:-1]
+    for depth in range(1, len(parents) + 1):
+      if (parent := '/'.join(parents[:depth])) in flat:
+        raise CheckpointError(f'{source} has both an array {parent} and '
+                              f'arrays under it, such as {key}.')
+  return flax.traverse_util.unflatten_dict(flat, sep='/')
 
 
 def is_stacked(params: Mapping[str, Any]) -> bool:
@@ -266,6 +260,7 @@ def vit_architecture(params: Mapping[str, Any]) -> dict | None:
   query = shapes.get(f'{block}{names.ATTENTION}/query/kernel')
   mlp = shapes.get(f'{block}{names.MLP}/Dense_0/kernel')
   patch = shapes.get(f'{names.PATCH_EMBEDDING}/kernel', ())
+  root = shapes.get(_ROOT)  # a hybrid's ResNet stem
   return {
       'hidden_size': shapes[norm][0],
       'num_layers': len({
@@ -277,7 +272,8 @@ def vit_architecture(params: Mapping[str, Any]) -> dict | None:
       'mlp_dim': mlp[1] if mlp else None,
       # Not a shifted-patch embedding's Dense.
       'patch_size': patch[0] if len(patch) == 4 else None,
-      **_resnet_fields(shapes),
+      'resnet_stages': root and stage_units(shapes, _UNIT, 1),
+      'resnet_width_factor': root and stem_width_factor(root[-1], _ROOT),
   }
 
 
@@ -298,17 +294,6 @@ def stage_units(keys, unit: re.Pattern, first: int) -> tuple[int, ...]:
     stage = int(match[1])
     units[stage] = max(units.get(stage, 0), int(match[2]) + 1 - first)
   return tuple(units[stage] for stage in sorted(units))
-
-
-def _resnet_fields(shapes: dict[str, tuple[int, ...]]) -> dict:
-  """A hybrid's `resnet_stages` and `resnet_width_factor`; None for a ViT."""
-  root = shapes.get('conv_root/kernel')
-  if root is None:
-    return {'resnet_stages': None, 'resnet_width_factor': None}
-  return {
-      'resnet_stages': stage_units(shapes, _UNIT, 1),
-      'resnet_width_factor': stem_width_factor(root[-1], 'conv_root/kernel')
-  }
 
 
 def describe_architecture(architecture: dict) -> str:
