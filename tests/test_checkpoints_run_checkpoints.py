@@ -44,31 +44,24 @@ def _saved_steps(directory, steps_to_save):
   return run_checkpoints.RunCheckpoints(directory, keep=5), shapes
 
 
-def _put_in_another_state(directory, step, other):
-  """Checkpoint `step` holding the sound state files of step `other`: it
-  restores, and only its digest tells."""
-  shutil.rmtree(directory / str(step) / 'state')
-  shutil.copytree(directory / str(other) / 'state',
-                  directory / str(step) / 'state')
-
-
-def _warnings(caplog) -> list[str]:
-  return [
-      r.getMessage() for r in caplog.records if r.levelno == logging.WARNING
-  ]
-
-
-def test_an_intervals_checkpoint_waits_its_seconds_after_the_newest(tmp_path):
+def test_an_intervals_checkpoint_waits_its_seconds_after_the_newest(
+    tmp_path, monkeypatch):
   """orbax's ContinuousCheckpointingPolicy: due when none is saved, then
   once `min_seconds` have passed since the newest started writing (read
   from disk after a restart: since it was completed); with 0 at every
-  interval. A save the loop decides on is taken regardless."""
+  interval. A save the loop decides on is taken regardless. jax's preemption
+  sync point is left to the loop: orbax's calls with a step between
+  `Preemption`'s counted calls made a SIGTERM go unheeded
+  (test_training_train's two-process case)."""
+  sync_points = []
+  monkeypatch.setattr(multihost_utils, 'reached_preemption_sync_point',
+                      lambda step: sync_points.append(step) or False)
   state, sums = _tiny_state()
 
   def save(checkpoints, step):
     checkpoints.save(step, state, sums, [], {'epoch': 1, 'batch': step},
                      _CONFIG)
-    checkpoints.wait()
+    checkpoints.check(wait=True)
 
   paced = run_checkpoints.RunCheckpoints(tmp_path / 'paced', keep=5,
                                          min_seconds=30)
@@ -77,7 +70,7 @@ def test_an_intervals_checkpoint_waits_its_seconds_after_the_newest(tmp_path):
   assert not paced.due(2)
   save(paced, 3)  # the last step, or a stop signal
   assert not paced.due(4)
-  paced.close()
+  paced.close()  # the background finalization included
   never = run_checkpoints.RunCheckpoints(tmp_path / 'paced', keep=5,
                                          min_seconds=float('inf'))
   assert not never.due(5)  # step 3's time, read from disk
@@ -87,6 +80,7 @@ def test_an_intervals_checkpoint_waits_its_seconds_after_the_newest(tmp_path):
                                            min_seconds=0.5)
   assert resumed.due(5) and resumed.steps() == [1, 3]
   resumed.close()
+  assert not sync_points
   every = run_checkpoints.RunCheckpoints(tmp_path / 'every', keep=5)
   save(every, 1)
   assert every.due(2)
@@ -153,9 +147,10 @@ def test_a_checkpoint_rotated_away_while_read_is_not_called_damaged(
 
   monkeypatch.setattr(run_checkpoints.RunCheckpoints, '_restore',
                       rotated_while_read)
+  caplog.set_level(logging.WARNING)
   reader = run_checkpoints.RunCheckpoints(directory)
   assert reader.restore_latest().step == 6
-  assert _warnings(caplog) == []
+  assert caplog.messages == []
 
   def deleted_while_read(self, step, *shapes):
     shutil.rmtree(directory / str(step))
@@ -168,7 +163,7 @@ def test_a_checkpoint_rotated_away_while_read_is_not_called_damaged(
       r'2, 4, 6\) were deleted while they were read: a run still '
       'writing there'):
     run_checkpoints.RunCheckpoints(directory).restore_latest()
-  assert _warnings(caplog) == []
+  assert caplog.messages == []
 
 
 def test_steps_listed_empty_while_a_run_rotates_are_listed_again(
@@ -201,20 +196,24 @@ def test_steps_listed_empty_while_a_run_rotates_are_listed_again(
 
 def test_a_reader_verifies_as_the_trainer_does_and_changes_nothing(
     tmp_path, caplog):
+  caplog.set_level(logging.WARNING)
   directory = tmp_path / 'checkpoints'
   _saved_steps(directory, [2, 4])
   reader = run_checkpoints.RunCheckpoints(directory)
   # Sound: everything as saved, on one device, and not a warning.
   restored = reader.restore_latest()
-  assert restored.step == 4 and _warnings(caplog) == []
+  assert restored.step == 4 and caplog.messages == []
   np.testing.assert_array_equal(restored.state['w'], np.full((3, 4), 4.0))
   assert restored.state['w'].sharding.device_set == {jax.devices()[0]}
+  assert reader.latest_config() == (4, {**_CONFIG, 'step': 4})
 
-  _put_in_another_state(directory, 4, 2)
+  # Step 4 holding the sound state files of step 2: only its digest tells.
+  shutil.rmtree(directory / '4' / 'state')
+  shutil.copytree(directory / '2' / 'state', directory / '4' / 'state')
   reader = run_checkpoints.RunCheckpoints(directory)  # nothing cached
   restored = reader.restore_latest()
   assert restored.step == 2
-  assert _warnings(caplog) == [
+  assert caplog.messages == [
       f'Skipping checkpoint {directory / "4"}, which cannot be restored '
       '(DigestMismatchError: its state does not match the digest saved with '
       'it: a damaged file); trying the one before it.'
@@ -228,30 +227,25 @@ def test_a_reader_verifies_as_the_trainer_does_and_changes_nothing(
   with pytest.raises(CheckpointError,
                      match=r'No checkpoint of step 3 .*; there are \[2, 4\]'):
     reader.restore(3)
-  shutil.rmtree(directory / '2' / 'state')
-  with pytest.raises(
-      CheckpointError,
-      match=r'^None of the checkpoints .* \(steps 2, 4\) can be '
-      r'restored; the warnings above say why\.$'):
-    run_checkpoints.RunCheckpoints(directory).restore_latest()
 
-
-def test_the_config_of_the_newest_checkpoint_that_holds_one(tmp_path, caplog):
-  directory = tmp_path / 'checkpoints'
-  _saved_steps(directory, [2, 4])
-  reader = run_checkpoints.RunCheckpoints(directory)
-  assert reader.latest_config() == (4, {**_CONFIG, 'step': 4})
+  # The config of the newest checkpoint that holds one.
   shutil.rmtree(directory / '4' / 'config')  # as saved before checkpoints
   assert reader.latest_config() == (2, {**_CONFIG, 'step': 2})  # held it
   for item in ('digest', 'config'):
     shutil.rmtree(directory / '2' / item)
   assert reader.latest_config() is None
   # Saved before digests too: restored with one warning.
-  restored = run_checkpoints.RunCheckpoints(directory).restore(2)
-  assert restored.config is None
-  assert _warnings(caplog) == [
+  caplog.clear()
+  assert run_checkpoints.RunCheckpoints(directory).restore(2).config is None
+  assert caplog.messages == [
       f'Checkpoint {directory / "2"} predates digests: restored unverified.'
   ]
+  shutil.rmtree(directory / '2' / 'state')
+  with pytest.raises(
+      CheckpointError,
+      match=r'^None of the checkpoints .* \(steps 2, 4\) can be '
+      r'restored; the warnings above say why\.$'):
+    run_checkpoints.RunCheckpoints(directory).restore_latest()
 
 
 _LAYOUT_SCRIPT = '''
@@ -306,20 +300,3 @@ def test_a_checkpoint_restores_onto_either_parameter_layout(tmp_path):
       dict(saved_sharded=False, equal=True, on_target=True,
            read_onto_one_device=True)
   ]
-
-
-def test_checkpoints_leave_jaxs_preemption_sync_point_to_the_loop(
-    tmp_path, monkeypatch):
-  """jax's sync point stops a multi-process job at the call after the
-  latest: orbax's calls with a step between `Preemption`'s counted calls
-  made a SIGTERM go unheeded (test_training_train's two-process case)."""
-  calls = []
-  monkeypatch.setattr(multihost_utils, 'reached_preemption_sync_point',
-                      lambda step: calls.append(step) or False)
-  state, sums = _tiny_state()
-  checkpoints = run_checkpoints.RunCheckpoints(tmp_path, keep=2, min_seconds=30)
-  for step in (1, 2):
-    checkpoints.due(step)
-    checkpoints.save(step, state, sums, [], {'epoch': 1, 'batch': step}, {})
-  checkpoints.close()  # the background finalization included
-  assert checkpoints.steps() == [1, 2] and not calls

@@ -12,15 +12,12 @@ import math
 import pathlib
 
 from absl import logging
+import jax
+from jax.experimental import multihost_utils
 
 from vit_jax.checkpoints import run_checkpoints
 
 DIRECTORY = 'best_checkpoint'
-
-
-def _best_record(history: list[dict]) -> dict | None:
-  tested = [r for r in history if 'test_accuracy' in r]
-  return max(tested, key=lambda r: r['test_accuracy']) if tested else None
 
 
 class BestCheckpoint:
@@ -39,35 +36,34 @@ class BestCheckpoint:
     if not trains:
       return
     self._regular, self._keep_regular = list(regular_steps), keep_regular
-    self._held = self._checkpoints.steps_agreed()
-    best = _best_record(history)
+    self._held = self._checkpoints.steps()
+    if jax.process_count() > 1:  # listed by every process before any deletes
+      multihost_utils.sync_global_devices(f'vit_jax: {DIRECTORY} listed')
+    tested = [r for r in history if 'test_accuracy' in r]
+    best = max(tested, key=lambda r: r['test_accuracy']) if tested else None
     self._accuracy = best['test_accuracy'] if best else -math.inf
+    kept = [s for s in self._held if s <= step]
     if not keep:
-      stale = self._held
-      if stale:
+      if self._held:
         logging.warning(
             'config.keep_best_checkpoint is off: deleted %s, '
             'which this run would no longer keep up to date.',
             self._checkpoints.directory)
-    else:
-      stale = [s for s in self._held if s > step]
-      if stale:
-        logging.info(
-            'Deleted the best checkpoints of steps %s, after the '
-            'step this run resumes from; saved again when reached.', stale)
-      kept = [s for s in self._held if s <= step]
-      if kept and (best is None or kept[-1] != best['step']):
-        # Left while the field was off for a while, or by another history.
-        logging.warning(
-            '%s holds step %d, not the best evaluation of this '
-            "run's history (step %s): deleted.", self._checkpoints.directory,
-            kept[-1], best and best['step'])
-        stale = self._held
-    self._delete(stale)
-
-  def _delete(self, steps: list[int]):
-    self._checkpoints.delete(steps)
-    self._held = [s for s in self._held if s not in steps]
+      kept = []
+    elif kept and (best is None or kept[-1] != best['step']):
+      # Left while the field was off for a while, or by another history.
+      logging.warning(
+          '%s holds step %d, not the best evaluation of this '
+          "run's history (step %s): deleted.", self._checkpoints.directory,
+          kept[-1], best and best['step'])
+      kept = []
+    elif len(kept) < len(self._held):
+      logging.info(
+          'Deleted the best checkpoints of steps %s, after the '
+          'step this run resumes from; saved again when reached.',
+          self._held[len(kept):])
+    self._checkpoints.delete([s for s in self._held if s not in kept])
+    self._held = kept
 
   def offer(self, record: dict, state, train_sums: dict, history: list[dict],
             position: dict, config: dict):
@@ -83,21 +79,22 @@ class BestCheckpoint:
   def wait(self):
     """Before a regular checkpoint: the best before it is complete."""
     if self._keep:
-      self._checkpoints.wait()
+      self._checkpoints.check(wait=True)
 
   def prune(self, saved_step: int):
     """Deletes the bests that neither `saved_step`'s regular checkpoint nor
     the kept ones have as their best."""
     if not self._keep:
       return
-    self._checkpoints.wait()  # orbax deletes nothing during a save
+    self.wait()  # orbax deletes nothing during a save
     # orbax rotates the regular steps only once this save completes.
     self._regular.append(saved_step)
     needed = {
         max((b for b in self._held if b <= regular), default=None)
         for regular in self._regular
     }
-    self._delete([b for b in self._held if b not in needed])
+    self._checkpoints.delete([b for b in self._held if b not in needed])
+    self._held = [b for b in self._held if b in needed]
     self._regular = self._regular[-self._keep_regular:]
 
   def close(self, quietly: bool = False):

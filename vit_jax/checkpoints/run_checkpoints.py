@@ -32,24 +32,20 @@ class Restored:
   config: dict | None  # as config.json holds it; None: not held
 
 
-def _host_device() -> jax.Device:
-  """Where a reader restores a whole state: host memory holds it easily."""
-  try:
-    return jax.local_devices(backend='cpu')[0]
-  except RuntimeError:  # JAX_PLATFORMS leaves the CPU out
-    return jax.local_devices()[0]
-
-
 def _as_saved(step_dir: pathlib.Path) -> tuple[Any, Any]:
   """Restore targets for a checkpoint's state and train sums as saved, on one
-  device: a reader has no model to give the structure."""
-  device = jax.sharding.SingleDeviceSharding(_host_device())
+  host device (a reader has no model to give the structure)."""
+  try:
+    device = jax.local_devices(backend='cpu')[0]
+  except RuntimeError:  # JAX_PLATFORMS leaves the CPU out
+    device = jax.local_devices()[0]
 
   def target(item: str):
     metadata = ocp.StandardCheckpointHandler().metadata(step_dir / item)
     return jax.tree.map(
-        lambda leaf: jax.ShapeDtypeStruct(leaf.shape, leaf.dtype, sharding=
-                                          device), metadata)
+        lambda leaf: jax.ShapeDtypeStruct(
+            leaf.shape, leaf.dtype, sharding=jax.sharding.SingleDeviceSharding(
+                device)), metadata)
 
   return target('state'), target('train_sums')
 
@@ -71,23 +67,18 @@ class _CheckpointManager(ocp.CheckpointManager):
     return False
 
 
-def _abandoned_by_orbax(unraisable) -> bool:
-  """Whether an unraisable exception is left behind by a failed save or
-  restore, already reported in one line."""
-  error, code = unraisable.exc_value, getattr(unraisable.object, 'cr_code',
-                                              None)
-  return (isinstance(error, RuntimeError) and str(error)
-          == 'Event loop is closed') or (code is not None and
-                                         '/orbax/' in code.co_filename)
-
-
 @functools.cache
 def _ignore_what_orbax_abandons():
-  """Keeps `_abandoned_by_orbax`'s tracebacks off the terminal."""
+  """Keeps off the terminal the unraisable exceptions a failed save or
+  restore leaves behind, already reported in one line."""
   unraisablehook = sys.unraisablehook
 
   def hook(unraisable):
-    if not _abandoned_by_orbax(unraisable):
+    error = unraisable.exc_value
+    code = getattr(unraisable.object, 'cr_code', None)
+    if not ((isinstance(error, RuntimeError) and
+             str(error) == 'Event loop is closed') or
+            (code is not None and '/orbax/' in code.co_filename)):
       unraisablehook(unraisable)
 
   sys.unraisablehook = hook
@@ -139,32 +130,24 @@ class RunCheckpoints(contextlib.AbstractContextManager):
 
   def steps(self, fresh: bool = False) -> list[int]:
     """The steps saved here; `fresh`: listed again (a run may be writing)."""
-    if not self.directory.is_dir():
-      return []
     for attempt in range(_MAX_ROTATED_WHILE_READ):
       last = attempt == _MAX_ROTATED_WHILE_READ - 1
       try:
+        if not self.directory.is_dir():
+          return []
         manager = self._open(create=False)
-        if fresh:
+        if fresh or attempt:
           manager.reload()
         steps = sorted(manager.all_steps())
+        # Empty though a step is here: a live run keeping one checkpoint
+        # renamed the new one as orbax listed; list again.
+        if steps or last or not any(path.name.isdigit()
+                                    for path in self.directory.iterdir()):
+          return steps
       except (FileNotFoundError, NotADirectoryError):
         # A live run deleted a step between orbax's listing and reading it.
         if last:
           raise
-        fresh = True
-        continue
-      # Empty though a step is here: a live run keeping one checkpoint
-      # renamed the new one as orbax listed; list again.
-      if steps or last or not self._holds_a_step_folder():
-        return steps
-      fresh = True
-
-  def _holds_a_step_folder(self) -> bool:
-    try:
-      return any(path.name.isdigit() for path in self.directory.iterdir())
-    except FileNotFoundError:  # moved away meanwhile
-      return False
 
   def restore_latest(self, state_shapes=None,
                      sum_shapes=None) -> Restored | None:
@@ -188,13 +171,12 @@ class RunCheckpoints(contextlib.AbstractContextManager):
         if not (self.directory / str(step)).exists() or any(
             s > step and s not in tried for s in self.steps(fresh=True)):
           deleted.append(step)
-          continue
-        # orbax and tensorstore raise many types for damaged files.
-        logging.warning(
-            'Skipping checkpoint %s, which cannot be restored '
-            '(%s); trying the one before it.', self.directory / str(step),
-            first_line(e))
-        damaged.append(step)
+        else:  # orbax and tensorstore raise many types for damaged files.
+          logging.warning(
+              'Skipping checkpoint %s, which cannot be restored '
+              '(%s); trying the one before it.', self.directory / str(step),
+              first_line(e))
+          damaged.append(step)
         continue
       if not self._reading:
         self._set_aside(damaged)
@@ -242,16 +224,14 @@ class RunCheckpoints(contextlib.AbstractContextManager):
     if state_shapes is None:
       state_shapes, sum_shapes = _as_saved(step_dir)
     held = {path.name for path in step_dir.iterdir()}
-    items = dict(state=ocp.args.StandardRestore(state_shapes),
-                 train_sums=ocp.args.StandardRestore(sum_shapes),
-                 history=ocp.args.JsonRestore(),
-                 position=ocp.args.JsonRestore())
-    items.update({
-        name: ocp.args.JsonRestore() for name in ('config', 'digest')
-        if name in held
-    })
+    items = {
+        name: ocp.args.JsonRestore()
+        for name in ('history', 'position', 'config', 'digest') if name in held
+    }
     restored = self._open(create=False).restore(
-        step, args=ocp.args.Composite(**items))
+        step, args=ocp.args.Composite(
+            state=ocp.args.StandardRestore(state_shapes),
+            train_sums=ocp.args.StandardRestore(sum_shapes), **items))
     result = Restored(step, restored.state, dict(restored.train_sums),
                       list(restored.history), dict(restored.position),
                       restored.get('config'))
@@ -320,27 +300,16 @@ class RunCheckpoints(contextlib.AbstractContextManager):
                                   config=ocp.args.JsonSave(config),
                                   digest=ocp.args.JsonSave(contents)))
 
-  def wait(self):
-    """Waits for the save in flight; CheckpointError if it failed."""
-    if self._manager is not None:
-      with self._failed_saves_raised():
-        self._manager.wait_until_finished()
-
-  def steps_agreed(self) -> list[int]:
-    """`steps`, listed by every process before any deletes some."""
-    steps = self.steps()
-    if jax.process_count() > 1:
-      multihost_utils.sync_global_devices(f'vit_jax: {self.directory} listed')
-    return steps
-
   def delete(self, steps: list[int]):
     """Deletes the checkpoints of `steps`, the same in every process."""
     for step in steps:
       self._open(create=False).delete(step)
 
-  def check(self):
-    """Raises CheckpointError if the last background save failed."""
-    if self._manager is not None and not self._manager.is_saving_in_progress():
+  def check(self, wait: bool = False):
+    """Raises CheckpointError if the last background save failed; `wait`:
+    waits for the save in flight first."""
+    if self._manager is not None and (
+        wait or not self._manager.is_saving_in_progress()):
       with self._failed_saves_raised():
         self._manager.wait_until_finished()
 

@@ -22,6 +22,7 @@ import time
 from absl import logging
 
 from vit_jax.errors import WorkdirError
+from vit_jax.runtime import files
 
 LOCK_FILE = 'lock'
 RENEW_SECONDS = 10.0
@@ -184,11 +185,8 @@ class WorkdirLock:
     self._stop_renewing.set()
     if self._renewing is not None:
       self._renewing.join()
-    try:
-      leftovers = [p for p in self.workdir.iterdir() if p.name != LOCK_FILE]
-    except FileNotFoundError:  # removed by hand while the run went on
-      leftovers = None
-    if self._created and leftovers == []:
+    if (self._created and self.workdir.is_dir() and
+        not files.foreign_files(self.workdir, LOCK_FILE.__eq__)):
       self.path.unlink(missing_ok=True)
       for directory in self._created:
         try:
