@@ -14,8 +14,9 @@ from tests.helpers import random_params
 from tests.test_models_vit import SMALL
 from tests.test_models_vit import _flat
 from tests.test_models_vit import _images
+from tests.test_models_vit import param_shapes
 
-VIT = dict(num_classes=5, **SMALL)
+VIT = dict(num_classes=5, **{**SMALL, 'num_layers': 1})
 MAE = dict(mask_ratio=0.75, decoder_depth=1, decoder_width=32)
 
 
@@ -81,10 +82,21 @@ def test_the_error_is_maes_normalized_pixel_loss_over_the_masked_patches():
                                               images, 4), [0, 0])
 
 
-def test_the_encoder_never_sees_the_masked_patches():
+def test_the_encoder_never_sees_the_masked_patches_and_eval_is_the_plain_vit():
   model = _mae()
   images = _images()
   variables = {'params': _params(model, images)}
+  assert {p.split('/')[0] for p in _flat(variables['params'])
+         } - {'embedding', 'cls', 'Transformer', 'head'} == {'mae_decoder'}
+  plain = {'params': names.inference_params(variables['params'])}
+  assert 'mae_decoder' not in plain['params']
+  vit, mae = (jax.jit(m.apply, static_argnames='train')
+              for m in (model.vit, model))
+  np.testing.assert_array_equal(vit(plain, images, train=False),
+                                mae(variables, images, train=False))
+  assert param_shapes(model.vit, images) == {
+      k: v.shape for k, v in _flat(plain['params']).items()
+  }
   logits, outputs = _train(model, variables, images)
   assert outputs['mae_predictions'].shape == (2, 16, PATCH * PATCH * 3)
   mask = outputs['mae_mask']
@@ -126,21 +138,6 @@ def test_the_labels_train_the_probe_and_the_pixels_the_encoder():
       assert np.any(both[path] != 0), path
 
 
-def test_in_evaluation_it_is_the_plain_vit_and_inference_drops_the_decoder():
-  model = _mae()
-  images = _images()
-  variables = {'params': _params(model, images)}
-  assert {p.split('/')[0] for p in _flat(variables['params'])
-         } - {'embedding', 'cls', 'Transformer', 'head'} == {'mae_decoder'}
-  plain = {'params': names.inference_params(variables['params'])}
-  assert 'mae_decoder' not in plain['params']
-  np.testing.assert_array_equal(model.vit.apply(plain, images, train=False),
-                                model.apply(variables, images, train=False))
-  plain_tree = model.vit.init(jax.random.key(0), images, train=False)['params']
-  assert jax.tree.map(np.shape,
-                      plain['params']) == jax.tree.map(np.shape, plain_tree)
-
-
 @pytest.mark.parametrize('vit,fields,message', [
     ({}, dict(mask_ratio=1.0), r'must be in \[0, 1\)'),
     ({}, dict(decoder_width=48), 'positive multiple of 32'),
@@ -157,6 +154,6 @@ def test_fields_that_make_no_mae_are_refused_in_one_line(vit, fields, message):
 def test_a_ratio_that_hides_every_patch_says_so():
   model = _mae(mask_ratio=0.99)
   images = _images()
-  variables = model.init(jax.random.key(0), images, train=False)
+  variables = {'params': _params(model, images)}
   with pytest.raises(ValueError, match='keeps none of 16 patches'):
     _train(model, variables, images)
