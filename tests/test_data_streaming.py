@@ -121,28 +121,15 @@ def _digest(batches) -> str:
 
 
 _WORKERS_SCRIPT = '''
-import sys, time
-sys.path.insert(0, {root!r})
+import multiprocessing, time
 from tests.test_data_streaming import _digest, _loaded_batches
 
 if __name__ == '__main__':
   batches, train = _loaded_batches(workers=2)
-  print(_digest(batches), flush=True)
+  workers = [p.pid for p in multiprocessing.active_children()]
+  print(_digest(batches), *workers, flush=True)
   time.sleep(600)
 '''
-
-
-def _grain_workers(parent: int) -> list[int]:
-  workers = []
-  for stat in pathlib.Path('/proc').glob('[0-9]*/stat'):
-    try:
-      ppid = int(stat.read_text().rsplit(')', 1)[1].split()[1])
-      cmdline = (stat.parent / 'cmdline').read_bytes()
-    except (FileNotFoundError, ProcessLookupError):
-      continue
-    if ppid == parent and b'spawn_main' in cmdline:
-      workers.append(int(stat.parent.name))
-  return workers
 
 
 def _running(pid: int) -> bool:
@@ -154,22 +141,20 @@ def _running(pid: int) -> bool:
 
 
 @pytest.mark.skipif(not os.path.isdir('/proc'), reason='reads /proc')
-def test_worker_processes_load_what_threads_load_and_exit_with_the_run(
-    tmp_path):
+def test_worker_processes_load_what_threads_load_and_exit_with_the_run():
   """A training process's 2 workers, which exit when it is killed."""
-  script = tmp_path / 'load.py'
-  script.write_text(
-      _WORKERS_SCRIPT.format(root=str(pathlib.Path(__file__).parent.parent)))
-  process = subprocess.Popen([sys.executable, str(script)],
+  process = subprocess.Popen([sys.executable, '-c', _WORKERS_SCRIPT],
+                             cwd=pathlib.Path(__file__).parents[1],
                              stdout=subprocess.PIPE, text=True)
   try:
     batches, train = _loaded_batches(workers=0)
     train.close()
-    assert process.stdout.readline() == _digest(batches) + '\n'
-    workers = _grain_workers(process.pid)
+    digest, *workers = process.stdout.readline().split()
+    assert digest == _digest(batches)
   finally:
     process.kill()
     process.wait()
+  workers = [int(pid) for pid in workers]
   assert len(workers) == 2 and all(map(_running, workers))
   deadline = time.monotonic() + 10
   while any(map(_running, workers)) and time.monotonic() < deadline:
