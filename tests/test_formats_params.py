@@ -138,7 +138,7 @@ def test_the_architecture_is_read_from_the_shapes():
   assert params_lib.vit_architecture(params_lib.param_shapes(cnn, 32)) is None
 
 
-def test_blocks_stack_for_a_scanned_model_and_back():
+def test_blocks_stack_for_a_scanned_model_and_back_and_adapt_to_either():
   official = vit_params(16, 10, num_layers=3)
   stacked = params_lib.stack_blocks(official)
   scanned = vit_params(16, 10, num_layers=3, scan=True)
@@ -160,19 +160,12 @@ def test_blocks_stack_for_a_scanned_model_and_back():
   assert params_lib.vit_architecture(scanned) == architecture
   assert params_lib.vit_architecture(
       jax.eval_shape(lambda: scanned)) == architecture
-
-
-@pytest.mark.parametrize('scan_pretrained,scan_fresh', [(False, True),
-                                                        (True, False)])
-def test_adapt_stacks_or_unstacks_to_the_new_models_layout(
-    scan_pretrained, scan_fresh):
-  official = vit_params(16, 10, num_layers=2)
-  pretrained = (params_lib.stack_blocks(official)
-                if scan_pretrained else official)
-  fresh = vit_params(24, 10, num_layers=2, scan=scan_fresh)
-  adapted = params_lib.adapt_params(pretrained, fresh)
-  assert jax.tree.map(np.shape, adapted) == jax.tree.map(np.shape, fresh)
-  jax.tree.map(
-      np.testing.assert_array_equal,
-      params_lib.unstack_blocks(adapted)['Transformer']['encoderblock_1'],
-      official['Transformer']['encoderblock_1'])
+  # Adapting stacks or unstacks to the new model's layout.
+  for pretrained, scan in ((official, True), (stacked, False)):
+    fresh = vit_params(24, 10, num_layers=3, scan=scan)
+    adapted = params_lib.adapt_params(pretrained, fresh)
+    assert jax.tree.map(np.shape, adapted) == jax.tree.map(np.shape, fresh)
+    jax.tree.map(
+        np.testing.assert_array_equal,
+        params_lib.unstack_blocks(adapted)['Transformer']['encoderblock_1'],
+        official['Transformer']['encoderblock_1'])
