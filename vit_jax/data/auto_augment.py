@@ -142,10 +142,9 @@ def _warp_parameters(op: jax.Array, magnitude: jax.Array, ranges: OpRanges,
   angle = magnitude * ranges.rotate * math.pi / 180.0
   cos, sin = jnp.cos(angle), jnp.sin(angle)
   shear = magnitude * ranges.shear
-  shift_x = jnp.round(magnitude * ranges.translate *
-                      (width if ranges.translate_relative else 1))
-  shift_y = jnp.round(magnitude * ranges.translate *
-                      (height if ranges.translate_relative else 1))
+  sides = (width, height) if ranges.translate_relative else (1, 1)
+  shift_x, shift_y = (jnp.round(magnitude * ranges.translate * side)
+                      for side in sides)
   one, zero = jnp.ones_like(magnitude), jnp.zeros_like(magnitude)
   # (matrix, offset) per op; a shear's offset moves its fixed point from
   # `_affine`'s centre to the corner.

@@ -71,10 +71,9 @@ def to_rgb(image: Image.Image) -> np.ndarray:
   if image.mode in _WHITE_LEVELS:
     values = np.asarray(image, np.float64) / _WHITE_LEVELS[image.mode]
     grey = np.round(np.clip(values, 0, 1) * 255).astype(np.uint8)
-    transparent = image.info.get('transparency')
-    if transparent is None:
-      return np.stack([grey] * 3, axis=-1)
-    alpha = np.where(np.asarray(image) == transparent, 0, 255)
+    # Opaque without a transparent value.
+    alpha = np.where(
+        np.asarray(image) == image.info.get('transparency'), 0, 255)
     return _on_background(np.stack([grey] * 3 + [alpha], axis=-1))
   if image.mode in _ALPHA_MODES or 'transparency' in image.info:
     return _on_background(np.asarray(image.convert('RGBA')))
@@ -183,13 +182,6 @@ def _entries(folder: pathlib.Path, findings: _Findings) -> list[os.DirEntry]:
     return []
 
 
-def _class_names(train_dir: pathlib.Path) -> list[str]:
-  """The training class folders, sorted: label i is the i-th."""
-  return [
-      e.name for e in _entries(train_dir, _Findings(train_dir)) if e.is_dir()
-  ]
-
-
 def _list_class(folder: pathlib.Path,
                 findings: _Findings) -> list[pathlib.Path]:
   images = []
@@ -259,7 +251,12 @@ def open_image_folder(data_dir: pathlib.Path) -> Dataset:
         f'No image folder found in {data_dir}: expected '
         f'{data_dir}/train/<class>/*.jpg and {data_dir}/test/<class>/*.jpg.')
   findings = _Findings(data_dir)
-  class_names = _class_names(data_dir / 'train')
+  # The training class folders, sorted: label i is the i-th; a problem
+  # listing them is named with the split.
+  class_names = [
+      e.name for e in _entries(data_dir / 'train', _Findings(data_dir))
+      if e.is_dir()
+  ]
   train = _list_split(data_dir / 'train', class_names, findings)
   test = _list_split(data_dir / 'test', class_names, findings)
   for path in [*train.paths, *test.paths]:
