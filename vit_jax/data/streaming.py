@@ -77,20 +77,18 @@ class StreamingInput(input_lib.Input):
   def train_batches(self, position: input_lib.Position) -> Iterator:
     config = self.config
     examples = _TrainExamples(self.dataset.train, config.batch_size,
-                              self._train_rows.start,
-                              self._rows(self._train_rows), config.image_size,
+                              self._train_rows, config.image_size,
                               seed=config.seed, augment=config.augment)
     first = (position['epoch'] - 1) * self.steps_per_epoch + position['batch']
-    yield from self._batches(examples, first, _ENDLESS, self._train_rows,
-                             self.workers)
+    yield from self._batches(examples, first, _ENDLESS, self.workers)
 
   def eval_batches(self) -> Iterator:
     config = self.config
     rows = self._eval_rows
     _, masks = input_lib.eval_batches(self.test_size, config.eval_batch_size)
-    examples = _TestExamples(self.dataset.test, config.eval_batch_size,
-                             rows.start, self._rows(rows), config.image_size)
-    batches = self._batches(examples, 0, len(masks), rows,
+    examples = _TestExamples(self.dataset.test, config.eval_batch_size, rows,
+                             config.image_size)
+    batches = self._batches(examples, 0, len(masks),
                             min(self.workers, len(masks)))
     for batch, mask in zip(batches, masks):
       yield (tuple(self._global(part, len(mask))
@@ -105,14 +103,10 @@ class StreamingInput(input_lib.Input):
     return jax.make_array_from_process_local_data(
         self._sharding, local, (batch_size, *local.shape[1:]))
 
-  @staticmethod
-  def _rows(rows: slice) -> int:
-    return rows.stop - rows.start
-
-  def _batches(self, examples, first: int, stop: int, rows: slice,
+  def _batches(self, examples: '_Rows', first: int, stop: int,
                workers: int) -> Iterator:
-    """This process's `rows` of batches `first`..`stop` - 1."""
-    per_batch = self._rows(rows)
+    """This process's rows of batches `first`..`stop` - 1."""
+    per_batch = examples.per_batch
     flat = grain.MapDataset.range(first * per_batch, stop * per_batch)
     if workers:
       # Batched first, so a worker builds whole batches, each crossing to
@@ -171,12 +165,15 @@ def _epoch_table(seed: int, epoch: int, num_examples: int,
 
 @dataclasses.dataclass(frozen=True)
 class _Rows:
-  """This process's `rows` of every global batch, from `first_row`."""
+  """This process's `rows` of every global batch."""
   source: sources.Source
   batch_size: int
-  first_row: int
-  rows: int
+  rows: slice
   image_size: int
+
+  @property
+  def per_batch(self) -> int:
+    return self.rows.stop - self.rows.start
 
 
 @dataclasses.dataclass(frozen=True)
@@ -186,9 +183,9 @@ class _TrainExamples(_Rows):
   augment: bool
 
   def __call__(self, i: int) -> tuple[np.ndarray, int]:
-    step, offset = divmod(int(i), self.rows)
+    step, offset = divmod(int(i), self.per_batch)
     epoch, batch = divmod(step, len(self.source) // self.batch_size)
-    row = self.first_row + offset
+    row = self.rows.start + offset
     index = _epoch_table(self.seed, epoch + 1, len(self.source),
                          self.batch_size)[batch, row]
     rng = np.random.default_rng([self.seed, epoch + 1, batch, row])
@@ -202,8 +199,8 @@ class _TestExamples(_Rows):
   """Example `i` of this process's evaluation rows; past the end, example 0."""
 
   def __call__(self, i: int) -> tuple[np.ndarray, int]:
-    batch, offset = divmod(int(i), self.rows)
-    index = batch * self.batch_size + self.first_row + offset
+    batch, offset = divmod(int(i), self.per_batch)
+    index = batch * self.batch_size + self.rows.start + offset
     # Decoded whole, as the official evaluation decodes it.
     image, label = self.source[index if index < len(self.source) else 0]
     return preprocess.resize(image, self.image_size), np.int32(label)
