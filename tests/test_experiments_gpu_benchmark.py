@@ -388,7 +388,8 @@ def test_smoke_measures_every_section_into_json_and_readme(tmp_path):
       f'--output={output}', f'--readme={readme}'
   ], capture_output=True, text=True, check=False)
   assert run.returncode == 0, run.stderr[-3000:]
-  assert 'train step: ViT-B/16 vit_jax einsum, batch 8:' in run.stdout
+  assert ('train step: model=ViT-B/16, implementation=vit_jax, '
+          'variant=einsum, image_size=112, batch_size=8,') in run.stdout
   results = json.loads(output.read_text())
   assert results['finished'] and results['smoke']
   assert set(results['versions']) >= {'jax', 'cuda', 'cudnn'}
