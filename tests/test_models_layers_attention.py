@@ -1,5 +1,7 @@
 """Self-attention against flax's, locality attention, mimetic init."""
 
+import functools
+
 import flax
 import jax
 import jax.numpy as jnp
@@ -162,9 +164,10 @@ def test_auto_attention_is_einsum_on_this_cpu():
   auto = VisionTransformer(num_classes=5, dtype=jnp.bfloat16, **SMALL)
   variables = {'params': random_params(auto, images, train=False)}
   # Bit for bit: the XLA kernel rounds differently in bfloat16.
-  np.testing.assert_array_equal(
-      auto.apply(variables, images, train=False),
-      auto.clone(attention='einsum').apply(variables, images, train=False))
+  got, want = (jax.jit(m.apply, static_argnames='train')(variables, images,
+                                                         train=False)
+               for m in (auto, auto.clone(attention='einsum')))
+  np.testing.assert_array_equal(got, want)
 
 
 @pytest.mark.skipif(jax.default_backend() != 'gpu', reason='needs a GPU')
@@ -211,11 +214,13 @@ def test_locality_attention_learns_a_temperature_and_masks_self():
 def test_locality_attention_in_the_model():
   model = VisionTransformer(num_classes=5, locality_attention=True, **SMALL)
   images = _images()
-  variables = model.init(jax.random.key(0), images, train=False)
+  variables = jax.jit(model.init, static_argnames='train')(jax.random.key(0),
+                                                           images, train=False)
   for i in range(SMALL['num_layers']):
     block = variables['params']['Transformer'][f'encoderblock_{i}']
     assert block['MultiHeadDotProductAttention_0']['temperature'].shape == (4,)
-  for a in attention_weights(model, variables, images):
+  for a in jax.jit(functools.partial(attention_weights, model))(variables,
+                                                                images):
     assert a.shape == (2, 4, 17, 17)
     np.testing.assert_array_equal(np.diagonal(a, axis1=-2, axis2=-1), 0.0)
     np.testing.assert_allclose(a.sum(-1), 1.0, rtol=1e-5)
@@ -285,9 +290,11 @@ def test_mimetic_init_changes_only_the_attention_kernels(scan):
   images = _images()
   plain = VisionTransformer(num_classes=5, **SMALL, scan=scan)
   mimetic = plain.clone(mimetic_init=True)
-  params = mimetic.init(jax.random.key(0), images, train=False)['params']
-  before = _flat(plain.init(jax.random.key(0), images, train=False)['params'])
-  after = _flat(params)
+  params, before = (jax.jit(m.init,
+                            static_argnames='train')(jax.random.key(0), images,
+                                                     train=False)['params']
+                    for m in (mimetic, plain))
+  before, after = _flat(before), _flat(params)
   assert {k: v.shape
           for k, v in before.items()} == {k: v.shape for k, v in after.items()}
   changed = {k for k in before if not np.array_equal(before[k], after[k])}
