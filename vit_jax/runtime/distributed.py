@@ -2,6 +2,7 @@
 checking that every process holds the same data, and leaving the job."""
 
 from collections.abc import Mapping
+import contextlib
 import glob
 import importlib.util
 import os
@@ -127,13 +128,10 @@ def initialize_distributed(
   kwargs = distributed_args(coordinator_address, num_processes, process_id)
   if kwargs is None:
     return False
-  # The CPU backend needs an implementation for cross-process collectives.
-  if not getattr(jax.config, 'jax_cpu_collectives_implementation', 'gloo'):
-    jax.config.update('jax_cpu_collectives_implementation', 'gloo')
+  cluster = _detect_cluster()
   described = ', '.join(
-      f'{k}={v}'
-      for k, v in kwargs.items()) or (f'detected from {_detect_cluster()}')
-  if _detect_cluster() != 'Cloud TPU':
+      f'{k}={v}' for k, v in kwargs.items()) or (f'detected from {cluster}')
+  if cluster != 'Cloud TPU':
     # A lost process fails the survivors' next collective (`abandon_job`)
     # instead of jax aborting them with a stack trace. TPU collectives may
     # wait instead of failing.
@@ -169,10 +167,11 @@ def _lost_processes(timeout: float = 2.0) -> list[int]:
   found = []
 
   def ask():
-    from jax._src import distributed  # pylint: disable=g-import-not-at-top
-    live = distributed.global_state.client.get_live_nodes(
-        list(range(jax.process_count())))
-    found.extend(i for i in range(jax.process_count()) if i not in live)
+    with contextlib.suppress(Exception):  # a jax without the call
+      from jax._src import distributed  # pylint: disable=g-import-not-at-top
+      live = distributed.global_state.client.get_live_nodes(
+          list(range(jax.process_count())))
+      found.extend(i for i in range(jax.process_count()) if i not in live)
 
   asking = threading.Thread(target=ask, daemon=True)
   asking.start()
@@ -194,10 +193,7 @@ def leave_job(status: int, every_process_here: bool) -> None:
 def abandon_job(error: BaseException) -> None:
   """After a process of the job died: one line and exit status 1, not a wait
   in jax's shutdown barrier."""
-  try:
-    lost = _lost_processes()
-  except Exception:  # pylint: disable=broad-except
-    lost = []  # a jax without the call
+  lost = _lost_processes()
   if lost:
     who = ', '.join(f'process {i}' for i in lost)
   elif jax.process_count() == 2:

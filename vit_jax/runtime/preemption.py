@@ -54,6 +54,12 @@ class Preemption:
       return multihost_utils.reached_preemption_sync_point(self._calls)
     return stop_signals.received() is not None
 
+  def stop_before_training(self, checkpoints) -> None:
+    """Between start-up's phases: a stop signal ends the run, nothing saved."""
+    if self.reached():
+      raise Preempted(self.signal_name, checkpoints.latest_step(),
+                      checkpoints.directory, saved=False)
+
   def training(self) -> None:
     """The loop starts: a stop saves the steps in flight."""
     stop_signals.set_training(True)

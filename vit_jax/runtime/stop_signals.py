@@ -20,17 +20,6 @@ INTERRUPTED_EXIT_STATUS = 128 + signal.SIGINT
 STOPPED_EXIT_STATUS = 75  # EX_TEMPFAIL: nothing lost, rerunning resumes
 
 _NAMES = {signal.SIGTERM: 'SIGTERM', signal.SIGINT: 'Ctrl-C'}
-_FIRST_NOTICE = {
-    (signal.SIGTERM, False): b'SIGTERM: stopping before training starts.\n',
-    (signal.SIGINT, False): b'Ctrl-C: stopping before training starts; press '
-                            b'Ctrl-C again to stop at once.\n',
-    (signal.SIGTERM, True): b'SIGTERM: stopping once the steps in flight are '
-                            b'saved.\n',
-    (signal.SIGINT, True): b'Ctrl-C: stopping once the steps in flight are '
-                           b'saved; press Ctrl-C again to stop at once, '
-                           b'without saving.\n',
-}
-
 _received: list[str] = []
 _previous: dict[int, object] = {}
 _forwarding: list[bool] = []  # [True] once `forward_as_sigterm` was called
@@ -161,7 +150,12 @@ def _on_signal(signum: int) -> None:
         b'saving; rerun the same command to resume from the newest '
         b'complete checkpoint.\n', INTERRUPTED_EXIT_STATUS)
   if not _received:
-    os.write(2, b'\n' + _FIRST_NOTICE[signum, bool(_training)])
+    when = ('once the steps in flight are saved'
+            if _training else 'before training starts')
+    again = ('; press Ctrl-C again to stop at once' +
+             (', without saving' if _training else '')
+             if signum == signal.SIGINT else '')
+    os.write(2, f'\n{_NAMES[signum]}: stopping {when}{again}.\n'.encode())
   _received.append(_NAMES[signum])
   if _forwarding and signum == signal.SIGINT:
     os.kill(os.getpid(), signal.SIGTERM)

@@ -1,6 +1,6 @@
-"""What `train.train_and_evaluate` calls before its loop: the workdir held
-and checked, the model trained and its objective, the pre-trained start,
-and the run's record."""
+"""What `train.train_and_evaluate` calls before its loop: the workdir held,
+the model trained and its objective, the pre-trained start, and the run's
+record."""
 
 import contextlib
 import json
@@ -13,11 +13,8 @@ import jax.numpy as jnp
 from jax.experimental import multihost_utils
 import numpy as np
 
-from vit_jax import config_schema
 from vit_jax import data
 from vit_jax import models
-from vit_jax.checkpoints import reading
-from vit_jax.checkpoints import run_checkpoints
 from vit_jax.errors import ConfigError
 from vit_jax.errors import WorkdirError
 from vit_jax.models import masked_autoencoder
@@ -26,23 +23,11 @@ from vit_jax.objectives import distillation
 from vit_jax.objectives import locality_guidance
 from vit_jax.objectives import losses
 from vit_jax.runtime import files
-from vit_jax.runtime import preemption
 from vit_jax.runtime import sharding
 from vit_jax.runtime import workdir_lock
 from vit_jax.training import finetune
 from vit_jax.training import plan as plan_lib
 from vit_jax.training import steps
-
-
-def check_workdir(
-    workdir: pathlib.Path, config,
-    checkpoints: run_checkpoints.RunCheckpoints) -> dict[str, tuple]:
-  """ConfigError unless a run already in `workdir` is this config's; the
-  fields that changed harmlessly since (`config_schema.check_resumable`)."""
-  if not checkpoints.steps():
-    return {}
-  return config_schema.check_resumable(reading.saved_config(workdir), config,
-                                       workdir)
 
 
 def record_changes(workdir: pathlib.Path, step: int, changed: dict[str, tuple]):
@@ -99,14 +84,6 @@ def sole_writer(workdir: pathlib.Path):
     yield
   finally:
     lock.release()
-
-
-def stop_if_signalled(signals: preemption.Preemption,
-                      checkpoints: run_checkpoints.RunCheckpoints):
-  """Between start-up's phases: a stop signal ends the run, nothing saved."""
-  if signals.reached():
-    raise preemption.Preempted(signals.signal_name, checkpoints.latest_step(),
-                               checkpoints.directory, saved=False)
 
 
 def trained_model_and_objective(config, num_classes: int,

@@ -38,11 +38,6 @@ class TrainState(train_state.TrainState):
 
   batch_stats: Any = None
 
-  @property
-  def model_params(self) -> Any:
-    """The parameters the run evaluates and its readers load."""
-    return self.params
-
 
 class AveragedTrainState(TrainState):
   """With the parameters' moving average (`config.ema_decay`), which the run
@@ -60,10 +55,6 @@ class AveragedTrainState(TrainState):
     return state.replace(ema_params=optax.incremental_update(
         state.params, state.ema_params, step_size=1 - decay))
 
-  @property
-  def model_params(self) -> Any:
-    return self.ema_params
-
 
 def _init(key, model, tx, image_size: int, ema_decay: float) -> TrainState:
   variables = model.init(key, jnp.zeros((1, image_size, image_size, 3)),
@@ -75,17 +66,24 @@ def _init(key, model, tx, image_size: int, ema_decay: float) -> TrainState:
       batch_stats=variables.get('batch_stats'), **averaged)
 
 
-def _shapes(key, model, tx, image_size: int, ema_decay: float) -> TrainState:
-  return jax.eval_shape(
+def state_shapes(key, model, tx, image_size: int, mesh: jax.sharding.Mesh,
+                 ema_decay: float = 0.0) -> TrainState:
+  """The train state's shapes and shardings on `mesh`, computing nothing."""
+  shapes = jax.eval_shape(
       functools.partial(_init, model=model, tx=tx, image_size=image_size,
                         ema_decay=ema_decay), key)
+  return jax.tree.map(
+      lambda s, placement: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=
+                                                placement), shapes,
+      sharding.state_shardings(shapes, mesh))
 
 
 def initializer(key, model, tx, image_size: int, mesh: jax.sharding.Mesh,
                 ema_decay: float = 0.0) -> Callable[[jax.Array], TrainState]:
   """key -> a fresh state laid out on `mesh`, compiled now (on a thread)."""
-  shardings = sharding.state_shardings(
-      _shapes(key, model, tx, image_size, ema_decay), mesh)
+  shardings = jax.tree.map(
+      lambda s: s.sharding,
+      state_shapes(key, model, tx, image_size, mesh, ema_decay))
   init = functools.partial(_init, model=model, tx=tx, image_size=image_size,
                            ema_decay=ema_decay)
   vit = getattr(model, 'vit', model)  # a training wrapper's ViT
@@ -99,16 +97,6 @@ def initializer(key, model, tx, image_size: int, mesh: jax.sharding.Mesh,
 def initial_state(key, model, tx, image_size: int, mesh: jax.sharding.Mesh,
                   ema_decay: float = 0.0) -> TrainState:
   return initializer(key, model, tx, image_size, mesh, ema_decay)(key)
-
-
-def state_shapes(key, model, tx, image_size: int, mesh: jax.sharding.Mesh,
-                 ema_decay: float = 0.0) -> TrainState:
-  """The train state's shapes and shardings on `mesh`, computing nothing."""
-  shapes = _shapes(key, model, tx, image_size, ema_decay)
-  return jax.tree.map(
-      lambda s, placement: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=
-                                                placement), shapes,
-      sharding.state_shardings(shapes, mesh))
 
 
 def sum_shapes(placement, sums: dict = METRIC_SUMS) -> dict:
@@ -220,7 +208,6 @@ def make_train_steps(config, inputs, per_call: int,
 
   def train_steps(state: TrainState, sums: dict, data, stacked, count, key):
     if per_call == 1:
-      del count  # 1
       state, sums = train_step(state, sums, data,
                                jax.tree.map(lambda x: x[0], stacked), key)
       return state, sums, state.step
@@ -239,9 +226,10 @@ def eval_step(state: TrainState, sums: dict, data, batch, mask, *, config,
               inputs) -> dict:
   """`sums` plus the loss, correct and top-5 counts of unmasked examples."""
   x, y = inputs.model_inputs(data, batch, None)
-  logits = state.apply_fn(
-      models.model_variables(state.model_params, state.batch_stats), x,
-      train=False)
+  # A run with a moving average evaluates the average.
+  params = getattr(state, 'ema_params', None) or state.params
+  logits = state.apply_fn(models.model_variables(params, state.batch_stats), x,
+                          train=False)
   loss = losses.cross_entropy(
       logits, losses.soft_targets(y, inputs.num_classes,
                                   config.label_smoothing))

@@ -23,6 +23,7 @@ from vit_jax import config_schema
 from vit_jax import data
 from vit_jax import models
 from vit_jax.checkpoints import best_checkpoint
+from vit_jax.checkpoints import reading
 from vit_jax.checkpoints import run_checkpoints
 from vit_jax.errors import TrainingDivergedError
 from vit_jax.runtime import files
@@ -39,18 +40,6 @@ from vit_jax.training import plan as plan_lib
 from vit_jax.training import progress
 from vit_jax.training import startup
 from vit_jax.training import steps
-
-
-def summarize(history: list[dict]) -> dict:
-  tested = [r for r in history if 'test_accuracy' in r]
-  trained = [r for r in history if 'train_accuracy' in r]
-  best = max(tested, key=lambda r: r['test_accuracy'])
-  return dict(best_test_accuracy=best['test_accuracy'], best_step=best['step'],
-              best_epoch=best['epoch'],
-              final_test_accuracy=tested[-1]['test_accuracy'],
-              final_train_accuracy=trained[-1]['train_accuracy'],
-              steps=history[-1]['step'], epochs=history[-1]['epoch'],
-              train_seconds=sum(r['seconds'] for r in history))
 
 
 def _check_finite(record: dict, step: int, checkpoints, history: list[dict]):
@@ -112,18 +101,18 @@ def _train_and_evaluate(config, workdir: pathlib.Path,
   checkpoints = run_checkpoints.RunCheckpoints(
       workdir / 'checkpoints', config.keep_checkpoints,
       plan_lib.checkpoint_min_seconds(config))
-  changed = startup.check_workdir(workdir, config, checkpoints)
+  changed = (config_schema.check_resumable(reading.saved_config(workdir),
+                                           config, workdir)
+             if checkpoints.steps() else {})
   pretrained = (finetune.check_init_from(config)
                 if config.init_from and not checkpoints.steps() else None)
-  stop_if_signalled = functools.partial(startup.stop_if_signalled, signals,
-                                        checkpoints)
-  stop_if_signalled()
+  signals.stop_before_training(checkpoints)
 
   # Mesh, input, model, optimizer, objective.
   mesh = sharding.make_mesh(config.fsdp)
   replicated = sharding.replicated(mesh)
   inputs = data.create_input(config, mesh)
-  stop_if_signalled()
+  signals.stop_before_training(checkpoints)
   plan = plan_lib.step_plan(config, inputs.steps_per_epoch)
   model, objective = startup.trained_model_and_objective(
       config, inputs.num_classes, replicated)
@@ -145,7 +134,7 @@ def _train_and_evaluate(config, workdir: pathlib.Path,
     if (checkpoints.latest_step() or 0) < plan.total_steps:
       compiled = compile_steps()
     initializer = initializer and initializer.result()
-  stop_if_signalled()
+  signals.stop_before_training(checkpoints)
 
   # Restore the newest checkpoint that restores, or initialize.
   restored = checkpoints.restore_latest(state_shapes,
@@ -193,7 +182,7 @@ def _train_and_evaluate(config, workdir: pathlib.Path,
     if trains:
       dispatcher = dispatch.Dispatcher(compiled, inputs, step_key)
       signals.training()
-      stop_if_signalled()  # restoring was the last phase
+      signals.stop_before_training(checkpoints)  # restoring was the last phase
     while step < plan.total_steps:
       count = dispatcher.next_call_steps(plan.steps_to_next_event(step))
       state, sums = dispatcher.run(state, sums,
@@ -259,9 +248,17 @@ def _peak_flops(dtype: str) -> float | None:
 
 
 def _write_summary(workdir: pathlib.Path, history: list[dict]) -> dict:
-  # So that result tables mixing machines say which trained each run; a
-  # resumed run names the machine that finished it.
-  summary = {**summarize(history), 'device': jax.devices()[0].device_kind}
+  tested = [r for r in history if 'test_accuracy' in r]
+  trained = [r for r in history if 'train_accuracy' in r]
+  best = max(tested, key=lambda r: r['test_accuracy'])
+  # `device`: so that result tables mixing machines say which trained each
+  # run; a resumed run names the machine that finished it.
+  summary = dict(
+      best_test_accuracy=best['test_accuracy'], best_step=best['step'],
+      best_epoch=best['epoch'], final_test_accuracy=tested[-1]['test_accuracy'],
+      final_train_accuracy=trained[-1]['train_accuracy'],
+      steps=history[-1]['step'], epochs=history[-1]['epoch'], train_seconds=sum(
+          r['seconds'] for r in history), device=jax.devices()[0].device_kind)
   if jax.process_index() == 0:
     files.write_atomically(workdir / 'summary.json',
                            json.dumps(summary, indent=2))
