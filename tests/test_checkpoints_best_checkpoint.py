@@ -1,14 +1,11 @@
 """The state of a run's best evaluation, kept beside its checkpoints:
 saved by the loop, read back, and the same after a resumption."""
 
-import json
-import pathlib
 import shutil
 
 import jax
 import jax.numpy as jnp
 import numpy as np
-import orbax.checkpoint as ocp
 import pytest
 
 from tests.helpers import tiny_config
@@ -17,13 +14,6 @@ from vit_jax.checkpoints import reading
 from vit_jax.checkpoints import run_checkpoints
 from vit_jax.errors import CheckpointError
 from vit_jax.training import train
-
-
-def _params_of(workdir, step):
-  with ocp.CheckpointManager(pathlib.Path(workdir) / 'checkpoints') as manager:
-    return manager.restore(
-        step, args=ocp.args.Composite(
-            state=ocp.args.StandardRestore())).state['params']
 
 
 def _held(workdir):
@@ -47,7 +37,15 @@ def test_the_best_evaluation_is_kept_and_a_resumed_run_keeps_the_same(
   run = reading.load_run(tmp_path / 'whole', best=True)
   assert run.step == best
   jax.tree.map(np.testing.assert_array_equal, run.params,
-               _params_of(tmp_path / 'whole', best))
+               reading.load_run(tmp_path / 'whole', best).params)
+  # The folder is a source of its own, as evaluate, analyze and convert read.
+  folder = tmp_path / 'whole' / best_checkpoint.DIRECTORY
+  assert reading.source_kind(folder) == reading.WORKDIR
+  loaded = reading.load(folder)
+  assert loaded.step == best and loaded.config == run.config
+  with pytest.raises(CheckpointError, match='pass a step or its best '
+                     'checkpoint, not both'):
+    reading.load_run(folder, step=1)
   # As if killed after saving the best, before the checkpoint that follows
   # it: the best is ahead of where the run resumes, and is saved again.
   assert best > 2
@@ -66,17 +64,14 @@ def test_the_best_evaluation_is_kept_and_a_resumed_run_keeps_the_same(
                run.params)
 
 
-def _tested(step, accuracy):
-  return {'step': step, 'test_accuracy': accuracy}
-
-
 def _offer(best, history, step, accuracy):
-  history.append(_tested(step, accuracy))
+  history.append({'step': step, 'test_accuracy': accuracy})
   best.offer(history[-1], {'params': {'w': jnp.full(2, step)}},
              {'loss': jnp.zeros(())}, list(history), {}, {})
 
 
-def test_every_checkpoint_a_run_may_resume_from_keeps_its_best(tmp_path):
+def test_every_checkpoint_a_run_may_resume_from_keeps_its_best(
+    tmp_path, caplog):
   history = []
   best = best_checkpoint.BestCheckpoint(tmp_path, True, history, 0, [], 2)
   _offer(best, history, 2, 0.5)
@@ -103,28 +98,7 @@ def test_every_checkpoint_a_run_may_resume_from_keeps_its_best(tmp_path):
   best = best_checkpoint.BestCheckpoint(tmp_path, True, history, 7, [5, 7], 2)
   assert _held(tmp_path) == [4, 6]
   best.close()
-
-
-def test_a_best_left_by_a_run_that_stopped_keeping_it_is_deleted(
-    tmp_path, caplog):
-  history = []
-  best = best_checkpoint.BestCheckpoint(tmp_path, True, history, 0, [], 2)
-  _offer(best, history, 2, 0.5)
-  best.close()
-  assert _held(tmp_path) == [2]
-  best_checkpoint.BestCheckpoint(tmp_path, False, history, 2, [2], 2).close()
+  # Resumed without the field: the bests are deleted, and the log says so.
+  best_checkpoint.BestCheckpoint(tmp_path, False, history, 7, [5, 7], 2).close()
   assert _held(tmp_path) == []
   assert 'keep_best_checkpoint is off: deleted' in caplog.text
-
-
-def test_a_runs_best_checkpoint_folder_is_a_source_of_its_own(trained_cnn_run):
-  workdir, _ = trained_cnn_run
-  summary = json.loads((workdir / 'summary.json').read_text())
-  folder = workdir / best_checkpoint.DIRECTORY
-  assert reading.source_kind(folder) == reading.WORKDIR
-  loaded = reading.load(folder)  # what evaluate, analyze and convert read
-  assert loaded.step == summary['best_step']
-  assert loaded.config == reading.load_run(workdir).config
-  with pytest.raises(CheckpointError, match='pass a step or its best '
-                     'checkpoint, not both'):
-    reading.load_run(folder, step=1)

@@ -20,16 +20,12 @@ from vit_jax.formats import params as params_lib
 from vit_jax.formats import safetensors_file
 
 
-def _warnings(caplog) -> list[str]:
-  return [
-      r.getMessage() for r in caplog.records if r.levelno == logging.WARNING
-  ]
-
-
-def test_loads_a_run_trained_on_other_devices_onto_one(trained_vit_run, caplog):
+def test_loads_a_run_trained_on_other_devices_onto_one(trained_vit_run,
+                                                       tmp_path, caplog):
+  caplog.set_level(logging.WARNING)
   workdir, _ = trained_vit_run
   run = reading.load_run(workdir)
-  assert _warnings(caplog) == []  # a sound checkpoint, verified
+  assert caplog.messages == []  # a sound checkpoint, verified
   assert run.step == 6
   assert run.config.image_size == 24
   assert run.config.model_overrides.num_layers == 2
@@ -38,41 +34,26 @@ def test_loads_a_run_trained_on_other_devices_onto_one(trained_vit_run, caplog):
   leaves = jax.tree.leaves(run.params)
   assert {leaf.sharding.device_set.pop()
           for leaf in leaves} == {jax.devices()[0]}
-  # The restored parameters drive the model they were trained as.
+  # The restored parameters drive the model they were trained as, read by
+  # load_params from the run and from its .npz alike.
   model = models.from_config(run.config, num_classes=10)
-  logits = model.apply(run.variables, np.zeros((2, 24, 24, 3)), train=False)
-  assert logits.shape == (2, 10)
-  assert np.all(np.isfinite(logits))
-
-
-def test_missing_run_or_step_is_a_clear_error(trained_vit_run, tmp_path):
-  with pytest.raises(CheckpointError, match='has no config.json'):
-    reading.load_run(tmp_path)
-  workdir, _ = trained_vit_run
-  with pytest.raises(CheckpointError,
-                     match=r'No checkpoint of step 7 .* there are \[6\]'):
-    reading.load_run(workdir, step=7)
-  (tmp_path / 'config.json').write_text('{}')
-  with pytest.raises(CheckpointError, match='holds no checkpoint'):
-    reading.load_run(tmp_path)
-  with pytest.raises(
-      CheckpointError, match=(
-          rf'^{workdir} kept no best checkpoint .*: its run trained without '
-          r'--config.keep_best_checkpoint=True.*teacher_checkpoint=last\.$')):
-    reading.load_run(workdir, best=True)
-
-
-def _without_config_in_checkpoints(workdir):
-  """As checkpoints were saved before they held the run's config (and so
-  before their digest covered it)."""
-  for step_dir in (workdir / 'checkpoints').glob('[0-9]*'):
-    for item in ('config', 'digest'):
-      shutil.rmtree(step_dir / item)
+  images = np.ones((2, 24, 24, 3), np.float32)
+  logits = model.apply(run.variables, images, train=False)
+  assert logits.shape == (2, 10) and np.all(np.isfinite(logits))
+  params = reading.load_params(workdir)
+  assert_trees_identical(params, run.params)
+  params_lib.check_params(params, params_lib.param_shapes(model, 24))
+  npz.save_npz(params, tmp_path / 'run.npz')
+  from_npz = reading.load_params(tmp_path / 'run.npz')
+  assert_trees_identical(from_npz, run.params)
+  np.testing.assert_array_equal(
+      model.apply({'params': from_npz}, images, train=False), logits)
 
 
 def test_a_lost_config_json_is_read_from_the_checkpoint_or_rebuilt(
     trained_vit_run, tmp_path, caplog):
   """A reader reads it and changes nothing; a run rebuilds config.json."""
+  caplog.set_level(logging.WARNING)
   workdir = shutil.copytree(trained_vit_run[0], tmp_path / 'run')
   config_file, newest = workdir / 'config.json', workdir / 'checkpoints' / '6'
   original = json.loads(config_file.read_text())
@@ -85,7 +66,7 @@ def test_a_lost_config_json_is_read_from_the_checkpoint_or_rebuilt(
   assert not config_file.exists()  # a reader changes nothing
   assert reading.saved_config(workdir) == original
   assert json.loads(config_file.read_text()) == original
-  warnings = _warnings(caplog)
+  warnings = caplog.messages
   assert len(warnings) == 3
   assert warnings[0].startswith(f'{config_file} is not valid JSON (')
   assert warnings[1:] == [
@@ -93,8 +74,11 @@ def test_a_lost_config_json_is_read_from_the_checkpoint_or_rebuilt(
       f'{newest}.', f'{config_file} is missing: rebuilt from the config saved '
       f'with checkpoint {newest}.'
   ]
+  # As checkpoints were saved before they held the run's config (and so
+  # before their digest covered it).
   config_file.unlink()
-  _without_config_in_checkpoints(workdir)
+  for item in ('config', 'digest'):
+    shutil.rmtree(newest / item)
   with pytest.raises(
       CheckpointError, match=r'config.json is missing, and the checkpoints .* '
       r'were saved before checkpoints held their config: '
@@ -110,25 +94,23 @@ def test_a_lost_config_json_is_read_from_the_checkpoint_or_rebuilt(
     reading.saved_config(workdir)
 
 
-def test_load_params_reads_run_directories_and_their_npz(
+def test_a_source_is_told_by_its_contents_and_a_missing_one_refused(
     trained_vit_run, tmp_path):
+  with pytest.raises(CheckpointError, match='has no config.json'):
+    reading.load_run(tmp_path)
   workdir, _ = trained_vit_run
-  run = reading.load_run(workdir)
-  params = reading.load_params(workdir)
-  assert_trees_identical(params, run.params)
-  model = models.from_config(run.config, num_classes=10)
-  params_lib.check_params(params, params_lib.param_shapes(model, 24))
-  npz.save_npz(params, tmp_path / 'run.npz')
-  from_npz = reading.load_params(tmp_path / 'run.npz')
-  assert_trees_identical(from_npz, run.params)
-  images = np.ones((1, 24, 24, 3), np.float32)
-  np.testing.assert_array_equal(
-      model.apply({'params': from_npz}, images, train=False),
-      model.apply(run.variables, images, train=False))
+  with pytest.raises(CheckpointError,
+                     match=r'No checkpoint of step 7 .* there are \[6\]'):
+    reading.load_run(workdir, step=7)
+  (tmp_path / 'config.json').write_text('{}')
+  with pytest.raises(CheckpointError, match='holds no checkpoint'):
+    reading.load_run(tmp_path)
+  with pytest.raises(
+      CheckpointError, match=(
+          rf'^{workdir} kept no best checkpoint .*: its run trained without '
+          r'--config.keep_best_checkpoint=True.*teacher_checkpoint=last\.$')):
+    reading.load_run(workdir, best=True)
 
-
-def test_any_source_is_told_by_its_contents(trained_vit_run, tmp_path):
-  workdir, _ = trained_vit_run
   assert reading.source_kind(workdir) == reading.WORKDIR
   export.convert(workdir, tmp_path / 'run.npz', 'npz')
   export.convert(workdir, tmp_path / 'timm', 'timm')

@@ -75,14 +75,13 @@ def test_a_folder_is_replaced_whole_or_not_at_all(tmp_path):
   assert _written(dest) == {'a': 'new'}
   assert sorted(p.name for p in tmp_path.iterdir()) == ['export']
 
-
-def test_a_symlinked_folder_has_its_target_replaced(tmp_path):
-  _folder(tmp_path / 'real', a='old')
-  (tmp_path / 'link').symlink_to(tmp_path / 'real')
+  # A symlink has its target replaced.
+  (tmp_path / 'link').symlink_to(dest)
+  _folder(dest / 'b')
   files.replace_directory_atomically(tmp_path / 'link', _write_new)
   assert (tmp_path / 'link').is_symlink()
   assert _written(tmp_path / 'link') == {'a': 'new'}
-  assert sorted(p.name for p in tmp_path.iterdir()) == ['link', 'real']
+  assert sorted(p.name for p in tmp_path.iterdir()) == ['export', 'link']
 
 
 def test_a_mount_point_is_refused_in_one_line(tmp_path):

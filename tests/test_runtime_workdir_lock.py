@@ -15,14 +15,19 @@ from vit_jax.errors import WorkdirError
 from vit_jax.runtime import workdir_lock
 
 
-def test_a_second_holder_is_refused_with_the_first_named(tmp_path):
-  with workdir_lock.WorkdirLock(tmp_path / 'run'):
+def test_a_second_holder_is_refused_with_the_first_named(tmp_path, monkeypatch):
+  monkeypatch.setattr(workdir_lock, 'RENEW_SECONDS', 0.05)
+  with workdir_lock.WorkdirLock(tmp_path / 'run') as lock:
     with pytest.raises(WorkdirError) as refused:
       workdir_lock.WorkdirLock(tmp_path / 'run').acquire()
     assert str(refused.value).startswith(
         f'The workdir {tmp_path / "run"} is in use by another run (process '
         f'{os.getpid()} on {socket.gethostname()}, since ')
     assert 'Wait until it ends' in str(refused.value)
+    # The holder renews its lock.
+    os.utime(lock.path, (0, 0))
+    time.sleep(0.5)
+    assert time.time() - lock.path.stat().st_mtime < 5
   # Let go: the next run takes it.
   with workdir_lock.WorkdirLock(tmp_path / 'run'):
     pass
@@ -81,11 +86,3 @@ def test_another_hosts_renewed_lock_is_refused_until_it_lapses(tmp_path):
                         renewed_seconds_ago=workdir_lock.STALE_SECONDS + 1)
   with workdir_lock.WorkdirLock(tmp_path / 'lapsed') as lock:
     assert json.loads(lock.path.read_text())['host'] == socket.gethostname()
-
-
-def test_the_holder_renews_its_lock(tmp_path, monkeypatch):
-  monkeypatch.setattr(workdir_lock, 'RENEW_SECONDS', 0.05)
-  with workdir_lock.WorkdirLock(tmp_path) as lock:
-    os.utime(lock.path, (0, 0))
-    time.sleep(0.5)
-    assert time.time() - lock.path.stat().st_mtime < 5

@@ -236,16 +236,13 @@ def load(source: str | pathlib.Path, *, model_name: str | None = None,
     run = load_run(path, step)
     model, variables = run.for_inference()
     return Loaded(WORKDIR, model, variables, run.config.image_size, run.config,
-                  run.step, _config_pixels(run.config))
+                  run.step,
+                  (tuple(run.config.pixel_mean), tuple(run.config.pixel_std)))
   params = _read_file(path, kind, model_name, step)
   model, image_size = vit_model.model_for(params, model_name=model_name,
                                           source=str(path))
   return Loaded(kind, model, {'params': params}, image_size, None, None,
                 _file_pixels(path, kind))
-
-
-def _config_pixels(config) -> tuple[tuple, tuple]:
-  return tuple(config['pixel_mean']), tuple(config['pixel_std'])
 
 
 def _file_pixels(path: pathlib.Path, kind: str) -> tuple[tuple, tuple]:
@@ -263,7 +260,7 @@ def trained_pixels(source: str | pathlib.Path) -> tuple[tuple, tuple] | None:
   if not isinstance(config, dict) or not {'pixel_mean', 'pixel_std'
                                          } <= set(config):
     return None
-  return _config_pixels(config)
+  return tuple(config['pixel_mean']), tuple(config['pixel_std'])
 
 
 def pixel_flags(pixels: tuple[tuple, tuple]) -> str:

@@ -123,9 +123,7 @@ class RunCheckpoints(contextlib.AbstractContextManager):
     return self._manager
 
   def due(self, step: int) -> bool:
-    """Whether an interval's checkpoint is taken at `step`: with
-    `min_seconds`, when the newest started that long ago and none is being
-    written."""
+    """Whether an interval's checkpoint is taken at `step` (`min_seconds`)."""
     return not self._min_seconds or self._open(create=True).should_save(step)
 
   def steps(self, fresh: bool = False) -> list[int]:

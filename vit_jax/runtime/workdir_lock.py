@@ -85,7 +85,12 @@ class WorkdirLock:
         self._refuse_if_alive(previous)
         logging.info('Took over %s from %s, which ended without letting go.',
                      self.path, previous.describe())
-      self._write_holder()
+      since = datetime.datetime.now().astimezone()
+      holder = dict(host=socket.gethostname(), pid=os.getpid(),
+                    since=since.isoformat(timespec='seconds'))
+      os.ftruncate(self._fd, 0)
+      os.pwrite(self._fd, json.dumps(holder).encode(), 0)
+      os.fsync(self._fd)
     except OSError as e:
       self._let_go()
       raise WorkdirError(
@@ -160,15 +165,6 @@ class WorkdirLock:
     if self._fd is not None:
       os.close(self._fd)
       self._fd = None
-
-  def _write_holder(self) -> None:
-    holder = {
-        'host': socket.gethostname(), 'pid': os.getpid(), 'since':
-            datetime.datetime.now().astimezone().isoformat(timespec='seconds')
-    }
-    os.ftruncate(self._fd, 0)
-    os.pwrite(self._fd, json.dumps(holder).encode(), 0)
-    os.fsync(self._fd)
 
   def _renew(self) -> None:
     while not self._stop_renewing.wait(RENEW_SECONDS):
