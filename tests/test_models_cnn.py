@@ -33,29 +33,24 @@ def test_output_shape_and_collections(model_class):
 
 
 @pytest.mark.parametrize('model_class', MODELS)
-def test_batch_stats_change_only_in_training(model_class):
-  model = model_class()
-  images = _images()
-  variables = random_cnn_variables(model, images)
-
-  _, updated = model.apply(variables, images, train=True,
-                           mutable=['batch_stats'])
-  for before, after in zip(jax.tree.leaves(variables['batch_stats']),
-                           jax.tree.leaves(updated['batch_stats'])):
-    assert not np.allclose(before, after)
-
-  # Eval needs no mutable collection: it only reads the running statistics.
-  model.apply(variables, images, train=False)
-
-
-@pytest.mark.parametrize('model_class', MODELS)
-def test_eval_uses_running_statistics(model_class):
+def test_batch_stats_train_only_eval_reads_them_and_bfloat16_is_close(
+    model_class):
   model = model_class()
   images = _images(batch=6)
   variables = random_cnn_variables(model, images)
   _, stats = model.apply(variables, images, train=True, mutable=['batch_stats'])
-  variables = {'params': variables['params'], **stats}
+  for before, after in zip(jax.tree.leaves(variables['batch_stats']),
+                           jax.tree.leaves(stats['batch_stats'])):
+    assert not np.allclose(before, after)
 
+  # Eval needs no mutable collection: it only reads the running statistics.
+  high = model.apply(variables, images, train=False)
+  low = model_class(dtype=jnp.bfloat16).apply(variables, images, train=False)
+  assert low.dtype == jnp.float32
+  assert np.all(np.isfinite(low))
+  np.testing.assert_allclose(low, high, atol=0.05 * np.abs(high).max())
+
+  variables = {'params': variables['params'], **stats}
   # Each example's eval logits do not depend on the rest of the batch...
   full = model.apply(variables, images, train=False)
   np.testing.assert_allclose(full[:2],
@@ -78,17 +73,6 @@ def test_small_resnet_projects_only_where_the_shape_changes():
   flat = flax.traverse_util.flatten_dict(params, sep='/')
   assert flat['stage3_block1/shortcut_conv/kernel'].shape == (1, 1, 32, 64)
   assert not any(k.endswith('conv_0/bias') for k in flat)
-
-
-@pytest.mark.parametrize('model_class', MODELS)
-def test_bfloat16_forward_is_finite_and_close_to_float32(model_class):
-  images = _images()
-  variables = random_cnn_variables(model_class(), images)
-  high = model_class().apply(variables, images, train=False)
-  low = model_class(dtype=jnp.bfloat16).apply(variables, images, train=False)
-  assert low.dtype == jnp.float32
-  assert np.all(np.isfinite(low))
-  np.testing.assert_allclose(low, high, atol=0.05 * np.abs(high).max())
 
 
 @pytest.mark.parametrize('model_class,shapes', [(SimpleCNN, [(32, 32, 32),
