@@ -235,14 +235,9 @@ def adapt_params(pretrained: Any, fresh: Any) -> dict:
   fitted, notes = _fitted(pretrained, fresh)
   for note in notes:
     logging.info(note)
-  dtypes = {
-      path: value.dtype for path, value in flax.traverse_util.flatten_dict(
-          flax.core.unfreeze(fresh)).items()
-  }
-  return flax.traverse_util.unflatten_dict({
-      path: np.asarray(value).astype(dtypes[path])
-      for path, value in fitted.items()
-  })
+  return jax.tree.map(lambda value, init: np.asarray(value).astype(init.dtype),
+                      flax.traverse_util.unflatten_dict(fitted),
+                      flax.core.unfreeze(fresh))
 
 
 def vit_architecture(params: Mapping[str, Any]) -> dict | None:
