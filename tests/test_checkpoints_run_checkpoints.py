@@ -1,7 +1,6 @@
 """Run checkpoints saved, restored and skipped when damaged, by the trainer
 and by readers, along one path."""
 
-import json
 import logging
 import shutil
 import time
@@ -132,11 +131,25 @@ def test_a_checkpoint_rotated_away_while_read_is_not_called_damaged(
   """A reader (evaluate, analyze) of a live run: the run saves step 6 and
   is deleting step 4 while the reader reads 4; the reader lists the steps
   again and reads 6, with no warning. Deleted under it every time, it says the
-  run is writing there."""
+  run is writing there. Listed as a run keeping one checkpoint renames step 6
+  from its temporary name and deletes step 4, orbax finds neither a step; the
+  reader lists again. A run killed in its first save has no step."""
+  caplog.set_level(logging.WARNING)
   directory = tmp_path / 'checkpoints'
   _saved_steps(directory, [2, 4])
   saved_later = tmp_path / 'later'
   _saved_steps(saved_later, [6])
+  listed = ocp.CheckpointManager.all_steps
+  listings = []
+
+  def rotating(self, *args, **kwargs):
+    listings.append(listed(self, *args, **kwargs))
+    return [] if len(listings) == 1 else listings[-1]
+
+  monkeypatch.setattr(ocp.CheckpointManager, 'all_steps', rotating)
+  reader = run_checkpoints.RunCheckpoints(saved_later)
+  assert reader.steps() == [6] and len(listings) >= 2
+  monkeypatch.undo()
   read = run_checkpoints.RunCheckpoints._restore  # pylint: disable=protected-access
 
   def rotated_while_read(self, step, *shapes):
@@ -147,7 +160,6 @@ def test_a_checkpoint_rotated_away_while_read_is_not_called_damaged(
 
   monkeypatch.setattr(run_checkpoints.RunCheckpoints, '_restore',
                       rotated_while_read)
-  caplog.set_level(logging.WARNING)
   reader = run_checkpoints.RunCheckpoints(directory)
   assert reader.restore_latest().step == 6
   assert caplog.messages == []
@@ -164,30 +176,6 @@ def test_a_checkpoint_rotated_away_while_read_is_not_called_damaged(
       'writing there'):
     run_checkpoints.RunCheckpoints(directory).restore_latest()
   assert caplog.messages == []
-
-
-def test_steps_listed_empty_while_a_run_rotates_are_listed_again(
-    tmp_path, monkeypatch):
-  """A run keeping one checkpoint renames step 6 from its temporary name and
-  deletes step 4 while a reader lists them: orbax, having listed 4 and the
-  temporary name, finds neither a step. The reader lists again and finds 6;
-  a run killed in its first save, which left only a temporary folder, still
-  has no step."""
-  directory = tmp_path / 'checkpoints'
-  _saved_steps(directory, [6])
-  listed = ocp.CheckpointManager.all_steps
-  listings = []
-
-  def rotating(self, *args, **kwargs):
-    listings.append(listed(self, *args, **kwargs))
-    return [] if len(listings) == 1 else listings[-1]
-
-  monkeypatch.setattr(ocp.CheckpointManager, 'all_steps', rotating)
-  reader = run_checkpoints.RunCheckpoints(directory)
-  assert reader.steps() == [6]
-  assert reader.restore_latest().step == 6
-  assert len(listings) >= 2
-
   killed = tmp_path / 'killed'
   killed.mkdir()
   (killed / '2.orbax-checkpoint-tmp-1').mkdir()
@@ -249,7 +237,7 @@ def test_a_reader_verifies_as_the_trainer_does_and_changes_nothing(
 
 
 _LAYOUT_SCRIPT = '''
-import json, pathlib, sys
+import pathlib, sys
 sys.path.insert(0, {root!r})
 import jax
 import numpy as np
@@ -261,7 +249,6 @@ values = {{'kernel': np.arange(64 * 512, dtype=np.float32).reshape(64, 512),
           'bias': np.arange(8, dtype=np.float32)}}
 shapes = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype), values)
 meshes = {{'replicated': sharding.make_mesh(1), 'fsdp': sharding.make_mesh(8)}}
-found = []
 for saved, restored_onto in (('fsdp', 'replicated'), ('replicated', 'fsdp')):
   directory = pathlib.Path(f'from_{{saved}}')
   shardings = sharding.state_shardings(shapes, meshes[saved])
@@ -278,14 +265,13 @@ for saved, restored_onto in (('fsdp', 'replicated'), ('replicated', 'fsdp')):
                    shapes, target),
       steps.sum_shapes(sharding.replicated(meshes[restored_onto])))
   as_saved = run_checkpoints.RunCheckpoints(directory).restore_latest()
-  found.append(dict(
-      saved_sharded=not state['kernel'].sharding.is_fully_replicated,
-      equal=all(np.array_equal(restored.state[k], values[k]) for k in values),
-      on_target=all(restored.state[k].sharding == target[k] for k in values),
-      read_onto_one_device=all(
-          np.array_equal(as_saved.state[k], values[k]) and
-          len(as_saved.state[k].sharding.device_set) == 1 for k in values)))
-print(json.dumps(found))
+  assert state['kernel'].sharding.is_fully_replicated == (saved != 'fsdp')
+  for k in values:
+    np.testing.assert_array_equal(restored.state[k], values[k])
+    assert restored.state[k].sharding == target[k]
+    np.testing.assert_array_equal(as_saved.state[k], values[k])
+    assert len(as_saved.state[k].sharding.device_set) == 1
+print('restored')
 '''
 
 
@@ -294,9 +280,4 @@ def test_a_checkpoint_restores_onto_either_parameter_layout(tmp_path):
   # a reader restores either onto one device.
   out = run_on_host_devices(_LAYOUT_SCRIPT.format(root=str(ROOT)), 8,
                             cwd=tmp_path)
-  assert json.loads(out.splitlines()[-1]) == [
-      dict(saved_sharded=True, equal=True, on_target=True,
-           read_onto_one_device=True),
-      dict(saved_sharded=False, equal=True, on_target=True,
-           read_onto_one_device=True)
-  ]
+  assert out.splitlines()[-1] == 'restored'
