@@ -28,11 +28,6 @@ def _mae(vit=None, **fields):
 PATCH = SMALL['patch_size']
 
 
-def _params(model, images):
-  """Random parameters, none zero (`random_params`)."""
-  return random_params(model, images, train=False)
-
-
 @functools.partial(jax.jit, static_argnums=0)
 def _train(model, variables, images):
   """Logits and training outputs, the same patches hidden every call."""
@@ -85,7 +80,7 @@ def test_the_error_is_maes_normalized_pixel_loss_over_the_masked_patches():
 def test_the_encoder_never_sees_the_masked_patches_and_eval_is_the_plain_vit():
   model = _mae()
   images = _images()
-  variables = {'params': _params(model, images)}
+  variables = {'params': random_params(model, images, train=False)}
   assert {p.split('/')[0] for p in _flat(variables['params'])
          } - {'embedding', 'cls', 'Transformer', 'head'} == {'mae_decoder'}
   plain = {'params': names.inference_params(variables['params'])}
@@ -118,7 +113,7 @@ def test_the_encoder_never_sees_the_masked_patches_and_eval_is_the_plain_vit():
 def test_the_labels_train_the_probe_and_the_pixels_the_encoder():
   model = _mae()
   images = _images()
-  params = _params(model, images)
+  params = random_params(model, images, train=False)
   targets = losses.soft_targets(jnp.array([1, 3]), 5)
 
   def gradients(objective):
@@ -154,6 +149,6 @@ def test_fields_that_make_no_mae_are_refused_in_one_line(vit, fields, message):
 def test_a_ratio_that_hides_every_patch_says_so():
   model = _mae(mask_ratio=0.99)
   images = _images()
-  variables = {'params': _params(model, images)}
+  variables = {'params': random_params(model, images, train=False)}
   with pytest.raises(ValueError, match='keeps none of 16 patches'):
     _train(model, variables, images)

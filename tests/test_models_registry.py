@@ -65,9 +65,15 @@ def test_overrides_set_module_fields():
   assert create_model('SmallResNet', 100).num_classes == 100
 
 
-def test_unknown_name_lists_the_known_ones():
+def test_unknown_names_and_fields_list_the_known_ones():
   with pytest.raises(ValueError, match="Unknown model 'ViT-X_16'.*ViT-B_16"):
     create_model('ViT-X_16', 10)
+  with pytest.raises(ValueError, match='no field.*dropout.*dropout_rate'):
+    create_model('ViT-Ti_16', 10, dropout=0.1)
+  with pytest.raises(
+      ValueError, match=r'ViT-Tiny-CIFAR_4 has no field\(s\) '
+      r'num_layerz\. Did you mean num_layers\?'):
+    create_model('ViT-Tiny-CIFAR_4', 10, num_layerz=1)
 
 
 @pytest.mark.parametrize(
@@ -93,21 +99,9 @@ def test_an_override_of_another_kind_is_one_line(override, kind, default):
                dropout_rate=np.float32(0.1), mimetic_init=np.bool_(True))
 
 
-def test_unknown_override_lists_the_fields():
-  with pytest.raises(ValueError, match='no field.*dropout.*dropout_rate'):
-    create_model('ViT-Ti_16', 10, dropout=0.1)
-
-
 @pytest.mark.parametrize('name',
                          [n for n in MODEL_NAMES if n not in STUDY_MODELS[1:]])
 def test_every_registered_vit_is_named_from_its_parameter_shapes(name):
   model = create_model(name, 10)
   shapes = params_lib.param_shapes(model, 2 * model.effective_patch_size)
   assert vit_of_architecture(params_lib.vit_architecture(shapes)) == name
-
-
-def test_a_field_a_model_lacks_is_named_with_the_likely_one():
-  with pytest.raises(
-      ValueError, match=r'ViT-Tiny-CIFAR_4 has no field\(s\) '
-      r'num_layerz\. Did you mean num_layers\?'):
-    create_model('ViT-Tiny-CIFAR_4', 10, num_layerz=1)

@@ -22,10 +22,6 @@ TINY_HYBRID = dict(resnet_stages=(1,), hidden_size=32, num_layers=1,
                    num_heads=2, mlp_dim=64)
 
 
-def _shapes(tree):
-  return {k: v.shape for k, v in _flat(tree).items()}
-
-
 def official_stem_shapes(stages, width_factor=1):
   """Path -> shape of the official hybrid's stem, written from its layers."""
   width = 64 * width_factor
@@ -216,7 +212,7 @@ def test_hybrid_config_tree_and_count_follow_the_official_model():
       'conv_root', 'gn_root', 'block1', 'block2', 'block3', 'embedding', 'cls',
       'Transformer', 'head'
   }
-  ours = _shapes(params)
+  ours = {k: v.shape for k, v in _flat(params).items()}
   assert ours['block1/unit1/conv_proj/kernel'] == (1, 1, 64, 256)
   assert ours['block2/unit1/conv2/kernel'] == (3, 3, 128, 128)
   assert ours['block3/unit9/gn3/scale'] == (1024,)

@@ -286,7 +286,7 @@ def test_distillation_token_has_two_heads_averaged():
                       **SMALL)
 
 
-def test_techniques_are_registry_overrides():
+def test_techniques_are_registry_overrides_and_off_by_default():
   model = create_model('ViT-Tiny-CIFAR_4', 10, posemb='sincos2d',
                        classifier='map', stochastic_depth_rate=0.1,
                        shifted_patches=True, locality_attention=True)
@@ -295,6 +295,14 @@ def test_techniques_are_registry_overrides():
           model.locality_attention) == ('sincos2d', 'map', 0.1, True, True)
   assert create_model('ViT-Tiny-CIFAR_4', 10,
                       distillation_token=True).distillation_token
+  model = VisionTransformer(num_classes=5, **SMALL)
+  assert {f: getattr(model, f) for f in TECHNIQUES_OFF} == TECHNIQUES_OFF
+  assert model.classifier == 'token'
+  explicit = VisionTransformer(num_classes=5, **SMALL, **TECHNIQUES_OFF)
+  official = official_param_shapes(patch=4, hidden=32, layers=2, heads=4,
+                                   mlp=64, tokens=17, num_classes=5)
+  assert param_shapes(model, _images()) == param_shapes(explicit,
+                                                        _images()) == official
 
 
 # ------------------------------------------- remat and scan (large models) --
@@ -365,14 +373,3 @@ def test_scan_equals_the_unscanned_model_on_stacked_parameters(remat):
   want = logits_and_attention(model, {'params': params}, images)
   assert len(got[1]) == layers
   _assert_close_trees(got, want)
-
-
-def test_techniques_are_off_by_default_and_leave_the_official_tree():
-  model = VisionTransformer(num_classes=5, **SMALL)
-  assert {f: getattr(model, f) for f in TECHNIQUES_OFF} == TECHNIQUES_OFF
-  assert model.classifier == 'token'
-  explicit = VisionTransformer(num_classes=5, **SMALL, **TECHNIQUES_OFF)
-  official = official_param_shapes(patch=4, hidden=32, layers=2, heads=4,
-                                   mlp=64, tokens=17, num_classes=5)
-  assert param_shapes(model, _images()) == param_shapes(explicit,
-                                                        _images()) == official
