@@ -50,19 +50,12 @@ def test_only_a_position_embedding_makes_patch_order_matter(posemb, classifier):
 
 def test_sincos2d_posemb_matches_a_numpy_reference():
   # 2x2 grid, width 8: two frequencies, 1 and 1 / 10000.
-  omega = np.array([1.0, 1e-4])
-  rows = []
-  for y in range(2):
-    for x in range(2):
-      rows.append(
-          np.concatenate([
-              np.sin(x * omega),
-              np.cos(x * omega),
-              np.sin(y * omega),
-              np.cos(y * omega)
-          ]))
-  np.testing.assert_allclose(posemb_sincos_2d(2, 2, 8),
-                             np.array(rows)[None], rtol=1e-6, atol=1e-7)
+  y, x = np.divmod(np.arange(4), 2)  # the row-major grid
+  angles = [np.outer(coordinate, [1.0, 1e-4]) for coordinate in (x, y)]
+  expected = np.concatenate(
+      [f(angle) for angle in angles for f in (np.sin, np.cos)], axis=1)
+  np.testing.assert_allclose(posemb_sincos_2d(2, 2, 8), expected[None],
+                             rtol=1e-6, atol=1e-7)
 
 
 def test_sincos2d_model_has_no_posemb_parameter_and_zero_for_cls():
