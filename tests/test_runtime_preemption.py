@@ -16,15 +16,16 @@ from vit_jax.runtime import stop_signals
 
 @pytest.mark.parametrize('signum', [signal.SIGTERM, signal.SIGINT],
                          ids=['SIGTERM', 'SIGINT'])
-def test_a_stop_signal_is_a_request_that_the_loop_reads(signum):
+def test_a_stop_signal_is_a_request_that_the_loop_reads(signum, capfd):
+  """Until the loop closes: a command that catches the signals again (a
+  second run in one process) is starting up, and its line says so."""
   before = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}
   signals = preemption.Preemption()
   try:
     assert not signals.reached()
+    signals.training()
     os.kill(os.getpid(), signum)
-    deadline = time.monotonic() + 5  # the watcher thread records it
-    while not signals.reached() and time.monotonic() < deadline:
-      time.sleep(0.01)
+    _wait_until(signals.reached)
     assert signals.reached()
     assert signals.signal_name == {
         signal.SIGTERM: 'SIGTERM', signal.SIGINT: 'Ctrl-C'
@@ -32,25 +33,21 @@ def test_a_stop_signal_is_a_request_that_the_loop_reads(signum):
   finally:
     signals.close()
   assert {s: signal.getsignal(s) for s in before} == before
-
-
-def test_a_loop_that_closed_leaves_the_next_start_up_saying_so(capfd):
-  """The first signal's line follows the loop: once one has closed, a
-  command that catches the signals again (a second run in one process) is
-  starting up."""
-  signals = preemption.Preemption()
-  signals.training()
-  signals.close()
+  assert 'stopping once the steps in flight are saved' in capfd.readouterr().err
   stop_signals.catch()
   try:
     os.kill(os.getpid(), signal.SIGTERM)
-    deadline = time.monotonic() + 5
-    while not stop_signals.received() and time.monotonic() < deadline:
-      time.sleep(0.01)
+    _wait_until(stop_signals.received)
   finally:
     stop_signals.release()
   assert capfd.readouterr().err == (
       '\nSIGTERM: stopping before training starts.\n')
+
+
+def _wait_until(condition):
+  deadline = time.monotonic() + 5  # the watcher thread records signals
+  while not condition() and time.monotonic() < deadline:
+    time.sleep(0.01)
 
 
 def test_the_message_says_what_was_saved():

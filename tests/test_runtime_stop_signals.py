@@ -29,7 +29,18 @@ def _handlers():
   }
 
 
-def test_signals_are_recorded_until_released(capfd):
+def _send(signum, training: bool = False):
+  """Sends `signum` to this process while caught, in a loop if `training`."""
+  stop_signals.catch()
+  try:
+    stop_signals.set_training(training)
+    os.kill(os.getpid(), signum)
+    _wait_until_received(1)
+  finally:
+    stop_signals.release()
+
+
+def test_signals_are_recorded_until_released_and_said_in_one_line(capfd):
   before = _handlers()
   assert stop_signals.catch()
   try:
@@ -48,31 +59,17 @@ def test_signals_are_recorded_until_released(capfd):
   assert capfd.readouterr().err == (
       '\nCtrl-C: stopping before training starts; press Ctrl-C again to stop '
       'at once.\n')
-
-
-@pytest.mark.parametrize('signum, line', [
-    (signal.SIGTERM, 'SIGTERM: stopping once the steps in flight are saved.'),
-    (signal.SIGINT, 'Ctrl-C: stopping once the steps in flight are saved; '
-     'press Ctrl-C again to stop at once, without saving.')
-], ids=['SIGTERM', 'SIGINT'])
-def test_once_training_the_first_signal_says_the_steps_are_saved(
-    capfd, signum, line):
-  stop_signals.catch()
-  try:
-    stop_signals.set_training(True)
-    os.kill(os.getpid(), signum)
-    _wait_until_received(1)
-  finally:
-    stop_signals.release()
-  assert capfd.readouterr().err == f'\n{line}\n'
-  stop_signals.catch()  # a new command starts before training again
-  try:
-    os.kill(os.getpid(), signal.SIGTERM)
-    _wait_until_received(1)
-  finally:
-    stop_signals.release()
-  assert capfd.readouterr().err == (
-      '\nSIGTERM: stopping before training starts.\n')
+  # Once training, the first signal says the steps are saved; a command
+  # that catches them again starts before training.
+  for signum, line in (
+      (signal.SIGTERM, 'SIGTERM: stopping once the steps in flight are saved.'),
+      (signal.SIGINT, 'Ctrl-C: stopping once the steps in flight are saved; '
+       'press Ctrl-C again to stop at once, without saving.')):
+    _send(signum, training=True)
+    assert capfd.readouterr().err == f'\n{line}\n'
+    _send(signal.SIGTERM)
+    assert capfd.readouterr().err == (
+        '\nSIGTERM: stopping before training starts.\n')
 
 
 def test_a_second_ctrl_c_exits_at_once_in_one_line():

@@ -54,16 +54,6 @@ def test_a_run_with_a_moving_average_evaluates_and_reads_back_the_average(
       train.train_and_evaluate(tuned, tmp_path / 'tuned')['best_test_accuracy'])
 
 
-def test_a_moving_average_beside_batchnorm_statistics_is_one_line(
-    cifar10_binary, tmp_path):
-  data_dir, _ = cifar10_binary
-  config = tiny_config(data_dir, 'simple_cnn', total_steps=1, ema_decay=0.9)
-  with pytest.raises(
-      ConfigError, match=r'config.ema_decay=0.9 averages the '
-      r'parameters only, and SimpleCNN also keeps BatchNorm'):
-    train.train_and_evaluate(config, tmp_path)
-
-
 def test_a_file_without_a_config_or_of_another_size_is_one_line(
     trained_vit_run, tmp_path):
   workdir, data_dir = trained_vit_run

@@ -75,31 +75,44 @@ def test_the_study_vit_computes_the_losses_it_always_did(tmp_path):
   assert records[-1]['test_loss'] == pytest.approx(_PINNED_TEST_LOSS, rel=2e-6)
 
 
-def test_steps_set_when_it_logs_evaluates_and_checkpoints(
-    cifar10_binary, tmp_path):
+@pytest.mark.parametrize(
+    'model', ['vit', pytest.param('simple_cnn', marks=pytest.mark.slow)])
+def test_steps_set_when_it_logs_evaluates_and_checkpoints_and_resumes_exactly(
+    cifar10_binary, tmp_path, model):
   data_dir, _ = cifar10_binary  # 96 images: 6 steps an epoch
   # 18 steps, as other runs here: their programs are in the suite's cache.
-  config = tiny_config(data_dir, total_steps=18, log_every_steps=3,
+  config = tiny_config(data_dir, model, total_steps=18, log_every_steps=5,
                        eval_every_steps=8, checkpoint_every_steps=4,
                        keep_checkpoints=3)
-  summary = train.train_and_evaluate(config, tmp_path)
-  records = history(tmp_path)
-  assert [r['step'] for r in records] == [3, 6, 8, 9, 12, 15, 16, 18]
+  summary = train.train_and_evaluate(config, tmp_path / 'whole')
+  records = history(tmp_path / 'whole')
+  assert [r['step'] for r in records] == [5, 8, 10, 15, 16, 18]
   assert [r['step'] for r in records if 'test_loss' in r] == [8, 16, 18]
-  assert [r['step'] for r in records
-          if 'train_loss' in r] == [3, 6, 9, 12, 15, 18]
-  assert [r['epoch'] for r in records[:3]] == [0.5, 1.0, 1.3333]
-  logged = records[1]
+  assert [r['step'] for r in records if 'train_loss' in r] == [5, 10, 15, 18]
+  assert [r['epoch'] for r in records[:3]] == [0.8333, 1.3333, 1.6667]
+  logged = records[0]
   assert logged['learning_rate'] > 0 and logged['images_per_second'] > 0
   assert logged['flops_per_second'] > 0 and 'peak_share' not in logged  # CPU
-  with ocp.CheckpointManager(tmp_path / 'checkpoints') as manager:
+  with ocp.CheckpointManager(tmp_path / 'whole' / 'checkpoints') as manager:
     assert manager.all_steps() == [12, 16, 18]
   assert (summary['steps'], summary['best_step']) == (
       18,
       max((r for r in records if 'test_loss' in r),
           key=lambda r: r['test_accuracy'])['step'])
   assert summary['device'] == jax.devices()[0].device_kind
-  assert list((tmp_path / 'tensorboard' / 'training').glob('events.out.*'))
+  assert list(
+      (tmp_path / 'whole' / 'tensorboard' / 'training').glob('events.out.*'))
+
+  # Checkpoint 16 is mid-epoch and mid logging interval (steps 16-18): its
+  # train-metric sums are part of what it saves.
+  shutil.copytree(tmp_path / 'whole', tmp_path / 'resumed')
+  shutil.rmtree(tmp_path / 'resumed' / 'checkpoints' / '18')
+  train.train_and_evaluate(config, tmp_path / 'resumed')
+  assert without_timings(history(tmp_path /
+                                 'resumed')) == without_timings(records)
+  jax.tree.map(np.testing.assert_array_equal,
+               final_state(tmp_path / 'resumed', 18),
+               final_state(tmp_path / 'whole', 18))
 
 
 def test_by_default_it_logs_evaluates_and_checkpoints_once_an_epoch(
@@ -119,28 +132,6 @@ def test_by_default_it_logs_evaluates_and_checkpoints_once_an_epoch(
     assert all('train_loss' in r and 'test_loss' in r for r in records)
     with ocp.CheckpointManager(workdir / 'checkpoints') as manager:
       assert manager.all_steps() == saved
-
-
-@pytest.mark.parametrize(
-    'model', ['vit', pytest.param('simple_cnn', marks=pytest.mark.slow)])
-def test_resumed_mid_interval_equals_uninterrupted(cifar10_binary, tmp_path,
-                                                   model):
-  data_dir, _ = cifar10_binary
-  # Checkpoint 8 is mid-epoch (6 steps an epoch) and mid logging interval
-  # (steps 7-9): its train-metric sums are part of what it saves.
-  config = tiny_config(data_dir, model, total_steps=18, log_every_steps=3,
-                       eval_every_steps=5, checkpoint_every_steps=4,
-                       keep_checkpoints=5)
-  train.train_and_evaluate(config, tmp_path / 'whole')
-  shutil.copytree(tmp_path / 'whole', tmp_path / 'resumed')
-  for step in (12, 16, 18):  # as if killed between steps 8 and 12
-    shutil.rmtree(tmp_path / 'resumed' / 'checkpoints' / str(step))
-  train.train_and_evaluate(config, tmp_path / 'resumed')
-  assert without_timings(history(tmp_path / 'resumed')) == without_timings(
-      history(tmp_path / 'whole'))
-  jax.tree.map(np.testing.assert_array_equal,
-               final_state(tmp_path / 'resumed', 18),
-               final_state(tmp_path / 'whole', 18))
 
 
 def test_a_scanned_run_resumes_exactly_in_its_own_layout(
@@ -312,11 +303,15 @@ def test_eight_devices_give_the_single_device_loss(cifar10_binary, tmp_path):
     (dict(input_pipeline='tf.data'), "input_pipeline='tf.data'"),
     (dict(cpu_compiler_options={'xla_cpu_no_such_option': '1'}),
      "No such compile option: 'xla_cpu_no_such_option'"),
+    (dict(variant='simple_cnn', ema_decay=0.9),
+     'config.ema_decay=0.9 averages the parameters only, and SimpleCNN also '
+     'keeps BatchNorm'),
 ])
 def test_bad_input_is_a_clear_error_before_anything_is_written(
     cifar10_binary, tmp_path, overrides, message):
   data_dir, _ = cifar10_binary
-  config = tiny_config(data_dir, **overrides)
+  overrides = dict(overrides)  # the variant taken out
+  config = tiny_config(data_dir, overrides.pop('variant', 'vit'), **overrides)
   with pytest.raises(ValueError, match=message):
     train.train_and_evaluate(config, tmp_path / 'run')
   assert not (tmp_path / 'run').exists()
