@@ -51,14 +51,13 @@ def replace_together(
   mode = 0o666 & ~_umask()
   try:
     for path, write in writes.items():
-      path = pathlib.Path(path)
-      partials[path] = partial_path(path)
-      stop_signals.remove_on_stop(partials[path])
-      write(partials[path])
-      if partials[path].is_file():
+      partial = partials[path] = partial_path(pathlib.Path(path))
+      stop_signals.remove_on_stop(partial)
+      write(partial)
+      if partial.is_file():
         # Writers that go through a temporary file of their own
         # (safetensors) leave it 0600.
-        os.chmod(partials[path], mode)
+        os.chmod(partial, mode)
     with stop_signals.not_stopped_within():
       for path, partial in partials.items():
         os.replace(partial, path)
