@@ -168,28 +168,24 @@ def test_the_stop_line_is_the_last_while_the_main_thread_logs():
       '  time.sleep(0.001)\n', 'caught')
 
 
-def test_a_stop_that_ends_at_once_waits_for_a_block_not_to_be_cut(tmp_path):
+def test_a_stop_at_once_waits_for_a_block_and_passes_an_ignored_ctrl_c_by(
+    tmp_path):
   """Blocks that `not_stopped_within` keeps whole (writing records, a
-  child's start) end before the process does, nested ones too."""
+  child's start) end before the process does, nested ones too. Started as
+  `nohup cmd &` and a script's background jobs start it, the Ctrl-C meant
+  for the foreground passes it by; SIGTERM stops it."""
   done = tmp_path / 'done'
-  _stop_at_once(
+  stderr = _stop_at_once(
       'import pathlib, time\n'
       'with stop_signals.not_stopped_within():\n'
       '  with stop_signals.not_stopped_within():\n'
       '    print("inside", flush=True)\n'
-      '    time.sleep(0.5)\n'
+      '    time.sleep(2)\n'  # the ignored Ctrl-C and the SIGTERM come within
       f'  pathlib.Path({str(done)!r}).touch()\n'
-      'time.sleep(60)\n', 'inside')
+      'time.sleep(60)\n',
+      'inside',
+      ctrl_c_ignored=True)
   assert done.exists()
-
-
-def test_a_command_started_with_ctrl_c_ignored_keeps_it_ignored():
-  """As `nohup cmd &` and a script's background jobs start it: the Ctrl-C
-  meant for the foreground passes it by; SIGTERM stops it."""
-  stderr = _stop_at_once(
-      'import time\n'
-      'print("caught", flush=True)\n'
-      'time.sleep(60)\n', 'caught', ctrl_c_ignored=True)
   assert stderr == '\nSIGTERM: stopped the test; it wrote nothing.\n'
 
 

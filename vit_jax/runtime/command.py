@@ -97,7 +97,7 @@ _OURS = tuple(
 # shows in --help only the main module's.
 flags.disclaim_key_flags()
 
-_CHECKPOINT_FLAGS = {
+_SHARED_FLAGS = {
     'checkpoint':
         (flags.DEFINE_string,
          'Any checkpoint: a vit_jax.main workdir (WORKDIR/best_checkpoint: at '
@@ -113,19 +113,16 @@ _CHECKPOINT_FLAGS = {
     'data_dir':
         (flags.DEFINE_string,
          'Where the dataset is, in place of config.data_dir (for a workdir '
-         'whose data moved).'),
+         'whose data moved).'), 'cpu_devices':
+             (functools.partial(flags.DEFINE_integer, lower_bound=1),
+              'Host devices the batches are split over on a CPU (default: '
+              f'config.cpu_devices, else {distributed.DEFAULT_CPU_DEVICES}).'),
 }
 
 
 @functools.lru_cache(maxsize=None)
 def _define(name: str) -> flags.FlagHolder:
-  if name == 'cpu_devices':
-    return flags.DEFINE_integer(
-        'cpu_devices', None,
-        'Host devices the batches are split over on a CPU (default: '
-        f'config.cpu_devices, else {distributed.DEFAULT_CPU_DEVICES}).',
-        lower_bound=1)
-  define, help_text = _CHECKPOINT_FLAGS[name]
+  define, help_text = _SHARED_FLAGS[name]
   return define(name, None, help_text)
 
 
