@@ -75,15 +75,22 @@ def test_the_study_vit_computes_the_losses_it_always_did(tmp_path):
   assert records[-1]['test_loss'] == pytest.approx(_PINNED_TEST_LOSS, rel=2e-6)
 
 
-@pytest.mark.parametrize(
-    'model', ['vit', pytest.param('simple_cnn', marks=pytest.mark.slow)])
+@pytest.mark.parametrize('variant, stacked', [
+    ('vit', False), ('vit', True),
+    pytest.param('simple_cnn', False, marks=pytest.mark.slow)
+], ids=['vit', 'scanned', 'simple_cnn'])
 def test_steps_set_when_it_logs_evaluates_and_checkpoints_and_resumes_exactly(
-    cifar10_binary, tmp_path, model):
+    cifar10_binary, tmp_path, variant, stacked):
+  """Stacked: blocks scanned and rematerialized, with dropout drawn per
+  layer, which orbax restores as the stacked tree."""
   data_dir, _ = cifar10_binary  # 96 images: 6 steps an epoch
   # 18 steps, as other runs here: their programs are in the suite's cache.
-  config = tiny_config(data_dir, model, total_steps=18, log_every_steps=5,
+  config = tiny_config(data_dir, variant, total_steps=18, log_every_steps=5,
                        eval_every_steps=8, checkpoint_every_steps=4,
                        keep_checkpoints=3)
+  if stacked:
+    config.model_overrides = dict(TINY_MODELS['vit'], num_layers=2, scan=True,
+                                  remat='full')
   summary = train.train_and_evaluate(config, tmp_path / 'whole')
   records = history(tmp_path / 'whole')
   assert [r['step'] for r in records] == [5, 8, 10, 15, 16, 18]
@@ -110,9 +117,17 @@ def test_steps_set_when_it_logs_evaluates_and_checkpoints_and_resumes_exactly(
   train.train_and_evaluate(config, tmp_path / 'resumed')
   assert without_timings(history(tmp_path /
                                  'resumed')) == without_timings(records)
+  state = final_state(tmp_path / 'whole', 18)
   jax.tree.map(np.testing.assert_array_equal,
-               final_state(tmp_path / 'resumed', 18),
-               final_state(tmp_path / 'whole', 18))
+               final_state(tmp_path / 'resumed', 18), state)
+  if stacked:
+    blocks = state['params']['Transformer']
+    assert 'encoderblock_0' not in blocks
+    assert blocks['encoderblock']['LayerNorm_0']['scale'].shape == (2, 16)
+    # Unscanned, the checkpoints would be another tree: refused.
+    config.model_overrides.scan = False
+    with pytest.raises(ConfigError, match=r'another config\.model_overrides'):
+      train.train_and_evaluate(config, tmp_path / 'resumed')
 
 
 def test_by_default_it_logs_evaluates_and_checkpoints_once_an_epoch(
@@ -132,33 +147,6 @@ def test_by_default_it_logs_evaluates_and_checkpoints_once_an_epoch(
     assert all('train_loss' in r and 'test_loss' in r for r in records)
     with ocp.CheckpointManager(workdir / 'checkpoints') as manager:
       assert manager.all_steps() == saved
-
-
-def test_a_scanned_run_resumes_exactly_in_its_own_layout(
-    cifar10_binary, tmp_path):
-  """Stacked blocks (scan), rematerialized, with dropout drawn per layer:
-  orbax restores the stacked tree, and the resumed run is the whole one."""
-  data_dir, _ = cifar10_binary
-  config = tiny_config(data_dir, total_steps=8, log_every_steps=2,
-                       eval_every_steps=4, checkpoint_every_steps=4)
-  config.model_overrides = dict(TINY_MODELS['vit'], num_layers=2, scan=True,
-                                remat='full')
-  train.train_and_evaluate(config, tmp_path / 'whole')
-  shutil.copytree(tmp_path / 'whole', tmp_path / 'resumed')
-  shutil.rmtree(tmp_path / 'resumed' / 'checkpoints' / '8')
-  train.train_and_evaluate(config, tmp_path / 'resumed')
-  assert without_timings(history(tmp_path / 'resumed')) == without_timings(
-      history(tmp_path / 'whole'))
-  state = final_state(tmp_path / 'whole', 8)
-  jax.tree.map(np.testing.assert_array_equal,
-               final_state(tmp_path / 'resumed', 8), state)
-  blocks = state['params']['Transformer']
-  assert 'encoderblock_0' not in blocks
-  assert blocks['encoderblock']['LayerNorm_0']['scale'].shape == (2, 16)
-  # Unscanned, the checkpoints would be another tree: refused.
-  config.model_overrides.scan = False
-  with pytest.raises(ConfigError, match=r'another config\.model_overrides'):
-    train.train_and_evaluate(config, tmp_path / 'resumed')
 
 
 @pytest.fixture(scope='module')
