@@ -204,8 +204,9 @@ def test_bfloat16_compute_with_float32_parameters():
   bf16 = VisionTransformer(num_classes=5, dtype=jnp.bfloat16, **SMALL)
   params = random_params(bf16, images, train=False)
   assert {a.dtype for a in jax.tree.leaves(params)} == {jnp.dtype('float32')}
-  low = bf16.apply({'params': params}, images, train=False)
-  high = f32.apply({'params': params}, images, train=False)
+  low, high = (jax.jit(m.apply, static_argnames='train')({'params': params},
+                                                         images, train=False)
+               for m in (bf16, f32))
   assert low.dtype == jnp.float32
   assert np.all(np.isfinite(low))
   np.testing.assert_allclose(low, high, atol=0.05 * np.abs(high).max())
@@ -369,7 +370,8 @@ def test_scan_equals_the_unscanned_model_on_stacked_parameters(remat):
   _assert_close_trees((logits, params_lib.unstack_blocks(grads)),
                       (want_logits, want_grads))
   # Every layer's attention map, as the unscanned model gives them.
-  got = logits_and_attention(scanned, {'params': stacked}, images)
-  want = logits_and_attention(model, {'params': params}, images)
+  got, want = (jax.jit(functools.partial(logits_and_attention,
+                                         m))({'params': p}, images)
+               for m, p in ((scanned, stacked), (model, params)))
   assert len(got[1]) == layers
   _assert_close_trees(got, want)
