@@ -54,9 +54,10 @@ def test_a_run_with_a_moving_average_evaluates_and_reads_back_the_average(
       train.train_and_evaluate(tuned, tmp_path / 'tuned')['best_test_accuracy'])
 
 
-def test_a_file_without_a_config_or_of_another_size_is_one_line(
+def test_an_export_evaluates_with_the_normalization_it_states_or_what_it_lacks(
     trained_vit_run, tmp_path):
   workdir, data_dir = trained_vit_run
+  logged = _logged_test(workdir)
   npz = tmp_path / 'run.npz'
   export.convert(workdir, npz, 'npz')
   with pytest.raises(ConfigError, match='says nothing of the data: pass '
@@ -74,13 +75,6 @@ def test_a_file_without_a_config_or_of_another_size_is_one_line(
   # [-1, 1]) at the resolution of the position embeddings.
   result = evaluation.evaluate(npz, config=config, released_preprocessing=True)
   assert result['image_size'] == 24 and result['examples'] == 37
-
-
-def test_an_export_evaluates_with_the_normalization_it_states(
-    trained_vit_run, tmp_path):
-  workdir, data_dir = trained_vit_run
-  logged = _logged_test(workdir)
-  config = trained_vit_config(data_dir)
   config.pixel_mean = config.pixel_std = (0.5, 0.5, 0.5)
   for format_name in ('timm', 'hf'):
     export.convert(workdir, tmp_path / format_name, format_name)
