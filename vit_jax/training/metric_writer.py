@@ -11,8 +11,6 @@ import pathlib
 import jax
 from tensorboardX import SummaryWriter
 
-# The run's directory under `workdir/tensorboard`, its name in TensorBoard.
-TENSORBOARD_RUN = 'training'
 # Record fields as TensorBoard tags. TensorBoard groups tags by what comes
 # before '/' and sorts the groups by name, so train and test sit side by side
 # under accuracy and loss, first, and the speed below. The others (epoch,
@@ -45,13 +43,9 @@ class MetricWriter:
       return
     self._jsonl_path = workdir / 'metrics.jsonl'
     self._jsonl_path.write_text(''.join(map(_json_line, history)))
-    tensorboard_dir = workdir / 'tensorboard' / TENSORBOARD_RUN
-    # Also what a run from before the `training` run wrote at the top: its
-    # curves are rewritten here. Other runs (vit_jax.analyze's) stay.
-    for events in [
-        *tensorboard_dir.glob('events.out.tfevents.*'),
-        *tensorboard_dir.parent.glob('events.out.tfevents.*')
-    ]:
+    tensorboard_dir = workdir / 'tensorboard' / 'training'
+    # Other runs (vit_jax.analyze's) sit beside this one and stay.
+    for events in tensorboard_dir.glob('events.out.tfevents.*'):
       events.unlink()
     self._tensorboard = SummaryWriter(str(tensorboard_dir))
     for record in history:
