@@ -61,6 +61,11 @@ def test_the_recipes_configs():
             model, recipes.CUMULATIVE[-2]
             if model == 'vit' else recipes.CNN_AUGMENTED),
         data_efficient.get_config(model))
+  # Each ingredient turns on what the study leaves off.
+  study = _recipe_config('vit', ())
+  for ingredient in recipes.INGREDIENTS:
+    for key, value in recipes.changes(ingredient, epochs=100).items():
+      assert _value(study, key) != value, (ingredient, key)
 
 
 def _value(config, key):
@@ -70,13 +75,6 @@ def _value(config, key):
     return functools.reduce(getattr, key.split('.'), config)
   except AttributeError:
     return models.default_fields(config.model)[key.split('.')[-1]]
-
-
-def test_each_ingredient_turns_on_what_the_study_leaves_off():
-  study = _recipe_config('vit', ())
-  for ingredient in recipes.INGREDIENTS:
-    for key, value in recipes.changes(ingredient, epochs=100).items():
-      assert _value(study, key) != value, (ingredient, key)
 
 
 def test_round_three_adds_levers_to_the_best_recipe():
@@ -185,23 +183,26 @@ def test_the_summary_reads_the_sweeps_runs_from_the_workdir(tmp_path):
                                  5000), ('small_resnet', 'study', 100, 2, 5000)]
 
 
-def _record(model, recipe, accuracy, seed=0):
-  return {
-      'model': model, 'recipe': recipe, 'epochs': 30, 'seed': seed,
+def _seeds(model, recipe, accuracies, epochs=30):
+  """A record of each seed's run, as the summary reads it."""
+  return [{
+      'model': model, 'recipe': recipe, 'epochs': epochs, 'seed': seed,
       'best_test_accuracy': accuracy, 'final_train_accuracy': 0.5,
       'wall_minutes': 10.0, 'device': 'cpu'
-  }
+  } for seed, accuracy in enumerate(accuracies)]
+
+
+CNNS = [
+    *_seeds('small_resnet', 'study', [0.71]),
+    *_seeds('simple_cnn', 'study', [0.66])
+]
 
 
 def test_the_table_gives_each_vit_row_its_share_of_the_gap():
   records = [
-      _record('small_resnet', 'study', 0.71),
-      _record('simple_cnn', 'study',
-              0.66), *(_record('vit', 'study', a, seed)
-                       for seed, a in enumerate([0.50, 0.51, 0.52])),
-      *(_record('vit', 'study+distillation', a, seed)
-        for seed, a in enumerate([0.52, 0.53, 0.54])),
-      _record('vit', 'study+spt_lsa', 0.50)
+      *CNNS, *_seeds('vit', 'study', [0.50, 0.51, 0.52]),
+      *_seeds('vit', 'study+distillation', [0.52, 0.53, 0.54]),
+      *_seeds('vit', 'study+spt_lsa', [0.50])
   ]
   rows = {
       line.split(' | ')[1]: line.split(' | ')
@@ -214,11 +215,6 @@ def test_the_table_gives_each_vit_row_its_share_of_the_gap():
   # of two means of three seeds, each with a sample deviation of 1 point.
   assert rows['study+distillation'][4] == '10% (+2.0 ± 0.8)'
   assert rows['study+spt_lsa'][4] == '-5% (-1.0)'
-
-
-def _seeds(model, recipe, accuracies, epochs=30):
-  return [{**_record(model, recipe, a, seed), 'epochs': epochs}
-          for seed, a in enumerate(accuracies)]
 
 
 # Two budgets, several ViT recipes.
@@ -258,11 +254,7 @@ def test_the_answer_across_budgets_compares_the_best_vit_with_the_best_cnn():
 def test_the_figures_draw_whole_at_any_number_of_vit_rows(tmp_path):
   """Before the ViT's runs land, with one, with several: matplotlib fits
   every title, label and legend (it warns where a layout cannot)."""
-  cnns = [
-      _record('small_resnet', 'study', 0.71),
-      _record('simple_cnn', 'study', 0.66)
-  ]
-  for records in (cnns, cnns + [_record('vit', 'study', 0.5)], BUDGETS):
+  for records in (CNNS, CNNS + _seeds('vit', 'study', [0.5]), BUDGETS):
     with warnings.catch_warnings():
       warnings.simplefilter('error')
       summary.plot(records, tmp_path / 'ablation.png')
