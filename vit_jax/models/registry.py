@@ -75,15 +75,11 @@ def vit_of_architecture(architecture: dict) -> str | None:
   return None
 
 
-def _module_class(factory) -> type[nn.Module]:
-  return factory.func if isinstance(factory, functools.partial) else factory
-
-
 def _settable_fields(factory) -> list[dataclasses.Field]:
   """The fields an override may set: all but linen's own and num_classes,
   which `create_model` takes apart."""
   return [
-      f for f in dataclasses.fields(_module_class(factory))
+      f for f in dataclasses.fields(getattr(factory, 'func', factory))
       if f.name not in ('parent', 'name', 'num_classes')
   ]
 

@@ -38,10 +38,6 @@ def peak_flops(device_kind: str, dtype: str) -> float | None:
   return None
 
 
-def _shape_size(shape) -> int:
-  return math.prod(int(d) for d in shape)
-
-
 def matmul_flops(jaxpr) -> int:
   """2*M*N*K summed over the matmuls and convolutions of `jaxpr`."""
   total = 0
@@ -49,13 +45,13 @@ def matmul_flops(jaxpr) -> int:
     if eqn.primitive.name == 'dot_general':
       lhs = eqn.invars[0].aval.shape
       (lhs_contract, _), _ = eqn.params['dimension_numbers']
-      contracted = _shape_size(lhs[d] for d in lhs_contract)
-      total += 2 * _shape_size(eqn.outvars[0].aval.shape) * contracted
+      contracted = math.prod(lhs[d] for d in lhs_contract)
+      total += 2 * math.prod(eqn.outvars[0].aval.shape) * contracted
     elif eqn.primitive.name == 'conv_general_dilated':
       rhs = eqn.invars[1].aval.shape
       spec = eqn.params['dimension_numbers'].rhs_spec  # (out, in, *spatial)
-      per_output = _shape_size(rhs[d] for d in spec[1:])
-      total += 2 * _shape_size(eqn.outvars[0].aval.shape) * per_output
+      per_output = math.prod(rhs[d] for d in spec[1:])
+      total += 2 * math.prod(eqn.outvars[0].aval.shape) * per_output
     # A scan's body runs `length` times (a scanned ViT's blocks).
     times = eqn.params['length'] if eqn.primitive.name == 'scan' else 1
     for param in eqn.params.values():
