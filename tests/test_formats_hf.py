@@ -44,41 +44,37 @@ def test_the_names_and_shapes_are_transformers():
           (192,), 'vit.layernorm.weight': (192,), 'vit.layernorm.bias':
               (192,), 'classifier.weight': (7, 192), 'classifier.bias': (7,),
   }
+  dense = {
+      'attention.output.dense': (192, 192), 'intermediate.dense': (768, 192),
+      'output.dense': (192, 768), 'layernorm_before': (192,), 'layernorm_after':
+          (192,)
+  }
+  dense |= {
+      f'attention.attention.{n}': (192, 192) for n in ('query', 'key', 'value')
+  }
   for i in range(12):
-    layer = f'vit.encoder.layer.{i}.'
-    for name, shape in (('attention.attention.query',
-                         (192, 192)), ('attention.attention.key', (192, 192)),
-                        ('attention.attention.value',
-                         (192, 192)), ('attention.output.dense', (192, 192)),
-                        ('intermediate.dense', (768, 192)), ('output.dense',
-                                                             (192, 768)),
-                        ('layernorm_before', (192,)), ('layernorm_after',
-                                                       (192,))):
-      expected[f'{layer}{name}.weight'] = shape
-      expected[f'{layer}{name}.bias'] = shape[:1]
+    for name, shape in dense.items():
+      expected[f'vit.encoder.layer.{i}.{name}.weight'] = shape
+      expected[f'vit.encoder.layer.{i}.{name}.bias'] = shape[:1]
   assert {key: value.shape for key, value in state.items()} == expected
 
 
-def test_one_wrong_shape_is_one_line_naming_the_key(tmp_path):
+def test_a_vit_model_reads_its_pooler_as_pre_logits(tmp_path):
+  """A ViTModel's names lack the prefix; an in21k one has no classifier and
+  a pooler, the pre-logits layer. One wrong shape is one line."""
   model, params = one_block_vit('ViT-Tiny-CIFAR_4')
-  hf.write(tmp_path, params, model, 8)
-  path = tmp_path / 'model.safetensors'
+  hf.write(tmp_path / 'wrong', params, model, 8)
+  path = tmp_path / 'wrong' / 'model.safetensors'
   state = safetensors_file.read(path)
   state['vit.encoder.layer.0.attention.attention.key.weight'] = np.zeros(
       (128, 64), np.float32)
   safetensors_file.write(path, state)
   with pytest.raises(CheckpointError) as error:
-    hf.read(tmp_path, None)
+    hf.read(path.parent, None)
   assert str(error.value) == (
       'vit.encoder.layer.0.attention.attention.key.weight has shape (128, 64) '
       f"in {path} but (128, 128) in transformers' layout of a ViT with hidden "
       'size 128, 1 layer of 4 heads, MLP 512, patch 4x4.')
-
-
-def test_a_vit_model_reads_its_pooler_as_pre_logits(tmp_path):
-  """A ViTModel's names lack the prefix; an in21k one has no classifier and
-  a pooler, the pre-logits layer."""
-  model, params = one_block_vit('ViT-Tiny-CIFAR_4')
   path = tmp_path / 'model.safetensors'
   safetensors_file.write(path, {
       key.removeprefix('vit.'): value
