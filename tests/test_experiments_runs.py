@@ -38,9 +38,22 @@ def test_records_of_the_planned_finished_runs(tmp_path):
   }
   assert records['c']['model'] == 'vit'
   assert records['c']['device'] == 'NVIDIA H100 80GB HBM3'
+  # The committed records, by run name.
+  results = tmp_path / 'results.json'
+  assert not runs.landed(results, lambda r: r['name'])  # none committed yet
+  results.write_text(
+      json.dumps([{'name': 'a', 'seed': 0}, {'name': 'b', 'seed': 1}]))
+  assert runs.landed(results, lambda r: r['name']) == {
+      'a': {'name': 'a', 'seed': 0}, 'b': {'name': 'b', 'seed': 1}
+  }
+  results.write_text('[{"name": "a", "se')  # cut off mid-write
+  with pytest.raises(
+      SystemExit, match=r'^error: .*results.json is not JSON '
+      r'\(.*\); restore it with `git checkout -- results.json`'):
+    runs.landed(results, lambda r: r['name'])
 
 
-def test_the_cells_and_lists_of_a_readme():
+def test_the_cells_lists_and_sections_of_a_readme(tmp_path):
   cpu = {'device': 'cpu', 'wall_minutes': 16.4}
   h100 = {'device': 'NVIDIA H100 80GB HBM3', 'wall_minutes': 1.24}
   assert runs.wall_time_cell([cpu, {**cpu, 'wall_minutes': 17.6}]) == '17'
@@ -57,6 +70,13 @@ def test_the_cells_and_lists_of_a_readme():
   }) == ('2 of the 3 runs of the sweep have no record yet:\n\n- `c`\n- `a`')
   assert runs.missing_runs(
       ['b'], {'b'}) == ('None: all 1 runs of the sweep have a record.')
+  readme = tmp_path / 'README.md'
+  start, end = runs.section_markers('results table')
+  assert (start, end) == ('<!-- results table: written by summary.py -->',
+                          '<!-- end of results table -->')
+  readme.write_text(f'intro\n{start}\n\nold\n\n{end}\nafter\n')
+  runs.write_section(readme, 'results table', '| new |')
+  assert readme.read_text() == f'intro\n{start}\n\n| new |\n\n{end}\nafter\n'
 
 
 def test_a_sweep_prints_vit_jax_main_lines_or_writes_a_slurm_array(
@@ -88,16 +108,6 @@ def test_a_sweep_prints_vit_jax_main_lines_or_writes_a_slurm_array(
       SystemExit, match='no cifar-10-batches-bin/ in '
       '--data_dir=.*point it at the 5k/1k'):
     runs.require_cifar10_subset(tmp_path)
-
-
-def test_write_section_replaces_only_the_marked_section(tmp_path):
-  readme = tmp_path / 'README.md'
-  start, end = runs.section_markers('results table')
-  assert (start, end) == ('<!-- results table: written by summary.py -->',
-                          '<!-- end of results table -->')
-  readme.write_text(f'intro\n{start}\n\nold\n\n{end}\nafter\n')
-  runs.write_section(readme, 'results table', '| new |')
-  assert readme.read_text() == f'intro\n{start}\n\n| new |\n\n{end}\nafter\n'
 
 
 def _draw(results, path):
@@ -158,18 +168,3 @@ runs.write_summary(pathlib.Path({str(tmp_path)!r}), [{{'seed': 1}}], 'w',
       '\nCtrl-C: stopped the summary; its results, figures and README are as '
       'the last complete summary left them.\n')
   assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == written
-
-
-def test_landed_records_by_run_name(tmp_path):
-  results = tmp_path / 'results.json'
-  assert not runs.landed(results, lambda r: r['name'])  # none committed yet
-  results.write_text(
-      json.dumps([{'name': 'a', 'seed': 0}, {'name': 'b', 'seed': 1}]))
-  assert runs.landed(results, lambda r: r['name']) == {
-      'a': {'name': 'a', 'seed': 0}, 'b': {'name': 'b', 'seed': 1}
-  }
-  results.write_text('[{"name": "a", "se')  # cut off mid-write
-  with pytest.raises(
-      SystemExit, match=r'^error: .*results.json is not JSON '
-      r'\(.*\); restore it with `git checkout -- results.json`'):
-    runs.landed(results, lambda r: r['name'])
