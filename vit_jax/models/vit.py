@@ -159,7 +159,11 @@ class VisionTransformer(nn.Module):
     x = self._embed_patches(images)
     n, h, w, _ = x.shape
     x = self._with_prefix_tokens(jnp.reshape(x, (n, h * w, x.shape[-1])))
-    x, blocks = self._encoder()(x, train=train, grid=(h, w), kept=kept_patches)
+    encoder = Encoder(num_layers=self.num_layers, block=BlockConfig.of(self),
+                      posemb=self.posemb,
+                      stochastic_depth_rate=self.stochastic_depth_rate,
+                      remat=self.remat, scan=self.scan, name=names.ENCODER)
+    x, blocks = encoder(x, train=train, grid=(h, w), kept=kept_patches)
     logits, out = self._classify(jax.lax.stop_gradient(x) if probe else x)
     out.update(encoded=x, blocks=blocks)
     return (logits, out) if return_out else logits
@@ -173,12 +177,6 @@ class VisionTransformer(nn.Module):
     return patch_embedding.embed_patches(x, self.patch_size, self.hidden_size,
                                          shifted=self.shifted_patches,
                                          dtype=self.dtype)
-
-  def _encoder(self) -> Encoder:
-    return Encoder(num_layers=self.num_layers, block=BlockConfig.of(self),
-                   posemb=self.posemb,
-                   stochastic_depth_rate=self.stochastic_depth_rate,
-                   remat=self.remat, scan=self.scan, name=names.ENCODER)
 
   def _with_prefix_tokens(self, x: jax.Array) -> jax.Array:
     """The [CLS] (and DeiT's distillation) token before the patches."""
