@@ -129,9 +129,7 @@ def test_the_summary_reads_the_workdirs_into_the_table(tmp_path):
   assert [(r['model'], r['best_test_accuracy'])
           for r in records] == [('simple_cnn', 0.6), ('small_resnet', 0.61),
                                 ('vit', 0.45), ('vit', 0.52)]
-
-
-def test_the_committed_records_name_the_sweeps_runs():
+  # The committed records name the sweep's runs.
   records = runs.landed(summary.HERE / 'results.json', sweep.record_name)
   assert set(records) == {
       sweep.run_name(*r)

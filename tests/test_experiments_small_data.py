@@ -70,7 +70,8 @@ def _finished(directory, model, augment, seed, batch_size, accuracies):
       }))
 
 
-def test_the_summary_reads_the_workdirs_into_its_tables(tmp_path, monkeypatch):
+def test_the_summaries_read_the_workdirs_into_their_tables(
+    tmp_path, monkeypatch):
   monkeypatch.setattr(summary, 'parameter_count', lambda model: 1000)
   for seed, accuracies in ((0, [0.4, 0.5]), (1, [0.45, 0.52])):
     _finished(tmp_path / f'vit_augment_seed{seed}', 'vit', True, seed, 128,
@@ -94,9 +95,7 @@ def test_the_summary_reads_the_workdirs_into_its_tables(tmp_path, monkeypatch):
   assert results['vit']['augment'][1]['test_accuracy'] == [0.45, 0.52]
   summary.plot(results, tmp_path / 'curves.png')
   assert (tmp_path / 'curves.png').stat().st_size > 0
-
-
-def test_the_finetune_summary(tmp_path):
+  # The fine-tuning summary: the pre-trained run and each fine-tuned one.
   measured = {
       'epochs': 10, 'best_test_accuracy': 0.52, 'final_test_accuracy': 0.511,
       'final_train_accuracy': 0.606
