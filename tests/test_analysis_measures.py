@@ -56,7 +56,7 @@ def test_rollout_adds_the_residual_renormalizes_and_multiplies_layers():
       measures.attention_rollout([two_heads])[0], expected)
 
 
-def test_one_hot_attention_at_a_known_offset_has_that_distance():
+def test_attention_distance_of_one_hot_and_uniform_attention():
   heads = np.stack([
       neighbour_attention(),
       neighbour_attention(cls_weight=0.5),  # the class token does not count
@@ -76,9 +76,7 @@ def test_one_hot_attention_at_a_known_offset_has_that_distance():
     measures.mean_attention_distance(heads[None], GRID, PATCH, prefix=1)
   with pytest.raises(ValueError, match='cannot hold a 4x4 patch grid'):
     measures.mean_attention_distance(np.ones((1, 1, 5, 5)), GRID, PATCH)
-
-
-def test_uniform_attention_distance_is_the_mean_pairwise_distance():
+  # Uniform attention: the mean pairwise distance.
   uniform = np.full((1, 1, TOKENS, TOKENS), 1.0 / TOKENS)
   centres = measures.patch_centres(GRID, PATCH)
   pairwise = np.linalg.norm(centres[:, None] - centres[None], axis=-1)

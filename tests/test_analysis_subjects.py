@@ -48,9 +48,7 @@ def test_image_files_are_the_named_ones_then_each_directorys_sorted(tmp_path):
     subjects.image_files([str(tmp_path / 'photos' / 'text')])
   with pytest.raises(AnalysisError, match='does not exist'):
     subjects.image_files([str(tmp_path / 'missing')])
-
-
-def test_top5_names_the_likeliest_classes_first():
+  # top5 names the likeliest classes first.
   logits = np.log(np.array([[0.1, 0.6, 0.3]]))
   assert subjects.top5(logits, ['cat', 'dog', 'bird']) == [[['dog', 0.6],
                                                             ['bird', 0.3],

@@ -73,9 +73,7 @@ def test_cutmix_pastes_a_box_and_weighs_labels_by_its_area():
     np.testing.assert_allclose(own, 1 - fraction, rtol=1e-6)
     np.testing.assert_allclose(targets.sum(1), 1.0, atol=1e-6)
   assert len(areas) > 1
-
-
-def test_switch_probability_picks_cutmix_or_mixup():
+  # With both alphas, the switch probability picks CutMix or Mixup.
   for switch, expected in ((1.0, True), (0.0, False)):
     params = mix(jax.random.key(0), IMAGES, 1.0, 1.0, switch)[2]
     assert bool(params.use_cutmix) == expected

@@ -47,17 +47,8 @@ def test_tfds_dataset_prepared_on_disk(tmp_path):
     _open(tmp_path / 'empty', 'tfds:mnist')
 
 
-def test_array_record_tfds_is_read_whole_without_tensorflow(tmp_path):
-  name = prepare_tfds_array_record(tmp_path, 'VitJaxFixedSizeTest', 4, 2,
-                                   lambda i: (8, 8, 3))
-  dataset = _open(tmp_path, name)
-  images, labels = sources.to_arrays(dataset.train, 8)
-  assert images.shape == (4, 8, 8, 3)
-  assert sorted(labels.tolist()) == [0, 0, 1, 2]
-  assert dataset.num_classes == 3
-
-
-def test_tfds_array_record_is_read_by_index_at_any_image_size(tmp_path):
+def test_tfds_array_record_is_read_by_index_or_whole_without_tensorflow(
+    tmp_path):
   name = prepare_tfds_array_record(tmp_path, 'VitJaxVariableSizeTest', 7, 4,
                                    lambda i: (20 + 3 * i, 30 - 2 * i, 3))
   dataset = _open(tmp_path, name, whole=False)
@@ -77,3 +68,11 @@ def test_tfds_array_record_is_read_by_index_at_any_image_size(tmp_path):
   assert images.shape == (4, 16, 16, 3)
   with pytest.raises(DatasetError, match='not prepared'):
     _open(tmp_path / 'empty', name, whole=False)
+  # Read whole, without tensorflow, at the images' own size.
+  name = prepare_tfds_array_record(tmp_path, 'VitJaxFixedSizeTest', 4, 2,
+                                   lambda i: (8, 8, 3))
+  dataset = _open(tmp_path, name)
+  images, labels = sources.to_arrays(dataset.train, 8)
+  assert images.shape == (4, 8, 8, 3)
+  assert sorted(labels.tolist()) == [0, 0, 1, 2]
+  assert dataset.num_classes == 3
