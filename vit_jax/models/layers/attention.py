@@ -15,23 +15,6 @@ from vit_jax.models.layers.dropout import Dropout
 ATTENTIONS = ('auto', 'einsum', 'dot_product_attention', 'cudnn')
 
 
-def _check_attention(attention: str, attention_dropout_rate: float,
-                     locality: bool = False):
-  """Raises ValueError for a combination the implementation cannot do."""
-  if attention not in ATTENTIONS:
-    raise ValueError(f'attention={attention!r}; use one of {ATTENTIONS}.')
-  if attention in fused_attention.KERNELS and attention_dropout_rate > 0:
-    raise ValueError(
-        f'attention={attention!r} cannot drop attention probabilities '
-        f'(attention_dropout_rate={attention_dropout_rate}); use '
-        "attention='einsum'.")
-  if attention in fused_attention.KERNELS and locality:
-    raise ValueError(
-        f'attention={attention!r} cannot mask the diagonal or learn the '
-        'temperature of locality self-attention (locality_attention=True); '
-        "use attention='einsum'.")
-
-
 def project_qkv(x: jax.Array, projections: Sequence[tuple[jax.Array,
                                                           jax.Array]],
                 layout: str) -> tuple[jax.Array, ...]:
@@ -96,7 +79,19 @@ class MultiHeadSelfAttention(nn.Module):
   mimetic_init: bool = False
 
   def __post_init__(self):
-    _check_attention(self.attention, self.dropout_rate, self.locality)
+    if self.attention not in ATTENTIONS:
+      raise ValueError(
+          f'attention={self.attention!r}; use one of {ATTENTIONS}.')
+    if self.attention in fused_attention.KERNELS and self.dropout_rate > 0:
+      raise ValueError(
+          f'attention={self.attention!r} cannot drop attention probabilities '
+          f'(attention_dropout_rate={self.dropout_rate}); use '
+          "attention='einsum'.")
+    if self.attention in fused_attention.KERNELS and self.locality:
+      raise ValueError(
+          f'attention={self.attention!r} cannot mask the diagonal or learn the '
+          'temperature of locality self-attention (locality_attention=True); '
+          "use attention='einsum'.")
     super().__post_init__()
 
   @nn.compact
@@ -170,7 +165,8 @@ class MultiHeadSelfAttention(nn.Module):
     return 'cudnn' if fused else 'einsum'
 
 
-# Trockman & Kolter's values for ViTs: W_q W_k^T ~ 0.7 Z + 0.7 I per head,
+# Trockman & Kolter's values for ViTs, so attention starts out as in trained
+# ViTs: W_q W_k^T ~ 0.7 Z + 0.7 I per head,
 # W_v W_proj ~ 0.4 Z - 0.4 I, Z with N(0, 1/d) entries.
 MIMETIC_QUERY_KEY = (0.7, 0.7)
 MIMETIC_VALUE_OUT = (0.4, -0.4)
@@ -187,11 +183,7 @@ def _factors(key: jax.Array, size: int, noise: float,
 
 def mimetic_kernels(key: jax.Array, hidden: int,
                     heads: int) -> dict[str, jax.Array]:
-  """Mimetic initialization's kernels (Trockman & Kolter, ICML 2023).
-
-  Each head's W_q W_k^T approximates 0.7 Z + 0.7 I and W_v W_proj is
-  0.4 Z - 0.4 I, so attention starts out as in trained ViTs.
-  """
+  """Mimetic initialization's kernels (Trockman & Kolter, ICML 2023)."""
   head_dim = hidden // heads
   query_key, value_out = jax.random.split(key)
   left, right = jax.vmap(lambda k: _factors(k, hidden, *MIMETIC_QUERY_KEY))(
