@@ -37,25 +37,6 @@ def with_distillation_token(attention: np.ndarray,
   return out
 
 
-def test_rollout_adds_the_residual_renormalizes_and_multiplies_layers():
-  identity = np.broadcast_to(np.eye(TOKENS), (2, 3, TOKENS, TOKENS))
-  rollout = measures.attention_rollout([identity] * 4)
-  np.testing.assert_allclose(
-      rollout, np.broadcast_to(np.eye(TOKENS), (2, TOKENS, TOKENS)))
-  # Every token attends only to the class token.
-  to_cls = np.zeros((1, 1, 3, 3))
-  to_cls[..., 0] = 1.0
-  one_layer = 0.5 * (to_cls[0, 0] + np.eye(3))
-  np.testing.assert_allclose(measures.attention_rollout([to_cls])[0], one_layer)
-  np.testing.assert_allclose(
-      measures.attention_rollout([to_cls, to_cls])[0], one_layer @ one_layer)
-  # Heads are averaged before the residual is added.
-  two_heads = np.stack([to_cls[0, 0], np.eye(3)])[None]
-  expected = 0.5 * (0.5 * (to_cls[0, 0] + np.eye(3)) + np.eye(3))
-  np.testing.assert_allclose(
-      measures.attention_rollout([two_heads])[0], expected)
-
-
 def test_attention_distance_of_one_hot_and_uniform_attention():
   heads = np.stack([
       neighbour_attention(),
@@ -141,7 +122,7 @@ def test_principal_components_recover_the_filters_directions():
   assert peak > 0
 
 
-def test_cls_attention_is_the_class_rows_over_the_patch_grid():
+def test_cls_attention_and_rollout_over_the_patch_grid():
   """With a distillation token too, the maps are over the patches only."""
   attention = np.random.default_rng(0).random((2, 3, TOKENS, TOKENS))
   maps = measures.cls_attention(attention, GRID)
@@ -164,6 +145,23 @@ def test_cls_attention_is_the_class_rows_over_the_patch_grid():
     measures.cls_attention(attention, GRID)  # the old [CLS]-only slicing
   with pytest.raises(ValueError, match='not one of the 2 prefix'):
     measures.cls_attention(attention, GRID, prefix=2, query=2)
+  # Rollout adds the residual, renormalizes and multiplies the layers.
+  identity = np.broadcast_to(np.eye(TOKENS), (2, 3, TOKENS, TOKENS))
+  rollout = measures.attention_rollout([identity] * 4)
+  np.testing.assert_allclose(
+      rollout, np.broadcast_to(np.eye(TOKENS), (2, TOKENS, TOKENS)))
+  # Every token attends only to the class token.
+  to_cls = np.zeros((1, 1, 3, 3))
+  to_cls[..., 0] = 1.0
+  one_layer = 0.5 * (to_cls[0, 0] + np.eye(3))
+  np.testing.assert_allclose(measures.attention_rollout([to_cls])[0], one_layer)
+  np.testing.assert_allclose(
+      measures.attention_rollout([to_cls, to_cls])[0], one_layer @ one_layer)
+  # Heads are averaged before the residual is added.
+  two_heads = np.stack([to_cls[0, 0], np.eye(3)])[None]
+  expected = 0.5 * (0.5 * (to_cls[0, 0] + np.eye(3)) + np.eye(3))
+  np.testing.assert_allclose(
+      measures.attention_rollout([two_heads])[0], expected)
 
 
 def test_shifted_patch_filters_are_the_unshifted_copys_slice():

@@ -124,10 +124,8 @@ def test_an_archive_cannot_write_outside_its_folder(tmp_path):
       tar.addfile(info, io.BytesIO(b'x'))
   (tmp_path / 'archive.tar.gz').write_bytes(buffer.getvalue())
   (tmp_path / 'into').mkdir()
-  download._unpack(
-      tmp_path / 'archive.tar.gz',
-      tmp_path / 'into',  # pylint: disable=protected-access
-      'cifar-10-batches-bin')
+  download._unpack(  # pylint: disable=protected-access
+      tmp_path / 'archive.tar.gz', tmp_path / 'into', 'cifar-10-batches-bin')
   assert not (tmp_path / 'escaped').exists()
   assert not (tmp_path / 'escaped2').exists()
   assert (tmp_path / 'into' / 'cifar-10-batches-bin' /

@@ -10,7 +10,7 @@ SHAPE = (8, 32, 32, 3)
 _erase = jax.jit(random_erasing.random_erasing, static_argnames='mode')
 
 
-def test_random_erasing_fills_one_rectangle_of_the_area_range():
+def test_random_erasing_fills_one_rectangle_as_timm_fills_it():
   images = 0.4 * jax.random.uniform(jax.random.key(0), SHAPE)
   out = np.concatenate([
       _erase(jax.random.key(seed), images, 1.0) for seed in range(4)
@@ -32,9 +32,7 @@ def test_random_erasing_fills_one_rectangle_of_the_area_range():
   assert len(set(fractions)) > 5
   # With probability zero, the identity.
   np.testing.assert_array_equal(_erase(jax.random.key(1), images, 0.0), images)
-
-
-def test_random_erasing_fills_what_timm_fills_once_normalized():
+  # The fill is timm's once normalized: zero, or N(0, 1) in 'pixel' mode.
   mean, std = (0.49, 0.48, 0.45), (0.25, 0.24, 0.26)
   images = jnp.full(SHAPE, 2.0)  # outside [0, 1]: never a fill value
   normalized = lambda x: (np.asarray(x) - np.asarray(mean)) / np.asarray(std)

@@ -70,7 +70,7 @@ def test_initializes_only_when_the_environment_is_a_multi_process_job(
   assert distributed.distributed_args(environ=environ) == expected
 
 
-def test_flags_win_and_may_complete_a_detected_cluster():
+def test_flags_win_and_a_single_machine_joins_no_job(monkeypatch):
   flags = dict(coordinator_address='10.0.0.1:8476', num_processes=4,
                process_id=3)
   assert distributed.distributed_args(**flags, environ={}) == flags
@@ -86,6 +86,15 @@ def test_flags_win_and_may_complete_a_detected_cluster():
   # One process is one process, whatever the environment says.
   assert distributed.distributed_args(num_processes=1,
                                       environ=_SLURM_STEP) is None
+  # A single machine joins no job and differs from no other.
+  for name in list(os.environ):
+    if name.startswith(('SLURM_', 'OMPI_', 'TPU_', 'MEGASCALE_', 'JAX_')):
+      monkeypatch.delenv(name)
+  assert not distributed.initialize_distributed()
+  with pytest.raises(distributed.DistributedError,
+                     match='needs --num_processes'):
+    distributed.initialize_distributed(process_id=0)
+  assert distributed.processes_that_differ([np.arange(3)]) == []
 
 
 @pytest.mark.parametrize('flags,environ,message', [
@@ -105,14 +114,3 @@ def test_an_incomplete_or_impossible_set_is_a_clear_error(
     flags, environ, message):
   with pytest.raises(distributed.DistributedError, match=message):
     distributed.distributed_args(**flags, environ=environ)
-
-
-def test_a_single_machine_joins_no_job_and_differs_from_no_other(monkeypatch):
-  for name in list(os.environ):
-    if name.startswith(('SLURM_', 'OMPI_', 'TPU_', 'MEGASCALE_', 'JAX_')):
-      monkeypatch.delenv(name)
-  assert not distributed.initialize_distributed()
-  with pytest.raises(distributed.DistributedError,
-                     match='needs --num_processes'):
-    distributed.initialize_distributed(process_id=0)
-  assert distributed.processes_that_differ([np.arange(3)]) == []
