@@ -33,37 +33,35 @@ LINEN_NUMBERS = (('MultiHeadDotProductAttention_1',
 
 def released_arrays(seed=0, representation_size=None):
   """Random arrays for `tiny_vit`, named as in the released files."""
-  rng = np.random.default_rng(seed)
-  d, heads, mlp, patch = 16, 2, 32, 8
-  names = [released for released, _ in LINEN_NUMBERS]
+  d, heads, mlp, patch, width = 16, 2, 32, 8, representation_size or 16
+  head = (heads, d // heads)
   shapes = {
       'cls': (1, 1, d), 'embedding/bias': (d,), 'embedding/kernel':
           (patch, patch, 3, d), 'Transformer/encoder_norm/bias':
               (d,), 'Transformer/encoder_norm/scale': (d,),
-      'Transformer/posembed_input/pos_embedding': (1, TINY_TOKENS, d),
+      'Transformer/posembed_input/pos_embedding':
+          (1, TINY_TOKENS, d), 'head/bias': (10,), 'head/kernel': (width, 10)
   }
-  for i in range(2):
-    block = f'Transformer/encoderblock_{i}/'
-    attention, norm, mlp_block = (block + name + '/' for name in names)
-    for name in (block + 'LayerNorm_0/bias', block + 'LayerNorm_0/scale',
-                 norm + 'bias', norm + 'scale', attention + 'out/bias'):
-      shapes[name] = (d,)
-    for name in ('key', 'query', 'value'):
-      shapes[attention + name + '/bias'] = (heads, d // heads)
-      shapes[attention + name + '/kernel'] = (d, heads, d // heads)
-    shapes.update({
-        attention + 'out/kernel': (heads, d // heads, d),
-        mlp_block + 'Dense_0/bias': (mlp,), mlp_block + 'Dense_0/kernel':
-            (d, mlp), mlp_block + 'Dense_1/bias':
-                (d,), mlp_block + 'Dense_1/kernel': (mlp, d),
-    })
-  head_in = d
   if representation_size is not None:
-    shapes['pre_logits/bias'] = (representation_size,)
-    shapes['pre_logits/kernel'] = (d, representation_size)
-    head_in = representation_size
-  shapes['head/bias'] = (10,)
-  shapes['head/kernel'] = (head_in, 10)
+    shapes.update({
+        'pre_logits/bias': (width,), 'pre_logits/kernel': (d, width)
+    })
+  block = {
+      'LayerNorm_0/bias': (d,), 'LayerNorm_0/scale': (d,), 'LayerNorm_2/bias':
+          (d,), 'LayerNorm_2/scale':
+              (d,), 'MultiHeadDotProductAttention_1/out/bias':
+                  (d,), 'MultiHeadDotProductAttention_1/out/kernel': (*head, d),
+      'MlpBlock_3/Dense_0/bias': (mlp,), 'MlpBlock_3/Dense_0/kernel': (d, mlp),
+      'MlpBlock_3/Dense_1/bias': (d,), 'MlpBlock_3/Dense_1/kernel': (mlp, d)
+  }
+  for name in ('key', 'query', 'value'):
+    block[f'MultiHeadDotProductAttention_1/{name}/bias'] = head
+    block[f'MultiHeadDotProductAttention_1/{name}/kernel'] = (d, *head)
+  for i in range(2):
+    shapes.update({
+        f'Transformer/encoderblock_{i}/{k}': v for k, v in block.items()
+    })
+  rng = np.random.default_rng(seed)
   return {
       key: (0.1 * rng.standard_normal(shape)).astype(np.float32)
       for key, shape in shapes.items()
