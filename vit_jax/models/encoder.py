@@ -32,8 +32,10 @@ class Encoder(nn.Module):
       x = position.AddPositionEmbs(name=names.POSITION_EMBEDDING)(x)
     elif self.posemb == 'sincos2d':
       x = position.AddSincos2dPositionEmbs(grid, name='posembed_sincos2d')(x)
-    if kept is not None:
-      x = keep_patches(x, kept, grid[0] * grid[1])
+    if kept is not None:  # the prefix tokens and the patch tokens it indexes
+      prefix = x.shape[1] - grid[0] * grid[1]
+      patches = jnp.take_along_axis(x[:, prefix:], kept[..., None], axis=1)
+      x = jnp.concatenate([x[:, :prefix], patches], axis=1)
     x = Dropout(self.block.dropout_rate)(x, deterministic=not train)
     blocks = []
     if self.scan:  # no stochastic depth (`remat_scan.check`)
@@ -42,19 +44,11 @@ class Encoder(nn.Module):
           num_layers=self.num_layers, deterministic=not train, remat=self.remat)
     else:
       rates = drop_path_rates(self.stochastic_depth_rate, self.num_layers)
+      call = remat_scan.block_call(self.remat, not train, prevent_cse=True)
       for i in range(self.num_layers):
-        x = remat_scan.call_block(
+        x = call(
             Encoder1DBlock(self.block, drop_path_rate=rates[i],
-                           name=names.block_name(i)), x,
-            deterministic=not train, remat=self.remat)
+                           name=names.block_name(i)), x)
         blocks.append(x)
     norm = nn.LayerNorm(dtype=self.block.dtype, name=names.ENCODER_NORM)
     return norm(x), tuple(blocks)
-
-
-def keep_patches(tokens: jax.Array, kept: jax.Array,
-                 num_patches: int) -> jax.Array:
-  """The prefix tokens and the patch tokens `kept` indexes."""
-  prefix = tokens.shape[1] - num_patches
-  patches = jnp.take_along_axis(tokens[:, prefix:], kept[..., None], axis=1)
-  return jnp.concatenate([tokens[:, :prefix], patches], axis=1)

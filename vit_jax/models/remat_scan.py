@@ -35,7 +35,7 @@ def check(remat: str, scan: bool, stochastic_depth_rate: float) -> None:
         f'{stochastic_depth_rate}): set scan=False or stochastic_depth_rate=0.')
 
 
-def _block_call(
+def block_call(
     remat: str, deterministic: bool,
     prevent_cse: bool) -> Callable[[nn.Module, jax.Array], jax.Array]:
   """(block, x) -> block(x), rematerialized as `remat` says."""
@@ -52,18 +52,12 @@ def _block_call(
   return nn.remat(call, policy=REMAT_POLICIES[remat], prevent_cse=prevent_cse)
 
 
-def call_block(block: nn.Module, x: jax.Array, *, deterministic: bool,
-               remat: str) -> jax.Array:
-  """`block(x)`, rematerialized as `remat` says."""
-  return _block_call(remat, deterministic, prevent_cse=True)(block, x)
-
-
 def scan_blocks(block: nn.Module, x: jax.Array, *, num_layers: int,
                 deterministic: bool, remat: str) -> jax.Array:
   """`block` over `num_layers` slices of its stacked parameters and rngs."""
   # Inside a scan XLA cannot merge the recomputation with the forward pass,
   # so remat needs no CSE barrier there (flax's advice).
-  call = _block_call(remat, deterministic, prevent_cse=False)
+  call = block_call(remat, deterministic, prevent_cse=False)
 
   def body(module: nn.Module, carry: jax.Array, _) -> tuple[jax.Array, None]:
     return call(module, carry), None
