@@ -259,10 +259,9 @@ def test_the_figures_draw_whole_at_any_number_of_vit_rows(tmp_path):
       warnings.simplefilter('error')
       summary.plot(records, tmp_path / 'ablation.png')
       budgets.plot(records, tmp_path / 'budgets.png')
-    assert (tmp_path / 'ablation.png').stat().st_size > 0
-    assert (tmp_path / 'budgets.png').stat().st_size > 0
-    (tmp_path / 'ablation.png').unlink()
-    (tmp_path / 'budgets.png').unlink()
+    for figure in ('ablation.png', 'budgets.png'):
+      assert (tmp_path / figure).stat().st_size > 0
+      (tmp_path / figure).unlink()
 
 
 def test_labels_read_alone_when_the_previous_step_is_not_shown():

@@ -97,11 +97,7 @@ def assert_trees_identical(actual, expected):
 
 def assert_npz_identical(actual_path, expected_path):
   with np.load(actual_path) as actual, np.load(expected_path) as expected:
-    assert sorted(actual.files) == sorted(expected.files)
-    for key in expected.files:
-      a, e = actual[key], expected[key]
-      assert (a.dtype, a.shape) == (e.dtype, e.shape), key
-      assert a.tobytes() == e.tobytes(), key
+    assert_trees_identical(dict(actual), dict(expected))
 
 
 def test_released_npz_loads_into_our_tree_and_drives_the_model(tmp_path):
