@@ -44,11 +44,6 @@ class Teacher:
   target: str = 'hard'
   temperature: float = 1.0
 
-  def logits(self, images: jax.Array) -> jax.Array:
-    """The teacher's logits of each image, in eval mode."""
-    return jax.lax.stop_gradient(
-        self.module.apply(self.variables, images, train=False))
-
   def objective(self, base: losses.Objective) -> losses.Objective:
     """Half `base` on the class head, half the distillation head's loss."""
     learn = TARGETS[self.target]
@@ -56,9 +51,10 @@ class Teacher:
     def distilled(logits: jax.Array, outputs: dict, targets: jax.Array,
                   images: jax.Array) -> jax.Array:
       del logits  # the heads' average, what the student predicts
-      return (base(outputs['class_logits'], outputs, targets, images) +
-              learn(outputs['distillation_logits'], self.logits(images),
-                    self.temperature)) / 2
+      teacher = jax.lax.stop_gradient(
+          self.module.apply(self.variables, images, train=False))
+      return (base(outputs['class_logits'], outputs, targets, images) + learn(
+          outputs['distillation_logits'], teacher, self.temperature)) / 2
 
     return distilled
 
