@@ -87,8 +87,7 @@ def test_hand_built_2d_embedding_gives_2d_similarity_structure():
   with_cls = np.concatenate([np.full((1, table.shape[1]), 7.0), table])[None]
   similarity = measures.position_embedding_similarity(with_cls, grid)
   assert similarity.shape == (*grid, *grid)
-  np.testing.assert_allclose(
-      [similarity[i, j, i, j] for i in range(5) for j in range(5)], 1.0)
+  np.testing.assert_allclose(np.einsum('ijij->ij', similarity), 1.0)
   np.testing.assert_allclose(similarity, similarity.transpose(2, 3, 0, 1))
   centre = measures.similarity_to_centre(similarity)
   assert centre.argmax() == 12  # the centre itself

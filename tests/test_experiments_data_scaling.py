@@ -117,13 +117,11 @@ def test_the_summary_reads_the_workdirs_into_the_table(tmp_path):
   ]
   # The committed records fill in what the workdir lacks, not what it has.
   landed = {
-      'vit_study_n10000_seed0': {
-          'model': 'vit', 'train_examples': 10000, 'seed': 0,
-          'best_test_accuracy': 0.4
-      }, 'simple_cnn_study_n5000_seed0': {
-          'model': 'simple_cnn', 'train_examples': 5000, 'seed': 0,
-          'best_test_accuracy': 0.6
-      }
+      sweep.run_name(model, size, 0): {
+          'model': model, 'train_examples': size, 'seed': 0,
+          'best_test_accuracy': accuracy
+      } for model, size, accuracy in (('vit', 10000, 0.4), ('simple_cnn', 5000,
+                                                           0.6))
   }
   records = summary.load_runs(tmp_path, planned, landed)
   assert [(r['model'], r['best_test_accuracy'])
