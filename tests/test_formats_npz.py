@@ -82,11 +82,6 @@ def linen_numbered(arrays):
   return renamed
 
 
-def placed_by_hand(arrays):
-  """Our tree of `released_arrays()`, renamed by hand rather than by npz."""
-  return flax.traverse_util.unflatten_dict(linen_numbered(arrays), sep='/')
-
-
 def assert_trees_identical(actual, expected):
   assert jax.tree.structure(actual) == jax.tree.structure(expected)
   for a, e in zip(jax.tree.leaves(actual), jax.tree.leaves(expected)):
@@ -104,19 +99,20 @@ def test_released_npz_loads_into_our_tree_and_drives_the_model(tmp_path):
   arrays = released_arrays()
   path = write_npz(tmp_path / 'tiny.npz', arrays)
   params = npz.load_npz(path)
+  # Our tree, renamed by hand rather than by npz.
+  by_hand = flax.traverse_util.unflatten_dict(linen_numbered(arrays), sep='/')
   model = tiny_vit()
   expected = params_lib.param_shapes(model, TINY_IMAGE)
   params_lib.check_params(params, expected)
   assert jax.tree.structure(params) == jax.tree.structure(expected)
-  assert_trees_identical(params, placed_by_hand(arrays))
+  assert_trees_identical(params, by_hand)
   images = np.random.default_rng(1).standard_normal(
       (2, TINY_IMAGE, TINY_IMAGE, 3)).astype(np.float32)
   apply = jax.jit(functools.partial(model.apply, train=False))
   logits = apply({'params': params}, images)
   assert logits.shape == (2, 10)
   assert np.all(np.isfinite(logits))
-  np.testing.assert_array_equal(
-      logits, apply({'params': placed_by_hand(arrays)}, images))
+  np.testing.assert_array_equal(logits, apply({'params': by_hand}, images))
   assert_trees_identical(reading.load_params(path), params)
   # A scanned model takes the blocks stacked; saved back, they are the
   # official layout and names, array for array.
