@@ -100,18 +100,9 @@ def stem_stride(stages: Sequence[int]) -> int:
   return ROOT_STRIDE * 2**max(len(stages) - 1, 0)
 
 
-def validate_stem(stages: Sequence[int], width_factor: int) -> None:
-  if width_factor < 1:
-    raise ValueError(f'width_factor={width_factor} must be at least 1.')
-  if any(n < 1 for n in stages):
-    raise ValueError(f'Every ResNet stage needs at least one unit, got '
-                     f'stages={tuple(stages)}.')
-
-
 def resnet_stem(x: jax.Array, stages: Sequence[int], width_factor: int = 1,
                 dtype: Dtype = jnp.float32) -> jax.Array:
   """Root and ResNet stages, as modules of the calling compact method."""
-  validate_stem(stages, width_factor)
   width = 64 * width_factor
   x = StdConv(width, 7, 2, dtype, name='conv_root')(x)
   x = nn.relu(_group_norm(x, 'gn_root', dtype))

@@ -127,8 +127,13 @@ class VisionTransformer(nn.Module):
                        f'num_heads={self.num_heads}.')
     if self.patch_size < 1:
       raise ValueError(f'patch_size={self.patch_size} must be positive.')
-    if self.resnet_stages is not None:
-      resnet.validate_stem(self.resnet_stages, self.resnet_width_factor)
+    if self.resnet_stages is not None and self.resnet_width_factor < 1:
+      raise ValueError(
+          f'width_factor={self.resnet_width_factor} must be at least 1.')
+    if self.resnet_stages is not None and any(n < 1
+                                              for n in self.resnet_stages):
+      raise ValueError(f'Every ResNet stage needs at least one unit, got '
+                       f'stages={tuple(self.resnet_stages)}.')
     if self.posemb == 'sincos2d':
       position.check_sincos_width(self.hidden_size)
     if not 0.0 <= self.stochastic_depth_rate < 1.0:
