@@ -24,13 +24,12 @@ def _official_archive(tmp_path) -> bytes:
       f'data_batch_{i}.bin': random_cifar(4, 10, seed=i) for i in range(1, 6)
   }
   files['test_batch.bin'] = random_cifar(3, 10, seed=9)
-  write_cifar_binary(tmp_path / 'release' / 'cifar-10-batches-bin', files)
-  (tmp_path / 'release' / 'cifar-10-batches-bin' /
-   'batches.meta.txt').write_text('airplane\n')
+  release = tmp_path / 'release' / 'cifar-10-batches-bin'
+  write_cifar_binary(release, files)
+  (release / 'batches.meta.txt').write_text('airplane\n')
   buffer = io.BytesIO()
   with tarfile.open(fileobj=buffer, mode='w:gz') as tar:
-    tar.add(tmp_path / 'release' / 'cifar-10-batches-bin',
-            arcname='cifar-10-batches-bin')
+    tar.add(release, arcname='cifar-10-batches-bin')
   return buffer.getvalue()
 
 
