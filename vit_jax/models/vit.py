@@ -134,8 +134,10 @@ class VisionTransformer(nn.Module):
                                               for n in self.resnet_stages):
       raise ValueError(f'Every ResNet stage needs at least one unit, got '
                        f'stages={tuple(self.resnet_stages)}.')
-    if self.posemb == 'sincos2d':
-      position.check_sincos_width(self.hidden_size)
+    if self.posemb == 'sincos2d' and self.hidden_size % 4:
+      raise ValueError(
+          f"posemb='sincos2d' needs a hidden_size divisible by 4, got "
+          f"{self.hidden_size}: use a multiple of 4 or posemb='learned'.")
     if not 0.0 <= self.stochastic_depth_rate < 1.0:
       raise ValueError(
           f'stochastic_depth_rate={self.stochastic_depth_rate} must be in '

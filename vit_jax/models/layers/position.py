@@ -31,17 +31,9 @@ class AddPositionEmbs(nn.Module):
     return tokens + pos_embedding.astype(tokens.dtype)
 
 
-def check_sincos_width(width: int) -> None:
-  if width % 4:
-    raise ValueError(
-        f"posemb='sincos2d' needs a hidden_size divisible by 4, got {width}: "
-        "use a multiple of 4 or posemb='learned'.")
-
-
 def posemb_sincos_2d(h: int, w: int, width: int, temperature: float = 10_000.,
                      dtype: Dtype = jnp.float32) -> jax.Array:
   """big_vision's `posemb_sincos_2d` of an h x w grid, (1, h * w, width)."""
-  check_sincos_width(width)
   y, x = jnp.mgrid[:h, :w]
   quarter = width // 4
   # A one-channel quarter would divide by zero.
