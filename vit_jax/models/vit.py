@@ -142,8 +142,15 @@ class VisionTransformer(nn.Module):
       raise ValueError(
           f'stochastic_depth_rate={self.stochastic_depth_rate} must be in '
           '[0, 1): it is the probability of dropping the last block.')
-    if self.shifted_patches:
-      patch_embedding.check_shifted_patches(self.patch_size, self.resnet_stages)
+    if self.shifted_patches and self.resnet_stages is not None:
+      raise ValueError(
+          'shifted_patches=True shifts image pixels and cannot follow a '
+          'ResNet stem: set resnet_stages=None or shifted_patches=False.')
+    if self.shifted_patches and self.patch_size < 2:
+      raise ValueError(
+          f'shifted_patches=True shifts by half a patch, which '
+          f'patch_size={self.patch_size} cannot give: use a patch_size of at '
+          'least 2.')
     if self.distillation_token and self.classifier != 'token':
       raise ValueError(
           f'distillation_token=True needs classifier=\'token\' (DeiT reads the '

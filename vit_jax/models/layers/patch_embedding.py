@@ -44,19 +44,6 @@ def patch_grid(images: jax.Array, patch_size: int) -> jax.Array:
   return x.reshape(n, height // p, width // p, p * p * channels)
 
 
-def check_shifted_patches(patch_size: int,
-                          resnet_stages: tuple[int, ...] | None) -> None:
-  if resnet_stages is not None:
-    raise ValueError(
-        'shifted_patches=True shifts image pixels and cannot follow a '
-        'ResNet stem: set resnet_stages=None or shifted_patches=False.')
-  if patch_size < 2:
-    raise ValueError(
-        f'shifted_patches=True shifts by half a patch, which '
-        f'patch_size={patch_size} cannot give: use a patch_size of at '
-        'least 2.')
-
-
 def shifted_patch_embedding(images: jax.Array, patch_size: int,
                             hidden_size: int, dtype: Dtype) -> jax.Array:
   """Shifted patches LayerNorm'd and projected, in place of the conv."""
