@@ -111,7 +111,8 @@ class VisionTransformer(nn.Module):
     if self.posemb not in position.POSEMBS:
       raise ValueError(f'posemb={self.posemb!r}; use one of '
                        f'{position.POSEMBS}.')
-    for field in ('hidden_size', 'num_layers', 'num_heads', 'mlp_dim'):
+    for field in ('hidden_size', 'num_layers', 'num_heads', 'mlp_dim',
+                  'patch_size'):
       if getattr(self, field) < 1:
         raise ValueError(f'{field}={getattr(self, field)} must be positive.')
     for field in ('dropout_rate', 'attention_dropout_rate'):
@@ -125,8 +126,6 @@ class VisionTransformer(nn.Module):
     if self.hidden_size % self.num_heads:
       raise ValueError(f'hidden_size={self.hidden_size} is not divisible by '
                        f'num_heads={self.num_heads}.')
-    if self.patch_size < 1:
-      raise ValueError(f'patch_size={self.patch_size} must be positive.')
     if self.resnet_stages is not None and self.resnet_width_factor < 1:
       raise ValueError(
           f'width_factor={self.resnet_width_factor} must be at least 1.')
