@@ -236,10 +236,7 @@ def test_what_is_not_a_checkpoint_is_a_clear_error(tmp_path):
       write_npz(tmp_path / 'pickled.npz', {'x': np.array([{}], dtype=object)}),
       r'is not a readable .npz file: it holds pickled Python objects, which '
       r'are not loaded: they can run code\.$')
-  with pytest.raises(
-      CheckpointError, match='holds no checkpoint: pass a '
-      'vit_jax.main workdir'):
-    reading.load_params(tmp_path)
+  fails(tmp_path, 'holds no checkpoint: pass a vit_jax.main workdir')
   with pytest.raises(CheckpointError, match='step=1 only'):
     reading.load_params(write_npz(tmp_path / 'tiny.npz', released_arrays()),
                         step=1)
