@@ -79,10 +79,8 @@ def test_flags_win_and_a_single_machine_joins_no_job(monkeypatch):
       environ={'JAX_COORDINATOR_ADDRESS': 'other:1',
                'JAX_PROCESS_ID': '0'}) == flags
   # Inside SLURM a flag overrides what jax would detect, the rest is detected.
-  assert distributed.distributed_args(coordinator_address='node01:9999',
-                                      environ=_SLURM_STEP) == {
-                                          'coordinator_address': 'node01:9999'
-                                      }
+  address = dict(coordinator_address='node01:9999')
+  assert distributed.distributed_args(**address, environ=_SLURM_STEP) == address
   # One process is one process, whatever the environment says.
   assert distributed.distributed_args(num_processes=1,
                                       environ=_SLURM_STEP) is None
