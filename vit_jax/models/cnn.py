@@ -59,10 +59,8 @@ def stage_features(module: StagedCNN, variables,
 
 
 class SimpleCNN(StagedCNN):
-  """Five 3x3 conv-BN-ReLU layers, max-pools after the 2nd and 4th, a head.
-
-  Its stages end before each pool and at the last layer, one per resolution.
-  """
+  """Five 3x3 conv-BN-ReLU layers, max-pools after the 2nd and 4th, a head;
+  a stage ends before each pool and at the last layer, one per resolution."""
 
   num_classes: int = 10
   widths: Sequence[int] = (32, 32, 64, 64, 128)

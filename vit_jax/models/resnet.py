@@ -54,8 +54,7 @@ def _group_norm(x: jax.Array, name: str, dtype: Dtype, **kwargs) -> jax.Array:
 
 
 class ResidualUnit(nn.Module):
-  """Bottleneck unit; its last GroupNorm starts at zero, so the unit as its
-  shortcut."""
+  """Bottleneck unit whose last GroupNorm starts at zero, as its shortcut."""
 
   features: int
   strides: int = 1

@@ -47,8 +47,6 @@ def step_plan(config, steps_per_epoch: int) -> StepPlan:
 
 
 def checkpoint_min_seconds(config) -> float:
-  """Seconds an interval's checkpoint waits after the newest started
-  writing: config.checkpoint_min_seconds for the default epoch interval (on
-  a GPU a small model's epoch trains faster than orbax saves), 0 when the
-  interval is set in steps."""
+  """Seconds an epoch's checkpoint waits after the newest started writing (on
+  a GPU a small model's epoch trains faster than orbax saves); 0 in steps."""
   return 0.0 if config.checkpoint_every_steps else config.checkpoint_min_seconds

@@ -29,10 +29,8 @@ def pooled_features(x: jax.Array, classifier: str, *, prefix_tokens: int,
 
 
 class MAPHead(nn.Module):
-  """Multihead attention pooling: a learned `probe` attends over the tokens.
-
-  Module names are big_vision's, so its MAP heads load as they are.
-  """
+  """Multihead attention pooling: a learned `probe` attends over the tokens;
+  module names are big_vision's, so its MAP heads load as they are."""
 
   num_heads: int
   mlp_dim: int
