@@ -110,15 +110,12 @@ def test_a_sweep_prints_vit_jax_main_lines_or_writes_a_slurm_array(
     runs.require_cifar10_subset(tmp_path)
 
 
-def _draw(results, path):
-  path.write_bytes(json.dumps(results).encode())
-
-
 def test_a_summary_writes_all_or_none(tmp_path, capsys):
   (tmp_path / 'README.md').write_text(''.join(
       ''.join(runs.section_markers(name)) for name in ('a', 'b')))
-  runs.write_summary(tmp_path, [{'seed': 0}], 'workdir', {'a': 'A', 'b': 'B'},
-                     {'figure.png': _draw})
+  runs.write_summary(tmp_path, [{'seed': 0}], 'workdir', {'a': 'A', 'b': 'B'}, {
+      'figure.png': lambda results, path: path.write_text(json.dumps(results))
+  })
   assert capsys.readouterr().out == 'A\n\nB\n'
   assert runs.landed(tmp_path / 'results.json',
                      lambda r: 'run') == {'run': {'seed': 0}}

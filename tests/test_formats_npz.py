@@ -74,12 +74,10 @@ def write_npz(path, arrays):
 
 
 def linen_numbered(arrays):
-  renamed = {}
-  for key, value in arrays.items():
-    for released, linen in LINEN_NUMBERS:
-      key = key.replace(released, linen)
-    renamed[key] = value
-  return renamed
+  return {
+      functools.reduce(lambda k, n: k.replace(*n), LINEN_NUMBERS, key): value
+      for key, value in arrays.items()
+  }
 
 
 def assert_trees_identical(actual, expected):
