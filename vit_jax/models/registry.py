@@ -85,9 +85,8 @@ def _settable_fields(factory) -> list[dataclasses.Field]:
 
 
 def default_fields(name: str) -> dict:
-  """The fields of the registered model `name` as it is made without
-  overrides (its class's defaults, then the registry's values); empty for
-  a name of no model."""
+  """The fields of the registered model `name` made without overrides (its
+  class's defaults, then the registry's); empty for a name of no model."""
   factory = _MODELS.get(name)
   if factory is None:
     return {}
@@ -117,13 +116,9 @@ def model_variables(params, batch_stats=None) -> dict:
 
 
 def create_model(name: str, num_classes: int, **overrides) -> nn.Module:
-  """Returns the linen module registered as `name`.
-
-  Every model is applied as `model.apply(variables, images_nhwc, train=...)`
-  and returns logits; the CNNs also need `mutable=['batch_stats']` when
-  `train=True`. `overrides` set module fields, e.g. `dtype=jnp.bfloat16` or
-  `dropout_rate=0.0`.
-  """
+  """The linen module registered as `name`, `overrides` setting its fields
+  (`dtype=jnp.bfloat16`); `model.apply(variables, images_nhwc, train=...)`
+  returns logits (a CNN training also needs `mutable=['batch_stats']`)."""
   if name not in _MODELS:
     raise ValueError(f'Unknown model {name!r}. Known models: '
                      f'{", ".join(MODEL_NAMES)}.')

@@ -246,10 +246,7 @@ def logits_and_attention(
     model: VisionTransformer, variables: Any,
     images: jax.Array) -> tuple[jax.Array, list[jax.Array]]:
   """The logits of `images` in eval mode, and every layer's attention
-  probabilities, in depth order, each (batch, heads, tokens, tokens).
-
-  Collecting `intermediates` makes the fused attentions compute the einsum
-  way, the one that sows the probabilities (the same function)."""
+  probabilities, in depth order, each (batch, heads, tokens, tokens)."""
   logits, state = model.apply(variables, images, train=False,
                               mutable=['intermediates'])
   blocks = state['intermediates'][names.ENCODER]
