@@ -169,7 +169,13 @@ class VisionTransformer(nn.Module):
       raise ValueError(f'Expected images of shape (batch, height, width, '
                        f'channels), got shape {images.shape}.')
     self.check_image_size(*images.shape[1:3])
-    x = self._embed_patches(images)
+    x = images
+    if self.resnet_stages is not None:
+      x = resnet.resnet_stem(x, self.resnet_stages, self.resnet_width_factor,
+                             self.dtype)
+    x = patch_embedding.embed_patches(x, self.patch_size, self.hidden_size,
+                                      shifted=self.shifted_patches,
+                                      dtype=self.dtype)
     n, h, w, _ = x.shape
     x = self._with_prefix_tokens(jnp.reshape(x, (n, h * w, x.shape[-1])))
     encoder = Encoder(num_layers=self.num_layers, block=BlockConfig.of(self),
@@ -180,16 +186,6 @@ class VisionTransformer(nn.Module):
     logits, out = self._classify(jax.lax.stop_gradient(x) if probe else x)
     out.update(encoded=x, blocks=blocks)
     return (logits, out) if return_out else logits
-
-  def _embed_patches(self, images: jax.Array) -> jax.Array:
-    """(batch, rows, columns, hidden_size), through the hybrid's stem."""
-    x = images
-    if self.resnet_stages is not None:
-      x = resnet.resnet_stem(x, self.resnet_stages, self.resnet_width_factor,
-                             self.dtype)
-    return patch_embedding.embed_patches(x, self.patch_size, self.hidden_size,
-                                         shifted=self.shifted_patches,
-                                         dtype=self.dtype)
 
   def _with_prefix_tokens(self, x: jax.Array) -> jax.Array:
     """The [CLS] (and DeiT's distillation) token before the patches."""
