@@ -18,29 +18,9 @@ from vit_jax.errors import ConfigError
 from vit_jax.models import cnn
 from vit_jax.models import names
 from vit_jax.models.layers import initializers
-from vit_jax.models.vit import VisionTransformer
 from vit_jax.models.vit import ViTWrapper
 from vit_jax.objectives import losses
 from vit_jax.objectives import teacher_run
-
-
-def check_guidance(vit: VisionTransformer, blocks: tuple[int, ...],
-                   widths: tuple[int, ...]) -> None:
-  """Raises ValueError for guided blocks and widths that do not fit `vit`."""
-  if len(blocks) != len(widths) or not blocks:
-    raise ValueError(f'guided_blocks={tuple(blocks)} and guidance_widths='
-                     f'{tuple(widths)} must have one entry per CNN stage each: '
-                     'set both to the same length.')
-  if list(blocks) != sorted(set(blocks)) or any(not 0 <= block < vit.num_layers
-                                                for block in blocks):
-    raise ValueError(f'guided_blocks={tuple(blocks)}: list encoder blocks in '
-                     f'increasing order, each in 0..{vit.num_layers - 1}.')
-  if any(width < 1 for width in widths):
-    raise ValueError(f'guidance_widths={tuple(widths)} must be '
-                     'positive: the channels of the CNN\'s stages.')
-  if vit.scan:
-    raise ValueError('guided_blocks needs each block\'s output, which '
-                     'scan=True does not keep: set scan=False.')
 
 
 class GuidedViT(ViTWrapper):
@@ -52,7 +32,22 @@ class GuidedViT(ViTWrapper):
   widths: tuple[int, ...]
 
   def __post_init__(self):
-    check_guidance(self.vit, self.blocks, self.widths)
+    vit, blocks, widths = self.vit, self.blocks, self.widths
+    if len(blocks) != len(widths) or not blocks:
+      raise ValueError(
+          f'guided_blocks={tuple(blocks)} and guidance_widths='
+          f'{tuple(widths)} must have one entry per CNN stage each: '
+          'set both to the same length.')
+    if list(blocks) != sorted(set(blocks)) or any(
+        not 0 <= block < vit.num_layers for block in blocks):
+      raise ValueError(f'guided_blocks={tuple(blocks)}: list encoder blocks in '
+                       f'increasing order, each in 0..{vit.num_layers - 1}.')
+    if any(width < 1 for width in widths):
+      raise ValueError(f'guidance_widths={tuple(widths)} must be '
+                       'positive: the channels of the CNN\'s stages.')
+    if vit.scan:
+      raise ValueError('guided_blocks needs each block\'s output, which '
+                       'scan=True does not keep: set scan=False.')
     super().__post_init__()
 
   @nn.compact
