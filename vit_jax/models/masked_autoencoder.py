@@ -18,37 +18,12 @@ from vit_jax.models.layers.encoder_block import BlockConfig
 from vit_jax.models.layers.encoder_block import Encoder1DBlock
 from vit_jax.models.layers.patch_embedding import patch_grid
 from vit_jax.models.layers.position import AddPositionEmbs
-from vit_jax.models.vit import VisionTransformer
 from vit_jax.models.vit import ViTWrapper
 from vit_jax.objectives import losses
 
 Dtype = Any
 
 HEAD_SIZE = 32
-
-
-def check(vit: VisionTransformer, mask_ratio: float, depth: int,
-          width: int) -> None:
-  """Raises ValueError for fields or a ViT that make no MAE."""
-  if not 0.0 < mask_ratio < 1.0:
-    raise ValueError(
-        f'mae_mask_ratio={mask_ratio} must be in [0, 1): the share of each '
-        "image's patches its encoder does not see (MAE: 0.75; 0: off).")
-  if depth < 1 or width < HEAD_SIZE or width % HEAD_SIZE:
-    raise ValueError(
-        f'mae_decoder_depth={depth} and mae_decoder_width={width}: the '
-        f'decoder needs at least one block, and a width that is a positive '
-        f'multiple of {HEAD_SIZE}, its heads\' size (MAE: 8 and 512).')
-  if vit.shifted_patches or vit.resnet_stages is not None:
-    raise ValueError(
-        f'{"shifted_patches=True" if vit.shifted_patches else "A ResNet stem"} '
-        'gives each token its neighbours\' pixels, so a hidden patch would '
-        'be seen through them: use the plain patch embedding with '
-        'mae_mask_ratio > 0.')
-  if vit.posemb == 'none':
-    raise ValueError(
-        "posemb='none' leaves the encoder no way to tell where its kept "
-        "patches are: use 'learned' or 'sincos2d' with mae_mask_ratio > 0.")
 
 
 def kept_patches(key: jax.Array, batch: int, num_patches: int,
@@ -117,7 +92,27 @@ class MaskedAutoencoder(ViTWrapper):
   decoder_width: int = 512
 
   def __post_init__(self):
-    check(self.vit, self.mask_ratio, self.decoder_depth, self.decoder_width)
+    vit, ratio = self.vit, self.mask_ratio
+    depth, width = self.decoder_depth, self.decoder_width
+    if not 0.0 < ratio < 1.0:
+      raise ValueError(
+          f'mae_mask_ratio={ratio} must be in [0, 1): the share of each '
+          "image's patches its encoder does not see (MAE: 0.75; 0: off).")
+    if depth < 1 or width < HEAD_SIZE or width % HEAD_SIZE:
+      raise ValueError(
+          f'mae_decoder_depth={depth} and mae_decoder_width={width}: the '
+          f'decoder needs at least one block, and a width that is a positive '
+          f'multiple of {HEAD_SIZE}, its heads\' size (MAE: 8 and 512).')
+    if vit.shifted_patches or vit.resnet_stages is not None:
+      raise ValueError(
+          f'{"shifted_patches=True" if vit.shifted_patches else "A ResNet stem"} '
+          'gives each token its neighbours\' pixels, so a hidden patch would '
+          'be seen through them: use the plain patch embedding with '
+          'mae_mask_ratio > 0.')
+    if vit.posemb == 'none':
+      raise ValueError(
+          "posemb='none' leaves the encoder no way to tell where its kept "
+          "patches are: use 'learned' or 'sincos2d' with mae_mask_ratio > 0.")
     super().__post_init__()
 
   @nn.compact
