@@ -115,6 +115,16 @@ def model_variables(params, batch_stats=None) -> dict:
   return {'params': params, 'batch_stats': batch_stats}
 
 
+# What an override of a field whose default is of the key's type must be
+# (an integer field takes no float, a float field an integer too; numpy's
+# numbers, as an experiment's runner may pass them, are numbers).
+_KINDS = {
+    bool: ('a boolean', (bool, np.bool_)),
+    int: ('an integer', (numbers.Integral,)), float:
+        ('a number', (numbers.Real,)), str: ('a string', (str,))
+}
+
+
 def create_model(name: str, num_classes: int, **overrides) -> nn.Module:
   """The linen module registered as `name`, `overrides` setting its fields
   (`dtype=jnp.bfloat16`); `model.apply(variables, images_nhwc, train=...)`
@@ -132,23 +142,8 @@ def create_model(name: str, num_classes: int, **overrides) -> nn.Module:
     guess = f' Did you mean {", ".join(guesses)}?' if guesses else ''
     raise ValueError(f'{name} has no field(s) {", ".join(unknown)}.{guess} '
                      f'Its fields: {", ".join(sorted(fields))}.')
-  _check_kinds(name, overrides)
-  return factory(num_classes=num_classes, **overrides)
-
-
-# What an override of a field whose default is of the key's type must be
-# (an integer field takes no float, a float field an integer too; numpy's
-# numbers, as an experiment's runner may pass them, are numbers).
-_KINDS = {
-    bool: ('a boolean', (bool, np.bool_)),
-    int: ('an integer', (numbers.Integral,)), float:
-        ('a number', (numbers.Real,)), str: ('a string', (str,))
-}
-
-
-def _check_kinds(name: str, overrides: dict):
-  """Raises ValueError for an override of another kind than its field's
-  default (`--config.model_overrides.num_layers=abc` arrives as a string)."""
+  # An override of another kind than its field's default is refused
+  # (`--config.model_overrides.num_layers=abc` arrives as a string).
   defaults = default_fields(name)
   for field, value in overrides.items():
     default = defaults.get(field)
@@ -160,6 +155,7 @@ def _check_kinds(name: str, overrides: dict):
                                            type(default) is not bool):
       raise ValueError(f'{field}={value!r}: {name}\'s {field} is {kind} '
                        f'(default {default!r}).')
+  return factory(num_classes=num_classes, **overrides)
 
 
 def from_config(config, num_classes: int) -> nn.Module:
