@@ -21,6 +21,7 @@ import numpy as np
 import optax
 
 from vit_jax import models
+from vit_jax.models.vit import ViTWrapper
 from vit_jax.data import mixing
 from vit_jax.errors import ConfigError
 from vit_jax.objectives import losses
@@ -86,7 +87,7 @@ def initializer(key, model, tx, image_size: int, mesh: jax.sharding.Mesh,
       state_shapes(key, model, tx, image_size, mesh, ema_decay))
   init = functools.partial(_init, model=model, tx=tx, image_size=image_size,
                            ema_decay=ema_decay)
-  vit = getattr(model, 'vit', model)  # a training wrapper's ViT
+  vit = model.vit if isinstance(model, ViTWrapper) else model
   if getattr(vit, 'mimetic_init', False) and jax.default_backend() == 'cpu':
     # Its SVDs deadlock XLA's CPU runtime when partitioned over host
     # devices: one device initializes, then the state is laid out.
