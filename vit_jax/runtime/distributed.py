@@ -20,7 +20,7 @@ from vit_jax.errors import first_line
 
 # XLA runs a small model's matmuls on a CPU with little parallelism; batch
 # shards on several host devices run side by side
-# (experiments/benchmarks/README.md, optimization log).
+# (experiments/benchmarks/README.md, Attempts).
 DEFAULT_CPU_DEVICES = 4
 # Seconds before a job gives up on a silent process; jax's defaults are minutes.
 DEFAULT_LOST_PROCESS_TIMEOUT = 30

@@ -2,7 +2,7 @@
 
   train.py              the run top to bottom: build, restore, loop, summary
   plan.py               the run in steps: length, warmup, intervals
-  startup.py            the workdir held and checked; the trained model
+  startup.py            the workdir held; the model and objective; the run recorded
   steps.py              the train state and the compiled train and eval steps
   dispatch.py           train steps handed to the devices several to a call
   optimizer.py          the learning-rate schedule and the optimizer

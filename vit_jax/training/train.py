@@ -124,7 +124,7 @@ def _train_and_evaluate(config, workdir: pathlib.Path,
   startup.check_ema(config, state_shapes)
 
   # Compile the steps, unless the newest checkpoint holds the last step; a
-  # fresh run's initializer compiles beside them (optimization log, row 21).
+  # fresh run's initializer compiles beside them (experiments/benchmarks/README.md, Attempts, row 21).
   compile_steps = functools.partial(steps.compile_steps, config, inputs,
                                     state_shapes, step_key, objective)
   compiled = initializer = None

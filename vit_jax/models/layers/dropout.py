@@ -2,7 +2,7 @@
 
 The mask hashes each element's global index with a per-call seed: far
 cheaper than threefry masks and as independent of sharding
-(experiments/benchmarks/README.md, optimization log).
+(experiments/benchmarks/README.md, Attempts).
 """
 
 from collections.abc import Sequence

@@ -4,7 +4,7 @@ import jax
 import jax.numpy as jnp
 
 # cuDNN trains only on an even token count; the least padding is fastest
-# (experiments/benchmarks/README.md, optimization log).
+# (experiments/benchmarks/README.md, Attempts).
 CUDNN_TOKEN_MULTIPLE = 2
 
 # Each fused choice's `implementation` and token multiple.
