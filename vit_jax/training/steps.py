@@ -228,7 +228,8 @@ def eval_step(state: TrainState, sums: dict, data, batch, mask, *, config,
   """`sums` plus the loss, correct and top-5 counts of unmasked examples."""
   x, y = inputs.model_inputs(data, batch, None)
   # A run with a moving average evaluates the average.
-  params = getattr(state, 'ema_params', None) or state.params
+  params = (state.ema_params
+            if isinstance(state, AveragedTrainState) else state.params)
   logits = state.apply_fn(models.model_variables(params, state.batch_stats), x,
                           train=False)
   loss = losses.cross_entropy(
