@@ -22,7 +22,6 @@ import time
 from absl import logging
 
 from vit_jax.errors import WorkdirError
-from vit_jax.runtime import files
 
 LOCK_FILE = 'lock'
 RENEW_SECONDS = 10.0
@@ -181,8 +180,11 @@ class WorkdirLock:
     self._stop_renewing.set()
     if self._renewing is not None:
       self._renewing.join()
-    if (self._created and self.workdir.is_dir() and
-        not files.foreign_files(self.workdir, LOCK_FILE.__eq__)):
+    try:  # the workdir may have been removed by hand
+      alone = not any(p.name != LOCK_FILE for p in self.workdir.iterdir())
+    except (FileNotFoundError, NotADirectoryError):
+      alone = False
+    if self._created and alone:
       self.path.unlink(missing_ok=True)
       for directory in self._created:
         try:
