@@ -239,11 +239,14 @@ def test_invalid_configurations_and_image_sizes_are_clear_errors():
   assert create_model('ViT-B_16', 10, remat='dots', scan=True).scan
 
 
-# One field of each check: the other fields go through the same loop.
-@pytest.mark.parametrize('field,value,said',
-                         [('num_layers', 0, 'num_layers=0 must be positive'),
-                          ('attention_dropout_rate', 1.0,
-                           r'attention_dropout_rate=1.0 must be in \[0, 1\)'),])
+@pytest.mark.parametrize('field,value,said', [
+    ('num_heads', 0, 'num_heads=0 must be positive'),
+    ('num_layers', 0, 'num_layers=0 must be positive'),
+    ('mlp_dim', -1, 'mlp_dim=-1 must be positive'),
+    ('dropout_rate', -0.1, r'dropout_rate=-0.1 must be in \[0, 1\)'),
+    ('attention_dropout_rate', 1.0,
+     r'attention_dropout_rate=1.0 must be in \[0, 1\)'),
+])
 def test_sizes_and_rates_out_of_range_are_one_line(field, value, said):
   with pytest.raises(ValueError, match=f'^{said}'):
     VisionTransformer(num_classes=5, **{**SMALL, field: value})
