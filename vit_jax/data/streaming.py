@@ -28,7 +28,7 @@ class StreamingInput(input_lib.Input):
   """Batches are sharded global (uint8 images, int32 labels); this process
   loads its rows in `workers` processes (0: threads)."""
 
-  # A block holds its batches' images.
+  # One batch per compiled call (`Input.stack`): its images are large.
   default_steps_per_dispatch = 1
 
   def __init__(self, dataset: sources.Dataset, config, mesh,
