@@ -97,7 +97,7 @@ def plot(records: list[dict], path: pathlib.Path):
 
 def main(argv=None):
   runs.catch_stop_signals()
-  parsing = sweep.parser()
+  parsing = sweep.parser(__doc__, runs.parser)
   args = parsing.parse_args(argv)
   planned = sweep.planned(parsing, args)
   records = load_runs(args.workdir, planned,

@@ -58,8 +58,9 @@ def planned_runs(sizes: list[int], seeds: list[int], models: list[str]):
           for model in models]
 
 
-def parser():
-  parsing = runs.sweep_parser(__doc__, '/tmp/data_scaling')
+def parser(doc: str = __doc__, make=runs.sweep_parser):
+  """The runs' flags, on the sweep's parser or (summary) `runs.parser`."""
+  parsing = make(doc, '/tmp/data_scaling')
   parsing.add_argument('--sizes', type=runs.integers,
                        default='5000,10000,25000,50000',
                        help='Training-set sizes, multiples of 10.')
