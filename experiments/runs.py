@@ -1,6 +1,5 @@
-"""What the experiments share: a sweep's commands (one `vit_jax.main` per
-run, in a workdir of its own) and the SLURM array that runs them, the
-records of finished runs, and the files a summary writes."""
+"""What the experiments share: a sweep's `vit_jax.main` commands and SLURM
+array, the records of finished runs, and the files a summary writes."""
 
 import argparse
 import json
@@ -94,7 +93,8 @@ def emit(commands: list[str], slurm: pathlib.Path | None):
 
 
 def record(directory: pathlib.Path, description: dict) -> dict:
-  """A finished run as results.json holds it, with the sweep's `description`."""
+  """A finished run as results.json holds it, with the sweep's `description`;
+  its wall time is its epochs' (training and evaluation)."""
   summary = read_json(directory / 'summary.json')
   config = read_json(directory / 'config.json')
   return {
@@ -106,15 +106,14 @@ def record(directory: pathlib.Path, description: dict) -> dict:
           key: summary[key] for key in ('best_test_accuracy', 'best_epoch', 'final_test_accuracy', 'final_train_accuracy')
       },
       'wall_minutes': round(summary['train_seconds'] / 60, 1),
-      # Runs from before summary.json named its device ran on the
-      # project's 2-core CPU machine.
+      # A summary.json without a device is from the project's 2-core CPU.
       'device': summary.get('device', 'cpu')
   }
 
 
 def landed(results: pathlib.Path, run_name: Callable[[dict],
                                                      str]) -> dict[str, dict]:
-  """The records of a committed results.json, by run name."""
+  """The records of a committed results.json, by `run_name`."""
   if not results.exists():
     return {}
   try:
@@ -126,10 +125,11 @@ def landed(results: pathlib.Path, run_name: Callable[[dict],
 
 
 def load_records(workdir: pathlib.Path, planned: dict[str, dict],
-                 committed: dict[str, dict]) -> dict[str, dict]:
+                 results: pathlib.Path,
+                 run_name: Callable[[dict], str]) -> dict[str, dict]:
   """By name, the `planned` runs (name -> description) finished in
-  `workdir`, and the `committed` records of the others."""
-  found = dict(committed)
+  `workdir`, and the records of `results` (named by `run_name`) of the rest."""
+  found = landed(results, run_name)
   for name, description in planned.items():
     if finished(workdir / name):
       found[name] = record(workdir / name, description)

@@ -177,10 +177,13 @@ def test_the_summary_reads_the_sweeps_runs_from_the_workdir(tmp_path):
                model='small_resnet', epochs=100.0)
   finished_run(tmp_path / 'vit_study+spt_lsa+distillation_e30_seed0', seed=0)
   (tmp_path / 'vit_study_e30_seed1').mkdir()  # interrupted: no summary
-  records = summary.load_runs(tmp_path)
+  records = runs.load_records(tmp_path, summary.planned(),
+                              tmp_path / 'results.json', recipes.record_name)
   assert [(r['model'], r['recipe'], r['epochs'], r['seed'], r['train_examples'])
-          for r in records] == [('vit', 'study+spt_lsa+distillation', 30, 0,
-                                 5000), ('small_resnet', 'study', 100, 2, 5000)]
+          for r in records.values()
+         ] == [('vit', 'study+spt_lsa+distillation', 30, 0, 5000),
+               ('small_resnet', 'study', 100, 2, 5000)]
+  assert list(records) == list(map(recipes.record_name, records.values()))
 
 
 def _seeds(model, recipe, accuracies, epochs=30):

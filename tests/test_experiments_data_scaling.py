@@ -1,7 +1,9 @@
 """experiments/data_scaling: its nested subsets, the sweep's commands, where
 the summary finds a crossover, and the table it writes."""
 
+import json
 import math
+import pathlib
 import shlex
 
 import pytest
@@ -100,37 +102,45 @@ def test_crossover_interpolates_in_log_size():
   })
 
 
-def test_the_summary_reads_the_workdirs_into_the_table(tmp_path):
+def test_the_summary_reads_the_workdirs_into_the_table(tmp_path, monkeypatch):
+  workdir, here = tmp_path / 'work', tmp_path / 'here'
   for model, size, accuracy in (('vit', 5000, 0.45), ('vit', 10000, 0.52),
                                 ('small_resnet', 5000, 0.61)):
-    finished_run(tmp_path / sweep.run_name(model, size, 0), seed=0, model=model,
+    finished_run(workdir / sweep.run_name(model, size, 0), seed=0, model=model,
                  best_test_accuracy=accuracy)
-  (tmp_path / 'vit_study_n25000_seed0').mkdir()  # interrupted
-  planned = sweep.planned_runs([5000, 10000, 25000], [0], list(runs.NAMES))
-  records = summary.load_runs(tmp_path, planned)
-  assert [(r['model'], r['train_examples'], r['recipe'])
-          for r in records] == [('small_resnet', 5000, 'study'),
-                                ('vit', 5000, 'study'), ('vit', 10000, 'study')]
-  assert summary.table(records).splitlines() == [
-      '| Model | 5,000 | 10,000 |', '|---|---|---|',
-      '| ViT-Tiny | 45.0 | 52.0 |', '| SmallResNet | 61.0 | not run yet |'
-  ]
+  (workdir / 'vit_study_n25000_seed0').mkdir()  # interrupted
   # The committed records fill in what the workdir lacks, not what it has.
-  landed = {
-      sweep.run_name(model, size, 0): {
+  here.mkdir()
+  (here / 'results.json').write_text(
+      json.dumps([{
           'model': model, 'train_examples': size, 'seed': 0,
           'best_test_accuracy': accuracy
       } for model, size, accuracy in (('vit', 10000, 0.4), ('simple_cnn', 5000,
-                                                           0.6))
-  }
-  records = summary.load_runs(tmp_path, planned, landed)
-  assert [(r['model'], r['best_test_accuracy'])
-          for r in records] == [('simple_cnn', 0.6), ('small_resnet', 0.61),
-                                ('vit', 0.45), ('vit', 0.52)]
+                                                            0.6))]))
+  (here / 'README.md').write_text(''.join(''.join(runs.section_markers(name))
+                                          for name in ('results table',
+                                                       'missing runs')))
+  monkeypatch.setattr(summary, 'HERE', here)
+  monkeypatch.setattr(summary, 'plot', lambda records, path: path.touch())
+  summary.main([f'--workdir={workdir}', '--sizes=5000,10000,25000'])
+  records = json.loads((here / 'results.json').read_text())
+  assert [(r['model'], r['train_examples'], r['best_test_accuracy'])
+          for r in records] == [('simple_cnn', 5000, 0.6),
+                                ('small_resnet', 5000, 0.61),
+                                ('vit', 5000, 0.45), ('vit', 10000, 0.52)]
+  assert records[1]['recipe'] == 'study'
+  readme = (here / 'README.md').read_text()
+  assert '\n'.join([
+      '| Model | 5,000 | 10,000 |', '|---|---|---|',
+      '| ViT-Tiny | 45.0 | 52.0 |', '| SimpleCNN | 60.0 | not run yet |',
+      '| SmallResNet | 61.0 | not run yet |'
+  ]) in readme
+  assert '5 of the 9 runs of the sweep have no record yet' in readme
+  assert (here / 'accuracy_vs_size.png').exists()
   # The committed records name the sweep's runs.
-  records = runs.landed(summary.HERE / 'results.json', sweep.record_name)
+  records = runs.landed(
+      pathlib.Path(summary.__file__).parent / 'results.json', sweep.record_name)
   assert set(records) == {
-      sweep.run_name(*r)
-      for r in sweep.planned_runs([5000, 10000, 25000, 50000], [0],
-                                  list(runs.NAMES))
+      sweep.run_name(model, size, 0) for size in (5000, 10000, 25000, 50000)
+      for model in runs.NAMES
   }

@@ -21,15 +21,19 @@ def test_records_of_the_planned_finished_runs(tmp_path):
   finished_run(tmp_path / 'c', device='NVIDIA H100 80GB HBM3')
   finished_run(tmp_path / 'not_planned')
   (tmp_path / 'interrupted').mkdir()
-  committed = {'a': {'recipe': 'old'}, 'b': {'recipe': 'old'}}
-  records = runs.load_records(
-      tmp_path, {
-          name: {'recipe': 'study', 'train_examples': 5000}
-          for name in ('a', 'b', 'c', 'interrupted')
-      }, committed)
+  results = tmp_path / 'results.json'
+  planned = {
+      name: {'recipe': 'study', 'train_examples': 5000}
+      for name in ('a', 'b', 'c', 'interrupted')
+  }
+  name = lambda r: r['name']
+  assert sorted(runs.load_records(tmp_path, planned, results,
+                                  name)) == ['b', 'c']  # none committed yet
+  results.write_text(json.dumps([{'name': 'a'}, {'name': 'b'}]))
+  records = runs.load_records(tmp_path, planned, results, name)
   assert sorted(records) == ['a', 'b', 'c']
   # A run the workdir holds is its own record, not the committed one.
-  assert records['a'] == committed['a']
+  assert records['a'] == {'name': 'a'}
   assert records['b'] == {
       'model': 'small_resnet', 'recipe': 'study', 'train_examples': 5000,
       'epochs': 30, 'seed': 3, 'best_test_accuracy': 0.514, 'best_epoch': 28.0,
@@ -38,19 +42,11 @@ def test_records_of_the_planned_finished_runs(tmp_path):
   }
   assert records['c']['model'] == 'vit'
   assert records['c']['device'] == 'NVIDIA H100 80GB HBM3'
-  # The committed records, by run name.
-  results = tmp_path / 'results.json'
-  assert not runs.landed(results, lambda r: r['name'])  # none committed yet
-  results.write_text(
-      json.dumps([{'name': 'a', 'seed': 0}, {'name': 'b', 'seed': 1}]))
-  assert runs.landed(results, lambda r: r['name']) == {
-      'a': {'name': 'a', 'seed': 0}, 'b': {'name': 'b', 'seed': 1}
-  }
   results.write_text('[{"name": "a", "se')  # cut off mid-write
   with pytest.raises(
       SystemExit, match=r'^error: .*results.json is not JSON '
       r'\(.*\); restore it with `git checkout -- results.json`'):
-    runs.landed(results, lambda r: r['name'])
+    runs.landed(results, name)
 
 
 def test_the_cells_lists_and_sections_of_a_readme(tmp_path):

@@ -14,6 +14,7 @@ from experiments.finetune import sweep as finetune_sweep
 from experiments.small_data import summary
 from experiments.small_data import sweep
 from tests.helpers import ROOT
+from tests.helpers import finished_run
 from tests.helpers import TINY_MODELS
 from tests.helpers import random_cifar
 from tests.helpers import write_cifar_binary
@@ -50,24 +51,21 @@ def test_the_sweeps_print_every_run(capsys):
 
 def _finished(directory, model, augment, seed, batch_size, accuracies):
   """A workdir as `vit_jax.main` leaves it, as far as the summary reads it."""
-  directory.mkdir(parents=True)
+  epochs = len(accuracies)
+  finished_run(directory, seed, model, best_test_accuracy=max(accuracies),
+               best_epoch=float(accuracies.index(max(accuracies)) + 1),
+               final_train_accuracy=accuracies[-1] + 0.1, epochs=epochs,
+               train_seconds=36.0 * epochs)
   (directory / 'config.json').write_text(
       json.dumps({
           'model': cifar_small.MODELS[model][0], 'seed': seed,
           'augment': augment, 'batch_size': batch_size
       }))
   (directory / 'metrics.jsonl').write_text(''.join(
-      json.dumps(r) + '\n' for epoch, accuracy in enumerate(accuracies, 1)
-      for r in (
-          {'epoch': epoch, 'train_accuracy': accuracy + 0.1, 'seconds': 30.0},
-          {'epoch': epoch, 'test_accuracy': accuracy, 'seconds': 6.0})))
-  (directory / 'summary.json').write_text(
-      json.dumps({
-          'steps': 39 * len(accuracies), 'epochs': float(len(accuracies)),
-          'best_test_accuracy': max(accuracies),
-          'best_epoch': float(accuracies.index(max(accuracies)) + 1),
-          'final_train_accuracy': accuracies[-1] + 0.1
-      }))
+      json.dumps({'step': 39 * epoch, 'epoch': epoch, **r}) + '\n'
+      for epoch, accuracy in enumerate(accuracies, 1)
+      for r in ({'train_accuracy': accuracy + 0.1},
+                {'test_accuracy': accuracy})))
 
 
 def test_the_summaries_read_the_workdirs_into_their_tables(

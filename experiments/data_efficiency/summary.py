@@ -3,10 +3,7 @@ records:
 
   python -m experiments.data_efficiency.summary --workdir=/tmp/data_efficiency
 
-writes, next to this file, `results.json` (one record per run: those
-finished in --workdir, and the committed ones it lacks), `ablation.png`,
-`budgets.png`, and the tables, the answer across budgets and the runs
-still missing inside `README.md`.
+writes results.json, ablation.png, budgets.png and the README's sections here.
 """
 
 import pathlib
@@ -22,20 +19,14 @@ from vit_jax.analysis import plotting
 HERE = pathlib.Path(__file__).resolve().parent
 
 
-def load_runs(workdir: pathlib.Path,
-              landed: dict[str, dict] | None = None) -> list[dict]:
-  """The records of the sweep's runs finished in `workdir`, and of those in
-  `landed` that `workdir` does not hold."""
-  planned = {
+def planned() -> dict[str, dict]:
+  """The sweep's runs: name -> what their records hold beside the summary."""
+  return {
       recipes.run_name(*run): {
           'recipe': recipes.recipe_name(run[1]),
           'train_examples': recipes.TRAIN_EXAMPLES
       } for run in sum(sweep.planned_runs(), [])
   }
-  records = runs.load_records(workdir, planned, landed or {})
-  return sorted(
-      records.values(), key=lambda r:
-      (r['epochs'], r['model'], recipes.rank(r['recipe']), r['seed']))
 
 
 def _gain(group: list[dict], study: list[dict]) -> str:
@@ -55,26 +46,22 @@ def table(records: list[dict]) -> str:
   groups = recipes.group_runs(records)
   blocks = []
   for epochs in sorted({r['epochs'] for r in records}):
-    cnns = {
-        key: recipes.accuracies(group).mean() for key, group in groups.items()
-        if key[0] == epochs and key[1] != 'vit'
-    }
-    study_vit = groups.get((epochs, 'vit', 'study'))
-    best_cnn = max(cnns.items(), key=lambda item: item[1]) if cnns else None
+    keys = sorted((k for k in groups if k[0] == epochs), key=lambda k:
+                  (k[1] != 'vit', k[1], recipes.rank(k[2])))
+    mean = {key: recipes.accuracies(groups[key]).mean() for key in keys}
+    best_cnn = max((k
+                    for k in keys if k[1] != 'vit'), key=mean.get, default=None)
+    study = (epochs, 'vit', 'study')
     rows = []
-    for key in sorted((k for k in groups if k[0] == epochs), key=lambda k:
-                      (k[1] != 'vit', k[1], recipes.rank(k[2]))):
-      group = groups[key]
-      closed, recipe = '', key[2]
+    for key in keys:
+      group, closed, recipe = groups[key], '', key[2]
       if not recipes.ranked(group[0]):
         recipe += ' (pre-training: an online probe\'s accuracy)'
-      elif key[1] == 'vit' and study_vit and best_cnn:
-        study_mean = recipes.accuracies(study_vit).mean()
-        share = (recipes.accuracies(group).mean() - study_mean) / (best_cnn[1] -
-                                                                   study_mean)
+      elif key[1] == 'vit' and study in groups and best_cnn:
+        share = (mean[key] - mean[study]) / (mean[best_cnn] - mean[study])
         closed = f'{100 * share:.0f}%'
-        if key[2] != 'study':
-          closed += f' ({_gain(group, study_vit)})'
+        if key != study:
+          closed += f' ({_gain(group, groups[study])})'
       rows.append([
           runs.NAMES[key[1]], recipe,
           *(runs.mean_std([r[field] for r in group], show_n=True)
@@ -84,8 +71,8 @@ def table(records: list[dict]) -> str:
       ])
     blocks.append(
         f'**{epochs} epochs**' +
-        (f' (best CNN: {runs.NAMES[best_cnn[0][1]]}, {best_cnn[0][2]}, '
-         f'{best_cnn[1]:.1f}%)' if best_cnn else '') + '\n\n' +
+        (f' (best CNN: {runs.NAMES[best_cnn[1]]}, {best_cnn[2]}, '
+         f'{mean[best_cnn]:.1f}%)' if best_cnn else '') + '\n\n' +
         runs.markdown_table([
             'Model', 'Recipe', 'Best test acc (%)', 'Final train acc (%)',
             'Gap to the best CNN closed (points over the study ViT ± '
@@ -156,15 +143,16 @@ def main(argv=None):
   runs.catch_stop_signals()
   workdir = runs.parser(__doc__,
                         '/tmp/data_efficiency').parse_args(argv).workdir
-  records = load_runs(workdir,
-                      runs.landed(HERE / 'results.json', recipes.record_name))
+  found = runs.load_records(workdir, planned(), HERE / 'results.json',
+                            recipes.record_name)
+  records = sorted(
+      found.values(), key=lambda r:
+      (r['epochs'], r['model'], recipes.rank(r['recipe']), r['seed']))
   runs.write_summary(
       HERE, records, f'{workdir} or results.json', {
           'ablation table': table(records), 'answer across budgets':
-              budgets.answer(records),
-          'missing runs': runs.missing_runs(
-              [recipes.run_name(*run) for run in sum(sweep.planned_runs(), [])],
-              {recipes.record_name(r) for r in records})
+              budgets.answer(records), 'missing runs': runs.missing_runs(
+                  list(planned), set(found))
       }, {'ablation.png': plot, 'budgets.png': budgets.plot})
 
 

@@ -1,12 +1,9 @@
 r"""The data-scaling results from the runs' workdirs and the committed
-records:
+records (the sweep's --sizes, --models and --seeds pick the runs):
 
   python -m experiments.data_scaling.summary --workdir=/tmp/data_scaling
 
-writes, next to this file, `results.json` (one record per run: those
-finished in --workdir, and the committed ones it lacks),
-`accuracy_vs_size.png`, and the table and the runs still missing inside
-`README.md`. It takes the sweep's --sizes, --models and --seeds.
+writes results.json, accuracy_vs_size.png and the README's sections here.
 """
 
 import math
@@ -19,20 +16,6 @@ from experiments.data_scaling import sweep
 from vit_jax.analysis import plotting
 
 HERE = pathlib.Path(__file__).resolve().parent
-
-
-def load_runs(workdir: pathlib.Path, planned: list,
-              landed: dict[str, dict] | None = None) -> list[dict]:
-  """The records of the `planned` runs finished in `workdir`, and of those
-  in `landed` that `workdir` does not hold."""
-  records = runs.load_records(
-      workdir, {
-          sweep.run_name(*run):
-              {'recipe': sweep.RECIPE, 'train_examples': run[1]}
-          for run in planned
-      }, landed or {})
-  return sorted(records.values(), key=lambda r:
-                (r['train_examples'], r['model'], r['seed']))
 
 
 def by_model_and_size(records: list[dict]) -> dict:
@@ -57,9 +40,7 @@ def crossovers(curves: dict) -> list[tuple[str, float]]:
     gaps = [np.mean(vit[s]) - np.mean(curve[s]) for s in sizes]
     for (a, b), (ga, gb) in zip(zip(sizes, sizes[1:]), zip(gaps, gaps[1:])):
       if ga < 0 <= gb:
-        t = -ga / (gb - ga)
-        found.append((model,
-                      math.exp(math.log(a) + t * (math.log(b) - math.log(a)))))
+        found.append((model, math.exp(np.interp(0, [ga, gb], np.log([a, b])))))
   return found
 
 
@@ -99,14 +80,18 @@ def main(argv=None):
   runs.catch_stop_signals()
   parsing = sweep.parser(__doc__, runs.parser)
   args = parsing.parse_args(argv)
-  planned = sweep.planned(parsing, args)
-  records = load_runs(args.workdir, planned,
-                      runs.landed(HERE / 'results.json', sweep.record_name))
+  planned = {
+      sweep.run_name(*run): {'recipe': sweep.RECIPE, 'train_examples': run[1]}
+      for run in sweep.planned(parsing, args)
+  }
+  found = runs.load_records(args.workdir, planned, HERE / 'results.json',
+                            sweep.record_name)
+  records = sorted(found.values(), key=lambda r:
+                   (r['train_examples'], r['model'], r['seed']))
   runs.write_summary(
       HERE, records, f'{args.workdir} or results.json', {
           'results table': table(records), 'missing runs': runs.missing_runs(
-              [sweep.run_name(*run)
-               for run in planned], {sweep.record_name(r) for r in records})
+              list(planned), set(found))
       }, {'accuracy_vs_size.png': plot})
 
 

@@ -52,12 +52,6 @@ def record_name(record: dict) -> str:
   return run_name(record['model'], record['train_examples'], record['seed'])
 
 
-def planned_runs(sizes: list[int], seeds: list[int], models: list[str]):
-  """(model, size, seed) of each run, size by size."""
-  return [(model, size, seed) for size in sizes for seed in seeds
-          for model in models]
-
-
 def parser(doc: str = __doc__, make=runs.sweep_parser):
   """The runs' flags, on the sweep's parser or (summary) `runs.parser`."""
   parsing = make(doc, '/tmp/data_scaling')
@@ -72,6 +66,7 @@ def parser(doc: str = __doc__, make=runs.sweep_parser):
 
 
 def planned(parsing, args) -> list[tuple[str, int, int]]:
+  """(model, size, seed) of each run the flags ask for, size by size."""
   models = args.models.split(',')
   if not set(models) <= set(runs.NAMES):
     parsing.error(f'--models={args.models}: use some of '
@@ -79,7 +74,8 @@ def planned(parsing, args) -> list[tuple[str, int, int]]:
   if any(size % 10 for size in args.sizes):
     parsing.error('--sizes: use multiples of 10 (the subsets are '
                   'class-balanced), e.g. 5000,10000.')
-  return planned_runs(args.sizes, args.seeds, models)
+  return [(model, size, seed) for size in args.sizes for seed in args.seeds
+          for model in models]
 
 
 def main(argv=None):

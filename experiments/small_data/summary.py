@@ -2,9 +2,7 @@ r"""The small-data study's results from its runs' workdirs:
 
   python -m experiments.small_data.summary --workdir=/tmp/small_data
 
-writes, next to this file, `results.json` (per-run summaries and per-epoch
-curves), `learning_curves.png` and the two results tables inside
-`README.md`.
+writes results.json, learning_curves.png and the README's tables here.
 """
 
 import pathlib
@@ -34,24 +32,18 @@ def parameter_count(model: str) -> int:
   return sum(int(np.prod(x.shape)) for x in jax.tree.leaves(shapes['params']))
 
 
-def load_run(directory: pathlib.Path) -> tuple[str, str, dict]:
-  """(model, recipe, record) of a finished run, from its config and
-  summary: the record holds its per-epoch curves."""
-  summary = runs.read_json(directory / 'summary.json')
+def load_run(directory: pathlib.Path) -> dict:
+  """A finished run's record, with its recipe, batch size and curves."""
   config = runs.read_json(directory / 'config.json')
   history = runs.history(directory)
   recipe = {augment: name
             for name, augment in sweep.RECIPES.items()}[config['augment']]
-  record = {
-      'seed': config['seed'], 'batch_size': config['batch_size'],
-      'steps_per_epoch': round(summary['steps'] / summary['epochs'])
-  }
-  for key in ('best_test_accuracy', 'best_epoch', 'final_train_accuracy'):
-    record[key] = summary[key]
-  record['wall_minutes'] = sum(r['seconds'] for r in history) / 60
+  record = runs.record(directory,
+                       {'recipe': recipe, 'batch_size': config['batch_size']})
+  record['steps_per_epoch'] = round(history[-1]['step'] / history[-1]['epoch'])
   for key in ('train_accuracy', 'test_accuracy'):
     record[key] = [r[key] for r in history if key in r]
-  return runs.model_key(config), recipe, record
+  return record
 
 
 def collect(workdir: pathlib.Path) -> dict:
@@ -59,22 +51,22 @@ def collect(workdir: pathlib.Path) -> dict:
   of the runs finished in `workdir`: each recipe's runs at the config's
   batch size, and 'batch_sizes' the default recipe at every batch size,
   the config's included, for the seed of the runs at other batch sizes."""
-  loaded = [load_run(d) for d in sorted(workdir.glob('*')) if runs.finished(d)]
+  loaded = sorted((load_run(d) for d in workdir.glob('*') if runs.finished(d)),
+                  key=lambda r: (r['seed'], r['batch_size']))
   results = {}
   for model in STUDY:
-    config_batch_size = cifar_small.get_config(model).batch_size
+    batch_size = cifar_small.get_config(model).batch_size
+    ours = [r for r in loaded if r['model'] == model]
     for recipe in sweep.RECIPES:
       group = [
-          r for m, c, r in loaded
-          if (m, c) == (model, recipe) and r['batch_size'] == config_batch_size
+          r for r in ours
+          if (r['recipe'], r['batch_size']) == (recipe, batch_size)
       ]
       if group:
         results.setdefault(model, {'parameters': parameter_count(model)})
-        results[model][recipe] = sorted(group, key=lambda r: r['seed'])
-    augmented = [r for m, c, r in loaded if (m, c) == (model, 'augment')]
-    probed = {
-        r['seed'] for r in augmented if r['batch_size'] != config_batch_size
-    }
+        results[model][recipe] = group
+    augmented = [r for r in ours if r['recipe'] == 'augment']
+    probed = {r['seed'] for r in augmented if r['batch_size'] != batch_size}
     probes = [r for r in augmented if r['seed'] in probed]
     if len(probes) > 1:
       results[model]['batch_sizes'] = sorted(probes,
