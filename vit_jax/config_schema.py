@@ -1,10 +1,7 @@
 """Every field a training config has: its default, its meaning, its checks.
 
-Each file in `configs/` starts from `defaults()` and overrides what its
-experiment changes, so every config accepts the same `--config.FIELD=...`
-overrides; the tools (`vit_jax.benchmark`, `benchmark_input`) build their
-configs here too. `validate` checks a config before any data is read or
-anything compiled.
+Every file in `configs/` and every tool starts from `defaults()`, so all
+accept the same `--config.FIELD=...`; `validate` runs before any data is read.
 """
 
 import dataclasses
@@ -50,9 +47,8 @@ FIELDS: dict[str, Field] = {
                    'A registered model name (vit_jax.models.registry).'),
     'model_overrides': Field(
         {}, "Model fields to change, e.g. {'dropout_rate': 0.0}; a config "
-        'file sets the keys --config.model_overrides.KEY can change. A '
-        "ViT's 'remat' and 'attention' may change when a run resumes "
-        "(_OVERRIDES_MAY_CHANGE), 'scan' may not."),
+        'file sets the keys --config.model_overrides.KEY can change. Only '
+        "'remat' and 'attention' may change when a run resumes."),
     'dtype': Field(
         'float32', 'Computation dtype; parameters and optimizer state stay '
         'float32.', ('float32', 'bfloat16')),
@@ -70,14 +66,12 @@ FIELDS: dict[str, Field] = {
     'test_split': Field('test', 'Evaluation split (tfds datasets).',
                         may_change_on_resume=True),
     'train_examples': Field(
-        0, 'Keep N training examples; 0: all. The first N, except where the '
-        'dataset lists them class by class (image_folder): N drawn with '
-        'config.seed, every class in proportion (data.sources.subset).',
-        check=_NON_NEGATIVE),
+        0, 'Keep N training examples; 0: all. The first N, or for a dataset '
+        'listed class by class (image_folder) N drawn with config.seed, every '
+        'class in proportion.', check=_NON_NEGATIVE),
     'train_examples_per_file': Field(
-        0, 'CIFAR: keep the first N images of each training file of the '
-        'release (the study: 1000 of each of the 5, its 5,000); 0: all.',
-        check=_NON_NEGATIVE),
+        0, 'CIFAR: keep the first N images of each of the 5 training files '
+        '(the study: 1000); 0: all.', check=_NON_NEGATIVE),
     'test_examples': Field(
         0, 'Keep N test examples; 0: all. Chosen as train_examples are.',
         may_change_on_resume=True, check=_NON_NEGATIVE),
@@ -89,9 +83,9 @@ FIELDS: dict[str, Field] = {
         "'streaming': batches read and cropped on the hosts (ImageNet).",
         ('on_device', 'streaming')),
     'input_workers': Field(
-        -1, 'Streaming: grain worker processes loading batches on each host, '
-        'each with a copy of the source; -1: one per core this process may '
-        'use; 0: threads of the training process.', may_change_on_resume=True,
+        -1, 'Streaming: grain worker processes loading batches on each host; '
+        '-1: one per core this process may use; 0: threads.',
+        may_change_on_resume=True,
         check=(lambda v: v >= -1,
                'must be -1 (one per CPU core), 0 (threads) or a count')),
     'augment': Field(
@@ -109,8 +103,7 @@ FIELDS: dict[str, Field] = {
         9, 'RandAugment: magnitude, 0-10.',
         check=(lambda v: 0 <= v <= 10, 'must be in [0, 10]')),
     'random_erasing': Field(
-        0.0, 'Probability that a training image has one random rectangle '
-        'erased (on the device).',
+        0.0, 'Probability that a training image has a random rectangle erased.',
         check=(lambda v: 0 <= v <= 1, 'is a probability: use a value in '
                '[0, 1]')),
     'mixup_alpha': Field(
@@ -176,21 +169,17 @@ FIELDS: dict[str, Field] = {
     'checkpoint_min_seconds': Field(
         30.0, "With checkpoint_every_steps 0, skip an epoch's checkpoint "
         'while the newest is still written or began less than this long ago '
-        "(orbax's ContinuousCheckpointingPolicy; docs/training.md), so that "
-        'short epochs (a small model on a GPU) train, not save; the last '
-        'step and a stop signal always save. 0: every epoch.',
-        may_change_on_resume=True, check=_NON_NEGATIVE),
+        '(docs/training.md); the last step and a stop signal always save. 0: '
+        'every epoch.', may_change_on_resume=True, check=_NON_NEGATIVE),
     'keep_checkpoints': Field(2, 'Newest checkpoints kept in the workdir.',
                               may_change_on_resume=True, check=_POSITIVE),
     'keep_best_checkpoint': Field(
-        False, 'Also keep the state of the evaluation with the best test '
-        'accuracy, in workdir/best_checkpoint (checkpoints.best_checkpoint): '
-        "what a student reads with teacher_checkpoint='best'.",
+        False, 'Also keep the state of the best test accuracy in '
+        "workdir/best_checkpoint (read by teacher_checkpoint='best').",
         may_change_on_resume=True),
     'steps_per_dispatch': Field(
-        0, 'Most train steps one compiled call runs, the data already on '
-        'the devices (vit_jax.dispatch; the same steps, fewer calls); 0: 1 '
-        "on a CPU, else the input's default, 32 on-device, 1 streaming.",
+        0, 'Most train steps one compiled call runs (the same steps, fewer '
+        "calls); 0: 1 on a CPU, else 32 on-device, 1 streaming.",
         may_change_on_resume=True, check=_NON_NEGATIVE),
     # The optimizer.
     'batch_size': Field(128,
@@ -223,19 +212,18 @@ FIELDS: dict[str, Field] = {
                              check=_FRACTION),
     'ema_decay': Field(
         0.0, 'Keep an exponential moving average of the parameters with '
-        "this decay (reached after 9 / (1 - decay) steps, as TensorFlow's "
-        "num_updates), and evaluate, export and analyze it as the run's "
-        "model (timm's ModelEma; DeiT: 0.99996); 0: none.", check=_FRACTION),
+        "this decay (reached after 9 / (1 - decay) steps), evaluated, exported "
+        "and analyzed as the run's model (DeiT: 0.99996); 0: none.",
+        check=_FRACTION),
     'seed': Field(
         0, 'Seeds initialization, shuffling, augmentation, dropout, and the '
         'subsets of a dataset ordered by class.'),
     # The machine.
     'fsdp': Field(
         1, 'Devices each large parameter and optimizer-state array is split '
-        "over (fully sharded data parallel: the mesh's fsdp axis); 1: every "
-        'device holds all of them; -1: split over all devices. The batch is '
-        'split over every device either way; a checkpoint restores onto any '
-        'value.', may_change_on_resume=True),
+        'over (fully sharded data parallel); 1: not split; -1: all devices. '
+        'The batch is split over every device either way.',
+        may_change_on_resume=True),
     'cpu_devices': Field(
         distributed.DEFAULT_CPU_DEVICES, 'Host devices the batch is split '
         'over on a CPU (--cpu_devices overrides).', may_change_on_resume=True,
@@ -245,10 +233,9 @@ FIELDS: dict[str, Field] = {
               "{'xla_cpu_experimental_ynn_fusion_type': ''}.",
               may_change_on_resume=True),
     'compilation_cache_dir': Field(
-        compilation_cache.DEFAULT_DIRECTORY, 'Where compiled programs are '
-        "kept for the next run of the same config (jax's persistent "
-        'compilation cache; $JAX_COMPILATION_CACHE_DIR when set and this is '
-        'the default); empty: off.', may_change_on_resume=True),
+        compilation_cache.DEFAULT_DIRECTORY, "jax's persistent compilation "
+        'cache ($JAX_COMPILATION_CACHE_DIR when set and this is the default); '
+        'empty: off.', may_change_on_resume=True),
 }
 
 # Model fields that change how the step computes, never its parameters or
@@ -274,9 +261,8 @@ def defaults() -> ml_collections.ConfigDict:
 
 def validate(config: ml_collections.ConfigDict, num_devices: int,
              training: bool = True):
-  """Raises ConfigError for a config that cannot run on `num_devices`, the
-  training batch's fields only when `training`; what only the data or the
-  model can tell (the dataset, the patch size) is checked where it is made."""
+  """Raises ConfigError for a config that cannot run on `num_devices` (the
+  training batch's fields only when `training`)."""
   for name in config.keys():
     if name not in FIELDS:
       close = difflib.get_close_matches(name, FIELDS, n=1)
@@ -348,18 +334,16 @@ def _check_teachers(config: ml_collections.ConfigDict):
 
 
 def comparable(value) -> Any:
-  """`value` as its JSON round trip gives it back (tuples as lists, configs as
-  dicts), to compare with a field read back from a run's config.json."""
+  """`value` as its JSON round trip (a run's config.json) gives it back."""
   if isinstance(value, ml_collections.ConfigDict):
     value = value.to_dict()
   return json.loads(json.dumps(value))
 
 
 def check_resumable(saved: dict, config, workdir) -> dict[str, tuple]:
-  """Raises ConfigError when the run saved in `workdir` (its config.json,
-  `saved`) differs from `config` in a field that changes what its
-  checkpoints mean; returns the fields that may change and did, as
-  {name: (saved value, this value)}."""
+  """Raises ConfigError where `saved` (workdir's config.json) differs from
+  `config` in a fixed field; returns {name: (saved, this)} of those that may
+  change and did."""
   changed, differ = {}, []
   for name, field in FIELDS.items():
     here = comparable(config[name])

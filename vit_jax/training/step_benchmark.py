@@ -77,13 +77,6 @@ def _memory_mb(compiled) -> dict[str, float]:
   }
 
 
-def _xla_flops(compiled) -> float | None:
-  analysis = compiled.cost_analysis()
-  if isinstance(analysis, list):
-    analysis = analysis[0] if analysis else None
-  return analysis.get('flops') if analysis else None
-
-
 def benchmark_config(model: str, batch_size: int, image_size: int,
                      dtype: str = 'float32', augment: bool = True,
                      cpu_compiler_options: dict[str, str] | None = None,
@@ -180,58 +173,47 @@ def run_benchmark(config: ml_collections.ConfigDict, num_classes: int = 10,
                   trace_dir: str | None = None,
                   trace_steps: int = 3) -> dict[str, Any]:
   """What `vit_jax.benchmark` reports of `config`'s (`benchmark_config`) steps."""
-  num_devices = jax.device_count()
+  num_devices, batch_size = jax.device_count(), config.batch_size
   bench = StepBenchmark(config, num_classes, memory_only)
-  compiled, compile_seconds = bench.compiled, bench.compile_seconds
-  batch_size = config.batch_size
-  described = {
-      'model': config.model, 'batch_size': batch_size,
-      'image_size': config.image_size, 'dtype': config.dtype,
-      'devices': f'{num_devices} x {jax.devices()[0].device_kind}', 'fsdp':
-          bench.
-          mesh.shape['fsdp'
-                    ], **{
-                        name: config.model_overrides.get(
-                            name, _VIT_DEFAULTS[name]) for name in ('attention', 'remat', 'scan')
-                    }, 'steps_per_dispatch': config.steps_per_dispatch
+  overrides = {
+      name: config.model_overrides.get(name, _VIT_DEFAULTS[name])
+      for name in ('attention', 'remat', 'scan')
   }
-  compile_times = {
-      'compile_seconds': compile_seconds,
-      'train_compile_seconds': compiled.train_compile_seconds
-  }
+  described = dict(model=config.model, batch_size=batch_size,
+                   image_size=config.image_size, dtype=config.dtype,
+                   devices=f'{num_devices} x {jax.devices()[0].device_kind}',
+                   fsdp=bench.mesh.shape['fsdp'], **overrides,
+                   steps_per_dispatch=config.steps_per_dispatch)
+  compile_times = dict(
+      compile_seconds=bench.compile_seconds,
+      train_compile_seconds=bench.compiled.train_compile_seconds)
+  memory = _memory_mb(bench.compiled.train)
   if memory_only:
-    return {**described, **compile_times, **_memory_mb(compiled.train)}
+    return {**described, **compile_times, **memory}
   train_seconds = median_seconds(bench.train_step,
                                  steps_timed) / bench.steps_per_call
   if trace_dir:
     trace(bench, trace_dir, trace_steps)
   eval_seconds = median_seconds(bench.eval_step, steps_timed)
-
+  timed = {}
+  for phase, seconds in (('train', train_seconds), ('eval', eval_seconds)):
+    timed[f'{phase}_images_per_second'] = batch_size / seconds
+    timed[f'{phase}_ms_per_step'] = 1000 * seconds
   forward = bench.forward_flops_per_image
   options = steps.compiler_options(config)
   peak = measure_matmul_peak(jnp.dtype(config.dtype),
-                             sharding.batch_sharded(bench.mesh), options)
-  xla_train_flops = _xla_flops(compiled.train)
-  train_flops_per_second = bench.train_flops_per_second(train_seconds)
-  eval_flops_per_second = forward * batch_size / eval_seconds
-  return {
-      **described, 'compiler_options': options or {},
-      'train_images_per_second': batch_size / train_seconds,
-      'train_ms_per_step': 1000 * train_seconds,
-      'eval_images_per_second': batch_size /
-                                eval_seconds, 'eval_ms_per_step': 1000 *
-                                                                  eval_seconds,
-      **compile_times, 'train_gflop_per_image': 3 * forward / 1e9,
-      'xla_train_gflop_per_image':
-          (xla_train_flops * num_devices / batch_size /
-           1e9 if xla_train_flops else None
-          ), 'train_gflop_per_second': train_flops_per_second / 1e9,
-      'eval_gflop_per_second': eval_flops_per_second /
-                               1e9, 'matmul_peak_gflop_per_second': peak / 1e9,
-      'train_utilization': train_flops_per_second / peak,
-      'eval_utilization': eval_flops_per_second /
-                          peak, **_memory_mb(compiled.train),
-  }
+                             sharding.batch_sharded(bench.mesh), options) / 1e9
+  xla_flops = (bench.compiled.train.cost_analysis() or {}).get('flops')
+  xla_gflops = xla_flops * num_devices / batch_size / 1e9 if xla_flops else None
+  train_gflops = bench.train_flops_per_second(train_seconds) / 1e9
+  eval_gflops = forward * batch_size / eval_seconds / 1e9
+  return dict(
+      described, compiler_options=options or {}, **timed, **compile_times,
+      train_gflop_per_image=3 * forward / 1e9,
+      xla_train_gflop_per_image=xla_gflops, train_gflop_per_second=train_gflops,
+      eval_gflop_per_second=eval_gflops, matmul_peak_gflop_per_second=peak,
+      train_utilization=train_gflops / peak,
+      eval_utilization=eval_gflops / peak, **memory)
 
 
 def format_table(result: dict[str, Any]) -> str:
