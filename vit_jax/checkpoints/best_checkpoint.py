@@ -21,9 +21,8 @@ DIRECTORY = 'best_checkpoint'
 
 
 class BestCheckpoint:
-  """Saves the state of each evaluation that beats the run's earlier ones;
-  with `keep` False, nothing, and deletes a best left on disk. Every process
-  calls every method with the same records, so they delete alike."""
+  """Saves each evaluation that beats the run's earlier ones (not `keep`: none,
+  deleting any); every process calls every method alike."""
 
   def __init__(self, workdir: pathlib.Path, keep: bool, history: list[dict],
                step: int, regular_steps: list[int], keep_regular: int,
@@ -82,8 +81,7 @@ class BestCheckpoint:
       self._checkpoints.check(wait=True)
 
   def prune(self, saved_step: int):
-    """Deletes the bests that neither `saved_step`'s regular checkpoint nor
-    the kept ones have as their best."""
+    """Deletes the bests no kept regular checkpoint (`saved_step`) needs."""
     if not self._keep:
       return
     self.wait()  # orbax deletes nothing during a save

@@ -95,8 +95,7 @@ def run_directory(source: str | pathlib.Path) -> pathlib.Path:
 
 def load_run(workdir: str | pathlib.Path, step: int | None = None,
              best: bool = False) -> Run:
-  """The config and variables of a workdir's checkpoint of `step`, else its
-  newest sound one (or with `best`, its best), on the first device."""
+  """A workdir's checkpoint of `step`, else its newest sound one or best."""
   workdir = pathlib.Path(workdir)
   if _names_best(workdir):
     workdir, best = workdir.parent, True
@@ -187,8 +186,7 @@ def source_kind(source: str | pathlib.Path) -> str:
 
 def load_params(source: str | pathlib.Path, step: int | None = None,
                 model_name: str | None = None) -> Any:
-  """Parameters from any checkpoint in our tree, without what served only
-  training; `model_name` gives the heads where a file does not."""
+  """Any checkpoint's inference parameters; `model_name`: heads if unsaid."""
   path = pathlib.Path(source)
   kind = source_kind(path)
   if kind == WORKDIR:
@@ -225,8 +223,7 @@ class Loaded:
 
 def load(source: str | pathlib.Path, *, model_name: str | None = None,
          step: int | None = None) -> Loaded:
-  """Any checkpoint and the model that applies it: a workdir's config's, else
-  `model_name`'s or the shapes'."""
+  """Any checkpoint and its model: the config's, `model_name`'s or shapes'."""
   path = pathlib.Path(source)
   kind = source_kind(path)
   if kind == WORKDIR:

@@ -1,6 +1,5 @@
-"""A run's checkpoints, `workdir/checkpoints/<step>/`, saved by the training
-loop and restored by it and every reader along one path, verified against
-their digests, falling back past a damaged newest one."""
+"""A run's checkpoints, `workdir/checkpoints/<step>/`: saved by the training
+loop, restored verified by it and every reader, past a damaged newest one."""
 
 import contextlib
 import dataclasses
@@ -33,8 +32,7 @@ class Restored:
 
 
 def _as_saved(step_dir: pathlib.Path) -> tuple[Any, Any]:
-  """Restore targets for a checkpoint's state and train sums as saved, on one
-  host device (a reader has no model to give the structure)."""
+  """Restore targets: a checkpoint's state and sums as saved, on one device."""
   try:
     device = jax.local_devices(backend='cpu')[0]
   except RuntimeError:  # JAX_PLATFORMS leaves the CPU out
@@ -58,9 +56,8 @@ KEEP_ALL = 0
 
 
 class _CheckpointManager(ocp.CheckpointManager):
-  """orbax's, with the stop signals left to `runtime.preemption`: jax's
-  preemption sync point keeps one counter, and orbax's calls with the step
-  between `Preemption`'s would make a multi-process job ignore SIGTERM."""
+  """orbax's, the stop signals left to `runtime.preemption`: orbax's calls of
+  jax's one-counter sync point would make a multi-process job ignore SIGTERM."""
 
   def reached_preemption(self, step: int) -> bool:
     del step
@@ -69,8 +66,7 @@ class _CheckpointManager(ocp.CheckpointManager):
 
 @functools.cache
 def _ignore_what_orbax_abandons():
-  """Keeps off the terminal the unraisable exceptions a failed save or
-  restore leaves behind, already reported in one line."""
+  """Hides what a failed save or restore leaves, said in one line already."""
   unraisablehook = sys.unraisablehook
 
   def hook(unraisable):
@@ -85,15 +81,10 @@ def _ignore_what_orbax_abandons():
 
 
 class RunCheckpoints(contextlib.AbstractContextManager):
-  """The checkpoints of a run, `directory/<step>/`, the newest `keep` kept.
-
-  Each holds a `Restored`'s fields and their `digest`, verified on restore.
-  Saves are asynchronous; one that fails raises CheckpointError at the next
-  `check`, `save` or `close`. With `keep=KEEP_ALL` only `delete` deletes;
-  without `keep`, a reader's, which changes nothing in `directory`.
-  `min_seconds`: what `due` waits between checkpoints (orbax's
-  ContinuousCheckpointingPolicy). Every process calls every method.
-  """
+  """A run's `directory/<step>/`, each a `Restored` and its `digest`, the newest
+  `keep` kept (KEEP_ALL: until `delete`; None: a reader's, which changes
+  nothing). A failed background save raises CheckpointError at the next
+  `check`, `save` or `close`. Every process calls every method."""
 
   def __init__(self, directory: pathlib.Path, keep: int | None = None,
                min_seconds: float = 0.0):
@@ -149,12 +140,8 @@ class RunCheckpoints(contextlib.AbstractContextManager):
 
   def restore_latest(self, state_shapes=None,
                      sum_shapes=None) -> Restored | None:
-    """The newest checkpoint that restores and matches its digest, or None.
-
-    A damaged one is skipped with a warning and, unless this is a reader,
-    set aside; one a live run rotated away is not damaged. CheckpointError
-    when none of several restores.
-    """
+    """The newest sound checkpoint, or None; a damaged one is skipped with a
+    warning and set aside (not by a reader), one rotated away is not."""
     tried, damaged, deleted = set(), [], []
     while len(deleted) < _MAX_ROTATED_WHILE_READ:
       untried = [s for s in self.steps(fresh=bool(tried)) if s not in tried]
@@ -195,8 +182,7 @@ class RunCheckpoints(contextlib.AbstractContextManager):
     return None
 
   def restore(self, step: int, state_shapes=None, sum_shapes=None) -> Restored:
-    """The verified checkpoint of `step`, onto the shapes' shardings, else
-    as saved onto one host device; CheckpointError when it cannot be."""
+    """The verified checkpoint of `step`, onto the shapes' or one device."""
     steps = self.steps()
     if step not in steps:
       raise CheckpointError(f'No checkpoint of step {step} in '
@@ -262,8 +248,7 @@ class RunCheckpoints(contextlib.AbstractContextManager):
     return None
 
   def _set_aside(self, steps: list[int]):
-    """Renames them `<step>.unrestorable`: orbax saves no step below its
-    latest."""
+    """`<step>.unrestorable`: orbax saves no step below its latest."""
     if not steps:
       return
     self.close()
@@ -304,8 +289,7 @@ class RunCheckpoints(contextlib.AbstractContextManager):
       self._open(create=False).delete(step)
 
   def check(self, wait: bool = False):
-    """Raises CheckpointError if the last background save failed; `wait`:
-    waits for the save in flight first."""
+    """CheckpointError if the last save failed; `wait`: for the one saving."""
     if self._manager is not None and (
         wait or not self._manager.is_saving_in_progress()):
       with self._failed_saves_raised():
@@ -333,8 +317,7 @@ class RunCheckpoints(contextlib.AbstractContextManager):
     return (self.steps() or [None])[-1]
 
   def close(self, quietly: bool = False):
-    """Waits for the save in flight. `quietly`: when another error already
-    stops the run, a failed save is logged instead of raised over it."""
+    """Waits for the save in flight; `quietly`: logs its failure, not raises."""
     if self._manager is None:
       return
     try:

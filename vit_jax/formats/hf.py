@@ -1,7 +1,5 @@
-"""Hugging Face transformers' ViTForImageClassification folder, which
-`from_pretrained(DIR)` reads; we write tanh GELU and eps 1e-6 into its
-config so it computes our logits. A bare ViTModel reads in without a head.
-"""
+"""transformers' ViTForImageClassification folder (`from_pretrained(DIR)`),
+configured with our tanh GELU and eps 1e-6; a bare ViTModel reads headless."""
 
 import pathlib
 import re

@@ -17,7 +17,8 @@ from vit_jax.errors import CheckpointError
 from vit_jax.models import names
 
 MAX_REPORTED = 12
-_UNIT = re.compile(r'block(\d+)/unit(\d+)/')
+# A hybrid's ResNet stem unit: (stage, unit, layer), both numbered from 1.
+UNIT = re.compile(r'block(\d+)/unit(\d+)/(\w+)')
 _ROOT = 'conv_root/kernel'
 
 
@@ -101,10 +102,7 @@ def param_shapes(model: nn.Module,
 def check_params(params: Mapping[str, Any], expected: Mapping[str, Any], *,
                  source: str = 'the checkpoint',
                  target: str = 'the model') -> None:
-  """Raises `CheckpointError` unless `params` has exactly `expected`'s shapes.
-
-  Dtypes are not compared: float32 weights drive a bfloat16 model too.
-  """
+  """CheckpointError unless `params` has `expected`'s shapes (any dtypes)."""
   have = {
       key: tuple(np.shape(value))
       for key, value in flatten(params, source).items()
@@ -138,8 +136,7 @@ def check_params(params: Mapping[str, Any], expected: Mapping[str, Any], *,
 
 
 def resize_patch_grid(grid: np.ndarray, num_patches: int) -> np.ndarray:
-  """A square patch grid's position rows zoomed bilinearly to `num_patches`,
-  as the official code does."""
+  """A square grid's position rows zoomed bilinearly, as the official code."""
   grid = np.asarray(grid)
   old_side = int(round(np.sqrt(grid.shape[1])))
   new_side = int(round(np.sqrt(num_patches)))
@@ -165,8 +162,7 @@ def _prefix_tokens(flat: dict[tuple[str, ...], Any]) -> tuple[str, ...]:
 def _fitted_position_table(table: np.ndarray, want: Any,
                            theirs: tuple[str, ...], ours: tuple[str, ...],
                            notes: list[str]) -> np.ndarray:
-  """A checkpoint's position table fitted to `want`'s prefix tokens and
-  grid; a token only the new model has comes from `want`."""
+  """The table fitted to `want`'s tokens (a new one's row is `want`'s)."""
   table = np.asarray(table)
   if (table.shape == want.shape and
       theirs == ours) or (table.shape[-1]
@@ -192,8 +188,7 @@ def _fitted_position_table(table: np.ndarray, want: Any,
 
 def _fitted(pretrained: Any,
             fresh: Any) -> tuple[dict[tuple[str, ...], Any], list[str]]:
-  """`adapt_params`' flat tree before its dtypes, and a note per part new or
-  left out beyond the heads."""
+  """`adapt_params`' flat tree before dtypes, and a note per part changed."""
   in_layout = (stack_blocks
                if is_stacked(flax.core.unfreeze(fresh)) else unstack_blocks)
   pretrained = flax.traverse_util.flatten_dict(in_layout(pretrained))
@@ -241,8 +236,7 @@ def adapt_params(pretrained: Any, fresh: Any) -> dict:
 
 
 def vit_architecture(params: Mapping[str, Any]) -> dict | None:
-  """A ViT's architecture in the registry's field names, from its shapes;
-  None for another kind of model."""
+  """A ViT's registry fields from its shapes; None for another model."""
   official = jax.eval_shape(unstack_blocks, params)
   shapes = {
       key: value.shape
@@ -267,7 +261,7 @@ def vit_architecture(params: Mapping[str, Any]) -> dict | None:
       'mlp_dim': mlp[1] if mlp else None,
       # Not a shifted-patch embedding's Dense.
       'patch_size': patch[0] if len(patch) == 4 else None,
-      'resnet_stages': root and stage_units(shapes, _UNIT, 1),
+      'resnet_stages': root and stage_units(shapes, UNIT, 1),
       'resnet_width_factor': root and stem_width_factor(root[-1], _ROOT),
   }
 
@@ -282,8 +276,7 @@ def stem_width_factor(root_width: int, where: str) -> int:
 
 
 def stage_units(keys, unit: re.Pattern, first: int) -> tuple[int, ...]:
-  """The units of each stage of a ResNet stem, from the `keys` that `unit`
-  matches as (stage, unit), numbered from `first`."""
+  """Units per stage of the `keys` `unit` matches, numbered from `first`."""
   units = {}
   for match in filter(None, map(unit.match, keys)):
     stage = int(match[1])

@@ -1,8 +1,5 @@
-"""timm's `VisionTransformer`: `model.safetensors` and the hub folder's
-`config.json`, which `timm.create_model('local-dir:DIR', pretrained=True)`
-reads; its model_args make timm compute our logits (tanh GELU, no fc_norm).
-The hybrid is timm's `HybridEmbed` on a `ResNetV2` backbone.
-"""
+"""timm's VisionTransformer hub folder (`create_model('local-dir:DIR')`), its
+model_args our logits'; the hybrid is timm's HybridEmbed on a ResNetV2."""
 
 import pathlib
 import re
@@ -33,7 +30,6 @@ _REFUSED = {
 _BACKBONE = 'patch_embed.backbone.'
 _STAGE_UNIT = re.compile(r'patch_embed\.backbone\.stages\.(\d+)\.blocks\.'
                          r'(\d+)\.')
-_OUR_UNIT = re.compile(r'block(\d+)/unit(\d+)/(\w+)')
 # A bottleneck unit's convolutions and GroupNorms, ours: timm's.
 _UNIT_LAYERS = {
     'conv1': 'conv1', 'conv2': 'conv2', 'conv3': 'conv3', 'gn1': 'norm1',
@@ -69,7 +65,7 @@ def _names(params: dict) -> torch.Names:
   top = {**_TOP, 'conv_root': stem + 'conv', 'gn_root': stem + 'norm'}
 
   def name(module: str) -> str:
-    unit = _OUR_UNIT.fullmatch(module)
+    unit = params_lib.UNIT.fullmatch(module)
     if unit:
       return (f'{_BACKBONE}stages.{int(unit[1]) - 1}.blocks.{int(unit[2]) - 1}'
               f'.{_UNIT_LAYERS[unit[3]]}')
@@ -189,8 +185,7 @@ def write(directory: pathlib.Path, params: dict,
 
 
 def pixels(path: pathlib.Path) -> tuple[tuple, tuple]:
-  """The (mean, std) a hub folder's config.json states; without one, the
-  released models' [-1, 1]."""
+  """The (mean, std) of the hub folder's config.json, else [-1, 1]."""
   config_dict = vit_model.folder_config(path, 'config.json')
   if config_dict is None:
     return vit_model.RELEASED_PIXELS

@@ -1,8 +1,5 @@
-"""What timm's and transformers' folders share: our parameter tree as a
-PyTorch library's state dict and back, by that library's names of our
-modules. The layouts work on numpy arrays and, for `jax.eval_shape`, on
-abstract ones, so a format derives its expected shapes.
-"""
+"""Our tree as a PyTorch library's state dict (timm's, transformers') and
+back; on numpy arrays and, for `jax.eval_shape`'s expected shapes, abstract."""
 
 import json
 import pathlib
@@ -31,8 +28,7 @@ Names = Callable[[str], str]
 
 def module_name(module: str, top: dict[str, str], block: dict[str, str],
                 block_prefix: str) -> str:
-  """`top`'s name of `module`, or in block i, `block_prefix` (formatted with
-  i) and `block`'s."""
+  """`top`'s name of `module`; in block i, `block_prefix` of i + `block`'s."""
   match = _OUR_BLOCK.fullmatch(module)
   return block_prefix.format(match[1]) + block[match[2]] if match else (
       top[module])
@@ -45,8 +41,7 @@ def their_key(key: str, name: Names) -> str:
 
 
 def _theirs(key: str, array):
-  """Our array as PyTorch's: (out, in) matrices, (out, in, h, w) convolutions,
-  the heads of query, key, value and out flattened."""
+  """Our array as PyTorch's: (out, in[, h, w]) kernels, attention heads flat."""
   if key.endswith('/bias'):
     return array.reshape(-1)
   if not key.endswith('/kernel'):
@@ -77,8 +72,7 @@ def to_state(params: dict, name: Names) -> dict:
 
 
 def from_state(state: dict, expected: dict, name: Names) -> dict:
-  """Their state dict, once `checked_shapes` has passed, as our tree of
-  `expected`'s shapes; an optional array they lack stays out."""
+  """Their checked state dict as our tree of `expected`'s shapes."""
   flat = params_lib.flatten(expected, 'the model')
   return flax.traverse_util.unflatten_dict(
       {
@@ -91,8 +85,7 @@ def expected_model(state: dict, name: Names, layer: re.Pattern, *, library: str,
                    model_name: str | None, stated_heads: int | None,
                    source: str,
                    **fields) -> tuple[models.VisionTransformer, int]:
-  """The ViT `state` should be, from a few of its arrays' shapes and
-  `fields`, and its image size; `layer` matches the names in a block."""
+  """The ViT and image size of `state`'s shapes (`layer`: a block's names)."""
   mlp = f'{names.ENCODER}/{names.block_name(0)}/{names.MLP}/Dense_0/kernel'
   required = [
       POSITIONS, 'embedding/kernel',
@@ -124,9 +117,7 @@ def expected_model(state: dict, name: Names, layer: re.Pattern, *, library: str,
 def checked_shapes(state: dict, model: models.VisionTransformer,
                    image_size: int, to_theirs: Callable[[dict], dict], *,
                    optional: tuple[str, ...], source: str, layout: str) -> dict:
-  """`model`'s parameter shapes, once every array of `state` fits them as
-  `to_theirs` lays them out (`optional` ones may be absent); else a
-  CheckpointError naming each misfit in their names."""
+  """`model`'s shapes once `state` fits them as `to_theirs` lays them out."""
   shapes = params_lib.param_shapes(model, image_size)
   expected = {
       key: value for key, value in jax.eval_shape(to_theirs, shapes).items()
@@ -140,8 +131,7 @@ def checked_shapes(state: dict, model: models.VisionTransformer,
 
 
 def read_weights(path: pathlib.Path) -> tuple[dict | None, pathlib.Path, dict]:
-  """A folder's config.json (None without one), the path of its weights and
-  their arrays; or a weights file's."""
+  """The config.json (or None), weights path and arrays of a folder or file."""
   path = pathlib.Path(path)
   config = vit_model.folder_config(path, 'config.json')
   if path.is_dir():

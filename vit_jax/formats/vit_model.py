@@ -63,8 +63,7 @@ def _vit_fields(model_name: str) -> dict:
 
 def num_heads(hidden_size: int, *, model_name: str | None, stated: int | None,
               source: str) -> int:
-  """The heads the file's config `stated`, else `--model`'s, else the
-  registered ViTs' of `hidden_size`."""
+  """The heads `stated`, else `--model`'s, else the registered ViTs' width's."""
   if stated:
     return int(stated)
   if model_name:
@@ -100,11 +99,8 @@ def _head_fields(params: Mapping[str, Any], source: str) -> dict:
 
 def model_for(params: Mapping[str, Any], *, model_name: str | None = None,
               source: str) -> tuple[models.VisionTransformer, int]:
-  """The VisionTransformer that applies `params`, and its image size.
-
-  `model_name` when given, else the registered ViT of the shapes, else a
-  ViT of exactly those shapes.
-  """
+  """`model_name`'s ViT, else the registered or a new one of the shapes, that
+  applies `params`, and its image size."""
   architecture = params_lib.vit_architecture(params)
   if architecture is None:
     raise CheckpointError(f'{source} holds no ViT: it has no '
@@ -169,8 +165,7 @@ def _image_size(params, model: models.VisionTransformer, source: str) -> int:
 
 def check_exportable(model: models.VisionTransformer, format_name: str,
                      unsupported: dict[str, bool]) -> None:
-  """CheckpointError naming the first feature of `model` that neither timm's
-  nor transformers' layout holds, or of the format's `unsupported`."""
+  """CheckpointError naming `model`'s first feature the format cannot hold."""
   unsupported = {
       'MAP head': model.classifier == 'map',
       'distillation token': model.distillation_token, 'shifted-patch embedding':
