@@ -1,8 +1,15 @@
-"""The analyses on inputs whose answer is known."""
+"""The analyses on inputs whose answer is known, and `vit_jax.analysis`, the
+names users' scripts import them by."""
+
+import inspect
+import subprocess
+import sys
 
 import numpy as np
 import pytest
 
+from tests.helpers import ROOT
+from vit_jax import analysis
 from vit_jax.analysis import measures
 from vit_jax.models.layers import patch_embedding
 
@@ -138,7 +145,7 @@ def test_cls_attention_and_rollout_over_the_patch_grid():
                                 attention[1, 2, 1, 2 + 1 * GRID[1] + 3])
   rollout = measures.attention_rollout([attention])
   np.testing.assert_array_equal(
-      measures.token_to_patches(rollout, GRID, prefix=2)[0],
+      measures.cls_attention(rollout, GRID, prefix=2)[0],
       rollout[0, 0, 2:].reshape(GRID))
   with pytest.raises(ValueError, match='not 1 prefix token'):
     measures.cls_attention(attention, GRID)  # the old [CLS]-only slicing
@@ -186,3 +193,20 @@ def test_shifted_patch_filters_are_the_unshifted_copys_slice():
       kernel[(1 * p + 2) * 5 * channels])
   with pytest.raises(ValueError, match='not over 3x3 patches of 5 copies'):
     measures.shifted_patch_filters(kernel, 3)
+
+
+def test_every_measure_is_the_packages_own_name_imported_alone():
+  """Importing the measures loads neither matplotlib nor jax."""
+  public = {
+      name
+      for name, function in inspect.getmembers(measures, inspect.isfunction)
+      if function.__module__ == measures.__name__ and not name.startswith('_')
+  }
+  assert public == set(analysis.__all__)
+  assert all(
+      getattr(analysis, name) is getattr(measures, name) for name in public)
+  loaded = subprocess.run([
+      sys.executable, '-c', 'import sys; from vit_jax import analysis; '
+      "print(sorted({'jax', 'matplotlib'} & set(sys.modules)))"
+  ], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+  assert loaded.strip() == '[]'

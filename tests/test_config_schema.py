@@ -45,17 +45,16 @@ def test_the_batches_and_fsdp_must_fit_the_devices():
   config_schema.validate(tiny_config('', fsdp=-1), num_devices=8)
 
 
-@pytest.mark.parametrize('field,value,message', [
-    ('input_workers', -2, 'input_workers=-2 must be -1 .*, 0 .* or a count'),
-    ('rand_augment_magnitude', 11, 'rand_augment_magnitude=11 must be in '
-     r'\[0, 10\]'),
-    ('random_erasing', 1.5, r'random_erasing=1.5 is a probability: use a '
-     r'value in \[0, 1\]'),
-    ('ema_decay', 1.0, r'ema_decay=1.0 must be in \[0, 1\)'),
-])
-def test_a_number_out_of_its_fields_range_is_named(field, value, message):
-  with pytest.raises(ConfigError, match=message):
-    config_schema.validate(tiny_config('', **{field: value}), 1)
+def test_a_number_out_of_its_fields_range_is_named():
+  for field, value, message in (
+      ('input_workers', -2, 'input_workers=-2 must be -1 .*, 0 .* or a count'),
+      ('rand_augment_magnitude', 11,
+       r'rand_augment_magnitude=11 must be in \[0, 10\]'),
+      ('random_erasing', 1.5,
+       r'random_erasing=1.5 is a probability: use a value in \[0, 1\]'),
+      ('ema_decay', 1.0, r'ema_decay=1.0 must be in \[0, 1\)')):
+    with pytest.raises(ConfigError, match=message):
+      config_schema.validate(tiny_config('', **{field: value}), 1)
 
 
 def test_resuming_refuses_what_changes_the_checkpoints_meaning(tmp_path):
@@ -111,21 +110,17 @@ def test_a_resumed_runs_model_overrides(tmp_path):
                                   tmp_path)
 
 
-@pytest.mark.parametrize('teacher_field,teacher,student,message', [
-    ('distillation_teacher', '/tmp/teacher', {'distillation_token': False},
-     'needs a student with a distillation token'),
-    ('distillation_teacher', '', {'distillation_token': True
-                                 }, 'needs a teacher'),
-    ('locality_guidance_teacher', '/tmp/cnn', {'guided_blocks':
-        ()}, 'needs a ViT with guided blocks'),
-    ('locality_guidance_teacher', '', {'guided_blocks':
-        (0,)}, 'there is no CNN to imitate'),
-    ('teacher_checkpoint', 'best', {}, "teacher_checkpoint='best' picks a "
-     "teacher's checkpoint, and this run has none"),
-])
-def test_a_student_without_its_teacher_or_the_reverse_is_refused(
-    teacher_field, teacher, student, message):
-  config = tiny_config('', **{teacher_field: teacher})
-  config.model_overrides.update(student)
-  with pytest.raises(ConfigError, match=message):
-    config_schema.validate(config, num_devices=1)
+def test_a_student_without_its_teacher_or_the_reverse_is_refused():
+  cnn, none = dict(locality_guidance_teacher='/tmp/cnn'), {}
+  for teacher, student, message in (
+      (dict(distillation_teacher='/tmp/vit'), dict(distillation_token=False),
+       'needs a student with a distillation token'),
+      (none, dict(distillation_token=True),
+       'needs a teacher'), (cnn, none, 'needs a ViT with guided blocks'),
+      (none, dict(guided_blocks=(0,)), 'there is no CNN to imitate'),
+      (dict(teacher_checkpoint='best'), none, "teacher_checkpoint='best' "
+       "picks a teacher's checkpoint, and this run has none")):
+    config = tiny_config('', **teacher)
+    config.model_overrides.update(student)
+    with pytest.raises(ConfigError, match=message):
+      config_schema.validate(config, num_devices=1)

@@ -71,8 +71,7 @@ flags.mark_flags_as_required(['out'])
 def analyze(out, *, workdir=None, step=None, data_dir=None, checkpoint=None,
             model=None, images=None, class_names=None, num_images=4,
             distance_images=512, components=28) -> dict:
-  """Writes the figures and analysis.json of a run or checkpoint into `out`;
-  returns the numbers."""
+  """Writes the figures and analysis.json of a run or checkpoint into `out`."""
   out = pathlib.Path(out)
   _check_out(out)  # before minutes of work
   subject, config = subjects.load(workdir, checkpoint, model, step)
@@ -206,8 +205,8 @@ def _draw_token_attention(out: pathlib.Path, subject: subjects.Subject,
         token='distillation')
   needed = len(image_files) if image_files else num_images
   rollout = measures.attention_rollout([a[:needed] for a in attentions])
-  rollout = measures.token_to_patches(rollout, grid, len(prefix),
-                                      prefix.index(names.CLASS_TOKEN))
+  rollout = measures.cls_attention(rollout, grid, len(prefix),
+                                   prefix.index(names.CLASS_TOKEN))
   figures.plot_rollout(out / 'attention_rollout.png', display[shown],
                        rollout[shown])
   for i, path in enumerate(image_files or []):

@@ -12,14 +12,15 @@ __all__ = [
     'mean_attention_distance', 'patch_centres', 'patch_embedding_components',
     'position_embedding_similarity', 'shifted_patch_filters',
     'similarity_distance_correlation', 'similarity_to_centre',
-    'token_to_patches', 'uniform_attention_distance',
+    'uniform_attention_distance',
 ]
 
 
-def token_to_patches(matrix: np.ndarray, grid: tuple[int, int], prefix: int,
-                     query: int = 0) -> np.ndarray:
-  """Row `query` (a prefix token) of (..., tokens, tokens), as patch grids."""
-  matrix = np.asarray(matrix)
+def cls_attention(attention: np.ndarray, grid: tuple[int, int], prefix: int = 1,
+                  query: int = 0) -> np.ndarray:
+  """Row `query` of (..., tokens, tokens) attention (or rollout) as patch
+  grids: the class token's, or with `query=1` the distillation token's."""
+  matrix = np.asarray(attention)
   tokens = matrix.shape[-1]
   if tokens != prefix + grid[0] * grid[1]:
     raise ValueError(f'{tokens} tokens are not {prefix} prefix token(s) and '
@@ -28,13 +29,6 @@ def token_to_patches(matrix: np.ndarray, grid: tuple[int, int], prefix: int,
     raise ValueError(f'Token {query} is not one of the {prefix} prefix '
                      'token(s).')
   return matrix[..., query, prefix:].reshape(*matrix.shape[:-2], *grid)
-
-
-def cls_attention(attention: np.ndarray, grid: tuple[int, int], prefix: int = 1,
-                  query: int = 0) -> np.ndarray:
-  """The class token's (or with `query=1`, the distillation token's)
-  attention over the patches, per head, as patch grids."""
-  return token_to_patches(attention, grid, prefix, query)
 
 
 def attention_rollout(attentions: list[np.ndarray]) -> np.ndarray:
@@ -54,6 +48,11 @@ def patch_centres(grid: tuple[int, int], patch_size: int) -> np.ndarray:
   return (np.indices(grid).reshape(2, -1).T + 0.5) * patch_size
 
 
+def _patch_distances(grid: tuple[int, int], patch_size: int) -> np.ndarray:
+  centres = patch_centres(grid, patch_size)
+  return np.linalg.norm(centres[:, None] - centres[None], axis=-1)
+
+
 def mean_attention_distance(attention: np.ndarray, grid: tuple[int, int],
                             patch_size: int,
                             prefix: int | None = None) -> np.ndarray:
@@ -71,8 +70,7 @@ def mean_attention_distance(attention: np.ndarray, grid: tuple[int, int],
   prefix = tokens - num_patches
   patches = attention[:, :, prefix:, prefix:]
   patches = patches / patches.sum(axis=-1, keepdims=True)
-  centres = patch_centres(grid, patch_size)
-  distances = np.linalg.norm(centres[:, None] - centres[None], axis=-1)
+  distances = _patch_distances(grid, patch_size)
   return (patches * distances).sum(axis=-1).mean(axis=(0, 2))
 
 
@@ -80,9 +78,8 @@ def uniform_attention_distance(grid: tuple[int, int], patch_size: int,
                                exclude_self: bool = False) -> float:
   """The mean attention distance of a head attending to all patches alike
   (`exclude_self`: all the others, as locality self-attention does)."""
-  centres = patch_centres(grid, patch_size)
-  distances = np.linalg.norm(centres[:, None] - centres[None], axis=-1)
-  n = len(centres)
+  distances = _patch_distances(grid, patch_size)
+  n = len(distances)
   return float(distances.sum() / max(n * (n - 1 if exclude_self else n), 1))
 
 
@@ -117,8 +114,7 @@ def similarity_distance_correlation(similarity: np.ndarray) -> float:
   """Pearson correlation of two distinct positions' similarity with their
   distance on the grid: strongly negative for learned 2-D locality."""
   h, w = similarity.shape[:2]
-  centres = patch_centres((h, w), 1)
-  distances = np.linalg.norm(centres[:, None] - centres[None], axis=-1)
+  distances = _patch_distances((h, w), 1)
   pairs = ~np.eye(h * w, dtype=bool)
   similarity = similarity.reshape(h * w, h * w)[pairs]
   return float(np.corrcoef(similarity, distances[pairs])[0, 1])
