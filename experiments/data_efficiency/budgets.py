@@ -13,8 +13,7 @@ MODELS = ('simple_cnn', 'small_resnet')
 
 
 def best_rows(records: list[dict]) -> dict[int, dict[str, tuple]]:
-  """Per budget, (recipe, runs) of 'study', 'vit' (the ViT's best recipe by
-  `recipes.standing`) and each CNN (its best)."""
+  """Per budget, (recipe, runs) of 'study' and of each model's best row."""
   rows = {}
   for (epochs, model, recipe), group in recipes.group_runs(
       filter(recipes.ranked, records)).items():
@@ -81,8 +80,7 @@ def plot(records: list[dict], path: pathlib.Path):
 
 
 def _cost_of_what_it_reads(records: list[dict], vit: list[dict]) -> str:
-  """Wall minutes per seed of the runs `vit` reads (its teacher, its MAE
-  pre-training): part of what the ViT's recipe costs."""
+  """Wall minutes per seed of the runs `vit` reads (teachers, pre-training)."""
   by_name = {recipes.record_name(r): r for r in records}
   read = {}
   for r in vit:
@@ -101,9 +99,8 @@ def _cost_of_what_it_reads(records: list[dict], vit: list[dict]) -> str:
 
 
 def answer(records: list[dict]) -> str:
-  """One line per budget: the best ViT recipe against the best CNN, the
-  difference of their means and what the ViT's runs cost, with the runs
-  they read; then whether a ViT got there."""
+  """Per budget, the best ViT recipe against the best CNN and their costs;
+  then whether a ViT got there."""
   lines = []
   matched = []
   for epochs, row in best_rows(records).items():

@@ -148,18 +148,14 @@ STAGE_WIDTHS = {
 
 
 def teacher(ingredients: tuple[str, ...]) -> tuple[str, tuple[str, ...]]:
-  """(model, ingredients) of the CNN a recipe learns from: `TEACHER` with
-  the study's recipe unless a lever of `TEACHERS` names another."""
-  named = [TEACHERS[name] for name in ingredients if name in TEACHERS]
-  if len(named) > 1:
-    raise ValueError(f'{ingredients}: name one teacher of {list(TEACHERS)}')
-  return named[0] if named else (TEACHER, ())
+  """(model, ingredients) of the CNN a recipe learns from (`TEACHERS`)."""
+  return next((TEACHERS[name]
+               for name in ingredients if name in TEACHERS), (TEACHER, ()))
 
 
 def source_runs(ingredients: tuple[str, ...], epochs: int,
                 seed: int) -> list[tuple[str, str, tuple[str, ...], int, int]]:
-  """(config field, model, ingredients, epochs, seed) of each run that a
-  recipe's ingredients read at a budget and seed (`SOURCES`)."""
+  """(config field, model, ingredients, epochs, seed) of each run it reads."""
   sources = []
   for name in ingredients:
     if name in SOURCES:
@@ -253,10 +249,8 @@ def rank(recipe: str) -> int:
 
 
 def label(recipe: str, shown: list[str]) -> str:
-  """'study'; '+ X' for a step of the ablation whose previous step is also
-  in `shown`; 'study + X alone' and 'study + X + Y' for the recipes tried on
-  the study's; and for a step shown without its previous one, a name that
-  reads alone ('full recipe without distillation')."""
+  """'study', 'study + X alone', '+ X' after the ablation's previous step in
+  `shown`, or without it a name that reads alone."""
   ingredients = ingredients_of(recipe)
   if not ingredients:
     return 'study'
@@ -322,6 +316,5 @@ def accuracies(group: list[dict]) -> np.ndarray:
 
 
 def standing(group: list[dict]) -> tuple[int, float]:
-  """A row's rank in its budget: three seeds before fewer (a lucky seed does
-  not displace a mean), then its mean best test accuracy."""
+  """A row's rank in its budget: three seeds first, then its mean accuracy."""
   return min(len(group), 3), float(accuracies(group).mean())
