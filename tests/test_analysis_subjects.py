@@ -1,18 +1,13 @@
-"""What is analyzed: a released ViT, images, predictions, embeddings."""
+"""What is analyzed: a run's images or yours, predictions, embeddings."""
 
-import jax
 import numpy as np
 import pytest
 
 from tests.helpers import png
-from tests.helpers import random_vit_params
 from vit_jax import config_schema
 from vit_jax import models
 from vit_jax.analysis import subjects
-from vit_jax.checkpoints import export
 from vit_jax.errors import AnalysisError
-from vit_jax.errors import CheckpointError
-from vit_jax.formats import npz
 
 
 def test_a_runs_test_images_of_an_image_folder_come_from_every_class(tmp_path):
@@ -54,46 +49,6 @@ def test_image_files_are_the_named_ones_then_each_directorys_sorted(tmp_path):
                                                             ['bird', 0.3],
                                                             ['cat', 0.1]]]
   assert [c for c, _ in subjects.top5(logits, None)[0]] == [1, 2, 0]
-
-
-@pytest.fixture(name='released', scope='module')
-def _released(tmp_path_factory):
-  """A ViT-Tiny-CIFAR_4 .npz in the official layout, of 3 classes."""
-  path = tmp_path_factory.mktemp('released') / 'vit.npz'
-  npz.save_npz(
-      random_vit_params(models.create_model('ViT-Tiny-CIFAR_4', 3), 32), path)
-  return path
-
-
-def test_a_released_npz_is_analysed_at_its_position_embeddings_size(
-    released, tmp_path):
-  subject, config = subjects.load(None, released, None, None)
-  assert config is None
-  assert subject.image_size == 32 and subject.patch_size == 4
-  assert subject.grid == (8, 8)
-  assert subject.described == {
-      'checkpoint': str(released), 'format': 'npz', 'model': 'ViT-Tiny-CIFAR_4'
-  }
-  # Scaled to [-1, 1] as the released models expect; shown in [0, 1].
-  inputs, display = subjects.model_inputs(
-      np.full((1, 16, 16, 3), 255, np.uint8), subject)
-  assert inputs.shape == (1, 32, 32, 3)
-  np.testing.assert_allclose(inputs, 1.0)
-  np.testing.assert_allclose(display, 1.0)
-  (tmp_path / 'classes.txt').write_text('cat\ndog\n')
-  with pytest.raises(AnalysisError, match='has 2 lines; the model has 3'):
-    subjects.read_class_names(tmp_path / 'classes.txt', subject)
-  with pytest.raises(CheckpointError, match='--model=SimpleCNN is not a ViT'):
-    subjects.load(None, released, 'SimpleCNN', None)
-  # The same from timm's and transformers' folders of it.
-  for format_name in ('timm', 'hf'):
-    export.convert(released, tmp_path / format_name, format_name)
-    converted, _ = subjects.load(None, tmp_path / format_name, None, None)
-    assert converted.image_size == 32 and converted.grid == (8, 8)
-    assert converted.described['format'] == format_name
-    assert converted.model.num_heads == 4  # from the folder's config.json
-    jax.tree.map(np.testing.assert_array_equal, converted.params,
-                 subject.params)
 
 
 def test_the_position_table_and_filters_are_whatever_the_model_has():

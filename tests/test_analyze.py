@@ -9,6 +9,8 @@ import sys
 import time
 
 from absl import flags
+from absl.testing import flagsaver
+import jax
 import numpy as np
 import pytest
 
@@ -21,6 +23,8 @@ from tests.helpers import tiny_config
 from vit_jax import analysis
 from vit_jax import analyze
 from vit_jax import models
+from vit_jax.analysis import subjects
+from vit_jax.checkpoints import export
 from vit_jax.checkpoints import run_checkpoints
 from vit_jax.errors import AnalysisError
 from vit_jax.errors import CheckpointError
@@ -144,32 +148,58 @@ def test_bad_input_is_one_clear_error(trained_vit_run, tmp_path):
     analyze.analyze(tmp_path / 'out', workdir=cnn_run)
 
 
-def test_a_released_npz_is_analysed_on_your_own_images(tmp_path):
-  """Two photos of other sizes and class names: named top-5 predictions."""
+def test_a_released_npz_and_its_timm_and_hf_folders_are_analysed(tmp_path):
+  """On your own images (two photos of other sizes) at its position
+  embeddings' size, pixels in [-1, 1], with named top-5 predictions."""
+  released = tmp_path / 'vit.npz'
   npz.save_npz(
       random_vit_params(models.create_model('ViT-Tiny-CIFAR_4', 3), 32),
-      tmp_path / 'vit.npz')
+      released)
   rng = np.random.default_rng(0)
   (tmp_path / 'photos').mkdir()
   for name, shape in (('cat', (40, 60, 3)), ('dog', (90, 50, 3))):
     (tmp_path / 'photos' / f'{name}.png').write_bytes(
         png(rng.integers(0, 256, shape, np.uint8)))
   (tmp_path / 'classes.txt').write_text('cat\ndog\nbird\n')
-  checkpoint = dict(checkpoint=tmp_path / 'vit.npz', model='ViT-Tiny-CIFAR_4')
+  (tmp_path / 'two.txt').write_text('cat\ndog\n')
+  images = [str(tmp_path / 'photos')]
   with pytest.raises(AnalysisError, match='--checkpoint needs --images'):
-    analyze.analyze(tmp_path / 'out', **checkpoint)
-  result = analyze.analyze(tmp_path / 'out', **checkpoint,
-                           images=[str(tmp_path / 'photos')],
+    analyze.analyze(tmp_path / 'out', checkpoint=released)
+  with pytest.raises(AnalysisError,
+                     match='two.txt has 2 lines; the model has 3'):
+    analyze.analyze(tmp_path / 'out', checkpoint=released, images=images,
+                    class_names=tmp_path / 'two.txt')
+  with pytest.raises(CheckpointError, match='--model=SimpleCNN is not a ViT'):
+    analyze.analyze(tmp_path / 'out', checkpoint=released, model='SimpleCNN')
+  result = analyze.analyze(tmp_path / 'out', checkpoint=released, images=images,
                            class_names=tmp_path / 'classes.txt', components=5)
   assert _written(tmp_path / 'out') == sorted(
       (*FIGURES, 'rollout_cat.png', 'rollout_dog.png'))
   for figure in ('embedding_filters.png', 'rollout_cat.png'):
     assert (tmp_path / 'out' / figure).stat().st_size > 1000, figure
+  assert result['checkpoint'] == str(released) and result['format'] == 'npz'
+  assert result['model'] == 'ViT-Tiny-CIFAR_4' and result['patch_size'] == 4
   assert result['image_size'] == 32 and result['grid'] == [8, 8]
   assert result['distance_images'] == 2
   predictions = result['top5'][str(tmp_path / 'photos' / 'cat.png')]
   assert sorted(name for name, _ in predictions) == ['bird', 'cat', 'dog']
   assert sum(p for _, p in predictions) == pytest.approx(1, abs=1e-3)
+  # Scaled to [-1, 1] as the released models expect; shown in [0, 1].
+  subject, _ = subjects.load(None, released, None, None)
+  inputs, display = subjects.model_inputs(
+      np.full((1, 16, 16, 3), 255, np.uint8), subject)
+  assert inputs.shape == (1, 32, 32, 3)
+  np.testing.assert_allclose(inputs, 1.0)
+  np.testing.assert_allclose(display, 1.0)
+  # The same from timm's and transformers' folders of it.
+  for format_name in ('timm', 'hf'):
+    export.convert(released, tmp_path / format_name, format_name)
+    converted, _ = subjects.load(None, tmp_path / format_name, None, None)
+    assert converted.image_size == 32 and converted.grid == (8, 8)
+    assert converted.described['format'] == format_name
+    assert converted.model.num_heads == 4  # from the folder's config.json
+    jax.tree.map(np.testing.assert_array_equal, converted.params,
+                 subject.params)
 
 
 # ------------------------------- runs of VisionTransformer's techniques -----
@@ -230,7 +260,7 @@ def test_a_scanned_distillation_token_sincos_run_is_analysed_as_unscanned(
 
 
 def test_a_gap_run_without_position_embedding_says_what_it_did_not_draw(
-    cifar10_binary, tmp_path):
+    cifar10_binary, tmp_path, capsys):
   """What the command prints; an old figure of the same name is removed;
   shifted patches' filters and locality attention's distances are drawn."""
   workdir = _untrained_run(tmp_path / 'run', cifar10_binary[0], posemb='none',
@@ -239,14 +269,11 @@ def test_a_gap_run_without_position_embedding_says_what_it_did_not_draw(
   figures = tmp_path / 'out'
   figures.mkdir()
   (figures / 'position_embeddings.png').write_bytes(b'from another model')
-  out = subprocess.run([
-      sys.executable, '-m', 'vit_jax.analyze', f'--workdir={workdir}',
-      f'--out={figures}', '--num_images=2', '--distance_images=8',
-      '--components=5'
-  ], cwd=ROOT, capture_output=True, text=True, check=False)
-  assert out.returncode == 0, out.stderr[-2000:]
-  assert 'Traceback' not in out.stderr
-  assert out.stdout.splitlines() == [
+  flags.FLAGS.mark_as_parsed()
+  with flagsaver.flagsaver(workdir=str(workdir), out=str(figures), num_images=2,
+                           distance_images=8, components=5):
+    analyze.main(['analyze'])
+  assert capsys.readouterr().out.splitlines() == [
       f'Wrote into {figures}:', f'  {figures / "analysis.json"}',
       f'  {figures / "attention_distance.png"}',
       f'  {figures / "embedding_filters.png"}',
