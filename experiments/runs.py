@@ -64,9 +64,15 @@ def parser(doc: str, workdir: str) -> argparse.ArgumentParser:
   return parsing
 
 
-def sweep_parser(doc: str, workdir: str,
-                 missing: bool = True) -> argparse.ArgumentParser:
+def sweep_parser(doc: str, workdir: str, missing: bool = True,
+                 data_dir: bool = True) -> argparse.ArgumentParser:
+  """`parser`'s flags, --slurm, and (unless told not to) --missing and
+  --data_dir, the 5k/1k CIFAR-10 subset."""
   parsing = parser(doc, workdir)
+  if data_dir:
+    parsing.add_argument('--data_dir', type=pathlib.Path,
+                         default='../shared/data/cifar10-5k',
+                         help='The 5k/1k CIFAR-10 subset.')
   parsing.add_argument(
       '--slurm', type=pathlib.Path, help='Write a SLURM job '
       'array script that runs line $SLURM_ARRAY_TASK_ID of '

@@ -81,9 +81,6 @@ def overrides(workdir: pathlib.Path, data_dir: pathlib.Path, model: str,
 
 def main(argv=None):
   parser = runs.sweep_parser(__doc__, '/tmp/data_efficiency')
-  parser.add_argument('--data_dir', type=pathlib.Path,
-                      default='../shared/data/cifar10-5k',
-                      help='The 5k/1k CIFAR-10 subset.')
   parser.add_argument(
       '--stage', type=int, choices=(1, 2), help='1: the runs '
       'others read; 2: the rest; neither: both, in order.')

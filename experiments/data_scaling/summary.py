@@ -78,7 +78,7 @@ def plot(records: list[dict], path: pathlib.Path):
 
 def main(argv=None):
   runs.catch_stop_signals()
-  parsing = sweep.parser(__doc__, runs.parser)
+  parsing = sweep.parser(__doc__, summary=True)
   args = parsing.parse_args(argv)
   planned = {
       sweep.run_name(*run): {'recipe': sweep.RECIPE, 'train_examples': run[1]}

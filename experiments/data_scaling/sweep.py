@@ -52,9 +52,10 @@ def record_name(record: dict) -> str:
   return run_name(record['model'], record['train_examples'], record['seed'])
 
 
-def parser(doc: str = __doc__, make=runs.sweep_parser):
-  """The runs' flags, on the sweep's parser or (summary) `runs.parser`."""
-  parsing = make(doc, '/tmp/data_scaling')
+def parser(doc: str = __doc__, summary: bool = False):
+  """The runs' flags, on the sweep's parser or the summary's."""
+  parsing = (runs.parser(doc, '/tmp/data_scaling') if summary else
+             runs.sweep_parser(doc, '/tmp/data_scaling', data_dir=False))
   parsing.add_argument('--sizes', type=runs.integers,
                        default='5000,10000,25000,50000',
                        help='Training-set sizes, multiples of 10.')

@@ -19,9 +19,6 @@ def main(argv=None):
   parser = runs.sweep_parser(__doc__, '/tmp/finetune', missing=False)
   parser.add_argument('--pretrained', type=pathlib.Path, required=True,
                       help='A finished configs/cifar_small.py ViT run.')
-  parser.add_argument('--data_dir', type=pathlib.Path,
-                      default='../shared/data/cifar10-5k',
-                      help='The 5k/1k CIFAR-10 subset.')
   parser.add_argument('--image_sizes', type=runs.integers, default='48,32',
                       help='Fine-tuning resolutions.')
   args = parser.parse_args(argv)

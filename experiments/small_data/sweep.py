@@ -6,8 +6,6 @@ study does not state its own). Prints one `vit_jax.main` command per run:
   python -m experiments.small_data.sweep | xargs -d '\n' -P 2 -n 1 sh -c
 """
 
-import pathlib
-
 from experiments import runs
 
 # Recipe -> config.augment; configs/cifar_small.py's default is the first.
@@ -21,9 +19,7 @@ def run_name(model: str, recipe: str, seed: int,
 
 
 def planned_runs(seeds, other_seeds, models, batch_size_runs):
-  """(model, recipe, seed, batch size or None for the config's): the first
-  seed of both recipes, the default recipe's other seeds, then the batch
-  sizes (MODEL:BATCH, at the first seed)."""
+  """(model, recipe, seed, batch size or None for the config's) of each run."""
   first, *rest = seeds
   for recipe_seeds, recipe in (([first], 'augment'),
                                (other_seeds, 'no_augment'), (rest, 'augment')):
@@ -36,21 +32,8 @@ def planned_runs(seeds, other_seeds, models, batch_size_runs):
       yield model, 'augment', first, int(batch_size)
 
 
-def commands(workdir: pathlib.Path, data_dir: pathlib.Path, planned):
-  for model, recipe, seed, batch_size in planned:
-    batch = {} if batch_size is None else {'batch_size': batch_size}
-    yield runs.command(workdir / run_name(model, recipe, seed, batch_size),
-                       f'configs/cifar_small.py:{model}', {
-                           'augment': RECIPES[recipe], 'seed': seed,
-                           'data_dir': data_dir, **batch
-                       })
-
-
 def main(argv=None):
   parser = runs.sweep_parser(__doc__, '/tmp/small_data', missing=False)
-  parser.add_argument('--data_dir', type=pathlib.Path,
-                      default='../shared/data/cifar10-5k',
-                      help='The 5k/1k CIFAR-10 subset.')
   parser.add_argument('--seeds', type=runs.integers, default='0,1,2',
                       help='Seeds of the default recipe.')
   parser.add_argument('--other_seeds', type=runs.integers, default='0',
@@ -64,7 +47,15 @@ def main(argv=None):
   args = parser.parse_args(argv)
   planned = planned_runs(args.seeds, args.other_seeds, args.models.split(','),
                          filter(None, args.batch_size_runs.split(',')))
-  runs.emit(list(commands(args.workdir, args.data_dir, planned)), args.slurm)
+  runs.emit([
+      runs.command(
+          args.workdir / run_name(model, recipe, seed, batch_size),
+          f'configs/cifar_small.py:{model}', {
+              'augment': RECIPES[recipe], 'seed': seed, 'data_dir':
+                  args.data_dir,
+              **({} if batch_size is None else {'batch_size': batch_size})
+          }) for model, recipe, seed, batch_size in planned
+  ], args.slurm)
 
 
 if __name__ == '__main__':
