@@ -38,6 +38,8 @@ def test_a_run_converts_to_every_format_and_back_exactly(
                          f'{std}.') == (format_name == 'npz')
     loaded = reading.load(dest)
     assert loaded.kind == format_name and loaded.image_size == 24
+    if format_name != 'npz':  # so are their weights alone
+      assert reading.source_kind(dest / 'model.safetensors') == format_name
     # The normalization the run trained with travels with the folders; an
     # .npz has no place for it.
     assert loaded.pixels == (vit_model.RELEASED_PIXELS if format_name == 'npz'

@@ -11,17 +11,14 @@ import pytest
 
 from tests.test_formats_npz import assert_trees_identical
 from vit_jax import models
-from vit_jax.checkpoints import export
 from vit_jax.checkpoints import reading
 from vit_jax.errors import CheckpointError
 from vit_jax.errors import WorkdirError
-from vit_jax.formats import npz
 from vit_jax.formats import params as params_lib
 from vit_jax.formats import safetensors_file
 
 
-def test_loads_a_run_trained_on_other_devices_onto_one(trained_vit_run,
-                                                       tmp_path, caplog):
+def test_loads_a_run_trained_on_other_devices_onto_one(trained_vit_run, caplog):
   caplog.set_level(logging.WARNING)
   workdir, _ = trained_vit_run
   run = reading.load_run(workdir)
@@ -34,20 +31,14 @@ def test_loads_a_run_trained_on_other_devices_onto_one(trained_vit_run,
   leaves = jax.tree.leaves(run.params)
   assert {leaf.sharding.device_set.pop()
           for leaf in leaves} == {jax.devices()[0]}
-  # The restored parameters drive the model they were trained as, read by
-  # load_params from the run and from its .npz alike.
+  # The restored parameters drive the model they were trained as, and are
+  # load_params' (its exports': tests/test_checkpoints_export.py).
   model = models.from_config(run.config, num_classes=10)
-  images = np.ones((2, 24, 24, 3), np.float32)
-  logits = model.apply(run.variables, images, train=False)
+  logits = model.apply(run.variables, np.ones((2, 24, 24, 3)), train=False)
   assert logits.shape == (2, 10) and np.all(np.isfinite(logits))
   params = reading.load_params(workdir)
   assert_trees_identical(params, run.params)
   params_lib.check_params(params, params_lib.param_shapes(model, 24))
-  npz.save_npz(params, tmp_path / 'run.npz')
-  from_npz = reading.load_params(tmp_path / 'run.npz')
-  assert_trees_identical(from_npz, run.params)
-  np.testing.assert_array_equal(
-      model.apply({'params': from_npz}, images, train=False), logits)
 
 
 def test_a_lost_config_json_is_read_from_the_checkpoint_or_rebuilt(
@@ -111,16 +102,8 @@ def test_a_source_is_told_by_its_contents_and_a_missing_one_refused(
           r'--config.keep_best_checkpoint=True.*teacher_checkpoint=last\.$')):
     reading.load_run(workdir, best=True)
 
+  # Exports' kinds: tests/test_checkpoints_export.py.
   assert reading.source_kind(workdir) == reading.WORKDIR
-  export.convert(workdir, tmp_path / 'run.npz', 'npz')
-  export.convert(workdir, tmp_path / 'timm', 'timm')
-  export.convert(workdir, tmp_path / 'hf', 'hf')
-  assert reading.source_kind(tmp_path / 'run.npz') == reading.NPZ
-  for kind in (reading.TIMM, reading.HF):
-    assert reading.source_kind(tmp_path / kind) == kind
-    bare = tmp_path / f'{kind}.safetensors'
-    shutil.copy(tmp_path / kind / 'model.safetensors', bare)
-    assert reading.source_kind(bare) == kind
   safetensors_file.write(tmp_path / 'other.safetensors',
                          {'conv1.weight': np.zeros(3, np.float32)})
   with pytest.raises(
@@ -133,6 +116,3 @@ def test_a_source_is_told_by_its_contents_and_a_missing_one_refused(
       match=(r'holds no checkpoint: pass a vit_jax.main workdir \(or its '
              r'best_checkpoint\), an official .npz')):
     reading.source_kind(tmp_path / 'empty')
-  with pytest.raises(CheckpointError,
-                     match='is one checkpoint; step=3 only selects'):
-    reading.load_params(tmp_path / 'timm', step=3)

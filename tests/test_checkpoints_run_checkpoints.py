@@ -28,8 +28,8 @@ def _tiny_state():
 
 
 def _saved_steps(directory, steps_to_save):
-  """RunCheckpoints of a tiny state at `steps_to_save`, the state at step s
-  holding s everywhere; returns (checkpoints, shapes of state and sums)."""
+  """(RunCheckpoints of a state holding s at each step s, its state and sums'
+  shapes)."""
   state, sums = _tiny_state()
   checkpoints = run_checkpoints.RunCheckpoints(directory, keep=5)
   for step in steps_to_save:
@@ -45,13 +45,9 @@ def _saved_steps(directory, steps_to_save):
 
 def test_an_intervals_checkpoint_waits_its_seconds_after_the_newest(
     tmp_path, monkeypatch):
-  """orbax's ContinuousCheckpointingPolicy: due when none is saved, then
-  once `min_seconds` have passed since the newest started writing (read
-  from disk after a restart: since it was completed); with 0 at every
-  interval. A save the loop decides on is taken regardless. jax's preemption
-  sync point is left to the loop: orbax's calls with a step between
-  `Preemption`'s counted calls made a SIGTERM go unheeded
-  (test_training_train's two-process case)."""
+  """Due when none is saved, then `min_seconds` after the newest (after a
+  restart: its completion), a forced save regardless; jax's preemption sync
+  point left to the loop (test_training_train's two-process case)."""
   sync_points = []
   monkeypatch.setattr(multihost_utils, 'reached_preemption_sync_point',
                       lambda step: sync_points.append(step) or False)
@@ -128,12 +124,8 @@ def test_restores_the_newest_sound_checkpoint_the_loop_saved(tmp_path, caplog):
 
 def test_a_checkpoint_rotated_away_while_read_is_not_called_damaged(
     tmp_path, caplog, monkeypatch):
-  """A reader (evaluate, analyze) of a live run: the run saves step 6 and
-  is deleting step 4 while the reader reads 4; the reader lists the steps
-  again and reads 6, with no warning. Deleted under it every time, it says the
-  run is writing there. Listed as a run keeping one checkpoint renames step 6
-  from its temporary name and deletes step 4, orbax finds neither a step; the
-  reader lists again. A run killed in its first save has no step."""
+  """A reader of a live run lists again what the run rotated away as it read
+  or listed, with no warning, and says so when it happens every time."""
   caplog.set_level(logging.WARNING)
   directory = tmp_path / 'checkpoints'
   _saved_steps(directory, [2, 4])
@@ -142,6 +134,7 @@ def test_a_checkpoint_rotated_away_while_read_is_not_called_damaged(
   listed = ocp.CheckpointManager.all_steps
   listings = []
 
+  # A run keeping one renamed 6 and deleted 4 as orbax listed: it found none.
   def rotating(self, *args, **kwargs):
     listings.append(listed(self, *args, **kwargs))
     return [] if len(listings) == 1 else listings[-1]
@@ -152,6 +145,7 @@ def test_a_checkpoint_rotated_away_while_read_is_not_called_damaged(
   monkeypatch.undo()
   read = run_checkpoints.RunCheckpoints._restore  # pylint: disable=protected-access
 
+  # The run saved 6 and was deleting 4 as the reader read 4.
   def rotated_while_read(self, step, *shapes):
     if step == 4:  # orbax deletes a checkpoint's files one by one: half gone
       shutil.copytree(saved_later / '6', directory / '6')
@@ -176,7 +170,7 @@ def test_a_checkpoint_rotated_away_while_read_is_not_called_damaged(
       'writing there'):
     run_checkpoints.RunCheckpoints(directory).restore_latest()
   assert caplog.messages == []
-  killed = tmp_path / 'killed'
+  killed = tmp_path / 'killed'  # in its first save
   killed.mkdir()
   (killed / '2.orbax-checkpoint-tmp-1').mkdir()
   assert run_checkpoints.RunCheckpoints(killed).steps() == []

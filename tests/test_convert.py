@@ -1,4 +1,5 @@
-"""python -m vit_jax.convert: the command and its one-line errors."""
+"""python -m vit_jax.convert: the command, its one-line errors, and DEST as it
+was after a full or read-only disk or a stop signal."""
 
 import shutil
 import signal
@@ -9,6 +10,8 @@ import pytest
 
 from tests.helpers import mounted_tmpfs
 from tests.helpers import ROOT
+from vit_jax.checkpoints import export
+from vit_jax.errors import CheckpointError
 
 
 def _convert(*args):
@@ -16,7 +19,13 @@ def _convert(*args):
                         cwd=ROOT, capture_output=True, text=True, check=False)
 
 
-def test_bad_arguments_and_sources_are_one_line(tmp_path):
+def test_the_command_converts_and_says_bad_input_in_one_line(
+    trained_vit_run, tmp_path):
+  workdir, _ = trained_vit_run
+  out = _convert(str(workdir), str(tmp_path / 'model.npz'), '--format=npz')
+  assert out.returncode == 0, out.stderr[-2000:]
+  assert out.stdout.startswith(f'Wrote {tmp_path / "model.npz"} (npz): ')
+  assert out.stderr == ''  # no library's records
   out = _convert(str(tmp_path / 'a.npz'), '--format=npz')
   assert out.returncode == 1
   assert out.stderr.strip().splitlines()[-1].startswith(
@@ -31,36 +40,31 @@ def test_bad_arguments_and_sources_are_one_line(tmp_path):
       '.safetensors file')
 
 
-@pytest.mark.parametrize('format_name, dest', [('npz', 'model.npz'),
-                                               ('hf', 'hf')])
 def test_a_full_or_read_only_disk_is_one_line_and_leaves_the_old_export(
-    trained_vit_run, tmp_path, format_name, dest):
-  """A tmpfs with room for one export, then read-only: the old one stays as
-  it was. (A timm folder is written as transformers' is.)"""
+    trained_vit_run, tmp_path):
+  """A tmpfs with room for one export, then read-only (a timm folder is
+  written as transformers' is)."""
   workdir, _ = trained_vit_run
-  old = tmp_path / 'old' / dest
-  out = _convert(str(workdir), str(old), f'--format={format_name}')
-  assert out.returncode == 0, out.stderr[-2000:]
-  assert out.stdout.startswith(f'Wrote {old} ({format_name}): ')
-  assert out.stderr == ''  # no library's records
-  size = sum(p.stat().st_size for p in [old, *old.rglob('*')] if p.is_file())
-  with mounted_tmpfs(tmp_path / 'disk',
-                     f'{size * 3 // 2 // 1024 + 8}k') as (disk):
-    shutil.copytree(old, disk /
-                    dest) if old.is_dir() else shutil.copy(old, disk / dest)
-    before = {p: p.read_bytes() for p in disk.rglob('*') if p.is_file()}
-    for advice in (f'Free space there (df -h {disk}), or pass another DEST.',
-                   f'Check that {disk} is writable, or pass another DEST.'):
-      out = _convert(str(workdir), str(disk / dest), f'--format={format_name}')
-      assert out.returncode == 1 and 'Traceback' not in out.stderr
-      [line] = out.stderr.strip().splitlines()[-1:]
-      assert line.startswith(f'error: Writing {disk / dest} failed (') and (
-          advice in line)
-      assert sorted(p.name for p in disk.iterdir()) == [dest]  # no partial
-      assert {p: p.read_bytes() for p in disk.rglob('*')
-              if p.is_file()} == before
-      # Then the same on the disk made read-only.
-      subprocess.run(['mount', '-o', 'remount,ro', str(disk)], check=True)
+  for format_name, dest in (('npz', 'model.npz'), ('hf', 'hf')):
+    old = tmp_path / 'old' / dest
+    export.convert(workdir, old, format_name)
+    size = sum(p.stat().st_size for p in [old, *old.rglob('*')] if p.is_file())
+    with mounted_tmpfs(tmp_path / format_name,
+                       f'{size * 3 // 2 // 1024 + 8}k') as disk:
+      shutil.copytree(old, disk /
+                      dest) if old.is_dir() else shutil.copy(old, disk / dest)
+      before = {p: p.read_bytes() for p in disk.rglob('*') if p.is_file()}
+      for advice in (f'Free space there (df -h {disk}), or pass another DEST.',
+                     f'Check that {disk} is writable, or pass another DEST.'):
+        with pytest.raises(CheckpointError) as error:
+          export.convert(workdir, disk / dest, format_name)
+        assert str(error.value).startswith(f'Writing {disk / dest} failed (')
+        assert advice in str(error.value)
+        assert sorted(p.name for p in disk.iterdir()) == [dest]  # no partial
+        assert {p: p.read_bytes() for p in disk.rglob('*')
+                if p.is_file()} == before
+        # Then the same on the disk made read-only.
+        subprocess.run(['mount', '-o', 'remount,ro', str(disk)], check=True)
 
 
 def test_a_stop_signal_leaves_dest_as_it_was(trained_vit_run, tmp_path):

@@ -9,7 +9,6 @@ from absl import logging
 import jax
 
 from vit_jax import models
-from vit_jax.errors import CheckpointError
 from vit_jax.formats import safetensors_file
 from vit_jax.formats import torch_layout as torch
 from vit_jax.formats import vit_model
