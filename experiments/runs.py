@@ -185,9 +185,8 @@ def catch_stop_signals() -> None:
 def write_summary(
     folder: pathlib.Path, results, searched: str, sections: dict[str, str],
     figures: dict[str, Callable[[object, pathlib.Path], None]] | None = None):
-  """`results` as folder/results.json, `figures` (file name -> plot(results,
-  path)) and README `sections` (name -> text), all or none; then prints the
-  sections."""
+  """Writes results.json, `figures` (name -> plot(results, path)) and README
+  `sections` (name -> text) in `folder`, all or none; prints the sections."""
   if not results:
     sys.exit(f'error: no finished runs in {searched}.')
   readme = folder / 'README.md'

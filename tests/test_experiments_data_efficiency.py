@@ -1,5 +1,4 @@
-"""experiments/data_efficiency: its recipes, the sweep's runs and stages,
-and the tables and figures the summary writes."""
+"""experiments/data_efficiency: recipes, the sweep's stages, the summary."""
 
 import functools
 import shlex
@@ -25,13 +24,20 @@ def _recipe_config(model, ingredients, epochs=100):
 
 
 def _assert_same_training(config, reference):
-  """The same model (a field set to its default counts as unset) and the
-  same everything else but what a teacher keeps."""
+  """The same model (a default set counts as unset), the rest but a teacher's."""
   assert models.from_config(config, 10) == models.from_config(reference, 10)
   config, reference = config.to_dict(), reference.to_dict()
   for key in ('model_overrides', *recipes.TEACHER_OVERRIDES):
     del config[key], reference[key]
   assert config == reference
+
+
+def _value(config, key):
+  """The config's value of `key`, or for an unset model field the model's."""
+  try:
+    return functools.reduce(getattr, key.split('.'), config)
+  except AttributeError:
+    return models.default_fields(config.model)[key.split('.')[-1]]
 
 
 def test_the_recipes_configs():
@@ -63,18 +69,7 @@ def test_the_recipes_configs():
   for ingredient in recipes.INGREDIENTS:
     for key, value in recipes.changes(ingredient, epochs=100).items():
       assert _value(study, key) != value, (ingredient, key)
-
-
-def _value(config, key):
-  """The config's value of `key`; for a model field it leaves unset, the
-  model's own."""
-  try:
-    return functools.reduce(getattr, key.split('.'), config)
-  except AttributeError:
-    return models.default_fields(config.model)[key.split('.')[-1]]
-
-
-def test_round_three_adds_levers_to_the_best_recipe():
+  # Round three adds levers to the best recipe.
   best = _recipe_config('vit', recipes.BEST)
   for levers in recipes.ROUND_THREE:
     config = _recipe_config('vit', levers)
@@ -243,8 +238,7 @@ def test_the_answer_across_budgets_compares_the_best_vit_with_the_best_cnn():
 
 
 def test_the_figures_draw_whole_at_any_number_of_vit_rows(tmp_path):
-  """Before the ViT's runs land and with several: matplotlib fits every
-  title, label and legend (it warns where a layout cannot)."""
+  """Without and with ViT rows, matplotlib fits (it warns where it cannot)."""
   for records in (CNNS, BUDGETS):
     with warnings.catch_warnings():
       warnings.simplefilter('error')

@@ -1,5 +1,4 @@
-"""experiments/data_scaling: its nested subsets, the sweep's commands, where
-the summary finds a crossover, and the table it writes."""
+"""experiments/data_scaling: subsets, the sweep, crossovers, the summary."""
 
 import json
 import math
@@ -79,7 +78,8 @@ def test_the_sweep_trains_the_study_recipe_on_each_subset(tmp_path, capsys):
   ]
   for flags, error in ((['--sizes=15'], 'multiples of 10'), ([
       '--models=vit,mlp'
-  ], 'some of'), (['--seeds=a'], "'a': use integers")):
+  ], 'some of'), (['--seeds=a'],
+                  "'a': use integers separated by commas, e.g. 0,1,2")):
     with pytest.raises(SystemExit):
       sweep.main([f'--jpeg_dir={jpeg}', f'--workdir={work}', *flags])
     assert error in capsys.readouterr().err
@@ -135,7 +135,11 @@ def test_the_summary_reads_the_workdirs_into_the_table(tmp_path, monkeypatch):
       '| ViT-Tiny | 45.0 | 52.0 |', '| SimpleCNN | 60.0 | not run yet |',
       '| SmallResNet | 61.0 | not run yet |'
   ]) in readme
-  assert '5 of the 9 runs of the sweep have no record yet' in readme
+  assert '5 of the 9 runs of the sweep have no record yet:\n\n' + '\n'.join(
+      f'- `{model}_study_n{size}_seed0`'
+      for size, model in ((10000, 'simple_cnn'), (10000, 'small_resnet'),
+                          (25000, 'simple_cnn'), (25000, 'small_resnet'),
+                          (25000, 'vit'))) in readme
   assert (here / 'accuracy_vs_size.png').exists()
   # The committed records name the sweep's runs.
   records = runs.landed(

@@ -1,6 +1,5 @@
 """experiments/runs.py: what the sweeps and summaries share."""
 
-import argparse
 import errno
 import json
 import re
@@ -49,18 +48,12 @@ def test_records_of_the_planned_finished_runs(tmp_path):
     runs.landed(results, name)
 
 
-def test_the_cells_lists_and_sections_of_a_readme(tmp_path):
+def test_the_cells_and_sections_of_a_readme(tmp_path):
   cpu = {'device': 'cpu', 'wall_minutes': 16.4}
   h100 = {'device': 'NVIDIA H100 80GB HBM3', 'wall_minutes': 1.24}
   assert runs.wall_time_cell([cpu, {**cpu, 'wall_minutes': 17.6}]) == '17'
   assert runs.wall_time_cell([h100]) == '1.2 on H100 80GB HBM3'
   assert runs.wall_time_cell([cpu, h100]) == '16, 1.2 on H100 80GB HBM3'
-  assert runs.markdown_table(
-      ['a', 'b'],
-      [[1, ''], ['x', 'y']]) == ('| a | b |\n|---|---|\n| 1 |  |\n| x | y |')
-  assert runs.missing_runs(['c', 'b', 'a'], {
-      'b'
-  }) == ('2 of the 3 runs of the sweep have no record yet:\n\n- `c`\n- `a`')
   assert runs.missing_runs(
       ['b'], {'b'}) == ('None: all 1 runs of the sweep have a record.')
   readme = tmp_path / 'README.md'
@@ -92,11 +85,6 @@ def test_a_sweep_prints_vit_jax_main_lines_or_writes_a_slurm_array(
                           check=True).stdout == said
   with pytest.raises(SystemExit, match='^error: no runs to write'):
     runs.emit([], script)
-  assert runs.integers('0,2') == [0, 2]
-  with pytest.raises(
-      argparse.ArgumentTypeError,
-      match=re.escape("'30,x': use integers separated by commas, e.g. 0,1,2")):
-    runs.integers('30,x')
   with pytest.raises(
       SystemExit, match='no cifar-10-batches-bin/ in '
       '--data_dir=.*point it at the 5k/1k'):

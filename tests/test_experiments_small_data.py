@@ -1,5 +1,4 @@
-"""experiments/small_data and experiments/finetune: the sweeps' commands and
-the tables the summaries write."""
+"""experiments/small_data and experiments/finetune: sweeps and summaries."""
 
 import json
 import shlex

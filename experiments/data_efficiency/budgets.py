@@ -1,7 +1,5 @@
-"""The answer across budgets: at each training budget, the study's ViT, the
-best ViT recipe and each CNN's best recipe, seeds as error bars
-(`plot`), and at which budget, if any, a pure ViT matches the best CNN
-(`answer`)."""
+"""The answer across budgets: the study's ViT, the best ViT recipe and each
+CNN's best per budget (`plot`), and where a pure ViT matches the best CNN."""
 
 import pathlib
 

@@ -82,9 +82,8 @@ def table(records: list[dict]) -> str:
 
 
 def plot(records: list[dict], path: pathlib.Path):
-  """Each ViT recipe's best test accuracy (mean ± std over its seeds; hollow
-  where one seed ran), a row per recipe in the ablation's order and a
-  panel per budget on one accuracy axis, against the CNNs' recipes (lines)."""
+  """Each ViT recipe's accuracy (hollow: one seed), a row each and a panel per
+  budget, against the CNNs' recipes (lines)."""
   plt = plotting.pyplot()
   budgets = sorted({r['epochs'] for r in records})
   groups = recipes.group_runs(records)

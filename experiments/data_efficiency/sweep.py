@@ -1,10 +1,6 @@
-r"""How much of the ViT's gap to the CNNs the data-efficiency techniques close
-on the study's 5,000 CIFAR-10 images: `configs/data_efficient.py` with its
-techniques turned on one at a time from the study's recipe (all off), the
-rounds of levers of `recipes.py`, and the CNNs with the study's recipe and
-the same augmentations, at each budget. Prints one `vit_jax.main` command
-per run, in two stages: the runs others read (the CNN teachers, the MAE
-pre-trainings), then the rest:
+r"""The data-efficiency runs, `recipes.py`'s rows of `configs/data_efficient.py`
+at each budget: one `vit_jax.main` command per run, in two stages, the runs
+others read (the CNN teachers, the MAE pre-trainings) and then the rest:
 
   python -m experiments.data_efficiency.sweep --stage=1 | xargs -d '\n' -P 2 -n 1 sh -c
   python -m experiments.data_efficiency.sweep --stage=2 | xargs -d '\n' -P 2 -n 1 sh -c

@@ -1,9 +1,6 @@
-r"""Where, if anywhere, ViT-Tiny overtakes the CNNs as the training set
-grows: `configs/cifar_small.py`'s three models, the study's recipe
-unchanged, on the first N/10 images of every class of the JPEG CIFAR-10 (N
-in --sizes: nested, class-balanced subsets, linked under WORKDIR/data
-first), each tested on all 10,000 test images. Prints one `vit_jax.main`
-command per run:
+r"""The data-scaling runs: `configs/cifar_small.py`'s models on the first
+N/10 images of every class of the JPEG CIFAR-10 (N in --sizes, subsets linked
+under WORKDIR/data), tested on all 10,000. One `vit_jax.main` command per run:
 
   python -m experiments.data_scaling.sweep --jpeg_dir=/tmp/cifar10-jpeg | bash
 """

@@ -1,13 +1,9 @@
-r"""Fine-tuning the small-data study's ViT-Tiny at a higher resolution: one
-`vit_jax.main` command per resolution.
+r"""Fine-tuning the small-data study's 32x32 ViT-Tiny (--pretrained) with
+configs/finetune.py at each of --image_sizes (32: the control, the training
+without the resolution): one `vit_jax.main` command per size.
 
   python -m experiments.finetune.sweep \
       --pretrained=/tmp/small_data/vit_augment_seed0 | bash
-
---pretrained is a finished 30-epoch run of configs/cifar_small.py at 32x32
-(experiments/small_data's sweep makes one). It is fine-tuned with
-configs/finetune.py (the paper's recipe) at 48x48 and, as a control that
-separates the resolution from the extra training, at 32x32.
 """
 
 import pathlib

@@ -47,10 +47,8 @@ def load_run(directory: pathlib.Path) -> dict:
 
 
 def collect(workdir: pathlib.Path) -> dict:
-  """{model: {'parameters': n, recipe: [run, ...], 'batch_sizes': [run, ...]}}
-  of the runs finished in `workdir`: each recipe's runs at the config's
-  batch size, and 'batch_sizes' the default recipe at every batch size,
-  the config's included, for the seed of the runs at other batch sizes."""
+  """{model: {'parameters': n, recipe: runs at the config's batch size,
+  'batch_sizes': the default recipe's runs of the seeds run at others}}"""
   loaded = sorted((load_run(d) for d in workdir.glob('*') if runs.finished(d)),
                   key=lambda r: (r['seed'], r['batch_size']))
   results = {}
