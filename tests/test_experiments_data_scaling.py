@@ -13,40 +13,13 @@ from experiments.data_scaling import sweep
 from tests.helpers import finished_run
 
 
-def _jpeg_dir(root):
-  """Two classes of three images each."""
-  for name in ('airplane', 'cat'):
-    (root / 'train' / name).mkdir(parents=True)
+def test_the_sweep_trains_the_study_recipe_on_nested_subsets(tmp_path, capsys):
+  jpeg, work = tmp_path / 'jpeg', tmp_path / 'work'
+  for name in ('airplane', 'cat'):  # two classes of three images each
+    (jpeg / 'train' / name).mkdir(parents=True)
     for i in range(3):
-      (root / 'train' / name / f'{i:04d}.jpg').write_bytes(b'jpeg')
-  (root / 'test').mkdir()
-  return root
-
-
-def test_subsets_are_class_balanced_nested_and_link_the_images(tmp_path):
-  jpeg = _jpeg_dir(tmp_path / 'jpeg')
-  small = sweep.subset(jpeg, tmp_path / 'subsets', 10)
-  larger = sweep.subset(jpeg, tmp_path / 'subsets', 20)
-  for name in ('airplane', 'cat'):
-    assert sorted(p.name
-                  for p in (small / 'train' / name).iterdir()) == ['0000.jpg']
-    assert sorted(p.name for p in (larger / 'train' / name).iterdir()) == [
-        '0000.jpg', '0001.jpg'
-    ]
-  assert (larger /
-          'train/cat/0001.jpg').resolve() == (jpeg /
-                                              'train/cat/0001.jpg').resolve()
-  assert (small / 'test').resolve() == (jpeg / 'test').resolve()
-  with pytest.raises(SystemExit, match='has 3 images, fewer than the 4'):
-    sweep.subset(jpeg, tmp_path / 'subsets', 40)
-  # A finished subset is reused as it is.
-  (jpeg / 'train/cat/0000.jpg').unlink()
-  assert sweep.subset(jpeg, tmp_path / 'subsets', 10) == small
-
-
-def test_the_sweep_trains_the_study_recipe_on_each_subset(tmp_path, capsys):
-  jpeg = _jpeg_dir(tmp_path / 'jpeg')
-  work = tmp_path / 'work'
+      (jpeg / 'train' / name / f'{i:04d}.jpg').write_bytes(b'jpeg')
+  (jpeg / 'test').mkdir()
   sweep.main([
       f'--jpeg_dir={jpeg}', f'--workdir={work}', '--sizes=10,20', '--seeds=0,1',
       '--models=vit,simple_cnn'
@@ -64,7 +37,24 @@ def test_the_sweep_trains_the_study_recipe_on_each_subset(tmp_path, capsys):
       '--config.test_examples=0', '--config.seed=1',
       f'--config.data_dir={work}/data/cifar10_20'
   ]
-  assert (work / 'data/cifar10_20/.complete').exists()
+  # Class-balanced, nested subsets of links to the images.
+  small, larger = work / 'data/cifar10_10', work / 'data/cifar10_20'
+  for name in ('airplane', 'cat'):
+    assert sorted(p.name
+                  for p in (small / 'train' / name).iterdir()) == ['0000.jpg']
+    assert sorted(p.name for p in (larger / 'train' / name).iterdir()) == [
+        '0000.jpg', '0001.jpg'
+    ]
+  assert (larger /
+          'train/cat/0001.jpg').resolve() == (jpeg /
+                                              'train/cat/0001.jpg').resolve()
+  assert (small / 'test').resolve() == (jpeg / 'test').resolve()
+  with pytest.raises(SystemExit, match='has 3 images, fewer than the 4'):
+    sweep.subset(jpeg, work / 'data', 40)
+  # A finished subset is reused as it is.
+  (jpeg / 'train/cat/0000.jpg').unlink()
+  assert sweep.subset(jpeg, work / 'data', 10) == small
+  assert (small / 'train/cat/0000.jpg').is_symlink()
   # --missing: only the runs the committed records lack (all of 10,000's).
   sweep.main([
       f'--jpeg_dir={jpeg}', f'--workdir={work}', '--sizes=20,10000', '--missing'

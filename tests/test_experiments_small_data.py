@@ -11,13 +11,9 @@ from experiments.small_data import sweep
 from tests.helpers import finished_run
 
 
-def _printed(capsys, main, flags) -> list[str]:
-  main(flags)
-  return capsys.readouterr().out.splitlines()
-
-
 def test_the_sweeps_print_every_run(capsys):
-  lines = _printed(capsys, sweep.main, ['--workdir=/w', '--data_dir=/d'])
+  sweep.main(['--workdir=/w', '--data_dir=/d'])
+  lines = capsys.readouterr().out.splitlines()
   assert len(lines) == 15
   assert shlex.split(lines[0]) == [
       'python', '-m', 'vit_jax.main', '--config=configs/cifar_small.py:vit',
@@ -36,8 +32,8 @@ def test_the_sweeps_print_every_run(capsys):
     fields = cifar_small.get_config(config.split(':')[1])
     assert all(
         o.split('=')[0].removeprefix('--config.') in fields for o in overrides)
-  lines = _printed(capsys, finetune_sweep.main,
-                   ['--pretrained=/p', '--workdir=/w', '--data_dir=/d'])
+  finetune_sweep.main(['--pretrained=/p', '--workdir=/w', '--data_dir=/d'])
+  lines = capsys.readouterr().out.splitlines()
   assert [shlex.split(line)[3:] for line in lines] == [[
       '--config=configs/finetune.py', f'--workdir=/w/finetune_{size}',
       '--config.init_from=/p', f'--config.image_size={size}',

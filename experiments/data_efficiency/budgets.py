@@ -24,12 +24,6 @@ def best_rows(records: list[dict]) -> dict[int, dict[str, tuple]]:
   return dict(sorted(rows.items()))
 
 
-def _mean_and_spread(group: list[dict]) -> tuple[float, float]:
-  accuracies = recipes.accuracies(group)
-  return accuracies.mean(), (accuracies.std(
-      ddof=1) if len(accuracies) > 1 else 0.0)
-
-
 def _ingredient_lines(recipe: str) -> str:
   return '\n'.join(f'+ {ingredient}'
                    for ingredient in recipes.ingredients_of(recipe)) or recipe
@@ -47,9 +41,9 @@ def plot(records: list[dict], path: pathlib.Path):
     budgets = [epochs for epochs in rows if key in rows[epochs]]
     if not budgets:  # no runs yet: no legend entry either
       continue
-    points = [_mean_and_spread(rows[epochs][key][1]) for epochs in budgets]
-    ax.errorbar(budgets, [mean for mean, _ in points],
-                yerr=[spread for _, spread in points], color=color,
+    groups = [rows[epochs][key][1] for epochs in budgets]
+    ax.errorbar(budgets, [recipes.accuracies(g).mean() for g in groups],
+                yerr=list(map(recipes.spread, groups)), color=color,
                 marker=marker, capsize=3, label=label)
     if key == 'vit':  # which recipe is best changes with the budget
       # Under each budget's tick, where no line runs: beside its point the

@@ -107,13 +107,12 @@ def plot(records: list[dict], path: pathlib.Path):
     for row, recipe in enumerate(shown):
       if (epochs, 'vit', recipe) not in groups:
         continue
-      accuracies = recipes.accuracies(groups[epochs, 'vit', recipe])
-      seeds = len(accuracies)
+      group = groups[epochs, 'vit', recipe]
+      seeds = len(group)
       name = f'ViT-Tiny, {seeds} seed{"s" if seeds > 1 else ""}'
       legend[name] = ax.errorbar(
-          accuracies.mean(), row,
-          xerr=accuracies.std(ddof=1) if seeds > 1 else 0, fmt='o', ms=4,
-          capsize=2, color='tab:blue',
+          recipes.accuracies(group).mean(), row, xerr=recipes.spread(group),
+          fmt='o', ms=4, capsize=2, color='tab:blue',
           markerfacecolor='tab:blue' if seeds > 1 else 'white')
     for model, style in (('simple_cnn', '--'), ('small_resnet', ':')):
       for recipe, color, recipe_label in cnn_recipes:

@@ -6,6 +6,7 @@ under WORKDIR/data), tested on all 10,000. One `vit_jax.main` command per run:
 """
 
 import pathlib
+import shutil
 import sys
 
 from experiments import runs
@@ -21,21 +22,18 @@ def subset(jpeg_dir: pathlib.Path, root: pathlib.Path,
   done = directory / '.complete'
   if done.exists():
     return directory
+  shutil.rmtree(directory, ignore_errors=True)  # an interrupted one
   per_class = size // 10
   for class_dir in sorted((jpeg_dir / 'train').iterdir()):
     images = sorted(class_dir.iterdir())
     if len(images) < per_class:
       sys.exit(f'error: {class_dir} has {len(images)} images, fewer than '
                f'the {per_class} a {size}-image subset needs.')
-    target = directory / 'train' / class_dir.name
-    target.mkdir(parents=True, exist_ok=True)
+    (directory / 'train' / class_dir.name).mkdir(parents=True)
     for image in images[:per_class]:
-      link = target / image.name
-      if not link.exists():
-        link.symlink_to(image.absolute())
-  test = directory / 'test'
-  if not test.exists():
-    test.symlink_to((jpeg_dir / 'test').absolute())
+      (directory / 'train' / class_dir.name / image.name).symlink_to(
+          image.absolute())
+  (directory / 'test').symlink_to((jpeg_dir / 'test').absolute())
   done.touch()
   return directory
 

@@ -77,27 +77,21 @@ def _study_cell(model: str) -> str:
 
 
 def table(results: dict) -> str:
-  rows = []
-  for model, by_recipe in results.items():
-    for recipe in sweep.RECIPES:
-      group = by_recipe.get(recipe)
-      if group:
-        column = lambda key: [r[key] for r in group]  # pylint: disable=cell-var-from-loop
-        rows.append([
-            runs.NAMES[model], f'{by_recipe["parameters"]:,}',
-            recipe.replace('_', ' '),
-            len(group),
-            *(runs.mean_std(column(key))
-              for key in ('best_test_accuracy', 'final_train_accuracy')),
-            ', '.join(f'{e:g}' for e in column('best_epoch')),
-            f'{np.mean(column("wall_minutes")):.1f}',
-            _study_cell(model)
-        ])
   return runs.markdown_table([
       'Model', 'Params', 'Recipe', 'Seeds', 'Best test acc (%)',
       'Final train acc (%)', 'Best epoch', 'Wall time (min)',
       'Study: best test / final train (%)'
-  ], rows)
+  ], [[
+      runs.NAMES[model], f'{by_recipe["parameters"]:,}',
+      recipe.replace('_', ' '),
+      len(group), *(runs.mean_std([r[key] for r in group])
+                    for key in ('best_test_accuracy', 'final_train_accuracy')),
+      ', '.join(
+          f'{r["best_epoch"]:g}'
+          for r in group), f'{np.mean([r["wall_minutes"] for r in group]):.1f}',
+      _study_cell(model)
+  ] for model, by_recipe in results.items()
+      for recipe, group in by_recipe.items() if recipe in sweep.RECIPES])
 
 
 def batch_size_table(results: dict) -> str:
