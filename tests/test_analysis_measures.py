@@ -34,10 +34,7 @@ def neighbour_attention(cls_weight: float = 0.0) -> np.ndarray:
 def with_distillation_token(attention: np.ndarray,
                             dist_weight: float = 0.0) -> np.ndarray:
   """`attention` with a dist token after [CLS], given `dist_weight`."""
-  tokens = attention.shape[-1] + 1
-  out = np.zeros((tokens, tokens))
-  keep = [0] + list(range(2, tokens))
-  out[np.ix_(keep, keep)] = attention
+  out = np.insert(np.insert(attention, 1, 0, axis=0), 1, 0, axis=1)
   out[2:, 2:] *= 1 - dist_weight
   out[2:, 1] = dist_weight * (1 - out[2:, 0])  # rows still sum to 1
   out[1, 1] = 1.0

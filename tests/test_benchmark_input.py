@@ -22,7 +22,7 @@ def test_reports_the_images_per_second_of_the_streaming_input(tmp_path):
   config = benchmark_input.loader_config('image_folder', str(tmp_path), 4, 24,
                                          steps=2)
   results = benchmark_input.run_benchmark(config, steps=2, workers=[0, 1],
-                                          rounds=2)
+                                          rounds=1)
   assert [(r['input_workers'], r['loader'])
           for r in results] == [(0, f'{len(os.sched_getaffinity(0))} threads'),
                                 (1, '1 worker processes')]

@@ -78,9 +78,8 @@ def test_resuming_refuses_what_changes_the_checkpoints_meaning(tmp_path):
 
 
 def test_a_resumed_runs_model_overrides(tmp_path):
-  """remat and attention may change, scan and other fields not; a run saved
-  before a model field existed (no override of it) resumes where the field
-  is set to the model's value, and the other way round."""
+  """remat and attention may change, others not; an override of a field to
+  the model's own value equals none."""
 
   def config(**overrides):
     config = tiny_config('')

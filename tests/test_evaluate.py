@@ -14,20 +14,6 @@ from tests.helpers import start_two_process_job
 from tests.helpers import wait_all
 from vit_jax.checkpoints import export
 
-_CONFIG_FILE = '''
-import sys
-sys.path.insert(0, {root!r})
-from tests.helpers import trained_vit_config
-
-
-def get_config():
-  config = trained_vit_config({data_dir!r})
-  config.cpu_devices = 3  # its evaluation batches of 16 do not split over 3
-  # A training batch no device count here splits: evaluation uses none.
-  config.batch_size = 15
-  return config
-'''
-
 
 def _logged_test(workdir) -> dict:
   return [r for r in history(workdir) if 'test_accuracy' in r][-1]
@@ -38,12 +24,14 @@ def test_its_npz_evaluates_the_same_with_a_config_file_on_the_flags_devices(
   workdir, data_dir = trained_vit_run
   npz = tmp_path / 'run.npz'
   export.convert(workdir, npz, 'npz')
-  config_file = tmp_path / 'config.py'
-  config_file.write_text(
-      _CONFIG_FILE.format(root=str(ROOT), data_dir=str(data_dir)))
+  # The flag's 2 devices, not the config's 3 (its evaluation batches of 16 do
+  # not split over 3); its training batch, split over neither, is not used.
   out = subprocess.run([
       sys.executable, '-m', 'vit_jax.evaluate', f'--checkpoint={npz}',
-      f'--config={config_file}', '--cpu_devices=2'
+      '--config=configs/cifar_small.py', f'--data_dir={data_dir}',
+      '--config.train_examples_per_file=0', '--config.test_examples=0',
+      '--config.image_size=24', '--config.cpu_devices=3',
+      '--config.batch_size=15', '--config.eval_batch_size=16', '--cpu_devices=2'
   ], cwd=ROOT, capture_output=True, text=True, check=False)
   assert out.returncode == 0, out.stderr[-3000:]
   result = json.loads(out.stdout.splitlines()[-1])
@@ -126,9 +114,8 @@ def test_sigterm_stops_a_two_process_evaluation_at_once(trained_vit_run,
     time.sleep(0.01)
   for process in processes:
     process.send_signal(signal.SIGTERM)
-  assert wait_all(processes,
-                  timeout=30) == [75, 75
-                                 ], [log.read_text()[-2000:] for log in logs]
+  statuses = wait_all(processes, timeout=30)
+  assert statuses == [75, 75], [log.read_text()[-2000:] for log in logs]
   for log in logs:
     text = log.read_text()
     assert text.strip().splitlines()[-1] == (

@@ -92,10 +92,9 @@ FIELDS: dict[str, Field] = {
         True, 'Training augmentation: on device, 4-pixel-padded random crop + '
         'flip; streaming, Inception crop + flip.'),
     'auto_augment': Field(
-        'none', 'Photometric and geometric ops drawn per image on the '
-        'device, after the crop and flip (vit_jax.data.auto_augment): '
-        "'trivial_augment' (one op, random magnitude) or 'rand_augment' "
-        '(rand_augment_ops ops at rand_augment_magnitude).',
+        'none', 'Ops drawn per image after the crop and flip '
+        "(vit_jax.data.auto_augment): 'trivial_augment' (one op, random "
+        "magnitude) or 'rand_augment' (rand_augment_ops at its magnitude).",
         ('none', 'trivial_augment', 'rand_augment')),
     'rand_augment_ops': Field(2, 'RandAugment: ops per image.',
                               check=_NON_NEGATIVE),
@@ -131,14 +130,11 @@ FIELDS: dict[str, Field] = {
         'model_overrides.guided_blocks and guidance_widths; '
         'vit_jax.objectives.locality_guidance); empty: none.'),
     'teacher_checkpoint': Field(
-        'last', 'Which checkpoint of distillation_teacher and '
-        "locality_guidance_teacher is read: 'last', the newest, or 'best', "
-        'that of its best evaluation (trained with keep_best_checkpoint).',
-        ('last', 'best')),
+        'last', "The teachers' checkpoint read: 'last', the newest, or "
+        "'best' (trained with keep_best_checkpoint).", ('last', 'best')),
     'locality_guidance_weight': Field(
-        2.5, 'Locality guidance: the weight of the imitation loss, added to '
-        "the run's objective (cross-entropy, or DeiT's) (Li et al.: 2.5).",
-        check=_NON_NEGATIVE),
+        2.5, 'Locality guidance: the weight of the imitation loss added to '
+        'the objective (Li et al.: 2.5).', check=_NON_NEGATIVE),
     'pixel_mean': Field(RELEASED_PIXELS[0],
                         'Per-channel mean subtracted from pixels in [0, 1].'),
     'pixel_std': Field(RELEASED_PIXELS[1],
@@ -199,8 +195,7 @@ FIELDS: dict[str, Field] = {
         check=_NON_NEGATIVE),
     'weight_decay_on': Field(
         'all', "The parameters weight decay applies to: 'all' (the study's), "
-        "or 'kernels', the weight matrices and convolution kernels only, "
-        'not biases, norms, position embeddings or tokens (DeiT, timm).',
+        "or 'kernels', weight matrices and convolution kernels only (DeiT).",
         ('all', 'kernels')),
     'adam_b1': Field(0.9, 'Adam beta1 (adamw).'),
     'adam_b2': Field(0.999, 'Adam beta2 (adamw).'),

@@ -12,10 +12,8 @@ A workdir is evaluated with its run's config unless --config names another
 which names the dataset; the model is the checkpoint's, computing in
 config.dtype, and its preprocessing the config's (config.image_size must
 then be what its position embeddings were trained for), or with
---released_preprocessing the checkpoint's own: that resolution, the mean
-and std its folder states (timm's config.json, transformers'
-preprocessor_config.json), else pixels in [-1, 1] as the released models'
-(for a workdir with another --config: its run's image size, mean and std).
+--released_preprocessing the checkpoint's own (for a workdir with another
+--config: its run's image size, mean and std).
 
 Every test example counts exactly once, on all devices and all processes of
 a multi-process job (the same command once per process, as for
@@ -82,7 +80,7 @@ def main(argv):
     stated, _ = reading.read_config_json(
         reading.run_directory(_CHECKPOINT.value))
     cpu_devices = stated.get('cpu_devices') if isinstance(stated,
-                                                          dict) else (None)
+                                                          dict) else None
   job.run(work, cpu_devices=_CPU_DEVICES.value or cpu_devices)
 
 

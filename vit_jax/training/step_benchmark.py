@@ -6,6 +6,7 @@ import dataclasses
 import functools
 import pathlib
 import time
+import timeit
 from typing import Any
 
 import jax
@@ -52,14 +53,9 @@ def measure_matmul_peak(
 
 def median_seconds(run, steps: int, warmup: int = 2) -> float:
   """The median seconds of `steps` waited-for calls of `run` after `warmup`."""
-  for _ in range(warmup):
-    jax.block_until_ready(run())
-  times = []
-  for _ in range(steps):
-    start = time.perf_counter()
-    jax.block_until_ready(run())
-    times.append(time.perf_counter() - start)
-  return float(np.median(times))
+  times = timeit.repeat(lambda: jax.block_until_ready(run()), number=1,
+                        repeat=warmup + steps)
+  return float(np.median(times[warmup:]))
 
 
 def _memory_mb(compiled) -> dict[str, float]:
