@@ -1,16 +1,14 @@
-r"""Our timm and transformers exports, and our readers of their checkpoints,
-checked against the real libraries (README.md beside this file: what it checks):
+r"""Our timm and transformers exports and readers against the libraries
+themselves (README.md beside this file says what it checks):
 
   python -m experiments.checkpoints.check_libraries \
       --torch_python=/tmp/torch_venv/bin/python
 
-from the repository's root; `library_worker.py` runs the libraries' side under
---torch_python, a venv with torch, timm, transformers and safetensors.
+`library_worker.py` runs the libraries' side under --torch_python.
 """
 
 import datetime
 import json
-import os
 import pathlib
 import shutil
 import subprocess
@@ -92,40 +90,25 @@ def logits_of(model, variables, images) -> np.ndarray:
       np.float64)
 
 
-def float32_rounding(name: str) -> float:
-  """Our float32 logits of `OURS[name]` against float64's (JAX_ENABLE_X64=1)."""
-  assert jax.config.jax_enable_x64, 'run with JAX_ENABLE_X64=1'
-  registered, overrides, _ = OURS[name]
-  model = models.create_model(registered, **overrides)
-  params = random_params(model, list(OURS).index(name) + 1)
-  images = np.random.default_rng(0).uniform(
-      -1, 1, (NUM_IMAGES, IMAGE_SIZE, IMAGE_SIZE, 3)).astype(np.float32)
-  ours = logits_of(model, {'params': params}, images)
-  exact = logits_of(
-      model.clone(dtype=np.float64),
-      {'params': jax.tree.map(lambda x: np.asarray(x, np.float64), params)},
-      images.astype(np.float64))
+def float32_rounding(model, params: dict, images: np.ndarray) -> float:
+  """How far float32 moves `model`'s logits from float64's."""
+  with jax.enable_x64(True):
+    ours = logits_of(model, {'params': params}, images)
+    exact = logits_of(
+        model.clone(dtype=np.float64),
+        {'params': jax.tree.map(lambda x: np.asarray(x, np.float64), params)},
+        images.astype(np.float64))
   return relative(ours, exact, exact)['max_rel_diff']
 
 
-def run_float32_rounding(name: str) -> float:
-  out = subprocess.run([
-      sys.executable, '-c', 'from experiments.checkpoints import '
-      f'check_libraries as c; print(c.float32_rounding({name!r}))'
-  ], env={**os.environ, 'JAX_ENABLE_X64': '1'}, cwd=REPO, check=True,
-                       stdout=subprocess.PIPE, text=True)
-  return float(out.stdout.strip().splitlines()[-1])
-
-
-def run_worker(torch_python: str, request: dict, tmp: pathlib.Path) -> dict:
-  request_file = tmp / 'request.json'
-  request_file.write_text(json.dumps(request))
-  command = [torch_python, str(HERE / 'library_worker.py'), str(request_file)]
-  out = subprocess.run(command, stdout=subprocess.PIPE, text=True, check=False,
+def run_worker(request: dict) -> dict:
+  command = [FLAGS.torch_python, str(HERE / 'library_worker.py')]
+  out = subprocess.run(command, input=json.dumps(request),
+                       stdout=subprocess.PIPE, text=True, check=False,
                        cwd=REPO)  # its stderr: ours
   if out.returncode:
-    raise RuntimeError(f'{" ".join(command)} failed (exit status '
-                       f'{out.returncode}); its output is above.')
+    sys.exit(f'error: {" ".join(command)} failed (exit status '
+             f'{out.returncode}); its output is above.')
   return json.loads(out.stdout.strip().splitlines()[-1])
 
 
@@ -150,17 +133,16 @@ def check(tmp: pathlib.Path) -> dict:
       -1, 1, (NUM_IMAGES, IMAGE_SIZE, IMAGE_SIZE, 3)).astype(np.float32)
   safetensors_file.write(tmp / 'images.safetensors', {'images': images})
 
-  ours, exports, converted = {}, [], {}
+  ours, exports, converted, rounding = {}, [], {}, {}
   for seed, (name, (registered, overrides, formats)) in enumerate(OURS.items()):
     model = models.create_model(registered, **overrides)
     params = random_params(model, seed + 1)
     npz_path = tmp / f'{registered}.npz'
     npz.save_npz(params, npz_path)
     ours[name] = logits_of(model, {'params': params}, images)
-    request = {
-        'name': name, 'timm': None, 'hf': None,
-        'hybrid': model.resnet_stages is not None
-    }
+    request = {'name': name, 'hybrid': model.resnet_stages is not None}
+    if request['hybrid']:
+      rounding[name] = float32_rounding(model, params, images)
     for format_name in formats:
       folder = tmp / f'{registered}_{format_name}'
       converted[f'{name} {format_name}'] = export.convert(
@@ -171,11 +153,10 @@ def check(tmp: pathlib.Path) -> dict:
 
   native_dir = tmp / 'native'
   native_dir.mkdir()
-  answer = run_worker(
-      FLAGS.torch_python, {
-          'images': str(tmp / 'images.safetensors'), 'exports': exports,
-          'native_dir': str(native_dir)
-      }, tmp)
+  answer = run_worker({
+      'images': str(tmp / 'images.safetensors'), 'exports': exports,
+      'native_dir': str(native_dir)
+  })
 
   rows = []
   for name, results in answer['exports'].items():
@@ -201,7 +182,7 @@ def check(tmp: pathlib.Path) -> dict:
           row[variant] = relative(reference, np.array(results[key]['logits']),
                                   reference)
       if OFFICIAL_STEM in row:
-        row['float32_rounding'] = run_float32_rounding(name)
+        row['float32_rounding'] = rounding[name]
       rows.append(row)
 
   for name, native in answer['natives'].items():

@@ -1,12 +1,9 @@
 r"""The libraries' side of `check_libraries.py`, under a venv with torch, timm,
-transformers and safetensors (not numpy nor vit_jax):
-
-  /tmp/torch_venv/bin/python experiments/checkpoints/library_worker.py REQUEST.json
-
-REQUEST.json: {"images": a .safetensors of NHWC float32 `images`, "exports":
+transformers and safetensors (not numpy nor vit_jax). It reads a JSON request
+on stdin: {"images": a .safetensors of NHWC float32 `images`, "exports":
 [{"name", "timm": DIR or null, "hf": DIR or null, "hybrid": bool}],
-"native_dir": an empty DIR}. Prints one JSON line, the last on stdout: the
-versions, every model's logits and how each was loaded.
+"native_dir": an empty DIR}, and prints one JSON line, the last on stdout:
+the versions, every model's logits and how each was loaded.
 """
 
 import functools
@@ -15,26 +12,26 @@ import os
 import pathlib
 import sys
 
-# name: (library, description, what makes it).
+# name: (library, what makes it): timm's architecture and its arguments beside
+# act_layer='gelu_tanh' and 10 classes, or transformers' ViTConfig.
 NATIVE = {
-    'timm_vit_small_patch16_224':
-        ('timm', "timm.create_model('vit_small_patch16_224', "
-         "act_layer='gelu_tanh', num_classes=10), saved with "
-         "timm.models.save_for_hf(safe_serialization=True)"
-        ), 'timm_vit_tiny_patch16_224_gap':
-            ('timm', "timm.create_model('vit_tiny_patch16_224', "
-             "act_layer='gelu_tanh', num_classes=10, class_token=False, "
-             "global_pool='avg', fc_norm=False), saved with save_for_hf"),
-    'timm_vit_small_r26_s32_224':
-        ('timm', "timm.create_model('vit_small_r26_s32_224', "
-         "act_layer='gelu_tanh', num_classes=10) (the hybrid: ResNetV2 "
-         'stages (2, 2, 2, 2)), saved with save_for_hf'),
-    'hf_vit_s16':
-        ('transformers', 'ViTForImageClassification(ViTConfig(hidden_size=384, '
-         'num_hidden_layers=12, num_attention_heads=6, intermediate_size=1536, '
-         "hidden_act='gelu_pytorch_tanh', layer_norm_eps=1e-6, num_labels=10, "
-         'image_size=224, patch_size=16)), saved with save_pretrained'),
+    'timm_vit_small_patch16_224': ('timm', ('vit_small_patch16_224', {})),
+    'timm_vit_tiny_patch16_224_gap': ('timm', ('vit_tiny_patch16_224', {
+        'class_token': False, 'global_pool': 'avg', 'fc_norm': False
+    })),
+    # The hybrid: ResNetV2 stages (2, 2, 2, 2).
+    'timm_vit_small_r26_s32_224': ('timm', ('vit_small_r26_s32_224', {})),
+    'hf_vit_s16': ('transformers', {
+        'hidden_size': 384, 'num_hidden_layers': 12, 'num_attention_heads': 6,
+        'intermediate_size': 1536, 'hidden_act': 'gelu_pytorch_tanh',
+        'layer_norm_eps': 1e-6, 'num_labels': 10, 'image_size': 224,
+        'patch_size': 16
+    }),
 }
+
+
+def _arguments(arguments: dict) -> str:
+  return ', '.join(f'{key}={value!r}' for key, value in arguments.items())
 
 
 def _logits(model, images) -> list:
@@ -54,9 +51,7 @@ def _perturb(model, generator) -> None:
       noise = torch.randn(parameter.shape, generator=generator)
       if 'norm' in name and name.endswith('weight'):
         parameter.copy_(1 + 0.1 * noise)
-      elif name.endswith('bias'):
-        parameter.copy_(0.02 * noise)
-      elif name.startswith(('head.', 'classifier.')):
+      elif name.endswith('bias') or name.startswith(('head.', 'classifier.')):
         parameter.copy_(0.02 * noise)
 
 
@@ -122,27 +117,28 @@ def _native(name: str, directory: pathlib.Path, images) -> dict:
   import torch  # pylint: disable=g-import-not-at-top
   generator = torch.Generator().manual_seed(len(name))
   torch.manual_seed(0)
-  if name.startswith('timm_'):
+  library, made = NATIVE[name]
+  if library == 'timm':
     import timm  # pylint: disable=g-import-not-at-top
     from timm.models import save_for_hf  # pylint: disable=g-import-not-at-top
-    gap = name.endswith('_gap')
-    model = timm.create_model(
-        name.removeprefix('timm_').removesuffix('_gap'), pretrained=False,
-        act_layer='gelu_tanh', num_classes=10,
-        **(dict(class_token=False, global_pool='avg', fc_norm=False)
-           if gap else {}))
-    save = functools.partial(save_for_hf, model, str(directory),
-                             model_args={'num_heads': 3 if gap else 6},
-                             safe_serialization=True)
+    architecture, arguments = made
+    arguments = {'act_layer': 'gelu_tanh', 'num_classes': 10, **arguments}
+    model = timm.create_model(architecture, pretrained=False, **arguments)
+    description = (f'timm.create_model({architecture!r}, '
+                   f'{_arguments(arguments)}), saved with '
+                   'timm.models.save_for_hf(safe_serialization=True)')
+    save = functools.partial(
+        save_for_hf, model, str(directory),
+        model_args={'num_heads': model.blocks[0].attn.num_heads},
+        safe_serialization=True)
     reread = functools.partial(timm.create_model, f'local-dir:{directory}',
                                pretrained=True)
   else:
     import transformers  # pylint: disable=g-import-not-at-top
     model = transformers.ViTForImageClassification(
-        transformers.ViTConfig(
-            hidden_size=384, num_hidden_layers=12, num_attention_heads=6,
-            intermediate_size=1536, hidden_act='gelu_pytorch_tanh',
-            layer_norm_eps=1e-6, num_labels=10, image_size=224, patch_size=16))
+        transformers.ViTConfig(**made))
+    description = (f'ViTForImageClassification(ViTConfig({_arguments(made)})),'
+                   ' saved with save_pretrained')
     save = functools.partial(model.save_pretrained, str(directory),
                              safe_serialization=True)
     reread = functools.partial(
@@ -153,7 +149,6 @@ def _native(name: str, directory: pathlib.Path, images) -> dict:
   logits = _logits(model, images)
   # The folder is the library's own: it reads it back to the same logits.
   rereads_identically = _logits(reread().eval(), images) == logits
-  library, description = NATIVE[name]
   answer = {
       'dir': str(directory), 'library': library, 'description': description,
       'logits': logits, 'files': sorted(p.name for p in directory.iterdir()),
@@ -170,7 +165,7 @@ def main():
   # stderr.
   answer = os.fdopen(os.dup(1), 'w')
   os.dup2(2, 1)
-  request = json.loads(pathlib.Path(sys.argv[1]).read_text())
+  request = json.load(sys.stdin)
 
   import safetensors  # pylint: disable=g-import-not-at-top
   from safetensors.torch import load_file  # pylint: disable=g-import-not-at-top
