@@ -9,14 +9,18 @@ import pytest
 from tests.helpers import ROOT
 
 
+def _benchmark(*flags) -> list[str]:
+  """The lines `python -m vit_jax.benchmark` prints: a table, then JSON."""
+  return subprocess.run([sys.executable, '-m', 'vit_jax.benchmark', *flags],
+                        cwd=ROOT, capture_output=True, text=True,
+                        check=True).stdout.strip().splitlines()
+
+
 @pytest.mark.slow  # 9 s
 def test_command_prints_a_table_and_a_json_line_and_writes_a_trace(tmp_path):
-  out = subprocess.run([
-      sys.executable, '-m', 'vit_jax.benchmark', '--model=SimpleCNN',
-      '--batch_size=8', '--steps=1', '--cpu_devices=2',
-      f'--trace_dir={tmp_path}', '--trace_steps=1'
-  ], capture_output=True, text=True, check=True)
-  lines = out.stdout.strip().splitlines()
+  lines = _benchmark('--model=SimpleCNN', '--batch_size=8', '--steps=1',
+                     '--cpu_devices=2', f'--trace_dir={tmp_path}',
+                     '--trace_steps=1')
   result = json.loads(lines[-1])
   assert result['devices'] == '2 x cpu'
   assert result['train_images_per_second'] > 0
@@ -31,21 +35,19 @@ def test_command_prints_a_table_and_a_json_line_and_writes_a_trace(tmp_path):
   assert (tmp_path / 'train_steps.hlo.txt').read_text().startswith('HloModule')
 
 
+def _memory(*flags) -> dict:
+  return json.loads(
+      _benchmark('--model=ViT-Tiny-CIFAR_4', '--batch_size=8', *flags,
+                 '--memory_only')[-1])
+
+
 @pytest.mark.slow  # 15 s
 def test_memory_only_compiles_and_reports_what_one_device_holds():
-
-  def memory(fsdp, attention):
-    out = subprocess.run([
-        sys.executable, '-m', 'vit_jax.benchmark', '--model=ViT-Tiny-CIFAR_4',
-        '--batch_size=8', '--cpu_devices=4', f'--fsdp={fsdp}',
-        f'--attention={attention}', '--memory_only'
-    ], capture_output=True, text=True, check=True)
-    return json.loads(out.stdout.strip().splitlines()[-1])
-
   # The attention kernel changes no state, so one run also checks that the
   # fused one is chosen from the command line.
-  replicated = memory(1, 'dot_product_attention')
-  sharded = memory(4, 'einsum')
+  replicated = _memory('--cpu_devices=4', '--fsdp=1',
+                       '--attention=dot_product_attention')
+  sharded = _memory('--cpu_devices=4', '--fsdp=4', '--attention=einsum')
   assert (replicated['attention'],
           sharded['attention']) == ('dot_product_attention', 'einsum')
   assert (replicated['fsdp'], sharded['fsdp']) == (1, 4)
@@ -56,11 +58,6 @@ def test_memory_only_compiles_and_reports_what_one_device_holds():
 
 
 def test_remat_and_scan_flags_reach_the_model_and_compile_time_is_reported():
-  out = subprocess.run([
-      sys.executable, '-m', 'vit_jax.benchmark', '--model=ViT-Tiny-CIFAR_4',
-      '--batch_size=8', '--cpu_devices=1', '--remat=full', '--scan',
-      '--memory_only'
-  ], cwd=ROOT, capture_output=True, text=True, check=True)
-  result = json.loads(out.stdout.strip().splitlines()[-1])
+  result = _memory('--cpu_devices=1', '--remat=full', '--scan')
   assert (result['remat'], result['scan']) == ('full', True)
   assert 0 < result['train_compile_seconds'] < result['compile_seconds']
