@@ -66,8 +66,7 @@ def parser(doc: str, workdir: str) -> argparse.ArgumentParser:
 
 def sweep_parser(doc: str, workdir: str, missing: bool = True,
                  data_dir: bool = True) -> argparse.ArgumentParser:
-  """`parser`'s flags, --slurm, and (unless told not to) --missing and
-  --data_dir, the 5k/1k CIFAR-10 subset."""
+  """`parser`'s, --slurm and (unless told not to) --missing, --data_dir."""
   parsing = parser(doc, workdir)
   if data_dir:
     parsing.add_argument('--data_dir', type=pathlib.Path,
@@ -99,8 +98,7 @@ def emit(commands: list[str], slurm: pathlib.Path | None):
 
 
 def record(directory: pathlib.Path, description: dict) -> dict:
-  """A finished run as results.json holds it, with the sweep's `description`;
-  its wall time is its epochs' (training and evaluation)."""
+  """A finished run as results.json holds it, with the sweep's `description`."""
   summary = read_json(directory / 'summary.json')
   config = read_json(directory / 'config.json')
   return {
@@ -133,8 +131,7 @@ def landed(results: pathlib.Path, run_name: Callable[[dict],
 def load_records(workdir: pathlib.Path, planned: dict[str, dict],
                  results: pathlib.Path,
                  run_name: Callable[[dict], str]) -> dict[str, dict]:
-  """By name, the `planned` runs (name -> description) finished in
-  `workdir`, and the records of `results` (named by `run_name`) of the rest."""
+  """By name, the `planned` runs finished in `workdir`, else `results`'."""
   found = landed(results, run_name)
   for name, description in planned.items():
     if finished(workdir / name):

@@ -98,11 +98,10 @@ def test_a_summary_writes_all_or_none(tmp_path, capsys):
       'figure.png': lambda results, path: path.write_text(json.dumps(results))
   })
   assert capsys.readouterr().out == 'A\n\nB\n'
-  assert runs.landed(tmp_path / 'results.json',
-                     lambda r: 'run') == {'run': {'seed': 0}}
+  assert json.loads((tmp_path / 'results.json').read_text()) == [{'seed': 0}]
   assert (tmp_path / 'figure.png').read_bytes() == b'[{"seed": 0}]'
-  assert '\n\nA\n\n' in (tmp_path / 'README.md').read_text()
-  assert '\n\nB\n\n' in (tmp_path / 'README.md').read_text()
+  assert all(f'\n\n{text}\n\n' in (tmp_path / 'README.md').read_text()
+             for text in 'AB')
   written = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
   assert sorted(written) == ['README.md', 'figure.png', 'results.json']
   with pytest.raises(SystemExit, match='^error: no finished runs in workdir'):

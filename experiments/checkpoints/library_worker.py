@@ -56,8 +56,7 @@ def _perturb(model, generator) -> None:
 
 
 def _official_stem(model) -> None:
-  """A timm hybrid's stem with the official epsilons (GroupNorm 1e-6, kernels
-  standardized as (w - mean) / (std + 1e-5))."""
+  """A timm hybrid's stem with the official epsilons (see README.md)."""
   import torch  # pylint: disable=g-import-not-at-top
   from timm.layers import StdConv2dSame  # pylint: disable=g-import-not-at-top
   from timm.layers.padding import pad_same  # pylint: disable=g-import-not-at-top

@@ -30,8 +30,7 @@ def planned() -> dict[str, dict]:
 
 
 def _gain(group: list[dict], study: list[dict]) -> str:
-  """Points over the study-recipe ViT, with the standard error of the
-  difference of the two means where both rows have seeds to estimate it."""
+  """Points over the study ViT, ± the standard error where seeds allow."""
   a, b = recipes.accuracies(group), recipes.accuracies(study)
   gain = f'{a.mean() - b.mean():+.1f}'
   if len(a) > 1 and len(b) > 1:
@@ -41,8 +40,7 @@ def _gain(group: list[dict], study: list[dict]) -> str:
 
 
 def table(records: list[dict]) -> str:
-  """Per budget: every recipe of every model, and for the ViT the share of
-  the gap (study ViT to the best CNN of that budget) it closes."""
+  """Per budget, every row and the share of the ViT's gap it closes."""
   groups = recipes.group_runs(records)
   blocks = []
   for epochs in sorted({r['epochs'] for r in records}):

@@ -50,8 +50,7 @@ ROWS = {
 
 
 def planned_runs() -> tuple[list[tuple], list[tuple]]:
-  """(stage 1, stage 2): (model, ingredients, epochs, seed) of the runs that
-  other runs read (`recipes.source_runs`), then of the rest."""
+  """(model, ingredients, epochs, seed) of the runs others read; the rest."""
   rows = [(model, ingredients, epochs, seed)
           for epochs, (all_rows, seeded) in ROWS.items() for seed in (0, 1, 2)
           for model, ingredients in all_rows

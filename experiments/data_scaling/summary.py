@@ -29,8 +29,7 @@ def by_model_and_size(records: list[dict]) -> dict:
 
 
 def crossovers(curves: dict) -> list[tuple[str, float]]:
-  """(CNN, training-set size) where the ViT's mean best accuracy meets the
-  CNN's, interpolated linearly in log(size) between measured sizes."""
+  """(CNN, size) where the ViT's mean accuracy meets the CNN's, in log(size)."""
   found = []
   vit = curves.get('vit', {})
   for model, curve in curves.items():

@@ -16,8 +16,7 @@ RECIPE = 'study'
 
 def subset(jpeg_dir: pathlib.Path, root: pathlib.Path,
            size: int) -> pathlib.Path:
-  """An image folder of the first size/10 training images of each class
-  (links into `jpeg_dir`) and the whole test split."""
+  """Links to the first size/10 train images of each class and to the test."""
   directory = root / f'cifar10_{size}'
   done = directory / '.complete'
   if done.exists():
