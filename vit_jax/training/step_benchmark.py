@@ -4,6 +4,7 @@ that any tool may import it."""
 
 import dataclasses
 import functools
+import gc
 import pathlib
 import time
 import timeit
@@ -53,8 +54,9 @@ def measure_matmul_peak(
 
 def median_seconds(run, steps: int, warmup: int = 2) -> float:
   """The median seconds of `steps` waited-for calls of `run` after `warmup`."""
-  times = timeit.repeat(lambda: jax.block_until_ready(run()), number=1,
-                        repeat=warmup + steps)
+  # With the garbage collector on, as in a training loop.
+  times = timeit.repeat(lambda: jax.block_until_ready(run()), gc.enable,
+                        number=1, repeat=warmup + steps)
   return float(np.median(times[warmup:]))
 
 
