@@ -59,19 +59,17 @@ def test_the_sweep_trains_the_study_recipe_on_nested_subsets(tmp_path, capsys):
   sweep.main([
       f'--jpeg_dir={jpeg}', f'--workdir={work}', '--sizes=20,10000', '--missing'
   ])
-  assert [
-      line.split()[4].split('/')[-1]
-      for line in capsys.readouterr().out.splitlines()
-  ] == [
-      f'{model}_study_n20_seed0'
+  printed = capsys.readouterr().out.splitlines()
+  assert [line.split()[4] for line in printed] == [
+      f'--workdir={work}/{model}_study_n20_seed0'
       for model in ('simple_cnn', 'small_resnet', 'vit')
   ]
-  for flags, error in ((['--sizes=15'], 'multiples of 10'), ([
-      '--models=vit,mlp'
-  ], 'some of'), (['--seeds=a'],
-                  "'a': use integers separated by commas, e.g. 0,1,2")):
+  for flag, error in {
+      '--sizes=15': 'multiples of 10', '--models=vit,mlp': 'some of',
+      '--seeds=a': "'a': use integers separated by commas, e.g. 0,1,2"
+  }.items():
     with pytest.raises(SystemExit):
-      sweep.main([f'--jpeg_dir={jpeg}', f'--workdir={work}', *flags])
+      sweep.main([f'--jpeg_dir={jpeg}', f'--workdir={work}', flag])
     assert error in capsys.readouterr().err
 
 

@@ -26,8 +26,6 @@ def test_records_of_the_planned_finished_runs(tmp_path):
       for name in ('a', 'b', 'c', 'interrupted')
   }
   name = lambda r: r['name']
-  assert sorted(runs.load_records(tmp_path, planned, results,
-                                  name)) == ['b', 'c']  # none committed yet
   results.write_text(json.dumps([{'name': 'a'}, {'name': 'b'}]))
   records = runs.load_records(tmp_path, planned, results, name)
   assert sorted(records) == ['a', 'b', 'c']
@@ -65,8 +63,7 @@ def test_the_cells_and_sections_of_a_readme(tmp_path):
   assert readme.read_text() == f'intro\n{start}\n\n| new |\n\n{end}\nafter\n'
 
 
-def test_a_sweep_prints_vit_jax_main_lines_or_writes_a_slurm_array(
-    tmp_path, capsys):
+def test_a_sweep_prints_vit_jax_main_lines_or_writes_a_slurm_array(tmp_path):
   line = runs.command(tmp_path / 'run one', 'configs/cifar_small.py:vit',
                       {'seed': 0, 'model_overrides.guided_blocks': (0, 3)})
   assert shlex.split(line) == [
@@ -74,8 +71,6 @@ def test_a_sweep_prints_vit_jax_main_lines_or_writes_a_slurm_array(
       f'--workdir={tmp_path / "run one"}', '--config.seed=0',
       '--config.model_overrides.guided_blocks=(0, 3)'
   ]
-  runs.emit(['echo a', 'echo b'], None)
-  assert capsys.readouterr().out == 'echo a\necho b\n'
   script = tmp_path / 'array.sh'
   runs.emit(['echo a', "echo 'b c'"], script)
   assert '#SBATCH --array=1-2\n' in script.read_text()
