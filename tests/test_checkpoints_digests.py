@@ -25,8 +25,7 @@ def _contents(**changes):
 
 
 def test_any_flipped_bit_of_any_array_changes_the_digest():
-  values = np.arange(6, dtype=np.float32)
-  bits = values.view(np.uint32)
+  bits = np.arange(6, dtype=np.float32).view(np.uint32)
   saved = digests.compute(**_contents())
   for position in range(6):
     for bit in (0, 31):

@@ -28,9 +28,9 @@ def test_loads_a_run_trained_on_other_devices_onto_one(trained_vit_run, caplog):
   assert run.config.model_overrides.num_layers == 2
   assert run.batch_stats == {}
   assert set(run.variables) == {'params'}
-  leaves = jax.tree.leaves(run.params)
-  assert {leaf.sharding.device_set.pop()
-          for leaf in leaves} == {jax.devices()[0]}
+  assert {
+      leaf.sharding.device_set.pop() for leaf in jax.tree.leaves(run.params)
+  } == {jax.devices()[0]}
   # The restored parameters drive the model they were trained as, and are
   # load_params' (its exports': tests/test_checkpoints_export.py).
   model = models.from_config(run.config, num_classes=10)
@@ -65,23 +65,19 @@ def test_a_lost_config_json_is_read_from_the_checkpoint_or_rebuilt(
       f'{newest}.', f'{config_file} is missing: rebuilt from the config saved '
       f'with checkpoint {newest}.'
   ]
-  # As checkpoints were saved before they held the run's config (and so
-  # before their digest covered it).
+  # As saved before checkpoints held the run's config (and digest).
   config_file.unlink()
   for item in ('config', 'digest'):
     shutil.rmtree(newest / item)
   with pytest.raises(
       CheckpointError, match=r'config.json is missing, and the checkpoints .* '
-      r'were saved before checkpoints held their config: '
-      r"nothing says which model they are\. Put back the "
-      r"run's config.json\.$"):
+      r'were saved before checkpoints held their config: nothing says which '
+      r"model they are\. Put back the run's config.json\.$"):
     reading.load_run(workdir)
   with pytest.raises(
       WorkdirError, match=r'config.json is missing, and the checkpoints in .* '
-      r'were saved before checkpoints held their config: .* '
-      r'Pass a new '
-      r'--workdir, or move .*/checkpoints away to start afresh '
-      r'here\.$'):
+      r'were saved before checkpoints held their config: .* Pass a new '
+      r'--workdir, or move .*/checkpoints away to start afresh here\.$'):
     reading.saved_config(workdir)
 
 

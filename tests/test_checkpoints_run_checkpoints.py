@@ -28,8 +28,7 @@ def _tiny_state():
 
 
 def _saved_steps(directory, steps_to_save):
-  """(RunCheckpoints of a state holding s at each step s, its state and sums'
-  shapes)."""
+  """RunCheckpoints of a state holding s at each step s, and its shapes."""
   state, sums = _tiny_state()
   checkpoints = run_checkpoints.RunCheckpoints(directory, keep=5)
   for step in steps_to_save:

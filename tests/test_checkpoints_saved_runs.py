@@ -1,7 +1,5 @@
-"""Checkpoints whose training-only parameters (an MAE's decoder, locality
-guidance's projections) were saved by the ViT's own modules
-(`tests/data/saved_runs`: tiny runs, the MAE's stopped at step 2 of 4) load
-as plain ViTs and resume."""
+"""Runs saved with training-only parameters (tests/data/saved_runs: an MAE's
+decoder, stopped at step 2 of 4; locality guidance's) load as ViTs, resume."""
 
 import pathlib
 import shutil

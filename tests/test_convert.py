@@ -13,10 +13,12 @@ from tests.helpers import ROOT
 from vit_jax.checkpoints import export
 from vit_jax.errors import CheckpointError
 
+_COMMAND = (sys.executable, '-m', 'vit_jax.convert')
+
 
 def _convert(*args):
-  return subprocess.run([sys.executable, '-m', 'vit_jax.convert', *args],
-                        cwd=ROOT, capture_output=True, text=True, check=False)
+  return subprocess.run([*_COMMAND, *args], cwd=ROOT, capture_output=True,
+                        text=True, check=False)
 
 
 def test_the_command_converts_and_says_bad_input_in_one_line(
@@ -42,8 +44,7 @@ def test_the_command_converts_and_says_bad_input_in_one_line(
 
 def test_a_full_or_read_only_disk_is_one_line_and_leaves_the_old_export(
     trained_vit_run, tmp_path):
-  """A tmpfs with room for one export, then read-only (a timm folder is
-  written as transformers' is)."""
+  """A tmpfs with room for one export, then read-only (timm's: as hf's)."""
   workdir, _ = trained_vit_run
   for format_name, dest in (('npz', 'model.npz'), ('hf', 'hf')):
     old = tmp_path / 'old' / dest
@@ -70,12 +71,9 @@ def test_a_full_or_read_only_disk_is_one_line_and_leaves_the_old_export(
 def test_a_stop_signal_leaves_dest_as_it_was(trained_vit_run, tmp_path):
   workdir, _ = trained_vit_run
   process = subprocess.Popen([
-      sys.executable, '-m', 'vit_jax.convert',
-      str(workdir),
-      str(tmp_path / 'hf'), '--format=hf', '--verbosity=1'
+      *_COMMAND, f'{workdir}', f'{tmp_path}/hf', '--format=hf', '--verbosity=1'
   ], cwd=ROOT, stderr=subprocess.PIPE, text=True)
-  # jax's first record (shown by --verbosity=1): it has started, reading the
-  # run.
+  # jax's first record (--verbosity=1): it is reading the run.
   first = process.stderr.readline()
   process.send_signal(signal.SIGINT)
   _, stderr = process.communicate(timeout=30)

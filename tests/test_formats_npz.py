@@ -8,6 +8,7 @@ import jax
 import numpy as np
 import pytest
 
+from tests.helpers import random_vit_params
 from vit_jax import models
 from vit_jax.checkpoints import reading
 from vit_jax.errors import CheckpointError
@@ -98,17 +99,12 @@ def test_released_npz_loads_into_our_tree_and_drives_the_model(tmp_path):
   # Our tree, renamed by hand rather than by npz.
   by_hand = flax.traverse_util.unflatten_dict(linen_numbered(arrays), sep='/')
   model = tiny_vit()
-  expected = params_lib.param_shapes(model, TINY_IMAGE)
-  params_lib.check_params(params, expected)
-  assert jax.tree.structure(params) == jax.tree.structure(expected)
+  params_lib.check_params(params, params_lib.param_shapes(model, TINY_IMAGE))
   assert_trees_identical(params, by_hand)
   images = np.random.default_rng(1).standard_normal(
       (2, TINY_IMAGE, TINY_IMAGE, 3)).astype(np.float32)
-  apply = jax.jit(functools.partial(model.apply, train=False))
-  logits = apply({'params': params}, images)
-  assert logits.shape == (2, 10)
-  assert np.all(np.isfinite(logits))
-  np.testing.assert_array_equal(logits, apply({'params': by_hand}, images))
+  logits = model.apply({'params': params}, images, train=False)
+  assert logits.shape == (2, 10) and np.all(np.isfinite(logits))
   assert_trees_identical(reading.load_params(path), params)
   # A scanned model takes the blocks stacked; saved back, they are the
   # official layout and names, array for array.
@@ -123,10 +119,7 @@ def test_released_npz_loads_into_our_tree_and_drives_the_model(tmp_path):
 
 
 def test_params_to_file_to_params_is_identical_in_the_released_names(tmp_path):
-  rng = np.random.default_rng(0)
-  params = jax.tree.map(
-      lambda leaf: rng.standard_normal(leaf.shape).astype(leaf.dtype),
-      params_lib.param_shapes(tiny_vit(), TINY_IMAGE))
+  params = random_vit_params(tiny_vit(), TINY_IMAGE)
   path = tmp_path / 'sub' / 'params.npz'
   npz.save_npz(params, path)
   with np.load(path) as saved:
@@ -146,7 +139,6 @@ def test_pre_logits_load_and_a_mismatch_names_the_key_and_shapes(tmp_path):
   arrays = released_arrays(representation_size=12)
   path = write_npz(tmp_path / 'pre_logits.npz', arrays)
   params = npz.load_npz(path)
-  assert set(params['pre_logits']) == {'kernel', 'bias'}
   params_lib.check_params(
       params,
       params_lib.param_shapes(tiny_vit(representation_size=12), TINY_IMAGE))
@@ -187,12 +179,10 @@ def test_file_to_params_to_file_is_identical_from_either_numbering(tmp_path):
   released = npz.load_npz(write_npz(tmp_path / 'released.npz', arrays))
   npz.save_npz(released, tmp_path / 'saved.npz')
   assert_npz_identical(tmp_path / 'saved.npz', tmp_path / 'released.npz')
-  # linen's numbering loads the same, and saves back in the released one.
+  # linen's numbering loads the same (and so saves back in the released one).
   linen = npz.load_npz(write_npz(tmp_path / 'linen.npz',
                                  linen_numbered(arrays)))
   assert_trees_identical(linen, released)
-  npz.save_npz(linen, tmp_path / 'saved.npz')
-  assert_npz_identical(tmp_path / 'saved.npz', tmp_path / 'released.npz')
   # Both numberings in one block leave it unclear which array is meant.
   mixed = released_arrays()
   mixed['Transformer/encoderblock_0/LayerNorm_1/scale'] = mixed[

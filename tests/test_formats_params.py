@@ -37,6 +37,10 @@ def vit_params(image_size, num_classes, seed=0, **overrides):
   return random_vit_params(model, image_size, seed)
 
 
+def positions(params):
+  return params['Transformer']['posembed_input']['pos_embedding']
+
+
 def test_adapt_resizes_positions_replaces_the_head_and_drops_pre_logits():
   pretrained = vit_params(16, 100, representation_size=8)
   fresh = vit_params(24, 10, seed=1)
@@ -48,9 +52,9 @@ def test_adapt_resizes_positions_replaces_the_head_and_drops_pre_logits():
   np.testing.assert_array_equal(adapted['embedding']['kernel'],
                                 pretrained['embedding']['kernel'])
   # [CLS]'s row kept, the grid zoomed.
-  theirs = pretrained['Transformer']['posembed_input']['pos_embedding']
+  theirs = positions(pretrained)
   np.testing.assert_array_equal(
-      adapted['Transformer']['posembed_input']['pos_embedding'],
+      positions(adapted),
       np.concatenate(
           [theirs[:, :1],
            params_lib.resize_patch_grid(theirs[:, 1:], 36)], axis=1))
@@ -66,12 +70,9 @@ def test_a_distillation_token_is_added_or_left_out():
   assert jax.tree.structure(adapted) == jax.tree.structure(fresh)
   np.testing.assert_array_equal(adapted['dist'], fresh['dist'])
   np.testing.assert_array_equal(adapted['cls'], pretrained['cls'])
-  table = adapted['Transformer']['posembed_input']['pos_embedding']
-  theirs = pretrained['Transformer']['posembed_input']['pos_embedding']
+  table, theirs = positions(adapted), positions(pretrained)
   np.testing.assert_array_equal(table[:, 0], theirs[:, 0])
-  np.testing.assert_array_equal(
-      table[:, 1], fresh['Transformer']['posembed_input']['pos_embedding'][:,
-                                                                           1])
+  np.testing.assert_array_equal(table[:, 1], positions(fresh)[:, 1])
   np.testing.assert_array_equal(table[:, 2:],
                                 params_lib.resize_patch_grid(theirs[:, 1:], 36))
   params_lib.check_fit(pretrained, jax.eval_shape(lambda: fresh))
@@ -79,10 +80,10 @@ def test_a_distillation_token_is_added_or_left_out():
   distilled = vit_params(16, 10, seed=2, distillation_token=True)
   adapted = params_lib.adapt_params(distilled, pretrained)
   assert jax.tree.structure(adapted) == jax.tree.structure(pretrained)
-  theirs = distilled['Transformer']['posembed_input']['pos_embedding']
+  theirs = positions(distilled)
   np.testing.assert_array_equal(
-      adapted['Transformer']['posembed_input']['pos_embedding'],
-      np.concatenate([theirs[:, :1], theirs[:, 2:]], axis=1))
+      positions(adapted), np.concatenate([theirs[:, :1], theirs[:, 2:]],
+                                         axis=1))
 
 
 def test_each_misfit_is_named():

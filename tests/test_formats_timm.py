@@ -140,8 +140,7 @@ def _hybrid(stages):
 
 def test_the_hybrids_names_and_shapes_are_timms_and_the_root_goes_and_back(
     tmp_path):
-  """timm's vision_transformer_hybrid.py and resnetv2.py, stages (1, 2) and
-  none (R50+ViT-B_16 through timm: tests/test_checkpoints_export.py)."""
+  """timm's vision_transformer_hybrid.py and resnetv2.py, stages (1, 2), ()."""
   model, params = _hybrid((1, 2))
   state = timm.to_state(params)
   backbone = {
@@ -150,21 +149,22 @@ def test_the_hybrids_names_and_shapes_are_timms_and_the_root_goes_and_back(
   }
 
   def unit(stage, index, width, fan_in, projection):
-    prefix = f'stages.{stage}.blocks.{index}.'
+    out = 4 * width
     shapes = {
         'conv1.weight': (width, fan_in, 1, 1), 'conv2.weight':
-            (width, width, 3, 3), 'conv3.weight': (4 * width, width, 1, 1),
-        **{
-            f'norm{r}.{array}': (width if r < 3 else 4 * width,) for r in (1, 2, 3) for array in ('weight', 'bias')
-        },
+            (width, width, 3, 3), 'conv3.weight': (out, width, 1, 1),
     }
+    for norm, channels in (('norm1', width), ('norm2', width), ('norm3', out)):
+      shapes |= {f'{norm}.weight': (channels,), f'{norm}.bias': (channels,)}
     if projection:
-      shapes.update({
-          'downsample.conv.weight': (4 * width, fan_in, 1, 1),
-          'downsample.norm.weight': (4 * width,
-                                    ), 'downsample.norm.bias': (4 * width,)
-      })
-    return {prefix + key: shape for key, shape in shapes.items()}
+      shapes |= {
+          'downsample.conv.weight': (out, fan_in, 1, 1),
+          'downsample.norm.weight': (out,), 'downsample.norm.bias': (out,)
+      }
+    return {
+        f'stages.{stage}.blocks.{index}.{key}': shape
+        for key, shape in shapes.items()
+    }
 
   assert backbone == {
       'stem.conv.weight': (64, 3, 7, 7), 'stem.norm.weight':
