@@ -15,19 +15,16 @@ HERE = pathlib.Path(__file__).resolve().parent
 
 def rows(pretrained: pathlib.Path, workdir: pathlib.Path) -> list[dict]:
   """The pre-trained run and each finished fine-tuning in `workdir`."""
-  results = [{
+  tuned = [d for d in workdir.glob('finetune_*') if runs.finished(d)]
+  return [{
       'run': 'pre-trained (configs/cifar_small.py)', 'image_size': 32,
       'wall_minutes': None, **runs.read_json(pretrained / 'summary.json')
-  }]
-  tuned = [d for d in workdir.glob('finetune_*') if runs.finished(d)]
-  for directory in sorted(tuned, key=lambda d: -int(d.name.split('_')[1])):
-    results.append({
-        'run': 'fine-tuned (configs/finetune.py)',
-        'image_size': runs.read_json(directory / 'config.json')['image_size'],
-        'wall_minutes': sum(r['seconds'] for r in runs.history(directory)) / 60,
-        **runs.read_json(directory / 'summary.json')
-    })
-  return results
+  }] + [{
+      'run': 'fine-tuned (configs/finetune.py)', 'image_size': runs.read_json(
+          directory / 'config.json')['image_size'],
+      'wall_minutes': sum(r['seconds'] for r in runs.history(directory)) / 60,
+      **runs.read_json(directory / 'summary.json')
+  } for directory in sorted(tuned, key=lambda d: -int(d.name.split('_')[1]))]
 
 
 def table(results: list[dict]) -> str:
