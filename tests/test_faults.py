@@ -17,7 +17,6 @@ import time
 
 import jax
 import numpy as np
-import orbax.checkpoint as ocp
 import pytest
 
 from tests.helpers import mounted_tmpfs
@@ -33,7 +32,8 @@ from tests.helpers import wait_for_step
 from tests.helpers import without_timings
 from tests.helpers import write_cifar_binary
 from tests.helpers import write_process_config
-from vit_jax import models
+from tests.test_training_train import final_state
+from vit_jax import analyze
 from vit_jax.checkpoints import reading
 from vit_jax.checkpoints import run_checkpoints
 from vit_jax.data import sources
@@ -42,8 +42,6 @@ from vit_jax.errors import ConfigError
 from vit_jax.errors import DatasetError
 from vit_jax.errors import TrainingDivergedError
 from vit_jax.errors import WorkdirError
-from vit_jax.formats import npz
-from vit_jax.formats import params as params_lib
 from vit_jax.runtime import command
 from vit_jax.runtime import preemption
 from vit_jax.training import train
@@ -78,11 +76,12 @@ class _Run:
     process.send_signal(signum)
     return process.wait(timeout=60), self.output(log)
 
-  def finish(self, log: str, *flags) -> str:
-    """The output of a run to the end, which must succeed."""
-    process = self.start(log, *flags)
-    assert process.wait(timeout=120) == 0, self.output(log)[-3000:]
-    return self.output(log)
+  def finish(self, **overrides):
+    """Trains the config with `overrides` to the end in this process: as a
+    rerun of the command does, without starting Python and jax again."""
+    config = process_test_config(self.data_dir)
+    config.update(overrides)
+    train.train_and_evaluate(config, self.workdir)
 
   def ends_identical(self) -> bool:
     return without_timings(history(self.workdir)) == without_timings(
@@ -139,7 +138,7 @@ def test_a_full_disk_stops_the_run_at_once_in_one_line_and_loses_nothing(
   assert len(output.splitlines()) < 60
 
   filler.unlink()  # space freed: the rerun resumes and loses nothing
-  train.train_and_evaluate(process_test_config(run.data_dir), run.workdir)
+  run.finish()
   assert run.ends_identical()
 
 
@@ -192,7 +191,7 @@ def test_a_damaged_latest_checkpoint_is_skipped_and_nothing_is_lost(
   damage(run.workdir / 'checkpoints' / '40')
 
   caplog.set_level('INFO')
-  train.train_and_evaluate(process_test_config(run.data_dir), run.workdir)
+  run.finish()
   warnings = [
       r.getMessage() for r in caplog.records
       if r.levelname == 'WARNING' and 'Skipping' in r.getMessage()
@@ -226,15 +225,8 @@ def _tensorboard_steps(workdir: pathlib.Path, tag: str) -> list[int]:
   return found
 
 
-def _final_state(workdir):
-  with ocp.CheckpointManager(pathlib.Path(workdir) / 'checkpoints') as manager:
-    return manager.restore(
-        manager.latest_step(),
-        args=ocp.args.Composite(state=ocp.args.StandardRestore())).state
-
-
 def test_a_second_run_is_refused_and_the_first_killed_mid_epoch_resumes_identical(
-    run):
+    run, caplog):
   """The second starts 0.5 s after the first, as close as a requeued job
   and the old one come, and is refused before it writes anything; the
   first, killed with kill -9, leaves its lock to the rerun, which ends as
@@ -260,10 +252,12 @@ def test_a_second_run_is_refused_and_the_first_killed_mid_epoch_resumes_identica
   assert winner.wait() == -signal.SIGKILL
   assert not (run.workdir / 'summary.json').exists()
 
-  assert 'Resumed from' in run.finish('rerun')
+  caplog.set_level('INFO')
+  run.finish()
+  assert 'Resumed from' in caplog.text
   assert run.ends_identical()
-  jax.tree.map(np.testing.assert_array_equal, _final_state(run.workdir),
-               _final_state(run.reference))
+  jax.tree.map(np.testing.assert_array_equal, final_state(run.workdir, 40),
+               final_state(run.reference, 40))
   logged = [r['step'] for r in history(run.reference) if 'train_loss' in r]
   assert _tensorboard_steps(run.workdir, 'loss/train') == logged
   for line in (run.workdir / 'metrics.jsonl').read_text().splitlines():
@@ -370,11 +364,10 @@ def test_a_stop_signal_saves_what_was_done_exits_75_and_the_rerun_ends_identical
   completes the run."""
   # The signal's step is the newest checkpoint: none is scheduled before
   # step 100, or (Ctrl-C) none after the first epoch's until the run ends.
-  flags = ([
-      '--config.checkpoint_every_steps=100'
-  ] if while_training == signal.SIGTERM else [
-      '--config.checkpoint_every_steps=0', '--config.checkpoint_min_seconds=1e9'
-  ])
+  overrides = (dict(
+      checkpoint_every_steps=100) if while_training == signal.SIGTERM else dict(
+          checkpoint_every_steps=0, checkpoint_min_seconds=1e9))
+  flags = [f'--config.{name}={value}' for name, value in overrides.items()]
   name = _NAMES[at_start_up]
   reached = False  # whether any attempt ran the command's first line
   for attempt, delay in enumerate((0.3, 3.5)):
@@ -412,7 +405,7 @@ def test_a_stop_signal_saves_what_was_done_exits_75_and_the_rerun_ends_identical
   assert (f'Preempted ({name}): saved a checkpoint of step {saved[-1]} in '
           f'{run.workdir / "checkpoints"} and stopped; rerun the same command '
           'to resume.') in output
-  run.finish('rerun', *flags)
+  run.finish(**overrides)
   assert run.ends_identical()
 
 
@@ -431,7 +424,7 @@ def test_a_second_ctrl_c_exits_at_once_and_the_rerun_clears_what_it_left(run):
       'error: Interrupted again: stopped at once, without saving; rerun the '
       'same command to resume from the newest complete checkpoint.'
   ]
-  run.finish('rerun')
+  run.finish()
   assert run.ends_identical()
   left = [
       p.name for p in run.workdir.rglob('*')
@@ -508,21 +501,19 @@ def test_a_resumed_two_process_job_signalled_at_start_up_stops_before_training(
 # ---- readers verify; config.json; init_from ----
 
 
-def _analyze(workdir, out) -> subprocess.CompletedProcess:
-  return subprocess.run([
-      sys.executable, '-m', 'vit_jax.analyze', f'--workdir={workdir}',
-      f'--out={out}', '--num_images=2', '--distance_images=8', '--components=3'
-  ], cwd=ROOT, capture_output=True, text=True,
-                        env={**os.environ, 'JAX_PLATFORMS': 'cpu'}, check=False)
-
-
 def test_readers_skip_a_damaged_newest_checkpoint_and_refuse_a_run_without_one(
-    run):
-  """As analyze, fine-tuning (init_from) and the teachers read a run."""
+    run, caplog):
+  """As analyze, fine-tuning (init_from) and the teachers read a run; a
+  refusal is one `error:` line (`errors.exit_on_user_error`)."""
   workdir = shutil.copytree(run.reference, run.workdir)
   checkpoints = workdir / 'checkpoints'
   _flip_four_bytes(checkpoints / '40')
-  out = _analyze(workdir, run.tmp_path / 'out')
+  out = subprocess.run([
+      sys.executable, '-m', 'vit_jax.analyze', f'--workdir={workdir}',
+      f'--out={run.tmp_path / "out"}', '--num_images=2', '--distance_images=8',
+      '--components=3'
+  ], cwd=ROOT, capture_output=True, text=True,
+                       env={**os.environ, 'JAX_PLATFORMS': 'cpu'}, check=False)
   assert out.returncode == 0, out.stderr[-3000:]
   warnings = [line for line in out.stderr.splitlines() if 'Skipping' in line]
   assert len(warnings) == 1 and (
@@ -535,12 +526,12 @@ def test_readers_skip_a_damaged_newest_checkpoint_and_refuse_a_run_without_one(
   _flip_four_bytes(checkpoints / '36')
   refused = (f'None of the checkpoints in {checkpoints} (steps 36, 40) can be '
              'restored; the warnings above say why.')
-  out = _analyze(workdir, run.tmp_path / 'out2')
-  assert out.returncode == 1
-  assert _error_lines(out.stderr) == [f'error: {refused}']
-  assert sum('Skipping' in line for line in out.stderr.splitlines()) == 2
-  assert 'Traceback' not in out.stderr
-  assert not (run.tmp_path / 'out2' / 'analysis.json').exists()
+  with pytest.raises(CheckpointError) as refused_analysis:
+    analyze.analyze(run.tmp_path / 'out2', workdir=workdir, num_images=2,
+                    distance_images=8, components=3)
+  assert str(refused_analysis.value) == refused
+  assert caplog.text.count('Skipping checkpoint') == 2
+  assert not (run.tmp_path / 'out2').exists()
   # Data that does not exist: had it been read first, its error would show.
   config = process_test_config(run.tmp_path / 'no-data')
   config.init_from = str(workdir)
@@ -577,38 +568,20 @@ def test_a_reader_of_a_live_run_never_calls_a_rotated_checkpoint_damaged(
   assert steps == sorted(steps) and len(steps) >= 3, (steps, in_progress)
 
 
-def test_a_bad_init_from_is_one_line_before_the_data(tmp_path):
-  """Missing, a pickle, or of another architecture: one line (`job.run`
-  prints a ConfigError as `error: ` and it)."""
-  a_pickle, other = tmp_path / 'params.npz', tmp_path / 'other.npz'
-  a_pickle.write_bytes(pickle.dumps({'kernel': [1.0]}))
-  model = models.create_model('ViT-Tiny-CIFAR_4', 10, num_layers=1,
-                              hidden_size=8, num_heads=2, mlp_dim=16)
-  npz.save_npz(
-      jax.tree.map(lambda s: np.zeros(s.shape, s.dtype),
-                   params_lib.param_shapes(model, 32)), other)
+def test_a_missing_init_from_is_one_line_before_the_data(tmp_path):
+  """`job.run` prints a ConfigError as `error: ` and it; a pickle or another
+  architecture is refused in one line too (test_training_finetune.py)."""
+  path = tmp_path / 'absent.npz'
   # Data that does not exist: had it been read first, its error would show.
   config = process_test_config(tmp_path / 'no-data')
-  for path, message in (
-      (tmp_path / 'absent.npz',
-       f'No checkpoint at {tmp_path / "absent.npz"}: pass a vit_jax.main '
-       'workdir (or its best_checkpoint), an official .npz, a timm '
-       'model.safetensors or hub folder, or a transformers ViT folder.'),
-      (a_pickle, f'{a_pickle} is not a .npz file (a zip archive of arrays): '
-       'pass a released ViT .npz or the --workdir of a `vit_jax.main` run.'),
-      (other, 'holds a ViT with hidden size 8, 1 layer of 2 heads, MLP 16, '
-       "patch 4x4, but this run's model (config.model='ViT-Tiny-CIFAR_4' "
-       'with its model_overrides) is a ViT with hidden size 64, 2 layers of '
-       '4 heads, MLP 128, patch 4x4: pass a checkpoint of this model, or set '
-       '--config.model and --config.model_overrides to fine-tune the one it '
-       'holds.')):
-    config.init_from = str(path)
-    with pytest.raises(ConfigError) as refused:
-      train.train_and_evaluate(config, tmp_path / 'run')
-    error = str(refused.value)
-    assert error.startswith(f"config.init_from='{path}'") and '\n' not in error
-    assert error.endswith(message) and 'allow_pickle' not in error
-    assert not (tmp_path / 'run').exists()
+  config.init_from = str(path)
+  with pytest.raises(ConfigError) as refused:
+    train.train_and_evaluate(config, tmp_path / 'run')
+  assert str(refused.value) == (
+      f"config.init_from='{path}': No checkpoint at {path}: pass a "
+      'vit_jax.main workdir (or its best_checkpoint), an official .npz, a timm '
+      'model.safetensors or hub folder, or a transformers ViT folder.')
+  assert not (tmp_path / 'run').exists()
 
 
 def test_a_lost_config_json_is_rebuilt_or_the_way_out_is_named(run, caplog):
@@ -620,19 +593,17 @@ def test_a_lost_config_json_is_rebuilt_or_the_way_out_is_named(run, caplog):
   config_file, checkpoints = workdir / 'config.json', workdir / 'checkpoints'
   saved = json.loads(config_file.read_text())
   config_file.unlink()
-  config = process_test_config(run.data_dir)
-  config.batch_size = 32
   with pytest.raises(
       ConfigError, match=rf'^{workdir} holds a run with another '
       r'config.batch_size \(16 there, 32 here\)'):
-    train.train_and_evaluate(config, workdir)
+    run.finish(batch_size=32)
   assert (f'{config_file} is missing: rebuilt from the config saved with '
           f'checkpoint {checkpoints / "40"}.') in caplog.text
   assert json.loads(config_file.read_text()) == saved
   assert run.ends_identical()
 
   config_file.write_text(config_file.read_text()[:200])
-  train.train_and_evaluate(process_test_config(run.data_dir), workdir)
+  run.finish()
   assert f'{config_file} is not valid JSON (' in caplog.text
   assert json.loads(config_file.read_text()) == saved
 
@@ -647,4 +618,4 @@ def test_a_lost_config_json_is_rebuilt_or_the_way_out_is_named(run, caplog):
       r'config they are of, so no run can resume them\. Pass '
       rf'a new --workdir, or move {checkpoints} away to start '
       r'afresh here\.$'):
-    train.train_and_evaluate(process_test_config(run.data_dir), workdir)
+    run.finish()

@@ -9,23 +9,25 @@ import pytest
 
 from vit_jax.runtime import distributed
 
-_COUNT_DEVICES = (
-    'from vit_jax.runtime import distributed, preemption, sharding; distributed.set_cpu_devices({}); '
-    'import jax; print(jax.device_count())')
 
-
-def _device_count(count, xla_flags=''):
-  env = {**os.environ, 'XLA_FLAGS': xla_flags, 'JAX_PLATFORMS': 'cpu'}
-  out = subprocess.run([sys.executable, '-c',
-                        _COUNT_DEVICES.format(count)], env=env,
+def test_sets_the_cpu_device_count_unless_an_xla_flag_does(monkeypatch):
+  out = subprocess.run([
+      sys.executable, '-c', 'from vit_jax.runtime import distributed; '
+      'distributed.set_cpu_devices(3); import jax; print(jax.device_count())'
+  ], env={**os.environ, 'XLA_FLAGS': '', 'JAX_PLATFORMS': 'cpu'},
                        capture_output=True, text=True, check=True)
-  return int(out.stdout.split()[-1])
-
-
-def test_sets_the_cpu_device_count_unless_an_xla_flag_does():
-  assert _device_count(3) == 3
-  assert _device_count(None) == 4
-  assert _device_count(3, '--xla_force_host_platform_device_count=2') == 2
+  assert out.stdout.split()[-1] == '3'
+  # The default, and a count XLA_FLAGS sets, as jax is told them (this
+  # process's devices are fixed already).
+  told = []
+  monkeypatch.setattr(distributed.jax.config, 'update',
+                      lambda *setting: told.append(setting))
+  monkeypatch.setenv('XLA_FLAGS', '')
+  distributed.set_cpu_devices(None)
+  monkeypatch.setenv('XLA_FLAGS', '--xla_force_host_platform_device_count=2')
+  distributed.set_cpu_devices(3)
+  assert told == [('jax_num_cpu_devices', distributed.DEFAULT_CPU_DEVICES)]
+  assert distributed.DEFAULT_CPU_DEVICES == 4
 
 
 # ------------------------------------------------------- multi-process -----
