@@ -1,5 +1,5 @@
-"""timm's VisionTransformer hub folder (`create_model('local-dir:DIR')`), its
-model_args our logits'; the hybrid is timm's HybridEmbed on a ResNetV2."""
+"""timm's VisionTransformer hub folder, which `create_model('local-dir:DIR')`
+reads to compute our logits; the hybrid is HybridEmbed on a ResNetV2."""
 
 import pathlib
 import re
