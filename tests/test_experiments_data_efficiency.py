@@ -111,11 +111,7 @@ def test_the_sweeps_stages_and_the_runs_each_reads(capsys):
   runs_ = _sweep(capsys)
   assert list(runs_) == list(first) + list(second)
   assert len(runs_) == 129
-  # The summary reads the same runs.
-  assert list(summary.planned()) == list(runs_)
-  assert summary.planned()['vit_study+spt_lsa+distillation_e30_seed0'] == {
-      'recipe': 'study+spt_lsa+distillation', 'train_examples': 5000
-  }
+  assert list(summary.planned()) == list(runs_)  # the summary's runs
   # Stage one holds every run that another reads, and reads none.
   fields = ('config.distillation_teacher', 'config.locality_guidance_teacher',
             'config.init_from')

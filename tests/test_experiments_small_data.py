@@ -43,11 +43,10 @@ def test_the_sweeps_print_every_run(capsys):
 
 def _finished(directory, model, augment, seed, batch_size, accuracies):
   """A workdir as `vit_jax.main` leaves it, as far as the summary reads it."""
-  epochs = len(accuracies)
   finished_run(directory, seed, model, best_test_accuracy=max(accuracies),
                best_epoch=float(accuracies.index(max(accuracies)) + 1),
-               final_train_accuracy=accuracies[-1] + 0.1, epochs=epochs,
-               train_seconds=36.0 * epochs)
+               final_train_accuracy=accuracies[-1] + 0.1,
+               epochs=len(accuracies), train_seconds=36.0 * len(accuracies))
   (directory / 'config.json').write_text(
       json.dumps({
           'model': cifar_small.MODELS[model][0], 'seed': seed,

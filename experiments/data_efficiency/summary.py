@@ -148,7 +148,7 @@ def main(argv=None):
       HERE, records, f'{workdir} or results.json', {
           'ablation table': table(records), 'answer across budgets':
               budgets.answer(records), 'missing runs': runs.missing_runs(
-                  list(planned), set(found))
+                  list(planned()), set(found))
       }, {'ablation.png': plot, 'budgets.png': budgets.plot})
 
 
