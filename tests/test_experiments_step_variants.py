@@ -1,5 +1,4 @@
-"""experiments/benchmarks/step_variants.py: variants of a train step, each in
-a fresh process; one that fails is a row, and the budget stops new runs."""
+"""experiments/benchmarks/step_variants.py: variants, each in a process."""
 
 import json
 import subprocess
@@ -13,6 +12,7 @@ import pytest
 
 from experiments.benchmarks import step_variants
 from tests.helpers import normal
+from tests.helpers import random_params
 from tests.helpers import randomized
 from vit_jax import models
 from vit_jax.models.layers import attention as attention_layer
@@ -29,8 +29,8 @@ def _main(monkeypatch, *flags):
 
 def test_a_variant_xla_refuses_is_a_row_and_the_others_run(
     monkeypatch, capsys, tmp_path):
-  """ViT-B/16's step at --smoke's size; `cublaslt`'s flag made one that
-  XLA lacks, so its process dies starting jax."""
+  # ViT-B/16's step at --smoke's size; `cublaslt`'s flag made one that XLA
+  # lacks, so its process dies starting jax.
   profiled = step_variants.PROFILED  # its flag left out: a CPU's XLA
   monkeypatch.setattr(step_variants, 'GPU_FLAGS',
                       {profiled: '', 'cublaslt': '--xla_no_such_flag=true'})
@@ -51,16 +51,14 @@ def test_a_variant_xla_refuses_is_a_row_and_the_others_run(
   }
 
 
-def test_the_baseline_opens_every_round_the_others_alternate(
+def test_the_baseline_opens_every_round_and_the_seconds_stop_new_runs(
     monkeypatch, capsys):
   ran = []
 
   def run(variant, unused_args):
     ran.append(variant)
-    return {
-        'variant': variant, 'train_images_per_second': 1.0,
-        'compile_seconds': 1.0
-    }
+    return dict(variant=variant, train_images_per_second=1.0,
+                compile_seconds=1.0)
 
   monkeypatch.setattr(step_variants, '_run', run)
   _main(monkeypatch, '--gpu', '--rounds=2', '--variants=default,cublaslt,'
@@ -70,59 +68,54 @@ def test_the_baseline_opens_every_round_the_others_alternate(
       'cublaslt'
   ]
   assert '| patch_matmul | 2 | 1.0 | 1.0 |' in capsys.readouterr().out
-
-
-def test_no_run_starts_once_the_seconds_are_spent(monkeypatch, capsys):
   _main(monkeypatch, '--gpu', '--seconds=-1')
   printed = capsys.readouterr().out
-  assert 'round' not in printed
-  assert '| default | 0 |  |  |' in printed
-
-
-def test_an_unknown_variant_is_named_with_the_choices(monkeypatch, capsys):
+  assert 'round' not in printed and '| default | 0 |  |  |' in printed
   with pytest.raises(SystemExit):
     _main(monkeypatch, '--gpu', '--variants=default,cudnn_layernorm')
   error = capsys.readouterr().err
   assert 'unknown variants cudnn_layernorm; use some of default, ' in error
 
 
-@pytest.mark.parametrize('dtype, tolerance', [(jnp.float32, 1e-5),
-                                              (jnp.bfloat16, 2e-2)])
-def test_the_patch_matmul_is_the_conv_with_the_same_parameters(
-    monkeypatch, dtype, tolerance):
+def test_the_patch_matmul_is_the_conv_with_the_same_parameters(monkeypatch):
   # Restored after the test: use_patch_matmul replaces it.
   monkeypatch.setattr(patch_embedding, 'embed_patches',
                       patch_embedding.embed_patches)
-  model = models.create_model('ViT-Ti_16', num_classes=10, dtype=dtype,
-                              **_ONE_LAYER)
+  # The parameters are float32 whatever the computation's dtype.
+  model = {
+      dtype: models.create_model('ViT-Ti_16', num_classes=10, dtype=dtype,
+                                 **_ONE_LAYER)
+      for dtype in (jnp.float32, jnp.bfloat16)
+  }
   images = normal((2, 32, 32, 3))
-  conv = model.init(jax.random.key(0), images, train=False)
+  conv = model[jnp.float32].init(jax.random.key(0), images, train=False)
   # Nothing zero (the initial head and biases are), for the logits to show.
   random = {'params': randomized(conv['params'])}
 
   def program(variables):
     return str(
-        jax.make_jaxpr(lambda v: model.apply(v, images, train=False))(
-            variables))
+        jax.make_jaxpr(lambda v: model[jnp.float32].apply(
+            v, images, train=False))(variables))
+
+  def logits():
+    return {d: m.apply(random, images, train=False) for d, m in model.items()}
 
   assert 'conv_general_dilated' in program(conv)
-  expected = model.apply(random, images, train=False)
+  expected = logits()
   step_variants.use_patch_matmul()
-  matmul = model.init(jax.random.key(0), images, train=False)
+  matmul = model[jnp.float32].init(jax.random.key(0), images, train=False)
   assert 'conv_general_dilated' not in program(matmul)
-  assert jax.tree.map(np.shape, matmul) == jax.tree.map(np.shape, conv)
-  for ours, theirs in zip(jax.tree.leaves(matmul), jax.tree.leaves(conv)):
-    np.testing.assert_array_equal(ours, theirs)
-  logits = model.apply(random, images, train=False)
-  assert logits.dtype == expected.dtype
-  np.testing.assert_allclose(np.asarray(logits, np.float32),
-                             np.asarray(expected, np.float32), rtol=tolerance,
-                             atol=tolerance)
+  jax.tree.map(np.testing.assert_array_equal, matmul, conv)  # the same tree
+  for (dtype, ours), tolerance in zip(logits().items(), (1e-5, 2e-2)):
+    assert ours.dtype == expected[dtype].dtype
+    np.testing.assert_allclose(np.asarray(ours, np.float32),
+                               np.asarray(expected[dtype], np.float32),
+                               rtol=tolerance, atol=tolerance)
 
 
 def test_a_run_that_outlasts_its_time_keeps_what_it_timed(monkeypatch):
-  """The profiled variant prints its timing before it traces: a run cut
-  there keeps it; one cut before has nothing."""
+  # The profiled variant prints its timing before it traces: a run cut
+  # there keeps it; one cut before has nothing.
   timed = {
       'variant': step_variants.PROFILED, 'batch_size': 256,
       'train_images_per_second': 3000.0, 'compile_seconds': 15.0
@@ -155,12 +148,8 @@ def test_the_fused_qkv_is_the_three_projections(monkeypatch, attention):
   model = models.create_model('ViT-Ti_16', num_classes=10, attention=attention,
                               **_ONE_LAYER)
   images = normal((2, 32, 32, 3))
-  # Nothing zero (the initial head and biases are): a bias or an output
-  # out of place would show.
-  variables = {
-      'params': randomized(
-          model.init(jax.random.key(0), images, train=False)['params'])
-  }
+  # Nothing zero: a bias or an output out of place would show.
+  variables = {'params': random_params(model, images, train=False)}
 
   def run():
     logits = model.apply(variables, images, train=False)

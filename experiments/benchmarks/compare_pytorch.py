@@ -2,16 +2,8 @@ r"""Our ViT-Tiny train step against timm's VisionTransformer, on this machine.
 
   python experiments/benchmarks/compare_pytorch.py \
       --torch_python=../torch_venv/bin/python --rounds=3 --steps=10
-
-Our contenders (`python -m vit_jax.benchmark`, on 1 and 4 host devices) run
-under this Python; the PyTorch ones in `timm_worker` under `--torch_python`, a
-venv with torch and timm that the project does not depend on. timm's model is
-configured as ViT-Tiny-CIFAR_4 (`timm_worker.timm_vit` asserts its parameters,
-norms and dropouts); each round runs every contender in a fresh process,
-alternating order: batch 128, float32, AdamW, eager and torch.compile. Writes
-the runs and medians to --output and prints a table.
 """
-
+import functools
 import json
 import pathlib
 import statistics
@@ -23,13 +15,15 @@ REPO = HERE.parent.parent
 sys.path.insert(0, str(REPO))
 
 # pylint: disable=g-import-not-at-top,wrong-import-position
+from experiments import runs
 from experiments.benchmarks import study_step
 from experiments.benchmarks import timm_worker
 # pylint: enable=g-import-not-at-top,wrong-import-position
 
 BATCH = 128
-# Each PyTorch mode's `timm_worker.COMPILED`.
+# Each PyTorch mode's `timm_worker.COMPILED`, and its name in the table.
 TORCH_MODES = {'eager': 'nothing', 'compile': 'step'}
+TORCH_NAMES = {'eager': 'eager', 'compile': 'torch.compile'}
 # ViT-Tiny-CIFAR_4, its parameters as tests/test_models_registry.py counts.
 VIT_TINY_CIFAR = timm_worker.Architecture(
     image=32, patch=4, hidden=128, layers=6, heads=4, mlp=512, classes=10,
@@ -68,23 +62,6 @@ def run(command: list[str]) -> dict:
   return json.loads(stdout.strip().splitlines()[-1])
 
 
-def contenders(steps: int, torch_python: str, torch_modes: list[str]) -> dict:
-  """Each contender's name and a function that runs it once."""
-  ours = BENCHMARK + [f'--steps={steps}', '--noaugment']
-  names = {
-      'eager': 'PyTorch (timm) eager', 'compile': 'PyTorch (timm) torch.compile'
-  }
-  return {
-      'vit_jax, 1 CPU device': lambda: run(ours + ['--cpu_devices=1']),
-      'vit_jax, 4 host devices (default)': lambda: run(
-          ours + ['--cpu_devices=4'
-                 ]), **{
-                     names[mode]: lambda m=mode: timm_run(
-                         torch_python, m, steps) for mode in torch_modes
-                 },
-  }
-
-
 def main():
   parser = study_step.parser(__doc__, rounds=3, steps=10)
   parser.add_argument(
@@ -99,10 +76,18 @@ def main():
   torch_modes = [m for m in args.torch_modes.split(',') if m]
   if not torch_modes or set(torch_modes) - set(TORCH_MODES):
     parser.error(f'--torch_modes: a subset of {",".join(TORCH_MODES)}')
-  runs = contenders(args.steps, args.torch_python, torch_modes)
-  results = {name: [] for name in runs}
-  for round_number, name in study_step.rounds(runs, args.rounds):
-    result = runs[name]()
+  ours = BENCHMARK + [f'--steps={args.steps}', '--noaugment']
+  each = {
+      'vit_jax, 1 CPU device': lambda: run(ours + ['--cpu_devices=1']),
+      'vit_jax, 4 host devices (default)': lambda: run(ours +
+                                                       ['--cpu_devices=4']),
+  }
+  for mode in torch_modes:
+    each[f'PyTorch (timm) {TORCH_NAMES[mode]}'] = functools.partial(
+        timm_run, args.torch_python, mode, args.steps)
+  results = {name: [] for name in each}
+  for round_number, name in study_step.rounds(each, args.rounds):
+    result = each[name]()
     rate = result.get('images_per_second',
                       result.get('train_images_per_second'))
     results[name].append({**result, 'images_per_second': rate})
@@ -113,24 +98,22 @@ def main():
       for name, rs in results.items()
   }
   best_torch = max(v for k, v in medians.items() if k.startswith('PyTorch'))
+  ratios = {
+      k: v / best_torch for k, v in medians.items() if k.startswith('vit_jax')
+  }
   study_step.write_json(
       args.output, {
           'rounds': args.rounds, 'steps': args.steps, 'pythons': {
               'vit_jax': sys.executable, 'pytorch': args.torch_python
           }, 'pytorch_model': 'timm VisionTransformer (ViT-Tiny-CIFAR_4 '
                               'config)', 'median_images_per_second': medians,
-          'ours_over_best_pytorch': {
-              k: v / best_torch
-              for k, v in medians.items() if k.startswith('vit_jax')
-          }, 'runs': results
+          'ours_over_best_pytorch': ratios, 'runs': results
       })
-  print()
-  study_step.print_table(
-      ('step (ViT-Tiny-CIFAR_4, batch 128, f32, AdamW)', 'median img/s',
-       'ours / best PyTorch'),
-      ((name, f'{rate:.1f}',
-        f'{rate / best_torch:.2f}' if name.startswith('vit_jax') else '')
-       for name, rate in medians.items()))
+  print('\n' + runs.markdown_table([
+      'step (ViT-Tiny-CIFAR_4, batch 128, f32, AdamW)', 'median img/s',
+      'ours / best PyTorch'
+  ], [[name, f'{rate:.1f}', f'{ratios[name]:.2f}' if name in ratios else '']
+      for name, rate in medians.items()]))
 
 
 if __name__ == '__main__':

@@ -1,15 +1,7 @@
-r"""One command for the GPU rows of experiments/benchmarks/README.md (its "GPU"
-section says what each measures), in under 9 minutes on one H100:
+r"""One command for the GPU rows of experiments/benchmarks/README.md ("GPU").
 
-  python experiments/benchmarks/gpu.py --cifar_dir=../shared/data/cifar10-5k
-  python experiments/benchmarks/gpu.py --quick --cifar_dir=...
-  python experiments/benchmarks/gpu.py --summarize_only
   python experiments/benchmarks/gpu.py --smoke --cifar_dir=DIR \
       --output=/tmp/gpu/gpu_results.json --readme=/tmp/gpu/README.md
-
-Each section runs within its time budget (`gpu_plan`); every row lands in
---output and the README's GPU section as it completes, so a killed run keeps
-what it measured. `--smoke` runs the same code on the CPU at tiny sizes.
 """
 
 import datetime
@@ -36,6 +28,7 @@ from experiments.benchmarks import gpu_report
 from experiments.benchmarks import gpu_sections
 from experiments.benchmarks import gpu_steps
 from experiments.benchmarks import study_step
+from experiments.benchmarks import timm_worker
 from vit_jax.runtime import distributed
 from vit_jax.runtime import files
 from vit_jax.runtime import sharding
@@ -45,7 +38,6 @@ from vit_jax.training import step_benchmark
 # pylint: enable=g-import-not-at-top,wrong-import-position
 
 HERE = pathlib.Path(__file__).resolve().parent
-OUT_OF_TIME = gpu_steps.OUT_OF_TIME
 SECTION = 'gpu results'
 WRITER = 'gpu.py'
 # Our process grows its GPU memory as it goes instead of taking 75% at the
@@ -57,8 +49,8 @@ ALLOCATOR = {
 
 
 def _versions() -> dict:
-  """jax's and, on a GPU, CUDA's and cuDNN's (from jax's private module: no
-  public API has them); None where they cannot be read."""
+  """jax's, and CUDA's and cuDNN's on a GPU (None elsewhere)."""
+  # jax's private module: no public API has CUDA's and cuDNN's.
   from jax._src import lib  # pylint: disable=g-import-not-at-top
   cuda = (getattr(lib, 'cuda_versions', None)
           if jax.default_backend() == 'gpu' else None)
@@ -120,22 +112,14 @@ class Results:
                        WRITER)
 
 
-class Clock:
-  """Seconds left to each section, which ends at the sum of its and the earlier
-  budgets from `start`."""
-
-  def __init__(self, plan: gpu_plan.Plan, start: float):
-    self.start = start
-    sections, budgets = zip(*plan.budgets)
-    ends = itertools.accumulate(budgets, initial=start)
-    self.ends = dict(zip(sections, list(ends)[1:]))
-
-  def left(self, section: str) -> float:
-    return self.ends[section] - time.monotonic()
+def seconds_left(plan: gpu_plan.Plan, start: float):
+  """A section's seconds left: it ends at its and the earlier budgets' sum."""
+  sections, budgets = zip(*plan.budgets)
+  ends = dict(zip(sections, itertools.accumulate(budgets)))
+  return lambda section: start + ends[section] - time.monotonic()
 
 
-def measure(plan: gpu_plan.Plan, results: Results, clock: Clock,
-            torch_python: str):
+def measure(plan: gpu_plan.Plan, results: Results, left, torch_python: str):
   """The train-step, attention, profile and input sections, into `results`."""
   # The datasheet's is one device's; our step and the matmul use them all.
   per_device = flops.peak_flops(results.data['device'], 'bfloat16')
@@ -149,14 +133,18 @@ def measure(plan: gpu_plan.Plan, results: Results, clock: Clock,
       'datasheet_tflop_per_second': datasheet and datasheet / 1e12
   }
   peaks = {'datasheet': datasheet, 'matmul': matmul}
-  worker, timm_missing = gpu_sections.start_worker(torch_python)
-  if worker:
+  try:
+    worker, timm_missing = timm_worker.TimmWorker(torch_python), ''
     results.data['versions'].update(worker.versions)
+  except (timm_worker.WorkerError, OSError) as e:
+    worker = None
+    timm_missing = f'torch and timm do not import in {torch_python} ({e})'
   last, timm_modes = 0.0, tuple(gpu_steps.TIMM_MODES)
   for label, model, batch in plan.models:
     # A model's rows take about as long as the last model's did.
-    if clock.left('train step') <= last:
-      rows = gpu_steps.not_measured(label, plan, batch, OUT_OF_TIME, timm_modes)
+    if left('train step') <= last:
+      rows = gpu_steps.not_measured(label, plan, batch, gpu_steps.OUT_OF_TIME,
+                                    timm_modes)
     else:
       start = time.monotonic()
       rows = gpu_steps.compare_model(label, model, batch, plan, peaks, worker,
@@ -183,7 +171,7 @@ def measure(plan: gpu_plan.Plan, results: Results, clock: Clock,
   }
   for section, rows_of in sections.items():
     if dict(plan.budgets)[section]:  # --quick plans no time for the rest
-      for row in rows_of(plan, lambda s=section: clock.left(s)):
+      for row in rows_of(plan, lambda s=section: left(s)):
         results.add(row)
 
 
@@ -224,7 +212,8 @@ def main():
   runs.require_cifar10_subset(args.cifar_dir)
   plan = (gpu_plan.SMOKE
           if args.smoke else gpu_plan.QUICK if args.quick else gpu_plan.H100)
-  clock = Clock(plan, time.monotonic())
+  start = time.monotonic()
+  left = seconds_left(plan, start)
   study_environment = dict(os.environ)  # jax's defaults for the study
   for name, value in ALLOCATOR.items():
     os.environ.setdefault(name, value)
@@ -232,15 +221,13 @@ def main():
   if jax.default_backend() == 'cpu' and not args.smoke:
     sys.exit('error: jax sees no GPU here; on a CPU, run with --smoke.')
   results = Results(output, readme,
-                    {**environment(args.smoke), 'quick': args.quick},
-                    clock.start)
+                    {**environment(args.smoke), 'quick': args.quick}, start)
   results.write()
   # First, while the GPU is all but free (this process holds no memory).
   for row in gpu_sections.study_rows(plan, args.cifar_dir.resolve(),
-                                     lambda: clock.left('study'),
-                                     study_environment):
+                                     lambda: left('study'), study_environment):
     results.add(row)
-  measure(plan, results, clock, args.torch_python)
+  measure(plan, results, left, args.torch_python)
   results.data['finished'] = True
   results.write()
   print('\n' + gpu_report.report(results.data))

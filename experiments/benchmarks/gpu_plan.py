@@ -1,6 +1,4 @@
-"""What `gpu.py` measures, at which sizes, and in how much time: the H100
-plan, its `--quick` cut, and the same rows at tiny sizes for the CPU
-(`--smoke`)."""
+"""What `gpu.py` measures, at which sizes, in what time (`--smoke`: tiny)."""
 
 import dataclasses
 
@@ -47,7 +45,6 @@ class Plan:
   budgets: tuple[tuple[str, float], ...]
 
 
-SECTIONS = ('study', 'train step', 'attention', 'profile', 'input')
 # timm's step as a PyTorch user runs it at its best
 # (timm_worker.COMPILED): the whole step compiled, or the model compiled
 # beside AdamW's fused kernel.
@@ -97,4 +94,4 @@ SMOKE = Plan(
         }), attention_shape=(2, 17, 2, 16), token_multiples=(2, 64),
     profile_models=1, profile_steps=2, input_image_size=32, input_batch_size=4,
     input_steps=2, input_rounds=1, jpeg_size=(40, 30), budgets=tuple(
-        (section, 300) for section in SECTIONS))
+        (section, 300) for section, _ in H100.budgets))

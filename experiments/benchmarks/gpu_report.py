@@ -1,9 +1,8 @@
-"""What `gpu.py` makes of its rows: the summary, the line it prints as each
-row lands, and the README's GPU section."""
+"""What `gpu.py` makes of its rows: the summary, each row's line, the README."""
 
+from experiments import runs
 from experiments.benchmarks import gpu_plan
 from experiments.benchmarks import profile_step
-from experiments.benchmarks import study_step
 
 # The GPU targets (issue 47), on the same GPU in the same call: each model's
 # train step against timm's at its best, and its share of the bf16 peak;
@@ -18,7 +17,6 @@ INPUT_OVER_B16_TARGET = 1.2
 # The study's best test accuracy over seeds 0-2 on the CPU (mean, std;
 # experiments/small_data): a GPU run within two standard deviations.
 STUDY_ACCURACY = (0.509, 0.006)
-B16 = gpu_plan.B16
 
 
 def _measured(rows: list[dict], section: str, **fields) -> list[dict]:
@@ -38,28 +36,16 @@ def pair(rows: list[dict], model: str) -> tuple[dict, dict]:
       for implementation in ('vit_jax', 'timm'))
 
 
-def _batch(rows: list[dict], model: str) -> str:
-  """', batch N' of `model`'s train-step rows; empty without one."""
-  batches = [
-      r['batch_size'] for r in rows
-      if r['section'] == 'train step' and r['model'] == model
-  ]
-  return f', batch {batches[0]}' if batches else ''
-
-
 def _study(rows: list[dict], state: str) -> dict:
   """The run of the study's config as it is with a `state` cache."""
-  measured = [
-      r for r in _measured(rows, 'study', compilation_cache=state)
-      if 'steps_per_dispatch' not in r['overrides']
-  ]
-  return measured[0] if measured else {}
+  return next((r for r in _measured(rows, 'study', compilation_cache=state)
+               if 'steps_per_dispatch' not in r['overrides']), {})
 
 
 def summary(results: dict) -> dict:
   """The headline numbers; None where the run has not measured them."""
   rows = results['rows']
-  ours, timm = pair(rows, B16)
+  ours, timm = pair(rows, gpu_plan.B16)
   return {
       'device': results.get('device'),
       'vit_b16_images_per_second': ours.get('images_per_second'),
@@ -90,14 +76,14 @@ def row_line(row: dict) -> str:
 
 def _table(rows: list[dict], section: str, intro, header: list[str], lead,
            measured) -> list[str]:
-  """`section`'s rows after `intro(first row)`: `lead(row)`'s cells, then
-  `measured(row)`'s or the reason it was not measured."""
+  """`intro(first row)`, then a row's `lead` and `measured` cells or why not."""
   chosen = [r for r in rows if r['section'] == section]
   if not chosen:
     return []
   return [
       '',
-      intro(chosen[0]), '', *study_step.table(header, [
+      intro(chosen[0]), '',
+      runs.markdown_table(header, [
           lead(r) +
           ([f'not measured: {r["skipped"]}'] if 'skipped' in r else measured(r))
           for r in chosen
@@ -114,6 +100,10 @@ def _targets(results: dict) -> list[str]:
   lines = []
   for model, (over_timm, share) in STEP_TARGETS.items():
     ours, timm = pair(rows, model)
+    batch = next(
+        (r['batch_size']
+         for r in rows if r['section'] == 'train step' and r['model'] == model),
+        0)
     ratio = (ours['images_per_second'] /
              timm['images_per_second'] if ours and timm else None)
     goal = f'>= {over_timm}x timm\'s best' + (
@@ -121,7 +111,7 @@ def _targets(results: dict) -> list[str]:
     met = None if ratio is None else ratio >= over_timm and (
         share is None or (ours['peak_share'] or 0) >= share)
     lines.append([
-        f'{model} train step{_batch(rows, model)}: {goal}',
+        f'{model} train step{f", batch {batch}" if batch else ""}: {goal}',
         f'{ratio:.2f}x ({ours["variant"]} against {timm["variant"]}), '
         f'{_percent(ours["peak_share"])} of peak' if ratio else '',
         _status(met)
@@ -146,24 +136,23 @@ def _targets(results: dict) -> list[str]:
               for r in studies) if studies else None)
   ])
   inputs = _measured(rows, 'input')
-  b16 = pair(rows, B16)[0].get('images_per_second')
+  b16 = pair(rows, gpu_plan.B16)[0].get('images_per_second')
   keeps_up = (max(r['images_per_second']
                   for r in inputs) >= INPUT_OVER_B16_TARGET *
               b16 if inputs and b16 else None)
   lines.append([
-      f'`benchmark_input` at 224 px >= {INPUT_OVER_B16_TARGET}x {B16}\'s '
-      f'step ({_number(b16)} img/s)',
+      f'`benchmark_input` at 224 px >= {INPUT_OVER_B16_TARGET}x '
+      f'{gpu_plan.B16}\'s step ({_number(b16)} img/s)',
       ', '.join(f'{_number(r["images_per_second"])} img/s ({r["loader"]})'
                 for r in inputs),
       _status(keeps_up)
   ])
-  return list(study_step.table(['target', 'measured', 'status'], lines))
+  return [runs.markdown_table(['target', 'measured', 'status'], lines)]
 
 
 def report(results: dict) -> str:
   """The README's GPU section: where, the targets, a table per section."""
   versions, rows = results['versions'], results['rows']
-  matmul = results.get('matmul', {})
   lines = [
       f'Measured by `python experiments/benchmarks/gpu.py'
       f'{" --smoke" if results["smoke"] else ""}'
@@ -176,13 +165,12 @@ def report(results: dict) -> str:
        f'{results["seconds"]:.0f} s.' if results['finished'] else
        'stopped before the end.'), '', *_targets(results),
   ]
-  if matmul:
+  if matmul := results.get('matmul'):
     lines += [
         '', f'A {matmul["size"]}³ bfloat16 matmul ran at '
-        f'{_number(matmul["tflop_per_second"])} TFLOP/s (datasheet '
-        f'dense bf16 peak: '
-        f'{_number(matmul["datasheet_tflop_per_second"]) or "unknown"}'
-        ' TFLOP/s).'
+        f'{_number(matmul["tflop_per_second"])} TFLOP/s (datasheet dense bf16 '
+        f'peak: {_number(matmul["datasheet_tflop_per_second"]) or "unknown"} '
+        'TFLOP/s).'
     ]
   lines += _table(
       rows, 'train step', lambda r: f'Train step at {r["image_size"]}x'
@@ -202,12 +190,10 @@ def report(results: dict) -> str:
           _number(r['setup_seconds'])
       ])
   lines += _table(
-      rows, 'study', lambda _: '`configs/cifar_small.py` (ViT-Tiny), a '
-      '`vit_jax.main` process with a fresh compilation cache (cold), then the '
-      'one it filled (warm), then 6 epochs of it with one train step a call '
-      '(its train step another program, compiled anew). Training s: the loop, '
-      'evaluations and checkpoints included; img/s in training: the median of '
-      'its records, which leave them out:', [
+      rows, 'study', lambda _: '`configs/cifar_small.py` (ViT-Tiny) in a '
+      '`vit_jax.main` process, its compilation cache fresh (cold) or filled '
+      '(warm), then 6 epochs at one train step a call. Training s: the loop; '
+      'img/s in training: its records\' median, evaluations left out:', [
           'cache', 'overrides', 'epochs', 'end to end s', 'training s',
           'img/s in training', 'best test accuracy'
       ], lambda r: [

@@ -1,5 +1,4 @@
-"""The sections `gpu.py` measures besides the train step's (`gpu_steps`),
-each a function that returns its rows."""
+"""The sections `gpu.py` measures besides the train step's, each a function."""
 
 import gc
 import pathlib
@@ -18,7 +17,6 @@ from experiments.benchmarks import gpu_steps
 from experiments.benchmarks import hlo_parts
 from experiments.benchmarks import profile_step
 from experiments.benchmarks import study_step
-from experiments.benchmarks import timm_worker
 from vit_jax import benchmark_input
 from vit_jax.models.layers import attention
 from vit_jax.models.layers import fused_attention
@@ -30,8 +28,7 @@ OUT_OF_TIME = gpu_steps.OUT_OF_TIME
 def run_study(plan: gpu_plan.Plan, cifar_dir: pathlib.Path, timeout: float,
               env: dict, cache: pathlib.Path, state: str,
               overrides: dict | None = None) -> dict:
-  """The study in a process of its own, compiled through `cache` (`state`:
-  'cold', empty; 'warm', filled by a run before)."""
+  """The study in a process of its own, its `cache` 'cold' (empty) or 'warm'."""
   overrides = {**plan.study_overrides, **(overrides or {})}
   row = {
       'section': 'study', 'config': 'configs/cifar_small.py',
@@ -87,8 +84,7 @@ def study_rows(plan: gpu_plan.Plan, cifar_dir: pathlib.Path, seconds_left,
 
 
 def write_jpegs(folder: pathlib.Path, count: int, size: tuple[int, int]):
-  """An image folder of `count` training JPEGs and one test image of `size`:
-  16 distinct smooth, lightly noisy images, repeated."""
+  """A folder of `count` training JPEGs and a test one: 16 images repeated."""
   from PIL import Image  # pylint: disable=g-import-not-at-top
   rng = np.random.default_rng(0)
   width, height = size
@@ -134,18 +130,8 @@ def input_rows(plan: gpu_plan.Plan, seconds_left) -> list[dict]:
   return [{**row, **r} for r in results]
 
 
-def start_worker(python: str) -> tuple[timm_worker.TimmWorker | None, str]:
-  """The timm worker, or None and why not."""
-  try:
-    return timm_worker.TimmWorker(python), ''
-  except (timm_worker.WorkerError, OSError) as e:
-    return None, f'torch and timm do not import in {python} ({e})'
-
-
 def attention_rows(plan: gpu_plan.Plan, seconds_left) -> list[dict]:
-  """The attention layer (`MultiHeadSelfAttention`), forward and backward in
-  bfloat16: einsum, and the fused kernel with the tokens padded to each of
-  `plan.token_multiples`."""
+  """The attention layer in bf16: einsum, and fused at each token multiple."""
   batch, tokens, heads, head_dim = plan.attention_shape
   row = {
       'section': 'attention', 'shape': list(plan.attention_shape), 'layer': True
@@ -157,10 +143,10 @@ def attention_rows(plan: gpu_plan.Plan, seconds_left) -> list[dict]:
   x = jax.random.normal(jax.random.key(0), (batch, tokens, heads * head_dim),
                         jnp.bfloat16)
   # 'cudnn' runs `kernel` at each token multiple (KERNELS patched).
-  candidates = {'einsum': ('einsum', {})}
-  for multiple in plan.token_multiples:
-    candidates[f'{kernel}, tokens padded to a multiple of {multiple}'] = (
-        'cudnn', {'cudnn': (kernel, multiple)})
+  candidates = {'einsum': ('einsum', {})} | {
+      f'{kernel}, tokens padded to a multiple of {m}':
+          ('cudnn', {'cudnn': (kernel, m)}) for m in plan.token_multiples
+  }
   rows = []
   for name, (implementation, kernels) in candidates.items():
     layer = attention.MultiHeadSelfAttention(heads, dtype=jnp.bfloat16,
@@ -183,18 +169,17 @@ def attention_rows(plan: gpu_plan.Plan, seconds_left) -> list[dict]:
 
 
 def trace_profile(bench: step_benchmark.StepBenchmark, steps: int) -> dict:
-  """`profile_step.device_profile` of `steps` of `bench`'s train steps; empty
-  kinds on a CPU, whose trace holds no kernels."""
+  """`profile_step.device_profile` of `steps` steps (no kinds on a CPU)."""
   with tempfile.TemporaryDirectory() as trace_dir:
     step_benchmark.trace(bench, trace_dir, steps)
-    trace = next(pathlib.Path(trace_dir).rglob('perfetto_trace.json.gz'))
+    events = profile_step.trace_events(pathlib.Path(trace_dir))
     failed = None
     try:
       parts = hlo_parts.model_parts(bench.compiled.train.as_text())
     except Exception as e:  # pylint: disable=broad-except
       # Without it, the kinds of work are still measured.
       parts, failed = {}, gpu_steps.failure_note(e)
-    kinds, by_part, heaviest = profile_step.device_profile(trace, steps, parts)
+    kinds, by_part, heaviest = profile_step.device_profile(events, steps, parts)
   return {
       'ms_per_step_by_kind': kinds,
       'ms_per_step_by_model_part': failed or by_part,
@@ -222,10 +207,6 @@ def profile_rows(plan: gpu_plan.Plan, seconds_left) -> list[dict]:
       bench = None
       gc.collect()
     if not profile['ms_per_step_by_kind']:
-      rows.append({
-          **row, 'skipped': 'the trace holds no accelerator '
-                            'kernels (a CPU)'
-      })
-      continue
+      profile = {'skipped': 'the trace holds no accelerator kernels (a CPU)'}
     rows.append({**row, 'batch_size': batch, 'step_ms': 1000 * step, **profile})
   return rows

@@ -1,5 +1,4 @@
-"""The train-step rows of `gpu.py`: our ViTs' steps, one per attention, against
-timm's in alternating rounds."""
+"""`gpu.py`'s train-step rows: ours with each attention against timm's."""
 
 import gc
 import statistics
@@ -79,8 +78,7 @@ def compare_model(
     label: str, model: str, batch_size: int, plan: gpu_plan.Plan, peaks: dict,
     worker: timm_worker.TimmWorker | None, timm_missing: str,
     timm_modes=tuple(TIMM_MODES)) -> list[dict]:
-  """The rows of `model`: ours with each attention, timm in each of
-  `timm_modes`, in alternating rounds at the largest batch that fits."""
+  """`model`'s rows, each attention's and `timm_modes`', at a fitting batch."""
   first, *others = plan.attentions
   keys = contenders(plan, timm_modes)
   skipped = {} if worker else {('timm', mode): timm_missing

@@ -1,13 +1,9 @@
-"""What each instruction of a compiled program computes, in the model's terms
-(the flax module's path and the pass, from the jax scope XLA keeps in every
-operation's metadata), so that a profile is summed by part (`profile_step`).
-A fusion is the part of the matmul, convolution or custom call it holds, else
-the part most of its operations name.
-"""
+"""What each instruction of a compiled program computes: the flax module and
+pass its operations' jax scopes name, for `profile_step` to sum by part."""
 
 import collections
 import re
-from typing import Iterable, NamedTuple
+from typing import NamedTuple
 
 _COMPUTATION = re.compile(r'^(?:ENTRY )?%?(\S+) .*\{$')
 _INSTRUCTION = re.compile(r'^\s+(?:ROOT )?%?([^\s=]+) = (.*)$')
@@ -40,8 +36,7 @@ UNNAMED = 'not named in the program'
 
 
 class Part(NamedTuple):
-  """Where in the model: the module path (`encoderblock_*` for each block),
-  the pass, and its jax operations there, the most frequent first."""
+  """A module path (`encoderblock_*` for every block), pass and jax ops."""
   path: str
   # 'forward', 'backward', or '' outside the model's passes: the optimizer,
   # the input's augmentation, the metrics, an evaluation or a teacher.
@@ -85,8 +80,7 @@ def part(op_name: str) -> Part:
 
 
 def model_parts(hlo_text: str) -> dict[str, Part]:
-  """Each instruction of `hlo_text` (`Compiled.as_text()`), by its name and its
-  kernel's, to the `Part` it computes (a copy XLA added: its operand's)."""
+  """`hlo_text`'s instructions, by name and kernel name, to their `Part`."""
   computations: dict[str, list[tuple[str, str]]] = {}
   lines: list[tuple[str, str]] = []
   for line in hlo_text.splitlines():
@@ -116,14 +110,11 @@ def model_parts(hlo_text: str) -> dict[str, Part]:
       arithmetic = [
           op_name for op_name, is_arithmetic in names if is_arithmetic
       ]
-      counted = collections.Counter()
       operations = collections.defaultdict(collections.Counter)
       for op_name in arithmetic or [op_name for op_name, _ in names]:
-        where = part(op_name)
-        counted[where] += 1
-        operations[where][op_name.split(';')[0].rsplit('/', 1)[-1]] += 1
-      if counted:
-        where = counted.most_common(1)[0][0]
+        operations[part(op_name)][op_name.split(';')[0].rsplit('/', 1)[-1]] += 1
+      if operations:  # the part most of them name
+        where = max(operations, key=lambda p: operations[p].total())
         described = where._replace(operations=tuple(
             op for op, _ in operations[where].most_common(3)))
       else:
@@ -151,12 +142,3 @@ def _names(text: str, named_in) -> list[tuple[str, bool]]:
     for computation in called.strip('{}').split(','):
       names += named_in(computation.strip().lstrip('%'))
   return names
-
-
-def time_by_part(
-    timed: Iterable[tuple[Part | None, float]]) -> collections.Counter:
-  """`timed`'s (part or None, time) summed by label; None's as UNNAMED."""
-  total = collections.Counter()
-  for where, duration in timed:
-    total[where.label if where else UNNAMED] += duration
-  return total

@@ -1,11 +1,7 @@
-r"""Does the training job run at the speed of its step? The training images/s
-`vit_jax.main` reports for the study's ViT (epochs after the first) against
-`vit_jax.benchmark`'s of the same step, in alternating fresh processes.
+r"""Does `vit_jax.main` train the study's ViT at `vit_jax.benchmark`'s speed?
 
   python experiments/benchmarks/main_vs_step.py \
       --data_dir=../shared/data/cifar10-5k --rounds=3 --epochs=3
-
-Writes `main_vs_step.json` and prints the medians and their ratio.
 """
 
 import pathlib
@@ -62,13 +58,13 @@ def main():
       'benchmark_median': step_median, 'ratio': main_median / step_median,
   }
   study_step.write_json(HERE / 'main_vs_step.json', summary)
-  print()
-  study_step.print_table(
-      ('training images/s (ViT-Tiny-CIFAR_4, batch 128, augmented)', 'median'),
-      [(f'`vit_jax.main`, epochs 2-{args.epochs} of each run',
-        f'{main_median:.1f}'),
-       ('`vit_jax.benchmark`, the same step', f'{step_median:.1f}'),
-       ('ratio', f'{main_median / step_median:.3f}')])
+  print('\n' + runs.markdown_table(
+      ['training images/s (ViT-Tiny-CIFAR_4, batch 128, augmented)', 'median'],
+      [[
+          f'`vit_jax.main`, epochs 2-{args.epochs} of each run',
+          f'{main_median:.1f}'
+      ], ['`vit_jax.benchmark`, the same step', f'{step_median:.1f}'],
+       ['ratio', f'{main_median / step_median:.3f}']]))
 
 
 if __name__ == '__main__':

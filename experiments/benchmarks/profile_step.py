@@ -1,19 +1,4 @@
-r"""Where a train step spends its time: a `jax.profiler` trace summed by kind
-of work and by part of the model (`hlo_parts`); the table of the benchmarks
-README's "Where the time goes".
-
-  python experiments/benchmarks/profile_step.py [--cpu_devices=4] [--steps=3]
-  python experiments/benchmarks/profile_step.py --matmuls
-  python experiments/benchmarks/profile_step.py --trace_dir=DIR [--steps=3]
-
-By default it traces the study ViT's step (`vit_jax.benchmark`'s) with XLA's
-per-operation events on and sums the threads that run XLA's operations, each
-event for its own time: thread-ms per step, which with more devices than cores
-includes the slices a thread waited for a core. `--matmuls` times the step's
-largest matmuls on one core and on two at once. `--trace_dir` sums the trace
-`python -m vit_jax.benchmark --trace_dir=DIR` wrote of any model (on a GPU, its
-kernels, with the heaviest).
-"""
+"""Where a train step's time goes: a trace summed by kind and by model part."""
 
 import argparse
 import collections
@@ -26,6 +11,7 @@ import subprocess
 import sys
 import tempfile
 
+from experiments import runs
 from experiments.benchmarks import hlo_parts
 from experiments.benchmarks import study_step
 
@@ -60,9 +46,12 @@ def self_times(events: list[dict]) -> list[tuple[str, float]]:
   return result
 
 
-def _events(trace_path: pathlib.Path) -> list[dict]:
-  with gzip.open(trace_path) as f:
-    return json.load(f)['traceEvents']
+def trace_events(trace_dir: pathlib.Path) -> list[dict]:
+  """The events of the newest trace in `trace_dir`; none without one."""
+  traces = sorted(trace_dir.rglob('perfetto_trace.json.gz'),
+                  key=lambda path: path.stat().st_mtime)
+  return traces and json.loads(gzip.decompress(
+      traces[-1].read_bytes()))['traceEvents']
 
 
 def _worker_events(events: list[dict]) -> dict[int, list[dict]]:
@@ -82,8 +71,7 @@ def thread_profile(
     by_thread: dict[int, list[dict]], steps: int,
     parts: dict[str,
                 hlo_parts.Part]) -> tuple[dict[str, float], dict[str, float]]:
-  """Thread-ms per step of XLA's CPU operations by kind of work (KINDS, their
-  sum and the wall time) and by part of the model (`parts`)."""
+  """Thread-ms per step of XLA's CPU operations by kind (KINDS) and by part."""
   kinds, placed = collections.Counter(), []
   for thread_events in by_thread.values():
     for name, own in self_times(thread_events):
@@ -102,15 +90,16 @@ def _kind(kinds: dict[str, re.Pattern], text: str) -> str:
 
 
 def _by_part(placed, steps: int) -> dict[str, float]:
-  """(part or None, microseconds) as ms per step by part, the most first."""
-  times = hlo_parts.time_by_part(placed)
-  return {label: us / 1e3 / steps for label, us in times.most_common()}
+  """(part or None, microseconds) as ms per step by label, the most first."""
+  total = collections.Counter()
+  for where, us in placed:
+    total[where.label if where else hlo_parts.UNNAMED] += us
+  return {label: us / 1e3 / steps for label, us in total.most_common()}
 
 
 def _per_step(kinds: collections.Counter, order, events: list[dict], steps: int,
               summed: str, wall: str) -> dict[str, float]:
-  """Ms per step of each kind (`order`'s, then OTHER), their sum and the wall
-  time from the first of `events` to the end of the last."""
+  """Ms per step of each kind, then OTHER, their sum and `events`' wall time."""
   span = (max(e['ts'] + e['dur'] for e in events) - min(e['ts']
                                                         for e in events))
   table = {kind: kinds[kind] / 1e3 / steps for kind in (*order, OTHER)}
@@ -137,26 +126,20 @@ DEVICE_KINDS = {
 
 
 def _device_kernels(events: list[dict]) -> list[dict]:
-  """The kernels of the accelerators' 'Stream ...' threads (the others repeat
-  them as XLA modules, ops or scopes), of all their threads if none is so
-  named; none on a CPU."""
+  """The accelerators' kernels: their 'Stream' threads' (the others repeat them
+  as XLA modules, ops or scopes), else all their threads'; none on a CPU."""
   devices = {
       e['pid'] for e in events
       if e.get('ph') == 'M' and e.get('name') == 'process_name' and
       '/device:' in e['args'].get('name', '') and 'CPU' not in e['args']['name']
   }
-  threads = {(e['pid'], e['tid']) for e in events
-             if e.get('ph') == 'X' and e['pid'] in devices}
+  kernels = [e for e in events if e.get('ph') == 'X' and e['pid'] in devices]
   streams = {
       (e['pid'], e['tid']) for e in events
       if e.get('ph') == 'M' and e.get('name') == 'thread_name' and
       e['pid'] in devices and e['args'].get('name', '').startswith('Stream')
   }
-  threads = threads & streams or threads
-  return [
-      e for e in events
-      if e.get('ph') == 'X' and (e.get('pid'), e.get('tid')) in threads
-  ]
+  return [e for e in kernels if (e['pid'], e['tid']) in streams] or kernels
 
 
 def _part_of(kernel: dict,
@@ -173,13 +156,11 @@ def _part_of(kernel: dict,
 
 
 def device_profile(
-    trace_path: pathlib.Path, steps: int, parts: dict[str, hlo_parts.Part],
+    events: list[dict], steps: int, parts: dict[str, hlo_parts.Part],
     top: int = 25) -> tuple[dict[str, float], dict[str, float], list[dict]]:
-  """Ms per step of an accelerator's kernels by kind of work (DEVICE_KINDS,
-  their sum and the wall time) and by part of the model (`parts`:
-  `hlo_parts.model_parts`); and the `top` kernels, each with what the trace
-  says of it and the part it spends the most time on. Empty on a CPU."""
-  kernels = _device_kernels(_events(trace_path))
+  """Ms per step of the kernels by kind (DEVICE_KINDS) and by part, and the
+  `top` kernels with their arguments and parts; empty on a CPU."""
+  kernels = _device_kernels(events)
   if not kernels:
     return {}, {}, []
   kinds, by_name = collections.Counter(), collections.Counter()
@@ -219,50 +200,35 @@ def device_profile(
 MATMULS = ((128 * 65, 128, 512), (128 * 65, 512, 128), (128, 128 * 65, 512))
 
 
-def matmul_rate(shape: tuple[int, int, int]) -> float:
-  """GFLOP/s of an f32 matmul of `shape` on one device."""
-  # pylint: disable=g-import-not-at-top
-  import jax.numpy as jnp
-  from vit_jax.runtime import sharding
-  from vit_jax.training import step_benchmark
-  # pylint: enable=g-import-not-at-top
-  return step_benchmark.measure_matmul_peak(
-      jnp.float32, sharding.batch_sharded(sharding.make_mesh()),
-      size=shape) / 1e9
-
-
 def matmuls_alone_and_side_by_side():
   """Each of MATMULS pinned to core 0, then two at once on cores 0 and 1."""
-
-  def rates(shape):
-
-    def start(core):
-      return subprocess.Popen([
-          'taskset', '-c',
-          str(core), sys.executable, __file__,
-          '--matmul=' + 'x'.join(map(str, shape))
-      ], stdout=subprocess.PIPE, text=True)
-
-    alone = float(start(0).communicate()[0])
-    pair = [start(0), start(1)]
-    both = [float(process.communicate()[0]) for process in pair]
-    return ('x'.join(map(str, shape)), f'{alone:.0f}',
-            f'{both[0]:.0f}, {both[1]:.0f}')
-
-  study_step.print_table(
-      ('matmul (M x K x N)', 'alone, GFLOP/s', 'two at once, GFLOP/s each'),
-      map(rates, MATMULS))
+  rows = []
+  for shape in MATMULS:
+    rows.append(['x'.join(map(str, shape))])
+    for cores in (0,), (0, 1):
+      started = [
+          subprocess.Popen([
+              'taskset', '-c',
+              str(core), sys.executable, __file__, f'--matmul={rows[-1][0]}'
+          ], stdout=subprocess.PIPE, text=True) for core in cores
+      ]
+      rows[-1].append(', '.join(f'{float(p.communicate()[0]):.0f}'
+                                for p in started))
+  print(
+      runs.markdown_table(
+          ['matmul (M x K x N)', 'alone, GFLOP/s', 'two at once, GFLOP/s each'],
+          rows))
 
 
 def tables(kinds: dict[str, float], by_part: dict[str, float] | str | None,
            heaviest: list[dict], unit: str = 'ms per step', shown: int = 15,
            top: int = 12) -> list[str]:
-  """A profile's markdown: by kind of work; by part of the model, the `shown`
-  heaviest and the rest summed, or why not measured; the `top` kernels."""
+  """A profile's tables: by kind; by part, the `shown` heaviest and the rest
+  summed, or why not measured; the `top` kernels."""
   lines = [
       '',
-      *study_step.table(['kind of work', unit], [[kind, f'{ms:,.2f}']
-                                                 for kind, ms in kinds.items()])
+      runs.markdown_table(['kind of work', unit],
+                          [[kind, f'{ms:,.2f}'] for kind, ms in kinds.items()])
   ]
   if isinstance(by_part, str):
     lines += ['', f'By part of the model: not measured: {by_part}']
@@ -275,14 +241,14 @@ def tables(kinds: dict[str, float], by_part: dict[str, float] | str | None,
     lines += [
         '', 'By part of the model, as the compiled program\'s metadata names '
         'the flax module and pass (encoder blocks summed):', '',
-        *study_step.table(['part of the model', unit],
-                          [[label, f'{ms:,.2f}']
-                           for label, ms in ranked[:shown]] + rest)
+        runs.markdown_table(['part of the model', unit],
+                            [[label, f'{ms:,.2f}']
+                             for label, ms in ranked[:shown]] + rest)
     ]
   if heaviest:
     lines += [
         '', 'The heaviest kernels:', '',
-        *study_step.table(['kernel', 'kind', 'computes', unit], [[
+        runs.markdown_table(['kernel', 'kind', 'computes', unit], [[
             f'`{k["kernel"][:80]}`', k['kind'],
             k.get('computes', ''), f'{k["ms_per_step"]:,.2f}'
         ] for k in heaviest[:top]])
@@ -291,11 +257,9 @@ def tables(kinds: dict[str, float], by_part: dict[str, float] | str | None,
 
 
 def print_trace(trace_dir: pathlib.Path, steps: int):
-  """The tables of the newest trace in `trace_dir` (`vit_jax.benchmark
-  --trace_dir`): of its accelerator kernels, else of XLA's CPU threads."""
-  traces = sorted(trace_dir.rglob('perfetto_trace.json.gz'),
-                  key=lambda path: path.stat().st_mtime)
-  if not traces:
+  """The tables of `trace_dir`'s newest trace: its kernels, else its threads."""
+  events = trace_events(trace_dir)
+  if not events:
     raise SystemExit(f'error: {trace_dir} holds no trace: write one with '
                      f'python -m vit_jax.benchmark --trace_dir={trace_dir}.')
   # Not imported above, where jax would start before XLA_FLAGS is set.
@@ -304,9 +268,9 @@ def print_trace(trace_dir: pathlib.Path, steps: int):
   program = trace_dir / step_benchmark.TRACED_PROGRAM
   parts = (hlo_parts.model_parts(program.read_text())
            if program.exists() else {})
-  kinds, by_part, heaviest = device_profile(traces[-1], steps, parts)
+  kinds, by_part, heaviest = device_profile(events, steps, parts)
   unit = 'ms per step'
-  if not kinds and (by_thread := _worker_events(_events(traces[-1]))):
+  if not kinds and (by_thread := _worker_events(events)):
     unit = 'thread-ms per step'
     kinds, by_part = thread_profile(by_thread, steps, parts)
   elif not kinds:
@@ -330,10 +294,18 @@ def main():
       '--trace_dir', type=pathlib.Path,
       help='Sum the trace `vit_jax.benchmark --trace_dir` '
       'wrote there (any model, CPU or GPU) instead.')
-  parser.add_argument('--matmul', help=argparse.SUPPRESS)
+  parser.add_argument('--matmul', help=argparse.SUPPRESS)  # one, here
   args = parser.parse_args()
-  if args.matmul:
-    print(matmul_rate(tuple(map(int, args.matmul.split('x')))))
+  if args.matmul:  # GFLOP/s of an f32 matmul of this shape
+    # pylint: disable=g-import-not-at-top
+    import jax.numpy as jnp
+    from vit_jax.runtime import sharding
+    from vit_jax.training import step_benchmark
+    # pylint: enable=g-import-not-at-top
+    print(
+        step_benchmark.measure_matmul_peak(
+            jnp.float32, sharding.batch_sharded(sharding.make_mesh()),
+            size=tuple(map(int, args.matmul.split('x')))) / 1e9)
     return
   if args.matmuls:
     matmuls_alone_and_side_by_side()

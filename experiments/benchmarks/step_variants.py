@@ -1,12 +1,7 @@
-r"""A train step under variants, each run in a fresh process, round after
-round (the baseline, the first, opens each), then a table of medians.
+r"""A train step under variants, each in a fresh process, then their medians.
 
   python experiments/benchmarks/step_variants.py --rounds=3
   python experiments/benchmarks/step_variants.py --gpu --output=OUT.json
-
-On the CPU, the study ViT's step under CPU_VARIANTS (attempts 13-16 of the
-optimization log); with --gpu, ViT-B/16's step as `gpu.py` times it under the
-candidates of the README's "Next" (`--smoke`: one layer, for a CPU).
 """
 
 import argparse
@@ -23,6 +18,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 # pylint: disable=g-import-not-at-top,wrong-import-position
+from experiments import runs
 from experiments.benchmarks import study_step
 # pylint: enable=g-import-not-at-top,wrong-import-position
 
@@ -53,11 +49,8 @@ def run_cpu_variant(variant: str, steps: int) -> dict:
   attention = ('dot_product_attention'
                if variant == 'dot_product_attention' else 'einsum')
   result = study_step.measure(4, steps_timed=steps, attention=attention)
-  return {
-      'variant': variant,
-      'train_images_per_second': result['train_images_per_second'],
-      'train_utilization': result['train_utilization']
-  }
+  keys = 'train_images_per_second', 'train_utilization'
+  return {'variant': variant, **{k: result[k] for k in keys}}
 
 
 def run_gpu_variant(variant: str, steps: int, smoke: bool) -> dict:
@@ -100,8 +93,7 @@ def run_gpu_variant(variant: str, steps: int, smoke: bool) -> dict:
 
 
 def use_patch_matmul():
-  """The `embedding` conv as a matmul of the patches by the kernel reshaped:
-  the same parameters, initialized alike, and the same function."""
+  """The patch embedding as a matmul of the same parameters: one function."""
   import flax.linen as nn  # pylint: disable=g-import-not-at-top
   # pylint: disable=g-import-not-at-top
   from vit_jax.models import names
@@ -137,8 +129,7 @@ def use_patch_matmul():
 
 
 def use_fused_qkv():
-  """The q, k and v projections as one matmul by their kernels joined (timm's
-  `qkv`); the parameters stay three, joined and split each step."""
+  """q, k and v projected by one matmul (timm's `qkv`) of their 3 kernels."""
   # pylint: disable=g-import-not-at-top
   import jax.numpy as jnp
   from vit_jax.models.layers import attention
@@ -217,9 +208,7 @@ def main():
   parser.add_argument('--variant', help=argparse.SUPPRESS)  # one run, here
   args = parser.parse_args()
   known = (tuple(GPU_FLAGS) + GPU_CODE_VARIANTS if args.gpu else CPU_VARIANTS)
-  if args.variant:
-    if args.variant not in known:
-      parser.error(f'unknown variant {args.variant}')
+  if args.variant:  # one run, in this process
     result = (run_gpu_variant(args.variant, args.steps, args.smoke)
               if args.gpu else run_cpu_variant(args.variant, args.steps))
     print(RESULT + json.dumps(result))
@@ -230,36 +219,30 @@ def main():
   if unknown:
     parser.error(f'unknown variants {", ".join(unknown)}; use some of '
                  f'{", ".join(known)}')
-  start, runs = time.monotonic(), []
+  start, results = time.monotonic(), []
   # The baseline first in each round, so that a cut round still has it.
   for round_number, variant in study_step.rounds(variants[1:], args.rounds,
                                                  first=variants[:1]):
     if time.monotonic() - start > args.seconds:
       break
-    run = {**_run(variant, args), 'round': round_number}
-    runs.append(run)
+    result = {**_run(variant, args), 'round': round_number}
+    results.append(result)
     if args.output:
-      args.output.write_text(json.dumps(runs, indent=1) + '\n')
-    said = (f'{run["train_images_per_second"]:.1f} img/s'
-            if 'failed' not in run else f'failed: {run["failed"]}')
+      args.output.write_text(json.dumps(results, indent=1) + '\n')
+    said = (f'{result["train_images_per_second"]:.1f} img/s'
+            if 'failed' not in result else f'failed: {result["failed"]}')
     print(f'round {round_number}: {variant}: {said}', flush=True)
-  print()
-  study_step.print_table(('variant', 'runs', 'median train img/s') +
-                         (('median compile s',) if args.gpu else ()),
-                         _medians(variants, runs, args.gpu))
-
-
-def _medians(variants, runs: list[dict], with_compile: bool):
+  medians = ('train_images_per_second',) + (
+      ('compile_seconds',) if args.gpu else ())
+  rows = []
   for variant in variants:
-    done = [r for r in runs if r['variant'] == variant and 'failed' not in r]
-    rates = [r['train_images_per_second'] for r in done]
-    row = (variant, str(len(done)),
-           f'{statistics.median(rates):.1f}' if rates else '')
-    if with_compile:
-      compile_seconds = [r['compile_seconds'] for r in done]
-      row += (f'{statistics.median(compile_seconds):.1f}'
-              if compile_seconds else '',)
-    yield row
+    done = [r for r in results if r['variant'] == variant and 'failed' not in r]
+    rows.append([variant, len(done)] + [
+        f'{statistics.median(r[key] for r in done):.1f}' if done else ''
+        for key in medians
+    ])
+  print('\n' + runs.markdown_table(['variant', 'runs', 'median train img/s'] +
+                                   ['median compile s'] * args.gpu, rows))
 
 
 if __name__ == '__main__':

@@ -1,5 +1,4 @@
-"""What the benchmark scripts share: the study ViT's step timed, the study's
-command, their JSON, alternating rounds, flags and markdown tables."""
+"""What the benchmark scripts share: the study's step, JSON, rounds, flags."""
 
 import argparse
 from collections.abc import Iterable
@@ -29,8 +28,7 @@ def measure(cpu_devices: int, attention: str = 'auto', **options) -> dict:
 
 def run(command: list[str], timeout: float | None = None,
         env: dict | None = None) -> tuple[str, str, str]:
-  """`command` run in REPO: its stdout, its stderr, and '' or why it failed
-  (over `timeout` seconds, or its exit status and stderr's last line)."""
+  """`command`'s stdout, stderr, and '' or why it failed (timeout, exit)."""
   try:
     out = subprocess.run(command, cwd=REPO, env=env, capture_output=True,
                          text=True, timeout=timeout, check=False)
@@ -56,17 +54,12 @@ def write_json(path: pathlib.Path, data: dict):
   """`data` as JSON at `path`, after the date and the machine that measured it."""
   machine = (f'{platform.processor() or platform.machine()}, '
              f'{len(os.sched_getaffinity(0))} cores')
-  path.write_text(
-      json.dumps(
-          {
-              'date': datetime.date.today().isoformat(), 'machine': machine,
-              **data
-          }, indent=2))
+  dated = {'date': datetime.date.today().isoformat(), 'machine': machine}
+  path.write_text(json.dumps({**dated, **data}, indent=2))
 
 
 def rounds(names: Iterable, count: int, first: tuple = ()):
-  """(round from 1, name) over `count` rounds: `first` opens each, then
-  `names`, reversed every other round so that each runs early and late."""
+  """(round from 1, name): `first`, then `names`, reversed every other round."""
   names = list(names)
   for index in range(count):
     for name in (*first, *(names[::-1] if index % 2 else names)):
@@ -75,25 +68,10 @@ def rounds(names: Iterable, count: int, first: tuple = ()):
 
 def parser(doc: str, switches: dict[str, str] | None = None,
            **defaults) -> argparse.ArgumentParser:
-  """Flags described by `doc`'s first line: --NAME, off unless given, for
-  each of `switches` (name: help), and --NAME of each of `defaults`' type."""
+  """A parser of `switches` (name: help) and `defaults`' flags, `doc`'s line."""
   parsing = argparse.ArgumentParser(description=doc.split('\n')[0])
   for name, help_text in (switches or {}).items():
     parsing.add_argument(f'--{name}', action='store_true', help=help_text)
   for name, default in defaults.items():
     parsing.add_argument(f'--{name}', type=type(default), default=default)
   return parsing
-
-
-def table(header: Iterable[str], rows: Iterable[Iterable[str]]):
-  """A markdown table's lines, the columns after the first right-aligned."""
-  header = list(header)
-  yield '| ' + ' | '.join(header) + ' |'
-  yield '| --- |' + ' ---: |' * (len(header) - 1)
-  for row in rows:
-    yield '| ' + ' | '.join(row) + ' |'
-
-
-def print_table(header: Iterable[str], rows: Iterable[Iterable[str]]):
-  for line in table(header, rows):
-    print(line, flush=True)  # a row as it is measured

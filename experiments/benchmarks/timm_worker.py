@@ -1,13 +1,8 @@
-"""timm's train steps, timed on request in a process of their own, so that
-`gpu.py` and `compare_pytorch.py` alternate rounds between them and our
-compiled steps without torch in the project's process.
+"""timm's train steps, timed on request in a process of their own (not ours).
 
-`python -m experiments.benchmarks.timm_worker` (from the repository's root)
-reads one JSON request a line and answers one JSON line each: `prepare` (name,
-architecture, batch, compiled, dtype) -> warmup_seconds; `time` (name, steps)
--> seconds; `clear` -> {}. A failed request is answered {"error": ...}; its
-first line names torch's and timm's versions and torch's threads, or why they
-do not import.
+It answers each JSON line with one: first its versions or why torch and timm
+do not import, then `prepare` (name, architecture, batch, compiled, dtype) ->
+warmup_seconds; `time` (name, steps) -> seconds; `clear` -> {}; or `error`.
 """
 
 import functools
@@ -83,24 +78,21 @@ def timm_vit(architecture: Architecture):
 COMPILED = ('nothing', 'step', 'model')
 
 
-def train_step(model, architecture: Architecture, batch: int, compiled: str,
-               device: str = 'cpu', dtype: str = 'float32'):
-  """A function that runs one AdamW step of `model` on a fixed random batch,
-  in `dtype` ('float32', or 'bfloat16' by autocast), torch.compile applied to
-  what `compiled` (of COMPILED) names; checks first that the eval-mode
-  features and logits are finite."""
+def train_step(architecture: Architecture, batch: int, compiled: str,
+               device: str, dtype: str):
+  """`timm_vit`'s checked AdamW step in `dtype`, `compiled` (of COMPILED)."""
   import torch  # pylint: disable=g-import-not-at-top
   from torch import nn  # pylint: disable=g-import-not-at-top
 
   if compiled not in COMPILED:
     raise ValueError(f'compiled={compiled!r}; use one of {COMPILED}.')
-  model.to(device)
+  model = timm_vit(architecture).to(device)
   fused = compiled == 'model' and device == 'cuda'
   optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.01,
                                 fused=fused or None)
   loss_fn = nn.CrossEntropyLoss(label_smoothing=0.1)
-  size = architecture.image
-  images = torch.randn(batch, 3, size, size, device=device)
+  images = torch.randn(batch, 3, architecture.image, architecture.image,
+                       device=device)
   labels = torch.randint(0, architecture.classes, (batch,), device=device)
 
   model.eval()  # The head starts at zero (as ours), so check the features too.
@@ -174,9 +166,7 @@ def _handle(request: dict, prepared: dict, device: str) -> dict:
   import torch  # pylint: disable=g-import-not-at-top
   if request['op'] == 'prepare':
     torch.manual_seed(0)
-    architecture = Architecture(**request['architecture'])
-    model = timm_vit(architecture)
-    step = train_step(model, architecture, request['batch'],
+    step = train_step(Architecture(**request['architecture']), request['batch'],
                       request['compiled'], device, request['dtype'])
     warmup = run_steps(step, 3, device)
     prepared[request['name']] = step
@@ -198,8 +188,7 @@ class WorkerError(Exception):
 
 
 class TimmWorker:
-  """A worker under `python`: `send` queues a request, `receive` waits for the
-  oldest unanswered one's reply."""
+  """A worker under `python`: `send` queues, `receive` answers the oldest."""
 
   def __init__(self, python: str):
     self.process = subprocess.Popen(
