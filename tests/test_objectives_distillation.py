@@ -9,16 +9,15 @@ import optax
 import pytest
 
 from tests.helpers import history
+from tests.helpers import normal
 from tests.helpers import random_cifar
+from tests.helpers import random_params
+from tests import test_training_steps
 from tests.helpers import tiny_config
-from vit_jax import models
-from vit_jax.data import on_device
-from vit_jax.data import sources
+from tests.test_models_vit import _softmax
 from vit_jax.objectives import distillation
 from vit_jax.objectives import losses
 from vit_jax.runtime import sharding
-from vit_jax.training import optimizer
-from vit_jax.training import steps
 from vit_jax.training import train
 
 
@@ -38,29 +37,18 @@ def test_the_distillation_head_learns_the_teachers_classes(trained_cnn_run):
   teacher_workdir, data_dir = trained_cnn_run
   config = _student_config(data_dir, teacher_workdir)
   config.model_overrides.dropout_rate = 0.0
-  images, labels = random_cifar(16, 10, seed=0)
-  mesh = jax.make_mesh((1,), ('data',), devices=jax.devices()[:1],
-                       axis_types=(jax.sharding.AxisType.Auto,))
-  replicated = sharding.replicated(mesh)
-  split = sources.ArraySource(images, labels)
-  inputs = on_device.OnDeviceInput(sources.Dataset(split, split, 10), config,
-                                   mesh)
-  teacher = distillation.load_teacher(config, 10, replicated)
-  model = models.from_config(config, 10)
-  tx = optimizer.create_optimizer(config, lambda step: 1e-3)
-  state = steps.initial_state(jax.random.key(0), model, tx, 32, mesh)
+  teacher = distillation.load_teacher(
+      config, 10, sharding.replicated(test_training_steps.one_device_mesh()))
+  step, state, inputs = test_training_steps.one_device_train_step(
+      config, *random_cifar(16, 10, seed=0),
+      teacher.objective(losses.classification))
   # Class and distillation heads start at zero: give them distinct weights.
   params = jax.tree_util.tree_map_with_path(
       lambda path, x:
       (jax.random.normal(jax.random.key(len(str(path))), x.shape) * 0.1
        if 'head' in str(path) else x), state.params)
-  state = state.replace(params=params)
   batch, key = np.arange(16, dtype=np.int32), jax.random.key(1)
-  step = jax.jit(
-      steps.make_train_step(config, inputs,
-                            teacher.objective(losses.classification)))
-  _, metrics = step(state, steps.zero_sums(replicated), inputs.train_data,
-                    batch, key)
+  _, metrics = step(state.replace(params=params), batch=batch, key=key)
 
   augment_key, _ = jax.random.split(jax.random.fold_in(key, 0))
   x, y = inputs.model_inputs(inputs.train_data, batch, augment_key)
@@ -102,14 +90,14 @@ class _LinearTeacher(nn.Module):
 @pytest.mark.parametrize('target', ['hard', 'soft'])
 def test_the_distillation_head_learns_the_teachers_class_or_probabilities(
     target):
-  images = jax.random.normal(jax.random.key(0), (4, 5))
+  images = normal((4, 5), 0)
   module = _LinearTeacher()
-  variables = module.init(jax.random.key(1), images, train=False)
+  variables = {'params': random_params(module, images, train=False)}
   teacher = distillation.Teacher(module, variables, 'workdir', target,
                                  temperature=2.0)
   outputs = {
-      'class_logits': jax.random.normal(jax.random.key(2), (4, 3)),
-      'distillation_logits': jax.random.normal(jax.random.key(3), (4, 3))
+      'class_logits': normal((4, 3), 2), 'distillation_logits': normal((4, 3),
+                                                                       3)
   }
   targets = jax.nn.one_hot(jnp.array([0, 1, 2, 0]), 3)
 
@@ -117,25 +105,29 @@ def test_the_distillation_head_learns_the_teachers_class_or_probabilities(
     del outputs, images
     return losses.cross_entropy(logits, targets)
 
-  loss = teacher.objective(base)(None, outputs, targets, images)
-  teacher_logits = module.apply(variables, images, train=False)
-  student = outputs['distillation_logits']
-  if target == 'hard':
-    learned = optax.softmax_cross_entropy_with_integer_labels(
-        student, jnp.argmax(teacher_logits, -1))
-  else:  # T^2 KL(teacher || student), both at temperature T = 2
-    p = jax.nn.softmax(teacher_logits / 2)
-    learned = 4 * jnp.sum(p *
-                          (jnp.log(p) - jax.nn.log_softmax(student / 2)), -1)
-  np.testing.assert_allclose(
-      loss, (losses.cross_entropy(outputs['class_logits'], targets) + learned) /
-      2, rtol=1e-5)
+  @jax.jit  # one program, not one per operation
+  def loss_and_expected(outputs, targets, images):
+    teacher_logits = module.apply(variables, images, train=False)
+    student = outputs['distillation_logits']
+    if target == 'hard':
+      learned = optax.softmax_cross_entropy_with_integer_labels(
+          student, jnp.argmax(teacher_logits, -1))
+    else:  # T^2 KL(teacher || student), both at temperature T = 2
+      p = jax.nn.softmax(teacher_logits / 2)
+      learned = 4 * jnp.sum(p *
+                            (jnp.log(p) - jax.nn.log_softmax(student / 2)), -1)
+    return (teacher.objective(base)(None, outputs, targets, images),
+            (losses.cross_entropy(outputs['class_logits'], targets) + learned) /
+            2)
+
+  np.testing.assert_allclose(*loss_and_expected(outputs, targets, images),
+                             rtol=1e-5)
 
 
 def test_the_soft_targets_gradient_pulls_towards_the_teacher():
   # At T = 1, d KL(p || softmax(z)) / dz = softmax(z) - p.
-  student, teacher = jnp.array([1.0, 2.0, 0.5]), jnp.array([0.3, 2.5, 1.0])
-  grad = jax.grad(lambda z: distillation.soft_target(z, teacher, 1.0))(student)
+  student, teacher = np.float32([1.0, 2.0, 0.5]), np.float32([0.3, 2.5, 1.0])
+  grad = jax.jit(
+      jax.grad(lambda z: distillation.soft_target(z, teacher, 1.0)))(student)
   np.testing.assert_allclose(grad,
-                             jax.nn.softmax(student) - jax.nn.softmax(teacher),
-                             atol=1e-6)
+                             _softmax(student) - _softmax(teacher), atol=1e-6)

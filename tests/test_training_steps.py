@@ -22,16 +22,17 @@ from vit_jax.training import optimizer
 from vit_jax.training import steps
 
 
-def _one_device_mesh():
+def one_device_mesh():
   # The run's axes, so that the initializer is the runs' program (cached).
   return jax.make_mesh((1, 1), ('data', 'fsdp'), devices=jax.devices()[:1],
                        axis_types=(jax.sharding.AxisType.Auto,) * 2)
 
 
-def _one_device_train_step(config, images, labels):
+def one_device_train_step(config, images, labels,
+                          objective=losses.classification):
   """(jitted train step, initial state, input) of `config` on one device,
-  seed 0, over the given examples."""
-  mesh = _one_device_mesh()
+  seed 0, over the given examples, minimizing `objective`."""
+  mesh = one_device_mesh()
   split = sources.ArraySource(images, labels)
   inputs = on_device.OnDeviceInput(sources.Dataset(split, split, 10), config,
                                    mesh)
@@ -39,9 +40,10 @@ def _one_device_train_step(config, images, labels):
   tx = optimizer.create_optimizer(config, lambda step: 1e-3)
   state = steps.initial_state(jax.random.key(0), model, tx, 32, mesh,
                               config.ema_decay)
-  step = jax.jit(steps.make_train_step(config, inputs))
+  step = jax.jit(steps.make_train_step(config, inputs, objective))
   sums = steps.zero_sums(sharding.replicated(mesh))
-  return functools.partial(step, sums=sums, data=inputs.train_data), state
+  return functools.partial(step, sums=sums,
+                           data=inputs.train_data), state, inputs
 
 
 def _averaged_config(**overrides):
@@ -53,13 +55,13 @@ def _averaged_config(**overrides):
 @pytest.fixture(scope='module')
 def averaged_step():
   """One step of 16 images, whole, with a moving average of decay 0.5."""
-  return _one_device_train_step(_averaged_config(),
-                                *random_cifar(16, 10, seed=0))
+  return one_device_train_step(_averaged_config(),
+                               *random_cifar(16, 10, seed=0))
 
 
 def test_the_moving_average_follows_the_parameters(averaged_step):
   # What evaluates it: test_training_evaluation's moving-average run.
-  step, state = averaged_step
+  step, state, _ = averaged_step
   jax.tree.map(np.testing.assert_array_equal, state.ema_params, state.params)
   expected = state.params
   for t in range(1, 4):
@@ -75,8 +77,8 @@ def test_the_moving_average_follows_the_parameters(averaged_step):
 
 def test_gradient_accumulation_gives_the_same_step(averaged_step):
   # One step on 16 images, whole or as 4 micro-batches of 4.
-  step, state = averaged_step
-  accumulated, _ = _one_device_train_step(
+  step, state, _ = averaged_step
+  accumulated, _, _ = one_device_train_step(
       _averaged_config(grad_accumulation_steps=4),
       *random_cifar(16, 10, seed=0))
   batch, key = np.arange(16, dtype=np.int32), jax.random.key(1)
@@ -133,13 +135,9 @@ def test_mixup_and_cutmix_train_on_mixed_targets_and_count_own_labels():
   images, labels = random_cifar(16, 10, seed=0)
   config = tiny_config('', mixup_alpha=0.8, cutmix_alpha=1.0)
   config.model_overrides.dropout_rate = 0.0
-  step, state = _one_device_train_step(config, images, labels)
+  step, state, inputs = one_device_train_step(config, images, labels)
   batch, key = np.arange(16, dtype=np.int32), jax.random.key(1)
   _, metrics = step(state, batch=batch, key=key)
-
-  split = sources.ArraySource(images, labels)
-  inputs = on_device.OnDeviceInput(sources.Dataset(split, split, 10), config,
-                                   _one_device_mesh())
 
   @jax.jit  # one program, not one per operation
   def expected_step(data, params):
@@ -166,8 +164,8 @@ def test_bfloat16_training_stays_close_to_float32():
   images, labels = random_cifar(48, 10, seed=0)
   losses = {}
   for dtype in ('float32', 'bfloat16'):
-    step, state = _one_device_train_step(tiny_config('', dtype=dtype), images,
-                                         labels)
+    step, state, _ = one_device_train_step(tiny_config('', dtype=dtype), images,
+                                           labels)
     losses[dtype] = []
     for i in range(3):
       state, metrics = step(
