@@ -268,13 +268,13 @@ def free_port() -> int:
     return s.getsockname()[1]
 
 
-def start_two_process_job(command, tmp_path):
+def start_two_process_job(command, tmp_path, devices: int = 1):
   """A 2-process job of `python -m` `command` (a module and its flags) on
-  127.0.0.1, 1 CPU device each; returns the processes and their log paths
-  (stdout and stderr together)."""
+  127.0.0.1, `devices` CPU devices each; returns the processes and their log
+  paths (stdout and stderr together)."""
   address = f'127.0.0.1:{free_port()}'
   env = {
-      **with_xla_flags('--xla_force_host_platform_device_count=1'), 'JAX_PLATFORMS': 'cpu'
+      **with_xla_flags(f'--xla_force_host_platform_device_count={devices}'), 'JAX_PLATFORMS': 'cpu'
   }
   processes, logs = [], []
   for process_id in range(2):
@@ -289,11 +289,11 @@ def start_two_process_job(command, tmp_path):
   return processes, logs
 
 
-def start_two_processes(config_file, workdir, tmp_path, *flags):
+def start_two_processes(config_file, workdir, tmp_path, *flags, devices=1):
   """A 2-process job of `python -m vit_jax.main` (`start_two_process_job`)."""
   return start_two_process_job([
       'vit_jax.main', f'--config={config_file}', f'--workdir={workdir}', *flags
-  ], tmp_path)
+  ], tmp_path, devices)
 
 
 def wait_all(processes, timeout=300) -> list[int]:

@@ -2,21 +2,21 @@
 checking that every process holds the same data, and leaving the job."""
 
 from collections.abc import Mapping
-import contextlib
 import glob
 import importlib.util
 import os
 import sys
-import threading
 import zlib
 
 from absl import logging
 import jax
+from jax._src import distributed as jax_distributed
 from jax.experimental import multihost_utils
 import numpy as np
 
 from vit_jax.errors import DistributedError
 from vit_jax.errors import first_line
+from vit_jax.runtime import peer_watch
 
 # XLA runs a small model's matmuls on a CPU with little parallelism; batch
 # shards on several host devices run side by side
@@ -132,9 +132,9 @@ def initialize_distributed(
   described = ', '.join(
       f'{k}={v}' for k, v in kwargs.items()) or (f'detected from {cluster}')
   if cluster != 'Cloud TPU':
-    # A lost process fails the survivors' next collective (`abandon_job`)
-    # instead of jax aborting them with a stack trace. TPU collectives may
-    # wait instead of failing.
+    # jax then leaves a lost process to `peer_watch` instead of aborting the
+    # survivors with a stack trace. TPU collectives may wait instead of
+    # failing.
     jax.config.update('jax_enable_recoverability', True)
   try:
     jax.distributed.initialize(**kwargs,
@@ -143,6 +143,10 @@ def initialize_distributed(
   except (ValueError, TypeError, RuntimeError) as e:
     raise DistributedError(
         f'Could not join the multi-process job ({described}): {e}') from e
+  peer_watch.watch(lost_process_timeout)
+  if jax.process_index() != 0:
+    peer_watch.catch_coordinator_abort(
+        jax_distributed.global_state.coordinator_address)
   logging.info('Process %d of %d (%s), %d local device(s) of %d.',
                jax.process_index(), jax.process_count(), described,
                jax.local_device_count(), jax.device_count())
@@ -156,34 +160,20 @@ _PEER_LOST = ('UNAVAILABLE', 'DEADLINE_EXCEEDED', 'Connection reset',
 
 
 def lost_a_process(error: BaseException) -> bool:
-  """Whether `error` says that another process of the job is gone."""
-  return jax.process_count() > 1 and any(sign in str(error)
-                                         for sign in _PEER_LOST)
-
-
-def _lost_processes(timeout: float = 2.0) -> list[int]:
-  """The processes jax no longer counts as alive; empty where it cannot tell
-  within `timeout` seconds (a peer stuck in a collective never answers)."""
-  found = []
-
-  def ask():
-    with contextlib.suppress(Exception):  # a jax without the call
-      from jax._src import distributed  # pylint: disable=g-import-not-at-top
-      live = distributed.global_state.client.get_live_nodes(
-          list(range(jax.process_count())))
-      found.extend(i for i in range(jax.process_count()) if i not in live)
-
-  asking = threading.Thread(target=ask, daemon=True)
-  asking.start()
-  asking.join(timeout)
-  return [] if asking.is_alive() else found
+  """Whether `error`, or an error it came from, says a peer process is gone."""
+  while error is not None:
+    if jax.process_count() > 1 and any(sign in str(error)
+                                       for sign in _PEER_LOST):
+      return True
+    error = error.__cause__ or error.__context__
+  return False
 
 
 def leave_job(status: int, every_process_here: bool) -> None:
   """Ends this process without jax's shutdown, which with recoverability
   fails the others'. `every_process_here`: wait for all first."""
   if every_process_here:
-    multihost_utils.sync_global_devices('vit_jax: leaving the job')
+    peer_watch.wait_for_all_to_leave(status)
   logging.flush()
   sys.stdout.flush()
   sys.stderr.flush()
@@ -191,15 +181,11 @@ def leave_job(status: int, every_process_here: bool) -> None:
 
 
 def abandon_job(error: BaseException) -> None:
-  """After a process of the job died: one line and exit status 1, not a wait
-  in jax's shutdown barrier."""
-  lost = _lost_processes()
-  if lost:
-    who = ', '.join(f'process {i}' for i in lost)
-  elif jax.process_count() == 2:
-    who = f'process {1 - jax.process_index()} (the only other one)'
-  else:
-    who = 'another process'
+  """After a collective failed for a lost process: the watch's line naming
+  it, or this one; exit status 1, not a wait in jax's shutdown barrier."""
+  peer_watch.await_verdict()
+  who = (f'process {1 - jax.process_index()} (the only other one)'
+         if jax.process_count() == 2 else 'another process')
   message = (f'Process {jax.process_index()} of {jax.process_count()} lost '
              f'{who} of the job ({first_line(error)}); see its log for why. '
              'The checkpoints saved so far are kept: rerun all processes to '

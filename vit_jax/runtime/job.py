@@ -64,11 +64,11 @@ def run(work: Callable[[], None], *, cpu_devices: int | None) -> NoReturn:
         # jax's preemption service took SIGTERM; this command stops at once.
         stop_signals.catch()
     work()
-  except jax.errors.JaxRuntimeError as e:
-    if not distributed.lost_a_process(e):
+  except (jax.errors.JaxRuntimeError, errors.VitJaxError) as e:
+    if distributed.lost_a_process(e):
+      distributed.abandon_job(e)
+    if not isinstance(e, errors.VitJaxError):
       raise
-    distributed.abandon_job(e)
-  except errors.VitJaxError as e:
     logging.flush()  # the error comes last, once
     print(f'error: {e}', file=sys.stderr, flush=True)
     exit_job(1, every_process_here=False)

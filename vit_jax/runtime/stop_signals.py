@@ -80,6 +80,12 @@ def not_stopped_within():
     yield
 
 
+def hold_renames(timeout: float) -> None:
+  """Waits up to `timeout` s for a block of renames to end and keeps others
+  from starting: the process is about to end."""
+  _not_stopped.acquire(timeout=timeout)  # pylint: disable=consider-using-with
+
+
 def remove_on_stop(path, remove: bool = True) -> None:
   """Marks `path` unfinished, a stop at once removes it (False: unmarks)."""
   path = os.fspath(path)

@@ -1,0 +1,83 @@
+"""A process of a two-process job killed or frozen at a random moment of
+training: the other says so in one line and exits 1 within the timeout, even
+while it waits in a collective (4 CPU devices a process: gloo then waits for
+ever), and a rerun of both ends as an uninterrupted run does."""
+
+import random
+import signal
+import time
+
+import pytest
+
+from tests.helpers import history
+from tests.helpers import random_cifar
+from tests.helpers import start_two_processes
+from tests.helpers import wait_all
+from tests.helpers import wait_for_step
+from tests.helpers import write_cifar_binary
+from tests.helpers import write_process_config
+
+_TIMEOUT = 3  # --lost_process_timeout
+_NATIVE_DUMPS = ('Traceback', 'Check failure', 'Fatal Python error',
+                 'terminate called')
+
+
+def _lose_a_process(data_dir, workdir, tmp_path, victim, signum) -> None:
+  """Sends `signum` to process `victim` at a random step of a job; asserts
+  what the other one prints and how it ends."""
+  processes, logs = start_two_processes(
+      write_process_config(tmp_path, data_dir), workdir, tmp_path,
+      f'--lost_process_timeout={_TIMEOUT}', devices=4)
+  step = random.randint(2, 12)
+  try:
+    wait_for_step(processes[0], workdir, step, timeout=180)
+    processes[victim].send_signal(signum)
+    sent = time.monotonic()
+    status = processes[1 - victim].wait(timeout=60)
+    waited = time.monotonic() - sent
+  finally:
+    for process in processes:  # the frozen one too
+      process.kill()
+      process.wait()
+  output = logs[1 - victim].read_text()
+  at = f'(signalled at step {step}) {output[-3000:]}'
+  assert status == 1 and waited < _TIMEOUT + 5, at
+  lost = 'process 0 (the coordinator)' if victim == 0 else 'process 1'
+  errors = [line for line in output.splitlines() if 'error' in line.lower()]
+  assert len(errors) == 1 and errors[0].startswith(
+      f'error: Process {1 - victim} of 2 lost {lost} of the job ('), at
+  assert errors[0].endswith('rerun all processes to resume.'), at
+  assert not any(dump in output for dump in _NATIVE_DUMPS), at
+
+
+def test_a_killed_process_ends_the_other_in_one_line(tmp_path):
+  data_dir = tmp_path / 'data'
+  write_cifar_binary(
+      data_dir / 'cifar-10-batches-bin', {
+          'data_batch_1.bin': random_cifar(80, 10, seed=1),
+          'test_batch.bin': random_cifar(37, 10, seed=3)
+      })
+  _lose_a_process(data_dir, tmp_path / 'run', tmp_path, 1, signal.SIGKILL)
+
+
+@pytest.mark.slow  # 20 to 50 s each
+@pytest.mark.parametrize('victim, signum', [
+    pytest.param(0, signal.SIGKILL, id='process 0 killed'),
+    pytest.param(1, signal.SIGSTOP, id='process 1 frozen'),
+    pytest.param(0, signal.SIGSTOP, id='process 0 frozen'),
+])
+def test_after_a_lost_process_a_rerun_ends_as_an_uninterrupted_run(
+    uninterrupted, tmp_path, victim, signum):
+  data_dir, reference = uninterrupted
+  workdir = tmp_path / 'run'
+  _lose_a_process(data_dir, workdir, tmp_path, victim, signum)
+  processes, logs = start_two_processes(
+      write_process_config(tmp_path, data_dir), workdir, tmp_path, devices=4)
+  assert wait_all(processes) == [0, 0], logs[0].read_text()[-3000:]
+  assert 'Resumed from' in logs[0].read_text()
+  records, expected = history(workdir), history(reference)
+  assert [r['step'] for r in records] == [r['step'] for r in expected]
+  for record, want in zip(records, expected):
+    for metric in ('train_loss', 'test_loss'):
+      if metric in want:
+        assert record[metric] == pytest.approx(want[metric], abs=1e-4)

@@ -1,0 +1,139 @@
+"""A lost process of a job ends every other one with one line and status 1.
+
+Each process beats a counter in jax's coordination service and reads the
+others' on a thread that no collective blocks: with recoverability on, the
+service never fails the survivors, and a CPU collective waits for ever on a
+dead peer. Losing process 0, which hosts the service, makes jax's client
+abort the others (a native stack dump); a SIGABRT handler turns that into
+the same line. jax's own `missed_heartbeat_callback` cannot be given from
+Python (its status argument has no binding).
+"""
+
+import contextlib
+import ctypes
+import faulthandler
+import os
+import signal
+import socket
+import sys
+import threading
+import time
+
+from absl import logging
+import jax
+from jax._src import distributed as jax_distributed
+from jax._src.lib import utils as jax_utils
+
+from vit_jax.runtime import stop_signals
+
+_KEY = 'vit_jax/alive/'
+_job: list[int] = []  # [this process, the job's processes] once watching
+_watching: list[float] = []  # [timeout, period] once watching
+_leaving: list[int] = []  # [exit status] once every process is leaving
+_answered: list[float] = []  # [when the service last answered the watch]
+_said = threading.Lock()  # whoever takes it says the line
+_abort_handlers: list = []  # ctypes callbacks must outlive their install
+
+
+def _end_lost(who: str, why: str) -> None:
+  """The one line, once no save is halfway through its renames; exit 1."""
+  if _leaving:
+    os._exit(_leaving[0])  # pylint: disable=protected-access
+  if not _said.acquire(blocking=False):
+    time.sleep(60)  # another thread says it and ends the process
+  stop_signals.hold_renames(timeout=5)
+  me, count = _job
+  logging.flush()
+  sys.stdout.flush()
+  os.write(
+      2, f'error: Process {me} of {count} lost {who} of the job ({why}); '
+      'see its log for why. The checkpoints saved so far are kept: rerun all '
+      'processes to resume.\n'.encode())
+  os._exit(1)  # pylint: disable=protected-access
+
+
+def watch(timeout: float) -> None:
+  """Beats, and ends this process when a peer has not beaten for `timeout` s."""
+  client = jax_distributed.global_state.client
+  me, count = jax.process_index(), jax.process_count()
+  period = max(0.2, min(1.0, timeout / 10))
+  _job[:] = [me, count]
+  _watching[:] = [timeout, period]
+
+  def beat_and_read():
+    last = {peer: (None, time.monotonic()) for peer in range(count)}
+    for beat in range(sys.maxsize):
+      try:
+        client.key_value_set(f'{_KEY}{me}', str(beat), allow_overwrite=True)
+        beats = dict(client.key_value_dir_get(_KEY))
+        _answered[:] = [time.monotonic()]
+      except Exception as e:  # pylint: disable=broad-except
+        if me == 0 or _leaving:
+          return
+        _end_lost('process 0 (the coordinator)',
+                  f'{type(e).__name__}: {str(e).splitlines()[0][:120]}')
+      now = time.monotonic()
+      for peer in range(count):
+        value = beats.get(f'{_KEY}{peer}')
+        if value != last[peer][0]:
+          last[peer] = (value, now)
+          continue
+        silent = now - last[peer][1]
+        # A stop request cannot reach a silent peer: it ends this one at once.
+        if not _leaving and (silent > timeout or
+                             (silent > 2 * period and stop_signals.received())):
+          _end_lost(f'process {peer}', f'no sign of life for {silent:.0f} s')
+      time.sleep(period)
+
+  threading.Thread(target=beat_and_read, daemon=True,
+                   name='vit_jax peer watch').start()
+
+
+def catch_coordinator_abort(coordinator_address: str) -> None:
+  """Outside process 0: jax's abort on losing the coordinator as the line.
+
+  The coordinator is lost when it refuses connections (killed) or has not
+  answered the watch for two periods (frozen). jax's FATAL record is not
+  printed (`--verbosity=1` prints it); any other abort prints a stack and
+  exits 134."""
+  if logging.get_verbosity() < 1:
+    jax_utils.absl_set_min_log_level(4)  # above FATAL
+  host, port = coordinator_address.rsplit(':', 1)
+
+  def on_abort(signum):
+    del signum
+    silent = time.monotonic() - _answered[0] if _answered else 0
+    try:
+      socket.create_connection((host, int(port)), timeout=1).close()
+    except OSError:
+      _end_lost('process 0 (the coordinator)', 'it refuses connections')
+    if silent > 2 * _watching[1]:
+      _end_lost('process 0 (the coordinator)', f'no answer for {silent:.0f} s')
+    faulthandler.dump_traceback(all_threads=True)
+    os.write(
+        2, b"error: jax's runtime aborted; rerun with --verbosity=1 to "
+        b'see why.\n')
+    os._exit(134)  # pylint: disable=protected-access
+
+  handler_type = ctypes.CFUNCTYPE(None, ctypes.c_int)
+  _abort_handlers.append(handler_type(on_abort))
+  libc = ctypes.CDLL(None)
+  libc.signal.restype = ctypes.c_void_p
+  libc.signal.argtypes = [ctypes.c_int, handler_type]
+  libc.signal(signal.SIGABRT, _abort_handlers[-1])
+
+
+def wait_for_all_to_leave(status: int) -> None:
+  """Waits up to the timeout for every process to be done, as this one is
+  (exiting with `status`): a peer's exit from here on is no loss."""
+  _leaving[:] = [status]
+  with contextlib.suppress(Exception):  # a peer is lost: leave all the same
+    jax_distributed.global_state.client.wait_at_barrier(
+        'vit_jax: leaving the job', int(_watching[0] * 1000))
+
+
+def await_verdict() -> None:
+  """Gives the watch the time to name a lost peer (it ends the process)."""
+  if _watching:
+    timeout, period = _watching
+    time.sleep(timeout + 3 * period)
