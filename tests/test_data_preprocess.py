@@ -63,9 +63,9 @@ class _Decoded(image_folder.FileSource):
   sizes: list = dataclasses.field(default_factory=list)
 
   def read(self, index, at_least):
-    image, label, stored = super().read(index, at_least)
+    image, label = super().read(index, at_least)
     self.sizes.append(image.shape[:2])
-    return image, label, stored
+    return image, label
 
 
 @pytest.mark.parametrize('size', [32, 224])

@@ -1,9 +1,7 @@
 """TrivialAugment and RandAugment in pure jax, traced into the train step, of
 float32 NHWC images in [0, 1] (before normalization). `OPS` is torchvision's
 14-op set, each a function of a signed magnitude in [-1, 1] that `OpRanges`
-scales. Photometric ops follow PIL; geometric ops are one bilinear affine warp
-filled with timm's gray (`FILL`), not torchvision's black: a large rotation
-pastes no black area, which no test image has."""
+scales; photometric ops follow PIL, geometric ops are one bilinear warp."""
 
 import dataclasses
 import functools
@@ -12,6 +10,8 @@ import math
 import jax
 import jax.numpy as jnp
 
+# Where a warp reads outside the image: timm's gray, not torchvision's black,
+# so that a large rotation pastes no black area, which no test image has.
 FILL = 0.5
 
 OPS = ('identity', 'auto_contrast', 'equalize', 'rotate', 'solarize', 'color',
@@ -24,19 +24,14 @@ _LUMA = (0.299, 0.587, 0.114)
 
 @dataclasses.dataclass(frozen=True)
 class OpRanges:
-  """What magnitude 1 means for each op (magnitude 0 is the identity).
-
-  rotate: degrees. shear: tan of the shear angle. translate: pixels, or a
-  fraction of the image's side when `translate_relative`. enhance: the
-  largest |factor - 1| of color, contrast, brightness and sharpness.
-  posterize: bits dropped of 8.
-  """
-  rotate: float
-  shear: float
-  translate: float
+  """What magnitude 1 means for each op (magnitude 0 is the identity)."""
+  rotate: float  # degrees
+  shear: float  # tan of the shear angle
+  translate: float  # pixels, or a fraction of the side if translate_relative
   translate_relative: bool
+  # The largest |factor - 1| of color, contrast, brightness and sharpness.
   enhance: float
-  posterize: int
+  posterize: int  # bits dropped of 8
 
 
 # torchvision's TrivialAugmentWide ranges.
@@ -51,9 +46,7 @@ RAND_AUGMENT = OpRanges(rotate=30.0, shear=0.3, translate=0.45,
 
 
 def _grayscale(image: jax.Array) -> jax.Array:
-  """(H, W, 1) luma of RGB; the channels' mean for other channel counts."""
-  if image.shape[-1] != 3:
-    return image.mean(axis=-1, keepdims=True)
+  """(H, W, 1) luma of RGB."""
   return jnp.tensordot(image, jnp.asarray(_LUMA, image.dtype), axes=1)[...,
                                                                        None]
 
@@ -137,8 +130,7 @@ def _affine(image: jax.Array, matrix: jax.Array,
 def _warp_parameters(op: jax.Array, magnitude: jax.Array, ranges: OpRanges,
                      height: int, width: int) -> tuple[jax.Array, jax.Array]:
   """The (x, y) matrix and offset of op `op`, the identity unless geometric;
-  shears about the top-left corner, as torchvision's, translations rounded to
-  whole pixels."""
+  shears about the top-left corner (torchvision's), whole-pixel translations."""
   angle = magnitude * ranges.rotate * math.pi / 180.0
   cos, sin = jnp.cos(angle), jnp.sin(angle)
   shear = magnitude * ranges.shear

@@ -17,8 +17,8 @@ class Source(Protocol):
 
 
 def scalable(source: Source) -> bool:
-  """Whether `source.read(index, at_least)` gives (image, label, stored size),
-  the image decoded no smaller than `at_least(stored size)` (JPEG scaling)."""
+  """Whether `source.read(index, at_least)` gives (image, label), the image
+  decoded no smaller than `at_least(stored (height, width))` (JPEG scaling)."""
   return hasattr(source, 'read')
 
 
@@ -45,18 +45,13 @@ class SubsetSource:
     return len(self.indices)
 
   def __getitem__(self, index):
-    return self.source[self._in_source(index)]
+    return self.source[int(self.indices[index])]
 
   def __getattr__(self, name):
     if name == 'read' and scalable(self.source):
-      return lambda index, at_least: self.source.read(self._in_source(index),
+      return lambda index, at_least: self.source.read(int(self.indices[index]),
                                                       at_least)
     raise AttributeError(name)
-
-  def _in_source(self, index) -> int:
-    if not 0 <= index < len(self.indices):
-      raise IndexError(index)
-    return int(self.indices[index])
 
   @property
   def labels(self) -> np.ndarray:

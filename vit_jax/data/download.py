@@ -10,7 +10,6 @@ import sys
 import tarfile
 import tempfile
 import time
-import urllib.error
 import urllib.request
 
 from absl import logging
@@ -92,7 +91,7 @@ def _download(release: Release, path: pathlib.Path):
               f'{received / 2**20 / (now - start):.1f} MB/s', end='',
               file=sys.stderr, flush=True)
       print(file=sys.stderr)
-  except (urllib.error.URLError, OSError) as e:
+  except OSError as e:  # urllib's URLError too
     reason = getattr(e, 'reason', None) or e
     raise DatasetError(
         f'Could not download {release.url} ({reason}). Without internet, '

@@ -1,7 +1,6 @@
-"""Image folders `data_dir/{train,test}/<class>/*.{jpg,jpeg,png}`. Opening
-names every problem of the folder in one `DatasetError`. EXIF orientation is
-not applied, as the official code's `tf.image.decode_jpeg` does not: a
-fine-tuned model sees the same pixels."""
+"""Image folders `data_dir/{train,test}/<class>/*.{jpg,jpeg,png}`, every problem
+named in one `DatasetError`. EXIF orientation is not applied, as the official
+`tf.image.decode_jpeg` does not: a fine-tuned model sees the same pixels."""
 
 from collections.abc import Callable
 import dataclasses
@@ -59,15 +58,11 @@ def _on_background(rgba: np.ndarray) -> np.ndarray:
       np.uint8)
 
 
-def _check_mode(image):
+def to_rgb(image: Image.Image) -> np.ndarray:
+  """A PIL image as uint8 RGB, as a viewer shows it (on BACKGROUND)."""
   if image.mode not in _DECODED_MODES:
     raise _NotDecoded(f'its mode {image.mode} is not one this reader decodes '
                       '(save it as RGB)')
-
-
-def to_rgb(image: Image.Image) -> np.ndarray:
-  """A PIL image as uint8 RGB, as a viewer shows it (on BACKGROUND)."""
-  _check_mode(image)
   if image.mode in _WHITE_LEVELS:
     values = np.asarray(image, np.float64) / _WHITE_LEVELS[image.mode]
     grey = np.round(np.clip(values, 0, 1) * 255).astype(np.uint8)
@@ -95,8 +90,7 @@ def read_image(
     path: pathlib.Path,
     at_least: Callable[[tuple[int, int]], tuple[int, int]] | None = None
 ) -> np.ndarray:
-  """An image file as uint8 RGB; a JPEG scaled down to no less than
-  `at_least(stored (height, width))` by PIL's draft mode."""
+  """An image file as uint8 RGB; a JPEG decoded no smaller than `at_least`."""
   try:
     with Image.open(path) as image:
       if at_least is not None:
@@ -121,15 +115,13 @@ def _looks_whole(path: pathlib.Path) -> bool:
 
 
 def _file_problem(path: pathlib.Path) -> str | None:
-  """Why the image file cannot be read, or None; a whole-looking JPEG or PNG
-  passes undecoded, so that checking a folder costs little more than listing
-  it."""
+  """Why the image file cannot be read, or None."""
   try:
+    # Undecoded: checking a folder costs little more than listing it.
     if _looks_whole(path):
       return None
     with Image.open(path) as image:
-      _check_mode(image)
-      image.load()
+      to_rgb(image)
   except _DECODE_ERRORS as e:
     return _reason(e)
   return None
@@ -148,10 +140,7 @@ class FileSource:
     return read_image(self.paths[index]), int(self.labels[index])
 
   def read(self, index: int, at_least):
-    stored = []
-    image = read_image(self.paths[index],
-                       lambda shape: stored.append(shape) or at_least(shape))
-    return image, int(self.labels[index]), stored[0]
+    return read_image(self.paths[index], at_least), int(self.labels[index])
 
 
 @dataclasses.dataclass

@@ -36,10 +36,10 @@ class Input(abc.ABC):
 
   @property
   def steps_per_dispatch(self) -> int:
-    """Batches per compiled call; one on a CPU, whose steps ran slower in a
-    loop."""
+    """Batches per compiled call."""
     if self.config.steps_per_dispatch:
       return self.config.steps_per_dispatch
+    # One on a CPU, whose steps ran slower in a loop.
     if jax.default_backend() == 'cpu':
       return 1
     return self.default_steps_per_dispatch
@@ -87,11 +87,10 @@ class Input(abc.ABC):
     return jax.tree.map(stacked, train_batch)
 
   def stack(self, batches: list, count: int) -> Any:
-    """Up to `count` `batches` stacked on the devices, zero-padded (one
-    batch without a copy)."""
+    """Up to `count` `batches` stacked on the devices, zero-padded."""
 
     def stack(spec, *parts):
-      if count == 1:
+      if count == 1:  # without a copy
         local = parts[0][np.newaxis]
       else:
         local = np.zeros((count, *parts[0].shape), parts[0].dtype)
@@ -133,9 +132,7 @@ def epoch_batches(seed: int, epoch: int, num_examples: int,
 def eval_batches(num_examples: int,
                  batch_size: int) -> tuple[np.ndarray, np.ndarray]:
   """Indices and a 0/1 mask covering every example once, padded."""
-  steps = -(-num_examples // batch_size)
-  indices = np.arange(steps * batch_size, dtype=np.int32)
+  shape = (-(-num_examples // batch_size), batch_size)
+  indices = np.arange(shape[0] * batch_size, dtype=np.int32).reshape(shape)
   mask = indices < num_examples
-  indices = np.where(mask, indices, 0)
-  return (indices.reshape(steps, batch_size),
-          mask.reshape(steps, batch_size).astype(np.float32))
+  return np.where(mask, indices, 0), mask.astype(np.float32)

@@ -1,7 +1,6 @@
 """Image preprocessing and augmentation: the official code's Inception crop
 on the host (streaming), and on the devices a padded random crop, the config's
-`device_policy` and normalization (`train_input`, `eval_input`).
-"""
+`device_policy` and normalization (`train_input`, `eval_input`)."""
 
 from collections.abc import Callable
 import functools
@@ -47,24 +46,22 @@ def inception_crop_box(height: int, width: int,
 def train_example(source: dataset.Source, index: int, size: int, augment: bool,
                   rng: np.random.Generator) -> tuple[np.ndarray, int]:
   """`source[index]` for streaming: Inception crop + flip (if `augment`),
-  resized; a scalable source decodes at the smallest scale that leaves the
-  crop `size` pixels each way: the same crop, less decoding."""
-  boxes = []
+  resized; a scalable source decodes only as large as the crop needs."""
+  crops = []  # (stored size, box)
 
   def at_least(stored):
-    boxes.append(
-        inception_crop_box(*stored, rng) if augment else (0, 0, *stored))
+    box = inception_crop_box(*stored, rng) if augment else (0, 0, *stored)
+    crops.append((stored, box))
     return tuple(
         min(side, math.ceil(side * size / crop))
-        for side, crop in zip(stored, boxes[0][2:]))
+        for side, crop in zip(stored, box[2:]))
 
   if dataset.scalable(source):
-    image, label, stored = source.read(index, at_least)
+    image, label = source.read(index, at_least)
   else:
     image, label = source[index]
-    stored = image.shape[:2]
-    at_least(stored)
-  image = resize(_scaled_crop(image, stored, boxes[0]), size)
+    at_least(image.shape[:2])
+  image = resize(_scaled_crop(image, *crops[0]), size)
   if augment and rng.random() < 0.5:
     image = image[:, ::-1]
   return image, label

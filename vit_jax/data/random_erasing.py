@@ -11,10 +11,9 @@ def random_erasing(key: jax.Array, images: jax.Array, probability: float = 0.25,
                    aspect: tuple[float, float] = (0.3, 3.3), *,
                    mode: str = 'const', mean=auto_augment.FILL, std=1.0,
                    attempts: int = 10) -> jax.Array:
-  """Random erasing (Zhong et al. 2020) as timm's RandomErasing, one box;
-  with the dataset's `mean` and `std`, 'const' and 'pixel' fill with what
-  timm's zeros and normal noise are once normalized. `mode`, `attempts`:
-  static."""
+  """Random erasing (Zhong et al. 2020) as timm's RandomErasing, one box:
+  'const' and 'pixel' fill with timm's zeros and normal noise once normalized
+  by the dataset's `mean` and `std`. `mode`, `attempts`: static."""
   if mode not in ('const', 'pixel'):
     raise ValueError(f"mode={mode!r}: use 'const' or 'pixel'.")
   n, h, w, _ = images.shape
@@ -33,12 +32,13 @@ def random_erasing(key: jax.Array, images: jax.Array, probability: float = 0.25,
   top = jax.random.randint(keys[2], (n,), 0, h - height + 1)
   left = jax.random.randint(keys[3], (n,), 0, w - width + 1)
   erase = jax.random.bernoulli(keys[4], probability, (n,)) & fits.any(axis=1)
-  rows = jnp.arange(h)[None, :, None]
-  cols = jnp.arange(w)[None, None, :]
-  mask = ((rows >= top[:, None, None]) &
-          (rows < (top + height)[:, None, None]) &
-          (cols >= left[:, None, None]) &
-          (cols < (left + width)[:, None, None]) & erase[:, None, None])
+
+  def inside(start, size, length):
+    positions = jnp.arange(length)
+    return (positions >= start[:, None]) & (positions < (start + size)[:, None])
+
+  mask = (inside(top, height, h)[:, :, None] & inside(left, width, w)[:, None] &
+          erase[:, None, None])
   values = jnp.asarray(mean, images.dtype)
   if mode == 'pixel':
     values = values + jnp.asarray(std, images.dtype) * jax.random.normal(

@@ -26,19 +26,16 @@ def to_arrays(source: Source, image_size: int) -> tuple[np.ndarray, np.ndarray]:
   """A whole split as (uint8 images, int32 labels), files resized to stack."""
   if isinstance(source, ArraySource):
     return source.images, source.labels
-  examples = [source[i] for i in range(len(source))]
-  return (np.stack([
-      preprocess.resize(image, image_size) for image, _ in examples
-  ]), np.asarray([label for _, label in examples], np.int32))
+  images, labels = zip(*(source[i] for i in range(len(source))))
+  return (np.stack([preprocess.resize(image, image_size)
+                    for image in images]), np.asarray(labels, np.int32))
 
 
 def class_counts(sizes: np.ndarray, count: int,
                  rng: np.random.Generator) -> np.ndarray:
-  """How many of `count` examples to draw from classes of `sizes` examples.
-
-  One of every class and the rest in proportion, by largest remainder; with
-  fewer than one per class, `count` classes drawn give one each.
-  """
+  """How many of `count` examples to draw from classes of `sizes` examples: one
+  of every class, the rest in proportion by largest remainder (fewer than the
+  classes: one of each of `count` classes drawn)."""
   num_classes = len(sizes)
   if count < num_classes:
     counts = np.zeros(num_classes, np.int64)
@@ -54,8 +51,7 @@ def class_counts(sizes: np.ndarray, count: int,
 
 
 def _across_classes(labels: np.ndarray, count: int, seed: int) -> np.ndarray:
-  """The sorted indices of `count` examples drawn with `seed`, every class in
-  proportion."""
+  """The sorted indices of `count` examples drawn across classes by `seed`."""
   rng = np.random.default_rng(seed)
   _, sizes = np.unique(labels, return_counts=True)
   counts = class_counts(sizes, count, rng)
@@ -65,8 +61,7 @@ def _across_classes(labels: np.ndarray, count: int, seed: int) -> np.ndarray:
 
 
 def subset(dataset: Dataset, split: str, count: int, seed: int) -> Source:
-  """The first `count` examples of a split (0: all), or drawn across its
-  classes where it is ordered by class."""
+  """A split's `count` examples (0: all): the first, or drawn across classes."""
   source = getattr(dataset, split)
   if not count or count == len(source):
     return source

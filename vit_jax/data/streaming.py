@@ -1,8 +1,7 @@
 """Streaming input, for datasets that do not fit in device memory (ImageNet):
-each process reads, crops and resizes its own devices' rows on the host every
-step, on grain worker processes (or threads). An example's randomness comes
-from (seed, epoch, batch, row): a batch is the same however it is loaded and
-wherever a run resumes."""
+each process reads, crops and resizes its devices' rows on the host, in grain
+workers (or threads). An example's randomness comes from (seed, epoch, batch,
+row): a batch is the same however it is loaded and wherever a run resumes."""
 
 from collections.abc import Iterator
 import dataclasses
@@ -25,8 +24,7 @@ from vit_jax.runtime import sharding
 
 
 class StreamingInput(input_lib.Input):
-  """Batches are sharded global (uint8 images, int32 labels); this process
-  loads its rows in `workers` processes (0: threads)."""
+  """Sharded global batches of uint8 images and int32 labels, read on hosts."""
 
   # One batch per compiled call (`Input.stack`): its images are large.
   default_steps_per_dispatch = 1
@@ -62,17 +60,12 @@ class StreamingInput(input_lib.Input):
     return [np.array(sizes), train[0], test[0], self.epoch_table(1)]
 
   def batch_specs(self):
+    spec = functools.partial(jax.ShapeDtypeStruct, sharding=self._sharding)
     size = self.config.image_size
-
-    def spec(batch_size):
-      return (jax.ShapeDtypeStruct((batch_size, size, size, 3), np.uint8,
-                                   sharding=self._sharding),
-              jax.ShapeDtypeStruct((batch_size,), np.int32,
-                                   sharding=self._sharding))
-
-    mask = jax.ShapeDtypeStruct((self.config.eval_batch_size,), np.float32,
-                                sharding=self._sharding)
-    return spec(self.config.batch_size), spec(self.config.eval_batch_size), mask
+    train, test = ((spec((n, size, size, 3), np.uint8), spec((n,), np.int32))
+                   for n in (self.config.batch_size,
+                             self.config.eval_batch_size))
+    return train, test, spec((self.config.eval_batch_size,), np.float32)
 
   def train_batches(self, position: input_lib.Position) -> Iterator:
     config = self.config
@@ -139,10 +132,10 @@ _ENDLESS = 2**40
 
 
 def _worker_setup(parent: int, worker_index: int, worker_count: int) -> None:
-  """In each worker: ignore SIGTERM and SIGINT, which the training process
-  handles (a worker killed mid-batch would fail its save), and exit when it
-  dies."""
+  """In each worker: ignore SIGTERM and SIGINT; exit when the parent dies."""
   del worker_index, worker_count
+  # The training process handles them: a worker killed mid-batch would fail
+  # its save.
   signal.signal(signal.SIGTERM, signal.SIG_IGN)
   signal.signal(signal.SIGINT, signal.SIG_IGN)
 
@@ -154,11 +147,7 @@ def _worker_setup(parent: int, worker_index: int, worker_count: int) -> None:
   threading.Thread(target=watch, daemon=True).start()
 
 
-@functools.lru_cache(maxsize=2)
-def _epoch_table(seed: int, epoch: int, num_examples: int,
-                 batch_size: int) -> np.ndarray:
-  return input_lib.epoch_batches(seed, epoch, num_examples, batch_size)
-
+_epoch_table = functools.lru_cache(maxsize=2)(input_lib.epoch_batches)
 
 # Module-level dataclasses, so that grain can ship them to its workers.
 

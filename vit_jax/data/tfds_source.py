@@ -47,24 +47,27 @@ def _tfds_builder(name: str, data_dir: pathlib.Path | None):
   return builder
 
 
+def _convert(builder) -> str:
+  """The command that converts a prepared dataset to array_record."""
+  return (f'tfds convert_format --root_data_dir={builder.data_dir} '
+          '--out_file_format=array_record')
+
+
 def _read_whole(builder, name: str, train_split: str,
                 test_split: str) -> Dataset:
   """A tfrecord-format dataset of same-size images, read with TensorFlow."""
   if None in builder.info.features['image'].shape[:2]:
     raise DatasetError(
         f'tfds:{name} has images of varying size, which cannot be read whole '
-        'from the tfrecord format: convert it to array_record (tfds '
-        f'convert_format --root_data_dir={builder.data_dir} '
-        "--out_file_format=array_record) or set config.input_pipeline="
-        "'streaming'.")
+        'from the tfrecord format: convert it to array_record '
+        f"({_convert(builder)}) or set config.input_pipeline='streaming'.")
   try:
     import tensorflow  # pylint: disable=g-import-not-at-top,unused-import
   except ImportError as e:
     raise DatasetError(
         f'tfds:{name} is in the tfrecord format, which only TensorFlow reads: '
-        "pip install -e '.[tf]', or convert it to array_record (tfds "
-        f'convert_format --root_data_dir={builder.data_dir} '
-        '--out_file_format=array_record), which is read without it.') from e
+        "pip install -e '.[tf]', or convert it to array_record "
+        f'({_convert(builder)}), which is read without it.') from e
   import tensorflow_datasets as tfds  # pylint: disable=g-import-not-at-top
 
   def read_split(split: str) -> ArraySource:
@@ -89,8 +92,7 @@ def open_tfds(name: str, data_dir: pathlib.Path | None, train_split: str,
     raise DatasetError(
         f'tfds:{name} in {builder.data_dir} cannot be read by index ({e}). '
         'Streaming reads the array_record format: convert the prepared '
-        f'dataset (tfds convert_format --root_data_dir={builder.data_dir} '
-        '--out_file_format=array_record) or rebuild it with '
+        f'dataset ({_convert(builder)}) or rebuild it with '
         '--file_format=array_record.') from e
   return Dataset(TfdsSource(train), TfdsSource(test),
                  builder.info.features['label'].num_classes)
