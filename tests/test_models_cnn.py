@@ -10,7 +10,6 @@ import pytest
 
 from vit_jax.models import SimpleCNN
 from vit_jax.models import SmallResNet
-from vit_jax.models import cnn
 from tests.helpers import normal
 from tests.helpers import random_cnn_variables
 
@@ -84,7 +83,8 @@ def test_small_resnet_projects_only_where_the_shape_changes():
 def test_each_stage_sows_the_feature_map_it_ends_with(model_class, shapes):
   model = model_class(num_classes=7)
   variables = random_cnn_variables(model, _images())
-  features = cnn.stage_features(model, variables, _images(seed=1))
+  _, out = model.apply(variables, _images(seed=1), train=False, return_out=True)
+  features = out['stages']
   assert [f.shape[1:] for f in features] == shapes
   assert model.feature_widths == tuple(shape[-1] for shape in shapes)
   assert all(np.min(f) >= 0 for f in features)  # after the ReLU

@@ -21,7 +21,6 @@ from vit_jax.errors import ConfigError
 from vit_jax.models import SimpleCNN
 from vit_jax.models import SmallResNet
 from vit_jax.models import VisionTransformer
-from vit_jax.models import cnn
 from vit_jax.models import names
 from vit_jax.objectives import locality_guidance
 from vit_jax.training import finetune
@@ -69,10 +68,10 @@ def test_the_objective_adds_the_weighted_imitation_of_the_cnn_to_any_base(
 
   @jax.jit  # one program, not one per operation
   def guided_and_imitation(maps, images):
-    teacher = cnn.stage_features(module, variables, images)
+    _, teacher = module.apply(variables, images, train=False, return_out=True)
     return (guide.objective(base)(logits, {'guided_features': maps}, None,
                                   images),
-            2.5 * locality_guidance.imitation(list(maps), teacher))
+            2.5 * locality_guidance.imitation(list(maps), teacher['stages']))
 
   guided, imitation = guided_and_imitation(maps, images)
   unguided = base(logits, {}, None, images)

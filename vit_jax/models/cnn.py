@@ -12,25 +12,17 @@ import jax.numpy as jnp
 
 from vit_jax.models.layers import initializers
 
-Dtype = Any
-
 
 def _conv(x: jax.Array, features: int, kernel_size: int, *, strides: int = 1,
-          use_bias: bool, dtype: Dtype, name: str) -> jax.Array:
+          use_bias: bool, dtype: Any, name: str) -> jax.Array:
   fan_in = kernel_size * kernel_size * x.shape[-1]
-  return nn.Conv(
-      features,
-      kernel_size=(kernel_size, kernel_size),
-      strides=(strides, strides),
-      padding=kernel_size // 2,  # PyTorch-style symmetric padding.
-      use_bias=use_bias,
-      dtype=dtype,
-      kernel_init=initializers.torch_kernel_init,
-      bias_init=initializers.torch_bias_init(fan_in),
-      name=name)(x)
+  return nn.Conv(features, kernel_size=(kernel_size, kernel_size),
+                 strides=strides, padding=kernel_size // 2, use_bias=use_bias,
+                 dtype=dtype, kernel_init=initializers.torch_kernel_init,
+                 bias_init=initializers.torch_bias_init(fan_in), name=name)(x)
 
 
-def _batch_norm(x: jax.Array, *, train: bool, dtype: Dtype,
+def _batch_norm(x: jax.Array, *, train: bool, dtype: Any,
                 name: str) -> jax.Array:
   return nn.BatchNorm(use_running_average=not train, momentum=0.9, epsilon=1e-5,
                       dtype=dtype, name=name)(x)
@@ -43,29 +35,14 @@ def _head(x: jax.Array, num_classes: int) -> jax.Array:
                   name='head')(x)
 
 
-class StagedCNN(nn.Module):
-  """A CNN whose stages end in feature maps `feature_widths` wide."""
-
-  @property
-  def feature_widths(self) -> tuple[int, ...]:
-    raise NotImplementedError
-
-
-def stage_features(module: StagedCNN, variables,
-                   images: jax.Array) -> list[jax.Array]:
-  """The feature map each stage of `module` ends with, in eval mode."""
-  _, out = module.apply(variables, images, train=False, return_out=True)
-  return out['stages']
-
-
-class SimpleCNN(StagedCNN):
+class SimpleCNN(nn.Module):
   """Five 3x3 conv-BN-ReLU layers, max-pools after the 2nd and 4th, a head;
   a stage ends before each pool and at the last layer, one per resolution."""
 
   num_classes: int = 10
   widths: Sequence[int] = (32, 32, 64, 64, 128)
   pool_after: Sequence[int] = (1, 3)
-  dtype: Dtype = jnp.float32
+  dtype: Any = jnp.float32
 
   @property
   def _stage_ends(self) -> list[int]:
@@ -96,7 +73,7 @@ class BasicBlock(nn.Module):
 
   features: int
   strides: int = 1
-  dtype: Dtype = jnp.float32
+  dtype: Any = jnp.float32
 
   @nn.compact
   def __call__(self, x: jax.Array, *, train: bool) -> jax.Array:
@@ -117,13 +94,13 @@ class BasicBlock(nn.Module):
     return nn.relu(shortcut + y)
 
 
-class SmallResNet(StagedCNN):
+class SmallResNet(nn.Module):
   """CIFAR ResNet: a 3x3 stem, stages of basic blocks, a linear head."""
 
   num_classes: int = 10
   stage_widths: Sequence[int] = (16, 32, 64)
   blocks_per_stage: int = 2
-  dtype: Dtype = jnp.float32
+  dtype: Any = jnp.float32
 
   @property
   def feature_widths(self) -> tuple[int, ...]:

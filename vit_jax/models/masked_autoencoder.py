@@ -21,8 +21,6 @@ from vit_jax.models.layers.position import AddPositionEmbs
 from vit_jax.models.vit import ViTWrapper
 from vit_jax.objectives import losses
 
-Dtype = Any
-
 HEAD_SIZE = 32
 
 
@@ -53,7 +51,7 @@ class Decoder(nn.Module):
   depth: int
   patch_pixels: int
   attention: str = 'auto'
-  dtype: Dtype = jnp.float32
+  dtype: Any = jnp.float32
 
   @nn.compact
   def __call__(self, encoded: jax.Array, kept: jax.Array | None,

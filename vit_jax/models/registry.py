@@ -108,11 +108,10 @@ def training_fields(config) -> dict:
 
 
 def model_variables(params, batch_stats=None) -> dict:
-  """The variables a model is applied with: its parameters, and its
-  BatchNorm statistics where it has them (None or empty: it has none)."""
-  if not batch_stats:
-    return {'params': params}
-  return {'params': params, 'batch_stats': batch_stats}
+  """The variables to apply a model with; `batch_stats` only if not empty."""
+  return {
+      'params': params, **({'batch_stats': batch_stats} if batch_stats else {})
+  }
 
 
 # What an override of a field whose default is of the key's type must be

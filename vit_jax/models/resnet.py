@@ -11,8 +11,6 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-Dtype = Any
-
 # Added to the kernel's standard deviation, as in the official StdConv.
 STD_CONV_EPSILON = 1e-5
 # flax's GroupNorm defaults, as the official code.
@@ -35,7 +33,7 @@ class StdConv(nn.Module):
   features: int
   kernel_size: int
   strides: int = 1
-  dtype: Dtype = jnp.float32
+  dtype: Any = jnp.float32
 
   @nn.compact
   def __call__(self, x: jax.Array) -> jax.Array:
@@ -48,7 +46,7 @@ class StdConv(nn.Module):
         dimension_numbers=('NHWC', 'HWIO', 'NHWC'))
 
 
-def _group_norm(x: jax.Array, name: str, dtype: Dtype, **kwargs) -> jax.Array:
+def _group_norm(x: jax.Array, name: str, dtype: Any, **kwargs) -> jax.Array:
   return nn.GroupNorm(num_groups=GROUP_NORM_GROUPS, epsilon=GROUP_NORM_EPSILON,
                       dtype=dtype, name=name, **kwargs)(x)
 
@@ -58,7 +56,7 @@ class ResidualUnit(nn.Module):
 
   features: int
   strides: int = 1
-  dtype: Dtype = jnp.float32
+  dtype: Any = jnp.float32
 
   @nn.compact
   def __call__(self, x: jax.Array) -> jax.Array:
@@ -83,7 +81,7 @@ class ResNetStage(nn.Module):
   num_units: int
   features: int
   first_stride: int
-  dtype: Dtype = jnp.float32
+  dtype: Any = jnp.float32
 
   @nn.compact
   def __call__(self, x: jax.Array) -> jax.Array:
@@ -100,7 +98,7 @@ def stem_stride(stages: Sequence[int]) -> int:
 
 
 def resnet_stem(x: jax.Array, stages: Sequence[int], width_factor: int = 1,
-                dtype: Dtype = jnp.float32) -> jax.Array:
+                dtype: Any = jnp.float32) -> jax.Array:
   """Root and ResNet stages, as modules of the calling compact method."""
   width = 64 * width_factor
   x = StdConv(width, 7, 2, dtype, name='conv_root')(x)

@@ -23,8 +23,6 @@ from vit_jax.models.layers import position
 from vit_jax.models.layers.attention import MultiHeadSelfAttention
 from vit_jax.models.layers.encoder_block import BlockConfig
 
-Dtype = Any
-
 
 class VisionTransformer(nn.Module):
   """ViT: patch embedding, [CLS] token, Transformer encoder, classifier head.
@@ -33,19 +31,12 @@ class VisionTransformer(nn.Module):
   `(logits, out)` as big_vision's ViT: `out['encoded']` the encoder's output
   tokens, `out['blocks']` each block's output (none when scanned), and for
   DeiT `out['class_logits']` and `out['distillation_logits']`. Parameters
-  stay float32; `dtype` sets the computation.
-
-  `resnet_stages` makes the paper's hybrid (a ResNet stem, `resnet`, whose
-  modules sit at the top level as in the official tree; `patch_size` is then
-  the patch size on its feature map). `attention` picks how every block
-  computes attention (`layers.attention`). Options for little data, all off
-  by default: `posemb` (`layers.position`), `classifier` 'map' or 'gap'
-  (`layers.pooling`), `stochastic_depth_rate` (`layers.dropout`),
-  `shifted_patches` (`layers.patch_embedding`), `locality_attention` and
-  `mimetic_init` (`layers.attention`), and DeiT's `distillation_token` (a
-  `dist` token after `cls` and a head `head_dist`; the logits are the two
-  heads' mean). `remat` and `scan` trade compute or compile time for memory
-  (`remat_scan`; the same function either way).
+  stay float32; `dtype` sets the computation. `resnet_stages` makes the
+  paper's hybrid (`patch_size` is then on the stem's feature map);
+  `distillation_token` adds DeiT's `dist` token and `head_dist` head (the
+  logits are the two heads' mean). `attention`, `remat`, `scan` and the
+  options for little data (off by default) are documented where they act
+  (`layers`, `remat_scan`).
   """
 
   num_classes: int
@@ -58,7 +49,7 @@ class VisionTransformer(nn.Module):
   attention_dropout_rate: float = 0.0
   classifier: str = 'token'
   representation_size: int | None = None
-  dtype: Dtype = jnp.float32
+  dtype: Any = jnp.float32
   resnet_stages: tuple[int, ...] | None = None
   resnet_width_factor: int = 1
   attention: str = 'auto'
@@ -88,19 +79,15 @@ class VisionTransformer(nn.Module):
   def check_image_size(self, height: int, width: int) -> None:
     """Raises ValueError unless the patches tile a height x width image."""
     size = self.effective_patch_size
-    if not (height % size or width % size):
-      return
-    if self.resnet_stages is not None:
-      stride = resnet.stem_stride(self.resnet_stages)
-      raise ValueError(
-          f'Image size {height}x{width} is not divisible by {size}, the '
-          f'ResNet stem\'s stride {stride} times the patch size '
-          f'{self.patch_size} on its feature map: resize or crop the images '
-          f'to a multiple of {size}.')
-    raise ValueError(
-        f'Image size {height}x{width} is not divisible by the patch size '
-        f'{self.patch_size}: resize or crop the images to a multiple of '
-        f'{self.patch_size}.')
+    if height % size or width % size:
+      factor = f'the patch size {self.patch_size}'
+      if self.resnet_stages is not None:
+        factor = (f'{size}, the ResNet stem\'s stride '
+                  f'{resnet.stem_stride(self.resnet_stages)} times {factor} on '
+                  'its feature map')
+      raise ValueError(f'Image size {height}x{width} is not divisible by '
+                       f'{factor}: resize or crop the images to a multiple of '
+                       f'{size}.')
 
   def __post_init__(self):
     # Checked when the model is made, so that a bad override fails before
@@ -251,8 +238,7 @@ def logits_and_attention(
     return block[names.ATTENTION]['attention_weights'][0]
 
   if model.scan:  # sown inside the scan: one array, a leading layer axis
-    stacked = weights(blocks[names.STACKED_BLOCK])
-    return logits, [stacked[i] for i in range(model.num_layers)]
+    return logits, list(weights(blocks[names.STACKED_BLOCK]))
   return logits, [
       weights(blocks[names.block_name(i)]) for i in range(model.num_layers)
   ]

@@ -75,19 +75,16 @@ def imitation(student: list[jax.Array], teacher: list[jax.Array]) -> jax.Array:
   total = 0.0
   for ours, theirs in zip(student, teacher, strict=True):
     grid = tuple(map(max, ours.shape[1:3], theirs.shape[1:3]))
-
-    def resized(features, grid=grid):
-      shape = (features.shape[0], *grid, features.shape[-1])
-      return jax.image.resize(features.astype(jnp.float32), shape, 'bilinear')
-
-    total += jnp.mean(jnp.square(resized(ours) - resized(theirs)),
-                      axis=(1, 2, 3))
+    ours, theirs = (jax.image.resize(f.astype(jnp.float32),
+                                     (f.shape[0], *grid, f.shape[-1]),
+                                     'bilinear') for f in (ours, theirs))
+    total += jnp.mean(jnp.square(ours - theirs), axis=(1, 2, 3))
   return total
 
 
 @dataclasses.dataclass(frozen=True)
 class Guide:
-  module: cnn.StagedCNN
+  module: nn.Module  # a SimpleCNN or SmallResNet
   variables: Any  # {'params': ..., 'batch_stats': ...}, replicated
   workdir: str
   weight: float
@@ -97,11 +94,11 @@ class Guide:
 
     def guided(logits: jax.Array, outputs: dict, targets: jax.Array,
                images: jax.Array) -> jax.Array:
-      teacher = jax.lax.stop_gradient(
-          cnn.stage_features(self.module, self.variables, images))
-      return (
-          base(logits, outputs, targets, images) +
-          self.weight * imitation(list(outputs['guided_features']), teacher))
+      _, teacher = self.module.apply(self.variables, images, train=False,
+                                     return_out=True)
+      return (base(logits, outputs, targets, images) +
+              self.weight * imitation(list(outputs['guided_features']),
+                                      jax.lax.stop_gradient(teacher['stages'])))
 
     return guided
 
@@ -114,7 +111,7 @@ def load_guide(config, num_classes: int, sharding) -> Guide | None:
   workdir = config.locality_guidance_teacher
   module, variables = teacher_run.load(config, 'locality_guidance_teacher',
                                        num_classes, sharding)
-  if not isinstance(module, cnn.StagedCNN):
+  if not isinstance(module, (cnn.SimpleCNN, cnn.SmallResNet)):
     raise ConfigError(
         f'config.locality_guidance_teacher={workdir} trained a '
         f'{type(module).__name__}; locality guidance imitates a CNN: use a '

@@ -2,7 +2,6 @@
 tree, several implementations (`ATTENTIONS`), with locality self-attention
 (Lee, Lee & Song 2021) and mimetic initialization (Trockman & Kolter 2023)."""
 
-import math
 from typing import Any, Sequence
 
 import flax.linen as nn
@@ -40,15 +39,11 @@ class _Projection(nn.Module):
 
   @nn.compact
   def __call__(self) -> tuple[jax.Array, jax.Array]:
-
-    def kernel_init(key, shape, dtype=jnp.float32):
-      if self.initial_kernel is not None:
-        return self.initial_kernel.astype(dtype)
-      fan_in = math.prod(shape[:self.fan_in_axes])
-      flat_shape = (fan_in, math.prod(shape) // fan_in)
-      flat = nn.initializers.xavier_uniform()(key, flat_shape, dtype)
-      return flat.reshape(shape)
-
+    axes = tuple(range(len(self.kernel_shape)))
+    kernel_init = nn.initializers.xavier_uniform(
+        in_axis=axes[:self.fan_in_axes], out_axis=axes[self.fan_in_axes:])
+    if self.initial_kernel is not None:
+      kernel_init = lambda *_: self.initial_kernel
     return (self.param('kernel', kernel_init, self.kernel_shape),
             self.param('bias', nn.initializers.zeros, self.bias_shape))
 
@@ -56,18 +51,13 @@ class _Projection(nn.Module):
 class MultiHeadSelfAttention(nn.Module):
   """`nn.MultiHeadDotProductAttention`'s parameters and function, faster.
 
-  - `'auto'`: `'cudnn'` where `fused_attention.cudnn_applies` and nothing
-    needs the probabilities (no attention dropout, no locality, no
-    `intermediates` collected); `'einsum'` elsewhere.
-  - `'einsum'`: (batch, heads, tokens, head_dim) layout, float32 softmax;
-    sows `attention_weights` and drops them out with `dropout_rate`.
-  - `'dot_product_attention'`: `jax.nn.dot_product_attention`, jax's kernel.
-  - `'cudnn'`: cuDNN's fused attention at any token count
-    (`fused_attention.attend`); 16-bit `dtype` on NVIDIA GPUs only.
-
-  `locality` (Lee, Lee & Song 2021, einsum only) learns a per-head
-  `temperature` in place of 1/sqrt(head_dim) and masks each token's logit
-  for itself, sharpening attention that small-data ViTs spread too evenly.
+  `attention`: 'einsum' (float32 softmax; sows `attention_weights` and drops
+  them out), 'dot_product_attention' (jax's kernel), 'cudnn' (cuDNN's fused
+  kernel at any token count, 16-bit `dtype` on NVIDIA GPUs), or 'auto' (cudnn
+  where `fused_attention.cudnn_applies` and nothing needs the probabilities,
+  einsum elsewhere). `locality` (einsum only) learns a per-head `temperature`
+  in place of 1/sqrt(head_dim) and masks each token's logit for itself,
+  sharpening attention that small-data ViTs spread too evenly.
   `mimetic_init` initializes the kernels by `mimetic_kernels`.
   """
 

@@ -13,8 +13,6 @@ from vit_jax.models.layers.dropout import DropPath
 from vit_jax.models.layers.dropout import Dropout
 from vit_jax.models.layers.mlp import MlpBlock
 
-Dtype = Any
-
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class BlockConfig:
@@ -24,7 +22,7 @@ class BlockConfig:
   num_heads: int
   dropout_rate: float = 0.0
   attention_dropout_rate: float = 0.0
-  dtype: Dtype = jnp.float32
+  dtype: Any = jnp.float32
   attention: str = 'auto'
   locality_attention: bool = False
   mimetic_init: bool = False

@@ -9,11 +9,9 @@ import jax.numpy as jnp
 
 from vit_jax.models import names
 
-Dtype = Any
-
 
 def embed_patches(images: jax.Array, patch_size: int, hidden_size: int, *,
-                  shifted: bool, dtype: Dtype) -> jax.Array:
+                  shifted: bool, dtype: Any) -> jax.Array:
   """The patches' embeddings, by modules of the calling compact method."""
   if shifted:
     return shifted_patch_embedding(images, patch_size, hidden_size, dtype)
@@ -45,7 +43,7 @@ def patch_grid(images: jax.Array, patch_size: int) -> jax.Array:
 
 
 def shifted_patch_embedding(images: jax.Array, patch_size: int,
-                            hidden_size: int, dtype: Dtype) -> jax.Array:
+                            hidden_size: int, dtype: Any) -> jax.Array:
   """Shifted patches LayerNorm'd and projected, in place of the conv."""
   x = shifted_patch_tokens(images, patch_size)
   x = nn.LayerNorm(dtype=dtype, name=names.SHIFTED_PATCH_NORM)(x)

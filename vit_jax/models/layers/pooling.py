@@ -9,14 +9,12 @@ import jax.numpy as jnp
 from vit_jax.models import names
 from vit_jax.models.layers.mlp import MlpBlock
 
-Dtype = Any
-
 CLASSIFIERS = ('token', 'gap', 'map')
 
 
 def pooled_features(x: jax.Array, classifier: str, *, prefix_tokens: int,
                     num_heads: int, mlp_dim: int,
-                    dtype: Dtype) -> list[jax.Array]:
+                    dtype: Any) -> list[jax.Array]:
   """A (batch, hidden) feature per head; a MAP head is the caller's child."""
   if classifier == 'token':
     return [x[:, i] for i in range(prefix_tokens)]
@@ -34,7 +32,7 @@ class MAPHead(nn.Module):
 
   num_heads: int
   mlp_dim: int
-  dtype: Dtype = jnp.float32
+  dtype: Any = jnp.float32
 
   @nn.compact
   def __call__(self, x: jax.Array) -> jax.Array:

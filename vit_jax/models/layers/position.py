@@ -6,8 +6,6 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-Dtype = Any
-
 POSEMBS = ('learned', 'sincos2d', 'none')
 
 
@@ -32,7 +30,7 @@ class AddPositionEmbs(nn.Module):
 
 
 def posemb_sincos_2d(h: int, w: int, width: int, temperature: float = 10_000.,
-                     dtype: Dtype = jnp.float32) -> jax.Array:
+                     dtype: Any = jnp.float32) -> jax.Array:
   """big_vision's `posemb_sincos_2d` of an h x w grid, (1, h * w, width)."""
   y, x = jnp.mgrid[:h, :w]
   quarter = width // 4
