@@ -173,4 +173,5 @@ def test_the_policy_changes_images_and_leaves_the_crops_as_they_were():
     assert box.all()  # one rectangle, the rest as cropped
   # The erased pixels hold DeiT's noise: N(0, 1) once normalized.
   values = erased[changed]
-  assert abs(values.mean()) < 0.15 and abs(values.std() - 1) < 0.15
+  assert values.size > 1000
+  assert abs(values.mean()) < 0.1 and abs(values.std() - 1) < 0.1
