@@ -11,14 +11,17 @@ import subprocess
 import sys
 import tempfile
 
+import numpy as np
 import pytest
 
 from tests.helpers import ROOT
+from tests.helpers import cifar10_files
 from tests.helpers import process_test_config
 from tests.helpers import random_cifar
 from tests.helpers import tiny_config
 from tests.helpers import with_xla_flags
 from tests.helpers import write_cifar_binary
+from vit_jax.runtime import stop_signals
 from vit_jax.runtime import workdir_lock
 
 # pytest reports an exception raised in a destructor by importing tracemalloc
@@ -81,14 +84,20 @@ def pytest_unconfigure(config):
     shutil.rmtree(_compilation_cache, ignore_errors=True)
 
 
+@pytest.fixture(autouse=True)
+def _signals_released():
+  """A command's `main` called in-process catches SIGTERM and Ctrl-C for the
+  rest of its process: released, so a later test's signal is not caught so."""
+  yield
+  stop_signals.release()
+
+
 @pytest.fixture
 def cifar10_binary(tmp_path):
-  """A CIFAR-10 binary release with 2 x 48 training and 37 test images."""
-  splits = {
-      'data_batch_1.bin': random_cifar(48, 10, seed=1),
-      'data_batch_2.bin': random_cifar(48, 10, seed=2),
-      'test_batch.bin': random_cifar(37, 10, seed=3),
-  }
+  """A CIFAR-10 binary release with 96 training and 37 test images."""
+  first, second = random_cifar(48, 10, seed=1), random_cifar(48, 10, seed=2)
+  splits = cifar10_files([np.concatenate(a) for a in zip(first, second)],
+                         random_cifar(37, 10, seed=3))
   write_cifar_binary(tmp_path / 'data' / 'cifar-10-batches-bin', splits)
   return tmp_path / 'data', splits
 
@@ -100,10 +109,8 @@ def trained_cnn_run(tmp_path_factory):
   from vit_jax.training import train  # pylint: disable=g-import-not-at-top
   root = tmp_path_factory.mktemp('trained_cnn_run')
   write_cifar_binary(
-      root / 'data' / 'cifar-10-batches-bin', {
-          'data_batch_1.bin': random_cifar(48, 10, seed=1),
-          'test_batch.bin': random_cifar(16, 10, seed=3)
-      })
+      root / 'data' / 'cifar-10-batches-bin',
+      cifar10_files(random_cifar(48, 10, seed=1), random_cifar(16, 10, seed=3)))
   # Every step evaluated and kept, and the best one too: a teacher read at
   # its best can be checked against the step it names.
   config = tiny_config(root / 'data', 'simple_cnn', num_epochs=1,
@@ -130,10 +137,8 @@ def trained_vit_run(tmp_path_factory):
   root = tmp_path_factory.mktemp('trained_vit_run')
   data_dir = root / 'data'
   write_cifar_binary(
-      data_dir / 'cifar-10-batches-bin', {
-          'data_batch_1.bin': random_cifar(96, 10, seed=1),
-          'test_batch.bin': random_cifar(37, 10, seed=3),
-      })
+      data_dir / 'cifar-10-batches-bin',
+      cifar10_files(random_cifar(96, 10, seed=1), random_cifar(37, 10, seed=3)))
   workdir = root / 'run'
   env = with_xla_flags('--xla_force_host_platform_device_count=2')
   subprocess.run([
@@ -150,9 +155,7 @@ def uninterrupted(tmp_path_factory):
   from vit_jax.training import train  # pylint: disable=g-import-not-at-top
   root = tmp_path_factory.mktemp('uninterrupted')
   write_cifar_binary(
-      root / 'data' / 'cifar-10-batches-bin', {
-          'data_batch_1.bin': random_cifar(80, 10, seed=1),
-          'test_batch.bin': random_cifar(37, 10, seed=3)
-      })
+      root / 'data' / 'cifar-10-batches-bin',
+      cifar10_files(random_cifar(80, 10, seed=1), random_cifar(37, 10, seed=3)))
   train.train_and_evaluate(process_test_config(root / 'data'), root / 'run')
   return root / 'data', root / 'run'

@@ -45,6 +45,18 @@ def write_cifar_binary(folder: pathlib.Path, files: dict, label_bytes=1):
     records.tofile(folder / name)
 
 
+def cifar10_files(train, test) -> dict:
+  """The binary release's files: `train` (images, labels) spread over its
+  five training files, `test` in its test file."""
+  images, labels = train
+  parts = np.array_split(np.arange(len(labels)), 5)
+  files = {
+      f'data_batch_{i}.bin': (images[part], labels[part])
+      for i, part in enumerate(parts, 1)
+  }
+  return {**files, 'test_batch.bin': test}
+
+
 def write_cifar_python(folder: pathlib.Path, files: dict, label_key=b'labels'):
   folder.mkdir(parents=True)
   for name, (images, labels) in files.items():

@@ -6,6 +6,7 @@ import shutil
 
 import numpy as np
 
+from tests.helpers import cifar10_files
 from tests.helpers import random_cifar
 from tests.helpers import tiny_config
 from tests.helpers import write_cifar_binary
@@ -31,10 +32,8 @@ def test_saved_runs_load_as_plain_vits_without_what_only_training_read():
 def test_a_saved_mae_run_resumes(tmp_path):
   # The data and config it was trained with.
   write_cifar_binary(
-      tmp_path / 'data' / 'cifar-10-batches-bin', {
-          'data_batch_1.bin': random_cifar(32, 10, seed=1),
-          'test_batch.bin': random_cifar(16, 10, seed=3)
-      })
+      tmp_path / 'data' / 'cifar-10-batches-bin',
+      cifar10_files(random_cifar(32, 10, seed=1), random_cifar(16, 10, seed=3)))
   workdir = tmp_path / 'mae'
   shutil.copytree(SAVED / 'mae', workdir)
   config = tiny_config(tmp_path / 'data', total_steps=4, num_epochs=0,

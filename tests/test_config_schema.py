@@ -52,7 +52,11 @@ def test_a_number_out_of_its_fields_range_is_named():
        r'rand_augment_magnitude=11 must be in \[0, 10\]'),
       ('random_erasing', 1.5,
        r'random_erasing=1.5 is a probability: use a value in \[0, 1\]'),
-      ('ema_decay', 1.0, r'ema_decay=1.0 must be in \[0, 1\)')):
+      ('ema_decay', 1.0, r'ema_decay=1.0 must be in \[0, 1\)'),
+      ('learning_rate', float('inf'), 'learning_rate=inf must be a finite'),
+      ('grad_clip_norm', float('inf'), 'grad_clip_norm=inf must be a finite'),
+      ('weight_decay', float('nan'), 'weight_decay=nan must be a finite'),
+      ('adam_b2', 1.0, r'adam_b2=1.0 must be in \[0, 1\)')):
     with pytest.raises(ConfigError, match=message):
       config_schema.validate(tiny_config('', **{field: value}), 1)
 

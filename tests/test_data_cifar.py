@@ -17,12 +17,8 @@ def _assert_same(a, b):
 
 def test_both_cifar10_formats_load_to_the_same_arrays(cifar10_binary, tmp_path):
   data_dir, splits = cifar10_binary
-  write_cifar_python(
-      tmp_path / 'py' / 'cifar-10-batches-py', {
-          'data_batch_1': splits['data_batch_1.bin'],
-          'data_batch_2': splits['data_batch_2.bin'], 'test_batch':
-              splits['test_batch.bin'],
-      })
+  write_cifar_python(tmp_path / 'py' / 'cifar-10-batches-py',
+                     {name[:-4]: split for name, split in splits.items()})
   binary = cifar.load_cifar('cifar10', data_dir)
   python = cifar.load_cifar('cifar10', tmp_path / 'py')
   _assert_same(binary.train, python.train)
@@ -31,7 +27,7 @@ def test_both_cifar10_formats_load_to_the_same_arrays(cifar10_binary, tmp_path):
 
   # Pixels land where the official planar layout puts them.
   expected_train = np.concatenate([
-      splits['data_batch_1.bin'][0], splits['data_batch_2.bin'][0]
+      splits[f'data_batch_{i}.bin'][0] for i in range(1, 6)
   ])
   np.testing.assert_array_equal(binary.train.images, expected_train)
   np.testing.assert_array_equal(binary.test.labels, splits['test_batch.bin'][1])
@@ -88,6 +84,15 @@ def test_missing_or_malformed_data_says_where_and_what_to_do(
       r'download it'):
     cifar.load_cifar('cifar10', tmp_path / 'elsewhere')
   data_dir, _ = cifar10_binary
+  (data_dir / 'cifar-10-batches-bin' / 'data_batch_4.bin').rename(tmp_path /
+                                                                  'away')
+  with pytest.raises(
+      DatasetError, match=r'cifar-10-batches-bin lacks data_batch_4.bin of '
+      r'the cifar10 release \(data_batch_1.bin, .* test_batch.bin\); unpack '
+      'the whole release again.'):
+    cifar.load_cifar('cifar10', data_dir)
+  (tmp_path / 'away').rename(data_dir / 'cifar-10-batches-bin' /
+                             'data_batch_4.bin')
   broken = data_dir / 'cifar-10-batches-bin' / 'test_batch.bin'
   broken.write_bytes(broken.read_bytes()[:-5])
   with pytest.raises(DatasetError,

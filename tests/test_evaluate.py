@@ -66,7 +66,7 @@ def test_two_processes_evaluate_a_run_to_the_accuracy_it_logged(
       r'xla_bridge', outputs[0]), outputs[0]
 
 
-def test_a_run_evaluates_on_the_cpu_devices_its_config_names(
+def test_a_run_evaluates_on_its_configs_cpu_devices_and_overrides(
     trained_vit_run, tmp_path):
   workdir = shutil.copytree(trained_vit_run[0], tmp_path / 'run')
   config = json.loads((workdir / 'config.json').read_text())
@@ -78,6 +78,15 @@ def test_a_run_evaluates_on_the_cpu_devices_its_config_names(
   assert out.returncode == 1
   assert 'not divisible by the 3 devices' in out.stderr
   assert 'Traceback' not in out.stderr
+  # An override applies to the run's own config.
+  out = subprocess.run([
+      sys.executable, '-m', 'vit_jax.evaluate', f'--checkpoint={workdir}',
+      '--config.eval_batch_size=12'
+  ], cwd=ROOT, capture_output=True, text=True, check=False)
+  assert out.returncode == 0, out.stderr[-3000:]
+  result = json.loads(out.stdout.splitlines()[-1])
+  assert result['top1'] == _logged_test(workdir)['test_accuracy']
+  assert result['examples'] == 37
 
 
 # Ctrl-C: the test below shows evaluate stops by `stop_signals.catch(at_once=)`,

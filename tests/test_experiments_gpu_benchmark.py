@@ -19,6 +19,7 @@ from experiments.benchmarks import gpu_sections
 from experiments.benchmarks import gpu_steps
 from experiments.benchmarks import hlo_parts
 from experiments.benchmarks import profile_step
+from tests.helpers import cifar10_files
 from tests.helpers import random_cifar
 from tests.helpers import ROOT
 from tests.helpers import write_cifar_binary
@@ -324,10 +325,8 @@ def test_a_profile_whose_parts_fail_keeps_its_kinds_and_says_why(monkeypatch):
 @pytest.mark.slow  # 30-60 s: the study's process, worker processes, compiles
 def test_smoke_measures_every_section_into_json_and_readme(tmp_path):
   write_cifar_binary(
-      tmp_path / 'data' / 'cifar-10-batches-bin', {
-          'data_batch_1.bin': random_cifar(96, 10, seed=1),
-          'test_batch.bin': random_cifar(37, 10, seed=3)
-      })
+      tmp_path / 'data' / 'cifar-10-batches-bin',
+      cifar10_files(random_cifar(96, 10, seed=1), random_cifar(37, 10, seed=3)))
   readme = tmp_path / 'README.md'
   shutil.copy(HERE / 'README.md', readme)
   output = tmp_path / 'out' / 'gpu_results.json'

@@ -19,6 +19,7 @@ import jax
 import numpy as np
 import pytest
 
+from tests.helpers import cifar10_files
 from tests.helpers import mounted_tmpfs
 from tests.helpers import ROOT
 from tests.helpers import history
@@ -301,10 +302,7 @@ def test_a_data_file_or_directory_that_cannot_be_read_is_named(tmp_path):
     sources.open_dataset(tiny_config(tmp_path / 'data'))
   folder = tmp_path / 'cifar' / 'cifar-10-batches-bin'
   write_cifar_binary(
-      folder, {
-          'data_batch_1.bin': random_cifar(4, 10, 1),
-          'test_batch.bin': random_cifar(2, 10, 2)
-      })
+      folder, cifar10_files(random_cifar(10, 10, 1), random_cifar(2, 10, 2)))
   if os.geteuid() != 0:  # root reads any file
     (folder / 'test_batch.bin').chmod(0)
     with pytest.raises(
@@ -312,7 +310,7 @@ def test_a_data_file_or_directory_that_cannot_be_read_is_named(tmp_path):
         r'Permission denied'):
       sources.open_dataset(tiny_config(folder.parent))
     (folder / 'test_batch.bin').chmod(0o644)
-  os.truncate(folder / 'data_batch_1.bin', 3073 * 3 + 100)
+  os.truncate(folder / 'data_batch_1.bin', 3073 + 100)
   with pytest.raises(DatasetError, match=r'data_batch_1.bin is not a CIFAR '
                      r'binary file'):
     sources.open_dataset(tiny_config(folder.parent))
@@ -329,7 +327,7 @@ def test_a_crafted_cifar_pickle_is_refused_unrun(tmp_path, monkeypatch):
   folder = tmp_path / 'cifar-10-batches-py'
   folder.mkdir()
   images, labels = random_cifar(2, 10, 1)
-  for name in ('data_batch_1', 'test_batch'):
+  for name in [f'data_batch_{i}' for i in range(1, 6)] + ['test_batch']:
     with (folder / name).open('wb') as f:
       pickle.dump(
           {

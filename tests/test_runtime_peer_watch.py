@@ -10,6 +10,7 @@ import time
 import pytest
 
 from tests.helpers import history
+from tests.helpers import cifar10_files
 from tests.helpers import random_cifar
 from tests.helpers import start_two_processes
 from tests.helpers import wait_all
@@ -53,10 +54,8 @@ def _lose_a_process(data_dir, workdir, tmp_path, victim, signum) -> None:
 def test_a_killed_process_ends_the_other_in_one_line(tmp_path):
   data_dir = tmp_path / 'data'
   write_cifar_binary(
-      data_dir / 'cifar-10-batches-bin', {
-          'data_batch_1.bin': random_cifar(80, 10, seed=1),
-          'test_batch.bin': random_cifar(37, 10, seed=3)
-      })
+      data_dir / 'cifar-10-batches-bin',
+      cifar10_files(random_cifar(80, 10, seed=1), random_cifar(37, 10, seed=3)))
   _lose_a_process(data_dir, tmp_path / 'run', tmp_path, 1, signal.SIGKILL)
 
 

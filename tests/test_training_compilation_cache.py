@@ -6,6 +6,7 @@ import pathlib
 
 import jax
 
+from tests.helpers import cifar10_files
 from tests.helpers import history
 from tests.helpers import random_cifar
 from tests.helpers import start_main
@@ -42,10 +43,8 @@ def test_runs_share_a_cache_and_a_rerun_compiles_from_it(tmp_path):
   and a fourth loads both steps. All four train alike."""
   data_dir = tmp_path / 'data'
   write_cifar_binary(
-      data_dir / 'cifar-10-batches-bin', {
-          'data_batch_1.bin': random_cifar(80, 10, seed=1),
-          'test_batch.bin': random_cifar(37, 10, seed=3)
-      })
+      data_dir / 'cifar-10-batches-bin',
+      cifar10_files(random_cifar(80, 10, seed=1), random_cifar(37, 10, seed=3)))
   config_file = write_process_config(tmp_path, data_dir, 'tiny_config',
                                      total_steps=8, cpu_devices=1)
   cache = tmp_path / 'cache'

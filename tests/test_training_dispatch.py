@@ -9,6 +9,7 @@ import jax
 import numpy as np
 import pytest
 
+from tests.helpers import cifar10_files
 from tests.helpers import history
 from tests.helpers import random_cifar
 from tests.helpers import start_main
@@ -126,10 +127,8 @@ def test_a_stop_signal_ends_the_run_within_its_calls_in_flight(
   seconds, and the resumed run equals the uninterrupted one (`resumed`,
   slow; by default test_faults resumes runs of one step per call)."""
   write_cifar_binary(
-      tmp_path / 'data' / 'cifar-10-batches-bin', {
-          'data_batch_1.bin': random_cifar(80, 10, seed=1),
-          'test_batch.bin': random_cifar(37, 10, seed=3)
-      })
+      tmp_path / 'data' / 'cifar-10-batches-bin',
+      cifar10_files(random_cifar(80, 10, seed=1), random_cifar(37, 10, seed=3)))
   config_file = write_process_config(tmp_path, tmp_path / 'data')
   flags = ('--config.total_steps=600', '--config.steps_per_dispatch=600',
            '--config.checkpoint_every_steps=600',

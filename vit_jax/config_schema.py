@@ -7,6 +7,7 @@ accept the same `--config.FIELD=...`; `validate` runs before any data is read.
 import dataclasses
 import difflib
 import json
+import math
 from typing import Any, Callable
 
 import ml_collections
@@ -197,9 +198,9 @@ FIELDS: dict[str, Field] = {
         'all', "The parameters weight decay applies to: 'all' (the study's), "
         "or 'kernels', weight matrices and convolution kernels only (DeiT).",
         ('all', 'kernels')),
-    'adam_b1': Field(0.9, 'Adam beta1 (adamw).'),
-    'adam_b2': Field(0.999, 'Adam beta2 (adamw).'),
-    'momentum': Field(0.9, 'Momentum (sgd).'),
+    'adam_b1': Field(0.9, 'Adam beta1 (adamw).', check=_FRACTION),
+    'adam_b2': Field(0.999, 'Adam beta2 (adamw).', check=_FRACTION),
+    'momentum': Field(0.9, 'Momentum (sgd).', check=_FRACTION),
     'grad_clip_norm': Field(
         0.0, 'Clip gradients to this global norm; 0: no clipping.',
         check=_NON_NEGATIVE),
@@ -274,6 +275,8 @@ def validate(config: ml_collections.ConfigDict, num_devices: int,
     if field.choices and value not in field.choices:
       raise ConfigError(f'config.{name}={value!r}; use one of '
                         f'{field.choices}.')
+    if isinstance(value, float) and not math.isfinite(value):
+      raise ConfigError(f'config.{name}={value} must be a finite number.')
     if field.check and not field.check[0](value):
       raise ConfigError(f'config.{name}={value} {field.check[1]}.')
   if not config.total_steps and not config.num_epochs:

@@ -7,8 +7,8 @@ split, without training.
   python -m vit_jax.evaluate --checkpoint=hf_vit/ --config=configs/my_data.py \
       --released_preprocessing
 
-A workdir is evaluated with its run's config unless --config names another
-(--config.FIELD=VALUE overrides a field). Other checkpoints need --config,
+A workdir is evaluated with its run's config unless --config names another;
+--config.FIELD=VALUE overrides a field of either. Other checkpoints need --config,
 which names the dataset; the model is the checkpoint's, computing in
 config.dtype, and its preprocessing the config's (config.image_size must
 then be what its position embeddings were trained for), or with
@@ -38,6 +38,7 @@ import jax
 from ml_collections import config_flags
 
 from vit_jax.checkpoints import reading
+from vit_jax.checkpoints import workdir_config
 from vit_jax.runtime import command
 from vit_jax.runtime import job
 from vit_jax.training import evaluation
@@ -84,5 +85,20 @@ def main(argv):
   job.run(work, cpu_devices=_CPU_DEVICES.value or cpu_devices)
 
 
+def _parse_flags(argv: list[str]) -> list[str]:
+  """`command.parse_flags`; overrides without --config: the workdir's own."""
+  checkpoint = [
+      a.split('=', 1)[1] for a in argv if a.startswith('--checkpoint=')
+  ]
+  if (checkpoint and any(a.startswith('--config.') for a in argv) and
+      not any(a.startswith(('--config=', '--config ')) for a in argv) and
+      (reading.run_directory(checkpoint[-1]) / 'checkpoints').is_dir()):
+    argv = [
+        argv[0], f'--config={workdir_config.__file__}:{checkpoint[-1]}',
+        *argv[1:]
+    ]
+  return command.parse_flags(argv)
+
+
 if __name__ == '__main__':
-  app.run(main, flags_parser=command.parse_flags)
+  app.run(main, flags_parser=_parse_flags)

@@ -70,15 +70,17 @@ def _planar_to_nhwc(rows: np.ndarray) -> np.ndarray:
   return rows.reshape(-1, 3, _SIDE, _SIDE).transpose(0, 2, 3, 1)
 
 
+_BATCHES = [f'data_batch_{i}' for i in range(1, 6)]
 # (folder, train files, test file, reader) per format.
 _FORMATS = {
-    'cifar10': [('cifar-10-batches-bin', 'data_batch_*.bin', 'test_batch.bin',
+    'cifar10': [('cifar-10-batches-bin', [f'{n}.bin'
+                                          for n in _BATCHES], 'test_batch.bin',
                  lambda p: _read_binary(p, label_bytes=1, label_offset=0)),
-                ('cifar-10-batches-py', 'data_batch_[0-9]', 'test_batch',
+                ('cifar-10-batches-py', _BATCHES, 'test_batch',
                  lambda p: _read_python(p, b'labels')),],
-    'cifar100': [('cifar-100-binary', 'train.bin', 'test.bin',
+    'cifar100': [('cifar-100-binary', ['train.bin'], 'test.bin',
                   lambda p: _read_binary(p, label_bytes=2, label_offset=1)),
-                 ('cifar-100-python', 'train', 'test',
+                 ('cifar-100-python', ['train'], 'test',
                   lambda p: _read_python(p, b'fine_labels')),],
 }
 
@@ -92,12 +94,19 @@ def _read_file(read, path: pathlib.Path) -> ArraySource:
 
 
 def _find(name: str, data_dir: pathlib.Path):
-  """The first format of `name` under `data_dir` or in it, or None."""
-  for folder, train_pattern, test_file, read in _FORMATS[name]:
+  """The first format of `name` with a file under `data_dir` or in it, or
+  None; DatasetError if that format lacks a file of the release."""
+  for folder, train_names, test_name, read in _FORMATS[name]:
     for root in (data_dir / folder, data_dir):
-      train_files = sorted(root.glob(train_pattern))
-      if train_files and (root / test_file).is_file():
-        return root, train_files, root / test_file, read
+      names = [*train_names, test_name]
+      present = [n for n in names if (root / n).is_file()]
+      if present and len(present) < len(names):
+        missing = [n for n in names if n not in present]
+        raise DatasetError(
+            f'{root} lacks {", ".join(missing)} of the {name} release '
+            f'({", ".join(names)}); unpack the whole release again.')
+      if present:
+        return root, [root / n for n in train_names], root / test_name, read
   return None
 
 
