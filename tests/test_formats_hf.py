@@ -131,3 +131,24 @@ def test_the_folder_builds_transformers_model_of_our_logits_and_pixels(
     preprocessor.write_text(text)
     with pytest.raises(CheckpointError, match=f'^{preprocessor} .*{said}'):
       reading.trained_pixels(tmp_path)
+
+
+def test_a_config_that_contradicts_its_weights_is_named(tmp_path, caplog):
+  """Heads that do not divide the width: one line; a width the weights
+  contradict: a warning, and the weights decide."""
+  model, params = one_block_vit('ViT-Tiny-CIFAR_4')
+  hf.write(tmp_path, params, model, 8)
+  stated = json.loads((tmp_path / 'config.json').read_text())
+  (tmp_path / 'config.json').write_text(
+      json.dumps({**stated, 'num_attention_heads': 3}))
+  with pytest.raises(CheckpointError) as error:
+    hf.read(tmp_path, None)
+  assert str(error.value) == (
+      f'{tmp_path / "model.safetensors"} says num_attention_heads=3, which '
+      'does not divide the width of its weights (128); fix '
+      'num_attention_heads in its config.json.')
+  (tmp_path / 'config.json').write_text(
+      json.dumps({**stated, 'hidden_size': 192}))
+  assert_trees_identical(hf.read(tmp_path, None), params)
+  assert (f'{tmp_path / "model.safetensors"} says hidden_size=192, but its '
+          'weights have hidden_size=128: the weights decide.') in caplog.text

@@ -41,6 +41,12 @@ _BLOCK_NAMES = {
     'MlpBlock_0/Dense_1': 'output.dense',
 }
 
+# Our fields as its config.json names them.
+_STATED = {
+    'hidden_size': 'hidden_size', 'num_layers': 'num_hidden_layers',
+    'num_heads': 'num_attention_heads', 'mlp_dim': 'intermediate_size',
+}
+
 
 def _name(module: str) -> str:
   return torch.module_name(module, _TOP, _BLOCK_NAMES,
@@ -147,7 +153,10 @@ def read(path: pathlib.Path, model_name: str | None) -> dict:
   pooler = state.get(_PREFIX + 'pooler.dense.bias')
   model, image_size = torch.expected_model(
       state, _name, _LAYER, library='transformers', model_name=model_name,
-      stated_heads=config_dict.get('num_attention_heads'), source=str(path),
+      stated={
+          ours: (theirs, config_dict.get(theirs))
+          for ours, theirs in _STATED.items()
+      }, source=str(path),
       representation_size=None if pooler is None else pooler.shape[0])
   shapes = torch.checked_shapes(state, model, image_size, to_state,
                                 optional=_HEAD, source=str(path),

@@ -57,6 +57,11 @@ _BLOCK_NAMES = {
     'MlpBlock_0/Dense_0': 'mlp.fc1', 'MlpBlock_0/Dense_1': 'mlp.fc2',
 }
 
+# Our fields as its config.json's model_args name them.
+_STATED = {
+    'hidden_size': 'embed_dim', 'num_layers': 'depth', 'num_heads': 'num_heads'
+}
+
 
 def _names(params: dict) -> torch.Names:
   """timm's names of the modules of `params`, a ViT or hybrid's."""
@@ -213,8 +218,10 @@ def read(path: pathlib.Path, model_name: str | None) -> dict:
       raise CheckpointError(f'{path} holds a timm ViT with {what} ({key}), '
                             'which the official ViT does not have.')
   model, image_size = torch.expected_model(
-      state, _names({}), _BLOCK, library='timm', model_name=model_name,
-      stated_heads=model_args.get('num_heads'), source=str(path),
+      state, _names({}), _BLOCK, library='timm', model_name=model_name, stated={
+          ours: (theirs, model_args.get(theirs))
+          for ours, theirs in _STATED.items()
+      }, source=str(path),
       classifier='token' if 'cls_token' in state else 'gap',
       **_hybrid_fields(state, str(path)))
   shapes = torch.checked_shapes(state, model, image_size, to_state,

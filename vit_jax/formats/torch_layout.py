@@ -4,7 +4,9 @@ back; on numpy arrays and, for `jax.eval_shape`'s expected shapes, abstract."""
 import json
 import pathlib
 import re
-from typing import Callable
+from typing import Any, Callable
+
+from absl import logging
 
 import flax
 import jax
@@ -82,10 +84,13 @@ def from_state(state: dict, expected: dict, name: Names) -> dict:
 
 
 def expected_model(state: dict, name: Names, layer: re.Pattern, *, library: str,
-                   model_name: str | None, stated_heads: int | None,
+                   model_name: str | None, stated: dict[str, tuple[str, Any]],
                    source: str,
                    **fields) -> tuple[models.VisionTransformer, int]:
-  """The ViT and image size of `state`'s shapes (`layer`: a block's names)."""
+  """The ViT and image size of `state`'s shapes (`layer`: a block's names).
+
+  `stated`: our field -> (its name, its value) in the folder's config; the
+  shapes decide, and a stated value they contradict is a warning."""
   mlp = f'{names.ENCODER}/{names.block_name(0)}/{names.MLP}/Dense_0/kernel'
   required = [
       POSITIONS, 'embedding/kernel',
@@ -99,15 +104,25 @@ def expected_model(state: dict, name: Names, layer: re.Pattern, *, library: str,
       raise CheckpointError(f'{source} is not a {library} ViT: it has no '
                             f'{theirs[ours]}.')
   width = state[theirs[POSITIONS]].shape[-1]
+  heads_name, heads = stated.get('num_heads', ('num_heads', None))
+  heads = vit_model.num_heads(width, model_name=model_name, stated=heads,
+                              source=source)
+  if width % heads:
+    raise CheckpointError(
+        f'{source} says {heads_name}={heads}, which does not divide the '
+        f"width of its weights ({width}); fix {heads_name} in its config.json.")
   head = state.get(theirs['head/kernel'])
   model = models.VisionTransformer(
       num_classes=1 if head is None else head.shape[0],
       patch_size=state[theirs['embedding/kernel']].shape[-1], hidden_size=width,
       num_layers=1 +
       max(int(match[1]) for match in map(layer.match, state) if match),
-      num_heads=vit_model.num_heads(width, model_name=model_name,
-                                    stated=stated_heads, source=source),
-      mlp_dim=state[theirs[mlp]].shape[0], **fields)
+      num_heads=heads, mlp_dim=state[theirs[mlp]].shape[0], **fields)
+  for field, (their_name, value) in stated.items():
+    if value is not None and value != getattr(model, field):
+      logging.warning(
+          '%s says %s=%s, but its weights have %s=%s: the weights decide.',
+          source, their_name, value, their_name, getattr(model, field))
   side = vit_model.grid_side(state[theirs[POSITIONS]].shape[1],
                              len(model.prefix_tokens), source,
                              theirs[POSITIONS])
