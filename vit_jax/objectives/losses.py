@@ -16,11 +16,6 @@ def soft_targets(labels: jax.Array, num_classes: int,
                              label_smoothing)
 
 
-def cross_entropy(logits: jax.Array, targets: jax.Array) -> jax.Array:
-  """Per-example cross-entropy of soft `targets`."""
-  return optax.softmax_cross_entropy(logits, targets)
-
-
 class Objective(Protocol):
   """Per-example training loss; `outputs` is the model's `out`."""
 
@@ -33,4 +28,4 @@ def classification(logits: jax.Array, outputs: dict, targets: jax.Array,
                    images: jax.Array) -> jax.Array:
   """The model's logits against the targets."""
   del outputs, images
-  return cross_entropy(logits, targets)
+  return optax.softmax_cross_entropy(logits, targets)

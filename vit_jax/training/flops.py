@@ -56,9 +56,8 @@ def matmul_flops(jaxpr) -> int:
     times = eqn.params['length'] if eqn.primitive.name == 'scan' else 1
     for param in eqn.params.values():
       for sub in param if isinstance(param, (list, tuple)) else [param]:
-        if isinstance(sub, jax.extend.core.ClosedJaxpr):
-          total += times * matmul_flops(sub.jaxpr)
-        elif isinstance(sub, jax.extend.core.Jaxpr):
+        sub = getattr(sub, 'jaxpr', sub)  # a ClosedJaxpr's
+        if isinstance(sub, jax.extend.core.Jaxpr):
           total += times * matmul_flops(sub)
   return total
 

@@ -28,12 +28,10 @@ def progress_line(record: dict, plan: plan_lib.StepPlan,
       f'step {record["step"]}/{plan.total_steps} (epoch '
       f'{record["epoch"]:g})'
   ]
-  if 'train_loss' in record:
-    parts.append(f'train loss {record["train_loss"]:.4f} acc '
-                 f'{100 * record["train_accuracy"]:.2f}%')
-  if 'test_loss' in record:
-    parts.append(f'test loss {record["test_loss"]:.4f} acc '
-                 f'{100 * record["test_accuracy"]:.2f}%')
+  for split in ('train', 'test'):
+    if f'{split}_loss' in record:
+      parts.append(f'{split} loss {record[f"{split}_loss"]:.4f} acc '
+                   f'{100 * record[f"{split}_accuracy"]:.2f}%')
   if 'train_loss' in record:
     throughput = (f'lr {record["learning_rate"]:.2e}  '
                   f'{record["images_per_second"]:.0f} img/s  '

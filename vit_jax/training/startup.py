@@ -38,15 +38,13 @@ def record_changes(workdir: pathlib.Path, step: int, changed: dict[str, tuple]):
       'Resuming with changed %s.',
       ', '.join(f'config.{name} ({old!r} -> {new!r})'
                 for name, (old, new) in changed.items()))
+  changes = {
+      name: {'before': old, 'after': new}
+      for name, (old, new) in changed.items()
+  }
   if jax.process_index() == 0:
     with (workdir / 'config_changes.jsonl').open('a') as f:
-      f.write(
-          json.dumps({
-              'step': step, 'changed': {
-                  name: {'before': old, 'after': new}
-                  for name, (old, new) in changed.items()
-              }
-          }) + '\n')
+      f.write(json.dumps({'step': step, 'changed': changes}) + '\n')
 
 
 def _parameter_count(params) -> str:

@@ -57,7 +57,7 @@ class AveragedTrainState(TrainState):
         state.params, state.ema_params, step_size=1 - decay))
 
 
-def _init(key, model, tx, image_size: int, ema_decay: float) -> TrainState:
+def _init(model, tx, image_size: int, ema_decay: float, key) -> TrainState:
   variables = model.init(key, jnp.zeros((1, image_size, image_size, 3)),
                          train=False)
   params = variables['params']
@@ -71,8 +71,7 @@ def state_shapes(key, model, tx, image_size: int, mesh: jax.sharding.Mesh,
                  ema_decay: float = 0.0) -> TrainState:
   """The train state's shapes and shardings on `mesh`, computing nothing."""
   shapes = jax.eval_shape(
-      functools.partial(_init, model=model, tx=tx, image_size=image_size,
-                        ema_decay=ema_decay), key)
+      functools.partial(_init, model, tx, image_size, ema_decay), key)
   return jax.tree.map(
       lambda s, placement: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=
                                                 placement), shapes,
@@ -85,8 +84,7 @@ def initializer(key, model, tx, image_size: int, mesh: jax.sharding.Mesh,
   shardings = jax.tree.map(
       lambda s: s.sharding,
       state_shapes(key, model, tx, image_size, mesh, ema_decay))
-  init = functools.partial(_init, model=model, tx=tx, image_size=image_size,
-                           ema_decay=ema_decay)
+  init = functools.partial(_init, model, tx, image_size, ema_decay)
   vit = model.vit if isinstance(model, ViTWrapper) else model
   if getattr(vit, 'mimetic_init', False) and jax.default_backend() == 'cpu':
     # Its SVDs deadlock XLA's CPU runtime when partitioned over host
@@ -208,16 +206,15 @@ def make_train_steps(config, inputs, per_call: int,
   train_step = make_train_step(config, inputs, objective)
 
   def train_steps(state: TrainState, sums: dict, data, stacked, count, key):
-    if per_call == 1:
-      state, sums = train_step(state, sums, data,
-                               jax.tree.map(lambda x: x[0], stacked), key)
-      return state, sums, state.step
 
     def one(i, carry):
       batch = jax.tree.map(lambda x: x[i], stacked)
       return train_step(*carry, data, batch, key)
 
-    state, sums = jax.lax.fori_loop(0, count, one, (state, sums))
+    if per_call == 1:
+      state, sums = one(0, (state, sums))
+    else:
+      state, sums = jax.lax.fori_loop(0, count, one, (state, sums))
     return state, sums, state.step
 
   return train_steps
@@ -232,7 +229,7 @@ def eval_step(state: TrainState, sums: dict, data, batch, mask, *, config,
             if isinstance(state, AveragedTrainState) else state.params)
   logits = state.apply_fn(models.model_variables(params, state.batch_stats), x,
                           train=False)
-  loss = losses.cross_entropy(
+  loss = optax.softmax_cross_entropy(
       logits, losses.soft_targets(y, inputs.num_classes,
                                   config.label_smoothing))
   # As the paper reports; all classes where there are fewer than five.
@@ -309,9 +306,9 @@ def compile_steps(config, inputs, state: TrainState, key,
   # The state leaves each step where it came in, sharded or not.
   state_out = jax.tree.map(lambda x: x.sharding, state)
   count = jax.ShapeDtypeStruct((), jnp.int32, sharding=replicated)
-  cached = []
+  hits = dict(train=compilation_cache.Hits(), eval=compilation_cache.Hits())
   with _options_blamed(options):
-    with compilation_cache.Hits() as hits:
+    with hits['train']:
       train = jax.jit(make_train_steps(config, inputs, per_call, objective),
                       out_shardings=(state_out, replicated, replicated),
                       donate_argnums=(0, 1)).lower(
@@ -319,12 +316,9 @@ def compile_steps(config, inputs, state: TrainState, key,
                           inputs.stacked_specs(per_call), count,
                           key).compile(options)
     train_seconds = time.perf_counter() - start
-    cached += ['train step'] if hits.count else []
-    evaluated = None
-    if evaluate:
-      with compilation_cache.Hits() as hits:
-        evaluated = compile_eval(config, inputs, state)
-      cached += ['eval step'] if hits.count else []
+    with hits['eval']:
+      evaluated = compile_eval(config, inputs, state) if evaluate else None
+  cached = [f'{name} step' for name, counted in hits.items() if counted.count]
   logging.info(
       'Compiled the %s in %.1fs%s.',
       'train and eval steps' if evaluate else 'train step',
