@@ -1,6 +1,5 @@
-"""What every command does with its flags and its log: one `error:` line for
-a bad flag or --config (`parse_flags`), libraries' INFO records left out
-(`quiet_libraries`), and the flags several commands share (`define_*`)."""
+"""Every command's flags and log: one `error:` line for a bad flag or --config,
+libraries' INFO records left out, and the flags several commands share."""
 
 import functools
 import logging as python_logging
@@ -31,8 +30,7 @@ def _config_files(argv: list[str]) -> set[str]:
 
 def _config_file_problem(error: BaseException,
                          config_files: set[str]) -> str | None:
-  """What is wrong with the --config file if `error` came from loading it
-  (missing, not Python, or raising); None for another error."""
+  """The --config file's problem if loading it raised `error`, else None."""
   missing = sorted(f for f in config_files if not pathlib.Path(f).is_file())
   if missing:
     return 'no file ' + ', '.join(missing)
@@ -60,8 +58,7 @@ def _config_file_problem(error: BaseException,
 
 
 def parse_flags(argv: list[str]) -> list[str]:
-  """absl's flag parsing, with a bad flag or --config file one `error:`
-  line and status 1; an unknown --config.FIELD is left to the schema."""
+  """absl's flag parsing; a bad flag or --config file is one `error:` line."""
   try:
     remaining = flags.FLAGS(argv)
   except Exception as e:  # pylint: disable=broad-except
@@ -126,33 +123,25 @@ def _define(name: str) -> flags.FlagHolder:
   return define(name, None, help_text)
 
 
-def _defined(*names: str) -> tuple[flags.FlagHolder, ...]:
+def define_checkpoint_flags(*names: str) -> tuple[flags.FlagHolder, ...]:
+  """The flags `names` of --checkpoint, --model, --step and --data_dir."""
   holders = tuple(_define(name) for name in names)
   for name in names:  # each command's own, with two in one process (tests)
     flags.declare_key_flag(name)
   return holders
 
 
-def define_checkpoint_flags(*names: str) -> tuple[flags.FlagHolder, ...]:
-  """The flags `names` of --checkpoint, --model, --step and --data_dir."""
-  return _defined(*names)
-
-
 def define_cpu_devices() -> flags.FlagHolder:
   """--cpu_devices: host devices a command on a CPU splits its batches over."""
-  return _defined('cpu_devices')[0]
-
-
-def _is_ours(pathname: str) -> bool:
-  return os.path.realpath(pathname).startswith(_OURS)
+  return define_checkpoint_flags('cpu_devices')[0]
 
 
 def _quiet_libraries(record) -> bool:
-  """Whether a record is shown: libraries' INFO records (jax's backends,
-  orbax's tens of lines a checkpoint), orbax's warnings and its background
-  threads' tracebacks are not (the command says what happened once, in its
-  own words), unless --verbosity=1 or more."""
-  if _is_ours(record.pathname) or logging.get_verbosity() > logging.INFO:
+  """Hides libraries' INFO records (orbax's tens a checkpoint), orbax's
+  warnings and its threads' tracebacks, unless --verbosity=1 or more: the
+  command says what happened once, in its own words."""
+  ours = os.path.realpath(record.pathname).startswith(_OURS)
+  if ours or logging.get_verbosity() > logging.INFO:
     return True
   background = '/orbax/' in record.pathname or record.name == 'asyncio'
   if background:

@@ -27,8 +27,7 @@ DEFAULT_LOST_PROCESS_TIMEOUT = 30
 
 
 def set_cpu_devices(count: int | None = None):
-  """Makes the CPU backend expose `count` devices, unless XLA_FLAGS sets
-  them; call before anything asks JAX for its devices."""
+  """`count` CPU devices unless XLA_FLAGS sets them; call before JAX starts."""
   if 'xla_force_host_platform_device_count' in os.environ.get('XLA_FLAGS', ''):
     return
   jax.config.update('jax_num_cpu_devices', count or DEFAULT_CPU_DEVICES)
@@ -36,7 +35,7 @@ def set_cpu_devices(count: int | None = None):
 
 def _int_env(environ: Mapping[str, str], name: str) -> int | None:
   value = environ.get(name)
-  if value is None or value == '':
+  if not value:
     return None
   try:
     return int(value)
@@ -51,8 +50,7 @@ def _on_cloud_tpu_vm() -> bool:
 
 
 def _detect_cluster(environ: Mapping[str, str] | None = None) -> str | None:
-  """The launcher `jax.distributed.initialize()` configures itself from
-  (SLURM, Open MPI or Cloud TPU, with several processes), else None."""
+  """The launcher jax.distributed reads a multi-process setup from, or None."""
   env = os.environ if environ is None else environ
   slurm_vars = ('SLURM_JOB_ID', 'SLURM_STEP_NODELIST', 'SLURM_NTASKS',
                 'SLURM_PROCID', 'SLURM_LOCALID')
@@ -76,9 +74,8 @@ def distributed_args(coordinator_address: str | None = None,
                      num_processes: int | None = None,
                      process_id: int | None = None,
                      environ: Mapping[str, str] | None = None) -> dict | None:
-  """The keyword arguments of `jax.distributed.initialize` (None: a single
-  process), from the flags, else $JAX_COORDINATOR_ADDRESS, $JAX_NUM_PROCESSES
-  and $JAX_PROCESS_ID; outside a known cluster all three are needed."""
+  """`jax.distributed.initialize`'s arguments (None: one process): the flags,
+  else $JAX_COORDINATOR_ADDRESS, $JAX_NUM_PROCESSES, $JAX_PROCESS_ID."""
   env = os.environ if environ is None else environ
   coordinator_address = (coordinator_address or
                          env.get('JAX_COORDINATOR_ADDRESS') or None)
@@ -123,8 +120,7 @@ def initialize_distributed(
     coordinator_address: str | None = None, num_processes: int | None = None,
     process_id: int | None = None,
     lost_process_timeout: int = DEFAULT_LOST_PROCESS_TIMEOUT) -> bool:
-  """Joins a multi-process job when `distributed_args` asks for one; returns
-  whether it did. Call before anything asks JAX for its devices."""
+  """Joins the job `distributed_args` asks for, if any; True if it did."""
   kwargs = distributed_args(coordinator_address, num_processes, process_id)
   if kwargs is None:
     return False
@@ -181,8 +177,7 @@ def leave_job(status: int, every_process_here: bool) -> None:
 
 
 def abandon_job(error: BaseException) -> None:
-  """After a collective failed for a lost process: the watch's line naming
-  it, or this one; exit status 1, not a wait in jax's shutdown barrier."""
+  """Exits 1, one line on the lost process, without jax's shutdown barrier."""
   peer_watch.await_verdict()
   who = (f'process {1 - jax.process_index()} (the only other one)'
          if jax.process_count() == 2 else 'another process')

@@ -44,9 +44,8 @@ def replace_atomically(path: pathlib.Path, write: Callable[[pathlib.Path],
 
 def replace_together(
     writes: dict[pathlib.Path, Callable[[pathlib.Path], None]]) -> None:
-  """Each `write(partial)` of `writes`, then every partial renamed into
-  place: the old set or the whole new one. A failed write or a stop signal
-  leaves every path as it was; only a kill within the renames leaves a mix."""
+  """Each `write(partial)`, then every partial renamed into place: the old set
+  or the new one; only a kill within the renames leaves a mix."""
   partials = {}
   mode = 0o666 & ~_umask()
   try:
@@ -77,8 +76,7 @@ def write_atomically(path: pathlib.Path, text: str) -> None:
 
 def foreign_files(directory: pathlib.Path, ours: Callable[[str],
                                                           bool]) -> str | None:
-  """The names in `directory` that `ours` does not claim ('a, b', five at
-  most, then '...'), or None."""
+  """Names in `directory` that `ours` does not claim ('a, b', 5 and '...')."""
   directory = pathlib.Path(directory)
   others = sorted(p.name for p in directory.iterdir()
                   if not ours(p.name)) if directory.is_dir() else []
@@ -89,10 +87,8 @@ def foreign_files(directory: pathlib.Path, ours: Callable[[str],
 
 def replace_directory_atomically(path: pathlib.Path,
                                  write: Callable[[pathlib.Path], None]) -> None:
-  """`write(partial)` for a fresh temporary directory that then takes the
-  place of `path`: the old set of files or the whole new one, also after a
-  failed `write`, a stop signal, or a kill between the renames (put back
-  first). `path` (a symlink's target) must not be a mount point."""
+  """`write(partial)` for a fresh directory that then takes the place of
+  `path` (not a mount point): the old files or the new ones, even if killed."""
   path = pathlib.Path(os.path.realpath(path))
   if os.path.ismount(path):
     raise errors.VitJaxError(f'{path} is a mount point, which cannot be '

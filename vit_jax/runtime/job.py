@@ -1,8 +1,5 @@
-"""A command as one process of a multi-process job (`vit_jax.main`,
-`vit_jax.evaluate`): its flags, joining the job, its log prefix and ending
-so that no process waits on one that is gone. Imported by commands only:
-the flags are global to a process.
-"""
+"""A command as one process of a multi-process job: its flags, joining, its
+log prefix, and ending so no process waits on a lost one. For commands only."""
 
 import sys
 from typing import Callable, NoReturn
@@ -42,9 +39,8 @@ def exit_job(status: int, every_process_here: bool) -> NoReturn:
 
 
 def run(work: Callable[[], None], *, cpu_devices: int | None) -> NoReturn:
-  """Joins the job (or runs alone), runs `work` and exits: 0 when it
-  returned, 1 after one `error:` line for a `VitJaxError` or a lost process.
-  `cpu_devices`: host devices on a CPU."""
+  """Joins the job (or runs alone), runs `work` and exits: 0 when it returned,
+  1 after one `error:` line for a `VitJaxError` or a lost process."""
   command.quiet_libraries()
   distributed.set_cpu_devices(cpu_devices)
   try:

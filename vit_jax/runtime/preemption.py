@@ -25,13 +25,11 @@ class Preempted(Exception):  # pylint: disable=g-bad-exception-name
       done = 'stopped before training, with nothing to save yet'
     super().__init__(f'Preempted ({signal_name}): {done}; rerun the same '
                      'command to resume.')
-    self.step = step
 
 
 class Preemption:
-  """Stop requests, agreed across processes: in a job, jax's coordination
-  service catches SIGTERM (Ctrl-C is sent on as it) and picks the call of
-  `reached`, counted here, not by step, at which all stop."""
+  """Stop requests, agreed across processes: in a job, jax's service catches
+  SIGTERM (and Ctrl-C sent on) and picks the call of `reached` all stop at."""
 
   def __init__(self):
     self._multi_process = jax.process_count() > 1

@@ -1,8 +1,5 @@
-"""The mesh and where arrays live on it.
-
-The batch is split over both axes, `data` and `fsdp`; each large parameter
-and optimizer-state array over `fsdp` (size 1, the default, replicates them).
-"""
+"""The mesh: the batch split over both axes, `data` and `fsdp`; each large
+parameter and optimizer-state array over `fsdp` (size 1 replicates them)."""
 
 import math
 
@@ -11,8 +8,7 @@ import numpy as np
 
 
 def make_mesh(fsdp: int = 1) -> jax.sharding.Mesh:
-  """All devices on a (`data`, `fsdp`) mesh, `fsdp` of them (-1: all) on the
-  second axis."""
+  """All devices on a (`data`, `fsdp`) mesh of `fsdp` columns (-1: one row)."""
   devices = jax.device_count()
   fsdp = devices if fsdp == -1 else fsdp  # config_schema checks it divides
   return jax.make_mesh((devices // fsdp, fsdp), ('data', 'fsdp'),
@@ -35,8 +31,7 @@ MIN_ELEMENTS_TO_SHARD = 2**14
 
 def _fsdp_sharding(shape: tuple[int, ...],
                    mesh: jax.sharding.Mesh) -> jax.sharding.NamedSharding:
-  """An array of `shape` split along its largest axis `fsdp` divides (as
-  big_vision's rule), else replicated."""
+  """Split on the largest axis `fsdp` divides (big_vision's rule), else none."""
   shards = dict(mesh.shape).get('fsdp', 1)
   spec = [None] * len(shape)
   if shards > 1 and math.prod(shape) >= MIN_ELEMENTS_TO_SHARD:
@@ -62,10 +57,8 @@ def replicate(array: np.ndarray, sharding: jax.sharding.Sharding) -> jax.Array:
 
 def process_rows(sharding: jax.sharding.Sharding, batch_size: int) -> slice:
   """The rows of a global batch that live on this process's devices."""
-  spans = sorted({(index[0].start or
-                   0, batch_size if index[0].stop is None else index[0].stop)
-                  for index in sharding.addressable_devices_indices_map((
-                      batch_size,)).values()})
+  indices = sharding.addressable_devices_indices_map((batch_size,)).values()
+  spans = sorted({index[0].indices(batch_size)[:2] for index in indices})
   if any(stop != start for (_, stop), (start, _) in zip(spans, spans[1:])):
     raise ValueError(f'The batch rows of process {jax.process_index()} are '
                      f'not contiguous: {spans}.')

@@ -1,12 +1,8 @@
-"""SIGTERM and Ctrl-C as requests to stop, caught from a command's start
-(`catch()` before heavy imports; standard library only, to start early).
-
-The first signal asks (one line); the training loop (`preemption`) acts on
-it when nothing is half written; a second Ctrl-C exits at once. With
-`catch(at_once=...)` the first signal removes the command's unfinished
-outputs (`remove_on_stop`) and ends it. A signal ignored at start (`nohup
-cmd &`) stays ignored. A thread woken by Python's wake-up fd reads them:
-Python-level handlers run only between bytecodes, so two Ctrl-Cs during a
+"""SIGTERM and Ctrl-C as requests to stop (standard library only, to catch
+them early): the first asks, a second Ctrl-C exits at once, and with
+`catch(at_once=...)` the first removes unfinished outputs and exits. A signal
+ignored at start (`nohup`) stays ignored. A thread woken by Python's wake-up fd
+reads them: Python's handlers run between bytecodes, so two Ctrl-Cs in one
 long compilation would count as one."""
 
 import contextlib
@@ -31,10 +27,8 @@ _not_stopped = threading.RLock()  # held where a stop would leave a mix
 
 
 def catch(sigterm: bool = True, at_once: str | None = None) -> bool:
-  """Records SIGINT, and SIGTERM unless `sigterm` is False, taking them back
-  from a handler installed since (jax's). With `at_once` (what stopping
-  does), the first signal says it and ends the process. True when this call
-  started catching: its caller then `release`s them."""
+  """Records SIGINT (and SIGTERM), taking them back from jax's handlers;
+  `at_once`: what stopping at once does. True if its caller must `release`."""
   if at_once is not None:
     _at_once[:] = [at_once]
   first = not _watching
@@ -81,8 +75,7 @@ def not_stopped_within():
 
 
 def hold_renames(timeout: float) -> None:
-  """Waits up to `timeout` s for a block of renames to end and keeps others
-  from starting: the process is about to end."""
+  """Waits up to `timeout` s for renames to end; no others start after."""
   _not_stopped.acquire(timeout=timeout)  # pylint: disable=consider-using-with
 
 
@@ -168,8 +161,7 @@ def _on_signal(signum: int) -> None:
 
 
 def _exit_saying(line: bytes, status: int) -> None:
-  """Ends the process with `line` last on stderr: the main thread's later
-  logs go nowhere."""
+  """Ends the process with `line` last on stderr, later logs going nowhere."""
   try:
     stderr = os.dup(2)
     os.dup2(os.open(os.devnull, os.O_WRONLY), 2)

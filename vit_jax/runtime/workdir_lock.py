@@ -1,11 +1,8 @@
-"""One run per workdir: a lock a second run meets before it writes anything,
-and that a killed run never leaves behind.
+"""One run per workdir: `workdir/lock`, flock'ed by process 0, names its holder.
 
-`workdir/lock` is held with `flock` by process 0 and names its holder. The
-kernel releases `flock` when the holder dies, so on its host a lock is never
-stale. `flock` may not reach other hosts, so the holder also renews the
-file's time every `RENEW_SECONDS`; another host takes over once the renewal
-is `STALE_SECONDS` old.
+The kernel releases a dead holder's flock; flock may not reach other hosts, so
+the holder renews the file's time every `RENEW_SECONDS` and another host takes
+over once the renewal is `STALE_SECONDS` old.
 """
 
 import dataclasses
@@ -72,8 +69,7 @@ class WorkdirLock:
     self._renewing = None
 
   def acquire(self) -> None:
-    """Takes the lock, creating the workdir; WorkdirError naming the holder
-    when another run has it."""
+    """Takes the lock (creating the workdir), or raises WorkdirError."""
     if self.workdir.exists() and not self.workdir.is_dir():
       raise WorkdirError(f'The workdir {self.workdir} is a file: pass a '
                          'directory (new or of this run) as --workdir.')
@@ -121,8 +117,7 @@ class WorkdirLock:
     self._fd = fd
 
   def _lock(self, fd: int) -> bool:
-    """flock's verdict: WorkdirError when another run holds the lock; False
-    when this filesystem has no locks."""
+    """Whether flock took the lock: False when this filesystem has no locks."""
     try:
       fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
       return True
@@ -142,8 +137,7 @@ class WorkdirLock:
       return False
 
   def _refuse_if_alive(self, holder: Holder) -> None:
-    """Refuses a holder flock cannot see: on another host while it renews,
-    or on this host while its process lives."""
+    """Refuses a live holder flock cannot see (another host, or no flock)."""
     if holder.host == socket.gethostname():
       if self._flocked or not process_exists(holder.pid):
         return
@@ -173,8 +167,7 @@ class WorkdirLock:
         logging.warning('Cannot renew %s: %s', self.path, e)
 
   def release(self) -> None:
-    """Lets go of the lock, removing a workdir it created that holds nothing
-    else: a refused run leaves nothing behind."""
+    """Lets go, removing a workdir it created that holds nothing else."""
     if self._fd is None:
       return
     self._stop_renewing.set()
