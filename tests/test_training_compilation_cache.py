@@ -1,13 +1,16 @@
 """The persistent compilation cache: on by default, shared by runs at once,
 and a damaged entry compiled again."""
 
+import contextlib
 import os
 import pathlib
+import warnings
 
 import jax
 
 from tests.helpers import cifar10_files
 from tests.helpers import history
+from tests.helpers import mounted_tmpfs
 from tests.helpers import random_cifar
 from tests.helpers import start_main
 from tests.helpers import wait_all
@@ -91,3 +94,38 @@ def test_an_empty_directory_turns_the_cache_off(caplog):
   finally:  # the suite's cache again, and its minimum (`use` sets 0)
     compilation_cache.use(kept[0])
     jax.config.update('jax_persistent_cache_min_compile_time_secs', kept[1])
+
+
+def test_a_cache_that_cannot_be_written_is_one_warning_and_no_entry(
+    tmp_path, caplog):
+  """A file at its path or a full disk: one line, compiled without it; an
+  entry jax fails to write (the disk filled since): removed, one line."""
+  before = jax.config.jax_compilation_cache_dir
+  (tmp_path / 'file').write_text('')
+  try:
+    compilation_cache.use(str(tmp_path / 'file'))
+    assert jax.config.jax_compilation_cache_dir is None
+    with contextlib.ExitStack() as stack:
+      full = stack.enter_context(mounted_tmpfs(tmp_path / 'full',
+                                               '64k')).joinpath('cache')
+      full.mkdir()
+      (full / 'filler').write_bytes(bytes(48 << 10))
+      compilation_cache.use(str(full))
+  finally:
+    compilation_cache.use(before)
+  lines = [r.getMessage() for r in caplog.records]
+  assert lines[0] == (f'The compilation cache {tmp_path / "file"} cannot be '
+                      'written (File exists): this run compiles without it.')
+  assert lines[1] == (f'The compilation cache {full} cannot be written (No '
+                      'space left on device): this run compiles without it.')
+  caplog.clear()
+  half_written = pathlib.Path(before) / 'jit_step-0123-cache'
+  half_written.write_bytes(b'')
+  for _ in range(2):
+    warnings.warn("Error writing persistent compilation cache entry for "
+                  "'jit_step': OSError: [Errno 28] No space left on device")
+  assert not half_written.exists()
+  assert [r.getMessage() for r in caplog.records] == [
+      f'The compilation cache {before} cannot be written (OSError: [Errno '
+      '28] No space left on device): this run goes on without adding to it.'
+  ]

@@ -9,6 +9,7 @@ import logging as python_logging
 import os
 import pathlib
 import re
+import tempfile
 import threading
 import warnings
 
@@ -40,6 +41,12 @@ def use(configured: str) -> None:
   jax.config.update('jax_persistent_cache_min_compile_time_secs',
                     _MIN_COMPILE_SECONDS)
   path = directory(configured)
+  problem = path and _cannot_write(path)
+  if problem:
+    logging.warning(
+        'The compilation cache %s cannot be written (%s): this '
+        'run compiles without it.', path, problem)
+    path = None
   if path == jax.config.jax_compilation_cache_dir:
     return
   compilation_cache.set_cache_dir(path)
@@ -56,27 +63,49 @@ def use(configured: str) -> None:
   logging.info('Compilation cache: %s.', path or 'off')
 
 
-# jax's warning for an entry that does not load; entries are PROGRAM-KEY-cache.
-_UNREADABLE = re.compile(
-    r"Error reading persistent compilation cache entry for '([^']+)'")
+def _cannot_write(path: str) -> str | None:
+  """Why `path` cannot hold the cache (a file, read-only, full), or None."""
+  try:
+    os.makedirs(path, exist_ok=True)
+    with tempfile.TemporaryFile(dir=path) as probe:
+      probe.write(bytes(1 << 16))
+      probe.flush()
+      os.fsync(probe.fileno())
+  except OSError as e:
+    return e.strerror or str(e)
+  return None
+
+
+# jax's warnings for an entry that does not load or cannot be written;
+# entries are PROGRAM-KEY-cache.
+_ENTRY = re.compile(r'Error (reading|writing) persistent compilation cache '
+                    r"entry for '([^']+)': (.*)")
 _show_warning = None  # Python's, which `_remove_unreadable` stands in for
+_unwritable_said: list[str] = []  # the cache said unwritable, once a run
 
 
 def _remove_unreadable(message, category, filename, lineno, file=None,
                        line=None):
-  """A `warnings.showwarning` that removes the entries jax could not read."""
-  unreadable = _UNREADABLE.match(str(message))
+  """A `warnings.showwarning` that removes the entries jax could not read or
+  write, and says so once for a cache that cannot be written."""
+  entry = _ENTRY.match(str(message))
   path = jax.config.jax_compilation_cache_dir
-  if unreadable is None or not path:
+  if entry is None or not path:
     _show_warning(message, category, filename, lineno, file, line)
     return
-  program = unreadable.group(1)
-  for entry in pathlib.Path(path).glob(f'{glob.escape(program)}-*-cache'):
-    entry.unlink(missing_ok=True)
-  logging.warning(
-      'The compilation cache %s held an entry of %s that does '
-      'not load (a run killed while writing it?): removed, and '
-      'compiled again.', path, program)
+  action, program, error = entry.groups()
+  for found in pathlib.Path(path).glob(f'{glob.escape(program)}-*-cache'):
+    found.unlink(missing_ok=True)
+  if action == 'reading':
+    logging.warning(
+        'The compilation cache %s held an entry of %s that does '
+        'not load (a run killed while writing it?): removed, and '
+        'compiled again.', path, program)
+  elif path not in _unwritable_said:
+    _unwritable_said.append(path)
+    logging.warning(
+        'The compilation cache %s cannot be written (%s): this run goes on '
+        'without adding to it.', path, error)
 
 
 _HIT = '/jax/compilation_cache/cache_hits'
