@@ -84,17 +84,14 @@ def test_missing_or_malformed_data_says_where_and_what_to_do(
       r'download it'):
     cifar.load_cifar('cifar10', tmp_path / 'elsewhere')
   data_dir, _ = cifar10_binary
-  (data_dir / 'cifar-10-batches-bin' / 'data_batch_4.bin').rename(tmp_path /
-                                                                  'away')
-  with pytest.raises(
-      DatasetError, match=r'cifar-10-batches-bin lacks data_batch_4.bin of '
-      r'the cifar10 release \(data_batch_1.bin, .* test_batch.bin\); unpack '
-      'the whole release again.'):
-    cifar.load_cifar('cifar10', data_dir)
-  (tmp_path / 'away').rename(data_dir / 'cifar-10-batches-bin' /
-                             'data_batch_4.bin')
   broken = data_dir / 'cifar-10-batches-bin' / 'test_batch.bin'
   broken.write_bytes(broken.read_bytes()[:-5])
   with pytest.raises(DatasetError,
                      match='test_batch.bin is not a CIFAR binary file'):
+    cifar.load_cifar('cifar10', data_dir)
+  (data_dir / 'cifar-10-batches-bin' / 'data_batch_4.bin').unlink()
+  with pytest.raises(
+      DatasetError, match=r'cifar-10-batches-bin lacks data_batch_4.bin of '
+      r'the cifar10 release \(data_batch_1.bin, .* test_batch.bin\); unpack '
+      'the whole release again.'):
     cifar.load_cifar('cifar10', data_dir)

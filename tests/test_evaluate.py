@@ -84,9 +84,8 @@ def test_a_run_evaluates_on_its_configs_cpu_devices_and_overrides(
       '--config.eval_batch_size=12'
   ], cwd=ROOT, capture_output=True, text=True, check=False)
   assert out.returncode == 0, out.stderr[-3000:]
-  result = json.loads(out.stdout.splitlines()[-1])
-  assert result['top1'] == _logged_test(workdir)['test_accuracy']
-  assert result['examples'] == 37
+  assert json.loads(out.stdout.splitlines()[-1])['top1'] == _logged_test(
+      workdir)['test_accuracy']
 
 
 # Ctrl-C: the test below shows evaluate stops by `stop_signals.catch(at_once=)`,

@@ -1,9 +1,9 @@
-"""A process of a two-process job killed or frozen at a random moment of
-training: the other says so in one line and exits 1 within the timeout, even
-while it waits in a collective (4 CPU devices a process: gloo then waits for
-ever), and a rerun of both ends as an uninterrupted run does."""
+"""A process of a job killed or frozen mid-training: the other exits 1 in
+one line within the timeout, even in a collective (4 CPU devices a process:
+gloo waits for ever); a rerun ends as an uninterrupted run does."""
 
 import random
+import re
 import signal
 import time
 
@@ -19,13 +19,10 @@ from tests.helpers import write_cifar_binary
 from tests.helpers import write_process_config
 
 _TIMEOUT = 3  # --lost_process_timeout
-_NATIVE_DUMPS = ('Traceback', 'Check failure', 'Fatal Python error',
-                 'terminate called')
 
 
 def _lose_a_process(data_dir, workdir, tmp_path, victim, signum) -> None:
-  """Sends `signum` to process `victim` at a random step of a job; asserts
-  what the other one prints and how it ends."""
+  """`signum` to process `victim` at a random step; the other's end asserted."""
   processes, logs = start_two_processes(
       write_process_config(tmp_path, data_dir), workdir, tmp_path,
       f'--lost_process_timeout={_TIMEOUT}', devices=4)
@@ -45,10 +42,11 @@ def _lose_a_process(data_dir, workdir, tmp_path, victim, signum) -> None:
   assert status == 1 and waited < _TIMEOUT + 5, at
   lost = 'process 0 (the coordinator)' if victim == 0 else 'process 1'
   errors = [line for line in output.splitlines() if 'error' in line.lower()]
-  assert len(errors) == 1 and errors[0].startswith(
-      f'error: Process {1 - victim} of 2 lost {lost} of the job ('), at
-  assert errors[0].endswith('rerun all processes to resume.'), at
-  assert not any(dump in output for dump in _NATIVE_DUMPS), at
+  assert len(errors) == 1 and re.fullmatch(
+      f'error: Process {1 - victim} of 2 lost {re.escape(lost)} of the job '
+      r'\(.*\); .* rerun all processes to resume\.', errors[0]), at
+  assert not re.search('Traceback|Check failure|Fatal Python|terminate called',
+                       output), at
 
 
 def test_a_killed_process_ends_the_other_in_one_line(tmp_path):
@@ -77,6 +75,5 @@ def test_after_a_lost_process_a_rerun_ends_as_an_uninterrupted_run(
   records, expected = history(workdir), history(reference)
   assert [r['step'] for r in records] == [r['step'] for r in expected]
   for record, want in zip(records, expected):
-    for metric in ('train_loss', 'test_loss'):
-      if metric in want:
-        assert record[metric] == pytest.approx(want[metric], abs=1e-4)
+    for metric in {'train_loss', 'test_loss'} & set(want):
+      assert record[metric] == pytest.approx(want[metric], abs=1e-4)

@@ -94,8 +94,7 @@ def _read_file(read, path: pathlib.Path) -> ArraySource:
 
 
 def _find(name: str, data_dir: pathlib.Path):
-  """The first format of `name` with a file under `data_dir` or in it, or
-  None; DatasetError if that format lacks a file of the release."""
+  """The first format of `name` with a file under `data_dir`, whole, or None."""
   for folder, train_names, test_name, read in _FORMATS[name]:
     for root in (data_dir / folder, data_dir):
       names = [*train_names, test_name]

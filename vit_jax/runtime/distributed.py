@@ -10,7 +10,6 @@ import zlib
 
 from absl import logging
 import jax
-from jax._src import distributed as jax_distributed
 from jax.experimental import multihost_utils
 import numpy as np
 
@@ -140,9 +139,6 @@ def initialize_distributed(
     raise DistributedError(
         f'Could not join the multi-process job ({described}): {e}') from e
   peer_watch.watch(lost_process_timeout)
-  if jax.process_index() != 0:
-    peer_watch.catch_coordinator_abort(
-        jax_distributed.global_state.coordinator_address)
   logging.info('Process %d of %d (%s), %d local device(s) of %d.',
                jax.process_index(), jax.process_count(), described,
                jax.local_device_count(), jax.device_count())
@@ -178,16 +174,8 @@ def leave_job(status: int, every_process_here: bool) -> None:
 
 def abandon_job(error: BaseException) -> None:
   """Exits 1, one line on the lost process, without jax's shutdown barrier."""
-  peer_watch.await_verdict()
-  who = (f'process {1 - jax.process_index()} (the only other one)'
-         if jax.process_count() == 2 else 'another process')
-  message = (f'Process {jax.process_index()} of {jax.process_count()} lost '
-             f'{who} of the job ({first_line(error)}); see its log for why. '
-             'The checkpoints saved so far are kept: rerun all processes to '
-             'resume.')
-  logging.flush()  # the error comes last, once
-  print(f'error: {message}', file=sys.stderr, flush=True)
-  os._exit(1)  # pylint: disable=protected-access
+  peer_watch.await_verdict()  # the watch names the lost process and exits
+  peer_watch.end_lost('another process', first_line(error))
 
 
 def _checksum(array) -> int:

@@ -1,13 +1,9 @@
 """A lost process of a job ends every other one with one line and status 1.
 
-Each process beats a counter in jax's coordination service and reads the
-others' on a thread that no collective blocks: with recoverability on, the
-service never fails the survivors, and a CPU collective waits for ever on a
-dead peer. Losing process 0, which hosts the service, makes jax's client
-abort the others (a native stack dump); a SIGABRT handler turns that into
-the same line. jax's own `missed_heartbeat_callback` cannot be given from
-Python (its status argument has no binding).
-"""
+A collective on a dead peer may wait for ever, so each process beats in jax's
+coordination service and reads the others' beats on a thread of its own;
+jax's abort of the others when process 0 (the service) is lost becomes the
+same line (jax's `missed_heartbeat_callback` has no Python binding)."""
 
 import contextlib
 import ctypes
@@ -27,7 +23,6 @@ from jax._src.lib import utils as jax_utils
 from vit_jax.runtime import stop_signals
 
 _KEY = 'vit_jax/alive/'
-_job: list[int] = []  # [this process, the job's processes] once watching
 _watching: list[float] = []  # [timeout, period] once watching
 _leaving: list[int] = []  # [exit status] once every process is leaving
 _answered: list[float] = []  # [when the service last answered the watch]
@@ -35,14 +30,14 @@ _said = threading.Lock()  # whoever takes it says the line
 _abort_handlers: list = []  # ctypes callbacks must outlive their install
 
 
-def _end_lost(who: str, why: str) -> None:
+def end_lost(who: str, why: str) -> None:
   """The one line, once no save is halfway through its renames; exit 1."""
   if _leaving:
     os._exit(_leaving[0])  # pylint: disable=protected-access
   if not _said.acquire(blocking=False):
     time.sleep(60)  # another thread says it and ends the process
   stop_signals.hold_renames(timeout=5)
-  me, count = _job
+  me, count = jax.process_index(), jax.process_count()
   logging.flush()
   sys.stdout.flush()
   os.write(
@@ -57,7 +52,6 @@ def watch(timeout: float) -> None:
   client = jax_distributed.global_state.client
   me, count = jax.process_index(), jax.process_count()
   period = max(0.2, min(1.0, timeout / 10))
-  _job[:] = [me, count]
   _watching[:] = [timeout, period]
 
   def beat_and_read():
@@ -70,8 +64,8 @@ def watch(timeout: float) -> None:
       except Exception as e:  # pylint: disable=broad-except
         if me == 0 or _leaving:
           return
-        _end_lost('process 0 (the coordinator)',
-                  f'{type(e).__name__}: {str(e).splitlines()[0][:120]}')
+        end_lost('process 0 (the coordinator)',
+                 f'{type(e).__name__}: {str(e).splitlines()[0][:120]}')
       now = time.monotonic()
       for peer in range(count):
         value = beats.get(f'{_KEY}{peer}')
@@ -82,20 +76,18 @@ def watch(timeout: float) -> None:
         # A stop request cannot reach a silent peer: it ends this one at once.
         if not _leaving and (silent > timeout or
                              (silent > 2 * period and stop_signals.received())):
-          _end_lost(f'process {peer}', f'no sign of life for {silent:.0f} s')
+          end_lost(f'process {peer}', f'no sign of life for {silent:.0f} s')
       time.sleep(period)
 
   threading.Thread(target=beat_and_read, daemon=True,
                    name='vit_jax peer watch').start()
+  if me != 0:
+    _catch_coordinator_abort(jax_distributed.global_state.coordinator_address)
 
 
-def catch_coordinator_abort(coordinator_address: str) -> None:
-  """Outside process 0: jax's abort on losing the coordinator as the line.
-
-  The coordinator is lost when it refuses connections (killed) or has not
-  answered the watch for two periods (frozen). jax's FATAL record is not
-  printed (`--verbosity=1` prints it); any other abort prints a stack and
-  exits 134."""
+def _catch_coordinator_abort(coordinator_address: str) -> None:
+  """Outside process 0: jax's abort on losing process 0 (killed: it refuses
+  connections; frozen: silent) as the line, any other as a stack, exit 134."""
   if logging.get_verbosity() < 1:
     jax_utils.absl_set_min_log_level(4)  # above FATAL
   host, port = coordinator_address.rsplit(':', 1)
@@ -106,9 +98,9 @@ def catch_coordinator_abort(coordinator_address: str) -> None:
     try:
       socket.create_connection((host, int(port)), timeout=1).close()
     except OSError:
-      _end_lost('process 0 (the coordinator)', 'it refuses connections')
+      end_lost('process 0 (the coordinator)', 'it refuses connections')
     if silent > 2 * _watching[1]:
-      _end_lost('process 0 (the coordinator)', f'no answer for {silent:.0f} s')
+      end_lost('process 0 (the coordinator)', f'no answer for {silent:.0f} s')
     faulthandler.dump_traceback(all_threads=True)
     os.write(
         2, b"error: jax's runtime aborted; rerun with --verbosity=1 to "
@@ -124,8 +116,7 @@ def catch_coordinator_abort(coordinator_address: str) -> None:
 
 
 def wait_for_all_to_leave(status: int) -> None:
-  """Waits up to the timeout for every process to be done, as this one is
-  (exiting with `status`): a peer's exit from here on is no loss."""
+  """Waits up to the timeout for all to be done; a peer's exit is no loss."""
   _leaving[:] = [status]
   with contextlib.suppress(Exception):  # a peer is lost: leave all the same
     jax_distributed.global_state.client.wait_at_barrier(

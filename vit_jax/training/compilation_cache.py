@@ -86,8 +86,7 @@ _unwritable_said: list[str] = []  # the cache said unwritable, once a run
 
 def _remove_unreadable(message, category, filename, lineno, file=None,
                        line=None):
-  """A `warnings.showwarning` that removes the entries jax could not read or
-  write, and says so once for a cache that cannot be written."""
+  """A `warnings.showwarning` that removes the entries jax fails to use."""
   entry = _ENTRY.match(str(message))
   path = jax.config.jax_compilation_cache_dir
   if entry is None or not path:
