@@ -1,8 +1,7 @@
-"""Faults as a cluster run meets them, injected for real: a disk that fills
-up during a save, checkpoint files flipped, truncated and deleted, a reused
-workdir, kills, bad paths and hostile files. Each test asserts what the user
-sees (one line, an exit status) and that nothing is lost (the rerun ends as
-an uninterrupted run does)."""
+"""Faults as a cluster run meets them, injected for real (full disks,
+damaged checkpoints, kills, bad paths, hostile files): what the user sees
+(one line, an exit status) and that nothing is lost (the rerun ends as an
+uninterrupted run does)."""
 
 import json
 import math
@@ -228,10 +227,8 @@ def _tensorboard_steps(workdir: pathlib.Path, tag: str) -> list[int]:
 
 def test_a_second_run_is_refused_and_the_first_killed_mid_epoch_resumes_identical(
     run, caplog):
-  """The second starts 0.5 s after the first, as close as a requeued job
-  and the old one come, and is refused before it writes anything; the
-  first, killed with kill -9, leaves its lock to the rerun, which ends as
-  an uninterrupted run in every file."""
+  """The second, 0.5 s after the first (a requeued job), is refused unwritten;
+  the first, killed with kill -9, leaves its lock to the identical rerun."""
   processes = [run.start('log0')]
   time.sleep(0.5)
   processes.append(run.start('log1'))
@@ -355,11 +352,8 @@ def _assert_stopped_cleanly(status: int, output: str):
 ], ids=['SIGTERM-then-Ctrl-C', 'Ctrl-C-then-SIGTERM'])
 def test_a_stop_signal_saves_what_was_done_exits_75_and_the_rerun_ends_identical(
     run, at_start_up, while_training):
-  """During start-up (from the command's first line to the first step: while
-  jax loads, the config is checked, the data loads and the
-  steps compile) there is nothing to save; while training, the step it
-  reached is saved. docs/multi_host.md's requeue recipe (rerun on 75) then
-  completes the run."""
+  """During start-up (the command's first line to the first step) nothing is
+  saved; while training, the step reached. Rerun on 75 completes the run."""
   # The signal's step is the newest checkpoint: none is scheduled before
   # step 100, or (Ctrl-C) none after the first epoch's until the run ends.
   overrides = (dict(

@@ -86,21 +86,24 @@ def watch(timeout: float) -> None:
 
 
 def _catch_coordinator_abort(coordinator_address: str) -> None:
-  """Outside process 0: jax's abort on losing process 0 (killed: it refuses
-  connections; frozen: silent) as the line, any other as a stack, exit 134."""
+  """Outside process 0: jax's abort on losing process 0 as the line."""
   if logging.get_verbosity() < 1:
     jax_utils.absl_set_min_log_level(4)  # above FATAL
   host, port = coordinator_address.rsplit(':', 1)
 
   def on_abort(signum):
     del signum
-    silent = time.monotonic() - _answered[0] if _answered else 0
-    try:
-      socket.create_connection((host, int(port)), timeout=1).close()
-    except OSError:
-      end_lost('process 0 (the coordinator)', 'it refuses connections')
-    if silent > 2 * _watching[1]:
-      end_lost('process 0 (the coordinator)', f'no answer for {silent:.0f} s')
+    # A killed process's socket may accept for a while as it dies: ask again.
+    deadline = time.monotonic() + 4 * _watching[1] + 1
+    while time.monotonic() < deadline:
+      silent = time.monotonic() - _answered[0] if _answered else 0
+      if silent > 2 * _watching[1]:
+        end_lost('process 0 (the coordinator)', f'no answer for {silent:.0f} s')
+      try:
+        socket.create_connection((host, int(port)), timeout=1).close()
+      except OSError:
+        end_lost('process 0 (the coordinator)', 'it refuses connections')
+      time.sleep(0.1)
     faulthandler.dump_traceback(all_threads=True)
     os.write(
         2, b"error: jax's runtime aborted; rerun with --verbosity=1 to "
