@@ -8,8 +8,8 @@ split, without training.
       --released_preprocessing
 
 A workdir is evaluated with its run's config unless --config names another;
---config.FIELD=VALUE overrides a field of either. Other checkpoints need --config,
-which names the dataset; the model is the checkpoint's, computing in
+--config.FIELD=VALUE overrides a field of either. Other checkpoints need
+--config, which names the dataset; the model is the checkpoint's, computing in
 config.dtype, and its preprocessing the config's (config.image_size must
 then be what its position embeddings were trained for), or with
 --released_preprocessing the checkpoint's own (for a workdir with another
@@ -91,7 +91,7 @@ def _parse_flags(argv: list[str]) -> list[str]:
       a.split('=', 1)[1] for a in argv if a.startswith('--checkpoint=')
   ]
   if (checkpoint and any(a.startswith('--config.') for a in argv) and
-      not any(a.startswith(('--config=', '--config ')) for a in argv) and
+      not any(a == '--config' or a.startswith('--config=') for a in argv) and
       (reading.run_directory(checkpoint[-1]) / 'checkpoints').is_dir()):
     argv = [
         argv[0], f'--config={workdir_config.__file__}:{checkpoint[-1]}',

@@ -14,7 +14,6 @@ from jax.experimental import multihost_utils
 import numpy as np
 
 from vit_jax.errors import DistributedError
-from vit_jax.errors import first_line
 from vit_jax.runtime import peer_watch
 
 # XLA runs a small model's matmuls on a CPU with little parallelism; batch
@@ -170,12 +169,6 @@ def leave_job(status: int, every_process_here: bool) -> None:
   sys.stdout.flush()
   sys.stderr.flush()
   os._exit(status)  # pylint: disable=protected-access
-
-
-def abandon_job(error: BaseException) -> None:
-  """Exits 1, one line on the lost process, without jax's shutdown barrier."""
-  peer_watch.await_verdict()  # the watch names the lost process and exits
-  peer_watch.end_lost('another process', first_line(error))
 
 
 def _checksum(array) -> int:

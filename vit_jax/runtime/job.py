@@ -11,6 +11,7 @@ import jax
 from vit_jax import errors
 from vit_jax.runtime import command
 from vit_jax.runtime import distributed
+from vit_jax.runtime import peer_watch
 from vit_jax.runtime import stop_signals
 
 _COORDINATOR_ADDRESS = flags.DEFINE_string(
@@ -62,7 +63,9 @@ def run(work: Callable[[], None], *, cpu_devices: int | None) -> NoReturn:
     work()
   except (jax.errors.JaxRuntimeError, errors.VitJaxError) as e:
     if distributed.lost_a_process(e):
-      distributed.abandon_job(e)
+      peer_watch.await_verdict()  # a lost peer's line ends this process
+      if not isinstance(e, errors.VitJaxError):
+        peer_watch.end_lost('another process', errors.first_line(e))
     if not isinstance(e, errors.VitJaxError):
       raise
     logging.flush()  # the error comes last, once

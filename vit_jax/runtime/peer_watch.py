@@ -8,6 +8,7 @@ same line (jax's `missed_heartbeat_callback` has no Python binding)."""
 import contextlib
 import ctypes
 import faulthandler
+import itertools
 import os
 import signal
 import socket
@@ -56,7 +57,7 @@ def watch(timeout: float) -> None:
 
   def beat_and_read():
     last = {peer: (None, time.monotonic()) for peer in range(count)}
-    for beat in range(sys.maxsize):
+    for beat in itertools.count():
       try:
         client.key_value_set(f'{_KEY}{me}', str(beat), allow_overwrite=True)
         beats = dict(client.key_value_dir_get(_KEY))
