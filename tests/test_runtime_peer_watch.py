@@ -22,18 +22,19 @@ _TIMEOUT = 3  # --lost_process_timeout
 
 
 def _lose_a_process(data_dir, workdir, tmp_path, victim, signum,
-                    ctrl_c=False) -> None:
-  """`signum` to process `victim` at a random step; the other's end asserted."""
+                    stop=None) -> None:
+  """`signum` to process `victim` at a random step, then `stop` (a signal) to
+  the other; the other's end asserted."""
   processes, logs = start_two_processes(
       write_process_config(tmp_path, data_dir), workdir, tmp_path,
-      f'--lost_process_timeout={60 if ctrl_c else _TIMEOUT}', devices=4)
+      f'--lost_process_timeout={60 if stop else _TIMEOUT}', devices=4)
   step = random.randint(6, 12)  # after the first checkpoint (step 4)
   try:
     wait_for_step(processes[0], workdir, step, timeout=180)
     processes[victim].send_signal(signum)
-    if ctrl_c:  # it cannot reach the lost peer: it ends the other at once
+    if stop:  # it cannot reach the lost peer: it ends the other at once
       time.sleep(3)
-      processes[1 - victim].send_signal(signal.SIGINT)
+      processes[1 - victim].send_signal(stop)
     sent = time.monotonic()
     status = processes[1 - victim].wait(timeout=60)
     waited = time.monotonic() - sent
@@ -62,17 +63,20 @@ def test_a_killed_process_ends_the_other_in_one_line(tmp_path):
 
 
 @pytest.mark.slow  # 20 to 50 s each
-@pytest.mark.parametrize('victim, signum, ctrl_c', [
-    pytest.param(0, signal.SIGKILL, False, id='process 0 killed'),
-    pytest.param(1, signal.SIGSTOP, False, id='process 1 frozen'),
-    pytest.param(0, signal.SIGSTOP, False, id='process 0 frozen'),
-    pytest.param(1, signal.SIGSTOP, True, id='process 1 frozen, Ctrl-C to 0'),
+@pytest.mark.parametrize('victim, signum, stop', [
+    pytest.param(0, signal.SIGKILL, None, id='process 0 killed'),
+    pytest.param(1, signal.SIGSTOP, None, id='process 1 frozen'),
+    pytest.param(0, signal.SIGSTOP, None, id='process 0 frozen'),
+    pytest.param(1, signal.SIGSTOP, signal.SIGINT,
+                 id='process 1 frozen, Ctrl-C to 0'),
+    pytest.param(0, signal.SIGSTOP, signal.SIGTERM,
+                 id='process 0 frozen, SIGTERM to 1'),
 ])
 def test_after_a_lost_process_a_rerun_ends_as_an_uninterrupted_run(
-    uninterrupted, tmp_path, victim, signum, ctrl_c):
+    uninterrupted, tmp_path, victim, signum, stop):
   data_dir, reference = uninterrupted
   workdir = tmp_path / 'run'
-  _lose_a_process(data_dir, workdir, tmp_path, victim, signum, ctrl_c)
+  _lose_a_process(data_dir, workdir, tmp_path, victim, signum, stop)
   processes, logs = start_two_processes(
       write_process_config(tmp_path, data_dir), workdir, tmp_path, devices=4)
   assert wait_all(processes) == [0, 0], logs[0].read_text()[-3000:]

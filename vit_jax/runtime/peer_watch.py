@@ -80,9 +80,18 @@ def watch(timeout: float) -> None:
           end_lost(f'process {peer}', f'no sign of life for {silent:.0f} s')
       time.sleep(period)
 
+  def judge_the_coordinator():  # the beats may wait on it for ever
+    while not _leaving:
+      time.sleep(period)
+      silent = time.monotonic() - _answered[0] if _answered else 0
+      if silent > timeout or (silent > 2 * period and stop_signals.received()):
+        end_lost('process 0 (the coordinator)', f'no answer for {silent:.0f} s')
+
   threading.Thread(target=beat_and_read, daemon=True,
                    name='vit_jax peer watch').start()
   if me != 0:
+    threading.Thread(target=judge_the_coordinator, daemon=True,
+                     name='vit_jax coordinator watch').start()
     _catch_coordinator_abort(jax_distributed.global_state.coordinator_address)
 
 

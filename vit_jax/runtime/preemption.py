@@ -28,16 +28,15 @@ class Preempted(Exception):  # pylint: disable=g-bad-exception-name
 
 
 class Preemption:
-  """Stop requests, agreed across processes: in a job, jax's service catches
-  SIGTERM (and Ctrl-C sent on) and picks the call of `reached` all stop at."""
+  """Stop requests, agreed across processes: in a job, jax's service hears
+  SIGTERM and Ctrl-C and picks the call of `reached` all stop at."""
 
   def __init__(self):
     self._multi_process = jax.process_count() > 1
-    # For a script calling train_and_evaluate, caught here until `close`.
-    # SIGTERM is jax's preemption service's in a multi-process job.
-    self._caught_here = stop_signals.catch(sigterm=not self._multi_process)
     if self._multi_process:
-      stop_signals.forward_as_sigterm()
+      stop_signals.hand_on_to_jax()
+    # For a script calling train_and_evaluate, caught here until `close`.
+    self._caught_here = stop_signals.catch()
     self._calls = 0
 
   @property

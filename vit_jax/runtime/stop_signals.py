@@ -6,6 +6,7 @@ reads them: Python's handlers run between bytecodes, so two Ctrl-Cs in one
 long compilation would count as one."""
 
 import contextlib
+import ctypes
 import os
 import shutil
 import signal
@@ -15,10 +16,11 @@ import threading
 INTERRUPTED_EXIT_STATUS = 128 + signal.SIGINT
 STOPPED_EXIT_STATUS = 75  # EX_TEMPFAIL: nothing lost, rerunning resumes
 
+_LIBC = ctypes.CDLL(None)
 _NAMES = {signal.SIGTERM: 'SIGTERM', signal.SIGINT: 'Ctrl-C'}
 _received: list[str] = []
 _previous: dict[int, object] = {}
-_forwarding: list[bool] = []  # [True] once `forward_as_sigterm` was called
+_jax_sigterm: list = []  # [jax's SIGTERM action] once `hand_on_to_jax`
 _training: list[bool] = []  # [True] while a training loop runs
 _watching: list = []  # [the previous wake-up fd, reader, writer, thread]
 _at_once: list[str] = []  # [what a signal that stops at once did]
@@ -26,8 +28,8 @@ _to_remove: list[str] = []  # written by the command, unfinished
 _not_stopped = threading.RLock()  # held where a stop would leave a mix
 
 
-def catch(sigterm: bool = True, at_once: str | None = None) -> bool:
-  """Records SIGINT (and SIGTERM), taking them back from jax's handlers;
+def catch(at_once: str | None = None) -> bool:
+  """Records SIGINT and SIGTERM, taking them back from jax's handlers;
   `at_once`: what stopping at once does. True if its caller must `release`."""
   if at_once is not None:
     _at_once[:] = [at_once]
@@ -35,8 +37,6 @@ def catch(sigterm: bool = True, at_once: str | None = None) -> bool:
   if first:
     _watch()
   for signum in _NAMES:
-    if signum == signal.SIGTERM and not sigterm:
-      continue
     if signum not in _previous and (signal.getsignal(signum) == signal.SIG_IGN):
       continue  # the launcher's choice
     previous = signal.signal(signum, _wake_the_watcher)
@@ -48,6 +48,8 @@ def release() -> None:
   """Restores the handlers `catch` replaced and forgets what was received."""
   for signum, handler in _previous.items():
     signal.signal(signum, handler)
+  if _jax_sigterm:
+    _LIBC.sigaction(signal.SIGTERM, _jax_sigterm[0], None)
   if _watching:
     previous_fd, reader, writer, thread = _watching
     signal.set_wakeup_fd(previous_fd)
@@ -57,7 +59,7 @@ def release() -> None:
   _previous.clear()
   _watching.clear()
   _received.clear()
-  _forwarding.clear()
+  _jax_sigterm.clear()
   _training.clear()
   _at_once.clear()
 
@@ -93,12 +95,21 @@ def received() -> str | None:
   return _received[0] if _received else None
 
 
-def forward_as_sigterm() -> None:
-  """Sends Ctrl-C, and a signal already received, on as SIGTERM: in a
-  multi-process job jax's preemption service owns SIGTERM alone."""
-  _forwarding[:] = [True]
+def hand_on_to_jax() -> None:
+  """Before `catch` takes SIGTERM from jax's preemption service: a stop signal
+  goes on to the service's handler, which picks the step a job stops at."""
+  action = ctypes.create_string_buffer(256)  # over struct sigaction's size
+  _LIBC.sigaction(signal.SIGTERM, None, action)
+  _jax_sigterm[:] = [action]
   if _received:
-    os.kill(os.getpid(), signal.SIGTERM)
+    _tell_jax()
+
+
+def _tell_jax() -> None:
+  """Runs jax's SIGTERM handler (struct sigaction opens with its address)."""
+  address = ctypes.c_void_p.from_buffer(_jax_sigterm[0]).value or 0
+  if address > 1:  # neither SIG_DFL nor SIG_IGN
+    ctypes.CFUNCTYPE(None, ctypes.c_int)(address)(signal.SIGTERM)
 
 
 def set_training(training: bool) -> None:
@@ -156,8 +167,8 @@ def _on_signal(signum: int) -> None:
              if signum == signal.SIGINT else '')
     os.write(2, f'\n{_NAMES[signum]}: stopping {when}{again}.\n'.encode())
   _received.append(_NAMES[signum])
-  if _forwarding and signum == signal.SIGINT:
-    os.kill(os.getpid(), signal.SIGTERM)
+  if _jax_sigterm:
+    _tell_jax()
 
 
 def _exit_saying(line: bytes, status: int) -> None:
