@@ -16,6 +16,8 @@ _BAD_CONFIGS = {
     'raises.py': 'def get_config():\n  raise RuntimeError("boom")\n',
     'raises_on_import.py': 'import nonexistent_module_xyz\n',
     'opens.py': 'def get_config():\n  open("/nonexistent/labels.txt")\n',
+    'bad.json': 'get_config = {}\n',
+    'run.json': '{"seed": 1, "augment": true, "pixel_mean": [0.5, 0.5]}',
     'calls.py':
         ('import config_helper_xyz\ndef get_config():\n'
          '  return config_helper_xyz.read()\n'
@@ -42,6 +44,12 @@ _UNLOADABLE = [  # (id, config, overrides, message)
     ('raises in code it calls', '{tmp}/calls.py', ('--config.seed=1',),
      "{tmp}/calls.py, line 3 (raised in {tmp}/config_helper_xyz.py, line 2): "
      "KeyError: 'labels'"),
+    ('not JSON', '{tmp}/bad.json', ('--config.seed=1',),
+     '{tmp}/bad.json is not a JSON config (Expecting value: line 1 column 1 '
+     '(char 0))'),
+    ('missing JSON', '{tmp}/nope.json', (),
+     "{tmp}/nope.json is not a JSON config ([Errno 2] No such file or "
+     "directory: '{tmp}/nope.json')"),
 ]
 # Each case parsed in one process as `app.run` parses the flags: a
 # SystemExit with the line, which Python prints to stderr with status 1.
@@ -51,9 +59,10 @@ from absl import flags
 import vit_jax.{command}
 from vit_jax.runtime import command
 for argv in json.loads(sys.argv[1]):
+  sys.argv = argv  # where ml_collections finds the overrides
   try:
     command.parse_flags(argv)
-    print(json.dumps(None))
+    print(json.dumps(flags.FLAGS.config.to_dict()))
   except SystemExit as e:
     print(json.dumps(e.code))
   flags.FLAGS.unparse_flags()
@@ -70,6 +79,11 @@ def test_a_config_that_cannot_load_is_one_line_for_every_command(
   fill = lambda text: text.format(tmp=tmp_path)
   argvs = [[command, f'--config={fill(config)}', *overrides,
             fill(target)] for _, config, overrides, _ in _UNLOADABLE]
+  # A run's config.json loads, JSON's true included, and takes overrides.
+  argvs.append([
+      command, f'--config={tmp_path}/run.json', '--config.seed=3',
+      fill(target)
+  ])
   out = subprocess.run([
       sys.executable, '-c',
       _PARSED_BY.format(command=command),
@@ -81,7 +95,7 @@ def test_a_config_that_cannot_load_is_one_line_for_every_command(
   assert said[-len(argvs):] == [
       f'error: --config cannot be loaded: {fill(message)}'
       for *_, message in _UNLOADABLE
-  ]
+  ] + [{'seed': 3, 'augment': True, 'pixel_mean': [0.5, 0.5]}]
   assert not (tmp_path / 'run').exists()
 
 

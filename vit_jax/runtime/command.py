@@ -57,8 +57,19 @@ def _config_file_problem(error: BaseException,
   return f'{where}: {errors.first_line(innermost)}'
 
 
+# Loads a run's config.json as a config file.
+_JSON_CONFIG = (pathlib.Path(__file__).parents[1] / 'checkpoints' /
+                'workdir_config.py')
+
+
 def parse_flags(argv: list[str]) -> list[str]:
-  """absl's flag parsing; a bad flag or --config file is one `error:` line."""
+  """absl's flag parsing; a bad flag or --config file is one `error:` line;
+  `--config=FILE.json` (a run's config.json) is read as JSON."""
+  argv = [
+      f'--config={_JSON_CONFIG}:{arg.split("=", 1)[1]}'
+      if arg.startswith('--config=') and arg.endswith('.json') and
+      ':' not in arg else arg for arg in argv
+  ]
   try:
     remaining = flags.FLAGS(argv)
   except Exception as e:  # pylint: disable=broad-except
