@@ -29,9 +29,9 @@ from vit_jax.errors import CheckpointError
 from vit_jax.formats import npz
 from vit_jax.formats import params as params_lib
 
-FIGURES = ('cls_attention.png', 'attention_rollout.png',
-           'attention_distance.png', 'position_embeddings.png',
-           'embedding_filters.png')
+FIGURES = ('cls_attention.png', 'cls_attention_layers.png',
+           'attention_rollout.png', 'attention_distance.png',
+           'position_embeddings.png', 'embedding_filters.png')
 
 COUNTS = dict(num_images=2, distance_images=20, components=5)
 
@@ -136,7 +136,7 @@ def test_bad_input_is_one_clear_error(trained_vit_run, tmp_path):
       flags.FLAGS[name].parser.parse('0')
   with pytest.raises(AnalysisError, match='Pass --workdir .* or --checkpoint'):
     analyze.analyze(tmp_path / 'out')
-  with pytest.raises(CheckpointError, match='has no config.json'):
+  with pytest.raises(CheckpointError, match='No checkpoint at .*nothing: pass'):
     analyze.analyze(tmp_path / 'out', workdir=tmp_path / 'nothing')
   cnn_run = shutil.copytree(trained_vit_run[0], tmp_path / 'cnn')
   config = json.loads((cnn_run / 'config.json').read_text())
@@ -183,7 +183,7 @@ def test_a_released_npz_is_analysed_on_your_own_images(tmp_path):
   assert sorted(name for name, _ in predictions) == ['bird', 'cat', 'dog']
   assert sum(p for _, p in predictions) == pytest.approx(1, abs=1e-3)
   # Scaled to [-1, 1] as the released models expect; shown in [0, 1].
-  subject, _ = subjects.load(None, released, None, None)
+  subject, _ = subjects.load(released)
   inputs, display = subjects.model_inputs(
       np.full((1, 16, 16, 3), 255, np.uint8), subject)
   assert inputs.shape == (1, 32, 32, 3)
@@ -268,7 +268,7 @@ def test_a_gap_run_without_position_embedding_says_what_it_did_not_draw(
       f'  {figures / "embedding_filters.png"}',
       "no position embedding (posemb='none'): position_embeddings.png not "
       'drawn', "no class token (classifier='gap'): cls_attention.png, "
-      'attention_rollout.png not drawn'
+      'cls_attention_layers.png, attention_rollout.png not drawn'
   ]
   result = json.loads((figures / 'analysis.json').read_text())
   assert result['prefix_tokens'] == []

@@ -13,7 +13,8 @@ images unless --images is given, and its figures also go to its TensorBoard
 
 --out is replaced whole (it may hold an earlier analysis only): after Ctrl-C
 or SIGTERM (one line, status 130 or 75) or a failure it holds the earlier
-analysis, after success the new one, never a mix.
+analysis, after success the new one, never a mix. The `draw_*` functions
+draw each figure into a folder, as notebooks/vit_jax.ipynb calls them.
 """
 
 # pylint: disable=g-import-not-at-top,wrong-import-position
@@ -74,7 +75,10 @@ def analyze(out, *, workdir=None, step=None, data_dir=None, checkpoint=None,
   """Writes the figures and analysis.json of a run or checkpoint into `out`."""
   out = pathlib.Path(out)
   _check_out(out)  # before minutes of work
-  subject, config = subjects.load(workdir, checkpoint, model, step)
+  if (workdir is None) == (checkpoint is None):
+    raise AnalysisError('Pass --workdir (a run) or --checkpoint (any '
+                        'checkpoint).')
+  subject, config = subjects.load(workdir or checkpoint, model, step)
   if config is None and not images:
     raise AnalysisError('--checkpoint needs --images: the images to look at '
                         '(files or directories).')
@@ -96,11 +100,11 @@ def analyze(out, *, workdir=None, step=None, data_dir=None, checkpoint=None,
                 position_embedding=subject.model.posemb)
 
   def write(into: pathlib.Path):
-    _draw_position_embeddings(into, subject, result)
-    _draw_embedding_filters(into, subject, components, result)
-    _draw_token_attention(into, subject, display, attentions, num_images,
-                          image_files, result)
-    _draw_attention_distance(into, subject, attentions, result)
+    draw_position_embeddings(into, subject, result)
+    draw_embedding_filters(into, subject, components, result)
+    draw_token_attention(into, subject, display, attentions, num_images,
+                         image_files, result)
+    draw_attention_distance(into, subject, attentions, result)
     if image_files:
       result['top5'] = dict(
           zip(map(str, image_files), subjects.top5(logits, names)))
@@ -124,7 +128,8 @@ def analyze(out, *, workdir=None, step=None, data_dir=None, checkpoint=None,
 
 
 # And `rollout_<image>.png` with --images.
-_WRITTEN = ('cls_attention.png', 'dist_attention.png', 'attention_rollout.png',
+_WRITTEN = ('cls_attention.png', 'cls_attention_layers.png',
+            'dist_attention.png', 'attention_rollout.png',
             'attention_distance.png', 'position_embeddings.png',
             'embedding_filters.png', 'analysis.json')
 
@@ -150,8 +155,8 @@ def _not_drawn(result: dict, reason: str, *figures_not_drawn: str):
                     {}).update(dict.fromkeys(figures_not_drawn, reason))
 
 
-def _draw_position_embeddings(out: pathlib.Path, subject: subjects.Subject,
-                              result: dict):
+def draw_position_embeddings(out: pathlib.Path, subject: subjects.Subject,
+                             result: dict):
   """position_embeddings.png and its number, or why not, into `result`."""
   model = subject.model
   table = subjects.position_table(model, subject.params, subject.grid)
@@ -169,8 +174,8 @@ def _draw_position_embeddings(out: pathlib.Path, subject: subjects.Subject,
   result['position_similarity_distance_correlation'] = round(correlation, 4)
 
 
-def _draw_embedding_filters(out: pathlib.Path, subject: subjects.Subject,
-                            components: int, result: dict):
+def draw_embedding_filters(out: pathlib.Path, subject: subjects.Subject,
+                           components: int, result: dict):
   """embedding_filters.png and its numbers, or why not, into `result`."""
   kernel, title = subjects.embedding_filters(subject.model, subject.params)
   if kernel is None:
@@ -182,21 +187,28 @@ def _draw_embedding_filters(out: pathlib.Path, subject: subjects.Subject,
   result['embedding_filter_explained_variance'] = explained.round(4).tolist()
 
 
-def _draw_token_attention(out: pathlib.Path, subject: subjects.Subject,
-                          display: np.ndarray, attentions: list[np.ndarray],
-                          num_images: int, image_files, result: dict):
-  """The prefix tokens' last-layer attention and the rollout, or why not."""
+def draw_token_attention(out: pathlib.Path, subject: subjects.Subject,
+                         display: np.ndarray, attentions: list[np.ndarray],
+                         num_images: int, image_files, result: dict):
+  """The prefix tokens' attention (the last layer's, and every layer's on the
+  first image) and the rollout, or why not."""
   model, grid = subject.model, subject.grid
   prefix = model.prefix_tokens
   if names.CLASS_TOKEN not in prefix:
     _not_drawn(result, f"no class token (classifier='{model.classifier}')",
-               'cls_attention.png', 'attention_rollout.png')
+               'cls_attention.png', 'cls_attention_layers.png',
+               'attention_rollout.png')
     return
   shown = slice(0, num_images)
   last_layer = attentions[-1][shown]
   figures.plot_cls_attention(
       out / 'cls_attention.png', display[shown],
       measures.cls_attention(last_layer, grid, len(prefix)))
+  figures.plot_cls_attention_layers(
+      out / 'cls_attention_layers.png', display[0],
+      np.stack([
+          measures.cls_attention(a[0], grid, len(prefix)) for a in attentions
+      ]))
   if names.DISTILLATION_TOKEN in prefix:
     figures.plot_cls_attention(
         out / 'dist_attention.png', display[shown],
@@ -214,8 +226,8 @@ def _draw_token_attention(out: pathlib.Path, subject: subjects.Subject,
                          rollout[i:i + 1])
 
 
-def _draw_attention_distance(out: pathlib.Path, subject: subjects.Subject,
-                             attentions: list[np.ndarray], result: dict):
+def draw_attention_distance(out: pathlib.Path, subject: subjects.Subject,
+                            attentions: list[np.ndarray], result: dict):
   """attention_distance.png, and its numbers into `result`."""
   grid, patch_size = subject.grid, subject.patch_size
   # The distances of 'gap' models' heads still use patch-to-patch attention.

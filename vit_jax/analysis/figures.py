@@ -9,15 +9,16 @@ from vit_jax.analysis import measures
 from vit_jax.analysis import plotting
 
 
-def _image_rows(path, rows, figsize, titles, suptitle=None):
-  """Rows of (image, colour map) panels, the first row's titled, at 100 dpi."""
+def _image_rows(path, rows, figsize, titles, suptitle=None, row_titles=()):
+  """Rows of (image, colour map) panels, the first row's titled (and each
+  row's first panel by `row_titles`), at 100 dpi."""
   plt = plotting.pyplot()
   fig, axes = plt.subplots(len(rows), len(rows[0]), figsize=figsize,
                            squeeze=False)
   for row_axes, row in zip(axes, rows):
     for ax, (image, cmap) in zip(row_axes, row):
       ax.imshow(image, cmap=cmap)
-  for ax, title in zip(axes[0], titles):
+  for ax, title in [*zip(axes[0], titles), *zip(axes[:, 0], row_titles)]:
     if title:
       ax.set_title(title, fontsize=9)
   for ax in axes.ravel():
@@ -36,6 +37,18 @@ def plot_cls_attention(path, display, maps, token='class'):
               (1.6 * (heads + 1), 1.6 * num_images),
               [None, *(f'head {h + 1}' for h in range(heads))],
               f'last layer: attention of the {token} token\nto each patch')
+
+
+def plot_cls_attention_layers(path, image, maps, token='class'):
+  """One image beside its `token` token's attention `maps` (layers, heads,
+  h, w), a row per layer."""
+  layers, heads = maps.shape[:2]
+  _image_rows(path, [[(image, None), *((m, 'inferno') for m in layer_maps)]
+                     for layer_maps in maps],
+              (1.6 * (heads + 1), 1.6 * layers + 0.4),
+              [None, *(f'head {h + 1}' for h in range(heads))],
+              f'attention of the {token} token to each patch, per layer',
+              [f'layer {i + 1}' for i in range(layers)])
 
 
 def _upsample(grid_map: np.ndarray, image_size: int) -> np.ndarray:

@@ -48,31 +48,27 @@ class Subject:
     return (self.image_size // self.patch_size,) * 2
 
 
-def load(workdir, checkpoint, model_name: str | None,
-         step: int | None) -> tuple[Subject, object]:
-  """The ViT of --workdir (a run) or --checkpoint (any checkpoint), and the
-  run's config (None for no run)."""
-  if (workdir is None) == (checkpoint is None):
-    raise AnalysisError('Pass --workdir (a run) or --checkpoint (any '
-                        'checkpoint).')
-  if workdir is None and reading.source_kind(checkpoint) != reading.WORKDIR:
-    loaded = reading.load(checkpoint, model_name=model_name)
+def load(source, model_name: str | None = None,
+         step: int | None = None) -> tuple[Subject, object]:
+  """The ViT of any checkpoint (a run's workdir, an official .npz, a timm or
+  transformers folder), and the run's config (None for no run)."""
+  if reading.source_kind(source) != reading.WORKDIR:
+    loaded = reading.load(source, model_name=model_name)
     return Subject(
         loaded.model, loaded.variables, loaded.image_size, *loaded.pixels, {
-            'checkpoint': str(checkpoint), 'format': loaded.kind,
+            'checkpoint': str(source), 'format': loaded.kind,
             'model': model_name or models.vit_of_architecture(
                 params_lib.vit_architecture(loaded.params))
         }), None
-  workdir = workdir or checkpoint
-  run = reading.load_run(workdir, step)
+  run = reading.load_run(source, step)
   model, variables = run.for_inference()
   if not isinstance(model, models.VisionTransformer):
-    raise AnalysisError(f'{workdir} trained {run.config.model}; the analyses '
+    raise AnalysisError(f'{source} trained {run.config.model}; the analyses '
                         'need a ViT run.')
   return Subject(
       model, variables, run.config.image_size, tuple(run.config.pixel_mean),
       tuple(run.config.pixel_std),
-      {'workdir': str(workdir), 'step': run.step, 'model': run.config.model
+      {'workdir': str(source), 'step': run.step, 'model': run.config.model
       }), run.config
 
 
