@@ -33,8 +33,8 @@ def test_every_figure_is_a_png_at_its_resolution(tmp_path):
   figures.plot_cls_attention(tmp_path / 'cls.png', display,
                              rng.random((2, 2, 4, 4)))
   assert _pixels(tmp_path / 'cls.png') == (320, 480)  # 2 x 3 squares of 1.6 in
-  figures.plot_cls_attention_layers(tmp_path / 'layers.png', display[0],
-                                    rng.random((3, 2, 4, 4)))
+  figures.plot_cls_attention(tmp_path / 'layers.png', display[[0] * 3],
+                             rng.random((3, 2, 4, 4)), layers=True)
   assert _pixels(tmp_path / 'layers.png') == (520, 480)  # and 0.4 in of title
   figures.plot_rollout(tmp_path / 'rollout.png', display, rng.random((2, 4, 4)))
   assert _pixels(tmp_path / 'rollout.png') == (340, 500)

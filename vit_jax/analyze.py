@@ -204,11 +204,11 @@ def draw_token_attention(out: pathlib.Path, subject: subjects.Subject,
   figures.plot_cls_attention(
       out / 'cls_attention.png', display[shown],
       measures.cls_attention(last_layer, grid, len(prefix)))
-  figures.plot_cls_attention_layers(
-      out / 'cls_attention_layers.png', display[0],
+  figures.plot_cls_attention(
+      out / 'cls_attention_layers.png', [display[0]] * len(attentions),
       np.stack([
           measures.cls_attention(a[0], grid, len(prefix)) for a in attentions
-      ]))
+      ]), layers=True)
   if names.DISTILLATION_TOKEN in prefix:
     figures.plot_cls_attention(
         out / 'dist_attention.png', display[shown],

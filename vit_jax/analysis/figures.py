@@ -29,26 +29,18 @@ def _image_rows(path, rows, figsize, titles, suptitle=None, row_titles=()):
   plotting.save_figure(fig, path, dpi=100)
 
 
-def plot_cls_attention(path, display, maps, token='class'):
-  """Each image beside its `token` token's attention `maps` per head."""
-  num_images, heads = maps.shape[:2]
-  _image_rows(path, [[(image, None), *((m, 'inferno') for m in head_maps)]
-                     for image, head_maps in zip(display, maps)],
-              (1.6 * (heads + 1), 1.6 * num_images),
-              [None, *(f'head {h + 1}' for h in range(heads))],
-              f'last layer: attention of the {token} token\nto each patch')
-
-
-def plot_cls_attention_layers(path, image, maps, token='class'):
-  """One image beside its `token` token's attention `maps` (layers, heads,
-  h, w), a row per layer."""
-  layers, heads = maps.shape[:2]
-  _image_rows(path, [[(image, None), *((m, 'inferno') for m in layer_maps)]
-                     for layer_maps in maps],
-              (1.6 * (heads + 1), 1.6 * layers + 0.4),
-              [None, *(f'head {h + 1}' for h in range(heads))],
-              f'attention of the {token} token to each patch, per layer',
-              [f'layer {i + 1}' for i in range(layers)])
+def plot_cls_attention(path, display, maps, token='class', layers=False):
+  """Each image beside its `token` token's attention `maps` per head; with
+  `layers`, one image's in every layer, a row each."""
+  rows, heads = maps.shape[:2]
+  _image_rows(
+      path, [[(image, None), *((m, 'inferno') for m in head_maps)]
+             for image, head_maps in zip(display, maps)],
+      (1.6 * (heads + 1), 1.6 * rows + 0.4 * layers),
+      [None, *(f'head {h + 1}' for h in range(heads))],
+      f'{"every" if layers else "last"} layer: attention of the '
+      f'{token} token\nto each patch', [f'layer {i + 1}'
+                                        for i in range(rows)] if layers else ())
 
 
 def _upsample(grid_map: np.ndarray, image_size: int) -> np.ndarray:
