@@ -8,11 +8,13 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from tests.helpers import history
 from tests.helpers import tiny_config
 from vit_jax.checkpoints import best_checkpoint
 from vit_jax.checkpoints import reading
 from vit_jax.checkpoints import run_checkpoints
 from vit_jax.errors import CheckpointError
+from vit_jax.training import evaluation
 from vit_jax.training import train
 
 
@@ -24,14 +26,32 @@ def _held(workdir):
 
 def test_the_best_evaluation_is_kept_and_a_resumed_run_keeps_the_same(
     cifar10_binary, tmp_path):
+  """Chosen on the validation examples the run holds out (never on the
+  test split), the test accuracy reported at the step chosen."""
   data_dir, _ = cifar10_binary
   # Every other step evaluated and checkpointed, all checkpoints kept: the
   # best one's state is also in checkpoints/.
   config = tiny_config(data_dir, total_steps=12, eval_every_steps=2,
                        checkpoint_every_steps=2, keep_checkpoints=6,
-                       keep_best_checkpoint=True)
+                       keep_best_checkpoint=True, train_examples=80,
+                       validation_examples=16)
   summary = train.train_and_evaluate(config, tmp_path / 'whole')
+  records = [r for r in history(tmp_path / 'whole') if 'test_loss' in r]
+  assert {r['validation_examples'] for r in records} == {16}
+  chosen = max(records, key=lambda r: r['validation_accuracy'])  # the first
   best = summary['best_step']
+  assert (best, summary['chosen_on'], summary['best_validation_accuracy'],
+          summary['test_accuracy_at_best_step']) == (
+              chosen['step'], 'validation', chosen['validation_accuracy'],
+              chosen['test_accuracy'])
+  assert 'best_test_accuracy' not in summary
+  assert summary['final_validation_accuracy'] == records[-1][
+      'validation_accuracy']
+  evaluated = evaluation.evaluate(tmp_path / 'whole' / 'best_checkpoint',
+                                  split='validation')
+  assert (evaluated['split'], evaluated['top1'],
+          evaluated['examples']) == ('validation',
+                                     chosen['validation_accuracy'], 16)
   # The newest held is the best; older ones serve older checkpoints.
   assert _held(tmp_path / 'whole')[-1] == best
   run = reading.load_run(tmp_path / 'whole', best=True)

@@ -147,3 +147,60 @@ def test_640_test_images_of_the_cifar10_jpeg_folder_are_64_of_each_class(
       _config(tmp_path, 'image_folder', test_examples=640))
   assert dataset.num_classes == 10 and len(dataset.train) == 10
   np.testing.assert_array_equal(np.bincount(dataset.test.labels), [64] * 10)
+
+
+def test_validation_examples_are_never_trained_on_and_the_same_every_seed(
+    cifar10_binary, tmp_path):
+  """Drawn across classes from the examples the config leaves out of
+  training: beyond train_examples_per_file, beyond train_examples, out of
+  the whole training split, or from validation_dir."""
+  data_dir, _ = cifar10_binary  # 48 + 48 training images in 5 files
+  full = sources.open_dataset(_config(data_dir)).train
+
+  def rows(split):
+    images = split.images if hasattr(split, 'images') else sources.to_arrays(
+        split, 32)[0]
+    return {image.tobytes() for image in images}
+
+  def opened(**fields):
+    drawn = [
+        sources.open_dataset(_config(data_dir, seed=seed, **fields))
+        for seed in (0, 1)
+    ]
+    assert rows(drawn[0].validation) == rows(drawn[1].validation)
+    dataset = drawn[0]
+    assert not rows(dataset.train) & rows(dataset.validation)
+    return dataset
+
+  spare = opened(train_examples_per_file=12, validation_examples=20)
+  assert len(spare.train) == 60 and len(spare.validation) == 20
+  assert rows(spare.train) | rows(spare.validation) <= rows(full)
+  left_out = opened(train_examples=80, validation_examples=16)
+  np.testing.assert_array_equal(left_out.train.images, full.images[:80])
+  assert rows(left_out.validation) == rows(full) - rows(left_out.train)
+  held_out = opened(validation_examples=30)
+  assert len(held_out.train) == 66
+  assert rows(held_out.train) | rows(held_out.validation) == rows(full)
+
+  folder = tmp_path / 'held_out'
+  for label in range(10):
+    (folder / f'class_{label}').mkdir(parents=True)
+    for i in range(3):
+      (folder / f'class_{label}' / f'{i}.png').write_bytes(
+          png(np.full((32, 32, 3), 10 * label + i, np.uint8)))
+  from_folder = opened(validation_dir=str(folder), validation_examples=20)
+  assert len(from_folder.train) == 96
+  assert sorted(image[0, 0, 0] // 10 == label
+                for image, label in (from_folder.validation[i]
+                                     for i in range(20))) == [True] * 20
+
+  for fields, said in [
+      (dict(train_examples=90, validation_examples=7),
+       'validation_examples=7, but 6 examples are left outside those the run '
+       r'trains on: lower it, or pass --config.validation_dir=DIR'),
+      (dict(validation_examples=96), 'validation_examples=96, but 96'),
+      (dict(validation_dir=str(folder / 'class_1'), validation_examples=1),
+       r'holds 0 class folders, but the dataset has 10 classes'),
+  ]:
+    with pytest.raises(DatasetError, match=said):
+      sources.open_dataset(_config(data_dir, **fields))

@@ -63,22 +63,23 @@ def test_batches_follow_the_seeded_shuffle_from_any_position():
 
   # The eval batches cover the test set once, resized.
   seen = []
-  for (images, labels), mask in inputs.eval_batches():
+  for (images, labels), mask in inputs.eval_batches('test'):
     assert images.shape == (8, 16, 16, 3)
     seen += [int(label) for label, m in zip(labels, mask) if m]
   assert seen == test_split[1].tolist()
-  first = next(iter(inputs.eval_batches()))[0][0][0]
+  first = next(iter(inputs.eval_batches('test')))[0][0][0]
   np.testing.assert_array_equal(first, preprocess.resize(test_split[0][0], 16))
 
 
 def test_streaming_feeds_the_model_what_the_on_device_input_does(
     cifar10_binary):
   """Without augmentation and at the stored size, every train step and
-  evaluation gets the same model inputs, so both train alike."""
+  evaluation (of the test and validation splits) gets the same model inputs,
+  so both train alike."""
   data_dir, _ = cifar10_binary
   inputs = [
       data.create_input(
-          tiny_config(data_dir, augment=False,
+          tiny_config(data_dir, augment=False, validation_examples=12,
                       input_pipeline=pipeline, input_workers=0),
           sharding.make_mesh()) for pipeline in ('on_device', 'streaming')
   ]
@@ -93,14 +94,15 @@ def test_streaming_feeds_the_model_what_the_on_device_input_does(
     x, y = (f(i.train_data, step, key)
             for f, i, step in zip(model_inputs, inputs, steps))
     jax.tree.map(np.testing.assert_array_equal, x, y)
-  evaluated = [list(i.eval_batches()) for i in inputs]
-  assert len(evaluated[0]) == len(evaluated[1]) == 3  # 37 test images
-  for (indices, mask), (batch, streamed_mask) in zip(*evaluated):
-    np.testing.assert_array_equal(mask, streamed_mask)
-    x, y = (f(i.test_data, b, None)
-            for f, i, b in zip(model_inputs, inputs, (indices, batch)))
-    jax.tree.map(np.testing.assert_array_equal, x, y)
-  assert sum(float(mask.sum()) for _, mask in evaluated[1]) == 37
+  for split, count in (('test', 37), ('validation', 12)):
+    evaluated = [list(i.eval_batches(split)) for i in inputs]
+    assert len(evaluated[0]) == len(evaluated[1]) == -(-count // 16)
+    for (indices, mask), (batch, streamed_mask) in zip(*evaluated):
+      np.testing.assert_array_equal(mask, streamed_mask)
+      x, y = (f(i.eval_data, b, None)
+              for f, i, b in zip(model_inputs, inputs, (indices, batch)))
+      jax.tree.map(np.testing.assert_array_equal, x, y)
+    assert sum(float(mask.sum()) for _, mask in evaluated[1]) == count
 
 
 def _loaded_batches(workers: int):
@@ -109,7 +111,7 @@ def _loaded_batches(workers: int):
   inputs = _array_input(random_cifar(40, 10, 1), random_cifar(13, 10, 2),
                         augment=True, image_size=16, input_workers=workers)
   assert inputs.workers == workers
-  loaded = [batch for batch, _ in inputs.eval_batches()]
+  loaded = [batch for batch, _ in inputs.eval_batches('test')]
   train = inputs.train_batches(inputs.position(3))  # 5 batches an epoch
   return loaded + [next(train) for _ in range(4)], train
 

@@ -66,6 +66,11 @@ def test_batch_stats_train_only_eval_reads_them_and_bfloat16_is_close(
 def test_small_resnet_projects_only_where_the_shape_changes():
   params = jax.eval_shape(functools.partial(SmallResNet().init, train=False),
                           jax.random.key(0), _images())['params']
+  # A stem that downsamples has the same parameters.
+  assert jax.eval_shape(
+      functools.partial(
+          SmallResNet(stem_stride=2, stem_pool=True).init, train=False),
+      jax.random.key(0), _images())['params'] == params
   projected = sorted(name for name, block in params.items()
                      if 'shortcut_conv' in block)
   assert projected == ['stage2_block1', 'stage3_block1']
@@ -74,12 +79,15 @@ def test_small_resnet_projects_only_where_the_shape_changes():
   assert not any(k.endswith('conv_0/bias') for k in flat)
 
 
-@pytest.mark.parametrize('model_class,shapes', [(SimpleCNN, [(32, 32, 32),
-                                                             (16, 16, 64),
-                                                             (8, 8, 128)]),
-                                                (SmallResNet, [(32, 32, 16),
-                                                               (16, 16, 32),
-                                                               (8, 8, 64)]),])
+@pytest.mark.parametrize('model_class,shapes',
+                         [(SimpleCNN, [(32, 32, 32), (16, 16, 64),
+                                       (8, 8, 128)]),
+                          (SmallResNet, [(32, 32, 16), (16, 16, 32),
+                                         (8, 8, 64)]),
+                          (functools.partial(SmallResNet, stem_stride=2,
+                                             stem_pool=True), [(8, 8, 16),
+                                                               (4, 4, 32),
+                                                               (2, 2, 64)])])
 def test_each_stage_sows_the_feature_map_it_ends_with(model_class, shapes):
   model = model_class(num_classes=7)
   variables = random_cnn_variables(model, _images())

@@ -76,6 +76,17 @@ FIELDS: dict[str, Field] = {
     'test_examples': Field(
         0, 'Keep N test examples; 0: all. Chosen as train_examples are.',
         may_change_on_resume=True, check=_NON_NEGATIVE),
+    'validation_examples': Field(
+        0, 'Hold out N examples the run never trains on, evaluated beside the '
+        'test split; the best step and checkpoint are chosen on them. Drawn '
+        'across classes, the same for every seed, from validation_dir, else '
+        'from the training examples that train_examples(_per_file) leave out, '
+        'else from the training split (training on the rest). 0: none.',
+        check=_NON_NEGATIVE),
+    'validation_dir': Field(
+        '',
+        'A folder of <class>/ image folders (sorted in label order) to draw '
+        'validation_examples from.'),
     'image_size': Field(32, 'Side of the square model input, in pixels.',
                         check=_POSITIVE),
     'input_pipeline': Field(
@@ -171,9 +182,9 @@ FIELDS: dict[str, Field] = {
     'keep_checkpoints': Field(2, 'Newest checkpoints kept in the workdir.',
                               may_change_on_resume=True, check=_POSITIVE),
     'keep_best_checkpoint': Field(
-        False, 'Also keep the state of the best test accuracy in '
-        "workdir/best_checkpoint (read by teacher_checkpoint='best').",
-        may_change_on_resume=True),
+        False, 'Also keep the state of the best validation accuracy (test '
+        'accuracy without validation_examples) in workdir/best_checkpoint '
+        "(read by teacher_checkpoint='best').", may_change_on_resume=True),
     'steps_per_dispatch': Field(
         0, 'Most train steps one compiled call runs (the same steps, fewer '
         "calls); 0: 1 on a CPU, else 32 on-device, 1 streaming.",

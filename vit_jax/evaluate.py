@@ -53,6 +53,9 @@ _RELEASED_PREPROCESSING = flags.DEFINE_bool(
     'released_preprocessing', False, 'Preprocess as the checkpoint '
     'expects: the resolution of its position embeddings, the mean and std '
     'its folder states (pixels in [-1, 1] where none).')
+_SPLIT = flags.DEFINE_enum(
+    'split', 'test', ['test', 'validation'],
+    'The split to evaluate: validation needs config.validation_examples.')
 _CPU_DEVICES = command.define_cpu_devices()
 flags.adopt_module_key_flags(job)
 flags.mark_flag_as_required('checkpoint')
@@ -68,11 +71,12 @@ def main(argv):
     result = evaluation.evaluate(
         _CHECKPOINT.value, config=config, model_name=_MODEL.value,
         step=_STEP.value, data_dir=_DATA_DIR.value,
-        released_preprocessing=_RELEASED_PREPROCESSING.value)
+        released_preprocessing=_RELEASED_PREPROCESSING.value,
+        split=_SPLIT.value)
     if jax.process_index() == 0:
       print(f'top-1 {100 * result["top1"]:.2f}%, top-5 '
             f'{100 * result["top5"]:.2f}%, loss {result["loss"]:.4f} over '
-            f'{result["examples"]} examples')
+            f'{result["examples"]} {result["split"]} examples')
       print(json.dumps(result), flush=True)
 
   if config is not None:

@@ -1,8 +1,7 @@
 """The checkpoint of a run's best evaluation, `workdir/best_checkpoint/<step>/`
 (config.keep_best_checkpoint), read by `load_run(workdir, best=True)`.
 
-Invariant: its newest step is the history's most accurate evaluation (the
-first of equals). A run may resume from any regular checkpoint, so a regular
+Invariant: its newest step is the history's best evaluation (`best_evaluation`). A run may resume from any regular checkpoint, so a regular
 one is saved only once the best before it is complete (`wait`), an older best
 is deleted only when no resumable regular checkpoint needs it (`prune`), and
 bests after the step resumed from are deleted then.
@@ -18,6 +17,21 @@ from jax.experimental import multihost_utils
 from vit_jax.checkpoints import run_checkpoints
 
 DIRECTORY = 'best_checkpoint'
+
+
+def ranked_on(record: dict) -> str | None:
+  """The accuracy an evaluation is ranked on: validation's, where the run holds
+  examples out; never test's then. None: not an evaluation."""
+  return next(
+      (name
+       for name in ('validation_accuracy', 'test_accuracy') if name in record),
+      None)
+
+
+def best_evaluation(history: list[dict]) -> dict | None:
+  """The most accurate evaluation of `history` (the first of equals)."""
+  evaluated = [r for r in history if ranked_on(r)]
+  return max(evaluated, key=lambda r: r[ranked_on(r)], default=None)
 
 
 class BestCheckpoint:
@@ -38,9 +52,8 @@ class BestCheckpoint:
     self._held = self._checkpoints.steps()
     if jax.process_count() > 1:  # listed by every process before any deletes
       multihost_utils.sync_global_devices(f'vit_jax: {DIRECTORY} listed')
-    tested = [r for r in history if 'test_accuracy' in r]
-    best = max(tested, key=lambda r: r['test_accuracy']) if tested else None
-    self._accuracy = best['test_accuracy'] if best else -math.inf
+    best = best_evaluation(history)
+    self._accuracy = best[ranked_on(best)] if best else -math.inf
     kept = [s for s in self._held if s <= step]
     if not keep:
       if self._held:
@@ -66,8 +79,8 @@ class BestCheckpoint:
 
   def offer(self, record: dict, state, train_sums: dict, history: list[dict],
             position: dict, config: dict):
-    """Saves `record`'s state if its test accuracy is the run's best."""
-    accuracy = record.get('test_accuracy', -math.inf)
+    """Saves `record`'s state if it is the run's best evaluation."""
+    accuracy = record[ranked_on(record)] if ranked_on(record) else -math.inf
     if not self._keep or accuracy <= self._accuracy:
       return
     self._accuracy = accuracy

@@ -130,11 +130,16 @@ def load_cifar(name: str, data_dir: pathlib.Path,
       raise DatasetError(
           f'config.train_examples_per_file={train_per_file} but {root} has '
           f'fewer in {", ".join(short)}; lower it or set it to 0 for all.')
-  kept = slice(train_per_file or None)
-  train = ArraySource(np.concatenate([s.images[kept] for s in train]),
-                      np.concatenate([s.labels[kept] for s in train]))
-  dataset = Dataset(train=train, test=_read_file(read, test_file),
-                    num_classes=NUM_CLASSES[name])
+
+  def joined(part: slice) -> ArraySource:
+    return ArraySource(np.concatenate([s.images[part] for s in train]),
+                       np.concatenate([s.labels[part] for s in train]))
+
+  spare = joined(slice(train_per_file, None)) if train_per_file else None
+  dataset = Dataset(train=joined(slice(train_per_file or
+                                       None)), test=_read_file(read, test_file),
+                    num_classes=NUM_CLASSES[name],
+                    spare=spare if spare and len(spare) else None)
   for split in (dataset.train, dataset.test):
     if split.labels.min() < 0 or split.labels.max() >= dataset.num_classes:
       raise DatasetError(f'{root}: labels outside 0..'

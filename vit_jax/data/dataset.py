@@ -67,3 +67,7 @@ class Dataset:
   # An image folder lists its examples class by class, so a subset is drawn
   # across the classes (`sources.subset`) rather than taken from the front.
   ordered_by_class: bool = False
+  # Training examples the reader left out (CIFAR's beyond
+  # train_examples_per_file): where validation examples come from.
+  spare: Source | None = None
+  validation: Source | None = None  # held out: chosen on, never trained on

@@ -248,17 +248,43 @@ def open_image_folder(data_dir: pathlib.Path) -> Dataset:
   ]
   train = _list_split(data_dir / 'train', class_names, findings)
   test = _list_split(data_dir / 'test', class_names, findings)
-  for path in [*train.paths, *test.paths]:
+  _check(findings, [train, test], data_dir)
+  return Dataset(train, test, len(class_names), ordered_by_class=True)
+
+
+def open_split(folder: pathlib.Path, class_count: int) -> FileSource:
+  """The images under `folder/<class>/`, labelled in the order of the class
+  folders' names, which must be `class_count` (a validation folder)."""
+  if not folder.is_dir():
+    raise DatasetError(f'No folder {folder}: pass a folder holding one '
+                       '<class>/ folder of images per class.')
+  class_names = [
+      e.name for e in _entries(folder, _Findings(folder)) if e.is_dir()
+  ]
+  if len(class_names) != class_count:
+    raise DatasetError(
+        f'{folder} holds {_count(len(class_names), "class folder")}, but the '
+        f'dataset has {class_count} classes: give it one per class, named so '
+        'that they sort in the order of the labels.')
+  findings = _Findings(folder.parent)
+  split = _list_split(folder, class_names, findings)
+  _check(findings, [split], folder)
+  return split
+
+
+def _check(findings: _Findings, splits: list[FileSource],
+           folder: pathlib.Path) -> None:
+  """Every image readable, else one DatasetError; what was ignored, logged."""
+  for path in [p for split in splits for p in split.paths]:
     if problem := _file_problem(path):
       findings.problem(path, problem)
   if findings.problems:
     raise DatasetError(
         f'{_count(len(findings.problems), "problem")} in the image folder '
-        f'{data_dir} (fix each, or move the file out of the folder, then run '
+        f'{folder} (fix each, or move the file out of the folder, then run '
         f'again): {_listed(findings.problems)}.')
   if findings.ignored:
     logging.warning(
         'Ignored %s in %s that are not %s images: %s.',
         _count(len(findings.ignored), 'file or folder', 'files and folders'),
-        data_dir, _SUFFIXES, _listed(findings.ignored))
-  return Dataset(train, test, len(class_names), ordered_by_class=True)
+        folder, _SUFFIXES, _listed(findings.ignored))

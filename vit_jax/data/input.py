@@ -20,11 +20,12 @@ class Input(abc.ABC):
 
   num_classes: int
   train_size: int
-  test_size: int
-  # Passed to `model_inputs` beside each batch: the whole split on device,
-  # or () when batches carry the examples.
+  # Examples of each split evaluated: 'test', and 'validation' when held out.
+  eval_sizes: dict[str, int]
+  # Passed to `model_inputs` beside each batch: the examples on device, or ()
+  # when batches carry them.
   train_data: Any
-  test_data: Any
+  eval_data: Any
 
   # Train steps per compiled call on an accelerator, unless configured.
   default_steps_per_dispatch: int
@@ -48,9 +49,8 @@ class Input(abc.ABC):
   def steps_per_epoch(self) -> int:
     return self.train_size // self.config.batch_size
 
-  @property
-  def num_eval_batches(self) -> int:
-    return -(-self.test_size // self.config.eval_batch_size)
+  def num_eval_batches(self, split: str) -> int:
+    return -(-self.eval_sizes[split] // self.config.eval_batch_size)
 
   def position(self, step: int) -> Position:
     """Where the batch after `step` finished steps comes from."""
@@ -101,8 +101,8 @@ class Input(abc.ABC):
     return jax.tree.map(stack, self.stacked_specs(count), *batches)
 
   @abc.abstractmethod
-  def eval_batches(self) -> Iterator[tuple[Any, jax.Array]]:
-    """(batch, 0/1 mask) covering every test example once."""
+  def eval_batches(self, split: str) -> Iterator[tuple[Any, jax.Array]]:
+    """(batch, 0/1 mask) covering every example of `split` once."""
 
   @abc.abstractmethod
   def model_inputs(self, data, batch,

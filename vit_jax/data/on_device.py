@@ -13,7 +13,8 @@ from vit_jax.runtime import sharding
 
 
 class OnDeviceInput(input_lib.Input):
-  """Batches are int32 index vectors into `train_data` / `test_data`."""
+  """Batches are int32 index vectors into `train_data` / `eval_data` (the test
+  examples, then the validation ones)."""
 
   default_steps_per_dispatch = 32
 
@@ -22,19 +23,33 @@ class OnDeviceInput(input_lib.Input):
     self.num_classes = dataset.num_classes
     self._replicated = sharding.replicated(mesh)
     self._batch_sharding = sharding.batch_sharded(mesh)
-    self._arrays = tuple(
-        sources.to_arrays(split, config.image_size)
-        for split in (dataset.train, dataset.test))
-    self.train_size, self.test_size = (len(labels)
-                                       for _, labels in self._arrays)
+    splits = {'train': dataset.train, 'test': dataset.test}
+    if dataset.validation is not None:
+      splits['validation'] = dataset.validation
+    self._arrays = {
+        name: sources.to_arrays(split, config.image_size)
+        for name, split in splits.items()
+    }
+    sizes = {name: len(labels) for name, (_, labels) in self._arrays.items()}
+    self.train_size = sizes.pop('train')
+    self.eval_sizes = sizes
     replicate = functools.partial(
         jax.tree.map, lambda a: sharding.replicate(a, self._replicated))
-    self.train_data, self.test_data = replicate(self._arrays)
-    self._eval_indices, self._eval_masks = replicate(
-        input_lib.eval_batches(self.test_size, config.eval_batch_size))
+    evaluated = [self._arrays[name] for name in sizes]
+    self.train_data, self.eval_data = replicate(
+        (self._arrays['train'],
+         tuple(np.concatenate(parts) for parts in zip(*evaluated))))
+    self._eval_batches, first = {}, 0
+    for name, size in sizes.items():
+      indices, masks = input_lib.eval_batches(size, config.eval_batch_size)
+      self._eval_batches[name] = replicate((indices + first, masks))
+      first += size
 
   def fingerprint(self) -> list[np.ndarray]:
-    return [*self._arrays[0], *self._arrays[1], self.epoch_table(1)]
+    return [
+        *(a for split in self._arrays.values() for a in split),
+        self.epoch_table(1)
+    ]
 
   def batch_specs(self):
     spec = lambda size, dtype: jax.ShapeDtypeStruct(
@@ -49,8 +64,8 @@ class OnDeviceInput(input_lib.Input):
       yield from self.epoch_table(epoch)[first:]
       epoch, first = epoch + 1, 0
 
-  def eval_batches(self):
-    return zip(self._eval_indices, self._eval_masks)
+  def eval_batches(self, split):
+    return zip(*self._eval_batches[split])
 
   def model_inputs(self, data, batch, key):
     batch = jax.lax.with_sharding_constraint(batch, self._batch_sharding)

@@ -63,16 +63,59 @@ def _across_classes(labels: np.ndarray, count: int, seed: int) -> np.ndarray:
 def subset(dataset: Dataset, split: str, count: int, seed: int) -> Source:
   """A split's `count` examples (0: all): the first, or drawn across classes."""
   source = getattr(dataset, split)
+  indices = _chosen(dataset, split, count, seed)
+  return source if indices is None else _take(source, indices)
+
+
+def _chosen(dataset: Dataset, split: str, count: int,
+            seed: int) -> np.ndarray | None:
+  """The indices `subset` keeps, sorted; None: all."""
+  source = getattr(dataset, split)
   if not count or count == len(source):
-    return source
+    return None
   if count > len(source):
     raise DatasetError(f'config.{split}_examples={count} but the dataset has '
                        f'only {len(source)}; lower it or set it to 0 for all.')
-  indices = (_across_classes(np.asarray(source.labels), count, seed)
-             if dataset.ordered_by_class else np.arange(count))
+  return (_across_classes(np.asarray(source.labels), count, seed)
+          if dataset.ordered_by_class else np.arange(count))
+
+
+def _take(source: Source, indices: np.ndarray) -> Source:
   if isinstance(source, ArraySource):
     return ArraySource(source.images[indices], source.labels[indices])
   return SubsetSource(source, indices)
+
+
+def _training_and_validation(dataset: Dataset, config) -> tuple[Source, Source]:
+  """The examples the run trains on, and config.validation_examples it never
+  does (the same for every seed): from config.validation_dir, else training
+  examples left out by train_examples or train_examples_per_file, else held
+  out of the training split."""
+  trained = _chosen(dataset, 'train', config.train_examples, config.seed)
+  train = dataset.train if trained is None else _take(dataset.train, trained)
+  held_out_of_train = False
+  if config.validation_dir:
+    pool = image_folder.open_split(
+        pathlib.Path(config.validation_dir).expanduser(), dataset.num_classes)
+  elif dataset.spare is not None:
+    pool = dataset.spare
+  elif trained is None:
+    pool, held_out_of_train = train, True
+  else:
+    pool = _take(dataset.train,
+                 np.setdiff1d(np.arange(len(dataset.train)), trained))
+  count = config.validation_examples
+  if count > len(pool) - held_out_of_train:
+    raise DatasetError(
+        f'config.validation_examples={count}, but {len(pool)} examples are '
+        'left outside those the run trains on: lower it, or pass '
+        '--config.validation_dir=DIR (a folder of <class>/ image folders).')
+  chosen = (_across_classes(np.asarray(pool.labels), count, 0) if hasattr(
+      pool, 'labels') else np.sort(
+          np.random.default_rng(0).choice(len(pool), count, False)))
+  if held_out_of_train:
+    train = _take(pool, np.setdiff1d(np.arange(len(pool)), chosen))
+  return train, _take(pool, chosen)
 
 
 def data_dir(config) -> pathlib.Path | None:
@@ -115,7 +158,11 @@ def open_dataset(config, whole: bool = False) -> Dataset:
     raise DatasetError(
         f'Unknown dataset {name!r}: use cifar10, cifar100, image_folder or '
         'tfds:NAME.')
-  return dataclasses.replace(
-      dataset, train=subset(dataset, 'train', config.train_examples,
-                            config.seed),
-      test=subset(dataset, 'test', config.test_examples, config.seed))
+  test = subset(dataset, 'test', config.test_examples, config.seed)
+  if not config.validation_examples:
+    return dataclasses.replace(
+        dataset, test=test, train=subset(dataset, 'train',
+                                         config.train_examples, config.seed))
+  train, validation = _training_and_validation(dataset, config)
+  return dataclasses.replace(dataset, train=train, validation=validation,
+                             test=test)

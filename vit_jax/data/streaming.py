@@ -34,8 +34,14 @@ class StreamingInput(input_lib.Input):
     super().__init__(config, mesh)
     self.dataset = dataset
     self.num_classes = dataset.num_classes
-    self.train_size, self.test_size = len(dataset.train), len(dataset.test)
-    self.train_data = self.test_data = ()
+    self.train_size = len(dataset.train)
+    self._evaluated = {'test': dataset.test}
+    if dataset.validation is not None:
+      self._evaluated['validation'] = dataset.validation
+    self.eval_sizes = {
+        name: len(split) for name, split in self._evaluated.items()
+    }
+    self.train_data = self.eval_data = ()
     self._sharding = sharding.batch_sharded(mesh)
     workers = config.input_workers if workers is None else workers
     # The cores this process may run on, where the OS says.
@@ -47,17 +53,22 @@ class StreamingInput(input_lib.Input):
     self._eval_rows = sharding.process_rows(self._sharding,
                                             config.eval_batch_size)
     logging.info(
-        'Streaming %d train / %d test examples; this process reads '
+        'Streaming %d train / %s examples; this process reads '
         'rows %d:%d of every training batch of %d.', self.train_size,
-        self.test_size, self._train_rows.start, self._train_rows.stop,
+        self.eval_sizes, self._train_rows.start, self._train_rows.stop,
         config.batch_size)
 
   def fingerprint(self) -> list[np.ndarray]:
     """The split sizes, each split's first example and the shuffle."""
-    train, test = self.dataset.train[0], self.dataset.test[0]
-    sizes = (self.train_size, self.test_size, self.num_classes, train[1],
-             test[1])
-    return [np.array(sizes), train[0], test[0], self.epoch_table(1)]
+    firsts = [
+        split[0] for split in (self.dataset.train, *self._evaluated.values())
+    ]
+    sizes = (self.train_size, *self.eval_sizes.values(), self.num_classes,
+             *(label for _, label in firsts))
+    return [
+        np.array(sizes), *(image for image, _ in firsts),
+        self.epoch_table(1)
+    ]
 
   def batch_specs(self):
     spec = functools.partial(jax.ShapeDtypeStruct, sharding=self._sharding)
@@ -75,12 +86,13 @@ class StreamingInput(input_lib.Input):
     first = (position['epoch'] - 1) * self.steps_per_epoch + position['batch']
     yield from self._batches(examples, first, _ENDLESS, self.workers)
 
-  def eval_batches(self) -> Iterator:
+  def eval_batches(self, split) -> Iterator:
     config = self.config
     rows = self._eval_rows
-    _, masks = input_lib.eval_batches(self.test_size, config.eval_batch_size)
-    examples = _TestExamples(self.dataset.test, config.eval_batch_size, rows,
-                             config.image_size)
+    _, masks = input_lib.eval_batches(self.eval_sizes[split],
+                                      config.eval_batch_size)
+    examples = _EvalExamples(self._evaluated[split], config.eval_batch_size,
+                             rows, config.image_size)
     batches = self._batches(examples, 0, len(masks),
                             min(self.workers, len(masks)))
     for batch, mask in zip(batches, masks):
@@ -184,7 +196,7 @@ class _TrainExamples(_Rows):
 
 
 @dataclasses.dataclass(frozen=True)
-class _TestExamples(_Rows):
+class _EvalExamples(_Rows):
   """Example `i` of this process's evaluation rows; past the end, example 0."""
 
   def __call__(self, i: int) -> tuple[np.ndarray, int]:

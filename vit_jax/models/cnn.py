@@ -95,11 +95,14 @@ class BasicBlock(nn.Module):
 
 
 class SmallResNet(nn.Module):
-  """CIFAR ResNet: a 3x3 stem, stages of basic blocks, a linear head."""
+  """CIFAR ResNet: a 3x3 stem, stages of basic blocks, a linear head; the
+  stem may downsample (a stride, a 3x3 max-pool) with the same parameters."""
 
   num_classes: int = 10
   stage_widths: Sequence[int] = (16, 32, 64)
   blocks_per_stage: int = 2
+  stem_stride: int = 1
+  stem_pool: bool = False
   dtype: Any = jnp.float32
 
   @property
@@ -110,10 +113,12 @@ class SmallResNet(nn.Module):
   def __call__(self, images: jax.Array, *, train: bool,
                return_out: bool = False):
     stages = []
-    x = _conv(images, self.stage_widths[0], 3, use_bias=False, dtype=self.dtype,
-              name='stem_conv')
+    x = _conv(images, self.stage_widths[0], 3, strides=self.stem_stride,
+              use_bias=False, dtype=self.dtype, name='stem_conv')
     x = _batch_norm(x, train=train, dtype=self.dtype, name='stem_bn')
     x = nn.relu(x)
+    if self.stem_pool:
+      x = nn.max_pool(x, (3, 3), strides=(2, 2), padding='SAME')
     for stage, width in enumerate(self.stage_widths):
       for block in range(self.blocks_per_stage):
         x = BasicBlock(width, strides=2 if stage > 0 and block == 0 else 1,

@@ -1,5 +1,5 @@
-"""A model's loss, top-1 and top-5 accuracy over a whole test split: in the
-training loop, and for `python -m vit_jax.evaluate`."""
+"""A model's loss, top-1 and top-5 accuracy over a whole split (test or
+validation): in the training loop, and for `python -m vit_jax.evaluate`."""
 
 from absl import logging
 import jax
@@ -17,17 +17,17 @@ from vit_jax.training import steps
 _PROGRESS_BATCHES = 50
 
 
-def over_test_split(eval_step, state, inputs: data.Input, label: str,
-                    progress_from: int = _PROGRESS_BATCHES) -> dict:
-  """Loss, accuracy and top-5 accuracy over every test example, each once."""
+def over_split(eval_step, state, inputs: data.Input, split: str, label: str,
+               progress_from: int = _PROGRESS_BATCHES) -> dict:
+  """Loss, accuracy and top-5 accuracy over every example of `split`, once."""
   sums = steps.zero_sums(sharding.replicated(inputs.mesh), steps.EVAL_SUMS)
-  total = inputs.num_eval_batches
+  total = inputs.num_eval_batches(split)
   report_every = max(total // 10, 1)
-  for i, (batch, mask) in enumerate(inputs.eval_batches(), 1):
-    sums = eval_step(state, sums, inputs.test_data, batch, mask)
+  for i, (batch, mask) in enumerate(inputs.eval_batches(split), 1):
+    sums = eval_step(state, sums, inputs.eval_data, batch, mask)
     if total >= progress_from and i % report_every == 0 and i < total:
       jax.block_until_ready(sums)
-      logging.info('%s: evaluated %d/%d batches', label, i, total)
+      logging.info('%s: evaluated %d/%d %s batches', label, i, total, split)
   return steps.averages(sums)
 
 
@@ -58,8 +58,8 @@ def _config_for(loaded: reading.Loaded, config, source, data_dir,
 
 
 def evaluate(source, *, config=None, model_name=None, step=None, data_dir=None,
-             released_preprocessing=False) -> dict:
-  """Loss, top-1 and top-5 of `source` on `config`'s (or its own) test split."""
+             released_preprocessing=False, split='test') -> dict:
+  """Loss, top-1 and top-5 of `source` on `config`'s (or its own) `split`."""
   loaded = reading.load(source, model_name=model_name, step=step)
   config = _config_for(loaded, config, source, data_dir, released_preprocessing)
   config_schema.validate(config, jax.device_count(), training=False)
@@ -84,13 +84,16 @@ def evaluate(source, *, config=None, model_name=None, step=None, data_dir=None,
   described = {'checkpoint': str(source), 'format': loaded.kind}
   if loaded.step is not None:
     described['step'] = loaded.step
-  logging.info('Evaluating %s (%s) on %d test examples of %s, %d batches.',
-               source, loaded.kind, inputs.test_size, config.dataset,
-               inputs.num_eval_batches)
-  results = over_test_split(eval_step, state, inputs, str(source),
-                            progress_from=1)
+  if split not in inputs.eval_sizes:
+    raise ConfigError(f'{source} has no {split} split to evaluate: pass '
+                      '--config.validation_examples=N.')
+  logging.info('Evaluating %s (%s) on %d %s examples of %s, %d batches.',
+               source, loaded.kind, inputs.eval_sizes[split], split,
+               config.dataset, inputs.num_eval_batches(split))
+  results = over_split(eval_step, state, inputs, split, str(source),
+                       progress_from=1)
   return {
       'top1': results['accuracy'], 'top5': results['top5_accuracy'],
-      'loss': results['loss'], 'examples': results['count'],
+      'loss': results['loss'], 'examples': results['count'], 'split': split,
       **described, 'dataset': config.dataset, 'image_size': config.image_size
   }

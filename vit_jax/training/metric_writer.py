@@ -12,12 +12,13 @@ import jax
 from tensorboardX import SummaryWriter
 
 # Record fields as TensorBoard tags. TensorBoard groups tags by what comes
-# before '/' and sorts the groups by name, so train and test sit side by side
+# before '/' and sorts the groups by name, so the splits sit side by side
 # under accuracy and loss, first, and the speed below. The others (epoch,
 # step, seconds, test_examples) are no curves; metrics.jsonl has them.
 TENSORBOARD_TAGS = {
     'train_accuracy': 'accuracy/train', 'test_accuracy': 'accuracy/test',
-    'train_loss': 'loss/train', 'test_loss': 'loss/test',
+    'validation_accuracy': 'accuracy/validation', 'train_loss': 'loss/train',
+    'test_loss': 'loss/test', 'validation_loss': 'loss/validation',
     'learning_rate': 'optimizer/learning_rate',
     'images_per_second': 'speed/images_per_second',
     'flops_per_second': 'speed/flops_per_second',

@@ -28,7 +28,7 @@ def progress_line(record: dict, plan: plan_lib.StepPlan,
       f'step {record["step"]}/{plan.total_steps} (epoch '
       f'{record["epoch"]:g})'
   ]
-  for split in ('train', 'test'):
+  for split in ('train', 'validation', 'test'):
     if f'{split}_loss' in record:
       parts.append(f'{split} loss {record[f"{split}_loss"]:.4f} acc '
                    f'{100 * record[f"{split}_accuracy"]:.2f}%')

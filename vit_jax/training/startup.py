@@ -157,9 +157,9 @@ def record_run(config, workdir: pathlib.Path, inputs: data.Input,
   processes = (f' in {jax.process_count()} processes'
                if jax.process_count() > 1 else '')
   logging.info(
-      '%s (%s) on %d device(s)%s: %d train / %d test examples, '
-      '%d steps of batch %d (%d per epoch).', config.model,
-      _parameter_count(params), jax.device_count(), processes,
-      inputs.train_size, inputs.test_size, plan.total_steps, config.batch_size,
-      plan.steps_per_epoch)
+      '%s (%s) on %d device(s)%s: %d train / %s examples, %d steps of batch '
+      '%d (%d per epoch).', config.model, _parameter_count(params),
+      jax.device_count(), processes, inputs.train_size,
+      ' / '.join(f'{n} {split}' for split, n in inputs.eval_sizes.items()),
+      plan.total_steps, config.batch_size, plan.steps_per_epoch)
   return run_config

@@ -142,7 +142,7 @@ class StepBenchmark:
   def eval_step(self):
     return self.compiled.eval(self.state,
                               steps.zero_sums(self.replicated, steps.EVAL_SUMS),
-                              self.inputs.test_data, self.indices, self.mask)
+                              self.inputs.eval_data, self.indices, self.mask)
 
   @functools.cached_property
   def forward_flops_per_image(self) -> int:

@@ -276,7 +276,7 @@ def _options_blamed(options: dict[str, str] | None):
 
 
 def compile_eval(config, inputs, state: TrainState):
-  """The eval step compiled for `inputs`' test batches."""
+  """The eval step compiled for `inputs`' evaluation batches."""
   options = compiler_options(config)
   replicated = sharding.replicated(inputs.mesh)
   _, eval_batch, eval_mask = inputs.batch_specs()
@@ -284,7 +284,7 @@ def compile_eval(config, inputs, state: TrainState):
     return jax.jit(functools.partial(eval_step, config=config, inputs=inputs),
                    out_shardings=replicated, donate_argnums=1).lower(
                        state, sum_shapes(replicated, EVAL_SUMS),
-                       inputs.test_data, eval_batch, eval_mask).compile(options)
+                       inputs.eval_data, eval_batch, eval_mask).compile(options)
 
 
 class CompiledSteps(NamedTuple):

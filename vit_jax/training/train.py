@@ -201,11 +201,15 @@ def _train_and_evaluate(config, workdir: pathlib.Path,
                       **throughput.interval(step))
       if step % plan.eval_every == 0 or last:
         dispatcher.drain()  # the train steps count as training
-        with throughput.excluded():
-          test = evaluation.over_test_split(compiled.eval, state, inputs,
-                                            f'step {step}')
-        record.update(test_loss=test['loss'], test_accuracy=test['accuracy'],
-                      test_examples=test['count'])
+        for split in inputs.eval_sizes:
+          with throughput.excluded():
+            result = evaluation.over_split(compiled.eval, state, inputs, split,
+                                           f'step {step}')
+          record.update({
+              f'{split}_loss': result['loss'],
+              f'{split}_accuracy': result['accuracy'],
+              f'{split}_examples': result['count']
+          })
       if record:
         _check_finite(record, step, checkpoints, history)
         record = {
@@ -248,23 +252,34 @@ def _peak_flops(dtype: str) -> float | None:
 
 
 def _write_summary(workdir: pathlib.Path, history: list[dict]) -> dict:
-  tested = [r for r in history if 'test_accuracy' in r]
+  """The best evaluation (on validation where the run holds examples out, the
+  test accuracy reported at its step) and the last; `best_test_accuracy`
+  only where the best was chosen on the test split."""
+  best = best_checkpoint.best_evaluation(history)
+  chosen_on = best_checkpoint.ranked_on(best).removesuffix('_accuracy')
+  last = [r for r in history if 'test_accuracy' in r][-1]
   trained = [r for r in history if 'train_accuracy' in r]
-  best = max(tested, key=lambda r: r['test_accuracy'])
   # `device`: so that result tables mixing machines say which trained each
   # run; a resumed run names the machine that finished it.
-  summary = dict(
-      best_test_accuracy=best['test_accuracy'], best_step=best['step'],
-      best_epoch=best['epoch'], final_test_accuracy=tested[-1]['test_accuracy'],
-      final_train_accuracy=trained[-1]['train_accuracy'],
-      steps=history[-1]['step'], epochs=history[-1]['epoch'], train_seconds=sum(
-          r['seconds'] for r in history), device=jax.devices()[0].device_kind)
+  summary = {
+      'chosen_on': chosen_on,
+      f'best_{chosen_on}_accuracy': best[f'{chosen_on}_accuracy'],
+      'best_step': best['step'], 'best_epoch': best['epoch'],
+      'test_accuracy_at_best_step': best['test_accuracy'], **{
+          f'final_{split}_accuracy': last[f'{split}_accuracy'] for split in ('validation', 'test') if f'{split}_accuracy' in last
+      }, 'final_train_accuracy': trained[-1]['train_accuracy'], 'steps':
+          history[-1]['step'], 'epochs': history[-1]['epoch'], 'train_seconds':
+              sum(r['seconds']
+                  for r in history), 'device': jax.devices()[0].device_kind
+  }
   if jax.process_index() == 0:
     files.write_atomically(workdir / 'summary.json',
                            json.dumps(summary, indent=2))
+  at_best = (f', test accuracy {100 * best["test_accuracy"]:.2f}% there'
+             if chosen_on == 'validation' else '')
   logging.info(
-      'Done: best test accuracy %.2f%% at step %d (epoch %g); final train '
-      'accuracy %.2f%%.', 100 * summary['best_test_accuracy'],
-      summary['best_step'], summary['best_epoch'],
+      'Done: best %s accuracy %.2f%% at step %d (epoch %g)%s; final '
+      'train accuracy %.2f%%.', chosen_on, 100 * best[f'{chosen_on}_accuracy'],
+      best['step'], best['epoch'], at_best,
       100 * summary['final_train_accuracy'])
   return summary

@@ -1,0 +1,63 @@
+r"""CIFAR-10's validation pool: the 45,000 training images outside the small-data
+study's 5,000, as a folder of <class>/ image folders (`config.validation_dir`).
+
+The full binary release needs none: `config.validation_examples` draws from
+the records beyond `train_examples_per_file`. Where only the pixel-exact
+5k/1k subset and the JPEG copy of all 60,000 images are at hand
+(../shared/data), each subset image is matched to its JPEG (the nearest in
+its class, at under half the squared distance of the next), and the other
+45,000 are linked:
+
+  tar xzf ../shared/data/cifar10-jpeg-full.tar.gz -C /tmp/cifar10-jpeg
+  python -m experiments.held_out --jpeg=/tmp/cifar10-jpeg --out=/tmp/held_out
+"""
+
+import argparse
+import pathlib
+import sys
+
+import numpy as np
+
+from vit_jax.data import cifar
+from vit_jax.data import image_folder
+
+
+def matched(subset: np.ndarray, jpegs: np.ndarray) -> np.ndarray:
+  """The index of each subset image's JPEG; an error if any is unclear."""
+  subset = subset.reshape(len(subset), -1).astype(np.float32)
+  jpegs = jpegs.reshape(len(jpegs), -1).astype(np.float32)
+  distances = ((subset**2).sum(1)[:, None] - 2 * subset @ jpegs.T +
+               (jpegs**2).sum(1)[None])
+  nearest = np.argsort(distances, axis=1)[:, :2]
+  first, second = np.take_along_axis(distances, nearest, axis=1).T
+  if len(set(nearest[:, 0])) < len(subset) or np.any(first > 0.5 * second):
+    sys.exit('error: some subset images match no JPEG clearly: is --jpeg the '
+             'JPEG copy of CIFAR-10?')
+  return nearest[:, 0]
+
+
+def main(argv=None):
+  parser = argparse.ArgumentParser(
+      description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+  parser.add_argument('--subset', type=pathlib.Path,
+                      default='../shared/data/cifar10-5k')
+  parser.add_argument('--jpeg', type=pathlib.Path, required=True,
+                      help='The unpacked JPEG copy (train/<class>/*.jpg).')
+  parser.add_argument('--out', type=pathlib.Path, required=True)
+  args = parser.parse_args(argv)
+  study = cifar.load_cifar('cifar10', args.subset).train
+  classes = sorted(p.name for p in (args.jpeg / 'train').iterdir())
+  for label, name in enumerate(classes):
+    paths = sorted((args.jpeg / 'train' / name).glob('*.jpg'))
+    jpegs = np.stack([image_folder.read_image(p) for p in paths])
+    used = set(matched(study.images[study.labels == label], jpegs))
+    folder = args.out / name
+    folder.mkdir(parents=True, exist_ok=True)
+    for i, path in enumerate(paths):
+      if i not in used and not (folder / path.name).exists():
+        (folder / path.name).symlink_to(path.resolve())
+    print(f'{name}: {len(paths) - len(used)} of {len(paths)} held out')
+
+
+if __name__ == '__main__':
+  main()
