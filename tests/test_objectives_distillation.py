@@ -1,6 +1,8 @@
 """DeiT's hard distillation: a teacher read from a run's workdir teaches the
 student's distillation token inside the train step."""
 
+import json
+
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
@@ -71,11 +73,20 @@ def test_the_distillation_head_learns_the_teachers_classes(trained_cnn_run):
 @pytest.mark.slow
 def test_a_distilled_run_trains_and_evaluates(trained_cnn_run, tmp_path):
   teacher_workdir, data_dir = trained_cnn_run
-  train.train_and_evaluate(_student_config(data_dir, teacher_workdir),
-                           tmp_path / 'student')
+  summary = train.train_and_evaluate(_student_config(data_dir, teacher_workdir),
+                                     tmp_path / 'student')
   records = history(tmp_path / 'student')
   assert np.isfinite(records[-1]['train_loss'])
   assert 0 <= records[-1]['test_accuracy'] <= 1
+  # The student's summary names its teacher's run and what it achieved.
+  teacher = json.loads((teacher_workdir / 'summary.json').read_text())
+  assert summary['teachers'] == {
+      'distillation_teacher': {
+          'workdir': str(teacher_workdir), 'checkpoint': 'last', **{
+              k: teacher[k] for k in ('chosen_on', 'best_step', 'best_test_accuracy', 'test_accuracy_at_best_step', 'commit', 'finished')
+          }
+      }
+  }
 
 
 class _LinearTeacher(nn.Module):

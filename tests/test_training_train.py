@@ -3,9 +3,12 @@ unit, exact resumption, progress, divergence, several processes (SIGTERM and
 Ctrl-C in one process: tests/test_faults.py).
 Faults (kill -9, full disks, damaged files) are in test_faults.py."""
 
+import datetime
 import json
 import math
+import os
 import pathlib
+import re
 import shutil
 import signal
 
@@ -172,6 +175,10 @@ def test_rerunning_a_finished_run_does_not_train_again(one_epoch_run, caplog):
   again = train.train_and_evaluate(config, workdir)
   assert history(workdir) == before
   assert again == first
+  # Where the results come from: this checkout, this machine, a date.
+  assert re.fullmatch(r'[0-9a-f]{40}(\+changes)?', first['commit'])
+  assert first['cpu'].endswith(f'{os.cpu_count()} cores')
+  assert datetime.datetime.fromisoformat(first['finished']).tzinfo
   assert 'already holds all 6 steps; nothing to train' in caplog.text
   assert 'Compiled' not in caplog.text
 

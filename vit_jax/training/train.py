@@ -38,6 +38,7 @@ from vit_jax.training import metric_writer
 from vit_jax.training import optimizer
 from vit_jax.training import plan as plan_lib
 from vit_jax.training import progress
+from vit_jax.training import provenance
 from vit_jax.training import startup
 from vit_jax.training import steps
 
@@ -242,8 +243,11 @@ def _train_and_evaluate(config, workdir: pathlib.Path,
         raise preemption.Preempted(signals.signal_name, step,
                                    checkpoints.directory, saved=True)
 
-  # The summary.
-  return _write_summary(workdir, history)
+  # The summary; a run that trained no step here keeps its provenance.
+  earlier = workdir / 'summary.json'
+  source = (provenance.describe(config) if trains or not earlier.is_file() else
+            provenance.recorded(json.loads(earlier.read_text())))
+  return _write_summary(workdir, history, source)
 
 
 def _peak_flops(dtype: str) -> float | None:
@@ -251,27 +255,30 @@ def _peak_flops(dtype: str) -> float | None:
   return device_peak and device_peak * jax.device_count()
 
 
-def _write_summary(workdir: pathlib.Path, history: list[dict]) -> dict:
+def _write_summary(workdir: pathlib.Path, history: list[dict],
+                   source: dict) -> dict:
   """The best evaluation (on validation where the run holds examples out, the
   test accuracy reported at its step) and the last; `best_test_accuracy`
   only where the best was chosen on the test split."""
   best = best_checkpoint.best_evaluation(history)
   chosen_on = best_checkpoint.ranked_on(best).removesuffix('_accuracy')
-  last = [r for r in history if 'test_accuracy' in r][-1]
-  trained = [r for r in history if 'train_accuracy' in r]
-  # `device`: so that result tables mixing machines say which trained each
-  # run; a resumed run names the machine that finished it.
   summary = {
       'chosen_on': chosen_on,
       f'best_{chosen_on}_accuracy': best[f'{chosen_on}_accuracy'],
       'best_step': best['step'], 'best_epoch': best['epoch'],
-      'test_accuracy_at_best_step': best['test_accuracy'], **{
-          f'final_{split}_accuracy': last[f'{split}_accuracy'] for split in ('validation', 'test') if f'{split}_accuracy' in last
-      }, 'final_train_accuracy': trained[-1]['train_accuracy'], 'steps':
-          history[-1]['step'], 'epochs': history[-1]['epoch'], 'train_seconds':
-              sum(r['seconds']
-                  for r in history), 'device': jax.devices()[0].device_kind
+      'test_accuracy_at_best_step': best['test_accuracy'],
   }
+  for split in ('validation', 'test', 'train'):
+    logged = [
+        r[f'{split}_accuracy'] for r in history if f'{split}_accuracy' in r
+    ]
+    if logged:
+      summary[f'final_{split}_accuracy'] = logged[-1]
+  # `device`: so that result tables mixing machines say which trained each
+  # run; a resumed run names the machine that finished it.
+  summary.update(steps=history[-1]['step'], epochs=history[-1]['epoch'],
+                 train_seconds=sum(r['seconds'] for r in history),
+                 device=jax.devices()[0].device_kind, **source)
   if jax.process_index() == 0:
     files.write_atomically(workdir / 'summary.json',
                            json.dumps(summary, indent=2))
