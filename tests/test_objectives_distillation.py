@@ -17,9 +17,12 @@ from tests.helpers import random_params
 from tests import test_training_steps
 from tests.helpers import tiny_config
 from tests.test_models_vit import _softmax
+from vit_jax import models
+from vit_jax.checkpoints import reading
 from vit_jax.objectives import distillation
 from vit_jax.objectives import losses
 from vit_jax.runtime import sharding
+from vit_jax.training import flops
 from vit_jax.training import train
 
 
@@ -78,6 +81,15 @@ def test_a_distilled_run_trains_and_evaluates(trained_cnn_run, tmp_path):
   records = history(tmp_path / 'student')
   assert np.isfinite(records[-1]['train_loss'])
   assert 0 <= records[-1]['test_accuracy'] <= 1
+  # Its compute counts the teacher's forward pass on each image.
+  student = models.from_config(_student_config(data_dir, teacher_workdir), 10)
+  teacher_run = reading.load_run(teacher_workdir)
+  assert summary['train_flops'] == summary['steps'] * 16 * (
+      3 * flops.forward_flops_per_image(
+          student,
+          reading.load_run(tmp_path / 'student').variables, 32) +
+      flops.forward_flops_per_image(models.from_config(teacher_run.config, 10),
+                                    teacher_run.variables, 32))
   # The student's summary names its teacher's run and what it achieved.
   teacher = json.loads((teacher_workdir / 'summary.json').read_text())
   assert summary['teachers'] == {

@@ -40,6 +40,7 @@ from vit_jax.data import preprocess
 from vit_jax.errors import TrainingDivergedError
 from vit_jax.runtime import preemption
 from vit_jax.training import finetune
+from vit_jax.training import flops
 from vit_jax.training import train
 
 
@@ -179,6 +180,12 @@ def test_rerunning_a_finished_run_does_not_train_again(one_epoch_run, caplog):
   assert re.fullmatch(r'[0-9a-f]{40}(\+changes)?', first['commit'])
   assert first['cpu'].endswith(f'{os.cpu_count()} cores')
   assert datetime.datetime.fromisoformat(first['finished']).tzinfo
+  # Its compute: 6 steps of 16 images, each 3x the forward pass's matmuls.
+  model = models.from_config(config, 10)
+  variables = jax.eval_shape(lambda: model.init(jax.random.key(
+      0), np.zeros((1, 32, 32, 3)), train=False))
+  assert first['train_flops'] == 6 * 16 * 3 * flops.forward_flops_per_image(
+      model, variables, 32)
   assert 'already holds all 6 steps; nothing to train' in caplog.text
   assert 'Compiled' not in caplog.text
 

@@ -84,10 +84,12 @@ def sole_writer(workdir: pathlib.Path):
     lock.release()
 
 
-def trained_model_and_objective(config, num_classes: int,
-                                replicated) -> tuple[Any, losses.Objective]:
-  """The model the step trains (`config`'s, or a training wrapper of it) and
-  the loss, wrapped by each technique the config turns on."""
+def trained_model_and_objective(
+    config, num_classes: int,
+    replicated) -> tuple[Any, losses.Objective, list[tuple[Any, Any]]]:
+  """The model the step trains (`config`'s, or a training wrapper of it), the
+  loss, wrapped by each technique the config turns on, and the (module,
+  variables) of the trained runs it applies to each image (teachers)."""
   model = models.from_config(config, num_classes)
   fields = models.training_fields(config)
   try:
@@ -103,16 +105,18 @@ def trained_model_and_objective(config, num_classes: int,
           fields['mae_decoder_width'])
   except ValueError as e:
     raise ConfigError(str(e)) from e
-  objective = losses.classification
+  objective, frozen = losses.classification, []
   teacher = distillation.load_teacher(config, num_classes, replicated)
   if teacher:
     logging.info('Distilling from the run in %s.', teacher.workdir)
     objective = teacher.objective(objective)
+    frozen.append((teacher.module, teacher.variables))
   guide = locality_guidance.load_guide(config, num_classes, replicated)
   if guide:
     logging.info('Guided by the stage features of the CNN run in %s.',
                  guide.workdir)
     objective = guide.objective(objective)
+    frozen.append((guide.module, guide.variables))
   if fields['mae_mask_ratio']:
     logging.info(
         'Pre-training as a masked autoencoder (%d%% of the patches '
@@ -120,7 +124,7 @@ def trained_model_and_objective(config, num_classes: int,
         round(100 * fields['mae_mask_ratio']))
     objective = masked_autoencoder.objective(objective,
                                              model.vit.effective_patch_size)
-  return model, objective
+  return model, objective, frozen
 
 
 def pretrained_state(config, state, state_shapes, pretrained):

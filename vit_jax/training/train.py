@@ -115,7 +115,7 @@ def _train_and_evaluate(config, workdir: pathlib.Path,
   inputs = data.create_input(config, mesh)
   signals.stop_before_training(checkpoints)
   plan = plan_lib.step_plan(config, inputs.steps_per_epoch)
-  model, objective = startup.trained_model_and_objective(
+  model, objective, teachers = startup.trained_model_and_objective(
       config, inputs.num_classes, replicated)
   schedule = optimizer.create_learning_rate_schedule(config, plan)
   tx = optimizer.create_optimizer(config, schedule)
@@ -169,11 +169,15 @@ def _train_and_evaluate(config, workdir: pathlib.Path,
                                         history, step, checkpoints.steps(),
                                         config.keep_checkpoints, trains=trains)
   writer = metric_writer.MetricWriter(workdir, history)
-  throughput = progress.Throughput(
-      step, config.batch_size, 3 * flops.forward_flops_per_image(
-          model,
-          models.model_variables(state_shapes.params, state_shapes.batch_stats),
-          config.image_size), _peak_flops(config.dtype))
+  # A train step: 3x the model's forward pass, and the teachers' forward.
+  flops_per_image = 3 * flops.forward_flops_per_image(
+      model,
+      models.model_variables(state_shapes.params, state_shapes.batch_stats),
+      config.image_size) + sum(
+          flops.forward_flops_per_image(module, variables, config.image_size)
+          for module, variables in teachers)
+  throughput = progress.Throughput(step, config.batch_size, flops_per_image,
+                                   _peak_flops(config.dtype))
   batches = inputs.train_batches(position)
   with contextlib.ExitStack() as closing:  # in reverse order, even on errors
     closing.callback(writer.close)
@@ -247,7 +251,8 @@ def _train_and_evaluate(config, workdir: pathlib.Path,
   earlier = workdir / 'summary.json'
   source = (provenance.describe(config) if trains or not earlier.is_file() else
             provenance.recorded(json.loads(earlier.read_text())))
-  return _write_summary(workdir, history, source)
+  return _write_summary(workdir, history, config.batch_size * flops_per_image,
+                        source)
 
 
 def _peak_flops(dtype: str) -> float | None:
@@ -256,7 +261,7 @@ def _peak_flops(dtype: str) -> float | None:
 
 
 def _write_summary(workdir: pathlib.Path, history: list[dict],
-                   source: dict) -> dict:
+                   flops_per_step: int, source: dict) -> dict:
   """The best evaluation (on validation where the run holds examples out, the
   test accuracy reported at its step) and the last; `best_test_accuracy`
   only where the best was chosen on the test split."""
@@ -278,6 +283,7 @@ def _write_summary(workdir: pathlib.Path, history: list[dict],
   # run; a resumed run names the machine that finished it.
   summary.update(steps=history[-1]['step'], epochs=history[-1]['epoch'],
                  train_seconds=sum(r['seconds'] for r in history),
+                 train_flops=history[-1]['step'] * flops_per_step,
                  device=jax.devices()[0].device_kind, **source)
   if jax.process_index() == 0:
     files.write_atomically(workdir / 'summary.json',
