@@ -97,6 +97,15 @@ def emit(commands: list[str], slurm: pathlib.Path | None):
   print(f'{slurm}: {len(commands)} runs; sbatch {slurm}')
 
 
+# What a record keeps of a run's summary.json, where it has them: the split
+# its best evaluation was chosen on, its accuracies, compute and provenance.
+_SUMMARY_FIELDS = ('chosen_on', 'best_validation_accuracy',
+                   'best_test_accuracy', 'test_accuracy_at_best_step',
+                   'best_epoch', 'final_validation_accuracy',
+                   'final_test_accuracy', 'final_train_accuracy', 'train_flops',
+                   'commit', 'cpu', 'finished', 'teachers')
+
+
 def record(directory: pathlib.Path, description: dict) -> dict:
   """A finished run as results.json holds it, with the sweep's `description`."""
   summary = read_json(directory / 'summary.json')
@@ -106,13 +115,39 @@ def record(directory: pathlib.Path, description: dict) -> dict:
       **description,
       'epochs': round(summary['epochs']),
       'seed': config['seed'],
-      **{
-          key: summary[key] for key in ('best_test_accuracy', 'best_epoch', 'final_test_accuracy', 'final_train_accuracy')
-      },
+      **{key: summary[key] for key in _SUMMARY_FIELDS if key in summary},
       'wall_minutes': round(summary['train_seconds'] / 60, 1),
       # A summary.json without a device is from the project's 2-core CPU.
       'device': summary.get('device', 'cpu')
   }
+
+
+def paired(a: dict[int, float], b: dict[int, float]) -> tuple[float, float]:
+  """The mean of the per-seed differences a - b, in points, and its 95%
+  interval's half-width (Student's t; infinite from one seed)."""
+  from scipy import stats  # pylint: disable=g-import-not-at-top
+  differences = 100 * np.array(
+      [a[s] - b[s] for s in sorted(a.keys() & b.keys())])
+  if len(differences) < 2:
+    return float(differences.mean()), float('inf')
+  return float(differences.mean()), float(
+      stats.t.ppf(0.975,
+                  len(differences) - 1) * differences.std(ddof=1) /
+      np.sqrt(len(differences)))
+
+
+def compared(name_a: str, a: dict[int, float], name_b: str,
+             b: dict[int, float]) -> str:
+  """`paired` in the words its interval allows: better by X ± Y, or
+  indistinguishable within ± Y."""
+  mean, half = paired(a, b)
+  seeds = f'95% interval, {len(a.keys() & b.keys())} paired seeds'
+  if abs(mean) <= half:
+    return (f'{name_a} and {name_b} are indistinguishable within ±{half:.1f} '
+            f'points ({mean:+.1f}; {seeds})')
+  better, worse = (name_a, name_b) if mean > 0 else (name_b, name_a)
+  return (f'{better} is better than {worse} by {abs(mean):.1f} ± {half:.1f} '
+          f'points ({seeds})')
 
 
 def landed(results: pathlib.Path, run_name: Callable[[dict],
@@ -181,9 +216,11 @@ def catch_stop_signals() -> None:
 
 def write_summary(
     folder: pathlib.Path, results, searched: str, sections: dict[str, str],
-    figures: dict[str, Callable[[object, pathlib.Path], None]] | None = None):
-  """Writes results.json, `figures` (name -> plot(results, path)) and README
-  `sections` (name -> text) in `folder`, all or none; prints the sections."""
+    figures: dict[str, Callable[[object, pathlib.Path], None]] | None = None,
+    metrics: dict[str, list[dict]] | None = None):
+  """Writes results.json, `figures` (name -> plot(results, path)), README
+  `sections` (name -> text) and `metrics` (run -> its logged records, as
+  metrics.jsonl) in `folder`, all or none; prints the sections."""
   if not results:
     sys.exit(f'error: no finished runs in {searched}.')
   readme = folder / 'README.md'
@@ -195,6 +232,11 @@ def write_summary(
           json.dumps(results, indent=1) + '\n'),
       readme: lambda partial: partial.write_text(text)
   }
+  if metrics:
+    writes[folder /
+           'metrics.jsonl'] = lambda partial: partial.write_text(''.join(
+               json.dumps({'run': run, **r}) + '\n'
+               for run, records in metrics.items() for r in records))
   for name, plot in (figures or {}).items():
     writes[folder / name] = lambda partial, plot=plot: plot(results, partial)
   try:

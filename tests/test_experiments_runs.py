@@ -153,3 +153,14 @@ runs.write_summary(pathlib.Path({str(tmp_path)!r}), [{{'seed': 1}}], 'w',
       '\nCtrl-C: stopped the summary; its results, figures and README are as '
       'the last complete summary left them.\n')
   assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == written
+
+
+def test_a_paired_difference_is_said_as_its_interval_allows():
+  vit, cnn = {0: 0.70, 1: 0.72, 2: 0.69, 9: 0.5}, {0: 0.68, 1: 0.69, 2: 0.70}
+  assert runs.compared('ViT', vit, 'CNN', cnn) == (
+      'ViT and CNN are indistinguishable within ±5.2 points (+1.3; 95% '
+      'interval, 3 paired seeds)')
+  assert runs.compared('CNN', {0: 0.6, 1: 0.61}, 'ViT', {
+      0: 0.7, 1: 0.7
+  }) == ('ViT is better than CNN by 9.5 ± 6.4 points (95% interval, 2 paired '
+         'seeds)')

@@ -3,11 +3,16 @@
 import json
 import shlex
 
+import numpy as np
+import pytest
+
 from configs import cifar_small
+from experiments import held_out
 from experiments.finetune import summary as finetune_summary
 from experiments.finetune import sweep as finetune_sweep
 from experiments.small_data import summary
 from experiments.small_data import sweep
+from experiments.study_cnns import summary as cnns_summary
 from tests.helpers import finished_run
 
 
@@ -102,3 +107,48 @@ def test_the_summaries_read_the_workdirs_into_their_tables(
       '| fine-tuned (configs/finetune.py) | 48x48 | 10 | 52.0% | 51.1% | '
       '60.6% | 3.0 |'
   ]
+
+
+def test_the_study_cnns_choices_are_chosen_and_compared_on_validation(
+    tmp_path, monkeypatch):
+  """Paired by seed, in words the interval allows; each run's records land
+  in metrics.jsonl; the choice nearest the study is picked on validation."""
+  for choice, shift in (('simple_cnn', 0.0), ('simple_cnn_batch64', 0.03)):
+    for seed in (0, 1, 2):
+      directory = tmp_path / 'runs' / f'{choice}_seed{seed}'
+      finished_run(directory, seed, 'simple_cnn', chosen_on='validation',
+                   best_validation_accuracy=0.66 + shift + 0.001 * seed,
+                   test_accuracy_at_best_step=0.6 + shift, train_flops=2e12,
+                   commit='abc', cpu='x, 2 cores')
+      (directory / 'metrics.jsonl').write_text(
+          json.dumps({'step': 39, 'validation_accuracy': 0.5, 'seconds': 1}) +
+          '\n')
+  readme = tmp_path / 'README.md'
+  readme.write_text(''.join(
+      f'<!-- {name}: written by summary.py -->\n<!-- end of {name} -->\n'
+      for name in ('choices table', 'closest')))
+  monkeypatch.setattr(cnns_summary, 'HERE', tmp_path)
+  cnns_summary.main([f'--workdir={tmp_path / "runs"}'])
+  text = readme.read_text()
+  assert ('| SimpleCNN | batch_size=64 | 3 | 69.1 ± 0.1 | 63.0 ± 0.0 | 57.0 ± '
+          '0.0 | this is better than the config\'s by 3.0 ± 0.0 points (95% '
+          'interval, 3 paired seeds) | 70.8 / 80.2 | 2 | 16 |') in text
+  assert ('- SimpleCNN: batch_size=64 (3 seeds): validation 69.1 ± 0.1, test '
+          "63.0 ± 0.0, against the study's 70.8.") in text
+  records = json.loads((tmp_path / 'results.json').read_text())
+  assert {r['commit'] for r in records} == {'abc'}
+  logged = [
+      json.loads(line)
+      for line in (tmp_path / 'metrics.jsonl').read_text().splitlines()
+  ]
+  assert logged[0] == {
+      'run': 'simple_cnn_batch64_seed0', 'step': 39, 'validation_accuracy': 0.5
+  } and len(logged) == 6
+
+
+def test_held_out_matches_each_subset_image_to_its_jpeg_or_refuses():
+  jpegs = np.random.default_rng(0).integers(0, 256, (20, 4, 4, 3))
+  noisy = np.clip(jpegs[[7, 3]] + 5, 0, 255)  # JPEG's error is small
+  np.testing.assert_array_equal(held_out.matched(noisy, jpegs), [7, 3])
+  with pytest.raises(SystemExit, match='match no JPEG clearly'):
+    held_out.matched(noisy, np.concatenate([jpegs, jpegs[[7]]]))

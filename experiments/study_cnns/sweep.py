@@ -4,7 +4,7 @@ parameter counts unchanged), each at 30 epochs, chosen on 5,000 validation
 images outside the study's 5,000 (`python -m experiments.held_out`). Prints
 one `vit_jax.main` command per run:
 
-  python -m experiments.small_data.cnn_choices --validation_dir=/tmp/held_out \
+  python -m experiments.study_cnns.sweep --validation_dir=/tmp/held_out \
       | xargs -d '\n' -P 1 -n 1 sh -c
 """
 
@@ -25,7 +25,7 @@ CHOICES = {
 
 
 def main(argv=None):
-  parser = runs.sweep_parser(__doc__, '/tmp/cnn_choices', missing=False)
+  parser = runs.sweep_parser(__doc__, '/tmp/study_cnns', missing=False)
   parser.add_argument(
       '--validation_dir', required=True,
       help='The held-out CIFAR-10 images (experiments.held_out).')
