@@ -217,17 +217,22 @@ def test_the_table_and_the_answer_across_budgets():
   assert best[30]['study'][0] == 'study'
   assert best[300]['small_resnet'][0] == 'study'
   lines = budgets.answer(BUDGETS).splitlines()
+  # Paired by seed, in the words its interval allows; the ViT named for the
+  # CNN that teaches it.
   assert lines[0].startswith(
-      "- 30 epochs: the ViT's best, `study+distillation`, 62.0 ± 2.0 (n=3), "
-      'against SmallResNet `study`, 68.0 ± 1.0 (n=3): -6.0 points')
+      "- 30 epochs: the ViT's best, `study+distillation` (a ViT distilled from "
+      'the SimpleCNN), 62.0 ± 2.0 (n=3), against SmallResNet `study`, 68.0 ± '
+      '1.0 (n=3): SmallResNet is better than the ViT by 6.0 ± 4.3 points (95% '
+      'interval, 3 paired seeds);')
   # Its cost counts the teacher it learns from (no 300-epoch teacher ran).
   assert lines[0].endswith(
       'wall minutes per seed: 10 for the ViT, 10 for the SimpleCNN `study` '
       'it learns from (this 2-core CPU unless a GPU is named).')
   assert 'wall minutes per seed: 10 for the ViT (this' in lines[1]
-  assert '+1.0 points' in lines[1]
-  assert lines[-1] == ('A pure ViT matches the best CNN, over three seeds, '
-                       'at 300 epochs.')
+  assert ('the ViT and SmallResNet are indistinguishable within ±4.3 points '
+          '(+1.0; 95% interval, 3 paired seeds)') in lines[1]
+  assert lines[-1].startswith('Every number here is chosen on the 1,000 test '
+                              'images it is reported on')
 
 
 def test_the_figures_draw_whole_at_any_number_of_vit_rows(tmp_path):
