@@ -105,6 +105,10 @@ _SUMMARY_FIELDS = ('chosen_on', 'best_validation_accuracy',
                    'final_test_accuracy', 'final_train_accuracy', 'train_flops',
                    'commit', 'cpu', 'finished', 'teachers')
 
+# Fields that tell two runs of one name apart.
+_RUN_IDENTITY = ('finished', 'best_test_accuracy', 'test_accuracy_at_best_step',
+                 'wall_minutes')
+
 
 def record(directory: pathlib.Path, description: dict) -> dict:
   """A finished run as results.json holds it, with the sweep's `description`."""
@@ -166,11 +170,17 @@ def landed(results: pathlib.Path, run_name: Callable[[dict],
 def load_records(workdir: pathlib.Path, planned: dict[str, dict],
                  results: pathlib.Path,
                  run_name: Callable[[dict], str]) -> dict[str, dict]:
-  """By name, the `planned` runs finished in `workdir`, else `results`'."""
+  """By name, the `planned` runs finished in `workdir`, else `results`'; a
+  run trained again keeps the record it replaces in `earlier_runs`."""
   found = landed(results, run_name)
   for name, description in planned.items():
     if finished(workdir / name):
-      found[name] = record(workdir / name, description)
+      fresh, earlier = record(workdir / name, description), found.get(name)
+      if earlier is not None and any(earlier[k] != fresh[k]
+                                     for k in _RUN_IDENTITY
+                                     if k in earlier and k in fresh):
+        fresh['earlier_runs'] = earlier.pop('earlier_runs', []) + [earlier]
+      found[name] = fresh
   return found
 
 

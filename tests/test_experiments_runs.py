@@ -42,6 +42,16 @@ def test_records_of_the_planned_finished_runs(tmp_path):
       'wall_minutes': 16.5, 'device': 'cpu'
   }
   assert records['c']['device'] == 'NVIDIA H100 80GB HBM3'
+  # Trained again, a run's record keeps the one it replaces.
+  results.write_text(json.dumps([records['b']]))
+  assert 'earlier_runs' not in runs.load_records(tmp_path, planned, results,
+                                                 lambda r: 'b')['b']
+  (tmp_path / 'b' / 'summary.json').write_text(
+      json.dumps({'best_test_accuracy': 0.6, 'epochs': 30,
+                  'train_seconds': 60}))
+  again = runs.load_records(tmp_path, planned, results, lambda r: 'b')['b']
+  assert again['best_test_accuracy'] == 0.6
+  assert again['earlier_runs'] == [records['b']]
   results.write_text('[{"name": "a", "se')  # cut off mid-write
   with pytest.raises(
       SystemExit, match=r'^error: .*results.json is not JSON '
