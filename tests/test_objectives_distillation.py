@@ -19,9 +19,12 @@ from tests.helpers import tiny_config
 from tests.test_models_vit import _softmax
 from vit_jax import models
 from vit_jax.checkpoints import reading
+from vit_jax.data import preprocess
+from vit_jax.errors import ConfigError
 from vit_jax.objectives import distillation
 from vit_jax.objectives import losses
 from vit_jax.runtime import sharding
+from vit_jax.training import evaluation
 from vit_jax.training import flops
 from vit_jax.training import train
 
@@ -90,6 +93,20 @@ def test_a_distilled_run_trains_and_evaluates(trained_cnn_run, tmp_path):
           reading.load_run(tmp_path / 'student').variables, 32) +
       flops.forward_flops_per_image(models.from_config(teacher_run.config, 10),
                                     teacher_run.variables, 32))
+  # Its class head alone, as evaluate reads it with --class_head.
+  student_run = reading.load_run(tmp_path / 'student')
+  images, labels = random_cifar(16, 10, seed=3)  # its test split
+  _, out = student.apply(
+      student_run.variables,
+      preprocess.eval_input(images, image_size=32,
+                            mean=student_run.config.pixel_mean,
+                            std=student_run.config.pixel_std), train=False,
+      return_out=True)
+  evaluated = evaluation.evaluate(tmp_path / 'student', class_head=True)
+  assert evaluated['head'] == 'class' and evaluated['top1'] == pytest.approx(
+      float(np.mean(np.argmax(out['class_logits'], -1) == labels)), abs=1e-6)
+  with pytest.raises(ConfigError, match='has one head'):
+    evaluation.evaluate(teacher_workdir, class_head=True)
   # The student's summary names its teacher's run and what it achieved.
   teacher = json.loads((teacher_workdir / 'summary.json').read_text())
   assert summary['teachers'] == {

@@ -56,6 +56,9 @@ _RELEASED_PREPROCESSING = flags.DEFINE_bool(
 _SPLIT = flags.DEFINE_enum(
     'split', 'test', ['test', 'validation'],
     'The split to evaluate: validation needs config.validation_examples.')
+_CLASS_HEAD = flags.DEFINE_bool(
+    'class_head', False, "A distilled ViT's class head alone, not the "
+    'average of its two heads that it predicts with.')
 _CPU_DEVICES = command.define_cpu_devices()
 flags.adopt_module_key_flags(job)
 flags.mark_flag_as_required('checkpoint')
@@ -72,7 +75,7 @@ def main(argv):
         _CHECKPOINT.value, config=config, model_name=_MODEL.value,
         step=_STEP.value, data_dir=_DATA_DIR.value,
         released_preprocessing=_RELEASED_PREPROCESSING.value,
-        split=_SPLIT.value)
+        split=_SPLIT.value, class_head=_CLASS_HEAD.value)
     if jax.process_index() == 0:
       print(f'top-1 {100 * result["top1"]:.2f}%, top-5 '
             f'{100 * result["top5"]:.2f}%, loss {result["loss"]:.4f} over '

@@ -58,8 +58,10 @@ def _config_for(loaded: reading.Loaded, config, source, data_dir,
 
 
 def evaluate(source, *, config=None, model_name=None, step=None, data_dir=None,
-             released_preprocessing=False, split='test') -> dict:
-  """Loss, top-1 and top-5 of `source` on `config`'s (or its own) `split`."""
+             released_preprocessing=False, split='test',
+             class_head=False) -> dict:
+  """Loss, top-1 and top-5 of `source` on `config`'s (or its own) `split`;
+  `class_head`: a distilled ViT's class head alone, not its heads' average."""
   loaded = reading.load(source, model_name=model_name, step=step)
   config = _config_for(loaded, config, source, data_dir, released_preprocessing)
   config_schema.validate(config, jax.device_count(), training=False)
@@ -77,9 +79,16 @@ def evaluate(source, *, config=None, model_name=None, step=None, data_dir=None,
   replicated = sharding.replicated(mesh)
   variables = jax.tree.map(lambda x: sharding.replicate(x, replicated),
                            jax.device_get(loaded.variables))
-  state = steps.TrainState.create(
-      apply_fn=model.apply, params=variables['params'], tx=optax.identity(),
-      batch_stats=variables.get('batch_stats'))
+  apply = model.apply
+  if class_head:
+    if not getattr(model, 'distillation_token', False):
+      raise ConfigError(f'{source} has one head: --class_head reads the class '
+                        'head of a distilled ViT alone.')
+    apply = lambda variables, images, train: model.apply(
+        variables, images, train=train, return_out=True)[1]['class_logits']
+  state = steps.TrainState.create(apply_fn=apply, params=variables['params'],
+                                  tx=optax.identity(),
+                                  batch_stats=variables.get('batch_stats'))
   eval_step = steps.compile_eval(config, inputs, state)
   described = {'checkpoint': str(source), 'format': loaded.kind}
   if loaded.step is not None:
@@ -95,5 +104,6 @@ def evaluate(source, *, config=None, model_name=None, step=None, data_dir=None,
   return {
       'top1': results['accuracy'], 'top5': results['top5_accuracy'],
       'loss': results['loss'], 'examples': results['count'], 'split': split,
+      'head': 'class' if class_head else 'model',
       **described, 'dataset': config.dataset, 'image_size': config.image_size
   }
