@@ -5,6 +5,7 @@ import jax
 import jax.numpy as jnp
 
 from vit_jax.models import create_model
+from vit_jax.models import masked_autoencoder
 from vit_jax.training import flops
 
 
@@ -38,6 +39,17 @@ def test_vit_tiny_forward_flops_match_the_analytic_count():
   variables = jax.eval_shape(lambda: scanned.init(jax.random.key(
       0), jnp.zeros((1, 32, 32, 3)), train=False))
   assert flops.forward_flops_per_image(scanned, variables, 32) == expected
+  # As training runs it, a masked autoencoder encodes a quarter of the
+  # patches (16 of 64, and the class token), and its decoder embeds those.
+  mae = masked_autoencoder.MaskedAutoencoder(model, 0.75, 1, 32)
+  variables = jax.eval_shape(lambda: mae.init(jax.random.key(
+      0), jnp.zeros((1, 32, 32, 3)), train=False))
+  evaluated, trained = (flops.forward_flops_per_image(mae, variables, 32,
+                                                      train=train)
+                        for train in (False, True))
+  encoder = lambda tokens: 6 * (2 * tokens * hidden * (4 * hidden + 2 * mlp) + 4
+                                * tokens * tokens * hidden)
+  assert evaluated - trained == encoder(65) - encoder(17) + 2 * 48 * hidden * 32
 
 
 def test_peaks_are_known_for_accelerators_and_not_for_cpus():

@@ -62,12 +62,16 @@ def matmul_flops(jaxpr) -> int:
   return total
 
 
-def forward_flops_per_image(model, variables, image_size: int) -> int:
-  """Matmul FLOPs of one image's forward pass; `variables` may be shapes. A
-  ViT counts on einsum attention, whose matmuls a fused kernel hides."""
+def forward_flops_per_image(model, variables, image_size: int,
+                            train: bool = False) -> int:
+  """Matmul FLOPs of one image's forward pass (`train`: as training runs it,
+  e.g. a masked autoencoder encoding a quarter of the patches); `variables`
+  may be shapes. A ViT counts on einsum attention, whose matmuls a fused
+  kernel hides."""
   if getattr(model, 'attention', 'einsum') != 'einsum':
     model = model.clone(attention='einsum')
   images = jax.ShapeDtypeStruct((1, image_size, image_size, 3), jnp.float32)
-  jaxpr = jax.make_jaxpr(lambda v, x: model.apply(v, x, train=False))(variables,
-                                                                      images)
+  jaxpr = jax.make_jaxpr(lambda v, x: model.apply(
+      v, x, train=train, rngs={'dropout': jax.random.key(0)}, mutable=
+      ['batch_stats']))(variables, images)
   return matmul_flops(jaxpr.jaxpr)

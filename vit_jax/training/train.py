@@ -173,7 +173,7 @@ def _train_and_evaluate(config, workdir: pathlib.Path,
   flops_per_image = 3 * flops.forward_flops_per_image(
       model,
       models.model_variables(state_shapes.params, state_shapes.batch_stats),
-      config.image_size) + sum(
+      config.image_size, train=True) + sum(
           flops.forward_flops_per_image(module, variables, config.image_size)
           for module, variables in teachers)
   throughput = progress.Throughput(step, config.batch_size, flops_per_image,
