@@ -1,8 +1,11 @@
 """experiments/data_efficiency: recipes, the sweep's stages, the summary."""
 
 import functools
+import json
 import shlex
 import warnings
+
+import pytest
 
 from configs import cifar_small
 from configs import data_efficient
@@ -11,6 +14,7 @@ from experiments.data_efficiency import budgets
 from experiments.data_efficiency import recipes
 from experiments.data_efficiency import summary
 from experiments.data_efficiency import sweep
+from experiments.headline import sweep as headline
 from vit_jax import config_schema
 from vit_jax import models
 
@@ -259,3 +263,36 @@ def test_labels_read_alone_when_the_previous_step_is_not_shown():
   assert recipes.label(
       'study+distillation+mimetic',
       ['study+distillation']) == ('study + distillation + mimetic')
+
+
+def test_the_headline_sweep_holds_out_validation_and_matches_the_chains_flops(
+    tmp_path, capsys):
+  headline.main([
+      '--validation_dir=/v', f'--workdir={tmp_path}', '--stage=1', '--seeds=0,1'
+  ])
+  first = capsys.readouterr().out.splitlines()
+  assert len(first) == 4  # a teacher and a pre-training per seed
+  headline.main([
+      '--validation_dir=/v', f'--workdir={tmp_path}', '--stage=2', '--seeds=0'
+  ])
+  second = capsys.readouterr().out.splitlines()
+  assert all('--config.validation_examples=5000' in line and
+             '--config.validation_dir=/v' in line for line in first + second)
+  assert ['distillation_teacher' in line for line in second] == [True, False]
+  with pytest.raises(SystemExit, match='run stages 1 and 2 first'):
+    headline.main([
+        '--validation_dir=/v', f'--workdir={tmp_path}', '--stage=3', '--seeds=0'
+    ])
+  for flops, run in zip((2e15, 6e15, 3e15),
+                        (recipes.run_name('small_resnet',
+                                          ('trivial_augment',), 100, 0),
+                         recipes.run_name('vit', ('mae_pretraining',), 300, 0),
+                         recipes.run_name('vit', headline.VIT, 100, 0))):
+    (tmp_path / run).mkdir()
+    (tmp_path / run / 'summary.json').write_text(
+        json.dumps({'train_flops': flops}))
+  headline.main([
+      '--validation_dir=/v', f'--workdir={tmp_path}', '--stage=3', '--seeds=0'
+  ])
+  # The chain's 11e15 FLOPs at the CNN's 2e13 an epoch.
+  assert '--config.num_epochs=550 ' in capsys.readouterr().out
