@@ -56,7 +56,9 @@ def test_a_number_out_of_its_fields_range_is_named():
       ('learning_rate', float('inf'), 'learning_rate=inf must be a finite'),
       ('grad_clip_norm', float('inf'), 'grad_clip_norm=inf must be a finite'),
       ('weight_decay', float('nan'), 'weight_decay=nan must be a finite'),
-      ('adam_b2', 1.0, r'adam_b2=1.0 must be in \[0, 1\)')):
+      ('adam_b2', 1.0, r'adam_b2=1.0 must be in \[0, 1\)'),
+      ('validation_dir', '/v', 'validation_examples=0 holds none out: set how '
+       'many, e.g. --config.validation_examples=5000')):
     with pytest.raises(ConfigError, match=message):
       config_schema.validate(tiny_config('', **{field: value}), 1)
 

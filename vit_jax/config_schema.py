@@ -294,6 +294,11 @@ def validate(config: ml_collections.ConfigDict, num_devices: int,
     raise ConfigError('Set config.total_steps or config.num_epochs: the run '
                       'has no length.')
   _check_teachers(config)
+  if config.validation_dir and not config.validation_examples:
+    raise ConfigError(
+        f'config.validation_dir={config.validation_dir} holds validation '
+        'examples, but config.validation_examples=0 holds none out: set how '
+        'many, e.g. --config.validation_examples=5000.')
   if config.fsdp != -1 and (config.fsdp < 1 or num_devices % config.fsdp):
     raise ConfigError(
         f'config.fsdp={config.fsdp} does not divide the {num_devices} '
