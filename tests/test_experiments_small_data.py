@@ -112,7 +112,7 @@ def test_the_summaries_read_the_workdirs_into_their_tables(
 def test_the_study_cnns_choices_are_chosen_and_compared_on_validation(
     tmp_path, monkeypatch):
   """Paired by seed, in words the interval allows; each run's records land
-  in metrics.jsonl; the choice nearest the study is picked on validation."""
+  in metrics.jsonl; the choice nearest the study is picked on its measure."""
   for choice, shift in (('simple_cnn', 0.0), ('simple_cnn_batch64', 0.03)):
     for seed in (0, 1, 2):
       directory = tmp_path / 'runs' / f'{choice}_seed{seed}'

@@ -517,6 +517,7 @@ def test_readers_skip_a_damaged_newest_checkpoint_and_refuse_a_run_without_one(
   assert not (run.tmp_path / 'finetuned').exists()
 
 
+@pytest.mark.slow  # 27 s
 def test_a_reader_of_a_live_run_never_calls_a_rotated_checkpoint_damaged(
     run, caplog):
   """A run saving every step and keeping one checkpoint, deleting each as

@@ -6,6 +6,7 @@ import pathlib
 import warnings
 
 import jax
+import pytest
 
 from tests.helpers import cifar10_files
 from tests.helpers import history
@@ -38,6 +39,7 @@ def _compiled_line(log: pathlib.Path) -> str:
               if 'Compiled the train and eval steps' in line)
 
 
+@pytest.mark.slow  # 34 s: four runs in processes of their own
 def test_runs_share_a_cache_and_a_rerun_compiles_from_it(tmp_path):
   """Two runs of one config at once fill one fresh cache; the train step's
   entry truncated (a run killed while writing it), a third loads the eval

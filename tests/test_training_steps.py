@@ -226,6 +226,7 @@ print(json.dumps(results))
 '''
 
 
+@pytest.mark.slow  # 27 s
 def test_fsdp_step_equals_the_data_parallel_step_on_8_devices(tmp_path):
   # The study's ViT cut to 1 block, two train steps from the same start on 8
   # host devices: parameters replicated, then split over an fsdp axis of 8.

@@ -359,6 +359,7 @@ def _train_in_two_processes(data_dir, workdir, tmp_path, **overrides):
   return [log.read_text() for log in logs]
 
 
+@pytest.mark.slow  # 46 s; the default run keeps test_runtime_peer_watch's
 def test_two_processes_give_the_two_device_loss_and_one_set_of_files(
     trained_vit_run, tmp_path):
   """2 processes x 1 CPU device (gloo collectives) train as 1 process x 2
