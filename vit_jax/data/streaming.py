@@ -55,8 +55,8 @@ class StreamingInput(input_lib.Input):
     logging.info(
         'Streaming %d train / %s examples; this process reads '
         'rows %d:%d of every training batch of %d.', self.train_size,
-        self.eval_sizes, self._train_rows.start, self._train_rows.stop,
-        config.batch_size)
+        ' / '.join(f'{n} {split}' for split, n in self.eval_sizes.items()),
+        self._train_rows.start, self._train_rows.stop, config.batch_size)
 
   def fingerprint(self) -> list[np.ndarray]:
     """The split sizes, each split's first example and the shuffle."""
