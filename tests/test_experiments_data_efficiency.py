@@ -265,34 +265,46 @@ def test_labels_read_alone_when_the_previous_step_is_not_shown():
       ['study+distillation']) == ('study + distillation + mimetic')
 
 
-def test_the_headline_sweep_holds_out_validation_and_matches_the_chains_flops(
+def test_the_headline_sweep_chooses_on_validation_and_matches_the_chains_flops(
     tmp_path, capsys):
   headline.main([
       '--validation_dir=/v', f'--workdir={tmp_path}', '--stage=1', '--seeds=0,1'
   ])
   first = capsys.readouterr().out.splitlines()
-  assert len(first) == 4  # a teacher and a pre-training per seed
+  assert len(first) == 6  # a teacher and two pre-trainings per seed
   headline.main([
       '--validation_dir=/v', f'--workdir={tmp_path}', '--stage=2', '--seeds=0'
   ])
   second = capsys.readouterr().out.splitlines()
   assert all('--config.validation_examples=5000' in line and
              '--config.validation_dir=/v' in line for line in first + second)
-  assert ['distillation_teacher' in line for line in second] == [True, False]
+  assert ['distillation_teacher' in line
+          for line in second] == [True, True, True, False]
   with pytest.raises(SystemExit, match='run stages 1 and 2 first'):
     headline.main([
         '--validation_dir=/v', f'--workdir={tmp_path}', '--stage=3', '--seeds=0'
     ])
-  for flops, run in zip((2e15, 6e15, 3e15),
-                        (recipes.run_name('small_resnet',
-                                          ('trivial_augment',), 100, 0),
-                         recipes.run_name('vit', ('mae_pretraining',), 300, 0),
-                         recipes.run_name('vit', headline.VIT, 100, 0))):
-    (tmp_path / run).mkdir()
-    (tmp_path / run / 'summary.json').write_text(
-        json.dumps({'train_flops': flops}))
+  # The ViT fine-tuned from the 300-epoch pre-training and the SmallResNet
+  # are best on validation.
+  finished = [(('small_resnet', ('trivial_augment',), 100), 0.75, 2e15),
+              (('simple_cnn', ('trivial_augment',), 100), 0.70, 1e15),
+              (('vit', ('mae_pretraining',), 300), 0.4, 6e15),
+              (('vit', ('mae_pretraining',), 100), 0.3, 2e15),
+              *((('vit', ingredients, 100), 0.74 + 0.01 * (i == 2), 3e15)
+                for i, ingredients in enumerate(headline.VITS)),]
+  for (model, ingredients, epochs), accuracy, flops in finished:
+    run = tmp_path / recipes.run_name(model, ingredients, epochs, 0)
+    run.mkdir()
+    (run / 'summary.json').write_text(
+        json.dumps({'best_validation_accuracy': accuracy,
+                    'train_flops': flops}))
   headline.main([
       '--validation_dir=/v', f'--workdir={tmp_path}', '--stage=3', '--seeds=0'
   ])
-  # The chain's 11e15 FLOPs at the CNN's 2e13 an epoch.
-  assert '--config.num_epochs=550 ' in capsys.readouterr().out
+  third = capsys.readouterr().out.splitlines()
+  # The chain's 11e15 FLOPs at the CNN's 2e13 an epoch; the chosen ViT
+  # recipe without what the CNN teaches.
+  assert '/small_resnet_study+trivial_augment_e550_seed0 ' in third[0]
+  assert '--config.num_epochs=550 ' in third[0]
+  assert '/vit_study+trivial_augment+long_mae_e100_seed0 ' in third[1]
+  assert 'teacher' not in third[1]

@@ -1,11 +1,11 @@
-r"""The headline under the protocol: the best 100-epoch ViT recipe (distilled
-from and guided by the SmallResNet, fine-tuned from a 300-epoch MAE
-pre-training) against the SmallResNet it learns from, 5 seeds each, and two
-controls: the same ViT recipe with no CNN anywhere, and the SmallResNet
-trained for as many FLOPs as the ViT's whole chain (pre-training, teacher,
-fine-tuning: stage 3 reads them from stage 2's summaries). Every run holds
-out 5,000 validation images (`python -m experiments.held_out`) and is chosen
-on them. One `vit_jax.main` command per run:
+r"""The headline under the protocol: the best 100-epoch ViT recipe against
+the best CNN recipe, each chosen on validation among data_efficiency's top
+rows, 5 seeds each, and two controls: the best ViT recipe with no CNN
+anywhere, and the chosen CNN trained for as many FLOPs as the chosen ViT's
+whole chain (pre-training, teacher, fine-tuning: stage 3 chooses and reads
+them from the summaries). Every run holds out 5,000 validation images
+(`python -m experiments.held_out`) and picks its epoch on them. One
+`vit_jax.main` command per run:
 
   for stage in 1 2 3; do
     python -m experiments.headline.sweep --validation_dir=/tmp/held_out \
@@ -21,45 +21,57 @@ from experiments.data_efficiency import recipes as r
 from experiments.data_efficiency import sweep as data_efficiency
 
 EPOCHS = 100
-VIT = r.BEST + ('trivial_augment', 'resnet_teacher', 'long_mae')
-NO_CNN = ('trivial_augment', 'long_mae')
-CNN = r.TEACHERS['resnet_teacher']  # (model, ingredients)
+# Candidates: data_efficiency's top rows at 100 epochs (ranked there on the
+# test split); the summary and stage 3 choose among them on validation.
+VITS = [
+    data_efficiency.BEST_TA + extra for extra in ((), ('mae',), ('long_mae',))
+]
+CNNS = [r.TEACHERS['resnet_teacher'], ('simple_cnn', ('trivial_augment',))]
+# What a CNN teaches a ViT recipe: gone from the no-CNN control.
+_FROM_A_CNN = ('distillation', 'locality_guidance', 'resnet_teacher')
 
 
 def stage_runs(stage: int, seeds: list[int]) -> list[tuple]:
-  """(model, ingredients, epochs, seed) of a stage's runs; stage 3's epochs
-  are filled in by `flops_matched`."""
-  if stage == 3:
-    return [(*CNN, None, seed) for seed in seeds]
-  rows = [(('vit', VIT), seed) for seed in seeds] + [(('vit', NO_CNN), seed)
-                                                     for seed in seeds]
+  """(model, ingredients, epochs, seed) of stage 1's runs (those others read)
+  or stage 2's (the rest of the candidates)."""
+  rows = [(('vit', ingredients), seed) for seed in seeds
+          for ingredients in VITS]
+  rows += [(cnn, seed) for seed in seeds for cnn in CNNS]
   read = list(
       dict.fromkeys(
           tuple(source[1:]) for (model, ingredients), seed in rows
           for source in r.source_runs(ingredients, EPOCHS, seed)))
-  if stage == 1:
-    return read
-  return [(model, ingredients, EPOCHS, seed)
-          for (model, ingredients), seed in rows]
+  planned = [(model, ingredients, EPOCHS, seed)
+             for (model, ingredients), seed in rows]
+  return read if stage == 1 else [run for run in planned if run not in read]
 
 
-def flops_matched(workdir: pathlib.Path, seed: int) -> int:
+def _summary(workdir: pathlib.Path, run: tuple) -> dict:
+  path = workdir / r.run_name(*run) / 'summary.json'
+  if not path.exists():
+    sys.exit(f'error: {path} is missing: run stages 1 and 2 first.')
+  return runs.read_json(path)
+
+
+def chosen(workdir: pathlib.Path, rows: list[tuple],
+           seeds: list[int]) -> tuple[str, tuple[str, ...]]:
+  """The (model, ingredients) row with the best validation accuracy, summed
+  over `seeds`."""
+  return max(
+      rows, key=lambda row: sum(
+          _summary(workdir, (*row, EPOCHS, seed))['best_validation_accuracy']
+          for seed in seeds))
+
+
+def flops_matched(workdir: pathlib.Path, vit: tuple[str, ...],
+                  cnn: tuple[str, tuple[str, ...]], seed: int) -> int:
   """The CNN's epochs whose FLOPs equal the ViT chain's of `seed`."""
-  chain = [
-      (model, ingredients, EPOCHS, seed)
-      for model, ingredients in [('vit', VIT)]
-  ] + [tuple(source[1:]) for source in r.source_runs(VIT, EPOCHS, seed)]
-  cnn = (*CNN, EPOCHS, seed)
-  summaries = {}
-  for run in dict.fromkeys(chain + [cnn]):
-    path = workdir / r.run_name(*run) / 'summary.json'
-    if not path.exists():
-      sys.exit(f'error: {path} is missing: run stages 1 and 2 first.')
-    summaries[run] = runs.read_json(path)
-  per_epoch = summaries[cnn]['train_flops'] / EPOCHS
+  chain = dict.fromkeys(
+      [('vit', vit, EPOCHS, seed)] +
+      [tuple(source[1:]) for source in r.source_runs(vit, EPOCHS, seed)])
+  per_epoch = _summary(workdir, (*cnn, EPOCHS, seed))['train_flops'] / EPOCHS
   return round(
-      sum(summaries[run]['train_flops']
-          for run in dict.fromkeys(chain)) / per_epoch)
+      sum(_summary(workdir, run)['train_flops'] for run in chain) / per_epoch)
 
 
 def main(argv=None):
@@ -70,10 +82,15 @@ def main(argv=None):
   parser.add_argument('--stage', type=int, choices=(1, 2, 3), required=True)
   parser.add_argument('--seeds', type=runs.integers, default='0,1,2,3,4')
   args = parser.parse_args(argv)
-  planned = stage_runs(args.stage, args.seeds)
-  if args.stage == 3:
-    planned = [(model, ingredients, flops_matched(args.workdir, seed), seed)
-               for model, ingredients, _, seed in planned]
+  if args.stage == 3:  # the controls of the rows chosen
+    _, vit = chosen(args.workdir, [('vit', v) for v in VITS], args.seeds)
+    cnn = chosen(args.workdir, CNNS, args.seeds)
+    no_cnn = tuple(i for i in vit if i not in _FROM_A_CNN)
+    planned = [(*cnn, flops_matched(args.workdir, vit, cnn, seed), seed)
+               for seed in args.seeds] + [('vit', no_cnn, EPOCHS, seed)
+                                          for seed in args.seeds]
+  else:
+    planned = stage_runs(args.stage, args.seeds)
   validation = {
       'validation_examples': 5000, 'validation_dir': args.validation_dir
   }
