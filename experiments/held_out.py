@@ -45,6 +45,9 @@ def main(argv=None):
                       help='The unpacked JPEG copy (train/<class>/*.jpg).')
   parser.add_argument('--out', type=pathlib.Path, required=True)
   args = parser.parse_args(argv)
+  if not (args.jpeg / 'train').is_dir():
+    sys.exit(f'error: no train/ in --jpeg={args.jpeg}: unpack the JPEG copy '
+             'there first (the commands above).')
   study = cifar.load_cifar('cifar10', args.subset).train
   classes = sorted(p.name for p in (args.jpeg / 'train').iterdir())
   for label, name in enumerate(classes):
