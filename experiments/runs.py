@@ -145,6 +145,8 @@ def compared(name_a: str, a: dict[int, float], name_b: str,
   """`paired` in the words its interval allows: better by X ± Y, or
   indistinguishable within ± Y."""
   mean, half = paired(a, b)
+  if len(a.keys() & b.keys()) < 2:
+    return f'{mean:+.1f} points at one seed: no interval'
   seeds = f'95% interval, {len(a.keys() & b.keys())} paired seeds'
   if abs(mean) <= half:
     return (f'{name_a} and {name_b} are indistinguishable within ±{half:.1f} '

@@ -170,6 +170,8 @@ def test_a_paired_difference_is_said_as_its_interval_allows():
   assert runs.compared('ViT', vit, 'CNN', cnn) == (
       'ViT and CNN are indistinguishable within ±5.2 points (+1.3; 95% '
       'interval, 3 paired seeds)')
+  assert runs.compared('ViT', {0: 0.7}, 'CNN',
+                       {0: 0.68}) == ('+2.0 points at one seed: no interval')
   assert runs.compared('CNN', {0: 0.6, 1: 0.61}, 'ViT', {
       0: 0.7, 1: 0.7
   }) == ('ViT is better than CNN by 9.5 ± 6.4 points (95% interval, 2 paired '

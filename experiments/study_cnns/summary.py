@@ -92,7 +92,7 @@ def closest(records: list[dict]) -> str:
                      for r in item[1]]) - reported))
     lines.append(
         f'- {runs.NAMES[model]}: {_described(sweep.CHOICES[choice][1])} '
-        f'({len(group)} seeds): validation '
+        f'({len(group)} seed{"s" * (len(group) > 1)}): validation '
         f'{runs.mean_std([r["best_validation_accuracy"] for r in group])}, '
         f'test {runs.mean_std([r["test_accuracy_at_best_step"] for r in group])}'
         f', against the study\'s {100 * reported:.1f}.')
