@@ -3,6 +3,7 @@
 import functools
 import json
 import shlex
+import shutil
 import warnings
 
 import pytest
@@ -14,6 +15,7 @@ from experiments.data_efficiency import budgets
 from experiments.data_efficiency import recipes
 from experiments.data_efficiency import summary
 from experiments.data_efficiency import sweep
+from experiments.headline import summary as headline_summary
 from experiments.headline import sweep as headline
 from vit_jax import config_schema
 from vit_jax import models
@@ -265,6 +267,34 @@ def test_labels_read_alone_when_the_previous_step_is_not_shown():
       ['study+distillation']) == ('study + distillation + mimetic')
 
 
+# Stages 1 and 2 of the headline at a seed: (model, ingredients, epochs),
+# validation accuracy, FLOPs. The ViT fine-tuned from the 300-epoch
+# pre-training and the SmallResNet are best on validation.
+_HEADLINE_FINISHED = [
+    (('small_resnet', ('trivial_augment',), 100), 0.75, 2e15),
+    (('simple_cnn', ('trivial_augment',), 100), 0.70, 1e15),
+    (('vit', ('mae_pretraining',), 300), 0.4, 6e15),
+    (('vit', ('mae_pretraining',), 100), 0.3, 2e15),
+    *((('vit', ingredients, 100), 0.74 + 0.01 * (i == 2), 3e15)
+      for i, ingredients in enumerate(headline.VITS)),
+]
+
+
+def _fake_run(workdir, run, validation, flops, test=0.5):
+  """The config.json and summary.json of a finished run of 10 minutes."""
+  model, _, epochs, seed = run
+  directory = workdir / recipes.run_name(*run)
+  directory.mkdir(parents=True)
+  (directory / 'config.json').write_text(
+      json.dumps({'model': cifar_small.MODELS[model][0], 'seed': seed}))
+  (directory / 'summary.json').write_text(
+      json.dumps({
+          'best_validation_accuracy': validation, 'train_flops': flops,
+          'test_accuracy_at_best_step': test, 'epochs': epochs, 'best_step': 9,
+          'train_seconds': 600
+      }))
+
+
 def test_the_headline_sweep_chooses_on_validation_and_matches_the_chains_flops(
     tmp_path, capsys):
   headline.main([
@@ -277,27 +307,17 @@ def test_the_headline_sweep_chooses_on_validation_and_matches_the_chains_flops(
   ])
   second = capsys.readouterr().out.splitlines()
   assert all('--config.validation_examples=5000' in line and
-             '--config.validation_dir=/v' in line for line in first + second)
+             '--config.validation_dir=/v' in line and
+             '--config.keep_best_checkpoint=True' in line
+             for line in first + second)
   assert ['distillation_teacher' in line
           for line in second] == [True, True, True, False]
   with pytest.raises(SystemExit, match='run stages 1 and 2 first'):
     headline.main([
         '--validation_dir=/v', f'--workdir={tmp_path}', '--stage=3', '--seeds=0'
     ])
-  # The ViT fine-tuned from the 300-epoch pre-training and the SmallResNet
-  # are best on validation.
-  finished = [(('small_resnet', ('trivial_augment',), 100), 0.75, 2e15),
-              (('simple_cnn', ('trivial_augment',), 100), 0.70, 1e15),
-              (('vit', ('mae_pretraining',), 300), 0.4, 6e15),
-              (('vit', ('mae_pretraining',), 100), 0.3, 2e15),
-              *((('vit', ingredients, 100), 0.74 + 0.01 * (i == 2), 3e15)
-                for i, ingredients in enumerate(headline.VITS)),]
-  for (model, ingredients, epochs), accuracy, flops in finished:
-    run = tmp_path / recipes.run_name(model, ingredients, epochs, 0)
-    run.mkdir()
-    (run / 'summary.json').write_text(
-        json.dumps({'best_validation_accuracy': accuracy,
-                    'train_flops': flops}))
+  for run, accuracy, flops in _HEADLINE_FINISHED:
+    _fake_run(tmp_path, (*run, 0), accuracy, flops)
   headline.main([
       '--validation_dir=/v', f'--workdir={tmp_path}', '--stage=3', '--seeds=0'
   ])
@@ -308,3 +328,62 @@ def test_the_headline_sweep_chooses_on_validation_and_matches_the_chains_flops(
   assert '--config.num_epochs=550 ' in third[0]
   assert '/vit_study+trivial_augment+long_mae_e100_seed0 ' in third[1]
   assert 'teacher' not in third[1]
+
+
+def test_the_headline_summary_pairs_each_row_with_the_vit_by_seed(
+    tmp_path, capsys):
+  workdir, out = tmp_path / 'runs', tmp_path / 'out'
+  out.mkdir()
+  shutil.copy(headline_summary.HERE / 'README.md', out)
+  # At each seed the ViTs score 0.76, the SmallResNets 0.73, 2 points more
+  # at seed 1: paired differences of exactly 3 points.
+  for seed in (0, 1):
+    for (model, ingredients, epochs), accuracy, flops in _HEADLINE_FINISHED:
+      test = {'vit': 0.76, 'small_resnet': 0.73}.get(model, 0.5) + 0.02 * seed
+      _fake_run(workdir, (model, ingredients, epochs, seed), accuracy, flops,
+                test)
+  argv = [f'--workdir={workdir}', f'--folder={out}', '--seeds=0,1']
+  with pytest.raises(SystemExit, match='^error: 4 of the 4 runs of stage 3 '):
+    headline_summary.main(argv)
+  for model, ingredients, epochs, seed in headline.controls(workdir, [0, 1]):
+    _fake_run(workdir, (model, ingredients, epochs, seed), 0.7,
+              2e13 * epochs if model == 'small_resnet' else 3e15,
+              0.73 + 0.02 * seed)
+  with pytest.raises(
+      SystemExit, match=r'^error: 2 of the 2 runs of stage 4 '
+      r'have no class_head\.json.*run stage 4 of'):
+    headline_summary.main(argv)
+  vit = ('vit', headline.VITS[2], 100)
+  headline.main([
+      '--validation_dir=/v', f'--workdir={workdir}', '--stage=4', '--seeds=0,1'
+  ])
+  fourth = capsys.readouterr().out.splitlines()
+  assert fourth[1].startswith(
+      'python -m vit_jax.evaluate --checkpoint='
+      f'{workdir / recipes.run_name(*vit, 1)}/best_checkpoint --class_head ')
+  for seed in (0, 1):
+    (workdir / recipes.run_name(*vit, seed) / 'class_head.json').write_text(
+        json.dumps({'top1': 0.75 + 0.02 * seed, 'step': 9}))
+  headline_summary.main(argv)
+  readme = (out / 'README.md').read_text()
+  for row in (
+      '| A ViT distilled from and guided by the SmallResNet | '
+      'study+distillation+locality_guidance+trivial_augment+'
+      'resnet_teacher+long_mae | 100 | 2 | 75.0 ± 0.0 | 77.0 ± 1.4 | '
+      '11000 | 30 |',
+      '| The SmallResNet | study+trivial_augment | 100 | 2 | 75.0 ± 0.0 '
+      '| 74.0 ± 1.4 | 2000 | 10 |',
+      '| A pure ViT | study+trivial_augment+long_mae | 100 | 2 | 70.0 ± '
+      '0.0 | 74.0 ± 1.4 | 9000 | 20 |',
+      "| The SmallResNet at the ViT chain's FLOPs | "
+      'study+trivial_augment | 550 | 2 | 70.0 ± 0.0 | 74.0 ± 1.4 | '
+      '11000 | 10 |', "| The first row's class head alone |"):
+    assert row in readme
+  assert ('- The headline: a ViT distilled from and guided by the SmallResNet '
+          'is better than the SmallResNet by 3.0 ± 0.0 points (95% interval, 2 '
+          'paired seeds).') in readme
+  assert ('- What the class head alone predicts: the average of its two heads '
+          'is better than its class head alone by 1.0 ± 0.0 points') in readme
+  records = json.loads((out / 'results.json').read_text())
+  assert len(records) == 18
+  assert sum('class_head' in r for r in records) == 2

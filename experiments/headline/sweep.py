@@ -5,15 +5,17 @@ anywhere, and the chosen CNN trained for as many FLOPs as the chosen ViT's
 whole chain (pre-training, teacher, fine-tuning: stage 3 chooses and reads
 them from the summaries). Every run holds out 5,000 validation images
 (`python -m experiments.held_out`) and picks its epoch on them. One
-`vit_jax.main` command per run:
+`vit_jax.main` command per run; stage 4's commands evaluate the chosen ViT's
+class head alone at its best epoch, into each seed's `class_head.json`:
 
-  for stage in 1 2 3; do
+  for stage in 1 2 3 4; do
     python -m experiments.headline.sweep --validation_dir=/tmp/held_out \
         --stage=$stage | xargs -d '\n' -P 1 -n 1 sh -c
   done
 """
 
 import pathlib
+import shlex
 import sys
 
 from experiments import runs
@@ -63,15 +65,50 @@ def chosen(workdir: pathlib.Path, rows: list[tuple],
           for seed in seeds))
 
 
+def chain(vit: tuple[str, ...], seed: int) -> list[tuple]:
+  """The runs that train the ViT recipe `vit` at `seed`: those it reads, then
+  its own."""
+  return list(
+      dict.fromkeys(
+          [tuple(source[1:]) for source in r.source_runs(vit, EPOCHS, seed)] +
+          [('vit', vit, EPOCHS, seed)]))
+
+
 def flops_matched(workdir: pathlib.Path, vit: tuple[str, ...],
                   cnn: tuple[str, tuple[str, ...]], seed: int) -> int:
   """The CNN's epochs whose FLOPs equal the ViT chain's of `seed`."""
-  chain = dict.fromkeys(
-      [('vit', vit, EPOCHS, seed)] +
-      [tuple(source[1:]) for source in r.source_runs(vit, EPOCHS, seed)])
   per_epoch = _summary(workdir, (*cnn, EPOCHS, seed))['train_flops'] / EPOCHS
   return round(
-      sum(_summary(workdir, run)['train_flops'] for run in chain) / per_epoch)
+      sum(_summary(workdir, run)['train_flops']
+          for run in chain(vit, seed)) / per_epoch)
+
+
+def choices(workdir: pathlib.Path, seeds: list[int]) -> tuple:
+  """The ViT recipe and the CNN (model, recipe) chosen on validation, and
+  the ViT recipe without what a CNN teaches it."""
+  _, vit = chosen(workdir, [('vit', v) for v in VITS], seeds)
+  cnn = chosen(workdir, CNNS, seeds)
+  return vit, cnn, tuple(i for i in vit if i not in _FROM_A_CNN)
+
+
+def controls(workdir: pathlib.Path, seeds: list[int]) -> list[tuple]:
+  """Stage 3's runs: the FLOPs-matched CNN's seeds, then the no-CNN ViT's."""
+  vit, cnn, no_cnn = choices(workdir, seeds)
+  return [(*cnn, flops_matched(workdir, vit, cnn, seed), seed)
+          for seed in seeds] + [('vit', no_cnn, EPOCHS, seed) for seed in seeds]
+
+
+def class_head_command(run: pathlib.Path) -> str:
+  """Evaluates the class head of `run` at its best checkpoint into
+  `run/class_head.json`, which a failed evaluation leaves absent."""
+  evaluate = shlex.join([
+      'python', '-m', 'vit_jax.evaluate',
+      f'--checkpoint={run / "best_checkpoint"}', '--class_head', '--split=test'
+  ])
+  out, json_file = (shlex.quote(str(run / name))
+                    for name in ('class_head.out', 'class_head.json'))
+  return (f'{evaluate} > {out} && tail -n 1 {out} > {json_file}.tmp && '
+          f'mv {json_file}.tmp {json_file}')
 
 
 def main(argv=None):
@@ -79,27 +116,30 @@ def main(argv=None):
   parser.add_argument(
       '--validation_dir', required=True,
       help='The held-out CIFAR-10 images (experiments.held_out).')
-  parser.add_argument('--stage', type=int, choices=(1, 2, 3), required=True)
+  parser.add_argument('--stage', type=int, choices=(1, 2, 3, 4), required=True)
   parser.add_argument('--seeds', type=runs.integers, default='0,1,2,3,4')
   args = parser.parse_args(argv)
-  if args.stage == 3:  # the controls of the rows chosen
-    _, vit = chosen(args.workdir, [('vit', v) for v in VITS], args.seeds)
-    cnn = chosen(args.workdir, CNNS, args.seeds)
-    no_cnn = tuple(i for i in vit if i not in _FROM_A_CNN)
-    planned = [(*cnn, flops_matched(args.workdir, vit, cnn, seed), seed)
-               for seed in args.seeds] + [('vit', no_cnn, EPOCHS, seed)
-                                          for seed in args.seeds]
-  else:
-    planned = stage_runs(args.stage, args.seeds)
-  validation = {
-      'validation_examples': 5000, 'validation_dir': args.validation_dir
+  if args.stage == 4:
+    vit, _, _ = choices(args.workdir, args.seeds)
+    runs.emit([
+        class_head_command(args.workdir / r.run_name('vit', vit, EPOCHS, seed))
+        for seed in args.seeds
+    ], args.slurm)
+    return
+  planned = (controls(args.workdir, args.seeds)
+             if args.stage == 3 else stage_runs(args.stage, args.seeds))
+  # Every run keeps its best state on validation: stage 4 evaluates the
+  # chosen ViT's there.
+  held_out = {
+      'validation_examples': 5000, 'validation_dir': args.validation_dir,
+      'keep_best_checkpoint': True
   }
   runs.emit([
       runs.command(
           args.workdir / r.run_name(*run),
           f'configs/data_efficient.py:{run[0]}', {
               **data_efficiency.overrides(args.workdir, args.data_dir, *run),
-              **validation
+              **held_out
           }) for run in planned
   ], args.slurm)
 

@@ -1,0 +1,163 @@
+r"""The headline under the protocol, from the workdirs of the sweep's four
+stages:
+
+  python -m experiments.headline.summary --workdir=/tmp/headline
+
+writes results.json (every run's record; the chosen ViT's with its class
+head's test accuracy) and the README's table and comparisons here.
+"""
+
+import pathlib
+import sys
+
+import numpy as np
+
+from experiments import runs
+from experiments.data_efficiency import recipes as r
+from experiments.headline import sweep
+
+HERE = pathlib.Path(__file__).resolve().parent
+# What a ViT recipe learns from its CNN, in words.
+_LEARNS = (('distillation', 'distilled from'), ('locality_guidance',
+                                                'guided by'))
+
+
+def described(model: str, ingredients: tuple[str, ...]) -> str:
+  """A row's model for what it is: a ViT by what its CNN teaches it."""
+  if model != 'vit':
+    return f'the {runs.NAMES[model]}'
+  learns = [words for name, words in _LEARNS if name in ingredients]
+  if not learns:
+    return 'a pure ViT'
+  return (f'a ViT {" and ".join(learns)} the '
+          f'{runs.NAMES[r.teacher(ingredients)[0]]}')
+
+
+def _require(workdir: pathlib.Path, stage: int, planned: list[tuple],
+             file: str = 'summary.json'):
+  missing = [
+      run for run in planned
+      if not (workdir / r.run_name(*run) / file).exists()
+  ]
+  if missing:
+    sys.exit(f'error: {len(missing)} of the {len(planned)} runs of stage '
+             f'{stage} have no {file} in {workdir} (one: '
+             f'{r.run_name(*missing[0])}): run stage {stage} of '
+             'experiments.headline.sweep first.')
+
+
+def _chained(by_name: dict[str, dict], record: dict) -> dict:
+  """`record` with the FLOPs and minutes of what trains it: a ViT's chain."""
+  if record['model'] != 'vit':
+    return record
+  chain = [
+      by_name[r.run_name(*run)]
+      for run in sweep.chain(r.ingredients_of(record['recipe']), record['seed'])
+  ]
+  return {
+      **record, 'train_flops': sum(x['train_flops'] for x in chain),
+      'wall_minutes': sum(x['wall_minutes'] for x in chain)
+  }
+
+
+def table(rows: dict[str, list[dict]], names: dict[str, str]) -> str:
+  """A row per group of seeds; a ViT's FLOPs and minutes are its chain's."""
+  return runs.markdown_table([
+      'Model', 'Recipe', 'Epochs', 'Seeds', 'Validation acc at best (%)',
+      'Test acc there (%)', 'Training TFLOPs', 'Wall time (min)'
+  ], [[
+      names[row][0].upper() + names[row][1:], group[0]['recipe'], '/'.join(
+          map(str, sorted({x['epochs'] for x in group}))),
+      len(group), '' if row == 'class_head' else runs.mean_std(
+          [x['best_validation_accuracy'] for x in group]),
+      runs.mean_std([x['test_accuracy_at_best_step'] for x in group]),
+      f'{np.mean([x["train_flops"] for x in group]) / 1e12:.0f}',
+      runs.wall_time_cell(group)
+  ] for row, group in rows.items()])
+
+
+def comparisons(rows: dict[str, list[dict]], names: dict[str, str]) -> str:
+  """The paired per-seed differences of test accuracy at the best epoch."""
+  test = {
+      row: {x['seed']: x['test_accuracy_at_best_step'] for x in group}
+      for row, group in rows.items()
+  }
+  pairs = [('The headline', 'vit', 'cnn'),
+           ('Without a CNN', 'no_cnn_vit', 'cnn'),
+           ('What the CNN contributes', 'vit', 'no_cnn_vit'),
+           ('What the compute buys', 'vit', 'flops_matched_cnn'),
+           ('What the class head alone predicts', 'class_head', 'two_heads')]
+  names = {
+      **names, 'class_head': 'its class head alone',
+      'two_heads': 'the average of its two heads'
+  }
+  test['two_heads'] = test['vit']
+  return '\n'.join(
+      f'- {title}: {runs.compared(names[a], test[a], names[b], test[b])}.'
+      for title, a, b in pairs)
+
+
+def _class_head(workdir: pathlib.Path, run: tuple) -> dict:
+  """Stage 4's evaluation of `run`, which must be of its best step."""
+  directory = workdir / r.run_name(*run)
+  evaluated = runs.read_json(directory / 'class_head.json')
+  best = runs.read_json(directory / 'summary.json')['best_step']
+  if evaluated.get('step') != best:
+    sys.exit(f'error: {directory}/class_head.json evaluated step '
+             f'{evaluated.get("step")}, not the best one ({best}): run stage '
+             '4 of experiments.headline.sweep again.')
+  return evaluated
+
+
+def main(argv=None):
+  runs.catch_stop_signals()
+  parser = runs.parser(__doc__, '/tmp/headline')
+  parser.add_argument('--seeds', type=runs.integers, default='0,1,2,3,4')
+  parser.add_argument('--folder', type=pathlib.Path, default=HERE,
+                      help='Where README.md and results.json are.')
+  args = parser.parse_args(argv)
+  workdir, seeds = args.workdir, args.seeds
+  stages = {s: sweep.stage_runs(s, seeds) for s in (1, 2)}
+  for stage, planned in stages.items():
+    _require(workdir, stage, planned)
+  vit, cnn, no_cnn = sweep.choices(workdir, seeds)
+  stages[3] = sweep.controls(workdir, seeds)
+  _require(workdir, 3, stages[3])
+  rows = dict(vit=[('vit', vit, sweep.EPOCHS, s) for s in seeds],
+              cnn=[(*cnn, sweep.EPOCHS, s)
+                   for s in seeds], no_cnn_vit=stages[3][len(seeds):],
+              flops_matched_cnn=stages[3][:len(seeds)])
+  _require(workdir, 4, rows['vit'], 'class_head.json')
+  row_of = {run: row for row, planned in rows.items() for run in planned}
+  descriptions = {
+      r.run_name(*run): {
+          'recipe': r.recipe_name(run[1]), 'row': row_of.get(run)
+      } for planned in stages.values() for run in planned
+  }
+  for run in rows['vit']:
+    descriptions[r.run_name(*run)]['class_head'] = _class_head(workdir, run)
+  found = runs.load_records(workdir, descriptions, args.folder / 'results.json',
+                            r.record_name)
+  by_name = {name: found[name] for name in descriptions}
+  grouped = {
+      row: [_chained(by_name, by_name[r.run_name(*run)]) for run in planned]
+      for row, planned in rows.items()
+  }
+  grouped['class_head'] = [
+      {**x, 'test_accuracy_at_best_step': x['class_head']['top1']}
+      for x in grouped['vit']
+  ]
+  names = dict(vit=described('vit', vit), cnn=described(*cnn),
+               no_cnn_vit=described('vit', no_cnn),
+               flops_matched_cnn=described(*cnn) + " at the ViT chain's FLOPs",
+               class_head="the first row's class head alone")
+  sections = {
+      'headline table': table(grouped, names),
+      'comparisons': comparisons(grouped, names)
+  }
+  runs.write_summary(args.folder, list(by_name.values()), str(workdir),
+                     sections)
+
+
+if __name__ == '__main__':
+  main()
