@@ -48,6 +48,18 @@ def end_lost(who: str, why: str) -> None:
   os._exit(1)  # pylint: disable=protected-access
 
 
+def _coordinator_silence() -> float:
+  """Seconds since the coordination service last answered the watch."""
+  return time.monotonic() - _answered[0] if _answered else 0
+
+
+def _too_long(silent: float) -> bool:
+  """Past the timeout, or past two beats once a stop is asked for: a stop
+  request cannot reach a silent peer, so it ends this process at once."""
+  timeout, period = _watching
+  return silent > timeout or (silent > 2 * period and stop_signals.received())
+
+
 def watch(timeout: float) -> None:
   """Beats, and ends this process when a peer has not beaten for `timeout` s."""
   client = jax_distributed.global_state.client
@@ -74,17 +86,15 @@ def watch(timeout: float) -> None:
           last[peer] = (value, now)
           continue
         silent = now - last[peer][1]
-        # A stop request cannot reach a silent peer: it ends this one at once.
-        if not _leaving and (silent > timeout or
-                             (silent > 2 * period and stop_signals.received())):
+        if not _leaving and _too_long(silent):
           end_lost(f'process {peer}', f'no sign of life for {silent:.0f} s')
       time.sleep(period)
 
   def judge_the_coordinator():  # the beats may wait on it for ever
     while not _leaving:
       time.sleep(period)
-      silent = time.monotonic() - _answered[0] if _answered else 0
-      if silent > timeout or (silent > 2 * period and stop_signals.received()):
+      silent = _coordinator_silence()
+      if _too_long(silent):
         end_lost('process 0 (the coordinator)', f'no answer for {silent:.0f} s')
 
   threading.Thread(target=beat_and_read, daemon=True,
@@ -106,7 +116,7 @@ def _catch_coordinator_abort(coordinator_address: str) -> None:
     # A killed process's socket may accept for a while as it dies: ask again.
     deadline = time.monotonic() + 4 * _watching[1] + 1
     while time.monotonic() < deadline:
-      silent = time.monotonic() - _answered[0] if _answered else 0
+      silent = _coordinator_silence()
       if silent > 2 * _watching[1]:
         end_lost('process 0 (the coordinator)', f'no answer for {silent:.0f} s')
       try:
