@@ -11,17 +11,21 @@ one `vit_jax.main` command per run:
 from experiments import runs
 
 # name -> (model, overrides); the first of each model is the config's.
+# yapf: disable
 CHOICES = {
-    'simple_cnn': ('simple_cnn', {}), 'simple_cnn_batch64':
-        ('simple_cnn', {'batch_size': 64}), 'simple_cnn_batch32':
-            ('simple_cnn', {'batch_size': 32}), 'simple_cnn_pools_early':
-                ('simple_cnn', {'model_overrides.pool_after': '(0, 2)'}),
-    'small_resnet': ('small_resnet', {}), 'small_resnet_batch256':
-        ('small_resnet', {'batch_size': 256}), 'small_resnet_stem_stride':
-            ('small_resnet', {'model_overrides.stem_stride': 2}),
+    'simple_cnn': ('simple_cnn', {}),
+    'simple_cnn_batch64': ('simple_cnn', {'batch_size': 64}),
+    'simple_cnn_batch32': ('simple_cnn', {'batch_size': 32}),
+    'simple_cnn_pools_early':
+        ('simple_cnn', {'model_overrides.pool_after': '(0, 2)'}),
+    'small_resnet': ('small_resnet', {}),
+    'small_resnet_batch256': ('small_resnet', {'batch_size': 256}),
+    'small_resnet_stem_stride':
+        ('small_resnet', {'model_overrides.stem_stride': 2}),
     'small_resnet_stem_pool':
         ('small_resnet', {'model_overrides.stem_pool': True}),
 }
+# yapf: enable
 
 
 def main(argv=None):
