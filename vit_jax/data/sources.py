@@ -86,33 +86,39 @@ def _take(source: Source, indices: np.ndarray) -> Source:
   return SubsetSource(source, indices)
 
 
+def _validation_pool(dataset: Dataset, config, train: Source,
+                     trained) -> tuple[Source, bool]:
+  """Where validation examples are drawn from: config.validation_dir, else
+  training examples left out by train_examples or train_examples_per_file,
+  else the training split itself (then True)."""
+  if config.validation_dir:
+    return image_folder.open_split(
+        pathlib.Path(config.validation_dir).expanduser(),
+        dataset.num_classes), False
+  if dataset.spare is not None:
+    return dataset.spare, False
+  if trained is None:
+    return train, True
+  left_out = np.setdiff1d(np.arange(len(dataset.train)), trained)
+  return _take(dataset.train, left_out), False
+
+
 def _training_and_validation(dataset: Dataset, config) -> tuple[Source, Source]:
   """The examples the run trains on, and config.validation_examples it never
-  does (the same for every seed): from config.validation_dir, else training
-  examples left out by train_examples or train_examples_per_file, else held
-  out of the training split."""
+  does (the same for every seed)."""
   trained = _chosen(dataset, 'train', config.train_examples, config.seed)
   train = dataset.train if trained is None else _take(dataset.train, trained)
-  held_out_of_train = False
-  if config.validation_dir:
-    pool = image_folder.open_split(
-        pathlib.Path(config.validation_dir).expanduser(), dataset.num_classes)
-  elif dataset.spare is not None:
-    pool = dataset.spare
-  elif trained is None:
-    pool, held_out_of_train = train, True
-  else:
-    pool = _take(dataset.train,
-                 np.setdiff1d(np.arange(len(dataset.train)), trained))
+  pool, held_out_of_train = _validation_pool(dataset, config, train, trained)
   count = config.validation_examples
   if count > len(pool) - held_out_of_train:
     raise DatasetError(
         f'config.validation_examples={count}, but {len(pool)} examples are '
         'left outside those the run trains on: lower it, or pass '
         '--config.validation_dir=DIR (a folder of <class>/ image folders).')
-  chosen = (_across_classes(np.asarray(pool.labels), count, 0) if hasattr(
-      pool, 'labels') else np.sort(
-          np.random.default_rng(0).choice(len(pool), count, False)))
+  if hasattr(pool, 'labels'):  # drawn across classes where labels are at hand
+    chosen = _across_classes(np.asarray(pool.labels), count, 0)
+  else:
+    chosen = np.sort(np.random.default_rng(0).choice(len(pool), count, False))
   if held_out_of_train:
     train = _take(pool, np.setdiff1d(np.arange(len(pool)), chosen))
   return train, _take(pool, chosen)
