@@ -51,15 +51,13 @@ def final_state(workdir, step):
   return restored.state
 
 
-# The cifar_small ViT's first 8 train losses and its test loss, on 128
-# synthetic images in batches of 32 (two epochs, 1 device): another model,
-# optimizer or data order changes them.
+# The cifar_small ViT's train losses and test loss over 3 steps, on 128
+# synthetic images in batches of 32 (1 device): another model, optimizer,
+# schedule or data order changes them.
 _PINNED_TRAIN_LOSSES = [
-    2.3025848865509033, 2.3025851249694824, 2.3031511306762695,
-    2.3047778606414795, 2.30236554145813, 2.3063464164733887,
-    2.3046836853027344, 2.300473690032959
+    2.3025848865509033, 2.3025851249694824, 2.3041083812713623
 ]
-_PINNED_TEST_LOSS = 2.3020577430725098
+_PINNED_TEST_LOSS = 2.303272247314453
 
 
 def test_the_study_vit_computes_the_losses_it_always_did(tmp_path):
@@ -70,8 +68,8 @@ def test_the_study_vit_computes_the_losses_it_always_did(tmp_path):
   config = study_config('vit')
   config.update(
       dict(data_dir=str(tmp_path / 'data'), train_examples_per_file=0,
-           test_examples=0, batch_size=32, eval_batch_size=40, total_steps=8,
-           log_every_steps=1, eval_every_steps=8))
+           test_examples=0, batch_size=32, eval_batch_size=40, total_steps=3,
+           log_every_steps=1, eval_every_steps=3))
   train.train_and_evaluate(config, tmp_path / 'run')
   records = history(tmp_path / 'run')
   np.testing.assert_allclose([r['train_loss'] for r in records],
