@@ -21,9 +21,10 @@ pre-training is `--config.model_overrides.mae_mask_ratio=0.75
 --config.model_overrides.shifted_patches=False` (shifted patches would show
 the hidden patches' pixels), then `--config.init_from=WORKDIR` fine-tunes it.
 
-Expected: the ViT's best test accuracy 41.2% after its 30 epochs (seed 0, on
-the project's 2-core CPU machine; experiments/data_efficiency/README.md
-walks from the study's recipe to this one, a technique at a time).
+Expected: the ViT's best test accuracy 41.2% after its 30 epochs (seed 0, its
+best epoch chosen on the test images, on the project's 2-core CPU machine;
+experiments/data_efficiency/README.md walks from the study's recipe to this
+one, a technique at a time).
 """
 
 from configs import cifar_small
