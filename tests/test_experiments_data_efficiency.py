@@ -279,6 +279,10 @@ _HEADLINE_FINISHED = [
       for i, ingredients in enumerate(headline.VITS)),
 ]
 
+# The runs a seed outside --choose_on trains: the chosen SmallResNet and
+# the chosen ViT's chain.
+_HEADLINE_CHOSEN = [_HEADLINE_FINISHED[i] for i in (0, 2, 6)]
+
 
 def _fake_run(workdir, run, validation, flops, test=0.5):
   """The config.json and summary.json of a finished run of 10 minutes."""
@@ -295,39 +299,53 @@ def _fake_run(workdir, run, validation, flops, test=0.5):
       }))
 
 
+def _headline(capsys, workdir, stage, seeds):
+  """The commands of the headline sweep's `stage` at `seeds`."""
+  headline.main([
+      '--validation_dir=/v', f'--workdir={workdir}', f'--stage={stage}',
+      f'--seeds={seeds}'
+  ])
+  return capsys.readouterr().out.splitlines()
+
+
+def _run_names(lines):
+  return [
+      line.split(' --workdir=')[1].split()[0].rsplit('/')[-1] for line in lines
+  ]
+
+
 def test_the_headline_sweep_chooses_on_validation_and_matches_the_chains_flops(
     tmp_path, capsys):
-  headline.main([
-      '--validation_dir=/v', f'--workdir={tmp_path}', '--stage=1', '--seeds=0,1'
-  ])
-  first = capsys.readouterr().out.splitlines()
+  first = _headline(capsys, tmp_path, 1, '0,1')
   assert len(first) == 6  # a teacher and two pre-trainings per seed
-  headline.main([
-      '--validation_dir=/v', f'--workdir={tmp_path}', '--stage=2', '--seeds=0'
-  ])
-  second = capsys.readouterr().out.splitlines()
+  second = _headline(capsys, tmp_path, 2, '0')
   assert all('--config.validation_examples=5000' in line and
              '--config.validation_dir=/v' in line and
              '--config.keep_best_checkpoint=True' in line
              for line in first + second)
   assert ['distillation_teacher' in line
           for line in second] == [True, True, True, False]
-  with pytest.raises(SystemExit, match='run stages 1 and 2 first'):
-    headline.main([
-        '--validation_dir=/v', f'--workdir={tmp_path}', '--stage=3', '--seeds=0'
-    ])
-  for run, accuracy, flops in _HEADLINE_FINISHED:
-    _fake_run(tmp_path, (*run, 0), accuracy, flops)
-  headline.main([
-      '--validation_dir=/v', f'--workdir={tmp_path}', '--stage=3', '--seeds=0'
-  ])
-  third = capsys.readouterr().out.splitlines()
+  with pytest.raises(
+      SystemExit, match=r'^error: 10 of the 10 candidate runs of '
+      r'--choose_on=0,1 have no summary\.json .*gather their summaries there'):
+    _headline(capsys, tmp_path, 1, '2')
+  # Seed 2's first ViT is best there, but seed 2 does not choose.
+  for seed in (0, 1, 2):
+    for run, accuracy, flops in _HEADLINE_FINISHED:
+      best_at_2 = (seed, run[1]) == (2, headline.VITS[0])
+      _fake_run(tmp_path, (*run, seed), 0.9 if best_at_2 else accuracy, flops)
+  third = _headline(capsys, tmp_path, 3, '2')
   # The chain's 11e15 FLOPs at the CNN's 2e13 an epoch; the chosen ViT
   # recipe without what the CNN teaches.
-  assert '/small_resnet_study+trivial_augment_e550_seed0 ' in third[0]
+  assert '/small_resnet_study+trivial_augment_e550_seed2 ' in third[0]
   assert '--config.num_epochs=550 ' in third[0]
-  assert '/vit_study+trivial_augment+long_mae_e100_seed0 ' in third[1]
+  assert '/vit_study+trivial_augment+long_mae_e100_seed2 ' in third[1]
   assert 'teacher' not in third[1]
+  assert _run_names(
+      _headline(capsys, tmp_path, 1, '3') +
+      _headline(capsys, tmp_path, 2, '3')) == [
+          recipes.run_name(*run, 3) for run, _, _ in _HEADLINE_CHOSEN
+      ]
 
 
 def test_the_headline_summary_pairs_each_row_with_the_vit_by_seed(
@@ -336,32 +354,32 @@ def test_the_headline_summary_pairs_each_row_with_the_vit_by_seed(
   out.mkdir()
   shutil.copy(headline_summary.HERE / 'README.md', out)
   # At each seed the ViTs score 0.76, the SmallResNets 0.73, 2 points more
-  # at seed 1: paired differences of exactly 3 points.
-  for seed in (0, 1):
-    for (model, ingredients, epochs), accuracy, flops in _HEADLINE_FINISHED:
+  # a seed: paired differences of exactly 3 points. Seed 2 trains the
+  # chosen rows alone.
+  for seed in (0, 1, 2):
+    trained = _HEADLINE_CHOSEN if seed == 2 else _HEADLINE_FINISHED
+    for (model, ingredients, epochs), accuracy, flops in trained:
       test = {'vit': 0.76, 'small_resnet': 0.73}.get(model, 0.5) + 0.02 * seed
       _fake_run(workdir, (model, ingredients, epochs, seed), accuracy, flops,
                 test)
-  argv = [f'--workdir={workdir}', f'--folder={out}', '--seeds=0,1']
-  with pytest.raises(SystemExit, match='^error: 4 of the 4 runs of stage 3 '):
+  argv = [f'--workdir={workdir}', f'--folder={out}', '--seeds=0,1,2']
+  with pytest.raises(SystemExit, match='^error: 6 of the 6 runs of stage 3 '):
     headline_summary.main(argv)
-  for model, ingredients, epochs, seed in headline.controls(workdir, [0, 1]):
+  for model, ingredients, epochs, seed in headline.controls(
+      workdir, [0, 1, 2], [0, 1]):
     _fake_run(workdir, (model, ingredients, epochs, seed), 0.7,
               2e13 * epochs if model == 'small_resnet' else 3e15,
               0.73 + 0.02 * seed)
   with pytest.raises(
-      SystemExit, match=r'^error: 2 of the 2 runs of stage 4 '
+      SystemExit, match=r'^error: 3 of the 3 runs of stage 4 '
       r'have no class_head\.json.*run stage 4 of'):
     headline_summary.main(argv)
   vit = ('vit', headline.VITS[2], 100)
-  headline.main([
-      '--validation_dir=/v', f'--workdir={workdir}', '--stage=4', '--seeds=0,1'
-  ])
-  fourth = capsys.readouterr().out.splitlines()
+  fourth = _headline(capsys, workdir, 4, '0,1,2')
   assert fourth[1].startswith(
       'python -m vit_jax.evaluate --checkpoint='
       f'{workdir / recipes.run_name(*vit, 1)}/best_checkpoint --class_head ')
-  for seed in (0, 1):
+  for seed in (0, 1, 2):
     (workdir / recipes.run_name(*vit, seed) / 'class_head.json').write_text(
         json.dumps({'top1': 0.75 + 0.02 * seed, 'step': 9}))
   headline_summary.main(argv)
@@ -369,21 +387,24 @@ def test_the_headline_summary_pairs_each_row_with_the_vit_by_seed(
   for row in (
       '| A ViT distilled from and guided by the SmallResNet | '
       'study+distillation+locality_guidance+trivial_augment+'
-      'resnet_teacher+long_mae | 100 | 2 | 75.0 ± 0.0 | 77.0 ± 1.4 | '
+      'resnet_teacher+long_mae | 100 | 3 | 75.0 ± 0.0 | 78.0 ± 2.0 | '
       '11000 | 30 |',
-      '| The SmallResNet | study+trivial_augment | 100 | 2 | 75.0 ± 0.0 '
-      '| 74.0 ± 1.4 | 2000 | 10 |',
-      '| A pure ViT | study+trivial_augment+long_mae | 100 | 2 | 70.0 ± '
-      '0.0 | 74.0 ± 1.4 | 9000 | 20 |',
+      '| The SmallResNet | study+trivial_augment | 100 | 3 | 75.0 ± 0.0 '
+      '| 75.0 ± 2.0 | 2000 | 10 |',
+      '| A pure ViT | study+trivial_augment+long_mae | 100 | 3 | 70.0 ± '
+      '0.0 | 75.0 ± 2.0 | 9000 | 20 |',
       "| The SmallResNet at the ViT chain's FLOPs | "
-      'study+trivial_augment | 550 | 2 | 70.0 ± 0.0 | 74.0 ± 1.4 | '
+      'study+trivial_augment | 550 | 3 | 70.0 ± 0.0 | 75.0 ± 2.0 | '
       '11000 | 10 |', "| The first row's class head alone |"):
     assert row in readme
+  assert ('Chosen on the validation accuracy of seeds 0 and 1 (each '
+          "candidate's, summed over them); every row is over seeds 0, 1 and "
+          '2.') in readme
   assert ('- The headline: a ViT distilled from and guided by the SmallResNet '
-          'is better than the SmallResNet by 3.0 ± 0.0 points (95% interval, 2 '
+          'is better than the SmallResNet by 3.0 ± 0.0 points (95% interval, 3 '
           'paired seeds).') in readme
   assert ('- What the class head alone predicts: the average of its two heads '
           'is better than its class head alone by 1.0 ± 0.0 points') in readme
   records = json.loads((out / 'results.json').read_text())
-  assert len(records) == 18
-  assert sum('class_head' in r for r in records) == 2
+  assert len(records) == 23  # seed 2's: its chain and controls
+  assert sum('class_head' in r for r in records) == 3

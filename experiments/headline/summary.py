@@ -60,6 +60,18 @@ def _chained(by_name: dict[str, dict], record: dict) -> dict:
   }
 
 
+def _seeds_in_words(seeds: list[int]) -> str:
+  *rest, last = map(str, seeds)
+  return f'seeds {", ".join(rest)} and {last}' if rest else f'seed {last}'
+
+
+def chosen_on(choose_on: list[int], seeds: list[int]) -> str:
+  """Which seeds chose the rows and which each row is over, in words."""
+  return (f'Chosen on the validation accuracy of {_seeds_in_words(choose_on)} '
+          '(each candidate\'s, summed over them); every row is over '
+          f'{_seeds_in_words(seeds)}.')
+
+
 def table(rows: dict[str, list[dict]], names: dict[str, str]) -> str:
   """A row per group of seeds; a ViT's FLOPs and minutes are its chain's."""
   return runs.markdown_table([
@@ -112,16 +124,21 @@ def _class_head(workdir: pathlib.Path, run: tuple) -> dict:
 def main(argv=None):
   runs.catch_stop_signals()
   parser = runs.parser(__doc__, '/tmp/headline')
-  parser.add_argument('--seeds', type=runs.integers, default='0,1,2,3,4')
+  sweep.add_seed_flags(parser)
   parser.add_argument('--folder', type=pathlib.Path, default=HERE,
                       help='Where README.md and results.json are.')
   args = parser.parse_args(argv)
-  workdir, seeds = args.workdir, args.seeds
-  stages = {s: sweep.stage_runs(s, seeds) for s in (1, 2)}
+  workdir, seeds, choose_on = args.workdir, args.seeds, args.choose_on
+  # The choosing seeds' candidates are read even where --seeds leaves those
+  # seeds out: they chose the rows.
+  stages = {
+      s: sweep.stage_runs(s, list(dict.fromkeys(choose_on + seeds)), choose_on,
+                          workdir) for s in (1, 2)
+  }
   for stage, planned in stages.items():
     _require(workdir, stage, planned)
-  vit, cnn, no_cnn = sweep.choices(workdir, seeds)
-  stages[3] = sweep.controls(workdir, seeds)
+  vit, cnn, no_cnn = sweep.choices(workdir, choose_on)
+  stages[3] = sweep.controls(workdir, seeds, choose_on)
   _require(workdir, 3, stages[3])
   rows = dict(vit=[('vit', vit, sweep.EPOCHS, s) for s in seeds],
               cnn=[(*cnn, sweep.EPOCHS, s)
@@ -152,7 +169,8 @@ def main(argv=None):
                flops_matched_cnn=described(*cnn) + " at the ViT chain's FLOPs",
                class_head="the first row's class head alone")
   sections = {
-      'headline table': table(grouped, names),
+      'headline table': f'{chosen_on(choose_on, seeds)}\n\n' +
+                        table(grouped, names),
       'comparisons': comparisons(grouped, names)
   }
   runs.write_summary(args.folder, list(by_name.values()), str(workdir),

@@ -6,14 +6,20 @@ whole chain (pre-training, teacher, fine-tuning: stage 3 chooses and reads
 them from the summaries). Every run holds out 5,000 validation images
 (`python -m experiments.held_out`) and picks its epoch on them. One
 `vit_jax.main` command per run; stage 4's commands evaluate the chosen ViT's
-class head alone at its best epoch, into each seed's `class_head.json`:
+class head alone at its best epoch, into each seed's `class_head.json`.
+The seeds of `--choose_on` choose the rows: their stages 1 and 2 train every
+candidate, any other seed's only the chosen ViT's chain and CNN, so those
+seeds run once the choosing seeds' summaries are in `--workdir`:
 
-  for stage in 1 2 3 4; do
-    python -m experiments.headline.sweep --validation_dir=/tmp/held_out \
-        --stage=$stage | xargs -d '\n' -P 1 -n 1 sh -c
+  for seeds in 0,1 2,3,4; do
+    for stage in 1 2 3 4; do
+      python -m experiments.headline.sweep --validation_dir=/tmp/held_out \
+          --seeds=$seeds --stage=$stage | xargs -d '\n' -P 1 -n 1 sh -c
+    done
   done
 """
 
+import argparse
 import pathlib
 import shlex
 import sys
@@ -29,16 +35,22 @@ VITS = [
     data_efficiency.BEST_TA + extra for extra in ((), ('mae',), ('long_mae',))
 ]
 CNNS = [r.TEACHERS['resnet_teacher'], ('simple_cnn', ('trivial_augment',))]
+CANDIDATES = [('vit', vit) for vit in VITS] + CNNS
 # What a CNN teaches a ViT recipe: gone from the no-CNN control.
 _FROM_A_CNN = ('distillation', 'locality_guidance', 'resnet_teacher')
 
 
-def stage_runs(stage: int, seeds: list[int]) -> list[tuple]:
+def stage_runs(stage: int, seeds: list[int], choose_on: list[int],
+               workdir: pathlib.Path) -> list[tuple]:
   """(model, ingredients, epochs, seed) of stage 1's runs (those others read)
-  or stage 2's (the rest of the candidates)."""
-  rows = [(('vit', ingredients), seed) for seed in seeds
-          for ingredients in VITS]
-  rows += [(cnn, seed) for seed in seeds for cnn in CNNS]
+  or stage 2's (the rest): every candidate's at a seed of `choose_on`, the
+  chosen ViT's chain and CNN's at any other."""
+  rows = [(row, seed) for seed in seeds if seed in choose_on
+          for row in CANDIDATES]
+  if any(seed not in choose_on for seed in seeds):
+    vit, cnn, _ = choices(workdir, choose_on)
+    rows += [(row, seed) for seed in seeds if seed not in choose_on
+             for row in (('vit', vit), cnn)]
   read = list(
       dict.fromkeys(
           tuple(source[1:]) for (model, ingredients), seed in rows
@@ -83,17 +95,30 @@ def flops_matched(workdir: pathlib.Path, vit: tuple[str, ...],
           for run in chain(vit, seed)) / per_epoch)
 
 
-def choices(workdir: pathlib.Path, seeds: list[int]) -> tuple:
-  """The ViT recipe and the CNN (model, recipe) chosen on validation, and
-  the ViT recipe without what a CNN teaches it."""
-  _, vit = chosen(workdir, [('vit', v) for v in VITS], seeds)
-  cnn = chosen(workdir, CNNS, seeds)
+def choices(workdir: pathlib.Path, choose_on: list[int]) -> tuple:
+  """The ViT recipe and the CNN (model, recipe) chosen on the validation of
+  the seeds `choose_on`, and the ViT recipe without what a CNN teaches it."""
+  candidates = [(*row, EPOCHS, seed) for seed in choose_on
+                for row in CANDIDATES]
+  missing = [
+      run for run in candidates
+      if not (workdir / r.run_name(*run) / 'summary.json').exists()
+  ]
+  if missing:
+    seeds = ','.join(map(str, choose_on))
+    sys.exit(f'error: {len(missing)} of the {len(candidates)} candidate runs '
+             f'of --choose_on={seeds} have no summary.json in {workdir} (one: '
+             f'{r.run_name(*missing[0])}): run stages 1 and 2 of '
+             f'--seeds={seeds} first, or gather their summaries there.')
+  _, vit = chosen(workdir, [('vit', v) for v in VITS], choose_on)
+  cnn = chosen(workdir, CNNS, choose_on)
   return vit, cnn, tuple(i for i in vit if i not in _FROM_A_CNN)
 
 
-def controls(workdir: pathlib.Path, seeds: list[int]) -> list[tuple]:
+def controls(workdir: pathlib.Path, seeds: list[int],
+             choose_on: list[int]) -> list[tuple]:
   """Stage 3's runs: the FLOPs-matched CNN's seeds, then the no-CNN ViT's."""
-  vit, cnn, no_cnn = choices(workdir, seeds)
+  vit, cnn, no_cnn = choices(workdir, choose_on)
   return [(*cnn, flops_matched(workdir, vit, cnn, seed), seed)
           for seed in seeds] + [('vit', no_cnn, EPOCHS, seed) for seed in seeds]
 
@@ -111,23 +136,35 @@ def class_head_command(run: pathlib.Path) -> str:
           f'mv {json_file}.tmp {json_file}')
 
 
+def add_seed_flags(parser: argparse.ArgumentParser):
+  """--seeds, the seeds run, and --choose_on, those choosing the rows."""
+  parser.add_argument('--seeds', type=runs.integers, default='0,1,2,3,4')
+  parser.add_argument(
+      '--choose_on', type=runs.integers, default='0,1',
+      help='The seeds whose candidates\' validation accuracy, summed, '
+      'chooses the ViT and the CNN; any other seed reads the choice from '
+      'their summary.json files in --workdir.')
+
+
 def main(argv=None):
   parser = runs.sweep_parser(__doc__, '/tmp/headline', missing=False)
   parser.add_argument(
       '--validation_dir', required=True,
       help='The held-out CIFAR-10 images (experiments.held_out).')
   parser.add_argument('--stage', type=int, choices=(1, 2, 3, 4), required=True)
-  parser.add_argument('--seeds', type=runs.integers, default='0,1,2,3,4')
+  add_seed_flags(parser)
   args = parser.parse_args(argv)
   if args.stage == 4:
-    vit, _, _ = choices(args.workdir, args.seeds)
+    vit, _, _ = choices(args.workdir, args.choose_on)
     runs.emit([
         class_head_command(args.workdir / r.run_name('vit', vit, EPOCHS, seed))
         for seed in args.seeds
     ], args.slurm)
     return
-  planned = (controls(args.workdir, args.seeds)
-             if args.stage == 3 else stage_runs(args.stage, args.seeds))
+  if args.stage == 3:
+    planned = controls(args.workdir, args.seeds, args.choose_on)
+  else:
+    planned = stage_runs(args.stage, args.seeds, args.choose_on, args.workdir)
   # Every run keeps its best state on validation: stage 4 evaluates the
   # chosen ViT's there.
   held_out = {
