@@ -134,7 +134,7 @@ def test_the_study_cnns_choices_are_chosen_and_compared_on_validation(
           '0.0 | this is better than the config\'s by 3.0 ± 0.0 points (95% '
           'interval, 3 paired seeds) | 70.8 / 80.2 | 2 | 16 |') in text
   assert ('- SimpleCNN: batch_size=64 (3 seeds): validation 69.1 ± 0.1, test '
-          "63.0 ± 0.0, against the study's 70.8.") in text
+          "63.0 ± 0.0, 7.8 points under the study's 70.8.") in text
   records = json.loads((tmp_path / 'results.json').read_text())
   assert {r['commit'] for r in records} == {'abc'}
   logged = [

@@ -90,12 +90,14 @@ def closest(records: list[dict]) -> str:
         groups.items(), key=lambda item: abs(
             np.mean([r['test_accuracy_at_best_step']
                      for r in item[1]]) - reported))
+    tested = [r['test_accuracy_at_best_step'] for r in group]
+    gap = 100 * (np.mean(tested) - reported)
     lines.append(
         f'- {runs.NAMES[model]}: {_described(sweep.CHOICES[choice][1])} '
         f'({len(group)} seed{"s" * (len(group) > 1)}): validation '
         f'{runs.mean_std([r["best_validation_accuracy"] for r in group])}, '
-        f'test {runs.mean_std([r["test_accuracy_at_best_step"] for r in group])}'
-        f', against the study\'s {100 * reported:.1f}.')
+        f'test {runs.mean_std(tested)}, {abs(gap):.1f} points '
+        f'{"over" if gap > 0 else "under"} the study\'s {100 * reported:.1f}.')
   return '\n'.join(lines)
 
 
