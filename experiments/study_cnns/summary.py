@@ -75,17 +75,19 @@ def table(records: list[dict]) -> str:
 
 
 def closest(records: list[dict]) -> str:
-  """Per model, the choice whose test accuracy (at the epoch validation
-  chose) is nearest the study's: like with like, the study's measure."""
+  """Per model, among the choices with the most seeds, the one whose test
+  accuracy (at the epoch validation chose) is nearest the study's: like with
+  like, the study's measure."""
   lines = []
   for model, (reported, _) in STUDY.items():
     groups = {
         c: [r for r in records if r['choice'] == c]
         for c, (m, _) in sweep.CHOICES.items() if m == model
     }
-    groups = {c: g for c, g in groups.items() if g}
-    if not groups:
+    most = max(map(len, groups.values()), default=0)
+    if not most:
       continue
+    groups = {c: g for c, g in groups.items() if len(g) == most}
     choice, group = min(
         groups.items(), key=lambda item: abs(
             np.mean([r['test_accuracy_at_best_step']
