@@ -35,15 +35,8 @@ def described(model: str, ingredients: tuple[str, ...]) -> str:
 
 def _require(workdir: pathlib.Path, stage: int, planned: list[tuple],
              file: str = 'summary.json'):
-  missing = [
-      run for run in planned
-      if not (workdir / r.run_name(*run) / file).exists()
-  ]
-  if missing:
-    sys.exit(f'error: {len(missing)} of the {len(planned)} runs of stage '
-             f'{stage} have no {file} in {workdir} (one: '
-             f'{r.run_name(*missing[0])}): run stage {stage} of '
-             'experiments.headline.sweep first.')
+  sweep.require(workdir, planned, f'runs of stage {stage}',
+                f'run stage {stage} of experiments.headline.sweep first', file)
 
 
 def _chained(by_name: dict[str, dict], record: dict) -> dict:

@@ -77,6 +77,18 @@ def chosen(workdir: pathlib.Path, rows: list[tuple],
           for seed in seeds))
 
 
+def require(workdir: pathlib.Path, planned: list[tuple], what: str, fix: str,
+            file: str = 'summary.json'):
+  """One `error:` line, saying `fix`, when a run of `planned` lacks `file`."""
+  missing = [
+      run for run in planned
+      if not (workdir / r.run_name(*run) / file).exists()
+  ]
+  if missing:
+    sys.exit(f'error: {len(missing)} of the {len(planned)} {what} have no '
+             f'{file} in {workdir} (one: {r.run_name(*missing[0])}): {fix}.')
+
+
 def chain(vit: tuple[str, ...], seed: int) -> list[tuple]:
   """The runs that train the ViT recipe `vit` at `seed`: those it reads, then
   its own."""
@@ -100,16 +112,11 @@ def choices(workdir: pathlib.Path, choose_on: list[int]) -> tuple:
   the seeds `choose_on`, and the ViT recipe without what a CNN teaches it."""
   candidates = [(*row, EPOCHS, seed) for seed in choose_on
                 for row in CANDIDATES]
-  missing = [
-      run for run in candidates
-      if not (workdir / r.run_name(*run) / 'summary.json').exists()
-  ]
-  if missing:
-    seeds = ','.join(map(str, choose_on))
-    sys.exit(f'error: {len(missing)} of the {len(candidates)} candidate runs '
-             f'of --choose_on={seeds} have no summary.json in {workdir} (one: '
-             f'{r.run_name(*missing[0])}): run stages 1 and 2 of '
-             f'--seeds={seeds} first, or gather their summaries there.')
+  seeds = ','.join(map(str, choose_on))
+  require(
+      workdir, candidates, f'candidate runs of --choose_on={seeds}',
+      f'run stages 1 and 2 of --seeds={seeds} first, or gather their '
+      'summaries there')
   _, vit = chosen(workdir, [('vit', v) for v in VITS], choose_on)
   cnn = chosen(workdir, CNNS, choose_on)
   return vit, cnn, tuple(i for i in vit if i not in _FROM_A_CNN)
