@@ -32,6 +32,9 @@ from configs import cifar_small
 
 def get_config(model: str = 'vit'):
   config = cifar_small.get_config(model)
+  # One batch size for every model, the one experiments/data_efficiency
+  # measured its recipes at.
+  config.batch_size = 128
   config.auto_augment = 'trivial_augment'
   config.random_erasing = 0.25
   config.mixup_alpha = 0.8

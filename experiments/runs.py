@@ -30,7 +30,7 @@ def model_key(config: dict) -> str:
   """The configs/cifar_small.py key of the model a run's config.json names."""
   # Here, not at the top: configs import jax, which a sweep does not need.
   from configs import cifar_small  # pylint: disable=g-import-not-at-top
-  return next(key for key, (registered, _) in cifar_small.MODELS.items()
+  return next(key for key, (registered, *_) in cifar_small.MODELS.items()
               if registered == config['model'])
 
 

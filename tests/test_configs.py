@@ -74,6 +74,13 @@ def test_paper_recipes_match_the_tables():
   assert (finetune.total_steps, finetune.warmup_steps) == (10_000, 500)
   assert _config('finetune:oxford_flowers102').total_steps == 500
   assert _config('finetune:imagenet2012').total_steps == 20_000
+  # The study's batch sizes nearest its numbers (experiments/small_data);
+  # the data-efficiency recipes' one for every model.
+  assert [
+      _config(f'{name}:{model}').batch_size
+      for name in ('cifar_small', 'data_efficient')
+      for model in ('vit', 'simple_cnn', 'small_resnet')
+  ] == [128, 64, 256, 128, 128, 128]
 
 
 def test_unknown_arguments_are_refused():

@@ -60,11 +60,12 @@ def test_the_recipes_configs():
                      epochs).model_overrides.stochastic_depth_rate
       for epochs in (30, 100, 300, 1000)
   ] == [0.048, 0.1, 0.148, 0.2]
-  # The study recipe is the study's config, and configs/data_efficient.py
-  # the full recipe without distillation.
+  # The study recipe is the study's config at batch 128, and
+  # configs/data_efficient.py the full recipe without distillation.
   for model in ('vit', 'simple_cnn', 'small_resnet'):
-    _assert_same_training(_recipe_config(model, ()),
-                          cifar_small.get_config(model))
+    study = cifar_small.get_config(model)
+    study.batch_size = 128
+    _assert_same_training(_recipe_config(model, ()), study)
     _assert_same_training(
         _recipe_config(
             model, recipes.CUMULATIVE[-2]

@@ -33,7 +33,7 @@ def test_the_sweep_trains_the_study_recipe_on_nested_subsets(tmp_path, capsys):
       '--config=configs/cifar_small.py:simple_cnn',
       f'--workdir={work}/simple_cnn_study_n20_seed1',
       '--config.dataset=image_folder', '--config.train_examples_per_file=0',
-      '--config.test_examples=0', '--config.seed=1',
+      '--config.test_examples=0', '--config.seed=1', '--config.batch_size=128',
       f'--config.data_dir={work}/data/cifar10_20'
   ]
   # Class-balanced, nested subsets of links to the images.

@@ -12,31 +12,31 @@ from experiments.finetune import summary as finetune_summary
 from experiments.finetune import sweep as finetune_sweep
 from experiments.small_data import summary
 from experiments.small_data import sweep
-from experiments.study_cnns import summary as cnns_summary
 from tests.helpers import finished_run
 
 
 def test_the_sweeps_print_every_run(capsys):
-  sweep.main(['--workdir=/w', '--data_dir=/d'])
+  sweep.main(['--workdir=/w', '--data_dir=/d', '--validation_dir=/v'])
   lines = capsys.readouterr().out.splitlines()
-  assert len(lines) == 15
+  assert len(lines) == 22
   assert shlex.split(lines[0]) == [
       'python', '-m', 'vit_jax.main', '--config=configs/cifar_small.py:vit',
-      '--workdir=/w/vit_augment_seed0', '--config.augment=True',
-      '--config.seed=0', '--config.data_dir=/d'
+      '--workdir=/w/vit_seed0', '--config.seed=0', '--config.data_dir=/d',
+      '--config.validation_examples=5000', '--config.validation_dir=/v'
   ]
-  assert '--workdir=/w/small_resnet_no_augment_seed0' in lines[5]
-  assert '--config.augment=False' in lines[5]
-  assert shlex.split(lines[-1])[4:] == [
-      '--workdir=/w/small_resnet_augment_batch256_seed0',
-      '--config.augment=True', '--config.seed=0', '--config.data_dir=/d',
-      '--config.batch_size=256'
+  assert shlex.split(lines[-1])[3:] == [
+      '--config=configs/cifar_small.py:small_resnet',
+      '--workdir=/w/small_resnet_batch128_stem_pool_seed0', '--config.seed=0',
+      '--config.batch_size=128', '--config.model_overrides.stem_pool=True',
+      '--config.data_dir=/d', '--config.validation_examples=5000',
+      '--config.validation_dir=/v'
   ]
   for line in lines:  # each override is a field of the config it runs
     _, _, _, config, _, *overrides = shlex.split(line)
     fields = cifar_small.get_config(config.split(':')[1])
     assert all(
-        o.split('=')[0].removeprefix('--config.') in fields for o in overrides)
+        o.removeprefix('--config.').split('=')[0].split('.')[0] in fields
+        for o in overrides)
   finetune_sweep.main(['--pretrained=/p', '--workdir=/w', '--data_dir=/d'])
   lines = capsys.readouterr().out.splitlines()
   assert [shlex.split(line)[3:] for line in lines] == [[
@@ -46,49 +46,76 @@ def test_the_sweeps_print_every_run(capsys):
   ] for size in (48, 32)]
 
 
-def _finished(directory, model, augment, seed, batch_size, accuracies):
-  """A workdir as `vit_jax.main` leaves it, as far as the summary reads it."""
-  finished_run(directory, seed, model, best_test_accuracy=max(accuracies),
-               best_epoch=float(accuracies.index(max(accuracies)) + 1),
-               final_train_accuracy=accuracies[-1] + 0.1,
-               epochs=len(accuracies), train_seconds=36.0 * len(accuracies))
+def _finished(directory, model, seed, batch_size, validation, test):
+  """A workdir as `vit_jax.main` leaves it, as far as the summary reads it:
+  two epochs, the best on validation the second."""
+  finished_run(directory, seed, model, chosen_on='validation',
+               best_validation_accuracy=validation,
+               test_accuracy_at_best_step=test, final_test_accuracy=test,
+               final_train_accuracy=test + 0.1, best_epoch=2.0, epochs=2,
+               train_seconds=72.0, train_flops=2e12, commit='abc',
+               cpu='x, 2 cores')
   (directory / 'config.json').write_text(
       json.dumps({
           'model': cifar_small.MODELS[model][0], 'seed': seed,
-          'augment': augment, 'batch_size': batch_size
+          'batch_size': batch_size
       }))
   (directory / 'metrics.jsonl').write_text(''.join(
       json.dumps({'step': 39 * epoch, 'epoch': epoch, **r}) + '\n'
-      for epoch, accuracy in enumerate(accuracies, 1)
-      for r in ({'train_accuracy': accuracy + 0.1},
-                {'test_accuracy': accuracy})))
+      for epoch in (1, 2)
+      for r in ({'train_accuracy': test, 'seconds': 1.0},
+                {'test_accuracy': test, 'validation_accuracy': validation})))
 
 
-def test_the_summaries_read_the_workdirs_into_their_tables(
+def test_the_summary_chooses_on_validation_and_pairs_by_seed(
     tmp_path, monkeypatch):
+  """The config's runs and each choice against the run it changes, paired by
+  seed in the words the interval allows; each run's records land in
+  metrics.jsonl; the choice nearest the study is picked on its measure."""
   monkeypatch.setattr(summary, 'parameter_count', lambda model: 1000)
-  for seed, accuracies in ((0, [0.4, 0.5]), (1, [0.45, 0.52])):
-    _finished(tmp_path / f'vit_augment_seed{seed}', 'vit', True, seed, 128,
-              accuracies)
-  _finished(tmp_path / 'vit_no_augment_seed0', 'vit', False, 0, 128,
-            [0.47, 0.46])
-  _finished(tmp_path / 'vit_augment_batch64_seed0', 'vit', True, 0, 64,
-            [0.5, 0.55])
-  (tmp_path / 'vit_augment_seed2').mkdir()  # interrupted
-  results = summary.collect(tmp_path)
-  assert summary.table(results).splitlines()[2:] == [
-      '| ViT-Tiny | 1,000 | augment | 2 | 51.0 ± 1.4 | 61.0 ± 1.4 | 2, 2 | '
-      '1.2 | 49.6 / 53.5 |',
-      '| ViT-Tiny | 1,000 | no augment | 1 | 47.0 | 56.0 | 1 | 1.2 | '
-      '49.6 / 53.5 |'
+  runs_dir = tmp_path / 'runs'
+  for seed in (0, 1, 2):
+    _finished(runs_dir / f'vit_seed{seed}', 'vit', seed, 128, 0.5 + 0.01 * seed,
+              0.5)
+    _finished(runs_dir / f'simple_cnn_seed{seed}', 'simple_cnn', seed, 64,
+              0.66 + 0.001 * seed, 0.7 + 0.01 * seed)
+    _finished(runs_dir / f'simple_cnn_batch128_seed{seed}', 'simple_cnn', seed,
+              128, 0.63, 0.66)
+  _finished(runs_dir / 'vit_no_augment_seed0', 'vit', 0, 128, 0.47, 0.46)
+  (runs_dir / 'small_resnet_seed0').mkdir()  # interrupted
+  readme = tmp_path / 'README.md'
+  readme.write_text(''.join(
+      f'<!-- {name}: written by summary.py -->\n<!-- end of {name} -->\n'
+      for name in ('results table', 'comparisons', 'choices table', 'closest',
+                   'missing runs')))
+  monkeypatch.setattr(summary, 'HERE', tmp_path)
+  summary.main([f'--workdir={runs_dir}'])
+  text = readme.read_text()
+  assert ('| SimpleCNN | 1,000 | 64 | 3 | 66.1 ± 0.1 | 71.0 ± 1.0 | 71.0 ± 1.0 '
+          '| 81.0 ± 1.0 | 2, 2, 2 | 70.8 / 80.2 | 2 | 1 |') in text
+  assert ('- SimpleCNN is better than ViT-Tiny by 21.0 ± 2.5 points (95% '
+          'interval, 3 paired seeds).') in text
+  assert ('| SimpleCNN | batch_size=128 | 3 | 63.0 ± 0.0 | 66.0 ± 0.0 | 76.0 ± '
+          "0.0 | the config's is better than this by 3.1 ± 0.2 points (95% "
+          'interval, 3 paired seeds) | 70.8 / 80.2 | 2 | 1 |') in text
+  assert (
+      '| ViT-Tiny | augment=False | 1 | 47.0 | 46.0 | 56.0 | -3.0 points at '
+      'one seed: no interval |') in text
+  assert ("- SimpleCNN: the config's (batch 64, 3 seeds): validation 66.1 ± "
+          "0.1, test 71.0 ± 1.0, 0.2 points over the study's 70.8.") in text
+  assert '12 of the 22 runs of the sweep have no record yet' in text
+  assert '- `small_resnet_seed0`' in text
+  records = json.loads((tmp_path / 'results.json').read_text())
+  assert {r['commit'] for r in records} == {'abc'} and len(records) == 10
+  logged = [
+      json.loads(line)
+      for line in (tmp_path / 'metrics.jsonl').read_text().splitlines()
   ]
-  assert summary.batch_size_table(results).splitlines()[2:] == [
-      '| ViT-Tiny | 64 | 39 | 55.0 | 65.0 | 2 | 1.2 | 49.6 / 53.5 |',
-      '| ViT-Tiny | 128 | 39 | 50.0 | 60.0 | 2 | 1.2 | 49.6 / 53.5 |'
-  ]
-  assert results['vit']['augment'][1]['test_accuracy'] == [0.45, 0.52]
-  summary.plot(results, tmp_path / 'curves.png')
-  assert (tmp_path / 'curves.png').stat().st_size > 0
+  assert logged[0] == {
+      'run': 'simple_cnn_batch128_seed0', 'step': 39, 'epoch': 1,
+      'train_accuracy': 0.66
+  } and len(logged) == 40
+  assert (tmp_path / 'learning_curves.png').stat().st_size > 0
   # The fine-tuning summary: the pre-trained run and each fine-tuned one.
   measured = {
       'epochs': 10, 'best_test_accuracy': 0.52, 'final_test_accuracy': 0.511,
@@ -107,43 +134,6 @@ def test_the_summaries_read_the_workdirs_into_their_tables(
       '| fine-tuned (configs/finetune.py) | 48x48 | 10 | 52.0% | 51.1% | '
       '60.6% | 3.0 |'
   ]
-
-
-def test_the_study_cnns_choices_are_chosen_and_compared_on_validation(
-    tmp_path, monkeypatch):
-  """Paired by seed, in words the interval allows; each run's records land
-  in metrics.jsonl; the choice nearest the study is picked on its measure."""
-  for choice, shift in (('simple_cnn', 0.0), ('simple_cnn_batch64', 0.03)):
-    for seed in (0, 1, 2):
-      directory = tmp_path / 'runs' / f'{choice}_seed{seed}'
-      finished_run(directory, seed, 'simple_cnn', chosen_on='validation',
-                   best_validation_accuracy=0.66 + shift + 0.001 * seed,
-                   test_accuracy_at_best_step=0.6 + shift, train_flops=2e12,
-                   commit='abc', cpu='x, 2 cores')
-      (directory / 'metrics.jsonl').write_text(
-          json.dumps({'step': 39, 'validation_accuracy': 0.5, 'seconds': 1}) +
-          '\n')
-  readme = tmp_path / 'README.md'
-  readme.write_text(''.join(
-      f'<!-- {name}: written by summary.py -->\n<!-- end of {name} -->\n'
-      for name in ('choices table', 'closest')))
-  monkeypatch.setattr(cnns_summary, 'HERE', tmp_path)
-  cnns_summary.main([f'--workdir={tmp_path / "runs"}'])
-  text = readme.read_text()
-  assert ('| SimpleCNN | batch_size=64 | 3 | 69.1 ± 0.1 | 63.0 ± 0.0 | 57.0 ± '
-          '0.0 | this is better than the config\'s by 3.0 ± 0.0 points (95% '
-          'interval, 3 paired seeds) | 70.8 / 80.2 | 2 | 16 |') in text
-  assert ('- SimpleCNN: batch_size=64 (3 seeds): validation 69.1 ± 0.1, test '
-          "63.0 ± 0.0, 7.8 points under the study's 70.8.") in text
-  records = json.loads((tmp_path / 'results.json').read_text())
-  assert {r['commit'] for r in records} == {'abc'}
-  logged = [
-      json.loads(line)
-      for line in (tmp_path / 'metrics.jsonl').read_text().splitlines()
-  ]
-  assert logged[0] == {
-      'run': 'simple_cnn_batch64_seed0', 'step': 39, 'validation_accuracy': 0.5
-  } and len(logged) == 6
 
 
 def test_held_out_matches_each_subset_image_to_its_jpeg_or_refuses():

@@ -12,6 +12,8 @@ import sys
 from experiments import runs
 
 RECIPE = 'study'
+# One batch size for every model and size, the one results.json holds.
+BATCH_SIZE = 128
 
 
 def subset(jpeg_dir: pathlib.Path, root: pathlib.Path,
@@ -92,8 +94,8 @@ def main(argv=None):
           args.workdir / run_name(model, size, seed),
           f'configs/cifar_small.py:{model}', {
               'dataset': 'image_folder', 'train_examples_per_file': 0,
-              'test_examples': 0, 'seed': seed, 'data_dir': subset(
-                  args.jpeg_dir, args.workdir / 'data', size)
+              'test_examples': 0, 'seed': seed, 'batch_size': BATCH_SIZE,
+              'data_dir': subset(args.jpeg_dir, args.workdir / 'data', size)
           }) for model, size, seed in planned(parsing, args)
       if run_name(model, size, seed) not in landed
   ], args.slurm)

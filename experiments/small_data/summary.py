@@ -2,7 +2,8 @@ r"""The small-data study's results from its runs' workdirs:
 
   python -m experiments.small_data.summary --workdir=/tmp/small_data
 
-writes results.json, learning_curves.png and the README's tables here.
+writes results.json, metrics.jsonl (every run's logged records),
+learning_curves.png and the README's sections here.
 """
 
 import pathlib
@@ -32,109 +33,181 @@ def parameter_count(model: str) -> int:
   return sum(int(np.prod(x.shape)) for x in jax.tree.leaves(shapes['params']))
 
 
-def load_run(directory: pathlib.Path) -> dict:
-  """A finished run's record, with its recipe, batch size and curves."""
-  config = runs.read_json(directory / 'config.json')
-  history = runs.history(directory)
-  recipe = {augment: name
-            for name, augment in sweep.RECIPES.items()}[config['augment']]
-  record = runs.record(directory,
-                       {'recipe': recipe, 'batch_size': config['batch_size']})
-  record['steps_per_epoch'] = round(history[-1]['step'] / history[-1]['epoch'])
-  for key in ('train_accuracy', 'test_accuracy'):
-    record[key] = [r[key] for r in history if key in r]
-  return record
+def collect(workdir: pathlib.Path) -> tuple[list[dict], dict[str, list]]:
+  """The finished runs' records (`choice`: a model for the config's runs),
+  and their logged records by run."""
+  records, metrics = [], {}
+  for directory in sorted(workdir.glob('*_seed*')):
+    choice = directory.name.rsplit('_seed', 1)[0]
+    if runs.finished(directory) and (choice in sweep.MODELS or
+                                     choice in sweep.CHOICES):
+      batch_size = runs.read_json(directory / 'config.json')['batch_size']
+      records.append(
+          runs.record(directory, {'choice': choice, 'batch_size': batch_size}))
+      metrics[directory.name] = [{
+          k: v for k, v in r.items() if 'second' not in k
+      } for r in runs.history(directory)]
+  return records, metrics
 
 
-def collect(workdir: pathlib.Path) -> dict:
-  """{model: {'parameters': n, recipe: runs at the config's batch size,
-  'batch_sizes': the default recipe's runs of the seeds run at others}}"""
-  loaded = sorted((load_run(d) for d in workdir.glob('*') if runs.finished(d)),
-                  key=lambda r: (r['seed'], r['batch_size']))
-  results = {}
-  for model in STUDY:
-    batch_size = cifar_small.get_config(model).batch_size
-    ours = [r for r in loaded if r['model'] == model]
-    for recipe in sweep.RECIPES:
-      group = [
-          r for r in ours
-          if (r['recipe'], r['batch_size']) == (recipe, batch_size)
-      ]
-      if group:
-        results.setdefault(model, {'parameters': parameter_count(model)})
-        results[model][recipe] = group
-    augmented = [r for r in ours if r['recipe'] == 'augment']
-    probed = {r['seed'] for r in augmented if r['batch_size'] != batch_size}
-    probes = [r for r in augmented if r['seed'] in probed]
-    if len(probes) > 1:
-      results[model]['batch_sizes'] = sorted(probes,
-                                             key=lambda r: r['batch_size'])
-  return results
+def _of(records: list[dict], choice: str) -> list[dict]:
+  return [r for r in records if r['choice'] == choice]
+
+
+def _by_seed(records: list[dict], key: str) -> dict[int, float]:
+  return {r['seed']: r[key] for r in records}
+
+
+def _described(choice: str) -> str:
+  if choice in sweep.MODELS:
+    return "the config's"
+  return ', '.join(f'{k.split(".")[-1]}={v}'
+                   for k, v in sweep.CHOICES[choice][1].items())
+
+
+def _tflops(group: list[dict]) -> str:
+  counted = [r['train_flops'] for r in group if 'train_flops' in r]
+  return f'{np.mean(counted) / 1e12:.0f}' if counted else ''
 
 
 def _study_cell(model: str) -> str:
   return ' / '.join(f'{100 * accuracy:.1f}' for accuracy in STUDY[model])
 
 
-def table(results: dict) -> str:
+def table(records: list[dict]) -> str:
+  """The config's runs, model by model."""
+  rows = []
+  for model in sweep.MODELS:
+    group = _of(records, model)
+    if not group:
+      continue
+    epochs = ', '.join(f'{r["best_epoch"]:g}' for r in group)
+    rows.append([
+        runs.NAMES[model], f'{parameter_count(model):,}',
+        group[0]['batch_size'],
+        len(group),
+        *(runs.mean_std([r[key] for r in group])
+          for key in ('best_validation_accuracy', 'test_accuracy_at_best_step',
+                      'final_test_accuracy', 'final_train_accuracy')), epochs,
+        _study_cell(model),
+        _tflops(group),
+        runs.wall_time_cell(group)
+    ])
   return runs.markdown_table([
-      'Model', 'Params', 'Recipe', 'Seeds', 'Best test acc (%)',
-      'Final train acc (%)', 'Best epoch', 'Wall time (min)',
-      'Study: best test / final train (%)'
-  ], [[
-      runs.NAMES[model], f'{by_recipe["parameters"]:,}',
-      recipe.replace('_', ' '),
-      len(group), *(runs.mean_std([r[key] for r in group])
-                    for key in ('best_test_accuracy', 'final_train_accuracy')),
-      ', '.join(
-          f'{r["best_epoch"]:g}'
-          for r in group), f'{np.mean([r["wall_minutes"] for r in group]):.1f}',
-      _study_cell(model)
-  ] for model, by_recipe in results.items()
-      for recipe, group in by_recipe.items() if recipe in sweep.RECIPES])
+      'Model', 'Params', 'Batch size', 'Seeds', 'Validation acc at best (%)',
+      'Test acc there (%)', 'Test acc at the end (%)', 'Final train acc (%)',
+      'Best epoch (on validation)', 'Study: best test / final train (%)',
+      'Training TFLOPs', 'Wall time (min)'
+  ], rows)
 
 
-def batch_size_table(results: dict) -> str:
+def comparisons(records: list[dict]) -> str:
+  """The study's claims, paired by seed on the test accuracy at the epochs
+  validation chose: each CNN against the ViT, then the two CNNs."""
+  lines = []
+  for a, b in (('simple_cnn', 'vit'), ('small_resnet', 'vit'),
+               ('simple_cnn', 'small_resnet')):
+    first, second = _of(records, a), _of(records, b)
+    if first and second:
+      lines.append('- ' + runs.compared(
+          runs.NAMES[a], _by_seed(first, 'test_accuracy_at_best_step'),
+          runs.NAMES[b], _by_seed(second, 'test_accuracy_at_best_step')) + '.')
+  return '\n'.join(lines)
+
+
+def choices_table(records: list[dict]) -> str:
+  """Each unstated choice against the run it changes one thing of, on
+  validation."""
+  rows = []
+  for choice, (model, _, base, _) in sweep.CHOICES.items():
+    group, based_on = _of(records, choice), _of(records, base)
+    if not group:
+      continue
+    rows.append([
+        runs.NAMES[model],
+        _described(choice),
+        len(group),
+        *(runs.mean_std([r[key] for r in group])
+          for key in ('best_validation_accuracy', 'test_accuracy_at_best_step',
+                      'final_train_accuracy')),
+        runs.compared('this', _by_seed(group, 'best_validation_accuracy'),
+                      _described(base),
+                      _by_seed(based_on, 'best_validation_accuracy'))
+        if based_on else '',
+        _study_cell(model),
+        _tflops(group),
+        runs.wall_time_cell(group)
+    ])
   return runs.markdown_table([
-      'Model', 'Batch size', 'Steps per epoch', 'Best test acc (%)',
-      'Final train acc (%)', 'Best epoch', 'Wall time (min)',
-      'Study: best test / final train (%)'
-  ], [[
-      runs.NAMES[model], run['batch_size'], run['steps_per_epoch'],
-      f'{100 * run["best_test_accuracy"]:.1f}',
-      f'{100 * run["final_train_accuracy"]:.1f}', f'{run["best_epoch"]:g}',
-      f'{run["wall_minutes"]:.1f}',
-      _study_cell(model)
-  ] for model, by_recipe in results.items()
-      for run in by_recipe.get('batch_sizes', [])])
+      'Model', 'Choice', 'Seeds', 'Validation acc at best (%)',
+      'Test acc there (%)', 'Final train acc (%)',
+      'On validation, against the run it changes', 'Study: best test / '
+      'final train (%)', 'Training TFLOPs', 'Wall time (min)'
+  ], rows)
 
 
-def plot(results: dict, path: pathlib.Path):
+def closest(records: list[dict]) -> str:
+  """Per CNN, among its runs' choices with the most seeds, the one whose test
+  accuracy (at the epoch validation chose) is nearest the study's: like with
+  like, the study's measure."""
+  lines = []
+  for model in ('simple_cnn', 'small_resnet'):
+    groups = {
+        c: _of(records, c)
+        for c in (model,
+                  *(c for c, (m, *_) in sweep.CHOICES.items() if m == model))
+    }
+    most = max(map(len, groups.values()))
+    if not most:
+      continue
+    choice, group = min(
+        ((c, g)
+         for c, g in groups.items() if len(g) == most), key=lambda item: abs(
+             np.mean([r['test_accuracy_at_best_step']
+                      for r in item[1]]) - STUDY[model][0]))
+    tested = [r['test_accuracy_at_best_step'] for r in group]
+    gap = 100 * (np.mean(tested) - STUDY[model][0])
+    lines.append(
+        f'- {runs.NAMES[model]}: {_described(choice)} (batch '
+        f'{group[0]["batch_size"]}, {len(group)} '
+        f'seed{"s" * (len(group) > 1)}): validation '
+        f'{runs.mean_std([r["best_validation_accuracy"] for r in group])}, '
+        f'test {runs.mean_std(tested)}, {abs(gap):.1f} points '
+        f'{"over" if gap > 0 else "under"} the study\'s '
+        f'{100 * STUDY[model][0]:.1f}.')
+  return '\n'.join(lines)
+
+
+def plot(records: list[dict], metrics: dict[str, list], path: pathlib.Path):
+  """Each model's test and train accuracy by epoch, with and without
+  augmentation: the mean over seeds, the band their range."""
   plt = plotting.pyplot()
-  fig, axes = plt.subplots(1, len(results), figsize=(5 * len(results), 4),
-                           sharey=True, squeeze=False)
-  colors = {'augment': 'tab:blue', 'no_augment': 'tab:orange'}
-  for ax, (model, by_recipe) in zip(axes[0], results.items()):
-    for recipe, color in colors.items():
+  fig, axes = plt.subplots(1, len(sweep.MODELS),
+                           figsize=(5 * len(sweep.MODELS), 4), sharey=True)
+  for ax, model in zip(axes, sweep.MODELS):
+    for choice, label, color in ((model, 'augment', 'tab:blue'),
+                                 (f'{model}_no_augment', 'no augment',
+                                  'tab:orange')):
+      seeds = [r['seed'] for r in _of(records, choice)]
       for key, style in (('test_accuracy', '-'), ('train_accuracy', '--')):
-        curves = [r[key] for r in by_recipe.get(recipe, [])]
-        if not curves:
+        curves = 100 * np.asarray(
+            [[r[key] for r in metrics[f'{choice}_seed{seed}'] if key in r]
+             for seed in seeds])
+        if not len(curves):
           continue
-        curves = 100 * np.asarray(curves)
         epochs = np.arange(1, curves.shape[1] + 1)
-        label = f'{recipe.replace("_", " ")}, {key.split("_")[0]}'
         ax.plot(epochs, curves.mean(0), style, color=color,
-                label=f'{label} (n={len(curves)})')
+                label=f'{label}, {key.split("_")[0]} (n={len(curves)})')
         if len(curves) > 1:
           ax.fill_between(epochs, curves.min(0), curves.max(0), color=color,
                           alpha=0.2)
     ax.axhline(100 * STUDY[model][0], color='gray', linestyle=':',
                label='study, best test')
-    ax.set_title(f'{runs.NAMES[model]} ({by_recipe["parameters"]:,} params)')
+    ax.set_title(f'{runs.NAMES[model]} ({parameter_count(model):,} params)')
     ax.set_xlabel('epoch')
     ax.grid(alpha=0.3)
-  axes[0][0].set_ylabel('accuracy (%)')
-  axes[0][0].legend(fontsize=8)
+  axes[0].set_ylabel('accuracy (%)')
+  axes[0].legend(fontsize=8)
   fig.tight_layout()
   plotting.save_figure(fig, path)
 
@@ -142,12 +215,15 @@ def plot(results: dict, path: pathlib.Path):
 def main(argv=None):
   runs.catch_stop_signals()
   workdir = runs.parser(__doc__, '/tmp/small_data').parse_args(argv).workdir
-  results = collect(workdir)
+  records, metrics = collect(workdir)
+  planned = list(sweep.planned(sweep.SEEDS))
   runs.write_summary(
-      HERE, results, str(workdir), {
-          'results table': table(results),
-          'batch-size table': batch_size_table(results)
-      }, {'learning_curves.png': plot})
+      HERE, records, str(workdir), {
+          'results table': table(records), 'comparisons': comparisons(records),
+          'choices table': choices_table(records), 'closest': closest(records),
+          'missing runs': runs.missing_runs(planned, set(metrics))
+      }, {'learning_curves.png': lambda _, path: plot(records, metrics, path)},
+      metrics=metrics)
 
 
 if __name__ == '__main__':

@@ -1,60 +1,79 @@
-r"""The small-data study's runs: ViT-Tiny against two CNNs on 5,000 CIFAR-10
-images, `configs/cifar_small.py` for every model, recipe (random crop + flip
-on or off) and seed, then the default recipe at other batch sizes (the
-study does not state its own). Prints one `vit_jax.main` command per run:
+r"""The small-data study's runs: `configs/cifar_small.py`'s three models, then
+what the study leaves unstated (augmentation, batch size, where SimpleCNN's
+pools sit, whether SmallResNet's stem downsamples; the parameter counts
+unchanged), each at 30 epochs with 5,000 validation images outside the
+study's 5,000 (`python -m experiments.held_out`). Prints one `vit_jax.main`
+command per run:
 
-  python -m experiments.small_data.sweep | xargs -d '\n' -P 2 -n 1 sh -c
+  python -m experiments.small_data.sweep --validation_dir=/tmp/held_out \
+      | xargs -d '\n' -P 2 -n 1 sh -c
 """
 
 from experiments import runs
 
-# Recipe -> config.augment; configs/cifar_small.py's default is the first.
-RECIPES = {'augment': True, 'no_augment': False}
+# The config's runs, one per model, over SEEDS unless told otherwise.
+MODELS = ('vit', 'simple_cnn', 'small_resnet')
+SEEDS = (0, 1, 2)
+
+# Each unstated choice: name -> (model, its overrides of the config, the run
+# it changes one thing of, its seeds: None for those of the config's runs).
+# The config's batch sizes are the choices nearest the study; the pools and
+# the stem were measured at batch 128.
+# yapf: disable
+CHOICES = {
+    'vit_no_augment': ('vit', {'augment': False}, 'vit', (0,)),
+    'simple_cnn_no_augment':
+        ('simple_cnn', {'augment': False}, 'simple_cnn', (0,)),
+    'simple_cnn_batch128':
+        ('simple_cnn', {'batch_size': 128}, 'simple_cnn', None),
+    'simple_cnn_batch32': ('simple_cnn', {'batch_size': 32}, 'simple_cnn', (0,)),
+    'simple_cnn_batch128_pools_early':
+        ('simple_cnn', {'batch_size': 128,
+                        'model_overrides.pool_after': '(0, 2)'},
+         'simple_cnn_batch128', (0,)),
+    'small_resnet_no_augment':
+        ('small_resnet', {'augment': False}, 'small_resnet', (0,)),
+    'small_resnet_batch128':
+        ('small_resnet', {'batch_size': 128}, 'small_resnet', None),
+    'small_resnet_batch128_stem_stride':
+        ('small_resnet', {'batch_size': 128,
+                          'model_overrides.stem_stride': 2},
+         'small_resnet_batch128', (0,)),
+    'small_resnet_batch128_stem_pool':
+        ('small_resnet', {'batch_size': 128, 'model_overrides.stem_pool': True},
+         'small_resnet_batch128', (0,)),
+}
+# yapf: enable
 
 
-def run_name(model: str, recipe: str, seed: int,
-             batch_size: int | None = None) -> str:
-  batch = '' if batch_size is None else f'batch{batch_size}_'
-  return f'{model}_{recipe}_{batch}seed{seed}'
-
-
-def planned_runs(seeds, other_seeds, models, batch_size_runs):
-  """(model, recipe, seed, batch size or None for the config's) of each run."""
-  first, *rest = seeds
-  for recipe_seeds, recipe in (([first], 'augment'),
-                               (other_seeds, 'no_augment'), (rest, 'augment')):
-    for seed in recipe_seeds:
-      for model in models:
-        yield model, recipe, seed, None
-  for run in batch_size_runs:
-    model, batch_size = run.split(':')
-    if model in models:
-      yield model, 'augment', first, int(batch_size)
+def planned(seeds: list[int]) -> dict[str, tuple[str, str, dict]]:
+  """Run name -> (what it runs: a model or a choice, its model, overrides)."""
+  plan = {}
+  for seed in seeds:
+    for model in MODELS:
+      plan[f'{model}_seed{seed}'] = model, model, {'seed': seed}
+  for name, (model, overrides, _, choice_seeds) in CHOICES.items():
+    for seed in choice_seeds or seeds:
+      plan[f'{name}_seed{seed}'] = name, model, {'seed': seed, **overrides}
+  return plan
 
 
 def main(argv=None):
   parser = runs.sweep_parser(__doc__, '/tmp/small_data', missing=False)
-  parser.add_argument('--seeds', type=runs.integers, default='0,1,2',
-                      help='Seeds of the default recipe.')
-  parser.add_argument('--other_seeds', type=runs.integers, default='0',
-                      help='Seeds of the other recipe.')
-  parser.add_argument('--models', default='vit,simple_cnn,small_resnet',
-                      help='configs/cifar_small.py models.')
   parser.add_argument(
-      '--batch_size_runs', default='simple_cnn:64,small_resnet:64,'
-      'small_resnet:256', help="MODEL:BATCH runs of the default recipe "
-      "(first seed) at batch sizes other than the config's.")
+      '--validation_dir', required=True,
+      help='The held-out CIFAR-10 images (experiments.held_out).')
+  parser.add_argument(
+      '--seeds', type=runs.integers, default=','.join(map(str, SEEDS)),
+      help="Seeds of the config's runs and of the choices "
+      'measured over seeds.')
   args = parser.parse_args(argv)
-  planned = planned_runs(args.seeds, args.other_seeds, args.models.split(','),
-                         filter(None, args.batch_size_runs.split(',')))
   runs.emit([
       runs.command(
-          args.workdir / run_name(model, recipe, seed, batch_size),
-          f'configs/cifar_small.py:{model}', {
-              'augment': RECIPES[recipe], 'seed': seed, 'data_dir':
-                  args.data_dir,
-              **({} if batch_size is None else {'batch_size': batch_size})
-          }) for model, recipe, seed, batch_size in planned
+          args.workdir / name, f'configs/cifar_small.py:{model}', {
+              **overrides, 'data_dir': args.data_dir,
+              'validation_examples': 5000, 'validation_dir': args.validation_dir
+          }) for name, (_, model, overrides) in planned(args.seeds).items()
   ], args.slurm)
 
 
