@@ -215,7 +215,7 @@ def mounted_tmpfs(mount_point: pathlib.Path, size: str):
 
 # ------------------------------------------- runs in real processes --------
 
-_TIMINGS = ('images_per_second', 'flops_per_second', 'seconds')
+_TIMINGS = ('images_per_second', 'flops_per_second', 'seconds', 'phase_seconds')
 
 
 def history(workdir) -> list[dict]:

@@ -19,7 +19,9 @@ from experiments.benchmarks import gpu_sections
 from experiments.benchmarks import gpu_steps
 from experiments.benchmarks import hlo_parts
 from experiments.benchmarks import profile_step
+from experiments.benchmarks import timeline
 from tests.helpers import cifar10_files
+from tests.helpers import finished_run
 from tests.helpers import random_cifar
 from tests.helpers import ROOT
 from tests.helpers import write_cifar_binary
@@ -354,6 +356,8 @@ def test_smoke_measures_every_section_into_json_and_readme(tmp_path):
   for study in cold, warm, one_step:
     assert study['end_to_end_seconds'] > study['train_seconds'] > 0
     assert study['train_images_per_second'] > 0
+    assert study['startup_seconds']['compile'] > 0
+    assert study['records'][-1]['steps'] > 0
     assert any('Compiled the train' in line for line in study['log'])
   assert any('from the compilation cache' in line
              for line in warm['log']), warm['log']
@@ -376,3 +380,25 @@ def test_smoke_measures_every_section_into_json_and_readme(tmp_path):
   assert section == gpu_report.report(results)
   assert '`python experiments/benchmarks/gpu.py --smoke`' in section
   assert '| cold | total_steps=2, warmup_steps=1,' in section
+  assert "Where the warm run's seconds went" in section
+
+
+def test_the_timeline_of_a_run_says_where_its_seconds_went(tmp_path):
+  tmp_path = tmp_path / 'run'
+  finished_run(tmp_path, startup_seconds={'imports': 2.0, 'compile': 5.5})
+  (tmp_path / 'metrics.jsonl').write_text(''.join(
+      json.dumps({
+          'step': 6 * epoch, 'epoch': float(epoch), 'seconds': 1.5,
+          'phase_seconds': {'input': 0.2, 'steps': 1.0, 'other': 0.3}
+      }) + '\n' for epoch in (1, 2)))
+  measured = timeline.timeline(tmp_path)
+  assert measured['records'][1] == {
+      'epoch': 2.0, 'seconds': 1.5, 'input': 0.2, 'steps': 1.0, 'other': 0.3
+  }
+  assert timeline.table(measured).splitlines() == [
+      'Start-up, 7.50 s: imports 2.00, compile 5.50', '',
+      '| epoch | seconds | steps | input | evaluation | checkpoint | other |',
+      '|---|---|---|---|---|---|---|',
+      '| 1 | 1.500 | 1.000 | 0.200 | 0.000 | 0.000 | 0.300 |',
+      '| 2 | 1.500 | 1.000 | 0.200 | 0.000 | 0.000 | 0.300 |'
+  ]

@@ -2,6 +2,8 @@
 
 import time
 
+import pytest
+
 from vit_jax.training import plan
 from vit_jax.training import progress
 
@@ -25,12 +27,30 @@ def test_the_progress_line_says_step_losses_speed_and_eta():
       65) == ('step 30/100 (epoch 3)  test loss 1.0000 acc 50.00%  ETA 1:05')
 
 
-def test_throughput_leaves_out_the_time_excluded():
+def test_throughput_leaves_out_what_is_not_training_and_times_each_phase():
   throughput = progress.Throughput(start_step=0, batch_size=10,
                                    train_flops_per_image=1e6, peak=None)
-  with throughput.excluded():
+  with throughput.timed('evaluation'):
     time.sleep(0.5)
+  with throughput.timed('steps'):
+    time.sleep(0.1)
   measured = throughput.interval(step=2)
-  assert measured['images_per_second'] > 20 / 0.05  # the sleep left out
+  assert 20 / 0.2 < measured['images_per_second'] < 20 / 0.1  # sleeps out
   assert measured['flops_per_second'] == measured['images_per_second'] * 1e6
   assert 'peak_share' not in measured
+  timed = throughput.since_last_record()
+  phases = timed['phase_seconds']
+  assert list(phases) == ['evaluation', 'steps', 'other']
+  assert phases['evaluation'] >= 0.5 and 0.1 <= phases['steps'] < 0.5
+  assert sum(phases.values()) == pytest.approx(timed['seconds'], abs=1e-3)
+  assert throughput.since_last_record()['phase_seconds'].keys() == {'other'}
+
+
+def test_the_startup_clock_times_each_phase_from_the_process_start():
+  clock = progress.StartupClock()
+  time.sleep(0.1)
+  clock.lap('input')
+  assert clock.phases['imports'] > 0  # this process began before the test
+  assert 0.1 <= clock.phases['input'] < 1
+  assert clock.line().startswith('Started in ')
+  assert ', input 0.1 s' in clock.line()

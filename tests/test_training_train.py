@@ -178,6 +178,15 @@ def test_rerunning_a_finished_run_does_not_train_again(one_epoch_run, caplog):
   assert re.fullmatch(r'[0-9a-f]{40}(\+changes)?', first['commit'])
   assert first['cpu'].endswith(f'{os.cpu_count()} cores')
   assert datetime.datetime.fromisoformat(first['finished']).tzinfo
+  # Where its seconds went: the start-up's phases, and each record's.
+  assert list(first['startup_seconds']) == [
+      'imports', 'backend', 'input', 'model', 'compile', 'restore'
+  ]
+  (record,) = before
+  assert {'input', 'steps', 'evaluation',
+          'other'} <= set(record['phase_seconds'])
+  assert sum(record['phase_seconds'].values()) == pytest.approx(
+      record['seconds'], abs=1e-3)
   # Its compute: 6 steps of 16 images, each 3x the forward pass's matmuls.
   model = models.from_config(config, 10)
   variables = jax.eval_shape(lambda: model.init(jax.random.key(

@@ -3,6 +3,7 @@
 from experiments import runs
 from experiments.benchmarks import gpu_plan
 from experiments.benchmarks import profile_step
+from experiments.benchmarks import timeline
 
 # The GPU targets (issue 47), on the same GPU in the same call: each model's
 # train step against timm's at its best, and its share of the bf16 peak;
@@ -17,6 +18,10 @@ INPUT_OVER_B16_TARGET = 1.2
 # The study's best test accuracy over seeds 0-2 on the CPU (mean, std;
 # experiments/small_data): a GPU run within two standard deviations.
 STUDY_ACCURACY = (0.509, 0.006)
+
+
+def _overrides(row: dict) -> str:
+  return ', '.join(f'{k}={v}' for k, v in row['overrides'].items()) or 'none'
 
 
 def _measured(rows: list[dict], section: str, **fields) -> list[dict]:
@@ -196,16 +201,21 @@ def report(results: dict) -> str:
       'img/s in training: its records\' median, evaluations left out:', [
           'cache', 'overrides', 'epochs', 'end to end s', 'training s',
           'img/s in training', 'best test accuracy'
-      ], lambda r: [
-          r.get('compilation_cache', 'not said'), ', '.join(
-              f'{k}={v}' for k, v in r['overrides'].items()) or 'none'
-      ], lambda r: [
-          _number(r['epochs'], 2),
-          _number(r['end_to_end_seconds']),
-          _number(r['train_seconds']),
-          _number(r.get('train_images_per_second')),
-          _percent(r['best_test_accuracy'])
-      ])
+      ], lambda r: [r.get('compilation_cache', 'not said'),
+                    _overrides(r)], lambda r: [
+                        _number(r['epochs'], 2),
+                        _number(r['end_to_end_seconds']),
+                        _number(r['train_seconds']),
+                        _number(r.get('train_images_per_second')),
+                        _percent(r['best_test_accuracy'])
+                    ])
+  for r in rows:
+    if r['section'] == 'study' and 'records' in r:
+      lines += [
+          '', f'Where the {r["compilation_cache"]} run\'s seconds went '
+          f'({_overrides(r)}; `timeline.py`):', '',
+          timeline.table(r)
+      ]
   lines += _table(
       rows, 'attention', lambda r:
       ('The attention layer, its projections included' if r.get('layer') else

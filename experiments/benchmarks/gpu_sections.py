@@ -17,6 +17,7 @@ from experiments.benchmarks import gpu_steps
 from experiments.benchmarks import hlo_parts
 from experiments.benchmarks import profile_step
 from experiments.benchmarks import study_step
+from experiments.benchmarks import timeline
 from vit_jax import benchmark_input
 from vit_jax.models.layers import attention
 from vit_jax.models.layers import fused_attention
@@ -62,7 +63,8 @@ def run_study(plan: gpu_plan.Plan, cifar_dir: pathlib.Path, timeout: float,
             statistics.median(r['images_per_second'] for r in records
                               if 'images_per_second' in r),
         'epochs': summary['epochs'], 'steps': summary['steps'],
-        'best_test_accuracy': summary['best_test_accuracy'], 'log': phases
+        'best_test_accuracy': summary['best_test_accuracy'], 'log': phases,
+        **timeline.timeline(pathlib.Path(workdir))
     }
 
 

@@ -1,7 +1,9 @@
-"""What the loop reports as it goes: images/s, FLOP/s and the ETA
+"""What a run reports as it goes: where its start-up went (`StartupClock`),
+images/s, FLOP/s, the ETA and where each record's seconds went
 (`Throughput`), and the progress line it logs after each record."""
 
 import contextlib
+import os
 import time
 
 from vit_jax.training import plan as plan_lib
@@ -43,9 +45,47 @@ def progress_line(record: dict, plan: plan_lib.StepPlan,
   return '  '.join(parts)
 
 
+def _process_age() -> float | None:
+  """Wall seconds since this process started (Linux); None elsewhere."""
+  try:
+    with open('/proc/self/stat') as stat, open('/proc/uptime') as uptime:
+      # Field 22, the start in clock ticks after boot; the name before it,
+      # in parentheses, may hold spaces.
+      started = int(stat.read().rsplit(')', 1)[1].split()[19])
+      return float(
+          uptime.read().split()[0]) - started / os.sysconf('SC_CLK_TCK')
+  except (OSError, ValueError, IndexError):
+    return None
+
+
+class StartupClock:
+  """The seconds of each start-up phase, `imports` from the process's start
+  (the interpreter, the imports, the flags) to the clock's."""
+
+  def __init__(self):
+    self._last = time.perf_counter()
+    age = _process_age()
+    self.phases = {} if age is None else {'imports': round(age, 3)}
+
+  def line(self) -> str:
+    return f'Started in {sum(self.phases.values()):.1f} s: ' + ', '.join(
+        f'{phase} {seconds:.1f} s' for phase, seconds in self.phases.items())
+
+  def lap(self, phase: str):
+    """Ends `phase`: the seconds since the previous lap (or the clock's start)."""
+    now = time.perf_counter()
+    self.phases[phase] = round(now - self._last, 3)
+    self._last = now
+
+
+# Phases of the loop whose time is not training's.
+_NOT_TRAINING = ('evaluation', 'checkpoint')
+
+
 class Throughput:
   """Training images/s and FLOP/s over each logging interval, evaluations
-  and saves left out; the ETA from the pace since the loop (re)started."""
+  and saves left out; the ETA from the pace since the loop (re)started; and
+  where each record's wall seconds went."""
 
   def __init__(self, start_step: int, batch_size: int,
                train_flops_per_image: float, peak: float | None):
@@ -56,15 +96,20 @@ class Throughput:
     self._flops_per_image = train_flops_per_image
     self._peak = peak
     self._last_record = self._loop_start
+    self._phases = {}
 
   @contextlib.contextmanager
-  def excluded(self):
-    """A block whose time (an evaluation, a save) is not training's."""
+  def timed(self, phase: str):
+    """A block of `phase`: 'steps', 'input', or one not training's
+    (`_NOT_TRAINING`: its time is left out of images/s)."""
     start = time.perf_counter()
     try:
       yield
     finally:
-      self._excluded += time.perf_counter() - start
+      seconds = time.perf_counter() - start
+      self._phases[phase] = self._phases.get(phase, 0.0) + seconds
+      if phase in _NOT_TRAINING:
+        self._excluded += seconds
 
   def interval(self, step: int) -> dict:
     """Over the steps this process trained since the last call."""
@@ -82,11 +127,17 @@ class Throughput:
       measured['peak_share'] = measured['flops_per_second'] / self._peak
     return measured
 
-  def since_last_record(self) -> float:
-    """Wall seconds since the previous record, all phases alike."""
+  def since_last_record(self) -> dict:
+    """Wall seconds since the previous record, all phases alike, and how
+    many of them each phase took (`other`: the loop's own, logging)."""
     now = time.perf_counter()
     seconds, self._last_record = now - self._last_record, now
-    return seconds
+    phases, self._phases = self._phases, {}
+    phases['other'] = seconds - sum(phases.values())
+    return {
+        'seconds': seconds,
+        'phase_seconds': {k: round(v, 4) for k, v in phases.items()}
+    }
 
   def eta(self, step: int, total_steps: int) -> float:
     done = step - self._start_step

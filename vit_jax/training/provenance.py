@@ -1,5 +1,6 @@
 """Where a run's results come from, for its summary.json: the code's commit,
-the machine, the date it finished, and the teacher runs it read."""
+the machine, the date it finished, the teacher runs it read, and (written by
+the trainer) where the start-up of the process that finished it went."""
 
 import datetime
 import json
@@ -8,7 +9,7 @@ import pathlib
 import platform
 import subprocess
 
-_FIELDS = ('commit', 'cpu', 'finished', 'teachers')
+_FIELDS = ('commit', 'cpu', 'finished', 'teachers', 'startup_seconds')
 _TEACHERS = ('distillation_teacher', 'locality_guidance_teacher')
 # What a student records of each teacher's own summary.
 _OF_TEACHER = ('chosen_on', 'best_step', 'best_validation_accuracy',

@@ -86,17 +86,20 @@ def train_and_evaluate(config: ml_collections.ConfigDict,
   """Trains `config` in `workdir` from its newest checkpoint; the summary."""
   workdir = pathlib.Path(workdir).absolute()
   signals = preemption.Preemption()  # first: a SIGTERM while loading counts
+  clock = progress.StartupClock()
   try:
     config_schema.validate(config, jax.device_count())
     compilation_cache.use(config.compilation_cache_dir)
+    clock.lap('backend')
     with startup.sole_writer(workdir):
-      return _train_and_evaluate(config, workdir, signals)
+      return _train_and_evaluate(config, workdir, signals, clock)
   finally:
     signals.close()
 
 
 def _train_and_evaluate(config, workdir: pathlib.Path,
-                        signals: preemption.Preemption) -> dict:
+                        signals: preemption.Preemption,
+                        clock: progress.StartupClock) -> dict:
   # The workdir: a run there must be this config's; config.init_from is
   # read and checked before any data loads.
   checkpoints = run_checkpoints.RunCheckpoints(
@@ -113,6 +116,7 @@ def _train_and_evaluate(config, workdir: pathlib.Path,
   mesh = sharding.make_mesh(config.fsdp)
   replicated = sharding.replicated(mesh)
   inputs = data.create_input(config, mesh)
+  clock.lap('input')
   signals.stop_before_training(checkpoints)
   plan = plan_lib.step_plan(config, inputs.steps_per_epoch)
   model, objective, teachers = startup.trained_model_and_objective(
@@ -123,6 +127,7 @@ def _train_and_evaluate(config, workdir: pathlib.Path,
   init_args = (init_key, model, tx, config.image_size, mesh, config.ema_decay)
   state_shapes = steps.state_shapes(*init_args)
   startup.check_ema(config, state_shapes)
+  clock.lap('model')
 
   # Compile the steps, unless the newest checkpoint holds the last step; a
   # fresh run's initializer compiles beside them (experiments/benchmarks/README.md, Attempts, row 21).
@@ -135,6 +140,7 @@ def _train_and_evaluate(config, workdir: pathlib.Path,
     if (checkpoints.latest_step() or 0) < plan.total_steps:
       compiled = compile_steps()
     initializer = initializer and initializer.result()
+  clock.lap('compile')
   signals.stop_before_training(checkpoints)
 
   # Restore the newest checkpoint that restores, or initialize.
@@ -156,6 +162,8 @@ def _train_and_evaluate(config, workdir: pathlib.Path,
   del pretrained  # host memory the run needs no more
   run_config = startup.record_run(config, workdir, inputs, plan,
                                   state_shapes.params)
+  clock.lap('restore')
+  logging.info('%s.', clock.line())
   trains = step < plan.total_steps
   if not trains:
     logging.info('%s already holds all %d steps; nothing to train.', workdir,
@@ -190,14 +198,17 @@ def _train_and_evaluate(config, workdir: pathlib.Path,
       signals.stop_before_training(checkpoints)  # restoring was the last phase
     while step < plan.total_steps:
       count = dispatcher.next_call_steps(plan.steps_to_next_event(step))
-      state, sums = dispatcher.run(state, sums,
-                                   [next(batches) for _ in range(count)])
+      with throughput.timed('input'):
+        called = [next(batches) for _ in range(count)]
+      with throughput.timed('steps'):
+        state, sums = dispatcher.run(state, sums, called)
       step += count
       checkpoints.check()  # a failed background save stops the run now
       last = step == plan.total_steps
       record = {}
       if step % plan.log_every == 0 or last:
-        dispatcher.drain()  # the steps' time is training time
+        with throughput.timed('steps'):
+          dispatcher.drain()  # the steps' time is training time
         train = steps.averages(sums)
         sums = steps.zero_sums(replicated)
         record.update(train_loss=train['loss'],
@@ -205,9 +216,10 @@ def _train_and_evaluate(config, workdir: pathlib.Path,
                       learning_rate=float(schedule(step)),
                       **throughput.interval(step))
       if step % plan.eval_every == 0 or last:
-        dispatcher.drain()  # the train steps count as training
+        with throughput.timed('steps'):
+          dispatcher.drain()  # the train steps count as training
         for split in inputs.eval_sizes:
-          with throughput.excluded():
+          with throughput.timed('evaluation'):
             result = evaluation.over_split(compiled.eval, state, inputs, split,
                                            f'step {step}')
           record.update({
@@ -218,8 +230,8 @@ def _train_and_evaluate(config, workdir: pathlib.Path,
       if record:
         _check_finite(record, step, checkpoints, history)
         record = {
-            'step': step, 'epoch': plan.epoch(step),
-            **record, 'seconds': throughput.since_last_record()
+            'step': step, 'epoch': plan.epoch(step), **record,
+            **throughput.since_last_record()
         }
         history.append(record)
         writer.write(record)
@@ -227,7 +239,7 @@ def _train_and_evaluate(config, workdir: pathlib.Path,
             '%s',
             progress.progress_line(record, plan,
                                    throughput.eta(step, plan.total_steps)))
-        with throughput.excluded():
+        with throughput.timed('checkpoint'):
           best.offer(record, state, sums, history, inputs.position(step),
                      run_config)
       preempted = signals.reached()
@@ -236,8 +248,9 @@ def _train_and_evaluate(config, workdir: pathlib.Path,
         if 'train_loss' not in record:  # never save a diverged state
           _check_finite({'train_loss': float(jax.device_get(sums['loss']))},
                         step, checkpoints, history)
-        dispatcher.drain()
-        with throughput.excluded():
+        with throughput.timed('steps'):
+          dispatcher.drain()
+        with throughput.timed('checkpoint'):
           best.wait()
           checkpoints.save(step, state, sums, history, inputs.position(step),
                            run_config)
@@ -249,8 +262,9 @@ def _train_and_evaluate(config, workdir: pathlib.Path,
 
   # The summary; a run that trained no step here keeps its provenance.
   earlier = workdir / 'summary.json'
-  source = (provenance.describe(config) if trains or not earlier.is_file() else
-            provenance.recorded(json.loads(earlier.read_text())))
+  source = ({**provenance.describe(config), 'startup_seconds': clock.phases}
+            if trains or not earlier.is_file() else provenance.recorded(
+                json.loads(earlier.read_text())))
   return _write_summary(workdir, history, config.batch_size * flops_per_image,
                         source)
 

@@ -1,0 +1,68 @@
+r"""Where a study run's seconds go: its start-up's phases, then each epoch's
+train steps, input, evaluation, checkpoint and the loop's own (`other`).
+
+  python experiments/benchmarks/timeline.py \
+      --data_dir=../shared/data/cifar10-5k --epochs=10 --tiny
+
+--tiny trains a one-layer ViT 32 wide, whose steps are too short to hide
+what the loop adds to each epoch; without it, the study's ViT-Tiny.
+"""
+
+import pathlib
+import tempfile
+
+from experiments import runs
+from experiments.benchmarks import study_step
+
+HERE = pathlib.Path(__file__).resolve().parent
+TINY = {
+    'model_overrides.num_layers': 1, 'model_overrides.hidden_size': 32,
+    'model_overrides.num_heads': 2, 'model_overrides.mlp_dim': 64
+}
+PHASES = ('steps', 'input', 'evaluation', 'checkpoint', 'other')
+
+
+def timeline(workdir: pathlib.Path) -> dict:
+  """A finished run's start-up phases and each record's phases, in seconds."""
+  summary = runs.read_json(workdir / 'summary.json')
+  return {
+      'startup_seconds': summary['startup_seconds'], 'records': [{
+          'epoch': r['epoch'], 'seconds': r['seconds'], **r['phase_seconds']
+      } for r in runs.history(workdir)]
+  }
+
+
+def table(measured: dict) -> str:
+  """The start-up's phases in a line, then a table of each record's."""
+  startup = measured['startup_seconds']
+  line = f'Start-up, {sum(startup.values()):.2f} s: ' + ', '.join(
+      f'{phase} {seconds:.2f}' for phase, seconds in startup.items())
+  return line + '\n\n' + runs.markdown_table(['epoch', 'seconds', *PHASES], [[
+      f'{r["epoch"]:g}', f'{r["seconds"]:.3f}', *(f'{r.get(phase, 0.0):.3f}'
+                                                  for phase in PHASES)
+  ] for r in measured['records']])
+
+
+def main():
+  parser = study_step.parser(
+      __doc__, {'tiny': 'A one-layer ViT 32 wide in place of ViT-Tiny.'},
+      epochs=10)
+  parser.add_argument('--data_dir', required=True,
+                      help='The study subset (cifar10-5k).')
+  args = parser.parse_args()
+  overrides = {'num_epochs': args.epochs, **(TINY if args.tiny else {})}
+  with tempfile.TemporaryDirectory() as workdir:
+    _, _, failed = study_step.run(
+        study_step.study_command(workdir,
+                                 pathlib.Path(args.data_dir).resolve(),
+                                 overrides))
+    if failed:
+      raise SystemExit(f'error: vit_jax.main: {failed}')
+    measured = timeline(pathlib.Path(workdir))
+  study_step.write_json(HERE / f'timeline{"_tiny" * args.tiny}.json',
+                        {'overrides': overrides, **measured})
+  print(table(measured))
+
+
+if __name__ == '__main__':
+  main()
