@@ -144,6 +144,8 @@ def compared(name_a: str, a: dict[int, float], name_b: str,
              b: dict[int, float]) -> str:
   """`paired` in the words its interval allows: better by X ± Y, or
   indistinguishable within ± Y."""
+  if not a.keys() & b.keys():
+    return 'no seed of both: no comparison'
   mean, half = paired(a, b)
   if len(a.keys() & b.keys()) < 2:
     return f'{mean:+.1f} points at one seed: no interval'

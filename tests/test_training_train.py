@@ -180,7 +180,7 @@ def test_rerunning_a_finished_run_does_not_train_again(one_epoch_run, caplog):
   assert datetime.datetime.fromisoformat(first['finished']).tzinfo
   # Where its seconds went: the start-up's phases, and each record's.
   assert list(first['startup_seconds']) == [
-      'imports', 'backend', 'input', 'model', 'compile', 'restore'
+      'imports', 'backend', 'input', 'model', 'compile', 'restore', 'setup'
   ]
   (record,) = before
   assert {'input', 'steps', 'evaluation',

@@ -23,12 +23,15 @@ PHASES = ('steps', 'input', 'evaluation', 'checkpoint', 'other')
 
 
 def timeline(workdir: pathlib.Path) -> dict:
-  """A finished run's start-up phases and each record's phases, in seconds."""
+  """A finished run's start-up phases and each record's phases, in seconds
+  (none where code that did not time them trained it)."""
   summary = runs.read_json(workdir / 'summary.json')
+  records = [{
+      'epoch': r['epoch'], 'seconds': r['seconds'],
+      **r.get('phase_seconds', {})
+  } for r in runs.history(workdir)]
   return {
-      'startup_seconds': summary['startup_seconds'], 'records': [{
-          'epoch': r['epoch'], 'seconds': r['seconds'], **r['phase_seconds']
-      } for r in runs.history(workdir)]
+      'startup_seconds': summary.get('startup_seconds', {}), 'records': records
   }
 
 
@@ -37,10 +40,12 @@ def table(measured: dict) -> str:
   startup = measured['startup_seconds']
   line = f'Start-up, {sum(startup.values()):.2f} s: ' + ', '.join(
       f'{phase} {seconds:.2f}' for phase, seconds in startup.items())
-  return line + '\n\n' + runs.markdown_table(['epoch', 'seconds', *PHASES], [[
+  rows = [[
       f'{r["epoch"]:g}', f'{r["seconds"]:.3f}', *(f'{r.get(phase, 0.0):.3f}'
                                                   for phase in PHASES)
-  ] for r in measured['records']])
+  ] for r in measured['records']]
+  return (line + '\n\n' if startup else '') + runs.markdown_table(
+      ['epoch', 'seconds', *PHASES], rows)
 
 
 def main():

@@ -14,7 +14,8 @@ from tensorboardX import SummaryWriter
 # Record fields as TensorBoard tags. TensorBoard groups tags by what comes
 # before '/' and sorts the groups by name, so the splits sit side by side
 # under accuracy and loss, first, and the speed below. The others (epoch,
-# step, seconds, test_examples) are no curves; metrics.jsonl has them.
+# step, seconds, phase_seconds, test_examples) are no curves; metrics.jsonl
+# has them.
 TENSORBOARD_TAGS = {
     'train_accuracy': 'accuracy/train', 'test_accuracy': 'accuracy/test',
     'validation_accuracy': 'accuracy/validation', 'train_loss': 'loss/train',

@@ -60,7 +60,8 @@ def _process_age() -> float | None:
 
 class StartupClock:
   """The seconds of each start-up phase, `imports` from the process's start
-  (the interpreter, the imports, the flags) to the clock's."""
+  (the interpreter, the imports, the flags; in a process that ran other
+  work first, that work too) to the clock's."""
 
   def __init__(self):
     self._last = time.perf_counter()
@@ -72,9 +73,9 @@ class StartupClock:
         f'{phase} {seconds:.1f} s' for phase, seconds in self.phases.items())
 
   def lap(self, phase: str):
-    """Ends `phase`: the seconds since the previous lap (or the clock's start)."""
+    """Adds to `phase` the seconds since the previous lap (or the start)."""
     now = time.perf_counter()
-    self.phases[phase] = round(now - self._last, 3)
+    self.phases[phase] = round(self.phases.get(phase, 0) + now - self._last, 3)
     self._last = now
 
 

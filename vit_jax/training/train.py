@@ -163,13 +163,13 @@ def _train_and_evaluate(config, workdir: pathlib.Path,
   run_config = startup.record_run(config, workdir, inputs, plan,
                                   state_shapes.params)
   clock.lap('restore')
-  logging.info('%s.', clock.line())
   trains = step < plan.total_steps
   if not trains:
     logging.info('%s already holds all %d steps; nothing to train.', workdir,
                  plan.total_steps)
   elif compiled is None:  # the newest checkpoint failed, an older restored
     compiled = compile_steps()
+    clock.lap('compile')
 
   # The loop: train steps, several to a compiled call (`dispatch`); log,
   # evaluate and checkpoint at their intervals and at the last step.
@@ -184,8 +184,6 @@ def _train_and_evaluate(config, workdir: pathlib.Path,
       config.image_size, train=True) + sum(
           flops.forward_flops_per_image(module, variables, config.image_size)
           for module, variables in teachers)
-  throughput = progress.Throughput(step, config.batch_size, flops_per_image,
-                                   _peak_flops(config.dtype))
   batches = inputs.train_batches(position)
   with contextlib.ExitStack() as closing:  # in reverse order, even on errors
     closing.callback(writer.close)
@@ -196,6 +194,10 @@ def _train_and_evaluate(config, workdir: pathlib.Path,
       dispatcher = dispatch.Dispatcher(compiled, inputs, step_key)
       signals.training()
       signals.stop_before_training(checkpoints)  # restoring was the last phase
+    clock.lap('setup')
+    logging.info('%s.', clock.line())
+    throughput = progress.Throughput(step, config.batch_size, flops_per_image,
+                                     _peak_flops(config.dtype))
     while step < plan.total_steps:
       count = dispatcher.next_call_steps(plan.steps_to_next_event(step))
       with throughput.timed('input'):
@@ -245,11 +247,11 @@ def _train_and_evaluate(config, workdir: pathlib.Path,
       preempted = signals.reached()
       if last or preempted or (step % plan.checkpoint_every == 0 and
                                checkpoints.due(step)):
+        with throughput.timed('steps'):
+          dispatcher.drain()
         if 'train_loss' not in record:  # never save a diverged state
           _check_finite({'train_loss': float(jax.device_get(sums['loss']))},
                         step, checkpoints, history)
-        with throughput.timed('steps'):
-          dispatcher.drain()
         with throughput.timed('checkpoint'):
           best.wait()
           checkpoints.save(step, state, sums, history, inputs.position(step),
