@@ -3,22 +3,24 @@ r"""The small-data study: a model trained on 5,000 CIFAR-10 images for 30 epochs
 The study trained ViT-Tiny, SimpleCNN and SmallResNet on 5,000 CIFAR-10
 training images and tested on 1,000, with AdamW (lr 1e-3, weight decay 0.01),
 5 epochs of linear warmup then cosine decay, and label smoothing 0.1. It does
-not state its batch sizes nor whether it augmented: experiments/small_data
-measures both on validation images, and these are the choices nearest the
-study (batch 128 for the ViT, 64 for SimpleCNN, 256 for SmallResNet; random
-crop with 4-pixel padding + horizontal flip).
+not state its batch sizes nor whether it augmented; experiments/small_data
+measures both. The CNNs' batch sizes here (64 for SimpleCNN, 256 for
+SmallResNet) are the ones whose test accuracy is nearest the study's; the
+ViT's is 128; every model is trained on random crops (4-pixel padding) and
+horizontal flips.
 
 Run (the argument after ':' picks the model: vit, simple_cnn, small_resnet;
-`--config.data_dir=DIR` reads an unpacked CIFAR-10 instead of the download,
-whose 45,000 images outside the study's 5,000 hold the validation images of
-`--config.validation_examples=5000`):
+`--config.data_dir=DIR` reads an unpacked CIFAR-10 instead of the download):
 
   python -m vit_jax.main --config=configs/cifar_small.py --workdir=/tmp/w30
   python -m vit_jax.main --config=configs/cifar_small.py:simple_cnn \
       --workdir=/tmp/simple_cnn
 
-Expected: test accuracy at the epoch chosen on 5,000 validation images, over
-3 seeds on the project's 2-core CPU machine: SimpleCNN 69.6 ± 0.5,
+Expected, with 5,000 validation images held out to choose the best epoch
+(`--config.validation_examples=5000`: from the download's 45,000 images
+outside the study's 5,000, or `--config.validation_dir` as
+experiments/small_data's sweep passes it): the test accuracy there, over 3
+seeds on the project's 2-core CPU machine, SimpleCNN 69.6 ± 0.5 and
 SmallResNet 63.6 ± 0.1 (experiments/small_data/README.md).
 """
 

@@ -86,8 +86,8 @@ def test_the_summary_chooses_on_validation_and_pairs_by_seed(
   readme = tmp_path / 'README.md'
   readme.write_text(''.join(
       f'<!-- {name}: written by summary.py -->\n<!-- end of {name} -->\n'
-      for name in ('results table', 'comparisons', 'choices table', 'closest',
-                   'missing runs')))
+      for name in ('results table', 'study measure', 'comparisons',
+                   'choices table', 'closest', 'missing runs')))
   monkeypatch.setattr(summary, 'HERE', tmp_path)
   summary.main([f'--workdir={runs_dir}'])
   text = readme.read_text()
@@ -103,6 +103,9 @@ def test_the_summary_chooses_on_validation_and_pairs_by_seed(
       'one seed: no interval |') in text
   assert ("- SimpleCNN: the config's (batch 64, 3 seeds): validation 66.1 ± "
           "0.1, test 71.0 ± 1.0, 0.2 points over the study's 70.8.") in text
+  # Each run's best test accuracy is its last epoch's, validation's too.
+  assert ('lies 0.0 points above the test accuracy at the epoch validation '
+          'chose, on average over the 10 runs here') in text
   assert '12 of the 22 runs of the sweep have no record yet' in text
   assert '- `small_resnet_seed0`' in text
   records = json.loads((tmp_path / 'results.json').read_text())

@@ -1,7 +1,7 @@
 r"""The fine-tuning results from the runs' workdirs:
 
   python -m experiments.finetune.summary \
-      --pretrained=/tmp/small_data/vit_seed0 --workdir=/tmp/finetune
+      --pretrained=/tmp/finetune/pretrained --workdir=/tmp/finetune
 
 writes results.json and the table in README.md next to this file.
 """

@@ -3,7 +3,7 @@ configs/finetune.py at each of --image_sizes (32: the control, the training
 without the resolution): one `vit_jax.main` command per size.
 
   python -m experiments.finetune.sweep \
-      --pretrained=/tmp/small_data/vit_seed0 | bash
+      --pretrained=/tmp/finetune/pretrained | bash
 """
 
 import pathlib
