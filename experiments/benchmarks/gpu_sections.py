@@ -50,8 +50,9 @@ def run_study(plan: gpu_plan.Plan, cifar_dir: pathlib.Path, timeout: float,
     # Its pace in training alone (a record's images/s leaves out evaluating
     # and saving), to set runs of other lengths side by side.
     records = runs.history(pathlib.Path(workdir))
-    # Where its start-up time went, as its log says (the lines that
-    # name the phases, cut at 300 characters).
+    # The log lines that say what was compiled or read from the cache,
+    # resumed and finished (cut at 300 characters); the timeline below says
+    # where the seconds went.
     phases = [
         line[:300] for line in stderr.splitlines()
         if any(word in line for word in ('Compil', 'parameters) on', 'Resumed',
