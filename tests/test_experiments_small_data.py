@@ -2,6 +2,7 @@
 
 import json
 import shlex
+import shutil
 
 import numpy as np
 import pytest
@@ -119,6 +120,11 @@ def test_the_summary_chooses_on_validation_and_pairs_by_seed(
       'train_accuracy': 0.66
   } and len(logged) == 40
   assert (tmp_path / 'learning_curves.png').stat().st_size > 0
+  # A workdir holding some of the runs keeps the others' committed records.
+  shutil.rmtree(runs_dir / 'vit_seed0')
+  summary.main([f'--workdir={runs_dir}'])
+  assert json.loads((tmp_path / 'results.json').read_text()) == records
+  assert len((tmp_path / 'metrics.jsonl').read_text().splitlines()) == 40
   # The fine-tuning summary: the pre-trained run and each fine-tuned one.
   measured = {
       'epochs': 10, 'best_test_accuracy': 0.52, 'final_test_accuracy': 0.511,

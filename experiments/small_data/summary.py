@@ -1,4 +1,4 @@
-r"""The small-data study's results from its runs' workdirs:
+r"""The small-data study's results from its runs' workdirs, else the committed ones:
 
   python -m experiments.small_data.summary --workdir=/tmp/small_data
 
@@ -6,6 +6,7 @@ writes results.json, metrics.jsonl (every run's logged records),
 learning_curves.png and the README's sections here.
 """
 
+import json
 import pathlib
 
 import numpy as np
@@ -33,21 +34,34 @@ def parameter_count(model: str) -> int:
   return sum(int(np.prod(x.shape)) for x in jax.tree.leaves(shapes['params']))
 
 
+def _run_name(record: dict) -> str:
+  return f'{record["choice"]}_seed{record["seed"]}'
+
+
 def collect(workdir: pathlib.Path) -> tuple[list[dict], dict[str, list]]:
-  """The finished runs' records (`choice`: a model for the config's runs),
-  and their logged records by run."""
-  records, metrics = [], {}
-  for directory in sorted(workdir.glob('*_seed*')):
-    choice = directory.name.rsplit('_seed', 1)[0]
-    if runs.finished(directory) and (choice in sweep.MODELS or
-                                     choice in sweep.CHOICES):
-      batch_size = runs.read_json(directory / 'config.json')['batch_size']
-      records.append(
-          runs.record(directory, {'choice': choice, 'batch_size': batch_size}))
-      metrics[directory.name] = [{
-          k: v for k, v in r.items() if 'second' not in k
-      } for r in runs.history(directory)]
-  return records, metrics
+  """The sweep's records (`choice`: a model for the config's runs) and their
+  logged records by run: a run finished in `workdir`'s, else the committed."""
+  described = {
+      name: {
+          'choice': choice,
+          'batch_size': overrides.get('batch_size',
+                                      cifar_small.MODELS[model][2])
+      } for name, (choice, model,
+                  overrides) in sweep.planned(sweep.SEEDS).items()
+  }
+  found = runs.load_records(workdir, described, HERE / 'results.json',
+                            _run_name)
+  metrics = {}
+  if (HERE / 'metrics.jsonl').exists():
+    for line in (HERE / 'metrics.jsonl').read_text().splitlines():
+      logged = json.loads(line)
+      metrics.setdefault(logged.pop('run'), []).append(logged)
+  for name in found:
+    if runs.finished(workdir / name):
+      metrics[name] = [{k: v for k, v in r.items() if 'second' not in k}
+                       for r in runs.history(workdir / name)]
+  return [found[name] for name in sorted(found)
+         ], {name: metrics[name] for name in sorted(found) if name in metrics}
 
 
 def _of(records: list[dict], choice: str) -> list[dict]:
@@ -234,11 +248,12 @@ def main(argv=None):
   records, metrics = collect(workdir)
   planned = list(sweep.planned(sweep.SEEDS))
   runs.write_summary(
-      HERE, records, str(workdir), {
+      HERE, records, f'{workdir} or results.json', {
           'results table': table(records), 'study measure': study_measure(
               records, metrics), 'comparisons': comparisons(records),
-          'choices table': choices_table(records), 'closest': closest(records),
-          'missing runs': runs.missing_runs(planned, set(metrics))
+          'choices table': choices_table(records), 'closest':
+              closest(records), 'missing runs': runs.missing_runs(
+                  planned, set(map(_run_name, records)))
       }, {'learning_curves.png': lambda _, path: plot(records, metrics, path)},
       metrics=metrics)
 
