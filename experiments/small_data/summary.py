@@ -1,4 +1,4 @@
-r"""The small-data study's results from its runs' workdirs, else the committed ones:
+r"""The small-data study's results, from its workdirs or the committed records:
 
   python -m experiments.small_data.summary --workdir=/tmp/small_data
 
