@@ -127,8 +127,7 @@ def record(directory: pathlib.Path, description: dict) -> dict:
 
 
 def paired(a: dict[int, float], b: dict[int, float]) -> tuple[float, float]:
-  """The mean of the per-seed differences a - b, in points, and its 95%
-  interval's half-width (Student's t; infinite from one seed)."""
+  """Mean per-seed a - b in points, and its 95% half-width (Student's t)."""
   from scipy import stats  # pylint: disable=g-import-not-at-top
   differences = 100 * np.array(
       [a[s] - b[s] for s in sorted(a.keys() & b.keys())])
@@ -142,8 +141,7 @@ def paired(a: dict[int, float], b: dict[int, float]) -> tuple[float, float]:
 
 def compared(name_a: str, a: dict[int, float], name_b: str,
              b: dict[int, float]) -> str:
-  """`paired` in the words its interval allows: better by X ± Y, or
-  indistinguishable within ± Y."""
+  """`paired` in words: better by X ± Y, or indistinguishable within ± Y."""
   if not a.keys() & b.keys():
     return 'no seed of both: no comparison'
   mean, half = paired(a, b)
@@ -174,8 +172,7 @@ def landed(results: pathlib.Path, run_name: Callable[[dict],
 def load_records(workdir: pathlib.Path, planned: dict[str, dict],
                  results: pathlib.Path,
                  run_name: Callable[[dict], str]) -> dict[str, dict]:
-  """By name, the `planned` runs finished in `workdir`, else `results`'; a
-  run trained again keeps the record it replaces in `earlier_runs`."""
+  """`planned` runs by name, from `workdir` else `results` (+ earlier_runs)."""
   found = landed(results, run_name)
   for name, description in planned.items():
     if finished(workdir / name):
@@ -232,9 +229,7 @@ def write_summary(
     folder: pathlib.Path, results, searched: str, sections: dict[str, str],
     figures: dict[str, Callable[[object, pathlib.Path], None]] | None = None,
     metrics: dict[str, list[dict]] | None = None):
-  """Writes results.json, `figures` (name -> plot(results, path)), README
-  `sections` (name -> text) and `metrics` (run -> its logged records, as
-  metrics.jsonl) in `folder`, all or none; prints the sections."""
+  """Writes results.json, figures, README sections and metrics, or none."""
   if not results:
     sys.exit(f'error: no finished runs in {searched}.')
   readme = folder / 'README.md'

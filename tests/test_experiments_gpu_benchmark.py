@@ -391,7 +391,8 @@ def test_the_timeline_of_a_run_says_where_its_seconds_went(tmp_path):
           'step': 6 * epoch, 'epoch': float(epoch), 'seconds': 1.5,
           'phase_seconds': {'input': 0.2, 'steps': 1.0, 'other': 0.3}
       }) + '\n' for epoch in (1, 2)))
-  measured = timeline.timeline(tmp_path)
+  measured = timeline.timeline(runs.read_json(tmp_path / 'summary.json'),
+                               runs.history(tmp_path))
   assert measured['records'][1] == {
       'epoch': 2.0, 'seconds': 1.5, 'input': 0.2, 'steps': 1.0, 'other': 0.3
   }

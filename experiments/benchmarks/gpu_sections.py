@@ -47,8 +47,6 @@ def run_study(plan: gpu_plan.Plan, cifar_dir: pathlib.Path, timeout: float,
       return {**row, 'skipped': f'vit_jax.main: {failed}'}
     summary_file = pathlib.Path(workdir) / 'summary.json'
     summary = runs.read_json(summary_file)
-    # Its pace in training alone (a record's images/s leaves out evaluating
-    # and saving), to set runs of other lengths side by side.
     records = runs.history(pathlib.Path(workdir))
     # The log lines that say what was compiled or read from the cache,
     # resumed and finished (cut at 300 characters); the timeline below says
@@ -59,13 +57,20 @@ def run_study(plan: gpu_plan.Plan, cifar_dir: pathlib.Path, timeout: float,
                                          'step 39/', 'Done:'))
     ]
     return {
-        **row, 'end_to_end_seconds': summary_file.stat().st_mtime - start,
-        'train_seconds': summary['train_seconds'], 'train_images_per_second':
-            statistics.median(r['images_per_second'] for r in records
-                              if 'images_per_second' in r),
-        'epochs': summary['epochs'], 'steps': summary['steps'],
-        'best_test_accuracy': summary['best_test_accuracy'], 'log': phases,
-        **timeline.timeline(pathlib.Path(workdir))
+        **row,
+        'end_to_end_seconds': summary_file.stat().st_mtime - start,
+        # Its pace in training alone (a record's images/s leaves out
+        # evaluating and saving), to set runs of other lengths side by side.
+        'train_seconds': summary['train_seconds'],
+        'train_images_per_second': statistics.median(r['images_per_second']
+                                                     for r in records
+                                                     if 'images_per_second' in r
+                                                    ),
+        'epochs': summary['epochs'],
+        'steps': summary['steps'],
+        'best_test_accuracy': summary['best_test_accuracy'],
+        'log': phases,
+        **timeline.timeline(summary, records)
     }
 
 

@@ -126,8 +126,7 @@ DEVICE_KINDS = {
 
 
 def _device_kernels(events: list[dict]) -> list[dict]:
-  """The accelerators' kernels: their 'Stream' threads' (the others repeat them
-  as XLA modules, ops or scopes), else all their threads'; none on a CPU."""
+  """The accelerators' kernels: their 'Stream' threads', else all of theirs."""
   devices = {
       e['pid'] for e in events
       if e.get('ph') == 'M' and e.get('name') == 'process_name' and
@@ -158,8 +157,7 @@ def _part_of(kernel: dict,
 def device_profile(
     events: list[dict], steps: int, parts: dict[str, hlo_parts.Part],
     top: int = 25) -> tuple[dict[str, float], dict[str, float], list[dict]]:
-  """Ms per step of the kernels by kind (DEVICE_KINDS) and by part, and the
-  `top` kernels with their arguments and parts; empty on a CPU."""
+  """Kernel ms per step by kind and by part, and the `top` kernels."""
   kernels = _device_kernels(events)
   if not kernels:
     return {}, {}, []
@@ -223,8 +221,7 @@ def matmuls_alone_and_side_by_side():
 def tables(kinds: dict[str, float], by_part: dict[str, float] | str | None,
            heaviest: list[dict], unit: str = 'ms per step', shown: int = 15,
            top: int = 12) -> list[str]:
-  """A profile's tables: by kind; by part, the `shown` heaviest and the rest
-  summed, or why not measured; the `top` kernels."""
+  """A profile's tables: by kind, by part (`shown` of them), `top` kernels."""
   lines = [
       '',
       runs.markdown_table(['kind of work', unit],

@@ -22,16 +22,13 @@ TINY = {
 PHASES = ('steps', 'input', 'evaluation', 'checkpoint', 'other')
 
 
-def timeline(workdir: pathlib.Path) -> dict:
-  """A finished run's start-up phases and each record's phases, in seconds
-  (none where code that did not time them trained it)."""
-  summary = runs.read_json(workdir / 'summary.json')
-  records = [{
-      'epoch': r['epoch'], 'seconds': r['seconds'],
-      **r.get('phase_seconds', {})
-  } for r in runs.history(workdir)]
+def timeline(summary: dict, records: list[dict]) -> dict:
+  """A run's start-up phases and each record's, in seconds (none untimed)."""
   return {
-      'startup_seconds': summary.get('startup_seconds', {}), 'records': records
+      'startup_seconds': summary.get('startup_seconds', {}), 'records': [{
+          'epoch': r['epoch'], 'seconds': r['seconds'],
+          **r.get('phase_seconds', {})
+      } for r in records]
   }
 
 
@@ -63,7 +60,9 @@ def main():
                                  overrides))
     if failed:
       raise SystemExit(f'error: vit_jax.main: {failed}')
-    measured = timeline(pathlib.Path(workdir))
+    workdir = pathlib.Path(workdir)
+    measured = timeline(runs.read_json(workdir / 'summary.json'),
+                        runs.history(workdir))
   study_step.write_json(HERE / f'timeline{"_tiny" * args.tiny}.json',
                         {'overrides': overrides, **measured})
   print(table(measured))

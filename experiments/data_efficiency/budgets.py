@@ -90,7 +90,7 @@ def _cost_of_what_it_reads(records: list[dict], vit: list[dict]) -> str:
       for (role, model, ingredients, epochs), group in read.items())
 
 
-def named(recipe: str) -> str:
+def named(recipe: str, untaught: str = 'a ViT no CNN touches') -> str:
   """What a ViT recipe's model is: pure at inference, but taught by a CNN?"""
   ingredients = recipes.ingredients_of(recipe)
   taught = ' and '.join(verb
@@ -98,13 +98,12 @@ def named(recipe: str) -> str:
                                            ('locality_guidance', 'guided by'))
                         if name in ingredients)
   if not taught:
-    return 'a ViT no CNN touches'
+    return untaught
   return f'a ViT {taught} the {runs.NAMES[recipes.teacher(ingredients)[0]]}'
 
 
 def answer(records: list[dict]) -> str:
-  """Per budget, the best ViT recipe against the best CNN, paired by seed,
-  and their costs."""
+  """Per budget, the best ViT recipe against the best CNN, and their costs."""
   lines = []
   for epochs, row in best_rows(records).items():
     cnns = [row[model] + (model,) for model in MODELS if model in row]

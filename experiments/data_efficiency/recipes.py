@@ -13,8 +13,7 @@ TRAIN_EXAMPLES = 5000
 
 
 def _budget_stochastic_depth(epochs: int) -> dict:
-  """Stochastic depth in place of dropout at 0.1 * log10(epochs / 10) (ours;
-  DeiT-Ti's 0.1 at 100 epochs): longer schedules on little data want more."""
+  """Stochastic depth, not dropout, at 0.1 * log10(epochs / 10) (DeiT-Ti's)."""
   return {
       'model_overrides.stochastic_depth_rate': max(
           0.0, round(0.1 * math.log10(epochs / 10), 3)),
@@ -249,8 +248,7 @@ def rank(recipe: str) -> int:
 
 
 def label(recipe: str, shown: list[str]) -> str:
-  """'study', 'study + X alone', '+ X' after the ablation's previous step in
-  `shown`, or without it a name that reads alone."""
+  """'study', 'study + X alone', '+ X' after its previous step, or in full."""
   ingredients = ingredients_of(recipe)
   if not ingredients:
     return 'study'

@@ -30,8 +30,7 @@ def planned() -> dict[str, dict]:
 
 
 def _gain(group: list[dict], study: list[dict]) -> str:
-  """Points over the study ViT's mean, ± the 95% interval of the per-seed
-  differences where two seeds or more pair."""
+  """Points over the study ViT's mean, ± the paired 95% interval if any."""
   by_seed = [{r['seed']: r['best_test_accuracy'] for r in rows}
              for rows in (group, study)]
   _, half = runs.paired(*by_seed)
@@ -80,8 +79,7 @@ def table(records: list[dict]) -> str:
 
 
 def plot(records: list[dict], path: pathlib.Path):
-  """Each ViT recipe's accuracy (hollow: one seed), a row each and a panel per
-  budget, against the CNNs' recipes (lines)."""
+  """Each ViT recipe's accuracy (hollow: one seed) per budget, CNNs as lines."""
   plt = plotting.pyplot()
   budgets = sorted({r['epochs'] for r in records})
   groups = recipes.group_runs(records)

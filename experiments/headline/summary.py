@@ -13,24 +13,18 @@ import sys
 import numpy as np
 
 from experiments import runs
+from experiments.data_efficiency import budgets
 from experiments.data_efficiency import recipes as r
 from experiments.headline import sweep
 
 HERE = pathlib.Path(__file__).resolve().parent
-# What a ViT recipe learns from its CNN, in words.
-_LEARNS = (('distillation', 'distilled from'), ('locality_guidance',
-                                                'guided by'))
 
 
 def described(model: str, ingredients: tuple[str, ...]) -> str:
   """A row's model for what it is: a ViT by what its CNN teaches it."""
   if model != 'vit':
     return f'the {runs.NAMES[model]}'
-  learns = [words for name, words in _LEARNS if name in ingredients]
-  if not learns:
-    return 'a pure ViT'
-  return (f'a ViT {" and ".join(learns)} the '
-          f'{runs.NAMES[r.teacher(ingredients)[0]]}')
+  return budgets.named(r.recipe_name(ingredients), untaught='a pure ViT')
 
 
 def _require(workdir: pathlib.Path, stage: int, planned: list[tuple],

@@ -42,9 +42,7 @@ _FROM_A_CNN = ('distillation', 'locality_guidance', 'resnet_teacher')
 
 def stage_runs(stage: int, seeds: list[int], choose_on: list[int],
                workdir: pathlib.Path) -> list[tuple]:
-  """(model, ingredients, epochs, seed) of stage 1's runs (those others read)
-  or stage 2's (the rest): every candidate's at a seed of `choose_on`, the
-  chosen ViT's chain and CNN's at any other."""
+  """Stage 1's runs (those others read) or stage 2's (the rest)."""
   rows = [(row, seed) for seed in seeds if seed in choose_on
           for row in CANDIDATES]
   if any(seed not in choose_on for seed in seeds):
@@ -69,8 +67,7 @@ def _summary(workdir: pathlib.Path, run: tuple) -> dict:
 
 def chosen(workdir: pathlib.Path, rows: list[tuple],
            seeds: list[int]) -> tuple[str, tuple[str, ...]]:
-  """The (model, ingredients) row with the best validation accuracy, summed
-  over `seeds`."""
+  """The row with the best validation accuracy, summed over `seeds`."""
   return max(
       rows, key=lambda row: sum(
           _summary(workdir, (*row, EPOCHS, seed))['best_validation_accuracy']
@@ -90,8 +87,7 @@ def require(workdir: pathlib.Path, planned: list[tuple], what: str, fix: str,
 
 
 def chain(vit: tuple[str, ...], seed: int) -> list[tuple]:
-  """The runs that train the ViT recipe `vit` at `seed`: those it reads, then
-  its own."""
+  """The runs of ViT recipe `vit` at `seed`: those it reads, then its own."""
   return list(
       dict.fromkeys(
           [tuple(source[1:]) for source in r.source_runs(vit, EPOCHS, seed)] +
@@ -108,8 +104,7 @@ def flops_matched(workdir: pathlib.Path, vit: tuple[str, ...],
 
 
 def choices(workdir: pathlib.Path, choose_on: list[int]) -> tuple:
-  """The ViT recipe and the CNN (model, recipe) chosen on the validation of
-  the seeds `choose_on`, and the ViT recipe without what a CNN teaches it."""
+  """The ViT recipe and CNN chosen on `choose_on`, and the ViT without a CNN."""
   candidates = [(*row, EPOCHS, seed) for seed in choose_on
                 for row in CANDIDATES]
   seeds = ','.join(map(str, choose_on))
@@ -131,8 +126,7 @@ def controls(workdir: pathlib.Path, seeds: list[int],
 
 
 def class_head_command(run: pathlib.Path) -> str:
-  """Evaluates the class head of `run` at its best checkpoint into
-  `run/class_head.json`, which a failed evaluation leaves absent."""
+  """`run`'s class head at its best checkpoint, into `run/class_head.json`."""
   evaluate = shlex.join([
       'python', '-m', 'vit_jax.evaluate',
       f'--checkpoint={run / "best_checkpoint"}', '--class_head', '--split=test'

@@ -39,8 +39,7 @@ def _run_name(record: dict) -> str:
 
 
 def collect(workdir: pathlib.Path) -> tuple[list[dict], dict[str, list]]:
-  """The sweep's records (`choice`: a model for the config's runs) and their
-  logged records by run: a run finished in `workdir`'s, else the committed."""
+  """The sweep's records and each run's logged ones: `workdir`'s, else ours."""
   described = {
       name: {
           'choice': choice,
@@ -116,8 +115,7 @@ def table(records: list[dict]) -> str:
 
 
 def comparisons(records: list[dict]) -> str:
-  """The study's claims, paired by seed on the test accuracy at the epochs
-  validation chose: each CNN against the ViT, then the two CNNs."""
+  """Each CNN against the ViT, then the CNNs, on test at validation's epoch."""
   lines = []
   for a, b in (('simple_cnn', 'vit'), ('small_resnet', 'vit'),
                ('simple_cnn', 'small_resnet')):
@@ -130,8 +128,7 @@ def comparisons(records: list[dict]) -> str:
 
 
 def study_measure(records: list[dict], metrics: dict[str, list]) -> str:
-  """How far each run's best test accuracy, the study's measure, lies above
-  the test accuracy at the epoch validation chose."""
+  """How far the best test accuracy lies above test at validation's epoch."""
   gaps = [
       100 *
       (max(logged['test_accuracy']
@@ -146,8 +143,7 @@ def study_measure(records: list[dict], metrics: dict[str, list]) -> str:
 
 
 def choices_table(records: list[dict]) -> str:
-  """Each unstated choice against the run it changes one thing of, on
-  validation."""
+  """Each unstated choice against the run it changes, on validation."""
   rows = []
   for choice, (model, _, base, _) in sweep.CHOICES.items():
     group, based_on = _of(records, choice), _of(records, base)
@@ -177,9 +173,7 @@ def choices_table(records: list[dict]) -> str:
 
 
 def closest(records: list[dict]) -> str:
-  """Per CNN, among its runs' choices with the most seeds, the one whose test
-  accuracy (at the epoch validation chose) is nearest the study's: like with
-  like, the study's measure."""
+  """Per CNN, the most-seeded choice whose test accuracy is nearest STUDY."""
   lines = []
   for model in ('simple_cnn', 'small_resnet'):
     groups = {
@@ -209,8 +203,7 @@ def closest(records: list[dict]) -> str:
 
 
 def plot(records: list[dict], metrics: dict[str, list], path: pathlib.Path):
-  """Each model's test and train accuracy by epoch, with and without
-  augmentation: the mean over seeds, the band their range."""
+  """Each model's accuracies by epoch, augmented or not: seeds' mean, range."""
   plt = plotting.pyplot()
   fig, axes = plt.subplots(1, len(sweep.MODELS),
                            figsize=(5 * len(sweep.MODELS), 4), sharey=True)
