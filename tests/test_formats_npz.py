@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from tests.helpers import random_vit_params
+from tests.test_models_vit import official_param_shapes
 from vit_jax import models
 from vit_jax.checkpoints import reading
 from vit_jax.errors import CheckpointError
@@ -34,35 +35,13 @@ LINEN_NUMBERS = (('MultiHeadDotProductAttention_1',
 
 def released_arrays(seed=0, representation_size=None):
   """Random arrays for `tiny_vit`, named as in the released files."""
-  d, mlp, width, head = 16, 32, representation_size or 16, (2, 8)
-  shapes = {
-      'cls': (1, 1, d), 'embedding/kernel': (8, 8, 3, d), 'embedding/bias':
-          (d,), 'Transformer/posembed_input/pos_embedding': (1, TINY_TOKENS, d),
-      'head/kernel': (width, 10), 'head/bias': (10,),
-  }
-  if representation_size is not None:
-    shapes |= {'pre_logits/kernel': (d, width), 'pre_logits/bias': (width,)}
-  for norm in ('Transformer/encoder_norm',
-               *(f'Transformer/encoderblock_{i}/LayerNorm_{j}' for i in (0, 1)
-                 for j in (0, 2))):
-    shapes |= {f'{norm}/bias': (d,), f'{norm}/scale': (d,)}
-  for i in range(2):
-    block = f'Transformer/encoderblock_{i}/'
-    attention = block + 'MultiHeadDotProductAttention_1/'
-    for name in ('query', 'key', 'value'):
-      shapes |= {
-          f'{attention}{name}/kernel': (d, *head),
-          f'{attention}{name}/bias': head
-      }
-    shapes |= {
-        attention + 'out/kernel': (*head, d), attention + 'out/bias': (d,)
-    }
-    for dense, fan_in, fan_out in (('Dense_0', d, mlp), ('Dense_1', mlp, d)):
-      shapes[f'{block}MlpBlock_3/{dense}/kernel'] = (fan_in, fan_out)
-      shapes[f'{block}MlpBlock_3/{dense}/bias'] = (fan_out,)
+  shapes = official_param_shapes(patch=8, hidden=16, layers=2, heads=2, mlp=32,
+                                 tokens=TINY_TOKENS, num_classes=10,
+                                 representation_size=representation_size)
   rng = np.random.default_rng(seed)
   return {
-      key: (0.1 * rng.standard_normal(shape)).astype(np.float32)
+      functools.reduce(lambda k, n: k.replace(n[1], n[0]), LINEN_NUMBERS, key):
+          (0.1 * rng.standard_normal(shape)).astype(np.float32)
       for key, shape in shapes.items()
   }
 
@@ -165,7 +144,7 @@ def test_pre_logits_load_and_a_mismatch_names_the_key_and_shapes(tmp_path):
   # A shallower model: all 15 remaining arrays of block 1 are unexpected.
   with pytest.raises(
       CheckpointError, match=r'\(15 problems\):\n  Transformer/encoderblock_1/'
-      r'LayerNorm_0/bias \(shape \(16,\)\) is in the checkpoint '
+      r'LayerNorm_0/scale \(shape \(16,\)\) is in the checkpoint '
       r'but not in the model\n(.|\n)*\.\.\. and 3 more$'):
     params_lib.check_params(
         params, params_lib.param_shapes(tiny_vit(num_layers=1), TINY_IMAGE))
