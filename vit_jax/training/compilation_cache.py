@@ -1,7 +1,7 @@
-"""jax's persistent compilation cache, on for every training run, where
-`config.compilation_cache_dir` says ($JAX_COMPILATION_CACHE_DIR overrides
-the default; empty: off). jax never replaces an entry, so one it cannot read
-is removed here and compiled again (`_remove_unreadable`).
+"""jax's persistent compilation cache in `config.compilation_cache_dir`.
+
+jax never replaces an entry, so one it cannot read is removed here and
+compiled again (`_remove_unreadable`).
 """
 
 import glob

@@ -1,5 +1,4 @@
-"""Train steps handed to the devices several to one compiled call, so that a
-small model's steps do not wait on Python.
+"""Train steps handed to the devices several to one compiled call.
 
 A call runs at most `config.steps_per_dispatch` steps, never past the loop's
 next event, and no more than fit in `MAX_SECONDS` as the last call took

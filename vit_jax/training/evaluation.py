@@ -1,5 +1,4 @@
-"""A model's loss, top-1 and top-5 accuracy over a whole split (test or
-validation): in the training loop, and for `python -m vit_jax.evaluate`."""
+"""A model's loss, top-1 and top-5 accuracy over a whole split."""
 
 from absl import logging
 import jax

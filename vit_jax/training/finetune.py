@@ -1,6 +1,4 @@
-"""Starting a run from pre-trained parameters (`config.init_from`), read and
-checked before any data loads, then fitted to the new model
-(`formats.params.adapt_params`); the paper's recipe is `configs/finetune.py`."""
+"""Starting a run from pre-trained parameters (`config.init_from`)."""
 
 from typing import Any
 
@@ -16,8 +14,7 @@ from vit_jax.formats import params as params_lib
 
 
 def check_init_from(config) -> Any:
-  """`config.init_from`'s parameters (host arrays), checked to fit `config`'s
-  model before anything loads or compiles; a ConfigError in one line."""
+  """`config.init_from`'s host arrays, checked to fit `config`'s model."""
   pretrained = _read(config)
   model = models.from_config(config, num_classes=1)  # the head starts afresh
   _check_fit(config, pretrained,
@@ -26,8 +23,7 @@ def check_init_from(config) -> Any:
 
 
 def pretrained_params(config, fresh_params, pretrained=None) -> dict:
-  """`config.init_from` (`pretrained`: what `check_init_from` read) fitted to
-  the run's model, whose fresh parameters are `fresh_params`."""
+  """`check_init_from`'s `pretrained` fitted to the model of `fresh_params`."""
   fresh = jax.device_get(fresh_params)
   if pretrained is None:
     pretrained = _read(config)

@@ -1,8 +1,4 @@
-"""FLOPs of a model, counted from its program, and the accelerators' peaks.
-
-A train step is about 3x the forward pass (two matmuls per matmul in the
-backward pass); the loop logs the share of a known peak.
-"""
+"""FLOPs of a model, counted from its program, and the accelerators' peaks."""
 
 import math
 import re

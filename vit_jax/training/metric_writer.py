@@ -1,7 +1,6 @@
-"""Logged metrics to `metrics.jsonl` (strict JSON: null for a value that is
-not finite) and TensorBoard event files (tensorboardX, no TensorFlow); only
-process 0 writes. The checkpoint's history is the truth: a resumed run
-rewrites both from it, dropping records trained again.
+"""Logged metrics to `metrics.jsonl` and TensorBoard event files (process 0).
+
+The checkpoint's history is the truth: a resumed run rewrites both from it.
 """
 
 import json

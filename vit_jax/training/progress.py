@@ -1,6 +1,4 @@
-"""What a run reports as it goes: where its start-up went (`StartupClock`),
-images/s, FLOP/s, the ETA and where each record's seconds went
-(`Throughput`), and the progress line it logs after each record."""
+"""What a run reports as it goes: start-up, throughput, ETA, progress line."""
 
 import contextlib
 import os
@@ -101,8 +99,7 @@ class Throughput:
 
   @contextlib.contextmanager
   def timed(self, phase: str):
-    """A block of `phase`: 'steps', 'input', or one not training's
-    (`_NOT_TRAINING`: its time is left out of images/s)."""
+    """A block of `phase`; `_NOT_TRAINING`'s are left out of images/s."""
     start = time.perf_counter()
     try:
       yield

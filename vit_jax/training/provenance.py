@@ -1,6 +1,4 @@
-"""Where a run's results come from, for its summary.json: the code's commit,
-the machine, the date it finished, the teacher runs it read, and (written by
-the trainer) where the start-up of the process that finished it went."""
+"""Where a run's results come from (commit, machine, date, teachers)."""
 
 import datetime
 import json
@@ -24,8 +22,7 @@ def _git(*args: str) -> str:
 
 
 def commit() -> str | None:
-  """The checkout's commit, '+changes' after it when files differ from it;
-  None outside a git checkout."""
+  """The checkout's commit ('+changes' if files differ), else None."""
   try:
     head = _git('rev-parse', 'HEAD')
     changed = _git('status', '--porcelain', '--untracked-files=no')

@@ -1,6 +1,4 @@
-"""What `train.train_and_evaluate` calls before its loop: the workdir held,
-the model trained and its objective, the pre-trained start, and the run's
-record."""
+"""What `train.train_and_evaluate` sets up before its loop."""
 
 import contextlib
 import json

@@ -1,6 +1,4 @@
-"""The training loop's train and eval steps timed on synthetic images already
-on the devices, beside a matmul peak and XLA's memory estimate; no flags, so
-that any tool may import it."""
+"""The training loop's steps timed on synthetic images (`vit_jax.benchmark`)."""
 
 import dataclasses
 import functools
@@ -132,8 +130,7 @@ class StepBenchmark:
                                      self.steps_per_call)
 
   def train_step(self):
-    """`steps_per_call` optimizer steps in one call, as the loop makes it
-    (`dispatch`); returns their metric sums to wait for."""
+    """`steps_per_call` optimizer steps in one call; their sums to wait for."""
     self.state, self.train_sums, _ = self.compiled.train(
         self.state, self.train_sums, self.inputs.train_data, self.stacked,
         self.steps_per_call, self.key)
@@ -157,8 +154,7 @@ class StepBenchmark:
 
 
 def trace(bench: StepBenchmark, trace_dir, steps: int):
-  """A `jax.profiler` trace of `steps` train steps of `bench` in `trace_dir`,
-  and beside it the program its events name (TRACED_PROGRAM)."""
+  """A `jax.profiler` trace of `steps` train steps, with TRACED_PROGRAM."""
   with jax.profiler.trace(trace_dir, create_perfetto_trace=True):
     for _ in range(steps):
       jax.block_until_ready(bench.train_step())

@@ -1,9 +1,7 @@
 """The train state and the `jax.jit` train and eval steps over the mesh.
 
-The batch is split over every device, the state as `sharding` says; the
-steps add their metrics to running sums kept on the devices and donate state
-and sums. `compile_steps` compiles from shapes alone, so a config that cannot
-compile fails before anything is written.
+`compile_steps` compiles from shapes alone, so a config that cannot compile
+fails before anything is written.
 """
 
 from collections.abc import Callable

@@ -1,11 +1,7 @@
 """The training run, counted in steps, top to bottom in `train_and_evaluate`.
 
-A checkpoint holds everything the loop needs to go on (state, step, the
-input's position, the sums of an unfinished logging interval, the history),
-so a run killed at any step and rerun logs exactly what an uninterrupted run
-logs. On SIGTERM or Ctrl-C every process saves at the same step and raises
-`preemption.Preempted` (`vit_jax.main` exits 75). Process 0 alone writes
-config.json, summary.json and the metrics.
+A checkpoint holds everything the loop needs to go on, so a run killed at any
+step and rerun logs exactly what an uninterrupted run logs.
 """
 
 import concurrent.futures
