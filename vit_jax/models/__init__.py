@@ -1,5 +1,4 @@
-"""Models: the ViT family, its MAE wrapper and the small-data study's CNNs;
-`registry` makes each by name or from a training config."""
+"""Models: the ViT family, its MAE wrapper and the small-data study's CNNs."""
 
 from vit_jax.models.cnn import SimpleCNN
 from vit_jax.models.cnn import SmallResNet

@@ -1,8 +1,4 @@
-"""The small-data study's CNN baselines, with PyTorch's defaults as trained.
-
-Training needs `mutable=['batch_stats']`; `return_out=True` adds
-`out['stages']`, the maps locality guidance imitates.
-"""
+"""The small-data study's CNN baselines, with PyTorch's defaults as trained."""
 
 from typing import Any, Sequence
 

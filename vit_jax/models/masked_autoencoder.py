@@ -1,10 +1,8 @@
 """Masked autoencoding (He et al., CVPR 2022): a ViT pre-trained by predicting
 the pixels of the patches it was not shown.
 
-The ViT's parameters stay at its own top level, where fine-tuning reads
-them, beside the decoder's (`names.MAE_DECODER`). Its head reads the encoder
-through a stop-gradient: an online probe, which the run's accuracy measures.
-The decoder follows MAE's but for a learned position embedding.
+Its head reads the encoder through a stop-gradient: an online probe, which
+the run's accuracy measures.
 """
 
 from typing import Any

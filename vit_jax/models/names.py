@@ -1,8 +1,4 @@
-"""The names in a ViT's parameter tree that code outside the model reads.
-
-They are the official linen model's, so released checkpoints load by
-renaming keys; names only the model uses stay where the module is made.
-"""
+"""The names, the official linen model's, in a ViT's tree that others read."""
 
 # At the top level of the parameters.
 PATCH_EMBEDDING = 'embedding'

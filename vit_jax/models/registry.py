@@ -1,5 +1,4 @@
-"""Every model by name, `create_model(name, num_classes, **overrides)`, or
-from a training config, `from_config(config, num_classes)`."""
+"""Every model by name (`create_model`) or from a config (`from_config`)."""
 
 import dataclasses
 import difflib
@@ -67,8 +66,7 @@ TRAINING_FIELDS = {
 
 
 def vit_of_architecture(architecture: dict) -> str | None:
-  """The registered ViT of `architecture` (what
-  `formats.params.vit_architecture` reads from parameter shapes), if any."""
+  """The registered ViT of `formats.params.vit_architecture`'s, if any."""
   for name, fields in VIT_FIELDS.items():
     if architecture == {key: fields.get(key) for key in architecture}:
       return name
@@ -76,8 +74,7 @@ def vit_of_architecture(architecture: dict) -> str | None:
 
 
 def _settable_fields(factory) -> list[dataclasses.Field]:
-  """The fields an override may set: all but linen's own and num_classes,
-  which `create_model` takes apart."""
+  """The fields an override may set: all but linen's own and num_classes."""
   return [
       f for f in dataclasses.fields(getattr(factory, 'func', factory))
       if f.name not in ('parent', 'name', 'num_classes')

@@ -1,8 +1,6 @@
-"""The encoder's blocks rematerialized (memory for compute) and scanned
-(one block compiled, not `num_layers`); neither changes what they compute.
+"""The encoder's blocks rematerialized and scanned, computing the same.
 
-Scan stacks the blocks' parameters in one `encoderblock`, as big_vision;
-`formats.params.stack_blocks` and `unstack_blocks` convert.
+Scan stacks the blocks' parameters in one `encoderblock`, as big_vision.
 """
 
 from collections.abc import Callable

@@ -1,7 +1,6 @@
 """The BiT-style ResNet stem of the hybrid models (R50+ViT-B/16).
 
-Module names and nesting follow the official hybrid, so its checkpoints
-load by renaming keys; its modules sit at the ViT's top level, hence
+Its modules sit at the ViT's top level, as the official hybrid's, hence
 `resnet_stem` makes them children of the calling compact method.
 """
 

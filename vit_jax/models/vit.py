@@ -2,9 +2,7 @@
 
 Module names, nesting, shapes and initializers follow the official linen model
 (google-research/vision_transformer, `vit_jax/models_vit.py`), so the same
-parameters give the same logits and released checkpoints load by renaming keys
-(`names`). The options for training on little data sit in the layer they
-change (`layers`).
+parameters give the same logits.
 """
 
 from typing import Any
@@ -192,8 +190,7 @@ class VisionTransformer(nn.Module):
     return jnp.concatenate(prefix + [x], axis=1) if prefix else x
 
   def _classify(self, x: jax.Array) -> tuple[jax.Array, dict]:
-    """The logits of the encoded tokens; DeiT's two heads' mean, each in
-    the returned dict."""
+    """The logits of the encoded tokens; DeiT's two heads' mean."""
     features = pooling.pooled_features(x, self.classifier, prefix_tokens=len(
         self.prefix_tokens), num_heads=self.num_heads, mlp_dim=self.mlp_dim,
                                        dtype=self.dtype)

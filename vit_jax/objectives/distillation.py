@@ -1,7 +1,4 @@
-"""DeiT's distillation (Touvron et al., ICML 2021): a ViT's distillation head
-learns a trained teacher run's predictions, hard or soft (Hinton et al.
-2015), each head half of the loss; the teacher runs in eval mode.
-"""
+"""DeiT's distillation (Touvron et al., ICML 2021) from a trained run."""
 
 import dataclasses
 from typing import Any

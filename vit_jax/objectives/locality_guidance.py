@@ -1,11 +1,6 @@
 """Locality guidance (Li et al., ECCV 2022): while it trains, a ViT's
-blocks imitate a trained CNN's stage features, which carry the locality a
-ViT lacks on little data; the ViT stays pure at inference.
-
-`GuidedViT` projects each guided block's patch tokens to a CNN stage's
-channels (training-only parameters); each pair is compared by mean squared
-error on the larger grid. The teacher runs in eval mode.
-"""
+blocks imitate a trained CNN's stage features; the ViT stays pure at
+inference."""
 
 import dataclasses
 from typing import Any

@@ -1,6 +1,4 @@
-"""Soft-target cross-entropy (`classification`), and `Objective`, the one
-signature every technique wraps: a technique adds an objective, not a branch
-in the step."""
+"""Soft-target cross-entropy, and `Objective`, which every technique wraps."""
 
 from typing import Protocol
 

@@ -1,5 +1,4 @@
-"""A trained run read from its workdir as a frozen teacher inside another
-run's train step (`distillation`, `locality_guidance`)."""
+"""A trained run read from its workdir as a frozen teacher."""
 
 from typing import Any
 

@@ -1,6 +1,4 @@
-"""Multi-head self-attention: flax's `MultiHeadDotProductAttention` parameter
-tree, several implementations (`ATTENTIONS`), with locality self-attention
-(Lee, Lee & Song 2021) and mimetic initialization (Trockman & Kolter 2023)."""
+"""Multi-head self-attention in flax's `MultiHeadDotProductAttention` tree."""
 
 from typing import Any, Sequence
 

@@ -1,8 +1,7 @@
 """Dropout and drop-path (stochastic depth), as `flax.linen.Dropout` does.
 
 The mask hashes each element's global index with a per-call seed: far
-cheaper than threefry masks and as independent of sharding
-(experiments/benchmarks/README.md, Attempts).
+cheaper than threefry masks (experiments/benchmarks/README.md, Attempts).
 """
 
 from collections.abc import Sequence

@@ -1,5 +1,4 @@
-"""Images to patch tokens: the official patch conv, or shifted patch
-tokenization (Lee, Lee & Song 2021)."""
+"""Images to patch tokens: the official conv, or shifted patch tokenization."""
 
 from typing import Any
 
