@@ -1,5 +1,4 @@
-"""The checkpoint of a run's best evaluation, `workdir/best_checkpoint/<step>/`
-(config.keep_best_checkpoint), read by `load_run(workdir, best=True)`.
+"""The checkpoint of a run's best evaluation, `workdir/best_checkpoint/<step>/`.
 
 Invariant: its newest step is the history's best evaluation
 (`best_evaluation`). A run may resume from any regular checkpoint, so a regular

@@ -1,5 +1,4 @@
-"""What a run checkpoint's contents hash to, checked on every restore: one
-number per array, computed where the arrays are, and a sha256 per JSON item.
+"""What a run checkpoint's contents hash to, checked on every restore.
 
 Array digests are compared as a multiset, since a reader without the model
 restores the nested dicts, whose arrays flatten in another order.

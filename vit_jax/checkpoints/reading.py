@@ -1,6 +1,4 @@
-"""Any checkpoint read back: a `vit_jax.main` workdir as it was trained
-(`load_run`), or any checkpoint (`source_kind`) as it is evaluated, analyzed,
-exported and fine-tuned (`load_params`, `load`)."""
+"""Any checkpoint read back: a run as trained (`load_run`), or any (`load`)."""
 
 import dataclasses
 import json

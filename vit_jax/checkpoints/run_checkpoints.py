@@ -1,5 +1,4 @@
-"""A run's checkpoints, `workdir/checkpoints/<step>/`: saved by the training
-loop, restored verified by it and every reader, past a damaged newest one."""
+"""A run's checkpoints, `workdir/checkpoints/<step>/`, saved and verified."""
 
 import contextlib
 import dataclasses
@@ -140,8 +139,7 @@ class RunCheckpoints(contextlib.AbstractContextManager):
 
   def restore_latest(self, state_shapes=None,
                      sum_shapes=None) -> Restored | None:
-    """The newest sound checkpoint, or None; a damaged one is skipped with a
-    warning and set aside (not by a reader), one rotated away is not."""
+    """The newest sound checkpoint, or None; a damaged one is set aside."""
     tried, damaged, deleted = set(), [], []
     while len(deleted) < _MAX_ROTATED_WHILE_READ:
       untried = [s for s in self.steps(fresh=bool(tried)) if s not in tried]

@@ -1,8 +1,4 @@
-"""Checkpoint formats: parameters written by others (and by us for them).
-
-A format is a module that reads into our parameter tree and, where it can,
-writes back; one held in a folder (timm's, transformers') is a `FolderFormat`.
-"""
+"""Checkpoint formats: parameters written by others (and by us for them)."""
 
 import pathlib
 from typing import Any, Protocol

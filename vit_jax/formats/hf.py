@@ -1,5 +1,4 @@
-"""transformers' ViTForImageClassification folder (`from_pretrained(DIR)`),
-configured with our tanh GELU and eps 1e-6; a bare ViTModel reads headless."""
+"""transformers' ViTForImageClassification folder (`from_pretrained(DIR)`)."""
 
 import pathlib
 import re

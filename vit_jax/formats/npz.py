@@ -1,5 +1,4 @@
-"""The official google-research/vision_transformer `.npz`: arrays named by
-'/'-joined key paths, encoder-block submodules numbered across types."""
+"""The official google-research/vision_transformer `.npz`."""
 
 from collections.abc import Mapping
 import pathlib

@@ -1,5 +1,4 @@
-"""What every checkpoint format shares: key paths, stacked blocks, expected
-shapes, the fit check, and fitting a pre-trained tree to a new model."""
+"""What every checkpoint format shares: key paths, shapes, the fit check."""
 
 from collections.abc import Mapping
 import functools

@@ -1,5 +1,4 @@
-"""`.safetensors` files (timm's and transformers' weights) through
-safetensors' numpy API: no torch, no pickles."""
+"""`.safetensors` files through safetensors' numpy API: no torch, no pickles."""
 
 import pathlib
 

@@ -1,5 +1,4 @@
-"""timm's VisionTransformer hub folder, which `create_model('local-dir:DIR')`
-reads to compute our logits; the hybrid is HybridEmbed on a ResNetV2."""
+"""timm's VisionTransformer hub folder (`create_model('local-dir:DIR')`)."""
 
 import pathlib
 import re

@@ -1,5 +1,4 @@
-"""Our tree as a PyTorch library's state dict (timm's, transformers') and
-back; on numpy arrays and, for `jax.eval_shape`'s expected shapes, abstract."""
+"""Our tree as timm's or transformers' state dict, and back."""
 
 import json
 import pathlib

@@ -1,5 +1,4 @@
-"""The ViT that a tree of parameters from any format is, and what another
-library's format can hold of it."""
+"""The ViT a tree of parameters is, and what another library's can hold."""
 
 from collections.abc import Mapping
 import json

@@ -1,5 +1,4 @@
-"""Every command's flags and log: one `error:` line for a bad flag or --config,
-libraries' INFO records left out, and the flags several commands share."""
+"""Every command's flags and log; a bad flag is one `error:` line."""
 
 import functools
 import logging as python_logging
@@ -148,9 +147,7 @@ def define_cpu_devices() -> flags.FlagHolder:
 
 
 def _quiet_libraries(record) -> bool:
-  """Hides libraries' INFO records (orbax's tens a checkpoint), orbax's
-  warnings and its threads' tracebacks, unless --verbosity=1 or more: the
-  command says what happened once, in its own words."""
+  """Hides libraries' INFO records and orbax's warnings below --verbosity=1."""
   ours = os.path.realpath(record.pathname).startswith(_OURS)
   if ours or logging.get_verbosity() > logging.INFO:
     return True

@@ -1,5 +1,4 @@
-"""Starting a job: the CPU's host devices, joining a multi-process job,
-checking that every process holds the same data, and leaving the job."""
+"""Starting, checking and leaving a multi-process job; the CPU's devices."""
 
 from collections.abc import Mapping
 import glob

@@ -1,5 +1,4 @@
-"""Files written whole or not at all, under a temporary name renamed into
-place, with the mode the umask gives; and the image files we read."""
+"""Files written whole or not at all; and the image files we read."""
 
 from collections.abc import Callable
 import os

@@ -1,5 +1,4 @@
-"""A command as one process of a multi-process job: its flags, joining, its
-log prefix, and ending so no process waits on a lost one. For commands only."""
+"""A command as one process of a multi-process job."""
 
 import sys
 from typing import Callable, NoReturn

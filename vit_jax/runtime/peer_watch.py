@@ -1,9 +1,7 @@
 """A lost process of a job ends every other one with one line and status 1.
 
 A collective on a dead peer may wait for ever, so each process beats in jax's
-coordination service and reads the others' beats on a thread of its own;
-jax's abort of the others when process 0 (the service) is lost becomes the
-same line (jax's `missed_heartbeat_callback` has no Python binding)."""
+coordination service and reads the others' beats on a thread of its own."""
 
 import contextlib
 import ctypes

@@ -1,5 +1,4 @@
-"""SIGTERM and Ctrl-C as a request to save and stop, at a step every process
-agrees on."""
+"""SIGTERM and Ctrl-C as a request to save and stop at an agreed step."""
 
 import pathlib
 

@@ -1,5 +1,4 @@
-"""The mesh: the batch split over both axes, `data` and `fsdp`; each large
-parameter and optimizer-state array over `fsdp` (size 1 replicates them)."""
+"""The mesh: batches split over `data` and `fsdp`, large arrays over `fsdp`."""
 
 import math
 
