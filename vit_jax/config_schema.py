@@ -1,8 +1,4 @@
-"""Every field a training config has: its default, its meaning, its checks.
-
-Every file in `configs/` and every tool starts from `defaults()`, so all
-accept the same `--config.FIELD=...`; `validate` runs before any data is read.
-"""
+"""Every field a training config has: its default, its meaning, its checks."""
 
 import dataclasses
 import difflib

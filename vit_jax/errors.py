@@ -70,8 +70,7 @@ def write_failed(path, error: BaseException, kept: str,
 
 
 def exit_on_user_error(command, also: tuple[type[BaseException], ...] = ()):
-  """`command()`; a `VitJaxError` (or one of `also`) exits 1 with one
-  `error:` line."""
+  """`command()`; a `VitJaxError` (or `also`) exits 1 with one `error:` line."""
   try:
     return command()
   except (VitJaxError, *also) as e:

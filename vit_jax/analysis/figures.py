@@ -1,7 +1,4 @@
-"""The figures `python -m vit_jax.analyze` draws of the measures, as PNGs.
-
-Images are (batch, height, width, 3) in [0, 1]; maps are patch grids.
-"""
+"""The figures `python -m vit_jax.analyze` draws of the measures, as PNGs."""
 
 import numpy as np
 

@@ -1,5 +1,4 @@
-"""What `python -m vit_jax.analyze` analyzes: the ViT of a run or checkpoint,
-its images, its logits and attention on them, and its embeddings."""
+"""What `python -m vit_jax.analyze` analyzes: a ViT, images, its attention."""
 
 import dataclasses
 import pathlib

@@ -1,7 +1,7 @@
-"""TrivialAugment and RandAugment in pure jax, traced into the train step, of
-float32 NHWC images in [0, 1] (before normalization). `OPS` is torchvision's
-14-op set, each a function of a signed magnitude in [-1, 1] that `OpRanges`
-scales; photometric ops follow PIL, geometric ops are one bilinear warp."""
+"""TrivialAugment and RandAugment in pure jax, of NHWC images in [0, 1].
+
+`OPS` is torchvision's 14-op set; photometric ops follow PIL, geometric ops
+are one bilinear warp."""
 
 import dataclasses
 import functools

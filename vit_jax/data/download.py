@@ -1,6 +1,4 @@
-"""The official CIFAR releases, fetched once into a cache: checked against
-tensorflow-datasets' size and sha256 and moved into place in one rename, so a
-damaged download leaves nothing behind."""
+"""The official CIFAR releases, fetched once into a cache and checked."""
 
 import dataclasses
 import hashlib

@@ -1,5 +1,4 @@
-"""The interface both inputs implement, and the batch order they share: a
-resumed run reads the batches an uninterrupted one would."""
+"""The interface both inputs implement, and the batch order they share."""
 
 import abc
 from collections.abc import Iterator

@@ -1,7 +1,4 @@
-"""Mixup (Zhang et al. 2018) and CutMix (Yun et al. 2019) as timm's Mixup in
-batch mode: one lam per batch, every image mixed with the batch reversed. The
-targets come in smoothed (timm's `mixup_target` order): the loss must not
-smooth them again."""
+"""Mixup and CutMix as timm's batch-mode Mixup; targets come in smoothed."""
 
 from typing import NamedTuple
 

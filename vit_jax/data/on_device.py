@@ -1,5 +1,4 @@
-"""The whole dataset on every device, copied once; each step gets a batch of
-example indices. Suits small datasets (CIFAR): no per-step host work."""
+"""The whole dataset on every device, copied once; a batch is its indices."""
 
 import functools
 

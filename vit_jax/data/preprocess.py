@@ -1,6 +1,4 @@
-"""Image preprocessing and augmentation: the official code's Inception crop
-on the host (streaming), and on the devices a padded random crop, the config's
-`device_policy` and normalization (`train_input`, `eval_input`)."""
+"""Image preprocessing and augmentation, on the host and on the devices."""
 
 from collections.abc import Callable
 import functools

@@ -1,5 +1,4 @@
-"""The dataset a config names (cifar10, cifar100, image_folder, tfds:NAME),
-opened for reading by example index and cut to the config's sizes."""
+"""The dataset a config names, read by example index, cut to its sizes."""
 
 import dataclasses
 import os

@@ -1,7 +1,7 @@
-"""Streaming input, for datasets that do not fit in device memory (ImageNet):
-each process reads, crops and resizes its devices' rows on the host, in grain
-workers (or threads). An example's randomness comes from (seed, epoch, batch,
-row): a batch is the same however it is loaded and wherever a run resumes."""
+"""Streaming input, read, cropped and resized on the hosts (ImageNet).
+
+An example's randomness comes from (seed, epoch, batch, row): a batch is the
+same however it is loaded and wherever a run resumes."""
 
 from collections.abc import Iterator
 import dataclasses

@@ -1,5 +1,4 @@
-"""Prepared tensorflow-datasets image classification datasets ('tfds:NAME'):
-array_record by index without TensorFlow, tfrecord only whole with it."""
+"""Prepared tensorflow-datasets image classification datasets ('tfds:NAME')."""
 
 import dataclasses
 import pathlib
