@@ -56,21 +56,17 @@ def run_study(plan: gpu_plan.Plan, cifar_dir: pathlib.Path, timeout: float,
         if any(word in line for word in ('Compil', 'parameters) on', 'Resumed',
                                          'step 39/', 'Done:'))
     ]
+    # Its pace in training alone (a record's images/s leaves out evaluating
+    # and saving), to set runs of other lengths side by side.
+    pace = statistics.median(r['images_per_second'] for r in records
+                             if 'images_per_second' in r)
     return {
-        **row,
-        'end_to_end_seconds': summary_file.stat().st_mtime - start,
-        # Its pace in training alone (a record's images/s leaves out
-        # evaluating and saving), to set runs of other lengths side by side.
+        **row, 'end_to_end_seconds': summary_file.stat().st_mtime - start,
         'train_seconds': summary['train_seconds'],
-        'train_images_per_second': statistics.median(r['images_per_second']
-                                                     for r in records
-                                                     if 'images_per_second' in r
-                                                    ),
-        'epochs': summary['epochs'],
-        'steps': summary['steps'],
-        'best_test_accuracy': summary['best_test_accuracy'],
-        'log': phases,
-        **timeline.timeline(summary, records)
+        'train_images_per_second': pace, 'epochs': summary['epochs'],
+        'steps': summary['steps'], 'best_test_accuracy':
+            summary['best_test_accuracy'], 'log': phases, **timeline.timeline(
+                summary, records)
     }
 
 

@@ -167,6 +167,14 @@ def source_runs(ingredients: tuple[str, ...], epochs: int,
   return sources
 
 
+def read_by(planned: list[tuple]) -> list[tuple]:
+  """The (model, ingredients, epochs, seed) runs `planned` runs read, once."""
+  return list(
+      dict.fromkeys(
+          tuple(source[1:]) for run in planned
+          for source in source_runs(*run[1:])))
+
+
 # The ingredient of runs that only other runs read, not ranked among the
 # recipes (their accuracy is a probe's).
 PRETRAINING = 'mae_pretraining'

@@ -55,10 +55,7 @@ def planned_runs() -> tuple[list[tuple], list[tuple]]:
           for epochs, (all_rows, seeded) in ROWS.items() for seed in (0, 1, 2)
           for model, ingredients in all_rows
           if seed == 0 or seeded == 'all' or (model, ingredients) in seeded]
-  read = list(
-      dict.fromkeys(
-          tuple(source[1:]) for run in rows
-          for source in r.source_runs(*run[1:])))
+  read = r.read_by(rows)
   return read, [run for run in dict.fromkeys(rows) if run not in read]
 
 
@@ -84,9 +81,7 @@ def main(argv=None):
   if args.missing:  # and every run they read, whose checkpoint they need
     landed = runs.landed(HERE / 'results.json', r.record_name)
     rest = [run for run in rest if r.run_name(*run) not in landed]
-    needed = {
-        tuple(source[1:]) for run in rest for source in r.source_runs(*run[1:])
-    }
+    needed = set(r.read_by(rest))
     read = [
         run for run in read if run in needed or r.run_name(*run) not in landed
     ]

@@ -49,12 +49,9 @@ def stage_runs(stage: int, seeds: list[int], choose_on: list[int],
     vit, cnn, _ = choices(workdir, choose_on)
     rows += [(row, seed) for seed in seeds if seed not in choose_on
              for row in (('vit', vit), cnn)]
-  read = list(
-      dict.fromkeys(
-          tuple(source[1:]) for (model, ingredients), seed in rows
-          for source in r.source_runs(ingredients, EPOCHS, seed)))
   planned = [(model, ingredients, EPOCHS, seed)
              for (model, ingredients), seed in rows]
+  read = r.read_by(planned)
   return read if stage == 1 else [run for run in planned if run not in read]
 
 
@@ -88,10 +85,8 @@ def require(workdir: pathlib.Path, planned: list[tuple], what: str, fix: str,
 
 def chain(vit: tuple[str, ...], seed: int) -> list[tuple]:
   """The runs of ViT recipe `vit` at `seed`: those it reads, then its own."""
-  return list(
-      dict.fromkeys(
-          [tuple(source[1:]) for source in r.source_runs(vit, EPOCHS, seed)] +
-          [('vit', vit, EPOCHS, seed)]))
+  run = ('vit', vit, EPOCHS, seed)
+  return r.read_by([run]) + [run]
 
 
 def flops_matched(workdir: pathlib.Path, vit: tuple[str, ...],
