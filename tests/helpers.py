@@ -46,8 +46,7 @@ def write_cifar_binary(folder: pathlib.Path, files: dict, label_bytes=1):
 
 
 def cifar10_files(train, test) -> dict:
-  """The binary release's files: `train` (images, labels) spread over its
-  five training files, `test` in its test file."""
+  """The binary release's files: `train` over five files, `test` in one."""
   images, labels = train
   parts = np.array_split(np.arange(len(labels)), 5)
   files = {
@@ -71,12 +70,31 @@ def png(image: np.ndarray) -> bytes:
   return buffer.getvalue()
 
 
+def write_image_folder(root: pathlib.Path, counts: dict, classes=('cat', 'dog'),
+                       draw=None) -> dict:
+  """root/<split>/<class>/<i>.png, `counts[split]` images a class (or one
+  count per class), each `draw(rng, i, label)` (random 8x8 by default);
+  returns each split's (image, label)s."""
+  rng = np.random.default_rng(0)
+  draw = draw or (lambda rng, i, label: rng.integers(0, 256,
+                                                     (8, 8, 3), np.uint8))
+  written = {}
+  for split, count in counts.items():
+    per_class = count if isinstance(count, tuple) else (count,) * len(classes)
+    for label, (name, n) in enumerate(zip(classes, per_class)):
+      (root / split / name).mkdir(parents=True)
+      for i in range(n):
+        image = draw(rng, i, label)
+        (root / split / name / f'{i}.png').write_bytes(png(image))
+        written.setdefault(split, []).append((image, label))
+  return written
+
+
 def prepare_tfds_array_record(data_dir: pathlib.Path, class_name: str,
                               num_train: int, num_test: int,
                               image_shape) -> str:
-  """Prepares a 3-class tfds dataset of random images, `image_shape(i)` for
-  the i-th, in the array_record format, without TensorFlow (the images go in
-  as encoded PNG); returns its `config.dataset` name."""
+  """The `config.dataset` name of a 3-class array_record tfds dataset of
+  random PNG images, `image_shape(i)` for the i-th, made without TensorFlow."""
   tfds = pytest.importorskip('tensorflow_datasets')
   static_shape = image_shape(0) if image_shape(0) == image_shape(1) else (None,
                                                                           None,
@@ -126,10 +144,8 @@ TINY_MODELS = {
 
 def finished_run(directory: pathlib.Path, seed: int = 3, model: str = 'vit',
                  description: dict | None = None, **summary):
-  """A run directory as a finished `vit_jax.main` leaves it, as far as the
-  experiment runners read it: of `model` (a configs/cifar_small.py key), with
-  the runner's `description` if given; `summary` changes fields of
-  summary.json."""
+  """A finished run's directory, as far as the experiment runners read it;
+  `summary` changes fields of summary.json."""
   directory.mkdir(parents=True)
   (directory / 'config.json').write_text(
       json.dumps({'model': cifar_small.MODELS[model][0], 'seed': seed}))
@@ -170,8 +186,7 @@ def trained_vit_config(data_dir) -> ml_collections.ConfigDict:
 
 
 def process_test_config(data_dir) -> ml_collections.ConfigDict:
-  """What the kill -9 and SIGTERM tests run: 40 steps of a small ViT (~0.1 s
-  a step here) on 80 images, 5 steps an epoch, on 1 CPU device."""
+  """What the kill and signal tests run: 40 steps of a small ViT, 1 device."""
   config = tiny_config(data_dir, total_steps=40, num_epochs=0,
                        log_every_steps=3, eval_every_steps=8,
                        checkpoint_every_steps=4, cpu_devices=1)
@@ -199,8 +214,7 @@ def run_on_host_devices(script: str, devices: int, cwd=ROOT,
 
 @contextlib.contextmanager
 def mounted_tmpfs(mount_point: pathlib.Path, size: str):
-  """A tmpfs of `size` ('32m', '160k') at `mount_point` while in the block:
-  a real disk that fills (root only; the test is skipped elsewhere)."""
+  """A tmpfs of `size` ('32m'): a real disk that fills (root only)."""
   mount_point.mkdir(parents=True, exist_ok=True)
   mounted = subprocess.run(
       ['mount', '-t', 'tmpfs', '-o', f'size={size}', 'tmpfs',
@@ -249,8 +263,7 @@ def write_process_config(tmp_path, data_dir, function='process_test_config',
 
 
 def start_main(config_file, workdir, log_path, *flags, new_session=False):
-  """`python -m vit_jax.main` in the background, its output in `log_path`;
-  `new_session`: in a process group of its own, as a batch system starts it."""
+  """`python -m vit_jax.main` in the background, its output in `log_path`."""
   with open(log_path, 'w') as log:
     return subprocess.Popen([
         sys.executable, '-m', 'vit_jax.main', f'--config={config_file}',
@@ -281,9 +294,7 @@ def free_port() -> int:
 
 
 def start_two_process_job(command, tmp_path, devices: int = 1):
-  """A 2-process job of `python -m` `command` (a module and its flags) on
-  127.0.0.1, `devices` CPU devices each; returns the processes and their log
-  paths (stdout and stderr together)."""
+  """The processes and log paths of a 2-process job of `python -m command`."""
   address = f'127.0.0.1:{free_port()}'
   env = {
       **with_xla_flags(f'--xla_force_host_platform_device_count={devices}'), 'JAX_PLATFORMS': 'cpu'
@@ -322,19 +333,15 @@ def wait_all(processes, timeout=300) -> list[int]:
 
 
 def normal(shape, seed: int = 0):
-  """A float32 array of N(0, 1) draws. numpy draws them: each of
-  jax.random's shapes would be an XLA program compiled for seconds on a
-  CPU."""
+  """Float32 N(0, 1) draws, in numpy: jax.random would compile per shape."""
   import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
   return jnp.asarray(
       np.random.default_rng(seed).standard_normal(shape), jnp.float32)
 
 
 def randomized(params, seed: int = 0):
-  """`params` (arrays, or `jax.eval_shape`'s shapes) with every array drawn
-  at random (in numpy, as `normal`), 0.3 N(0, 1) plus 1 for vectors:
-  nothing is zero (initial heads and biases are), so a swap or transpose of
-  any two arrays is caught; each keeps its dtype."""
+  """`params` (or their shapes) drawn in numpy as 0.3 N(0, 1), plus 1 for
+  vectors: nothing is zero, so a swap or transpose of two arrays shows."""
   import jax  # pylint: disable=g-import-not-at-top
   import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
   rng = np.random.default_rng(seed)
@@ -352,9 +359,8 @@ def random_params(module, *inputs, seed: int = 0, **kwargs):
 
 
 def random_cnn_variables(module, images, seed: int = 0) -> dict:
-  """A CNN's variables drawn in numpy, never initialized: kernels
-  N(0, 1 / fan-in), as an initialization keeps the activations' scale, the
-  BatchNorm variances U(0.5, 1.5), every other vector N(0, 1)."""
+  """A CNN's variables drawn in numpy: kernels N(0, 1 / fan-in), BatchNorm
+  variances U(0.5, 1.5), every other vector N(0, 1)."""
   import jax  # pylint: disable=g-import-not-at-top
   import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
   rng = np.random.default_rng(seed)
@@ -380,9 +386,8 @@ def random_vit_params(model, image_size: int, seed: int = 0) -> dict:
 
 
 def one_block_vit(name: str, **fields):
-  """A registered ViT's family (width, heads, patch) with one block and 7
-  classes, and random parameters for a 2x2 patch grid: the shapes that
-  differ between families, at a size a test can hold."""
+  """A registered ViT with one block and 7 classes, and random parameters for
+  a 2x2 patch grid: its family's shapes at a size a test can hold."""
   from vit_jax import models  # pylint: disable=g-import-not-at-top
   model = models.create_model(name, 7, num_layers=1, **fields)
   return model, random_vit_params(model, 2 * model.effective_patch_size)

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from tests.helpers import png
+from tests.helpers import write_image_folder
 from vit_jax import config_schema
 from vit_jax import models
 from vit_jax.analysis import subjects
@@ -11,12 +11,9 @@ from vit_jax.errors import AnalysisError
 
 
 def test_a_runs_test_images_of_an_image_folder_come_from_every_class(tmp_path):
-  for split in ('train', 'test'):
-    for label, name in enumerate(('cat', 'dog', 'fox')):
-      (tmp_path / split / name).mkdir(parents=True)
-      for i in range(4):
-        (tmp_path / split / name / f'{i}.png').write_bytes(
-            png(np.full((8, 8, 3), 100 * label, np.uint8)))
+  write_image_folder(
+      tmp_path, {'train': 4, 'test': 4}, ('cat', 'dog', 'fox'),
+      lambda _, i, label: np.full((8, 8, 3), 100 * label, np.uint8))
   config = config_schema.defaults()
   config.update(dataset='image_folder', data_dir=str(tmp_path), image_size=8)
   images = subjects.run_test_images(config, 6)

@@ -8,17 +8,14 @@ import sys
 import numpy as np
 import pytest
 
-from tests.helpers import png
+from tests.helpers import write_image_folder
 from vit_jax import benchmark_input
 
 
 def test_reports_the_images_per_second_of_the_streaming_input(tmp_path):
-  rng = np.random.default_rng(0)
-  for split, count in (('train', 12), ('test', 1)):
-    (tmp_path / split / 'a').mkdir(parents=True)
-    for i in range(count):
-      (tmp_path / split / 'a' / f'{i}.png').write_bytes(
-          png(rng.integers(0, 256, (30, 40, 3), np.uint8)))
+  write_image_folder(
+      tmp_path, {'train': 12, 'test': 1}, ['a'],
+      lambda rng, *_: rng.integers(0, 256, (30, 40, 3), np.uint8))
   config = benchmark_input.loader_config('image_folder', str(tmp_path), 4, 24,
                                          steps=2)
   results = benchmark_input.run_benchmark(config, steps=2, workers=[0, 1],

@@ -8,7 +8,7 @@ import jax
 import numpy as np
 import pytest
 
-from tests.helpers import png
+from tests.helpers import write_image_folder
 from vit_jax import config_schema
 from vit_jax import models
 from vit_jax.checkpoints import reading
@@ -89,25 +89,16 @@ def test_unknown_arguments_are_refused():
       _config(f'{name}:nonexistent')
 
 
-def _image_folder(root, classes=('cat', 'dog'), per_class=(12, 4)):
-  rng = np.random.default_rng(0)
-  for split, count in zip(('train', 'test'), per_class):
-    for label, name in enumerate(classes):
-      (root / split / name).mkdir(parents=True)
-      for i in range(count):
-        shape = (40 + 7 * i, 50 + 3 * label, 3)
-        (root / split / name / f'{i}.png').write_bytes(
-            png(rng.integers(0, 256, shape, np.uint8)))
-  return root
-
-
 @pytest.mark.slow  # 15 s; tests/test_training_finetune.py fine-tunes .npz files
 def test_the_image_folder_walkthrough_trains_from_scratch_and_fine_tunes(
     tmp_path):
-  photos = str(_image_folder(tmp_path / 'photos'))
+  photos = tmp_path / 'photos'
+  write_image_folder(
+      photos, {'train': 12, 'test': 4}, draw=lambda rng, i, label: rng.integers(
+          0, 256, (40 + 7 * i, 50 + 3 * label, 3), np.uint8))
   config = _config('image_folder')
-  config.update(data_dir=photos, num_epochs=1, warmup_epochs=0, batch_size=8,
-                eval_batch_size=8, cpu_devices=1)
+  config.update(data_dir=str(photos), num_epochs=1, warmup_epochs=0,
+                batch_size=8, eval_batch_size=8, cpu_devices=1)
   summary = train.train_and_evaluate(config, tmp_path / 'scratch')
   assert summary['steps'] == 3  # 24 images, batches of 8
   # A released .npz: another head, a 2x2 patch grid resized to the run's
@@ -117,7 +108,7 @@ def test_the_image_folder_walkthrough_trains_from_scratch_and_fine_tunes(
                             train=False)
   npz.save_npz(variables['params'], tmp_path / 'ViT-Ti_16.npz')
   config = _config('image_folder:finetune')
-  config.update(data_dir=photos, init_from=str(tmp_path / 'ViT-Ti_16.npz'),
+  config.update(data_dir=str(photos), init_from=str(tmp_path / 'ViT-Ti_16.npz'),
                 model='ViT-Ti_16', image_size=64, num_epochs=1, warmup_epochs=0,
                 batch_size=8, eval_batch_size=8, cpu_devices=1)
   config.model_overrides.num_layers = 2

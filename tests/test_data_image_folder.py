@@ -8,27 +8,15 @@ from PIL import Image
 import pytest
 
 from tests.helpers import png
+from tests.helpers import write_image_folder
 from vit_jax.data import image_folder
 from vit_jax.errors import DatasetError
 
 
-def _write_folders(root, shape=lambda i: (8, 8, 3),
-                   counts=(('train', 3), ('test', 2))):
-  """PNGs under root/{train,test}/{cat,dog}/; per split, (image, label)s."""
-  rng = np.random.default_rng(0)
-  written = {}
-  for split, count in counts:
-    for label, name in enumerate(['cat', 'dog']):
-      (root / split / name).mkdir(parents=True)
-      for i in range(count):
-        image = rng.integers(0, 256, shape(i), dtype=np.uint8)
-        (root / split / name / f'{i}.png').write_bytes(png(image))
-        written.setdefault(split, []).append((image, label))
-  return written
-
-
 def test_image_folder_is_listed_and_read_lazily_at_any_size(tmp_path):
-  written = _write_folders(tmp_path, lambda i: (9 + i, 11, 3))
+  written = write_image_folder(
+      tmp_path, {'train': 3, 'test': 2},
+      draw=lambda rng, i, _: rng.integers(0, 256, (9 + i, 11, 3), np.uint8))
   dataset = image_folder.open_image_folder(tmp_path)
   assert isinstance(dataset.train, image_folder.FileSource)
   assert dataset.num_classes == 2 and dataset.ordered_by_class
@@ -129,7 +117,7 @@ def test_exif_orientation_is_not_applied_as_in_the_official_decoding():
 def test_every_problem_of_a_folder_is_named_in_one_error(tmp_path):
   with pytest.raises(DatasetError, match='No image folder found in'):
     image_folder.open_image_folder(tmp_path)
-  _write_folders(tmp_path)
+  write_image_folder(tmp_path, {'train': 3, 'test': 2})
   jpeg = _encoded(Image.fromarray(np.zeros((16, 16, 3), np.uint8)), 'JPEG')
   bad = {
       'train/cat/notes.jpg': (b'not an image', 'not an image PIL can read'),
@@ -166,7 +154,7 @@ def test_every_problem_of_a_folder_is_named_in_one_error(tmp_path):
 
 
 def test_a_missing_split_and_a_long_list_of_problems_twenty_named(tmp_path):
-  _write_folders(tmp_path, counts=(('train', 1),))
+  write_image_folder(tmp_path, {'train': 1})
   for i in range(25):
     (tmp_path / 'train' / 'dog' / f'bad{i:02}.jpg').write_bytes(b'')
   message = str(
@@ -181,7 +169,7 @@ def test_a_missing_split_and_a_long_list_of_problems_twenty_named(tmp_path):
 
 def test_only_image_files_are_read_whole_or_with_trailing_bytes(
     tmp_path, caplog):
-  _write_folders(tmp_path, counts=(('train', 1), ('test', 1)))
+  write_image_folder(tmp_path, {'train': 1, 'test': 1})
   jpeg = _encoded(Image.fromarray(np.full((8, 8, 3), 50, np.uint8)), 'JPEG')
   (tmp_path / 'train' / 'cat' / 'trailer.jpg').write_bytes(jpeg + b'extra')
   (tmp_path / 'train' / 'cat' / 'notes.txt').write_text('not an image')

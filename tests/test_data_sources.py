@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from tests.helpers import ROOT
-from tests.helpers import png
+from tests.helpers import write_image_folder
 from vit_jax import config_schema
 from vit_jax.data import sources
 from vit_jax.errors import DatasetError
@@ -92,20 +92,12 @@ def test_class_counts_break_ties_and_fall_short_by_the_seed():
   assert not np.array_equal(counts(4, 0), counts(4, 1))
 
 
-def _image_folder(root, counts) -> None:
-  """root/{train,test}/<class>/*.png, `counts[split]` images per class."""
-  rng = np.random.default_rng(0)
-  for split, per_class in counts.items():
-    for name, count in zip(('airplane', 'bird', 'cat'), per_class):
-      (root / split / name).mkdir(parents=True)
-      for i in range(count):
-        (root / split / name / f'{i}.png').write_bytes(
-            png(rng.integers(0, 256, (9 + i % 2, 11, 3), np.uint8)))
-
-
 def test_an_image_folder_subset_holds_every_class_in_proportion(tmp_path):
   """The folder lists its images by class: the first 12 are airplanes."""
-  _image_folder(tmp_path, {'train': (12, 8, 4), 'test': (6, 6, 6)})
+  write_image_folder(
+      tmp_path, {'train': (12, 8, 4), 'test':
+          (6, 6, 6)}, ('airplane', 'bird', 'cat'),
+      lambda rng, i, _: rng.integers(0, 256, (9 + i % 2, 11, 3), np.uint8))
 
   def cut(seed, **sizes):
     dataset = sources.open_dataset(
@@ -183,11 +175,9 @@ def test_validation_examples_are_never_trained_on_and_the_same_every_seed(
   assert rows(held_out.train) | rows(held_out.validation) == rows(full)
 
   folder = tmp_path / 'held_out'
-  for label in range(10):
-    (folder / f'class_{label}').mkdir(parents=True)
-    for i in range(3):
-      (folder / f'class_{label}' / f'{i}.png').write_bytes(
-          png(np.full((32, 32, 3), 10 * label + i, np.uint8)))
+  write_image_folder(
+      tmp_path, {'held_out': 3}, [f'class_{label}' for label in range(10)],
+      lambda _, i, label: np.full((32, 32, 3), 10 * label + i, np.uint8))
   from_folder = opened(validation_dir=str(folder), validation_examples=20)
   assert len(from_folder.train) == 96
   assert sorted(image[0, 0, 0] // 10 == label
