@@ -11,10 +11,8 @@ one skipped with a warning; a damaged --step refused), on its dataset's test
 images unless --images is given, and its figures also go to its TensorBoard
 (under `analysis`, at the step analyzed). Another checkpoint needs --images.
 
---out is replaced whole (it may hold an earlier analysis only): after Ctrl-C
-or SIGTERM (one line, status 130 or 75) or a failure it holds the earlier
-analysis, after success the new one, never a mix. The `draw_*` functions
-draw each figure into a folder, as notebooks/vit_jax.ipynb calls them.
+--out is replaced whole: after Ctrl-C or a failure it holds the earlier
+analysis, never a mix.
 """
 
 # pylint: disable=g-import-not-at-top,wrong-import-position

@@ -6,11 +6,7 @@ r"""Times the compiled train and eval steps of a model on this machine.
       --batch_size=8 --cpu_devices=8 --fsdp=8 --memory_only
 
 The training loop's own steps, fed synthetic images already on the devices
-(docs/benchmarks.md). Prints a table and, last, one JSON line: images/s,
-ms/step, compile times, FLOPs per image, FLOP/s against a matmul peak timed
-in the same run, and XLA's memory estimate per device (alone, with
-`--memory_only`). `--trace_dir` also writes a `jax.profiler` trace and the
-step's HLO for `experiments/benchmarks/profile_step.py`.
+(docs/benchmarks.md). Prints a table and, last, one JSON line.
 """
 
 # pylint: disable=g-import-not-at-top,wrong-import-position

@@ -7,10 +7,8 @@ cropped and resized, to set against what the accelerators consume
       [--steps=20] [--rounds=3]
 
 Each `--workers` setting in turn, `--rounds` times over, reads `--steps` + 1
-training batches through `data.StreamingInput` onto one device, as the loop
-takes them; the first batch (the loader's start) is timed apart. Prints the
-medians, in images per second and per core used, as a table and one JSON
-line.
+training batches onto one device; the first is timed apart. Prints the
+medians as a table and one JSON line.
 """
 
 # pylint: disable=g-import-not-at-top,wrong-import-position

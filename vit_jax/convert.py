@@ -17,12 +17,8 @@ written in --format:
          preprocessor_config.json:
          `transformers.ViTForImageClassification.from_pretrained(DEST)`
 
-`vit_jax.checkpoints.export` writes them; they compute our logits in those
-libraries, and what they cannot hold is one line (docs/checkpoints.md).
-
-DEST is replaced whole: it holds the old file or folder, or the whole new
-one, after a full disk (one `error:` line, status 1) or Ctrl-C / SIGTERM
-(one line, status 130 / 75) as after success.
+`vit_jax.checkpoints.export` writes them (docs/checkpoints.md). DEST is
+replaced whole: after a failure or Ctrl-C it holds the old file or folder.
 """
 
 # pylint: disable=g-import-not-at-top,wrong-import-position

@@ -15,12 +15,9 @@ then be what its position embeddings were trained for), or with
 --released_preprocessing the checkpoint's own (for a workdir with another
 --config: its run's image size, mean and std).
 
-Every test example counts exactly once, on all devices and all processes of
-a multi-process job (the same command once per process, as for
-`vit_jax.main`); a workdir evaluates to exactly the test accuracy it logged
-at that step. Process 0 prints the result, its last line JSON: top1, top5,
-loss, examples, and what was evaluated. Exit status 0, or 1 after one
-`error:` line; Ctrl-C or SIGTERM stop it at once, status 130 or 75.
+Every test example counts exactly once, on all devices and processes.
+Process 0 prints the result, its last line JSON: top1, top5, loss, examples,
+and what was evaluated.
 """
 
 # pylint: disable=g-import-not-at-top,wrong-import-position
