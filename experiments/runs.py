@@ -139,6 +139,10 @@ def paired(a: dict[int, float], b: dict[int, float]) -> tuple[float, float]:
       np.sqrt(len(differences)))
 
 
+def by_seed(records: list[dict], key: str) -> dict[int, float]:
+  return {r['seed']: r[key] for r in records}
+
+
 def compared(name_a: str, a: dict[int, float], name_b: str,
              b: dict[int, float]) -> str:
   """`paired` in words: better by X ± Y, or indistinguishable within ± Y."""
@@ -217,6 +221,12 @@ def wall_time_cell(records: list[dict]) -> str:
       f'{np.mean(minutes):.0f}' if device ==
       'cpu' else f'{np.mean(minutes):.1f} on {device.removeprefix("NVIDIA ")}'
       for device, minutes in by_device.items())
+
+
+def tflops_cell(records: list[dict]) -> str:
+  """Mean training TFLOPs of the runs that counted theirs."""
+  counted = [r['train_flops'] for r in records if 'train_flops' in r]
+  return f'{np.mean(counted) / 1e12:.0f}' if counted else ''
 
 
 def catch_stop_signals() -> None:

@@ -111,8 +111,7 @@ def answer(records: list[dict]) -> str:
       continue
     (vit_recipe, vit), (cnn_recipe, cnn, cnn_model) = row['vit'], max(
         cnns, key=lambda c: recipes.standing(c[1]))
-    by_seed = [{r['seed']: r['best_test_accuracy'] for r in group}
-               for group in (vit, cnn)]
+    by_seed = [runs.by_seed(g, 'best_test_accuracy') for g in (vit, cnn)]
     lines.append(
         f'- {epochs} epochs: the ViT\'s best, `{vit_recipe}` '
         f'({named(vit_recipe)}), '

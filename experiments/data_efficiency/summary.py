@@ -31,8 +31,7 @@ def planned() -> dict[str, dict]:
 
 def _gain(group: list[dict], study: list[dict]) -> str:
   """Points over the study ViT's mean, ± the paired 95% interval if any."""
-  by_seed = [{r['seed']: r['best_test_accuracy'] for r in rows}
-             for rows in (group, study)]
+  by_seed = [runs.by_seed(g, 'best_test_accuracy') for g in (group, study)]
   _, half = runs.paired(*by_seed)
   gain = recipes.accuracies(group).mean() - recipes.accuracies(study).mean()
   return f'{gain:+.1f}' + (f' ± {half:.1f}' if np.isfinite(half) else '')

@@ -10,8 +10,6 @@ head's test accuracy) and the README's table and comparisons here.
 import pathlib
 import sys
 
-import numpy as np
-
 from experiments import runs
 from experiments.data_efficiency import budgets
 from experiments.data_efficiency import recipes as r
@@ -70,7 +68,7 @@ def table(rows: dict[str, list[dict]], names: dict[str, str]) -> str:
       len(group), '' if row == 'class_head' else runs.mean_std(
           [x['best_validation_accuracy'] for x in group]),
       runs.mean_std([x['test_accuracy_at_best_step'] for x in group]),
-      f'{np.mean([x["train_flops"] for x in group]) / 1e12:.0f}',
+      runs.tflops_cell(group),
       runs.wall_time_cell(group)
   ] for row, group in rows.items()])
 
@@ -78,7 +76,7 @@ def table(rows: dict[str, list[dict]], names: dict[str, str]) -> str:
 def comparisons(rows: dict[str, list[dict]], names: dict[str, str]) -> str:
   """The paired per-seed differences of test accuracy at the best epoch."""
   test = {
-      row: {x['seed']: x['test_accuracy_at_best_step'] for x in group}
+      row: runs.by_seed(group, 'test_accuracy_at_best_step')
       for row, group in rows.items()
   }
   pairs = [('The headline', 'vit', 'cnn'),

@@ -6,7 +6,6 @@ writes results.json, metrics.jsonl (every run's logged records),
 learning_curves.png and the README's sections here.
 """
 
-import json
 import pathlib
 
 import numpy as np
@@ -52,8 +51,7 @@ def collect(workdir: pathlib.Path) -> tuple[list[dict], dict[str, list]]:
                             _run_name)
   metrics = {}
   if (HERE / 'metrics.jsonl').exists():
-    for line in (HERE / 'metrics.jsonl').read_text().splitlines():
-      logged = json.loads(line)
+    for logged in runs.history(HERE):
       metrics.setdefault(logged.pop('run'), []).append(logged)
   for name in found:
     if runs.finished(workdir / name):
@@ -67,20 +65,11 @@ def _of(records: list[dict], choice: str) -> list[dict]:
   return [r for r in records if r['choice'] == choice]
 
 
-def _by_seed(records: list[dict], key: str) -> dict[int, float]:
-  return {r['seed']: r[key] for r in records}
-
-
 def _described(choice: str) -> str:
   if choice in sweep.MODELS:
     return "the config's"
   return ', '.join(f'{k.split(".")[-1]}={v}'
                    for k, v in sweep.CHOICES[choice][1].items())
-
-
-def _tflops(group: list[dict]) -> str:
-  counted = [r['train_flops'] for r in group if 'train_flops' in r]
-  return f'{np.mean(counted) / 1e12:.0f}' if counted else ''
 
 
 def _study_cell(model: str) -> str:
@@ -103,7 +92,7 @@ def table(records: list[dict]) -> str:
           for key in ('best_validation_accuracy', 'test_accuracy_at_best_step',
                       'final_test_accuracy', 'final_train_accuracy')), epochs,
         _study_cell(model),
-        _tflops(group),
+        runs.tflops_cell(group),
         runs.wall_time_cell(group)
     ])
   return runs.markdown_table([
@@ -122,8 +111,9 @@ def comparisons(records: list[dict]) -> str:
     first, second = _of(records, a), _of(records, b)
     if first and second:
       lines.append('- ' + runs.compared(
-          runs.NAMES[a], _by_seed(first, 'test_accuracy_at_best_step'),
-          runs.NAMES[b], _by_seed(second, 'test_accuracy_at_best_step')) + '.')
+          runs.NAMES[a], runs.by_seed(first, 'test_accuracy_at_best_step'),
+          runs.NAMES[b], runs.by_seed(second, 'test_accuracy_at_best_step')) +
+                   '.')
   return '\n'.join(lines)
 
 
@@ -156,12 +146,12 @@ def choices_table(records: list[dict]) -> str:
         *(runs.mean_std([r[key] for r in group])
           for key in ('best_validation_accuracy', 'test_accuracy_at_best_step',
                       'final_train_accuracy')),
-        runs.compared('this', _by_seed(group, 'best_validation_accuracy'),
+        runs.compared('this', runs.by_seed(group, 'best_validation_accuracy'),
                       _described(base),
-                      _by_seed(based_on, 'best_validation_accuracy'))
+                      runs.by_seed(based_on, 'best_validation_accuracy'))
         if based_on else '',
         _study_cell(model),
-        _tflops(group),
+        runs.tflops_cell(group),
         runs.wall_time_cell(group)
     ])
   return runs.markdown_table([
