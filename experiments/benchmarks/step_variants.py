@@ -100,30 +100,17 @@ def use_patch_matmul():
   from vit_jax.models.layers import patch_embedding
 
   # pylint: enable=g-import-not-at-top
-
-  class PatchMatmul(nn.Module):
-    hidden_size: int
-    patch_size: int
-    dtype: object
-
-    @nn.compact
-    def __call__(self, images):
-      p, channels = self.patch_size, images.shape[-1]
-      kernel = self.param('kernel', nn.initializers.lecun_normal(),
-                          (p, p, channels, self.hidden_size))
-      bias = self.param('bias', nn.initializers.zeros_init(),
-                        (self.hidden_size,))
-      patches, kernel, bias = nn.dtypes.promote_dtype(
-          patch_embedding.patch_grid(images, p), kernel, bias, dtype=self.dtype)
-      return patches @ kernel.reshape(-1, self.hidden_size) + bias
-
   conv = patch_embedding.embed_patches
 
   def embed_patches(images, patch_size, hidden_size, *, shifted, dtype):
     if shifted:
       return conv(images, patch_size, hidden_size, shifted=True, dtype=dtype)
-    return PatchMatmul(hidden_size, patch_size, dtype,
-                       name=names.PATCH_EMBEDDING)(images)
+    patches = patch_embedding.patch_grid(images, patch_size)
+    # The conv's kernel, (row, column, channel) -> hidden.
+    return nn.DenseGeneral(hidden_size, axis=(-3, -2, -1), dtype=dtype,
+                           name=names.PATCH_EMBEDDING)(patches.reshape(
+                               *patches.shape[:-1], patch_size, patch_size,
+                               images.shape[-1]))
 
   patch_embedding.embed_patches = embed_patches
 
