@@ -188,8 +188,7 @@ def draw_embedding_filters(out: pathlib.Path, subject: subjects.Subject,
 def draw_token_attention(out: pathlib.Path, subject: subjects.Subject,
                          display: np.ndarray, attentions: list[np.ndarray],
                          num_images: int, image_files, result: dict):
-  """The prefix tokens' attention (the last layer's, and every layer's on the
-  first image) and the rollout, or why not."""
+  """The prefix tokens' attention and the rollout, or why not."""
   model, grid = subject.model, subject.grid
   prefix = model.prefix_tokens
   if names.CLASS_TOKEN not in prefix:

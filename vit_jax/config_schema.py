@@ -264,8 +264,7 @@ def defaults() -> ml_collections.ConfigDict:
 
 def validate(config: ml_collections.ConfigDict, num_devices: int,
              training: bool = True):
-  """Raises ConfigError for a config that cannot run on `num_devices` (the
-  training batch's fields only when `training`)."""
+  """Raises ConfigError for a config that cannot run on `num_devices`."""
   for name in config.keys():
     if name not in FIELDS:
       close = difflib.get_close_matches(name, FIELDS, n=1)

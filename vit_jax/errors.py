@@ -38,8 +38,7 @@ class AnalysisError(VitJaxError):
 
 
 def first_line(error: BaseException, limit: int = 300) -> str:
-  """`Type: first line of the message`, cut at `limit` characters (some
-  libraries' one line holds pages)."""
+  """`Type: first line of the message`, cut at `limit` characters."""
   text = str(error).strip().splitlines()
   line = f'{type(error).__name__}: {text[0] if text else ""}'
   return line if len(line) <= limit else line[:limit - 3] + '...'

@@ -7,8 +7,7 @@ from vit_jax.analysis import plotting
 
 
 def _image_rows(path, rows, figsize, titles, suptitle=None, row_titles=()):
-  """Rows of (image, colour map) panels, the first row's titled (and each
-  row's first panel by `row_titles`), at 100 dpi."""
+  """Rows of (image, colour map) panels, the first row's titled."""
   plt = plotting.pyplot()
   fig, axes = plt.subplots(len(rows), len(rows[0]), figsize=figsize,
                            squeeze=False)
@@ -27,8 +26,7 @@ def _image_rows(path, rows, figsize, titles, suptitle=None, row_titles=()):
 
 
 def plot_cls_attention(path, display, maps, token='class', layers=False):
-  """Each image beside its `token` token's attention `maps` per head; with
-  `layers`, one image's in every layer, a row each."""
+  """Each image beside its `token` token's attention `maps` per head."""
   rows, heads = maps.shape[:2]
   _image_rows(
       path, [[(image, None), *((m, 'inferno') for m in head_maps)]

@@ -56,8 +56,7 @@ def _patch_distances(grid: tuple[int, int], patch_size: int) -> np.ndarray:
 def mean_attention_distance(attention: np.ndarray, grid: tuple[int, int],
                             patch_size: int,
                             prefix: int | None = None) -> np.ndarray:
-  """Mean attention distance in pixels of each head (the paper's Figure 7),
-  of the patch-to-patch attention renormalized over the patches."""
+  """Mean attention distance in pixels of each head (the paper's Figure 7)."""
   attention = np.asarray(attention, np.float64)
   num_patches = grid[0] * grid[1]
   tokens = attention.shape[-1]
@@ -122,8 +121,7 @@ def similarity_distance_correlation(similarity: np.ndarray) -> float:
 
 def patch_embedding_components(kernel: np.ndarray,
                                count: int) -> tuple[np.ndarray, np.ndarray]:
-  """The top `count` principal components of the patch-embedding filters
-  (Figure 7, left), and the share of the variance each explains."""
+  """The top `count` principal components of the patch-embedding filters."""
   kernel = np.asarray(kernel, np.float64)
   filters = kernel.reshape(-1, kernel.shape[-1]).T  # (d, p*p*channels)
   filters = filters - filters.mean(axis=0)
@@ -139,12 +137,8 @@ def patch_embedding_components(kernel: np.ndarray,
 
 def shifted_patch_filters(kernel: np.ndarray, patch_size: int,
                           norm_scale: np.ndarray | None = None) -> np.ndarray:
-  """The filters shifted patch tokenization applies to the unshifted patch,
-  as a (p, p, channels, d) patch-embedding kernel.
-
-  `norm_scale`, the `shifted_patch_norm` LayerNorm's scale, is multiplied in
-  when given (its centring and bias, not linear in the pixels, are not).
-  """
+  """The (p, p, channels, d) kernel shifted patch tokenization applies to the
+  unshifted patch, `norm_scale` (its LayerNorm's) multiplied in if given."""
   kernel = np.asarray(kernel, np.float64)
   features, width = kernel.shape
   per_copy, remainder = divmod(features, patch_size * patch_size * 5)

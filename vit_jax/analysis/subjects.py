@@ -49,8 +49,7 @@ class Subject:
 
 def load(source, model_name: str | None = None,
          step: int | None = None) -> tuple[Subject, object]:
-  """The ViT of any checkpoint (a run's workdir, an official .npz, a timm or
-  transformers folder), and the run's config (None for no run)."""
+  """The ViT of any checkpoint, and the run's config (None for no run)."""
   if reading.source_kind(source) != reading.WORKDIR:
     loaded = reading.load(source, model_name=model_name)
     return Subject(

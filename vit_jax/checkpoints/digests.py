@@ -16,8 +16,7 @@ class DigestMismatchError(ValueError):
 
 
 def _array_digest(x: jax.Array) -> jax.Array:
-  """A uint32 of `x`'s bits, each word weighted oddly by its position: any
-  one element's change changes it."""
+  """A uint32 of `x`'s bits that any one element's change changes."""
   if jnp.issubdtype(x.dtype, jax.dtypes.prng_key):
     x = jax.random.key_data(x)
   if x.dtype == jnp.bool_:

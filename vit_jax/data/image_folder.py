@@ -253,8 +253,7 @@ def open_image_folder(data_dir: pathlib.Path) -> Dataset:
 
 
 def open_split(folder: pathlib.Path, class_count: int) -> FileSource:
-  """The images under `folder/<class>/`, labelled in the order of the class
-  folders' names, which must be `class_count` (a validation folder)."""
+  """The images under `folder/<class>/`, the classes in name order."""
   if not folder.is_dir():
     raise DatasetError(f'No folder {folder}: pass a folder holding one '
                        '<class>/ folder of images per class.')

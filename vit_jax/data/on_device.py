@@ -12,8 +12,7 @@ from vit_jax.runtime import sharding
 
 
 class OnDeviceInput(input_lib.Input):
-  """Batches are int32 index vectors into `train_data` / `eval_data` (the test
-  examples, then the validation ones)."""
+  """Batches are int32 index vectors into `train_data` / `eval_data`."""
 
   default_steps_per_dispatch = 32
 

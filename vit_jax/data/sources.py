@@ -103,8 +103,7 @@ def _validation_pool(dataset: Dataset, config, train: Source,
 
 
 def _training_and_validation(dataset: Dataset, config) -> tuple[Source, Source]:
-  """The examples the run trains on, and config.validation_examples it never
-  does (the same for every seed)."""
+  """The examples the run trains on, and those it holds out for validation."""
   trained = _chosen(dataset, 'train', config.train_examples, config.seed)
   train = dataset.train if trained is None else _take(dataset.train, trained)
   pool, held_out_of_train = _validation_pool(dataset, config, train, trained)

@@ -98,8 +98,7 @@ def _head_fields(params: Mapping[str, Any], source: str) -> dict:
 
 def model_for(params: Mapping[str, Any], *, model_name: str | None = None,
               source: str) -> tuple[models.VisionTransformer, int]:
-  """`model_name`'s ViT, else the registered or a new one of the shapes, that
-  applies `params`, and its image size."""
+  """The ViT that applies `params`, `model_name`'s if given; its image size."""
   architecture = params_lib.vit_architecture(params)
   if architecture is None:
     raise CheckpointError(f'{source} holds no ViT: it has no '

@@ -82,8 +82,7 @@ def _settable_fields(factory) -> list[dataclasses.Field]:
 
 
 def default_fields(name: str) -> dict:
-  """The fields of the registered model `name` made without overrides (its
-  class's defaults, then the registry's); empty for a name of no model."""
+  """The fields of the registered model `name`; empty for no such model."""
   factory = _MODELS.get(name)
   if factory is None:
     return {}
@@ -122,9 +121,7 @@ _KINDS = {
 
 
 def create_model(name: str, num_classes: int, **overrides) -> nn.Module:
-  """The linen module registered as `name`, `overrides` setting its fields
-  (`dtype=jnp.bfloat16`); `model.apply(variables, images_nhwc, train=...)`
-  returns logits (a CNN training also needs `mutable=['batch_stats']`)."""
+  """The linen module registered as `name`, `overrides` setting its fields."""
   if name not in _MODELS:
     raise ValueError(f'Unknown model {name!r}. Known models: '
                      f'{", ".join(MODEL_NAMES)}.')
@@ -155,9 +152,7 @@ def create_model(name: str, num_classes: int, **overrides) -> nn.Module:
 
 
 def from_config(config, num_classes: int) -> nn.Module:
-  """`config.model` with `config.model_overrides` (but `TRAINING_FIELDS`),
-  computing in `config.dtype`; ConfigError if it does not exist or does not
-  fit `config.image_size`."""
+  """`config.model` with `config.model_overrides`, in `config.dtype`."""
   overrides = dict(config.model_overrides)
   if config.model in VIT_FIELDS:
     overrides = {

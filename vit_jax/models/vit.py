@@ -225,8 +225,7 @@ class ViTWrapper(nn.Module):
 def logits_and_attention(
     model: VisionTransformer, variables: Any,
     images: jax.Array) -> tuple[jax.Array, list[jax.Array]]:
-  """The logits of `images` in eval mode, and every layer's attention
-  probabilities, in depth order, each (batch, heads, tokens, tokens)."""
+  """The logits of `images` in eval mode, and every layer's attention."""
   logits, state = model.apply(variables, images, train=False,
                               mutable=['intermediates'])
   blocks = state['intermediates'][names.ENCODER]

@@ -99,8 +99,7 @@ class Guide:
 
 
 def load_guide(config, num_classes: int, sharding) -> Guide | None:
-  """The CNN run `config.locality_guidance_teacher` names, checked against
-  the student's guidance widths; or None."""
+  """The CNN run `config.locality_guidance_teacher` names, or None."""
   if not config.locality_guidance_teacher:
     return None
   workdir = config.locality_guidance_teacher

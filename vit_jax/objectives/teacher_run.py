@@ -18,8 +18,7 @@ _SAME_INPUT = ('dataset', 'image_size', 'pixel_mean', 'pixel_std')
 
 def load(config, field: str, num_classes: int,
          sharding) -> tuple[nn.Module, Any]:
-  """The module (in the student's dtype) and variables of the run
-  `config[field]` names; ConfigError if it saw other inputs."""
+  """The module and variables of the run `config[field]` names."""
   workdir = config[field]
   try:
     run = reading.load_run(workdir, best=config.teacher_checkpoint == 'best')

@@ -62,8 +62,7 @@ _JSON_CONFIG = (pathlib.Path(__file__).parents[1] / 'checkpoints' /
 
 
 def parse_flags(argv: list[str]) -> list[str]:
-  """absl's flag parsing; a bad flag or --config file is one `error:` line;
-  `--config=FILE.json` (a run's config.json) is read as JSON."""
+  """absl's flag parsing; a bad flag or --config file is one `error:` line."""
   argv = [
       f'--config={_JSON_CONFIG}:{arg.split("=", 1)[1]}'
       if arg.startswith('--config=') and arg.endswith('.json') and

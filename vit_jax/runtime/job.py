@@ -39,8 +39,7 @@ def exit_job(status: int, every_process_here: bool) -> NoReturn:
 
 
 def run(work: Callable[[], None], *, cpu_devices: int | None) -> NoReturn:
-  """Joins the job (or runs alone), runs `work` and exits: 0 when it returned,
-  1 after one `error:` line for a `VitJaxError` or a lost process."""
+  """Joins the job (or runs alone), runs `work` and exits."""
   command.quiet_libraries()
   distributed.set_cpu_devices(cpu_devices)
   try:

@@ -59,8 +59,7 @@ def _config_for(loaded: reading.Loaded, config, source, data_dir,
 def evaluate(source, *, config=None, model_name=None, step=None, data_dir=None,
              released_preprocessing=False, split='test',
              class_head=False) -> dict:
-  """Loss, top-1 and top-5 of `source` on `config`'s (or its own) `split`;
-  `class_head`: a distilled ViT's class head alone, not its heads' average."""
+  """Loss, top-1 and top-5 of `source` on `config`'s (or its own) `split`."""
   loaded = reading.load(source, model_name=model_name, step=step)
   config = _config_for(loaded, config, source, data_dir, released_preprocessing)
   config_schema.validate(config, jax.device_count(), training=False)

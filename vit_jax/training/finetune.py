@@ -54,8 +54,7 @@ def _read(config) -> Any:
 
 
 def _check_fit(config, pretrained, expected):
-  """ConfigError unless `pretrained` fits a model of `expected`'s shapes; one
-  line for another architecture, not every array."""
+  """ConfigError unless `pretrained` fits a model of `expected`'s shapes."""
   theirs = params_lib.vit_architecture(pretrained)
   ours = params_lib.vit_architecture(expected)
   if theirs != ours:

@@ -24,8 +24,7 @@ def _kernels(params):
 
 
 def create_optimizer(config, schedule) -> optax.GradientTransformation:
-  """AdamW, or SGD with momentum and L2 weight decay (through the momentum),
-  gradients clipped first when `config.grad_clip_norm` is set."""
+  """AdamW, or SGD with momentum and L2 weight decay; gradients clipped."""
   # 'all' keeps the optimizer state of runs from before the field.
   mask = _kernels if config.weight_decay_on == 'kernels' else None
   if config.optimizer == 'adamw':

@@ -57,9 +57,7 @@ def _process_age() -> float | None:
 
 
 class StartupClock:
-  """The seconds of each start-up phase, `imports` from the process's start
-  (the interpreter, the imports, the flags; in a process that ran other
-  work first, that work too) to the clock's."""
+  """The seconds of each start-up phase, `imports` from the process's start."""
 
   def __init__(self):
     self._last = time.perf_counter()
@@ -82,9 +80,7 @@ _NOT_TRAINING = ('evaluation', 'checkpoint')
 
 
 class Throughput:
-  """Training images/s and FLOP/s over each logging interval, evaluations
-  and saves left out; the ETA from the pace since the loop (re)started; and
-  where each record's wall seconds went."""
+  """Images/s, FLOP/s, the ETA, and where each record's wall seconds went."""
 
   def __init__(self, start_step: int, batch_size: int,
                train_flops_per_image: float, peak: float | None):
@@ -126,8 +122,7 @@ class Throughput:
     return measured
 
   def since_last_record(self) -> dict:
-    """Wall seconds since the previous record, all phases alike, and how
-    many of them each phase took (`other`: the loop's own, logging)."""
+    """Wall seconds since the previous record, and each phase's share."""
     now = time.perf_counter()
     seconds, self._last_record = now - self._last_record, now
     phases, self._phases = self._phases, {}

@@ -85,9 +85,7 @@ def sole_writer(workdir: pathlib.Path):
 def trained_model_and_objective(
     config, num_classes: int,
     replicated) -> tuple[Any, losses.Objective, list[tuple[Any, Any]]]:
-  """The model the step trains (`config`'s, or a training wrapper of it), the
-  loss, wrapped by each technique the config turns on, and the (module,
-  variables) of the trained runs it applies to each image (teachers)."""
+  """The model the step trains, its objective, and the teachers it runs."""
   model = models.from_config(config, num_classes)
   fields = models.training_fields(config)
   try:

@@ -36,9 +36,7 @@ _VIT_DEFAULTS = {
 def measure_matmul_peak(
     dtype, placement: jax.sharding.NamedSharding, compiler_options=None,
     size: int | tuple[int, int, int] = _PEAK_MATMUL_SIZE) -> float:
-  """FLOP/s of large matmuls, square of side `size` or of (M, K, N) `size`, one
-  per device, on all devices at once, of random data (a GPU multiplies zeros
-  or constants faster)."""
+  """FLOP/s of a (M, K, N) or square matmul of random data on each device."""
   m, k, n = (size,) * 3 if isinstance(size, int) else size
   num_devices = placement.mesh.size
   a_key, b_key = jax.random.split(jax.random.key(0))
@@ -59,8 +57,7 @@ def median_seconds(run, steps: int, warmup: int = 2) -> float:
 
 
 def _memory_mb(compiled) -> dict[str, float]:
-  """XLA's estimate of one device's arguments, temporaries and total (outputs
-  that reuse no donated buffer included) while the step runs."""
+  """XLA's estimate of one device's memory while the step runs."""
   analysis = compiled.memory_analysis()
   if analysis is None:
     return {}
@@ -94,9 +91,7 @@ def benchmark_config(model: str, batch_size: int, image_size: int,
 
 
 class StepBenchmark:
-  """A model's train step (and eval step, with `evaluate`) as the training
-  loop compiles them for `config` (`benchmark_config`), fed a synthetic
-  batch already on the devices; the state only shapes with `memory_only`."""
+  """A model's steps as the loop compiles them, fed a synthetic batch."""
 
   def __init__(self, config: ml_collections.ConfigDict, num_classes: int = 10,
                memory_only: bool = False, evaluate: bool = True):

@@ -198,9 +198,7 @@ def make_train_step(config, inputs,
 def make_train_steps(config, inputs, per_call: int,
                      objective: losses.Objective = losses.classification):
   """(state, sums, data, stacked, count, key) -> (state, sums, step): the
-  first `count` of `per_call` stacked batches in one compiled loop; `step`,
-  for the loop to wait on while the state is donated. One batch a call has
-  no loop, which is slower on a CPU (experiments/benchmarks/README.md)."""
+  first `count` of `per_call` stacked batches in one compiled loop."""
   train_step = make_train_step(config, inputs, objective)
 
   def train_steps(state: TrainState, sums: dict, data, stacked, count, key):
@@ -209,11 +207,11 @@ def make_train_steps(config, inputs, per_call: int,
       batch = jax.tree.map(lambda x: x[i], stacked)
       return train_step(*carry, data, batch, key)
 
-    if per_call == 1:
+    if per_call == 1:  # no loop: faster on a CPU (experiments/benchmarks)
       state, sums = one(0, (state, sums))
     else:
       state, sums = jax.lax.fori_loop(0, count, one, (state, sums))
-    return state, sums, state.step
+    return state, sums, state.step  # for the loop to wait on, state donated
 
   return train_steps
 
@@ -295,8 +293,7 @@ class CompiledSteps(NamedTuple):
 def compile_steps(config, inputs, state: TrainState, key,
                   objective: losses.Objective = losses.classification,
                   evaluate: bool = True) -> CompiledSteps:
-  """Both steps compiled for `inputs`' batches (`eval` None without
-  `evaluate`); `state` may be shapes."""
+  """Both steps compiled for `inputs`' batches; `state` may be shapes."""
   start = time.perf_counter()
   options = compiler_options(config)
   replicated = sharding.replicated(inputs.mesh)

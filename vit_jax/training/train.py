@@ -274,9 +274,7 @@ def _peak_flops(dtype: str) -> float | None:
 
 def _write_summary(workdir: pathlib.Path, history: list[dict],
                    flops_per_step: int, source: dict) -> dict:
-  """The best evaluation (on validation where the run holds examples out, the
-  test accuracy reported at its step) and the last; `best_test_accuracy`
-  only where the best was chosen on the test split."""
+  """summary.json: the best evaluation and the last."""
   best = best_checkpoint.best_evaluation(history)
   chosen_on = best_checkpoint.ranked_on(best).removesuffix('_accuracy')
   summary = {

@@ -27,8 +27,7 @@ def pooled_features(x: jax.Array, classifier: str, *, prefix_tokens: int,
 
 
 class MAPHead(nn.Module):
-  """Multihead attention pooling: a learned `probe` attends over the tokens;
-  module names are big_vision's, so its MAP heads load as they are."""
+  """Multihead attention pooling in big_vision's module names."""
 
   num_heads: int
   mlp_dim: int
