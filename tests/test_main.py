@@ -1,23 +1,14 @@
 """The command line: config overrides and clean errors."""
 
 import json
-import pathlib
 import shutil
 import subprocess
 import sys
 
 import pytest
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
-
-# The config `trained_vit_run` trained, as a file.
-_CONFIG_FILE = '''
-import sys
-sys.path.insert(0, {root!r})
-from tests.helpers import trained_vit_config
-def get_config():
-  return trained_vit_config({data_dir!r})
-'''
+from tests.helpers import ROOT
+from tests.helpers import write_process_config
 
 
 def _main(*flags, config='configs/cifar_small.py'):
@@ -69,13 +60,10 @@ def test_any_model_field_can_be_overridden_and_a_typo_is_named(
 
 def test_the_config_or_the_flag_sets_the_cpu_devices_the_run_records(
     trained_vit_run, tmp_path):
-  """--cpu_devices overrides config.cpu_devices; config.json says what the
-  run used, and a rerun on another count says it changed (a finished run:
-  the record is written before anything trains)."""
+  """A rerun on another count says it changed, before anything trains."""
   workdir = shutil.copytree(trained_vit_run[0], tmp_path / 'run')
-  config_file = tmp_path / 'config.py'
-  config_file.write_text(
-      _CONFIG_FILE.format(root=str(ROOT), data_dir=str(trained_vit_run[1])))
+  config_file = write_process_config(tmp_path, trained_vit_run[1],
+                                     'trained_vit_config')
   for devices, flags in (2, ['--cpu_devices=2']), (4, []):  # the config's 4
     out = _main(f'--workdir={workdir}', *flags, config=config_file)
     assert out.returncode == 0, out.stderr[-2000:]
