@@ -58,8 +58,7 @@ def out_of_space(error: BaseException | None) -> bool:
 
 def write_failed(path, error: BaseException, kept: str,
                  elsewhere: str | None = None) -> str:
-  """The line for a failed write to `path`: what failed, what is `kept`, and
-  the fix (free space, a writable place, or pass `elsewhere`)."""
+  """The line for a failed write to `path`: what failed, is `kept`, the fix."""
   where = os.path.dirname(os.path.abspath(path))
   fix = (f'Free space there (df -h {where})'
          if out_of_space(error) else f'Check that {where} is writable')

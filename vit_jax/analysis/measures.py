@@ -18,8 +18,7 @@ __all__ = [
 
 def cls_attention(attention: np.ndarray, grid: tuple[int, int], prefix: int = 1,
                   query: int = 0) -> np.ndarray:
-  """Row `query` of (..., tokens, tokens) attention (or rollout) as patch
-  grids: the class token's, or with `query=1` the distillation token's."""
+  """Row `query` of (..., tokens, tokens) attention (or rollout) as grids."""
   matrix = np.asarray(attention)
   tokens = matrix.shape[-1]
   if tokens != prefix + grid[0] * grid[1]:
@@ -75,8 +74,7 @@ def mean_attention_distance(attention: np.ndarray, grid: tuple[int, int],
 
 def uniform_attention_distance(grid: tuple[int, int], patch_size: int,
                                exclude_self: bool = False) -> float:
-  """The mean attention distance of a head attending to all patches alike
-  (`exclude_self`: all the others, as locality self-attention does)."""
+  """The mean attention distance of a head attending to all patches alike."""
   distances = _patch_distances(grid, patch_size)
   n = len(distances)
   return float(distances.sum() / max(n * (n - 1 if exclude_self else n), 1))
@@ -91,8 +89,7 @@ def cosine_similarity_matrix(vectors: np.ndarray) -> np.ndarray:
 
 def position_embedding_similarity(position_embeddings: np.ndarray,
                                   grid: tuple[int, int]) -> np.ndarray:
-  """Cosine similarity of every patch position's embedding to every other's,
-  (h, w, h, w); the prefix tokens' rows are dropped (Figure 7, centre)."""
+  """(h, w, h, w) cosine similarity of the patch positions' embeddings."""
   table = np.asarray(position_embeddings).reshape(-1,
                                                   position_embeddings.shape[-1])
   num_patches = grid[0] * grid[1]
@@ -110,8 +107,7 @@ def similarity_to_centre(similarity: np.ndarray) -> np.ndarray:
 
 
 def similarity_distance_correlation(similarity: np.ndarray) -> float:
-  """Pearson correlation of two distinct positions' similarity with their
-  distance on the grid: strongly negative for learned 2-D locality."""
+  """Pearson correlation of two positions' similarity with their distance."""
   h, w = similarity.shape[:2]
   distances = _patch_distances((h, w), 1)
   pairs = ~np.eye(h * w, dtype=bool)

@@ -35,8 +35,7 @@ def best_evaluation(history: list[dict]) -> dict | None:
 
 
 class BestCheckpoint:
-  """Saves each evaluation that beats the run's earlier ones (not `keep`: none,
-  deleting any); every process calls every method alike."""
+  """Saves each evaluation that beats the run's earlier ones."""
 
   def __init__(self, workdir: pathlib.Path, keep: bool, history: list[dict],
                step: int, regular_steps: list[int], keep_regular: int,

@@ -43,8 +43,7 @@ def inception_crop_box(height: int, width: int,
 
 def train_example(source: dataset.Source, index: int, size: int, augment: bool,
                   rng: np.random.Generator) -> tuple[np.ndarray, int]:
-  """`source[index]` for streaming: Inception crop + flip (if `augment`),
-  resized; a scalable source decodes only as large as the crop needs."""
+  """`source[index]` for streaming: Inception crop + flip, resized."""
   crops = []  # (stored size, box)
 
   def at_least(stored):

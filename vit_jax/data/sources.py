@@ -146,8 +146,7 @@ def _local_data_dir(config) -> pathlib.Path:
 
 
 def open_dataset(config, whole: bool = False) -> Dataset:
-  """The dataset `config` names, cut to the requested sizes; `whole`: the
-  caller reads every example (tfrecord-format tfds datasets need it)."""
+  """The dataset `config` names, cut to the requested sizes."""
   name = config.dataset
   if name in cifar.NUM_CLASSES:
     directory = _local_data_dir(config) if config.data_dir else None

@@ -32,8 +32,7 @@ def _head(x: jax.Array, num_classes: int) -> jax.Array:
 
 
 class SimpleCNN(nn.Module):
-  """Five 3x3 conv-BN-ReLU layers, max-pools after the 2nd and 4th, a head;
-  a stage ends before each pool and at the last layer, one per resolution."""
+  """Five 3x3 conv-BN-ReLU layers, max-pools after the 2nd and 4th, a head."""
 
   num_classes: int = 10
   widths: Sequence[int] = (32, 32, 64, 64, 128)
@@ -91,8 +90,7 @@ class BasicBlock(nn.Module):
 
 
 class SmallResNet(nn.Module):
-  """CIFAR ResNet: a 3x3 stem, stages of basic blocks, a linear head; the
-  stem may downsample (a stride, a 3x3 max-pool) with the same parameters."""
+  """CIFAR ResNet: a 3x3 stem, stages of basic blocks, a linear head."""
 
   num_classes: int = 10
   stage_widths: Sequence[int] = (16, 32, 64)

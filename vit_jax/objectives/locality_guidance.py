@@ -19,9 +19,7 @@ from vit_jax.objectives import teacher_run
 
 
 class GuidedViT(ViTWrapper):
-  """`vit` whose `blocks` are projected to the CNN stages' `widths`; returns
-  its logits, and with `return_out` `out['guided_features']`, each block's
-  patch tokens as a (batch, rows, columns, width) map."""
+  """`vit` whose `blocks` are projected to the CNN stages' `widths`."""
 
   blocks: tuple[int, ...]
   widths: tuple[int, ...]
@@ -65,8 +63,7 @@ class GuidedViT(ViTWrapper):
 
 
 def imitation(student: list[jax.Array], teacher: list[jax.Array]) -> jax.Array:
-  """Per-example mean squared difference of each pair of (batch, h, w, c)
-  maps, resized bilinearly to the larger grid; summed over the pairs."""
+  """Per-example mean squared difference of the map pairs on the larger grid."""
   total = 0.0
   for ours, theirs in zip(student, teacher, strict=True):
     grid = tuple(map(max, ours.shape[1:3], theirs.shape[1:3]))

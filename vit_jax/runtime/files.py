@@ -43,8 +43,7 @@ def replace_atomically(path: pathlib.Path, write: Callable[[pathlib.Path],
 
 def replace_together(
     writes: dict[pathlib.Path, Callable[[pathlib.Path], None]]) -> None:
-  """Each `write(partial)`, then every partial renamed into place: the old set
-  or the new one; only a kill within the renames leaves a mix."""
+  """Each `write(partial)`, then every partial renamed into place."""
   partials = {}
   mode = 0o666 & ~_umask()
   try:
@@ -86,8 +85,7 @@ def foreign_files(directory: pathlib.Path, ours: Callable[[str],
 
 def replace_directory_atomically(path: pathlib.Path,
                                  write: Callable[[pathlib.Path], None]) -> None:
-  """`write(partial)` for a fresh directory that then takes the place of
-  `path` (not a mount point): the old files or the new ones, even if killed."""
+  """`write(partial)` for a fresh directory that then replaces `path`."""
   path = pathlib.Path(os.path.realpath(path))
   if os.path.ismount(path):
     raise errors.VitJaxError(f'{path} is a mount point, which cannot be '

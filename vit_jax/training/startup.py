@@ -58,8 +58,7 @@ def _parameter_count(params) -> str:
 
 @contextlib.contextmanager
 def sole_writer(workdir: pathlib.Path):
-  """The workdir's lock, held by process 0 while the run lasts (every
-  process refuses a workdir another run has); `*.partial` files cleared."""
+  """The workdir's lock, held by process 0 while the run lasts."""
   lock = workdir_lock.WorkdirLock(workdir)
   refusal = None
   if jax.process_index() == 0:
