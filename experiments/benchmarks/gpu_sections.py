@@ -23,8 +23,6 @@ from vit_jax.models.layers import attention
 from vit_jax.models.layers import fused_attention
 from vit_jax.training import step_benchmark
 
-OUT_OF_TIME = gpu_steps.OUT_OF_TIME
-
 
 def run_study(plan: gpu_plan.Plan, cifar_dir: pathlib.Path, timeout: float,
               env: dict, cache: pathlib.Path, state: str,
@@ -36,7 +34,7 @@ def run_study(plan: gpu_plan.Plan, cifar_dir: pathlib.Path, timeout: float,
       'overrides': overrides, 'compilation_cache': state
   }
   if timeout <= 0:
-    return {**row, 'skipped': OUT_OF_TIME}
+    return {**row, 'skipped': gpu_steps.OUT_OF_TIME}
   with tempfile.TemporaryDirectory() as workdir:
     start = time.time()
     _, stderr, failed = study_step.run(
@@ -118,7 +116,7 @@ def input_rows(plan: gpu_plan.Plan, seconds_left) -> list[dict]:
                 f'batch {plan.input_batch_size}'
   }
   if seconds_left() <= 0:
-    return [{**row, 'skipped': OUT_OF_TIME}]
+    return [{**row, 'skipped': gpu_steps.OUT_OF_TIME}]
   with tempfile.TemporaryDirectory() as folder:
     write_jpegs(pathlib.Path(folder),
                 (plan.input_steps + 1) * plan.input_batch_size, plan.jpeg_size)
@@ -141,7 +139,7 @@ def attention_rows(plan: gpu_plan.Plan, seconds_left) -> list[dict]:
       'section': 'attention', 'shape': list(plan.attention_shape), 'layer': True
   }
   if seconds_left() <= 0:
-    return [{**row, 'skipped': OUT_OF_TIME}]
+    return [{**row, 'skipped': gpu_steps.OUT_OF_TIME}]
   kernel = 'cudnn' if fused_attention.cudnn_applies(
       jax.devices()[0], jnp.bfloat16, head_dim) else 'xla'
   x = jax.random.normal(jax.random.key(0), (batch, tokens, heads * head_dim),
@@ -197,7 +195,7 @@ def profile_rows(plan: gpu_plan.Plan, seconds_left) -> list[dict]:
   for label, model, batch in plan.models[:plan.profile_models]:
     row = {'section': 'profile', 'model': label, 'batch_size': batch}
     if seconds_left() <= 0:
-      rows.append({**row, 'skipped': OUT_OF_TIME})
+      rows.append({**row, 'skipped': gpu_steps.OUT_OF_TIME})
       continue
     try:
       bench, batch = gpu_steps.fitting_ours(plan, model, batch,

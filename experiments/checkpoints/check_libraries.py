@@ -31,7 +31,6 @@ from vit_jax.runtime import files
 from vit_jax.runtime import stop_signals
 
 HERE = pathlib.Path(__file__).resolve().parent
-REPO = HERE.parent.parent
 FLAGS = flags.FLAGS
 flags.DEFINE_string(
     'torch_python', None, 'Python of a venv with torch, timm, transformers and '
@@ -105,7 +104,7 @@ def run_worker(request: dict) -> dict:
   command = [FLAGS.torch_python, str(HERE / 'library_worker.py')]
   out = subprocess.run(command, input=json.dumps(request),
                        stdout=subprocess.PIPE, text=True, check=False,
-                       cwd=REPO)  # its stderr: ours
+                       cwd=runs.REPO)  # its stderr: ours
   if out.returncode:
     sys.exit(f'error: {" ".join(command)} failed (exit status '
              f'{out.returncode}); its output is above.')

@@ -1,15 +1,7 @@
-r"""The headline under the protocol: the best 100-epoch ViT recipe against
-the best CNN recipe, each chosen on validation among data_efficiency's top
-rows, 5 seeds each, and two controls: the best ViT recipe with no CNN
-anywhere, and the chosen CNN trained for as many FLOPs as the chosen ViT's
-whole chain (pre-training, teacher, fine-tuning: stage 3 chooses and reads
-them from the summaries). Every run holds out 5,000 validation images
-(`python -m experiments.held_out`) and picks its epoch on them. One
-`vit_jax.main` command per run; stage 4's commands evaluate the chosen ViT's
-class head alone at its best epoch, into each seed's `class_head.json`.
-The seeds of `--choose_on` choose the rows: their stages 1 and 2 train every
-candidate, any other seed's only the chosen ViT's chain and CNN, so those
-seeds run once the choosing seeds' summaries are in `--workdir`:
+r"""The headline's runs in four stages (README.md here says what each trains):
+one `vit_jax.main` command per run, or stage 4's class-head evaluations. The
+seeds outside --choose_on run once the choosing seeds' summaries are in
+--workdir:
 
   for seeds in 0,1 2,3,4; do
     for stage in 1 2 3 4; do
