@@ -1,10 +1,7 @@
 """The checkpoint of a run's best evaluation, `workdir/best_checkpoint/<step>/`.
 
-Invariant: its newest step is the history's best evaluation
-(`best_evaluation`). A run may resume from any regular checkpoint, so a regular
-one is saved only once the best before it is complete (`wait`), an older best
-is deleted only when no resumable regular checkpoint needs it (`prune`), and
-bests after the step resumed from are deleted then.
+Its newest step is the history's best evaluation, for any regular checkpoint
+a run may resume from: hence `wait` and `prune`.
 """
 
 import math

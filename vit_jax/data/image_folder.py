@@ -1,6 +1,7 @@
-"""Image folders `data_dir/{train,test}/<class>/*.{jpg,jpeg,png}`, every problem
-named in one `DatasetError`. EXIF orientation is not applied, as the official
-`tf.image.decode_jpeg` does not: a fine-tuned model sees the same pixels."""
+"""Image folders `data_dir/{train,test}/<class>/*.{jpg,jpeg,png}`.
+
+EXIF orientation is not applied, as the official `tf.image.decode_jpeg` does
+not: a fine-tuned model sees the same pixels."""
 
 from collections.abc import Callable
 import dataclasses

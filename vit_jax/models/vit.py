@@ -26,15 +26,9 @@ class VisionTransformer(nn.Module):
   """ViT: patch embedding, [CLS] token, Transformer encoder, classifier head.
 
   Returns float32 logits, (batch, num_classes); with `return_out=True`,
-  `(logits, out)` as big_vision's ViT: `out['encoded']` the encoder's output
-  tokens, `out['blocks']` each block's output (none when scanned), and for
-  DeiT `out['class_logits']` and `out['distillation_logits']`. Parameters
-  stay float32; `dtype` sets the computation. `resnet_stages` makes the
-  paper's hybrid (`patch_size` is then on the stem's feature map);
-  `distillation_token` adds DeiT's `dist` token and `head_dist` head (the
-  logits are the two heads' mean). `attention`, `remat`, `scan` and the
-  options for little data (off by default) are documented where they act
-  (`layers`, `remat_scan`).
+  `(logits, out)` as big_vision's ViT. `resnet_stages` makes the paper's
+  hybrid; `distillation_token`, DeiT's. The other options are documented
+  where they act (`layers`, `remat_scan`).
   """
 
   num_classes: int

@@ -1,9 +1,7 @@
-"""SIGTERM and Ctrl-C as requests to stop (standard library only, to catch
-them early): the first asks, a second Ctrl-C exits at once, and with
-`catch(at_once=...)` the first removes unfinished outputs and exits. A signal
-ignored at start (`nohup`) stays ignored. A thread woken by Python's wake-up fd
-reads them: Python's handlers run between bytecodes, so two Ctrl-Cs in one
-long compilation would count as one."""
+"""SIGTERM and Ctrl-C as requests to stop; a second Ctrl-C exits at once.
+
+A thread woken by Python's wake-up fd reads them: Python's handlers run between
+bytecodes, so two Ctrl-Cs in one long compilation would count as one."""
 
 import contextlib
 import ctypes

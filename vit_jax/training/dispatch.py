@@ -1,9 +1,7 @@
 """Train steps handed to the devices several to one compiled call.
 
-A call runs at most `config.steps_per_dispatch` steps, never past the loop's
-next event, and no more than fit in `MAX_SECONDS` as the last call took
-(process 0's timing, in a multi-process job). At most two calls are in
-flight, so a stop signal is acted on within about 2 x MAX_SECONDS.
+At most two calls of at most `MAX_SECONDS` are in flight, so a stop signal is
+acted on within about 2 x MAX_SECONDS.
 """
 
 import time
