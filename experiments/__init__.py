@@ -1,3 +1,1 @@
-"""The project's studies, a folder each: its README, its configs' runs
-(`sweep.py`), and the results and figures its `summary.py` writes beside
-them; `runs` is what they share."""
+"""The studies, a folder each (README, sweep.py, summary.py); `runs` is shared."""

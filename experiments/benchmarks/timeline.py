@@ -3,9 +3,6 @@ train steps, input, evaluation, checkpoint and the loop's own (`other`).
 
   python experiments/benchmarks/timeline.py \
       --data_dir=../shared/data/cifar10-5k --epochs=10 --tiny
-
---tiny trains a one-layer ViT 32 wide, whose steps are too short to hide
-what the loop adds to each epoch; without it, the study's ViT-Tiny.
 """
 
 import pathlib
@@ -47,8 +44,10 @@ def table(measured: dict) -> str:
 
 def main():
   parser = study_step.parser(
-      __doc__, {'tiny': 'A one-layer ViT 32 wide in place of ViT-Tiny.'},
-      epochs=10)
+      __doc__, {
+          'tiny': 'A one-layer ViT 32 wide in place of ViT-Tiny, its steps '
+                  'too short to hide what the loop adds to each epoch.'
+      }, epochs=10)
   parser.add_argument('--data_dir', required=True,
                       help='The study subset (cifar10-5k).')
   args = parser.parse_args()
