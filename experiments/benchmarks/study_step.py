@@ -68,8 +68,8 @@ def rounds(names: Iterable, count: int, first: tuple = ()):
 
 def parser(doc: str, switches: dict[str, str] | None = None,
            **defaults) -> argparse.ArgumentParser:
-  """A parser of `switches` (name: help) and `defaults`' flags, `doc`'s line."""
-  parsing = argparse.ArgumentParser(description=doc.split('\n')[0])
+  """A parser of `switches` (name: help), `defaults`' flags and `doc`'s lead."""
+  parsing = argparse.ArgumentParser(description=doc.split('\n\n')[0])
   for name, help_text in (switches or {}).items():
     parsing.add_argument(f'--{name}', action='store_true', help=help_text)
   for name, default in defaults.items():
