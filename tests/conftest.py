@@ -1,6 +1,4 @@
-"""The test session: Ctrl-C as at a terminal, one XLA compilation cache, and
-the fixtures many files share (a CIFAR-10 release on disk, trained runs).
-Helpers that tests import are `tests.helpers`'."""
+"""The session: Ctrl-C as at a terminal, one XLA cache, shared fixtures."""
 
 import importlib
 import os
@@ -85,15 +83,13 @@ def pytest_unconfigure(config):
 
 
 def pytest_collection_modifyitems(items):
-  """The largest test files first (each file's tests in their order): under
-  `--dist loadfile` the long files start early and the workers end together."""
+  """The largest files first: under `--dist loadfile` workers end together."""
   items.sort(key=lambda item: -item.path.stat().st_size)
 
 
 @pytest.fixture(autouse=True)
 def _signals_released():
-  """A command's `main` called in-process catches SIGTERM and Ctrl-C for the
-  rest of its process: released, so a later test's signal is not caught so."""
+  """Releases the signals a command's `main` called in-process caught."""
   yield
   stop_signals.release()
 
@@ -110,8 +106,7 @@ def cifar10_binary(tmp_path):
 
 @pytest.fixture(scope='session')
 def trained_cnn_run(tmp_path_factory):
-  """(workdir, data_dir) of a tiny SimpleCNN trained one epoch: a teacher
-  for distillation and locality guidance."""
+  """(workdir, data_dir) of a tiny SimpleCNN trained one epoch: a teacher."""
   from vit_jax.training import train  # pylint: disable=g-import-not-at-top
   root = tmp_path_factory.mktemp('trained_cnn_run')
   write_cifar_binary(
@@ -138,8 +133,7 @@ train.train_and_evaluate(trained_vit_config({data_dir!r}), {workdir!r})
 
 @pytest.fixture(scope='session')
 def trained_vit_run(tmp_path_factory):
-  """(workdir, data_dir) of a 2-layer ViT trained 1 epoch at 24x24 (a 3x3
-  patch grid) on 2 host devices."""
+  """(workdir, data_dir) of a 2-layer ViT trained at 24x24 on 2 devices."""
   root = tmp_path_factory.mktemp('trained_vit_run')
   data_dir = root / 'data'
   write_cifar_binary(

@@ -1,5 +1,4 @@
-"""The analyses on inputs whose answer is known, and `vit_jax.analysis`, the
-names users' scripts import them by."""
+"""The analyses on inputs of known answers, by `vit_jax.analysis`'s names."""
 
 import inspect
 import subprocess

@@ -1,5 +1,4 @@
-"""The state of a run's best evaluation, kept beside its checkpoints:
-saved by the loop, read back, and the same after a resumption."""
+"""A run's best evaluation kept beside its checkpoints, and read back."""
 
 import shutil
 
@@ -26,8 +25,7 @@ def _held(workdir):
 
 def test_the_best_evaluation_is_kept_and_a_resumed_run_keeps_the_same(
     cifar10_binary, tmp_path):
-  """Chosen on the validation examples the run holds out (never on the
-  test split), the test accuracy reported at the step chosen."""
+  """Chosen on held-out validation examples, never the test split."""
   data_dir, _ = cifar10_binary
   # Every other step evaluated and checkpointed, all checkpoints kept: the
   # best one's state is also in checkpoints/.

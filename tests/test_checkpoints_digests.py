@@ -1,5 +1,4 @@
-"""What a checkpoint's contents hash to: every bit counted, the state's
-arrays in any order, every item named when it differs."""
+"""What a checkpoint's contents hash to: every bit, any order, items named."""
 
 import flax
 import jax.numpy as jnp

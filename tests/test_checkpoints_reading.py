@@ -1,5 +1,4 @@
-"""Reading runs back: onto one device whatever devices trained them,
-verified, with the config their checkpoints hold when config.json is lost."""
+"""Reading runs back onto one device, verified, config.json lost or not."""
 
 import json
 import logging

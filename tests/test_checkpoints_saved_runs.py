@@ -1,5 +1,4 @@
-"""Runs saved with training-only parameters (tests/data/saved_runs: an MAE's
-decoder, stopped at step 2 of 4; locality guidance's) load as ViTs, resume."""
+"""Runs saved with training-only parameters load as ViTs, and resume."""
 
 import pathlib
 import shutil

@@ -1,5 +1,4 @@
-"""The config schema: defaults, validation without compiling, and which
-changes a resumed run refuses."""
+"""The config schema: defaults, validation, changes a resumed run refuses."""
 
 import pytest
 
@@ -84,8 +83,7 @@ def test_resuming_refuses_what_changes_the_checkpoints_meaning(tmp_path):
 
 
 def test_a_resumed_runs_model_overrides(tmp_path):
-  """remat and attention may change, others not; an override of a field to
-  the model's own value equals none."""
+  """remat and attention may change; overriding to the model's value is none."""
 
   def config(**overrides):
     config = tiny_config('')

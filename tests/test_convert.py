@@ -1,5 +1,4 @@
-"""python -m vit_jax.convert: the command, its one-line errors, and DEST as it
-was after a full or read-only disk or a stop signal."""
+"""python -m vit_jax.convert: one-line errors, and DEST kept on a fault."""
 
 import shutil
 import signal

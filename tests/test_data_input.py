@@ -1,5 +1,4 @@
-"""The input interface, the batch order both inputs share, and the on-device
-input: index batches gathered and augmented in the step."""
+"""The input interface, the shared batch order, and the on-device input."""
 
 import jax
 import numpy as np

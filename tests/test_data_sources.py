@@ -143,9 +143,7 @@ def test_640_test_images_of_the_cifar10_jpeg_folder_are_64_of_each_class(
 
 def test_validation_examples_are_never_trained_on_and_the_same_every_seed(
     cifar10_binary, tmp_path):
-  """Drawn across classes from the examples the config leaves out of
-  training: beyond train_examples_per_file, beyond train_examples, out of
-  the whole training split, or from validation_dir."""
+  """Drawn from what the config leaves out of training, or validation_dir."""
   data_dir, _ = cifar10_binary  # 48 + 48 training images in 5 files
   full = sources.open_dataset(_config(data_dir)).train
 

@@ -73,9 +73,7 @@ def test_batches_follow_the_seeded_shuffle_from_any_position():
 
 def test_streaming_feeds_the_model_what_the_on_device_input_does(
     cifar10_binary):
-  """Without augmentation and at the stored size, every train step and
-  evaluation (of the test and validation splits) gets the same model inputs,
-  so both train alike."""
+  """Unaugmented at the stored size, both inputs give the same model inputs."""
   data_dir, _ = cifar10_binary
   inputs = [
       data.create_input(

@@ -52,9 +52,7 @@ HEAD_DIM_32 = dict(patch_size=4, hidden_size=64, num_layers=2, num_heads=2,
 @pytest.mark.slow  # 20 s; the forward pass is checked against flax's in
 # test_attention_is_flax_multi_head_attention_in_another_layout
 def test_fused_attention_is_einsum_attention_in_training_and_its_maps():
-  """The same parameters, logits and gradients; with dropout, random
-  outputs; no probabilities come out of the fused kernel: collecting them
-  computes the einsum way, with the same results."""
+  """Same parameters, logits and gradients; maps computed the einsum way."""
   images = _images(batch=3)
   einsum = VisionTransformer(num_classes=5, **HEAD_DIM_32)
   fused = einsum.clone(attention='dot_product_attention')

@@ -24,8 +24,7 @@ TINY_HYBRID = dict(resnet_stages=(1,), hidden_size=32, num_layers=1,
 
 
 def official_stem_shapes(stages):
-  """Path -> shape of the official hybrid's stem, written from its layers:
-  each convX followed by a GroupNorm gnX."""
+  """Path -> shape of the official hybrid's stem: each convX, then a gnX."""
   convs = {'conv_root': (7, 7, 3, 64)}
   channels = 64
   for b, num_units in enumerate(stages):
@@ -77,8 +76,7 @@ def _relu(x):
 
 
 def reference_stem(params, images):
-  """The official stem's forward pass in NumPy (float64) but for the
-  convolutions and the max pool (3x3, stride 2, 'SAME': padded with -inf)."""
+  """The official stem in float64 NumPy, but for convolutions and the pool."""
   p = jax.tree.map(lambda a: np.asarray(a, np.float64), params)
 
   def conv(x, q, stride=1):

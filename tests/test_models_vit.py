@@ -316,8 +316,7 @@ def test_techniques_are_registry_overrides_and_off_by_default():
 
 @functools.partial(jax.jit, static_argnums=0)
 def _logits_and_grads(model, params, images):
-  """Eval logits, and the gradient of a training loss (no dropout, so the
-  scanned model's per-layer rngs do not matter)."""
+  """Eval logits and a training loss's gradient (no dropout: rngs moot)."""
 
   def loss(p):
     return jnp.sum(model.apply({'params': p}, images, train=True)**2)

@@ -1,5 +1,4 @@
-"""DeiT's hard distillation: a teacher read from a run's workdir teaches the
-student's distillation token inside the train step."""
+"""DeiT's distillation: a run's workdir teaches the student's token."""
 
 import json
 

@@ -1,5 +1,4 @@
-"""Locality guidance: a ViT's guided blocks imitate a trained CNN run's stage
-features in training, and what the run leaves is a plain ViT."""
+"""Locality guidance: guided blocks imitate a CNN run; a plain ViT stays."""
 
 import jax
 import jax.numpy as jnp

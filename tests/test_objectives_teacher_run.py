@@ -1,5 +1,4 @@
-"""A trained run read as the frozen teacher of another run's step, by
-either field that names one."""
+"""A trained run read as the frozen teacher of another run's step."""
 
 import json
 import shutil

@@ -1,5 +1,4 @@
-"""The package's shape: no import circle among vit_jax's modules, counting
-imports inside functions, and a top level a newcomer reads at a glance."""
+"""The package's shape: no import circle, a top level read at a glance."""
 
 import ast
 import graphlib
@@ -51,8 +50,7 @@ def test_the_errors_a_user_sees_come_from_one_leaf_module():
 
 
 def test_the_top_level_holds_the_commands_and_few_else():
-  """The commands a user types and the modules every part shares; the
-  rest lives in packages named for their role."""
+  """The commands a user types and shared modules; the rest in role packages."""
   top = sorted(p.name for p in PACKAGE.glob('*.py'))
   assert len(top) <= 12, top
 

@@ -1,5 +1,4 @@
-"""vit_jax.runtime.job: a command's work run as one process (here: alone), and how
-it ends."""
+"""vit_jax.runtime.job: a command's work as one process, and how it ends."""
 
 from absl import flags
 import pytest

@@ -1,6 +1,4 @@
-"""A process of a job killed or frozen mid-training: the other exits 1 in
-one line within the timeout, even in a collective (4 CPU devices a process:
-gloo waits for ever); a rerun ends as an uninterrupted run does."""
+"""A job's process killed or frozen mid-training: the other exits 1."""
 
 import random
 import re

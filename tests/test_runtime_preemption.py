@@ -17,8 +17,7 @@ from vit_jax.runtime import stop_signals
 @pytest.mark.parametrize('signum', [signal.SIGTERM, signal.SIGINT],
                          ids=['SIGTERM', 'SIGINT'])
 def test_a_stop_signal_is_a_request_that_the_loop_reads(signum, capfd):
-  """Until the loop closes: a command that catches the signals again (a
-  second run in one process) is starting up, and its line says so."""
+  """Until the loop closes: a command catching them again is starting up."""
   before = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}
   signals = preemption.Preemption()
   try:
@@ -65,8 +64,7 @@ def test_the_message_says_what_was_saved():
 
 
 def test_a_single_process_that_started_jax_distributed_still_hears_sigterm():
-  """As on a single-host Cloud TPU VM: jax's preemption service takes
-  SIGTERM over when it starts; a job of one process takes it back."""
+  """As on a Cloud TPU VM: SIGTERM taken back from jax's preemption service."""
   script = ('import os, signal, time\n'
             'import jax\n'
             f'jax.distributed.initialize("127.0.0.1:{free_port()}", 1, 0)\n'

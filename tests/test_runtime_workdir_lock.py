@@ -1,5 +1,4 @@
-"""One run per workdir: the lock a second run meets, and that a killed run
-never leaves behind."""
+"""One run per workdir: the lock a second run meets, never left by a kill."""
 
 import json
 import os

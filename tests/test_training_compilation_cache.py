@@ -1,5 +1,4 @@
-"""The persistent compilation cache: on by default, shared by runs at once,
-and a damaged entry compiled again."""
+"""The persistent compilation cache: default, shared, bad entries redone."""
 
 import os
 import pathlib
@@ -41,10 +40,7 @@ def _compiled_line(log: pathlib.Path) -> str:
 
 @pytest.mark.slow  # 34 s: four runs in processes of their own
 def test_runs_share_a_cache_and_a_rerun_compiles_from_it(tmp_path):
-  """Two runs of one config at once fill one fresh cache; the train step's
-  entry truncated (a run killed while writing it), a third loads the eval
-  step from it, removes the train step's with a line and compiles it again,
-  and a fourth loads both steps. All four train alike."""
+  """Two runs fill one cache; a truncated entry compiles again; all agree."""
   data_dir = tmp_path / 'data'
   write_cifar_binary(
       data_dir / 'cifar-10-batches-bin',

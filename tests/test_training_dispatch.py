@@ -1,5 +1,4 @@
-"""Several train steps to one compiled call: the same run, calls sized to
-the time they take, at most two in flight."""
+"""Several train steps a compiled call: the same run, calls of a second."""
 
 import re
 import signal
@@ -26,9 +25,7 @@ from vit_jax.training import train
 
 def test_many_steps_per_call_train_as_one_step_per_call(cifar10_binary,
                                                         tmp_path, monkeypatch):
-  """Calls of up to 5 steps, cut at every log, evaluation and checkpoint,
-  log the losses and accuracies of one step a call; and however the steps
-  are split into calls, the state is the same."""
+  """However the steps are split into calls, logs and state are the same."""
   data_dir, _ = cifar10_binary  # 6 steps an epoch: calls cross epochs
   monkeypatch.setattr(dispatch, 'MAX_SECONDS', 1e9)  # no time limit
   made = {}
@@ -122,10 +119,7 @@ def test_at_most_two_calls_are_in_flight():
     [False, pytest.param(True, marks=pytest.mark.slow)])  # +25 s: two runs
 def test_a_stop_signal_ends_the_run_within_its_calls_in_flight(
     tmp_path, resumed):
-  """Nothing scheduled for 600 steps, so calls are as long as a second of
-  steps allows: SIGTERM is acted on when the calls in flight end, within
-  seconds, and the resumed run equals the uninterrupted one (`resumed`,
-  slow; by default test_faults resumes runs of one step per call)."""
+  """SIGTERM acts once the calls in flight end; the rerun ends the same."""
   write_cifar_binary(
       tmp_path / 'data' / 'cifar-10-batches-bin',
       cifar10_files(random_cifar(80, 10, seed=1), random_cifar(37, 10, seed=3)))

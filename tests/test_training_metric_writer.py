@@ -27,8 +27,7 @@ def _tags(tmp_path) -> set[str]:
 
 
 def test_writes_strict_json_lines_and_groups_tensorboard_tags(tmp_path):
-  """One line per logged step, null for a value that is not finite; in
-  TensorBoard train and test side by side, and no bookkeeping drawn."""
+  """One line per logged step, null if not finite; train and test together."""
   writer = MetricWriter(tmp_path, history=[])
   writer.write({'epoch': 1, 'step': 1, 'test_loss': float('nan')})
   writer.write({
@@ -54,8 +53,7 @@ def test_writes_strict_json_lines_and_groups_tensorboard_tags(tmp_path):
 
 
 def test_a_resumed_run_rewrites_both_from_the_checkpointed_history(tmp_path):
-  """Records trained again are dropped; other runs' event files (an
-  analysis's subdirectory) stay."""
+  """Records trained again are dropped; other runs' event files stay."""
   writer = MetricWriter(tmp_path, history=[])
   for step in (10, 20, 30):
     writer.write({'step': step, 'train_loss': 1.0})

@@ -1,5 +1,4 @@
-"""The run in steps: epochs become steps, intervals default to an epoch,
-an epoch's checkpoint waits its seconds."""
+"""The run in steps: epochs to steps, intervals an epoch, paced saves."""
 
 from tests.helpers import tiny_config
 from vit_jax.training import plan
