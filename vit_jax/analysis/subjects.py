@@ -50,24 +50,23 @@ class Subject:
 def load(source, model_name: str | None = None,
          step: int | None = None) -> tuple[Subject, object]:
   """The ViT of any checkpoint, and the run's config (None for no run)."""
-  if reading.source_kind(source) != reading.WORKDIR:
-    loaded = reading.load(source, model_name=model_name)
-    return Subject(
-        loaded.model, loaded.variables, loaded.image_size, *loaded.pixels, {
-            'checkpoint': str(source), 'format': loaded.kind,
-            'model': model_name or models.vit_of_architecture(
-                params_lib.vit_architecture(loaded.params))
-        }), None
-  run = reading.load_run(source, step)
-  model, variables = run.for_inference()
-  if not isinstance(model, models.VisionTransformer):
-    raise AnalysisError(f'{source} trained {run.config.model}; the analyses '
-                        'need a ViT run.')
-  return Subject(
-      model, variables, run.config.image_size, tuple(run.config.pixel_mean),
-      tuple(run.config.pixel_std),
-      {'workdir': str(source), 'step': run.step, 'model': run.config.model
-      }), run.config
+  loaded = reading.load(source, model_name=model_name, step=step)
+  if loaded.config is None:
+    described = {
+        'checkpoint': str(source), 'format': loaded.kind,
+        'model': model_name or models.vit_of_architecture(
+            params_lib.vit_architecture(loaded.params))
+    }
+  elif isinstance(loaded.model, models.VisionTransformer):
+    described = {
+        'workdir': str(source), 'step': loaded.step,
+        'model': loaded.config.model
+    }
+  else:
+    raise AnalysisError(f'{source} trained {loaded.config.model}; the '
+                        'analyses need a ViT run.')
+  return Subject(loaded.model, loaded.variables, loaded.image_size,
+                 *loaded.pixels, described), loaded.config
 
 
 def image_files(specs: list[str]) -> list[pathlib.Path]:
