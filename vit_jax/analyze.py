@@ -6,10 +6,8 @@ on your own; docs/analysis.md says what each figure and number is.
   python -m vit_jax.analyze --checkpoint=ViT-B_16.npz --model=ViT-B_16 \
       --images=photos/ --class_names=imagenet21k_classes.txt --out=/tmp/b16
 
-A run is read with its config.json and newest sound checkpoint (a damaged
-one skipped with a warning; a damaged --step refused), on its dataset's test
-images unless --images is given, and its figures also go to its TensorBoard
-(under `analysis`, at the step analyzed). Another checkpoint needs --images.
+A run is analyzed on its dataset's test images unless --images is given,
+and its figures also go to its TensorBoard; another checkpoint needs --images.
 
 --out is replaced whole: after Ctrl-C or a failure it holds the earlier
 analysis, never a mix.

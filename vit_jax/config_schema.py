@@ -63,9 +63,8 @@ FIELDS: dict[str, Field] = {
     'test_split': Field('test', 'Evaluation split (tfds datasets).',
                         may_change_on_resume=True),
     'train_examples': Field(
-        0, 'Keep N training examples; 0: all. The first N, or for a dataset '
-        'listed class by class (image_folder) N drawn with config.seed, every '
-        'class in proportion.', check=_NON_NEGATIVE),
+        0, 'Keep N training examples (docs/training.md, Data); 0: all.',
+        check=_NON_NEGATIVE),
     'train_examples_per_file': Field(
         0, 'CIFAR: keep the first N images of each of the 5 training files '
         '(the study: 1000); 0: all.', check=_NON_NEGATIVE),
@@ -73,11 +72,8 @@ FIELDS: dict[str, Field] = {
         0, 'Keep N test examples; 0: all. Chosen as train_examples are.',
         may_change_on_resume=True, check=_NON_NEGATIVE),
     'validation_examples': Field(
-        0, 'Hold out N examples the run never trains on, evaluated beside the '
-        'test split; the best step and checkpoint are chosen on them. Drawn '
-        'across classes, the same for every seed, from validation_dir, else '
-        'from the training examples that train_examples(_per_file) leave out, '
-        'else from the training split (training on the rest). 0: none.',
+        0, 'Hold out N examples the run never trains on, on which the best '
+        'step is chosen (docs/training.md, Validation); 0: none.',
         check=_NON_NEGATIVE),
     'validation_dir': Field(
         '',
@@ -86,10 +82,8 @@ FIELDS: dict[str, Field] = {
     'image_size': Field(32, 'Side of the square model input, in pixels.',
                         check=_POSITIVE),
     'input_pipeline': Field(
-        'on_device', "'on_device': the dataset copied to every device once, "
-        "batches gathered and augmented in the step (small data); "
-        "'streaming': batches read and cropped on the hosts (ImageNet).",
-        ('on_device', 'streaming')),
+        'on_device', "'on_device' (small data) or 'streaming' (ImageNet); "
+        'docs/training.md, Input.', ('on_device', 'streaming')),
     'input_workers': Field(
         -1, 'Streaming: grain worker processes loading batches on each host; '
         '-1: one per core this process may use; 0: threads.',
@@ -134,9 +128,8 @@ FIELDS: dict[str, Field] = {
         check=_POSITIVE),
     'locality_guidance_teacher': Field(
         '', 'Locality guidance: the workdir of a trained CNN run whose stage '
-        "features the ViT's guided blocks imitate in training (needs "
-        'model_overrides.guided_blocks and guidance_widths; '
-        'vit_jax.objectives.locality_guidance); empty: none.'),
+        "features the ViT's model_overrides.guided_blocks imitate; empty: "
+        'none.'),
     'teacher_checkpoint': Field(
         'last', "The teachers' checkpoint read: 'last', the newest, or "
         "'best' (trained with keep_best_checkpoint).", ('last', 'best')),
@@ -172,9 +165,8 @@ FIELDS: dict[str, Field] = {
         may_change_on_resume=True, check=_NON_NEGATIVE),
     'checkpoint_min_seconds': Field(
         30.0, "With checkpoint_every_steps 0, skip an epoch's checkpoint "
-        'while the newest is still written or began less than this long ago '
-        '(docs/training.md); the last step and a stop signal always save. 0: '
-        'every epoch.', may_change_on_resume=True, check=_NON_NEGATIVE),
+        'begun less than this after the newest (docs/training.md, Steps).',
+        may_change_on_resume=True, check=_NON_NEGATIVE),
     'keep_checkpoints': Field(2, 'Newest checkpoints kept in the workdir.',
                               may_change_on_resume=True, check=_POSITIVE),
     'keep_best_checkpoint': Field(
@@ -182,9 +174,9 @@ FIELDS: dict[str, Field] = {
         'accuracy without validation_examples) in workdir/best_checkpoint '
         "(read by teacher_checkpoint='best').", may_change_on_resume=True),
     'steps_per_dispatch': Field(
-        0, 'Most train steps one compiled call runs (the same steps, fewer '
-        "calls); 0: 1 on a CPU, else 32 on-device, 1 streaming.",
-        may_change_on_resume=True, check=_NON_NEGATIVE),
+        0, 'Most train steps one compiled call runs; 0: the default for the '
+        'device and input (docs/training.md).', may_change_on_resume=True,
+        check=_NON_NEGATIVE),
     # The optimizer.
     'batch_size': Field(128,
                         'Global batch size, over all devices and processes.',
@@ -214,10 +206,8 @@ FIELDS: dict[str, Field] = {
     'label_smoothing': Field(0.0, 'Label smoothing of the cross-entropy.',
                              check=_FRACTION),
     'ema_decay': Field(
-        0.0, 'Keep an exponential moving average of the parameters with '
-        "this decay (reached after 9 / (1 - decay) steps), evaluated, exported "
-        "and analyzed as the run's model (DeiT: 0.99996); 0: none.",
-        check=_FRACTION),
+        0.0, "Keep an exponential moving average of the parameters, the run's "
+        'model, with this decay (DeiT: 0.99996); 0: none.', check=_FRACTION),
     'seed': Field(
         0, 'Seeds initialization, shuffling, augmentation, dropout, and the '
         'subsets of a dataset ordered by class.'),

@@ -3,18 +3,13 @@ and Hugging Face transformers' formats.
 
   python -m vit_jax.convert SOURCE DEST --format=npz|timm|hf [--model=NAME]
 
-SOURCE is any checkpoint, told from its contents: a `vit_jax.main` workdir
-(its newest sound checkpoint, or --step), an official `.npz`, a timm
-`model.safetensors` or hub folder, or a transformers ViT folder. DEST is
-written in --format:
+SOURCE is any checkpoint, told from its contents: a `vit_jax.main` workdir,
+an official `.npz`, a timm `model.safetensors` or hub folder, or a
+transformers ViT folder. DEST is written in --format:
 
-  npz    the official google-research/vision_transformer `.npz` (every ViT
-         of this project, hybrids and small-data options included)
-  timm   a folder with model.safetensors and config.json:
-         `timm.create_model('local-dir:DEST', pretrained=True)`; the
-         hybrid as timm's HybridEmbed on a ResNetV2
-  hf     a folder with config.json, model.safetensors and
-         preprocessor_config.json:
+  npz    the official google-research/vision_transformer `.npz`
+  timm   a folder for `timm.create_model('local-dir:DEST', pretrained=True)`
+  hf     a folder for
          `transformers.ViTForImageClassification.from_pretrained(DEST)`
 
 `vit_jax.checkpoints.export` writes them (docs/checkpoints.md). DEST is

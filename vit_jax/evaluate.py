@@ -9,15 +9,8 @@ split, without training.
 
 A workdir is evaluated with its run's config unless --config names another;
 --config.FIELD=VALUE overrides a field of either. Other checkpoints need
---config, which names the dataset; the model is the checkpoint's, computing in
-config.dtype, and its preprocessing the config's (config.image_size must
-then be what its position embeddings were trained for), or with
---released_preprocessing the checkpoint's own (for a workdir with another
---config: its run's image size, mean and std).
-
-Every test example counts exactly once, on all devices and processes.
-Process 0 prints the result, its last line JSON: top1, top5, loss, examples,
-and what was evaluated.
+--config, which names the dataset. Process 0 prints the result, its last line
+JSON.
 """
 
 # pylint: disable=g-import-not-at-top,wrong-import-position
