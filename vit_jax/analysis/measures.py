@@ -1,9 +1,5 @@
-"""The paper's analyses (Dosovitskiy et al. 2021, Figures 6 and 7) in NumPy.
-
-Attention arrays are one layer's probabilities, (batch, heads, tokens,
-tokens): the `prefix` tokens ([CLS], distillation), then the patches,
-row-major.
-"""
+"""The paper's analyses (Figures 6 and 7) in NumPy, of one layer's attention:
+(batch, heads, tokens, tokens), the `prefix` tokens, then the patches."""
 
 import numpy as np
 

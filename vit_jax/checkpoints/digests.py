@@ -1,8 +1,4 @@
-"""What a run checkpoint's contents hash to, checked on every restore.
-
-Array digests are compared as a multiset, since a reader without the model
-restores the nested dicts, whose arrays flatten in another order.
-"""
+"""What a run checkpoint's contents hash to, checked on every restore."""
 
 import hashlib
 import json
@@ -54,6 +50,8 @@ def compute(state, train_sums: dict, history: list[dict], position: dict,
 
 
 def _comparable(value):
+  # A multiset: a reader without the model restores nested dicts, whose arrays
+  # flatten in another order.
   return sorted(value) if isinstance(value, list) else value
 
 

@@ -1,7 +1,4 @@
-"""TrivialAugment and RandAugment in pure jax, of NHWC images in [0, 1].
-
-`OPS` is torchvision's 14-op set; photometric ops follow PIL, geometric ops
-are one bilinear warp."""
+"""TrivialAugment and RandAugment in jax, on torchvision's 14 ops (`OPS`)."""
 
 import dataclasses
 import functools

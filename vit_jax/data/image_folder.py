@@ -1,7 +1,5 @@
-"""Image folders `data_dir/{train,test}/<class>/*.{jpg,jpeg,png}`.
-
-EXIF orientation is not applied, as the official `tf.image.decode_jpeg` does
-not: a fine-tuned model sees the same pixels."""
+"""Image folders `data_dir/{train,test}/<class>/*.{jpg,jpeg,png}`; EXIF
+orientation not applied, as the official `tf.image.decode_jpeg` does not."""
 
 from collections.abc import Callable
 import dataclasses

@@ -1,7 +1,5 @@
-"""Streaming input, read, cropped and resized on the hosts (ImageNet).
-
-An example's randomness comes from (seed, epoch, batch, row): a batch is the
-same however it is loaded and wherever a run resumes."""
+"""Streaming input, read, cropped and resized on the hosts; an example's
+randomness comes from (seed, epoch, batch, row) alone."""
 
 from collections.abc import Iterator
 import dataclasses

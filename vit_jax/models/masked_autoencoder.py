@@ -1,9 +1,4 @@
-"""Masked autoencoding (He et al., CVPR 2022): a ViT pre-trained by predicting
-the pixels of the patches it was not shown.
-
-Its head reads the encoder through a stop-gradient: an online probe, which
-the run's accuracy measures.
-"""
+"""Masked autoencoding (He et al., CVPR 2022), with an online probe's head."""
 
 from typing import Any
 

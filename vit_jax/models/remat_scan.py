@@ -1,7 +1,4 @@
-"""The encoder's blocks rematerialized and scanned, computing the same.
-
-Scan stacks the blocks' parameters in one `encoderblock`, as big_vision.
-"""
+"""The encoder's blocks rematerialized and scanned (big_vision's tree)."""
 
 from collections.abc import Callable
 

@@ -1,8 +1,5 @@
-"""The BiT-style ResNet stem of the hybrid models (R50+ViT-B/16).
-
-Its modules sit at the ViT's top level, as the official hybrid's, hence
-`resnet_stem` makes them children of the calling compact method.
-"""
+"""The BiT-style ResNet stem of the hybrid models (R50+ViT-B/16), whose
+modules sit at the ViT's top level, as the official hybrid's."""
 
 from typing import Any, Sequence
 

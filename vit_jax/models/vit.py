@@ -1,8 +1,5 @@
-"""The Vision Transformer (Dosovitskiy et al., ICLR 2021) in flax.linen.
-
-Module names, nesting, shapes and initializers follow the official linen model
-(google-research/vision_transformer, `vit_jax/models_vit.py`), so the same
-parameters give the same logits.
+"""The Vision Transformer in flax.linen: the official `models_vit.py`'s tree
+(google-research/vision_transformer), so the same parameters, the same logits.
 """
 
 from typing import Any

@@ -1,8 +1,5 @@
-"""Dropout and drop-path (stochastic depth), as `flax.linen.Dropout` does.
-
-The mask hashes each element's global index with a per-call seed: far
-cheaper than threefry masks (experiments/benchmarks/README.md, Attempts).
-"""
+"""Dropout and drop-path whose masks hash each element's global index: far
+cheaper than threefry masks (experiments/benchmarks/README.md, Attempts)."""
 
 from collections.abc import Sequence
 
