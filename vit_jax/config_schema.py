@@ -340,9 +340,8 @@ def comparable(value) -> Any:
 
 
 def check_resumable(saved: dict, config, workdir) -> dict[str, tuple]:
-  """Raises ConfigError where `saved` (workdir's config.json) differs from
-  `config` in a fixed field; returns {name: (saved, this)} of those that may
-  change and did."""
+  """ConfigError where `saved` differs from `config` in a fixed field; the
+  {name: (saved, this)} of those that may change and did."""
   changed, differ = {}, []
   for name, field in FIELDS.items():
     here = comparable(config[name])

@@ -27,8 +27,7 @@ def cls_attention(attention: np.ndarray, grid: tuple[int, int], prefix: int = 1,
 
 
 def attention_rollout(attentions: list[np.ndarray]) -> np.ndarray:
-  """Attention rollout (Abnar & Zuidema 2020), the paper's Figure 6: row i of
-  (batch, tokens, tokens) is how much each input token flows into token i."""
+  """Attention rollout (Abnar & Zuidema 2020), the paper's Figure 6."""
   rollout = None
   for attention in attentions:
     mixed = np.asarray(attention, np.float64).mean(axis=1)

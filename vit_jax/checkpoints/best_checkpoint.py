@@ -37,8 +37,7 @@ class BestCheckpoint:
   def __init__(self, workdir: pathlib.Path, keep: bool, history: list[dict],
                step: int, regular_steps: list[int], keep_regular: int,
                trains: bool = True):
-    """`history`, `step`: where the run resumes; `regular_steps`: its regular
-    checkpoints on disk. Not `trains`: it changes nothing."""
+    """`history`, `step`: where the run resumes; not `trains`: read only."""
     self._checkpoints = run_checkpoints.RunCheckpoints(
         workdir / DIRECTORY, keep=run_checkpoints.KEEP_ALL)
     self._keep = keep and trains

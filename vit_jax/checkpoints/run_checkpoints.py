@@ -80,10 +80,8 @@ def _ignore_what_orbax_abandons():
 
 
 class RunCheckpoints(contextlib.AbstractContextManager):
-  """A run's `directory/<step>/`, each a `Restored` and its `digest`, the newest
-  `keep` kept (KEEP_ALL: until `delete`; None: a reader's, which changes
-  nothing). A failed background save raises CheckpointError at the next
-  `check`, `save` or `close`. Every process calls every method."""
+  """A run's `directory/<step>/`, the newest `keep` kept (KEEP_ALL: until
+  `delete`; None: a reader's); every process calls every method."""
 
   def __init__(self, directory: pathlib.Path, keep: int | None = None,
                min_seconds: float = 0.0):

@@ -126,8 +126,7 @@ def _affine(image: jax.Array, matrix: jax.Array,
 
 def _warp_parameters(op: jax.Array, magnitude: jax.Array, ranges: OpRanges,
                      height: int, width: int) -> tuple[jax.Array, jax.Array]:
-  """The (x, y) matrix and offset of op `op`, the identity unless geometric;
-  shears about the top-left corner (torchvision's), whole-pixel translations."""
+  """The (x, y) matrix and offset of op `op`, the identity unless geometric."""
   angle = magnitude * ranges.rotate * math.pi / 180.0
   cos, sin = jnp.cos(angle), jnp.sin(angle)
   shear = magnitude * ranges.shear
@@ -204,10 +203,8 @@ def rand_augment(key: jax.Array, images: jax.Array, num_ops: int = 2,
                  magnitude: float = 9, *, probability: float = 0.5,
                  magnitude_std: float = 0.0,
                  ranges: OpRanges = RAND_AUGMENT) -> jax.Array:
-  """RandAugment (Cubuk et al. 2020) as timm's `rand-mM-nN-mstdS-inc1`: per
-  image, `num_ops` ops drawn uniformly, each applied with `probability` at
-  `magnitude` of 10 (drawn from N(magnitude, magnitude_std) clipped to
-  [0, 10]) with a random sign. `num_ops`, `ranges`: static."""
+  """RandAugment (Cubuk et al. 2020) as timm's `rand-mM-nN-mstdS-inc1`;
+  `num_ops`, `ranges`: static."""
   n = images.shape[0]
   keys = jax.random.split(key, num_ops)
 

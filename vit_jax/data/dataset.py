@@ -17,8 +17,7 @@ class Source(Protocol):
 
 
 def scalable(source: Source) -> bool:
-  """Whether `source.read(index, at_least)` gives (image, label), the image
-  decoded no smaller than `at_least(stored (height, width))` (JPEG scaling)."""
+  """Whether `source.read(index, at_least)` decodes scaled to `at_least`."""
   return hasattr(source, 'read')
 
 

@@ -53,8 +53,7 @@ def mix(key: jax.Array, images: jax.Array, targets: jax.Array,
         mixup_alpha: float, cutmix_alpha: float,
         switch_probability: float = 0.5,
         probability: float = 1.0) -> tuple[jax.Array, jax.Array]:
-  """`images` and their soft `targets`, mixed by `mix_parameters`; Python
-  zero alphas skip the sampler, traced zeros mix with lam 1."""
+  """`images` and their soft `targets`, mixed by `mix_parameters`."""
   if all(
       isinstance(a, (int, float)) and a <= 0
       for a in (mixup_alpha, cutmix_alpha)):

@@ -32,9 +32,8 @@ def to_arrays(source: Source, image_size: int) -> tuple[np.ndarray, np.ndarray]:
 
 def class_counts(sizes: np.ndarray, count: int,
                  rng: np.random.Generator) -> np.ndarray:
-  """How many of `count` examples to draw from classes of `sizes` examples: one
-  of every class, the rest in proportion by largest remainder (fewer than the
-  classes: one of each of `count` classes drawn)."""
+  """How many of `count` examples to draw from classes of `sizes` examples:
+  one of every class, the rest in proportion by largest remainder."""
   num_classes = len(sizes)
   if count < num_classes:
     counts = np.zeros(num_classes, np.int64)
@@ -87,9 +86,8 @@ def _take(source: Source, indices: np.ndarray) -> Source:
 
 def _validation_pool(dataset: Dataset, config, train: Source,
                      trained) -> tuple[Source, bool]:
-  """Where validation examples are drawn from: config.validation_dir, else
-  training examples left out by train_examples or train_examples_per_file,
-  else the training split itself (then True)."""
+  """Where validation examples are drawn from (docs/training.md, Validation);
+  True: the training split itself."""
   if config.validation_dir:
     return image_folder.open_split(
         pathlib.Path(config.validation_dir).expanduser(),

@@ -86,8 +86,7 @@ def expected_model(state: dict, name: Names, layer: re.Pattern, *, library: str,
                    model_name: str | None, stated: dict[str, tuple[str, Any]],
                    source: str,
                    **fields) -> tuple[models.VisionTransformer, int]:
-  """The ViT and image size of `state`'s shapes (`layer`: a block's names);
-  `stated` (field -> its name, value) the shapes contradict is a warning."""
+  """The ViT and image size of `state`'s shapes (`layer`: a block's names)."""
   mlp = f'{names.ENCODER}/{names.block_name(0)}/{names.MLP}/Dense_0/kernel'
   required = [
       POSITIONS, 'embedding/kernel',

@@ -204,8 +204,7 @@ class VisionTransformer(nn.Module):
 
 
 class ViTWrapper(nn.Module):
-  """A model that trains `vit` with parameters of its own, which sit beside
-  the ViT's at the top level (`nn.share_scope`), where readers find them."""
+  """A model that trains `vit` with parameters of its own beside the ViT's."""
 
   vit: VisionTransformer
 

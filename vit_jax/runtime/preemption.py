@@ -27,8 +27,7 @@ class Preempted(Exception):  # pylint: disable=g-bad-exception-name
 
 
 class Preemption:
-  """Stop requests, agreed across processes: in a job, jax's service hears
-  SIGTERM and Ctrl-C and picks the call of `reached` all stop at."""
+  """Stop requests, agreed across processes by jax's service in a job."""
 
   def __init__(self):
     self._multi_process = jax.process_count() > 1

@@ -47,6 +47,5 @@ def step_plan(config, steps_per_epoch: int) -> StepPlan:
 
 
 def checkpoint_min_seconds(config) -> float:
-  """Seconds an epoch's checkpoint waits after the newest started writing (on
-  a GPU a small model's epoch trains faster than orbax saves); 0 in steps."""
+  """Seconds an epoch's checkpoint waits after the newest started writing."""
   return 0.0 if config.checkpoint_every_steps else config.checkpoint_min_seconds

@@ -152,8 +152,7 @@ def _accumulated(gradients, micro_batches: int):
 
 def make_train_step(config, inputs,
                     objective: losses.Objective = losses.classification):
-  """(state, sums, data, batch, key) -> (state, sums): one optimizer step on
-  `batch` minimizing `objective`, its metrics added to `sums`."""
+  """(state, sums, data, batch, key) -> (state, sums): one optimizer step."""
 
   def gradients(state: TrainState, batch_stats, data, batch, key):
     """(new batch statistics, gradients, metric sums) of one batch."""

@@ -51,8 +51,7 @@ class Dropout(nn.Module):
 
 
 def DropPath(rate: float, name: str | None = None) -> Dropout:  # pylint: disable=invalid-name
-  """Stochastic depth (Huang et al. 2016): drops whole examples' branch; rate
-  0 draws no rng, so the other dropout masks stay the same."""
+  """Stochastic depth (Huang et al. 2016): drops whole examples' branch."""
   return Dropout(rate, broadcast_dims=(1, 2), name=name)
 
 
