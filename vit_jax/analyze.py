@@ -1,16 +1,11 @@
-r"""Figures of what a ViT learned, from a run's checkpoint or any other (a
-released `.npz`, timm's or transformers' weights), on the run's test images or
-on your own; docs/analysis.md says what each figure and number is.
+r"""Figures of what a ViT learned, from any checkpoint (docs/analysis.md).
 
   python -m vit_jax.analyze --workdir=/tmp/vit_tiny --out=/tmp/vit_tiny/analysis
   python -m vit_jax.analyze --checkpoint=ViT-B_16.npz --model=ViT-B_16 \
       --images=photos/ --class_names=imagenet21k_classes.txt --out=/tmp/b16
 
-A run is analyzed on its dataset's test images unless --images is given,
-and its figures also go to its TensorBoard; another checkpoint needs --images.
-
---out is replaced whole: after Ctrl-C or a failure it holds the earlier
-analysis, never a mix.
+A run is analyzed on its test images unless --images is given, and its
+figures also go to its TensorBoard; another checkpoint needs --images.
 """
 
 # pylint: disable=g-import-not-at-top,wrong-import-position

@@ -1,14 +1,10 @@
-r"""Times the streaming input on this host: training images per second read,
-cropped and resized, to set against what the accelerators consume
-(`vit_jax.benchmark`) and to choose `config.input_workers`.
+r"""Times the streaming input on this host, to choose `config.input_workers`.
 
   python -m vit_jax.benchmark_input --dataset=image_folder \
       --data_dir=DIR --image_size=224 --batch_size=256 --workers=0,-1 \
       [--steps=20] [--rounds=3]
 
-Each `--workers` setting in turn, `--rounds` times over, reads `--steps` + 1
-training batches onto one device; the first is timed apart. Prints the
-medians as a table and one JSON line.
+Prints the medians of each `--workers` setting as a table and one JSON line.
 """
 
 # pylint: disable=g-import-not-at-top,wrong-import-position

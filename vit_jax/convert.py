@@ -1,5 +1,4 @@
-r"""Converts a ViT checkpoint between this project's, the official, timm's
-and Hugging Face transformers' formats.
+r"""Converts a ViT checkpoint between our, the official, timm and HF formats.
 
   python -m vit_jax.convert SOURCE DEST --format=npz|timm|hf [--model=NAME]
 

@@ -1,5 +1,4 @@
-r"""Measures a checkpoint's loss, top-1 and top-5 accuracy over a whole test
-split, without training.
+r"""Measures a checkpoint's loss, top-1 and top-5 accuracy over a whole split.
 
   python -m vit_jax.evaluate --checkpoint=/tmp/vit_tiny
   python -m vit_jax.evaluate --checkpoint=vit_small.npz \
