@@ -128,8 +128,7 @@ def patch_embedding_components(kernel: np.ndarray,
 
 def shifted_patch_filters(kernel: np.ndarray, patch_size: int,
                           norm_scale: np.ndarray | None = None) -> np.ndarray:
-  """The (p, p, channels, d) kernel shifted patch tokenization applies to the
-  unshifted patch, `norm_scale` (its LayerNorm's) multiplied in if given."""
+  """The (p, p, channels, d) kernel shifted patch tokenization applies."""
   kernel = np.asarray(kernel, np.float64)
   features, width = kernel.shape
   per_copy, remainder = divmod(features, patch_size * patch_size * 5)

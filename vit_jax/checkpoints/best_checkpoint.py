@@ -17,8 +17,7 @@ DIRECTORY = 'best_checkpoint'
 
 
 def ranked_on(record: dict) -> str | None:
-  """The accuracy an evaluation is ranked on: validation's, where the run holds
-  examples out; never test's then. None: not an evaluation."""
+  """The accuracy an evaluation is ranked on, validation's first; or None."""
   return next(
       (name
        for name in ('validation_accuracy', 'test_accuracy') if name in record),

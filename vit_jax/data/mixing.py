@@ -18,8 +18,8 @@ def mix_parameters(key: jax.Array, image_shape: tuple[int,
                                                       ...], mixup_alpha: float,
                    cutmix_alpha: float, switch_probability: float = 0.5,
                    probability: float = 1.0) -> MixParameters:
-  """timm's Mixup parameters, lam corrected to the area pasted (`correct_lam`);
-  only `image_shape` is static: one compiled program serves any alphas."""
+  """timm's Mixup parameters, lam corrected to the area pasted; only
+  `image_shape` is static, so one compiled program serves any alphas."""
   _, h, w, _ = image_shape
   mix_key, switch_key, lam_key, y_key, x_key = jax.random.split(key, 5)
   mixup_alpha = jnp.asarray(mixup_alpha, jnp.float32)

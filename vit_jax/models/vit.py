@@ -138,9 +138,7 @@ class VisionTransformer(nn.Module):
   def __call__(self, images: jax.Array, *, train: bool,
                kept_patches: jax.Array | None = None, probe: bool = False,
                return_out: bool = False):
-    """`kept_patches` (batch, kept) indexes the patch tokens the encoder
-    sees (None: every patch); with `probe` the head reads the encoder's
-    output through a stop-gradient (an MAE's online probe)."""
+    """`kept_patches`: the patch tokens the encoder sees; `probe`: an MAE's."""
     if images.ndim != 4:
       raise ValueError(f'Expected images of shape (batch, height, width, '
                        f'channels), got shape {images.shape}.')

@@ -71,8 +71,7 @@ def distributed_args(coordinator_address: str | None = None,
                      num_processes: int | None = None,
                      process_id: int | None = None,
                      environ: Mapping[str, str] | None = None) -> dict | None:
-  """`jax.distributed.initialize`'s arguments (None: one process): the flags,
-  else $JAX_COORDINATOR_ADDRESS, $JAX_NUM_PROCESSES, $JAX_PROCESS_ID."""
+  """`jax.distributed.initialize`'s arguments, or None for one process."""
   env = os.environ if environ is None else environ
   coordinator_address = (coordinator_address or
                          env.get('JAX_COORDINATOR_ADDRESS') or None)

@@ -47,8 +47,7 @@ def state_shardings(shapes, mesh: jax.sharding.Mesh):
 
 
 def replicate(array: np.ndarray, sharding: jax.sharding.Sharding) -> jax.Array:
-  """A global array from host data that every process holds identically;
-  unlike `jax.device_put`, no cross-process comparison of the data."""
+  """A global array from host data every process holds, left uncompared."""
   array = np.asarray(array)
   return jax.make_array_from_callback(array.shape, sharding,
                                       lambda index: array[index])

@@ -27,8 +27,7 @@ _not_stopped = threading.RLock()  # held where a stop would leave a mix
 
 
 def catch(at_once: str | None = None) -> bool:
-  """Records SIGINT and SIGTERM, taking them back from jax's handlers;
-  `at_once`: what stopping at once does. True if its caller must `release`."""
+  """Records SIGINT and SIGTERM; True if its caller must `release`."""
   if at_once is not None:
     _at_once[:] = [at_once]
   first = not _watching

@@ -39,8 +39,8 @@ class TrainState(train_state.TrainState):
 
 
 class AveragedTrainState(TrainState):
-  """With the parameters' moving average (`config.ema_decay`), which the run
-  evaluates; a class of its own, so that runs without it keep their tree."""
+  """With the parameters' moving average, in a class of its own so that runs
+  without it keep their tree."""
 
   ema_params: Any = None
   ema_decay: float = flax.struct.field(pytree_node=False, default=0.0)

@@ -126,7 +126,8 @@ def _train_and_evaluate(config, workdir: pathlib.Path,
   clock.lap('model')
 
   # Compile the steps, unless the newest checkpoint holds the last step; a
-  # fresh run's initializer compiles beside them (experiments/benchmarks/README.md, Attempts, row 21).
+  # fresh run's initializer compiles beside them
+  # (experiments/benchmarks/README.md, Attempts, row 21).
   compile_steps = functools.partial(steps.compile_steps, config, inputs,
                                     state_shapes, step_key, objective)
   compiled = initializer = None
@@ -192,8 +193,9 @@ def _train_and_evaluate(config, workdir: pathlib.Path,
       signals.stop_before_training(checkpoints)  # restoring was the last phase
     clock.lap('setup')
     logging.info('%s.', clock.line())
+    peak = flops.peak_flops(jax.devices()[0].device_kind, config.dtype)
     throughput = progress.Throughput(step, config.batch_size, flops_per_image,
-                                     _peak_flops(config.dtype))
+                                     peak and peak * jax.device_count())
     while step < plan.total_steps:
       count = dispatcher.next_call_steps(plan.steps_to_next_event(step))
       with throughput.timed('input'):
@@ -265,11 +267,6 @@ def _train_and_evaluate(config, workdir: pathlib.Path,
                 json.loads(earlier.read_text())))
   return _write_summary(workdir, history, config.batch_size * flops_per_image,
                         source)
-
-
-def _peak_flops(dtype: str) -> float | None:
-  device_peak = flops.peak_flops(jax.devices()[0].device_kind, dtype)
-  return device_peak and device_peak * jax.device_count()
 
 
 def _write_summary(workdir: pathlib.Path, history: list[dict],
