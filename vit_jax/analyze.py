@@ -141,7 +141,6 @@ def _check_out(out: pathlib.Path):
 
 
 def _not_drawn(result: dict, reason: str, *figures_not_drawn: str):
-  """Records in `result` why the figures were not drawn."""
   result.setdefault('not_drawn',
                     {}).update(dict.fromkeys(figures_not_drawn, reason))
 

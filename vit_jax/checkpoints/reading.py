@@ -80,7 +80,6 @@ def saved_config(workdir: pathlib.Path) -> dict:
 
 
 def _names_best(path: pathlib.Path) -> bool:
-  """Whether `path` is a workdir's best_checkpoint folder."""
   return (path.name == best_checkpoint.DIRECTORY and
           (path.parent / 'checkpoints').is_dir())
 
@@ -194,7 +193,6 @@ def load_params(source: str | pathlib.Path, step: int | None = None,
 
 def _read_file(path: pathlib.Path, kind: str, model_name: str | None,
                step: int | None) -> Any:
-  """The parameters of a checkpoint file or folder (not a run)."""
   if step is not None:
     raise CheckpointError(f'{path} is one checkpoint; step={step} only '
                           'selects among the checkpoints of a run directory.')

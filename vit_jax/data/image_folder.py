@@ -114,7 +114,6 @@ def _looks_whole(path: pathlib.Path) -> bool:
 
 
 def _file_problem(path: pathlib.Path) -> str | None:
-  """Why the image file cannot be read, or None."""
   try:
     # Undecoded: checking a folder costs little more than listing it.
     if _looks_whole(path):

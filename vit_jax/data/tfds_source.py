@@ -47,7 +47,6 @@ def _tfds_builder(name: str, data_dir: pathlib.Path | None):
 
 
 def _convert(builder) -> str:
-  """The command that converts a prepared dataset to array_record."""
   return (f'tfds convert_format --root_data_dir={builder.data_dir} '
           '--out_file_format=array_record')
 

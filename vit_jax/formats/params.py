@@ -154,7 +154,6 @@ def resize_patch_grid(grid: np.ndarray, num_patches: int) -> np.ndarray:
 
 
 def _prefix_tokens(flat: dict[tuple[str, ...], Any]) -> tuple[str, ...]:
-  """The tokens before the patches in a flat ViT tree, in order."""
   return tuple(name for name in names.PREFIX_TOKENS if (name,) in flat)
 
 

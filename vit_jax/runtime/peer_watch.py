@@ -47,7 +47,6 @@ def end_lost(who: str, why: str) -> None:
 
 
 def _coordinator_silence() -> float:
-  """Seconds since the coordination service last answered the watch."""
   return time.monotonic() - _answered[0] if _answered else 0
 
 

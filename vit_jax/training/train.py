@@ -40,7 +40,6 @@ from vit_jax.training import steps
 
 
 def _check_finite(record: dict, step: int, checkpoints, history: list[dict]):
-  """TrainingDivergedError for a logged loss that is not finite."""
   for name in ('train_loss', 'test_loss'):
     if name in record and not math.isfinite(record[name]):
       raise TrainingDivergedError(
