@@ -5,19 +5,17 @@ import os
 import pathlib
 import shutil
 import signal
-import subprocess
-import sys
 import tempfile
 
 import numpy as np
 import pytest
 
-from tests.helpers import ROOT
+from tests.helpers import cifar10_release
 from tests.helpers import cifar10_files
 from tests.helpers import process_test_config
 from tests.helpers import random_cifar
 from tests.helpers import tiny_config
-from tests.helpers import with_xla_flags
+from tests.helpers import run_on_host_devices
 from tests.helpers import write_cifar_binary
 from vit_jax.runtime import stop_signals
 from vit_jax.runtime import workdir_lock
@@ -109,9 +107,7 @@ def trained_cnn_run(tmp_path_factory):
   """(workdir, data_dir) of a tiny SimpleCNN trained one epoch: a teacher."""
   from vit_jax.training import train  # pylint: disable=g-import-not-at-top
   root = tmp_path_factory.mktemp('trained_cnn_run')
-  write_cifar_binary(
-      root / 'data' / 'cifar-10-batches-bin',
-      cifar10_files(random_cifar(48, 10, seed=1), random_cifar(16, 10, seed=3)))
+  cifar10_release(root / 'data', 48, 16)
   # Every step evaluated and kept, and the best one too: a teacher read at
   # its best can be checked against the step it names.
   config = tiny_config(root / 'data', 'simple_cnn', num_epochs=1,
@@ -123,8 +119,6 @@ def trained_cnn_run(tmp_path_factory):
 
 
 _TRAIN_SCRIPT = '''
-import sys
-sys.path.insert(0, {root!r})
 from tests.helpers import trained_vit_config
 from vit_jax.training import train
 train.train_and_evaluate(trained_vit_config({data_dir!r}), {workdir!r})
@@ -135,18 +129,11 @@ train.train_and_evaluate(trained_vit_config({data_dir!r}), {workdir!r})
 def trained_vit_run(tmp_path_factory):
   """(workdir, data_dir) of a 2-layer ViT trained at 24x24 on 2 devices."""
   root = tmp_path_factory.mktemp('trained_vit_run')
-  data_dir = root / 'data'
-  write_cifar_binary(
-      data_dir / 'cifar-10-batches-bin',
-      cifar10_files(random_cifar(96, 10, seed=1), random_cifar(37, 10, seed=3)))
-  workdir = root / 'run'
-  env = with_xla_flags('--xla_force_host_platform_device_count=2')
-  subprocess.run([
-      sys.executable, '-c',
-      _TRAIN_SCRIPT.format(root=str(ROOT), data_dir=str(data_dir),
-                           workdir=str(workdir))
-  ], env=env, check=True, capture_output=True)
-  return workdir, data_dir
+  data_dir = cifar10_release(root / 'data', 96)
+  run_on_host_devices(
+      _TRAIN_SCRIPT.format(data_dir=str(data_dir), workdir=str(root / 'run')),
+      2, timeout=900)
+  return root / 'run', data_dir
 
 
 @pytest.fixture(scope='session')
@@ -154,8 +141,6 @@ def uninterrupted(tmp_path_factory):
   """(data_dir, workdir) of `process_test_config` run without a stop."""
   from vit_jax.training import train  # pylint: disable=g-import-not-at-top
   root = tmp_path_factory.mktemp('uninterrupted')
-  write_cifar_binary(
-      root / 'data' / 'cifar-10-batches-bin',
-      cifar10_files(random_cifar(80, 10, seed=1), random_cifar(37, 10, seed=3)))
+  cifar10_release(root / 'data', 80)
   train.train_and_evaluate(process_test_config(root / 'data'), root / 'run')
   return root / 'data', root / 'run'

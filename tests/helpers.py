@@ -1,5 +1,4 @@
-"""What tests share besides fixtures: synthetic datasets, configs cut down to
-seconds, runs in real processes, random inputs and parameters."""
+"""What tests share besides fixtures: data, configs, processes, parameters."""
 
 import contextlib
 import functools
@@ -54,6 +53,16 @@ def cifar10_files(train, test) -> dict:
       for i, part in enumerate(parts, 1)
   }
   return {**files, 'test_batch.bin': test}
+
+
+def cifar10_release(data_dir: pathlib.Path, num_train: int,
+                    num_test: int = 37) -> pathlib.Path:
+  """`data_dir`, where a CIFAR-10 binary release of random images is written."""
+  write_cifar_binary(
+      data_dir / 'cifar-10-batches-bin',
+      cifar10_files(random_cifar(num_train, 10, seed=1),
+                    random_cifar(num_test, 10, seed=3)))
+  return data_dir
 
 
 def write_cifar_python(folder: pathlib.Path, files: dict, label_key=b'labels'):
@@ -144,8 +153,7 @@ TINY_MODELS = {
 
 def finished_run(directory: pathlib.Path, seed: int = 3, model: str = 'vit',
                  description: dict | None = None, **summary):
-  """A finished run's directory, as far as the experiment runners read it;
-  `summary` changes fields of summary.json."""
+  """A finished run as runners read it; `summary` edits summary.json."""
   directory.mkdir(parents=True)
   (directory / 'config.json').write_text(
       json.dumps({'model': cifar_small.MODELS[model][0], 'seed': seed}))
@@ -204,10 +212,10 @@ def with_xla_flags(flags: str) -> dict:
 def run_on_host_devices(script: str, devices: int, cwd=ROOT,
                         timeout: float = 300) -> str:
   """The stdout of `script` run by a fresh Python on `devices` CPU devices."""
-  out = subprocess.run(
-      [sys.executable, '-c', script], cwd=cwd, capture_output=True, text=True,
-      check=False, timeout=timeout,
-      env=with_xla_flags(f'--xla_force_host_platform_device_count={devices}'))
+  env = with_xla_flags(f'--xla_force_host_platform_device_count={devices}')
+  out = subprocess.run([sys.executable, '-c', script], cwd=cwd,
+                       capture_output=True, text=True, check=False,
+                       timeout=timeout, env={**env, 'PYTHONPATH': str(ROOT)})
   assert out.returncode == 0, out.stderr[-3000:]
   return out.stdout
 
@@ -386,8 +394,7 @@ def random_vit_params(model, image_size: int, seed: int = 0) -> dict:
 
 
 def one_block_vit(name: str, **fields):
-  """A registered ViT with one block and 7 classes, and random parameters for
-  a 2x2 patch grid: its family's shapes at a size a test can hold."""
+  """A registered ViT of one block, 7 classes, random params for 2x2 patches."""
   from vit_jax import models  # pylint: disable=g-import-not-at-top
   model = models.create_model(name, 7, num_layers=1, **fields)
   return model, random_vit_params(model, 2 * model.effective_patch_size)

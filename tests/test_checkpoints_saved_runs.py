@@ -5,10 +5,9 @@ import shutil
 
 import numpy as np
 
-from tests.helpers import cifar10_files
+from tests.helpers import cifar10_release
 from tests.helpers import random_cifar
 from tests.helpers import tiny_config
-from tests.helpers import write_cifar_binary
 from vit_jax.checkpoints import reading
 from vit_jax.models import VisionTransformer
 from vit_jax.training import train
@@ -30,9 +29,7 @@ def test_saved_runs_load_as_plain_vits_without_what_only_training_read():
 
 def test_a_saved_mae_run_resumes(tmp_path):
   # The data and config it was trained with.
-  write_cifar_binary(
-      tmp_path / 'data' / 'cifar-10-batches-bin',
-      cifar10_files(random_cifar(32, 10, seed=1), random_cifar(16, 10, seed=3)))
+  cifar10_release(tmp_path / 'data', 32, 16)
   workdir = tmp_path / 'mae'
   shutil.copytree(SAVED / 'mae', workdir)
   config = tiny_config(tmp_path / 'data', total_steps=4, num_epochs=0,

@@ -7,13 +7,11 @@ import time
 
 import pytest
 
+from tests.helpers import cifar10_release
 from tests.helpers import history
-from tests.helpers import cifar10_files
-from tests.helpers import random_cifar
 from tests.helpers import start_two_processes
 from tests.helpers import wait_all
 from tests.helpers import wait_for_step
-from tests.helpers import write_cifar_binary
 from tests.helpers import write_process_config
 
 _TIMEOUT = 3  # --lost_process_timeout
@@ -53,11 +51,8 @@ def _lose_a_process(data_dir, workdir, tmp_path, victim, signum,
 
 
 def test_a_killed_process_ends_the_other_in_one_line(tmp_path):
-  data_dir = tmp_path / 'data'
-  write_cifar_binary(
-      data_dir / 'cifar-10-batches-bin',
-      cifar10_files(random_cifar(80, 10, seed=1), random_cifar(37, 10, seed=3)))
-  _lose_a_process(data_dir, tmp_path / 'run', tmp_path, 1, signal.SIGKILL)
+  _lose_a_process(cifar10_release(tmp_path / 'data', 80), tmp_path / 'run',
+                  tmp_path, 1, signal.SIGKILL)
 
 
 @pytest.mark.slow  # 20 to 50 s each

@@ -7,14 +7,12 @@ import warnings
 import jax
 import pytest
 
-from tests.helpers import cifar10_files
+from tests.helpers import cifar10_release
 from tests.helpers import history
 from tests.helpers import mounted_tmpfs
-from tests.helpers import random_cifar
 from tests.helpers import start_main
 from tests.helpers import wait_all
 from tests.helpers import without_timings
-from tests.helpers import write_cifar_binary
 from tests.helpers import write_process_config
 from vit_jax import config_schema
 from vit_jax.training import compilation_cache
@@ -41,10 +39,7 @@ def _compiled_line(log: pathlib.Path) -> str:
 @pytest.mark.slow  # 34 s: four runs in processes of their own
 def test_runs_share_a_cache_and_a_rerun_compiles_from_it(tmp_path):
   """Two runs fill one cache; a truncated entry compiles again; all agree."""
-  data_dir = tmp_path / 'data'
-  write_cifar_binary(
-      data_dir / 'cifar-10-batches-bin',
-      cifar10_files(random_cifar(80, 10, seed=1), random_cifar(37, 10, seed=3)))
+  data_dir = cifar10_release(tmp_path / 'data', 80)
   config_file = write_process_config(tmp_path, data_dir, 'tiny_config',
                                      total_steps=8, cpu_devices=1)
   cache = tmp_path / 'cache'

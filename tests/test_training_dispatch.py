@@ -8,13 +8,11 @@ import jax
 import numpy as np
 import pytest
 
-from tests.helpers import cifar10_files
+from tests.helpers import cifar10_release
 from tests.helpers import history
-from tests.helpers import random_cifar
 from tests.helpers import start_main
 from tests.helpers import tiny_config
 from tests.helpers import without_timings
-from tests.helpers import write_cifar_binary
 from tests.helpers import write_process_config
 from tests.test_training_train import final_state
 from vit_jax.runtime import preemption
@@ -120,10 +118,8 @@ def test_at_most_two_calls_are_in_flight():
 def test_a_stop_signal_ends_the_run_within_its_calls_in_flight(
     tmp_path, resumed):
   """SIGTERM acts once the calls in flight end; the rerun ends the same."""
-  write_cifar_binary(
-      tmp_path / 'data' / 'cifar-10-batches-bin',
-      cifar10_files(random_cifar(80, 10, seed=1), random_cifar(37, 10, seed=3)))
-  config_file = write_process_config(tmp_path, tmp_path / 'data')
+  config_file = write_process_config(tmp_path,
+                                     cifar10_release(tmp_path / 'data', 80))
   flags = ('--config.total_steps=600', '--config.steps_per_dispatch=600',
            '--config.checkpoint_every_steps=600',
            '--config.log_every_steps=600', '--config.eval_every_steps=600')
