@@ -43,9 +43,8 @@ FIELDS: dict[str, Field] = {
     'model': Field('ViT-Tiny-CIFAR_4',
                    'A registered model name (vit_jax.models.registry).'),
     'model_overrides': Field(
-        {}, "Model fields to change, e.g. {'dropout_rate': 0.0}; a config "
-        'file sets the keys --config.model_overrides.KEY can change. Only '
-        "'remat' and 'attention' may change when a run resumes."),
+        {}, "Model fields to change, e.g. {'dropout_rate': 0.0}; only 'remat' "
+        "and 'attention' may change when a run resumes."),
     'dtype': Field(
         'float32', 'Computation dtype; parameters and optimizer state stay '
         'float32.', ('float32', 'bfloat16')),
@@ -94,9 +93,8 @@ FIELDS: dict[str, Field] = {
         True, 'Training augmentation: on device, 4-pixel-padded random crop + '
         'flip; streaming, Inception crop + flip.'),
     'auto_augment': Field(
-        'none', 'Ops drawn per image after the crop and flip '
-        "(vit_jax.data.auto_augment): 'trivial_augment' (one op, random "
-        "magnitude) or 'rand_augment' (rand_augment_ops at its magnitude).",
+        'none', "Ops drawn per image after the crop and flip: "
+        "'trivial_augment' or 'rand_augment' (vit_jax.data.auto_augment).",
         ('none', 'trivial_augment', 'rand_augment')),
     'rand_augment_ops': Field(2, 'RandAugment: ops per image.',
                               check=_NON_NEGATIVE),
@@ -115,13 +113,11 @@ FIELDS: dict[str, Field] = {
         'area; 0: off. With both alphas set, each step picks one at random.',
         check=_NON_NEGATIVE),
     'distillation_teacher': Field(
-        '', "DeiT distillation: the workdir of a trained run (e.g. a "
-        "CNN's) whose predictions teach the student's distillation token "
-        '(needs model_overrides.distillation_token=True); empty: none.'),
+        '', 'DeiT distillation: the workdir of a trained run whose predictions '
+        "teach the student's distillation token; empty: none."),
     'distillation_target': Field(
         'hard', "What the distillation token learns of the teacher: 'hard', "
-        "its predicted class (DeiT's default), or 'soft', its probabilities "
-        'at distillation_temperature (objectives.distillation).',
+        "its predicted class (DeiT's), or 'soft', its probabilities.",
         ('hard', 'soft')),
     'distillation_temperature': Field(
         1.0, "The soft target's temperature (DeiT: 1; Hinton et al.: 2-20).",
@@ -170,13 +166,11 @@ FIELDS: dict[str, Field] = {
     'keep_checkpoints': Field(2, 'Newest checkpoints kept in the workdir.',
                               may_change_on_resume=True, check=_POSITIVE),
     'keep_best_checkpoint': Field(
-        False, 'Also keep the state of the best validation accuracy (test '
-        'accuracy without validation_examples) in workdir/best_checkpoint '
-        "(read by teacher_checkpoint='best').", may_change_on_resume=True),
+        False, 'Also keep the state of the best evaluation in '
+        'workdir/best_checkpoint.', may_change_on_resume=True),
     'steps_per_dispatch': Field(
-        0, 'Most train steps one compiled call runs; 0: the default for the '
-        'device and input (docs/training.md).', may_change_on_resume=True,
-        check=_NON_NEGATIVE),
+        0, 'Most train steps one compiled call runs (docs/training.md).',
+        may_change_on_resume=True, check=_NON_NEGATIVE),
     # The optimizer.
     'batch_size': Field(128,
                         'Global batch size, over all devices and processes.',
@@ -214,8 +208,7 @@ FIELDS: dict[str, Field] = {
     # The machine.
     'fsdp': Field(
         1, 'Devices each large parameter and optimizer-state array is split '
-        'over (fully sharded data parallel); 1: not split; -1: all devices. '
-        'The batch is split over every device either way.',
+        'over (FSDP); 1: not split; -1: all devices.',
         may_change_on_resume=True),
     'cpu_devices': Field(
         distributed.DEFAULT_CPU_DEVICES, 'Host devices the batch is split '
