@@ -1,12 +1,6 @@
-r"""CIFAR-10's validation pool: the 45,000 training images outside the small-data
-study's 5,000, as a folder of <class>/ image folders (`config.validation_dir`).
-
-The full binary release needs none: `config.validation_examples` draws from
-the records beyond `train_examples_per_file`. Where only the pixel-exact
-5k/1k subset and the JPEG copy of all 60,000 images are at hand
-(../shared/data), each subset image is matched to its JPEG (the nearest in
-its class, at under half the squared distance of the next), and the other
-45,000 are linked:
+r"""CIFAR-10's 45,000 training images outside the small-data study's 5,000,
+linked from the JPEG copy as <class>/ folders (`config.validation_dir`); the
+full binary release needs none (`config.validation_examples` draws on it):
 
   tar xzf ../shared/data/cifar10-jpeg-full.tar.gz -C /tmp/cifar10-jpeg
   python -m experiments.held_out --jpeg=/tmp/cifar10-jpeg --out=/tmp/held_out
@@ -30,6 +24,7 @@ def matched(subset: np.ndarray, jpegs: np.ndarray) -> np.ndarray:
                (jpegs**2).sum(1)[None])
   nearest = np.argsort(distances, axis=1)[:, :2]
   first, second = np.take_along_axis(distances, nearest, axis=1).T
+  # Clear: a JPEG of its own, at under half the squared distance of the next.
   if len(set(nearest[:, 0])) < len(subset) or np.any(first > 0.5 * second):
     sys.exit('error: some subset images match no JPEG clearly: is --jpeg the '
              'JPEG copy of CIFAR-10?')

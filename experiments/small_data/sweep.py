@@ -1,9 +1,6 @@
-r"""The small-data study's runs: `configs/cifar_small.py`'s three models, then
-what the study leaves unstated (augmentation, batch size, where SimpleCNN's
-pools sit, whether SmallResNet's stem downsamples; the parameter counts
-unchanged), each at 30 epochs with 5,000 validation images outside the
-study's 5,000 (`python -m experiments.held_out`). Prints one `vit_jax.main`
-command per run:
+r"""The small-data study's runs (README.md here): the config's three models,
+then each choice the study leaves unstated (`CHOICES`), validated on 5,000
+held-out images; one `vit_jax.main` command per run:
 
   python -m experiments.small_data.sweep --validation_dir=/tmp/held_out \
       | xargs -d '\n' -P 2 -n 1 sh -c
