@@ -235,12 +235,7 @@ def load(source: str | pathlib.Path, *, model_name: str | None = None,
   model, image_size = vit_model.model_for(params, model_name=model_name,
                                           source=str(path))
   return Loaded(kind, model, {'params': params}, image_size, None, None,
-                _file_pixels(path, kind))
-
-
-def _file_pixels(path: pathlib.Path, kind: str) -> tuple[tuple, tuple]:
-  return (vit_model.RELEASED_PIXELS
-          if kind == NPZ else FOLDER_FORMATS[kind].pixels(path))
+                trained_pixels(path))
 
 
 def trained_pixels(source: str | pathlib.Path) -> tuple[tuple, tuple] | None:
@@ -248,7 +243,8 @@ def trained_pixels(source: str | pathlib.Path) -> tuple[tuple, tuple] | None:
   path = pathlib.Path(source)
   kind = source_kind(path)
   if kind != WORKDIR:
-    return _file_pixels(path, kind)
+    return (vit_model.RELEASED_PIXELS
+            if kind == NPZ else FOLDER_FORMATS[kind].pixels(path))
   config, _ = read_config_json(path)
   if not isinstance(config, dict) or not {'pixel_mean', 'pixel_std'
                                          } <= set(config):

@@ -91,10 +91,12 @@ class VisionTransformer(nn.Module):
                   'patch_size'):
       if getattr(self, field) < 1:
         raise ValueError(f'{field}={getattr(self, field)} must be positive.')
-    for field in ('dropout_rate', 'attention_dropout_rate'):
+    for field, what in (('dropout_rate', 'zeroing an activation'),
+                        ('attention_dropout_rate', 'zeroing an activation'),
+                        ('stochastic_depth_rate', 'dropping the last block')):
       if not 0.0 <= getattr(self, field) < 1.0:
         raise ValueError(f'{field}={getattr(self, field)} must be in [0, 1): '
-                         'it is the probability of zeroing an activation.')
+                         f'it is the probability of {what}.')
     # The attention layer checks its own fields.
     MultiHeadSelfAttention(self.num_heads, self.attention_dropout_rate,
                            attention=self.attention,
@@ -113,10 +115,6 @@ class VisionTransformer(nn.Module):
       raise ValueError(
           f"posemb='sincos2d' needs a hidden_size divisible by 4, got "
           f"{self.hidden_size}: use a multiple of 4 or posemb='learned'.")
-    if not 0.0 <= self.stochastic_depth_rate < 1.0:
-      raise ValueError(
-          f'stochastic_depth_rate={self.stochastic_depth_rate} must be in '
-          '[0, 1): it is the probability of dropping the last block.')
     if self.shifted_patches and self.resnet_stages is not None:
       raise ValueError(
           'shifted_patches=True shifts image pixels and cannot follow a '
