@@ -333,8 +333,7 @@ def comparable(value) -> Any:
 
 
 def check_resumable(saved: dict, config, workdir) -> dict[str, tuple]:
-  """ConfigError where `saved` differs from `config` in a fixed field; the
-  {name: (saved, this)} of those that may change and did."""
+  """ConfigError for a changed fixed field; {name: (saved, this)} of others."""
   changed, differ = {}, []
   for name, field in FIELDS.items():
     here = comparable(config[name])

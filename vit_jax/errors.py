@@ -1,5 +1,4 @@
-"""The errors a user can see, printed as one `error:` line by the commands;
-anything else is a bug and keeps its traceback. Imports nothing of vit_jax."""
+"""The errors a user sees as one `error:` line; others keep their traceback."""
 
 import errno
 import os

@@ -1,5 +1,4 @@
-"""Where state is saved, and any checkpoint read back; docs/layout.md lists
-its modules."""
+"""Where state is saved and any checkpoint read back (docs/layout.md)."""
 
 from vit_jax.checkpoints.export import convert
 from vit_jax.checkpoints.reading import load

@@ -55,9 +55,10 @@ KEEP_ALL = 0
 
 
 class _CheckpointManager(ocp.CheckpointManager):
-  """orbax's, the stop signals left to `runtime.preemption`: orbax's calls of
-  jax's one-counter sync point would make a multi-process job ignore SIGTERM."""
+  """orbax's, the stop signals left to `runtime.preemption`."""
 
+  # orbax's calls of jax's one-counter sync point would make a multi-process
+  # job ignore SIGTERM.
   def reached_preemption(self, step: int) -> bool:
     del step
     return False

@@ -1,5 +1,4 @@
-"""Image folders `data_dir/{train,test}/<class>/*.{jpg,jpeg,png}`; EXIF
-orientation not applied, as the official `tf.image.decode_jpeg` does not."""
+"""Image folders `data_dir/{train,test}/<class>/*.{jpg,jpeg,png}`."""
 
 from collections.abc import Callable
 import dataclasses
@@ -59,6 +58,8 @@ def _on_background(rgba: np.ndarray) -> np.ndarray:
 
 def to_rgb(image: Image.Image) -> np.ndarray:
   """A PIL image as uint8 RGB, as a viewer shows it (on BACKGROUND)."""
+  # EXIF orientation is not applied, as the official `tf.image.decode_jpeg`
+  # does not: a fine-tuned model sees the same pixels.
   if image.mode not in _DECODED_MODES:
     raise _NotDecoded(f'its mode {image.mode} is not one this reader decodes '
                       '(save it as RGB)')
@@ -169,6 +170,11 @@ def _entries(folder: pathlib.Path, findings: _Findings) -> list[os.DirEntry]:
     return []
 
 
+def _class_folders(folder: pathlib.Path) -> list[str]:
+  # Findings thrown away: a problem listing them is named with the split.
+  return [e.name for e in _entries(folder, _Findings(folder)) if e.is_dir()]
+
+
 def _list_class(folder: pathlib.Path,
                 findings: _Findings) -> list[pathlib.Path]:
   images = []
@@ -238,12 +244,8 @@ def open_image_folder(data_dir: pathlib.Path) -> Dataset:
         f'No image folder found in {data_dir}: expected '
         f'{data_dir}/train/<class>/*.jpg and {data_dir}/test/<class>/*.jpg.')
   findings = _Findings(data_dir)
-  # The training class folders, sorted: label i is the i-th; a problem
-  # listing them is named with the split.
-  class_names = [
-      e.name for e in _entries(data_dir / 'train', _Findings(data_dir))
-      if e.is_dir()
-  ]
+  # The training class folders, sorted: label i is the i-th.
+  class_names = _class_folders(data_dir / 'train')
   train = _list_split(data_dir / 'train', class_names, findings)
   test = _list_split(data_dir / 'test', class_names, findings)
   _check(findings, [train, test], data_dir)
@@ -255,9 +257,7 @@ def open_split(folder: pathlib.Path, class_count: int) -> FileSource:
   if not folder.is_dir():
     raise DatasetError(f'No folder {folder}: pass a folder holding one '
                        '<class>/ folder of images per class.')
-  class_names = [
-      e.name for e in _entries(folder, _Findings(folder)) if e.is_dir()
-  ]
+  class_names = _class_folders(folder)
   if len(class_names) != class_count:
     raise DatasetError(
         f'{folder} holds {_count(len(class_names), "class folder")}, but the '

@@ -7,8 +7,7 @@ import jax.numpy as jnp
 
 
 class MixParameters(NamedTuple):
-  """Image i keeps `lam` of itself, the rest from image n - 1 - i (pasted
-  where `box` (H, W) is True in CutMix)."""
+  """Image i keeps `lam` of itself, the rest from image n - 1 - i (in `box`)."""
   lam: jax.Array
   use_cutmix: jax.Array
   box: jax.Array
@@ -18,8 +17,7 @@ def mix_parameters(key: jax.Array, image_shape: tuple[int,
                                                       ...], mixup_alpha: float,
                    cutmix_alpha: float, switch_probability: float = 0.5,
                    probability: float = 1.0) -> MixParameters:
-  """timm's Mixup parameters, lam corrected to the area pasted; only
-  `image_shape` is static, so one compiled program serves any alphas."""
+  """timm's Mixup parameters; only `image_shape` is static."""
   _, h, w, _ = image_shape
   mix_key, switch_key, lam_key, y_key, x_key = jax.random.split(key, 5)
   mixup_alpha = jnp.asarray(mixup_alpha, jnp.float32)

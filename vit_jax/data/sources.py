@@ -32,8 +32,7 @@ def to_arrays(source: Source, image_size: int) -> tuple[np.ndarray, np.ndarray]:
 
 def class_counts(sizes: np.ndarray, count: int,
                  rng: np.random.Generator) -> np.ndarray:
-  """How many of `count` examples to draw from classes of `sizes` examples:
-  one of every class, the rest in proportion by largest remainder."""
+  """How many of `count` to draw per class: one each, then largest remainder."""
   num_classes = len(sizes)
   if count < num_classes:
     counts = np.zeros(num_classes, np.int64)
@@ -86,8 +85,7 @@ def _take(source: Source, indices: np.ndarray) -> Source:
 
 def _validation_pool(dataset: Dataset, config, train: Source,
                      trained) -> tuple[Source, bool]:
-  """Where validation examples are drawn from (docs/training.md, Validation);
-  True: the training split itself."""
+  """Where validation examples are drawn from; True: the training split."""
   if config.validation_dir:
     return image_folder.open_split(
         pathlib.Path(config.validation_dir).expanduser(),

@@ -1,8 +1,4 @@
-"""Train steps handed to the devices several to one compiled call.
-
-At most two calls of at most `MAX_SECONDS` are in flight, so a stop signal is
-acted on within about 2 x MAX_SECONDS.
-"""
+"""Train steps handed to the devices several to one compiled call."""
 
 import time
 from typing import NamedTuple
@@ -13,6 +9,8 @@ import numpy as np
 
 from vit_jax.training import steps
 
+# A call's most seconds; with at most two in flight, a stop signal is acted on
+# within about 2 x MAX_SECONDS.
 MAX_SECONDS = 1.0
 
 
