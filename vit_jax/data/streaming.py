@@ -1,5 +1,4 @@
-"""Streaming input, read, cropped and resized on the hosts; an example's
-randomness comes from (seed, epoch, batch, row) alone."""
+"""Streaming input, read, cropped and resized on the hosts."""
 
 from collections.abc import Iterator
 import dataclasses
@@ -187,6 +186,7 @@ class _TrainExamples(_Rows):
     row = self.rows.start + offset
     index = _epoch_table(self.seed, epoch + 1, len(self.source),
                          self.batch_size)[batch, row]
+    # A batch is the same however it is loaded and wherever a run resumes.
     rng = np.random.default_rng([self.seed, epoch + 1, batch, row])
     image, label = preprocess.train_example(self.source, index, self.image_size,
                                             self.augment, rng)

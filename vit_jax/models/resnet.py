@@ -1,5 +1,4 @@
-"""The BiT-style ResNet stem of the hybrid models (R50+ViT-B/16), whose
-modules sit at the ViT's top level, as the official hybrid's."""
+"""The BiT-style ResNet stem of the hybrid models (R50+ViT-B/16)."""
 
 from typing import Any, Sequence
 
@@ -96,6 +95,7 @@ def stem_stride(stages: Sequence[int]) -> int:
 def resnet_stem(x: jax.Array, stages: Sequence[int], width_factor: int = 1,
                 dtype: Any = jnp.float32) -> jax.Array:
   """Root and ResNet stages, as modules of the calling compact method."""
+  # At the ViT's top level, as the official hybrid's.
   width = 64 * width_factor
   x = StdConv(width, 7, 2, dtype, name='conv_root')(x)
   x = nn.relu(_group_norm(x, 'gn_root', dtype))
