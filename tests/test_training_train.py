@@ -1,7 +1,4 @@
-"""The training loop end to end on a tiny synthetic CIFAR-10: steps as the
-unit, exact resumption, progress, divergence, several processes (SIGTERM and
-Ctrl-C in one process: tests/test_faults.py).
-Faults (kill -9, full disks, damaged files) are in test_faults.py."""
+"""The training loop end to end on a tiny CIFAR-10 (faults: test_faults.py)."""
 
 import datetime
 import json
@@ -18,9 +15,9 @@ import orbax.checkpoint as ocp
 import pytest
 
 from tests.helpers import cifar10_files
+from tests.helpers import cifar10_release
 from tests.helpers import history
 from tests.helpers import random_cifar
-from tests.helpers import ROOT
 from tests.helpers import run_on_host_devices
 from tests.helpers import start_two_processes
 from tests.helpers import study_config
@@ -83,9 +80,7 @@ def test_the_study_vit_computes_the_losses_it_always_did(tmp_path):
     ids=['scanned_vit', 'simple_cnn'])
 def test_steps_set_when_it_logs_evaluates_and_checkpoints_and_resumes_exactly(
     cifar10_binary, tmp_path, variant):
-  """The ViT's blocks scanned and rematerialized, with dropout drawn per
-  layer, which orbax restores as the stacked tree (test_faults.py resumes
-  the unscanned ViT)."""
+  """The ViT's blocks scanned and rematerialized: restored as a stacked tree."""
   data_dir, _ = cifar10_binary  # 96 images: 6 steps an epoch
   # 18 steps, as other runs here: their programs are in the suite's cache.
   config = tiny_config(data_dir, variant, total_steps=18, log_every_steps=5,
@@ -135,38 +130,32 @@ def test_steps_set_when_it_logs_evaluates_and_checkpoints_and_resumes_exactly(
 
 def test_by_default_it_logs_evaluates_and_checkpoints_once_an_epoch(
     cifar10_binary, tmp_path):
-  """Checkpoints at most every checkpoint_min_seconds (30 s by default):
-  with more than the run takes, the first epoch (none was saved) and the
-  last step save; with 0, every epoch does."""
+  """Checkpoints at most every checkpoint_min_seconds, the first epoch's too."""
+  # With more seconds than the run takes: the first epoch (none was saved
+  # before it) and the last step (test_checkpoints_run_checkpoints: the pace).
   data_dir, _ = cifar10_binary
-  for min_seconds, saved in ((1e9, [6, 18]), (0, [6, 12, 18])):
-    workdir = tmp_path / str(min_seconds)
-    train.train_and_evaluate(
-        tiny_config(data_dir, num_epochs=3, checkpoint_min_seconds=min_seconds,
-                    keep_checkpoints=5), workdir)
-    records = history(workdir)
-    assert [(r['step'], r['epoch']) for r in records] == [(6, 1.0), (12, 2.0),
-                                                          (18, 3.0)]
-    assert all('train_loss' in r and 'test_loss' in r for r in records)
-    with ocp.CheckpointManager(workdir / 'checkpoints') as manager:
-      assert manager.all_steps() == saved
+  train.train_and_evaluate(
+      tiny_config(data_dir, num_epochs=3, checkpoint_min_seconds=1e9,
+                  keep_checkpoints=5), tmp_path)
+  records = history(tmp_path)
+  assert [(r['step'], r['epoch']) for r in records] == [(6, 1.0), (12, 2.0),
+                                                        (18, 3.0)]
+  assert all('train_loss' in r and 'test_loss' in r for r in records)
+  with ocp.CheckpointManager(tmp_path / 'checkpoints') as manager:
+    assert manager.all_steps() == [6, 18]
 
 
 @pytest.fixture(scope='module')
 def one_epoch_run(tmp_path_factory):
-  """(config, workdir, summary, test split) of `tiny_config` trained 1 epoch
-  (6 steps) on 96 images, tested on 37."""
+  """(config, workdir, summary, test split): 6 steps on 96 images, 37 tested."""
   root = tmp_path_factory.mktemp('one_epoch_run')
-  test_split = random_cifar(37, 10, seed=3)
-  write_cifar_binary(root / 'data' / 'cifar-10-batches-bin',
-                     cifar10_files(random_cifar(96, 10, seed=1), test_split))
-  config = tiny_config(root / 'data', num_epochs=1)
+  config = tiny_config(cifar10_release(root / 'data', 96), num_epochs=1)
   return (config, root / 'run', train.train_and_evaluate(config, root / 'run'),
-          test_split)
+          random_cifar(37, 10, seed=3))
 
 
-def test_rerunning_a_finished_run_does_not_train_again(one_epoch_run, caplog):
-  """Nor compile: it returns the summary it had."""
+def test_rerunning_a_finished_run_returns_its_summary_without_compiling(
+    one_epoch_run, caplog):
   config, workdir, first, _ = one_epoch_run
   before = history(workdir)
   caplog.set_level('INFO')
@@ -266,9 +255,8 @@ def test_a_run_diverging_for_steps_is_told_so_and_the_advice_works(
 
 
 _LOSS_SCRIPT = '''
-import json, sys
+import json
 import jax
-sys.path.insert(0, {root!r})
 from tests.helpers import tiny_config
 from vit_jax.training import train
 config = tiny_config({data_dir!r}, num_epochs=1, batch_size=16)
@@ -284,8 +272,7 @@ def test_eight_devices_give_the_single_device_loss(cifar10_binary, tmp_path):
   for devices in (1, 8):
     workdir = str(tmp_path / f'devices_{devices}')
     out = run_on_host_devices(
-        _LOSS_SCRIPT.format(root=str(ROOT), data_dir=str(data_dir),
-                            workdir=workdir), devices)
+        _LOSS_SCRIPT.format(data_dir=str(data_dir), workdir=workdir), devices)
     assert json.loads(out.splitlines()[-1])[0] == devices
     records[devices] = history(workdir)[-1]
   for metric in ('train_loss', 'test_loss'):
@@ -355,8 +342,7 @@ def test_a_workdir_of_another_run_is_refused_not_restored(
 
 
 def _train_in_two_processes(data_dir, workdir, tmp_path, **overrides):
-  """Runs `trained_vit_config` in 2 processes x 1 CPU device through
-  main.py's cluster flags; returns their logs."""
+  """The logs of `trained_vit_config` run in 2 processes x 1 CPU device."""
   config_file = write_process_config(tmp_path, data_dir, 'trained_vit_config',
                                      **overrides)
   processes, logs = start_two_processes(config_file, workdir, tmp_path)
@@ -369,9 +355,6 @@ def _train_in_two_processes(data_dir, workdir, tmp_path, **overrides):
 @pytest.mark.slow  # 46 s; the default run keeps test_runtime_peer_watch's
 def test_two_processes_give_the_two_device_loss_and_one_set_of_files(
     trained_vit_run, tmp_path):
-  """2 processes x 1 CPU device (gloo collectives) train as 1 process x 2
-  devices does (`trained_vit_run`), through main.py's cluster flags; both
-  share the workdir, where one set of files and one checkpoint appear."""
   reference, data_dir = trained_vit_run
   workdir = tmp_path / 'run'
   logs = _train_in_two_processes(data_dir, workdir, tmp_path)
@@ -399,8 +382,6 @@ def test_two_processes_give_the_two_device_loss_and_one_set_of_files(
 @pytest.mark.slow  # 30 s: two processes and a reference run
 def test_two_streaming_processes_each_read_their_half_of_every_batch(
     trained_vit_run, tmp_path):
-  """Streaming: each of 2 processes reads only its device's 8 rows of every
-  16-image batch, and together they train as 1 process does."""
   _, data_dir = trained_vit_run
   config = trained_vit_config(data_dir)
   config.input_pipeline, config.input_workers = 'streaming', 0
@@ -421,9 +402,7 @@ def test_two_streaming_processes_each_read_their_half_of_every_batch(
 @pytest.mark.slow  # 30 s: two processes
 def test_two_processes_save_the_same_epochs_checkpoints(cifar10_binary,
                                                         tmp_path):
-  """With the default interval each epoch asks orbax's policy, which
-  process 0 answers for both over jax's coordination service: the first
-  epoch's checkpoint (none before it) and the last step's."""
+  """Process 0 answers orbax's per-epoch save policy for both."""
   data_dir, _ = cifar10_binary  # 6 steps an epoch
   _train_in_two_processes(data_dir, tmp_path / 'run', tmp_path, total_steps=18,
                           checkpoint_every_steps=0, checkpoint_min_seconds=1e9)
