@@ -1,5 +1,4 @@
-"""`python -m vit_jax.analyze` on a trained run, a released checkpoint and
-runs of VisionTransformer's techniques."""
+"""`python -m vit_jax.analyze` on trained runs and a released checkpoint."""
 
 import json
 import shutil
@@ -147,8 +146,7 @@ def test_bad_input_is_one_clear_error(trained_vit_run, tmp_path):
 
 
 def test_a_released_npz_is_analysed_on_your_own_images(tmp_path):
-  """Two photos of other sizes, at its position embeddings' size, pixels in
-  [-1, 1], with named top-5 predictions."""
+  """Photos resized to its position embeddings, in [-1, 1], named top-5."""
   released = tmp_path / 'vit.npz'
   npz.save_npz(
       random_vit_params(models.create_model('ViT-Tiny-CIFAR_4', 3), 32),
@@ -221,8 +219,6 @@ def _analyze_run(workdir, out):
 
 def test_a_scanned_distillation_token_sincos_run_is_analysed_as_unscanned(
     cifar10_binary, tmp_path):
-  """Both tokens' attention and the fixed position embedding, layer by layer
-  as the unscanned run's."""
   techniques = dict(distillation_token=True, posemb='sincos2d')
   plain = _analyze_run(
       _untrained_run(tmp_path / 'plain', cifar10_binary[0], **techniques),
@@ -250,8 +246,7 @@ def test_a_scanned_distillation_token_sincos_run_is_analysed_as_unscanned(
 
 def test_a_gap_run_without_position_embedding_says_what_it_did_not_draw(
     cifar10_binary, tmp_path, capsys):
-  """What the command prints; an old figure of the same name is removed;
-  shifted patches' filters and locality attention's distances are drawn."""
+  """An old figure of the same name is removed; the rest is drawn."""
   workdir = _untrained_run(tmp_path / 'run', cifar10_binary[0], posemb='none',
                            classifier='gap', shifted_patches=True,
                            locality_attention=True)

@@ -1,7 +1,5 @@
-"""Faults as a cluster run meets them, injected for real (full disks,
-damaged checkpoints, kills, bad paths, hostile files): what the user sees
-(one line, an exit status) and that nothing is lost (the rerun ends as an
-uninterrupted run does)."""
+"""Faults injected for real (full disks, damaged checkpoints, kills, bad
+paths): the user sees one line and an exit status, and nothing is lost."""
 
 import json
 import math
@@ -56,8 +54,7 @@ def run(uninterrupted, tmp_path):
 
 
 class _Run:
-  """`python -m vit_jax.main` processes of `process_test_config` on one
-  workdir, and the uninterrupted run they must end as."""
+  """Processes of `process_test_config` on one workdir, and the run to match."""
 
   def __init__(self, data_dir, reference, tmp_path):
     self.data_dir, self.reference, self.tmp_path = data_dir, reference, tmp_path
@@ -77,8 +74,7 @@ class _Run:
     return process.wait(timeout=60), self.output(log)
 
   def finish(self, **overrides):
-    """Trains the config with `overrides` to the end in this process: as a
-    rerun of the command does, without starting Python and jax again."""
+    """Trains to the end in this process, as a rerun of the command does."""
     config = process_test_config(self.data_dir)
     config.update(overrides)
     train.train_and_evaluate(config, self.workdir)
@@ -209,8 +205,7 @@ def test_a_damaged_latest_checkpoint_is_skipped_and_nothing_is_lost(
 
 
 def _tensorboard_steps(workdir: pathlib.Path, tag: str) -> list[int]:
-  """The steps of `tag` in the run's event files (TFRecord-framed Event
-  protos, read with tensorboardX's own proto)."""
+  """The steps of `tag` in the run's TFRecord-framed event files."""
   from tensorboardX.proto import event_pb2  # pylint: disable=g-import-not-at-top
   found = []
   for path in sorted(
@@ -227,8 +222,6 @@ def _tensorboard_steps(workdir: pathlib.Path, tag: str) -> list[int]:
 
 def test_a_second_run_is_refused_and_the_first_killed_mid_epoch_resumes_identical(
     run, caplog):
-  """The second, 0.5 s after the first (a requeued job), is refused unwritten;
-  the first, killed with kill -9, leaves its lock to the identical rerun."""
   processes = [run.start('log0')]
   time.sleep(0.5)
   processes.append(run.start('log1'))
@@ -280,7 +273,7 @@ def test_a_diverged_test_loss_stops_and_says_no_checkpoint_exists(tmp_path):
 # ------------------------------------------------- bad workdirs and data ---
 
 
-def test_the_workdir_is_checked_before_the_data(tmp_path):
+def test_the_workdir_and_init_from_are_checked_before_the_data(tmp_path):
   config = tiny_config(tmp_path / 'no-data')
   (tmp_path / 'file').write_text('')
   with pytest.raises(WorkdirError, match='is a file: pass a directory'):
@@ -290,6 +283,14 @@ def test_the_workdir_is_checked_before_the_data(tmp_path):
     train.train_and_evaluate(config, '/proc/vit_jax/run')
   with pytest.raises(DatasetError, match='does not exist'):
     train.train_and_evaluate(config, tmp_path / 'run')
+  config.init_from = str(tmp_path / 'absent.npz')
+  with pytest.raises(ConfigError) as refused:
+    train.train_and_evaluate(config, tmp_path / 'run')
+  assert str(refused.value) == (
+      f"config.init_from='{config.init_from}': No checkpoint at "
+      f'{config.init_from}: pass a vit_jax.main workdir (or its '
+      'best_checkpoint), an official .npz, a timm model.safetensors or hub '
+      'folder, or a transformers ViT folder.')
   assert not (tmp_path / 'run').exists()
 
 
@@ -352,8 +353,7 @@ def _assert_stopped_cleanly(status: int, output: str):
 ], ids=['SIGTERM-then-Ctrl-C', 'Ctrl-C-then-SIGTERM'])
 def test_a_stop_signal_saves_what_was_done_exits_75_and_the_rerun_ends_identical(
     run, at_start_up, while_training):
-  """During start-up (the command's first line to the first step) nothing is
-  saved; while training, the step reached. Rerun on 75 completes the run."""
+  """During start-up nothing is saved; while training, the step reached."""
   # The signal's step is the newest checkpoint: none is scheduled before
   # step 100, or (Ctrl-C) none after the first epoch's until the run ends.
   overrides = (dict(
@@ -449,9 +449,7 @@ _NO_CHECKPOINT_SOON = ('--config.total_steps=2000',
 @pytest.mark.slow  # 45 s
 def test_a_resumed_two_process_job_signalled_at_start_up_stops_before_training(
     run):
-  """jax's preemption service counts calls, not steps: a job resuming at
-  step N and signalled while it starts stops at its first call, with
-  nothing new to save, in both processes."""
+  """jax's preemption service counts calls, not steps: both stop unsaved."""
   processes, logs = start_two_processes(run.config_file, run.workdir,
                                         run.tmp_path, *_NO_CHECKPOINT_SOON)
   wait_for_step(processes[0], run.workdir, 6)
@@ -479,8 +477,7 @@ def test_a_resumed_two_process_job_signalled_at_start_up_stops_before_training(
 
 def test_readers_skip_a_damaged_newest_checkpoint_and_refuse_a_run_without_one(
     run, caplog):
-  """As analyze, fine-tuning (init_from) and the teachers read a run; a
-  refusal is one `error:` line (`errors.exit_on_user_error`)."""
+  """As analyze and fine-tuning (init_from) read a run."""
   workdir = shutil.copytree(run.reference, run.workdir)
   checkpoints = workdir / 'checkpoints'
   _flip_four_bytes(checkpoints / '40')
@@ -520,10 +517,7 @@ def test_readers_skip_a_damaged_newest_checkpoint_and_refuse_a_run_without_one(
 @pytest.mark.slow  # 27 s
 def test_a_reader_of_a_live_run_never_calls_a_rotated_checkpoint_damaged(
     run, caplog):
-  """A run saving every step and keeping one checkpoint, deleting each as
-  it saves the next, read again and again as evaluate and analyze read it:
-  each read is a newer sound checkpoint, or says the run is writing there;
-  none warns of a damaged one."""
+  """A run keeping one checkpoint, saved every step, read as evaluate does."""
   process = run.start('log', '--config.checkpoint_every_steps=1',
                       '--config.keep_checkpoints=1', '--config.total_steps=24')
   wait_for_step(process, run.workdir, 3)
@@ -545,27 +539,7 @@ def test_a_reader_of_a_live_run_never_calls_a_rotated_checkpoint_damaged(
   assert steps == sorted(steps) and len(steps) >= 3, (steps, in_progress)
 
 
-def test_a_missing_init_from_is_one_line_before_the_data(tmp_path):
-  """`job.run` prints a ConfigError as `error: ` and it; a pickle or another
-  architecture is refused in one line too (test_training_finetune.py)."""
-  path = tmp_path / 'absent.npz'
-  # Data that does not exist: had it been read first, its error would show.
-  config = process_test_config(tmp_path / 'no-data')
-  config.init_from = str(path)
-  with pytest.raises(ConfigError) as refused:
-    train.train_and_evaluate(config, tmp_path / 'run')
-  assert str(refused.value) == (
-      f"config.init_from='{path}': No checkpoint at {path}: pass a "
-      'vit_jax.main workdir (or its best_checkpoint), an official .npz, a timm '
-      'model.safetensors or hub folder, or a transformers ViT folder.')
-  assert not (tmp_path / 'run').exists()
-
-
 def test_a_lost_config_json_is_rebuilt_or_the_way_out_is_named(run, caplog):
-  """Deleted or truncated, it is rebuilt from the newest checkpoint, and a
-  run of another config is refused as with it; from checkpoints saved before
-  they held the config, nothing can be rebuilt, and the message says what
-  can be done."""
   workdir = shutil.copytree(run.reference, run.workdir)
   config_file, checkpoints = workdir / 'config.json', workdir / 'checkpoints'
   saved = json.loads(config_file.read_text())
@@ -578,11 +552,6 @@ def test_a_lost_config_json_is_rebuilt_or_the_way_out_is_named(run, caplog):
           f'checkpoint {checkpoints / "40"}.') in caplog.text
   assert json.loads(config_file.read_text()) == saved
   assert run.ends_identical()
-
-  config_file.write_text(config_file.read_text()[:200])
-  run.finish()
-  assert f'{config_file} is not valid JSON (' in caplog.text
-  assert json.loads(config_file.read_text()) == saved
 
   for step_dir in checkpoints.glob('[0-9]*'):
     for item in ('config', 'digest'):

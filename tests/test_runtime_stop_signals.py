@@ -1,5 +1,4 @@
-"""SIGTERM and Ctrl-C as requests to stop, caught from a command's start; a
-second Ctrl-C exits at once."""
+"""SIGTERM and Ctrl-C as requests to stop; a second Ctrl-C exits at once."""
 
 import os
 import signal
@@ -7,10 +6,9 @@ import subprocess
 import sys
 import time
 
-import numpy as np
 import pytest
 
-from tests.helpers import png
+from tests.helpers import write_image_folder
 from tests.helpers import ROOT
 from vit_jax.runtime import stop_signals
 
@@ -73,9 +71,7 @@ def test_signals_are_recorded_until_released_and_said_in_one_line(capfd):
 
 
 def test_a_second_ctrl_c_exits_at_once_in_one_line():
-  """Even while the main thread is inside one long native call, where no
-  Python-level handler runs (here: a product of large matrices, as XLA's
-  compiler is for a big model)."""
+  """Even inside one long native call (XLA compiling), where no handler runs."""
   process = subprocess.Popen([
       sys.executable, '-c', 'import numpy as np\n'
       'from vit_jax.runtime import stop_signals\n'
@@ -105,11 +101,7 @@ def test_a_command_with_nothing_to_save_stops_at_once_in_one_line(
     tmp_path, command, flags, what):
   """Ctrl-C while it measures: one line, status 130, no traceback."""
   if command.endswith('input'):  # an image folder to read
-    for split, count in (('train', 402), ('test', 1)):
-      (tmp_path / split / 'a').mkdir(parents=True)
-      for i in range(count):
-        (tmp_path / split / 'a' / f'{i}.png').write_bytes(
-            png(np.full((8, 8, 3), i % 256, np.uint8)))
+    write_image_folder(tmp_path, {'train': 402, 'test': 1}, ['a'])
     flags += (f'--data_dir={tmp_path}',)
   process = subprocess.Popen([sys.executable, '-m', command, *flags], cwd=ROOT,
                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
@@ -132,9 +124,8 @@ _AT_ONCE = (
 
 
 def _stop_at_once(script: str, ready: str, ctrl_c_ignored: bool = False):
-  """Runs `script` after `catch(at_once=...)` (started as `nohup cmd &`
-  starts it if `ctrl_c_ignored`: Ctrl-C passes it by), sends SIGTERM once it
-  prints `ready`: the command ends with status 75 and the stop line last."""
+  """Runs `script` after `catch(at_once=...)`, SIGTERMs it once it prints
+  `ready` and checks status 75 and the stop line last; returns stderr."""
   command = [sys.executable, '-c', _AT_ONCE + script]
   if ctrl_c_ignored:
     command = _CTRL_C_IGNORED + command
@@ -154,10 +145,7 @@ def _stop_at_once(script: str, ready: str, ctrl_c_ignored: bool = False):
 
 
 def test_the_stop_line_is_the_last_while_the_main_thread_logs():
-  """What the main thread writes to stderr while the stop is said (jax
-  logging its start-up) comes before the line, never after it, however
-  long the watcher waits for the interpreter before it ends the process
-  (here: 0.3 s)."""
+  """However long the interpreter takes to exit (here 0.3 s)."""
   _stop_at_once(
       'import os, time\n'
       'exit_now = os._exit\n'
@@ -170,10 +158,7 @@ def test_the_stop_line_is_the_last_while_the_main_thread_logs():
 
 def test_a_stop_at_once_waits_for_a_block_and_passes_an_ignored_ctrl_c_by(
     tmp_path):
-  """Blocks that `not_stopped_within` keeps whole (writing records, a
-  child's start) end before the process does, nested ones too. Started as
-  `nohup cmd &` and a script's background jobs start it, the Ctrl-C meant
-  for the foreground passes it by; SIGTERM stops it."""
+  """Nested blocks end first; started as `nohup cmd &`, Ctrl-C passes it by."""
   done = tmp_path / 'done'
   stderr = _stop_at_once(
       'import pathlib, time\n'
@@ -190,9 +175,6 @@ def test_a_stop_at_once_waits_for_a_block_and_passes_an_ignored_ctrl_c_by(
 
 
 def test_the_ctrl_c_tests_pass_in_a_suite_started_with_ctrl_c_ignored():
-  """They assume no handler they inherit (conftest gives the commands they
-  start Python's, as at a terminal): those pressing Ctrl-C on this process
-  and on a command they start."""
   suite = subprocess.run(
       _CTRL_C_IGNORED + [
           sys.executable, '-m', 'pytest', '-q', '-n', '0', '-p',

@@ -9,7 +9,6 @@ import optax
 import pytest
 
 from tests.helpers import random_cifar
-from tests.helpers import ROOT
 from tests.helpers import run_on_host_devices
 from tests.helpers import tiny_config
 from vit_jax import models
@@ -30,8 +29,7 @@ def one_device_mesh():
 
 def one_device_train_step(config, images, labels,
                           objective=losses.classification):
-  """(jitted train step, initial state, input) of `config` on one device,
-  seed 0, over the given examples, minimizing `objective`."""
+  """(jitted train step, initial state, input) of `config` on one device."""
   mesh = one_device_mesh()
   split = sources.ArraySource(images, labels)
   inputs = on_device.OnDeviceInput(sources.Dataset(split, split, 10), config,
@@ -92,9 +90,7 @@ def test_gradient_accumulation_gives_the_same_step(averaged_step):
 
 @pytest.mark.slow  # 8 s; the model's remat test stays in the suite
 def test_a_rematerialized_step_is_the_same_step_keeping_less():
-  """remat='full' recomputes each block in the backward pass, dropout masks
-  included, so the step is the same; on a CPU too, where the compiler
-  options keep jax's barriers (else XLA merges the recomputation away)."""
+  """Dropout masks included; on a CPU, compiler options keep jax's barriers."""
   images, labels = random_cifar(16, 10, seed=0)
   mesh = sharding.make_mesh()
   split = sources.ArraySource(images, labels)
@@ -182,8 +178,7 @@ def test_bfloat16_training_stays_close_to_float32():
 
 
 _FSDP_SCRIPT = '''
-import json, sys
-sys.path.insert(0, {root!r})
+import json
 import jax
 import numpy as np
 from tests.helpers import random_cifar, study_config
@@ -195,7 +190,7 @@ from vit_jax.training import steps
 
 images, labels = random_cifar(32, 10, seed=0)
 split = sources.ArraySource(images, labels)
-results = {{}}
+results = {}
 for fsdp in (1, 8):
   config = study_config('vit')  # ViT-Tiny-CIFAR_4 (dropout 0.1), 1 block
   config.update(dict(batch_size=16, eval_batch_size=16, fsdp=fsdp))
@@ -230,8 +225,7 @@ print(json.dumps(results))
 def test_fsdp_step_equals_the_data_parallel_step_on_8_devices(tmp_path):
   # The study's ViT cut to 1 block, two train steps from the same start on 8
   # host devices: parameters replicated, then split over an fsdp axis of 8.
-  out = run_on_host_devices(_FSDP_SCRIPT.format(root=str(ROOT)), 8,
-                            cwd=tmp_path)
+  out = run_on_host_devices(_FSDP_SCRIPT, 8, cwd=tmp_path)
   results = json.loads(out.splitlines()[-1])
   replicated, fsdp = results['1'], results['8']
   assert replicated['sharded'] == 0
@@ -245,8 +239,6 @@ def test_fsdp_step_equals_the_data_parallel_step_on_8_devices(tmp_path):
 
 
 _MIMETIC_SCRIPT = '''
-import sys
-sys.path.insert(0, {root!r})
 import jax
 from tests.helpers import tiny_config
 from vit_jax import models
@@ -268,11 +260,8 @@ for fsdp, mimetic in ((1, False), (1, True), (4, True)):
 
 
 def test_state_shapes_are_the_initial_state_a_mimetic_one_too():
-  """On 4 host devices, where a mimetic model's SVDs deadlocked a program
-  partitioned over them on 2 cores (jax 0.10.2); the state still ends up
-  laid out as the mesh says, replicated or split over fsdp."""
-  out = run_on_host_devices(_MIMETIC_SCRIPT.format(root=str(ROOT)), 4,
-                            timeout=240)
+  """On 4 host devices, laid out as the mesh says, replicated or over fsdp."""
+  out = run_on_host_devices(_MIMETIC_SCRIPT, 4, timeout=240)
   assert out.splitlines()[-3:] == [
       'initialized with fsdp 1 plain', 'initialized with fsdp 1 mimetic',
       'initialized with fsdp 4 mimetic'
