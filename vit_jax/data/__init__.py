@@ -1,4 +1,6 @@
-"""Where data enters: `create_input(config, mesh)`."""
+"""Where data enters: `create_input(config, mesh)`. sources.py opens the
+dataset; on_device.py (small datasets, copied to every device once) or
+streaming.py (read and cropped on the hosts every step) feeds it."""
 
 from vit_jax.data import sources
 from vit_jax.data.input import Input

@@ -1,4 +1,8 @@
-"""Checkpoint formats: parameters written by others (and by us for them)."""
+"""Checkpoint formats: parameters written by others (and by us for them).
+
+A format is a module that reads into our parameter tree and, where it can,
+writes back; one held in a folder (timm's, transformers') is a `FolderFormat`.
+"""
 
 import pathlib
 from typing import Any, Protocol

@@ -1,4 +1,5 @@
-"""Models: the ViT family, its MAE wrapper and the small-data study's CNNs."""
+"""Models: the ViT family, its MAE wrapper and the small-data study's CNNs;
+`registry` makes each by name or from a training config."""
 
 from vit_jax.models.cnn import SimpleCNN
 from vit_jax.models.cnn import SmallResNet

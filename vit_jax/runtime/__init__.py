@@ -1,1 +1,2 @@
-"""What every command runs in; docs/layout.md lists the modules."""
+"""What every command runs in: its processes and devices, signals and files
+(docs/layout.md lists the modules)."""
