@@ -1,1 +1,1 @@
-"""The studies, a folder each (README, sweep.py, summary.py); `runs` is shared."""
+"""The studies, a folder each with its README; `runs` and `held_out` are shared."""

@@ -1,4 +1,5 @@
-r"""Times the streaming input on this host, to choose `config.input_workers`.
+r"""Times the streaming input on this host, to choose `config.input_workers`
+(docs/benchmarks.md).
 
   python -m vit_jax.benchmark_input --dataset=image_folder \
       --data_dir=DIR --image_size=224 --batch_size=256 --workers=0,-1 \

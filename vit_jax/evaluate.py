@@ -8,9 +8,12 @@ r"""Measures a checkpoint's loss, top-1 and top-5 accuracy over a whole split.
 
 A workdir is evaluated with its run's config unless --config names another;
 --config.FIELD=VALUE overrides a field of either. Other checkpoints need
---config, which names the dataset. Process 0 prints the result, its last line
-JSON. Exit status 0; 1 after one `error:` line; 75 or 130 when SIGTERM or
-Ctrl-C stopped it.
+--config, which names the dataset; such a checkpoint computes in config.dtype
+and needs config.image_size to be what its position embeddings were trained
+for, or --released_preprocessing. Process 0 prints the result, its last line
+JSON: top1, top5, loss, examples and what was evaluated (docs/checkpoints.md).
+Exit status 0; 1 after one `error:` line; 75 or 130 when SIGTERM or Ctrl-C
+stopped it.
 """
 
 # pylint: disable=g-import-not-at-top,wrong-import-position

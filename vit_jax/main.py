@@ -6,11 +6,12 @@ r"""Trains and evaluates a model; the same command again resumes the run.
 
 --config.FIELD=VALUE sets any field of the config, and
 --config.model_overrides.FIELD=VALUE any field of the model: every field, its
-default and what it means are in vit_jax/config_schema.py.
+default and what it means are in vit_jax/config_schema.py (docs/training.md).
 
 Exit status: 0 when the run is complete; 75 when SIGTERM or Ctrl-C stopped
 it with nothing lost (rerun to resume); 1 for a problem the message explains;
-130 when a second Ctrl-C stopped it at once. Several hosts: docs/multi_host.md.
+130 when a second Ctrl-C stopped it at once (rerun to resume from the newest
+complete checkpoint). Several hosts: docs/multi_host.md.
 """
 
 # pylint: disable=g-import-not-at-top,wrong-import-position

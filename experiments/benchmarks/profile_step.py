@@ -126,7 +126,8 @@ DEVICE_KINDS = {
 
 
 def _device_kernels(events: list[dict]) -> list[dict]:
-  """The accelerators' kernels: their 'Stream' threads', else all of theirs."""
+  """The accelerators' kernels: their 'Stream' threads' (the others repeat them
+  as XLA modules, ops or scopes), else all their threads'; none on a CPU."""
   devices = {
       e['pid'] for e in events
       if e.get('ph') == 'M' and e.get('name') == 'process_name' and

@@ -136,6 +136,6 @@ def shifted_patch_filters(kernel: np.ndarray, patch_size: int,
     raise ValueError(f'A ({features}, {width}) kernel is not over '
                      f'{patch_size}x{patch_size} patches of 5 copies of the '
                      'image.')
-  if norm_scale is not None:
+  if norm_scale is not None:  # its centring and bias are not linear in pixels
     kernel = kernel * np.asarray(norm_scale, np.float64).reshape(-1, 1)
   return kernel.reshape(patch_size, patch_size, 5, per_copy, width)[:, :, 0]

@@ -1,4 +1,5 @@
-"""TrivialAugment and RandAugment in jax, on torchvision's 14 ops (`OPS`)."""
+"""TrivialAugment and RandAugment in jax, on torchvision's 14 ops (`OPS`), of
+float32 NHWC images in [0, 1], before normalization."""
 
 import dataclasses
 import functools

@@ -42,6 +42,7 @@ def mix_parameters(key: jax.Array, image_shape: tuple[int,
   rows, cols = jnp.arange(h)[:, None], jnp.arange(w)[None, :]
   box = ((rows >= top) & (rows < bottom) & (cols >= left) & (cols < right) &
          use_cutmix)
+  # The area pasted, as timm's `correct_lam`.
   cutmix_lam = 1.0 - ((bottom - top) * (right - left)) / (h * w)
   lam = jnp.where(mixed, jnp.where(use_cutmix, cutmix_lam, lam), 1.0)
   return MixParameters(lam.astype(jnp.float32), use_cutmix, box)

@@ -38,6 +38,8 @@ def random_erasing(key: jax.Array, images: jax.Array, probability: float = 0.25,
 
   mask = (inside(top, height, h)[:, :, None] & inside(left, width, w)[:, None] &
           erase[:, None, None])
+  # The mean (plus std times normal noise): timm's zeros (normal noise) once
+  # normalized by the dataset's mean and std.
   values = jnp.asarray(mean, images.dtype)
   if mode == 'pixel':
     values = values + jnp.asarray(std, images.dtype) * jax.random.normal(

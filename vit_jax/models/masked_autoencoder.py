@@ -63,6 +63,7 @@ class Decoder(nn.Module):
       everywhere = jnp.broadcast_to(mask_token,
                                     (batch, num_patches, self.width))
       patches = everywhere.at[jnp.arange(batch)[:, None], kept].set(patches)
+    # MAE's decoder but for this: a learned position embedding, not sin-cos.
     x = AddPositionEmbs(name='posembed')(jnp.concatenate(
         [x[:, :prefix], patches], axis=1))
     block = BlockConfig(mlp_dim=4 * self.width,

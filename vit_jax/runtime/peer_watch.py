@@ -103,7 +103,8 @@ def watch(timeout: float) -> None:
 
 
 def _catch_coordinator_abort(coordinator_address: str) -> None:
-  """Outside process 0: jax's abort on losing process 0 as the line."""
+  """Outside process 0: jax's abort on losing process 0 as the line (through
+  ctypes: jax's `missed_heartbeat_callback` has no Python binding)."""
   if logging.get_verbosity() < 1:
     jax_utils.absl_set_min_log_level(4)  # above FATAL
   host, port = coordinator_address.rsplit(':', 1)

@@ -3,6 +3,9 @@
 A thread woken by Python's wake-up fd reads them: Python's handlers run between
 bytecodes, so two Ctrl-Cs in one long compilation would count as one."""
 
+# The standard library only: commands import this before jax, to catch the
+# signals from their first line.
+
 import contextlib
 import ctypes
 import os

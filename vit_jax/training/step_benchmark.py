@@ -39,6 +39,7 @@ def measure_matmul_peak(
   """FLOP/s of a (M, K, N) or square matmul of random data on each device."""
   m, k, n = (size,) * 3 if isinstance(size, int) else size
   num_devices = placement.mesh.size
+  # Random data: a GPU multiplies zeros or constants faster.
   a_key, b_key = jax.random.split(jax.random.key(0))
   a = jax.device_put(jax.random.normal(a_key, (num_devices * m, k), dtype),
                      placement)

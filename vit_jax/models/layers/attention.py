@@ -49,10 +49,14 @@ class _Projection(nn.Module):
 class MultiHeadSelfAttention(nn.Module):
   """`nn.MultiHeadDotProductAttention`'s parameters and function, faster.
 
-  `attention`: 'einsum' (float32 softmax; sows `attention_weights`),
-  'dot_product_attention' (jax's kernel), 'cudnn' (cuDNN's fused kernel), or
-  'auto' (cudnn where `fused_attention.cudnn_applies`, else einsum).
-  `locality` (einsum only) is Lee, Lee & Song's (2021) locality self-attention.
+  `attention`: 'einsum' (float32 softmax; sows `attention_weights` and drops
+  them out), 'dot_product_attention' (jax's kernel), 'cudnn' (cuDNN's fused
+  kernel at any token count, 16-bit `dtype` on NVIDIA GPUs), or 'auto' (cudnn
+  where `fused_attention.cudnn_applies` and nothing needs the probabilities,
+  einsum elsewhere). `locality` (einsum only; Lee, Lee & Song 2021) learns a
+  per-head `temperature` in place of 1/sqrt(head_dim) and masks each token's
+  logit for itself, sharpening attention that small-data ViTs spread too
+  evenly.
   """
 
   num_heads: int

@@ -37,7 +37,7 @@ class Dropout(nn.Module):
 
   @nn.compact
   def __call__(self, x: jax.Array, *, deterministic: bool) -> jax.Array:
-    if deterministic or self.rate == 0.0:
+    if deterministic or self.rate == 0.0:  # no rng drawn: other masks unchanged
       return x
     if self.rate == 1.0:
       return jnp.zeros_like(x)
