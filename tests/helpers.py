@@ -213,9 +213,12 @@ def run_on_host_devices(script: str, devices: int, cwd=ROOT,
                         timeout: float = 300) -> str:
   """The stdout of `script` run by a fresh Python on `devices` CPU devices."""
   env = with_xla_flags(f'--xla_force_host_platform_device_count={devices}')
-  out = subprocess.run([sys.executable, '-c', script], cwd=cwd,
-                       capture_output=True, text=True, check=False,
-                       timeout=timeout, env={**env, 'PYTHONPATH': str(ROOT)})
+  out = subprocess.run(
+      [sys.executable, '-c', script], cwd=cwd, capture_output=True, text=True,
+      check=False, timeout=timeout, env={
+          **env, 'PYTHONPATH': os.pathsep.join(
+              filter(None, [str(ROOT), env.get('PYTHONPATH')]))
+      })
   assert out.returncode == 0, out.stderr[-3000:]
   return out.stdout
 
