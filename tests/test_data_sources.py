@@ -181,6 +181,16 @@ def test_validation_examples_are_never_trained_on_and_the_same_every_seed(
   assert sorted(image[0, 0, 0] // 10 == label
                 for image, label in (from_folder.validation[i]
                                      for i in range(20))) == [True] * 20
+  # Only the images drawn are read, so only they are checked.
+  drawn = from_folder.validation.paths
+  next(p for p in folder.rglob('*')
+       if p.is_file() and p not in drawn).write_bytes(b'damaged')
+  assert opened(validation_dir=str(folder),
+                validation_examples=20).validation.paths == drawn
+  drawn[0].write_bytes(b'damaged')
+  with pytest.raises(DatasetError, match='1 problem in the image folder'):
+    sources.open_dataset(
+        _config(data_dir, validation_dir=str(folder), validation_examples=20))
 
   for fields, said in [
       (dict(train_examples=90, validation_examples=7),

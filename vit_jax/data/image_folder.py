@@ -252,8 +252,11 @@ def open_image_folder(data_dir: pathlib.Path) -> Dataset:
   return Dataset(train, test, len(class_names), ordered_by_class=True)
 
 
-def open_split(folder: pathlib.Path, class_count: int) -> FileSource:
-  """The images under `folder/<class>/`, the classes in name order."""
+def open_split(
+    folder: pathlib.Path, class_count: int,
+    keep: Callable[[FileSource], np.ndarray] | None = None) -> FileSource:
+  """The images under `folder/<class>/`, the classes in name order: those of
+  the indices `keep` gives (all unless given), each checked."""
   if not folder.is_dir():
     raise DatasetError(f'No folder {folder}: pass a folder holding one '
                        '<class>/ folder of images per class.')
@@ -265,6 +268,9 @@ def open_split(folder: pathlib.Path, class_count: int) -> FileSource:
         'that they sort in the order of the labels.')
   findings = _Findings(folder.parent)
   split = _list_split(folder, class_names, findings)
+  if keep is not None and not findings.problems:
+    kept = keep(split)
+    split = FileSource([split.paths[i] for i in kept], split.labels[kept])
   _check(findings, [split], folder)
   return split
 

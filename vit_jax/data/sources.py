@@ -86,10 +86,6 @@ def _take(source: Source, indices: np.ndarray) -> Source:
 def _validation_pool(dataset: Dataset, config, train: Source,
                      trained) -> tuple[Source, bool]:
   """Where validation examples are drawn from; True: the training split."""
-  if config.validation_dir:
-    return image_folder.open_split(
-        pathlib.Path(config.validation_dir).expanduser(),
-        dataset.num_classes), False
   if dataset.spare is not None:
     return dataset.spare, False
   if trained is None:
@@ -98,21 +94,29 @@ def _validation_pool(dataset: Dataset, config, train: Source,
   return _take(dataset.train, left_out), False
 
 
-def _training_and_validation(dataset: Dataset, config) -> tuple[Source, Source]:
-  """The examples the run trains on, and those it holds out for validation."""
-  trained = _chosen(dataset, 'train', config.train_examples, config.seed)
-  train = dataset.train if trained is None else _take(dataset.train, trained)
-  pool, held_out_of_train = _validation_pool(dataset, config, train, trained)
-  count = config.validation_examples
-  if count > len(pool) - held_out_of_train:
+def _validation_drawn(pool: Source, count: int, available: int) -> np.ndarray:
+  """The sorted indices of `count` validation examples drawn from `pool`."""
+  if count > available:
     raise DatasetError(
         f'config.validation_examples={count}, but {len(pool)} examples are '
         'left outside those the run trains on: lower it, or pass '
         '--config.validation_dir=DIR (a folder of <class>/ image folders).')
   if hasattr(pool, 'labels'):  # drawn across classes where labels are at hand
-    chosen = _across_classes(np.asarray(pool.labels), count, 0)
-  else:
-    chosen = np.sort(np.random.default_rng(0).choice(len(pool), count, False))
+    return _across_classes(np.asarray(pool.labels), count, 0)
+  return np.sort(np.random.default_rng(0).choice(len(pool), count, False))
+
+
+def _training_and_validation(dataset: Dataset, config) -> tuple[Source, Source]:
+  """The examples the run trains on, and those it holds out for validation."""
+  trained = _chosen(dataset, 'train', config.train_examples, config.seed)
+  train = dataset.train if trained is None else _take(dataset.train, trained)
+  count = config.validation_examples
+  if config.validation_dir:  # only the images drawn are read and checked
+    return train, image_folder.open_split(
+        pathlib.Path(config.validation_dir).expanduser(), dataset.num_classes,
+        keep=lambda pool: _validation_drawn(pool, count, len(pool)))
+  pool, held_out_of_train = _validation_pool(dataset, config, train, trained)
+  chosen = _validation_drawn(pool, count, len(pool) - held_out_of_train)
   if held_out_of_train:
     train = _take(pool, np.setdiff1d(np.arange(len(pool)), chosen))
   return train, _take(pool, chosen)
