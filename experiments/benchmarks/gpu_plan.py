@@ -61,8 +61,8 @@ VIT_MODELS = ((B16, 'ViT-B_16', 256), (L16, 'ViT-L_16', 128),
 # of one step a call, another program to compile, over their 40 s; on
 # ViT-B/16 timm's whole-step torch.compile took 66 s of setup, its compiled
 # model 27 s, ours 14-19 s an attention; ViT-L/16, ViT-Ti/16 and the input
-# did not fit. The profile, of ViT-B/16 and ViT-L/16 then, is of ViT-B/16
-# alone now.)
+# did not fit. The profile is of ViT-B/16 alone: a second model's does not
+# fit.)
 H100 = Plan(
     models=VIT_MODELS, attentions=('einsum', 'auto'), image_size=224,
     num_classes=1000, model_overrides={}, steps=10, rounds=3, matmul_size=8192,
