@@ -320,10 +320,14 @@ def test_the_headline_sweep_chooses_on_validation_and_matches_the_chains_flops(
   first = _headline(capsys, tmp_path, 1, '0,1')
   assert len(first) == 6  # a teacher and two pre-trainings per seed
   second = _headline(capsys, tmp_path, 2, '0')
-  assert all('--config.validation_examples=5000' in line and
-             '--config.validation_dir=/v' in line and
-             '--config.keep_best_checkpoint=True' in line
-             for line in first + second)
+  # Each run of a row chooses on validation; a pre-training holds none out.
+  assert [
+      '--config.validation_examples=5000' in line and
+      '--config.validation_dir=/v' in line and
+      '--config.keep_best_checkpoint=True' in line for line in first + second
+  ] == [True, False, False] * 2 + [True] * 4
+  assert all('validation' not in line for line in first
+             if 'mae_pretraining' in line)
   assert ['distillation_teacher' in line
           for line in second] == [True, True, True, False]
   with pytest.raises(

@@ -153,8 +153,10 @@ def main(argv=None):
     planned = controls(args.workdir, args.seeds, args.choose_on)
   else:
     planned = stage_runs(args.stage, args.seeds, args.choose_on, args.workdir)
-  # Every run keeps its best state on validation: stage 4 evaluates the
-  # chosen ViT's there.
+  # Every run of a row keeps its best state on validation: stage 4 evaluates
+  # the chosen ViT's there. A pre-training, which fine-tuning reads at its
+  # last step, holds none out: they would choose nothing, for an encoder pass
+  # over 5,000 images of all their patches every epoch.
   held_out = {
       'validation_examples': 5000, 'validation_dir': args.validation_dir,
       'keep_best_checkpoint': True
@@ -164,7 +166,7 @@ def main(argv=None):
           args.workdir / r.run_name(*run),
           f'configs/data_efficient.py:{run[0]}', {
               **data_efficiency.overrides(args.workdir, args.data_dir, *run),
-              **held_out
+              **({} if r.PRETRAINING in run[1] else held_out)
           }) for run in planned
   ], args.slurm)
 
