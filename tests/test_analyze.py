@@ -137,6 +137,11 @@ def test_bad_input_is_one_clear_error(trained_vit_run, tmp_path):
     analyze.analyze(tmp_path / 'out')
   with pytest.raises(CheckpointError, match='No checkpoint at .*nothing: pass'):
     analyze.analyze(tmp_path / 'out', workdir=tmp_path / 'nothing')
+  with pytest.raises(
+      CheckpointError, match='is a run, whose config names its '
+      'model: leave out --model=ViT-B_16.$'):
+    analyze.analyze(tmp_path / 'out', checkpoint=trained_vit_run[0],
+                    model='ViT-B_16')
   cnn_run = shutil.copytree(trained_vit_run[0], tmp_path / 'cnn')
   config = json.loads((cnn_run / 'config.json').read_text())
   config.update(model='SimpleCNN', model_overrides={})
