@@ -328,8 +328,12 @@ def test_the_headline_sweep_chooses_on_validation_and_matches_the_chains_flops(
   ] == [True, False, False] * 2 + [True] * 4
   assert all('validation' not in line for line in first
              if 'mae_pretraining' in line)
-  assert ['distillation_teacher' in line
-          for line in second] == [True, True, True, False]
+  # A student reads its teacher at the epoch validation chose.
+  assert [
+      'distillation_teacher' in line and
+      '--config.teacher_checkpoint=best' in line for line in second
+  ] == [True, True, True, False]
+  assert all('teacher_checkpoint' not in line for line in first)
   with pytest.raises(
       SystemExit, match=r'^error: 10 of the 10 candidate runs of '
       r'--choose_on=0,1 have no summary\.json .*gather their summaries there'):

@@ -30,6 +30,7 @@ CNNS = [r.TEACHERS['resnet_teacher'], ('simple_cnn', ('trivial_augment',))]
 CANDIDATES = [('vit', vit) for vit in VITS] + CNNS
 # What a CNN teaches a ViT recipe: gone from the no-CNN control.
 _FROM_A_CNN = ('distillation', 'locality_guidance', 'resnet_teacher')
+_TEACHERS = {'distillation_teacher', 'locality_guidance_teacher'}
 
 
 def stage_runs(stage: int, seeds: list[int], choose_on: list[int],
@@ -112,6 +113,23 @@ def controls(workdir: pathlib.Path, seeds: list[int],
           for seed in seeds] + [('vit', no_cnn, EPOCHS, seed) for seed in seeds]
 
 
+def run_overrides(workdir: pathlib.Path, data_dir, validation_dir,
+                  run: tuple) -> dict:
+  """data_efficiency's overrides of `run`, choosing on validation."""
+  changes = data_efficiency.overrides(workdir, data_dir, *run)
+  # A pre-training, which fine-tuning reads at its last step, holds no
+  # validation out: it would choose nothing, for an encoder pass over 5,000
+  # images of all their patches every epoch.
+  if r.PRETRAINING not in run[1]:
+    # Stage 4 evaluates the chosen ViT at the state validation chose.
+    changes.update(validation_examples=5000, validation_dir=validation_dir,
+                   keep_best_checkpoint=True)
+  if _TEACHERS & set(changes):
+    # The teacher as its row reports it: at the epoch validation chose.
+    changes['teacher_checkpoint'] = 'best'
+  return changes
+
+
 def class_head_command(run: pathlib.Path) -> str:
   """`run`'s class head at its best checkpoint, into `run/class_head.json`."""
   evaluate = shlex.join([
@@ -153,21 +171,12 @@ def main(argv=None):
     planned = controls(args.workdir, args.seeds, args.choose_on)
   else:
     planned = stage_runs(args.stage, args.seeds, args.choose_on, args.workdir)
-  # Every run of a row keeps its best state on validation: stage 4 evaluates
-  # the chosen ViT's there. A pre-training, which fine-tuning reads at its
-  # last step, holds none out: they would choose nothing, for an encoder pass
-  # over 5,000 images of all their patches every epoch.
-  held_out = {
-      'validation_examples': 5000, 'validation_dir': args.validation_dir,
-      'keep_best_checkpoint': True
-  }
   runs.emit([
       runs.command(
           args.workdir / r.run_name(*run),
-          f'configs/data_efficient.py:{run[0]}', {
-              **data_efficiency.overrides(args.workdir, args.data_dir, *run),
-              **({} if r.PRETRAINING in run[1] else held_out)
-          }) for run in planned
+          f'configs/data_efficient.py:{run[0]}',
+          run_overrides(args.workdir, args.data_dir, args.validation_dir, run))
+      for run in planned
   ], args.slurm)
 
 
