@@ -1,9 +1,12 @@
 r"""CIFAR-10's 45,000 training images outside the small-data study's 5,000,
 linked from the JPEG copy as <class>/ folders (`config.validation_dir`); the
-full binary release needs none (`config.validation_examples` draws on it):
+full binary release needs none (`config.validation_examples` draws on it).
+--study_test links the JPEG copies of the study's 1,000 test images as an
+image folder's test/, to measure what the JPEG encoding costs a model:
 
   tar xzf ../shared/data/cifar10-jpeg-full.tar.gz -C /tmp/cifar10-jpeg
-  python -m experiments.held_out --jpeg=/tmp/cifar10-jpeg --out=/tmp/held_out
+  python -m experiments.held_out --jpeg=/tmp/cifar10-jpeg --out=/tmp/held_out \
+      --study_test=/tmp/study_test_jpeg
 """
 
 import argparse
@@ -18,8 +21,8 @@ from vit_jax.data import image_folder
 
 def matched(subset: np.ndarray, jpegs: np.ndarray) -> np.ndarray:
   """The index of each subset image's JPEG; an error if any is unclear."""
-  subset = subset.reshape(len(subset), -1).astype(np.float32)
   jpegs = jpegs.reshape(len(jpegs), -1).astype(np.float32)
+  subset = subset.reshape(len(subset), jpegs.shape[1]).astype(np.float32)
   distances = ((subset**2).sum(1)[:, None] - 2 * subset @ jpegs.T +
                (jpegs**2).sum(1)[None])
   nearest = np.argsort(distances, axis=1)[:, :2]
@@ -31,6 +34,18 @@ def matched(subset: np.ndarray, jpegs: np.ndarray) -> np.ndarray:
   return nearest[:, 0]
 
 
+def _jpegs(folder: pathlib.Path) -> tuple[list[pathlib.Path], np.ndarray]:
+  paths = sorted(folder.glob('*.jpg'))
+  return paths, np.stack([image_folder.read_image(p) for p in paths])
+
+
+def _link(paths: list[pathlib.Path], folder: pathlib.Path):
+  folder.mkdir(parents=True, exist_ok=True)
+  for path in paths:
+    if not (folder / path.name).exists():
+      (folder / path.name).symlink_to(path.resolve())
+
+
 def main(argv=None):
   parser = argparse.ArgumentParser(
       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -39,22 +54,31 @@ def main(argv=None):
   parser.add_argument('--jpeg', type=pathlib.Path, required=True,
                       help='The unpacked JPEG copy (train/<class>/*.jpg).')
   parser.add_argument('--out', type=pathlib.Path, required=True)
+  parser.add_argument(
+      '--study_test', type=pathlib.Path,
+      help="Where to link the JPEG copies of the study's test images, as "
+      'test/<class>/ (and train/, the JPEG copy\'s).')
   args = parser.parse_args(argv)
   if not (args.jpeg / 'train').is_dir():
     sys.exit(f'error: no train/ in --jpeg={args.jpeg}: unpack the JPEG copy '
              'there first (the commands above).')
-  study = cifar.load_cifar('cifar10', args.subset).train
+  study = cifar.load_cifar('cifar10', args.subset)
   classes = sorted(p.name for p in (args.jpeg / 'train').iterdir())
   for label, name in enumerate(classes):
-    paths = sorted((args.jpeg / 'train' / name).glob('*.jpg'))
-    jpegs = np.stack([image_folder.read_image(p) for p in paths])
-    used = set(matched(study.images[study.labels == label], jpegs))
-    folder = args.out / name
-    folder.mkdir(parents=True, exist_ok=True)
-    for i, path in enumerate(paths):
-      if i not in used and not (folder / path.name).exists():
-        (folder / path.name).symlink_to(path.resolve())
+    paths, jpegs = _jpegs(args.jpeg / 'train' / name)
+    used = set(matched(study.train.images[study.train.labels == label], jpegs))
+    _link([path
+           for i, path in enumerate(paths) if i not in used], args.out / name)
     print(f'{name}: {len(paths) - len(used)} of {len(paths)} held out')
+  if args.study_test:
+    for label, name in enumerate(classes):
+      paths, jpegs = _jpegs(args.jpeg / 'test' / name)
+      twins = matched(study.test.images[study.test.labels == label], jpegs)
+      _link([paths[i] for i in twins], args.study_test / 'test' / name)
+    if not (args.study_test / 'train').exists():
+      (args.study_test / 'train').symlink_to((args.jpeg / 'train').resolve())
+    print(f"The study's {len(study.test.labels)} test images as JPEG: "
+          f'{args.study_test}/test')
 
 
 if __name__ == '__main__':

@@ -300,11 +300,11 @@ def _fake_run(workdir, run, validation, flops, test=0.5):
       }))
 
 
-def _headline(capsys, workdir, stage, seeds):
+def _headline(capsys, workdir, stage, seeds, *flags):
   """The commands of the headline sweep's `stage` at `seeds`."""
   headline.main([
       '--validation_dir=/v', f'--workdir={workdir}', f'--stage={stage}',
-      f'--seeds={seeds}'
+      f'--seeds={seeds}', *flags
   ])
   return capsys.readouterr().out.splitlines()
 
@@ -381,39 +381,77 @@ def test_the_headline_summary_pairs_each_row_with_the_vit_by_seed(
               0.73 + 0.02 * seed)
   with pytest.raises(
       SystemExit, match=r'^error: 3 of the 3 runs of stage 4 '
-      r'have no class_head\.json.*run stage 4 of'):
+      r'have no class_head_test_1000\.json.*run stage 4 of'):
     headline_summary.main(argv)
+  with pytest.raises(SystemExit, match=r'^error: stage 4 needs --jpeg and '):
+    _headline(capsys, workdir, 4, '0,1,2', '--jpeg=/j')
+  # Every reported run on the study's test images as JPEG and on the JPEG
+  # copy's 10,000; the ViT's class head alone on those and the study's.
+  fourth = _headline(capsys, workdir, 4, '0,1,2', '--jpeg=/j',
+                     '--study_test=/s')
+  assert len(fourth) == 3 + 2 * (12 + 3)
   vit = ('vit', headline.VITS[2], 100)
-  fourth = _headline(capsys, workdir, 4, '0,1,2')
+  at_1 = f'{workdir / recipes.run_name(*vit, 1)}'
+  on_jpeg = ('--config.dataset=image_folder --data_dir=/j '
+             '--config.test_examples=0')
   assert fourth[1].startswith(
-      'python -m vit_jax.evaluate --checkpoint='
-      f'{workdir / recipes.run_name(*vit, 1)}/best_checkpoint --class_head ')
-  for seed in (0, 1, 2):
-    (workdir / recipes.run_name(*vit, seed) / 'class_head.json').write_text(
-        json.dumps({'top1': 0.75 + 0.02 * seed, 'step': 9}))
+      f'python -m vit_jax.evaluate --checkpoint={at_1}/best_checkpoint '
+      f'--split=test --class_head > {at_1}/class_head_test_1000.out ')
+  assert '--data_dir=/s ' in fourth[4] and 'class_head' not in fourth[4]
+  assert fourth[19] == (
+      f'python -m vit_jax.evaluate --checkpoint={at_1}/best_checkpoint '
+      f'--split=test {on_jpeg} > {at_1}/test_10000.out && tail -n 1 '
+      f'{at_1}/test_10000.out > {at_1}/test_10000.json.tmp && mv '
+      f'{at_1}/test_10000.json.tmp {at_1}/test_10000.json')
+  assert f'--class_head {on_jpeg} > {at_1}/class_head_test_10000.out ' in (
+      fourth[31])
+  # Each run scores 1 point less on the 10,000 than on the study's 1,000,
+  # 3 less on those as JPEG; the class head 1 point under the average of
+  # the two heads on the 1,000 and the 10,000.
+  for row, planned in headline.reported(workdir, [0, 1, 2], [0, 1]).items():
+    for run in planned:
+      directory = workdir / recipes.run_name(*run)
+      test = runs.read_json(directory /
+                            'summary.json')['test_accuracy_at_best_step']
+      scored = {'test_10000': test - 0.01, 'test_1000_jpeg': test - 0.03}
+      if row == 'vit':
+        scored.update(class_head_test_1000=test - 0.01,
+                      class_head_test_1000_jpeg=test - 0.04,
+                      class_head_test_10000=test - 0.02)
+      for name, top1 in scored.items():
+        (directory / f'{name}.json').write_text(
+            json.dumps({'top1': top1, 'step': 9}))
   headline_summary.main(argv)
   readme = (out / 'README.md').read_text()
   for row in (
       '| A ViT distilled from and guided by the SmallResNet | '
       'study+distillation+locality_guidance+trivial_augment+'
-      'resnet_teacher+long_mae | 100 | 3 | 75.0 ± 0.0 | 78.0 ± 2.0 | '
-      '11000 | 30 |',
+      'resnet_teacher+long_mae | 100 | 3 | 75.0 ± 0.0 | 77.0 ± 2.0 | '
+      '78.0 ± 2.0 | 75.0 ± 2.0 | 11000 | 30 |',
       '| The SmallResNet | study+trivial_augment | 100 | 3 | 75.0 ± 0.0 '
-      '| 75.0 ± 2.0 | 2000 | 10 |',
+      '| 74.0 ± 2.0 | 75.0 ± 2.0 | 72.0 ± 2.0 | 2000 | 10 |',
       '| A pure ViT | study+trivial_augment+long_mae | 100 | 3 | 70.0 ± '
-      '0.0 | 75.0 ± 2.0 | 9000 | 20 |',
+      '0.0 | 74.0 ± 2.0 | 75.0 ± 2.0 | 72.0 ± 2.0 | 9000 | 20 |',
       "| The SmallResNet at the ViT chain's FLOPs | "
-      'study+trivial_augment | 550 | 3 | 70.0 ± 0.0 | 75.0 ± 2.0 | '
-      '11000 | 10 |', "| The first row's class head alone |"):
+      'study+trivial_augment | 550 | 3 | 70.0 ± 0.0 | 74.0 ± 2.0 | '
+      '75.0 ± 2.0 | 72.0 ± 2.0 | 11000 | 10 |',
+      "| The first row's class head alone | study+distillation+"
+      'locality_guidance+trivial_augment+resnet_teacher+long_mae | 100 | 3 '
+      '|  | 76.0 ± 2.0 | 77.0 ± 2.0 | 74.0 ± 2.0 | 11000 | 30 |'):
     assert row in readme
   assert ('Chosen on the validation accuracy of seeds 0 and 1 (each '
           "candidate's, summed over them); every row is over seeds 0, 1 and "
           '2.') in readme
-  assert ('- The headline: a ViT distilled from and guided by the SmallResNet '
-          'is better than the SmallResNet by 3.0 ± 0.0 points (95% interval, 3 '
-          'paired seeds).') in readme
-  assert ('- What the class head alone predicts: the average of its two heads '
-          'is better than its class head alone by 1.0 ± 0.0 points') in readme
+  vit_words = 'a ViT distilled from and guided by the SmallResNet'
+  assert (f'- The headline: on the 10,000 JPEG images, {vit_words} is better '
+          'than the SmallResNet by 3.0 ± 0.0 points (95% interval, 3 paired '
+          f"seeds); on the study's 1,000, {vit_words} is better than the "
+          'SmallResNet by 3.0 ± 0.0 points (95% interval, 3 paired '
+          'seeds).') in readme
+  assert ('- What the class head alone predicts: on the 10,000 JPEG images, '
+          'the average of its two heads is better than its class head alone '
+          'by 1.0 ± 0.0 points') in readme
   records = json.loads((out / 'results.json').read_text())
   assert len(records) == 23  # seed 2's: its chain and controls
-  assert sum('class_head' in r for r in records) == 3
+  assert sum('class_head_test_10000' in r for r in records) == 3
+  assert sum('test_1000_jpeg' in r for r in records) == 12

@@ -13,7 +13,11 @@ from experiments.finetune import summary as finetune_summary
 from experiments.finetune import sweep as finetune_sweep
 from experiments.small_data import summary
 from experiments.small_data import sweep
+from tests.helpers import cifar10_files
 from tests.helpers import finished_run
+from tests.helpers import png
+from tests.helpers import random_cifar
+from tests.helpers import write_cifar_binary
 
 
 def test_the_sweeps_print_every_run(capsys):
@@ -151,3 +155,29 @@ def test_held_out_matches_each_subset_image_to_its_jpeg_or_refuses():
   np.testing.assert_array_equal(held_out.matched(noisy, jpegs), [7, 3])
   with pytest.raises(SystemExit, match='match no JPEG clearly'):
     held_out.matched(noisy, np.concatenate([jpegs, jpegs[[7]]]))
+
+
+def test_held_out_links_what_the_study_leaves_out_and_its_tests_copies(
+    tmp_path):
+  """The JPEG copy of a study whose train and test images are its first."""
+  train, test = random_cifar(40, 10, seed=1), random_cifar(30, 10, seed=2)
+  write_cifar_binary(
+      tmp_path / 'subset' / 'cifar-10-batches-bin',
+      cifar10_files((train[0][:20], train[1][:20]),
+                    (test[0][:10], test[1][:10])))
+  for split, (images, labels) in (('train', train), ('test', test)):
+    for i, (image, label) in enumerate(zip(images, labels)):
+      folder = tmp_path / 'jpeg' / split / f'class_{label}'
+      folder.mkdir(parents=True, exist_ok=True)
+      (folder / f'{i:04d}.jpg').write_bytes(png(image))  # read by content
+  held_out.main([
+      f'--subset={tmp_path / "subset"}', f'--jpeg={tmp_path / "jpeg"}',
+      f'--out={tmp_path / "held_out"}', f'--study_test={tmp_path / "study"}'
+  ])
+
+  def linked(folder):
+    return sorted(int(p.stem) for p in folder.glob('*/*.jpg'))
+
+  assert linked(tmp_path / 'held_out') == list(range(20, 40))
+  assert linked(tmp_path / 'study' / 'test') == list(range(10))
+  assert (tmp_path / 'study' / 'train').resolve() == tmp_path / 'jpeg' / 'train'

@@ -57,28 +57,43 @@ def chosen_on(choose_on: list[int], seeds: list[int]) -> str:
           f'{_seeds_in_words(seeds)}.')
 
 
+# The test sets of the table's columns and, the first two, of the
+# comparisons.
+_TEST_SETS = {
+    sweep.JPEG_TEST: 'the 10,000 JPEG images',
+    sweep.STUDY_TEST: "the study's 1,000",
+    sweep.STUDY_TEST_JPEG: 'those 1,000 as JPEG'
+}
+
+
+def _accuracy(record: dict, test_set: str) -> float:
+  """`record`'s test accuracy at its best step on `test_set`."""
+  if test_set == sweep.STUDY_TEST:
+    return record['test_accuracy_at_best_step']
+  return record[test_set]['top1']
+
+
 def table(rows: dict[str, list[dict]], names: dict[str, str]) -> str:
   """A row per group of seeds; a ViT's FLOPs and minutes are its chain's."""
   return runs.markdown_table([
       'Model', 'Recipe', 'Epochs', 'Seeds', 'Validation acc at best (%)',
-      'Test acc there (%)', 'Training TFLOPs', 'Wall time (min)'
+      *(f'Test acc there, {words} (%)'
+        for words in _TEST_SETS.values()), 'Training TFLOPs', 'Wall time (min)'
   ], [[
       names[row][0].upper() + names[row][1:], group[0]['recipe'], '/'.join(
           map(str, sorted({x['epochs'] for x in group}))),
       len(group), '' if row == 'class_head' else runs.mean_std(
           [x['best_validation_accuracy'] for x in group]),
-      runs.mean_std([x['test_accuracy_at_best_step'] for x in group]),
+      *(runs.mean_std([_accuracy(x, test_set) for x in group])
+        for test_set in _TEST_SETS),
       runs.tflops_cell(group),
       runs.wall_time_cell(group)
   ] for row, group in rows.items()])
 
 
 def comparisons(rows: dict[str, list[dict]], names: dict[str, str]) -> str:
-  """The paired per-seed differences of test accuracy at the best epoch."""
-  test = {
-      row: runs.by_seed(group, 'test_accuracy_at_best_step')
-      for row, group in rows.items()
-  }
+  """The paired per-seed differences of test accuracy, on the 10,000 JPEG
+  images and on the study's 1,000."""
   pairs = [('The headline', 'vit', 'cnn'),
            ('Without a CNN', 'no_cnn_vit', 'cnn'),
            ('What the CNN contributes', 'vit', 'no_cnn_vit'),
@@ -88,19 +103,25 @@ def comparisons(rows: dict[str, list[dict]], names: dict[str, str]) -> str:
       **names, 'class_head': 'its class head alone',
       'two_heads': 'the average of its two heads'
   }
-  test['two_heads'] = test['vit']
-  return '\n'.join(
-      f'- {title}: {runs.compared(names[a], test[a], names[b], test[b])}.'
-      for title, a, b in pairs)
+  rows = {**rows, 'two_heads': rows['vit']}
+
+  def on(test_set: str, a: str, b: str) -> str:
+    accuracy = [{x['seed']: _accuracy(x, test_set) for x in rows[row]}
+                for row in (a, b)]
+    return (f'on {_TEST_SETS[test_set]}, '
+            f'{runs.compared(names[a], accuracy[0], names[b], accuracy[1])}')
+
+  return '\n'.join(f'- {title}: {on(sweep.JPEG_TEST, a, b)}; '
+                   f'{on(sweep.STUDY_TEST, a, b)}.' for title, a, b in pairs)
 
 
-def _class_head(workdir: pathlib.Path, run: tuple) -> dict:
-  """Stage 4's evaluation of `run`, which must be of its best step."""
+def _evaluated(workdir: pathlib.Path, run: tuple, name: str) -> dict:
+  """Stage 4's evaluation `name` of `run`, which must be of its best step."""
   directory = workdir / r.run_name(*run)
-  evaluated = runs.read_json(directory / 'class_head.json')
+  evaluated = runs.read_json(directory / f'{name}.json')
   best = runs.read_json(directory / 'summary.json')['best_step']
   if evaluated.get('step') != best:
-    sys.exit(f'error: {directory}/class_head.json evaluated step '
+    sys.exit(f'error: {directory}/{name}.json evaluated step '
              f'{evaluated.get("step")}, not the best one ({best}): run stage '
              '4 of experiments.headline.sweep again.')
   return evaluated
@@ -125,19 +146,19 @@ def main(argv=None):
   vit, cnn, no_cnn = sweep.choices(workdir, choose_on)
   stages[3] = sweep.controls(workdir, seeds, choose_on)
   _require(workdir, 3, stages[3])
-  rows = dict(vit=[('vit', vit, sweep.EPOCHS, s) for s in seeds],
-              cnn=[(*cnn, sweep.EPOCHS, s)
-                   for s in seeds], no_cnn_vit=stages[3][len(seeds):],
-              flops_matched_cnn=stages[3][:len(seeds)])
-  _require(workdir, 4, rows['vit'], 'class_head.json')
+  rows = sweep.reported(workdir, seeds, choose_on)
+  evaluations = sweep.evaluations(workdir, seeds, choose_on)
+  for name in dict.fromkeys(name for _, name, _ in evaluations):
+    _require(workdir, 4, [run for run, n, _ in evaluations if n == name],
+             f'{name}.json')
   row_of = {run: row for row, planned in rows.items() for run in planned}
   descriptions = {
       r.run_name(*run): {
           'recipe': r.recipe_name(run[1]), 'row': row_of.get(run)
       } for planned in stages.values() for run in planned
   }
-  for run in rows['vit']:
-    descriptions[r.run_name(*run)]['class_head'] = _class_head(workdir, run)
+  for run, name, _ in evaluations:
+    descriptions[r.run_name(*run)][name] = _evaluated(workdir, run, name)
   found = runs.load_records(workdir, descriptions, args.folder / 'results.json',
                             r.record_name)
   by_name = {name: found[name] for name in descriptions}
@@ -145,10 +166,11 @@ def main(argv=None):
       row: [_chained(by_name, by_name[r.run_name(*run)]) for run in planned]
       for row, planned in rows.items()
   }
-  grouped['class_head'] = [
-      {**x, 'test_accuracy_at_best_step': x['class_head']['top1']}
-      for x in grouped['vit']
-  ]
+  head = sweep.CLASS_HEAD
+  grouped['class_head'] = [{
+      **x, 'test_accuracy_at_best_step': x[head + sweep.STUDY_TEST]['top1'],
+      **{test_set: x[head + test_set] for test_set in _TEST_SETS}
+  } for x in grouped['vit']]
   names = dict(vit=described('vit', vit), cnn=described(*cnn),
                no_cnn_vit=described('vit', no_cnn),
                flops_matched_cnn=described(*cnn) + " at the ViT chain's FLOPs",

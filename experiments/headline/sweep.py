@@ -6,7 +6,8 @@ seeds outside --choose_on run once the choosing seeds' summaries are in
   for seeds in 0,1 2,3,4; do
     for stage in 1 2 3 4; do
       python -m experiments.headline.sweep --validation_dir=/tmp/held_out \
-          --seeds=$seeds --stage=$stage | xargs -d '\n' -P 1 -n 1 sh -c
+          --jpeg=/tmp/cifar10-jpeg --seeds=$seeds --stage=$stage |
+        xargs -d '\n' -P 1 -n 1 sh -c
     done
   done
 """
@@ -31,6 +32,13 @@ CANDIDATES = [('vit', vit) for vit in VITS] + CNNS
 # What a CNN teaches a ViT recipe: gone from the no-CNN control.
 _FROM_A_CNN = ('distillation', 'locality_guidance', 'resnet_teacher')
 _TEACHERS = {'distillation_teacher', 'locality_guidance_teacher'}
+# Stage 4's test sets, each reported run evaluated on them into
+# `<name>.json` (its own summary holds the first), and the ViT's class head
+# alone into `class_head_<name>.json`.
+STUDY_TEST = 'test_1000'  # the study's, pixel-exact
+STUDY_TEST_JPEG = 'test_1000_jpeg'  # the same images in the JPEG copy
+JPEG_TEST = 'test_10000'  # all of the JPEG copy's
+CLASS_HEAD = 'class_head_'
 
 
 def stage_runs(stage: int, seeds: list[int], choose_on: list[int],
@@ -130,14 +138,45 @@ def run_overrides(workdir: pathlib.Path, data_dir, validation_dir,
   return changes
 
 
-def class_head_command(run: pathlib.Path) -> str:
-  """`run`'s class head at its best checkpoint, into `run/class_head.json`."""
+def reported(workdir: pathlib.Path, seeds: list[int],
+             choose_on: list[int]) -> dict[str, list[tuple]]:
+  """The runs of each row the summary reports, by row."""
+  vit, cnn, _ = choices(workdir, choose_on)
+  matched = controls(workdir, seeds, choose_on)
+  return dict(vit=[('vit', vit, EPOCHS, seed) for seed in seeds], cnn=[
+      (*cnn, EPOCHS, seed) for seed in seeds
+  ], no_cnn_vit=matched[len(seeds):], flops_matched_cnn=matched[:len(seeds)])
+
+
+def evaluations(workdir: pathlib.Path, seeds: list[int], choose_on: list[int],
+                jpeg: str = '',
+                study_test: str = '') -> list[tuple[tuple, str, list[str]]]:
+  """Stage 4's (run, name, flags): each reported run's best state on the
+  JPEG test sets, the ViT's class head alone on all three."""
+  rows = reported(workdir, seeds, choose_on)
+  planned = []
+  for name, folder in ((STUDY_TEST, None), (STUDY_TEST_JPEG, study_test),
+                       (JPEG_TEST, jpeg)):
+    flags = [] if folder is None else [
+        '--config.dataset=image_folder', f'--data_dir={folder}',
+        '--config.test_examples=0'
+    ]
+    if folder is not None:
+      planned += [(run, name, flags) for runs_of_row in rows.values()
+                  for run in runs_of_row]
+    planned += [(run, CLASS_HEAD + name, ['--class_head', *flags])
+                for run in rows['vit']]
+  return planned
+
+
+def evaluation_command(run: pathlib.Path, name: str, flags: list[str]) -> str:
+  """`run`'s best state evaluated on the test split, into `run/name.json`."""
   evaluate = shlex.join([
       'python', '-m', 'vit_jax.evaluate',
-      f'--checkpoint={run / "best_checkpoint"}', '--class_head', '--split=test'
+      f'--checkpoint={run / "best_checkpoint"}', '--split=test', *flags
   ])
-  out, json_file = (shlex.quote(str(run / name))
-                    for name in ('class_head.out', 'class_head.json'))
+  out, json_file = (shlex.quote(str(run / f'{name}.{suffix}'))
+                    for suffix in ('out', 'json'))
   return (f'{evaluate} > {out} && tail -n 1 {out} > {json_file}.tmp && '
           f'mv {json_file}.tmp {json_file}')
 
@@ -158,13 +197,24 @@ def main(argv=None):
       '--validation_dir', required=True,
       help='The held-out CIFAR-10 images (experiments.held_out).')
   parser.add_argument('--stage', type=int, choices=(1, 2, 3, 4), required=True)
+  parser.add_argument(
+      '--jpeg', help='Stage 4: the unpacked JPEG copy of CIFAR-10, whose '
+      'test/ holds the 10,000 test images.')
+  parser.add_argument(
+      '--study_test', help="Stage 4: the JPEG copy of the study's test "
+      'images (experiments.held_out --study_test).')
   add_seed_flags(parser)
   args = parser.parse_args(argv)
   if args.stage == 4:
-    vit, _, _ = choices(args.workdir, args.choose_on)
+    if not (args.jpeg and args.study_test):
+      sys.exit('error: stage 4 needs --jpeg and --study_test, the JPEG copy '
+               'of CIFAR-10 and its copy of the study\'s test images (the '
+               'README\'s commands make both).')
     runs.emit([
-        class_head_command(args.workdir / r.run_name('vit', vit, EPOCHS, seed))
-        for seed in args.seeds
+        evaluation_command(args.workdir / r.run_name(*run), name, flags)
+        for run, name, flags in
+        evaluations(args.workdir, args.seeds, args.choose_on, args.jpeg,
+                    args.study_test)
     ], args.slurm)
     return
   if args.stage == 3:
