@@ -86,7 +86,8 @@ def sweep_parser(doc: str, workdir: str, missing: bool = True,
 def emit(commands: list[str], slurm: pathlib.Path | None):
   """Prints `commands`, or writes them to `slurm` as a job array."""
   if slurm is None:
-    print('\n'.join(commands))
+    for command in commands:  # none: no line, which xargs would run
+      print(command)
     return
   if not commands:
     sys.exit('error: no runs to write to a SLURM script.')

@@ -421,6 +421,17 @@ def test_the_headline_summary_pairs_each_row_with_the_vit_by_seed(
       for name, top1 in scored.items():
         (directory / f'{name}.json').write_text(
             json.dumps({'top1': top1, 'step': 9}))
+  # Done at each run's best step: stage 4 has nothing left but one whose
+  # best step moved.
+  assert _headline(capsys, workdir, 4, '0,1,2', '--jpeg=/j',
+                   '--study_test=/s') == []
+  moved = workdir / recipes.run_name(*vit, 1) / 'class_head_test_10000.json'
+  moved.write_text(json.dumps({'top1': 0.75, 'step': 8}))
+  with pytest.raises(SystemExit, match="not of the run's best step"):
+    headline_summary.main(argv)
+  assert _headline(capsys, workdir, 4, '0,1,2', '--jpeg=/j',
+                   '--study_test=/s') == [fourth[31]]
+  moved.write_text(json.dumps({'top1': 0.76, 'step': 9}))
   headline_summary.main(argv)
   readme = (out / 'README.md').read_text()
   for row in (

@@ -117,14 +117,12 @@ def comparisons(rows: dict[str, list[dict]], names: dict[str, str]) -> str:
 
 def _evaluated(workdir: pathlib.Path, run: tuple, name: str) -> dict:
   """Stage 4's evaluation `name` of `run`, which must be of its best step."""
-  directory = workdir / r.run_name(*run)
-  evaluated = runs.read_json(directory / f'{name}.json')
-  best = runs.read_json(directory / 'summary.json')['best_step']
-  if evaluated.get('step') != best:
-    sys.exit(f'error: {directory}/{name}.json evaluated step '
-             f'{evaluated.get("step")}, not the best one ({best}): run stage '
-             '4 of experiments.headline.sweep again.')
-  return evaluated
+  evaluation = sweep.evaluated(workdir, run, name)
+  if evaluation is None:
+    sys.exit(f'error: {workdir / r.run_name(*run)}/{name}.json is not of the '
+             "run's best step: run stage 4 of experiments.headline.sweep "
+             'again.')
+  return evaluation
 
 
 def main(argv=None):

@@ -169,6 +169,16 @@ def evaluations(workdir: pathlib.Path, seeds: list[int], choose_on: list[int],
   return planned
 
 
+def evaluated(workdir: pathlib.Path, run: tuple, name: str) -> dict | None:
+  """Stage 4's evaluation `name` of `run`, None unless of its best step."""
+  path = workdir / r.run_name(*run) / f'{name}.json'
+  if not path.exists():
+    return None
+  evaluation = runs.read_json(path)
+  best = _summary(workdir, run)['best_step']
+  return evaluation if evaluation.get('step') == best else None
+
+
 def evaluation_command(run: pathlib.Path, name: str, flags: list[str]) -> str:
   """`run`'s best state evaluated on the test split, into `run/name.json`."""
   evaluate = shlex.join([
@@ -210,11 +220,12 @@ def main(argv=None):
       sys.exit('error: stage 4 needs --jpeg and --study_test, the JPEG copy '
                'of CIFAR-10 and its copy of the study\'s test images (the '
                'README\'s commands make both).')
+    # Those done at a run's best step are not done again.
     runs.emit([
         evaluation_command(args.workdir / r.run_name(*run), name, flags)
-        for run, name, flags in
-        evaluations(args.workdir, args.seeds, args.choose_on, args.jpeg,
-                    args.study_test)
+        for run, name, flags in evaluations(
+            args.workdir, args.seeds, args.choose_on, args.jpeg,
+            args.study_test) if evaluated(args.workdir, run, name) is None
     ], args.slurm)
     return
   if args.stage == 3:
