@@ -380,8 +380,8 @@ def test_the_headline_summary_pairs_each_row_with_the_vit_by_seed(
               2e13 * epochs if model == 'small_resnet' else 3e15,
               0.73 + 0.02 * seed)
   with pytest.raises(
-      SystemExit, match=r'^error: 3 of the 3 runs of stage 4 '
-      r'have no class_head_test_1000\.json.*run stage 4 of'):
+      SystemExit, match=r'^error: 12 of the 12 runs of stage 4 '
+      r'have no test_1000_jpeg\.json.*run stage 4 of'):
     headline_summary.main(argv)
   with pytest.raises(SystemExit, match=r'^error: stage 4 needs --jpeg and '):
     _headline(capsys, workdir, 4, '0,1,2', '--jpeg=/j')
@@ -389,16 +389,16 @@ def test_the_headline_summary_pairs_each_row_with_the_vit_by_seed(
   # copy's 10,000; the ViT's class head alone on those and the study's.
   fourth = _headline(capsys, workdir, 4, '0,1,2', '--jpeg=/j',
                      '--study_test=/s')
-  assert len(fourth) == 3 + 2 * (12 + 3)
+  assert len(fourth) == 2 * 12 + 3 * 3
   vit = ('vit', headline.VITS[2], 100)
   at_1 = f'{workdir / recipes.run_name(*vit, 1)}'
   on_jpeg = ('--config.dataset=image_folder --data_dir=/j '
              '--config.test_examples=0')
-  assert fourth[1].startswith(
+  assert fourth[25].startswith(
       f'python -m vit_jax.evaluate --checkpoint={at_1}/best_checkpoint '
       f'--split=test --class_head > {at_1}/class_head_test_1000.out ')
-  assert '--data_dir=/s ' in fourth[4] and 'class_head' not in fourth[4]
-  assert fourth[19] == (
+  assert '--data_dir=/s ' in fourth[1] and 'class_head' not in fourth[1]
+  assert fourth[13] == (
       f'python -m vit_jax.evaluate --checkpoint={at_1}/best_checkpoint '
       f'--split=test {on_jpeg} > {at_1}/test_10000.out && tail -n 1 '
       f'{at_1}/test_10000.out > {at_1}/test_10000.json.tmp && mv '

@@ -152,21 +152,19 @@ def evaluations(workdir: pathlib.Path, seeds: list[int], choose_on: list[int],
                 jpeg: str = '',
                 study_test: str = '') -> list[tuple[tuple, str, list[str]]]:
   """Stage 4's (run, name, flags): each reported run's best state on the
-  JPEG test sets, the ViT's class head alone on all three."""
+  JPEG test sets, then the ViT's class head alone on all three."""
   rows = reported(workdir, seeds, choose_on)
-  planned = []
-  for name, folder in ((STUDY_TEST, None), (STUDY_TEST_JPEG, study_test),
-                       (JPEG_TEST, jpeg)):
-    flags = [] if folder is None else [
-        '--config.dataset=image_folder', f'--data_dir={folder}',
-        '--config.test_examples=0'
-    ]
-    if folder is not None:
-      planned += [(run, name, flags) for runs_of_row in rows.values()
-                  for run in runs_of_row]
-    planned += [(run, CLASS_HEAD + name, ['--class_head', *flags])
-                for run in rows['vit']]
-  return planned
+  folders = {STUDY_TEST: None, STUDY_TEST_JPEG: study_test, JPEG_TEST: jpeg}
+  flags = {
+      name: [] if folder is None else [
+          '--config.dataset=image_folder', f'--data_dir={folder}',
+          '--config.test_examples=0'
+      ] for name, folder in folders.items()
+  }
+  return [(run, name, flags[name]) for name in (STUDY_TEST_JPEG, JPEG_TEST)
+          for planned in rows.values() for run in planned
+         ] + [(run, CLASS_HEAD + name, ['--class_head', *flags[name]])
+              for name in folders for run in rows['vit']]
 
 
 def evaluated(workdir: pathlib.Path, run: tuple, name: str) -> dict | None:
