@@ -12,6 +12,7 @@ from tests.helpers import tiny_config
 from vit_jax.checkpoints import best_checkpoint
 from vit_jax.checkpoints import reading
 from vit_jax.checkpoints import run_checkpoints
+from vit_jax.data import sources
 from vit_jax.errors import CheckpointError
 from vit_jax.training import evaluation
 from vit_jax.training import train
@@ -24,7 +25,7 @@ def _held(workdir):
 
 
 def test_the_best_evaluation_is_kept_and_a_resumed_run_keeps_the_same(
-    cifar10_binary, tmp_path):
+    cifar10_binary, tmp_path, monkeypatch):
   """Chosen on held-out validation examples, never the test split."""
   data_dir, _ = cifar10_binary
   # Every other step evaluated and checkpointed, all checkpoints kept: the
@@ -50,6 +51,15 @@ def test_the_best_evaluation_is_kept_and_a_resumed_run_keeps_the_same(
   assert (evaluated['split'], evaluated['top1'],
           evaluated['examples']) == ('validation',
                                      chosen['validation_accuracy'], 16)
+  # The test split as logged, from no more training images than a batch.
+  converted = []
+  monkeypatch.setattr(
+      sources, 'to_arrays',
+      lambda source, size, to_arrays=sources.to_arrays: converted.append(
+          len(source)) or to_arrays(source, size))
+  evaluated = evaluation.evaluate(tmp_path / 'whole' / 'best_checkpoint')
+  assert evaluated['top1'] == chosen['test_accuracy']
+  assert converted == [config.batch_size, evaluated['examples']]
   # The newest held is the best; older ones serve older checkpoints.
   assert _held(tmp_path / 'whole')[-1] == best
   run = reading.load_run(tmp_path / 'whole', best=True)

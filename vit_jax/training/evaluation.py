@@ -62,6 +62,11 @@ def evaluate(source, *, config=None, model_name=None, step=None, data_dir=None,
   """Loss, top-1 and top-5 of `source` on `config`'s (or its own) `split`."""
   loaded = reading.load(source, model_name=model_name, step=step)
   config = _config_for(loaded, config, source, data_dir, released_preprocessing)
+  if split == 'test':
+    # The test split reads no training image: the input is given the fewest
+    # it accepts, drawn without decoding the rest, and no validation split.
+    config.train_examples = config.batch_size
+    config.validation_examples, config.validation_dir = 0, ''
   config_schema.validate(config, jax.device_count(), training=False)
   model = loaded.model
   if loaded.kind != reading.WORKDIR:
