@@ -51,17 +51,20 @@ def main(argv=None):
       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
   parser.add_argument('--subset', type=pathlib.Path,
                       default='../shared/data/cifar10-5k')
-  parser.add_argument('--jpeg', type=pathlib.Path, required=True,
-                      help='The unpacked JPEG copy (train/<class>/*.jpg).')
+  parser.add_argument(
+      '--jpeg', type=pathlib.Path, required=True,
+      help='The unpacked JPEG copy (train/ and test/, each '
+      '<class>/*.jpg).')
   parser.add_argument('--out', type=pathlib.Path, required=True)
   parser.add_argument(
       '--study_test', type=pathlib.Path,
       help="Where to link the JPEG copies of the study's test images, as "
       'test/<class>/ (and train/, the JPEG copy\'s).')
   args = parser.parse_args(argv)
-  if not (args.jpeg / 'train').is_dir():
-    sys.exit(f'error: no train/ in --jpeg={args.jpeg}: unpack the JPEG copy '
-             'there first (the commands above).')
+  for split in ('train', 'test') if args.study_test else ('train',):
+    if not (args.jpeg / split).is_dir():
+      sys.exit(f'error: no {split}/ in --jpeg={args.jpeg}: unpack the JPEG '
+               'copy there first (the commands above).')
   study = cifar.load_cifar('cifar10', args.subset)
   classes = sorted(p.name for p in (args.jpeg / 'train').iterdir())
   for label, name in enumerate(classes):

@@ -3,8 +3,8 @@ stages:
 
   python -m experiments.headline.summary --workdir=/tmp/headline
 
-writes results.json (every run's record; the chosen ViT's with its class
-head's test accuracy) and the README's table and comparisons here.
+writes results.json (every run's record, with stage 4's evaluations of the
+reported ones) and the README's table and comparisons here.
 """
 
 import pathlib
@@ -57,12 +57,15 @@ def chosen_on(choose_on: list[int], seeds: list[int]) -> str:
           f'{_seeds_in_words(seeds)}.')
 
 
-# The test sets of the table's columns and, the first two, of the
-# comparisons.
+# The JPEG copy's test images other than the study's 1,000: no choice, here
+# or in data_efficiency, has seen them.
+_OTHERS = 'test_9000_jpeg'
+# The test sets of the table's columns; the comparisons are on the first and
+# last.
 _TEST_SETS = {
-    sweep.JPEG_TEST: 'the 10,000 JPEG images',
     sweep.STUDY_TEST: "the study's 1,000",
-    sweep.STUDY_TEST_JPEG: 'those 1,000 as JPEG'
+    sweep.STUDY_TEST_JPEG: 'those 1,000 as JPEG',
+    _OTHERS: 'the other 9,000 (JPEG)'
 }
 
 
@@ -70,6 +73,11 @@ def _accuracy(record: dict, test_set: str) -> float:
   """`record`'s test accuracy at its best step on `test_set`."""
   if test_set == sweep.STUDY_TEST:
     return record['test_accuracy_at_best_step']
+  if test_set == _OTHERS:  # the 10,000 less the study's 1,000
+    whole, part = record[sweep.JPEG_TEST], record[sweep.STUDY_TEST_JPEG]
+    return (
+        (whole['top1'] * whole['examples'] - part['top1'] * part['examples']) /
+        (whole['examples'] - part['examples']))
   return record[test_set]['top1']
 
 
@@ -92,8 +100,8 @@ def table(rows: dict[str, list[dict]], names: dict[str, str]) -> str:
 
 
 def comparisons(rows: dict[str, list[dict]], names: dict[str, str]) -> str:
-  """The paired per-seed differences of test accuracy, on the 10,000 JPEG
-  images and on the study's 1,000."""
+  """The paired per-seed differences of test accuracy, on the 9,000 test
+  images no choice has seen and on the study's 1,000."""
   pairs = [('The headline', 'vit', 'cnn'),
            ('Without a CNN', 'no_cnn_vit', 'cnn'),
            ('What the CNN contributes', 'vit', 'no_cnn_vit'),
@@ -111,7 +119,7 @@ def comparisons(rows: dict[str, list[dict]], names: dict[str, str]) -> str:
     return (f'on {_TEST_SETS[test_set]}, '
             f'{runs.compared(names[a], accuracy[0], names[b], accuracy[1])}')
 
-  return '\n'.join(f'- {title}: {on(sweep.JPEG_TEST, a, b)}; '
+  return '\n'.join(f'- {title}: {on(_OTHERS, a, b)}; '
                    f'{on(sweep.STUDY_TEST, a, b)}.' for title, a, b in pairs)
 
 
@@ -146,8 +154,8 @@ def main(argv=None):
   _require(workdir, 3, stages[3])
   rows = sweep.reported(workdir, seeds, choose_on)
   evaluations = sweep.evaluations(workdir, seeds, choose_on)
-  for name in dict.fromkeys(name for _, name, _ in evaluations):
-    _require(workdir, 4, [run for run, n, _ in evaluations if n == name],
+  for name in dict.fromkeys(name for _, name in evaluations):
+    _require(workdir, 4, [run for run, n in evaluations if n == name],
              f'{name}.json')
   row_of = {run: row for row, planned in rows.items() for run in planned}
   descriptions = {
@@ -155,7 +163,7 @@ def main(argv=None):
           'recipe': r.recipe_name(run[1]), 'row': row_of.get(run)
       } for planned in stages.values() for run in planned
   }
-  for run, name, _ in evaluations:
+  for run, name in evaluations:
     descriptions[r.run_name(*run)][name] = _evaluated(workdir, run, name)
   found = runs.load_records(workdir, descriptions, args.folder / 'results.json',
                             r.record_name)
@@ -164,10 +172,11 @@ def main(argv=None):
       row: [_chained(by_name, by_name[r.run_name(*run)]) for run in planned]
       for row, planned in rows.items()
   }
-  head = sweep.CLASS_HEAD
+  head = sweep.CLASS_HEAD_PREFIX
   grouped['class_head'] = [{
-      **x, 'test_accuracy_at_best_step': x[head + sweep.STUDY_TEST]['top1'],
-      **{test_set: x[head + test_set] for test_set in _TEST_SETS}
+      **x, 'test_accuracy_at_best_step': x[head + sweep.STUDY_TEST]['top1'], **{
+          test_set: x[head + test_set] for test_set in (sweep.STUDY_TEST_JPEG, sweep.JPEG_TEST)
+      }
   } for x in grouped['vit']]
   names = dict(vit=described('vit', vit), cnn=described(*cnn),
                no_cnn_vit=described('vit', no_cnn),

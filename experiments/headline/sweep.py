@@ -1,12 +1,13 @@
 r"""The headline's runs in four stages (README.md here says what each trains):
-one `vit_jax.main` command per run, or stage 4's class-head evaluations. The
-seeds outside --choose_on run once the choosing seeds' summaries are in
---workdir:
+one `vit_jax.main` command per run, or stage 4's `vit_jax.evaluate` commands
+of the reported runs. The seeds outside --choose_on run once the choosing
+seeds' summaries are in --workdir:
 
   for seeds in 0,1 2,3,4; do
     for stage in 1 2 3 4; do
       python -m experiments.headline.sweep --validation_dir=/tmp/held_out \
-          --jpeg=/tmp/cifar10-jpeg --seeds=$seeds --stage=$stage |
+          --jpeg=/tmp/cifar10-jpeg --study_test=/tmp/study_test_jpeg \
+          --seeds=$seeds --stage=$stage |
         xargs -d '\n' -P 1 -n 1 sh -c
     done
   done
@@ -38,7 +39,7 @@ _TEACHERS = {'distillation_teacher', 'locality_guidance_teacher'}
 STUDY_TEST = 'test_1000'  # the study's, pixel-exact
 STUDY_TEST_JPEG = 'test_1000_jpeg'  # the same images in the JPEG copy
 JPEG_TEST = 'test_10000'  # all of the JPEG copy's
-CLASS_HEAD = 'class_head_'
+CLASS_HEAD_PREFIX = 'class_head_'
 
 
 def stage_runs(stage: int, seeds: list[int], choose_on: list[int],
@@ -129,7 +130,7 @@ def run_overrides(workdir: pathlib.Path, data_dir, validation_dir,
   # validation out: it would choose nothing, for an encoder pass over 5,000
   # images of all their patches every epoch.
   if r.PRETRAINING not in run[1]:
-    # Stage 4 evaluates the chosen ViT at the state validation chose.
+    # Stage 4 evaluates each reported run at the state validation chose.
     changes.update(validation_examples=5000, validation_dir=validation_dir,
                    keep_best_checkpoint=True)
   if _TEACHERS & set(changes):
@@ -148,33 +149,53 @@ def reported(workdir: pathlib.Path, seeds: list[int],
   ], no_cnn_vit=matched[len(seeds):], flops_matched_cnn=matched[:len(seeds)])
 
 
-def evaluations(workdir: pathlib.Path, seeds: list[int], choose_on: list[int],
-                jpeg: str = '',
-                study_test: str = '') -> list[tuple[tuple, str, list[str]]]:
-  """Stage 4's (run, name, flags): each reported run's best state on the
-  JPEG test sets, then the ViT's class head alone on all three."""
+def evaluations(workdir: pathlib.Path, seeds: list[int],
+                choose_on: list[int]) -> list[tuple[tuple, str]]:
+  """Stage 4's (run, name): each reported run's best state on the JPEG test
+  sets, then the ViT's class head alone on all three."""
   rows = reported(workdir, seeds, choose_on)
-  folders = {STUDY_TEST: None, STUDY_TEST_JPEG: study_test, JPEG_TEST: jpeg}
-  flags = {
-      name: [] if folder is None else [
-          '--config.dataset=image_folder', f'--data_dir={folder}',
-          '--config.test_examples=0'
-      ] for name, folder in folders.items()
-  }
-  return [(run, name, flags[name]) for name in (STUDY_TEST_JPEG, JPEG_TEST)
-          for planned in rows.values() for run in planned
-         ] + [(run, CLASS_HEAD + name, ['--class_head', *flags[name]])
-              for name in folders for run in rows['vit']]
+  every = [run for planned in rows.values() for run in planned]
+  return [(run, name) for name in (STUDY_TEST_JPEG, JPEG_TEST) for run in every
+         ] + [(run, CLASS_HEAD_PREFIX + name)
+              for name in (STUDY_TEST, STUDY_TEST_JPEG, JPEG_TEST)
+              for run in rows['vit']]
+
+
+def evaluation_flags(name: str, jpeg: str, study_test: str) -> list[str]:
+  """`vit_jax.evaluate`'s flags for the evaluation `name`."""
+  test_set = name.removeprefix(CLASS_HEAD_PREFIX)
+  folder = {STUDY_TEST: None, STUDY_TEST_JPEG: study_test, JPEG_TEST: jpeg}
+  flags = ['--class_head'] if test_set != name else []
+  if folder[test_set] is not None:
+    flags += [
+        '--config.dataset=image_folder', f'--data_dir={folder[test_set]}',
+        '--config.test_examples=0'
+    ]
+  return flags
 
 
 def evaluated(workdir: pathlib.Path, run: tuple, name: str) -> dict | None:
   """Stage 4's evaluation `name` of `run`, None unless of its best step."""
-  path = workdir / r.run_name(*run) / f'{name}.json'
-  if not path.exists():
+  directory = workdir / r.run_name(*run)
+  path, summary = directory / f'{name}.json', directory / 'summary.json'
+  if not (path.exists() and summary.exists()):
     return None
   evaluation = runs.read_json(path)
-  best = _summary(workdir, run)['best_step']
+  best = runs.read_json(summary)['best_step']
   return evaluation if evaluation.get('step') == best else None
+
+
+def _to_evaluate(workdir: pathlib.Path, run: tuple, name: str) -> bool:
+  """Whether stage 4 evaluates `run`: finished, and not since it finished."""
+  directory = workdir / r.run_name(*run)
+  summary = directory / 'summary.json'
+  if not summary.exists():
+    return False
+  # A rerun of the run may choose the same step: older evaluations are not
+  # of its state.
+  return (evaluated(workdir, run, name) is None or
+          (directory / f'{name}.json').stat().st_mtime
+          < summary.stat().st_mtime)
 
 
 def evaluation_command(run: pathlib.Path, name: str, flags: list[str]) -> str:
@@ -218,12 +239,21 @@ def main(argv=None):
       sys.exit('error: stage 4 needs --jpeg and --study_test, the JPEG copy '
                'of CIFAR-10 and its copy of the study\'s test images (the '
                'README\'s commands make both).')
-    # Those done at a run's best step are not done again.
+    planned = evaluations(args.workdir, args.seeds, args.choose_on)
+    unfinished = {
+        r.run_name(*run) for run, _ in planned
+        if not (args.workdir / r.run_name(*run) / 'summary.json').exists()
+    }
+    if unfinished:
+      count = len(unfinished)
+      print(
+          f'Left out until stages 1-3 finish them: {count} '
+          f'run{"s" * (count != 1)} without a summary.json (one: '
+          f'{min(unfinished)}).', file=sys.stderr)
     runs.emit([
-        evaluation_command(args.workdir / r.run_name(*run), name, flags)
-        for run, name, flags in evaluations(
-            args.workdir, args.seeds, args.choose_on, args.jpeg,
-            args.study_test) if evaluated(args.workdir, run, name) is None
+        evaluation_command(args.workdir / r.run_name(*run), name,
+                           evaluation_flags(name, args.jpeg, args.study_test))
+        for run, name in planned if _to_evaluate(args.workdir, run, name)
     ], args.slurm)
     return
   if args.stage == 3:
