@@ -1,5 +1,4 @@
-"""What the experiments share: a sweep's `vit_jax.main` commands and SLURM
-array, the records of finished runs, and the files a summary writes."""
+"""What the sweeps and summaries share: commands, run records, the files."""
 
 import argparse
 import json
@@ -136,8 +135,7 @@ def paired(a: dict[int, float], b: dict[int, float]) -> tuple[float, float]:
     return float(differences.mean()), float('inf')
   return float(differences.mean()), float(
       stats.t.ppf(0.975,
-                  len(differences) - 1) * differences.std(ddof=1) /
-      np.sqrt(len(differences)))
+                  len(differences) - 1) * stats.sem(differences))
 
 
 def by_seed(records: list[dict], key: str) -> dict[int, float]:
@@ -238,9 +236,8 @@ def catch_stop_signals() -> None:
 
 def write_summary(
     folder: pathlib.Path, results, searched: str, sections: dict[str, str],
-    figures: dict[str, Callable[[object, pathlib.Path], None]] | None = None,
-    metrics: dict[str, list[dict]] | None = None):
-  """Writes results.json, figures, README sections and metrics, or none."""
+    figures: dict[str, Callable[[object, pathlib.Path], None]] | None = None):
+  """Writes results.json, README sections and `figures`' files, or none."""
   if not results:
     sys.exit(f'error: no finished runs in {searched}.')
   readme = folder / 'README.md'
@@ -252,11 +249,6 @@ def write_summary(
           json.dumps(results, indent=1) + '\n'),
       readme: lambda partial: partial.write_text(text)
   }
-  if metrics:
-    writes[folder /
-           'metrics.jsonl'] = lambda partial: partial.write_text(''.join(
-               json.dumps({'run': run, **r}) + '\n'
-               for run, records in metrics.items() for r in records))
   for name, plot in (figures or {}).items():
     writes[folder / name] = lambda partial, plot=plot: plot(results, partial)
   try:

@@ -6,6 +6,7 @@ writes results.json, metrics.jsonl (every run's logged records),
 learning_curves.png and the README's sections here.
 """
 
+import json
 import pathlib
 
 import numpy as np
@@ -65,6 +66,10 @@ def _of(records: list[dict], choice: str) -> list[dict]:
   return [r for r in records if r['choice'] == choice]
 
 
+def _mean_std(group: list[dict], key: str) -> str:
+  return runs.mean_std([r[key] for r in group])
+
+
 def _described(choice: str) -> str:
   if choice in sweep.MODELS:
     return "the config's"
@@ -72,8 +77,13 @@ def _described(choice: str) -> str:
                    for k, v in sweep.CHOICES[choice][1].items())
 
 
-def _study_cell(model: str) -> str:
-  return ' / '.join(f'{100 * accuracy:.1f}' for accuracy in STUDY[model])
+def _study_and_costs(model: str, group: list[dict]) -> list[str]:
+  """The study's accuracies, then the runs' TFLOPs and wall time."""
+  return [
+      ' / '.join(f'{100 * accuracy:.1f}' for accuracy in STUDY[model]),
+      runs.tflops_cell(group),
+      runs.wall_time_cell(group)
+  ]
 
 
 def table(records: list[dict]) -> str:
@@ -88,12 +98,10 @@ def table(records: list[dict]) -> str:
         runs.NAMES[model], f'{parameter_count(model):,}',
         group[0]['batch_size'],
         len(group),
-        *(runs.mean_std([r[key] for r in group])
+        *(_mean_std(group, key)
           for key in ('best_validation_accuracy', 'test_accuracy_at_best_step',
                       'final_test_accuracy', 'final_train_accuracy')), epochs,
-        _study_cell(model),
-        runs.tflops_cell(group),
-        runs.wall_time_cell(group)
+        *_study_and_costs(model, group)
     ])
   return runs.markdown_table([
       'Model', 'Params', 'Batch size', 'Seeds', 'Validation acc at best (%)',
@@ -122,9 +130,8 @@ def study_measure(records: list[dict], metrics: dict[str, list]) -> str:
   gaps = [
       100 *
       (max(logged['test_accuracy']
-           for logged in metrics[f'{r["choice"]}_seed{r["seed"]}']
-           if 'test_accuracy' in logged) - r['test_accuracy_at_best_step'])
-      for r in records
+           for logged in metrics[_run_name(r)] if 'test_accuracy' in logged) -
+       r['test_accuracy_at_best_step']) for r in records
   ]
   return (f'Each run\'s best test accuracy lies {np.mean(gaps):.1f} points '
           f'above the test accuracy at the epoch validation chose, on average '
@@ -143,16 +150,13 @@ def choices_table(records: list[dict]) -> str:
         runs.NAMES[model],
         _described(choice),
         len(group),
-        *(runs.mean_std([r[key] for r in group])
+        *(_mean_std(group, key)
           for key in ('best_validation_accuracy', 'test_accuracy_at_best_step',
                       'final_train_accuracy')),
         runs.compared('this', runs.by_seed(group, 'best_validation_accuracy'),
                       _described(base),
                       runs.by_seed(based_on, 'best_validation_accuracy'))
-        if based_on else '',
-        _study_cell(model),
-        runs.tflops_cell(group),
-        runs.wall_time_cell(group)
+        if based_on else '', *_study_and_costs(model, group)
     ])
   return runs.markdown_table([
       'Model', 'Choice', 'Seeds', 'Validation acc at best (%)',
@@ -162,32 +166,33 @@ def choices_table(records: list[dict]) -> str:
   ], rows)
 
 
+def _gap(group: list[dict], model: str) -> float:
+  """Points of mean test accuracy over the study's."""
+  return 100 * (np.mean([r['test_accuracy_at_best_step']
+                         for r in group]) - STUDY[model][0])
+
+
 def closest(records: list[dict]) -> str:
   """Per CNN, the most-seeded choice whose test accuracy is nearest STUDY."""
   lines = []
   for model in ('simple_cnn', 'small_resnet'):
-    groups = {
-        c: _of(records, c)
+    groups = [
+        _of(records, c)
         for c in (model,
                   *(c for c, (m, *_) in sweep.CHOICES.items() if m == model))
-    }
-    most = max(map(len, groups.values()))
-    if not most:
+    ]
+    if not any(groups):
       continue
-    choice, group = min(
-        ((c, g)
-         for c, g in groups.items() if len(g) == most), key=lambda item: abs(
-             np.mean([r['test_accuracy_at_best_step']
-                      for r in item[1]]) - STUDY[model][0]))
-    tested = [r['test_accuracy_at_best_step'] for r in group]
-    gap = 100 * (np.mean(tested) - STUDY[model][0])
+    group = min(filter(None, groups), key=lambda g:
+                (-len(g), abs(_gap(g, model))))
+    gap = _gap(group, model)
     lines.append(
-        f'- {runs.NAMES[model]}: {_described(choice)} (batch '
+        f'- {runs.NAMES[model]}: {_described(group[0]["choice"])} (batch '
         f'{group[0]["batch_size"]}, {len(group)} '
         f'seed{"s" * (len(group) > 1)}): validation '
-        f'{runs.mean_std([r["best_validation_accuracy"] for r in group])}, '
-        f'test {runs.mean_std(tested)}, {abs(gap):.1f} points '
-        f'{"over" if gap > 0 else "under"} the study\'s '
+        f'{_mean_std(group, "best_validation_accuracy")}, test '
+        f'{_mean_std(group, "test_accuracy_at_best_step")}, '
+        f'{abs(gap):.1f} points {"over" if gap > 0 else "under"} the study\'s '
         f'{100 * STUDY[model][0]:.1f}.')
   return '\n'.join(lines)
 
@@ -201,11 +206,10 @@ def plot(records: list[dict], metrics: dict[str, list], path: pathlib.Path):
     for choice, label, color in ((model, 'augment', 'tab:blue'),
                                  (f'{model}_no_augment', 'no augment',
                                   'tab:orange')):
-      seeds = [r['seed'] for r in _of(records, choice)]
       for key, style in (('test_accuracy', '-'), ('train_accuracy', '--')):
         curves = 100 * np.asarray(
-            [[r[key] for r in metrics[f'{choice}_seed{seed}'] if key in r]
-             for seed in seeds])
+            [[logged[key] for logged in metrics[_run_name(r)] if key in logged]
+             for r in _of(records, choice)])
         if not len(curves):
           continue
         epochs = np.arange(1, curves.shape[1] + 1)
@@ -237,8 +241,12 @@ def main(argv=None):
           'choices table': choices_table(records), 'closest':
               closest(records), 'missing runs': runs.missing_runs(
                   planned, set(map(_run_name, records)))
-      }, {'learning_curves.png': lambda _, path: plot(records, metrics, path)},
-      metrics=metrics)
+      }, {
+          'learning_curves.png': lambda _, path: plot(records, metrics, path),
+          'metrics.jsonl': lambda _, path: path.write_text(''.join(
+              json.dumps({'run': run, **r}) + '\n'
+              for run, logged in metrics.items() for r in logged))
+      })
 
 
 if __name__ == '__main__':
