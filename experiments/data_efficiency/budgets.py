@@ -1,5 +1,4 @@
-"""The answer across budgets: the study's ViT, the best ViT recipe and each
-CNN's best per budget (`plot`), and the best ViT against the best CNN."""
+"""Per budget, the study's ViT and each model's best recipe: drawn, compared."""
 
 import pathlib
 

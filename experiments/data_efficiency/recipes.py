@@ -1,6 +1,4 @@
-"""The data-efficiency experiment's recipes: each ingredient's config
-changes, the rounds that combine them, the runs each budget trains, the
-runs they read, and the name of every run."""
+"""The data-efficiency recipes: ingredients, rounds, runs they read, names."""
 
 import math
 

@@ -82,8 +82,7 @@ def main(argv=None):
       help='The unpacked cifar10-jpeg-full.tar.gz: train/<class>/NNNN.jpg, '
       'test/.')
   args = parsing.parse_args(argv)
-  if not (args.jpeg_dir / 'train').is_dir() or not (args.jpeg_dir /
-                                                    'test').is_dir():
+  if not all((args.jpeg_dir / split).is_dir() for split in ('train', 'test')):
     sys.exit(f'error: no train/ and test/ in --jpeg_dir={args.jpeg_dir}; '
              'unpack ../shared/data/cifar10-jpeg-full.tar.gz there first.')
   landed = runs.landed(
