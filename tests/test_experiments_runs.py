@@ -142,9 +142,6 @@ def test_a_summary_writes_all_or_none(tmp_path, capsys):
 import pathlib, sys, time
 sys.path.insert(0, {str(ROOT)!r})
 from experiments import runs
-from experiments.data_efficiency import budgets
-from experiments.data_efficiency import summary as data_efficiency
-from experiments.data_scaling import summary as data_scaling
 
 def draw(results, path):
   path.write_bytes(b'half a figure')

@@ -52,8 +52,7 @@ def test_the_sweeps_print_every_run(capsys):
 
 
 def _finished(directory, model, seed, batch_size, validation, test):
-  """A workdir as `vit_jax.main` leaves it, as far as the summary reads it:
-  two epochs, the best on validation the second."""
+  """A run's workdir as the summary reads it: two epochs, the second best."""
   finished_run(directory, seed, model, chosen_on='validation',
                best_validation_accuracy=validation,
                test_accuracy_at_best_step=test, final_test_accuracy=test,
@@ -74,9 +73,7 @@ def _finished(directory, model, seed, batch_size, validation, test):
 
 def test_the_summary_chooses_on_validation_and_pairs_by_seed(
     tmp_path, monkeypatch):
-  """The config's runs and each choice against the run it changes, paired by
-  seed in the words the interval allows; each run's records land in
-  metrics.jsonl; the choice nearest the study is picked on its measure."""
+  """Tables paired by seed, every run's logs in metrics.jsonl, the closest."""
   monkeypatch.setattr(summary, 'parameter_count', lambda model: 1000)
   runs_dir = tmp_path / 'runs'
   for seed in (0, 1, 2):
