@@ -26,6 +26,7 @@ from vit_jax import models
 from vit_jax.checkpoints import export
 from vit_jax.checkpoints import reading
 from vit_jax.formats import npz
+from vit_jax.formats import params as params_lib
 from vit_jax.formats import safetensors_file
 from vit_jax.runtime import files
 from vit_jax.runtime import stop_signals
@@ -56,9 +57,6 @@ LIBRARY = {'timm': 'timm', 'hf': 'transformers'}
 
 def random_params(model, seed: int) -> dict:
   """`model`'s parameters, each drawn at random (none zero or one)."""
-  shapes = jax.eval_shape(lambda: model.init(
-      jax.random.key(0), np.zeros(
-          (1, IMAGE_SIZE, IMAGE_SIZE, 3), np.float32), train=False))['params']
   rng = np.random.default_rng(seed)
 
   def draw(path, leaf):
@@ -68,7 +66,8 @@ def random_params(model, seed: int) -> dict:
       return 1 + np.float32(0.1) * noise
     return np.float32(0.02) * noise
 
-  return jax.tree_util.tree_map_with_path(draw, flax.core.unfreeze(shapes))
+  return jax.tree_util.tree_map_with_path(
+      draw, params_lib.param_shapes(model, IMAGE_SIZE))
 
 
 def relative(ours: np.ndarray, theirs: np.ndarray,

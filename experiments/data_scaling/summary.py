@@ -6,6 +6,7 @@ records (the sweep's --sizes, --models and --seeds pick the runs):
 writes results.json, accuracy_vs_size.png and the README's sections here.
 """
 
+import itertools
 import math
 import pathlib
 
@@ -35,7 +36,7 @@ def crossovers(curves: dict) -> list[tuple[str, float]]:
   for model, curve in curves.items():  # the ViT's own gaps are 0: no crossing
     sizes = sorted(set(vit) & set(curve))
     gaps = [np.mean(vit[s]) - np.mean(curve[s]) for s in sizes]
-    for (a, b), (ga, gb) in zip(zip(sizes, sizes[1:]), zip(gaps, gaps[1:])):
+    for (a, ga), (b, gb) in itertools.pairwise(zip(sizes, gaps)):
       if ga < 0 <= gb:
         found.append((model, math.exp(np.interp(0, [ga, gb], np.log([a, b])))))
   return found
