@@ -258,9 +258,7 @@ def main(argv):
       distance_images=_DISTANCE_IMAGES.value, components=_COMPONENTS.value
   ), also=(OSError,))  # an --out or --class_names that cannot be used
   out = pathlib.Path(_OUT.value)
-  print(f'Wrote into {out}:')
-  for path in sorted(out.iterdir()):
-    print(f'  {path}')
+  print(f'Wrote into {out}:', *sorted(out.iterdir()), sep='\n  ')
   reasons = {}  # one line per reason
   for figure, reason in result.get('not_drawn', {}).items():
     reasons.setdefault(reason, []).append(figure)

@@ -233,9 +233,7 @@ _OVERRIDES_MAY_CHANGE = ('remat', 'attention')
 
 # Epoch-counted fields and the step-counted fields that take their place
 # when set (`training.plan.step_plan`).
-_SET_IN_STEPS_BY = {
-    'num_epochs': 'total_steps', 'warmup_epochs': 'warmup_steps'
-}
+_SET_IN_STEPS_BY = dict(num_epochs='total_steps', warmup_epochs='warmup_steps')
 
 
 def defaults() -> ml_collections.ConfigDict:

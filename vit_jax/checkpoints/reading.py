@@ -35,14 +35,6 @@ class Run:
   def variables(self) -> dict:
     return models.model_variables(self.params, self.batch_stats)
 
-  def for_inference(self) -> tuple[Any, dict]:
-    """The model and variables without what served only training."""
-    model = models.from_config(self.config,
-                               self.params[names.HEAD]['bias'].shape[-1])
-    return model, {
-        **self.variables, 'params': names.inference_params(self.params)
-    }
-
 
 def read_config_json(workdir: pathlib.Path) -> tuple[dict | None, str]:
   """`workdir`'s config.json, or None and what is wrong with it."""
@@ -188,11 +180,6 @@ def load_params(source: str | pathlib.Path, step: int | None = None,
   kind = source_kind(path)
   if kind == WORKDIR:
     return names.inference_params(load_run(path, step).params)
-  return _read_file(path, kind, model_name, step)
-
-
-def _read_file(path: pathlib.Path, kind: str, model_name: str | None,
-               step: int | None) -> Any:
   if step is not None:
     raise CheckpointError(f'{path} is one checkpoint; step={step} only '
                           'selects among the checkpoints of a run directory.')
@@ -227,11 +214,13 @@ def load(source: str | pathlib.Path, *, model_name: str | None = None,
       raise CheckpointError(f'{path} is a run, whose config names its model: '
                             f'leave out --model={model_name}.')
     run = load_run(path, step)
-    model, variables = run.for_inference()
+    model = models.from_config(run.config,
+                               run.params[names.HEAD]['bias'].shape[-1])
+    variables = {**run.variables, 'params': names.inference_params(run.params)}
     return Loaded(WORKDIR, model, variables, run.config.image_size, run.config,
                   run.step,
                   (tuple(run.config.pixel_mean), tuple(run.config.pixel_std)))
-  params = _read_file(path, kind, model_name, step)
+  params = load_params(path, step, model_name)
   model, image_size = vit_model.model_for(params, model_name=model_name,
                                           source=str(path))
   return Loaded(kind, model, {'params': params}, image_size, None, None,

@@ -264,8 +264,7 @@ class RunCheckpoints(contextlib.AbstractContextManager):
     history = list(history)
     contents = digests.compute(state, train_sums, history, position, config)
     manager = self._open(create=True)
-    latest = manager.latest_step()
-    if latest is not None and step <= latest:
+    if step <= max(manager.all_steps(), default=-1):
       raise CheckpointError(
           f'orbax would not save step {step} in {self.directory} (it holds '
           f'steps {manager.all_steps()}); move the directory away.')

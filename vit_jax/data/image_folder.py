@@ -22,10 +22,8 @@ BACKGROUND = 255
 
 # Modes deeper than 8 bits, and the value each shows as white (mode I is a
 # 16-bit PNG as some Pillows read it).
-_WHITE_LEVELS = {
-    'I;16': 65535, 'I;16B': 65535, 'I;16L': 65535, 'I;16N': 65535, 'I': 65535,
-    'F': 1.0
-}
+_WHITE_LEVELS = dict.fromkeys(
+    ('I;16', 'I;16B', 'I;16L', 'I;16N', 'I'), 65535) | {'F': 1.0}
 _ALPHA_MODES = ('LA', 'PA', 'RGBA', 'RGBa')
 _DECODED_MODES = ('1', 'L', 'P', 'RGB', 'RGBX', 'YCbCr', 'CMYK', *_ALPHA_MODES,
                   *_WHITE_LEVELS)
@@ -255,8 +253,7 @@ def open_image_folder(data_dir: pathlib.Path) -> Dataset:
 def open_split(
     folder: pathlib.Path, class_count: int,
     keep: Callable[[FileSource], np.ndarray] | None = None) -> FileSource:
-  """The images under `folder/<class>/`, the classes in name order: those of
-  the indices `keep` gives (all unless given), each checked."""
+  """The images of `folder/<class>/` (classes by name) `keep` picks, checked."""
   if not folder.is_dir():
     raise DatasetError(f'No folder {folder}: pass a folder holding one '
                        '<class>/ folder of images per class.')

@@ -98,18 +98,15 @@ def param_shapes(model: nn.Module,
   return variables['params']
 
 
+def _shapes(tree: Mapping[str, Any], source: str) -> dict[str, tuple]:
+  return {key: np.shape(value) for key, value in flatten(tree, source).items()}
+
+
 def check_params(params: Mapping[str, Any], expected: Mapping[str, Any], *,
                  source: str = 'the checkpoint',
                  target: str = 'the model') -> None:
   """CheckpointError unless `params` has `expected`'s shapes (any dtypes)."""
-  have = {
-      key: tuple(np.shape(value))
-      for key, value in flatten(params, source).items()
-  }
-  want = {
-      key: tuple(value.shape)
-      for key, value in flatten(expected, target).items()
-  }
+  have, want = _shapes(params, source), _shapes(expected, target)
   # Wrong shapes and unexpected keys first: they are few and tell most.
   problems = [
       f'{key} has shape {have[key]} in {source} but {shape} in {target}'
@@ -162,9 +159,9 @@ def _fitted_position_table(table: np.ndarray, want: Any,
                            notes: list[str]) -> np.ndarray:
   """The table fitted to `want`'s tokens (a new one's row is `want`'s)."""
   table = np.asarray(table)
-  if (table.shape == want.shape and
-      theirs == ours) or (table.shape[-1]
-                          != want.shape[-1]):  # for `check_params` to name
+  # Another width is left for `check_params` to name.
+  if table.shape[-1] != want.shape[-1] or (table.shape == want.shape and
+                                           theirs == ours):
     return table
 
   def row(name):
@@ -187,10 +184,9 @@ def _fitted_position_table(table: np.ndarray, want: Any,
 def _fitted(pretrained: Any,
             fresh: Any) -> tuple[dict[tuple[str, ...], Any], list[str]]:
   """`adapt_params`' flat tree before dtypes, and a note per part changed."""
-  in_layout = (stack_blocks
-               if is_stacked(flax.core.unfreeze(fresh)) else unstack_blocks)
+  in_layout = stack_blocks if is_stacked(fresh) else unstack_blocks
   pretrained = flax.traverse_util.flatten_dict(in_layout(pretrained))
-  fresh = flax.traverse_util.flatten_dict(flax.core.unfreeze(fresh))
+  fresh = flax.traverse_util.flatten_dict(fresh)
   theirs, ours = _prefix_tokens(pretrained), _prefix_tokens(fresh)
   optional = (names.PRE_LOGITS, names.DISTILLATION_TOKEN)
   adapted, notes = {}, []
@@ -236,10 +232,7 @@ def adapt_params(pretrained: Any, fresh: Any) -> dict:
 def vit_architecture(params: Mapping[str, Any]) -> dict | None:
   """A ViT's registry fields from its shapes; None for another model."""
   official = jax.eval_shape(unstack_blocks, params)
-  shapes = {
-      key: value.shape
-      for key, value in flatten(official, 'the parameters').items()
-  }
+  shapes = _shapes(official, 'the parameters')
   norm = names.path(names.ENCODER_NORM_SCALE)
   if norm not in shapes:
     return None
@@ -250,11 +243,9 @@ def vit_architecture(params: Mapping[str, Any]) -> dict | None:
   root = shapes.get(_ROOT)  # a hybrid's ResNet stem
   return {
       'hidden_size': shapes[norm][0],
-      'num_layers': len({
-          key.split('/')[1] for key in shapes
-          if key.startswith(f'{names.ENCODER}/'
-                            f'{names.BLOCK_PREFIX}')
-      }),
+      'num_layers': sum(
+          name.startswith(names.BLOCK_PREFIX)
+          for name in official[names.ENCODER]),
       'num_heads': query[1] if query else None,
       'mlp_dim': mlp[1] if mlp else None,
       # Not a shifted-patch embedding's Dense.
