@@ -109,8 +109,13 @@ def analyze(out, *, workdir=None, step=None, data_dir=None, checkpoint=None,
                             'another --out')) from e
   if workdir is not None:
     events = reading.run_directory(workdir) / 'tensorboard' / 'analysis'
-    try:
-      _to_tensorboard(events, out, subject.described['step'])
+    try:  # the figures as images at the step analyzed
+      with SummaryWriter(str(events)) as writer:
+        for path in sorted(out.glob('*.png')):
+          with Image.open(path) as image:
+            writer.add_image(path.stem, np.asarray(image.convert('RGB')),
+                             global_step=subject.described['step'],
+                             dataformats='HWC')
     except OSError as e:
       raise AnalysisError(
           errors.write_failed(events, e,
@@ -195,9 +200,8 @@ def draw_token_attention(out: pathlib.Path, subject: subjects.Subject,
       measures.cls_attention(last_layer, grid, len(prefix)))
   figures.plot_cls_attention(
       out / 'cls_attention_layers.png', [display[0]] * len(attentions),
-      np.stack([
-          measures.cls_attention(a[0], grid, len(prefix)) for a in attentions
-      ]), layers=True)
+      measures.cls_attention(np.stack([a[0] for a in attentions]), grid,
+                             len(prefix)), layers=True)
   if names.DISTILLATION_TOKEN in prefix:
     figures.plot_cls_attention(
         out / 'dist_attention.png', display[shown],
@@ -233,15 +237,6 @@ def draw_attention_distance(out: pathlib.Path, subject: subjects.Subject,
       mean_attention_distance_per_head=distances.round(3).tolist(),
       mean_attention_distance_per_layer=distances.mean(1).round(3).tolist(),
       uniform_attention_distance=round(uniform, 3))
-
-
-def _to_tensorboard(directory: pathlib.Path, out: pathlib.Path, step: int):
-  """The figures in `out` as TensorBoard images at the step analyzed."""
-  with SummaryWriter(str(directory)) as writer:
-    for path in sorted(out.glob('*.png')):
-      with Image.open(path) as image:
-        writer.add_image(path.stem, np.asarray(image.convert('RGB')),
-                         global_step=step, dataformats='HWC')
 
 
 def main(argv):

@@ -56,8 +56,7 @@ FIELDS: dict[str, Field] = {
                      'cifar10, cifar100, image_folder or tfds:NAME.'),
     'data_dir': Field(
         '', 'Where the dataset is. Unset: $VIT_JAX_DATA_DIR, else '
-        '~/.cache/vit_jax, where CIFAR is downloaded the first time.',
-        may_change_on_resume=True),
+        '~/.cache/vit_jax (docs/training.md).', may_change_on_resume=True),
     'train_split': Field('train', 'Training split (tfds datasets).'),
     'test_split': Field('test', 'Evaluation split (tfds datasets).',
                         may_change_on_resume=True),
@@ -71,13 +70,10 @@ FIELDS: dict[str, Field] = {
         0, 'Keep N test examples; 0: all. Chosen as train_examples are.',
         may_change_on_resume=True, check=_NON_NEGATIVE),
     'validation_examples': Field(
-        0, 'Hold out N examples the run never trains on, on which the best '
-        'step is chosen (docs/training.md, Validation); 0: none.',
-        check=_NON_NEGATIVE),
+        0, 'Hold out N examples the run never trains on, to choose the best '
+        'step on (docs/training.md); 0: none.', check=_NON_NEGATIVE),
     'validation_dir': Field(
-        '',
-        'A folder of <class>/ image folders (sorted in label order) to draw '
-        'validation_examples from.'),
+        '', 'The folder validation_examples come from (docs/training.md).'),
     'image_size': Field(32, 'Side of the square model input, in pixels.',
                         check=_POSITIVE),
     'input_pipeline': Field(
@@ -85,8 +81,7 @@ FIELDS: dict[str, Field] = {
         'docs/training.md, Input.', ('on_device', 'streaming')),
     'input_workers': Field(
         -1, 'Streaming: grain worker processes loading batches on each host; '
-        '-1: one per core this process may use; 0: threads.',
-        may_change_on_resume=True,
+        '-1: one per core it may use; 0: threads.', may_change_on_resume=True,
         check=(lambda v: v >= -1,
                'must be -1 (one per CPU core), 0 (threads) or a count')),
     'augment': Field(
@@ -116,16 +111,14 @@ FIELDS: dict[str, Field] = {
         '', 'DeiT distillation: the workdir of a trained run whose predictions '
         "teach the student's distillation token; empty: none."),
     'distillation_target': Field(
-        'hard', "What the distillation token learns of the teacher: 'hard', "
-        "its predicted class (DeiT's), or 'soft', its probabilities.",
-        ('hard', 'soft')),
+        'hard', "The distillation token learns the teacher's class ('hard', "
+        "DeiT's) or its probabilities ('soft').", ('hard', 'soft')),
     'distillation_temperature': Field(
         1.0, "The soft target's temperature (DeiT: 1; Hinton et al.: 2-20).",
         check=_POSITIVE),
     'locality_guidance_teacher': Field(
-        '', 'Locality guidance: the workdir of a trained CNN run whose stage '
-        "features the ViT's model_overrides.guided_blocks imitate; empty: "
-        'none.'),
+        '', 'Locality guidance: the workdir of a trained CNN run to imitate '
+        '(docs/training.md); empty: none.'),
     'teacher_checkpoint': Field(
         'last', "The teachers' checkpoint read: 'last', the newest, or "
         "'best' (trained with keep_best_checkpoint).", ('last', 'best')),
@@ -157,8 +150,7 @@ FIELDS: dict[str, Field] = {
         may_change_on_resume=True, check=_NON_NEGATIVE),
     'checkpoint_every_steps': Field(
         0, 'Checkpointed every N steps (and at the last, and on SIGTERM); 0: '
-        'once an epoch, at most every checkpoint_min_seconds.',
-        may_change_on_resume=True, check=_NON_NEGATIVE),
+        'once an epoch.', may_change_on_resume=True, check=_NON_NEGATIVE),
     'checkpoint_min_seconds': Field(
         30.0, "With checkpoint_every_steps 0, skip an epoch's checkpoint "
         'begun less than this after the newest (docs/training.md, Steps).',
@@ -184,9 +176,8 @@ FIELDS: dict[str, Field] = {
                        ('adamw', 'sgd')),
     'learning_rate': Field(1e-3, 'Peak learning rate.', check=_POSITIVE),
     'weight_decay': Field(
-        0.0, "Weight decay: decoupled for adamw (optax's, scaled by the "
-        'learning rate), coupled (L2, added to the gradient) for sgd.',
-        check=_NON_NEGATIVE),
+        0.0, "Weight decay: decoupled (optax's, scaled by the learning rate) "
+        'for adamw, L2 added to the gradient for sgd.', check=_NON_NEGATIVE),
     'weight_decay_on': Field(
         'all', "The parameters weight decay applies to: 'all' (the study's), "
         "or 'kernels', weight matrices and convolution kernels only (DeiT).",
@@ -208,20 +199,17 @@ FIELDS: dict[str, Field] = {
     # The machine.
     'fsdp': Field(
         1, 'Devices each large parameter and optimizer-state array is split '
-        'over (FSDP); 1: not split; -1: all devices.',
-        may_change_on_resume=True),
+        'over (FSDP, docs/training.md); -1: all.', may_change_on_resume=True),
     'cpu_devices': Field(
         distributed.DEFAULT_CPU_DEVICES, 'Host devices the batch is split '
         'over on a CPU (--cpu_devices overrides).', may_change_on_resume=True,
         check=_NON_NEGATIVE),
-    'cpu_compiler_options':
-        Field({}, 'XLA options the steps compile with on a CPU, e.g. '
-              "{'xla_cpu_experimental_ynn_fusion_type': ''}.",
-              may_change_on_resume=True),
+    'cpu_compiler_options': Field(
+        {}, 'XLA options the steps compile with on a CPU (docs/training.md).',
+        may_change_on_resume=True),
     'compilation_cache_dir': Field(
         compilation_cache.DEFAULT_DIRECTORY, "jax's persistent compilation "
-        'cache ($JAX_COMPILATION_CACHE_DIR when set and this is the default); '
-        'empty: off.', may_change_on_resume=True),
+        'cache (docs/training.md); empty: off.', may_change_on_resume=True),
 }
 
 # Model fields that change how the step computes, never its parameters or

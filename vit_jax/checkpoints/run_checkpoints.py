@@ -193,11 +193,10 @@ class RunCheckpoints(contextlib.AbstractContextManager):
             'it was read: a run still writing there replaced it (now: steps '
             f'{self.steps(fresh=True)}).') from e
       others = [s for s in steps if s != step]
+      rest = f'the others are steps {others}' if others else 'there is no other'
       raise CheckpointError(
           f'The checkpoint {self.directory / str(step)} cannot be restored '
-          f'({first_line(e)}); ' +
-          (f'the others are steps {others}.' if others else 'there is no other.'
-          )) from e
+          f'({first_line(e)}); {rest}.') from e
 
   def _restore(self, step: int, state_shapes, sum_shapes) -> Restored:
     """`restore` unchecked: raises what orbax raises, or DigestMismatchError."""

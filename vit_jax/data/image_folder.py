@@ -100,22 +100,18 @@ def read_image(
                        'remove it.') from e
 
 
-def _looks_whole(path: pathlib.Path) -> bool:
-  """Whether the file starts and ends as a whole JPEG or PNG does."""
-  with open(path, 'rb') as f:
-    head = f.read(8)
-    size = f.seek(0, os.SEEK_END)
-    f.seek(max(size - 8, 0))
-    tail = f.read()
-  return any(
-      head.startswith(start) and tail.endswith(end)
-      for start, end in _WHOLE_FILES)
-
-
 def _file_problem(path: pathlib.Path) -> str | None:
   try:
-    # Undecoded: checking a folder costs little more than listing it.
-    if _looks_whole(path):
+    # A file that starts and ends as a whole JPEG or PNG does is not decoded:
+    # checking a folder costs little more than listing it.
+    with open(path, 'rb') as f:
+      head = f.read(8)
+      size = f.seek(0, os.SEEK_END)
+      f.seek(max(size - 8, 0))
+      tail = f.read()
+    if any(
+        head.startswith(start) and tail.endswith(end)
+        for start, end in _WHOLE_FILES):
       return None
     with Image.open(path) as image:
       to_rgb(image)
@@ -133,11 +129,10 @@ class FileSource:
   def __len__(self):
     return len(self.paths)
 
-  def __getitem__(self, index):
-    return read_image(self.paths[index]), int(self.labels[index])
-
-  def read(self, index: int, at_least):
+  def read(self, index: int, at_least=None):
     return read_image(self.paths[index], at_least), int(self.labels[index])
+
+  __getitem__ = read
 
 
 @dataclasses.dataclass

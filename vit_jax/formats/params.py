@@ -92,10 +92,9 @@ def param_shapes(model: nn.Module,
   """`model`'s parameter shapes and dtypes, computing no parameter."""
   height, width = ((image_size,
                     image_size) if isinstance(image_size, int) else image_size)
-  variables = jax.eval_shape(
+  return jax.eval_shape(
       functools.partial(model.init, train=False), jax.random.key(0),
-      jax.ShapeDtypeStruct((1, height, width, 3), jnp.float32))
-  return variables['params']
+      jax.ShapeDtypeStruct((1, height, width, 3), jnp.float32))['params']
 
 
 def _shapes(tree: Mapping[str, Any], source: str) -> dict[str, tuple]:
