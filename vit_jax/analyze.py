@@ -254,11 +254,10 @@ def main(argv):
   ), also=(OSError,))  # an --out or --class_names that cannot be used
   out = pathlib.Path(_OUT.value)
   print(f'Wrote into {out}:', *sorted(out.iterdir()), sep='\n  ')
-  reasons = {}  # one line per reason
-  for figure, reason in result.get('not_drawn', {}).items():
-    reasons.setdefault(reason, []).append(figure)
-  for reason, figures_not_drawn in reasons.items():
-    print(f'{reason}: {", ".join(figures_not_drawn)} not drawn')
+  not_drawn = result.get('not_drawn', {})
+  for reason in dict.fromkeys(not_drawn.values()):  # one line per reason
+    shown = [figure for figure, why in not_drawn.items() if why == reason]
+    print(f'{reason}: {", ".join(shown)} not drawn')
 
 
 if __name__ == '__main__':

@@ -257,32 +257,7 @@ def validate(config: ml_collections.ConfigDict, num_devices: int,
   if not config.total_steps and not config.num_epochs:
     raise ConfigError('Set config.total_steps or config.num_epochs: the run '
                       'has no length.')
-  _check_teachers(config)
-  if config.validation_dir and not config.validation_examples:
-    raise ConfigError(
-        f'config.validation_dir={config.validation_dir} holds validation '
-        'examples, but config.validation_examples=0 holds none out: set how '
-        'many, e.g. --config.validation_examples=5000.')
-  if config.fsdp != -1 and (config.fsdp < 1 or num_devices % config.fsdp):
-    raise ConfigError(
-        f'config.fsdp={config.fsdp} does not divide the {num_devices} '
-        f'devices; use a divisor of {num_devices}, or -1 for all of them.')
-  for name in ('batch_size', 'eval_batch_size')[0 if training else 1:]:
-    if config[name] % num_devices:
-      raise ConfigError(
-          f'config.{name}={config[name]} is not divisible by the '
-          f'{num_devices} devices; use a multiple of {num_devices} (on a CPU, '
-          'config.cpu_devices sets the number of devices).')
-  accumulation = config.grad_accumulation_steps
-  if training and config.batch_size % (accumulation * num_devices):
-    raise ConfigError(
-        f'config.grad_accumulation_steps={accumulation} must split '
-        f'config.batch_size={config.batch_size} into micro-batches divisible '
-        f'by the {num_devices} devices.')
-
-
-def _check_teachers(config: ml_collections.ConfigDict):
-  """Each teacher field with the student it needs, and the reverse."""
+  # Each teacher field with the student it needs, and the reverse.
   has_token = bool(config.model_overrides.get('distillation_token', False))
   guided = bool(config.model_overrides.get('guided_blocks', ()))
   for wrong, message in (
@@ -309,6 +284,27 @@ def _check_teachers(config: ml_collections.ConfigDict):
        '--config.locality_guidance_teacher, or leave it at last.')):
     if wrong:
       raise ConfigError(message)
+  if config.validation_dir and not config.validation_examples:
+    raise ConfigError(
+        f'config.validation_dir={config.validation_dir} holds validation '
+        'examples, but config.validation_examples=0 holds none out: set how '
+        'many, e.g. --config.validation_examples=5000.')
+  if config.fsdp != -1 and (config.fsdp < 1 or num_devices % config.fsdp):
+    raise ConfigError(
+        f'config.fsdp={config.fsdp} does not divide the {num_devices} '
+        f'devices; use a divisor of {num_devices}, or -1 for all of them.')
+  for name in ('batch_size', 'eval_batch_size')[0 if training else 1:]:
+    if config[name] % num_devices:
+      raise ConfigError(
+          f'config.{name}={config[name]} is not divisible by the '
+          f'{num_devices} devices; use a multiple of {num_devices} (on a CPU, '
+          'config.cpu_devices sets the number of devices).')
+  accumulation = config.grad_accumulation_steps
+  if training and config.batch_size % (accumulation * num_devices):
+    raise ConfigError(
+        f'config.grad_accumulation_steps={accumulation} must split '
+        f'config.batch_size={config.batch_size} into micro-batches divisible '
+        f'by the {num_devices} devices.')
 
 
 def comparable(value) -> Any:

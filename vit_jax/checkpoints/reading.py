@@ -140,10 +140,9 @@ SOURCES_HELP = ('a vit_jax.main workdir (or its best_checkpoint), an '
 def _safetensors_kind(path: pathlib.Path) -> str:
   """TIMM or HF, from a .safetensors file's array names."""
   keys = safetensors_file.names(path)
-  if timm.is_state(keys):
-    return TIMM
-  if hf.is_state(keys):
-    return HF
+  for kind, folder_format in FOLDER_FORMATS.items():
+    if folder_format.is_state(keys):
+      return kind
   raise CheckpointError(
       f'{path} holds neither timm\'s nor transformers\' ViT arrays (it has '
       f'{", ".join(sorted(keys)[:5]) or "no arrays"}'

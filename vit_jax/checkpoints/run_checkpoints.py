@@ -178,14 +178,14 @@ class RunCheckpoints(contextlib.AbstractContextManager):
           'again, or wait until it ends.')
     return None
 
-  def restore(self, step: int, state_shapes=None, sum_shapes=None) -> Restored:
-    """The verified checkpoint of `step`, onto the shapes' or one device."""
+  def restore(self, step: int) -> Restored:
+    """The verified checkpoint of `step`, on one device."""
     steps = self.steps()
     if step not in steps:
       raise CheckpointError(f'No checkpoint of step {step} in '
                             f'{self.directory}; there are {steps}.')
     try:
-      return self._restore(step, state_shapes, sum_shapes)
+      return self._restore(step)
     except Exception as e:  # pylint: disable=broad-except
       if not (self.directory / str(step)).exists():
         raise CheckpointError(
@@ -198,16 +198,14 @@ class RunCheckpoints(contextlib.AbstractContextManager):
           f'The checkpoint {self.directory / str(step)} cannot be restored '
           f'({first_line(e)}); {rest}.') from e
 
-  def _restore(self, step: int, state_shapes, sum_shapes) -> Restored:
+  def _restore(self, step: int, state_shapes=None, sum_shapes=None) -> Restored:
     """`restore` unchecked: raises what orbax raises, or DigestMismatchError."""
     step_dir = self.directory / str(step)
     if state_shapes is None:
       state_shapes, sum_shapes = _as_saved(step_dir)
     held = {path.name for path in step_dir.iterdir()}
-    items = {
-        name: ocp.args.JsonRestore()
-        for name in ('history', 'position', 'config', 'digest') if name in held
-    }
+    items = dict.fromkeys(held & {'history', 'position', 'config', 'digest'},
+                          ocp.args.JsonRestore())
     restored = self._open(create=False).restore(
         step, args=ocp.args.Composite(
             state=ocp.args.StandardRestore(state_shapes),

@@ -80,8 +80,7 @@ def unstack_blocks(params: Mapping[str, Any]) -> dict[str, Any]:
     return params
   encoder = dict(params[names.ENCODER])
   stacked = encoder.pop(names.STACKED_BLOCK)
-  num_layers = jax.tree.leaves(stacked)[0].shape[0]
-  for i in range(num_layers):
+  for i in range(jax.tree.leaves(stacked)[0].shape[0]):  # the layer axis
     encoder[names.block_name(i)] = jax.tree.map(lambda a, i=i: a[i], stacked)
   params[names.ENCODER] = encoder
   return params
