@@ -71,6 +71,7 @@ def test_the_best_evaluation_is_kept_and_a_resumed_run_keeps_the_same(
   assert reading.source_kind(folder) == reading.WORKDIR
   loaded = reading.load(folder)
   assert loaded.step == best and loaded.config == run.config
+  assert reading.trained_pixels(folder) == loaded.pixels
   with pytest.raises(CheckpointError, match='pass a step or its best '
                      'checkpoint, not both'):
     reading.load_run(folder, step=1)

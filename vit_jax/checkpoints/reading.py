@@ -233,7 +233,7 @@ def trained_pixels(source: str | pathlib.Path) -> tuple[tuple, tuple] | None:
   if kind != WORKDIR:
     return (vit_model.RELEASED_PIXELS
             if kind == NPZ else FOLDER_FORMATS[kind].pixels(path))
-  config, _ = read_config_json(path)
+  config, _ = read_config_json(run_directory(path))
   if not isinstance(config, dict) or not {'pixel_mean', 'pixel_std'
                                          } <= set(config):
     return None
