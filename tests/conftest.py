@@ -93,13 +93,18 @@ def _signals_released():
 
 
 @pytest.fixture
-def cifar10_binary(tmp_path):
-  """A CIFAR-10 binary release with 96 training and 37 test images."""
+def cifar10_splits():
+  """The files of a CIFAR-10 binary release: 96 training and 37 test images."""
   first, second = random_cifar(48, 10, seed=1), random_cifar(48, 10, seed=2)
-  splits = cifar10_files([np.concatenate(a) for a in zip(first, second)],
-                         random_cifar(37, 10, seed=3))
-  write_cifar_binary(tmp_path / 'data' / 'cifar-10-batches-bin', splits)
-  return tmp_path / 'data', splits
+  return cifar10_files([np.concatenate(a) for a in zip(first, second)],
+                       random_cifar(37, 10, seed=3))
+
+
+@pytest.fixture
+def cifar10_dir(tmp_path, cifar10_splits):
+  """The data_dir of `cifar10_splits` written as the binary release."""
+  write_cifar_binary(tmp_path / 'data' / 'cifar-10-batches-bin', cifar10_splits)
+  return tmp_path / 'data'
 
 
 @pytest.fixture(scope='session')

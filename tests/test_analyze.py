@@ -223,14 +223,14 @@ def _analyze_run(workdir, out):
 
 
 def test_a_scanned_distillation_token_sincos_run_is_analysed_as_unscanned(
-    cifar10_binary, tmp_path):
+    cifar10_dir, tmp_path):
   techniques = dict(distillation_token=True, posemb='sincos2d')
   plain = _analyze_run(
-      _untrained_run(tmp_path / 'plain', cifar10_binary[0], **techniques),
+      _untrained_run(tmp_path / 'plain', cifar10_dir, **techniques),
       tmp_path / 'plain_out')
   scanned = _analyze_run(
-      _untrained_run(tmp_path / 'scanned', cifar10_binary[0], **techniques,
-                     scan=True, remat='full'), tmp_path / 'scanned_out')
+      _untrained_run(tmp_path / 'scanned', cifar10_dir, **techniques, scan=True,
+                     remat='full'), tmp_path / 'scanned_out')
   for out in ('plain_out', 'scanned_out'):
     assert _written(tmp_path / out) == sorted((*FIGURES, 'dist_attention.png'))
   assert scanned['prefix_tokens'] == ['cls', 'dist']
@@ -250,9 +250,9 @@ def test_a_scanned_distillation_token_sincos_run_is_analysed_as_unscanned(
 
 
 def test_a_gap_run_without_position_embedding_says_what_it_did_not_draw(
-    cifar10_binary, tmp_path, capsys):
+    cifar10_dir, tmp_path, capsys):
   """An old figure of the same name is removed; the rest is drawn."""
-  workdir = _untrained_run(tmp_path / 'run', cifar10_binary[0], posemb='none',
+  workdir = _untrained_run(tmp_path / 'run', cifar10_dir, posemb='none',
                            classifier='gap', shifted_patches=True,
                            locality_attention=True)
   figures = tmp_path / 'out'

@@ -25,12 +25,11 @@ def _held(workdir):
 
 
 def test_the_best_evaluation_is_kept_and_a_resumed_run_keeps_the_same(
-    cifar10_binary, tmp_path, monkeypatch):
+    cifar10_dir, tmp_path, monkeypatch):
   """Chosen on held-out validation examples, never the test split."""
-  data_dir, _ = cifar10_binary
   # Every other step evaluated and checkpointed, all checkpoints kept: the
   # best one's state is also in checkpoints/.
-  config = tiny_config(data_dir, total_steps=12, eval_every_steps=2,
+  config = tiny_config(cifar10_dir, total_steps=12, eval_every_steps=2,
                        checkpoint_every_steps=2, keep_checkpoints=6,
                        keep_best_checkpoint=True, train_examples=80,
                        validation_examples=16)

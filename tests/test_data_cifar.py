@@ -15,11 +15,12 @@ def _assert_same(a, b):
   np.testing.assert_array_equal(a.labels, b.labels)
 
 
-def test_both_cifar10_formats_load_to_the_same_arrays(cifar10_binary, tmp_path):
-  data_dir, splits = cifar10_binary
-  write_cifar_python(tmp_path / 'py' / 'cifar-10-batches-py',
-                     {name[:-4]: split for name, split in splits.items()})
-  binary = cifar.load_cifar('cifar10', data_dir)
+def test_both_cifar10_formats_load_to_the_same_arrays(cifar10_dir,
+                                                      cifar10_splits, tmp_path):
+  write_cifar_python(
+      tmp_path / 'py' / 'cifar-10-batches-py',
+      {name[:-4]: split for name, split in cifar10_splits.items()})
+  binary = cifar.load_cifar('cifar10', cifar10_dir)
   python = cifar.load_cifar('cifar10', tmp_path / 'py')
   _assert_same(binary.train, python.train)
   _assert_same(binary.test, python.test)
@@ -27,10 +28,11 @@ def test_both_cifar10_formats_load_to_the_same_arrays(cifar10_binary, tmp_path):
 
   # Pixels land where the official planar layout puts them.
   expected_train = np.concatenate([
-      splits[f'data_batch_{i}.bin'][0] for i in range(1, 6)
+      cifar10_splits[f'data_batch_{i}.bin'][0] for i in range(1, 6)
   ])
   np.testing.assert_array_equal(binary.train.images, expected_train)
-  np.testing.assert_array_equal(binary.test.labels, splits['test_batch.bin'][1])
+  np.testing.assert_array_equal(binary.test.labels,
+                                cifar10_splits['test_batch.bin'][1])
   assert binary.train.images.dtype == np.uint8
   assert binary.train.labels.dtype == np.int32
 
@@ -77,21 +79,20 @@ def test_the_study_subset_is_the_same_from_the_full_release(tmp_path):
 
 
 def test_missing_or_malformed_data_says_where_and_what_to_do(
-    cifar10_binary, tmp_path):
+    cifar10_dir, tmp_path):
   with pytest.raises(
       DatasetError, match=r'No cifar10 found in .*cifar-10-batches-bin.*'
       r'--config.data_dir=DIR, or leave data_dir unset to '
       r'download it'):
     cifar.load_cifar('cifar10', tmp_path / 'elsewhere')
-  data_dir, _ = cifar10_binary
-  broken = data_dir / 'cifar-10-batches-bin' / 'test_batch.bin'
+  broken = cifar10_dir / 'cifar-10-batches-bin' / 'test_batch.bin'
   broken.write_bytes(broken.read_bytes()[:-5])
   with pytest.raises(DatasetError,
                      match='test_batch.bin is not a CIFAR binary file'):
-    cifar.load_cifar('cifar10', data_dir)
-  (data_dir / 'cifar-10-batches-bin' / 'data_batch_4.bin').unlink()
+    cifar.load_cifar('cifar10', cifar10_dir)
+  (cifar10_dir / 'cifar-10-batches-bin' / 'data_batch_4.bin').unlink()
   with pytest.raises(
       DatasetError, match=r'cifar-10-batches-bin lacks data_batch_4.bin of '
       r'the cifar10 release \(data_batch_1.bin, .* test_batch.bin\); unpack '
       'the whole release again.'):
-    cifar.load_cifar('cifar10', data_dir)
+    cifar.load_cifar('cifar10', cifar10_dir)

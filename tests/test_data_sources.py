@@ -19,16 +19,15 @@ def _config(data_dir, dataset='cifar10', **overrides):
 
 
 def test_a_subset_is_the_first_examples_and_missing_data_says_where(
-    cifar10_binary, monkeypatch, tmp_path):
-  data_dir, _ = cifar10_binary
-  full = sources.open_dataset(_config(data_dir))
+    cifar10_dir, monkeypatch, tmp_path):
+  full = sources.open_dataset(_config(cifar10_dir))
   subset = sources.open_dataset(
-      _config(data_dir, train_examples=50, test_examples=7))
+      _config(cifar10_dir, train_examples=50, test_examples=7))
   np.testing.assert_array_equal(subset.train.images, full.train.images[:50])
   np.testing.assert_array_equal(subset.test.labels, full.test.labels[:7])
   with pytest.raises(DatasetError,
                      match='train_examples=500 but the dataset has only 96'):
-    sources.open_dataset(_config(data_dir, train_examples=500))
+    sources.open_dataset(_config(cifar10_dir, train_examples=500))
   # Missing data says where it looked and what to do.
   empty = tmp_path / 'empty'
   empty.mkdir()
@@ -43,7 +42,7 @@ def test_a_subset_is_the_first_examples_and_missing_data_says_where(
     sources.open_dataset(_config('', 'image_folder'))
   with pytest.raises(DatasetError, match="Unknown dataset 'mnist'"):
     sources.open_dataset(_config(empty, 'mnist'))
-  monkeypatch.setenv(sources.DATA_DIR_ENV, str(data_dir))
+  monkeypatch.setenv(sources.DATA_DIR_ENV, str(cifar10_dir))
   assert len(sources.open_dataset(_config('')).train) == 96
 
 
@@ -142,10 +141,10 @@ def test_640_test_images_of_the_cifar10_jpeg_folder_are_64_of_each_class(
 
 
 def test_validation_examples_are_never_trained_on_and_the_same_every_seed(
-    cifar10_binary, tmp_path):
+    cifar10_dir, tmp_path):
   """Drawn from what the config leaves out of training, or validation_dir."""
-  data_dir, _ = cifar10_binary  # 48 + 48 training images in 5 files
-  full = sources.open_dataset(_config(data_dir)).train
+  # 48 + 48 training images in 5 files
+  full = sources.open_dataset(_config(cifar10_dir)).train
 
   def rows(split):
     images = split.images if hasattr(split, 'images') else sources.to_arrays(
@@ -154,7 +153,7 @@ def test_validation_examples_are_never_trained_on_and_the_same_every_seed(
 
   def opened(**fields):
     drawn = [
-        sources.open_dataset(_config(data_dir, seed=seed, **fields))
+        sources.open_dataset(_config(cifar10_dir, seed=seed, **fields))
         for seed in (0, 1)
     ]
     assert rows(drawn[0].validation) == rows(drawn[1].validation)
@@ -190,7 +189,8 @@ def test_validation_examples_are_never_trained_on_and_the_same_every_seed(
   drawn[0].write_bytes(b'damaged')
   with pytest.raises(DatasetError, match='1 problem in the image folder'):
     sources.open_dataset(
-        _config(data_dir, validation_dir=str(folder), validation_examples=20))
+        _config(cifar10_dir, validation_dir=str(folder),
+                validation_examples=20))
 
   for fields, said in [
       (dict(train_examples=90, validation_examples=7),
@@ -201,4 +201,4 @@ def test_validation_examples_are_never_trained_on_and_the_same_every_seed(
        r'holds 0 class folders, but the dataset has 10 classes'),
   ]:
     with pytest.raises(DatasetError, match=said):
-      sources.open_dataset(_config(data_dir, **fields))
+      sources.open_dataset(_config(cifar10_dir, **fields))

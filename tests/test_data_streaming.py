@@ -71,13 +71,11 @@ def test_batches_follow_the_seeded_shuffle_from_any_position():
   np.testing.assert_array_equal(first, preprocess.resize(test_split[0][0], 16))
 
 
-def test_streaming_feeds_the_model_what_the_on_device_input_does(
-    cifar10_binary):
+def test_streaming_feeds_the_model_what_the_on_device_input_does(cifar10_dir):
   """Unaugmented at the stored size, both inputs give the same model inputs."""
-  data_dir, _ = cifar10_binary
   inputs = [
       data.create_input(
-          tiny_config(data_dir, augment=False, validation_examples=12,
+          tiny_config(cifar10_dir, augment=False, validation_examples=12,
                       input_pipeline=pipeline, input_workers=0),
           sharding.make_mesh()) for pipeline in ('on_device', 'streaming')
   ]

@@ -38,10 +38,9 @@ def test_bad_input_is_one_clear_line_printed_once_not_a_traceback(
 
 @pytest.mark.slow  # 10 s; the typo line alone: test_models_registry.py
 def test_any_model_field_can_be_overridden_and_a_typo_is_named(
-    cifar10_binary, tmp_path):
-  data_dir, _ = cifar10_binary
+    cifar10_dir, tmp_path):
   flags = [
-      f'--config.data_dir={data_dir}', '--config.train_examples_per_file=0',
+      f'--config.data_dir={cifar10_dir}', '--config.train_examples_per_file=0',
       '--config.batch_size=16', '--config.eval_batch_size=16',
       '--config.test_examples=0', '--config.total_steps=1', '--cpu_devices=1'
   ]

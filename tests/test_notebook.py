@@ -14,9 +14,9 @@ from vit_jax import models
 from vit_jax.checkpoints import run_checkpoints
 
 
-def test_the_notebook_runs_and_draws_every_figure(cifar10_binary, tmp_path):
+def test_the_notebook_runs_and_draws_every_figure(cifar10_dir, tmp_path):
   # An untrained 1-layer ViT run at 16x16, a 2x2 patch grid.
-  config = tiny_config(cifar10_binary[0], image_size=16)
+  config = tiny_config(cifar10_dir, image_size=16)
   saved = json.loads(config.to_json_best_effort())
   (tmp_path / 'run').mkdir()
   (tmp_path / 'run' / 'config.json').write_text(json.dumps(saved))
@@ -32,7 +32,7 @@ def test_the_notebook_runs_and_draws_every_figure(cifar10_binary, tmp_path):
   parameters.source = '\n'.join(f'{name} = {value!r}' for name, value in dict(
       checkpoint=str(tmp_path / 'run'), model_name=None,
       images=[str(tmp_path / 'cat.png')], class_names=None,
-      finetune_dataset='cifar10', finetune_data=str(cifar10_binary[0]),
+      finetune_dataset='cifar10', finetune_data=str(cifar10_dir),
       finetune_steps=2, finetune_batch_size=8, out=str(tmp_path /
                                                        'out')).items())
   # A cell that raises fails the test, with its traceback.

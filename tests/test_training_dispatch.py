@@ -21,10 +21,10 @@ from vit_jax.training import steps
 from vit_jax.training import train
 
 
-def test_many_steps_per_call_train_as_one_step_per_call(cifar10_binary,
-                                                        tmp_path, monkeypatch):
+def test_many_steps_per_call_train_as_one_step_per_call(cifar10_dir, tmp_path,
+                                                        monkeypatch):
   """However the steps are split into calls, logs and state are the same."""
-  data_dir, _ = cifar10_binary  # 6 steps an epoch: calls cross epochs
+  # 6 steps an epoch: calls cross epochs
   monkeypatch.setattr(dispatch, 'MAX_SECONDS', 1e9)  # no time limit
   made = {}
   run = dispatch.Dispatcher.run
@@ -33,7 +33,7 @@ def test_many_steps_per_call_train_as_one_step_per_call(cifar10_binary,
       (made[name].append(len(batches)), run(self, state, sums, batches))[1])
   for name, per_call, log_every in (('one', 1, 7), ('many', 5, 7), ('split', 5,
                                                                     1)):
-    config = tiny_config(data_dir, total_steps=18, log_every_steps=log_every,
+    config = tiny_config(cifar10_dir, total_steps=18, log_every_steps=log_every,
                          eval_every_steps=8, checkpoint_every_steps=16,
                          steps_per_dispatch=per_call)
     made[name] = []

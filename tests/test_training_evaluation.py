@@ -32,9 +32,9 @@ def test_a_run_evaluates_to_the_accuracy_it_logged(trained_vit_run):
 
 
 def test_a_run_with_a_moving_average_evaluates_and_reads_back_the_average(
-    cifar10_binary, tmp_path):
-  data_dir, _ = cifar10_binary  # 96 images: 6 steps an epoch
-  config = tiny_config(data_dir, total_steps=6, ema_decay=0.9)
+    cifar10_dir, tmp_path):
+  # 96 images: 6 steps an epoch
+  config = tiny_config(cifar10_dir, total_steps=6, ema_decay=0.9)
   train.train_and_evaluate(config, tmp_path)
   logged = _logged_test(tmp_path)
   result = evaluation.evaluate(tmp_path)
@@ -48,7 +48,7 @@ def test_a_run_with_a_moving_average_evaluates_and_reads_back_the_average(
                             state['params']['head']['bias'])
   # Fine-tuned with an average of its own, which starts from the run's
   # (the train step donates both copies); the run's steps, so its programs.
-  tuned = tiny_config(data_dir, total_steps=6, ema_decay=0.9,
+  tuned = tiny_config(cifar10_dir, total_steps=6, ema_decay=0.9,
                       init_from=str(tmp_path))
   assert np.isfinite(
       train.train_and_evaluate(tuned, tmp_path / 'tuned')['best_test_accuracy'])

@@ -42,11 +42,9 @@ def test_fine_tunes_a_run_at_a_higher_resolution(trained_vit_run, tmp_path):
 
 
 @pytest.mark.slow  # ~35 s: a 12-layer ViT at 577 tokens
-def test_released_vit_ti_16_fine_tunes_at_384_from_224(cifar10_binary,
-                                                       tmp_path):
+def test_released_vit_ti_16_fine_tunes_at_384_from_224(cifar10_dir, tmp_path):
   # A ViT-Ti_16 .npz in the released layout (224x224, 21k classes, with
   # pre_logits), fine-tuned at 384x384 for 10 classes by config alone.
-  data_dir, _ = cifar10_binary
   released = models.create_model('ViT-Ti_16', 21843, representation_size=192)
   shapes = params_lib.param_shapes(released, 224)
   rng = np.random.default_rng(0)
@@ -54,7 +52,7 @@ def test_released_vit_ti_16_fine_tunes_at_384_from_224(cifar10_binary,
       lambda s: rng.normal(0, 0.02, s.shape).astype(np.float32), shapes)
   npz.save_npz(params, tmp_path / 'ViT-Ti_16.npz')
 
-  config = tiny_config(data_dir, model='ViT-Ti_16', init_from=str(
+  config = tiny_config(cifar10_dir, model='ViT-Ti_16', init_from=str(
       tmp_path / 'ViT-Ti_16.npz'), image_size=384, batch_size=2,
                        eval_batch_size=2, train_examples=2, test_examples=2,
                        num_epochs=1, optimizer='sgd', weight_decay=0.0,

@@ -79,11 +79,11 @@ def test_the_study_vit_computes_the_losses_it_always_did(tmp_path):
     ['vit', pytest.param('simple_cnn', marks=pytest.mark.slow)],
     ids=['scanned_vit', 'simple_cnn'])
 def test_steps_set_when_it_logs_evaluates_and_checkpoints_and_resumes_exactly(
-    cifar10_binary, tmp_path, variant):
+    cifar10_dir, tmp_path, variant):
   """The ViT's blocks scanned and rematerialized: restored as a stacked tree."""
-  data_dir, _ = cifar10_binary  # 96 images: 6 steps an epoch
+  # 96 images: 6 steps an epoch
   # 18 steps, as other runs here: their programs are in the suite's cache.
-  config = tiny_config(data_dir, variant, total_steps=18, log_every_steps=5,
+  config = tiny_config(cifar10_dir, variant, total_steps=18, log_every_steps=5,
                        eval_every_steps=8, checkpoint_every_steps=4,
                        keep_checkpoints=3)
   if variant == 'vit':
@@ -129,13 +129,12 @@ def test_steps_set_when_it_logs_evaluates_and_checkpoints_and_resumes_exactly(
 
 
 def test_by_default_it_logs_evaluates_and_checkpoints_once_an_epoch(
-    cifar10_binary, tmp_path):
+    cifar10_dir, tmp_path):
   """Checkpoints at most every checkpoint_min_seconds, the first epoch's too."""
   # With more seconds than the run takes: the first epoch (none was saved
   # before it) and the last step (test_checkpoints_run_checkpoints: the pace).
-  data_dir, _ = cifar10_binary
   train.train_and_evaluate(
-      tiny_config(data_dir, num_epochs=3, checkpoint_min_seconds=1e9,
+      tiny_config(cifar10_dir, num_epochs=3, checkpoint_min_seconds=1e9,
                   keep_checkpoints=5), tmp_path)
   records = history(tmp_path)
   assert [(r['step'], r['epoch']) for r in records] == [(6, 1.0), (12, 2.0),
@@ -202,10 +201,9 @@ def test_eval_scores_every_test_example_once(one_epoch_run):
   assert record['test_accuracy'] == pytest.approx(accuracy, abs=1e-6)
 
 
-def test_nan_loss_stops_and_says_what_is_kept(cifar10_binary, tmp_path):
-  data_dir, _ = cifar10_binary
+def test_nan_loss_stops_and_says_what_is_kept(cifar10_dir, tmp_path):
   # Step 1's update (learning rate 1e38) overflows the parameters.
-  config = tiny_config(data_dir, learning_rate=1e38, warmup_epochs=0,
+  config = tiny_config(cifar10_dir, learning_rate=1e38, warmup_epochs=0,
                        log_every_steps=1, checkpoint_every_steps=1)
   with pytest.raises(TrainingDivergedError) as raised:
     train.train_and_evaluate(config, tmp_path)
@@ -228,12 +226,11 @@ def test_nan_loss_stops_and_says_what_is_kept(cifar10_binary, tmp_path):
 # every word in the suite.
 @pytest.mark.slow
 def test_a_run_diverging_for_steps_is_told_so_and_the_advice_works(
-    cifar10_binary, tmp_path):
-  data_dir, _ = cifar10_binary
+    cifar10_dir, tmp_path):
   # SGD at learning rate 10: the loss grows for steps, then is not finite.
   diverging = dict(optimizer='sgd', momentum=0.9, warmup_epochs=0, num_epochs=2,
                    log_every_steps=1, checkpoint_every_steps=2)
-  config = tiny_config(data_dir, learning_rate=10.0, **diverging)
+  config = tiny_config(cifar10_dir, learning_rate=10.0, **diverging)
   with pytest.raises(TrainingDivergedError) as raised:
     train.train_and_evaluate(config, tmp_path / 'run')
   records = history(tmp_path / 'run')
@@ -249,7 +246,7 @@ def test_a_run_diverging_for_steps_is_told_so_and_the_advice_works(
           'diverging already. To go on, start afresh in a new workdir with a '
           'lower learning rate') in message
   # The advice, followed.
-  config = tiny_config(data_dir, learning_rate=0.1, **diverging)
+  config = tiny_config(cifar10_dir, learning_rate=0.1, **diverging)
   train.train_and_evaluate(config, tmp_path / 'new')
   assert all(math.isfinite(r['train_loss']) for r in history(tmp_path / 'new'))
 
@@ -266,13 +263,13 @@ print(json.dumps([jax.device_count(), {workdir!r}]))
 
 
 @pytest.mark.slow  # 30 s; the 2-process tests split the batch too
-def test_eight_devices_give_the_single_device_loss(cifar10_binary, tmp_path):
-  data_dir, _ = cifar10_binary
+def test_eight_devices_give_the_single_device_loss(cifar10_dir, tmp_path):
   records = {}
   for devices in (1, 8):
     workdir = str(tmp_path / f'devices_{devices}')
     out = run_on_host_devices(
-        _LOSS_SCRIPT.format(data_dir=str(data_dir), workdir=workdir), devices)
+        _LOSS_SCRIPT.format(data_dir=str(cifar10_dir), workdir=workdir),
+        devices)
     assert json.loads(out.splitlines()[-1])[0] == devices
     records[devices] = history(workdir)[-1]
   for metric in ('train_loss', 'test_loss'):
@@ -302,10 +299,10 @@ def test_eight_devices_give_the_single_device_loss(cifar10_binary, tmp_path):
      'keeps BatchNorm'),
 ])
 def test_bad_input_is_a_clear_error_before_anything_is_written(
-    cifar10_binary, tmp_path, overrides, message):
-  data_dir, _ = cifar10_binary
+    cifar10_dir, tmp_path, overrides, message):
   overrides = dict(overrides)  # the variant taken out
-  config = tiny_config(data_dir, overrides.pop('variant', 'vit'), **overrides)
+  config = tiny_config(cifar10_dir, overrides.pop('variant', 'vit'),
+                       **overrides)
   with pytest.raises(ValueError, match=message):
     train.train_and_evaluate(config, tmp_path / 'run')
   assert not (tmp_path / 'run').exists()
@@ -400,12 +397,12 @@ def test_two_streaming_processes_each_read_their_half_of_every_batch(
 
 
 @pytest.mark.slow  # 30 s: two processes
-def test_two_processes_save_the_same_epochs_checkpoints(cifar10_binary,
-                                                        tmp_path):
+def test_two_processes_save_the_same_epochs_checkpoints(cifar10_dir, tmp_path):
   """Process 0 answers orbax's per-epoch save policy for both."""
-  data_dir, _ = cifar10_binary  # 6 steps an epoch
-  _train_in_two_processes(data_dir, tmp_path / 'run', tmp_path, total_steps=18,
-                          checkpoint_every_steps=0, checkpoint_min_seconds=1e9)
+  # 6 steps an epoch
+  _train_in_two_processes(cifar10_dir, tmp_path / 'run', tmp_path,
+                          total_steps=18, checkpoint_every_steps=0,
+                          checkpoint_min_seconds=1e9)
   assert run_checkpoints.RunCheckpoints(tmp_path / 'run' / 'checkpoints',
                                         5).steps() == [6, 18]
 
@@ -449,10 +446,9 @@ def test_a_stop_signal_to_one_of_two_processes_stops_both_at_one_saved_step(
 @pytest.mark.slow  # 27 s; the MAE model, its objective and inference are
 # tested by default in test_models_masked_autoencoder
 def test_a_masked_autoencoder_trains_its_encoder_and_fine_tunes_from_it(
-    cifar10_binary, tmp_path):
-  data_dir, _ = cifar10_binary
+    cifar10_dir, tmp_path):
   # No weight decay: only the reconstruction's gradients move the encoder.
-  config = tiny_config(data_dir, num_epochs=1, warmup_epochs=0,
+  config = tiny_config(cifar10_dir, num_epochs=1, warmup_epochs=0,
                        weight_decay=0.0)
   config.model_overrides = dict(TINY_MODELS['vit'], mae_mask_ratio=0.75,
                                 mae_decoder_depth=1, mae_decoder_width=32)
@@ -468,7 +464,7 @@ def test_a_masked_autoencoder_trains_its_encoder_and_fine_tunes_from_it(
       ['kernel'], initial['Transformer']['encoderblock_0']['MlpBlock_0']
       ['Dense_0']['kernel'])
 
-  tuned = tiny_config(data_dir, num_epochs=1, warmup_epochs=0,
+  tuned = tiny_config(cifar10_dir, num_epochs=1, warmup_epochs=0,
                       init_from=str(tmp_path / 'mae'))
   plain = models.from_config(tuned, num_classes=10)
   fresh = plain.init(jax.random.key(0), np.zeros((1, 32, 32, 3)),
