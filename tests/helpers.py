@@ -152,11 +152,14 @@ TINY_MODELS = {
 
 
 def finished_run(directory: pathlib.Path, seed: int = 3, model: str = 'vit',
-                 description: dict | None = None, **summary):
-  """A finished run as runners read it; `summary` edits summary.json."""
+                 description: dict | None = None, config: dict | None = None,
+                 **summary):
+  """A finished run as runners read it; `config` and `summary` edit its JSON."""
   directory.mkdir(parents=True)
-  (directory / 'config.json').write_text(
-      json.dumps({'model': cifar_small.MODELS[model][0], 'seed': seed}))
+  config = {
+      'model': cifar_small.MODELS[model][0], 'seed': seed, **(config or {})
+  }
+  (directory / 'config.json').write_text(json.dumps(config))
   if description is not None:
     (directory / 'run.json').write_text(json.dumps(description))
   (directory / 'summary.json').write_text(
@@ -246,6 +249,20 @@ _TIMINGS = ('images_per_second', 'flops_per_second', 'seconds', 'phase_seconds')
 def history(workdir) -> list[dict]:
   lines = (pathlib.Path(workdir) / 'metrics.jsonl').read_text().splitlines()
   return [json.loads(line) for line in lines]
+
+
+def tensorboard_events(workdir, folder: str = 'training') -> list:
+  """The events in the TFRecord-framed files of the run's TensorBoard `folder`."""
+  from tensorboardX.proto import event_pb2  # pylint: disable=g-import-not-at-top
+  events = []
+  for path in sorted(
+      (pathlib.Path(workdir) / 'tensorboard' / folder).glob('events.out.*')):
+    data = path.read_bytes()
+    while data:
+      length = int.from_bytes(data[:8], 'little')
+      events.append(event_pb2.Event.FromString(data[12:12 + length]))
+      data = data[12 + length + 4:]
+  return events
 
 
 def without_timings(records: list[dict]) -> list[dict]:

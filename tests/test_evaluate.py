@@ -8,15 +8,11 @@ import subprocess
 import sys
 import time
 
-from tests.helpers import history
 from tests.helpers import ROOT
 from tests.helpers import start_two_process_job
 from tests.helpers import wait_all
+from tests.test_training_evaluation import _logged_test
 from vit_jax.checkpoints import export
-
-
-def _logged_test(workdir) -> dict:
-  return [r for r in history(workdir) if 'test_accuracy' in r][-1]
 
 
 def test_its_npz_evaluates_the_same_with_a_config_file_on_the_flags_devices(

@@ -18,6 +18,7 @@ from experiments.data_efficiency import summary
 from experiments.data_efficiency import sweep
 from experiments.headline import summary as headline_summary
 from experiments.headline import sweep as headline
+from tests.helpers import finished_run
 from vit_jax import config_schema
 from vit_jax import models
 
@@ -287,18 +288,12 @@ _HEADLINE_CHOSEN = [_HEADLINE_FINISHED[i] for i in (0, 2, 6)]
 
 
 def _fake_run(workdir, run, validation, flops, test=0.5):
-  """The config.json and summary.json of a finished run of 10 minutes."""
+  """A finished run of 10 minutes."""
   model, _, epochs, seed = run
-  directory = workdir / recipes.run_name(*run)
-  directory.mkdir(parents=True)
-  (directory / 'config.json').write_text(
-      json.dumps({'model': cifar_small.MODELS[model][0], 'seed': seed}))
-  (directory / 'summary.json').write_text(
-      json.dumps({
-          'best_validation_accuracy': validation, 'train_flops': flops,
-          'test_accuracy_at_best_step': test, 'epochs': epochs, 'best_step': 9,
-          'train_seconds': 600
-      }))
+  finished_run(workdir / recipes.run_name(*run), seed, model,
+               best_validation_accuracy=validation, train_flops=flops,
+               test_accuracy_at_best_step=test, epochs=epochs, best_step=9,
+               train_seconds=600)
 
 
 def _headline(capsys, workdir, stage, seeds, *flags):

@@ -20,11 +20,9 @@ from experiments.benchmarks import gpu_steps
 from experiments.benchmarks import hlo_parts
 from experiments.benchmarks import profile_step
 from experiments.benchmarks import timeline
-from tests.helpers import cifar10_files
+from tests.helpers import cifar10_release
 from tests.helpers import finished_run
-from tests.helpers import random_cifar
 from tests.helpers import ROOT
-from tests.helpers import write_cifar_binary
 
 SCRIPT = ROOT / 'experiments/benchmarks/gpu.py'
 HERE = SCRIPT.parent
@@ -326,9 +324,7 @@ def test_a_profile_whose_parts_fail_keeps_its_kinds_and_says_why(monkeypatch):
 
 @pytest.mark.slow  # 30-60 s: the study's process, worker processes, compiles
 def test_smoke_measures_every_section_into_json_and_readme(tmp_path):
-  write_cifar_binary(
-      tmp_path / 'data' / 'cifar-10-batches-bin',
-      cifar10_files(random_cifar(96, 10, seed=1), random_cifar(37, 10, seed=3)))
+  cifar10_release(tmp_path / 'data', 96)
   readme = tmp_path / 'README.md'
   shutil.copy(HERE / 'README.md', readme)
   output = tmp_path / 'out' / 'gpu_results.json'

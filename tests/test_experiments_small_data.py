@@ -58,12 +58,7 @@ def _finished(directory, model, seed, batch_size, validation, test):
                test_accuracy_at_best_step=test, final_test_accuracy=test,
                final_train_accuracy=test + 0.1, best_epoch=2.0, epochs=2,
                train_seconds=72.0, train_flops=2e12, commit='abc',
-               cpu='x, 2 cores')
-  (directory / 'config.json').write_text(
-      json.dumps({
-          'model': cifar_small.MODELS[model][0], 'seed': seed,
-          'batch_size': batch_size
-      }))
+               cpu='x, 2 cores', config={'batch_size': batch_size})
   (directory / 'metrics.jsonl').write_text(''.join(
       json.dumps({'step': 39 * epoch, 'epoch': epoch, **r}) + '\n'
       for epoch in (1, 2)

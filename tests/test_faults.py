@@ -16,7 +16,7 @@ import jax
 import numpy as np
 import pytest
 
-from tests.helpers import cifar10_files
+from tests.helpers import cifar10_release
 from tests.helpers import mounted_tmpfs
 from tests.helpers import ROOT
 from tests.helpers import history
@@ -24,11 +24,11 @@ from tests.helpers import process_test_config
 from tests.helpers import random_cifar
 from tests.helpers import start_main
 from tests.helpers import start_two_processes
+from tests.helpers import tensorboard_events
 from tests.helpers import tiny_config
 from tests.helpers import wait_all
 from tests.helpers import wait_for_step
 from tests.helpers import without_timings
-from tests.helpers import write_cifar_binary
 from tests.helpers import write_process_config
 from tests.test_training_train import final_state
 from vit_jax import analyze
@@ -74,13 +74,11 @@ class _Run:
     return process.wait(timeout=60), self.output(log)
 
   def finish(self, **overrides):
-    """Trains to the end in this process, as a rerun of the command does."""
+    """Reruns to the end in this process: the uninterrupted run's records."""
     config = process_test_config(self.data_dir)
     config.update(overrides)
     train.train_and_evaluate(config, self.workdir)
-
-  def ends_identical(self) -> bool:
-    return without_timings(history(self.workdir)) == without_timings(
+    assert without_timings(history(self.workdir)) == without_timings(
         history(self.reference))
 
   def steps_saved(self) -> list[int]:
@@ -94,48 +92,36 @@ def _error_lines(output: str) -> list[str]:
 # ------------------------------------------------------------ full disk ---
 
 
-@pytest.fixture
-def small_disk(tmp_path):
-  """A 32 MiB tmpfs, mounted for the test (root only)."""
-  with mounted_tmpfs(tmp_path / 'disk', '32m') as mount_point:
-    yield mount_point
-
-
-def _fill(directory: pathlib.Path) -> pathlib.Path:
-  filler = directory / 'filler'
-  with filler.open('wb') as f:
-    try:
-      while True:
-        f.write(b'\0' * (1 << 20))
-        f.flush()
-    except OSError:
-      pass
-  return filler
-
-
 @pytest.mark.slow  # 9 s, root only
 def test_a_full_disk_stops_the_run_at_once_in_one_line_and_loses_nothing(
-    run, small_disk):
-  run.workdir = small_disk / 'run'
-  process = run.start('log')
-  while not (run.workdir / 'checkpoints' / '8').is_dir():
-    assert process.poll() is None, run.output('log')[-3000:]
-    time.sleep(0.01)
-  filler = _fill(small_disk)
-  filled = time.monotonic()
-  assert process.wait(timeout=60) == 1
-  assert time.monotonic() - filled < 30
-  output = run.output('log')
-  errors = _error_lines(output)
-  assert len(errors) == 1 and errors[0].startswith(
-      f'error: Saving a checkpoint in {run.workdir / "checkpoints"} failed (')
-  assert 'Free space there' in errors[0]
-  assert 'Traceback' not in output
-  assert len(output.splitlines()) < 60
+    run, tmp_path):
+  with mounted_tmpfs(tmp_path / 'disk', '32m') as disk:
+    run.workdir = disk / 'run'
+    process = run.start('log')
+    while not (run.workdir / 'checkpoints' / '8').is_dir():
+      assert process.poll() is None, run.output('log')[-3000:]
+      time.sleep(0.01)
+    filler = disk / 'filler'
+    with filler.open('wb') as f:
+      try:
+        while True:
+          f.write(b'\0' * (1 << 20))
+          f.flush()
+      except OSError:  # full
+        pass
+    filled = time.monotonic()
+    assert process.wait(timeout=60) == 1
+    assert time.monotonic() - filled < 30
+    output = run.output('log')
+    errors = _error_lines(output)
+    assert len(errors) == 1 and errors[0].startswith(
+        f'error: Saving a checkpoint in {run.workdir / "checkpoints"} failed (')
+    assert 'Free space there' in errors[0]
+    assert 'Traceback' not in output
+    assert len(output.splitlines()) < 60
 
-  filler.unlink()  # space freed: the rerun resumes and loses nothing
-  run.finish()
-  assert run.ends_identical()
+    filler.unlink()  # space freed: the rerun resumes and loses nothing
+    run.finish()
 
 
 # ----------------------------------------------------- damaged checkpoints ---
@@ -198,26 +184,9 @@ def test_a_damaged_latest_checkpoint_is_skipped_and_nothing_is_lost(
       'be restored (')
   assert 'Resumed from' in caplog.text and 'at step 36' in caplog.text
   assert (run.workdir / 'checkpoints' / '40.unrestorable').is_dir()
-  assert run.ends_identical()
 
 
 # ------------------------------------------------------------- outputs ---
-
-
-def _tensorboard_steps(workdir: pathlib.Path, tag: str) -> list[int]:
-  """The steps of `tag` in the run's TFRecord-framed event files."""
-  from tensorboardX.proto import event_pb2  # pylint: disable=g-import-not-at-top
-  found = []
-  for path in sorted(
-      (workdir / 'tensorboard' / 'training').glob('events.out.*')):
-    data = path.read_bytes()
-    offset = 0
-    while offset < len(data):
-      length = int.from_bytes(data[offset:offset + 8], 'little')
-      event = event_pb2.Event.FromString(data[offset + 12:offset + 12 + length])
-      offset += 12 + length + 4
-      found += [event.step for v in event.summary.value if v.tag == tag]
-  return found
 
 
 def test_a_second_run_is_refused_and_the_first_killed_mid_epoch_resumes_identical(
@@ -246,11 +215,13 @@ def test_a_second_run_is_refused_and_the_first_killed_mid_epoch_resumes_identica
   caplog.set_level('INFO')
   run.finish()
   assert 'Resumed from' in caplog.text
-  assert run.ends_identical()
   jax.tree.map(np.testing.assert_array_equal, final_state(run.workdir, 40),
                final_state(run.reference, 40))
   logged = [r['step'] for r in history(run.reference) if 'train_loss' in r]
-  assert _tensorboard_steps(run.workdir, 'loss/train') == logged
+  assert [
+      e.step for e in tensorboard_events(run.workdir) for v in e.summary.value
+      if v.tag == 'loss/train'
+  ] == logged
   for line in (run.workdir / 'metrics.jsonl').read_text().splitlines():
     json.loads(line, parse_constant=pytest.fail)  # strict: no NaN
   assert (run.workdir / 'lock').read_text() == ''  # let go
@@ -298,9 +269,7 @@ def test_a_data_file_or_directory_that_cannot_be_read_is_named(tmp_path):
   (tmp_path / 'data').write_text('')
   with pytest.raises(DatasetError, match=r'data directory .*/data is a file'):
     sources.open_dataset(tiny_config(tmp_path / 'data'))
-  folder = tmp_path / 'cifar' / 'cifar-10-batches-bin'
-  write_cifar_binary(
-      folder, cifar10_files(random_cifar(10, 10, 1), random_cifar(2, 10, 2)))
+  folder = cifar10_release(tmp_path / 'cifar', 10, 2) / 'cifar-10-batches-bin'
   if os.geteuid() != 0:  # root reads any file
     (folder / 'test_batch.bin').chmod(0)
     with pytest.raises(
@@ -398,7 +367,6 @@ def test_a_stop_signal_saves_what_was_done_exits_75_and_the_rerun_ends_identical
           f'{run.workdir / "checkpoints"} and stopped; rerun the same command '
           'to resume.') in output
   run.finish(**overrides)
-  assert run.ends_identical()
 
 
 @pytest.mark.slow  # 11 s
@@ -417,7 +385,6 @@ def test_a_second_ctrl_c_exits_at_once_and_the_rerun_clears_what_it_left(run):
       'same command to resume from the newest complete checkpoint.'
   ]
   run.finish()
-  assert run.ends_identical()
   left = [
       p.name for p in run.workdir.rglob('*')
       if 'tmp' in p.name or p.name.endswith('.partial')
@@ -553,4 +520,3 @@ def test_a_lost_config_json_is_rebuilt_and_another_config_still_refused(
           f'checkpoint {checkpoints / "40"}.') in caplog.text
   assert json.loads(config_file.read_text()) == saved
   run.finish()
-  assert run.ends_identical()

@@ -2,6 +2,7 @@
 
 import json
 
+from tests.helpers import tensorboard_events
 from vit_jax.training.metric_writer import MetricWriter
 
 
@@ -14,16 +15,7 @@ def _refuse(constant):
 
 
 def _tags(tmp_path) -> set[str]:
-  from tensorboardX.proto import event_pb2  # pylint: disable=g-import-not-at-top
-  tags = set()
-  for path in (tmp_path / 'tensorboard' / 'training').glob('events.out.*'):
-    data = path.read_bytes()
-    while data:
-      length = int.from_bytes(data[:8], 'little')
-      event = event_pb2.Event.FromString(data[12:12 + length])
-      tags.update(value.tag for value in event.summary.value)
-      data = data[12 + length + 4:]
-  return tags
+  return {v.tag for e in tensorboard_events(tmp_path) for v in e.summary.value}
 
 
 def test_writes_strict_json_lines_and_groups_tensorboard_tags(tmp_path):
