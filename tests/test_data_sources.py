@@ -117,6 +117,15 @@ def test_an_image_folder_subset_holds_every_class_in_proportion(tmp_path):
   assert not np.array_equal(other.indices, train.indices)
   np.testing.assert_array_equal(np.bincount(other.labels), [6, 4, 2])
 
+  # Only the images a run reads are checked: a damaged one it leaves out
+  # stops only the runs that read it (all 24, or 12 more to validate on).
+  undrawn = next(i for i in range(24) if i not in train.indices)
+  train.source.paths[undrawn].write_bytes(b'damaged')
+  assert len(cut(seed=0, train_examples=12)[0]) == 12
+  for sizes in [{}, dict(train_examples=12, validation_examples=12)]:
+    with pytest.raises(DatasetError, match='1 problem in the image folder'):
+      cut(seed=0, **sizes)
+
 
 _CIFAR10_JPEG = ROOT.parent / 'shared' / 'data' / 'cifar10-jpeg-full.tar.gz'
 

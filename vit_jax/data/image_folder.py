@@ -13,6 +13,7 @@ from PIL import UnidentifiedImageError
 
 from vit_jax import errors
 from vit_jax.data.dataset import Dataset
+from vit_jax.data.dataset import SubsetSource
 from vit_jax.errors import DatasetError
 from vit_jax.runtime import files
 
@@ -230,8 +231,11 @@ def _listed(names: list[str]) -> str:
   return '; '.join(shown)
 
 
-def open_image_folder(data_dir: pathlib.Path) -> Dataset:
-  """The images under `data_dir/{train,test}/<class>/`, class by class."""
+def open_image_folder(
+    data_dir: pathlib.Path,
+    cut: Callable[[Dataset], Dataset] = lambda dataset: dataset) -> Dataset:
+  """The images under `data_dir/{train,test}/<class>/`, class by class, cut by
+  `cut`; only the images the cut splits read are checked."""
   if not (data_dir / 'train').is_dir() and not (data_dir / 'test').is_dir():
     raise DatasetError(
         f'No image folder found in {data_dir}: expected '
@@ -241,8 +245,21 @@ def open_image_folder(data_dir: pathlib.Path) -> Dataset:
   class_names = _class_folders(data_dir / 'train')
   train = _list_split(data_dir / 'train', class_names, findings)
   test = _list_split(data_dir / 'test', class_names, findings)
-  _check(findings, [train, test], data_dir)
-  return Dataset(train, test, len(class_names), ordered_by_class=True)
+  dataset = Dataset(train, test, len(class_names), ordered_by_class=True)
+  if not findings.problems:
+    dataset = cut(dataset)
+  read = (dataset.train, dataset.test, dataset.validation)
+  _check(findings, [p for s in read
+                    for p in _files(s, (train, test))], data_dir)
+  return dataset
+
+
+def _files(source, folders: tuple[FileSource, ...]) -> list[pathlib.Path]:
+  """The files of `folders` that `source` (one of them, or a subset) reads."""
+  if isinstance(source, SubsetSource):
+    inner = _files(source.source, folders)
+    return [inner[i] for i in source.indices] if inner else []
+  return source.paths if any(source is f for f in folders) else []
 
 
 def open_split(
@@ -263,14 +280,14 @@ def open_split(
   if keep is not None and not findings.problems:
     kept = keep(split)
     split = FileSource([split.paths[i] for i in kept], split.labels[kept])
-  _check(findings, [split], folder)
+  _check(findings, split.paths, folder)
   return split
 
 
-def _check(findings: _Findings, splits: list[FileSource],
+def _check(findings: _Findings, paths: list[pathlib.Path],
            folder: pathlib.Path) -> None:
   """Every image readable, else one DatasetError; what was ignored, logged."""
-  for path in [p for split in splits for p in split.paths]:
+  for path in paths:
     if problem := _file_problem(path):
       findings.problem(path, problem)
   if findings.problems:

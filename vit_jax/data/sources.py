@@ -152,7 +152,8 @@ def open_dataset(config, whole: bool = False) -> Dataset:
     directory = _local_data_dir(config) if config.data_dir else None
     dataset = cifar.open_cifar(name, directory, config.train_examples_per_file)
   elif name == 'image_folder':
-    dataset = image_folder.open_image_folder(_local_data_dir(config))
+    return image_folder.open_image_folder(_local_data_dir(config),
+                                          lambda d: _cut(d, config))
   elif name.startswith('tfds:'):
     dataset = tfds_source.open_tfds(name[len('tfds:'):], data_dir(config),
                                     config.train_split, config.test_split,
@@ -161,6 +162,11 @@ def open_dataset(config, whole: bool = False) -> Dataset:
     raise DatasetError(
         f'Unknown dataset {name!r}: use cifar10, cifar100, image_folder or '
         'tfds:NAME.')
+  return _cut(dataset, config)
+
+
+def _cut(dataset: Dataset, config) -> Dataset:
+  """`dataset` cut to the config's sizes, with its validation split."""
   test = subset(dataset, 'test', config.test_examples, config.seed)
   if not config.validation_examples:
     return dataclasses.replace(
