@@ -187,9 +187,7 @@ def _remove(path: str) -> None:
     if os.path.isdir(path) and not os.path.islink(path):
       shutil.rmtree(path, ignore_errors=True)
     else:
-      try:
+      with contextlib.suppress(OSError):  # gone already, or not ours
         os.unlink(path)
-      except OSError:  # gone already, or not ours to remove
-        pass
     if not os.path.lexists(path):
       return

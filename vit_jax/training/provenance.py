@@ -1,5 +1,6 @@
 """Where a run's results come from (commit, machine, date, teachers)."""
 
+import contextlib
 import datetime
 import json
 import os
@@ -34,12 +35,9 @@ def commit() -> str | None:
 def cpu() -> str:
   """The CPU's model and this machine's core count."""
   model = platform.processor() or platform.machine()
-  try:
-    with open('/proc/cpuinfo') as f:
-      model = next((line.split(':', 1)[1].strip()
-                    for line in f if line.startswith('model name')), model)
-  except OSError:
-    pass
+  with contextlib.suppress(OSError), open('/proc/cpuinfo') as f:
+    model = next((line.split(':', 1)[1].strip()
+                  for line in f if line.startswith('model name')), model)
   return f'{model}, {os.cpu_count()} cores'
 
 
