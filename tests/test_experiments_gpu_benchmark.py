@@ -16,7 +16,6 @@ from experiments.benchmarks import gpu
 from experiments.benchmarks import gpu_plan
 from experiments.benchmarks import gpu_report
 from experiments.benchmarks import gpu_sections
-from experiments.benchmarks import gpu_steps
 from experiments.benchmarks import hlo_parts
 from experiments.benchmarks import profile_step
 from experiments.benchmarks import timeline
@@ -50,8 +49,8 @@ def landed(tmp_path_factory):
   results = _results(root, time.monotonic())
   peaks = {'datasheet': None, 'matmul': 1e11}
   label, model, batch = PLAN.models[0]
-  rows = gpu_steps.compare_model(label, model, batch, PLAN, peaks, None,
-                                 'no torch here')
+  rows = gpu_sections.compare_model(label, model, batch, PLAN, peaks, None,
+                                    'no torch here')
   rows += gpu_sections.attention_rows(PLAN, lambda: 60)
   for row in rows:
     results.add(row)
@@ -65,7 +64,7 @@ def test_each_contender_and_attention_is_a_row_and_the_summary_the_fastest(
   results, _ = landed
   steps = {(r['implementation'], r['variant']): r for r in results['rows']
            if r['section'] == 'train step'}
-  assert list(steps) == gpu_steps.contenders(PLAN)
+  assert list(steps) == gpu_sections.contenders(PLAN)
   for key in ('vit_jax', 'einsum'), ('vit_jax', 'auto'):
     row = steps[key]
     assert row['batch_size'] == 8 and row['images_per_second'] > 0
@@ -73,7 +72,7 @@ def test_each_contender_and_attention_is_a_row_and_the_summary_the_fastest(
     assert row['matmul_share'] == pytest.approx(row['train_tflop_per_second'] *
                                                 1e12 / 1e11)
     assert row['peak_share'] is None  # no datasheet peak given
-  for mode in gpu_steps.TIMM_MODES:
+  for mode in gpu_plan.TIMM_MODES:
     assert steps['timm', mode]['skipped'] == 'no torch here'
 
   rows = [r for r in results['rows'] if r['section'] == 'attention']
@@ -187,12 +186,12 @@ def test_a_model_runs_when_it_fits_without_the_timm_mode_it_drops(
     rate = {'torch.compile': 2.0, 'compiled model, fused AdamW': 3.0}
     bench = types.SimpleNamespace(train_flops_per_second=lambda s: 1e12)
     return [
-        gpu_steps._row(label, ('timm', mode), plan, batch,
-                       seconds=[1 / rate[mode]], bench=bench, peaks=peaks,
-                       setup_seconds=setups[mode]) for mode in timm_modes
+        gpu_sections._row(label, ('timm', mode), plan, batch,
+                          seconds=[1 / rate[mode]], bench=bench, peaks=peaks,
+                          setup_seconds=setups[mode]) for mode in timm_modes
     ]
 
-  monkeypatch.setattr(gpu_steps, 'compare_model', compare_model)
+  monkeypatch.setattr(gpu_sections, 'compare_model', compare_model)
   plan = dataclasses.replace(
       gpu_plan.SMOKE, models=gpu_plan.VIT_MODELS,
       budgets=(('study', 0), ('train step', 150), ('attention', 0),
@@ -200,10 +199,10 @@ def test_a_model_runs_when_it_fits_without_the_timm_mode_it_drops(
   results = _results(tmp_path, 0.0)
   # No such Python: timm's worker does not start.
   gpu.measure(plan, results, gpu.seconds_left(plan, 0.0), '/no/python')
-  assert asked == [(gpu_plan.B16, tuple(gpu_steps.TIMM_MODES)),
+  assert asked == [(gpu_plan.B16, tuple(gpu_plan.TIMM_MODES)),
                    (gpu_plan.L16, ('compiled model, fused AdamW',))]
   ti16 = [r for r in results.data['rows'] if r['model'] == gpu_plan.TI16]
-  assert ti16 and all(r['skipped'] == gpu_steps.OUT_OF_TIME for r in ti16)
+  assert ti16 and all(r['skipped'] == gpu_sections.OUT_OF_TIME for r in ti16)
   assert [r['at_seconds'] for r in results.data['rows']][-1] == 140.0
 
 
@@ -366,7 +365,7 @@ def test_smoke_measures_every_section_into_json_and_readme(tmp_path):
   steps = {(r['implementation'], r['variant']): r
            for r in by_section['train step']}
   assert steps['vit_jax', 'einsum']['images_per_second'] > 0
-  for mode in gpu_steps.TIMM_MODES:  # measured where torch and timm import
+  for mode in gpu_plan.TIMM_MODES:  # measured where torch and timm import
     row = steps['timm', mode]
     assert row.get('images_per_second',
                    0) > 0 or 'do not import' in row['skipped']

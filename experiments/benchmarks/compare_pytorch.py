@@ -1,8 +1,4 @@
-r"""Our ViT-Tiny train step against timm's VisionTransformer, on this machine.
-
-  python experiments/benchmarks/compare_pytorch.py \
-      --torch_python=../torch_venv/bin/python --rounds=3 --steps=10
-"""
+"""Our ViT-Tiny train step against timm's VisionTransformer, on this machine."""
 import functools
 import json
 import pathlib

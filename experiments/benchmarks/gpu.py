@@ -1,8 +1,4 @@
-r"""One command for the GPU rows of experiments/benchmarks/README.md ("GPU").
-
-  python experiments/benchmarks/gpu.py --smoke --cifar_dir=DIR \
-      --output=/tmp/gpu/gpu_results.json --readme=/tmp/gpu/README.md
-"""
+"""One command for the GPU rows of experiments/benchmarks/README.md ("GPU")."""
 
 import datetime
 import importlib.metadata
@@ -26,7 +22,6 @@ from experiments import runs
 from experiments.benchmarks import gpu_plan
 from experiments.benchmarks import gpu_report
 from experiments.benchmarks import gpu_sections
-from experiments.benchmarks import gpu_steps
 from experiments.benchmarks import study_step
 from experiments.benchmarks import timm_worker
 from vit_jax.runtime import distributed
@@ -139,16 +134,16 @@ def measure(plan: gpu_plan.Plan, results: Results, left, torch_python: str):
   except (timm_worker.WorkerError, OSError) as e:
     worker = None
     timm_missing = f'torch and timm do not import in {torch_python} ({e})'
-  last, timm_modes = 0.0, tuple(gpu_steps.TIMM_MODES)
+  last, timm_modes = 0.0, tuple(gpu_plan.TIMM_MODES)
   for label, model, batch in plan.models:
     # A model's rows take about as long as the last model's did.
     if left('train step') <= last:
-      rows = gpu_steps.not_measured(label, plan, batch, gpu_steps.OUT_OF_TIME,
-                                    timm_modes)
+      rows = gpu_sections.not_measured(label, plan, batch,
+                                       gpu_sections.OUT_OF_TIME, timm_modes)
     else:
       start = time.monotonic()
-      rows = gpu_steps.compare_model(label, model, batch, plan, peaks, worker,
-                                     timm_missing, timm_modes)
+      rows = gpu_sections.compare_model(label, model, batch, plan, peaks,
+                                        worker, timm_missing, timm_modes)
       last = time.monotonic() - start
     for row in rows:
       results.add(row)

@@ -1,27 +1,174 @@
-"""The sections `gpu.py` measures besides the train step's, each a function."""
+"""What `gpu.py` measures: a function a section, ours against timm's step."""
 
 import gc
 import pathlib
 import statistics
 import tempfile
-import time
+import traceback
 from unittest import mock
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from experiments import runs
 from experiments.benchmarks import gpu_plan
-from experiments.benchmarks import gpu_steps
 from experiments.benchmarks import hlo_parts
 from experiments.benchmarks import profile_step
 from experiments.benchmarks import study_step
 from experiments.benchmarks import timeline
+from experiments.benchmarks import timm_worker
+from vit_jax import errors
 from vit_jax import benchmark_input
 from vit_jax.models.layers import attention
 from vit_jax.models.layers import fused_attention
 from vit_jax.training import step_benchmark
+
+OUT_OF_TIME = 'not run: its section\'s time budget was spent'
+
+
+def failure_note(error: Exception) -> str:
+  """A failed row's note, the error's first line; its traceback to stderr."""
+  traceback.print_exception(error)
+  return errors.first_line(error)
+
+
+def _ours(plan: gpu_plan.Plan, model: str, batch: int,
+          **overrides) -> step_benchmark.StepBenchmark:
+  """Our train step in bfloat16, unaugmented, run once: out of memory shows."""
+  config = step_benchmark.benchmark_config(
+      model, batch, plan.image_size, 'bfloat16', augment=False,
+      **{**plan.model_overrides, **overrides})
+  bench = step_benchmark.StepBenchmark(config, plan.num_classes, evaluate=False)
+  jax.block_until_ready(bench.train_step())
+  return bench
+
+
+def fitting_ours(plan: gpu_plan.Plan, model: str, batch: int,
+                 **overrides) -> tuple[step_benchmark.StepBenchmark, int]:
+  """Our step (`_ours`) at `batch`, halved while it runs out of memory."""
+  while True:
+    try:
+      return _ours(plan, model, batch, **overrides), batch
+    except jax.errors.JaxRuntimeError as e:
+      if batch == 1 or not ('RESOURCE_EXHAUSTED' in str(e) or
+                            'out of memory' in str(e).lower()):
+        raise
+    batch //= 2
+    gc.collect()
+
+
+def architecture(bench: step_benchmark.StepBenchmark) -> dict:
+  """Our model as timm's VisionTransformer is configured for it."""
+  m = bench.module
+  return timm_worker.Architecture(
+      image=bench.config.image_size, patch=m.patch_size, hidden=m.hidden_size,
+      layers=m.num_layers, heads=m.num_heads, mlp=m.mlp_dim,
+      classes=m.num_classes, dropout=m.dropout_rate,
+      parameters=sum(x.size
+                     for x in jax.tree.leaves(bench.state.params)))._asdict()
+
+
+def contenders(
+    plan: gpu_plan.Plan, timm_modes=tuple(gpu_plan.TIMM_MODES)
+) -> list[tuple[str, str]]:
+  """The rows of a model: (implementation, variant)."""
+  return ([('vit_jax', name)
+           for name in plan.attentions] + [('timm', mode)
+                                           for mode in timm_modes])
+
+
+def not_measured(label: str, plan: gpu_plan.Plan, batch: int, reason: str,
+                 timm_modes=tuple(gpu_plan.TIMM_MODES)) -> list[dict]:
+  return [
+      _row(label, key, plan, batch, skipped=reason)
+      for key in contenders(plan, timm_modes)
+  ]
+
+
+def compare_model(
+    label: str, model: str, batch_size: int, plan: gpu_plan.Plan, peaks: dict,
+    worker: timm_worker.TimmWorker | None, timm_missing: str,
+    timm_modes=tuple(gpu_plan.TIMM_MODES)) -> list[dict]:
+  """`model`'s rows, each attention's and `timm_modes`', at a fitting batch."""
+  first, *others = plan.attentions
+  keys = contenders(plan, timm_modes)
+  skipped = {} if worker else {('timm', mode): timm_missing
+                               for mode in timm_modes}
+  try:
+    bench, batch = fitting_ours(plan, model, batch_size, attention=first)
+  except Exception as e:  # pylint: disable=broad-except
+    # One model's failure is its rows' note; the other models still run.
+    return not_measured(label, plan, batch_size, failure_note(e), timm_modes)
+  if worker:
+    # The worker builds and compiles timm's steps while we compile ours.
+    for mode in timm_modes:
+      worker.send(op='prepare', name=mode, architecture=architecture(bench),
+                  batch=batch, compiled=gpu_plan.TIMM_MODES[mode],
+                  dtype='bfloat16')
+  benches = {first: bench}
+  for name in others:
+    try:
+      benches[name] = _ours(plan, model, batch, attention=name)
+    except Exception as e:  # pylint: disable=broad-except
+      # Out of memory, or a kernel this device lacks.
+      skipped['vit_jax', name] = failure_note(e)
+  # Ours: compiling; timm's: building, compiling and its first 3 steps.
+  setup = {('vit_jax', name): b.compile_seconds for name, b in benches.items()}
+  if worker:
+    for mode in timm_modes:
+      try:
+        setup['timm', mode] = worker.receive()['warmup_seconds']
+      except timm_worker.WorkerError as e:
+        skipped['timm', mode] = str(e)
+
+  def time_round(key) -> float:
+    implementation, name = key
+    if implementation == 'vit_jax':
+      return step_benchmark.median_seconds(benches[name].train_step, plan.steps)
+    worker.send(op='time', name=name, steps=plan.steps)
+    return statistics.median(worker.receive()['seconds'])
+
+  seconds = {key: [] for key in keys if key in setup}
+  for _, key in study_step.rounds(seconds, plan.rounds):
+    if key not in skipped:
+      try:
+        seconds[key].append(time_round(key))
+      except timm_worker.WorkerError as e:
+        skipped[key] = str(e)
+  if worker:
+    try:
+      worker.send(op='clear')
+      worker.receive()
+    except timm_worker.WorkerError:
+      pass  # it ended: its rows say so
+  return [
+      _row(label, key, plan, batch, skipped=skipped[key]) if key in skipped else
+      _row(label, key, plan, batch, seconds=seconds[key], bench=bench,
+           peaks=peaks, setup_seconds=setup[key]) for key in keys
+  ]
+
+
+def _row(label: str, key: tuple[str, str], plan: gpu_plan.Plan, batch: int,
+         skipped: str = '', seconds: list[float] = (),
+         bench: step_benchmark.StepBenchmark | None = None,
+         peaks: dict | None = None, setup_seconds: float = 0) -> dict:
+  implementation, variant = key
+  row = {
+      'section': 'train step', 'model': label, 'implementation': implementation,
+      'variant': variant, 'image_size': plan.image_size, 'batch_size': batch
+  }
+  if skipped:
+    return {**row, 'skipped': skipped}
+  step = statistics.median(seconds)
+  flop_per_second = bench.train_flops_per_second(step)
+  return {
+      **row, 'images_per_second': batch / step, 'ms_per_step': 1000 * step,
+      'round_images_per_second': [batch / s for s in seconds],
+      'train_tflop_per_second': flop_per_second / 1e12, 'peak_share':
+          (flop_per_second / peaks['datasheet'] if peaks['datasheet'] else None
+          ), 'matmul_share': flop_per_second / peaks['matmul'],
+      'setup_seconds': setup_seconds,
+  }
 
 
 def run_study(plan: gpu_plan.Plan, cifar_dir: pathlib.Path, timeout: float,
@@ -34,38 +181,32 @@ def run_study(plan: gpu_plan.Plan, cifar_dir: pathlib.Path, timeout: float,
       'overrides': overrides, 'compilation_cache': state
   }
   if timeout <= 0:
-    return {**row, 'skipped': gpu_steps.OUT_OF_TIME}
-  with tempfile.TemporaryDirectory() as workdir:
-    start = time.time()
-    _, stderr, failed = study_step.run(
-        study_step.study_command(workdir, cifar_dir,
-                                 {'compilation_cache_dir': cache, **overrides}),
-        timeout, env)
-    if failed:
-      return {**row, 'skipped': f'vit_jax.main: {failed}'}
-    summary_file = pathlib.Path(workdir) / 'summary.json'
-    summary = runs.read_json(summary_file)
-    records = runs.history(pathlib.Path(workdir))
-    # The log lines that say what was compiled or read from the cache,
-    # resumed and finished (cut at 300 characters); the timeline below says
-    # where the seconds went.
-    phases = [
-        line[:300] for line in stderr.splitlines()
-        if any(word in line for word in ('Compil', 'parameters) on', 'Resumed',
-                                         'step 39/', 'Done:'))
-    ]
-    # Its pace in training alone (a record's images/s leaves out evaluating
-    # and saving), to set runs of other lengths side by side.
-    pace = statistics.median(r['images_per_second'] for r in records
-                             if 'images_per_second' in r)
-    return {
-        **row, 'end_to_end_seconds': summary_file.stat().st_mtime - start,
-        'train_seconds': summary['train_seconds'],
-        'train_images_per_second': pace, 'epochs': summary['epochs'],
-        'steps': summary['steps'], 'best_test_accuracy':
-            summary['best_test_accuracy'], 'log': phases, **timeline.timeline(
-                summary, records)
-    }
+    return {**row, 'skipped': OUT_OF_TIME}
+  run = study_step.run_study(cifar_dir,
+                             {'compilation_cache_dir': cache, **overrides},
+                             timeout, env)
+  if 'failed' in run:
+    return {**row, 'skipped': f'vit_jax.main: {run["failed"]}'}
+  summary, records = run['summary'], run['records']
+  # The log lines that say what was compiled or read from the cache,
+  # resumed and finished (cut at 300 characters); the timeline below says
+  # where the seconds went.
+  phases = [
+      line[:300] for line in run['stderr'].splitlines()
+      if any(word in line for word in ('Compil', 'parameters) on', 'Resumed',
+                                       'step 39/', 'Done:'))
+  ]
+  # Its pace in training alone (a record's images/s leaves out evaluating
+  # and saving), to set runs of other lengths side by side.
+  pace = statistics.median(r['images_per_second'] for r in records
+                           if 'images_per_second' in r)
+  return {
+      **row, 'end_to_end_seconds': run['seconds'], 'train_seconds':
+          summary['train_seconds'], 'train_images_per_second': pace,
+      'epochs': summary['epochs'], 'steps': summary['steps'],
+      'best_test_accuracy': summary['best_test_accuracy'], 'log': phases,
+      **timeline.timeline(summary, records)
+  }
 
 
 # The study with a cold, then a warm compilation cache; then 6 epochs warm
@@ -116,7 +257,7 @@ def input_rows(plan: gpu_plan.Plan, seconds_left) -> list[dict]:
                 f'batch {plan.input_batch_size}'
   }
   if seconds_left() <= 0:
-    return [{**row, 'skipped': gpu_steps.OUT_OF_TIME}]
+    return [{**row, 'skipped': OUT_OF_TIME}]
   with tempfile.TemporaryDirectory() as folder:
     write_jpegs(pathlib.Path(folder),
                 (plan.input_steps + 1) * plan.input_batch_size, plan.jpeg_size)
@@ -128,7 +269,7 @@ def input_rows(plan: gpu_plan.Plan, seconds_left) -> list[dict]:
                                               plan.input_rounds)
     except Exception as e:  # pylint: disable=broad-except
       # The input's failure is its row's note; the GPU rows still run.
-      return [{**row, 'skipped': gpu_steps.failure_note(e)}]
+      return [{**row, 'skipped': failure_note(e)}]
   return [{**row, **r} for r in results]
 
 
@@ -139,7 +280,7 @@ def attention_rows(plan: gpu_plan.Plan, seconds_left) -> list[dict]:
       'section': 'attention', 'shape': list(plan.attention_shape), 'layer': True
   }
   if seconds_left() <= 0:
-    return [{**row, 'skipped': gpu_steps.OUT_OF_TIME}]
+    return [{**row, 'skipped': OUT_OF_TIME}]
   kernel = 'cudnn' if fused_attention.cudnn_applies(
       jax.devices()[0], jnp.bfloat16, head_dim) else 'xla'
   x = jax.random.normal(jax.random.key(0), (batch, tokens, heads * head_dim),
@@ -163,8 +304,7 @@ def attention_rows(plan: gpu_plan.Plan, seconds_left) -> list[dict]:
         seconds = step_benchmark.median_seconds(lambda: step(params, x),
                                                 plan.steps)
     except Exception as e:  # pylint: disable=broad-except
-      rows.append(
-          {**row, 'variant': name, 'skipped': gpu_steps.failure_note(e)})
+      rows.append({**row, 'variant': name, 'skipped': failure_note(e)})
       continue
     rows.append({**row, 'variant': name, 'ms': 1000 * seconds})
   return rows
@@ -180,7 +320,7 @@ def trace_profile(bench: step_benchmark.StepBenchmark, steps: int) -> dict:
       parts = hlo_parts.model_parts(bench.compiled.train.as_text())
     except Exception as e:  # pylint: disable=broad-except
       # Without it, the kinds of work are still measured.
-      parts, failed = {}, gpu_steps.failure_note(e)
+      parts, failed = {}, failure_note(e)
     kinds, by_part, heaviest = profile_step.device_profile(events, steps, parts)
   return {
       'ms_per_step_by_kind': kinds,
@@ -195,15 +335,14 @@ def profile_rows(plan: gpu_plan.Plan, seconds_left) -> list[dict]:
   for label, model, batch in plan.models[:plan.profile_models]:
     row = {'section': 'profile', 'model': label, 'batch_size': batch}
     if seconds_left() <= 0:
-      rows.append({**row, 'skipped': gpu_steps.OUT_OF_TIME})
+      rows.append({**row, 'skipped': OUT_OF_TIME})
       continue
     try:
-      bench, batch = gpu_steps.fitting_ours(plan, model, batch,
-                                            attention='auto')
+      bench, batch = fitting_ours(plan, model, batch, attention='auto')
       step = step_benchmark.median_seconds(bench.train_step, plan.steps)
       profile = trace_profile(bench, plan.profile_steps)
     except Exception as e:  # pylint: disable=broad-except
-      rows.append({**row, 'skipped': gpu_steps.failure_note(e)})
+      rows.append({**row, 'skipped': failure_note(e)})
       continue
     finally:
       bench = None

@@ -1,5 +1,4 @@
-"""What each instruction of a compiled program computes: the flax module and
-pass its operations' jax scopes name, for `profile_step` to sum by part."""
+"""Each instruction of a compiled program as the module and pass it computes."""
 
 import collections
 import re

@@ -1,12 +1,7 @@
-r"""Does `vit_jax.main` train the study's ViT at `vit_jax.benchmark`'s speed?
-
-  python experiments/benchmarks/main_vs_step.py \
-      --data_dir=../shared/data/cifar10-5k --rounds=3 --epochs=3
-"""
+"""Does `vit_jax.main` train the study's ViT at `vit_jax.benchmark`'s speed?"""
 
 import pathlib
 import statistics
-import tempfile
 
 from experiments import runs
 from experiments.benchmarks import compare_pytorch
@@ -16,14 +11,12 @@ HERE = pathlib.Path(__file__).resolve().parent
 
 
 def main_job_rates(data_dir: str, epochs: int) -> list[float]:
-  with tempfile.TemporaryDirectory() as workdir:
-    _, _, failed = study_step.run(
-        study_step.study_command(workdir, data_dir, {'num_epochs': epochs}))
-    if failed:
-      raise RuntimeError(f'vit_jax.main: {failed}')
-    records = runs.history(pathlib.Path(workdir))
-  return [r['images_per_second'] for r in records
-          if 'images_per_second' in r][1:]
+  run = study_step.run_study(data_dir, {'num_epochs': epochs})
+  if 'failed' in run:
+    raise RuntimeError(f'vit_jax.main: {run["failed"]}')
+  return [
+      r['images_per_second'] for r in run['records'] if 'images_per_second' in r
+  ][1:]
 
 
 def step_rate(steps: int) -> float:

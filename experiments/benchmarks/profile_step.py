@@ -126,8 +126,9 @@ DEVICE_KINDS = {
 
 
 def _device_kernels(events: list[dict]) -> list[dict]:
-  """The accelerators' kernels: their 'Stream' threads' (the others repeat them
-  as XLA modules, ops or scopes), else all their threads'; none on a CPU."""
+  """The accelerators' kernels, on their 'Stream' threads if named; none on a CPU."""
+  # The other threads repeat the streams' kernels as XLA modules, ops or
+  # scopes.
   devices = {
       e['pid'] for e in events
       if e.get('ph') == 'M' and e.get('name') == 'process_name' and

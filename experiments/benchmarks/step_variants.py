@@ -1,8 +1,4 @@
-r"""A train step under variants, each in a fresh process, then their medians.
-
-  python experiments/benchmarks/step_variants.py --rounds=3
-  python experiments/benchmarks/step_variants.py --gpu --output=OUT.json
-"""
+"""A train step under variants, each in a fresh process, then their medians."""
 
 import argparse
 import json
@@ -57,7 +53,7 @@ def run_gpu_variant(variant: str, steps: int, smoke: bool) -> dict:
   """ViT-B/16's step as gpu.py's rows time it, under the caller's XLA flags."""
   # pylint: disable=g-import-not-at-top
   from experiments.benchmarks import gpu_plan
-  from experiments.benchmarks import gpu_steps
+  from experiments.benchmarks import gpu_sections
   from vit_jax.models.layers import fused_attention
   from vit_jax.training import step_benchmark
   import jax
@@ -73,7 +69,7 @@ def run_gpu_variant(variant: str, steps: int, smoke: bool) -> dict:
     use_fused_qkv()
   plan = gpu_plan.SMOKE if smoke else gpu_plan.H100
   _, model, batch = plan.models[0]
-  bench, batch = gpu_steps.fitting_ours(plan, model, batch, attention='auto')
+  bench, batch = gpu_sections.fitting_ours(plan, model, batch, attention='auto')
   seconds = step_benchmark.median_seconds(bench.train_step, steps)
   result = {
       'variant': variant, 'batch_size': batch,
@@ -83,12 +79,10 @@ def run_gpu_variant(variant: str, steps: int, smoke: bool) -> dict:
   if variant == PROFILED:
     # Its timing first, kept should the trace fail or outrun the run's time.
     print(RESULT + json.dumps(result), flush=True)
-    # pylint: disable-next=g-import-not-at-top
-    from experiments.benchmarks import gpu_sections
     try:
       result['profile'] = gpu_sections.trace_profile(bench, plan.profile_steps)
     except Exception as e:  # pylint: disable=broad-except
-      result['profile'] = {'failed': gpu_steps.failure_note(e)}
+      result['profile'] = {'failed': gpu_sections.failure_note(e)}
   return result
 
 

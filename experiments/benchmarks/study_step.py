@@ -9,6 +9,10 @@ import pathlib
 import platform
 import subprocess
 import sys
+import tempfile
+import time
+
+from experiments import runs
 
 # The study's command runs from the checkout's root, where its config is.
 REPO = pathlib.Path(__file__).resolve().parents[2]
@@ -41,13 +45,23 @@ def run(command: list[str], timeout: float | None = None,
             for s in (out.stdout, out.stderr)), failed)
 
 
-def study_command(workdir, data_dir, overrides: dict) -> list[str]:
-  """`vit_jax.main` of `configs/cifar_small.py` with `overrides`, run in REPO."""
-  return [
-      sys.executable, '-m', 'vit_jax.main', '--config=configs/cifar_small.py',
-      f'--workdir={workdir}', f'--config.data_dir={data_dir}',
-      *(f'--config.{k}={v}' for k, v in overrides.items())
-  ]
+def run_study(data_dir, overrides: dict, timeout: float | None = None,
+              env: dict | None = None) -> dict:
+  """`vit_jax.main` of the study with `overrides`: its run, or why it failed."""
+  with tempfile.TemporaryDirectory() as workdir:
+    start, workdir = time.time(), pathlib.Path(workdir)
+    _, stderr, failed = run([
+        sys.executable, '-m', 'vit_jax.main', '--config=configs/cifar_small.py',
+        f'--workdir={workdir}', f'--config.data_dir={data_dir}',
+        *(f'--config.{k}={v}' for k, v in overrides.items())
+    ], timeout, env)
+    if failed:
+      return {'failed': failed}
+    summary = workdir / 'summary.json'
+    return {
+        'summary': runs.read_json(summary), 'records': runs.history(workdir),
+        'stderr': stderr, 'seconds': summary.stat().st_mtime - start
+    }
 
 
 def write_json(path: pathlib.Path, data: dict):

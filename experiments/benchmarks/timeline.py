@@ -1,12 +1,6 @@
-r"""Where a study run's seconds go: its start-up's phases, then each epoch's
-train steps, input, evaluation, checkpoint and the loop's own (`other`).
-
-  python experiments/benchmarks/timeline.py \
-      --data_dir=../shared/data/cifar10-5k --epochs=10 --tiny
-"""
+"""Where a study run's seconds go: start-up's phases, then each epoch's."""
 
 import pathlib
-import tempfile
 
 from experiments import runs
 from experiments.benchmarks import study_step
@@ -52,16 +46,10 @@ def main():
                       help='The study subset (cifar10-5k).')
   args = parser.parse_args()
   overrides = {'num_epochs': args.epochs, **(TINY if args.tiny else {})}
-  with tempfile.TemporaryDirectory() as workdir:
-    _, _, failed = study_step.run(
-        study_step.study_command(workdir,
-                                 pathlib.Path(args.data_dir).resolve(),
-                                 overrides))
-    if failed:
-      raise SystemExit(f'error: vit_jax.main: {failed}')
-    workdir = pathlib.Path(workdir)
-    measured = timeline(runs.read_json(workdir / 'summary.json'),
-                        runs.history(workdir))
+  run = study_step.run_study(pathlib.Path(args.data_dir).resolve(), overrides)
+  if 'failed' in run:
+    raise SystemExit(f'error: vit_jax.main: {run["failed"]}')
+  measured = timeline(run['summary'], run['records'])
   study_step.write_json(HERE / f'timeline{"_tiny" * args.tiny}.json',
                         {'overrides': overrides, **measured})
   print(table(measured))

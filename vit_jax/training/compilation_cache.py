@@ -1,8 +1,4 @@
-"""jax's persistent compilation cache in `config.compilation_cache_dir`.
-
-jax never replaces an entry, so one it cannot read is removed here and
-compiled again (`_remove_unreadable`).
-"""
+"""jax's persistent compilation cache in `config.compilation_cache_dir`."""
 
 import glob
 import logging as python_logging
@@ -87,6 +83,7 @@ _unwritable_said: list[str] = []  # the cache said unwritable, once a run
 def _remove_unreadable(message, category, filename, lineno, file=None,
                        line=None):
   """A `warnings.showwarning` that removes the entries jax fails to use."""
+  # jax never replaces an entry: one it cannot read is compiled every run.
   entry = _ENTRY.match(str(message))
   path = jax.config.jax_compilation_cache_dir
   if entry is None or not path:
