@@ -53,9 +53,3 @@ def test_shifted_patches_replace_the_embedding_conv():
           (features,), 'shifted_patch_embedding/kernel': (features, 32),
       'shifted_patch_embedding/bias': (32,),
   }
-  with pytest.raises(ValueError, match='cannot follow a ResNet stem'):
-    VisionTransformer(num_classes=5, shifted_patches=True, resnet_stages=(1,),
-                      **{**SMALL, 'patch_size': 2})
-  with pytest.raises(ValueError, match='patch_size=1 cannot give'):
-    VisionTransformer(num_classes=5, shifted_patches=True,
-                      **{**SMALL, 'patch_size': 1})

@@ -77,13 +77,3 @@ def test_sincos2d_model_has_no_posemb_parameter_and_zero_for_cls():
       sincos.apply({'params': sincos_params}, images, train=False),
       learned.apply({'params': {**params, 'Transformer': transformer}}, images,
                     train=False), rtol=1e-6, atol=1e-6)
-
-
-def test_posemb_choices_are_checked():
-  with pytest.raises(
-      ValueError, match="posemb='sincos2d' needs a hidden_size "
-      'divisible by 4, got 30'):
-    VisionTransformer(num_classes=5, posemb='sincos2d',
-                      **{**SMALL, 'hidden_size': 30, 'num_heads': 3})
-  with pytest.raises(ValueError, match="posemb='learn'; use one of"):
-    VisionTransformer(num_classes=5, posemb='learn', **SMALL)
