@@ -1,8 +1,5 @@
-"""What a trained ViT learned: the paper's analyses (its Figures 6 and 7).
-
-The measures (pure NumPy) are re-exported here; importing this package loads
-NumPy only. `python -m vit_jax.analyze` puts them together.
-"""
+"""The paper's analyses of a trained ViT (its Figures 6 and 7); the measures,
+re-exported here, load NumPy only (`python -m vit_jax.analyze` draws them)."""
 
 # pylint: disable-next=wildcard-import
 from vit_jax.analysis.measures import *

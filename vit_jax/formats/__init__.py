@@ -1,8 +1,5 @@
-"""Checkpoint formats: parameters written by others (and by us for them).
-
-A format is a module that reads into our parameter tree and, where it can,
-writes back; one held in a folder (timm's, transformers') is a `FolderFormat`.
-"""
+"""Checkpoint formats, each a module that reads into our parameter tree and,
+where it can, writes back; timm's and transformers' folders: `FolderFormat`."""
 
 import pathlib
 from typing import Any, Protocol
