@@ -4,6 +4,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from vit_jax.formats import params as params_lib
 from vit_jax.models import create_model
 from vit_jax.models import masked_autoencoder
 from vit_jax.training import flops
@@ -23,8 +24,7 @@ def test_matmul_flops_of_a_dense_and_a_conv():
 
 def test_vit_tiny_forward_flops_match_the_analytic_count():
   model = create_model('ViT-Tiny-CIFAR_4', 10)
-  variables = jax.eval_shape(lambda: model.init(jax.random.key(
-      0), jnp.zeros((1, 32, 32, 3)), train=False))
+  variables = {'params': params_lib.param_shapes(model, 32)}
   tokens, hidden, mlp = 65, 128, 512
   per_layer = (
       2 * tokens * hidden * 4 * hidden  # q, k, v, out projections
@@ -36,14 +36,12 @@ def test_vit_tiny_forward_flops_match_the_analytic_count():
   assert flops.forward_flops_per_image(model, variables, 32) == expected
   # Scanned, the one block traced counts once per layer.
   scanned = model.clone(scan=True, remat='full')
-  variables = jax.eval_shape(lambda: scanned.init(jax.random.key(
-      0), jnp.zeros((1, 32, 32, 3)), train=False))
+  variables = {'params': params_lib.param_shapes(scanned, 32)}
   assert flops.forward_flops_per_image(scanned, variables, 32) == expected
   # As training runs it, a masked autoencoder encodes a quarter of the
   # patches (16 of 64, and the class token), and its decoder embeds those.
   mae = masked_autoencoder.MaskedAutoencoder(model, 0.75, 1, 32)
-  variables = jax.eval_shape(lambda: mae.init(jax.random.key(
-      0), jnp.zeros((1, 32, 32, 3)), train=False))
+  variables = {'params': params_lib.param_shapes(mae, 32)}
   evaluated, trained = (flops.forward_flops_per_image(mae, variables, 32,
                                                       train=train)
                         for train in (False, True))
