@@ -25,14 +25,6 @@ def finished(directory: pathlib.Path) -> bool:
   return (directory / 'summary.json').exists()
 
 
-def model_key(config: dict) -> str:
-  """The configs/cifar_small.py key of the model a run's config.json names."""
-  # Here, not at the top: configs import jax, which a sweep does not need.
-  from configs import cifar_small  # pylint: disable=g-import-not-at-top
-  return next(key for key, (registered, *_) in cifar_small.MODELS.items()
-              if registered == config['model'])
-
-
 def read_json(path: pathlib.Path):
   return json.loads(path.read_text())
 
@@ -112,10 +104,13 @@ _RUN_IDENTITY = ('finished', 'best_test_accuracy', 'test_accuracy_at_best_step',
 
 def record(directory: pathlib.Path, description: dict) -> dict:
   """A finished run as results.json holds it, with the sweep's `description`."""
+  # Here, not at the top: configs import jax, which a sweep does not need.
+  from configs import cifar_small  # pylint: disable=g-import-not-at-top
   summary = read_json(directory / 'summary.json')
   config = read_json(directory / 'config.json')
   return {
-      'model': model_key(config),
+      'model': next(key for key, (registered, *_) in cifar_small.MODELS.items()
+                    if registered == config['model']),
       **description,
       'epochs': round(summary['epochs']),
       'seed': config['seed'],
@@ -133,9 +128,8 @@ def paired(a: dict[int, float], b: dict[int, float]) -> tuple[float, float]:
       [a[s] - b[s] for s in sorted(a.keys() & b.keys())])
   if len(differences) < 2:
     return float(differences.mean()), float('inf')
-  return float(differences.mean()), float(
-      stats.t.ppf(0.975,
-                  len(differences) - 1) * stats.sem(differences))
+  half = stats.t.ppf(0.975, len(differences) - 1) * stats.sem(differences)
+  return float(differences.mean()), float(half)
 
 
 def by_seed(records: list[dict], key: str) -> dict[int, float]:

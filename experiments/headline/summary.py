@@ -100,8 +100,7 @@ def table(rows: dict[str, list[dict]], names: dict[str, str]) -> str:
 
 
 def comparisons(rows: dict[str, list[dict]], names: dict[str, str]) -> str:
-  """The paired per-seed differences of test accuracy, on the 9,000 test
-  images no choice has seen and on the study's 1,000."""
+  """Paired per-seed test accuracy on the 9,000 no choice saw, the study's."""
   pairs = [('The headline', 'vit', 'cnn'),
            ('Without a CNN', 'no_cnn_vit', 'cnn'),
            ('What the CNN contributes', 'vit', 'no_cnn_vit'),
@@ -121,16 +120,6 @@ def comparisons(rows: dict[str, list[dict]], names: dict[str, str]) -> str:
 
   return '\n'.join(f'- {title}: {on(_OTHERS, a, b)}; '
                    f'{on(sweep.STUDY_TEST, a, b)}.' for title, a, b in pairs)
-
-
-def _evaluated(workdir: pathlib.Path, run: tuple, name: str) -> dict:
-  """Stage 4's evaluation `name` of `run`, which must be of its best step."""
-  evaluation = sweep.evaluated(workdir, run, name)
-  if evaluation is None:
-    sys.exit(f'error: {workdir / r.run_name(*run)}/{name}.json is not of the '
-             "run's best step: run stage 4 of experiments.headline.sweep "
-             'again.')
-  return evaluation
 
 
 def main(argv=None):
@@ -164,7 +153,12 @@ def main(argv=None):
       } for planned in stages.values() for run in planned
   }
   for run, name in evaluations:
-    descriptions[r.run_name(*run)][name] = _evaluated(workdir, run, name)
+    evaluation = sweep.evaluated(workdir, run, name)
+    if evaluation is None:
+      sys.exit(f'error: {workdir / r.run_name(*run)}/{name}.json is not of the '
+               "run's best step: run stage 4 of experiments.headline.sweep "
+               'again.')
+    descriptions[r.run_name(*run)][name] = evaluation
   found = runs.load_records(workdir, descriptions, args.folder / 'results.json',
                             r.record_name)
   by_name = {name: found[name] for name in descriptions}

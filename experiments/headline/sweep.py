@@ -151,8 +151,7 @@ def reported(workdir: pathlib.Path, seeds: list[int],
 
 def evaluations(workdir: pathlib.Path, seeds: list[int],
                 choose_on: list[int]) -> list[tuple[tuple, str]]:
-  """Stage 4's (run, name): each reported run's best state on the JPEG test
-  sets, then the ViT's class head alone on all three."""
+  """Stage 4's (run, name): the reported runs on JPEG, then the ViT's head."""
   rows = reported(workdir, seeds, choose_on)
   every = [run for planned in rows.values() for run in planned]
   return [(run, name) for name in (STUDY_TEST_JPEG, JPEG_TEST) for run in every
@@ -187,15 +186,12 @@ def evaluated(workdir: pathlib.Path, run: tuple, name: str) -> dict | None:
 
 def _to_evaluate(workdir: pathlib.Path, run: tuple, name: str) -> bool:
   """Whether stage 4 evaluates `run`: finished, and not since it finished."""
-  directory = workdir / r.run_name(*run)
-  summary = directory / 'summary.json'
-  if not summary.exists():
-    return False
+  summary = workdir / r.run_name(*run) / 'summary.json'
   # A rerun of the run may choose the same step: older evaluations are not
   # of its state.
-  return (evaluated(workdir, run, name) is None or
-          (directory / f'{name}.json').stat().st_mtime
-          < summary.stat().st_mtime)
+  return summary.exists() and (evaluated(workdir, run, name) is None or
+                               (summary.parent / f'{name}.json').stat().st_mtime
+                               < summary.stat().st_mtime)
 
 
 def evaluation_command(run: pathlib.Path, name: str, flags: list[str]) -> str:
@@ -242,7 +238,7 @@ def main(argv=None):
     planned = evaluations(args.workdir, args.seeds, args.choose_on)
     unfinished = {
         r.run_name(*run) for run, _ in planned
-        if not (args.workdir / r.run_name(*run) / 'summary.json').exists()
+        if not runs.finished(args.workdir / r.run_name(*run))
     }
     if unfinished:
       count = len(unfinished)

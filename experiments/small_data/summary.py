@@ -12,9 +12,12 @@ import pathlib
 import numpy as np
 
 from configs import cifar_small
+import jax
 from experiments import runs
 from experiments.small_data import sweep
+from vit_jax import models
 from vit_jax.analysis import plotting
+from vit_jax.formats import params
 
 HERE = pathlib.Path(__file__).resolve().parent
 
@@ -26,12 +29,9 @@ STUDY = {
 
 
 def parameter_count(model: str) -> int:
-  import jax  # pylint: disable=g-import-not-at-top
-  from vit_jax import models  # pylint: disable=g-import-not-at-top
-  module = models.from_config(cifar_small.get_config(model), 10)
-  shapes = jax.eval_shape(lambda: module.init(jax.random.key(
-      0), np.zeros((1, 32, 32, 3)), train=False))
-  return sum(int(np.prod(x.shape)) for x in jax.tree.leaves(shapes['params']))
+  shapes = params.param_shapes(
+      models.from_config(cifar_small.get_config(model), 10), 32)
+  return sum(int(np.prod(x.shape)) for x in jax.tree.leaves(shapes))
 
 
 def _run_name(record: dict) -> str:
