@@ -172,8 +172,10 @@ def test_fusions_read_their_computations_and_copies_their_operand():
   assert parts['multiply.3'] == mlp  # two merged names, one part
   assert parts['copy_4'] == mlp._replace(operations=('moves multiply.3',))
   assert 'x' not in parts  # names nothing
-  times = profile_step._by_part([(parts['copy.4'], 2e3), (None, 1e3),
-                                 (parts['multiply.3'], 3e3)], steps=1)
+  _, times = profile_step._per_step([('copy', parts['copy.4'], 2e3),
+                                     ('other', None, 1e3),
+                                     ('other', parts['multiply.3'], 3e3)], (),
+                                    [{'ts': 0, 'dur': 6e3}], 1, 'sum', 'wall')
   assert list(times.items()) == [(mlp.label, 5.0), (hlo_parts.UNNAMED, 1.0)]
   assert layer_norm.described == (
       'Transformer/encoderblock_*/LayerNorm_0, backward: reduce_sum')

@@ -17,13 +17,13 @@ from experiments.benchmarks import timm_worker
 # pylint: enable=g-import-not-at-top,wrong-import-position
 
 BATCH = 128
-# Each PyTorch mode's `timm_worker.COMPILED`, and its name in the table.
+# What `timm_worker.train_step` compiles in each PyTorch mode, and its name
+# in the table.
 TORCH_MODES = {'eager': 'nothing', 'compile': 'step'}
 TORCH_NAMES = {'eager': 'eager', 'compile': 'torch.compile'}
 # ViT-Tiny-CIFAR_4, its parameters as tests/test_models_registry.py counts.
-VIT_TINY_CIFAR = timm_worker.Architecture(
-    image=32, patch=4, hidden=128, layers=6, heads=4, mlp=512, classes=10,
-    dropout=0.1, parameters=1_205_898)
+VIT_TINY_CIFAR = dict(image=32, patch=4, hidden=128, layers=6, heads=4, mlp=512,
+                      classes=10, dropout=0.1, parameters=1_205_898)
 # Our step of ViT-Tiny-CIFAR_4 (main_vs_step.py's too).
 BENCHMARK = [
     sys.executable, '-m', 'vit_jax.benchmark', '--model=ViT-Tiny-CIFAR_4',
@@ -35,7 +35,7 @@ def timm_run(torch_python: str, mode: str, steps: int) -> dict:
   """timm's step in `mode` (TORCH_MODES), timed in a fresh worker."""
   worker = timm_worker.TimmWorker(torch_python)
   try:
-    worker.send(op='prepare', name=mode, architecture=VIT_TINY_CIFAR._asdict(),
+    worker.send(op='prepare', name=mode, architecture=VIT_TINY_CIFAR,
                 batch=BATCH, compiled=TORCH_MODES[mode], dtype='float32')
     warmup_seconds = worker.receive()['warmup_seconds']
     worker.send(op='time', name=mode, steps=steps)
@@ -46,7 +46,7 @@ def timm_run(torch_python: str, mode: str, steps: int) -> dict:
       'images_per_second': BATCH / seconds, 'ms_per_step': 1000 * seconds,
       'warmup_seconds': warmup_seconds, 'threads': worker.threads, 'version':
           worker.versions['torch'], 'timm_version': worker.versions['timm'],
-      'parameters': VIT_TINY_CIFAR.parameters,
+      'parameters': VIT_TINY_CIFAR['parameters'],
   }
 
 

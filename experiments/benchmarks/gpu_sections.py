@@ -60,12 +60,11 @@ def fitting_ours(plan: gpu_plan.Plan, model: str, batch: int,
 def architecture(bench: step_benchmark.StepBenchmark) -> dict:
   """Our model as timm's VisionTransformer is configured for it."""
   m = bench.module
-  return timm_worker.Architecture(
+  return dict(
       image=bench.config.image_size, patch=m.patch_size, hidden=m.hidden_size,
       layers=m.num_layers, heads=m.num_heads, mlp=m.mlp_dim,
       classes=m.num_classes, dropout=m.dropout_rate,
-      parameters=sum(x.size
-                     for x in jax.tree.leaves(bench.state.params)))._asdict()
+      parameters=sum(x.size for x in jax.tree.leaves(bench.state.params)))
 
 
 def contenders(

@@ -72,15 +72,11 @@ def thread_profile(
     parts: dict[str,
                 hlo_parts.Part]) -> tuple[dict[str, float], dict[str, float]]:
   """Thread-ms per step of XLA's CPU operations by kind (KINDS) and by part."""
-  kinds, placed = collections.Counter(), []
-  for thread_events in by_thread.values():
-    for name, own in self_times(thread_events):
-      kind = _kind(KINDS, name)
-      kinds[kind] += own
-      placed.append((parts.get(name), own))
+  timed = [(_kind(KINDS, name), parts.get(name), own)
+           for thread_events in by_thread.values()
+           for name, own in self_times(thread_events)]
   spans = [e for thread_events in by_thread.values() for e in thread_events]
-  return (_per_step(kinds, KINDS, spans, steps, 'sum over threads', 'wall'),
-          _by_part(placed, steps))
+  return _per_step(timed, KINDS, spans, steps, 'sum over threads', 'wall')
 
 
 def _kind(kinds: dict[str, re.Pattern], text: str) -> str:
@@ -89,23 +85,18 @@ def _kind(kinds: dict[str, re.Pattern], text: str) -> str:
                for k, pattern in kinds.items() if pattern.search(text)), OTHER)
 
 
-def _by_part(placed, steps: int) -> dict[str, float]:
-  """(part or None, microseconds) as ms per step by label, the most first."""
-  total = collections.Counter()
-  for where, us in placed:
-    total[where.label if where else hlo_parts.UNNAMED] += us
-  return {label: us / 1e3 / steps for label, us in total.most_common()}
-
-
-def _per_step(kinds: collections.Counter, order, events: list[dict], steps: int,
-              summed: str, wall: str) -> dict[str, float]:
-  """Ms per step of each kind, then OTHER, their sum and `events`' wall time."""
-  span = (max(e['ts'] + e['dur'] for e in events) - min(e['ts']
-                                                        for e in events))
+def _per_step(timed, order, spans: list[dict], steps: int, summed: str,
+              wall: str) -> tuple[dict[str, float], dict[str, float]]:
+  """(kind, part, us) as ms per step by kind (`order`, OTHER, sums) and part."""
+  kinds, by_part = collections.Counter(), collections.Counter()
+  for kind, where, us in timed:
+    kinds[kind] += us
+    by_part[where.label if where else hlo_parts.UNNAMED] += us
+  span = (max(e['ts'] + e['dur'] for e in spans) - min(e['ts'] for e in spans))
   table = {kind: kinds[kind] / 1e3 / steps for kind in (*order, OTHER)}
   table[summed] = sum(kinds.values()) / 1e3 / steps
   table[wall] = span / 1e3 / steps
-  return table
+  return table, {label: us / 1e3 / steps for label, us in by_part.most_common()}
 
 
 # Kinds of a GPU step's kernels, by their names and the XLA and jax op names
@@ -126,7 +117,7 @@ DEVICE_KINDS = {
 
 
 def _device_kernels(events: list[dict]) -> list[dict]:
-  """The accelerators' kernels, on their 'Stream' threads if named; none on a CPU."""
+  """The accelerators' kernels, on their 'Stream' threads if any (CPU: none)."""
   # The other threads repeat the streams' kernels as XLA modules, ops or
   # scopes.
   devices = {
@@ -163,23 +154,18 @@ def device_profile(
   kernels = _device_kernels(events)
   if not kernels:
     return {}, {}, []
-  kinds, by_name = collections.Counter(), collections.Counter()
-  placed = []
-  described = {}
+  by_name, timed, described = collections.Counter(), [], {}
   computes = collections.defaultdict(collections.Counter)  # by part's label
   labelled = {}  # a label's part, as first seen
   for e in kernels:
-    text = ' '.join([e['name'], *(str(v) for v in e.get('args', {}).values())])
-    kind = _kind(DEVICE_KINDS, text)
-    kinds[kind] += e['dur']
+    args = e.get('args', {})
+    kind = _kind(DEVICE_KINDS, ' '.join([e['name'], *map(str, args.values())]))
+    where = _part_of(e, parts)
+    timed.append((kind, where, e['dur']))
     by_name[e['name']] += e['dur']
     described.setdefault(
-        e['name'], {
-            'kind': kind,
-            'args': {k: str(v)[:200] for k, v in e.get('args', {}).items()}
-        })
-    where = _part_of(e, parts)
-    placed.append((where, e['dur']))
+        e['name'],
+        {'kind': kind, 'args': {k: str(v)[:200] for k, v in args.items()}})
     if where:
       computes[e['name']][where.label] += e['dur']
       labelled.setdefault(where.label, where)
@@ -187,12 +173,12 @@ def device_profile(
     (most, _), *others = by_label.most_common()
     described[name]['computes'] = labelled[most].described + (
         f' (and {len(others)} more)' if others else '')
-  table = _per_step(kinds, DEVICE_KINDS, kernels, steps, 'kernels, summed',
-                    'wall, first kernel to last')
+  kinds, by_part = _per_step(timed, DEVICE_KINDS, kernels, steps,
+                             'kernels, summed', 'wall, first kernel to last')
   heaviest = [{
       'kernel': name, 'ms_per_step': us / 1e3 / steps, **described[name]
   } for name, us in by_name.most_common(top)]
-  return table, _by_part(placed, steps), heaviest
+  return kinds, by_part, heaviest
 
 
 # The step's largest matmuls (M, K, N) at batch 128: the MLP's two and a

@@ -12,94 +12,76 @@ import subprocess
 import sys
 import time
 import traceback
-from typing import NamedTuple
 
 from experiments.benchmarks import study_step
 from vit_jax import errors
 
 
-class Architecture(NamedTuple):
-  """A ViT as timm's VisionTransformer is configured, and its parameter count."""
-  image: int
-  patch: int
-  hidden: int
-  layers: int
-  heads: int
-  mlp: int
-  classes: int
-  dropout: float
-  parameters: int
-
-
-def timm_vit(architecture: Architecture):
-  """timm's VisionTransformer as our ViT of `architecture` (train mode)."""
+def timm_vit(image: int, patch: int, hidden: int, layers: int, heads: int,
+             mlp: int, classes: int, dropout: float, parameters: int):
+  """timm's VisionTransformer as our ViT of these sizes (train mode), checked."""
   from timm.models import vision_transformer  # pylint: disable=g-import-not-at-top
   from torch import nn  # pylint: disable=g-import-not-at-top
 
-  a = architecture
   model = vision_transformer.VisionTransformer(
-      img_size=a.image,
-      patch_size=a.patch,
-      num_classes=a.classes,
+      img_size=image,
+      patch_size=patch,
+      num_classes=classes,
       global_pool='token',
       class_token=True,
-      embed_dim=a.hidden,
-      depth=a.layers,
-      num_heads=a.heads,
-      mlp_ratio=a.mlp / a.hidden,
+      embed_dim=hidden,
+      depth=layers,
+      num_heads=heads,
+      mlp_ratio=mlp / hidden,
       qkv_bias=True,
       norm_layer=functools.partial(nn.LayerNorm, eps=1e-6),
       act_layer=functools.partial(nn.GELU, approximate='tanh'),
       # Dropout where ours has it: after the position embedding (pos_drop),
       # the attention's projection and the MLP's layers (proj_drop, drop1,
       # drop2); none on attention weights, the head (drop_rate) or paths.
-      pos_drop_rate=a.dropout,
-      proj_drop_rate=a.dropout,
+      pos_drop_rate=dropout,
+      proj_drop_rate=dropout,
       attn_drop_rate=0.0,
       drop_rate=0.0,
       drop_path_rate=0.0,
       weight_init='jax')
-  parameters = sum(p.numel() for p in model.parameters())
-  assert parameters == a.parameters, (parameters, a.parameters)
+  counted = sum(p.numel() for p in model.parameters())
+  assert counted == parameters, (counted, parameters)
   layer_norms = [m for m in model.modules() if isinstance(m, nn.LayerNorm)]
-  assert len(layer_norms) == 2 * a.layers + 1, len(layer_norms)
+  assert len(layer_norms) == 2 * layers + 1, len(layer_norms)
   assert all(m.eps == 1e-6 for m in layer_norms)
   dropouts = [m.p for m in model.modules() if isinstance(m, nn.Dropout)]
   # pos_drop + per block (attn_drop, proj_drop, drop1, drop2) + head_drop.
-  assert sorted(dropouts) == sorted([a.dropout] +
-                                    [0.0, a.dropout, a.dropout, a.dropout] *
-                                    a.layers + [0.0]), dropouts
+  assert sorted(dropouts) == sorted([dropout] +
+                                    [0.0, dropout, dropout, dropout] * layers +
+                                    [0.0]), dropouts
   return model
 
 
-# What torch.compile compiles of a step: nothing, the whole step (forward,
-# backward and AdamW's update in one graph), or the model alone beside
-# AdamW's fused CUDA kernel (the usual recipe of PyTorch's own examples).
-COMPILED = ('nothing', 'step', 'model')
-
-
-def train_step(architecture: Architecture, batch: int, compiled: str,
-               device: str, dtype: str):
-  """`timm_vit`'s checked AdamW step in `dtype`, `compiled` (of COMPILED)."""
+def train_step(architecture: dict, batch: int, compiled: str, device: str,
+               dtype: str):
+  """`timm_vit(**architecture)`'s AdamW step in `dtype`, `compiled` or not."""
   import torch  # pylint: disable=g-import-not-at-top
   from torch import nn  # pylint: disable=g-import-not-at-top
 
-  if compiled not in COMPILED:
-    raise ValueError(f'compiled={compiled!r}; use one of {COMPILED}.')
-  model = timm_vit(architecture).to(device)
+  # What torch.compile compiles of a step: 'nothing', the whole 'step'
+  # (forward, backward and AdamW's update in one graph), or the 'model' alone
+  # beside AdamW's fused CUDA kernel (the usual recipe of PyTorch's own
+  # examples).
+  model = timm_vit(**architecture).to(device)
   fused = compiled == 'model' and device == 'cuda'
   optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.01,
                                 fused=fused or None)
   loss_fn = nn.CrossEntropyLoss(label_smoothing=0.1)
-  images = torch.randn(batch, 3, architecture.image, architecture.image,
-                       device=device)
-  labels = torch.randint(0, architecture.classes, (batch,), device=device)
+  image, classes = architecture['image'], architecture['classes']
+  images = torch.randn(batch, 3, image, image, device=device)
+  labels = torch.randint(0, classes, (batch,), device=device)
 
   model.eval()  # The head starts at zero (as ours), so check the features too.
   with torch.no_grad():
     features = model.forward_features(images)
     logits = model.forward_head(features)
-  assert logits.shape == (batch, architecture.classes), logits.shape
+  assert logits.shape == (batch, classes), logits.shape
   assert torch.isfinite(features).all() and torch.isfinite(logits).all()
 
   def step():
@@ -166,7 +148,7 @@ def _handle(request: dict, prepared: dict, device: str) -> dict:
   import torch  # pylint: disable=g-import-not-at-top
   if request['op'] == 'prepare':
     torch.manual_seed(0)
-    step = train_step(Architecture(**request['architecture']), request['batch'],
+    step = train_step(request['architecture'], request['batch'],
                       request['compiled'], device, request['dtype'])
     warmup = run_steps(step, 3, device)
     prepared[request['name']] = step
