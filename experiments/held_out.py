@@ -1,13 +1,4 @@
-r"""CIFAR-10's 45,000 training images outside the small-data study's 5,000,
-linked from the JPEG copy as <class>/ folders (`config.validation_dir`); the
-full binary release needs none (`config.validation_examples` draws on it).
---study_test links the JPEG copies of the study's 1,000 test images as an
-image folder's test/, to measure what the JPEG encoding costs a model:
-
-  tar xzf ../shared/data/cifar10-jpeg-full.tar.gz -C /tmp/cifar10-jpeg
-  python -m experiments.held_out --jpeg=/tmp/cifar10-jpeg --out=/tmp/held_out \
-      --study_test=/tmp/study_test_jpeg
-"""
+"""CIFAR-10's training JPEGs the study leaves out, as <class>/ folders."""
 
 import argparse
 import pathlib
@@ -47,8 +38,7 @@ def _link(paths: list[pathlib.Path], folder: pathlib.Path):
 
 
 def main(argv=None):
-  parser = argparse.ArgumentParser(
-      description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+  parser = argparse.ArgumentParser(description=__doc__)
   parser.add_argument('--subset', type=pathlib.Path,
                       default='../shared/data/cifar10-5k')
   parser.add_argument(

@@ -48,8 +48,7 @@ def command(directory: pathlib.Path, config: str, overrides: dict) -> str:
 
 def parser(doc: str, workdir: str) -> argparse.ArgumentParser:
   """A sweep's or a summary's flags: --workdir, where the runs are."""
-  parsing = argparse.ArgumentParser(
-      description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+  parsing = argparse.ArgumentParser(description=doc)
   parsing.add_argument('--workdir', type=pathlib.Path, default=workdir,
                        help='One directory per run; never committed.')
   return parsing

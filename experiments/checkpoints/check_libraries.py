@@ -1,11 +1,4 @@
-r"""Our timm and transformers exports and readers against the libraries
-themselves (README.md beside this file says what it checks):
-
-  python -m experiments.checkpoints.check_libraries \
-      --torch_python=/tmp/torch_venv/bin/python
-
-`library_worker.py` runs the libraries' side under --torch_python.
-"""
+"""Our timm and transformers files against the libraries (README.md)."""
 
 import datetime
 import json

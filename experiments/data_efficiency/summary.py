@@ -1,10 +1,4 @@
-r"""The data-efficiency results from the runs' workdirs and the committed
-records:
-
-  python -m experiments.data_efficiency.summary --workdir=/tmp/data_efficiency
-
-writes results.json, ablation.png, budgets.png and the README's sections here.
-"""
+"""The data-efficiency results.json, figures and README sections."""
 
 import pathlib
 

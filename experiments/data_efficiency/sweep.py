@@ -1,10 +1,4 @@
-r"""The data-efficiency runs, `recipes.py`'s rows of `configs/data_efficient.py`
-at each budget: one `vit_jax.main` command per run, in two stages, the runs
-others read (the CNN teachers, the MAE pre-trainings) and then the rest:
-
-  python -m experiments.data_efficiency.sweep --stage=1 | xargs -d '\n' -P 2 -n 1 sh -c
-  python -m experiments.data_efficiency.sweep --stage=2 | xargs -d '\n' -P 2 -n 1 sh -c
-"""
+"""The data-efficiency runs in two stages, a command a line (README.md)."""
 
 import pathlib
 

@@ -1,10 +1,4 @@
-r"""The data-scaling results from the runs' workdirs and the committed
-records (the sweep's --sizes, --models and --seeds pick the runs):
-
-  python -m experiments.data_scaling.summary --workdir=/tmp/data_scaling
-
-writes results.json, accuracy_vs_size.png and the README's sections here.
-"""
+"""The data-scaling results.json, figure and README sections."""
 
 import itertools
 import math

@@ -1,9 +1,4 @@
-r"""The data-scaling runs: `configs/cifar_small.py`'s models on the first
-N/10 images of every class of the JPEG CIFAR-10 (N in --sizes, subsets linked
-under WORKDIR/data), tested on all 10,000. One `vit_jax.main` command per run:
-
-  python -m experiments.data_scaling.sweep --jpeg_dir=/tmp/cifar10-jpeg | bash
-"""
+"""The data-scaling runs on nested JPEG subsets, a command a line (README)."""
 
 import pathlib
 import shutil

@@ -1,10 +1,4 @@
-r"""The fine-tuning results from the runs' workdirs:
-
-  python -m experiments.finetune.summary \
-      --pretrained=/tmp/finetune/pretrained --workdir=/tmp/finetune
-
-writes results.json and the table in README.md next to this file.
-"""
+"""The fine-tuning results.json and README table, from the runs."""
 
 import pathlib
 

@@ -1,10 +1,4 @@
-r"""Fine-tuning the small-data study's 32x32 ViT-Tiny (--pretrained) with
-configs/finetune.py at each of --image_sizes (32: the control, the training
-without the resolution): one `vit_jax.main` command per size.
-
-  python -m experiments.finetune.sweep \
-      --pretrained=/tmp/finetune/pretrained | bash
-"""
+"""Fine-tunings of a small-data ViT at --image_sizes, a command a line."""
 
 import pathlib
 

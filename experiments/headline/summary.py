@@ -1,11 +1,4 @@
-r"""The headline under the protocol, from the workdirs of the sweep's four
-stages:
-
-  python -m experiments.headline.summary --workdir=/tmp/headline
-
-writes results.json (every run's record, with stage 4's evaluations of the
-reported ones) and the README's table and comparisons here.
-"""
+"""The headline's results.json and README sections, from the sweep's runs."""
 
 import pathlib
 import sys

@@ -1,17 +1,4 @@
-r"""The headline's runs in four stages (README.md here says what each trains):
-one `vit_jax.main` command per run, or stage 4's `vit_jax.evaluate` commands
-of the reported runs. The seeds outside --choose_on run once the choosing
-seeds' summaries are in --workdir:
-
-  for seeds in 0,1 2,3,4; do
-    for stage in 1 2 3 4; do
-      python -m experiments.headline.sweep --validation_dir=/tmp/held_out \
-          --jpeg=/tmp/cifar10-jpeg --study_test=/tmp/study_test_jpeg \
-          --seeds=$seeds --stage=$stage |
-        xargs -d '\n' -P 1 -n 1 sh -c
-    done
-  done
-"""
+"""The headline's runs, stage by stage, a command a line (README.md here)."""
 
 import argparse
 import pathlib
@@ -45,14 +32,12 @@ CLASS_HEAD_PREFIX = 'class_head_'
 def stage_runs(stage: int, seeds: list[int], choose_on: list[int],
                workdir: pathlib.Path) -> list[tuple]:
   """Stage 1's runs (those others read) or stage 2's (the rest)."""
-  rows = [(row, seed) for seed in seeds if seed in choose_on
-          for row in CANDIDATES]
+  planned = [(*row, EPOCHS, seed) for seed in seeds if seed in choose_on
+             for row in CANDIDATES]
   if any(seed not in choose_on for seed in seeds):
     vit, cnn, _ = choices(workdir, choose_on)
-    rows += [(row, seed) for seed in seeds if seed not in choose_on
-             for row in (('vit', vit), cnn)]
-  planned = [(model, ingredients, EPOCHS, seed)
-             for (model, ingredients), seed in rows]
+    planned += [(*row, EPOCHS, seed) for seed in seeds if seed not in choose_on
+                for row in (('vit', vit), cnn)]
   read = r.read_by(planned)
   return read if stage == 1 else [run for run in planned if run not in read]
 

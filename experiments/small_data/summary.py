@@ -1,10 +1,4 @@
-r"""The small-data study's results, from its workdirs or the committed records:
-
-  python -m experiments.small_data.summary --workdir=/tmp/small_data
-
-writes results.json, metrics.jsonl (every run's logged records),
-learning_curves.png and the README's sections here.
-"""
+"""The small-data study's results.json, metrics.jsonl, figure and README."""
 
 import json
 import pathlib

@@ -1,10 +1,4 @@
-r"""The small-data study's runs (README.md here): the config's three models,
-then each choice the study leaves unstated (`CHOICES`), validated on 5,000
-held-out images; one `vit_jax.main` command per run:
-
-  python -m experiments.small_data.sweep --validation_dir=/tmp/held_out \
-      | xargs -d '\n' -P 2 -n 1 sh -c
-"""
+"""The small-data study's runs, a `vit_jax.main` command a line (README.md)."""
 
 from experiments import runs
 
