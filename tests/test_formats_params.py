@@ -29,11 +29,13 @@ def test_resize_zooms_the_grid_bilinearly_keeping_its_dtype():
                                       64).dtype == (jnp.bfloat16)
 
 
+SMALL_VIT = dict(num_layers=1, hidden_size=8, num_heads=2, mlp_dim=16)
+
+
 def vit_params(image_size, num_classes, seed=0, **overrides):
-  """A small ViT's random parameters at `image_size`."""
-  fields = dict(num_layers=1, hidden_size=8, num_heads=2, mlp_dim=16)
+  """A `SMALL_VIT` ViT-Tiny-CIFAR_4's random parameters at `image_size`."""
   model = models.create_model('ViT-Tiny-CIFAR_4', num_classes,
-                              **{**fields, **overrides})
+                              **{**SMALL_VIT, **overrides})
   return random_vit_params(model, image_size, seed)
 
 

@@ -10,6 +10,7 @@ from vit_jax.models import create_model
 from vit_jax.models import resnet
 from tests.helpers import normal
 from tests.helpers import random_params
+from tests.test_formats_params import positions
 from tests.test_models_vit import _flat
 from tests.test_models_vit import official_param_shapes
 
@@ -222,9 +223,7 @@ def test_tiny_hybrid_forward_pass():
   images = normal((2, 8, 8, 3), 0)
   params = random_params(model, images, train=False)
   # 8x8 -> a 2x2 feature map -> 4 tokens and [CLS].
-  assert params['Transformer']['posembed_input']['pos_embedding'].shape == (1,
-                                                                            5,
-                                                                            32)
+  assert positions(params).shape == (1, 5, 32)
   assert params['embedding']['kernel'].shape == (1, 1, 256, 32)
   # jit: one compilation instead of one per operation.
   logits = jax.jit(model.apply, static_argnames='train')({'params': params},

@@ -12,6 +12,7 @@ from configs import cifar_small
 from tests.helpers import normal
 from tests.helpers import random_params
 from tests.helpers import randomized
+from tests.test_formats_params import positions
 from vit_jax.errors import ConfigError
 from vit_jax.formats import params as params_lib
 from vit_jax.models import VisionTransformer
@@ -173,8 +174,7 @@ def test_initialization_follows_the_official_model_and_maps_are_probabilities():
   params = variables['params']
   assert not np.any(params['cls'])
   assert not np.any(params['head']['kernel'])
-  pos = params['Transformer']['posembed_input']['pos_embedding']
-  assert 0.01 < float(np.std(pos)) < 0.03
+  assert 0.01 < float(np.std(positions(params))) < 0.03
   maps = jax.jit(functools.partial(attention_weights, model))(variables, images)
   assert len(maps) == SMALL['num_layers']
   for a in maps:

@@ -8,6 +8,8 @@ import pytest
 
 from tests.helpers import tiny_config
 from tests.test_formats_npz import assert_trees_identical
+from tests.test_formats_params import positions
+from tests.test_formats_params import SMALL_VIT
 from tests.test_formats_params import vit_params
 from vit_jax import config_schema
 from vit_jax import models
@@ -34,9 +36,7 @@ def test_fine_tunes_a_run_at_a_higher_resolution(trained_vit_run, tmp_path):
   np.testing.assert_array_equal(
       start['Transformer']['encoderblock_1']['LayerNorm_0']['scale'],
       pretrained['Transformer']['encoderblock_1']['LayerNorm_0']['scale'])
-  assert start['Transformer']['posembed_input']['pos_embedding'].shape == (1,
-                                                                           17,
-                                                                           16)
+  assert positions(start).shape == (1, 17, 16)
   summary = train.train_and_evaluate(config, tmp_path)
   assert np.isfinite(summary['best_test_accuracy'])
 
@@ -63,16 +63,12 @@ def test_released_vit_ti_16_fine_tunes_at_384_from_224(cifar10_dir, tmp_path):
   tuned = reading.load_run(tmp_path / 'run').params
   assert 'pre_logits' not in tuned
   assert tuned['head']['kernel'].shape == (192, 10)
-  assert tuned['Transformer']['posembed_input']['pos_embedding'].shape == (1,
-                                                                           577,
-                                                                           192)
+  assert positions(tuned).shape == (1, 577, 192)
   # The one step ran at the warmup's learning rate 0, so the run holds the
   # fitted checkpoint itself: same filters, class-token position kept.
   np.testing.assert_array_equal(tuned['embedding']['kernel'],
                                 params['embedding']['kernel'])
-  np.testing.assert_array_equal(
-      tuned['Transformer']['posembed_input']['pos_embedding'][0, 0],
-      params['Transformer']['posembed_input']['pos_embedding'][0, 0])
+  np.testing.assert_array_equal(positions(tuned)[0, 0], positions(params)[0, 0])
 
 
 @pytest.mark.parametrize('overrides', [
@@ -89,17 +85,14 @@ def test_any_vit_fine_tunes_at_a_new_resolution(overrides, tmp_path, caplog):
   # from it stacked. What the check before the data read is what fine-tuning
   # starts from.
   caplog.set_level('INFO', logger='absl')  # another test may have set it
-  fields = dict(num_layers=1, hidden_size=8, num_heads=2, mlp_dim=16,
-                **overrides)
-  npz.save_npz(vit_params(16, 10, **fields), tmp_path / 'small.npz')
+  npz.save_npz(vit_params(16, 10, **overrides), tmp_path / 'small.npz')
   config = tiny_config('', init_from=str(tmp_path / 'small.npz'), image_size=24)
-  config.model_overrides = fields
+  config.model_overrides = dict(SMALL_VIT, **overrides)
   model = models.from_config(config, num_classes=10)
-  fresh = vit_params(24, 10, **fields)
+  fresh = vit_params(24, 10, **overrides)
   start = finetune.pretrained_params(config, fresh)
   tokens = 36 + len(model.prefix_tokens)
-  assert start['Transformer']['posembed_input']['pos_embedding'].shape == (
-      1, tokens, 8)
+  assert positions(start).shape == (1, tokens, 8)
   assert [m for m in caplog.messages if m.startswith('Resizing')] == [
       f'Resizing the position embeddings from (1, {tokens - 20}, 8) to '
       f'(1, {tokens}, 8).'
@@ -115,12 +108,11 @@ def test_a_distilled_student_fine_tunes_from_a_vit_without_the_token(
   # check before the data passes, and the token starts as the new model's,
   # which the run's log says once.
   caplog.set_level('INFO', logger='absl')  # another test may have set it
-  fields = dict(num_layers=1, hidden_size=8, num_heads=2, mlp_dim=16)
-  npz.save_npz(vit_params(16, 10, **fields), tmp_path / 'plain.npz')
+  npz.save_npz(vit_params(16, 10), tmp_path / 'plain.npz')
   config = tiny_config('', init_from=str(tmp_path / 'plain.npz'), image_size=16)
-  config.model_overrides = dict(fields, distillation_token=True)
+  config.model_overrides = dict(SMALL_VIT, distillation_token=True)
   pretrained = finetune.check_init_from(config)
-  fresh = vit_params(16, 10, distillation_token=True, **fields)
+  fresh = vit_params(16, 10, distillation_token=True)
   start = finetune.pretrained_params(config, fresh, pretrained)
   np.testing.assert_array_equal(start['dist'], fresh['dist'])
   np.testing.assert_array_equal(start['cls'], pretrained['cls'])
@@ -177,12 +169,11 @@ def test_a_file_that_is_no_npz_is_one_line_without_pickle_advice(
 @pytest.mark.parametrize('format_name', ['timm', 'hf'])
 def test_init_from_takes_timm_and_transformers_folders(tmp_path, format_name,
                                                        caplog):
-  fields = dict(num_layers=1, hidden_size=8, num_heads=2, mlp_dim=16)
-  params = vit_params(16, 10, **fields)
+  params = vit_params(16, 10)
   npz.save_npz(params, tmp_path / 'small.npz')
   export.convert(tmp_path / 'small.npz', tmp_path / format_name, format_name)
   config = tiny_config('', init_from=str(tmp_path / format_name), image_size=16)
-  config.model_overrides = fields
+  config.model_overrides = dict(SMALL_VIT)
   assert_trees_identical(finetune.check_init_from(config), params)
   # The folder states the released models' [-1, 1]; the study's config
   # normalizes with CIFAR-10's mean and std: said, with what to pass.
