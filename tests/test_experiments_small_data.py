@@ -128,9 +128,7 @@ def test_the_summary_chooses_on_validation_and_pairs_by_seed(
   }
   for directory, size in ((tmp_path / 'pre', 32), (tmp_path / 'w/finetune_48',
                                                    48)):
-    directory.mkdir(parents=True)
-    (directory / 'summary.json').write_text(json.dumps(measured))
-    (directory / 'config.json').write_text(json.dumps({'image_size': size}))
+    finished_run(directory, config={'image_size': size}, **measured)
     (directory / 'metrics.jsonl').write_text('{"seconds": 90}\n' * 2)
   rows = finetune_summary.rows(tmp_path / 'pre', tmp_path / 'w')
   assert finetune_summary.table(rows).splitlines()[2:] == [

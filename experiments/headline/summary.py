@@ -161,9 +161,9 @@ def main(argv=None):
   }
   head = sweep.CLASS_HEAD_PREFIX
   grouped['class_head'] = [{
-      **x, 'test_accuracy_at_best_step': x[head + sweep.STUDY_TEST]['top1'], **{
-          test_set: x[head + test_set] for test_set in (sweep.STUDY_TEST_JPEG, sweep.JPEG_TEST)
-      }
+      **x, 'test_accuracy_at_best_step': x[head + sweep.STUDY_TEST]['top1'],
+      sweep.STUDY_TEST_JPEG: x[head + sweep.STUDY_TEST_JPEG],
+      sweep.JPEG_TEST: x[head + sweep.JPEG_TEST]
   } for x in grouped['vit']]
   names = dict(vit=described('vit', vit), cnn=described(*cnn),
                no_cnn_vit=described('vit', no_cnn),

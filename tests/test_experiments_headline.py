@@ -1,0 +1,224 @@
+"""experiments/headline: the sweep's stages and choices, the summary."""
+
+import json
+import os
+import shutil
+
+import pytest
+
+from experiments import runs
+from experiments.data_efficiency import recipes
+from experiments.headline import summary
+from experiments.headline import sweep
+from tests.helpers import finished_run
+
+# Stages 1 and 2 of the headline at a seed: (model, ingredients, epochs),
+# validation accuracy, FLOPs. The ViT fine-tuned from the 300-epoch
+# pre-training and the SmallResNet are best on validation.
+FINISHED = [(('small_resnet', ('trivial_augment',), 100), 0.75, 2e15),
+            (('simple_cnn', ('trivial_augment',), 100), 0.70, 1e15),
+            (('vit', ('mae_pretraining',), 300), 0.4, 6e15),
+            (('vit', ('mae_pretraining',), 100), 0.3, 2e15),
+            *((('vit', ingredients, 100), 0.74 + 0.01 * (i == 2), 3e15)
+              for i, ingredients in enumerate(sweep.VITS)),]
+
+# The runs a seed outside --choose_on trains: the chosen SmallResNet and
+# the chosen ViT's chain.
+CHOSEN = [FINISHED[i] for i in (0, 2, 6)]
+
+
+def _fake_run(workdir, run, validation, flops, test=0.5):
+  """A finished run of 10 minutes."""
+  model, _, epochs, seed = run
+  finished_run(workdir / recipes.run_name(*run), seed, model,
+               best_validation_accuracy=validation, train_flops=flops,
+               test_accuracy_at_best_step=test, epochs=epochs, best_step=9,
+               train_seconds=600)
+
+
+def _stages_1_and_2(workdir):
+  """Every candidate at seeds 0 and 1, the chosen rows alone at seed 2."""
+  # On test the ViTs score 0.76, the SmallResNets 0.73, 2 points more a seed.
+  for seed in (0, 1, 2):
+    for (model, ingredients,
+         epochs), accuracy, flops in (CHOSEN if seed == 2 else FINISHED):
+      test = {'vit': 0.76, 'small_resnet': 0.73}.get(model, 0.5) + 0.02 * seed
+      _fake_run(workdir, (model, ingredients, epochs, seed), accuracy, flops,
+                test)
+
+
+def _headline(capsys, workdir, stage, seeds, *flags):
+  """The commands of the headline sweep's `stage` at `seeds`."""
+  sweep.main([
+      '--validation_dir=/v', f'--workdir={workdir}', f'--stage={stage}',
+      f'--seeds={seeds}', *flags
+  ])
+  return capsys.readouterr().out.splitlines()
+
+
+def _run_names(lines):
+  return [
+      line.split(' --workdir=')[1].split()[0].rsplit('/')[-1] for line in lines
+  ]
+
+
+def test_the_sweep_chooses_on_validation_and_matches_the_chains_flops(
+    tmp_path, capsys):
+  first = _headline(capsys, tmp_path, 1, '0,1')
+  assert len(first) == 6  # a teacher and two pre-trainings per seed
+  second = _headline(capsys, tmp_path, 2, '0')
+  # Each run of a row chooses on validation; a pre-training holds none out.
+  assert [
+      '--config.validation_examples=5000' in line and
+      '--config.validation_dir=/v' in line and
+      '--config.keep_best_checkpoint=True' in line for line in first + second
+  ] == [True, False, False] * 2 + [True] * 4
+  assert all('validation' not in line for line in first
+             if 'mae_pretraining' in line)
+  # A student reads its teacher at the epoch validation chose.
+  assert [
+      'distillation_teacher' in line and
+      '--config.teacher_checkpoint=best' in line for line in second
+  ] == [True, True, True, False]
+  assert all('teacher_checkpoint' not in line for line in first)
+  with pytest.raises(
+      SystemExit, match=r'^error: 10 of the 10 candidate runs of '
+      r'--choose_on=0,1 have no summary\.json .*gather their summaries there'):
+    _headline(capsys, tmp_path, 1, '2')
+  _stages_1_and_2(tmp_path)
+  # Seed 2's first ViT is best there, but seed 2 does not choose.
+  _fake_run(tmp_path, ('vit', sweep.VITS[0], 100, 2), 0.9, 3e15)
+  third = _headline(capsys, tmp_path, 3, '2')
+  # The chain's 11e15 FLOPs at the CNN's 2e13 an epoch; the chosen ViT
+  # recipe without what the CNN teaches.
+  assert '/small_resnet_study+trivial_augment_e550_seed2 ' in third[0]
+  assert '--config.num_epochs=550 ' in third[0]
+  assert '/vit_study+trivial_augment+long_mae_e100_seed2 ' in third[1]
+  assert 'teacher' not in third[1]
+  assert _run_names(
+      _headline(capsys, tmp_path, 1, '3') +
+      _headline(capsys, tmp_path, 2, '3')) == [
+          recipes.run_name(*run, 3) for run, _, _ in CHOSEN
+      ]
+
+
+def test_the_summary_pairs_each_row_with_the_vit_by_seed(tmp_path, capsys):
+  workdir, out = tmp_path / 'runs', tmp_path / 'out'
+  out.mkdir()
+  shutil.copy(summary.HERE / 'README.md', out)
+  _stages_1_and_2(workdir)  # paired differences of exactly 3 points
+  argv = [f'--workdir={workdir}', f'--folder={out}', '--seeds=0,1,2']
+  with pytest.raises(SystemExit, match='^error: 6 of the 6 runs of stage 3 '):
+    summary.main(argv)
+  for model, ingredients, epochs, seed in sweep.controls(
+      workdir, [0, 1, 2], [0, 1]):
+    _fake_run(workdir, (model, ingredients, epochs, seed), 0.7,
+              2e13 * epochs if model == 'small_resnet' else 3e15,
+              0.73 + 0.02 * seed)
+  with pytest.raises(
+      SystemExit, match=r'^error: 12 of the 12 runs of stage 4 '
+      r'have no test_1000_jpeg\.json.*run stage 4 of'):
+    summary.main(argv)
+  with pytest.raises(SystemExit, match=r'^error: stage 4 needs --jpeg and '):
+    _headline(capsys, workdir, 4, '0,1,2', '--jpeg=/j')
+  # Every reported run on the study's test images as JPEG and on the JPEG
+  # copy's 10,000; the ViT's class head alone on those and the study's.
+  fourth = _headline(capsys, workdir, 4, '0,1,2', '--jpeg=/j',
+                     '--study_test=/s')
+  assert len(fourth) == 2 * 12 + 3 * 3
+  vit = ('vit', sweep.VITS[2], 100)
+  at_1 = f'{workdir / recipes.run_name(*vit, 1)}'
+  on_jpeg = ('--config.dataset=image_folder --data_dir=/j '
+             '--config.test_examples=0')
+  assert fourth[25].startswith(
+      f'python -m vit_jax.evaluate --checkpoint={at_1}/best_checkpoint '
+      f'--split=test --class_head > {at_1}/class_head_test_1000.out ')
+  assert '--data_dir=/s ' in fourth[1] and 'class_head' not in fourth[1]
+  assert fourth[13] == (
+      f'python -m vit_jax.evaluate --checkpoint={at_1}/best_checkpoint '
+      f'--split=test {on_jpeg} > {at_1}/test_10000.out && tail -n 1 '
+      f'{at_1}/test_10000.out > {at_1}/test_10000.json.tmp && mv '
+      f'{at_1}/test_10000.json.tmp {at_1}/test_10000.json')
+  assert f'--class_head {on_jpeg} > {at_1}/class_head_test_10000.out ' in (
+      fourth[31])
+  # Each run scores 1 point less on the 10,000 than on the study's 1,000,
+  # 10 less on those as JPEG: as much on the other 9,000 as on the study's
+  # 1,000. The class head 1 point under the average of the two heads there.
+  for row, planned in sweep.reported(workdir, [0, 1, 2], [0, 1]).items():
+    for run in planned:
+      directory = workdir / recipes.run_name(*run)
+      test = runs.read_json(directory /
+                            'summary.json')['test_accuracy_at_best_step']
+      scored = {'test_10000': test - 0.01, 'test_1000_jpeg': test - 0.1}
+      if row == 'vit':
+        scored.update(class_head_test_1000=test - 0.01,
+                      class_head_test_1000_jpeg=test - 0.11,
+                      class_head_test_10000=test - 0.02)
+      for name, top1 in scored.items():
+        (directory / f'{name}.json').write_text(
+            json.dumps({
+                'top1': top1, 'step': 9,
+                'examples': 10000 if name.endswith('10000') else 1000
+            }))
+  # Done at each run's best step: stage 4 has nothing left but one whose
+  # best step moved.
+  assert _headline(capsys, workdir, 4, '0,1,2', '--jpeg=/j',
+                   '--study_test=/s') == []
+  moved = workdir / recipes.run_name(*vit, 1) / 'class_head_test_10000.json'
+  moved.write_text(json.dumps({'top1': 0.75, 'step': 8, 'examples': 10000}))
+  with pytest.raises(SystemExit, match="not of the run's best step"):
+    summary.main(argv)
+  assert _headline(capsys, workdir, 4, '0,1,2', '--jpeg=/j',
+                   '--study_test=/s') == [fourth[31]]
+  moved.write_text(json.dumps({'top1': 0.76, 'step': 9, 'examples': 10000}))
+  # A run finished again after its evaluations has them made again; an
+  # unfinished one is left out, in a line.
+  at_2 = workdir / recipes.run_name(*vit, 2)
+  os.utime(at_2 / 'summary.json')
+  matched = workdir / recipes.run_name(
+      *sweep.reported(workdir, [2], [0, 1])['flops_matched_cnn'][0])
+  (matched / 'summary.json').rename(matched / 'summary.kept')
+  sweep.main([
+      '--validation_dir=/v', f'--workdir={workdir}', '--stage=4',
+      '--seeds=0,1,2', '--jpeg=/j', '--study_test=/s'
+  ])
+  emitted = capsys.readouterr()
+  assert [line.split()[3] for line in emitted.out.splitlines()
+         ] == [f'--checkpoint={at_2}/best_checkpoint'] * 5
+  assert emitted.err == ('Left out until stages 1-3 finish them: 1 run '
+                         f'without a summary.json (one: {matched.name}).\n')
+  (matched / 'summary.kept').rename(matched / 'summary.json')
+  summary.main(argv)
+  readme = (out / 'README.md').read_text()
+  for row in (
+      '| A ViT distilled from and guided by the SmallResNet | '
+      'study+distillation+locality_guidance+trivial_augment+'
+      'resnet_teacher+long_mae | 100 | 3 | 75.0 ± 0.0 | 78.0 ± 2.0 | '
+      '68.0 ± 2.0 | 78.0 ± 2.0 | 11000 | 30 |',
+      '| The SmallResNet | study+trivial_augment | 100 | 3 | 75.0 ± 0.0 '
+      '| 75.0 ± 2.0 | 65.0 ± 2.0 | 75.0 ± 2.0 | 2000 | 10 |',
+      '| A pure ViT | study+trivial_augment+long_mae | 100 | 3 | 70.0 ± '
+      '0.0 | 75.0 ± 2.0 | 65.0 ± 2.0 | 75.0 ± 2.0 | 9000 | 20 |',
+      "| The SmallResNet at the ViT chain's FLOPs | "
+      'study+trivial_augment | 550 | 3 | 70.0 ± 0.0 | 75.0 ± 2.0 | '
+      '65.0 ± 2.0 | 75.0 ± 2.0 | 11000 | 10 |',
+      "| The first row's class head alone | study+distillation+"
+      'locality_guidance+trivial_augment+resnet_teacher+long_mae | 100 | 3 '
+      '|  | 77.0 ± 2.0 | 67.0 ± 2.0 | 77.0 ± 2.0 | 11000 | 30 |'):
+    assert row in readme
+  assert ('Chosen on the validation accuracy of seeds 0 and 1 (each '
+          "candidate's, summed over them); every row is over seeds 0, 1 and "
+          '2.') in readme
+  vit_words = 'a ViT distilled from and guided by the SmallResNet'
+  assert (f'- The headline: on the other 9,000 (JPEG), {vit_words} is better '
+          'than the SmallResNet by 3.0 ± 0.0 points (95% interval, 3 paired '
+          f"seeds); on the study's 1,000, {vit_words} is better than the "
+          'SmallResNet by 3.0 ± 0.0 points (95% interval, 3 paired '
+          'seeds).') in readme
+  assert ('- What the class head alone predicts: on the other 9,000 (JPEG), '
+          'the average of its two heads is better than its class head alone '
+          'by 1.0 ± 0.0 points') in readme
+  records = json.loads((out / 'results.json').read_text())
+  assert len(records) == 23  # seed 2's: its chain and controls
+  assert sum('class_head_test_10000' in r for r in records) == 3
+  assert sum('test_1000_jpeg' in r for r in records) == 12
