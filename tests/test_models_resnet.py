@@ -11,8 +11,8 @@ from vit_jax.models import resnet
 from tests.helpers import normal
 from tests.helpers import random_params
 from tests.test_formats_params import positions
-from tests.test_models_vit import _flat
 from tests.test_models_vit import official_param_shapes
+from tests.test_models_vit import param_shapes
 
 R50_STAGES = (3, 4, 9)
 R50_B16_PARAMS = 98_659_112
@@ -105,9 +105,8 @@ def reference_stem(params, images):
   return x
 
 
-def _eval_init(model, size):
-  return jax.eval_shape(lambda: model.init(jax.random.key(
-      0), jnp.zeros((1, size, size, 3)), train=False))
+def _shapes(model, size):
+  return param_shapes(model, jnp.zeros((1, size, size, 3)))
 
 
 def test_standardize_kernel_against_numpy():
@@ -179,17 +178,15 @@ def test_hybrid_config_tree_and_count_follow_the_official_model():
                                                            0.0, None, 'token')
   assert model.effective_patch_size == 16
   assert create_model('ViT-B_16', 10).effective_patch_size == 16
-  variables = _eval_init(model, 224)
-  assert set(variables) == {'params'}
-  params = variables['params']
+  shapes = _shapes(model, 224)
   official = official_param_shapes(patch=1, hidden=768, layers=12, heads=12,
                                    mlp=3072, tokens=197, num_classes=1000)
   official['embedding/kernel'] = (1, 1, 1024, 768)  # 1x1 on the feature map.
   stem = official_stem_shapes(R50_STAGES)
   official.update(stem)
-  assert {k: v.shape for k, v in _flat(params).items()} == official
+  assert shapes == official
   assert sum(np.prod(shape) for shape in stem.values()) == R50_STEM_PARAMS
-  count = sum(a.size for a in jax.tree.leaves(params))
+  count = sum(np.prod(shape) for shape in shapes.values())
   assert count == R50_B16_PARAMS
   # ViT-B_16, with the stem and a 1x1x1024 instead of 16x16x3 embedding.
   assert count == (VIT_B16_PARAMS + R50_STEM_PARAMS - 16 * 16 * 3 * 768 +
@@ -244,13 +241,11 @@ def test_invalid_stems_and_image_sizes_are_clear_errors():
   with pytest.raises(
       ValueError, match='200x200 is not divisible by 16, the '
       "ResNet stem's stride 16 times the patch size 1"):
-    _eval_init(model, 200)
+    _shapes(model, 200)
   model = create_model('R50+ViT-B_16', 10, patch_size=2, num_layers=1)
   with pytest.raises(ValueError, match='not divisible by 32'):
-    _eval_init(model, 240)
-  assert _eval_init(model,
-                    256)['params']['embedding']['kernel'].shape == (2, 2, 1024,
-                                                                    768)
+    _shapes(model, 240)
+  assert _shapes(model, 256)['embedding/kernel'] == (2, 2, 1024, 768)
   with pytest.raises(ValueError, match='at least one unit'):
     create_model('R50+ViT-B_16', 10, resnet_stages=(3, 0))
   with pytest.raises(ValueError, match='width_factor=0'):
