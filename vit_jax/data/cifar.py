@@ -98,13 +98,12 @@ def _find(name: str, data_dir: pathlib.Path):
   for folder, train_names, test_name, read in _FORMATS[name]:
     for root in (data_dir / folder, data_dir):
       names = [*train_names, test_name]
-      present = [n for n in names if (root / n).is_file()]
-      if present and len(present) < len(names):
-        missing = [n for n in names if n not in present]
+      missing = [n for n in names if not (root / n).is_file()]
+      if missing and len(missing) < len(names):
         raise DatasetError(
             f'{root} lacks {", ".join(missing)} of the {name} release '
             f'({", ".join(names)}); unpack the whole release again.')
-      if present:
+      if not missing:
         return root, [root / n for n in train_names], root / test_name, read
   return None
 

@@ -133,16 +133,12 @@ def _watch() -> None:
 
 
 def _read_signals(reader: socket.socket) -> None:
-  while True:
-    try:
-      signums = reader.recv(64)
-    except OSError:
-      return
-    if not signums:
-      return
-    for signum in signums:
-      if signum in _previous:
-        _on_signal(signum)
+  # Until `release` closes the writer (recv gives b'') or the socket fails.
+  with contextlib.suppress(OSError):
+    while signums := reader.recv(64):
+      for signum in signums:
+        if signum in _previous:
+          _on_signal(signum)
 
 
 def _on_signal(signum: int) -> None:

@@ -58,8 +58,7 @@ def DropPath(rate: float, name: str | None = None) -> Dropout:  # pylint: disabl
 def drop_path_rates(stochastic_depth_rate: float,
                     num_layers: int) -> list[float]:
   """Drop-path rates rising linearly over the blocks from 0 (DeiT, timm)."""
-  if num_layers < 2:
-    return [0.0] * num_layers
   return [
-      stochastic_depth_rate * i / (num_layers - 1) for i in range(num_layers)
+      stochastic_depth_rate * i / max(num_layers - 1, 1)
+      for i in range(num_layers)
   ]
