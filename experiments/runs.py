@@ -31,10 +31,8 @@ def read_json(path: pathlib.Path):
 
 def history(directory: pathlib.Path) -> list[dict]:
   """The records of a run's metrics.jsonl, in the order they were logged."""
-  return [
-      json.loads(line)
-      for line in (directory / 'metrics.jsonl').read_text().splitlines()
-  ]
+  return list(
+      map(json.loads, (directory / 'metrics.jsonl').read_text().splitlines()))
 
 
 def command(directory: pathlib.Path, config: str, overrides: dict) -> str:

@@ -98,8 +98,7 @@ def plot(records: list[dict], path: pathlib.Path):
         continue
       group = groups[epochs, 'vit', recipe]
       seeds = len(group)
-      name = f'ViT-Tiny, {seeds} seed{"s" if seeds > 1 else ""}'
-      legend[name] = ax.errorbar(
+      legend[f'ViT-Tiny, {seeds} seed{"s" * (seeds > 1)}'] = ax.errorbar(
           recipes.accuracies(group).mean(), row, xerr=recipes.spread(group),
           fmt='o', ms=4, capsize=2, color='tab:blue',
           markerfacecolor='tab:blue' if seeds > 1 else 'white')

@@ -6,6 +6,7 @@ import sys
 
 from experiments import runs
 
+HERE = pathlib.Path(__file__).resolve().parent
 RECIPE = 'study'
 # One batch size for every model and size, the one results.json holds.
 BATCH_SIZE = 128
@@ -80,9 +81,8 @@ def main(argv=None):
   if not all((args.jpeg_dir / split).is_dir() for split in ('train', 'test')):
     sys.exit(f'error: no train/ and test/ in --jpeg_dir={args.jpeg_dir}; '
              'unpack ../shared/data/cifar10-jpeg-full.tar.gz there first.')
-  landed = runs.landed(
-      pathlib.Path(__file__).parent /
-      'results.json', record_name) if args.missing else {}
+  landed = runs.landed(HERE /
+                       'results.json', record_name) if args.missing else {}
   runs.emit([
       runs.command(
           args.workdir / run_name(model, size, seed),
