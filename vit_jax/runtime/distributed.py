@@ -60,9 +60,8 @@ def _detect_cluster(environ: Mapping[str, str] | None = None) -> str | None:
                                          or 1) > 1:
     return 'Open MPI'
   hosts = env.get('TPU_PROCESS_ADDRESSES') or env.get('TPU_WORKER_HOSTNAMES')
-  if (hosts and ',' in hosts) or env.get('MEGASCALE_COORDINATOR_ADDRESS'):
-    return 'Cloud TPU'
-  if environ is None and _on_cloud_tpu_vm():
+  if ((hosts and ',' in hosts) or env.get('MEGASCALE_COORDINATOR_ADDRESS') or
+      (environ is None and _on_cloud_tpu_vm())):
     return 'Cloud TPU'
   return None
 

@@ -75,7 +75,6 @@ def write_atomically(path: pathlib.Path, text: str) -> None:
 def foreign_files(directory: pathlib.Path, ours: Callable[[str],
                                                           bool]) -> str | None:
   """Names in `directory` that `ours` does not claim ('a, b', 5 and '...')."""
-  directory = pathlib.Path(directory)
   others = sorted(p.name for p in directory.iterdir()
                   if not ours(p.name)) if directory.is_dir() else []
   if not others:
