@@ -38,8 +38,7 @@ class Holder:
 def _holder_in(fd: int) -> Holder | None:
   """The holder the lock file names; None when it is empty or torn."""
   try:
-    text = os.pread(fd, 4096, 0).decode()
-    fields = json.loads(text)
+    fields = json.loads(os.pread(fd, 4096, 0))
     return Holder(str(fields['host']), int(fields['pid']), str(fields['since']))
   except (ValueError, KeyError, TypeError, UnicodeDecodeError):
     return None
@@ -96,11 +95,11 @@ class WorkdirLock:
     self._renewing.start()
 
   def _open_and_lock(self) -> None:
-    missing = [
+    # Deepest first, the order to remove them in.
+    self._created = [
         d for d in (self.workdir, *self.workdir.parents) if not d.exists()
     ]
     self.workdir.mkdir(parents=True, exist_ok=True)
-    self._created = missing  # deepest first, the order to remove them in
     while True:
       fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
       try:
