@@ -56,12 +56,9 @@ def release() -> None:
     writer.close()  # ends the watcher's stream
     thread.join()
     reader.close()
-  _previous.clear()
-  _watching.clear()
-  _received.clear()
-  _jax_sigterm.clear()
-  _training.clear()
-  _at_once.clear()
+  for state in (_previous, _watching, _received, _jax_sigterm, _training,
+                _at_once):
+    state.clear()
 
 
 def stops_at_once() -> bool:

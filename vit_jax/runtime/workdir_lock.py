@@ -40,7 +40,7 @@ def _holder_in(fd: int) -> Holder | None:
   try:
     fields = json.loads(os.pread(fd, 4096, 0))
     return Holder(str(fields['host']), int(fields['pid']), str(fields['since']))
-  except (ValueError, KeyError, TypeError, UnicodeDecodeError):
+  except (ValueError, KeyError, TypeError):  # UnicodeDecodeError included
     return None
 
 
