@@ -43,9 +43,9 @@ ALLOCATOR = {
 }
 
 
-def _versions() -> dict:
-  """jax's, and CUDA's and cuDNN's on a GPU (None elsewhere)."""
-  # jax's private module: no public API has CUDA's and cuDNN's.
+def environment(smoke: bool) -> dict:
+  """Where and with what the run measures."""
+  # jax's private module: no public API has CUDA's and cuDNN's versions.
   from jax._src import lib  # pylint: disable=g-import-not-at-top
   cuda = (getattr(lib, 'cuda_versions', None)
           if jax.default_backend() == 'gpu' else None)
@@ -58,18 +58,13 @@ def _versions() -> dict:
     version = getattr(cuda, f'{name}_get_version', lambda: None)()
     versions[name.removesuffix('_runtime')] = (
         version and f'{version // unit}.{version % unit // (unit // 100)}')
-  return versions
-
-
-def environment(smoke: bool) -> dict:
-  """Where and with what the run measures."""
   return {
       'date': datetime.date.today().isoformat(),
       'device': jax.devices()[0].device_kind,
       'devices': jax.device_count(),
       'cpus': len(os.sched_getaffinity(0)),
       'smoke': smoke,
-      'versions': _versions(),
+      'versions': versions,
       # XLA's flags, the allocator's settings and the visible GPUs, as the
       # run had them.
       'environment': {

@@ -57,16 +57,6 @@ def fitting_ours(plan: gpu_plan.Plan, model: str, batch: int,
     gc.collect()
 
 
-def architecture(bench: step_benchmark.StepBenchmark) -> dict:
-  """Our model as timm's VisionTransformer is configured for it."""
-  m = bench.module
-  return dict(
-      image=bench.config.image_size, patch=m.patch_size, hidden=m.hidden_size,
-      layers=m.num_layers, heads=m.num_heads, mlp=m.mlp_dim,
-      classes=m.num_classes, dropout=m.dropout_rate,
-      parameters=sum(x.size for x in jax.tree.leaves(bench.state.params)))
-
-
 def contenders(
     plan: gpu_plan.Plan, timm_modes=tuple(gpu_plan.TIMM_MODES)
 ) -> list[tuple[str, str]]:
@@ -99,9 +89,16 @@ def compare_model(
     # One model's failure is its rows' note; the other models still run.
     return not_measured(label, plan, batch_size, failure_note(e), timm_modes)
   if worker:
-    # The worker builds and compiles timm's steps while we compile ours.
+    # The worker builds and compiles timm's steps, of our ViT's sizes, while
+    # we compile ours.
+    m = bench.module
+    architecture = dict(
+        image=bench.config.image_size, patch=m.patch_size, hidden=m.hidden_size,
+        layers=m.num_layers, heads=m.num_heads, mlp=m.mlp_dim,
+        classes=m.num_classes, dropout=m.dropout_rate,
+        parameters=sum(x.size for x in jax.tree.leaves(bench.state.params)))
     for mode in timm_modes:
-      worker.send(op='prepare', name=mode, architecture=architecture(bench),
+      worker.send(op='prepare', name=mode, architecture=architecture,
                   batch=batch, compiled=gpu_plan.TIMM_MODES[mode],
                   dtype='bfloat16')
   benches = {first: bench}

@@ -1,4 +1,4 @@
-"""Where a study run's seconds go: start-up's phases, then each epoch's."""
+"""Where a study run's seconds go: its start-up's phases, then each epoch's."""
 
 import pathlib
 
