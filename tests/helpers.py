@@ -170,13 +170,9 @@ def finished_run(directory: pathlib.Path, seed: int = 3, model: str = 'vit',
       }))
 
 
-def study_config(model: str = 'vit') -> ml_collections.ConfigDict:
-  return cifar_small.get_config(model)
-
-
 def tiny_config(data_dir, variant='vit', **overrides):
   """The study's config, cut down to seconds: 96 train / 37 test images."""
-  config = study_config(variant)
+  config = cifar_small.get_config(variant)
   config.model_overrides = TINY_MODELS[variant]
   config.data_dir = str(data_dir)
   config.train_examples_per_file = 0
@@ -246,8 +242,9 @@ def mounted_tmpfs(mount_point: pathlib.Path, size: str):
 _TIMINGS = ('images_per_second', 'flops_per_second', 'seconds', 'phase_seconds')
 
 
-def history(workdir) -> list[dict]:
-  lines = (pathlib.Path(workdir) / 'metrics.jsonl').read_text().splitlines()
+def history(workdir, name: str = 'metrics.jsonl') -> list[dict]:
+  """The records of the run's metrics.jsonl, or of its JSON-lines file `name`."""
+  lines = (pathlib.Path(workdir) / name).read_text().splitlines()
   return [json.loads(line) for line in lines]
 
 

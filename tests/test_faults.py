@@ -174,12 +174,11 @@ def test_a_damaged_latest_checkpoint_is_skipped_and_nothing_is_lost(
 
   caplog.set_level('INFO')
   run.finish()
-  warnings = [
+  [warning] = [
       r.getMessage() for r in caplog.records
       if r.levelname == 'WARNING' and 'Skipping' in r.getMessage()
   ]
-  assert len(warnings) == 1
-  assert warnings[0].startswith(
+  assert warning.startswith(
       f'Skipping checkpoint {run.workdir / "checkpoints" / "40"}, which cannot '
       'be restored (')
   assert 'Resumed from' in caplog.text and 'at step 36' in caplog.text
@@ -234,11 +233,8 @@ def test_a_diverged_test_loss_stops_and_says_no_checkpoint_exists(tmp_path):
       match=r'test loss became nan by step 3; stopped without '
       r'saving\. No checkpoint had been saved yet: rerun with a lower '
       r'config\.learning_rate'):
-    train._check_finite(
-        {'train_loss': 1.0, 'test_loss': math.nan},
-        3,  # pylint: disable=protected-access
-        checkpoints,
-        history=[])
+    train._check_finite(  # pylint: disable=protected-access
+        {'train_loss': 1.0, 'test_loss': math.nan}, 3, checkpoints, [])
 
 
 # ------------------------------------------------- bad workdirs and data ---

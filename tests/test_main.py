@@ -7,6 +7,7 @@ import sys
 
 import pytest
 
+from tests.helpers import history
 from tests.helpers import ROOT
 from tests.helpers import write_process_config
 
@@ -69,10 +70,6 @@ def test_the_config_or_the_flag_sets_the_cpu_devices_the_run_records(
     assert json.loads(
         (workdir / 'config.json').read_text())['cpu_devices'] == devices
     assert f'on {devices} device(s)' in out.stderr
-  changes = [
-      json.loads(line)
-      for line in (workdir / 'config_changes.jsonl').read_text().splitlines()
-  ]
-  assert changes == [{
+  assert history(workdir, 'config_changes.jsonl') == [{
       'step': 6, 'changed': {'cpu_devices': {'before': 4, 'after': 2}}
   }, {'step': 6, 'changed': {'cpu_devices': {'before': 2, 'after': 4}}}]

@@ -2,16 +2,11 @@
 
 import json
 
+import pytest
+
+from tests.helpers import history
 from tests.helpers import tensorboard_events
 from vit_jax.training.metric_writer import MetricWriter
-
-
-def _records(path):
-  return [json.loads(line) for line in path.read_text().splitlines()]
-
-
-def _refuse(constant):
-  raise AssertionError(f'{constant} is not strict JSON')
 
 
 def _tags(tmp_path) -> set[str]:
@@ -30,7 +25,7 @@ def test_writes_strict_json_lines_and_groups_tensorboard_tags(tmp_path):
   })
   writer.close()
   lines = (tmp_path / 'metrics.jsonl').read_text().splitlines()
-  assert [json.loads(line, parse_constant=_refuse)
+  assert [json.loads(line, parse_constant=pytest.fail)
           for line in lines] == [{'epoch': 1, 'step': 1, 'test_loss': None}, {
               'step': 5, 'epoch': 1.0, 'train_loss': 2.0, 'train_accuracy': 0.2,
               'learning_rate': 1e-3, 'images_per_second': None,
@@ -57,8 +52,8 @@ def test_a_resumed_run_rewrites_both_from_the_checkpointed_history(tmp_path):
   writer = MetricWriter(tmp_path, history=[{'step': 10}, {'step': 20}])
   writer.write({'step': 30, 'again': True})
   writer.close()
-  assert _records(tmp_path / 'metrics.jsonl') == [{'step': 10}, {'step': 20},
-                                                  {'step': 30, 'again': True}]
+  assert history(tmp_path) == [{'step': 10}, {'step': 20},
+                               {'step': 30, 'again': True}]
   events = list((tmp_path / 'tensorboard' / 'training').glob('events.out.*'))
   assert len(events) == 1 and events[0].stat().st_size > 0
   assert (tmp_path / 'tensorboard' / 'analysis' /

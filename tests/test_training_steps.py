@@ -181,7 +181,8 @@ _FSDP_SCRIPT = '''
 import json
 import jax
 import numpy as np
-from tests.helpers import random_cifar, study_config
+from configs import cifar_small
+from tests.helpers import random_cifar
 from vit_jax import models
 from vit_jax.data import on_device, sources
 from vit_jax.runtime import sharding
@@ -192,7 +193,7 @@ images, labels = random_cifar(32, 10, seed=0)
 split = sources.ArraySource(images, labels)
 results = {}
 for fsdp in (1, 8):
-  config = study_config('vit')  # ViT-Tiny-CIFAR_4 (dropout 0.1), 1 block
+  config = cifar_small.get_config('vit')  # ViT-Tiny-CIFAR_4, dropout 0.1
   config.update(dict(batch_size=16, eval_batch_size=16, fsdp=fsdp))
   config.model_overrides.num_layers = 1
   mesh = sharding.make_mesh(config.fsdp)

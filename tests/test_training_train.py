@@ -14,13 +14,13 @@ import numpy as np
 import orbax.checkpoint as ocp
 import pytest
 
+from configs import cifar_small
 from tests.helpers import cifar10_files
 from tests.helpers import cifar10_release
 from tests.helpers import history
 from tests.helpers import random_cifar
 from tests.helpers import run_on_host_devices
 from tests.helpers import start_two_processes
-from tests.helpers import study_config
 from tests.helpers import tiny_config
 from tests.helpers import TINY_MODELS
 from tests.helpers import trained_vit_config
@@ -62,7 +62,7 @@ def test_the_study_vit_computes_the_losses_it_always_did(tmp_path):
       tmp_path / 'data' / 'cifar-10-batches-bin',
       cifar10_files(random_cifar(128, 10, seed=11),
                     random_cifar(40, 10, seed=12)))
-  config = study_config('vit')
+  config = cifar_small.get_config('vit')
   config.update(
       dict(data_dir=str(tmp_path / 'data'), train_examples_per_file=0,
            test_examples=0, batch_size=32, eval_batch_size=40, total_steps=3,
@@ -324,11 +324,7 @@ def test_a_workdir_of_another_run_is_refused_not_restored(
   # Intervals do not change what the checkpoints mean: allowed, and recorded.
   train.train_and_evaluate(
       tiny_config(data_dir, num_epochs=1, eval_every_steps=2), tmp_path)
-  changes = [
-      json.loads(line)
-      for line in (tmp_path / 'config_changes.jsonl').read_text().splitlines()
-  ]
-  assert changes == [{
+  assert history(tmp_path, 'config_changes.jsonl') == [{
       'step': 6, 'changed': {'eval_every_steps': {'before': 0, 'after': 2}}
   }]
   assert json.loads(
