@@ -92,17 +92,6 @@ def float32_rounding(model, params: dict, images: np.ndarray) -> float:
   return relative(ours, exact, exact)['max_rel_diff']
 
 
-def run_worker(request: dict) -> dict:
-  command = [FLAGS.torch_python, str(HERE / 'library_worker.py')]
-  out = subprocess.run(command, input=json.dumps(request),
-                       stdout=subprocess.PIPE, text=True, check=False,
-                       cwd=runs.REPO)  # its stderr: ours
-  if out.returncode:
-    sys.exit(f'error: {" ".join(command)} failed (exit status '
-             f'{out.returncode}); its output is above.')
-  return json.loads(out.stdout.strip().splitlines()[-1])
-
-
 def main(argv):
   del argv
   output = pathlib.Path(FLAGS.output)
@@ -142,16 +131,21 @@ def check(tmp: pathlib.Path) -> dict:
     exports.append(request)
     print(f'ours: {name} exported', flush=True)
 
-  native_dir = tmp / 'native'
-  native_dir.mkdir()
-  answer = run_worker({
+  request = {
       'images': str(tmp / 'images.safetensors'), 'exports': exports,
-      'native_dir': str(native_dir)
-  })
+      'native_dir': str(tmp / 'native')
+  }
+  command = [FLAGS.torch_python, str(HERE / 'library_worker.py')]
+  out = subprocess.run(command, input=json.dumps(request),
+                       stdout=subprocess.PIPE, text=True, check=False,
+                       cwd=runs.REPO)  # its stderr: ours
+  if out.returncode:
+    sys.exit(f'error: {" ".join(command)} failed (exit status '
+             f'{out.returncode}); its output is above.')
+  answer = json.loads(out.stdout.strip().splitlines()[-1])
 
   rows = []
   for name, results in answer['exports'].items():
-    reference = ours[name]
     for format_name in [f for f in ('timm', 'hf') if f in results]:
       variants = {
           'tanh GELU, eps 1e-6 (as exported)': format_name,
@@ -168,8 +162,8 @@ def check(tmp: pathlib.Path) -> dict:
       }
       for variant, key in variants.items():
         if key in results:
-          row[variant] = relative(reference, np.array(results[key]['logits']),
-                                  reference)
+          row[variant] = relative(ours[name], np.array(results[key]['logits']),
+                                  ours[name])
       if OFFICIAL_STEM in row:
         row['float32_rounding'] = rounding[name]
       rows.append(row)
