@@ -1,5 +1,6 @@
 """What `gpu.py` measures: a function a section, ours against timm's step."""
 
+import contextlib
 import gc
 import pathlib
 import statistics
@@ -132,11 +133,9 @@ def compare_model(
       except timm_worker.WorkerError as e:
         skipped[key] = str(e)
   if worker:
-    try:
+    with contextlib.suppress(timm_worker.WorkerError):  # its rows say so
       worker.send(op='clear')
       worker.receive()
-    except timm_worker.WorkerError:
-      pass  # it ended: its rows say so
   return [
       _row(label, key, plan, batch, skipped=skipped[key]) if key in skipped else
       _row(label, key, plan, batch, seconds=seconds[key], bench=bench,

@@ -5,6 +5,7 @@ do not import, then `prepare` (name, architecture, batch, compiled, dtype) ->
 warmup_seconds; `time` (name, steps) -> seconds; `clear` -> {}; or `error`.
 """
 
+import contextlib
 import functools
 import json
 import os
@@ -187,11 +188,9 @@ class TimmWorker:
 
   def send(self, **request):
     """Queues `request`; an ended worker's answer is an error."""
-    try:
+    with contextlib.suppress(BrokenPipeError):  # `receive` says it ended
       self.process.stdin.write(json.dumps(request) + '\n')
       self.process.stdin.flush()
-    except BrokenPipeError:
-      pass  # `receive` says it ended
 
   def receive(self) -> dict:
     line = self.process.stdout.readline()
@@ -204,10 +203,8 @@ class TimmWorker:
     return answer
 
   def close(self):
-    try:
+    with contextlib.suppress(BrokenPipeError):  # it had ended
       self.process.stdin.close()
-    except BrokenPipeError:
-      pass  # it had ended
     self.process.wait()
 
 
