@@ -110,12 +110,12 @@ def comparisons(records: list[dict]) -> str:
   lines = []
   for a, b in (('simple_cnn', 'vit'), ('small_resnet', 'vit'),
                ('simple_cnn', 'small_resnet')):
-    first, second = _of(records, a), _of(records, b)
+    first, second = (runs.by_seed(_of(records, choice),
+                                  'test_accuracy_at_best_step')
+                     for choice in (a, b))
     if first and second:
-      lines.append('- ' + runs.compared(
-          runs.NAMES[a], runs.by_seed(first, 'test_accuracy_at_best_step'),
-          runs.NAMES[b], runs.by_seed(second, 'test_accuracy_at_best_step')) +
-                   '.')
+      lines.append(
+          f'- {runs.compared(runs.NAMES[a], first, runs.NAMES[b], second)}.')
   return '\n'.join(lines)
 
 
