@@ -19,6 +19,7 @@ import jax
 from jax._src import distributed as jax_distributed
 from jax._src.lib import utils as jax_utils
 
+from vit_jax import errors
 from vit_jax.runtime import stop_signals
 
 _KEY = 'vit_jax/alive/'
@@ -74,8 +75,7 @@ def watch(timeout: float) -> None:
       except Exception as e:  # pylint: disable=broad-except
         if me == 0 or _leaving:
           return
-        end_lost('process 0 (the coordinator)',
-                 f'{type(e).__name__}: {str(e).splitlines()[0][:120]}')
+        end_lost('process 0 (the coordinator)', errors.first_line(e, 160))
       now = time.monotonic()
       for peer in range(count):
         value = beats.get(f'{_KEY}{peer}')
