@@ -7,9 +7,8 @@ import jax
 import numpy as np
 import pytest
 
-from tests.helpers import random_vit_params
+from tests.helpers import one_block_vit
 from tests.test_formats_npz import assert_trees_identical
-from vit_jax import models
 from vit_jax.checkpoints import export
 from vit_jax.checkpoints import reading
 from vit_jax.formats import npz
@@ -109,9 +108,7 @@ def test_a_destination_that_would_lose_something_is_one_line(
 
 
 def test_model_names_the_architecture_or_says_it_differs(tmp_path):
-  model = models.create_model('ViT-Ti_16', 3, num_layers=1)
-  params = random_vit_params(model, 32)
-  npz.save_npz(params, tmp_path / 'ti.npz')
+  npz.save_npz(one_block_vit('ViT-Ti_16')[1], tmp_path / 'ti.npz')
   with pytest.raises(CheckpointError) as error:
     export.convert(tmp_path / 'ti.npz', tmp_path / 'out', 'timm',
                    model_name='ViT-S_16')
@@ -124,9 +121,8 @@ def test_model_names_the_architecture_or_says_it_differs(tmp_path):
 
 def test_a_released_hybrid_converts_to_timm_and_back_exactly(tmp_path):
   """The official R50+ViT-B_16 (one narrow block), told by its shapes alone."""
-  model = models.create_model('R50+ViT-B_16', 5, num_layers=1, hidden_size=192,
-                              num_heads=3, mlp_dim=768)
-  params = random_vit_params(model, 32)
+  _, params = one_block_vit('R50+ViT-B_16', hidden_size=192, num_heads=3,
+                            mlp_dim=768)  # at 32x32
   npz.save_npz(params, tmp_path / 'r50.npz')
   export.convert(tmp_path / 'r50.npz', tmp_path / 'timm', 'timm')
   config = json.loads((tmp_path / 'timm' / 'config.json').read_text())
@@ -141,9 +137,8 @@ def test_a_released_hybrid_converts_to_timm_and_back_exactly(tmp_path):
 
 
 def test_pre_logits_go_to_npz_only(tmp_path):
-  model = models.create_model('ViT-Tiny-CIFAR_4', 5, num_layers=1,
-                              representation_size=3)
-  npz.save_npz(random_vit_params(model, 8), tmp_path / 'pre_logits.npz')
+  _, params = one_block_vit('ViT-Tiny-CIFAR_4', representation_size=3)
+  npz.save_npz(params, tmp_path / 'pre_logits.npz')
   export.convert(tmp_path / 'pre_logits.npz', tmp_path / 'c.npz', 'npz')
   assert reading.load(tmp_path / 'c.npz').model.representation_size == 3
   with pytest.raises(CheckpointError, match='has no pre-logits layer'):

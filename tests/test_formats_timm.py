@@ -118,9 +118,8 @@ def test_a_timm_model_of_another_design_is_one_line(tmp_path, key, shape, said):
 
 
 def test_a_width_no_registered_vit_has_needs_its_heads(tmp_path):
-  model = models.create_model('ViT-Tiny-CIFAR_4', 3, hidden_size=96,
-                              num_heads=6, mlp_dim=64, num_layers=1)
-  params = random_vit_params(model, 8)
+  model, params = one_block_vit('ViT-Tiny-CIFAR_4', hidden_size=96, num_heads=6,
+                                mlp_dim=64)
   timm.write(tmp_path, params, model, 8)
   assert_trees_identical(timm.read(tmp_path, None),
                          params)  # config.json has them
@@ -133,9 +132,8 @@ def test_a_width_no_registered_vit_has_needs_its_heads(tmp_path):
 
 def _hybrid(stages):
   """A one-block hybrid of `stages` (ViT-Ti's width, 1x1 patches)."""
-  model = models.create_model('R50+ViT-B_16', 7, num_layers=1, hidden_size=192,
-                              num_heads=3, mlp_dim=768, resnet_stages=stages)
-  return model, random_vit_params(model, 2 * model.effective_patch_size)
+  return one_block_vit('R50+ViT-B_16', hidden_size=192, num_heads=3,
+                       mlp_dim=768, resnet_stages=stages)
 
 
 def test_the_hybrids_names_and_shapes_are_timms_and_the_root_goes_and_back(

@@ -20,13 +20,6 @@ def _wait_until_received(count: int):
     time.sleep(0.01)
 
 
-def _handlers():
-  return {
-      signum: signal.getsignal(signum)
-      for signum in (signal.SIGTERM, signal.SIGINT)
-  }
-
-
 def _send(signum, training: bool = False):
   """Sends `signum` to this process while caught, in a loop if `training`."""
   stop_signals.catch()
@@ -39,7 +32,7 @@ def _send(signum, training: bool = False):
 
 
 def test_signals_are_recorded_until_released_and_said_in_one_line(capfd):
-  before = _handlers()
+  before = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}
   assert stop_signals.catch()
   try:
     assert not stop_signals.catch()  # caught already: not the caller's
@@ -53,7 +46,7 @@ def test_signals_are_recorded_until_released_and_said_in_one_line(capfd):
   finally:
     stop_signals.release()
   assert stop_signals.received() is None
-  assert _handlers() == before
+  assert {s: signal.getsignal(s) for s in before} == before
   assert capfd.readouterr().err == (
       '\nCtrl-C: stopping before training starts; press Ctrl-C again to stop '
       'at once.\n')
