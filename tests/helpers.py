@@ -287,6 +287,13 @@ def write_process_config(tmp_path, data_dir, function='process_test_config',
   return config_file
 
 
+def run_module(module: str, *args, check=False, **kwargs):
+  """`python -m module *args` in the repository's root, run to its end."""
+  return subprocess.run([sys.executable, '-m', module, *map(str, args)],
+                        cwd=ROOT, capture_output=True, text=True, check=check,
+                        **kwargs)
+
+
 def start_main(config_file, workdir, log_path, *flags, new_session=False):
   """`python -m vit_jax.main` in the background, its output in `log_path`."""
   with open(log_path, 'w') as log:

@@ -1,19 +1,16 @@
 """The benchmark tool: a short run."""
 
 import json
-import subprocess
-import sys
 
 import pytest
 
-from tests.helpers import ROOT
+from tests.helpers import run_module
 
 
 def _benchmark(*flags) -> list[str]:
   """The lines `python -m vit_jax.benchmark` prints: a table, then JSON."""
-  return subprocess.run([sys.executable, '-m', 'vit_jax.benchmark', *flags],
-                        cwd=ROOT, capture_output=True, text=True,
-                        check=True).stdout.strip().splitlines()
+  return run_module('vit_jax.benchmark', *flags,
+                    check=True).stdout.strip().splitlines()
 
 
 @pytest.mark.slow  # 9 s

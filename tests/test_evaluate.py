@@ -4,11 +4,9 @@ import json
 import re
 import shutil
 import signal
-import subprocess
-import sys
 import time
 
-from tests.helpers import ROOT
+from tests.helpers import run_module
 from tests.helpers import start_two_process_job
 from tests.helpers import wait_all
 from tests.test_training_evaluation import _logged_test
@@ -22,13 +20,12 @@ def test_its_npz_evaluates_the_same_with_a_config_file_on_the_flags_devices(
   export.convert(workdir, npz, 'npz')
   # The flag's 2 devices, not the config's 3 (its evaluation batches of 16 do
   # not split over 3); its training batch, split over neither, is not used.
-  out = subprocess.run([
-      sys.executable, '-m', 'vit_jax.evaluate', f'--checkpoint={npz}',
-      '--config=configs/cifar_small.py', f'--data_dir={data_dir}',
-      '--config.train_examples_per_file=0', '--config.test_examples=0',
-      '--config.image_size=24', '--config.cpu_devices=3',
-      '--config.batch_size=15', '--config.eval_batch_size=16', '--cpu_devices=2'
-  ], cwd=ROOT, capture_output=True, text=True, check=False)
+  out = run_module('vit_jax.evaluate', f'--checkpoint={npz}',
+                   '--config=configs/cifar_small.py', f'--data_dir={data_dir}',
+                   '--config.train_examples_per_file=0',
+                   '--config.test_examples=0', '--config.image_size=24',
+                   '--config.cpu_devices=3', '--config.batch_size=15',
+                   '--config.eval_batch_size=16', '--cpu_devices=2')
   assert out.returncode == 0, out.stderr[-3000:]
   result = json.loads(out.stdout.splitlines()[-1])
   logged = _logged_test(workdir)
@@ -68,17 +65,13 @@ def test_a_run_evaluates_on_its_configs_cpu_devices_and_overrides(
   config = json.loads((workdir / 'config.json').read_text())
   config['cpu_devices'] = 3  # its eval batches of 16 do not split over 3
   (workdir / 'config.json').write_text(json.dumps(config))
-  out = subprocess.run(
-      [sys.executable, '-m', 'vit_jax.evaluate', f'--checkpoint={workdir}'],
-      cwd=ROOT, capture_output=True, text=True, check=False)
+  out = run_module('vit_jax.evaluate', f'--checkpoint={workdir}')
   assert out.returncode == 1
   assert 'not divisible by the 3 devices' in out.stderr
   assert 'Traceback' not in out.stderr
   # An override applies to the run's own config.
-  out = subprocess.run([
-      sys.executable, '-m', 'vit_jax.evaluate', f'--checkpoint={workdir}',
-      '--config.eval_batch_size=12'
-  ], cwd=ROOT, capture_output=True, text=True, check=False)
+  out = run_module('vit_jax.evaluate', f'--checkpoint={workdir}',
+                   '--config.eval_batch_size=12')
   assert out.returncode == 0, out.stderr[-3000:]
   assert json.loads(out.stdout.splitlines()[-1])['top1'] == _logged_test(
       workdir)['test_accuracy']

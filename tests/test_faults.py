@@ -9,7 +9,6 @@ import pickle
 import shutil
 import signal
 import subprocess
-import sys
 import time
 
 import jax
@@ -18,10 +17,10 @@ import pytest
 
 from tests.helpers import cifar10_release
 from tests.helpers import mounted_tmpfs
-from tests.helpers import ROOT
 from tests.helpers import history
 from tests.helpers import process_test_config
 from tests.helpers import random_cifar
+from tests.helpers import run_module
 from tests.helpers import start_main
 from tests.helpers import start_two_processes
 from tests.helpers import tensorboard_events
@@ -444,12 +443,10 @@ def test_readers_skip_a_damaged_newest_checkpoint_and_refuse_a_run_without_one(
   workdir = shutil.copytree(run.reference, run.workdir)
   checkpoints = workdir / 'checkpoints'
   _flip_four_bytes(checkpoints / '40')
-  out = subprocess.run([
-      sys.executable, '-m', 'vit_jax.analyze', f'--workdir={workdir}',
-      f'--out={run.tmp_path / "out"}', '--num_images=2', '--distance_images=8',
-      '--components=3'
-  ], cwd=ROOT, capture_output=True, text=True,
-                       env={**os.environ, 'JAX_PLATFORMS': 'cpu'}, check=False)
+  out = run_module('vit_jax.analyze', f'--workdir={workdir}',
+                   f'--out={run.tmp_path / "out"}', '--num_images=2',
+                   '--distance_images=8', '--components=3',
+                   env={**os.environ, 'JAX_PLATFORMS': 'cpu'})
   assert out.returncode == 0, out.stderr[-3000:]
   warnings = [line for line in out.stderr.splitlines() if 'Skipping' in line]
   assert len(warnings) == 1 and (

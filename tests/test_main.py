@@ -2,20 +2,16 @@
 
 import json
 import shutil
-import subprocess
-import sys
 
 import pytest
 
 from tests.helpers import history
-from tests.helpers import ROOT
+from tests.helpers import run_module
 from tests.helpers import write_process_config
 
 
 def _main(*flags, config='configs/cifar_small.py'):
-  return subprocess.run(
-      [sys.executable, '-m', 'vit_jax.main', f'--config={config}', *flags],
-      cwd=ROOT, capture_output=True, text=True, check=False)
+  return run_module('vit_jax.main', f'--config={config}', *flags)
 
 
 @pytest.mark.parametrize('flag,said', [

@@ -2,14 +2,14 @@
 
 import json
 import os
-import pathlib
 import re
 import subprocess
 import sys
 
 import pytest
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+from tests.helpers import ROOT
+from tests.helpers import run_module
 
 _BAD_CONFIGS = {
     'syntax.py': 'def get_config(:\n',
@@ -108,10 +108,9 @@ def test_a_config_that_cannot_load_is_one_line_for_every_command(
 def test_a_missing_checkpoint_is_one_line_for_every_reader(
     tmp_path, command, arguments):
   missing = tmp_path / 'vit.npz'
-  out = subprocess.run([
-      sys.executable, '-m', f'vit_jax.{command}',
-      *(a.format(missing=missing, tmp=tmp_path) for a in arguments)
-  ], cwd=ROOT, capture_output=True, text=True, check=False)
+  out = run_module(
+      f'vit_jax.{command}',
+      *(a.format(missing=missing, tmp=tmp_path) for a in arguments))
   assert out.returncode == 1
   assert out.stderr.strip().splitlines() == [
       f'error: No checkpoint at {missing}: pass a vit_jax.main workdir (or '
