@@ -9,9 +9,9 @@ import threading
 import numpy as np
 import pytest
 
+from tests.helpers import cifar10_release
 from tests.helpers import free_port
 from tests.helpers import random_cifar
-from tests.helpers import write_cifar_binary
 from vit_jax import config_schema
 from vit_jax.data import download
 from vit_jax.data import sources
@@ -20,12 +20,8 @@ from vit_jax.errors import DatasetError
 
 def _official_archive(tmp_path) -> bytes:
   """A cifar-10-binary.tar.gz of 5 x 4 training and 3 test images."""
-  files = {
-      f'data_batch_{i}.bin': random_cifar(4, 10, seed=i) for i in range(1, 6)
-  }
-  files['test_batch.bin'] = random_cifar(3, 10, seed=9)
-  release = tmp_path / 'release' / 'cifar-10-batches-bin'
-  write_cifar_binary(release, files)
+  release = cifar10_release(tmp_path / 'release', 20,
+                            3) / 'cifar-10-batches-bin'
   (release / 'batches.meta.txt').write_text('airplane\n')
   buffer = io.BytesIO()
   with tarfile.open(fileobj=buffer, mode='w:gz') as tar:
@@ -79,8 +75,8 @@ def test_with_no_data_given_the_release_is_downloaded_once(server, tmp_path):
   assert len(dataset.train) == 10 and len(dataset.test) == 3
   cache = tmp_path / 'cache'
   assert sorted(p.name for p in cache.iterdir()) == ['cifar-10-batches-bin']
-  _, expected = random_cifar(4, 10, seed=2)
-  np.testing.assert_array_equal(dataset.train.labels[2:4], expected[:2])
+  _, expected = random_cifar(20, 10, seed=1)  # data_batch_2 holds 4 to 7
+  np.testing.assert_array_equal(dataset.train.labels[2:4], expected[4:6])
   _open()  # found in the cache: not downloaded again
   assert len(served) == 1
 

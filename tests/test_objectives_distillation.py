@@ -86,14 +86,12 @@ def test_a_distilled_run_trains_and_evaluates(trained_cnn_run, tmp_path):
   # Its compute counts the teacher's forward pass on each image.
   student = models.from_config(_student_config(data_dir, teacher_workdir), 10)
   teacher_run = reading.load_run(teacher_workdir)
+  student_run = reading.load_run(tmp_path / 'student')
   assert summary['train_flops'] == summary['steps'] * 16 * (
-      3 * flops.forward_flops_per_image(
-          student,
-          reading.load_run(tmp_path / 'student').variables, 32) +
+      3 * flops.forward_flops_per_image(student, student_run.variables, 32) +
       flops.forward_flops_per_image(models.from_config(teacher_run.config, 10),
                                     teacher_run.variables, 32))
   # Its class head alone, as evaluate reads it with --class_head.
-  student_run = reading.load_run(tmp_path / 'student')
   images, labels = random_cifar(16, 10, seed=3)  # its test split
   _, out = student.apply(
       student_run.variables,
