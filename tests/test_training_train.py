@@ -153,15 +153,17 @@ def one_epoch_run(tmp_path_factory):
           random_cifar(37, 10, seed=3))
 
 
-def test_rerunning_a_finished_run_returns_its_summary_without_compiling(
+def test_a_finished_run_scored_each_test_example_once_and_reruns_uncompiled(
     one_epoch_run, caplog):
-  config, workdir, first, _ = one_epoch_run
+  config, workdir, first, (images, labels) = one_epoch_run
   before = history(workdir)
   caplog.set_level('INFO')
   caplog.clear()
   again = train.train_and_evaluate(config, workdir)
   assert history(workdir) == before
   assert again == first
+  assert 'already holds all 6 steps; nothing to train' in caplog.text
+  assert 'Compiled' not in caplog.text
   # Where the results come from: this checkout, this machine, a date.
   assert re.fullmatch(r'[0-9a-f]{40}(\+changes)?', first['commit'])
   assert first['cpu'].endswith(f'{os.cpu_count()} cores')
@@ -177,21 +179,11 @@ def test_rerunning_a_finished_run_returns_its_summary_without_compiling(
       record['seconds'], abs=1e-3)
   # Its compute: 6 steps of 16 images, each 3x the forward pass's matmuls.
   model = models.from_config(config, 10)
-  variables = jax.eval_shape(lambda: model.init(jax.random.key(
-      0), np.zeros((1, 32, 32, 3)), train=False))
-  assert first['train_flops'] == 6 * 16 * 3 * flops.forward_flops_per_image(
-      model, variables, 32)
-  assert 'already holds all 6 steps; nothing to train' in caplog.text
-  assert 'Compiled' not in caplog.text
-
-
-def test_eval_scores_every_test_example_once(one_epoch_run):
-  config, workdir, _, (images, labels) = one_epoch_run
-  record = history(workdir)[-1]
-  assert record['test_examples'] == 37  # in batches of 16
-
-  model = models.from_config(config, 10)
   params = final_state(workdir, 6)['params']
+  assert first['train_flops'] == 6 * 16 * 3 * flops.forward_flops_per_image(
+      model, {'params': params}, 32)
+  # Its evaluation: all 37 test examples, in batches of 16.
+  assert record['test_examples'] == 37
   # One program, not one per operation.
   logits = jax.jit(lambda p, x: model.apply({'params': p}, x, train=False))(
       params,
