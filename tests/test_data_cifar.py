@@ -3,6 +3,7 @@
 import numpy as np
 import pytest
 
+from tests.helpers import cifar10_files
 from tests.helpers import random_cifar
 from tests.helpers import write_cifar_binary
 from tests.helpers import write_cifar_python
@@ -53,10 +54,7 @@ def test_both_cifar100_formats_load_fine_labels(tmp_path):
 
 def test_the_study_subset_is_the_same_from_the_full_release(tmp_path):
   """The first 1,000 of each training file, as cifar10-5k holds them."""
-  files = {
-      f'data_batch_{i}.bin': random_cifar(6, 10, seed=i) for i in range(1, 6)
-  }
-  files['test_batch.bin'] = random_cifar(7, 10, seed=9)
+  files = cifar10_files(random_cifar(30, 10, seed=1), random_cifar(7, 10, 9))
   write_cifar_binary(tmp_path / 'full' / 'cifar-10-batches-bin', files)
   subset = {
       name: (images[:4], labels[:4]) if name.startswith('data') else

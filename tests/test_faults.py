@@ -1,5 +1,4 @@
-"""Faults injected for real (full disks, damaged checkpoints, kills, bad
-paths): the user sees one line and an exit status, and nothing is lost."""
+"""Full disks, damaged checkpoints, kills, bad paths: one line, nothing lost."""
 
 import json
 import math

@@ -19,8 +19,7 @@ _TIMEOUT = 3  # --lost_process_timeout
 
 def _lose_a_process(data_dir, workdir, tmp_path, victim, signum,
                     stop=None) -> None:
-  """`signum` to process `victim` at a random step, then `stop` (a signal) to
-  the other; the other's end asserted."""
+  """`signum` to `victim` mid-run, then `stop` to the other; checks its end."""
   processes, logs = start_two_processes(
       write_process_config(tmp_path, data_dir), workdir, tmp_path,
       f'--lost_process_timeout={60 if stop else _TIMEOUT}', devices=4)
