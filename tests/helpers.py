@@ -243,7 +243,7 @@ _TIMINGS = ('images_per_second', 'flops_per_second', 'seconds', 'phase_seconds')
 
 
 def history(workdir, name: str = 'metrics.jsonl') -> list[dict]:
-  """The records of the run's metrics.jsonl, or of its JSON-lines file `name`."""
+  """The records of a run's metrics.jsonl, or of its JSON-lines file `name`."""
   lines = (pathlib.Path(workdir) / name).read_text().splitlines()
   return [json.loads(line) for line in lines]
 
