@@ -4,8 +4,6 @@ import functools
 import shlex
 import warnings
 
-import pytest
-
 from configs import cifar_small
 from configs import data_efficient
 from experiments import runs

@@ -46,8 +46,8 @@ class Plan:
 
 
 # timm's step as a PyTorch user runs it at its best
-# (`timm_worker.train_step`'s `compiled`): the whole step compiled, or the model compiled
-# beside AdamW's fused kernel.
+# (`timm_worker.train_step`'s `compiled`): the whole step compiled, or the
+# model compiled beside AdamW's fused kernel.
 TIMM_MODES = {'torch.compile': 'step', 'compiled model, fused AdamW': 'model'}
 B16 = 'ViT-B/16'  # the summary's model
 L16 = 'ViT-L/16'

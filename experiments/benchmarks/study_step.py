@@ -12,8 +12,6 @@ import sys
 import tempfile
 import time
 
-from experiments import runs
-
 # The study's command runs from the checkout's root, where its config is.
 REPO = pathlib.Path(__file__).resolve().parents[2]
 
@@ -48,6 +46,8 @@ def run(command: list[str], timeout: float | None = None,
 def run_study(data_dir, overrides: dict, timeout: float | None = None,
               env: dict | None = None) -> dict:
   """`vit_jax.main` of the study with `overrides`: its run, or why it failed."""
+  # Here, not above: timm's worker imports this module where numpy may not be.
+  from experiments import runs  # pylint: disable=g-import-not-at-top
   with tempfile.TemporaryDirectory() as workdir:
     start, workdir = time.time(), pathlib.Path(workdir)
     _, stderr, failed = run([

@@ -69,6 +69,8 @@ def train_step(architecture: dict, batch: int, compiled: str, device: str,
   # (forward, backward and AdamW's update in one graph), or the 'model' alone
   # beside AdamW's fused CUDA kernel (the usual recipe of PyTorch's own
   # examples).
+  if compiled not in ('nothing', 'step', 'model'):
+    raise ValueError(f'compiled={compiled!r}; use nothing, step or model')
   model = timm_vit(**architecture).to(device)
   fused = compiled == 'model' and device == 'cuda'
   optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.01,
