@@ -125,17 +125,6 @@ def test_bfloat16_attention_scales_float32_logits_unless_folding_is_exact(
                              atol=0.06)
 
 
-def test_auto_attention_is_einsum_on_this_cpu():
-  images = _images(batch=2)
-  auto = VisionTransformer(num_classes=5, dtype=jnp.bfloat16, **SMALL)
-  variables = {'params': random_params(auto, images, train=False)}
-  # Bit for bit: the XLA kernel rounds differently in bfloat16.
-  got, want = (jax.jit(m.apply, static_argnames='train')(variables, images,
-                                                         train=False)
-               for m in (auto, auto.clone(attention='einsum')))
-  np.testing.assert_array_equal(got, want)
-
-
 @pytest.mark.skipif(jax.default_backend() != 'gpu', reason='needs a GPU')
 def test_cudnn_attention_matches_einsum_in_bfloat16_on_gpu():
   images = _images(batch=4)

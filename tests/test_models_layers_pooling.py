@@ -6,6 +6,7 @@ from vit_jax.models import VisionTransformer
 from tests.test_models_vit import SMALL
 from tests.test_models_vit import _flat
 from tests.test_models_vit import _images
+from tests.test_models_vit import official_param_shapes
 
 
 def test_map_head_pools_with_a_probe_and_no_cls_token():
@@ -14,20 +15,14 @@ def test_map_head_pools_with_a_probe_and_no_cls_token():
       jax.random.key(0), _images(batch=3), train=False))
   assert logits.shape == (3, 7)
   shapes = {k: v.shape for k, v in _flat(variables['params']).items()}
-  assert 'cls' not in shapes
-  assert shapes['Transformer/posembed_input/pos_embedding'] == (1, 16, 32)
+  # The official pooling model's tree (no [CLS], 16 positions), and a head
+  # of a probe and an encoder block's attention, first LayerNorm and MLP.
+  official = official_param_shapes(patch=4, hidden=32, layers=2, heads=4,
+                                   mlp=64, tokens=16, num_classes=7,
+                                   classifier='gap')
+  block = 'Transformer/encoderblock_0/'
   head = {
-      k[len('MAPHead_0/'):]: v for k, v in shapes.items()
-      if k.startswith('MAPHead_0/')
+      f'MAPHead_0/{k[len(block):]}': v for k, v in official.items()
+      if k.startswith(block) and 'LayerNorm_1' not in k
   }
-  attention = 'MultiHeadDotProductAttention_0'
-  assert head == {
-      'probe': (1, 1, 32), **{
-          f'{attention}/{p}/kernel': (32, 4, 8) for p in ('query', 'key', 'value')
-      }, **{
-          f'{attention}/{p}/bias': (4, 8) for p in ('query', 'key', 'value')
-      }, f'{attention}/out/kernel': (4, 8, 32), f'{attention}/out/bias':
-          (32,), 'LayerNorm_0/scale': (32,), 'LayerNorm_0/bias': (32,),
-      'MlpBlock_0/Dense_0/kernel': (32, 64), 'MlpBlock_0/Dense_0/bias': (64,),
-      'MlpBlock_0/Dense_1/kernel': (64, 32), 'MlpBlock_0/Dense_1/bias': (32,),
-  }
+  assert shapes == {**official, **head, 'MAPHead_0/probe': (1, 1, 32)}

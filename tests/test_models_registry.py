@@ -57,13 +57,6 @@ def test_models_are_called_the_same_way(name):
   assert logits.shape == (2, 10)
 
 
-def test_overrides_set_module_fields():
-  model = create_model('ViT-B_16', 3, dtype=jnp.bfloat16, dropout_rate=0.2)
-  assert (model.dtype, model.dropout_rate, model.num_classes) == (jnp.bfloat16,
-                                                                  0.2, 3)
-  assert create_model('SmallResNet', 100).num_classes == 100
-
-
 def test_unknown_names_and_fields_list_the_known_ones():
   with pytest.raises(ValueError, match="Unknown model 'ViT-X_16'.*ViT-B_16"):
     create_model('ViT-X_16', 10)

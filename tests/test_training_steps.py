@@ -92,25 +92,16 @@ def test_gradient_accumulation_gives_the_same_step(averaged_step):
 def test_a_rematerialized_step_is_the_same_step_keeping_less():
   """Dropout masks included; on a CPU, compiler options keep jax's barriers."""
   images, labels = random_cifar(16, 10, seed=0)
-  mesh = sharding.make_mesh()
-  split = sources.ArraySource(images, labels)
-  batch = sharding.replicate(np.arange(16, dtype=np.int32),
-                             sharding.replicated(mesh))
+  batch, key = np.arange(16, dtype=np.int32), jax.random.key(1)
   results = {}
   for remat in ('none', 'full'):
     config = tiny_config('')  # dropout 0.1
     config.model_overrides = dict(config.model_overrides, num_layers=2,
                                   remat=remat)
-    inputs = on_device.OnDeviceInput(sources.Dataset(split, split, 10), config,
-                                     mesh)
-    model = models.from_config(config, num_classes=10)
-    tx = optimizer.create_optimizer(config, lambda step: 1e-3)
-    state = steps.initial_state(jax.random.key(0), model, tx, 32, mesh)
-    sums = steps.zero_sums(sharding.replicated(mesh))
-    args = (state, sums, inputs.train_data, batch, jax.random.key(1))
-    train = jax.jit(steps.make_train_step(config, inputs)).lower(*args).compile(
-        steps.compiler_options(config))
-    state, sums = train(*args)
+    step, state, _ = one_device_train_step(config, images, labels)
+    args = dict(state=state, batch=batch, key=key, **step.keywords)
+    train = step.func.lower(**args).compile(steps.compiler_options(config))
+    state, sums = train(**args)
     results[remat] = (state.params, float(sums['loss']),
                       train.memory_analysis().temp_size_in_bytes,
                       steps.compiler_options(config))
