@@ -67,7 +67,13 @@ def test_writes_every_figure_and_the_numbers(analyzed):
   assert all(0 < d < 22.7 for layer in per_head for d in layer)
   assert -1 <= result['position_similarity_distance_correlation'] <= 1
   assert len(result['embedding_filter_explained_variance']) == 5
-  # The figures beside the run's curves in TensorBoard, at the step analyzed.
+  # The figures beside the run's curves in TensorBoard, at the step analyzed;
+  # not those of other images.
+  (out.parent / 'photos').mkdir()
+  (out.parent / 'photos' / 'x.png').write_bytes(
+      png(np.zeros((9, 9, 3), np.uint8)))
+  analyze.analyze(out.parent / 'on_photos', workdir=workdir,
+                  images=[str(out.parent / 'photos')], **COUNTS)
   events = list((workdir / 'tensorboard' / 'analysis').glob('events.out.*'))
   assert len(events) == 1 and events[0].stat().st_size > 10_000
 
@@ -135,7 +141,7 @@ def test_bad_input_is_one_clear_error(trained_vit_run, tmp_path):
       flags.FLAGS[name].parser.parse('0')
   with pytest.raises(AnalysisError, match='Pass --workdir .* or --checkpoint'):
     analyze.analyze(tmp_path / 'out')
-  with pytest.raises(CheckpointError, match='No checkpoint at .*nothing: pass'):
+  with pytest.raises(CheckpointError, match='nothing does not exist: pass'):
     analyze.analyze(tmp_path / 'out', workdir=tmp_path / 'nothing')
   with pytest.raises(
       CheckpointError, match='is a run, whose config names its '
@@ -192,6 +198,14 @@ def test_a_released_npz_is_analysed_on_your_own_images(tmp_path):
   assert inputs.shape == (1, 32, 32, 3)
   np.testing.assert_allclose(inputs, 1.0)
   np.testing.assert_allclose(display, 1.0)
+  # Two images of one name: a rollout each, numbered by their place.
+  (tmp_path / 'more').mkdir()
+  (tmp_path / 'more' / 'cat.png').write_bytes(
+      png(rng.integers(0, 256, (9, 9, 3), np.uint8)))
+  analyze.analyze(tmp_path / 'out', checkpoint=released,
+                  images=[*images, str(tmp_path / 'more')], components=5)
+  assert [n for n in _written(tmp_path / 'out') if 'rollout_' in n
+         ] == ['rollout_cat_0.png', 'rollout_cat_2.png', 'rollout_dog.png']
 
 
 # ------------------------------- runs of VisionTransformer's techniques -----

@@ -14,6 +14,7 @@ from vit_jax.checkpoints import reading
 from vit_jax.checkpoints import run_checkpoints
 from vit_jax.data import sources
 from vit_jax.errors import CheckpointError
+from vit_jax.errors import ConfigError
 from vit_jax.training import evaluation
 from vit_jax.training import train
 
@@ -50,6 +51,11 @@ def test_the_best_evaluation_is_kept_and_a_resumed_run_keeps_the_same(
   assert (evaluated['split'], evaluated['top1'],
           evaluated['examples']) == ('validation',
                                      chosen['validation_accuracy'], 16)
+  other = config.copy_and_resolve_references()
+  other.validation_examples = 8  # a draw holding images it trained on
+  with pytest.raises(ConfigError, match='validation_examples=8 differs from '
+                     'the run of'):
+    evaluation.evaluate(tmp_path / 'whole', config=other, split='validation')
   # The test split as logged, from no more training images than a batch.
   converted = []
   monkeypatch.setattr(

@@ -89,9 +89,11 @@ def test_a_destination_that_would_lose_something_is_one_line(
   with pytest.raises(CheckpointError, match='is a file; --format=timm writes '
                      'a folder'):
     export.convert(workdir, tmp_path / 'file', 'timm')
-  with pytest.raises(CheckpointError, match='is a directory; --format=npz '
-                     'writes a file'):
-    export.convert(workdir, tmp_path, 'npz')
+  for dest in (tmp_path, tmp_path / 'file'):  # a user's file kept
+    with pytest.raises(CheckpointError, match='is not an .npz path; '
+                       '--format=npz writes one'):
+      export.convert(workdir, dest, 'npz')
+  assert (tmp_path / 'file').read_text() == ''
   # A folder export replaces DEST whole: never a folder of your files.
   dest = tmp_path / 'mine'
   dest.mkdir()

@@ -252,8 +252,8 @@ def test_the_workdir_and_init_from_are_checked_before_the_data(tmp_path):
   with pytest.raises(ConfigError) as refused:
     train.train_and_evaluate(config, tmp_path / 'run')
   assert str(refused.value) == (
-      f"config.init_from='{config.init_from}': No checkpoint at "
-      f'{config.init_from}: pass a vit_jax.main workdir (or its '
+      f"config.init_from='{config.init_from}': {config.init_from} does not "
+      'exist: pass a vit_jax.main workdir (or its '
       'best_checkpoint), an official .npz, a timm model.safetensors or hub '
       'folder, or a transformers ViT folder.')
   assert not (tmp_path / 'run').exists()

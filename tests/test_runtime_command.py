@@ -77,8 +77,11 @@ def test_a_config_that_cannot_load_is_one_line_for_every_command(
   for name, text in _BAD_CONFIGS.items():
     (tmp_path / name).write_text(text)
   fill = lambda text: text.format(tmp=tmp_path)
-  argvs = [[command, f'--config={fill(config)}', *overrides,
-            fill(target)] for _, config, overrides, _ in _UNLOADABLE]
+  # First an override without --config: ml_collections defines none yet.
+  argvs = [[command, '--config.seed=3',
+            fill(target)]
+          ] + [[command, f'--config={fill(config)}', *overrides,
+                fill(target)] for _, config, overrides, _ in _UNLOADABLE]
   # A run's config.json loads, JSON's true included, and takes overrides.
   argvs.append([
       command, f'--config={tmp_path}/run.json', '--config.seed=3',
@@ -93,6 +96,9 @@ def test_a_config_that_cannot_load_is_one_line_for_every_command(
   assert out.returncode == 0 and not out.stderr, out.stderr[-3000:]
   said = [json.loads(line) for line in out.stdout.splitlines()]
   assert said[-len(argvs):] == [
+      'error: --config.seed overrides a field of --config, which is '
+      'missing: pass --config=FILE too (e.g. configs/cifar_small.py).'
+  ] + [
       f'error: --config cannot be loaded: {fill(message)}'
       for *_, message in _UNLOADABLE
   ] + [{'seed': 3, 'augment': True, 'pixel_mean': [0.5, 0.5]}]
@@ -113,7 +119,7 @@ def test_a_missing_checkpoint_is_one_line_for_every_reader(
       *(a.format(missing=missing, tmp=tmp_path) for a in arguments))
   assert out.returncode == 1
   assert out.stderr.strip().splitlines() == [
-      f'error: No checkpoint at {missing}: pass a vit_jax.main workdir (or '
+      f'error: {missing} does not exist: pass a vit_jax.main workdir (or '
       'its best_checkpoint), an official .npz, a timm model.safetensors or '
       'hub folder, or a transformers ViT folder.'
   ]

@@ -20,7 +20,7 @@ def _logged_test(workdir) -> dict:
 
 
 def test_a_run_evaluates_to_the_accuracy_it_logged(trained_vit_run):
-  workdir, _ = trained_vit_run
+  workdir, data_dir = trained_vit_run
   logged = _logged_test(workdir)
   result = evaluation.evaluate(workdir)
   # 37 examples in batches of 16: the last batch is masked.
@@ -29,6 +29,18 @@ def test_a_run_evaluates_to_the_accuracy_it_logged(trained_vit_run):
   assert result['loss'] == pytest.approx(logged['test_loss'], rel=1e-5)
   assert result['top1'] <= result['top5'] <= 1
   assert (result['format'], result['step']) == ('workdir', logged['step'])
+  # Another image size than its position embeddings', or validation images
+  # it never held out: one line each.
+  config = trained_vit_config(data_dir)
+  config.image_size = 32
+  with pytest.raises(
+      ConfigError, match='were trained for 24x24 images: '
+      'pass --config.image_size=24'):
+    evaluation.evaluate(workdir, config=config)
+  with pytest.raises(
+      ConfigError, match='held out no validation images: a '
+      'validation split would be drawn from images it trained'):
+    evaluation.evaluate(workdir, split='validation')
 
 
 def test_a_run_with_a_moving_average_evaluates_and_reads_back_the_average(

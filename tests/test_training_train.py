@@ -97,6 +97,8 @@ def test_steps_set_when_it_logs_evaluates_and_checkpoints_and_resumes_exactly(
   assert [r['epoch'] for r in records[:3]] == [0.8333, 1.3333, 1.6667]
   logged = records[0]
   assert logged['learning_rate'] > 0 and logged['images_per_second'] > 0
+  # The rate the last step trained at, not the 0 the decay ends at after it.
+  assert records[-1]['learning_rate'] > 0
   assert logged['flops_per_second'] > 0 and 'peak_share' not in logged  # CPU
   with ocp.CheckpointManager(tmp_path / 'whole' / 'checkpoints') as manager:
     assert manager.all_steps() == [12, 16, 18]

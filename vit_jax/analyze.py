@@ -4,8 +4,8 @@ r"""Figures of what a ViT learned, from any checkpoint (docs/analysis.md).
   python -m vit_jax.analyze --checkpoint=ViT-B_16.npz --model=ViT-B_16 \
       --images=photos/ --class_names=imagenet21k_classes.txt --out=/tmp/b16
 
-A run is analyzed on its test images unless --images is given, and its
-figures also go to its TensorBoard; another checkpoint needs --images.
+A run is analyzed on its test images, whose figures also go to its
+TensorBoard, unless --images is given; another checkpoint needs --images.
 """
 
 # pylint: disable=g-import-not-at-top,wrong-import-position
@@ -107,7 +107,7 @@ def analyze(out, *, workdir=None, step=None, data_dir=None, checkpoint=None,
     raise AnalysisError(
         errors.write_failed(out, e, '--out is as it was',
                             'another --out')) from e
-  if workdir is not None:
+  if workdir is not None and not images:  # the run's own test images
     events = reading.run_directory(workdir) / 'tensorboard' / 'analysis'
     try:  # the figures as images at the step analyzed
       with SummaryWriter(str(events)) as writer:
@@ -214,8 +214,10 @@ def draw_token_attention(out: pathlib.Path, subject: subjects.Subject,
                                    prefix.index(names.CLASS_TOKEN))
   figures.plot_rollout(out / 'attention_rollout.png', display[shown],
                        rollout[shown])
-  for i, path in enumerate(image_files or []):
-    figures.plot_rollout(out / f'rollout_{path.stem}.png', display[i:i + 1],
+  stems = [path.stem for path in image_files or []]
+  for i, stem in enumerate(stems):  # numbered where two images share a stem
+    name = stem if stems.count(stem) == 1 else f'{stem}_{i}'
+    figures.plot_rollout(out / f'rollout_{name}.png', display[i:i + 1],
                          rollout[i:i + 1])
 
 

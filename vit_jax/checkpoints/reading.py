@@ -153,7 +153,10 @@ def source_kind(source: str | pathlib.Path) -> str:
   """What `source` is, from its contents: WORKDIR, NPZ, TIMM or HF."""
   path = pathlib.Path(source)
   if not path.exists():
-    raise CheckpointError(f'No checkpoint at {path}: pass {SOURCES_HELP}.')
+    unkept = (' (its run kept none: config.keep_best_checkpoint)'
+              if path.name == 'best_checkpoint' else '')
+    raise CheckpointError(f'{path} does not exist{unkept}: pass '
+                          f'{SOURCES_HELP}.')
   if path.is_dir():
     config, _ = read_config_json(path)
     if isinstance(config, dict) and 'model_type' in config:

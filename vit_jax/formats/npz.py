@@ -51,12 +51,6 @@ def _renamed(flat: dict[str, Any], renames: dict[str, str],
 def load_npz(path: str | pathlib.Path) -> dict[str, Any]:
   """Our tree from an official `.npz`; `check_params` checks the shapes."""
   path = pathlib.Path(path)
-  if path.is_dir():
-    raise CheckpointError(f'{path} is a directory, not a .npz file; '
-                          '`load_params` also reads run directories.')
-  if not path.exists():
-    raise CheckpointError(f'No checkpoint at {path}: pass a released ViT .npz '
-                          'file or the --workdir of a `vit_jax.main` run.')
   try:
     with path.open('rb') as f:
       start = f.read(len(_NPY_MAGIC))

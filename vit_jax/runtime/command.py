@@ -77,6 +77,11 @@ def parse_flags(argv: list[str]) -> list[str]:
       sys.exit(f'error: --config cannot be loaded: {problem}')
     if not isinstance(e, flags.Error):
       raise
+    if (isinstance(e, flags.UnrecognizedFlagError) and
+        e.flagname.startswith('config.')):
+      sys.exit(f'error: --{e.flagname} overrides a field of --config, which '
+               'is missing: pass --config=FILE too (e.g. '
+               'configs/cifar_small.py).')
     sys.exit(f'error: {e}\nPass --helpshort or --helpfull to see help on '
              'flags.')
   # Without overrides, a config file that does not load stands in as an

@@ -46,14 +46,32 @@ def _config_for(loaded: reading.Loaded, config, source, data_dir,
   if released_preprocessing:
     config.image_size = loaded.image_size
     config.pixel_mean, config.pixel_std = loaded.pixels
-  elif loaded.kind != reading.WORKDIR and (config.image_size
-                                           != loaded.image_size):
+  elif config.image_size != loaded.image_size and (
+      loaded.kind != reading.WORKDIR or
+      getattr(loaded.model, 'posemb', None) == 'learned'):
     raise ConfigError(
         f'config.image_size={config.image_size}, but the position embeddings '
         f'of {source} were trained for {loaded.image_size}x'
         f'{loaded.image_size} images: pass --config.image_size='
         f'{loaded.image_size}, or --released_preprocessing.')
   return config
+
+
+def _check_held_out(run, config, source):
+  """A workdir's validation split is the one its run held out."""
+  if config.validation_dir:  # images from elsewhere
+    return
+  if not run.get('validation_examples'):
+    raise ConfigError(
+        f'{source} held out no validation images: a validation split would be '
+        'drawn from images it trained on. Evaluate --split=test, or pass '
+        '--config.validation_dir=DIR of images it never saw.')
+  drawn = ('validation_dir', 'validation_examples', 'train_examples', 'seed')
+  changed = [f'{f}={config[f]}' for f in drawn if config[f] != run.get(f)]
+  if changed:
+    raise ConfigError(
+        f'{", ".join(changed)} differs from the run of {source}, and would '
+        'draw validation images it trained on: leave them at the run\'s.')
 
 
 def evaluate(source, *, config=None, model_name=None, step=None, data_dir=None,
@@ -67,6 +85,8 @@ def evaluate(source, *, config=None, model_name=None, step=None, data_dir=None,
     # it accepts, drawn without decoding the rest, and no validation split.
     config.train_examples = config.batch_size
     config.validation_examples, config.validation_dir = 0, ''
+  elif loaded.kind == reading.WORKDIR:
+    _check_held_out(loaded.config, config, source)
   config_schema.validate(config, jax.device_count(), training=False)
   model = loaded.model
   if loaded.kind != reading.WORKDIR:

@@ -210,9 +210,10 @@ def _train_and_evaluate(config, workdir: pathlib.Path,
           dispatcher.drain()  # the steps' time is training time
         train = steps.averages(sums)
         sums = steps.zero_sums(replicated)
+        # The learning rate the last step trained at.
         record.update(train_loss=train['loss'],
                       train_accuracy=train['accuracy'],
-                      learning_rate=float(schedule(step)),
+                      learning_rate=float(schedule(step - 1)),
                       **throughput.interval(step))
       if step % plan.eval_every == 0 or last:
         with throughput.timed('steps'):
