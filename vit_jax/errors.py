@@ -43,16 +43,19 @@ def first_line(error: BaseException, limit: int = 300) -> str:
   return line if len(line) <= limit else line[:limit - 3] + '...'
 
 
+def causes(error: BaseException | None):
+  """`error`, then each error it arose from, down to the first."""
+  while error is not None:
+    yield error
+    error = error.__cause__ or error.__context__
+
+
 def out_of_space(error: BaseException | None) -> bool:
   """Whether `error` or one it arose from says the disk or quota is full."""
-  while error is not None:
-    if (isinstance(error, OSError) and
-        error.errno in (errno.ENOSPC, errno.EDQUOT)) or any(
-            s in str(error) for s in ('No space left', 'RESOURCE_EXHAUSTED',
-                                      'Disk quota exceeded')):
-      return True
-    error = error.__cause__ or error.__context__
-  return False
+  return any(
+      (isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT)) or
+      any(s in str(e) for s in ('No space left', 'RESOURCE_EXHAUSTED',
+                                'Disk quota exceeded')) for e in causes(error))
 
 
 def write_failed(path, error: BaseException, kept: str,

@@ -152,10 +152,7 @@ def read(path: pathlib.Path, model_name: str | None) -> dict:
   pooler = state.get(_PREFIX + 'pooler.dense.bias')
   model, image_size = torch.expected_model(
       state, _name, _LAYER, library='transformers', model_name=model_name,
-      stated={
-          ours: (theirs, config_dict.get(theirs))
-          for ours, theirs in _STATED.items()
-      }, source=str(path),
+      stated=_STATED, config=config_dict, source=str(path),
       representation_size=None if pooler is None else pooler.shape[0])
   shapes = torch.checked_shapes(state, model, image_size, to_state,
                                 optional=_HEAD, source=str(path),

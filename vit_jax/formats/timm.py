@@ -217,10 +217,8 @@ def read(path: pathlib.Path, model_name: str | None) -> dict:
       raise CheckpointError(f'{path} holds a timm ViT with {what} ({key}), '
                             'which the official ViT does not have.')
   model, image_size = torch.expected_model(
-      state, _names({}), _BLOCK, library='timm', model_name=model_name, stated={
-          ours: (theirs, model_args.get(theirs))
-          for ours, theirs in _STATED.items()
-      }, source=str(path),
+      state, _names({}), _BLOCK, library='timm', model_name=model_name,
+      stated=_STATED, config=model_args, source=str(path),
       classifier='token' if 'cls_token' in state else 'gap',
       **_hybrid_fields(state, str(path)))
   shapes = torch.checked_shapes(state, model, image_size, to_state,

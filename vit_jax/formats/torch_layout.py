@@ -83,7 +83,7 @@ def from_state(state: dict, expected: dict, name: Names) -> dict:
 
 
 def expected_model(state: dict, name: Names, layer: re.Pattern, *, library: str,
-                   model_name: str | None, stated: dict[str, tuple[str, Any]],
+                   model_name: str | None, stated: dict[str, str], config: dict,
                    source: str,
                    **fields) -> tuple[models.VisionTransformer, int]:
   """The ViT and image size of `state`'s shapes (`layer`: a block's names)."""
@@ -100,9 +100,9 @@ def expected_model(state: dict, name: Names, layer: re.Pattern, *, library: str,
       raise CheckpointError(f'{source} is not a {library} ViT: it has no '
                             f'{theirs[ours]}.')
   width = state[theirs[POSITIONS]].shape[-1]
-  heads_name, heads = stated.get('num_heads', ('num_heads', None))
-  heads = vit_model.num_heads(width, model_name=model_name, stated=heads,
-                              source=source)
+  heads_name = stated['num_heads']
+  heads = vit_model.num_heads(width, model_name=model_name,
+                              stated=config.get(heads_name), source=source)
   if width % heads:
     raise CheckpointError(
         f'{source} says {heads_name}={heads}, which does not divide the '
@@ -114,7 +114,8 @@ def expected_model(state: dict, name: Names, layer: re.Pattern, *, library: str,
       num_layers=1 +
       max(int(match[1]) for match in map(layer.match, state) if match),
       num_heads=heads, mlp_dim=state[theirs[mlp]].shape[0], **fields)
-  for field, (their_name, value) in stated.items():
+  for field, their_name in stated.items():
+    value = config.get(their_name)
     if value is not None and value != getattr(model, field):
       logging.warning(
           '%s says %s=%s, but its weights have %s=%s: the weights decide.',

@@ -33,9 +33,7 @@ def _config_file_problem(error: BaseException,
   missing = sorted(f for f in config_files if not pathlib.Path(f).is_file())
   if missing:
     return 'no file ' + ', '.join(missing)
-  innermost = error
-  while innermost.__cause__ or innermost.__context__:
-    innermost = innermost.__cause__ or innermost.__context__
+  *_, innermost = errors.causes(error)
   if (isinstance(innermost, SyntaxError) and innermost.filename and
       str(pathlib.Path(innermost.filename).resolve()) in config_files):
     return (f'{innermost.filename}, line {innermost.lineno}: '

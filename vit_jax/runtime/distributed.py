@@ -12,6 +12,7 @@ import jax
 from jax.experimental import multihost_utils
 import numpy as np
 
+from vit_jax import errors
 from vit_jax.errors import DistributedError
 from vit_jax.runtime import peer_watch
 
@@ -149,12 +150,9 @@ _PEER_LOST = ('UNAVAILABLE', 'DEADLINE_EXCEEDED', 'Connection reset',
 
 def lost_a_process(error: BaseException) -> bool:
   """Whether `error`, or an error it came from, says a peer process is gone."""
-  while error is not None:
-    if jax.process_count() > 1 and any(sign in str(error)
-                                       for sign in _PEER_LOST):
-      return True
-    error = error.__cause__ or error.__context__
-  return False
+  return jax.process_count() > 1 and any(sign in str(e)
+                                         for e in errors.causes(error)
+                                         for sign in _PEER_LOST)
 
 
 def leave_job(status: int, every_process_here: bool) -> None:

@@ -281,11 +281,9 @@ def _write_summary(workdir: pathlib.Path, history: list[dict],
       'test_accuracy_at_best_step': best['test_accuracy'],
   }
   for split in ('validation', 'test', 'train'):
-    logged = [
-        r[f'{split}_accuracy'] for r in history if f'{split}_accuracy' in r
-    ]
-    if logged:
-      summary[f'final_{split}_accuracy'] = logged[-1]
+    for record in history:  # the last evaluation of the split decides
+      if f'{split}_accuracy' in record:
+        summary[f'final_{split}_accuracy'] = record[f'{split}_accuracy']
   # `device`: so that result tables mixing machines say which trained each
   # run; a resumed run names the machine that finished it.
   summary.update(steps=history[-1]['step'], epochs=history[-1]['epoch'],

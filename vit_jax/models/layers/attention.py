@@ -91,17 +91,15 @@ class MultiHeadSelfAttention(nn.Module):
     if self.mimetic_init and self.is_initializing():
       initial = mimetic_kernels(self.make_rng('params'), hidden, heads)
 
-    def projection(name):
-      kernel, bias = _Projection((hidden, heads, head_dim), (heads, head_dim),
-                                 fan_in_axes=1,
+    def projection(name, kernel_shape=(hidden, heads, head_dim),
+                   bias_shape=(heads, head_dim), fan_in_axes=1):
+      kernel, bias = _Projection(kernel_shape, bias_shape, fan_in_axes,
                                  initial_kernel=initial.get(name), name=name)()
       return kernel.astype(self.dtype), bias.astype(self.dtype)
 
     (wq, bq), (wk, bk), (wv, bv) = (projection(n)
                                     for n in ('query', 'key', 'value'))
-    wo, bo = _Projection((heads, head_dim, hidden), (hidden,), fan_in_axes=2,
-                         initial_kernel=initial.get('out'), name='out')()
-    wo, bo = wo.astype(self.dtype), bo.astype(self.dtype)
+    wo, bo = projection('out', (heads, head_dim, hidden), (hidden,), 2)
     x = x.astype(self.dtype)
 
     attention = self._implementation(head_dim)

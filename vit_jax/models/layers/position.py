@@ -53,10 +53,8 @@ class AddSincos2dPositionEmbs(nn.Module):
   @nn.compact
   def __call__(self, tokens: jax.Array) -> jax.Array:
     h, w = self.grid
+    # The encoder passes the grid its patch tokens were cut into.
     prefix = tokens.shape[1] - h * w
-    if prefix < 0:
-      raise ValueError(f'{tokens.shape[1]} tokens cannot hold the {h}x{w} '
-                       'patch grid: pass the grid the patches were cut into.')
     embedding = posemb_sincos_2d(h, w, tokens.shape[2], dtype=tokens.dtype)
     embedding = jnp.pad(embedding, ((0, 0), (prefix, 0), (0, 0)))
     return tokens + embedding
