@@ -163,6 +163,16 @@ def landed(results: pathlib.Path, run_name: Callable[[dict],
   return {run_name(r): r for r in records}
 
 
+def unplanned(directory: pathlib.Path, fresh: dict, description: dict) -> str:
+  """How the finished run in `directory` is not the one planned there, or ''."""
+  steps = read_json(directory / 'config.json').get('total_steps')
+  if steps:
+    return f'as it ran config.total_steps={steps}, which no sweep sets'
+  return next(
+      (f'as its {key} is {fresh[key]}, not the {planned} planned'
+       for key, planned in description.items() if fresh[key] != planned), '')
+
+
 def load_records(workdir: pathlib.Path, planned: dict[str, dict],
                  results: pathlib.Path,
                  run_name: Callable[[dict], str]) -> dict[str, dict]:
@@ -171,6 +181,12 @@ def load_records(workdir: pathlib.Path, planned: dict[str, dict],
   for name, description in planned.items():
     if finished(workdir / name):
       fresh, earlier = record(workdir / name, description), found.get(name)
+      why = unplanned(workdir / name, fresh, description)
+      if why:
+        print(
+            f'{workdir / name}: left out, {why}; its sweep\'s command '
+            'in a new workdir runs it as planned.', file=sys.stderr)
+        continue
       if earlier is not None and any(earlier[k] != fresh[k]
                                      for k in _RUN_IDENTITY
                                      if k in earlier and k in fresh):

@@ -203,9 +203,10 @@ def test_validation_examples_are_never_trained_on_and_the_same_every_seed(
 
   for fields, said in [
       (dict(train_examples=90, validation_examples=7),
-       'validation_examples=7, but 6 examples are left outside those the run '
-       r'trains on: lower it, or pass --config.validation_dir=DIR'),
-      (dict(validation_examples=96), 'validation_examples=96, but 96'),
+       'validation_examples=7, but 6 can be drawn from the examples the run '
+       r'does not train on: lower it, or pass --config.validation_dir=DIR'),
+      (dict(validation_examples=96), 'validation_examples=96, but 95 can be '
+       'drawn from the training split, which keeps one to train on'),
       (dict(validation_dir=str(folder / 'class_1'), validation_examples=1),
        r'holds 0 class folders, but the dataset has 10 classes'),
   ]:

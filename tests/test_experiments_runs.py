@@ -15,11 +15,12 @@ from experiments import runs
 from experiments.data_efficiency import budgets
 from experiments.data_efficiency import summary as data_efficiency
 from experiments.data_scaling import summary as data_scaling
+from experiments.finetune import summary as finetune_summary
 from tests.helpers import ROOT
 from tests.helpers import finished_run
 
 
-def test_records_of_the_planned_finished_runs(tmp_path):
+def test_records_of_the_planned_finished_runs(tmp_path, capsys):
   finished_run(tmp_path / 'b', model='small_resnet')
   finished_run(tmp_path / 'c', device='NVIDIA H100 80GB HBM3')
   finished_run(tmp_path / 'not_planned')
@@ -52,6 +53,20 @@ def test_records_of_the_planned_finished_runs(tmp_path):
   again = runs.load_records(tmp_path, planned, results, lambda r: 'b')['b']
   assert again['best_test_accuracy'] == 0.6
   assert again['earlier_runs'] == [records['b']]
+  # A run cut short, or of other epochs or choices than planned: left out,
+  # saying why, its committed record kept.
+  planned['b'].update(epochs=30, chosen_on='test')
+  for config, summary, why in (
+      ({'total_steps': 2}, {}, 'as it ran config.total_steps=2, which no sweep '
+       'sets'), ({}, {'epochs': 0.2}, 'as its epochs is 0, not the 30 planned'),
+      ({}, {'chosen_on': 'validation'},
+       'as its chosen_on is validation, not the test planned')):
+    shutil.rmtree(tmp_path / 'b')
+    finished_run(tmp_path / 'b', config=config, **summary)
+    assert runs.load_records(tmp_path, planned, results,
+                             lambda r: 'b')['b'] == records['b']
+    assert f'{tmp_path / "b"}: left out, {why}; its sweep' in capsys.readouterr(
+    ).err
   results.write_text('[{"name": "a", "se')  # cut off mid-write
   with pytest.raises(
       SystemExit, match=r'^error: .*results.json is not JSON '
@@ -173,3 +188,19 @@ def test_a_paired_difference_is_said_as_its_interval_allows():
       0: 0.7, 1: 0.7
   }) == ('ViT is better than CNN by 9.5 ± 6.4 points (95% interval, 2 paired '
          'seeds)')
+
+
+def test_the_finetune_summary_keeps_its_rows_without_the_runs_they_need(
+    tmp_path, capsys, monkeypatch):
+  monkeypatch.setattr(finetune_summary, 'HERE', tmp_path / 'kept')  # unused
+  finished_run(tmp_path / 'cut', config={'total_steps': 3})
+  finished_run(tmp_path / 'study')
+  for pretrained, said in (
+      ('cut', "is not the study's run, as it ran config.total_steps=3"),
+      ('study', 'holds no finished fine-tuning (finetune_SIZE/)')):
+    with pytest.raises(SystemExit):
+      finetune_summary.main([
+          f'--pretrained={tmp_path / pretrained}', f'--workdir={tmp_path}'
+      ])
+    assert said in capsys.readouterr().err
+  assert not (tmp_path / 'kept').exists()

@@ -124,6 +124,10 @@ def test_the_architecture_is_read_from_the_shapes():
                               resnet_width_factor=None)
   assert params_lib.describe_architecture(architecture) == (
       'a ViT with hidden size 8, 2 layers of 2 heads, MLP 16, patch 4x4')
+  shifted = models.create_model('ViT-Tiny-CIFAR_4', 3, shifted_patches=True)
+  assert params_lib.describe_architecture(
+      params_lib.vit_architecture(params_lib.param_shapes(
+          shifted, 32))).endswith('MLP 512, shifted patches')
   hybrid = models.create_model('R50+ViT-B_16', 3, num_layers=1,
                                resnet_stages=(2, 1), resnet_width_factor=2)
   architecture = params_lib.vit_architecture(params_lib.param_shapes(

@@ -168,8 +168,8 @@ FIELDS: dict[str, Field] = {
                         'Global batch size, over all devices and processes.',
                         check=_POSITIVE),
     'grad_accumulation_steps': Field(
-        1, 'Micro-batches each batch is split into (the same step, less '
-        'memory).', check=_POSITIVE),
+        1, 'Micro-batches each batch is split into, for memory (augmentation '
+        'and BatchNorm statistics per micro-batch).', check=_POSITIVE),
     'eval_batch_size': Field(256, 'Global evaluation batch size.',
                              may_change_on_resume=True, check=_POSITIVE),
     'optimizer': Field('adamw', 'adamw, or sgd with momentum.',

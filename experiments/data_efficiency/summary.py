@@ -18,7 +18,9 @@ def planned() -> dict[str, dict]:
   return {
       recipes.run_name(*run): {
           'recipe': recipes.recipe_name(run[1]),
-          'train_examples': recipes.TRAIN_EXAMPLES
+          'train_examples': recipes.TRAIN_EXAMPLES,
+          'epochs': run[2],
+          'chosen_on': 'test'  # these runs hold no validation images
       } for run in sum(sweep.planned_runs(), [])
   }
 

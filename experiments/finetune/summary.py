@@ -42,7 +42,13 @@ def main(argv=None):
   if not runs.finished(args.pretrained):
     parser.error(f'--pretrained={args.pretrained} has no summary.json: point '
                  'it at a finished configs/cifar_small.py run.')
+  if unplanned := runs.unplanned(args.pretrained, {}, {}):
+    parser.error(f'--pretrained={args.pretrained} is not the study\'s run, '
+                 f'{unplanned}.')
   results = rows(args.pretrained, args.workdir)
+  if len(results) == 1:
+    parser.error(f'{args.workdir} holds no finished fine-tuning '
+                 '(finetune_SIZE/): run experiments.finetune.sweep first.')
   runs.write_summary(HERE, results, str(args.workdir),
                      {'results table': table(results)})
 

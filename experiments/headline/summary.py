@@ -142,7 +142,8 @@ def main(argv=None):
   row_of = {run: row for row, planned in rows.items() for run in planned}
   descriptions = {
       r.run_name(*run): {
-          'recipe': r.recipe_name(run[1]), 'row': row_of.get(run)
+          'recipe': r.recipe_name(run[1]), 'row': row_of.get(run),
+          'epochs': run[2]
       } for planned in stages.values() for run in planned
   }
   for run, name in evaluations:

@@ -92,8 +92,8 @@ def choices(workdir: pathlib.Path, choose_on: list[int]) -> tuple:
   seeds = ','.join(map(str, choose_on))
   require(
       workdir, candidates, f'candidate runs of --choose_on={seeds}',
-      f'run stages 1 and 2 of --seeds={seeds} first, or gather their '
-      'summaries there')
+      f'run stages 1 and 2 of --seeds={seeds} first (the other seeds read the '
+      'choice they make), or gather their summaries there')
   _, vit = chosen(workdir, [('vit', v) for v in VITS], choose_on)
   cnn = chosen(workdir, CNNS, choose_on)
   return vit, cnn, tuple(i for i in vit if i not in _FROM_A_CNN)

@@ -132,9 +132,9 @@ def load_run(workdir: str | pathlib.Path, step: int | None = None,
 # As `vit_jax.convert --format` names them.
 WORKDIR, NPZ, TIMM, HF = 'workdir', 'npz', 'timm', 'hf'
 FOLDER_FORMATS: dict[str, formats.FolderFormat] = {TIMM: timm, HF: hf}
-SOURCES_HELP = ('a vit_jax.main workdir (or its best_checkpoint), an '
+SOURCES_HELP = ('pass a vit_jax.main workdir (or its best_checkpoint), an '
                 'official .npz, a timm model.safetensors or hub folder, or a '
-                'transformers ViT folder')
+                'transformers ViT folder.')
 
 
 def _safetensors_kind(path: pathlib.Path) -> str:
@@ -155,8 +155,7 @@ def source_kind(source: str | pathlib.Path) -> str:
   if not path.exists():
     unkept = (' (its run kept none: config.keep_best_checkpoint)'
               if path.name == 'best_checkpoint' else '')
-    raise CheckpointError(f'{path} does not exist{unkept}: pass '
-                          f'{SOURCES_HELP}.')
+    raise CheckpointError(f'{path} does not exist{unkept}: {SOURCES_HELP}')
   if path.is_dir():
     config, _ = read_config_json(path)
     if isinstance(config, dict) and 'model_type' in config:
@@ -169,7 +168,7 @@ def source_kind(source: str | pathlib.Path) -> str:
     weights = path / safetensors_file.WEIGHTS_NAME
     if weights.exists():
       return _safetensors_kind(weights)
-    raise CheckpointError(f'{path} holds no checkpoint: pass {SOURCES_HELP}.')
+    raise CheckpointError(f'{path} holds no checkpoint: {SOURCES_HELP}')
   if safetensors_file.is_safetensors(path):
     return _safetensors_kind(path)
   return NPZ  # load_npz says what else the file is

@@ -97,10 +97,12 @@ def _validation_pool(dataset: Dataset, config, train: Source,
 def _validation_drawn(pool: Source, count: int, available: int) -> np.ndarray:
   """The sorted indices of `count` validation examples drawn from `pool`."""
   if count > available:
+    where = ('the training split, which keeps one to train on' if available
+             < len(pool) else 'the examples the run does not train on')
     raise DatasetError(
-        f'config.validation_examples={count}, but {len(pool)} examples are '
-        'left outside those the run trains on: lower it, or pass '
-        '--config.validation_dir=DIR (a folder of <class>/ image folders).')
+        f'config.validation_examples={count}, but {available} can be drawn '
+        f'from {where}: lower it, or pass --config.validation_dir=DIR (a '
+        'folder of <class>/ image folders).')
   if hasattr(pool, 'labels'):  # drawn across classes where labels are at hand
     return _across_classes(np.asarray(pool.labels), count, 0)
   return np.sort(np.random.default_rng(0).choice(len(pool), count, False))

@@ -279,9 +279,8 @@ def describe_architecture(architecture: dict) -> str:
       f'{layers} layer{"" if layers == 1 else "s"} of '
       f'{architecture["num_heads"]} heads', f'MLP {architecture["mlp_dim"]}'
   ]
-  if architecture['patch_size']:
-    parts.append(f'patch {architecture["patch_size"]}x'
-                 f'{architecture["patch_size"]}')
+  patch = architecture['patch_size']  # None: a shifted-patch embedding
+  parts.append(f'patch {patch}x{patch}' if patch else 'shifted patches')
   stages = architecture['resnet_stages']
   stem = '' if stages is None else (
       f' on a ResNet stem of stages {stages}, width factor '
