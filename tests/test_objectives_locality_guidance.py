@@ -1,5 +1,7 @@
 """Locality guidance: guided blocks imitate a CNN run; a plain ViT stays."""
 
+import shutil
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -133,6 +135,17 @@ def test_a_teacher_of_other_widths_is_one_line_saying_which(trained_cnn_run):
              r"guidance_widths=\(4, 8, 16\): set --config.model_overrides."
              r"guidance_widths='\(4, 8, 8\)'")):
     locality_guidance.load_guide(config, 10, None)
+
+
+def test_an_unfinished_teacher_teaches_with_a_warning(trained_cnn_run, tmp_path,
+                                                      caplog):
+  teacher_workdir, data_dir = trained_cnn_run
+  unfinished = shutil.copytree(teacher_workdir, tmp_path / 'teacher')
+  (unfinished / 'summary.json').unlink()
+  assert locality_guidance.load_guide(_guided_config(data_dir, unfinished), 10,
+                                      None)
+  assert (f'config.locality_guidance_teacher={unfinished} has not finished '
+          'training: it teaches as its step') in caplog.text
 
 
 def test_a_vit_run_as_the_teacher_is_refused(trained_vit_run):

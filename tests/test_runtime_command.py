@@ -96,8 +96,8 @@ def test_a_config_that_cannot_load_is_one_line_for_every_command(
   assert out.returncode == 0 and not out.stderr, out.stderr[-3000:]
   said = [json.loads(line) for line in out.stdout.splitlines()]
   assert said[-len(argvs):] == [
-      'error: --config.seed overrides a field of --config, which is '
-      'missing: pass --config=FILE too (e.g. configs/cifar_small.py).'
+      'error: --config.seed overrides a field of --config: pass '
+      '--config=FILE too (e.g. configs/cifar_small.py).'
   ] + [
       f'error: --config cannot be loaded: {fill(message)}'
       for *_, message in _UNLOADABLE

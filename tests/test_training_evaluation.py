@@ -38,8 +38,8 @@ def test_a_run_evaluates_to_the_accuracy_it_logged(trained_vit_run):
       'pass --config.image_size=24'):
     evaluation.evaluate(workdir, config=config)
   with pytest.raises(
-      ConfigError, match='held out no validation images: a '
-      'validation split would be drawn from images it trained'):
+      ConfigError, match=r'held out no validation images \(any drawn would '
+      r'be ones it trained on\): evaluate --split=test'):
     evaluation.evaluate(workdir, split='validation')
 
 

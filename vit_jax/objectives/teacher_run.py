@@ -2,6 +2,7 @@
 
 from typing import Any
 
+from absl import logging
 import flax.linen as nn
 import jax
 
@@ -24,6 +25,10 @@ def load(config, field: str, num_classes: int,
     run = reading.load_run(workdir, best=config.teacher_checkpoint == 'best')
   except CheckpointError as e:
     raise ConfigError(f'config.{field}={workdir}: {e}') from e
+  if not (reading.run_directory(workdir) / 'summary.json').exists():
+    logging.warning(
+        'config.%s=%s has not finished training: it teaches as '
+        'its step %d left it.', field, workdir, run.step)
   teacher_config = run.config.copy_and_resolve_references()
   for name in _SAME_INPUT:
     theirs, ours = teacher_config[name], config[name]

@@ -77,9 +77,8 @@ def parse_flags(argv: list[str]) -> list[str]:
       raise
     if (isinstance(e, flags.UnrecognizedFlagError) and
         e.flagname.startswith('config.')):
-      sys.exit(f'error: --{e.flagname} overrides a field of --config, which '
-               'is missing: pass --config=FILE too (e.g. '
-               'configs/cifar_small.py).')
+      sys.exit(f'error: --{e.flagname} overrides a field of --config: pass '
+               '--config=FILE too (e.g. configs/cifar_small.py).')
     sys.exit(f'error: {e}\nPass --helpshort or --helpfull to see help on '
              'flags.')
   # Without overrides, a config file that does not load stands in as an
@@ -153,8 +152,7 @@ def _quiet_libraries(record) -> bool:
   ours = os.path.realpath(record.pathname).startswith(_OURS)
   if ours or logging.get_verbosity() > logging.INFO:
     return True
-  background = '/orbax/' in record.pathname or record.name == 'asyncio'
-  if background:
+  if '/orbax/' in record.pathname or record.name == 'asyncio':  # background
     return record.levelno >= python_logging.ERROR and not record.exc_info
   return record.levelno >= python_logging.WARNING
 

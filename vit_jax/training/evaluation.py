@@ -59,13 +59,10 @@ def _config_for(loaded: reading.Loaded, config, source, data_dir,
 
 def _check_held_out(run, config, source):
   """A workdir's validation split is the one its run held out."""
-  if config.validation_dir:  # images from elsewhere
-    return
   if not run.get('validation_examples'):
-    raise ConfigError(
-        f'{source} held out no validation images: a validation split would be '
-        'drawn from images it trained on. Evaluate --split=test, or pass '
-        '--config.validation_dir=DIR of images it never saw.')
+    raise ConfigError(f'{source} held out no validation images (any drawn '
+                      'would be ones it trained on): evaluate --split=test, or '
+                      'pass --config.validation_dir=DIR.')
   drawn = ('validation_dir', 'validation_examples', 'train_examples', 'seed')
   changed = [f'{f}={config[f]}' for f in drawn if config[f] != run.get(f)]
   if changed:
@@ -85,7 +82,7 @@ def evaluate(source, *, config=None, model_name=None, step=None, data_dir=None,
     # it accepts, drawn without decoding the rest, and no validation split.
     config.train_examples = config.batch_size
     config.validation_examples, config.validation_dir = 0, ''
-  elif loaded.kind == reading.WORKDIR:
+  elif loaded.kind == reading.WORKDIR and not config.validation_dir:
     _check_held_out(loaded.config, config, source)
   config_schema.validate(config, jax.device_count(), training=False)
   model = loaded.model
