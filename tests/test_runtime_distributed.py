@@ -109,6 +109,8 @@ def test_flags_win_and_a_single_machine_joins_no_job(monkeypatch):
     ({}, {'JAX_COORDINATOR_ADDRESS': 'h:1'
          }, r'missing --num_processes, --process_id'),
     ({}, {'JAX_NUM_PROCESSES': 'two'}, r"\$JAX_NUM_PROCESSES='two' is not"),
+    (dict(coordinator_address='127.0.0.1', num_processes=2, process_id=0), {},
+     r'--coordinator_address=127\.0\.0\.1 needs a port: HOST:PORT'),
 ])
 def test_an_incomplete_or_impossible_set_is_a_clear_error(
     flags, environ, message):

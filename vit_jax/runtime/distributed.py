@@ -80,6 +80,10 @@ def distributed_args(coordinator_address: str | None = None,
   if process_id is None:
     process_id = _int_env(env, 'JAX_PROCESS_ID')
 
+  if coordinator_address and not coordinator_address.rpartition(
+      ':')[2].isdigit():
+    raise DistributedError(f'--coordinator_address={coordinator_address} '
+                           'needs a port: HOST:PORT, e.g. 10.0.0.1:1234.')
   if num_processes is not None and num_processes < 1:
     raise DistributedError(f'--num_processes={num_processes} must be >= 1.')
   if process_id is not None:
