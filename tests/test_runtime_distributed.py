@@ -1,12 +1,16 @@
 """Process set-up, the mesh and placement, cross-process checks, preemption."""
 
 import os
+import signal
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
 
+from tests.helpers import ROOT
+from tests.helpers import free_port
 from vit_jax.runtime import distributed
 
 
@@ -116,3 +120,30 @@ def test_an_incomplete_or_impossible_set_is_a_clear_error(
     flags, environ, message):
   with pytest.raises(distributed.DistributedError, match=message):
     distributed.distributed_args(**flags, environ=environ)
+
+
+def test_a_stop_signal_while_joining_the_job_ends_the_wait_at_once(tmp_path):
+  log = tmp_path / 'process_0.log'
+  with log.open('w') as out:  # process 1 never starts
+    process = subprocess.Popen([
+        sys.executable, '-m', 'vit_jax.main', '--config=configs/cifar_small.py',
+        f'--workdir={tmp_path / "run"}', '--num_processes=2', '--process_id=0',
+        f'--coordinator_address=127.0.0.1:{free_port()}'
+    ], cwd=ROOT, env={**os.environ, 'JAX_PLATFORMS': 'cpu'}, stdout=out,
+                               stderr=subprocess.STDOUT)
+  try:
+    deadline = time.monotonic() + 60
+    while 'Joining the multi-process job' not in log.read_text():
+      assert time.monotonic() < deadline and process.poll() is None, (
+          log.read_text())
+      time.sleep(0.2)
+    time.sleep(1)  # inside jax's wait for process 1
+    process.send_signal(signal.SIGTERM)
+    status = process.wait(timeout=20)
+  finally:
+    process.kill()
+    process.wait()
+  assert status == 75, log.read_text()
+  assert log.read_text().rstrip().endswith(
+      'SIGTERM: stopped while joining the job; it wrote nothing.')
+  assert not (tmp_path / 'run').exists()

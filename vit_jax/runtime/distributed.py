@@ -15,6 +15,7 @@ import numpy as np
 from vit_jax import errors
 from vit_jax.errors import DistributedError
 from vit_jax.runtime import peer_watch
+from vit_jax.runtime import stop_signals
 
 # XLA runs a small model's matmuls on a CPU with little parallelism; batch
 # shards on several host devices run side by side
@@ -132,10 +133,15 @@ def initialize_distributed(
     # survivors with a stack trace. TPU collectives may wait instead of
     # failing.
     jax.config.update('jax_enable_recoverability', True)
+  # jax waits up to 5 minutes for every process to join; a stop signal ends
+  # the wait at once: nothing is written yet.
+  logging.info('Joining the multi-process job (%s).', described)
   try:
-    jax.distributed.initialize(**kwargs,
-                               heartbeat_timeout_seconds=lost_process_timeout,
-                               shutdown_timeout_seconds=lost_process_timeout)
+    with stop_signals.at_once_within('stopped while joining the job; it '
+                                     'wrote nothing'):
+      jax.distributed.initialize(**kwargs,
+                                 heartbeat_timeout_seconds=lost_process_timeout,
+                                 shutdown_timeout_seconds=lost_process_timeout)
   except (ValueError, TypeError, RuntimeError) as e:
     raise DistributedError(
         f'Could not join the multi-process job ({described}): {e}') from e

@@ -61,6 +61,17 @@ def release() -> None:
     state.clear()
 
 
+@contextlib.contextmanager
+def at_once_within(done: str):
+  """A block that a signal ends at once, saying what it `done`."""
+  before = list(_at_once)
+  _at_once[:] = [done]
+  try:
+    yield
+  finally:
+    _at_once[:] = before
+
+
 def stops_at_once() -> bool:
   """Whether `catch(at_once=...)` made the first signal end the process."""
   return bool(_at_once)
