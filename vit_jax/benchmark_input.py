@@ -64,11 +64,9 @@ def _time_loader(config: ml_collections.ConfigDict, steps: int,
     on_device()
   end = time.perf_counter()
   batches.close()
-  return {
-      'first_batch_seconds': first - start, 'seconds_per_batch':
-          (end - first) / steps, 'workers': inputs.workers,
-      'threads': inputs.threads
-  }
+  return dict(first_batch_seconds=first - start,
+              seconds_per_batch=(end - first) / steps, workers=inputs.workers,
+              threads=inputs.threads)
 
 
 def run_benchmark(config: ml_collections.ConfigDict, steps: int,

@@ -149,9 +149,8 @@ def load_cifar(name: str, data_dir: pathlib.Path,
 def open_cifar(name: str, data_dir: pathlib.Path | None,
                train_per_file: int = 0) -> Dataset:
   """`load_cifar` from `data_dir`, else from the cache, downloaded once."""
-  if data_dir is not None:
-    return load_cifar(name, data_dir, train_per_file)
-  cache = download.cache_dir()
-  if not (cache.is_dir() and _find(name, cache)):
-    download.fetch(name, cache)
-  return load_cifar(name, cache, train_per_file)
+  if data_dir is None:
+    data_dir = download.cache_dir()
+    if not (data_dir.is_dir() and _find(name, data_dir)):
+      download.fetch(name, data_dir)
+  return load_cifar(name, data_dir, train_per_file)

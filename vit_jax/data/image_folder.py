@@ -110,12 +110,11 @@ def _file_problem(path: pathlib.Path) -> str | None:
       size = f.seek(0, os.SEEK_END)
       f.seek(max(size - 8, 0))
       tail = f.read()
-    if any(
+    if not any(
         head.startswith(start) and tail.endswith(end)
         for start, end in _WHOLE_FILES):
-      return None
-    with Image.open(path) as image:
-      to_rgb(image)
+      with Image.open(path) as image:
+        to_rgb(image)
   except _DECODE_ERRORS as e:
     return _reason(e)
   return None

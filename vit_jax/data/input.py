@@ -76,11 +76,9 @@ class Input(abc.ABC):
     """Shapes and shardings of `count` train batches stacked."""
 
     def stacked(spec):
-      placement = jax.sharding.NamedSharding(
-          spec.sharding.mesh,
-          jax.sharding.PartitionSpec(None, *spec.sharding.spec))
-      return jax.ShapeDtypeStruct((count, *spec.shape), spec.dtype,
-                                  sharding=placement)
+      placement = spec.sharding.update(
+          spec=jax.sharding.PartitionSpec(None, *spec.sharding.spec))
+      return spec.update(shape=(count, *spec.shape), sharding=placement)
 
     train_batch, _, _ = self.batch_specs()
     return jax.tree.map(stacked, train_batch)

@@ -1,6 +1,7 @@
 """The whole dataset on every device, copied once; a batch is its indices."""
 
 import functools
+import itertools
 
 import jax
 import jax.numpy as jnp
@@ -44,10 +45,7 @@ class OnDeviceInput(input_lib.Input):
       first += size
 
   def fingerprint(self) -> list[np.ndarray]:
-    return [
-        *(a for split in self._arrays.values() for a in split),
-        self.epoch_table(1)
-    ]
+    return [*itertools.chain(*self._arrays.values()), self.epoch_table(1)]
 
   def batch_specs(self):
     spec = lambda size, dtype: jax.ShapeDtypeStruct(

@@ -57,15 +57,11 @@ class StreamingInput(input_lib.Input):
 
   def fingerprint(self) -> list[np.ndarray]:
     """The split sizes, each split's first example and the shuffle."""
-    firsts = [
-        split[0] for split in (self.dataset.train, *self._evaluated.values())
-    ]
+    images, labels = zip(*(split[0] for split in (self.dataset.train,
+                                                  *self._evaluated.values())))
     sizes = (self.train_size, *self.eval_sizes.values(), self.num_classes,
-             *(label for _, label in firsts))
-    return [
-        np.array(sizes), *(image for image, _ in firsts),
-        self.epoch_table(1)
-    ]
+             *labels)
+    return [np.array(sizes), *images, self.epoch_table(1)]
 
   def batch_specs(self):
     spec = functools.partial(jax.ShapeDtypeStruct, sharding=self._sharding)

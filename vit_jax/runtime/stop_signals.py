@@ -63,7 +63,7 @@ def release() -> None:
 
 @contextlib.contextmanager
 def at_once_within(done: str):
-  """A block that a signal ends at once, saying what it `done`."""
+  """A block that a stop signal ends at once, saying `done`: what it did."""
   before = list(_at_once)
   _at_once[:] = [done]
   try:

@@ -113,10 +113,8 @@ class Throughput:
     self._interval_start, self._interval_step = now, step
     self._excluded = 0.0
     rate = images / seconds
-    measured = {
-        'images_per_second': rate,
-        'flops_per_second': rate * self._flops_per_image
-    }
+    measured = dict(images_per_second=rate,
+                    flops_per_second=rate * self._flops_per_image)
     if self._peak:
       measured['peak_share'] = measured['flops_per_second'] / self._peak
     return measured

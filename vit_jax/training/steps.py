@@ -173,11 +173,9 @@ def make_train_step(config, inputs,
     (loss, (logits, updates)), grads = jax.value_and_grad(
         loss_fn, has_aux=True)(state.params)
     # Against each image's own label, mixed or not.
-    metrics = {
-        'loss': loss * y.shape[0],
-        'correct': jnp.sum(jnp.argmax(logits, -1) == y),
-        'count': jnp.asarray(y.shape[0], jnp.float32),
-    }
+    metrics = dict(loss=loss * y.shape[0],
+                   correct=jnp.sum(jnp.argmax(logits, -1) == y),
+                   count=jnp.asarray(y.shape[0], jnp.float32))
     return updates.get('batch_stats'), grads, metrics
 
   if config.grad_accumulation_steps > 1:
@@ -230,13 +228,11 @@ def eval_step(state: TrainState, sums: dict, data, batch, mask, *, config,
   # As the paper reports; all classes where there are fewer than five.
   _, best5 = jax.lax.top_k(logits, min(5, logits.shape[-1]))
   counted = mask > 0
-  return jax.tree.map(
-      jnp.add, sums, {
-          'loss': jnp.sum(loss * mask), 'correct':
-              jnp.sum((jnp.argmax(logits, -1) == y) & counted), 'correct_top5':
-                  jnp.sum(jnp.any(best5 == y[:, None], -1) & counted),
-          'count': jnp.sum(mask),
-      })
+  counts = dict(
+      loss=jnp.sum(loss * mask), count=jnp.sum(mask),
+      correct=jnp.sum((jnp.argmax(logits, -1) == y) & counted),
+      correct_top5=jnp.sum(jnp.any(best5 == y[:, None], -1) & counted))
+  return jax.tree.map(jnp.add, sums, counts)
 
 
 # On a CPU this pass drops the optimization barriers before CSE, which then
