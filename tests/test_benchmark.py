@@ -58,3 +58,9 @@ def test_remat_and_scan_flags_reach_the_model_and_compile_time_is_reported():
   result = _memory('--cpu_devices=1', '--remat=full', '--scan')
   assert (result['remat'], result['scan']) == ('full', True)
   assert 0 < result['train_compile_seconds'] < result['compile_seconds']
+
+
+def test_a_bad_flag_is_one_error_line_before_any_work():
+  out = run_module('vit_jax.benchmark', '--steps=0')
+  assert out.returncode == 1 and out.stderr.splitlines()[0] == (
+      'error: flag --steps=0: 0 is not a positive integer')

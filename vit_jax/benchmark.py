@@ -36,7 +36,8 @@ _NUM_CLASSES = flags.DEFINE_integer('num_classes', 10, 'Classes of the head.')
 _DTYPE = flags.DEFINE_enum('dtype', 'float32',
                            list(config_schema.FIELDS['dtype'].choices),
                            'Computation dtype; parameters stay float32.')
-_STEPS = flags.DEFINE_integer('steps', 10, 'Timed steps (after 2 warm-up).')
+_STEPS = flags.DEFINE_integer('steps', 10, 'Timed steps (after 2 warm-up).',
+                              lower_bound=1)
 _AUGMENT = flags.DEFINE_bool('augment', True,
                              'Random crop + flip inside the train step.')
 _FSDP = flags.DEFINE_integer(
@@ -99,4 +100,4 @@ def main(argv):
 
 
 if __name__ == '__main__':
-  app.run(main)
+  app.run(main, flags_parser=command.parse_flags)
