@@ -122,13 +122,19 @@ def test_an_incomplete_or_impossible_set_is_a_clear_error(
     distributed.distributed_args(**flags, environ=environ)
 
 
-def test_a_stop_signal_while_joining_the_job_ends_the_wait_at_once(tmp_path):
+@pytest.mark.parametrize('join_timeout,stop,status,last_line', [
+    (60, True, 75, 'SIGTERM: stopped while joining the job; it wrote nothing.'),
+    (3, False, 1, 'distinct --process_id, or raise --join_timeout.'),
+])
+def test_a_job_that_never_gathers_ends_at_a_stop_signal_or_its_join_timeout(
+    tmp_path, join_timeout, stop, status, last_line):
   log = tmp_path / 'process_0.log'
   with log.open('w') as out:  # process 1 never starts
     process = subprocess.Popen([
         sys.executable, '-m', 'vit_jax.main', '--config=configs/cifar_small.py',
         f'--workdir={tmp_path / "run"}', '--num_processes=2', '--process_id=0',
-        f'--coordinator_address=127.0.0.1:{free_port()}'
+        f'--coordinator_address=127.0.0.1:{free_port()}',
+        f'--join_timeout={join_timeout}'
     ], cwd=ROOT, env={**os.environ, 'JAX_PLATFORMS': 'cpu'}, stdout=out,
                                stderr=subprocess.STDOUT)
   try:
@@ -137,13 +143,13 @@ def test_a_stop_signal_while_joining_the_job_ends_the_wait_at_once(tmp_path):
       assert time.monotonic() < deadline and process.poll() is None, (
           log.read_text())
       time.sleep(0.2)
-    time.sleep(1)  # inside jax's wait for process 1
-    process.send_signal(signal.SIGTERM)
-    status = process.wait(timeout=20)
+    if stop:
+      time.sleep(1)  # inside jax's wait for process 1
+      process.send_signal(signal.SIGTERM)
+    status_seen = process.wait(timeout=20)
   finally:
     process.kill()
     process.wait()
-  assert status == 75, log.read_text()
-  assert log.read_text().rstrip().endswith(
-      'SIGTERM: stopped while joining the job; it wrote nothing.')
+  assert status_seen == status, log.read_text()
+  assert log.read_text().rstrip().endswith(last_line), log.read_text()
   assert not (tmp_path / 'run').exists()

@@ -5,6 +5,7 @@ import glob
 import importlib.util
 import os
 import sys
+import threading
 import zlib
 
 from absl import logging
@@ -23,6 +24,8 @@ from vit_jax.runtime import stop_signals
 DEFAULT_CPU_DEVICES = 4
 # Seconds before a job gives up on a silent process; jax's defaults are minutes.
 DEFAULT_LOST_PROCESS_TIMEOUT = 30
+# Seconds every process has to join the job: jax's default wait.
+DEFAULT_JOIN_TIMEOUT = 300
 
 
 def set_cpu_devices(count: int | None = None):
@@ -120,7 +123,8 @@ def distributed_args(coordinator_address: str | None = None,
 def initialize_distributed(
     coordinator_address: str | None = None, num_processes: int | None = None,
     process_id: int | None = None,
-    lost_process_timeout: int = DEFAULT_LOST_PROCESS_TIMEOUT) -> bool:
+    lost_process_timeout: int = DEFAULT_LOST_PROCESS_TIMEOUT,
+    join_timeout: int = DEFAULT_JOIN_TIMEOUT) -> bool:
   """Joins the job `distributed_args` asks for, if any; True if it did."""
   kwargs = distributed_args(coordinator_address, num_processes, process_id)
   if kwargs is None:
@@ -133,18 +137,30 @@ def initialize_distributed(
     # survivors with a stack trace. TPU collectives may wait instead of
     # failing.
     jax.config.update('jax_enable_recoverability', True)
-  # jax waits up to 5 minutes for every process to join; a stop signal ends
-  # the wait at once: nothing is written yet.
+  # A stop signal ends the wait at once: nothing is written yet. jax aborts
+  # with a native dump when its own wait ends; the watchdog ends ours first.
   logging.info('Joining the multi-process job (%s).', described)
+  watchdog = threading.Timer(
+      join_timeout, stop_signals.exit_saying,
+      (f'error: Not every process joined the multi-process job ({described}) '
+       f'within {join_timeout} s: start them all with the same '
+       '--coordinator_address (reachable from every host) and '
+       '--num_processes, and distinct --process_id, or raise --join_timeout.'
+       '\n'.encode(), 1))
+  watchdog.daemon = True
+  watchdog.start()
   try:
     with stop_signals.at_once_within('stopped while joining the job; it '
                                      'wrote nothing'):
       jax.distributed.initialize(**kwargs,
+                                 initialization_timeout=join_timeout + 60,
                                  heartbeat_timeout_seconds=lost_process_timeout,
                                  shutdown_timeout_seconds=lost_process_timeout)
   except (ValueError, TypeError, RuntimeError) as e:
     raise DistributedError(
         f'Could not join the multi-process job ({described}): {e}') from e
+  finally:
+    watchdog.cancel()
   peer_watch.watch(lost_process_timeout)
   logging.info('Process %d of %d (%s), %d local device(s) of %d.',
                jax.process_index(), jax.process_count(), described,

@@ -29,6 +29,10 @@ _LOST_PROCESS_TIMEOUT = flags.DEFINE_integer(
     'lost_process_timeout', distributed.DEFAULT_LOST_PROCESS_TIMEOUT,
     'Multi-process jobs: seconds after which the other processes give up on '
     'one that died or hangs, and exit with status 1.')
+_JOIN_TIMEOUT = flags.DEFINE_integer(
+    'join_timeout', distributed.DEFAULT_JOIN_TIMEOUT,
+    'Multi-process jobs: seconds every process has to join the job before '
+    'each one that waits exits with status 1.', lower_bound=1)
 
 
 def exit_job(status: int, every_process_here: bool) -> NoReturn:
@@ -45,7 +49,7 @@ def run(work: Callable[[], None], *, cpu_devices: int | None) -> NoReturn:
   try:
     if distributed.initialize_distributed(
         _COORDINATOR_ADDRESS.value, _NUM_PROCESSES.value, _PROCESS_ID.value,
-        _LOST_PROCESS_TIMEOUT.value):
+        _LOST_PROCESS_TIMEOUT.value, _JOIN_TIMEOUT.value):
       # Every process logs; the prefix tells them apart.
       prefix = f'[process {jax.process_index()}/{jax.process_count()}] '
 

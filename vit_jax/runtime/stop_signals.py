@@ -154,12 +154,12 @@ def _on_signal(signum: int) -> None:
     _not_stopped.acquire()  # never released: the process ends here
     for path in list(_to_remove):
       _remove(path)
-    _exit_saying(
+    exit_saying(
         f'\n{_NAMES[signum]}: {_at_once[0]}.\n'.encode(),
         INTERRUPTED_EXIT_STATUS
         if signum == signal.SIGINT else STOPPED_EXIT_STATUS)
   if _received and signum == signal.SIGINT:
-    _exit_saying(
+    exit_saying(
         b'\nerror: Interrupted again: stopped at once, without '
         b'saving; rerun the same command to resume from the newest '
         b'complete checkpoint.\n', INTERRUPTED_EXIT_STATUS)
@@ -175,7 +175,7 @@ def _on_signal(signum: int) -> None:
     _tell_jax()
 
 
-def _exit_saying(line: bytes, status: int) -> None:
+def exit_saying(line: bytes, status: int) -> None:
   """Ends the process with `line` last on stderr, later logs going nowhere."""
   try:
     stderr = os.dup(2)
