@@ -37,6 +37,11 @@ def test_a_run_evaluates_to_the_accuracy_it_logged(trained_vit_run):
       ConfigError, match='were trained for 24x24 images: '
       'pass --config.image_size=24'):
     evaluation.evaluate(workdir, config=config)
+  config.model = 'SimpleCNN'  # a config of another model than the run's
+  with pytest.raises(
+      ConfigError, match=r'--config names model SimpleCNN, '
+      r'but .* trained ViT-.*: pass a config of that model'):
+    evaluation.evaluate(workdir, config=config)
   with pytest.raises(
       ConfigError, match=r'held out no validation images \(any drawn would '
       r'be ones it trained on\): evaluate --split=test'):

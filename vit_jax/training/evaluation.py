@@ -40,6 +40,11 @@ def _config_for(loaded: reading.Loaded, config, source, data_dir,
           'data: pass --config naming the dataset, e.g. '
           '--config=configs/cifar_small.py.')
     config = loaded.config
+  elif loaded.config is not None and config.model != loaded.config.model:
+    raise ConfigError(
+        f'--config names model {config.model}, but {source} trained '
+        f'{loaded.config.model}: pass a config of that model (or '
+        f'--config.model={loaded.config.model}), or leave out --config.')
   config = ml_collections.ConfigDict(config.to_dict())
   if data_dir:
     config.data_dir = data_dir
