@@ -60,7 +60,12 @@ def test_remat_and_scan_flags_reach_the_model_and_compile_time_is_reported():
   assert 0 < result['train_compile_seconds'] < result['compile_seconds']
 
 
-def test_a_bad_flag_is_one_error_line_before_any_work():
-  out = run_module('vit_jax.benchmark', '--steps=0')
-  assert out.returncode == 1 and out.stderr.splitlines()[0] == (
-      'error: flag --steps=0: 0 is not a positive integer')
+@pytest.mark.parametrize('flag,error', [
+    ('--steps=0', 'flag --steps=0: 0 is not a positive integer'),
+    ('--trace_dir=README.md', 'flag --trace_dir=README.md: a file, not a '
+     'directory: pass a directory (made if missing).'),
+])
+def test_a_bad_flag_is_one_error_line_before_any_work(flag, error):
+  out = run_module('vit_jax.benchmark', flag)
+  assert out.returncode == 1
+  assert out.stderr.splitlines()[0] == f'error: {error}'

@@ -1,13 +1,11 @@
 """The streaming-input benchmark on a tiny image folder."""
 
 import os
-import pathlib
-import subprocess
-import sys
 
 import numpy as np
 import pytest
 
+from tests.helpers import run_module
 from tests.helpers import write_image_folder
 from vit_jax import benchmark_input
 
@@ -34,13 +32,15 @@ def test_reports_the_images_per_second_of_the_streaming_input(tmp_path):
     benchmark_input.run_benchmark(config, steps=1, workers=[0], rounds=1)
 
 
-def test_a_count_below_one_is_one_clear_line():
-  # (batch_size=0 was a ZeroDivisionError traceback; steps, rounds and
-  # image_size have the same bound.)
-  flag = '--batch_size=0'
-  out = subprocess.run([sys.executable, '-m', 'vit_jax.benchmark_input', flag],
-                       cwd=pathlib.Path(__file__).parent.parent,
-                       capture_output=True, text=True, check=False)
+@pytest.mark.parametrize('flag,error', [
+    ('--batch_size=0', 'flag --batch_size=0: 0 is not a positive integer'),
+    ('--workers=0,x', "flag --workers=['0', 'x']: each must be an integer"),
+    ('--data_dir=.', 'No image folder found in .: expected ./train/<class>'),
+    ('--dataset=image_folder', 'image_folder is read from a local directory: '
+     'pass --data_dir=DIR'),
+])
+def test_a_bad_flag_is_one_error_line(flag, error):
+  out = run_module('vit_jax.benchmark_input', flag,
+                   env={**os.environ, 'VIT_JAX_DATA_DIR': ''})
   assert out.returncode == 1
-  assert f'flag {flag}: 0 is not a positive integer' in out.stderr
-  assert 'Traceback' not in out.stderr
+  assert out.stderr.splitlines()[0].startswith(f'error: {error}'), out.stderr

@@ -17,6 +17,7 @@ if __name__ == '__main__':
   stop_signals.catch(at_once='stopped the benchmark; it measured nothing')
 
 import json
+import os
 
 from absl import app
 from absl import flags
@@ -64,6 +65,9 @@ _STEPS_PER_DISPATCH = flags.DEFINE_integer(
 _TRACE_DIR = flags.DEFINE_string(
     'trace_dir', None, 'Also write a jax.profiler trace of --trace_steps '
     'train steps here.')
+flags.register_validator(
+    'trace_dir', lambda path: not path or not os.path.isfile(path),
+    'a file, not a directory: pass a directory (made if missing).')
 _TRACE_STEPS = flags.DEFINE_integer('trace_steps', 3, 'Train steps traced.')
 _CPU_DEVICES = command.define_cpu_devices()
 _CPU_COMPILER_OPTIONS = flags.DEFINE_multi_string(

@@ -18,6 +18,7 @@ if __name__ == '__main__':
 import json
 import os
 import statistics
+import sys
 import time
 
 from absl import app
@@ -28,6 +29,7 @@ import ml_collections
 from vit_jax import config_schema
 from vit_jax import data
 from vit_jax.data import sources
+from vit_jax.runtime import command
 
 
 def loader_config(dataset: str, data_dir: str, batch_size: int, image_size: int,
@@ -96,15 +98,17 @@ def run_benchmark(config: ml_collections.ConfigDict, steps: int,
 
 def main(argv):
   if len(argv) > 1:
-    raise app.UsageError(f'Unexpected arguments: {" ".join(argv[1:])}')
+    sys.exit(f'error: unexpected arguments {" ".join(argv[1:])}.')
+  command.quiet_libraries()
   args = flags.FLAGS
   config = loader_config(args.dataset, args.data_dir or '', args.batch_size,
                          args.image_size, args.steps)
   try:
-    workers = [int(w) for w in args.workers]
-    results = run_benchmark(config, args.steps, workers, args.rounds)
+    results = run_benchmark(config, args.steps, [int(w) for w in args.workers],
+                            args.rounds)
   except ValueError as e:  # DatasetError included
-    raise app.UsageError(str(e)) from e
+    # The data's messages name the trainer's flag for the data.
+    sys.exit(f'error: {e}'.replace('--config.data_dir', '--data_dir'))
   print(f'{args.steps} steady batches of {args.batch_size} at '
         f'{args.image_size}px after one start-up batch, {os.cpu_count()} '
         f'CPUs, medians of {args.rounds} alternating rounds')
@@ -136,6 +140,9 @@ def _define_flags():
       'workers', ['0', '-1'],
       'config.input_workers settings to compare: 0 threads, '
       '-1 one process per CPU core, N processes.')
+  flags.register_validator(
+      'workers', lambda ws: all(w.lstrip('-').isdigit() for w in ws),
+      'each must be an integer: 0 (threads), -1 or N (processes).')
   flags.DEFINE_integer('steps', 20, 'Timed batches after the first.',
                        lower_bound=1)
   flags.DEFINE_integer('rounds', 3, 'Alternating runs of every setting.',
@@ -144,4 +151,4 @@ def _define_flags():
 
 if __name__ == '__main__':
   _define_flags()
-  app.run(main)
+  app.run(main, flags_parser=command.parse_flags)
