@@ -30,6 +30,13 @@ class Restored:
   config: dict | None  # as config.json holds it; None: not held
 
 
+def _unrestorable(error: BaseException) -> str:
+  """What damaged a checkpoint: the error orbax wraps (tensorstore's)."""
+  while error.__cause__ is not None:
+    error = error.__cause__
+  return first_line(error)
+
+
 def _as_saved(step_dir: pathlib.Path) -> tuple[Any, Any]:
   """Restore targets: a checkpoint's state and sums as saved, on one device."""
   try:
@@ -157,7 +164,7 @@ class RunCheckpoints(contextlib.AbstractContextManager):
           logging.warning(
               'Skipping checkpoint %s, which cannot be restored '
               '(%s); trying the one before it.', self.directory / str(step),
-              first_line(e))
+              _unrestorable(e))
           damaged.append(step)
         continue
       if not self._reading:
@@ -196,7 +203,7 @@ class RunCheckpoints(contextlib.AbstractContextManager):
       rest = f'the others are steps {others}' if others else 'there is no other'
       raise CheckpointError(
           f'The checkpoint {self.directory / str(step)} cannot be restored '
-          f'({first_line(e)}); {rest}.') from e
+          f'({_unrestorable(e)}); {rest}.') from e
 
   def _restore(self, step: int, state_shapes=None, sum_shapes=None) -> Restored:
     """`restore` unchecked: raises what orbax raises, or DigestMismatchError."""
@@ -238,7 +245,7 @@ class RunCheckpoints(contextlib.AbstractContextManager):
       except Exception as e:  # pylint: disable=broad-except
         logging.warning(
             'Skipping the config of checkpoint %s, which '
-            'cannot be read (%s).', step_dir, first_line(e))
+            'cannot be read (%s).', step_dir, _unrestorable(e))
     return None
 
   def _set_aside(self, steps: list[int]):
