@@ -49,10 +49,13 @@ def test_a_run_evaluates_to_the_accuracy_it_logged(trained_vit_run):
 
 
 def test_a_run_with_a_moving_average_evaluates_and_reads_back_the_average(
-    cifar10_dir, tmp_path):
+    cifar10_dir, tmp_path, caplog):
   # 96 images: 6 steps an epoch
   config = tiny_config(cifar10_dir, total_steps=6, ema_decay=0.9)
+  caplog.set_level('INFO')
   train.train_and_evaluate(config, tmp_path)
+  assert "commands that read this run, use the parameters' moving average" in (
+      caplog.text)
   logged = _logged_test(tmp_path)
   result = evaluation.evaluate(tmp_path)
   assert result['top1'] == logged['test_accuracy']

@@ -122,6 +122,10 @@ def _train_and_evaluate(config, workdir: pathlib.Path,
   init_args = (init_key, model, tx, config.image_size, mesh, config.ema_decay)
   state_shapes = steps.state_shapes(*init_args)
   startup.check_ema(config, state_shapes)
+  if config.ema_decay:
+    logging.info(
+        'Evaluations, and the commands that read this run, use the '
+        "parameters' moving average (config.ema_decay=%g).", config.ema_decay)
   clock.lap('model')
 
   # Compile the steps, unless the newest checkpoint holds the last step; a
