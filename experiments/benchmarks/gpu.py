@@ -53,24 +53,21 @@ def environment(smoke: bool) -> dict:
       'python': sys.version.split()[0], 'jax': jax.__version__,
       'jaxlib': importlib.metadata.version('jaxlib')
   }
-  for name, unit in (('cuda_runtime', 1000), ('cuda_driver', 1000), ('cudnn',
-                                                                     10000)):
+  units = {'cuda_runtime': 1000, 'cuda_driver': 1000, 'cudnn': 10000}
+  for name, unit in units.items():
     version = getattr(cuda, f'{name}_get_version', lambda: None)()
     versions[name.removesuffix('_runtime')] = (
         version and f'{version // unit}.{version % unit // (unit // 100)}')
+  # The environment: XLA's flags, the allocator's settings and the visible
+  # GPUs, as the run had them.
+  device = jax.devices()[0].device_kind
   return {
-      'date': datetime.date.today().isoformat(),
-      'device': jax.devices()[0].device_kind,
-      'devices': jax.device_count(),
-      'cpus': len(os.sched_getaffinity(0)),
-      'smoke': smoke,
-      'versions': versions,
-      # XLA's flags, the allocator's settings and the visible GPUs, as the
-      # run had them.
-      'environment': {
+      'date': datetime.date.today().isoformat(), 'device': device,
+      'devices': jax.device_count(), 'cpus': len(os.sched_getaffinity(0)),
+      'smoke': smoke, 'versions': versions, 'environment': {
           k: v for k, v in sorted(os.environ.items())
           if k.startswith(('XLA_', 'JAX_', 'TF_', 'CUDA_'))
-      },
+      }
   }
 
 
@@ -117,11 +114,9 @@ def measure(plan: gpu_plan.Plan, results: Results, left, torch_python: str):
   matmul = step_benchmark.measure_matmul_peak(
       jnp.bfloat16, sharding.batch_sharded(sharding.make_mesh()),
       size=plan.matmul_size)
-  results.data['matmul'] = {
-      'size': plan.matmul_size, 'dtype': 'bfloat16',
-      'tflop_per_second': matmul / 1e12,
-      'datasheet_tflop_per_second': datasheet and datasheet / 1e12
-  }
+  results.data['matmul'] = dict(
+      size=plan.matmul_size, dtype='bfloat16', tflop_per_second=matmul / 1e12,
+      datasheet_tflop_per_second=datasheet and datasheet / 1e12)
   peaks = {'datasheet': datasheet, 'matmul': matmul}
   try:
     worker, timm_missing = timm_worker.TimmWorker(torch_python), ''
@@ -155,11 +150,9 @@ def measure(plan: gpu_plan.Plan, results: Results, left, torch_python: str):
       last -= sum(r['setup_seconds'] for r in timm if r is not best)
   if worker:
     worker.close()  # its GPU memory goes back before the traces
-  sections = {
-      'attention': gpu_sections.attention_rows,
-      'profile': gpu_sections.profile_rows, 'input': gpu_sections.input_rows
-  }
-  for section, rows_of in sections.items():
+  for section, rows_of in (('attention', gpu_sections.attention_rows),
+                           ('profile', gpu_sections.profile_rows),
+                           ('input', gpu_sections.input_rows)):
     if dict(plan.budgets)[section]:  # --quick plans no time for the rest
       for row in rows_of(plan, lambda s=section: left(s)):
         results.add(row)
@@ -176,9 +169,8 @@ def main():
   parser.add_argument('--output', type=pathlib.Path,
                       help='The results (default: gpu_results.json here).')
   parser.add_argument(
-      '--readme', type=pathlib.Path,
-      help='The README whose GPU section is written '
-      '(default: README.md here).')
+      '--readme', type=pathlib.Path, help='The README whose '
+      'GPU section is written (default: README.md here).')
   parser.add_argument('--cifar_dir', type=pathlib.Path,
                       default=REPO.parent / 'shared/data/cifar10-5k',
                       help='The study\'s 5k CIFAR-10 subset.')

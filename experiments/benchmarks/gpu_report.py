@@ -35,11 +35,9 @@ def _measured(rows: list[dict], section: str, **fields) -> list[dict]:
 def pair(rows: list[dict], model: str) -> tuple[dict, dict]:
   """Our fastest row of `model` and timm's."""
   return tuple(
-      max(
-          _measured(rows, 'train step', model=model,
-                    implementation=implementation),
+      max(_measured(rows, 'train step', model=model, implementation=i),
           key=lambda r: r['images_per_second'], default={})
-      for implementation in ('vit_jax', 'timm'))
+      for i in ('vit_jax', 'timm'))
 
 
 def _study(rows: list[dict], state: str) -> dict:
@@ -52,16 +50,16 @@ def summary(results: dict) -> dict:
   """The headline numbers; None where the run has not measured them."""
   rows = results['rows']
   ours, timm = pair(rows, gpu_plan.B16)
-  return {
-      'device': results.get('device'),
-      'vit_b16_images_per_second': ours.get('images_per_second'),
-      'vit_b16_attention': ours.get('variant'), 'vit_b16_batch_size':
-          ours.get('batch_size'), 'vit_b16_peak_share': ours.get('peak_share'),
-      'timm_b16_best_images_per_second': timm.get('images_per_second'),
-      'timm_b16_best_mode': timm.get('variant'), 'study_cold_seconds': _study(
-          rows, 'cold').get('end_to_end_seconds'), 'study_warm_seconds': _study(
-              rows, 'warm').get('end_to_end_seconds'),
-  }
+  cold, warm = (_study(rows, s).get('end_to_end_seconds')
+                for s in ('cold', 'warm'))
+  return dict(device=results.get('device'),
+              vit_b16_images_per_second=ours.get('images_per_second'),
+              vit_b16_attention=ours.get('variant'),
+              vit_b16_batch_size=ours.get('batch_size'),
+              vit_b16_peak_share=ours.get('peak_share'),
+              timm_b16_best_images_per_second=timm.get('images_per_second'),
+              timm_b16_best_mode=timm.get('variant'), study_cold_seconds=cold,
+              study_warm_seconds=warm)
 
 
 def _number(value, digits: int = 1) -> str:
@@ -84,9 +82,7 @@ def _table(rows: list[dict], section: str, intro, header: list[str], lead,
            measured) -> list[str]:
   """`intro(first row)`, then a row's `lead` and `measured` cells or why not."""
   chosen = [r for r in rows if r['section'] == section]
-  if not chosen:
-    return []
-  return [
+  return chosen and [
       '',
       intro(chosen[0]), '',
       runs.markdown_table(header, [
@@ -101,8 +97,7 @@ def _status(met: bool | None) -> str:
   return 'not measured' if met is None else 'met' if met else 'not met'
 
 
-def _targets(results: dict) -> list[str]:
-  rows = results['rows']
+def _targets(rows: list[dict]) -> str:
   lines = []
   for model, (over_timm, share) in STEP_TARGETS.items():
     ours, timm = pair(rows, model)
@@ -123,11 +118,10 @@ def _targets(results: dict) -> list[str]:
         _status(met)
     ])
   for state, seconds in STUDY_SECONDS_TARGETS.items():
-    study = _study(rows, state)
-    took = study.get('end_to_end_seconds')
+    took = _study(rows, state).get('end_to_end_seconds')
     lines.append([
-        f'the study end to end, {state} compilation cache, '
-        f'< {seconds} s', f'{_number(took)} s' if took else '',
+        f'the study end to end, {state} compilation cache, < {seconds} s',
+        f'{_number(took)} s' if took else '',
         _status(None if took is None else took < seconds)
     ])
   # The whole study's runs (the one-step-a-call run is shorter).
@@ -143,17 +137,16 @@ def _targets(results: dict) -> list[str]:
   ])
   inputs = _measured(rows, 'input')
   b16 = pair(rows, gpu_plan.B16)[0].get('images_per_second')
-  keeps_up = (max(r['images_per_second']
-                  for r in inputs) >= INPUT_OVER_B16_TARGET *
-              b16 if inputs and b16 else None)
   lines.append([
       f'`benchmark_input` at 224 px >= {INPUT_OVER_B16_TARGET}x '
       f'{gpu_plan.B16}\'s step ({_number(b16)} img/s)',
       ', '.join(f'{_number(r["images_per_second"])} img/s ({r["loader"]})'
                 for r in inputs),
-      _status(keeps_up)
+      _status(
+          max(r['images_per_second'] for r in inputs) >= INPUT_OVER_B16_TARGET *
+          b16 if inputs and b16 else None)
   ])
-  return [runs.markdown_table(['target', 'measured', 'status'], lines)]
+  return runs.markdown_table(['target', 'measured', 'status'], lines)
 
 
 def report(results: dict) -> str:
@@ -167,9 +160,9 @@ def report(results: dict) -> str:
       f'{versions["jax"]}, CUDA {versions["cuda"]}, cuDNN '
       f'{versions["cudnn"]}, torch {versions.get("torch")}, timm '
       f'{versions.get("timm")}; {len(rows)} rows, ' +
-      ('finished in '
-       f'{results["seconds"]:.0f} s.' if results['finished'] else
-       'stopped before the end.'), '', *_targets(results),
+      (f'finished in {results["seconds"]:.0f} s.'
+       if results['finished'] else 'stopped before the end.'), '',
+      _targets(rows)
   ]
   if matmul := results.get('matmul'):
     lines += [
@@ -184,12 +177,11 @@ def report(results: dict) -> str:
       'alternating rounds (img/s of each round in brackets):', [
           'model', 'implementation', 'batch', 'img/s', 'TFLOP/s',
           'of bf16 peak', 'of the matmul', 'setup s'
-      ], lambda r: [
-          r['model'], f'{r["implementation"]} {r["variant"]}',
-          str(r['batch_size'])
-      ], lambda r: [
-          f'{_number(r["images_per_second"])} (' + ', '.join(
-              _number(x) for x in r['round_images_per_second']) + ')',
+      ], lambda r:
+      [r['model'], f'{r["implementation"]} {r["variant"]}', r['batch_size']],
+      lambda r: [
+          f'{_number(r["images_per_second"])} ('
+          f'{", ".join(map(_number, r["round_images_per_second"]))})',
           _number(r['train_tflop_per_second']),
           _percent(r['peak_share']),
           _percent(r['matmul_share']),
@@ -241,9 +233,8 @@ def report(results: dict) -> str:
           'loader', 'images', 'img/s', 'img/s per core', 'ms/batch',
           'first batch s'
       ], lambda r: [r.get('loader', ''), r['source']], lambda r: [
-          _number(r['images_per_second']),
-          _number(r['images_per_second_per_core']),
-          _number(r['ms_per_batch']),
-          _number(r['first_batch_seconds'])
+          _number(r[k])
+          for k in ('images_per_second', 'images_per_second_per_core',
+                    'ms_per_batch', 'first_batch_seconds')
       ])
   return '\n'.join(lines)

@@ -62,17 +62,14 @@ def contenders(
     plan: gpu_plan.Plan, timm_modes=tuple(gpu_plan.TIMM_MODES)
 ) -> list[tuple[str, str]]:
   """The rows of a model: (implementation, variant)."""
-  return ([('vit_jax', name)
-           for name in plan.attentions] + [('timm', mode)
-                                           for mode in timm_modes])
+  return [('vit_jax', a) for a in plan.attentions] + [('timm', mode)
+                                                      for mode in timm_modes]
 
 
 def not_measured(label: str, plan: gpu_plan.Plan, batch: int, reason: str,
-                 timm_modes=tuple(gpu_plan.TIMM_MODES)) -> list[dict]:
-  return [
-      _row(label, key, plan, batch, skipped=reason)
-      for key in contenders(plan, timm_modes)
-  ]
+                 timm_modes) -> list[dict]:
+  keys = contenders(plan, timm_modes)
+  return [_row(label, key, plan, batch, skipped=reason) for key in keys]
 
 
 def compare_model(
@@ -82,8 +79,7 @@ def compare_model(
   """`model`'s rows, each attention's and `timm_modes`', at a fitting batch."""
   first, *others = plan.attentions
   keys = contenders(plan, timm_modes)
-  skipped = {} if worker else {('timm', mode): timm_missing
-                               for mode in timm_modes}
+  skipped = {} if worker else {('timm', m): timm_missing for m in timm_modes}
   try:
     bench, batch = fitting_ours(plan, model, batch_size, attention=first)
   except Exception as e:  # pylint: disable=broad-except
@@ -111,12 +107,11 @@ def compare_model(
       skipped['vit_jax', name] = failure_note(e)
   # Ours: compiling; timm's: building, compiling and its first 3 steps.
   setup = {('vit_jax', name): b.compile_seconds for name, b in benches.items()}
-  if worker:
-    for mode in timm_modes:
-      try:
-        setup['timm', mode] = worker.receive()['warmup_seconds']
-      except timm_worker.WorkerError as e:
-        skipped['timm', mode] = str(e)
+  for mode in timm_modes if worker else ():
+    try:
+      setup['timm', mode] = worker.receive()['warmup_seconds']
+    except timm_worker.WorkerError as e:
+      skipped['timm', mode] = str(e)
 
   def time_round(key) -> float:
     implementation, name = key
@@ -136,34 +131,30 @@ def compare_model(
     with contextlib.suppress(timm_worker.WorkerError):  # its rows say so
       worker.send(op='clear')
       worker.receive()
+  # A key without a setup is skipped: its seconds and setup are never read.
   return [
-      _row(label, key, plan, batch, skipped=skipped[key]) if key in skipped else
-      _row(label, key, plan, batch, seconds=seconds[key], bench=bench,
-           peaks=peaks, setup_seconds=setup[key]) for key in keys
+      _row(label, key, plan, batch, skipped.get(key, ''), seconds.get(key),
+           bench, peaks, setup.get(key)) for key in keys
   ]
 
 
 def _row(label: str, key: tuple[str, str], plan: gpu_plan.Plan, batch: int,
-         skipped: str = '', seconds: list[float] = (),
-         bench: step_benchmark.StepBenchmark | None = None,
+         skipped: str = '', seconds: list[float] = (), bench=None,
          peaks: dict | None = None, setup_seconds: float = 0) -> dict:
-  implementation, variant = key
-  row = {
-      'section': 'train step', 'model': label, 'implementation': implementation,
-      'variant': variant, 'image_size': plan.image_size, 'batch_size': batch
-  }
+  row = dict(section='train step', model=label, implementation=key[0],
+             variant=key[1], image_size=plan.image_size, batch_size=batch)
   if skipped:
     return {**row, 'skipped': skipped}
   step = statistics.median(seconds)
   flop_per_second = bench.train_flops_per_second(step)
-  return {
-      **row, 'images_per_second': batch / step, 'ms_per_step': 1000 * step,
-      'round_images_per_second': [batch / s for s in seconds],
-      'train_tflop_per_second': flop_per_second / 1e12, 'peak_share':
-          (flop_per_second / peaks['datasheet'] if peaks['datasheet'] else None
-          ), 'matmul_share': flop_per_second / peaks['matmul'],
-      'setup_seconds': setup_seconds,
-  }
+  datasheet = peaks['datasheet']
+  return dict(row, images_per_second=batch / step,
+              ms_per_step=1000 * step, round_images_per_second=[
+                  batch / s for s in seconds
+              ], train_tflop_per_second=flop_per_second / 1e12,
+              peak_share=flop_per_second / datasheet if datasheet else None,
+              matmul_share=flop_per_second / peaks['matmul'],
+              setup_seconds=setup_seconds)
 
 
 def run_study(plan: gpu_plan.Plan, cifar_dir: pathlib.Path, timeout: float,
@@ -171,10 +162,8 @@ def run_study(plan: gpu_plan.Plan, cifar_dir: pathlib.Path, timeout: float,
               overrides: dict | None = None) -> dict:
   """The study in a process of its own, its `cache` 'cold' (empty) or 'warm'."""
   overrides = {**plan.study_overrides, **(overrides or {})}
-  row = {
-      'section': 'study', 'config': 'configs/cifar_small.py',
-      'overrides': overrides, 'compilation_cache': state
-  }
+  row = dict(section='study', config='configs/cifar_small.py',
+             overrides=overrides, compilation_cache=state)
   if timeout <= 0:
     return {**row, 'skipped': OUT_OF_TIME}
   run = study_step.run_study(cifar_dir,
@@ -195,13 +184,12 @@ def run_study(plan: gpu_plan.Plan, cifar_dir: pathlib.Path, timeout: float,
   # and saving), to set runs of other lengths side by side.
   pace = statistics.median(r['images_per_second'] for r in records
                            if 'images_per_second' in r)
-  return {
-      **row, 'end_to_end_seconds': run['seconds'], 'train_seconds':
-          summary['train_seconds'], 'train_images_per_second': pace,
-      'epochs': summary['epochs'], 'steps': summary['steps'],
-      'best_test_accuracy': summary['best_test_accuracy'], 'log': phases,
-      **timeline.timeline(summary, records)
-  }
+  return dict(row, end_to_end_seconds=run['seconds'],
+              train_seconds=summary['train_seconds'],
+              train_images_per_second=pace, epochs=summary['epochs'],
+              steps=summary['steps'],
+              best_test_accuracy=summary['best_test_accuracy'], log=phases,
+              **timeline.timeline(summary, records))
 
 
 # The study with a cold, then a warm compilation cache; then 6 epochs warm
@@ -216,8 +204,8 @@ def study_rows(plan: gpu_plan.Plan, cifar_dir: pathlib.Path, seconds_left,
   """The study's `STUDY_RUNS`, sharing one compilation cache."""
   with tempfile.TemporaryDirectory() as cache:
     return [
-        run_study(plan, cifar_dir, seconds_left(), env, pathlib.Path(cache),
-                  state, overrides) for state, overrides in STUDY_RUNS
+        run_study(plan, cifar_dir, seconds_left(), env, pathlib.Path(cache), *r)
+        for r in STUDY_RUNS
     ]
 
 
@@ -245,12 +233,11 @@ def write_jpegs(folder: pathlib.Path, count: int, size: tuple[int, int]):
 def input_rows(plan: gpu_plan.Plan, seconds_left) -> list[dict]:
   """`benchmark_input` with threads (0) and a worker process per core (-1)."""
   width, height = plan.jpeg_size
-  row = {
-      'section': 'input', 'image_size': plan.input_image_size,
-      'batch_size': plan.input_batch_size,
-      'source': f'{width}x{height} JPEGs to {plan.input_image_size} px, '
-                f'batch {plan.input_batch_size}'
-  }
+  row = dict(
+      section='input', image_size=plan.input_image_size,
+      batch_size=plan.input_batch_size,
+      source=f'{width}x{height} JPEGs to {plan.input_image_size} px, '
+      f'batch {plan.input_batch_size}')
   if seconds_left() <= 0:
     return [{**row, 'skipped': OUT_OF_TIME}]
   with tempfile.TemporaryDirectory() as folder:
@@ -271,9 +258,7 @@ def input_rows(plan: gpu_plan.Plan, seconds_left) -> list[dict]:
 def attention_rows(plan: gpu_plan.Plan, seconds_left) -> list[dict]:
   """The attention layer in bf16: einsum, and fused at each token multiple."""
   batch, tokens, heads, head_dim = plan.attention_shape
-  row = {
-      'section': 'attention', 'shape': list(plan.attention_shape), 'layer': True
-  }
+  row = dict(section='attention', shape=list(plan.attention_shape), layer=True)
   if seconds_left() <= 0:
     return [{**row, 'skipped': OUT_OF_TIME}]
   kernel = 'cudnn' if fused_attention.cudnn_applies(
@@ -317,11 +302,8 @@ def trace_profile(bench: step_benchmark.StepBenchmark, steps: int) -> dict:
       # Without it, the kinds of work are still measured.
       parts, failed = {}, failure_note(e)
     kinds, by_part, heaviest = profile_step.device_profile(events, steps, parts)
-  return {
-      'ms_per_step_by_kind': kinds,
-      'ms_per_step_by_model_part': failed or by_part,
-      'heaviest_kernels': heaviest
-  }
+  return dict(ms_per_step_by_kind=kinds, ms_per_step_by_model_part=failed or
+              by_part, heaviest_kernels=heaviest)
 
 
 def profile_rows(plan: gpu_plan.Plan, seconds_left) -> list[dict]:

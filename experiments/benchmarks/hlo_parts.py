@@ -125,8 +125,7 @@ def model_parts(hlo_text: str) -> dict[str, Part]:
         if operand is None:
           continue
         described = parts[operand]._replace(operations=(f'moves {operand}',))
-      parts[name] = parts[name.replace('.', '_').replace('-',
-                                                         '_')] = (described)
+      parts[name] = parts[re.sub(r'[.-]', '_', name)] = described
   return parts
 
 

@@ -15,22 +15,21 @@ from experiments import runs
 from experiments.benchmarks import hlo_parts
 from experiments.benchmarks import study_step
 
-# Kinds of work, by XLA's names for its thunks; the first match wins.
+# Kinds of work, by XLA's names for its thunks (regular expressions); the
+# first match wins.
 KINDS = {
-    'matmuls (YNNPACK kernels)': re.compile(r'^ynn_fusion'),
-    'gradient all-reduce': re.compile(r'all-reduce|collective'),
-    'waits for other threads (rendezvous)': re.compile(r'(?i)^Wait'),
-    'layout copies': re.compile(r'copy|transpose'), 'dropout selects, GELU':
-        re.compile(r'select|tanh'),
-    'batched attention dots': re.compile(r'^dot'),
+    'matmuls (YNNPACK kernels)': r'^ynn_fusion',
+    'gradient all-reduce': r'all-reduce|collective',
+    'waits for other threads (rendezvous)': r'(?i)^Wait',
+    'layout copies': r'copy|transpose', 'dropout selects, GELU': r'select|tanh',
+    'batched attention dots': r'^dot'
 }
 OTHER = 'other elementwise and reductions'
 # The threads that run the compiled step's operations, one or more per
 # device; the PjRt client's thread runs some itself between its waits (in a
 # trace of SimpleCNN's step on a 2-core CPU, its first six), and of its events
 # only the operations count, not the runtime's spans (`A::B`).
-WORKER_THREADS = re.compile(r'^tf_XLAEigen')
-CLIENT_THREADS = re.compile(r'^tf_XLAPjRtCpuClient')
+WORKER_THREADS, CLIENT_THREADS = 'tf_XLAEigen', 'tf_XLAPjRtCpuClient'
 
 
 def self_times(events: list[dict]) -> list[tuple[str, float]]:
@@ -51,10 +50,10 @@ def self_times(events: list[dict]) -> list[tuple[str, float]]:
 
 def trace_events(trace_dir: pathlib.Path) -> list[dict]:
   """The events of the newest trace in `trace_dir`; none without one."""
-  traces = sorted(trace_dir.rglob('perfetto_trace.json.gz'),
-                  key=lambda path: path.stat().st_mtime)
-  return traces and json.loads(gzip.decompress(
-      traces[-1].read_bytes()))['traceEvents']
+  newest = max(trace_dir.rglob('perfetto_trace.json.gz'), default=None,
+               key=lambda path: path.stat().st_mtime)
+  return json.loads(gzip.decompress(
+      newest.read_bytes()))['traceEvents'] if newest else []
 
 
 def _worker_events(events: list[dict]) -> dict[int, list[dict]]:
@@ -66,17 +65,15 @@ def _worker_events(events: list[dict]) -> dict[int, list[dict]]:
   by_thread = collections.defaultdict(list)
   for e in events:
     thread = threads.get(e.get('tid'), '')
-    if e.get('ph') == 'X' and (WORKER_THREADS.match(thread) or
-                               (CLIENT_THREADS.match(thread) and
+    if e.get('ph') == 'X' and (thread.startswith(WORKER_THREADS) or
+                               (thread.startswith(CLIENT_THREADS) and
                                 '::' not in e['name'])):
       by_thread[e['tid']].append(e)
   return by_thread
 
 
-def thread_profile(
-    by_thread: dict[int, list[dict]], steps: int,
-    parts: dict[str,
-                hlo_parts.Part]) -> tuple[dict[str, float], dict[str, float]]:
+def thread_profile(by_thread: dict[int, list[dict]], steps: int,
+                   parts: dict[str, hlo_parts.Part]) -> tuple[dict, dict]:
   """Thread-ms per step of XLA's CPU operations by kind (KINDS) and by part."""
   timed = [(_kind(KINDS, name), parts.get(name), own)
            for thread_events in by_thread.values()
@@ -85,14 +82,14 @@ def thread_profile(
   return _per_step(timed, KINDS, spans, steps, 'sum over threads', 'wall')
 
 
-def _kind(kinds: dict[str, re.Pattern], text: str) -> str:
+def _kind(kinds: dict[str, str], text: str) -> str:
   """The first of `kinds` whose pattern `text` matches, else OTHER."""
-  return next((k
-               for k, pattern in kinds.items() if pattern.search(text)), OTHER)
+  return next((k for k, pattern in kinds.items() if re.search(pattern, text)),
+              OTHER)
 
 
 def _per_step(timed, order, spans: list[dict], steps: int, summed: str,
-              wall: str) -> tuple[dict[str, float], dict[str, float]]:
+              wall: str) -> tuple[dict, dict]:
   """(kind, part, us) as ms per step by kind (`order`, OTHER, sums) and part."""
   kinds, by_part = collections.Counter(), collections.Counter()
   for kind, where, us in timed:
@@ -107,18 +104,17 @@ def _per_step(timed, order, spans: list[dict], steps: int, summed: str,
 
 # Kinds of a GPU step's kernels, by their names and the XLA and jax op names
 # the trace gives them (`steps` scopes the optimizer's update as
-# 'optimizer'); the first match wins.
+# 'optimizer'); the first match wins. Attention: flash attention's kernels,
+# and the cuDNN fusions of its backward pass; convolutions: cuDNN's, by their
+# XLA custom call (the patch embedding's).
 DEVICE_KINDS = {
-    # Flash attention's kernels, and the cuDNN fusions of its backward pass.
-    'attention (cuDNN)': re.compile(r'sdpa|fmha|flash|cudnn::fusion', re.I),
-    # cuDNN's, by their XLA custom call (the patch embedding's).
-    'convolutions': re.compile(r'cudnn-conv|implicit_gemm', re.I),
-    'matmuls': re.compile(r'gemm|nvjet|cublas|cutlass|xmma|wgmma|matmul|\bdot',
-                          re.I),
-    'optimizer update': re.compile(r'optimizer'),
-    'layer norms and other reductions': re.compile(r'reduce|norm', re.I),
-    'copies and transposes': re.compile(r'copy|transpose|memcpy|memset', re.I),
-    'other fusions': re.compile(r'fusion|loop', re.I),
+    'attention (cuDNN)': r'(?i)sdpa|fmha|flash|cudnn::fusion',
+    'convolutions': r'(?i)cudnn-conv|implicit_gemm',
+    'matmuls': r'(?i)gemm|nvjet|cublas|cutlass|xmma|wgmma|matmul|\bdot',
+    'optimizer update': r'optimizer',
+    'layer norms and other reductions': r'(?i)reduce|norm',
+    'copies and transposes': r'(?i)copy|transpose|memcpy|memset',
+    'other fusions': r'(?i)fusion|loop'
 }
 
 
@@ -206,10 +202,8 @@ def matmuls_alone_and_side_by_side():
       ]
       rows[-1].append(', '.join(f'{float(p.communicate()[0]):.0f}'
                                 for p in started))
-  print(
-      runs.markdown_table(
-          ['matmul (M x K x N)', 'alone, GFLOP/s', 'two at once, GFLOP/s each'],
-          rows))
+  header = ['matmul (M x K x N)', 'alone, GFLOP/s', 'two at once, GFLOP/s each']
+  print(runs.markdown_table(header, rows))
 
 
 def tables(kinds: dict[str, float], by_part: dict[str, float] | str | None,

@@ -42,8 +42,7 @@ PROFILED = 'no_command_buffers'
 def run_cpu_variant(variant: str, steps: int) -> dict:
   if variant.startswith('flax_'):
     _use_flax_dropout(variant.removeprefix('flax_'))
-  attention = ('dot_product_attention'
-               if variant == 'dot_product_attention' else 'einsum')
+  attention = variant if variant == 'dot_product_attention' else 'einsum'
   result = study_step.measure(4, steps_timed=steps, attention=attention)
   keys = 'train_images_per_second', 'train_utilization'
   return {'variant': variant, **{k: result[k] for k in keys}}
@@ -71,11 +70,9 @@ def run_gpu_variant(variant: str, steps: int, smoke: bool) -> dict:
   _, model, batch = plan.models[0]
   bench, batch = gpu_sections.fitting_ours(plan, model, batch, attention='auto')
   seconds = step_benchmark.median_seconds(bench.train_step, steps)
-  result = {
-      'variant': variant, 'batch_size': batch,
-      'train_images_per_second': batch / seconds,
-      'compile_seconds': bench.compile_seconds
-  }
+  result = dict(variant=variant, batch_size=batch,
+                train_images_per_second=batch / seconds,
+                compile_seconds=bench.compile_seconds)
   if variant == PROFILED:
     # Its timing first, kept should the trace fail or outrun the run's time.
     print(RESULT + json.dumps(result), flush=True)
@@ -181,9 +178,8 @@ def main():
   parser.add_argument('--seconds', type=float, default=float('inf'),
                       help='Start no run after this many seconds.')
   parser.add_argument(
-      '--run_timeout', type=float, default=120,
-      help='Seconds one run may take before it counts as '
-      'failed.')
+      '--run_timeout', type=float, default=120, help='Seconds '
+      'one run may take before it counts as failed.')
   parser.add_argument('--output', type=pathlib.Path,
                       help='The runs as JSON, rewritten after each.')
   parser.add_argument('--variant', help=argparse.SUPPRESS)  # one run, here
@@ -213,8 +209,7 @@ def main():
     said = (f'{result["train_images_per_second"]:.1f} img/s'
             if 'failed' not in result else f'failed: {result["failed"]}')
     print(f'round {round_number}: {variant}: {said}', flush=True)
-  medians = ('train_images_per_second',) + (
-      ('compile_seconds',) if args.gpu else ())
+  medians = ['train_images_per_second'] + ['compile_seconds'] * args.gpu
   rows = []
   for variant in variants:
     done = [r for r in results if r['variant'] == variant and 'failed' not in r]

@@ -2,8 +2,7 @@
 
 It answers each JSON line with one: first its versions or why torch and timm
 do not import, then `prepare` (name, architecture, batch, compiled, dtype) ->
-warmup_seconds; `time` (name, steps) -> seconds; `clear` -> {}; or `error`.
-"""
+warmup_seconds; `time` (name, steps) -> seconds; `clear` -> {}; or `error`."""
 
 import contextlib
 import functools
@@ -24,28 +23,18 @@ def timm_vit(image: int, patch: int, hidden: int, layers: int, heads: int,
   from timm.models import vision_transformer  # pylint: disable=g-import-not-at-top
   from torch import nn  # pylint: disable=g-import-not-at-top
 
+  # Dropout where ours has it: after the position embedding (pos_drop), the
+  # attention's projection and the MLP's layers (proj_drop, drop1, drop2);
+  # none on attention weights, the head (drop_rate) or paths.
   model = vision_transformer.VisionTransformer(
-      img_size=image,
-      patch_size=patch,
-      num_classes=classes,
-      global_pool='token',
-      class_token=True,
-      embed_dim=hidden,
-      depth=layers,
-      num_heads=heads,
-      mlp_ratio=mlp / hidden,
-      qkv_bias=True,
-      norm_layer=functools.partial(nn.LayerNorm, eps=1e-6),
-      act_layer=functools.partial(nn.GELU, approximate='tanh'),
-      # Dropout where ours has it: after the position embedding (pos_drop),
-      # the attention's projection and the MLP's layers (proj_drop, drop1,
-      # drop2); none on attention weights, the head (drop_rate) or paths.
-      pos_drop_rate=dropout,
-      proj_drop_rate=dropout,
-      attn_drop_rate=0.0,
-      drop_rate=0.0,
-      drop_path_rate=0.0,
-      weight_init='jax')
+      img_size=image, patch_size=patch, num_classes=classes,
+      global_pool='token', class_token=True, embed_dim=hidden, depth=layers,
+      num_heads=heads, mlp_ratio=mlp / hidden, qkv_bias=True,
+      norm_layer=functools.partial(nn.LayerNorm,
+                                   eps=1e-6), act_layer=functools.partial(
+                                       nn.GELU, approximate='tanh'),
+      pos_drop_rate=dropout, proj_drop_rate=dropout, attn_drop_rate=0.0,
+      drop_rate=0.0, drop_path_rate=0.0, weight_init='jax')
   counted = sum(p.numel() for p in model.parameters())
   assert counted == parameters, (counted, parameters)
   layer_norms = [m for m in model.modules() if isinstance(m, nn.LayerNorm)]
