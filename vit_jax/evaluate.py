@@ -41,7 +41,8 @@ _CHECKPOINT, _MODEL, _STEP, _DATA_DIR = command.define_checkpoint_flags(
 _CONFIG = config_flags.DEFINE_config_file(
     'config', None,
     "The dataset and preprocessing, e.g. configs/cifar_small.py "
-    "(default for a workdir: its run's config).", lock_config=False)
+    "(default for a workdir: its run's config).", lock_config=False,
+    accept_new_attributes=True)  # the schema names a field that is not one
 _RELEASED_PREPROCESSING = flags.DEFINE_bool(
     'released_preprocessing', False, 'Preprocess as the checkpoint '
     'expects: the resolution of its position embeddings, the mean and std '
