@@ -50,6 +50,8 @@ def test_a_number_out_of_its_fields_range_is_named():
       ('grad_clip_norm', float('inf'), 'grad_clip_norm=inf must be a finite'),
       ('weight_decay', float('nan'), 'weight_decay=nan must be a finite'),
       ('adam_b2', 1.0, r'adam_b2=1.0 must be in \[0, 1\)'),
+      ('pixel_mean', (0.5, 0.5), r'pixel_mean=\(0.5, 0.5\) must be 3 numbers'),
+      ('pixel_std', (0, 1, 1), r'pixel_std=\(0, 1, 1\) must be 3 positive'),
       ('validation_dir', '/v', 'validation_examples=0 holds none out: set how '
        'many, e.g. --config.validation_examples=5000')):
     with pytest.raises(ConfigError, match=message):

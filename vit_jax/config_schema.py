@@ -22,6 +22,8 @@ RELEASED_PIXELS = vit_model.RELEASED_PIXELS
 _POSITIVE = (lambda v: v > 0, 'must be positive')
 _NON_NEGATIVE = (lambda v: v >= 0, 'must be >= 0')
 _FRACTION = (lambda v: 0 <= v < 1, 'must be in [0, 1)')
+_PER_CHANNEL = (lambda v: isinstance(v, (tuple, list)) and len(v) == 3,
+                'must be 3 numbers, one per RGB channel')
 
 
 @dataclasses.dataclass(frozen=True)
@@ -126,9 +128,12 @@ FIELDS: dict[str, Field] = {
         2.5, 'Locality guidance: the weight of the imitation loss added to '
         'the objective (Li et al.: 2.5).', check=_NON_NEGATIVE),
     'pixel_mean': Field(RELEASED_PIXELS[0],
-                        'Per-channel mean subtracted from pixels in [0, 1].'),
-    'pixel_std': Field(RELEASED_PIXELS[1],
-                       'Per-channel std pixels are divided by.'),
+                        'Per-channel mean subtracted from pixels in [0, 1].',
+                        check=_PER_CHANNEL),
+    'pixel_std': Field(
+        RELEASED_PIXELS[1], 'Per-channel std pixels are divided by.',
+        check=(lambda v: _PER_CHANNEL[0](v) and min(v) > 0,
+               'must be 3 positive numbers, one per RGB channel')),
     # How long, and how often.
     'total_steps': Field(
         0, 'Optimizer steps of the run; 0: num_epochs epochs of the training '
@@ -226,9 +231,7 @@ _SET_IN_STEPS_BY = dict(num_epochs='total_steps', warmup_epochs='warmup_steps')
 
 def defaults() -> ml_collections.ConfigDict:
   """A config holding every field at its default."""
-  return ml_collections.ConfigDict({
-      name: field.default for name, field in FIELDS.items()
-  })
+  return ml_collections.ConfigDict({n: f.default for n, f in FIELDS.items()})
 
 
 def validate(config: ml_collections.ConfigDict, num_devices: int,
