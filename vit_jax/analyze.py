@@ -5,8 +5,7 @@ r"""Figures of what a ViT learned, from any checkpoint (docs/analysis.md).
       --images=photos/ --class_names=imagenet21k_classes.txt --out=/tmp/b16
 
 A run is analyzed on its test images, whose figures also go to its
-TensorBoard, unless --images is given; another checkpoint needs --images.
-"""
+TensorBoard, unless --images is given; another checkpoint needs --images."""
 
 # pylint: disable=g-import-not-at-top,wrong-import-position
 from vit_jax.runtime import stop_signals

@@ -14,8 +14,7 @@ transformers ViT folder. DEST is written in --format:
 `vit_jax.checkpoints.export` writes them (docs/checkpoints.md). DEST is
 replaced whole: after a failure or Ctrl-C it holds the old file or folder.
 Exit status 0; 1 after one `error:` line (a full disk included); 130 or 75
-after Ctrl-C or SIGTERM.
-"""
+after Ctrl-C or SIGTERM."""
 
 # pylint: disable=g-import-not-at-top,wrong-import-position
 from vit_jax.runtime import stop_signals

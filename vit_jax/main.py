@@ -11,8 +11,7 @@ default and what it means are in vit_jax/config_schema.py (docs/training.md).
 Exit status: 0 when the run is complete; 75 when SIGTERM or Ctrl-C stopped
 it with nothing lost (rerun to resume); 1 for a problem the message explains;
 130 when a second Ctrl-C stopped it at once (rerun to resume from the newest
-complete checkpoint). Several hosts: docs/multi_host.md.
-"""
+complete checkpoint). Several hosts: docs/multi_host.md."""
 
 # pylint: disable=g-import-not-at-top,wrong-import-position
 from vit_jax.runtime import stop_signals

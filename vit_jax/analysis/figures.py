@@ -66,9 +66,8 @@ def plot_attention_distance(path, distances: np.ndarray, image_size: int,
   ax.plot(np.arange(1, layers + 1), distances.mean(axis=1), 'k-', lw=1,
           label='mean')
   ax.axhline(uniform, color='gray', linestyle=':', label='uniform attention')
-  ax.set_xlabel('network depth (layer)')
-  ax.set_ylabel('mean attention distance (pixels)')
-  ax.set_ylim(0, image_size)
+  ax.set(xlabel='network depth (layer)', ylim=(0, image_size),
+         ylabel='mean attention distance (pixels)')
   ax.grid(alpha=0.3)
   ax.legend(fontsize=6, ncol=2)
   fig.tight_layout()
@@ -97,8 +96,7 @@ def plot_position_embeddings(path, similarity: np.ndarray, correlation: float,
       f'similarity to the centre patch\n'
       f'corr(similarity, grid distance) = {correlation:.2f}', fontsize=9)
   for ax in axes:
-    ax.set_xticks([])
-    ax.set_yticks([])
+    ax.set(xticks=[], yticks=[])
   fig.colorbar(image, ax=axes, shrink=0.8, label='cosine similarity')
   if title:
     fig.suptitle(title, fontsize=10)

@@ -81,9 +81,8 @@ def image_files(specs: list[str]) -> list[pathlib.Path]:
     else:
       raise AnalysisError(f'--images: {path} does not exist.')
   if not found:
-    *others, last = files.IMAGE_SUFFIXES
     raise AnalysisError(f'--images={",".join(specs)} holds no '
-                        f'{", ".join(others)} or {last} file.')
+                        f'{files.IMAGE_TYPES} file.')
   return found
 
 

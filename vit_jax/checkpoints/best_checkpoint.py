@@ -1,8 +1,7 @@
 """The checkpoint of a run's best evaluation, `workdir/best_checkpoint/<step>/`.
 
 Its newest step is the history's best evaluation, for any regular checkpoint
-a run may resume from: hence `wait` and `prune`.
-"""
+a run may resume from: hence `wait` and `prune`."""
 
 import math
 import pathlib

@@ -14,11 +14,9 @@ __all__ = ['Input', 'OnDeviceInput', 'StreamingInput', 'create_input']
 
 def create_input(config, mesh) -> Input:
   """`config.input_pipeline`'s input, the same on every process."""
-  if config.input_pipeline == 'on_device':
-    inputs = OnDeviceInput(sources.open_dataset(config, whole=True), config,
-                           mesh)
-  else:
-    inputs = StreamingInput(sources.open_dataset(config), config, mesh)
+  on_device = config.input_pipeline == 'on_device'
+  kind = OnDeviceInput if on_device else StreamingInput
+  inputs = kind(sources.open_dataset(config, whole=on_device), config, mesh)
   differ = distributed.processes_that_differ(inputs.fingerprint())
   if differ:
     raise DatasetError(

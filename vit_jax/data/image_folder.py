@@ -34,8 +34,6 @@ _WHOLE_FILES = ((b'\xff\xd8\xff', b'\xff\xd9'), (b'\x89PNG\r\n\x1a\n',
                                                  b'IEND\xaeB`\x82'))
 
 _SHOWN_PROBLEMS = 20
-_SUFFIXES = ', '.join(
-    files.IMAGE_SUFFIXES[:-1]) + ' or ' + files.IMAGE_SUFFIXES[-1]
 
 
 class _NotDecoded(Exception):
@@ -178,7 +176,7 @@ def _list_class(folder: pathlib.Path,
     else:
       findings.ignore(path, folder=entry.is_dir())
   if not images:
-    findings.problem(folder, f'holds no {_SUFFIXES} image', folder=True)
+    findings.problem(folder, f'holds no {files.IMAGE_TYPES} image', folder=True)
   return images
 
 
@@ -298,4 +296,4 @@ def _check(findings: _Findings, paths: list[pathlib.Path],
     logging.warning(
         'Ignored %s in %s that are not %s images: %s.',
         _count(len(findings.ignored), 'file or folder', 'files and folders'),
-        folder, _SUFFIXES, _listed(findings.ignored))
+        folder, files.IMAGE_TYPES, _listed(findings.ignored))

@@ -108,11 +108,14 @@ def _validation_drawn(pool: Source, count: int, available: int) -> np.ndarray:
   return np.sort(np.random.default_rng(0).choice(len(pool), count, False))
 
 
-def _training_and_validation(dataset: Dataset, config) -> tuple[Source, Source]:
+def _training_and_validation(dataset: Dataset,
+                             config) -> tuple[Source, Source | None]:
   """The examples the run trains on, and those it holds out for validation."""
   trained = _chosen(dataset, 'train', config.train_examples, config.seed)
   train = dataset.train if trained is None else _take(dataset.train, trained)
   count = config.validation_examples
+  if not count:
+    return train, None
   if config.validation_dir:  # only the images drawn are read and checked
     return train, image_folder.open_split(
         pathlib.Path(config.validation_dir).expanduser(), dataset.num_classes,
@@ -170,10 +173,6 @@ def open_dataset(config, whole: bool = False) -> Dataset:
 def _cut(dataset: Dataset, config) -> Dataset:
   """`dataset` cut to the config's sizes, with its validation split."""
   test = subset(dataset, 'test', config.test_examples, config.seed)
-  if not config.validation_examples:
-    return dataclasses.replace(
-        dataset, test=test, train=subset(dataset, 'train',
-                                         config.train_examples, config.seed))
   train, validation = _training_and_validation(dataset, config)
   return dataclasses.replace(dataset, train=train, validation=validation,
                              test=test)

@@ -18,7 +18,6 @@ _LAYER = re.compile(r'vit\.encoder\.layer\.(\d+)\.')
 # ViTForImageClassification's names; a bare ViTModel's lack the prefix.
 _PREFIX = 'vit.'
 _HEAD = ('classifier.weight', 'classifier.bias')
-_ATTENTION = 'MultiHeadDotProductAttention_0/'
 _TOP = {
     'cls': _PREFIX + 'embeddings.cls_token',
     torch.POSITIONS: _PREFIX + 'embeddings.position_embeddings',
@@ -31,10 +30,10 @@ _TOP = {
 }
 _BLOCK_NAMES = {
     'LayerNorm_0': 'layernorm_before',
-    _ATTENTION + 'query': 'attention.attention.query',
-    _ATTENTION + 'key': 'attention.attention.key',
-    _ATTENTION + 'value': 'attention.attention.value',
-    _ATTENTION + 'out': 'attention.output.dense',
+    torch.ATTENTION + 'query': 'attention.attention.query',
+    torch.ATTENTION + 'key': 'attention.attention.key',
+    torch.ATTENTION + 'value': 'attention.attention.value',
+    torch.ATTENTION + 'out': 'attention.output.dense',
     'LayerNorm_1': 'layernorm_after',
     'MlpBlock_0/Dense_0': 'intermediate.dense',
     'MlpBlock_0/Dense_1': 'output.dense',
@@ -150,11 +149,9 @@ def read(path: pathlib.Path, model_name: str | None) -> dict:
       for key, value in state.items()
   }
   pooler = state.get(_PREFIX + 'pooler.dense.bias')
-  model, image_size = torch.expected_model(
-      state, _name, _LAYER, library='transformers', model_name=model_name,
-      stated=_STATED, config=config_dict, source=str(path),
+  shapes = torch.expected_shapes(
+      state, _name, _LAYER, to_state, library='transformers',
+      layout="transformers' layout", model_name=model_name, stated=_STATED,
+      config=config_dict, source=str(path), optional=_HEAD,
       representation_size=None if pooler is None else pooler.shape[0])
-  shapes = torch.checked_shapes(state, model, image_size, to_state,
-                                optional=_HEAD, source=str(path),
-                                layout="transformers' layout")
   return torch.from_state(state, shapes, _name)

@@ -86,14 +86,12 @@ def unstack_blocks(params: Mapping[str, Any]) -> dict[str, Any]:
   return params
 
 
-def param_shapes(model: nn.Module,
-                 image_size: int | tuple[int, int]) -> dict[str, Any]:
+def param_shapes(model: nn.Module, image_size: int) -> dict[str, Any]:
   """`model`'s parameter shapes and dtypes, computing no parameter."""
-  height, width = ((image_size,
-                    image_size) if isinstance(image_size, int) else image_size)
   return jax.eval_shape(
       functools.partial(model.init, train=False), jax.random.key(0),
-      jax.ShapeDtypeStruct((1, height, width, 3), jnp.float32))['params']
+      jax.ShapeDtypeStruct((1, image_size, image_size, 3),
+                           jnp.float32))['params']
 
 
 def _shapes(tree: Mapping[str, Any], source: str) -> dict[str, tuple]:

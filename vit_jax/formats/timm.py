@@ -42,7 +42,6 @@ _HYBRID_FACTORIES = {
 }
 _BLOCK = re.compile(r'blocks\.(\d+)\.')
 _HEAD = ('head.weight', 'head.bias')
-_ATTENTION = 'MultiHeadDotProductAttention_0/'
 _TOP = {
     'cls': 'cls_token', torch.POSITIONS: 'pos_embed',
     'embedding': 'patch_embed.proj', 'Transformer/encoder_norm': 'norm',
@@ -50,9 +49,9 @@ _TOP = {
 }
 # Query, key and value unfused, as timm's `attn.qkv` split (`_fused`).
 _BLOCK_NAMES = {
-    'LayerNorm_0': 'norm1', _ATTENTION + 'query': 'attn.q',
-    _ATTENTION + 'key': 'attn.k', _ATTENTION + 'value': 'attn.v',
-    _ATTENTION + 'out': 'attn.proj', 'LayerNorm_1': 'norm2',
+    'LayerNorm_0': 'norm1', torch.ATTENTION + 'query': 'attn.q',
+    torch.ATTENTION + 'key': 'attn.k', torch.ATTENTION + 'value': 'attn.v',
+    torch.ATTENTION + 'out': 'attn.proj', 'LayerNorm_1': 'norm2',
     'MlpBlock_0/Dense_0': 'mlp.fc1', 'MlpBlock_0/Dense_1': 'mlp.fc2',
 }
 
@@ -216,12 +215,10 @@ def read(path: pathlib.Path, model_name: str | None) -> dict:
     if key in state:
       raise CheckpointError(f'{path} holds a timm ViT with {what} ({key}), '
                             'which the official ViT does not have.')
-  model, image_size = torch.expected_model(
-      state, _names({}), _BLOCK, library='timm', model_name=model_name,
-      stated=_STATED, config=model_args, source=str(path),
+  shapes = torch.expected_shapes(
+      state, _names({}), _BLOCK, to_state, library='timm',
+      layout="timm's layout", model_name=model_name, stated=_STATED,
+      config=model_args, source=str(path), optional=_HEAD,
       classifier='token' if 'cls_token' in state else 'gap',
       **_hybrid_fields(state, str(path)))
-  shapes = torch.checked_shapes(state, model, image_size, to_state,
-                                optional=_HEAD, source=str(path),
-                                layout="timm's layout")
   return torch.from_state(_unfused(state), shapes, _names(shapes))

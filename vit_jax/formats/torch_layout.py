@@ -22,6 +22,7 @@ from vit_jax.runtime import files
 _ARRAYS = {'kernel': 'weight', 'scale': 'weight', 'bias': 'bias'}
 _OUR_BLOCK = re.compile(rf'{names.ENCODER}/{names.BLOCK_PREFIX}(\d+)/(.+)')
 POSITIONS = names.path(names.POSITION_EMBEDDING_TABLE)
+ATTENTION = names.ATTENTION + '/'  # a block's attention's modules
 
 # Their name of one of our modules, or of an array of none ('cls').
 Names = Callable[[str], str]
@@ -82,11 +83,12 @@ def from_state(state: dict, expected: dict, name: Names) -> dict:
       }, sep='/')
 
 
-def expected_model(state: dict, name: Names, layer: re.Pattern, *, library: str,
-                   model_name: str | None, stated: dict[str, str], config: dict,
-                   source: str,
-                   **fields) -> tuple[models.VisionTransformer, int]:
-  """The ViT and image size of `state`'s shapes (`layer`: a block's names)."""
+def expected_shapes(state: dict, name: Names, layer: re.Pattern,
+                    to_theirs: Callable[[dict], dict],
+                    optional: tuple[str, ...], *, library: str, layout: str,
+                    model_name: str | None, stated: dict[str, str],
+                    config: dict, source: str, **fields) -> dict:
+  """Our shapes of the ViT in `state`, checked as `to_theirs` lays them out."""
   mlp = f'{names.ENCODER}/{names.block_name(0)}/{names.MLP}/Dense_0/kernel'
   required = [
       POSITIONS, 'embedding/kernel',
@@ -123,14 +125,7 @@ def expected_model(state: dict, name: Names, layer: re.Pattern, *, library: str,
   side = vit_model.grid_side(state[theirs[POSITIONS]].shape[1],
                              len(model.prefix_tokens), source,
                              theirs[POSITIONS])
-  return model, side * model.effective_patch_size
-
-
-def checked_shapes(state: dict, model: models.VisionTransformer,
-                   image_size: int, to_theirs: Callable[[dict], dict], *,
-                   optional: tuple[str, ...], source: str, layout: str) -> dict:
-  """`model`'s shapes once `state` fits them as `to_theirs` lays them out."""
-  shapes = params_lib.param_shapes(model, image_size)
+  shapes = params_lib.param_shapes(model, side * model.effective_patch_size)
   expected = {
       key: value for key, value in jax.eval_shape(to_theirs, shapes).items()
       if key in state or key not in optional

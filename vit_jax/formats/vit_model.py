@@ -122,14 +122,9 @@ def model_for(params: Mapping[str, Any], *, model_name: str | None = None,
         f'{source} holds {params_lib.describe_architecture(architecture)} '
         'that is not a registered model: pass --model=NAME.')
   else:
-    hybrid = architecture['resnet_stages'] is not None
-    model = models.VisionTransformer(
-        **{
-            key: architecture[key]
-            for key in ('patch_size', 'hidden_size', 'num_layers', 'num_heads',
-                        'mlp_dim', 'resnet_stages', 'resnet_width_factor')
-            if hybrid or not key.startswith('resnet')
-        }, **fields)
+    # The architecture's fields; a plain ViT's stem ones (None) as default.
+    stated = {k: v for k, v in architecture.items() if v is not None}
+    model = models.VisionTransformer(**stated, **fields)
   image_size = _image_size(params, model, source)
   params_lib.check_params(
       params, params_lib.param_shapes(model, image_size), source=source,

@@ -45,9 +45,7 @@ def training_only(name: str) -> bool:
 
 def inference_params(params: dict) -> dict:
   """A trained run's `params` without what served only its training."""
-  return {
-      name: value for name, value in params.items() if not training_only(name)
-  }
+  return {k: v for k, v in params.items() if not training_only(k)}
 
 
 def path(keys: tuple[str, ...]) -> str:

@@ -155,10 +155,8 @@ def from_config(config, num_classes: int) -> nn.Module:
   """`config.model` with `config.model_overrides`, in `config.dtype`."""
   overrides = dict(config.model_overrides)
   if config.model in VIT_FIELDS:
-    overrides = {
-        name: value for name, value in overrides.items()
-        if name not in TRAINING_FIELDS
-    }
+    for name in TRAINING_FIELDS:
+      overrides.pop(name, None)
   try:
     model = create_model(config.model, num_classes,
                          dtype=jnp.dtype(config.dtype), **overrides)

@@ -1,6 +1,5 @@
 """The Vision Transformer in flax.linen: the official `models_vit.py`'s tree
-(google-research/vision_transformer), so the same parameters, the same logits.
-"""
+(google-research/vision_transformer), so the same parameters and logits."""
 
 from typing import Any
 
@@ -22,11 +21,9 @@ from vit_jax.models.layers.encoder_block import BlockConfig
 class VisionTransformer(nn.Module):
   """ViT: patch embedding, [CLS] token, Transformer encoder, classifier head.
 
-  Returns float32 logits, (batch, num_classes); with `return_out=True`,
-  `(logits, out)` as big_vision's ViT. `resnet_stages` makes the paper's
-  hybrid; `distillation_token`, DeiT's. The other options are documented
-  where they act (`layers`, `remat_scan`).
-  """
+  float32 logits (batch, num_classes), or `(logits, out)` with `return_out`,
+  as big_vision's. `resnet_stages` makes the paper's hybrid,
+  `distillation_token` DeiT's; the others act in `layers` and `remat_scan`."""
 
   num_classes: int
   patch_size: int

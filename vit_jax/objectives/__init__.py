@@ -1,4 +1,3 @@
 """What a train step minimizes: a base loss (`losses`), and the techniques
 that wrap it (`distillation`, `locality_guidance`), each a function from one
-objective to another, with a trained run as their teacher (`teacher_run`).
-"""
+objective to another, with a trained run as their teacher (`teacher_run`)."""

@@ -1,6 +1,5 @@
-"""Locality guidance (Li et al., ECCV 2022): while it trains, a ViT's
-blocks imitate a trained CNN's stage features; the ViT stays pure at
-inference."""
+"""Locality guidance (Li et al., ECCV 2022): in training, a ViT's blocks
+imitate a trained CNN's stage features; the ViT stays pure at inference."""
 
 import dataclasses
 from typing import Any

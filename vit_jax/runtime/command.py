@@ -85,12 +85,11 @@ def parse_flags(argv: list[str]) -> list[str]:
   # object that raises what loading raised when used.
   config = flags.FLAGS['config'].value if 'config' in flags.FLAGS else None
   if config is not None and not isinstance(config, ml_collections.ConfigDict):
-    filename = config_flags.get_config_filename(flags.FLAGS['config'])
     try:
       config.keys()
     except Exception as e:  # pylint: disable=broad-except
-      problem = _config_file_problem(
-          e, {str(pathlib.Path(filename.split(':')[0]).resolve())})
+      filename = config_flags.get_config_filename(flags.FLAGS['config'])
+      problem = _config_file_problem(e, _config_files(['--config', filename]))
       sys.exit(f'error: --config cannot be loaded: {problem or e}')
   return remaining
 
@@ -105,27 +104,26 @@ _OURS = tuple(
 # shows in --help only the main module's.
 flags.disclaim_key_flags()
 
-_SHARED_FLAGS = {
-    'checkpoint':
-        (flags.DEFINE_string,
-         'Any checkpoint: a vit_jax.main workdir (WORKDIR/best_checkpoint: at '
-         'its best evaluation), an official .npz, a timm model.safetensors or '
-         'hub folder, a transformers ViT folder.'),
-    'model':
-        (flags.DEFINE_string,
-         "The checkpoint's architecture, e.g. ViT-B_16 (default: read from its "
-         'shapes and config).'), 'step':
-             (flags.DEFINE_integer,
-              'For a workdir: the step of the checkpoint to read (default: the '
-              'newest sound one).'),
-    'data_dir':
-        (flags.DEFINE_string,
-         'Where the dataset is, in place of config.data_dir (for a workdir '
-         'whose data moved).'), 'cpu_devices':
-             (functools.partial(flags.DEFINE_integer, lower_bound=1),
-              'Host devices the batches are split over on a CPU (default: '
-              f'config.cpu_devices, else {distributed.DEFAULT_CPU_DEVICES}).'),
-}
+_SHARED_FLAGS = dict(
+    checkpoint=(
+        flags.DEFINE_string,
+        'Any checkpoint: a vit_jax.main workdir (WORKDIR/best_checkpoint: at '
+        'its best evaluation), an official .npz, a timm model.safetensors or '
+        'hub folder, a transformers ViT folder.'),
+    model=(flags.DEFINE_string,
+           "The checkpoint's architecture, e.g. ViT-B_16 (default: read from "
+           'its shapes and config).'),
+    step=(flags.DEFINE_integer,
+          'For a workdir: the step of the checkpoint to read (default: the '
+          'newest sound one).'),
+    data_dir=(flags.DEFINE_string,
+              'Where the dataset is, in place of config.data_dir (for a '
+              'workdir whose data moved).'),
+    cpu_devices=(
+        functools.partial(flags.DEFINE_integer, lower_bound=1),
+        'Host devices the batches are split over on a CPU (default: '
+        f'config.cpu_devices, else {distributed.DEFAULT_CPU_DEVICES}).'),
+)
 
 
 @functools.lru_cache(maxsize=None)

@@ -9,8 +9,9 @@ import shutil
 from vit_jax import errors
 from vit_jax.runtime import stop_signals
 
-# What PIL decodes that people keep photos in.
+# What PIL decodes that people keep photos in; in words, for messages.
 IMAGE_SUFFIXES = ('.jpg', '.jpeg', '.png')
+IMAGE_TYPES = ', '.join(IMAGE_SUFFIXES[:-1]) + ' or ' + IMAGE_SUFFIXES[-1]
 PARTIAL_SUFFIX = '.partial'
 
 

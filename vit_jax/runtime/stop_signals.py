@@ -77,11 +77,9 @@ def stops_at_once() -> bool:
   return bool(_at_once)
 
 
-@contextlib.contextmanager
-def not_stopped_within():
+def not_stopped_within() -> contextlib.AbstractContextManager:
   """A block (renames that put an output in place) a stop does not cut."""
-  with _not_stopped:
-    yield
+  return _not_stopped
 
 
 def hold_renames(timeout: float) -> None:

@@ -2,8 +2,7 @@
 
 The kernel releases a dead holder's flock; flock may not reach other hosts, so
 the holder renews the file's time every `RENEW_SECONDS` and another host takes
-over once the renewal is `STALE_SECONDS` old.
-"""
+over once the renewal is `STALE_SECONDS` old."""
 
 import dataclasses
 import datetime

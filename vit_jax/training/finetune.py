@@ -77,6 +77,5 @@ def _check_fit(config, pretrained, expected):
 
 
 def _described(architecture: dict | None) -> str:
-  if architecture is None:
-    return 'a model that is no ViT'
-  return params_lib.describe_architecture(architecture)
+  return ('a model that is no ViT' if architecture is None else
+          params_lib.describe_architecture(architecture))

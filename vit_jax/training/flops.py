@@ -61,8 +61,7 @@ def matmul_flops(jaxpr) -> int:
 def forward_flops_per_image(model, variables, image_size: int,
                             train: bool = False) -> int:
   """Matmul FLOPs of one image's forward pass (`train`: as training runs it,
-  e.g. a masked autoencoder encoding a quarter of the patches); `variables`
-  may be shapes."""
+  as an MAE encoding a quarter of the patches); `variables` may be shapes."""
   # A fused attention kernel hides its matmuls from the count.
   if getattr(model, 'attention', 'einsum') != 'einsum':
     model = model.clone(attention='einsum')

@@ -1,7 +1,6 @@
 """Logged metrics to `metrics.jsonl` and TensorBoard event files (process 0).
 
-The checkpoint's history is the truth: a resumed run rewrites both from it.
-"""
+The checkpoint's history is the truth: a resumed run rewrites both from it."""
 
 import json
 import math

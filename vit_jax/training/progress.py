@@ -24,10 +24,8 @@ def _format_flops(value: float) -> str:
 def progress_line(record: dict, plan: plan_lib.StepPlan,
                   eta_seconds: float) -> str:
   """One logged record as a line, with the ETA."""
-  parts = [
-      f'step {record["step"]}/{plan.total_steps} (epoch '
-      f'{record["epoch"]:g})'
-  ]
+  step, epoch = record['step'], record['epoch']
+  parts = [f'step {step}/{plan.total_steps} (epoch {epoch:g})']
   for split in ('train', 'validation', 'test'):
     if f'{split}_loss' in record:
       parts.append(f'{split} loss {record[f"{split}_loss"]:.4f} acc '

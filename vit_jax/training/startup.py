@@ -101,17 +101,15 @@ def trained_model_and_objective(
   except ValueError as e:
     raise ConfigError(str(e)) from e
   objective, frozen = losses.classification, []
-  teacher = distillation.load_teacher(config, num_classes, replicated)
-  if teacher:
-    logging.info('Distilling from the run in %s.', teacher.workdir)
-    objective = teacher.objective(objective)
-    frozen.append((teacher.module, teacher.variables))
-  guide = locality_guidance.load_guide(config, num_classes, replicated)
-  if guide:
-    logging.info('Guided by the stage features of the CNN run in %s.',
-                 guide.workdir)
-    objective = guide.objective(objective)
-    frozen.append((guide.module, guide.variables))
+  for load, doing in ((distillation.load_teacher,
+                       'Distilling from the run in %s.'),
+                      (locality_guidance.load_guide,
+                       'Guided by the stage features of the CNN run in %s.')):
+    teacher = load(config, num_classes, replicated)
+    if teacher:
+      logging.info(doing, teacher.workdir)
+      objective = teacher.objective(objective)
+      frozen.append((teacher.module, teacher.variables))
   if fields['mae_mask_ratio']:
     logging.info(
         'Pre-training as a masked autoencoder (%d%% of the patches '

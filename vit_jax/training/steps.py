@@ -1,8 +1,5 @@
-"""The train state and the `jax.jit` train and eval steps over the mesh.
-
-`compile_steps` compiles from shapes alone, so a config that cannot compile
-fails before anything is written.
-"""
+"""The train state and the `jax.jit` train and eval steps over the mesh;
+compiled from shapes, a config that cannot compile fails before any write."""
 
 from collections.abc import Callable
 import contextlib
@@ -39,8 +36,7 @@ class TrainState(train_state.TrainState):
 
 
 class AveragedTrainState(TrainState):
-  """With the parameters' moving average, in a class of its own so that runs
-  without it keep their tree."""
+  """Plus the weights' moving average; a subclass, so others keep their tree."""
 
   ema_params: Any = None
   ema_decay: float = flax.struct.field(pytree_node=False, default=0.0)
@@ -244,9 +240,7 @@ def compiler_options(config) -> dict[str, str] | None:
   """XLA options for the steps on a CPU backend; None elsewhere."""
   if jax.default_backend() != 'cpu':
     return None
-  options = {
-      name: str(value) for name, value in config.cpu_compiler_options.items()
-  }
+  options = {k: str(v) for k, v in config.cpu_compiler_options.items()}
   if config.model_overrides.get('remat', 'none') != 'none':
     name, value = _KEEP_REMAT_BARRIERS
     options[name] = ','.join(filter(None, (options.get(name), value)))

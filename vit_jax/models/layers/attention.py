@@ -55,9 +55,7 @@ class MultiHeadSelfAttention(nn.Module):
   where `fused_attention.cudnn_applies` and nothing needs the probabilities,
   einsum elsewhere). `locality` (einsum only; Lee, Lee & Song 2021) learns a
   per-head `temperature` in place of 1/sqrt(head_dim) and masks each token's
-  logit for itself, sharpening attention that small-data ViTs spread too
-  evenly.
-  """
+  logit for itself, sharpening what small-data ViTs spread too evenly."""
 
   num_heads: int
   dropout_rate: float = 0.0
