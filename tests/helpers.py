@@ -65,11 +65,13 @@ def cifar10_release(data_dir: pathlib.Path, num_train: int,
   return data_dir
 
 
-def write_cifar_python(folder: pathlib.Path, files: dict, label_key=b'labels'):
+def write_cifar_python(folder: pathlib.Path, files: dict, label_key=b'labels',
+                       extra=None):
   folder.mkdir(parents=True)
   for name, (images, labels) in files.items():
     with open(folder / name, 'wb') as f:
-      pickle.dump({b'data': _planar(images), label_key: labels.tolist()}, f)
+      record = {b'data': _planar(images), label_key: labels.tolist()}
+      pickle.dump({**record, **(extra or {})}, f)
 
 
 def png(image: np.ndarray) -> bytes:
@@ -81,9 +83,8 @@ def png(image: np.ndarray) -> bytes:
 
 def write_image_folder(root: pathlib.Path, counts: dict, classes=('cat', 'dog'),
                        draw=None) -> dict:
-  """root/<split>/<class>/<i>.png, `counts[split]` images a class (or one
-  count per class), each `draw(rng, i, label)` (random 8x8 by default);
-  returns each split's (image, label)s."""
+  """root/<split>/<class>/<i>.png: `counts[split]` a class (or a count a
+  class), each `draw(rng, i, label)` (random 8x8); {split: (image, label)s}."""
   rng = np.random.default_rng(0)
   draw = draw or (lambda rng, i, label: rng.integers(0, 256,
                                                      (8, 8, 3), np.uint8))
@@ -105,9 +106,8 @@ def prepare_tfds_array_record(data_dir: pathlib.Path, class_name: str,
   """The `config.dataset` name of a 3-class array_record tfds dataset of
   random PNG images, `image_shape(i)` for the i-th, made without TensorFlow."""
   tfds = pytest.importorskip('tensorflow_datasets')
-  static_shape = image_shape(0) if image_shape(0) == image_shape(1) else (None,
-                                                                          None,
-                                                                          3)
+  same = image_shape(0) == image_shape(1)
+  static_shape = image_shape(0) if same else (None, None, 3)
 
   def info(self):
     return tfds.core.DatasetInfo(

@@ -23,6 +23,7 @@ def test_saved_runs_load_as_plain_vits_without_what_only_training_read():
     loaded = reading.load(SAVED / run)
     assert isinstance(loaded.model, VisionTransformer)
     assert not extra & set(loaded.params)
+    assert not extra & set(reading.load_params(SAVED / run))  # init_from's
     logits = loaded.model.apply(loaded.variables, images, train=False)
     assert logits.shape == (4, 10) and np.all(np.isfinite(logits))
 

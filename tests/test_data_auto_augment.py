@@ -109,10 +109,6 @@ def test_solarize_posterize_brightness_on_constant_images():
   np.testing.assert_array_equal(apply(constant(200), 'brightness', 1.0), 1.0)
 
 
-def _pil(images, fn):
-  return np.stack([np.asarray(fn(Image.fromarray(image))) for image in images])
-
-
 @pytest.mark.parametrize('name, magnitude, reference, atol', [
     ('auto_contrast', 0.0, ImageOps.autocontrast, 1.0),
     ('equalize', 0.0, ImageOps.equalize, 0.0),
@@ -131,7 +127,8 @@ def test_photometric_ops_match_pil(name, magnitude, reference, atol):
   # Low-contrast images, so that auto_contrast and equalize have work to do.
   images = (images // 4 + 60).astype(np.uint8)
   out = apply(images / np.float32(255), name, magnitude) * 255
-  np.testing.assert_allclose(out, _pil(images, reference), atol=atol + 1e-3)
+  expected = [np.asarray(reference(Image.fromarray(i))) for i in images]
+  np.testing.assert_allclose(out, np.stack(expected), atol=atol + 1e-3)
 
 
 def test_trivial_and_rand_augment_compile_are_seeded_and_vary():

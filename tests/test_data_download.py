@@ -18,21 +18,16 @@ from vit_jax.data import sources
 from vit_jax.errors import DatasetError
 
 
-def _official_archive(tmp_path) -> bytes:
-  """A cifar-10-binary.tar.gz of 5 x 4 training and 3 test images."""
+@pytest.fixture
+def server(tmp_path, monkeypatch):
+  """Serves 5 x 4 training, 3 test images as cifar10; returns what it served."""
   release = cifar10_release(tmp_path / 'release', 20,
                             3) / 'cifar-10-batches-bin'
   (release / 'batches.meta.txt').write_text('airplane\n')
   buffer = io.BytesIO()
   with tarfile.open(fileobj=buffer, mode='w:gz') as tar:
     tar.add(release, arcname='cifar-10-batches-bin')
-  return buffer.getvalue()
-
-
-@pytest.fixture
-def server(tmp_path, monkeypatch):
-  """Serves the archive as the cifar10 release; returns what it served."""
-  archive = _official_archive(tmp_path)
+  archive = buffer.getvalue()
   served, settings = [], {'cut': False}
   port = free_port()
 

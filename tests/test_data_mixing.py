@@ -3,9 +3,9 @@
 import jax
 import jax.numpy as jnp
 import numpy as np
-import optax
 
 from vit_jax.data import mixing
+from vit_jax.objectives import losses
 
 SHAPE = (8, 32, 32, 3)
 LABELS = jnp.arange(8) % 10
@@ -14,25 +14,18 @@ IMAGES = jax.random.uniform(jax.random.key(0), SHAPE)
 
 def soft_targets(label_smoothing=0.0):
   """The targets the train step mixes: one-hot labels, smoothed."""
-  return optax.smooth_labels(jax.nn.one_hot(LABELS, 10), label_smoothing)
+  return losses.soft_targets(LABELS, 10, label_smoothing)
 
 
+# The alphas and probabilities are traced: one program for every setting.
 @jax.jit
-def _mix_and_parameters(key, images, targets, mixup_alpha, cutmix_alpha,
-                        switch_probability, probability):
-  # The alphas and probabilities are traced: one program for every setting.
-  return (*mixing.mix(key, images, targets, mixup_alpha, cutmix_alpha,
-                      switch_probability, probability),
-          mixing.mix_parameters(key, images.shape, mixup_alpha, cutmix_alpha,
-                                switch_probability, probability))
-
-
 def mix(key, images, mixup_alpha, cutmix_alpha, switch_probability=0.5,
         label_smoothing=0.0, probability=1.0):
   """`mixing.mix`'s images and targets, and the parameters it used."""
-  return _mix_and_parameters(key, images, soft_targets(label_smoothing),
-                             mixup_alpha, cutmix_alpha, switch_probability,
-                             probability)
+  return (*mixing.mix(key, images, soft_targets(label_smoothing), mixup_alpha,
+                      cutmix_alpha, switch_probability, probability),
+          mixing.mix_parameters(key, images.shape, mixup_alpha, cutmix_alpha,
+                                switch_probability, probability))
 
 
 def test_mixup_blends_the_batch_and_its_smoothed_targets_with_its_reverse():
@@ -48,9 +41,9 @@ def test_mixup_blends_the_batch_and_its_smoothed_targets_with_its_reverse():
                                atol=1e-6)
     assert targets.dtype == jnp.float32 and targets.shape == (8, 10)
     np.testing.assert_allclose(targets.sum(1), 1.0, atol=1e-6)
-  # optax's smoothing is timm's `mixup_target`: off = s / n, on = 1 - s + off.
+  # Smoothed as timm's `mixup_target` (test_objectives_losses): off = s / n,
+  # on = 1 - s + off.
   smooth = np.where(np.eye(10)[LABELS], 0.91, 0.01)
-  np.testing.assert_allclose(soft_targets(0.1), smooth, rtol=1e-6)
   _, targets, (lam, _, _) = mix(jax.random.key(2), IMAGES, 0.8, 0.0,
                                 label_smoothing=0.1)
   np.testing.assert_allclose(targets, lam * smooth + (1 - lam) * smooth[::-1],

@@ -18,30 +18,16 @@ def _config(data_dir, dataset='cifar10', **overrides):
   return config
 
 
-def test_a_subset_is_the_first_examples_and_missing_data_says_where(
-    cifar10_dir, monkeypatch, tmp_path):
+def test_a_subset_is_the_first_examples_and_a_folder_needs_a_data_dir(
+    cifar10_dir, monkeypatch):
+  """A data_dir missing, a file, or of no data: test_faults, test_data_cifar."""
   full = sources.open_dataset(_config(cifar10_dir))
   subset = sources.open_dataset(
       _config(cifar10_dir, train_examples=50, test_examples=7))
   np.testing.assert_array_equal(subset.train.images, full.train.images[:50])
   np.testing.assert_array_equal(subset.test.labels, full.test.labels[:7])
-  with pytest.raises(DatasetError,
-                     match='train_examples=500 but the dataset has only 96'):
-    sources.open_dataset(_config(cifar10_dir, train_examples=500))
-  # Missing data says where it looked and what to do.
-  empty = tmp_path / 'empty'
-  empty.mkdir()
-  with pytest.raises(DatasetError, match='No cifar10 found in'):
-    sources.open_dataset(_config(empty))
-  with pytest.raises(DatasetError, match='does not exist'):
-    sources.open_dataset(_config(empty / 'nowhere'))
-  (empty / 'file').write_text('')
-  with pytest.raises(DatasetError, match='is a file'):
-    sources.open_dataset(_config(empty / 'file', 'image_folder'))
   with pytest.raises(DatasetError, match='pass --config.data_dir'):
     sources.open_dataset(_config('', 'image_folder'))
-  with pytest.raises(DatasetError, match="Unknown dataset 'mnist'"):
-    sources.open_dataset(_config(empty, 'mnist'))
   monkeypatch.setenv(sources.DATA_DIR_ENV, str(cifar10_dir))
   assert len(sources.open_dataset(_config('')).train) == 96
 
@@ -106,8 +92,6 @@ def test_an_image_folder_subset_holds_every_class_in_proportion(tmp_path):
   train, test = cut(seed=0, train_examples=12, test_examples=9)
   assert (len(train), len(test)) == (12, 9)
   assert len(cut(seed=0)[0]) == 24
-  with pytest.raises(DatasetError, match='has only 18'):
-    cut(seed=0, test_examples=19)
   np.testing.assert_array_equal(np.bincount(train.labels), [6, 4, 2])
   np.testing.assert_array_equal(np.bincount(test.labels), [3, 3, 3])
   assert [train[i][1] for i in range(12)] == sorted(train.labels)

@@ -3,7 +3,6 @@
 import json
 
 import jax
-import numpy as np
 import pytest
 
 from tests.helpers import one_block_vit
@@ -67,19 +66,7 @@ def unprefixed(params):
 
 def test_a_vit_model_reads_its_pooler_as_pre_logits(tmp_path):
   """An in21k ViTModel: no `vit.` prefix nor classifier, a pooler."""
-  model, params = one_block_vit('ViT-Tiny-CIFAR_4')
-  hf.write(tmp_path / 'wrong', params, model, 8)
-  path = tmp_path / 'wrong' / 'model.safetensors'
-  state = safetensors_file.read(path)
-  state['vit.encoder.layer.0.attention.attention.key.weight'] = np.zeros(
-      (128, 64), np.float32)
-  safetensors_file.write(path, state)
-  with pytest.raises(CheckpointError) as error:
-    hf.read(path.parent, None)
-  assert str(error.value) == (
-      'vit.encoder.layer.0.attention.attention.key.weight has shape (128, 64) '
-      f"in {path} but (128, 128) in transformers' layout of a ViT with hidden "
-      'size 128, 1 layer of 4 heads, MLP 512, patch 4x4.')
+  _, params = one_block_vit('ViT-Tiny-CIFAR_4')
   path = tmp_path / 'model.safetensors'
   safetensors_file.write(path, unprefixed(params))
   assert_trees_identical(hf.read(path, None), params)

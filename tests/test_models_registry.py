@@ -60,8 +60,6 @@ def test_models_are_called_the_same_way(name):
 def test_unknown_names_and_fields_list_the_known_ones():
   with pytest.raises(ValueError, match="Unknown model 'ViT-X_16'.*ViT-B_16"):
     create_model('ViT-X_16', 10)
-  with pytest.raises(ValueError, match='no field.*dropout.*dropout_rate'):
-    create_model('ViT-Ti_16', 10, dropout=0.1)
   with pytest.raises(
       ValueError, match=r'ViT-Tiny-CIFAR_4 has no field\(s\) '
       r'num_layerz\. Did you mean num_layers\?'):

@@ -15,7 +15,6 @@ from tests.test_models_vit import official_param_shapes
 from tests.test_models_vit import param_shapes
 
 R50_STAGES = (3, 4, 9)
-R50_B16_PARAMS = 98_659_112
 R50_STEM_PARAMS = 11_894_848
 VIT_B16_PARAMS = 86_567_656  # tests/test_models_registry.py
 
@@ -109,17 +108,6 @@ def _shapes(model, size):
   return param_shapes(model, jnp.zeros((1, size, size, 3)))
 
 
-def test_standardize_kernel_against_numpy():
-  kernel = 3 * np.random.default_rng(0).standard_normal((3, 3, 5, 7)) + 1
-  kernel = kernel.astype(np.float32)
-  ours = resnet.standardize_kernel(kernel)
-  np.testing.assert_allclose(ours, _numpy_standardize(kernel), rtol=1e-5,
-                             atol=1e-5)
-  # Per output channel: zero mean, unit standard deviation (up to eps).
-  np.testing.assert_allclose(np.mean(ours, axis=(0, 1, 2)), 0, atol=1e-5)
-  np.testing.assert_allclose(np.std(ours, axis=(0, 1, 2)), 1, atol=1e-4)
-
-
 def test_std_conv_is_flax_conv_with_the_standardized_kernel():
   # Each kernel size and stride of the stem: test_stem_forward_matches_reference.
   kernel_size, strides = 3, 2
@@ -177,7 +165,6 @@ def test_hybrid_config_tree_and_count_follow_the_official_model():
                                                            12, 12, 3072, 0.1,
                                                            0.0, None, 'token')
   assert model.effective_patch_size == 16
-  assert create_model('ViT-B_16', 10).effective_patch_size == 16
   shapes = _shapes(model, 224)
   official = official_param_shapes(patch=1, hidden=768, layers=12, heads=12,
                                    mlp=3072, tokens=197, num_classes=1000)
@@ -186,8 +173,7 @@ def test_hybrid_config_tree_and_count_follow_the_official_model():
   official.update(stem)
   assert shapes == official
   assert sum(np.prod(shape) for shape in stem.values()) == R50_STEM_PARAMS
-  count = sum(np.prod(shape) for shape in shapes.values())
-  assert count == R50_B16_PARAMS
+  count = sum(np.prod(shape) for shape in shapes.values())  # the registry's
   # ViT-B_16, with the stem and a 1x1x1024 instead of 16x16x3 embedding.
   assert count == (VIT_B16_PARAMS + R50_STEM_PARAMS - 16 * 16 * 3 * 768 +
                    1024 * 768)

@@ -22,10 +22,4 @@ def test_classification_is_the_cross_entropy_of_the_targets():
   np.testing.assert_allclose(
       losses.classification(logits, {}, targets, images=None),
       optax.softmax_cross_entropy(logits, targets), rtol=1e-6)
-  hard = optax.softmax_cross_entropy(
-      logits, losses.soft_targets(np.array([1, 4, 0]), 5))
-  np.testing.assert_allclose(
-      hard,
-      optax.softmax_cross_entropy_with_integer_labels(logits,
-                                                      np.array([1, 4, 0])),
-      rtol=1e-5)
+  # Unsmoothed targets are one-hot: test_data_mixing's unmixed targets.

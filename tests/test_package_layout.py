@@ -23,9 +23,8 @@ MODULES = {_module_name(p): p for p in sorted(PACKAGE.rglob('*.py'))}
 
 
 def _imports(name: str) -> set[str]:
-  """The vit_jax modules `name` imports anywhere in its file: `from package
-  import module` counts the module, `from package import name` the
-  package's `__init__`."""
+  """The vit_jax modules `name` imports: `from package import module` counts
+  the module, `from package import name` the package's `__init__`."""
   found = set()
   for node in ast.walk(ast.parse(MODULES[name].read_text())):
     if isinstance(node, ast.Import):

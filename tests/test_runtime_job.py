@@ -9,9 +9,8 @@ from vit_jax.runtime import job
 
 @pytest.fixture(autouse=True)
 def a_process_alone(monkeypatch):
-  """The command's flags parsed (for the test only); its CPU devices set
-  when this process's JAX started (a command sets them before JAX
-  starts); no job to join, whatever the environment says."""
+  """Flags parsed for the test; CPU devices as this process's JAX set them (a
+  command sets them first); no job to join, whatever the environment says."""
   was_parsed = flags.FLAGS.is_parsed()
   if not was_parsed:
     flags.FLAGS.mark_as_parsed()

@@ -15,7 +15,7 @@ from vit_jax.runtime import preemption
 
 @pytest.mark.parametrize('signum', [signal.SIGTERM, signal.SIGINT],
                          ids=['SIGTERM', 'SIGINT'])
-def test_a_stop_signal_is_a_request_that_the_loop_reads(signum, capfd):
+def test_a_stop_signal_is_a_request_that_the_loop_reads(signum):
   """Until the loop closes, which restores the handlers it found."""
   before = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}
   signals = preemption.Preemption()
@@ -30,8 +30,8 @@ def test_a_stop_signal_is_a_request_that_the_loop_reads(signum, capfd):
     }[signum]
   finally:
     signals.close()
+  # The line it prints: test_runtime_stop_signals.
   assert {s: signal.getsignal(s) for s in before} == before
-  assert 'stopping once the steps in flight are saved' in capfd.readouterr().err
 
 
 def _wait_until(condition):

@@ -21,26 +21,6 @@ from vit_jax.training import finetune
 from vit_jax.training import train
 
 
-@pytest.mark.slow  # 13 s; test_configs fine-tunes a .npz end to end
-def test_fine_tunes_a_run_at_a_higher_resolution(trained_vit_run, tmp_path):
-  workdir, data_dir = trained_vit_run  # 2 layers at 24x24: a 3x3 grid
-  config = tiny_config(data_dir, init_from=str(workdir), image_size=32,
-                       optimizer='sgd', weight_decay=0.0, grad_clip_norm=1.0,
-                       learning_rate=0.01, num_epochs=1, batch_size=32,
-                       grad_accumulation_steps=2)
-  config.model_overrides.num_layers = 2
-  fresh = vit_params(32, 10, num_layers=2, hidden_size=16, num_heads=2,
-                     mlp_dim=32, patch_size=8)
-  start = finetune.pretrained_params(config, fresh)
-  pretrained = reading.load_run(workdir).params
-  np.testing.assert_array_equal(
-      start['Transformer']['encoderblock_1']['LayerNorm_0']['scale'],
-      pretrained['Transformer']['encoderblock_1']['LayerNorm_0']['scale'])
-  assert positions(start).shape == (1, 17, 16)
-  summary = train.train_and_evaluate(config, tmp_path)
-  assert np.isfinite(summary['best_test_accuracy'])
-
-
 @pytest.mark.slow  # ~35 s: a 12-layer ViT at 577 tokens
 def test_released_vit_ti_16_fine_tunes_at_384_from_224(cifar10_dir, tmp_path):
   # A ViT-Ti_16 .npz in the released layout (224x224, 21k classes, with

@@ -36,7 +36,6 @@ from vit_jax.config_schema import ConfigError
 from vit_jax.data import preprocess
 from vit_jax.errors import TrainingDivergedError
 from vit_jax.runtime import preemption
-from vit_jax.training import finetune
 from vit_jax.training import flops
 from vit_jax.training import train
 
@@ -107,8 +106,6 @@ def test_steps_set_when_it_logs_evaluates_and_checkpoints_and_resumes_exactly(
       max((r for r in records if 'test_loss' in r),
           key=lambda r: r['test_accuracy'])['step'])
   assert summary['device'] == jax.devices()[0].device_kind
-  assert list(
-      (tmp_path / 'whole' / 'tensorboard' / 'training').glob('events.out.*'))
 
   # Checkpoint 16 is mid-epoch and mid logging interval (steps 16-18): its
   # train-metric sums are part of what it saves.
@@ -304,25 +301,19 @@ def test_bad_input_is_a_clear_error_before_anything_is_written(
 
 def test_a_workdir_of_another_run_is_refused_not_restored(
     one_epoch_run, tmp_path):
+  # A change that keeps what the checkpoints mean is allowed and recorded:
+  # test_main's cpu_devices, test_config_schema's intervals.
   config, workdir, _, _ = one_epoch_run
-  data_dir = config.data_dir
   tmp_path = shutil.copytree(workdir, tmp_path / 'run')
   before = (tmp_path / 'config.json').read_text()
-  other = tiny_config(data_dir, num_epochs=1, batch_size=32, image_size=24)
+  other = tiny_config(config.data_dir, num_epochs=1, batch_size=32,
+                      image_size=24)
   with pytest.raises(
       ConfigError, match=r"another config\.image_size \(32 there, 24 here\); "
       r"config\.batch_size \(16 there, 32 here\).*new "
       r'--workdir to start afresh'):
     train.train_and_evaluate(other, tmp_path)
   assert (tmp_path / 'config.json').read_text() == before
-  # Intervals do not change what the checkpoints mean: allowed, and recorded.
-  train.train_and_evaluate(
-      tiny_config(data_dir, num_epochs=1, eval_every_steps=2), tmp_path)
-  assert history(tmp_path, 'config_changes.jsonl') == [{
-      'step': 6, 'changed': {'eval_every_steps': {'before': 0, 'after': 2}}
-  }]
-  assert json.loads(
-      (tmp_path / 'config.json').read_text())['eval_every_steps'] == 2
 
 
 # ------------------------------------------------- real processes ----------
@@ -431,39 +422,3 @@ def test_a_stop_signal_to_one_of_two_processes_stops_both_at_one_saved_step(
       workdir / 'checkpoints',
       2).steps() == ([stopped[0]] if checkpoint_every > stopped[0] else
                      [stopped[0] - 1, stopped[0]])
-
-
-@pytest.mark.slow  # 27 s; the MAE model, its objective and inference are
-# tested by default in test_models_masked_autoencoder
-def test_a_masked_autoencoder_trains_its_encoder_and_fine_tunes_from_it(
-    cifar10_dir, tmp_path):
-  # No weight decay: only the reconstruction's gradients move the encoder.
-  config = tiny_config(cifar10_dir, num_epochs=1, warmup_epochs=0,
-                       weight_decay=0.0)
-  config.model_overrides = dict(TINY_MODELS['vit'], mae_mask_ratio=0.75,
-                                mae_decoder_depth=1, mae_decoder_width=32)
-  summary = train.train_and_evaluate(config, tmp_path / 'mae')
-  assert 0.0 <= summary['best_test_accuracy'] <= 1.0  # the probe's
-  pretrained = reading.load_run(tmp_path / 'mae').params
-  model = models.from_config(config, num_classes=10)
-  initial = model.init(
-      jax.random.split(jax.random.key(config.seed))[0], np.zeros(
-          (1, 32, 32, 3)), train=False)['params']
-  assert not np.allclose(
-      pretrained['Transformer']['encoderblock_0']['MlpBlock_0']['Dense_0']
-      ['kernel'], initial['Transformer']['encoderblock_0']['MlpBlock_0']
-      ['Dense_0']['kernel'])
-
-  tuned = tiny_config(cifar10_dir, num_epochs=1, warmup_epochs=0,
-                      init_from=str(tmp_path / 'mae'))
-  plain = models.from_config(tuned, num_classes=10)
-  fresh = plain.init(jax.random.key(0), np.zeros((1, 32, 32, 3)),
-                     train=False)['params']
-  start = finetune.pretrained_params(tuned, fresh)
-  assert set(start) == set(fresh)  # no decoder
-  np.testing.assert_array_equal(
-      start['Transformer']['encoderblock_0']['MlpBlock_0']['Dense_0']['kernel'],
-      pretrained['Transformer']['encoderblock_0']['MlpBlock_0']['Dense_0']
-      ['kernel'])
-  assert np.isfinite(
-      train.train_and_evaluate(tuned, tmp_path / 'tuned')['best_test_accuracy'])
