@@ -1,15 +1,21 @@
 """The input interface, the shared batch order, and the on-device input."""
 
+import shutil
+
 import jax
 import numpy as np
+import pytest
 
 from tests.helpers import random_cifar
 from tests.helpers import tiny_config
+from tests.helpers import write_image_folder
 from vit_jax import data
 from vit_jax.data import input as input_lib
 from vit_jax.data import on_device
 from vit_jax.data import sources
+from vit_jax.errors import DatasetError
 from vit_jax.runtime import sharding
+from vit_jax.training import train
 
 
 def test_both_inputs_implement_the_declared_interface():
@@ -39,7 +45,7 @@ def test_on_device_batches_continue_from_any_position_and_gather_examples():
   split = sources.ArraySource(images, labels)
   inputs = on_device.OnDeviceInput(sources.Dataset(split, split, 10), config,
                                    sharding.make_mesh())  # 2 batches an epoch
-  assert inputs.position(3) == {'epoch': 2, 'batch': 1}
+  assert inputs.position(3) == {'epoch': 2, 'batch': 1, 'train_examples': 20}
   batches = inputs.train_batches(inputs.position(3))
   expected = [
       input_lib.epoch_batches(0, 2, 20, 8)[1],
@@ -54,3 +60,20 @@ def test_on_device_batches_continue_from_any_position_and_gather_examples():
   expected = (images[indices] / 255 -
               np.asarray(config.pixel_mean)) / (np.asarray(config.pixel_std))
   np.testing.assert_allclose(x, expected, rtol=1e-5, atol=1e-5)
+
+
+def test_a_run_whose_training_images_changed_is_not_resumed(tmp_path):
+  write_image_folder(tmp_path / 'data', {'train': 16, 'test': 4})
+  config = tiny_config(tmp_path / 'data', dataset='image_folder', image_size=8,
+                       num_epochs=1)
+  run = tmp_path / 'run'
+  train.train_and_evaluate(config, run)
+  saved = {p: p.read_bytes() for p in run.rglob('*') if p.is_file()}
+  for i in range(16):  # the user adds images to a class
+    shutil.copy(tmp_path / 'data/train/cat/0.png',
+                tmp_path / f'data/train/cat/new{i}.png')
+  with pytest.raises(
+      DatasetError, match=f'{run} trained on 32 training examples, and its '
+      'data holds 48: the data changed since the run began'):
+    train.train_and_evaluate(config, run)
+  assert saved == {p: p.read_bytes() for p in run.rglob('*') if p.is_file()}

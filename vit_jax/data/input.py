@@ -8,9 +8,11 @@ import jax
 import numpy as np
 
 from vit_jax.data import preprocess
+from vit_jax.errors import DatasetError
 
 # Where the next training batch comes from: {'epoch': e (from 1), 'batch': b
-# (from 0, within the epoch)}. JSON, so checkpoints store it as it is.
+# (from 0, within the epoch), 'train_examples': the epochs' size}. JSON, so
+# checkpoints store it as it is.
 Position = dict[str, int]
 
 
@@ -54,7 +56,18 @@ class Input(abc.ABC):
   def position(self, step: int) -> Position:
     """Where the batch after `step` finished steps comes from."""
     epoch, batch = divmod(step, self.steps_per_epoch)
-    return {'epoch': epoch + 1, 'batch': batch}
+    return {
+        'epoch': epoch + 1, 'batch': batch, 'train_examples': self.train_size
+    }
+
+  def check_resumable(self, position: Position, workdir) -> None:
+    """DatasetError if a checkpoint at `position` counted other training data."""
+    counted = position.get('train_examples', self.train_size)
+    if counted != self.train_size:
+      raise DatasetError(
+          f'{workdir} trained on {counted} training examples, and its data '
+          f'holds {self.train_size}: the data changed since the run began. '
+          'Restore the data it read, or pass a new --workdir to start afresh.')
 
   def epoch_table(self, epoch: int) -> np.ndarray:
     return epoch_batches(self.config.seed, epoch, self.train_size,
