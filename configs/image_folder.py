@@ -2,10 +2,13 @@ r"""Your own images: a folder `DIR/train/<class>/*.jpg|png` beside
 `DIR/test/<class>/*.jpg|png`, every image used, decoded once into memory.
 
 From scratch (the argument after ':' picks; `scratch` is the default), the
-study's ViT-Tiny with 8x8-pixel patches at 64x64:
+study's ViT-Tiny with 8x8-pixel patches at 64x64, or its CNN baselines
+(`:simple_cnn`, `:small_resnet`) at 64x64:
 
   python -m vit_jax.main --config=configs/image_folder.py \
       --config.data_dir=DIR --workdir=/tmp/my_vit
+  python -m vit_jax.main --config=configs/image_folder.py:simple_cnn \
+      --config.data_dir=DIR --workdir=/tmp/my_cnn
 
 Fine-tuning a released checkpoint of the official code (e.g. ImageNet-21k
 ViT-B/16, `gs://vit_models/imagenet21k/ViT-B_16.npz`) at 224x224, with the
@@ -19,21 +22,25 @@ paper's fine-tuning recipe (SGD momentum 0.9, no weight decay, clipping at
 The head is replaced for the folder's classes and the position embeddings
 are resized to the new grid (`vit_jax/training/finetune.py`). `--config.model=` must
 name the checkpoint's architecture (ViT-Ti_16, ViT-S_16, ViT-B_16, ...). On
-a CPU, ViT-B/16 at 224 trains a few images per second: for a first try use
-ViT-Ti_16 or `--config.image_size=112`. Expected: on a few hundred images of
-well separated classes, fine-tuning beats training from scratch by far.
+a CPU, ViT-B/16 at 224 is slow: for a first try use ViT-Ti_16 or
+`--config.image_size=112`.
 """
 
 from configs import finetune
 from vit_jax import config_schema
 
-MODES = ('scratch', 'finetune')
+# mode: the model trained from scratch; 'finetune' fine-tunes ViT-B_16.
+SCRATCH = {
+    'scratch': 'ViT-Tiny-CIFAR_4', 'simple_cnn': 'SimpleCNN',
+    'small_resnet': 'SmallResNet'
+}
+MODES = (*SCRATCH, 'finetune')
 
 
 def get_config(mode: str = 'scratch'):
   if mode not in MODES:
     raise ValueError(f'Unknown mode {mode!r} for image_folder.py; use '
-                     f'{" or ".join(MODES)}.')
+                     f'{", ".join(MODES)}.')
   config = config_schema.defaults()
   config.dataset = 'image_folder'
   config.input_pipeline = 'on_device'
@@ -41,9 +48,10 @@ def get_config(mode: str = 'scratch'):
   config.batch_size = config.eval_batch_size = 32
   # The released models' scaling, and a neutral one from scratch.
   config.pixel_mean, config.pixel_std = config_schema.RELEASED_PIXELS
-  if mode == 'scratch':
-    config.model = 'ViT-Tiny-CIFAR_4'
-    config.model_overrides.patch_size = 8
+  if mode in SCRATCH:
+    config.model = SCRATCH[mode]
+    if mode == 'scratch':
+      config.model_overrides.patch_size = 8
     config.image_size = 64
     config.num_epochs = 30
     config.warmup_epochs = 3

@@ -161,7 +161,7 @@ def from_config(config, num_classes: int) -> nn.Module:
     model = create_model(config.model, num_classes,
                          dtype=jnp.dtype(config.dtype), **overrides)
   except (ValueError, TypeError) as e:
-    raise ConfigError(str(e)) from e
+    raise ConfigError(f'config.model_overrides: {e}') from e
   if isinstance(model, VisionTransformer):
     try:
       model.check_image_size(config.image_size, config.image_size)
