@@ -240,6 +240,10 @@ def open_image_folder(
   findings = _Findings(data_dir)
   # The training class folders, sorted: label i is the i-th.
   class_names = _class_folders(data_dir / 'train')
+  if len(class_names) == 1:  # every prediction right, nothing learned
+    findings.problem(
+        data_dir / 'train', f'holds one class ({class_names[0]}/): a '
+        'classifier needs two or more', folder=True)
   train = _list_split(data_dir / 'train', class_names, findings)
   test = _list_split(data_dir / 'test', class_names, findings)
   dataset = Dataset(train, test, len(class_names), ordered_by_class=True)
