@@ -14,16 +14,19 @@ def _main(*flags, config='configs/cifar_small.py'):
   return run_module('vit_jax.main', f'--config={config}', *flags)
 
 
-@pytest.mark.parametrize('flag,said', [
-    ('--config.data_dir=/nonexistent',
-     'error: The data directory /nonexistent does not exist.'),
-    ('--config.num_epoch=1', 'error: config.num_epoch is not a field of the '
-     "config schema (did you mean 'num_epochs'?); the fields are listed in "
-     'vit_jax/config_schema.py.'),
-    ('--process_id=1', 'error: --process_id=1 needs --num_processes: give '
-     'both (and --coordinator_address), or neither inside SLURM, Open MPI or '
-     'a Cloud TPU job, which set them.'),
-], ids=['data_dir', 'unknown_field', 'cluster_flags'])
+@pytest.mark.parametrize(
+    'flag,said',
+    [('--config.data_dir=/nonexistent',
+      'error: The data directory /nonexistent does not exist.'),
+     ('--config.num_epoch=1', 'error: config.num_epoch is not a field of the '
+      "config schema (did you mean 'num_epochs'?); the fields are listed in "
+      'vit_jax/config_schema.py.'),
+     ('--process_id=1', 'error: --process_id=1 needs --num_processes: give '
+      'both (and --coordinator_address), or neither inside SLURM, Open MPI or '
+      'a Cloud TPU job, which set them.'),
+     ('--config.learning_rate=1e-3x', 'error: --config.learning_rate=1e-3x: '
+      'config.learning_rate is a number (the config: 0.001).'),],
+    ids=['data_dir', 'unknown_field', 'cluster_flags', 'wrong_kind'])
 def test_bad_input_is_one_clear_line_printed_once_not_a_traceback(
     tmp_path, flag, said):
   out = _main(f'--workdir={tmp_path / "run"}', '--config.num_epochs=1', flag)

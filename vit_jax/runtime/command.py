@@ -4,6 +4,7 @@ import functools
 import logging as python_logging
 import os
 import pathlib
+import re
 import sys
 import traceback
 
@@ -58,6 +59,18 @@ def _config_file_problem(error: BaseException,
 _JSON_CONFIG = (pathlib.Path(__file__).parents[1] / 'checkpoints' /
                 'workdir_config.py')
 
+_KINDS = {bool: 'true or false', int: 'an integer', float: 'a number'}
+
+
+def _wrong_kind(error: flags.Error) -> str | None:
+  """What a config field's value of the wrong kind should be, if it is one."""
+  wrong = re.match(r'flag --(config\.[\w.]+)=(.*?): ', str(error))
+  if not wrong or wrong[1] not in flags.FLAGS:
+    return None
+  value = flags.FLAGS[wrong[1]].value
+  kind = _KINDS.get(type(value), f'a {type(value).__name__}')
+  return f'--{wrong[1]}={wrong[2]}: {wrong[1]} is {kind} (the config: {value!r})'
+
 
 def parse_flags(argv: list[str]) -> list[str]:
   """absl's flag parsing; a bad flag or --config file is one `error:` line."""
@@ -79,8 +92,9 @@ def parse_flags(argv: list[str]) -> list[str]:
         e.flagname.startswith('config.')):
       sys.exit(f'error: --{e.flagname} overrides a field of --config: pass '
                '--config=FILE too (e.g. configs/cifar_small.py).')
-    sys.exit(f'error: {e}\nPass --helpshort or --helpfull to see help on '
-             'flags.')
+    wrong_kind = _wrong_kind(e)
+    sys.exit(f'error: {wrong_kind}.'
+             if wrong_kind else f'error: {e}; --helpshort lists the flags.')
   # Without overrides, a config file that does not load stands in as an
   # object that raises what loading raised when used.
   config = flags.FLAGS['config'].value if 'config' in flags.FLAGS else None
