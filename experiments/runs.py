@@ -44,30 +44,32 @@ def command(directory: pathlib.Path, config: str, overrides: dict) -> str:
   ])
 
 
-def parser(doc: str, workdir: str) -> argparse.ArgumentParser:
-  """A sweep's or a summary's flags: --workdir, where the runs are."""
+# The flags a sweep may take beside --workdir, by name.
+_SWEEP_FLAGS = {
+    'data_dir': dict(type=pathlib.Path, default='../shared/data/cifar10-5k',
+                     help='The 5k/1k CIFAR-10 subset.'),
+    'slurm': dict(
+        type=pathlib.Path, help='Write a SLURM job array script '
+        'that runs line $SLURM_ARRAY_TASK_ID of the list here, '
+        'instead of printing the list.'),
+    # Sweeps that read a committed results.json.
+    'missing': dict(
+        action='store_true', help='Only the runs the committed '
+        'results.json has no record of.'),
+    # Sweeps whose runs choose their best step on validation images.
+    'validation_dir': dict(
+        required=True, help='The held-out CIFAR-10 images '
+        '(experiments.held_out).'),
+}
+
+
+def parser(doc: str, workdir: str, *flags: str) -> argparse.ArgumentParser:
+  """A sweep's or a summary's flags: --workdir, then those of `_SWEEP_FLAGS`."""
   parsing = argparse.ArgumentParser(description=doc)
   parsing.add_argument('--workdir', type=pathlib.Path, default=workdir,
                        help='One directory per run; never committed.')
-  return parsing
-
-
-def sweep_parser(doc: str, workdir: str, missing: bool = True,
-                 data_dir: bool = True) -> argparse.ArgumentParser:
-  """`parser`'s, --slurm and (unless told not to) --missing, --data_dir."""
-  parsing = parser(doc, workdir)
-  if data_dir:
-    parsing.add_argument('--data_dir', type=pathlib.Path,
-                         default='../shared/data/cifar10-5k',
-                         help='The 5k/1k CIFAR-10 subset.')
-  parsing.add_argument(
-      '--slurm', type=pathlib.Path, help='Write a SLURM job '
-      'array script that runs line $SLURM_ARRAY_TASK_ID of '
-      'the list here, instead of printing the list.')
-  if missing:
-    parsing.add_argument(
-        '--missing', action='store_true', help='Only the '
-        'runs the committed results.json has no record of.')
+  for flag in flags:
+    parsing.add_argument(f'--{flag}', **_SWEEP_FLAGS[flag])
   return parsing
 
 
@@ -300,3 +302,15 @@ def missing_runs(planned: list[str], done: set[str]) -> str:
     return f'None: all {len(planned)} runs of the sweep have a record.'
   return (f'{len(missing)} of the {len(planned)} runs of the sweep have no '
           'record yet:\n\n' + '\n'.join(f'- `{name}`' for name in missing))
+
+
+def summarize(folder: pathlib.Path, workdir: pathlib.Path, planned: dict,
+              run_name: Callable, order: Callable, sections: Callable,
+              figures: dict | None = None):
+  """Writes the `planned` runs' records in `order`, `sections`, the missing."""
+  found = load_records(workdir, planned, folder / 'results.json', run_name)
+  records = sorted(found.values(), key=order)
+  write_summary(folder, records, f'{workdir} or results.json', {
+      **sections(records), 'missing runs': missing_runs(list(planned),
+                                                        set(found))
+  }, figures)

@@ -3,7 +3,6 @@
 import datetime
 import json
 import pathlib
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -97,12 +96,11 @@ def main(argv):
   output = pathlib.Path(FLAGS.output)
   stop_signals.catch(at_once=f'stopped the check; {output} is as it was')
   with stop_signals.not_stopped_within():  # not made and left behind
-    tmp = pathlib.Path(tempfile.mkdtemp(prefix='library_check_'))
-    stop_signals.remove_on_stop(tmp)
-  try:
-    record = check(tmp)
-  finally:
-    shutil.rmtree(tmp, ignore_errors=True)
+    tmp = tempfile.TemporaryDirectory(prefix='library_check_',
+                                      ignore_cleanup_errors=True)
+    stop_signals.remove_on_stop(tmp.name)
+  with tmp:
+    record = check(pathlib.Path(tmp.name))
   files.write_atomically(output, json.dumps(record, indent=2) + '\n')
   print(table(record))
   print(f'\nWrote {output}.')
@@ -170,17 +168,16 @@ def check(tmp: pathlib.Path) -> dict:
 
   for name, native in answer['natives'].items():
     loaded = reading.load(native['dir'])
-    theirs = np.array(native['logits'])
-    our_logits = logits_of(loaded.model, loaded.variables, images)
+    model, theirs = loaded.model, np.array(native['logits'])
+    our_logits = logits_of(model, loaded.variables, images)
     rows.append({
         'direction': 'in', 'model': name, 'library': native['library'],
         'made_with': native['description'], 'files': native['files'],
         'library_rereads_identically': native['library_rereads_identically'],
-        'read_as': (f'{loaded.kind}: {type(loaded.model).__name__}('
-                    f'patch {loaded.model.patch_size}, hidden '
-                    f'{loaded.model.hidden_size}, {loaded.model.num_layers} '
-                    f'layers, {loaded.model.num_heads} heads, classifier '
-                    f'{loaded.model.classifier!r}, {loaded.model.num_classes} '
+        'read_as': (f'{loaded.kind}: {type(model).__name__}(patch '
+                    f'{model.patch_size}, hidden {model.hidden_size}, '
+                    f'{model.num_layers} layers, {model.num_heads} heads, '
+                    f'classifier {model.classifier!r}, {model.num_classes} '
                     f'classes) at {loaded.image_size}'),
         'tanh GELU, eps 1e-6 (as saved)': relative(our_logits, theirs, theirs),
     })

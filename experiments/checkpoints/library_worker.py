@@ -1,10 +1,6 @@
 r"""The libraries' side of `check_libraries.py`, under a venv with torch, timm,
-transformers and safetensors (not numpy nor vit_jax). It reads a JSON request
-on stdin: {"images": a .safetensors of NHWC float32 `images`, "exports":
-[{"name", "timm": DIR or null, "hf": DIR or null, "hybrid": bool}],
-"native_dir": an empty DIR}, and prints one JSON line, the last on stdout:
-the versions, every model's logits and how each was loaded.
-"""
+transformers and safetensors (no numpy nor vit_jax): `check`'s JSON request
+(images, exports, native_dir) on stdin; its last line on stdout the answer."""
 
 import functools
 import json
@@ -180,19 +176,17 @@ def main():
   exports = {}
   for export in request['exports']:
     result = {}
-    if export.get('timm'):
-      result['timm'] = _timm_export(export['timm'], images)
-      result['timm_exact_gelu'] = _timm_export(export['timm'], images,
-                                               act_layer='gelu')
+    if path := export.get('timm'):
+      load = functools.partial(_timm_export, path, images)
+      result.update(timm=load(), timm_exact_gelu=load(act_layer='gelu'))
       if export.get('hybrid'):
-        result['timm_official_stem'] = _timm_export(export['timm'], images,
-                                                    official_stem=True)
-    if export.get('hf'):
-      result['hf'] = _hf_export(export['hf'], images)
-      result['hf_exact_gelu'] = _hf_export(export['hf'], images,
-                                           hidden_act='gelu')
-      result['hf_eps_1e-12'] = _hf_export(export['hf'], images,
-                                          layer_norm_eps=1e-12)
+        result['timm_official_stem'] = load(official_stem=True)
+    if path := export.get('hf'):
+      load = functools.partial(_hf_export, path, images)
+      result.update({
+          'hf': load(), 'hf_exact_gelu': load(hidden_act='gelu'),
+          'hf_eps_1e-12': load(layer_norm_eps=1e-12)
+      })
     exports[export['name']] = result
     print(f'worker: {export["name"]} done', file=sys.stderr, flush=True)
 

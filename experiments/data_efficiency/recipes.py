@@ -168,9 +168,8 @@ def source_runs(ingredients: tuple[str, ...], epochs: int,
 def read_by(planned: list[tuple]) -> list[tuple]:
   """The (model, ingredients, epochs, seed) runs `planned` runs read, once."""
   return list(
-      dict.fromkeys(
-          tuple(source[1:]) for run in planned
-          for source in source_runs(*run[1:])))
+      dict.fromkeys(source[1:] for run in planned
+                    for source in source_runs(*run[1:])))
 
 
 # The ingredient of runs that only other runs read, not ranked among the
@@ -206,14 +205,12 @@ ROUND_TWO = [('locality_guidance',), ('distillation', 'locality_guidance'),
 # gained 3.0 points under locality guidance.
 BEST = ('distillation', 'locality_guidance')
 ROUND_THREE = [
-    BEST + levers
-    for levers in (('ema',), ('soft_distillation',),
-                   ('budget_stochastic_depth',), ('trivial_augment',),
-                   ('soft_distillation', 'trivial_augment'),
-                   ('trivial_augment', 'resnet_teacher'), ('reference_decay',),
-                   ('best_teacher',), ('trivial_augment', 'resnet_teacher',
-                                       'mae'), ('trivial_augment',
-                                                'resnet_teacher', 'long_mae'))
+    BEST + tuple(levers.split('+'))
+    for levers in ('ema', 'soft_distillation', 'budget_stochastic_depth',
+                   'trivial_augment', 'soft_distillation+trivial_augment',
+                   'trivial_augment+resnet_teacher', 'reference_decay',
+                   'best_teacher', 'trivial_augment+resnet_teacher+mae',
+                   'trivial_augment+resnet_teacher+long_mae')
 ]
 # The CNNs with TrivialAugment alone, at the first and the last budget,
 # before the ViT's levers there: the ViT's best row at the last trains with

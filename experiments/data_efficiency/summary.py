@@ -15,22 +15,14 @@ HERE = pathlib.Path(__file__).resolve().parent
 
 def planned() -> dict[str, dict]:
   """The sweep's runs: name -> what their records hold beside the summary."""
+  # These runs hold no validation images: they choose on test.
   return {
       recipes.run_name(*run): {
           'recipe': recipes.recipe_name(run[1]),
-          'train_examples': recipes.TRAIN_EXAMPLES,
-          'epochs': run[2],
-          'chosen_on': 'test'  # these runs hold no validation images
+          'train_examples': recipes.TRAIN_EXAMPLES, 'epochs': run[2],
+          'chosen_on': 'test'
       } for run in sum(sweep.planned_runs(), [])
   }
-
-
-def _gain(group: list[dict], study: list[dict]) -> str:
-  """Points over the study ViT's mean, ± the paired 95% interval if any."""
-  by_seed = [runs.by_seed(g, 'best_test_accuracy') for g in (group, study)]
-  _, half = runs.paired(*by_seed)
-  gain = recipes.accuracies(group).mean() - recipes.accuracies(study).mean()
-  return f'{gain:+.1f}' + (f' ± {half:.1f}' if np.isfinite(half) else '')
 
 
 def table(records: list[dict]) -> str:
@@ -52,8 +44,11 @@ def table(records: list[dict]) -> str:
       elif key[1] == 'vit' and study in groups and best_cnn:
         share = (mean[key] - mean[study]) / (mean[best_cnn] - mean[study])
         closed = f'{100 * share:.0f}%'
-        if key != study:
-          closed += f' ({_gain(group, groups[study])})'
+        if key != study:  # points over the study ViT, ± a paired interval
+          _, half = runs.paired(*(runs.by_seed(g, 'best_test_accuracy')
+                                  for g in (group, groups[study])))
+          closed += (f' ({mean[key] - mean[study]:+.1f}' +
+                     (f' ± {half:.1f})' if np.isfinite(half) else ')'))
       rows.append([
           runs.NAMES[key[1]], recipe,
           *(runs.mean_std([r[field] for r in group], show_n=True)
@@ -96,20 +91,17 @@ def plot(records: list[dict], path: pathlib.Path):
   legend = {}
   for ax, epochs in zip(axes[0], budgets):
     for row, recipe in enumerate(shown):
-      if (epochs, 'vit', recipe) not in groups:
-        continue
-      group = groups[epochs, 'vit', recipe]
-      seeds = len(group)
-      legend[f'ViT-Tiny, {seeds} seed{"s" * (seeds > 1)}'] = ax.errorbar(
-          recipes.accuracies(group).mean(), row, xerr=recipes.spread(group),
-          fmt='o', ms=4, capsize=2, color='tab:blue',
-          markerfacecolor='tab:blue' if seeds > 1 else 'white')
+      if group := groups.get((epochs, 'vit', recipe)):
+        seeds = len(group)
+        legend[f'ViT-Tiny, {seeds} seed{"s" * (seeds > 1)}'] = ax.errorbar(
+            recipes.accuracies(group).mean(), row, xerr=recipes.spread(group),
+            fmt='o', ms=4, capsize=2, color='tab:blue',
+            markerfacecolor='tab:blue' if seeds > 1 else 'white')
     for model, style in (('simple_cnn', '--'), ('small_resnet', ':')):
       for recipe, color, recipe_label in cnn_recipes:
-        if (epochs, model, recipe) in groups:
+        if cnn := groups.get((epochs, model, recipe)):
           legend[f'{runs.NAMES[model]}, {recipe_label}'] = ax.axvline(
-              recipes.accuracies(groups[epochs, model, recipe]).mean(),
-              linestyle=style, color=color)
+              recipes.accuracies(cnn).mean(), linestyle=style, color=color)
     ax.set_title(f'{epochs} epochs')
     ax.set_xlabel('best test accuracy (%)', fontsize=9)
     ax.grid(alpha=0.3, axis='x')
@@ -131,16 +123,12 @@ def main(argv=None):
   runs.catch_stop_signals()
   workdir = runs.parser(__doc__,
                         '/tmp/data_efficiency').parse_args(argv).workdir
-  found = runs.load_records(workdir, planned(), HERE / 'results.json',
-                            recipes.record_name)
-  records = sorted(
-      found.values(), key=lambda r:
-      (r['epochs'], r['model'], recipes.rank(r['recipe']), r['seed']))
-  runs.write_summary(
-      HERE, records, f'{workdir} or results.json', {
-          'ablation table': table(records), 'answer across budgets':
-              budgets.answer(records), 'missing runs': runs.missing_runs(
-                  list(planned()), set(found))
+  runs.summarize(
+      HERE, workdir, planned(), recipes.record_name, lambda r:
+      (r['epochs'], r['model'], recipes.rank(r['recipe']), r['seed']),
+      lambda records: {
+          'ablation table': table(records),
+          'answer across budgets': budgets.answer(records)
       }, {'ablation.png': plot, 'budgets.png': budgets.plot})
 
 

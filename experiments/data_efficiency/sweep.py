@@ -66,7 +66,8 @@ def overrides(workdir: pathlib.Path, data_dir: pathlib.Path, model: str,
 
 
 def main(argv=None):
-  parser = runs.sweep_parser(__doc__, '/tmp/data_efficiency')
+  parser = runs.parser(__doc__, '/tmp/data_efficiency', 'data_dir', 'slurm',
+                       'missing')
   parser.add_argument(
       '--stage', type=int, choices=(1, 2), help='1: the runs '
       'others read; 2: the rest; neither: both, in order.')

@@ -58,10 +58,9 @@ def plot(records: list[dict], path: pathlib.Path):
     ax.axvline(size, color='gray', linestyle=':')
     ax.annotate(f'ViT meets {runs.NAMES[cnn]}\n~{size:,.0f}',
                 (size, ax.get_ylim()[0]), fontsize=8, rotation=90, va='bottom')
-  ax.set_xscale('log')
-  ax.set_xlabel('training images (log scale)')
-  ax.set_ylabel('best test accuracy (%), 10,000 test images')
-  ax.set_title('CIFAR-10, study recipe, 30 epochs')
+  ax.set(xscale='log', xlabel='training images (log scale)',
+         ylabel='best test accuracy (%), 10,000 test images',
+         title='CIFAR-10, study recipe, 30 epochs')
   ax.grid(alpha=0.3, which='both')
   ax.legend()
   fig.tight_layout()
@@ -70,21 +69,16 @@ def plot(records: list[dict], path: pathlib.Path):
 
 def main(argv=None):
   runs.catch_stop_signals()
-  parsing = sweep.parser(__doc__, summary=True)
-  args = parsing.parse_args(argv)
-  planned = {
-      sweep.run_name(*run): {'recipe': sweep.RECIPE, 'train_examples': run[1]}
-      for run in sweep.planned(parsing, args)
-  }
-  found = runs.load_records(args.workdir, planned, HERE / 'results.json',
-                            sweep.record_name)
-  records = sorted(found.values(), key=lambda r:
-                   (r['train_examples'], r['model'], r['seed']))
-  runs.write_summary(
-      HERE, records, f'{args.workdir} or results.json', {
-          'results table': table(records), 'missing runs': runs.missing_runs(
-              list(planned), set(found))
-      }, {'accuracy_vs_size.png': plot})
+  args, planned = sweep.parse(argv, __doc__, summary=True)
+  runs.summarize(
+      HERE, args.workdir, {
+          sweep.run_name(*run):
+              {'recipe': sweep.RECIPE, 'train_examples': run[1]}
+          for run in planned
+      }, sweep.record_name, lambda r:
+      (r['train_examples'], r['model'], r['seed']),
+      lambda records: {'results table': table(records)},
+      {'accuracy_vs_size.png': plot})
 
 
 if __name__ == '__main__':

@@ -44,10 +44,10 @@ def record_name(record: dict) -> str:
   return run_name(record['model'], record['train_examples'], record['seed'])
 
 
-def parser(doc: str = __doc__, summary: bool = False):
-  """The runs' flags, on the sweep's parser or the summary's."""
-  parsing = (runs.parser(doc, '/tmp/data_scaling') if summary else
-             runs.sweep_parser(doc, '/tmp/data_scaling', data_dir=False))
+def parse(argv, doc: str = __doc__, summary: bool = False):
+  """The flags, and the (model, size, seed) of each run they ask for."""
+  parsing = runs.parser(doc, '/tmp/data_scaling',
+                        *(() if summary else ('slurm', 'missing')))
   parsing.add_argument('--sizes', type=runs.integers,
                        default='5000,10000,25000,50000',
                        help='Training-set sizes, multiples of 10.')
@@ -55,11 +55,12 @@ def parser(doc: str = __doc__, summary: bool = False):
                        help='configs/cifar_small.py models.')
   parsing.add_argument('--seeds', type=runs.integers, default='0',
                        help='Seeds of every (model, size).')
-  return parsing
-
-
-def planned(parsing, args) -> list[tuple[str, int, int]]:
-  """(model, size, seed) of each run the flags ask for, size by size."""
+  if not summary:
+    parsing.add_argument(
+        '--jpeg_dir', type=pathlib.Path, default='/tmp/cifar10-jpeg',
+        help='The unpacked cifar10-jpeg-full.tar.gz: train/<class>/NNNN.jpg, '
+        'test/.')
+  args = parsing.parse_args(argv)
   models = args.models.split(',')
   if not set(models) <= set(runs.NAMES):
     parsing.error(f'--models={args.models}: use some of '
@@ -67,17 +68,12 @@ def planned(parsing, args) -> list[tuple[str, int, int]]:
   if any(size % 10 for size in args.sizes):
     parsing.error('--sizes: use multiples of 10 (the subsets are '
                   'class-balanced), e.g. 5000,10000.')
-  return [(model, size, seed) for size in args.sizes for seed in args.seeds
-          for model in models]
+  return args, [(model, size, seed) for size in args.sizes
+                for seed in args.seeds for model in models]
 
 
 def main(argv=None):
-  parsing = parser()
-  parsing.add_argument(
-      '--jpeg_dir', type=pathlib.Path, default='/tmp/cifar10-jpeg',
-      help='The unpacked cifar10-jpeg-full.tar.gz: train/<class>/NNNN.jpg, '
-      'test/.')
-  args = parsing.parse_args(argv)
+  args, planned = parse(argv)
   if not all((args.jpeg_dir / split).is_dir() for split in ('train', 'test')):
     sys.exit(f'error: no train/ and test/ in --jpeg_dir={args.jpeg_dir}; '
              'unpack ../shared/data/cifar10-jpeg-full.tar.gz there first.')
@@ -90,7 +86,7 @@ def main(argv=None):
               'dataset': 'image_folder', 'train_examples_per_file': 0,
               'test_examples': 0, 'seed': seed, 'batch_size': BATCH_SIZE,
               'data_dir': subset(args.jpeg_dir, args.workdir / 'data', size)
-          }) for model, size, seed in planned(parsing, args)
+          }) for model, size, seed in planned
       if run_name(model, size, seed) not in landed
   ], args.slurm)
 

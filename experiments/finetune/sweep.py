@@ -6,7 +6,7 @@ from experiments import runs
 
 
 def main(argv=None):
-  parser = runs.sweep_parser(__doc__, '/tmp/finetune', missing=False)
+  parser = runs.parser(__doc__, '/tmp/finetune', 'data_dir', 'slurm')
   parser.add_argument('--pretrained', type=pathlib.Path, required=True,
                       help='A finished configs/cifar_small.py ViT run.')
   parser.add_argument('--image_sizes', type=runs.integers, default='48,32',

@@ -131,10 +131,10 @@ def main(argv=None):
   }
   for stage, planned in stages.items():
     _require(workdir, stage, planned)
-  vit, cnn, no_cnn = sweep.choices(workdir, choose_on)
-  stages[3] = sweep.controls(workdir, seeds, choose_on)
-  _require(workdir, 3, stages[3])
   rows = sweep.reported(workdir, seeds, choose_on)
+  # sweep.controls' runs.
+  stages[3] = rows['flops_matched_cnn'] + rows['no_cnn_vit']
+  _require(workdir, 3, stages[3])
   evaluations = sweep.evaluations(workdir, seeds, choose_on)
   for name in dict.fromkeys(name for _, name in evaluations):
     _require(workdir, 4, [run for run, n in evaluations if n == name],
@@ -166,17 +166,13 @@ def main(argv=None):
       sweep.STUDY_TEST_JPEG: x[head + sweep.STUDY_TEST_JPEG],
       sweep.JPEG_TEST: x[head + sweep.JPEG_TEST]
   } for x in grouped['vit']]
-  names = dict(vit=described('vit', vit), cnn=described(*cnn),
-               no_cnn_vit=described('vit', no_cnn),
-               flops_matched_cnn=described(*cnn) + " at the ViT chain's FLOPs",
-               class_head="the first row's class head alone")
-  sections = {
-      'headline table': f'{chosen_on(choose_on, seeds)}\n\n' +
-                        table(grouped, names),
-      'comparisons': comparisons(grouped, names)
-  }
-  runs.write_summary(args.folder, list(by_name.values()), str(workdir),
-                     sections)
+  names = {row: described(*planned[0][:2]) for row, planned in rows.items()}
+  names['flops_matched_cnn'] += " at the ViT chain's FLOPs"
+  names['class_head'] = "the first row's class head alone"
+  headline = f'{chosen_on(choose_on, seeds)}\n\n{table(grouped, names)}'
+  runs.write_summary(
+      args.folder, list(by_name.values()), str(workdir),
+      {'headline table': headline, 'comparisons': comparisons(grouped, names)})
 
 
 if __name__ == '__main__':

@@ -49,15 +49,6 @@ def _summary(workdir: pathlib.Path, run: tuple) -> dict:
   return runs.read_json(path)
 
 
-def chosen(workdir: pathlib.Path, rows: list[tuple],
-           seeds: list[int]) -> tuple[str, tuple[str, ...]]:
-  """The row with the best validation accuracy, summed over `seeds`."""
-  return max(
-      rows, key=lambda row: sum(
-          _summary(workdir, (*row, EPOCHS, seed))['best_validation_accuracy']
-          for seed in seeds))
-
-
 def require(workdir: pathlib.Path, planned: list[tuple], what: str, fix: str,
             file: str = 'summary.json'):
   """One `error:` line, saying `fix`, when a run of `planned` lacks `file`."""
@@ -94,29 +85,31 @@ def choices(workdir: pathlib.Path, choose_on: list[int]) -> tuple:
       workdir, candidates, f'candidate runs of --choose_on={seeds}',
       f'run stages 1 and 2 of --seeds={seeds} first (the other seeds read the '
       'choice they make), or gather their summaries there')
-  _, vit = chosen(workdir, [('vit', v) for v in VITS], choose_on)
-  cnn = chosen(workdir, CNNS, choose_on)
-  return vit, cnn, tuple(i for i in vit if i not in _FROM_A_CNN)
+  # Each candidate's validation accuracy, summed over the seeds.
+  score = lambda row: sum(
+      _summary(workdir, (*row, EPOCHS, seed))['best_validation_accuracy']
+      for seed in choose_on)
+  vit = max(VITS, key=lambda v: score(('vit', v)))
+  no_cnn = tuple(i for i in vit if i not in _FROM_A_CNN)
+  return vit, max(CNNS, key=score), no_cnn
 
 
 def controls(workdir: pathlib.Path, seeds: list[int],
              choose_on: list[int]) -> list[tuple]:
   """Stage 3's runs: the FLOPs-matched CNN's seeds, then the no-CNN ViT's."""
-  vit, cnn, no_cnn = choices(workdir, choose_on)
-  return [(*cnn, flops_matched(workdir, vit, cnn, seed), seed)
-          for seed in seeds] + [('vit', no_cnn, EPOCHS, seed) for seed in seeds]
+  rows = reported(workdir, seeds, choose_on)
+  return rows['flops_matched_cnn'] + rows['no_cnn_vit']
 
 
-def run_overrides(workdir: pathlib.Path, data_dir, validation_dir,
-                  run: tuple) -> dict:
+def run_overrides(args: argparse.Namespace, run: tuple) -> dict:
   """data_efficiency's overrides of `run`, choosing on validation."""
-  changes = data_efficiency.overrides(workdir, data_dir, *run)
+  changes = data_efficiency.overrides(args.workdir, args.data_dir, *run)
   # A pre-training, which fine-tuning reads at its last step, holds no
   # validation out: it would choose nothing, for an encoder pass over 5,000
   # images of all their patches every epoch.
   if r.PRETRAINING not in run[1]:
     # Stage 4 evaluates each reported run at the state validation chose.
-    changes.update(validation_examples=5000, validation_dir=validation_dir,
+    changes.update(validation_examples=5000, validation_dir=args.validation_dir,
                    keep_best_checkpoint=True)
   if _TEACHERS & set(changes):
     # The teacher as its row reports it: at the epoch validation chose.
@@ -127,11 +120,14 @@ def run_overrides(workdir: pathlib.Path, data_dir, validation_dir,
 def reported(workdir: pathlib.Path, seeds: list[int],
              choose_on: list[int]) -> dict[str, list[tuple]]:
   """The runs of each row the summary reports, by row."""
-  vit, cnn, _ = choices(workdir, choose_on)
-  matched = controls(workdir, seeds, choose_on)
-  return dict(vit=[('vit', vit, EPOCHS, seed) for seed in seeds], cnn=[
-      (*cnn, EPOCHS, seed) for seed in seeds
-  ], no_cnn_vit=matched[len(seeds):], flops_matched_cnn=matched[:len(seeds)])
+  vit, cnn, no_cnn = choices(workdir, choose_on)
+  at_seeds = lambda *row: [(*row, EPOCHS, seed) for seed in seeds]
+  return {
+      'vit': at_seeds('vit', vit), 'cnn': at_seeds(*cnn),
+      'no_cnn_vit': at_seeds('vit', no_cnn), 'flops_matched_cnn': [
+          (*cnn, flops_matched(workdir, vit, cnn, seed), seed) for seed in seeds
+      ]
+  }
 
 
 def evaluations(workdir: pathlib.Path, seeds: list[int],
@@ -143,19 +139,6 @@ def evaluations(workdir: pathlib.Path, seeds: list[int],
          ] + [(run, CLASS_HEAD_PREFIX + name)
               for name in (STUDY_TEST, STUDY_TEST_JPEG, JPEG_TEST)
               for run in rows['vit']]
-
-
-def evaluation_flags(name: str, jpeg: str, study_test: str) -> list[str]:
-  """`vit_jax.evaluate`'s flags for the evaluation `name`."""
-  test_set = name.removeprefix(CLASS_HEAD_PREFIX)
-  folder = {STUDY_TEST: None, STUDY_TEST_JPEG: study_test, JPEG_TEST: jpeg}
-  flags = ['--class_head'] if test_set != name else []
-  if folder[test_set] is not None:
-    flags += [
-        '--config.dataset=image_folder', f'--data_dir={folder[test_set]}',
-        '--config.test_examples=0'
-    ]
-  return flags
 
 
 def evaluated(workdir: pathlib.Path, run: tuple, name: str) -> dict | None:
@@ -179,11 +162,18 @@ def _to_evaluate(workdir: pathlib.Path, run: tuple, name: str) -> bool:
                                < summary.stat().st_mtime)
 
 
-def evaluation_command(run: pathlib.Path, name: str, flags: list[str]) -> str:
-  """`run`'s best state evaluated on the test split, into `run/name.json`."""
+def evaluation_command(run: pathlib.Path, name: str, jpeg: str,
+                       study_test: str) -> str:
+  """`run`'s best state evaluated on test set `name`, into `run/name.json`."""
+  test_set = name.removeprefix(CLASS_HEAD_PREFIX)
+  folder = {STUDY_TEST_JPEG: study_test, JPEG_TEST: jpeg}.get(test_set)
   evaluate = shlex.join([
       'python', '-m', 'vit_jax.evaluate',
-      f'--checkpoint={run / "best_checkpoint"}', '--split=test', *flags
+      f'--checkpoint={run / "best_checkpoint"}', '--split=test',
+      *(['--class_head'] if test_set != name else []), *([
+          '--config.dataset=image_folder', f'--data_dir={folder}',
+          '--config.test_examples=0'
+      ] if folder else [])
   ])
   out, json_file = (shlex.quote(str(run / f'{name}.{suffix}'))
                     for suffix in ('out', 'json'))
@@ -202,10 +192,8 @@ def add_seed_flags(parser: argparse.ArgumentParser):
 
 
 def main(argv=None):
-  parser = runs.sweep_parser(__doc__, '/tmp/headline', missing=False)
-  parser.add_argument(
-      '--validation_dir', required=True,
-      help='The held-out CIFAR-10 images (experiments.held_out).')
+  parser = runs.parser(__doc__, '/tmp/headline', 'data_dir', 'slurm',
+                       'validation_dir')
   parser.add_argument('--stage', type=int, choices=(1, 2, 3, 4), required=True)
   parser.add_argument(
       '--jpeg', help='Stage 4: the unpacked JPEG copy of CIFAR-10, whose '
@@ -221,33 +209,30 @@ def main(argv=None):
                'of CIFAR-10 and its copy of the study\'s test images (the '
                'README\'s commands make both).')
     planned = evaluations(args.workdir, args.seeds, args.choose_on)
-    unfinished = {
+    unfinished = sorted({
         r.run_name(*run) for run, _ in planned
         if not runs.finished(args.workdir / r.run_name(*run))
-    }
+    })
     if unfinished:
-      count = len(unfinished)
       print(
-          f'Left out until stages 1-3 finish them: {count} '
-          f'run{"s" * (count != 1)} without a summary.json (one: '
-          f'{min(unfinished)}).', file=sys.stderr)
-    runs.emit([
-        evaluation_command(args.workdir / r.run_name(*run), name,
-                           evaluation_flags(name, args.jpeg, args.study_test))
-        for run, name in planned if _to_evaluate(args.workdir, run, name)
-    ], args.slurm)
-    return
-  if args.stage == 3:
-    planned = controls(args.workdir, args.seeds, args.choose_on)
+          f'Left out until stages 1-3 finish them: {len(unfinished)} '
+          f'run{"s" * (len(unfinished) != 1)} without a summary.json (one: '
+          f'{unfinished[0]}).', file=sys.stderr)
+    commands = [
+        evaluation_command(args.workdir / r.run_name(*run), name, args.jpeg,
+                           args.study_test) for run, name in planned
+        if _to_evaluate(args.workdir, run, name)
+    ]
   else:
-    planned = stage_runs(args.stage, args.seeds, args.choose_on, args.workdir)
-  runs.emit([
-      runs.command(
-          args.workdir / r.run_name(*run),
-          f'configs/data_efficient.py:{run[0]}',
-          run_overrides(args.workdir, args.data_dir, args.validation_dir, run))
-      for run in planned
-  ], args.slurm)
+    planned = (controls(args.workdir, args.seeds, args.choose_on)
+               if args.stage == 3 else stage_runs(args.stage, args.seeds,
+                                                  args.choose_on, args.workdir))
+    commands = [
+        runs.command(args.workdir / r.run_name(*run),
+                     f'configs/data_efficient.py:{run[0]}',
+                     run_overrides(args, run)) for run in planned
+    ]
+  runs.emit(commands, args.slurm)
 
 
 if __name__ == '__main__':

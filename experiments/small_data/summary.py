@@ -28,40 +28,32 @@ def parameter_count(model: str) -> int:
   return sum(int(np.prod(x.shape)) for x in jax.tree.leaves(shapes))
 
 
+# The accuracies chosen on validation, and the test accuracy at its choice.
+_VALIDATION, _TEST = 'best_validation_accuracy', 'test_accuracy_at_best_step'
+
+
 def _run_name(record: dict) -> str:
   return f'{record["choice"]}_seed{record["seed"]}'
 
 
-def collect(workdir: pathlib.Path) -> tuple[list[dict], dict[str, list]]:
-  """The sweep's records and each run's logged ones: `workdir`'s, else ours."""
-  described = {
-      name: {
-          'choice': choice,
-          'batch_size': overrides.get('batch_size',
-                                      cifar_small.MODELS[model][2])
-      } for name, (choice, model,
-                  overrides) in sweep.planned(sweep.SEEDS).items()
-  }
-  found = runs.load_records(workdir, described, HERE / 'results.json',
-                            _run_name)
+def logged_metrics(workdir: pathlib.Path, planned) -> dict[str, list]:
+  """Each run's logged records: `workdir`'s where it finished, else ours."""
   metrics = {}
-  if (HERE / 'metrics.jsonl').exists():
-    for logged in runs.history(HERE):
-      metrics.setdefault(logged.pop('run'), []).append(logged)
-  for name in found:
+  for record in runs.history(HERE) if (HERE / 'metrics.jsonl').exists() else []:
+    metrics.setdefault(record.pop('run'), []).append(record)
+  for name in planned:
     if runs.finished(workdir / name):
       metrics[name] = [{k: v for k, v in r.items() if 'second' not in k}
                        for r in runs.history(workdir / name)]
-  return [found[name] for name in sorted(found)
-         ], {name: metrics[name] for name in sorted(found) if name in metrics}
+  return metrics
 
 
 def _of(records: list[dict], choice: str) -> list[dict]:
   return [r for r in records if r['choice'] == choice]
 
 
-def _mean_std(group: list[dict], key: str) -> str:
-  return runs.mean_std([r[key] for r in group])
+def _cells(group: list[dict], *keys: str) -> list[str]:
+  return [runs.mean_std([r[key] for r in group]) for key in keys]
 
 
 def _described(choice: str) -> str:
@@ -73,50 +65,33 @@ def _described(choice: str) -> str:
 
 def _study_and_costs(model: str, group: list[dict]) -> list[str]:
   """The study's accuracies, then the runs' TFLOPs and wall time."""
-  return [
-      ' / '.join(f'{100 * accuracy:.1f}' for accuracy in STUDY[model]),
-      runs.tflops_cell(group),
-      runs.wall_time_cell(group)
-  ]
+  study = ' / '.join(f'{100 * accuracy:.1f}' for accuracy in STUDY[model])
+  return [study, runs.tflops_cell(group), runs.wall_time_cell(group)]
 
 
 def table(records: list[dict]) -> str:
   """The config's runs, model by model."""
-  rows = []
-  for model in sweep.MODELS:
-    group = _of(records, model)
-    if not group:
-      continue
-    epochs = ', '.join(f'{r["best_epoch"]:g}' for r in group)
-    rows.append([
-        runs.NAMES[model], f'{parameter_count(model):,}',
-        group[0]['batch_size'],
-        len(group),
-        *(_mean_std(group, key)
-          for key in ('best_validation_accuracy', 'test_accuracy_at_best_step',
-                      'final_test_accuracy', 'final_train_accuracy')), epochs,
-        *_study_and_costs(model, group)
-    ])
+  epochs = lambda group: ', '.join(f'{r["best_epoch"]:g}' for r in group)
   return runs.markdown_table([
       'Model', 'Params', 'Batch size', 'Seeds', 'Validation acc at best (%)',
       'Test acc there (%)', 'Test acc at the end (%)', 'Final train acc (%)',
       'Best epoch (on validation)', 'Study: best test / final train (%)',
       'Training TFLOPs', 'Wall time (min)'
-  ], rows)
+  ], [[
+      runs.NAMES[model], f'{parameter_count(model):,}', group[0]['batch_size'],
+      len(group), *_cells(group, _VALIDATION, _TEST, 'final_test_accuracy',
+                          'final_train_accuracy'),
+      epochs(group), *_study_and_costs(model, group)
+  ] for model in sweep.MODELS if (group := _of(records, model))])
 
 
 def comparisons(records: list[dict]) -> str:
   """Each CNN against the ViT, then the CNNs, on test at validation's epoch."""
-  lines = []
-  for a, b in (('simple_cnn', 'vit'), ('small_resnet', 'vit'),
-               ('simple_cnn', 'small_resnet')):
-    first, second = (runs.by_seed(_of(records, choice),
-                                  'test_accuracy_at_best_step')
-                     for choice in (a, b))
-    if first and second:
-      lines.append(
-          f'- {runs.compared(runs.NAMES[a], first, runs.NAMES[b], second)}.')
-  return '\n'.join(lines)
+  tested = lambda model: runs.by_seed(_of(records, model), _TEST)
+  return '\n'.join(
+      f'- {runs.compared(runs.NAMES[a], tested(a), runs.NAMES[b], tested(b))}.'
+      for a, b in (('simple_cnn', 'vit'), ('small_resnet', 'vit'),
+                   ('simple_cnn', 'small_resnet')) if tested(a) and tested(b))
 
 
 def study_measure(records: list[dict], metrics: dict[str, list]) -> str:
@@ -125,7 +100,7 @@ def study_measure(records: list[dict], metrics: dict[str, list]) -> str:
       100 *
       (max(logged['test_accuracy']
            for logged in metrics[_run_name(r)] if 'test_accuracy' in logged) -
-       r['test_accuracy_at_best_step']) for r in records
+       r[_TEST]) for r in records
   ]
   return (f'Each run\'s best test accuracy lies {np.mean(gaps):.1f} points '
           f'above the test accuracy at the epoch validation chose, on average '
@@ -135,59 +110,45 @@ def study_measure(records: list[dict], metrics: dict[str, list]) -> str:
 
 def choices_table(records: list[dict]) -> str:
   """Each unstated choice against the run it changes, on validation."""
-  rows = []
-  for choice, (model, _, base, _) in sweep.CHOICES.items():
-    group, based_on = _of(records, choice), _of(records, base)
-    if not group:
-      continue
-    rows.append([
-        runs.NAMES[model],
-        _described(choice),
-        len(group),
-        *(_mean_std(group, key)
-          for key in ('best_validation_accuracy', 'test_accuracy_at_best_step',
-                      'final_train_accuracy')),
-        runs.compared('this', runs.by_seed(group, 'best_validation_accuracy'),
-                      _described(base),
-                      runs.by_seed(based_on, 'best_validation_accuracy'))
-        if based_on else '', *_study_and_costs(model, group)
-    ])
+  on_validation = lambda choice: runs.by_seed(_of(records, choice), _VALIDATION)
   return runs.markdown_table([
       'Model', 'Choice', 'Seeds', 'Validation acc at best (%)',
       'Test acc there (%)', 'Final train acc (%)',
       'On validation, against the run it changes', 'Study: best test / '
       'final train (%)', 'Training TFLOPs', 'Wall time (min)'
-  ], rows)
+  ], [[
+      runs.NAMES[model],
+      _described(choice),
+      len(group), *_cells(group, _VALIDATION, _TEST, 'final_train_accuracy'),
+      runs.compared('this', on_validation(choice), _described(base),
+                    on_validation(base)) if _of(records, base) else '',
+      *_study_and_costs(model, group)
+  ] for choice, (model, _, base, _) in sweep.CHOICES.items()
+      if (group := _of(records, choice))])
 
 
 def _gap(group: list[dict], model: str) -> float:
   """Points of mean test accuracy over the study's."""
-  return 100 * (np.mean([r['test_accuracy_at_best_step']
-                         for r in group]) - STUDY[model][0])
+  return 100 * (np.mean([r[_TEST] for r in group]) - STUDY[model][0])
 
 
 def closest(records: list[dict]) -> str:
   """Per CNN, the most-seeded choice whose test accuracy is nearest STUDY."""
   lines = []
   for model in ('simple_cnn', 'small_resnet'):
-    groups = [
-        _of(records, c)
-        for c in (model,
-                  *(c for c, (m, *_) in sweep.CHOICES.items() if m == model))
-    ]
-    if not any(groups):
+    choices = [c for c, (m, *_) in sweep.CHOICES.items() if m == model]
+    groups = [g for c in [model, *choices] if (g := _of(records, c))]
+    if not groups:
       continue
-    group = min(filter(None, groups), key=lambda g:
-                (-len(g), abs(_gap(g, model))))
+    group = min(groups, key=lambda g: (-len(g), abs(_gap(g, model))))
     gap = _gap(group, model)
+    validation, test = _cells(group, _VALIDATION, _TEST)
     lines.append(
         f'- {runs.NAMES[model]}: {_described(group[0]["choice"])} (batch '
         f'{group[0]["batch_size"]}, {len(group)} '
-        f'seed{"s" * (len(group) > 1)}): validation '
-        f'{_mean_std(group, "best_validation_accuracy")}, test '
-        f'{_mean_std(group, "test_accuracy_at_best_step")}, '
-        f'{abs(gap):.1f} points {"over" if gap > 0 else "under"} the study\'s '
-        f'{100 * STUDY[model][0]:.1f}.')
+        f'seed{"s" * (len(group) > 1)}): validation {validation}, test '
+        f'{test}, {abs(gap):.1f} points {"over" if gap > 0 else "under"} the '
+        f'study\'s {100 * STUDY[model][0]:.1f}.')
   return '\n'.join(lines)
 
 
@@ -214,8 +175,8 @@ def plot(records: list[dict], metrics: dict[str, list], path: pathlib.Path):
                           alpha=0.2)
     ax.axhline(100 * STUDY[model][0], color='gray', linestyle=':',
                label='study, best test')
-    ax.set_title(f'{runs.NAMES[model]} ({parameter_count(model):,} params)')
-    ax.set_xlabel('epoch')
+    ax.set(title=f'{runs.NAMES[model]} ({parameter_count(model):,} params)',
+           xlabel='epoch')
     ax.grid(alpha=0.3)
   axes[0].set_ylabel('accuracy (%)')
   axes[0].legend(fontsize=8)
@@ -226,20 +187,24 @@ def plot(records: list[dict], metrics: dict[str, list], path: pathlib.Path):
 def main(argv=None):
   runs.catch_stop_signals()
   workdir = runs.parser(__doc__, '/tmp/small_data').parse_args(argv).workdir
-  records, metrics = collect(workdir)
-  planned = list(sweep.planned(sweep.SEEDS))
-  runs.write_summary(
-      HERE, records, f'{workdir} or results.json', {
+  planned = sweep.planned(sweep.SEEDS)
+  metrics = logged_metrics(workdir, planned)
+  runs.summarize(
+      HERE, workdir, {
+          name: {
+              'choice': choice, 'batch_size': overrides.get(
+                  'batch_size', cifar_small.MODELS[model][2])
+          } for name, (choice, model, overrides) in planned.items()
+      }, _run_name, _run_name, lambda records: {
           'results table': table(records), 'study measure': study_measure(
               records, metrics), 'comparisons': comparisons(records),
-          'choices table': choices_table(records), 'closest':
-              closest(records), 'missing runs': runs.missing_runs(
-                  planned, set(map(_run_name, records)))
+          'choices table': choices_table(records), 'closest': closest(records)
       }, {
-          'learning_curves.png': lambda _, path: plot(records, metrics, path),
-          'metrics.jsonl': lambda _, path: path.write_text(''.join(
-              json.dumps({'run': run, **r}) + '\n'
-              for run, logged in metrics.items() for r in logged))
+          'learning_curves.png': lambda records, path: plot(
+              records, metrics, path),
+          'metrics.jsonl': lambda records, path: path.write_text(''.join(
+              json.dumps({'run': _run_name(r), **logged}) + '\n'
+              for r in records for logged in metrics.get(_run_name(r), [])))
       })
 
 

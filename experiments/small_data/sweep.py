@@ -39,10 +39,7 @@ CHOICES = {
 
 def planned(seeds: list[int]) -> dict[str, tuple[str, str, dict]]:
   """Run name -> (what it runs: a model or a choice, its model, overrides)."""
-  plan = {}
-  for seed in seeds:
-    for model in MODELS:
-      plan[f'{model}_seed{seed}'] = model, model, {'seed': seed}
+  plan = {f'{m}_seed{s}': (m, m, {'seed': s}) for s in seeds for m in MODELS}
   for name, (model, overrides, _, choice_seeds) in CHOICES.items():
     for seed in choice_seeds or seeds:
       plan[f'{name}_seed{seed}'] = name, model, {'seed': seed, **overrides}
@@ -50,10 +47,8 @@ def planned(seeds: list[int]) -> dict[str, tuple[str, str, dict]]:
 
 
 def main(argv=None):
-  parser = runs.sweep_parser(__doc__, '/tmp/small_data', missing=False)
-  parser.add_argument(
-      '--validation_dir', required=True,
-      help='The held-out CIFAR-10 images (experiments.held_out).')
+  parser = runs.parser(__doc__, '/tmp/small_data', 'data_dir', 'slurm',
+                       'validation_dir')
   parser.add_argument(
       '--seeds', type=runs.integers, default=','.join(map(str, SEEDS)),
       help="Seeds of the config's runs and of the choices "
