@@ -260,7 +260,8 @@ def test_fields_that_make_no_vit_are_one_line(fields, said):
   # And so they are from the command line's overrides, not a traceback.
   config = cifar_small.get_config('vit')
   config.model_overrides.update(fields)
-  with pytest.raises(ConfigError, match=said):
+  with pytest.raises(ConfigError,
+                     match=said.replace('^', '^config.model_overrides: ')):
     registry.from_config(config, 10)
 
 
