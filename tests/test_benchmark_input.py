@@ -12,7 +12,7 @@ from vit_jax import benchmark_input
 
 def test_reports_the_images_per_second_of_the_streaming_input(tmp_path):
   write_image_folder(
-      tmp_path, {'train': 12, 'test': 1}, ['a'],
+      tmp_path, {'train': 6, 'test': 1}, ['a', 'b'],
       lambda rng, *_: rng.integers(0, 256, (30, 40, 3), np.uint8))
   config = benchmark_input.loader_config('image_folder', str(tmp_path), 4, 24,
                                          steps=2)

@@ -94,7 +94,7 @@ def test_a_command_with_nothing_to_save_stops_at_once_in_one_line(
     tmp_path, command, flags, what):
   """Ctrl-C while it measures: one line, status 130, no traceback."""
   if command.endswith('input'):  # an image folder to read
-    write_image_folder(tmp_path, {'train': 402, 'test': 1}, ['a'])
+    write_image_folder(tmp_path, {'train': 201, 'test': 1}, ['a', 'b'])
     flags += (f'--data_dir={tmp_path}',)
   process = subprocess.Popen([sys.executable, '-m', command, *flags], cwd=ROOT,
                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,

@@ -210,7 +210,7 @@ def study_rows(plan: gpu_plan.Plan, cifar_dir: pathlib.Path, seconds_left,
 
 
 def write_jpegs(folder: pathlib.Path, count: int, size: tuple[int, int]):
-  """A folder of `count` training JPEGs and a test one: 16 images repeated."""
+  """A folder of `count` training JPEGs and two test ones: 16 images repeated."""
   from PIL import Image  # pylint: disable=g-import-not-at-top
   rng = np.random.default_rng(0)
   width, height = size
@@ -224,10 +224,11 @@ def write_jpegs(folder: pathlib.Path, count: int, size: tuple[int, int]):
     Image.fromarray(noisy.clip(0, 255).astype(np.uint8)).save(path, quality=90)
     encoded.append(path.read_bytes())
     path.unlink()
-  for split, images in (('train', count), ('test', 1)):
-    (folder / split / 'a').mkdir(parents=True)
-    for i in range(images):
-      (folder / split / 'a' / f'{i}.jpg').write_bytes(encoded[i % 16])
+  for split, images in (('train', count), ('test', 2)):
+    for i in range(images):  # two classes: a folder of one is refused
+      path = folder / split / 'ab'[i % 2] / f'{i}.jpg'
+      path.parent.mkdir(parents=True, exist_ok=True)
+      path.write_bytes(encoded[i % 16])
 
 
 def input_rows(plan: gpu_plan.Plan, seconds_left) -> list[dict]:
