@@ -124,7 +124,7 @@ def test_an_incomplete_or_impossible_set_is_a_clear_error(
 
 @pytest.mark.parametrize('join_timeout,stop,status,last_line', [
     (60, True, 75, 'SIGTERM: stopped while joining the job; it wrote nothing.'),
-    (3, False, 1, 'distinct --process_id, or raise --join_timeout.'),
+    (3, False, 1, 'its own --process_id, or raise --join_timeout.'),
 ])
 def test_a_job_that_never_gathers_ends_at_a_stop_signal_or_its_join_timeout(
     tmp_path, join_timeout, stop, status, last_line):

@@ -62,14 +62,15 @@ _JSON_CONFIG = (pathlib.Path(__file__).parents[1] / 'checkpoints' /
 _KINDS = {bool: 'true or false', int: 'an integer', float: 'a number'}
 
 
-def _wrong_kind(error: flags.Error) -> str | None:
-  """What a config field's value of the wrong kind should be, if it is one."""
+def _flag_error(error: flags.Error) -> str:
+  """The error line; a config field's value of the wrong kind says its kind."""
   wrong = re.match(r'flag --(config\.[\w.]+)=(.*?): ', str(error))
   if not wrong or wrong[1] not in flags.FLAGS:
-    return None
+    return f'error: {error}; --helpshort lists the flags.'
   value = flags.FLAGS[wrong[1]].value
   kind = _KINDS.get(type(value), f'a {type(value).__name__}')
-  return f'--{wrong[1]}={wrong[2]}: {wrong[1]} is {kind} (the config: {value!r})'
+  return (f'error: --{wrong[1]}={wrong[2]}: {wrong[1]} is {kind} (the config: '
+          f'{value!r}).')
 
 
 def parse_flags(argv: list[str]) -> list[str]:
@@ -92,9 +93,7 @@ def parse_flags(argv: list[str]) -> list[str]:
         e.flagname.startswith('config.')):
       sys.exit(f'error: --{e.flagname} overrides a field of --config: pass '
                '--config=FILE too (e.g. configs/cifar_small.py).')
-    wrong_kind = _wrong_kind(e)
-    sys.exit(f'error: {wrong_kind}.'
-             if wrong_kind else f'error: {e}; --helpshort lists the flags.')
+    sys.exit(_flag_error(e))
   # Without overrides, a config file that does not load stands in as an
   # object that raises what loading raised when used.
   config = flags.FLAGS['config'].value if 'config' in flags.FLAGS else None

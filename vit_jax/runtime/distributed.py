@@ -143,12 +143,10 @@ def initialize_distributed(
   watchdog = threading.Timer(
       join_timeout, stop_signals.exit_saying,
       (f'error: Not every process joined the multi-process job ({described}) '
-       f'within {join_timeout} s: start them all with the same '
-       '--coordinator_address (reachable from every host) and '
-       '--num_processes, and distinct --process_id, or raise --join_timeout.'
-       '\n'.encode(), 1))
-  watchdog.daemon = True
-  watchdog.start()
+       f'within {join_timeout} s: start each with the same reachable '
+       '--coordinator_address and --num_processes and its own --process_id, '
+       'or raise --join_timeout.\n'.encode(), 1))
+  watchdog.start()  # cancelled below, however the join ends
   try:
     with stop_signals.at_once_within('stopped while joining the job; it '
                                      'wrote nothing'):
