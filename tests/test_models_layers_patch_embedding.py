@@ -13,13 +13,9 @@ from tests.test_models_vit import _images
 
 def _shifted(x, dy, dx):
   """x moved by (dy, dx) pixels, zeros shifted in: out[i, j] = x[i-dy, j-dx]."""
-  out = np.zeros_like(x)
   h, w = x.shape[1:3]
-  for i in range(h):
-    for j in range(w):
-      if 0 <= i - dy < h and 0 <= j - dx < w:
-        out[:, i, j] = x[:, i - dy, j - dx]
-  return out
+  padded = np.pad(x, ((0, 0), (h, h), (w, w), (0, 0)))
+  return padded[:, h - dy:2 * h - dy, w - dx:2 * w - dx]
 
 
 @pytest.mark.parametrize('patch', [2, 3])

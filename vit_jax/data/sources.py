@@ -83,7 +83,7 @@ def _take(source: Source, indices: np.ndarray) -> Source:
   return SubsetSource(source, indices)
 
 
-def _validation_pool(dataset: Dataset, config, train: Source,
+def _validation_pool(dataset: Dataset, train: Source,
                      trained) -> tuple[Source, bool]:
   """Where validation examples are drawn from; True: the training split."""
   if dataset.spare is not None:
@@ -120,7 +120,7 @@ def _training_and_validation(dataset: Dataset,
     return train, image_folder.open_split(
         pathlib.Path(config.validation_dir).expanduser(), dataset.num_classes,
         keep=lambda pool: _validation_drawn(pool, count, len(pool)))
-  pool, held_out_of_train = _validation_pool(dataset, config, train, trained)
+  pool, held_out_of_train = _validation_pool(dataset, train, trained)
   chosen = _validation_drawn(pool, count, len(pool) - held_out_of_train)
   if held_out_of_train:
     train = _take(pool, np.setdiff1d(np.arange(len(pool)), chosen))
