@@ -298,6 +298,6 @@ def _check(findings: _Findings, paths: list[pathlib.Path],
         f'again): {_listed(findings.problems)}.')
   if findings.ignored:
     logging.warning(
-        'Ignored %s in %s that are not %s images: %s.',
+        'Ignored %s in %s (not %s images): %s.',
         _count(len(findings.ignored), 'file or folder', 'files and folders'),
         folder, files.IMAGE_TYPES, _listed(findings.ignored))
