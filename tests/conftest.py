@@ -10,13 +10,7 @@ import tempfile
 import numpy as np
 import pytest
 
-from tests.helpers import cifar10_release
-from tests.helpers import cifar10_files
-from tests.helpers import process_test_config
-from tests.helpers import random_cifar
-from tests.helpers import tiny_config
-from tests.helpers import run_on_host_devices
-from tests.helpers import write_cifar_binary
+from tests import helpers
 from vit_jax.runtime import stop_signals
 from vit_jax.runtime import workdir_lock
 
@@ -95,15 +89,17 @@ def _signals_released():
 @pytest.fixture
 def cifar10_splits():
   """The files of a CIFAR-10 binary release: 96 training and 37 test images."""
-  first, second = random_cifar(48, 10, seed=1), random_cifar(48, 10, seed=2)
-  return cifar10_files([np.concatenate(a) for a in zip(first, second)],
-                       random_cifar(37, 10, seed=3))
+  first, second = helpers.random_cifar(48, 10, seed=1), helpers.random_cifar(
+      48, 10, seed=2)
+  return helpers.cifar10_files([np.concatenate(a) for a in zip(first, second)],
+                               helpers.random_cifar(37, 10, seed=3))
 
 
 @pytest.fixture
 def cifar10_dir(tmp_path, cifar10_splits):
   """The data_dir of `cifar10_splits` written as the binary release."""
-  write_cifar_binary(tmp_path / 'data' / 'cifar-10-batches-bin', cifar10_splits)
+  helpers.write_cifar_binary(tmp_path / 'data' / 'cifar-10-batches-bin',
+                             cifar10_splits)
   return tmp_path / 'data'
 
 
@@ -112,13 +108,13 @@ def trained_cnn_run(tmp_path_factory):
   """(workdir, data_dir) of a tiny SimpleCNN trained one epoch: a teacher."""
   from vit_jax.training import train  # pylint: disable=g-import-not-at-top
   root = tmp_path_factory.mktemp('trained_cnn_run')
-  cifar10_release(root / 'data', 48, 16)
+  helpers.cifar10_release(root / 'data', 48, 16)
   # Every step evaluated and kept, and the best one too: a teacher read at
   # its best can be checked against the step it names.
-  config = tiny_config(root / 'data', 'simple_cnn', num_epochs=1,
-                       warmup_epochs=0, eval_every_steps=1,
-                       checkpoint_every_steps=1, keep_checkpoints=3,
-                       keep_best_checkpoint=True)
+  config = helpers.tiny_config(root / 'data', 'simple_cnn', num_epochs=1,
+                               warmup_epochs=0, eval_every_steps=1,
+                               checkpoint_every_steps=1, keep_checkpoints=3,
+                               keep_best_checkpoint=True)
   train.train_and_evaluate(config, root / 'teacher')
   return root / 'teacher', root / 'data'
 
@@ -134,8 +130,8 @@ train.train_and_evaluate(trained_vit_config({data_dir!r}), {workdir!r})
 def trained_vit_run(tmp_path_factory):
   """(workdir, data_dir) of a 2-layer ViT trained at 24x24 on 2 devices."""
   root = tmp_path_factory.mktemp('trained_vit_run')
-  data_dir = cifar10_release(root / 'data', 96)
-  run_on_host_devices(
+  data_dir = helpers.cifar10_release(root / 'data', 96)
+  helpers.run_on_host_devices(
       _TRAIN_SCRIPT.format(data_dir=str(data_dir), workdir=str(root / 'run')),
       2, timeout=900)
   return root / 'run', data_dir
@@ -146,6 +142,7 @@ def uninterrupted(tmp_path_factory):
   """(data_dir, workdir) of `process_test_config` run without a stop."""
   from vit_jax.training import train  # pylint: disable=g-import-not-at-top
   root = tmp_path_factory.mktemp('uninterrupted')
-  cifar10_release(root / 'data', 80)
-  train.train_and_evaluate(process_test_config(root / 'data'), root / 'run')
+  helpers.cifar10_release(root / 'data', 80)
+  train.train_and_evaluate(helpers.process_test_config(root / 'data'),
+                           root / 'run')
   return root / 'data', root / 'run'

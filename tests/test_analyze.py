@@ -12,12 +12,7 @@ from absl.testing import flagsaver
 import numpy as np
 import pytest
 
-from tests.helpers import ROOT
-from tests.helpers import mounted_tmpfs
-from tests.helpers import TINY_MODELS
-from tests.helpers import png
-from tests.helpers import random_vit_params
-from tests.helpers import tiny_config
+from tests import helpers
 from vit_jax import analysis
 from vit_jax import analyze
 from vit_jax import models
@@ -71,7 +66,7 @@ def test_writes_every_figure_and_the_numbers(analyzed):
   # not those of other images.
   (out.parent / 'photos').mkdir()
   (out.parent / 'photos' / 'x.png').write_bytes(
-      png(np.zeros((9, 9, 3), np.uint8)))
+      helpers.png(np.zeros((9, 9, 3), np.uint8)))
   analyze.analyze(out.parent / 'on_photos', workdir=workdir,
                   images=[str(out.parent / 'photos')], **COUNTS)
   events = list((workdir / 'tensorboard' / 'analysis').glob('events.out.*'))
@@ -86,7 +81,7 @@ def test_a_stop_signal_leaves_the_earlier_analysis_whole(analyzed, tmp_path):
       sys.executable, '-m', 'vit_jax.analyze', f'--workdir={workdir}',
       f'--out={figures}', '--step=6', '--num_images=2', '--distance_images=20',
       '--components=5'
-  ], cwd=ROOT, stderr=subprocess.PIPE, text=True)
+  ], cwd=helpers.ROOT, stderr=subprocess.PIPE, text=True)
   deadline = time.monotonic() + 60
   while not (tmp_path / 'out.partial').exists():  # drawing the new one
     assert process.poll() is None and time.monotonic() < deadline
@@ -106,8 +101,8 @@ def test_a_full_or_read_only_disk_is_one_line_and_leaves_the_earlier_analysis(
     analyzed, tmp_path, fault):
   workdir, earlier, _ = analyzed
   size = sum(p.stat().st_size for p in earlier.iterdir())
-  with mounted_tmpfs(tmp_path / 'disk',
-                     f'{size * 3 // 2 // 1024 + 8}k') as disk:
+  with helpers.mounted_tmpfs(tmp_path / 'disk',
+                             f'{size * 3 // 2 // 1024 + 8}k') as disk:
     shutil.copytree(earlier, disk / 'out')
     if fault == 'read-only':
       subprocess.run(['mount', '-o', 'remount,ro', str(disk)], check=True)
@@ -126,7 +121,7 @@ def test_a_full_or_read_only_disk_is_one_line_and_leaves_the_earlier_analysis(
 def test_bad_input_is_one_clear_error(trained_vit_run, tmp_path):
   """An --out of other files or a file, a count below one, no ViT run."""
   (tmp_path / 'notes.txt').write_text('mine')
-  (tmp_path / 'cat.png').write_bytes(png(np.zeros((4, 4, 3), np.uint8)))
+  (tmp_path / 'cat.png').write_bytes(helpers.png(np.zeros((4, 4, 3), np.uint8)))
   with pytest.raises(AnalysisError) as error:
     analyze.analyze(tmp_path, workdir=trained_vit_run[0])
   assert str(error.value) == (
@@ -158,13 +153,13 @@ def test_a_released_npz_is_analysed_on_your_own_images(tmp_path):
   """Photos resized to its position embeddings, in [-1, 1], named top-5."""
   released = tmp_path / 'vit.npz'
   npz.save_npz(
-      random_vit_params(models.create_model('ViT-Tiny-CIFAR_4', 3), 32),
+      helpers.random_vit_params(models.create_model('ViT-Tiny-CIFAR_4', 3), 32),
       released)
   rng = np.random.default_rng(0)
   (tmp_path / 'photos').mkdir()
   for name, shape in (('cat', (40, 60, 3)), ('dog', (90, 50, 3))):
     (tmp_path / 'photos' / f'{name}.png').write_bytes(
-        png(rng.integers(0, 256, shape, np.uint8)))
+        helpers.png(rng.integers(0, 256, shape, np.uint8)))
   (tmp_path / 'classes.txt').write_text('cat\ndog\nbird\n')
   (tmp_path / 'two.txt').write_text('cat\ndog\n')
   images = [str(tmp_path / 'photos')]
@@ -199,7 +194,7 @@ def test_a_released_npz_is_analysed_on_your_own_images(tmp_path):
   # Two images of one name: a rollout each, numbered by their place.
   (tmp_path / 'more').mkdir()
   (tmp_path / 'more' / 'cat.png').write_bytes(
-      png(rng.integers(0, 256, (9, 9, 3), np.uint8)))
+      helpers.png(rng.integers(0, 256, (9, 9, 3), np.uint8)))
   analyze.analyze(tmp_path / 'out', checkpoint=released,
                   images=[*images, str(tmp_path / 'more')], components=5)
   assert [n for n in _written(tmp_path / 'out') if 'rollout_' in n
@@ -211,13 +206,13 @@ def test_a_released_npz_is_analysed_on_your_own_images(tmp_path):
 
 def _untrained_run(workdir, data_dir, **techniques):
   """An untrained 2-layer ViT run with `techniques` on a 4x4 patch grid."""
-  config = tiny_config(data_dir, image_size=16)
-  config.model_overrides = dict(TINY_MODELS['vit'], patch_size=4, num_layers=2,
-                                **techniques)
+  config = helpers.tiny_config(data_dir, image_size=16)
+  config.model_overrides = dict(helpers.TINY_MODELS['vit'], patch_size=4,
+                                num_layers=2, **techniques)
   model = models.from_config(config, 10)
   # A scanned run starts from the unscanned one's parameters, stacked, so
   # that the two compare.
-  params = random_vit_params(model.clone(scan=False), 16)
+  params = helpers.random_vit_params(model.clone(scan=False), 16)
   if model.scan:
     params = params_lib.stack_blocks(params)
   workdir.mkdir()

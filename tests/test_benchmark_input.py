@@ -5,13 +5,12 @@ import os
 import numpy as np
 import pytest
 
-from tests.helpers import run_module
-from tests.helpers import write_image_folder
+from tests import helpers
 from vit_jax import benchmark_input
 
 
 def test_reports_the_images_per_second_of_the_streaming_input(tmp_path):
-  write_image_folder(
+  helpers.write_image_folder(
       tmp_path, {'train': 6, 'test': 1}, ['a', 'b'],
       lambda rng, *_: rng.integers(0, 256, (30, 40, 3), np.uint8))
   config = benchmark_input.loader_config('image_folder', str(tmp_path), 4, 24,
@@ -40,7 +39,7 @@ def test_reports_the_images_per_second_of_the_streaming_input(tmp_path):
      'pass --data_dir=DIR'),
 ])
 def test_a_bad_flag_is_one_error_line(flag, error):
-  out = run_module('vit_jax.benchmark_input', flag,
-                   env={**os.environ, 'VIT_JAX_DATA_DIR': ''})
+  out = helpers.run_module('vit_jax.benchmark_input', flag,
+                           env={**os.environ, 'VIT_JAX_DATA_DIR': ''})
   assert out.returncode == 1
   assert out.stderr.splitlines()[0].startswith(f'error: {error}'), out.stderr

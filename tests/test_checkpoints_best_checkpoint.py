@@ -7,8 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from tests.helpers import history
-from tests.helpers import tiny_config
+from tests import helpers
 from vit_jax.checkpoints import best_checkpoint
 from vit_jax.checkpoints import reading
 from vit_jax.checkpoints import run_checkpoints
@@ -30,12 +29,12 @@ def test_the_best_evaluation_is_kept_and_a_resumed_run_keeps_the_same(
   """Chosen on held-out validation examples, never the test split."""
   # Every other step evaluated and checkpointed, all checkpoints kept: the
   # best one's state is also in checkpoints/.
-  config = tiny_config(cifar10_dir, total_steps=12, eval_every_steps=2,
-                       checkpoint_every_steps=2, keep_checkpoints=6,
-                       keep_best_checkpoint=True, train_examples=80,
-                       validation_examples=16)
+  config = helpers.tiny_config(cifar10_dir, total_steps=12, eval_every_steps=2,
+                               checkpoint_every_steps=2, keep_checkpoints=6,
+                               keep_best_checkpoint=True, train_examples=80,
+                               validation_examples=16)
   summary = train.train_and_evaluate(config, tmp_path / 'whole')
-  records = [r for r in history(tmp_path / 'whole') if 'test_loss' in r]
+  records = [r for r in helpers.history(tmp_path / 'whole') if 'test_loss' in r]
   assert {r['validation_examples'] for r in records} == {16}
   chosen = max(records, key=lambda r: r['validation_accuracy'])  # the first
   best = summary['best_step']

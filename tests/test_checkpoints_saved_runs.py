@@ -5,9 +5,7 @@ import shutil
 
 import numpy as np
 
-from tests.helpers import cifar10_release
-from tests.helpers import random_cifar
-from tests.helpers import tiny_config
+from tests import helpers
 from vit_jax.checkpoints import reading
 from vit_jax.models import VisionTransformer
 from vit_jax.training import train
@@ -16,7 +14,7 @@ SAVED = pathlib.Path(__file__).parent / 'data' / 'saved_runs'
 
 
 def test_saved_runs_load_as_plain_vits_without_what_only_training_read():
-  images = random_cifar(4, 10, seed=0)[0].astype(np.float32) / 255
+  images = helpers.random_cifar(4, 10, seed=0)[0].astype(np.float32) / 255
   for run, extra in (('mae', {'mae_decoder'}),
                      ('guided', {f'locality_guidance_{k}' for k in range(3)})):
     assert extra <= set(reading.load_run(SAVED / run).params)
@@ -30,12 +28,13 @@ def test_saved_runs_load_as_plain_vits_without_what_only_training_read():
 
 def test_a_saved_mae_run_resumes(tmp_path):
   # The data and config it was trained with.
-  cifar10_release(tmp_path / 'data', 32, 16)
+  helpers.cifar10_release(tmp_path / 'data', 32, 16)
   workdir = tmp_path / 'mae'
   shutil.copytree(SAVED / 'mae', workdir)
-  config = tiny_config(tmp_path / 'data', total_steps=4, num_epochs=0,
-                       warmup_epochs=0, cpu_devices=1, checkpoint_every_steps=2,
-                       eval_every_steps=2, log_every_steps=1)
+  config = helpers.tiny_config(tmp_path / 'data', total_steps=4, num_epochs=0,
+                               warmup_epochs=0, cpu_devices=1,
+                               checkpoint_every_steps=2, eval_every_steps=2,
+                               log_every_steps=1)
   config.model_overrides.update(mae_mask_ratio=0.75, mae_decoder_depth=1,
                                 mae_decoder_width=32)
   before = reading.load_run(workdir, 2).params

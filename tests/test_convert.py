@@ -7,8 +7,7 @@ import sys
 
 import pytest
 
-from tests.helpers import mounted_tmpfs
-from tests.helpers import ROOT
+from tests import helpers
 from vit_jax.checkpoints import export
 from vit_jax.errors import CheckpointError
 
@@ -16,8 +15,8 @@ _COMMAND = (sys.executable, '-m', 'vit_jax.convert')
 
 
 def _convert(*args):
-  return subprocess.run([*_COMMAND, *args], cwd=ROOT, capture_output=True,
-                        text=True, check=False)
+  return subprocess.run([*_COMMAND, *args], cwd=helpers.ROOT,
+                        capture_output=True, text=True, check=False)
 
 
 def test_the_command_converts_and_says_bad_input_in_one_line(
@@ -49,8 +48,8 @@ def test_a_full_or_read_only_disk_is_one_line_and_leaves_the_old_export(
     old = tmp_path / 'old' / dest
     export.convert(workdir, old, format_name)
     size = sum(p.stat().st_size for p in [old, *old.rglob('*')] if p.is_file())
-    with mounted_tmpfs(tmp_path / format_name,
-                       f'{size * 3 // 2 // 1024 + 8}k') as disk:
+    with helpers.mounted_tmpfs(tmp_path / format_name,
+                               f'{size * 3 // 2 // 1024 + 8}k') as disk:
       shutil.copytree(old, disk /
                       dest) if old.is_dir() else shutil.copy(old, disk / dest)
       before = {p: p.read_bytes() for p in disk.rglob('*') if p.is_file()}
@@ -71,7 +70,7 @@ def test_a_stop_signal_leaves_dest_as_it_was(trained_vit_run, tmp_path):
   workdir, _ = trained_vit_run
   process = subprocess.Popen([
       *_COMMAND, f'{workdir}', f'{tmp_path}/hf', '--format=hf', '--verbosity=1'
-  ], cwd=ROOT, stderr=subprocess.PIPE, text=True)
+  ], cwd=helpers.ROOT, stderr=subprocess.PIPE, text=True)
   # jax's first record (--verbosity=1): it is reading the run.
   first = process.stderr.readline()
   process.send_signal(signal.SIGINT)

@@ -9,9 +9,7 @@ import threading
 import numpy as np
 import pytest
 
-from tests.helpers import cifar10_release
-from tests.helpers import free_port
-from tests.helpers import random_cifar
+from tests import helpers
 from vit_jax import config_schema
 from vit_jax.data import download
 from vit_jax.data import sources
@@ -21,15 +19,15 @@ from vit_jax.errors import DatasetError
 @pytest.fixture
 def server(tmp_path, monkeypatch):
   """Serves 5 x 4 training, 3 test images as cifar10; returns what it served."""
-  release = cifar10_release(tmp_path / 'release', 20,
-                            3) / 'cifar-10-batches-bin'
+  release = helpers.cifar10_release(tmp_path / 'release', 20,
+                                    3) / 'cifar-10-batches-bin'
   (release / 'batches.meta.txt').write_text('airplane\n')
   buffer = io.BytesIO()
   with tarfile.open(fileobj=buffer, mode='w:gz') as tar:
     tar.add(release, arcname='cifar-10-batches-bin')
   archive = buffer.getvalue()
   served, settings = [], {'cut': False}
-  port = free_port()
+  port = helpers.free_port()
 
   class Handler(http.server.BaseHTTPRequestHandler):
 
@@ -70,7 +68,8 @@ def test_with_no_data_given_the_release_is_downloaded_once(server, tmp_path):
   assert len(dataset.train) == 10 and len(dataset.test) == 3
   cache = tmp_path / 'cache'
   assert sorted(p.name for p in cache.iterdir()) == ['cifar-10-batches-bin']
-  _, expected = random_cifar(20, 10, seed=1)  # data_batch_2 holds 4 to 7
+  _, expected = helpers.random_cifar(20, 10,
+                                     seed=1)  # data_batch_2 holds 4 to 7
   np.testing.assert_array_equal(dataset.train.labels[2:4], expected[4:6])
   _open()  # found in the cache: not downloaded again
   assert len(served) == 1
@@ -91,7 +90,7 @@ def test_an_interrupted_damaged_or_offline_download_leaves_nothing(
   with pytest.raises(DatasetError, match=r'is damaged .*it was deleted'):
     _open()
   assert list((tmp_path / 'cache').iterdir()) == []
-  url = f'http://127.0.0.1:{free_port()}/cifar-10-binary.tar.gz'  # nobody
+  url = f'http://127.0.0.1:{helpers.free_port()}/cifar-10-binary.tar.gz'  # nobody
   monkeypatch.setitem(download.RELEASES, 'cifar10',
                       download.Release(url, 1, '0' * 64, release.folder))
   with pytest.raises(DatasetError) as offline:

@@ -6,9 +6,7 @@ import jax
 import numpy as np
 import pytest
 
-from tests.helpers import random_cifar
-from tests.helpers import tiny_config
-from tests.helpers import write_image_folder
+from tests import helpers
 from vit_jax import data
 from vit_jax.data import input as input_lib
 from vit_jax.data import on_device
@@ -40,8 +38,9 @@ def test_eval_batches_cover_every_example_exactly_once():
 
 
 def test_on_device_batches_continue_from_any_position_and_gather_examples():
-  config = tiny_config('', batch_size=8, eval_batch_size=8, augment=False)
-  images, labels = random_cifar(20, 10, 1)
+  config = helpers.tiny_config('', batch_size=8, eval_batch_size=8,
+                               augment=False)
+  images, labels = helpers.random_cifar(20, 10, 1)
   split = sources.ArraySource(images, labels)
   inputs = on_device.OnDeviceInput(sources.Dataset(split, split, 10), config,
                                    sharding.make_mesh())  # 2 batches an epoch
@@ -63,9 +62,9 @@ def test_on_device_batches_continue_from_any_position_and_gather_examples():
 
 
 def test_a_run_whose_training_images_changed_is_not_resumed(tmp_path):
-  write_image_folder(tmp_path / 'data', {'train': 16, 'test': 4})
-  config = tiny_config(tmp_path / 'data', dataset='image_folder', image_size=8,
-                       num_epochs=1)
+  helpers.write_image_folder(tmp_path / 'data', {'train': 16, 'test': 4})
+  config = helpers.tiny_config(tmp_path / 'data', dataset='image_folder',
+                               image_size=8, num_epochs=1)
   run = tmp_path / 'run'
   train.train_and_evaluate(config, run)
   saved = {p: p.read_bytes() for p in run.rglob('*') if p.is_file()}

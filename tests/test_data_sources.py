@@ -5,8 +5,7 @@ import tarfile
 import numpy as np
 import pytest
 
-from tests.helpers import ROOT
-from tests.helpers import write_image_folder
+from tests import helpers
 from vit_jax import config_schema
 from vit_jax.data import sources
 from vit_jax.errors import DatasetError
@@ -79,7 +78,7 @@ def test_class_counts_break_ties_and_fall_short_by_the_seed():
 
 def test_an_image_folder_subset_holds_every_class_in_proportion(tmp_path):
   """The folder lists its images by class: the first 12 are airplanes."""
-  write_image_folder(
+  helpers.write_image_folder(
       tmp_path, {'train': (12, 8, 4), 'test':
           (6, 6, 6)}, ('airplane', 'bird', 'cat'),
       lambda rng, i, _: rng.integers(0, 256, (9 + i % 2, 11, 3), np.uint8))
@@ -111,7 +110,7 @@ def test_an_image_folder_subset_holds_every_class_in_proportion(tmp_path):
       cut(seed=0, **sizes)
 
 
-_CIFAR10_JPEG = ROOT.parent / 'shared' / 'data' / 'cifar10-jpeg-full.tar.gz'
+_CIFAR10_JPEG = helpers.ROOT.parent / 'shared' / 'data' / 'cifar10-jpeg-full.tar.gz'
 
 
 @pytest.mark.skipif(not _CIFAR10_JPEG.exists(),
@@ -165,7 +164,7 @@ def test_validation_examples_are_never_trained_on_and_the_same_every_seed(
   assert rows(held_out.train) | rows(held_out.validation) == rows(full)
 
   folder = tmp_path / 'held_out'
-  write_image_folder(
+  helpers.write_image_folder(
       tmp_path, {'held_out': 3}, [f'class_{label}' for label in range(10)],
       lambda _, i, label: np.full((32, 32, 3), 10 * label + i, np.uint8))
   from_folder = opened(validation_dir=str(folder), validation_examples=20)

@@ -6,9 +6,7 @@ import shutil
 import signal
 import time
 
-from tests.helpers import run_module
-from tests.helpers import start_two_process_job
-from tests.helpers import wait_all
+from tests import helpers
 from tests.test_training_evaluation import _logged_test
 from vit_jax.checkpoints import export
 
@@ -20,12 +18,13 @@ def test_its_npz_evaluates_the_same_with_a_config_file_on_the_flags_devices(
   export.convert(workdir, npz, 'npz')
   # The flag's 2 devices, not the config's 3 (its evaluation batches of 16 do
   # not split over 3); its training batch, split over neither, is not used.
-  out = run_module('vit_jax.evaluate', f'--checkpoint={npz}',
-                   '--config=configs/cifar_small.py', f'--data_dir={data_dir}',
-                   '--config.train_examples_per_file=0',
-                   '--config.test_examples=0', '--config.image_size=24',
-                   '--config.cpu_devices=3', '--config.batch_size=15',
-                   '--config.eval_batch_size=16', '--cpu_devices=2')
+  out = helpers.run_module('vit_jax.evaluate', f'--checkpoint={npz}',
+                           '--config=configs/cifar_small.py',
+                           f'--data_dir={data_dir}',
+                           '--config.train_examples_per_file=0',
+                           '--config.test_examples=0', '--config.image_size=24',
+                           '--config.cpu_devices=3', '--config.batch_size=15',
+                           '--config.eval_batch_size=16', '--cpu_devices=2')
   assert out.returncode == 0, out.stderr[-3000:]
   result = json.loads(out.stdout.splitlines()[-1])
   logged = _logged_test(workdir)
@@ -38,9 +37,9 @@ def test_two_processes_evaluate_a_run_to_the_accuracy_it_logged(
     trained_vit_run, tmp_path):
   """Every example counted once over both; process 0 prints the result."""
   workdir, _ = trained_vit_run
-  processes, logs = start_two_process_job(
+  processes, logs = helpers.start_two_process_job(
       ['vit_jax.evaluate', f'--checkpoint={workdir}'], tmp_path)
-  statuses = wait_all(processes, timeout=240)
+  statuses = helpers.wait_all(processes, timeout=240)
   outputs = [log.read_text() for log in logs]
   assert statuses == [0, 0], outputs[0][-3000:] + outputs[1][-3000:]
   results = [[
@@ -64,19 +63,19 @@ def test_a_run_evaluates_on_its_configs_cpu_devices_and_overrides(
   config = json.loads((workdir / 'config.json').read_text())
   config['cpu_devices'] = 3  # its eval batches of 16 do not split over 3
   (workdir / 'config.json').write_text(json.dumps(config))
-  out = run_module('vit_jax.evaluate', f'--checkpoint={workdir}')
+  out = helpers.run_module('vit_jax.evaluate', f'--checkpoint={workdir}')
   assert out.returncode == 1
   assert 'not divisible by the 3 devices' in out.stderr
   assert 'Traceback' not in out.stderr
   # An override applies to the run's own config.
-  out = run_module('vit_jax.evaluate', f'--checkpoint={workdir}',
-                   '--config.eval_batch_size=12')
+  out = helpers.run_module('vit_jax.evaluate', f'--checkpoint={workdir}',
+                           '--config.eval_batch_size=12')
   assert out.returncode == 0, out.stderr[-3000:]
   assert json.loads(out.stdout.splitlines()[-1])['top1'] == _logged_test(
       workdir)['test_accuracy']
   # A mistyped one is one line, as in training.
-  out = run_module('vit_jax.evaluate', f'--checkpoint={workdir}',
-                   '--config.eval_batchsize=12')
+  out = helpers.run_module('vit_jax.evaluate', f'--checkpoint={workdir}',
+                           '--config.eval_batchsize=12')
   assert out.returncode == 1 and out.stderr.splitlines()[-1] == (
       "error: config.eval_batchsize is not a field of the config schema (did "
       "you mean 'eval_batch_size'?); the fields are listed in "
@@ -89,7 +88,7 @@ def test_sigterm_stops_a_two_process_evaluation_at_once(trained_vit_run,
                                                         tmp_path):
   """The evaluation takes SIGTERM back from jax's preemption service."""
   workdir, _ = trained_vit_run
-  processes, logs = start_two_process_job(
+  processes, logs = helpers.start_two_process_job(
       ['vit_jax.evaluate', f'--checkpoint={workdir}'], tmp_path)
   deadline = time.monotonic() + 120
   while not all('[process ' in log.read_text() for log in logs):  # joined
@@ -99,7 +98,7 @@ def test_sigterm_stops_a_two_process_evaluation_at_once(trained_vit_run,
     time.sleep(0.01)
   for process in processes:
     process.send_signal(signal.SIGTERM)
-  statuses = wait_all(processes, timeout=30)
+  statuses = helpers.wait_all(processes, timeout=30)
   assert statuses == [75, 75], [log.read_text()[-2000:] for log in logs]
   for log in logs:
     text = log.read_text()

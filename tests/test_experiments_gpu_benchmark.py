@@ -19,11 +19,9 @@ from experiments.benchmarks import gpu_sections
 from experiments.benchmarks import hlo_parts
 from experiments.benchmarks import profile_step
 from experiments.benchmarks import timeline
-from tests.helpers import cifar10_release
-from tests.helpers import finished_run
-from tests.helpers import ROOT
+from tests import helpers
 
-SCRIPT = ROOT / 'experiments/benchmarks/gpu.py'
+SCRIPT = helpers.ROOT / 'experiments/benchmarks/gpu.py'
 HERE = SCRIPT.parent
 # --smoke's plan, the attention timed at one token multiple.
 PLAN = dataclasses.replace(gpu_plan.SMOKE, token_multiples=(64,))
@@ -323,7 +321,7 @@ def test_a_profile_whose_parts_fail_keeps_its_kinds_and_says_why(monkeypatch):
 
 @pytest.mark.slow  # 30-60 s: the study's process, worker processes, compiles
 def test_smoke_measures_every_section_into_json_and_readme(tmp_path):
-  cifar10_release(tmp_path / 'data', 96)
+  helpers.cifar10_release(tmp_path / 'data', 96)
   readme = tmp_path / 'README.md'
   shutil.copy(HERE / 'README.md', readme)
   output = tmp_path / 'out' / 'gpu_results.json'
@@ -380,7 +378,8 @@ def test_smoke_measures_every_section_into_json_and_readme(tmp_path):
 
 def test_the_timeline_of_a_run_says_where_its_seconds_went(tmp_path):
   tmp_path = tmp_path / 'run'
-  finished_run(tmp_path, startup_seconds={'imports': 2.0, 'compile': 5.5})
+  helpers.finished_run(tmp_path,
+                       startup_seconds={'imports': 2.0, 'compile': 5.5})
   (tmp_path / 'metrics.jsonl').write_text(''.join(
       json.dumps({
           'step': 6 * epoch, 'epoch': float(epoch), 'seconds': 1.5,

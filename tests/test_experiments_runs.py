@@ -16,14 +16,13 @@ from experiments.data_efficiency import budgets
 from experiments.data_efficiency import summary as data_efficiency
 from experiments.data_scaling import summary as data_scaling
 from experiments.finetune import summary as finetune_summary
-from tests.helpers import ROOT
-from tests.helpers import finished_run
+from tests import helpers
 
 
 def test_records_of_the_planned_finished_runs(tmp_path, capsys):
-  finished_run(tmp_path / 'b', model='small_resnet')
-  finished_run(tmp_path / 'c', device='NVIDIA H100 80GB HBM3')
-  finished_run(tmp_path / 'not_planned')
+  helpers.finished_run(tmp_path / 'b', model='small_resnet')
+  helpers.finished_run(tmp_path / 'c', device='NVIDIA H100 80GB HBM3')
+  helpers.finished_run(tmp_path / 'not_planned')
   (tmp_path / 'interrupted').mkdir()
   results = tmp_path / 'results.json'
   planned = {
@@ -62,7 +61,7 @@ def test_records_of_the_planned_finished_runs(tmp_path, capsys):
       ({}, {'chosen_on': 'validation'},
        'as its chosen_on is validation, not the test planned')):
     shutil.rmtree(tmp_path / 'b')
-    finished_run(tmp_path / 'b', config=config, **summary)
+    helpers.finished_run(tmp_path / 'b', config=config, **summary)
     assert runs.load_records(tmp_path, planned, results,
                              lambda r: 'b')['b'] == records['b']
     assert f'{tmp_path / "b"}: left out, {why}; its sweep' in capsys.readouterr(
@@ -155,7 +154,7 @@ def test_a_summary_writes_all_or_none(tmp_path, capsys):
   summary = subprocess.Popen([
       sys.executable, '-c', f"""
 import pathlib, sys, time
-sys.path.insert(0, {str(ROOT)!r})
+sys.path.insert(0, {str(helpers.ROOT)!r})
 from experiments import runs
 
 def draw(results, path):
@@ -193,8 +192,8 @@ def test_a_paired_difference_is_said_as_its_interval_allows():
 def test_the_finetune_summary_keeps_its_rows_without_the_runs_they_need(
     tmp_path, capsys, monkeypatch):
   monkeypatch.setattr(finetune_summary, 'HERE', tmp_path / 'kept')  # unused
-  finished_run(tmp_path / 'cut', config={'total_steps': 3})
-  finished_run(tmp_path / 'study')
+  helpers.finished_run(tmp_path / 'cut', config={'total_steps': 3})
+  helpers.finished_run(tmp_path / 'study')
   for pretrained, said in (
       ('cut', "is not the study's run, as it ran config.total_steps=3"),
       ('study', 'holds no finished fine-tuning (finetune_SIZE/)')):

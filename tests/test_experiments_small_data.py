@@ -13,11 +13,7 @@ from experiments.finetune import summary as finetune_summary
 from experiments.finetune import sweep as finetune_sweep
 from experiments.small_data import summary
 from experiments.small_data import sweep
-from tests.helpers import cifar10_files
-from tests.helpers import finished_run
-from tests.helpers import png
-from tests.helpers import random_cifar
-from tests.helpers import write_cifar_binary
+from tests import helpers
 
 
 def test_the_sweeps_print_every_run(capsys):
@@ -53,12 +49,12 @@ def test_the_sweeps_print_every_run(capsys):
 
 def _finished(directory, model, seed, batch_size, validation, test):
   """A run's workdir as the summary reads it: two epochs, the second best."""
-  finished_run(directory, seed, model, chosen_on='validation',
-               best_validation_accuracy=validation,
-               test_accuracy_at_best_step=test, final_test_accuracy=test,
-               final_train_accuracy=test + 0.1, best_epoch=2.0, epochs=2,
-               train_seconds=72.0, train_flops=2e12, commit='abc',
-               cpu='x, 2 cores', config={'batch_size': batch_size})
+  helpers.finished_run(
+      directory, seed, model, chosen_on='validation',
+      best_validation_accuracy=validation, test_accuracy_at_best_step=test,
+      final_test_accuracy=test, final_train_accuracy=test + 0.1, best_epoch=2.0,
+      epochs=2, train_seconds=72.0, train_flops=2e12, commit='abc',
+      cpu='x, 2 cores', config={'batch_size': batch_size})
   (directory / 'metrics.jsonl').write_text(''.join(
       json.dumps({'step': 39 * epoch, 'epoch': epoch, **r}) + '\n'
       for epoch in (1, 2)
@@ -124,7 +120,7 @@ def test_the_summary_chooses_on_validation_and_pairs_by_seed(
   }
   for directory, size in ((tmp_path / 'pre', 32), (tmp_path / 'w/finetune_48',
                                                    48)):
-    finished_run(directory, config={'image_size': size}, **measured)
+    helpers.finished_run(directory, config={'image_size': size}, **measured)
     (directory / 'metrics.jsonl').write_text('{"seconds": 90}\n' * 2)
   rows = finetune_summary.rows(tmp_path / 'pre', tmp_path / 'w')
   assert finetune_summary.table(rows).splitlines()[2:] == [
@@ -146,16 +142,18 @@ def test_held_out_matches_each_subset_image_to_its_jpeg_or_refuses():
 def test_held_out_links_what_the_study_leaves_out_and_its_tests_copies(
     tmp_path):
   """The JPEG copy of a study whose train and test images are its first."""
-  train, test = random_cifar(40, 10, seed=1), random_cifar(30, 10, seed=2)
-  write_cifar_binary(
+  train, test = helpers.random_cifar(40, 10, seed=1), helpers.random_cifar(
+      30, 10, seed=2)
+  helpers.write_cifar_binary(
       tmp_path / 'subset' / 'cifar-10-batches-bin',
-      cifar10_files((train[0][:20], train[1][:20]),
-                    (test[0][:10], test[1][:10])))
+      helpers.cifar10_files((train[0][:20], train[1][:20]),
+                            (test[0][:10], test[1][:10])))
   for split, (images, labels) in (('train', train), ('test', test)):
     for i, (image, label) in enumerate(zip(images, labels)):
       folder = tmp_path / 'jpeg' / split / f'class_{label}'
       folder.mkdir(parents=True, exist_ok=True)
-      (folder / f'{i:04d}.jpg').write_bytes(png(image))  # read by content
+      (folder / f'{i:04d}.jpg').write_bytes(
+          helpers.png(image))  # read by content
   held_out.main([
       f'--subset={tmp_path / "subset"}', f'--jpeg={tmp_path / "jpeg"}',
       f'--out={tmp_path / "held_out"}', f'--study_test={tmp_path / "study"}'

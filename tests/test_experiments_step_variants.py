@@ -11,9 +11,7 @@ import numpy as np
 import pytest
 
 from experiments.benchmarks import step_variants
-from tests.helpers import normal
-from tests.helpers import random_params
-from tests.helpers import randomized
+from tests import helpers
 from vit_jax import models
 from vit_jax.models.layers import attention as attention_layer
 from vit_jax.models.layers import patch_embedding
@@ -87,10 +85,10 @@ def test_the_patch_matmul_is_the_conv_with_the_same_parameters(monkeypatch):
                                  **_ONE_LAYER)
       for dtype in (jnp.float32, jnp.bfloat16)
   }
-  images = normal((2, 32, 32, 3))
+  images = helpers.normal((2, 32, 32, 3))
   conv = model[jnp.float32].init(jax.random.key(0), images, train=False)
   # Nothing zero (the initial head and biases are), for the logits to show.
-  random = {'params': randomized(conv['params'])}
+  random = {'params': helpers.randomized(conv['params'])}
 
   def program(variables):
     return str(
@@ -147,9 +145,9 @@ def test_the_fused_qkv_is_the_three_projections(monkeypatch, attention):
                       attention_layer.project_qkv)
   model = models.create_model('ViT-Ti_16', num_classes=10, attention=attention,
                               **_ONE_LAYER)
-  images = normal((2, 32, 32, 3))
+  images = helpers.normal((2, 32, 32, 3))
   # Nothing zero: a bias or an output out of place would show.
-  variables = {'params': random_params(model, images, train=False)}
+  variables = {'params': helpers.random_params(model, images, train=False)}
 
   def run():
     logits = model.apply(variables, images, train=False)

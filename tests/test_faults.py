@@ -13,21 +13,7 @@ import jax
 import numpy as np
 import pytest
 
-from tests.helpers import cifar10_release
-from tests.helpers import mounted_tmpfs
-from tests.helpers import history
-from tests.helpers import process_test_config
-from tests.helpers import random_cifar
-from tests.helpers import run_module
-from tests.helpers import start_main
-from tests.helpers import start_two_processes
-from tests.helpers import tensorboard_events
-from tests.helpers import tiny_config
-from tests.helpers import wait_all
-from tests.helpers import wait_for_step
-from tests.helpers import write_cifar_python
-from tests.helpers import without_timings
-from tests.helpers import write_process_config
+from tests import helpers
 from tests.test_training_train import final_state
 from vit_jax import analyze
 from vit_jax.checkpoints import reading
@@ -56,12 +42,12 @@ class _Run:
 
   def __init__(self, data_dir, reference, tmp_path):
     self.data_dir, self.reference, self.tmp_path = data_dir, reference, tmp_path
-    self.config_file = write_process_config(tmp_path, data_dir)
+    self.config_file = helpers.write_process_config(tmp_path, data_dir)
     self.workdir = tmp_path / 'run'
 
   def start(self, log: str, *flags, **kwargs) -> subprocess.Popen:
-    return start_main(self.config_file, self.workdir, self.tmp_path / log,
-                      *flags, **kwargs)
+    return helpers.start_main(self.config_file, self.workdir,
+                              self.tmp_path / log, *flags, **kwargs)
 
   def output(self, log: str) -> str:
     return (self.tmp_path / log).read_text()
@@ -73,11 +59,12 @@ class _Run:
 
   def finish(self, **overrides):
     """Reruns to the end in this process: the uninterrupted run's records."""
-    config = process_test_config(self.data_dir)
+    config = helpers.process_test_config(self.data_dir)
     config.update(overrides)
     train.train_and_evaluate(config, self.workdir)
-    assert without_timings(history(self.workdir)) == without_timings(
-        history(self.reference))
+    assert helpers.without_timings(helpers.history(
+        self.workdir)) == helpers.without_timings(
+            helpers.history(self.reference))
 
   def steps_saved(self) -> list[int]:
     return run_checkpoints.RunCheckpoints(self.workdir / 'checkpoints').steps()
@@ -93,7 +80,7 @@ def _error_lines(output: str) -> list[str]:
 @pytest.mark.slow  # 9 s, root only
 def test_a_full_disk_stops_the_run_at_once_in_one_line_and_loses_nothing(
     run, tmp_path):
-  with mounted_tmpfs(tmp_path / 'disk', '32m') as disk:
+  with helpers.mounted_tmpfs(tmp_path / 'disk', '32m') as disk:
     run.workdir = disk / 'run'
     process = run.start('log')
     while not (run.workdir / 'checkpoints' / '8').is_dir():
@@ -205,7 +192,8 @@ def test_a_second_run_is_refused_and_the_first_killed_mid_epoch_resumes_identica
       f'{winner.pid} on ')
   assert 'Traceback' not in output
 
-  wait_for_step(winner, run.workdir, 10)  # 5 steps an epoch: checkpoint 8 is
+  helpers.wait_for_step(winner, run.workdir,
+                        10)  # 5 steps an epoch: checkpoint 8 is
   winner.send_signal(signal.SIGKILL)  # mid-epoch and mid logging interval
   assert winner.wait() == -signal.SIGKILL
   assert not (run.workdir / 'summary.json').exists()
@@ -215,10 +203,12 @@ def test_a_second_run_is_refused_and_the_first_killed_mid_epoch_resumes_identica
   assert 'Resumed from' in caplog.text
   jax.tree.map(np.testing.assert_array_equal, final_state(run.workdir, 40),
                final_state(run.reference, 40))
-  logged = [r['step'] for r in history(run.reference) if 'train_loss' in r]
+  logged = [
+      r['step'] for r in helpers.history(run.reference) if 'train_loss' in r
+  ]
   assert [
-      e.step for e in tensorboard_events(run.workdir) for v in e.summary.value
-      if v.tag == 'loss/train'
+      e.step for e in helpers.tensorboard_events(run.workdir)
+      for v in e.summary.value if v.tag == 'loss/train'
   ] == logged
   for line in (run.workdir / 'metrics.jsonl').read_text().splitlines():
     json.loads(line, parse_constant=pytest.fail)  # strict: no NaN
@@ -240,7 +230,7 @@ def test_a_diverged_test_loss_stops_and_says_no_checkpoint_exists(tmp_path):
 
 
 def test_the_workdir_and_init_from_are_checked_before_the_data(tmp_path):
-  config = tiny_config(tmp_path / 'no-data')
+  config = helpers.tiny_config(tmp_path / 'no-data')
   (tmp_path / 'file').write_text('')
   with pytest.raises(WorkdirError, match='is a file: pass a directory'):
     train.train_and_evaluate(config, tmp_path / 'file')
@@ -261,19 +251,20 @@ def test_the_workdir_and_init_from_are_checked_before_the_data(tmp_path):
 def test_a_data_file_or_directory_that_cannot_be_read_is_named(tmp_path):
   (tmp_path / 'data').write_text('')
   with pytest.raises(DatasetError, match=r'data directory .*/data is a file'):
-    sources.open_dataset(tiny_config(tmp_path / 'data'))
-  folder = cifar10_release(tmp_path / 'cifar', 10, 2) / 'cifar-10-batches-bin'
+    sources.open_dataset(helpers.tiny_config(tmp_path / 'data'))
+  folder = helpers.cifar10_release(tmp_path / 'cifar', 10,
+                                   2) / 'cifar-10-batches-bin'
   if os.geteuid() != 0:  # root reads any file
     (folder / 'test_batch.bin').chmod(0)
     with pytest.raises(
         DatasetError, match=r'Cannot read .*test_batch.bin: '
         r'Permission denied'):
-      sources.open_dataset(tiny_config(folder.parent))
+      sources.open_dataset(helpers.tiny_config(folder.parent))
     (folder / 'test_batch.bin').chmod(0o644)
   os.truncate(folder / 'data_batch_1.bin', 3073 + 100)
   with pytest.raises(DatasetError, match=r'data_batch_1.bin is not a CIFAR '
                      r'binary file'):
-    sources.open_dataset(tiny_config(folder.parent))
+    sources.open_dataset(helpers.tiny_config(folder.parent))
 
 
 class _Exploit:
@@ -285,13 +276,14 @@ class _Exploit:
 def test_a_crafted_cifar_pickle_is_refused_unrun(tmp_path, monkeypatch):
   monkeypatch.chdir(tmp_path)
   names = [f'data_batch_{i}' for i in range(1, 6)] + ['test_batch']
-  write_cifar_python(tmp_path / 'cifar-10-batches-py',
-                     dict.fromkeys(names, random_cifar(2, 10, 1)),
-                     extra={b'extra': _Exploit()})
+  helpers.write_cifar_python(
+      tmp_path / 'cifar-10-batches-py',
+      dict.fromkeys(names, helpers.random_cifar(2, 10, 1)),
+      extra={b'extra': _Exploit()})
   with pytest.raises(
       DatasetError, match=r'data_batch_1 is not a CIFAR python '
       r'batch: it refers to posix.system'):
-    sources.open_dataset(tiny_config(tmp_path))
+    sources.open_dataset(helpers.tiny_config(tmp_path))
   assert not (tmp_path / 'pwned').exists()
 
 
@@ -341,7 +333,7 @@ def test_a_stop_signal_saves_what_was_done_exits_75_and_the_rerun_ends_identical
 
   name = _NAMES[while_training]
   process = run.start('log', *flags)
-  wait_for_step(process, run.workdir, 5)
+  helpers.wait_for_step(process, run.workdir, 5)
   signalled = time.monotonic()
   status, output = run.stop(process, while_training, 'log')
   assert time.monotonic() - signalled < 30
@@ -359,7 +351,7 @@ def test_a_stop_signal_saves_what_was_done_exits_75_and_the_rerun_ends_identical
 @pytest.mark.slow  # 11 s
 def test_a_second_ctrl_c_exits_at_once_and_the_rerun_clears_what_it_left(run):
   process = run.start('log')
-  wait_for_step(process, run.workdir, 10)
+  helpers.wait_for_step(process, run.workdir, 10)
   process.send_signal(signal.SIGINT)
   time.sleep(0.01)  # the step in flight, or its save
   status, output = run.stop(process, signal.SIGINT, 'log')
@@ -386,7 +378,7 @@ def test_sigterm_to_the_process_group_with_input_workers_saves_and_exits_75(
   process = run.start('log', '--config.input_pipeline=streaming',
                       '--config.input_workers=2',
                       '--config.checkpoint_every_steps=100', new_session=True)
-  wait_for_step(process, run.workdir, 5)
+  helpers.wait_for_step(process, run.workdir, 5)
   os.killpg(process.pid, signal.SIGTERM)
   status = process.wait(timeout=60)
   _assert_stopped_cleanly(status, run.output('log'))
@@ -404,21 +396,24 @@ _NO_CHECKPOINT_SOON = ('--config.total_steps=2000',
 def test_a_resumed_two_process_job_signalled_at_start_up_stops_before_training(
     run):
   """jax's preemption service counts calls, not steps: both stop unsaved."""
-  processes, logs = start_two_processes(run.config_file, run.workdir,
-                                        run.tmp_path, *_NO_CHECKPOINT_SOON)
-  wait_for_step(processes[0], run.workdir, 6)
+  processes, logs = helpers.start_two_processes(run.config_file, run.workdir,
+                                                run.tmp_path,
+                                                *_NO_CHECKPOINT_SOON)
+  helpers.wait_for_step(processes[0], run.workdir, 6)
   processes[1].send_signal(signal.SIGTERM)
-  assert wait_all(processes,
-                  timeout=120) == [preemption.PREEMPTED_EXIT_STATUS] * 2
+  assert helpers.wait_all(processes,
+                          timeout=120) == [preemption.PREEMPTED_EXIT_STATUS] * 2
   saved = run.steps_saved()
   assert len(saved) == 1
 
-  processes, logs = start_two_processes(run.config_file, run.workdir,
-                                        run.tmp_path, *_NO_CHECKPOINT_SOON)
+  processes, logs = helpers.start_two_processes(run.config_file, run.workdir,
+                                                run.tmp_path,
+                                                *_NO_CHECKPOINT_SOON)
   time.sleep(1.0)  # process 1 is starting: importing jax, or joining the job
   processes[1].send_signal(signal.SIGTERM)
-  assert wait_all(processes, timeout=120) == [preemption.PREEMPTED_EXIT_STATUS
-                                             ] * 2, logs[0].read_text()[-3000:]
+  assert helpers.wait_all(processes,
+                          timeout=120) == [preemption.PREEMPTED_EXIT_STATUS
+                                          ] * 2, logs[0].read_text()[-3000:]
   for log in logs:
     assert (f'stopped before training, with nothing new to save (the '
             f'checkpoint of step {saved[0]} in {run.workdir / "checkpoints"} '
@@ -435,10 +430,10 @@ def test_readers_skip_a_damaged_newest_checkpoint_and_refuse_a_run_without_one(
   workdir = shutil.copytree(run.reference, run.workdir)
   checkpoints = workdir / 'checkpoints'
   _flip_four_bytes(checkpoints / '40')
-  out = run_module('vit_jax.analyze', f'--workdir={workdir}',
-                   f'--out={run.tmp_path / "out"}', '--num_images=2',
-                   '--distance_images=8', '--components=3',
-                   env={**os.environ, 'JAX_PLATFORMS': 'cpu'})
+  out = helpers.run_module('vit_jax.analyze', f'--workdir={workdir}',
+                           f'--out={run.tmp_path / "out"}', '--num_images=2',
+                           '--distance_images=8', '--components=3',
+                           env={**os.environ, 'JAX_PLATFORMS': 'cpu'})
   assert out.returncode == 0, out.stderr[-3000:]
   warnings = [line for line in out.stderr.splitlines() if 'Skipping' in line]
   assert len(warnings) == 1 and (
@@ -458,7 +453,7 @@ def test_readers_skip_a_damaged_newest_checkpoint_and_refuse_a_run_without_one(
   assert caplog.text.count('Skipping checkpoint') == 2
   assert not (run.tmp_path / 'out2').exists()
   # Data that does not exist: had it been read first, its error would show.
-  config = process_test_config(run.tmp_path / 'no-data')
+  config = helpers.process_test_config(run.tmp_path / 'no-data')
   config.init_from = str(workdir)
   with pytest.raises(ConfigError) as refused_init:
     train.train_and_evaluate(config, run.tmp_path / 'finetuned')
@@ -472,7 +467,7 @@ def test_a_reader_of_a_live_run_never_calls_a_rotated_checkpoint_damaged(
   """A run keeping one checkpoint, saved every step, read as evaluate does."""
   process = run.start('log', '--config.checkpoint_every_steps=1',
                       '--config.keep_checkpoints=1', '--config.total_steps=24')
-  wait_for_step(process, run.workdir, 3)
+  helpers.wait_for_step(process, run.workdir, 3)
   caplog.set_level('WARNING')
   steps, in_progress = [], 0
   while process.poll() is None:

@@ -5,8 +5,7 @@ import json
 import numpy as np
 import pytest
 
-from tests.helpers import one_block_vit
-from tests.helpers import random_vit_params
+from tests import helpers
 from tests.test_formats_npz import assert_trees_identical
 from vit_jax import models
 from vit_jax.errors import CheckpointError
@@ -22,7 +21,7 @@ FAMILIES = [('ViT-S_32', 'gap'), ('ViT-Tiny-CIFAR_4', 'token'),
 
 @pytest.mark.parametrize('name,classifier', FAMILIES)
 def test_ours_to_timm_to_ours_is_exact(tmp_path, name, classifier):
-  model, params = one_block_vit(name, classifier=classifier)
+  model, params = helpers.one_block_vit(name, classifier=classifier)
   image_size = 2 * model.patch_size
   timm.write(tmp_path / 'timm', params, model, image_size)
   # The heads from config.json, then from the registered ViTs of the width.
@@ -40,7 +39,7 @@ def test_ours_to_timm_to_ours_is_exact(tmp_path, name, classifier):
 def test_the_names_and_shapes_are_timms():
   """timm/models/vision_transformer.py's layout, ViT-Ti/16 at 32x32."""
   model = models.create_model('ViT-Ti_16', 7)
-  params = random_vit_params(model, 32)
+  params = helpers.random_vit_params(model, 32)
   state = timm.to_state(params)
   expected = {
       'cls_token': (1, 1, 192), 'pos_embed': (1, 5, 192),
@@ -70,7 +69,7 @@ def test_the_names_and_shapes_are_timms():
 
 def _written(tmp_path, changes, drop=()):
   """A one-block ViT's model.safetensors with `changes`, without `drop`."""
-  model, params = one_block_vit('ViT-Tiny-CIFAR_4')
+  model, params = helpers.one_block_vit('ViT-Tiny-CIFAR_4')
   timm.write(tmp_path / 'timm', params, model, 8)
   path = tmp_path / 'timm' / 'model.safetensors'
   state = safetensors_file.read(path)
@@ -118,8 +117,8 @@ def test_a_timm_model_of_another_design_is_one_line(tmp_path, key, shape, said):
 
 
 def test_a_width_no_registered_vit_has_needs_its_heads(tmp_path):
-  model, params = one_block_vit('ViT-Tiny-CIFAR_4', hidden_size=96, num_heads=6,
-                                mlp_dim=64)
+  model, params = helpers.one_block_vit('ViT-Tiny-CIFAR_4', hidden_size=96,
+                                        num_heads=6, mlp_dim=64)
   timm.write(tmp_path, params, model, 8)
   assert_trees_identical(timm.read(tmp_path, None),
                          params)  # config.json has them
@@ -132,8 +131,8 @@ def test_a_width_no_registered_vit_has_needs_its_heads(tmp_path):
 
 def _hybrid(stages):
   """A one-block hybrid of `stages` (ViT-Ti's width, 1x1 patches)."""
-  return one_block_vit('R50+ViT-B_16', hidden_size=192, num_heads=3,
-                       mlp_dim=768, resnet_stages=stages)
+  return helpers.one_block_vit('R50+ViT-B_16', hidden_size=192, num_heads=3,
+                               mlp_dim=768, resnet_stages=stages)
 
 
 def test_the_hybrids_names_and_shapes_are_timms_and_the_root_goes_and_back(
@@ -189,7 +188,7 @@ def test_the_hybrids_names_and_shapes_are_timms_and_the_root_goes_and_back(
 
 
 def test_the_hub_folder_builds_timms_model_of_our_logits_and_pixels(tmp_path):
-  model, params = one_block_vit('ViT-S_32', classifier='gap')
+  model, params = helpers.one_block_vit('ViT-S_32', classifier='gap')
   imagenet = ((0.485, 0.456, 0.406), (0.229, 0.224, 0.225))
   timm.write(tmp_path, params, model, 64, imagenet)
   written = json.loads((tmp_path / 'config.json').read_text())

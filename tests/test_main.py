@@ -5,13 +5,11 @@ import shutil
 
 import pytest
 
-from tests.helpers import history
-from tests.helpers import run_module
-from tests.helpers import write_process_config
+from tests import helpers
 
 
 def _main(*flags, config='configs/cifar_small.py'):
-  return run_module('vit_jax.main', f'--config={config}', *flags)
+  return helpers.run_module('vit_jax.main', f'--config={config}', *flags)
 
 
 @pytest.mark.parametrize(
@@ -54,14 +52,14 @@ def test_the_config_or_the_flag_sets_the_cpu_devices_the_run_records(
     trained_vit_run, tmp_path):
   """A rerun on another count says it changed, before anything trains."""
   workdir = shutil.copytree(trained_vit_run[0], tmp_path / 'run')
-  config_file = write_process_config(tmp_path, trained_vit_run[1],
-                                     'trained_vit_config')
+  config_file = helpers.write_process_config(tmp_path, trained_vit_run[1],
+                                             'trained_vit_config')
   for devices, flags in (2, ['--cpu_devices=2']), (4, []):  # the config's 4
     out = _main(f'--workdir={workdir}', *flags, config=config_file)
     assert out.returncode == 0, out.stderr[-2000:]
     assert json.loads(
         (workdir / 'config.json').read_text())['cpu_devices'] == devices
     assert f'on {devices} device(s)' in out.stderr
-  assert history(workdir, 'config_changes.jsonl') == [{
+  assert helpers.history(workdir, 'config_changes.jsonl') == [{
       'step': 6, 'changed': {'cpu_devices': {'before': 4, 'after': 2}}
   }, {'step': 6, 'changed': {'cpu_devices': {'before': 2, 'after': 4}}}]

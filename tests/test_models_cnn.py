@@ -10,14 +10,13 @@ import pytest
 
 from vit_jax.models import SimpleCNN
 from vit_jax.models import SmallResNet
-from tests.helpers import normal
-from tests.helpers import random_cnn_variables
+from tests import helpers
 
 MODELS = [SimpleCNN, SmallResNet]
 
 
 def _images(batch=4, seed=0):
-  return normal((batch, 32, 32, 3), seed)
+  return helpers.normal((batch, 32, 32, 3), seed)
 
 
 @pytest.mark.parametrize('model_class', MODELS)
@@ -25,7 +24,7 @@ def test_batch_stats_train_only_eval_reads_them_and_bfloat16_is_close(
     model_class):
   model = model_class(num_classes=7)
   images = _images(batch=6)
-  variables = random_cnn_variables(model, images)
+  variables = helpers.random_cnn_variables(model, images)
   assert set(variables) == {'params', 'batch_stats'}
   _, stats = model.apply(variables, images, train=True, mutable=['batch_stats'])
   for before, after in zip(jax.tree.leaves(variables['batch_stats']),
@@ -82,7 +81,7 @@ def test_small_resnet_projects_only_where_the_shape_changes():
                                                                (2, 2, 64)])])
 def test_each_stage_sows_the_feature_map_it_ends_with(model_class, shapes):
   model = model_class(num_classes=7)
-  variables = random_cnn_variables(model, _images())
+  variables = helpers.random_cnn_variables(model, _images())
   _, out = model.apply(variables, _images(seed=1), train=False, return_out=True)
   features = out['stages']
   assert [f.shape[1:] for f in features] == shapes

@@ -10,8 +10,7 @@ from vit_jax.models.layers.dropout import DropPath
 from vit_jax.models.layers.dropout import Dropout
 from vit_jax.models.layers.dropout import drop_path_rates
 from vit_jax.models.layers.dropout import hash_bits
-from tests.helpers import normal
-from tests.helpers import random_params
+from tests import helpers
 from tests.test_models_vit import SMALL
 from tests.test_models_vit import _images
 from tests.test_models_vit import param_shapes
@@ -35,7 +34,7 @@ def test_masks_are_fresh_per_rng_and_reproducible_and_off_in_eval():
   x = jnp.ones((8, 17, 32))
   np.testing.assert_array_equal(_apply(0.5, x, 1), _apply(0.5, x, 1))
   assert not np.array_equal(_apply(0.5, x, 1), _apply(0.5, x, 2))
-  x = normal((4, 5), 0)
+  x = helpers.normal((4, 5), 0)
   np.testing.assert_array_equal(_apply(0.5, x, 0, deterministic=True), x)
   np.testing.assert_array_equal(_apply(0.0, x, 0), x)
   assert not np.any(_apply(1.0, x, 0))
@@ -69,7 +68,7 @@ def test_stochastic_depth_is_train_only_and_adds_no_parameters():
   plain = VisionTransformer(num_classes=5, **SMALL)
   deep = VisionTransformer(num_classes=5, stochastic_depth_rate=0.99, **SMALL)
   assert param_shapes(deep, images) == param_shapes(plain, images)
-  params = {'params': random_params(plain, images, train=False)}
+  params = {'params': helpers.random_params(plain, images, train=False)}
   evaluated = plain.apply(params, images, train=False)
 
   def run(train, seed):

@@ -7,8 +7,7 @@ import pytest
 
 from vit_jax.models.layers import fused_attention
 from vit_jax.models.layers.attention import MultiHeadSelfAttention
-from tests.helpers import normal
-from tests.helpers import random_params
+from tests import helpers
 
 
 # No padding, one padded token, and 63 (65 tokens padded to 128).
@@ -16,7 +15,7 @@ from tests.helpers import random_params
 def test_padded_fused_attention_is_the_unpadded_function(
     tokens, token_multiple):
   """cuDNN's padding and masking, through the XLA kernel."""
-  q, k, v = normal((3, 2, tokens, 4, 16), seed=tokens)
+  q, k, v = helpers.normal((3, 2, tokens, 4, 16), seed=tokens)
   scale = 16**-0.5
 
   def plain(q, k, v):
@@ -27,7 +26,7 @@ def test_padded_fused_attention_is_the_unpadded_function(
     return fused_attention.attend(q, k, v, scale=scale, implementation='xla',
                                   token_multiple=token_multiple)
 
-  cotangent = normal(q.shape, seed=1)
+  cotangent = helpers.normal(q.shape, seed=1)
 
   def out_and_grads(f):
     out, vjp = jax.vjp(f, q, k, v)
@@ -47,9 +46,9 @@ def test_cudnn_attention_in_the_module_pads_and_slices_before_the_output(
   """The module's cuDNN path on XLA's kernel: 17 tokens padded to 18."""
   monkeypatch.setitem(fused_attention.KERNELS, 'cudnn',
                       ('xla', fused_attention.CUDNN_TOKEN_MULTIPLE))
-  x = normal((2, 17, 32))
+  x = helpers.normal((2, 17, 32))
   einsum = MultiHeadSelfAttention(num_heads=4, attention='einsum')
-  params = {'params': random_params(einsum, x, deterministic=True)}
+  params = {'params': helpers.random_params(einsum, x, deterministic=True)}
   cudnn = einsum.clone(attention='cudnn')
   np.testing.assert_allclose(cudnn.apply(params, x, deterministic=True),
                              einsum.apply(params, x, deterministic=True),

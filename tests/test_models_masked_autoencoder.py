@@ -9,8 +9,7 @@ from vit_jax.models import VisionTransformer
 from vit_jax.models import masked_autoencoder
 from vit_jax.models import names
 from vit_jax.objectives import losses
-from tests.helpers import normal
-from tests.helpers import random_params
+from tests import helpers
 from tests.test_models_vit import SMALL
 from tests.test_models_vit import _flat
 from tests.test_models_vit import _images
@@ -47,7 +46,7 @@ def test_each_image_keeps_a_random_quarter_of_its_patches_and_masks_the_rest():
 
 def test_the_error_is_maes_normalized_pixel_loss_over_the_masked_patches():
   images = _images(size=8)
-  predictions = normal((2, 4, 48), 5)
+  predictions = helpers.normal((2, 4, 48), 5)
   mask = jnp.array([[1.0, 0, 0, 1], [0, 1, 0, 0]])
   # Each image's 4x4 patches in the order of the tokens (row-major), their
   # pixels row by row: another order of either would change the errors.
@@ -73,7 +72,7 @@ def test_the_error_is_maes_normalized_pixel_loss_over_the_masked_patches():
 def test_the_encoder_never_sees_the_masked_patches_and_eval_is_the_plain_vit():
   model = _mae()
   images = _images()
-  variables = {'params': random_params(model, images, train=False)}
+  variables = {'params': helpers.random_params(model, images, train=False)}
   assert {p.split('/')[0] for p in _flat(variables['params'])
          } - {'embedding', 'cls', 'Transformer', 'head'} == {'mae_decoder'}
   plain = {'params': names.inference_params(variables['params'])}
@@ -106,7 +105,7 @@ def test_the_encoder_never_sees_the_masked_patches_and_eval_is_the_plain_vit():
 def test_the_labels_train_the_probe_and_the_pixels_the_encoder():
   model = _mae()
   images = _images()
-  params = random_params(model, images, train=False)
+  params = helpers.random_params(model, images, train=False)
   targets = losses.soft_targets(jnp.array([1, 3]), 5)
 
   def gradients(objective):
@@ -142,6 +141,6 @@ def test_fields_that_make_no_mae_are_refused_in_one_line(vit, fields, message):
 def test_a_ratio_that_hides_every_patch_says_so():
   model = _mae(mask_ratio=0.99)
   images = _images()
-  variables = {'params': random_params(model, images, train=False)}
+  variables = {'params': helpers.random_params(model, images, train=False)}
   with pytest.raises(ValueError, match='keeps none of 16 patches'):
     _train(model, variables, images)

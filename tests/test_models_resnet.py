@@ -8,8 +8,7 @@ import pytest
 
 from vit_jax.models import create_model
 from vit_jax.models import resnet
-from tests.helpers import normal
-from tests.helpers import random_params
+from tests import helpers
 from tests.test_formats_params import positions
 from tests.test_models_vit import official_param_shapes
 from tests.test_models_vit import param_shapes
@@ -111,7 +110,7 @@ def _shapes(model, size):
 def test_std_conv_is_flax_conv_with_the_standardized_kernel():
   # Each kernel size and stride of the stem: test_stem_forward_matches_reference.
   kernel_size, strides = 3, 2
-  x = normal((2, 9, 9, 5), 1)
+  x = helpers.normal((2, 9, 9, 5), 1)
   ours = resnet.StdConv(6, kernel_size, strides)
   flax_conv = nn.Conv(6, (kernel_size, kernel_size), (strides, strides),
                       use_bias=False)
@@ -181,8 +180,8 @@ def test_hybrid_config_tree_and_count_follow_the_official_model():
 
 def test_stem_forward_matches_reference():
   stem = Stem((1, 2))
-  images = normal((2, 32, 32, 3), 3)
-  params = random_params(stem, images)
+  images = helpers.normal((2, 32, 32, 3), 3)
+  params = helpers.random_params(stem, images)
   got = jax.jit(stem.apply)({'params': params}, images)
   expected = reference_stem(params, images)
   assert got.shape == expected.shape == (2, 4, 4, 512)
@@ -191,7 +190,7 @@ def test_stem_forward_matches_reference():
 
 
 def test_last_group_norm_starts_at_zero_so_units_start_as_shortcuts():
-  x = normal((1, 4, 4, 128), 0)
+  x = helpers.normal((1, 4, 4, 128), 0)
   unit = resnet.ResidualUnit(32)
   y, variables = jax.jit(unit.init_with_output)(jax.random.key(0), x)
   params = variables['params']
@@ -203,8 +202,8 @@ def test_last_group_norm_starts_at_zero_so_units_start_as_shortcuts():
 
 def test_tiny_hybrid_forward_pass():
   model = create_model('R50+ViT-B_16', 10, **TINY_HYBRID)
-  images = normal((2, 8, 8, 3), 0)
-  params = random_params(model, images, train=False)
+  images = helpers.normal((2, 8, 8, 3), 0)
+  params = helpers.random_params(model, images, train=False)
   # 8x8 -> a 2x2 feature map -> 4 tokens and [CLS].
   assert positions(params).shape == (1, 5, 32)
   assert params['embedding']['kernel'].shape == (1, 1, 256, 32)

@@ -9,12 +9,8 @@ import numpy as np
 import optax
 import pytest
 
-from tests.helpers import history
-from tests.helpers import normal
-from tests.helpers import random_cifar
-from tests.helpers import random_params
+from tests import helpers
 from tests import test_training_steps
-from tests.helpers import tiny_config
 from vit_jax import models
 from vit_jax.checkpoints import reading
 from vit_jax.data import preprocess
@@ -28,8 +24,9 @@ from vit_jax.training import train
 
 
 def _student_config(data_dir, teacher_workdir, **overrides):
-  config = tiny_config(data_dir, num_epochs=1, warmup_epochs=0,
-                       distillation_teacher=str(teacher_workdir), **overrides)
+  config = helpers.tiny_config(data_dir, num_epochs=1, warmup_epochs=0,
+                               distillation_teacher=str(teacher_workdir),
+                               **overrides)
   config.model_overrides.distillation_token = True
   return config
 
@@ -46,7 +43,7 @@ def test_the_distillation_head_learns_the_teachers_classes(trained_cnn_run):
   teacher = distillation.load_teacher(
       config, 10, sharding.replicated(test_training_steps.one_device_mesh()))
   step, state, inputs = test_training_steps.one_device_train_step(
-      config, *random_cifar(16, 10, seed=0),
+      config, *helpers.random_cifar(16, 10, seed=0),
       teacher.objective(losses.classification))
   # Class and distillation heads start at zero: give them distinct weights.
   params = jax.tree_util.tree_map_with_path(
@@ -79,7 +76,7 @@ def test_a_distilled_run_trains_and_evaluates(trained_cnn_run, tmp_path):
   teacher_workdir, data_dir = trained_cnn_run
   summary = train.train_and_evaluate(_student_config(data_dir, teacher_workdir),
                                      tmp_path / 'student')
-  records = history(tmp_path / 'student')
+  records = helpers.history(tmp_path / 'student')
   assert np.isfinite(records[-1]['train_loss'])
   assert 0 <= records[-1]['test_accuracy'] <= 1
   # Its compute counts the teacher's forward pass on each image.
@@ -91,7 +88,7 @@ def test_a_distilled_run_trains_and_evaluates(trained_cnn_run, tmp_path):
       flops.forward_flops_per_image(models.from_config(teacher_run.config, 10),
                                     teacher_run.variables, 32))
   # Its class head alone, as evaluate reads it with --class_head.
-  images, labels = random_cifar(16, 10, seed=3)  # its test split
+  images, labels = helpers.random_cifar(16, 10, seed=3)  # its test split
   _, out = student.apply(
       student_run.variables,
       preprocess.eval_input(images, image_size=32,
@@ -126,14 +123,14 @@ class _LinearTeacher(nn.Module):
 @pytest.mark.parametrize('target', ['hard', 'soft'])
 def test_the_distillation_head_learns_the_teachers_class_or_probabilities(
     target):
-  images = normal((4, 5), 0)
+  images = helpers.normal((4, 5), 0)
   module = _LinearTeacher()
-  variables = {'params': random_params(module, images, train=False)}
+  variables = {'params': helpers.random_params(module, images, train=False)}
   teacher = distillation.Teacher(module, variables, 'workdir', target,
                                  temperature=2.0)
   outputs = {
-      'class_logits': normal((4, 3), 2), 'distillation_logits': normal((4, 3),
-                                                                       3)
+      'class_logits': helpers.normal((4, 3), 2),
+      'distillation_logits': helpers.normal((4, 3), 3)
   }
   targets = jax.nn.one_hot(jnp.array([0, 1, 2, 0]), 3)
 

@@ -7,11 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from tests.helpers import history
-from tests.helpers import normal
-from tests.helpers import random_cnn_variables
-from tests.helpers import random_params
-from tests.helpers import tiny_config
+from tests import helpers
 from tests.test_models_vit import SMALL
 from tests.test_models_vit import _flat
 from tests.test_models_vit import _images
@@ -33,7 +29,8 @@ TINY_CNN_STAGES = (4, 8, 8)
 
 
 def test_imitation_is_the_mean_squared_error_on_the_larger_grid():
-  ours, theirs = normal((2, 4, 4, 3), 0), normal((2, 4, 4, 3), 1)
+  ours, theirs = helpers.normal((2, 4, 4, 3), 0), helpers.normal((2, 4, 4, 3),
+                                                                 1)
   np.testing.assert_allclose(
       locality_guidance.imitation([ours], [theirs]),
       np.mean(np.square(np.asarray(ours) - np.asarray(theirs)), axis=(1, 2, 3)),
@@ -54,18 +51,18 @@ def test_imitation_is_the_mean_squared_error_on_the_larger_grid():
 ], ids=['SimpleCNN', 'SmallResNet'])
 def test_the_objective_adds_the_weighted_imitation_of_the_cnn_to_any_base(
     module):
-  images = normal((3, 32, 32, 3), 2)
-  variables = random_cnn_variables(module, images)
+  images = helpers.normal((3, 32, 32, 3), 2)
+  variables = helpers.random_cnn_variables(module, images)
   guide = locality_guidance.Guide(module, variables, 'cnn', weight=2.5)
   maps = tuple(
-      normal((3, 8, 8, width), 3 + k)
+      helpers.normal((3, 8, 8, width), 3 + k)
       for k, width in enumerate(module.feature_widths))
 
   def base(logits, outputs, targets, images):
     del outputs, targets, images
     return jnp.sum(logits, axis=-1)  # any per-example loss
 
-  logits = normal((3, 10), 9)
+  logits = helpers.normal((3, 10), 9)
 
   @jax.jit  # one program, not one per operation
   def guided_and_imitation(maps, images):
@@ -82,9 +79,9 @@ def test_the_objective_adds_the_weighted_imitation_of_the_cnn_to_any_base(
 
 
 def _guided_config(data_dir, teacher_workdir, **overrides):
-  config = tiny_config(data_dir, num_epochs=1, warmup_epochs=0,
-                       locality_guidance_teacher=str(teacher_workdir),
-                       **overrides)
+  config = helpers.tiny_config(data_dir, num_epochs=1, warmup_epochs=0,
+                               locality_guidance_teacher=str(teacher_workdir),
+                               **overrides)
   config.model_overrides.num_layers = 3
   config.model_overrides.guided_blocks = (0, 1, 2)
   config.model_overrides.guidance_widths = TINY_CNN_STAGES
@@ -106,7 +103,7 @@ def test_a_guided_deit_student_trains_and_leaves_a_plain_vit(
     return config
 
   train.train_and_evaluate(student(), workdir)
-  assert np.isfinite(history(workdir)[-1]['train_loss'])
+  assert np.isfinite(helpers.history(workdir)[-1]['train_loss'])
 
   # Evaluation, analysis, export and fine-tuning get the ViT without the
   # projections, which only the training loss reads.
@@ -116,7 +113,7 @@ def test_a_guided_deit_student_trains_and_leaves_a_plain_vit(
   assert set(reading.load_params(workdir)) == set(loaded.params)
   export.convert(workdir, tmp_path / 'model.npz', 'npz')
   released = reading.load(tmp_path / 'model.npz')
-  images = np.asarray(normal((2, 32, 32, 3), 4))
+  images = np.asarray(helpers.normal((2, 32, 32, 3), 4))
   np.testing.assert_allclose(
       released.model.apply(released.variables, images, train=False),
       loaded.model.apply(loaded.variables, images, train=False), rtol=1e-6,
@@ -163,7 +160,7 @@ VIT = VisionTransformer(num_classes=5, **{**SMALL, 'num_layers': 3})
 def test_guidance_adds_only_its_projections_of_the_blocks_patch_tokens():
   model = locality_guidance.GuidedViT(VIT, (0, 2), (6, 10))
   images = _images()
-  variables = {'params': random_params(model, images, train=False)}
+  variables = {'params': helpers.random_params(model, images, train=False)}
   plain = param_shapes(VIT, images)
   hidden = SMALL['hidden_size']
   assert param_shapes(model, images) == {

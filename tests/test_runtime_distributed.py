@@ -9,8 +9,7 @@ import time
 import numpy as np
 import pytest
 
-from tests.helpers import ROOT
-from tests.helpers import free_port
+from tests import helpers
 from vit_jax.runtime import distributed
 
 
@@ -133,9 +132,9 @@ def test_a_job_that_never_gathers_ends_at_a_stop_signal_or_its_join_timeout(
     process = subprocess.Popen([
         sys.executable, '-m', 'vit_jax.main', '--config=configs/cifar_small.py',
         f'--workdir={tmp_path / "run"}', '--num_processes=2', '--process_id=0',
-        f'--coordinator_address=127.0.0.1:{free_port()}',
+        f'--coordinator_address=127.0.0.1:{helpers.free_port()}',
         f'--join_timeout={join_timeout}'
-    ], cwd=ROOT, env={**os.environ, 'JAX_PLATFORMS': 'cpu'}, stdout=out,
+    ], cwd=helpers.ROOT, env={**os.environ, 'JAX_PLATFORMS': 'cpu'}, stdout=out,
                                stderr=subprocess.STDOUT)
   try:
     deadline = time.monotonic() + 60

@@ -9,8 +9,7 @@ import time
 
 import pytest
 
-from tests.helpers import mounted_tmpfs
-from tests.helpers import ROOT
+from tests import helpers
 from vit_jax.errors import VitJaxError
 from vit_jax.runtime import files
 
@@ -28,7 +27,7 @@ texts = [json.dumps([{{'seed': seed}}] * 2 ** 19) for seed in (0, 1)]
 for i in range(10**6):
   files.write_atomically(results, texts[i % 2])
 """
-  ], cwd=ROOT)
+  ], cwd=helpers.ROOT)
   deadline = time.monotonic() + 60
   while not results.exists() and time.monotonic() < deadline:
     time.sleep(0.05)
@@ -85,7 +84,7 @@ def test_a_folder_is_replaced_whole_or_not_at_all(tmp_path):
 
 
 def test_a_mount_point_is_refused_in_one_line(tmp_path):
-  with mounted_tmpfs(tmp_path / 'disk', '64k') as disk:
+  with helpers.mounted_tmpfs(tmp_path / 'disk', '64k') as disk:
     (disk / 'a').write_text('old')
     with pytest.raises(
         VitJaxError, match=r'is a mount point, which cannot '
@@ -140,7 +139,7 @@ def test_ctrl_c_as_the_temporary_folder_is_made_leaves_none(tmp_path):
   run = subprocess.run([
       sys.executable, '-c', _STOPPED_AS_THE_FOLDER_IS_MADE,
       str(tmp_path / 'out')
-  ], cwd=ROOT, capture_output=True, text=True, timeout=60, check=False)
+  ], cwd=helpers.ROOT, capture_output=True, text=True, timeout=60, check=False)
   assert run.returncode == 130, run.stderr
   assert run.stderr.strip().splitlines()[-1] == (
       'Ctrl-C: stopped; --out is as it was.')

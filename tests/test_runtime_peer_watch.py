@@ -7,12 +7,7 @@ import time
 
 import pytest
 
-from tests.helpers import cifar10_release
-from tests.helpers import history
-from tests.helpers import start_two_processes
-from tests.helpers import wait_all
-from tests.helpers import wait_for_step
-from tests.helpers import write_process_config
+from tests import helpers
 
 _TIMEOUT = 3  # --lost_process_timeout
 
@@ -20,12 +15,12 @@ _TIMEOUT = 3  # --lost_process_timeout
 def _lose_a_process(data_dir, workdir, tmp_path, victim, signum,
                     stop=None) -> None:
   """`signum` to `victim` mid-run, then `stop` to the other; checks its end."""
-  processes, logs = start_two_processes(
-      write_process_config(tmp_path, data_dir), workdir, tmp_path,
+  processes, logs = helpers.start_two_processes(
+      helpers.write_process_config(tmp_path, data_dir), workdir, tmp_path,
       f'--lost_process_timeout={60 if stop else _TIMEOUT}', devices=4)
   step = random.randint(6, 12)  # after the first checkpoint (step 4)
   try:
-    wait_for_step(processes[0], workdir, step, timeout=180)
+    helpers.wait_for_step(processes[0], workdir, step, timeout=180)
     processes[victim].send_signal(signum)
     if stop:  # it cannot reach the lost peer: it ends the other at once
       time.sleep(3)
@@ -50,8 +45,8 @@ def _lose_a_process(data_dir, workdir, tmp_path, victim, signum,
 
 
 def test_a_killed_process_ends_the_other_in_one_line(tmp_path):
-  _lose_a_process(cifar10_release(tmp_path / 'data', 80), tmp_path / 'run',
-                  tmp_path, 1, signal.SIGKILL)
+  _lose_a_process(helpers.cifar10_release(tmp_path / 'data', 80),
+                  tmp_path / 'run', tmp_path, 1, signal.SIGKILL)
 
 
 @pytest.mark.slow  # 20 to 50 s each
@@ -69,11 +64,12 @@ def test_after_a_lost_process_a_rerun_ends_as_an_uninterrupted_run(
   data_dir, reference = uninterrupted
   workdir = tmp_path / 'run'
   _lose_a_process(data_dir, workdir, tmp_path, victim, signum, stop)
-  processes, logs = start_two_processes(
-      write_process_config(tmp_path, data_dir), workdir, tmp_path, devices=4)
-  assert wait_all(processes) == [0, 0], logs[0].read_text()[-3000:]
+  processes, logs = helpers.start_two_processes(
+      helpers.write_process_config(tmp_path, data_dir), workdir, tmp_path,
+      devices=4)
+  assert helpers.wait_all(processes) == [0, 0], logs[0].read_text()[-3000:]
   assert 'Resumed from' in logs[0].read_text()
-  records, expected = history(workdir), history(reference)
+  records, expected = helpers.history(workdir), helpers.history(reference)
   assert [r['step'] for r in records] == [r['step'] for r in expected]
   for record, want in zip(records, expected):
     for metric in {'train_loss', 'test_loss'} & set(want):

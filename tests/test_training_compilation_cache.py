@@ -7,13 +7,7 @@ import warnings
 import jax
 import pytest
 
-from tests.helpers import cifar10_release
-from tests.helpers import history
-from tests.helpers import mounted_tmpfs
-from tests.helpers import start_main
-from tests.helpers import wait_all
-from tests.helpers import without_timings
-from tests.helpers import write_process_config
+from tests import helpers
 from vit_jax import config_schema
 from vit_jax.training import compilation_cache
 
@@ -39,18 +33,18 @@ def _compiled_line(log: pathlib.Path) -> str:
 @pytest.mark.slow  # 34 s: four runs in processes of their own
 def test_runs_share_a_cache_and_a_rerun_compiles_from_it(tmp_path):
   """Two runs fill one cache; a truncated entry compiles again; all agree."""
-  data_dir = cifar10_release(tmp_path / 'data', 80)
-  config_file = write_process_config(tmp_path, data_dir, 'tiny_config',
-                                     total_steps=8, cpu_devices=1)
+  data_dir = helpers.cifar10_release(tmp_path / 'data', 80)
+  config_file = helpers.write_process_config(tmp_path, data_dir, 'tiny_config',
+                                             total_steps=8, cpu_devices=1)
   cache = tmp_path / 'cache'
   flags = (f'--config.compilation_cache_dir={cache}',)
 
   def run(*names):
     processes = [
-        start_main(config_file, tmp_path / name, tmp_path / f'{name}.log',
-                   *flags) for name in names
+        helpers.start_main(config_file, tmp_path / name,
+                           tmp_path / f'{name}.log', *flags) for name in names
     ]
-    assert wait_all(processes) == [0] * len(names), [
+    assert helpers.wait_all(processes) == [0] * len(names), [
         (tmp_path / f'{name}.log').read_text()[-2000:] for name in names
     ]
 
@@ -70,9 +64,9 @@ def test_runs_share_a_cache_and_a_rerun_compiles_from_it(tmp_path):
   assert _compiled_line(tmp_path / 'fourth.log').endswith(
       '(train step and eval step from the compilation cache).')
   assert 'does not load' not in (tmp_path / 'fourth.log').read_text()
-  expected = without_timings(history(tmp_path / 'first'))
+  expected = helpers.without_timings(helpers.history(tmp_path / 'first'))
   for name in ('second', 'third', 'fourth'):
-    assert without_timings(history(tmp_path / name)) == expected
+    assert helpers.without_timings(helpers.history(tmp_path / name)) == expected
 
 
 def test_an_empty_directory_turns_the_cache_off(caplog):
@@ -96,7 +90,7 @@ def test_a_cache_that_cannot_be_written_is_one_warning_and_no_entry(
   try:
     compilation_cache.use(str(tmp_path / 'file'))
     assert jax.config.jax_compilation_cache_dir is None
-    with mounted_tmpfs(tmp_path / 'full', '64k') as full:
+    with helpers.mounted_tmpfs(tmp_path / 'full', '64k') as full:
       (full / 'filler').write_bytes(bytes(48 << 10))
       compilation_cache.use(str(full))
   finally:

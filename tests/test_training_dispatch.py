@@ -8,12 +8,7 @@ import jax
 import numpy as np
 import pytest
 
-from tests.helpers import cifar10_release
-from tests.helpers import history
-from tests.helpers import start_main
-from tests.helpers import tiny_config
-from tests.helpers import without_timings
-from tests.helpers import write_process_config
+from tests import helpers
 from tests.test_training_train import final_state
 from vit_jax.runtime import preemption
 from vit_jax.training import dispatch
@@ -33,17 +28,19 @@ def test_many_steps_per_call_train_as_one_step_per_call(cifar10_dir, tmp_path,
       (made[name].append(len(batches)), run(self, state, sums, batches))[1])
   for name, per_call, log_every in (('one', 1, 7), ('many', 5, 7), ('split', 5,
                                                                     1)):
-    config = tiny_config(cifar10_dir, total_steps=18, log_every_steps=log_every,
-                         eval_every_steps=8, checkpoint_every_steps=16,
-                         steps_per_dispatch=per_call)
+    config = helpers.tiny_config(cifar10_dir, total_steps=18,
+                                 log_every_steps=log_every, eval_every_steps=8,
+                                 checkpoint_every_steps=16,
+                                 steps_per_dispatch=per_call)
     made[name] = []
     train.train_and_evaluate(config, tmp_path / name)
   # To steps 1, 2 (nothing timed yet: the first still in flight), 7 (log),
   # 8 (eval), 13, 14 (log), 16 (checkpoint), 18.
   assert made['many'] == [1, 1, 5, 1, 5, 1, 2, 2]
   assert made['split'] == [1] * 18
-  assert without_timings(history(tmp_path / 'many')) == without_timings(
-      history(tmp_path / 'one'))
+  assert helpers.without_timings(helpers.history(
+      tmp_path / 'many')) == helpers.without_timings(
+          helpers.history(tmp_path / 'one'))
   jax.tree.map(np.testing.assert_array_equal,
                final_state(tmp_path / 'many', 18),
                final_state(tmp_path / 'split', 18))
@@ -118,13 +115,13 @@ def test_at_most_two_calls_are_in_flight():
 def test_a_stop_signal_ends_the_run_within_its_calls_in_flight(
     tmp_path, resumed):
   """SIGTERM acts once the calls in flight end; the rerun ends the same."""
-  config_file = write_process_config(tmp_path,
-                                     cifar10_release(tmp_path / 'data', 80))
+  config_file = helpers.write_process_config(
+      tmp_path, helpers.cifar10_release(tmp_path / 'data', 80))
   flags = ('--config.total_steps=600', '--config.steps_per_dispatch=600',
            '--config.checkpoint_every_steps=600',
            '--config.log_every_steps=600', '--config.eval_every_steps=600')
-  process = start_main(config_file, tmp_path / 'run', tmp_path / 'run.log',
-                       *flags)
+  process = helpers.start_main(config_file, tmp_path / 'run',
+                               tmp_path / 'run.log', *flags)
   deadline = time.monotonic() + 120
   while 'steps of batch 16' not in (tmp_path / 'run.log').read_text():
     assert process.poll() is None and time.monotonic() < deadline
@@ -145,8 +142,9 @@ def test_a_stop_signal_ends_the_run_within_its_calls_in_flight(
   if not resumed:
     return
   for name in ('run', 'whole'):
-    rerun = start_main(config_file, tmp_path / name, tmp_path / f'{name}.log',
-                       *flags)
+    rerun = helpers.start_main(config_file, tmp_path / name,
+                               tmp_path / f'{name}.log', *flags)
     assert rerun.wait(timeout=300) == 0
-  assert without_timings(history(tmp_path / 'run')) == without_timings(
-      history(tmp_path / 'whole'))
+  assert helpers.without_timings(helpers.history(
+      tmp_path / 'run')) == helpers.without_timings(
+          helpers.history(tmp_path / 'whole'))

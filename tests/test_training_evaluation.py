@@ -4,9 +4,7 @@ import jax
 import numpy as np
 import pytest
 
-from tests.helpers import history
-from tests.helpers import tiny_config
-from tests.helpers import trained_vit_config
+from tests import helpers
 from vit_jax.checkpoints import export
 from vit_jax.checkpoints import reading
 from vit_jax.checkpoints import run_checkpoints
@@ -16,7 +14,7 @@ from vit_jax.training import train
 
 
 def _logged_test(workdir) -> dict:
-  return [r for r in history(workdir) if 'test_accuracy' in r][-1]
+  return [r for r in helpers.history(workdir) if 'test_accuracy' in r][-1]
 
 
 def test_a_run_evaluates_to_the_accuracy_it_logged(trained_vit_run):
@@ -31,7 +29,7 @@ def test_a_run_evaluates_to_the_accuracy_it_logged(trained_vit_run):
   assert (result['format'], result['step']) == ('workdir', logged['step'])
   # Another image size than its position embeddings', or validation images
   # it never held out: one line each.
-  config = trained_vit_config(data_dir)
+  config = helpers.trained_vit_config(data_dir)
   config.image_size = 32
   with pytest.raises(
       ConfigError, match='were trained for 24x24 images: '
@@ -51,7 +49,7 @@ def test_a_run_evaluates_to_the_accuracy_it_logged(trained_vit_run):
 def test_a_run_with_a_moving_average_evaluates_and_reads_back_the_average(
     cifar10_dir, tmp_path, caplog):
   # 96 images: 6 steps an epoch
-  config = tiny_config(cifar10_dir, total_steps=6, ema_decay=0.9)
+  config = helpers.tiny_config(cifar10_dir, total_steps=6, ema_decay=0.9)
   caplog.set_level('INFO')
   train.train_and_evaluate(config, tmp_path)
   assert "commands that read this run, use the parameters' moving average" in (
@@ -68,8 +66,8 @@ def test_a_run_with_a_moving_average_evaluates_and_reads_back_the_average(
                             state['params']['head']['bias'])
   # Fine-tuned with an average of its own, which starts from the run's
   # (the train step donates both copies); the run's steps, so its programs.
-  tuned = tiny_config(cifar10_dir, total_steps=6, ema_decay=0.9,
-                      init_from=str(tmp_path))
+  tuned = helpers.tiny_config(cifar10_dir, total_steps=6, ema_decay=0.9,
+                              init_from=str(tmp_path))
   assert np.isfinite(
       train.train_and_evaluate(tuned, tmp_path / 'tuned')['best_test_accuracy'])
 
@@ -83,7 +81,7 @@ def test_an_export_evaluates_with_the_normalization_it_states_or_what_it_lacks(
   with pytest.raises(ConfigError, match='says nothing of the data: pass '
                      '--config'):
     evaluation.evaluate(npz)
-  config = trained_vit_config(data_dir)
+  config = helpers.trained_vit_config(data_dir)
   config.image_size = 32
   with pytest.raises(
       ConfigError, match=r'config.image_size=32, but the '

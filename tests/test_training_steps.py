@@ -8,9 +8,7 @@ import numpy as np
 import optax
 import pytest
 
-from tests.helpers import random_cifar
-from tests.helpers import run_on_host_devices
-from tests.helpers import tiny_config
+from tests import helpers
 from vit_jax import models
 from vit_jax.data import mixing
 from vit_jax.data import on_device
@@ -45,7 +43,7 @@ def one_device_train_step(config, images, labels,
 
 
 def _averaged_config(**overrides):
-  config = tiny_config('', augment=False, ema_decay=0.5, **overrides)
+  config = helpers.tiny_config('', augment=False, ema_decay=0.5, **overrides)
   config.model_overrides.dropout_rate = 0.0
   return config
 
@@ -54,7 +52,7 @@ def _averaged_config(**overrides):
 def averaged_step():
   """One step of 16 images, whole, with a moving average of decay 0.5."""
   return one_device_train_step(_averaged_config(),
-                               *random_cifar(16, 10, seed=0))
+                               *helpers.random_cifar(16, 10, seed=0))
 
 
 def test_the_moving_average_follows_the_parameters(averaged_step):
@@ -78,7 +76,7 @@ def test_gradient_accumulation_gives_the_same_step(averaged_step):
   step, state, _ = averaged_step
   accumulated, _, _ = one_device_train_step(
       _averaged_config(grad_accumulation_steps=4),
-      *random_cifar(16, 10, seed=0))
+      *helpers.random_cifar(16, 10, seed=0))
   batch, key = np.arange(16, dtype=np.int32), jax.random.key(1)
   state_1, metrics_1 = step(state, batch=batch, key=key)
   state_4, metrics_4 = accumulated(state, batch=batch, key=key)
@@ -91,11 +89,11 @@ def test_gradient_accumulation_gives_the_same_step(averaged_step):
 @pytest.mark.slow  # 8 s; the model's remat test stays in the suite
 def test_a_rematerialized_step_is_the_same_step_keeping_less():
   """Dropout masks included; on a CPU, compiler options keep jax's barriers."""
-  images, labels = random_cifar(16, 10, seed=0)
+  images, labels = helpers.random_cifar(16, 10, seed=0)
   batch, key = np.arange(16, dtype=np.int32), jax.random.key(1)
   results = {}
   for remat in ('none', 'full'):
-    config = tiny_config('')  # dropout 0.1
+    config = helpers.tiny_config('')  # dropout 0.1
     config.model_overrides = dict(config.model_overrides, num_layers=2,
                                   remat=remat)
     step, state, _ = one_device_train_step(config, images, labels)
@@ -119,8 +117,8 @@ def test_mixup_and_cutmix_train_on_mixed_targets_and_count_own_labels():
   # The step's loss at the initial parameters equals the cross-entropy of
   # the model on the mixed images against `mixing.mix`'s targets, drawn
   # with the step's own key; the correct count uses each image's label.
-  images, labels = random_cifar(16, 10, seed=0)
-  config = tiny_config('', mixup_alpha=0.8, cutmix_alpha=1.0)
+  images, labels = helpers.random_cifar(16, 10, seed=0)
+  config = helpers.tiny_config('', mixup_alpha=0.8, cutmix_alpha=1.0)
   config.model_overrides.dropout_rate = 0.0
   step, state, inputs = one_device_train_step(config, images, labels)
   batch, key = np.arange(16, dtype=np.int32), jax.random.key(1)
@@ -148,11 +146,11 @@ def test_mixup_and_cutmix_train_on_mixed_targets_and_count_own_labels():
 @pytest.mark.slow  # 14 s
 def test_bfloat16_training_stays_close_to_float32():
   # Three train steps of the tiny ViT from the same start, on the same batches.
-  images, labels = random_cifar(48, 10, seed=0)
+  images, labels = helpers.random_cifar(48, 10, seed=0)
   losses = {}
   for dtype in ('float32', 'bfloat16'):
-    step, state, _ = one_device_train_step(tiny_config('', dtype=dtype), images,
-                                           labels)
+    step, state, _ = one_device_train_step(helpers.tiny_config('', dtype=dtype),
+                                           images, labels)
     losses[dtype] = []
     for i in range(3):
       state, metrics = step(
@@ -217,7 +215,7 @@ print(json.dumps(results))
 def test_fsdp_step_equals_the_data_parallel_step_on_8_devices(tmp_path):
   # The study's ViT cut to 1 block, two train steps from the same start on 8
   # host devices: parameters replicated, then split over an fsdp axis of 8.
-  out = run_on_host_devices(_FSDP_SCRIPT, 8, cwd=tmp_path)
+  out = helpers.run_on_host_devices(_FSDP_SCRIPT, 8, cwd=tmp_path)
   results = json.loads(out.splitlines()[-1])
   replicated, fsdp = results['1'], results['8']
   assert replicated['sharded'] == 0
@@ -253,7 +251,7 @@ for fsdp, mimetic in ((1, False), (1, True), (4, True)):
 
 def test_state_shapes_are_the_initial_state_a_mimetic_one_too():
   """On 4 host devices, laid out as the mesh says, replicated or over fsdp."""
-  out = run_on_host_devices(_MIMETIC_SCRIPT, 4, timeout=240)
+  out = helpers.run_on_host_devices(_MIMETIC_SCRIPT, 4, timeout=240)
   assert out.splitlines()[-3:] == [
       'initialized with fsdp 1 plain', 'initialized with fsdp 1 mimetic',
       'initialized with fsdp 4 mimetic'

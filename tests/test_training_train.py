@@ -15,20 +15,7 @@ import orbax.checkpoint as ocp
 import pytest
 
 from configs import cifar_small
-from tests.helpers import cifar10_files
-from tests.helpers import cifar10_release
-from tests.helpers import history
-from tests.helpers import random_cifar
-from tests.helpers import run_on_host_devices
-from tests.helpers import start_two_processes
-from tests.helpers import tiny_config
-from tests.helpers import TINY_MODELS
-from tests.helpers import trained_vit_config
-from tests.helpers import wait_all
-from tests.helpers import wait_for_step
-from tests.helpers import without_timings
-from tests.helpers import write_cifar_binary
-from tests.helpers import write_process_config
+from tests import helpers
 from vit_jax import models
 from vit_jax.checkpoints import reading
 from vit_jax.checkpoints import run_checkpoints
@@ -57,17 +44,17 @@ _PINNED_TEST_LOSS = 2.303272247314453
 
 
 def test_the_study_vit_computes_the_losses_it_always_did(tmp_path):
-  write_cifar_binary(
+  helpers.write_cifar_binary(
       tmp_path / 'data' / 'cifar-10-batches-bin',
-      cifar10_files(random_cifar(128, 10, seed=11),
-                    random_cifar(40, 10, seed=12)))
+      helpers.cifar10_files(helpers.random_cifar(128, 10, seed=11),
+                            helpers.random_cifar(40, 10, seed=12)))
   config = cifar_small.get_config('vit')
   config.update(
       dict(data_dir=str(tmp_path / 'data'), train_examples_per_file=0,
            test_examples=0, batch_size=32, eval_batch_size=40, total_steps=3,
            log_every_steps=1, eval_every_steps=3))
   train.train_and_evaluate(config, tmp_path / 'run')
-  records = history(tmp_path / 'run')
+  records = helpers.history(tmp_path / 'run')
   np.testing.assert_allclose([r['train_loss'] for r in records],
                              _PINNED_TRAIN_LOSSES, rtol=2e-6)
   assert records[-1]['test_loss'] == pytest.approx(_PINNED_TEST_LOSS, rel=2e-6)
@@ -82,14 +69,14 @@ def test_steps_set_when_it_logs_evaluates_and_checkpoints_and_resumes_exactly(
   """The ViT's blocks scanned and rematerialized: restored as a stacked tree."""
   # 96 images: 6 steps an epoch
   # 18 steps, as other runs here: their programs are in the suite's cache.
-  config = tiny_config(cifar10_dir, variant, total_steps=18, log_every_steps=5,
-                       eval_every_steps=8, checkpoint_every_steps=4,
-                       keep_checkpoints=3)
+  config = helpers.tiny_config(cifar10_dir, variant, total_steps=18,
+                               log_every_steps=5, eval_every_steps=8,
+                               checkpoint_every_steps=4, keep_checkpoints=3)
   if variant == 'vit':
-    config.model_overrides = dict(TINY_MODELS['vit'], num_layers=2, scan=True,
-                                  remat='full')
+    config.model_overrides = dict(helpers.TINY_MODELS['vit'], num_layers=2,
+                                  scan=True, remat='full')
   summary = train.train_and_evaluate(config, tmp_path / 'whole')
-  records = history(tmp_path / 'whole')
+  records = helpers.history(tmp_path / 'whole')
   assert [r['step'] for r in records] == [5, 8, 10, 15, 16, 18]
   assert [r['step'] for r in records if 'test_loss' in r] == [8, 16, 18]
   assert [r['step'] for r in records if 'train_loss' in r] == [5, 10, 15, 18]
@@ -112,8 +99,8 @@ def test_steps_set_when_it_logs_evaluates_and_checkpoints_and_resumes_exactly(
   shutil.copytree(tmp_path / 'whole', tmp_path / 'resumed')
   shutil.rmtree(tmp_path / 'resumed' / 'checkpoints' / '18')
   train.train_and_evaluate(config, tmp_path / 'resumed')
-  assert without_timings(history(tmp_path /
-                                 'resumed')) == without_timings(records)
+  assert helpers.without_timings(helpers.history(
+      tmp_path / 'resumed')) == helpers.without_timings(records)
   state = final_state(tmp_path / 'whole', 18)
   jax.tree.map(np.testing.assert_array_equal,
                final_state(tmp_path / 'resumed', 18), state)
@@ -133,9 +120,9 @@ def test_by_default_it_logs_evaluates_and_checkpoints_once_an_epoch(
   # With more seconds than the run takes: the first epoch (none was saved
   # before it) and the last step (test_checkpoints_run_checkpoints: the pace).
   train.train_and_evaluate(
-      tiny_config(cifar10_dir, num_epochs=3, checkpoint_min_seconds=1e9,
-                  keep_checkpoints=5), tmp_path)
-  records = history(tmp_path)
+      helpers.tiny_config(cifar10_dir, num_epochs=3, checkpoint_min_seconds=1e9,
+                          keep_checkpoints=5), tmp_path)
+  records = helpers.history(tmp_path)
   assert [(r['step'], r['epoch']) for r in records] == [(6, 1.0), (12, 2.0),
                                                         (18, 3.0)]
   assert all('train_loss' in r and 'test_loss' in r for r in records)
@@ -147,19 +134,20 @@ def test_by_default_it_logs_evaluates_and_checkpoints_once_an_epoch(
 def one_epoch_run(tmp_path_factory):
   """(config, workdir, summary, test split): 6 steps on 96 images, 37 tested."""
   root = tmp_path_factory.mktemp('one_epoch_run')
-  config = tiny_config(cifar10_release(root / 'data', 96), num_epochs=1)
+  config = helpers.tiny_config(helpers.cifar10_release(root / 'data', 96),
+                               num_epochs=1)
   return (config, root / 'run', train.train_and_evaluate(config, root / 'run'),
-          random_cifar(37, 10, seed=3))
+          helpers.random_cifar(37, 10, seed=3))
 
 
 def test_a_finished_run_scored_each_test_example_once_and_reruns_uncompiled(
     one_epoch_run, caplog):
   config, workdir, first, (images, labels) = one_epoch_run
-  before = history(workdir)
+  before = helpers.history(workdir)
   caplog.set_level('INFO')
   caplog.clear()
   again = train.train_and_evaluate(config, workdir)
-  assert history(workdir) == before
+  assert helpers.history(workdir) == before
   assert again == first
   assert 'already holds all 6 steps; nothing to train' in caplog.text
   assert 'Compiled' not in caplog.text
@@ -194,13 +182,13 @@ def test_a_finished_run_scored_each_test_example_once_and_reruns_uncompiled(
 
 def test_nan_loss_stops_and_says_what_is_kept(cifar10_dir, tmp_path):
   # Step 1's update (learning rate 1e38) overflows the parameters.
-  config = tiny_config(cifar10_dir, learning_rate=1e38, warmup_epochs=0,
-                       log_every_steps=1, checkpoint_every_steps=1)
+  config = helpers.tiny_config(cifar10_dir, learning_rate=1e38, warmup_epochs=0,
+                               log_every_steps=1, checkpoint_every_steps=1)
   with pytest.raises(TrainingDivergedError) as raised:
     train.train_and_evaluate(config, tmp_path)
   with ocp.CheckpointManager(tmp_path / 'checkpoints') as manager:
     assert manager.all_steps() == [1]
-  records = history(tmp_path)
+  records = helpers.history(tmp_path)
   assert [r['step'] for r in records] == [1]
   assert str(raised.value) == (
       'The train loss became nan by step 2; stopped without saving. Kept: the '
@@ -221,10 +209,10 @@ def test_a_run_diverging_for_steps_is_told_so_and_the_advice_works(
   # SGD at learning rate 10: the loss grows for steps, then is not finite.
   diverging = dict(optimizer='sgd', momentum=0.9, warmup_epochs=0, num_epochs=2,
                    log_every_steps=1, checkpoint_every_steps=2)
-  config = tiny_config(cifar10_dir, learning_rate=10.0, **diverging)
+  config = helpers.tiny_config(cifar10_dir, learning_rate=10.0, **diverging)
   with pytest.raises(TrainingDivergedError) as raised:
     train.train_and_evaluate(config, tmp_path / 'run')
-  records = history(tmp_path / 'run')
+  records = helpers.history(tmp_path / 'run')
   kept = run_checkpoints.RunCheckpoints(tmp_path / 'run' / 'checkpoints',
                                         2).steps()[-1]
   before = [r for r in records if r['step'] <= kept][-1]
@@ -237,9 +225,10 @@ def test_a_run_diverging_for_steps_is_told_so_and_the_advice_works(
           'diverging already. To go on, start afresh in a new workdir with a '
           'lower learning rate') in message
   # The advice, followed.
-  config = tiny_config(cifar10_dir, learning_rate=0.1, **diverging)
+  config = helpers.tiny_config(cifar10_dir, learning_rate=0.1, **diverging)
   train.train_and_evaluate(config, tmp_path / 'new')
-  assert all(math.isfinite(r['train_loss']) for r in history(tmp_path / 'new'))
+  assert all(
+      math.isfinite(r['train_loss']) for r in helpers.history(tmp_path / 'new'))
 
 
 _LOSS_SCRIPT = '''
@@ -258,11 +247,11 @@ def test_eight_devices_give_the_single_device_loss(cifar10_dir, tmp_path):
   records = {}
   for devices in (1, 8):
     workdir = str(tmp_path / f'devices_{devices}')
-    out = run_on_host_devices(
+    out = helpers.run_on_host_devices(
         _LOSS_SCRIPT.format(data_dir=str(cifar10_dir), workdir=workdir),
         devices)
     assert json.loads(out.splitlines()[-1])[0] == devices
-    records[devices] = history(workdir)[-1]
+    records[devices] = helpers.history(workdir)[-1]
   for metric in ('train_loss', 'test_loss'):
     assert records[8][metric] == pytest.approx(records[1][metric], abs=1e-5)
 
@@ -292,8 +281,8 @@ def test_eight_devices_give_the_single_device_loss(cifar10_dir, tmp_path):
 def test_bad_input_is_a_clear_error_before_anything_is_written(
     cifar10_dir, tmp_path, overrides, message):
   overrides = dict(overrides)  # the variant taken out
-  config = tiny_config(cifar10_dir, overrides.pop('variant', 'vit'),
-                       **overrides)
+  config = helpers.tiny_config(cifar10_dir, overrides.pop('variant', 'vit'),
+                               **overrides)
   with pytest.raises(ValueError, match=message):
     train.train_and_evaluate(config, tmp_path / 'run')
   assert not (tmp_path / 'run').exists()
@@ -306,8 +295,8 @@ def test_a_workdir_of_another_run_is_refused_not_restored(
   config, workdir, _, _ = one_epoch_run
   tmp_path = shutil.copytree(workdir, tmp_path / 'run')
   before = (tmp_path / 'config.json').read_text()
-  other = tiny_config(config.data_dir, num_epochs=1, batch_size=32,
-                      image_size=24)
+  other = helpers.tiny_config(config.data_dir, num_epochs=1, batch_size=32,
+                              image_size=24)
   with pytest.raises(
       ConfigError, match=r"another config\.image_size \(32 there, 24 here\); "
       r"config\.batch_size \(16 there, 32 here\).*new "
@@ -321,10 +310,10 @@ def test_a_workdir_of_another_run_is_refused_not_restored(
 
 def _train_in_two_processes(data_dir, workdir, tmp_path, **overrides):
   """The logs of `trained_vit_config` run in 2 processes x 1 CPU device."""
-  config_file = write_process_config(tmp_path, data_dir, 'trained_vit_config',
-                                     **overrides)
-  processes, logs = start_two_processes(config_file, workdir, tmp_path)
-  codes = wait_all(processes)
+  config_file = helpers.write_process_config(tmp_path, data_dir,
+                                             'trained_vit_config', **overrides)
+  processes, logs = helpers.start_two_processes(config_file, workdir, tmp_path)
+  codes = helpers.wait_all(processes)
   for code, log in zip(codes, logs):
     assert code == 0, log.read_text()[-3000:]
   return [log.read_text() for log in logs]
@@ -338,7 +327,7 @@ def test_two_processes_give_the_two_device_loss_and_one_set_of_files(
   logs = _train_in_two_processes(data_dir, workdir, tmp_path)
   assert '[process 1/2] step 6/6 (epoch 1)' in logs[1]
 
-  records, expected = history(workdir), history(reference)
+  records, expected = helpers.history(workdir), helpers.history(reference)
   assert len(records) == 1  # written once, by process 0
   for metric in ('train_loss', 'test_loss'):
     assert records[0][metric] == pytest.approx(expected[0][metric], abs=1e-5)
@@ -361,7 +350,7 @@ def test_two_processes_give_the_two_device_loss_and_one_set_of_files(
 def test_two_streaming_processes_each_read_their_half_of_every_batch(
     trained_vit_run, tmp_path):
   _, data_dir = trained_vit_run
-  config = trained_vit_config(data_dir)
+  config = helpers.trained_vit_config(data_dir)
   config.input_pipeline, config.input_workers = 'streaming', 0
   train.train_and_evaluate(config, tmp_path / 'reference')
   # Threads: worker processes start in seconds.
@@ -370,7 +359,8 @@ def test_two_streaming_processes_each_read_their_half_of_every_batch(
   for process_id, log in enumerate(logs):
     rows = f'{8 * process_id}:{8 * (process_id + 1)}'
     assert f'reads rows {rows} of every training batch of 16' in log
-  records, expected = history(tmp_path / 'run'), history(tmp_path / 'reference')
+  records, expected = helpers.history(tmp_path / 'run'), helpers.history(
+      tmp_path / 'reference')
   for metric in ('train_loss', 'test_loss'):
     assert records[0][metric] == pytest.approx(expected[0][metric], abs=1e-5)
   for metric in ('train_accuracy', 'test_accuracy', 'test_examples'):
@@ -401,18 +391,18 @@ def test_two_processes_save_the_same_epochs_checkpoints(cifar10_dir, tmp_path):
 def test_a_stop_signal_to_one_of_two_processes_stops_both_at_one_saved_step(
     uninterrupted, tmp_path, signum, checkpoint_every):
   data_dir, _ = uninterrupted
-  config_file = write_process_config(tmp_path, data_dir)
+  config_file = helpers.write_process_config(tmp_path, data_dir)
   workdir = tmp_path / 'run'
   # Long enough that jax's preemption notice (polled each second) arrives
   # well before the end.
-  processes, logs = start_two_processes(
+  processes, logs = helpers.start_two_processes(
       config_file, workdir, tmp_path, '--config.total_steps=2000',
       f'--config.checkpoint_every_steps={checkpoint_every}',
       '--config.eval_every_steps=5000')
-  wait_for_step(processes[0], workdir, 3)
+  helpers.wait_for_step(processes[0], workdir, 3)
   processes[1].send_signal(signum)
-  assert wait_all(processes,
-                  timeout=120) == [preemption.PREEMPTED_EXIT_STATUS] * 2
+  assert helpers.wait_all(processes,
+                          timeout=120) == [preemption.PREEMPTED_EXIT_STATUS] * 2
   stopped = [
       int(log.read_text().split('saved a checkpoint of step ')[1].split()[0])
       for log in logs
