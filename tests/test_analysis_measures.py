@@ -7,7 +7,7 @@ import sys
 import numpy as np
 import pytest
 
-from tests.helpers import ROOT
+from tests import helpers
 from vit_jax import analysis
 from vit_jax.analysis import measures
 from vit_jax.models.layers import patch_embedding
@@ -204,5 +204,5 @@ def test_every_measure_is_the_packages_own_name_imported_alone():
   loaded = subprocess.run([
       sys.executable, '-c', 'import sys; from vit_jax import analysis; '
       "print(sorted({'jax', 'matplotlib'} & set(sys.modules)))"
-  ], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+  ], cwd=helpers.ROOT, capture_output=True, text=True, check=True).stdout
   assert loaded.strip() == '[]'

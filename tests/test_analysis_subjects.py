@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from tests.helpers import write_image_folder
+from tests import helpers
 from vit_jax import config_schema
 from vit_jax import models
 from vit_jax.analysis import subjects
@@ -11,7 +11,7 @@ from vit_jax.errors import AnalysisError
 
 
 def test_a_runs_test_images_of_an_image_folder_come_from_every_class(tmp_path):
-  write_image_folder(
+  helpers.write_image_folder(
       tmp_path, {'train': 4, 'test': 4}, ('cat', 'dog', 'fox'),
       lambda _, i, label: np.full((8, 8, 3), 100 * label, np.uint8))
   config = config_schema.defaults()

@@ -7,7 +7,7 @@ import jax
 import numpy as np
 import pytest
 
-from tests.helpers import one_block_vit
+from tests import helpers
 from tests.test_formats_npz import assert_trees_identical
 from vit_jax.checkpoints import export
 from vit_jax.checkpoints import reading
@@ -110,7 +110,7 @@ def test_a_destination_that_would_lose_something_is_one_line(
 
 
 def test_model_names_the_architecture_or_says_it_differs(tmp_path):
-  npz.save_npz(one_block_vit('ViT-Ti_16')[1], tmp_path / 'ti.npz')
+  npz.save_npz(helpers.one_block_vit('ViT-Ti_16')[1], tmp_path / 'ti.npz')
   with pytest.raises(CheckpointError) as error:
     export.convert(tmp_path / 'ti.npz', tmp_path / 'out', 'timm',
                    model_name='ViT-S_16')
@@ -123,8 +123,8 @@ def test_model_names_the_architecture_or_says_it_differs(tmp_path):
 
 def test_a_released_hybrid_converts_to_timm_and_back_exactly(tmp_path):
   """The official R50+ViT-B_16 (one narrow block), told by its shapes alone."""
-  _, params = one_block_vit('R50+ViT-B_16', hidden_size=192, num_heads=3,
-                            mlp_dim=768)  # at 32x32
+  _, params = helpers.one_block_vit('R50+ViT-B_16', hidden_size=192,
+                                    num_heads=3, mlp_dim=768)  # at 32x32
   npz.save_npz(params, tmp_path / 'r50.npz')
   export.convert(tmp_path / 'r50.npz', tmp_path / 'timm', 'timm')
   config = json.loads((tmp_path / 'timm' / 'config.json').read_text())

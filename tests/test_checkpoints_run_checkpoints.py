@@ -10,7 +10,7 @@ import numpy as np
 import orbax.checkpoint as ocp
 import pytest
 
-from tests.helpers import run_on_host_devices
+from tests import helpers
 from vit_jax.checkpoints import run_checkpoints
 from vit_jax.errors import CheckpointError
 from vit_jax.runtime import sharding
@@ -248,5 +248,5 @@ print('restored')
 def test_a_checkpoint_restores_onto_either_parameter_layout(tmp_path):
   # Saved split over an fsdp axis of 8 devices, restored replicated, and back;
   # a reader restores either onto one device.
-  out = run_on_host_devices(_LAYOUT_SCRIPT, 8, cwd=tmp_path)
+  out = helpers.run_on_host_devices(_LAYOUT_SCRIPT, 8, cwd=tmp_path)
   assert out.splitlines()[-1] == 'restored'

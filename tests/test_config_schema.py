@@ -2,7 +2,7 @@
 
 import pytest
 
-from tests.helpers import tiny_config
+from tests import helpers
 from vit_jax import config_schema
 from vit_jax.config_schema import ConfigError
 
@@ -18,7 +18,7 @@ def test_every_field_has_a_default_and_a_doc():
 
 def test_a_missing_field_is_named():
   # An unknown one: tests/test_main.py, through the command line.
-  config = tiny_config('')
+  config = helpers.tiny_config('')
   del config['seed']
   with pytest.raises(ConfigError, match='lacks seed'):
     config_schema.validate(config, 1)
@@ -27,15 +27,16 @@ def test_a_missing_field_is_named():
 def test_the_batches_and_fsdp_must_fit_the_devices():
   with pytest.raises(ConfigError,
                      match='batch_size=12 is not divisible by the 8 devices'):
-    config_schema.validate(tiny_config('', batch_size=12), num_devices=8)
+    config_schema.validate(helpers.tiny_config('', batch_size=12),
+                           num_devices=8)
   with pytest.raises(ConfigError, match='grad_accumulation_steps=3'):
     config_schema.validate(
-        tiny_config('', batch_size=16, grad_accumulation_steps=3), 1)
+        helpers.tiny_config('', batch_size=16, grad_accumulation_steps=3), 1)
   with pytest.raises(
       ConfigError, match='config.fsdp=3 does not divide the 8 '
       'devices; use a divisor of 8, or -1'):
-    config_schema.validate(tiny_config('', fsdp=3), num_devices=8)
-  config_schema.validate(tiny_config('', fsdp=-1), num_devices=8)
+    config_schema.validate(helpers.tiny_config('', fsdp=3), num_devices=8)
+  config_schema.validate(helpers.tiny_config('', fsdp=-1), num_devices=8)
 
 
 def test_a_number_out_of_its_fields_range_is_named():
@@ -55,26 +56,28 @@ def test_a_number_out_of_its_fields_range_is_named():
       ('validation_dir', '/v', 'validation_examples=0 holds none out: set how '
        'many, e.g. --config.validation_examples=5000')):
     with pytest.raises(ConfigError, match=message):
-      config_schema.validate(tiny_config('', **{field: value}), 1)
+      config_schema.validate(helpers.tiny_config('', **{field: value}), 1)
 
 
 def test_resuming_refuses_what_changes_the_checkpoints_meaning(tmp_path):
-  saved = tiny_config('').to_dict()
+  saved = helpers.tiny_config('').to_dict()
   assert config_schema.check_resumable(
-      saved, tiny_config('', log_every_steps=5, eval_batch_size=64),
+      saved, helpers.tiny_config('', log_every_steps=5, eval_batch_size=64),
       tmp_path) == {'log_every_steps': (0, 5), 'eval_batch_size': (16, 64)}
   with pytest.raises(
       ConfigError, match=r'another config\.seed \(0 there, 1 '
       r'here\).*config\.json, or pass a new --workdir'):
-    config_schema.check_resumable(saved, tiny_config('', seed=1), tmp_path)
+    config_schema.check_resumable(saved, helpers.tiny_config('', seed=1),
+                                  tmp_path)
   # An epoch count that total_steps overrides on both sides is not used.
-  in_steps = tiny_config('', total_steps=40, warmup_steps=4).to_dict()
+  in_steps = helpers.tiny_config('', total_steps=40, warmup_steps=4).to_dict()
   config_schema.check_resumable(
       in_steps,
-      tiny_config('', total_steps=40, warmup_steps=4, num_epochs=7,
-                  warmup_epochs=3), tmp_path)
+      helpers.tiny_config('', total_steps=40, warmup_steps=4, num_epochs=7,
+                          warmup_epochs=3), tmp_path)
   with pytest.raises(ConfigError, match=r'config\.total_steps \(40 there, 50'):
-    config_schema.check_resumable(in_steps, tiny_config('', total_steps=50),
+    config_schema.check_resumable(in_steps,
+                                  helpers.tiny_config('', total_steps=50),
                                   tmp_path)
 
 
@@ -82,7 +85,7 @@ def test_a_resumed_runs_model_overrides(tmp_path):
   """remat and attention may change; overriding to the model's value is none."""
 
   def config(**overrides):
-    config = tiny_config('')
+    config = helpers.tiny_config('')
     config.model_overrides.update(overrides)
     return config
 
@@ -119,7 +122,7 @@ def test_a_student_without_its_teacher_or_the_reverse_is_refused():
       (none, dict(guided_blocks=(0,)), 'there is no CNN to imitate'),
       (dict(teacher_checkpoint='best'), none, "teacher_checkpoint='best' "
        "picks a teacher's checkpoint, and this run has none")):
-    config = tiny_config('', **teacher)
+    config = helpers.tiny_config('', **teacher)
     config.model_overrides.update(student)
     with pytest.raises(ConfigError, match=message):
       config_schema.validate(config, num_devices=1)

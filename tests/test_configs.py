@@ -8,7 +8,7 @@ import jax
 import numpy as np
 import pytest
 
-from tests.helpers import write_image_folder
+from tests import helpers
 from vit_jax import config_schema
 from vit_jax import models
 from vit_jax.checkpoints import reading
@@ -93,7 +93,7 @@ def test_unknown_arguments_are_refused():
 def test_the_image_folder_walkthrough_trains_from_scratch_and_fine_tunes(
     tmp_path):
   photos = tmp_path / 'photos'
-  write_image_folder(
+  helpers.write_image_folder(
       photos, {'train': 12, 'test': 4}, draw=lambda rng, i, label: rng.integers(
           0, 256, (40 + 7 * i, 50 + 3 * label, 3), np.uint8))
   config = _config('image_folder')

@@ -3,10 +3,7 @@
 import numpy as np
 import pytest
 
-from tests.helpers import cifar10_files
-from tests.helpers import random_cifar
-from tests.helpers import write_cifar_binary
-from tests.helpers import write_cifar_python
+from tests import helpers
 from vit_jax.data import cifar
 from vit_jax.errors import DatasetError
 
@@ -18,7 +15,7 @@ def _assert_same(a, b):
 
 def test_both_cifar10_formats_load_to_the_same_arrays(cifar10_dir,
                                                       cifar10_splits, tmp_path):
-  write_cifar_python(
+  helpers.write_cifar_python(
       tmp_path / 'py' / 'cifar-10-batches-py',
       {name[:-4]: split for name, split in cifar10_splits.items()})
   binary = cifar.load_cifar('cifar10', cifar10_dir)
@@ -39,11 +36,14 @@ def test_both_cifar10_formats_load_to_the_same_arrays(cifar10_dir,
 
 
 def test_both_cifar100_formats_load_fine_labels(tmp_path):
-  train, test = random_cifar(20, 100, seed=4), random_cifar(10, 100, seed=5)
-  write_cifar_binary(tmp_path / 'bin' / 'cifar-100-binary',
-                     {'train.bin': train, 'test.bin': test}, label_bytes=2)
-  write_cifar_python(tmp_path / 'py' / 'cifar-100-python',
-                     {'train': train, 'test': test}, label_key=b'fine_labels')
+  train, test = helpers.random_cifar(20, 100, seed=4), helpers.random_cifar(
+      10, 100, seed=5)
+  helpers.write_cifar_binary(tmp_path / 'bin' / 'cifar-100-binary',
+                             {'train.bin': train, 'test.bin': test},
+                             label_bytes=2)
+  helpers.write_cifar_python(tmp_path / 'py' / 'cifar-100-python',
+                             {'train': train, 'test': test},
+                             label_key=b'fine_labels')
   for data_dir in (tmp_path / 'bin', tmp_path / 'py'):
     loaded = cifar.load_cifar('cifar100', data_dir)
     np.testing.assert_array_equal(loaded.train.images, train[0])
@@ -54,13 +54,15 @@ def test_both_cifar100_formats_load_fine_labels(tmp_path):
 
 def test_the_study_subset_is_the_same_from_the_full_release(tmp_path):
   """The first 1,000 of each training file, as cifar10-5k holds them."""
-  files = cifar10_files(random_cifar(30, 10, seed=1), random_cifar(7, 10, 9))
-  write_cifar_binary(tmp_path / 'full' / 'cifar-10-batches-bin', files)
+  files = helpers.cifar10_files(helpers.random_cifar(30, 10, seed=1),
+                                helpers.random_cifar(7, 10, 9))
+  helpers.write_cifar_binary(tmp_path / 'full' / 'cifar-10-batches-bin', files)
   subset = {
       name: (images[:4], labels[:4]) if name.startswith('data') else
             (images[:5], labels[:5]) for name, (images, labels) in files.items()
   }
-  write_cifar_binary(tmp_path / 'subset' / 'cifar-10-batches-bin', subset)
+  helpers.write_cifar_binary(tmp_path / 'subset' / 'cifar-10-batches-bin',
+                             subset)
   from_full = cifar.load_cifar('cifar10', tmp_path / 'full', train_per_file=4)
   from_subset = cifar.load_cifar('cifar10', tmp_path / 'subset',
                                  train_per_file=4)

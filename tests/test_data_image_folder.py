@@ -7,14 +7,13 @@ import numpy as np
 from PIL import Image
 import pytest
 
-from tests.helpers import png
-from tests.helpers import write_image_folder
+from tests import helpers
 from vit_jax.data import image_folder
 from vit_jax.errors import DatasetError
 
 
 def test_image_folder_is_listed_and_read_lazily_at_any_size(tmp_path):
-  written = write_image_folder(
+  written = helpers.write_image_folder(
       tmp_path, {'train': 3, 'test': 2},
       draw=lambda rng, i, _: rng.integers(0, 256, (9 + i, 11, 3), np.uint8))
   dataset = image_folder.open_image_folder(tmp_path)
@@ -113,15 +112,15 @@ def test_exif_orientation_is_not_applied_as_in_the_official_decoding():
 def test_every_problem_of_a_folder_is_named_in_one_error(tmp_path):
   with pytest.raises(DatasetError, match='No image folder found in'):
     image_folder.open_image_folder(tmp_path)
-  write_image_folder(tmp_path, {'train': 3, 'test': 2})
+  helpers.write_image_folder(tmp_path, {'train': 3, 'test': 2})
   jpeg = _encoded(Image.fromarray(np.zeros((16, 16, 3), np.uint8)), 'JPEG')
   bad = {
       'train/cat/notes.jpg': (b'not an image', 'not an image PIL can read'),
       'train/cat/empty.png':
           (b'', 'not an image PIL can read'), 'train/cat/cut.jpg':
               (jpeg[:len(jpeg) // 2], 'cannot be decoded'), 'train/cat/cut.png':
-                  (png(np.zeros((16, 16, 3),
-                                np.uint8))[:-30], 'cannot be decoded'),
+                  (helpers.png(np.zeros((16, 16, 3),
+                                        np.uint8))[:-30], 'cannot be decoded'),
       'train/cat/lab.png': (_encoded(Image.new('LAB', (4, 4)), 'TIFF'),
                             'its mode LAB is not one this reader decodes '
                             '(save it as RGB)'),
@@ -129,7 +128,7 @@ def test_every_problem_of_a_folder_is_named_in_one_error(tmp_path):
   for name, (data, _) in bad.items():
     (tmp_path / name).write_bytes(data)
   (tmp_path / 'train' / 'loose.png').write_bytes(
-      png(np.zeros((4, 4, 3), np.uint8)))
+      helpers.png(np.zeros((4, 4, 3), np.uint8)))
   (tmp_path / 'train' / 'empty').mkdir()
   (tmp_path / 'test' / 'bird').mkdir()
   with pytest.raises(DatasetError) as raised:
@@ -150,7 +149,7 @@ def test_every_problem_of_a_folder_is_named_in_one_error(tmp_path):
 
 
 def test_a_missing_split_and_a_long_list_of_problems_twenty_named(tmp_path):
-  write_image_folder(tmp_path, {'train': 1})
+  helpers.write_image_folder(tmp_path, {'train': 1})
   for i in range(25):
     (tmp_path / 'train' / 'dog' / f'bad{i:02}.jpg').write_bytes(b'')
   message = str(
@@ -165,14 +164,14 @@ def test_a_missing_split_and_a_long_list_of_problems_twenty_named(tmp_path):
 
 def test_only_image_files_are_read_whole_or_with_trailing_bytes(
     tmp_path, caplog):
-  write_image_folder(tmp_path, {'train': 1, 'test': 1})
+  helpers.write_image_folder(tmp_path, {'train': 1, 'test': 1})
   jpeg = _encoded(Image.fromarray(np.full((8, 8, 3), 50, np.uint8)), 'JPEG')
   (tmp_path / 'train' / 'cat' / 'trailer.jpg').write_bytes(jpeg + b'extra')
   (tmp_path / 'train' / 'cat' / 'notes.txt').write_text('not an image')
   (tmp_path / 'train' / 'cat' / '.DS_Store').write_bytes(b'')
   (tmp_path / 'train' / '.ipynb_checkpoints').mkdir()
   (tmp_path / 'train' / 'dog' / '1.PNG').write_bytes(
-      png(np.full((5, 6), 7, np.uint8)))  # grayscale comes as RGB
+      helpers.png(np.full((5, 6), 7, np.uint8)))  # grayscale comes as RGB
   with caplog.at_level(logging.WARNING):
     dataset = image_folder.open_image_folder(tmp_path)
   assert len(dataset.train) == 4
@@ -186,7 +185,8 @@ def test_only_image_files_are_read_whole_or_with_trailing_bytes(
 
 
 def test_a_folder_of_one_class_is_refused(tmp_path):
-  write_image_folder(tmp_path, {'train': 2, 'test': 1}, classes=('cat',))
+  helpers.write_image_folder(tmp_path, {'train': 2, 'test': 1},
+                             classes=('cat',))
   with pytest.raises(
       DatasetError, match=r'train/: holds one class \(cat/\): '
       'a classifier needs two or more'):

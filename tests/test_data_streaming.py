@@ -11,8 +11,7 @@ import jax
 import numpy as np
 import pytest
 
-from tests.helpers import random_cifar
-from tests.helpers import tiny_config
+from tests import helpers
 from vit_jax import data
 from vit_jax.data import input as input_lib
 from vit_jax.data import preprocess
@@ -22,7 +21,7 @@ from vit_jax.runtime import sharding
 
 
 def _array_input(train_split, test_split, **overrides):
-  config = tiny_config(
+  config = helpers.tiny_config(
       '', **{
           'seed': 3, 'batch_size': 8, 'eval_batch_size': 8, 'augment': False,
           'input_pipeline': 'streaming', 'input_workers': 0, **overrides
@@ -33,7 +32,9 @@ def _array_input(train_split, test_split, **overrides):
 
 
 def test_batches_follow_the_seeded_shuffle_from_any_position():
-  train_split, test_split = random_cifar(20, 10, 1), random_cifar(13, 10, 2)
+  train_split, test_split = helpers.random_cifar(20, 10,
+                                                 1), helpers.random_cifar(
+                                                     13, 10, 2)
   inputs = _array_input(train_split, test_split)  # 2 batches an epoch
   batches = inputs.train_batches({'epoch': 2, 'batch': 1})
   expected = [
@@ -75,8 +76,9 @@ def test_streaming_feeds_the_model_what_the_on_device_input_does(cifar10_dir):
   """Unaugmented at the stored size, both inputs give the same model inputs."""
   inputs = [
       data.create_input(
-          tiny_config(cifar10_dir, augment=False, validation_examples=12,
-                      input_pipeline=pipeline, input_workers=0),
+          helpers.tiny_config(cifar10_dir, augment=False,
+                              validation_examples=12,
+                              input_pipeline=pipeline, input_workers=0),
           sharding.make_mesh()) for pipeline in ('on_device', 'streaming')
   ]
   model_inputs = [jax.jit(i.model_inputs) for i in inputs]
@@ -104,8 +106,9 @@ def test_streaming_feeds_the_model_what_the_on_device_input_does(cifar10_dir):
 def _loaded_batches(workers: int):
   """The eval batches and 4 training batches from mid-epoch on, loaded by
   `workers` processes (0: threads); and the training batches, still open."""
-  inputs = _array_input(random_cifar(40, 10, 1), random_cifar(13, 10, 2),
-                        augment=True, image_size=16, input_workers=workers)
+  inputs = _array_input(helpers.random_cifar(40, 10, 1),
+                        helpers.random_cifar(13, 10, 2), augment=True,
+                        image_size=16, input_workers=workers)
   assert inputs.workers == workers
   loaded = [batch for batch, _ in inputs.eval_batches('test')]
   train = inputs.train_batches(inputs.position(3))  # 5 batches an epoch

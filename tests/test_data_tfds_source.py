@@ -3,9 +3,7 @@
 import numpy as np
 import pytest
 
-from tests.helpers import prepare_tfds_array_record
-from tests.helpers import random_cifar
-from tests.helpers import tiny_config
+from tests import helpers
 from vit_jax.data import sources
 from vit_jax.data import streaming
 from vit_jax.data import tfds_source
@@ -21,7 +19,8 @@ def _open(data_dir, name, whole=True):
 def test_tfds_dataset_prepared_on_disk(tmp_path):
   tf = pytest.importorskip('tensorflow')
   tfds = pytest.importorskip('tensorflow_datasets')
-  train, test = random_cifar(12, 3, seed=6), random_cifar(5, 3, seed=7)
+  train, test = helpers.random_cifar(12, 3, seed=6), helpers.random_cifar(
+      5, 3, seed=7)
   builder = tfds.dataset_builders.TfDataBuilder(
       name='tiny_images', version='1.0.0', data_dir=str(tmp_path),
       split_datasets={
@@ -49,8 +48,9 @@ def test_tfds_dataset_prepared_on_disk(tmp_path):
 
 def test_tfds_array_record_is_read_by_index_or_whole_without_tensorflow(
     tmp_path):
-  name = prepare_tfds_array_record(tmp_path, 'VitJaxVariableSizeTest', 7, 4,
-                                   lambda i: (20 + 3 * i, 30 - 2 * i, 3))
+  name = helpers.prepare_tfds_array_record(
+      tmp_path, 'VitJaxVariableSizeTest', 7, 4, lambda i:
+      (20 + 3 * i, 30 - 2 * i, 3))
   dataset = _open(tmp_path, name, whole=False)
   assert (len(dataset.train), len(dataset.test), dataset.num_classes) == (7, 4,
                                                                           3)
@@ -60,8 +60,9 @@ def test_tfds_array_record_is_read_by_index_or_whole_without_tensorflow(
   # Read whole for the on-device input, each image resized to image_size;
   # streamed, each cropped and resized on the host.
   assert sources.to_arrays(dataset.train, 16)[0].shape == (7, 16, 16, 3)
-  config = tiny_config(tmp_path, dataset=name, batch_size=4, image_size=16,
-                       input_pipeline='streaming', input_workers=0)
+  config = helpers.tiny_config(tmp_path, dataset=name, batch_size=4,
+                               image_size=16, input_pipeline='streaming',
+                               input_workers=0)
   inputs = streaming.StreamingInput(sources.open_dataset(config), config,
                                     sharding.make_mesh())
   images, _ = next(inputs.train_batches(inputs.position(0)))
@@ -69,8 +70,8 @@ def test_tfds_array_record_is_read_by_index_or_whole_without_tensorflow(
   with pytest.raises(DatasetError, match='not prepared'):
     _open(tmp_path / 'empty', name, whole=False)
   # Read whole, without tensorflow, at the images' own size.
-  name = prepare_tfds_array_record(tmp_path, 'VitJaxFixedSizeTest', 4, 2,
-                                   lambda i: (8, 8, 3))
+  name = helpers.prepare_tfds_array_record(tmp_path, 'VitJaxFixedSizeTest', 4,
+                                           2, lambda i: (8, 8, 3))
   dataset = _open(tmp_path, name)
   images, labels = sources.to_arrays(dataset.train, 8)
   assert images.shape == (4, 8, 8, 3)

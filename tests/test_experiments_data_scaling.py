@@ -9,7 +9,7 @@ import pytest
 
 from experiments.data_scaling import summary
 from experiments.data_scaling import sweep
-from tests.helpers import finished_run
+from tests import helpers
 
 
 def test_the_sweep_trains_the_study_recipe_on_nested_subsets(tmp_path, capsys):
@@ -92,8 +92,8 @@ def test_the_summary_reads_the_workdirs_into_the_table(tmp_path, monkeypatch):
   workdir, here = tmp_path / 'work', tmp_path / 'here'
   for model, size, accuracy in (('vit', 5000, 0.45), ('vit', 10000, 0.52),
                                 ('small_resnet', 5000, 0.61)):
-    finished_run(workdir / sweep.run_name(model, size, 0), seed=0, model=model,
-                 best_test_accuracy=accuracy)
+    helpers.finished_run(workdir / sweep.run_name(model, size, 0), seed=0,
+                         model=model, best_test_accuracy=accuracy)
   (workdir / 'vit_study_n25000_seed0').mkdir()  # interrupted
   # The committed records fill in what the workdir lacks, not what it has.
   here.mkdir()

@@ -10,7 +10,7 @@ from experiments import runs
 from experiments.data_efficiency import recipes
 from experiments.headline import summary
 from experiments.headline import sweep
-from tests.helpers import finished_run
+from tests import helpers
 
 # Stages 1 and 2 of the headline at a seed: (model, ingredients, epochs),
 # validation accuracy, FLOPs. The ViT fine-tuned from the 300-epoch
@@ -30,10 +30,10 @@ CHOSEN = [FINISHED[i] for i in (0, 2, 6)]
 def _fake_run(workdir, run, validation, flops, test=0.5):
   """A finished run of 10 minutes."""
   model, _, epochs, seed = run
-  finished_run(workdir / recipes.run_name(*run), seed, model,
-               best_validation_accuracy=validation, train_flops=flops,
-               test_accuracy_at_best_step=test, epochs=epochs, best_step=9,
-               train_seconds=600)
+  helpers.finished_run(workdir / recipes.run_name(*run), seed, model,
+                       best_validation_accuracy=validation, train_flops=flops,
+                       test_accuracy_at_best_step=test, epochs=epochs,
+                       best_step=9, train_seconds=600)
 
 
 def _stages_1_and_2(workdir):

@@ -13,7 +13,7 @@ import pytest
 
 from experiments.benchmarks import hlo_parts
 from experiments.benchmarks import profile_step
-from tests.helpers import ROOT
+from tests import helpers
 
 Part = hlo_parts.Part
 
@@ -187,7 +187,7 @@ def test_real_cpu_traces_are_summed_by_part_of_the_model(
   run = subprocess.run([
       sys.executable, 'experiments/benchmarks/profile_step.py',
       '--cpu_devices=1', '--steps=1'
-  ], cwd=ROOT, capture_output=True, text=True, check=True)
+  ], cwd=helpers.ROOT, capture_output=True, text=True, check=True)
   table = run.stdout.split('| part of the model | thread-ms per step |')[1]
   rows = {
       cells[0]: float(cells[1].replace(',', ''))
@@ -207,7 +207,7 @@ def test_real_cpu_traces_are_summed_by_part_of_the_model(
           sys.executable, '-m', 'vit_jax.benchmark', '--model=SimpleCNN',
           '--batch_size=8', '--steps=1', '--cpu_devices=1',
           f'--trace_dir={tmp_path}', '--trace_steps=1'
-      ], cwd=ROOT, capture_output=True, check=True,
+      ], cwd=helpers.ROOT, capture_output=True, check=True,
       env={**os.environ, 'XLA_FLAGS': '--xla_cpu_enable_xprof_traceme=true'})
   monkeypatch.setattr(
       sys, 'argv', ['profile_step.py', f'--trace_dir={tmp_path}', '--steps=1'])

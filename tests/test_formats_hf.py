@@ -5,7 +5,7 @@ import json
 import jax
 import pytest
 
-from tests.helpers import one_block_vit
+from tests import helpers
 from tests.test_formats_npz import assert_trees_identical
 from vit_jax import models
 from vit_jax.checkpoints import reading
@@ -25,7 +25,7 @@ FAMILIES = [
 
 @pytest.mark.parametrize('name', FAMILIES)
 def test_ours_to_hf_to_ours_is_exact(tmp_path, name):
-  model, params = one_block_vit(name)
+  model, params = helpers.one_block_vit(name)
   hf.write(tmp_path, params, model, 2 * model.patch_size)
   assert_trees_identical(hf.read(tmp_path, None), params)
   assert_trees_identical(hf.read(tmp_path / 'model.safetensors', None), params)
@@ -66,11 +66,12 @@ def unprefixed(params):
 
 def test_a_vit_model_reads_its_pooler_as_pre_logits(tmp_path):
   """An in21k ViTModel: no `vit.` prefix nor classifier, a pooler."""
-  _, params = one_block_vit('ViT-Tiny-CIFAR_4')
+  _, params = helpers.one_block_vit('ViT-Tiny-CIFAR_4')
   path = tmp_path / 'model.safetensors'
   safetensors_file.write(path, unprefixed(params))
   assert_trees_identical(hf.read(path, None), params)
-  model, params = one_block_vit('ViT-Tiny-CIFAR_4', representation_size=128)
+  model, params = helpers.one_block_vit('ViT-Tiny-CIFAR_4',
+                                        representation_size=128)
   state = unprefixed(params)
   del state['classifier.weight'], state['classifier.bias']
   assert {'pooler.dense.weight', 'pooler.dense.bias'} <= set(state)
@@ -86,7 +87,7 @@ def test_a_vit_model_reads_its_pooler_as_pre_logits(tmp_path):
 
 def test_the_folder_builds_transformers_model_of_our_logits_and_pixels(
     tmp_path):
-  model, params = one_block_vit('ViT-B_16')
+  model, params = helpers.one_block_vit('ViT-B_16')
   imagenet = ((0.485, 0.456, 0.406), (0.229, 0.224, 0.225))
   hf.write(tmp_path, params, model, 32, imagenet)
   config = json.loads((tmp_path / 'config.json').read_text())
@@ -122,7 +123,7 @@ def test_the_folder_builds_transformers_model_of_our_logits_and_pixels(
 
 def test_a_config_that_contradicts_its_weights_is_named(tmp_path, caplog):
   """Heads that do not divide the width: one line; a width: a warning."""
-  model, params = one_block_vit('ViT-Tiny-CIFAR_4')
+  model, params = helpers.one_block_vit('ViT-Tiny-CIFAR_4')
   hf.write(tmp_path, params, model, 8)
   stated = json.loads((tmp_path / 'config.json').read_text())
   (tmp_path / 'config.json').write_text(

@@ -8,7 +8,7 @@ import jax
 import numpy as np
 import pytest
 
-from tests.helpers import random_vit_params
+from tests import helpers
 from tests.test_models_vit import official_param_shapes
 from vit_jax import models
 from vit_jax.checkpoints import reading
@@ -98,7 +98,7 @@ def test_released_npz_loads_into_our_tree_and_drives_the_model(tmp_path):
 
 
 def test_params_to_file_to_params_is_identical_in_the_released_names(tmp_path):
-  params = random_vit_params(tiny_vit(), TINY_IMAGE)
+  params = helpers.random_vit_params(tiny_vit(), TINY_IMAGE)
   path = tmp_path / 'sub' / 'params.npz'
   npz.save_npz(params, path)
   with np.load(path) as saved:

@@ -5,7 +5,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from tests.helpers import random_vit_params
+from tests import helpers
 from vit_jax import models
 from vit_jax.errors import CheckpointError
 from vit_jax.formats import params as params_lib
@@ -36,7 +36,7 @@ def vit_params(image_size, num_classes, seed=0, **overrides):
   """A `SMALL_VIT` ViT-Tiny-CIFAR_4's random parameters at `image_size`."""
   model = models.create_model('ViT-Tiny-CIFAR_4', num_classes,
                               **{**SMALL_VIT, **overrides})
-  return random_vit_params(model, image_size, seed)
+  return helpers.random_vit_params(model, image_size, seed)
 
 
 def positions(params):

@@ -12,9 +12,7 @@ from vit_jax.models import VisionTransformer
 from vit_jax.models import attention_weights
 from vit_jax.models.layers.attention import MultiHeadSelfAttention
 from vit_jax.models.layers.attention import mimetic_kernels
-from tests.helpers import normal
-from tests.helpers import random_params
-from tests.helpers import randomized
+from tests import helpers
 from tests.test_models_vit import SMALL
 from tests.test_models_vit import _flat
 from tests.test_models_vit import _softmax
@@ -25,7 +23,7 @@ from tests.test_models_vit import _logits_and_grads
 
 @pytest.mark.parametrize('attention', ['einsum', 'dot_product_attention'])
 def test_attention_is_flax_multi_head_attention_in_another_layout(attention):
-  x = normal((3, 17, 32), 0)
+  x = helpers.normal((3, 17, 32), 0)
   flax_attention = flax.linen.MultiHeadDotProductAttention(
       num_heads=4, kernel_init=flax.linen.initializers.xavier_uniform())
   ours = MultiHeadSelfAttention(num_heads=4, attention=attention)
@@ -37,7 +35,7 @@ def test_attention_is_flax_multi_head_attention_in_another_layout(attention):
   # Same names, shapes and initial values: the init rngs follow the names.
   jax.tree.map(np.testing.assert_array_equal, our_params, flax_params)
 
-  params = {'params': randomized(flax_params['params'])}
+  params = {'params': helpers.randomized(flax_params['params'])}
   np.testing.assert_allclose(
       jax.jit(functools.partial(ours.apply, deterministic=True))(params, x),
       jax.jit(flax_attention.apply)(params, x, x), rtol=1e-5, atol=1e-5)
@@ -58,7 +56,7 @@ def test_fused_attention_is_einsum_attention_in_training_and_its_maps():
   params = einsum.init(jax.random.key(0), images, train=False)['params']
   jax.tree.map(np.testing.assert_array_equal, params,
                fused.init(jax.random.key(0), images, train=False)['params'])
-  variables = {'params': randomized(params)}
+  variables = {'params': helpers.randomized(params)}
   _assert_close_trees(_logits_and_grads(fused, variables['params'], images),
                       _logits_and_grads(einsum, variables['params'], images))
 
@@ -81,9 +79,9 @@ def test_bfloat16_attention_scales_float32_logits_unless_folding_is_exact(
   # scaled in float32. Either way the result is the one of scaling the
   # float32 logits, bit for bit.
   heads = 2
-  x = normal((2, 9, heads * head_dim), 0)
+  x = helpers.normal((2, 9, heads * head_dim), 0)
   attention = MultiHeadSelfAttention(num_heads=heads, dtype=jnp.bfloat16)
-  params = {'params': random_params(attention, x, deterministic=True)}
+  params = {'params': helpers.random_params(attention, x, deterministic=True)}
   _, state = attention.apply(params, x, deterministic=True,
                              mutable=['intermediates'])
   ours = state['intermediates']['attention_weights'][0]
@@ -112,7 +110,7 @@ def test_cudnn_attention_matches_einsum_in_bfloat16_on_gpu():
   images = _images(batch=4)
   einsum = VisionTransformer(num_classes=5, dtype=jnp.bfloat16, **HEAD_DIM_32)
   cudnn = einsum.clone(attention='cudnn')
-  params = {'params': random_params(einsum, images, train=False)}
+  params = {'params': helpers.random_params(einsum, images, train=False)}
   high = VisionTransformer(num_classes=5,
                            **HEAD_DIM_32).apply(params, images, train=False)
   low = jax.jit(lambda v: cudnn.apply(v, images, train=False))(params)
@@ -126,14 +124,16 @@ def test_cudnn_attention_matches_einsum_in_bfloat16_on_gpu():
 
 
 def test_locality_attention_learns_a_temperature_and_masks_self():
-  x = normal((2, 5, 32), 0)
+  x = helpers.normal((2, 5, 32), 0)
   attention = MultiHeadSelfAttention(num_heads=4, locality=True)
   params = jax.jit(functools.partial(attention.init,
                                      deterministic=True))(jax.random.key(1),
                                                           x)['params']
   np.testing.assert_allclose(params['temperature'], [8**-0.5] * 4)
   temperature = np.float32([0.7, 0.3, 1.1, 0.5])  # one per head
-  params = {**randomized(params), 'temperature': jnp.asarray(temperature)}
+  params = {
+      **helpers.randomized(params), 'temperature': jnp.asarray(temperature)
+  }
   out, state = jax.jit(
       functools.partial(attention.apply, deterministic=True,
                         mutable=['intermediates']))({'params': params}, x)

@@ -6,7 +6,7 @@ import pytest
 
 from vit_jax.models import VisionTransformer
 from vit_jax.models.layers.position import posemb_sincos_2d
-from tests.helpers import random_params
+from tests import helpers
 from tests.test_models_vit import SMALL
 from tests.test_models_vit import _flat
 from tests.test_models_vit import _images
@@ -32,7 +32,7 @@ def test_only_a_position_embedding_makes_patch_order_matter(posemb, classifier):
   model = VisionTransformer(num_classes=5, posemb=posemb, classifier=classifier,
                             **SMALL)
   images = _images()
-  params = random_params(model, images, train=False)
+  params = helpers.random_params(model, images, train=False)
   # Were the helper to move nothing, the learned case would fail; to change
   # pixels, the others would.
   permuted = _permute_patches(images, 4,
@@ -59,7 +59,7 @@ def test_sincos2d_model_has_no_posemb_parameter_and_zero_for_cls():
   images = _images()
   sincos = VisionTransformer(num_classes=5, posemb='sincos2d', **SMALL)
   learned = VisionTransformer(num_classes=5, **SMALL)
-  params = random_params(learned, images, train=False)
+  params = helpers.random_params(learned, images, train=False)
   transformer = dict(params['Transformer'])
   del transformer['posembed_input']
   sincos_params = {**params, 'Transformer': transformer}

@@ -9,9 +9,7 @@ import numpy as np
 import pytest
 
 from configs import cifar_small
-from tests.helpers import normal
-from tests.helpers import random_params
-from tests.helpers import randomized
+from tests import helpers
 from tests.test_formats_params import positions
 from vit_jax.errors import ConfigError
 from vit_jax.formats import params as params_lib
@@ -120,7 +118,7 @@ def reference_logits(params, images, *, classifier):
 
 
 def _images(batch=2, size=16, seed=1):
-  return normal((batch, size, size, 3), seed)
+  return helpers.normal((batch, size, size, 3), seed)
 
 
 TECHNIQUES_OFF = dict(posemb='learned', stochastic_depth_rate=0.0,
@@ -143,7 +141,7 @@ def test_tree_and_logits_match_the_official_model(classifier,
   model = VisionTransformer(num_classes=5, classifier=classifier,
                             representation_size=representation_size, **SMALL)
   images = _images()
-  params = random_params(model, images, train=False)
+  params = helpers.random_params(model, images, train=False)
   shapes = {k: v.shape for k, v in _flat(params).items()}
   assert shapes == official_param_shapes(
       patch=4, hidden=32, layers=2, heads=4, mlp=64,
@@ -181,7 +179,7 @@ def test_eval_is_deterministic_and_train_applies_dropout():
   model = VisionTransformer(num_classes=5, dropout_rate=0.3,
                             attention_dropout_rate=0.3, **SMALL)
   images = _images()
-  variables = {'params': random_params(model, images, train=False)}
+  variables = {'params': helpers.random_params(model, images, train=False)}
   apply = jax.jit(model.apply, static_argnames='train')
 
   def run(train, seed):
@@ -198,7 +196,7 @@ def test_bfloat16_compute_with_float32_parameters():
   images = _images(batch=4)
   f32 = VisionTransformer(num_classes=5, **SMALL)
   bf16 = VisionTransformer(num_classes=5, dtype=jnp.bfloat16, **SMALL)
-  params = random_params(bf16, images, train=False)
+  params = helpers.random_params(bf16, images, train=False)
   assert {a.dtype for a in jax.tree.leaves(params)} == {jnp.dtype('float32')}
   low, high, einsum = (jax.jit(m.apply,
                                static_argnames='train')({'params': params},
@@ -215,7 +213,9 @@ def test_bfloat16_compute_with_float32_parameters():
 def test_invalid_configurations_and_image_sizes_are_clear_errors():
   # An image size of no whole patches: test_training_train's bad input.
   model = VisionTransformer(num_classes=5, **SMALL)
-  variables = {'params': random_params(model, _images(size=8), train=False)}
+  variables = {
+      'params': helpers.random_params(model, _images(size=8), train=False)
+  }
   with pytest.raises(ValueError,
                      match='position embedding was made for 5 tokens'):
     model.apply(variables, _images(size=16), train=False)
@@ -276,7 +276,7 @@ def test_distillation_token_has_two_heads_averaged():
   assert shapes['Transformer/posembed_input/pos_embedding'] == (1, 18, 32)
   assert not np.any(variables['params']['head_dist']['kernel'])
 
-  variables = {'params': randomized(variables['params'])}
+  variables = {'params': helpers.randomized(variables['params'])}
   evaluated, out = jax.jit(
       functools.partial(model.apply, train=False, return_out=True))(variables,
                                                                     images)
@@ -346,7 +346,7 @@ def test_remat_keeps_the_tree_logits_and_gradients(remat):
   # Same names, so the official checkpoints load as they are; same
   # initialization too.
   jax.tree.map(np.testing.assert_array_equal, params, same)
-  params = randomized(params)
+  params = helpers.randomized(params)
   _assert_close_trees(_logits_and_grads(rematted, params, images),
                       _logits_and_grads(model, params, images))
 
@@ -358,7 +358,7 @@ def test_scan_equals_the_unscanned_model_on_stacked_parameters(remat):
   scanned = model.clone(scan=True, remat=remat)
   # The tree of the blocks stacked, layer by layer along the first axis
   # (test_formats_params: stack_blocks).
-  params = random_params(model, images, train=False)
+  params = helpers.random_params(model, images, train=False)
   stacked = params_lib.stack_blocks(params)
   assert {k: v.shape
           for k, v in _flat(stacked).items()} == param_shapes(scanned, images)

@@ -7,7 +7,7 @@ import jax
 import numpy as np
 import pytest
 
-from tests.helpers import tiny_config
+from tests import helpers
 from vit_jax.checkpoints import reading
 from vit_jax.errors import ConfigError
 from vit_jax.models import SimpleCNN
@@ -18,7 +18,8 @@ from vit_jax.objectives import teacher_run
                          ['distillation_teacher', 'locality_guidance_teacher'])
 def test_the_teacher_is_the_runs_model_and_variables(trained_cnn_run, field):
   workdir, data_dir = trained_cnn_run
-  config = tiny_config(data_dir, dtype='bfloat16', **{field: str(workdir)})
+  config = helpers.tiny_config(data_dir, dtype='bfloat16',
+                               **{field: str(workdir)})
   module, variables = teacher_run.load(config, field, 10, None)
   assert isinstance(module, SimpleCNN)
   assert module.dtype == 'bfloat16'  # computes as the student does
@@ -30,8 +31,8 @@ def test_a_teacher_read_at_its_best_is_its_best_evaluations_state(
     trained_cnn_run):
   workdir, data_dir = trained_cnn_run
   summary = json.loads((workdir / 'summary.json').read_text())
-  config = tiny_config(data_dir, teacher_checkpoint='best',
-                       distillation_teacher=str(workdir))
+  config = helpers.tiny_config(data_dir, teacher_checkpoint='best',
+                               distillation_teacher=str(workdir))
   _, variables = teacher_run.load(config, 'distillation_teacher', 10, None)
   at_best = reading.load_run(workdir, step=summary['best_step']).variables
   jax.tree.map(np.testing.assert_array_equal, variables, at_best)
@@ -41,8 +42,8 @@ def test_a_teacher_that_saw_other_inputs_is_a_clear_error(trained_cnn_run):
   """A missing run: test_checkpoints_reading, wrapped as the damaged one is."""
   workdir, data_dir = trained_cnn_run
   field = 'locality_guidance_teacher'
-  config = tiny_config(data_dir, pixel_mean=(0.4, 0.5, 0.5),
-                       **{field: str(workdir)})
+  config = helpers.tiny_config(data_dir, pixel_mean=(0.4, 0.5, 0.5),
+                               **{field: str(workdir)})
   with pytest.raises(
       ConfigError, match=rf'^config.{field}=.* was trained '
       r'with pixel_mean=.*: the teacher must see the same '
@@ -56,7 +57,7 @@ def test_a_teacher_without_a_sound_checkpoint_is_refused_in_one_line(
   damaged = shutil.copytree(workdir, tmp_path / 'teacher')
   for step_dir in (damaged / 'checkpoints').glob('[0-9]*'):
     shutil.rmtree(step_dir / 'state')
-  config = tiny_config(data_dir, distillation_teacher=str(damaged))
+  config = helpers.tiny_config(data_dir, distillation_teacher=str(damaged))
   with pytest.raises(
       ConfigError, match=rf'^config.distillation_teacher={damaged}: None of '
       r'the checkpoints in .* can be restored; the warnings '

@@ -8,8 +8,7 @@ import sys
 
 import pytest
 
-from tests.helpers import ROOT
-from tests.helpers import run_module
+from tests import helpers
 
 _BAD_CONFIGS = {
     'syntax.py': 'def get_config(:\n',
@@ -91,7 +90,7 @@ def test_a_config_that_cannot_load_is_one_line_for_every_command(
       sys.executable, '-c',
       _PARSED_BY.format(command=command),
       json.dumps(argvs)
-  ], cwd=ROOT, capture_output=True, text=True, check=False,
+  ], cwd=helpers.ROOT, capture_output=True, text=True, check=False,
                        env={**os.environ, 'PYTHONPATH': str(tmp_path)})
   assert out.returncode == 0 and not out.stderr, out.stderr[-3000:]
   said = [json.loads(line) for line in out.stdout.splitlines()]
@@ -114,7 +113,7 @@ def test_a_config_that_cannot_load_is_one_line_for_every_command(
 def test_a_missing_checkpoint_is_one_line_for_every_reader(
     tmp_path, command, arguments):
   missing = tmp_path / 'vit.npz'
-  out = run_module(
+  out = helpers.run_module(
       f'vit_jax.{command}',
       *(a.format(missing=missing, tmp=tmp_path) for a in arguments))
   assert out.returncode == 1
@@ -146,7 +145,8 @@ def test_libraries_info_records_are_left_out_unless_asked_for():
   assert not shown(
       record(orbax, python_logging.ERROR, (OSError, OSError(), None)))
   assert shown(
-      record(str(ROOT / 'vit_jax/training/train.py'), python_logging.INFO))
+      record(str(helpers.ROOT / 'vit_jax/training/train.py'),
+             python_logging.INFO))
   jax_backends = '/site-packages/jax/_src/xla_bridge.py'
   assert not shown(record(jax_backends, python_logging.INFO))
   assert shown(record(jax_backends, python_logging.WARNING))
@@ -162,7 +162,7 @@ def test_help_shows_each_command_its_flags_with_one_text_each():
   commands = ('main', 'evaluate', 'analyze', 'convert')
   processes = {
       name: subprocess.Popen(
-          [sys.executable, '-m', f'vit_jax.{name}', '--help'], cwd=ROOT,
+          [sys.executable, '-m', f'vit_jax.{name}', '--help'], cwd=helpers.ROOT,
           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
       for name in commands
   }

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from tests.helpers import free_port
+from tests import helpers
 from vit_jax.runtime import preemption
 
 
@@ -56,16 +56,17 @@ def test_the_message_says_what_was_saved():
 
 def test_a_single_process_that_started_jax_distributed_still_hears_sigterm():
   """As on a Cloud TPU VM: SIGTERM taken back from jax's preemption service."""
-  script = ('import os, signal, time\n'
-            'import jax\n'
-            f'jax.distributed.initialize("127.0.0.1:{free_port()}", 1, 0)\n'
-            'from vit_jax.runtime import preemption\n'
-            'signals = preemption.Preemption()\n'
-            'os.kill(os.getpid(), signal.SIGTERM)\n'
-            'deadline = time.monotonic() + 10\n'
-            'while not signals.reached() and time.monotonic() < deadline:\n'
-            '  time.sleep(0.01)\n'
-            'print(signals.reached(), signals.signal_name)\n')
+  script = (
+      'import os, signal, time\n'
+      'import jax\n'
+      f'jax.distributed.initialize("127.0.0.1:{helpers.free_port()}", 1, 0)\n'
+      'from vit_jax.runtime import preemption\n'
+      'signals = preemption.Preemption()\n'
+      'os.kill(os.getpid(), signal.SIGTERM)\n'
+      'deadline = time.monotonic() + 10\n'
+      'while not signals.reached() and time.monotonic() < deadline:\n'
+      '  time.sleep(0.01)\n'
+      'print(signals.reached(), signals.signal_name)\n')
   process = subprocess.run([sys.executable, '-c', script], capture_output=True,
                            text=True, timeout=120, check=False,
                            env={**os.environ, 'JAX_PLATFORMS': 'cpu'})

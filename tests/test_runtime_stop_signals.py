@@ -8,8 +8,7 @@ import time
 
 import pytest
 
-from tests.helpers import write_image_folder
-from tests.helpers import ROOT
+from tests import helpers
 from vit_jax.runtime import stop_signals
 
 
@@ -94,11 +93,11 @@ def test_a_command_with_nothing_to_save_stops_at_once_in_one_line(
     tmp_path, command, flags, what):
   """Ctrl-C while it measures: one line, status 130, no traceback."""
   if command.endswith('input'):  # an image folder to read
-    write_image_folder(tmp_path, {'train': 201, 'test': 1}, ['a', 'b'])
+    helpers.write_image_folder(tmp_path, {'train': 201, 'test': 1}, ['a', 'b'])
     flags += (f'--data_dir={tmp_path}',)
-  process = subprocess.Popen([sys.executable, '-m', command, *flags], cwd=ROOT,
-                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                             text=True)
+  process = subprocess.Popen([sys.executable, '-m', command, *flags],
+                             cwd=helpers.ROOT, stdout=subprocess.DEVNULL,
+                             stderr=subprocess.PIPE, text=True)
   first = process.stderr.readline()  # jax has started
   process.send_signal(signal.SIGINT)
   _, stderr = process.communicate(timeout=60)
@@ -122,7 +121,7 @@ def _stop_at_once(script: str, ready: str, ctrl_c_ignored: bool = False):
   command = [sys.executable, '-c', _AT_ONCE + script]
   if ctrl_c_ignored:
     command = _CTRL_C_IGNORED + command
-  process = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE,
+  process = subprocess.Popen(command, cwd=helpers.ROOT, stdout=subprocess.PIPE,
                              stderr=subprocess.PIPE, text=True)
   assert process.stdout.readline() == ready + '\n'
   if ctrl_c_ignored:
@@ -174,5 +173,6 @@ def test_the_ctrl_c_tests_pass_in_a_suite_started_with_ctrl_c_ignored():
           'no:cacheprovider', '-k', 'until_released or SIGINT or ctrl_c_exits',
           'tests/test_runtime_stop_signals.py',
           'tests/test_runtime_preemption.py'
-      ], cwd=ROOT, capture_output=True, text=True, timeout=300, check=False)
+      ], cwd=helpers.ROOT, capture_output=True, text=True, timeout=300,
+      check=False)
   assert suite.returncode == 0, suite.stdout[-3000:]

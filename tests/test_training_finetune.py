@@ -6,7 +6,7 @@ import jax
 import numpy as np
 import pytest
 
-from tests.helpers import tiny_config
+from tests import helpers
 from tests.test_formats_npz import assert_trees_identical
 from tests.test_formats_params import positions
 from tests.test_formats_params import SMALL_VIT
@@ -32,11 +32,11 @@ def test_released_vit_ti_16_fine_tunes_at_384_from_224(cifar10_dir, tmp_path):
       lambda s: rng.normal(0, 0.02, s.shape).astype(np.float32), shapes)
   npz.save_npz(params, tmp_path / 'ViT-Ti_16.npz')
 
-  config = tiny_config(cifar10_dir, model='ViT-Ti_16', init_from=str(
-      tmp_path / 'ViT-Ti_16.npz'), image_size=384, batch_size=2,
-                       eval_batch_size=2, train_examples=2, test_examples=2,
-                       num_epochs=1, optimizer='sgd', weight_decay=0.0,
-                       grad_clip_norm=1.0, learning_rate=0.01)
+  config = helpers.tiny_config(
+      cifar10_dir, model='ViT-Ti_16', init_from=str(tmp_path / 'ViT-Ti_16.npz'),
+      image_size=384, batch_size=2, eval_batch_size=2, train_examples=2,
+      test_examples=2, num_epochs=1, optimizer='sgd', weight_decay=0.0,
+      grad_clip_norm=1.0, learning_rate=0.01)
   config.model_overrides = {}  # the registered ViT-Ti_16
   summary = train.train_and_evaluate(config, tmp_path / 'run')
   assert summary['epochs'] == 1
@@ -66,7 +66,8 @@ def test_any_vit_fine_tunes_at_a_new_resolution(overrides, tmp_path, caplog):
   # starts from.
   caplog.set_level('INFO', logger='absl')  # another test may have set it
   npz.save_npz(vit_params(16, 10, **overrides), tmp_path / 'small.npz')
-  config = tiny_config('', init_from=str(tmp_path / 'small.npz'), image_size=24)
+  config = helpers.tiny_config('', init_from=str(tmp_path / 'small.npz'),
+                               image_size=24)
   config.model_overrides = dict(SMALL_VIT, **overrides)
   model = models.from_config(config, num_classes=10)
   fresh = vit_params(24, 10, **overrides)
@@ -89,7 +90,8 @@ def test_a_distilled_student_fine_tunes_from_a_vit_without_the_token(
   # which the run's log says once.
   caplog.set_level('INFO', logger='absl')  # another test may have set it
   npz.save_npz(vit_params(16, 10), tmp_path / 'plain.npz')
-  config = tiny_config('', init_from=str(tmp_path / 'plain.npz'), image_size=16)
+  config = helpers.tiny_config('', init_from=str(tmp_path / 'plain.npz'),
+                               image_size=16)
   config.model_overrides = dict(SMALL_VIT, distillation_token=True)
   pretrained = finetune.check_init_from(config)
   fresh = vit_params(16, 10, distillation_token=True)
@@ -104,7 +106,7 @@ def test_another_architecture_is_one_line_naming_what_it_holds(tmp_path):
   shapes = params_lib.param_shapes(models.create_model('ViT-Ti_16', 10), 32)
   npz.save_npz(jax.tree.map(lambda s: np.zeros(s.shape, s.dtype), shapes),
                tmp_path / 'ViT-Ti_16.npz')
-  config = tiny_config('', init_from=str(tmp_path / 'ViT-Ti_16.npz'))
+  config = helpers.tiny_config('', init_from=str(tmp_path / 'ViT-Ti_16.npz'))
   expected = (
       f"config.init_from='{tmp_path}/ViT-Ti_16.npz' holds a ViT with hidden "
       'size 192, 12 layers of 3 heads, MLP 768, patch 16x16 (ViT-Ti_16), but '
@@ -120,7 +122,8 @@ def test_another_architecture_is_one_line_naming_what_it_holds(tmp_path):
     finetune.pretrained_params(
         config, vit_params(32, 10, hidden_size=16, mlp_dim=32, patch_size=8))
   assert str(loaded.value) == expected
-  cnn = tiny_config('', 'simple_cnn', init_from=str(tmp_path / 'ViT-Ti_16.npz'))
+  cnn = helpers.tiny_config('', 'simple_cnn',
+                            init_from=str(tmp_path / 'ViT-Ti_16.npz'))
   with pytest.raises(
       config_schema.ConfigError,
       match=r"holds a ViT with .* \(ViT-Ti_16\), but this run's "
@@ -135,7 +138,7 @@ def test_another_architecture_is_one_line_naming_what_it_holds(tmp_path):
 def test_a_file_that_is_no_npz_is_one_line_without_pickle_advice(
     tmp_path, content):
   (tmp_path / 'file.npz').write_bytes(content)
-  config = tiny_config('', init_from=str(tmp_path / 'file.npz'))
+  config = helpers.tiny_config('', init_from=str(tmp_path / 'file.npz'))
   with pytest.raises(
       config_schema.ConfigError,
       match=r"^config.init_from='.*/file.npz': .*file.npz is "
@@ -152,7 +155,8 @@ def test_init_from_takes_timm_and_transformers_folders(tmp_path, format_name,
   params = vit_params(16, 10)
   npz.save_npz(params, tmp_path / 'small.npz')
   export.convert(tmp_path / 'small.npz', tmp_path / format_name, format_name)
-  config = tiny_config('', init_from=str(tmp_path / format_name), image_size=16)
+  config = helpers.tiny_config('', init_from=str(tmp_path / format_name),
+                               image_size=16)
   config.model_overrides = dict(SMALL_VIT)
   assert_trees_identical(finetune.check_init_from(config), params)
   # The folder states the released models' [-1, 1]; the study's config

@@ -4,8 +4,7 @@ import json
 
 import pytest
 
-from tests.helpers import history
-from tests.helpers import tensorboard_events
+from tests import helpers
 from vit_jax.training.metric_writer import MetricWriter
 
 
@@ -25,12 +24,14 @@ def test_writes_strict_json_lines_and_groups_tensorboard_tags(tmp_path):
   assert [json.loads(line, parse_constant=pytest.fail)
           for line in lines] == [{'epoch': 1, 'step': 1, 'test_loss': None},
                                  {**record, 'images_per_second': None}]
-  assert {v.tag for e in tensorboard_events(tmp_path)
-          for v in e.summary.value} == {
-              'accuracy/train', 'accuracy/test', 'loss/train', 'loss/test',
-              'optimizer/learning_rate', 'speed/images_per_second',
-              'speed/flops_per_second'
-          }
+  assert {
+      v.tag for e in helpers.tensorboard_events(tmp_path)
+      for v in e.summary.value
+  } == {
+      'accuracy/train', 'accuracy/test', 'loss/train', 'loss/test',
+      'optimizer/learning_rate', 'speed/images_per_second',
+      'speed/flops_per_second'
+  }
 
 
 def test_a_resumed_run_rewrites_both_from_the_checkpointed_history(tmp_path):
@@ -46,8 +47,8 @@ def test_a_resumed_run_rewrites_both_from_the_checkpointed_history(tmp_path):
   writer = MetricWriter(tmp_path, history=[{'step': 10}, {'step': 20}])
   writer.write({'step': 30, 'again': True})
   writer.close()
-  assert history(tmp_path) == [{'step': 10}, {'step': 20},
-                               {'step': 30, 'again': True}]
+  assert helpers.history(tmp_path) == [{'step': 10}, {'step': 20},
+                                       {'step': 30, 'again': True}]
   events = list((tmp_path / 'tensorboard' / 'training').glob('events.out.*'))
   assert len(events) == 1 and events[0].stat().st_size > 0
   assert (tmp_path / 'tensorboard' / 'analysis' /

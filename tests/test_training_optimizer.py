@@ -5,7 +5,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from tests.helpers import tiny_config
+from tests import helpers
 from vit_jax.training import optimizer
 from vit_jax.training import plan
 
@@ -15,7 +15,7 @@ def _plan(config, steps_per_epoch):
 
 
 def test_learning_rate_warms_up_then_decays_to_zero():
-  config = tiny_config('', num_epochs=10, warmup_epochs=2)
+  config = helpers.tiny_config('', num_epochs=10, warmup_epochs=2)
   schedule = optimizer.create_learning_rate_schedule(config, _plan(config, 5))
   lrs = [float(schedule(step)) for step in range(51)]
   assert lrs[0] == 0.0
@@ -26,8 +26,8 @@ def test_learning_rate_warms_up_then_decays_to_zero():
 
 
 def test_linear_decay_after_a_warmup_counted_in_steps():
-  config = tiny_config('', num_epochs=10, warmup_epochs=2, warmup_steps=4,
-                       lr_decay='linear')
+  config = helpers.tiny_config('', num_epochs=10, warmup_epochs=2,
+                               warmup_steps=4, lr_decay='linear')
   schedule = optimizer.create_learning_rate_schedule(config, _plan(config, 5))
   peak = config.learning_rate
   np.testing.assert_allclose(
@@ -42,8 +42,8 @@ def test_linear_decay_after_a_warmup_counted_in_steps():
 def test_weight_decay_applies_to_the_parameters_named(optimizer_name, decay_on,
                                                       decayed):
   """With zero gradients, a step moves exactly the decayed parameters."""
-  config = tiny_config('', optimizer=optimizer_name, weight_decay=0.5,
-                       weight_decay_on=decay_on)
+  config = helpers.tiny_config('', optimizer=optimizer_name, weight_decay=0.5,
+                               weight_decay_on=decay_on)
   params = {
       'Dense_0': {'kernel': jnp.ones((2, 3)),
                   'bias': jnp.ones(3)}, 'LayerNorm_0': {'scale': jnp.ones(3)},
@@ -61,7 +61,7 @@ def test_weight_decay_applies_to_the_parameters_named(optimizer_name, decay_on,
 
 
 def test_decay_on_every_parameter_keeps_the_optimizer_state_of_old_runs():
-  config = tiny_config('', weight_decay=0.05)
+  config = helpers.tiny_config('', weight_decay=0.05)
   params = {'Dense_0': {'kernel': jnp.ones((2, 3))}}
   state = optimizer.create_optimizer(config, lambda step: 0.1).init(params)
   assert 'Masked' not in repr(jax.tree.structure(state))

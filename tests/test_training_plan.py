@@ -1,24 +1,26 @@
 """The run in steps: epochs to steps, intervals an epoch, paced saves."""
 
-from tests.helpers import tiny_config
+from tests import helpers
 from vit_jax.training import plan
 
 
 def test_epochs_become_steps_and_intervals_default_to_an_epoch():
-  epochs = plan.step_plan(tiny_config('', num_epochs=3, warmup_epochs=1), 7)
+  epochs = plan.step_plan(
+      helpers.tiny_config('', num_epochs=3, warmup_epochs=1), 7)
   assert (epochs.total_steps, epochs.warmup_steps, epochs.log_every,
           epochs.eval_every, epochs.checkpoint_every) == (21, 7, 7, 7, 7)
   steps = plan.step_plan(
-      tiny_config('', total_steps=100, warmup_steps=10, log_every_steps=5,
-                  eval_every_steps=20, checkpoint_every_steps=50), 7)
+      helpers.tiny_config('', total_steps=100, warmup_steps=10,
+                          log_every_steps=5, eval_every_steps=20,
+                          checkpoint_every_steps=50), 7)
   assert (steps.total_steps, steps.warmup_steps, steps.log_every,
           steps.eval_every, steps.checkpoint_every) == (100, 10, 5, 20, 50)
   assert steps.epoch(14) == 2.0
 
 
 def test_an_epochs_checkpoint_waits_its_seconds_one_set_in_steps_does_not():
-  assert plan.checkpoint_min_seconds(tiny_config('')) == 30
-  assert plan.checkpoint_min_seconds(tiny_config('',
-                                                 checkpoint_min_seconds=0)) == 0
-  assert plan.checkpoint_min_seconds(tiny_config(
-      '', checkpoint_every_steps=50)) == 0
+  assert plan.checkpoint_min_seconds(helpers.tiny_config('')) == 30
+  assert plan.checkpoint_min_seconds(
+      helpers.tiny_config('', checkpoint_min_seconds=0)) == 0
+  assert plan.checkpoint_min_seconds(
+      helpers.tiny_config('', checkpoint_every_steps=50)) == 0
