@@ -32,9 +32,8 @@ class Restored:
 
 def _unrestorable(error: BaseException) -> str:
   """What damaged a checkpoint: the error orbax wraps (tensorstore's)."""
-  while error.__cause__ is not None:
-    error = error.__cause__
-  return first_line(error)
+  *_, innermost = errors.causes(error)
+  return first_line(innermost)
 
 
 def _as_saved(step_dir: pathlib.Path) -> tuple[Any, Any]:
