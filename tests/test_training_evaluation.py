@@ -50,7 +50,7 @@ def test_a_run_with_a_moving_average_evaluates_and_reads_back_the_average(
     cifar10_dir, tmp_path, caplog):
   # 96 images: 6 steps an epoch
   config = helpers.tiny_config(cifar10_dir, total_steps=6, ema_decay=0.9)
-  caplog.set_level('INFO')
+  caplog.set_level('INFO', logger='absl')  # whatever verbosity a test set
   train.train_and_evaluate(config, tmp_path)
   assert "commands that read this run, use the parameters' moving average" in (
       caplog.text)
