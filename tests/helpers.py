@@ -55,6 +55,10 @@ def cifar10_files(train, test) -> dict:
   return {**files, 'test_batch.bin': test}
 
 
+CIFAR10_CLASSES = ('airplane', 'automobile', 'bird', 'cat', 'deer', 'dog',
+                   'frog', 'horse', 'ship', 'truck')
+
+
 def cifar10_release(data_dir: pathlib.Path, num_train: int,
                     num_test: int = 37) -> pathlib.Path:
   """`data_dir`, where a CIFAR-10 binary release of random images is written."""
@@ -62,6 +66,8 @@ def cifar10_release(data_dir: pathlib.Path, num_train: int,
       data_dir / 'cifar-10-batches-bin',
       cifar10_files(random_cifar(num_train, 10, seed=1),
                     random_cifar(num_test, 10, seed=3)))
+  (data_dir / 'cifar-10-batches-bin' / 'batches.meta.txt').write_text(
+      '\n'.join(CIFAR10_CLASSES) + '\n\n')  # as the release's ends
   return data_dir
 
 
@@ -101,10 +107,11 @@ def write_image_folder(root: pathlib.Path, counts: dict, classes=('cat', 'dog'),
 
 
 def prepare_tfds_array_record(data_dir: pathlib.Path, class_name: str,
-                              num_train: int, num_test: int,
-                              image_shape) -> str:
+                              num_train: int, num_test: int, image_shape,
+                              names=None) -> str:
   """The `config.dataset` name of a 3-class array_record tfds dataset of
-  random PNG images, `image_shape(i)` for the i-th, made without TensorFlow."""
+  random PNG images, `image_shape(i)` for the i-th, made without TensorFlow;
+  its classes named `names`, else numbered."""
   tfds = pytest.importorskip('tensorflow_datasets')
   same = image_shape(0) == image_shape(1)
   static_shape = image_shape(0) if same else (None, None, 3)
@@ -113,7 +120,8 @@ def prepare_tfds_array_record(data_dir: pathlib.Path, class_name: str,
     return tfds.core.DatasetInfo(
         builder=self, features=tfds.features.FeaturesDict({
             'image': tfds.features.Image(shape=static_shape),
-            'label': tfds.features.ClassLabel(num_classes=3)
+            'label': tfds.features.ClassLabel(names=names,
+                                              num_classes=None if names else 3)
         }))
 
   def split_generators(self, dl_manager):

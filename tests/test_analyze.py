@@ -67,8 +67,11 @@ def test_writes_every_figure_and_the_numbers(analyzed):
   (out.parent / 'photos').mkdir()
   (out.parent / 'photos' / 'x.png').write_bytes(
       helpers.png(np.zeros((9, 9, 3), np.uint8)))
-  analyze.analyze(out.parent / 'on_photos', workdir=workdir,
-                  images=[str(out.parent / 'photos')], **COUNTS)
+  on_photos = analyze.analyze(out.parent / 'on_photos', workdir=workdir,
+                              images=[str(out.parent / 'photos')], **COUNTS)
+  # Its top 5 named by the run's classes.txt.
+  (top5,) = on_photos['top5'].values()
+  assert {name for name, _ in top5} < set(helpers.CIFAR10_CLASSES)
   events = list((workdir / 'tensorboard' / 'analysis').glob('events.out.*'))
   assert len(events) == 1 and events[0].stat().st_size > 10_000
 
@@ -149,7 +152,7 @@ def test_bad_input_is_one_clear_error(trained_vit_run, tmp_path):
     analyze.analyze(tmp_path / 'out', workdir=cnn_run)
 
 
-def test_a_released_npz_is_analysed_on_your_own_images(tmp_path):
+def test_a_released_npz_is_analysed_on_your_own_images(tmp_path, caplog):
   """Photos resized to its position embeddings, in [-1, 1], named top-5."""
   released = tmp_path / 'vit.npz'
   npz.save_npz(
@@ -195,8 +198,11 @@ def test_a_released_npz_is_analysed_on_your_own_images(tmp_path):
   (tmp_path / 'more').mkdir()
   (tmp_path / 'more' / 'cat.png').write_bytes(
       helpers.png(rng.integers(0, 256, (9, 9, 3), np.uint8)))
+  (tmp_path / 'more' / 'notes.txt').write_text('not an image')
+  caplog.set_level('INFO', logger='absl')
   analyze.analyze(tmp_path / 'out', checkpoint=released,
                   images=[*images, str(tmp_path / 'more')], components=5)
+  assert f'--images: skipped {tmp_path}/more/notes.txt, not .jpg' in caplog.text
   assert [n for n in _written(tmp_path / 'out') if 'rollout_' in n
          ] == ['rollout_cat_0.png', 'rollout_cat_2.png', 'rollout_dog.png']
 

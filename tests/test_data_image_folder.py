@@ -19,6 +19,7 @@ def test_image_folder_is_listed_and_read_lazily_at_any_size(tmp_path):
   dataset = image_folder.open_image_folder(tmp_path)
   assert isinstance(dataset.train, image_folder.FileSource)
   assert dataset.num_classes == 2 and dataset.ordered_by_class
+  assert dataset.class_names == ('cat', 'dog')
   for split in ('train', 'test'):
     source = getattr(dataset, split)
     assert len(source) == len(written[split])
@@ -149,14 +150,16 @@ def test_every_problem_of_a_folder_is_named_in_one_error(tmp_path):
 
 
 def test_a_missing_split_and_a_long_list_of_problems_twenty_named(tmp_path):
-  helpers.write_image_folder(tmp_path, {'train': 1})
+  helpers.write_image_folder(tmp_path, {'train': 1, 'val': 1})
   for i in range(25):
     (tmp_path / 'train' / 'dog' / f'bad{i:02}.jpg').write_bytes(b'')
   message = str(
       pytest.raises(DatasetError, image_folder.open_image_folder,
                     tmp_path).value)
   assert message.startswith('26 problems')
-  assert 'test/: missing (put the test images in test/<class>/)' in message
+  assert (f'test/: missing (put the test images in test/<class>/; '
+          f'{tmp_path}/val/ is read only as --config.validation_dir='
+          f'{tmp_path}/val)') in message
   assert 'train/dog/bad00.jpg: not an image PIL can read' in message
   assert 'bad18.jpg' in message and 'bad19.jpg' not in message
   assert message.endswith('; ... and 6 more.')

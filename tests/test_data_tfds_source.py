@@ -50,10 +50,11 @@ def test_tfds_array_record_is_read_by_index_or_whole_without_tensorflow(
     tmp_path):
   name = helpers.prepare_tfds_array_record(
       tmp_path, 'VitJaxVariableSizeTest', 7, 4, lambda i:
-      (20 + 3 * i, 30 - 2 * i, 3))
+      (20 + 3 * i, 30 - 2 * i, 3), names=['cat', 'dog', 'bird'])
   dataset = _open(tmp_path, name, whole=False)
   assert (len(dataset.train), len(dataset.test), dataset.num_classes) == (7, 4,
                                                                           3)
+  assert dataset.class_names == ('cat', 'dog', 'bird')
   assert {dataset.train[i][0].shape
           for i in range(7)} == {(20 + 3 * i, 30 - 2 * i, 3) for i in range(7)}
   assert sorted(dataset.train[i][1] for i in range(7)) == [0, 0, 0, 1, 1, 2, 2]
@@ -77,3 +78,4 @@ def test_tfds_array_record_is_read_by_index_or_whole_without_tensorflow(
   assert images.shape == (4, 8, 8, 3)
   assert sorted(labels.tolist()) == [0, 0, 1, 2]
   assert dataset.num_classes == 3
+  assert dataset.class_names == ()  # numbered: no names to record

@@ -1,5 +1,7 @@
 """vit_jax.training.evaluation: a checkpoint's loss, top-1 and top-5 over a whole split."""
 
+import json
+
 import jax
 import numpy as np
 import pytest
@@ -44,6 +46,33 @@ def test_a_run_evaluates_to_the_accuracy_it_logged(trained_vit_run):
       ConfigError, match=r'held out no validation images \(any drawn would '
       r'be ones it trained on\): evaluate --split=test'):
     evaluation.evaluate(workdir, split='validation')
+
+
+def test_a_run_records_its_classes_for_evaluation_and_its_exports(
+    trained_vit_run, tmp_path):
+  workdir, data_dir = trained_vit_run
+  # The release's names, label i's on line i + 1.
+  names = (workdir / 'classes.txt').read_text().splitlines()
+  assert names == list(helpers.CIFAR10_CLASSES)
+  # A folder of as many classes, named otherwise: one line, not a number.
+  other = [f'kind{i}' for i in range(10)]
+  helpers.write_image_folder(tmp_path / 'other', {'train': 2, 'test': 1},
+                             classes=other)
+  config = helpers.trained_vit_config(data_dir)
+  config.update(dataset='image_folder', data_dir=str(tmp_path / 'other'))
+  with pytest.raises(
+      ConfigError, match=r"trained with label 0 for the class 'airplane', but "
+      r"config.dataset='image_folder' names it 'kind0': evaluate it on the "
+      r'classes it was trained on, in the order its classes.txt lists them'):
+    evaluation.evaluate(workdir, config=config)
+  # The exports name the classes as timm and transformers read them.
+  export.convert(workdir, tmp_path / 'timm', 'timm')
+  export.convert(workdir, tmp_path / 'hf', 'hf')
+  timm_config = json.loads((tmp_path / 'timm' / 'config.json').read_text())
+  hf_config = json.loads((tmp_path / 'hf' / 'config.json').read_text())
+  assert timm_config['label_names'] == names
+  assert [hf_config['id2label'][str(i)] for i in range(10)] == names
+  assert hf_config['label2id']['cat'] == 3
 
 
 def test_a_run_with_a_moving_average_evaluates_and_reads_back_the_average(

@@ -45,7 +45,7 @@ _IMAGES = flags.DEFINE_list(
     "run's test images).")
 _CLASS_NAMES = flags.DEFINE_string(
     'class_names', None, 'A text file of the class names, one per line, to '
-    'name the top-5 predictions of --images.')
+    "name the top-5 predictions of --images (default: a run's classes.txt).")
 _OUT = flags.DEFINE_string('out', None, 'Where figures and analysis.json go.')
 _NUM_IMAGES = flags.DEFINE_integer('num_images', 4,
                                    'Test images shown in the attention maps.',
@@ -80,7 +80,7 @@ def analyze(out, *, workdir=None, step=None, data_dir=None, checkpoint=None,
                 config, max(num_images, distance_images)))
   inputs, display = subjects.model_inputs(pixels, subject)
   names = (subjects.read_class_names(class_names, subject)
-           if class_names else None)
+           if class_names else subject.class_names)
   logits, attentions = subjects.forward(subject.model, subject.variables,
                                         inputs)
   result = dict(subject.described, image_size=subject.image_size,

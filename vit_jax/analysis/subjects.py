@@ -4,6 +4,7 @@ import dataclasses
 import pathlib
 
 import jax
+from absl import logging
 import numpy as np
 
 from vit_jax import models
@@ -32,6 +33,7 @@ class Subject:
   pixel_mean: tuple
   pixel_std: tuple
   described: dict  # for analysis.json
+  class_names: tuple[str, ...] = ()  # where the run recorded them
 
   @property
   def params(self) -> dict:
@@ -66,7 +68,7 @@ def load(source, model_name: str | None = None,
     raise AnalysisError(f'{source} trained {loaded.config.model}; the '
                         'analyses need a ViT run.')
   return Subject(loaded.model, loaded.variables, loaded.image_size,
-                 *loaded.pixels, described), loaded.config
+                 *loaded.pixels, described, loaded.class_names), loaded.config
 
 
 def image_files(specs: list[str]) -> list[pathlib.Path]:
@@ -75,7 +77,12 @@ def image_files(specs: list[str]) -> list[pathlib.Path]:
   for spec in specs:
     path = pathlib.Path(spec).expanduser()
     if path.is_dir():
-      found += sorted(p for p in path.rglob('*') if files.is_image_file(p))
+      inside = sorted(p for p in path.rglob('*') if p.is_file())
+      images = [p for p in inside if files.is_image_file(p)]
+      if skipped := sorted(set(inside) - set(images)):
+        logging.warning('--images: skipped %s, not %s images.',
+                        ', '.join(map(str, skipped)), files.IMAGE_TYPES)
+      found += images
     elif path.is_file():
       found.append(path)
     else:

@@ -59,7 +59,8 @@ def convert(source: str | pathlib.Path, dest: str | pathlib.Path,
     else:
       files.replace_directory_atomically(
           dest, lambda partial: reading.FOLDER_FORMATS[format_name].write(
-              partial, params, loaded.model, loaded.image_size, loaded.pixels))
+              partial, params, loaded.model, loaded.image_size, loaded.pixels,
+              loaded.class_names))
   except errors.VitJaxError:
     raise
   except Exception as e:  # pylint: disable=broad-except

@@ -1,5 +1,6 @@
 """Any checkpoint read back: a run as trained (`load_run`), or any (`load`)."""
 
+import contextlib
 import dataclasses
 import json
 import pathlib
@@ -22,6 +23,9 @@ from vit_jax.formats import timm
 from vit_jax.formats import vit_model
 from vit_jax.models import names
 from vit_jax.runtime import files
+
+# Written beside a run's config.json: label i's name on line i + 1.
+CLASS_NAMES_FILE = 'classes.txt'
 
 
 @dataclasses.dataclass(frozen=True)
@@ -47,6 +51,13 @@ def read_config_json(workdir: pathlib.Path) -> tuple[dict | None, str]:
     return None, f'is not valid JSON ({e})'
   except OSError as e:
     return None, f'cannot be read ({e.strerror or e})'
+
+
+def class_names(workdir: pathlib.Path) -> tuple[str, ...]:
+  """The names of the classes a run trained on, where its data named them."""
+  with contextlib.suppress(OSError):
+    return tuple((workdir / CLASS_NAMES_FILE).read_text().splitlines())
+  return ()
 
 
 def saved_config(workdir: pathlib.Path) -> dict:
@@ -199,6 +210,7 @@ class Loaded:
   config: ml_collections.ConfigDict | None  # a workdir's run config
   step: int | None  # a workdir's checkpoint step
   pixels: tuple[tuple, tuple]
+  class_names: tuple[str, ...] = ()  # where a run recorded them
 
   @property
   def params(self) -> Any:
@@ -220,7 +232,8 @@ def load(source: str | pathlib.Path, *, model_name: str | None = None,
     variables = {**run.variables, 'params': names.inference_params(run.params)}
     return Loaded(WORKDIR, model, variables, run.config.image_size, run.config,
                   run.step,
-                  (tuple(run.config.pixel_mean), tuple(run.config.pixel_std)))
+                  (tuple(run.config.pixel_mean), tuple(run.config.pixel_std)),
+                  class_names(run_directory(path)))
   params = load_params(path, step, model_name)
   model, image_size = vit_model.model_for(params, model_name=model_name,
                                           source=str(path))

@@ -70,3 +70,4 @@ class Dataset:
   # train_examples_per_file): where validation examples come from.
   spare: Source | None = None
   validation: Source | None = None  # held out: chosen on, never trained on
+  class_names: tuple[str, ...] = ()  # label i's name; () where none is known

@@ -185,9 +185,12 @@ def _list_split(split_dir: pathlib.Path, class_names: list[str],
   """The images of `split_dir/<class>/`, labelled by `class_names`."""
   split = split_dir.name
   if not split_dir.is_dir():
+    val = split_dir.parent / 'val'  # a validation folder is passed on its own
+    also = (f'; {val}/ is read only as --config.validation_dir={val}'
+            if split == 'test' and val.is_dir() else '')
     findings.problem(
         split_dir, f'missing (put the {split} images in '
-        f'{split}/<class>/)', folder=True)
+        f'{split}/<class>/{also})', folder=True)
     return FileSource([], np.zeros(0, np.int32))
   paths, labels = [], []
   entries = _entries(split_dir, findings)
@@ -246,7 +249,8 @@ def open_image_folder(
         'classifier needs two or more', folder=True)
   train = _list_split(data_dir / 'train', class_names, findings)
   test = _list_split(data_dir / 'test', class_names, findings)
-  dataset = Dataset(train, test, len(class_names), ordered_by_class=True)
+  dataset = Dataset(train, test, len(class_names), ordered_by_class=True,
+                    class_names=tuple(class_names))
   if not findings.problems:
     dataset = cut(dataset)
   read = (dataset.train, dataset.test, dataset.validation)

@@ -20,6 +20,7 @@ class Input(abc.ABC):
   """A dataset as batches for the compiled train and eval steps."""
 
   num_classes: int
+  class_names: tuple[str, ...]  # the dataset's; () where it names none
   train_size: int
   # Examples of each split evaluated: 'test', and 'validation' when held out.
   eval_sizes: dict[str, int]
@@ -31,7 +32,9 @@ class Input(abc.ABC):
   # Train steps per compiled call on an accelerator, unless configured.
   default_steps_per_dispatch: int
 
-  def __init__(self, config, mesh: jax.sharding.Mesh):
+  def __init__(self, dataset, config, mesh: jax.sharding.Mesh):
+    self.num_classes = dataset.num_classes
+    self.class_names = dataset.class_names
     self.config = config
     self.mesh = mesh
     self._policy = preprocess.device_policy(config)

@@ -18,8 +18,7 @@ class OnDeviceInput(input_lib.Input):
   default_steps_per_dispatch = 32
 
   def __init__(self, dataset: sources.Dataset, config, mesh: jax.sharding.Mesh):
-    super().__init__(config, mesh)
-    self.num_classes = dataset.num_classes
+    super().__init__(dataset, config, mesh)
     self._replicated = sharding.replicated(mesh)
     self._batch_sharding = sharding.batch_sharded(mesh)
     splits = {'train': dataset.train, 'test': dataset.test}

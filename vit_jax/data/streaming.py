@@ -28,9 +28,8 @@ class StreamingInput(input_lib.Input):
 
   def __init__(self, dataset: sources.Dataset, config, mesh,
                workers: int | None = None, prefetch: int = 2):
-    super().__init__(config, mesh)
+    super().__init__(dataset, config, mesh)
     self.dataset = dataset
-    self.num_classes = dataset.num_classes
     self.train_size = len(dataset.train)
     self._evaluated = {'test': dataset.test}
     if dataset.validation is not None:

@@ -46,6 +46,14 @@ def _tfds_builder(name: str, data_dir: pathlib.Path | None):
   return builder
 
 
+def _classes(builder) -> dict:
+  """The number of classes, and their names where the dataset gives them."""
+  label = builder.info.features['label']
+  numbered = label.names == [str(i) for i in range(label.num_classes)]
+  return dict(num_classes=label.num_classes,
+              class_names=() if numbered else tuple(label.names))
+
+
 def _convert(builder) -> str:
   return (f'tfds convert_format --root_data_dir={builder.data_dir} '
           '--out_file_format=array_record')
@@ -74,7 +82,7 @@ def _read_whole(builder, name: str, train_split: str,
                        np.asarray(data['label'], np.int32))
 
   return Dataset(read_split(train_split), read_split(test_split),
-                 builder.info.features['label'].num_classes)
+                 **_classes(builder))
 
 
 def open_tfds(name: str, data_dir: pathlib.Path | None, train_split: str,
@@ -92,5 +100,4 @@ def open_tfds(name: str, data_dir: pathlib.Path | None, train_split: str,
         'Streaming reads the array_record format: convert the prepared '
         f'dataset ({_convert(builder)}) or rebuild it with '
         '--file_format=array_record.') from e
-  return Dataset(TfdsSource(train), TfdsSource(test),
-                 builder.info.features['label'].num_classes)
+  return Dataset(TfdsSource(train), TfdsSource(test), **_classes(builder))

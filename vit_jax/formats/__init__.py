@@ -21,5 +21,6 @@ class FolderFormat(Protocol):
     """The (mean, std) the folder states its input is normalized with."""
 
   def write(self, directory: pathlib.Path, params: dict, model: Any,
-            image_size: int, pixels: tuple[tuple, tuple] = ...) -> None:
+            image_size: int, pixels: tuple[tuple, tuple] = ...,
+            class_names: tuple[str, ...] = ...) -> None:
     """The folder, for a model of ours trained with `pixels`."""

@@ -62,9 +62,13 @@ def to_state(params: dict) -> dict[str, Any]:
   return torch.to_state(params, _name)
 
 
-def config(model: models.VisionTransformer, image_size: int) -> dict:
-  """`ViTConfig` for `model`, as config.json."""
-  labels = {str(i): f'LABEL_{i}' for i in range(model.num_classes)}
+def config(model: models.VisionTransformer, image_size: int,
+           class_names: tuple[str, ...] = ()) -> dict:
+  """`ViTConfig` for `model`, as config.json; labels `class_names` if given."""
+  labels = {
+      str(i): class_names[i] if class_names else f'LABEL_{i}'
+      for i in range(model.num_classes)
+  }
   return {
       'architectures': ['ViTForImageClassification'
                        ], 'model_type': 'vit', 'hidden_size': model.hidden_size,
@@ -99,9 +103,11 @@ def preprocessor_config(image_size: int, pixels: tuple[tuple, tuple]) -> dict:
 FILES = (safetensors_file.WEIGHTS_NAME, 'config.json', PREPROCESSOR_CONFIG)
 
 
-def write(directory: pathlib.Path, params: dict,
-          model: models.VisionTransformer, image_size: int,
-          pixels: tuple[tuple, tuple] = vit_model.RELEASED_PIXELS) -> None:
+def write(
+    directory: pathlib.Path, params: dict, model: models.VisionTransformer,
+    image_size: int, pixels: tuple[tuple, tuple] = vit_model.RELEASED_PIXELS,
+    class_names: tuple[str, ...] = ()
+) -> None:
   """transformers' folder in `directory`; `pixels`: the training (mean, std)."""
   vit_model.check_exportable(
       model,
@@ -114,7 +120,7 @@ def write(directory: pathlib.Path, params: dict,
       })
   torch.write_folder(
       directory, to_state(jax.device_get(params)), {
-          'config.json': config(model, image_size),
+          'config.json': config(model, image_size, class_names),
           PREPROCESSOR_CONFIG: preprocessor_config(image_size, pixels)
       }, metadata={'format': 'pt'})
 

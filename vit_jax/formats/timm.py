@@ -169,9 +169,11 @@ def config(model: models.VisionTransformer, image_size: int,
 FILES = (safetensors_file.WEIGHTS_NAME, 'config.json')
 
 
-def write(directory: pathlib.Path, params: dict,
-          model: models.VisionTransformer, image_size: int,
-          pixels: tuple[tuple, tuple] = vit_model.RELEASED_PIXELS) -> None:
+def write(
+    directory: pathlib.Path, params: dict, model: models.VisionTransformer,
+    image_size: int, pixels: tuple[tuple, tuple] = vit_model.RELEASED_PIXELS,
+    class_names: tuple[str, ...] = ()
+) -> None:
   """timm's hub folder in `directory`; `pixels`: the training (mean, std)."""
   vit_model.check_exportable(
       model, NAME, {
@@ -183,8 +185,11 @@ def write(directory: pathlib.Path, params: dict,
               (tuple(model.resnet_stages) not in _HYBRID_FACTORIES or
                model.resnet_width_factor != 1),
       })
+  hub_config = config(model, image_size, pixels)
+  if class_names:  # as timm's push_to_hf_hub writes them
+    hub_config['label_names'] = list(class_names)
   torch.write_folder(directory, to_state(jax.device_get(params)),
-                     {'config.json': config(model, image_size, pixels)})
+                     {'config.json': hub_config})
 
 
 def pixels(path: pathlib.Path) -> tuple[tuple, tuple]:

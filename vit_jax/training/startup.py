@@ -13,6 +13,7 @@ import numpy as np
 
 from vit_jax import data
 from vit_jax import models
+from vit_jax.checkpoints import reading
 from vit_jax.errors import ConfigError
 from vit_jax.errors import WorkdirError
 from vit_jax.models import masked_autoencoder
@@ -151,6 +152,9 @@ def record_run(config, workdir: pathlib.Path, inputs: data.Input,
     workdir.mkdir(parents=True, exist_ok=True)
     files.write_atomically(workdir / 'config.json',
                            json.dumps(run_config, indent=2))
+    if inputs.class_names:  # for evaluate, analyze and the exports
+      files.write_atomically(workdir / reading.CLASS_NAMES_FILE,
+                             ''.join(f'{n}\n' for n in inputs.class_names))
   processes = (f' in {jax.process_count()} processes'
                if jax.process_count() > 1 else '')
   logging.info(
