@@ -16,8 +16,7 @@ CIFAR-10 subset (configs/cifar_small.py), fine-tuned at 48x48 on the same data:
       --config.init_from=/tmp/w30 --workdir=/tmp/w48
 
 Expected: best test accuracy 52.0% at 48x48 (seed 0, its best epoch chosen
-on the test images), on the project's 2-core CPU machine
-(experiments/finetune/README.md).
+on the test images), on the project's 2-core CPU machine.
 
 The paper's Table 4 runs (batch 512, 384x384, cosine decay; 500 warmup steps
 as the official code) are presets after ':', here for a released

@@ -1,7 +1,6 @@
-"""experiments/data_scaling: subsets, the sweep, crossovers, the summary."""
+"""experiments/data_scaling: subsets, the sweep, the summary."""
 
 import json
-import math
 import shlex
 import shutil
 
@@ -70,22 +69,6 @@ def test_the_sweep_trains_the_study_recipe_on_nested_subsets(tmp_path, capsys):
     with pytest.raises(SystemExit):
       sweep.main([f'--jpeg_dir={jpeg}', f'--workdir={work}', flag])
     assert error in capsys.readouterr().err
-
-
-def test_crossover_interpolates_in_log_size():
-  curves = {
-      'vit': {1000: [0.4],
-              4000: [0.7]}, 'simple_cnn': {1000: [0.5], 4000: [0.6]},
-      'small_resnet': {1000: [0.8], 4000: [0.9]}
-  }
-  # The gap goes from -10 to +10 points: halfway between, in log(size).
-  assert summary.crossovers(curves) == [('simple_cnn',
-                                         pytest.approx(math.sqrt(1000 * 4000)))]
-  # None where the ViT stays behind.
-  assert not summary.crossovers({
-      'vit': {1000: [0.4, 0.5], 4000: [0.6]},
-      'small_resnet': {1000: [0.5], 4000: [0.61]}
-  })
 
 
 def test_the_summary_reads_the_workdirs_into_the_table(tmp_path, monkeypatch):

@@ -184,11 +184,25 @@ def test_fusions_read_their_computations_and_copies_their_operand():
 @pytest.mark.slow  # 55 s: the study's step and a CNN's traced
 def test_real_cpu_traces_are_summed_by_part_of_the_model(
     tmp_path, monkeypatch, capsys):
-  run = subprocess.run([
-      sys.executable, 'experiments/benchmarks/profile_step.py',
-      '--cpu_devices=1', '--steps=1'
-  ], cwd=helpers.ROOT, capture_output=True, text=True, check=True)
-  table = run.stdout.split('| part of the model | thread-ms per step |')[1]
+
+  def summed(model: str) -> str:
+    """`profile_step.py`'s tables of `model`'s traced step, one device."""
+    trace_dir = tmp_path / model
+    subprocess.run(
+        [
+            sys.executable, '-m', 'vit_jax.benchmark', f'--model={model}',
+            '--batch_size=8', '--steps=1', '--cpu_devices=1',
+            f'--trace_dir={trace_dir}', '--trace_steps=1'
+        ], cwd=helpers.ROOT, capture_output=True, check=True,
+        env={**os.environ, 'XLA_FLAGS': '--xla_cpu_enable_xprof_traceme=true'})
+    monkeypatch.setattr(
+        sys, 'argv',
+        ['profile_step.py', f'--trace_dir={trace_dir}', '--steps=1'])
+    profile_step.main()
+    return capsys.readouterr().out
+
+  table = summed('ViT-Tiny-CIFAR_4').split(
+      '| part of the model | thread-ms per step |')[1]
   rows = {
       cells[0]: float(cells[1].replace(',', ''))
       for cells in ([c.strip() for c in line.strip('|').split('|')]
@@ -201,18 +215,7 @@ def test_real_cpu_traces_are_summed_by_part_of_the_model(
   # The runtime's own events aside, the program names where the time goes.
   assert rows.get(hlo_parts.UNNAMED, 0) < 0.25 * sum(rows.values())
 
-  # Any model's trace that `vit_jax.benchmark --trace_dir` wrote.
-  subprocess.run(
-      [
-          sys.executable, '-m', 'vit_jax.benchmark', '--model=SimpleCNN',
-          '--batch_size=8', '--steps=1', '--cpu_devices=1',
-          f'--trace_dir={tmp_path}', '--trace_steps=1'
-      ], cwd=helpers.ROOT, capture_output=True, check=True,
-      env={**os.environ, 'XLA_FLAGS': '--xla_cpu_enable_xprof_traceme=true'})
-  monkeypatch.setattr(
-      sys, 'argv', ['profile_step.py', f'--trace_dir={tmp_path}', '--steps=1'])
-  profile_step.main()
-  printed = capsys.readouterr().out
+  printed = summed('SimpleCNN')  # any model's trace
   assert '| part of the model | thread-ms per step |' in printed
   for layer in 'conv_1', 'conv_3', 'bn_0':  # layers of a CNN, any model's
     assert f'| {layer}, forward |' in printed

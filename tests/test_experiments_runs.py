@@ -15,7 +15,6 @@ from experiments import runs
 from experiments.data_efficiency import budgets
 from experiments.data_efficiency import summary as data_efficiency
 from experiments.data_scaling import summary as data_scaling
-from experiments.finetune import summary as finetune_summary
 from tests import helpers
 
 
@@ -80,8 +79,9 @@ def test_a_summary_writes_the_committed_files_from_the_committed_records(
   for name in ('README.md', 'results.json'):
     shutil.copy(committed / name, tmp_path)
   monkeypatch.setattr(summary, 'HERE', tmp_path)
-  for figures in (summary, budgets):  # drawn in tests of their own
-    monkeypatch.setattr(figures, 'plot', lambda records, path: path.touch())
+  figure = budgets if summary is data_efficiency else summary
+  # The figure is drawn in a test of its own.
+  monkeypatch.setattr(figure, 'plot', lambda records, path: path.touch())
   summary.main([f'--workdir={tmp_path / "runs"}'])
   for name in ('README.md', 'results.json'):
     assert (tmp_path / name).read_text() == (committed / name).read_text()
@@ -187,19 +187,3 @@ def test_a_paired_difference_is_said_as_its_interval_allows():
       0: 0.7, 1: 0.7
   }) == ('ViT is better than CNN by 9.5 ± 6.4 points (95% interval, 2 paired '
          'seeds)')
-
-
-def test_the_finetune_summary_keeps_its_rows_without_the_runs_they_need(
-    tmp_path, capsys, monkeypatch):
-  monkeypatch.setattr(finetune_summary, 'HERE', tmp_path / 'kept')  # unused
-  helpers.finished_run(tmp_path / 'cut', config={'total_steps': 3})
-  helpers.finished_run(tmp_path / 'study')
-  for pretrained, said in (
-      ('cut', "is not the study's run, as it ran config.total_steps=3"),
-      ('study', 'holds no finished fine-tuning (finetune_SIZE/)')):
-    with pytest.raises(SystemExit):
-      finetune_summary.main([
-          f'--pretrained={tmp_path / pretrained}', f'--workdir={tmp_path}'
-      ])
-    assert said in capsys.readouterr().err
-  assert not (tmp_path / 'kept').exists()

@@ -1,4 +1,4 @@
-"""experiments/small_data and experiments/finetune: sweeps and summaries."""
+"""experiments/small_data: the sweep and the summary."""
 
 import json
 import shlex
@@ -9,8 +9,6 @@ import pytest
 
 from configs import cifar_small
 from experiments import held_out
-from experiments.finetune import summary as finetune_summary
-from experiments.finetune import sweep as finetune_sweep
 from experiments.small_data import summary
 from experiments.small_data import sweep
 from tests import helpers
@@ -38,13 +36,6 @@ def test_the_sweeps_print_every_run(capsys):
     assert all(
         o.removeprefix('--config.').split('=')[0].split('.')[0] in fields
         for o in overrides)
-  finetune_sweep.main(['--pretrained=/p', '--workdir=/w', '--data_dir=/d'])
-  lines = capsys.readouterr().out.splitlines()
-  assert [shlex.split(line)[3:] for line in lines] == [[
-      '--config=configs/finetune.py', f'--workdir=/w/finetune_{size}',
-      '--config.init_from=/p', f'--config.image_size={size}',
-      '--config.data_dir=/d'
-  ] for size in (48, 32)]
 
 
 def _finished(directory, model, seed, batch_size, validation, test):
@@ -113,22 +104,6 @@ def test_the_summary_chooses_on_validation_and_pairs_by_seed(
   summary.main([f'--workdir={runs_dir}'])
   assert json.loads((tmp_path / 'results.json').read_text()) == records
   assert len((tmp_path / 'metrics.jsonl').read_text().splitlines()) == 40
-  # The fine-tuning summary: the pre-trained run and each fine-tuned one.
-  measured = {
-      'epochs': 10, 'best_test_accuracy': 0.52, 'final_test_accuracy': 0.511,
-      'final_train_accuracy': 0.606
-  }
-  for directory, size in ((tmp_path / 'pre', 32), (tmp_path / 'w/finetune_48',
-                                                   48)):
-    helpers.finished_run(directory, config={'image_size': size}, **measured)
-    (directory / 'metrics.jsonl').write_text('{"seconds": 90}\n' * 2)
-  rows = finetune_summary.rows(tmp_path / 'pre', tmp_path / 'w')
-  assert finetune_summary.table(rows).splitlines()[2:] == [
-      '| pre-trained (configs/cifar_small.py) | 32x32 | 10 | 52.0% | 51.1% | '
-      '60.6% |  |',
-      '| fine-tuned (configs/finetune.py) | 48x48 | 10 | 52.0% | 51.1% | '
-      '60.6% | 3.0 |'
-  ]
 
 
 def test_held_out_matches_each_subset_image_to_its_jpeg_or_refuses():

@@ -1,19 +1,15 @@
 """Where a train step's time goes: a trace summed by kind and by model part."""
 
-import argparse
 import collections
 import gzip
 import json
-import os
 import pathlib
 import re
-import subprocess
-import sys
-import tempfile
 
 from experiments import runs
 from experiments.benchmarks import hlo_parts
 from experiments.benchmarks import study_step
+from vit_jax.training import step_benchmark
 
 # Kinds of work, by XLA's names for its thunks (regular expressions); the
 # first match wins.
@@ -183,29 +179,6 @@ def device_profile(
   return kinds, by_part, heaviest
 
 
-# The step's largest matmuls (M, K, N) at batch 128: the MLP's two and a
-# weight gradient.
-MATMULS = ((128 * 65, 128, 512), (128 * 65, 512, 128), (128, 128 * 65, 512))
-
-
-def matmuls_alone_and_side_by_side():
-  """Each of MATMULS pinned to core 0, then two at once on cores 0 and 1."""
-  rows = []
-  for shape in MATMULS:
-    rows.append(['x'.join(map(str, shape))])
-    for cores in (0,), (0, 1):
-      started = [
-          subprocess.Popen([
-              'taskset', '-c',
-              str(core), sys.executable, __file__, f'--matmul={rows[-1][0]}'
-          ], stdout=subprocess.PIPE, text=True) for core in cores
-      ]
-      rows[-1].append(', '.join(f'{float(p.communicate()[0]):.0f}'
-                                for p in started))
-  header = ['matmul (M x K x N)', 'alone, GFLOP/s', 'two at once, GFLOP/s each']
-  print(runs.markdown_table(header, rows))
-
-
 def tables(kinds: dict[str, float], by_part: dict[str, float] | str | None,
            heaviest: list[dict], unit: str = 'ms per step', shown: int = 15,
            top: int = 12) -> list[str]:
@@ -247,9 +220,6 @@ def print_trace(trace_dir: pathlib.Path, steps: int):
   if not events:
     raise SystemExit(f'error: {trace_dir} holds no trace: write one with '
                      f'python -m vit_jax.benchmark --trace_dir={trace_dir}.')
-  # Not imported above, where jax would start before XLA_FLAGS is set.
-  # pylint: disable-next=g-import-not-at-top
-  from vit_jax.training import step_benchmark
   program = trace_dir / step_benchmark.TRACED_PROGRAM
   parts = (hlo_parts.model_parts(program.read_text())
            if program.exists() else {})
@@ -266,47 +236,16 @@ def print_trace(trace_dir: pathlib.Path, steps: int):
 
 
 def main():
-  parser = study_step.parser(
-      __doc__, {
-          'matmuls': 'Time the step\'s matmul shapes alone and two at once '
-                     'instead (one device each, pinned to a core).'
-      }, cpu_devices=4)
+  parser = study_step.parser(__doc__)
   parser.add_argument(
       '--steps', type=int, default=3,
-      help='Steps to trace, or that --trace_dir\'s trace '
-      'holds (`vit_jax.benchmark --trace_steps`).')
+      help='Steps the trace holds (`vit_jax.benchmark --trace_steps`).')
   parser.add_argument(
-      '--trace_dir', type=pathlib.Path,
-      help='Sum the trace `vit_jax.benchmark --trace_dir` '
-      'wrote there (any model, CPU or GPU) instead.')
-  parser.add_argument('--matmul', help=argparse.SUPPRESS)  # one, here
+      '--trace_dir', type=pathlib.Path, required=True,
+      help='Sum the trace `vit_jax.benchmark --trace_dir` wrote there '
+      '(any model, CPU or GPU).')
   args = parser.parse_args()
-  if args.matmul:  # GFLOP/s of an f32 matmul of this shape
-    # pylint: disable=g-import-not-at-top
-    import jax.numpy as jnp
-    from vit_jax.runtime import sharding
-    from vit_jax.training import step_benchmark
-    # pylint: enable=g-import-not-at-top
-    print(
-        step_benchmark.measure_matmul_peak(
-            jnp.float32, sharding.batch_sharded(sharding.make_mesh()),
-            size=tuple(map(int, args.matmul.split('x')))) / 1e9)
-    return
-  if args.matmuls:
-    matmuls_alone_and_side_by_side()
-    return
-  if args.trace_dir:
-    print_trace(args.trace_dir, args.steps)
-    return
-  os.environ['XLA_FLAGS'] = (os.environ.get('XLA_FLAGS', '') +
-                             ' --xla_cpu_enable_xprof_traceme=true')
-  with tempfile.TemporaryDirectory() as trace_dir:
-    result = study_step.measure(args.cpu_devices, steps_timed=5,
-                                trace_dir=trace_dir, trace_steps=args.steps)
-    print(f'{args.cpu_devices} host devices; untraced step '
-          f'{result["train_ms_per_step"]:.0f} ms '
-          f'({result["train_images_per_second"]:.1f} img/s)\n')
-    print_trace(pathlib.Path(trace_dir), args.steps)
+  print_trace(args.trace_dir, args.steps)
 
 
 if __name__ == '__main__':

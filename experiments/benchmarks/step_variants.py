@@ -20,8 +20,7 @@ from experiments.benchmarks import study_step
 
 # `hash`: our dropout; `flax_*`: `flax.linen.Dropout` put in its place by
 # hand, with that `jax_default_prng_impl`.
-CPU_VARIANTS = ('hash', 'flax_threefry', 'flax_rbg', 'flax_unsafe_rbg',
-                'dot_product_attention')
+CPU_VARIANTS = ('hash', 'flax_threefry', 'flax_rbg', 'flax_unsafe_rbg')
 # The GPU variants that are XLA flags, the baseline first; the code
 # variants after them (GPU_CODE_VARIANTS, swapped in `run_gpu_variant`).
 GPU_FLAGS = {
@@ -42,8 +41,7 @@ PROFILED = 'no_command_buffers'
 def run_cpu_variant(variant: str, steps: int) -> dict:
   if variant.startswith('flax_'):
     _use_flax_dropout(variant.removeprefix('flax_'))
-  attention = variant if variant == 'dot_product_attention' else 'einsum'
-  result = study_step.measure(4, steps_timed=steps, attention=attention)
+  result = study_step.measure(4, steps_timed=steps, attention='einsum')
   keys = 'train_images_per_second', 'train_utilization'
   return {'variant': variant, **{k: result[k] for k in keys}}
 

@@ -238,7 +238,7 @@ def recipe_name(ingredients: tuple[str, ...]) -> str:
   return '+'.join(('study',) + ingredients)
 
 
-# The tables' and the figure's order of the recipes; the last budget's
+# The tables' order of the recipes; the last budget's
 # best row, which the first budget tries too, among the last budget's.
 ORDER = [
     recipe_name(r) for r in CUMULATIVE + ON_STUDY + ROUND_TWO +
@@ -248,24 +248,6 @@ ORDER = [
 
 def rank(recipe: str) -> int:
   return ORDER.index(recipe) if recipe in ORDER else len(ORDER)
-
-
-def label(recipe: str, shown: list[str]) -> str:
-  """'study', 'study + X alone', '+ X' after its previous step, or in full."""
-  ingredients = ingredients_of(recipe)
-  if not ingredients:
-    return 'study'
-  if ingredients in (ON_STUDY + ROUND_TWO + ROUND_THREE_FIRST_BUDGET +
-                     ROUND_THREE):
-    return 'study + ' + ' + '.join(ingredients) + (' alone' if len(ingredients)
-                                                   == 1 else '')
-  if len(ingredients) > 1 and recipe_name(ingredients[:-1]) not in shown:
-    if ingredients == ALL:
-      return f'full recipe + {ALL[-1]}'
-    if ingredients == ALL[:-1]:
-      return f'full recipe without {ALL[-1]}'
-    return f'study + {ingredients[0]} ... + {ingredients[-1]}'
-  return f'+ {ingredients[-1]}'
 
 
 def ranked(record: dict) -> bool:

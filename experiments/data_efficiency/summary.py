@@ -1,4 +1,4 @@
-"""The data-efficiency results.json, figures and README sections."""
+"""The data-efficiency results.json, figure and README sections."""
 
 import pathlib
 
@@ -8,7 +8,6 @@ from experiments import runs
 from experiments.data_efficiency import budgets
 from experiments.data_efficiency import recipes
 from experiments.data_efficiency import sweep
-from vit_jax.analysis import plotting
 
 HERE = pathlib.Path(__file__).resolve().parent
 
@@ -68,57 +67,6 @@ def table(records: list[dict]) -> str:
   return '\n\n'.join(blocks)
 
 
-def plot(records: list[dict], path: pathlib.Path):
-  """Each ViT recipe's accuracy (hollow: one seed) per budget, CNNs as lines."""
-  plt = plotting.pyplot()
-  budgets = sorted({r['epochs'] for r in records})
-  groups = recipes.group_runs(records)
-  shown = sorted(
-      {
-          recipe for (_, model, recipe), group in groups.items()
-          if model == 'vit' and recipes.ranked(group[0])
-      }, key=recipes.rank)
-  fig, axes = plt.subplots(
-      1, len(budgets), sharex=True, sharey=True, squeeze=False,
-      figsize=(3.5 + 3.2 * len(budgets), 2.5 + 0.2 * len(shown)),
-      layout='constrained')  # room for the legend below, whatever the rows
-  cnn_recipes = [
-      ('study', 'tab:red', 'study'),
-      (recipes.recipe_name(recipes.CNN_AUGMENTED), 'tab:green', 'augmented')
-  ] + [(recipes.recipe_name(ingredients), 'tab:purple',
-        '+ ' + ' + '.join(ingredients))
-       for ingredients in recipes.CNN_ROUND_THREE]
-  legend = {}
-  for ax, epochs in zip(axes[0], budgets):
-    for row, recipe in enumerate(shown):
-      if group := groups.get((epochs, 'vit', recipe)):
-        seeds = len(group)
-        legend[f'ViT-Tiny, {seeds} seed{"s" * (seeds > 1)}'] = ax.errorbar(
-            recipes.accuracies(group).mean(), row, xerr=recipes.spread(group),
-            fmt='o', ms=4, capsize=2, color='tab:blue',
-            markerfacecolor='tab:blue' if seeds > 1 else 'white')
-    for model, style in (('simple_cnn', '--'), ('small_resnet', ':')):
-      for recipe, color, recipe_label in cnn_recipes:
-        if cnn := groups.get((epochs, model, recipe)):
-          legend[f'{runs.NAMES[model]}, {recipe_label}'] = ax.axvline(
-              recipes.accuracies(cnn).mean(), linestyle=style, color=color)
-    ax.set_title(f'{epochs} epochs')
-    ax.set_xlabel('best test accuracy (%)', fontsize=9)
-    ax.grid(alpha=0.3, axis='x')
-  if shown:
-    axes[0][0].set_yticks(range(len(shown)),
-                          [recipes.label(recipe, shown)
-                           for recipe in shown], fontsize=7)
-    axes[0][0].set_ylim(len(shown) - 0.5, -0.5)  # the ablation's order, down
-  fig.suptitle(
-      'The ViT-Tiny\'s recipes on 5,000 CIFAR-10 images, against '
-      'the CNNs\' (lines: their means over the seeds)', fontsize=10)
-  ordered = sorted(legend, key=lambda name: not name.startswith('ViT'))
-  fig.legend([legend[name] for name in ordered], ordered, fontsize=7, ncol=4,
-             loc='outside lower center')
-  plotting.save_figure(fig, path)
-
-
 def main(argv=None):
   runs.catch_stop_signals()
   workdir = runs.parser(__doc__,
@@ -129,7 +77,7 @@ def main(argv=None):
       lambda records: {
           'ablation table': table(records),
           'answer across budgets': budgets.answer(records)
-      }, {'ablation.png': plot, 'budgets.png': budgets.plot})
+      }, {'budgets.png': budgets.plot})
 
 
 if __name__ == '__main__':

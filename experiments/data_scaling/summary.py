@@ -1,7 +1,5 @@
 """The data-scaling results.json, figure and README sections."""
 
-import itertools
-import math
 import pathlib
 
 import numpy as np
@@ -23,19 +21,6 @@ def by_model_and_size(records: list[dict]) -> dict:
   return table
 
 
-def crossovers(curves: dict) -> list[tuple[str, float]]:
-  """(CNN, size) where the ViT's mean accuracy meets the CNN's, in log(size)."""
-  found = []
-  vit = curves.get('vit', {})
-  for model, curve in curves.items():  # the ViT's own gaps are 0: no crossing
-    sizes = sorted(set(vit) & set(curve))
-    gaps = [np.mean(vit[s]) - np.mean(curve[s]) for s in sizes]
-    for (a, ga), (b, gb) in itertools.pairwise(zip(sizes, gaps)):
-      if ga < 0 <= gb:
-        found.append((model, math.exp(np.interp(0, [ga, gb], np.log([a, b])))))
-  return found
-
-
 def table(records: list[dict]) -> str:
   curves = by_model_and_size(records)
   sizes = sorted({r['train_examples'] for r in records})
@@ -54,10 +39,6 @@ def plot(records: list[dict], path: pathlib.Path):
     sizes = sorted(curve)
     means = [100 * np.mean(curve[s]) for s in sizes]
     ax.plot(sizes, means, 'o-', label=runs.NAMES[model])
-  for cnn, size in crossovers(curves):
-    ax.axvline(size, color='gray', linestyle=':')
-    ax.annotate(f'ViT meets {runs.NAMES[cnn]}\n~{size:,.0f}',
-                (size, ax.get_ylim()[0]), fontsize=8, rotation=90, va='bottom')
   ax.set(xscale='log', xlabel='training images (log scale)',
          ylabel='best test accuracy (%), 10,000 test images',
          title='CIFAR-10, study recipe, 30 epochs')
