@@ -251,8 +251,7 @@ def validate(config: ml_collections.ConfigDict, num_devices: int,
   for name, field in FIELDS.items():
     value = config[name]
     if field.choices and value not in field.choices:
-      raise ConfigError(f'config.{name}={value!r}; use one of '
-                        f'{field.choices}.')
+      raise ConfigError(f'config.{name}={value!r}; use one of {field.choices}.')
     if isinstance(value, float) and not math.isfinite(value):
       raise ConfigError(f'config.{name}={value} must be a finite number.')
     if field.check and not field.check[0](value):

@@ -31,14 +31,11 @@ from vit_jax.runtime import job
 from vit_jax.runtime import preemption
 from vit_jax.training import train
 
+# Unlocked, accepting new attributes: any field may be overridden, a model's
+# too; the schema and the model name the ones that do not exist.
 _CONFIG = config_flags.DEFINE_config_file(
-    'config',
-    None,
-    'Training configuration file, e.g. configs/cifar_small.py; '
-    '--config.FIELD=VALUE overrides a field.',
-    # Any field may be overridden, a model's too; the schema and the model
-    # name the ones that do not exist.
-    lock_config=False,
+    'config', None, 'Training configuration file, e.g. configs/cifar_small.py; '
+    '--config.FIELD=VALUE overrides a field.', lock_config=False,
     accept_new_attributes=True)
 _WORKDIR = flags.DEFINE_string(
     'workdir', None, 'Directory for checkpoints, metrics and the config.')

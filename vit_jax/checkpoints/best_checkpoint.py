@@ -17,10 +17,8 @@ DIRECTORY = 'best_checkpoint'
 
 def ranked_on(record: dict) -> str | None:
   """The accuracy an evaluation is ranked on, validation's first; or None."""
-  return next(
-      (name
-       for name in ('validation_accuracy', 'test_accuracy') if name in record),
-      None)
+  ranked = [n for n in ('validation_accuracy', 'test_accuracy') if n in record]
+  return ranked[0] if ranked else None
 
 
 def best_evaluation(history: list[dict]) -> dict | None:

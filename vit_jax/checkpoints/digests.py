@@ -25,12 +25,8 @@ def _array_digest(x: jax.Array) -> jax.Array:
 
 
 @jax.jit
-def _tree_digests(tree) -> list[jax.Array]:
-  return [_array_digest(x) for x in jax.tree.leaves(tree)]
-
-
-def _arrays_digest(tree) -> list[int]:
-  return [int(d) for d in jax.device_get(_tree_digests(tree))]
+def _arrays_digest(tree) -> jax.Array:
+  return jnp.stack([_array_digest(x) for x in jax.tree.leaves(tree)])
 
 
 def _json_digest(value) -> str:
@@ -41,7 +37,8 @@ def compute(state, train_sums: dict, history: list[dict], position: dict,
             config: dict | None) -> dict:
   """The digest of a checkpoint's items; `config` may be None."""
   contents = {
-      'state': _arrays_digest(state), 'train_sums': _arrays_digest(train_sums),
+      'state': _arrays_digest(state).tolist(),
+      'train_sums': _arrays_digest(train_sums).tolist(),
       'history': _json_digest(history), 'position': _json_digest(position),
   }
   if config is not None:

@@ -87,11 +87,11 @@ def _ignore_what_orbax_abandons():
 
 
 class RunCheckpoints(contextlib.AbstractContextManager):
-  """A run's `directory/<step>/`, the newest `keep` kept (KEEP_ALL: until
-  `delete`; None: a reader's); every process calls every method."""
+  """A run's `directory/<step>/`; every process calls every method."""
 
   def __init__(self, directory: pathlib.Path, keep: int | None = None,
                min_seconds: float = 0.0):
+    # `keep`: the newest kept; KEEP_ALL: until `delete`; None: a reader's.
     self.directory = pathlib.Path(directory).absolute()  # orbax needs it so
     self._keep = keep or None  # KEEP_ALL: orbax's None, no rotation
     self._reading = keep is None
@@ -104,17 +104,14 @@ class RunCheckpoints(contextlib.AbstractContextManager):
   def _open(self, create: bool) -> ocp.CheckpointManager:
     if self._manager is None:
       _ignore_what_orbax_abandons()
+      # min: orbax makes a timedelta of the interval, and inf would overflow.
+      policy = ocp.checkpoint_managers.ContinuousCheckpointingPolicy(
+          minimum_interval_secs=min(self._min_seconds, 1e12))
       self._manager = _CheckpointManager(
-          self.directory,
-          options=ocp.CheckpointManagerOptions(
-              max_to_keep=self._keep,
-              create=create,
+          self.directory, options=ocp.CheckpointManagerOptions(
+              max_to_keep=self._keep, create=create,
               cleanup_tmp_directories=not self._reading,
-              save_decision_policy=(
-                  ocp.checkpoint_managers.ContinuousCheckpointingPolicy(
-                      # orbax makes a timedelta of it: inf would overflow
-                      minimum_interval_secs=min(self._min_seconds, 1e12))
-                  if self._min_seconds else None)))
+              save_decision_policy=policy if self._min_seconds else None))
     return self._manager
 
   def due(self, step: int) -> bool:
@@ -272,9 +269,9 @@ class RunCheckpoints(contextlib.AbstractContextManager):
           f'orbax would not save step {step} in {self.directory} (it holds '
           f'steps {manager.all_steps()}); move the directory away.')
     with self._failed_saves_raised():
+      # Forced: the loop decided (`due`).
       manager.save(
-          step,
-          force=True,  # the loop decided (`due`)
+          step, force=True,
           args=ocp.args.Composite(state=ocp.args.StandardSave(state),
                                   train_sums=ocp.args.StandardSave(train_sums),
                                   history=ocp.args.JsonSave(history),

@@ -204,8 +204,8 @@ def rand_augment(key: jax.Array, images: jax.Array, num_ops: int = 2,
                  magnitude: float = 9, *, probability: float = 0.5,
                  magnitude_std: float = 0.0,
                  ranges: OpRanges = RAND_AUGMENT) -> jax.Array:
-  """RandAugment (Cubuk et al. 2020) as timm's `rand-mM-nN-mstdS-inc1`;
-  `num_ops`, `ranges`: static."""
+  """RandAugment (Cubuk et al. 2020) as timm's `rand-mM-nN-mstdS-inc1`."""
+  # `num_ops` and `ranges` are static.
   n = images.shape[0]
   keys = jax.random.split(key, num_ops)
 

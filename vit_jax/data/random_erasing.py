@@ -11,8 +11,8 @@ def random_erasing(key: jax.Array, images: jax.Array, probability: float = 0.25,
                    aspect: tuple[float, float] = (0.3, 3.3), *,
                    mode: str = 'const', mean=auto_augment.FILL, std=1.0,
                    attempts: int = 10) -> jax.Array:
-  """Random erasing (Zhong et al. 2020) as timm's RandomErasing, one box;
-  `mode`, `attempts`: static."""
+  """Random erasing (Zhong et al. 2020) as timm's RandomErasing, one box."""
+  # `mode` and `attempts` are static.
   if mode not in ('const', 'pixel'):
     raise ValueError(f"mode={mode!r}: use 'const' or 'pixel'.")
   n, h, w, _ = images.shape

@@ -177,9 +177,9 @@ def _fitted_position_table(table: np.ndarray, want: Any,
   return np.concatenate([row(name) for name in ours] + [grid], axis=1)
 
 
-def _fitted(pretrained: Any,
-            fresh: Any) -> tuple[dict[tuple[str, ...], Any], list[str]]:
-  """`adapt_params`' flat tree before dtypes, and a note per part changed."""
+def check_fit(pretrained: Any,
+              fresh: Any) -> tuple[dict[tuple[str, ...], Any], list[str]]:
+  """Raises what `adapt_params` would; else its flat tree, a note per change."""
   in_layout = stack_blocks if is_stacked(fresh) else unstack_blocks
   pretrained = flax.traverse_util.flatten_dict(in_layout(pretrained))
   fresh = flax.traverse_util.flatten_dict(fresh)
@@ -210,14 +210,9 @@ def _fitted(pretrained: Any,
   return adapted, notes
 
 
-def check_fit(pretrained: Any, expected: Any) -> None:
-  """Raises what `adapt_params` would for a model of `expected`'s shapes."""
-  _fitted(pretrained, expected)
-
-
 def adapt_params(pretrained: Any, fresh: Any) -> dict:
   """The pre-trained parameters fitted to `fresh`, with `fresh`'s head."""
-  fitted, notes = _fitted(pretrained, fresh)
+  fitted, notes = check_fit(pretrained, fresh)
   for note in notes:
     logging.info(note)
   return jax.tree.map(lambda value, init: np.asarray(value).astype(init.dtype),

@@ -134,20 +134,14 @@ def config(model: models.VisionTransformer, image_size: int,
            pixels: tuple[tuple, tuple]) -> dict:
   """The hub folder's config.json for `model`, normalizing by `pixels`."""
   global_pool = 'token' if model.classifier == 'token' else 'avg'
+  # norm_layer: timm's LayerNorm, of eps 1e-6.
   model_args = {
-      'img_size': image_size,
-      'patch_size': model.patch_size,
-      'embed_dim': model.hidden_size,
-      'depth': model.num_layers,
-      'num_heads': model.num_heads,
-      'mlp_ratio': model.mlp_dim / model.hidden_size,
-      'qkv_bias': True,
-      'class_token': model.classifier == 'token',
-      'global_pool': global_pool,
-      'fc_norm': False,
-      'act_layer': 'gelu_tanh',
-      'norm_layer': 'layernorm',  # timm's LayerNorm: eps 1e-6
-      'num_classes': model.num_classes,
+      'img_size': image_size, 'patch_size': model.patch_size,
+      'embed_dim': model.hidden_size, 'depth': model.num_layers, 'num_heads':
+          model.num_heads, 'mlp_ratio': model.mlp_dim / model.hidden_size,
+      'qkv_bias': True, 'class_token': model.classifier == 'token',
+      'global_pool': global_pool, 'fc_norm': False, 'act_layer': 'gelu_tanh',
+      'norm_layer': 'layernorm', 'num_classes': model.num_classes,
   }
   hybrid = model.resnet_stages is not None
   return {
@@ -200,8 +194,7 @@ def pixels(path: pathlib.Path) -> tuple[tuple, tuple]:
   source = str(pathlib.Path(path) / 'config.json')
   pretrained = config_dict.get('pretrained_cfg', config_dict)
   if not isinstance(pretrained, dict):
-    raise CheckpointError(f'{source}: its pretrained_cfg is not a JSON '
-                          'object.')
+    raise CheckpointError(f'{source}: its pretrained_cfg is not a JSON object.')
   return vit_model.checked_pixels(pretrained.get('mean'), pretrained.get('std'),
                                   source, _IMAGENET_DEFAULT_PIXELS)
 

@@ -3,7 +3,7 @@
 import json
 import pathlib
 import re
-from typing import Any, Callable
+from typing import Callable
 
 from absl import logging
 

@@ -82,10 +82,9 @@ def num_heads(hidden_size: int, *, model_name: str | None, stated: int | None,
 def _head_fields(params: Mapping[str, Any], source: str) -> dict:
   """The VisionTransformer fields the parameters beside the encoder tell."""
   if names.HEAD not in params:
-    raise CheckpointError(f'{source} has no classification head '
-                          '(head/kernel): a backbone alone cannot be '
-                          'evaluated or converted; fine-tune it with '
-                          'config.init_from.')
+    raise CheckpointError(f'{source} has no classification head (head/kernel): '
+                          'a backbone alone cannot be evaluated or converted; '
+                          'fine-tune it with config.init_from.')
   return {
       'classifier': ('token' if names.CLASS_TOKEN in params else
                      'map' if names.MAP_HEAD in params else 'gap'),

@@ -130,16 +130,12 @@ class MaskedAutoencoder(ViTWrapper):
     }
 
 
-def patches_of(images: jax.Array, patch_size: int) -> jax.Array:
-  """Images as (batch, patches, pixels), in the order of the ViT's tokens."""
-  grid = patch_grid(images, patch_size)
-  return grid.reshape(grid.shape[0], -1, grid.shape[-1])
-
-
 def reconstruction_error(predictions: jax.Array, mask: jax.Array,
                          images: jax.Array, patch_size: int) -> jax.Array:
   """Per-example error on the dropped patches (MAE's `norm_pix_loss`)."""
-  target = patches_of(images.astype(jnp.float32), patch_size)
+  # (batch, patches, pixels), in the order of the ViT's tokens.
+  target = patch_grid(images.astype(jnp.float32), patch_size)
+  target = target.reshape(target.shape[0], -1, target.shape[-1])
   mean = target.mean(axis=-1, keepdims=True)
   # PyTorch's default, the unbiased variance, as MAE's.
   variance = target.var(axis=-1, keepdims=True, ddof=1)

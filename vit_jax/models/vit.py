@@ -78,12 +78,11 @@ class VisionTransformer(nn.Module):
   def __post_init__(self):
     # Checked when the model is made, so that a bad override fails before
     # any data is read.
-    if self.classifier not in pooling.CLASSIFIERS:
-      raise ValueError(f'classifier={self.classifier!r}; use one of '
-                       f'{pooling.CLASSIFIERS}.')
-    if self.posemb not in position.POSEMBS:
-      raise ValueError(f'posemb={self.posemb!r}; use one of '
-                       f'{position.POSEMBS}.')
+    for field, choices in (('classifier', pooling.CLASSIFIERS),
+                           ('posemb', position.POSEMBS)):
+      if getattr(self, field) not in choices:
+        raise ValueError(
+            f'{field}={getattr(self, field)!r}; use one of {choices}.')
     for field in ('hidden_size', 'num_layers', 'num_heads', 'mlp_dim',
                   'patch_size'):
       if getattr(self, field) < 1:
@@ -183,10 +182,9 @@ class VisionTransformer(nn.Module):
       pre_logits = nn.Dense(self.representation_size, name=names.PRE_LOGITS)
       features = [nn.tanh(pre_logits(f)) for f in features]
 
-    heads = names.HEADS[:len(features)]
     logits = [
         nn.Dense(self.num_classes, kernel_init=nn.initializers.zeros,
-                 name=name)(f) for name, f in zip(heads, features)
+                 name=name)(f) for name, f in zip(names.HEADS, features)
     ]
     if len(logits) == 1:
       return logits[0], {}

@@ -110,9 +110,8 @@ def load_guide(config, num_classes: int, sharding) -> Guide | None:
   if widths != module.feature_widths:
     raise ConfigError(
         f'config.locality_guidance_teacher={workdir} is a '
-        f'{type(module).__name__} whose stages end in '
-        f'{module.feature_widths} channels, but config.model_overrides.'
-        f'guidance_widths={widths}: set --config.model_overrides.'
-        f"guidance_widths='{module.feature_widths}' (and guided_blocks to "
-        f'{len(module.feature_widths)} blocks).')
+        f'{type(module).__name__} whose stages end in {module.feature_widths} '
+        f'channels, but config.model_overrides.guidance_widths={widths}: set '
+        f"--config.model_overrides.guidance_widths='{module.feature_widths}' "
+        f'(and guided_blocks to {len(module.feature_widths)} blocks).')
   return Guide(module, variables, str(workdir), config.locality_guidance_weight)

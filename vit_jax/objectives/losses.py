@@ -8,8 +8,8 @@ import optax
 
 def soft_targets(labels: jax.Array, num_classes: int,
                  label_smoothing: float = 0.0) -> jax.Array:
-  """(batch, num_classes) one-hot targets, smoothed: off = smoothing / n,
-  on = 1 - smoothing + off (as timm's mixup targets)."""
+  """(batch, num_classes) one-hot targets, smoothed as timm's mixup targets."""
+  # off = smoothing / n, on = 1 - smoothing + off.
   return optax.smooth_labels(jax.nn.one_hot(labels, num_classes),
                              label_smoothing)
 

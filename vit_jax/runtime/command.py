@@ -50,8 +50,7 @@ def _config_file_problem(error: BaseException,
     return str(innermost)
   where = f'{in_file[-1].filename}, line {in_file[-1].lineno}'
   if frames[-1] is not in_file[-1]:  # in code the file calls
-    where += (f' (raised in {frames[-1].filename}, line '
-              f'{frames[-1].lineno})')
+    where += f' (raised in {frames[-1].filename}, line {frames[-1].lineno})'
   return f'{where}: {errors.first_line(innermost)}'
 
 

@@ -180,8 +180,8 @@ def lost_a_process(error: BaseException) -> bool:
 
 
 def leave_job(status: int, every_process_here: bool) -> None:
-  """Ends this process without jax's shutdown, which with recoverability
-  fails the others'. `every_process_here`: wait for all first."""
+  """Ends this process, after all the others if `every_process_here`."""
+  # Not through jax's shutdown, which with recoverability fails the others'.
   if every_process_here:
     peer_watch.wait_for_all_to_leave(status)
   logging.flush()

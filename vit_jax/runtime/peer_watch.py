@@ -52,8 +52,8 @@ def _coordinator_silence() -> float:
 
 
 def _too_long(silent: float) -> bool:
-  """Past the timeout, or past two beats once a stop is asked for: a stop
-  request cannot reach a silent peer, so it ends this process at once."""
+  """Past the timeout, or past two beats once a stop is asked for."""
+  # A stop request cannot reach a silent peer: this process ends at once.
   timeout, period = _watching
   return silent > timeout or (silent > 2 * period and stop_signals.received())
 
@@ -103,8 +103,7 @@ def watch(timeout: float) -> None:
 
 
 def _catch_coordinator_abort(coordinator_address: str) -> None:
-  """Outside process 0: jax's abort on losing process 0 as the line (through
-  ctypes: jax's `missed_heartbeat_callback` has no Python binding)."""
+  """Outside process 0: jax's abort on losing process 0 as the line."""
   if logging.get_verbosity() < 1:
     jax_utils.absl_set_min_log_level(4)  # above FATAL
   host, port = coordinator_address.rsplit(':', 1)
@@ -128,6 +127,7 @@ def _catch_coordinator_abort(coordinator_address: str) -> None:
         b'see why.\n')
     os._exit(134)  # pylint: disable=protected-access
 
+  # Through ctypes: jax's `missed_heartbeat_callback` has no Python binding.
   handler_type = ctypes.CFUNCTYPE(None, ctypes.c_int)
   _abort_handlers.append(handler_type(on_abort))
   libc = ctypes.CDLL(None)

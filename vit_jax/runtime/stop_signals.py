@@ -102,8 +102,8 @@ def received() -> str | None:
 
 
 def hand_on_to_jax() -> None:
-  """Before `catch` takes SIGTERM from jax's preemption service: a stop signal
-  goes on to the service's handler, which picks the step a job stops at."""
+  """Before `catch`: stop signals go on to jax's preemption service too."""
+  # Its handler picks the step the job stops at.
   action = ctypes.create_string_buffer(256)  # over struct sigaction's size
   _LIBC.sigaction(signal.SIGTERM, None, action)
   _jax_sigterm[:] = [action]

@@ -90,9 +90,8 @@ def evaluate(source, *, config=None, model_name=None, step=None, data_dir=None,
   elif loaded.kind == reading.WORKDIR and not config.validation_dir:
     _check_held_out(loaded.config, config, source)
   config_schema.validate(config, jax.device_count(), training=False)
-  model = loaded.model
-  if loaded.kind != reading.WORKDIR:
-    model = model.clone(dtype=jnp.dtype(config.dtype))
+  model = (loaded.model if loaded.kind == reading.WORKDIR else
+           loaded.model.clone(dtype=jnp.dtype(config.dtype)))
   mesh = sharding.make_mesh(config.fsdp)
   inputs = data.create_input(config, mesh)
   if inputs.num_classes != model.num_classes:

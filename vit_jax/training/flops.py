@@ -60,8 +60,8 @@ def matmul_flops(jaxpr) -> int:
 
 def forward_flops_per_image(model, variables, image_size: int,
                             train: bool = False) -> int:
-  """Matmul FLOPs of one image's forward pass (`train`: as training runs it,
-  as an MAE encoding a quarter of the patches); `variables` may be shapes."""
+  """Matmul FLOPs of one image's forward pass; `variables` may be shapes."""
+  # `train`: as training runs it, as an MAE encoding a quarter of the patches.
   # A fused attention kernel hides its matmuls from the count.
   if getattr(model, 'attention', 'einsum') != 'einsum':
     model = model.clone(attention='einsum')

@@ -1,5 +1,6 @@
 """Multi-head self-attention in flax's `MultiHeadDotProductAttention` tree."""
 
+import math
 from typing import Any, Sequence
 
 import flax.linen as nn
@@ -20,11 +21,6 @@ def project_qkv(x: jax.Array, projections: Sequence[tuple[jax.Array,
       jnp.einsum(f'btd,dhe->{layout}', x, kernel) +
       (bias[:, None, :] if layout == 'bhte' else bias)
       for kernel, bias in projections)
-
-
-def _is_power_of_4(n: int) -> bool:
-  """Whether 1/sqrt(n) is a power of two, so scaling by it is exact."""
-  return n > 0 and n & (n - 1) == 0 and (n.bit_length() - 1) % 2 == 0
 
 
 class _Projection(nn.Module):
@@ -85,9 +81,8 @@ class MultiHeadSelfAttention(nn.Module):
     hidden = x.shape[-1]
     heads, head_dim = self.num_heads, hidden // self.num_heads
 
-    initial = {}
-    if self.mimetic_init and self.is_initializing():
-      initial = mimetic_kernels(self.make_rng('params'), hidden, heads)
+    initial = (mimetic_kernels(self.make_rng('params'), hidden, heads)
+               if self.mimetic_init and self.is_initializing() else {})
 
     def projection(name, kernel_shape=(hidden, heads, head_dim),
                    bias_shape=(heads, head_dim), fan_in_axes=1):
@@ -110,9 +105,10 @@ class MultiHeadSelfAttention(nn.Module):
       return jnp.einsum('bthe,hed->btd', out, wo) + bo
 
     # Folding the scale into the query weights rounds them once more unless it
-    # is a power of two; float32 folds anyway (its results are pinned).
+    # is a power of two (head_dim a power of 4); float32 folds anyway (its
+    # results are pinned).
     fold = not self.locality and (jnp.finfo(self.dtype).bits >= 32 or
-                                  _is_power_of_4(head_dim))
+                                  math.log2(head_dim) % 2 == 0)
     if fold:
       scale = jnp.asarray(head_dim**-0.5, self.dtype)
       wq, bq = wq * scale, bq * scale
