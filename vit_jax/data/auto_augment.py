@@ -202,18 +202,17 @@ def trivial_augment(key: jax.Array, images: jax.Array,
 
 def rand_augment(key: jax.Array, images: jax.Array, num_ops: int = 2,
                  magnitude: float = 9, *, probability: float = 0.5,
-                 magnitude_std: float = 0.0,
                  ranges: OpRanges = RAND_AUGMENT) -> jax.Array:
-  """RandAugment (Cubuk et al. 2020) as timm's `rand-mM-nN-mstdS-inc1`."""
+  """RandAugment (Cubuk et al. 2020) as timm's `rand-mM-nN-inc1`."""
   # `num_ops` and `ranges` are static.
   n = images.shape[0]
   keys = jax.random.split(key, num_ops)
 
   def step(i, images):
-    op_key, apply_key, noise_key, sign_key = jax.random.split(keys[i], 4)
+    # The third key drew timm's magnitude noise (`mstd`), not offered.
+    op_key, apply_key, _, sign_key = jax.random.split(keys[i], 4)
     ops = jax.random.randint(op_key, (n,), 0, len(OPS))
-    level = magnitude + magnitude_std * jax.random.normal(noise_key, (n,))
-    level = jnp.clip(level, 0.0, 10.0) / 10.0
+    level = jnp.clip(magnitude, 0.0, 10.0) / 10.0
     applied = jax.random.bernoulli(apply_key, probability, (n,))
     ops = jnp.where(applied, ops, OPS.index('identity'))
     return apply_op(images, ops, level * _random_signs(sign_key, n), ranges)

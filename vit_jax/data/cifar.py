@@ -11,6 +11,10 @@ from vit_jax.data.dataset import Dataset
 from vit_jax.errors import DatasetError
 
 NUM_CLASSES = {'cifar10': 10, 'cifar100': 100}
+# Where the binary release names its classes, one a line.
+_CLASS_NAMES_FILE = {
+    'cifar10': 'batches.meta.txt', 'cifar100': 'fine_label_names.txt'
+}
 
 _SIDE = 32
 _PIXELS = _SIDE * _SIDE * 3
@@ -71,38 +75,18 @@ def _planar_to_nhwc(rows: np.ndarray) -> np.ndarray:
 
 
 _BATCHES = [f'data_batch_{i}' for i in range(1, 6)]
-# (folder, train files, test file, reader, class names file) per format.
+# (folder, train files, test file, reader) per format.
 _FORMATS = {
     'cifar10': [('cifar-10-batches-bin', [f'{n}.bin'
                                           for n in _BATCHES], 'test_batch.bin',
-                 lambda p: _read_binary(p, label_bytes=1, label_offset=0),
-                 'batches.meta.txt'),
+                 lambda p: _read_binary(p, label_bytes=1, label_offset=0)),
                 ('cifar-10-batches-py', _BATCHES, 'test_batch',
-                 lambda p: _read_python(p, b'labels'), 'batches.meta'),],
+                 lambda p: _read_python(p, b'labels')),],
     'cifar100': [('cifar-100-binary', ['train.bin'], 'test.bin',
-                  lambda p: _read_binary(p, label_bytes=2, label_offset=1),
-                  'fine_label_names.txt'),
+                  lambda p: _read_binary(p, label_bytes=2, label_offset=1)),
                  ('cifar-100-python', ['train'], 'test',
-                  lambda p: _read_python(p, b'fine_labels'), 'meta'),],
+                  lambda p: _read_python(p, b'fine_labels')),],
 }
-
-
-def _class_names(path: pathlib.Path, count: int) -> tuple[str, ...]:
-  """The `count` class names the release lists in `path`, else ()."""
-  try:
-    if path.suffix == '.txt':
-      listed = path.read_text().split()
-    else:
-      with open(path, 'rb') as f:
-        meta = _BatchUnpickler(f, encoding='bytes').load()
-      listed = [
-          n.decode() for n in meta.get(b'fine_label_names') or
-          meta.get(b'label_names', [])
-      ]
-  except (OSError, pickle.UnpicklingError, EOFError, AttributeError,
-          UnicodeError):  # a copy without it, or another file of that name
-    return ()
-  return tuple(listed) if len(listed) == count else ()
 
 
 def _read_file(read, path: pathlib.Path) -> ArraySource:
@@ -115,7 +99,7 @@ def _read_file(read, path: pathlib.Path) -> ArraySource:
 
 def _find(name: str, data_dir: pathlib.Path):
   """The first format of `name` with a file under `data_dir`, whole, or None."""
-  for folder, train_names, test_name, read, names_file in _FORMATS[name]:
+  for folder, train_names, test_name, read in _FORMATS[name]:
     for root in (data_dir / folder, data_dir):
       names = [*train_names, test_name]
       missing = [n for n in names if not (root / n).is_file()]
@@ -124,8 +108,7 @@ def _find(name: str, data_dir: pathlib.Path):
             f'{root} lacks {", ".join(missing)} of the {name} release '
             f'({", ".join(names)}); unpack the whole release again.')
       if not missing:
-        return (root, [root / n for n in train_names], root / test_name, read,
-                root / names_file)
+        return root, [root / n for n in train_names], root / test_name, read
   return None
 
 
@@ -140,7 +123,9 @@ def load_cifar(name: str, data_dir: pathlib.Path,
         f'in it, and for their files in it directly). Unpack the official '
         f'{name} release (binary or python version) into a directory and '
         f'pass --config.data_dir=DIR, or leave data_dir unset to download it.')
-  root, train_files, test_file, read, names_file = found
+  root, train_files, test_file, read = found
+  names = root / _CLASS_NAMES_FILE[name]
+  names = names.read_text().split() if names.is_file() else []
   train = [_read_file(read, p) for p in train_files]
   if train_per_file:
     short = [
@@ -156,11 +141,11 @@ def load_cifar(name: str, data_dir: pathlib.Path,
                        np.concatenate([s.labels[part] for s in train]))
 
   spare = joined(slice(train_per_file, None)) if train_per_file else None
-  dataset = Dataset(train=joined(slice(train_per_file or
-                                       None)), test=_read_file(read, test_file),
-                    num_classes=NUM_CLASSES[name],
-                    spare=spare if spare and len(spare) else None,
-                    class_names=_class_names(names_file, NUM_CLASSES[name]))
+  dataset = Dataset(
+      train=joined(slice(train_per_file or None)), test=_read_file(
+          read, test_file), num_classes=NUM_CLASSES[name],
+      spare=spare if spare and len(spare) else None,
+      class_names=tuple(names) if len(names) == NUM_CLASSES[name] else ())
   for split in (dataset.train, dataset.test):
     if split.labels.min() < 0 or split.labels.max() >= dataset.num_classes:
       raise DatasetError(f'{root}: labels outside 0..'

@@ -103,11 +103,7 @@ def save_npz(params: Mapping[str, Any], path: str | pathlib.Path) -> None:
   path.parent.mkdir(parents=True, exist_ok=True)
 
   def write(partial: pathlib.Path):
-    # np.savez's keyword arguments would collide with a parameter `file`.
-    with zipfile.ZipFile(partial, 'w', zipfile.ZIP_STORED,
-                         allowZip64=True) as archive:
-      for key, array in arrays.items():
-        with archive.open(key + '.npy', 'w', force_zip64=True) as member:
-          np.lib.format.write_array(member, array, allow_pickle=False)
+    with open(partial, 'wb') as f:  # a path would gain '.npz'
+      np.savez(f, **arrays)
 
   files.replace_atomically(path, write)
