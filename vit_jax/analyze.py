@@ -38,7 +38,7 @@ _WORKDIR = flags.DEFINE_string(
     'workdir', None, 'A vit_jax.main run, or pass --checkpoint '
     '(WORKDIR/best_checkpoint: at its best evaluation, kept with '
     'config.keep_best_checkpoint).')
-_CHECKPOINT, _MODEL, _STEP, _DATA_DIR = command.define_checkpoint_flags(
+_CHECKPOINT, _MODEL, _STEP, _DATA_DIR = command.define_shared_flags(
     'checkpoint', 'model', 'step', 'data_dir')
 _IMAGES = flags.DEFINE_list(
     'images', None, "Image files or directories to analyze (default: the "

@@ -69,7 +69,7 @@ flags.register_validator(
     'trace_dir', lambda path: not path or not os.path.isfile(path),
     'a file, not a directory: pass a directory (made if missing).')
 _TRACE_STEPS = flags.DEFINE_integer('trace_steps', 3, 'Train steps traced.')
-_CPU_DEVICES = command.define_cpu_devices()
+_CPU_DEVICES = command.define_shared_flags('cpu_devices')[0]
 _CPU_COMPILER_OPTIONS = flags.DEFINE_multi_string(
     'cpu_compiler_option', [],
     'NAME=VALUE: an XLA option both steps and the peak matmul compile with on '

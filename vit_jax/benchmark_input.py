@@ -35,12 +35,10 @@ from vit_jax.runtime import command
 def loader_config(dataset: str, data_dir: str, batch_size: int, image_size: int,
                   steps: int) -> ml_collections.ConfigDict:
   """The schema's streaming config of `dataset` for `steps` + 1 batches."""
-  config = config_schema.defaults()
-  config.update(
-      dict(dataset=dataset, data_dir=data_dir, input_pipeline='streaming',
-           batch_size=batch_size, eval_batch_size=batch_size,
-           image_size=image_size, total_steps=steps + 1))
-  return config
+  return config_schema.defaults(
+      dataset=dataset, data_dir=data_dir, input_pipeline='streaming',
+      batch_size=batch_size, eval_batch_size=batch_size, image_size=image_size,
+      total_steps=steps + 1)
 
 
 def _time_loader(config: ml_collections.ConfigDict, steps: int,

@@ -229,9 +229,11 @@ _OVERRIDES_MAY_CHANGE = ('remat', 'attention')
 _SET_IN_STEPS_BY = dict(num_epochs='total_steps', warmup_epochs='warmup_steps')
 
 
-def defaults() -> ml_collections.ConfigDict:
-  """A config holding every field at its default."""
-  return ml_collections.ConfigDict({n: f.default for n, f in FIELDS.items()})
+def defaults(**overrides) -> ml_collections.ConfigDict:
+  """A config holding every field at its default, but those `overrides` set."""
+  config = ml_collections.ConfigDict({n: f.default for n, f in FIELDS.items()})
+  config.update(overrides)
+  return config
 
 
 def validate(config: ml_collections.ConfigDict, num_devices: int,
@@ -259,7 +261,8 @@ def validate(config: ml_collections.ConfigDict, num_devices: int,
   if not config.total_steps and not config.num_epochs:
     raise ConfigError('Set config.total_steps or config.num_epochs: the run '
                       'has no length.')
-  # Each teacher field with the student it needs, and the reverse.
+  # Each field with the one it needs: a teacher's student and the reverse,
+  # the validation folder's count.
   has_token = bool(config.model_overrides.get('distillation_token', False))
   guided = bool(config.model_overrides.get('guided_blocks', ()))
   for wrong, message in (
@@ -283,14 +286,13 @@ def validate(config: ml_collections.ConfigDict, num_devices: int,
        not config.distillation_teacher and not config.locality_guidance_teacher,
        "config.teacher_checkpoint='best' picks a teacher's checkpoint, and "
        'this run has none: set --config.distillation_teacher or '
-       '--config.locality_guidance_teacher, or leave it at last.')):
+       '--config.locality_guidance_teacher, or leave it at last.'),
+      (config.validation_dir and not config.validation_examples,
+       f'config.validation_dir={config.validation_dir} holds validation '
+       'examples, but config.validation_examples=0 holds none out: set how '
+       'many, e.g. --config.validation_examples=5000.')):
     if wrong:
       raise ConfigError(message)
-  if config.validation_dir and not config.validation_examples:
-    raise ConfigError(
-        f'config.validation_dir={config.validation_dir} holds validation '
-        'examples, but config.validation_examples=0 holds none out: set how '
-        'many, e.g. --config.validation_examples=5000.')
   if config.fsdp != -1 and (config.fsdp < 1 or num_devices % config.fsdp):
     raise ConfigError(
         f'config.fsdp={config.fsdp} does not divide the {num_devices} '

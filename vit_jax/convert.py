@@ -32,7 +32,7 @@ from vit_jax.runtime import command
 
 _FORMAT = flags.DEFINE_enum('format', None, export.FORMATS,
                             'What DEST is written as.')
-_MODEL, _STEP = command.define_checkpoint_flags('model', 'step')
+_MODEL, _STEP = command.define_shared_flags('model', 'step')
 
 
 def main(argv):

@@ -36,7 +36,7 @@ from vit_jax.runtime import command
 from vit_jax.runtime import job
 from vit_jax.training import evaluation
 
-_CHECKPOINT, _MODEL, _STEP, _DATA_DIR = command.define_checkpoint_flags(
+_CHECKPOINT, _MODEL, _STEP, _DATA_DIR = command.define_shared_flags(
     'checkpoint', 'model', 'step', 'data_dir')
 _CONFIG = config_flags.DEFINE_config_file(
     'config', None,
@@ -53,7 +53,7 @@ _SPLIT = flags.DEFINE_enum(
 _CLASS_HEAD = flags.DEFINE_bool(
     'class_head', False, "A distilled ViT's class head alone, not the "
     'average of its two heads that it predicts with.')
-_CPU_DEVICES = command.define_cpu_devices()
+_CPU_DEVICES = command.define_shared_flags('cpu_devices')[0]
 flags.adopt_module_key_flags(job)
 flags.mark_flag_as_required('checkpoint')
 

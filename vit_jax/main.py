@@ -39,7 +39,7 @@ _CONFIG = config_flags.DEFINE_config_file(
     accept_new_attributes=True)
 _WORKDIR = flags.DEFINE_string(
     'workdir', None, 'Directory for checkpoints, metrics and the config.')
-_CPU_DEVICES = command.define_cpu_devices()
+_CPU_DEVICES = command.define_shared_flags('cpu_devices')[0]
 flags.adopt_module_key_flags(job)
 flags.mark_flags_as_required(['config', 'workdir'])
 

@@ -8,9 +8,8 @@ from vit_jax.analysis import plotting
 
 def _image_rows(path, rows, figsize, titles, suptitle=None, row_titles=()):
   """Rows of (image, colour map) panels, the first row's titled."""
-  plt = plotting.pyplot()
-  fig, axes = plt.subplots(len(rows), len(rows[0]), figsize=figsize,
-                           squeeze=False)
+  fig, axes = plotting.pyplot().subplots(len(rows), len(rows[0]),
+                                         figsize=figsize, squeeze=False)
   for row_axes, row in zip(axes, rows):
     for ax, (image, cmap) in zip(row_axes, row):
       ax.imshow(image, cmap=cmap)
@@ -57,8 +56,7 @@ def plot_rollout(path, display, rollout_maps):
 def plot_attention_distance(path, distances: np.ndarray, image_size: int,
                             uniform: float):
   """Every head's mean attention distance against depth."""
-  plt = plotting.pyplot()
-  fig, ax = plt.subplots(figsize=(4.5, 3.5))
+  fig, ax = plotting.pyplot().subplots(figsize=(4.5, 3.5))
   layers, heads = distances.shape
   for h in range(heads):
     ax.scatter(np.arange(1, layers + 1), distances[:, h], s=14,
@@ -85,9 +83,8 @@ def _mosaic(similarity: np.ndarray) -> np.ndarray:
 def plot_position_embeddings(path, similarity: np.ndarray, correlation: float,
                              title: str | None = None):
   """Each position's similarity map as tiles, and the centre's."""
-  plt = plotting.pyplot()
-  fig, axes = plt.subplots(1, 2, figsize=(9, 4.3),
-                           gridspec_kw={'width_ratios': [1.4, 1]})
+  fig, axes = plotting.pyplot().subplots(1, 2, figsize=(9, 4.3),
+                                         gridspec_kw={'width_ratios': [1.4, 1]})
   image = axes[0].imshow(_mosaic(similarity), cmap='viridis', vmin=-1, vmax=1)
   axes[0].set_title('each position vs all (tile = position)', fontsize=9)
   axes[1].imshow(measures.similarity_to_centre(similarity), cmap='viridis',
@@ -106,11 +103,11 @@ def plot_position_embeddings(path, similarity: np.ndarray, correlation: float,
 def plot_embedding_filters(path, components: np.ndarray, explained: np.ndarray,
                            title: str = 'the patch-embedding filters'):
   """The principal `components` as RGB patches, with the variance shares."""
-  plt = plotting.pyplot()
   columns = 7
   rows = -(-len(components) // columns)
-  fig, axes = plt.subplots(rows, columns, figsize=(1.3 * columns, 1.4 * rows),
-                           squeeze=False)
+  fig, axes = plotting.pyplot().subplots(rows, columns,
+                                         figsize=(1.3 * columns, 1.4 * rows),
+                                         squeeze=False)
   for ax in axes.ravel():
     ax.axis('off')
   for ax, component, share in zip(axes.ravel(), components, explained):

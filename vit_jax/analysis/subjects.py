@@ -137,14 +137,12 @@ def model_inputs(images: np.ndarray,
 
 def forward(model, variables, inputs: np.ndarray):
   """The logits of `inputs` and every layer's attention, in batches."""
-  logits, attentions = [], []
-  for i in range(0, len(inputs), _BATCH_SIZE):
-    batch_logits, batch_attentions = _logits_and_attention(
-        model, variables, inputs[i:i + _BATCH_SIZE])
-    logits.append(np.asarray(batch_logits))
-    attentions.append([np.asarray(a) for a in batch_attentions])
-  return (np.concatenate(logits),
-          [np.concatenate(layer) for layer in zip(*attentions)])
+  batches = [
+      jax.device_get(
+          _logits_and_attention(model, variables, inputs[i:i + _BATCH_SIZE]))
+      for i in range(0, len(inputs), _BATCH_SIZE)
+  ]
+  return jax.tree.map(lambda *parts: np.concatenate(parts), *batches)
 
 
 def top5(logits: np.ndarray, names: list[str] | None) -> list[list]:

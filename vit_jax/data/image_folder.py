@@ -267,9 +267,8 @@ def _files(source, folders: tuple[FileSource, ...]) -> list[pathlib.Path]:
   return source.paths if any(source is f for f in folders) else []
 
 
-def open_split(
-    folder: pathlib.Path, class_count: int,
-    keep: Callable[[FileSource], np.ndarray] | None = None) -> FileSource:
+def open_split(folder: pathlib.Path, class_count: int,
+               keep: Callable[[FileSource], np.ndarray]) -> FileSource:
   """The images of `folder/<class>/` (classes by name) `keep` picks, checked."""
   if not folder.is_dir():
     raise DatasetError(f'No folder {folder}: pass a folder holding one '
@@ -282,7 +281,7 @@ def open_split(
         'that they sort in the order of the labels.')
   findings = _Findings(folder.parent)
   split = _list_split(folder, class_names, findings)
-  if keep is not None and not findings.problems:
+  if not findings.problems:
     kept = keep(split)
     split = FileSource([split.paths[i] for i in kept], split.labels[kept])
   _check(findings, split.paths, folder)

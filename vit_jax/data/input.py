@@ -38,6 +38,13 @@ class Input(abc.ABC):
     self.config = config
     self.mesh = mesh
     self._policy = preprocess.device_policy(config)
+    self.train_size = len(dataset.train)
+    self._evaluated = {'test': dataset.test}
+    if dataset.validation is not None:
+      self._evaluated['validation'] = dataset.validation
+    self.eval_sizes = {
+        name: len(split) for name, split in self._evaluated.items()
+    }
 
   @property
   def steps_per_dispatch(self) -> int:

@@ -21,24 +21,18 @@ class OnDeviceInput(input_lib.Input):
     super().__init__(dataset, config, mesh)
     self._replicated = sharding.replicated(mesh)
     self._batch_sharding = sharding.batch_sharded(mesh)
-    splits = {'train': dataset.train, 'test': dataset.test}
-    if dataset.validation is not None:
-      splits['validation'] = dataset.validation
     self._arrays = {
         name: sources.to_arrays(split, config.image_size)
-        for name, split in splits.items()
+        for name, split in {'train': dataset.train, **self._evaluated}.items()
     }
-    sizes = {name: len(labels) for name, (_, labels) in self._arrays.items()}
-    self.train_size = sizes.pop('train')
-    self.eval_sizes = sizes
     replicate = functools.partial(
         jax.tree.map, lambda a: sharding.replicate(a, self._replicated))
-    evaluated = [self._arrays[name] for name in sizes]
+    evaluated = [self._arrays[name] for name in self.eval_sizes]
     self.train_data, self.eval_data = replicate(
         (self._arrays['train'],
          tuple(np.concatenate(parts) for parts in zip(*evaluated))))
     self._eval_batches, first = {}, 0
-    for name, size in sizes.items():
+    for name, size in self.eval_sizes.items():
       indices, masks = input_lib.eval_batches(size, config.eval_batch_size)
       self._eval_batches[name] = replicate((indices + first, masks))
       first += size

@@ -30,13 +30,6 @@ class StreamingInput(input_lib.Input):
                workers: int | None = None, prefetch: int = 2):
     super().__init__(dataset, config, mesh)
     self.dataset = dataset
-    self.train_size = len(dataset.train)
-    self._evaluated = {'test': dataset.test}
-    if dataset.validation is not None:
-      self._evaluated['validation'] = dataset.validation
-    self.eval_sizes = {
-        name: len(split) for name, split in self._evaluated.items()
-    }
     self.train_data = self.eval_data = ()
     self._sharding = sharding.batch_sharded(mesh)
     workers = config.input_workers if workers is None else workers

@@ -9,19 +9,17 @@ import jax.numpy as jnp
 from vit_jax.models.layers import initializers
 
 
-def _conv(x: jax.Array, features: int, kernel_size: int, *, strides: int = 1,
-          use_bias: bool, dtype: Any, name: str) -> jax.Array:
+def _conv_bn(x: jax.Array, features: int, kernel_size: int, *, train: bool,
+             dtype: Any, names: tuple[str, str], strides: int = 1,
+             use_bias: bool = False) -> jax.Array:
+  """A conv and the BatchNorm after it, modules `names` of the caller."""
   fan_in = kernel_size * kernel_size * x.shape[-1]
-  return nn.Conv(features, kernel_size=(kernel_size, kernel_size),
-                 strides=strides, padding=kernel_size // 2, use_bias=use_bias,
-                 dtype=dtype, kernel_init=initializers.torch_kernel_init,
-                 bias_init=initializers.torch_bias_init(fan_in), name=name)(x)
-
-
-def _batch_norm(x: jax.Array, *, train: bool, dtype: Any,
-                name: str) -> jax.Array:
+  x = nn.Conv(features, kernel_size=(kernel_size, kernel_size), strides=strides,
+              padding=kernel_size // 2, use_bias=use_bias, dtype=dtype,
+              kernel_init=initializers.torch_kernel_init,
+              bias_init=initializers.torch_bias_init(fan_in), name=names[0])(x)
   return nn.BatchNorm(use_running_average=not train, momentum=0.9, epsilon=1e-5,
-                      dtype=dtype, name=name)(x)
+                      dtype=dtype, name=names[1])(x)
 
 
 def _head(x: jax.Array, num_classes: int) -> jax.Array:
@@ -52,8 +50,8 @@ class SimpleCNN(nn.Module):
                return_out: bool = False):
     x, stages = images, []
     for i, width in enumerate(self.widths):
-      x = _conv(x, width, 3, use_bias=True, dtype=self.dtype, name=f'conv_{i}')
-      x = _batch_norm(x, train=train, dtype=self.dtype, name=f'bn_{i}')
+      x = _conv_bn(x, width, 3, train=train, dtype=self.dtype, use_bias=True,
+                   names=(f'conv_{i}', f'bn_{i}'))
       x = nn.relu(x)
       if i in self._stage_ends:
         stages.append(x)
@@ -72,20 +70,17 @@ class BasicBlock(nn.Module):
 
   @nn.compact
   def __call__(self, x: jax.Array, *, train: bool) -> jax.Array:
-    y = _conv(x, self.features, 3, strides=self.strides, use_bias=False,
-              dtype=self.dtype, name='conv_0')
-    y = _batch_norm(y, train=train, dtype=self.dtype, name='bn_0')
+    y = _conv_bn(x, self.features, 3, strides=self.strides, train=train,
+                 dtype=self.dtype, names=('conv_0', 'bn_0'))
     y = nn.relu(y)
-    y = _conv(y, self.features, 3, use_bias=False, dtype=self.dtype,
-              name='conv_1')
-    y = _batch_norm(y, train=train, dtype=self.dtype, name='bn_1')
+    y = _conv_bn(y, self.features, 3, train=train, dtype=self.dtype,
+                 names=('conv_1', 'bn_1'))
 
     shortcut = x
     if self.strides != 1 or x.shape[-1] != self.features:
-      shortcut = _conv(x, self.features, 1, strides=self.strides,
-                       use_bias=False, dtype=self.dtype, name='shortcut_conv')
-      shortcut = _batch_norm(shortcut, train=train, dtype=self.dtype,
-                             name='shortcut_bn')
+      shortcut = _conv_bn(x, self.features, 1, strides=self.strides,
+                          train=train, dtype=self.dtype, names=('shortcut_conv',
+                                                                'shortcut_bn'))
     return nn.relu(shortcut + y)
 
 
@@ -107,9 +102,8 @@ class SmallResNet(nn.Module):
   def __call__(self, images: jax.Array, *, train: bool,
                return_out: bool = False):
     stages = []
-    x = _conv(images, self.stage_widths[0], 3, strides=self.stem_stride,
-              use_bias=False, dtype=self.dtype, name='stem_conv')
-    x = _batch_norm(x, train=train, dtype=self.dtype, name='stem_bn')
+    x = _conv_bn(images, self.stage_widths[0], 3, strides=self.stem_stride,
+                 train=train, dtype=self.dtype, names=('stem_conv', 'stem_bn'))
     x = nn.relu(x)
     if self.stem_pool:
       x = nn.max_pool(x, (3, 3), strides=(2, 2), padding='SAME')

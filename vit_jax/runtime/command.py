@@ -144,17 +144,12 @@ def _define(name: str) -> flags.FlagHolder:
   return define(name, None, help_text)
 
 
-def define_checkpoint_flags(*names: str) -> tuple[flags.FlagHolder, ...]:
-  """The flags `names` of --checkpoint, --model, --step and --data_dir."""
+def define_shared_flags(*names: str) -> tuple[flags.FlagHolder, ...]:
+  """The flags `names` of `_SHARED_FLAGS` (--checkpoint, --cpu_devices, ...)."""
   holders = tuple(_define(name) for name in names)
   for name in names:  # each command's own, with two in one process (tests)
     flags.declare_key_flag(name)
   return holders
-
-
-def define_cpu_devices() -> flags.FlagHolder:
-  """--cpu_devices: host devices a command on a CPU splits its batches over."""
-  return define_checkpoint_flags('cpu_devices')[0]
 
 
 def _quiet_libraries(record) -> bool:

@@ -148,8 +148,7 @@ def record_run(config, workdir: pathlib.Path, inputs: data.Input,
                plan: plan_lib.StepPlan, params) -> dict:
   """Writes config.json and logs what trains; the config as recorded."""
   run_config = json.loads(config.to_json_best_effort())
-  if jax.process_index() == 0:
-    workdir.mkdir(parents=True, exist_ok=True)
+  if jax.process_index() == 0:  # the workdir is made by its lock's holder
     files.write_atomically(workdir / 'config.json',
                            json.dumps(run_config, indent=2))
     if inputs.class_names:  # for evaluate, analyze and the exports

@@ -77,12 +77,11 @@ def benchmark_config(model: str, batch_size: int, image_size: int,
                      fsdp: int = 1, steps_per_dispatch: int = 1,
                      **model_overrides) -> ml_collections.ConfigDict:
   """The schema's config with the study's optimizer and loss."""
-  config = config_schema.defaults()
-  config.update(
-      dict(model=model, dtype=dtype, batch_size=batch_size,
-           eval_batch_size=batch_size, image_size=image_size, augment=augment,
-           pixel_std=(0.25, 0.25, 0.25), label_smoothing=0.1, weight_decay=0.01,
-           total_steps=1, fsdp=fsdp, steps_per_dispatch=steps_per_dispatch))
+  config = config_schema.defaults(
+      model=model, dtype=dtype, batch_size=batch_size,
+      eval_batch_size=batch_size, image_size=image_size, augment=augment,
+      pixel_std=(0.25, 0.25, 0.25), label_smoothing=0.1, weight_decay=0.01,
+      total_steps=1, fsdp=fsdp, steps_per_dispatch=steps_per_dispatch)
   config.cpu_compiler_options.update(cpu_compiler_options or {})
   config.model_overrides.update({
       name: value for name, value in model_overrides.items()
@@ -113,8 +112,7 @@ class StepBenchmark:
     self.inputs = data.OnDeviceInput(sources.Dataset(split, split, num_classes),
                                      config, self.mesh)
     indices = np.arange(batch_size, dtype=np.int32)
-    self.indices = jax.device_put(indices, self.replicated)
-    self.mask = jax.device_put(np.ones(batch_size, np.float32), self.replicated)
+    self.indices, self.mask = next(self.inputs.eval_batches('test'))
     self.key = jax.random.key(1)
     start = time.perf_counter()
     self.compiled = steps.compile_steps(config, self.inputs, self.state,

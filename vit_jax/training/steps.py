@@ -75,10 +75,8 @@ def state_shapes(key, model, tx, image_size: int, mesh: jax.sharding.Mesh,
 def initializer(key, model, tx, image_size: int, mesh: jax.sharding.Mesh,
                 ema_decay: float = 0.0) -> Callable[[jax.Array], TrainState]:
   """key -> a fresh state laid out on `mesh`, compiled now (on a thread)."""
-  shardings = jax.tree.map(
-      lambda s: s.sharding,
-      state_shapes(key, model, tx, image_size, mesh, ema_decay))
   init = functools.partial(_init, model, tx, image_size, ema_decay)
+  shardings = sharding.state_shardings(jax.eval_shape(init, key), mesh)
   vit = model.vit if isinstance(model, ViTWrapper) else model
   if getattr(vit, 'mimetic_init', False) and jax.default_backend() == 'cpu':
     # Its SVDs deadlock XLA's CPU runtime when partitioned over host
@@ -146,8 +144,7 @@ def _accumulated(gradients, micro_batches: int):
   return accumulate
 
 
-def make_train_step(config, inputs,
-                    objective: losses.Objective = losses.classification):
+def make_train_step(config, inputs, objective: losses.Objective):
   """(state, sums, data, batch, key) -> (state, sums): one optimizer step."""
 
   def gradients(state: TrainState, batch_stats, data, batch, key):
@@ -291,17 +288,16 @@ def compile_steps(config, inputs, state: TrainState, key,
   state_out = jax.tree.map(lambda x: x.sharding, state)
   count = jax.ShapeDtypeStruct((), jnp.int32, sharding=replicated)
   hits = dict(train=compilation_cache.Hits(), eval=compilation_cache.Hits())
-  with _options_blamed(options):
-    with hits['train']:
-      train = jax.jit(make_train_steps(config, inputs, per_call, objective),
-                      out_shardings=(state_out, replicated, replicated),
-                      donate_argnums=(0, 1)).lower(
-                          state, sum_shapes(replicated), inputs.train_data,
-                          inputs.stacked_specs(per_call), count,
-                          key).compile(options)
-    train_seconds = time.perf_counter() - start
-    with hits['eval']:
-      evaluated = compile_eval(config, inputs, state) if evaluate else None
+  with _options_blamed(options), hits['train']:
+    train = jax.jit(make_train_steps(config, inputs, per_call, objective),
+                    out_shardings=(state_out, replicated, replicated),
+                    donate_argnums=(0, 1)).lower(state, sum_shapes(replicated),
+                                                 inputs.train_data,
+                                                 inputs.stacked_specs(per_call),
+                                                 count, key).compile(options)
+  train_seconds = time.perf_counter() - start
+  with hits['eval']:  # `compile_eval` blames the options itself
+    evaluated = compile_eval(config, inputs, state) if evaluate else None
   cached = [f'{name} step' for name, counted in hits.items() if counted.count]
   logging.info(
       'Compiled the %s in %.1fs%s.',

@@ -12,8 +12,11 @@ from vit_jax.models import names
 def embed_patches(images: jax.Array, patch_size: int, hidden_size: int, *,
                   shifted: bool, dtype: Any) -> jax.Array:
   """The patches' embeddings, by modules of the calling compact method."""
-  if shifted:
-    return shifted_patch_embedding(images, patch_size, hidden_size, dtype)
+  if shifted:  # LayerNorm'd and projected, in place of the conv
+    x = shifted_patch_tokens(images, patch_size)
+    x = nn.LayerNorm(dtype=dtype, name=names.SHIFTED_PATCH_NORM)(x)
+    return nn.Dense(hidden_size, dtype=dtype,
+                    name=names.SHIFTED_PATCH_EMBEDDING)(x)
   return nn.Conv(hidden_size, kernel_size=(patch_size, patch_size),
                  strides=(patch_size, patch_size), padding='VALID', dtype=dtype,
                  name=names.PATCH_EMBEDDING)(images)
@@ -39,12 +42,3 @@ def patch_grid(images: jax.Array, patch_size: int) -> jax.Array:
   x = images.reshape(n, height // p, p, width // p, p, channels)
   x = x.transpose(0, 1, 3, 2, 4, 5)
   return x.reshape(n, height // p, width // p, p * p * channels)
-
-
-def shifted_patch_embedding(images: jax.Array, patch_size: int,
-                            hidden_size: int, dtype: Any) -> jax.Array:
-  """Shifted patches LayerNorm'd and projected, in place of the conv."""
-  x = shifted_patch_tokens(images, patch_size)
-  x = nn.LayerNorm(dtype=dtype, name=names.SHIFTED_PATCH_NORM)(x)
-  return nn.Dense(hidden_size, dtype=dtype,
-                  name=names.SHIFTED_PATCH_EMBEDDING)(x)

@@ -39,10 +39,9 @@ def posemb_sincos_2d(h: int, w: int, width: int, temperature: float = 10_000.,
   omega = 1.0 / (temperature**omega)
   x = x.reshape(-1)[:, None] * omega[None, :]
   y = y.reshape(-1)[:, None] * omega[None, :]
-  embedding = jnp.concatenate(
+  return jnp.concatenate(
       [jnp.sin(x), jnp.cos(x), jnp.sin(y),
-       jnp.cos(y)], axis=1)
-  return embedding[None].astype(dtype)
+       jnp.cos(y)], axis=1)[None].astype(dtype)
 
 
 class AddSincos2dPositionEmbs(nn.Module):
