@@ -28,6 +28,10 @@ def test_both_cifar10_formats_load_to_the_same_arrays(cifar10_dir,
   # The class names are the binary release's; the python one's, unread.
   assert binary.class_names == tuple(f'c{i}' for i in range(10))
   assert python.class_names == ()
+  # A names file that is not text: no names, the data as it was.
+  (cifar10_dir / 'cifar-10-batches-bin' / 'batches.meta.txt').write_bytes(
+      b'caf\xe9\n' * 10)
+  assert cifar.load_cifar('cifar10', cifar10_dir).class_names == ()
 
   # Pixels land where the official planar layout puts them.
   expected_train = np.concatenate([

@@ -76,3 +76,14 @@ def test_a_run_whose_training_images_changed_is_not_resumed(tmp_path):
       'data holds 48: the data changed since the run began'):
     train.train_and_evaluate(config, run)
   assert saved == {p: p.read_bytes() for p in run.rglob('*') if p.is_file()}
+  # As many images, under a renamed class: not resumed either.
+  for i in range(16):
+    (tmp_path / f'data/train/cat/new{i}.png').unlink()
+  (tmp_path / 'data/train/cat').rename(tmp_path / 'data/train/bird')
+  (tmp_path / 'data/test/cat').rename(tmp_path / 'data/test/bird')
+  with pytest.raises(
+      DatasetError, match=f"{run} was trained with label 0 for the class "
+      "'cat', but its data names it 'bird': the data changed since the run "
+      'began'):
+    train.train_and_evaluate(config, run)
+  assert saved == {p: p.read_bytes() for p in run.rglob('*') if p.is_file()}

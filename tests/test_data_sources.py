@@ -195,3 +195,13 @@ def test_validation_examples_are_never_trained_on_and_the_same_every_seed(
   ]:
     with pytest.raises(DatasetError, match=said):
       sources.open_dataset(_config(cifar10_dir, **fields))
+  # A dataset that names its classes: a folder must name them alike.
+  (cifar10_dir / 'cifar-10-batches-bin' / 'batches.meta.txt').write_text(
+      '\n'.join(helpers.CIFAR10_CLASSES))
+  with pytest.raises(
+      DatasetError, match=f'{folder} holds the class folders class_0, .*; '
+      'the dataset names its classes airplane, automobile, .*: name the '
+      'folders as the dataset does'):
+    sources.open_dataset(
+        _config(cifar10_dir, validation_dir=str(folder),
+                validation_examples=20))

@@ -1,6 +1,7 @@
 """vit_jax.training.evaluation: a checkpoint's loss, top-1 and top-5 over a whole split."""
 
 import json
+import shutil
 
 import jax
 import numpy as np
@@ -11,6 +12,7 @@ from vit_jax.checkpoints import export
 from vit_jax.checkpoints import reading
 from vit_jax.checkpoints import run_checkpoints
 from vit_jax.errors import ConfigError
+from vit_jax.errors import DatasetError
 from vit_jax.training import evaluation
 from vit_jax.training import train
 
@@ -51,8 +53,8 @@ def test_a_run_evaluates_to_the_accuracy_it_logged(trained_vit_run):
 def test_a_run_records_its_classes_for_evaluation_and_its_exports(
     trained_vit_run, tmp_path):
   workdir, data_dir = trained_vit_run
-  # The release's names, label i's on line i + 1.
-  names = (workdir / 'classes.txt').read_text().splitlines()
+  # The release's names, label i's at [i].
+  names = json.loads((workdir / 'classes.json').read_text())
   assert names == list(helpers.CIFAR10_CLASSES)
   # A folder of as many classes, named otherwise: one line, not a number.
   other = [f'kind{i}' for i in range(10)]
@@ -61,10 +63,17 @@ def test_a_run_records_its_classes_for_evaluation_and_its_exports(
   config = helpers.trained_vit_config(data_dir)
   config.update(dataset='image_folder', data_dir=str(tmp_path / 'other'))
   with pytest.raises(
-      ConfigError, match=r"trained with label 0 for the class 'airplane', but "
-      r"config.dataset='image_folder' names it 'kind0': evaluate it on the "
-      r'classes it was trained on, in the order its classes.txt lists them'):
+      DatasetError, match=r"trained with label 0 for the class 'airplane', but "
+      r"its data names it 'kind0': evaluate it on the classes it was trained "
+      r'on, in the order its classes.json lists them'):
     evaluation.evaluate(workdir, config=config)
+  # A name of any characters, and a file of another count than the head's.
+  run = tmp_path / 'run'
+  shutil.copytree(workdir, run)
+  (run / 'classes.json').write_text(json.dumps(['a\nb', '\udce9', *names[2:]]))
+  assert reading.load(run).class_names == ('a\nb', '\udce9', *names[2:])
+  (run / 'classes.json').write_text(json.dumps(names[:2]))
+  assert reading.load(run).class_names == ()
   # The exports name the classes as timm and transformers read them.
   export.convert(workdir, tmp_path / 'timm', 'timm')
   export.convert(workdir, tmp_path / 'hf', 'hf')

@@ -45,7 +45,7 @@ _IMAGES = flags.DEFINE_list(
     "run's test images).")
 _CLASS_NAMES = flags.DEFINE_string(
     'class_names', None, 'A text file of the class names, one per line, to '
-    "name the top-5 predictions of --images (default: a run's classes.txt).")
+    "name the top-5 predictions of --images (default: a run's classes.json).")
 _OUT = flags.DEFINE_string('out', None, 'Where figures and analysis.json go.')
 _NUM_IMAGES = flags.DEFINE_integer('num_images', 4,
                                    'Test images shown in the attention maps.',

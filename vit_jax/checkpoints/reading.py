@@ -24,8 +24,9 @@ from vit_jax.formats import vit_model
 from vit_jax.models import names
 from vit_jax.runtime import files
 
-# Written beside a run's config.json: label i's name on line i + 1.
-CLASS_NAMES_FILE = 'classes.txt'
+# Written beside a run's config.json: a JSON list, label i's name at [i]
+# (JSON escapes a name's line breaks and undecodable bytes).
+CLASS_NAMES_FILE = 'classes.json'
 
 
 @dataclasses.dataclass(frozen=True)
@@ -55,8 +56,9 @@ def read_config_json(workdir: pathlib.Path) -> tuple[dict | None, str]:
 
 def class_names(workdir: pathlib.Path) -> tuple[str, ...]:
   """The names of the classes a run trained on, where its data named them."""
-  with contextlib.suppress(OSError):
-    return tuple((workdir / CLASS_NAMES_FILE).read_text().splitlines())
+  with contextlib.suppress(OSError, ValueError):  # none, or not a run's
+    names = json.loads((pathlib.Path(workdir) / CLASS_NAMES_FILE).read_text())
+    return tuple(map(str, names)) if isinstance(names, list) else ()
   return ()
 
 
@@ -230,10 +232,11 @@ def load(source: str | pathlib.Path, *, model_name: str | None = None,
     model = models.from_config(run.config,
                                run.params[names.HEAD]['bias'].shape[-1])
     variables = {**run.variables, 'params': names.inference_params(run.params)}
+    recorded = class_names(run_directory(path))  # a file of the run's count
     return Loaded(WORKDIR, model, variables, run.config.image_size, run.config,
                   run.step,
                   (tuple(run.config.pixel_mean), tuple(run.config.pixel_std)),
-                  class_names(run_directory(path)))
+                  recorded if len(recorded) == model.num_classes else ())
   params = load_params(path, step, model_name)
   model, image_size = vit_model.model_for(params, model_name=model_name,
                                           source=str(path))

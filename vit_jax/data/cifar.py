@@ -1,5 +1,6 @@
 """CIFAR-10 and CIFAR-100, either official release read into memory."""
 
+import contextlib
 import pathlib
 import pickle
 
@@ -124,8 +125,9 @@ def load_cifar(name: str, data_dir: pathlib.Path,
         f'{name} release (binary or python version) into a directory and '
         f'pass --config.data_dir=DIR, or leave data_dir unset to download it.')
   root, train_files, test_file, read = found
-  names = root / _CLASS_NAMES_FILE[name]
-  names = names.read_text().split() if names.is_file() else []
+  names = []
+  with contextlib.suppress(OSError, UnicodeError):  # a copy without it
+    names = (root / _CLASS_NAMES_FILE[name]).read_text().split()
   train = [_read_file(read, p) for p in train_files]
   if train_per_file:
     short = [

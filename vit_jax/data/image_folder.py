@@ -267,18 +267,23 @@ def _files(source, folders: tuple[FileSource, ...]) -> list[pathlib.Path]:
   return source.paths if any(source is f for f in folders) else []
 
 
-def open_split(folder: pathlib.Path, class_count: int,
+def open_split(folder: pathlib.Path, dataset: Dataset,
                keep: Callable[[FileSource], np.ndarray]) -> FileSource:
   """The images of `folder/<class>/` (classes by name) `keep` picks, checked."""
   if not folder.is_dir():
     raise DatasetError(f'No folder {folder}: pass a folder holding one '
                        '<class>/ folder of images per class.')
   class_names = _class_folders(folder)
-  if len(class_names) != class_count:
+  if len(class_names) != dataset.num_classes:
     raise DatasetError(
         f'{folder} holds {_count(len(class_names), "class folder")}, but the '
-        f'dataset has {class_count} classes: give it one per class, named so '
-        'that they sort in the order of the labels.')
+        f'dataset has {dataset.num_classes} classes: give it one per class, '
+        'named so that they sort in the order of the labels.')
+  if dataset.class_names and tuple(class_names) != dataset.class_names:
+    raise DatasetError(
+        f'{folder} holds the class folders {", ".join(class_names)}; the '
+        f'dataset names its classes {", ".join(dataset.class_names)}: name '
+        'the folders as the dataset does.')
   findings = _Findings(folder.parent)
   split = _list_split(folder, class_names, findings)
   if not findings.problems:

@@ -70,14 +70,25 @@ class Input(abc.ABC):
         'epoch': epoch + 1, 'batch': batch, 'train_examples': self.train_size
     }
 
-  def check_resumable(self, position: Position, workdir) -> None:
-    """DatasetError if a checkpoint at `position` counted other training data."""
+  def check_class_names(self, run_names: tuple[str, ...], source,
+                        advice: str) -> None:
+    """DatasetError where the data names a label otherwise than a run did."""
+    for i, (ours, theirs) in enumerate(zip(run_names, self.class_names)):
+      if ours != theirs:
+        raise DatasetError(f'{source} was trained with label {i} for the class '
+                           f'{ours!r}, but its data names it {theirs!r}: '
+                           f'{advice}')
+
+  def check_resumable(self, position: Position, workdir,
+                      run_names: tuple[str, ...]) -> None:
+    """DatasetError if the run counted other training data or named others."""
     counted = position.get('train_examples', self.train_size)
+    restore = ('the data changed since the run began. Restore the data it '
+               'read, or pass a new --workdir to start afresh.')
     if counted != self.train_size:
-      raise DatasetError(
-          f'{workdir} trained on {counted} training examples, and its data '
-          f'holds {self.train_size}: the data changed since the run began. '
-          'Restore the data it read, or pass a new --workdir to start afresh.')
+      raise DatasetError(f'{workdir} trained on {counted} training examples, '
+                         f'and its data holds {self.train_size}: {restore}')
+    self.check_class_names(run_names, workdir, restore)
 
   def epoch_table(self, epoch: int) -> np.ndarray:
     return epoch_batches(self.config.seed, epoch, self.train_size,

@@ -118,8 +118,8 @@ def _training_and_validation(dataset: Dataset,
     return train, None
   if config.validation_dir:  # only the images drawn are read and checked
     return train, image_folder.open_split(
-        pathlib.Path(config.validation_dir).expanduser(), dataset.num_classes,
-        keep=lambda pool: _validation_drawn(pool, count, len(pool)))
+        pathlib.Path(config.validation_dir).expanduser(), dataset,
+        lambda pool: _validation_drawn(pool, count, len(pool)))
   pool, held_out_of_train = _validation_pool(dataset, train, trained)
   chosen = _validation_drawn(pool, count, len(pool) - held_out_of_train)
   if held_out_of_train:

@@ -65,10 +65,8 @@ def to_state(params: dict) -> dict[str, Any]:
 def config(model: models.VisionTransformer, image_size: int,
            class_names: tuple[str, ...] = ()) -> dict:
   """`ViTConfig` for `model`, as config.json; labels `class_names` if given."""
-  labels = {
-      str(i): class_names[i] if class_names else f'LABEL_{i}'
-      for i in range(model.num_classes)
-  }
+  names = class_names or [f'LABEL_{i}' for i in range(model.num_classes)]
+  labels = {str(i): name for i, name in enumerate(names)}
   return {
       'architectures': ['ViTForImageClassification'
                        ], 'model_type': 'vit', 'hidden_size': model.hidden_size,

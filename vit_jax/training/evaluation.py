@@ -100,15 +100,9 @@ def evaluate(source, *, config=None, model_name=None, step=None, data_dir=None,
         f'config.dataset={config.dataset!r} has {inputs.num_classes}: '
         'evaluate it on the data it was trained for, or fine-tune it first '
         '(config.init_from).')
-  pairs = zip(loaded.class_names, inputs.class_names)
-  differ = [i for i, (ours, theirs) in enumerate(pairs) if ours != theirs]
-  if differ:
-    raise ConfigError(
-        f'{source} was trained with label {differ[0]} for the class '
-        f'{loaded.class_names[differ[0]]!r}, but config.dataset='
-        f'{config.dataset!r} names it {inputs.class_names[differ[0]]!r}: '
-        'evaluate it on the classes it was trained on, in the order its '
-        f'{reading.CLASS_NAMES_FILE} lists them.')
+  inputs.check_class_names(
+      loaded.class_names, source, 'evaluate it on the classes it was trained '
+      f'on, in the order its {reading.CLASS_NAMES_FILE} lists them.')
   replicated = sharding.replicated(mesh)
   variables = jax.tree.map(lambda x: sharding.replicate(x, replicated),
                            jax.device_get(loaded.variables))

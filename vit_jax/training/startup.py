@@ -153,7 +153,7 @@ def record_run(config, workdir: pathlib.Path, inputs: data.Input,
                            json.dumps(run_config, indent=2))
     if inputs.class_names:  # for evaluate, analyze and the exports
       files.write_atomically(workdir / reading.CLASS_NAMES_FILE,
-                             ''.join(f'{n}\n' for n in inputs.class_names))
+                             json.dumps(inputs.class_names))
   processes = (f' in {jax.process_count()} processes'
                if jax.process_count() > 1 else '')
   logging.info(

@@ -147,7 +147,8 @@ def _train_and_evaluate(config, workdir: pathlib.Path,
   restored = checkpoints.restore_latest(state_shapes,
                                         steps.sum_shapes(replicated))
   if restored:
-    inputs.check_resumable(restored.position, workdir)
+    inputs.check_resumable(restored.position, workdir,
+                           reading.class_names(workdir))
     logging.info('Resumed from %s at step %d.',
                  checkpoints.directory / str(restored.step), restored.step)
     startup.record_changes(workdir, restored.step, changed)
