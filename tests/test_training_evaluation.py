@@ -58,7 +58,8 @@ def test_a_run_records_its_classes_for_evaluation_and_its_exports(
   assert names == list(helpers.CIFAR10_CLASSES)
   # A folder of as many classes, named otherwise: one line, not a number.
   other = [f'kind{i}' for i in range(10)]
-  helpers.write_image_folder(tmp_path / 'other', {'train': 2, 'test': 1},
+  # Fewer training images than the run's batch: evaluation reads none.
+  helpers.write_image_folder(tmp_path / 'other', {'train': 1, 'test': 1},
                              classes=other)
   config = helpers.trained_vit_config(data_dir)
   config.update(dataset='image_folder', data_dir=str(tmp_path / 'other'))

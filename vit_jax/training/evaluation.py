@@ -84,8 +84,9 @@ def evaluate(source, *, config=None, model_name=None, step=None, data_dir=None,
   config = _config_for(loaded, config, source, data_dir, released_preprocessing)
   if split == 'test':
     # The test split reads no training image: the input is given the fewest
-    # it accepts, drawn without decoding the rest, and no validation split.
-    config.train_examples = config.batch_size
+    # it accepts (a batch of one a device, whatever the run's batch), drawn
+    # without decoding the rest, and no validation split.
+    config.train_examples = config.batch_size = jax.device_count()
     config.validation_examples, config.validation_dir = 0, ''
   elif loaded.kind == reading.WORKDIR and not config.validation_dir:
     _check_held_out(loaded.config, config, source)
