@@ -55,7 +55,7 @@ def test_the_best_evaluation_is_kept_and_a_resumed_run_keeps_the_same(
   with pytest.raises(ConfigError, match='validation_examples=8 differs from '
                      'the run of'):
     evaluation.evaluate(tmp_path / 'whole', config=other, split='validation')
-  # The test split as logged, from no more training images than a batch.
+  # The test split as logged, from one training image a device.
   converted = []
   monkeypatch.setattr(
       sources, 'to_arrays',
@@ -63,7 +63,7 @@ def test_the_best_evaluation_is_kept_and_a_resumed_run_keeps_the_same(
           len(source)) or to_arrays(source, size))
   evaluated = evaluation.evaluate(tmp_path / 'whole' / 'best_checkpoint')
   assert evaluated['top1'] == chosen['test_accuracy']
-  assert converted == [config.batch_size, evaluated['examples']]
+  assert converted == [jax.device_count(), evaluated['examples']]
   # The newest held is the best; older ones serve older checkpoints.
   assert _held(tmp_path / 'whole')[-1] == best
   run = reading.load_run(tmp_path / 'whole', best=True)
