@@ -69,7 +69,7 @@ def test_writes_every_figure_and_the_numbers(analyzed):
       helpers.png(np.zeros((9, 9, 3), np.uint8)))
   on_photos = analyze.analyze(out.parent / 'on_photos', workdir=workdir,
                               images=[str(out.parent / 'photos')], **COUNTS)
-  # Its top 5 named by the run's classes.txt.
+  # Its top 5 named by the run's classes.json.
   (top5,) = on_photos['top5'].values()
   assert {name for name, _ in top5} < set(helpers.CIFAR10_CLASSES)
   events = list((workdir / 'tensorboard' / 'analysis').glob('events.out.*'))

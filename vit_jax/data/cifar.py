@@ -125,9 +125,10 @@ def load_cifar(name: str, data_dir: pathlib.Path,
         f'{name} release (binary or python version) into a directory and '
         f'pass --config.data_dir=DIR, or leave data_dir unset to download it.')
   root, train_files, test_file, read = found
-  names = []
+  class_names = ()
   with contextlib.suppress(OSError, UnicodeError):  # a copy without it
-    names = (root / _CLASS_NAMES_FILE[name]).read_text().split()
+    names = tuple((root / _CLASS_NAMES_FILE[name]).read_text().split())
+    class_names = names if len(names) == NUM_CLASSES[name] else ()
   train = [_read_file(read, p) for p in train_files]
   if train_per_file:
     short = [
@@ -143,11 +144,11 @@ def load_cifar(name: str, data_dir: pathlib.Path,
                        np.concatenate([s.labels[part] for s in train]))
 
   spare = joined(slice(train_per_file, None)) if train_per_file else None
-  dataset = Dataset(
-      train=joined(slice(train_per_file or None)), test=_read_file(
-          read, test_file), num_classes=NUM_CLASSES[name],
-      spare=spare if spare and len(spare) else None,
-      class_names=tuple(names) if len(names) == NUM_CLASSES[name] else ())
+  dataset = Dataset(train=joined(slice(train_per_file or
+                                       None)), test=_read_file(read, test_file),
+                    num_classes=NUM_CLASSES[name],
+                    spare=spare if spare and len(spare) else None,
+                    class_names=class_names)
   for split in (dataset.train, dataset.test):
     if split.labels.min() < 0 or split.labels.max() >= dataset.num_classes:
       raise DatasetError(f'{root}: labels outside 0..'
