@@ -6,8 +6,7 @@ r"""Times the compiled train and eval steps of a model on this machine.
       --batch_size=8 --cpu_devices=8 --fsdp=8 --memory_only
 
 The training loop's own steps, fed synthetic images already on the devices
-(docs/benchmarks.md). Prints a table and, last, one JSON line.
-"""
+(docs/benchmarks.md). Prints a table and, last, one JSON line."""
 
 # pylint: disable=g-import-not-at-top,wrong-import-position
 from vit_jax.runtime import stop_signals

@@ -5,8 +5,7 @@ r"""Times the streaming input on this host, to choose `config.input_workers`
       --data_dir=DIR --image_size=224 --batch_size=256 --workers=0,-1 \
       [--steps=20] [--rounds=3]
 
-Prints the medians of each `--workers` setting as a table and one JSON line.
-"""
+Prints the medians of each `--workers` setting as a table and one JSON line."""
 
 # pylint: disable=g-import-not-at-top,wrong-import-position
 from vit_jax.runtime import stop_signals

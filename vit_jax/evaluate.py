@@ -13,8 +13,7 @@ and needs config.image_size to be what its position embeddings were trained
 for, or --released_preprocessing. Process 0 prints the result, its last line
 JSON: top1, top5, loss, examples and what was evaluated (docs/checkpoints.md).
 Exit status 0; 1 after one `error:` line; 75 or 130 when SIGTERM or Ctrl-C
-stopped it.
-"""
+stopped it."""
 
 # pylint: disable=g-import-not-at-top,wrong-import-position
 from vit_jax.runtime import stop_signals

@@ -6,5 +6,3 @@ from vit_jax.checkpoints.export import convert
 from vit_jax.checkpoints.reading import load
 from vit_jax.checkpoints.reading import load_params
 from vit_jax.checkpoints.reading import load_run
-
-__all__ = ['convert', 'load', 'load_params', 'load_run']

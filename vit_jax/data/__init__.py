@@ -9,8 +9,6 @@ from vit_jax.data.streaming import StreamingInput
 from vit_jax.errors import DatasetError
 from vit_jax.runtime import distributed
 
-__all__ = ['Input', 'OnDeviceInput', 'StreamingInput', 'create_input']
-
 
 def create_input(config, mesh) -> Input:
   """`config.input_pipeline`'s input, the same on every process."""

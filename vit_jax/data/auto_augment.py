@@ -32,7 +32,8 @@ class OpRanges:
   posterize: int  # bits dropped of 8
 
 
-# torchvision's TrivialAugmentWide ranges.
+# torchvision's TrivialAugmentWide ranges, and its magnitude bins.
+_MAGNITUDE_BINS = 31
 TRIVIAL_AUGMENT_WIDE = OpRanges(rotate=135.0, shear=0.99, translate=32.0,
                                 translate_relative=False, enhance=0.99,
                                 posterize=6)
@@ -186,18 +187,14 @@ def _random_signs(key: jax.Array, n: int) -> jax.Array:
   return jnp.where(jax.random.bernoulli(key, 0.5, (n,)), 1.0, -1.0)
 
 
-def trivial_augment(key: jax.Array, images: jax.Array,
-                    num_magnitude_bins: int = 31, *,
-                    ranges: OpRanges = TRIVIAL_AUGMENT_WIDE) -> jax.Array:
+def trivial_augment(key: jax.Array, images: jax.Array) -> jax.Array:
   """TrivialAugment (Muller & Hutter 2021), torchvision's TrivialAugmentWide."""
-  if num_magnitude_bins < 2:
-    raise ValueError(f'num_magnitude_bins={num_magnitude_bins}: need >= 2.')
   n = images.shape[0]
   op_key, bin_key, sign_key = jax.random.split(key, 3)
   ops = jax.random.randint(op_key, (n,), 0, len(OPS))
-  bins = jax.random.randint(bin_key, (n,), 0, num_magnitude_bins)
-  magnitudes = bins / (num_magnitude_bins - 1) * _random_signs(sign_key, n)
-  return apply_op(images, ops, magnitudes, ranges)
+  bins = jax.random.randint(bin_key, (n,), 0, _MAGNITUDE_BINS)
+  magnitudes = bins / (_MAGNITUDE_BINS - 1) * _random_signs(sign_key, n)
+  return apply_op(images, ops, magnitudes)
 
 
 def rand_augment(key: jax.Array, images: jax.Array, num_ops: int = 2,

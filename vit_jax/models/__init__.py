@@ -14,10 +14,3 @@ from vit_jax.models.registry import vit_of_architecture
 from vit_jax.models.vit import VisionTransformer
 from vit_jax.models.vit import attention_weights
 from vit_jax.models.vit import logits_and_attention
-
-__all__ = [
-    'MODEL_NAMES', 'VIT_FIELDS', 'SimpleCNN', 'SmallResNet',
-    'VisionTransformer', 'attention_weights', 'create_model', 'default_fields',
-    'from_config', 'logits_and_attention', 'model_variables', 'training_fields',
-    'vit_of_architecture',
-]

@@ -1,12 +1,22 @@
 """The small-data study's CNN baselines, with PyTorch's defaults as trained."""
 
+import functools
+import math
 from typing import Any, Sequence
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from vit_jax.models.layers import initializers
+# PyTorch's default conv and Dense initializers, for PyTorch-born modules (the
+# CNNs, locality guidance's projections). kaiming_uniform(a=sqrt(5)):
+# uniform(+-1/sqrt(fan_in)).
+torch_kernel_init = nn.initializers.variance_scaling(1 / 3, 'fan_in', 'uniform')
+
+
+def torch_bias_init(fan_in: int):
+  bound = 1 / math.sqrt(fan_in)
+  return functools.partial(jax.random.uniform, minval=-bound, maxval=bound)
 
 
 def _conv_bn(x: jax.Array, features: int, kernel_size: int, *, train: bool,
@@ -16,17 +26,16 @@ def _conv_bn(x: jax.Array, features: int, kernel_size: int, *, train: bool,
   fan_in = kernel_size * kernel_size * x.shape[-1]
   x = nn.Conv(features, kernel_size=(kernel_size, kernel_size), strides=strides,
               padding=kernel_size // 2, use_bias=use_bias, dtype=dtype,
-              kernel_init=initializers.torch_kernel_init,
-              bias_init=initializers.torch_bias_init(fan_in), name=names[0])(x)
+              kernel_init=torch_kernel_init, bias_init=torch_bias_init(fan_in),
+              name=names[0])(x)
   return nn.BatchNorm(use_running_average=not train, momentum=0.9, epsilon=1e-5,
                       dtype=dtype, name=names[1])(x)
 
 
 def _head(x: jax.Array, num_classes: int) -> jax.Array:
   # float32, like the ViT head, so logits are float32 whatever the dtype.
-  return nn.Dense(num_classes, kernel_init=initializers.torch_kernel_init,
-                  bias_init=initializers.torch_bias_init(x.shape[-1]),
-                  name='head')(x)
+  return nn.Dense(num_classes, kernel_init=torch_kernel_init,
+                  bias_init=torch_bias_init(x.shape[-1]), name='head')(x)
 
 
 class SimpleCNN(nn.Module):

@@ -14,14 +14,6 @@ GROUP_NORM_EPSILON = 1e-6
 ROOT_STRIDE = 4
 
 
-def standardize_kernel(kernel: jax.Array,
-                       eps: float = STD_CONV_EPSILON) -> jax.Array:
-  """Each output channel's (h, w, in) weights to zero mean and unit std."""
-  axes = tuple(range(kernel.ndim - 1))
-  centred = kernel - jnp.mean(kernel, axis=axes, keepdims=True)
-  return centred / (jnp.std(centred, axis=axes, keepdims=True) + eps)
-
-
 class StdConv(nn.Module):
   """A bias-free 'SAME' conv whose kernel is standardized in float32."""
 
@@ -34,7 +26,10 @@ class StdConv(nn.Module):
   def __call__(self, x: jax.Array) -> jax.Array:
     shape = (self.kernel_size, self.kernel_size, x.shape[-1], self.features)
     kernel = self.param('kernel', nn.initializers.lecun_normal(), shape)
-    kernel = standardize_kernel(kernel).astype(self.dtype)
+    # Each output channel's (h, w, in) weights to zero mean and unit std.
+    kernel = kernel - jnp.mean(kernel, axis=(0, 1, 2), keepdims=True)
+    kernel = (kernel / (jnp.std(kernel, axis=(0, 1, 2), keepdims=True) +
+                        STD_CONV_EPSILON)).astype(self.dtype)
     return jax.lax.conv_general_dilated(
         x.astype(self.dtype), kernel,
         window_strides=(self.strides, self.strides), padding='SAME',

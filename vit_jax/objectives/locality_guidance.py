@@ -11,7 +11,6 @@ import jax.numpy as jnp
 from vit_jax.errors import ConfigError
 from vit_jax.models import cnn
 from vit_jax.models import names
-from vit_jax.models.layers import initializers
 from vit_jax.models.vit import ViTWrapper
 from vit_jax.objectives import losses
 from vit_jax.objectives import teacher_run
@@ -55,8 +54,8 @@ class GuidedViT(ViTWrapper):
       patches = patches.reshape(patches.shape[0], *grid, patches.shape[-1])
       maps.append(
           nn.Dense(width, dtype=self.vit.dtype,
-                   kernel_init=initializers.torch_kernel_init,
-                   bias_init=initializers.torch_bias_init(patches.shape[-1]),
+                   kernel_init=cnn.torch_kernel_init,
+                   bias_init=cnn.torch_bias_init(patches.shape[-1]),
                    name=f'{names.GUIDANCE_PROJECTION}_{k}')(patches))
     return (logits, {**out, 'guided_features': maps}) if return_out else logits
 

@@ -13,8 +13,7 @@
   progress.py           images/s, FLOP/s and the ETA in the log
   flops.py              a model's FLOPs from its program; accelerators' peaks
   compilation_cache.py  jax's persistent compilation cache
-  step_benchmark.py     the train and eval steps timed (`vit_jax.benchmark`)
-"""
+  step_benchmark.py     the train and eval steps timed (`vit_jax.benchmark`)"""
 
 
 def __getattr__(name: str):
