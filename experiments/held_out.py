@@ -6,6 +6,7 @@ import sys
 
 import numpy as np
 
+from experiments import runs
 from vit_jax.data import cifar
 from vit_jax.data import image_folder
 
@@ -28,13 +29,6 @@ def matched(subset: np.ndarray, jpegs: np.ndarray) -> np.ndarray:
 def _jpegs(folder: pathlib.Path) -> tuple[list[pathlib.Path], np.ndarray]:
   paths = sorted(folder.glob('*.jpg'))
   return paths, np.stack([image_folder.read_image(p) for p in paths])
-
-
-def _link(paths: list[pathlib.Path], folder: pathlib.Path):
-  folder.mkdir(parents=True, exist_ok=True)
-  for path in paths:
-    if not (folder / path.name).exists():
-      (folder / path.name).symlink_to(path.resolve())
 
 
 def main(argv=None):
@@ -60,16 +54,15 @@ def main(argv=None):
   for label, name in enumerate(classes):
     paths, jpegs = _jpegs(args.jpeg / 'train' / name)
     used = set(matched(study.train.images[study.train.labels == label], jpegs))
-    _link([path
-           for i, path in enumerate(paths) if i not in used], args.out / name)
+    runs.link([path for i, path in enumerate(paths) if i not in used],
+              args.out / name)
     print(f'{name}: {len(paths) - len(used)} of {len(paths)} held out')
   if args.study_test:
     for label, name in enumerate(classes):
       paths, jpegs = _jpegs(args.jpeg / 'test' / name)
       twins = matched(study.test.images[study.test.labels == label], jpegs)
-      _link([paths[i] for i in twins], args.study_test / 'test' / name)
-    if not (args.study_test / 'train').exists():
-      (args.study_test / 'train').symlink_to((args.jpeg / 'train').resolve())
+      runs.link([paths[i] for i in twins], args.study_test / 'test' / name)
+    runs.link([args.jpeg / 'train'], args.study_test)
     print(f"The study's {len(study.test.labels)} test images as JPEG: "
           f'{args.study_test}/test')
 

@@ -35,6 +35,14 @@ def history(directory: pathlib.Path) -> list[dict]:
       map(json.loads, (directory / 'metrics.jsonl').read_text().splitlines()))
 
 
+def link(paths: list[pathlib.Path], folder: pathlib.Path):
+  """`folder` with a link to each of `paths` whose name it lacks."""
+  folder.mkdir(parents=True, exist_ok=True)
+  for path in paths:
+    if not (folder / path.name).exists():
+      (folder / path.name).symlink_to(path.resolve())
+
+
 def command(directory: pathlib.Path, config: str, overrides: dict) -> str:
   """The shell line that trains `config` into `directory` with `overrides`."""
   return shlex.join([

@@ -110,8 +110,8 @@ def test_the_summary_pairs_each_row_with_the_vit_by_seed(tmp_path, capsys):
   argv = [f'--workdir={workdir}', f'--folder={out}', '--seeds=0,1,2']
   with pytest.raises(SystemExit, match='^error: 6 of the 6 runs of stage 3 '):
     summary.main(argv)
-  for model, ingredients, epochs, seed in sweep.controls(
-      workdir, [0, 1, 2], [0, 1]):
+  for model, ingredients, epochs, seed in sweep.stage_runs(
+      3, [0, 1, 2], [0, 1], workdir):
     _fake_run(workdir, (model, ingredients, epochs, seed), 0.7,
               2e13 * epochs if model == 'small_resnet' else 3e15,
               0.73 + 0.02 * seed)

@@ -8,6 +8,15 @@ import os
 import pathlib
 import sys
 
+import safetensors
+from safetensors.torch import load_file
+import timm
+from timm.layers import StdConv2dSame
+from timm.layers.padding import pad_same
+from timm.models import save_for_hf
+import torch
+import transformers
+
 # name: (library, what makes it): timm's architecture and its arguments beside
 # act_layer='gelu_tanh' and 10 classes, or transformers' ViTConfig.
 NATIVE = {
@@ -31,7 +40,6 @@ def _arguments(arguments: dict) -> str:
 
 
 def _logits(model, images) -> list:
-  import torch  # pylint: disable=g-import-not-at-top
   with torch.no_grad():
     out = model(images)
   out = getattr(out, 'logits', out)
@@ -41,7 +49,6 @@ def _logits(model, images) -> list:
 
 def _perturb(model, generator) -> None:
   """Every bias, norm and head parameter drawn at random, so a misplaced one shows."""
-  import torch  # pylint: disable=g-import-not-at-top
   with torch.no_grad():
     for name, parameter in model.named_parameters():
       noise = torch.randn(parameter.shape, generator=generator)
@@ -53,9 +60,6 @@ def _perturb(model, generator) -> None:
 
 def _official_stem(model) -> None:
   """A timm hybrid's stem with the official epsilons (see README.md)."""
-  import torch  # pylint: disable=g-import-not-at-top
-  from timm.layers import StdConv2dSame  # pylint: disable=g-import-not-at-top
-  from timm.layers.padding import pad_same  # pylint: disable=g-import-not-at-top
 
   def forward(x, conv):
     if conv.same_pad:
@@ -76,7 +80,6 @@ def _official_stem(model) -> None:
 
 def _timm_export(directory: str, images, official_stem: bool = False,
                  **overrides) -> dict:
-  import timm  # pylint: disable=g-import-not-at-top
   model = timm.create_model(f'local-dir:{directory}', pretrained=True,
                             **overrides).eval()
   if official_stem:
@@ -90,8 +93,6 @@ def _timm_export(directory: str, images, official_stem: bool = False,
 
 
 def _hf_export(directory: str, images, **overrides) -> dict:
-  import torch  # pylint: disable=g-import-not-at-top
-  import transformers  # pylint: disable=g-import-not-at-top
   model, info = transformers.ViTForImageClassification.from_pretrained(
       directory, output_loading_info=True, **overrides)
   model.eval()
@@ -109,13 +110,9 @@ def _hf_export(directory: str, images, **overrides) -> dict:
 
 
 def _native(name: str, directory: pathlib.Path, images) -> dict:
-  import torch  # pylint: disable=g-import-not-at-top
-  generator = torch.Generator().manual_seed(len(name))
   torch.manual_seed(0)
   library, made = NATIVE[name]
   if library == 'timm':
-    import timm  # pylint: disable=g-import-not-at-top
-    from timm.models import save_for_hf  # pylint: disable=g-import-not-at-top
     architecture, arguments = made
     arguments = {'act_layer': 'gelu_tanh', 'num_classes': 10, **arguments}
     model = timm.create_model(architecture, pretrained=False, **arguments)
@@ -126,24 +123,20 @@ def _native(name: str, directory: pathlib.Path, images) -> dict:
         save_for_hf, model, str(directory),
         model_args={'num_heads': model.blocks[0].attn.num_heads},
         safe_serialization=True)
-    reread = functools.partial(timm.create_model, f'local-dir:{directory}',
-                               pretrained=True)
   else:
-    import transformers  # pylint: disable=g-import-not-at-top
     model = transformers.ViTForImageClassification(
         transformers.ViTConfig(**made))
     description = (f'ViTForImageClassification(ViTConfig({_arguments(made)})),'
                    ' saved with save_pretrained')
     save = functools.partial(model.save_pretrained, str(directory),
                              safe_serialization=True)
-    reread = functools.partial(
-        transformers.ViTForImageClassification.from_pretrained, str(directory))
-  _perturb(model, generator)
+  _perturb(model, torch.Generator().manual_seed(len(name)))
   model.eval()
   save()
   logits = _logits(model, images)
   # The folder is the library's own: it reads it back to the same logits.
-  rereads_identically = _logits(reread().eval(), images) == logits
+  reread = _timm_export if library == 'timm' else _hf_export
+  rereads_identically = reread(str(directory), images)['logits'] == logits
   answer = {
       'dir': str(directory), 'library': library, 'description': description,
       'logits': logits, 'files': sorted(p.name for p in directory.iterdir()),
@@ -161,12 +154,6 @@ def main():
   answer = os.fdopen(os.dup(1), 'w')
   os.dup2(2, 1)
   request = json.load(sys.stdin)
-
-  import safetensors  # pylint: disable=g-import-not-at-top
-  from safetensors.torch import load_file  # pylint: disable=g-import-not-at-top
-  import timm  # pylint: disable=g-import-not-at-top
-  import torch  # pylint: disable=g-import-not-at-top
-  import transformers  # pylint: disable=g-import-not-at-top
 
   torch.set_num_threads(1)  # a light neighbour of the test suite
   images = load_file(request['images'])['images']

@@ -29,9 +29,8 @@ def _ingredient_lines(recipe: str) -> str:
 
 
 def plot(records: list[dict], path: pathlib.Path):
-  plt = plotting.pyplot()
   rows = best_rows(records)
-  fig, ax = plt.subplots(figsize=(7, 4.5))
+  fig, ax = plotting.pyplot().subplots(figsize=(7, 4.5))
   lines = (('study', 'ViT-Tiny, study recipe', 'tab:gray',
             's'), ('vit', 'ViT-Tiny, best recipe', 'tab:blue', 'o'),
            ('simple_cnn', 'SimpleCNN, best recipe', 'tab:red', '^'),

@@ -154,14 +154,11 @@ def source_runs(ingredients: tuple[str, ...], epochs: int,
                 seed: int) -> list[tuple[str, str, tuple[str, ...], int, int]]:
   """(config field, model, ingredients, epochs, seed) of each run it reads."""
   sources = []
-  for name in ingredients:
-    if name in SOURCES:
-      field, source = SOURCES[name]
-      model, read = (teacher(ingredients)
-                     if source == RECIPE_TEACHER else source)
-      read_at = SOURCE_EPOCHS[name][epochs] if name in SOURCE_EPOCHS else (
-          epochs)
-      sources.append((field, model, read, read_at, seed))
+  for name in (i for i in ingredients if i in SOURCES):
+    field, source = SOURCES[name]
+    model, read = teacher(ingredients) if source == RECIPE_TEACHER else source
+    read_at = SOURCE_EPOCHS[name][epochs] if name in SOURCE_EPOCHS else epochs
+    sources.append((field, model, read, read_at, seed))
   return sources
 
 

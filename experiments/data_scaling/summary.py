@@ -32,10 +32,8 @@ def table(records: list[dict]) -> str:
 
 
 def plot(records: list[dict], path: pathlib.Path):
-  plt = plotting.pyplot()
-  curves = by_model_and_size(records)
-  fig, ax = plt.subplots(figsize=(6, 4))
-  for model, curve in curves.items():
+  fig, ax = plotting.pyplot().subplots(figsize=(6, 4))
+  for model, curve in by_model_and_size(records).items():
     sizes = sorted(curve)
     means = [100 * np.mean(curve[s]) for s in sizes]
     ax.plot(sizes, means, 'o-', label=runs.NAMES[model])

@@ -26,10 +26,7 @@ def subset(jpeg_dir: pathlib.Path, root: pathlib.Path,
     if len(images) < per_class:
       sys.exit(f'error: {class_dir} has {len(images)} images, fewer than '
                f'the {per_class} a {size}-image subset needs.')
-    (directory / 'train' / class_dir.name).mkdir(parents=True)
-    for image in images[:per_class]:
-      (directory / 'train' / class_dir.name / image.name).symlink_to(
-          image.absolute())
+    runs.link(images[:per_class], directory / 'train' / class_dir.name)
   (directory / 'test').symlink_to((jpeg_dir / 'test').absolute())
   done.touch()
   return directory

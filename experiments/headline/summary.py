@@ -24,16 +24,11 @@ def _require(workdir: pathlib.Path, stage: int, planned: list[tuple],
                 f'run stage {stage} of experiments.headline.sweep first', file)
 
 
-def _chained(by_name: dict[str, dict], record: dict) -> dict:
-  """`record` with the FLOPs and minutes of what trains it: a ViT's chain."""
-  if record['model'] != 'vit':
-    return record
-  chain = [
-      by_name[r.run_name(*run)]
-      for run in sweep.chain(r.ingredients_of(record['recipe']), record['seed'])
-  ]
+def _chained(by_name: dict[str, dict], run: tuple) -> dict:
+  """`run`'s record with the FLOPs and minutes of its chain (`sweep.chain`)."""
+  chain = [by_name[r.run_name(*x)] for x in sweep.chain(run)]
   return {
-      **record, 'train_flops': sum(x['train_flops'] for x in chain),
+      **chain[-1], 'train_flops': sum(x['train_flops'] for x in chain),
       'wall_minutes': sum(x['wall_minutes'] for x in chain)
   }
 
@@ -125,16 +120,13 @@ def main(argv=None):
   workdir, seeds, choose_on = args.workdir, args.seeds, args.choose_on
   # The choosing seeds' candidates are read even where --seeds leaves those
   # seeds out: they chose the rows.
-  stages = {
-      s: sweep.stage_runs(s, list(dict.fromkeys(choose_on + seeds)), choose_on,
-                          workdir) for s in (1, 2)
-  }
-  for stage, planned in stages.items():
-    _require(workdir, stage, planned)
+  every = list(dict.fromkeys(choose_on + seeds))
+  stages = {}
+  for stage in (1, 2, 3):
+    stages[stage] = sweep.stage_runs(stage, seeds if stage == 3 else every,
+                                     choose_on, workdir)
+    _require(workdir, stage, stages[stage])
   rows = sweep.reported(workdir, seeds, choose_on)
-  # sweep.controls' runs.
-  stages[3] = rows['flops_matched_cnn'] + rows['no_cnn_vit']
-  _require(workdir, 3, stages[3])
   evaluations = sweep.evaluations(workdir, seeds, choose_on)
   for name in dict.fromkeys(name for _, name in evaluations):
     _require(workdir, 4, [run for run, n in evaluations if n == name],
@@ -157,7 +149,7 @@ def main(argv=None):
                             r.record_name)
   by_name = {name: found[name] for name in descriptions}
   grouped = {
-      row: [_chained(by_name, by_name[r.run_name(*run)]) for run in planned]
+      row: [_chained(by_name, run) for run in planned]
       for row, planned in rows.items()
   }
   head = sweep.CLASS_HEAD_PREFIX

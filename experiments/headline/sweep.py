@@ -12,9 +12,7 @@ from experiments.data_efficiency import sweep as data_efficiency
 EPOCHS = 100
 # Candidates: data_efficiency's top rows at 100 epochs (ranked there on the
 # test split); the summary and stage 3 choose among them on validation.
-VITS = [
-    data_efficiency.BEST_TA + extra for extra in ((), ('mae',), ('long_mae',))
-]
+VITS = data_efficiency.TOP_VIT
 CNNS = [r.TEACHERS['resnet_teacher'], ('simple_cnn', ('trivial_augment',))]
 CANDIDATES = [('vit', vit) for vit in VITS] + CNNS
 # What a CNN teaches a ViT recipe: gone from the no-CNN control.
@@ -31,7 +29,10 @@ CLASS_HEAD_PREFIX = 'class_head_'
 
 def stage_runs(stage: int, seeds: list[int], choose_on: list[int],
                workdir: pathlib.Path) -> list[tuple]:
-  """Stage 1's runs (those others read) or stage 2's (the rest)."""
+  """Stage 1's runs (those others read), 2's (the rest) or 3's (controls)."""
+  if stage == 3:  # the FLOPs-matched CNN's seeds, then the no-CNN ViT's
+    rows = reported(workdir, seeds, choose_on)
+    return rows['flops_matched_cnn'] + rows['no_cnn_vit']
   planned = [(*row, EPOCHS, seed) for seed in seeds if seed in choose_on
              for row in CANDIDATES]
   if any(seed not in choose_on for seed in seeds):
@@ -61,9 +62,8 @@ def require(workdir: pathlib.Path, planned: list[tuple], what: str, fix: str,
              f'{file} in {workdir} (one: {r.run_name(*missing[0])}): {fix}.')
 
 
-def chain(vit: tuple[str, ...], seed: int) -> list[tuple]:
-  """The runs of ViT recipe `vit` at `seed`: those it reads, then its own."""
-  run = ('vit', vit, EPOCHS, seed)
+def chain(run: tuple) -> list[tuple]:
+  """The runs `run` reads, then `run`: all that trains its model."""
   return r.read_by([run]) + [run]
 
 
@@ -72,8 +72,9 @@ def flops_matched(workdir: pathlib.Path, vit: tuple[str, ...],
   """The CNN's epochs whose FLOPs equal the ViT chain's of `seed`."""
   per_epoch = _summary(workdir, (*cnn, EPOCHS, seed))['train_flops'] / EPOCHS
   return round(
-      sum(_summary(workdir, run)['train_flops']
-          for run in chain(vit, seed)) / per_epoch)
+      sum(
+          _summary(workdir, run)['train_flops']
+          for run in chain(('vit', vit, EPOCHS, seed))) / per_epoch)
 
 
 def choices(workdir: pathlib.Path, choose_on: list[int]) -> tuple:
@@ -92,13 +93,6 @@ def choices(workdir: pathlib.Path, choose_on: list[int]) -> tuple:
   vit = max(VITS, key=lambda v: score(('vit', v)))
   no_cnn = tuple(i for i in vit if i not in _FROM_A_CNN)
   return vit, max(CNNS, key=score), no_cnn
-
-
-def controls(workdir: pathlib.Path, seeds: list[int],
-             choose_on: list[int]) -> list[tuple]:
-  """Stage 3's runs: the FLOPs-matched CNN's seeds, then the no-CNN ViT's."""
-  rows = reported(workdir, seeds, choose_on)
-  return rows['flops_matched_cnn'] + rows['no_cnn_vit']
 
 
 def run_overrides(args: argparse.Namespace, run: tuple) -> dict:
@@ -224,9 +218,7 @@ def main(argv=None):
         if _to_evaluate(args.workdir, run, name)
     ]
   else:
-    planned = (controls(args.workdir, args.seeds, args.choose_on)
-               if args.stage == 3 else stage_runs(args.stage, args.seeds,
-                                                  args.choose_on, args.workdir))
+    planned = stage_runs(args.stage, args.seeds, args.choose_on, args.workdir)
     commands = [
         runs.command(args.workdir / r.run_name(*run),
                      f'configs/data_efficient.py:{run[0]}',

@@ -96,12 +96,9 @@ def comparisons(records: list[dict]) -> str:
 
 def study_measure(records: list[dict], metrics: dict[str, list]) -> str:
   """How far the best test accuracy lies above test at validation's epoch."""
-  gaps = [
-      100 *
-      (max(logged['test_accuracy']
-           for logged in metrics[_run_name(r)] if 'test_accuracy' in logged) -
-       r[_TEST]) for r in records
-  ]
+  best = lambda r: max(x['test_accuracy'] for x in metrics[_run_name(r)]
+                       if 'test_accuracy' in x)
+  gaps = [100 * (best(r) - r[_TEST]) for r in records]
   return (f'Each run\'s best test accuracy lies {np.mean(gaps):.1f} points '
           f'above the test accuracy at the epoch validation chose, on average '
           f'over the {len(gaps)} runs here ({min(gaps):.1f} to '
@@ -187,7 +184,7 @@ def plot(records: list[dict], metrics: dict[str, list], path: pathlib.Path):
 def main(argv=None):
   runs.catch_stop_signals()
   workdir = runs.parser(__doc__, '/tmp/small_data').parse_args(argv).workdir
-  planned = sweep.planned(sweep.SEEDS)
+  planned = sweep.planned()
   metrics = logged_metrics(workdir, planned)
   runs.summarize(
       HERE, workdir, {

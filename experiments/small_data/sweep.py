@@ -2,7 +2,7 @@
 
 from experiments import runs
 
-# The config's runs, one per model, over SEEDS unless told otherwise.
+# The config's runs, one per model, over SEEDS.
 MODELS = ('vit', 'simple_cnn', 'small_resnet')
 SEEDS = (0, 1, 2)
 
@@ -37,29 +37,24 @@ CHOICES = {
 # yapf: enable
 
 
-def planned(seeds: list[int]) -> dict[str, tuple[str, str, dict]]:
+def planned() -> dict[str, tuple[str, str, dict]]:
   """Run name -> (what it runs: a model or a choice, its model, overrides)."""
-  plan = {f'{m}_seed{s}': (m, m, {'seed': s}) for s in seeds for m in MODELS}
-  for name, (model, overrides, _, choice_seeds) in CHOICES.items():
-    for seed in choice_seeds or seeds:
+  plan = {f'{m}_seed{s}': (m, m, {'seed': s}) for s in SEEDS for m in MODELS}
+  for name, (model, overrides, _, seeds) in CHOICES.items():
+    for seed in seeds or SEEDS:
       plan[f'{name}_seed{seed}'] = name, model, {'seed': seed, **overrides}
   return plan
 
 
 def main(argv=None):
-  parser = runs.parser(__doc__, '/tmp/small_data', 'data_dir', 'slurm',
-                       'validation_dir')
-  parser.add_argument(
-      '--seeds', type=runs.integers, default=','.join(map(str, SEEDS)),
-      help="Seeds of the config's runs and of the choices "
-      'measured over seeds.')
-  args = parser.parse_args(argv)
+  args = runs.parser(__doc__, '/tmp/small_data', 'data_dir', 'slurm',
+                     'validation_dir').parse_args(argv)
   runs.emit([
       runs.command(
           args.workdir / name, f'configs/cifar_small.py:{model}', {
               **overrides, 'data_dir': args.data_dir,
               'validation_examples': 5000, 'validation_dir': args.validation_dir
-          }) for name, (_, model, overrides) in planned(args.seeds).items()
+          }) for name, (_, model, overrides) in planned().items()
   ], args.slurm)
 
 
