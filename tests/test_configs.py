@@ -112,7 +112,6 @@ def test_the_image_folder_walkthrough_trains_from_scratch_and_fine_tunes(
                 model='ViT-Ti_16', image_size=64, num_epochs=1, warmup_epochs=0,
                 batch_size=8, eval_batch_size=8, cpu_devices=1)
   config.model_overrides.num_layers = 2
-  summary = train.train_and_evaluate(config, tmp_path / 'run')
-  assert summary['steps'] == 3
+  assert train.train_and_evaluate(config, tmp_path / 'run')['steps'] == 3
   run = reading.load_run(tmp_path / 'run')
   assert run.params['head']['kernel'].shape == (192, 2)

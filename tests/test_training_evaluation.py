@@ -83,6 +83,17 @@ def test_a_run_records_its_classes_for_evaluation_and_its_exports(
   assert timm_config['label_names'] == names
   assert [hf_config['id2label'][str(i)] for i in range(10)] == names
   assert hf_config['label2id']['cat'] == 3
+  # Read back for analyze, a timm name as its description says it; evaluate
+  # compares only a run's own names (a hub's describe its labels for people).
+  timm_config['label_descriptions'] = {'cat': 'a small feline'}
+  (tmp_path / 'timm' / 'config.json').write_text(json.dumps(timm_config))
+  described = (*names[:3], 'a small feline', *names[4:])
+  assert reading.load(tmp_path / 'timm').class_names == described
+  assert reading.load(tmp_path / 'hf').class_names == tuple(names)
+  assert evaluation.evaluate(tmp_path / 'hf', config=config)['examples'] == 10
+  # transformers' default names, LABEL_i, name nothing.
+  export.convert(run, tmp_path / 'hf_unnamed', 'hf')
+  assert reading.load(tmp_path / 'hf_unnamed').class_names == ()
 
 
 def test_a_run_with_a_moving_average_evaluates_and_reads_back_the_average(

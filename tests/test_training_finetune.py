@@ -38,8 +38,7 @@ def test_released_vit_ti_16_fine_tunes_at_384_from_224(cifar10_dir, tmp_path):
       test_examples=2, num_epochs=1, optimizer='sgd', weight_decay=0.0,
       grad_clip_norm=1.0, learning_rate=0.01)
   config.model_overrides = {}  # the registered ViT-Ti_16
-  summary = train.train_and_evaluate(config, tmp_path / 'run')
-  assert summary['epochs'] == 1
+  assert train.train_and_evaluate(config, tmp_path / 'run')['epochs'] == 1
   tuned = reading.load_run(tmp_path / 'run').params
   assert 'pre_logits' not in tuned
   assert tuned['head']['kernel'].shape == (192, 10)

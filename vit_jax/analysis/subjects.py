@@ -33,7 +33,7 @@ class Subject:
   pixel_mean: tuple
   pixel_std: tuple
   described: dict  # for analysis.json
-  class_names: tuple[str, ...] = ()  # where the run recorded them
+  class_names: tuple[str, ...] = ()  # where the run or folder names them
 
   @property
   def params(self) -> dict:

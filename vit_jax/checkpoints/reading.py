@@ -212,7 +212,7 @@ class Loaded:
   config: ml_collections.ConfigDict | None  # a workdir's run config
   step: int | None  # a workdir's checkpoint step
   pixels: tuple[tuple, tuple]
-  class_names: tuple[str, ...] = ()  # where a run recorded them
+  class_names: tuple[str, ...] = ()  # where a run or a folder names them
 
   @property
   def params(self) -> Any:
@@ -240,8 +240,10 @@ def load(source: str | pathlib.Path, *, model_name: str | None = None,
   params = load_params(path, step, model_name)
   model, image_size = vit_model.model_for(params, model_name=model_name,
                                           source=str(path))
+  named = FOLDER_FORMATS[kind].class_names(path) if kind != NPZ else ()
   return Loaded(kind, model, {'params': params}, image_size, None, None,
-                trained_pixels(path))
+                trained_pixels(path),
+                named if len(named) == model.num_classes else ())
 
 
 def trained_pixels(source: str | pathlib.Path) -> tuple[tuple, tuple] | None:

@@ -20,6 +20,9 @@ class FolderFormat(Protocol):
   def pixels(self, path: pathlib.Path) -> tuple[tuple, tuple]:
     """The (mean, std) the folder states its input is normalized with."""
 
+  def class_names(self, path: pathlib.Path) -> tuple[str, ...]:
+    """The names the folder gives its labels, label i's at [i]; () if none."""
+
   def write(self, directory: pathlib.Path, params: dict, model: Any,
             image_size: int, pixels: tuple[tuple, tuple] = ...,
             class_names: tuple[str, ...] = ...) -> None:

@@ -134,6 +134,16 @@ def pixels(path: pathlib.Path) -> tuple[tuple, tuple]:
                                   vit_model.RELEASED_PIXELS)
 
 
+def class_names(path: pathlib.Path) -> tuple[str, ...]:
+  """The folder's `id2label`, unless transformers' default `LABEL_i`."""
+  labels = (vit_model.folder_config(path, 'config.json') or {}).get('id2label')
+  if not isinstance(labels, dict):
+    return ()
+  names = [labels.get(str(i)) for i in range(len(labels))]
+  unnamed = [f'LABEL_{i}' for i in range(len(names))]  # transformers' default
+  return () if None in names or names == unnamed else tuple(map(str, names))
+
+
 def read(path: pathlib.Path, model_name: str | None) -> dict:
   """Our tree from a transformers ViT folder or its model.safetensors."""
   config_dict, path, state = torch.read_weights(path)

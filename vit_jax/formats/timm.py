@@ -199,6 +199,17 @@ def pixels(path: pathlib.Path) -> tuple[tuple, tuple]:
                                   source, _IMAGENET_DEFAULT_PIXELS)
 
 
+def class_names(path: pathlib.Path) -> tuple[str, ...]:
+  """The folder's `label_names`, each as its `label_descriptions` says it."""
+  config_dict = vit_model.folder_config(path, 'config.json') or {}
+  names = config_dict.get('label_names')
+  if not isinstance(names, list):
+    return ()
+  described = config_dict.get('label_descriptions')
+  described = described if isinstance(described, dict) else {}
+  return tuple(str(described.get(str(name), name)) for name in names)
+
+
 def read(path: pathlib.Path, model_name: str | None) -> dict:
   """Our tree from a timm `.safetensors` file or hub folder."""
   config_dict, path, state = torch.read_weights(path)

@@ -69,8 +69,7 @@ def _check_held_out(run, config, source):
                       'would be ones it trained on): evaluate --split=test, or '
                       'pass --config.validation_dir=DIR.')
   drawn = ('validation_dir', 'validation_examples', 'train_examples', 'seed')
-  changed = [f'{f}={config[f]}' for f in drawn if config[f] != run.get(f)]
-  if changed:
+  if changed := [f'{f}={config[f]}' for f in drawn if config[f] != run.get(f)]:
     raise ConfigError(
         f'{", ".join(changed)} differs from the run of {source}, and would '
         'draw validation images it trained on: leave them at the run\'s.')
@@ -101,9 +100,10 @@ def evaluate(source, *, config=None, model_name=None, step=None, data_dir=None,
         f'config.dataset={config.dataset!r} has {inputs.num_classes}: '
         'evaluate it on the data it was trained for, or fine-tune it first '
         '(config.init_from).')
-  inputs.check_class_names(
-      loaded.class_names, source, 'evaluate it on the classes it was trained '
-      f'on, in the order its {reading.CLASS_NAMES_FILE} lists them.')
+  if loaded.kind == reading.WORKDIR:  # a folder's names are for people to read
+    inputs.check_class_names(
+        loaded.class_names, source, 'evaluate it on the classes it was '
+        f'trained on, in the order its {reading.CLASS_NAMES_FILE} lists them.')
   replicated = sharding.replicated(mesh)
   variables = jax.tree.map(lambda x: sharding.replicate(x, replicated),
                            jax.device_get(loaded.variables))
