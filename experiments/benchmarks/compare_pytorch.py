@@ -42,12 +42,11 @@ def timm_run(torch_python: str, mode: str, steps: int) -> dict:
     seconds = statistics.median(worker.receive()['seconds'])
   finally:
     worker.close()
-  return {
-      'images_per_second': BATCH / seconds, 'ms_per_step': 1000 * seconds,
-      'warmup_seconds': warmup_seconds, 'threads': worker.threads, 'version':
-          worker.versions['torch'], 'timm_version': worker.versions['timm'],
-      'parameters': VIT_TINY_CIFAR['parameters'],
-  }
+  return dict(images_per_second=BATCH / seconds, ms_per_step=1000 * seconds,
+              warmup_seconds=warmup_seconds, threads=worker.threads,
+              version=worker.versions['torch'],
+              timm_version=worker.versions['timm'],
+              parameters=VIT_TINY_CIFAR['parameters'])
 
 
 def run(command: list[str]) -> dict:
@@ -74,9 +73,8 @@ def main():
     parser.error(f'--torch_modes: a subset of {",".join(TORCH_MODES)}')
   ours = BENCHMARK + [f'--steps={args.steps}', '--noaugment']
   each = {
-      'vit_jax, 1 CPU device': lambda: run(ours + ['--cpu_devices=1']),
-      'vit_jax, 4 host devices (default)': lambda: run(ours +
-                                                       ['--cpu_devices=4']),
+      f'vit_jax, {label}': functools.partial(run, ours + [f'--cpu_devices={n}'])
+      for n, label in ((1, '1 CPU device'), (4, '4 host devices (default)'))
   }
   for mode in torch_modes:
     each[f'PyTorch (timm) {TORCH_NAMES[mode]}'] = functools.partial(
@@ -97,14 +95,13 @@ def main():
   ratios = {
       k: v / best_torch for k, v in medians.items() if k.startswith('vit_jax')
   }
+  pythons = {'vit_jax': sys.executable, 'pytorch': args.torch_python}
   study_step.write_json(
-      args.output, {
-          'rounds': args.rounds, 'steps': args.steps, 'pythons': {
-              'vit_jax': sys.executable, 'pytorch': args.torch_python
-          }, 'pytorch_model': 'timm VisionTransformer (ViT-Tiny-CIFAR_4 '
-                              'config)', 'median_images_per_second': medians,
-          'ours_over_best_pytorch': ratios, 'runs': results
-      })
+      args.output,
+      dict(rounds=args.rounds, steps=args.steps, pythons=pythons,
+           pytorch_model='timm VisionTransformer (ViT-Tiny-CIFAR_4 config)',
+           median_images_per_second=medians, ours_over_best_pytorch=ratios,
+           runs=results))
   print('\n' + runs.markdown_table([
       'step (ViT-Tiny-CIFAR_4, batch 128, f32, AdamW)', 'median img/s',
       'ours / best PyTorch'

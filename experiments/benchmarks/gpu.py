@@ -35,12 +35,6 @@ from vit_jax.training import step_benchmark
 HERE = pathlib.Path(__file__).resolve().parent
 SECTION = 'gpu results'
 WRITER = 'gpu.py'
-# Our process grows its GPU memory as it goes instead of taking 75% at the
-# start, so that timm's worker has room beside it.
-ALLOCATOR = {
-    'XLA_PYTHON_CLIENT_PREALLOCATE': 'false',
-    'XLA_PYTHON_CLIENT_MEM_FRACTION': '0.9'
-}
 
 
 def environment(smoke: bool) -> dict:
@@ -49,10 +43,8 @@ def environment(smoke: bool) -> dict:
   from jax._src import lib  # pylint: disable=g-import-not-at-top
   cuda = (getattr(lib, 'cuda_versions', None)
           if jax.default_backend() == 'gpu' else None)
-  versions = {
-      'python': sys.version.split()[0], 'jax': jax.__version__,
-      'jaxlib': importlib.metadata.version('jaxlib')
-  }
+  versions = dict(python=sys.version.split()[0], jax=jax.__version__,
+                  jaxlib=importlib.metadata.version('jaxlib'))
   units = {'cuda_runtime': 1000, 'cuda_driver': 1000, 'cudnn': 10000}
   for name, unit in units.items():
     version = getattr(cuda, f'{name}_get_version', lambda: None)()
@@ -60,15 +52,14 @@ def environment(smoke: bool) -> dict:
         version and f'{version // unit}.{version % unit // (unit // 100)}')
   # The environment: XLA's flags, the allocator's settings and the visible
   # GPUs, as the run had them.
-  device = jax.devices()[0].device_kind
-  return {
-      'date': datetime.date.today().isoformat(), 'device': device,
-      'devices': jax.device_count(), 'cpus': len(os.sched_getaffinity(0)),
-      'smoke': smoke, 'versions': versions, 'environment': {
-          k: v for k, v in sorted(os.environ.items())
-          if k.startswith(('XLA_', 'JAX_', 'TF_', 'CUDA_'))
-      }
+  environ = {
+      k: v for k, v in sorted(os.environ.items())
+      if k.startswith(('XLA_', 'JAX_', 'TF_', 'CUDA_'))
   }
+  return dict(date=datetime.date.today().isoformat(),
+              device=jax.devices()[0].device_kind, devices=jax.device_count(),
+              cpus=len(os.sched_getaffinity(0)), smoke=smoke, versions=versions,
+              environment=environ)
 
 
 class Results:
@@ -79,12 +70,13 @@ class Results:
     self.output, self.readme, self.start = output, readme, start
     self.data = {**header, 'rows': [], 'summary': {}, 'finished': False}
 
-  def add(self, row: dict):
-    # When it landed, so that the next plan's budgets can be read off.
-    row = {**row, 'at_seconds': self._seconds()}
-    self.data['rows'].append(row)
-    print(gpu_report.row_line(row), flush=True)
-    self.write()
+  def add(self, *rows: dict):
+    for row in rows:
+      # When it landed, so that the next plan's budgets can be read off.
+      row = {**row, 'at_seconds': self._seconds()}
+      self.data['rows'].append(row)
+      print(gpu_report.row_line(row), flush=True)
+      self.write()
 
   def _seconds(self) -> float:
     # Rounded alike, so that no row lands after the run's total.
@@ -135,16 +127,11 @@ def measure(plan: gpu_plan.Plan, results: Results, left, torch_python: str):
       rows = gpu_sections.compare_model(label, model, batch, plan, peaks,
                                         worker, timm_missing, timm_modes)
       last = time.monotonic() - start
-    for row in rows:
-      results.add(row)
+    results.add(*rows)
     # timm at its best on the first model stands for it on the others; the
     # next model is estimated at this one's time less the dropped modes'
     # setup (timm builds its modes one after another).
-    timm = [
-        r for r in rows
-        if r['implementation'] == 'timm' and 'images_per_second' in r
-    ]
-    if timm:
+    if timm := gpu_report.measured(rows, implementation='timm'):
       best = max(timm, key=lambda r: r['images_per_second'])
       timm_modes = (best['variant'],)
       last -= sum(r['setup_seconds'] for r in timm if r is not best)
@@ -154,8 +141,7 @@ def measure(plan: gpu_plan.Plan, results: Results, left, torch_python: str):
                            ('profile', gpu_sections.profile_rows),
                            ('input', gpu_sections.input_rows)):
     if dict(plan.budgets)[section]:  # --quick plans no time for the rest
-      for row in rows_of(plan, lambda s=section: left(s)):
-        results.add(row)
+      results.add(*rows_of(plan, lambda s=section: left(s)))
 
 
 def main():
@@ -186,7 +172,7 @@ def main():
     if not output.exists():
       sys.exit(f'error: no {output}: run gpu.py on a GPU first (README: '
                '"GPU") and copy its gpu_results.json here.')
-    results = json.loads(output.read_text())
+    results = runs.read_json(output)
     runs.write_section(readme, SECTION, gpu_report.report(results), WRITER)
     print(gpu_report.report(results))
     return
@@ -197,8 +183,10 @@ def main():
   start = time.monotonic()
   left = seconds_left(plan, start)
   study_environment = dict(os.environ)  # jax's defaults for the study
-  for name, value in ALLOCATOR.items():
-    os.environ.setdefault(name, value)
+  # Our process grows its GPU memory as it goes instead of taking 75% at the
+  # start, so that timm's worker has room beside it.
+  os.environ.setdefault('XLA_PYTHON_CLIENT_PREALLOCATE', 'false')
+  os.environ.setdefault('XLA_PYTHON_CLIENT_MEM_FRACTION', '0.9')
   distributed.set_cpu_devices(1)  # --smoke: one device, as one GPU
   if jax.default_backend() == 'cpu' and not args.smoke:
     sys.exit('error: jax sees no GPU here; on a CPU, run with --smoke.')
@@ -206,9 +194,8 @@ def main():
                     {**environment(args.smoke), 'quick': args.quick}, start)
   results.write()
   # First, while the GPU is all but free (this process holds no memory).
-  for row in gpu_sections.study_rows(plan, args.cifar_dir.resolve(),
-                                     lambda: left('study'), study_environment):
-    results.add(row)
+  results.add(*gpu_sections.study_rows(
+      plan, args.cifar_dir.resolve(), lambda: left('study'), study_environment))
   measure(plan, results, left, args.torch_python)
   results.data['finished'] = True
   results.write()

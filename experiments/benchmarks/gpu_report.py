@@ -8,10 +8,10 @@ from experiments.benchmarks import timeline
 # The GPU targets (issue 47), on the same GPU in the same call: each model's
 # train step against timm's at its best, and its share of the bf16 peak;
 # the study end to end with a cold and a warm compilation cache; the
-# loader against ViT-B/16's step.
+# loader against ViT-B/16's step. A share of 0: no target.
 STEP_TARGETS = {
     gpu_plan.B16: (1.3, 0.45), gpu_plan.L16: (1.3, 0.50),
-    gpu_plan.TI16: (1.3, None)
+    gpu_plan.TI16: (1.3, 0)
 }
 STUDY_SECONDS_TARGETS = {'cold': 15, 'warm': 8}
 INPUT_OVER_B16_TARGET = 1.2
@@ -25,24 +25,23 @@ def _overrides(row: dict) -> str:
   return ', '.join(f'{k}={v}' for k, v in row['overrides'].items()) or 'none'
 
 
-def _measured(rows: list[dict], section: str, **fields) -> list[dict]:
-  return [
-      r for r in rows if r['section'] == section and 'skipped' not in r and all(
-          r.get(k) == v for k, v in fields.items())
-  ]
+def measured(rows: list[dict], **fields) -> list[dict]:
+  """The measured rows with these `fields`' values."""
+  return [r for r in rows if 'skipped' not in r and fields.items() <= r.items()]
 
 
 def pair(rows: list[dict], model: str) -> tuple[dict, dict]:
   """Our fastest row of `model` and timm's."""
   return tuple(
-      max(_measured(rows, 'train step', model=model, implementation=i),
+      max(measured(rows, section='train step', model=model, implementation=i),
           key=lambda r: r['images_per_second'], default={})
       for i in ('vit_jax', 'timm'))
 
 
 def _study(rows: list[dict], state: str) -> dict:
   """The run of the study's config as it is with a `state` cache."""
-  return next((r for r in _measured(rows, 'study', compilation_cache=state)
+  return next((r
+               for r in measured(rows, section='study', compilation_cache=state)
                if 'steps_per_dispatch' not in r['overrides']), {})
 
 
@@ -78,19 +77,14 @@ def row_line(row: dict) -> str:
   return f'{row["section"]}: ' + ', '.join(cells)
 
 
-def _table(rows: list[dict], section: str, intro, header: list[str], lead,
-           measured) -> list[str]:
-  """`intro(first row)`, then a row's `lead` and `measured` cells or why not."""
-  chosen = [r for r in rows if r['section'] == section]
-  return chosen and [
-      '',
-      intro(chosen[0]), '',
-      runs.markdown_table(header, [
-          lead(r) +
-          ([f'not measured: {r["skipped"]}'] if 'skipped' in r else measured(r))
-          for r in chosen
-      ])
-  ]
+def _table(rows: list[dict], section: str, intro, header: tuple, lead,
+           cells) -> list[str]:
+  """`intro(first row)`, then a row's `lead` cells and its `cells` or why not."""
+  if not (chosen := [r for r in rows if r['section'] == section]):
+    return []
+  table = [(*lead(r), f'not measured: {r["skipped"]}') if 'skipped' in r else
+           (*lead(r), *cells(r)) for r in chosen]
+  return ['', intro(chosen[0]), '', runs.markdown_table(header, table)]
 
 
 def _status(met: bool | None) -> str:
@@ -98,54 +92,43 @@ def _status(met: bool | None) -> str:
 
 
 def _targets(rows: list[dict]) -> str:
-  lines = []
+  lines, steps = [], [r for r in rows if r['section'] == 'train step']
   for model, (over_timm, share) in STEP_TARGETS.items():
     ours, timm = pair(rows, model)
-    batch = next(
-        (r['batch_size']
-         for r in rows if r['section'] == 'train step' and r['model'] == model),
-        0)
+    batch = next((r['batch_size'] for r in steps if r['model'] == model), 0)
     ratio = (ours['images_per_second'] /
              timm['images_per_second'] if ours and timm else None)
     goal = f'>= {over_timm}x timm\'s best' + (
         f', >= {share:.0%} of the bf16 peak' if share else '')
-    met = None if ratio is None else ratio >= over_timm and (
-        share is None or (ours['peak_share'] or 0) >= share)
-    lines.append([
-        f'{model} train step{f", batch {batch}" if batch else ""}: {goal}',
-        f'{ratio:.2f}x ({ours["variant"]} against {timm["variant"]}), '
-        f'{_percent(ours["peak_share"])} of peak' if ratio else '',
-        _status(met)
-    ])
+    met = ratio and ratio >= over_timm and (ours['peak_share'] or 0) >= share
+    lines.append(
+        (f'{model} train step{f", batch {batch}" if batch else ""}: {goal}',
+         f'{ratio:.2f}x ({ours["variant"]} against {timm["variant"]}), '
+         f'{_percent(ours["peak_share"])} of peak' if ratio else '',
+         _status(met)))
   for state, seconds in STUDY_SECONDS_TARGETS.items():
     took = _study(rows, state).get('end_to_end_seconds')
-    lines.append([
-        f'the study end to end, {state} compilation cache, < {seconds} s',
-        f'{_number(took)} s' if took else '',
-        _status(None if took is None else took < seconds)
-    ])
+    lines.append(
+        (f'the study end to end, {state} compilation cache, < {seconds} s',
+         f'{_number(took)} s' if took else '',
+         _status(None if took is None else took < seconds)))
   # The whole study's runs (the one-step-a-call run is shorter).
   studies = [r for r in (_study(rows, 'cold'), _study(rows, 'warm')) if r]
   mean, std = STUDY_ACCURACY
-  lines.append([
-      f'the study\'s best test accuracy within {_percent(mean)} ± '
-      f'{_percent(2 * std)} (2 std of seeds 0-2 on the CPU)',
-      ', '.join(_percent(r['best_test_accuracy']) for r in studies),
-      _status(
-          all(abs(r['best_test_accuracy'] - mean) <= 2 * std
-              for r in studies) if studies else None)
-  ])
-  inputs = _measured(rows, 'input')
+  met = all(abs(r['best_test_accuracy'] - mean) <= 2 * std for r in studies)
+  lines.append((f'the study\'s best test accuracy within {_percent(mean)} ± '
+                f'{_percent(2 * std)} (2 std of seeds 0-2 on the CPU)',
+                ', '.join(_percent(r['best_test_accuracy'])
+                          for r in studies), _status(met if studies else None)))
+  inputs = measured(rows, section='input')
   b16 = pair(rows, gpu_plan.B16)[0].get('images_per_second')
-  lines.append([
-      f'`benchmark_input` at 224 px >= {INPUT_OVER_B16_TARGET}x '
-      f'{gpu_plan.B16}\'s step ({_number(b16)} img/s)',
-      ', '.join(f'{_number(r["images_per_second"])} img/s ({r["loader"]})'
-                for r in inputs),
-      _status(
-          max(r['images_per_second'] for r in inputs) >= INPUT_OVER_B16_TARGET *
-          b16 if inputs and b16 else None)
-  ])
+  best = max((r['images_per_second'] for r in inputs), default=0)
+  met = best >= INPUT_OVER_B16_TARGET * b16 if inputs and b16 else None
+  lines.append(
+      (f'`benchmark_input` at 224 px >= {INPUT_OVER_B16_TARGET}x '
+       f'{gpu_plan.B16}\'s step ({_number(b16)} img/s)',
+       ', '.join(f'{_number(r["images_per_second"])} img/s ({r["loader"]})'
+                 for r in inputs), _status(met)))
   return runs.markdown_table(['target', 'measured', 'status'], lines)
 
 
@@ -165,76 +148,60 @@ def report(results: dict) -> str:
       _targets(rows)
   ]
   if matmul := results.get('matmul'):
-    lines += [
-        '', f'A {matmul["size"]}³ bfloat16 matmul ran at '
-        f'{_number(matmul["tflop_per_second"])} TFLOP/s (datasheet dense bf16 '
-        f'peak: {_number(matmul["datasheet_tflop_per_second"]) or "unknown"} '
-        'TFLOP/s).'
-    ]
+    lines += ('', f'A {matmul["size"]}³ bfloat16 matmul ran at '
+              f'{_number(matmul["tflop_per_second"])} TFLOP/s (datasheet '
+              'dense bf16 peak: '
+              f'{_number(matmul["datasheet_tflop_per_second"]) or "unknown"} '
+              'TFLOP/s).')
   lines += _table(
       rows, 'train step', lambda r: f'Train step at {r["image_size"]}x'
       f'{r["image_size"]} px, bfloat16, no augmentation, AdamW, median of '
-      'alternating rounds (img/s of each round in brackets):', [
-          'model', 'implementation', 'batch', 'img/s', 'TFLOP/s',
-          'of bf16 peak', 'of the matmul', 'setup s'
-      ], lambda r:
-      [r['model'], f'{r["implementation"]} {r["variant"]}', r['batch_size']],
-      lambda r: [
-          f'{_number(r["images_per_second"])} ('
-          f'{", ".join(map(_number, r["round_images_per_second"]))})',
-          _number(r['train_tflop_per_second']),
-          _percent(r['peak_share']),
-          _percent(r['matmul_share']),
-          _number(r['setup_seconds'])
-      ])
+      'alternating rounds (img/s of each round in brackets):',
+      ('model', 'implementation', 'batch', 'img/s', 'TFLOP/s', 'of bf16 peak',
+       'of the matmul', 'setup s'), lambda r:
+      (r['model'], f'{r["implementation"]} {r["variant"]}', r['batch_size']),
+      lambda r:
+      (f'{_number(r["images_per_second"])} ('
+       f'{", ".join(map(_number, r["round_images_per_second"]))})',
+       _number(r['train_tflop_per_second']), _percent(r['peak_share']),
+       _percent(r['matmul_share']), _number(r['setup_seconds'])))
   lines += _table(
       rows, 'study', lambda _: '`configs/cifar_small.py` (ViT-Tiny) in a '
       '`vit_jax.main` process, its compilation cache fresh (cold) or filled '
       '(warm), then 6 epochs at one train step a call. Training s: the loop; '
-      'img/s in training: its records\' median, evaluations left out:', [
-          'cache', 'overrides', 'epochs', 'end to end s', 'training s',
-          'img/s in training', 'best test accuracy'
-      ], lambda r: [r.get('compilation_cache', 'not said'),
-                    _overrides(r)], lambda r: [
-                        _number(r['epochs'], 2),
-                        _number(r['end_to_end_seconds']),
-                        _number(r['train_seconds']),
-                        _number(r.get('train_images_per_second')),
-                        _percent(r['best_test_accuracy'])
-                    ])
+      'img/s in training: its records\' median, evaluations left out:',
+      ('cache', 'overrides', 'epochs', 'end to end s', 'training s',
+       'img/s in training', 'best test accuracy'), lambda r:
+      (r.get('compilation_cache', 'not said'), _overrides(r)), lambda r:
+      (_number(r['epochs'], 2), _number(r['end_to_end_seconds']),
+       _number(r['train_seconds']), _number(r.get('train_images_per_second')),
+       _percent(r['best_test_accuracy'])))
   for r in rows:
     if r['section'] == 'study' and 'records' in r:
-      lines += [
-          '', f'Where the {r["compilation_cache"]} run\'s seconds went '
-          f'({_overrides(r)}; `timeline.py`):', '',
-          timeline.table(r)
-      ]
+      lines += ('', f'Where the {r["compilation_cache"]} run\'s seconds went '
+                f'({_overrides(r)}; `timeline.py`):', '', timeline.table(r))
   lines += _table(
       rows, 'attention', lambda r:
       ('The attention layer, its projections included' if r.get('layer') else
        'Attention alone') + ' (batch x tokens x heads x head_dim '
       f'{"x".join(map(str, r["shape"]))}, bfloat16, forward and '
-      'backward), median ms:', ['attention', 'ms'], lambda r: [r['variant']],
-      lambda r: [_number(r['ms'], 2)])
+      'backward), median ms:', ('attention', 'ms'), lambda r: (r['variant'],),
+      lambda r: (_number(r['ms'], 2),))
   for r in (r for r in rows if r['section'] == 'profile'):
     if 'skipped' in r:
       lines += ['', f'Profile of {r["model"]}: not measured: {r["skipped"]}']
       continue
-    lines += [
-        '', f'Where {r["model"]}\'s train step (batch {r["batch_size"]}, '
-        f'{_number(r["step_ms"])} ms untraced) spends its GPU time:',
-        *profile_step.tables(r['ms_per_step_by_kind'],
-                             r.get('ms_per_step_by_model_part'),
-                             r['heaviest_kernels'])
-    ]
+    lines += ('', f'Where {r["model"]}\'s train step (batch {r["batch_size"]}, '
+              f'{_number(r["step_ms"])} ms untraced) spends its GPU time:',
+              *profile_step.tables(r['ms_per_step_by_kind'],
+                                   r.get('ms_per_step_by_model_part'),
+                                   r['heaviest_kernels']))
   lines += _table(
       rows, 'input', lambda _: '`vit_jax.benchmark_input` (streaming, '
-      'Inception crop, flip, onto the device):', [
-          'loader', 'images', 'img/s', 'img/s per core', 'ms/batch',
-          'first batch s'
-      ], lambda r: [r.get('loader', ''), r['source']], lambda r: [
-          _number(r[k])
-          for k in ('images_per_second', 'images_per_second_per_core',
-                    'ms_per_batch', 'first_batch_seconds')
-      ])
+      'Inception crop, flip, onto the device):',
+      ('loader', 'images', 'img/s', 'img/s per core', 'ms/batch',
+       'first batch s'), lambda r: (r.get('loader', ''), r['source']), lambda r:
+      (_number(r[k])
+       for k in ('images_per_second', 'images_per_second_per_core',
+                 'ms_per_batch', 'first_batch_seconds')))
   return '\n'.join(lines)

@@ -33,29 +33,24 @@ def failure_note(error: Exception) -> str:
   return errors.first_line(error)
 
 
-def _ours(plan: gpu_plan.Plan, model: str, batch: int,
-          **overrides) -> step_benchmark.StepBenchmark:
-  """Our train step in bfloat16, unaugmented, run once: out of memory shows."""
+def fitting_ours(plan: gpu_plan.Plan, model: str, batch: int, halve=True,
+                 **overrides) -> tuple[step_benchmark.StepBenchmark, int]:
+  """Our bf16 step, unaugmented, run once; if `halve`, `batch` halved on OOM."""
   config = step_benchmark.benchmark_config(
       model, batch, plan.image_size, 'bfloat16', augment=False,
       **{**plan.model_overrides, **overrides})
-  bench = step_benchmark.StepBenchmark(config, plan.num_classes, evaluate=False)
-  jax.block_until_ready(bench.train_step())
-  return bench
-
-
-def fitting_ours(plan: gpu_plan.Plan, model: str, batch: int,
-                 **overrides) -> tuple[step_benchmark.StepBenchmark, int]:
-  """Our step (`_ours`) at `batch`, halved while it runs out of memory."""
-  while True:
-    try:
-      return _ours(plan, model, batch, **overrides), batch
-    except jax.errors.JaxRuntimeError as e:
-      if batch == 1 or not ('RESOURCE_EXHAUSTED' in str(e) or
-                            'out of memory' in str(e).lower()):
-        raise
-    batch //= 2
-    gc.collect()
+  try:
+    bench = step_benchmark.StepBenchmark(config, plan.num_classes,
+                                         evaluate=False)
+    jax.block_until_ready(bench.train_step())
+    return bench, batch
+  except jax.errors.JaxRuntimeError as e:
+    if not halve or batch == 1 or not ('RESOURCE_EXHAUSTED' in str(e) or
+                                       'out of memory' in str(e).lower()):
+      raise
+    bench = None  # its memory, freed before the smaller batch is tried
+  gc.collect()
+  return fitting_ours(plan, model, batch // 2, halve, **overrides)
 
 
 def contenders(
@@ -101,7 +96,8 @@ def compare_model(
   benches = {first: bench}
   for name in others:
     try:
-      benches[name] = _ours(plan, model, batch, attention=name)
+      benches[name], _ = fitting_ours(plan, model, batch, halve=False,
+                                      attention=name)
     except Exception as e:  # pylint: disable=broad-except
       # Out of memory, or a kernel this device lacks.
       skipped['vit_jax', name] = failure_note(e)
@@ -158,10 +154,9 @@ def _row(label: str, key: tuple[str, str], plan: gpu_plan.Plan, batch: int,
 
 
 def run_study(plan: gpu_plan.Plan, cifar_dir: pathlib.Path, timeout: float,
-              env: dict, cache: pathlib.Path, state: str,
-              overrides: dict | None = None) -> dict:
+              env: dict, cache: str, state: str, overrides: dict) -> dict:
   """The study in a process of its own, its `cache` 'cold' (empty) or 'warm'."""
-  overrides = {**plan.study_overrides, **(overrides or {})}
+  overrides = {**plan.study_overrides, **overrides}
   row = dict(section='study', config='configs/cifar_small.py',
              overrides=overrides, compilation_cache=state)
   if timeout <= 0:
@@ -204,7 +199,7 @@ def study_rows(plan: gpu_plan.Plan, cifar_dir: pathlib.Path, seconds_left,
   """The study's `STUDY_RUNS`, sharing one compilation cache."""
   with tempfile.TemporaryDirectory() as cache:
     return [
-        run_study(plan, cifar_dir, seconds_left(), env, pathlib.Path(cache), *r)
+        run_study(plan, cifar_dir, seconds_left(), env, cache, *r)
         for r in STUDY_RUNS
     ]
 
@@ -275,19 +270,19 @@ def attention_rows(plan: gpu_plan.Plan, seconds_left) -> list[dict]:
   for name, (implementation, kernels) in candidates.items():
     layer = attention.MultiHeadSelfAttention(heads, dtype=jnp.bfloat16,
                                              attention=implementation)
-    step = jax.jit(
-        jax.grad(
-            lambda p, x, f=layer.apply: f(p, x, deterministic=True).astype(
-                jnp.float32).sum(), argnums=(0, 1)))
+
+    def loss(params, x, apply=layer.apply):
+      return apply(params, x, deterministic=True).astype(jnp.float32).sum()
+
+    step = jax.jit(jax.grad(loss, argnums=(0, 1)))
+    rows.append({**row, 'variant': name})
     try:
       with mock.patch.dict(fused_attention.KERNELS, kernels):
         params = layer.init(jax.random.key(1), x, deterministic=True)
-        seconds = step_benchmark.median_seconds(lambda: step(params, x),
-                                                plan.steps)
+        rows[-1]['ms'] = 1000 * step_benchmark.median_seconds(
+            lambda: step(params, x), plan.steps)
     except Exception as e:  # pylint: disable=broad-except
-      rows.append({**row, 'variant': name, 'skipped': failure_note(e)})
-      continue
-    rows.append({**row, 'variant': name, 'ms': 1000 * seconds})
+      rows[-1]['skipped'] = failure_note(e)
   return rows
 
 
@@ -311,21 +306,20 @@ def profile_rows(plan: gpu_plan.Plan, seconds_left) -> list[dict]:
   """`trace_profile` of the first `plan.profile_models` models' steps."""
   rows = []
   for label, model, batch in plan.models[:plan.profile_models]:
-    row = {'section': 'profile', 'model': label, 'batch_size': batch}
+    rows.append({'section': 'profile', 'model': label, 'batch_size': batch})
     if seconds_left() <= 0:
-      rows.append({**row, 'skipped': OUT_OF_TIME})
+      rows[-1]['skipped'] = OUT_OF_TIME
       continue
     try:
       bench, batch = fitting_ours(plan, model, batch, attention='auto')
       step = step_benchmark.median_seconds(bench.train_step, plan.steps)
       profile = trace_profile(bench, plan.profile_steps)
+      if not profile['ms_per_step_by_kind']:
+        profile = {'skipped': 'the trace holds no accelerator kernels (a CPU)'}
+      rows[-1].update(batch_size=batch, step_ms=1000 * step, **profile)
     except Exception as e:  # pylint: disable=broad-except
-      rows.append({**row, 'skipped': failure_note(e)})
-      continue
+      rows[-1]['skipped'] = failure_note(e)
     finally:
       bench = None
       gc.collect()
-    if not profile['ms_per_step_by_kind']:
-      profile = {'skipped': 'the trace holds no accelerator kernels (a CPU)'}
-    rows.append({**row, 'batch_size': batch, 'step_ms': 1000 * step, **profile})
   return rows

@@ -1,6 +1,7 @@
 """Each instruction of a compiled program as the module and pass it computes."""
 
 import collections
+import functools
 import re
 from typing import NamedTuple
 
@@ -73,9 +74,8 @@ def part(op_name: str) -> Part:
       _LAYER.sub('*', s) if s.startswith('encoderblock_') else s for s in scopes
       if s not in _CONTROL and not _HOW.search(s)
   ]
-  if model and not path:  # the model's own operations (scan's loop)
-    path = [model]
-  return Part('/'.join(path) or OUTSIDE, direction)
+  # A model's own operations (scan's loop) are the model's.
+  return Part('/'.join(path) or model or OUTSIDE, direction)
 
 
 def model_parts(hlo_text: str) -> dict[str, Part]:
@@ -88,17 +88,14 @@ def model_parts(hlo_text: str) -> dict[str, Part]:
     elif instruction := _INSTRUCTION.match(line):
       lines.append(instruction.groups())
 
-  # A computation's (op name, whether arithmetic), its calls' included.
-  named: dict[str, list[tuple[str, bool]]] = {}
-
+  # A computation's (op name, whether arithmetic), its calls' included (HLO
+  # allows no recursion).
+  @functools.cache
   def named_in(computation: str) -> list[tuple[str, bool]]:
-    if computation not in named:
-      named[computation] = []  # a cycle, were there one, ends here
-      named[computation] = [
-          name for _, text in computations.get(computation, ())
-          for name in _names(text, named_in)
-      ]
-    return named[computation]
+    return [
+        name for _, text in computations.get(computation, ())
+        for name in _names(text, named_in)
+    ]
 
   parts = {}
   for body in computations.values():
@@ -106,9 +103,7 @@ def model_parts(hlo_text: str) -> dict[str, Part]:
       if _CONTAINER.search(text):
         continue
       names = _names(text, named_in)
-      arithmetic = [
-          op_name for op_name, is_arithmetic in names if is_arithmetic
-      ]
+      arithmetic = [name for name, is_arithmetic in names if is_arithmetic]
       operations = collections.defaultdict(collections.Counter)
       for op_name in arithmetic or [op_name for op_name, _ in names]:
         operations[part(op_name)][op_name.split(';')[0].rsplit('/', 1)[-1]] += 1

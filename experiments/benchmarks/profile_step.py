@@ -30,10 +30,8 @@ WORKER_THREADS, CLIENT_THREADS = 'tf_XLAEigen', 'tf_XLAPjRtCpuClient'
 
 def self_times(events: list[dict]) -> list[tuple[str, float]]:
   """(name, microseconds not spent in nested events) of one thread's events."""
-  events = sorted(events, key=lambda e: (e['ts'], -e['dur']))
-  result = []
-  stack = []  # [name, end, self time]
-  for event in events:
+  result, stack = [], []  # stack: [name, end, self time]
+  for event in sorted(events, key=lambda e: (e['ts'], -e['dur'])):
     while stack and event['ts'] >= stack[-1][1]:
       name, _, own = stack.pop()
       result.append((name, own))
@@ -52,25 +50,22 @@ def trace_events(trace_dir: pathlib.Path) -> list[dict]:
       newest.read_bytes()))['traceEvents'] if newest else []
 
 
-def _worker_events(events: list[dict]) -> dict[int, list[dict]]:
-  """The complete events of XLA's operations, by the thread that ran them."""
+def thread_profile(events: list[dict], steps: int,
+                   parts: dict[str, hlo_parts.Part]) -> tuple[dict, dict]:
+  """Thread-ms per step of XLA's CPU operations by kind (KINDS) and by part."""
   threads = {
       e['tid']: e['args']['name'] for e in events
       if e.get('name') == 'thread_name'
   }
-  by_thread = collections.defaultdict(list)
+  by_thread = collections.defaultdict(list)  # XLA's operations' events
   for e in events:
     thread = threads.get(e.get('tid'), '')
     if e.get('ph') == 'X' and (thread.startswith(WORKER_THREADS) or
                                (thread.startswith(CLIENT_THREADS) and
                                 '::' not in e['name'])):
       by_thread[e['tid']].append(e)
-  return by_thread
-
-
-def thread_profile(by_thread: dict[int, list[dict]], steps: int,
-                   parts: dict[str, hlo_parts.Part]) -> tuple[dict, dict]:
-  """Thread-ms per step of XLA's CPU operations by kind (KINDS) and by part."""
+  if not by_thread:
+    return {}, {}
   timed = [(_kind(KINDS, name), parts.get(name), own)
            for thread_events in by_thread.values()
            for name, own in self_times(thread_events)]
@@ -192,17 +187,14 @@ def tables(kinds: dict[str, float], by_part: dict[str, float] | str | None,
     lines += ['', f'By part of the model: not measured: {by_part}']
   elif by_part:
     ranked = sorted(by_part.items(), key=lambda item: -item[1])
-    rest = [[
-        f'the other {len(ranked) - shown} parts',
-        f'{sum(ms for _, ms in ranked[shown:]):,.2f}'
-    ]] if len(ranked) > shown else []
-    lines += [
-        '', 'By part of the model, as the compiled program\'s metadata names '
-        'the flax module and pass (encoder blocks summed):', '',
-        runs.markdown_table(['part of the model', unit],
-                            [[label, f'{ms:,.2f}']
-                             for label, ms in ranked[:shown]] + rest)
-    ]
+    if len(ranked) > shown:
+      ranked[shown:] = [(f'the other {len(ranked) - shown} parts',
+                         sum(ms for _, ms in ranked[shown:]))]
+    lines += ('', 'By part of the model, as the compiled program\'s metadata '
+              'names the flax module and pass (encoder blocks summed):', '',
+              runs.markdown_table(['part of the model', unit],
+                                  [[label, f'{ms:,.2f}']
+                                   for label, ms in ranked]))
   if heaviest:
     lines += [
         '', 'The heaviest kernels:', '',
@@ -212,27 +204,6 @@ def tables(kinds: dict[str, float], by_part: dict[str, float] | str | None,
         ] for k in heaviest[:top]])
     ]
   return lines
-
-
-def print_trace(trace_dir: pathlib.Path, steps: int):
-  """The tables of `trace_dir`'s newest trace: its kernels, else its threads."""
-  events = trace_events(trace_dir)
-  if not events:
-    raise SystemExit(f'error: {trace_dir} holds no trace: write one with '
-                     f'python -m vit_jax.benchmark --trace_dir={trace_dir}.')
-  program = trace_dir / step_benchmark.TRACED_PROGRAM
-  parts = (hlo_parts.model_parts(program.read_text())
-           if program.exists() else {})
-  kinds, by_part, heaviest = device_profile(events, steps, parts)
-  unit = 'ms per step'
-  if not kinds and (by_thread := _worker_events(events)):
-    unit = 'thread-ms per step'
-    kinds, by_part = thread_profile(by_thread, steps, parts)
-  elif not kinds:
-    raise SystemExit(
-        f'error: the trace in {trace_dir} holds no XLA operations: on a CPU, '
-        'trace with XLA_FLAGS=--xla_cpu_enable_xprof_traceme=true.')
-  print('\n'.join(tables(kinds, by_part, heaviest, unit, len(by_part))))
 
 
 def main():
@@ -245,7 +216,24 @@ def main():
       help='Sum the trace `vit_jax.benchmark --trace_dir` wrote there '
       '(any model, CPU or GPU).')
   args = parser.parse_args()
-  print_trace(args.trace_dir, args.steps)
+  events = trace_events(args.trace_dir)
+  if not events:
+    raise SystemExit(
+        f'error: {args.trace_dir} holds no trace: write one with '
+        f'python -m vit_jax.benchmark --trace_dir={args.trace_dir}.')
+  program = args.trace_dir / step_benchmark.TRACED_PROGRAM
+  parts = (hlo_parts.model_parts(program.read_text())
+           if program.exists() else {})
+  kinds, by_part, heaviest = device_profile(events, args.steps, parts)
+  unit = 'ms per step'
+  if not kinds:  # a CPU's trace: its threads
+    unit = 'thread-ms per step'
+    kinds, by_part = thread_profile(events, args.steps, parts)
+  if not kinds:
+    raise SystemExit(
+        f'error: the trace in {args.trace_dir} holds no XLA operations: on a '
+        'CPU, trace with XLA_FLAGS=--xla_cpu_enable_xprof_traceme=true.')
+  print('\n'.join(tables(kinds, by_part, heaviest, unit, len(by_part))))
 
 
 if __name__ == '__main__':

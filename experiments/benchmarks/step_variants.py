@@ -14,8 +14,23 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 # pylint: disable=g-import-not-at-top,wrong-import-position
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
 from experiments import runs
+from experiments.benchmarks import gpu_plan
+from experiments.benchmarks import gpu_sections
 from experiments.benchmarks import study_step
+from vit_jax.models import encoder
+from vit_jax.models import names
+from vit_jax.models.layers import attention
+from vit_jax.models.layers import encoder_block
+from vit_jax.models.layers import fused_attention
+from vit_jax.models.layers import mlp
+from vit_jax.models.layers import patch_embedding
+from vit_jax.runtime import distributed
+from vit_jax.training import step_benchmark
 # pylint: enable=g-import-not-at-top,wrong-import-position
 
 # `hash`: our dropout; `flax_*`: `flax.linen.Dropout` put in its place by
@@ -41,20 +56,16 @@ PROFILED = 'no_command_buffers'
 def run_cpu_variant(variant: str, steps: int) -> dict:
   if variant.startswith('flax_'):
     _use_flax_dropout(variant.removeprefix('flax_'))
-  result = study_step.measure(4, steps_timed=steps, attention='einsum')
+  distributed.set_cpu_devices(4)  # before jax starts
+  config = step_benchmark.benchmark_config('ViT-Tiny-CIFAR_4', 128, 32,
+                                           attention='einsum')
+  result = step_benchmark.run_benchmark(config, steps_timed=steps)
   keys = 'train_images_per_second', 'train_utilization'
   return {'variant': variant, **{k: result[k] for k in keys}}
 
 
 def run_gpu_variant(variant: str, steps: int, smoke: bool) -> dict:
   """ViT-B/16's step as gpu.py's rows time it, under the caller's XLA flags."""
-  # pylint: disable=g-import-not-at-top
-  from experiments.benchmarks import gpu_plan
-  from experiments.benchmarks import gpu_sections
-  from vit_jax.models.layers import fused_attention
-  from vit_jax.training import step_benchmark
-  import jax
-  # pylint: enable=g-import-not-at-top
   if jax.default_backend() != 'gpu' and not smoke:
     raise SystemExit('No GPU here: ViT-B/16 at its size would take hours; '
                      'add --smoke to run the code on a CPU.')
@@ -83,12 +94,6 @@ def run_gpu_variant(variant: str, steps: int, smoke: bool) -> dict:
 
 def use_patch_matmul():
   """The patch embedding as a matmul of the same parameters: one function."""
-  import flax.linen as nn  # pylint: disable=g-import-not-at-top
-  # pylint: disable=g-import-not-at-top
-  from vit_jax.models import names
-  from vit_jax.models.layers import patch_embedding
-
-  # pylint: enable=g-import-not-at-top
   conv = patch_embedding.embed_patches
 
   def embed_patches(images, patch_size, hidden_size, *, shifted, dtype):
@@ -106,11 +111,6 @@ def use_patch_matmul():
 
 def use_fused_qkv():
   """q, k and v projected by one matmul (timm's `qkv`) of their 3 kernels."""
-  # pylint: disable=g-import-not-at-top
-  import jax.numpy as jnp
-  from vit_jax.models.layers import attention
-
-  # pylint: enable=g-import-not-at-top
 
   def project_qkv(x, projections, layout):
     kernels, biases = zip(*projections)
@@ -124,14 +124,6 @@ def use_fused_qkv():
 
 def _use_flax_dropout(prng_impl: str):
   """flax's dropout in the ViT in place of ours, its masks drawn with `prng_impl`."""
-  import flax.linen as nn  # pylint: disable=g-import-not-at-top
-  import jax  # pylint: disable=g-import-not-at-top
-  # pylint: disable=g-import-not-at-top
-  from vit_jax.models import encoder
-  from vit_jax.models.layers import attention
-  from vit_jax.models.layers import encoder_block
-  from vit_jax.models.layers import mlp
-  # pylint: enable=g-import-not-at-top
   # Every module of the ViT that drops out (stochastic depth is off here).
   for module in (encoder, encoder_block, mlp, attention):
     module.Dropout = nn.Dropout
@@ -153,15 +145,12 @@ def _run(variant: str, args) -> dict:
     env['XLA_FLAGS'] = ' '.join(
         filter(None, (env.get('XLA_FLAGS', ''), GPU_FLAGS.get(variant))))
   stdout, _, failed = study_step.run(command, args.run_timeout, env)
-  results = [
-      json.loads(line.removeprefix(RESULT)) for line in stdout.splitlines()
-      if line.startswith(RESULT)
-  ]
-  if not results:
+  printed = [line for line in stdout.splitlines() if line.startswith(RESULT)]
+  if not printed:
     return {'variant': variant, 'failed': failed or 'printed no result'}
+  result = json.loads(printed[-1].removeprefix(RESULT))
   # The profiled variant prints its timing before its trace, which failed.
-  return {**results[-1], 'profile': {'failed': failed}
-         } if failed else results[-1]
+  return {**result, 'profile': {'failed': failed}} if failed else result
 
 
 def main():
@@ -190,8 +179,7 @@ def main():
     return
 
   variants = tuple(args.variants.split(',')) if args.variants else known
-  unknown = sorted(set(variants) - set(known))
-  if unknown:
+  if unknown := sorted(set(variants) - set(known)):
     parser.error(f'unknown variants {", ".join(unknown)}; use some of '
                  f'{", ".join(known)}')
   start, results = time.monotonic(), []

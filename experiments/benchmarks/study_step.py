@@ -1,4 +1,4 @@
-"""What the benchmark scripts share: the study's step, JSON, rounds, flags."""
+"""What the benchmark scripts share: the study's run, JSON, rounds, flags."""
 
 import argparse
 from collections.abc import Iterable
@@ -14,18 +14,6 @@ import time
 
 # The study's command runs from the checkout's root, where its config is.
 REPO = pathlib.Path(__file__).resolve().parents[2]
-
-
-def measure(cpu_devices: int, attention: str = 'auto', **options) -> dict:
-  """`step_benchmark.run_benchmark` of the study's ViT step on `cpu_devices`."""
-  # Imported here, not above: the scripts set XLA_FLAGS and jax's options
-  # before jax starts.
-  from vit_jax.runtime import distributed  # pylint: disable=g-import-not-at-top
-  distributed.set_cpu_devices(cpu_devices)
-  from vit_jax.training import step_benchmark  # pylint: disable=g-import-not-at-top
-  config = step_benchmark.benchmark_config('ViT-Tiny-CIFAR_4', 128, 32,
-                                           attention=attention)
-  return step_benchmark.run_benchmark(config, **options)
 
 
 def run(command: list[str], timeout: float | None = None,
@@ -58,10 +46,8 @@ def run_study(data_dir, overrides: dict, timeout: float | None = None,
     if failed:
       return {'failed': failed}
     summary = workdir / 'summary.json'
-    return {
-        'summary': runs.read_json(summary), 'records': runs.history(workdir),
-        'stderr': stderr, 'seconds': summary.stat().st_mtime - start
-    }
+    return dict(summary=runs.read_json(summary), records=runs.history(workdir),
+                stderr=stderr, seconds=summary.stat().st_mtime - start)
 
 
 def write_json(path: pathlib.Path, data: dict):

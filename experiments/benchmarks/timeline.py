@@ -3,24 +3,22 @@
 import pathlib
 
 from experiments import runs
+from experiments.benchmarks import gpu_plan
 from experiments.benchmarks import study_step
 
 HERE = pathlib.Path(__file__).resolve().parent
-TINY = {
-    'model_overrides.num_layers': 1, 'model_overrides.hidden_size': 32,
-    'model_overrides.num_heads': 2, 'model_overrides.mlp_dim': 64
-}
+TINY = gpu_plan.ONE_LAYER_OVERRIDES
 PHASES = ('steps', 'input', 'evaluation', 'checkpoint', 'other')
+SECONDS = ('seconds', *PHASES)  # a record's in all, then by phase
 
 
 def timeline(summary: dict, records: list[dict]) -> dict:
   """A run's start-up phases and each record's, in seconds (none untimed)."""
-  return {
-      'startup_seconds': summary.get('startup_seconds', {}), 'records': [{
+  return dict(
+      startup_seconds=summary.get('startup_seconds', {}), records=[{
           'epoch': r['epoch'], 'seconds': r['seconds'],
           **r.get('phase_seconds', {})
-      } for r in records]
-  }
+      } for r in records])
 
 
 def table(measured: dict) -> str:
@@ -28,20 +26,17 @@ def table(measured: dict) -> str:
   startup = measured['startup_seconds']
   line = f'Start-up, {sum(startup.values()):.2f} s: ' + ', '.join(
       f'{phase} {seconds:.2f}' for phase, seconds in startup.items())
-  rows = [[
-      f'{r["epoch"]:g}', f'{r["seconds"]:.3f}', *(f'{r.get(phase, 0.0):.3f}'
-                                                  for phase in PHASES)
-  ] for r in measured['records']]
+  rows = [[f'{r["epoch"]:g}', *(f'{r.get(k, 0.0):.3f}' for k in SECONDS)]
+          for r in measured['records']]
   return (line + '\n\n' if startup else '') + runs.markdown_table(
-      ['epoch', 'seconds', *PHASES], rows)
+      ['epoch', *SECONDS], rows)
 
 
 def main():
   parser = study_step.parser(
-      __doc__, {
-          'tiny': 'A one-layer ViT 32 wide in place of ViT-Tiny, its steps '
-                  'too short to hide what the loop adds to each epoch.'
-      }, epochs=10)
+      __doc__,
+      dict(tiny='A one-layer ViT 32 wide in place of ViT-Tiny, its steps too '
+           'short to hide what the loop adds to each epoch.'), epochs=10)
   parser.add_argument('--data_dir', required=True,
                       help='The study subset (cifar10-5k).')
   args = parser.parse_args()

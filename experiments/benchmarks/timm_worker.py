@@ -121,10 +121,9 @@ def _serve():
     reply({'error': f'{type(e).__name__}: {e}'})
     return
   device = 'cuda' if torch.cuda.is_available() else 'cpu'
-  reply({
-      'torch': torch.__version__, 'timm': timm.__version__, 'device': device,
-      'threads': torch.get_num_threads()
-  })
+  reply(
+      dict(torch=torch.__version__, timm=timm.__version__, device=device,
+           threads=torch.get_num_threads()))
   prepared = {}
   for line in sys.stdin:
     request = json.loads(line)
@@ -180,8 +179,7 @@ class TimmWorker:
   def send(self, **request):
     """Queues `request`; an ended worker's answer is an error."""
     with contextlib.suppress(BrokenPipeError):  # `receive` says it ended
-      self.process.stdin.write(json.dumps(request) + '\n')
-      self.process.stdin.flush()
+      print(json.dumps(request), file=self.process.stdin, flush=True)
 
   def receive(self) -> dict:
     line = self.process.stdout.readline()
