@@ -68,24 +68,24 @@ def analyze(out, *, workdir=None, step=None, data_dir=None, checkpoint=None,
   if (workdir is None) == (checkpoint is None):
     raise AnalysisError('Pass --workdir (a run) or --checkpoint (any '
                         'checkpoint).')
-  subject, config = subjects.load(workdir or checkpoint, model, step)
-  if config is None and not images:
+  subject, described = subjects.load(workdir or checkpoint, model, step)
+  if subject.config is None and not images:
     raise AnalysisError('--checkpoint needs --images: the images to look at '
                         '(files or directories).')
-  if config is not None and data_dir:
-    config.data_dir = data_dir
+  if subject.config is not None and data_dir:
+    subject.config.data_dir = data_dir
   image_files = subjects.image_files(images) if images else None
   pixels = (subjects.read_images(image_files, subject.image_size)
             if image_files else subjects.run_test_images(
-                config, max(num_images, distance_images)))
+                subject.config, max(num_images, distance_images)))
   inputs, display = subjects.model_inputs(pixels, subject)
   names = (subjects.read_class_names(class_names, subject)
            if class_names else subject.class_names)
   logits, attentions = subjects.forward(subject.model, subject.variables,
                                         inputs)
-  result = dict(subject.described, image_size=subject.image_size,
-                patch_size=subject.patch_size, grid=list(subject.grid),
-                distance_images=len(inputs),
+  result = dict(described, image_size=subject.image_size,
+                patch_size=subject.model.effective_patch_size, grid=list(
+                    subjects.grid(subject)), distance_images=len(inputs),
                 prefix_tokens=list(subject.model.prefix_tokens),
                 position_embedding=subject.model.posemb)
 
@@ -113,8 +113,7 @@ def analyze(out, *, workdir=None, step=None, data_dir=None, checkpoint=None,
         for path in sorted(out.glob('*.png')):
           with Image.open(path) as image:
             writer.add_image(path.stem, np.asarray(image.convert('RGB')),
-                             global_step=subject.described['step'],
-                             dataformats='HWC')
+                             global_step=subject.step, dataformats='HWC')
     except OSError as e:
       raise AnalysisError(
           errors.write_failed(events, e,
@@ -149,16 +148,16 @@ def _not_drawn(result: dict, reason: str, *figures_not_drawn: str):
                     {}).update(dict.fromkeys(figures_not_drawn, reason))
 
 
-def draw_position_embeddings(out: pathlib.Path, subject: subjects.Subject,
+def draw_position_embeddings(out: pathlib.Path, subject: reading.Loaded,
                              result: dict):
   """position_embeddings.png and its number, or why not, into `result`."""
-  model = subject.model
-  table = subjects.position_table(model, subject.params, subject.grid)
+  model, grid = subject.model, subjects.grid(subject)
+  table = subjects.position_table(model, subject.params, grid)
   if table is None:
     _not_drawn(result, f"no position embedding (posemb='{model.posemb}')",
                'position_embeddings.png')
     return
-  similarity = measures.position_embedding_similarity(table, subject.grid)
+  similarity = measures.position_embedding_similarity(table, grid)
   correlation = measures.similarity_distance_correlation(similarity)
   figures.plot_position_embeddings(
       out / 'position_embeddings.png', similarity, correlation,
@@ -168,7 +167,7 @@ def draw_position_embeddings(out: pathlib.Path, subject: subjects.Subject,
   result['position_similarity_distance_correlation'] = round(correlation, 4)
 
 
-def draw_embedding_filters(out: pathlib.Path, subject: subjects.Subject,
+def draw_embedding_filters(out: pathlib.Path, subject: reading.Loaded,
                            components: int, result: dict):
   """embedding_filters.png and its numbers, or why not, into `result`."""
   kernel, title = subjects.embedding_filters(subject.model, subject.params)
@@ -181,11 +180,11 @@ def draw_embedding_filters(out: pathlib.Path, subject: subjects.Subject,
   result['embedding_filter_explained_variance'] = explained.round(4).tolist()
 
 
-def draw_token_attention(out: pathlib.Path, subject: subjects.Subject,
+def draw_token_attention(out: pathlib.Path, subject: reading.Loaded,
                          display: np.ndarray, attentions: list[np.ndarray],
                          num_images: int, image_files, result: dict):
   """The prefix tokens' attention and the rollout, or why not."""
-  model, grid = subject.model, subject.grid
+  model, grid = subject.model, subjects.grid(subject)
   prefix = model.prefix_tokens
   if names.CLASS_TOKEN not in prefix:
     _not_drawn(result, f"no class token (classifier='{model.classifier}')",
@@ -220,10 +219,10 @@ def draw_token_attention(out: pathlib.Path, subject: subjects.Subject,
                          rollout[i:i + 1])
 
 
-def draw_attention_distance(out: pathlib.Path, subject: subjects.Subject,
+def draw_attention_distance(out: pathlib.Path, subject: reading.Loaded,
                             attentions: list[np.ndarray], result: dict):
   """attention_distance.png, and its numbers into `result`."""
-  grid, patch_size = subject.grid, subject.patch_size
+  grid, patch_size = subjects.grid(subject), subject.model.effective_patch_size
   # The distances of 'gap' models' heads still use patch-to-patch attention.
   distances = np.stack([
       measures.mean_attention_distance(a, grid, patch_size,

@@ -32,6 +32,7 @@ from ml_collections import config_flags
 from vit_jax.checkpoints import reading
 from vit_jax.checkpoints import workdir_config
 from vit_jax.runtime import command
+from vit_jax.runtime import files
 from vit_jax.runtime import job
 from vit_jax.training import evaluation
 
@@ -78,8 +79,8 @@ def main(argv):
   if config is not None:
     cpu_devices = config.get('cpu_devices')
   else:  # a workdir's own config, read before JAX picks its devices
-    stated, _ = reading.read_config_json(
-        reading.run_directory(_CHECKPOINT.value))
+    stated, _ = files.read_json(
+        reading.run_directory(_CHECKPOINT.value) / 'config.json')
     cpu_devices = stated.get('cpu_devices') if isinstance(stated,
                                                           dict) else None
   job.run(work, cpu_devices=_CPU_DEVICES.value or cpu_devices)

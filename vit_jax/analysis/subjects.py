@@ -1,6 +1,5 @@
 """What `python -m vit_jax.analyze` analyzes: a ViT, images, its attention."""
 
-import dataclasses
 import pathlib
 
 import jax
@@ -24,51 +23,27 @@ _BATCH_SIZE = 64
 _logits_and_attention = jax.jit(models.logits_and_attention, static_argnums=0)
 
 
-@dataclasses.dataclass(frozen=True)
-class Subject:
-  """A ViT to analyze, and how its input images are made."""
-  model: models.VisionTransformer
-  variables: dict
-  image_size: int
-  pixel_mean: tuple
-  pixel_std: tuple
-  described: dict  # for analysis.json
-  class_names: tuple[str, ...] = ()  # where the run or folder names them
-
-  @property
-  def params(self) -> dict:
-    return self.variables['params']
-
-  @property
-  def patch_size(self) -> int:
-    """Image pixels per token side (a hybrid's are larger than its patch)."""
-    return self.model.effective_patch_size
-
-  @property
-  def grid(self) -> tuple[int, int]:
-    return (self.image_size // self.patch_size,) * 2
+def grid(subject: reading.Loaded) -> tuple[int, int]:
+  """The patch grid (a hybrid's tokens are larger than its patches)."""
+  return (subject.image_size // subject.model.effective_patch_size,) * 2
 
 
 def load(source, model_name: str | None = None,
-         step: int | None = None) -> tuple[Subject, object]:
-  """The ViT of any checkpoint, and the run's config (None for no run)."""
+         step: int | None = None) -> tuple[reading.Loaded, dict]:
+  """The ViT of any checkpoint, and what analysis.json says of it."""
   loaded = reading.load(source, model_name=model_name, step=step)
+  if not isinstance(loaded.model, models.VisionTransformer):  # a run's CNN
+    raise AnalysisError(f'{source} trained {loaded.config.model}; the '
+                        'analyses need a ViT run.')
   if loaded.config is None:
-    described = {
+    return loaded, {
         'checkpoint': str(source), 'format': loaded.kind,
         'model': model_name or models.vit_of_architecture(
             params_lib.vit_architecture(loaded.params))
     }
-  elif isinstance(loaded.model, models.VisionTransformer):
-    described = {
-        'workdir': str(source), 'step': loaded.step,
-        'model': loaded.config.model
-    }
-  else:
-    raise AnalysisError(f'{source} trained {loaded.config.model}; the '
-                        'analyses need a ViT run.')
-  return Subject(loaded.model, loaded.variables, loaded.image_size,
-                 *loaded.pixels, described, loaded.class_names), loaded.config
+  return loaded, {
+      'workdir': str(source), 'step': loaded.step, 'model': loaded.config.model
+  }
 
 
 def image_files(specs: list[str]) -> list[pathlib.Path]:
@@ -114,7 +89,7 @@ def run_test_images(config, count: int) -> np.ndarray:
   return images
 
 
-def read_class_names(path, subject: Subject) -> list[str]:
+def read_class_names(path, subject: reading.Loaded) -> list[str]:
   """The class names in a text file, one a line, one per class."""
   class_names = pathlib.Path(path).read_text().splitlines()
   classes = subject.params[names.HEAD]['kernel'].shape[-1]
@@ -125,13 +100,13 @@ def read_class_names(path, subject: Subject) -> list[str]:
 
 
 def model_inputs(images: np.ndarray,
-                 subject: Subject) -> tuple[np.ndarray, np.ndarray]:
+                 subject: reading.Loaded) -> tuple[np.ndarray, np.ndarray]:
   """Normalized model inputs of uint8 images, and the same in [0, 1]."""
+  mean, std = subject.pixels
   inputs = np.asarray(
-      preprocess.eval_input(images, image_size=subject.image_size,
-                            mean=subject.pixel_mean, std=subject.pixel_std))
-  display = inputs * np.asarray(subject.pixel_std) + np.asarray(
-      subject.pixel_mean)
+      preprocess.eval_input(images, image_size=subject.image_size, mean=mean,
+                            std=std))
+  display = inputs * np.asarray(std) + np.asarray(mean)
   return inputs, np.clip(display, 0, 1)
 
 

@@ -1,7 +1,4 @@
-"""The checkpoint of a run's best evaluation, `workdir/best_checkpoint/<step>/`.
-
-Its newest step is the history's best evaluation, for any regular checkpoint
-a run may resume from: hence `wait` and `prune`."""
+"""The checkpoint of the best evaluation, `workdir/best_checkpoint/<step>/`."""
 
 import math
 import pathlib
@@ -27,6 +24,8 @@ def best_evaluation(history: list[dict]) -> dict | None:
   return max(evaluated, key=lambda r: r[ranked_on(r)], default=None)
 
 
+# Its newest step is the history's best evaluation, for any regular checkpoint
+# a run may resume from: hence `wait` and `prune`.
 class BestCheckpoint:
   """Saves each evaluation that beats the run's earlier ones."""
 

@@ -1,6 +1,5 @@
 """Any checkpoint read back: a run as trained (`load_run`), or any (`load`)."""
 
-import contextlib
 import dataclasses
 import json
 import pathlib
@@ -41,30 +40,15 @@ class Run:
     return models.model_variables(self.params, self.batch_stats)
 
 
-def read_config_json(workdir: pathlib.Path) -> tuple[dict | None, str]:
-  """`workdir`'s config.json, or None and what is wrong with it."""
-  config_file = pathlib.Path(workdir) / 'config.json'
-  try:
-    return json.loads(config_file.read_text()), ''
-  except FileNotFoundError:
-    return None, 'is missing'
-  except (json.JSONDecodeError, UnicodeDecodeError) as e:
-    return None, f'is not valid JSON ({e})'
-  except OSError as e:
-    return None, f'cannot be read ({e.strerror or e})'
-
-
 def class_names(workdir: pathlib.Path) -> tuple[str, ...]:
   """The names of the classes a run trained on, where its data named them."""
-  with contextlib.suppress(OSError, ValueError):  # none, or not a run's
-    names = json.loads((pathlib.Path(workdir) / CLASS_NAMES_FILE).read_text())
-    return tuple(map(str, names)) if isinstance(names, list) else ()
-  return ()
+  names, _ = files.read_json(pathlib.Path(workdir) / CLASS_NAMES_FILE)
+  return tuple(map(str, names)) if isinstance(names, list) else ()
 
 
 def saved_config(workdir: pathlib.Path) -> dict:
   """`workdir`'s config.json, else rebuilt from its newest checkpoint."""
-  saved, problem = read_config_json(workdir)
+  saved, problem = files.read_json(workdir / 'config.json')
   if saved is not None:
     return saved
   config_file, checkpoints = workdir / 'config.json', workdir / 'checkpoints'
@@ -122,7 +106,7 @@ def load_run(workdir: str | pathlib.Path, step: int | None = None,
                             'yet; train until the first one is saved.')
     restored = (checkpoints.restore_latest()
                 if step is None else checkpoints.restore(step))
-  config, problem = read_config_json(workdir)
+  config, problem = files.read_json(workdir / 'config.json')
   if config is None:
     if restored.config is None:
       raise CheckpointError(
@@ -170,7 +154,7 @@ def source_kind(source: str | pathlib.Path) -> str:
               if path.name == 'best_checkpoint' else '')
     raise CheckpointError(f'{path} does not exist{unkept}: {SOURCES_HELP}')
   if path.is_dir():
-    config, _ = read_config_json(path)
+    config, _ = files.read_json(path / 'config.json')
     if isinstance(config, dict) and 'model_type' in config:
       return HF
     if isinstance(config, dict) and 'architecture' in config:
@@ -253,7 +237,7 @@ def trained_pixels(source: str | pathlib.Path) -> tuple[tuple, tuple] | None:
   if kind != WORKDIR:
     return (vit_model.RELEASED_PIXELS
             if kind == NPZ else FOLDER_FORMATS[kind].pixels(path))
-  config, _ = read_config_json(run_directory(path))
+  config, _ = files.read_json(run_directory(path) / 'config.json')
   if not isinstance(config, dict) or not {'pixel_mean', 'pixel_std'
                                          } <= set(config):
     return None

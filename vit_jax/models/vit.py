@@ -19,12 +19,10 @@ from vit_jax.models.layers.encoder_block import BlockConfig
 
 
 class VisionTransformer(nn.Module):
-  """ViT: patch embedding, [CLS] token, Transformer encoder, classifier head.
+  """ViT: patch embedding, [CLS] token, Transformer encoder, classifier head."""
 
-  float32 logits (batch, num_classes), or `(logits, out)` with `return_out`,
-  as big_vision's. `resnet_stages` makes the paper's hybrid,
-  `distillation_token` DeiT's; the others act in `layers` and `remat_scan`."""
-
+  # `resnet_stages` makes the paper's hybrid, `distillation_token` DeiT's; the
+  # others act in `layers` and `remat_scan`.
   num_classes: int
   patch_size: int
   hidden_size: int
@@ -133,6 +131,8 @@ class VisionTransformer(nn.Module):
                kept_patches: jax.Array | None = None, probe: bool = False,
                return_out: bool = False):
     """`kept_patches`: the patch tokens the encoder sees; `probe`: an MAE's."""
+    # float32 logits (batch, num_classes), or `(logits, out)` with
+    # `return_out`, as big_vision's.
     if images.ndim != 4:
       raise ValueError(f'Expected images of shape (batch, height, width, '
                        f'channels), got shape {images.shape}.')

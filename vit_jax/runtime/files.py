@@ -1,10 +1,12 @@
-"""Files written whole or not at all; and the image files we read."""
+"""Files written whole or not at all; the JSON and image files we read."""
 
 from collections.abc import Callable
+import json
 import os
 import pathlib
 import re
 import shutil
+from typing import Any
 
 from vit_jax import errors
 from vit_jax.runtime import stop_signals
@@ -71,6 +73,18 @@ def replace_together(
 def write_atomically(path: pathlib.Path, text: str) -> None:
   """`text` as the whole content of `path`, replaced atomically."""
   replace_atomically(path, lambda partial: partial.write_text(text))
+
+
+def read_json(path: pathlib.Path) -> tuple[Any, str]:
+  """The JSON `path` holds, or None and what is wrong with the file."""
+  try:
+    return json.loads(pathlib.Path(path).read_text()), ''
+  except FileNotFoundError:
+    return None, 'is missing'
+  except (json.JSONDecodeError, UnicodeDecodeError) as e:
+    return None, f'is not valid JSON ({e})'
+  except OSError as e:
+    return None, f'cannot be read ({e.strerror or e})'
 
 
 def foreign_files(directory: pathlib.Path, ours: Callable[[str],

@@ -1,7 +1,4 @@
-"""A lost process of a job ends every other one with one line and status 1.
-
-A collective on a dead peer may wait for ever, so each process beats in jax's
-coordination service and reads the others' beats on a thread of its own."""
+"""A lost process of a job ends every other one with one line and status 1."""
 
 import contextlib
 import ctypes
@@ -58,6 +55,8 @@ def _too_long(silent: float) -> bool:
   return silent > timeout or (silent > 2 * period and stop_signals.received())
 
 
+# A collective on a dead peer may wait for ever, so each process beats in jax's
+# coordination service and reads the others' beats on a thread of its own.
 def watch(timeout: float) -> None:
   """Beats, and ends this process when a peer has not beaten for `timeout` s."""
   client = jax_distributed.global_state.client

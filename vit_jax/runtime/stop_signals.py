@@ -1,7 +1,4 @@
-"""SIGTERM and Ctrl-C as requests to stop; a second Ctrl-C exits at once.
-
-A thread woken by Python's wake-up fd reads them: Python's handlers run between
-bytecodes, so two Ctrl-Cs in one long compilation would count as one."""
+"""SIGTERM and Ctrl-C as requests to stop; a second Ctrl-C exits at once."""
 
 # The standard library only: commands import this before jax, to catch the
 # signals from their first line.
@@ -128,6 +125,8 @@ def _wake_the_watcher(signum, frame):
   del signum, frame
 
 
+# A thread woken by Python's wake-up fd reads the signals: Python's handlers run
+# between bytecodes, so two Ctrl-Cs in one long compilation would count as one.
 def _watch() -> None:
   reader, writer = socket.socketpair()
   writer.setblocking(False)

@@ -1,8 +1,4 @@
-"""One run per workdir: `workdir/lock`, flock'ed by process 0, names its holder.
-
-The kernel releases a dead holder's flock; flock may not reach other hosts, so
-the holder renews the file's time every `RENEW_SECONDS` and another host takes
-over once the renewal is `STALE_SECONDS` old."""
+"""One run per workdir: `workdir/lock`, held by process 0, names its holder."""
 
 import dataclasses
 import datetime
@@ -20,6 +16,9 @@ from absl import logging
 from vit_jax.errors import WorkdirError
 
 LOCK_FILE = 'lock'
+# The kernel releases a dead holder's flock; flock may not reach other hosts, so
+# the holder renews the file's time every RENEW_SECONDS and another host takes
+# over once the renewal is STALE_SECONDS old.
 RENEW_SECONDS = 10.0
 STALE_SECONDS = 60.0
 

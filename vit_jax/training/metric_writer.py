@@ -1,6 +1,4 @@
-"""Logged metrics to `metrics.jsonl` and TensorBoard event files (process 0).
-
-The checkpoint's history is the truth: a resumed run rewrites both from it."""
+"""Logged metrics to `metrics.jsonl` and TensorBoard event files (process 0)."""
 
 import json
 import math
@@ -34,6 +32,7 @@ def _json_line(record: dict) -> str:
   return json.dumps(finite, allow_nan=False) + '\n'
 
 
+# The checkpoint's history is the truth: a resumed run rewrites both from it.
 class MetricWriter:
   """One record per logged step, after `history` (a resumed run's)."""
 

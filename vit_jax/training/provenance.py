@@ -2,11 +2,12 @@
 
 import contextlib
 import datetime
-import json
 import os
 import pathlib
 import platform
 import subprocess
+
+from vit_jax.runtime import files
 
 _FIELDS = ('commit', 'cpu', 'finished', 'teachers', 'startup_seconds')
 _TEACHERS = ('distillation_teacher', 'locality_guidance_teacher')
@@ -46,11 +47,8 @@ def describe(config) -> dict:
   teachers = {}
   for field in _TEACHERS:
     if config[field]:
-      try:
-        theirs = json.loads(
-            (pathlib.Path(config[field]) / 'summary.json').read_text())
-      except (OSError, ValueError):
-        theirs = {}
+      theirs = files.read_json(
+          pathlib.Path(config[field]) / 'summary.json')[0] or {}
       teachers[field] = {
           'workdir': str(config[field]),
           'checkpoint': config.teacher_checkpoint,

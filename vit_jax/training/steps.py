@@ -1,5 +1,4 @@
-"""The train state and the `jax.jit` train and eval steps over the mesh;
-compiled from shapes, a config that cannot compile fails before any write."""
+"""The train state and the `jax.jit` train and eval steps over the mesh."""
 
 from collections.abc import Callable
 import contextlib
@@ -276,6 +275,7 @@ class CompiledSteps(NamedTuple):
   steps_per_dispatch: int  # the batches stacked for one call
 
 
+# Compiled from shapes: a config that cannot compile fails before any write.
 def compile_steps(config, inputs, state: TrainState, key,
                   objective: losses.Objective = losses.classification,
                   evaluate: bool = True) -> CompiledSteps:

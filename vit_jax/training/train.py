@@ -1,7 +1,7 @@
-"""The training run, counted in steps, top to bottom in `train_and_evaluate`.
+"""The training run, counted in steps, top to bottom in `train_and_evaluate`."""
 
-A checkpoint holds everything the loop needs to go on, so a run killed at any
-step and rerun logs exactly what an uninterrupted run logs."""
+# A checkpoint holds everything the loop needs to go on, so a run killed at any
+# step and rerun logs exactly what an uninterrupted run logs.
 
 import concurrent.futures
 import contextlib

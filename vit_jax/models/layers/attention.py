@@ -43,20 +43,20 @@ class _Projection(nn.Module):
 
 
 class MultiHeadSelfAttention(nn.Module):
-  """`nn.MultiHeadDotProductAttention`'s parameters and function, faster.
-
-  `attention`: 'einsum' (float32 softmax; sows `attention_weights` and drops
-  them out), 'dot_product_attention' (jax's kernel), 'cudnn' (cuDNN's fused
-  kernel at any token count, 16-bit `dtype` on NVIDIA GPUs), or 'auto' (cudnn
-  where `fused_attention.cudnn_applies` and nothing needs the probabilities,
-  einsum elsewhere). `locality` (einsum only; Lee, Lee & Song 2021) learns a
-  per-head `temperature` in place of 1/sqrt(head_dim) and masks each token's
-  logit for itself, sharpening what small-data ViTs spread too evenly."""
+  """`nn.MultiHeadDotProductAttention`'s parameters and function, faster."""
 
   num_heads: int
   dropout_rate: float = 0.0
   dtype: Any = jnp.float32
+  # 'einsum' (float32 softmax; sows `attention_weights` and drops them out),
+  # 'dot_product_attention' (jax's kernel), 'cudnn' (cuDNN's fused kernel at
+  # any token count, 16-bit `dtype` on NVIDIA GPUs), or 'auto' (cudnn where
+  # `fused_attention.cudnn_applies` and nothing needs the probabilities,
+  # einsum elsewhere).
   attention: str = 'auto'
+  # Einsum only (Lee, Lee & Song 2021): a learned per-head `temperature` in
+  # place of 1/sqrt(head_dim), and each token's logit for itself masked,
+  # sharpening what small-data ViTs spread too evenly.
   locality: bool = False
   mimetic_init: bool = False
 

@@ -1,5 +1,4 @@
-"""Dropout and drop-path whose masks hash each element's global index: far
-cheaper than threefry masks (experiments/benchmarks/README.md, Attempts)."""
+"""Dropout and drop-path whose masks hash each element's global index."""
 
 from collections.abc import Sequence
 
@@ -17,6 +16,7 @@ def _mix(x: jax.Array) -> jax.Array:
   return x ^ (x >> 16)
 
 
+# Far cheaper than threefry masks (experiments/benchmarks/README.md, Attempts).
 def hash_bits(key: jax.Array, shape: tuple[int, ...]) -> jax.Array:
   """Uniform uint32 bits of `shape`: the seed hashed with each index in turn."""
   seeds = jax.random.bits(key, (len(shape) + 1,), jnp.uint32)
