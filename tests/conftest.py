@@ -10,7 +10,9 @@ import tempfile
 import numpy as np
 import pytest
 
-from tests import helpers
+# The helpers' asserts explain their failures as the tests' do.
+pytest.register_assert_rewrite('tests.helpers')
+from tests import helpers  # pylint: disable=g-import-not-at-top,wrong-import-position
 from vit_jax.runtime import stop_signals
 from vit_jax.runtime import workdir_lock
 

@@ -7,6 +7,7 @@ import json
 import os
 import pathlib
 import pickle
+import signal
 import socket
 import subprocess
 import sys
@@ -39,18 +40,16 @@ def write_cifar_binary(folder: pathlib.Path, files: dict, label_bytes=1):
   for name, (images, labels) in files.items():
     label_columns = np.stack([labels // 5, labels],
                              1) if label_bytes == 2 else (labels[:, None])
-    records = np.concatenate([label_columns.astype(np.uint8),
-                              _planar(images)], axis=1)
-    records.tofile(folder / name)
+    np.concatenate([label_columns.astype(np.uint8),
+                    _planar(images)], axis=1).tofile(folder / name)
 
 
 def cifar10_files(train, test) -> dict:
   """The binary release's files: `train` over five files, `test` in one."""
   images, labels = train
-  parts = np.array_split(np.arange(len(labels)), 5)
   files = {
       f'data_batch_{i}.bin': (images[part], labels[part])
-      for i, part in enumerate(parts, 1)
+      for i, part in enumerate(np.array_split(np.arange(len(labels)), 5), 1)
   }
   return {**files, 'test_batch.bin': test}
 
@@ -270,8 +269,10 @@ def tensorboard_events(workdir, folder: str = 'training') -> list:
   return events
 
 
-def without_timings(records: list[dict]) -> list[dict]:
-  return [{k: v for k, v in r.items() if k not in _TIMINGS} for r in records]
+# `history` but for the timings, which no two runs share.
+def untimed_history(workdir) -> list[dict]:
+  return [{k: v for k, v in r.items() if k not in _TIMINGS}
+          for r in history(workdir)]
 
 
 _PROCESS_CONFIG = '''
@@ -302,6 +303,21 @@ def run_module(module: str, *args, check=False, **kwargs):
                         **kwargs)
 
 
+def interrupted(module: str, *args, ready=None) -> str:
+  """The stderr of `python -m module *args`, sent Ctrl-C once `ready()`
+  holds, else once it writes a line there; its exit status 130 asserted."""
+  process = subprocess.Popen([sys.executable, '-m', module, *map(str, args)],
+                             cwd=ROOT, stdout=subprocess.DEVNULL,
+                             stderr=subprocess.PIPE, text=True)
+  if ready:
+    wait_until(ready, process=process)
+  first = '' if ready else process.stderr.readline()
+  process.send_signal(signal.SIGINT)
+  stderr = first + process.communicate(timeout=60)[1]
+  assert process.returncode == 130, stderr
+  return stderr
+
+
 def start_main(config_file, workdir, log_path, *flags, new_session=False):
   """`python -m vit_jax.main` in the background, its output in `log_path`."""
   with open(log_path, 'w') as log:
@@ -311,6 +327,16 @@ def start_main(config_file, workdir, log_path, *flags, new_session=False):
     ], cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
                             env={**os.environ, 'JAX_PLATFORMS': 'cpu'},
                             start_new_session=new_session)
+
+
+def wait_until(condition, timeout: float = 60, process=None):
+  """Returns once `condition()` holds; fails once `process` (if given) has
+  ended, or after `timeout` seconds."""
+  deadline = time.monotonic() + timeout
+  while not condition():
+    assert process is None or process.poll() is None, 'the process ended'
+    assert time.monotonic() < deadline, f'not within {timeout} s'
+    time.sleep(0.005)
 
 
 def wait_for_step(process, workdir, step, timeout=120):
@@ -396,6 +422,41 @@ def random_params(module, *inputs, seed: int = 0, **kwargs):
   init = functools.partial(module.init, **kwargs)  # train=: not traced
   return randomized(
       jax.eval_shape(init, jax.random.key(0), *inputs)['params'], seed)
+
+
+# The ViT the model tests build: 2 blocks of width 32, 4x4 patches.
+SMALL = dict(patch_size=4, hidden_size=32, num_layers=2, num_heads=4,
+             mlp_dim=64)
+
+
+def small_vit(num_classes: int = 5, **fields):
+  """A VisionTransformer of `SMALL`'s size, `fields` set."""
+  from vit_jax.models import VisionTransformer  # pylint: disable=g-import-not-at-top
+  return VisionTransformer(num_classes=num_classes, **{**SMALL, **fields})
+
+
+def images(batch: int = 2, size: int = 16, seed: int = 1):
+  """`normal` NHWC images; at size 16, a 4x4 grid of `SMALL`'s patches."""
+  return normal((batch, size, size, 3), seed)
+
+
+def flat(tree) -> dict:
+  """`tree` as one dict, its paths joined by '/'."""
+  import flax  # pylint: disable=g-import-not-at-top
+  return flax.traverse_util.flatten_dict(tree, sep='/')
+
+
+def shapes(tree) -> dict:
+  return {path: a.shape for path, a in flat(tree).items()}
+
+
+def param_shapes(model, inputs) -> dict:
+  """The `shapes` of `model`'s parameters on `inputs`, none computed."""
+  import jax  # pylint: disable=g-import-not-at-top
+  variables = jax.eval_shape(
+      lambda: model.init(jax.random.key(0), inputs, train=False))
+  assert set(variables) == {'params'}
+  return shapes(variables['params'])
 
 
 def random_cnn_variables(module, images, seed: int = 0) -> dict:

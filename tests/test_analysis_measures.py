@@ -120,8 +120,7 @@ def test_principal_components_recover_the_filters_directions():
   assert explained[:2].sum() == pytest.approx(1.0)
   assert explained[2] == pytest.approx(0.0, abs=1e-12)
   # Signed so the largest-magnitude entry is positive.
-  peak = components[0].ravel()[np.abs(components[0]).argmax()]
-  assert peak > 0
+  assert components[0].ravel()[np.abs(components[0]).argmax()] > 0
 
 
 def test_cls_attention_and_rollout_over_the_patch_grid():

@@ -29,8 +29,7 @@ def test_image_files_are_the_named_ones_then_each_directorys_sorted(tmp_path):
     (tmp_path / 'photos' / name).write_bytes(b'')
   (tmp_path / 'one.png').write_bytes(b'')
   found = subjects.image_files([
-      str(tmp_path / 'one.png'),
-      str(tmp_path / 'photos')
+      f'{tmp_path}/{p}' for p in ('one.png', 'photos')
   ])
   assert [p.relative_to(tmp_path).as_posix() for p in found] == [
       'one.png', 'photos/a.jpg', 'photos/b.PNG', 'photos/deeper/c.jpeg'
@@ -52,9 +51,8 @@ def test_the_position_table_and_filters_are_whatever_the_model_has():
   model = models.create_model('ViT-Tiny-CIFAR_4', 3)
   params = {'Transformer': {'posembed_input': {'pos_embedding': 'learned'}}}
   assert subjects.position_table(model, params, (8, 8)) == 'learned'
-  fixed = subjects.position_table(model.clone(posemb='sincos2d'), params,
-                                  (8, 8))
-  assert fixed.shape == (1, 64, 128)
+  assert subjects.position_table(model.clone(posemb='sincos2d'), params,
+                                 (8, 8)).shape == (1, 64, 128)
   assert subjects.position_table(model.clone(posemb='none'), params,
                                  (8, 8)) is None
   hybrid = models.create_model('R50+ViT-B_16', 3)

@@ -34,10 +34,9 @@ def _saved_steps(directory, steps_to_save):
     checkpoints.save(step, state, sums, [{'step': step}],
                      {'epoch': 1, 'batch': step}, {**_CONFIG, 'step': step})
   checkpoints.close()
-  shapes = jax.tree.map(
+  return run_checkpoints.RunCheckpoints(directory, keep=5), jax.tree.map(
       lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=a.sharding),
       (state, sums))
-  return run_checkpoints.RunCheckpoints(directory, keep=5), shapes
 
 
 def test_an_intervals_checkpoint_waits_its_seconds_after_the_newest(
@@ -208,8 +207,7 @@ def test_a_reader_verifies_as_the_trainer_does_and_changes_nothing(
 
 
 _LAYOUT_SCRIPT = '''
-import pathlib
-import jax
+import pathlib, jax
 import numpy as np
 from vit_jax.checkpoints import run_checkpoints
 from vit_jax.runtime import sharding

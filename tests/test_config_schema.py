@@ -8,8 +8,7 @@ from vit_jax.config_schema import ConfigError
 
 
 def test_every_field_has_a_default_and_a_doc():
-  config = config_schema.defaults()
-  assert set(config.keys()) == set(config_schema.FIELDS)
+  assert set(config_schema.defaults().keys()) == set(config_schema.FIELDS)
   for name, field in config_schema.FIELDS.items():
     assert field.doc.strip(), name
     if field.choices:

@@ -1,9 +1,8 @@
 """python -m vit_jax.convert: one-line errors, and DEST kept on a fault."""
 
+import functools
 import shutil
-import signal
 import subprocess
-import sys
 
 import pytest
 
@@ -11,28 +10,23 @@ from tests import helpers
 from vit_jax.checkpoints import export
 from vit_jax.errors import CheckpointError
 
-_COMMAND = (sys.executable, '-m', 'vit_jax.convert')
-
-
-def _convert(*args):
-  return subprocess.run([*_COMMAND, *args], cwd=helpers.ROOT,
-                        capture_output=True, text=True, check=False)
+_convert = functools.partial(helpers.run_module, 'vit_jax.convert')
 
 
 def test_the_command_converts_and_says_bad_input_in_one_line(
     trained_vit_run, tmp_path):
   workdir, _ = trained_vit_run
-  out = _convert(str(workdir), str(tmp_path / 'model.npz'), '--format=npz')
+  out = _convert(workdir, tmp_path / 'model.npz', '--format=npz')
   assert out.returncode == 0, out.stderr[-2000:]
   assert out.stdout.startswith(f'Wrote {tmp_path / "model.npz"} (npz): ')
   assert out.stderr == ''  # no library's records
-  out = _convert(str(tmp_path / 'a.npz'), '--format=npz')
+  out = _convert(tmp_path / 'a.npz', '--format=npz')
   assert out.returncode == 1
   assert out.stderr.strip().splitlines()[-1].startswith(
       'error: pass SOURCE, DEST and --format')
   (tmp_path / 'weights.safetensors'
   ).write_bytes(b'\x10\x00\x00\x00\x00\x00\x00\x00{"x": 1}       ')
-  out = _convert(str(tmp_path / 'weights.safetensors'), str(tmp_path / 'o'),
+  out = _convert(tmp_path / 'weights.safetensors', tmp_path / 'o',
                  '--format=timm')
   assert out.returncode == 1 and 'Traceback' not in out.stderr
   assert out.stderr.strip().splitlines()[-1].startswith(
@@ -68,14 +62,9 @@ def test_a_full_or_read_only_disk_is_one_line_and_leaves_the_old_export(
 
 def test_a_stop_signal_leaves_dest_as_it_was(trained_vit_run, tmp_path):
   workdir, _ = trained_vit_run
-  process = subprocess.Popen([
-      *_COMMAND, f'{workdir}', f'{tmp_path}/hf', '--format=hf', '--verbosity=1'
-  ], cwd=helpers.ROOT, stderr=subprocess.PIPE, text=True)
-  # jax's first record (--verbosity=1): it is reading the run.
-  first = process.stderr.readline()
-  process.send_signal(signal.SIGINT)
-  _, stderr = process.communicate(timeout=30)
-  assert process.returncode == 130, first + stderr
-  assert (first + stderr).strip().splitlines()[-1] == (
+  # At jax's first record (--verbosity=1): it is reading the run.
+  stderr = helpers.interrupted('vit_jax.convert', workdir, tmp_path / 'hf',
+                               '--format=hf', '--verbosity=1')
+  assert stderr.strip().splitlines()[-1] == (
       'Ctrl-C: stopped the conversion; DEST is as it was.')
   assert not any(tmp_path.iterdir())

@@ -88,8 +88,7 @@ def test_geometric_ops_shift_rotate_and_shear_with_gray_fill():
 
 
 def test_solarize_posterize_brightness_on_constant_images():
-  value = 100  # 0b01100100
-  x = constant(value)
+  x = constant(100)  # 0b01100100
   # Solarize: values at or above 256 (1 - m) of 255 inverted.
   bright = constant(200)
   for magnitude in (0.5, -0.7, 0.22):  # thresholds 128, 76.8, 199.7

@@ -91,8 +91,7 @@ def test_transparent_pixels_show_on_white_and_cmyk_and_1_bit_as_colours():
       _read_back(_encoded(palette, transparency=0))[0],
       [[255] * 3, [0, 0, 255], [0, 0, 255]])
   # CMYK and 1-bit images, as their colours.
-  cyan = Image.new('CMYK', (8, 8), (255, 0, 0, 0))
-  read = _read_back(_encoded(cyan, 'JPEG'))
+  read = _read_back(_encoded(Image.new('CMYK', (8, 8), (255, 0, 0, 0)), 'JPEG'))
   np.testing.assert_allclose(read[4, 4], [0, 255, 255], atol=2)
   bits = Image.fromarray(np.array([[False, True]]))  # mode '1'
   np.testing.assert_array_equal(

@@ -167,7 +167,8 @@ def test_validation_examples_are_never_trained_on_and_the_same_every_seed(
   helpers.write_image_folder(
       tmp_path, {'held_out': 3}, [f'class_{label}' for label in range(10)],
       lambda _, i, label: np.full((32, 32, 3), 10 * label + i, np.uint8))
-  from_folder = opened(validation_dir=str(folder), validation_examples=20)
+  from_dir = dict(validation_dir=str(folder), validation_examples=20)
+  from_folder = opened(**from_dir)
   assert len(from_folder.train) == 96
   assert sorted(image[0, 0, 0] // 10 == label
                 for image, label in (from_folder.validation[i]
@@ -176,13 +177,10 @@ def test_validation_examples_are_never_trained_on_and_the_same_every_seed(
   drawn = from_folder.validation.paths
   next(p for p in folder.rglob('*')
        if p.is_file() and p not in drawn).write_bytes(b'damaged')
-  assert opened(validation_dir=str(folder),
-                validation_examples=20).validation.paths == drawn
+  assert opened(**from_dir).validation.paths == drawn
   drawn[0].write_bytes(b'damaged')
   with pytest.raises(DatasetError, match='1 problem in the image folder'):
-    sources.open_dataset(
-        _config(cifar10_dir, validation_dir=str(folder),
-                validation_examples=20))
+    sources.open_dataset(_config(cifar10_dir, **from_dir))
 
   for fields, said in [
       (dict(train_examples=90, validation_examples=7),
@@ -202,6 +200,4 @@ def test_validation_examples_are_never_trained_on_and_the_same_every_seed(
       DatasetError, match=f'{folder} holds the class folders class_0, .*; '
       'the dataset names its classes airplane, automobile, .*: name the '
       'folders as the dataset does'):
-    sources.open_dataset(
-        _config(cifar10_dir, validation_dir=str(folder),
-                validation_examples=20))
+    sources.open_dataset(_config(cifar10_dir, **from_dir))

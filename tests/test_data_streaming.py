@@ -5,7 +5,6 @@ import os
 import pathlib
 import subprocess
 import sys
-import time
 
 import jax
 import numpy as np
@@ -58,8 +57,7 @@ def test_batches_follow_the_seeded_shuffle_from_any_position():
   from_start = inputs.train_batches(inputs.position(0))
   for _ in range(3):
     third = next(from_start)
-  resumed = next(inputs.train_batches(inputs.position(2)))
-  for a, b in zip(third, resumed):
+  for a, b in zip(third, next(inputs.train_batches(inputs.position(2)))):
     np.testing.assert_array_equal(a, b)
 
   # The eval batches cover the test set once, resized.
@@ -157,7 +155,4 @@ def test_worker_processes_load_what_threads_load_and_exit_with_the_run():
     process.wait()
   workers = [int(pid) for pid in workers]
   assert len(workers) == 2 and all(map(_running, workers))
-  deadline = time.monotonic() + 10
-  while any(map(_running, workers)) and time.monotonic() < deadline:
-    time.sleep(0.1)
-  assert not any(map(_running, workers))
+  helpers.wait_until(lambda: not any(map(_running, workers)), 10)

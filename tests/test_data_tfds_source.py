@@ -21,7 +21,7 @@ def test_tfds_dataset_prepared_on_disk(tmp_path):
   tfds = pytest.importorskip('tensorflow_datasets')
   train, test = helpers.random_cifar(12, 3, seed=6), helpers.random_cifar(
       5, 3, seed=7)
-  builder = tfds.dataset_builders.TfDataBuilder(
+  tfds.dataset_builders.TfDataBuilder(
       name='tiny_images', version='1.0.0', data_dir=str(tmp_path),
       split_datasets={
           split: tf.data.Dataset.from_tensor_slices({
@@ -30,8 +30,7 @@ def test_tfds_dataset_prepared_on_disk(tmp_path):
       }, features=tfds.features.FeaturesDict({
           'image': tfds.features.Image(shape=(32, 32, 3)),
           'label': tfds.features.ClassLabel(num_classes=3)
-      }))
-  builder.download_and_prepare()
+      })).download_and_prepare()
 
   dataset = _open(tmp_path, 'tfds:tiny_images')
   assert dataset.num_classes == 3

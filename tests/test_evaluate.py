@@ -27,8 +27,7 @@ def test_its_npz_evaluates_the_same_with_a_config_file_on_the_flags_devices(
                            '--config.eval_batch_size=16', '--cpu_devices=2')
   assert out.returncode == 0, out.stderr[-3000:]
   result = json.loads(out.stdout.splitlines()[-1])
-  logged = _logged_test(workdir)
-  assert result['top1'] == logged['test_accuracy']
+  assert result['top1'] == _logged_test(workdir)['test_accuracy']
   assert result['examples'] == 37 and result['format'] == 'npz'
   assert 'evaluated' in out.stderr  # progress
 
@@ -46,8 +45,7 @@ def test_two_processes_evaluate_a_run_to_the_accuracy_it_logged(
       json.loads(line) for line in output.splitlines() if line.startswith('{')
   ] for output in outputs]
   assert results[1] == []
-  logged = _logged_test(workdir)
-  assert results[0][-1]['top1'] == logged['test_accuracy']
+  assert results[0][-1]['top1'] == _logged_test(workdir)['test_accuracy']
   assert results[0][-1]['examples'] == 37
   assert '[process 1/2]' in outputs[1]
   # Orbax's records of reading the checkpoint, and jax's of the backends it

@@ -57,8 +57,7 @@ def test_the_sweep_trains_the_study_recipe_on_nested_subsets(tmp_path, capsys):
   sweep.main([
       f'--jpeg_dir={jpeg}', f'--workdir={work}', '--sizes=20,10000', '--missing'
   ])
-  printed = capsys.readouterr().out.splitlines()
-  assert [line.split()[4] for line in printed] == [
+  assert [line.split()[4] for line in capsys.readouterr().out.splitlines()] == [
       f'--workdir={work}/{model}_study_n20_seed0'
       for model in ('simple_cnn', 'small_resnet', 'vit')
   ]

@@ -266,12 +266,11 @@ def test_a_device_trace_is_summed_by_kind_and_by_part_of_the_model():
   # By the HLO op the trace names, by the kernel's own name, and by the jax
   # op name the trace gives (the optimizer's fusion).
   norm_1 = norm._replace(path='Transformer/encoderblock_*/LayerNorm_1')
-  parts = {
-      'gemm_fusion_dot.3': dense, 'gemm_fusion_dot.4': head,
-      'input_reduce_fusion': norm, 'input_reduce_fusion.2': norm_1
-  }
   kinds, by_part, heaviest = profile_step.device_profile(
-      _DEVICE_TRACE, 2, parts)
+      _DEVICE_TRACE, 2, {
+          'gemm_fusion_dot.3': dense, 'gemm_fusion_dot.4': head,
+          'input_reduce_fusion': norm, 'input_reduce_fusion.2': norm_1
+      })
   assert kinds == pytest.approx({
       'attention (cuDNN)': 0.1, 'convolutions': 0.015, 'matmuls': 0.26,
       'optimizer update': 0.03, 'layer norms and other reductions': 0.04,

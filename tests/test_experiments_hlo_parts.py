@@ -75,10 +75,9 @@ class _Blocks(nn.Module):
 
   @nn.compact
   def __call__(self, x):
-    block = nn.scan(nn.remat(lambda module, x, _: (_Block()(x), None)),
-                    variable_axes={'params': 0}, split_rngs={'params': True},
-                    length=2)
-    return block(self, x, None)[0]
+    return nn.scan(nn.remat(lambda module, x, _: (_Block()(x), None)),
+                   variable_axes={'params': 0}, split_rngs={'params': True},
+                   length=2)(self, x, None)[0]
 
 
 def test_a_compiled_steps_instructions_are_mapped_to_its_modules():

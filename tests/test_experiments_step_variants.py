@@ -151,10 +151,9 @@ def test_the_fused_qkv_is_the_three_projections(monkeypatch, attention):
 
   def run():
     logits = model.apply(variables, images, train=False)
-    program = str(
+    return logits, str(
         jax.make_jaxpr(lambda v: model.apply(v, images, train=False))(
-            variables))
-    return logits, program.count('dot_general')
+            variables)).count('dot_general')
 
   separate, separate_matmuls = run()
   step_variants.use_fused_qkv()

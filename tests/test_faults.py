@@ -62,9 +62,8 @@ class _Run:
     config = helpers.process_test_config(self.data_dir)
     config.update(overrides)
     train.train_and_evaluate(config, self.workdir)
-    assert helpers.without_timings(helpers.history(
-        self.workdir)) == helpers.without_timings(
-            helpers.history(self.reference))
+    assert helpers.untimed_history(self.workdir) == helpers.untimed_history(
+        self.reference)
 
   def steps_saved(self) -> list[int]:
     return run_checkpoints.RunCheckpoints(self.workdir / 'checkpoints').steps()
@@ -203,13 +202,10 @@ def test_a_second_run_is_refused_and_the_first_killed_mid_epoch_resumes_identica
   assert 'Resumed from' in caplog.text
   jax.tree.map(np.testing.assert_array_equal, final_state(run.workdir, 40),
                final_state(run.reference, 40))
-  logged = [
-      r['step'] for r in helpers.history(run.reference) if 'train_loss' in r
-  ]
   assert [
       e.step for e in helpers.tensorboard_events(run.workdir)
       for v in e.summary.value if v.tag == 'loss/train'
-  ] == logged
+  ] == [r['step'] for r in helpers.history(run.reference) if 'train_loss' in r]
   for line in (run.workdir / 'metrics.jsonl').read_text().splitlines():
     json.loads(line, parse_constant=pytest.fail)  # strict: no NaN
   assert (run.workdir / 'lock').read_text() == ''  # let go
@@ -364,11 +360,10 @@ def test_a_second_ctrl_c_exits_at_once_and_the_rerun_clears_what_it_left(run):
       'same command to resume from the newest complete checkpoint.'
   ]
   run.finish()
-  left = [
+  assert not [
       p.name for p in run.workdir.rglob('*')
       if 'tmp' in p.name or p.name.endswith('.partial')
   ]
-  assert not left
 
 
 @pytest.mark.slow  # 13 s
@@ -380,8 +375,7 @@ def test_sigterm_to_the_process_group_with_input_workers_saves_and_exits_75(
                       '--config.checkpoint_every_steps=100', new_session=True)
   helpers.wait_for_step(process, run.workdir, 5)
   os.killpg(process.pid, signal.SIGTERM)
-  status = process.wait(timeout=60)
-  _assert_stopped_cleanly(status, run.output('log'))
+  _assert_stopped_cleanly(process.wait(timeout=60), run.output('log'))
   assert 'Preempted (SIGTERM): saved a checkpoint of step' in run.output('log')
 
 

@@ -26,8 +26,7 @@ def test_ours_to_timm_to_ours_is_exact(tmp_path, name, classifier):
   timm.write(tmp_path / 'timm', params, model, image_size)
   # The heads from config.json, then from the registered ViTs of the width.
   assert_trees_identical(timm.read(tmp_path / 'timm', None), params)
-  bare = tmp_path / 'timm' / 'model.safetensors'
-  from_bare = timm.read(bare, None)
+  from_bare = timm.read(tmp_path / 'timm' / 'model.safetensors', None)
   assert_trees_identical(from_bare, params)
   back, size = vit_model.model_for(from_bare, source='x')
   assert size == image_size
@@ -38,8 +37,7 @@ def test_ours_to_timm_to_ours_is_exact(tmp_path, name, classifier):
 
 def test_the_names_and_shapes_are_timms():
   """timm/models/vision_transformer.py's layout, ViT-Ti/16 at 32x32."""
-  model = models.create_model('ViT-Ti_16', 7)
-  params = helpers.random_vit_params(model, 32)
+  params = helpers.random_vit_params(models.create_model('ViT-Ti_16', 7), 32)
   state = timm.to_state(params)
   expected = {
       'cls_token': (1, 1, 192), 'pos_embed': (1, 5, 192),

@@ -89,8 +89,7 @@ def test_each_stage_sows_the_feature_map_it_ends_with(model_class, shapes):
   assert all(np.min(f) >= 0 for f in features)  # after the ReLU
   # The last stage's map is what the head pools and reads.
   head = variables['params']['head']
-  pooled = np.mean(features[-1], axis=(1, 2))
   np.testing.assert_allclose(
-      pooled @ head['kernel'] + head['bias'],
+      np.mean(features[-1], axis=(1, 2)) @ head['kernel'] + head['bias'],
       model.apply(variables, _images(seed=1), train=False), rtol=1e-5,
       atol=1e-5)

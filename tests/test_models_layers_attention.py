@@ -13,11 +13,8 @@ from vit_jax.models import attention_weights
 from vit_jax.models.layers.attention import MultiHeadSelfAttention
 from vit_jax.models.layers.attention import mimetic_kernels
 from tests import helpers
-from tests.test_models_vit import SMALL
-from tests.test_models_vit import _flat
 from tests.test_models_vit import _softmax
 from tests.test_models_vit import _assert_close_trees
-from tests.test_models_vit import _images
 from tests.test_models_vit import _logits_and_grads
 
 
@@ -50,7 +47,7 @@ HEAD_DIM_32 = dict(patch_size=4, hidden_size=64, num_layers=2, num_heads=2,
 # test_attention_is_flax_multi_head_attention_in_another_layout
 def test_fused_attention_is_einsum_attention_in_training_and_its_maps():
   """Same parameters, logits and gradients; maps computed the einsum way."""
-  images = _images(batch=3)
+  images = helpers.images(batch=3)
   einsum = VisionTransformer(num_classes=5, **HEAD_DIM_32)
   fused = einsum.clone(attention='dot_product_attention')
   params = einsum.init(jax.random.key(0), images, train=False)['params']
@@ -107,7 +104,7 @@ def test_bfloat16_attention_scales_float32_logits_unless_folding_is_exact(
 
 @pytest.mark.skipif(jax.default_backend() != 'gpu', reason='needs a GPU')
 def test_cudnn_attention_matches_einsum_in_bfloat16_on_gpu():
-  images = _images(batch=4)
+  images = helpers.images(batch=4)
   einsum = VisionTransformer(num_classes=5, dtype=jnp.bfloat16, **HEAD_DIM_32)
   cudnn = einsum.clone(attention='cudnn')
   params = {'params': helpers.random_params(einsum, images, train=False)}
@@ -152,11 +149,11 @@ def test_locality_attention_learns_a_temperature_and_masks_self():
 
 
 def test_locality_attention_in_the_model():
-  model = VisionTransformer(num_classes=5, locality_attention=True, **SMALL)
-  images = _images()
+  model = helpers.small_vit(locality_attention=True)
+  images = helpers.images()
   variables = jax.jit(model.init, static_argnames='train')(jax.random.key(0),
                                                            images, train=False)
-  for i in range(SMALL['num_layers']):
+  for i in range(helpers.SMALL['num_layers']):
     block = variables['params']['Transformer'][f'encoderblock_{i}']
     assert block['MultiHeadDotProductAttention_0']['temperature'].shape == (4,)
   for a in jax.jit(functools.partial(attention_weights, model))(variables,
@@ -222,22 +219,20 @@ def test_mimetic_heads_are_each_the_best_rank_approximation():
 @pytest.mark.parametrize(
     'scan', [False, pytest.param(True, marks=pytest.mark.slow)])  # 7 s
 def test_mimetic_init_changes_only_the_attention_kernels(scan):
-  images = _images()
-  plain = VisionTransformer(num_classes=5, **SMALL, scan=scan)
+  images = helpers.images()
+  plain = helpers.small_vit(scan=scan)
   mimetic = plain.clone(mimetic_init=True)
   params, before = (jax.jit(m.init,
                             static_argnames='train')(jax.random.key(0), images,
                                                      train=False)['params']
                     for m in (mimetic, plain))
-  before, after = _flat(before), _flat(params)
-  assert {k: v.shape
-          for k, v in before.items()} == {k: v.shape for k, v in after.items()}
+  assert helpers.shapes(before) == helpers.shapes(params)
+  before, after = helpers.flat(before), helpers.flat(params)
   changed = {k for k in before if not np.array_equal(before[k], after[k])}
-  attention = {
+  assert changed == {
       k for k in before
       if 'MultiHeadDotProductAttention_0' in k and k.endswith('kernel')
   }
-  assert changed == attention
 
   def kernel(name, layer):
     if scan:  # stacked: (layers, ...)

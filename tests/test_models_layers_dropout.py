@@ -5,15 +5,11 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from vit_jax.models import VisionTransformer
 from vit_jax.models.layers.dropout import DropPath
 from vit_jax.models.layers.dropout import Dropout
 from vit_jax.models.layers.dropout import drop_path_rates
 from vit_jax.models.layers.dropout import hash_bits
 from tests import helpers
-from tests.test_models_vit import SMALL
-from tests.test_models_vit import _images
-from tests.test_models_vit import param_shapes
 
 
 def _apply(rate, x, seed, deterministic=False):
@@ -23,8 +19,7 @@ def _apply(rate, x, seed, deterministic=False):
 
 def test_keeps_the_right_fraction_and_rescales():
   rate = 0.1  # Not 0.5: keeping `rate` instead of `1 - rate` would pass.
-  x = jnp.ones((64, 65, 128))
-  y = np.asarray(_apply(rate, x, 0))
+  y = np.asarray(_apply(rate, jnp.ones((64, 65, 128)), 0))
   kept = y != 0
   assert abs(kept.mean() - (1 - rate)) < 0.005
   np.testing.assert_allclose(y[kept], 1 / (1 - rate), rtol=1e-6)
@@ -41,8 +36,7 @@ def test_masks_are_fresh_per_rng_and_reproducible_and_off_in_eval():
 
 
 def test_bits_are_uniform_and_uncorrelated_across_positions():
-  bits = np.asarray(hash_bits(jax.random.key(3), (256, 256)), np.float64)
-  u = bits / 2**32
+  u = np.asarray(hash_bits(jax.random.key(3), (256, 256)), np.float64) / 2**32
   assert abs(u.mean() - 0.5) < 0.005
   assert abs(np.corrcoef(u[:, :-1].ravel(), u[:, 1:].ravel())[0, 1]) < 0.01
   assert abs(np.corrcoef(u[:-1].ravel(), u[1:].ravel())[0, 1]) < 0.01
@@ -64,10 +58,11 @@ def test_drop_path_drops_whole_examples():
 
 
 def test_stochastic_depth_is_train_only_and_adds_no_parameters():
-  images = _images(batch=8)
-  plain = VisionTransformer(num_classes=5, **SMALL)
-  deep = VisionTransformer(num_classes=5, stochastic_depth_rate=0.99, **SMALL)
-  assert param_shapes(deep, images) == param_shapes(plain, images)
+  images = helpers.images(batch=8)
+  plain = helpers.small_vit()
+  deep = helpers.small_vit(stochastic_depth_rate=0.99)
+  assert helpers.param_shapes(deep,
+                              images) == helpers.param_shapes(plain, images)
   params = {'params': helpers.random_params(plain, images, train=False)}
   evaluated = plain.apply(params, images, train=False)
 

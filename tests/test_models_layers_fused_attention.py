@@ -49,10 +49,9 @@ def test_cudnn_attention_in_the_module_pads_and_slices_before_the_output(
   x = helpers.normal((2, 17, 32))
   einsum = MultiHeadSelfAttention(num_heads=4, attention='einsum')
   params = {'params': helpers.random_params(einsum, x, deterministic=True)}
-  cudnn = einsum.clone(attention='cudnn')
-  np.testing.assert_allclose(cudnn.apply(params, x, deterministic=True),
-                             einsum.apply(params, x, deterministic=True),
-                             rtol=1e-5, atol=1e-5)
+  np.testing.assert_allclose(
+      einsum.clone(attention='cudnn').apply(params, x, deterministic=True),
+      einsum.apply(params, x, deterministic=True), rtol=1e-5, atol=1e-5)
 
 
 class _Device:

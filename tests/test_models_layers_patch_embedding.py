@@ -4,11 +4,8 @@ import jax
 import numpy as np
 import pytest
 
-from vit_jax.models import VisionTransformer
+from tests import helpers
 from vit_jax.models.layers.patch_embedding import shifted_patch_tokens
-from tests.test_models_vit import SMALL
-from tests.test_models_vit import _flat
-from tests.test_models_vit import _images
 
 
 def _shifted(x, dy, dx):
@@ -20,7 +17,7 @@ def _shifted(x, dy, dx):
 
 @pytest.mark.parametrize('patch', [2, 3])
 def test_shifted_patch_tokens_match_a_numpy_reference(patch):
-  images = np.asarray(_images(batch=1, size=2 * patch))
+  images = np.asarray(helpers.images(batch=1, size=2 * patch))
   s = patch // 2
   # The image, then its copies moved up-left, up-right, down-left, down-right.
   stacked = np.concatenate([images] + [
@@ -37,11 +34,11 @@ def test_shifted_patch_tokens_match_a_numpy_reference(patch):
 
 
 def test_shifted_patches_replace_the_embedding_conv():
-  model = VisionTransformer(num_classes=7, shifted_patches=True, **SMALL)
+  model = helpers.small_vit(7, shifted_patches=True)
   logits, variables = jax.eval_shape(lambda: model.init_with_output(
-      jax.random.key(0), _images(batch=3), train=False))
+      jax.random.key(0), helpers.images(batch=3), train=False))
   assert logits.shape == (3, 7)
-  shapes = {k: v.shape for k, v in _flat(variables['params']).items()}
+  shapes = helpers.shapes(variables['params'])
   features = 4 * 4 * 3 * 5
   assert 'embedding/kernel' not in shapes
   assert {k: v for k, v in shapes.items() if k.startswith('shifted')} == {

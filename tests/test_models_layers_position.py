@@ -4,13 +4,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from vit_jax.models import VisionTransformer
 from vit_jax.models.layers.position import posemb_sincos_2d
 from tests import helpers
-from tests.test_models_vit import SMALL
-from tests.test_models_vit import _flat
-from tests.test_models_vit import _images
-from tests.test_models_vit import param_shapes
 
 
 def _permute_patches(images, patch, permutation):
@@ -29,9 +24,8 @@ def test_only_a_position_embedding_makes_patch_order_matter(posemb, classifier):
   # The property: without position information a pooling head sees a
   # set of patches, so permuting them changes nothing; the (random, nonzero)
   # learned embedding ties each patch to its place.
-  model = VisionTransformer(num_classes=5, posemb=posemb, classifier=classifier,
-                            **SMALL)
-  images = _images()
+  model = helpers.small_vit(posemb=posemb, classifier=classifier)
+  images = helpers.images()
   params = helpers.random_params(model, images, train=False)
   # Were the helper to move nothing, the learned case would fail; to change
   # pixels, the others would.
@@ -56,16 +50,14 @@ def test_sincos2d_posemb_matches_a_numpy_reference():
 
 
 def test_sincos2d_model_has_no_posemb_parameter_and_zero_for_cls():
-  images = _images()
-  sincos = VisionTransformer(num_classes=5, posemb='sincos2d', **SMALL)
-  learned = VisionTransformer(num_classes=5, **SMALL)
+  images = helpers.images()
+  sincos = helpers.small_vit(posemb='sincos2d')
+  learned = helpers.small_vit()
   params = helpers.random_params(learned, images, train=False)
   transformer = dict(params['Transformer'])
   del transformer['posembed_input']
   sincos_params = {**params, 'Transformer': transformer}
-  assert param_shapes(sincos, images) == {
-      k: v.shape for k, v in _flat(sincos_params).items()
-  }
+  assert helpers.param_shapes(sincos, images) == helpers.shapes(sincos_params)
   # The same as the learned embedding set to [0 for cls; sincos of 4x4].
   fixed = jnp.concatenate([jnp.zeros(
       (1, 1, 32)), posemb_sincos_2d(4, 4, 32)], axis=1)

@@ -5,26 +5,20 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from vit_jax.models import VisionTransformer
 from vit_jax.models import masked_autoencoder
 from vit_jax.models import names
 from vit_jax.objectives import losses
 from tests import helpers
-from tests.test_models_vit import SMALL
-from tests.test_models_vit import _flat
-from tests.test_models_vit import _images
-from tests.test_models_vit import param_shapes
 
-VIT = dict(num_classes=5, **{**SMALL, 'num_layers': 1})
 MAE = dict(mask_ratio=0.75, decoder_depth=1, decoder_width=32)
 
 
 def _mae(vit=None, **fields):
   return masked_autoencoder.MaskedAutoencoder(
-      VisionTransformer(**{**VIT, **(vit or {})}), **{**MAE, **fields})
+      helpers.small_vit(num_layers=1, **(vit or {})), **{**MAE, **fields})
 
 
-PATCH = SMALL['patch_size']
+PATCH = helpers.SMALL['patch_size']
 
 
 @functools.partial(jax.jit, static_argnums=0)
@@ -45,7 +39,7 @@ def test_each_image_keeps_a_random_quarter_of_its_patches_and_masks_the_rest():
 
 
 def test_the_error_is_maes_normalized_pixel_loss_over_the_masked_patches():
-  images = _images(size=8)
+  images = helpers.images(size=8)
   predictions = helpers.normal((2, 4, 48), 5)
   mask = jnp.array([[1.0, 0, 0, 1], [0, 1, 0, 0]])
   # Each image's 4x4 patches in the order of the tokens (row-major), their
@@ -56,10 +50,9 @@ def test_the_error_is_maes_normalized_pixel_loss_over_the_masked_patches():
   target = (target - target.mean(-1, keepdims=True)
            ) / np.sqrt(target.var(-1, keepdims=True, ddof=1) + 1e-6)
   error = ((np.asarray(predictions) - target)**2).mean(-1)
-  expected = [(error[0, 0] + error[0, 3]) / 2, error[1, 1]]
   np.testing.assert_allclose(
       masked_autoencoder.reconstruction_error(predictions, mask, images, 4),
-      expected, rtol=1e-5)
+      [(error[0, 0] + error[0, 3]) / 2, error[1, 1]], rtol=1e-5)
   np.testing.assert_allclose(
       masked_autoencoder.reconstruction_error(jnp.asarray(target), mask, images,
                                               4), [0, 0], atol=1e-6)
@@ -71,9 +64,9 @@ def test_the_error_is_maes_normalized_pixel_loss_over_the_masked_patches():
 
 def test_the_encoder_never_sees_the_masked_patches_and_eval_is_the_plain_vit():
   model = _mae()
-  images = _images()
+  images = helpers.images()
   variables = {'params': helpers.random_params(model, images, train=False)}
-  assert {p.split('/')[0] for p in _flat(variables['params'])
+  assert {p.split('/')[0] for p in helpers.flat(variables['params'])
          } - {'embedding', 'cls', 'Transformer', 'head'} == {'mae_decoder'}
   plain = {'params': names.inference_params(variables['params'])}
   assert 'mae_decoder' not in plain['params']
@@ -81,9 +74,8 @@ def test_the_encoder_never_sees_the_masked_patches_and_eval_is_the_plain_vit():
               for m in (model.vit, model))
   np.testing.assert_array_equal(vit(plain, images, train=False),
                                 mae(variables, images, train=False))
-  assert param_shapes(model.vit, images) == {
-      k: v.shape for k, v in _flat(plain['params']).items()
-  }
+  assert helpers.param_shapes(model.vit,
+                              images) == helpers.shapes(plain['params'])
   logits, outputs = _train(model, variables, images)
   assert outputs['mae_predictions'].shape == (2, 16, PATCH * PATCH * 3)
   mask = outputs['mae_mask']
@@ -104,7 +96,7 @@ def test_the_encoder_never_sees_the_masked_patches_and_eval_is_the_plain_vit():
 
 def test_the_labels_train_the_probe_and_the_pixels_the_encoder():
   model = _mae()
-  images = _images()
+  images = helpers.images()
   params = helpers.random_params(model, images, train=False)
   targets = losses.soft_targets(jnp.array([1, 3]), 5)
 
@@ -114,7 +106,7 @@ def test_the_labels_train_the_probe_and_the_pixels_the_encoder():
       logits, outputs = _train(model, {'params': params}, images)
       return objective(logits, outputs, targets, images).mean()
 
-    return _flat(jax.jit(jax.grad(loss))(params))
+    return helpers.flat(jax.jit(jax.grad(loss))(params))
 
   probe = gradients(losses.classification)
   both = gradients(masked_autoencoder.objective(losses.classification, PATCH))
@@ -140,7 +132,7 @@ def test_fields_that_make_no_mae_are_refused_in_one_line(vit, fields, message):
 
 def test_a_ratio_that_hides_every_patch_says_so():
   model = _mae(mask_ratio=0.99)
-  images = _images()
+  images = helpers.images()
   variables = {'params': helpers.random_params(model, images, train=False)}
   with pytest.raises(ValueError, match='keeps none of 16 patches'):
     _train(model, variables, images)

@@ -11,7 +11,6 @@ from vit_jax.models import resnet
 from tests import helpers
 from tests.test_formats_params import positions
 from tests.test_models_vit import official_param_shapes
-from tests.test_models_vit import param_shapes
 
 R50_STAGES = (3, 4, 9)
 R50_STEM_PARAMS = 11_894_848
@@ -65,8 +64,7 @@ def _numpy_group_norm(x, p, groups=32, eps=1e-6):
   n, h, w, c = x.shape
   g = x.reshape(n, h, w, groups, c // groups)
   mean = g.mean(axis=(1, 2, 4), keepdims=True)
-  var = g.var(axis=(1, 2, 4), keepdims=True)
-  g = (g - mean) / np.sqrt(var + eps)
+  g = (g - mean) / np.sqrt(g.var(axis=(1, 2, 4), keepdims=True) + eps)
   return g.reshape(x.shape) * p['scale'] + p['bias']
 
 
@@ -104,7 +102,7 @@ def reference_stem(params, images):
 
 
 def _shapes(model, size):
-  return param_shapes(model, jnp.zeros((1, size, size, 3)))
+  return helpers.param_shapes(model, jnp.zeros((1, size, size, 3)))
 
 
 def test_std_conv_is_flax_conv_with_the_standardized_kernel():

@@ -2,7 +2,6 @@
 
 import functools
 
-import flax
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -13,18 +12,10 @@ from tests import helpers
 from tests.test_formats_params import positions
 from vit_jax.errors import ConfigError
 from vit_jax.formats import params as params_lib
-from vit_jax.models import VisionTransformer
 from vit_jax.models import attention_weights
 from vit_jax.models import create_model
 from vit_jax.models import registry
 from vit_jax.models.vit import logits_and_attention
-
-SMALL = dict(patch_size=4, hidden_size=32, num_layers=2, num_heads=4,
-             mlp_dim=64)
-
-
-def _flat(tree):
-  return flax.traverse_util.flatten_dict(tree, sep='/')
 
 
 def official_param_shapes(*, patch, hidden, layers, heads, mlp, tokens,
@@ -62,7 +53,7 @@ def official_param_shapes(*, patch, hidden, layers, heads, mlp, tokens,
     tree['cls'] = (1, 1, hidden)
   if representation_size:
     tree['pre_logits'] = dense(hidden, representation_size)
-  return _flat(tree)
+  return helpers.flat(tree)
 
 
 def _layer_norm(x, p):
@@ -117,33 +108,21 @@ def reference_logits(params, images, *, classifier):
   return x @ p['head']['kernel'] + p['head']['bias']
 
 
-def _images(batch=2, size=16, seed=1):
-  return helpers.normal((batch, size, size, 3), seed)
-
-
 TECHNIQUES_OFF = dict(posemb='learned', stochastic_depth_rate=0.0,
                       shifted_patches=False, locality_attention=False,
                       mimetic_init=False, distillation_token=False,
                       attention='auto', classifier='token')
 
 
-def param_shapes(model, images):
-  variables = jax.eval_shape(
-      lambda: model.init(jax.random.key(0), images, train=False))
-  assert set(variables) == {'params'}
-  return {k: v.shape for k, v in _flat(variables['params']).items()}
-
-
 @pytest.mark.parametrize('classifier,representation_size', [('token', None),
                                                             ('gap', 24)])
 def test_tree_and_logits_match_the_official_model(classifier,
                                                   representation_size):
-  model = VisionTransformer(num_classes=5, classifier=classifier,
-                            representation_size=representation_size, **SMALL)
-  images = _images()
+  model = helpers.small_vit(classifier=classifier,
+                            representation_size=representation_size)
+  images = helpers.images()
   params = helpers.random_params(model, images, train=False)
-  shapes = {k: v.shape for k, v in _flat(params).items()}
-  assert shapes == official_param_shapes(
+  assert helpers.shapes(params) == official_param_shapes(
       patch=4, hidden=32, layers=2, heads=4, mlp=64,
       tokens=16 + (classifier == 'token'), num_classes=5, classifier=classifier,
       representation_size=representation_size)
@@ -156,8 +135,8 @@ def test_tree_and_logits_match_the_official_model(classifier,
 
 
 def test_initialization_follows_the_official_model_and_maps_are_probabilities():
-  model = VisionTransformer(num_classes=7, **SMALL)
-  images = _images(batch=3)
+  model = helpers.small_vit(7)
+  images = helpers.images(batch=3)
   logits, variables = jax.jit(
       functools.partial(model.init_with_output, train=False))(jax.random.key(0),
                                                               images)
@@ -168,17 +147,16 @@ def test_initialization_follows_the_official_model_and_maps_are_probabilities():
   assert not np.any(params['head']['kernel'])
   assert 0.01 < float(np.std(positions(params))) < 0.03
   maps = jax.jit(functools.partial(attention_weights, model))(variables, images)
-  assert len(maps) == SMALL['num_layers']
+  assert len(maps) == helpers.SMALL['num_layers']
   for a in maps:
-    assert a.shape == (3, SMALL['num_heads'], 17, 17)
+    assert a.shape == (3, helpers.SMALL['num_heads'], 17, 17)
     assert np.all(a >= 0)
     np.testing.assert_allclose(a.sum(-1), 1.0, rtol=1e-5)
 
 
 def test_eval_is_deterministic_and_train_applies_dropout():
-  model = VisionTransformer(num_classes=5, dropout_rate=0.3,
-                            attention_dropout_rate=0.3, **SMALL)
-  images = _images()
+  model = helpers.small_vit(dropout_rate=0.3, attention_dropout_rate=0.3)
+  images = helpers.images()
   variables = {'params': helpers.random_params(model, images, train=False)}
   apply = jax.jit(model.apply, static_argnames='train')
 
@@ -193,9 +171,9 @@ def test_eval_is_deterministic_and_train_applies_dropout():
 
 
 def test_bfloat16_compute_with_float32_parameters():
-  images = _images(batch=4)
-  f32 = VisionTransformer(num_classes=5, **SMALL)
-  bf16 = VisionTransformer(num_classes=5, dtype=jnp.bfloat16, **SMALL)
+  images = helpers.images(batch=4)
+  f32 = helpers.small_vit()
+  bf16 = helpers.small_vit(dtype=jnp.bfloat16)
   params = helpers.random_params(bf16, images, train=False)
   assert {a.dtype for a in jax.tree.leaves(params)} == {jnp.dtype('float32')}
   low, high, einsum = (jax.jit(m.apply,
@@ -212,15 +190,13 @@ def test_bfloat16_compute_with_float32_parameters():
 
 def test_invalid_configurations_and_image_sizes_are_clear_errors():
   # An image size of no whole patches: test_training_train's bad input.
-  model = VisionTransformer(num_classes=5, **SMALL)
-  variables = {
-      'params': helpers.random_params(model, _images(size=8), train=False)
-  }
+  model = helpers.small_vit()
+  params = helpers.random_params(model, helpers.images(size=8), train=False)
   with pytest.raises(ValueError,
                      match='position embedding was made for 5 tokens'):
-    model.apply(variables, _images(size=16), train=False)
+    model.apply({'params': params}, helpers.images(size=16), train=False)
   with pytest.raises(ValueError, match=r"^scan='yes'; use True or False\.$"):
-    VisionTransformer(num_classes=5, scan='yes', **SMALL)
+    helpers.small_vit(scan='yes')
   assert create_model('ViT-B_16', 10, remat='dots', scan=True).scan
 
 
@@ -256,7 +232,7 @@ def test_invalid_configurations_and_image_sizes_are_clear_errors():
      (dict(shifted_patches=True, patch_size=1), 'patch_size=1 cannot give'),])
 def test_fields_that_make_no_vit_are_one_line(fields, said):
   with pytest.raises(ValueError, match=said):
-    VisionTransformer(num_classes=5, **{**SMALL, **fields})
+    helpers.small_vit(**fields)
   # And so they are from the command line's overrides, not a traceback.
   config = cifar_small.get_config('vit')
   config.model_overrides.update(fields)
@@ -266,11 +242,11 @@ def test_fields_that_make_no_vit_are_one_line(fields, said):
 
 
 def test_distillation_token_has_two_heads_averaged():
-  model = VisionTransformer(num_classes=5, distillation_token=True, **SMALL)
-  images = _images(batch=3)
+  model = helpers.small_vit(distillation_token=True)
+  images = helpers.images(batch=3)
   variables = jax.jit(functools.partial(model.init,
                                         train=False))(jax.random.key(0), images)
-  shapes = {k: v.shape for k, v in _flat(variables['params']).items()}
+  shapes = helpers.shapes(variables['params'])
   assert shapes['dist'] == shapes['cls'] == (1, 1, 32)
   assert shapes['head_dist/kernel'] == (32, 5)
   assert shapes['Transformer/posembed_input/pos_embedding'] == (1, 18, 32)
@@ -305,7 +281,7 @@ def test_techniques_are_registry_overrides_and_off_by_default():
                    dropout_rate=0.2)  # any other field too
   model = create_model('ViT-Tiny-CIFAR_4', 3, **overrides)
   assert {f: getattr(model, f) for f in overrides} == overrides
-  model = VisionTransformer(num_classes=5, **SMALL)
+  model = helpers.small_vit()
   assert {f: getattr(model, f) for f in TECHNIQUES_OFF} == TECHNIQUES_OFF
 
 
@@ -336,8 +312,8 @@ def _assert_close_trees(got, want):
 @pytest.mark.parametrize('remat',
                          [pytest.param('full', marks=pytest.mark.slow), 'dots'])
 def test_remat_keeps_the_tree_logits_and_gradients(remat):
-  images = _images(size=8)
-  model = VisionTransformer(num_classes=5, **{**SMALL, 'num_layers': 1})
+  images = helpers.images(size=8)
+  model = helpers.small_vit(num_layers=1)
   rematted = model.clone(remat=remat)
   params, same = (jax.jit(m.init,
                           static_argnames='train')(jax.random.key(0), images,
@@ -353,15 +329,14 @@ def test_remat_keeps_the_tree_logits_and_gradients(remat):
 
 @pytest.mark.parametrize('remat', ['none', 'full'])
 def test_scan_equals_the_unscanned_model_on_stacked_parameters(remat):
-  images = _images(size=8)
-  model = VisionTransformer(num_classes=5, **SMALL)
+  images = helpers.images(size=8)
+  model = helpers.small_vit()
   scanned = model.clone(scan=True, remat=remat)
   # The tree of the blocks stacked, layer by layer along the first axis
   # (test_formats_params: stack_blocks).
   params = helpers.random_params(model, images, train=False)
   stacked = params_lib.stack_blocks(params)
-  assert {k: v.shape
-          for k, v in _flat(stacked).items()} == param_shapes(scanned, images)
+  assert helpers.shapes(stacked) == helpers.param_shapes(scanned, images)
   logits, grads = _logits_and_grads(scanned, stacked, images)
   want_logits, want_grads = _logits_and_grads(model, params, images)
   _assert_close_trees((logits, params_lib.unstack_blocks(grads)),
@@ -370,5 +345,5 @@ def test_scan_equals_the_unscanned_model_on_stacked_parameters(remat):
   got, want = (jax.jit(functools.partial(logits_and_attention,
                                          m))({'params': p}, images)
                for m, p in ((scanned, stacked), (model, params)))
-  assert len(got[1]) == SMALL['num_layers']
+  assert len(got[1]) == helpers.SMALL['num_layers']
   _assert_close_trees(got, want)

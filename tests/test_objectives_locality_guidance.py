@@ -8,10 +8,6 @@ import numpy as np
 import pytest
 
 from tests import helpers
-from tests.test_models_vit import SMALL
-from tests.test_models_vit import _flat
-from tests.test_models_vit import _images
-from tests.test_models_vit import param_shapes
 from vit_jax.checkpoints import export
 from vit_jax.checkpoints import reading
 from vit_jax.errors import ConfigError
@@ -154,16 +150,16 @@ def test_a_vit_run_as_the_teacher_is_refused(trained_vit_run):
     locality_guidance.load_guide(config, 10, None)
 
 
-VIT = VisionTransformer(num_classes=5, **{**SMALL, 'num_layers': 3})
+VIT = helpers.small_vit(num_layers=3)
 
 
 def test_guidance_adds_only_its_projections_of_the_blocks_patch_tokens():
   model = locality_guidance.GuidedViT(VIT, (0, 2), (6, 10))
-  images = _images()
+  images = helpers.images()
   variables = {'params': helpers.random_params(model, images, train=False)}
-  plain = param_shapes(VIT, images)
-  hidden = SMALL['hidden_size']
-  assert param_shapes(model, images) == {
+  plain = helpers.param_shapes(VIT, images)
+  hidden = helpers.SMALL['hidden_size']
+  assert helpers.param_shapes(model, images) == {
       **plain, 'locality_guidance_0/kernel': (hidden, 6),
       'locality_guidance_0/bias': (6,), 'locality_guidance_1/kernel':
           (hidden, 10), 'locality_guidance_1/bias': (10,)
@@ -173,7 +169,7 @@ def test_guidance_adds_only_its_projections_of_the_blocks_patch_tokens():
   _, state = VIT.apply(variables, images, train=False,
                        capture_intermediates=True, mutable=['intermediates'])
   blocks = state['intermediates']['Transformer']
-  grid = images.shape[1] // SMALL['patch_size']
+  grid = images.shape[1] // helpers.SMALL['patch_size']
   for k, block in enumerate((0, 2)):
     tokens = blocks[f'encoderblock_{block}']['__call__'][0][:, 1:]  # no [CLS]
     projection = variables['params'][f'locality_guidance_{k}']
@@ -185,7 +181,7 @@ def test_guidance_adds_only_its_projections_of_the_blocks_patch_tokens():
   # Without the projections (what evaluation, export and fine-tuning get)
   # the plain ViT gives the same logits.
   pure = {'params': names.inference_params(variables['params'])}
-  assert set(_flat(pure['params'])) == set(plain)
+  assert set(helpers.flat(pure['params'])) == set(plain)
   np.testing.assert_array_equal(VIT.apply(pure, images, train=False), logits)
 
 

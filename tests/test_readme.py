@@ -10,13 +10,9 @@ from vit_jax.formats import npz
 README = pathlib.Path(__file__).resolve().parents[1] / 'README.md'
 
 
-def _python_blocks() -> list[str]:
-  use = README.read_text().split('\n## Use\n', 1)[1]
-  return re.findall(r'```python\n(.*?)```', use, re.S)
-
-
 def test_the_use_section_runs_as_written(tmp_path):
-  make, load = _python_blocks()
+  use = README.read_text().split('\n## Use\n', 1)[1]
+  make, load = re.findall(r'```python\n(.*?)```', use, re.S)
   names = {}
   exec(make, names)  # pylint: disable=exec-used
   assert names['logits'].shape == (8, 10)

@@ -159,12 +159,11 @@ def test_libraries_info_records_are_left_out_unless_asked_for():
 
 
 def test_help_shows_each_command_its_flags_with_one_text_each():
-  commands = ('main', 'evaluate', 'analyze', 'convert')
   processes = {
       name: subprocess.Popen(
           [sys.executable, '-m', f'vit_jax.{name}', '--help'], cwd=helpers.ROOT,
           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-      for name in commands
+      for name in ('main', 'evaluate', 'analyze', 'convert')
   }
   shown = {name: p.communicate()[0] for name, p in processes.items()}
   assert all('Try --helpfull' in text for text in shown.values()), shown

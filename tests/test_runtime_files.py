@@ -28,9 +28,7 @@ for i in range(10**6):
   files.write_atomically(results, texts[i % 2])
 """
   ], cwd=helpers.ROOT)
-  deadline = time.monotonic() + 60
-  while not results.exists() and time.monotonic() < deadline:
-    time.sleep(0.05)
+  helpers.wait_until(results.exists)
   time.sleep(0.5)
   writer.send_signal(signal.SIGKILL)
   assert writer.wait() == -signal.SIGKILL

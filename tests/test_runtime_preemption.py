@@ -5,7 +5,6 @@ import pathlib
 import signal
 import subprocess
 import sys
-import time
 
 import pytest
 
@@ -23,7 +22,7 @@ def test_a_stop_signal_is_a_request_that_the_loop_reads(signum):
     assert not signals.reached()
     signals.training()
     os.kill(os.getpid(), signum)
-    _wait_until(signals.reached)
+    helpers.wait_until(signals.reached, 5)  # the watcher thread records it
     assert signals.reached()
     assert signals.signal_name == {
         signal.SIGTERM: 'SIGTERM', signal.SIGINT: 'Ctrl-C'
@@ -32,12 +31,6 @@ def test_a_stop_signal_is_a_request_that_the_loop_reads(signum):
     signals.close()
   # The line it prints: test_runtime_stop_signals.
   assert {s: signal.getsignal(s) for s in before} == before
-
-
-def _wait_until(condition):
-  deadline = time.monotonic() + 5  # the watcher thread records signals
-  while not condition() and time.monotonic() < deadline:
-    time.sleep(0.01)
 
 
 def test_the_message_says_what_was_saved():
@@ -57,8 +50,7 @@ def test_the_message_says_what_was_saved():
 def test_a_single_process_that_started_jax_distributed_still_hears_sigterm():
   """As on a Cloud TPU VM: SIGTERM taken back from jax's preemption service."""
   script = (
-      'import os, signal, time\n'
-      'import jax\n'
+      'import os, signal, time, jax\n'
       f'jax.distributed.initialize("127.0.0.1:{helpers.free_port()}", 1, 0)\n'
       'from vit_jax.runtime import preemption\n'
       'signals = preemption.Preemption()\n'

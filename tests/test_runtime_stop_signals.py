@@ -13,10 +13,8 @@ from vit_jax.runtime import stop_signals
 
 
 def _wait_until_received(count: int):
-  deadline = time.monotonic() + 5  # the watcher thread records them
-  while (len(stop_signals._received) < count and  # pylint: disable=protected-access
-         time.monotonic() < deadline):
-    time.sleep(0.01)
+  received = stop_signals._received  # pylint: disable=protected-access
+  helpers.wait_until(lambda: len(received) >= count, 5)  # the watcher's
 
 
 def _send(signum, training: bool = False):
@@ -95,17 +93,10 @@ def test_a_command_with_nothing_to_save_stops_at_once_in_one_line(
   if command.endswith('input'):  # an image folder to read
     helpers.write_image_folder(tmp_path, {'train': 201, 'test': 1}, ['a', 'b'])
     flags += (f'--data_dir={tmp_path}',)
-  process = subprocess.Popen([sys.executable, '-m', command, *flags],
-                             cwd=helpers.ROOT, stdout=subprocess.DEVNULL,
-                             stderr=subprocess.PIPE, text=True)
-  first = process.stderr.readline()  # jax has started
-  process.send_signal(signal.SIGINT)
-  _, stderr = process.communicate(timeout=60)
-  assert process.returncode == stop_signals.INTERRUPTED_EXIT_STATUS, (first +
-                                                                      stderr)
+  stderr = helpers.interrupted(command, *flags)  # once jax has started
   assert stderr.strip().splitlines()[-1] == (
       f'Ctrl-C: stopped {what}; it measured nothing.')
-  assert 'Traceback' not in first + stderr
+  assert 'Traceback' not in stderr
 
 
 # A command started as `nohup cmd &` starts it: Ctrl-C ignored.

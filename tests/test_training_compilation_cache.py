@@ -64,9 +64,9 @@ def test_runs_share_a_cache_and_a_rerun_compiles_from_it(tmp_path):
   assert _compiled_line(tmp_path / 'fourth.log').endswith(
       '(train step and eval step from the compilation cache).')
   assert 'does not load' not in (tmp_path / 'fourth.log').read_text()
-  expected = helpers.without_timings(helpers.history(tmp_path / 'first'))
+  expected = helpers.untimed_history(tmp_path / 'first')
   for name in ('second', 'third', 'fourth'):
-    assert helpers.without_timings(helpers.history(tmp_path / name)) == expected
+    assert helpers.untimed_history(tmp_path / name) == expected
 
 
 def test_an_empty_directory_turns_the_cache_off(caplog):

@@ -38,9 +38,8 @@ def test_many_steps_per_call_train_as_one_step_per_call(cifar10_dir, tmp_path,
   # 8 (eval), 13, 14 (log), 16 (checkpoint), 18.
   assert made['many'] == [1, 1, 5, 1, 5, 1, 2, 2]
   assert made['split'] == [1] * 18
-  assert helpers.without_timings(helpers.history(
-      tmp_path / 'many')) == helpers.without_timings(
-          helpers.history(tmp_path / 'one'))
+  assert helpers.untimed_history(tmp_path / 'many') == helpers.untimed_history(
+      tmp_path / 'one')
   jax.tree.map(np.testing.assert_array_equal,
                final_state(tmp_path / 'many', 18),
                final_state(tmp_path / 'split', 18))
@@ -122,10 +121,9 @@ def test_a_stop_signal_ends_the_run_within_its_calls_in_flight(
            '--config.log_every_steps=600', '--config.eval_every_steps=600')
   process = helpers.start_main(config_file, tmp_path / 'run',
                                tmp_path / 'run.log', *flags)
-  deadline = time.monotonic() + 120
-  while 'steps of batch 16' not in (tmp_path / 'run.log').read_text():
-    assert process.poll() is None and time.monotonic() < deadline
-    time.sleep(0.05)
+  helpers.wait_until(
+      lambda: 'steps of batch 16' in (tmp_path / 'run.log').read_text(), 120,
+      process)
   time.sleep(2)  # training (about 10 ms a step), in calls of a second's steps
   sent = time.perf_counter()
   process.send_signal(signal.SIGTERM)
@@ -145,6 +143,5 @@ def test_a_stop_signal_ends_the_run_within_its_calls_in_flight(
     rerun = helpers.start_main(config_file, tmp_path / name,
                                tmp_path / f'{name}.log', *flags)
     assert rerun.wait(timeout=300) == 0
-  assert helpers.without_timings(helpers.history(
-      tmp_path / 'run')) == helpers.without_timings(
-          helpers.history(tmp_path / 'whole'))
+  assert helpers.untimed_history(tmp_path / 'run') == helpers.untimed_history(
+      tmp_path / 'whole')

@@ -57,10 +57,9 @@ def test_a_run_records_its_classes_for_evaluation_and_its_exports(
   names = json.loads((workdir / 'classes.json').read_text())
   assert names == list(helpers.CIFAR10_CLASSES)
   # A folder of as many classes, named otherwise: one line, not a number.
-  other = [f'kind{i}' for i in range(10)]
   # Fewer training images than the run's batch: evaluation reads none.
   helpers.write_image_folder(tmp_path / 'other', {'train': 1, 'test': 1},
-                             classes=other)
+                             classes=[f'kind{i}' for i in range(10)])
   config = helpers.trained_vit_config(data_dir)
   config.update(dataset='image_folder', data_dir=str(tmp_path / 'other'))
   with pytest.raises(

@@ -17,8 +17,7 @@ def test_matmul_flops_of_a_dense_and_a_conv():
 
   conv = nn.Conv(6, (3, 3), strides=(2, 2), padding='VALID')
   x = jnp.ones((2, 9, 9, 5))
-  variables = conv.init(jax.random.key(0), x)
-  jaxpr = jax.make_jaxpr(conv.apply)(variables, x)
+  jaxpr = jax.make_jaxpr(conv.apply)(conv.init(jax.random.key(0), x), x)
   assert flops.matmul_flops(jaxpr.jaxpr) == 2 * (2 * 4 * 4 * 6) * (3 * 3 * 5)
 
 

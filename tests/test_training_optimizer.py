@@ -52,12 +52,11 @@ def test_weight_decay_applies_to_the_parameters_named(optimizer_name, decay_on,
   tx = optimizer.create_optimizer(config, lambda step: 0.1)
   updates, _ = tx.update(jax.tree.map(jnp.zeros_like, params), tx.init(params),
                          params)
-  moved = {
+  assert {
       path[-1].key
       for path, update in jax.tree_util.tree_leaves_with_path(updates)
       if np.any(np.asarray(update) != 0)
-  }
-  assert moved == decayed
+  } == decayed
 
 
 def test_decay_on_every_parameter_keeps_the_optimizer_state_of_old_runs():

@@ -167,16 +167,14 @@ def test_bfloat16_training_stays_close_to_float32():
 
 
 _FSDP_SCRIPT = '''
-import json
-import jax
+import json, jax
 import numpy as np
 from configs import cifar_small
 from tests.helpers import random_cifar
 from vit_jax import models
 from vit_jax.data import on_device, sources
 from vit_jax.runtime import sharding
-from vit_jax.training import optimizer
-from vit_jax.training import steps
+from vit_jax.training import optimizer, steps
 
 images, labels = random_cifar(32, 10, seed=0)
 split = sources.ArraySource(images, labels)
@@ -233,8 +231,7 @@ import jax
 from tests.helpers import tiny_config
 from vit_jax import models
 from vit_jax.runtime import sharding
-from vit_jax.training import optimizer
-from vit_jax.training import steps
+from vit_jax.training import optimizer, steps
 
 for fsdp, mimetic in ((1, False), (1, True), (4, True)):
   config = tiny_config('', fsdp=fsdp)

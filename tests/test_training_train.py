@@ -99,8 +99,8 @@ def test_steps_set_when_it_logs_evaluates_and_checkpoints_and_resumes_exactly(
   shutil.copytree(tmp_path / 'whole', tmp_path / 'resumed')
   shutil.rmtree(tmp_path / 'resumed' / 'checkpoints' / '18')
   train.train_and_evaluate(config, tmp_path / 'resumed')
-  assert helpers.without_timings(helpers.history(
-      tmp_path / 'resumed')) == helpers.without_timings(records)
+  assert helpers.untimed_history(
+      tmp_path / 'resumed') == helpers.untimed_history(tmp_path / 'whole')
   state = final_state(tmp_path / 'whole', 18)
   jax.tree.map(np.testing.assert_array_equal,
                final_state(tmp_path / 'resumed', 18), state)
@@ -217,13 +217,12 @@ def test_a_run_diverging_for_steps_is_told_so_and_the_advice_works(
                                         2).steps()[-1]
   before = [r for r in records if r['step'] <= kept][-1]
   assert before['train_loss'] > 1e3
-  message = str(raised.value)
   assert (f'Kept: the newest checkpoint, step {kept} in '
           f'{tmp_path / "run" / "checkpoints"}, saved after a train loss of '
           f'{before["train_loss"]:.4g} (logged at step {kept}), far above the '
           f'lowest, {records[0]["train_loss"]:.4g} at step 1: the run was '
           'diverging already. To go on, start afresh in a new workdir with a '
-          'lower learning rate') in message
+          'lower learning rate') in str(raised.value)
   # The advice, followed.
   config = helpers.tiny_config(cifar10_dir, learning_rate=0.1, **diverging)
   train.train_and_evaluate(config, tmp_path / 'new')
@@ -232,8 +231,7 @@ def test_a_run_diverging_for_steps_is_told_so_and_the_advice_works(
 
 
 _LOSS_SCRIPT = '''
-import json
-import jax
+import json, jax
 from tests.helpers import tiny_config
 from vit_jax.training import train
 config = tiny_config({data_dir!r}, num_epochs=1, batch_size=16)
@@ -313,8 +311,7 @@ def _train_in_two_processes(data_dir, workdir, tmp_path, **overrides):
   config_file = helpers.write_process_config(tmp_path, data_dir,
                                              'trained_vit_config', **overrides)
   processes, logs = helpers.start_two_processes(config_file, workdir, tmp_path)
-  codes = helpers.wait_all(processes)
-  for code, log in zip(codes, logs):
+  for code, log in zip(helpers.wait_all(processes), logs):
     assert code == 0, log.read_text()[-3000:]
   return [log.read_text() for log in logs]
 
