@@ -1,5 +1,7 @@
 """CIFAR on disk: both formats, the study's subset, the errors."""
 
+import pickle
+
 import numpy as np
 import pytest
 
@@ -25,9 +27,14 @@ def test_both_cifar10_formats_load_to_the_same_arrays(cifar10_dir,
   _assert_same(binary.train, python.train)
   _assert_same(binary.test, python.test)
   assert binary.num_classes == python.num_classes == 10
-  # The class names are the binary release's; the python one's, unread.
+  # The class names, as each release names them: text, or pickled bytes.
   assert binary.class_names == tuple(f'c{i}' for i in range(10))
   assert python.class_names == ()
+  with open(tmp_path / 'py' / 'cifar-10-batches-py' / 'batches.meta',
+            'wb') as f:
+    pickle.dump({b'label_names': [f'c{i}'.encode() for i in range(10)]}, f)
+  assert cifar.load_cifar('cifar10',
+                          tmp_path / 'py').class_names == (binary.class_names)
   # A names file that is not text: no names, the data as it was.
   (cifar10_dir / 'cifar-10-batches-bin' / 'batches.meta.txt').write_bytes(
       b'caf\xe9\n' * 10)

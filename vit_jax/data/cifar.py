@@ -12,9 +12,11 @@ from vit_jax.data.dataset import Dataset
 from vit_jax.errors import DatasetError
 
 NUM_CLASSES = {'cifar10': 10, 'cifar100': 100}
-# Where the binary release names its classes, one a line.
-_CLASS_NAMES_FILE = {
-    'cifar10': 'batches.meta.txt', 'cifar100': 'fine_label_names.txt'
+# Where each release names its classes: the binary one's text file, the
+# python one's pickle and its key.
+_CLASS_NAMES = {
+    'cifar10': ('batches.meta.txt', 'batches.meta', b'label_names'),
+    'cifar100': ('fine_label_names.txt', 'meta', b'fine_label_names'),
 }
 
 _SIDE = 32
@@ -113,6 +115,21 @@ def _find(name: str, data_dir: pathlib.Path):
   return None
 
 
+def _class_names(name: str, root: pathlib.Path) -> tuple[str, ...]:
+  """The release's names of its classes, label i's at [i]; () if unreadable."""
+  text_file, pickle_file, key = _CLASS_NAMES[name]
+  with contextlib.suppress(OSError, ValueError, EOFError, LookupError,
+                           TypeError, AttributeError, pickle.UnpicklingError):
+    if (root / text_file).is_file():
+      names = (root / text_file).read_text().split()
+    else:  # pickled by the python release, its names bytes
+      with open(root / pickle_file, 'rb') as f:
+        meta = _BatchUnpickler(f, encoding='bytes').load()
+      names = [n.decode() for n in meta[key]]
+    return tuple(names) if len(names) == NUM_CLASSES[name] else ()
+  return ()
+
+
 def load_cifar(name: str, data_dir: pathlib.Path,
                train_per_file: int = 0) -> Dataset:
   """CIFAR-10/100 from `data_dir`; `train_per_file` > 0 keeps as many."""
@@ -125,10 +142,6 @@ def load_cifar(name: str, data_dir: pathlib.Path,
         f'{name} release (binary or python version) into a directory and '
         f'pass --config.data_dir=DIR, or leave data_dir unset to download it.')
   root, train_files, test_file, read = found
-  class_names = ()
-  with contextlib.suppress(OSError, UnicodeError):  # a copy without it
-    names = tuple((root / _CLASS_NAMES_FILE[name]).read_text().split())
-    class_names = names if len(names) == NUM_CLASSES[name] else ()
   train = [_read_file(read, p) for p in train_files]
   if train_per_file:
     short = [
@@ -148,7 +161,7 @@ def load_cifar(name: str, data_dir: pathlib.Path,
                                        None)), test=_read_file(read, test_file),
                     num_classes=NUM_CLASSES[name],
                     spare=spare if spare and len(spare) else None,
-                    class_names=class_names)
+                    class_names=_class_names(name, root))
   for split in (dataset.train, dataset.test):
     if split.labels.min() < 0 or split.labels.max() >= dataset.num_classes:
       raise DatasetError(f'{root}: labels outside 0..'
