@@ -17,6 +17,7 @@ from vit_jax.models import VisionTransformer
 from vit_jax.models import names
 from vit_jax.objectives import locality_guidance
 from vit_jax.training import finetune
+from vit_jax.training import startup
 from vit_jax.training import train
 
 # The tiny SimpleCNN of `trained_cnn_run` (widths 4, 4, 8, 8, 8) ends its
@@ -116,6 +117,29 @@ def test_a_guided_deit_student_trains_and_leaves_a_plain_vit(
       atol=1e-6)
   # A guided run fine-tuned from it starts its projections afresh.
   finetune.check_init_from(student(init_from=str(workdir)))
+
+
+def test_a_run_that_teaches_and_guides_is_run_once_a_step(trained_cnn_run):
+  teacher_workdir, data_dir = trained_cnn_run
+  config = _guided_config(data_dir, teacher_workdir,
+                          distillation_teacher=str(teacher_workdir))
+  config.model_overrides.distillation_token = True
+  _, objective, teachers = startup.trained_model_and_objective(config, 10, None)
+  [(module, variables)] = teachers  # the trainer counts its FLOPs once
+  logits = helpers.normal((2, 10), 1)
+  outputs = {
+      'class_logits': logits, 'distillation_logits': logits, 'guided_features':
+          [helpers.normal((2, 4, 4, w), 2) for w in TINY_CNN_STAGES]
+  }
+
+  def convolutions(function):
+    program = jax.jit(function).lower(helpers.normal((2, 32, 32, 3), 3))
+    return program.compile().as_text().count(' convolution(')
+
+  assert convolutions(lambda images: objective(
+      logits, outputs, jax.nn.one_hot(jnp.arange(2), 10), images)) == (
+          convolutions(
+              lambda images: module.apply(variables, images, train=False))) > 0
 
 
 def test_a_teacher_of_other_widths_is_one_line_saying_which(trained_cnn_run):

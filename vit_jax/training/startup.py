@@ -1,6 +1,7 @@
 """What `train.train_and_evaluate` sets up before its loop."""
 
 import contextlib
+import dataclasses
 import json
 import pathlib
 from typing import Any
@@ -101,7 +102,7 @@ def trained_model_and_objective(
           fields['mae_decoder_width'])
   except ValueError as e:
     raise ConfigError(str(e)) from e
-  objective, frozen = losses.classification, []
+  objective, frozen = losses.classification, {}
   for load, doing in ((distillation.load_teacher,
                        'Distilling from the run in %s.'),
                       (locality_guidance.load_guide,
@@ -109,8 +110,13 @@ def trained_model_and_objective(
     teacher = load(config, num_classes, replicated)
     if teacher:
       logging.info(doing, teacher.workdir)
+      # A run that both teaches and guides shares its variables, so that XLA
+      # computes the two identical forward passes once (and FLOPs count one).
+      _, variables = frozen.setdefault(
+          pathlib.Path(teacher.workdir).resolve(),
+          (teacher.module, teacher.variables))
+      teacher = dataclasses.replace(teacher, variables=variables)
       objective = teacher.objective(objective)
-      frozen.append((teacher.module, teacher.variables))
   if fields['mae_mask_ratio']:
     logging.info(
         'Pre-training as a masked autoencoder (%d%% of the patches '
@@ -118,7 +124,7 @@ def trained_model_and_objective(
         round(100 * fields['mae_mask_ratio']))
     objective = masked_autoencoder.objective(objective,
                                              model.vit.effective_patch_size)
-  return model, objective, frozen
+  return model, objective, list(frozen.values())
 
 
 def pretrained_state(config, state, state_shapes, pretrained):
