@@ -1,4 +1,4 @@
-"""CIFAR-10's training JPEGs the study leaves out, as <class>/ folders."""
+"""CIFAR-10's training JPEGs the study leaves out; its own, as an image folder."""
 
 import argparse
 import pathlib
@@ -41,11 +41,12 @@ def main(argv=None):
       '<class>/*.jpg).')
   parser.add_argument('--out', type=pathlib.Path, required=True)
   parser.add_argument(
-      '--study_test', type=pathlib.Path,
-      help="Where to link the JPEG copies of the study's test images, as "
-      'test/<class>/ (and train/, the JPEG copy\'s).')
+      '--study', type=pathlib.Path,
+      help="Where to link the JPEG copies of the study's images, as "
+      'train/<class>/ and test/<class>/: the study\'s subset as an image '
+      'folder of the JPEG copy.')
   args = parser.parse_args(argv)
-  for split in ('train', 'test') if args.study_test else ('train',):
+  for split in ('train', 'test') if args.study else ('train',):
     if not (args.jpeg / split).is_dir():
       sys.exit(f'error: no {split}/ in --jpeg={args.jpeg}: unpack the JPEG '
                'copy there first (the commands above).')
@@ -53,18 +54,19 @@ def main(argv=None):
   classes = sorted(p.name for p in (args.jpeg / 'train').iterdir())
   for label, name in enumerate(classes):
     paths, jpegs = _jpegs(args.jpeg / 'train' / name)
-    used = set(matched(study.train.images[study.train.labels == label], jpegs))
-    runs.link([path for i, path in enumerate(paths) if i not in used],
+    used = matched(study.train.images[study.train.labels == label], jpegs)
+    taken = set(used)
+    runs.link([path for i, path in enumerate(paths) if i not in taken],
               args.out / name)
     print(f'{name}: {len(paths) - len(used)} of {len(paths)} held out')
-  if args.study_test:
-    for label, name in enumerate(classes):
+    if args.study:
+      runs.link([paths[i] for i in used], args.study / 'train' / name)
       paths, jpegs = _jpegs(args.jpeg / 'test' / name)
       twins = matched(study.test.images[study.test.labels == label], jpegs)
-      runs.link([paths[i] for i in twins], args.study_test / 'test' / name)
-    runs.link([args.jpeg / 'train'], args.study_test)
-    print(f"The study's {len(study.test.labels)} test images as JPEG: "
-          f'{args.study_test}/test')
+      runs.link([paths[i] for i in twins], args.study / 'test' / name)
+  if args.study:
+    print(f"The study's {len(study.train.labels)} training and "
+          f'{len(study.test.labels)} test images as JPEG: {args.study}')
 
 
 if __name__ == '__main__':

@@ -50,8 +50,8 @@ def _stages_1_and_2(workdir):
 def _headline(capsys, workdir, stage, seeds, *flags):
   """The commands of the headline sweep's `stage` at `seeds`."""
   sweep.main([
-      '--validation_dir=/v', f'--workdir={workdir}', f'--stage={stage}',
-      f'--seeds={seeds}', *flags
+      '--validation_dir=/v', '--study=/s', f'--workdir={workdir}',
+      f'--stage={stage}', f'--seeds={seeds}', *flags
   ])
   return capsys.readouterr().out.splitlines()
 
@@ -75,6 +75,9 @@ def test_the_sweep_chooses_on_validation_and_matches_the_chains_flops(
   ] == [True, False, False] * 2 + [True] * 4
   assert all('validation' not in line for line in first
              if 'mae_pretraining' in line)
+  # Every run trains on the study's images as JPEG.
+  assert all('--config.data_dir=/s ' in line and
+             '--config.dataset=image_folder' in line for line in first + second)
   # A student reads its teacher at the epoch validation chose.
   assert [
       'distillation_teacher' in line and
@@ -117,23 +120,23 @@ def test_the_summary_pairs_each_row_with_the_vit_by_seed(tmp_path, capsys):
               0.73 + 0.02 * seed)
   with pytest.raises(
       SystemExit, match=r'^error: 12 of the 12 runs of stage 4 '
-      r'have no test_1000_jpeg\.json.*run stage 4 of'):
+      r'have no test_1000_exact\.json.*run stage 4 of'):
     summary.main(argv)
-  with pytest.raises(SystemExit, match=r'^error: stage 4 needs --jpeg and '):
-    _headline(capsys, workdir, 4, '0,1,2', '--jpeg=/j')
-  # Every reported run on the study's test images as JPEG and on the JPEG
-  # copy's 10,000; the ViT's class head alone on those and the study's.
-  fourth = _headline(capsys, workdir, 4, '0,1,2', '--jpeg=/j',
-                     '--study_test=/s')
+  with pytest.raises(SystemExit, match=r'^error: stage 4 needs --jpeg, '):
+    _headline(capsys, workdir, 4, '0,1,2')
+  # Every reported run on the study's test images pixel-exact and on the
+  # JPEG copy's 10,000; the ViT's class head alone on those and the study's
+  # as JPEG.
+  fourth = _headline(capsys, workdir, 4, '0,1,2', '--jpeg=/j')
   assert len(fourth) == 2 * 12 + 3 * 3
   vit = ('vit', sweep.VITS[2], 100)
   at_1 = f'{workdir / recipes.run_name(*vit, 1)}'
-  on_jpeg = ('--config.dataset=image_folder --data_dir=/j '
-             '--config.test_examples=0')
+  on_jpeg = '--data_dir=/j --config.test_examples=0'
   assert fourth[25].startswith(
       f'python -m vit_jax.evaluate --checkpoint={at_1}/best_checkpoint '
       f'--split=test --class_head > {at_1}/class_head_test_1000.out ')
-  assert '--data_dir=/s ' in fourth[1] and 'class_head' not in fourth[1]
+  assert ('--config.dataset=cifar10 --data_dir=../shared/data/cifar10-5k '
+          in fourth[1] and 'class_head' not in fourth[1])
   assert fourth[13] == (
       f'python -m vit_jax.evaluate --checkpoint={at_1}/best_checkpoint '
       f'--split=test {on_jpeg} > {at_1}/test_10000.out && tail -n 1 '
@@ -141,19 +144,19 @@ def test_the_summary_pairs_each_row_with_the_vit_by_seed(tmp_path, capsys):
       f'{at_1}/test_10000.json.tmp {at_1}/test_10000.json')
   assert f'--class_head {on_jpeg} > {at_1}/class_head_test_10000.out ' in (
       fourth[31])
-  # Each run scores 1 point less on the 10,000 than on the study's 1,000,
-  # 10 less on those as JPEG: as much on the other 9,000 as on the study's
-  # 1,000. The class head 1 point under the average of the two heads there.
+  # Each run scores as much on the 10,000 as on the study's 1,000 as JPEG,
+  # so on the other 9,000 too, and 10 points less on those 1,000
+  # pixel-exact. The class head 1 point under the average of the two heads.
   for row, planned in sweep.reported(workdir, [0, 1, 2], [0, 1]).items():
     for run in planned:
       directory = workdir / recipes.run_name(*run)
       test = runs.read_json(directory /
                             'summary.json')['test_accuracy_at_best_step']
-      scored = {'test_10000': test - 0.01, 'test_1000_jpeg': test - 0.1}
+      scored = {'test_10000': test, 'test_1000_exact': test - 0.1}
       if row == 'vit':
         scored.update(class_head_test_1000=test - 0.01,
-                      class_head_test_1000_jpeg=test - 0.11,
-                      class_head_test_10000=test - 0.02)
+                      class_head_test_1000_exact=test - 0.11,
+                      class_head_test_10000=test - 0.01)
       for name, top1 in scored.items():
         (directory / f'{name}.json').write_text(
             json.dumps({
@@ -162,15 +165,13 @@ def test_the_summary_pairs_each_row_with_the_vit_by_seed(tmp_path, capsys):
             }))
   # Done at each run's best step: stage 4 has nothing left but one whose
   # best step moved.
-  assert _headline(capsys, workdir, 4, '0,1,2', '--jpeg=/j',
-                   '--study_test=/s') == []
+  assert _headline(capsys, workdir, 4, '0,1,2', '--jpeg=/j') == []
   moved = workdir / recipes.run_name(*vit, 1) / 'class_head_test_10000.json'
   moved.write_text(json.dumps({'top1': 0.75, 'step': 8, 'examples': 10000}))
   with pytest.raises(SystemExit, match="not of the run's best step"):
     summary.main(argv)
-  assert _headline(capsys, workdir, 4, '0,1,2', '--jpeg=/j',
-                   '--study_test=/s') == [fourth[31]]
-  moved.write_text(json.dumps({'top1': 0.76, 'step': 9, 'examples': 10000}))
+  assert _headline(capsys, workdir, 4, '0,1,2', '--jpeg=/j') == [fourth[31]]
+  moved.write_text(json.dumps({'top1': 0.77, 'step': 9, 'examples': 10000}))
   # A run finished again after its evaluations has them made again; an
   # unfinished one is left out, in a line.
   at_2 = workdir / recipes.run_name(*vit, 2)
@@ -179,8 +180,8 @@ def test_the_summary_pairs_each_row_with_the_vit_by_seed(tmp_path, capsys):
       *sweep.reported(workdir, [2], [0, 1])['flops_matched_cnn'][0])
   (matched / 'summary.json').rename(matched / 'summary.kept')
   sweep.main([
-      '--validation_dir=/v', f'--workdir={workdir}', '--stage=4',
-      '--seeds=0,1,2', '--jpeg=/j', '--study_test=/s'
+      '--validation_dir=/v', '--study=/s', f'--workdir={workdir}', '--stage=4',
+      '--seeds=0,1,2', '--jpeg=/j'
   ])
   emitted = capsys.readouterr()
   assert [line.split()[3] for line in emitted.out.splitlines()
@@ -212,8 +213,8 @@ def test_the_summary_pairs_each_row_with_the_vit_by_seed(tmp_path, capsys):
   vit_words = 'a ViT distilled from and guided by the SmallResNet'
   assert (f'- The headline: on the other 9,000 (JPEG), {vit_words} is better '
           'than the SmallResNet by 3.0 ± 0.0 points (95% interval, 3 paired '
-          f"seeds); on the study's 1,000, {vit_words} is better than the "
-          'SmallResNet by 3.0 ± 0.0 points (95% interval, 3 paired '
+          f"seeds); on the study's 1,000 pixel-exact, {vit_words} is better "
+          'than the SmallResNet by 3.0 ± 0.0 points (95% interval, 3 paired '
           'seeds).') in readme
   assert ('- What the class head alone predicts: on the other 9,000 (JPEG), '
           'the average of its two heads is better than its class head alone '
@@ -221,4 +222,4 @@ def test_the_summary_pairs_each_row_with_the_vit_by_seed(tmp_path, capsys):
   records = json.loads((out / 'results.json').read_text())
   assert len(records) == 23  # seed 2's: its chain and controls
   assert sum('class_head_test_10000' in r for r in records) == 3
-  assert sum('test_1000_jpeg' in r for r in records) == 12
+  assert sum('test_1000_exact' in r for r in records) == 12

@@ -114,8 +114,7 @@ def test_held_out_matches_each_subset_image_to_its_jpeg_or_refuses():
     held_out.matched(noisy, np.concatenate([jpegs, jpegs[[7]]]))
 
 
-def test_held_out_links_what_the_study_leaves_out_and_its_tests_copies(
-    tmp_path):
+def test_held_out_links_what_the_study_leaves_out_and_its_own_copies(tmp_path):
   """The JPEG copy of a study whose train and test images are its first."""
   train, test = helpers.random_cifar(40, 10, seed=1), helpers.random_cifar(
       30, 10, seed=2)
@@ -131,12 +130,12 @@ def test_held_out_links_what_the_study_leaves_out_and_its_tests_copies(
           helpers.png(image))  # read by content
   held_out.main([
       f'--subset={tmp_path / "subset"}', f'--jpeg={tmp_path / "jpeg"}',
-      f'--out={tmp_path / "held_out"}', f'--study_test={tmp_path / "study"}'
+      f'--out={tmp_path / "held_out"}', f'--study={tmp_path / "study"}'
   ])
 
   def linked(folder):
     return sorted(int(p.stem) for p in folder.glob('*/*.jpg'))
 
   assert linked(tmp_path / 'held_out') == list(range(20, 40))
+  assert linked(tmp_path / 'study' / 'train') == list(range(20))
   assert linked(tmp_path / 'study' / 'test') == list(range(10))
-  assert (tmp_path / 'study' / 'train').resolve() == tmp_path / 'jpeg' / 'train'
