@@ -54,9 +54,8 @@ def main(argv=None):
   classes = sorted(p.name for p in (args.jpeg / 'train').iterdir())
   for label, name in enumerate(classes):
     paths, jpegs = _jpegs(args.jpeg / 'train' / name)
-    used = matched(study.train.images[study.train.labels == label], jpegs)
-    taken = set(used)
-    runs.link([path for i, path in enumerate(paths) if i not in taken],
+    used = set(matched(study.train.images[study.train.labels == label], jpegs))
+    runs.link([path for i, path in enumerate(paths) if i not in used],
               args.out / name)
     print(f'{name}: {len(paths) - len(used)} of {len(paths)} held out')
     if args.study:

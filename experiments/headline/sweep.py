@@ -115,23 +115,27 @@ def run_overrides(args: argparse.Namespace, run: tuple) -> dict:
   return changes
 
 
-def reported(workdir: pathlib.Path, seeds: list[int],
-             choose_on: list[int]) -> dict[str, list[tuple]]:
-  """The runs of each row the summary reports, by row."""
+def reported(workdir: pathlib.Path, seeds: list[int], choose_on: list[int],
+             trained: bool = False) -> dict[str, list[tuple]]:
+  """The runs of each row the summary reports (`trained`: that can be known)."""
   vit, cnn, no_cnn = choices(workdir, choose_on)
   at_seeds = lambda *row: [(*row, EPOCHS, seed) for seed in seeds]
+  # A FLOPs-matched run's epochs are known once its seed's chains finish.
+  known = lambda seed: not trained or all(
+      runs.finished(workdir / r.run_name(*run))
+      for run in chain(('vit', vit, EPOCHS, seed)) + [(*cnn, EPOCHS, seed)])
   return {
       'vit': at_seeds('vit', vit), 'cnn': at_seeds(*cnn),
-      'no_cnn_vit': at_seeds('vit', no_cnn), 'flops_matched_cnn': [
-          (*cnn, flops_matched(workdir, vit, cnn, seed), seed) for seed in seeds
-      ]
+      'no_cnn_vit': at_seeds('vit', no_cnn),
+      'flops_matched_cnn': [(*cnn, flops_matched(workdir, vit, cnn, seed), seed)
+                            for seed in seeds if known(seed)]
   }
 
 
 def evaluations(workdir: pathlib.Path, seeds: list[int],
                 choose_on: list[int]) -> list[tuple[tuple, str]]:
   """Stage 4's (run, name): the reported runs on JPEG, then the ViT's head."""
-  rows = reported(workdir, seeds, choose_on)
+  rows = reported(workdir, seeds, choose_on, trained=True)
   every = [run for planned in rows.values() for run in planned]
   return [(run, name) for name in (STUDY_TEST_EXACT, JPEG_TEST) for run in every
          ] + [(run, CLASS_HEAD_PREFIX + name)
@@ -145,8 +149,7 @@ def evaluated(workdir: pathlib.Path, run: tuple, name: str) -> dict | None:
   path, summary = directory / f'{name}.json', directory / 'summary.json'
   if not (path.exists() and summary.exists()):
     return None
-  evaluation = runs.read_json(path)
-  best = runs.read_json(summary)['best_step']
+  evaluation, best = runs.read_json(path), runs.read_json(summary)['best_step']
   return evaluation if evaluation.get('step') == best else None
 
 
@@ -198,14 +201,11 @@ def main(argv=None):
       'copy has them, which every run trains on (experiments.held_out '
       '--study).')
   parser.add_argument(
-      '--jpeg', help='Stage 4: the unpacked JPEG copy of CIFAR-10, whose '
-      'test/ holds the 10,000 test images.')
+      '--jpeg', required=True, help='The unpacked JPEG copy of CIFAR-10, '
+      'whose test/ holds the 10,000 test images stage 4 evaluates on.')
   add_seed_flags(parser)
   args = parser.parse_args(argv)
   if args.stage == 4:
-    if not args.jpeg:
-      sys.exit('error: stage 4 needs --jpeg, the unpacked JPEG copy of '
-               'CIFAR-10 (the README\'s commands make it).')
     planned = evaluations(args.workdir, args.seeds, args.choose_on)
     unfinished = sorted({
         r.run_name(*run) for run, _ in planned
