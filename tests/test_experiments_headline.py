@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 import shutil
 
 import pytest
@@ -200,6 +201,15 @@ def test_the_summary_pairs_each_row_with_the_vit_by_seed(tmp_path, capsys):
   assert len(emitted.out.splitlines()) == 5
   assert f'1 run without a summary.json (one: {teacher.name})' in emitted.err
   (teacher / 'summary.kept').rename(teacher / 'summary.json')
+  # A run trained other than as planned is left out, and the summary says so.
+  epochs = teacher / 'summary.json'
+  epochs.write_text(epochs.read_text().replace('"epochs": 100', '"epochs": 99'))
+  with pytest.raises(
+      SystemExit, match=re.escape(
+          f'error: the summary needs the runs left out above (one: {teacher.name})'
+      )):
+    summary.main(argv)
+  epochs.write_text(epochs.read_text().replace('"epochs": 99', '"epochs": 100'))
   summary.main(argv)
   readme = (out / 'README.md').read_text()
   for row in (

@@ -1,8 +1,8 @@
-"""timm's train steps, timed on request in a process of their own (not ours).
+"""timm's train steps, timed on request in a process of their own (not ours)."""
 
-It answers each JSON line with one: first its versions or why torch and timm
-do not import, then `prepare` (name, architecture, batch, compiled, dtype) ->
-warmup_seconds; `time` (name, steps) -> seconds; `clear` -> {}; or `error`."""
+# It answers each JSON line with one: first its versions or why torch and timm
+# do not import, then `prepare` (name, architecture, batch, compiled, dtype) ->
+# warmup_seconds; `time` (name, steps) -> seconds; `clear` -> {}; or `error`.
 
 import contextlib
 import functools

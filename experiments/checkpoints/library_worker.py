@@ -1,6 +1,8 @@
-r"""The libraries' side of `check_libraries.py`, under a venv with torch, timm,
-transformers and safetensors (no numpy nor vit_jax): `check`'s JSON request
-(images, exports, native_dir) on stdin; its last line on stdout the answer."""
+"""The libraries' side of `check_libraries.py`, in a venv of their own."""
+
+# Under a venv with torch, timm, transformers and safetensors (no numpy nor
+# vit_jax): `check`'s JSON request (images, exports, native_dir) on stdin; its
+# last line on stdout the answer.
 
 import functools
 import json
