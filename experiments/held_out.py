@@ -1,4 +1,4 @@
-"""CIFAR-10's training JPEGs the study leaves out; its own, as an image folder."""
+"""CIFAR-10's training JPEGs outside the study; the study's, as JPEG folders."""
 
 import argparse
 import pathlib

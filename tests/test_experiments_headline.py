@@ -143,19 +143,19 @@ def test_the_summary_pairs_each_row_with_the_vit_by_seed(tmp_path, capsys):
       f'{at_1}/test_10000.json.tmp {at_1}/test_10000.json')
   assert f'--class_head {on_jpeg} > {at_1}/class_head_test_10000.out ' in (
       fourth[31])
-  # Each run scores as much on the 10,000 as on the study's 1,000 as JPEG,
-  # so on the other 9,000 too, and 10 points less on those 1,000
-  # pixel-exact. The class head 1 point under the average of the two heads.
+  # Each run scores 0.9 points less on the 10,000 than on the study's 1,000
+  # as JPEG, so 1 point less on the other 9,000, and 10 points less on those
+  # 1,000 pixel-exact. The class head 1 point under the two heads' average.
   for row, planned in sweep.reported(workdir, [0, 1, 2], [0, 1]).items():
     for run in planned:
       directory = workdir / recipes.run_name(*run)
       test = runs.read_json(directory /
                             'summary.json')['test_accuracy_at_best_step']
-      scored = {'test_10000': test, 'test_1000_exact': test - 0.1}
+      scored = {'test_10000': test - 0.009, 'test_1000_exact': test - 0.1}
       if row == 'vit':
         scored.update(class_head_test_1000=test - 0.01,
                       class_head_test_1000_exact=test - 0.11,
-                      class_head_test_10000=test - 0.01)
+                      class_head_test_10000=test - 0.019)
       for name, top1 in scored.items():
         (directory / f'{name}.json').write_text(
             json.dumps({
@@ -170,7 +170,7 @@ def test_the_summary_pairs_each_row_with_the_vit_by_seed(tmp_path, capsys):
   with pytest.raises(SystemExit, match="not of the run's best step"):
     summary.main(argv)
   assert _headline(capsys, workdir, 4, '0,1,2') == [fourth[31]]
-  moved.write_text(json.dumps({'top1': 0.77, 'step': 9, 'examples': 10000}))
+  moved.write_text(json.dumps({'top1': 0.761, 'step': 9, 'examples': 10000}))
   # A run finished again after its evaluations has them made again; an
   # unfinished one is left out, in a line.
   at_2 = workdir / recipes.run_name(*vit, 2)
@@ -204,10 +204,8 @@ def test_the_summary_pairs_each_row_with_the_vit_by_seed(tmp_path, capsys):
   # A run trained other than as planned is left out, and the summary says so.
   epochs = teacher / 'summary.json'
   epochs.write_text(epochs.read_text().replace('"epochs": 100', '"epochs": 99'))
-  with pytest.raises(
-      SystemExit, match=re.escape(
-          f'error: the summary needs the runs left out above (one: {teacher.name})'
-      )):
+  left_out = f'the summary needs the runs left out above (one: {teacher.name})'
+  with pytest.raises(SystemExit, match=re.escape(f'error: {left_out}')):
     summary.main(argv)
   epochs.write_text(epochs.read_text().replace('"epochs": 99', '"epochs": 100'))
   summary.main(argv)
@@ -216,17 +214,17 @@ def test_the_summary_pairs_each_row_with_the_vit_by_seed(tmp_path, capsys):
       '| A ViT distilled from and guided by the SmallResNet | '
       'study+distillation+locality_guidance+trivial_augment+'
       'resnet_teacher+long_mae | 100 | 3 | 75.0 ± 0.0 | 78.0 ± 2.0 | '
-      '68.0 ± 2.0 | 78.0 ± 2.0 | 11000 | 30 |',
+      '68.0 ± 2.0 | 77.0 ± 2.0 | 11000 | 30 |',
       '| The SmallResNet | study+trivial_augment | 100 | 3 | 75.0 ± 0.0 '
-      '| 75.0 ± 2.0 | 65.0 ± 2.0 | 75.0 ± 2.0 | 2000 | 10 |',
+      '| 75.0 ± 2.0 | 65.0 ± 2.0 | 74.0 ± 2.0 | 2000 | 10 |',
       '| A pure ViT | study+trivial_augment+long_mae | 100 | 3 | 70.0 ± '
-      '0.0 | 75.0 ± 2.0 | 65.0 ± 2.0 | 75.0 ± 2.0 | 9000 | 20 |',
+      '0.0 | 75.0 ± 2.0 | 65.0 ± 2.0 | 74.0 ± 2.0 | 9000 | 20 |',
       "| The SmallResNet at the ViT chain's FLOPs | "
       'study+trivial_augment | 550 | 3 | 70.0 ± 0.0 | 75.0 ± 2.0 | '
-      '65.0 ± 2.0 | 75.0 ± 2.0 | 11000 | 10 |',
+      '65.0 ± 2.0 | 74.0 ± 2.0 | 11000 | 10 |',
       "| The first row's class head alone | study+distillation+"
       'locality_guidance+trivial_augment+resnet_teacher+long_mae | 100 | 3 '
-      '|  | 77.0 ± 2.0 | 67.0 ± 2.0 | 77.0 ± 2.0 | 11000 | 30 |'):
+      '|  | 77.0 ± 2.0 | 67.0 ± 2.0 | 76.0 ± 2.0 | 11000 | 30 |'):
     assert row in readme
   assert ('Chosen on the validation accuracy of seeds 0 and 1 (each '
           "candidate's, summed over them); every row is over seeds 0, 1 and "

@@ -119,7 +119,8 @@ def test_a_guided_deit_student_trains_and_leaves_a_plain_vit(
   finetune.check_init_from(student(init_from=str(workdir)))
 
 
-def test_a_run_that_teaches_and_guides_is_run_once_a_step(trained_cnn_run):
+def test_a_run_that_teaches_and_guides_is_run_once_a_step(
+    trained_cnn_run, tmp_path):
   teacher_workdir, data_dir = trained_cnn_run
   config = _guided_config(data_dir, teacher_workdir,
                           distillation_teacher=str(teacher_workdir))
@@ -140,6 +141,10 @@ def test_a_run_that_teaches_and_guides_is_run_once_a_step(trained_cnn_run):
       logits, outputs, jax.nn.one_hot(jnp.arange(2), 10), images)) == (
           convolutions(
               lambda images: module.apply(variables, images, train=False))) > 0
+  # Another run, even a copy, is read and counted apart.
+  config.distillation_teacher = str(
+      shutil.copytree(teacher_workdir, tmp_path / 'copy'))
+  assert len(startup.trained_model_and_objective(config, 10, None)[2]) == 2
 
 
 def test_a_teacher_of_other_widths_is_one_line_saying_which(trained_cnn_run):

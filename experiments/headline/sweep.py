@@ -99,7 +99,7 @@ def run_overrides(args: argparse.Namespace, run: tuple) -> dict:
   """data_efficiency's overrides of `run`, on JPEGs, choosing on validation."""
   # The study's images as the JPEG copy has them, as the validation and test
   # images are: a model trained on the exact pixels meets a shift there that
-  # costs CNNs more than ViTs (README.md).
+  # cost the SmallResNet more than a ViT (README.md).
   changes = data_efficiency.overrides(args.workdir, args.study, *run)
   changes['dataset'] = 'image_folder'
   # A pre-training, which fine-tuning reads at its last step, holds no
