@@ -48,13 +48,18 @@ def _stages_1_and_2(workdir):
                 test)
 
 
-def _headline(capsys, workdir, stage, seeds, *flags):
-  """The commands of the headline sweep's `stage` at `seeds`."""
+def _emitted(capsys, workdir, stage, seeds, *flags):
+  """What the headline sweep's `stage` at `seeds` prints and says."""
   sweep.main([
       '--validation_dir=/v', '--study=/s', '--jpeg=/j', f'--workdir={workdir}',
       f'--stage={stage}', f'--seeds={seeds}', *flags
   ])
-  return capsys.readouterr().out.splitlines()
+  return capsys.readouterr()
+
+
+def _headline(capsys, workdir, stage, seeds, *flags):
+  """The commands of the headline sweep's `stage` at `seeds`."""
+  return _emitted(capsys, workdir, stage, seeds, *flags).out.splitlines()
 
 
 def _run_names(lines):
@@ -178,11 +183,7 @@ def test_the_summary_pairs_each_row_with_the_vit_by_seed(tmp_path, capsys):
   matched = workdir / recipes.run_name(
       *sweep.reported(workdir, [2], [0, 1])['flops_matched_cnn'][0])
   (matched / 'summary.json').rename(matched / 'summary.kept')
-  sweep.main([
-      '--validation_dir=/v', '--study=/s', f'--workdir={workdir}', '--stage=4',
-      '--seeds=0,1,2', '--jpeg=/j'
-  ])
-  emitted = capsys.readouterr()
+  emitted = _emitted(capsys, workdir, 4, '0,1,2')
   assert [line.split()[3] for line in emitted.out.splitlines()
          ] == [f'--checkpoint={at_2}/best_checkpoint'] * 5
   assert emitted.err == ('Left out until stages 1-3 finish them: 1 run '
@@ -193,11 +194,7 @@ def test_the_summary_pairs_each_row_with_the_vit_by_seed(tmp_path, capsys):
   teacher = workdir / recipes.run_name(
       *sweep.reported(workdir, [2], [0, 1])['cnn'][0])
   (teacher / 'summary.json').rename(teacher / 'summary.kept')
-  sweep.main([
-      '--validation_dir=/v', '--study=/s', f'--workdir={workdir}', '--stage=4',
-      '--seeds=0,1,2', '--jpeg=/j'
-  ])
-  emitted = capsys.readouterr()
+  emitted = _emitted(capsys, workdir, 4, '0,1,2')
   assert len(emitted.out.splitlines()) == 5
   assert f'1 run without a summary.json (one: {teacher.name})' in emitted.err
   (teacher / 'summary.kept').rename(teacher / 'summary.json')
