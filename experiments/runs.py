@@ -175,8 +175,7 @@ def landed(results: pathlib.Path, run_name: Callable[[dict],
 
 def unplanned(directory: pathlib.Path, fresh: dict, description: dict) -> str:
   """How the finished run in `directory` is not the one planned there, or ''."""
-  steps = read_json(directory / 'config.json').get('total_steps')
-  if steps:
+  if steps := read_json(directory / 'config.json').get('total_steps'):
     return f'as it ran config.total_steps={steps}, which no sweep sets'
   return next(
       (f'as its {key} is {fresh[key]}, not the {planned} planned'
@@ -191,8 +190,7 @@ def load_records(workdir: pathlib.Path, planned: dict[str, dict],
   for name, description in planned.items():
     if finished(workdir / name):
       fresh, earlier = record(workdir / name, description), found.get(name)
-      why = unplanned(workdir / name, fresh, description)
-      if why:
+      if why := unplanned(workdir / name, fresh, description):
         print(
             f'{workdir / name}: left out, {why}; its sweep\'s command '
             'in a new workdir runs it as planned.', file=sys.stderr)

@@ -39,10 +39,11 @@ def plot(records: list[dict], path: pathlib.Path):
     budgets = [epochs for epochs in rows if key in rows[epochs]]
     if not budgets:  # no runs yet: no legend entry either
       continue
-    groups = [rows[epochs][key][1] for epochs in budgets]
-    ax.errorbar(budgets, [recipes.accuracies(g).mean() for g in groups],
-                yerr=list(map(recipes.spread, groups)), color=color,
-                marker=marker, capsize=3, label=label)
+    scores = [recipes.accuracies(rows[epochs][key][1]) for epochs in budgets]
+    # Each row's mean and sample std over seeds (0 for one seed).
+    ax.errorbar(budgets, [s.mean() for s in scores],
+                yerr=[s.std(ddof=1) if len(s) > 1 else 0 for s in scores],
+                color=color, marker=marker, capsize=3, label=label)
     if key == 'vit':  # which recipe is best changes with the budget
       # Under each budget's tick, where no line runs: beside its point the
       # list crossed the CNNs' lines.

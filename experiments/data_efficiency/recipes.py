@@ -295,11 +295,6 @@ def accuracies(group: list[dict]) -> np.ndarray:
   return 100 * np.array([r['best_test_accuracy'] for r in group])
 
 
-def spread(group: list[dict]) -> float:
-  """The sample std of a row's accuracies; 0 for one seed."""
-  return float(accuracies(group).std(ddof=1)) if len(group) > 1 else 0.0
-
-
 def standing(group: list[dict]) -> tuple[int, float]:
   """A row's rank in its budget: three seeds first, then its mean accuracy."""
   return min(len(group), 3), float(accuracies(group).mean())

@@ -80,12 +80,11 @@ def main(argv=None):
     read = [
         run for run in read if run in needed or r.run_name(*run) not in landed
     ]
-  stages = {1: read, 2: rest}.get(args.stage, read + rest)
   runs.emit([
       runs.command(args.workdir / r.run_name(*run),
                    f'configs/data_efficient.py:{run[0]}',
                    overrides(args.workdir, args.data_dir, *run))
-      for run in stages
+      for run in {1: read, 2: rest}.get(args.stage, read + rest)
   ], args.slurm)
 
 

@@ -15,9 +15,8 @@ def by_model_and_size(records: list[dict]) -> dict:
   """{model: {size: [best test accuracy of each seed]}}"""
   table = {}
   for r in records:
-    table.setdefault(r['model'],
-                     {}).setdefault(r['train_examples'],
-                                    []).append(r['best_test_accuracy'])
+    curve = table.setdefault(r['model'], {})
+    curve.setdefault(r['train_examples'], []).append(r['best_test_accuracy'])
   return table
 
 

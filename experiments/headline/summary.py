@@ -148,8 +148,7 @@ def main(argv=None):
     descriptions[r.run_name(*run)][name] = evaluation
   found = runs.load_records(workdir, descriptions, args.folder / 'results.json',
                             r.record_name)
-  left_out = [name for name in descriptions if name not in found]
-  if left_out:
+  if left_out := [name for name in descriptions if name not in found]:
     sys.exit(f'error: the summary needs the runs left out above (one: '
              f'{left_out[0]}).')
   by_name = {name: found[name] for name in descriptions}

@@ -53,11 +53,10 @@ def _summary(workdir: pathlib.Path, run: tuple) -> dict:
 def require(workdir: pathlib.Path, planned: list[tuple], what: str, fix: str,
             file: str = 'summary.json'):
   """One `error:` line, saying `fix`, when a run of `planned` lacks `file`."""
-  missing = [
+  if missing := [
       run for run in planned
       if not (workdir / r.run_name(*run) / file).exists()
-  ]
-  if missing:
+  ]:
     sys.exit(f'error: {len(missing)} of the {len(planned)} {what} have no '
              f'{file} in {workdir} (one: {r.run_name(*missing[0])}): {fix}.')
 
@@ -70,11 +69,9 @@ def chain(run: tuple) -> list[tuple]:
 def flops_matched(workdir: pathlib.Path, vit: tuple[str, ...],
                   cnn: tuple[str, tuple[str, ...]], seed: int) -> int:
   """The CNN's epochs whose FLOPs equal the ViT chain's of `seed`."""
-  per_epoch = _summary(workdir, (*cnn, EPOCHS, seed))['train_flops'] / EPOCHS
-  return round(
-      sum(
-          _summary(workdir, run)['train_flops']
-          for run in chain(('vit', vit, EPOCHS, seed))) / per_epoch)
+  flops = lambda run: _summary(workdir, run)['train_flops']
+  per_epoch = flops((*cnn, EPOCHS, seed)) / EPOCHS
+  return round(sum(map(flops, chain(('vit', vit, EPOCHS, seed)))) / per_epoch)
 
 
 def choices(workdir: pathlib.Path, choose_on: list[int]) -> tuple:
@@ -207,11 +204,10 @@ def main(argv=None):
   args = parser.parse_args(argv)
   if args.stage == 4:
     planned = evaluations(args.workdir, args.seeds, args.choose_on)
-    unfinished = sorted({
+    if unfinished := sorted({
         r.run_name(*run) for run, _ in planned
         if not runs.finished(args.workdir / r.run_name(*run))
-    })
-    if unfinished:
+    }):
       print(
           f'Left out until stages 1-3 finish them: {len(unfinished)} '
           f'run{"s" * (len(unfinished) != 1)} without a summary.json (one: '
