@@ -6,9 +6,8 @@ import statistics
 import sys
 
 HERE = pathlib.Path(__file__).resolve().parent
-REPO = HERE.parent.parent
 # Runs from a checkout, installed or not.
-sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(HERE.parents[1]))
 
 # pylint: disable=g-import-not-at-top,wrong-import-position
 from experiments import runs

@@ -11,8 +11,8 @@ import time
 
 # Runs from a checkout, installed or not (on the GPU machine the project's
 # dependencies come as wheels, the project itself does not).
-REPO = pathlib.Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO))
+HERE = pathlib.Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parents[1]))
 
 # pylint: disable=g-import-not-at-top,wrong-import-position
 import jax
@@ -32,7 +32,6 @@ from vit_jax.training import flops
 from vit_jax.training import step_benchmark
 # pylint: enable=g-import-not-at-top,wrong-import-position
 
-HERE = pathlib.Path(__file__).resolve().parent
 SECTION = 'gpu results'
 WRITER = 'gpu.py'
 
@@ -158,7 +157,7 @@ def main():
       '--readme', type=pathlib.Path, help='The README whose '
       'GPU section is written (default: README.md here).')
   parser.add_argument('--cifar_dir', type=pathlib.Path,
-                      default=REPO.parent / 'shared/data/cifar10-5k',
+                      default=HERE.parents[2] / 'shared/data/cifar10-5k',
                       help='The study\'s 5k CIFAR-10 subset.')
   parser.add_argument('--torch_python', default=sys.executable,
                       help='The Python with torch and timm for timm\'s rows.')

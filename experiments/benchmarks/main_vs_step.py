@@ -36,8 +36,7 @@ def main():
       said = f'vit_jax.benchmark: {step_rates[-1]:.1f}'
     print(f'round {round_number}: {said} img/s', flush=True)
 
-  main_median = statistics.median(main_rates)
-  step_median = statistics.median(step_rates)
+  main_median, step_median = map(statistics.median, (main_rates, step_rates))
   study_step.write_json(
       HERE / 'main_vs_step.json',
       dict(rounds=args.rounds, epochs=args.epochs,

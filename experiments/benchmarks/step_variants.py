@@ -10,8 +10,7 @@ import time
 
 # Runs from a checkout, installed or not (on the GPU machine the project's
 # dependencies come as wheels, the project itself does not).
-ROOT = pathlib.Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2]))
 
 # pylint: disable=g-import-not-at-top,wrong-import-position
 import flax.linen as nn
@@ -54,8 +53,12 @@ PROFILED = 'no_command_buffers'
 
 
 def run_cpu_variant(variant: str, steps: int) -> dict:
-  if variant.startswith('flax_'):
-    _use_flax_dropout(variant.removeprefix('flax_'))
+  if variant.startswith('flax_'):  # flax's dropout in the ViT in place of ours
+    # Every module of the ViT that drops out (stochastic depth is off here).
+    for module in (encoder, encoder_block, mlp, attention):
+      module.Dropout = nn.Dropout
+    if variant != 'flax_threefry':  # its masks drawn with that PRNG
+      jax.config.update('jax_default_prng_impl', variant.removeprefix('flax_'))
   distributed.set_cpu_devices(4)  # before jax starts
   config = step_benchmark.benchmark_config('ViT-Tiny-CIFAR_4', 128, 32,
                                            attention='einsum')
@@ -120,15 +123,6 @@ def use_fused_qkv():
     return tuple(jnp.split(qkv, len(projections), axis=layout.index('h')))
 
   attention.project_qkv = project_qkv
-
-
-def _use_flax_dropout(prng_impl: str):
-  """flax's dropout in the ViT in place of ours, its masks drawn with `prng_impl`."""
-  # Every module of the ViT that drops out (stochastic depth is off here).
-  for module in (encoder, encoder_block, mlp, attention):
-    module.Dropout = nn.Dropout
-  if prng_impl != 'threefry':
-    jax.config.update('jax_default_prng_impl', prng_impl)
 
 
 RESULT = 'step_variants result: '  # the line of a run's result
