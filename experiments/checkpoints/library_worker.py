@@ -186,7 +186,7 @@ def main():
     natives[name] = _native(name, directory, images)
     print(f'worker: {name} done', file=sys.stderr, flush=True)
 
-  answer.write(
+  print(
       json.dumps({
           'versions': {
               'torch': torch.__version__, 'timm': timm.__version__,
@@ -194,8 +194,7 @@ def main():
                   safetensors.__version__, 'python': sys.version.split()[0]
           }, 'torch_threads': torch.get_num_threads(), 'exports': exports,
           'natives': natives,
-      }) + '\n')
-  answer.flush()
+      }), file=answer, flush=True)
 
 
 if __name__ == '__main__':
