@@ -1,4 +1,5 @@
 """Our ViT-Tiny train step against timm's VisionTransformer, on this machine."""
+import contextlib
 import functools
 import json
 import pathlib
@@ -32,15 +33,12 @@ BENCHMARK = [
 
 def timm_run(torch_python: str, mode: str, steps: int) -> dict:
   """timm's step in `mode` (TORCH_MODES), timed in a fresh worker."""
-  worker = timm_worker.TimmWorker(torch_python)
-  try:
+  with contextlib.closing(timm_worker.TimmWorker(torch_python)) as worker:
     worker.send(op='prepare', name=mode, architecture=VIT_TINY_CIFAR,
                 batch=BATCH, compiled=TORCH_MODES[mode], dtype='float32')
     warmup_seconds = worker.receive()['warmup_seconds']
     worker.send(op='time', name=mode, steps=steps)
     seconds = statistics.median(worker.receive()['seconds'])
-  finally:
-    worker.close()
   return dict(images_per_second=BATCH / seconds, ms_per_step=1000 * seconds,
               warmup_seconds=warmup_seconds, threads=worker.threads,
               version=worker.versions['torch'],

@@ -27,10 +27,9 @@ HERE = pathlib.Path(__file__).resolve().parent
 FLAGS = flags.FLAGS
 flags.DEFINE_string(
     'torch_python', None, 'Python of a venv with torch, timm, transformers and '
-    'safetensors, which runs library_worker.py.')
+    'safetensors, which runs library_worker.py.', required=True)
 flags.DEFINE_string('output', str(HERE / 'library_check.json'),
                     'Where the JSON record goes.')
-flags.mark_flag_as_required('torch_python')
 
 IMAGE_SIZE = 224
 NUM_IMAGES = 4

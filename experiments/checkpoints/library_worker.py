@@ -99,8 +99,7 @@ def _hf_export(directory: str, images, **overrides) -> dict:
       directory, output_loading_info=True, **overrides)
   model.eval()
   # Every array of the folder used, none missing, none reshaped.
-  problems = {key: value for key, value in info.items() if value}
-  if problems:
+  if problems := {key: value for key, value in info.items() if value}:
     raise RuntimeError(f'{directory}: transformers loaded it with {problems}')
   assert next(model.parameters()).dtype == torch.float32
   config = model.config

@@ -140,8 +140,7 @@ def main(argv=None):
       } for planned in stages.values() for run in planned
   }
   for run, name in evaluations:
-    evaluation = sweep.evaluated(workdir, run, name)
-    if evaluation is None:
+    if (evaluation := sweep.evaluated(workdir, run, name)) is None:
       sys.exit(f'error: {workdir / r.run_name(*run)}/{name}.json is not of the '
                "run's best step: run stage 4 of experiments.headline.sweep "
                'again.')
