@@ -221,8 +221,7 @@ def table(record: dict) -> str:
         f'vit_jax -> {row["library"]}'
         if out else f'{row["library"]} -> vit_jax', row['model'],
         _cell(row, key), f'{row[key]["top1_agree"]}/{NUM_IMAGES}',
-        _cell(row, 'exact GELU'),
-        _cell(row, 'LayerNorm eps 1e-12'),
+        *(_cell(row, k) for k in ('exact GELU', 'LayerNorm eps 1e-12')),
         _cell(row, OFFICIAL_STEM) +
         (f' (float32 rounding: {row["float32_rounding"]:.1e})'
          if 'float32_rounding' in row else '')
