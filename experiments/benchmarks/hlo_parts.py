@@ -114,9 +114,8 @@ def model_parts(hlo_text: str) -> dict[str, Part]:
       else:
         # A copy, a transpose or a cast XLA added: the part whose result it
         # moves (an operand defined before it).
-        operand = next(
-            (o for o in _OPERAND.findall(text.split('), ')[0]) if o in parts),
-            None)
+        operands = _OPERAND.findall(text.split('), ')[0])
+        operand = next((o for o in operands if o in parts), None)
         if operand is None:
           continue
         described = parts[operand]._replace(operations=(f'moves {operand}',))

@@ -178,11 +178,8 @@ def tables(kinds: dict[str, float], by_part: dict[str, float] | str | None,
            heaviest: list[dict], unit: str = 'ms per step', shown: int = 15,
            top: int = 12) -> list[str]:
   """A profile's tables: by kind, by part (`shown` of them), `top` kernels."""
-  lines = [
-      '',
-      runs.markdown_table(['kind of work', unit],
-                          [[kind, f'{ms:,.2f}'] for kind, ms in kinds.items()])
-  ]
+  rows = [[kind, f'{ms:,.2f}'] for kind, ms in kinds.items()]
+  lines = ['', runs.markdown_table(['kind of work', unit], rows)]
   if isinstance(by_part, str):
     lines += ['', f'By part of the model: not measured: {by_part}']
   elif by_part:
@@ -190,11 +187,10 @@ def tables(kinds: dict[str, float], by_part: dict[str, float] | str | None,
     if len(ranked) > shown:
       ranked[shown:] = [(f'the other {len(ranked) - shown} parts',
                          sum(ms for _, ms in ranked[shown:]))]
+    rows = [[label, f'{ms:,.2f}'] for label, ms in ranked]
     lines += ('', 'By part of the model, as the compiled program\'s metadata '
               'names the flax module and pass (encoder blocks summed):', '',
-              runs.markdown_table(['part of the model', unit],
-                                  [[label, f'{ms:,.2f}']
-                                   for label, ms in ranked]))
+              runs.markdown_table(['part of the model', unit], rows))
   if heaviest:
     lines += [
         '', 'The heaviest kernels:', '',
@@ -222,8 +218,7 @@ def main():
         f'error: {args.trace_dir} holds no trace: write one with '
         f'python -m vit_jax.benchmark --trace_dir={args.trace_dir}.')
   program = args.trace_dir / step_benchmark.TRACED_PROGRAM
-  parts = (hlo_parts.model_parts(program.read_text())
-           if program.exists() else {})
+  parts = hlo_parts.model_parts(program.read_text()) if program.exists() else {}
   kinds, by_part, heaviest = device_profile(events, args.steps, parts)
   unit = 'ms per step'
   if not kinds:  # a CPU's trace: its threads

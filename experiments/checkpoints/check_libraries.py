@@ -51,9 +51,8 @@ def random_params(model, seed: int) -> dict:
   rng = np.random.default_rng(seed)
 
   def draw(path, leaf):
-    name = getattr(path[-1], 'key', str(path[-1]))
     noise = rng.standard_normal(leaf.shape).astype(np.float32)
-    if name == 'scale':  # LayerNorm
+    if getattr(path[-1], 'key', str(path[-1])) == 'scale':  # LayerNorm
       return 1 + np.float32(0.1) * noise
     return np.float32(0.02) * noise
 

@@ -69,10 +69,9 @@ def table(records: list[dict]) -> str:
 
 def main(argv=None):
   runs.catch_stop_signals()
-  workdir = runs.parser(__doc__,
-                        '/tmp/data_efficiency').parse_args(argv).workdir
+  args = runs.parser(__doc__, '/tmp/data_efficiency').parse_args(argv)
   runs.summarize(
-      HERE, workdir, planned(), recipes.record_name, lambda r:
+      HERE, args.workdir, planned(), recipes.record_name, lambda r:
       (r['epochs'], r['model'], recipes.rank(r['recipe']), r['seed']),
       lambda records: {
           'ablation table': table(records),
