@@ -53,10 +53,11 @@ def _summary(workdir: pathlib.Path, run: tuple) -> dict:
 def require(workdir: pathlib.Path, planned: list[tuple], what: str, fix: str,
             file: str = 'summary.json'):
   """One `error:` line, saying `fix`, when a run of `planned` lacks `file`."""
-  if missing := [
+  missing = [
       run for run in planned
       if not (workdir / r.run_name(*run) / file).exists()
-  ]:
+  ]
+  if missing:
     sys.exit(f'error: {len(missing)} of the {len(planned)} {what} have no '
              f'{file} in {workdir} (one: {r.run_name(*missing[0])}): {fix}.')
 
@@ -204,10 +205,11 @@ def main(argv=None):
   args = parser.parse_args(argv)
   if args.stage == 4:
     planned = evaluations(args.workdir, args.seeds, args.choose_on)
-    if unfinished := sorted({
+    unfinished = sorted({
         r.run_name(*run) for run, _ in planned
         if not runs.finished(args.workdir / r.run_name(*run))
-    }):
+    })
+    if unfinished:
       print(
           f'Left out until stages 1-3 finish them: {len(unfinished)} '
           f'run{"s" * (len(unfinished) != 1)} without a summary.json (one: '
