@@ -166,12 +166,16 @@ def test_the_sweeps_stages_and_the_runs_each_reads(capsys):
   } - (set(runs_) - set(landed))
 
 
+_TFLOPS_PER_EPOCH = {'vit': 3, 'simple_cnn': 1, 'small_resnet': 2}
+
+
 def _seeds(model, recipe, accuracies, epochs=30):
   """A record of each seed's run, as the summary reads it."""
   return [{
       'model': model, 'recipe': recipe, 'epochs': epochs, 'seed': seed,
       'best_test_accuracy': accuracy, 'final_train_accuracy': 0.5,
-      'wall_minutes': 10.0, 'device': 'cpu'
+      'wall_minutes': 10.0, 'device': 'cpu',
+      'train_flops': _TFLOPS_PER_EPOCH[model] * epochs * 1e12
   } for seed, accuracy in enumerate(accuracies)]
 
 
@@ -206,7 +210,9 @@ def test_the_table_and_the_answer_across_budgets():
       if line.startswith('| ViT')
   }
   assert '(best CNN: SmallResNet, study, 71.0%)' in summary.table(records)
-  assert rows['study'][2:5] == ['51.0 ± 1.0 (n=3)', '50.0 ± 0.0 (n=3)', '0%']
+  assert rows['study'][2:6] == [
+      '51.0 ± 1.0 (n=3)', '50.0 ± 0.0 (n=3)', '0%', '90'
+  ]
   # (53 - 51) / (71 - 51) of the gap; the seeds' differences (2, 3 and 1
   # points) give the 95% interval t(0.975, 2) * 1 / sqrt(3).
   assert rows['study+distillation'][4] == '10% (+2.0 ± 2.5)'
@@ -227,13 +233,32 @@ def test_the_table_and_the_answer_across_budgets():
       'interval, 3 paired seeds);')
   # Its cost counts the teacher it learns from (no 300-epoch teacher ran).
   assert lines[0].endswith(
-      'wall minutes per seed: 10 for the ViT, 10 for the SimpleCNN `study` '
-      'it learns from (this 2-core CPU unless a GPU is named).')
-  assert 'wall minutes per seed: 10 for the ViT (this' in lines[1]
+      'per seed, 10 min and 90 TFLOPs for the ViT, 10 min and 30 TFLOPs for '
+      'the SimpleCNN `study` it learns from (minutes on this 2-core CPU '
+      "unless a GPU is named): the ViT's chain trains 120 TFLOPs, 2.0x the "
+      "SmallResNet's.")
+  assert ('per seed, 10 min and 900 TFLOPs for the ViT (minutes on this '
+          "2-core CPU unless a GPU is named): the ViT's chain trains 900 "
+          "TFLOPs, 1.5x the SmallResNet's.") in lines[1]
   assert ('the ViT and SmallResNet are indistinguishable within ±4.3 points '
           '(+1.0; 95% interval, 3 paired seeds)') in lines[1]
   assert lines[-1].startswith('Every number here is chosen on the 1,000 test '
                               'images it is reported on')
+
+
+def test_a_record_without_flops_is_counted_as_the_trainer_counts_its_recipe():
+  """The trainer's counts, from summary.json, of runs of three recipes."""
+  counted = summary.counted([
+      {'model': model, 'recipe': recipe, 'epochs': 100, 'train_examples': 5000}
+      for model, recipe in (('small_resnet', 'study+trivial_augment'),
+                            ('vit', 'study+mae_pretraining'))
+  ] + _seeds('vit', 'study', [0.5]))
+  assert [r['train_flops']
+          for r in counted] == [79_844_268_441_600, 147_622_625_280_000, 90e12]
+  # Distilled from and guided by one SmallResNet run, whose forward pass
+  # the trainer counts once (the student's objective with that run read).
+  recipe = 'study+distillation+locality_guidance+trivial_augment+resnet_teacher'
+  assert recipes.train_flops('vit', recipe, 100, 5000) == 283_785_216_000_000
 
 
 def test_the_figure_draws_whole_at_any_number_of_vit_rows(tmp_path):

@@ -2,6 +2,8 @@
 
 import pathlib
 
+import numpy as np
+
 from experiments import runs
 from experiments.data_efficiency import recipes
 from vit_jax.analysis import plotting
@@ -70,8 +72,9 @@ def plot(records: list[dict], path: pathlib.Path):
   plotting.save_figure(fig, path)
 
 
-def _cost_of_what_it_reads(records: list[dict], vit: list[dict]) -> str:
-  """Wall minutes per seed of the runs `vit` reads (teachers, pre-training)."""
+def _what_it_reads(records: list[dict],
+                   vit: list[dict]) -> list[tuple[str, list[dict]]]:
+  """(what, its seeds' records) of each run `vit` reads: teachers, MAE."""
   by_name = {recipes.record_name(r): r for r in records}
   read = {}
   for r in vit:
@@ -81,12 +84,14 @@ def _cost_of_what_it_reads(records: list[dict], vit: list[dict]) -> str:
       if source is not None:
         role = ('is fine-tuned from' if field == 'init_from' else 'learns from')
         read.setdefault((role, model, ingredients, epochs), {})[seed] = source
-  return ''.join(
-      f', {runs.wall_time_cell(list(group.values()))} for the '
-      f'{runs.NAMES[model]} `{recipes.recipe_name(ingredients)}`' +
-      (f' of {epochs} epochs' if epochs != vit[0]['epochs'] else '') +
-      f' it {role}'
-      for (role, model, ingredients, epochs), group in read.items())
+  return [(f'the {runs.NAMES[model]} `{recipes.recipe_name(ingredients)}`' +
+           (f' of {epochs} epochs' if epochs != vit[0]['epochs'] else '') +
+           f' it {role}', list(group.values()))
+          for (role, model, ingredients, epochs), group in read.items()]
+
+
+def _cost(group: list[dict]) -> str:
+  return f'{runs.wall_time_cell(group)} min and {runs.tflops_cell(group)} TFLOPs'
 
 
 def named(recipe: str, untaught: str = 'a ViT no CNN touches') -> str:
@@ -111,6 +116,9 @@ def answer(records: list[dict]) -> str:
     (vit_recipe, vit), (cnn_recipe, cnn, cnn_model) = row['vit'], max(
         cnns, key=lambda c: recipes.standing(c[1]))
     by_seed = [runs.by_seed(g, 'best_test_accuracy') for g in (vit, cnn)]
+    read = _what_it_reads(records, vit)
+    flops = lambda group: np.mean([r['train_flops'] for r in group])
+    chain = sum(map(flops, [vit] + [group for _, group in read]))
     lines.append(
         f'- {epochs} epochs: the ViT\'s best, `{vit_recipe}` '
         f'({named(vit_recipe)}), '
@@ -118,9 +126,11 @@ def answer(records: list[dict]) -> str:
         f'against {runs.NAMES[cnn_model]} `{cnn_recipe}`, '
         f'{runs.mean_std([r["best_test_accuracy"] for r in cnn], True)}: '
         f'{runs.compared("the ViT", by_seed[0], runs.NAMES[cnn_model], by_seed[1])}'
-        f'; wall minutes per seed: {runs.wall_time_cell(vit)} for the ViT'
-        f'{_cost_of_what_it_reads(records, vit)} (this 2-core CPU unless a '
-        'GPU is named).')
+        f'; per seed, {_cost(vit)} for the ViT' +
+        ''.join(f', {_cost(group)} for {what}' for what, group in read) +
+        ' (minutes on this 2-core CPU unless a GPU is named): the ViT\'s '
+        f'chain trains {chain / 1e12:.0f} TFLOPs, {chain / flops(cnn):.1f}x '
+        f'the {runs.NAMES[cnn_model]}\'s.')
   return '\n'.join(lines + [
       '', 'Every number here is chosen on the 1,000 test images it is '
       'reported on (these runs hold no validation images): each run\'s best '

@@ -1,5 +1,6 @@
 """The data-efficiency recipes: ingredients, rounds, runs they read, names."""
 
+import functools
 import math
 
 import numpy as np
@@ -266,6 +267,29 @@ def recipe_overrides(model: str, ingredients: tuple[str, ...],
     overrides['model_overrides.guidance_widths'] = STAGE_WIDTHS[teacher(
         ingredients)[0]]
   return overrides
+
+
+@functools.cache
+def train_flops(model: str, recipe: str, epochs: int,
+                train_examples: int) -> int:
+  """A run's training FLOPs as the trainer counts them, from its recipe."""
+  # Here, not at the top: the trainer's modules, which a sweep does not need.
+  from configs import data_efficient  # pylint: disable=g-import-not-at-top
+  from vit_jax.formats import params  # pylint: disable=g-import-not-at-top
+  from vit_jax.training import flops, startup  # pylint: disable=g-import-not-at-top
+  config, ingredients = data_efficient.get_config(model), ingredients_of(recipe)
+  config.update_from_flattened_dict(recipe_overrides(model, ingredients,
+                                                     epochs))
+  trained = startup.trained_model(config, 10)
+  # One teacher run, however many objectives read it (`SOURCES`).
+  teachers = [
+      models.from_config(data_efficient.get_config(teacher(ingredients)[0]), 10)
+  ] if {'distillation', 'locality_guidance'} & set(ingredients) else []
+  steps = epochs * (train_examples // config.batch_size)
+  shapes = lambda module: params.variable_shapes(module, config.image_size)
+  return steps * config.batch_size * flops.train_flops_per_image(
+      trained, shapes(trained), config.image_size, [(cnn, shapes(cnn))
+                                                    for cnn in teachers])
 
 
 def run_name(model: str, ingredients: tuple[str, ...], epochs: int,

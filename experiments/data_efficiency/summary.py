@@ -24,6 +24,16 @@ def planned() -> dict[str, dict]:
   }
 
 
+def counted(records: list[dict]) -> list[dict]:
+  """The records, each with training FLOPs: its run's, else its recipe's."""
+  count = lambda r: recipes.train_flops(*(r[key] for key in (
+      'model', 'recipe', 'epochs', 'train_examples')))
+  return [
+      r if 'train_flops' in r else {**r, 'train_flops': count(r)}
+      for r in records
+  ]
+
+
 def table(records: list[dict]) -> str:
   """Per budget, every row and the share of the ViT's gap it closes."""
   groups = recipes.group_runs(records)
@@ -53,6 +63,7 @@ def table(records: list[dict]) -> str:
           *(runs.mean_std([r[field] for r in group], show_n=True)
             for field in ('best_test_accuracy', 'final_train_accuracy')),
           closed,
+          runs.tflops_cell(group),
           runs.wall_time_cell(group)
       ])
     blocks.append(
@@ -62,7 +73,8 @@ def table(records: list[dict]) -> str:
         runs.markdown_table([
             'Model', 'Recipe', 'Best test acc (%)', 'Final train acc (%)',
             'Gap to the best CNN closed (points over the study ViT ± '
-            '95% interval, paired by seed)', 'Wall time (min; CPU unless named)'
+            '95% interval, paired by seed)', 'Training TFLOPs',
+            'Wall time (min; CPU unless named)'
         ], rows))
   return '\n\n'.join(blocks)
 
@@ -74,8 +86,8 @@ def main(argv=None):
       HERE, args.workdir, planned(), recipes.record_name, lambda r:
       (r['epochs'], r['model'], recipes.rank(r['recipe']), r['seed']),
       lambda records: {
-          'ablation table': table(records),
-          'answer across budgets': budgets.answer(records)
+          'ablation table': table(counted(records)),
+          'answer across budgets': budgets.answer(counted(records))
       }, {'budgets.png': budgets.plot})
 
 

@@ -86,12 +86,16 @@ def unstack_blocks(params: Mapping[str, Any]) -> dict[str, Any]:
   return params
 
 
-def param_shapes(model: nn.Module, image_size: int) -> dict[str, Any]:
-  """`model`'s parameter shapes and dtypes, computing no parameter."""
+def variable_shapes(model: nn.Module, image_size: int) -> dict[str, Any]:
+  """`model`'s variables' shapes and dtypes, computing no variable."""
   return jax.eval_shape(
       functools.partial(model.init, train=False), jax.random.key(0),
-      jax.ShapeDtypeStruct((1, image_size, image_size, 3),
-                           jnp.float32))['params']
+      jax.ShapeDtypeStruct((1, image_size, image_size, 3), jnp.float32))
+
+
+def param_shapes(model: nn.Module, image_size: int) -> dict[str, Any]:
+  """`model`'s parameter shapes and dtypes, computing no parameter."""
+  return variable_shapes(model, image_size)['params']
 
 
 def _shapes(tree: Mapping[str, Any], source: str) -> dict[str, tuple]:

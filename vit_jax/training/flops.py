@@ -2,6 +2,7 @@
 
 import math
 import re
+from typing import Any
 
 import jax
 import jax.extend
@@ -70,3 +71,12 @@ def forward_flops_per_image(model, variables, image_size: int,
       v, x, train=train, rngs={'dropout': jax.random.key(0)}, mutable=
       ['batch_stats']))(variables, images)
   return matmul_flops(jaxpr.jaxpr)
+
+
+def train_flops_per_image(model, variables, image_size: int,
+                          teachers: list[tuple[Any, Any]]) -> int:
+  """A train step's: 3x the model's forward pass, and the teachers' forward."""
+  return 3 * forward_flops_per_image(
+      model, variables, image_size, train=True) + sum(
+          forward_flops_per_image(module, teacher_variables, image_size)
+          for module, teacher_variables in teachers)

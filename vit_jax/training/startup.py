@@ -83,10 +83,8 @@ def sole_writer(workdir: pathlib.Path):
     lock.release()
 
 
-def trained_model_and_objective(
-    config, num_classes: int,
-    replicated) -> tuple[Any, losses.Objective, list[tuple[Any, Any]]]:
-  """The model the step trains, its objective, and the teachers it runs."""
+def trained_model(config, num_classes: int):
+  """The model the step trains: `config.model` and its training wrappers."""
   model = models.from_config(config, num_classes)
   fields = models.training_fields(config)
   try:
@@ -102,6 +100,14 @@ def trained_model_and_objective(
           fields['mae_decoder_width'])
   except ValueError as e:
     raise ConfigError(str(e)) from e
+  return model
+
+
+def trained_model_and_objective(
+    config, num_classes: int,
+    replicated) -> tuple[Any, losses.Objective, list[tuple[Any, Any]]]:
+  """The model the step trains, its objective, and the teachers it runs."""
+  model = trained_model(config, num_classes)
   objective, frozen = losses.classification, {}
   for load, doing in ((distillation.load_teacher,
                        'Distilling from the run in %s.'),
@@ -117,11 +123,11 @@ def trained_model_and_objective(
           (teacher.module, teacher.variables))
       teacher = dataclasses.replace(teacher, variables=variables)
       objective = teacher.objective(objective)
-  if fields['mae_mask_ratio']:
+  if isinstance(model, masked_autoencoder.MaskedAutoencoder):
     logging.info(
         'Pre-training as a masked autoencoder (%d%% of the patches '
         'hidden); the accuracy is an online probe\'s.',
-        round(100 * fields['mae_mask_ratio']))
+        round(100 * model.mask_ratio))
     objective = masked_autoencoder.objective(objective,
                                              model.vit.effective_patch_size)
   return model, objective, list(frozen.values())

@@ -178,13 +178,10 @@ def _train_and_evaluate(config, workdir: pathlib.Path,
                                         history, step, checkpoints.steps(),
                                         config.keep_checkpoints, trains=trains)
   writer = metric_writer.MetricWriter(workdir, history)
-  # A train step: 3x the model's forward pass, and the teachers' forward.
-  flops_per_image = 3 * flops.forward_flops_per_image(
+  flops_per_image = flops.train_flops_per_image(
       model,
       models.model_variables(state_shapes.params, state_shapes.batch_stats),
-      config.image_size, train=True) + sum(
-          flops.forward_flops_per_image(module, variables, config.image_size)
-          for module, variables in teachers)
+      config.image_size, teachers)
   batches = inputs.train_batches(position)
   with contextlib.ExitStack() as closing:  # in reverse order, even on errors
     closing.callback(writer.close)
