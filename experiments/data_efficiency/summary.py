@@ -54,9 +54,9 @@ def table(records: list[dict]) -> str:
         share = (mean[key] - mean[study]) / (mean[best_cnn] - mean[study])
         closed = f'{100 * share:.0f}%'
         if key != study:  # points over the study ViT, ± a paired interval
-          _, half = runs.paired(*(runs.by_seed(g, 'best_test_accuracy')
-                                  for g in (group, groups[study])))
-          closed += (f' ({mean[key] - mean[study]:+.1f}' +
+          gain, half = runs.paired(*(runs.by_seed(g, 'best_test_accuracy')
+                                     for g in (group, groups[study])))
+          closed += (f' ({gain:+.1f}' +
                      (f' ± {half:.1f})' if np.isfinite(half) else ')'))
       rows.append([
           runs.NAMES[key[1]], recipe,
