@@ -26,10 +26,11 @@ augmentation, weight decay 0.05 and Adam's b2 0.95), then
 `--config.init_from=WORKDIR --config.model_overrides.shifted_patches=False`
 fine-tunes it (the patch embedding is the pre-training's).
 
-Expected: the ViT's best test accuracy 41.2% after its 30 epochs (seed 0, its
-best epoch chosen on the test images, on the project's 2-core CPU machine;
-experiments/data_efficiency/README.md walks from the study's recipe to this
-one, a technique at a time).
+Expected: the ViT's best test accuracy 41.2% after its 30 epochs (seed 0, on
+the project's 2-core CPU machine, its best epoch chosen on the test images,
+which favours the number: the project's protocol chooses it on validation
+images; experiments/data_efficiency/README.md walks from the study's recipe
+to this one, a technique at a time).
 """
 
 from configs import cifar_small

@@ -16,7 +16,8 @@ CIFAR-10 subset (configs/cifar_small.py), fine-tuned at 48x48 on the same data:
       --config.init_from=/tmp/w30 --workdir=/tmp/w48
 
 Expected: best test accuracy 52.0% at 48x48 (seed 0, its best epoch chosen
-on the test images), on the project's 2-core CPU machine.
+on the test images, which favours the number; the project's protocol
+chooses it on validation images), on the project's 2-core CPU machine.
 
 The paper's Table 4 runs (batch 512, 384x384, cosine decay; 500 warmup steps
 as the official code) are presets after ':', here for a released
@@ -40,9 +41,9 @@ the presets stream it, each host decoding, Inception-cropping and resizing its
 share of every batch as the official code does (`vit_jax/data/streaming.py`),
 so no dataset has to fit in memory. For ViT-B/16 at 384x384 and batch 512
 they need GPUs or TPUs with grad_accumulation_steps raised until a
-micro-batch fits (the official code uses 8 on 8 V100s). Expected: the
-paper's Table 5 row of the model (e.g. ViT-B/16 from ImageNet-21k: CIFAR-10
-98.95%, ImageNet 83.97% at 384).
+micro-batch fits (the official code uses 8 on 8 V100s). The paper reports
+its Table 5 row of the model (e.g. ViT-B/16 from ImageNet-21k: CIFAR-10
+98.95%, ImageNet 83.97% at 384); not run in this project.
 """
 
 from configs import cifar_small

@@ -22,7 +22,8 @@ every host sees; and, at batch 4096, a TPU pod or a multi-node GPU cluster
 (see docs/multi_host.md), with enough host cores to decode and
 crop 4096 images per step (`input_workers` processes per host). The paper
 trained ViT-B/16 on ImageNet-21k for about 90 epochs on TPUv3 cores for days.
-Expected: the paper's Table 2/5 numbers for the chosen model.
+The paper reports its Table 2/5 numbers for the chosen model; not run in
+this project.
 """
 
 from vit_jax import config_schema
