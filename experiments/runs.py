@@ -35,6 +35,26 @@ def history(directory: pathlib.Path) -> list[dict]:
       map(json.loads, (directory / 'metrics.jsonl').read_text().splitlines()))
 
 
+def logged_metrics(folder: pathlib.Path, workdir: pathlib.Path,
+                   names) -> dict[str, list]:
+  """Each run's logged records: `workdir`'s if it finished, else `folder`'s."""
+  metrics = {}
+  for record in history(folder) if (folder / 'metrics.jsonl').exists() else []:
+    metrics.setdefault(record.pop('run'), []).append(record)
+  for name in names:
+    if finished(workdir / name):
+      metrics[name] = [{k: v for k, v in r.items() if 'second' not in k}
+                       for r in history(workdir / name)]
+  return metrics
+
+
+def metrics_file(metrics: dict[str, list], run_name: Callable):
+  """A summary's `figures` entry: its records' runs' logs as metrics.jsonl."""
+  return lambda records, path: path.write_text(''.join(
+      json.dumps({'run': run_name(r), **logged}) + '\n' for r in records
+      for logged in metrics.get(run_name(r), [])))
+
+
 def link(paths: list[pathlib.Path], folder: pathlib.Path):
   """`folder` with a link to each of `paths` whose name it lacks."""
   folder.mkdir(parents=True, exist_ok=True)

@@ -29,12 +29,16 @@ CHOSEN = [FINISHED[i] for i in (0, 2, 6)]
 
 
 def _fake_run(workdir, run, validation, flops, test=0.5):
-  """A finished run of 10 minutes."""
+  """A finished run of 10 minutes, one evaluation logged."""
   model, _, epochs, seed = run
   helpers.finished_run(workdir / recipes.run_name(*run), seed, model,
                        best_validation_accuracy=validation, train_flops=flops,
                        test_accuracy_at_best_step=test, epochs=epochs,
                        best_step=9, train_seconds=600)
+  (workdir / recipes.run_name(*run) / 'metrics.jsonl').write_text(
+      json.dumps({
+          'step': 9, 'validation_accuracy': validation, 'train_seconds': 600
+      }) + '\n')
 
 
 def _stages_1_and_2(workdir):
@@ -237,5 +241,11 @@ def test_the_summary_pairs_each_row_with_the_vit_by_seed(tmp_path, capsys):
           'by 1.0 ± 0.0 points') in readme
   records = json.loads((out / 'results.json').read_text())
   assert len(records) == 23  # seed 2's: its chain and controls
+  # Each record's logged evaluations beside them, without their seconds.
+  logged = (out / 'metrics.jsonl').read_text().splitlines()
+  assert [json.loads(line) for line in logged[:1]] == [{
+      'run': recipes.record_name(records[0]), 'step': 9,
+      'validation_accuracy': records[0]['best_validation_accuracy']
+  }] and len(logged) == 23
   assert sum('class_head_test_10000' in r for r in records) == 3
   assert sum('test_1000_exact' in r for r in records) == 12

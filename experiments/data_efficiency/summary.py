@@ -26,12 +26,9 @@ def planned() -> dict[str, dict]:
 
 def counted(records: list[dict]) -> list[dict]:
   """The records, each with training FLOPs: its run's, else its recipe's."""
-  count = lambda r: recipes.train_flops(*(r[key] for key in (
-      'model', 'recipe', 'epochs', 'train_examples')))
-  return [
-      r if 'train_flops' in r else {**r, 'train_flops': count(r)}
-      for r in records
-  ]
+  fields = ('model', 'recipe', 'epochs', 'train_examples')
+  count = lambda r: {'train_flops': recipes.train_flops(*map(r.get, fields))}
+  return [r if 'train_flops' in r else {**r, **count(r)} for r in records]
 
 
 def table(records: list[dict]) -> str:

@@ -165,9 +165,11 @@ def main(argv=None):
   names['flops_matched_cnn'] += " at the ViT chain's FLOPs"
   names['class_head'] = "the first row's class head alone"
   headline = f'{chosen_on(choose_on, seeds)}\n\n{table(grouped, names)}'
+  metrics = runs.logged_metrics(args.folder, workdir, by_name)
   runs.write_summary(
       args.folder, list(by_name.values()), str(workdir),
-      {'headline table': headline, 'comparisons': comparisons(grouped, names)})
+      {'headline table': headline, 'comparisons': comparisons(grouped, names)},
+      {'metrics.jsonl': runs.metrics_file(metrics, r.record_name)})
 
 
 if __name__ == '__main__':

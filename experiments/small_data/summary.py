@@ -1,6 +1,5 @@
 """The small-data study's results.json, metrics.jsonl, figure and README."""
 
-import json
 import pathlib
 
 import numpy as np
@@ -34,18 +33,6 @@ _VALIDATION, _TEST = 'best_validation_accuracy', 'test_accuracy_at_best_step'
 
 def _run_name(record: dict) -> str:
   return f'{record["choice"]}_seed{record["seed"]}'
-
-
-def logged_metrics(workdir: pathlib.Path, planned) -> dict[str, list]:
-  """Each run's logged records: `workdir`'s where it finished, else ours."""
-  metrics = {}
-  for record in runs.history(HERE) if (HERE / 'metrics.jsonl').exists() else []:
-    metrics.setdefault(record.pop('run'), []).append(record)
-  for name in planned:
-    if runs.finished(workdir / name):
-      metrics[name] = [{k: v for k, v in r.items() if 'second' not in k}
-                       for r in runs.history(workdir / name)]
-  return metrics
 
 
 def _of(records: list[dict], choice: str) -> list[dict]:
@@ -185,7 +172,7 @@ def main(argv=None):
   runs.catch_stop_signals()
   workdir = runs.parser(__doc__, '/tmp/small_data').parse_args(argv).workdir
   planned = sweep.planned()
-  metrics = logged_metrics(workdir, planned)
+  metrics = runs.logged_metrics(HERE, workdir, planned)
   runs.summarize(
       HERE, workdir, {
           name: {
@@ -198,10 +185,8 @@ def main(argv=None):
           'choices table': choices_table(records), 'closest': closest(records)
       }, {
           'learning_curves.png': lambda records, path: plot(
-              records, metrics, path),
-          'metrics.jsonl': lambda records, path: path.write_text(''.join(
-              json.dumps({'run': _run_name(r), **logged}) + '\n'
-              for r in records for logged in metrics.get(_run_name(r), [])))
+              records, metrics, path), 'metrics.jsonl': runs.metrics_file(
+                  metrics, _run_name)
       })
 
 
