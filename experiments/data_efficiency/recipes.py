@@ -280,14 +280,15 @@ def train_flops(model: str, recipe: str, epochs: int,
   config, ingredients = data_efficient.get_config(model), ingredients_of(recipe)
   config.update_from_flattened_dict(recipe_overrides(model, ingredients,
                                                      epochs))
-  trained = startup.trained_model(config, 10)
-  # One teacher run, however many objectives read it (`SOURCES`).
+  trained = startup.trained_model(config, 10)  # CIFAR-10's classes
+  # One teacher run, however many objectives read it (`SOURCES`); a CNN's
+  # recipe changes no layer, so its config's model is the teacher's.
   teachers = [
       models.from_config(data_efficient.get_config(teacher(ingredients)[0]), 10)
   ] if {'distillation', 'locality_guidance'} & set(ingredients) else []
-  steps = epochs * (train_examples // config.batch_size)
   shapes = lambda module: params.variable_shapes(module, config.image_size)
-  return steps * config.batch_size * flops.train_flops_per_image(
+  images = epochs * (train_examples // config.batch_size) * config.batch_size
+  return images * flops.train_flops_per_image(
       trained, shapes(trained), config.image_size, [(cnn, shapes(cnn))
                                                     for cnn in teachers])
 

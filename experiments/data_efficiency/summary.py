@@ -48,11 +48,13 @@ def table(records: list[dict]) -> str:
       if not recipes.ranked(group[0]):
         recipe += ' (pre-training: an online probe\'s accuracy)'
       elif key[1] == 'vit' and study in groups and best_cnn:
-        share = (mean[key] - mean[study]) / (mean[best_cnn] - mean[study])
-        closed = f'{100 * share:.0f}%'
-        if key != study:  # points over the study ViT, ± a paired interval
-          gain, half = runs.paired(*(runs.by_seed(g, 'best_test_accuracy')
-                                     for g in (group, groups[study])))
+        # Each against the study ViT on the row's own seeds, paired.
+        vit, base, cnn = (runs.by_seed(groups[k], 'best_test_accuracy')
+                          for k in (key, study, best_cnn))
+        gain, half = runs.paired(vit, base)
+        gap = runs.paired({s: cnn[s] for s in vit if s in cnn}, base)[0]
+        closed = f'{100 * gain / gap:.0f}%'
+        if key != study:
           closed += (f' ({gain:+.1f}' +
                      (f' ± {half:.1f})' if np.isfinite(half) else ')'))
       rows.append([
@@ -70,7 +72,7 @@ def table(records: list[dict]) -> str:
         runs.markdown_table([
             'Model', 'Recipe', 'Best test acc (%)', 'Final train acc (%)',
             'Gap to the best CNN closed (points over the study ViT ± '
-            '95% interval, paired by seed)', 'Training TFLOPs',
+            '95% interval; both paired by seed)', 'Training TFLOPs',
             'Wall time (min; CPU unless named)'
         ], rows))
   return '\n\n'.join(blocks)

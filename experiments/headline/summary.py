@@ -27,10 +27,8 @@ def _require(workdir: pathlib.Path, stage: int, planned: list[tuple],
 def _chained(by_name: dict[str, dict], run: tuple) -> dict:
   """`run`'s record with the FLOPs and minutes of its chain (`sweep.chain`)."""
   chain = [by_name[r.run_name(*x)] for x in sweep.chain(run)]
-  return {
-      **chain[-1], 'train_flops': sum(x['train_flops'] for x in chain),
-      'wall_minutes': sum(x['wall_minutes'] for x in chain)
-  }
+  costs = ('train_flops', 'wall_minutes')
+  return {**chain[-1], **{key: sum(x[key] for x in chain) for key in costs}}
 
 
 def _seeds_in_words(seeds: list[int]) -> str:

@@ -75,7 +75,7 @@ def forward_flops_per_image(model, variables, image_size: int,
 
 def train_flops_per_image(model, variables, image_size: int,
                           teachers: list[tuple[Any, Any]]) -> int:
-  """A train step's: 3x the model's forward pass, and the teachers' forward."""
+  """Matmul FLOPs of one image's train step: 3 forward passes, and teachers'."""
   return 3 * forward_flops_per_image(
       model, variables, image_size, train=True) + sum(
           forward_flops_per_image(module, teacher_variables, image_size)
