@@ -91,7 +91,8 @@ def _what_it_reads(records: list[dict],
 
 
 def _cost(group: list[dict]) -> str:
-  return f'{runs.wall_time_cell(group)} min and {runs.tflops_cell(group)} TFLOPs'
+  minutes, tflops = runs.wall_time_cell(group), runs.tflops_cell(group)
+  return f'{minutes} min and {tflops} TFLOPs'
 
 
 def named(recipe: str, untaught: str = 'a ViT no CNN touches') -> str:

@@ -274,9 +274,10 @@ def train_flops(model: str, recipe: str, epochs: int,
                 train_examples: int) -> int:
   """A run's training FLOPs as the trainer counts them, from its recipe."""
   # Here, not at the top: the trainer's modules, which a sweep does not need.
-  from configs import data_efficient  # pylint: disable=g-import-not-at-top
-  from vit_jax.formats import params  # pylint: disable=g-import-not-at-top
-  from vit_jax.training import flops, startup  # pylint: disable=g-import-not-at-top
+  # pylint: disable=g-import-not-at-top
+  from configs import data_efficient
+  from vit_jax.formats import params
+  from vit_jax.training import flops, startup
   config, ingredients = data_efficient.get_config(model), ingredients_of(recipe)
   config.update_from_flattened_dict(recipe_overrides(model, ingredients,
                                                      epochs))
