@@ -184,9 +184,9 @@ def main(argv=None):
               records, metrics), 'comparisons': comparisons(records),
           'choices table': choices_table(records), 'closest': closest(records)
       }, {
+          'metrics.jsonl': runs.metrics_file(metrics, _run_name),
           'learning_curves.png': lambda records, path: plot(
-              records, metrics, path), 'metrics.jsonl': runs.metrics_file(
-                  metrics, _run_name)
+              records, metrics, path)
       })
 
 
