@@ -16,9 +16,7 @@ from vit_jax.runtime import stop_signals
 REPO = pathlib.Path(__file__).resolve().parents[1]
 # The study's models: key (configs/cifar_small.py's argument, results.json's
 # `model`) -> the name the tables and figures show.
-NAMES = {
-    'vit': 'ViT-Tiny', 'simple_cnn': 'SimpleCNN', 'small_resnet': 'SmallResNet'
-}
+NAMES = dict(vit='ViT-Tiny', simple_cnn='SimpleCNN', small_resnet='SmallResNet')
 
 
 def finished(directory: pathlib.Path) -> bool:

@@ -37,12 +37,11 @@ from vit_jax.training import step_benchmark
 CPU_VARIANTS = ('hash', 'flax_threefry', 'flax_rbg', 'flax_unsafe_rbg')
 # The GPU variants that are XLA flags, the baseline first; the code
 # variants after them (GPU_CODE_VARIANTS, swapped in `run_gpu_variant`).
-GPU_FLAGS = {
-    'default': '', 'cudnn_layer_norm': '--xla_gpu_enable_cudnn_layer_norm=true',
-    'cublaslt': '--xla_gpu_enable_cublaslt=true',
-    'no_command_buffers': '--xla_gpu_enable_command_buffer=',
-    'autotune_level_0': '--xla_gpu_autotune_level=0',
-}
+GPU_FLAGS = dict(default='',
+                 cudnn_layer_norm='--xla_gpu_enable_cudnn_layer_norm=true',
+                 cublaslt='--xla_gpu_enable_cublaslt=true',
+                 no_command_buffers='--xla_gpu_enable_command_buffer=',
+                 autotune_level_0='--xla_gpu_autotune_level=0')
 # cuDNN's attention with the tokens padded to 64; the patch embedding as one
 # matmul; q, k and v projected by one matmul, as timm's step does.
 GPU_CODE_VARIANTS = ('tokens_to_64', 'patch_matmul', 'fused_qkv')

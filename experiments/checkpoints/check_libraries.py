@@ -64,11 +64,10 @@ def relative(ours: np.ndarray, theirs: np.ndarray,
              reference: np.ndarray) -> dict:
   difference = np.abs(ours - theirs)  # float64, as `logits_of` gives them
   scale = float(np.abs(reference).max())
-  return {
-      'max_rel_diff': float(difference.max()) / scale,
-      'max_abs_diff': float(difference.max()), 'max_abs_reference': scale,
-      'top1_agree': int((np.argmax(ours, -1) == np.argmax(theirs, -1)).sum())
-  }
+  return dict(
+      max_rel_diff=float(difference.max()) / scale,
+      max_abs_diff=float(difference.max()), max_abs_reference=scale,
+      top1_agree=int((np.argmax(ours, -1) == np.argmax(theirs, -1)).sum()))
 
 
 def logits_of(model, variables, images) -> np.ndarray:
@@ -146,13 +145,11 @@ def check(tmp: pathlib.Path) -> dict:
           'LayerNorm eps 1e-12': f'{format_name}_eps_1e-12',
           OFFICIAL_STEM: f'{format_name}_official_stem'
       }
-      row = {
-          'direction': 'out', 'model': name, 'library': LIBRARY[format_name],
-          'loaded_as': {
+      row = dict(
+          direction='out', model=name, library=LIBRARY[format_name], loaded_as={
               key: {k: v for k, v in results[key].items() if k != 'logits'}
               for key in variants.values() if key in results
-          }, 'convert': converted[f'{name} {format_name}']
-      }
+          }, convert=converted[f'{name} {format_name}'])
       for variant, key in variants.items():
         if key in results:
           row[variant] = relative(ours[name], np.array(results[key]['logits']),
@@ -190,9 +187,8 @@ def check(tmp: pathlib.Path) -> dict:
           **answer['versions'], 'jax': jax.__version__,
           'flax': flax.__version__, 'numpy': np.__version__,
           'python (ours)': sys.version.split()[0]
-      }, 'pythons': {
-          'vit_jax': sys.executable, 'libraries': FLAGS.torch_python
-      }, 'jax_backend': jax.default_backend(),
+      }, 'pythons': dict(vit_jax=sys.executable, libraries=FLAGS.torch_python),
+      'jax_backend': jax.default_backend(),
       'torch_threads': answer['torch_threads'],
       'images': f'{NUM_IMAGES} x {IMAGE_SIZE}x{IMAGE_SIZE}x3 float32, '
                 'uniform in [-1, 1] (numpy default_rng(0)); NCHW for torch',

@@ -126,12 +126,10 @@ RECIPE_TEACHER = "the recipe's teacher"
 # that names it, and that run's model and ingredients (or
 # `RECIPE_TEACHER`), at the reader's budget unless `SOURCE_EPOCHS` says
 # otherwise.
-SOURCES = {
-    'distillation': ('distillation_teacher', RECIPE_TEACHER),
-    'locality_guidance': ('locality_guidance_teacher', RECIPE_TEACHER), 'mae':
-        ('init_from', ('vit', ('mae_pretraining',))), 'long_mae':
-            ('init_from', ('vit', ('mae_pretraining',))),
-}
+SOURCES = dict(distillation=('distillation_teacher', RECIPE_TEACHER),
+               locality_guidance=('locality_guidance_teacher', RECIPE_TEACHER),
+               mae=('init_from', ('vit', ('mae_pretraining',))),
+               long_mae=('init_from', ('vit', ('mae_pretraining',))))
 # The budget of the run a source names where it is not the reader's, by
 # the reader's budget: `long_mae` reads the next budget's pre-training (the
 # longest budget has none longer: its rows fine-tune with `mae`).
@@ -139,10 +137,8 @@ SOURCE_EPOCHS = {'long_mae': {30: 100, 100: 300, 300: 1000}}
 # The teacher runs keep their best evaluation's state, for 'best_teacher'.
 TEACHER_OVERRIDES = {'keep_best_checkpoint': True}
 # The widths of each CNN's stages, which locality guidance imitates.
-STAGE_WIDTHS = {
-    'simple_cnn': models.SimpleCNN().feature_widths,
-    'small_resnet': models.SmallResNet().feature_widths
-}
+STAGE_WIDTHS = dict(simple_cnn=models.SimpleCNN().feature_widths,
+                    small_resnet=models.SmallResNet().feature_widths)
 
 
 def teacher(ingredients: tuple[str, ...]) -> tuple[str, tuple[str, ...]]:

@@ -50,8 +50,7 @@ def main(argv=None):
   args, planned = sweep.parse(argv, __doc__, summary=True)
   runs.summarize(
       HERE, args.workdir, {
-          sweep.run_name(*run):
-              {'recipe': sweep.RECIPE, 'train_examples': run[1]}
+          sweep.run_name(*run): dict(recipe=sweep.RECIPE, train_examples=run[1])
           for run in planned
       }, sweep.record_name, lambda r:
       (r['train_examples'], r['model'], r['seed']),

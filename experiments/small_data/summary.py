@@ -15,10 +15,8 @@ from vit_jax.formats import params
 HERE = pathlib.Path(__file__).resolve().parent
 
 # Best test accuracy / final train accuracy the study reports.
-STUDY = {
-    'vit': (0.4960, 0.5352), 'simple_cnn': (0.7080, 0.8024),
-    'small_resnet': (0.6330, 0.6906),
-}
+STUDY = dict(vit=(0.4960, 0.5352), simple_cnn=(0.7080, 0.8024),
+             small_resnet=(0.6330, 0.6906))
 
 
 def parameter_count(model: str) -> int:
