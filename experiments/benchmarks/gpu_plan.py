@@ -6,9 +6,8 @@ import dataclasses
 # (`timm_worker.train_step`'s `compiled`): the whole step compiled, or the
 # model compiled beside AdamW's fused kernel.
 TIMM_MODES = {'torch.compile': 'step', 'compiled model, fused AdamW': 'model'}
-B16 = 'ViT-B/16'  # the summary's model
-L16 = 'ViT-L/16'
-TI16 = 'ViT-Ti/16'
+# The models' labels in the tables; ViT-B/16's is the summary's.
+B16, L16, TI16 = 'ViT-B/16', 'ViT-L/16', 'ViT-Ti/16'
 VIT_MODELS = ((B16, 'ViT-B_16', 256), (L16, 'ViT-L_16', 128),
               (TI16, 'ViT-Ti_16', 256))
 
