@@ -149,12 +149,11 @@ def record(directory: pathlib.Path, description: dict) -> dict:
 def paired(a: dict[int, float], b: dict[int, float]) -> tuple[float, float]:
   """Mean per-seed a - b in points, and its 95% half-width (Student's t)."""
   from scipy import stats  # pylint: disable=g-import-not-at-top
-  differences = 100 * np.array(
-      [a[s] - b[s] for s in sorted(a.keys() & b.keys())])
-  if len(differences) < 2:
-    return float(differences.mean()), float('inf')
-  half = stats.t.ppf(0.975, len(differences) - 1) * stats.sem(differences)
-  return float(differences.mean()), float(half)
+  deltas = 100 * np.array([a[s] - b[s] for s in sorted(a.keys() & b.keys())])
+  if len(deltas) < 2:
+    return float(deltas.mean()), float('inf')
+  half = stats.t.ppf(0.975, len(deltas) - 1) * stats.sem(deltas)
+  return float(deltas.mean()), float(half)
 
 
 def by_seed(records: list[dict], key: str) -> dict[int, float]:

@@ -74,8 +74,7 @@ def main(argv=None):
   if not all((args.jpeg_dir / split).is_dir() for split in ('train', 'test')):
     sys.exit(f'error: no train/ and test/ in --jpeg_dir={args.jpeg_dir}; '
              'unpack ../shared/data/cifar10-jpeg-full.tar.gz there first.')
-  landed = runs.landed(HERE /
-                       'results.json', record_name) if args.missing else {}
+  done = runs.landed(HERE / 'results.json', record_name) if args.missing else {}
   runs.emit([
       runs.command(
           args.workdir / run_name(model, size, seed),
@@ -84,7 +83,7 @@ def main(argv=None):
               'test_examples': 0, 'seed': seed, 'batch_size': BATCH_SIZE,
               'data_dir': subset(args.jpeg_dir, args.workdir / 'data', size)
           }) for model, size, seed in planned
-      if run_name(model, size, seed) not in landed
+      if run_name(model, size, seed) not in done
   ], args.slurm)
 
 

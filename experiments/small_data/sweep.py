@@ -27,8 +27,7 @@ CHOICES = {
     'small_resnet_batch128':
         ('small_resnet', {'batch_size': 128}, 'small_resnet', None),
     'small_resnet_batch128_stem_stride':
-        ('small_resnet', {'batch_size': 128,
-                          'model_overrides.stem_stride': 2},
+        ('small_resnet', {'batch_size': 128, 'model_overrides.stem_stride': 2},
          'small_resnet_batch128', (0,)),
     'small_resnet_batch128_stem_pool':
         ('small_resnet', {'batch_size': 128, 'model_overrides.stem_pool': True},
