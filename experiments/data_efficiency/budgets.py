@@ -102,9 +102,8 @@ def named(recipe: str, untaught: str = 'a ViT no CNN touches') -> str:
                         for name, verb in (('distillation', 'distilled from'),
                                            ('locality_guidance', 'guided by'))
                         if name in ingredients)
-  if not taught:
-    return untaught
-  return f'a ViT {taught} the {runs.NAMES[recipes.teacher(ingredients)[0]]}'
+  return (f'a ViT {taught} the {runs.NAMES[recipes.teacher(ingredients)[0]]}'
+          if taught else untaught)
 
 
 def answer(records: list[dict]) -> str:

@@ -56,11 +56,10 @@ def table(records: list[dict]) -> str:
         if key != study:
           closed += (f' ({gain:+.1f}' +
                      (f' ± {half:.1f})' if np.isfinite(half) else ')'))
+      accuracies = (runs.mean_std([r[field] for r in group], show_n=True)
+                    for field in ('best_test_accuracy', 'final_train_accuracy'))
       rows.append([
-          runs.NAMES[key[1]], recipe,
-          *(runs.mean_std([r[field] for r in group], show_n=True)
-            for field in ('best_test_accuracy', 'final_train_accuracy')),
-          closed,
+          runs.NAMES[key[1]], recipe, *accuracies, closed,
           runs.tflops_cell(group),
           runs.wall_time_cell(group)
       ])

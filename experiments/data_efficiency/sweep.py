@@ -56,12 +56,11 @@ def planned_runs() -> tuple[list[tuple], list[tuple]]:
 def overrides(workdir: pathlib.Path, data_dir: pathlib.Path, model: str,
               ingredients: tuple[str, ...], epochs: int, seed: int) -> dict:
   """A run's config changes: its recipe's, and the runs it reads."""
+  sources = r.source_runs(ingredients, epochs, seed)
   return {
       'num_epochs': epochs, 'seed': seed, 'data_dir': data_dir,
-      **r.recipe_overrides(model, ingredients, epochs), **{
-          field: workdir / r.run_name(*source) for field, *source in r.source_runs(
-              ingredients, epochs, seed)
-      }
+      **r.recipe_overrides(model, ingredients, epochs),
+      **{field: workdir / r.run_name(*source) for field, *source in sources}
   }
 
 
@@ -75,11 +74,10 @@ def main(argv=None):
   read, rest = planned_runs()
   if args.missing:  # and every run they read, whose checkpoint they need
     landed = runs.landed(HERE / 'results.json', r.record_name)
-    rest = [run for run in rest if r.run_name(*run) not in landed]
+    missing = lambda run: r.run_name(*run) not in landed
+    rest = list(filter(missing, rest))
     needed = set(r.read_by(rest))
-    read = [
-        run for run in read if run in needed or r.run_name(*run) not in landed
-    ]
+    read = [run for run in read if run in needed or missing(run)]
   runs.emit([
       runs.command(args.workdir / r.run_name(*run),
                    f'configs/data_efficient.py:{run[0]}',
