@@ -37,8 +37,7 @@ def main(argv=None):
                       default='../shared/data/cifar10-5k')
   parser.add_argument(
       '--jpeg', type=pathlib.Path, required=True,
-      help='The unpacked JPEG copy (train/ and test/, each '
-      '<class>/*.jpg).')
+      help='The unpacked JPEG copy (train/ and test/, each <class>/*.jpg).')
   parser.add_argument('--out', type=pathlib.Path, required=True)
   parser.add_argument(
       '--study', type=pathlib.Path,

@@ -75,9 +75,8 @@ _SWEEP_FLAGS = {
     'data_dir': dict(type=pathlib.Path, default='../shared/data/cifar10-5k',
                      help='The 5k/1k CIFAR-10 subset.'),
     'slurm': dict(
-        type=pathlib.Path, help='Write a SLURM job array script '
-        'that runs line $SLURM_ARRAY_TASK_ID of the list here, '
-        'instead of printing the list.'),
+        type=pathlib.Path, help='Write a SLURM job array script that runs line '
+        '$SLURM_ARRAY_TASK_ID of the list here, instead of printing the list.'),
     # Sweeps that read a committed results.json.
     'missing': dict(
         action='store_true', help='Only the runs the committed '
@@ -261,9 +260,8 @@ def tflops_cell(records: list[dict]) -> str:
 
 
 def catch_stop_signals() -> None:
-  stop_signals.catch(
-      at_once='stopped the summary; its results, figures and README are as '
-      'the last complete summary left them')
+  stop_signals.catch(at_once='stopped the summary; its results, figures '
+                     'and README are as the last complete summary left them')
 
 
 def write_summary(

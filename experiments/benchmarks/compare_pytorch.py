@@ -57,9 +57,8 @@ def run(command: list[str]) -> dict:
 def main():
   parser = study_step.parser(__doc__, rounds=3, steps=10)
   parser.add_argument(
-      '--torch_python', default=sys.executable,
-      help='Python with torch and timm that runs the PyTorch '
-      'workers (default: this one).')
+      '--torch_python', default=sys.executable, help='Python with torch '
+      'and timm that runs the PyTorch workers (default: this one).')
   parser.add_argument('--torch_modes', default=','.join(TORCH_MODES),
                       help='Comma-separated PyTorch modes to run.')
   parser.add_argument('--output', type=pathlib.Path,

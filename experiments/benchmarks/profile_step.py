@@ -208,9 +208,8 @@ def main():
       '--steps', type=int, default=3,
       help='Steps the trace holds (`vit_jax.benchmark --trace_steps`).')
   parser.add_argument(
-      '--trace_dir', type=pathlib.Path, required=True,
-      help='Sum the trace `vit_jax.benchmark --trace_dir` wrote there '
-      '(any model, CPU or GPU).')
+      '--trace_dir', type=pathlib.Path, required=True, help='Sum the trace '
+      '`vit_jax.benchmark --trace_dir` wrote there (any model, CPU or GPU).')
   args = parser.parse_args()
   events = trace_events(args.trace_dir)
   if not events:
