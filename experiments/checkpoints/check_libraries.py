@@ -182,25 +182,21 @@ def check(tmp: pathlib.Path) -> dict:
       row.get('tanh GELU, eps 1e-6 (as exported)',
               row.get('tanh GELU, eps 1e-6 (as saved)'))['max_rel_diff'] <
       TARGET for row in rows if OFFICIAL_STEM not in row)
-  return {
-      'date': datetime.date.today().isoformat(), 'versions': {
+  return dict(
+      date=datetime.date.today().isoformat(), versions={
           **answer['versions'], 'jax': jax.__version__,
           'flax': flax.__version__, 'numpy': np.__version__,
           'python (ours)': sys.version.split()[0]
-      }, 'pythons': dict(vit_jax=sys.executable, libraries=FLAGS.torch_python),
-      'jax_backend': jax.default_backend(),
-      'torch_threads': answer['torch_threads'],
-      'images': f'{NUM_IMAGES} x {IMAGE_SIZE}x{IMAGE_SIZE}x3 float32, '
-                'uniform in [-1, 1] (numpy default_rng(0)); NCHW for torch',
-      'metric': 'max |a - b| / max |reference|, the reference being the '
-                'logits of the model whose weights they are (ours out, the '
-                "library's in)", 'target': TARGET, 'target_applies_to':
-                    "the pure ViTs' logits as exported or saved; "
-                    "timm's hybrid computes its stem with other "
-                    "epsilons (its rows: timm's stem with the official "
-                    'ones, and float32_rounding, float32 against '
-                    'float64)', 'all_under_target': under_target, 'rows': rows,
-  }
+      }, pythons=dict(vit_jax=sys.executable, libraries=FLAGS.torch_python),
+      jax_backend=jax.default_backend(), torch_threads=answer['torch_threads'],
+      images=f'{NUM_IMAGES} x {IMAGE_SIZE}x{IMAGE_SIZE}x3 float32, uniform in '
+      '[-1, 1] (numpy default_rng(0)); NCHW for torch',
+      metric='max |a - b| / max |reference|, the reference being the logits of '
+      "the model whose weights they are (ours out, the library's in)",
+      target=TARGET, target_applies_to="the pure ViTs' logits as exported or "
+      "saved; timm's hybrid computes its stem with other epsilons (its rows: "
+      "timm's stem with the official ones, and float32_rounding, float32 "
+      'against float64)', all_under_target=under_target, rows=rows)
 
 
 def _cell(row: dict, key: str) -> str:
