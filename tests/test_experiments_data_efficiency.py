@@ -16,11 +16,7 @@ from vit_jax import models
 
 
 def _recipe_config(model, ingredients, epochs=100):
-  """configs/data_efficient.py with a recipe's overrides applied."""
-  config = data_efficient.get_config(model)
-  config.update_from_flattened_dict(
-      recipes.recipe_overrides(model, ingredients, epochs))
-  return config
+  return recipes.recipe_config(model, ingredients, epochs)
 
 
 def _assert_same_training(config, reference):

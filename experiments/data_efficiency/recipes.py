@@ -265,23 +265,31 @@ def recipe_overrides(model: str, ingredients: tuple[str, ...],
   return overrides
 
 
+def recipe_config(model: str, ingredients: tuple[str, ...], epochs: int):
+  """configs/data_efficient.py with the recipe's overrides, as its run's."""
+  # Here, not at the top: configs import what a sweep does not need.
+  from configs import data_efficient  # pylint: disable=g-import-not-at-top
+  config = data_efficient.get_config(model)
+  config.update_from_flattened_dict(recipe_overrides(model, ingredients,
+                                                     epochs))
+  return config
+
+
 @functools.cache
 def train_flops(model: str, recipe: str, epochs: int,
                 train_examples: int) -> int:
   """A run's training FLOPs as the trainer counts them, from its recipe."""
   # Here, not at the top: the trainer's modules, which a sweep does not need.
   # pylint: disable=g-import-not-at-top
-  from configs import data_efficient
   from vit_jax.formats import params
   from vit_jax.training import flops, startup
-  config, ingredients = data_efficient.get_config(model), ingredients_of(recipe)
-  config.update_from_flattened_dict(recipe_overrides(model, ingredients,
-                                                     epochs))
+  ingredients = ingredients_of(recipe)
+  config = recipe_config(model, ingredients, epochs)
   trained = startup.trained_model(config, 10)  # CIFAR-10's classes
-  # One teacher run, however many objectives read it (`SOURCES`); a CNN's
-  # recipe changes no layer, so its config's model is the teacher's.
+  # One teacher run, however many objectives read it (`SOURCES`), from
+  # its own recipe's config.
   teachers = [
-      models.from_config(data_efficient.get_config(teacher(ingredients)[0]), 10)
+      models.from_config(recipe_config(*teacher(ingredients), epochs), 10)
   ] if {'distillation', 'locality_guidance'} & set(ingredients) else []
   shapes = lambda module: params.variable_shapes(module, config.image_size)
   images = epochs * (train_examples // config.batch_size) * config.batch_size
