@@ -103,10 +103,18 @@ def run_overrides(args: argparse.Namespace, run: tuple) -> dict:
   # A pre-training, which fine-tuning reads at its last step, holds no
   # validation out: it would choose nothing, for an encoder pass over 5,000
   # images of all their patches every epoch.
-  if r.PRETRAINING not in run[1]:
+  model, ingredients, epochs, _ = run
+  if r.PRETRAINING not in ingredients:
     # Stage 4 evaluates each reported run at the state validation chose.
     changes.update(validation_examples=5000, validation_dir=args.validation_dir,
                    keep_best_checkpoint=True)
+    if epochs > EPOCHS:  # the FLOPs-matched CNN
+      # As many evaluations as a row of EPOCHS epochs, evaluated once an
+      # epoch: its best is chosen among as many states, and its time goes to
+      # training rather than to 6,000 images evaluated each epoch.
+      batch = r.recipe_config(model, ingredients, epochs).batch_size
+      changes['eval_every_steps'] = (epochs // EPOCHS *
+                                     (r.TRAIN_EXAMPLES // batch))
   if _TEACHERS & set(changes):
     # The teacher as its row reports it: at the epoch validation chose.
     changes['teacher_checkpoint'] = 'best'
