@@ -242,14 +242,14 @@ def mean_std(values, show_n: bool = False) -> str:
   return f'{values.mean():.1f} ± {values.std(ddof=1):.1f}{n}'
 
 
-def wall_time_cell(records: list[dict]) -> str:
+def wall_time_cell(records: list[dict], unit: str = '') -> str:
   """Mean training minutes per device: '16' (CPU), '1.2 on H100 80GB HBM3'."""
   by_device = {}
   for r in records:
     by_device.setdefault(r['device'], []).append(r['wall_minutes'])
   return ', '.join(
-      f'{np.mean(minutes):.0f}' if device ==
-      'cpu' else f'{np.mean(minutes):.1f} on {device.removeprefix("NVIDIA ")}'
+      f'{np.mean(minutes):.0f}{unit}' if device == 'cpu' else
+      f'{np.mean(minutes):.1f}{unit} on {device.removeprefix("NVIDIA ")}'
       for device, minutes in by_device.items())
 
 

@@ -4,6 +4,8 @@ import functools
 import shlex
 import warnings
 
+import pytest
+
 from configs import cifar_small
 from configs import data_efficient
 from experiments import runs
@@ -189,6 +191,7 @@ BUDGETS = [
     # One lucky seed does not displace a mean over three.
     *_seeds('vit', 'study+distillation+ema', [0.65]),
     *_seeds('small_resnet', 'study', [0.73, 0.74, 0.72], 300),
+    *_seeds('simple_cnn', 'study', [0.70, 0.70, 0.70], 300),
     *_seeds('vit', 'study', [0.56], 300),
     *_seeds('vit', 'study+distillation', [0.73, 0.74, 0.75], 300)
 ]
@@ -229,19 +232,29 @@ def test_the_table_and_the_answer_across_budgets():
       'the SimpleCNN), 62.0 ± 2.0 (n=3), against SmallResNet `study`, 68.0 ± '
       '1.0 (n=3): SmallResNet is better than the ViT by 6.0 ± 4.3 points (95% '
       'interval, 3 paired seeds);')
-  # Its cost counts the teacher it learns from (no 300-epoch teacher ran).
+  # Its cost counts the teacher it learns from.
   assert lines[0].endswith(
       'per seed, 10 min and 90 TFLOPs for the ViT, 10 min and 30 TFLOPs for '
       'the SimpleCNN `study` it learns from (minutes on this 2-core CPU '
       "unless a GPU is named): the ViT's chain trains 120 TFLOPs, 2.0x the "
       "SmallResNet's.")
-  assert ('per seed, 10 min and 900 TFLOPs for the ViT (minutes on this '
-          "2-core CPU unless a GPU is named): the ViT's chain trains 900 "
-          "TFLOPs, 1.5x the SmallResNet's.") in lines[1]
+  assert ('per seed, 10 min and 900 TFLOPs for the ViT, 10 min and 300 '
+          'TFLOPs for the SimpleCNN `study` it learns from (minutes on this '
+          "2-core CPU unless a GPU is named): the ViT's chain trains 1200 "
+          "TFLOPs, 2.0x the SmallResNet's.") in lines[1]
   assert ('the ViT and SmallResNet are indistinguishable within ±4.3 points '
           '(+1.0; 95% interval, 3 paired seeds)') in lines[1]
   assert lines[-1].startswith('Every number here is chosen on the 1,000 test '
                               'images it is reported on')
+  # Seeds trained on two machines: each machine's minutes, named.
+  on_gpu = dict(BUDGETS[0], device='NVIDIA H100 80GB HBM3', wall_minutes=1.2)
+  cost = budgets._cost([BUDGETS[1], on_gpu])
+  assert cost == '10 min, 1.2 min on H100 80GB HBM3 and 60 TFLOPs'
+  # A chain whose teacher has no record would undercount its cost.
+  with pytest.raises(
+      SystemExit, match=r'^error: vit_study\+distillation_e30_seed0 reads '
+      r'simple_cnn_study_e30_seed0, which has no record: run it'):
+    budgets.answer([r for r in BUDGETS if r['model'] != 'simple_cnn'])
 
 
 def test_a_record_without_flops_is_counted_as_the_trainer_counts_its_recipe():

@@ -1,6 +1,7 @@
 """Per budget, the study's ViT and each model's best recipe: drawn, compared."""
 
 import pathlib
+import sys
 
 import numpy as np
 
@@ -80,10 +81,13 @@ def _what_it_reads(records: list[dict],
   for r in vit:
     for field, model, ingredients, epochs, seed in recipes.source_runs(
         recipes.ingredients_of(r['recipe']), r['epochs'], r['seed']):
-      source = by_name.get(recipes.run_name(model, ingredients, epochs, seed))
-      if source is not None:
-        role = ('is fine-tuned from' if field == 'init_from' else 'learns from')
-        read.setdefault((role, model, ingredients, epochs), {})[seed] = source
+      name = recipes.run_name(model, ingredients, epochs, seed)
+      if name not in by_name:  # its cost would be left out of the chain's
+        sys.exit(f'error: {recipes.record_name(r)} reads {name}, which has '
+                 'no record: run it (sweep.py --missing) and summarise again.')
+      role = ('is fine-tuned from' if field == 'init_from' else 'learns from')
+      group = read.setdefault((role, model, ingredients, epochs), {})
+      group[seed] = by_name[name]
   return [(f'the {runs.NAMES[model]} `{recipes.recipe_name(ingredients)}`' +
            (f' of {epochs} epochs' if epochs != vit[0]['epochs'] else '') +
            f' it {role}', list(group.values()))
@@ -91,8 +95,8 @@ def _what_it_reads(records: list[dict],
 
 
 def _cost(group: list[dict]) -> str:
-  minutes, tflops = runs.wall_time_cell(group), runs.tflops_cell(group)
-  return f'{minutes} min and {tflops} TFLOPs'
+  return (f'{runs.wall_time_cell(group, " min")} and '
+          f'{runs.tflops_cell(group)} TFLOPs')
 
 
 def named(recipe: str, untaught: str = 'a ViT no CNN touches') -> str:
