@@ -106,11 +106,11 @@ def test_the_sweep_chooses_on_validation_and_matches_the_chains_flops(
   # recipe without what the CNN teaches.
   assert '/small_resnet_study+trivial_augment_e550_seed2 ' in third[0]
   assert '--config.num_epochs=550 ' in third[0]
-  # Evaluated every 5 epochs of 39 steps: as often over its run as a row of
-  # 100 epochs, evaluated once an epoch.
-  assert third[0].endswith(' --config.eval_every_steps=195')
-  assert all('eval_every_steps' not in line
-             for line in first + second + third[1:])
+  # Evaluated and logged every 5 epochs of 39 steps: as often over its run
+  # as a row of 100 epochs, once an epoch.
+  assert third[0].endswith(
+      ' --config.eval_every_steps=195 --config.log_every_steps=195')
+  assert all('every_steps' not in line for line in first + second + third[1:])
   assert '/vit_study+trivial_augment+long_mae_e100_seed2 ' in third[1]
   assert 'teacher' not in third[1]
   assert _run_names(

@@ -109,12 +109,13 @@ def run_overrides(args: argparse.Namespace, run: tuple) -> dict:
     changes.update(validation_examples=5000, validation_dir=args.validation_dir,
                    keep_best_checkpoint=True)
     if epochs > EPOCHS:  # the FLOPs-matched CNN
-      # As many evaluations as a row of EPOCHS epochs, evaluated once an
-      # epoch: its best is chosen among as many states, and its time goes to
-      # training rather than to 6,000 images evaluated each epoch.
+      # As many evaluations and logged records as a row of EPOCHS epochs,
+      # once an epoch: its best is chosen among as many states, its time goes
+      # to training rather than to 6,000 images evaluated each epoch, and its
+      # committed metrics stay as small.
       batch = r.recipe_config(model, ingredients, epochs).batch_size
-      changes['eval_every_steps'] = (epochs // EPOCHS *
-                                     (r.TRAIN_EXAMPLES // batch))
+      every = epochs // EPOCHS * (r.TRAIN_EXAMPLES // batch)
+      changes.update(eval_every_steps=every, log_every_steps=every)
   if _TEACHERS & set(changes):
     # The teacher as its row reports it: at the epoch validation chose.
     changes['teacher_checkpoint'] = 'best'
