@@ -185,10 +185,14 @@ def test_the_summary_pairs_each_row_with_the_vit_by_seed(tmp_path, capsys):
     summary.main(argv)
   assert _headline(capsys, workdir, 4, '0,1,2') == [fourth[31]]
   moved.write_text(json.dumps({'top1': 0.761, 'step': 9, 'examples': 10000}))
-  # A run finished again after its evaluations has them made again; an
-  # unfinished one is left out, in a line.
+  # A finished run's command run again rewrites its summary.json, and
+  # changes nothing evaluated.
   at_2 = workdir / recipes.run_name(*vit, 2)
   os.utime(at_2 / 'summary.json')
+  assert _headline(capsys, workdir, 4, '0,1,2') == []
+  # A run trained again after its evaluations, to the same best step, has
+  # them made again; an unfinished one is left out, in a line.
+  (at_2 / 'best_checkpoint' / '9').mkdir(parents=True)
   matched = workdir / recipes.run_name(
       *sweep.reported(workdir, [2], [0, 1])['flops_matched_cnn'][0])
   (matched / 'summary.json').rename(matched / 'summary.kept')
@@ -254,3 +258,10 @@ def test_the_summary_pairs_each_row_with_the_vit_by_seed(tmp_path, capsys):
   }] and len(logged) == 23
   assert sum('class_head_test_10000' in r for r in records) == 3
   assert sum('test_1000_exact' in r for r in records) == 12
+  # The headline on the seeds that chose no row, where two or more did not.
+  assert 'chose nothing' not in readme
+  summary.main([*argv, '--choose_on=0'])
+  assert ('- The headline on seeds 1 and 2 alone, which chose nothing: on '
+          f'the other 9,000 (JPEG), {vit_words} is better than the '
+          'SmallResNet by 3.0 ± 0.0 points (95% interval, 2 paired seeds)') in (
+              out / 'README.md').read_text()

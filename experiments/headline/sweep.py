@@ -161,13 +161,19 @@ def evaluated(workdir: pathlib.Path, run: tuple, name: str) -> dict | None:
 
 
 def _to_evaluate(workdir: pathlib.Path, run: tuple, name: str) -> bool:
-  """Whether stage 4 evaluates `run`: finished, and not since it finished."""
-  summary = workdir / r.run_name(*run) / 'summary.json'
-  # A rerun of the run may choose the same step: older evaluations are not
-  # of its state.
-  return summary.exists() and (evaluated(workdir, run, name) is None or
-                               (summary.parent / f'{name}.json').stat().st_mtime
-                               < summary.stat().st_mtime)
+  """Whether stage 4 evaluates `run`: finished, and not since its best state."""
+  directory = workdir / r.run_name(*run)
+  if not (directory / 'summary.json').exists():
+    return False
+  if evaluated(workdir, run, name) is None:
+    return True
+  # A run trained again may choose the same step: an evaluation older than
+  # the state it names is not of that state. (summary.json is no clock: a
+  # finished run's command, run again, writes it again.)
+  best = runs.read_json(directory / 'summary.json')['best_step']
+  state = directory / 'best_checkpoint' / str(best)
+  return (state.exists() and
+          (directory / f'{name}.json').stat().st_mtime < state.stat().st_mtime)
 
 
 def evaluation_command(run: pathlib.Path, name: str, jpeg: str,
