@@ -144,11 +144,14 @@ def test_a_finished_run_scored_each_test_example_once_and_reruns_uncompiled(
     one_epoch_run, caplog):
   config, workdir, first, (images, labels) = one_epoch_run
   before = helpers.history(workdir)
+  written = (workdir / 'summary.json').stat().st_mtime_ns
   caplog.set_level('INFO')
   caplog.clear()
   again = train.train_and_evaluate(config, workdir)
   assert helpers.history(workdir) == before
+  # Its summary as the run that trained it wrote it (machine, FLOPs, commit).
   assert again == first
+  assert (workdir / 'summary.json').stat().st_mtime_ns == written
   assert 'already holds all 6 steps; nothing to train' in caplog.text
   assert 'Compiled' not in caplog.text
   # Where the results come from: this checkout, this machine, a date.

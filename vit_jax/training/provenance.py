@@ -9,7 +9,6 @@ import subprocess
 
 from vit_jax.runtime import files
 
-_FIELDS = ('commit', 'cpu', 'finished', 'teachers', 'startup_seconds')
 _TEACHERS = ('distillation_teacher', 'locality_guidance_teacher')
 # What a student records of each teacher's own summary.
 _OF_TEACHER = ('chosen_on', 'best_step', 'best_validation_accuracy',
@@ -59,8 +58,3 @@ def describe(config) -> dict:
           datetime.timezone.utc).isoformat(timespec='seconds'),
       **({'teachers': teachers} if teachers else {})
   }
-
-
-def recorded(summary: dict) -> dict:
-  """The provenance a summary holds."""
-  return {k: summary[k] for k in _FIELDS if k in summary}

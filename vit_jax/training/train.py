@@ -262,11 +262,12 @@ def _train_and_evaluate(config, workdir: pathlib.Path,
         raise preemption.Preempted(signals.signal_name, step,
                                    checkpoints.directory, saved=True)
 
-  # The summary; a run that trained no step here keeps its provenance.
+  # The summary; a run that trained no step here keeps its own as it was:
+  # the machine, the FLOPs rule and the checkout that trained it.
   earlier = workdir / 'summary.json'
-  source = ({**provenance.describe(config), 'startup_seconds': clock.phases}
-            if trains or not earlier.is_file() else provenance.recorded(
-                json.loads(earlier.read_text())))
+  if not trains and earlier.is_file():
+    return json.loads(earlier.read_text())
+  source = {**provenance.describe(config), 'startup_seconds': clock.phases}
   return _write_summary(workdir, history, config.batch_size * flops_per_image,
                         source)
 
