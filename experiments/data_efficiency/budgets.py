@@ -9,8 +9,6 @@ from experiments import runs
 from experiments.data_efficiency import recipes
 from vit_jax.analysis import plotting
 
-MODELS = ('simple_cnn', 'small_resnet')
-
 
 def best_rows(records: list[dict]) -> dict[int, dict[str, tuple]]:
   """Per budget, (recipe, runs) of 'study' and of each model's best row."""
@@ -114,7 +112,7 @@ def answer(records: list[dict]) -> str:
   """Per budget, the best ViT recipe against the best CNN, and their costs."""
   lines = []
   for epochs, row in best_rows(records).items():
-    cnns = [row[model] + (model,) for model in MODELS if model in row]
+    cnns = [row[model] + (model,) for model in recipes.CNNS if model in row]
     if 'vit' not in row or not cnns:
       continue
     (vit_recipe, vit), (cnn_recipe, cnn, cnn_model) = row['vit'], max(

@@ -9,6 +9,8 @@ from vit_jax import models
 
 # Every run trains on the study's subset.
 TRAIN_EXAMPLES = 5000
+# The CNNs the ViT is held against, each with recipes of its own.
+CNNS = ('simple_cnn', 'small_resnet')
 
 
 def _budget_stochastic_depth(epochs: int) -> dict:

@@ -6,7 +6,6 @@ from experiments import runs
 from experiments.data_efficiency import recipes as r
 
 HERE = pathlib.Path(__file__).resolve().parent
-CNNS = ('simple_cnn', 'small_resnet')
 
 
 def _vit(recipes: list[tuple[str, ...]]) -> list[tuple]:
@@ -14,10 +13,10 @@ def _vit(recipes: list[tuple[str, ...]]) -> list[tuple]:
 
 
 _CNN_ROWS = [
-    (model, ingredients) for model in CNNS
+    (model, ingredients) for model in r.CNNS
     for ingredients in [r.CUMULATIVE[0], r.CNN_AUGMENTED] + r.CNN_ROUND_THREE
 ]
-_CNN_STUDY = [(model, ()) for model in CNNS]
+_CNN_STUDY = [(model, ()) for model in r.CNNS]
 _VIT_ROWS = _vit(r.CUMULATIVE + r.ON_STUDY + r.ROUND_TWO)
 _BEST_TA = r.BEST + ('trivial_augment', 'resnet_teacher')
 TOP_VIT = [_BEST_TA, _BEST_TA + ('mae',), _BEST_TA + ('long_mae',)]
