@@ -218,7 +218,11 @@ def test_the_table_and_the_answer_across_budgets():
   # One seed: its share and points against the same seed's runs, 1 of the
   # (71 - 50) points between the SmallResNet and the study ViT at seed 0.
   assert rows['study+spt_lsa'][4] == '-5% (-1.0)'
-  # The answer across budgets compares the best ViT with the best CNN.
+  # The answer across budgets compares the best ViT with the best CNN, the
+  # table's: three seeds first, then the mean.
+  lucky = _seeds('small_resnet', 'study+trivial_augment', [0.9])
+  with_lucky = summary.table(BUDGETS + lucky)
+  assert '(best CNN: SmallResNet, study, 68.0%)' in with_lucky
   best = budgets.best_rows(BUDGETS)
   assert list(best) == [30, 300]
   assert best[30]['vit'][0] == 'study+distillation'

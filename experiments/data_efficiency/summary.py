@@ -38,8 +38,8 @@ def table(records: list[dict]) -> str:
     keys = sorted((k for k in groups if k[0] == epochs), key=lambda k:
                   (k[1] != 'vit', k[1], recipes.rank(k[2])))
     mean = {key: recipes.accuracies(groups[key]).mean() for key in keys}
-    best_cnn = max((k
-                    for k in keys if k[1] != 'vit'), key=mean.get, default=None)
+    best_cnn = max((k for k in keys if k[1] != 'vit'),
+                   key=lambda k: recipes.standing(groups[k]), default=None)
     study = (epochs, 'vit', 'study')
     rows = []
     for key in keys:
