@@ -4,9 +4,7 @@ import argparse
 from collections.abc import Iterable
 import datetime
 import json
-import os
 import pathlib
-import platform
 import subprocess
 import sys
 import tempfile
@@ -52,9 +50,11 @@ def run_study(data_dir, overrides: dict, timeout: float | None = None,
 
 def write_json(path: pathlib.Path, data: dict):
   """`data` as JSON at `path`, after the date and the machine that measured it."""
-  machine = (f'{platform.processor() or platform.machine()}, '
-             f'{len(os.sched_getaffinity(0))} cores')
-  dated = {'date': datetime.date.today().isoformat(), 'machine': machine}
+  # pylint: disable-next=g-import-not-at-top
+  from vit_jax.training import provenance  # described as a run's summary does
+  dated = {
+      'date': datetime.date.today().isoformat(), 'machine': provenance.cpu()
+  }
   path.write_text(json.dumps({**dated, **data}, indent=2))
 
 
