@@ -1,5 +1,6 @@
 """A run's best evaluation kept beside its checkpoints, and read back."""
 
+import json
 import shutil
 
 import jax
@@ -85,8 +86,12 @@ def test_the_best_evaluation_is_kept_and_a_resumed_run_keeps_the_same(
   shutil.copytree(tmp_path / 'whole', tmp_path / 'resumed')
   for step in range(best, 13, 2):
     shutil.rmtree(tmp_path / 'resumed' / 'checkpoints' / str(step))
+  # A run that trains steps writes its summary again, over the copy's.
+  copied = tmp_path / 'resumed' / 'summary.json'
+  copied.write_text(json.dumps({'best_step': -1}))
   resumed = train.train_and_evaluate(config, tmp_path / 'resumed')
   assert resumed['best_step'] == best
+  assert json.loads(copied.read_text()) == resumed
   # Run again once finished, without the field: nothing to train, nothing
   # deleted.
   config.keep_best_checkpoint = False

@@ -106,10 +106,10 @@ def test_the_sweep_chooses_on_validation_and_matches_the_chains_flops(
   # recipe without what the CNN teaches.
   assert '/small_resnet_study+trivial_augment_e550_seed2 ' in third[0]
   assert '--config.num_epochs=550 ' in third[0]
-  # Evaluated and logged every 5 epochs of 39 steps: as often over its run
-  # as a row of 100 epochs, once an epoch.
+  # Evaluated and logged every 550 * 39 // 100 steps: 100 times over its run
+  # (and at its last step), as a row of 100 epochs, once an epoch.
   assert third[0].endswith(
-      ' --config.eval_every_steps=195 --config.log_every_steps=195')
+      ' --config.eval_every_steps=214 --config.log_every_steps=214')
   assert all('every_steps' not in line for line in first + second + third[1:])
   assert '/vit_study+trivial_augment+long_mae_e100_seed2 ' in third[1]
   assert 'teacher' not in third[1]
@@ -185,14 +185,16 @@ def test_the_summary_pairs_each_row_with_the_vit_by_seed(tmp_path, capsys):
     summary.main(argv)
   assert _headline(capsys, workdir, 4, '0,1,2') == [fourth[31]]
   moved.write_text(json.dumps({'top1': 0.761, 'step': 9, 'examples': 10000}))
-  # A finished run's command run again rewrites its summary.json, and
-  # changes nothing evaluated.
+  # A summary.json written again (lost, then its run run again) changes
+  # nothing evaluated.
   at_2 = workdir / recipes.run_name(*vit, 2)
   os.utime(at_2 / 'summary.json')
   assert _headline(capsys, workdir, 4, '0,1,2') == []
   # A run trained again after its evaluations, to the same best step, has
   # them made again; an unfinished one is left out, in a line.
   (at_2 / 'best_checkpoint' / '9').mkdir(parents=True)
+  for evaluation in at_2.glob('*test_1*.json'):  # a second before the state
+    os.utime(evaluation, (evaluation.stat().st_mtime - 1,) * 2)
   matched = workdir / recipes.run_name(
       *sweep.reported(workdir, [2], [0, 1])['flops_matched_cnn'][0])
   (matched / 'summary.json').rename(matched / 'summary.kept')

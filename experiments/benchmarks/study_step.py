@@ -10,6 +10,8 @@ import sys
 import tempfile
 import time
 
+from vit_jax.training import provenance
+
 # The study's command runs from the checkout's root, where its config is.
 REPO = pathlib.Path(__file__).resolve().parents[2]
 
@@ -50,8 +52,6 @@ def run_study(data_dir, overrides: dict, timeout: float | None = None,
 
 def write_json(path: pathlib.Path, data: dict):
   """`data` as JSON at `path`, after the date and the machine that measured it."""
-  # pylint: disable-next=g-import-not-at-top
-  from vit_jax.training import provenance  # described as a run's summary does
   dated = {
       'date': datetime.date.today().isoformat(), 'machine': provenance.cpu()
   }

@@ -82,7 +82,7 @@ def _what_it_reads(records: list[dict],
       name = recipes.run_name(model, ingredients, epochs, seed)
       if name not in by_name:  # its cost would be left out of the chain's
         sys.exit(f'error: {recipes.record_name(r)} reads {name}, which has '
-                 'no record: run it (sweep.py --missing) and summarise again.')
+                 'no record: run it (sweep.py --missing) and summarize again.')
       role = ('is fine-tuned from' if field == 'init_from' else 'learns from')
       group = read.setdefault((role, model, ingredients, epochs), {})
       group[seed] = by_name[name]

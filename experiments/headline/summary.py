@@ -101,8 +101,9 @@ def comparisons(rows: dict[str, list[dict]], names: dict[str, str],
 
   # The seeds that chose the rows favour them (the best of several
   # candidates on their validation images); the others do not.
-  unchosen = sorted({x['seed'] for x in rows['vit']} - set(choose_on))
-  if len(unchosen) > 1:
+  seeds = {x['seed'] for x in rows['vit']}
+  unchosen = sorted(seeds - set(choose_on))
+  if 1 < len(unchosen) < len(seeds):
     pairs.append((f'The headline on {_seeds_in_words(unchosen)} alone, '
                   'which chose nothing', 'vit', 'cnn', unchosen))
 

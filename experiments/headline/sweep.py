@@ -109,12 +109,12 @@ def run_overrides(args: argparse.Namespace, run: tuple) -> dict:
     changes.update(validation_examples=5000, validation_dir=args.validation_dir,
                    keep_best_checkpoint=True)
     if epochs > EPOCHS:  # the FLOPs-matched CNN
-      # As many evaluations and logged records as a row of EPOCHS epochs,
-      # once an epoch: its best is chosen among as many states, its time goes
-      # to training rather than to 6,000 images evaluated each epoch, and its
-      # committed metrics stay as small.
+      # EPOCHS evaluations and logged records, as a row of EPOCHS epochs has
+      # (and the last step's): its best is chosen among as many states, its
+      # time goes to training rather than to 6,000 images evaluated each
+      # epoch, and its committed metrics stay as small.
       batch = r.recipe_config(model, ingredients, epochs).batch_size
-      every = epochs // EPOCHS * (r.TRAIN_EXAMPLES // batch)
+      every = epochs * (r.TRAIN_EXAMPLES // batch) // EPOCHS
       changes.update(eval_every_steps=every, log_every_steps=every)
   if _TEACHERS & set(changes):
     # The teacher as its row reports it: at the epoch validation chose.
@@ -168,8 +168,7 @@ def _to_evaluate(workdir: pathlib.Path, run: tuple, name: str) -> bool:
   if evaluated(workdir, run, name) is None:
     return True
   # A run trained again may choose the same step: an evaluation older than
-  # the state it names is not of that state. (summary.json is no clock: a
-  # finished run's command, run again, writes it again.)
+  # the state it names is not of that state.
   best = runs.read_json(directory / 'summary.json')['best_step']
   state = directory / 'best_checkpoint' / str(best)
   return (state.exists() and
