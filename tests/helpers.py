@@ -340,17 +340,14 @@ def wait_until(condition, timeout: float = 60, process=None):
 
 
 def wait_for_step(process, workdir, step, timeout=120):
-  """Returns once metrics.jsonl logs `step` or later."""
-  deadline = time.monotonic() + timeout
+  """Returns once metrics.jsonl logs `step` or later; fails as `wait_until`."""
   metrics = pathlib.Path(workdir) / 'metrics.jsonl'
-  while time.monotonic() < deadline:
-    assert process.poll() is None, 'the run ended before it could be stopped'
-    if metrics.exists():
-      lines = metrics.read_text().splitlines()
-      if lines and json.loads(lines[-1])['step'] >= step:
-        return
-    time.sleep(0.005)
-  raise TimeoutError(f'step {step} was not logged in {timeout}s')
+
+  def logged() -> bool:
+    lines = metrics.read_text().splitlines() if metrics.exists() else []
+    return bool(lines) and json.loads(lines[-1])['step'] >= step
+
+  wait_until(logged, timeout, process)
 
 
 def free_port() -> int:
