@@ -90,10 +90,7 @@ def test_the_summary_chooses_on_validation_and_pairs_by_seed(
   assert '- `small_resnet_seed0`' in text
   records = json.loads((tmp_path / 'results.json').read_text())
   assert {r['commit'] for r in records} == {'abc'} and len(records) == 10
-  logged = [
-      json.loads(line)
-      for line in (tmp_path / 'metrics.jsonl').read_text().splitlines()
-  ]
+  logged = helpers.history(tmp_path)
   assert logged[0] == {
       'run': 'simple_cnn_batch128_seed0', 'step': 39, 'epoch': 1,
       'train_accuracy': 0.66
