@@ -27,6 +27,11 @@ def tiny_vit(**overrides):
   return models.create_model('ViT-Ti_16', 10, **{**TINY_VIT, **overrides})
 
 
+def check_fits_tiny_vit(params, **overrides):
+  params_lib.check_params(
+      params, params_lib.param_shapes(tiny_vit(**overrides), TINY_IMAGE))
+
+
 # The released files number block submodules across types, linen per type.
 LINEN_NUMBERS = (('MultiHeadDotProductAttention_1',
                   'MultiHeadDotProductAttention_0'),
@@ -78,10 +83,9 @@ def test_released_npz_loads_into_our_tree_and_drives_the_model(tmp_path):
   # Our tree, renamed by hand rather than by npz.
   by_hand = flax.traverse_util.unflatten_dict(linen_numbered(arrays), sep='/')
   model = tiny_vit()
-  params_lib.check_params(params, params_lib.param_shapes(model, TINY_IMAGE))
+  check_fits_tiny_vit(params)
   assert_trees_identical(params, by_hand)
-  images = np.random.default_rng(1).standard_normal(
-      (2, TINY_IMAGE, TINY_IMAGE, 3)).astype(np.float32)
+  images = helpers.images(size=TINY_IMAGE)
   logits = model.apply({'params': params}, images, train=False)
   assert logits.shape == (2, 10) and np.all(np.isfinite(logits))
   assert_trees_identical(reading.load_params(path), params)
@@ -118,9 +122,7 @@ def test_pre_logits_load_and_a_mismatch_names_the_key_and_shapes(tmp_path):
   arrays = released_arrays(representation_size=12)
   path = write_npz(tmp_path / 'pre_logits.npz', arrays)
   params = npz.load_npz(path)
-  params_lib.check_params(
-      params,
-      params_lib.param_shapes(tiny_vit(representation_size=12), TINY_IMAGE))
+  check_fits_tiny_vit(params, representation_size=12)
   npz.save_npz(params, tmp_path / 'saved.npz')
   assert_npz_identical(tmp_path / 'saved.npz', path)
   # Read as a model, the shapes say it has the layer (timm and hf have none:
@@ -128,8 +130,7 @@ def test_pre_logits_load_and_a_mismatch_names_the_key_and_shapes(tmp_path):
   assert reading.load(path).model.representation_size == 12
   # Without a representation layer the model has no place for it.
   with pytest.raises(CheckpointError) as error:
-    params_lib.check_params(params,
-                            params_lib.param_shapes(tiny_vit(), TINY_IMAGE))
+    check_fits_tiny_vit(params)
   message = str(error.value)
   assert ('pre_logits/kernel (shape (16, 12)) is in the checkpoint but not '
           'in the model') in message
@@ -142,15 +143,13 @@ def test_pre_logits_load_and_a_mismatch_names_the_key_and_shapes(tmp_path):
       CheckpointError, match=re.escape(
           'Transformer/encoderblock_1/MlpBlock_0/Dense_1/bias is missing from '
           'the checkpoint but the model has it with shape (16,).')):
-    params_lib.check_params(params,
-                            params_lib.param_shapes(tiny_vit(), TINY_IMAGE))
+    check_fits_tiny_vit(params)
   # A shallower model: all 15 remaining arrays of block 1 are unexpected.
   with pytest.raises(
       CheckpointError, match=r'\(15 problems\):\n  Transformer/encoderblock_1/'
       r'LayerNorm_0/scale \(shape \(16,\)\) is in the checkpoint '
       r'but not in the model\n(.|\n)*\.\.\. and 3 more$'):
-    params_lib.check_params(
-        params, params_lib.param_shapes(tiny_vit(num_layers=1), TINY_IMAGE))
+    check_fits_tiny_vit(params, num_layers=1)
 
 
 def test_file_to_params_to_file_is_identical_from_either_numbering(tmp_path):
