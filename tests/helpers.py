@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 
 from configs import cifar_small
+from vit_jax import config_schema
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
@@ -175,6 +176,13 @@ def finished_run(directory: pathlib.Path, seed: int = 3, model: str = 'vit',
           'final_test_accuracy': 0.513, 'final_train_accuracy': 0.57,
           'train_seconds': 989.2, **summary
       }))
+
+
+def schema_config(**fields) -> ml_collections.ConfigDict:
+  """The config schema's defaults, `fields` set."""
+  config = config_schema.defaults()
+  config.update(fields)
+  return config
 
 
 def tiny_config(data_dir, variant='vit', **overrides):

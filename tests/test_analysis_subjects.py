@@ -4,7 +4,6 @@ import numpy as np
 import pytest
 
 from tests import helpers
-from vit_jax import config_schema
 from vit_jax import models
 from vit_jax.analysis import subjects
 from vit_jax.errors import AnalysisError
@@ -14,8 +13,8 @@ def test_a_runs_test_images_of_an_image_folder_come_from_every_class(tmp_path):
   helpers.write_image_folder(
       tmp_path, {'train': 4, 'test': 4}, ('cat', 'dog', 'fox'),
       lambda _, i, label: np.full((8, 8, 3), 100 * label, np.uint8))
-  config = config_schema.defaults()
-  config.update(dataset='image_folder', data_dir=str(tmp_path), image_size=8)
+  config = helpers.schema_config(dataset='image_folder', data_dir=str(tmp_path),
+                                 image_size=8)
   images = subjects.run_test_images(config, 6)
   assert images.shape == (6, 8, 8, 3)
   np.testing.assert_array_equal(sorted(images[:, 0, 0, 0]),

@@ -10,7 +10,6 @@ import numpy as np
 import pytest
 
 from tests import helpers
-from vit_jax import config_schema
 from vit_jax.data import download
 from vit_jax.data import sources
 from vit_jax.errors import DatasetError
@@ -56,9 +55,8 @@ def server(tmp_path, monkeypatch):
 
 
 def _open(**overrides):
-  config = config_schema.defaults()
-  config.update(dict(dataset='cifar10', data_dir='', **overrides))
-  return sources.open_dataset(config)
+  return sources.open_dataset(
+      helpers.schema_config(dataset='cifar10', data_dir='', **overrides))
 
 
 def test_with_no_data_given_the_release_is_downloaded_once(server, tmp_path):

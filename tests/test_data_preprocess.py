@@ -8,6 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from tests import helpers
 from vit_jax.data import dataset
 from vit_jax.data import image_folder
 from vit_jax.data import preprocess
@@ -135,24 +136,17 @@ def test_eval_input_scales_resizes_and_normalizes_as_train_input_unaugmented():
       preprocess.eval_input(images, **stats))
 
 
-def _augment_config(**fields):
-  from vit_jax import config_schema  # pylint: disable=g-import-not-at-top
-  config = config_schema.defaults()
-  config.update(fields)
-  return config
-
-
 def test_the_policy_changes_images_and_leaves_the_crops_as_they_were():
-  assert preprocess.device_policy(_augment_config()) is None
+  assert preprocess.device_policy(helpers.schema_config()) is None
   for fields in (dict(auto_augment='trivial_augment'),
                  dict(auto_augment='rand_augment'), dict(random_erasing=0.5)):
-    assert callable(preprocess.device_policy(_augment_config(**fields)))
+    assert callable(preprocess.device_policy(helpers.schema_config(**fields)))
   # With erasing at probability 1, every image differs from the crop alone
   # only inside its erased rectangle: the crops themselves are the same.
   images = np.random.default_rng(0).integers(0, 256, (8, 32, 32, 3), np.uint8)
   policy = preprocess.device_policy(
-      _augment_config(random_erasing=1.0, pixel_mean=(0.5,) * 3,
-                      pixel_std=(0.5,) * 3))
+      helpers.schema_config(random_erasing=1.0, pixel_mean=(0.5,) * 3,
+                            pixel_std=(0.5,) * 3))
   kwargs = dict(key=jax.random.key(3), crop_and_flip=True, image_size=32,
                 mean=(0.5,) * 3, std=(0.5,) * 3)
   plain, erased = (np.asarray(

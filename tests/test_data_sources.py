@@ -6,15 +6,13 @@ import numpy as np
 import pytest
 
 from tests import helpers
-from vit_jax import config_schema
 from vit_jax.data import sources
 from vit_jax.errors import DatasetError
 
 
 def _config(data_dir, dataset='cifar10', **overrides):
-  config = config_schema.defaults()
-  config.update(dict(dataset=dataset, data_dir=str(data_dir), **overrides))
-  return config
+  return helpers.schema_config(dataset=dataset, data_dir=str(data_dir),
+                               **overrides)
 
 
 def test_a_subset_is_the_first_examples_and_a_folder_needs_a_data_dir(
