@@ -185,6 +185,17 @@ def schema_config(**fields) -> ml_collections.ConfigDict:
   return config
 
 
+def untrained_run(workdir: pathlib.Path, config, params) -> pathlib.Path:
+  """`workdir`, a run of `config` whose one checkpoint (step 0) is `params`."""
+  from vit_jax.checkpoints import run_checkpoints  # pylint: disable=g-import-not-at-top
+  saved = json.loads(config.to_json_best_effort())
+  workdir.mkdir()
+  (workdir / 'config.json').write_text(json.dumps(saved))
+  with run_checkpoints.RunCheckpoints(workdir / 'checkpoints', 1) as run:
+    run.save(0, {'params': params}, {'count': np.zeros(())}, [], {}, saved)
+  return workdir
+
+
 def tiny_config(data_dir, variant='vit', **overrides):
   """The study's config, cut down to seconds: 96 train / 37 test images."""
   config = cifar_small.get_config(variant)

@@ -14,7 +14,6 @@ from vit_jax import analysis
 from vit_jax import analyze
 from vit_jax import models
 from vit_jax.analysis import subjects
-from vit_jax.checkpoints import run_checkpoints
 from vit_jax.errors import AnalysisError
 from vit_jax.errors import CheckpointError
 from vit_jax.formats import npz
@@ -211,13 +210,7 @@ def _untrained_run(workdir, data_dir, **techniques):
   params = helpers.random_vit_params(model.clone(scan=False), 16)
   if model.scan:
     params = params_lib.stack_blocks(params)
-  workdir.mkdir()
-  (workdir / 'config.json').write_text(config.to_json_best_effort())
-  checkpoints = run_checkpoints.RunCheckpoints(workdir / 'checkpoints', keep=1)
-  checkpoints.save(0, {'params': params}, {'count': np.zeros(())}, [], {},
-                   json.loads(config.to_json_best_effort()))
-  checkpoints.close()
-  return workdir
+  return helpers.untrained_run(workdir, config, params)
 
 
 def _analyze_run(workdir, out):

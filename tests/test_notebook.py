@@ -8,18 +8,14 @@ import numpy as np
 
 from tests import helpers
 from vit_jax import models
-from vit_jax.checkpoints import run_checkpoints
 
 
 def test_the_notebook_runs_and_draws_every_figure(cifar10_dir, tmp_path):
   # An untrained 1-layer ViT run at 16x16, a 2x2 patch grid.
   config = helpers.tiny_config(cifar10_dir, image_size=16)
-  saved = json.loads(config.to_json_best_effort())
-  (tmp_path / 'run').mkdir()
-  (tmp_path / 'run' / 'config.json').write_text(json.dumps(saved))
-  with run_checkpoints.RunCheckpoints(tmp_path / 'run' / 'checkpoints') as run:
-    params = helpers.random_vit_params(models.from_config(config, 10), 16)
-    run.save(0, {'params': params}, {'count': np.zeros(())}, [], {}, saved)
+  helpers.untrained_run(
+      tmp_path / 'run', config,
+      helpers.random_vit_params(models.from_config(config, 10), 16))
   (tmp_path / 'cat.png').write_bytes(
       helpers.png(np.zeros((20, 30, 3), np.uint8)))
   notebook = nbformat.read(helpers.ROOT / 'notebooks' / 'vit_jax.ipynb', 4)
