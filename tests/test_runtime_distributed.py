@@ -40,6 +40,7 @@ _SLURM_STEP = {
     'SLURM_NTASKS': '2', 'SLURM_STEP_NUM_TASKS': '2', 'SLURM_PROCID': '1',
     'SLURM_LOCALID': '0'
 }
+_OPEN_MPI = {'OMPI_MCA_orte_hnp_uri': '1.0;tcp://10.0.0.1:5'}
 
 
 @pytest.mark.parametrize(
@@ -55,14 +56,8 @@ _SLURM_STEP = {
             },
             None),
         (_SLURM_STEP, {}),  # srun: jax detects it all
-        ({
-            'OMPI_MCA_orte_hnp_uri': '1.0;tcp://10.0.0.1:5',
-            'OMPI_COMM_WORLD_SIZE': '4'
-        }, {}),
-        ({
-            'OMPI_MCA_orte_hnp_uri': '1.0;tcp://10.0.0.1:5',
-            'OMPI_COMM_WORLD_SIZE': '1'
-        }, None),
+        ({**_OPEN_MPI, 'OMPI_COMM_WORLD_SIZE': '4'}, {}),
+        ({**_OPEN_MPI, 'OMPI_COMM_WORLD_SIZE': '1'}, None),
         ({'TPU_WORKER_HOSTNAMES': 'w-0,w-1,w-2,w-3', 'TPU_WORKER_ID': '2'}, {}),
         ({'TPU_WORKER_HOSTNAMES': 'w-0', 'TPU_WORKER_ID': '0'}, None),
         ({
