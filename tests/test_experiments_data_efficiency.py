@@ -237,15 +237,12 @@ def test_the_table_and_the_answer_across_budgets():
       '1.0 (n=3): SmallResNet is better than the ViT by 6.0 ± 4.3 points (95% '
       'interval, 3 paired seeds);')
   # Its cost counts the teacher it learns from.
-  assert lines[0].endswith(
-      'per seed, 10 min and 90 TFLOPs for the ViT, 10 min and 30 TFLOPs for '
-      'the SimpleCNN `study` it learns from (minutes on this 2-core CPU '
-      "unless a GPU is named): the ViT's chain trains 120 TFLOPs, 2.0x the "
-      "SmallResNet's.")
-  assert ('per seed, 10 min and 900 TFLOPs for the ViT, 10 min and 300 '
-          'TFLOPs for the SimpleCNN `study` it learns from (minutes on this '
-          "2-core CPU unless a GPU is named): the ViT's chain trains 1200 "
-          "TFLOPs, 2.0x the SmallResNet's.") in lines[1]
+  cost = ('per seed, 10 min and {} TFLOPs for the ViT, 10 min and {} TFLOPs '
+          'for the SimpleCNN `study` it learns from (minutes on this 2-core '
+          "CPU unless a GPU is named): the ViT's chain trains {} TFLOPs, 2.0x "
+          "the SmallResNet's.")
+  assert lines[0].endswith(cost.format(90, 30, 120))
+  assert cost.format(900, 300, 1200) in lines[1]
   assert ('the ViT and SmallResNet are indistinguishable within ±4.3 points '
           '(+1.0; 95% interval, 3 paired seeds)') in lines[1]
   assert lines[-1].startswith('Every number here is chosen on the 1,000 test '
