@@ -241,12 +241,11 @@ def test_the_summary_pairs_each_row_with_the_vit_by_seed(tmp_path, capsys):
   assert ('Chosen on the validation accuracy of seeds 0 and 1 (each '
           "candidate's, summed over them); every row is over seeds 0, 1 and "
           '2.') in readme
-  vit_words = 'a ViT distilled from and guided by the SmallResNet'
-  assert (f'- The headline: on the other 9,000 (JPEG), {vit_words} is better '
-          'than the SmallResNet by 3.0 ± 0.0 points (95% interval, 3 paired '
-          f"seeds); on the study's 1,000 pixel-exact, {vit_words} is better "
-          'than the SmallResNet by 3.0 ± 0.0 points (95% interval, 3 paired '
-          'seeds).') in readme
+  better = (
+      'a ViT distilled from and guided by the SmallResNet is better than '
+      'the SmallResNet by 3.0 ± 0.0 points (95% interval, {} paired seeds)')
+  assert (f'- The headline: on the other 9,000 (JPEG), {better.format(3)}; on '
+          f"the study's 1,000 pixel-exact, {better.format(3)}.") in readme
   assert ('- What the class head alone predicts: on the other 9,000 (JPEG), '
           'the average of its two heads is better than its class head alone '
           'by 1.0 ± 0.0 points') in readme
@@ -264,6 +263,5 @@ def test_the_summary_pairs_each_row_with_the_vit_by_seed(tmp_path, capsys):
   assert 'chose nothing' not in readme
   summary.main([*argv, '--choose_on=0'])
   assert ('- The headline on seeds 1 and 2 alone, which chose nothing: on '
-          f'the other 9,000 (JPEG), {vit_words} is better than the '
-          'SmallResNet by 3.0 ± 0.0 points (95% interval, 2 paired seeds)') in (
+          f'the other 9,000 (JPEG), {better.format(2)}') in (
               out / 'README.md').read_text()
