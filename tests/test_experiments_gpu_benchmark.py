@@ -220,6 +220,12 @@ def _named(kind: str, pid: int, name: str, **tid) -> dict:
   }
 
 
+# The kernels of an H100's trace that the checks name.
+_GEMM = 'sm90_xmma_gemm_bf16bf16'
+_NVJET = 'nvjet_sm90_tst_128x160_64x5_2x1_v_bz_NNT'
+_CUDNN_DOT = 'void cudnn::fusion::compute_dot_do_o_specialized<true, 64>'
+_CONV = 'sm80_xmma_fprop_implicit_gemm_indexed_bf16bf16_bf16f32_f32'
+
 _DEVICE_TRACE = [
     _named('process', 1, '/host:CPU'),
     _named('process', 2, '/device:GPU:0'),
@@ -227,24 +233,20 @@ _DEVICE_TRACE = [
         'ph': 'X', 'pid': 1, 'tid': 1, 'name': 'jit_train_steps', 'ts': 0,
         'dur': 900
     },
-    _kernel('sm90_xmma_gemm_bf16bf16', 0, 280, hlo_op='gemm_fusion_dot.3'),
+    _kernel(_GEMM, 0, 280, hlo_op='gemm_fusion_dot.3'),
     # cuBLAS's GEMMs of CUDA 13, in a command buffer that hides the HLO op
     # (an H100's trace, 2026-11-28).
-    _kernel('nvjet_sm90_tst_128x160_64x5_2x1_v_bz_NNT', 280, 220,
-            hlo_op='command_buffer_159'),
+    _kernel(_NVJET, 280, 220, hlo_op='command_buffer_159'),
     _kernel('cudnn_generated_fort_native_sdpa_sm90', 500, 160),
-    _kernel('void cudnn::fusion::compute_dot_do_o_specialized<true, 64>', 660,
-            40),
+    _kernel(_CUDNN_DOT, 660, 40),
     # The patch embedding, cuDNN's convolution (an H100's trace).
-    _kernel('sm80_xmma_fprop_implicit_gemm_indexed_bf16bf16_bf16f32_f32', 1000,
-            30, tid=8, hlo_op='cudnn-conv-bias-activation.3'),
+    _kernel(_CONV, 1000, 30, tid=8, hlo_op='cudnn-conv-bias-activation.3'),
     _kernel('loop_multiply_fusion', 700, 60,
             tf_op='jit(train_steps)/while/body/optimizer/mul'),
     _kernel('input_reduce_fusion', 760, 40),
     _kernel('loop_add_fusion', 800, 200, tid=8),
     # The same cuBLAS kernel again, for another matmul.
-    _kernel('sm90_xmma_gemm_bf16bf16', 1100, 20, tid=8,
-            hlo_op='gemm_fusion_dot.4'),
+    _kernel(_GEMM, 1100, 20, tid=8, hlo_op='gemm_fusion_dot.4'),
     # A kernel XLA reused for an identical fusion, under the first one's name.
     _kernel('input_reduce_fusion', 1200, 40, tid=8,
             hlo_op='input_reduce_fusion.2'),
@@ -278,16 +280,12 @@ def test_a_device_trace_is_summed_by_kind_and_by_part_of_the_model():
       profile_step.OTHER: 0.0, 'kernels, summed': 0.545,
       'wall, first kernel to last': 0.62
   })
-  assert [k['kernel'] for k in heaviest][:2] == [
-      'sm90_xmma_gemm_bf16bf16', 'nvjet_sm90_tst_128x160_64x5_2x1_v_bz_NNT'
-  ]
+  assert [k['kernel'] for k in heaviest][:2] == [_GEMM, _NVJET]
   assert heaviest[0]['args'] == {'hlo_op': 'gemm_fusion_dot.3'}
   kind = {k['kernel']: k['kind'] for k in heaviest}
-  assert kind['nvjet_sm90_tst_128x160_64x5_2x1_v_bz_NNT'] == 'matmuls'
-  assert kind['void cudnn::fusion::compute_dot_do_o_specialized<true, 64>'] == (
-      'attention (cuDNN)')
-  assert kind['sm80_xmma_fprop_implicit_gemm_indexed_bf16bf16_bf16f32_f32'] == (
-      'convolutions')
+  assert kind[_NVJET] == 'matmuls'
+  assert kind[_CUDNN_DOT] == 'attention (cuDNN)'
+  assert kind[_CONV] == 'convolutions'
   assert by_part == pytest.approx({
       dense.label: 0.14, hlo_parts.UNNAMED: 0.325, 'optimizer': 0.03,
       norm.label: 0.02, norm_1.label: 0.02, head.label: 0.01
@@ -295,9 +293,7 @@ def test_a_device_trace_is_summed_by_kind_and_by_part_of_the_model():
   assert list(by_part)[:2] == [hlo_parts.UNNAMED, dense.label]
   computes = {k['kernel']: k.get('computes') for k in heaviest}
   # A kernel that runs for several parts: the one it spends the most on.
-  assert computes['sm90_xmma_gemm_bf16bf16'] == (
-      'Transformer/encoderblock_*/MlpBlock_0/Dense_0, forward: dot_general '
-      '(and 1 more)')
+  assert computes[_GEMM] == dense.described + ' (and 1 more)'
   assert computes['input_reduce_fusion'] == norm.described + ' (and 1 more)'
   assert computes['loop_multiply_fusion'] == 'optimizer'
   assert computes['loop_add_fusion'] is None
