@@ -75,13 +75,16 @@ def test_the_objective_adds_the_weighted_imitation_of_the_cnn_to_any_base(
   np.testing.assert_allclose(guided, unguided + imitation, rtol=1e-5)
 
 
-def _guided_config(data_dir, teacher_workdir, **overrides):
+def _guided_config(data_dir, teacher_workdir, distilled=False, **overrides):
   config = helpers.tiny_config(data_dir, num_epochs=1, warmup_epochs=0,
                                locality_guidance_teacher=str(teacher_workdir),
                                **overrides)
   config.model_overrides.num_layers = 3
   config.model_overrides.guided_blocks = (0, 1, 2)
   config.model_overrides.guidance_widths = TINY_CNN_STAGES
+  if distilled:
+    config.distillation_teacher = str(teacher_workdir)
+    config.model_overrides.distillation_token = True
   return config
 
 
@@ -91,14 +94,7 @@ def test_a_guided_deit_student_trains_and_leaves_a_plain_vit(
     trained_cnn_run, tmp_path):
   teacher_workdir, data_dir = trained_cnn_run
   workdir = tmp_path / 'guided'
-
-  def student(**overrides):
-    config = _guided_config(data_dir, teacher_workdir,
-                            distillation_teacher=str(teacher_workdir),
-                            **overrides)
-    config.model_overrides.distillation_token = True
-    return config
-
+  student = lambda **o: _guided_config(data_dir, teacher_workdir, True, **o)
   train.train_and_evaluate(student(), workdir)
   assert np.isfinite(helpers.history(workdir)[-1]['train_loss'])
 
@@ -122,9 +118,7 @@ def test_a_guided_deit_student_trains_and_leaves_a_plain_vit(
 def test_a_run_that_teaches_and_guides_is_run_once_a_step(
     trained_cnn_run, tmp_path):
   teacher_workdir, data_dir = trained_cnn_run
-  config = _guided_config(data_dir, teacher_workdir,
-                          distillation_teacher=str(teacher_workdir))
-  config.model_overrides.distillation_token = True
+  config = _guided_config(data_dir, teacher_workdir, distilled=True)
   _, objective, teachers = startup.trained_model_and_objective(config, 10, None)
   [(module, variables)] = teachers  # the trainer counts its FLOPs once
   logits = helpers.normal((2, 10), 1)
