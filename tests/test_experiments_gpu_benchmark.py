@@ -204,10 +204,11 @@ def test_a_model_runs_when_it_fits_without_the_timm_mode_it_drops(
   assert [r['at_seconds'] for r in results.data['rows']][-1] == 140.0
 
 
-def _kernel(name: str, ts: int, dur: int, tid: int = 7, **args) -> dict:
-  """A trace's complete event of a kernel on the GPU's process (2)."""
+def _kernel(name: str, ts: int, dur: int, tid: int = 7, pid: int = 2,
+            **args) -> dict:
+  """A trace's complete event: a kernel on the GPU's process (2), or `pid`'s."""
   return {
-      'ph': 'X', 'pid': 2, 'tid': tid, 'name': name, 'ts': ts, 'dur': dur,
+      'ph': 'X', 'pid': pid, 'tid': tid, 'name': name, 'ts': ts, 'dur': dur,
       **({'args': args} if args else {})
   }
 
@@ -229,10 +230,7 @@ _CONV = 'sm80_xmma_fprop_implicit_gemm_indexed_bf16bf16_bf16f32_f32'
 _DEVICE_TRACE = [
     _named('process', 1, '/host:CPU'),
     _named('process', 2, '/device:GPU:0'),
-    {
-        'ph': 'X', 'pid': 1, 'tid': 1, 'name': 'jit_train_steps', 'ts': 0,
-        'dur': 900
-    },
+    _kernel('jit_train_steps', 0, 900, tid=1, pid=1),
     _kernel(_GEMM, 0, 280, hlo_op='gemm_fusion_dot.3'),
     # cuBLAS's GEMMs of CUDA 13, in a command buffer that hides the HLO op
     # (an H100's trace, 2026-11-28).
