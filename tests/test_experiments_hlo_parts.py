@@ -14,6 +14,8 @@ import pytest
 from experiments.benchmarks import hlo_parts
 from experiments.benchmarks import profile_step
 from tests import helpers
+from tests.test_experiments_gpu_benchmark import _kernel
+from tests.test_experiments_gpu_benchmark import _named
 
 Part = hlo_parts.Part
 
@@ -236,17 +238,12 @@ def test_a_trace_dir_without_a_trace_or_xlas_operations_is_one_line(
   # runtime's: the line says which flag records them.
   trace = tmp_path / 'plugins' / 'profile' / 'perfetto_trace.json.gz'
   trace.parent.mkdir(parents=True)
+  events = [
+      _named('thread', 1, 'python', tid=2),
+      _kernel('PjitFunction(train_steps)', 0, 5, tid=2, pid=1)
+  ]
   with gzip.open(trace, 'wt') as f:
-    json.dump(
-        {
-            'traceEvents': [{
-                'ph': 'M', 'name': 'thread_name', 'pid': 1, 'tid': 2,
-                'args': {'name': 'python'}
-            }, {
-                'ph': 'X', 'pid': 1, 'tid': 2,
-                'name': 'PjitFunction(train_steps)', 'ts': 0, 'dur': 5
-            }]
-        }, f)
+    json.dump({'traceEvents': events}, f)
   with pytest.raises(SystemExit) as stopped:
     profile_step.main()
   assert str(stopped.value) == (
