@@ -18,10 +18,9 @@ def test_the_sweep_trains_the_study_recipe_on_nested_subsets(tmp_path, capsys):
     for i in range(3):
       (jpeg / 'train' / name / f'{i:04d}.jpg').write_bytes(b'jpeg')
   (jpeg / 'test').mkdir()
-  sweep.main([
-      f'--jpeg_dir={jpeg}', f'--workdir={work}', '--sizes=10,20', '--seeds=0,1',
-      '--models=vit,simple_cnn'
-  ])
+  run_sweep = lambda *flags: sweep.main(
+      [f'--jpeg_dir={jpeg}', f'--workdir={work}', *flags])
+  run_sweep('--sizes=10,20', '--seeds=0,1', '--models=vit,simple_cnn')
   lines = [shlex.split(line) for line in capsys.readouterr().out.splitlines()]
   assert [line[4] for line in lines] == [
       f'--workdir={work}/{model}_study_n{size}_seed{seed}' for size in (10, 20)
@@ -54,9 +53,7 @@ def test_the_sweep_trains_the_study_recipe_on_nested_subsets(tmp_path, capsys):
   assert sweep.subset(jpeg, work / 'data', 10) == small
   assert (small / 'train/cat/0000.jpg').is_symlink()
   # --missing: only the runs the committed records lack (all of 10,000's).
-  sweep.main([
-      f'--jpeg_dir={jpeg}', f'--workdir={work}', '--sizes=20,10000', '--missing'
-  ])
+  run_sweep('--sizes=20,10000', '--missing')
   assert [line.split()[4] for line in capsys.readouterr().out.splitlines()] == [
       f'--workdir={work}/{model}_study_n20_seed0'
       for model in ('simple_cnn', 'small_resnet', 'vit')
@@ -66,7 +63,7 @@ def test_the_sweep_trains_the_study_recipe_on_nested_subsets(tmp_path, capsys):
       '--seeds=a': "'a': use integers separated by commas, e.g. 0,1,2"
   }.items():
     with pytest.raises(SystemExit):
-      sweep.main([f'--jpeg_dir={jpeg}', f'--workdir={work}', flag])
+      run_sweep(flag)
     assert error in capsys.readouterr().err
 
 
