@@ -66,12 +66,6 @@ def _headline(capsys, workdir, stage, seeds, *flags):
   return _emitted(capsys, workdir, stage, seeds, *flags).out.splitlines()
 
 
-def _run_names(lines):
-  return [
-      line.split(' --workdir=')[1].split()[0].rsplit('/')[-1] for line in lines
-  ]
-
-
 def test_the_sweep_chooses_on_validation_and_matches_the_chains_flops(
     tmp_path, capsys):
   first = _headline(capsys, tmp_path, 1, '0,1')
@@ -113,11 +107,11 @@ def test_the_sweep_chooses_on_validation_and_matches_the_chains_flops(
   assert all('every_steps' not in line for line in first + second + third[1:])
   assert '/vit_study+trivial_augment+long_mae_e100_seed2 ' in third[1]
   assert 'teacher' not in third[1]
-  assert _run_names(
-      _headline(capsys, tmp_path, 1, '3') +
-      _headline(capsys, tmp_path, 2, '3')) == [
-          recipes.run_name(*run, 3) for run, _, _ in CHOSEN
-      ]
+  seed_3 = (_headline(capsys, tmp_path, 1, '3') +
+            _headline(capsys, tmp_path, 2, '3'))
+  assert [line.split(' --workdir=')[1].split()[0] for line in seed_3] == [
+      str(tmp_path / recipes.run_name(*run, 3)) for run, _, _ in CHOSEN
+  ]
 
 
 def test_the_summary_pairs_each_row_with_the_vit_by_seed(tmp_path, capsys):
