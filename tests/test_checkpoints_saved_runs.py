@@ -1,6 +1,5 @@
 """Runs saved with training-only parameters load as ViTs, and resume."""
 
-import pathlib
 import shutil
 
 import numpy as np
@@ -10,7 +9,7 @@ from vit_jax.checkpoints import reading
 from vit_jax.models import VisionTransformer
 from vit_jax.training import train
 
-SAVED = pathlib.Path(__file__).parent / 'data' / 'saved_runs'
+SAVED = helpers.ROOT / 'tests' / 'data' / 'saved_runs'
 
 
 def test_saved_runs_load_as_plain_vits_without_what_only_training_read():

@@ -2,7 +2,6 @@
 
 import ast
 import importlib
-import pathlib
 
 import jax
 import numpy as np
@@ -41,7 +40,7 @@ def test_config_is_valid(spec):
 def test_configs_are_data():
   """A config file imports ml_collections, the schema and other configs."""
   allowed = {'ml_collections', 'vit_jax.config_schema', 'configs'}
-  for path in (pathlib.Path(__file__).parents[1] / 'configs').glob('*.py'):
+  for path in (helpers.ROOT / 'configs').glob('*.py'):
     imported = set()
     for node in ast.walk(ast.parse(path.read_text())):
       if isinstance(node, ast.Import):

@@ -2,7 +2,6 @@
 
 import hashlib
 import os
-import pathlib
 import subprocess
 import sys
 
@@ -143,8 +142,8 @@ def _running(pid: int) -> bool:
 def test_worker_processes_load_what_threads_load_and_exit_with_the_run():
   """A training process's 2 workers, which exit when it is killed."""
   process = subprocess.Popen([sys.executable, '-c', _WORKERS_SCRIPT],
-                             cwd=pathlib.Path(__file__).parents[1],
-                             stdout=subprocess.PIPE, text=True)
+                             cwd=helpers.ROOT, stdout=subprocess.PIPE,
+                             text=True)
   try:
     batches, train = _loaded_batches(workers=0)
     train.close()
