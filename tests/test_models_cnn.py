@@ -2,12 +2,12 @@
 
 import functools
 
-import flax
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from vit_jax.formats import params as params_lib
 from vit_jax.models import SimpleCNN
 from vit_jax.models import SmallResNet
 from tests import helpers
@@ -55,17 +55,14 @@ def test_batch_stats_train_only_eval_reads_them_and_bfloat16_is_close(
 
 
 def test_small_resnet_projects_only_where_the_shape_changes():
-  params = jax.eval_shape(functools.partial(SmallResNet().init, train=False),
-                          jax.random.key(0), _images())['params']
+  params = params_lib.param_shapes(SmallResNet(), 32)
   # A stem that downsamples has the same parameters.
-  assert jax.eval_shape(
-      functools.partial(
-          SmallResNet(stem_stride=2, stem_pool=True).init, train=False),
-      jax.random.key(0), _images())['params'] == params
+  assert params_lib.param_shapes(SmallResNet(stem_stride=2, stem_pool=True),
+                                 32) == params
   projected = sorted(name for name, block in params.items()
                      if 'shortcut_conv' in block)
   assert projected == ['stage2_block1', 'stage3_block1']
-  flat = flax.traverse_util.flatten_dict(params, sep='/')
+  flat = helpers.flat(params)
   assert flat['stage3_block1/shortcut_conv/kernel'].shape == (1, 1, 32, 64)
   assert not any(k.endswith('conv_0/bias') for k in flat)
 
