@@ -432,6 +432,12 @@ def randomized(params, seed: int = 0):
                             (a.ndim == 1), a.dtype), params)
 
 
+def compiled(function, *arrays, **static):
+  """`function(*arrays, **static)` as one program; `static` is not traced."""
+  import jax  # pylint: disable=g-import-not-at-top
+  return jax.jit(functools.partial(function, **static))(*arrays)
+
+
 def random_params(module, *inputs, seed: int = 0, **kwargs):
   """`randomized` parameters of `module` on `inputs`, never initialized."""
   import jax  # pylint: disable=g-import-not-at-top

@@ -26,15 +26,14 @@ def test_attention_is_flax_multi_head_attention_in_another_layout(attention):
   ours = MultiHeadSelfAttention(num_heads=4, attention=attention)
   # One program each, not one per operation.
   flax_params = jax.jit(flax_attention.init)(jax.random.key(1), x, x)
-  our_params = jax.jit(functools.partial(ours.init,
-                                         deterministic=True))(jax.random.key(1),
-                                                              x)
+  our_params = helpers.compiled(ours.init, jax.random.key(1), x,
+                                deterministic=True)
   # Same names, shapes and initial values: the init rngs follow the names.
   jax.tree.map(np.testing.assert_array_equal, our_params, flax_params)
 
   params = {'params': helpers.randomized(flax_params['params'])}
   np.testing.assert_allclose(
-      jax.jit(functools.partial(ours.apply, deterministic=True))(params, x),
+      helpers.compiled(ours.apply, params, x, deterministic=True),
       jax.jit(flax_attention.apply)(params, x, x), rtol=1e-5, atol=1e-5)
 
 
@@ -123,17 +122,15 @@ def test_cudnn_attention_matches_einsum_in_bfloat16_on_gpu():
 def test_locality_attention_learns_a_temperature_and_masks_self():
   x = helpers.normal((2, 5, 32), 0)
   attention = MultiHeadSelfAttention(num_heads=4, locality=True)
-  params = jax.jit(functools.partial(attention.init,
-                                     deterministic=True))(jax.random.key(1),
-                                                          x)['params']
+  params = helpers.compiled(attention.init, jax.random.key(1), x,
+                            deterministic=True)['params']
   np.testing.assert_allclose(params['temperature'], [8**-0.5] * 4)
   temperature = np.float32([0.7, 0.3, 1.1, 0.5])  # one per head
   params = {
       **helpers.randomized(params), 'temperature': jnp.asarray(temperature)
   }
-  out, state = jax.jit(
-      functools.partial(attention.apply, deterministic=True,
-                        mutable=['intermediates']))({'params': params}, x)
+  out, state = helpers.compiled(attention.apply, {'params': params}, x,
+                                deterministic=True, mutable=['intermediates'])
   weights = state['intermediates']['attention_weights'][0]
 
   p = jax.tree.map(lambda a: np.asarray(a, np.float64), params)
@@ -151,8 +148,8 @@ def test_locality_attention_learns_a_temperature_and_masks_self():
 def test_locality_attention_in_the_model():
   model = helpers.small_vit(locality_attention=True)
   images = helpers.images()
-  variables = jax.jit(model.init, static_argnames='train')(jax.random.key(0),
-                                                           images, train=False)
+  variables = helpers.compiled(model.init, jax.random.key(0), images,
+                               train=False)
   for i in range(helpers.SMALL['num_layers']):
     block = variables['params']['Transformer'][f'encoderblock_{i}']
     assert block['MultiHeadDotProductAttention_0']['temperature'].shape == (4,)
@@ -222,9 +219,8 @@ def test_mimetic_init_changes_only_the_attention_kernels(scan):
   images = helpers.images()
   plain = helpers.small_vit(scan=scan)
   mimetic = plain.clone(mimetic_init=True)
-  params, before = (jax.jit(m.init,
-                            static_argnames='train')(jax.random.key(0), images,
-                                                     train=False)['params']
+  params, before = (helpers.compiled(m.init, jax.random.key(0), images,
+                                     train=False)['params']
                     for m in (mimetic, plain))
   assert helpers.shapes(before) == helpers.shapes(params)
   before, after = helpers.flat(before), helpers.flat(params)
@@ -246,6 +242,6 @@ def test_mimetic_init_changes_only_the_attention_kernels(scan):
     # head_dim 8 of 32: a rank-8 approximation, its diagonal still clear.
     assert np.diag(product).mean() > 2 * _off_diagonal(product).std()
   assert not np.allclose(kernel('query', 0), kernel('query', 1))
-  logits = jax.jit(functools.partial(mimetic.apply,
-                                     train=False))({'params': params}, images)
+  logits = helpers.compiled(mimetic.apply, {'params': params}, images,
+                            train=False)
   assert np.isfinite(logits).all()

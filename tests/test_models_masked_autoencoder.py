@@ -70,10 +70,9 @@ def test_the_encoder_never_sees_the_masked_patches_and_eval_is_the_plain_vit():
          } - {'embedding', 'cls', 'Transformer', 'head'} == {'mae_decoder'}
   plain = {'params': names.inference_params(variables['params'])}
   assert 'mae_decoder' not in plain['params']
-  vit, mae = (jax.jit(m.apply, static_argnames='train')
-              for m in (model.vit, model))
-  np.testing.assert_array_equal(vit(plain, images, train=False),
-                                mae(variables, images, train=False))
+  np.testing.assert_array_equal(
+      helpers.compiled(model.vit.apply, plain, images, train=False),
+      helpers.compiled(model.apply, variables, images, train=False))
   assert helpers.param_shapes(model.vit,
                               images) == helpers.shapes(plain['params'])
   logits, outputs = _train(model, variables, images)

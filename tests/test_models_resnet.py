@@ -206,15 +206,14 @@ def test_tiny_hybrid_forward_pass():
   assert positions(params).shape == (1, 5, 32)
   assert params['embedding']['kernel'].shape == (1, 1, 256, 32)
   # jit: one compilation instead of one per operation.
-  logits = jax.jit(model.apply, static_argnames='train')({'params': params},
-                                                         images, train=False)
+  logits = helpers.compiled(model.apply, {'params': params}, images,
+                            train=False)
   assert logits.shape == (2, 10) and logits.dtype == jnp.float32
   assert np.all(np.isfinite(logits))
   assert not np.allclose(logits[0], logits[1])
 
   low = create_model('R50+ViT-B_16', 10, dtype=jnp.bfloat16, **TINY_HYBRID)
-  low = jax.jit(low.apply, static_argnames='train')({'params': params}, images,
-                                                    train=False)
+  low = helpers.compiled(low.apply, {'params': params}, images, train=False)
   assert low.dtype == jnp.float32
   np.testing.assert_allclose(low, logits, atol=0.05 * np.abs(logits).max())
 

@@ -127,8 +127,8 @@ def test_tree_and_logits_match_the_official_model(classifier,
       tokens=16 + (classifier == 'token'), num_classes=5, classifier=classifier,
       representation_size=representation_size)
 
-  logits = jax.jit(functools.partial(model.apply,
-                                     train=False))({'params': params}, images)
+  logits = helpers.compiled(model.apply, {'params': params}, images,
+                            train=False)
   np.testing.assert_allclose(
       logits, reference_logits(params, images, classifier=classifier),
       rtol=1e-4, atol=1e-4)
@@ -137,9 +137,8 @@ def test_tree_and_logits_match_the_official_model(classifier,
 def test_initialization_follows_the_official_model_and_maps_are_probabilities():
   model = helpers.small_vit(7)
   images = helpers.images(batch=3)
-  logits, variables = jax.jit(
-      functools.partial(model.init_with_output, train=False))(jax.random.key(0),
-                                                              images)
+  logits, variables = helpers.compiled(model.init_with_output,
+                                       jax.random.key(0), images, train=False)
   assert logits.shape == (3, 7)
   assert logits.dtype == jnp.float32
   params = variables['params']
@@ -176,9 +175,8 @@ def test_bfloat16_compute_with_float32_parameters():
   bf16 = helpers.small_vit(dtype=jnp.bfloat16)
   params = helpers.random_params(bf16, images, train=False)
   assert {a.dtype for a in jax.tree.leaves(params)} == {jnp.dtype('float32')}
-  low, high, einsum = (jax.jit(m.apply,
-                               static_argnames='train')({'params': params},
-                                                        images, train=False)
+  low, high, einsum = (helpers.compiled(m.apply, {'params': params}, images,
+                                        train=False)
                        for m in (bf16, f32, bf16.clone(attention='einsum')))
   assert low.dtype == jnp.float32
   assert np.all(np.isfinite(low))
@@ -244,8 +242,8 @@ def test_fields_that_make_no_vit_are_one_line(fields, said):
 def test_distillation_token_has_two_heads_averaged():
   model = helpers.small_vit(distillation_token=True)
   images = helpers.images(batch=3)
-  variables = jax.jit(functools.partial(model.init,
-                                        train=False))(jax.random.key(0), images)
+  variables = helpers.compiled(model.init, jax.random.key(0), images,
+                               train=False)
   shapes = helpers.shapes(variables['params'])
   assert shapes['dist'] == shapes['cls'] == (1, 1, 32)
   assert shapes['head_dist/kernel'] == (32, 5)
@@ -253,9 +251,8 @@ def test_distillation_token_has_two_heads_averaged():
   assert not np.any(variables['params']['head_dist']['kernel'])
 
   variables = {'params': helpers.randomized(variables['params'])}
-  evaluated, out = jax.jit(
-      functools.partial(model.apply, train=False, return_out=True))(variables,
-                                                                    images)
+  evaluated, out = helpers.compiled(model.apply, variables, images, train=False,
+                                    return_out=True)
   class_logits, distillation_logits = (out['class_logits'],
                                        out['distillation_logits'])
   assert class_logits.shape == distillation_logits.shape == (3, 5)
@@ -315,9 +312,8 @@ def test_remat_keeps_the_tree_logits_and_gradients(remat):
   images = helpers.images(size=8)
   model = helpers.small_vit(num_layers=1)
   rematted = model.clone(remat=remat)
-  params, same = (jax.jit(m.init,
-                          static_argnames='train')(jax.random.key(0), images,
-                                                   train=False)['params']
+  params, same = (helpers.compiled(m.init, jax.random.key(0), images,
+                                   train=False)['params']
                   for m in (model, rematted))
   # Same names, so the official checkpoints load as they are; same
   # initialization too.
