@@ -228,16 +228,17 @@ def process_test_config(data_dir) -> ml_collections.ConfigDict:
   return config
 
 
-def with_xla_flags(flags: str) -> dict:
-  """os.environ with `flags` added to the suite's XLA_FLAGS (conftest's)."""
-  suite = os.environ.get('XLA_FLAGS', '')
-  return {**os.environ, 'XLA_FLAGS': f'{suite} {flags}'.strip()}
+def with_host_devices(devices: int) -> dict:
+  """os.environ with `devices` CPU devices added to the suite's XLA_FLAGS."""
+  flags = (os.environ.get('XLA_FLAGS', '') +
+           f' --xla_force_host_platform_device_count={devices}')
+  return {**os.environ, 'XLA_FLAGS': flags.strip()}
 
 
 def run_on_host_devices(script: str, devices: int, cwd=ROOT,
                         timeout: float = 300) -> str:
   """The stdout of `script` run by a fresh Python on `devices` CPU devices."""
-  env = with_xla_flags(f'--xla_force_host_platform_device_count={devices}')
+  env = with_host_devices(devices)
   out = subprocess.run(
       [sys.executable, '-c', script], cwd=cwd, capture_output=True, text=True,
       check=False, timeout=timeout, env={
@@ -378,9 +379,7 @@ def free_port() -> int:
 def start_two_process_job(command, tmp_path, devices: int = 1):
   """The processes and log paths of a 2-process job of `python -m command`."""
   address = f'127.0.0.1:{free_port()}'
-  env = {
-      **with_xla_flags(f'--xla_force_host_platform_device_count={devices}'), 'JAX_PLATFORMS': 'cpu'
-  }
+  env = {**with_host_devices(devices), 'JAX_PLATFORMS': 'cpu'}
   processes, logs = [], []
   for process_id in range(2):
     logs.append(tmp_path / f'process_{process_id}.log')
