@@ -17,23 +17,24 @@ from vit_jax.data import sources
 from vit_jax.data import streaming
 from vit_jax.runtime import sharding
 
+# The test split of every streaming input here: 13 images, 2 batches of 8.
+TEST_SPLIT = helpers.random_cifar(13, 10, 2)
 
-def _array_input(train_split, test_split, **overrides):
+
+def _array_input(train_split, **overrides):
   config = helpers.tiny_config(
       '', **{
           'seed': 3, 'batch_size': 8, 'eval_batch_size': 8, 'augment': False,
           'input_pipeline': 'streaming', 'input_workers': 0, **overrides
       })
   dataset = sources.Dataset(sources.ArraySource(*train_split),
-                            sources.ArraySource(*test_split), 10)
+                            sources.ArraySource(*TEST_SPLIT), 10)
   return streaming.StreamingInput(dataset, config, sharding.make_mesh())
 
 
 def test_batches_follow_the_seeded_shuffle_from_any_position():
-  train_split, test_split = helpers.random_cifar(20, 10,
-                                                 1), helpers.random_cifar(
-                                                     13, 10, 2)
-  inputs = _array_input(train_split, test_split)  # 2 batches an epoch
+  train_split = helpers.random_cifar(20, 10, 1)
+  inputs = _array_input(train_split)  # 2 batches an epoch
   batches = inputs.train_batches({'epoch': 2, 'batch': 1})
   expected = [
       input_lib.epoch_batches(3, 2, 20, 8)[1],
@@ -52,7 +53,7 @@ def test_batches_follow_the_seeded_shuffle_from_any_position():
   np.testing.assert_array_equal(labels[2], 0)  # a row no step reads
 
   # Augmented, a batch is the same from any starting position.
-  inputs = _array_input(train_split, test_split, augment=True, image_size=16)
+  inputs = _array_input(train_split, augment=True, image_size=16)
   from_start = inputs.train_batches(inputs.position(0))
   for _ in range(3):
     third = next(from_start)
@@ -64,9 +65,9 @@ def test_batches_follow_the_seeded_shuffle_from_any_position():
   for (images, labels), mask in inputs.eval_batches('test'):
     assert images.shape == (8, 16, 16, 3)
     seen += [int(label) for label, m in zip(labels, mask) if m]
-  assert seen == test_split[1].tolist()
+  assert seen == TEST_SPLIT[1].tolist()
   first = next(iter(inputs.eval_batches('test')))[0][0][0]
-  np.testing.assert_array_equal(first, preprocess.resize(test_split[0][0], 16))
+  np.testing.assert_array_equal(first, preprocess.resize(TEST_SPLIT[0][0], 16))
 
 
 def test_streaming_feeds_the_model_what_the_on_device_input_does(cifar10_dir):
@@ -103,8 +104,7 @@ def test_streaming_feeds_the_model_what_the_on_device_input_does(cifar10_dir):
 def _loaded_batches(workers: int):
   """The eval batches and 4 training batches from mid-epoch on, loaded by
   `workers` processes (0: threads); and the training batches, still open."""
-  inputs = _array_input(helpers.random_cifar(40, 10, 1),
-                        helpers.random_cifar(13, 10, 2), augment=True,
+  inputs = _array_input(helpers.random_cifar(40, 10, 1), augment=True,
                         image_size=16, input_workers=workers)
   assert inputs.workers == workers
   loaded = [batch for batch, _ in inputs.eval_batches('test')]
