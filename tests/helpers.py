@@ -59,13 +59,13 @@ CIFAR10_CLASSES = ('airplane', 'automobile', 'bird', 'cat', 'deer', 'dog',
                    'frog', 'horse', 'ship', 'truck')
 
 
-def cifar10_release(data_dir: pathlib.Path, num_train: int,
-                    num_test: int = 37) -> pathlib.Path:
-  """`data_dir`, where a CIFAR-10 binary release of random images is written."""
+def cifar10_release(data_dir: pathlib.Path, num_train: int, num_test: int = 37,
+                    seeds=(1, 3)) -> pathlib.Path:
+  """`data_dir`, holding a CIFAR-10 binary release of `seeds`' random images."""
   write_cifar_binary(
       data_dir / 'cifar-10-batches-bin',
-      cifar10_files(random_cifar(num_train, 10, seed=1),
-                    random_cifar(num_test, 10, seed=3)))
+      cifar10_files(random_cifar(num_train, 10, seed=seeds[0]),
+                    random_cifar(num_test, 10, seed=seeds[1])))
   (data_dir / 'cifar-10-batches-bin' / 'batches.meta.txt').write_text(
       '\n'.join(CIFAR10_CLASSES) + '\n\n')  # as the release's ends
   return data_dir

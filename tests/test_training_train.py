@@ -44,10 +44,7 @@ _PINNED_TEST_LOSS = 2.303272247314453
 
 
 def test_the_study_vit_computes_the_losses_it_always_did(tmp_path):
-  helpers.write_cifar_binary(
-      tmp_path / 'data' / 'cifar-10-batches-bin',
-      helpers.cifar10_files(helpers.random_cifar(128, 10, seed=11),
-                            helpers.random_cifar(40, 10, seed=12)))
+  helpers.cifar10_release(tmp_path / 'data', 128, 40, seeds=(11, 12))
   config = cifar_small.get_config('vit')
   config.update(
       dict(data_dir=str(tmp_path / 'data'), train_examples_per_file=0,
