@@ -101,9 +101,9 @@ def comparisons(rows: dict[str, list[dict]], names: dict[str, str],
 
   # The seeds that chose the rows favour them (the best of several
   # candidates on their validation images); the others do not.
-  seeds = {x['seed'] for x in rows['vit']}
-  unchosen = sorted(seeds - set(choose_on))
-  if 1 < len(unchosen) < len(seeds):
+  reported = {x['seed'] for x in rows['vit']}
+  unchosen = sorted(reported - set(choose_on))
+  if 1 < len(unchosen) < len(reported):
     pairs.append((f'The headline on {_seeds_in_words(unchosen)} alone, '
                   'which chose nothing', 'vit', 'cnn', unchosen))
 
