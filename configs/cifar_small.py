@@ -71,10 +71,10 @@ def get_config(model: str = 'vit'):
   config.label_smoothing = 0.1
 
   # How to run fastest on a CPU (ignored on GPU/TPU), measured on 2 cores
-  # (experiments/benchmarks/README.md): the ViT's small matmuls run best split
-  # over 4 host devices with XLA's default (YNNPACK) kernels; the CNNs' weight
-  # gradients are ~14x faster with Eigen's multi-threaded convolutions, which
-  # one device runs on all cores.
+  # (experiments/benchmarks/README.md): the ViT's small matmuls run fastest
+  # split over host devices (4 as fast as 2) with XLA's default (YNNPACK)
+  # kernels; the CNNs' weight gradients run many times faster with Eigen's
+  # multi-threaded convolutions, which one device runs on all cores.
   if model == 'vit':
     config.cpu_devices = 4
   else:

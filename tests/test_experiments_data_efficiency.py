@@ -281,3 +281,15 @@ def test_the_figure_draws_whole_at_any_number_of_vit_rows(tmp_path):
       budgets.plot(records, tmp_path / 'budgets.png')
     assert (tmp_path / 'budgets.png').stat().st_size > 0
     (tmp_path / 'budgets.png').unlink()
+
+
+def test_two_committed_rows_compared_by_seed_or_a_line_naming_a_bad_row(capsys):
+  """The README's intervals between rows, from the committed results.json."""
+  summary.main(['--compare', 'simple_cnn:study:30', 'vit:study:30'])
+  assert capsys.readouterr().out == (
+      'simple_cnn:study:30 is better than vit:study:30 by 16.0 ± 3.5 points '
+      '(95% interval, 3 paired seeds)\n')
+  with pytest.raises(
+      SystemExit, match=r'^error: results.json has no row vit:'
+      r'study: name one as MODEL:RECIPE:EPOCHS'):
+    summary.main(['--compare', 'vit:study', 'simple_cnn:study:30'])

@@ -82,7 +82,8 @@ def test_the_summary_chooses_on_validation_and_pairs_by_seed(
       '| ViT-Tiny | augment=False | 1 | 47.0 | 46.0 | 56.0 | -3.0 points at '
       'one seed: no interval |') in text
   assert ("- SimpleCNN: the config's (batch 64, 3 seeds): validation 66.1 ± "
-          "0.1, test 71.0 ± 1.0, 0.2 points over the study's 70.8.") in text
+          "0.1, test 71.0 ± 1.0: +0.2 points from the study's 70.8 (± 2.5, "
+          '95% interval).') in text
   # Each run's best test accuracy is its last epoch's, validation's too.
   assert ('lies 0.0 points above the test accuracy at the epoch validation '
           'chose, on average over the 10 runs here') in text

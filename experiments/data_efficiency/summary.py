@@ -76,9 +76,29 @@ def table(records: list[dict]) -> str:
   return '\n\n'.join(blocks)
 
 
+def compared(*rows: str) -> str:
+  """Two rows of the committed results.json, paired by seed, in words."""
+  groups, named = recipes.group_runs(runs.read_json(HERE / 'results.json')), []
+  for row in rows:
+    model, recipe, epochs = (row.split(':') + ['', ''])[:3]
+    key = (int(epochs) if epochs.isdigit() else epochs, model, recipe)
+    if key not in groups:
+      raise SystemExit(
+          f'error: results.json has no row {row}: name one as '
+          'MODEL:RECIPE:EPOCHS, e.g. vit:study+trivial_augment:100.')
+    named += [row, runs.by_seed(groups[key], 'best_test_accuracy')]
+  return runs.compared(*named)
+
+
 def main(argv=None):
   runs.catch_stop_signals()
-  args = runs.parser(__doc__, '/tmp/data_efficiency').parse_args(argv)
+  parsing = runs.parser(__doc__, '/tmp/data_efficiency')
+  parsing.add_argument('--compare', nargs=2, metavar='MODEL:RECIPE:EPOCHS',
+                       help="Only print two committed rows' paired difference.")
+  args = parsing.parse_args(argv)
+  if args.compare:
+    print(compared(*args.compare))
+    return
   runs.summarize(
       HERE, args.workdir, planned(), recipes.record_name, lambda r:
       (r['epochs'], r['model'], recipes.rank(r['recipe']), r['seed']),

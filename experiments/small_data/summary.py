@@ -115,22 +115,24 @@ def _gap(group: list[dict], model: str) -> float:
 
 
 def closest(records: list[dict]) -> str:
-  """Per CNN, the most-seeded choice whose test accuracy is nearest STUDY."""
+  """Per model, the most-seeded choice whose test accuracy is nearest STUDY."""
   lines = []
-  for model in ('simple_cnn', 'small_resnet'):
+  for model in sweep.MODELS:
     choices = [c for c, (m, *_) in sweep.CHOICES.items() if m == model]
     groups = [g for c in [model, *choices] if (g := _of(records, c))]
     if not groups:
       continue
     group = min(groups, key=lambda g: (-len(g), abs(_gap(g, model))))
-    gap = _gap(group, model)
+    tested = runs.by_seed(group, _TEST)
+    gap, half = runs.paired(tested, dict.fromkeys(tested, STUDY[model][0]))
     validation, test = _cells(group, _VALIDATION, _TEST)
+    interval = f' (± {half:.1f}, 95% interval)' if np.isfinite(half) else ''
     lines.append(
         f'- {runs.NAMES[model]}: {_described(group[0]["choice"])} (batch '
         f'{group[0]["batch_size"]}, {len(group)} '
         f'seed{"s" * (len(group) > 1)}): validation {validation}, test '
-        f'{test}, {abs(gap):.1f} points {"over" if gap > 0 else "under"} the '
-        f'study\'s {100 * STUDY[model][0]:.1f}.')
+        f'{test}: {gap:+.1f} points from the study\'s '
+        f'{100 * STUDY[model][0]:.1f}{interval}.')
   return '\n'.join(lines)
 
 
