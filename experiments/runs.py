@@ -310,8 +310,7 @@ def with_section(content: str, name: str, text: str,
           content[end:])
 
 
-def write_section(readme: pathlib.Path, name: str, text: str,
-                  writer: str = 'summary.py'):
+def write_section(readme: pathlib.Path, name: str, text: str, writer: str):
   files.write_atomically(readme,
                          with_section(readme.read_text(), name, text, writer))
 

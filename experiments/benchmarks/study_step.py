@@ -52,9 +52,7 @@ def run_study(data_dir, overrides: dict, timeout: float | None = None,
 
 def write_json(path: pathlib.Path, data: dict):
   """`data` as JSON at `path`, after the date and the machine that measured it."""
-  dated = {
-      'date': datetime.date.today().isoformat(), 'machine': provenance.cpu()
-  }
+  dated = dict(date=datetime.date.today().isoformat(), machine=provenance.cpu())
   path.write_text(json.dumps({**dated, **data}, indent=2))
 
 

@@ -88,10 +88,8 @@ def _timm_export(directory: str, images, official_stem: bool = False,
     _official_stem(model)
   act = type(model.blocks[0].mlp.act).__name__
   eps = model.blocks[0].norm1.eps
-  return {
-      'logits': _logits(model, images), 'act': act, 'eps': eps,
-      'architecture': model.pretrained_cfg.get('architecture')
-  }
+  return dict(logits=_logits(model, images), act=act, eps=eps,
+              architecture=model.pretrained_cfg.get('architecture'))
 
 
 def _hf_export(directory: str, images, **overrides) -> dict:
@@ -103,11 +101,9 @@ def _hf_export(directory: str, images, **overrides) -> dict:
     raise RuntimeError(f'{directory}: transformers loaded it with {problems}')
   assert next(model.parameters()).dtype == torch.float32
   config = model.config
-  return {
-      'logits': _logits(model, images), 'act': config.hidden_act,
-      'eps': config.layer_norm_eps,
-      'attn_implementation': getattr(config, '_attn_implementation', None)
-  }
+  return dict(logits=_logits(model, images), act=config.hidden_act,
+              eps=config.layer_norm_eps,
+              attn_implementation=getattr(config, '_attn_implementation', None))
 
 
 def _native(name: str, directory: pathlib.Path, images) -> dict:
@@ -171,10 +167,8 @@ def main():
         result['timm_official_stem'] = load(official_stem=True)
     if path := export.get('hf'):
       load = functools.partial(_hf_export, path, images)
-      result.update({
-          'hf': load(), 'hf_exact_gelu': load(hidden_act='gelu'),
-          'hf_eps_1e-12': load(layer_norm_eps=1e-12)
-      })
+      result.update(hf=load(), hf_exact_gelu=load(hidden_act='gelu'))
+      result['hf_eps_1e-12'] = load(layer_norm_eps=1e-12)
     exports[export['name']] = result
     print(f'worker: {export["name"]} done', file=sys.stderr, flush=True)
 
@@ -185,15 +179,13 @@ def main():
     natives[name] = _native(name, directory, images)
     print(f'worker: {name} done', file=sys.stderr, flush=True)
 
-  print(
-      json.dumps({
-          'versions': {
-              'torch': torch.__version__, 'timm': timm.__version__,
-              'transformers': transformers.__version__, 'safetensors':
-                  safetensors.__version__, 'python': sys.version.split()[0]
-          }, 'torch_threads': torch.get_num_threads(), 'exports': exports,
-          'natives': natives,
-      }), file=answer, flush=True)
+  versions = dict(torch=torch.__version__, timm=timm.__version__,
+                  transformers=transformers.__version__,
+                  safetensors=safetensors.__version__,
+                  python=sys.version.split()[0])
+  reply = dict(versions=versions, torch_threads=torch.get_num_threads(),
+               exports=exports, natives=natives)
+  print(json.dumps(reply), file=answer, flush=True)
 
 
 if __name__ == '__main__':

@@ -13,9 +13,8 @@ HERE = pathlib.Path(__file__).resolve().parent
 
 def described(model: str, ingredients: tuple[str, ...]) -> str:
   """A row's model for what it is: a ViT by what its CNN teaches it."""
-  if model != 'vit':
-    return f'the {runs.NAMES[model]}'
-  return budgets.named(r.recipe_name(ingredients), untaught='a pure ViT')
+  return (budgets.named(r.recipe_name(ingredients), untaught='a pure ViT')
+          if model == 'vit' else f'the {runs.NAMES[model]}')
 
 
 def _require(workdir: pathlib.Path, stage: int, planned: list[tuple],
@@ -93,10 +92,8 @@ def comparisons(rows: dict[str, list[dict]], names: dict[str, str],
            ('What the CNN contributes', 'vit', 'no_cnn_vit'),
            ('What the compute buys', 'vit', 'flops_matched_cnn'),
            ('What the class head alone predicts', 'class_head', 'two_heads')]
-  names = {
-      **names, 'class_head': 'its class head alone',
-      'two_heads': 'the average of its two heads'
-  }
+  names = dict(names, class_head='its class head alone',
+               two_heads='the average of its two heads')
   rows = {**rows, 'two_heads': rows['vit']}
 
   # The seeds that chose the rows favour them (the best of several

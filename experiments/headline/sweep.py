@@ -165,12 +165,11 @@ def _to_evaluate(workdir: pathlib.Path, run: tuple, name: str) -> bool:
   directory = workdir / r.run_name(*run)
   if not (directory / 'summary.json').exists():
     return False
-  if evaluated(workdir, run, name) is None:
+  if (evaluation := evaluated(workdir, run, name)) is None:
     return True
   # A run trained again may choose the same step: an evaluation older than
   # the state it names is not of that state.
-  best = runs.read_json(directory / 'summary.json')['best_step']
-  state = directory / 'best_checkpoint' / str(best)
+  state = directory / 'best_checkpoint' / str(evaluation['step'])
   return (state.exists() and
           (directory / f'{name}.json').stat().st_mtime < state.stat().st_mtime)
 

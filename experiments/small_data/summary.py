@@ -42,10 +42,8 @@ def _cells(group: list[dict], *keys: str) -> list[str]:
 
 
 def _described(choice: str) -> str:
-  if choice in sweep.MODELS:
-    return "the config's"
-  return ', '.join(f'{k.split(".")[-1]}={v}'
-                   for k, v in sweep.CHOICES[choice][1].items())
+  return "the config's" if choice in sweep.MODELS else ', '.join(
+      f'{k.split(".")[-1]}={v}' for k, v in sweep.CHOICES[choice][1].items())
 
 
 def _study_and_costs(model: str, group: list[dict]) -> list[str]:
