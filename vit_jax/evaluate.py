@@ -3,8 +3,8 @@ r"""Measures a checkpoint's loss, top-1 and top-5 accuracy over a whole split.
   python -m vit_jax.evaluate --checkpoint=/tmp/vit_tiny
   python -m vit_jax.evaluate --checkpoint=vit_small.npz \
       --config=configs/cifar_small.py --data_dir=DIR
-  python -m vit_jax.evaluate --checkpoint=hf_vit/ --config=configs/my_data.py \
-      --released_preprocessing
+  python -m vit_jax.evaluate --checkpoint=hf_vit/ \
+      --config=configs/image_folder.py --data_dir=DIR --released_preprocessing
 
 A workdir is evaluated with its run's config unless --config names another;
 --config.FIELD=VALUE overrides a field of either. Other checkpoints need
