@@ -29,12 +29,14 @@ CHOSEN = [FINISHED[i] for i in (0, 2, 6)]
 
 
 def _fake_run(workdir, run, validation, flops, test=0.5):
-  """A finished run of 10 minutes, one evaluation logged."""
+  """A finished run of 10 minutes, one evaluation logged, its best state."""
   model, _, epochs, seed = run
   helpers.finished_run(workdir / recipes.run_name(*run), seed, model,
                        best_validation_accuracy=validation, train_flops=flops,
                        test_accuracy_at_best_step=test, epochs=epochs,
                        best_step=9, train_seconds=600)
+  (workdir / recipes.run_name(*run) / 'best_checkpoint' /
+   '9').mkdir(parents=True)
   (workdir / recipes.run_name(*run) / 'metrics.jsonl').write_text(
       json.dumps({
           'step': 9, 'validation_accuracy': validation, 'train_seconds': 600
@@ -98,15 +100,19 @@ def test_the_sweep_chooses_on_validation_and_matches_the_chains_flops(
   third = _headline(capsys, tmp_path, 3, '2')
   # The chain's 11e15 FLOPs at the CNN's 2e13 an epoch; the chosen ViT
   # recipe without what the CNN teaches.
-  assert '/small_resnet_study+trivial_augment_e550_seed2 ' in third[0]
-  assert '--config.num_epochs=550 ' in third[0]
+  assert '/vit_study+trivial_augment+long_mae_e100_seed2 ' in third[0]
+  assert 'teacher' not in third[0]
+  assert '/small_resnet_study+trivial_augment_e550_seed2 ' in third[1]
+  assert '--config.num_epochs=550 ' in third[1]
   # Evaluated and logged every 550 * 39 // 100 steps: 100 times over its run
   # (and at its last step), as a row of 100 epochs, once an epoch.
-  assert third[0].endswith(
+  assert third[1].endswith(
       ' --config.eval_every_steps=214 --config.log_every_steps=214')
-  assert all('every_steps' not in line for line in first + second + third[1:])
-  assert '/vit_study+trivial_augment+long_mae_e100_seed2 ' in third[1]
-  assert 'teacher' not in third[1]
+  assert all('every_steps' not in line for line in first + second + third[:1])
+  # A finished run, trained here or gathered from elsewhere, is not run again.
+  _fake_run(tmp_path, ('vit', ('trivial_augment', 'long_mae'), 100, 2), 0.7,
+            3e15)
+  assert _headline(capsys, tmp_path, 3, '2') == third[1:]
   seed_3 = (_headline(capsys, tmp_path, 1, '3') +
             _headline(capsys, tmp_path, 2, '3'))
   assert [line.split(' --workdir=')[1].split()[0] for line in seed_3] == [
@@ -186,7 +192,7 @@ def test_the_summary_pairs_each_row_with_the_vit_by_seed(tmp_path, capsys):
   assert _headline(capsys, workdir, 4, '0,1,2') == []
   # A run trained again after its evaluations, to the same best step, has
   # them made again; an unfinished one is left out, in a line.
-  (at_2 / 'best_checkpoint' / '9').mkdir(parents=True)
+  os.utime(at_2 / 'best_checkpoint' / '9')
   for evaluation in at_2.glob('*test_1*.json'):  # a second before the state
     os.utime(evaluation, (evaluation.stat().st_mtime - 1,) * 2)
   matched = workdir / recipes.run_name(
@@ -195,8 +201,9 @@ def test_the_summary_pairs_each_row_with_the_vit_by_seed(tmp_path, capsys):
   emitted = _emitted(capsys, workdir, 4, '0,1,2')
   assert [line.split()[3] for line in emitted.out.splitlines()
          ] == [f'--checkpoint={at_2}/best_checkpoint'] * 5
-  assert emitted.err == ('Left out until stages 1-3 finish them: 1 run '
-                         f'without a summary.json (one: {matched.name}).\n')
+  assert emitted.err == (
+      'Left out: 1 run without a summary.json and best_checkpoint/ here, '
+      f'unfinished or trained elsewhere (one: {matched.name}).\n')
   (matched / 'summary.kept').rename(matched / 'summary.json')
   # A seed whose chain is unfinished has no FLOPs-matched run yet: the other
   # runs are evaluated all the same.
@@ -205,8 +212,18 @@ def test_the_summary_pairs_each_row_with_the_vit_by_seed(tmp_path, capsys):
   (teacher / 'summary.json').rename(teacher / 'summary.kept')
   emitted = _emitted(capsys, workdir, 4, '0,1,2')
   assert len(emitted.out.splitlines()) == 5
-  assert f'1 run without a summary.json (one: {teacher.name})' in emitted.err
+  assert f'trained elsewhere (one: {teacher.name})' in emitted.err
   (teacher / 'summary.kept').rename(teacher / 'summary.json')
+  # A run gathered from another machine, without its state: its evaluations
+  # made there stand; one missing is left out, in a line.
+  shutil.rmtree(teacher / 'best_checkpoint')
+  retrained = _headline(capsys, workdir, 4, '0,1,2')  # `at_2`'s alone
+  assert len(retrained) == 5 and not any(teacher.name in x for x in retrained)
+  (teacher / 'test_10000.json').rename(teacher / 'test_10000.kept')
+  emitted = _emitted(capsys, workdir, 4, '0,1,2')
+  assert emitted.out.splitlines() == retrained
+  assert f'(one: {teacher.name})' in emitted.err
+  (teacher / 'test_10000.kept').rename(teacher / 'test_10000.json')
   # A run trained other than as planned is left out, and the summary says so.
   epochs = teacher / 'summary.json'
   epochs.write_text(epochs.read_text().replace('"epochs": 100', '"epochs": 99'))

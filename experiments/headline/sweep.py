@@ -30,9 +30,9 @@ CLASS_HEAD_PREFIX = 'class_head_'
 def stage_runs(stage: int, seeds: list[int], choose_on: list[int],
                workdir: pathlib.Path) -> list[tuple]:
   """Stage 1's runs (those others read), 2's (the rest) or 3's (controls)."""
-  if stage == 3:  # the FLOPs-matched CNN's seeds, then the no-CNN ViT's
+  if stage == 3:  # the no-CNN ViT's seeds, then the longer FLOPs-matched CNN's
     rows = reported(workdir, seeds, choose_on)
-    return rows['flops_matched_cnn'] + rows['no_cnn_vit']
+    return rows['no_cnn_vit'] + rows['flops_matched_cnn']
   planned = [(*row, EPOCHS, seed) for seed in seeds if seed in choose_on
              for row in CANDIDATES]
   if any(seed not in choose_on for seed in seeds):
@@ -160,15 +160,13 @@ def evaluated(workdir: pathlib.Path, run: tuple, name: str) -> dict | None:
   return evaluation if evaluation.get('step') == best else None
 
 
-def _to_evaluate(workdir: pathlib.Path, run: tuple, name: str) -> bool:
-  """Whether stage 4 evaluates `run`: finished, and not since its best state."""
-  directory = workdir / r.run_name(*run)
-  if not (directory / 'summary.json').exists():
-    return False
+def _due(workdir: pathlib.Path, run: tuple, name: str) -> bool:
+  """Whether `run` lacks evaluation `name` of the state it reports."""
   if (evaluation := evaluated(workdir, run, name)) is None:
     return True
   # A run trained again may choose the same step: an evaluation older than
   # the state it names is not of that state.
+  directory = workdir / r.run_name(*run)
   state = directory / 'best_checkpoint' / str(evaluation['step'])
   return (state.exists() and
           (directory / f'{name}.json').stat().st_mtime < state.stat().st_mtime)
@@ -217,27 +215,35 @@ def main(argv=None):
   add_seed_flags(parser)
   args = parser.parse_args(argv)
   if args.stage == 4:
-    planned = evaluations(args.workdir, args.seeds, args.choose_on)
-    unfinished = sorted({
-        r.run_name(*run) for run, _ in planned
-        if not runs.finished(args.workdir / r.run_name(*run))
+    due = [
+        (run, name)
+        for run, name in evaluations(args.workdir, args.seeds, args.choose_on)
+        if _due(args.workdir, run, name)
+    ]
+    # A run finished here, its best state beside its summary, is evaluated.
+    here = lambda run: runs.finished(run) and (run / 'best_checkpoint').is_dir()
+    left_out = sorted({
+        r.run_name(*run) for run, _ in due
+        if not here(args.workdir / r.run_name(*run))
     })
-    if unfinished:
+    if left_out:
       print(
-          f'Left out until stages 1-3 finish them: {len(unfinished)} '
-          f'run{"s" * (len(unfinished) != 1)} without a summary.json (one: '
-          f'{unfinished[0]}).', file=sys.stderr)
+          f'Left out: {len(left_out)} run{"s" * (len(left_out) != 1)} without '
+          'a summary.json and best_checkpoint/ here, unfinished or trained '
+          f'elsewhere (one: {left_out[0]}).', file=sys.stderr)
     commands = [
         evaluation_command(args.workdir / r.run_name(*run), name, args.jpeg,
-                           args.data_dir) for run, name in planned
-        if _to_evaluate(args.workdir, run, name)
+                           args.data_dir) for run, name in due
+        if r.run_name(*run) not in left_out
     ]
   else:
+    # A finished run, here or gathered from another machine, is not run again.
     planned = stage_runs(args.stage, args.seeds, args.choose_on, args.workdir)
     commands = [
         runs.command(args.workdir / r.run_name(*run),
                      f'configs/data_efficient.py:{run[0]}',
                      run_overrides(args, run)) for run in planned
+        if not runs.finished(args.workdir / r.run_name(*run))
     ]
   runs.emit(commands, args.slurm)
 
