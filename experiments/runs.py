@@ -105,7 +105,7 @@ def emit(commands: list[str], slurm: pathlib.Path | None):
       print(command)
     return
   if not commands:
-    sys.exit('error: no runs to write to a SLURM script.')
+    sys.exit('error: no unfinished run to write to a SLURM script.')
   slurm.write_text(f'#!/bin/bash\n#SBATCH --array=1-{len(commands)}\n'
                    f'cd {shlex.quote(str(REPO))}\n'
                    'sed -n "${SLURM_ARRAY_TASK_ID}p" <<\'RUNS\' | bash\n' +

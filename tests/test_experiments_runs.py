@@ -112,7 +112,7 @@ def test_a_sweep_prints_vit_jax_main_lines_or_writes_a_slurm_array(tmp_path):
     assert subprocess.run(['bash', script], capture_output=True, text=True,
                           env={'SLURM_ARRAY_TASK_ID': str(task)},
                           check=True).stdout == said
-  with pytest.raises(SystemExit, match='^error: no runs to write'):
+  with pytest.raises(SystemExit, match='^error: no unfinished run to write'):
     runs.emit([], script)
   with pytest.raises(
       SystemExit, match='no cifar-10-batches-bin/ in '
