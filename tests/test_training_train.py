@@ -22,6 +22,7 @@ from vit_jax.checkpoints import run_checkpoints
 from vit_jax.config_schema import ConfigError
 from vit_jax.data import preprocess
 from vit_jax.errors import TrainingDivergedError
+from vit_jax.errors import WorkdirError
 from vit_jax.runtime import preemption
 from vit_jax.training import flops
 from vit_jax.training import train
@@ -301,6 +302,14 @@ def test_a_workdir_of_another_run_is_refused_not_restored(
       r'--workdir to start afresh'):
     train.train_and_evaluate(other, tmp_path)
   assert (tmp_path / 'config.json').read_text() == before
+  # A finished run gathered without its checkpoints is not trained over.
+  shutil.rmtree(tmp_path / 'checkpoints')
+  summary = (tmp_path / 'summary.json').read_text()
+  with pytest.raises(
+      WorkdirError, match=r'holds the summary\.json of a '
+      r'finished run but none of its checkpoints'):
+    train.train_and_evaluate(config, tmp_path)
+  assert (tmp_path / 'summary.json').read_text() == summary
 
 
 # ------------------------------------------------- real processes ----------

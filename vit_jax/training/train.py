@@ -21,6 +21,7 @@ from vit_jax.checkpoints import best_checkpoint
 from vit_jax.checkpoints import reading
 from vit_jax.checkpoints import run_checkpoints
 from vit_jax.errors import TrainingDivergedError
+from vit_jax.errors import WorkdirError
 from vit_jax.runtime import files
 from vit_jax.runtime import preemption
 from vit_jax.runtime import sharding
@@ -99,6 +100,12 @@ def _train_and_evaluate(config, workdir: pathlib.Path,
   checkpoints = run_checkpoints.RunCheckpoints(
       workdir / 'checkpoints', config.keep_checkpoints,
       plan_lib.checkpoint_min_seconds(config))
+  if not checkpoints.steps() and (workdir / 'summary.json').exists():
+    raise WorkdirError(
+        f'{workdir} holds the summary.json of a finished run but none of its '
+        'checkpoints (it trained on another machine, or they were deleted): '
+        'training again would overwrite its record. Pass a new --workdir, or '
+        'move summary.json away to train it again.')
   changed = (config_schema.check_resumable(reading.saved_config(workdir),
                                            config, workdir)
              if checkpoints.steps() else {})
