@@ -72,9 +72,9 @@ def get_config(model: str = 'vit'):
 
   # How to run fastest on a CPU (ignored on GPU/TPU), measured on 2 cores
   # (experiments/benchmarks/README.md): the ViT's small matmuls run fastest
-  # split over host devices (4 as fast as 2) with XLA's default (YNNPACK)
-  # kernels; the CNNs' weight gradients run many times faster with Eigen's
-  # multi-threaded convolutions, which one device runs on all cores.
+  # split over host devices (4, measured as fast as 2) with XLA's default
+  # (YNNPACK) kernels; the CNNs' weight gradients run many times faster with
+  # Eigen's multi-threaded convolutions, which one device runs on all cores.
   if model == 'vit':
     config.cpu_devices = 4
   else:
