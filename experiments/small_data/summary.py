@@ -107,9 +107,10 @@ def choices_table(records: list[dict]) -> str:
       if (group := _of(records, choice))])
 
 
-def _gap(group: list[dict], model: str) -> float:
-  """Points of mean test accuracy over the study's."""
-  return 100 * (np.mean([r[_TEST] for r in group]) - STUDY[model][0])
+def _gap(group: list[dict], model: str) -> tuple[float, float]:
+  """Points of mean test accuracy over the study's, and their 95% interval."""
+  tested = runs.by_seed(group, _TEST)
+  return runs.paired(tested, dict.fromkeys(tested, STUDY[model][0]))
 
 
 def closest(records: list[dict]) -> str:
@@ -120,9 +121,8 @@ def closest(records: list[dict]) -> str:
     groups = [g for c in [model, *choices] if (g := _of(records, c))]
     if not groups:
       continue
-    group = min(groups, key=lambda g: (-len(g), abs(_gap(g, model))))
-    tested = runs.by_seed(group, _TEST)
-    gap, half = runs.paired(tested, dict.fromkeys(tested, STUDY[model][0]))
+    group = min(groups, key=lambda g: (-len(g), abs(_gap(g, model)[0])))
+    gap, half = _gap(group, model)
     validation, test = _cells(group, _VALIDATION, _TEST)
     interval = f' (± {half:.1f}, 95% interval)' if np.isfinite(half) else ''
     lines.append(
