@@ -193,6 +193,14 @@ def unplanned(directory: pathlib.Path, fresh: dict, description: dict) -> str:
   """How the finished run in `directory` is not the one planned there, or ''."""
   if steps := read_json(directory / 'config.json').get('total_steps'):
     return f'as it ran config.total_steps={steps}, which no sweep sets'
+  # A student is paired with the teacher of its name here: the one it read.
+  for field, teacher in fresh.get('teachers', {}).items():
+    theirs = directory.parent / pathlib.Path(teacher['workdir']).name
+    here = finished(theirs) and read_json(
+        theirs / 'summary.json').get('finished')
+    if here and teacher.get('finished', here) != here:
+      return (f'as it learned from the {field} {theirs.name} finished at '
+              f'{teacher["finished"]}, not the one here, finished at {here}')
   return next(
       (f'as its {key} is {fresh[key]}, not the {planned} planned'
        for key, planned in description.items() if fresh[key] != planned), '')

@@ -65,6 +65,18 @@ def test_records_of_the_planned_finished_runs(tmp_path, capsys):
                              lambda r: 'b')['b'] == records['b']
     assert f'{tmp_path / "b"}: left out, {why}; its sweep' in capsys.readouterr(
     ).err
+  # A student whose teacher here was trained again after it read one.
+  learned = {'workdir': '/elsewhere/c', 'finished': '2026-01-01T00:00:00'}
+  helpers.finished_run(tmp_path / 'd',
+                       teachers={'distillation_teacher': learned})
+  planned['d'] = {}
+  assert 'd' in runs.load_records(tmp_path, planned, results, lambda r: 'b')
+  (tmp_path / 'c' / 'summary.json').write_text(
+      json.dumps({'epochs': 30, 'train_seconds': 9, 'finished': '2026-02-01'}))
+  assert 'd' not in runs.load_records(tmp_path, planned, results, lambda r: 'b')
+  assert (f'{tmp_path / "d"}: left out, as it learned from the '
+          'distillation_teacher c finished at 2026-01-01T00:00:00, not the one '
+          'here, finished at 2026-02-01;') in capsys.readouterr().err
   results.write_text('[{"name": "a", "se')  # cut off mid-write
   with pytest.raises(
       SystemExit, match=r'^error: .*results.json is not JSON '
