@@ -117,14 +117,25 @@ def comparisons(rows: dict[str, list[dict]], names: dict[str, str],
                    for title, *pair in pairs)
 
 
-def main(argv=None):
-  runs.catch_stop_signals()
-  parser = runs.parser(__doc__, '/tmp/headline')
-  sweep.add_seed_flags(parser)
-  parser.add_argument('--folder', type=pathlib.Path, default=HERE,
-                      help='Where README.md and results.json are.')
-  args = parser.parse_args(argv)
-  workdir, seeds, choose_on = args.workdir, args.seeds, args.choose_on
+def so_far(workdir: pathlib.Path, folder: pathlib.Path, *_) -> tuple:
+  """The runs finished yet and a list of them, to commit as they land."""
+  names = [path.parent.name for path in sorted(workdir.glob('*/summary.json'))]
+  # A name is MODEL_study+INGREDIENTS_eEPOCHS_seedSEED.
+  recipe = lambda name: 'study' + name.split('_study')[1].rsplit('_e', 1)[0]
+  found = runs.load_records(workdir, {n: {'recipe': recipe(n)} for n in names},
+                            folder / 'results.json', r.record_name)
+  return found, {
+      'headline table': f'{len(found)} runs have finished, of the four '
+                        'stages over five seeds; their records are in '
+                        'results.json and metrics.jsonl:\n\n' +
+                        '\n'.join(f'- `{name}`' for name in found),
+      'comparisons': 'The comparisons come when every run has finished.'
+  }
+
+
+def complete(workdir: pathlib.Path, folder: pathlib.Path, seeds: list[int],
+             choose_on: list[int]) -> tuple:
+  """The runs the sections need, and the headline's table and comparisons."""
   # The choosing seeds' candidates are read even where --seeds leaves those
   # seeds out: they chose the rows.
   every = list(dict.fromkeys(choose_on + seeds))
@@ -151,9 +162,14 @@ def main(argv=None):
                "run's best step: run stage 4 of experiments.headline.sweep "
                'again.')
     descriptions[r.run_name(*run)][name] = evaluation
-  found = runs.load_records(workdir, descriptions, args.folder / 'results.json',
+  found = runs.load_records(workdir, descriptions, folder / 'results.json',
                             r.record_name)
-  if left_out := [name for name in descriptions if name not in found]:
+  # A record committed by --so_far stands for no run left out above: it
+  # lacks the row and the evaluations.
+  if left_out := [
+      name for name, description in descriptions.items()
+      if not description.items() <= found.get(name, {}).items()
+  ]:
     sys.exit(f'error: the summary needs the runs left out above (one: '
              f'{left_out[0]}).')
   by_name = {name: found[name] for name in descriptions}
@@ -170,13 +186,29 @@ def main(argv=None):
   names = {row: described(*planned[0][:2]) for row, planned in rows.items()}
   names['flops_matched_cnn'] += " at the ViT chain's FLOPs"
   names['class_head'] = "the first row's class head alone"
-  headline = f'{chosen_on(choose_on, seeds)}\n\n{table(grouped, names)}'
-  metrics = runs.logged_metrics(args.folder, workdir, by_name)
+  return by_name, {
+      'headline table': f'{chosen_on(choose_on, seeds)}\n\n'
+                        f'{table(grouped, names)}',
+      'comparisons': comparisons(grouped, names, choose_on)
+  }
+
+
+def main(argv=None):
+  runs.catch_stop_signals()
+  parser = runs.parser(__doc__, '/tmp/headline')
+  sweep.add_seed_flags(parser)
+  parser.add_argument('--folder', type=pathlib.Path, default=HERE,
+                      help='Where README.md and results.json are.')
+  parser.add_argument(
+      '--so_far', action='store_true', help='List the runs finished yet and '
+      'write their records, to commit them before the sweep ends.')
+  args = parser.parse_args(argv)
+  found, sections = (so_far if args.so_far else complete)(
+      args.workdir, args.folder, args.seeds, args.choose_on)
+  metrics = runs.logged_metrics(args.folder, args.workdir, found)
   runs.write_summary(
-      args.folder, list(by_name.values()), str(workdir), {
-          'headline table': headline, 'comparisons': comparisons(
-              grouped, names, choose_on)
-      }, {'metrics.jsonl': runs.metrics_file(metrics, r.record_name)})
+      args.folder, list(found.values()), str(args.workdir), sections,
+      {'metrics.jsonl': runs.metrics_file(metrics, r.record_name)})
 
 
 if __name__ == '__main__':
