@@ -149,9 +149,8 @@ def paired(a: dict[int, float], b: dict[int, float]) -> tuple[float, float]:
   """Mean per-seed a - b in points, and its 95% half-width (Student's t)."""
   from scipy import stats  # pylint: disable=g-import-not-at-top
   deltas = 100 * np.array([a[s] - b[s] for s in sorted(a.keys() & b.keys())])
-  if len(deltas) < 2:
-    return float(deltas.mean()), float('inf')
-  half = stats.t.ppf(0.975, len(deltas) - 1) * stats.sem(deltas)
+  n = len(deltas)
+  half = stats.t.ppf(0.975, n - 1) * stats.sem(deltas) if n > 1 else np.inf
   return float(deltas.mean()), float(half)
 
 
@@ -182,11 +181,10 @@ def landed(results: pathlib.Path, run_name: Callable[[dict],
   if not results.exists():
     return {}
   try:
-    records = read_json(results)
+    return {run_name(r): r for r in read_json(results)}
   except json.JSONDecodeError as e:
     sys.exit(f'error: {results} is not JSON ({e}); restore it with '
              f'`git checkout -- {results.name}` in its folder.')
-  return {run_name(r): r for r in records}
 
 
 def unplanned(directory: pathlib.Path, fresh: dict, description: dict) -> str:
@@ -338,7 +336,6 @@ def summarize(folder: pathlib.Path, workdir: pathlib.Path, planned: dict,
   """Writes the `planned` runs' records in `order`, `sections`, the missing."""
   found = load_records(workdir, planned, folder / 'results.json', run_name)
   records = sorted(found.values(), key=order)
-  write_summary(folder, records, f'{workdir} or results.json', {
-      **sections(records), 'missing runs': missing_runs(list(planned),
-                                                        set(found))
-  }, figures)
+  missing = missing_runs(list(planned), set(found))
+  write_summary(folder, records, f'{workdir} or results.json',
+                {**sections(records), 'missing runs': missing}, figures)

@@ -28,12 +28,11 @@ NATIVE = {
     })),
     # The hybrid: ResNetV2 stages (2, 2, 2, 2).
     'timm_vit_small_r26_s32_224': ('timm', ('vit_small_r26_s32_224', {})),
-    'hf_vit_s16': ('transformers', {
-        'hidden_size': 384, 'num_hidden_layers': 12, 'num_attention_heads': 6,
-        'intermediate_size': 1536, 'hidden_act': 'gelu_pytorch_tanh',
-        'layer_norm_eps': 1e-6, 'num_labels': 10, 'image_size': 224,
-        'patch_size': 16
-    }),
+    'hf_vit_s16': ('transformers',
+                   dict(hidden_size=384, num_hidden_layers=12,
+                        num_attention_heads=6, intermediate_size=1536,
+                        hidden_act='gelu_pytorch_tanh', layer_norm_eps=1e-6,
+                        num_labels=10, image_size=224, patch_size=16)),
 }
 
 
@@ -134,11 +133,9 @@ def _native(name: str, directory: pathlib.Path, images) -> dict:
   # The folder is the library's own: it reads it back to the same logits.
   reread = _timm_export if library == 'timm' else _hf_export
   rereads_identically = reread(str(directory), images)['logits'] == logits
-  answer = {
-      'dir': str(directory), 'library': library, 'description': description,
-      'logits': logits, 'files': sorted(p.name for p in directory.iterdir()),
-      'library_rereads_identically': rereads_identically
-  }
+  answer = dict(dir=str(directory), library=library, description=description,
+                logits=logits, files=sorted(os.listdir(directory)),
+                library_rereads_identically=rereads_identically)
   if hasattr(getattr(model, 'patch_embed', None), 'backbone'):
     _official_stem(model)
     answer['logits_official_stem'] = _logits(model, images)

@@ -100,10 +100,8 @@ def _cost(group: list[dict]) -> str:
 def named(recipe: str, untaught: str = 'a ViT no CNN touches') -> str:
   """What a ViT recipe's model is: pure at inference, but taught by a CNN?"""
   ingredients = recipes.ingredients_of(recipe)
-  taught = ' and '.join(verb
-                        for name, verb in (('distillation', 'distilled from'),
-                                           ('locality_guidance', 'guided by'))
-                        if name in ingredients)
+  verbs = {'distillation': 'distilled from', 'locality_guidance': 'guided by'}
+  taught = ' and '.join(verbs[name] for name in verbs if name in ingredients)
   return (f'a ViT {taught} the {runs.NAMES[recipes.teacher(ingredients)[0]]}'
           if taught else untaught)
 

@@ -253,10 +253,8 @@ def ranked(record: dict) -> bool:
 
 def recipe_overrides(model: str, ingredients: tuple[str, ...],
                      epochs: int) -> dict:
-  overrides = {
-      k: v for k, v in STUDY_OFF.items()
-      if model == 'vit' or not k.startswith('model_overrides.')
-  }
+  applies = lambda k: model == 'vit' or not k.startswith('model_overrides.')
+  overrides = {k: v for k, v in STUDY_OFF.items() if applies(k)}
   if (model, ingredients) in [(TEACHER, ()), *TEACHERS.values()]:
     overrides.update(TEACHER_OVERRIDES)
   for name in ingredients:

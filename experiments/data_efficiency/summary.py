@@ -37,7 +37,6 @@ def table(records: list[dict]) -> str:
   for epochs in sorted({r['epochs'] for r in records}):
     keys = sorted((k for k in groups if k[0] == epochs), key=lambda k:
                   (k[1] != 'vit', k[1], recipes.rank(k[2])))
-    mean = {key: recipes.accuracies(groups[key]).mean() for key in keys}
     best_cnn = max((k for k in keys if k[1] != 'vit'),
                    key=lambda k: recipes.standing(groups[k]), default=None)
     study = (epochs, 'vit', 'study')
@@ -52,22 +51,17 @@ def table(records: list[dict]) -> str:
                           for k in (key, study, best_cnn))
         gain, half = runs.paired(vit, base)
         gap = runs.paired({s: cnn[s] for s in vit if s in cnn}, base)[0]
-        closed = f'{100 * gain / gap:.0f}%'
-        if key != study:
-          closed += (f' ({gain:+.1f}' +
-                     (f' ± {half:.1f})' if np.isfinite(half) else ')'))
+        interval = f' ± {half:.1f}' if np.isfinite(half) else ''
+        change = f' ({gain:+.1f}{interval})' if key != study else ''
+        closed = f'{100 * gain / gap:.0f}%{change}'
       accuracies = (runs.mean_std([r[field] for r in group], show_n=True)
                     for field in ('best_test_accuracy', 'final_train_accuracy'))
-      rows.append([
-          runs.NAMES[key[1]], recipe, *accuracies, closed,
-          runs.tflops_cell(group),
-          runs.wall_time_cell(group)
-      ])
-    blocks.append(
-        f'**{epochs} epochs**' +
-        (f' (best CNN: {runs.NAMES[best_cnn[1]]}, {best_cnn[2]}, '
-         f'{mean[best_cnn]:.1f}%)' if best_cnn else '') + '\n\n' +
-        runs.markdown_table([
+      costs = runs.tflops_cell(group), runs.wall_time_cell(group)
+      rows.append([runs.NAMES[key[1]], recipe, *accuracies, closed, *costs])
+    blocks.append(f'**{epochs} epochs**' + (
+        f' (best CNN: {runs.NAMES[best_cnn[1]]}, {best_cnn[2]}, '
+        f'{recipes.accuracies(groups[best_cnn]).mean():.1f}%)'
+        if best_cnn else '') + '\n\n' + runs.markdown_table([
             'Model', 'Recipe', 'Best test acc (%)', 'Final train acc (%)',
             'Gap to the best CNN closed (points over the study ViT ± '
             '95% interval; both paired by seed)', 'Training TFLOPs',

@@ -77,13 +77,12 @@ def main(argv=None):
   done = runs.landed(HERE / 'results.json', record_name) if args.missing else {}
   runs.emit([
       runs.command(
-          args.workdir / run_name(model, size, seed),
-          f'configs/cifar_small.py:{model}', {
+          args.workdir / name, f'configs/cifar_small.py:{model}', {
               'dataset': 'image_folder', 'train_examples_per_file': 0,
               'test_examples': 0, 'seed': seed, 'batch_size': BATCH_SIZE,
               'data_dir': subset(args.jpeg_dir, args.workdir / 'data', size)
           }) for model, size, seed in planned
-      if run_name(model, size, seed) not in done
+      if (name := run_name(model, size, seed)) not in done
   ], args.slurm)
 
 

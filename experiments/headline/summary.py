@@ -35,13 +35,6 @@ def _seeds_in_words(seeds: list[int]) -> str:
   return f'seeds {", ".join(rest)} and {last}' if rest else f'seed {last}'
 
 
-def chosen_on(choose_on: list[int], seeds: list[int]) -> str:
-  """Which seeds chose the rows and which each row is over, in words."""
-  return (f'Chosen on the validation accuracy of {_seeds_in_words(choose_on)} '
-          '(each candidate\'s, summed over them); every row is over '
-          f'{_seeds_in_words(seeds)}.')
-
-
 # The JPEG copy's test images other than the study's 1,000: no choice, here
 # or in data_efficiency, has seen them.
 _OTHERS = 'test_9000_jpeg'
@@ -79,8 +72,7 @@ def table(rows: dict[str, list[dict]], names: dict[str, str]) -> str:
           [x['best_validation_accuracy'] for x in group]),
       *(runs.mean_std([_accuracy(x, test_set) for x in group])
         for test_set in _TEST_SETS),
-      runs.tflops_cell(group),
-      runs.wall_time_cell(group)
+      *(cell(group) for cell in (runs.tflops_cell, runs.wall_time_cell))
   ] for row, group in rows.items()])
 
 
@@ -150,12 +142,10 @@ def complete(workdir: pathlib.Path, folder: pathlib.Path, seeds: list[int],
     _require(workdir, 4, [run for run, n in evaluations if n == name],
              f'{name}.json')
   row_of = {run: row for row, planned in rows.items() for run in planned}
-  descriptions = {
-      r.run_name(*run): {
-          'recipe': r.recipe_name(run[1]), 'row': row_of.get(run),
-          'epochs': run[2]
-      } for planned in stages.values() for run in planned
-  }
+  descriptions = {}
+  for run in sum(stages.values(), []):
+    descriptions[r.run_name(*run)] = dict(recipe=r.recipe_name(run[1]),
+                                          row=row_of.get(run), epochs=run[2])
   for run, name in evaluations:
     if (evaluation := sweep.evaluated(workdir, run, name)) is None:
       sys.exit(f'error: {workdir / r.run_name(*run)}/{name}.json is not of the '
@@ -166,10 +156,8 @@ def complete(workdir: pathlib.Path, folder: pathlib.Path, seeds: list[int],
                             r.record_name)
   # A record committed by --so_far stands for no run left out above: it
   # lacks the row and the evaluations.
-  if left_out := [
-      name for name, description in descriptions.items()
-      if not description.items() <= found.get(name, {}).items()
-  ]:
+  stale = lambda n: not found.get(n, {}).items() >= descriptions[n].items()
+  if left_out := list(filter(stale, descriptions)):
     sys.exit(f'error: the summary needs the runs left out above (one: '
              f'{left_out[0]}).')
   by_name = {name: found[name] for name in descriptions}
@@ -178,17 +166,19 @@ def complete(workdir: pathlib.Path, folder: pathlib.Path, seeds: list[int],
       for row, planned in rows.items()
   }
   head = sweep.CLASS_HEAD_PREFIX
-  grouped['class_head'] = [{
-      **x, 'test_accuracy_at_best_step': x[head + sweep.STUDY_TEST]['top1'],
-      sweep.STUDY_TEST_EXACT: x[head + sweep.STUDY_TEST_EXACT],
-      sweep.JPEG_TEST: x[head + sweep.JPEG_TEST]
-  } for x in grouped['vit']]
+  grouped['class_head'] = [
+      dict(x, test_accuracy_at_best_step=x[head + sweep.STUDY_TEST]['top1'],
+           **{k: x[head + k] for k in (sweep.STUDY_TEST_EXACT, sweep.JPEG_TEST)})
+      for x in grouped['vit']
+  ]
   names = {row: described(*planned[0][:2]) for row, planned in rows.items()}
   names['flops_matched_cnn'] += " at the ViT chain's FLOPs"
   names['class_head'] = "the first row's class head alone"
   return by_name, {
-      'headline table': f'{chosen_on(choose_on, seeds)}\n\n'
-                        f'{table(grouped, names)}',
+      'headline table':
+          f'Chosen on the validation accuracy of {_seeds_in_words(choose_on)} '
+          "(each candidate's, summed over them); every row is over "
+          f'{_seeds_in_words(seeds)}.\n\n{table(grouped, names)}',
       'comparisons': comparisons(grouped, names, choose_on)
   }
 

@@ -131,12 +131,11 @@ def reported(workdir: pathlib.Path, seeds: list[int], choose_on: list[int],
   known = lambda seed: not trained or all(
       runs.finished(workdir / r.run_name(*run))
       for run in chain(('vit', vit, EPOCHS, seed)) + [(*cnn, EPOCHS, seed)])
-  return {
-      'vit': at_seeds('vit', vit), 'cnn': at_seeds(*cnn),
-      'no_cnn_vit': at_seeds('vit', no_cnn),
-      'flops_matched_cnn': [(*cnn, flops_matched(workdir, vit, cnn, seed), seed)
-                            for seed in seeds if known(seed)]
-  }
+  matched = lambda seed: (*cnn, flops_matched(workdir, vit, cnn, seed), seed)
+  return dict(
+      vit=at_seeds('vit',
+                   vit), cnn=at_seeds(*cnn), no_cnn_vit=at_seeds('vit', no_cnn),
+      flops_matched_cnn=[matched(seed) for seed in seeds if known(seed)])
 
 
 def evaluations(workdir: pathlib.Path, seeds: list[int],
@@ -214,36 +213,32 @@ def main(argv=None):
       'whose test/ holds the 10,000 test images stage 4 evaluates on.')
   add_seed_flags(parser)
   args = parser.parse_args(argv)
+  workdir, seeds, choose_on = args.workdir, args.seeds, args.choose_on
   if args.stage == 4:
-    due = [
-        (run, name)
-        for run, name in evaluations(args.workdir, args.seeds, args.choose_on)
-        if _due(args.workdir, run, name)
-    ]
+    due = [(run, name) for run, name in evaluations(workdir, seeds, choose_on)
+           if _due(workdir, run, name)]
     # A run finished here, its best state beside its summary, is evaluated.
     here = lambda run: runs.finished(run) and (run / 'best_checkpoint').is_dir()
-    left_out = sorted({
-        r.run_name(*run) for run, _ in due
-        if not here(args.workdir / r.run_name(*run))
-    })
+    left_out = sorted(name for name in {r.run_name(*run) for run, _ in due}
+                      if not here(workdir / name))
     if left_out:
       print(
           f'Left out: {len(left_out)} run{"s" * (len(left_out) != 1)} without '
           'a summary.json and best_checkpoint/ here, unfinished or trained '
           f'elsewhere (one: {left_out[0]}).', file=sys.stderr)
     commands = [
-        evaluation_command(args.workdir / r.run_name(*run), name, args.jpeg,
+        evaluation_command(workdir / r.run_name(*run), name, args.jpeg,
                            args.data_dir) for run, name in due
         if r.run_name(*run) not in left_out
     ]
   else:
     # A finished run, here or gathered from another machine, is not run again.
-    planned = stage_runs(args.stage, args.seeds, args.choose_on, args.workdir)
     commands = [
-        runs.command(args.workdir / r.run_name(*run),
+        runs.command(workdir / r.run_name(*run),
                      f'configs/data_efficient.py:{run[0]}',
-                     run_overrides(args, run)) for run in planned
-        if not runs.finished(args.workdir / r.run_name(*run))
+                     run_overrides(args, run))
+        for run in stage_runs(args.stage, seeds, choose_on, workdir)
+        if not runs.finished(workdir / r.run_name(*run))
     ]
   runs.emit(commands, args.slurm)
 

@@ -136,17 +136,15 @@ def closest(records: list[dict]) -> str:
 
 def plot(records: list[dict], metrics: dict[str, list], path: pathlib.Path):
   """Each model's accuracies by epoch, augmented or not: seeds' mean, range."""
-  plt = plotting.pyplot()
-  fig, axes = plt.subplots(1, len(sweep.MODELS),
-                           figsize=(5 * len(sweep.MODELS), 4), sharey=True)
+  fig, axes = plotting.pyplot().subplots(1, len(sweep.MODELS), sharey=True,
+                                         figsize=(5 * len(sweep.MODELS), 4))
   for ax, model in zip(axes, sweep.MODELS):
-    for choice, label, color in ((model, 'augment', 'tab:blue'),
-                                 (f'{model}_no_augment', 'no augment',
-                                  'tab:orange')):
+    for suffix, label, color in (('', 'augment', 'tab:blue'),
+                                 ('_no_augment', 'no augment', 'tab:orange')):
       for key, style in (('test_accuracy', '-'), ('train_accuracy', '--')):
         curves = 100 * np.asarray(
             [[logged[key] for logged in metrics[_run_name(r)] if key in logged]
-             for r in _of(records, choice)])
+             for r in _of(records, model + suffix)])
         if not len(curves):
           continue
         epochs = np.arange(1, curves.shape[1] + 1)
