@@ -131,11 +131,10 @@ def reported(workdir: pathlib.Path, seeds: list[int], choose_on: list[int],
   known = lambda seed: not trained or all(
       runs.finished(workdir / r.run_name(*run))
       for run in chain(('vit', vit, EPOCHS, seed)) + [(*cnn, EPOCHS, seed)])
-  matched = lambda seed: (*cnn, flops_matched(workdir, vit, cnn, seed), seed)
-  return dict(
-      vit=at_seeds('vit',
-                   vit), cnn=at_seeds(*cnn), no_cnn_vit=at_seeds('vit', no_cnn),
-      flops_matched_cnn=[matched(seed) for seed in seeds if known(seed)])
+  matched = [(*cnn, flops_matched(workdir, vit, cnn, seed), seed)
+             for seed in seeds if known(seed)]
+  return dict(vit=at_seeds('vit', vit), cnn=at_seeds(*cnn),
+              no_cnn_vit=at_seeds('vit', no_cnn), flops_matched_cnn=matched)
 
 
 def evaluations(workdir: pathlib.Path, seeds: list[int],
