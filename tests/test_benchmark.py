@@ -63,7 +63,7 @@ def test_remat_and_scan_flags_reach_the_model_and_compile_time_is_reported():
 @pytest.mark.parametrize('flag,error', [
     ('--steps=0', 'flag --steps=0: 0 is not a positive integer'),
     ('--trace_dir=README.md', 'flag --trace_dir=README.md: a file, not a '
-     'directory: pass a directory (made if missing).'),
+     'directory: pass a directory (made if missing)'),
 ])
 def test_a_bad_flag_is_one_error_line_before_any_work(flag, error):
   out = helpers.run_module('vit_jax.benchmark', flag)

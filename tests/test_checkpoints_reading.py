@@ -2,6 +2,7 @@
 
 import json
 import logging
+import re
 import shutil
 
 import jax
@@ -108,3 +109,10 @@ def test_a_source_is_told_by_its_contents_and_a_missing_one_refused(
       match=(r'holds no checkpoint: pass a vit_jax.main workdir \(or its '
              r'best_checkpoint\), an official .npz')):
     reading.source_kind(tmp_path / 'empty')
+  # A run that kept no best state points to its newest; a URL is not read.
+  for source, error in ((tmp_path / 'best_checkpoint', '(config.keep_best_'
+                         f'checkpoint); pass the run, {tmp_path}, for its '),
+                        ('gs://b/B_16.npz', 'gs://b/B_16.npz does not exist; '
+                         'a URL is never fetched: download the file first')):
+    with pytest.raises(CheckpointError, match=re.escape(error)):
+      reading.source_kind(source)

@@ -125,6 +125,20 @@ def test_a_missing_checkpoint_is_one_line_for_every_reader(
   assert sorted(p.name for p in tmp_path.iterdir()) == []
 
 
+@pytest.mark.parametrize('argument,line', [
+    ('{tmp}', 'unexpected arguments {tmp}; pass a run as --workdir=DIR or a '
+     'checkpoint as --checkpoint=SOURCE.'),
+    ('--num_images=abc', "flag --num_images=abc: invalid literal for int() "
+     "with base 10: 'abc'; --helpshort lists the flags."),
+])
+def test_analyze_answers_a_bad_argument_in_one_line(tmp_path, argument, line):
+  out = helpers.run_module('vit_jax.analyze', argument.format(tmp=tmp_path),
+                           f'--out={tmp_path}/out')
+  error = f'error: {line.format(tmp=tmp_path)}'  # and nothing written
+  assert (out.returncode, out.stderr.splitlines(),
+          list(tmp_path.iterdir())) == (1, [error], [])
+
+
 def test_libraries_info_records_are_left_out_unless_asked_for():
   import logging as python_logging  # pylint: disable=g-import-not-at-top
   from absl import logging  # pylint: disable=g-import-not-at-top

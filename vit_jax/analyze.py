@@ -16,6 +16,7 @@ if __name__ == '__main__':
 
 import json
 import pathlib
+import sys
 
 from absl import app
 from absl import flags
@@ -241,7 +242,8 @@ def draw_attention_distance(out: pathlib.Path, subject: reading.Loaded,
 
 def main(argv):
   if len(argv) > 1:
-    raise app.UsageError(f'Unexpected arguments: {" ".join(argv[1:])}')
+    sys.exit(f'error: unexpected arguments {" ".join(argv[1:])}; pass a run '
+             'as --workdir=DIR or a checkpoint as --checkpoint=SOURCE.')
   # What it wrote is the output; jax's and orbax's progress notes are not,
   # while a warning (a damaged checkpoint skipped) is.
   logging.set_verbosity(logging.WARNING)
@@ -261,4 +263,4 @@ def main(argv):
 
 
 if __name__ == '__main__':
-  app.run(main)
+  app.run(main, flags_parser=command.parse_flags)

@@ -149,10 +149,15 @@ def _safetensors_kind(path: pathlib.Path) -> str:
 def source_kind(source: str | pathlib.Path) -> str:
   """What `source` is, from its contents: WORKDIR, NPZ, TIMM or HF."""
   path = pathlib.Path(source)
+  if not path.exists() and path.name == 'best_checkpoint':
+    raise CheckpointError(
+        f'{path} does not exist: its run kept none (config.'
+        f'keep_best_checkpoint); pass the run, {path.parent}, for its newest.')
   if not path.exists():
-    unkept = (' (its run kept none: config.keep_best_checkpoint)'
-              if path.name == 'best_checkpoint' else '')
-    raise CheckpointError(f'{path} does not exist{unkept}: {SOURCES_HELP}')
+    # A URL's '//' would print as '/': `source` as given.
+    fetched = ('; a URL is never fetched: download the file first'
+               if '://' in str(source) else '')
+    raise CheckpointError(f'{source} does not exist{fetched}: {SOURCES_HELP}')
   if path.is_dir():
     config, _ = files.read_json(path / 'config.json')
     if isinstance(config, dict) and 'model_type' in config:

@@ -71,7 +71,7 @@ def fetch(name: str, cache: pathlib.Path) -> pathlib.Path:
 
 def _download(release: Release, path: pathlib.Path):
   logging.info('Downloading %s (%d MB) to %s.', release.url,
-               release.size // 2**20, path.parent)
+               release.size // 10**6, path.parent)
   digest, received = hashlib.sha256(), 0
   start = shown = time.monotonic()
   try:
@@ -85,8 +85,8 @@ def _download(release: Release, path: pathlib.Path):
           shown = now
           print(
               f'\r  {100 * received / release.size:5.1f}% of '
-              f'{release.size / 2**20:.0f} MB, '
-              f'{received / 2**20 / (now - start):.1f} MB/s', end='',
+              f'{release.size / 10**6:.0f} MB, '
+              f'{received / 10**6 / (now - start):.1f} MB/s', end='',
               file=sys.stderr, flush=True)
       print(file=sys.stderr)
   except OSError as e:  # urllib's URLError too

@@ -65,7 +65,7 @@ def _flag_error(error: flags.Error) -> str:
   """The error line; a config field's value of the wrong kind says its kind."""
   wrong = re.match(r'flag --(config\.[\w.]+)=(.*?): ', str(error))
   if not wrong or wrong[1] not in flags.FLAGS:
-    return f'error: {error}; --helpshort lists the flags.'
+    return f'error: {str(error).rstrip(".")}; --helpshort lists the flags.'
   value = flags.FLAGS[wrong[1]].value
   kind = _KINDS.get(type(value), f'a {type(value).__name__}')
   return (f'error: --{wrong[1]}={wrong[2]}: {wrong[1]} is {kind} (the config: '
