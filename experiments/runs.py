@@ -106,10 +106,16 @@ def emit(commands: list[str], slurm: pathlib.Path | None):
     return
   if not commands:
     sys.exit('error: no unfinished run to write to a SLURM script.')
-  slurm.write_text(f'#!/bin/bash\n#SBATCH --array=1-{len(commands)}\n'
-                   f'cd {shlex.quote(str(REPO))}\n'
-                   'sed -n "${SLURM_ARRAY_TASK_ID}p" <<\'RUNS\' | bash\n' +
-                   '\n'.join(commands) + '\nRUNS\n')
+  # As docs/multi_host.md's job: SIGTERM 2 min before the time limit, and a
+  # run stopped by it (status 75, saved) requeued to resume.
+  slurm.write_text(
+      f'#!/bin/bash\n#SBATCH --array=1-{len(commands)}\n#SBATCH --requeue\n'
+      '#SBATCH --signal=TERM@120\n#SBATCH --open-mode=append\n'
+      f'cd {shlex.quote(str(REPO))}\n'
+      'run=$(sed -n "${SLURM_ARRAY_TASK_ID}p" <<\'RUNS\'\n' +
+      '\n'.join(commands) + '\nRUNS\n)\nsrun bash -c "$run"\nstatus=$?\n'
+      'if [ $status -eq 75 ]; then\n  scontrol requeue '
+      '"${SLURM_ARRAY_JOB_ID}_${SLURM_ARRAY_TASK_ID}"\nfi\nexit $status\n')
   print(f'{slurm}: {len(commands)} runs; sbatch {slurm}')
 
 

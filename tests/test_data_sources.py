@@ -186,6 +186,8 @@ def test_validation_examples_are_never_trained_on_and_the_same_every_seed(
        r'does not train on: lower it, or pass --config.validation_dir=DIR'),
       (dict(validation_examples=96), 'validation_examples=96, but 95 can be '
        'drawn from the training split, which keeps one to train on'),
+      (dict(from_dir, validation_examples=31), 'validation_examples=31, but '
+       f'--config.validation_dir={folder} holds 30 images: lower it'),
       (dict(validation_dir=str(folder / 'class_1'), validation_examples=1),
        r'holds 0 class folders, but the dataset has 10 classes'),
   ]:

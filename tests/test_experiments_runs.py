@@ -118,12 +118,18 @@ def test_a_sweep_prints_vit_jax_main_lines_or_writes_a_slurm_array(tmp_path):
       '--config.model_overrides.guided_blocks=(0, 3)'
   ]
   script = tmp_path / 'array.sh'
-  runs.emit(['echo a', "echo 'b c'"], script)
-  assert '#SBATCH --array=1-2\n' in script.read_text()
-  for task, said in ((1, 'a\n'), (2, 'b c\n')):
-    assert subprocess.run(['bash', script], capture_output=True, text=True,
-                          env={'SLURM_ARRAY_TASK_ID': str(task)},
-                          check=True).stdout == said
+  runs.emit(['echo a', "echo 'b c'", 'echo stopped; exit 75'], script)
+  assert '#SBATCH --array=1-3\n#SBATCH --requeue\n' in script.read_text()
+  # srun runs the line; a run stopped by SIGTERM (75) is requeued.
+  for tool, does in (('srun', 'exec "$@"'), ('scontrol', 'echo scontrol $*')):
+    (tmp_path / tool).write_text(f'#!/bin/sh\n{does}\n')
+    (tmp_path / tool).chmod(0o755)
+  env = {'SLURM_ARRAY_JOB_ID': '7', 'PATH': f'{tmp_path}:/usr/bin:/bin'}
+  for task, said, status in ((1, 'a\n', 0), (2, 'b c\n', 0),
+                             (3, 'stopped\nscontrol requeue 7_3\n', 75)):
+    out = subprocess.run(['bash', script], capture_output=True, text=True,
+                         env=dict(env, SLURM_ARRAY_TASK_ID=str(task)))
+    assert (out.stdout, out.returncode) == (said, status)
   with pytest.raises(SystemExit, match='^error: no unfinished run to write'):
     runs.emit([], script)
   with pytest.raises(

@@ -94,8 +94,13 @@ def _validation_pool(dataset: Dataset, train: Source,
   return _take(dataset.train, left_out), False
 
 
-def _validation_drawn(pool: Source, count: int, available: int) -> np.ndarray:
+def _validation_drawn(pool: Source, count: int, available: int,
+                      folder: str = '') -> np.ndarray:
   """The sorted indices of `count` validation examples drawn from `pool`."""
+  if count > available and folder:
+    raise DatasetError(
+        f'config.validation_examples={count}, but --config.validation_dir='
+        f'{folder} holds {available} images: lower it, or pass a larger one.')
   if count > available:
     where = ('the training split, which keeps one to train on' if available
              < len(pool) else 'the examples the run does not train on')
@@ -118,8 +123,8 @@ def _training_and_validation(dataset: Dataset,
     return train, None
   if config.validation_dir:  # only the images drawn are read and checked
     return train, image_folder.open_split(
-        pathlib.Path(config.validation_dir).expanduser(), dataset,
-        lambda pool: _validation_drawn(pool, count, len(pool)))
+        pathlib.Path(config.validation_dir).expanduser(), dataset, lambda pool:
+        _validation_drawn(pool, count, len(pool), config.validation_dir))
   pool, held_out_of_train = _validation_pool(dataset, train, trained)
   chosen = _validation_drawn(pool, count, len(pool) - held_out_of_train)
   if held_out_of_train:
