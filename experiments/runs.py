@@ -100,9 +100,8 @@ def parser(doc: str, workdir: str, *flags: str) -> argparse.ArgumentParser:
 
 def emit(commands: list[str], slurm: pathlib.Path | None):
   """Prints `commands`, or writes them to `slurm` as a job array."""
-  if slurm is None:
-    for command in commands:  # none: no line, which xargs would run
-      print(command)
+  if slurm is None:  # no command: no line, which xargs would run
+    sys.stdout.writelines(f'{command}\n' for command in commands)
     return
   if not commands:
     sys.exit('error: no unfinished run to write to a SLURM script.')
@@ -111,11 +110,10 @@ def emit(commands: list[str], slurm: pathlib.Path | None):
   slurm.write_text(
       f'#!/bin/bash\n#SBATCH --array=1-{len(commands)}\n#SBATCH --requeue\n'
       '#SBATCH --signal=TERM@120\n#SBATCH --open-mode=append\n'
-      f'cd {shlex.quote(str(REPO))}\n'
-      'run=$(sed -n "${SLURM_ARRAY_TASK_ID}p" <<\'RUNS\'\n' +
-      '\n'.join(commands) + '\nRUNS\n)\nsrun bash -c "$run"\nstatus=$?\n'
-      'if [ $status -eq 75 ]; then\n  scontrol requeue '
-      '"${SLURM_ARRAY_JOB_ID}_${SLURM_ARRAY_TASK_ID}"\nfi\nexit $status\n')
+      f'cd {shlex.quote(str(REPO))}\nrun=$(sed -n "${{SLURM_ARRAY_TASK_ID}}p" '
+      "<<'RUNS'\n" + '\n'.join(commands) + '\nRUNS\n)\nsrun bash -c "$run"\n'
+      'status=$?\nif [ $status -eq 75 ]; then scontrol requeue '
+      '"${SLURM_ARRAY_JOB_ID}_${SLURM_ARRAY_TASK_ID}"; fi\nexit $status\n')
   print(f'{slurm}: {len(commands)} runs; sbatch {slurm}')
 
 

@@ -98,8 +98,8 @@ def test_the_image_folder_walkthrough_trains_from_scratch_and_fine_tunes(
   config = _config('image_folder')
   config.update(data_dir=str(photos), num_epochs=1, warmup_epochs=0,
                 batch_size=8, eval_batch_size=8, cpu_devices=1)
-  summary = train.train_and_evaluate(config, tmp_path / 'scratch')
-  assert summary['steps'] == 3  # 24 images, batches of 8
+  # 24 images, batches of 8.
+  assert train.train_and_evaluate(config, tmp_path / 'scratch')['steps'] == 3
   # A released .npz: another head, a 2x2 patch grid resized to the run's
   # 4x4; 2 of the 12 layers, to compile in seconds.
   released = models.create_model('ViT-Ti_16', 21, num_layers=2)

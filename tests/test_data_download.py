@@ -66,8 +66,8 @@ def test_with_no_data_given_the_release_is_downloaded_once(server, tmp_path):
   assert len(dataset.train) == 10 and len(dataset.test) == 3
   cache = tmp_path / 'cache'
   assert sorted(p.name for p in cache.iterdir()) == ['cifar-10-batches-bin']
-  _, expected = helpers.random_cifar(20, 10,
-                                     seed=1)  # data_batch_2 holds 4 to 7
+  # data_batch_2 holds 4 to 7.
+  _, expected = helpers.random_cifar(20, 10, seed=1)
   np.testing.assert_array_equal(dataset.train.labels[2:4], expected[4:6])
   _open()  # found in the cache: not downloaded again
   assert len(served) == 1

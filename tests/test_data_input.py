@@ -24,8 +24,7 @@ def test_both_inputs_implement_the_declared_interface():
 
 def test_epoch_batches_shuffle_per_epoch_and_are_reproducible():
   first = input_lib.epoch_batches(0, 1, 100, 16)
-  assert first.shape == (6, 16)
-  assert len(np.unique(first)) == 96
+  assert first.shape == (6, 16) and len(np.unique(first)) == 96
   np.testing.assert_array_equal(first, input_lib.epoch_batches(0, 1, 100, 16))
   assert not np.array_equal(first, input_lib.epoch_batches(0, 2, 100, 16))
 

@@ -62,8 +62,7 @@ def test_a_run_evaluates_on_its_configs_cpu_devices_and_overrides(
   config['cpu_devices'] = 3  # its eval batches of 16 do not split over 3
   (workdir / 'config.json').write_text(json.dumps(config))
   out = helpers.run_module('vit_jax.evaluate', f'--checkpoint={workdir}')
-  assert out.returncode == 1
-  assert 'not divisible by the 3 devices' in out.stderr
+  assert out.returncode == 1 and 'not divisible by the 3 devices' in out.stderr
   assert 'Traceback' not in out.stderr
   # An override applies to the run's own config.
   out = helpers.run_module('vit_jax.evaluate', f'--checkpoint={workdir}',

@@ -126,9 +126,8 @@ def test_the_sweeps_stages_and_the_runs_each_reads(capsys):
   distilled = runs_[f'vit_{recipes.recipe_name(recipes.ALL)}_e30_seed2']
   assert distilled['config.distillation_teacher'] == (
       '/w/simple_cnn_study_e30_seed2')
-  assert distilled['config.num_epochs'] == '30'
-  assert distilled['config.seed'] == '2'
-  assert distilled['config.data_dir'] == '/d'
+  assert (distilled['config.num_epochs'], distilled['config.seed'],
+          distilled['config.data_dir']) == ('30', '2', '/d')
   # A longer MAE pre-training is the next budget's; 1,000 epochs has none
   # longer, so its row fine-tunes from its own budget's.
   tuned = runs_['vit_study+locality_guidance+long_mae_e30_seed0']

@@ -281,9 +281,8 @@ def test_a_device_trace_is_summed_by_kind_and_by_part_of_the_model():
   assert [k['kernel'] for k in heaviest][:2] == [_GEMM, _NVJET]
   assert heaviest[0]['args'] == {'hlo_op': 'gemm_fusion_dot.3'}
   kind = {k['kernel']: k['kind'] for k in heaviest}
-  assert kind[_NVJET] == 'matmuls'
-  assert kind[_CUDNN_DOT] == 'attention (cuDNN)'
-  assert kind[_CONV] == 'convolutions'
+  assert (kind[_NVJET], kind[_CUDNN_DOT],
+          kind[_CONV]) == ('matmuls', 'attention (cuDNN)', 'convolutions')
   assert by_part == pytest.approx({
       dense.label: 0.14, hlo_parts.UNNAMED: 0.325, 'optimizer': 0.03,
       norm.label: 0.02, norm_1.label: 0.02, head.label: 0.01

@@ -132,10 +132,9 @@ def test_the_summary_pairs_each_row_with_the_vit_by_seed(tmp_path, capsys):
   summary.main(argv + ['--so_far'])
   assert len(runs.read_json(out / 'results.json')) == 2 * len(FINISHED) + 3
   assert len(runs.history(out)) == 2 * len(FINISHED) + 3
-  assert ('17 runs have finished, of the four stages over five seeds; their '
-          'records are in results.json and metrics.jsonl:\n\n- `simple_cnn_'
-          'study+trivial_augment_e100_seed0`\n') in (out /
-                                                     'README.md').read_text()
+  assert ('17 runs have finished (their records: results.json, metrics.jsonl'
+          '):\n\n- `simple_cnn_study+trivial_augment_e100_seed0`\n') in (
+              out / 'README.md').read_text()
   capsys.readouterr()
   for model, ingredients, epochs, seed in sweep.stage_runs(
       3, [0, 1, 2], [0, 1], workdir):

@@ -124,8 +124,8 @@ def test_held_out_links_what_the_study_leaves_out_and_its_own_copies(tmp_path):
     for i, (image, label) in enumerate(zip(images, labels)):
       folder = tmp_path / 'jpeg' / split / f'class_{label}'
       folder.mkdir(parents=True, exist_ok=True)
-      (folder / f'{i:04d}.jpg').write_bytes(
-          helpers.png(image))  # read by content
+      # Read by content.
+      (folder / f'{i:04d}.jpg').write_bytes(helpers.png(image))
   held_out.main([
       f'--subset={tmp_path / "subset"}', f'--jpeg={tmp_path / "jpeg"}',
       f'--out={tmp_path / "held_out"}', f'--study={tmp_path / "study"}'

@@ -191,9 +191,9 @@ def test_a_second_run_is_refused_and_the_first_killed_mid_epoch_resumes_identica
       f'{winner.pid} on ')
   assert 'Traceback' not in output
 
-  helpers.wait_for_step(winner, run.workdir,
-                        10)  # 5 steps an epoch: checkpoint 8 is
-  winner.send_signal(signal.SIGKILL)  # mid-epoch and mid logging interval
+  # 5 steps an epoch: checkpoint 8 is mid-epoch and mid logging interval.
+  helpers.wait_for_step(winner, run.workdir, 10)
+  winner.send_signal(signal.SIGKILL)
   assert winner.wait() == -signal.SIGKILL
   assert not (run.workdir / 'summary.json').exists()
 

@@ -118,8 +118,8 @@ def test_a_width_no_registered_vit_has_needs_its_heads(tmp_path):
   model, params = helpers.one_block_vit('ViT-Tiny-CIFAR_4', hidden_size=96,
                                         num_heads=6, mlp_dim=64)
   timm.write(tmp_path, params, model, 8)
-  assert_trees_identical(timm.read(tmp_path, None),
-                         params)  # config.json has them
+  # config.json has them.
+  assert_trees_identical(timm.read(tmp_path, None), params)
   with pytest.raises(
       CheckpointError, match='hidden size 96, which no '
       'registered ViT has, and does not say its number of '

@@ -36,8 +36,7 @@ def test_batch_stats_train_only_eval_reads_them_and_bfloat16_is_close(
   assert high.shape == (6, 7) and high.dtype == jnp.float32
   low = model_class(num_classes=7,
                     dtype=jnp.bfloat16).apply(variables, images, train=False)
-  assert low.dtype == jnp.float32
-  assert np.all(np.isfinite(low))
+  assert low.dtype == jnp.float32 and np.all(np.isfinite(low))
   np.testing.assert_allclose(low, high, atol=0.05 * np.abs(high).max())
 
   variables = {'params': variables['params'], **stats}

@@ -209,8 +209,7 @@ def test_tiny_hybrid_forward_pass():
   logits = helpers.compiled(model.apply, {'params': params}, images,
                             train=False)
   assert logits.shape == (2, 10) and logits.dtype == jnp.float32
-  assert np.all(np.isfinite(logits))
-  assert not np.allclose(logits[0], logits[1])
+  assert np.all(np.isfinite(logits)) and not np.allclose(logits[0], logits[1])
 
   low = create_model('R50+ViT-B_16', 10, dtype=jnp.bfloat16, **TINY_HYBRID)
   low = helpers.compiled(low.apply, {'params': params}, images, train=False)

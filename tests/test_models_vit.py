@@ -139,11 +139,9 @@ def test_initialization_follows_the_official_model_and_maps_are_probabilities():
   images = helpers.images(batch=3)
   logits, variables = helpers.compiled(model.init_with_output,
                                        jax.random.key(0), images, train=False)
-  assert logits.shape == (3, 7)
-  assert logits.dtype == jnp.float32
+  assert logits.shape == (3, 7) and logits.dtype == jnp.float32
   params = variables['params']
-  assert not np.any(params['cls'])
-  assert not np.any(params['head']['kernel'])
+  assert not np.any(params['cls']) and not np.any(params['head']['kernel'])
   assert 0.01 < float(np.std(positions(params))) < 0.03
   maps = jax.jit(functools.partial(attention_weights, model))(variables, images)
   assert len(maps) == helpers.SMALL['num_layers']
@@ -178,8 +176,7 @@ def test_bfloat16_compute_with_float32_parameters():
   low, high, einsum = (helpers.compiled(m.apply, {'params': params}, images,
                                         train=False)
                        for m in (bf16, f32, bf16.clone(attention='einsum')))
-  assert low.dtype == jnp.float32
-  assert np.all(np.isfinite(low))
+  assert low.dtype == jnp.float32 and np.all(np.isfinite(low))
   np.testing.assert_allclose(low, high, atol=0.05 * np.abs(high).max())
   # 'auto' attention is einsum on this CPU, bit for bit: the XLA kernel
   # rounds differently in bfloat16.

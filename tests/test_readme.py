@@ -24,8 +24,7 @@ def test_the_use_section_runs_as_written(tmp_path):
   npz.save_npz(names['variables']['params'], checkpoint)
   load = load.replace("'/tmp/w'", repr(str(checkpoint)))
   exec(load, names)  # pylint: disable=exec-used
-  assert names['size'] == 32
-  assert names['logits'].shape == (8, 10)
+  assert names['size'] == 32 and names['logits'].shape == (8, 10)
   assert (jax.tree.structure(
       names['loaded'].variables['params']) == jax.tree.structure(
           names['variables']['params']))

@@ -123,14 +123,12 @@ def test_an_incomplete_or_impossible_set_is_a_clear_error(
 def test_a_job_that_never_gathers_ends_at_a_stop_signal_or_its_join_timeout(
     tmp_path, join_timeout, stop, status, last_line):
   log = tmp_path / 'process_0.log'
-  with log.open('w') as out:  # process 1 never starts
-    process = subprocess.Popen([
-        sys.executable, '-m', 'vit_jax.main', '--config=configs/cifar_small.py',
-        f'--workdir={tmp_path / "run"}', '--num_processes=2', '--process_id=0',
-        f'--coordinator_address=127.0.0.1:{helpers.free_port()}',
-        f'--join_timeout={join_timeout}'
-    ], cwd=helpers.ROOT, env={**os.environ, 'JAX_PLATFORMS': 'cpu'}, stdout=out,
-                               stderr=subprocess.STDOUT)
+  # Process 1 never starts.
+  process = helpers.start_main(
+      'configs/cifar_small.py', tmp_path / 'run', log, '--num_processes=2',
+      '--process_id=0',
+      f'--coordinator_address=127.0.0.1:{helpers.free_port()}',
+      f'--join_timeout={join_timeout}')
   try:
     deadline = time.monotonic() + 60
     while 'Joining the multi-process job' not in log.read_text():

@@ -36,8 +36,7 @@ def test_many_steps_per_call_train_as_one_step_per_call(cifar10_dir, tmp_path,
     train.train_and_evaluate(config, tmp_path / name)
   # To steps 1, 2 (nothing timed yet: the first still in flight), 7 (log),
   # 8 (eval), 13, 14 (log), 16 (checkpoint), 18.
-  assert made['many'] == [1, 1, 5, 1, 5, 1, 2, 2]
-  assert made['split'] == [1] * 18
+  assert (made['many'], made['split']) == ([1, 1, 5, 1, 5, 1, 2, 2], [1] * 18)
   assert helpers.untimed_history(tmp_path / 'many') == helpers.untimed_history(
       tmp_path / 'one')
   jax.tree.map(np.testing.assert_array_equal,

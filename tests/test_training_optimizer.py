@@ -18,8 +18,7 @@ def test_learning_rate_warms_up_then_decays_to_zero():
   config = helpers.tiny_config('', num_epochs=10, warmup_epochs=2)
   schedule = optimizer.create_learning_rate_schedule(config, _plan(config, 5))
   lrs = [float(schedule(step)) for step in range(51)]
-  assert lrs[0] == 0.0
-  assert lrs[10] == pytest.approx(config.learning_rate)
+  assert lrs[0] == 0.0 and lrs[10] == pytest.approx(config.learning_rate)
   assert all(a < b for a, b in zip(lrs[:10], lrs[1:11]))
   assert all(a >= b for a, b in zip(lrs[10:], lrs[11:]))
   assert lrs[50] == pytest.approx(0.0, abs=1e-12)

@@ -117,9 +117,8 @@ def so_far(workdir: pathlib.Path, folder: pathlib.Path, *_) -> tuple:
   found = runs.load_records(workdir, {n: {'recipe': recipe(n)} for n in names},
                             folder / 'results.json', r.record_name)
   return found, {
-      'headline table': f'{len(found)} runs have finished, of the four '
-                        'stages over five seeds; their records are in '
-                        'results.json and metrics.jsonl:\n\n' +
+      'headline table': f'{len(found)} runs have finished (their records: '
+                        'results.json, metrics.jsonl):\n\n' +
                         '\n'.join(f'- `{name}`' for name in found),
       'comparisons': 'The comparisons come when every run has finished.'
   }
