@@ -109,11 +109,14 @@ def emit(commands: list[str], slurm: pathlib.Path | None):
   # run stopped by it (status 75, saved) requeued to resume.
   slurm.write_text(
       f'#!/bin/bash\n#SBATCH --array=1-{len(commands)}\n#SBATCH --requeue\n'
-      '#SBATCH --signal=TERM@120\n#SBATCH --open-mode=append\n'
-      f'cd {shlex.quote(str(REPO))}\nrun=$(sed -n "${{SLURM_ARRAY_TASK_ID}}p" '
-      "<<'RUNS'\n" + '\n'.join(commands) + '\nRUNS\n)\nsrun bash -c "$run"\n'
-      'status=$?\nif [ $status -eq 75 ]; then scontrol requeue '
-      '"${SLURM_ARRAY_JOB_ID}_${SLURM_ARRAY_TASK_ID}"; fi\nexit $status\n')
+      f'#SBATCH --signal=TERM@120\n#SBATCH --open-mode=append\ncd '
+      f'{shlex.quote(str(REPO))} || exit 1\nrun=$(sed -n '
+      '"${SLURM_ARRAY_TASK_ID:-0}p" 2>/dev/null <<\'RUNS\'\n' +
+      '\n'.join(commands) + '\nRUNS\n)\n[ -n "$run" ] || { echo "error: no run '
+      '${SLURM_ARRAY_TASK_ID:-0} in $0: submit it with sbatch." >&2; exit 1; '
+      '}\nsrun bash -c "$run"\nstatus=$?\nif [ $status -eq 75 ]; then\n  '
+      'scontrol requeue "${SLURM_ARRAY_JOB_ID}_${SLURM_ARRAY_TASK_ID}"\nfi\n'
+      'exit $status\n')
   print(f'{slurm}: {len(commands)} runs; sbatch {slurm}')
 
 
@@ -195,14 +198,6 @@ def unplanned(directory: pathlib.Path, fresh: dict, description: dict) -> str:
   """How the finished run in `directory` is not the one planned there, or ''."""
   if steps := read_json(directory / 'config.json').get('total_steps'):
     return f'as it ran config.total_steps={steps}, which no sweep sets'
-  # A student is paired with the teacher of its name here: the one it read.
-  for field, teacher in fresh.get('teachers', {}).items():
-    theirs = directory.parent / pathlib.Path(teacher['workdir']).name
-    here = finished(theirs) and read_json(
-        theirs / 'summary.json').get('finished')
-    if here and teacher.get('finished', here) != here:
-      return (f'as it learned from the {field} {theirs.name} finished at '
-              f'{teacher["finished"]}, not the one here, finished at {here}')
   return next(
       (f'as its {key} is {fresh[key]}, not the {planned} planned'
        for key, planned in description.items() if fresh[key] != planned), '')
@@ -226,6 +221,17 @@ def load_records(workdir: pathlib.Path, planned: dict[str, dict],
                                      if k in earlier and k in fresh):
         fresh['earlier_runs'] = earlier.pop('earlier_runs', []) + [earlier]
       found[name] = fresh
+  # A student stands only beside the teacher it read (the same finishing
+  # time), not one trained again or gathered since.
+  for name, student in list(found.items()):
+    for teacher in student.get('teachers', {}).values():
+      theirs = pathlib.Path(teacher['workdir']).name
+      here = found.get(theirs, {}).get('finished', teacher.get('finished'))
+      if name in found and here != teacher.get('finished', here):
+        print(
+            f'{workdir / name}: left out, as its teacher {theirs} finished '
+            f'at {here}, not {teacher["finished"]}.', file=sys.stderr)
+        del found[name]
   return found
 
 

@@ -113,4 +113,4 @@ def test_a_source_is_told_by_its_contents_and_a_missing_one_refused(
                         ('gs://b/B_16.npz', 'gs://b/B_16.npz does not exist; '
                          'a URL is never fetched: download the file first')):
     with pytest.raises(CheckpointError, match=re.escape(error)):
-      reading.source_kind(source)
+      reading.load(source)

@@ -74,9 +74,12 @@ def test_records_of_the_planned_finished_runs(tmp_path, capsys):
   (tmp_path / 'c' / 'summary.json').write_text(
       json.dumps({'epochs': 30, 'train_seconds': 9, 'finished': '2026-02-01'}))
   assert 'd' not in runs.load_records(tmp_path, planned, results, lambda r: 'b')
-  assert (f'{tmp_path / "d"}: left out, as it learned from the '
-          'distillation_teacher c finished at 2026-01-01T00:00:00, not the one '
-          'here, finished at 2026-02-01;') in capsys.readouterr().err
+  assert (f'{tmp_path / "d"}: left out, as its teacher c finished at '
+          '2026-02-01, not 2026-01-01T00:00:00.') in capsys.readouterr().err
+  # Its record committed earlier is left out alike.
+  results.write_text(json.dumps([runs.record(tmp_path / 'd', {})]))
+  shutil.rmtree(tmp_path / 'd')
+  assert 'd' not in runs.load_records(tmp_path, planned, results, lambda r: 'd')
   results.write_text('[{"name": "a", "se')  # cut off mid-write
   with pytest.raises(
       SystemExit, match=r'^error: .*results.json is not JSON '
@@ -126,7 +129,8 @@ def test_a_sweep_prints_vit_jax_main_lines_or_writes_a_slurm_array(tmp_path):
     (tmp_path / tool).chmod(0o755)
   env = {'SLURM_ARRAY_JOB_ID': '7', 'PATH': f'{tmp_path}:/usr/bin:/bin'}
   for task, said, status in ((1, 'a\n', 0), (2, 'b c\n', 0),
-                             (3, 'stopped\nscontrol requeue 7_3\n', 75)):
+                             (3, 'stopped\nscontrol requeue 7_3\n', 75), (4, '',
+                                                                          1)):
     out = subprocess.run(['bash', script], capture_output=True, text=True,
                          env=dict(env, SLURM_ARRAY_TASK_ID=str(task)))
     assert (out.stdout, out.returncode) == (said, status)

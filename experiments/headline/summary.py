@@ -111,7 +111,7 @@ def comparisons(rows: dict[str, list[dict]], names: dict[str, str],
 
 def so_far(workdir: pathlib.Path, folder: pathlib.Path, *_) -> tuple:
   """The runs finished yet and a list of them, to commit as they land."""
-  names = [path.parent.name for path in sorted(workdir.glob('*/summary.json'))]
+  names = sorted(p.parent.name for p in workdir.glob('*_study*/summary.json'))
   # A name is MODEL_study+INGREDIENTS_eEPOCHS_seedSEED.
   recipe = lambda name: 'study' + name.split('_study')[1].rsplit('_e', 1)[0]
   found = runs.load_records(workdir, {n: {'recipe': recipe(n)} for n in names},

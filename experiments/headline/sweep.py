@@ -44,20 +44,15 @@ def stage_runs(stage: int, seeds: list[int], choose_on: list[int],
 
 
 def _summary(workdir: pathlib.Path, run: tuple) -> dict:
-  path = workdir / r.run_name(*run) / 'summary.json'
-  if not path.exists():
-    sys.exit(f'error: {path} is missing: run stages 1 and 2 first.')
-  return runs.read_json(path)
+  require(workdir, [run], 'runs read', 'run stages 1 and 2 first')
+  return runs.read_json(workdir / r.run_name(*run) / 'summary.json')
 
 
 def require(workdir: pathlib.Path, planned: list[tuple], what: str, fix: str,
             file: str = 'summary.json'):
   """One `error:` line, saying `fix`, when a run of `planned` lacks `file`."""
-  missing = [
-      run for run in planned
-      if not (workdir / r.run_name(*run) / file).exists()
-  ]
-  if missing:
+  absent = lambda run: not (workdir / r.run_name(*run) / file).exists()
+  if missing := list(filter(absent, planned)):
     sys.exit(f'error: {len(missing)} of the {len(planned)} {what} have no '
              f'{file} in {workdir} (one: {r.run_name(*missing[0])}): {fix}.')
 

@@ -149,10 +149,12 @@ def _safetensors_kind(path: pathlib.Path) -> str:
 def source_kind(source: str | pathlib.Path) -> str:
   """What `source` is, from its contents: WORKDIR, NPZ, TIMM or HF."""
   path = pathlib.Path(source)
-  if not path.exists() and path.name == 'best_checkpoint':
+  run = path.parent  # of a best_checkpoint it did not keep
+  if (not path.exists() and path.name == 'best_checkpoint' and
+      (run / 'config.json').exists()):
     raise CheckpointError(
         f'{path} does not exist: its run kept none (config.'
-        f'keep_best_checkpoint); pass the run, {path.parent}, for its newest.')
+        f'keep_best_checkpoint); pass the run, {run}, for its newest.')
   if not path.exists():
     # A URL's '//' would print as '/': `source` as given.
     fetched = ('; a URL is never fetched: download the file first'
@@ -180,7 +182,7 @@ def load_params(source: str | pathlib.Path, step: int | None = None,
                 model_name: str | None = None) -> Any:
   """Any checkpoint's inference parameters; `model_name`: heads if unsaid."""
   path = pathlib.Path(source)
-  kind = source_kind(path)
+  kind = source_kind(source)  # a URL as given
   if kind == WORKDIR:
     return names.inference_params(load_run(path, step).params)
   if step is not None:
@@ -212,7 +214,7 @@ def load(source: str | pathlib.Path, *, model_name: str | None = None,
          step: int | None = None) -> Loaded:
   """Any checkpoint and its model: the config's, `model_name`'s or shapes'."""
   path = pathlib.Path(source)
-  kind = source_kind(path)
+  kind = source_kind(source)  # a URL as given
   if kind == WORKDIR:
     if model_name:
       raise CheckpointError(f'{path} is a run, whose config names its model: '
@@ -238,7 +240,7 @@ def load(source: str | pathlib.Path, *, model_name: str | None = None,
 def trained_pixels(source: str | pathlib.Path) -> tuple[tuple, tuple] | None:
   """The (mean, std) `source` was trained on, without loading its arrays."""
   path = pathlib.Path(source)
-  kind = source_kind(path)
+  kind = source_kind(source)  # a URL as given
   if kind != WORKDIR:
     return (vit_model.RELEASED_PIXELS
             if kind == NPZ else FOLDER_FORMATS[kind].pixels(path))

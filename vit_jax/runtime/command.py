@@ -83,12 +83,14 @@ def parse_flags(argv: list[str]) -> list[str]:
     remaining = flags.FLAGS(argv)
   except Exception as e:  # pylint: disable=broad-except
     # ml_collections lets whatever loading the file raised through.
-    problem = _config_file_problem(e, _config_files(argv))
-    if problem is not None:
+    # A command without --config (analyze) has no config advice to give.
+    configured = 'config' in flags.FLAGS
+    problem = configured and _config_file_problem(e, _config_files(argv))
+    if problem:
       sys.exit(f'error: --config cannot be loaded: {problem}')
     if not isinstance(e, flags.Error):
       raise
-    if (isinstance(e, flags.UnrecognizedFlagError) and
+    if (configured and isinstance(e, flags.UnrecognizedFlagError) and
         e.flagname.startswith('config.')):
       sys.exit(f'error: --{e.flagname} overrides a field of --config: pass '
                '--config=FILE too (e.g. configs/cifar_small.py).')
