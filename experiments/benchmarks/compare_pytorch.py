@@ -88,9 +88,7 @@ def main():
       for name, rs in results.items()
   }
   best_torch = max(v for k, v in medians.items() if k.startswith('PyTorch'))
-  ratios = {
-      k: v / best_torch for k, v in medians.items() if k.startswith('vit_jax')
-  }
+  ratios = {k: v / best_torch for k, v in medians.items() if 'vit_jax' in k}
   pythons = {'vit_jax': sys.executable, 'pytorch': args.torch_python}
   study_step.write_json(
       args.output,

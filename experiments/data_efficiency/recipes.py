@@ -1,6 +1,5 @@
 """The data-efficiency recipes: ingredients, rounds, runs they read, names."""
 
-import functools
 import math
 
 import numpy as np
@@ -275,7 +274,10 @@ def recipe_config(model: str, ingredients: tuple[str, ...], epochs: int):
   return config
 
 
-@functools.cache
+# Training FLOPs per image, by the models' repr: recipes share models.
+_PER_IMAGE = {}
+
+
 def train_flops(model: str, recipe: str, epochs: int,
                 train_examples: int) -> int:
   """A run's training FLOPs as the trainer counts them, from its recipe."""
@@ -291,11 +293,13 @@ def train_flops(model: str, recipe: str, epochs: int,
   teachers = [
       models.from_config(recipe_config(*teacher(ingredients), epochs), 10)
   ] if {'distillation', 'locality_guidance'} & set(ingredients) else []
-  shapes = lambda module: params.variable_shapes(module, config.image_size)
+  if (key := repr((trained, teachers, config.image_size))) not in _PER_IMAGE:
+    shaped = [(module, params.variable_shapes(module, config.image_size))
+              for module in [trained, *teachers]]
+    _PER_IMAGE[key] = flops.train_flops_per_image(*shaped[0], config.image_size,
+                                                  shaped[1:])
   images = epochs * (train_examples // config.batch_size) * config.batch_size
-  return images * flops.train_flops_per_image(
-      trained, shapes(trained), config.image_size, [(cnn, shapes(cnn))
-                                                    for cnn in teachers])
+  return images * _PER_IMAGE[key]
 
 
 def run_name(model: str, ingredients: tuple[str, ...], epochs: int,
