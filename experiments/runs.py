@@ -126,7 +126,7 @@ _SUMMARY_FIELDS = ('chosen_on', 'best_validation_accuracy',
                    'best_test_accuracy', 'test_accuracy_at_best_step',
                    'best_epoch', 'final_validation_accuracy',
                    'final_test_accuracy', 'final_train_accuracy', 'train_flops',
-                   'commit', 'cpu', 'finished', 'teachers')
+                   'commit', 'cpu', 'finished', 'runs_read')
 
 # Fields that tell two runs of one name apart.
 _RUN_IDENTITY = ('finished', 'best_test_accuracy', 'test_accuracy_at_best_step',
@@ -221,16 +221,17 @@ def load_records(workdir: pathlib.Path, planned: dict[str, dict],
                                      if k in earlier and k in fresh):
         fresh['earlier_runs'] = earlier.pop('earlier_runs', []) + [earlier]
       found[name] = fresh
-  # A student stands only beside the teacher it read (the same finishing
-  # time), not one trained again or gathered since.
+  # A run stands only beside the runs it read (its teachers, its
+  # pre-training) as it read them: finished, not trained again since.
   for name, student in list(found.items()):
-    for teacher in student.get('teachers', {}).values():
-      theirs = pathlib.Path(teacher['workdir']).name
-      here = found.get(theirs, {}).get('finished', teacher.get('finished'))
-      if name in found and here != teacher.get('finished', here):
+    for source in student.get('runs_read', {}).values():
+      theirs, read = source['workdir'].split('/')[-1], source.get('finished')
+      here = found.get(theirs, {}).get('finished', read)
+      if name in found and (read is None or here != read):
         print(
-            f'{workdir / name}: left out, as its teacher {theirs} finished '
-            f'at {here}, not {teacher["finished"]}.', file=sys.stderr)
+            f'{workdir / name}: left out, as it read {theirs} ' +
+            (f'finished at {read}, which finished again at {here}.'
+             if read else 'before it finished.'), file=sys.stderr)
         del found[name]
   return found
 

@@ -72,7 +72,16 @@ def test_the_sweep_chooses_on_validation_and_matches_the_chains_flops(
     tmp_path, capsys):
   first = _headline(capsys, tmp_path, 1, '0,1')
   assert len(first) == 6  # a teacher and two pre-trainings per seed
-  second = _headline(capsys, tmp_path, 2, '0')
+  # A run that reads one not finished here (cut short, failed, yet to run)
+  # is left out, saying so.
+  early = _emitted(capsys, tmp_path / 'early', 2, '0')
+  assert re.fullmatch(
+      r'Left out: 3 runs that read a run not finished here \(one: vit_study\S+'
+      r'_seed0, which reads \S+_seed0\)\.\n', early.err)
+  assert len(early.out.splitlines()) == 1 and 'simple_cnn' in early.out
+  for run in sweep.stage_runs(1, [0], [0, 1], tmp_path):
+    _fake_run(tmp_path / 'early', run, 0.7, 1e15)
+  second = _headline(capsys, tmp_path / 'early', 2, '0')
   # Each run of a row chooses on validation; a pre-training holds none out.
   assert [
       '--config.validation_examples=5000' in line and
@@ -113,8 +122,19 @@ def test_the_sweep_chooses_on_validation_and_matches_the_chains_flops(
   _fake_run(tmp_path, ('vit', ('trivial_augment', 'long_mae'), 100, 2), 0.7,
             3e15)
   assert _headline(capsys, tmp_path, 3, '2') == third[1:]
-  seed_3 = (_headline(capsys, tmp_path, 1, '3') +
-            _headline(capsys, tmp_path, 2, '3'))
+  seed_3 = _headline(capsys, tmp_path, 1, '3')
+  for (model, ingredients, epochs), accuracy, flops in CHOSEN[:2]:
+    _fake_run(tmp_path, (model, ingredients, epochs, 3), accuracy, flops)
+  # A seed's controls come as the runs they read finish: the no-CNN ViT after
+  # its pre-training, the FLOPs-matched CNN after the whole chain.
+  assert [
+      line.split(' --workdir=')[1].split()[0]
+      for line in _headline(capsys, tmp_path, 3, '2,3')
+  ] == [
+      f'{tmp_path}/vit_study+trivial_augment+long_mae_e100_seed3',
+      f'{tmp_path}/small_resnet_study+trivial_augment_e550_seed2'
+  ]
+  seed_3 += _headline(capsys, tmp_path, 2, '3')
   assert [line.split(' --workdir=')[1].split()[0] for line in seed_3] == [
       str(tmp_path / recipes.run_name(*run, 3)) for run, _, _ in CHOSEN
   ]

@@ -16,6 +16,7 @@ from experiments.data_efficiency import budgets
 from experiments.data_efficiency import summary as data_efficiency
 from experiments.data_scaling import summary as data_scaling
 from tests import helpers
+from vit_jax.training import provenance
 
 
 def test_records_of_the_planned_finished_runs(tmp_path, capsys):
@@ -68,18 +69,37 @@ def test_records_of_the_planned_finished_runs(tmp_path, capsys):
   # A student whose teacher here was trained again after it read one.
   learned = {'workdir': '/elsewhere/c', 'finished': '2026-01-01T00:00:00'}
   helpers.finished_run(tmp_path / 'd',
-                       teachers={'distillation_teacher': learned})
+                       runs_read={'distillation_teacher': learned})
   planned['d'] = {}
   assert 'd' in runs.load_records(tmp_path, planned, results, lambda r: 'b')
   (tmp_path / 'c' / 'summary.json').write_text(
       json.dumps({'epochs': 30, 'train_seconds': 9, 'finished': '2026-02-01'}))
   assert 'd' not in runs.load_records(tmp_path, planned, results, lambda r: 'b')
-  assert (f'{tmp_path / "d"}: left out, as its teacher c finished at '
-          '2026-02-01, not 2026-01-01T00:00:00.') in capsys.readouterr().err
+  assert (f'{tmp_path / "d"}: left out, as it read c finished at 2026-01-01'
+          'T00:00:00, which finished again at 2026-02-01.'
+         ) in capsys.readouterr().err
   # Its record committed earlier is left out alike.
   results.write_text(json.dumps([runs.record(tmp_path / 'd', {})]))
   shutil.rmtree(tmp_path / 'd')
   assert 'd' not in runs.load_records(tmp_path, planned, results, lambda r: 'd')
+  # A run that read another unfinished.
+  helpers.finished_run(tmp_path / 'e',
+                       runs_read={'init_from': {'workdir': 'a'}})
+  assert 'e' not in runs.load_records(tmp_path, {'e': {}}, results, str)
+  assert 'e: left out, as it read a before it finished.' in capsys.readouterr(
+  ).err
+  # What a run records of the runs it read: a run's summary, none of a file.
+  config = helpers.schema_config(init_from=str(tmp_path / 'c'),
+                                 distillation_teacher=str(tmp_path / 'e'))
+  assert provenance.describe(config)['runs_read'] == {
+      'init_from': {'workdir': str(tmp_path / 'c'), 'finished': '2026-02-01'},
+      'distillation_teacher': {
+          'workdir': str(tmp_path / 'e'), 'checkpoint': 'last',
+          'best_test_accuracy': 0.514
+      }
+  }
+  config.init_from = str(tmp_path / 'c' / 'summary.json')
+  assert 'init_from' not in provenance.describe(config)['runs_read']
   results.write_text('[{"name": "a", "se')  # cut off mid-write
   with pytest.raises(
       SystemExit, match=r'^error: .*results.json is not JSON '

@@ -102,7 +102,7 @@ def test_a_distilled_run_trains_and_evaluates(trained_cnn_run, tmp_path):
     evaluation.evaluate(teacher_workdir, class_head=True)
   # The student's summary names its teacher's run and what it achieved.
   teacher = json.loads((teacher_workdir / 'summary.json').read_text())
-  assert summary['teachers'] == {
+  assert summary['runs_read'] == {
       'distillation_teacher': {
           'workdir': str(teacher_workdir), 'checkpoint': 'last', **{
               k: teacher[k] for k in ('chosen_on', 'best_step', 'best_test_accuracy', 'test_accuracy_at_best_step', 'commit', 'finished')

@@ -31,7 +31,7 @@ def stage_runs(stage: int, seeds: list[int], choose_on: list[int],
                workdir: pathlib.Path) -> list[tuple]:
   """Stage 1's runs (those others read), 2's (the rest) or 3's (controls)."""
   if stage == 3:  # the no-CNN ViT's seeds, then the longer FLOPs-matched CNN's
-    rows = reported(workdir, seeds, choose_on)
+    rows = reported(workdir, seeds, choose_on, trained=True)
     return rows['no_cnn_vit'] + rows['flops_matched_cnn']
   planned = [(*row, EPOCHS, seed) for seed in seeds if seed in choose_on
              for row in CANDIDATES]
@@ -184,6 +184,14 @@ def evaluation_command(run: pathlib.Path, name: str, jpeg: str,
           f'mv {json_file}.tmp {json_file}')
 
 
+def _say_left_out(names: list[str], why: str):
+  """One line on stderr: how many runs are not printed, and why."""
+  if names:
+    print(
+        f'Left out: {len(names)} run{"s" * (len(names) != 1)} {why} (one: '
+        f'{names[0]}).', file=sys.stderr)
+
+
 def add_seed_flags(parser: argparse.ArgumentParser):
   """--seeds, the seeds run, and --choose_on, those choosing the rows."""
   parser.add_argument('--seeds', type=runs.integers, default='0,1,2,3,4')
@@ -215,24 +223,33 @@ def main(argv=None):
     here = lambda run: runs.finished(run) and (run / 'best_checkpoint').is_dir()
     left_out = sorted(name for name in {r.run_name(*run) for run, _ in due}
                       if not here(workdir / name))
-    if left_out:
-      print(
-          f'Left out: {len(left_out)} run{"s" * (len(left_out) != 1)} without '
-          'a summary.json and best_checkpoint/ here, unfinished or trained '
-          f'elsewhere (one: {left_out[0]}).', file=sys.stderr)
+    _say_left_out(
+        left_out, 'without a summary.json and best_checkpoint/ '
+        'here, unfinished or trained elsewhere')
     commands = [
         evaluation_command(workdir / r.run_name(*run), name, args.jpeg,
                            args.data_dir) for run, name in due
         if r.run_name(*run) not in left_out
     ]
   else:
-    # A finished run, here or gathered from another machine, is not run again.
+    # A finished run, here or gathered from another machine, is not run again;
+    # nor one that reads a run cut short, failed or yet to run.
+    due = [
+        run for run in stage_runs(args.stage, seeds, choose_on, workdir)
+        if not runs.finished(workdir / r.run_name(*run))
+    ]
+    unread = {
+        r.run_name(*run): r.run_name(*source) for run in due
+        for source in r.read_by([run])
+        if not runs.finished(workdir / r.run_name(*source))
+    }
+    _say_left_out([f'{run}, which reads {unread[run]}'
+                   for run in unread], 'that read a run not finished here')
     commands = [
         runs.command(workdir / r.run_name(*run),
                      f'configs/data_efficient.py:{run[0]}',
-                     run_overrides(args, run))
-        for run in stage_runs(args.stage, seeds, choose_on, workdir)
-        if not runs.finished(workdir / r.run_name(*run))
+                     run_overrides(args, run)) for run in due
+        if r.run_name(*run) not in unread
     ]
   runs.emit(commands, args.slurm)
 

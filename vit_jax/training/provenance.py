@@ -1,4 +1,4 @@
-"""Where a run's results come from (commit, machine, date, teachers)."""
+"""Where a run's results come from (commit, machine, date, runs read)."""
 
 import contextlib
 import datetime
@@ -7,13 +7,15 @@ import pathlib
 import platform
 import subprocess
 
+from vit_jax.checkpoints import reading
 from vit_jax.runtime import files
 
-_TEACHERS = ('distillation_teacher', 'locality_guidance_teacher')
-# What a student records of each teacher's own summary.
-_OF_TEACHER = ('chosen_on', 'best_step', 'best_validation_accuracy',
-               'best_test_accuracy', 'test_accuracy_at_best_step', 'commit',
-               'finished')
+# The config fields that may name a run this run reads, and what it records
+# of each such run's own summary.
+_RUNS_READ = ('distillation_teacher', 'locality_guidance_teacher', 'init_from')
+_OF_RUN_READ = ('chosen_on', 'best_step', 'best_validation_accuracy',
+                'best_test_accuracy', 'test_accuracy_at_best_step', 'commit',
+                'finished')
 
 
 def _git(*args: str) -> str:
@@ -43,18 +45,18 @@ def cpu() -> str:
 
 def describe(config) -> dict:
   """This run's provenance, as it finishes training."""
-  teachers = {}
-  for field in _TEACHERS:
-    if config[field]:
-      theirs = files.read_json(
-          pathlib.Path(config[field]) / 'summary.json')[0] or {}
-      teachers[field] = {
-          'workdir': str(config[field]),
-          'checkpoint': config.teacher_checkpoint,
-          **{k: theirs[k] for k in _OF_TEACHER if k in theirs}
-      }
+  runs_read = {}
+  for field in _RUNS_READ:
+    run = reading.run_directory(config[field]) if config[field] else None
+    if run is None or not (run / 'config.json').exists():
+      continue  # none, or a released checkpoint
+    theirs = files.read_json(run / 'summary.json')[0] or {}  # {}: unfinished
+    runs_read[field] = {'workdir': str(run)}
+    if 'teacher' in field:
+      runs_read[field]['checkpoint'] = config.teacher_checkpoint
+    runs_read[field].update({k: theirs[k] for k in _OF_RUN_READ if k in theirs})
   return {
       'commit': commit(), 'cpu': cpu(), 'finished': datetime.datetime.now(
           datetime.timezone.utc).isoformat(timespec='seconds'),
-      **({'teachers': teachers} if teachers else {})
+      **({'runs_read': runs_read} if runs_read else {})
   }
