@@ -31,7 +31,7 @@ def stage_runs(stage: int, seeds: list[int], choose_on: list[int],
                workdir: pathlib.Path) -> list[tuple]:
   """Stage 1's runs (those others read), 2's (the rest) or 3's (controls)."""
   if stage == 3:  # the no-CNN ViT's seeds, then the longer FLOPs-matched CNN's
-    rows = reported(workdir, seeds, choose_on, trained=True)
+    rows = reported(workdir, seeds, choose_on)
     return rows['no_cnn_vit'] + rows['flops_matched_cnn']
   planned = [(*row, EPOCHS, seed) for seed in seeds if seed in choose_on
              for row in CANDIDATES]
@@ -117,13 +117,13 @@ def run_overrides(args: argparse.Namespace, run: tuple) -> dict:
   return changes
 
 
-def reported(workdir: pathlib.Path, seeds: list[int], choose_on: list[int],
-             trained: bool = False) -> dict[str, list[tuple]]:
-  """The runs of each row the summary reports; `trained`: those known yet."""
+def reported(workdir: pathlib.Path, seeds: list[int],
+             choose_on: list[int]) -> dict[str, list[tuple]]:
+  """The runs of each row the summary reports, those known yet."""
   vit, cnn, no_cnn = choices(workdir, choose_on)
   at_seeds = lambda *row: [(*row, EPOCHS, seed) for seed in seeds]
   # A FLOPs-matched run's epochs are known once its seed's chains finish.
-  known = lambda seed: not trained or all(
+  known = lambda seed: all(
       runs.finished(workdir / r.run_name(*run))
       for run in chain(('vit', vit, EPOCHS, seed)) + [(*cnn, EPOCHS, seed)])
   matched = [(*cnn, flops_matched(workdir, vit, cnn, seed), seed)
@@ -135,7 +135,7 @@ def reported(workdir: pathlib.Path, seeds: list[int], choose_on: list[int],
 def evaluations(workdir: pathlib.Path, seeds: list[int],
                 choose_on: list[int]) -> list[tuple[tuple, str]]:
   """Stage 4's (run, name): the reported runs on JPEG, then the ViT's head."""
-  rows = reported(workdir, seeds, choose_on, trained=True)
+  rows = reported(workdir, seeds, choose_on)
   every = [run for planned in rows.values() for run in planned]
   return [(run, name) for name in (STUDY_TEST_EXACT, JPEG_TEST) for run in every
          ] + [(run, CLASS_HEAD_PREFIX + name)
@@ -184,14 +184,6 @@ def evaluation_command(run: pathlib.Path, name: str, jpeg: str,
           f'mv {json_file}.tmp {json_file}')
 
 
-def _say_left_out(names: list[str], why: str):
-  """One line on stderr: how many runs are not printed, and why."""
-  if names:
-    print(
-        f'Left out: {len(names)} run{"s" * (len(names) != 1)} {why} (one: '
-        f'{names[0]}).', file=sys.stderr)
-
-
 def add_seed_flags(parser: argparse.ArgumentParser):
   """--seeds, the seeds run, and --choose_on, those choosing the rows."""
   parser.add_argument('--seeds', type=runs.integers, default='0,1,2,3,4')
@@ -216,41 +208,38 @@ def main(argv=None):
   add_seed_flags(parser)
   args = parser.parse_args(argv)
   workdir, seeds, choose_on = args.workdir, args.seeds, args.choose_on
+  folder = lambda run: workdir / r.run_name(*run)
   if args.stage == 4:
     due = [(run, name) for run, name in evaluations(workdir, seeds, choose_on)
            if _due(workdir, run, name)]
     # A run finished here, its best state beside its summary, is evaluated.
-    here = lambda run: runs.finished(run) and (run / 'best_checkpoint').is_dir()
-    left_out = sorted(name for name in {r.run_name(*run) for run, _ in due}
-                      if not here(workdir / name))
-    _say_left_out(
-        left_out, 'without a summary.json and best_checkpoint/ '
-        'here, unfinished or trained elsewhere')
+    here = lambda f: runs.finished(f) and (f / 'best_checkpoint').is_dir()
+    left_out = {folder(run).name: '' for run, _ in due if not here(folder(run))}
+    why = ('without a summary.json and best_checkpoint/ here, unfinished or '
+           'trained elsewhere')
     commands = [
-        evaluation_command(workdir / r.run_name(*run), name, args.jpeg,
-                           args.data_dir) for run, name in due
-        if r.run_name(*run) not in left_out
+        evaluation_command(folder(run), name, args.jpeg, args.data_dir)
+        for run, name in due if folder(run).name not in left_out
     ]
   else:
     # A finished run, here or gathered from another machine, is not run again;
     # nor one that reads a run cut short, failed or yet to run.
-    due = [
-        run for run in stage_runs(args.stage, seeds, choose_on, workdir)
-        if not runs.finished(workdir / r.run_name(*run))
-    ]
-    unread = {
-        r.run_name(*run): r.run_name(*source) for run in due
-        for source in r.read_by([run])
-        if not runs.finished(workdir / r.run_name(*source))
+    planned = stage_runs(args.stage, seeds, choose_on, workdir)
+    due = [run for run in planned if not runs.finished(folder(run))]
+    left_out = {
+        folder(run).name: f', which reads {folder(source).name}' for run in due
+        for source in r.read_by([run]) if not runs.finished(folder(source))
     }
-    _say_left_out([f'{run}, which reads {unread[run]}'
-                   for run in unread], 'that read a run not finished here')
+    why = 'that read a run not finished here'
     commands = [
-        runs.command(workdir / r.run_name(*run),
-                     f'configs/data_efficient.py:{run[0]}',
+        runs.command(folder(run), f'configs/data_efficient.py:{run[0]}',
                      run_overrides(args, run)) for run in due
-        if r.run_name(*run) not in unread
+        if folder(run).name not in left_out
     ]
+  if left_out:
+    one, plural = min(left_out), 's' * (len(left_out) != 1)
+    sys.stderr.write(f'Left out: {len(left_out)} run{plural} {why} (one: {one}'
+                     f'{left_out[one]}).\n')
   runs.emit(commands, args.slurm)
 
 
