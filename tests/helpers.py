@@ -200,13 +200,9 @@ def tiny_config(data_dir, variant='vit', **overrides):
   """The study's config, cut down to seconds: 96 train / 37 test images."""
   config = cifar_small.get_config(variant)
   config.model_overrides = TINY_MODELS[variant]
-  config.data_dir = str(data_dir)
-  config.train_examples_per_file = 0
-  config.test_examples = 0
-  config.batch_size = 16
-  config.eval_batch_size = 16
-  config.num_epochs = 2
-  config.warmup_epochs = 1
+  config.update(data_dir=str(data_dir), train_examples_per_file=0,
+                test_examples=0, batch_size=16, eval_batch_size=16,
+                num_epochs=2, warmup_epochs=1)
   config.update(overrides)
   return config
 

@@ -28,12 +28,11 @@ def _tiny_state():
 def _saved_steps(directory, steps_to_save):
   """RunCheckpoints of a state holding s at each step s, and its shapes."""
   state, sums = _tiny_state()
-  checkpoints = run_checkpoints.RunCheckpoints(directory, keep=5)
-  for step in steps_to_save:
-    state = jax.tree.map(lambda a, s=step: a * 0 + s, state)
-    checkpoints.save(step, state, sums, [{'step': step}],
-                     {'epoch': 1, 'batch': step}, {**_CONFIG, 'step': step})
-  checkpoints.close()
+  with run_checkpoints.RunCheckpoints(directory, keep=5) as checkpoints:
+    for step in steps_to_save:
+      state = jax.tree.map(lambda a, s=step: a * 0 + s, state)
+      checkpoints.save(step, state, sums, [{'step': step}],
+                       {'epoch': 1, 'batch': step}, {**_CONFIG, 'step': step})
   return run_checkpoints.RunCheckpoints(directory, keep=5), jax.tree.map(
       lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=a.sharding),
       (state, sums))
@@ -222,16 +221,13 @@ for saved, restored_onto in (('fsdp', 'replicated'), ('replicated', 'fsdp')):
   shardings = sharding.state_shardings(shapes, meshes[saved])
   state = jax.tree.map(sharding.replicate, values, shardings)
   sums = steps.zero_sums(sharding.replicated(meshes[saved]))
-  checkpoints = run_checkpoints.RunCheckpoints(directory, keep=2)
-  checkpoints.save(1, state, sums, [{'step': 1}], {'epoch': 1, 'batch': 1},
-                   {})
-  checkpoints.close()
+  with run_checkpoints.RunCheckpoints(directory, keep=2) as checkpoints:
+    checkpoints.save(1, state, sums, [{'step': 1}], {'epoch': 1, 'batch': 1},
+                     {})
   target = sharding.state_shardings(shapes, meshes[restored_onto])
+  onto = jax.tree.map(lambda s, t: s.update(sharding=t), shapes, target)
   restored = run_checkpoints.RunCheckpoints(directory, keep=2).restore_latest(
-      jax.tree.map(lambda s, t: jax.ShapeDtypeStruct(s.shape, s.dtype,
-                                                     sharding=t),
-                   shapes, target),
-      steps.sum_shapes(sharding.replicated(meshes[restored_onto])))
+      onto, steps.sum_shapes(sharding.replicated(meshes[restored_onto])))
   as_saved = run_checkpoints.RunCheckpoints(directory).restore_latest()
   assert state['kernel'].sharding.is_fully_replicated == (saved != 'fsdp')
   for k in values:

@@ -22,11 +22,10 @@ TEST_SPLIT = helpers.random_cifar(13, 10, 2)
 
 
 def _array_input(train_split, **overrides):
-  config = helpers.tiny_config(
-      '', **{
-          'seed': 3, 'batch_size': 8, 'eval_batch_size': 8, 'augment': False,
-          'input_pipeline': 'streaming', 'input_workers': 0, **overrides
-      })
+  config = helpers.tiny_config('', seed=3, batch_size=8, eval_batch_size=8,
+                               augment=False, input_pipeline='streaming',
+                               input_workers=0)
+  config.update(overrides)
   dataset = sources.Dataset(sources.ArraySource(*train_split),
                             sources.ArraySource(*TEST_SPLIT), 10)
   return streaming.StreamingInput(dataset, config, sharding.make_mesh())

@@ -176,10 +176,8 @@ def _seeds(model, recipe, accuracies, epochs=30):
   } for seed, accuracy in enumerate(accuracies)]
 
 
-CNNS = [
-    *_seeds('small_resnet', 'study', [0.71]),
-    *_seeds('simple_cnn', 'study', [0.66])
-]
+CNNS = (_seeds('small_resnet', 'study', [0.71]) +
+        _seeds('simple_cnn', 'study', [0.66]))
 
 # Two budgets, several ViT recipes.
 BUDGETS = [

@@ -31,16 +31,14 @@ CHOSEN = [FINISHED[i] for i in (0, 2, 6)]
 def _fake_run(workdir, run, validation, flops, test=0.5):
   """A finished run of 10 minutes, one evaluation logged, its best state."""
   model, _, epochs, seed = run
-  helpers.finished_run(workdir / recipes.run_name(*run), seed, model,
+  directory = workdir / recipes.run_name(*run)
+  helpers.finished_run(directory, seed, model,
                        best_validation_accuracy=validation, train_flops=flops,
                        test_accuracy_at_best_step=test, epochs=epochs,
                        best_step=9, train_seconds=600)
-  (workdir / recipes.run_name(*run) / 'best_checkpoint' /
-   '9').mkdir(parents=True)
-  (workdir / recipes.run_name(*run) / 'metrics.jsonl').write_text(
-      json.dumps({
-          'step': 9, 'validation_accuracy': validation, 'train_seconds': 600
-      }) + '\n')
+  (directory / 'best_checkpoint' / '9').mkdir(parents=True)
+  logged = dict(step=9, validation_accuracy=validation, train_seconds=600)
+  (directory / 'metrics.jsonl').write_text(json.dumps(logged) + '\n')
 
 
 def _stages_1_and_2(workdir):
@@ -199,11 +197,9 @@ def test_the_summary_pairs_each_row_with_the_vit_by_seed(tmp_path, capsys):
                       class_head_test_1000_exact=test - 0.11,
                       class_head_test_10000=test - 0.019)
       for name, top1 in scored.items():
+        examples = 10000 if name.endswith('10000') else 1000
         (directory / f'{name}.json').write_text(
-            json.dumps({
-                'top1': top1, 'step': 9,
-                'examples': 10000 if name.endswith('10000') else 1000
-            }))
+            json.dumps({'top1': top1, 'step': 9, 'examples': examples}))
   # Done at each run's best step: stage 4 has nothing left but one whose
   # best step moved.
   assert _headline(capsys, workdir, 4, '0,1,2') == []

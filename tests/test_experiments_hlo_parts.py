@@ -3,7 +3,6 @@
 import gzip
 import json
 import os
-import subprocess
 import sys
 
 import flax.linen as nn
@@ -189,12 +188,10 @@ def test_real_cpu_traces_are_summed_by_part_of_the_model(
   def summed(model: str) -> str:
     """`profile_step.py`'s tables of `model`'s traced step, one device."""
     trace_dir = tmp_path / model
-    subprocess.run(
-        [
-            sys.executable, '-m', 'vit_jax.benchmark', f'--model={model}',
-            '--batch_size=8', '--steps=1', '--cpu_devices=1',
-            f'--trace_dir={trace_dir}', '--trace_steps=1'
-        ], cwd=helpers.ROOT, capture_output=True, check=True,
+    helpers.run_module(
+        'vit_jax.benchmark', f'--model={model}', '--batch_size=8', '--steps=1',
+        '--cpu_devices=1', f'--trace_dir={trace_dir}', '--trace_steps=1',
+        check=True,
         env={**os.environ, 'XLA_FLAGS': '--xla_cpu_enable_xprof_traceme=true'})
     monkeypatch.setattr(
         sys, 'argv',

@@ -26,8 +26,7 @@ TINY_CNN_STAGES = (4, 8, 8)
 
 
 def test_imitation_is_the_mean_squared_error_on_the_larger_grid():
-  ours, theirs = helpers.normal((2, 4, 4, 3), 0), helpers.normal((2, 4, 4, 3),
-                                                                 1)
+  ours, theirs = (helpers.normal((2, 4, 4, 3), seed) for seed in (0, 1))
   np.testing.assert_allclose(
       locality_guidance.imitation([ours], [theirs]),
       np.mean(np.square(np.asarray(ours) - np.asarray(theirs)), axis=(1, 2, 3)),
@@ -79,9 +78,8 @@ def _guided_config(data_dir, teacher_workdir, distilled=False, **overrides):
   config = helpers.tiny_config(data_dir, num_epochs=1, warmup_epochs=0,
                                locality_guidance_teacher=str(teacher_workdir),
                                **overrides)
-  config.model_overrides.num_layers = 3
-  config.model_overrides.guided_blocks = (0, 1, 2)
-  config.model_overrides.guidance_widths = TINY_CNN_STAGES
+  config.model_overrides.update(num_layers=3, guided_blocks=(0, 1, 2),
+                                guidance_widths=TINY_CNN_STAGES)
   if distilled:
     config.distillation_teacher = str(teacher_workdir)
     config.model_overrides.distillation_token = True

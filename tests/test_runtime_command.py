@@ -77,14 +77,13 @@ def test_a_config_that_cannot_load_is_one_line_for_every_command(
     (tmp_path / name).write_text(text)
   fill = lambda text: text.format(tmp=tmp_path)
   # First an override without --config: ml_collections defines none yet.
-  argvs = [[command, '--config.seed=3',
-            fill(target)]
-          ] + [[command, f'--config={fill(config)}', *overrides,
-                fill(target)] for _, config, overrides, _ in _UNLOADABLE]
+  target = fill(target)
+  argvs = [[command, '--config.seed=3', target]
+          ] + [[command, f'--config={fill(config)}', *overrides, target]
+               for _, config, overrides, _ in _UNLOADABLE]
   # A run's config.json loads, JSON's true included, and takes overrides.
   argvs.append([
-      command, f'--config={tmp_path}/run.json', '--config.seed=3',
-      fill(target)
+      command, f'--config={tmp_path}/run.json', '--config.seed=3', target
   ])
   out = subprocess.run([
       sys.executable, '-c',

@@ -49,21 +49,19 @@ _OPEN_MPI = {'OMPI_MCA_orte_hnp_uri': '1.0;tcp://10.0.0.1:5'}
         ({}, None),  # a plain single machine
         ({**_SLURM_STEP, 'SLURM_NTASKS': '1', 'SLURM_STEP_NUM_TASKS': '1'
          }, None),
-        (
-            {
-                k: v for k, v in _SLURM_STEP.items()  # the sbatch script itself
-                if k not in ('SLURM_STEP_NODELIST', 'SLURM_STEP_NUM_TASKS')
-            },
-            None),
+        # The sbatch script itself.
+        ({
+            k: v for k, v in _SLURM_STEP.items()
+            if k not in ('SLURM_STEP_NODELIST', 'SLURM_STEP_NUM_TASKS')
+        }, None),
         (_SLURM_STEP, {}),  # srun: jax detects it all
         ({**_OPEN_MPI, 'OMPI_COMM_WORLD_SIZE': '4'}, {}),
         ({**_OPEN_MPI, 'OMPI_COMM_WORLD_SIZE': '1'}, None),
         ({'TPU_WORKER_HOSTNAMES': 'w-0,w-1,w-2,w-3', 'TPU_WORKER_ID': '2'}, {}),
         ({'TPU_WORKER_HOSTNAMES': 'w-0', 'TPU_WORKER_ID': '0'}, None),
-        ({
-            'JAX_COORDINATOR_ADDRESS': 'h:1234', 'JAX_NUM_PROCESSES': '2',
-            'JAX_PROCESS_ID': '1'
-        }, dict(coordinator_address='h:1234', num_processes=2, process_id=1)),
+        (dict(JAX_COORDINATOR_ADDRESS='h:1234', JAX_NUM_PROCESSES='2',
+              JAX_PROCESS_ID='1'),
+         dict(coordinator_address='h:1234', num_processes=2, process_id=1)),
     ])
 def test_initializes_only_when_the_environment_is_a_multi_process_job(
     environ, expected):
@@ -74,10 +72,8 @@ def test_flags_win_and_a_single_machine_joins_no_job(monkeypatch):
   flags = dict(coordinator_address='10.0.0.1:8476', num_processes=4,
                process_id=3)
   assert distributed.distributed_args(**flags, environ={}) == flags
-  assert distributed.distributed_args(
-      **flags,
-      environ={'JAX_COORDINATOR_ADDRESS': 'other:1',
-               'JAX_PROCESS_ID': '0'}) == flags
+  other = {'JAX_COORDINATOR_ADDRESS': 'other:1', 'JAX_PROCESS_ID': '0'}
+  assert distributed.distributed_args(**flags, environ=other) == flags
   # Inside SLURM a flag overrides what jax would detect, the rest is detected.
   address = dict(coordinator_address='node01:9999')
   assert distributed.distributed_args(**address, environ=_SLURM_STEP) == address

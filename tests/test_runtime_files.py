@@ -104,13 +104,11 @@ def test_files_replaced_together_are_all_new_or_all_as_they_were(tmp_path):
     files.replace_together({
         paths[0]: lambda p: p.write_text('new'), paths[1]: fail
     })
-  assert sorted(p.name
-                for p in tmp_path.iterdir()) == ['README.md', 'results.json']
+  assert sorted(tmp_path.iterdir()) == sorted(paths)
   assert [p.read_text() for p in paths] == ['old', 'old']
   files.replace_together({path: lambda p: p.write_text('new') for path in paths})
   assert [p.read_text() for p in paths] == ['new', 'new']
-  assert sorted(p.name
-                for p in tmp_path.iterdir()) == ['README.md', 'results.json']
+  assert sorted(tmp_path.iterdir()) == sorted(paths)
 
 
 _STOPPED_AS_THE_FOLDER_IS_MADE = '''

@@ -43,10 +43,8 @@ def test_a_workdir_created_for_nothing_is_removed_and_others_are_kept(tmp_path):
 def _lock_of_another_host(workdir, renewed_seconds_ago):
   workdir.mkdir()
   lock = workdir / 'lock'
-  lock.write_text(
-      json.dumps({
-          'host': 'elsewhere', 'pid': 7, 'since': '2026-11-25T08:00:00+00:00'
-      }))
+  holder = dict(host='elsewhere', pid=7, since='2026-11-25T08:00:00+00:00')
+  lock.write_text(json.dumps(holder))
   renewed = time.time() - renewed_seconds_ago
   os.utime(lock, (renewed, renewed))
 

@@ -40,9 +40,9 @@ def test_a_resumed_run_rewrites_both_from_the_checkpointed_history(tmp_path):
   for step in (10, 20, 30):
     writer.write({'step': step, 'train_loss': 1.0})
   writer.close()
-  (tmp_path / 'tensorboard' / 'analysis').mkdir()
-  (tmp_path / 'tensorboard' / 'analysis' /
-   'events.out.tfevents.x').write_text('figures')
+  figures = tmp_path / 'tensorboard' / 'analysis' / 'events.out.tfevents.x'
+  figures.parent.mkdir()
+  figures.write_text('figures')
   # The run died after logging step 30 but before checkpointing it.
   writer = MetricWriter(tmp_path, history=[{'step': 10}, {'step': 20}])
   writer.write({'step': 30, 'again': True})
@@ -51,5 +51,4 @@ def test_a_resumed_run_rewrites_both_from_the_checkpointed_history(tmp_path):
                                        {'step': 30, 'again': True}]
   events = list((tmp_path / 'tensorboard' / 'training').glob('events.out.*'))
   assert len(events) == 1 and events[0].stat().st_size > 0
-  assert (tmp_path / 'tensorboard' / 'analysis' /
-          'events.out.tfevents.x').read_text() == 'figures'
+  assert figures.read_text() == 'figures'
