@@ -115,8 +115,7 @@ def model_parts(hlo_text: str) -> dict[str, Part]:
         # A copy, a transpose or a cast XLA added: the part whose result it
         # moves (an operand defined before it).
         operands = _OPERAND.findall(text.split('), ')[0])
-        operand = next((o for o in operands if o in parts), None)
-        if operand is None:
+        if (operand := next((o for o in operands if o in parts), None)) is None:
           continue
         described = parts[operand]._replace(operations=(f'moves {operand}',))
       parts[name] = parts[re.sub(r'[.-]', '_', name)] = described

@@ -144,8 +144,7 @@ def device_profile(
     events: list[dict], steps: int, parts: dict[str, hlo_parts.Part],
     top: int = 25) -> tuple[dict[str, float], dict[str, float], list[dict]]:
   """Kernel ms per step by kind and by part, and the `top` kernels."""
-  kernels = _device_kernels(events)
-  if not kernels:
+  if not (kernels := _device_kernels(events)):
     return {}, {}, []
   by_name, timed, described = collections.Counter(), [], {}
   computes = collections.defaultdict(collections.Counter)  # by part's label
@@ -168,10 +167,9 @@ def device_profile(
         f' (and {len(others)} more)' if others else '')
   kinds, by_part = _per_step(timed, DEVICE_KINDS, kernels, steps,
                              'kernels, summed', 'wall, first kernel to last')
-  heaviest = [{
+  return kinds, by_part, [{
       'kernel': name, 'ms_per_step': us / 1e3 / steps, **described[name]
   } for name, us in by_name.most_common(top)]
-  return kinds, by_part, heaviest
 
 
 def tables(kinds: dict[str, float], by_part: dict[str, float] | str | None,
@@ -192,13 +190,12 @@ def tables(kinds: dict[str, float], by_part: dict[str, float] | str | None,
               'names the flax module and pass (encoder blocks summed):', '',
               runs.markdown_table(['part of the model', unit], rows))
   if heaviest:
-    lines += [
-        '', 'The heaviest kernels:', '',
-        runs.markdown_table(['kernel', 'kind', 'computes', unit], [[
-            f'`{k["kernel"][:80]}`', k['kind'],
-            k.get('computes', ''), f'{k["ms_per_step"]:,.2f}'
-        ] for k in heaviest[:top]])
-    ]
+    rows = [[
+        f'`{k["kernel"][:80]}`', k['kind'],
+        k.get('computes', ''), f'{k["ms_per_step"]:,.2f}'
+    ] for k in heaviest[:top]]
+    lines += ('', 'The heaviest kernels:', '',
+              runs.markdown_table(['kernel', 'kind', 'computes', unit], rows))
   return lines
 
 
@@ -211,8 +208,7 @@ def main():
       '--trace_dir', type=pathlib.Path, required=True, help='Sum the trace '
       '`vit_jax.benchmark --trace_dir` wrote there (any model, CPU or GPU).')
   args = parser.parse_args()
-  events = trace_events(args.trace_dir)
-  if not events:
+  if not (events := trace_events(args.trace_dir)):
     raise SystemExit(
         f'error: {args.trace_dir} holds no trace: write one with '
         f'python -m vit_jax.benchmark --trace_dir={args.trace_dir}.')

@@ -182,8 +182,7 @@ class TimmWorker:
       print(json.dumps(request), file=self.process.stdin, flush=True)
 
   def receive(self) -> dict:
-    line = self.process.stdout.readline()
-    if not line:
+    if not (line := self.process.stdout.readline()):
       raise WorkerError(f'the timm worker ended (exit status '
                         f'{self.process.wait()}); its output is above.')
     answer = json.loads(line)

@@ -37,9 +37,8 @@ def plot(records: list[dict], path: pathlib.Path):
            ('simple_cnn', 'SimpleCNN, best recipe', 'tab:red', '^'),
            ('small_resnet', 'SmallResNet, best recipe', 'tab:green', 'v'))
   for key, label, color, marker in lines:
-    budgets = [epochs for epochs in rows if key in rows[epochs]]
-    if not budgets:  # no runs yet: no legend entry either
-      continue
+    if not (budgets := [epochs for epochs in rows if key in rows[epochs]]):
+      continue  # no runs yet: no legend entry either
     scores = [recipes.accuracies(rows[epochs][key][1]) for epochs in budgets]
     # Each row's mean and sample std over seeds (0 for one seed).
     ax.errorbar(budgets, [s.mean() for s in scores],

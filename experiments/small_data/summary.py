@@ -127,10 +127,9 @@ def closest(records: list[dict]) -> str:
     interval = f' (± {half:.1f}, 95% interval)' if np.isfinite(half) else ''
     lines.append(
         f'- {runs.NAMES[model]}: {_described(group[0]["choice"])} (batch '
-        f'{group[0]["batch_size"]}, {len(group)} '
-        f'seed{"s" * (len(group) > 1)}): validation {validation}, test '
-        f'{test}: {gap:+.1f} points from the study\'s '
-        f'{100 * STUDY[model][0]:.1f}{interval}.')
+        f'{group[0]["batch_size"]}, {len(group)} seed{"s" * (len(group) > 1)}):'
+        f' validation {validation}, test {test}: {gap:+.1f} points from the '
+        f'study\'s {100 * STUDY[model][0]:.1f}{interval}.')
   return '\n'.join(lines)
 
 
