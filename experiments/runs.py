@@ -231,7 +231,7 @@ def load_records(workdir: pathlib.Path, planned: dict[str, dict],
         print(
             f'{workdir / name}: left out, as it read {theirs} ' +
             (f'finished at {read}, which finished again at {here}.'
-             if read else 'before it finished.'), file=sys.stderr)
+             if read else f'before {theirs} finished.'), file=sys.stderr)
         del found[name]
   return found
 

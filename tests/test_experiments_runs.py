@@ -86,20 +86,26 @@ def test_records_of_the_planned_finished_runs(tmp_path, capsys):
   helpers.finished_run(tmp_path / 'e',
                        runs_read={'init_from': {'workdir': 'a'}})
   assert 'e' not in runs.load_records(tmp_path, {'e': {}}, results, str)
-  assert 'e: left out, as it read a before it finished.' in capsys.readouterr(
+  assert 'e: left out, as it read a before a finished.' in capsys.readouterr(
   ).err
   # What a run records of the runs it read: a run's summary, none of a file.
-  config = helpers.schema_config(init_from=str(tmp_path / 'c'),
-                                 distillation_teacher=str(tmp_path / 'e'))
+  for kept in ('best_checkpoint', 'checkpoints'):
+    (tmp_path / 'e' / kept).mkdir()
+  config = helpers.schema_config(
+      init_from=str(tmp_path / 'c'),
+      distillation_teacher=str(tmp_path / 'e' / 'best_checkpoint'))
   assert provenance.describe(config)['runs_read'] == {
       'init_from': {'workdir': str(tmp_path / 'c'), 'finished': '2026-02-01'},
       'distillation_teacher': {
-          'workdir': str(tmp_path / 'e'), 'checkpoint': 'last',
+          'workdir': str(tmp_path / 'e'), 'checkpoint': 'best',
           'best_test_accuracy': 0.514
       }
   }
-  config.init_from = str(tmp_path / 'c' / 'summary.json')
-  assert 'init_from' not in provenance.describe(config)['runs_read']
+  (tmp_path / 'hf').mkdir()
+  (tmp_path / 'hf' / 'config.json').write_text('{"model_type": "vit"}')
+  for released in (tmp_path / 'c' / 'summary.json', tmp_path / 'hf'):
+    config.init_from = str(released)
+    assert 'init_from' not in provenance.describe(config)['runs_read']
   results.write_text('[{"name": "a", "se')  # cut off mid-write
   with pytest.raises(
       SystemExit, match=r'^error: .*results.json is not JSON '

@@ -7,7 +7,7 @@ import pathlib
 import platform
 import subprocess
 
-from vit_jax.checkpoints import reading
+from vit_jax import errors
 from vit_jax.runtime import files
 
 # The config fields that may name a run this run reads, and what it records
@@ -43,17 +43,28 @@ def cpu() -> str:
   return f'{model}, {os.cpu_count()} cores'
 
 
+def _run_read(source: str) -> pathlib.Path | None:
+  """The workdir of `source` if it names a run, not a released checkpoint."""
+  # Here, not at the top: the timm worker's Python, which has no jax, imports
+  # this module.
+  from vit_jax.checkpoints import reading  # pylint: disable=g-import-not-at-top
+  with contextlib.suppress(errors.CheckpointError):  # moved since it was read
+    if source and reading.source_kind(source) == reading.WORKDIR:
+      return reading.run_directory(source)
+  return None
+
+
 def describe(config) -> dict:
   """This run's provenance, as it finishes training."""
   runs_read = {}
   for field in _RUNS_READ:
-    run = reading.run_directory(config[field]) if config[field] else None
-    if run is None or not (run / 'config.json').exists():
-      continue  # none, or a released checkpoint
+    if (run := _run_read(config[field])) is None:
+      continue
     theirs = files.read_json(run / 'summary.json')[0] or {}  # {}: unfinished
     runs_read[field] = {'workdir': str(run)}
     if 'teacher' in field:
-      runs_read[field]['checkpoint'] = config.teacher_checkpoint
+      runs_read[field]['checkpoint'] = ('best' if run != pathlib.Path(
+          config[field]) else config.teacher_checkpoint)
     runs_read[field].update({k: theirs[k] for k in _OF_RUN_READ if k in theirs})
   return {
       'commit': commit(), 'cpu': cpu(), 'finished': datetime.datetime.now(
