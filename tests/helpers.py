@@ -320,8 +320,7 @@ def run_module(module: str, *args, check=False, **kwargs):
 
 
 def interrupted(module: str, *args, ready=None) -> str:
-  """The stderr of `python -m module *args`, sent Ctrl-C once `ready()`
-  holds, else once it writes a line there; its exit status 130 asserted."""
+  """`python -m module`'s stderr, Ctrl-C at `ready()` or its first line; 130."""
   process = subprocess.Popen([sys.executable, '-m', module, *map(str, args)],
                              cwd=ROOT, stdout=subprocess.DEVNULL,
                              stderr=subprocess.PIPE, text=True)
@@ -346,8 +345,7 @@ def start_main(config_file, workdir, log_path, *flags, new_session=False):
 
 
 def wait_until(condition, timeout: float = 60, process=None):
-  """Returns once `condition()` holds; fails once `process` (if given) has
-  ended, or after `timeout` seconds."""
+  """Waits for `condition()`; fails once `process` has ended or at `timeout`."""
   deadline = time.monotonic() + timeout
   while not condition():
     assert process is None or process.poll() is None, 'the process ended'
@@ -417,8 +415,7 @@ def normal(shape, seed: int = 0):
 
 
 def randomized(params, seed: int = 0):
-  """`params` (or their shapes) drawn in numpy as 0.3 N(0, 1), plus 1 for
-  vectors: nothing is zero, so a swap or transpose of two arrays shows."""
+  """`params` or shapes as 0.3 N(0, 1), +1 for vectors: no zero hides a swap."""
   import jax  # pylint: disable=g-import-not-at-top
   import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
   rng = np.random.default_rng(seed)
@@ -477,8 +474,7 @@ def param_shapes(model, inputs) -> dict:
 
 
 def random_cnn_variables(module, images, seed: int = 0) -> dict:
-  """A CNN's variables drawn in numpy: kernels N(0, 1 / fan-in), BatchNorm
-  variances U(0.5, 1.5), every other vector N(0, 1)."""
+  """Kernels N(0, 1/fan-in), BatchNorm variances U(.5, 1.5), others N(0, 1)."""
   import jax  # pylint: disable=g-import-not-at-top
   import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
   rng = np.random.default_rng(seed)

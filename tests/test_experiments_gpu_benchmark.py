@@ -389,3 +389,13 @@ def test_the_timeline_of_a_run_says_where_its_seconds_went(tmp_path):
       '| 1 | 1.500 | 1.000 | 0.200 | 0.000 | 0.000 | 0.300 |',
       '| 2 | 1.500 | 1.000 | 0.200 | 0.000 | 0.000 | 0.300 |'
   ]
+
+
+def test_the_timm_worker_imports_in_a_python_without_jax(tmp_path):
+  """Its Python has torch and timm, not this project's libraries."""
+  for name in ('jax', 'flax', 'orbax'):
+    (tmp_path / name).mkdir()
+    (tmp_path / name / '__init__.py').write_text('raise ImportError')
+  subprocess.run(
+      [sys.executable, '-c', 'import experiments.benchmarks.timm_worker'],
+      cwd=helpers.ROOT, check=True, env={'PYTHONPATH': str(tmp_path)})
