@@ -119,7 +119,7 @@ def run_overrides(args: argparse.Namespace, run: tuple) -> dict:
 
 def reported(workdir: pathlib.Path, seeds: list[int],
              choose_on: list[int]) -> dict[str, list[tuple]]:
-  """The runs of each row the summary reports, those known yet."""
+  """Each row's runs; a FLOPs-matched CNN's once its seed's chains finished."""
   vit, cnn, no_cnn = choices(workdir, choose_on)
   at_seeds = lambda *row: [(*row, EPOCHS, seed) for seed in seeds]
   # A FLOPs-matched run's epochs are known once its seed's chains finish.
