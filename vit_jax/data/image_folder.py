@@ -234,8 +234,7 @@ def _listed(names: list[str]) -> str:
 def open_image_folder(
     data_dir: pathlib.Path,
     cut: Callable[[Dataset], Dataset] = lambda dataset: dataset) -> Dataset:
-  """The images under `data_dir/{train,test}/<class>/`, class by class, cut by
-  `cut`; only the images the cut splits read are checked."""
+  """The images of `data_dir/{train,test}/<class>/` that `cut` keeps."""
   if not (data_dir / 'train').is_dir() and not (data_dir / 'test').is_dir():
     raise DatasetError(
         f'No image folder found in {data_dir}: expected '

@@ -169,9 +169,10 @@ def record_run(config, workdir: pathlib.Path, inputs: data.Input,
   processes = (f' in {jax.process_count()} processes'
                if jax.process_count() > 1 else '')
   logging.info(
-      '%s (%s) on %d device(s)%s: %d train / %s examples, %d steps of batch '
+      '%s (%s) on %d device(s)%s: %d train / %s examples, %d step%s of batch '
       '%d (%d per epoch).', config.model, _parameter_count(params),
       jax.device_count(), processes, inputs.train_size,
-      ' / '.join(f'{n} {split}' for split, n in inputs.eval_sizes.items()),
-      plan.total_steps, config.batch_size, plan.steps_per_epoch)
+      ' / '.join(f'{n} {split}'
+                 for split, n in inputs.eval_sizes.items()), plan.total_steps,
+      's' * (plan.total_steps != 1), config.batch_size, plan.steps_per_epoch)
   return run_config
