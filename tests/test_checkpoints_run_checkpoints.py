@@ -11,7 +11,7 @@ import orbax.checkpoint as ocp
 import pytest
 
 from tests import helpers
-from vit_jax.checkpoints import run_checkpoints
+from vit_jax.checkpoints.run_checkpoints import RunCheckpoints
 from vit_jax.errors import CheckpointError
 from vit_jax.runtime import sharding
 from vit_jax.training import steps
@@ -28,12 +28,12 @@ def _tiny_state():
 def _saved_steps(directory, steps_to_save):
   """RunCheckpoints of a state holding s at each step s, and its shapes."""
   state, sums = _tiny_state()
-  with run_checkpoints.RunCheckpoints(directory, keep=5) as checkpoints:
+  with RunCheckpoints(directory, keep=5) as checkpoints:
     for step in steps_to_save:
       state = jax.tree.map(lambda a, s=step: a * 0 + s, state)
       checkpoints.save(step, state, sums, [{'step': step}],
                        {'epoch': 1, 'batch': step}, {**_CONFIG, 'step': step})
-  return run_checkpoints.RunCheckpoints(directory, keep=5), jax.tree.map(
+  return RunCheckpoints(directory, keep=5), jax.tree.map(
       lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=a.sharding),
       (state, sums))
 
@@ -51,25 +51,22 @@ def test_an_intervals_checkpoint_waits_its_seconds_after_the_newest(
                      _CONFIG)
     checkpoints.check(wait=True)
 
-  paced = run_checkpoints.RunCheckpoints(tmp_path / 'paced', keep=5,
-                                         min_seconds=30)
+  paced = RunCheckpoints(tmp_path / 'paced', keep=5, min_seconds=30)
   assert paced.due(1)
   save(paced, 1)
   assert not paced.due(2)
   save(paced, 3)  # the last step, or a stop signal
   assert not paced.due(4)
   paced.close()  # the background finalization included
-  never = run_checkpoints.RunCheckpoints(tmp_path / 'paced', keep=5,
-                                         min_seconds=float('inf'))
+  never = RunCheckpoints(tmp_path / 'paced', keep=5, min_seconds=float('inf'))
   assert not never.due(5)  # step 3's time, read from disk
   never.close()
   time.sleep(0.6)
-  resumed = run_checkpoints.RunCheckpoints(tmp_path / 'paced', keep=5,
-                                           min_seconds=0.5)
+  resumed = RunCheckpoints(tmp_path / 'paced', keep=5, min_seconds=0.5)
   assert resumed.due(5) and resumed.steps() == [1, 3]
   resumed.close()
   assert not sync_points
-  every = run_checkpoints.RunCheckpoints(tmp_path / 'every', keep=5)
+  every = RunCheckpoints(tmp_path / 'every', keep=5)
   save(every, 1)
   assert every.due(2)
   with pytest.raises(
@@ -87,8 +84,7 @@ def test_restores_the_newest_checkpoint_the_loop_saved_or_says_what_to_do(
   # Its history, position and sums resume a run exactly: test_training_train.
   assert restored.step == 4 and restored.config == {**_CONFIG, 'step': 4}
   np.testing.assert_array_equal(restored.state['w'], np.full((3, 4), 4.0))
-  assert run_checkpoints.RunCheckpoints(tmp_path / 'none',
-                                        2).restore_latest(*shapes) is None
+  assert RunCheckpoints(tmp_path / 'none', 2).restore_latest(*shapes) is None
   # None restores (one damaged: test_faults): the error says what to do.
   for step in (2, 4):
     shutil.rmtree(tmp_path / 'checkpoints' / str(step) / 'state')
@@ -115,10 +111,10 @@ def test_a_checkpoint_rotated_away_while_read_is_not_called_damaged(
     return [] if len(listings) == 1 else listings[-1]
 
   monkeypatch.setattr(ocp.CheckpointManager, 'all_steps', rotating)
-  reader = run_checkpoints.RunCheckpoints(saved_later)
+  reader = RunCheckpoints(saved_later)
   assert reader.steps() == [6] and len(listings) >= 2
   monkeypatch.undo()
-  read = run_checkpoints.RunCheckpoints._restore  # pylint: disable=protected-access
+  read = RunCheckpoints._restore  # pylint: disable=protected-access
 
   # The run saved 6 and was deleting 4 as the reader read 4.
   def rotated_while_read(self, step, *shapes):
@@ -127,9 +123,8 @@ def test_a_checkpoint_rotated_away_while_read_is_not_called_damaged(
       shutil.rmtree(directory / '4' / 'state')
     return read(self, step, *shapes)
 
-  monkeypatch.setattr(run_checkpoints.RunCheckpoints, '_restore',
-                      rotated_while_read)
-  reader = run_checkpoints.RunCheckpoints(directory)
+  monkeypatch.setattr(RunCheckpoints, '_restore', rotated_while_read)
+  reader = RunCheckpoints(directory)
   assert reader.restore_latest().step == 6
   assert caplog.messages == []
 
@@ -137,18 +132,16 @@ def test_a_checkpoint_rotated_away_while_read_is_not_called_damaged(
     shutil.rmtree(directory / str(step))
     return read(self, step, *shapes)
 
-  monkeypatch.setattr(run_checkpoints.RunCheckpoints, '_restore',
-                      deleted_while_read)
+  monkeypatch.setattr(RunCheckpoints, '_restore', deleted_while_read)
   with pytest.raises(
-      CheckpointError, match=r'The checkpoints in .* \(steps '
-      r'2, 4, 6\) were deleted while they were read: a run still '
-      'writing there'):
-    run_checkpoints.RunCheckpoints(directory).restore_latest()
+      CheckpointError, match=r'The checkpoints in .* \(steps 2, 4, 6\) were '
+      r'deleted while they were read: a run still writing there'):
+    RunCheckpoints(directory).restore_latest()
   assert caplog.messages == []
   killed = tmp_path / 'killed'  # in its first save
   killed.mkdir()
   (killed / '2.orbax-checkpoint-tmp-1').mkdir()
-  assert run_checkpoints.RunCheckpoints(killed).steps() == []
+  assert RunCheckpoints(killed).steps() == []
 
 
 def test_a_reader_verifies_as_the_trainer_does_and_changes_nothing(
@@ -156,7 +149,7 @@ def test_a_reader_verifies_as_the_trainer_does_and_changes_nothing(
   caplog.set_level(logging.WARNING)
   directory = tmp_path / 'checkpoints'
   _saved_steps(directory, [2, 4])
-  reader = run_checkpoints.RunCheckpoints(directory)
+  reader = RunCheckpoints(directory)
   # Sound: everything as saved, on one device, and not a warning.
   restored = reader.restore_latest()
   assert restored.step == 4 and caplog.messages == []
@@ -167,7 +160,7 @@ def test_a_reader_verifies_as_the_trainer_does_and_changes_nothing(
   # Step 4 holding the sound state files of step 2: only its digest tells.
   shutil.rmtree(directory / '4' / 'state')
   shutil.copytree(directory / '2' / 'state', directory / '4' / 'state')
-  reader = run_checkpoints.RunCheckpoints(directory)  # nothing cached
+  reader = RunCheckpoints(directory)  # nothing cached
   restored = reader.restore_latest()
   assert restored.step == 2
   assert caplog.messages == [
@@ -193,16 +186,15 @@ def test_a_reader_verifies_as_the_trainer_does_and_changes_nothing(
   assert reader.latest_config() is None
   # Saved before digests too: restored with one warning.
   caplog.clear()
-  assert run_checkpoints.RunCheckpoints(directory).restore(2).config is None
+  assert RunCheckpoints(directory).restore(2).config is None
   assert caplog.messages == [
       f'Checkpoint {directory / "2"} predates digests: restored unverified.'
   ]
   shutil.rmtree(directory / '2' / 'state')
   with pytest.raises(
-      CheckpointError,
-      match=r'^None of the checkpoints .* \(steps 2, 4\) can be '
-      r'restored; the warnings above say why\.$'):
-    run_checkpoints.RunCheckpoints(directory).restore_latest()
+      CheckpointError, match=r'^None of the checkpoints .* \(steps 2, 4\) can '
+      r'be restored; the warnings above say why\.$'):
+    RunCheckpoints(directory).restore_latest()
 
 
 _LAYOUT_SCRIPT = '''

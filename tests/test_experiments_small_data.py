@@ -78,9 +78,8 @@ def test_the_summary_chooses_on_validation_and_pairs_by_seed(
   assert ('| SimpleCNN | batch_size=128 | 3 | 63.0 ± 0.0 | 66.0 ± 0.0 | 76.0 ± '
           "0.0 | the config's is better than this by 3.1 ± 0.2 points (95% "
           'interval, 3 paired seeds) | 70.8 / 80.2 | 2 | 1 |') in text
-  assert (
-      '| ViT-Tiny | augment=False | 1 | 47.0 | 46.0 | 56.0 | -3.0 points at '
-      'one seed: no interval |') in text
+  assert ('| ViT-Tiny | augment=False | 1 | '
+          '47.0 | 46.0 | 56.0 | -3.0 points at one seed: no interval |') in text
   assert ("- SimpleCNN: the config's (batch 64, 3 seeds): validation 66.1 ± "
           "0.1, test 71.0 ± 1.0: +0.2 points from the study's 70.8 (± 2.5, "
           '95% interval).') in text

@@ -214,9 +214,8 @@ def test_a_second_run_is_refused_and_the_first_killed_mid_epoch_resumes_identica
 def test_a_diverged_test_loss_stops_and_says_no_checkpoint_exists(tmp_path):
   checkpoints = run_checkpoints.RunCheckpoints(tmp_path / 'checkpoints', 2)
   with pytest.raises(
-      TrainingDivergedError,
-      match=r'test loss became nan by step 3; stopped without '
-      r'saving\. No checkpoint had been saved yet: rerun with a lower '
+      TrainingDivergedError, match=r'test loss became nan by step 3; stopped '
+      r'without saving\. No checkpoint had been saved yet: rerun with a lower '
       r'config\.learning_rate'):
     train._check_finite(  # pylint: disable=protected-access
         {'train_loss': 1.0, 'test_loss': math.nan}, 3, checkpoints, [])
@@ -253,8 +252,7 @@ def test_a_data_file_or_directory_that_cannot_be_read_is_named(tmp_path):
   if os.geteuid() != 0:  # root reads any file
     (folder / 'test_batch.bin').chmod(0)
     with pytest.raises(
-        DatasetError, match=r'Cannot read .*test_batch.bin: '
-        r'Permission denied'):
+        DatasetError, match=r'Cannot read .*test_batch.bin: Permission denied'):
       sources.open_dataset(helpers.tiny_config(folder.parent))
     (folder / 'test_batch.bin').chmod(0o644)
   os.truncate(folder / 'data_batch_1.bin', 3073 + 100)

@@ -170,8 +170,7 @@ def test_file_to_params_to_file_is_identical_from_either_numbering(tmp_path):
       'Transformer/encoderblock_0/LayerNorm_2/scale']
   with pytest.raises(
       CheckpointError,
-      match='LayerNorm_2/scale and .*LayerNorm_1/scale are the '
-      'same parameter'):
+      match='LayerNorm_2/scale and .*LayerNorm_1/scale are the same parameter'):
     npz.load_npz(write_npz(tmp_path / 'mixed.npz', mixed))
 
 

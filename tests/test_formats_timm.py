@@ -94,8 +94,7 @@ def test_one_wrong_shape_is_one_line_and_a_missing_head_is_a_backbone(tmp_path):
     'key,shape,said',
     [
         ('fc_norm.weight',
-         (128,), 'holds a timm ViT with a final norm after the '
-         'pooling'),
+         (128,), 'holds a timm ViT with a final norm after the pooling'),
         ('dist_token',
          (128,), "holds a timm ViT with DeiT's distillation token"),
         ('reg_token', (128,), 'holds a timm ViT with register tokens'),
@@ -121,9 +120,8 @@ def test_a_width_no_registered_vit_has_needs_its_heads(tmp_path):
   # config.json has them.
   assert_trees_identical(timm.read(tmp_path, None), params)
   with pytest.raises(
-      CheckpointError, match='hidden size 96, which no '
-      'registered ViT has, and does not say its number of '
-      'heads: pass --model=NAME'):
+      CheckpointError, match='hidden size 96, which no registered '
+      'ViT has, and does not say its number of heads: pass --model=NAME'):
     timm.read(tmp_path / 'model.safetensors', None)
 
 

@@ -43,12 +43,10 @@ _UNLOADABLE = [  # (id, config, overrides, message)
     ('raises in code it calls', '{tmp}/calls.py', ('--config.seed=1',),
      "{tmp}/calls.py, line 3 (raised in {tmp}/config_helper_xyz.py, line 2): "
      "KeyError: 'labels'"),
-    ('not JSON', '{tmp}/bad.json', ('--config.seed=1',),
-     '{tmp}/bad.json is not a JSON config (Expecting value: line 1 column 1 '
-     '(char 0))'),
-    ('missing JSON', '{tmp}/nope.json', (),
-     "{tmp}/nope.json is not a JSON config ([Errno 2] No such file or "
-     "directory: '{tmp}/nope.json')"),
+    ('not JSON', '{tmp}/bad.json', ('--config.seed=1',), '{tmp}/bad.json '
+     'is not a JSON config (Expecting value: line 1 column 1 (char 0))'),
+    ('missing JSON', '{tmp}/nope.json', (), "{tmp}/nope.json is not "
+     "a JSON config ([Errno 2] No such file or directory: '{tmp}/nope.json')"),
 ]
 # Each case parsed in one process as `app.run` parses the flags: a
 # SystemExit with the line, which Python prints to stderr with status 1.

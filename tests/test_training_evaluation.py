@@ -133,9 +133,8 @@ def test_an_export_evaluates_with_the_normalization_it_states_or_what_it_lacks(
   config = helpers.trained_vit_config(data_dir)
   config.image_size = 32
   with pytest.raises(
-      ConfigError, match=r'config.image_size=32, but the '
-      r'position embeddings of .* were trained for 24x24 '
-      r'images: pass --config.image_size=24, or '
+      ConfigError, match=r'config.image_size=32, but the position embeddings '
+      r'of .* were trained for 24x24 images: pass --config.image_size=24, or '
       '--released_preprocessing'):
     evaluation.evaluate(npz, config=config)
   # An .npz states no normalization: the released models' (pixels in

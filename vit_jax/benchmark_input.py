@@ -118,11 +118,10 @@ def main(argv):
           f'{r["images_per_second_per_core"]:9.1f} {r["ms_per_batch"]:9.1f} '
           f'{r["first_batch_seconds"]:14.2f}')
   print(
-      json.dumps({
-          'dataset': config.dataset, 'image_size': args.image_size,
-          'batch_size': args.batch_size, 'steps': args.steps,
-          'rounds': args.rounds, 'cpus': os.cpu_count(), 'results': results
-      }))
+      json.dumps(
+          dict(dataset=config.dataset, image_size=args.image_size,
+               batch_size=args.batch_size, steps=args.steps, rounds=args.rounds,
+               cpus=os.cpu_count(), results=results)))
 
 
 def _define_flags():

@@ -36,14 +36,11 @@ def load(source, model_name: str | None = None,
     raise AnalysisError(f'{source} trained {loaded.config.model}; the '
                         'analyses need a ViT run.')
   if loaded.config is None:
-    return loaded, {
-        'checkpoint': str(source), 'format': loaded.kind,
-        'model': model_name or models.vit_of_architecture(
-            params_lib.vit_architecture(loaded.params))
-    }
-  return loaded, {
-      'workdir': str(source), 'step': loaded.step, 'model': loaded.config.model
-  }
+    return loaded, dict(
+        checkpoint=str(source), format=loaded.kind, model=model_name or
+        models.vit_of_architecture(params_lib.vit_architecture(loaded.params)))
+  return loaded, dict(workdir=str(source), step=loaded.step,
+                      model=loaded.config.model)
 
 
 def image_files(specs: list[str]) -> list[pathlib.Path]:

@@ -36,11 +36,10 @@ def _json_digest(value) -> str:
 def compute(state, train_sums: dict, history: list[dict], position: dict,
             config: dict | None) -> dict:
   """The digest of a checkpoint's items; `config` may be None."""
-  contents = {
-      'state': _arrays_digest(state).tolist(),
-      'train_sums': _arrays_digest(train_sums).tolist(),
-      'history': _json_digest(history), 'position': _json_digest(position),
-  }
+  contents = dict(state=_arrays_digest(state).tolist(),
+                  train_sums=_arrays_digest(train_sums).tolist(),
+                  history=_json_digest(history),
+                  position=_json_digest(position))
   if config is not None:
     contents['config'] = _json_digest(config)
   return contents

@@ -66,9 +66,7 @@ class Input(abc.ABC):
   def position(self, step: int) -> Position:
     """Where the batch after `step` finished steps comes from."""
     epoch, batch = divmod(step, self.steps_per_epoch)
-    return {
-        'epoch': epoch + 1, 'batch': batch, 'train_examples': self.train_size
-    }
+    return dict(epoch=epoch + 1, batch=batch, train_examples=self.train_size)
 
   def check_class_names(self, run_names: tuple[str, ...], source,
                         advice: str) -> None:

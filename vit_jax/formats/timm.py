@@ -123,11 +123,10 @@ def _hybrid_fields(state: dict, source: str) -> dict:
     raise CheckpointError(
         f'{source} holds a timm hybrid whose backbone is not the official '
         f'ResNet stem ({other}): only ResNetV2 backbones read in.')
-  return {
-      'resnet_stages': params_lib.stage_units(state, _STAGE_UNIT, 0),
-      'resnet_width_factor': params_lib.stem_width_factor(
-          state[root].shape[0], f'{root} in {source}')
-  }
+  return dict(
+      resnet_stages=params_lib.stage_units(state, _STAGE_UNIT, 0),
+      resnet_width_factor=params_lib.stem_width_factor(state[root].shape[0],
+                                                       f'{root} in {source}'))
 
 
 def config(model: models.VisionTransformer, image_size: int,

@@ -85,14 +85,13 @@ def _head_fields(params: Mapping[str, Any], source: str) -> dict:
     raise CheckpointError(f'{source} has no classification head (head/kernel): '
                           'a backbone alone cannot be evaluated or converted; '
                           'fine-tune it with config.init_from.')
-  return {
-      'classifier': ('token' if names.CLASS_TOKEN in params else
-                     'map' if names.MAP_HEAD in params else 'gap'),
-      'representation_size': (params[names.PRE_LOGITS]['bias'].shape[0]
-                              if names.PRE_LOGITS in params else None),
-      'distillation_token': names.DISTILLATION_TOKEN in params,
-      'num_classes': params[names.HEAD]['bias'].shape[0],
-  }
+  return dict(
+      classifier=('token' if names.CLASS_TOKEN in params else
+                  'map' if names.MAP_HEAD in params else 'gap'),
+      representation_size=(params[names.PRE_LOGITS]['bias'].shape[0]
+                           if names.PRE_LOGITS in params else None),
+      distillation_token=names.DISTILLATION_TOKEN in params,
+      num_classes=params[names.HEAD]['bias'].shape[0])
 
 
 def model_for(params: Mapping[str, Any], *, model_name: str | None = None,

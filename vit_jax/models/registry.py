@@ -59,10 +59,9 @@ VIT_FIELDS = {
 # Fields of a ViT's config.model_overrides that say how it trains, not what
 # it is (an MAE's decoder, locality guidance's blocks), with their defaults:
 # `training_fields` reads them, `from_config` leaves them out.
-TRAINING_FIELDS = {
-    'mae_mask_ratio': 0.0, 'mae_decoder_depth': 8, 'mae_decoder_width': 512,
-    'guided_blocks': (), 'guidance_widths': ()
-}
+TRAINING_FIELDS = dict(mae_mask_ratio=0.0, mae_decoder_depth=8,
+                       mae_decoder_width=512, guided_blocks=(),
+                       guidance_widths=())
 
 
 def vit_of_architecture(architecture: dict) -> str | None:

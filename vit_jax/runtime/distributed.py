@@ -103,10 +103,8 @@ def distributed_args(coordinator_address: str | None = None,
   if num_processes == 1:
     return None
 
-  given = {
-      'coordinator_address': coordinator_address,
-      'num_processes': num_processes, 'process_id': process_id
-  }
+  given = dict(coordinator_address=coordinator_address,
+               num_processes=num_processes, process_id=process_id)
   if all(value is None for value in given.values()):
     return {} if _detect_cluster(environ) else None
   if _detect_cluster(environ) is None:

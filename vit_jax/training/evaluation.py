@@ -129,9 +129,7 @@ def evaluate(source, *, config=None, model_name=None, step=None, data_dir=None,
                config.dataset, inputs.num_eval_batches(split))
   results = over_split(eval_step, state, inputs, split, str(source),
                        progress_from=1)
-  return {
-      'top1': results['accuracy'], 'top5': results['top5_accuracy'],
-      'loss': results['loss'], 'examples': results['count'], 'split': split,
-      'head': 'class' if class_head else 'model',
-      **described, 'dataset': config.dataset, 'image_size': config.image_size
-  }
+  return dict(top1=results['accuracy'], top5=results['top5_accuracy'],
+              loss=results['loss'], examples=results['count'], split=split,
+              head='class' if class_head else 'model', **described,
+              dataset=config.dataset, image_size=config.image_size)

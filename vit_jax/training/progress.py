@@ -123,10 +123,8 @@ class Throughput:
     seconds, self._last_record = now - self._last_record, now
     phases, self._phases = self._phases, {}
     phases['other'] = seconds - sum(phases.values())
-    return {
-        'seconds': seconds,
-        'phase_seconds': {k: round(v, 4) for k, v in phases.items()}
-    }
+    return dict(seconds=seconds,
+                phase_seconds={k: round(v, 4) for k, v in phases.items()})
 
   def eta(self, step: int, total_steps: int) -> float:
     done = step - self._start_step

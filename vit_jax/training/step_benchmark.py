@@ -64,11 +64,9 @@ def _memory_mb(compiled) -> dict[str, float]:
     return {}
   total = (analysis.argument_size_in_bytes + analysis.output_size_in_bytes +
            analysis.temp_size_in_bytes - analysis.alias_size_in_bytes)
-  return {
-      'train_step_argument_mb': analysis.argument_size_in_bytes / 2**20,
-      'train_step_temp_mb': analysis.temp_size_in_bytes / 2**20,
-      'train_step_memory_mb': total / 2**20
-  }
+  return dict(train_step_argument_mb=analysis.argument_size_in_bytes / 2**20,
+              train_step_temp_mb=analysis.temp_size_in_bytes / 2**20,
+              train_step_memory_mb=total / 2**20)
 
 
 def benchmark_config(model: str, batch_size: int, image_size: int,

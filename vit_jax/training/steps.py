@@ -106,11 +106,9 @@ def zero_sums(placement, sums: dict = METRIC_SUMS) -> dict:
 def averages(sums) -> dict[str, float]:
   """The mean loss and accuracies of `sums`, and their count."""
   sums = jax.device_get(sums)
-  means = {
-      'loss': float(sums['loss'] / sums['count']),
-      'accuracy': float(sums['correct'] / sums['count']),
-      'count': int(sums['count']),
-  }
+  means = dict(loss=float(sums['loss'] / sums['count']),
+               accuracy=float(sums['correct'] / sums['count']),
+               count=int(sums['count']))
   if 'correct_top5' in sums:
     means['top5_accuracy'] = float(sums['correct_top5'] / sums['count'])
   return means

@@ -171,7 +171,5 @@ def mimetic_kernels(key: jax.Array, hidden: int,
   query = left[:, :, :head_dim].transpose(1, 0, 2)
   key_kernel = right[:, :head_dim, :].transpose(2, 0, 1)
   value, out = _factors(value_out, hidden, *MIMETIC_VALUE_OUT)
-  return {
-      'query': query, 'key': key_kernel, 'value': value.reshape(
-          hidden, heads, head_dim), 'out': out.reshape(heads, head_dim, hidden)
-  }
+  return dict(query=query, key=key_kernel, value=value.reshape(
+      hidden, heads, head_dim), out=out.reshape(heads, head_dim, hidden))

@@ -8,9 +8,8 @@ import jax.numpy as jnp
 CUDNN_TOKEN_MULTIPLE = 2
 
 # Each fused choice's `implementation` and token multiple.
-KERNELS = {
-    'dot_product_attention': (None, 1), 'cudnn': ('cudnn', CUDNN_TOKEN_MULTIPLE)
-}
+KERNELS = dict(dot_product_attention=(None, 1),
+               cudnn=('cudnn', CUDNN_TOKEN_MULTIPLE))
 
 
 def cudnn_applies(device: jax.Device, dtype, head_dim: int) -> bool:
