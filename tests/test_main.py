@@ -12,10 +12,11 @@ def _main(*flags, config='configs/cifar_small.py'):
   return helpers.run_module('vit_jax.main', f'--config={config}', *flags)
 
 
+# A relative data_dir is recorded absolute.
 @pytest.mark.parametrize(
     'flag,said',
-    [('--config.data_dir=/nonexistent',
-      'error: The data directory /nonexistent does not exist.'),
+    [('--config.data_dir=nowhere',
+      f'error: The data directory {helpers.ROOT}/nowhere does not exist.'),
      ('--config.num_epoch=1', 'error: config.num_epoch is not a field of the '
       "config schema (did you mean 'num_epochs'?); the fields are listed in "
       'vit_jax/config_schema.py.'),

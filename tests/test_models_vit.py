@@ -149,6 +149,8 @@ def test_initialization_follows_the_official_model_and_maps_are_probabilities():
     assert a.shape == (3, helpers.SMALL['num_heads'], 17, 17)
     assert np.all(a >= 0)
     np.testing.assert_allclose(a.sum(-1), 1.0, rtol=1e-5)
+  with pytest.raises(TypeError, match='^SimpleCNN has no attention: pass a'):
+    attention_weights(create_model('SimpleCNN', 7), variables, images)
 
 
 def test_eval_is_deterministic_and_train_applies_dropout():

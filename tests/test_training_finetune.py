@@ -22,7 +22,8 @@ from vit_jax.training import train
 
 
 @pytest.mark.slow  # ~35 s: a 12-layer ViT at 577 tokens
-def test_released_vit_ti_16_fine_tunes_at_384_from_224(cifar10_dir, tmp_path):
+def test_released_vit_ti_16_fine_tunes_at_384_from_224(cifar10_dir, tmp_path,
+                                                       caplog):
   # A ViT-Ti_16 .npz in the released layout (224x224, 21k classes, with
   # pre_logits), fine-tuned at 384x384 for 10 classes by config alone.
   released = models.create_model('ViT-Ti_16', 21843, representation_size=192)
@@ -39,6 +40,7 @@ def test_released_vit_ti_16_fine_tunes_at_384_from_224(cifar10_dir, tmp_path):
       grad_clip_norm=1.0, learning_rate=0.01)
   config.model_overrides = {}  # the registered ViT-Ti_16
   assert train.train_and_evaluate(config, tmp_path / 'run')['epochs'] == 1
+  assert 'npz states no normalization; if it is a released .npz' in caplog.text
   tuned = reading.load_run(tmp_path / 'run').params
   assert 'pre_logits' not in tuned
   assert tuned['head']['kernel'].shape == (192, 10)

@@ -263,12 +263,13 @@ def test_eight_devices_give_the_single_device_loss(cifar10_dir, tmp_path):
     (dict(num_epochs=0), 'Set config.total_steps or config.num_epochs'),
     (dict(optimizer='lamb'), "optimizer='lamb'"),
     (dict(dtype='float16'), "dtype='float16'"),
-    (dict(model='ViT-Q_3'), "Unknown model 'ViT-Q_3'"),
+    (dict(model='ViT-Tiny'),
+     r"model='ViT-Tiny' \(did you mean 'ViT-Ti_16'\?\)"),
     (dict(dataset='imagenet'), "Unknown dataset 'imagenet'"),
     (dict(image_size=30),
      'image_size=30 does not fit.*not divisible by the patch size 8'),
     (dict(batch_size=512), 'batch_size=512 is larger than the 96 training'),
-    (dict(model_overrides={'depth': 2}), 'no field.*depth'),
+    (dict(model_overrides={'depth': 2}, data_dir='/no'), 'no field.*depth'),
     (dict(lr_decay='step'), "lr_decay='step'"),
     (dict(input_pipeline='tf.data'), "input_pipeline='tf.data'"),
     (dict(cpu_compiler_options={'xla_cpu_no_such_option': '1'}),
@@ -279,9 +280,9 @@ def test_eight_devices_give_the_single_device_loss(cifar10_dir, tmp_path):
 ])
 def test_bad_input_is_a_clear_error_before_anything_is_written(
     cifar10_dir, tmp_path, overrides, message):
-  overrides = dict(overrides)  # the variant taken out
-  config = helpers.tiny_config(cifar10_dir, overrides.pop('variant', 'vit'),
-                               **overrides)
+  overrides = dict(overrides)  # the variant and data taken out
+  config = helpers.tiny_config(overrides.pop('data_dir', cifar10_dir),
+                               overrides.pop('variant', 'vit'), **overrides)
   with pytest.raises(ValueError, match=message):
     train.train_and_evaluate(config, tmp_path / 'run')
   assert not (tmp_path / 'run').exists()

@@ -43,7 +43,8 @@ class Field:
 FIELDS: dict[str, Field] = {
     # The model.
     'model': Field('ViT-Tiny-CIFAR_4',
-                   'A registered model name (vit_jax.models.registry).'),
+                   'A registered model name (vit_jax.models.registry).',
+                   models.MODEL_NAMES),
     'model_overrides': Field(
         {}, "Model fields to change, e.g. {'dropout_rate': 0.0}; only 'remat' "
         "and 'attention' may change when a run resumes."),
@@ -253,11 +254,15 @@ def validate(config: ml_collections.ConfigDict, num_devices: int,
   for name, field in FIELDS.items():
     value = config[name]
     if field.choices and value not in field.choices:
-      raise ConfigError(f'config.{name}={value!r}; use one of {field.choices}.')
+      close = difflib.get_close_matches(str(value), map(str, field.choices), 1)
+      hint = f' (did you mean {close[0]!r}?)' if close else ''
+      raise ConfigError(
+          f'config.{name}={value!r}{hint}; use one of {field.choices}.')
     if isinstance(value, float) and not math.isfinite(value):
       raise ConfigError(f'config.{name}={value} must be a finite number.')
     if field.check and not field.check[0](value):
       raise ConfigError(f'config.{name}={value} {field.check[1]}.')
+  models.from_config(config, num_classes=1)  # the model checked before data
   if not config.total_steps and not config.num_epochs:
     raise ConfigError('Set config.total_steps or config.num_epochs: the run '
                       'has no length.')

@@ -207,6 +207,8 @@ def logits_and_attention(
     model: VisionTransformer, variables: Any,
     images: jax.Array) -> tuple[jax.Array, list[jax.Array]]:
   """The logits of `images` in eval mode, and every layer's attention."""
+  if not isinstance(model, VisionTransformer):
+    raise TypeError(f'{type(model).__name__} has no attention: pass a ViT.')
   logits, state = model.apply(variables, images, train=False,
                               mutable=['intermediates'])
   blocks = state['intermediates'][names.ENCODER]

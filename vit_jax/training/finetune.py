@@ -45,10 +45,12 @@ def _read(config) -> Any:
   ours = tuple(map(tuple, (config.pixel_mean, config.pixel_std)))
   if trained_on is not None and not np.allclose(trained_on, ours):
     # Allowed (fine-tuning adapts), but rarely meant.
+    npz = reading.source_kind(config.init_from) == reading.NPZ
     logging.warning(
-        '%s was trained on pixels normalized with mean %s and std %s; this '
-        'run normalizes with %s and %s. To feed it what it learned on, pass '
-        '%s.', config.init_from, *trained_on, *ours,
+        '%s %s pixels normalized with mean %s and std %s; this run normalizes '
+        'with %s and %s. To feed it what it learned on, pass %s.',
+        config.init_from, 'states no normalization; if it is a released .npz, '
+        'it was trained on' if npz else 'was trained on', *trained_on, *ours,
         reading.pixel_flags(trained_on))
   return params
 

@@ -8,6 +8,7 @@ import contextlib
 import functools
 import json
 import math
+import os
 import pathlib
 
 from absl import logging
@@ -84,6 +85,9 @@ def train_and_evaluate(config: ml_collections.ConfigDict,
   clock = progress.StartupClock()
   try:
     config_schema.validate(config, jax.device_count())
+    for name in ('data_dir', 'validation_dir'):  # config.json's, for any cwd
+      config[name] = config[name] and os.path.abspath(
+          os.path.expanduser(config[name]))
     compilation_cache.use(config.compilation_cache_dir)
     clock.lap('backend')
     with startup.sole_writer(workdir):
