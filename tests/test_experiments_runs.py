@@ -94,7 +94,7 @@ def test_records_of_the_planned_finished_runs(tmp_path, capsys):
   config = helpers.schema_config(
       init_from=str(tmp_path / 'c'),
       distillation_teacher=str(tmp_path / 'e' / 'best_checkpoint'))
-  assert provenance.describe(config)['runs_read'] == {
+  assert provenance.runs_read(config) == {
       'init_from': {'workdir': str(tmp_path / 'c'), 'finished': '2026-02-01'},
       'distillation_teacher': {
           'workdir': str(tmp_path / 'e'), 'checkpoint': 'best',
@@ -105,7 +105,7 @@ def test_records_of_the_planned_finished_runs(tmp_path, capsys):
   (tmp_path / 'hf' / 'config.json').write_text('{"model_type": "vit"}')
   for released in (tmp_path / 'c' / 'summary.json', tmp_path / 'hf'):
     config.init_from = str(released)
-    assert 'init_from' not in provenance.describe(config)['runs_read']
+    assert 'init_from' not in provenance.runs_read(config)
   results.write_text('[{"name": "a", "se')  # cut off mid-write
   with pytest.raises(
       SystemExit, match=r'^error: .*results.json is not JSON '

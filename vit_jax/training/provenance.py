@@ -54,20 +54,25 @@ def _run_read(source: str) -> pathlib.Path | None:
   return None
 
 
-def describe(config) -> dict:
-  """This run's provenance, as it finishes training."""
-  runs_read = {}
+def runs_read(config) -> dict:
+  """What the runs this run reads (teachers, init_from) are as it reads them."""
+  read = {}
   for field in _RUNS_READ:
     if (run := _run_read(config[field])) is None:
       continue
     theirs = files.read_json(run / 'summary.json')[0] or {}  # {}: unfinished
-    runs_read[field] = {'workdir': str(run)}
+    read[field] = {'workdir': str(run)}
     if 'teacher' in field:
-      runs_read[field]['checkpoint'] = ('best' if run != pathlib.Path(
-          config[field]) else config.teacher_checkpoint)
-    runs_read[field].update({k: theirs[k] for k in _OF_RUN_READ if k in theirs})
+      read[field]['checkpoint'] = ('best' if run != pathlib.Path(config[field])
+                                   else config.teacher_checkpoint)
+    read[field].update({k: theirs[k] for k in _OF_RUN_READ if k in theirs})
+  return read
+
+
+def describe(read: dict) -> dict:
+  """This run's provenance as it finishes training; `read`: `runs_read`'s."""
   return {
       'commit': commit(), 'cpu': cpu(), 'finished': datetime.datetime.now(
           datetime.timezone.utc).isoformat(timespec='seconds'),
-      **({'runs_read': runs_read} if runs_read else {})
+      **({'runs_read': read} if read else {})
   }

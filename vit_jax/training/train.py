@@ -126,6 +126,7 @@ def _train_and_evaluate(config, workdir: pathlib.Path,
   plan = plan_lib.step_plan(config, inputs.steps_per_epoch)
   model, objective, teachers = startup.trained_model_and_objective(
       config, inputs.num_classes, replicated)
+  read = provenance.runs_read(config)  # as read, not as they are at the end
   schedule = optimizer.create_learning_rate_schedule(config, plan)
   tx = optimizer.create_optimizer(config, schedule)
   init_key, step_key = jax.random.split(jax.random.key(config.seed))
@@ -278,7 +279,7 @@ def _train_and_evaluate(config, workdir: pathlib.Path,
   earlier = workdir / 'summary.json'
   if not trains and earlier.is_file():
     return json.loads(earlier.read_text())
-  source = {**provenance.describe(config), 'startup_seconds': clock.phases}
+  source = {**provenance.describe(read), 'startup_seconds': clock.phases}
   return _write_summary(workdir, history, config.batch_size * flops_per_image,
                         source)
 
