@@ -68,6 +68,12 @@ def test_resuming_refuses_what_changes_the_checkpoints_meaning(tmp_path):
       r'here\).*config\.json, or pass a new --workdir'):
     config_schema.check_resumable(saved, helpers.tiny_config('', seed=1),
                                   tmp_path)
+  # Data paths saved as given resume as the absolute paths they name.
+  absolute = helpers.tiny_config(config_schema.absolute('d'),
+                                 validation_dir=config_schema.absolute('~/v'))
+  assert config_schema.check_resumable(
+      dict(saved, data_dir='d', validation_dir='~/v'), absolute,
+      tmp_path) == {}
   # An epoch count that total_steps overrides on both sides is not used.
   in_steps = helpers.tiny_config('', total_steps=40, warmup_steps=4).to_dict()
   config_schema.check_resumable(

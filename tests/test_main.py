@@ -12,7 +12,7 @@ def _main(*flags, config='configs/cifar_small.py'):
   return helpers.run_module('vit_jax.main', f'--config={config}', *flags)
 
 
-# A relative data_dir is recorded absolute.
+# A relative data_dir is made absolute, as config.json records it.
 @pytest.mark.parametrize(
     'flag,said',
     [('--config.data_dir=nowhere',

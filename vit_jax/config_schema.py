@@ -4,6 +4,7 @@ import dataclasses
 import difflib
 import json
 import math
+import pathlib
 from typing import Any, Callable
 
 import ml_collections
@@ -237,6 +238,24 @@ def defaults(**overrides) -> ml_collections.ConfigDict:
   return config
 
 
+def _guess(value, field: Field) -> str:
+  """' (did you mean X?)': the choice `value` begins, else the closest."""
+  lower = {str(choice).lower(): choice for choice in field.choices}
+  key = str(value).lower()
+  close = ([k for k in lower if key and k.startswith(key)] or
+           difflib.get_close_matches(key, lower, 1))
+  return f' (did you mean {lower[close[0]]!r}?)' if close else ''
+
+
+# The paths config.json records absolute, so that any directory reads them.
+DATA_PATHS = ('data_dir', 'validation_dir')
+
+
+def absolute(path: str) -> str:
+  """`path` absolute, `~` expanded; '' stays ''."""
+  return path and str(pathlib.Path(path).expanduser().absolute())
+
+
 def validate(config: ml_collections.ConfigDict, num_devices: int,
              training: bool = True):
   """Raises ConfigError for a config that cannot run on `num_devices`."""
@@ -254,15 +273,14 @@ def validate(config: ml_collections.ConfigDict, num_devices: int,
   for name, field in FIELDS.items():
     value = config[name]
     if field.choices and value not in field.choices:
-      close = difflib.get_close_matches(str(value), map(str, field.choices), 1)
-      hint = f' (did you mean {close[0]!r}?)' if close else ''
-      raise ConfigError(
-          f'config.{name}={value!r}{hint}; use one of {field.choices}.')
+      raise ConfigError(f'config.{name}={value!r}{_guess(value, field)}; '
+                        f'use one of {field.choices}.')
     if isinstance(value, float) and not math.isfinite(value):
       raise ConfigError(f'config.{name}={value} must be a finite number.')
     if field.check and not field.check[0](value):
       raise ConfigError(f'config.{name}={value} {field.check[1]}.')
-  models.from_config(config, num_classes=1)  # the model checked before data
+  if training:  # the model checked before any data loads
+    models.from_config(config, num_classes=1)
   if not config.total_steps and not config.num_epochs:
     raise ConfigError('Set config.total_steps or config.num_epochs: the run '
                       'has no length.')
@@ -329,6 +347,8 @@ def check_resumable(saved: dict, config, workdir) -> dict[str, tuple]:
   for name, field in FIELDS.items():
     here = comparable(config[name])
     there = comparable(saved.get(name, field.default))
+    if name in DATA_PATHS:  # a run saved with them as given
+      there = absolute(there)
     if name == 'model_overrides':
       # Overriding a field with the model's own value changes nothing: a
       # run saved before a field existed resumes with it set so.

@@ -104,9 +104,8 @@ def training_fields(config) -> dict:
 
 def model_variables(params, batch_stats=None) -> dict:
   """The variables to apply a model with; `batch_stats` only if not empty."""
-  return {
-      'params': params, **({'batch_stats': batch_stats} if batch_stats else {})
-  }
+  return dict(params=params,
+              **({'batch_stats': batch_stats} if batch_stats else {}))
 
 
 # What an override of a field whose default is of the key's type must be

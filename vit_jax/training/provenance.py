@@ -71,8 +71,7 @@ def runs_read(config) -> dict:
 
 def describe(read: dict) -> dict:
   """This run's provenance as it finishes training; `read`: `runs_read`'s."""
-  return {
-      'commit': commit(), 'cpu': cpu(), 'finished': datetime.datetime.now(
-          datetime.timezone.utc).isoformat(timespec='seconds'),
-      **({'runs_read': read} if read else {})
-  }
+  now = datetime.datetime.now(datetime.timezone.utc)
+  return dict(commit=commit(), cpu=cpu(),
+              finished=now.isoformat(timespec='seconds'),
+              **({'runs_read': read} if read else {}))

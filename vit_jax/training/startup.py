@@ -38,10 +38,7 @@ def record_changes(workdir: pathlib.Path, step: int, changed: dict[str, tuple]):
       'Resuming with changed %s.',
       ', '.join(f'config.{name} ({old!r} -> {new!r})'
                 for name, (old, new) in changed.items()))
-  changes = {
-      name: {'before': old, 'after': new}
-      for name, (old, new) in changed.items()
-  }
+  changes = {n: dict(before=old, after=new) for n, (old, new) in changed.items()}
   if jax.process_index() == 0:
     with (workdir / 'config_changes.jsonl').open('a') as f:
       f.write(json.dumps({'step': step, 'changed': changes}) + '\n')

@@ -8,7 +8,6 @@ import contextlib
 import functools
 import json
 import math
-import os
 import pathlib
 
 from absl import logging
@@ -85,9 +84,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict,
   clock = progress.StartupClock()
   try:
     config_schema.validate(config, jax.device_count())
-    for name in ('data_dir', 'validation_dir'):  # config.json's, for any cwd
-      config[name] = config[name] and os.path.abspath(
-          os.path.expanduser(config[name]))
+    for name in config_schema.DATA_PATHS:
+      config[name] = config_schema.absolute(config[name])
     compilation_cache.use(config.compilation_cache_dir)
     clock.lap('backend')
     with startup.sole_writer(workdir):
