@@ -216,11 +216,12 @@ def load_records(workdir: pathlib.Path, planned: dict[str, dict],
             f'{workdir / name}: left out, {why}; its sweep\'s command '
             'in a new workdir runs it as planned.', file=sys.stderr)
         continue
-      if earlier is not None and any(earlier[k] != fresh[k]
-                                     for k in _RUN_IDENTITY
-                                     if k in earlier and k in fresh):
-        fresh['earlier_runs'] = earlier.pop('earlier_runs', []) + [earlier]
-      found[name] = fresh
+      # Its committed record, if another run, joins the earlier ones kept.
+      before = (earlier or {}).pop('earlier_runs', [])
+      if earlier and any(earlier[k] != fresh[k]
+                         for k in _RUN_IDENTITY if k in earlier and k in fresh):
+        before.append(earlier)
+      found[name] = {**fresh, **({'earlier_runs': before} if before else {})}
   # A run stands only beside the runs it read (its teachers, its
   # pre-training) as it read them: finished, not trained again since.
   for name, student in list(found.items()):

@@ -52,6 +52,10 @@ def test_records_of_the_planned_finished_runs(tmp_path, capsys):
   again = runs.load_records(tmp_path, planned, results, lambda r: 'b')['b']
   assert again['best_test_accuracy'] == 0.6
   assert again['earlier_runs'] == [records['b']]
+  results.write_text(json.dumps([again]))  # summarized again: kept
+  assert runs.load_records(tmp_path, planned, results,
+                           lambda r: 'b')['b'] == again
+  results.write_text(json.dumps([records['b']]))
   # A run cut short, or of other epochs or choices than planned: left out,
   # saying why, its committed record kept.
   planned['b'].update(epochs=30, chosen_on='test')
