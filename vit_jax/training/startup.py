@@ -27,6 +27,7 @@ from vit_jax.runtime import sharding
 from vit_jax.runtime import workdir_lock
 from vit_jax.training import finetune
 from vit_jax.training import plan as plan_lib
+from vit_jax.training import provenance
 from vit_jax.training import steps
 
 
@@ -42,6 +43,18 @@ def record_changes(workdir: pathlib.Path, step: int, changed: dict[str, tuple]):
   if jax.process_index() == 0:
     with (workdir / 'config_changes.jsonl').open('a') as f:
       f.write(json.dumps({'step': step, 'changed': changes}) + '\n')
+
+
+def runs_read(config, workdir: pathlib.Path, resuming: bool) -> dict:
+  """`provenance.runs_read` as the run's first start-up read them."""
+  # A student resumed after its teacher finished trained on the unfinished one.
+  path = workdir / 'runs_read.json'
+  if resuming and (first := files.read_json(path)[0]) is not None:
+    return first
+  read = provenance.runs_read(config)
+  if jax.process_index() == 0:
+    files.write_atomically(path, json.dumps(read))
+  return read
 
 
 def _parameter_count(params) -> str:

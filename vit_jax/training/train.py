@@ -124,7 +124,7 @@ def _train_and_evaluate(config, workdir: pathlib.Path,
   plan = plan_lib.step_plan(config, inputs.steps_per_epoch)
   model, objective, teachers = startup.trained_model_and_objective(
       config, inputs.num_classes, replicated)
-  read = provenance.runs_read(config)  # as read, not as they are at the end
+  read = startup.runs_read(config, workdir, bool(checkpoints.steps()))
   schedule = optimizer.create_learning_rate_schedule(config, plan)
   tx = optimizer.create_optimizer(config, schedule)
   init_key, step_key = jax.random.split(jax.random.key(config.seed))
