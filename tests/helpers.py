@@ -75,9 +75,8 @@ def write_cifar_python(folder: pathlib.Path, files: dict, label_key=b'labels',
                        extra=None):
   folder.mkdir(parents=True)
   for name, (images, labels) in files.items():
-    with open(folder / name, 'wb') as f:
-      record = {b'data': _planar(images), label_key: labels.tolist()}
-      pickle.dump({**record, **(extra or {})}, f)
+    record = {b'data': _planar(images), label_key: labels.tolist()}
+    (folder / name).write_bytes(pickle.dumps({**record, **(extra or {})}))
 
 
 def png(image: np.ndarray) -> bytes:

@@ -70,9 +70,8 @@ def test_an_intervals_checkpoint_waits_its_seconds_after_the_newest(
   save(every, 1)
   assert every.due(2)
   with pytest.raises(
-      CheckpointError, match=(
-          r'orbax would not save step 1 in .*every \(it holds steps \[1\]\); '
-          'move the directory away.')):
+      CheckpointError, match=r'orbax would not save step 1 in .*every \(it '
+      r'holds steps \[1\]\); move the directory away.'):
     save(every, 1)
   every.close()
 
@@ -161,8 +160,7 @@ def test_a_reader_verifies_as_the_trainer_does_and_changes_nothing(
   shutil.rmtree(directory / '4' / 'state')
   shutil.copytree(directory / '2' / 'state', directory / '4' / 'state')
   reader = RunCheckpoints(directory)  # nothing cached
-  restored = reader.restore_latest()
-  assert restored.step == 2
+  assert reader.restore_latest().step == 2
   assert caplog.messages == [
       f'Skipping checkpoint {directory / "4"}, which cannot be restored '
       '(DigestMismatchError: its state does not match the digest saved with '

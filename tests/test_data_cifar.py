@@ -30,9 +30,8 @@ def test_both_cifar10_formats_load_to_the_same_arrays(cifar10_dir,
   # The class names, as each release names them: text, or pickled bytes.
   assert binary.class_names == tuple(f'c{i}' for i in range(10))
   assert python.class_names == ()
-  with open(tmp_path / 'py' / 'cifar-10-batches-py' / 'batches.meta',
-            'wb') as f:
-    pickle.dump({b'label_names': [f'c{i}'.encode() for i in range(10)]}, f)
+  (tmp_path / 'py' / 'cifar-10-batches-py' / 'batches.meta').write_bytes(
+      pickle.dumps({b'label_names': [f'c{i}'.encode() for i in range(10)]}))
   assert cifar.load_cifar('cifar10',
                           tmp_path / 'py').class_names == (binary.class_names)
   # A names file that is not text: no names, the data as it was.

@@ -150,8 +150,7 @@ def test_the_fused_qkv_is_the_three_projections(monkeypatch, attention):
   variables = {'params': helpers.random_params(model, images, train=False)}
 
   def run():
-    logits = model.apply(variables, images, train=False)
-    return logits, str(
+    return model.apply(variables, images, train=False), str(
         jax.make_jaxpr(lambda v: model.apply(v, images, train=False))(
             variables)).count('dot_general')
 

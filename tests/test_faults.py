@@ -1,5 +1,6 @@
 """Full disks, damaged checkpoints, kills, bad paths: one line, nothing lost."""
 
+import contextlib
 import json
 import math
 import os
@@ -86,13 +87,10 @@ def test_a_full_disk_stops_the_run_at_once_in_one_line_and_loses_nothing(
       assert process.poll() is None, run.output('log')[-3000:]
       time.sleep(0.01)
     filler = disk / 'filler'
-    with filler.open('wb') as f:
-      try:
-        while True:
-          f.write(b'\0' * (1 << 20))
-          f.flush()
-      except OSError:  # full
-        pass
+    with filler.open('wb') as f, contextlib.suppress(OSError):  # until full
+      while True:
+        f.write(b'\0' * (1 << 20))
+        f.flush()
     filled = time.monotonic()
     assert process.wait(timeout=60) == 1
     assert time.monotonic() - filled < 30

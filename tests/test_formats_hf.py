@@ -70,8 +70,7 @@ def test_a_vit_model_reads_its_pooler_as_pre_logits(tmp_path):
   path = tmp_path / 'model.safetensors'
   safetensors_file.write(path, unprefixed(params))
   assert_trees_identical(hf.read(path, None), params)
-  model, params = helpers.one_block_vit('ViT-Tiny-CIFAR_4',
-                                        representation_size=128)
+  _, params = helpers.one_block_vit('ViT-Tiny-CIFAR_4', representation_size=128)
   state = unprefixed(params)
   del state['classifier.weight'], state['classifier.bias']
   assert {'pooler.dense.weight', 'pooler.dense.bias'} <= set(state)

@@ -224,8 +224,7 @@ def test_mimetic_init_changes_only_the_attention_kernels(scan):
                     for m in (mimetic, plain))
   assert helpers.shapes(before) == helpers.shapes(params)
   before, after = helpers.flat(before), helpers.flat(params)
-  changed = {k for k in before if not np.array_equal(before[k], after[k])}
-  assert changed == {
+  assert {k for k in before if not np.array_equal(before[k], after[k])} == {
       k for k in before
       if 'MultiHeadDotProductAttention_0' in k and k.endswith('kernel')
   }

@@ -127,11 +127,10 @@ def test_tree_and_logits_match_the_official_model(classifier,
       tokens=16 + (classifier == 'token'), num_classes=5, classifier=classifier,
       representation_size=representation_size)
 
-  logits = helpers.compiled(model.apply, {'params': params}, images,
-                            train=False)
   np.testing.assert_allclose(
-      logits, reference_logits(params, images, classifier=classifier),
-      rtol=1e-4, atol=1e-4)
+      helpers.compiled(model.apply, {'params': params}, images, train=False),
+      reference_logits(params, images, classifier=classifier), rtol=1e-4,
+      atol=1e-4)
 
 
 def test_initialization_follows_the_official_model_and_maps_are_probabilities():
@@ -333,9 +332,8 @@ def test_scan_equals_the_unscanned_model_on_stacked_parameters(remat):
   stacked = params_lib.stack_blocks(params)
   assert helpers.shapes(stacked) == helpers.param_shapes(scanned, images)
   logits, grads = _logits_and_grads(scanned, stacked, images)
-  want_logits, want_grads = _logits_and_grads(model, params, images)
   _assert_close_trees((logits, params_lib.unstack_blocks(grads)),
-                      (want_logits, want_grads))
+                      _logits_and_grads(model, params, images))
   # Every layer's attention map, as the unscanned model gives them.
   got, want = (jax.jit(functools.partial(logits_and_attention,
                                          m))({'params': p}, images)

@@ -163,8 +163,7 @@ def draw_position_embeddings(out: pathlib.Path, subject: reading.Loaded,
   figures.plot_position_embeddings(
       out / 'position_embeddings.png', similarity, correlation,
       title=None if model.posemb == 'learned' else
-      "fixed sine-cosine position embedding (posemb='sincos2d'), not "
-      'learned')
+      "fixed sine-cosine position embedding (posemb='sincos2d'), not learned")
   result['position_similarity_distance_correlation'] = round(correlation, 4)
 
 

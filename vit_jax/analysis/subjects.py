@@ -103,8 +103,7 @@ def model_inputs(images: np.ndarray,
   inputs = np.asarray(
       preprocess.eval_input(images, image_size=subject.image_size, mean=mean,
                             std=std))
-  display = inputs * np.asarray(std) + np.asarray(mean)
-  return inputs, np.clip(display, 0, 1)
+  return inputs, np.clip(inputs * np.asarray(std) + np.asarray(mean), 0, 1)
 
 
 def forward(model, variables, inputs: np.ndarray):
@@ -141,8 +140,7 @@ def embedding_filters(model: models.VisionTransformer,
                       params) -> tuple[np.ndarray | None, str]:
   """The patch-embedding filters on RGB pixels and a title, or None and why."""
   if model.resnet_stages is not None:
-    return None, ("a hybrid's patch embedding sees ResNet features, not "
-                  'pixels')
+    return None, "a hybrid's patch embedding sees ResNet features, not pixels"
   if model.shifted_patches:
     return measures.shifted_patch_filters(
         params[names.SHIFTED_PATCH_EMBEDDING]['kernel'], model.patch_size,

@@ -48,9 +48,8 @@ class BestCheckpoint:
     if not keep:
       if self._held:
         logging.warning(
-            'config.keep_best_checkpoint is off: deleted %s, '
-            'which this run would no longer keep up to date.',
-            self._checkpoints.directory)
+            'config.keep_best_checkpoint is off: deleted %s, which this run '
+            'would no longer keep up to date.', self._checkpoints.directory)
       kept = []
     elif kept and (best is None or kept[-1] != best['step']):
       # Left while the field was off for a while, or by another history.
@@ -61,9 +60,8 @@ class BestCheckpoint:
       kept = []
     elif len(kept) < len(self._held):
       logging.info(
-          'Deleted the best checkpoints of steps %s, after the '
-          'step this run resumes from; saved again when reached.',
-          self._held[len(kept):])
+          'Deleted the best checkpoints of steps %s, after the step this run '
+          'resumes from; saved again when reached.', self._held[len(kept):])
     self._checkpoints.delete([s for s in self._held if s not in kept])
     self._held = kept
 

@@ -245,8 +245,7 @@ def trained_pixels(source: str | pathlib.Path) -> tuple[tuple, tuple] | None:
     return (vit_model.RELEASED_PIXELS
             if kind == NPZ else FOLDER_FORMATS[kind].pixels(path))
   config, _ = files.read_json(run_directory(path) / 'config.json')
-  if not isinstance(config, dict) or not {'pixel_mean', 'pixel_std'
-                                         } <= set(config):
+  if not isinstance(config, dict) or {'pixel_mean', 'pixel_std'} - set(config):
     return None
   return tuple(config['pixel_mean']), tuple(config['pixel_std'])
 

@@ -59,8 +59,7 @@ def _blend(degenerate: jax.Array, image: jax.Array,
 def _auto_contrast(image: jax.Array) -> jax.Array:
   """Each channel stretched to [0, 1] (PIL's autocontrast, no cutoff)."""
   low = image.min(axis=(0, 1), keepdims=True)
-  high = image.max(axis=(0, 1), keepdims=True)
-  span = high - low
+  span = image.max(axis=(0, 1), keepdims=True) - low
   return jnp.where(span > 0, (image - low) / jnp.where(span > 0, span, 1.0),
                    image)
 
@@ -73,8 +72,7 @@ def _equalize_channel(channel: jax.Array) -> jax.Array:
   """PIL's ImageOps.equalize of one (H, W) channel."""
   values = _quantize(channel)
   histogram = jnp.bincount(values.ravel(), length=256)
-  top = histogram[values.max()]
-  step = (values.size - top) // 255
+  step = (values.size - histogram[values.max()]) // 255
   below = jnp.cumsum(histogram) - histogram
   lut = jnp.clip((step // 2 + below) // jnp.maximum(step, 1), 0, 255)
   return jnp.where(step > 0, lut[values].astype(channel.dtype) / 255.0, channel)

@@ -209,9 +209,8 @@ def _list_split(split_dir: pathlib.Path, class_names: list[str],
       labels += [class_names.index(entry.name)] * len(images)
     elif class_names:  # else the training split's problem is named
       findings.problem(
-          path, f'no train/{entry.name}/ (a test class must be '
-          f'one of the training classes: {", ".join(class_names)})',
-          folder=True)
+          path, f'no train/{entry.name}/ (a test class must be one of the '
+          f'training classes: {", ".join(class_names)})', folder=True)
   if not any(entry.is_dir() for entry in entries):
     findings.problem(
         split_dir, 'holds no class folder (put the images in '

@@ -107,11 +107,9 @@ def write(
     class_names: tuple[str, ...] = ()
 ) -> None:
   """transformers' folder in `directory`; `pixels`: the training (mean, std)."""
+  # transformers' ViTHybrid is deprecated and its BiT stem not ours.
   vit_model.check_exportable(
-      model,
-      NAME,
-      {
-          # transformers' ViTHybrid is deprecated and its BiT stem not ours.
+      model, NAME, {
           'ResNet stem of the hybrid (--format=timm has it)':
               model.resnet_stages is not None,
           "'gap' head (it reads the class token)": model.classifier == 'gap',

@@ -94,9 +94,8 @@ def save_npz(params: Mapping[str, Any], path: str | pathlib.Path) -> None:
       _OURS_TO_RELEASED, 'the parameters')
   arrays = {key: np.asarray(value) for key, value in flat.items()}
   for key, array in arrays.items():
-    descr = np.lib.format.dtype_to_descr(array.dtype)
-    if array.dtype.hasobject or np.lib.format.descr_to_dtype(descr) != (
-        array.dtype):
+    if array.dtype.hasobject or np.lib.format.descr_to_dtype(
+        np.lib.format.dtype_to_descr(array.dtype)) != array.dtype:
       # e.g. bfloat16 is written as raw bytes that read back as void.
       raise CheckpointError(f'Not saving {path}: {key} is {array.dtype}, '
                             'which .npz cannot store; cast it to float32.')

@@ -57,8 +57,7 @@ def scan_blocks(block: nn.Module, x: jax.Array, *, num_layers: int,
   def body(module: nn.Module, carry: jax.Array, _) -> tuple[jax.Array, None]:
     return call(module, carry), None
 
-  scanned = nn.scan(body, variable_axes={'params': 0, 'intermediates': 0},
-                    split_rngs={'params': True,
-                                'dropout': True}, length=num_layers)
-  x, _ = scanned(block, x, None)
+  x, _ = nn.scan(body, variable_axes={'params': 0, 'intermediates': 0},
+                 split_rngs={'params': True, 'dropout': True},
+                 length=num_layers)(block, x, None)
   return x

@@ -122,8 +122,7 @@ class MultiHeadSelfAttention(nn.Module):
       logits = logits * temperature.astype(jnp.float32)[:, None, None]
       # The lowest float rather than -inf: the same zero probability, and no
       # NaN for a sequence of one token (a row with nothing left).
-      tokens = logits.shape[-1]
-      logits = jnp.where(jnp.eye(tokens, dtype=bool),
+      logits = jnp.where(jnp.eye(logits.shape[-1], dtype=bool),
                          jnp.finfo(jnp.float32).min, logits)
     elif not fold:
       logits = logits * jnp.float32(head_dim**-0.5)
