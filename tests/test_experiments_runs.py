@@ -17,7 +17,6 @@ from experiments.data_efficiency import summary as data_efficiency
 from experiments.data_scaling import summary as data_scaling
 from tests import helpers
 from vit_jax.training import provenance
-from vit_jax.training import startup
 
 
 def test_records_of_the_planned_finished_runs(tmp_path, capsys):
@@ -106,17 +105,6 @@ def test_records_of_the_planned_finished_runs(tmp_path, capsys):
           'best_test_accuracy': 0.514
       }
   }
-  # A run resumed after its teacher finished records it as its first start read
-  # it: unfinished.
-  summary = tmp_path / 'e' / 'summary.json'
-  summary.rename(tmp_path / 'away')
-  student = tmp_path / 'student'
-  student.mkdir()
-  first = startup.runs_read(config, student, resuming=False)
-  (tmp_path / 'away').rename(summary)
-  assert startup.runs_read(config, student, resuming=True) == first
-  assert 'best_test_accuracy' not in first['distillation_teacher']
-  assert startup.runs_read(config, student, resuming=False) != first
   (tmp_path / 'hf').mkdir()
   (tmp_path / 'hf' / 'config.json').write_text('{"model_type": "vit"}')
   for released in (tmp_path / 'c' / 'summary.json', tmp_path / 'hf'):

@@ -109,6 +109,16 @@ def test_a_distilled_run_trains_and_evaluates(trained_cnn_run, tmp_path):
           }
       }
   }
+  # Trained again (its summary moved away) once the teacher's summary is gone,
+  # it records the teacher as its first start-up read it.
+  (tmp_path / 'student' / 'summary.json').rename(tmp_path / 'first.json')
+  (teacher_workdir / 'summary.json').rename(tmp_path / 'teacher.json')
+  try:
+    again = train.train_and_evaluate(_student_config(data_dir, teacher_workdir),
+                                     tmp_path / 'student')
+  finally:
+    (tmp_path / 'teacher.json').rename(teacher_workdir / 'summary.json')
+  assert again['runs_read'] == summary['runs_read']
 
 
 class _LinearTeacher(nn.Module):
