@@ -45,16 +45,14 @@ def record_changes(workdir: pathlib.Path, step: int, changed: dict[str, tuple]):
       f.write(json.dumps({'step': step, 'changed': changes}) + '\n')
 
 
+RUNS_READ_FILE = 'runs_read.json'  # written by `record_run`
+
+
 def runs_read(config, workdir: pathlib.Path, resuming: bool) -> dict:
   """`provenance.runs_read` as the run's first start-up read them."""
   # A student resumed after its teacher finished trained on the unfinished one.
-  path = workdir / 'runs_read.json'
-  if resuming and (first := files.read_json(path)[0]) is not None:
-    return first
-  read = provenance.runs_read(config)
-  if jax.process_index() == 0:
-    files.write_atomically(path, json.dumps(read))
-  return read
+  first = files.read_json(workdir / RUNS_READ_FILE)[0] if resuming else None
+  return provenance.runs_read(config) if first is None else first
 
 
 def _parameter_count(params) -> str:
@@ -167,12 +165,13 @@ def check_ema(config, state_shapes):
 
 
 def record_run(config, workdir: pathlib.Path, inputs: data.Input,
-               plan: plan_lib.StepPlan, params) -> dict:
-  """Writes config.json and logs what trains; the config as recorded."""
+               plan: plan_lib.StepPlan, params, read: dict) -> dict:
+  """Writes config.json and `read`, logs what trains; the config as recorded."""
   run_config = json.loads(config.to_json_best_effort())
   if jax.process_index() == 0:  # the workdir is made by its lock's holder
     files.write_atomically(workdir / 'config.json',
                            json.dumps(run_config, indent=2))
+    files.write_atomically(workdir / RUNS_READ_FILE, json.dumps(read))
     if inputs.class_names:  # for evaluate, analyze and the exports
       files.write_atomically(workdir / reading.CLASS_NAMES_FILE,
                              json.dumps(inputs.class_names))

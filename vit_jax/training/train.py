@@ -172,7 +172,7 @@ def _train_and_evaluate(config, workdir: pathlib.Path,
     position = inputs.position(0)
   del pretrained  # host memory the run needs no more
   run_config = startup.record_run(config, workdir, inputs, plan,
-                                  state_shapes.params)
+                                  state_shapes.params, read)
   clock.lap('restore')
   trains = step < plan.total_steps
   if not trains:
