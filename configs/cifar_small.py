@@ -41,7 +41,7 @@ MODELS = {
 
 def get_config(model: str = 'vit'):
   if model not in MODELS:
-    raise ValueError(f'Unknown model {model!r} for cifar_small.py; use one of '
+    raise ValueError(f"Unknown model {model!r} after ':'; use one of "
                      f'{", ".join(MODELS)}.')
   config = config_schema.defaults()
   # The ViT's dropout, 0.1, is the registry's (the study does not state it).

@@ -7,7 +7,8 @@ batch into micro-batches (gradient accumulation) to fit memory. The head is
 replaced by a zero-initialized one and the position embeddings are resized to
 the new patch grid (`vit_jax/training/finetune.py`).
 
-`config.init_from` is a `vit_jax.main` run directory or a released `.npz`.
+`config.init_from`, which a run needs, is a `vit_jax.main` run directory or a
+released `.npz`.
 Defaults: the small-data study's ViT-Tiny, pre-trained at 32x32 on the 5k
 CIFAR-10 subset (configs/cifar_small.py), fine-tuned at 48x48 on the same data:
 
@@ -48,6 +49,8 @@ its Table 5 row of the model (e.g. ViT-B/16 from ImageNet-21k: CIFAR-10
 98.95%, ImageNet 83.97% at 384); not run in this project.
 """
 
+from ml_collections import config_dict
+
 from configs import cifar_small
 from vit_jax import config_schema
 
@@ -66,7 +69,9 @@ def use_paper_recipe(config) -> None:
   App. B.1.1): SGD with momentum 0.9, no weight decay, gradients clipped to
   global norm 1, no label smoothing, no dropout (the official configs), and
   cosine decay after a linear warmup. The learning rate, length and batch
-  stay the caller's."""
+  stay the caller's; config.init_from must be set (a run refuses to start
+  without it)."""
+  config.init_from = config_dict.placeholder(str)
   config.optimizer = 'sgd'
   config.momentum = 0.9
   config.weight_decay = 0.0

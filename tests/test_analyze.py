@@ -126,7 +126,7 @@ def test_bad_input_is_one_clear_error(trained_vit_run, tmp_path):
   for name in ('num_images', 'distance_images', 'components'):
     with pytest.raises(ValueError, match='^0 is not a positive integer$'):
       flags.FLAGS[name].parser.parse('0')
-  with pytest.raises(AnalysisError, match='Pass --workdir .* or --checkpoint'):
+  with pytest.raises(AnalysisError, match='Pass one of --workdir .* and --'):
     analyze.analyze(tmp_path / 'out')
   with pytest.raises(
       CheckpointError, match='is a run, whose config names its '
@@ -157,10 +157,13 @@ def test_a_released_npz_is_analysed_on_your_own_images(tmp_path, caplog):
   images = [str(tmp_path / 'photos')]
   with pytest.raises(AnalysisError, match='--checkpoint needs --images'):
     analyze.analyze(tmp_path / 'out', checkpoint=released)
-  with pytest.raises(AnalysisError,
-                     match='two.txt has 2 lines; the model has 3'):
-    analyze.analyze(tmp_path / 'out', checkpoint=released, images=images,
-                    class_names=tmp_path / 'two.txt')
+  with pytest.raises(AnalysisError, match='is no run: pass it as --checkpoint'):
+    analyze.analyze(tmp_path / 'out', workdir=released)
+  for names, said in (('two.txt', 'two.txt has 2 lines; the model has 3'),
+                      ('nope.txt', 'nope.txt: No such file .*; pass a text')):
+    with pytest.raises(AnalysisError, match=said):
+      analyze.analyze(tmp_path / 'out', checkpoint=released, images=images,
+                      class_names=tmp_path / names)
   with pytest.raises(CheckpointError, match='--model=SimpleCNN is not a ViT'):
     analyze.analyze(tmp_path / 'out', checkpoint=released, model='SimpleCNN')
   result = analyze.analyze(tmp_path / 'out', checkpoint=released, images=images,

@@ -107,6 +107,13 @@ def test_a_source_is_told_by_its_contents_and_a_missing_one_refused(
       match=(r'holds no checkpoint: pass a vit_jax.main workdir \(or its '
              r'best_checkpoint\), an official .npz')):
     reading.source_kind(tmp_path / 'empty')
+  with pytest.raises(CheckpointError, match='^No checkpoint given: pass a'):
+    reading.source_kind('')  # --checkpoint=
+  for inside, said in ((workdir / 'checkpoints', f'pass the run, {workdir}.'),
+                       (workdir / 'checkpoints' / '6',
+                        f'{workdir} (--step=6)')):
+    with pytest.raises(CheckpointError, match=re.escape(said)):
+      reading.source_kind(inside)
   # A run that kept no best state points to its newest; a URL is not read.
   for source, error in ((tmp_path / 'best_checkpoint', '(config.keep_best_'
                          f'checkpoint); pass the run, {tmp_path}, for its '),

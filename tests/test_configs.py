@@ -11,6 +11,7 @@ from tests import helpers
 from vit_jax import config_schema
 from vit_jax import models
 from vit_jax.checkpoints import reading
+from vit_jax.errors import ConfigError
 from vit_jax.formats import npz
 from vit_jax.training import train
 
@@ -33,6 +34,10 @@ def _config(spec):
 ])
 def test_config_is_valid(spec):
   config = _config(spec)
+  if config.init_from is None:  # a fine-tuning config: refused without it
+    with pytest.raises(ConfigError, match='config.init_from is unset'):
+      config_schema.validate(config, num_devices=8)
+    config.init_from = 'ViT-B_16.npz'
   config_schema.validate(config, num_devices=8)  # every field, no other
   models.from_config(config, num_classes=1000)
 

@@ -69,6 +69,10 @@ def test_tfds_array_record_is_read_by_index_or_whole_without_tensorflow(
   assert images.shape == (4, 16, 16, 3)
   with pytest.raises(DatasetError, match='not prepared'):
     _open(tmp_path / 'empty', name, whole=False)
+  with pytest.raises(
+      DatasetError, match="no dataset 'vit_jax_none', in its "
+      'catalog or prepared in .*: prepare it'):
+    _open(tmp_path, 'tfds:vit_jax_none', whole=False)
   # Read whole, without tensorflow, at the images' own size.
   name = helpers.prepare_tfds_array_record(tmp_path, 'VitJaxFixedSizeTest', 4,
                                            2, lambda i: (8, 8, 3))

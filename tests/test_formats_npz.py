@@ -184,6 +184,9 @@ def test_what_is_not_a_checkpoint_is_a_clear_error(tmp_path):
   # A missing one: test_runtime_command.
   (tmp_path / 'text.npz').write_text('not a zip')
   fails(tmp_path / 'text.npz', r'is not a .npz file \(a zip archive')
+  whole = write_npz(tmp_path / 'tiny.npz', released_arrays()).read_bytes()
+  (tmp_path / 'cut.npz').write_bytes(whole[:len(whole) // 2])
+  fails(tmp_path / 'cut.npz', 'is empty or cut short .*: fetch it again')
   np.save(tmp_path / 'one.npy', np.zeros(3))
   fails(tmp_path / 'one.npy', 'is a single .npy array')
   fails(

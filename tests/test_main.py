@@ -16,7 +16,13 @@ def _main(*flags, config='configs/cifar_small.py'):
 @pytest.mark.parametrize(
     'flag,said',
     [('--config.data_dir=nowhere',
-      f'error: The data directory {helpers.ROOT}/nowhere does not exist.'),
+      f'error: The data directory {helpers.ROOT}/nowhere does not exist: pass '
+      'the one that holds the dataset (--config.data_dir=DIR; --data_dir=DIR '
+      'to evaluate or analyze a run whose data moved).'),
+     ('stray', 'error: unexpected arguments stray; every argument is a flag '
+      '(--workdir=DIR, --config.FIELD=VALUE).'),
+     ('--workdir=', 'error: --workdir is empty: pass the folder the run '
+      'writes to.'),
      ('--config.num_epoch=1', 'error: config.num_epoch is not a field of the '
       "config schema (did you mean 'num_epochs'?); the fields are listed in "
       'vit_jax/config_schema.py.'),
@@ -24,8 +30,10 @@ def _main(*flags, config='configs/cifar_small.py'):
       'both (and --coordinator_address), or neither inside SLURM, Open MPI or '
       'a Cloud TPU job, which set them.'),
      ('--config.learning_rate=1e-3x', 'error: --config.learning_rate=1e-3x: '
-      'config.learning_rate is a number (the config: 0.001).'),],
-    ids=['data_dir', 'unknown_field', 'cluster_flags', 'wrong_kind'])
+      'config.learning_rate is a number (the config: 0.001).'),], ids=[
+          'data_dir', 'stray_argument', 'empty_workdir', 'unknown_field',
+          'cluster_flags', 'wrong_kind'
+      ])
 def test_bad_input_is_one_clear_line_printed_once_not_a_traceback(
     tmp_path, flag, said):
   out = _main(f'--workdir={tmp_path / "run"}', '--config.num_epochs=1', flag)

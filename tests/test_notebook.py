@@ -1,6 +1,7 @@
 """notebooks/vit_jax.ipynb, run top to bottom on a made checkpoint."""
 
 import json
+import re
 
 import nbclient
 import nbformat
@@ -8,6 +9,7 @@ import numpy as np
 
 from tests import helpers
 from vit_jax import models
+from vit_jax.checkpoints import reading
 
 
 def test_the_notebook_runs_and_draws_every_figure(cifar10_dir, tmp_path):
@@ -16,6 +18,8 @@ def test_the_notebook_runs_and_draws_every_figure(cifar10_dir, tmp_path):
   helpers.untrained_run(
       tmp_path / 'run', config,
       helpers.random_vit_params(models.from_config(config, 10), 16))
+  (tmp_path / 'run' / reading.CLASS_NAMES_FILE).write_text(
+      json.dumps([f'class{i}' for i in range(10)]))  # the run's, as top-5
   (tmp_path / 'cat.png').write_bytes(
       helpers.png(np.zeros((20, 30, 3), np.uint8)))
   notebook = nbformat.read(helpers.ROOT / 'notebooks' / 'vit_jax.ipynb', 4)
@@ -37,7 +41,7 @@ def test_the_notebook_runs_and_draws_every_figure(cifar10_dir, tmp_path):
   # Each figure `show` draws, and nothing it says was not drawn.
   assert sum('image/png' in output.get('data', {}) for output in outputs) == 6
   text = ''.join(output.get('text', '') for output in outputs)
-  assert 'cat.png: ' in text and 'not drawn' not in text
+  assert re.search(r'cat\.png: class\d ', text) and 'not drawn' not in text
   summary = json.loads(
       (tmp_path / 'out' / 'finetuned' / 'summary.json').read_text())
   assert summary['steps'] == 2

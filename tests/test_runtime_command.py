@@ -17,15 +17,20 @@ _BAD_CONFIGS = {
     'opens.py': 'def get_config():\n  open("/nonexistent/labels.txt")\n',
     'bad.json': 'get_config = {}\n',
     'run.json': '{"seed": 1, "augment": true, "pixel_mean": [0.5, 0.5]}',
-    'calls.py':
+    'no_get_config.py': 'x = 1\n', 'calls.py':
         ('import config_helper_xyz\ndef get_config():\n'
          '  return config_helper_xyz.read()\n'
         ), 'config_helper_xyz.py': 'def read():\n  return {}["labels"]\n',
 }
 
-_UNLOADABLE = [  # (id, config, overrides, message)
+# (id, config, overrides, message); the first case loads first, before any
+# config module whose get_config a file without one would be taken to have.
+_UNLOADABLE = [
+    ('no get_config', '{tmp}/no_get_config.py', (), '{tmp}/no_get_config.py '
+     'defines no get_config(), the function that returns its config (see '
+     'configs/cifar_small.py).'),
     ('refused argument', 'configs/cifar_small.py:vit_tiny', (),
-     "Unknown model 'vit_tiny' for cifar_small.py; use one of vit, "
+     "Unknown model 'vit_tiny' after ':'; use one of vit, "
      'simple_cnn, small_resnet.'),
     ('missing file', '{tmp}/nope.py', (), 'no file {tmp}/nope.py'),
     ('missing file, overridden', '{tmp}/nope.py', ('--config.num_epochs=1',),
@@ -83,6 +88,11 @@ def test_a_config_that_cannot_load_is_one_line_for_every_command(
   argvs.append([
       command, f'--config={tmp_path}/run.json', '--config.seed=3', target
   ])
+  twice = '--config.model_overrides.num_layers='  # a new field: 1 makes an int
+  argvs.append([
+      command, '--config=configs/cifar_small.py', f'{twice}1', f'{twice}abc',
+      target
+  ])
   out = subprocess.run([
       sys.executable, '-c',
       _PARSED_BY.format(command=command),
@@ -97,7 +107,12 @@ def test_a_config_that_cannot_load_is_one_line_for_every_command(
   ] + [
       f'error: --config cannot be loaded: {fill(message)}'
       for *_, message in _UNLOADABLE
-  ] + [{'seed': 3, 'augment': True, 'pixel_mean': [0.5, 0.5]}]
+  ] + [{'seed': 3, 'augment': True, 'pixel_mean': [0.5, 0.5]}] + [
+      "error: the --config.FIELD=VALUE flags cannot be applied (TypeError: "
+      "Could not override field 'num_layers' (reference). abc is of original "
+      "type <class 'str'> and cannot be casted to type <class 'int'>): give "
+      'each field once.'
+  ]
   assert not (tmp_path / 'run').exists()
 
 
@@ -124,7 +139,8 @@ def test_a_missing_checkpoint_is_one_line_for_every_reader(
 
 @pytest.mark.parametrize('argument,line', [
     ('{tmp}', 'unexpected arguments {tmp}; pass a run as --workdir=DIR or a '
-     'checkpoint as --checkpoint=SOURCE.'),
+     'checkpoint as --checkpoint=SOURCE, and images as --images=DIR or '
+     '--images=A.jpg,B.jpg.'),
     ('--num_images=abc', "flag --num_images=abc: invalid literal for int() "
      "with base 10: 'abc'; --helpshort lists the flags."),
 ])

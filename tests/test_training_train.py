@@ -274,6 +274,7 @@ def test_eight_devices_give_the_single_device_loss(cifar10_dir, tmp_path):
     (dict(input_pipeline='tf.data'), "input_pipeline='tf.data'"),
     (dict(cpu_compiler_options={'xla_cpu_no_such_option': '1'}),
      "No such compile option: 'xla_cpu_no_such_option'"),
+    (dict(data_dir='{workdir}'), 'is config.data_dir, which the run reads'),
     (dict(variant='simple_cnn', ema_decay=0.9),
      'config.ema_decay=0.9 averages the parameters only, and SimpleCNN also '
      'keeps BatchNorm'),
@@ -281,7 +282,8 @@ def test_eight_devices_give_the_single_device_loss(cifar10_dir, tmp_path):
 def test_bad_input_is_a_clear_error_before_anything_is_written(
     cifar10_dir, tmp_path, overrides, message):
   overrides = dict(overrides)  # the variant and data taken out
-  config = helpers.tiny_config(overrides.pop('data_dir', cifar10_dir),
+  data_dir = str(overrides.pop('data_dir', cifar10_dir))
+  config = helpers.tiny_config(data_dir.format(workdir=tmp_path / 'run'),
                                overrides.pop('variant', 'vit'), **overrides)
   with pytest.raises(ValueError, match=message):
     train.train_and_evaluate(config, tmp_path / 'run')

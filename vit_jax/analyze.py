@@ -67,12 +67,14 @@ def analyze(out, *, workdir=None, step=None, data_dir=None, checkpoint=None,
   out = pathlib.Path(out)
   _check_out(out)  # before minutes of work
   if (workdir is None) == (checkpoint is None):
-    raise AnalysisError('Pass --workdir (a run) or --checkpoint (any '
-                        'checkpoint).')
+    raise AnalysisError('Pass one of --workdir (a run) and --checkpoint '
+                        '(any checkpoint).')
   subject, described = subjects.load(workdir or checkpoint, model, step)
   if subject.config is None and not images:
-    raise AnalysisError('--checkpoint needs --images: the images to look at '
-                        '(files or directories).')
+    raise AnalysisError(
+        (f'--workdir={workdir} is no run: pass it as --checkpoint, with '
+         '--images' if workdir else '--checkpoint needs --images') +
+        ': the images to look at (files or directories).')
   if subject.config is not None and data_dir:
     subject.config.data_dir = data_dir
   image_files = subjects.image_files(images) if images else None
@@ -242,7 +244,8 @@ def draw_attention_distance(out: pathlib.Path, subject: reading.Loaded,
 def main(argv):
   if len(argv) > 1:
     sys.exit(f'error: unexpected arguments {" ".join(argv[1:])}; pass a run '
-             'as --workdir=DIR or a checkpoint as --checkpoint=SOURCE.')
+             'as --workdir=DIR or a checkpoint as --checkpoint=SOURCE, and '
+             'images as --images=DIR or --images=A.jpg,B.jpg.')
   # What it wrote is the output; jax's and orbax's progress notes are not,
   # while a warning (a damaged checkpoint skipped) is.
   logging.set_verbosity(logging.WARNING)

@@ -281,6 +281,9 @@ def validate(config: ml_collections.ConfigDict, num_devices: int,
       raise ConfigError(f'config.{name}={value} {field.check[1]}.')
   if training:  # the model checked before any data loads
     models.from_config(config, num_classes=1)
+    if config.init_from is None:  # a fine-tuning config's placeholder
+      raise ConfigError('config.init_from is unset: pass the run directory or '
+                        '.npz to fine-tune as --config.init_from=PATH.')
   if not config.total_steps and not config.num_epochs:
     raise ConfigError('Set config.total_steps or config.num_epochs: the run '
                       'has no length.')

@@ -14,6 +14,8 @@ it with nothing lost (rerun to resume); 1 for a problem the message explains;
 complete checkpoint). Several hosts: docs/multi_host.md."""
 
 # pylint: disable=g-import-not-at-top,wrong-import-position
+import sys
+
 from vit_jax.runtime import stop_signals
 
 if __name__ == '__main__':
@@ -46,7 +48,8 @@ flags.mark_flags_as_required(['config', 'workdir'])
 
 def main(argv):
   if len(argv) > 1:
-    raise app.UsageError(f'Unexpected arguments: {" ".join(argv[1:])}')
+    sys.exit(f'error: unexpected arguments {" ".join(argv[1:])}; every '
+             'argument is a flag (--workdir=DIR, --config.FIELD=VALUE).')
   config = _CONFIG.value
   if _CPU_DEVICES.value:  # what the run uses, as config.json records it
     config.cpu_devices = _CPU_DEVICES.value

@@ -88,7 +88,11 @@ def run_test_images(config, count: int) -> np.ndarray:
 
 def read_class_names(path, subject: reading.Loaded) -> list[str]:
   """The class names in a text file, one a line, one per class."""
-  class_names = pathlib.Path(path).read_text().splitlines()
+  try:
+    class_names = pathlib.Path(path).read_text().splitlines()
+  except OSError as e:
+    raise AnalysisError(f'--class_names={path}: {e.strerror}; pass a text '
+                        'file of the class names, one a line.') from e
   classes = subject.params[names.HEAD]['kernel'].shape[-1]
   if len(class_names) != classes:
     raise AnalysisError(f'--class_names={path} has {len(class_names)} lines; '

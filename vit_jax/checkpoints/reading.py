@@ -100,7 +100,7 @@ def load_run(workdir: str | pathlib.Path, step: int | None = None,
             'with --config.teacher_checkpoint=last.')
       if not (workdir / 'config.json').exists():
         raise CheckpointError(f'{workdir} has no config.json nor checkpoints: '
-                              'pass the --workdir of a run of `python -m '
+                              'pass the workdir of a run of `python -m '
                               'vit_jax.main`.')
       raise CheckpointError(f'{workdir / "checkpoints"} holds no checkpoint '
                             'yet; train until the first one is saved.')
@@ -148,6 +148,8 @@ def _safetensors_kind(path: pathlib.Path) -> str:
 
 def source_kind(source: str | pathlib.Path) -> str:
   """What `source` is, from its contents: WORKDIR, NPZ, TIMM or HF."""
+  if not str(source).strip():
+    raise CheckpointError(f'No checkpoint given: {SOURCES_HELP}')
   path = pathlib.Path(source)
   run = path.parent  # of a best_checkpoint it did not keep
   if (not path.exists() and path.name == 'best_checkpoint' and
@@ -172,6 +174,11 @@ def source_kind(source: str | pathlib.Path) -> str:
     weights = path / safetensors_file.WEIGHTS_NAME
     if weights.exists():
       return _safetensors_kind(weights)
+    if 'checkpoints' in (path.name, path.parent.name):  # a run's own folder
+      step = f' (--step={path.name})' if path.name.isdigit() else ''
+      raise CheckpointError(f'{path} is inside a run: pass the run, '
+                            f'{path.parent.parent if step else path.parent}'
+                            f'{step}.')
     raise CheckpointError(f'{path} holds no checkpoint: {SOURCES_HELP}')
   if safetensors_file.is_safetensors(path):
     return _safetensors_kind(path)

@@ -148,7 +148,10 @@ def _local_data_dir(config) -> pathlib.Path:
     raise DatasetError(f'The data directory {directory} is a file: pass the '
                        'directory that holds the dataset.')
   if not directory.is_dir():
-    raise DatasetError(f'The data directory {directory} does not exist.')
+    raise DatasetError(f'The data directory {directory} does not exist: pass '
+                       'the one that holds the dataset (--config.data_dir=DIR; '
+                       '--data_dir=DIR to evaluate or analyze a run whose '
+                       'data moved).')
   if not os.access(directory, os.R_OK | os.X_OK):
     raise DatasetError(f'The data directory {directory} cannot be read '
                        '(permission denied); check its permissions.')

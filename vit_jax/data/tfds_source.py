@@ -32,7 +32,11 @@ def _tfds_builder(name: str, data_dir: pathlib.Path | None):
   try:
     builder = tfds.builder(name, data_dir=data_dir and str(data_dir))
   except tfds.core.registered.DatasetNotFoundError as e:
-    raise DatasetError(f'tensorflow-datasets has no dataset {name!r}.') from e
+    raise DatasetError(
+        f'tensorflow-datasets has no dataset {name!r}, in its catalog or '
+        f'prepared in {data_dir or "its data_dir"}: prepare it (tfds build, or '
+        'the builder of a dataset outside the catalog) and pass '
+        '--config.data_dir=DIR where it is.') from e
   if not builder.is_prepared():
     raise DatasetError(
         f'tfds:{name} is not prepared in {builder.data_dir}; this job does not '

@@ -60,9 +60,12 @@ def load_npz(path: str | pathlib.Path) -> dict[str, Any]:
     raise CheckpointError(f'{path} is a single .npy array, not a .npz of '
                           'named parameters.')
   # numpy's messages about pickles suggest allow_pickle: never shown.
+  if not zipfile.is_zipfile(path) and start[:2] in (b'', b'PK'):
+    raise CheckpointError(f'{path} is empty or cut short (an interrupted '
+                          'download or copy?): fetch it again.')
   if not zipfile.is_zipfile(path):
     raise CheckpointError(f'{path} is not a .npz file (a zip archive of '
-                          'arrays): pass a released ViT .npz or the --workdir '
+                          'arrays): pass a released ViT .npz or the workdir '
                           'of a `vit_jax.main` run.')
   try:
     with np.load(path, allow_pickle=False) as data:

@@ -35,6 +35,9 @@ def _config_file_problem(error: BaseException,
   if missing:
     return 'no file ' + ', '.join(missing)
   *_, innermost = errors.causes(error)
+  if "has no attribute 'get_config'" in str(innermost):
+    return (f'{", ".join(sorted(config_files))} defines no get_config(), the '
+            'function that returns its config (see configs/cifar_small.py).')
   if (isinstance(innermost, SyntaxError) and innermost.filename and
       str(pathlib.Path(innermost.filename).resolve()) in config_files):
     return (f'{innermost.filename}, line {innermost.lineno}: '
@@ -88,6 +91,9 @@ def parse_flags(argv: list[str]) -> list[str]:
     problem = configured and _config_file_problem(e, _config_files(argv))
     if problem:
       sys.exit(f'error: --config cannot be loaded: {problem}')
+    if configured and not isinstance(e, flags.Error):  # applying overrides
+      sys.exit(f'error: the --config.FIELD=VALUE flags cannot be applied '
+               f'({errors.first_line(e)}): give each field once.')
     if not isinstance(e, flags.Error):
       raise
     if (configured and isinstance(e, flags.UnrecognizedFlagError) and

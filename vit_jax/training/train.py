@@ -79,6 +79,8 @@ def _what_is_kept(checkpoints, history: list[dict]) -> str:
 def train_and_evaluate(config: ml_collections.ConfigDict,
                        workdir: str | pathlib.Path) -> dict:
   """Trains `config` in `workdir` from its newest checkpoint; the summary."""
+  if not str(workdir).strip():
+    raise WorkdirError('--workdir is empty: pass the folder the run writes to.')
   workdir = pathlib.Path(workdir).absolute()
   signals = preemption.Preemption()  # first: a SIGTERM while loading counts
   clock = progress.StartupClock()
@@ -86,6 +88,10 @@ def train_and_evaluate(config: ml_collections.ConfigDict,
     config_schema.validate(config, jax.device_count())
     for name in config_schema.DATA_PATHS:
       config[name] = config_schema.absolute(config[name])
+      if config[name] and workdir.resolve() == pathlib.Path(
+          config[name]).resolve():
+        raise WorkdirError(f'--workdir={workdir} is config.{name}, which the '
+                           'run reads: pass a folder of its own.')
     compilation_cache.use(config.compilation_cache_dir)
     clock.lap('backend')
     with startup.sole_writer(workdir):
