@@ -216,20 +216,19 @@ def _untrained_run(workdir, data_dir, **techniques):
   return helpers.untrained_run(workdir, config, params)
 
 
-def _analyze_run(workdir, out):
-  return analyze.analyze(out, workdir=workdir, num_images=2, distance_images=8,
-                         components=5)
+def _analyze_run(workdir):
+  return analyze.analyze(f'{workdir}_out', workdir=workdir, num_images=2,
+                         distance_images=8, components=5)
 
 
 def test_a_scanned_distillation_token_sincos_run_is_analysed_as_unscanned(
     cifar10_dir, tmp_path):
   techniques = dict(distillation_token=True, posemb='sincos2d')
   plain = _analyze_run(
-      _untrained_run(tmp_path / 'plain', cifar10_dir, **techniques),
-      tmp_path / 'plain_out')
+      _untrained_run(tmp_path / 'plain', cifar10_dir, **techniques))
   scanned = _analyze_run(
       _untrained_run(tmp_path / 'scanned', cifar10_dir, **techniques, scan=True,
-                     remat='full'), tmp_path / 'scanned_out')
+                     remat='full'))
   for out in ('plain_out', 'scanned_out'):
     assert _written(tmp_path / out) == sorted((*FIGURES, 'dist_attention.png'))
   assert scanned['prefix_tokens'] == ['cls', 'dist']

@@ -26,9 +26,8 @@ def test_loads_a_run_trained_on_other_devices_onto_one(trained_vit_run, caplog):
   assert (run.step, run.config.image_size, run.batch_stats) == (6, 24, {})
   assert run.config.model_overrides.num_layers == 2
   assert set(run.variables) == {'params'}
-  assert {
-      leaf.sharding.device_set.pop() for leaf in jax.tree.leaves(run.params)
-  } == {jax.devices()[0]}
+  placed = {x.sharding.device_set.pop() for x in jax.tree.leaves(run.params)}
+  assert placed == {jax.devices()[0]}
   # The restored parameters drive the model they were trained as, and are
   # load_params' (its exports': tests/test_checkpoints_export.py).
   model = models.from_config(run.config, num_classes=10)
@@ -103,9 +102,8 @@ def test_a_source_is_told_by_its_contents_and_a_missing_one_refused(
     reading.source_kind(tmp_path / 'other.safetensors')
   (tmp_path / 'empty').mkdir()
   with pytest.raises(
-      CheckpointError,
-      match=(r'holds no checkpoint: pass a vit_jax.main workdir \(or its '
-             r'best_checkpoint\), an official .npz')):
+      CheckpointError, match=r'holds no checkpoint: pass a vit_jax.main '
+      r'workdir \(or its best_checkpoint\), an official .npz'):
     reading.source_kind(tmp_path / 'empty')
   with pytest.raises(CheckpointError, match='^No checkpoint given: pass a'):
     reading.source_kind('')  # --checkpoint=

@@ -71,9 +71,8 @@ def test_paper_recipes_match_the_tables():
           finetune.weight_decay, finetune.grad_clip_norm,
           finetune.image_size) == ('sgd', 0.9, 512, 0.0, 1.0, 384)
   # Every paper recipe streams its dataset, as the official code does.
-  assert {
-      pretrain.input_pipeline, imagenet.input_pipeline, finetune.input_pipeline
-  } == {'streaming'}
+  assert {c.input_pipeline
+          for c in (pretrain, imagenet, finetune)} == {'streaming'}
   # Table 4 counts fine-tuning in steps; Table 3 pre-training in epochs.
   assert (finetune.total_steps, finetune.warmup_steps) == (10_000, 500)
   assert _config('finetune:oxford_flowers102').total_steps == 500

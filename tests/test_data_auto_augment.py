@@ -69,10 +69,9 @@ def test_geometric_ops_shift_rotate_and_shear_with_gray_fill():
   np.testing.assert_array_equal(down[:, 14:], x[:, :-14])
   np.testing.assert_array_equal(down[:, :14], 0.5)
   # Rotate: a quarter turn counter-clockwise.
-  np.testing.assert_allclose(apply(x, 'rotate', 90 / 135),
-                             np.rot90(x, 1, axes=(1, 2)), atol=1e-4)
-  np.testing.assert_allclose(apply(x, 'rotate', -90 / 135),
-                             np.rot90(x, -1, axes=(1, 2)), atol=1e-4)
+  for turns in (1, -1):
+    np.testing.assert_allclose(apply(x, 'rotate', turns * 90 / 135),
+                               np.rot90(x, turns, axes=(1, 2)), atol=1e-4)
   out = apply(x, 'shear_x', 0.4 / 0.99)  # shear factor 0.4
   # Row y samples x + 0.4 (y + 0.5), as torchvision's and PIL's shear: row 2
   # from x + 1, row 7 from x + 3; the pixels read from outside are gray.

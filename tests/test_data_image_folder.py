@@ -114,21 +114,16 @@ def test_every_problem_of_a_folder_is_named_in_one_error(tmp_path):
     image_folder.open_image_folder(tmp_path)
   helpers.write_image_folder(tmp_path, {'train': 3, 'test': 2})
   jpeg = _encoded(Image.fromarray(np.zeros((16, 16, 3), np.uint8)), 'JPEG')
-  bad = {
-      'train/cat/notes.jpg': (b'not an image', 'not an image PIL can read'),
-      'train/cat/empty.png':
-          (b'', 'not an image PIL can read'), 'train/cat/cut.jpg':
-              (jpeg[:len(jpeg) // 2], 'cannot be decoded'), 'train/cat/cut.png':
-                  (helpers.png(np.zeros((16, 16, 3),
-                                        np.uint8))[:-30], 'cannot be decoded'),
-      'train/cat/lab.png': (_encoded(Image.new('LAB', (4, 4)), 'TIFF'),
-                            'its mode LAB is not one this reader decodes '
-                            '(save it as RGB)'),
-  }
-  for name, (data, _) in bad.items():
+  png = helpers.png(np.zeros((16, 16, 3), np.uint8))
+  bad = [('train/cat/notes.jpg', b'not an image', 'not an image PIL can read'),
+         ('train/cat/empty.png', b'', 'not an image PIL can read'),
+         ('train/cat/cut.jpg', jpeg[:len(jpeg) // 2], 'cannot be decoded'),
+         ('train/cat/cut.png', png[:-30], 'cannot be decoded'),
+         ('train/cat/lab.png', _encoded(Image.new('LAB', (4, 4)), 'TIFF'),
+          'its mode LAB is not one this reader decodes (save it as RGB)')]
+  for name, data, _ in bad:
     (tmp_path / name).write_bytes(data)
-  (tmp_path / 'train' / 'loose.png').write_bytes(
-      helpers.png(np.zeros((4, 4, 3), np.uint8)))
+  (tmp_path / 'train' / 'loose.png').write_bytes(png)
   (tmp_path / 'train' / 'empty').mkdir()
   (tmp_path / 'test' / 'bird').mkdir()
   with pytest.raises(DatasetError) as raised:
@@ -138,7 +133,7 @@ def test_every_problem_of_a_folder_is_named_in_one_error(tmp_path):
   assert message.startswith(f'8 problems in the image folder {tmp_path} (fix '
                             'each, or move the file out of the folder, then '
                             'run again): ')
-  for name, (_, what) in bad.items():
+  for name, _, what in bad:
     assert f'{name}: {what}' in message
   assert ('train/loose.png: an image outside a class folder (move it into '
           'train/<class>/)') in message

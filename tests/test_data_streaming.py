@@ -79,14 +79,13 @@ def test_streaming_feeds_the_model_what_the_on_device_input_does(cifar10_dir):
           sharding.make_mesh()) for pipeline in ('on_device', 'streaming')
   ]
   model_inputs = [jax.jit(i.model_inputs) for i in inputs]
-  key = jax.random.key(0)
   batches = [i.train_batches(i.position(4)) for i in inputs]  # 6 an epoch
   for _ in range(4):  # across the epoch's end, as the loop takes them
     steps = [
         jax.tree.map(lambda x: x[0], i.stack([next(b)], 1))
         for i, b in zip(inputs, batches)
     ]
-    x, y = (f(i.train_data, step, key)
+    x, y = (f(i.train_data, step, jax.random.key(0))
             for f, i, step in zip(model_inputs, inputs, steps))
     jax.tree.map(np.testing.assert_array_equal, x, y)
   for split, count in (('test', 37), ('validation', 12)):

@@ -35,9 +35,7 @@ def test_the_notebook_runs_and_draws_every_figure(cifar10_dir, tmp_path):
                                                        'out')).items())
   # A cell that raises fails the test, with its traceback.
   nbclient.NotebookClient(notebook, timeout=120).execute()
-  outputs = [
-      output for cell in notebook.cells for output in cell.get('outputs', [])
-  ]
+  outputs = [o for cell in notebook.cells for o in cell.get('outputs', [])]
   # Each figure `show` draws, and nothing it says was not drawn.
   assert sum('image/png' in output.get('data', {}) for output in outputs) == 6
   text = ''.join(output.get('text', '') for output in outputs)

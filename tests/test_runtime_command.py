@@ -79,25 +79,21 @@ def test_a_config_that_cannot_load_is_one_line_for_every_command(
   for name, text in _BAD_CONFIGS.items():
     (tmp_path / name).write_text(text)
   fill = lambda text: text.format(tmp=tmp_path)
-  # First an override without --config: ml_collections defines none yet.
-  target = fill(target)
-  argvs = [[command, '--config.seed=3', target]
-          ] + [[command, f'--config={fill(config)}', *overrides, target]
-               for _, config, overrides, _ in _UNLOADABLE]
-  # A run's config.json loads, JSON's true included, and takes overrides.
-  argvs.append([
-      command, f'--config={tmp_path}/run.json', '--config.seed=3', target
-  ])
   twice = '--config.model_overrides.num_layers='  # a new field: 1 makes an int
-  argvs.append([
-      command, '--config=configs/cifar_small.py', f'{twice}1', f'{twice}abc',
-      target
-  ])
-  out = subprocess.run([
-      sys.executable, '-c',
-      _PARSED_BY.format(command=command),
-      json.dumps(argvs)
-  ], cwd=helpers.ROOT, capture_output=True, text=True, check=False,
+  flags = [
+      # First an override without --config: ml_collections defines none yet.
+      ['--config.seed=3'],
+      *([f'--config={fill(config)}', *overrides]
+        for _, config, overrides, _ in _UNLOADABLE),
+      # A run's config.json loads, JSON's true included, and takes overrides.
+      [f'--config={tmp_path}/run.json', '--config.seed=3'],
+      ['--config=configs/cifar_small.py', f'{twice}1', f'{twice}abc']
+  ]
+  argvs = [[command, *each, fill(target)] for each in flags]
+  script = _PARSED_BY.format(command=command)
+  out = subprocess.run([sys.executable, '-c', script,
+                        json.dumps(argvs)], cwd=helpers.ROOT,
+                       capture_output=True, text=True, check=False,
                        env={**os.environ, 'PYTHONPATH': str(tmp_path)})
   assert out.returncode == 0 and not out.stderr, out.stderr[-3000:]
   said = [json.loads(line) for line in out.stdout.splitlines()]
@@ -157,30 +153,29 @@ def test_libraries_info_records_are_left_out_unless_asked_for():
   from absl import logging  # pylint: disable=g-import-not-at-top
   from vit_jax.runtime import command  # pylint: disable=g-import-not-at-top
 
-  def record(path, level, exc_info=None):
-    return python_logging.LogRecord('absl', level, path, 1, 'm', (), exc_info)
-
   command.quiet_libraries()
   command.quiet_libraries()  # once is enough
   handler = logging.get_absl_handler()
   assert handler.filters.count(command._quiet_libraries) == 1  # pylint: disable=protected-access
+
+  def shown(path, level, exc_info=None):
+    return handler.filter(
+        python_logging.LogRecord('absl', level, path, 1, 'm', (), exc_info))
+
   orbax = '/site-packages/orbax/checkpoint/checkpoint_manager.py'
-  shown = lambda r: handler.filter(r)
-  assert not shown(record(orbax, python_logging.INFO))
-  assert not shown(record(orbax, python_logging.WARNING))
-  assert shown(record(orbax, python_logging.ERROR))
-  assert not shown(
-      record(orbax, python_logging.ERROR, (OSError, OSError(), None)))
-  assert shown(
-      record(str(helpers.ROOT / 'vit_jax/training/train.py'),
-             python_logging.INFO))
+  assert not shown(orbax, python_logging.INFO)
+  assert not shown(orbax, python_logging.WARNING)
+  assert shown(orbax, python_logging.ERROR)
+  assert not shown(orbax, python_logging.ERROR, (OSError, OSError(), None))
+  assert shown(str(helpers.ROOT / 'vit_jax/training/train.py'),
+               python_logging.INFO)
   jax_backends = '/site-packages/jax/_src/xla_bridge.py'
-  assert not shown(record(jax_backends, python_logging.INFO))
-  assert shown(record(jax_backends, python_logging.WARNING))
+  assert not shown(jax_backends, python_logging.INFO)
+  assert shown(jax_backends, python_logging.WARNING)
   verbosity = logging.get_verbosity()
   logging.set_verbosity(logging.DEBUG)  # --verbosity=1
   try:
-    assert shown(record(orbax, python_logging.INFO))
+    assert shown(orbax, python_logging.INFO)
   finally:
     logging.set_verbosity(verbosity)
 

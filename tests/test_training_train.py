@@ -30,9 +30,8 @@ from vit_jax.training import train
 
 def final_state(workdir, step):
   with ocp.CheckpointManager(pathlib.Path(workdir) / 'checkpoints') as manager:
-    restored = manager.restore(
-        step, args=ocp.args.Composite(state=ocp.args.StandardRestore()))
-  return restored.state
+    return manager.restore(
+        step, args=ocp.args.Composite(state=ocp.args.StandardRestore())).state
 
 
 # The cifar_small ViT's train losses and test loss over 3 steps, on 128
@@ -86,10 +85,9 @@ def test_steps_set_when_it_logs_evaluates_and_checkpoints_and_resumes_exactly(
   assert logged['flops_per_second'] > 0 and 'peak_share' not in logged  # CPU
   with ocp.CheckpointManager(tmp_path / 'whole' / 'checkpoints') as manager:
     assert manager.all_steps() == [12, 16, 18]
-  assert (summary['steps'], summary['best_step']) == (
-      18,
-      max((r for r in records if 'test_loss' in r),
-          key=lambda r: r['test_accuracy'])['step'])
+  best = max((r for r in records if 'test_loss' in r),
+             key=lambda r: r['test_accuracy'])
+  assert (summary['steps'], summary['best_step']) == (18, best['step'])
   assert summary['device'] == jax.devices()[0].device_kind
 
   # Checkpoint 16 is mid-epoch and mid logging interval (steps 16-18): its

@@ -136,19 +136,17 @@ def _check_out(out: pathlib.Path):
   if out.is_file():
     raise AnalysisError(f'--out={out} is a file: pass a new directory, or '
                         'one of an earlier analysis.')
-  others = files.foreign_files(
+  if others := files.foreign_files(
       out, lambda name: name in _WRITTEN or
-      (name.startswith('rollout_') and name.endswith('.png')))
-  if others:
+      (name.startswith('rollout_') and name.endswith('.png'))):
     raise AnalysisError(
         f'--out={out} holds files an analysis does not ({others}), which '
         'this one would replace: pass a new directory, or one of an earlier '
         'analysis.')
 
 
-def _not_drawn(result: dict, reason: str, *figures_not_drawn: str):
-  result.setdefault('not_drawn',
-                    {}).update(dict.fromkeys(figures_not_drawn, reason))
+def _not_drawn(result: dict, reason: str, *figure_files: str):
+  result.setdefault('not_drawn', {}).update(dict.fromkeys(figure_files, reason))
 
 
 def draw_position_embeddings(out: pathlib.Path, subject: reading.Loaded,

@@ -266,8 +266,7 @@ def validate(config: ml_collections.ConfigDict, num_devices: int,
       raise ConfigError(f'config.{name} is not a field of the config schema'
                         f'{hint}; the fields are listed in '
                         'vit_jax/config_schema.py.')
-  missing = [name for name in FIELDS if name not in config]
-  if missing:
+  if missing := [name for name in FIELDS if name not in config]:
     raise ConfigError(f'The config lacks {", ".join(missing)}: start it from '
                       'vit_jax.config_schema.defaults().')
   for name, field in FIELDS.items():

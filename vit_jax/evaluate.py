@@ -79,10 +79,9 @@ def main(argv):
   if config is not None:
     cpu_devices = config.get('cpu_devices')
   else:  # a workdir's own config, read before JAX picks its devices
-    stated, _ = files.read_json(
+    saved, _ = files.read_json(
         reading.run_directory(_CHECKPOINT.value) / 'config.json')
-    cpu_devices = stated.get('cpu_devices') if isinstance(stated,
-                                                          dict) else None
+    cpu_devices = saved.get('cpu_devices') if isinstance(saved, dict) else None
   job.run(work, cpu_devices=_CPU_DEVICES.value or cpu_devices)
 
 
@@ -94,10 +93,8 @@ def _parse_flags(argv: list[str]) -> list[str]:
   if (checkpoint and any(a.startswith('--config.') for a in argv) and
       not any(a == '--config' or a.startswith('--config=') for a in argv) and
       (reading.run_directory(checkpoint[-1]) / 'checkpoints').is_dir()):
-    argv = [
-        argv[0], f'--config={workdir_config.__file__}:{checkpoint[-1]}',
-        *argv[1:]
-    ]
+    config_flag = f'--config={workdir_config.__file__}:{checkpoint[-1]}'
+    argv = [argv[0], config_flag, *argv[1:]]
   return command.parse_flags(argv)
 
 

@@ -65,11 +65,13 @@ def image_files(specs: list[str]) -> list[pathlib.Path]:
   return found
 
 
+def _resized(images, size: int) -> np.ndarray:
+  return np.stack([preprocess.resize(image, size) for image in images])
+
+
 def read_images(paths: list[pathlib.Path], image_size: int) -> np.ndarray:
   """The image files as uint8, resized to `image_size`."""
-  return np.stack([
-      preprocess.resize(sources.read_image(path), image_size) for path in paths
-  ])
+  return _resized(map(sources.read_image, paths), image_size)
 
 
 def run_test_images(config, count: int) -> np.ndarray:
@@ -80,9 +82,7 @@ def run_test_images(config, count: int) -> np.ndarray:
       sources.subset(dataset, 'test', min(count, len(dataset.test)),
                      config.seed), config.image_size)
   if config.input_pipeline == 'streaming':  # resized on the host, as it trained
-    images = np.stack([
-        preprocess.resize(image, config.image_size) for image in images
-    ])
+    images = _resized(images, config.image_size)
   return images
 
 
@@ -148,8 +148,7 @@ def embedding_filters(model: models.VisionTransformer,
   if model.shifted_patches:
     return measures.shifted_patch_filters(
         params[names.SHIFTED_PATCH_EMBEDDING]['kernel'], model.patch_size,
-        params[names.SHIFTED_PATCH_NORM]['scale']), (
-            "the shifted-patch projection's filters\non the unshifted patch "
-            '(its slice of shifted_patch_embedding x the shifted_patch_norm '
-            'scale)')
+        params[names.SHIFTED_PATCH_NORM]['scale']
+    ), ("the shifted-patch projection's filters\non the unshifted patch (its"
+        " slice of shifted_patch_embedding x the shifted_patch_norm scale)")
   return params[names.PATCH_EMBEDDING]['kernel'], 'the patch-embedding filters'

@@ -151,13 +151,12 @@ def source_kind(source: str | pathlib.Path) -> str:
   if not str(source).strip():
     raise CheckpointError(f'No checkpoint given: {SOURCES_HELP}')
   path = pathlib.Path(source)
-  run = path.parent  # of a best_checkpoint it did not keep
-  if (not path.exists() and path.name == 'best_checkpoint' and
-      (run / 'config.json').exists()):
-    raise CheckpointError(
-        f'{path} does not exist: its run kept none (config.'
-        f'keep_best_checkpoint); pass the run, {run}, for its newest.')
   if not path.exists():
+    run = path.parent  # of a best_checkpoint it did not keep
+    if path.name == 'best_checkpoint' and (run / 'config.json').exists():
+      raise CheckpointError(
+          f'{path} does not exist: its run kept none (config.'
+          f'keep_best_checkpoint); pass the run, {run}, for its newest.')
     # A URL's '//' would print as '/': `source` as given.
     fetched = ('; a URL is never fetched: download the file first'
                if '://' in str(source) else '')

@@ -15,8 +15,7 @@ def create_input(config, mesh) -> Input:
   on_device = config.input_pipeline == 'on_device'
   kind = OnDeviceInput if on_device else StreamingInput
   inputs = kind(sources.open_dataset(config, whole=on_device), config, mesh)
-  differ = distributed.processes_that_differ(inputs.fingerprint())
-  if differ:
+  if differ := distributed.processes_that_differ(inputs.fingerprint()):
     raise DatasetError(
         f'Process(es) {differ} read a different dataset, or shuffle it '
         'differently, than process 0: give every process the same data '

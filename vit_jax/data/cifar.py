@@ -38,13 +38,12 @@ def _read_binary(path: pathlib.Path, label_bytes: int,
 
 # All the official python batches hold: nothing else is unpickled, so a
 # crafted file cannot run code.
-_PICKLE_GLOBALS = frozenset({
-    ('numpy.core.multiarray', '_reconstruct'),
-    ('numpy._core.multiarray', '_reconstruct'),
-    ('numpy.core.numeric', '_frombuffer'),
-    ('numpy._core.numeric', '_frombuffer'), ('numpy', 'ndarray'),
-    ('numpy', 'dtype'), ('_codecs', 'encode'),
-})
+_PICKLE_GLOBALS = frozenset({('numpy.core.multiarray', '_reconstruct'),
+                             ('numpy._core.multiarray', '_reconstruct'),
+                             ('numpy.core.numeric', '_frombuffer'),
+                             ('numpy._core.numeric', '_frombuffer'),
+                             ('numpy', 'ndarray'), ('numpy', 'dtype'),
+                             ('_codecs', 'encode')})
 
 
 class _BatchUnpickler(pickle.Unpickler):
@@ -144,10 +143,9 @@ def load_cifar(name: str, data_dir: pathlib.Path,
   root, train_files, test_file, read = found
   train = [_read_file(read, p) for p in train_files]
   if train_per_file:
-    short = [
+    if short := [
         p.name for p, s in zip(train_files, train) if len(s) < train_per_file
-    ]
-    if short:
+    ]:
       raise DatasetError(
           f'config.train_examples_per_file={train_per_file} but {root} has '
           f'fewer in {", ".join(short)}; lower it or set it to 0 for all.')
@@ -157,9 +155,8 @@ def load_cifar(name: str, data_dir: pathlib.Path,
                        np.concatenate([s.labels[part] for s in train]))
 
   spare = joined(slice(train_per_file, None)) if train_per_file else None
-  dataset = Dataset(train=joined(slice(train_per_file or
-                                       None)), test=_read_file(read, test_file),
-                    num_classes=NUM_CLASSES[name],
+  dataset = Dataset(joined(slice(train_per_file or None)),
+                    _read_file(read, test_file), NUM_CLASSES[name],
                     spare=spare if spare and len(spare) else None,
                     class_names=_class_names(name, root))
   for split in (dataset.train, dataset.test):

@@ -47,8 +47,7 @@ _DECODE_ERRORS = (OSError, SyntaxError, ValueError, EOFError, IndexError,
 
 def _on_background(rgba: np.ndarray) -> np.ndarray:
   """RGBA pixels composited on BACKGROUND as uint8 RGB."""
-  rgb = rgba[..., :3].astype(np.uint32)
-  alpha = rgba[..., 3:].astype(np.uint32)
+  rgb, alpha = rgba[..., :3].astype(np.uint32), rgba[..., 3:].astype(np.uint32)
   return ((rgb * alpha + BACKGROUND * (255 - alpha) + 127) // 255).astype(
       np.uint8)
 
@@ -196,13 +195,12 @@ def _list_split(split_dir: pathlib.Path, class_names: list[str],
   entries = _entries(split_dir, findings)
   for entry in entries:
     path = pathlib.Path(entry.path)
-    if not entry.is_dir():
-      if files.is_image_file(path):
-        findings.problem(
-            path, 'an image outside a class folder (move it '
-            f'into {split}/<class>/)')
-      else:
-        findings.ignore(path, folder=False)
+    if not entry.is_dir() and files.is_image_file(path):
+      findings.problem(
+          path, 'an image outside a class folder (move it '
+          f'into {split}/<class>/)')
+    elif not entry.is_dir():
+      findings.ignore(path, folder=False)
     elif entry.name in class_names:
       images = _list_class(path, findings)
       paths += images

@@ -112,8 +112,7 @@ class Input(abc.ABC):
           spec=jax.sharding.PartitionSpec(None, *spec.sharding.spec))
       return spec.update(shape=(count, *spec.shape), sharding=placement)
 
-    train_batch, _, _ = self.batch_specs()
-    return jax.tree.map(stacked, train_batch)
+    return jax.tree.map(stacked, self.batch_specs()[0])
 
   def stack(self, batches: list, count: int) -> Any:
     """Up to `count` `batches` stacked on the devices, zero-padded."""

@@ -57,11 +57,10 @@ class StreamingInput(input_lib.Input):
 
   def batch_specs(self):
     spec = functools.partial(jax.ShapeDtypeStruct, sharding=self._sharding)
-    size = self.config.image_size
+    config, size = self.config, self.config.image_size
     train, test = ((spec((n, size, size, 3), np.uint8), spec((n,), np.int32))
-                   for n in (self.config.batch_size,
-                             self.config.eval_batch_size))
-    return train, test, spec((self.config.eval_batch_size,), np.float32)
+                   for n in (config.batch_size, config.eval_batch_size))
+    return train, test, spec((config.eval_batch_size,), np.float32)
 
   def train_batches(self, position: input_lib.Position) -> Iterator:
     config = self.config
@@ -72,8 +71,7 @@ class StreamingInput(input_lib.Input):
     yield from self._batches(examples, first, _ENDLESS, self.workers)
 
   def eval_batches(self, split) -> Iterator:
-    config = self.config
-    rows = self._eval_rows
+    config, rows = self.config, self._eval_rows
     _, masks = input_lib.eval_batches(self.eval_sizes[split],
                                       config.eval_batch_size)
     examples = _EvalExamples(self._evaluated[split], config.eval_batch_size,

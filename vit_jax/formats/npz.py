@@ -75,8 +75,7 @@ def load_npz(path: str | pathlib.Path) -> dict[str, Any]:
               'can run code' if 'pickle' in str(e) else str(e))
     raise CheckpointError(f'{path} is not a readable .npz file: '
                           f'{reason}.') from e
-  missing = [key for key in _REQUIRED_KEYS if key not in flat]
-  if missing:
+  if missing := [key for key in _REQUIRED_KEYS if key not in flat]:
     found = ', '.join(sorted(flat)[:params_lib.MAX_REPORTED]) or 'no arrays'
     raise CheckpointError(
         f'{path} is not a ViT checkpoint in the official .npz layout: it has '

@@ -88,8 +88,7 @@ def parse_flags(argv: list[str]) -> list[str]:
     # ml_collections lets whatever loading the file raised through.
     # A command without --config (analyze) has no config advice to give.
     configured = 'config' in flags.FLAGS
-    problem = configured and _config_file_problem(e, _config_files(argv))
-    if problem:
+    if problem := configured and _config_file_problem(e, _config_files(argv)):
       sys.exit(f'error: --config cannot be loaded: {problem}')
     if configured and not isinstance(e, flags.Error):  # applying overrides
       sys.exit(f'error: the --config.FIELD=VALUE flags cannot be applied '
@@ -142,8 +141,7 @@ _SHARED_FLAGS = dict(
     cpu_devices=(
         functools.partial(flags.DEFINE_integer, lower_bound=1),
         'Host devices the batches are split over on a CPU (default: '
-        f'config.cpu_devices, else {distributed.DEFAULT_CPU_DEVICES}).'),
-)
+        f'config.cpu_devices, else {distributed.DEFAULT_CPU_DEVICES}).'))
 
 
 @functools.lru_cache(maxsize=None)

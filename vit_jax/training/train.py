@@ -43,9 +43,8 @@ def _check_finite(record: dict, step: int, checkpoints, history: list[dict]):
   for name in ('train_loss', 'test_loss'):
     if name in record and not math.isfinite(record[name]):
       raise TrainingDivergedError(
-          f'The {name.replace("_", " ")} became {record[name]} by step '
-          f'{step}; stopped without saving. '
-          f'{_what_is_kept(checkpoints, history)}')
+          f'The {name.replace("_", " ")} became {record[name]} by step {step}; '
+          f'stopped without saving. {_what_is_kept(checkpoints, history)}')
 
 
 def _what_is_kept(checkpoints, history: list[dict]) -> str:
@@ -240,11 +239,9 @@ def _train_and_evaluate(config, workdir: pathlib.Path,
           with throughput.timed('evaluation'):
             result = evaluation.over_split(compiled.eval, state, inputs, split,
                                            f'step {step}')
-          record.update({
-              f'{split}_loss': result['loss'],
-              f'{split}_accuracy': result['accuracy'],
-              f'{split}_examples': result['count']
-          })
+          record[f'{split}_loss'] = result['loss']
+          record[f'{split}_accuracy'] = result['accuracy']
+          record[f'{split}_examples'] = result['count']
       if record:
         _check_finite(record, step, checkpoints, history)
         record = {
