@@ -137,14 +137,11 @@ def prepare_tfds_array_record(data_dir: pathlib.Path, class_name: str,
       image = rng.integers(0, 256, image_shape(i), np.uint8)
       yield i, {'image': io.BytesIO(png(image)), 'label': i % 3}
 
+  # No code_path: no checksums file to look up beside this module.
   builder_class = type(
-      class_name,
-      (tfds.core.GeneratorBasedBuilder,),
-      {
-          'VERSION': tfds.core.Version('1.0.0'),
-          'code_path': None,  # no checksums file to look up beside this module
-          '_info': info,
-          '_split_generators': split_generators,
+      class_name, (tfds.core.GeneratorBasedBuilder,), {
+          'VERSION': tfds.core.Version('1.0.0'), 'code_path': None,
+          '_info': info, '_split_generators': split_generators,
           '_generate_examples': generate_examples,
       })
   builder = builder_class(data_dir=str(data_dir), file_format='array_record')
@@ -235,11 +232,10 @@ def run_on_host_devices(script: str, devices: int, cwd=ROOT,
   """The stdout of `script` run by a fresh Python on `devices` CPU devices."""
   env = with_host_devices(devices)
   out = subprocess.run(
-      [sys.executable, '-c', script], cwd=cwd, capture_output=True, text=True,
-      check=False, timeout=timeout, env={
+      [sys.executable, '-c', script], env={
           **env, 'PYTHONPATH': os.pathsep.join(
               filter(None, [str(ROOT), env.get('PYTHONPATH')]))
-      })
+      }, cwd=cwd, capture_output=True, text=True, check=False, timeout=timeout)
   assert out.returncode == 0, out.stderr[-3000:]
   return out.stdout
 

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from vit_jax.checkpoints import digests
+from vit_jax.checkpoints.digests import DigestMismatchError
 
 
 @flax.struct.dataclass
@@ -32,8 +33,7 @@ def test_any_flipped_bit_of_any_array_changes_the_digest():
       flipped[position] ^= np.uint32(1 << bit)
       state = _State(step=jnp.array(3),
                      params={'w': jnp.asarray(flipped.view(np.float32))})
-      with pytest.raises(digests.DigestMismatchError,
-                         match='its state does not match'):
+      with pytest.raises(DigestMismatchError, match='its state does not match'):
         digests.verify(saved, **_contents(state=state))
 
 
@@ -43,12 +43,11 @@ def test_every_item_that_differs_is_named():
   # another order (params before step) than the dataclass's.
   as_dicts = {'params': {'w': jnp.arange(6.0)}, 'step': jnp.array(3)}
   digests.verify(saved, **_contents(state=as_dicts))
-  with pytest.raises(digests.DigestMismatchError,
+  with pytest.raises(DigestMismatchError,
                      match='its history and position do not match'):
     digests.verify(saved, **_contents(history=[], position={'epoch': 2}))
   # A config item lost from a checkpoint that saved one.
-  with pytest.raises(digests.DigestMismatchError,
-                     match='its config does not match'):
+  with pytest.raises(DigestMismatchError, match='its config does not match'):
     digests.verify(saved, **_contents(config=None))
   # A checkpoint saved before checkpoints held the run's config.
   digests.verify(digests.compute(**_contents(config=None)),

@@ -5,6 +5,7 @@ import pytest
 from tests import helpers
 from vit_jax import config_schema
 from vit_jax.config_schema import ConfigError
+from vit_jax.config_schema import check_resumable
 
 
 def test_every_field_has_a_default_and_a_doc():
@@ -60,30 +61,26 @@ def test_a_number_out_of_its_fields_range_is_named():
 
 def test_resuming_refuses_what_changes_the_checkpoints_meaning(tmp_path):
   saved = helpers.tiny_config('').to_dict()
-  assert config_schema.check_resumable(
+  assert check_resumable(
       saved, helpers.tiny_config('', log_every_steps=5, eval_batch_size=64),
       tmp_path) == {'log_every_steps': (0, 5), 'eval_batch_size': (16, 64)}
   with pytest.raises(
       ConfigError, match=r'another config\.seed \(0 there, 1 '
       r'here\).*config\.json, or pass a new --workdir'):
-    config_schema.check_resumable(saved, helpers.tiny_config('', seed=1),
-                                  tmp_path)
+    check_resumable(saved, helpers.tiny_config('', seed=1), tmp_path)
   # Data paths saved as given resume as the absolute paths they name.
   absolute = helpers.tiny_config(config_schema.absolute('d'),
                                  validation_dir=config_schema.absolute('~/v'))
-  assert config_schema.check_resumable(
-      dict(saved, data_dir='d', validation_dir='~/v'), absolute,
-      tmp_path) == {}
+  assert check_resumable(dict(saved, data_dir='d', validation_dir='~/v'),
+                         absolute, tmp_path) == {}
   # An epoch count that total_steps overrides on both sides is not used.
   in_steps = helpers.tiny_config('', total_steps=40, warmup_steps=4).to_dict()
-  config_schema.check_resumable(
+  check_resumable(
       in_steps,
       helpers.tiny_config('', total_steps=40, warmup_steps=4, num_epochs=7,
                           warmup_epochs=3), tmp_path)
   with pytest.raises(ConfigError, match=r'config\.total_steps \(40 there, 50'):
-    config_schema.check_resumable(in_steps,
-                                  helpers.tiny_config('', total_steps=50),
-                                  tmp_path)
+    check_resumable(in_steps, helpers.tiny_config('', total_steps=50), tmp_path)
 
 
 def test_a_resumed_runs_model_overrides(tmp_path):
@@ -95,26 +92,23 @@ def test_a_resumed_runs_model_overrides(tmp_path):
     return config
 
   saved = config(remat='full', scan=True).to_dict()
-  assert config_schema.check_resumable(
-      saved, config(remat='none', scan=True),
-      tmp_path) == {'model_overrides.remat': ('full', 'none')}
-  assert config_schema.check_resumable(saved, config(remat='full', scan=True),
-                                       tmp_path) == {}
-  assert config_schema.check_resumable(
-      saved, config(remat='full', scan=True, attention='cudnn'),
-      tmp_path) == {'model_overrides.attention': (None, 'cudnn')}
+  changes = lambda **o: check_resumable(saved, config(scan=True, **o), tmp_path)
+  assert changes(remat='none') == {'model_overrides.remat': ('full', 'none')}
+  assert changes(remat='full') == {}
+  assert changes(remat='full', attention='cudnn') == {
+      'model_overrides.attention': (None, 'cudnn')
+  }
   with pytest.raises(
       ConfigError, match=r"another config\.model_overrides "
       r"\(\{.*'scan': True.*\} there, \{.*\} here\)"):
-    config_schema.check_resumable(saved, config(remat='full'), tmp_path)
+    check_resumable(saved, config(remat='full'), tmp_path)
   plain, same = config(), config(mimetic_init=False, posemb='learned')
-  assert config_schema.check_resumable(plain.to_dict(), same, tmp_path) == {}
-  assert config_schema.check_resumable(same.to_dict(), plain, tmp_path) == {}
+  assert check_resumable(plain.to_dict(), same, tmp_path) == {}
+  assert check_resumable(same.to_dict(), plain, tmp_path) == {}
   with pytest.raises(
       ConfigError, match=r"another config\.model_overrides "
       r"\(.* there, .*'mimetic_init': True.* here\)"):
-    config_schema.check_resumable(plain.to_dict(), config(mimetic_init=True),
-                                  tmp_path)
+    check_resumable(plain.to_dict(), config(mimetic_init=True), tmp_path)
 
 
 def test_a_student_without_its_teacher_or_the_reverse_is_refused():

@@ -17,18 +17,20 @@ from vit_jax.training import evaluation
 from vit_jax.training import train
 
 
-def _logged_test(workdir) -> dict:
-  return [r for r in helpers.history(workdir) if 'test_accuracy' in r][-1]
+def _as_logged(result: dict, workdir) -> dict:
+  """The run's last logged evaluation, whose top-1 and loss `result` has."""
+  logged = [r for r in helpers.history(workdir) if 'test_accuracy' in r][-1]
+  assert result['top1'] == logged['test_accuracy']
+  assert result['loss'] == pytest.approx(logged['test_loss'], rel=1e-5)
+  return logged
 
 
 def test_a_run_evaluates_to_the_accuracy_it_logged(trained_vit_run):
   workdir, data_dir = trained_vit_run
-  logged = _logged_test(workdir)
   result = evaluation.evaluate(workdir)
+  logged = _as_logged(result, workdir)
   # 37 examples in batches of 16: the last batch is masked.
   assert result['examples'] == logged['test_examples'] == 37
-  assert result['top1'] == logged['test_accuracy']
-  assert result['loss'] == pytest.approx(logged['test_loss'], rel=1e-5)
   assert result['top1'] <= result['top5'] <= 1
   assert (result['format'], result['step']) == ('workdir', logged['step'])
   # Another image size than its position embeddings', or validation images
@@ -103,10 +105,7 @@ def test_a_run_with_a_moving_average_evaluates_and_reads_back_the_average(
   train.train_and_evaluate(config, tmp_path)
   assert "commands that read this run, use the parameters' moving average" in (
       caplog.text)
-  logged = _logged_test(tmp_path)
-  result = evaluation.evaluate(tmp_path)
-  assert result['top1'] == logged['test_accuracy']
-  assert result['loss'] == pytest.approx(logged['test_loss'], rel=1e-5)
+  _as_logged(evaluation.evaluate(tmp_path), tmp_path)
   with run_checkpoints.RunCheckpoints(tmp_path / 'checkpoints') as saved:
     state = saved.restore(6).state
   jax.tree.map(np.testing.assert_array_equal,
@@ -124,7 +123,6 @@ def test_a_run_with_a_moving_average_evaluates_and_reads_back_the_average(
 def test_an_export_evaluates_with_the_normalization_it_states_or_what_it_lacks(
     trained_vit_run, tmp_path):
   workdir, data_dir = trained_vit_run
-  logged = _logged_test(workdir)
   npz = tmp_path / 'run.npz'
   export.convert(workdir, npz, 'npz')
   with pytest.raises(ConfigError, match='says nothing of the data: pass '
@@ -147,5 +145,4 @@ def test_an_export_evaluates_with_the_normalization_it_states_or_what_it_lacks(
     result = evaluation.evaluate(tmp_path / format_name, config=config,
                                  released_preprocessing=True)
     # The run's CIFAR-10 mean and std, from the folder, not the config's.
-    assert result['loss'] == pytest.approx(logged['test_loss'], rel=1e-5)
-    assert result['top1'] == logged['test_accuracy']
+    _as_logged(result, workdir)

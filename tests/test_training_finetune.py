@@ -11,10 +11,10 @@ from tests.test_formats_npz import assert_trees_identical
 from tests.test_formats_params import positions
 from tests.test_formats_params import SMALL_VIT
 from tests.test_formats_params import vit_params
-from vit_jax import config_schema
 from vit_jax import models
 from vit_jax.checkpoints import export
 from vit_jax.checkpoints import reading
+from vit_jax.errors import ConfigError
 from vit_jax.formats import npz
 from vit_jax.formats import params as params_lib
 from vit_jax.training import finetune
@@ -116,18 +116,17 @@ def test_another_architecture_is_one_line_naming_what_it_holds(tmp_path):
       '32, patch 8x8: pass a checkpoint of this model, or set '
       '--config.model=ViT-Ti_16 without model_overrides to fine-tune the one '
       'it holds.')
-  with pytest.raises(config_schema.ConfigError) as checked:
+  with pytest.raises(ConfigError) as checked:
     finetune.check_init_from(config)
   assert str(checked.value) == expected
-  with pytest.raises(config_schema.ConfigError) as loaded:
+  with pytest.raises(ConfigError) as loaded:
     finetune.pretrained_params(
         config, vit_params(32, 10, hidden_size=16, mlp_dim=32, patch_size=8))
   assert str(loaded.value) == expected
   cnn = helpers.tiny_config('', 'simple_cnn',
                             init_from=str(tmp_path / 'ViT-Ti_16.npz'))
   with pytest.raises(
-      config_schema.ConfigError,
-      match=r"holds a ViT with .* \(ViT-Ti_16\), but this run's "
+      ConfigError, match=r"holds a ViT with .* \(ViT-Ti_16\), but this run's "
       r"model \(config.model='SimpleCNN' with its "
       r'model_overrides\) is a model that is no ViT: '):
     finetune.check_init_from(cnn)
@@ -141,10 +140,9 @@ def test_a_file_that_is_no_npz_is_one_line_without_pickle_advice(
   (tmp_path / 'file.npz').write_bytes(content)
   config = helpers.tiny_config('', init_from=str(tmp_path / 'file.npz'))
   with pytest.raises(
-      config_schema.ConfigError,
-      match=r"^config.init_from='.*/file.npz': .*file.npz is "
+      ConfigError, match=r"^config.init_from='.*/file.npz': .*file.npz is "
       r'not a .npz file \(a zip archive of arrays\): pass a '
-      r'released ViT .npz or the --workdir of a `vit_jax.main` '
+      r'released ViT .npz or the workdir of a `vit_jax.main` '
       r'run\.$') as error:
     finetune.check_init_from(config)
   assert 'pickle' not in str(error.value)

@@ -66,9 +66,8 @@ def stack_blocks(params: Mapping[str, Any]) -> dict[str, Any]:
     encoder[names.STACKED_BLOCK] = jax.tree.map(
         lambda *layers: np.stack(layers), *blocks)
   except ValueError as e:  # trees or shapes that differ between blocks
-    raise CheckpointError(
-        'The encoder blocks differ in their arrays, so '
-        f'they cannot be stacked for a scanned model: {e}') from e
+    raise CheckpointError('The encoder blocks differ in their arrays, so they '
+                          f'cannot be stacked for a scanned model: {e}') from e
   params[names.ENCODER] = encoder
   return params
 
@@ -124,11 +123,10 @@ def check_params(params: Mapping[str, Any], expected: Mapping[str, Any], *,
     raise CheckpointError(problems[0] + '.')
   if problems:
     more = len(problems) - MAX_REPORTED
-    raise CheckpointError(
-        f'{source[:1].upper()}{source[1:]} does not fit {target} '
-        f'({len(problems)} problems):\n  ' +
-        '\n  '.join(problems[:MAX_REPORTED]) +
-        (f'\n  ... and {more} more' if more > 0 else ''))
+    raise CheckpointError(f'{source[:1].upper()}{source[1:]} does not fit '
+                          f'{target} ({len(problems)} problems):\n  ' +
+                          '\n  '.join(problems[:MAX_REPORTED]) +
+                          (f'\n  ... and {more} more' if more > 0 else ''))
 
 
 def resize_patch_grid(grid: np.ndarray, num_patches: int) -> np.ndarray:

@@ -114,15 +114,13 @@ class VisionTransformer(nn.Module):
           'shifted_patches=True shifts image pixels and cannot follow a '
           'ResNet stem: set resnet_stages=None or shifted_patches=False.')
     if self.shifted_patches and self.patch_size < 2:
-      raise ValueError(
-          f'shifted_patches=True shifts by half a patch, which '
-          f'patch_size={self.patch_size} cannot give: use a patch_size of at '
-          'least 2.')
+      raise ValueError('shifted_patches=True shifts by half a patch, which '
+                       f'patch_size={self.patch_size} cannot give: use a '
+                       'patch_size of at least 2.')
     if self.distillation_token and self.classifier != 'token':
-      raise ValueError(
-          f'distillation_token=True needs classifier=\'token\' (DeiT reads the '
-          f'[CLS] and distillation tokens), got classifier='
-          f'{self.classifier!r}.')
+      raise ValueError(f'distillation_token=True needs classifier=\'token\' '
+                       f'(DeiT reads the [CLS] and distillation tokens), got '
+                       f'classifier={self.classifier!r}.')
     remat_scan.check(self.remat, self.scan, self.stochastic_depth_rate)
     super().__post_init__()
 

@@ -25,10 +25,9 @@ class GuidedViT(ViTWrapper):
   def __post_init__(self):
     vit, blocks, widths = self.vit, self.blocks, self.widths
     if len(blocks) != len(widths) or not blocks:
-      raise ValueError(
-          f'guided_blocks={tuple(blocks)} and guidance_widths='
-          f'{tuple(widths)} must have one entry per CNN stage each: '
-          'set both to the same length.')
+      raise ValueError(f'guided_blocks={tuple(blocks)} and '
+                       f'guidance_widths={tuple(widths)} must have one entry '
+                       'per CNN stage each: set both to the same length.')
     if list(blocks) != sorted(set(blocks)) or any(
         not 0 <= block < vit.num_layers for block in blocks):
       raise ValueError(f'guided_blocks={tuple(blocks)}: list encoder blocks in '
@@ -101,10 +100,9 @@ def load_guide(config, num_classes: int, sharding) -> Guide | None:
   module, variables = teacher_run.load(config, 'locality_guidance_teacher',
                                        num_classes, sharding)
   if not isinstance(module, (cnn.SimpleCNN, cnn.SmallResNet)):
-    raise ConfigError(
-        f'config.locality_guidance_teacher={workdir} trained a '
-        f'{type(module).__name__}; locality guidance imitates a CNN: use a '
-        'run of simple_cnn or small_resnet.')
+    raise ConfigError(f'config.locality_guidance_teacher={workdir} trained a '
+                      f'{type(module).__name__}; locality guidance imitates a '
+                      'CNN: use a run of simple_cnn or small_resnet.')
   widths = tuple(config.model_overrides.get('guidance_widths', ()))
   if widths != module.feature_widths:
     raise ConfigError(

@@ -18,13 +18,11 @@ _COORDINATOR_ADDRESS = flags.DEFINE_string(
     'host:port of process 0 in a multi-process job (default: detected from '
     'SLURM, Open MPI or a Cloud TPU, or $JAX_COORDINATOR_ADDRESS).')
 _NUM_PROCESSES = flags.DEFINE_integer(
-    'num_processes', None,
-    'Processes in a multi-process job (default: detected, or '
-    '$JAX_NUM_PROCESSES); 1 forces a single process.')
+    'num_processes', None, 'Processes in a multi-process job (default: '
+    'detected, or $JAX_NUM_PROCESSES); 1 forces a single process.')
 _PROCESS_ID = flags.DEFINE_integer(
-    'process_id', None,
-    "This process's index in 0..num_processes-1 (default: detected, or "
-    '$JAX_PROCESS_ID).')
+    'process_id', None, "This process's index in 0..num_processes-1 (default: "
+    'detected, or $JAX_PROCESS_ID).')
 _LOST_PROCESS_TIMEOUT = flags.DEFINE_integer(
     'lost_process_timeout', distributed.DEFAULT_LOST_PROCESS_TIMEOUT,
     'Multi-process jobs: seconds after which the other processes give up on '

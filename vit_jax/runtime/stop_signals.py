@@ -36,8 +36,7 @@ def catch(at_once: str | None = None) -> bool:
   for signum in _NAMES:
     if signum not in _previous and (signal.getsignal(signum) == signal.SIG_IGN):
       continue  # the launcher's choice
-    previous = signal.signal(signum, _wake_the_watcher)
-    _previous.setdefault(signum, previous)
+    _previous.setdefault(signum, signal.signal(signum, _wake_the_watcher))
   return first
 
 

@@ -146,10 +146,9 @@ class WorkdirLock:
       state = (f'renewed {age:.0f} s ago; if that run is gone, its lock '
                f'lapses {STALE_SECONDS - age:.0f} s from now')
     self._let_go()  # the file stays the holder's
-    raise WorkdirError(
-        f'The workdir {self.workdir} is in use by another run '
-        f'({holder.describe()}, {state}). Wait until it ends, or pass '
-        'another --workdir.')
+    raise WorkdirError(f'The workdir {self.workdir} is in use by another run '
+                       f'({holder.describe()}, {state}). Wait until it ends, '
+                       'or pass another --workdir.')
 
   def _let_go(self) -> None:
     if self._fd is not None:

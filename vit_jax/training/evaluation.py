@@ -35,10 +35,9 @@ def _config_for(loaded: reading.Loaded, config, source, data_dir,
   """The config the evaluation reads its data with (a copy)."""
   if config is None:
     if loaded.config is None:
-      raise ConfigError(
-          f'{source} is a {loaded.kind} checkpoint, which says nothing of the '
-          'data: pass --config naming the dataset, e.g. '
-          '--config=configs/cifar_small.py.')
+      raise ConfigError(f'{source} is a {loaded.kind} checkpoint, which says '
+                        'nothing of the data: pass --config naming the '
+                        'dataset, e.g. --config=configs/cifar_small.py.')
     config = loaded.config
   elif loaded.config is not None and config.model != loaded.config.model:
     raise ConfigError(
@@ -95,11 +94,10 @@ def evaluate(source, *, config=None, model_name=None, step=None, data_dir=None,
   mesh = sharding.make_mesh(config.fsdp)
   inputs = data.create_input(config, mesh)
   if inputs.num_classes != model.num_classes:
-    raise ConfigError(
-        f'{source} classifies {model.num_classes} classes, but '
-        f'config.dataset={config.dataset!r} has {inputs.num_classes}: '
-        'evaluate it on the data it was trained for, or fine-tune it first '
-        '(config.init_from).')
+    raise ConfigError(f'{source} classifies {model.num_classes} classes, but '
+                      f'config.dataset={config.dataset!r} has '
+                      f'{inputs.num_classes}: evaluate it on the data it was '
+                      'trained for, or fine-tune it first (config.init_from).')
   if loaded.kind == reading.WORKDIR:  # a folder's names are for people to read
     inputs.check_class_names(
         loaded.class_names, source, 'evaluate it on the classes it was '

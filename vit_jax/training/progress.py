@@ -127,6 +127,5 @@ class Throughput:
                 phase_seconds={k: round(v, 4) for k, v in phases.items()})
 
   def eta(self, step: int, total_steps: int) -> float:
-    done = step - self._start_step
     elapsed = time.perf_counter() - self._loop_start
-    return elapsed / max(done, 1) * (total_steps - step)
+    return elapsed / max(step - self._start_step, 1) * (total_steps - step)

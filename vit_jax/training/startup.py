@@ -133,9 +133,8 @@ def trained_model_and_objective(
       objective = teacher.objective(objective)
   if isinstance(model, masked_autoencoder.MaskedAutoencoder):
     logging.info(
-        'Pre-training as a masked autoencoder (%d%% of the patches '
-        'hidden); the accuracy is an online probe\'s.',
-        round(100 * model.mask_ratio))
+        'Pre-training as a masked autoencoder (%d%% of the patches hidden); '
+        'the accuracy is an online probe\'s.', round(100 * model.mask_ratio))
     objective = masked_autoencoder.objective(objective,
                                              model.vit.effective_patch_size)
   return model, objective, list(frozen.values())

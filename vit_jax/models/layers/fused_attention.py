@@ -20,10 +20,9 @@ def cudnn_applies(device: jax.Device, dtype, head_dim: int) -> bool:
     capability = tuple(int(n) for n in device.compute_capability.split('.'))
   except (AttributeError, ValueError):
     return False
-  largest = 256 if capability >= (9, 0) else 128
   return (capability >= (8, 0) and jnp.dtype(dtype) in (jnp.dtype(
       jnp.bfloat16), jnp.dtype(jnp.float16)) and head_dim % 8 == 0 and
-          head_dim <= largest)
+          head_dim <= (256 if capability >= (9, 0) else 128))
 
 
 def attend(query: jax.Array, key: jax.Array, value: jax.Array, *, scale: float,
@@ -38,7 +37,6 @@ def attend(query: jax.Array, key: jax.Array, value: jax.Array, *, scale: float,
   widths = ((0, 0), (0, padded - tokens), (0, 0), (0, 0))
   query, key, value = (jnp.pad(x, widths) for x in (query, key, value))
   lengths = jnp.full((batch,), tokens, jnp.int32)
-  out = jax.nn.dot_product_attention(
+  return jax.nn.dot_product_attention(
       query, key, value, scale=scale, query_seq_lengths=lengths,
-      key_value_seq_lengths=lengths, implementation=implementation)
-  return out[:, :tokens]
+      key_value_seq_lengths=lengths, implementation=implementation)[:, :tokens]

@@ -42,7 +42,6 @@ class MAPHead(nn.Module):
         num_heads=self.num_heads, dtype=self.dtype,
         kernel_init=nn.initializers.xavier_uniform(),
         force_fp32_for_softmax=True, name=names.ATTENTION)(probe, x)
-    y = nn.LayerNorm(dtype=self.dtype)(x)
     x = x + MlpBlock(mlp_dim=self.mlp_dim, dtype=self.dtype, name=names.MLP)(
-        y, deterministic=True)
+        nn.LayerNorm(dtype=self.dtype)(x), deterministic=True)
     return x[:, 0]
