@@ -7,7 +7,7 @@ import signal
 import time
 
 from tests import helpers
-from tests.test_training_evaluation import _logged_test
+from tests.test_training_evaluation import _as_logged
 from vit_jax.checkpoints import export
 
 
@@ -27,7 +27,7 @@ def test_its_npz_evaluates_the_same_with_a_config_file_on_the_flags_devices(
                            '--config.eval_batch_size=16', '--cpu_devices=2')
   assert out.returncode == 0, out.stderr[-3000:]
   result = json.loads(out.stdout.splitlines()[-1])
-  assert result['top1'] == _logged_test(workdir)['test_accuracy']
+  _as_logged(result, workdir)  # its top-1 and loss
   assert result['examples'] == 37 and result['format'] == 'npz'
   assert 'evaluated' in out.stderr  # progress
 
@@ -45,7 +45,7 @@ def test_two_processes_evaluate_a_run_to_the_accuracy_it_logged(
       json.loads(line) for line in output.splitlines() if line.startswith('{')
   ] for output in outputs]
   assert results[1] == []
-  assert results[0][-1]['top1'] == _logged_test(workdir)['test_accuracy']
+  _as_logged(results[0][-1], workdir)
   assert results[0][-1]['examples'] == 37
   assert '[process 1/2]' in outputs[1]
   # Orbax's records of reading the checkpoint, and jax's of the backends it
@@ -68,8 +68,7 @@ def test_a_run_evaluates_on_its_configs_cpu_devices_and_overrides(
   out = helpers.run_module('vit_jax.evaluate', f'--checkpoint={workdir}',
                            '--config.eval_batch_size=12')
   assert out.returncode == 0, out.stderr[-3000:]
-  assert json.loads(out.stdout.splitlines()[-1])['top1'] == _logged_test(
-      workdir)['test_accuracy']
+  _as_logged(json.loads(out.stdout.splitlines()[-1]), workdir)
   # A mistyped one is one line, as in training.
   out = helpers.run_module('vit_jax.evaluate', f'--checkpoint={workdir}',
                            '--config.eval_batchsize=12')
