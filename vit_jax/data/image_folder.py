@@ -195,12 +195,13 @@ def _list_split(split_dir: pathlib.Path, class_names: list[str],
   entries = _entries(split_dir, findings)
   for entry in entries:
     path = pathlib.Path(entry.path)
-    if not entry.is_dir() and files.is_image_file(path):
-      findings.problem(
-          path, 'an image outside a class folder (move it '
-          f'into {split}/<class>/)')
-    elif not entry.is_dir():
-      findings.ignore(path, folder=False)
+    if not entry.is_dir():
+      if files.is_image_file(path):
+        findings.problem(
+            path, 'an image outside a class folder (move it '
+            f'into {split}/<class>/)')
+      else:
+        findings.ignore(path, folder=False)
     elif entry.name in class_names:
       images = _list_class(path, findings)
       paths += images
