@@ -33,24 +33,31 @@ def history(directory: pathlib.Path) -> list[dict]:
       map(json.loads, (directory / 'metrics.jsonl').read_text().splitlines()))
 
 
-def logged_metrics(folder: pathlib.Path, workdir: pathlib.Path,
-                   names) -> dict[str, list]:
-  """Each run's logged records: `workdir`'s if it finished, else `folder`'s."""
-  metrics = {}
+def logged_metrics(folder: pathlib.Path, workdir: pathlib.Path, names,
+                   run_name: Callable) -> Callable[[dict], list]:
+  """A record's logged records: its run's in `workdir`, else in `folder`."""
+  metrics, committed = {}, landed(folder / 'results.json', run_name)
   for record in history(folder) if (folder / 'metrics.jsonl').exists() else []:
-    metrics.setdefault(record.pop('run'), []).append(record)
+    # A line of an earlier run (in a record's earlier_runs) says its finished.
+    name = record.pop('run')
+    at = record.pop('finished', committed.get(name, {}).get('finished'))
+    metrics.setdefault((name, at), []).append(record)
   for name in names:
     if finished(workdir / name):
-      metrics[name] = [{k: v for k, v in r.items() if 'second' not in k}
-                       for r in history(workdir / name)]
-  return metrics
+      at = read_json(workdir / name / 'summary.json').get('finished')
+      metrics[name, at] = [{k: v for k, v in r.items() if 'second' not in k}
+                           for r in history(workdir / name)]
+  return lambda run: metrics.get((run_name(run), run.get('finished')), [])
 
 
-def metrics_file(metrics: dict[str, list], run_name: Callable):
+def metrics_file(logs: Callable[[dict], list], run_name: Callable):
   """A summary's `figures` entry: its records' runs' logs as metrics.jsonl."""
   return lambda records, path: path.write_text(''.join(
-      json.dumps({'run': run_name(r), **logged}) + '\n' for r in records
-      for logged in metrics.get(run_name(r), [])))
+      json.dumps({'run': run_name(r), **label, **logged}) + '\n'
+      for r in records
+      for run, label in [(r, {})] + [(e, {'finished': e.get('finished')})
+                                     for e in r.get('earlier_runs', [])]
+      for logged in logs(run)))
 
 
 def link(paths: list[pathlib.Path], folder: pathlib.Path):
@@ -65,9 +72,8 @@ def command(directory: pathlib.Path, config: str, overrides: dict) -> str:
   """The shell line that trains `config` into `directory` with `overrides`."""
   return shlex.join([
       'python', '-m', 'vit_jax.main', f'--config={config}',
-      f'--workdir={directory}', *(f'--config.{k}={v}'
-                                  for k, v in overrides.items())
-  ])
+      f'--workdir={directory}'
+  ] + [f'--config.{k}={v}' for k, v in overrides.items()])
 
 
 # The flags a sweep may take beside --workdir, by name.

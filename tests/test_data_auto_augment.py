@@ -121,9 +121,8 @@ def test_solarize_posterize_brightness_on_constant_images():
      1.5),
 ])
 def test_photometric_ops_match_pil(name, magnitude, reference, atol):
-  images = uint8_images()
   # Low-contrast images, so that auto_contrast and equalize have work to do.
-  images = (images // 4 + 60).astype(np.uint8)
+  images = (uint8_images() // 4 + 60).astype(np.uint8)
   out = apply(images / np.float32(255), name, magnitude) * 255
   expected = [np.asarray(reference(Image.fromarray(i))) for i in images]
   np.testing.assert_allclose(out, np.stack(expected), atol=atol + 1e-3)

@@ -68,10 +68,10 @@ def test_class_counts_break_ties_and_fall_short_by_the_seed():
     return sources.class_counts(np.array([3] * 10), count,
                                 np.random.default_rng(seed))
 
-  assert sorted(counts(15, 0)) == [1] * 5 + [2] * 5
-  assert not np.array_equal(counts(15, 0), counts(15, 1))
-  assert sorted(counts(4, 0)) == [0] * 6 + [1] * 4  # fewer than the classes
-  assert not np.array_equal(counts(4, 0), counts(4, 1))
+  # The second count is fewer than the classes.
+  for count, expected in ((15, [1] * 5 + [2] * 5), (4, [0] * 6 + [1] * 4)):
+    assert sorted(counts(count, 0)) == expected
+    assert not np.array_equal(counts(count, 0), counts(count, 1))
 
 
 def test_an_image_folder_subset_holds_every_class_in_proportion(tmp_path):

@@ -50,8 +50,7 @@ def landed(tmp_path_factory):
   rows = gpu_sections.compare_model(label, model, batch, PLAN, peaks, None,
                                     'no torch here')
   rows += gpu_sections.attention_rows(PLAN, lambda: 60)
-  for row in rows:
-    results.add(row)
+  results.add(*rows)
   results.data['finished'] = True
   results.write()
   return json.loads((root / 'gpu_results.json').read_text()), root / 'README.md'

@@ -20,7 +20,7 @@ from vit_jax.training import provenance
 
 
 def test_records_of_the_planned_finished_runs(tmp_path, capsys):
-  helpers.finished_run(tmp_path / 'b', model='small_resnet')
+  helpers.finished_run(tmp_path / 'b', model='small_resnet', finished='1')
   helpers.finished_run(tmp_path / 'c', device='NVIDIA H100 80GB HBM3')
   helpers.finished_run(tmp_path / 'not_planned')
   (tmp_path / 'interrupted').mkdir()
@@ -39,22 +39,30 @@ def test_records_of_the_planned_finished_runs(tmp_path, capsys):
       'model': 'small_resnet', 'recipe': 'study', 'train_examples': 5000,
       'epochs': 30, 'seed': 3, 'best_test_accuracy': 0.514, 'best_epoch': 28.0,
       'final_test_accuracy': 0.513, 'final_train_accuracy': 0.57,
-      'wall_minutes': 16.5, 'device': 'cpu'
+      'finished': '1', 'wall_minutes': 16.5, 'device': 'cpu'
   }
   assert records['c']['device'] == 'NVIDIA H100 80GB HBM3'
   # Trained again, a run's record keeps the one it replaces.
   results.write_text(json.dumps([records['b']]))
   assert 'earlier_runs' not in runs.load_records(tmp_path, planned, results,
                                                  lambda r: 'b')['b']
-  (tmp_path / 'b' / 'summary.json').write_text(
-      json.dumps({'best_test_accuracy': 0.6, 'epochs': 30,
-                  'train_seconds': 60}))
+  shutil.rmtree(tmp_path / 'b')
+  helpers.finished_run(tmp_path / 'b', best_test_accuracy=0.6, finished='2')
+  # and the per-epoch logs of that run, labelled with its `finished`.
+  (tmp_path / 'metrics.jsonl').write_text('{"run": "b", "step": 1}\n')
+  (tmp_path / 'b' / 'metrics.jsonl').write_text('{"step": 2, "seconds": 9}\n')
   again = runs.load_records(tmp_path, planned, results, lambda r: 'b')['b']
   assert again['best_test_accuracy'] == 0.6
   assert again['earlier_runs'] == [records['b']]
+  logs = runs.logged_metrics(tmp_path, tmp_path, ['b'], lambda r: 'b')
+  runs.metrics_file(logs, lambda r: 'b')([again], tmp_path / 'metrics.jsonl')
+  assert runs.history(tmp_path) == [{'run': 'b', 'step': 2},
+                                    {'run': 'b', 'finished': '1', 'step': 1}]
   results.write_text(json.dumps([again]))  # summarized again: kept
   assert runs.load_records(tmp_path, planned, results,
                            lambda r: 'b')['b'] == again
+  logs = runs.logged_metrics(tmp_path, tmp_path, ['b'], lambda r: 'b')
+  assert [logs(again), logs(records['b'])] == [[{'step': 2}], [{'step': 1}]]
   results.write_text(json.dumps([records['b']]))
   # A run cut short, or of other epochs or choices than planned: left out,
   # saying why, its committed record kept.

@@ -31,10 +31,9 @@ def test_the_progress_line_says_step_losses_speed_and_eta():
 def test_throughput_leaves_out_what_is_not_training_and_times_each_phase():
   throughput = progress.Throughput(start_step=0, batch_size=10,
                                    train_flops_per_image=1e6, peak=None)
-  with throughput.timed('evaluation'):
-    time.sleep(0.5)
-  with throughput.timed('steps'):
-    time.sleep(0.1)
+  for phase, seconds in (('evaluation', 0.5), ('steps', 0.1)):
+    with throughput.timed(phase):
+      time.sleep(seconds)
   measured = throughput.interval(step=2)
   assert 20 / 0.4 < measured['images_per_second'] < 20 / 0.1  # sleeps out
   assert measured['flops_per_second'] == measured['images_per_second'] * 1e6

@@ -148,11 +148,10 @@ def report(results: dict) -> str:
       _targets(rows)
   ]
   if matmul := results.get('matmul'):
+    peak = _number(matmul['datasheet_tflop_per_second']) or 'unknown'
     lines += ('', f'A {matmul["size"]}³ bfloat16 matmul ran at '
               f'{_number(matmul["tflop_per_second"])} TFLOP/s (datasheet '
-              'dense bf16 peak: '
-              f'{_number(matmul["datasheet_tflop_per_second"]) or "unknown"} '
-              'TFLOP/s).')
+              f'dense bf16 peak: {peak} TFLOP/s).')
   lines += _table(
       rows, 'train step', lambda r: f'Train step at {r["image_size"]}x'
       f'{r["image_size"]} px, bfloat16, no augmentation, AdamW, median of '

@@ -194,10 +194,10 @@ def main(argv=None):
   args = parser.parse_args(argv)
   found, sections = (so_far if args.so_far else complete)(
       args.workdir, args.folder, args.seeds, args.choose_on)
-  metrics = runs.logged_metrics(args.folder, args.workdir, found)
-  runs.write_summary(
-      args.folder, list(found.values()), str(args.workdir), sections,
-      {'metrics.jsonl': runs.metrics_file(metrics, r.record_name)})
+  logs = runs.logged_metrics(args.folder, args.workdir, found, r.record_name)
+  runs.write_summary(args.folder, list(found.values()), str(args.workdir),
+                     sections,
+                     {'metrics.jsonl': runs.metrics_file(logs, r.record_name)})
 
 
 if __name__ == '__main__':

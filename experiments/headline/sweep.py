@@ -199,9 +199,8 @@ def main(argv=None):
                        'validation_dir')
   parser.add_argument('--stage', type=int, choices=(1, 2, 3, 4), required=True)
   parser.add_argument(
-      '--study', required=True, help="The study's images as the JPEG "
-      'copy has them, which every run trains on (experiments.held_out '
-      '--study).')
+      '--study', required=True, help="The study's images as the JPEG copy "
+      'has them, which every run trains on (experiments.held_out --study).')
   parser.add_argument(
       '--jpeg', required=True, help='The unpacked JPEG copy of CIFAR-10, '
       'whose test/ holds the 10,000 test images stage 4 evaluates on.')

@@ -77,9 +77,9 @@ def comparisons(records: list[dict]) -> str:
                    ('simple_cnn', 'small_resnet')) if tested(a) and tested(b))
 
 
-def study_measure(records: list[dict], metrics: dict[str, list]) -> str:
+def study_measure(records: list[dict], logs) -> str:
   """How far the best test accuracy lies above test at validation's epoch."""
-  best = lambda r: max(x['test_accuracy'] for x in metrics[_run_name(r)]
+  best = lambda r: max(x['test_accuracy'] for x in logs(r)
                        if 'test_accuracy' in x)
   gaps = [100 * (best(r) - r[_TEST]) for r in records]
   return (f'Each run\'s best test accuracy lies {np.mean(gaps):.1f} points '
@@ -133,7 +133,7 @@ def closest(records: list[dict]) -> str:
   return '\n'.join(lines)
 
 
-def plot(records: list[dict], metrics: dict[str, list], path: pathlib.Path):
+def plot(records: list[dict], logs, path: pathlib.Path):
   """Each model's accuracies by epoch, augmented or not: seeds' mean, range."""
   fig, axes = plotting.pyplot().subplots(1, len(sweep.MODELS), sharey=True,
                                          figsize=(5 * len(sweep.MODELS), 4))
@@ -142,7 +142,7 @@ def plot(records: list[dict], metrics: dict[str, list], path: pathlib.Path):
                                  ('_no_augment', 'no augment', 'tab:orange')):
       for key, style in (('test_accuracy', '-'), ('train_accuracy', '--')):
         curves = 100 * np.asarray(
-            [[logged[key] for logged in metrics[_run_name(r)] if key in logged]
+            [[logged[key] for logged in logs(r) if key in logged]
              for r in _of(records, model + suffix)])
         if not len(curves):
           continue
@@ -167,7 +167,7 @@ def main(argv=None):
   runs.catch_stop_signals()
   workdir = runs.parser(__doc__, '/tmp/small_data').parse_args(argv).workdir
   planned = sweep.planned()
-  metrics = runs.logged_metrics(HERE, workdir, planned)
+  logs = runs.logged_metrics(HERE, workdir, planned, _run_name)
   runs.summarize(
       HERE, workdir, {
           name: {
@@ -176,12 +176,12 @@ def main(argv=None):
           } for name, (choice, model, overrides) in planned.items()
       }, _run_name, _run_name, lambda records: {
           'results table': table(records), 'study measure': study_measure(
-              records, metrics), 'comparisons': comparisons(records),
+              records, logs), 'comparisons': comparisons(records),
           'choices table': choices_table(records), 'closest': closest(records)
       }, {
-          'metrics.jsonl': runs.metrics_file(metrics, _run_name),
+          'metrics.jsonl': runs.metrics_file(logs, _run_name),
           'learning_curves.png': lambda records, path: plot(
-              records, metrics, path)
+              records, logs, path)
       })
 
 
