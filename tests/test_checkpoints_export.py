@@ -89,11 +89,15 @@ def test_a_destination_that_would_lose_something_is_one_line(
   with pytest.raises(CheckpointError, match='is a file; --format=timm writes '
                      'a folder'):
     export.convert(workdir, tmp_path / 'file', 'timm')
-  for dest in (tmp_path, tmp_path / 'file'):  # a user's file kept
-    with pytest.raises(CheckpointError, match='is not an .npz path; '
-                       '--format=npz writes one'):
+  # A user's file kept; the path suggested is an .npz in a folder, else beside.
+  for dest, such in ((tmp_path, 'model.npz'), (tmp_path / 'file', 'file.npz')):
+    with pytest.raises(CheckpointError, match=f'path such as .*/{such}.$'):
       export.convert(workdir, dest, 'npz')
   assert (tmp_path / 'file').read_text() == ''
+  for format_name, dest in (('npz', 'x.npz'), ('hf', 'hf')):
+    with pytest.raises(CheckpointError,
+                       match='/file is a file, not a folder: move it, or pass'):
+      export.convert(workdir, tmp_path / 'file' / dest, format_name)
   # A folder export replaces DEST whole: never a folder of your files.
   dest = tmp_path / 'mine'
   dest.mkdir()

@@ -62,8 +62,12 @@ def write_failed(path, error: BaseException, kept: str,
                  elsewhere: str | None = None) -> str:
   """The line for a failed write to `path`: what failed, is `kept`, the fix."""
   where = os.path.dirname(os.path.abspath(path))
+  found = where  # the folder nearest `path` that exists, or a file in its way
+  while not os.path.exists(found):
+    found = os.path.dirname(found)
   fix = (f'Free space there (df -h {where})'
-         if out_of_space(error) else f'Check that {where} is writable')
+         if out_of_space(error) else f'{found} is a file, not a folder: move it'
+         if os.path.isfile(found) else f'Check that {where} is writable')
   if elsewhere:
     fix += f', or pass {elsewhere}'
   return f'Writing {path} failed ({first_line(error)}); {kept}. {fix}.'

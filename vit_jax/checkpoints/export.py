@@ -19,8 +19,9 @@ FORMATS = (reading.NPZ, *reading.FOLDER_FORMATS)
 def _check_destination(dest: pathlib.Path, format_name: str) -> None:
   if format_name == 'npz':
     if dest.is_dir() or dest.suffix != '.npz':
+      such = dest / 'model.npz' if dest.is_dir() else dest.with_suffix('.npz')
       raise CheckpointError(f'{dest} is not an .npz path; --format=npz writes '
-                            f'one: pass a path such as {dest}/model.npz.')
+                            f'one: pass a path such as {such}.')
     return
   if dest.is_file():
     raise CheckpointError(f'{dest} is a file; --format={format_name} writes a '
