@@ -29,8 +29,9 @@ def read_json(path: pathlib.Path):
 
 def history(directory: pathlib.Path) -> list[dict]:
   """The records of a run's metrics.jsonl, in the order they were logged."""
-  return list(
-      map(json.loads, (directory / 'metrics.jsonl').read_text().splitlines()))
+  if not (path := directory / 'metrics.jsonl').exists():
+    sys.exit(f'error: {directory} has no metrics.jsonl: copy its run whole.')
+  return list(map(json.loads, path.read_text().splitlines()))
 
 
 def logged_metrics(folder: pathlib.Path, workdir: pathlib.Path, names,
@@ -216,14 +217,20 @@ def load_records(workdir: pathlib.Path, planned: dict[str, dict],
   found = landed(results, run_name)
   for name, description in planned.items():
     if finished(workdir / name):
-      fresh, earlier = record(workdir / name, description), found.get(name)
+      fresh, earlier = record(workdir / name, description), found.get(name, {})
       if why := unplanned(workdir / name, fresh, description):
         print(
             f'{workdir / name}: left out, {why}; its sweep\'s command '
             'in a new workdir runs it as planned.', file=sys.stderr)
         continue
+      # A copy of a run the committed one replaced, gathered from another
+      # machine, leaves the committed record as it is.
+      if fresh.get('finished', '') < earlier.get('finished', ''):
+        print(f'{workdir / name}: left out, as a later run of it is committed.',
+              file=sys.stderr)
+        continue
       # Its committed record, if another run, joins the earlier ones kept.
-      before = (earlier or {}).pop('earlier_runs', [])
+      before = earlier.pop('earlier_runs', [])
       if earlier and any(earlier[k] != fresh[k]
                          for k in _RUN_IDENTITY if k in earlier and k in fresh):
         before.append(earlier)

@@ -286,6 +286,8 @@ def test_the_summary_pairs_each_row_with_the_vit_by_seed(tmp_path, capsys):
           'by 1.0 ± 0.0 points') in readme
   records = json.loads((out / 'results.json').read_text())
   assert len(records) == 23  # seed 2's: its chain and controls
+  summary.main(argv[:2] + ['--seeds=0,1'])  # keeps the records of seed 2
+  assert json.loads((out / 'results.json').read_text()) == records
   # Each record's logged evaluations beside them, without their seconds.
   logged = (out / 'metrics.jsonl').read_text().splitlines()
   assert [json.loads(line) for line in logged[:1]] == [{

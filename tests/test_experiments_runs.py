@@ -43,15 +43,16 @@ def test_records_of_the_planned_finished_runs(tmp_path, capsys):
   }
   assert records['c']['device'] == 'NVIDIA H100 80GB HBM3'
   # Trained again, a run's record keeps the one it replaces.
+  record_b = lambda: runs.load_records(tmp_path, planned, results, lambda r: 'b'
+                                      )['b']
   results.write_text(json.dumps([records['b']]))
-  assert 'earlier_runs' not in runs.load_records(tmp_path, planned, results,
-                                                 lambda r: 'b')['b']
+  assert 'earlier_runs' not in record_b()
   shutil.rmtree(tmp_path / 'b')
   helpers.finished_run(tmp_path / 'b', best_test_accuracy=0.6, finished='2')
   # and the per-epoch logs of that run, labelled with its `finished`.
   (tmp_path / 'metrics.jsonl').write_text('{"run": "b", "step": 1}\n')
   (tmp_path / 'b' / 'metrics.jsonl').write_text('{"step": 2, "seconds": 9}\n')
-  again = runs.load_records(tmp_path, planned, results, lambda r: 'b')['b']
+  again = record_b()
   assert again['best_test_accuracy'] == 0.6
   assert again['earlier_runs'] == [records['b']]
   logs = runs.logged_metrics(tmp_path, tmp_path, ['b'], lambda r: 'b')
@@ -59,10 +60,17 @@ def test_records_of_the_planned_finished_runs(tmp_path, capsys):
   assert runs.history(tmp_path) == [{'run': 'b', 'step': 2},
                                     {'run': 'b', 'finished': '1', 'step': 1}]
   results.write_text(json.dumps([again]))  # summarized again: kept
-  assert runs.load_records(tmp_path, planned, results,
-                           lambda r: 'b')['b'] == again
+  assert record_b() == again
   logs = runs.logged_metrics(tmp_path, tmp_path, ['b'], lambda r: 'b')
   assert [logs(again), logs(records['b'])] == [[{'step': 2}], [{'step': 1}]]
+  # A copy of the run it replaced, gathered from elsewhere, changes nothing;
+  # one without its logs is one line.
+  shutil.rmtree(tmp_path / 'b')
+  helpers.finished_run(tmp_path / 'b', finished='1')
+  assert record_b() == again
+  assert 'b: left out, as a later run of it is' in capsys.readouterr().err
+  with pytest.raises(SystemExit, match='b has no metrics.jsonl: copy its run'):
+    runs.logged_metrics(tmp_path, tmp_path, ['b'], lambda r: 'b')
   results.write_text(json.dumps([records['b']]))
   # A run cut short, or of other epochs or choices than planned: left out,
   # saying why, its committed record kept.
@@ -74,8 +82,7 @@ def test_records_of_the_planned_finished_runs(tmp_path, capsys):
        'as its chosen_on is validation, not the test planned')):
     shutil.rmtree(tmp_path / 'b')
     helpers.finished_run(tmp_path / 'b', config=config, **summary)
-    assert runs.load_records(tmp_path, planned, results,
-                             lambda r: 'b')['b'] == records['b']
+    assert record_b() == records['b']
     assert f'{tmp_path / "b"}: left out, {why}; its sweep' in capsys.readouterr(
     ).err
   # A student whose teacher here was trained again after it read one.

@@ -159,9 +159,8 @@ def complete(workdir: pathlib.Path, folder: pathlib.Path, seeds: list[int],
   if left_out := list(filter(stale, descriptions)):
     sys.exit(f'error: the summary needs the runs left out above (one: '
              f'{left_out[0]}).')
-  by_name = {name: found[name] for name in descriptions}
   grouped = {
-      row: [_chained(by_name, run) for run in planned]
+      row: [_chained(found, run) for run in planned]
       for row, planned in rows.items()
   }
   head = sweep.CLASS_HEAD_PREFIX
@@ -173,7 +172,7 @@ def complete(workdir: pathlib.Path, folder: pathlib.Path, seeds: list[int],
   names = {row: described(*planned[0][:2]) for row, planned in rows.items()}
   names['flops_matched_cnn'] += " at the ViT chain's FLOPs"
   names['class_head'] = "the first row's class head alone"
-  return by_name, {
+  return found, {
       'headline table':
           f'Chosen on the validation accuracy of {_seeds_in_words(choose_on)} '
           "(each candidate's, summed over them); every row is over "
