@@ -125,21 +125,19 @@ def test_principal_components_recover_the_filters_directions():
 
 def test_cls_attention_and_rollout_over_the_patch_grid():
   """With a distillation token too, the maps are over the patches only."""
+  equal, close = np.testing.assert_array_equal, np.testing.assert_allclose
   attention = np.random.default_rng(0).random((2, 3, TOKENS, TOKENS))
   maps = measures.cls_attention(attention, GRID)
   assert maps.shape == (2, 3, *GRID)
-  np.testing.assert_array_equal(maps[1, 2, 1, 3],
-                                attention[1, 2, 0, 1 + 1 * GRID[1] + 3])
+  equal(maps[1, 2, 1, 3], attention[1, 2, 0, 1 + 1 * GRID[1] + 3])
   attention = np.random.default_rng(0).random((2, 3, TOKENS + 1, TOKENS + 1))
   cls_maps = measures.cls_attention(attention, GRID, prefix=2)
   dist_maps = measures.cls_attention(attention, GRID, prefix=2, query=1)
   assert cls_maps.shape == dist_maps.shape == (2, 3, *GRID)
-  np.testing.assert_array_equal(cls_maps[1, 2, 1, 3],
-                                attention[1, 2, 0, 2 + 1 * GRID[1] + 3])
-  np.testing.assert_array_equal(dist_maps[1, 2, 1, 3],
-                                attention[1, 2, 1, 2 + 1 * GRID[1] + 3])
+  equal(cls_maps[1, 2, 1, 3], attention[1, 2, 0, 2 + 1 * GRID[1] + 3])
+  equal(dist_maps[1, 2, 1, 3], attention[1, 2, 1, 2 + 1 * GRID[1] + 3])
   rollout = measures.attention_rollout([attention])
-  np.testing.assert_array_equal(
+  equal(
       measures.cls_attention(rollout, GRID, prefix=2)[0],
       rollout[0, 0, 2:].reshape(GRID))
   with pytest.raises(ValueError, match='not 1 prefix token'):
@@ -149,20 +147,17 @@ def test_cls_attention_and_rollout_over_the_patch_grid():
   # Rollout adds the residual, renormalizes and multiplies the layers.
   identity = np.broadcast_to(np.eye(TOKENS), (2, 3, TOKENS, TOKENS))
   rollout = measures.attention_rollout([identity] * 4)
-  np.testing.assert_allclose(
-      rollout, np.broadcast_to(np.eye(TOKENS), (2, TOKENS, TOKENS)))
+  close(rollout, np.broadcast_to(np.eye(TOKENS), (2, TOKENS, TOKENS)))
   # Every token attends only to the class token.
   to_cls = np.zeros((1, 1, 3, 3))
   to_cls[..., 0] = 1.0
   one_layer = 0.5 * (to_cls[0, 0] + np.eye(3))
-  np.testing.assert_allclose(measures.attention_rollout([to_cls])[0], one_layer)
-  np.testing.assert_allclose(
-      measures.attention_rollout([to_cls, to_cls])[0], one_layer @ one_layer)
+  close(measures.attention_rollout([to_cls])[0], one_layer)
+  close(measures.attention_rollout([to_cls, to_cls])[0], one_layer @ one_layer)
   # Heads are averaged before the residual is added.
   two_heads = np.stack([to_cls[0, 0], np.eye(3)])[None]
   expected = 0.5 * (0.5 * (to_cls[0, 0] + np.eye(3)) + np.eye(3))
-  np.testing.assert_allclose(
-      measures.attention_rollout([two_heads])[0], expected)
+  close(measures.attention_rollout([two_heads])[0], expected)
 
 
 def test_shifted_patch_filters_are_the_unshifted_copys_slice():

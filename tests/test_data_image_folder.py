@@ -72,30 +72,28 @@ def test_deep_greyscale_modes_scale_to_8_bits(mode, dtype, values, expected):
 
 
 def test_transparent_pixels_show_on_white_and_cmyk_and_1_bit_as_colours():
+  equal = np.testing.assert_array_equal
   rgba = np.array([[[200, 0, 0, 0], [0, 0, 0, 128], [10, 20, 30, 255]]],
                   np.uint8)
-  np.testing.assert_array_equal(
+  equal(
       _read_back(_encoded(Image.fromarray(rgba, 'RGBA')))[0],
       [[255, 255, 255], [127, 127, 127], [10, 20, 30]])
   grey_alpha = Image.fromarray(np.array([[[0, 0], [0, 255]]], np.uint8), 'LA')
-  np.testing.assert_array_equal(
-      image_folder.to_rgb(grey_alpha)[0], [[255] * 3, [0] * 3])
+  equal(image_folder.to_rgb(grey_alpha)[0], [[255] * 3, [0] * 3])
   palette_alpha = Image.new('PA', (2, 1))
   palette_alpha.putpalette([0, 0, 200] * 256)
   palette_alpha.putpixel((1, 0), (0, 255))
-  np.testing.assert_array_equal(
-      image_folder.to_rgb(palette_alpha)[0], [[255] * 3, [0, 0, 200]])
+  equal(image_folder.to_rgb(palette_alpha)[0], [[255] * 3, [0, 0, 200]])
   palette = Image.fromarray(np.array([[0, 1, 1]], np.uint8), 'P')
   palette.putpalette([255, 0, 0, 0, 0, 255])
-  np.testing.assert_array_equal(
+  equal(
       _read_back(_encoded(palette, transparency=0))[0],
       [[255] * 3, [0, 0, 255], [0, 0, 255]])
   # CMYK and 1-bit images, as their colours.
   read = _read_back(_encoded(Image.new('CMYK', (8, 8), (255, 0, 0, 0)), 'JPEG'))
   np.testing.assert_allclose(read[4, 4], [0, 255, 255], atol=2)
   bits = Image.fromarray(np.array([[False, True]]))  # mode '1'
-  np.testing.assert_array_equal(
-      _read_back(_encoded(bits))[0], [[0] * 3, [255] * 3])
+  equal(_read_back(_encoded(bits))[0], [[0] * 3, [255] * 3])
 
 
 def test_exif_orientation_is_not_applied_as_in_the_official_decoding():

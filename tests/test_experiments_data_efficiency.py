@@ -39,8 +39,7 @@ def _value(config, key):
 
 
 def test_the_recipes_configs():
-  assert _recipe_config(recipes.TEACHER, ()).keep_best_checkpoint
-  for model, ingredients in recipes.TEACHERS.values():
+  for model, ingredients in [(recipes.TEACHER, ()), *recipes.TEACHERS.values()]:
     assert _recipe_config(model, ingredients).keep_best_checkpoint
   assert not _recipe_config('small_resnet', ()).keep_best_checkpoint
   assert not _recipe_config('vit', recipes.BEST).keep_best_checkpoint

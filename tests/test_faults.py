@@ -386,9 +386,8 @@ _NO_CHECKPOINT_SOON = ('--config.total_steps=2000',
 def test_a_resumed_two_process_job_signalled_at_start_up_stops_before_training(
     run):
   """jax's preemption service counts calls, not steps: both stop unsaved."""
-  processes, logs = helpers.start_two_processes(run.config_file, run.workdir,
-                                                run.tmp_path,
-                                                *_NO_CHECKPOINT_SOON)
+  job = (run.config_file, run.workdir, run.tmp_path, *_NO_CHECKPOINT_SOON)
+  processes, logs = helpers.start_two_processes(*job)
   helpers.wait_for_step(processes[0], run.workdir, 6)
   processes[1].send_signal(signal.SIGTERM)
   assert helpers.wait_all(processes,
@@ -396,9 +395,7 @@ def test_a_resumed_two_process_job_signalled_at_start_up_stops_before_training(
   saved = run.steps_saved()
   assert len(saved) == 1
 
-  processes, logs = helpers.start_two_processes(run.config_file, run.workdir,
-                                                run.tmp_path,
-                                                *_NO_CHECKPOINT_SOON)
+  processes, logs = helpers.start_two_processes(*job)
   time.sleep(1.0)  # process 1 is starting: importing jax, or joining the job
   processes[1].send_signal(signal.SIGTERM)
   assert helpers.wait_all(processes,

@@ -44,48 +44,43 @@ def positions(params):
 
 
 def test_adapt_resizes_positions_replaces_the_head_and_drops_pre_logits():
+  equal = np.testing.assert_array_equal
   pretrained = vit_params(16, 100, representation_size=8)
   fresh = vit_params(24, 10, seed=1)
   adapted = params_lib.adapt_params(pretrained, fresh)
   assert jax.tree.structure(adapted) == jax.tree.structure(fresh)
   assert 'pre_logits' not in adapted
-  np.testing.assert_array_equal(adapted['head']['kernel'],
-                                fresh['head']['kernel'])
-  np.testing.assert_array_equal(adapted['embedding']['kernel'],
-                                pretrained['embedding']['kernel'])
+  equal(adapted['head']['kernel'], fresh['head']['kernel'])
+  equal(adapted['embedding']['kernel'], pretrained['embedding']['kernel'])
   # [CLS]'s row kept, the grid zoomed.
   theirs = positions(pretrained)
-  np.testing.assert_array_equal(
-      positions(adapted),
-      np.concatenate(
-          [theirs[:, :1],
-           params_lib.resize_patch_grid(theirs[:, 1:], 36)], axis=1))
+  zoomed = params_lib.resize_patch_grid(theirs[:, 1:], 36)
+  equal(positions(adapted), np.concatenate([theirs[:, :1], zoomed], axis=1))
 
 
 def test_a_distillation_token_is_added_or_left_out():
   # DeiT's distillation token sits between [CLS] and the patches: a ViT
   # checkpoint lacks it, and its position row, which start as the new
   # model's; the rest is the checkpoint's, the grid resized.
+  equal = np.testing.assert_array_equal
   pretrained = vit_params(16, 10)
   fresh = vit_params(24, 10, seed=1, distillation_token=True)
   adapted = params_lib.adapt_params(pretrained, fresh)
   assert jax.tree.structure(adapted) == jax.tree.structure(fresh)
-  np.testing.assert_array_equal(adapted['dist'], fresh['dist'])
-  np.testing.assert_array_equal(adapted['cls'], pretrained['cls'])
+  equal(adapted['dist'], fresh['dist'])
+  equal(adapted['cls'], pretrained['cls'])
   table, theirs = positions(adapted), positions(pretrained)
-  np.testing.assert_array_equal(table[:, 0], theirs[:, 0])
-  np.testing.assert_array_equal(table[:, 1], positions(fresh)[:, 1])
-  np.testing.assert_array_equal(table[:, 2:],
-                                params_lib.resize_patch_grid(theirs[:, 1:], 36))
+  equal(table[:, 0], theirs[:, 0])
+  equal(table[:, 1], positions(fresh)[:, 1])
+  equal(table[:, 2:], params_lib.resize_patch_grid(theirs[:, 1:], 36))
   params_lib.check_fit(pretrained, jax.eval_shape(lambda: fresh))
   # A distilled checkpoint fits a ViT without the token: its row goes.
   distilled = vit_params(16, 10, seed=2, distillation_token=True)
   adapted = params_lib.adapt_params(distilled, pretrained)
   assert jax.tree.structure(adapted) == jax.tree.structure(pretrained)
   theirs = positions(distilled)
-  np.testing.assert_array_equal(
-      positions(adapted), np.concatenate([theirs[:, :1], theirs[:, 2:]],
-                                         axis=1))
+  equal(positions(adapted),
+        np.concatenate([theirs[:, :1], theirs[:, 2:]], axis=1))
 
 
 def test_each_misfit_is_named():

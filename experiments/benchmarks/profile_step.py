@@ -87,9 +87,8 @@ def _per_step(timed, order, spans: list[dict], steps: int, summed: str,
     kinds[kind] += us
     by_part[where.label if where else hlo_parts.UNNAMED] += us
   span = (max(e['ts'] + e['dur'] for e in spans) - min(e['ts'] for e in spans))
-  table = {kind: kinds[kind] / 1e3 / steps for kind in (*order, OTHER)}
-  table[summed] = sum(kinds.values()) / 1e3 / steps
-  table[wall] = span / 1e3 / steps
+  kinds[summed], kinds[wall] = sum(kinds.values()), span
+  table = {k: kinds[k] / 1e3 / steps for k in (*order, OTHER, summed, wall)}
   return table, {label: us / 1e3 / steps for label, us in by_part.most_common()}
 
 

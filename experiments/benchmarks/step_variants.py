@@ -188,13 +188,12 @@ def main():
     said = (f'{result["train_images_per_second"]:.1f} img/s'
             if 'failed' not in result else f'failed: {result["failed"]}')
     print(f'round {round_number}: {variant}: {said}', flush=True)
-  medians = ['train_images_per_second'] + ['compile_seconds'] * args.gpu
   rows = []
   for variant in variants:
     done = [r for r in results if r['variant'] == variant and 'failed' not in r]
     rows.append([variant, len(done)] + [
         f'{statistics.median(r[key] for r in done):.1f}' if done else ''
-        for key in medians
+        for key in ['train_images_per_second'] + ['compile_seconds'] * args.gpu
     ])
   print('\n' + runs.markdown_table(['variant', 'runs', 'median train img/s'] +
                                    ['median compile s'] * args.gpu, rows))

@@ -176,10 +176,9 @@ def main():
     natives[name] = _native(name, directory, images)
     print(f'worker: {name} done', file=sys.stderr, flush=True)
 
-  versions = dict(torch=torch.__version__, timm=timm.__version__,
-                  transformers=transformers.__version__,
-                  safetensors=safetensors.__version__,
-                  python=sys.version.split()[0])
+  libraries = torch, timm, transformers, safetensors
+  versions = {m.__name__: m.__version__ for m in libraries}
+  versions['python'] = sys.version.split()[0]
   reply = dict(versions=versions, torch_threads=torch.get_num_threads(),
                exports=exports, natives=natives)
   print(json.dumps(reply), file=answer, flush=True)

@@ -52,7 +52,8 @@ def plot(records: list[dict], path: pathlib.Path):
                     (epochs, 0), xycoords=('data', 'axes fraction'),
                     textcoords='offset points', xytext=(0, -16), ha='center',
                     va='top', fontsize=6, color=color, annotation_clip=False)
-  ax.set_xscale('log')
+  ax.set(xscale='log', ylabel='best test accuracy (%), mean ± std over seeds',
+         title='Does a pure ViT catch the CNNs with a longer budget?')
   if rows:
     ax.set_xlim(min(rows) / 1.3, max(rows) * 1.3)
   ax.set_xticks(list(rows), [str(epochs) for epochs in rows])
@@ -62,8 +63,6 @@ def plot(records: list[dict], path: pathlib.Path):
       'training budget (epochs over the 5,000 images)', labelpad=6 + 7 * max(
           (_ingredient_lines(row['vit'][0]).count('\n') + 2
            for row in rows.values() if 'vit' in row), default=0))
-  ax.set_ylabel('best test accuracy (%), mean ± std over seeds')
-  ax.set_title('Does a pure ViT catch the CNNs with a longer budget?')
   ax.legend(fontsize=8, loc='lower right')
   ax.grid(alpha=0.3)
   fig.tight_layout()
