@@ -49,6 +49,7 @@ def main(argv=None):
     if not (args.jpeg / split).is_dir():
       sys.exit(f'error: no {split}/ in --jpeg={args.jpeg}: unpack the JPEG '
                'copy there first (the commands above).')
+  runs.require_cifar10_subset(args.subset, '--subset')
   study = cifar.load_cifar('cifar10', args.subset)
   classes = sorted(p.name for p in (args.jpeg / 'train').iterdir())
   for label, name in enumerate(classes):

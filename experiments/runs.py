@@ -205,9 +205,12 @@ def unplanned(directory: pathlib.Path, fresh: dict, description: dict) -> str:
   """How the finished run in `directory` is not the one planned there, or ''."""
   if steps := read_json(directory / 'config.json').get('total_steps'):
     return f'as it ran config.total_steps={steps}, which no sweep sets'
-  return next(
-      (f'as its {key} is {fresh[key]}, not the {planned} planned'
-       for key, planned in description.items() if fresh[key] != planned), '')
+  # A sweep that plans no epochs runs configs/cifar_small.py's: a run of
+  # others is a trial's (--config.num_epochs).
+  from configs import cifar_small  # pylint: disable=g-import-not-at-top
+  planned = {'epochs': cifar_small.get_config().num_epochs, **description}
+  return next((f'as its {key} is {fresh[key]}, not the {value} planned'
+               for key, value in planned.items() if fresh[key] != value), '')
 
 
 def load_records(workdir: pathlib.Path, planned: dict[str, dict],
@@ -258,9 +261,9 @@ def integers(text: str) -> list[int]:
   return [int(v) for v in text.split(',')]
 
 
-def require_cifar10_subset(data_dir: pathlib.Path):
+def require_cifar10_subset(data_dir: pathlib.Path, flag: str):
   if not (data_dir / 'cifar-10-batches-bin').is_dir():
-    sys.exit(f'error: no cifar-10-batches-bin/ in --data_dir={data_dir}; '
+    sys.exit(f'error: no cifar-10-batches-bin/ in {flag}={data_dir}; '
              'point it at the 5k/1k CIFAR-10 subset (see the README).')
 
 

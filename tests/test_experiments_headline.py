@@ -146,7 +146,10 @@ def test_the_summary_pairs_each_row_with_the_vit_by_seed(tmp_path, capsys):
   argv = [f'--workdir={workdir}', f'--folder={out}', '--seeds=0,1,2']
   with pytest.raises(SystemExit, match='^error: 6 of the 6 runs of stage 3 '):
     summary.main(argv)
-  # Until then --so_far lists the runs finished yet and writes their records.
+  # Until then --so_far lists the runs finished yet and writes their records,
+  # not another experiment's (chosen on test) there.
+  helpers.finished_run(workdir / 'vit_study_e30_seed0', chosen_on='test')
+  (workdir / 'vit_study_e30_seed0' / 'metrics.jsonl').write_text('')
   summary.main(argv + ['--so_far'])
   assert len(runs.read_json(out / 'results.json')) == 2 * len(FINISHED) + 3
   assert len(runs.history(out)) == 2 * len(FINISHED) + 3

@@ -142,6 +142,10 @@ def test_a_summary_writes_the_committed_files_from_the_committed_records(
   figure = budgets if summary is data_efficiency else summary
   # The figure is drawn in a test of its own.
   monkeypatch.setattr(figure, 'plot', lambda records, path: path.touch())
+  # A trial's run of one epoch in the workdir leaves the committed record.
+  size = 'e30' if summary is data_efficiency else 'n5000'
+  helpers.finished_run(tmp_path / 'runs' / f'vit_study_{size}_seed0',
+                       epochs=1.0)
   summary.main([f'--workdir={tmp_path / "runs"}'])
   for name in ('README.md', 'results.json'):
     assert (tmp_path / name).read_text() == (committed / name).read_text()
@@ -183,8 +187,8 @@ def test_a_sweep_prints_vit_jax_main_lines_or_writes_a_slurm_array(tmp_path):
     runs.emit([], script)
   with pytest.raises(
       SystemExit, match='no cifar-10-batches-bin/ in '
-      '--data_dir=.*point it at the 5k/1k'):
-    runs.require_cifar10_subset(tmp_path)
+      '--subset=.*point it at the 5k/1k'):
+    runs.require_cifar10_subset(tmp_path, '--subset')
 
 
 def test_a_summary_writes_all_or_none(tmp_path, capsys):

@@ -38,13 +38,13 @@ def test_the_sweeps_print_every_run(capsys):
         for o in overrides)
 
 
-def _finished(directory, model, seed, batch_size, validation, test):
-  """A run's workdir as the summary reads it: two epochs, the second best."""
+def _finished(directory, model, seed, batch_size, validation, test, epochs=30):
+  """A run's workdir as the summary reads it: two epochs logged, the second best."""
   helpers.finished_run(
       directory, seed, model, chosen_on='validation',
       best_validation_accuracy=validation, test_accuracy_at_best_step=test,
       final_test_accuracy=test, final_train_accuracy=test + 0.1, best_epoch=2.0,
-      epochs=2, train_seconds=72.0, train_flops=2e12, commit='abc',
+      epochs=epochs, train_seconds=72.0, train_flops=2e12, commit='abc',
       cpu='x, 2 cores', config={'batch_size': batch_size})
   (directory / 'metrics.jsonl').write_text(''.join(
       json.dumps({'step': 39 * epoch, 'epoch': epoch, **r}) + '\n'
@@ -67,6 +67,9 @@ def test_the_summary_chooses_on_validation_and_pairs_by_seed(
               128, 0.63, 0.66)
   _finished(runs_dir / 'vit_no_augment_seed0', 'vit', 0, 128, 0.47, 0.46)
   (runs_dir / 'small_resnet_seed0').mkdir()  # interrupted
+  # A trial of one epoch: left out, as not the config's 30.
+  _finished(runs_dir / 'small_resnet_batch128_seed0', 'small_resnet', 0, 128,
+            0.6, 0.6, epochs=1)
   shutil.copy(summary.HERE / 'README.md', tmp_path)
   monkeypatch.setattr(summary, 'HERE', tmp_path)
   summary.main([f'--workdir={runs_dir}'])

@@ -176,11 +176,10 @@ def main():
     print(gpu_report.report(results))
     return
 
-  runs.require_cifar10_subset(args.cifar_dir)
+  runs.require_cifar10_subset(args.cifar_dir, '--cifar_dir')
   plan = (gpu_plan.SMOKE
           if args.smoke else gpu_plan.QUICK if args.quick else gpu_plan.H100)
-  start = time.monotonic()
-  left = seconds_left(plan, start)
+  left = seconds_left(plan, start := time.monotonic())
   study_environment = dict(os.environ)  # jax's defaults for the study
   # Our process grows its GPU memory as it goes instead of taking 75% at the
   # start, so that timm's worker has room beside it.

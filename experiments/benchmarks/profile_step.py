@@ -214,9 +214,8 @@ def main():
   program = args.trace_dir / step_benchmark.TRACED_PROGRAM
   parts = hlo_parts.model_parts(program.read_text()) if program.exists() else {}
   kinds, by_part, heaviest = device_profile(events, args.steps, parts)
-  unit = 'ms per step'
+  unit = 'ms per step' if kinds else 'thread-ms per step'
   if not kinds:  # a CPU's trace: its threads
-    unit = 'thread-ms per step'
     kinds, by_part = thread_profile(events, args.steps, parts)
   if not kinds:
     raise SystemExit(

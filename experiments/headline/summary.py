@@ -109,12 +109,19 @@ def comparisons(rows: dict[str, list[dict]], names: dict[str, str],
                    for title, *pair in pairs)
 
 
+def _described(name: str) -> dict:
+  # What a run's name, MODEL_study+INGREDIENTS_eEPOCHS_seedSEED, says of it:
+  # a run of other epochs, or choosing on other images (another
+  # experiment's), is left out.
+  ingredients, rest = name.split('_study')[1].rsplit('_e', 1)
+  return dict(recipe='study' + ingredients, epochs=int(rest.split('_')[0]),
+              chosen_on='test' if r.PRETRAINING in name else 'validation')
+
+
 def so_far(workdir: pathlib.Path, folder: pathlib.Path, *_) -> tuple:
   """The runs finished yet and a list of them, to commit as they land."""
   names = sorted(p.parent.name for p in workdir.glob('*_study*/summary.json'))
-  # A name is MODEL_study+INGREDIENTS_eEPOCHS_seedSEED.
-  recipe = lambda name: 'study' + name.split('_study')[1].rsplit('_e', 1)[0]
-  found = runs.load_records(workdir, {n: {'recipe': recipe(n)} for n in names},
+  found = runs.load_records(workdir, {n: _described(n) for n in names},
                             folder / 'results.json', r.record_name)
   return found, {
       'headline table': f'{len(found)} runs have finished (their records: '
