@@ -107,11 +107,16 @@ def parser(doc: str, workdir: str, *flags: str) -> argparse.ArgumentParser:
 
 def emit(commands: list[str], slurm: pathlib.Path | None):
   """Prints `commands`, or writes them to `slurm` as a job array."""
-  if slurm is None:  # no command: no line, which xargs would run
+  if not commands:  # stdout stays empty: xargs would run any line
+    why = 'every planned command has run, has a record or is left out'
+    if slurm:
+      sys.exit(f'error: nothing to write to a SLURM script: {why}.')
+    sys.stderr.write(f'Nothing to run: {why}.\n')
+    return
+  if slurm is None:
     sys.stdout.writelines(f'{command}\n' for command in commands)
     return
-  if not commands:
-    sys.exit('error: no unfinished run to write to a SLURM script.')
+  slurm.parent.mkdir(parents=True, exist_ok=True)
   # As docs/multi_host.md's job: SIGTERM 2 min before the time limit, and a
   # run stopped by it (status 75, saved) requeued to resume.
   slurm.write_text(
@@ -181,7 +186,7 @@ def compared(name_a: str, a: dict[int, float], name_b: str,
   if len(a.keys() & b.keys()) < 2:
     return f'{mean:+.1f} points at one seed: no interval'
   seeds = f'95% interval, {len(a.keys() & b.keys())} paired seeds'
-  if abs(mean) <= half:
+  if round(abs(mean), 1) <= round(half, 1):  # as the words print them
     return (f'{name_a} and {name_b} are indistinguishable within ±{half:.1f} '
             f'points ({mean:+.1f}; {seeds})')
   better, worse = (name_a, name_b) if mean > 0 else (name_b, name_a)
@@ -218,6 +223,10 @@ def load_records(workdir: pathlib.Path, planned: dict[str, dict],
                  run_name: Callable[[dict], str]) -> dict[str, dict]:
   """`planned` runs by name, from `workdir` else `results` (+ earlier_runs)."""
   found = landed(results, run_name)
+  if not workdir.is_dir():
+    print(
+        f'{workdir}: no such folder; the committed records alone are '
+        'summarized.', file=sys.stderr)
   for name, description in planned.items():
     if finished(workdir / name):
       fresh, earlier = record(workdir / name, description), found.get(name, {})
@@ -241,16 +250,23 @@ def load_records(workdir: pathlib.Path, planned: dict[str, dict],
   # A run stands only beside the runs it read (its teachers, its
   # pre-training) as it read them: finished, not trained again since.
   for name, student in list(found.items()):
-    for source in student.get('runs_read', {}).values():
-      theirs, read = source['workdir'].split('/')[-1], source.get('finished')
-      here = found.get(theirs, {}).get('finished', read)
-      if name in found and (read is None or here != read):
-        print(
-            f'{workdir / name}: left out, as it read {theirs} ' +
-            (f'finished at {read}, which finished again at {here}.'
-             if read else f'before {theirs} finished.'), file=sys.stderr)
-        del found[name]
+    finished_at = lambda theirs: found.get(theirs, {}).get('finished')
+    if why := read_again(student.get('runs_read', {}), finished_at):
+      print(f'{workdir / name}: left out, as {why}.', file=sys.stderr)
+      del found[name]
   return found
+
+
+def read_again(runs_read: dict, finished_at: Callable[[str], str]) -> str:
+  """How a run read one unfinished or trained again since, or ''."""
+  for source in runs_read.values():
+    theirs, read = source['workdir'].split('/')[-1], source.get('finished')
+    here = finished_at(theirs) or read
+    if read is None or here != read:
+      return f'it read {theirs} ' + (
+          f'finished at {read}, which finished again at {here}'
+          if read else f'before {theirs} finished')
+  return ''
 
 
 def integers(text: str) -> list[int]:

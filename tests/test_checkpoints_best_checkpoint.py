@@ -32,7 +32,7 @@ def test_the_best_evaluation_is_kept_and_a_resumed_run_keeps_the_same(
   # best one's state is also in checkpoints/.
   config = helpers.tiny_config(cifar10_dir, total_steps=12, eval_every_steps=2,
                                checkpoint_every_steps=2, keep_checkpoints=6,
-                               keep_best_checkpoint=True, train_examples=80,
+                               keep_best_checkpoint=True, train_examples=72,
                                validation_examples=16)
   summary = train.train_and_evaluate(config, tmp_path / 'whole')
   records = [r for r in helpers.history(tmp_path / 'whole') if 'test_loss' in r]
@@ -51,11 +51,12 @@ def test_the_best_evaluation_is_kept_and_a_resumed_run_keeps_the_same(
   assert (evaluated['split'], evaluated['top1'],
           evaluated['examples']) == ('validation',
                                      chosen['validation_accuracy'], 16)
-  other = config.copy_and_resolve_references()
-  other.validation_examples = 8  # a draw holding images it trained on
-  with pytest.raises(ConfigError, match='validation_examples=8 differs from '
-                     'the run of'):
-    evaluation.evaluate(tmp_path / 'whole', config=other, split='validation')
+  for field, value in (('validation_examples', 8), ('train_examples_per_file',
+                                                    12)):
+    other = config.copy_and_resolve_references()
+    other[field] = value  # a draw holding images it trained on
+    with pytest.raises(ConfigError, match=f'{field}={value} differs from'):
+      evaluation.evaluate(tmp_path / 'whole', config=other, split='validation')
   # The test split as logged, from one training image a device.
   converted = []
   monkeypatch.setattr(

@@ -64,10 +64,11 @@ def test_resuming_refuses_what_changes_the_checkpoints_meaning(tmp_path):
   assert check_resumable(
       saved, helpers.tiny_config('', log_every_steps=5, eval_batch_size=64),
       tmp_path) == {'log_every_steps': (0, 5), 'eval_batch_size': (16, 64)}
-  with pytest.raises(
-      ConfigError, match=r'another config\.seed \(0 there, 1 '
-      r'here\).*config\.json, or pass a new --workdir'):
-    check_resumable(saved, helpers.tiny_config('', seed=1), tmp_path)
+  for field in ('seed', 'test_examples'):  # the test set is the run's too
+    with pytest.raises(
+        ConfigError, match=rf'another config\.{field} \(0 there, 1 '
+        r'here\).*config\.json, or pass a new --workdir'):
+      check_resumable(saved, helpers.tiny_config('', **{field: 1}), tmp_path)
   # Data paths saved as given resume as the absolute paths they name.
   absolute = helpers.tiny_config(config_schema.absolute('d'),
                                  validation_dir=config_schema.absolute('~/v'))

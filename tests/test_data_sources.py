@@ -93,6 +93,12 @@ def test_an_image_folder_subset_holds_every_class_in_proportion(tmp_path):
   np.testing.assert_array_equal(np.bincount(test.labels), [3, 3, 3])
   assert [train[i][1] for i in range(12)] == sorted(train.labels)
   again, _ = cut(seed=0, train_examples=12)
+  held_out = [[
+      image.tobytes() for image, _ in sources.open_dataset(
+          _config(tmp_path, 'image_folder', seed=seed, train_examples=12,
+                  validation_examples=6)).validation
+  ] for seed in (0, 1)]
+  assert held_out[0] == held_out[1]  # drawn first, the same for every seed
   np.testing.assert_array_equal(again.indices, train.indices)
   other, _ = cut(seed=1, train_examples=12)
   assert not np.array_equal(other.indices, train.indices)
@@ -150,7 +156,8 @@ def test_validation_examples_are_never_trained_on_and_the_same_every_seed(
   assert len(spare.train) == 60 and len(spare.validation) == 20
   assert rows(spare.train) | rows(spare.validation) <= rows(full)
   left_out = opened(train_examples=80, validation_examples=16)
-  np.testing.assert_array_equal(left_out.train.images, full.images[:80])
+  fewer = opened(train_examples=40, validation_examples=16)  # drawn first
+  assert rows(fewer.validation) == rows(left_out.validation)
   assert rows(left_out.validation) == rows(full) - rows(left_out.train)
   held_out = opened(validation_examples=30)
   assert len(held_out.train) == 66
@@ -177,12 +184,13 @@ def test_validation_examples_are_never_trained_on_and_the_same_every_seed(
 
   for fields, said in [
       (dict(train_examples=90, validation_examples=7),
-       'validation_examples=7, but 6 can be drawn from the examples the run '
-       r'does not train on: lower it, or pass --config.validation_dir=DIR'),
+       'validation_examples=7, but 6 can be drawn from the training split, '
+       r'keeping 90 to train: lower it, or pass --config.validation_dir=DIR'),
       (dict(validation_examples=96), 'validation_examples=96, but 95 can be '
-       'drawn from the training split, which keeps one to train on'),
-      (dict(from_dir, validation_examples=31), 'validation_examples=31, but '
-       f'--config.validation_dir={folder} holds 30 images: lower it'),
+       'drawn from the training split, keeping 1 to train'),
+      (dict(from_dir, validation_examples=31), 'validation_examples=31, but 30 '
+       f'can be drawn from --config.validation_dir={folder}: lower it, or pass'
+      ),
       (dict(validation_dir=str(folder / 'class_1'), validation_examples=1),
        r'holds 0 class folders, but the dataset has 10 classes'),
   ]:

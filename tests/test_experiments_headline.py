@@ -136,6 +136,18 @@ def test_the_sweep_chooses_on_validation_and_matches_the_chains_flops(
   assert [line.split(' --workdir=')[1].split()[0] for line in seed_3] == [
       str(tmp_path / recipes.run_name(*run, 3)) for run, _, _ in CHOSEN
   ]
+  # A finished student that read a run trained again since: named, to delete.
+  student, teacher = (tmp_path / recipes.run_name(*run, 2)
+                      for run, _, _ in (CHOSEN[2], CHOSEN[0]))
+  for folder, fields in ((teacher, {'finished': '2'}), (student, {
+      'runs_read': {'teacher': {'workdir': str(teacher), 'finished': '1'}}
+  })):
+    path = folder / 'summary.json'
+    path.write_text(json.dumps({**runs.read_json(path), **fields}))
+  assert _emitted(capsys, tmp_path, 2, '2').err.startswith(
+      f'Stale: 1 finished run(s) of this stage read a run unfinished or '
+      f'trained again since (one: {student.name}, as it read {teacher.name} '
+      'finished at 1, which finished again at 2): delete their folders')
 
 
 def test_the_summary_pairs_each_row_with_the_vit_by_seed(tmp_path, capsys):
@@ -208,7 +220,7 @@ def test_the_summary_pairs_each_row_with_the_vit_by_seed(tmp_path, capsys):
   assert _headline(capsys, workdir, 4, '0,1,2') == []
   moved = workdir / recipes.run_name(*vit, 1) / 'class_head_test_10000.json'
   moved.write_text(json.dumps({'top1': 0.75, 'step': 8, 'examples': 10000}))
-  with pytest.raises(SystemExit, match="not of the run's best step"):
+  with pytest.raises(SystemExit, match="not of the run's best state"):
     summary.main(argv)
   assert _headline(capsys, workdir, 4, '0,1,2') == [fourth[31]]
   moved.write_text(json.dumps({'top1': 0.761, 'step': 9, 'examples': 10000}))
@@ -222,6 +234,8 @@ def test_the_summary_pairs_each_row_with_the_vit_by_seed(tmp_path, capsys):
   os.utime(at_2 / 'best_checkpoint' / '9')
   for evaluation in at_2.glob('*test_1*.json'):  # a second before the state
     os.utime(evaluation, (evaluation.stat().st_mtime - 1,) * 2)
+  with pytest.raises(SystemExit, match="not of the run's best state"):
+    summary.main(argv)
   matched = workdir / recipes.run_name(
       *sweep.reported(workdir, [2], [0, 1])['flops_matched_cnn'][0])
   (matched / 'summary.json').rename(matched / 'summary.kept')
@@ -251,6 +265,8 @@ def test_the_summary_pairs_each_row_with_the_vit_by_seed(tmp_path, capsys):
   assert emitted.out.splitlines() == retrained
   assert f'(one: {teacher.name})' in emitted.err
   (teacher / 'test_10000.kept').rename(teacher / 'test_10000.json')
+  for evaluation in at_2.glob('*test_1*.json'):  # made again
+    os.utime(evaluation)
   # A run trained other than as planned is left out, and the summary says so.
   epochs = teacher / 'summary.json'
   epochs.write_text(epochs.read_text().replace('"epochs": 100', '"epochs": 99'))

@@ -107,6 +107,8 @@ def test_records_of_the_planned_finished_runs(tmp_path, capsys):
   assert 'e' not in runs.load_records(tmp_path, {'e': {}}, results, str)
   assert 'e: left out, as it read a before a finished.' in capsys.readouterr(
   ).err
+  runs.load_records(tmp_path / 'typo', {}, results, str)
+  assert 'typo: no such folder; the committed' in capsys.readouterr().err
   # What a run records of the runs it read: a run's summary, none of a file.
   for kept in ('best_checkpoint', 'checkpoints'):
     (tmp_path / 'e' / kept).mkdir()
@@ -161,7 +163,8 @@ def test_the_cells_of_a_readme():
       ['b'], {'b'}) == ('None: all 1 runs of the sweep have a record.')
 
 
-def test_a_sweep_prints_vit_jax_main_lines_or_writes_a_slurm_array(tmp_path):
+def test_a_sweep_prints_vit_jax_main_lines_or_writes_a_slurm_array(
+    tmp_path, capsys):
   line = runs.command(tmp_path / 'run one', 'configs/cifar_small.py:vit',
                       {'seed': 0, 'model_overrides.guided_blocks': (0, 3)})
   assert shlex.split(line) == [
@@ -169,7 +172,7 @@ def test_a_sweep_prints_vit_jax_main_lines_or_writes_a_slurm_array(tmp_path):
       f'--workdir={tmp_path / "run one"}', '--config.seed=0',
       '--config.model_overrides.guided_blocks=(0, 3)'
   ]
-  script = tmp_path / 'array.sh'
+  script = tmp_path / 'jobs' / 'array.sh'  # a folder yet to make
   runs.emit(['echo a', "echo 'b c'", 'echo stopped; exit 75'], script)
   assert '#SBATCH --array=1-3\n#SBATCH --requeue\n' in script.read_text()
   # srun runs the line; a run stopped by SIGTERM (75) is requeued.
@@ -183,8 +186,11 @@ def test_a_sweep_prints_vit_jax_main_lines_or_writes_a_slurm_array(tmp_path):
     out = subprocess.run(['bash', script], capture_output=True, text=True,
                          env=dict(env, SLURM_ARRAY_TASK_ID=str(task)))
     assert (out.stdout, out.returncode) == (said, status)
-  with pytest.raises(SystemExit, match='^error: no unfinished run to write'):
+  with pytest.raises(SystemExit, match='^error: nothing to write to a SLURM'):
     runs.emit([], script)
+  runs.emit([], None)  # stdout empty, for xargs
+  assert capsys.readouterr().err == ('Nothing to run: every planned command '
+                                     'has run, has a record or is left out.\n')
   with pytest.raises(
       SystemExit, match='no cifar-10-batches-bin/ in '
       '--subset=.*point it at the 5k/1k'):
@@ -258,3 +264,8 @@ def test_a_paired_difference_is_said_as_its_interval_allows():
       0: 0.7, 1: 0.7
   }) == ('ViT is better than CNN by 9.5 ± 6.4 points (95% interval, 2 paired '
          'seeds)')
+  # Decided as printed: 1.1 ± 1.1 (1.100 ± 1.082) touches zero.
+  assert runs.compared('ViT', dict(
+      enumerate([.713, .72, .718, .704, .7])), 'CNN', dict.fromkeys(
+          range(5),
+          .7)).startswith('ViT and CNN are indistinguishable within ±1.1')

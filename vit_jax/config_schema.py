@@ -62,8 +62,7 @@ FIELDS: dict[str, Field] = {
         '', 'Where the dataset is. Unset: $VIT_JAX_DATA_DIR, else '
         '~/.cache/vit_jax (docs/training.md).', may_change_on_resume=True),
     'train_split': Field('train', 'Training split (tfds datasets).'),
-    'test_split': Field('test', 'Evaluation split (tfds datasets).',
-                        may_change_on_resume=True),
+    'test_split': Field('test', 'Evaluation split (tfds datasets).'),
     'train_examples': Field(
         0, 'Keep N training examples (docs/training.md, Data); 0: all.',
         check=_NON_NEGATIVE),
@@ -72,7 +71,7 @@ FIELDS: dict[str, Field] = {
         '(the study: 1000); 0: all.', check=_NON_NEGATIVE),
     'test_examples': Field(
         0, 'Keep N test examples; 0: all. Chosen as train_examples are.',
-        may_change_on_resume=True, check=_NON_NEGATIVE),
+        check=_NON_NEGATIVE),
     'validation_examples': Field(
         0, 'Hold out N examples the run never trains on, to choose the best '
         'step on (docs/training.md); 0: none.', check=_NON_NEGATIVE),

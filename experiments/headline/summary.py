@@ -155,7 +155,7 @@ def complete(workdir: pathlib.Path, folder: pathlib.Path, seeds: list[int],
   for run, name in evaluations:
     if (evaluation := sweep.evaluated(workdir, run, name)) is None:
       sys.exit(f'error: {workdir / r.run_name(*run)}/{name}.json is not of the '
-               "run's best step: run stage 4 of experiments.headline.sweep "
+               "run's best state: run stage 4 of experiments.headline.sweep "
                'again.')
     descriptions[r.run_name(*run)][name] = evaluation
   found = runs.load_records(workdir, descriptions, folder / 'results.json',

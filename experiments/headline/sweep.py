@@ -144,25 +144,19 @@ def evaluations(workdir: pathlib.Path, seeds: list[int],
 
 
 def evaluated(workdir: pathlib.Path, run: tuple, name: str) -> dict | None:
-  """Stage 4's evaluation `name` of `run`, None unless of its best step."""
+  """Stage 4's evaluation `name` of `run`, None unless of its best state."""
   directory = workdir / r.run_name(*run)
   path, summary = directory / f'{name}.json', directory / 'summary.json'
   if not (path.exists() and summary.exists()):
     return None
   evaluation, best = runs.read_json(path), runs.read_json(summary)['best_step']
-  return evaluation if evaluation.get('step') == best else None
-
-
-def _due(workdir: pathlib.Path, run: tuple, name: str) -> bool:
-  """Whether `run` lacks evaluation `name` of the state it reports."""
-  if (evaluation := evaluated(workdir, run, name)) is None:
-    return True
   # A run trained again may choose the same step: an evaluation older than
   # the state it names is not of that state.
-  directory = workdir / r.run_name(*run)
-  state = directory / 'best_checkpoint' / str(evaluation['step'])
-  return (state.exists() and
-          (directory / f'{name}.json').stat().st_mtime < state.stat().st_mtime)
+  state = directory / 'best_checkpoint' / str(best)
+  if evaluation.get('step') != best or (state.exists() and path.stat().st_mtime
+                                        < state.stat().st_mtime):
+    return None
+  return evaluation
 
 
 def evaluation_command(run: pathlib.Path, name: str, jpeg: str,
@@ -210,7 +204,7 @@ def main(argv=None):
   folder = lambda run: workdir / r.run_name(*run)
   if args.stage == 4:
     due = [(run, name) for run, name in evaluations(workdir, seeds, choose_on)
-           if _due(workdir, run, name)]
+           if evaluated(workdir, run, name) is None]
     # A run finished here, its best state beside its summary, is evaluated.
     here = lambda f: runs.finished(f) and (f / 'best_checkpoint').is_dir()
     left_out = {folder(run).name: '' for run, _ in due if not here(folder(run))}
@@ -225,6 +219,20 @@ def main(argv=None):
     # nor one that reads a run cut short, failed or yet to run.
     planned = stage_runs(args.stage, seeds, choose_on, workdir)
     due = [run for run in planned if not runs.finished(folder(run))]
+    summary = lambda name: (runs.read_json(workdir / name / 'summary.json')
+                            if runs.finished(workdir / name) else {})
+    stale = {
+        folder(run).name: why for run in planned
+        if runs.finished(folder(run)) and (why := runs.read_again(
+            summary(folder(run).name).get('runs_read', {}),
+            lambda name: summary(name).get('finished')))
+    }
+    if stale:  # the trainer would find it finished, and train nothing
+      one = min(stale)
+      sys.stderr.write(
+          f'Stale: {len(stale)} finished run(s) of this stage read a run '
+          f'unfinished or trained again since (one: {one}, as {stale[one]}): '
+          'delete their folders and run this stage again.\n')
     left_out = {
         folder(run).name: f', which reads {folder(source).name}' for run in due
         for source in r.read_by([run]) if not runs.finished(folder(source))

@@ -83,31 +83,15 @@ def _take(source: Source, indices: np.ndarray) -> Source:
   return SubsetSource(source, indices)
 
 
-def _validation_pool(dataset: Dataset, train: Source,
-                     trained) -> tuple[Source, bool]:
-  """Where validation examples are drawn from; True: the training split."""
-  if dataset.spare is not None:
-    return dataset.spare, False
-  if trained is None:
-    return train, True
-  left_out = np.setdiff1d(np.arange(len(dataset.train)), trained)
-  return _take(dataset.train, left_out), False
-
-
-def _validation_drawn(pool: Source, count: int, available: int,
-                      folder: str = '') -> np.ndarray:
+def _validation_drawn(
+    pool: Source, count: int, available: int, where: str,
+    fix: str = 'pass --config.validation_dir=DIR (a folder of <class>/ image '
+    'folders)'
+) -> np.ndarray:
   """The sorted indices of `count` validation examples drawn from `pool`."""
-  if count > available and folder:
-    raise DatasetError(
-        f'config.validation_examples={count}, but --config.validation_dir='
-        f'{folder} holds {available} images: lower it, or pass a larger one.')
   if count > available:
-    where = ('the training split, which keeps one to train on' if available
-             < len(pool) else 'the examples the run does not train on')
-    raise DatasetError(
-        f'config.validation_examples={count}, but {available} can be drawn '
-        f'from {where}: lower it, or pass --config.validation_dir=DIR (a '
-        'folder of <class>/ image folders).')
+    raise DatasetError(f'config.validation_examples={count}, but {available} '
+                       f'can be drawn from {where}: lower it, or {fix}.')
   if hasattr(pool, 'labels'):  # drawn across classes where labels are at hand
     return _across_classes(np.asarray(pool.labels), count, 0)
   return np.sort(np.random.default_rng(0).choice(len(pool), count, False))
@@ -116,20 +100,35 @@ def _validation_drawn(pool: Source, count: int, available: int,
 def _training_and_validation(dataset: Dataset,
                              config) -> tuple[Source, Source | None]:
   """The examples the run trains on, and those it holds out for validation."""
-  trained = _chosen(dataset, 'train', config.train_examples, config.seed)
+  kept, count = config.train_examples, config.validation_examples
+  trained = _chosen(dataset, 'train', kept, config.seed)
+  validation = None
+  if count and config.validation_dir:  # only the images drawn are read
+    folder = config.validation_dir
+    validation = image_folder.open_split(
+        pathlib.Path(folder).expanduser(), dataset,
+        lambda pool: _validation_drawn(pool, count, len(
+            pool), f'--config.validation_dir={folder}', 'pass a larger one'))
+  elif count and dataset.spare is not None:
+    validation = _take(
+        dataset.spare,
+        _validation_drawn(dataset.spare, count, len(dataset.spare),
+                          'the examples the run does not train on'))
+  elif count:
+    # Held out first, by seed 0: the same images for every seed and every
+    # train_examples, which are then kept from the rest.
+    keeps = max(kept, 1)
+    chosen = _validation_drawn(dataset.train, count,
+                               len(dataset.train) - keeps,
+                               f'the training split, keeping {keeps} to train')
+    validation = _take(dataset.train, chosen)
+    trained = np.setdiff1d(np.arange(len(dataset.train)), chosen)
+    if kept and dataset.ordered_by_class:
+      labels = np.asarray(dataset.train.labels)[trained]
+      trained = trained[_across_classes(labels, kept, config.seed)]
+    trained = trained[:kept or None]
   train = dataset.train if trained is None else _take(dataset.train, trained)
-  count = config.validation_examples
-  if not count:
-    return train, None
-  if config.validation_dir:  # only the images drawn are read and checked
-    return train, image_folder.open_split(
-        pathlib.Path(config.validation_dir).expanduser(), dataset, lambda pool:
-        _validation_drawn(pool, count, len(pool), config.validation_dir))
-  pool, held_out_of_train = _validation_pool(dataset, train, trained)
-  chosen = _validation_drawn(pool, count, len(pool) - held_out_of_train)
-  if held_out_of_train:
-    train = _take(pool, np.setdiff1d(np.arange(len(pool)), chosen))
-  return train, _take(pool, chosen)
+  return train, validation
 
 
 def data_dir(config) -> pathlib.Path | None:
