@@ -27,9 +27,7 @@ def test_image_files_are_the_named_ones_then_each_directorys_sorted(tmp_path):
     (tmp_path / 'photos' / name).parent.mkdir(parents=True, exist_ok=True)
     (tmp_path / 'photos' / name).write_bytes(b'')
   (tmp_path / 'one.png').write_bytes(b'')
-  found = subjects.image_files([
-      f'{tmp_path}/{p}' for p in ('one.png', 'photos')
-  ])
+  found = subjects.image_files([f'{tmp_path}/one.png', f'{tmp_path}/photos'])
   assert [p.relative_to(tmp_path).as_posix() for p in found] == [
       'one.png', 'photos/a.jpg', 'photos/b.PNG', 'photos/deeper/c.jpeg'
   ]

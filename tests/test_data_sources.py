@@ -48,14 +48,12 @@ def test_first_examples_and_arrays_of_a_split_read_one_by_one():
   assert labels.dtype == np.int32
 
 
-@pytest.mark.parametrize(
-    'sizes, count, expected',
-    [
-        ([1000] * 10, 640, [64] * 10),
-        ([50, 30, 20], 10, [5, 3, 2]),
-        ([1000, 1, 1], 3, [1, 1, 1]),  # every class, however small
-        ([1000, 1, 1], 500, [498, 1, 1]),
-    ])
+# Every class, however small: 3 of [1000, 1, 1] is one of each.
+@pytest.mark.parametrize('sizes, count, expected',
+                         [([1000] * 10, 640, [64] * 10),
+                          ([50, 30, 20], 10, [5, 3, 2]),
+                          ([1000, 1, 1], 3, [1, 1, 1]),
+                          ([1000, 1, 1], 500, [498, 1, 1])])
 def test_class_counts_are_proportional_and_add_up(sizes, count, expected):
   counts = sources.class_counts(np.array(sizes), count,
                                 np.random.default_rng(0))

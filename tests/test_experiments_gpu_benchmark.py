@@ -206,18 +206,13 @@ def test_a_model_runs_when_it_fits_without_the_timm_mode_it_drops(
 def _kernel(name: str, ts: int, dur: int, tid: int = 7, pid: int = 2,
             **args) -> dict:
   """A trace's complete event: a kernel on the GPU's process (2), or `pid`'s."""
-  return {
-      'ph': 'X', 'pid': pid, 'tid': tid, 'name': name, 'ts': ts, 'dur': dur,
-      **({'args': args} if args else {})
-  }
+  return dict(ph='X', pid=pid, tid=tid, name=name, ts=ts, dur=dur,
+              **({'args': args} if args else {}))
 
 
 def _named(kind: str, pid: int, name: str, **tid) -> dict:
   """A trace's metadata event that names a process or (with `tid`) a thread."""
-  return {
-      'ph': 'M', 'name': f'{kind}_name', 'pid': pid,
-      **tid, 'args': {'name': name}
-  }
+  return dict(ph='M', name=f'{kind}_name', pid=pid, **tid, args={'name': name})
 
 
 # The kernels of an H100's trace that the checks name.

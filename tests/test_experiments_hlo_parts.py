@@ -18,46 +18,44 @@ from tests.test_experiments_gpu_benchmark import _named
 
 Part = hlo_parts.Part
 
+_OP_NAMES_AND_PARTS = [
+    ('jit(train_steps)/jvp(VisionTransformer)/Transformer/encoderblock_3/'
+     'LayerNorm_0/reduce_sum',
+     Part('Transformer/encoderblock_*/LayerNorm_0', 'forward')),
+    ('jit(train_steps)/while/body/transpose(jvp(VisionTransformer))/'
+     'Transformer/encoderblock_11/MultiHeadDotProductAttention_0/'
+     'btd,dhe->bhte/dot_general',
+     Part(
+         'Transformer/encoderblock_*/MultiHeadDotProductAttention_0/'
+         'btd,dhe->bhte', 'backward')),
+    ('jit(train_steps)/while/body/optimizer/mul', Part('optimizer', '')),
+    # Remat and scan's scopes, a module's method, a helper's jit.
+    ('jit(train_steps)/while/body/closed_call/transpose(jvp(ViT))/'
+     'Transformer/scan_blocks/encoderblock.body/rematted_computation/'
+     'encoderblock/Dropout_0/Dropout.__call__/jit(_bernoulli)/lt',
+     Part('Transformer/scan_blocks/encoderblock/Dropout_0', 'backward')),
+    # XLA repeats the path after the operation's own.
+    ('jit(train_steps)/jvp(ViT)/Transformer/encoderblock_0/Dropout_0/while/'
+     'jit(train_steps)/jvp(ViT)/Transformer/mul',
+     Part('Transformer/encoderblock_*/Dropout_0', 'forward')),
+    # The loss, the metrics and the input's augmentation.
+    ('jit(train_steps)/jit(_one_hot)/eq', Part(hlo_parts.OUTSIDE, '')),
+    ('jit(train_steps)/jvp(jit(log_softmax))/sub', Part(hlo_parts.OUTSIDE, '')),
+    ('jit(train_steps)/add', Part(hlo_parts.OUTSIDE, '')),
+    # Names XLA merged: the first; one outside the program's jit: none.
+    ('jit(train_steps)/jvp(ViT)/Transformer/encoderblock_0/LayerNorm_0/mul;'
+     'jit(train_steps)/jvp(ViT)/Transformer/encoderblock_0/LayerNorm_0/add',
+     Part('Transformer/encoderblock_*/LayerNorm_0', 'forward')),
+    ("state.params['head']['bias']", Part(hlo_parts.OUTSIDE, '')),
+    # A pass of control flow, not of a model.
+    ('jit(train_steps)/jvp(checkpoint)/optimizer/mul', Part('optimizer', '')),
+    # A model without a pass (an evaluation, a teacher).
+    ('jit(eval_step)/Transformer/encoderblock_1/LayerNorm_0/mul',
+     Part('Transformer/encoderblock_*/LayerNorm_0', '')),
+]
 
-@pytest.mark.parametrize(
-    'op_name, expected',
-    [
-        ('jit(train_steps)/jvp(VisionTransformer)/Transformer/encoderblock_3/'
-         'LayerNorm_0/reduce_sum',
-         Part('Transformer/encoderblock_*/LayerNorm_0', 'forward')),
-        ('jit(train_steps)/while/body/transpose(jvp(VisionTransformer))/'
-         'Transformer/encoderblock_11/MultiHeadDotProductAttention_0/'
-         'btd,dhe->bhte/dot_general',
-         Part(
-             'Transformer/encoderblock_*/MultiHeadDotProductAttention_0/'
-             'btd,dhe->bhte', 'backward')),
-        ('jit(train_steps)/while/body/optimizer/mul', Part('optimizer', '')),
-        # Remat and scan's scopes, a module's method, a helper's jit.
-        ('jit(train_steps)/while/body/closed_call/transpose(jvp(ViT))/'
-         'Transformer/scan_blocks/encoderblock.body/rematted_computation/'
-         'encoderblock/Dropout_0/Dropout.__call__/jit(_bernoulli)/lt',
-         Part('Transformer/scan_blocks/encoderblock/Dropout_0', 'backward')),
-        # XLA repeats the path after the operation's own.
-        ('jit(train_steps)/jvp(ViT)/Transformer/encoderblock_0/Dropout_0/while/'
-         'jit(train_steps)/jvp(ViT)/Transformer/mul',
-         Part('Transformer/encoderblock_*/Dropout_0', 'forward')),
-        # The loss, the metrics and the input's augmentation.
-        ('jit(train_steps)/jit(_one_hot)/eq', Part(hlo_parts.OUTSIDE, '')),
-        ('jit(train_steps)/jvp(jit(log_softmax))/sub',
-         Part(hlo_parts.OUTSIDE, '')),
-        ('jit(train_steps)/add', Part(hlo_parts.OUTSIDE, '')),
-        # Names XLA merged: the first; one outside the program's jit: none.
-        ('jit(train_steps)/jvp(ViT)/Transformer/encoderblock_0/LayerNorm_0/mul;'
-         'jit(train_steps)/jvp(ViT)/Transformer/encoderblock_0/LayerNorm_0/add',
-         Part('Transformer/encoderblock_*/LayerNorm_0', 'forward')),
-        ("state.params['head']['bias']", Part(hlo_parts.OUTSIDE, '')),
-        # A pass of control flow, not of a model.
-        ('jit(train_steps)/jvp(checkpoint)/optimizer/mul', Part(
-            'optimizer', '')),
-        # A model without a pass (an evaluation, a teacher).
-        ('jit(eval_step)/Transformer/encoderblock_1/LayerNorm_0/mul',
-         Part('Transformer/encoderblock_*/LayerNorm_0', '')),
-    ])
+
+@pytest.mark.parametrize('op_name, expected', _OP_NAMES_AND_PARTS)
 def test_a_jax_op_name_names_its_module_and_pass(op_name, expected):
   assert hlo_parts.part(op_name) == expected
 

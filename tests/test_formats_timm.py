@@ -151,10 +151,8 @@ def test_the_hybrids_names_and_shapes_are_timms_and_the_root_goes_and_back(
           'downsample.conv.weight': (out, fan_in, 1, 1),
           'downsample.norm.weight': (out,), 'downsample.norm.bias': (out,)
       }
-    return {
-        f'stages.{stage}.blocks.{index}.{key}': shape
-        for key, shape in shapes.items()
-    }
+    prefix = f'stages.{stage}.blocks.{index}.'
+    return {prefix + key: shape for key, shape in shapes.items()}
 
   assert backbone == {
       'stem.conv.weight': (64, 3, 7, 7), 'stem.norm.weight':

@@ -65,20 +65,17 @@ class _Device:
 H100 = _Device('gpu', 'cuda 13000', '9.0')
 
 
-@pytest.mark.parametrize(
-    'device, dtype, head_dim, applies',
-    [
-        (H100, jnp.bfloat16, 64, True),
-        (H100, jnp.float16, 256, True),
-        (H100, jnp.float32, 64, False),  # cuDNN's flash kernel is 16-bit
-        (H100, jnp.bfloat16, 20, False),  # not a multiple of 8
-        (H100, jnp.bfloat16, 264, False),
-        (_Device('gpu', 'cuda 12080', '8.0'), jnp.bfloat16, 256, False),
-        (_Device('gpu', 'cuda 12080', '8.0'), jnp.bfloat16, 128, True),
-        (_Device('gpu', 'cuda 12080', '7.0'), jnp.bfloat16, 64, False),
-        (_Device('gpu', 'rocm 6.3', 'gfx90a'), jnp.bfloat16, 64, False),
-        (jax.devices('cpu')[0], jnp.bfloat16, 64, False),
-    ])
+# cuDNN's flash kernel is 16-bit, its head size a multiple of 8.
+@pytest.mark.parametrize('device, dtype, head_dim, applies', [
+    (H100, jnp.bfloat16, 64, True), (H100, jnp.float16, 256, True),
+    (H100, jnp.float32, 64, False), (H100, jnp.bfloat16, 20, False),
+    (H100, jnp.bfloat16, 264, False),
+    (_Device('gpu', 'cuda 12080', '8.0'), jnp.bfloat16, 256, False),
+    (_Device('gpu', 'cuda 12080', '8.0'), jnp.bfloat16, 128, True),
+    (_Device('gpu', 'cuda 12080', '7.0'), jnp.bfloat16, 64, False),
+    (_Device('gpu', 'rocm 6.3', 'gfx90a'), jnp.bfloat16, 64, False),
+    (jax.devices('cpu')[0], jnp.bfloat16, 64, False)
+])
 def test_auto_attention_is_cudnn_where_cudnn_applies(device, dtype, head_dim,
                                                      applies):
   assert fused_attention.cudnn_applies(device, dtype, head_dim) == applies

@@ -69,16 +69,15 @@ def test_unknown_names_and_fields_list_the_known_ones():
     create_model('ViT-Tiny-CIFAR_4', 10, num_layerz=1)
 
 
-@pytest.mark.parametrize(
-    'override, kind, default',
-    [
-        (dict(num_layers='abc'), 'an integer', '6'),  # as --config... =abc
-        (dict(num_layers=6.0), 'an integer', '6'),
-        (dict(num_layers=True), 'an integer', '6'),
-        (dict(dropout_rate='0.2'), 'a number', '0.1'),  # the registry's
-        (dict(mimetic_init=1), 'a boolean', 'False'),
-        (dict(posemb=3), 'a string', "'learned'"),
-    ])
+# num_layers='abc' as --config.model_overrides.num_layers=abc gives it; the
+# defaults are the registry's.
+@pytest.mark.parametrize('override, kind, default',
+                         [(dict(num_layers='abc'), 'an integer', '6'),
+                          (dict(num_layers=6.0), 'an integer', '6'),
+                          (dict(num_layers=True), 'an integer', '6'),
+                          (dict(dropout_rate='0.2'), 'a number', '0.1'),
+                          (dict(mimetic_init=1), 'a boolean', 'False'),
+                          (dict(posemb=3), 'a string', "'learned'")])
 def test_an_override_of_another_kind_is_one_line(override, kind, default):
   [(field, value)] = override.items()
   with pytest.raises(

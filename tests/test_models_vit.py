@@ -27,17 +27,13 @@ def official_param_shapes(*, patch, hidden, layers, heads, mlp, tokens,
     return {'kernel': (inputs, outputs), 'bias': (outputs,)}
 
   norm = {'scale': (hidden,), 'bias': (hidden,)}
-  projection = {
-      'kernel': (hidden, heads, hidden // heads),
-      'bias': (heads, hidden // heads)
-  }
+  head_dim = hidden // heads
+  projection = {'kernel': (hidden, heads, head_dim), 'bias': (heads, head_dim)}
+  attention = dict.fromkeys(('query', 'key', 'value'), projection)
+  attention['out'] = {'kernel': (heads, head_dim, hidden), 'bias': (hidden,)}
   block = {
       'LayerNorm_0': norm, 'LayerNorm_1': norm,
-      'MultiHeadDotProductAttention_0': {
-          'query': projection, 'key': projection, 'value': projection, 'out': {
-              'kernel': (heads, hidden // heads, hidden), 'bias': (hidden,)
-          }
-      }, 'MlpBlock_0': {
+      'MultiHeadDotProductAttention_0': attention, 'MlpBlock_0': {
           'Dense_0': dense(hidden, mlp), 'Dense_1': dense(mlp, hidden)
       }
   }

@@ -99,11 +99,10 @@ def test_a_config_that_cannot_load_is_one_line_for_every_command(
   said = [json.loads(line) for line in out.stdout.splitlines()]
   assert said[-len(argvs):] == [
       'error: --config.seed overrides a field of --config: pass '
-      '--config=FILE too (e.g. configs/cifar_small.py).'
-  ] + [
-      f'error: --config cannot be loaded: {fill(message)}'
-      for *_, message in _UNLOADABLE
-  ] + [{'seed': 3, 'augment': True, 'pixel_mean': [0.5, 0.5]}] + [
+      '--config=FILE too (e.g. configs/cifar_small.py).',
+      *(f'error: --config cannot be loaded: {fill(message)}'
+        for *_, message in _UNLOADABLE),
+      dict(seed=3, augment=True, pixel_mean=[0.5, 0.5]),
       "error: the --config.FIELD=VALUE flags cannot be applied (TypeError: "
       "Could not override field 'num_layers' (reference). abc is of original "
       "type <class 'str'> and cannot be casted to type <class 'int'>): give "

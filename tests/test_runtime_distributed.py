@@ -42,27 +42,27 @@ _SLURM_STEP = {
 }
 _OPEN_MPI = {'OMPI_MCA_orte_hnp_uri': '1.0;tcp://10.0.0.1:5'}
 
+_SBATCH_SCRIPT_ENVIRON = {
+    k: v for k, v in _SLURM_STEP.items()
+    if k not in ('SLURM_STEP_NODELIST', 'SLURM_STEP_NUM_TASKS')
+}
 
-@pytest.mark.parametrize(
-    'environ,expected',
-    [
-        ({}, None),  # a plain single machine
-        ({**_SLURM_STEP, 'SLURM_NTASKS': '1', 'SLURM_STEP_NUM_TASKS': '1'
-         }, None),
-        # The sbatch script itself.
-        ({
-            k: v for k, v in _SLURM_STEP.items()
-            if k not in ('SLURM_STEP_NODELIST', 'SLURM_STEP_NUM_TASKS')
-        }, None),
-        (_SLURM_STEP, {}),  # srun: jax detects it all
-        ({**_OPEN_MPI, 'OMPI_COMM_WORLD_SIZE': '4'}, {}),
-        ({**_OPEN_MPI, 'OMPI_COMM_WORLD_SIZE': '1'}, None),
-        ({'TPU_WORKER_HOSTNAMES': 'w-0,w-1,w-2,w-3', 'TPU_WORKER_ID': '2'}, {}),
-        ({'TPU_WORKER_HOSTNAMES': 'w-0', 'TPU_WORKER_ID': '0'}, None),
-        (dict(JAX_COORDINATOR_ADDRESS='h:1234', JAX_NUM_PROCESSES='2',
-              JAX_PROCESS_ID='1'),
-         dict(coordinator_address='h:1234', num_processes=2, process_id=1)),
-    ])
+
+# A plain single machine; SLURM's one-task job step, its sbatch script itself
+# and a job step srun starts (jax detects it all); Open MPI's and a TPU pod's
+# jobs, of several processes or one; the JAX_ variables.
+@pytest.mark.parametrize('environ,expected', [
+    ({}, None),
+    ({**_SLURM_STEP, 'SLURM_NTASKS': '1', 'SLURM_STEP_NUM_TASKS': '1'}, None),
+    (_SBATCH_SCRIPT_ENVIRON, None), (_SLURM_STEP, {}),
+    ({**_OPEN_MPI, 'OMPI_COMM_WORLD_SIZE': '4'}, {}),
+    ({**_OPEN_MPI, 'OMPI_COMM_WORLD_SIZE': '1'}, None),
+    ({'TPU_WORKER_HOSTNAMES': 'w-0,w-1,w-2,w-3', 'TPU_WORKER_ID': '2'}, {}),
+    ({'TPU_WORKER_HOSTNAMES': 'w-0', 'TPU_WORKER_ID': '0'}, None),
+    (dict(JAX_COORDINATOR_ADDRESS='h:1234', JAX_NUM_PROCESSES='2',
+          JAX_PROCESS_ID='1'),
+     dict(coordinator_address='h:1234', num_processes=2, process_id=1))
+])
 def test_initializes_only_when_the_environment_is_a_multi_process_job(
     environ, expected):
   assert distributed.distributed_args(environ=environ) == expected

@@ -143,16 +143,15 @@ def test_a_stop_at_once_waits_for_a_block_and_passes_an_ignored_ctrl_c_by(
     tmp_path):
   """Nested blocks end first; started as `nohup cmd &`, Ctrl-C passes it by."""
   done = tmp_path / 'done'
+  # The ignored Ctrl-C and the SIGTERM come within the inner block's 2 s.
   stderr = _stop_at_once(
       'import pathlib, time\n'
       'with stop_signals.not_stopped_within():\n'
       '  with stop_signals.not_stopped_within():\n'
       '    print("inside", flush=True)\n'
-      '    time.sleep(2)\n'  # the ignored Ctrl-C and the SIGTERM come within
+      '    time.sleep(2)\n'
       f'  pathlib.Path({str(done)!r}).touch()\n'
-      'time.sleep(60)\n',
-      'inside',
-      ctrl_c_ignored=True)
+      'time.sleep(60)\n', 'inside', ctrl_c_ignored=True)
   assert done.exists()
   assert stderr == '\nSIGTERM: stopped the test; it wrote nothing.\n'
 

@@ -37,19 +37,17 @@ def final_state(workdir, step):
 # The cifar_small ViT's train losses and test loss over 3 steps, on 128
 # synthetic images in batches of 32 (1 device): another model, optimizer,
 # schedule or data order changes them.
-_PINNED_TRAIN_LOSSES = [
-    2.3025848865509033, 2.3025851249694824, 2.3041083812713623
-]
+_PINNED_TRAIN_LOSSES = (2.3025848865509033, 2.3025851249694824,
+                        2.3041083812713623)
 _PINNED_TEST_LOSS = 2.303272247314453
 
 
 def test_the_study_vit_computes_the_losses_it_always_did(tmp_path):
   helpers.cifar10_release(tmp_path / 'data', 128, 40, seeds=(11, 12))
   config = cifar_small.get_config('vit')
-  config.update(
-      dict(data_dir=str(tmp_path / 'data'), train_examples_per_file=0,
-           test_examples=0, batch_size=32, eval_batch_size=40, total_steps=3,
-           log_every_steps=1, eval_every_steps=3))
+  config.update(data_dir=str(tmp_path / 'data'), train_examples_per_file=0,
+                test_examples=0, batch_size=32, eval_batch_size=40,
+                total_steps=3, log_every_steps=1, eval_every_steps=3)
   train.train_and_evaluate(config, tmp_path / 'run')
   records = helpers.history(tmp_path / 'run')
   np.testing.assert_allclose([r['train_loss'] for r in records],
@@ -385,16 +383,13 @@ def test_two_processes_save_the_same_epochs_checkpoints(cifar10_dir, tmp_path):
                                         5).steps() == [6, 18]
 
 
-@pytest.mark.parametrize(
-    'signum, checkpoint_every',
-    [
-        # Sent on to jax's preemption service as SIGTERM (SIGTERM itself:
-        # test_faults' resumed two-process job).
-        pytest.param(signal.SIGINT, 5000, marks=pytest.mark.slow),  # 33 s
-        # orbax's saves once moved jax's sync point: the job trained on.
-        pytest.param(signal.SIGTERM, 1, marks=pytest.mark.slow)
-    ],  # 30 s
-    ids=['Ctrl-C', 'SIGTERM-saving'])
+# Ctrl-C (33 s) is sent on to jax's preemption service as SIGTERM (SIGTERM
+# itself: test_faults' resumed two-process job). SIGTERM saving every step
+# (30 s): where orbax's saves move jax's sync point, the job trains on.
+@pytest.mark.slow
+@pytest.mark.parametrize('signum, checkpoint_every', [(signal.SIGINT, 5000),
+                                                      (signal.SIGTERM, 1)],
+                         ids=['Ctrl-C', 'SIGTERM-saving'])
 def test_a_stop_signal_to_one_of_two_processes_stops_both_at_one_saved_step(
     uninterrupted, tmp_path, signum, checkpoint_every):
   data_dir, _ = uninterrupted
