@@ -177,8 +177,7 @@ def by_seed(records: list[dict], key: str) -> dict[int, float]:
   return {r['seed']: r[key] for r in records}
 
 
-def compared(name_a: str, a: dict[int, float], name_b: str,
-             b: dict[int, float]) -> str:
+def compared(name_a: str, a: dict, name_b: str, b: dict) -> str:
   """`paired` in words: better by X ± Y, or indistinguishable within ± Y."""
   if not a.keys() & b.keys():
     return 'no seed of both: no comparison'
@@ -194,8 +193,7 @@ def compared(name_a: str, a: dict[int, float], name_b: str,
           f'points ({seeds})')
 
 
-def landed(results: pathlib.Path, run_name: Callable[[dict],
-                                                     str]) -> dict[str, dict]:
+def landed(results: pathlib.Path, run_name: Callable) -> dict[str, dict]:
   """The records of a committed results.json, by `run_name`."""
   if not results.exists():
     return {}
@@ -219,27 +217,23 @@ def unplanned(directory: pathlib.Path, fresh: dict, description: dict) -> str:
 
 
 def load_records(workdir: pathlib.Path, planned: dict[str, dict],
-                 results: pathlib.Path,
-                 run_name: Callable[[dict], str]) -> dict[str, dict]:
+                 results: pathlib.Path, run_name: Callable) -> dict[str, dict]:
   """`planned` runs by name, from `workdir` else `results` (+ earlier_runs)."""
   found = landed(results, run_name)
   if not workdir.is_dir():
-    print(
-        f'{workdir}: no such folder; the committed records alone are '
-        'summarized.', file=sys.stderr)
+    sys.stderr.write(f'{workdir}: no such folder; the committed records alone '
+                     'are summarized.\n')
   for name, description in planned.items():
     if finished(workdir / name):
       fresh, earlier = record(workdir / name, description), found.get(name, {})
       if why := unplanned(workdir / name, fresh, description):
-        print(
-            f'{workdir / name}: left out, {why}; its sweep\'s command '
-            'in a new workdir runs it as planned.', file=sys.stderr)
-        continue
+        why += "; its sweep's command in a new workdir runs it as planned"
       # A copy of a run the committed one replaced, gathered from another
       # machine, leaves the committed record as it is.
-      if fresh.get('finished', '') < earlier.get('finished', ''):
-        print(f'{workdir / name}: left out, as a later run of it is committed.',
-              file=sys.stderr)
+      elif fresh.get('finished', '') < earlier.get('finished', ''):
+        why = 'as a later run of it is committed'
+      if why:
+        print(f'{workdir / name}: left out, {why}.', file=sys.stderr)
         continue
       # Its committed record, if another run, joins the earlier ones kept.
       before = earlier.pop('earlier_runs', [])
@@ -314,9 +308,8 @@ def catch_stop_signals() -> None:
                      'and README are as the last complete summary left them')
 
 
-def write_summary(
-    folder: pathlib.Path, results, searched: str, sections: dict[str, str],
-    figures: dict[str, Callable[[object, pathlib.Path], None]] | None = None):
+def write_summary(folder: pathlib.Path, results, searched: str,
+                  sections: dict[str, str], figures: dict | None = None):
   """Writes results.json, README sections and `figures`' files, or none."""
   if not results:
     sys.exit(f'error: no finished runs in {searched}.')
@@ -341,7 +334,6 @@ def write_summary(
 
 
 def markdown_table(header: list[str], rows: list[list]) -> str:
-  """A table for a README: the `header` cells, then each row's."""
   return '\n'.join(
       ['| ' + ' | '.join(header) + ' |', '|' + '---|' * len(header)] +
       ['| ' + ' | '.join(map(str, row)) + ' |' for row in rows])
@@ -353,7 +345,6 @@ def section_markers(name: str, writer: str = 'summary.py') -> tuple[str, str]:
 
 def with_section(content: str, name: str, text: str,
                  writer: str = 'summary.py') -> str:
-  """`content` with `text` between the markers of section `name`."""
   start_marker, end_marker = section_markers(name, writer)
   start, end = content.index(start_marker), content.index(end_marker)
   return (content[:start + len(start_marker)] + '\n\n' + text + '\n\n' +

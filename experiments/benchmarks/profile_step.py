@@ -74,7 +74,6 @@ def thread_profile(events: list[dict], steps: int,
 
 
 def _kind(kinds: dict[str, str], text: str) -> str:
-  """The first of `kinds` whose pattern `text` matches, else OTHER."""
   return next((k for k, pattern in kinds.items() if re.search(pattern, text)),
               OTHER)
 

@@ -69,8 +69,7 @@ def plot(records: list[dict], path: pathlib.Path):
   plotting.save_figure(fig, path)
 
 
-def _what_it_reads(records: list[dict],
-                   vit: list[dict]) -> list[tuple[str, list[dict]]]:
+def _what_it_reads(records: list[dict], vit: list[dict]) -> list[tuple]:
   """(what, its seeds' records) of each run `vit` reads: teachers, MAE."""
   by_name = {recipes.record_name(r): r for r in records}
   read = {}

@@ -11,33 +11,20 @@ TRAIN_EXAMPLES = 5000
 # The CNNs the ViT is held against, each with recipes of its own.
 CNNS = ('simple_cnn', 'small_resnet')
 
-
-def _budget_stochastic_depth(epochs: int) -> dict:
-  """Stochastic depth, not dropout, at 0.1 * log10(epochs / 10) (DeiT-Ti's)."""
-  return {
-      'model_overrides.stochastic_depth_rate': max(
-          0.0, round(0.1 * math.log10(epochs / 10), 3)),
-      'model_overrides.dropout_rate': 0.0
-  }
-
-
 # Each ingredient's config changes, in the order the ablation adds them; a
 # recipe is the study's plus some of them, named by the ingredients it adds.
 # An ingredient whose changes depend on the budget is a function of the
 # epochs (`changes`).
+# yapf: disable
 INGREDIENTS = dict([
     ('trivial_augment', {'auto_augment': 'trivial_augment'}),
     ('random_erasing', {'random_erasing': 0.25}),
     ('mixup_cutmix', {'mixup_alpha': 0.8, 'cutmix_alpha': 1.0}),
     # In place of dropout, as DeiT.
-    ('stochastic_depth', {
-        'model_overrides.stochastic_depth_rate': 0.1,
-        'model_overrides.dropout_rate': 0.0
-    }),
-    ('spt_lsa', {
-        'model_overrides.shifted_patches': True,
-        'model_overrides.locality_attention': True
-    }),
+    ('stochastic_depth', {'model_overrides.stochastic_depth_rate': 0.1,
+                          'model_overrides.dropout_rate': 0.0}),
+    ('spt_lsa', {'model_overrides.shifted_patches': True,
+                 'model_overrides.locality_attention': True}),
     ('distillation', {'model_overrides.distillation_token': True}),
     # Round two (issue 37).
     ('mimetic', {'model_overrides.mimetic_init': True}),
@@ -52,13 +39,11 @@ INGREDIENTS = dict([
     # dropout, weight decay 0.05, Adam's beta2 0.95; a decoder of 2 blocks
     # as wide as the encoder (MAE's ablation: one block fine-tunes as well as
     # eight). Its run is read by the 'mae' rows (`SOURCES`) alone.
-    ('mae_pretraining', {
-        'model_overrides.mae_mask_ratio': 0.75,
-        'model_overrides.mae_decoder_depth': 2,
-        'model_overrides.mae_decoder_width': 128,
-        'model_overrides.dropout_rate': 0.0, 'weight_decay': 0.05,
-        'adam_b2': 0.95
-    }),
+    ('mae_pretraining', {'model_overrides.mae_mask_ratio': 0.75,
+                         'model_overrides.mae_decoder_depth': 2,
+                         'model_overrides.mae_decoder_width': 128,
+                         'model_overrides.dropout_rate': 0.0,
+                         'weight_decay': 0.05, 'adam_b2': 0.95}),
     # Fine-tuned from that pre-training (of the same budget and seed).
     ('mae', {}),
     # Round three (issue 50): levers aimed at the 100-epoch overfitting of
@@ -71,7 +56,11 @@ INGREDIENTS = dict([
     # CIFAR distillation baselines of Tian et al. 2020 (CRD).
     ('soft_distillation',
      {'distillation_target': 'soft', 'distillation_temperature': 4.0}),
-    ('budget_stochastic_depth', _budget_stochastic_depth),
+    # Stochastic depth, not dropout, at 0.1 * log10(epochs / 10) (DeiT-Ti's).
+    ('budget_stochastic_depth', lambda epochs: {
+        'model_overrides.stochastic_depth_rate':
+            max(0.0, round(0.1 * math.log10(epochs / 10), 3)),
+        'model_overrides.dropout_rate': 0.0}),
     # The teachers read at their best evaluation, not their last (the
     # SimpleCNN's best is a point above its last at 100 epochs). Selected on
     # the test split, as every 'best' of this experiment is.
@@ -87,22 +76,20 @@ INGREDIENTS = dict([
     # (32x32x16, 16x16x32, 8x8x64), as Li et al. guide with a ResNet's.
     ('resnet_teacher', {}),
 ])
+# What configs/data_efficient.py sets that the study's recipe does not.
+STUDY_OFF = {'auto_augment': 'none', 'random_erasing': 0, 'mixup_alpha': 0,
+             'cutmix_alpha': 0, 'model_overrides.stochastic_depth_rate': 0,
+             'model_overrides.dropout_rate': 0.1,
+             'model_overrides.shifted_patches': False,
+             'model_overrides.locality_attention': False}
+# yapf: enable
 
 
 def changes(ingredient: str, epochs: int) -> dict:
-  """The config changes of `ingredient` at a budget of `epochs`."""
   made = INGREDIENTS[ingredient]
   return made(epochs) if callable(made) else made
 
 
-# What configs/data_efficient.py sets that the study's recipe does not.
-STUDY_OFF = {
-    'auto_augment': 'none', 'random_erasing': 0, 'mixup_alpha': 0,
-    'cutmix_alpha': 0, 'model_overrides.stochastic_depth_rate': 0,
-    'model_overrides.dropout_rate': 0.1,
-    'model_overrides.shifted_patches': False,
-    'model_overrides.locality_attention': False,
-}
 # Round one's ingredients, the cumulative ablation's.
 ALL = ('trivial_augment', 'random_erasing', 'mixup_cutmix', 'stochastic_depth',
        'spt_lsa', 'distillation')
@@ -312,7 +299,6 @@ def ingredients_of(recipe: str) -> tuple[str, ...]:
 
 
 def record_name(record: dict) -> str:
-  """The name of the run a results.json record comes from."""
   return run_name(record['model'], ingredients_of(record['recipe']),
                   record['epochs'], record['seed'])
 

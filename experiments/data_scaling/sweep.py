@@ -37,7 +37,6 @@ def run_name(model: str, size: int, seed: int) -> str:
 
 
 def record_name(record: dict) -> str:
-  """The name of the run a results.json record comes from."""
   return run_name(record['model'], record['train_examples'], record['seed'])
 
 

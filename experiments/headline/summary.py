@@ -47,7 +47,6 @@ _TEST_SETS = {
 
 
 def _accuracy(record: dict, test_set: str) -> float:
-  """`record`'s test accuracy at its best step on `test_set`."""
   if test_set == sweep.STUDY_TEST:
     return record['test_accuracy_at_best_step']
   if test_set == _OTHERS:  # the 10,000 less the study's 1,000 as JPEG

@@ -219,11 +219,11 @@ def main(argv=None):
     # nor one that reads a run cut short, failed or yet to run.
     planned = stage_runs(args.stage, seeds, choose_on, workdir)
     due = [run for run in planned if not runs.finished(folder(run))]
+    # A run's summary.json, {} while unfinished: no unfinished run is stale.
     summary = lambda name: (runs.read_json(workdir / name / 'summary.json')
                             if runs.finished(workdir / name) else {})
     stale = {
-        folder(run).name: why for run in planned
-        if runs.finished(folder(run)) and (why := runs.read_again(
+        folder(run).name: why for run in planned if (why := runs.read_again(
             summary(folder(run).name).get('runs_read', {}),
             lambda name: summary(name).get('finished')))
     }
