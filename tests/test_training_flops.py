@@ -45,6 +45,9 @@ def test_vit_tiny_forward_flops_match_the_analytic_count():
   encoder = lambda tokens: 6 * (2 * tokens * hidden * (4 * hidden + 2 * mlp) + 4
                                 * tokens * tokens * hidden)
   assert evaluated - trained == encoder(65) - encoder(17) + 2 * 48 * hidden * 32
+  fused = masked_autoencoder.MaskedAutoencoder(model.clone(attention='cudnn'),
+                                               0.75, 1, 32)  # counted as einsum
+  assert flops.forward_flops_per_image(fused, variables, 32, True) == trained
 
 
 def test_peaks_are_known_for_accelerators_and_not_for_cpus():

@@ -63,9 +63,12 @@ def forward_flops_per_image(model, variables, image_size: int,
                             train: bool = False) -> int:
   """Matmul FLOPs of one image's forward pass; `variables` may be shapes."""
   # `train`: as training runs it, as an MAE encoding a quarter of the patches.
-  # A fused attention kernel hides its matmuls from the count.
-  if getattr(model, 'attention', 'einsum') != 'einsum':
-    model = model.clone(attention='einsum')
+  # A fused attention kernel hides its matmuls from the count: the ViT's,
+  # or a wrapper's (MAE, guidance), is counted as einsum.
+  vit = getattr(model, 'vit', model)
+  if getattr(vit, 'attention', 'einsum') != 'einsum':
+    einsum = vit.clone(attention='einsum')
+    model = einsum if vit is model else model.clone(vit=einsum)
   images = jax.ShapeDtypeStruct((1, image_size, image_size, 3), jnp.float32)
   jaxpr = jax.make_jaxpr(lambda v, x: model.apply(
       v, x, train=train, rngs={'dropout': jax.random.key(0)}, mutable=
