@@ -67,7 +67,7 @@ def _check_held_out(run, config, source):
     raise ConfigError(f'{source} held out no validation images (any drawn '
                       'would be ones it trained on): evaluate --split=test, or '
                       'pass --config.validation_dir=DIR.')
-  drawn = ('dataset', 'validation_dir', 'validation_examples',
+  drawn = ('dataset', 'train_split', 'validation_dir', 'validation_examples',
            'train_examples_per_file')  # what the draw depends on
   if changed := [f'{f}={config[f]}' for f in drawn if config[f] != run.get(f)]:
     raise ConfigError(
