@@ -1,6 +1,7 @@
 """What a checkpoint's contents hash to: every bit, any order, items named."""
 
 import flax
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -52,3 +53,21 @@ def test_every_item_that_differs_is_named():
   # A checkpoint saved before checkpoints held the run's config.
   digests.verify(digests.compute(**_contents(config=None)),
                  **_contents(config=None))
+
+
+def test_a_digest_compiled_ahead_compiles_nothing_when_a_checkpoint_saves():
+  contents = _contents(train_sums={'loss': jnp.array(1.5), 'n': jnp.array(2)})
+  digests.compile_ahead(*jax.eval_shape(lambda *items: items, contents['state'],
+                                        contents['train_sums']))
+  compiled = []
+
+  def listen(event: str, seconds: float, **_):
+    if event == '/jax/core/compile/backend_compile_duration':
+      compiled.append(seconds)
+
+  jax.monitoring.register_event_duration_secs_listener(listen)
+  try:
+    digests.compute(**contents)
+  finally:
+    jax.monitoring.unregister_event_duration_listener(listen)
+  assert not compiled

@@ -29,6 +29,12 @@ def _arrays_digest(tree) -> jax.Array:
   return jnp.stack([_array_digest(x) for x in jax.tree.leaves(tree)])
 
 
+def compile_ahead(state, train_sums: dict) -> None:
+  """Compiles the digests of a state and sums of these shapes, for a save."""
+  _arrays_digest.lower(state).compile()
+  _arrays_digest.lower(train_sums).compile()
+
+
 def _json_digest(value) -> str:
   return hashlib.sha256(json.dumps(value, sort_keys=True).encode()).hexdigest()
 

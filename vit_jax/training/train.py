@@ -18,6 +18,7 @@ from vit_jax import config_schema
 from vit_jax import data
 from vit_jax import models
 from vit_jax.checkpoints import best_checkpoint
+from vit_jax.checkpoints import digests
 from vit_jax.checkpoints import reading
 from vit_jax.checkpoints import run_checkpoints
 from vit_jax.errors import TrainingDivergedError
@@ -143,17 +144,20 @@ def _train_and_evaluate(config, workdir: pathlib.Path,
   clock.lap('model')
 
   # Compile the steps, unless the newest checkpoint holds the last step; a
-  # fresh run's initializer compiles beside them
-  # (experiments/benchmarks/README.md, Attempts, row 21).
+  # fresh run's initializer and the checkpoints' digest compile beside them
+  # (experiments/benchmarks/README.md, Attempts, rows 21 and 31).
   compile_steps = functools.partial(steps.compile_steps, config, inputs,
                                     state_shapes, step_key, objective)
   compiled = initializer = None
   with concurrent.futures.ThreadPoolExecutor(1) as thread:
     if not checkpoints.steps():
       initializer = thread.submit(steps.initializer, *init_args)
+    digest = thread.submit(digests.compile_ahead, state_shapes,
+                           steps.sum_shapes(replicated))
     if (checkpoints.latest_step() or 0) < plan.total_steps:
       compiled = compile_steps()
     initializer = initializer and initializer.result()
+    digest.result()
   clock.lap('compile')
   signals.stop_before_training(checkpoints)
 
