@@ -108,17 +108,18 @@ _HIT = '/jax/compilation_cache/cache_hits'
 
 
 class Hits:
-  """Counts the programs this thread loads from the cache while entered."""
+  """Counts the programs the entering thread loads from the cache."""
 
   def __init__(self):
     self.count = 0
-    self._thread = threading.get_ident()
+    self._thread = None
 
   def _listen(self, event: str, **_):
     if event == _HIT and threading.get_ident() == self._thread:
       self.count += 1
 
   def __enter__(self) -> 'Hits':
+    self._thread = threading.get_ident()
     jax.monitoring.register_event_listener(self._listen)
     return self
 

@@ -286,10 +286,10 @@ def compile_steps(config, inputs, state: TrainState, key,
   # The state leaves each step where it came in, sharded or not.
   state_out = jax.tree.map(lambda x: x.sharding, state)
   count = jax.ShapeDtypeStruct((), jnp.int32, sharding=replicated)
-  hits = {}
+  hits = dict(train=compilation_cache.Hits(), eval=compilation_cache.Hits())
 
   def counted(name: str, compile_step: Callable):
-    with compilation_cache.Hits() as hits[name]:  # in the compiling thread
+    with hits[name]:  # entered in the thread that compiles
       return compile_step()
 
   def compile_train():
@@ -310,10 +310,7 @@ def compile_steps(config, inputs, state: TrainState, key,
     train = counted('train', compile_train)
     train_seconds = time.perf_counter() - start
     evaluated = evaluated and evaluated.result()
-  cached = [
-      f'{name} step' for name in ('train', 'eval')
-      if name in hits and hits[name].count
-  ]
+  cached = [f'{name} step' for name, loaded in hits.items() if loaded.count]
   logging.info(
       'Compiled the %s in %.1fs%s.',
       'train and eval steps' if evaluate else 'train step',
