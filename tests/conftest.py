@@ -91,8 +91,7 @@ def _signals_released():
 @pytest.fixture
 def cifar10_splits():
   """The files of a CIFAR-10 binary release: 96 training and 37 test images."""
-  first, second = helpers.random_cifar(48, 10, seed=1), helpers.random_cifar(
-      48, 10, seed=2)
+  first, second = (helpers.random_cifar(48, 10, seed=s) for s in (1, 2))
   return helpers.cifar10_files([np.concatenate(a) for a in zip(first, second)],
                                helpers.random_cifar(37, 10, seed=3))
 

@@ -13,12 +13,16 @@ import subprocess
 import sys
 import time
 
+import flax
+import jax
+import jax.numpy as jnp
 import ml_collections
 import numpy as np
 import pytest
 
 from configs import cifar_small
 from vit_jax import config_schema
+from vit_jax import models
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
@@ -404,15 +408,12 @@ def wait_all(processes, timeout=300) -> list[int]:
 
 def normal(shape, seed: int = 0):
   """Float32 N(0, 1) draws, in numpy: jax.random would compile per shape."""
-  import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
   return jnp.asarray(
       np.random.default_rng(seed).standard_normal(shape), jnp.float32)
 
 
 def randomized(params, seed: int = 0):
   """`params` or shapes as 0.3 N(0, 1), +1 for vectors: no zero hides a swap."""
-  import jax  # pylint: disable=g-import-not-at-top
-  import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
   rng = np.random.default_rng(seed)
   return jax.tree.map(
       lambda a: jnp.asarray(0.3 * rng.standard_normal(a.shape) +
@@ -421,13 +422,11 @@ def randomized(params, seed: int = 0):
 
 def compiled(function, *arrays, **static):
   """`function(*arrays, **static)` as one program; `static` is not traced."""
-  import jax  # pylint: disable=g-import-not-at-top
   return jax.jit(functools.partial(function, **static))(*arrays)
 
 
 def random_params(module, *inputs, seed: int = 0, **kwargs):
   """`randomized` parameters of `module` on `inputs`, never initialized."""
-  import jax  # pylint: disable=g-import-not-at-top
   init = functools.partial(module.init, **kwargs)  # train=: not traced
   return randomized(
       jax.eval_shape(init, jax.random.key(0), *inputs)['params'], seed)
@@ -440,8 +439,7 @@ SMALL = dict(patch_size=4, hidden_size=32, num_layers=2, num_heads=4,
 
 def small_vit(num_classes: int = 5, **fields):
   """A VisionTransformer of `SMALL`'s size, `fields` set."""
-  from vit_jax.models import VisionTransformer  # pylint: disable=g-import-not-at-top
-  return VisionTransformer(num_classes=num_classes, **{**SMALL, **fields})
+  return models.VisionTransformer(num_classes=num_classes, **(SMALL | fields))
 
 
 def images(batch: int = 2, size: int = 16, seed: int = 1):
@@ -451,7 +449,6 @@ def images(batch: int = 2, size: int = 16, seed: int = 1):
 
 def flat(tree) -> dict:
   """`tree` as one dict, its paths joined by '/'."""
-  import flax  # pylint: disable=g-import-not-at-top
   return flax.traverse_util.flatten_dict(tree, sep='/')
 
 
@@ -461,7 +458,6 @@ def shapes(tree) -> dict:
 
 def param_shapes(model, inputs) -> dict:
   """The `shapes` of `model`'s parameters on `inputs`, none computed."""
-  import jax  # pylint: disable=g-import-not-at-top
   variables = jax.eval_shape(
       lambda: model.init(jax.random.key(0), inputs, train=False))
   assert set(variables) == {'params'}
@@ -470,8 +466,6 @@ def param_shapes(model, inputs) -> dict:
 
 def random_cnn_variables(module, images, seed: int = 0) -> dict:
   """Kernels N(0, 1/fan-in), BatchNorm variances U(.5, 1.5), others N(0, 1)."""
-  import jax  # pylint: disable=g-import-not-at-top
-  import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
   rng = np.random.default_rng(seed)
 
   def draw(path, a):
@@ -488,7 +482,6 @@ def random_cnn_variables(module, images, seed: int = 0) -> dict:
 
 def random_vit_params(model, image_size: int, seed: int = 0) -> dict:
   """`random_params` of a ViT for `image_size` images, as numpy arrays."""
-  import jax  # pylint: disable=g-import-not-at-top
   return jax.device_get(
       random_params(model, np.zeros((1, image_size, image_size, 3), np.float32),
                     seed=seed, train=False))
@@ -496,6 +489,5 @@ def random_vit_params(model, image_size: int, seed: int = 0) -> dict:
 
 def one_block_vit(name: str, **fields):
   """A registered ViT of one block, 7 classes, random params for 2x2 patches."""
-  from vit_jax import models  # pylint: disable=g-import-not-at-top
   model = models.create_model(name, 7, num_layers=1, **fields)
   return model, random_vit_params(model, 2 * model.effective_patch_size)

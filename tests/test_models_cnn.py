@@ -22,8 +22,7 @@ def _images(batch=4, seed=0):
 @pytest.mark.parametrize('model_class', MODELS)
 def test_batch_stats_train_only_eval_reads_them_and_bfloat16_is_close(
     model_class):
-  model = model_class(num_classes=7)
-  images = _images(batch=6)
+  model, images = model_class(num_classes=7), _images(batch=6)
   variables = helpers.random_cnn_variables(model, images)
   assert set(variables) == {'params', 'batch_stats'}
   _, stats = model.apply(variables, images, train=True, mutable=['batch_stats'])

@@ -146,8 +146,7 @@ def test_locality_attention_learns_a_temperature_and_masks_self():
 
 
 def test_locality_attention_in_the_model():
-  model = helpers.small_vit(locality_attention=True)
-  images = helpers.images()
+  model, images = helpers.small_vit(locality_attention=True), helpers.images()
   variables = helpers.compiled(model.init, jax.random.key(0), images,
                                train=False)
   for i in range(helpers.SMALL['num_layers']):
@@ -216,8 +215,7 @@ def test_mimetic_heads_are_each_the_best_rank_approximation():
 @pytest.mark.parametrize(
     'scan', [False, pytest.param(True, marks=pytest.mark.slow)])  # 7 s
 def test_mimetic_init_changes_only_the_attention_kernels(scan):
-  images = helpers.images()
-  plain = helpers.small_vit(scan=scan)
+  images, plain = helpers.images(), helpers.small_vit(scan=scan)
   mimetic = plain.clone(mimetic_init=True)
   params, before = (helpers.compiled(m.init, jax.random.key(0), images,
                                      train=False)['params']

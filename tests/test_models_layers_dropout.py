@@ -58,8 +58,7 @@ def test_drop_path_drops_whole_examples():
 
 
 def test_stochastic_depth_is_train_only_and_adds_no_parameters():
-  images = helpers.images(batch=8)
-  plain = helpers.small_vit()
+  images, plain = helpers.images(batch=8), helpers.small_vit()
   deep = helpers.small_vit(stochastic_depth_rate=0.99)
   assert helpers.param_shapes(deep,
                               images) == helpers.param_shapes(plain, images)

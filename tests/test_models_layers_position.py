@@ -51,8 +51,7 @@ def test_sincos2d_posemb_matches_a_numpy_reference():
 
 def test_sincos2d_model_has_no_posemb_parameter_and_zero_for_cls():
   images = helpers.images()
-  sincos = helpers.small_vit(posemb='sincos2d')
-  learned = helpers.small_vit()
+  sincos, learned = helpers.small_vit(posemb='sincos2d'), helpers.small_vit()
   params = helpers.random_params(learned, images, train=False)
   transformer = dict(params['Transformer'])
   del transformer['posembed_input']

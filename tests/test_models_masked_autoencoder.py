@@ -63,8 +63,7 @@ def test_the_error_is_maes_normalized_pixel_loss_over_the_masked_patches():
 
 
 def test_the_encoder_never_sees_the_masked_patches_and_eval_is_the_plain_vit():
-  model = _mae()
-  images = helpers.images()
+  model, images = _mae(), helpers.images()
   variables = {'params': helpers.random_params(model, images, train=False)}
   assert {p.split('/')[0] for p in helpers.flat(variables['params'])
          } - {'embedding', 'cls', 'Transformer', 'head'} == {'mae_decoder'}
@@ -94,8 +93,7 @@ def test_the_encoder_never_sees_the_masked_patches_and_eval_is_the_plain_vit():
 
 
 def test_the_labels_train_the_probe_and_the_pixels_the_encoder():
-  model = _mae()
-  images = helpers.images()
+  model, images = _mae(), helpers.images()
   params = helpers.random_params(model, images, train=False)
   targets = losses.soft_targets(jnp.array([1, 3]), 5)
 
@@ -130,8 +128,7 @@ def test_fields_that_make_no_mae_are_refused_in_one_line(vit, fields, message):
 
 
 def test_a_ratio_that_hides_every_patch_says_so():
-  model = _mae(mask_ratio=0.99)
-  images = helpers.images()
+  model, images = _mae(mask_ratio=0.99), helpers.images()
   variables = {'params': helpers.random_params(model, images, train=False)}
   with pytest.raises(ValueError, match='keeps none of 16 patches'):
     _train(model, variables, images)

@@ -47,8 +47,7 @@ def test_exact_parameter_count(name):
 @pytest.mark.parametrize('name', STUDY_MODELS)
 def test_models_are_called_the_same_way(name):
   # Shapes only (jax.eval_shape): the calls are traced, nothing compiled.
-  model = create_model(name, 10)
-  images = jnp.zeros((2, 32, 32, 3))
+  model, images = create_model(name, 10), jnp.zeros((2, 32, 32, 3))
   variables = jax.eval_shape(
       lambda: model.init(jax.random.key(0), images, train=False))
   assert jax.eval_shape(lambda v: model.apply(v, images, train=False),

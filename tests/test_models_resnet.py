@@ -177,8 +177,7 @@ def test_hybrid_config_tree_and_count_follow_the_official_model():
 
 
 def test_stem_forward_matches_reference():
-  stem = Stem((1, 2))
-  images = helpers.normal((2, 32, 32, 3), 3)
+  stem, images = Stem((1, 2)), helpers.normal((2, 32, 32, 3), 3)
   params = helpers.random_params(stem, images)
   got = jax.jit(stem.apply)({'params': params}, images)
   expected = reference_stem(params, images)
@@ -188,8 +187,7 @@ def test_stem_forward_matches_reference():
 
 
 def test_last_group_norm_starts_at_zero_so_units_start_as_shortcuts():
-  x = helpers.normal((1, 4, 4, 128), 0)
-  unit = resnet.ResidualUnit(32)
+  x, unit = helpers.normal((1, 4, 4, 128), 0), resnet.ResidualUnit(32)
   y, variables = jax.jit(unit.init_with_output)(jax.random.key(0), x)
   params = variables['params']
   assert not np.any(params['gn3']['scale'])

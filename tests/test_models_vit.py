@@ -53,8 +53,7 @@ def official_param_shapes(*, patch, hidden, layers, heads, mlp, tokens,
 
 
 def _layer_norm(x, p):
-  mean = x.mean(-1, keepdims=True)
-  var = x.var(-1, keepdims=True)
+  mean, var = x.mean(-1, keepdims=True), x.var(-1, keepdims=True)
   return (x - mean) / np.sqrt(var + 1e-6) * p['scale'] + p['bias']
 
 
@@ -130,8 +129,7 @@ def test_tree_and_logits_match_the_official_model(classifier,
 
 
 def test_initialization_follows_the_official_model_and_maps_are_probabilities():
-  model = helpers.small_vit(7)
-  images = helpers.images(batch=3)
+  model, images = helpers.small_vit(7), helpers.images(batch=3)
   logits, variables = helpers.compiled(model.init_with_output,
                                        jax.random.key(0), images, train=False)
   assert logits.shape == (3, 7) and logits.dtype == jnp.float32
@@ -141,8 +139,7 @@ def test_initialization_follows_the_official_model_and_maps_are_probabilities():
   maps = jax.jit(functools.partial(attention_weights, model))(variables, images)
   assert len(maps) == helpers.SMALL['num_layers']
   for a in maps:
-    assert a.shape == (3, helpers.SMALL['num_heads'], 17, 17)
-    assert np.all(a >= 0)
+    assert a.shape == (3, helpers.SMALL['num_heads'], 17, 17) and np.all(a >= 0)
     np.testing.assert_allclose(a.sum(-1), 1.0, rtol=1e-5)
   with pytest.raises(TypeError, match='^SimpleCNN has no attention: pass a'):
     attention_weights(create_model('SimpleCNN', 7), variables, images)
@@ -166,8 +163,7 @@ def test_eval_is_deterministic_and_train_applies_dropout():
 
 def test_bfloat16_compute_with_float32_parameters():
   images = helpers.images(batch=4)
-  f32 = helpers.small_vit()
-  bf16 = helpers.small_vit(dtype=jnp.bfloat16)
+  f32, bf16 = helpers.small_vit(), helpers.small_vit(dtype=jnp.bfloat16)
   params = helpers.random_params(bf16, images, train=False)
   assert {a.dtype for a in jax.tree.leaves(params)} == {jnp.dtype('float32')}
   low, high, einsum = (helpers.compiled(m.apply, {'params': params}, images,
@@ -303,8 +299,7 @@ def _assert_close_trees(got, want):
 @pytest.mark.parametrize('remat',
                          [pytest.param('full', marks=pytest.mark.slow), 'dots'])
 def test_remat_keeps_the_tree_logits_and_gradients(remat):
-  images = helpers.images(size=8)
-  model = helpers.small_vit(num_layers=1)
+  images, model = helpers.images(size=8), helpers.small_vit(num_layers=1)
   rematted = model.clone(remat=remat)
   params, same = (helpers.compiled(m.init, jax.random.key(0), images,
                                    train=False)['params']
@@ -319,8 +314,7 @@ def test_remat_keeps_the_tree_logits_and_gradients(remat):
 
 @pytest.mark.parametrize('remat', ['none', 'full'])
 def test_scan_equals_the_unscanned_model_on_stacked_parameters(remat):
-  images = helpers.images(size=8)
-  model = helpers.small_vit()
+  images, model = helpers.images(size=8), helpers.small_vit()
   scanned = model.clone(scan=True, remat=remat)
   # The tree of the blocks stacked, layer by layer along the first axis
   # (test_formats_params: stack_blocks).

@@ -237,9 +237,9 @@ def defaults(**overrides) -> ml_collections.ConfigDict:
   return config
 
 
-def _guess(value, field: Field) -> str:
+def _guess(value, choices) -> str:
   """' (did you mean X?)': the choice `value` begins, else the closest."""
-  lower = {str(choice).lower(): choice for choice in field.choices}
+  lower = {str(choice).lower(): choice for choice in choices}
   key = str(value).lower()
   close = ([k for k in lower if key and k.startswith(key)] or
            difflib.get_close_matches(key, lower, 1))
@@ -260,10 +260,8 @@ def validate(config: ml_collections.ConfigDict, num_devices: int,
   """Raises ConfigError for a config that cannot run on `num_devices`."""
   for name in config.keys():
     if name not in FIELDS:
-      close = difflib.get_close_matches(name, FIELDS, n=1)
-      hint = f' (did you mean {close[0]!r}?)' if close else ''
       raise ConfigError(f'config.{name} is not a field of the config schema'
-                        f'{hint}; the fields are listed in '
+                        f'{_guess(name, FIELDS)}; the fields are listed in '
                         'vit_jax/config_schema.py.')
   if missing := [name for name in FIELDS if name not in config]:
     raise ConfigError(f'The config lacks {", ".join(missing)}: start it from '
@@ -271,8 +269,9 @@ def validate(config: ml_collections.ConfigDict, num_devices: int,
   for name, field in FIELDS.items():
     value = config[name]
     if field.choices and value not in field.choices:
-      raise ConfigError(f'config.{name}={value!r}{_guess(value, field)}; '
-                        f'use one of {field.choices}.')
+      raise ConfigError(
+          f'config.{name}={value!r}{_guess(value, field.choices)}; '
+          f'use one of {field.choices}.')
     if isinstance(value, float) and not math.isfinite(value):
       raise ConfigError(f'config.{name}={value} must be a finite number.')
     if field.check and not field.check[0](value):

@@ -32,9 +32,8 @@ def _check_destination(dest: pathlib.Path, format_name: str) -> None:
                           'or empty directory.')
   # The new folder takes the old one's place whole: only an earlier
   # export's files may be there.
-  others = files.foreign_files(
-      dest, reading.FOLDER_FORMATS[format_name].FILES.__contains__)
-  if others:
+  if others := files.foreign_files(
+      dest, reading.FOLDER_FORMATS[format_name].FILES.__contains__):
     raise CheckpointError(
         f'{dest} holds files a {format_name} folder does not ({others}), '
         'which the export would replace: pass a new or empty directory.')

@@ -85,16 +85,12 @@ def config(model: models.VisionTransformer, image_size: int,
 def preprocessor_config(image_size: int, pixels: tuple[tuple, tuple]) -> dict:
   """`ViTImageProcessor`'s config, normalizing by `pixels` (mean, std)."""
   mean, std = pixels
+  # resample 2: PIL's bilinear.
   return {
-      'image_processor_type': 'ViTImageProcessor',
-      'do_resize': True,
-      'size': {'height': image_size, 'width': image_size},
-      'resample': 2,  # bilinear
-      'do_rescale': True,
-      'rescale_factor': 1 / 255,
-      'do_normalize': True,
-      'image_mean': [float(x) for x in mean],
-      'image_std': [float(x) for x in std],
+      'image_processor_type': 'ViTImageProcessor', 'do_resize': True,
+      'size': {'height': image_size, 'width': image_size}, 'resample': 2,
+      'do_rescale': True, 'rescale_factor': 1 / 255, 'do_normalize': True,
+      'image_mean': list(map(float, mean)), 'image_std': list(map(float, std)),
   }
 
 

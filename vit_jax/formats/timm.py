@@ -68,8 +68,7 @@ def _names(params: dict) -> torch.Names:
   top = {**_TOP, 'conv_root': stem + 'conv', 'gn_root': stem + 'norm'}
 
   def name(module: str) -> str:
-    unit = params_lib.UNIT.fullmatch(module)
-    if unit:
+    if unit := params_lib.UNIT.fullmatch(module):
       return (f'{_BACKBONE}stages.{int(unit[1]) - 1}.blocks.{int(unit[2]) - 1}'
               f'.{_UNIT_LAYERS[unit[3]]}')
     return torch.module_name(module, top, _BLOCK_NAMES, 'blocks.{}.')

@@ -102,8 +102,7 @@ def model_for(params: Mapping[str, Any], *, model_name: str | None = None,
     raise CheckpointError(f'{source} holds no ViT: it has no '
                           f'{names.path(names.ENCODER_NORM_SCALE)}.')
   fields = _head_fields(params, source)
-  name = model_name or models.vit_of_architecture(architecture)
-  if name:
+  if name := model_name or models.vit_of_architecture(architecture):
     _vit_fields(name)
     model = models.create_model(name, **fields)
     named = params_lib.vit_architecture(

@@ -125,8 +125,7 @@ def create_model(name: str, num_classes: int, **overrides) -> nn.Module:
                      f'{", ".join(MODEL_NAMES)}.')
   factory = _MODELS[name]
   fields = {f.name for f in _settable_fields(factory)}
-  unknown = sorted(set(overrides) - fields)
-  if unknown:
+  if unknown := sorted(set(overrides) - fields):
     guesses = [
         g for u in unknown for g in difflib.get_close_matches(u, fields, n=1)
     ]

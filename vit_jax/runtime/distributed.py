@@ -108,8 +108,7 @@ def distributed_args(coordinator_address: str | None = None,
   if all(value is None for value in given.values()):
     return {} if _detect_cluster(environ) else None
   if _detect_cluster(environ) is None:
-    missing = [f'--{name}' for name, value in given.items() if value is None]
-    if missing:
+    if missing := [f'--{n}' for n, value in given.items() if value is None]:
       raise DistributedError(
           'A multi-process job outside SLURM, Open MPI or a Cloud TPU needs '
           '--coordinator_address, --num_processes and --process_id on every '

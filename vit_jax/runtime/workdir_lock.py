@@ -72,8 +72,7 @@ class WorkdirLock:
                          'directory (new or of this run) as --workdir.')
     try:
       self._open_and_lock()
-      previous = _holder_in(self._fd)
-      if previous:
+      if previous := _holder_in(self._fd):
         self._refuse_if_alive(previous)
         logging.info('Took over %s from %s, which ended without letting go.',
                      self.path, previous.describe())

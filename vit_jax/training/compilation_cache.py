@@ -37,8 +37,7 @@ def use(configured: str) -> None:
   jax.config.update('jax_persistent_cache_min_compile_time_secs',
                     _MIN_COMPILE_SECONDS)
   path = directory(configured)
-  problem = path and _cannot_write(path)
-  if problem:
+  if problem := path and _cannot_write(path):
     logging.warning(
         'The compilation cache %s cannot be written (%s): this '
         'run compiles without it.', path, problem)

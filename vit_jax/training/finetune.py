@@ -57,8 +57,7 @@ def _read(config) -> Any:
 
 def _check_fit(config, pretrained, expected):
   """ConfigError unless `pretrained` fits a model of `expected`'s shapes."""
-  theirs = params_lib.vit_architecture(pretrained)
-  ours = params_lib.vit_architecture(expected)
+  theirs, ours = map(params_lib.vit_architecture, (pretrained, expected))
   if theirs != ours:
     name = theirs and models.vit_of_architecture(theirs)
     overrides = ' with its model_overrides' if config.model_overrides else ''

@@ -121,8 +121,7 @@ def trained_model_and_objective(
                        'Distilling from the run in %s.'),
                       (locality_guidance.load_guide,
                        'Guided by the stage features of the CNN run in %s.')):
-    teacher = load(config, num_classes, replicated)
-    if teacher:
+    if teacher := load(config, num_classes, replicated):
       logging.info(doing, teacher.workdir)
       # A run that both teaches and guides shares its variables, so that XLA
       # computes the two identical forward passes once (and FLOPs count one).

@@ -162,9 +162,8 @@ def _train_and_evaluate(config, workdir: pathlib.Path,
   signals.stop_before_training(checkpoints)
 
   # Restore the newest checkpoint that restores, or initialize.
-  restored = checkpoints.restore_latest(state_shapes,
-                                        steps.sum_shapes(replicated))
-  if restored:
+  if restored := checkpoints.restore_latest(state_shapes,
+                                            steps.sum_shapes(replicated)):
     inputs.check_resumable(restored.position, workdir,
                            reading.class_names(workdir))
     logging.info('Resumed from %s at step %d.',
