@@ -11,6 +11,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 
 import flax
@@ -319,15 +320,17 @@ def run_module(module: str, *args, check=False, **kwargs):
 
 
 def interrupted(module: str, *args, ready=None) -> str:
-  """`python -m module`'s stderr, Ctrl-C at `ready()` or its first line; 130."""
-  process = subprocess.Popen([sys.executable, '-m', module, *map(str, args)],
-                             cwd=ROOT, stdout=subprocess.DEVNULL,
-                             stderr=subprocess.PIPE, text=True)
-  if ready:
-    wait_until(ready, process=process)
-  first = '' if ready else process.stderr.readline()
-  process.send_signal(signal.SIGINT)
-  stderr = first + process.communicate(timeout=60)[1]
+  """`python -m module`'s stderr, Ctrl-C at `ready()` or its first output."""
+  # A file, not a pipe: a command that logs much never waits on the reader.
+  with tempfile.TemporaryFile('w+') as log:
+    process = subprocess.Popen([sys.executable, '-m', module, *map(str, args)],
+                               cwd=ROOT, stdout=subprocess.DEVNULL, stderr=log)
+    wait_until(ready or (lambda: os.fstat(log.fileno()).st_size),
+               process=process)
+    process.send_signal(signal.SIGINT)
+    process.wait(timeout=60)
+    log.seek(0)
+    stderr = log.read()
   assert process.returncode == 130, stderr
   return stderr
 

@@ -76,13 +76,14 @@ def test_a_stop_signal_leaves_the_earlier_analysis_whole(analyzed, tmp_path):
   """Ctrl-C while an analysis replaces an earlier one in --out."""
   workdir, earlier, _ = analyzed
   figures = shutil.copytree(earlier, tmp_path / 'out')
-  # Once it draws the new one.
-  stderr = helpers.interrupted('vit_jax.analyze', f'--workdir={workdir}',
-                               f'--out={figures}', '--step=6', '--num_images=2',
-                               '--distance_images=20', '--components=5',
-                               ready=(tmp_path / 'out.partial').exists)
+  # Once it draws the new one; --verbosity=1 shows the libraries' records.
+  stderr = helpers.interrupted(
+      'vit_jax.analyze', f'--workdir={workdir}', f'--out={figures}', '--step=6',
+      '--num_images=2', '--distance_images=20', '--components=5',
+      '--verbosity=1', ready=(tmp_path / 'out.partial').exists)
   assert stderr.strip().splitlines()[-1] == (
       'Ctrl-C: stopped the analysis; --out is as it was.')
+  assert any(line.startswith('I') for line in stderr.splitlines())  # INFO
   assert _contents(figures) == _contents(earlier)
   assert sorted(p.name for p in tmp_path.iterdir()) == ['out']
 

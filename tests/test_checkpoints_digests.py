@@ -50,7 +50,7 @@ def test_every_item_that_differs_is_named():
   # A config item lost from a checkpoint that saved one.
   with pytest.raises(DigestMismatchError, match='its config does not match'):
     digests.verify(saved, **_contents(config=None))
-  # A checkpoint saved before checkpoints held the run's config.
+  # A checkpoint that holds no config of the run.
   digests.verify(digests.compute(**_contents(config=None)),
                  **_contents(config=None))
 

@@ -62,18 +62,18 @@ def test_a_lost_config_json_is_read_from_the_checkpoint_or_rebuilt(
       f'{newest}.', f'{config_file} is missing: rebuilt from the config saved '
       f'with checkpoint {newest}.'
   ]
-  # As saved before checkpoints held the run's config (and digest).
+  # Checkpoints that hold no config of the run (and no digest).
   config_file.unlink()
   for item in ('config', 'digest'):
     shutil.rmtree(newest / item)
   with pytest.raises(
       CheckpointError, match=r'config.json is missing, and the checkpoints .* '
-      r'were saved before checkpoints held their config: nothing says which '
+      r'hold no config of their own: nothing says which '
       r"model they are\. Put back the run's config.json\.$"):
     reading.load_run(workdir)
   with pytest.raises(
       WorkdirError, match=r'config.json is missing, and the checkpoints in .* '
-      r'were saved before checkpoints held their config: .* Pass a new '
+      r'hold no config of their own: .* Pass a new '
       r'--workdir, or move .*/checkpoints away to start afresh here\.$'):
     reading.saved_config(workdir)
 

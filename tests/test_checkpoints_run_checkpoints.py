@@ -177,8 +177,8 @@ def test_a_reader_verifies_as_the_trainer_does_and_changes_nothing(
     reader.restore(3)
 
   # The config of the newest checkpoint that holds one.
-  shutil.rmtree(directory / '4' / 'config')  # as saved before checkpoints
-  assert reader.latest_config() == (2, {**_CONFIG, 'step': 2})  # held it
+  shutil.rmtree(directory / '4' / 'config')  # a checkpoint without one
+  assert reader.latest_config() == (2, {**_CONFIG, 'step': 2})
   for item in ('digest', 'config'):
     shutil.rmtree(directory / '2' / item)
   assert reader.latest_config() is None

@@ -245,8 +245,9 @@ def main(argv):
              'as --workdir=DIR or a checkpoint as --checkpoint=SOURCE, and '
              'images as --images=DIR or --images=A.jpg,B.jpg.')
   # What it wrote is the output; jax's and orbax's progress notes are not,
-  # while a warning (a damaged checkpoint skipped) is.
-  logging.set_verbosity(logging.WARNING)
+  # while a warning (a damaged checkpoint skipped) is, unless --verbosity asks.
+  if not flags.FLAGS['verbosity'].present:
+    logging.set_verbosity(logging.WARNING)
   command.quiet_libraries()
   result = errors.exit_on_user_error(lambda: analyze(
       _OUT.value, workdir=_WORKDIR.value, step=_STEP.value, data_dir=_DATA_DIR.

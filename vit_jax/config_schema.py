@@ -53,8 +53,8 @@ FIELDS: dict[str, Field] = {
         'float32', 'Computation dtype; parameters and optimizer state stay '
         'float32.', ('float32', 'bfloat16')),
     'init_from': Field(
-        '', 'Start from these parameters: a run directory or a released .npz '
-        '(fine-tuning); empty: from scratch.', may_change_on_resume=True),
+        '', 'Fine-tune from this checkpoint: a run directory, a released .npz, '
+        'timm, transformers; empty: from scratch.', may_change_on_resume=True),
     # The data.
     'dataset': Field('cifar10',
                      'cifar10, cifar100, image_folder or tfds:NAME.'),
@@ -351,7 +351,7 @@ def check_resumable(saved: dict, config, workdir) -> dict[str, tuple]:
       there = absolute(there)
     if name == 'model_overrides':
       # Overriding a field with the model's own value changes nothing: a
-      # run saved before a field existed resumes with it set so.
+      # saved config that lacks a field matches one that sets its default.
       defaults = models.default_fields(config.model)
       for side, other in ((there, here), (here, there)):
         for key in [k for k in side if k not in other and k in defaults]:

@@ -56,10 +56,10 @@ def saved_config(workdir: pathlib.Path) -> dict:
     found = reader.latest_config()
   if found is None:
     raise WorkdirError(
-        f'{config_file} {problem}, and the checkpoints in {checkpoints} were '
-        'saved before checkpoints held their config: nothing says which '
-        'config they are of, so no run can resume them. Pass a new '
-        f'--workdir, or move {checkpoints} away to start afresh here.')
+        f'{config_file} {problem}, and the checkpoints in {checkpoints} hold '
+        'no config of their own: nothing says which config they are of, so '
+        'no run can resume them. Pass a new --workdir, or move '
+        f'{checkpoints} away to start afresh here.')
   step, saved = found
   logging.warning('%s %s: rebuilt from the config saved with checkpoint %s.',
                   config_file, problem, checkpoints / str(step))
@@ -111,9 +111,8 @@ def load_run(workdir: str | pathlib.Path, step: int | None = None,
     if restored.config is None:
       raise CheckpointError(
           f'{workdir / "config.json"} {problem}, and the checkpoints in '
-          f'{checkpoints.directory} were saved before checkpoints held their '
-          "config: nothing says which model they are. Put back the run's "
-          'config.json.')
+          f'{checkpoints.directory} hold no config of their own: nothing '
+          "says which model they are. Put back the run's config.json.")
     logging.warning('%s %s: reading the config saved with checkpoint %s.',
                     workdir / 'config.json', problem,
                     checkpoints.directory / str(restored.step))

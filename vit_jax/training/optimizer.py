@@ -25,7 +25,7 @@ def _kernels(params):
 
 def create_optimizer(config, schedule) -> optax.GradientTransformation:
   """AdamW, or SGD with momentum and L2 weight decay; gradients clipped."""
-  # 'all' keeps the optimizer state of runs from before the field.
+  # 'all' masks nothing: its optimizer state is optax's unmasked tree.
   mask = _kernels if config.weight_decay_on == 'kernels' else None
   if config.optimizer == 'adamw':
     tx = optax.adamw(schedule, b1=config.adam_b1, b2=config.adam_b2,
