@@ -6,8 +6,10 @@ import numpy as np
 import pytest
 
 from tests import helpers
+from vit_jax import data
 from vit_jax.data import sources
 from vit_jax.errors import DatasetError
+from vit_jax.runtime import sharding
 
 
 def _config(data_dir, dataset='cifar10', **overrides):
@@ -168,6 +170,11 @@ def test_validation_examples_are_never_trained_on_and_the_same_every_seed(
   from_dir = dict(validation_dir=str(folder), validation_examples=20)
   from_folder = opened(**from_dir)
   assert len(from_folder.train) == 96
+  # On the devices, the folder's images are held at CIFAR's 32 px beside its
+  # arrays, whatever the image size: the step resizes them all.
+  assert data.create_input(
+      _config(cifar10_dir, image_size=48, batch_size=16, **from_dir),
+      sharding.make_mesh()).eval_data[0].shape == (37 + 20, 32, 32, 3)
   assert sorted(image[0, 0, 0] // 10 == label
                 for image, label in (from_folder.validation[i]
                                      for i in range(20))) == [True] * 20

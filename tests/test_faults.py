@@ -209,14 +209,17 @@ def test_a_second_run_is_refused_and_the_first_killed_mid_epoch_resumes_identica
   assert (run.workdir / 'lock').read_text() == ''  # let go
 
 
-def test_a_diverged_test_loss_stops_and_says_no_checkpoint_exists(tmp_path):
+@pytest.mark.parametrize('split', ['validation', 'test'])
+def test_a_diverged_evaluation_loss_stops_and_says_no_checkpoint_exists(
+    tmp_path, split):
   checkpoints = run_checkpoints.RunCheckpoints(tmp_path / 'checkpoints', 2)
   with pytest.raises(
-      TrainingDivergedError, match=r'test loss became nan by step 3; stopped '
-      r'without saving\. No checkpoint had been saved yet: rerun with a lower '
-      r'config\.learning_rate'):
+      TrainingDivergedError, match=rf'{split} loss became nan by step 3; '
+      r'stopped without saving\. No checkpoint had been saved yet: rerun with '
+      r'a lower config\.learning_rate'):
     train._check_finite(  # pylint: disable=protected-access
-        {'train_loss': 1.0, 'test_loss': math.nan}, 3, checkpoints, [])
+        {'train_loss': 1.0, 'test_loss': 1.0, f'{split}_loss': math.nan}, 3,
+        checkpoints, [])
 
 
 # ------------------------------------------------- bad workdirs and data ---

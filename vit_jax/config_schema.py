@@ -201,7 +201,7 @@ FIELDS: dict[str, Field] = {
         'model, with this decay (DeiT: 0.99996); 0: none.', check=_FRACTION),
     'seed': Field(
         0, 'Seeds initialization, shuffling, augmentation, dropout, and the '
-        'subsets of a dataset ordered by class.'),
+        'subsets of a dataset ordered by class.', check=_NON_NEGATIVE),
     # The machine.
     'fsdp': Field(
         1, 'Devices each large parameter and optimizer-state array is split '

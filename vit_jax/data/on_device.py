@@ -21,9 +21,14 @@ class OnDeviceInput(input_lib.Input):
     super().__init__(dataset, config, mesh)
     self._replicated = sharding.replicated(mesh)
     self._batch_sharding = sharding.batch_sharded(mesh)
+    splits = {'train': dataset.train, **self._evaluated}
+    # Files are held at the arrays' size where a split is arrays (a
+    # validation folder beside CIFAR), so that the splits stack; the step
+    # resizes every image to config.image_size.
+    held = [s for s in splits.values() if isinstance(s, sources.ArraySource)]
+    size = held[0].images.shape[1] if held else config.image_size
     self._arrays = {
-        name: sources.to_arrays(split, config.image_size)
-        for name, split in {'train': dataset.train, **self._evaluated}.items()
+        name: sources.to_arrays(split, size) for name, split in splits.items()
     }
     replicate = functools.partial(
         jax.tree.map, lambda a: sharding.replicate(a, self._replicated))

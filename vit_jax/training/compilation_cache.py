@@ -1,5 +1,6 @@
 """jax's persistent compilation cache in `config.compilation_cache_dir`."""
 
+import collections
 import glob
 import logging as python_logging
 import os
@@ -107,18 +108,18 @@ _HIT = '/jax/compilation_cache/cache_hits'
 
 
 class Hits:
-  """Counts the programs the entering thread loads from the cache."""
+  """Counts the programs each thread loads from the cache while entered."""
 
   def __init__(self):
-    self.count = 0
-    self._thread = None
+    self.by_thread = collections.Counter()
 
+  # One listener for every thread: jax iterates its listeners unlocked, so
+  # one removed while another thread records could go unheard.
   def _listen(self, event: str, **_):
-    if event == _HIT and threading.get_ident() == self._thread:
-      self.count += 1
+    if event == _HIT:
+      self.by_thread[threading.get_ident()] += 1
 
   def __enter__(self) -> 'Hits':
-    self._thread = threading.get_ident()
     jax.monitoring.register_event_listener(self._listen)
     return self
 

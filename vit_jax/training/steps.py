@@ -4,6 +4,7 @@ from collections.abc import Callable
 import concurrent.futures
 import contextlib
 import functools
+import threading
 import time
 from typing import Any, NamedTuple
 
@@ -286,11 +287,12 @@ def compile_steps(config, inputs, state: TrainState, key,
   # The state leaves each step where it came in, sharded or not.
   state_out = jax.tree.map(lambda x: x.sharding, state)
   count = jax.ShapeDtypeStruct((), jnp.int32, sharding=replicated)
-  hits = dict(train=compilation_cache.Hits(), eval=compilation_cache.Hits())
+
+  threads = {}  # the thread each step compiles in
 
   def counted(name: str, compile_step: Callable):
-    with hits[name]:  # entered in the thread that compiles
-      return compile_step()
+    threads[name] = threading.get_ident()
+    return compile_step()
 
   def compile_train():
     with _options_blamed(options):
@@ -303,17 +305,19 @@ def compile_steps(config, inputs, state: TrainState, key,
 
   # XLA compiles the eval step on a thread beside the train step
   # (experiments/benchmarks/README.md, Attempts, row 31).
-  with concurrent.futures.ThreadPoolExecutor(1) as thread:
+  with (compilation_cache.Hits() as hits,
+        concurrent.futures.ThreadPoolExecutor(1) as thread):
     evaluated = thread.submit(
         counted, 'eval', functools.partial(compile_eval, config, inputs,
                                            state)) if evaluate else None
     train = counted('train', compile_train)
     train_seconds = time.perf_counter() - start
     evaluated = evaluated and evaluated.result()
-  cached = [f'{name} step' for name, loaded in hits.items() if loaded.count]
+  cached = [n for n in ('train', 'eval') if hits.by_thread[threads.get(n)]]
   logging.info(
       'Compiled the %s in %.1fs%s.',
       'train and eval steps' if evaluate else 'train step',
       time.perf_counter() - start,
-      f' ({" and ".join(cached)} from the compilation cache)' if cached else '')
+      f' ({" step and ".join(cached)} step from the compilation cache)'
+      if cached else '')
   return CompiledSteps(train, evaluated, train_seconds, per_call)

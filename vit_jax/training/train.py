@@ -41,7 +41,7 @@ from vit_jax.training import steps
 
 
 def _check_finite(record: dict, step: int, checkpoints, history: list[dict]):
-  for name in ('train_loss', 'test_loss'):
+  for name in ('train_loss', 'validation_loss', 'test_loss'):
     if name in record and not math.isfinite(record[name]):
       raise TrainingDivergedError(
           f'The {name.replace("_", " ")} became {record[name]} by step {step}; '
@@ -172,8 +172,8 @@ def _train_and_evaluate(config, workdir: pathlib.Path,
     state, sums, history, step = (restored.state, restored.train_sums,
                                   restored.history, restored.step)
     position = restored.position
-  else:  # a fresh run, or one whose checkpoints all fail to restore
-    state = (initializer or steps.initializer(*init_args))(init_key)
+  else:  # a fresh run: checkpoints that fail to restore raise instead
+    state = initializer(init_key)
     if config.init_from:
       state = startup.pretrained_state(config, state, state_shapes, pretrained)
     sums, history, step = steps.zero_sums(replicated), [], 0
