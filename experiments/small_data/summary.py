@@ -114,14 +114,17 @@ def _gap(group: list[dict], model: str) -> tuple[float, float]:
 
 
 def closest(records: list[dict]) -> str:
-  """Per model, the most-seeded choice whose test accuracy is nearest STUDY."""
+  """Per model, the most-seeded choice whose validation accuracy is nearest
+  the study's test accuracy: a reproduction chosen without the test set."""
   lines = []
   for model in sweep.MODELS:
     choices = [c for c, (m, *_) in sweep.CHOICES.items() if m == model]
     groups = [g for c in [model, *choices] if (g := _of(records, c))]
     if not groups:
       continue
-    group = min(groups, key=lambda g: (-len(g), abs(_gap(g, model)[0])))
+    group = min(
+        groups, key=lambda g:
+        (-len(g), abs(np.mean([r[_VALIDATION] for r in g]) - STUDY[model][0])))
     gap, half = _gap(group, model)
     validation, test = _cells(group, _VALIDATION, _TEST)
     interval = f' (± {half:.1f}, 95% interval)' if np.isfinite(half) else ''
