@@ -141,8 +141,7 @@ def _safetensors_kind(path: pathlib.Path) -> str:
       return kind
   raise CheckpointError(
       f'{path} holds neither timm\'s nor transformers\' ViT arrays (it has '
-      f'{", ".join(sorted(keys)[:5]) or "no arrays"}'
-      f'{" ..." if len(keys) > 5 else ""}).')
+      f'{files.some_names(sorted(keys)) or "no arrays"}).')
 
 
 def source_kind(source: str | pathlib.Path) -> str:

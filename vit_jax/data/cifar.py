@@ -142,13 +142,12 @@ def load_cifar(name: str, data_dir: pathlib.Path,
         f'pass --config.data_dir=DIR, or leave data_dir unset to download it.')
   root, train_files, test_file, read = found
   train = [_read_file(read, p) for p in train_files]
-  if train_per_file:
-    if short := [
-        p.name for p, s in zip(train_files, train) if len(s) < train_per_file
-    ]:
-      raise DatasetError(
-          f'config.train_examples_per_file={train_per_file} but {root} has '
-          f'fewer in {", ".join(short)}; lower it or set it to 0 for all.')
+  if short := [
+      p.name for p, s in zip(train_files, train) if len(s) < train_per_file
+  ]:
+    raise DatasetError(
+        f'config.train_examples_per_file={train_per_file} but {root} has '
+        f'fewer in {", ".join(short)}; lower it or set it to 0 for all.')
 
   def joined(part: slice) -> ArraySource:
     return ArraySource(np.concatenate([s.images[part] for s in train]),

@@ -47,12 +47,10 @@ class Input(abc.ABC):
   @property
   def steps_per_dispatch(self) -> int:
     """Batches per compiled call."""
-    if self.config.steps_per_dispatch:
-      return self.config.steps_per_dispatch
     # One on a CPU, whose steps ran slower in a loop.
-    if jax.default_backend() == 'cpu':
-      return 1
-    return self.default_steps_per_dispatch
+    on_cpu = jax.default_backend() == 'cpu'
+    return self.config.steps_per_dispatch or (1 if on_cpu else
+                                              self.default_steps_per_dispatch)
 
   @property
   def steps_per_epoch(self) -> int:

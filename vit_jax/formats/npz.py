@@ -76,11 +76,10 @@ def load_npz(path: str | pathlib.Path) -> dict[str, Any]:
     raise CheckpointError(f'{path} is not a readable .npz file: '
                           f'{reason}.') from e
   if missing := [key for key in _REQUIRED_KEYS if key not in flat]:
-    found = ', '.join(sorted(flat)[:params_lib.MAX_REPORTED]) or 'no arrays'
+    found = files.some_names(sorted(flat), params_lib.MAX_REPORTED)
     raise CheckpointError(
         f'{path} is not a ViT checkpoint in the official .npz layout: it has '
-        f'no {", ".join(missing)}. It has {found}'
-        f'{" ..." if len(flat) > params_lib.MAX_REPORTED else ""}.')
+        f'no {", ".join(missing)}. It has {found or "no arrays"}.')
   return params_lib.unflatten(_renamed(flat, _RELEASED_TO_OURS, str(path)),
                               str(path))
 

@@ -82,8 +82,7 @@ def _settable_fields(factory) -> list[dataclasses.Field]:
 
 def default_fields(name: str) -> dict:
   """The fields of the registered model `name`; empty for no such model."""
-  factory = _MODELS.get(name)
-  if factory is None:
+  if (factory := _MODELS.get(name)) is None:
     return {}
   values = {
       f.name: f.default for f in _settable_fields(factory)

@@ -36,8 +36,7 @@ def set_cpu_devices(count: int | None = None):
 
 
 def _int_env(environ: Mapping[str, str], name: str) -> int | None:
-  value = environ.get(name)
-  if not value:
+  if not (value := environ.get(name)):
     return None
   try:
     return int(value)

@@ -87,14 +87,17 @@ def read_json(path: pathlib.Path) -> tuple[Any, str]:
     return None, f'cannot be read ({e.strerror or e})'
 
 
+def some_names(names: list[str], shown: int = 5) -> str:
+  """The first `shown` of `names` for a message, ' ...' when there are more."""
+  return ', '.join(names[:shown]) + (' ...' if len(names) > shown else '')
+
+
 def foreign_files(directory: pathlib.Path, ours: Callable[[str],
                                                           bool]) -> str | None:
   """Names in `directory` that `ours` does not claim ('a, b', 5 and '...')."""
   others = sorted(p.name for p in directory.iterdir()
                   if not ours(p.name)) if directory.is_dir() else []
-  if not others:
-    return None
-  return ', '.join(others[:5]) + (' ...' if len(others) > 5 else '')
+  return some_names(others) if others else None
 
 
 def replace_directory_atomically(path: pathlib.Path,

@@ -39,9 +39,8 @@ class Dispatcher:
 
   def _fit(self) -> int:
     """The steps of `MAX_SECONDS`, as this process timed the last call."""
-    if self._seconds_per_step is None:
-      return 1
-    return max(1, int(MAX_SECONDS / self._seconds_per_step))
+    per_step = self._seconds_per_step
+    return 1 if per_step is None else max(1, int(MAX_SECONDS / per_step))
 
   def run(self, state: steps.TrainState, sums: dict,
           batches: list) -> tuple[steps.TrainState, dict]:

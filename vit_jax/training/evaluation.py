@@ -117,9 +117,6 @@ def evaluate(source, *, config=None, model_name=None, step=None, data_dir=None,
                                   tx=optax.identity(),
                                   batch_stats=variables.get('batch_stats'))
   eval_step = steps.compile_eval(config, inputs, state)
-  described = {'checkpoint': str(source), 'format': loaded.kind}
-  if loaded.step is not None:
-    described['step'] = loaded.step
   if split not in inputs.eval_sizes:
     raise ConfigError(f'{source} has no {split} split to evaluate: pass '
                       '--config.validation_examples=N.')
@@ -130,5 +127,7 @@ def evaluate(source, *, config=None, model_name=None, step=None, data_dir=None,
                        progress_from=1)
   return dict(top1=results['accuracy'], top5=results['top5_accuracy'],
               loss=results['loss'], examples=results['count'], split=split,
-              head='class' if class_head else 'model', **described,
+              head='class' if class_head else 'model', checkpoint=str(source),
+              format=loaded.kind,
+              **({} if loaded.step is None else {'step': loaded.step}),
               dataset=config.dataset, image_size=config.image_size)

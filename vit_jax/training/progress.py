@@ -108,8 +108,7 @@ class Throughput:
     now = time.perf_counter()
     seconds = max(now - self._interval_start - self._excluded, 1e-9)
     images = (step - self._interval_step) * self._batch_size
-    self._interval_start, self._interval_step = now, step
-    self._excluded = 0.0
+    self._interval_start, self._interval_step, self._excluded = now, step, 0.0
     rate = images / seconds
     measured = dict(images_per_second=rate,
                     flops_per_second=rate * self._flops_per_image)

@@ -57,11 +57,8 @@ def runs_read(config, workdir: pathlib.Path, resuming: bool) -> dict:
 
 def _parameter_count(params) -> str:
   """'N parameters', and how many more serve only training."""
-
-  def size(tree):
-    return sum(x.size for x in jax.tree.leaves(tree))
-
-  total, kept = size(params), size(names.inference_params(params))
+  total, kept = (sum(leaf.size for leaf in jax.tree.leaves(tree))
+                 for tree in (params, names.inference_params(params)))
   return f'{kept:,} parameters' + (
       f', and {total - kept:,} used only in training' if total > kept else '')
 
