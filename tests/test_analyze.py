@@ -155,13 +155,15 @@ def test_a_released_npz_is_analysed_on_your_own_images(tmp_path, caplog):
         helpers.png(rng.integers(0, 256, shape, np.uint8)))
   (tmp_path / 'classes.txt').write_text('cat\ndog\nbird\n')
   (tmp_path / 'two.txt').write_text('cat\ndog\n')
+  (tmp_path / 'latin1.txt').write_bytes(b'caf\xe9\ndog\nbird\n')
   images = [str(tmp_path / 'photos')]
   with pytest.raises(AnalysisError, match='--checkpoint needs --images'):
     analyze.analyze(tmp_path / 'out', checkpoint=released)
   with pytest.raises(AnalysisError, match='is no run: pass it as --checkpoint'):
     analyze.analyze(tmp_path / 'out', workdir=released)
   for names, said in (('two.txt', 'two.txt has 2 lines; the model has 3'),
-                      ('nope.txt', 'nope.txt: No such file .*; pass a text')):
+                      ('nope.txt', 'nope.txt: No such file .*; pass a text'),
+                      ('latin1.txt', 'latin1.txt: not UTF-8 text; pass a')):
     with pytest.raises(AnalysisError, match=said):
       analyze.analyze(tmp_path / 'out', checkpoint=released, images=images,
                       class_names=tmp_path / names)
@@ -187,17 +189,22 @@ def test_a_released_npz_is_analysed_on_your_own_images(tmp_path, caplog):
   assert inputs.shape == (1, 32, 32, 3)
   np.testing.assert_allclose(inputs, 1.0)
   np.testing.assert_allclose(display, 1.0)
-  # Two images of one name: a rollout each, numbered by their place.
+  # Two images of one name: a rollout each, numbered by their place and
+  # never named as a third; hidden files (a Mac's ._ files) left out.
   (tmp_path / 'more').mkdir()
-  (tmp_path / 'more' / 'cat.png').write_bytes(
-      helpers.png(rng.integers(0, 256, (9, 9, 3), np.uint8)))
+  for name in ('cat.png', 'cat_0.png'):
+    (tmp_path / 'more' / name).write_bytes(
+        helpers.png(rng.integers(0, 256, (9, 9, 3), np.uint8)))
+  (tmp_path / 'more' / '._cat.png').write_bytes(b'resource fork')
   (tmp_path / 'more' / 'notes.txt').write_text('not an image')
   caplog.set_level('INFO', logger='absl')
   analyze.analyze(tmp_path / 'out', checkpoint=released,
                   images=[*images, str(tmp_path / 'more')], components=5)
   assert f'--images: skipped {tmp_path}/more/notes.txt, not .jpg' in caplog.text
-  assert [n for n in _written(tmp_path / 'out') if 'rollout_' in n
-         ] == ['rollout_cat_0.png', 'rollout_cat_2.png', 'rollout_dog.png']
+  assert [n for n in _written(tmp_path / 'out') if 'rollout_' in n] == [
+      'rollout_cat_0.png', 'rollout_cat_0_.png', 'rollout_cat_2.png',
+      'rollout_dog.png'
+  ]
 
 
 # ------------------------------- runs of VisionTransformer's techniques -----

@@ -69,8 +69,8 @@ def test_a_run_evaluates_on_its_configs_cpu_devices_and_overrides(
                            '--config.eval_batch_size=12')
   assert out.returncode == 0, out.stderr[-3000:]
   _as_logged(json.loads(out.stdout.splitlines()[-1]), workdir)
-  # A mistyped one is one line, as in training.
-  out = helpers.run_module('vit_jax.evaluate', f'--checkpoint={workdir}',
+  # A mistyped one is one line, as in training (--checkpoint DIR read too).
+  out = helpers.run_module('vit_jax.evaluate', '--checkpoint', workdir,
                            '--config.eval_batchsize=12')
   assert out.returncode == 1 and out.stderr.splitlines()[-1] == (
       "error: config.eval_batchsize is not a field of the config schema (did "

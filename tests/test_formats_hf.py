@@ -132,6 +132,11 @@ def test_a_config_that_contradicts_its_weights_is_named(tmp_path, caplog):
       r'num_attention_heads=3, which does not divide the width '
       r'of its weights \(128\); fix num_attention_heads in'):
     hf.read(tmp_path, None)
+  for heads in ('4', -4, True):  # no number of heads
+    (tmp_path / 'config.json').write_text(
+        json.dumps({**stated, 'num_attention_heads': heads}))
+    with pytest.raises(CheckpointError, match=f'={heads!r}, which is no num'):
+      hf.read(tmp_path, None)
   (tmp_path / 'config.json').write_text(
       json.dumps({**stated, 'hidden_size': 192}))
   assert_trees_identical(hf.read(tmp_path, None), params)

@@ -190,6 +190,12 @@ def test_what_is_not_a_checkpoint_is_a_clear_error(tmp_path):
       write_npz(tmp_path / 'other.npz', {'x': np.zeros(3)}),
       'is not a ViT checkpoint in the official .npz layout: it has no '
       'embedding/kernel, .*It has x.')
+  bf16 = released_arrays() | {'cls': np.zeros((1, 1, 16), jax.numpy.bfloat16)}
+  fails(write_npz(tmp_path / 'bf16.npz', bf16), r'cls as \|V2 .*float32\.$')
+  broken = released_arrays()
+  del broken['Transformer/encoderblock_0/MlpBlock_3/Dense_0/kernel']
+  with pytest.raises(CheckpointError, match='Dense_0/kernel is missing'):
+    reading.load(write_npz(tmp_path / 'broken.npz', broken))
   # Never numpy's advice to load it with allow_pickle, which runs its code.
   fails(
       write_npz(tmp_path / 'pickled.npz', {'x': np.array([{}], dtype=object)}),

@@ -33,6 +33,11 @@ def test_a_run_evaluates_to_the_accuracy_it_logged(trained_vit_run):
   assert result['examples'] == logged['test_examples'] == 37
   assert result['top1'] <= result['top5'] <= 1
   assert (result['format'], result['step']) == ('workdir', logged['step'])
+  # Its loss is the true labels' cross-entropy, as trained with smoothing.
+  config = helpers.trained_vit_config(data_dir)
+  assert config.label_smoothing
+  config.label_smoothing = 0.0
+  assert evaluation.evaluate(workdir, config=config) == result
   # Another image size than its position embeddings', or validation images
   # it never held out: one line each.
   config = helpers.trained_vit_config(data_dir)

@@ -212,9 +212,12 @@ def draw_token_attention(out: pathlib.Path, subject: reading.Loaded,
                                    prefix.index(names.CLASS_TOKEN))
   figures.plot_rollout(out / 'attention_rollout.png', display[shown],
                        rollout[shown])
-  stems = [path.stem for path in image_files or []]
+  stems, names_used = [path.stem for path in image_files or []], []
   for i, stem in enumerate(stems):  # numbered where two images share a stem
     name = stem if stems.count(stem) == 1 else f'{stem}_{i}'
+    while name in names_used or (name != stem and name in stems):
+      name += '_'  # never another image's name
+    names_used.append(name)
     figures.plot_rollout(out / f'rollout_{name}.png', display[i:i + 1],
                          rollout[i:i + 1])
 

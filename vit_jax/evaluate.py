@@ -87,9 +87,9 @@ def main(argv):
 
 def _parse_flags(argv: list[str]) -> list[str]:
   """`command.parse_flags`; overrides without --config: the workdir's own."""
-  checkpoint = [
+  checkpoint = [  # --checkpoint=DIR or --checkpoint DIR
       a.split('=', 1)[1] for a in argv if a.startswith('--checkpoint=')
-  ]
+  ] + [value for a, value in zip(argv, argv[1:]) if a == '--checkpoint']
   if (checkpoint and any(a.startswith('--config.') for a in argv) and
       not any(a == '--config' or a.startswith('--config=') for a in argv) and
       (reading.run_directory(checkpoint[-1]) / 'checkpoints').is_dir()):

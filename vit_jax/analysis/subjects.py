@@ -49,7 +49,8 @@ def image_files(specs: list[str]) -> list[pathlib.Path]:
   for spec in specs:
     path = pathlib.Path(spec).expanduser()
     if path.is_dir():
-      inside = sorted(p for p in path.rglob('*') if p.is_file())
+      inside = sorted(p for p in path.rglob('*') if p.is_file() and not any(
+          part.startswith('.') for part in p.relative_to(path).parts))
       images = [p for p in inside if files.is_image_file(p)]
       if skipped := sorted(set(inside) - set(images)):
         logging.warning('--images: skipped %s, not %s images.',
@@ -90,8 +91,9 @@ def read_class_names(path, subject: reading.Loaded) -> list[str]:
   """The class names in a text file, one a line, one per class."""
   try:
     class_names = pathlib.Path(path).read_text().splitlines()
-  except OSError as e:
-    raise AnalysisError(f'--class_names={path}: {e.strerror}; pass a text '
+  except (OSError, UnicodeDecodeError) as e:
+    problem = e.strerror if isinstance(e, OSError) else 'not UTF-8 text'
+    raise AnalysisError(f'--class_names={path}: {problem}; pass a text '
                         'file of the class names, one a line.') from e
   classes = subject.params[names.HEAD]['kernel'].shape[-1]
   if len(class_names) != classes:

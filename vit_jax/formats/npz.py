@@ -75,6 +75,9 @@ def load_npz(path: str | pathlib.Path) -> dict[str, Any]:
               'can run code' if 'pickle' in str(e) else str(e))
     raise CheckpointError(f'{path} is not a readable .npz file: '
                           f'{reason}.') from e
+  if odd := [k for k, array in flat.items() if array.dtype.kind not in 'biuf']:
+    raise CheckpointError(f'{path} holds {odd[0]} as {flat[odd[0]].dtype} '
+                          '(bfloat16 saved by numpy?): save it as float32.')
   if missing := [key for key in _REQUIRED_KEYS if key not in flat]:
     found = files.some_names(sorted(flat), params_lib.MAX_REPORTED)
     raise CheckpointError(

@@ -169,6 +169,10 @@ def write(
   """timm's hub folder in `directory`; `pixels`: the training (mean, std)."""
   vit_model.check_exportable(
       model, NAME, {
+          f'MLP of width {model.mlp_dim} (timm builds int(width x '
+          'mlp_ratio), which rounds it down)':
+              int(model.hidden_size *
+                  (model.mlp_dim / model.hidden_size)) != model.mlp_dim,
           f'hybrid of ResNet stages {model.resnet_stages} and width factor '
           f'{model.resnet_width_factor} (its factories build stages '
           f'{", ".join(map(str, list(_HYBRID_FACTORIES)[:-1]))} or none, of '

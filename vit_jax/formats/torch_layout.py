@@ -103,8 +103,13 @@ def expected_shapes(state: dict, name: Names, layer: re.Pattern,
                             f'{theirs[ours]}.')
   width = state[theirs[POSITIONS]].shape[-1]
   heads_name = stated['num_heads']
-  heads = vit_model.num_heads(width, model_name=model_name,
-                              stated=config.get(heads_name), source=source)
+  given = config.get(heads_name)
+  if given is not None and (type(given) is not int or given < 1):
+    raise CheckpointError(f'{source} says {heads_name}={given!r}, which is no '
+                          f'number of heads; fix {heads_name} in its '
+                          'config.json.')
+  heads = vit_model.num_heads(width, model_name=model_name, stated=given,
+                              source=source)
   if width % heads:
     raise CheckpointError(
         f'{source} says {heads_name}={heads}, which does not divide the '

@@ -64,7 +64,7 @@ def num_heads(hidden_size: int, *, model_name: str | None, stated: int | None,
               source: str) -> int:
   """The heads `stated`, else `--model`'s, else the registered ViTs' width's."""
   if stated:
-    return int(stated)
+    return stated
   if model_name:
     return _vit_fields(model_name)['num_heads']
   heads = {
@@ -119,8 +119,11 @@ def model_for(params: Mapping[str, Any], *, model_name: str | None = None,
         f'{source} holds {params_lib.describe_architecture(architecture)} '
         'that is not a registered model: pass --model=NAME.')
   else:
-    # The architecture's fields; a plain ViT's stem ones (None) as default.
-    stated = {k: v for k, v in architecture.items() if v is not None}
+    # The architecture's fields; a plain ViT's stem ones (None) as default,
+    # and placeholders for arrays block 0 lacks, which check_params names.
+    stated = dict(num_heads=1, mlp_dim=1) | {
+        k: v for k, v in architecture.items() if v is not None
+    }
     model = models.VisionTransformer(**stated, **fields)
   image_size = _image_size(params, model, source)
   params_lib.check_params(
@@ -156,17 +159,22 @@ def _image_size(params, model: models.VisionTransformer, source: str) -> int:
 def check_exportable(model: models.VisionTransformer, format_name: str,
                      unsupported: dict[str, bool]) -> None:
   """CheckpointError naming `model`'s first feature the format cannot hold."""
-  unsupported = {
-      'MAP head': model.classifier == 'map',
-      'distillation token': model.distillation_token, 'shifted-patch embedding':
-          model.shifted_patches,
+  # No array of the official .npz says these, so no reader could rebuild them.
+  npz_lacks = {
+      'shifted-patch embedding': model.shifted_patches,
       'locality self-attention': model.locality_attention,
-      f'position embedding {model.posemb!r}': model.posemb != 'learned',
-      'pre-logits layer (representation_size)': model.representation_size is
-                                                not None, **unsupported,
+      f'position embedding {model.posemb!r}': model.posemb != 'learned'
   }
-  for feature, present in unsupported.items():
+  if format_name != 'npz':
+    unsupported = {
+        'MAP head': model.classifier == 'map',
+        'distillation token': model.distillation_token,
+        'pre-logits layer (representation_size)': model.representation_size is
+                                                  not None, **unsupported
+    }
+  fix = ('keep its workdir, which every command reads'
+         if any(npz_lacks.values()) else 'convert it with --format=npz')
+  for feature, present in {**npz_lacks, **unsupported}.items():
     if present:
       raise CheckpointError(
-          f'{format_name} has no {feature}, which this ViT has: convert it '
-          'with --format=npz, which holds every ViT of this project.')
+          f'{format_name} has no {feature}, which this ViT has: {fix}.')

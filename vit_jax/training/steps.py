@@ -205,7 +205,7 @@ def make_train_steps(config, inputs, per_call: int,
   return train_steps
 
 
-def eval_step(state: TrainState, sums: dict, data, batch, mask, *, config,
+def eval_step(state: TrainState, sums: dict, data, batch, mask, *,
               inputs) -> dict:
   """`sums` plus the loss, correct and top-5 counts of unmasked examples."""
   x, y = inputs.model_inputs(data, batch, None)
@@ -214,9 +214,8 @@ def eval_step(state: TrainState, sums: dict, data, batch, mask, *, config,
             if isinstance(state, AveragedTrainState) else state.params)
   logits = state.apply_fn(models.model_variables(params, state.batch_stats), x,
                           train=False)
-  loss = optax.softmax_cross_entropy(
-      logits, losses.soft_targets(y, inputs.num_classes,
-                                  config.label_smoothing))
+  # The true labels' cross-entropy, whatever the training targets' smoothing.
+  loss = optax.softmax_cross_entropy_with_integer_labels(logits, y)
   # As the paper reports; all classes where there are fewer than five.
   _, best5 = jax.lax.top_k(logits, min(5, logits.shape[-1]))
   counted = mask > 0
@@ -262,7 +261,7 @@ def compile_eval(config, inputs, state: TrainState):
   replicated = sharding.replicated(inputs.mesh)
   _, eval_batch, eval_mask = inputs.batch_specs()
   with _options_blamed(options):
-    return jax.jit(functools.partial(eval_step, config=config, inputs=inputs),
+    return jax.jit(functools.partial(eval_step, inputs=inputs),
                    out_shardings=replicated, donate_argnums=1).lower(
                        state, sum_shapes(replicated, EVAL_SUMS),
                        inputs.eval_data, eval_batch, eval_mask).compile(options)
