@@ -118,7 +118,7 @@ def test_a_width_no_registered_vit_has_needs_its_heads(tmp_path):
   assert_trees_identical(timm.read(tmp_path, None), params)
   with pytest.raises(
       CheckpointError, match='hidden size 96, which no registered '
-      'ViT has, and does not say its number of heads: pass --model=NAME'):
+      'ViT has, and does not say its number of heads: keep the config.json'):
     timm.read(tmp_path / 'model.safetensors', None)
 
 

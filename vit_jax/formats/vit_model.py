@@ -74,8 +74,8 @@ def num_heads(hidden_size: int, *, model_name: str | None, stated: int | None,
   if len(heads) != 1:
     raise CheckpointError(
         f'{source} has hidden size {hidden_size}, which no registered ViT '
-        'has, and does not say its number of heads: pass --model=NAME of a '
-        'ViT with its heads, or keep the config.json that came with it.')
+        'has, and does not say its number of heads: keep the config.json '
+        'that came with it, which says them.')
   return heads.pop()
 
 
