@@ -346,12 +346,13 @@ def start_main(config_file, workdir, log_path, *flags, new_session=False):
                             start_new_session=new_session)
 
 
-def wait_until(condition, timeout: float = 60, process=None):
-  """Waits for `condition()`; fails once `process` has ended or at `timeout`."""
+def wait_until(condition, timeout: float = 60, process=None, output=str):
+  """Waits for `condition()`; fails, saying `output()`, once `process` has
+  ended or at `timeout`."""
   deadline = time.monotonic() + timeout
   while not condition():
-    assert process is None or process.poll() is None, 'the process ended'
-    assert time.monotonic() < deadline, f'not within {timeout} s'
+    assert process is None or process.poll() is None, f'ended: {output()}'
+    assert time.monotonic() < deadline, f'not within {timeout} s: {output()}'
     time.sleep(0.005)
 
 
@@ -448,6 +449,12 @@ def small_vit(num_classes: int = 5, **fields):
 def images(batch: int = 2, size: int = 16, seed: int = 1):
   """`normal` NHWC images; at size 16, a 4x4 grid of `SMALL`'s patches."""
   return normal((batch, size, size, 3), seed)
+
+
+def assert_trees_close(actual, desired, **tolerances):
+  """assert_allclose leaf by leaf; the trees' structures must match too."""
+  jax.tree.map(functools.partial(np.testing.assert_allclose, **tolerances),
+               actual, desired)
 
 
 def flat(tree) -> dict:

@@ -169,8 +169,7 @@ def test_a_reader_verifies_as_the_trainer_does_and_changes_nothing(
   assert reader.steps() == [2, 4]  # nothing set aside
   with pytest.raises(
       CheckpointError, match=rf'^The checkpoint {directory / "4"} cannot be '
-      r'restored \(DigestMismatchError: .*\); the others are '
-      r'steps \[2\]\.$'):
+      rf'restored \(DigestMismatchError: .*\); the others are steps \[2\]\.$'):
     reader.restore(4)
   with pytest.raises(CheckpointError,
                      match=r'No checkpoint of step 3 .*; there are \[2, 4\]'):

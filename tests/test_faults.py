@@ -83,9 +83,8 @@ def test_a_full_disk_stops_the_run_at_once_in_one_line_and_loses_nothing(
   with helpers.mounted_tmpfs(tmp_path / 'disk', '32m') as disk:
     run.workdir = disk / 'run'
     process = run.start('log')
-    while not (run.workdir / 'checkpoints' / '8').is_dir():
-      assert process.poll() is None, run.output('log')[-3000:]
-      time.sleep(0.01)
+    helpers.wait_until((run.workdir / 'checkpoints' / '8').is_dir, 120, process,
+                       lambda: run.output('log')[-3000:])
     filler = disk / 'filler'
     with filler.open('wb') as f, contextlib.suppress(OSError):  # until full
       while True:

@@ -60,6 +60,5 @@ def test_a_teacher_without_a_sound_checkpoint_is_refused_in_one_line(
   config = helpers.tiny_config(data_dir, distillation_teacher=str(damaged))
   with pytest.raises(
       ConfigError, match=rf'^config.distillation_teacher={damaged}: None of '
-      r'the checkpoints in .* can be restored; the warnings '
-      r'above say why\.$'):
+      rf'the checkpoints in .* can be restored; the warnings above say why\.$'):
     teacher_run.load(config, 'distillation_teacher', 10, None)

@@ -126,11 +126,9 @@ def test_a_job_that_never_gathers_ends_at_a_stop_signal_or_its_join_timeout(
       f'--coordinator_address=127.0.0.1:{helpers.free_port()}',
       f'--join_timeout={join_timeout}')
   try:
-    deadline = time.monotonic() + 60
-    while 'Joining the multi-process job' not in log.read_text():
-      assert time.monotonic() < deadline and process.poll() is None, (
-          log.read_text())
-      time.sleep(0.2)
+    helpers.wait_until(
+        lambda: 'Joining the multi-process job' in log.read_text(), 60, process,
+        log.read_text)
     if stop:
       time.sleep(1)  # inside jax's wait for process 1
       process.send_signal(signal.SIGTERM)

@@ -140,10 +140,9 @@ def test_a_file_that_is_no_npz_is_one_line_without_pickle_advice(
   (tmp_path / 'file.npz').write_bytes(content)
   config = helpers.tiny_config('', init_from=str(tmp_path / 'file.npz'))
   with pytest.raises(
-      ConfigError, match=r"^config.init_from='.*/file.npz': .*file.npz is "
-      r'not a .npz file \(a zip archive of arrays\): pass a '
-      r'released ViT .npz or the workdir of a `vit_jax.main` '
-      r'run\.$') as error:
+      ConfigError, match=r"^config.init_from='.*/file.npz': .*file.npz is not "
+      r"a .npz file \(a zip archive of arrays\): pass a released ViT .npz or "
+      r"the workdir of a `vit_jax.main` run\.$") as error:
     finetune.check_init_from(config)
   assert 'pickle' not in str(error.value)
 

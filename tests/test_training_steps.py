@@ -67,8 +67,7 @@ def test_the_moving_average_follows_the_parameters(averaged_step):
     decay = min(0.5, (1 + t) / (10 + t))
     expected = jax.tree.map(lambda e, p, d=decay: d * e + (1 - d) * p, expected,
                             state.params)
-  jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, atol=1e-6),
-               state.ema_params, expected)
+  helpers.assert_trees_close(state.ema_params, expected, atol=1e-6)
 
 
 def test_gradient_accumulation_gives_the_same_step(averaged_step):
@@ -82,8 +81,7 @@ def test_gradient_accumulation_gives_the_same_step(averaged_step):
   state_4, metrics_4 = accumulated(state, batch=batch, key=key)
   for name in ('loss', 'correct', 'count'):
     np.testing.assert_allclose(metrics_4[name], metrics_1[name], rtol=1e-5)
-  for a, b in zip(jax.tree.leaves(state_1), jax.tree.leaves(state_4)):
-    np.testing.assert_allclose(a, b, atol=1e-6)
+  helpers.assert_trees_close(state_1, state_4, atol=1e-6)
 
 
 @pytest.mark.slow  # 8 s; the model's remat test stays in the suite
@@ -106,8 +104,7 @@ def test_a_rematerialized_step_is_the_same_step_keeping_less():
   plain, plain_loss, plain_temp, plain_options = results['none']
   rematted, loss, temp, options = results['full']
   assert loss == pytest.approx(plain_loss, rel=1e-6)
-  for a, b in zip(jax.tree.leaves(rematted), jax.tree.leaves(plain)):
-    np.testing.assert_allclose(a, b, atol=1e-6)
+  helpers.assert_trees_close(rematted, plain, atol=1e-6)
   assert plain_options is None
   assert options == {'xla_disable_hlo_passes': 'cse_barrier_expander'}
   assert temp < 0.8 * plain_temp

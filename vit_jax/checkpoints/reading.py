@@ -1,7 +1,6 @@
 """Any checkpoint read back: a run as trained (`load_run`), or any (`load`)."""
 
 import dataclasses
-import json
 import pathlib
 from typing import Any
 
@@ -64,7 +63,7 @@ def saved_config(workdir: pathlib.Path) -> dict:
   logging.warning('%s %s: rebuilt from the config saved with checkpoint %s.',
                   config_file, problem, checkpoints / str(step))
   if jax.process_index() == 0:
-    files.write_atomically(config_file, json.dumps(saved, indent=2))
+    files.write_json(config_file, saved, indent=2)
   return saved
 
 
@@ -243,12 +242,11 @@ def load(source: str | pathlib.Path, *, model_name: str | None = None,
 
 def trained_pixels(source: str | pathlib.Path) -> tuple[tuple, tuple] | None:
   """The (mean, std) `source` was trained on, without loading its arrays."""
-  path = pathlib.Path(source)
-  kind = source_kind(source)  # a URL as given
+  kind = source_kind(source)
   if kind != WORKDIR:
     return (vit_model.RELEASED_PIXELS
-            if kind == NPZ else FOLDER_FORMATS[kind].pixels(path))
-  config, _ = files.read_json(run_directory(path) / 'config.json')
+            if kind == NPZ else FOLDER_FORMATS[kind].pixels(source))
+  config, _ = files.read_json(run_directory(source) / 'config.json')
   if not isinstance(config, dict) or {'pixel_mean', 'pixel_std'} - set(config):
     return None
   return tuple(config['pixel_mean']), tuple(config['pixel_std'])

@@ -1,6 +1,5 @@
 """Our tree as timm's or transformers' state dict, and back."""
 
-import json
 import pathlib
 import re
 from typing import Callable
@@ -158,4 +157,4 @@ def write_folder(directory: pathlib.Path, state: dict, configs: dict[str, dict],
   safetensors_file.write(directory / safetensors_file.WEIGHTS_NAME, state,
                          metadata=metadata)
   for file_name, config in configs.items():
-    files.write_atomically(directory / file_name, json.dumps(config, indent=2))
+    files.write_json(directory / file_name, config, indent=2)

@@ -75,6 +75,12 @@ def write_atomically(path: pathlib.Path, text: str) -> None:
   replace_atomically(path, lambda partial: partial.write_text(text))
 
 
+def write_json(path: pathlib.Path, value: Any,
+               indent: int | None = None) -> None:
+  """`value` as the whole JSON content of `path`, replaced atomically."""
+  write_atomically(path, json.dumps(value, indent=indent))
+
+
 def read_json(path: pathlib.Path) -> tuple[Any, str]:
   """The JSON `path` holds, or None and what is wrong with the file."""
   try:

@@ -164,12 +164,10 @@ def record_run(config, workdir: pathlib.Path, inputs: data.Input,
   """Writes config.json and `read`, logs what trains; the config as recorded."""
   run_config = json.loads(config.to_json_best_effort())
   if jax.process_index() == 0:  # the workdir is made by its lock's holder
-    files.write_atomically(workdir / 'config.json',
-                           json.dumps(run_config, indent=2))
-    files.write_atomically(workdir / RUNS_READ_FILE, json.dumps(read))
+    files.write_json(workdir / 'config.json', run_config, indent=2)
+    files.write_json(workdir / RUNS_READ_FILE, read)
     if inputs.class_names:  # for evaluate, analyze and the exports
-      files.write_atomically(workdir / reading.CLASS_NAMES_FILE,
-                             json.dumps(inputs.class_names))
+      files.write_json(workdir / reading.CLASS_NAMES_FILE, inputs.class_names)
   processes = (f' in {jax.process_count()} processes'
                if jax.process_count() > 1 else '')
   logging.info(

@@ -310,8 +310,7 @@ def _write_summary(workdir: pathlib.Path, history: list[dict],
                  train_flops=history[-1]['step'] * flops_per_step,
                  device=jax.devices()[0].device_kind, **source)
   if jax.process_index() == 0:
-    files.write_atomically(workdir / 'summary.json',
-                           json.dumps(summary, indent=2))
+    files.write_json(workdir / 'summary.json', summary, indent=2)
   at_best = (f', test accuracy {100 * best["test_accuracy"]:.2f}% there'
              if chosen_on == 'validation' else '')
   logging.info(
