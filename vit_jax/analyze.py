@@ -84,8 +84,15 @@ def analyze(out, *, workdir=None, step=None, data_dir=None, checkpoint=None,
   inputs, display = subjects.model_inputs(pixels, subject)
   names = (subjects.read_class_names(class_names, subject)
            if class_names else subject.class_names)
-  logits, attentions = subjects.forward(subject.model, subject.variables,
-                                        inputs)
+  # Every layer's attention is kept for the images drawn; the distances
+  # are summed batch by batch: a large model's maps of 512 images would not
+  # fit in memory.
+  distance_sums = []
+  logits, attentions = subjects.forward(
+      subject.model, subject.variables, inputs,
+      keep=len(image_files) if image_files else num_images,
+      each_batch=lambda a: distance_sums.append(
+          len(a[0]) * attention_distances(subject, a)))
   result = dict(described, image_size=subject.image_size,
                 patch_size=subject.model.effective_patch_size, grid=list(
                     subjects.grid(subject)), distance_images=len(inputs),
@@ -97,7 +104,8 @@ def analyze(out, *, workdir=None, step=None, data_dir=None, checkpoint=None,
     draw_embedding_filters(into, subject, components, result)
     draw_token_attention(into, subject, display, attentions, num_images,
                          image_files, result)
-    draw_attention_distance(into, subject, attentions, result)
+    draw_attention_distance(into, subject,
+                            sum(distance_sums) / len(inputs), result)
     if image_files:
       result['top5'] = dict(
           zip(map(str, image_files), subjects.top5(logits, names)))
@@ -222,16 +230,22 @@ def draw_token_attention(out: pathlib.Path, subject: reading.Loaded,
                          rollout[i:i + 1])
 
 
-def draw_attention_distance(out: pathlib.Path, subject: reading.Loaded,
-                            attentions: list[np.ndarray], result: dict):
-  """attention_distance.png, and its numbers into `result`."""
+def attention_distances(subject: reading.Loaded,
+                        attentions: list[np.ndarray]) -> np.ndarray:
+  """Each layer's heads' mean attention distances over the images."""
   grid, patch_size = subjects.grid(subject), subject.model.effective_patch_size
   # The distances of 'gap' models' heads still use patch-to-patch attention.
-  distances = np.stack([
+  return np.stack([
       measures.mean_attention_distance(a, grid, patch_size,
                                        len(subject.model.prefix_tokens))
       for a in attentions
   ])
+
+
+def draw_attention_distance(out: pathlib.Path, subject: reading.Loaded,
+                            distances: np.ndarray, result: dict):
+  """attention_distance.png of (layers, heads) `distances`; the numbers."""
+  grid, patch_size = subjects.grid(subject), subject.model.effective_patch_size
   uniform = measures.uniform_attention_distance(
       grid, patch_size, exclude_self=subject.model.locality_attention)
   figures.plot_attention_distance(out / 'attention_distance.png', distances,

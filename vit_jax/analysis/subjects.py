@@ -17,8 +17,9 @@ from vit_jax.models import names
 from vit_jax.models.layers import position
 from vit_jax.runtime import files
 
-# Images per forward pass: every layer's attention is kept.
-_BATCH_SIZE = 64
+# Images per forward pass, fewer where their attention maps (every layer's)
+# would pass _BATCH_BYTES.
+_BATCH_SIZE, _BATCH_BYTES = 64, 2**30
 # Compiled once per model; the variables are an argument, not constants.
 _logits_and_attention = jax.jit(models.logits_and_attention, static_argnums=0)
 
@@ -112,14 +113,25 @@ def model_inputs(images: np.ndarray,
   return inputs, np.clip(inputs * np.asarray(std) + np.asarray(mean), 0, 1)
 
 
-def forward(model, variables, inputs: np.ndarray):
-  """The logits of `inputs` and every layer's attention, in batches."""
-  batches = [
-      jax.device_get(
-          _logits_and_attention(model, variables, inputs[i:i + _BATCH_SIZE]))
-      for i in range(0, len(inputs), _BATCH_SIZE)
-  ]
-  return jax.tree.map(lambda *parts: np.concatenate(parts), *batches)
+def forward(model, variables, inputs: np.ndarray, keep: int | None = None,
+            each_batch=None):
+  """The logits of `inputs` and every layer's attention for the first `keep`
+  (all unless told), in batches; `each_batch` sees every batch's attention."""
+  tokens = ((inputs.shape[1] // model.effective_patch_size)**2 +
+            len(model.prefix_tokens))
+  image_bytes = model.num_layers * model.num_heads * tokens**2 * 4
+  size = max(1, min(_BATCH_SIZE, _BATCH_BYTES // image_bytes))
+  logits, kept = [], []
+  for i in range(0, len(inputs), size):
+    batch_logits, attention = jax.device_get(
+        _logits_and_attention(model, variables, inputs[i:i + size]))
+    if each_batch:
+      each_batch(attention)
+    logits.append(batch_logits)
+    kept.append([
+        a[:len(inputs) if keep is None else max(keep - i, 0)] for a in attention
+    ])
+  return np.concatenate(logits), [np.concatenate(a) for a in zip(*kept)]
 
 
 def top5(logits: np.ndarray, names: list[str] | None) -> list[list]:
