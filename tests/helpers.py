@@ -347,11 +347,13 @@ def start_main(config_file, workdir, log_path, *flags, new_session=False):
 
 
 def wait_until(condition, timeout: float = 60, process=None, output=str):
-  """Waits for `condition()`; fails, saying `output()`, once `process` has
-  ended or at `timeout`."""
+  """Waits for `condition()`; fails, saying `output()`, once `process` (or one
+  of a list of processes) has ended or at `timeout`."""
   deadline = time.monotonic() + timeout
+  watched = process if isinstance(process, list) else [process]
   while not condition():
-    assert process is None or process.poll() is None, f'ended: {output()}'
+    assert all(p is None or p.poll() is None
+               for p in watched), f'ended: {output()}'
     assert time.monotonic() < deadline, f'not within {timeout} s: {output()}'
     time.sleep(0.005)
 
@@ -466,12 +468,17 @@ def shapes(tree) -> dict:
   return {path: a.shape for path, a in flat(tree).items()}
 
 
+def init_shapes(model, inputs):
+  """`model`'s output on `inputs` and its parameters' `shapes`, none computed."""
+  out, variables = jax.eval_shape(
+      lambda: model.init_with_output(jax.random.key(0), inputs, train=False))
+  assert set(variables) == {'params'}
+  return out, shapes(variables['params'])
+
+
 def param_shapes(model, inputs) -> dict:
   """The `shapes` of `model`'s parameters on `inputs`, none computed."""
-  variables = jax.eval_shape(
-      lambda: model.init(jax.random.key(0), inputs, train=False))
-  assert set(variables) == {'params'}
-  return shapes(variables['params'])
+  return init_shapes(model, inputs)[1]
 
 
 def random_cnn_variables(module, images, seed: int = 0) -> dict:

@@ -231,12 +231,10 @@ def _analyze_run(workdir):
 
 def test_a_scanned_distillation_token_sincos_run_is_analysed_as_unscanned(
     cifar10_dir, tmp_path):
-  techniques = dict(distillation_token=True, posemb='sincos2d')
-  plain = _analyze_run(
-      _untrained_run(tmp_path / 'plain', cifar10_dir, **techniques))
-  scanned = _analyze_run(
-      _untrained_run(tmp_path / 'scanned', cifar10_dir, **techniques, scan=True,
-                     remat='full'))
+  runs = {'plain': {}, 'scanned': dict(scan=True, remat='full')}
+  plain, scanned = (_analyze_run(
+      _untrained_run(tmp_path / name, cifar10_dir, distillation_token=True,
+                     posemb='sincos2d', **scan)) for name, scan in runs.items())
   for out in ('plain_out', 'scanned_out'):
     assert _written(tmp_path / out) == sorted((*FIGURES, 'dist_attention.png'))
   assert scanned['prefix_tokens'] == ['cls', 'dist']

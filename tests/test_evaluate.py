@@ -4,7 +4,6 @@ import json
 import re
 import shutil
 import signal
-import time
 
 from tests import helpers
 from tests.test_training_evaluation import _as_logged
@@ -83,15 +82,12 @@ def test_a_run_evaluates_on_its_configs_cpu_devices_and_overrides(
 def test_sigterm_stops_a_two_process_evaluation_at_once(trained_vit_run,
                                                         tmp_path):
   """The evaluation takes SIGTERM back from jax's preemption service."""
-  workdir, _ = trained_vit_run
   processes, logs = helpers.start_two_process_job(
-      ['vit_jax.evaluate', f'--checkpoint={workdir}'], tmp_path)
-  deadline = time.monotonic() + 120
-  while not all('[process ' in log.read_text() for log in logs):  # joined
-    assert all(p.poll() is None
-               for p in processes), [log.read_text()[-2000:] for log in logs]
-    assert time.monotonic() < deadline
-    time.sleep(0.01)
+      ['vit_jax.evaluate', f'--checkpoint={trained_vit_run[0]}'], tmp_path)
+  # Until both have joined the job: then they log as '[process i/2]'.
+  helpers.wait_until(
+      lambda: all('[process ' in log.read_text() for log in logs), 120,
+      processes, lambda: [log.read_text()[-2000:] for log in logs])
   for process in processes:
     process.send_signal(signal.SIGTERM)
   statuses = helpers.wait_all(processes, timeout=30)

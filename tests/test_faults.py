@@ -175,8 +175,7 @@ def test_a_second_run_is_refused_and_the_first_killed_mid_epoch_resumes_identica
   processes = [run.start('log0')]
   time.sleep(0.5)
   processes.append(run.start('log1'))
-  while all(p.poll() is None for p in processes):
-    time.sleep(0.01)
+  helpers.wait_until(lambda: any(p.poll() is not None for p in processes), 300)
   # Whichever reached the lock first runs; the other is refused.
   loser = next(i for i, p in enumerate(processes) if p.poll() is not None)
   winner = processes[1 - loser]
@@ -211,14 +210,13 @@ def test_a_second_run_is_refused_and_the_first_killed_mid_epoch_resumes_identica
 @pytest.mark.parametrize('split', ['validation', 'test'])
 def test_a_diverged_evaluation_loss_stops_and_says_no_checkpoint_exists(
     tmp_path, split):
-  checkpoints = run_checkpoints.RunCheckpoints(tmp_path / 'checkpoints', 2)
   with pytest.raises(
       TrainingDivergedError, match=rf'{split} loss became nan by step 3; '
       r'stopped without saving\. No checkpoint had been saved yet: rerun with '
       r'a lower config\.learning_rate'):
     train._check_finite(  # pylint: disable=protected-access
         {'train_loss': 1.0, 'test_loss': 1.0, f'{split}_loss': math.nan}, 3,
-        checkpoints, [])
+        run_checkpoints.RunCheckpoints(tmp_path / 'checkpoints', 2), [])
 
 
 # ------------------------------------------------- bad workdirs and data ---

@@ -1,6 +1,5 @@
 """Patch embedding: shifted patch tokenization against a numpy reference."""
 
-import jax
 import numpy as np
 import pytest
 
@@ -35,10 +34,8 @@ def test_shifted_patch_tokens_match_a_numpy_reference(patch):
 
 def test_shifted_patches_replace_the_embedding_conv():
   model = helpers.small_vit(7, shifted_patches=True)
-  logits, variables = jax.eval_shape(lambda: model.init_with_output(
-      jax.random.key(0), helpers.images(batch=3), train=False))
+  logits, shapes = helpers.init_shapes(model, helpers.images(batch=3))
   assert logits.shape == (3, 7)
-  shapes = helpers.shapes(variables['params'])
   features = 4 * 4 * 3 * 5
   assert 'embedding/kernel' not in shapes
   assert {k: v for k, v in shapes.items() if k.startswith('shifted')} == {

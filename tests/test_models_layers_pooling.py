@@ -1,17 +1,13 @@
 """Pooling: the MAP head against a [CLS] token."""
 
-import jax
-
 from tests import helpers
 from tests.test_models_vit import official_param_shapes
 
 
 def test_map_head_pools_with_a_probe_and_no_cls_token():
   model = helpers.small_vit(7, classifier='map')
-  logits, variables = jax.eval_shape(lambda: model.init_with_output(
-      jax.random.key(0), helpers.images(batch=3), train=False))
+  logits, shapes = helpers.init_shapes(model, helpers.images(batch=3))
   assert logits.shape == (3, 7)
-  shapes = helpers.shapes(variables['params'])
   # The official pooling model's tree (no [CLS], 16 positions), and a head
   # of a probe and an encoder block's attention, first LayerNorm and MLP.
   official = official_param_shapes(patch=4, hidden=32, layers=2, heads=4,

@@ -68,36 +68,24 @@ def _numpy_group_norm(x, p, groups=32, eps=1e-6):
   return g.reshape(x.shape) * p['scale'] + p['bias']
 
 
-def _relu(x):
-  return np.maximum(x, 0)
-
-
 def reference_stem(params, images):
   """The official stem in float64 NumPy, but for convolutions and the pool."""
   p = jax.tree.map(lambda a: np.asarray(a, np.float64), params)
 
-  def conv(x, q, stride=1):
-    return _conv(x, _numpy_standardize(q['kernel']), stride)
+  def conv_norm(x, q, name, stride=1):  # q's conv{name}, then its gn{name}
+    y = _conv(x, _numpy_standardize(q[f'conv{name}']['kernel']), stride)
+    return _numpy_group_norm(y, q[f'gn{name}'])
 
-  x = conv(np.asarray(images, np.float64), p['conv_root'], 2)
-  x = _relu(_numpy_group_norm(x, p['gn_root']))
+  x = np.maximum(conv_norm(images, p, '_root', 2), 0)
   x = np.asarray(nn.max_pool(np.float32(x), (3, 3), (2, 2), 'SAME'), np.float64)
-  b = 1
-  while f'block{b}' in p:
-    u = 1
-    while f'unit{u}' in p[f'block{b}']:
+  for b in range(1, len(p) - 1):  # after conv_root and gn_root, blocks 1...
+    for u in range(1, len(p[f'block{b}']) + 1):
       q = p[f'block{b}'][f'unit{u}']
       stride = 2 if b > 1 and u == 1 else 1
-      shortcut = x
-      if 'conv_proj' in q:
-        shortcut = _numpy_group_norm(conv(x, q['conv_proj'], stride),
-                                     q['gn_proj'])
-      y = _relu(_numpy_group_norm(conv(x, q['conv1']), q['gn1']))
-      y = _relu(_numpy_group_norm(conv(y, q['conv2'], stride), q['gn2']))
-      y = _numpy_group_norm(conv(y, q['conv3']), q['gn3'])
-      x = _relu(shortcut + y)
-      u += 1
-    b += 1
+      shortcut = conv_norm(x, q, '_proj', stride) if 'conv_proj' in q else x
+      y = np.maximum(conv_norm(x, q, '1'), 0)
+      y = np.maximum(conv_norm(y, q, '2', stride), 0)
+      x = np.maximum(shortcut + conv_norm(y, q, '3'), 0)
   return x
 
 
