@@ -121,6 +121,7 @@ def forward(model, variables, inputs: np.ndarray, keep: int | None = None,
             len(model.prefix_tokens))
   image_bytes = model.num_layers * model.num_heads * tokens**2 * 4
   size = max(1, min(_BATCH_SIZE, _BATCH_BYTES // image_bytes))
+  keep = len(inputs) if keep is None else keep
   logits, kept = [], []
   for i in range(0, len(inputs), size):
     batch_logits, attention = jax.device_get(
@@ -128,9 +129,7 @@ def forward(model, variables, inputs: np.ndarray, keep: int | None = None,
     if each_batch:
       each_batch(attention)
     logits.append(batch_logits)
-    kept.append([
-        a[:len(inputs) if keep is None else max(keep - i, 0)] for a in attention
-    ])
+    kept.append([a[:max(keep - i, 0)] for a in attention])
   return np.concatenate(logits), [np.concatenate(a) for a in zip(*kept)]
 
 
