@@ -5,6 +5,7 @@ import http.server
 import io
 import tarfile
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -25,7 +26,7 @@ def server(tmp_path, monkeypatch):
   with tarfile.open(fileobj=buffer, mode='w:gz') as tar:
     tar.add(release, arcname='cifar-10-batches-bin')
   archive = buffer.getvalue()
-  served, settings = [], {'cut': False}
+  served, settings = [], {'cut': False, 'pause': 0}
   port = helpers.free_port()
 
   class Handler(http.server.BaseHTTPRequestHandler):
@@ -36,7 +37,10 @@ def server(tmp_path, monkeypatch):
       self.send_header('Content-Length', str(len(archive)))
       self.end_headers()
       # `cut`: the connection drops halfway, as a flaky network does.
-      self.wfile.write(archive[:len(archive) // 2 if settings['cut'] else None])
+      sent = archive[:len(archive) // 2 if settings['cut'] else None]
+      self.wfile.write(sent[:len(sent) // 2])
+      time.sleep(settings['pause'])
+      self.wfile.write(sent[len(sent) // 2:])
 
     def log_message(self, *args):
       del args
@@ -71,6 +75,24 @@ def test_with_no_data_given_the_release_is_downloaded_once(server, tmp_path):
   np.testing.assert_array_equal(dataset.train.labels[2:4], expected[4:6])
   _open()  # found in the cache: not downloaded again
   assert len(served) == 1
+
+
+def test_two_runs_downloading_at_once_both_get_the_release(server, tmp_path):
+  served, settings = server
+  settings['pause'] = 0.5  # both downloads under way at once
+  fetched = []
+  threads = [
+      threading.Thread(target=lambda: fetched.append(
+          download.fetch('cifar10', tmp_path / 'cache'))) for _ in range(2)
+  ]
+  for thread in threads:
+    thread.start()
+  for thread in threads:
+    thread.join()
+  assert fetched == [tmp_path / 'cache' / 'cifar-10-batches-bin'] * 2
+  # Downloaded once: the second run waited for the first.
+  assert len(served) == 1 and [p.name for p in (tmp_path / 'cache').iterdir()
+                              ] == ['cifar-10-batches-bin']
 
 
 def test_an_interrupted_damaged_or_offline_download_leaves_nothing(

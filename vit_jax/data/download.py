@@ -1,6 +1,7 @@
 """The official CIFAR releases, fetched once into a cache and checked."""
 
 import dataclasses
+import fcntl
 import hashlib
 import os
 import pathlib
@@ -58,13 +59,19 @@ def fetch(name: str, cache: pathlib.Path) -> pathlib.Path:
                        f'({e.strerror}); set ${DATA_DIR_ENV} to a directory '
                        'you can write.') from e
   partial = files.partial_path(cache / release.url.rsplit('/', 1)[-1])
+  directory = os.open(cache, os.O_RDONLY)
   try:
+    # One run downloads; runs started with it wait, then find it there.
+    fcntl.flock(directory, fcntl.LOCK_EX)
+    if target.is_dir():
+      return target
     _download(release, partial)
     with tempfile.TemporaryDirectory(dir=cache) as unpacked:
       _unpack(partial, pathlib.Path(unpacked), release.folder)
       os.replace(pathlib.Path(unpacked) / release.folder, target)
   finally:
     partial.unlink(missing_ok=True)
+    os.close(directory)  # which lets the others go on
   logging.info('%s is in %s.', name, target)
   return target
 
