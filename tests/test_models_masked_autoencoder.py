@@ -7,7 +7,9 @@ import pytest
 
 from vit_jax.models import masked_autoencoder
 from vit_jax.models import names
+from vit_jax.errors import ConfigError
 from vit_jax.objectives import losses
+from vit_jax.training import startup
 from tests import helpers
 
 MAE = dict(mask_ratio=0.75, decoder_depth=1, decoder_width=32)
@@ -132,3 +134,8 @@ def test_a_ratio_that_hides_every_patch_says_so():
   variables = {'params': helpers.random_params(model, images, train=False)}
   with pytest.raises(ValueError, match='keeps none of 16 patches'):
     _train(model, variables, images)
+  # A run of it is refused in one line before it compiles.
+  config = helpers.tiny_config('')
+  config.model_overrides.mae_mask_ratio = 0.99
+  with pytest.raises(ConfigError, match='0.99 keeps none of 16 patches: lower'):
+    startup.trained_model(config, 10)

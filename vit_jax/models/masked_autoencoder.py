@@ -17,14 +17,19 @@ from vit_jax.objectives import losses
 HEAD_SIZE = 32
 
 
-def kept_patches(key: jax.Array, batch: int, num_patches: int,
-                 mask_ratio: float) -> jax.Array:
-  """(batch, kept) random indices of the patches each image keeps."""
-  kept = int(num_patches * (1 - mask_ratio))
-  if kept < 1:
+def kept_count(num_patches: int, mask_ratio: float) -> int:
+  """How many of `num_patches` an image keeps; ValueError for none."""
+  if (kept := int(num_patches * (1 - mask_ratio))) < 1:
     raise ValueError(
         f'mae_mask_ratio={mask_ratio} keeps none of {num_patches} patches: '
         'lower it, or use smaller patches.')
+  return kept
+
+
+def kept_patches(key: jax.Array, batch: int, num_patches: int,
+                 mask_ratio: float) -> jax.Array:
+  """(batch, kept) random indices of the patches each image keeps."""
+  kept = kept_count(num_patches, mask_ratio)
   noise = jax.random.uniform(key, (batch, num_patches))
   return jnp.argsort(noise, axis=1)[:, :kept]
 

@@ -103,6 +103,9 @@ def trained_model(config, num_classes: int):
       model = masked_autoencoder.MaskedAutoencoder(
           model, fields['mae_mask_ratio'], fields['mae_decoder_depth'],
           fields['mae_decoder_width'])
+      masked_autoencoder.kept_count(
+          (config.image_size // model.vit.effective_patch_size)**2,
+          fields['mae_mask_ratio'])
   except ValueError as e:
     raise ConfigError(str(e)) from e
   return model
