@@ -61,7 +61,10 @@ def run(work: Callable[[], None], *, cpu_devices: int | None) -> NoReturn:
         # jax's preemption service took SIGTERM; this command stops at once.
         stop_signals.catch()
     work()
-  except (jax.errors.JaxRuntimeError, errors.VitJaxError) as e:
+  except (jax.errors.JaxRuntimeError, errors.VitJaxError, OSError) as e:
+    if isinstance(e, OSError) and e.filename and errors.out_of_space(e):
+      e = errors.VitJaxError(  # a full disk where no checkpoint was saving
+          errors.write_failed(e.filename, e, 'every checkpoint saved is kept'))
     if distributed.lost_a_process(e):
       peer_watch.await_verdict()  # a lost peer's line ends this process
       if not isinstance(e, errors.VitJaxError):
