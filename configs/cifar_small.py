@@ -2,11 +2,11 @@ r"""The small-data study: a model trained on 5,000 CIFAR-10 images for 30 epochs
 
 The study trained ViT-Tiny, SimpleCNN and SmallResNet on 5,000 CIFAR-10
 training images and tested on 1,000, with AdamW (lr 1e-3, weight decay 0.01),
-5 epochs of linear warmup then cosine decay, and label smoothing 0.1. It does
-not state its batch sizes nor whether it augmented; experiments/small_data
-measures both. The CNNs' batch sizes here (64 for SimpleCNN, 256 for
-SmallResNet) are the ones whose test accuracy is nearest the study's; the
-ViT's is 128; every model is trained on random crops (4-pixel padding) and
+linear warmup then cosine decay (here 5 warmup epochs for the ViT, 3 for
+the CNNs), and label smoothing 0.1. It does not state its batch sizes nor
+whether it augmented; experiments/small_data measures both. The CNNs' batch sizes here
+(64 for SimpleCNN, 256 for SmallResNet) are the ones whose validation
+accuracy is nearest the study's test accuracy; the ViT's is 128; every model is trained on random crops (4-pixel padding) and
 horizontal flips.
 
 Run (the argument after ':' picks the model: vit, simple_cnn, small_resnet;

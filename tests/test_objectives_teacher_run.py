@@ -49,6 +49,11 @@ def test_a_teacher_that_saw_other_inputs_is_a_clear_error(trained_cnn_run):
       r'with pixel_mean=.*: the teacher must see the same '
       r'inputs; set --config.pixel_mean to the teacher'):
     teacher_run.load(config, field, 10, None)
+  config.pixel_mean = helpers.tiny_config(data_dir).pixel_mean
+  with pytest.raises(
+      ConfigError, match=r'classifies 10 classes, this run\'s '
+      'data has 3: the teacher must know the same classes.$'):
+    teacher_run.load(config, field, 3, None)
 
 
 def test_a_teacher_without_a_sound_checkpoint_is_refused_in_one_line(

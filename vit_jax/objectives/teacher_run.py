@@ -37,6 +37,10 @@ def load(config, field: str, num_classes: int,
           f'config.{field}={workdir} was trained with {name}={theirs}, this '
           f'run uses {ours}: the teacher must see the same inputs; set '
           f'--config.{name} to the teacher\'s.')
+  if (theirs := run.params['head']['bias'].shape[-1]) != num_classes:
+    raise ConfigError(
+        f'config.{field}={workdir} classifies {theirs} classes, this run\'s '
+        f'data has {num_classes}: the teacher must know the same classes.')
   teacher_config.dtype = config.dtype
   module = models.from_config(teacher_config, num_classes)
   return module, jax.device_put(run.variables, sharding)
