@@ -63,3 +63,17 @@ def test_another_hosts_renewed_lock_is_refused_until_it_lapses(tmp_path):
                         renewed_seconds_ago=workdir_lock.STALE_SECONDS + 1)
   with workdir_lock.WorkdirLock(tmp_path / 'lapsed') as lock:
     assert json.loads(lock.path.read_text())['host'] == socket.gethostname()
+
+
+def test_without_flock_a_lock_naming_this_process_is_a_dead_runs(
+    tmp_path, monkeypatch):
+  """A restarted container's run may get the dead run's process id."""
+  monkeypatch.setattr(workdir_lock.WorkdirLock, '_lock', lambda self, fd: False)
+  (tmp_path / 'run').mkdir()
+  (tmp_path / 'run' / 'lock').write_text(
+      json.dumps(
+          dict(host=socket.gethostname(), pid=os.getpid(),
+               since='2026-11-25T08:00:00+00:00')))
+  with workdir_lock.WorkdirLock(tmp_path / 'run') as lock:
+    assert json.loads(
+        lock.path.read_text())['since'] != '2026-11-25T08:00:00+00:00'

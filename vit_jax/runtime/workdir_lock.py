@@ -135,7 +135,9 @@ class WorkdirLock:
   def _refuse_if_alive(self, holder: Holder) -> None:
     """Refuses a live holder flock cannot see (another host, or no flock)."""
     if holder.host == socket.gethostname():
-      if self._flocked or not process_exists(holder.pid):
+      # Its own id: a restarted container's run, given the dead one's.
+      if (self._flocked or holder.pid == os.getpid() or
+          not process_exists(holder.pid)):
         return
       state = 'running'
     else:
