@@ -69,6 +69,12 @@ def test_tfds_array_record_is_read_by_index_or_whole_without_tensorflow(
   assert images.shape == (4, 16, 16, 3)
   with pytest.raises(DatasetError, match='not prepared'):
     _open(tmp_path / 'empty', name, whole=False)
+  for whole in (False, True):  # a mistyped split, whatever would read it
+    with pytest.raises(
+        DatasetError, match="^config.train_split='trian': "
+        "Unknown split 'trian'. Should be one of"):
+      tfds_source.open_tfds(name[len('tfds:'):], tmp_path, 'trian', 'test',
+                            whole)
   with pytest.raises(
       DatasetError, match="no dataset 'vit_jax_none', in its "
       'catalog or prepared in .*: prepare it'):

@@ -93,6 +93,13 @@ def open_tfds(name: str, data_dir: pathlib.Path | None, train_split: str,
               test_split: str, whole: bool) -> Dataset:
   """By index; failing that, and if `whole`, whole with TensorFlow."""
   builder = _tfds_builder(name, data_dir)
+  for field, split in (('train_split', train_split), ('test_split',
+                                                      test_split)):
+    try:
+      builder.info.splits[split]  # its name and slice, whatever the format
+    except (KeyError, ValueError) as e:
+      raise DatasetError(f'config.{field}={split!r}: {str(e).splitlines()[0]} '
+                         f'(tfds:{name}).') from e
   try:
     train, test = (builder.as_data_source(split=s)
                    for s in (train_split, test_split))
