@@ -75,7 +75,8 @@ def test_paper_recipes_match_the_tables():
           for c in (pretrain, imagenet, finetune)} == {'streaming'}
   # Table 4 counts fine-tuning in steps; Table 3 pre-training in epochs.
   assert (finetune.total_steps, finetune.warmup_steps) == (10_000, 500)
-  assert _config('finetune:oxford_flowers102').total_steps == 500
+  flowers = _config('finetune:oxford_flowers102')
+  assert (flowers.total_steps, flowers.warmup_steps) == (500, 50)  # decays
   assert _config('finetune:imagenet2012').total_steps == 20_000
   # The study's batch sizes nearest its numbers (experiments/small_data);
   # the data-efficiency recipes' one for every model.
