@@ -82,6 +82,12 @@ def distributed_args(coordinator_address: str | None = None,
     num_processes = _int_env(env, 'JAX_NUM_PROCESSES')
   if process_id is None:
     process_id = _int_env(env, 'JAX_PROCESS_ID')
+  if num_processes is None and 'OMPI_MCA_orte_hnp_uri' not in env:
+    # Open MPI 5 sets no OMPI_MCA_orte_hnp_uri, by which jax detects mpirun:
+    # its ranks still say their place; the address is the user's.
+    num_processes = _int_env(env, 'OMPI_COMM_WORLD_SIZE')
+    if process_id is None:
+      process_id = _int_env(env, 'OMPI_COMM_WORLD_RANK')
 
   if coordinator_address and not coordinator_address.rpartition(
       ':')[2].isdigit():
