@@ -62,11 +62,14 @@ def metrics_file(logs: Callable[[dict], list], run_name: Callable):
 
 
 def link(paths: list[pathlib.Path], folder: pathlib.Path):
-  """`folder` with a link to each of `paths` whose name it lacks."""
+  """`folder` with a link to each of `paths`, by name (a stale one replaced)."""
   folder.mkdir(parents=True, exist_ok=True)
   for path in paths:
-    if not (folder / path.name).exists():
-      (folder / path.name).symlink_to(path.resolve())
+    name = folder / path.name
+    if name.is_symlink() and name.resolve() != path.resolve():
+      name.unlink()  # to another copy, or to nothing
+    if not name.exists():
+      name.symlink_to(path.resolve())
 
 
 def command(directory: pathlib.Path, config: str, overrides: dict) -> str:
@@ -265,10 +268,12 @@ def read_again(runs_read: dict, finished_at: Callable[[str], str]) -> str:
 
 def integers(text: str) -> list[int]:
   """An argparse type: comma-separated integers."""
-  if not all(v.isdigit() for v in text.split(',')):
+  values = text.split(',')
+  if (not all(v.isdigit() for v in values) or
+      len(set(map(int, values))) != len(values)):  # a seed twice counts twice
     raise argparse.ArgumentTypeError(
-        f'{text!r}: use integers separated by commas, e.g. 0,1,2')
-  return [int(v) for v in text.split(',')]
+        f'{text!r}: use distinct integers separated by commas, e.g. 0,1,2')
+  return [int(v) for v in values]
 
 
 def require_cifar10_subset(data_dir: pathlib.Path, flag: str):
@@ -308,11 +313,15 @@ def catch_stop_signals() -> None:
                      'and README are as the last complete summary left them')
 
 
+def _require_runs(results, searched: str):
+  if not results:
+    sys.exit(f'error: no finished runs in {searched}.')
+
+
 def write_summary(folder: pathlib.Path, results, searched: str,
                   sections: dict[str, str], figures: dict | None = None):
   """Writes results.json, README sections and `figures`' files, or none."""
-  if not results:
-    sys.exit(f'error: no finished runs in {searched}.')
+  _require_runs(results, searched)
   readme = folder / 'README.md'
   text = readme.read_text()
   for name, section in sections.items():
@@ -371,6 +380,7 @@ def summarize(folder: pathlib.Path, workdir: pathlib.Path, planned: dict,
   """Writes the `planned` runs' records in `order`, `sections`, the missing."""
   found = load_records(workdir, planned, folder / 'results.json', run_name)
   records = sorted(found.values(), key=order)
+  _require_runs(records, f'{workdir} or results.json')  # before sections
   missing = missing_runs(list(planned), set(found))
   write_summary(folder, records, f'{workdir} or results.json',
                 {**sections(records), 'missing runs': missing}, figures)

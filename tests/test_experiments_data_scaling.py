@@ -60,7 +60,8 @@ def test_the_sweep_trains_the_study_recipe_on_nested_subsets(tmp_path, capsys):
   ]
   for flag, error in {
       '--sizes=15': 'multiples of 10', '--models=vit,mlp': 'some of',
-      '--seeds=a': "'a': use integers separated by commas, e.g. 0,1,2"
+      '--seeds=a': "'a': use distinct integers separated by commas, e.g. 0,1",
+      '--seeds=0,1,1': "'0,1,1': use distinct integers"
   }.items():
     with pytest.raises(SystemExit):
       run_sweep(flag)

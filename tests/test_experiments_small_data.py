@@ -72,6 +72,8 @@ def test_the_summary_chooses_on_validation_and_pairs_by_seed(
             0.6, 0.6, epochs=1)
   shutil.copy(summary.HERE / 'README.md', tmp_path)
   monkeypatch.setattr(summary, 'HERE', tmp_path)
+  with pytest.raises(SystemExit, match='^error: no finished runs in /none'):
+    summary.main(['--workdir=/none'])  # nor a results.json
   summary.main([f'--workdir={runs_dir}'])
   text = (tmp_path / 'README.md').read_text()
   assert ('| SimpleCNN | 1,000 | 64 | 3 | 66.1 ± 0.1 | 71.0 ± 1.0 | 71.0 ± 1.0 '
@@ -137,5 +139,12 @@ def test_held_out_links_what_the_study_leaves_out_and_its_own_copies(tmp_path):
     return sorted(int(p.stem) for p in folder.glob('*/*.jpg'))
 
   assert linked(tmp_path / 'held_out') == list(range(20, 40))
+  # Again from a copy moved elsewhere: its links, none dangling.
+  (tmp_path / 'jpeg').rename(tmp_path / 'moved')
+  held_out.main([
+      f'--subset={tmp_path / "subset"}', f'--jpeg={tmp_path / "moved"}',
+      f'--out={tmp_path / "held_out"}', f'--study={tmp_path / "study"}'
+  ])
+  assert all(p.exists() for p in (tmp_path / 'held_out').glob('*/*.jpg'))
   assert linked(tmp_path / 'study' / 'train') == list(range(20))
   assert linked(tmp_path / 'study' / 'test') == list(range(10))
