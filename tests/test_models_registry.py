@@ -87,7 +87,8 @@ def test_an_override_of_another_kind_is_one_line(override, kind, default):
   # An integer where a float is expected is a number; numpy's numbers are.
   assert create_model('ViT-Tiny-CIFAR_4', 10, dropout_rate=0).dropout_rate == 0
   create_model('ViT-Tiny-CIFAR_4', 10, num_layers=np.int64(2),
-               dropout_rate=np.float32(0.1), mimetic_init=np.bool_(True))
+               dropout_rate=np.float32(0.1), mimetic_init=np.bool_(True),
+               scan=np.bool_(True), remat=np.str_('full'))
 
 
 @pytest.mark.parametrize('name',

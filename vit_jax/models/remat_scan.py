@@ -4,6 +4,7 @@ from collections.abc import Callable
 
 import flax.linen as nn
 import jax
+import numpy as np
 
 # What each block keeps from its forward pass for the backward pass
 # (`jax.checkpoint_policies`); the rest is recomputed there.
@@ -21,7 +22,7 @@ def check(remat: str, scan: bool, stochastic_depth_rate: float) -> None:
   """Raises ValueError, in one line, for values the encoder cannot run."""
   if remat not in REMAT_POLICIES:
     raise ValueError(f'remat={remat!r}; use one of {tuple(REMAT_POLICIES)}.')
-  if not isinstance(scan, bool):
+  if not isinstance(scan, (bool, np.bool_)):  # as the registry takes it
     raise ValueError(f'scan={scan!r}; use True or False.')
   if scan and stochastic_depth_rate:
     raise ValueError(
