@@ -209,14 +209,16 @@ def landed(results: pathlib.Path, run_name: Callable) -> dict[str, dict]:
 
 def unplanned(directory: pathlib.Path, fresh: dict, description: dict) -> str:
   """How the finished run in `directory` is not the one planned there, or ''."""
-  if steps := read_json(directory / 'config.json').get('total_steps'):
+  config = read_json(directory / 'config.json')
+  if steps := config.get('total_steps'):
     return f'as it ran config.total_steps={steps}, which no sweep sets'
   # A sweep that plans no epochs runs configs/cifar_small.py's: a run of
   # others is a trial's (--config.num_epochs).
   from configs import cifar_small  # pylint: disable=g-import-not-at-top
   planned = {'epochs': cifar_small.get_config().num_epochs, **description}
-  return next((f'as its {key} is {fresh[key]}, not the {value} planned'
-               for key, value in planned.items() if fresh[key] != value), '')
+  ran = {**fresh, 'batch_size': config.get('batch_size')}  # not the plan's
+  return next((f'as its {key} is {ran[key]}, not the {value} planned'
+               for key, value in planned.items() if ran[key] != value), '')
 
 
 def load_records(workdir: pathlib.Path, planned: dict[str, dict],

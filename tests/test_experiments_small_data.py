@@ -54,7 +54,7 @@ def _finished(directory, model, seed, batch_size, validation, test, epochs=30):
 
 
 def test_the_summary_chooses_on_validation_and_pairs_by_seed(
-    tmp_path, monkeypatch):
+    tmp_path, monkeypatch, capsys):
   """Tables paired by seed, every run's logs in metrics.jsonl, the closest."""
   monkeypatch.setattr(summary, 'parameter_count', lambda model: 1000)
   runs_dir = tmp_path / 'runs'
@@ -67,6 +67,7 @@ def test_the_summary_chooses_on_validation_and_pairs_by_seed(
               128, 0.63, 0.66)
   _finished(runs_dir / 'vit_no_augment_seed0', 'vit', 0, 128, 0.47, 0.46)
   (runs_dir / 'small_resnet_seed0').mkdir()  # interrupted
+  _finished(runs_dir / 'small_resnet_seed1', 'small_resnet', 1, 128, 0.6, 0.6)
   # A trial of one epoch: left out, as not the config's 30.
   _finished(runs_dir / 'small_resnet_batch128_seed0', 'small_resnet', 0, 128,
             0.6, 0.6, epochs=1)
@@ -75,6 +76,8 @@ def test_the_summary_chooses_on_validation_and_pairs_by_seed(
   with pytest.raises(SystemExit, match='^error: no finished runs in /none'):
     summary.main(['--workdir=/none'])  # nor a results.json
   summary.main([f'--workdir={runs_dir}'])
+  assert (f'{runs_dir}/small_resnet_seed1: left out, as its batch_size is 128, '
+          'not the 256 planned') in capsys.readouterr().err
   text = (tmp_path / 'README.md').read_text()
   assert ('| SimpleCNN | 1,000 | 64 | 3 | 66.1 ± 0.1 | 71.0 ± 1.0 | 71.0 ± 1.0 '
           '| 81.0 ± 1.0 | 2, 2, 2 | 70.8 / 80.2 | 2 | 1 |') in text
