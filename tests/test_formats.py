@@ -50,8 +50,9 @@ def test_what_a_folder_format_cannot_hold_is_one_line(tmp_path, kind, fields,
 def test_an_npz_refuses_only_what_no_reader_could_rebuild():
   model = models.create_model('ViT-Tiny-CIFAR_4', 7, distillation_token=True,
                               representation_size=5)
-  vit_model.check_exportable(model, 'npz', {})
+  vit_model.check_exportable(model, 'npz', vit_model.npz_lacks(model))
   with pytest.raises(
       CheckpointError, match="^npz has no position embedding 'sincos2d', "
       'which this ViT has: keep its workdir, which every command reads.$'):
-    vit_model.check_exportable(model.clone(posemb='sincos2d'), 'npz', {})
+    sincos = model.clone(posemb='sincos2d')
+    vit_model.check_exportable(sincos, 'npz', vit_model.npz_lacks(sincos))

@@ -52,10 +52,11 @@ def convert(source: str | pathlib.Path, dest: str | pathlib.Path,
   if not isinstance(loaded.model, models.VisionTransformer):
     raise CheckpointError(f'{source} holds a {loaded.config.model}; only ViTs '
                           'convert to other formats.')
-  vit_model.check_exportable(loaded.model, format_name, {})
   params = jax.device_get(loaded.params)
   try:
     if format_name == 'npz':
+      vit_model.check_exportable(loaded.model, 'npz',
+                                 vit_model.npz_lacks(loaded.model))
       npz.save_npz(params, dest)
     else:
       files.replace_directory_atomically(

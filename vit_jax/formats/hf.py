@@ -106,7 +106,7 @@ def write(
   # transformers' ViTHybrid is deprecated and its BiT stem not ours.
   vit_model.check_exportable(
       model, NAME, {
-          'ResNet stem of the hybrid (--format=timm has it)':
+          **vit_model.folder_lacks(model), 'ResNet stem of the hybrid (--format=timm has it)':
               model.resnet_stages is not None,
           "'gap' head (it reads the class token)": model.classifier == 'gap',
       })

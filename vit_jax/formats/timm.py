@@ -169,7 +169,7 @@ def write(
   """timm's hub folder in `directory`; `pixels`: the training (mean, std)."""
   vit_model.check_exportable(
       model, NAME, {
-          f'MLP of width {model.mlp_dim} (timm builds int(width x '
+          **vit_model.folder_lacks(model), f'MLP of width {model.mlp_dim} (timm builds int(width x '
           'mlp_ratio), which rounds it down)':
               int(model.hidden_size *
                   (model.mlp_dim / model.hidden_size)) != model.mlp_dim,

@@ -156,25 +156,31 @@ def _image_size(params, model: models.VisionTransformer, source: str) -> int:
                    'position embeddings') * model.effective_patch_size
 
 
-def check_exportable(model: models.VisionTransformer, format_name: str,
-                     unsupported: dict[str, bool]) -> None:
-  """CheckpointError naming `model`'s first feature the format cannot hold."""
-  # No array of the official .npz says these, so no reader could rebuild them.
-  npz_lacks = {
+def npz_lacks(model: models.VisionTransformer) -> dict[str, bool]:
+  """What no array of the official .npz says: no reader could rebuild it."""
+  return {
       'shifted-patch embedding': model.shifted_patches,
       'locality self-attention': model.locality_attention,
       f'position embedding {model.posemb!r}': model.posemb != 'learned'
   }
-  if format_name != 'npz':
-    unsupported = {
-        'MAP head': model.classifier == 'map',
-        'distillation token': model.distillation_token,
-        'pre-logits layer (representation_size)': model.representation_size is
-                                                  not None, **unsupported
-    }
-  fix = ('keep its workdir, which every command reads'
-         if any(npz_lacks.values()) else 'convert it with --format=npz')
-  for feature, present in {**npz_lacks, **unsupported}.items():
+
+
+def folder_lacks(model: models.VisionTransformer) -> dict[str, bool]:
+  """What neither timm's nor transformers' ViT holds."""
+  return {
+      'MAP head': model.classifier == 'map',
+      'distillation token': model.distillation_token,
+      **npz_lacks(model), 'pre-logits layer (representation_size)':
+          model.representation_size is not None
+  }
+
+
+def check_exportable(model: models.VisionTransformer, format_name: str,
+                     unsupported: dict[str, bool]) -> None:
+  """CheckpointError naming the first feature of `unsupported` `model` has."""
+  fix = ('keep its workdir, which every command reads' if any(
+      npz_lacks(model).values()) else 'convert it with --format=npz')
+  for feature, present in unsupported.items():
     if present:
       raise CheckpointError(
           f'{format_name} has no {feature}, which this ViT has: {fix}.')
