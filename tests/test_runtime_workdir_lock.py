@@ -3,6 +3,7 @@
 import json
 import os
 import socket
+import threading
 import time
 
 import pytest
@@ -49,8 +50,10 @@ def _lock_of_another_host(workdir, renewed_seconds_ago):
   os.utime(lock, (renewed, renewed))
 
 
-def test_another_hosts_renewed_lock_is_refused_until_it_lapses(tmp_path):
+def test_another_hosts_renewed_lock_is_refused_until_it_lapses(
+    tmp_path, monkeypatch):
   """Where flock does not reach across hosts, the renewal time does."""
+  monkeypatch.setattr(workdir_lock, 'WATCH_SECONDS', 1.0)
   _lock_of_another_host(tmp_path / 'fresh', renewed_seconds_ago=5)
   with pytest.raises(
       WorkdirError, match=r'\(process 7 on elsewhere, since 2026-11-25T08:00'
@@ -63,6 +66,26 @@ def test_another_hosts_renewed_lock_is_refused_until_it_lapses(tmp_path):
                         renewed_seconds_ago=workdir_lock.STALE_SECONDS + 1)
   with workdir_lock.WorkdirLock(tmp_path / 'lapsed') as lock:
     assert json.loads(lock.path.read_text())['host'] == socket.gethostname()
+
+  # A live holder whose clock is two minutes behind this host's.
+  _lock_of_another_host(tmp_path / 'behind', renewed_seconds_ago=120)
+  stop = threading.Event()
+
+  def renew_behind():
+    while not stop.wait(0.05):
+      os.utime(tmp_path / 'behind' / 'lock', (time.time() - 120,) * 2)
+
+  renewing = threading.Thread(target=renew_behind)
+  renewing.start()
+  try:
+    with pytest.raises(
+        WorkdirError, match=r'elsewhere, since .*, renewed within 1 s, '
+        r'though its time is 120 s behind'):
+      workdir_lock.WorkdirLock(tmp_path / 'behind').acquire()
+  finally:
+    stop.set()
+    renewing.join()
+  assert 'elsewhere' in (tmp_path / 'behind' / 'lock').read_text()
 
 
 def test_without_flock_a_lock_naming_this_process_is_a_dead_runs(

@@ -18,9 +18,11 @@ from vit_jax.errors import WorkdirError
 LOCK_FILE = 'lock'
 # The kernel releases a dead holder's flock; flock may not reach other hosts, so
 # the holder renews the file's time every RENEW_SECONDS and another host takes
-# over once the renewal is STALE_SECONDS old.
+# over once the renewal is STALE_SECONDS old by its clock and the file's time
+# stands still for WATCH_SECONDS (hosts' clocks may disagree by more).
 RENEW_SECONDS = 10.0
 STALE_SECONDS = 60.0
+WATCH_SECONDS = 2 * RENEW_SECONDS
 
 
 @dataclasses.dataclass(frozen=True)
@@ -141,15 +143,34 @@ class WorkdirLock:
         return
       state = 'running'
     else:
-      age = time.time() - os.fstat(self._fd).st_mtime
-      if age >= STALE_SECONDS:
+      renewed = os.fstat(self._fd).st_mtime
+      age = time.time() - renewed
+      if age < STALE_SECONDS:
+        state = (f'renewed {age:.0f} s ago; if that run is gone, its lock '
+                 f'lapses {STALE_SECONDS - age:.0f} s from now')
+      elif self._renewed_since(renewed):
+        state = (f'renewed within {WATCH_SECONDS:.0f} s, though its time is '
+                 f'{age:.0f} s behind this host\'s clock')
+      else:
         return
-      state = (f'renewed {age:.0f} s ago; if that run is gone, its lock '
-               f'lapses {STALE_SECONDS - age:.0f} s from now')
     self._let_go()  # the file stays the holder's
     raise WorkdirError(f'The workdir {self.workdir} is in use by another run '
                        f'({holder.describe()}, {state}). Wait until it ends, '
                        'or pass another --workdir.')
+
+  def _renewed_since(self, renewed: float) -> bool:
+    """Whether the lock's time moves from `renewed` within WATCH_SECONDS."""
+    logging.info('Watching %s for %.0f s: does its holder renew it?', self.path,
+                 WATCH_SECONDS)
+    deadline = time.monotonic() + WATCH_SECONDS
+    while time.monotonic() < deadline:
+      time.sleep(WATCH_SECONDS / 20)
+      try:
+        if os.stat(self.path).st_mtime != renewed:
+          return True
+      except FileNotFoundError:  # its holder let go
+        return True
+    return False
 
   def _let_go(self) -> None:
     if self._fd is not None:
