@@ -150,13 +150,10 @@ _RUN_IDENTITY = ('finished', 'best_test_accuracy', 'test_accuracy_at_best_step',
 
 def record(directory: pathlib.Path, description: dict) -> dict:
   """A finished run as results.json holds it, with the sweep's `description`."""
-  # Here, not at the top: configs import jax, which a sweep does not need.
-  from configs import cifar_small  # pylint: disable=g-import-not-at-top
   summary = read_json(directory / 'summary.json')
   config = read_json(directory / 'config.json')
   return {
-      'model': next(key for key, (registered, *_) in cifar_small.MODELS.items()
-                    if registered == config['model']),
+      'model': _model_of(config),
       **description,
       'epochs': round(summary['epochs']),
       'seed': config['seed'],
@@ -165,6 +162,13 @@ def record(directory: pathlib.Path, description: dict) -> dict:
       # A summary.json without a device is from the project's 2-core CPU.
       'device': summary.get('device', 'cpu')
   }
+
+
+def _model_of(config: dict) -> str:
+  # Here, not at the top: configs import jax, which a sweep does not need.
+  from configs import cifar_small  # pylint: disable=g-import-not-at-top
+  return next(key for key, (registered, *_) in cifar_small.MODELS.items()
+              if registered == config['model'])
 
 
 def paired(a: dict[int, float], b: dict[int, float]) -> tuple[float, float]:
@@ -216,7 +220,11 @@ def unplanned(directory: pathlib.Path, fresh: dict, description: dict) -> str:
   # others is a trial's (--config.num_epochs).
   from configs import cifar_small  # pylint: disable=g-import-not-at-top
   planned = {'epochs': cifar_small.get_config().num_epochs, **description}
-  ran = {**fresh, 'batch_size': config.get('batch_size')}  # not the plan's
+  # The run's, not the plan's.
+  ran = {
+      **fresh, 'model': _model_of(config),
+      'batch_size': config.get('batch_size')
+  }
   return next((f'as its {key} is {ran[key]}, not the {value} planned'
                for key, value in planned.items() if ran[key] != value), '')
 

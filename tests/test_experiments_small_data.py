@@ -68,6 +68,7 @@ def test_the_summary_chooses_on_validation_and_pairs_by_seed(
   _finished(runs_dir / 'vit_no_augment_seed0', 'vit', 0, 128, 0.47, 0.46)
   (runs_dir / 'small_resnet_seed0').mkdir()  # interrupted
   _finished(runs_dir / 'small_resnet_seed1', 'small_resnet', 1, 128, 0.6, 0.6)
+  _finished(runs_dir / 'small_resnet_seed2', 'simple_cnn', 2, 256, 0.6, 0.6)
   # A trial of one epoch: left out, as not the config's 30.
   _finished(runs_dir / 'small_resnet_batch128_seed0', 'small_resnet', 0, 128,
             0.6, 0.6, epochs=1)
@@ -77,7 +78,9 @@ def test_the_summary_chooses_on_validation_and_pairs_by_seed(
     summary.main(['--workdir=/none'])  # nor a results.json
   summary.main([f'--workdir={runs_dir}'])
   assert (f'{runs_dir}/small_resnet_seed1: left out, as its batch_size is 128, '
-          'not the 256 planned') in capsys.readouterr().err
+          'not the 256 planned') in (err := capsys.readouterr().err)
+  assert (f'{runs_dir}/small_resnet_seed2: left out, as its model is '
+          'simple_cnn, not the small_resnet planned') in err
   text = (tmp_path / 'README.md').read_text()
   assert ('| SimpleCNN | 1,000 | 64 | 3 | 66.1 ± 0.1 | 71.0 ± 1.0 | 71.0 ± 1.0 '
           '| 81.0 ± 1.0 | 2, 2, 2 | 70.8 / 80.2 | 2 | 1 |') in text

@@ -16,9 +16,9 @@ def planned() -> dict[str, dict]:
   """The sweep's runs: name -> what their records hold beside the summary."""
   # These runs hold no validation images: they choose on test.
   return {
-      recipes.run_name(*run): dict(recipe=recipes.recipe_name(run[1]),
-                                   train_examples=recipes.TRAIN_EXAMPLES,
-                                   epochs=run[2], chosen_on='test')
+      recipes.run_name(*run): dict(model=run[0], recipe=recipes.recipe_name(
+          run[1]), train_examples=recipes.TRAIN_EXAMPLES, epochs=run[2],
+                                   chosen_on='test')
       for run in sum(sweep.planned_runs(), [])
   }
 

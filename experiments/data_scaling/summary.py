@@ -50,8 +50,8 @@ def main(argv=None):
   args, planned = sweep.parse(argv, __doc__, summary=True)
   runs.summarize(
       HERE, args.workdir, {
-          sweep.run_name(*run): dict(recipe=sweep.RECIPE, train_examples=run[1])
-          for run in planned
+          sweep.run_name(*run): dict(model=run[0], recipe=sweep.RECIPE,
+                                     train_examples=run[1]) for run in planned
       }, sweep.record_name, lambda r:
       (r['train_examples'], r['model'], r['seed']),
       lambda records: {'results table': table(records)},

@@ -112,8 +112,10 @@ def _described(name: str) -> dict:
   # What a run's name, MODEL_study+INGREDIENTS_eEPOCHS_seedSEED, says of it:
   # a run of other epochs, or choosing on other images (another
   # experiment's), is left out.
-  ingredients, rest = name.split('_study')[1].rsplit('_e', 1)
-  return dict(recipe='study' + ingredients, epochs=int(rest.split('_')[0]),
+  model, after = name.split('_study')
+  ingredients, rest = after.rsplit('_e', 1)
+  return dict(model=model, recipe='study' + ingredients,
+              epochs=int(rest.split('_')[0]),
               chosen_on='test' if r.PRETRAINING in name else 'validation')
 
 
@@ -149,7 +151,8 @@ def complete(workdir: pathlib.Path, folder: pathlib.Path, seeds: list[int],
   row_of = {run: row for row, planned in rows.items() for run in planned}
   descriptions = {}
   for run in sum(stages.values(), []):
-    descriptions[r.run_name(*run)] = dict(recipe=r.recipe_name(run[1]),
+    descriptions[r.run_name(*run)] = dict(model=run[0],
+                                          recipe=r.recipe_name(run[1]),
                                           row=row_of.get(run), epochs=run[2])
   for run, name in evaluations:
     if (evaluation := sweep.evaluated(workdir, run, name)) is None:

@@ -174,7 +174,7 @@ def main(argv=None):
   runs.summarize(
       HERE, workdir, {
           name: {
-              'choice': choice, 'batch_size': overrides.get(
+              'model': model, 'choice': choice, 'batch_size': overrides.get(
                   'batch_size', cifar_small.MODELS[model][2])
           } for name, (choice, model, overrides) in planned.items()
       }, _run_name, _run_name, lambda records: {
