@@ -25,7 +25,7 @@ def test_random_erasing_fills_one_rectangle_as_timm_fills_it():
     assert box.all() and box.sum() == filled.sum()  # one full rectangle
     fractions.append(box.size / filled.size)
     aspects.append(box.shape[0] / box.shape[1])
-  # The area range (0.02, 1/3) and aspect range (0.3, 3.3), up to rounding
+  # The area range (0.02, 1/3) and aspect range (0.3, 1/0.3), up to rounding
   # the sides to whole pixels.
   assert 0.01 <= min(fractions) and max(fractions) <= 0.38
   assert 0.2 <= min(aspects) and max(aspects) <= 4.5

@@ -8,7 +8,7 @@ from vit_jax.data import auto_augment
 
 def random_erasing(key: jax.Array, images: jax.Array, probability: float = 0.25,
                    area: tuple[float, float] = (0.02, 1 / 3),
-                   aspect: tuple[float, float] = (0.3, 3.3), *,
+                   aspect: tuple[float, float] = (0.3, 1 / 0.3), *,
                    mode: str = 'const', mean=auto_augment.FILL, std=1.0,
                    attempts: int = 10) -> jax.Array:
   """Random erasing (Zhong et al. 2020) as timm's RandomErasing, one box."""
