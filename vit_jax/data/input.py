@@ -42,7 +42,9 @@ class Input(abc.ABC):
     self._evaluated = {'test': dataset.test}
     if dataset.validation is not None:
       self._evaluated['validation'] = dataset.validation
-    self.eval_sizes = {n: len(s) for n, s in self._evaluated.items()}
+    self.eval_sizes = {
+        split: len(examples) for split, examples in self._evaluated.items()
+    }
 
   @property
   def steps_per_dispatch(self) -> int:
