@@ -214,10 +214,9 @@ def draw_token_attention(out: pathlib.Path, subject: reading.Loaded,
         measures.cls_attention(last_layer, grid, len(prefix),
                                query=prefix.index(names.DISTILLATION_TOKEN)),
         token='distillation')
-  needed = len(image_files) if image_files else num_images
-  rollout = measures.attention_rollout([a[:needed] for a in attentions])
-  rollout = measures.cls_attention(rollout, grid, len(prefix),
-                                   prefix.index(names.CLASS_TOKEN))
+  # Of the images whose attention `forward` kept; [CLS] is the first token.
+  rollout = measures.cls_attention(measures.attention_rollout(attentions), grid,
+                                   len(prefix))
   figures.plot_rollout(out / 'attention_rollout.png', display[shown],
                        rollout[shown])
   stems, names_used = [path.stem for path in image_files or []], []

@@ -81,15 +81,14 @@ def run_benchmark(config: ml_collections.ConfigDict, steps: int,
     processes, threads = timed[0]['workers'], timed[0]['threads']
     # Threads share this process's usable cores; each worker is a process.
     cores = min(processes, os.cpu_count() or 1) if processes else threads
-    results.append({
-        'loader': (f'{processes} worker processes' if processes else
-                   f'{threads} threads'), 'input_workers': setting,
-        'images_per_second': config.batch_size / seconds,
-        'images_per_second_per_core': config.batch_size / seconds / cores,
-        'ms_per_batch': 1000 * seconds,
-        'first_batch_seconds': statistics.median(r['first_batch_seconds']
-                                                 for r in timed),
-    })
+    loader = (f'{processes} worker processes'
+              if processes else f'{threads} threads')
+    first = statistics.median(r['first_batch_seconds'] for r in timed)
+    results.append(
+        dict(loader=loader, input_workers=setting,
+             images_per_second=config.batch_size / seconds,
+             images_per_second_per_core=config.batch_size / seconds / cores,
+             ms_per_batch=1000 * seconds, first_batch_seconds=first))
   return results
 
 
@@ -111,8 +110,7 @@ def main(argv):
         f'CPUs, medians of {args.rounds} alternating rounds')
   header = (f'{"loader":<22} {"images/s":>9} {"per core":>9} '
             f'{"ms/batch":>9} {"first batch s":>14}')
-  print(header)
-  print('-' * len(header))
+  print(header, '-' * len(header), sep='\n')
   for r in results:
     print(f'{r["loader"]:<22} {r["images_per_second"]:9.1f} '
           f'{r["images_per_second_per_core"]:9.1f} {r["ms_per_batch"]:9.1f} '

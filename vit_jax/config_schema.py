@@ -41,182 +41,179 @@ class Field:
   check: tuple[Callable[[Any], bool], str] | None = None
 
 
-FIELDS: dict[str, Field] = {
+FIELDS: dict[str, Field] = dict(
     # The model.
-    'model': Field('ViT-Tiny-CIFAR_4',
-                   'A registered model name (vit_jax.models.registry).',
-                   models.MODEL_NAMES),
-    'model_overrides': Field(
+    model=Field('ViT-Tiny-CIFAR_4',
+                'A registered model name (vit_jax.models.registry).',
+                models.MODEL_NAMES),
+    model_overrides=Field(
         {}, "Model fields to change, e.g. {'dropout_rate': 0.0}; only 'remat' "
         "and 'attention' may change when a run resumes."),
-    'dtype': Field(
+    dtype=Field(
         'float32', 'Computation dtype; parameters and optimizer state stay '
         'float32.', ('float32', 'bfloat16')),
-    'init_from': Field(
+    init_from=Field(
         '', 'Fine-tune from this checkpoint: a run directory, a released .npz, '
         'timm, transformers; empty: from scratch.', may_change_on_resume=True),
     # The data.
-    'dataset': Field('cifar10',
-                     'cifar10, cifar100, image_folder or tfds:NAME.'),
-    'data_dir': Field(
+    dataset=Field('cifar10', 'cifar10, cifar100, image_folder or tfds:NAME.'),
+    data_dir=Field(
         '', 'Where the dataset is. Unset: $VIT_JAX_DATA_DIR, else '
         '~/.cache/vit_jax (docs/training.md).', may_change_on_resume=True),
-    'train_split': Field('train', 'Training split (tfds datasets).'),
-    'test_split': Field('test', 'Evaluation split (tfds datasets).'),
-    'train_examples': Field(
+    train_split=Field('train', 'Training split (tfds datasets).'),
+    test_split=Field('test', 'Evaluation split (tfds datasets).'),
+    train_examples=Field(
         0, 'Keep N training examples (docs/training.md, Data); 0: all.',
         check=_NON_NEGATIVE),
-    'train_examples_per_file': Field(
+    train_examples_per_file=Field(
         0, 'CIFAR: keep the first N images of each of the 5 training files '
         '(the study: 1000); 0: all.', check=_NON_NEGATIVE),
-    'test_examples': Field(
+    test_examples=Field(
         0, 'Keep N test examples; 0: all. Chosen as train_examples are.',
         check=_NON_NEGATIVE),
-    'validation_examples': Field(
+    validation_examples=Field(
         0, 'Hold out N examples the run never trains on, to choose the best '
         'step on (docs/training.md); 0: none.', check=_NON_NEGATIVE),
-    'validation_dir': Field(
+    validation_dir=Field(
         '', 'The folder validation_examples come from (docs/training.md).'),
-    'image_size': Field(32, 'Side of the square model input, in pixels.',
-                        check=_POSITIVE),
-    'input_pipeline': Field(
+    image_size=Field(32, 'Side of the square model input, in pixels.',
+                     check=_POSITIVE),
+    input_pipeline=Field(
         'on_device', "'on_device' (small data) or 'streaming' (ImageNet); "
         'docs/training.md, Input.', ('on_device', 'streaming')),
-    'input_workers': Field(
+    input_workers=Field(
         -1, 'Streaming: grain worker processes loading batches on each host; '
         '-1: one per core it may use; 0: threads.', may_change_on_resume=True,
         check=(lambda v: v >= -1,
                'must be -1 (one per CPU core), 0 (threads) or a count')),
-    'augment': Field(
+    augment=Field(
         True, 'Training augmentation: on device, 4-pixel-padded random crop + '
         'flip; streaming, Inception crop + flip.'),
-    'auto_augment': Field(
+    auto_augment=Field(
         'none', "Ops drawn per image after the crop and flip: "
         "'trivial_augment' or 'rand_augment' (vit_jax.data.auto_augment).",
         ('none', 'trivial_augment', 'rand_augment')),
-    'rand_augment_ops': Field(2, 'RandAugment: ops per image.',
-                              check=_NON_NEGATIVE),
-    'rand_augment_magnitude': Field(
+    rand_augment_ops=Field(2, 'RandAugment: ops per image.',
+                           check=_NON_NEGATIVE),
+    rand_augment_magnitude=Field(
         9, 'RandAugment: magnitude, 0-10.',
         check=(lambda v: 0 <= v <= 10, 'must be in [0, 10]')),
-    'random_erasing': Field(
+    random_erasing=Field(
         0.0, 'Probability that a training image has a random rectangle erased.',
         check=(lambda v: 0 <= v <= 1, 'is a probability: use a value in '
                '[0, 1]')),
-    'mixup_alpha': Field(
+    mixup_alpha=Field(
         0.0, 'Mixup: images and labels mixed with the batch reversed, by '
         'Beta(alpha, alpha); 0: off.', check=_NON_NEGATIVE),
-    'cutmix_alpha': Field(
+    cutmix_alpha=Field(
         0.0, 'CutMix: a box of the reversed batch pasted, labels mixed by its '
         'area; 0: off. With both alphas set, each step picks one at random.',
         check=_NON_NEGATIVE),
-    'distillation_teacher': Field(
+    distillation_teacher=Field(
         '', 'DeiT distillation: the workdir of a trained run whose predictions '
         "teach the student's distillation token; empty: none."),
-    'distillation_target': Field(
+    distillation_target=Field(
         'hard', "The distillation token learns the teacher's class ('hard', "
         "DeiT's) or its probabilities ('soft').", ('hard', 'soft')),
-    'distillation_temperature': Field(
+    distillation_temperature=Field(
         1.0, "The soft target's temperature (DeiT: 1; Hinton et al.: 2-20).",
         check=_POSITIVE),
-    'locality_guidance_teacher': Field(
+    locality_guidance_teacher=Field(
         '', 'Locality guidance: the workdir of a trained CNN run to imitate '
         '(docs/training.md); empty: none.'),
-    'teacher_checkpoint': Field(
+    teacher_checkpoint=Field(
         'last', "The teachers' checkpoint read: 'last', the newest, or "
         "'best' (trained with keep_best_checkpoint).", ('last', 'best')),
-    'locality_guidance_weight': Field(
+    locality_guidance_weight=Field(
         2.5, 'Locality guidance: the weight of the imitation loss added to '
         'the objective (Li et al.: 2.5).', check=_NON_NEGATIVE),
-    'pixel_mean': Field(RELEASED_PIXELS[0],
-                        'Per-channel mean subtracted from pixels in [0, 1].',
-                        check=_PER_CHANNEL),
-    'pixel_std': Field(
+    pixel_mean=Field(RELEASED_PIXELS[0],
+                     'Per-channel mean subtracted from pixels in [0, 1].',
+                     check=_PER_CHANNEL),
+    pixel_std=Field(
         RELEASED_PIXELS[1], 'Per-channel std pixels are divided by.',
         check=(lambda v: _PER_CHANNEL[0](v) and min(v) > 0,
                'must be 3 positive numbers, one per RGB channel')),
     # How long, and how often.
-    'total_steps': Field(
+    total_steps=Field(
         0, 'Optimizer steps of the run; 0: num_epochs epochs of the training '
         'split.', check=_NON_NEGATIVE),
-    'num_epochs': Field(0, 'Length in epochs, used when total_steps is 0.',
-                        check=_NON_NEGATIVE),
-    'warmup_steps': Field(
+    num_epochs=Field(0, 'Length in epochs, used when total_steps is 0.',
+                     check=_NON_NEGATIVE),
+    warmup_steps=Field(
         0, 'Linear warmup from 0, in steps; 0: warmup_epochs epochs.',
         check=_NON_NEGATIVE),
-    'warmup_epochs': Field(0, 'Warmup in epochs, used when warmup_steps is 0.',
-                           check=_NON_NEGATIVE),
-    'lr_decay': Field('cosine', 'Decay to 0 at the last step after warmup.',
-                      ('cosine', 'linear')),
-    'log_every_steps': Field(
+    warmup_epochs=Field(0, 'Warmup in epochs, used when warmup_steps is 0.',
+                        check=_NON_NEGATIVE),
+    lr_decay=Field('cosine', 'Decay to 0 at the last step after warmup.',
+                   ('cosine', 'linear')),
+    log_every_steps=Field(
         0, 'Train metrics logged every N steps (and at the last); 0: once an '
         'epoch.', may_change_on_resume=True, check=_NON_NEGATIVE),
-    'eval_every_steps': Field(
+    eval_every_steps=Field(
         0, 'Evaluated every N steps (and at the last); 0: once an epoch.',
         may_change_on_resume=True, check=_NON_NEGATIVE),
-    'checkpoint_every_steps': Field(
+    checkpoint_every_steps=Field(
         0, 'Checkpointed every N steps (and at the last, and on SIGTERM); 0: '
         'once an epoch.', may_change_on_resume=True, check=_NON_NEGATIVE),
-    'checkpoint_min_seconds': Field(
+    checkpoint_min_seconds=Field(
         30.0, "With checkpoint_every_steps 0, skip an epoch's checkpoint "
         'begun less than this after the newest (docs/training.md, Steps).',
         may_change_on_resume=True, check=_NON_NEGATIVE),
-    'keep_checkpoints': Field(2, 'Newest checkpoints kept in the workdir.',
-                              may_change_on_resume=True, check=_POSITIVE),
-    'keep_best_checkpoint': Field(
+    keep_checkpoints=Field(2, 'Newest checkpoints kept in the workdir.',
+                           may_change_on_resume=True, check=_POSITIVE),
+    keep_best_checkpoint=Field(
         False, 'Also keep the state of the best evaluation in '
         'workdir/best_checkpoint.', may_change_on_resume=True),
-    'steps_per_dispatch': Field(
+    steps_per_dispatch=Field(
         0, 'Most train steps one compiled call runs (docs/training.md).',
         may_change_on_resume=True, check=_NON_NEGATIVE),
     # The optimizer.
-    'batch_size': Field(128,
-                        'Global batch size, over all devices and processes.',
-                        check=_POSITIVE),
-    'grad_accumulation_steps': Field(
+    batch_size=Field(128, 'Global batch size, over all devices and processes.',
+                     check=_POSITIVE),
+    grad_accumulation_steps=Field(
         1, 'Micro-batches each batch is split into, for memory (augmentation '
         'and BatchNorm statistics per micro-batch).', check=_POSITIVE),
-    'eval_batch_size': Field(256, 'Global evaluation batch size.',
-                             may_change_on_resume=True, check=_POSITIVE),
-    'optimizer': Field('adamw', 'adamw, or sgd with momentum.',
-                       ('adamw', 'sgd')),
-    'learning_rate': Field(1e-3, 'Peak learning rate.', check=_POSITIVE),
-    'weight_decay': Field(
+    eval_batch_size=Field(256, 'Global evaluation batch size.',
+                          may_change_on_resume=True, check=_POSITIVE),
+    optimizer=Field('adamw', 'adamw, or sgd with momentum.', ('adamw', 'sgd')),
+    learning_rate=Field(1e-3, 'Peak learning rate.', check=_POSITIVE),
+    weight_decay=Field(
         0.0, "Weight decay: decoupled (optax's, scaled by the learning rate) "
         'for adamw, L2 added to the gradient for sgd.', check=_NON_NEGATIVE),
-    'weight_decay_on': Field(
+    weight_decay_on=Field(
         'all', "The parameters weight decay applies to: 'all' (the study's), "
         "or 'kernels', weight matrices and convolution kernels only (DeiT).",
         ('all', 'kernels')),
-    'adam_b1': Field(0.9, 'Adam beta1 (adamw).', check=_FRACTION),
-    'adam_b2': Field(0.999, 'Adam beta2 (adamw).', check=_FRACTION),
-    'momentum': Field(0.9, 'Momentum (sgd).', check=_FRACTION),
-    'grad_clip_norm': Field(
-        0.0, 'Clip gradients to this global norm; 0: no clipping.',
-        check=_NON_NEGATIVE),
-    'label_smoothing': Field(0.0, 'Label smoothing of the cross-entropy.',
-                             check=_FRACTION),
-    'ema_decay': Field(
+    adam_b1=Field(0.9, 'Adam beta1 (adamw).', check=_FRACTION),
+    adam_b2=Field(0.999, 'Adam beta2 (adamw).', check=_FRACTION),
+    momentum=Field(0.9, 'Momentum (sgd).', check=_FRACTION),
+    grad_clip_norm=Field(0.0,
+                         'Clip gradients to this global norm; 0: no clipping.',
+                         check=_NON_NEGATIVE),
+    label_smoothing=Field(0.0, 'Label smoothing of the cross-entropy.',
+                          check=_FRACTION),
+    ema_decay=Field(
         0.0, "Keep an exponential moving average of the parameters, the run's "
         'model, with this decay (DeiT: 0.99996); 0: none.', check=_FRACTION),
-    'seed': Field(
+    seed=Field(
         0, 'Seeds initialization, shuffling, augmentation, dropout, and the '
         'subsets of a dataset ordered by class.', check=_NON_NEGATIVE),
     # The machine.
-    'fsdp': Field(
+    fsdp=Field(
         1, 'Devices each large parameter and optimizer-state array is split '
         'over (FSDP, docs/training.md); -1: all.', may_change_on_resume=True),
-    'cpu_devices': Field(
+    cpu_devices=Field(
         distributed.DEFAULT_CPU_DEVICES, 'Host devices the batch is split '
         'over on a CPU (--cpu_devices overrides).', may_change_on_resume=True,
         check=_NON_NEGATIVE),
-    'cpu_compiler_options': Field(
+    cpu_compiler_options=Field(
         {}, 'XLA options the steps compile with on a CPU (docs/training.md).',
         may_change_on_resume=True),
-    'compilation_cache_dir': Field(
+    compilation_cache_dir=Field(
         compilation_cache.DEFAULT_DIRECTORY, "jax's persistent compilation "
         'cache (docs/training.md); empty: off.', may_change_on_resume=True),
-}
+)
 
 # Model fields that change how the step computes, never its parameters or
 # their layout, so a run may resume with another value: which encoder blocks
@@ -258,11 +255,10 @@ def absolute(path: str) -> str:
 def validate(config: ml_collections.ConfigDict, num_devices: int,
              training: bool = True):
   """Raises ConfigError for a config that cannot run on `num_devices`."""
-  for name in config.keys():
-    if name not in FIELDS:
-      raise ConfigError(f'config.{name} is not a field of the config schema'
-                        f'{_guess(name, FIELDS)}; the fields are listed in '
-                        'vit_jax/config_schema.py.')
+  if unknown := [name for name in config.keys() if name not in FIELDS]:
+    raise ConfigError(f'config.{unknown[0]} is not a field of the config '
+                      f'schema{_guess(unknown[0], FIELDS)}; the fields are '
+                      'listed in vit_jax/config_schema.py.')
   if missing := [name for name in FIELDS if name not in config]:
     raise ConfigError(f'The config lacks {", ".join(missing)}: start it from '
                       'vit_jax.config_schema.defaults().')

@@ -58,11 +58,10 @@ def plot_attention_distance(path, distances: np.ndarray, image_size: int,
   """Every head's mean attention distance against depth."""
   fig, ax = plotting.pyplot().subplots(figsize=(4.5, 3.5))
   layers, heads = distances.shape
+  depth = np.arange(1, layers + 1)
   for h in range(heads):
-    ax.scatter(np.arange(1, layers + 1), distances[:, h], s=14,
-               label=f'head {h + 1}')
-  ax.plot(np.arange(1, layers + 1), distances.mean(axis=1), 'k-', lw=1,
-          label='mean')
+    ax.scatter(depth, distances[:, h], s=14, label=f'head {h + 1}')
+  ax.plot(depth, distances.mean(axis=1), 'k-', lw=1, label='mean')
   ax.axhline(uniform, color='gray', linestyle=':', label='uniform attention')
   ax.set(xlabel='network depth (layer)', ylim=(0, image_size),
          ylabel='mean attention distance (pixels)')

@@ -78,14 +78,13 @@ def read_images(paths: list[pathlib.Path], image_size: int) -> np.ndarray:
 
 def run_test_images(config, count: int) -> np.ndarray:
   """`count` test images of a run's dataset, uint8 at the model's size."""
-  dataset = sources.open_dataset(config,
-                                 whole=config.input_pipeline == 'on_device')
+  on_device = config.input_pipeline == 'on_device'
+  dataset = sources.open_dataset(config, whole=on_device)
   images, _ = sources.to_arrays(
       sources.subset(dataset, 'test', min(count, len(dataset.test)),
                      config.seed), config.image_size)
-  if config.input_pipeline == 'streaming':  # resized on the host, as it trained
-    images = _resized(images, config.image_size)
-  return images
+  # Streamed images are resized on the host, as the run trained on them.
+  return images if on_device else _resized(images, config.image_size)
 
 
 def read_class_names(path, subject: reading.Loaded) -> list[str]:

@@ -176,9 +176,9 @@ def source_kind(source: str | pathlib.Path) -> str:
                             f'{path.parent.parent if step else path.parent}'
                             f'{step}.')
     raise CheckpointError(f'{path} holds no checkpoint: {SOURCES_HELP}')
-  if safetensors_file.is_safetensors(path):
-    return _safetensors_kind(path)
-  return NPZ  # load_npz says what else the file is
+  # Else an .npz, or load_npz says what else the file is.
+  return (_safetensors_kind(path)
+          if safetensors_file.is_safetensors(path) else NPZ)
 
 
 def load_params(source: str | pathlib.Path, step: int | None = None,

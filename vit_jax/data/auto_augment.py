@@ -46,8 +46,7 @@ RAND_AUGMENT = OpRanges(rotate=30.0, shear=0.3, translate=0.45,
 
 def _grayscale(image: jax.Array) -> jax.Array:
   """(H, W, 1) luma of RGB."""
-  return jnp.tensordot(image, jnp.asarray(_LUMA, image.dtype), axes=1)[...,
-                                                                       None]
+  return (image @ jnp.asarray(_LUMA, image.dtype))[..., None]
 
 
 def _blend(degenerate: jax.Array, image: jax.Array,
@@ -153,18 +152,17 @@ def _apply_one(image: jax.Array, op: jax.Array, magnitude: jax.Array,
   strength = jnp.abs(magnitude)
   factor = jnp.maximum(1.0 + magnitude * ranges.enhance, 0.0)
   bits = 8 - jnp.round(strength * ranges.posterize)
-  photometric = {
-      'auto_contrast': _auto_contrast,
-      'equalize': jax.vmap(_equalize_channel, in_axes=-1, out_axes=-1),
-      'solarize': lambda x: _solarize(x, strength),
+  photometric = dict(
+      auto_contrast=_auto_contrast,
+      equalize=jax.vmap(_equalize_channel, in_axes=-1, out_axes=-1),
+      solarize=lambda x: _solarize(x, strength),
       # PIL's ImageEnhance.Color, Contrast (its mean gray level not rounded)
       # and Brightness.
-      'color': lambda x: _blend(_grayscale(x), x, factor),
-      'contrast': lambda x: _blend(_grayscale(x).mean(), x, factor),
-      'brightness': lambda x: _blend(jnp.zeros_like(x), x, factor),
-      'posterize': lambda x: _posterize(x, bits),
-      'sharpness': lambda x: _sharpness(x, factor),
-  }
+      color=lambda x: _blend(_grayscale(x), x, factor),
+      contrast=lambda x: _blend(_grayscale(x).mean(), x, factor),
+      brightness=lambda x: _blend(jnp.zeros_like(x), x, factor),
+      posterize=lambda x: _posterize(x, bits),
+      sharpness=lambda x: _sharpness(x, factor))
   # Exactly the image for the identity warp of the other ops.
   warped = _affine(image, *_warp_parameters(op, magnitude, ranges, h, w))
   branches = [photometric.get(name, lambda x: x) for name in OPS]

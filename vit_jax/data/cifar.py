@@ -14,10 +14,9 @@ from vit_jax.errors import DatasetError
 NUM_CLASSES = {'cifar10': 10, 'cifar100': 100}
 # Where each release names its classes: the binary one's text file, the
 # python one's pickle and its key.
-_CLASS_NAMES = {
-    'cifar10': ('batches.meta.txt', 'batches.meta', b'label_names'),
-    'cifar100': ('fine_label_names.txt', 'meta', b'fine_label_names'),
-}
+_CLASS_NAMES = dict(
+    cifar10=('batches.meta.txt', 'batches.meta', b'label_names'),
+    cifar100=('fine_label_names.txt', 'meta', b'fine_label_names'))
 
 _SIDE = 32
 _PIXELS = _SIDE * _SIDE * 3
@@ -78,17 +77,16 @@ def _planar_to_nhwc(rows: np.ndarray) -> np.ndarray:
 
 _BATCHES = [f'data_batch_{i}' for i in range(1, 6)]
 # (folder, train files, test file, reader) per format.
-_FORMATS = {
-    'cifar10': [('cifar-10-batches-bin', [f'{n}.bin'
-                                          for n in _BATCHES], 'test_batch.bin',
-                 lambda p: _read_binary(p, label_bytes=1, label_offset=0)),
-                ('cifar-10-batches-py', _BATCHES, 'test_batch',
-                 lambda p: _read_python(p, b'labels')),],
-    'cifar100': [('cifar-100-binary', ['train.bin'], 'test.bin',
-                  lambda p: _read_binary(p, label_bytes=2, label_offset=1)),
-                 ('cifar-100-python', ['train'], 'test',
-                  lambda p: _read_python(p, b'fine_labels')),],
-}
+_FORMATS = dict(
+    cifar10=[('cifar-10-batches-bin', [f'{n}.bin'
+                                       for n in _BATCHES], 'test_batch.bin',
+              lambda p: _read_binary(p, label_bytes=1, label_offset=0)),
+             ('cifar-10-batches-py', _BATCHES, 'test_batch',
+              lambda p: _read_python(p, b'labels'))],
+    cifar100=[('cifar-100-binary', ['train.bin'], 'test.bin',
+               lambda p: _read_binary(p, label_bytes=2, label_offset=1)),
+              ('cifar-100-python', ['train'], 'test',
+               lambda p: _read_python(p, b'fine_labels'))])
 
 
 def _read_file(read, path: pathlib.Path) -> ArraySource:

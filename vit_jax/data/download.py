@@ -28,16 +28,15 @@ class Release:
   folder: str  # the directory the archive unpacks to
 
 
-RELEASES = {
-    'cifar10': Release(
+RELEASES = dict(
+    cifar10=Release(
         'https://www.cs.toronto.edu/~kriz/cifar-10-binary.tar.gz', 170052171,
         'c4a38c50a1bc5f3a1c5537f2155ab9d68f9f25eb1ed8d9ddda3db29a59bca1dd',
         'cifar-10-batches-bin'),
-    'cifar100': Release(
+    cifar100=Release(
         'https://www.cs.toronto.edu/~kriz/cifar-100-binary.tar.gz', 168513733,
         '58a81ae192c23a4be8b1804d68e518ed807d710a4eb253b1f2a199162a40d8ec',
-        'cifar-100-binary'),
-}
+        'cifar-100-binary'))
 
 
 def cache_dir() -> pathlib.Path:

@@ -78,9 +78,8 @@ def _chosen(dataset: Dataset, split: str, count: int,
 
 
 def _take(source: Source, indices: np.ndarray) -> Source:
-  if isinstance(source, ArraySource):
-    return ArraySource(source.images[indices], source.labels[indices])
-  return SubsetSource(source, indices)
+  return (ArraySource(source.images[indices], source.labels[indices])
+          if isinstance(source, ArraySource) else SubsetSource(source, indices))
 
 
 def _validation_drawn(

@@ -40,10 +40,8 @@ _BLOCK_NAMES = {
 }
 
 # Our fields as its config.json names them.
-_STATED = {
-    'hidden_size': 'hidden_size', 'num_layers': 'num_hidden_layers',
-    'num_heads': 'num_attention_heads', 'mlp_dim': 'intermediate_size',
-}
+_STATED = dict(hidden_size='hidden_size', num_layers='num_hidden_layers',
+               num_heads='num_attention_heads', mlp_dim='intermediate_size')
 
 
 def _name(module: str) -> str:
@@ -67,31 +65,26 @@ def config(model: models.VisionTransformer, image_size: int,
   """`ViTConfig` for `model`, as config.json; labels `class_names` if given."""
   names = class_names or [f'LABEL_{i}' for i in range(model.num_classes)]
   labels = {str(i): name for i, name in enumerate(names)}
-  return {
-      'architectures': ['ViTForImageClassification'
-                       ], 'model_type': 'vit', 'hidden_size': model.hidden_size,
-      'num_hidden_layers': model.num_layers, 'num_attention_heads':
-          model.num_heads, 'intermediate_size': model.mlp_dim,
-      'hidden_act': 'gelu_pytorch_tanh', 'layer_norm_eps': 1e-6,
-      'hidden_dropout_prob': 0.0, 'attention_probs_dropout_prob': 0.0,
-      'initializer_range': 0.02, 'image_size': image_size, 'patch_size':
-          model.patch_size, 'num_channels': 3, 'qkv_bias': True,
-      'encoder_stride': model.patch_size, 'id2label': labels, 'label2id': {
-          label: int(i) for i, label in labels.items()
-      }, 'torch_dtype': 'float32',
-  }
+  ids = {label: int(i) for i, label in labels.items()}
+  return dict(architectures=['ViTForImageClassification'], model_type='vit',
+              hidden_size=model.hidden_size, num_hidden_layers=model.num_layers,
+              num_attention_heads=model.num_heads,
+              intermediate_size=model.mlp_dim, hidden_act='gelu_pytorch_tanh',
+              layer_norm_eps=1e-6, hidden_dropout_prob=0.0,
+              attention_probs_dropout_prob=0.0, initializer_range=0.02,
+              image_size=image_size, patch_size=model.patch_size,
+              num_channels=3, qkv_bias=True, encoder_stride=model.patch_size,
+              id2label=labels, label2id=ids, torch_dtype='float32')
 
 
 def preprocessor_config(image_size: int, pixels: tuple[tuple, tuple]) -> dict:
   """`ViTImageProcessor`'s config, normalizing by `pixels` (mean, std)."""
-  mean, std = pixels
+  mean, std = (list(map(float, p)) for p in pixels)
   # resample 2: PIL's bilinear.
-  return {
-      'image_processor_type': 'ViTImageProcessor', 'do_resize': True,
-      'size': {'height': image_size, 'width': image_size}, 'resample': 2,
-      'do_rescale': True, 'rescale_factor': 1 / 255, 'do_normalize': True,
-      'image_mean': list(map(float, mean)), 'image_std': list(map(float, std)),
-  }
+  return dict(image_processor_type='ViTImageProcessor', do_resize=True,
+              size=dict(height=image_size, width=image_size), resample=2,
+              do_rescale=True, rescale_factor=1 / 255, do_normalize=True,
+              image_mean=mean, image_std=std)
 
 
 FILES = (safetensors_file.WEIGHTS_NAME, 'config.json', PREPROCESSOR_CONFIG)

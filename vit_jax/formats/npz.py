@@ -15,10 +15,8 @@ from vit_jax.runtime import files
 
 # The released files number block submodules across types (pre-linen flax);
 # linen numbers them per type.
-_RELEASED_TO_OURS = {
-    'MultiHeadDotProductAttention_1': names.ATTENTION,
-    'LayerNorm_2': 'LayerNorm_1', 'MlpBlock_3': names.MLP,
-}
+_RELEASED_TO_OURS = dict(MultiHeadDotProductAttention_1=names.ATTENTION,
+                         LayerNorm_2='LayerNorm_1', MlpBlock_3=names.MLP)
 _OURS_TO_RELEASED = {ours: old for old, ours in _RELEASED_TO_OURS.items()}
 _BLOCK_CHILD = re.compile(
     rf'^({names.ENCODER}/{names.BLOCK_PREFIX}\d+/)([^/]+)')

@@ -148,10 +148,6 @@ def resize_patch_grid(grid: np.ndarray, num_patches: int) -> np.ndarray:
   return square.reshape(1, num_patches, -1).astype(grid.dtype)
 
 
-def _prefix_tokens(flat: dict[tuple[str, ...], Any]) -> tuple[str, ...]:
-  return tuple(name for name in names.PREFIX_TOKENS if (name,) in flat)
-
-
 def _fitted_position_table(table: np.ndarray, want: Any,
                            theirs: tuple[str, ...], ours: tuple[str, ...],
                            notes: list[str]) -> np.ndarray:
@@ -185,7 +181,8 @@ def check_fit(pretrained: Any,
   in_layout = stack_blocks if is_stacked(fresh) else unstack_blocks
   pretrained = flax.traverse_util.flatten_dict(in_layout(pretrained))
   fresh = flax.traverse_util.flatten_dict(fresh)
-  theirs, ours = _prefix_tokens(pretrained), _prefix_tokens(fresh)
+  theirs, ours = (tuple(name for name in names.PREFIX_TOKENS if (name,) in flat)
+                  for flat in (pretrained, fresh))
   optional = (names.PRE_LOGITS, names.DISTILLATION_TOKEN)
   adapted, notes = {}, []
   for path, value in pretrained.items():
@@ -234,18 +231,17 @@ def vit_architecture(params: Mapping[str, Any]) -> dict | None:
   mlp = shapes.get(f'{block}{names.MLP}/Dense_0/kernel')
   patch = shapes.get(f'{names.PATCH_EMBEDDING}/kernel', ())
   root = shapes.get(_ROOT)  # a hybrid's ResNet stem
-  return {
-      'hidden_size': shapes[norm][0],
-      'num_layers': sum(
+  return dict(
+      hidden_size=shapes[norm][0],
+      num_layers=sum(
           name.startswith(names.BLOCK_PREFIX)
           for name in official[names.ENCODER]),
-      'num_heads': query[1] if query else None,
-      'mlp_dim': mlp[1] if mlp else None,
+      num_heads=query[1] if query else None,
+      mlp_dim=mlp[1] if mlp else None,
       # Not a shifted-patch embedding's Dense.
-      'patch_size': patch[0] if len(patch) == 4 else None,
-      'resnet_stages': root and stage_units(shapes, UNIT, 1),
-      'resnet_width_factor': root and stem_width_factor(root[-1], _ROOT),
-  }
+      patch_size=patch[0] if len(patch) == 4 else None,
+      resnet_stages=root and stage_units(shapes, UNIT, 1),
+      resnet_width_factor=root and stem_width_factor(root[-1], _ROOT))
 
 
 def stem_width_factor(root_width: int, where: str) -> int:

@@ -30,11 +30,9 @@ _BACKBONE = 'patch_embed.backbone.'
 _STAGE_UNIT = re.compile(r'patch_embed\.backbone\.stages\.(\d+)\.blocks\.'
                          r'(\d+)\.')
 # A bottleneck unit's convolutions and GroupNorms, ours: timm's.
-_UNIT_LAYERS = {
-    'conv1': 'conv1', 'conv2': 'conv2', 'conv3': 'conv3', 'gn1': 'norm1',
-    'gn2': 'norm2', 'gn3': 'norm3', 'conv_proj': 'downsample.conv',
-    'gn_proj': 'downsample.norm',
-}
+_UNIT_LAYERS = dict(conv1='conv1', conv2='conv2', conv3='conv3', gn1='norm1',
+                    gn2='norm2', gn3='norm3', conv_proj='downsample.conv',
+                    gn_proj='downsample.norm')
 # timm's hybrid factory of each backbone it builds.
 _HYBRID_FACTORIES = {
     (3, 4, 9): 'vit_base_r50_s16_224', (2, 2, 2, 2): 'vit_small_r26_s32_224',
@@ -56,9 +54,8 @@ _BLOCK_NAMES = {
 }
 
 # Our fields as its config.json's model_args name them.
-_STATED = {
-    'hidden_size': 'embed_dim', 'num_layers': 'depth', 'num_heads': 'num_heads'
-}
+_STATED = dict(hidden_size='embed_dim', num_layers='depth',
+               num_heads='num_heads')
 
 
 def _names(params: dict) -> torch.Names:
@@ -133,29 +130,25 @@ def config(model: models.VisionTransformer, image_size: int,
   """The hub folder's config.json for `model`, normalizing by `pixels`."""
   global_pool = 'token' if model.classifier == 'token' else 'avg'
   # norm_layer: timm's LayerNorm, of eps 1e-6.
-  model_args = {
-      'img_size': image_size, 'patch_size': model.patch_size,
-      'embed_dim': model.hidden_size, 'depth': model.num_layers, 'num_heads':
-          model.num_heads, 'mlp_ratio': model.mlp_dim / model.hidden_size,
-      'qkv_bias': True, 'class_token': model.classifier == 'token',
-      'global_pool': global_pool, 'fc_norm': False, 'act_layer': 'gelu_tanh',
-      'norm_layer': 'layernorm', 'num_classes': model.num_classes,
-  }
+  model_args = dict(
+      img_size=image_size, patch_size=model.patch_size,
+      embed_dim=model.hidden_size, depth=model.num_layers,
+      num_heads=model.num_heads, mlp_ratio=model.mlp_dim / model.hidden_size,
+      qkv_bias=True, class_token=model.classifier == 'token',
+      global_pool=global_pool, fc_norm=False, act_layer='gelu_tanh',
+      norm_layer='layernorm', num_classes=model.num_classes)
   hybrid = model.resnet_stages is not None
-  return {
-      'architecture': (_HYBRID_FACTORIES[tuple(model.resnet_stages)]
-                       if hybrid else 'vit_base_patch16_224'),
-      'num_classes': model.num_classes, 'num_features': model.hidden_size,
-      'global_pool': global_pool, 'model_args': model_args, 'pretrained_cfg': {
-          'input_size': [3, image_size, image_size], 'fixed_input_size': True,
-          'interpolation': 'bilinear', 'crop_pct': 1.0, 'crop_mode': 'center',
-          'mean': [float(x)
-                   for x in pixels[0]], 'std': [float(x) for x in pixels[1]],
-          'num_classes': model.num_classes, 'first_conv': (
-              (_BACKBONE + ('stem.conv' if model.resnet_stages else 'conv'))
-              if hybrid else 'patch_embed.proj'), 'classifier': 'head',
-      },
-  }
+  stem = _BACKBONE + ('stem.conv' if model.resnet_stages else 'conv')
+  mean, std = (list(map(float, p)) for p in pixels)
+  return dict(
+      architecture=(_HYBRID_FACTORIES[tuple(model.resnet_stages)]
+                    if hybrid else 'vit_base_patch16_224'),
+      num_classes=model.num_classes, num_features=model.hidden_size,
+      global_pool=global_pool, model_args=model_args, pretrained_cfg=dict(
+          input_size=[3, image_size, image_size], fixed_input_size=True,
+          interpolation='bilinear', crop_pct=1.0, crop_mode='center', mean=mean,
+          std=std, num_classes=model.num_classes,
+          first_conv=stem if hybrid else 'patch_embed.proj', classifier='head'))
 
 
 FILES = (safetensors_file.WEIGHTS_NAME, 'config.json')

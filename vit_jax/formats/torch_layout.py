@@ -74,12 +74,11 @@ def to_state(params: dict, name: Names) -> dict:
 
 def from_state(state: dict, expected: dict, name: Names) -> dict:
   """Their checked state dict as our tree of `expected`'s shapes."""
-  flat = params_lib.flatten(expected, 'the model')
-  return flax.traverse_util.unflatten_dict(
-      {
-          key: _ours(key, state[their_key(key, name)], shape.shape)
-          for key, shape in flat.items() if their_key(key, name) in state
-      }, sep='/')
+  ours = {}
+  for key, shape in params_lib.flatten(expected, 'the model').items():
+    if (theirs := their_key(key, name)) in state:
+      ours[key] = _ours(key, state[theirs], shape.shape)
+  return flax.traverse_util.unflatten_dict(ours, sep='/')
 
 
 def expected_shapes(state: dict, name: Names, layer: re.Pattern,

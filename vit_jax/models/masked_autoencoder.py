@@ -37,9 +37,8 @@ def kept_patches(key: jax.Array, batch: int, num_patches: int,
 def masked(kept: jax.Array | None, batch: int, num_patches: int) -> jax.Array:
   """(batch, num_patches) float32, 1 where a patch was dropped."""
   mask = jnp.ones((batch, num_patches), jnp.float32)
-  if kept is None:
-    return jnp.zeros_like(mask)
-  return mask.at[jnp.arange(batch)[:, None], kept].set(0.0)
+  return (jnp.zeros_like(mask) if kept is None else
+          mask.at[jnp.arange(batch)[:, None], kept].set(0.0))
 
 
 class Decoder(nn.Module):
@@ -129,10 +128,8 @@ class MaskedAutoencoder(ViTWrapper):
                                                   num_patches)
     if not return_out:
       return logits
-    return logits, {
-        **out, 'mae_predictions': predictions,
-        'mae_mask': masked(kept, n, num_patches)
-    }
+    return logits, dict(out, mae_predictions=predictions,
+                        mae_mask=masked(kept, n, num_patches))
 
 
 def reconstruction_error(predictions: jax.Array, mask: jax.Array,

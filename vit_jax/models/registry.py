@@ -15,14 +15,14 @@ from vit_jax.models.cnn import SimpleCNN
 from vit_jax.models.cnn import SmallResNet
 from vit_jax.models.vit import VisionTransformer
 
+# What `_vit`'s positional arguments set.
+_SIZES = ('patch_size', 'hidden_size', 'num_layers', 'num_heads', 'mlp_dim')
 
-def _vit(patch_size, hidden_size, num_layers, num_heads, mlp_dim,
-         dropout_rate=0.0, **hybrid):
+
+def _vit(*sizes, dropout_rate=0.0, **hybrid):
   # Dropout rates are the official configs' (google-research/vision_transformer
   # vit_jax/configs/models.py); attention dropout is 0 in all of them.
-  return functools.partial(VisionTransformer, patch_size=patch_size,
-                           hidden_size=hidden_size, num_layers=num_layers,
-                           num_heads=num_heads, mlp_dim=mlp_dim,
+  return functools.partial(VisionTransformer, **dict(zip(_SIZES, sizes)),
                            dropout_rate=dropout_rate, **hybrid)
 
 
@@ -139,9 +139,9 @@ def create_model(name: str, num_classes: int, **overrides) -> nn.Module:
     if type(default) not in _KINDS:  # None, tuples, dtypes: the model checks
       continue
     kind, accepted = _KINDS[type(default)]
-    if not isinstance(value, accepted) or (isinstance(value,
-                                                      (bool, np.bool_)) and
-                                           type(default) is not bool):
+    # A bool is a numbers.Integral, yet no value for a number field.
+    if not isinstance(value, accepted) or (type(default) is not bool and
+                                           isinstance(value, (bool, np.bool_))):
       raise ValueError(f'{field}={value!r}: {name}\'s {field} is {kind} '
                        f'(default {default!r}).')
   return factory(num_classes=num_classes, **overrides)

@@ -8,14 +8,13 @@ import numpy as np
 
 # What each block keeps from its forward pass for the backward pass
 # (`jax.checkpoint_policies`); the rest is recomputed there.
-REMAT_POLICIES = {
-    'none': None,
+REMAT_POLICIES = dict(
+    none=None,
     # The least memory, for about a third more compute.
-    'full': jax.checkpoint_policies.nothing_saveable,
+    full=jax.checkpoint_policies.nothing_saveable,
     # Keeps the weight matmuls' outputs; recomputes the cheap rest, so the
     # tokens x tokens attention maps are not kept.
-    'dots': jax.checkpoint_policies.dots_with_no_batch_dims_saveable,
-}
+    dots=jax.checkpoint_policies.dots_with_no_batch_dims_saveable)
 
 
 def check(remat: str, scan: bool, stochastic_depth_rate: float) -> None:
@@ -41,11 +40,10 @@ def block_call(
   def call(block: nn.Module, x: jax.Array) -> jax.Array:
     return block(x, deterministic=deterministic)
 
-  if remat == 'none':
-    return call
-  # A lifted function of the block module: its variables stay under the
-  # block's own name, so the tree is the same with or without remat.
-  return nn.remat(call, policy=REMAT_POLICIES[remat], prevent_cse=prevent_cse)
+  # Rematerialized, a lifted function of the block module: its variables stay
+  # under the block's own name, so the tree is the same with or without remat.
+  return call if remat == 'none' else nn.remat(
+      call, policy=REMAT_POLICIES[remat], prevent_cse=prevent_cse)
 
 
 def scan_blocks(block: nn.Module, x: jax.Array, *, num_layers: int,

@@ -187,9 +187,8 @@ class VisionTransformer(nn.Module):
     if len(logits) == 1:
       return logits[0], {}
     class_logits, distillation_logits = logits
-    return (class_logits + distillation_logits) / 2, {
-        'class_logits': class_logits, 'distillation_logits': distillation_logits
-    }
+    return (class_logits + distillation_logits) / 2, dict(
+        class_logits=class_logits, distillation_logits=distillation_logits)
 
 
 class ViTWrapper(nn.Module):

@@ -44,12 +44,6 @@ def _int_env(environ: Mapping[str, str], name: str) -> int | None:
     raise DistributedError(f'${name}={value!r} is not an integer.') from e
 
 
-def _on_cloud_tpu_vm() -> bool:
-  # libtpu installed and TPU chips attached (/dev/accel* or VFIO).
-  return importlib.util.find_spec('libtpu') is not None and bool(
-      glob.glob('/dev/accel[0-9]*') or glob.glob('/dev/vfio/[0-9]*'))
-
-
 def _detect_cluster(environ: Mapping[str, str] | None = None) -> str | None:
   """The launcher jax.distributed reads a multi-process setup from, or None."""
   env = os.environ if environ is None else environ
@@ -64,8 +58,10 @@ def _detect_cluster(environ: Mapping[str, str] | None = None) -> str | None:
                                          or 1) > 1:
     return 'Open MPI'
   hosts = env.get('TPU_PROCESS_ADDRESSES') or env.get('TPU_WORKER_HOSTNAMES')
+  # Else a Cloud TPU VM's: libtpu installed, TPU chips attached (accel or VFIO).
   if ((hosts and ',' in hosts) or env.get('MEGASCALE_COORDINATOR_ADDRESS') or
-      (environ is None and _on_cloud_tpu_vm())):
+      (environ is None and importlib.util.find_spec('libtpu') is not None and
+       bool(glob.glob('/dev/accel[0-9]*') or glob.glob('/dev/vfio/[0-9]*')))):
     return 'Cloud TPU'
   return None
 
@@ -110,15 +106,16 @@ def distributed_args(coordinator_address: str | None = None,
 
   given = dict(coordinator_address=coordinator_address,
                num_processes=num_processes, process_id=process_id)
+  cluster = _detect_cluster(environ)
   if all(value is None for value in given.values()):
-    return {} if _detect_cluster(environ) else None
-  if _detect_cluster(environ) is None:
-    if missing := [f'--{n}' for n, value in given.items() if value is None]:
-      raise DistributedError(
-          'A multi-process job outside SLURM, Open MPI or a Cloud TPU needs '
-          '--coordinator_address, --num_processes and --process_id on every '
-          'process (or $JAX_COORDINATOR_ADDRESS, $JAX_NUM_PROCESSES, '
-          f'$JAX_PROCESS_ID); missing {", ".join(missing)}.')
+    return {} if cluster else None
+  missing = [f'--{n}' for n, value in given.items() if value is None]
+  if cluster is None and missing:
+    raise DistributedError(
+        'A multi-process job outside SLURM, Open MPI or a Cloud TPU needs '
+        '--coordinator_address, --num_processes and --process_id on every '
+        'process (or $JAX_COORDINATOR_ADDRESS, $JAX_NUM_PROCESSES, '
+        f'$JAX_PROCESS_ID); missing {", ".join(missing)}.')
   return {name: value for name, value in given.items() if value is not None}
 
 

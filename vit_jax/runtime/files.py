@@ -15,6 +15,8 @@ from vit_jax.runtime import stop_signals
 IMAGE_SUFFIXES = ('.jpg', '.jpeg', '.png')
 IMAGE_TYPES = ', '.join(IMAGE_SUFFIXES[:-1]) + ' or ' + IMAGE_SUFFIXES[-1]
 PARTIAL_SUFFIX = '.partial'
+# Writes a file or folder whole at the (partial) path it is given.
+Writer = Callable[[pathlib.Path], None]
 
 
 def _umask() -> int:
@@ -38,14 +40,12 @@ def partial_path(path: pathlib.Path) -> pathlib.Path:
   return path.with_name(path.name + PARTIAL_SUFFIX)
 
 
-def replace_atomically(path: pathlib.Path, write: Callable[[pathlib.Path],
-                                                           None]) -> None:
+def replace_atomically(path: pathlib.Path, write: Writer) -> None:
   """`write(partial)` for a temporary path, then renamed to `path`."""
   replace_together({path: write})
 
 
-def replace_together(
-    writes: dict[pathlib.Path, Callable[[pathlib.Path], None]]) -> None:
+def replace_together(writes: dict[pathlib.Path, Writer]) -> None:
   """Each `write(partial)`, then every partial renamed into place."""
   partials = {}
   mode = 0o666 & ~_umask()
@@ -106,8 +106,7 @@ def foreign_files(directory: pathlib.Path, ours: Callable[[str],
   return some_names(others) if others else None
 
 
-def replace_directory_atomically(path: pathlib.Path,
-                                 write: Callable[[pathlib.Path], None]) -> None:
+def replace_directory_atomically(path: pathlib.Path, write: Writer) -> None:
   """`write(partial)` for a fresh directory that then replaces `path`."""
   path = pathlib.Path(os.path.realpath(path))
   if os.path.ismount(path):

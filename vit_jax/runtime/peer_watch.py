@@ -80,9 +80,7 @@ def watch(timeout: float) -> None:
         value = beats.get(f'{_KEY}{peer}')
         if value != last[peer][0]:
           last[peer] = (value, now)
-          continue
-        silent = now - last[peer][1]
-        if not _leaving and _too_long(silent):
+        elif not _leaving and _too_long(silent := now - last[peer][1]):
           end_lost(f'process {peer}', f'no sign of life for {silent:.0f} s')
       time.sleep(period)
 

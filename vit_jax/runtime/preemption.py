@@ -45,9 +45,8 @@ class Preemption:
   def reached(self) -> bool:
     """Whether to stop here."""
     self._calls += 1
-    if self._multi_process:
-      return multihost_utils.reached_preemption_sync_point(self._calls)
-    return stop_signals.received() is not None
+    return (multihost_utils.reached_preemption_sync_point(self._calls)
+            if self._multi_process else stop_signals.received() is not None)
 
   def stop_before_training(self, checkpoints) -> None:
     """Between start-up's phases: a stop signal ends the run, nothing saved."""

@@ -33,10 +33,9 @@ def catch(at_once: str | None = None) -> bool:
   first = not _watching
   if first:
     _watch()
-  for signum in _NAMES:
-    if signum not in _previous and (signal.getsignal(signum) == signal.SIG_IGN):
-      continue  # the launcher's choice
-    _previous.setdefault(signum, signal.signal(signum, _wake_the_watcher))
+  for signum in _NAMES:  # one the launcher ignores stays ignored
+    if signum in _previous or signal.getsignal(signum) != signal.SIG_IGN:
+      _previous.setdefault(signum, signal.signal(signum, _wake_the_watcher))
   return first
 
 

@@ -55,13 +55,12 @@ class Dispatcher:
 
   def drain(self):
     """Waits for every call made; processes agree on the steps of a call."""
-    if not self._calls:
-      return
-    while self._calls:
-      self._finish_oldest()
-    if jax.process_count() > 1:
-      self._agreed = int(
-          multihost_utils.broadcast_one_to_all(np.int32(self._fit())))
+    if self._calls:  # else nothing to wait for, nor to agree on
+      while self._calls:
+        self._finish_oldest()
+      if jax.process_count() > 1:
+        self._agreed = int(
+            multihost_utils.broadcast_one_to_all(np.int32(self._fit())))
 
   def _finish_oldest(self):
     call = self._calls.pop(0)

@@ -13,18 +13,16 @@ from vit_jax.errors import ConfigError
 from vit_jax.runtime import sharding
 from vit_jax.training import steps
 
-_PROGRESS_BATCHES = 50
-
 
 def over_split(eval_step, state, inputs: data.Input, split: str, label: str,
-               progress_from: int = _PROGRESS_BATCHES) -> dict:
+               progress_from: int = 50) -> dict:
   """Loss, accuracy and top-5 accuracy over every example of `split`, once."""
   sums = steps.zero_sums(sharding.replicated(inputs.mesh), steps.EVAL_SUMS)
   total = inputs.num_eval_batches(split)
-  report_every = max(total // 10, 1)
   for i, (batch, mask) in enumerate(inputs.eval_batches(split), 1):
     sums = eval_step(state, sums, inputs.eval_data, batch, mask)
-    if total >= progress_from and i % report_every == 0 and i < total:
+    # Progress a tenth at a time for a split of `progress_from` batches or more.
+    if total >= progress_from and i % max(total // 10, 1) == 0 and i < total:
       jax.block_until_ready(sums)
       logging.info('%s: evaluated %d/%d %s batches', label, i, total, split)
   return steps.averages(sums)

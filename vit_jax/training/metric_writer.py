@@ -12,15 +12,13 @@ from tensorboardX import SummaryWriter
 # under accuracy and loss, first, and the speed below. The others (epoch,
 # step, seconds, phase_seconds, test_examples) are no curves; metrics.jsonl
 # has them.
-TENSORBOARD_TAGS = {
-    'train_accuracy': 'accuracy/train', 'test_accuracy': 'accuracy/test',
-    'validation_accuracy': 'accuracy/validation', 'train_loss': 'loss/train',
-    'test_loss': 'loss/test', 'validation_loss': 'loss/validation',
-    'learning_rate': 'optimizer/learning_rate',
-    'images_per_second': 'speed/images_per_second',
-    'flops_per_second': 'speed/flops_per_second',
-    'peak_share': 'speed/peak_share',
-}
+TENSORBOARD_TAGS = dict(
+    train_accuracy='accuracy/train', test_accuracy='accuracy/test',
+    validation_accuracy='accuracy/validation', train_loss='loss/train',
+    test_loss='loss/test', validation_loss='loss/validation',
+    learning_rate='optimizer/learning_rate',
+    images_per_second='speed/images_per_second',
+    flops_per_second='speed/flops_per_second', peak_share='speed/peak_share')
 
 
 def _json_line(record: dict) -> str:
@@ -58,12 +56,11 @@ class MetricWriter:
                                      global_step=record['step'])
 
   def write(self, record: dict):
-    if not self._enabled:
-      return
-    with self._jsonl_path.open('a') as f:
-      f.write(_json_line(record))
-    self._add_scalars(record)
-    self._tensorboard.flush()
+    if self._enabled:
+      with self._jsonl_path.open('a') as f:
+        f.write(_json_line(record))
+      self._add_scalars(record)
+      self._tensorboard.flush()
 
   def close(self):
     if self._enabled:

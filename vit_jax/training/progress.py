@@ -107,9 +107,8 @@ class Throughput:
     """Over the steps this process trained since the last call."""
     now = time.perf_counter()
     seconds = max(now - self._interval_start - self._excluded, 1e-9)
-    images = (step - self._interval_step) * self._batch_size
+    rate = (step - self._interval_step) * self._batch_size / seconds
     self._interval_start, self._interval_step, self._excluded = now, step, 0.0
-    rate = images / seconds
     measured = dict(images_per_second=rate,
                     flops_per_second=rate * self._flops_per_image)
     if self._peak:

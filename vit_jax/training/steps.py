@@ -17,7 +17,6 @@ import numpy as np
 import optax
 
 from vit_jax import models
-from vit_jax.models.vit import ViTWrapper
 from vit_jax.data import mixing
 from vit_jax.errors import ConfigError
 from vit_jax.objectives import losses
@@ -78,7 +77,7 @@ def initializer(key, model, tx, image_size: int, mesh: jax.sharding.Mesh,
   """key -> a fresh state laid out on `mesh`, compiled now (on a thread)."""
   init = functools.partial(_init, model, tx, image_size, ema_decay)
   shardings = sharding.state_shardings(jax.eval_shape(init, key), mesh)
-  vit = model.vit if isinstance(model, ViTWrapper) else model
+  vit = getattr(model, 'vit', model)  # a wrapper's (MAE, guidance) ViT
   if getattr(vit, 'mimetic_init', False) and jax.default_backend() == 'cpu':
     # Its SVDs deadlock XLA's CPU runtime when partitioned over host
     # devices: one device initializes, then the state is laid out.
@@ -92,17 +91,13 @@ def initial_state(key, model, tx, image_size: int, mesh: jax.sharding.Mesh,
 
 
 def sum_shapes(placement, sums: dict = METRIC_SUMS) -> dict:
-  return {
-      name: jax.ShapeDtypeStruct((), dtype, sharding=placement)
-      for name, dtype in sums.items()
-  }
+  return jax.tree.map(
+      lambda dtype: jax.ShapeDtypeStruct((), dtype, sharding=placement), sums)
 
 
 def zero_sums(placement, sums: dict = METRIC_SUMS) -> dict:
-  return {
-      name: sharding.replicate(np.zeros((), dtype), placement)
-      for name, dtype in sums.items()
-  }
+  return jax.tree.map(
+      lambda dtype: sharding.replicate(np.zeros((), dtype), placement), sums)
 
 
 def averages(sums) -> dict[str, float]:
@@ -156,10 +151,10 @@ def make_train_step(config, inputs, objective: losses.Objective):
                             cutmix_alpha=config.cutmix_alpha)
 
     def loss_fn(params):
+      variables = models.model_variables(params, batch_stats)
       (logits, outputs), updates = state.apply_fn(
-          models.model_variables(params,
-                                 batch_stats), x, train=True, return_out=True,
-          mutable=['batch_stats'], rngs={'dropout': dropout_key})
+          variables, x, train=True, return_out=True, mutable=['batch_stats'],
+          rngs={'dropout': dropout_key})
       return objective(logits, outputs, targets, x).mean(), (logits, updates)
 
     (loss, (logits, updates)), grads = jax.value_and_grad(
@@ -287,32 +282,25 @@ def compile_steps(config, inputs, state: TrainState, key,
   state_out = jax.tree.map(lambda x: x.sharding, state)
   count = jax.ShapeDtypeStruct((), jnp.int32, sharding=replicated)
 
-  threads = {}  # the thread each step compiles in
-
-  def counted(name: str, compile_step: Callable):
-    threads[name] = threading.get_ident()
-    return compile_step()
-
-  def compile_train():
-    with _options_blamed(options):
-      return jax.jit(make_train_steps(config, inputs, per_call, objective),
-                     out_shardings=(state_out, replicated, replicated),
-                     donate_argnums=(0, 1)).lower(
-                         state, sum_shapes(replicated), inputs.train_data,
-                         inputs.stacked_specs(per_call), count,
-                         key).compile(options)
-
   # XLA compiles the eval step on a thread beside the train step
   # (experiments/benchmarks/README.md, Attempts, row 31).
   with (compilation_cache.Hits() as hits,
         concurrent.futures.ThreadPoolExecutor(1) as thread):
-    evaluated = thread.submit(
-        counted, 'eval', functools.partial(compile_eval, config, inputs,
-                                           state)) if evaluate else None
-    train = counted('train', compile_train)
+    evaluated = (thread.submit(compile_eval, config, inputs, state)
+                 if evaluate else None)
+    with _options_blamed(options):
+      train = jax.jit(make_train_steps(config, inputs, per_call, objective),
+                      out_shardings=(state_out, replicated, replicated),
+                      donate_argnums=(0, 1)).lower(
+                          state, sum_shapes(replicated), inputs.train_data,
+                          inputs.stacked_specs(per_call), count,
+                          key).compile(options)
     train_seconds = time.perf_counter() - start
     evaluated = evaluated and evaluated.result()
-  cached = [n for n in ('train', 'eval') if hits.by_thread[threads.get(n)]]
+    # The thread each step compiled in: this one, and the pool's only one.
+    threads = dict(train=threading.get_ident(),
+                   eval=thread.submit(threading.get_ident).result())
+  cached = [n for n in ('train', 'eval') if hits.by_thread[threads[n]]]
   logging.info(
       'Compiled the %s in %.1fs%s.',
       'train and eval steps' if evaluate else 'train step',

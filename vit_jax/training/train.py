@@ -56,9 +56,9 @@ def _what_is_kept(checkpoints, history: list[dict]) -> str:
             'config.learning_rate or with config.grad_clip_norm set.')
   kept = f'Kept: the newest checkpoint, step {latest} in {checkpoints.directory}'
   logged = [r for r in history if r['step'] <= latest and 'train_loss' in r]
+  lower = '--config.learning_rate=LOWER (or --config.grad_clip_norm=1).'
   afresh = ('start afresh in a new workdir with a lower learning rate or '
-            'gradient clipping: --workdir=NEW_DIR --config.learning_rate=LOWER '
-            '(or --config.grad_clip_norm=1).')
+            f'gradient clipping: --workdir=NEW_DIR {lower}')
   if not logged:
     return f'{kept}. To go on, {afresh}'
   before, lowest = logged[-1], min(logged, key=lambda r: r['train_loss'])
@@ -72,8 +72,7 @@ def _what_is_kept(checkpoints, history: list[dict]) -> str:
           'clipping, fine-tune its weights in a new workdir (this one keeps '
           'its run\'s settings; the head, optimizer state and schedule start '
           f'afresh there): --workdir=NEW_DIR --config.init_from='
-          f'{checkpoints.directory.parent} --config.learning_rate=LOWER (or '
-          '--config.grad_clip_norm=1).')
+          f'{checkpoints.directory.parent} {lower}')
 
 
 def train_and_evaluate(config: ml_collections.ConfigDict,
@@ -136,6 +135,7 @@ def _train_and_evaluate(config, workdir: pathlib.Path,
   init_key, step_key = jax.random.split(jax.random.key(config.seed))
   init_args = (init_key, model, tx, config.image_size, mesh, config.ema_decay)
   state_shapes = steps.state_shapes(*init_args)
+  sum_shapes = steps.sum_shapes(replicated)
   startup.check_ema(config, state_shapes)
   if config.ema_decay:
     logging.info(
@@ -152,8 +152,7 @@ def _train_and_evaluate(config, workdir: pathlib.Path,
   with concurrent.futures.ThreadPoolExecutor(1) as thread:
     if not checkpoints.steps():
       initializer = thread.submit(steps.initializer, *init_args)
-    digest = thread.submit(digests.compile_ahead, state_shapes,
-                           steps.sum_shapes(replicated))
+    digest = thread.submit(digests.compile_ahead, state_shapes, sum_shapes)
     if (checkpoints.latest_step() or 0) < plan.total_steps:
       compiled = compile_steps()
     initializer = initializer and initializer.result()
@@ -162,8 +161,7 @@ def _train_and_evaluate(config, workdir: pathlib.Path,
   signals.stop_before_training(checkpoints)
 
   # Restore the newest checkpoint that restores, or initialize.
-  if restored := checkpoints.restore_latest(state_shapes,
-                                            steps.sum_shapes(replicated)):
+  if restored := checkpoints.restore_latest(state_shapes, sum_shapes):
     inputs.check_resumable(restored.position, workdir,
                            reading.class_names(workdir))
     logging.info('Resumed from %s at step %d.',
@@ -247,16 +245,12 @@ def _train_and_evaluate(config, workdir: pathlib.Path,
           record[f'{split}_examples'] = result['count']
       if record:
         _check_finite(record, step, checkpoints, history)
-        record = {
-            'step': step, 'epoch': plan.epoch(step), **record,
-            **throughput.since_last_record()
-        }
+        record = dict(step=step, epoch=plan.epoch(step), **record,
+                      **throughput.since_last_record())
         history.append(record)
         writer.write(record)
-        logging.info(
-            '%s',
-            progress.progress_line(record, plan,
-                                   throughput.eta(step, plan.total_steps)))
+        eta = throughput.eta(step, plan.total_steps)
+        logging.info('%s', progress.progress_line(record, plan, eta))
         with throughput.timed('checkpoint'):
           best.offer(record, state, sums, history, inputs.position(step),
                      run_config)

@@ -22,9 +22,8 @@ def hash_bits(key: jax.Array, shape: tuple[int, ...]) -> jax.Array:
   seeds = jax.random.bits(key, (len(shape) + 1,), jnp.uint32)
   bits = jnp.broadcast_to(seeds[0], (1,) * len(shape))
   for axis, size in enumerate(shape):
-    index_shape = [1] * len(shape)
-    index_shape[axis] = size
-    index = jax.lax.iota(jnp.uint32, size).reshape(index_shape)
+    others = [other for other in range(len(shape)) if other != axis]
+    index = jnp.expand_dims(jax.lax.iota(jnp.uint32, size), others)
     bits = _mix(bits ^ (index + seeds[axis + 1]))
   return jnp.broadcast_to(bits, shape)
 
@@ -58,7 +57,5 @@ def DropPath(rate: float, name: str | None = None) -> Dropout:  # pylint: disabl
 def drop_path_rates(stochastic_depth_rate: float,
                     num_layers: int) -> list[float]:
   """Drop-path rates rising linearly over the blocks from 0 (DeiT, timm)."""
-  return [
-      stochastic_depth_rate * i / max(num_layers - 1, 1)
-      for i in range(num_layers)
-  ]
+  last = max(num_layers - 1, 1)
+  return [stochastic_depth_rate * i / last for i in range(num_layers)]

@@ -20,10 +20,9 @@ def pooled_features(x: jax.Array, classifier: str, *, prefix_tokens: int,
     return [x[:, i] for i in range(prefix_tokens)]
   if classifier == 'gap':
     return [jnp.mean(x, axis=1)]
-  return [
-      MAPHead(num_heads=num_heads, mlp_dim=mlp_dim, dtype=dtype,
-              name=names.MAP_HEAD)(x)
-  ]
+  head = MAPHead(num_heads=num_heads, mlp_dim=mlp_dim, dtype=dtype,
+                 name=names.MAP_HEAD)
+  return [head(x)]
 
 
 class MAPHead(nn.Module):
