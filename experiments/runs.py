@@ -152,15 +152,13 @@ def record(directory: pathlib.Path, description: dict) -> dict:
   """A finished run as results.json holds it, with the sweep's `description`."""
   summary = read_json(directory / 'summary.json')
   config = read_json(directory / 'config.json')
+  kept = {key: summary[key] for key in _SUMMARY_FIELDS if key in summary}
+  minutes = round(summary['train_seconds'] / 60, 1)
+  # A summary.json without a device is from the project's 2-core CPU.
   return {
       'model': _model_of(config),
-      **description,
-      'epochs': round(summary['epochs']),
-      'seed': config['seed'],
-      **{key: summary[key] for key in _SUMMARY_FIELDS if key in summary},
-      'wall_minutes': round(summary['train_seconds'] / 60, 1),
-      # A summary.json without a device is from the project's 2-core CPU.
-      'device': summary.get('device', 'cpu')
+      **description, 'epochs': round(summary['epochs']), 'seed': config['seed'],
+      **kept, 'wall_minutes': minutes, 'device': summary.get('device', 'cpu')
   }
 
 
@@ -221,10 +219,8 @@ def unplanned(directory: pathlib.Path, fresh: dict, description: dict) -> str:
   from configs import cifar_small  # pylint: disable=g-import-not-at-top
   planned = {'epochs': cifar_small.get_config().num_epochs, **description}
   # The run's, not the plan's.
-  ran = {
-      **fresh, 'model': _model_of(config),
-      'batch_size': config.get('batch_size')
-  }
+  ran = dict(fresh, model=_model_of(config),
+             batch_size=config.get('batch_size'))
   return next((f'as its {key} is {ran[key]}, not the {value} planned'
                for key, value in planned.items() if ran[key] != value), '')
 
@@ -256,19 +252,18 @@ def load_records(workdir: pathlib.Path, planned: dict[str, dict],
       found[name] = {**fresh, **({'earlier_runs': before} if before else {})}
   # A run stands only beside the runs it read (its teachers, its
   # pre-training) as it read them: finished, not trained again since.
-  for name, student in list(found.items()):
-    finished_at = lambda theirs: found.get(theirs, {}).get('finished')
-    if why := read_again(student.get('runs_read', {}), finished_at):
+  for name in list(found):
+    if why := read_again(lambda run: found.get(run, {}), name):
       print(f'{workdir / name}: left out, as {why}.', file=sys.stderr)
       del found[name]
   return found
 
 
-def read_again(runs_read: dict, finished_at: Callable[[str], str]) -> str:
-  """How a run read one unfinished or trained again since, or ''."""
-  for source in runs_read.values():
+def read_again(record: Callable[[str], dict], name: str) -> str:
+  """How `record(name)` read a run unfinished or trained again since, or ''."""
+  for source in record(name).get('runs_read', {}).values():
     theirs, read = source['workdir'].split('/')[-1], source.get('finished')
-    here = finished_at(theirs) or read
+    here = record(theirs).get('finished') or read
     if read is None or here != read:
       return f'it read {theirs} ' + (
           f'finished at {read}, which finished again at {here}'
@@ -323,15 +318,12 @@ def catch_stop_signals() -> None:
                      'and README are as the last complete summary left them')
 
 
-def _require_runs(results, searched: str):
+def write_summary(folder: pathlib.Path, results, searched: str,
+                  sections: Callable, figures: dict | None = None):
+  """Writes results.json, README `sections(results)` and figures, or none."""
   if not results:
     sys.exit(f'error: no finished runs in {searched}.')
-
-
-def write_summary(folder: pathlib.Path, results, searched: str,
-                  sections: dict[str, str], figures: dict | None = None):
-  """Writes results.json, README sections and `figures`' files, or none."""
-  _require_runs(results, searched)
+  sections = sections(results)
   readme = folder / 'README.md'
   text = readme.read_text()
   for name, section in sections.items():
@@ -389,8 +381,7 @@ def summarize(folder: pathlib.Path, workdir: pathlib.Path, planned: dict,
               figures: dict | None = None):
   """Writes the `planned` runs' records in `order`, `sections`, the missing."""
   found = load_records(workdir, planned, folder / 'results.json', run_name)
+  missing = {'missing runs': missing_runs(list(planned), set(found))}
   records = sorted(found.values(), key=order)
-  _require_runs(records, f'{workdir} or results.json')  # before sections
-  missing = missing_runs(list(planned), set(found))
   write_summary(folder, records, f'{workdir} or results.json',
-                {**sections(records), 'missing runs': missing}, figures)
+                lambda records: {**sections(records), **missing}, figures)

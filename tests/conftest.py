@@ -51,19 +51,16 @@ def _is_xdist_worker(config) -> bool:
   return hasattr(config, 'workerinput')
 
 
-def _remove_killed_sessions_caches():
-  for cache in pathlib.Path(tempfile.gettempdir()).glob(f'{_CACHE_PREFIX}*'):
-    pid = cache.name[len(_CACHE_PREFIX):].split('_')[0]
-    if pid.isdigit() and not workdir_lock.process_exists(int(pid)):
-      shutil.rmtree(cache, ignore_errors=True)
-
-
 def pytest_configure(config):
   global _compilation_cache
   if _is_xdist_worker(config):
     _compilation_cache = os.environ['JAX_COMPILATION_CACHE_DIR']
   else:
-    _remove_killed_sessions_caches()
+    # First the caches of sessions killed before they could remove theirs.
+    for cache in pathlib.Path(tempfile.gettempdir()).glob(f'{_CACHE_PREFIX}*'):
+      pid = cache.name[len(_CACHE_PREFIX):].split('_')[0]
+      if pid.isdigit() and not workdir_lock.process_exists(int(pid)):
+        shutil.rmtree(cache, ignore_errors=True)
     _compilation_cache = tempfile.mkdtemp(
         prefix=f'{_CACHE_PREFIX}{os.getpid()}_')
     os.environ['JAX_COMPILATION_CACHE_DIR'] = _compilation_cache

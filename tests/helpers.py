@@ -7,6 +7,7 @@ import json
 import os
 import pathlib
 import pickle
+import shutil
 import signal
 import socket
 import subprocess
@@ -161,16 +162,19 @@ TINY_MODELS = {
 
 
 def finished_run(directory: pathlib.Path, seed: int = 3, model: str = 'vit',
-                 description: dict | None = None, config: dict | None = None,
+                 history: list | None = None, config: dict | None = None,
                  **summary):
-  """A finished run as runners read it; `config` and `summary` edit its JSON."""
+  """A finished run as runners read it, in place of any; `config` and `summary`
+  edit its JSON, `history` the records of its metrics.jsonl (None: none)."""
+  shutil.rmtree(directory, ignore_errors=True)
   directory.mkdir(parents=True)
   config = {
       'model': cifar_small.MODELS[model][0], 'seed': seed, **(config or {})
   }
   (directory / 'config.json').write_text(json.dumps(config))
-  if description is not None:
-    (directory / 'run.json').write_text(json.dumps(description))
+  if history is not None:
+    (directory / 'metrics.jsonl').write_text(''.join(
+        json.dumps(record) + '\n' for record in history))
   (directory / 'summary.json').write_text(
       json.dumps({
           'best_test_accuracy': 0.514, 'best_epoch': 28.0, 'epochs': 30.0,
@@ -179,11 +183,23 @@ def finished_run(directory: pathlib.Path, seed: int = 3, model: str = 'vit',
       }))
 
 
+def edit_json(path: pathlib.Path, **fields):
+  """Sets `fields` in the JSON object at `path`."""
+  path.write_text(json.dumps({**json.loads(path.read_text()), **fields}))
+
+
 def schema_config(**fields) -> ml_collections.ConfigDict:
   """The config schema's defaults, `fields` set."""
   config = config_schema.defaults()
   config.update(fields)
   return config
+
+
+def steps_saved(workdir, folder: str = 'checkpoints') -> list[int]:
+  """The steps whose checkpoints `workdir / folder` holds."""
+  from vit_jax.checkpoints import run_checkpoints  # pylint: disable=g-import-not-at-top
+  with run_checkpoints.RunCheckpoints(pathlib.Path(workdir) / folder) as saved:
+    return saved.steps()
 
 
 def untrained_run(workdir: pathlib.Path, config, params) -> pathlib.Path:
@@ -197,10 +213,11 @@ def untrained_run(workdir: pathlib.Path, config, params) -> pathlib.Path:
   return workdir
 
 
-def tiny_config(data_dir, variant='vit', **overrides):
-  """The study's config, cut down to seconds: 96 train / 37 test images."""
+def tiny_config(data_dir, variant='vit', model_fields=None, **overrides):
+  """The study's config, cut down to seconds: 96 train / 37 test images;
+  `model_fields` set in its model_overrides."""
   config = cifar_small.get_config(variant)
-  config.model_overrides = TINY_MODELS[variant]
+  config.model_overrides = TINY_MODELS[variant] | (model_fields or {})
   config.update(data_dir=str(data_dir), train_examples_per_file=0,
                 test_examples=0, batch_size=16, eval_batch_size=16,
                 num_epochs=2, warmup_epochs=1)
@@ -210,19 +227,17 @@ def tiny_config(data_dir, variant='vit', **overrides):
 
 def trained_vit_config(data_dir) -> ml_collections.ConfigDict:
   """The config `trained_vit_run` trains."""
-  config = tiny_config(data_dir, num_epochs=1, image_size=24)
-  config.model_overrides.num_layers = 2
-  return config
+  return tiny_config(data_dir, num_epochs=1, image_size=24,
+                     model_fields=dict(num_layers=2))
 
 
 def process_test_config(data_dir) -> ml_collections.ConfigDict:
   """What the kill and signal tests run: 40 steps of a small ViT, 1 device."""
-  config = tiny_config(data_dir, total_steps=40, num_epochs=0,
-                       log_every_steps=3, eval_every_steps=8,
-                       checkpoint_every_steps=4, cpu_devices=1)
-  config.model_overrides = dict(num_layers=2, hidden_size=64, num_heads=4,
-                                mlp_dim=128, patch_size=4)
-  return config
+  return tiny_config(
+      data_dir, total_steps=40, num_epochs=0, log_every_steps=3,
+      eval_every_steps=8, checkpoint_every_steps=4, cpu_devices=1,
+      model_fields=dict(num_layers=2, hidden_size=64, num_heads=4, mlp_dim=128,
+                        patch_size=4))
 
 
 def with_host_devices(devices: int) -> dict:
@@ -236,13 +251,10 @@ def run_on_host_devices(script: str, devices: int, cwd=ROOT,
                         timeout: float = 300) -> str:
   """The stdout of `script` run by a fresh Python on `devices` CPU devices."""
   env = with_host_devices(devices)
-  out = subprocess.run(
-      [sys.executable, '-c', script], env={
-          **env, 'PYTHONPATH': os.pathsep.join(
-              filter(None, [str(ROOT), env.get('PYTHONPATH')]))
-      }, cwd=cwd, capture_output=True, text=True, check=False, timeout=timeout)
-  assert out.returncode == 0, out.stderr[-3000:]
-  return out.stdout
+  env['PYTHONPATH'] = os.pathsep.join(
+      filter(None, [str(ROOT), env.get('PYTHONPATH')]))
+  return run_python('-c', script, env=env, cwd=cwd, timeout=timeout,
+                    status=0).stdout
 
 
 @contextlib.contextmanager
@@ -312,11 +324,23 @@ def write_process_config(tmp_path, data_dir, function='process_test_config',
   return config_file
 
 
-def run_module(module: str, *args, check=False, **kwargs):
-  """`python -m module *args` in the repository's root, run to its end."""
-  return subprocess.run([sys.executable, '-m', module, *map(str, args)],
-                        cwd=ROOT, capture_output=True, text=True, check=check,
-                        **kwargs)
+def run_python(*args, status: int | None = None, cwd=ROOT, **kwargs):
+  """`python *args` in `cwd`, the repository's root unless told, run to its
+  end: its exit status `status`, if given, or its stderr said."""
+  out = subprocess.run([sys.executable, *map(str, args)], cwd=cwd,
+                       capture_output=True, text=True, check=False, **kwargs)
+  assert status is None or out.returncode == status, out.stderr[-3000:]
+  return out
+
+
+def run_module(module: str, *args, **kwargs):
+  return run_python('-m', module, *args, **kwargs)
+
+
+def script_main(monkeypatch, main, *argv):
+  """`main()` of a script that parses sys.argv, run as `argv`."""
+  monkeypatch.setattr(sys, 'argv', list(argv))
+  return main()
 
 
 def interrupted(module: str, *args, ready=None) -> str:

@@ -1,8 +1,6 @@
 """The analyses on inputs of known answers, by `vit_jax.analysis`'s names."""
 
 import inspect
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -195,8 +193,8 @@ def test_every_measure_is_the_packages_own_name_imported_alone():
   assert public == set(analysis.__all__)
   assert all(
       getattr(analysis, name) is getattr(measures, name) for name in public)
-  loaded = subprocess.run([
-      sys.executable, '-c', 'import sys; from vit_jax import analysis; '
-      "print(sorted({'jax', 'matplotlib'} & set(sys.modules)))"
-  ], cwd=helpers.ROOT, capture_output=True, text=True, check=True).stdout
+  loaded = helpers.run_python(
+      '-c', 'import sys; from vit_jax import analysis; '
+      "print(sorted({'jax', 'matplotlib'} & set(sys.modules)))",
+      status=0).stdout
   assert loaded.strip() == '[]'

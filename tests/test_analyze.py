@@ -135,9 +135,8 @@ def test_bad_input_is_one_clear_error(trained_vit_run, tmp_path):
     analyze.analyze(tmp_path / 'out', checkpoint=trained_vit_run[0],
                     model='ViT-B_16')
   cnn_run = shutil.copytree(trained_vit_run[0], tmp_path / 'cnn')
-  config = json.loads((cnn_run / 'config.json').read_text())
-  config.update(model='SimpleCNN', model_overrides={})
-  (cnn_run / 'config.json').write_text(json.dumps(config))
+  helpers.edit_json(cnn_run / 'config.json', model='SimpleCNN',
+                    model_overrides={})
   with pytest.raises(AnalysisError, match='need.* a ViT run'):
     analyze.analyze(tmp_path / 'out', workdir=cnn_run)
 
@@ -212,9 +211,9 @@ def test_a_released_npz_is_analysed_on_your_own_images(tmp_path, caplog):
 
 def _untrained_run(workdir, data_dir, **techniques):
   """An untrained 2-layer ViT run with `techniques` on a 4x4 patch grid."""
-  config = helpers.tiny_config(data_dir, image_size=16)
-  config.model_overrides = dict(helpers.TINY_MODELS['vit'], patch_size=4,
-                                num_layers=2, **techniques)
+  config = helpers.tiny_config(
+      data_dir, image_size=16, model_fields=dict(patch_size=4, num_layers=2,
+                                                 **techniques))
   model = models.from_config(config, 10)
   # A scanned run starts from the unscanned one's parameters, stacked, so
   # that the two compare.

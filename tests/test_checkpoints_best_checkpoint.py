@@ -1,5 +1,6 @@
 """A run's best evaluation kept beside its checkpoints, and read back."""
 
+import functools
 import json
 import shutil
 
@@ -11,18 +12,13 @@ import pytest
 from tests import helpers
 from vit_jax.checkpoints import best_checkpoint
 from vit_jax.checkpoints import reading
-from vit_jax.checkpoints import run_checkpoints
 from vit_jax.data import sources
 from vit_jax.errors import CheckpointError
 from vit_jax.errors import ConfigError
 from vit_jax.training import evaluation
 from vit_jax.training import train
 
-
-def _held(workdir):
-  with run_checkpoints.RunCheckpoints(workdir /
-                                      best_checkpoint.DIRECTORY) as checkpoints:
-    return checkpoints.steps()
+_held = functools.partial(helpers.steps_saved, folder=best_checkpoint.DIRECTORY)
 
 
 def test_the_best_evaluation_is_kept_and_a_resumed_run_keeps_the_same(

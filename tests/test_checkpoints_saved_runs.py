@@ -30,12 +30,11 @@ def test_a_saved_mae_run_resumes(tmp_path):
   helpers.cifar10_release(tmp_path / 'data', 32, 16)
   workdir = tmp_path / 'mae'
   shutil.copytree(SAVED / 'mae', workdir)
+  mae = dict(mae_mask_ratio=0.75, mae_decoder_depth=1, mae_decoder_width=32)
   config = helpers.tiny_config(tmp_path / 'data', total_steps=4, num_epochs=0,
                                warmup_epochs=0, cpu_devices=1,
                                checkpoint_every_steps=2, eval_every_steps=2,
-                               log_every_steps=1)
-  config.model_overrides.update(mae_mask_ratio=0.75, mae_decoder_depth=1,
-                                mae_decoder_width=32)
+                               log_every_steps=1, model_fields=mae)
   before = reading.load_run(workdir, 2).params
   summary = train.train_and_evaluate(config, workdir)
   assert np.isfinite(summary['best_test_accuracy'])

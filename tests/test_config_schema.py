@@ -25,17 +25,14 @@ def test_a_missing_field_is_named():
 
 
 def test_the_batches_and_fsdp_must_fit_the_devices():
-  with pytest.raises(ConfigError,
-                     match='batch_size=12 is not divisible by the 8 devices'):
-    config_schema.validate(helpers.tiny_config('', batch_size=12),
-                           num_devices=8)
-  with pytest.raises(ConfigError, match='grad_accumulation_steps=3'):
-    config_schema.validate(
-        helpers.tiny_config('', batch_size=16, grad_accumulation_steps=3), 1)
-  with pytest.raises(
-      ConfigError, match='config.fsdp=3 does not divide the 8 '
-      'devices; use a divisor of 8, or -1'):
-    config_schema.validate(helpers.tiny_config('', fsdp=3), num_devices=8)
+  for fields, devices, message in (
+      (dict(batch_size=12), 8, 'batch_size=12 is not divisible by the 8 '
+       'devices'), (dict(batch_size=16, grad_accumulation_steps=3), 1,
+                    'grad_accumulation_steps=3'),
+      (dict(fsdp=3), 8, 'config.fsdp=3 does not divide the 8 devices; use a '
+       'divisor of 8, or -1')):
+    with pytest.raises(ConfigError, match=message):
+      config_schema.validate(helpers.tiny_config('', **fields), devices)
   config_schema.validate(helpers.tiny_config('', fsdp=-1), num_devices=8)
 
 
@@ -89,10 +86,8 @@ def test_resuming_refuses_what_changes_the_checkpoints_meaning(tmp_path):
 def test_a_resumed_runs_model_overrides(tmp_path):
   """remat and attention may change; overriding to the model's value is none."""
 
-  def config(**overrides):
-    config = helpers.tiny_config('')
-    config.model_overrides.update(overrides)
-    return config
+  def config(**fields):
+    return helpers.tiny_config('', model_fields=fields)
 
   saved = config(remat='full', scan=True).to_dict()
   changes = lambda **o: check_resumable(saved, config(scan=True, **o), tmp_path)
@@ -124,7 +119,6 @@ def test_a_student_without_its_teacher_or_the_reverse_is_refused():
       (none, dict(guided_blocks=(0,)), 'there is no CNN to imitate'),
       (dict(teacher_checkpoint='best'), none, "teacher_checkpoint='best' "
        "picks a teacher's checkpoint, and this run has none")):
-    config = helpers.tiny_config('', **teacher)
-    config.model_overrides.update(student)
     with pytest.raises(ConfigError, match=message):
-      config_schema.validate(config, num_devices=1)
+      config_schema.validate(
+          helpers.tiny_config('', model_fields=student, **teacher), 1)

@@ -36,15 +36,12 @@ def test_the_sweep_trains_the_study_recipe_on_nested_subsets(tmp_path, capsys):
   ]
   # Class-balanced, nested subsets of links to the images.
   small, larger = work / 'data/cifar10_10', work / 'data/cifar10_20'
+  names = lambda folder: sorted(p.name for p in folder.iterdir())
   for name in ('airplane', 'cat'):
-    assert sorted(p.name
-                  for p in (small / 'train' / name).iterdir()) == ['0000.jpg']
-    assert sorted(p.name for p in (larger / 'train' / name).iterdir()) == [
-        '0000.jpg', '0001.jpg'
-    ]
-  assert (larger /
-          'train/cat/0001.jpg').resolve() == (jpeg /
-                                              'train/cat/0001.jpg').resolve()
+    assert names(small / 'train' / name) == ['0000.jpg']
+    assert names(larger / 'train' / name) == ['0000.jpg', '0001.jpg']
+  cat = 'train/cat/0001.jpg'
+  assert (larger / cat).resolve() == (jpeg / cat).resolve()
   assert (small / 'test').resolve() == (jpeg / 'test').resolve()
   with pytest.raises(SystemExit, match='has 3 images, fewer than the 4'):
     sweep.subset(jpeg, work / 'data', 40)

@@ -3,8 +3,6 @@
 import dataclasses
 import json
 import shutil
-import subprocess
-import sys
 import time
 import types
 
@@ -111,14 +109,11 @@ def test_the_readme_section_is_the_report_and_summarize_only_rewrites_it(
   shutil.copy(HERE / 'README.md', copy)
   output = tmp_path / 'gpu_results.json'
   output.write_text(json.dumps(results))
-  monkeypatch.setattr(
-      sys, 'argv',
-      ['gpu.py', '--summarize_only', f'--output={output}', f'--readme={copy}'])
-  gpu.main()
+  helpers.script_main(monkeypatch, gpu.main, 'gpu.py', '--summarize_only',
+                      f'--output={output}', f'--readme={copy}')
   assert _section(copy) == section
-  monkeypatch.setattr(sys, 'argv', ['gpu.py', '--smoke'])
   with pytest.raises(SystemExit):
-    gpu.main()
+    helpers.script_main(monkeypatch, gpu.main, 'gpu.py', '--smoke')
   assert 'give --output and --readme' in capsys.readouterr().err
 
 
@@ -311,12 +306,9 @@ def test_smoke_measures_every_section_into_json_and_readme(tmp_path):
   readme = tmp_path / 'README.md'
   shutil.copy(HERE / 'README.md', readme)
   output = tmp_path / 'out' / 'gpu_results.json'
-  run = subprocess.run([
-      sys.executable,
-      str(SCRIPT), '--smoke', f'--cifar_dir={tmp_path / "data"}',
-      f'--output={output}', f'--readme={readme}'
-  ], capture_output=True, text=True, check=False)
-  assert run.returncode == 0, run.stderr[-3000:]
+  run = helpers.run_python(SCRIPT, '--smoke',
+                           f'--cifar_dir={tmp_path / "data"}',
+                           f'--output={output}', f'--readme={readme}', status=0)
   assert ('train step: model=ViT-B/16, implementation=vit_jax, '
           'variant=einsum, image_size=112, batch_size=8,') in run.stdout
   results = json.loads(output.read_text())
@@ -364,13 +356,11 @@ def test_smoke_measures_every_section_into_json_and_readme(tmp_path):
 
 def test_the_timeline_of_a_run_says_where_its_seconds_went(tmp_path):
   tmp_path = tmp_path / 'run'
-  helpers.finished_run(tmp_path,
-                       startup_seconds={'imports': 2.0, 'compile': 5.5})
-  (tmp_path / 'metrics.jsonl').write_text(''.join(
-      json.dumps({
+  helpers.finished_run(
+      tmp_path, history=[{
           'step': 6 * epoch, 'epoch': float(epoch), 'seconds': 1.5,
           'phase_seconds': {'input': 0.2, 'steps': 1.0, 'other': 0.3}
-      }) + '\n' for epoch in (1, 2)))
+      } for epoch in (1, 2)], startup_seconds={'imports': 2.0, 'compile': 5.5})
   measured = timeline.timeline(runs.read_json(tmp_path / 'summary.json'),
                                runs.history(tmp_path))
   assert measured['records'][1] == {
@@ -390,6 +380,5 @@ def test_the_timm_worker_imports_in_a_python_without_jax(tmp_path):
   for name in ('jax', 'flax', 'orbax'):
     (tmp_path / name).mkdir()
     (tmp_path / name / '__init__.py').write_text('raise ImportError')
-  subprocess.run(
-      [sys.executable, '-c', 'import experiments.benchmarks.timm_worker'],
-      cwd=helpers.ROOT, check=True, env={'PYTHONPATH': str(tmp_path)})
+  helpers.run_python('-c', 'import experiments.benchmarks.timm_worker',
+                     status=0, env={'PYTHONPATH': str(tmp_path)})

@@ -32,13 +32,12 @@ def _fake_run(workdir, run, validation, flops, test=0.5):
   """A finished run of 10 minutes, one evaluation logged, its best state."""
   model, _, epochs, seed = run
   directory = workdir / recipes.run_name(*run)
-  helpers.finished_run(directory, seed, model,
+  logged = dict(step=9, validation_accuracy=validation, train_seconds=600)
+  helpers.finished_run(directory, seed, model, history=[logged],
                        best_validation_accuracy=validation, train_flops=flops,
                        test_accuracy_at_best_step=test, epochs=epochs,
                        best_step=9, train_seconds=600)
   (directory / 'best_checkpoint' / '9').mkdir(parents=True)
-  logged = dict(step=9, validation_accuracy=validation, train_seconds=600)
-  (directory / 'metrics.jsonl').write_text(json.dumps(logged) + '\n')
 
 
 def _stages_1_and_2(workdir):
@@ -142,8 +141,7 @@ def test_the_sweep_chooses_on_validation_and_matches_the_chains_flops(
   for folder, fields in ((teacher, {'finished': '2'}), (student, {
       'runs_read': {'teacher': {'workdir': str(teacher), 'finished': '1'}}
   })):
-    path = folder / 'summary.json'
-    path.write_text(json.dumps({**runs.read_json(path), **fields}))
+    helpers.edit_json(folder / 'summary.json', **fields)
   assert _emitted(capsys, tmp_path, 2, '2').err.startswith(
       f'Stale: 1 finished run(s) of this stage read a run unfinished or '
       f'trained again since (one: {student.name}, as it read {teacher.name} '
@@ -160,8 +158,8 @@ def test_the_summary_pairs_each_row_with_the_vit_by_seed(tmp_path, capsys):
     summary.main(argv)
   # Until then --so_far lists the runs finished yet and writes their records,
   # not another experiment's (chosen on test) there.
-  helpers.finished_run(workdir / 'vit_study_e30_seed0', chosen_on='test')
-  (workdir / 'vit_study_e30_seed0' / 'metrics.jsonl').write_text('')
+  helpers.finished_run(workdir / 'vit_study_e30_seed0', history=[],
+                       chosen_on='test')
   summary.main(argv + ['--so_far'])
   assert len(runs.read_json(out / 'results.json')) == 2 * len(FINISHED) + 3
   assert len(runs.history(out)) == 2 * len(FINISHED) + 3

@@ -3,7 +3,6 @@
 import gzip
 import json
 import os
-import sys
 
 import flax.linen as nn
 import jax
@@ -189,12 +188,10 @@ def test_real_cpu_traces_are_summed_by_part_of_the_model(
     helpers.run_module(
         'vit_jax.benchmark', f'--model={model}', '--batch_size=8', '--steps=1',
         '--cpu_devices=1', f'--trace_dir={trace_dir}', '--trace_steps=1',
-        check=True,
+        status=0,
         env={**os.environ, 'XLA_FLAGS': '--xla_cpu_enable_xprof_traceme=true'})
-    monkeypatch.setattr(
-        sys, 'argv',
-        ['profile_step.py', f'--trace_dir={trace_dir}', '--steps=1'])
-    profile_step.main()
+    helpers.script_main(monkeypatch, profile_step.main, 'profile_step.py',
+                        f'--trace_dir={trace_dir}', '--steps=1')
     return capsys.readouterr().out
 
   table = summed('ViT-Tiny-CIFAR_4').split(
@@ -222,10 +219,9 @@ def test_real_cpu_traces_are_summed_by_part_of_the_model(
 
 def test_a_trace_dir_without_a_trace_or_xlas_operations_is_one_line(
     tmp_path, monkeypatch):
-  monkeypatch.setattr(sys, 'argv',
-                      ['profile_step.py', f'--trace_dir={tmp_path}'])
   with pytest.raises(SystemExit) as stopped:
-    profile_step.main()
+    helpers.script_main(monkeypatch, profile_step.main, 'profile_step.py',
+                        f'--trace_dir={tmp_path}')
   assert str(stopped.value) == (
       f'error: {tmp_path} holds no trace: write one with python -m '
       f'vit_jax.benchmark --trace_dir={tmp_path}.')

@@ -43,34 +43,32 @@ def test_records_of_the_planned_finished_runs(tmp_path, capsys):
   }
   assert records['c']['device'] == 'NVIDIA H100 80GB HBM3'
   # Trained again, a run's record keeps the one it replaces.
-  record_b = lambda: runs.load_records(tmp_path, planned, results, lambda r: 'b'
-                                      )['b']
+  name_b = lambda r: 'b'
+  record_b = lambda: runs.load_records(tmp_path, planned, results, name_b)['b']
   results.write_text(json.dumps([records['b']]))
   assert 'earlier_runs' not in record_b()
-  shutil.rmtree(tmp_path / 'b')
-  helpers.finished_run(tmp_path / 'b', best_test_accuracy=0.6, finished='2')
   # and the per-epoch logs of that run, labelled with its `finished`.
+  helpers.finished_run(tmp_path / 'b', history=[{'step': 2, 'seconds': 9}],
+                       best_test_accuracy=0.6, finished='2')
   (tmp_path / 'metrics.jsonl').write_text('{"run": "b", "step": 1}\n')
-  (tmp_path / 'b' / 'metrics.jsonl').write_text('{"step": 2, "seconds": 9}\n')
   again = record_b()
   assert again['best_test_accuracy'] == 0.6
   assert again['earlier_runs'] == [records['b']]
-  logs = runs.logged_metrics(tmp_path, tmp_path, ['b'], lambda r: 'b')
-  runs.metrics_file(logs, lambda r: 'b')([again], tmp_path / 'metrics.jsonl')
+  logs = runs.logged_metrics(tmp_path, tmp_path, ['b'], name_b)
+  runs.metrics_file(logs, name_b)([again], tmp_path / 'metrics.jsonl')
   assert runs.history(tmp_path) == [{'run': 'b', 'step': 2},
                                     {'run': 'b', 'finished': '1', 'step': 1}]
   results.write_text(json.dumps([again]))  # summarized again: kept
   assert record_b() == again
-  logs = runs.logged_metrics(tmp_path, tmp_path, ['b'], lambda r: 'b')
+  logs = runs.logged_metrics(tmp_path, tmp_path, ['b'], name_b)
   assert [logs(again), logs(records['b'])] == [[{'step': 2}], [{'step': 1}]]
   # A copy of the run it replaced, gathered from elsewhere, changes nothing;
   # one without its logs is one line.
-  shutil.rmtree(tmp_path / 'b')
   helpers.finished_run(tmp_path / 'b', finished='1')
   assert record_b() == again
   assert 'b: left out, as a later run of it is' in capsys.readouterr().err
   with pytest.raises(SystemExit, match='b has no metrics.jsonl: copy its run'):
-    runs.logged_metrics(tmp_path, tmp_path, ['b'], lambda r: 'b')
+    runs.logged_metrics(tmp_path, tmp_path, ['b'], name_b)
   results.write_text(json.dumps([records['b']]))
   # A run cut short, or of other epochs or choices than planned: left out,
   # saying why, its committed record kept.
@@ -80,7 +78,6 @@ def test_records_of_the_planned_finished_runs(tmp_path, capsys):
        'sets'), ({}, {'epochs': 0.2}, 'as its epochs is 0, not the 30 planned'),
       ({}, {'chosen_on': 'validation'},
        'as its chosen_on is validation, not the test planned')):
-    shutil.rmtree(tmp_path / 'b')
     helpers.finished_run(tmp_path / 'b', config=config, **summary)
     assert record_b() == records['b']
     assert f'{tmp_path / "b"}: left out, {why}; its sweep' in capsys.readouterr(
@@ -90,10 +87,10 @@ def test_records_of_the_planned_finished_runs(tmp_path, capsys):
   helpers.finished_run(tmp_path / 'd',
                        runs_read={'distillation_teacher': learned})
   planned['d'] = {}
-  assert 'd' in runs.load_records(tmp_path, planned, results, lambda r: 'b')
+  assert 'd' in runs.load_records(tmp_path, planned, results, name_b)
   (tmp_path / 'c' / 'summary.json').write_text(
       json.dumps({'epochs': 30, 'train_seconds': 9, 'finished': '2026-02-01'}))
-  assert 'd' not in runs.load_records(tmp_path, planned, results, lambda r: 'b')
+  assert 'd' not in runs.load_records(tmp_path, planned, results, name_b)
   assert (f'{tmp_path / "d"}: left out, as it read c finished at 2026-01-01'
           'T00:00:00, which finished again at 2026-02-01.'
          ) in capsys.readouterr().err
@@ -199,9 +196,9 @@ def test_a_sweep_prints_vit_jax_main_lines_or_writes_a_slurm_array(
 def test_a_summary_writes_all_or_none(tmp_path, capsys):
   (tmp_path / 'README.md').write_text(''.join(
       ''.join(runs.section_markers(name)) for name in ('a', 'b')))
-  runs.write_summary(tmp_path, [{'seed': 0}], 'workdir', {'a': 'A', 'b': 'B'}, {
-      'figure.png': lambda results, path: path.write_text(json.dumps(results))
-  })
+  figure = lambda results, path: path.write_text(json.dumps(results))
+  runs.write_summary(tmp_path, [{'seed': 0}], 'workdir',
+                     lambda _: {'a': 'A', 'b': 'B'}, {'figure.png': figure})
   assert capsys.readouterr().out == 'A\n\nB\n'
   assert json.loads((tmp_path / 'results.json').read_text()) == [{'seed': 0}]
   assert (tmp_path / 'figure.png').read_bytes() == b'[{"seed": 0}]'
@@ -210,7 +207,7 @@ def test_a_summary_writes_all_or_none(tmp_path, capsys):
   written = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
   assert sorted(written) == ['README.md', 'figure.png', 'results.json']
   with pytest.raises(SystemExit, match='^error: no finished runs in workdir'):
-    runs.write_summary(tmp_path, [], 'workdir', {})
+    runs.write_summary(tmp_path, [], 'workdir', lambda _: {})
 
   def fill(results, path):
     path.write_bytes(b'half a figure')
@@ -221,8 +218,8 @@ def test_a_summary_writes_all_or_none(tmp_path, capsys):
           f'error: Writing {tmp_path / "results.json"} failed (OSError: [Errno '
           '28] No space left on device); results.json, the figures and the README '
           f'are as they were. Free space there (df -h {tmp_path}).')):
-    runs.write_summary(tmp_path, [{'seed': 1}], 'workdir', {'a': 'new'},
-                       {'figure.png': fill})
+    runs.write_summary(tmp_path, [{'seed': 1}], 'workdir',
+                       lambda _: {'a': 'new'}, {'figure.png': fill})
   assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == written
 
   # Ctrl-C while the figure is drawn, after the new results.json and README
@@ -240,7 +237,7 @@ def draw(results, path):
 
 runs.catch_stop_signals()
 runs.write_summary(pathlib.Path({str(tmp_path)!r}), [{{'seed': 1}}], 'w',
-                   {{'a': 'new'}}, {{'figure.png': draw}})
+                   lambda _: {{'a': 'new'}}, {{'figure.png': draw}})
 """
   ], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
   assert summary.stdout.readline() == 'drawing\n'

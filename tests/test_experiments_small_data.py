@@ -40,17 +40,17 @@ def test_the_sweeps_print_every_run(capsys):
 
 def _finished(directory, model, seed, batch_size, validation, test, epochs=30):
   """A run's workdir as the summary reads it: two epochs logged, the second best."""
+  history = [
+      {'step': 39 * epoch, 'epoch': epoch, **r} for epoch in (1, 2)
+      for r in ({'train_accuracy': test, 'seconds': 1.0},
+                {'test_accuracy': test, 'validation_accuracy': validation})
+  ]
   helpers.finished_run(
-      directory, seed, model, chosen_on='validation',
+      directory, seed, model, history, chosen_on='validation',
       best_validation_accuracy=validation, test_accuracy_at_best_step=test,
       final_test_accuracy=test, final_train_accuracy=test + 0.1, best_epoch=2.0,
       epochs=epochs, train_seconds=72.0, train_flops=2e12, commit='abc',
       cpu='x, 2 cores', config={'batch_size': batch_size})
-  (directory / 'metrics.jsonl').write_text(''.join(
-      json.dumps({'step': 39 * epoch, 'epoch': epoch, **r}) + '\n'
-      for epoch in (1, 2)
-      for r in ({'train_accuracy': test, 'seconds': 1.0},
-                {'test_accuracy': test, 'validation_accuracy': validation})))
 
 
 def test_the_summary_chooses_on_validation_and_pairs_by_seed(
@@ -136,21 +136,15 @@ def test_held_out_links_what_the_study_leaves_out_and_its_own_copies(tmp_path):
       folder.mkdir(parents=True, exist_ok=True)
       # Read by content.
       (folder / f'{i:04d}.jpg').write_bytes(helpers.png(image))
-  held_out.main([
-      f'--subset={tmp_path / "subset"}', f'--jpeg={tmp_path / "jpeg"}',
-      f'--out={tmp_path / "held_out"}', f'--study={tmp_path / "study"}'
-  ])
-
-  def linked(folder):
-    return sorted(int(p.stem) for p in folder.glob('*/*.jpg'))
-
-  assert linked(tmp_path / 'held_out') == list(range(20, 40))
-  # Again from a copy moved elsewhere: its links, none dangling.
-  (tmp_path / 'jpeg').rename(tmp_path / 'moved')
-  held_out.main([
-      f'--subset={tmp_path / "subset"}', f'--jpeg={tmp_path / "moved"}',
-      f'--out={tmp_path / "held_out"}', f'--study={tmp_path / "study"}'
-  ])
+  linked = lambda folder: sorted(int(p.stem) for p in folder.glob('*/*.jpg'))
+  # Then again from a copy moved elsewhere: its links, none dangling.
+  for jpeg in ('jpeg', 'moved'):
+    (tmp_path / 'jpeg').rename(tmp_path / jpeg)
+    held_out.main([
+        f'--subset={tmp_path / "subset"}', f'--jpeg={tmp_path / jpeg}',
+        f'--out={tmp_path / "held_out"}', f'--study={tmp_path / "study"}'
+    ])
+    assert linked(tmp_path / 'held_out') == list(range(20, 40))
   assert all(p.exists() for p in (tmp_path / 'held_out').glob('*/*.jpg'))
   assert linked(tmp_path / 'study' / 'train') == list(range(20))
   assert linked(tmp_path / 'study' / 'test') == list(range(10))

@@ -2,7 +2,6 @@
 
 import json
 import subprocess
-import sys
 import types
 
 import jax
@@ -21,8 +20,8 @@ _ONE_LAYER = dict(num_layers=1, hidden_size=32, num_heads=2, mlp_dim=64)
 
 
 def _main(monkeypatch, *flags):
-  monkeypatch.setattr(sys, 'argv', ['step_variants.py', *flags])
-  step_variants.main()
+  helpers.script_main(monkeypatch, step_variants.main, 'step_variants.py',
+                      *flags)
 
 
 def test_a_variant_xla_refuses_is_a_row_and_the_others_run(
@@ -114,10 +113,8 @@ def test_the_patch_matmul_is_the_conv_with_the_same_parameters(monkeypatch):
 def test_a_run_that_outlasts_its_time_keeps_what_it_timed(monkeypatch):
   # The profiled variant prints its timing before it traces: a run cut
   # there keeps it; one cut before has nothing.
-  timed = {
-      'variant': step_variants.PROFILED, 'batch_size': 256,
-      'train_images_per_second': 3000.0, 'compile_seconds': 15.0
-  }
+  timed = dict(variant=step_variants.PROFILED, batch_size=256,
+               train_images_per_second=3000.0, compile_seconds=15.0)
 
   printed = []  # by the run, when the time was up
 

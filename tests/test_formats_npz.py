@@ -20,7 +20,6 @@ from vit_jax.formats import params as params_lib
 TINY_VIT = dict(num_layers=2, hidden_size=16, num_heads=2, mlp_dim=32,
                 patch_size=8)
 TINY_IMAGE = 32
-TINY_TOKENS = 17
 
 
 def tiny_vit(**overrides):
@@ -41,7 +40,7 @@ LINEN_NUMBERS = (('MultiHeadDotProductAttention_1',
 def released_arrays(seed=0, representation_size=None):
   """Random arrays for `tiny_vit`, named as in the released files."""
   shapes = official_param_shapes(patch=8, hidden=16, layers=2, heads=2, mlp=32,
-                                 tokens=TINY_TOKENS, num_classes=10,
+                                 tokens=17, num_classes=10,
                                  representation_size=representation_size)
   rng = np.random.default_rng(seed)
   return {

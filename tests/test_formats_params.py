@@ -43,8 +43,10 @@ def positions(params):
   return params['Transformer']['posembed_input']['pos_embedding']
 
 
+equal = np.testing.assert_array_equal
+
+
 def test_adapt_resizes_positions_replaces_the_head_and_drops_pre_logits():
-  equal = np.testing.assert_array_equal
   pretrained = vit_params(16, 100, representation_size=8)
   fresh = vit_params(24, 10, seed=1)
   adapted = params_lib.adapt_params(pretrained, fresh)
@@ -62,7 +64,6 @@ def test_a_distillation_token_is_added_or_left_out():
   # DeiT's distillation token sits between [CLS] and the patches: a ViT
   # checkpoint lacks it, and its position row, which start as the new
   # model's; the rest is the checkpoint's, the grid resized.
-  equal = np.testing.assert_array_equal
   pretrained = vit_params(16, 10)
   fresh = vit_params(24, 10, seed=1, distillation_token=True)
   adapted = params_lib.adapt_params(pretrained, fresh)

@@ -8,8 +8,9 @@ import pytest
 from tests import helpers
 
 
-def _main(*flags, config='configs/cifar_small.py'):
-  return helpers.run_module('vit_jax.main', f'--config={config}', *flags)
+def _main(*flags, config='configs/cifar_small.py', status=None):
+  return helpers.run_module('vit_jax.main', f'--config={config}', *flags,
+                            status=status)
 
 
 # A relative data_dir is made absolute, as config.json records it.
@@ -36,8 +37,8 @@ def _main(*flags, config='configs/cifar_small.py'):
       ])
 def test_bad_input_is_one_clear_line_printed_once_not_a_traceback(
     tmp_path, flag, said):
-  out = _main(f'--workdir={tmp_path / "run"}', '--config.num_epochs=1', flag)
-  assert out.returncode == 1
+  out = _main(f'--workdir={tmp_path / "run"}', '--config.num_epochs=1', flag,
+              status=1)
   assert said in out.stderr.splitlines() and out.stderr.count(said) == 1
   assert 'Traceback' not in out.stderr
   assert not (tmp_path / 'run').exists()  # nothing was written
@@ -48,12 +49,12 @@ def test_bad_input_is_one_clear_line_printed_once_not_a_traceback(
 @pytest.mark.slow  # a training run in a process of its own
 def test_any_model_field_can_be_overridden(cifar10_dir, tmp_path):
   # cifar_small.py lists only dropout_rate among the model's fields.
-  out = _main(
-      f'--workdir={tmp_path / "run"}', '--config.model_overrides.num_layers=1',
-      f'--config.data_dir={cifar10_dir}', '--config.train_examples_per_file=0',
-      '--config.batch_size=16', '--config.eval_batch_size=16',
-      '--config.test_examples=0', '--config.total_steps=1', '--cpu_devices=1')
-  assert out.returncode == 0, out.stderr[-2000:]
+  out = _main(f'--workdir={tmp_path / "run"}',
+              '--config.model_overrides.num_layers=1',
+              f'--config.data_dir={cifar10_dir}',
+              '--config.train_examples_per_file=0', '--config.batch_size=16',
+              '--config.eval_batch_size=16', '--config.test_examples=0',
+              '--config.total_steps=1', '--cpu_devices=1', status=0)
   assert 'ViT-Tiny-CIFAR_4 (214,538 parameters)' in out.stderr  # 1 layer
 
 
@@ -64,8 +65,7 @@ def test_the_config_or_the_flag_sets_the_cpu_devices_the_run_records(
   config_file = helpers.write_process_config(tmp_path, trained_vit_run[1],
                                              'trained_vit_config')
   for devices, flags in (2, ['--cpu_devices=2']), (4, []):  # the config's 4
-    out = _main(f'--workdir={workdir}', *flags, config=config_file)
-    assert out.returncode == 0, out.stderr[-2000:]
+    out = _main(f'--workdir={workdir}', *flags, config=config_file, status=0)
     assert json.loads(
         (workdir / 'config.json').read_text())['cpu_devices'] == devices
     assert f'on {devices} device(s)' in out.stderr

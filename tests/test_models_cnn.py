@@ -15,14 +15,10 @@ from tests import helpers
 MODELS = [SimpleCNN, SmallResNet]
 
 
-def _images(batch=4, seed=0):
-  return helpers.normal((batch, 32, 32, 3), seed)
-
-
 @pytest.mark.parametrize('model_class', MODELS)
 def test_batch_stats_train_only_eval_reads_them_and_bfloat16_is_close(
     model_class):
-  model, images = model_class(num_classes=7), _images(batch=6)
+  model, images = model_class(num_classes=7), helpers.images(6, 32, seed=0)
   variables = helpers.random_cnn_variables(model, images)
   assert set(variables) == {'params', 'batch_stats'}
   _, stats = model.apply(variables, images, train=True, mutable=['batch_stats'])
@@ -76,8 +72,9 @@ def test_small_resnet_projects_only_where_the_shape_changes():
                                                                (2, 2, 64)])])
 def test_each_stage_sows_the_feature_map_it_ends_with(model_class, shapes):
   model = model_class(num_classes=7)
-  variables = helpers.random_cnn_variables(model, _images())
-  _, out = model.apply(variables, _images(seed=1), train=False, return_out=True)
+  variables = helpers.random_cnn_variables(model, helpers.images(4, 32, seed=0))
+  _, out = model.apply(variables, helpers.images(4, 32, seed=1), train=False,
+                       return_out=True)
   features = out['stages']
   assert [f.shape[1:] for f in features] == shapes
   assert model.feature_widths == tuple(shape[-1] for shape in shapes)
@@ -86,5 +83,5 @@ def test_each_stage_sows_the_feature_map_it_ends_with(model_class, shapes):
   head = variables['params']['head']
   np.testing.assert_allclose(
       np.mean(features[-1], axis=(1, 2)) @ head['kernel'] + head['bias'],
-      model.apply(variables, _images(seed=1), train=False), rtol=1e-5,
-      atol=1e-5)
+      model.apply(variables, helpers.images(4, 32, seed=1), train=False),
+      rtol=1e-5, atol=1e-5)

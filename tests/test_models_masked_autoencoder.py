@@ -135,7 +135,6 @@ def test_a_ratio_that_hides_every_patch_says_so():
   with pytest.raises(ValueError, match='keeps none of 16 patches'):
     _train(model, variables, images)
   # A run of it is refused in one line before it compiles.
-  config = helpers.tiny_config('')
-  config.model_overrides.mae_mask_ratio = 0.99
+  config = helpers.tiny_config('', model_fields=dict(mae_mask_ratio=0.99))
   with pytest.raises(ConfigError, match='0.99 keeps none of 16 patches: lower'):
     startup.trained_model(config, 10)

@@ -143,12 +143,11 @@ def test_stem_stride_and_features(stages, stride, features):
 
 def test_hybrid_config_tree_and_count_follow_the_official_model():
   model = create_model('R50+ViT-B_16', 1000)
-  assert (model.resnet_stages, model.resnet_width_factor, model.patch_size,
-          model.hidden_size, model.num_layers, model.num_heads, model.mlp_dim,
-          model.dropout_rate, model.attention_dropout_rate,
-          model.representation_size, model.classifier) == ((3, 4, 9), 1, 1, 768,
-                                                           12, 12, 3072, 0.1,
-                                                           0.0, None, 'token')
+  expected = dict(resnet_stages=(3, 4, 9), resnet_width_factor=1, patch_size=1,
+                  hidden_size=768, num_layers=12, num_heads=12, mlp_dim=3072,
+                  dropout_rate=0.1, attention_dropout_rate=0.0,
+                  representation_size=None, classifier='token')
+  assert {field: getattr(model, field) for field in expected} == expected
   assert model.effective_patch_size == 16
   shapes = _shapes(model, 224)
   official = official_param_shapes(patch=1, hidden=768, layers=12, heads=12,

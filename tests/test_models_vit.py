@@ -57,10 +57,6 @@ def _layer_norm(x, p):
   return (x - mean) / np.sqrt(var + 1e-6) * p['scale'] + p['bias']
 
 
-def _gelu(x):
-  return 0.5 * x * (1 + np.tanh(np.sqrt(2 / np.pi) * (x + 0.044715 * x**3)))
-
-
 def _softmax(x):
   e = np.exp(x - x.max(-1, keepdims=True))
   return e / e.sum(-1, keepdims=True)
@@ -93,7 +89,8 @@ def reference_logits(params, images, *, classifier):
                       att['out']['kernel']) + att['out']['bias']
     mlp = block['MlpBlock_0']
     y = _layer_norm(x, block['LayerNorm_1'])
-    y = _gelu(y @ mlp['Dense_0']['kernel'] + mlp['Dense_0']['bias'])
+    y = y @ mlp['Dense_0']['kernel'] + mlp['Dense_0']['bias']  # tanh GELU:
+    y = 0.5 * y * (1 + np.tanh(np.sqrt(2 / np.pi) * (y + 0.044715 * y**3)))
     x = x + y @ mlp['Dense_1']['kernel'] + mlp['Dense_1']['bias']
     i += 1
   x = _layer_norm(x, t['encoder_norm'])

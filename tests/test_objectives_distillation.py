@@ -24,11 +24,10 @@ from vit_jax.training import train
 
 
 def _student_config(data_dir, teacher_workdir, **overrides):
-  config = helpers.tiny_config(data_dir, num_epochs=1, warmup_epochs=0,
-                               distillation_teacher=str(teacher_workdir),
-                               **overrides)
-  config.model_overrides.distillation_token = True
-  return config
+  return helpers.tiny_config(data_dir, num_epochs=1, warmup_epochs=0,
+                             distillation_teacher=str(teacher_workdir),
+                             model_fields=dict(distillation_token=True),
+                             **overrides)
 
 
 # Slow: test_a_distilled_run_trains_and_evaluates runs the same objective.

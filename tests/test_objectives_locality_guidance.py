@@ -75,11 +75,11 @@ def test_the_objective_adds_the_weighted_imitation_of_the_cnn_to_any_base(
 
 
 def _guided_config(data_dir, teacher_workdir, distilled=False, **overrides):
-  config = helpers.tiny_config(data_dir, num_epochs=1, warmup_epochs=0,
-                               locality_guidance_teacher=str(teacher_workdir),
-                               **overrides)
-  config.model_overrides.update(num_layers=3, guided_blocks=(0, 1, 2),
-                                guidance_widths=TINY_CNN_STAGES)
+  config = helpers.tiny_config(
+      data_dir, num_epochs=1, warmup_epochs=0,
+      locality_guidance_teacher=str(teacher_workdir),
+      model_fields=dict(num_layers=3, guided_blocks=(0, 1, 2),
+                        guidance_widths=TINY_CNN_STAGES), **overrides)
   if distilled:
     config.distillation_teacher = str(teacher_workdir)
     config.model_overrides.distillation_token = True

@@ -91,10 +91,8 @@ def test_a_config_that_cannot_load_is_one_line_for_every_command(
   ]
   argvs = [[command, *each, fill(target)] for each in flags]
   script = _PARSED_BY.format(command=command)
-  out = subprocess.run([sys.executable, '-c', script,
-                        json.dumps(argvs)], cwd=helpers.ROOT,
-                       capture_output=True, text=True, check=False,
-                       env={**os.environ, 'PYTHONPATH': str(tmp_path)})
+  out = helpers.run_python('-c', script, json.dumps(argvs),
+                           env={**os.environ, 'PYTHONPATH': str(tmp_path)})
   assert out.returncode == 0 and not out.stderr, out.stderr[-3000:]
   said = [json.loads(line) for line in out.stdout.splitlines()]
   assert said[-len(argvs):] == [
@@ -111,40 +109,32 @@ def test_a_config_that_cannot_load_is_one_line_for_every_command(
   assert not (tmp_path / 'run').exists()
 
 
-@pytest.mark.parametrize('command, arguments', [
-    ('evaluate', ('--checkpoint={missing}',)),
-    ('convert', ('{missing}', '{tmp}/out.npz', '--format=npz')),
+_MISSING = ('{missing} does not exist: pass a vit_jax.main workdir (or its '
+            'best_checkpoint), an official .npz, a timm model.safetensors or '
+            'hub folder, or a transformers ViT folder.')
+
+
+# Whatever reads a checkpoint, and analyze's other arguments; nothing written.
+@pytest.mark.parametrize('command, arguments, line', [
+    ('evaluate', ('--checkpoint={missing}',), _MISSING),
+    ('convert', ('{missing}', '{tmp}/out.npz', '--format=npz'), _MISSING),
     ('analyze',
-     ('--checkpoint={missing}', '--images={tmp}', '--out={tmp}/out')),
-])
-def test_a_missing_checkpoint_is_one_line_for_every_reader(
-    tmp_path, command, arguments):
-  missing = tmp_path / 'vit.npz'
-  out = helpers.run_module(
-      f'vit_jax.{command}',
-      *(a.format(missing=missing, tmp=tmp_path) for a in arguments))
-  assert out.returncode == 1
-  assert out.stderr.strip().splitlines() == [
-      f'error: {missing} does not exist: pass a vit_jax.main workdir (or '
-      'its best_checkpoint), an official .npz, a timm model.safetensors or '
-      'hub folder, or a transformers ViT folder.'
-  ]
-  assert sorted(p.name for p in tmp_path.iterdir()) == []
-
-
-@pytest.mark.parametrize('argument,line', [
-    ('{tmp}', 'unexpected arguments {tmp}; pass a run as --workdir=DIR or a '
-     'checkpoint as --checkpoint=SOURCE, and images as --images=DIR or '
+     ('--checkpoint={missing}', '--images={tmp}', '--out={tmp}/out'), _MISSING),
+    ('analyze', ('{tmp}', '--out={tmp}/out'),
+     'unexpected arguments {tmp}; pass a run as --workdir=DIR or a checkpoint '
+     'as --checkpoint=SOURCE, and images as --images=DIR or '
      '--images=A.jpg,B.jpg.'),
-    ('--num_images=abc', "flag --num_images=abc: invalid literal for int() "
-     "with base 10: 'abc'; --helpshort lists the flags."),
+    ('analyze', ('--num_images=abc', '--out={tmp}/out'),
+     "flag --num_images=abc: invalid literal for int() with base 10: 'abc'; "
+     '--helpshort lists the flags.'),
 ])
-def test_analyze_answers_a_bad_argument_in_one_line(tmp_path, argument, line):
-  out = helpers.run_module('vit_jax.analyze', argument.format(tmp=tmp_path),
-                           f'--out={tmp_path}/out')
-  error = f'error: {line.format(tmp=tmp_path)}'  # and nothing written
-  assert (out.returncode, out.stderr.splitlines(),
-          list(tmp_path.iterdir())) == (1, [error], [])
+def test_a_missing_checkpoint_or_a_bad_argument_is_one_line(
+    tmp_path, command, arguments, line):
+  fill = lambda text: text.format(missing=tmp_path / 'vit.npz', tmp=tmp_path)
+  out = helpers.run_module(f'vit_jax.{command}', *map(fill, arguments),
+                           status=1)
+  assert out.stderr.splitlines() == [f'error: {fill(line)}']
+  assert not any(tmp_path.iterdir())
 
 
 def test_libraries_info_records_are_left_out_unless_asked_for():

@@ -2,8 +2,6 @@
 
 import os
 import signal
-import subprocess
-import sys
 import time
 
 import numpy as np
@@ -14,11 +12,10 @@ from vit_jax.runtime import distributed
 
 
 def test_sets_the_cpu_device_count_unless_an_xla_flag_does(monkeypatch):
-  out = subprocess.run([
-      sys.executable, '-c', 'from vit_jax.runtime import distributed; '
-      'distributed.set_cpu_devices(3); import jax; print(jax.device_count())'
-  ], env={**os.environ, 'XLA_FLAGS': '', 'JAX_PLATFORMS': 'cpu'},
-                       capture_output=True, text=True, check=True)
+  out = helpers.run_python(
+      '-c', 'from vit_jax.runtime import distributed; '
+      'distributed.set_cpu_devices(3); import jax; print(jax.device_count())',
+      env={**os.environ, 'XLA_FLAGS': '', 'JAX_PLATFORMS': 'cpu'}, status=0)
   assert out.stdout.split()[-1] == '3'
   # The default, and a count XLA_FLAGS sets, as jax is told them (this
   # process's devices are fixed already).

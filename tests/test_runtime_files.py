@@ -132,11 +132,8 @@ def test_ctrl_c_as_the_temporary_folder_is_made_leaves_none(tmp_path):
   """Ctrl-C before the folder is known as unfinished."""
   (tmp_path / 'out').mkdir()
   (tmp_path / 'out' / 'earlier.png').write_text('earlier')
-  run = subprocess.run([
-      sys.executable, '-c', _STOPPED_AS_THE_FOLDER_IS_MADE,
-      str(tmp_path / 'out')
-  ], cwd=helpers.ROOT, capture_output=True, text=True, timeout=60, check=False)
-  assert run.returncode == 130, run.stderr
+  run = helpers.run_python('-c', _STOPPED_AS_THE_FOLDER_IS_MADE,
+                           tmp_path / 'out', timeout=60, status=130)
   assert run.stderr.strip().splitlines()[-1] == (
       'Ctrl-C: stopped; --out is as it was.')
   assert [p.name for p in tmp_path.iterdir()] == ['out']

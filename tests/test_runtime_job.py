@@ -29,30 +29,25 @@ def test_work_that_returns_exits_0():
   assert exit_.value.code == 0 and done == [True]
 
 
-def test_a_problem_the_message_explains_is_one_line_and_status_1(capsys):
+# A problem the message explains, and a full disk (at `tmp`).
+@pytest.mark.parametrize('error, line', [
+    (lambda tmp: ConfigError('config.batch_size=0 must be positive: set it to '
+                             '128.'),
+     'error: config.batch_size=0 must be positive: set it to 128.'),
+    (lambda tmp: OSError(28, 'No space left on device', f'{tmp}/log.jsonl'),
+     "error: Writing {tmp}/log.jsonl failed (OSError: [Errno 28] No space "
+     "left on device: '{tmp}/log.jsonl'); every checkpoint saved is kept. "
+     'Free space there (df -h {tmp}).'),
+], ids=['explained', 'full_disk'])
+def test_a_problem_is_one_line_and_status_1(capsys, tmp_path, error, line):
 
   def work():
-    raise ConfigError('config.batch_size=0 must be positive: set it to 128.')
+    raise error(tmp_path)
 
   with pytest.raises(SystemExit) as exit_:
     job.run(work, cpu_devices=None)
   assert exit_.value.code == 1
-  assert capsys.readouterr().err.splitlines()[-1] == (
-      'error: config.batch_size=0 must be positive: set it to 128.')
-
-
-def test_a_full_disk_is_one_line_and_status_1(capsys, tmp_path):
-
-  def work():
-    raise OSError(28, 'No space left on device', str(tmp_path / 'log.jsonl'))
-
-  with pytest.raises(SystemExit) as exit_:
-    job.run(work, cpu_devices=None)
-  assert exit_.value.code == 1
-  assert capsys.readouterr().err.splitlines()[-1] == (
-      f'error: Writing {tmp_path}/log.jsonl failed (OSError: [Errno 28] No '
-      f"space left on device: '{tmp_path}/log.jsonl'); every checkpoint saved "
-      f'is kept. Free space there (df -h {tmp_path}).')
+  assert capsys.readouterr().err.splitlines()[-1] == line.format(tmp=tmp_path)
 
 
 def test_a_bug_keeps_its_traceback():

@@ -3,8 +3,6 @@
 import os
 import pathlib
 import signal
-import subprocess
-import sys
 
 import pytest
 
@@ -59,8 +57,6 @@ def test_a_single_process_that_started_jax_distributed_still_hears_sigterm():
       'while not signals.reached() and time.monotonic() < deadline:\n'
       '  time.sleep(0.01)\n'
       'print(signals.reached(), signals.signal_name)\n')
-  process = subprocess.run([sys.executable, '-c', script], capture_output=True,
-                           text=True, timeout=120, check=False,
-                           env={**os.environ, 'JAX_PLATFORMS': 'cpu'})
-  assert process.returncode == 0, process.stderr[-2000:]
+  process = helpers.run_python('-c', script, timeout=120, status=0,
+                               env={**os.environ, 'JAX_PLATFORMS': 'cpu'})
   assert process.stdout == 'True SIGTERM\n'

@@ -41,10 +41,10 @@ def test_a_workdir_created_for_nothing_is_removed_and_others_are_kept(tmp_path):
   assert (tmp_path / 'run' / 'config.json').exists()
 
 
-def _lock_of_another_host(workdir, renewed_seconds_ago):
+def _lock_held_by(workdir, renewed_seconds_ago, host='elsewhere', pid=7):
   workdir.mkdir()
   lock = workdir / 'lock'
-  holder = dict(host='elsewhere', pid=7, since='2026-11-25T08:00:00+00:00')
+  holder = dict(host=host, pid=pid, since='2026-11-25T08:00:00+00:00')
   lock.write_text(json.dumps(holder))
   renewed = time.time() - renewed_seconds_ago
   os.utime(lock, (renewed, renewed))
@@ -54,7 +54,7 @@ def test_another_hosts_renewed_lock_is_refused_until_it_lapses(
     tmp_path, monkeypatch):
   """Where flock does not reach across hosts, the renewal time does."""
   monkeypatch.setattr(workdir_lock, 'WATCH_SECONDS', 1.0)
-  _lock_of_another_host(tmp_path / 'fresh', renewed_seconds_ago=5)
+  _lock_held_by(tmp_path / 'fresh', renewed_seconds_ago=5)
   with pytest.raises(
       WorkdirError, match=r'\(process 7 on elsewhere, since 2026-11-25T08:00'
       r':00\+00:00, renewed 5 s ago; if that run is gone, its '
@@ -62,13 +62,13 @@ def test_another_hosts_renewed_lock_is_refused_until_it_lapses(
     workdir_lock.WorkdirLock(tmp_path / 'fresh').acquire()
   assert 'elsewhere' in (tmp_path / 'fresh' / 'lock').read_text()
 
-  _lock_of_another_host(tmp_path / 'lapsed',
-                        renewed_seconds_ago=workdir_lock.STALE_SECONDS + 1)
+  _lock_held_by(tmp_path / 'lapsed',
+                renewed_seconds_ago=workdir_lock.STALE_SECONDS + 1)
   with workdir_lock.WorkdirLock(tmp_path / 'lapsed') as lock:
     assert json.loads(lock.path.read_text())['host'] == socket.gethostname()
 
   # A live holder whose clock is two minutes behind this host's.
-  _lock_of_another_host(tmp_path / 'behind', renewed_seconds_ago=120)
+  _lock_held_by(tmp_path / 'behind', renewed_seconds_ago=120)
   stop = threading.Event()
 
   def renew_behind():
@@ -92,11 +92,7 @@ def test_without_flock_a_lock_naming_this_process_is_a_dead_runs(
     tmp_path, monkeypatch):
   """A restarted container's run may get the dead run's process id."""
   monkeypatch.setattr(workdir_lock.WorkdirLock, '_lock', lambda self, fd: False)
-  (tmp_path / 'run').mkdir()
-  (tmp_path / 'run' / 'lock').write_text(
-      json.dumps(
-          dict(host=socket.gethostname(), pid=os.getpid(),
-               since='2026-11-25T08:00:00+00:00')))
+  _lock_held_by(tmp_path / 'run', 0, socket.gethostname(), os.getpid())
   with workdir_lock.WorkdirLock(tmp_path / 'run') as lock:
     assert json.loads(
         lock.path.read_text())['since'] != '2026-11-25T08:00:00+00:00'

@@ -91,8 +91,8 @@ def test_a_run_records_its_classes_for_evaluation_and_its_exports(
   assert hf_config['label2id']['cat'] == 3
   # Read back for analyze, a timm name as its description says it; evaluate
   # compares only a run's own names (a hub's describe its labels for people).
-  timm_config['label_descriptions'] = {'cat': 'a small feline'}
-  (tmp_path / 'timm' / 'config.json').write_text(json.dumps(timm_config))
+  helpers.edit_json(tmp_path / 'timm' / 'config.json',
+                    label_descriptions={'cat': 'a small feline'})
   described = (*names[:3], 'a small feline', *names[4:])
   assert reading.load(tmp_path / 'timm').class_names == described
   assert reading.load(tmp_path / 'hf').class_names == tuple(names)

@@ -12,12 +12,10 @@ def test_writes_strict_json_lines_and_groups_tensorboard_tags(tmp_path):
   """One line per logged step, null if not finite; train and test together."""
   writer = MetricWriter(tmp_path, history=[])
   writer.write({'epoch': 1, 'step': 1, 'test_loss': float('nan')})
-  record = {
-      'step': 5, 'epoch': 1.0, 'train_loss': 2.0, 'train_accuracy': 0.2,
-      'learning_rate': 1e-3, 'images_per_second': float('inf'),
-      'flops_per_second': 1e9, 'test_loss': 2.1, 'test_accuracy': 0.25,
-      'test_examples': 37, 'seconds': 3.0
-  }
+  record = dict(step=5, epoch=1.0, train_loss=2.0, train_accuracy=0.2,
+                learning_rate=1e-3, images_per_second=float('inf'),
+                flops_per_second=1e9, test_loss=2.1, test_accuracy=0.25,
+                test_examples=37, seconds=3.0)
   writer.write(record)
   writer.close()
   lines = (tmp_path / 'metrics.jsonl').read_text().splitlines()

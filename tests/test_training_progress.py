@@ -13,12 +13,10 @@ _PLAN = plan.StepPlan(steps_per_epoch=10, total_steps=100, warmup_steps=0,
 
 
 def test_the_progress_line_says_step_losses_speed_and_eta():
-  record = {
-      'step': 20, 'epoch': 2.0, 'train_loss': 1.23456, 'train_accuracy': 0.5,
-      'test_loss': 1.5, 'test_accuracy': 0.25, 'learning_rate': 1e-3,
-      'images_per_second': 1234.4, 'flops_per_second': 2.5e12,
-      'peak_share': 0.31
-  }
+  record = dict(step=20, epoch=2.0, train_loss=1.23456, train_accuracy=0.5,
+                test_loss=1.5, test_accuracy=0.25, learning_rate=1e-3,
+                images_per_second=1234.4, flops_per_second=2.5e12,
+                peak_share=0.31)
   assert progress.progress_line(record, _PLAN, eta_seconds=3725) == (
       'step 20/100 (epoch 2)  train loss 1.2346 acc 50.00%  test loss 1.5000 '
       'acc 25.00%  lr 1.00e-03  1234 img/s  2.50 TFLOP/s (31% of peak)  '

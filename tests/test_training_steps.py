@@ -8,6 +8,7 @@ import numpy as np
 import optax
 import pytest
 
+from configs import cifar_small
 from tests import helpers
 from vit_jax import models
 from vit_jax.data import mixing
@@ -43,9 +44,8 @@ def one_device_train_step(config, images, labels,
 
 
 def _averaged_config(**overrides):
-  config = helpers.tiny_config('', augment=False, ema_decay=0.5, **overrides)
-  config.model_overrides.dropout_rate = 0.0
-  return config
+  return helpers.tiny_config('', augment=False, ema_decay=0.5,
+                             model_fields=dict(dropout_rate=0.0), **overrides)
 
 
 @pytest.fixture(scope='module')
@@ -91,9 +91,8 @@ def test_a_rematerialized_step_is_the_same_step_keeping_less():
   batch, key = np.arange(16, dtype=np.int32), jax.random.key(1)
   results = {}
   for remat in ('none', 'full'):
-    config = helpers.tiny_config('')  # dropout 0.1
-    config.model_overrides = dict(config.model_overrides, num_layers=2,
-                                  remat=remat)
+    config = helpers.tiny_config(  # dropout 0.1
+        '', model_fields=dict(num_layers=2, remat=remat))
     step, state, _ = one_device_train_step(config, images, labels)
     args = dict(state=state, batch=batch, key=key, **step.keywords)
     train = step.func.lower(**args).compile(steps.compiler_options(config))
@@ -115,8 +114,8 @@ def test_mixup_and_cutmix_train_on_mixed_targets_and_count_own_labels():
   # the model on the mixed images against `mixing.mix`'s targets, drawn
   # with the step's own key; the correct count uses each image's label.
   images, labels = helpers.random_cifar(16, 10, seed=0)
-  config = helpers.tiny_config('', mixup_alpha=0.8, cutmix_alpha=1.0)
-  config.model_overrides.dropout_rate = 0.0
+  config = helpers.tiny_config('', mixup_alpha=0.8, cutmix_alpha=1.0,
+                               model_fields=dict(dropout_rate=0.0))
   step, state, inputs = one_device_train_step(config, images, labels)
   batch, key = np.arange(16, dtype=np.int32), jax.random.key(1)
   _, metrics = step(state, batch=batch, key=key)
@@ -163,54 +162,47 @@ def test_bfloat16_training_stays_close_to_float32():
   np.testing.assert_allclose(losses['bfloat16'], losses['float32'], rtol=0.02)
 
 
-_FSDP_SCRIPT = '''
-import json, jax
-import numpy as np
-from configs import cifar_small
-from tests.helpers import random_cifar
-from vit_jax import models
-from vit_jax.data import on_device, sources
-from vit_jax.runtime import sharding
-from vit_jax.training import optimizer, steps
-
-images, labels = random_cifar(32, 10, seed=0)
-split = sources.ArraySource(images, labels)
-results = {}
-for fsdp in (1, 8):
-  config = cifar_small.get_config('vit')  # ViT-Tiny-CIFAR_4, dropout 0.1
-  config.update(dict(batch_size=16, eval_batch_size=16, fsdp=fsdp))
-  config.model_overrides.num_layers = 1
-  mesh = sharding.make_mesh(config.fsdp)
-  replicated = sharding.replicated(mesh)
-  inputs = on_device.OnDeviceInput(sources.Dataset(split, split, 10), config,
-                                   mesh)
-  model = models.from_config(config, 10)
-  tx = optimizer.create_optimizer(config, lambda step: 1e-3)
-  state = steps.initial_state(jax.random.key(0), model, tx, 32, mesh)
-  compiled = steps.compile_steps(config, inputs, state, jax.random.key(1),
-                                 evaluate=False)
-  sums = steps.zero_sums(replicated)
-  for i in range(2):
-    stacked = inputs.stack([np.arange(16 * i, 16 * (i + 1), dtype=np.int32)],
-                         compiled.steps_per_dispatch)
-    state, sums, _ = compiled.train(state, sums, inputs.train_data, stacked, 1,
-                                    jax.random.key(1))
-  leaves = jax.tree.leaves(state.params) + jax.tree.leaves(state.opt_state)
-  results[fsdp] = dict(
-      params=[np.asarray(x).tolist() for x in jax.tree.leaves(state.params)],
-      loss=float(sums['loss'] / sums['count']),
-      sharded=sum(not x.sharding.is_fully_replicated for x in leaves),
-      shard_bytes=sum(x.addressable_shards[0].data.nbytes for x in leaves),
-      argument_bytes=compiled.train.memory_analysis().argument_size_in_bytes)
-print(json.dumps(results))
-'''
+def _fsdp_runs() -> dict:
+  """What two train steps leave, the parameters replicated (1) or not (8)."""
+  images, labels = helpers.random_cifar(32, 10, seed=0)
+  split = sources.ArraySource(images, labels)
+  results = {}
+  for fsdp in (1, 8):
+    config = cifar_small.get_config('vit')  # ViT-Tiny-CIFAR_4, dropout 0.1
+    config.update(dict(batch_size=16, eval_batch_size=16, fsdp=fsdp))
+    config.model_overrides.num_layers = 1
+    mesh = sharding.make_mesh(config.fsdp)
+    replicated = sharding.replicated(mesh)
+    inputs = on_device.OnDeviceInput(sources.Dataset(split, split, 10), config,
+                                     mesh)
+    model = models.from_config(config, 10)
+    tx = optimizer.create_optimizer(config, lambda step: 1e-3)
+    state = steps.initial_state(jax.random.key(0), model, tx, 32, mesh)
+    compiled = steps.compile_steps(config, inputs, state, jax.random.key(1),
+                                   evaluate=False)
+    sums = steps.zero_sums(replicated)
+    for i in range(2):
+      stacked = inputs.stack([np.arange(16 * i, 16 * (i + 1), dtype=np.int32)],
+                             compiled.steps_per_dispatch)
+      state, sums, _ = compiled.train(state, sums, inputs.train_data, stacked,
+                                      1, jax.random.key(1))
+    leaves = jax.tree.leaves(state.params) + jax.tree.leaves(state.opt_state)
+    results[fsdp] = dict(
+        params=[np.asarray(x).tolist() for x in jax.tree.leaves(state.params)
+               ], loss=float(sums['loss'] / sums['count']),
+        sharded=sum(not x.sharding.is_fully_replicated for x in leaves),
+        shard_bytes=sum(x.addressable_shards[0].data.nbytes for x in leaves),
+        argument_bytes=compiled.train.memory_analysis().argument_size_in_bytes)
+  return results
 
 
 @pytest.mark.slow  # 27 s
 def test_fsdp_step_equals_the_data_parallel_step_on_8_devices(tmp_path):
   # The study's ViT cut to 1 block, two train steps from the same start on 8
   # host devices: parameters replicated, then split over an fsdp axis of 8.
-  out = helpers.run_on_host_devices(_FSDP_SCRIPT, 8, cwd=tmp_path)
+  out = helpers.run_on_host_devices(
+      'import json\nfrom tests.test_training_steps import _fsdp_runs\n'
+      'print(json.dumps(_fsdp_runs()))', 8, cwd=tmp_path)
   results = json.loads(out.splitlines()[-1])
   replicated, fsdp = results['1'], results['8']
   assert replicated['sharded'] == 0
@@ -223,29 +215,26 @@ def test_fsdp_step_equals_the_data_parallel_step_on_8_devices(tmp_path):
   assert fsdp['argument_bytes'] < replicated['argument_bytes'] / 4
 
 
-_MIMETIC_SCRIPT = '''
-import jax
-from tests.helpers import tiny_config
-from vit_jax import models
-from vit_jax.runtime import sharding
-from vit_jax.training import optimizer, steps
-
-for fsdp, mimetic in ((1, False), (1, True), (4, True)):
-  config = tiny_config('', fsdp=fsdp)
-  model = models.from_config(config, 10).clone(mimetic_init=mimetic)
-  tx = optimizer.create_optimizer(config, lambda step: 1e-3)
-  mesh = sharding.make_mesh(config.fsdp)
-  state = steps.initial_state(jax.random.key(0), model, tx, 32, mesh)
-  shapes = steps.state_shapes(jax.random.key(0), model, tx, 32, mesh)
-  assert jax.tree.map(lambda a: (a.shape, a.dtype, a.sharding), state) == (
-      jax.tree.map(lambda a: (a.shape, a.dtype, a.sharding), shapes))
-  print('initialized with fsdp', fsdp, 'mimetic' if mimetic else 'plain')
-'''
+def _print_initial_states():
+  """Checks each state's shapes and layout against `steps.state_shapes`."""
+  for fsdp, mimetic in ((1, False), (1, True), (4, True)):
+    config = helpers.tiny_config('', fsdp=fsdp)
+    model = models.from_config(config, 10).clone(mimetic_init=mimetic)
+    tx = optimizer.create_optimizer(config, lambda step: 1e-3)
+    mesh = sharding.make_mesh(config.fsdp)
+    state = steps.initial_state(jax.random.key(0), model, tx, 32, mesh)
+    shapes = steps.state_shapes(jax.random.key(0), model, tx, 32, mesh)
+    assert jax.tree.map(lambda a: (a.shape, a.dtype, a.sharding),
+                        state) == (jax.tree.map(
+                            lambda a: (a.shape, a.dtype, a.sharding), shapes))
+    print('initialized with fsdp', fsdp, 'mimetic' if mimetic else 'plain')
 
 
 def test_state_shapes_are_the_initial_state_a_mimetic_one_too():
   """On 4 host devices, laid out as the mesh says, replicated or over fsdp."""
-  out = helpers.run_on_host_devices(_MIMETIC_SCRIPT, 4, timeout=240)
+  out = helpers.run_on_host_devices(
+      'from tests.test_training_steps import _print_initial_states\n'
+      '_print_initial_states()', 4, timeout=240)
   assert out.splitlines()[-3:] == [
       'initialized with fsdp 1 plain', 'initialized with fsdp 1 mimetic',
       'initialized with fsdp 4 mimetic'

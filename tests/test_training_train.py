@@ -18,7 +18,6 @@ from configs import cifar_small
 from tests import helpers
 from vit_jax import models
 from vit_jax.checkpoints import reading
-from vit_jax.checkpoints import run_checkpoints
 from vit_jax.config_schema import ConfigError
 from vit_jax.data import preprocess
 from vit_jax.errors import TrainingDivergedError
@@ -32,10 +31,6 @@ def final_state(workdir, step):
   with ocp.CheckpointManager(pathlib.Path(workdir) / 'checkpoints') as manager:
     return manager.restore(
         step, args=ocp.args.Composite(state=ocp.args.StandardRestore())).state
-
-
-def _steps_saved(workdir) -> list[int]:
-  return run_checkpoints.RunCheckpoints(workdir / 'checkpoints').steps()
 
 
 # The cifar_small ViT's train losses and test loss over 3 steps, on 128
@@ -68,12 +63,11 @@ def test_steps_set_when_it_logs_evaluates_and_checkpoints_and_resumes_exactly(
   """The ViT's blocks scanned and rematerialized: restored as a stacked tree."""
   # 96 images: 6 steps an epoch
   # 18 steps, as other runs here: their programs are in the suite's cache.
+  scanned = dict(num_layers=2, scan=True, remat='full')
   config = helpers.tiny_config(cifar10_dir, variant, total_steps=18,
                                log_every_steps=5, eval_every_steps=8,
-                               checkpoint_every_steps=4, keep_checkpoints=3)
-  if variant == 'vit':
-    config.model_overrides = dict(helpers.TINY_MODELS['vit'], num_layers=2,
-                                  scan=True, remat='full')
+                               checkpoint_every_steps=4, keep_checkpoints=3,
+                               model_fields=scanned if variant == 'vit' else {})
   summary = train.train_and_evaluate(config, tmp_path / 'whole')
   records = helpers.history(tmp_path / 'whole')
   assert [r['step'] for r in records] == [5, 8, 10, 15, 16, 18]
@@ -85,7 +79,7 @@ def test_steps_set_when_it_logs_evaluates_and_checkpoints_and_resumes_exactly(
   # The rate the last step trained at, not the 0 the decay ends at after it.
   assert records[-1]['learning_rate'] > 0
   assert logged['flops_per_second'] > 0 and 'peak_share' not in logged  # CPU
-  assert _steps_saved(tmp_path / 'whole') == [12, 16, 18]
+  assert helpers.steps_saved(tmp_path / 'whole') == [12, 16, 18]
   best = max((r for r in records if 'test_loss' in r),
              key=lambda r: r['test_accuracy'])
   assert (summary['steps'], summary['best_step']) == (18, best['step'])
@@ -123,7 +117,7 @@ def test_by_default_it_logs_evaluates_and_checkpoints_once_an_epoch(
   assert [(r['step'], r['epoch']) for r in records] == [(6, 1.0), (12, 2.0),
                                                         (18, 3.0)]
   assert all('train_loss' in r and 'test_loss' in r for r in records)
-  assert _steps_saved(tmp_path) == [6, 18]
+  assert helpers.steps_saved(tmp_path) == [6, 18]
 
 
 @pytest.fixture(scope='module')
@@ -185,7 +179,7 @@ def test_nan_loss_stops_and_says_what_is_kept(cifar10_dir, tmp_path):
                                log_every_steps=1, checkpoint_every_steps=1)
   with pytest.raises(TrainingDivergedError) as raised:
     train.train_and_evaluate(config, tmp_path)
-  assert _steps_saved(tmp_path) == [1]
+  assert helpers.steps_saved(tmp_path) == [1]
   records = helpers.history(tmp_path)
   assert [r['step'] for r in records] == [1]
   assert str(raised.value) == (
@@ -211,7 +205,7 @@ def test_a_run_diverging_for_steps_is_told_so_and_the_advice_works(
   with pytest.raises(TrainingDivergedError) as raised:
     train.train_and_evaluate(config, tmp_path / 'run')
   records = helpers.history(tmp_path / 'run')
-  kept = _steps_saved(tmp_path / 'run')[-1]
+  kept = helpers.steps_saved(tmp_path / 'run')[-1]
   before = [r for r in records if r['step'] <= kept][-1]
   assert before['train_loss'] > 1e3
   assert (f'Kept: the newest checkpoint, step {kept} in '
@@ -324,6 +318,15 @@ def _train_in_two_processes(data_dir, workdir, tmp_path, **overrides):
   return [log.read_text() for log in logs]
 
 
+def _assert_logged_as(workdir, reference):
+  """`workdir`'s one record is `reference`'s: counts the same, losses close."""
+  [record], expected = helpers.history(workdir), helpers.history(reference)[0]
+  for metric in ('train_loss', 'test_loss'):
+    assert record[metric] == pytest.approx(expected[metric], abs=1e-5)
+  for metric in ('step', 'test_examples', 'train_accuracy', 'test_accuracy'):
+    assert record[metric] == expected[metric]
+
+
 @pytest.mark.slow  # 46 s; the default run keeps test_runtime_peer_watch's
 def test_two_processes_give_the_two_device_loss_and_one_set_of_files(
     trained_vit_run, tmp_path):
@@ -332,12 +335,7 @@ def test_two_processes_give_the_two_device_loss_and_one_set_of_files(
   logs = _train_in_two_processes(data_dir, workdir, tmp_path)
   assert '[process 1/2] step 6/6 (epoch 1)' in logs[1]
 
-  records, expected = helpers.history(workdir), helpers.history(reference)
-  assert len(records) == 1  # written once, by process 0
-  for metric in ('train_loss', 'test_loss'):
-    assert records[0][metric] == pytest.approx(expected[0][metric], abs=1e-5)
-  for metric in ('step', 'test_examples', 'train_accuracy', 'test_accuracy'):
-    assert records[0][metric] == expected[0][metric]
+  _assert_logged_as(workdir, reference)  # written once, by process 0
   assert json.loads((workdir / 'config.json').read_text()) == json.loads(
       (reference / 'config.json').read_text())
   assert json.loads((workdir / 'summary.json').read_text())['steps'] == 6
@@ -363,12 +361,7 @@ def test_two_streaming_processes_each_read_their_half_of_every_batch(
   for process_id, log in enumerate(logs):
     rows = f'{8 * process_id}:{8 * (process_id + 1)}'
     assert f'reads rows {rows} of every training batch of 16' in log
-  records, expected = helpers.history(tmp_path / 'run'), helpers.history(
-      tmp_path / 'reference')
-  for metric in ('train_loss', 'test_loss'):
-    assert records[0][metric] == pytest.approx(expected[0][metric], abs=1e-5)
-  for metric in ('train_accuracy', 'test_accuracy', 'test_examples'):
-    assert records[0][metric] == expected[0][metric]
+  _assert_logged_as(tmp_path / 'run', tmp_path / 'reference')
 
 
 @pytest.mark.slow  # 30 s: two processes
@@ -378,7 +371,7 @@ def test_two_processes_save_the_same_epochs_checkpoints(cifar10_dir, tmp_path):
   _train_in_two_processes(cifar10_dir, tmp_path / 'run', tmp_path,
                           total_steps=18, checkpoint_every_steps=0,
                           checkpoint_min_seconds=1e9)
-  assert _steps_saved(tmp_path / 'run') == [6, 18]
+  assert helpers.steps_saved(tmp_path / 'run') == [6, 18]
 
 
 # Ctrl-C (33 s) is sent on to jax's preemption service as SIGTERM (SIGTERM
@@ -408,5 +401,6 @@ def test_a_stop_signal_to_one_of_two_processes_stops_both_at_one_saved_step(
       for log in logs
   ]
   assert stopped[0] == stopped[1] < 2000
-  assert _steps_saved(workdir) == ([stopped[0]] if checkpoint_every > stopped[0]
-                                   else [stopped[0] - 1, stopped[0]])
+  assert helpers.steps_saved(workdir) == ([
+      stopped[0]
+  ] if checkpoint_every > stopped[0] else [stopped[0] - 1, stopped[0]])

@@ -52,9 +52,8 @@ def random_params(model, seed: int) -> dict:
 
   def draw(path, leaf):
     noise = rng.standard_normal(leaf.shape).astype(np.float32)
-    if getattr(path[-1], 'key', str(path[-1])) == 'scale':  # LayerNorm
-      return 1 + np.float32(0.1) * noise
-    return np.float32(0.02) * noise
+    norm = getattr(path[-1], 'key', str(path[-1])) == 'scale'  # a LayerNorm's
+    return 1 + np.float32(0.1) * noise if norm else np.float32(0.02) * noise
 
   return jax.tree_util.tree_map_with_path(
       draw, params_lib.param_shapes(model, IMAGE_SIZE))

@@ -1,7 +1,5 @@
 """The data-efficiency results.json, figure and README sections."""
 
-import pathlib
-
 import numpy as np
 
 from experiments import runs
@@ -9,7 +7,7 @@ from experiments.data_efficiency import budgets
 from experiments.data_efficiency import recipes
 from experiments.data_efficiency import sweep
 
-HERE = pathlib.Path(__file__).resolve().parent
+HERE = sweep.HERE
 
 
 def planned() -> dict[str, dict]:

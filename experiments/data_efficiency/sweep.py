@@ -12,33 +12,32 @@ def _vit(recipes: list[tuple[str, ...]]) -> list[tuple]:
   return [('vit', ingredients) for ingredients in recipes]
 
 
-_CNN_ROWS = [
+# The rows of both comparison budgets: the ViT's rounds one and two, and the
+# CNNs' recipes.
+_COMPARED = _vit(r.CUMULATIVE + r.ON_STUDY + r.ROUND_TWO) + [
     (model, ingredients) for model in r.CNNS
     for ingredients in [r.CUMULATIVE[0], r.CNN_AUGMENTED] + r.CNN_ROUND_THREE
 ]
-_CNN_STUDY = [(model, ()) for model in r.CNNS]
-_VIT_ROWS = _vit(r.CUMULATIVE + r.ON_STUDY + r.ROUND_TWO)
 _BEST_TA = r.BEST + ('trivial_augment', 'resnet_teacher')
 TOP_VIT = [_BEST_TA, _BEST_TA + ('mae',), _BEST_TA + ('long_mae',)]
 _RESNET_TA = ('small_resnet', ('trivial_augment',))
+# The rows seeded at 30 and 100 epochs alike.
+_SEEDED = _vit([(), ('distillation',), r.BEST, r.ALL]) + [(model, ())
+                                                          for model in r.CNNS]
 # Per budget: its rows, and those of them with seeds 1 and 2 besides 0 (the
 # rows the conclusion rests on, as seed 0 ranked them). The long budgets
 # train the best rows of the last comparison budget: at 300 epochs the two
 # best ViT recipes and each CNN's best; at 1,000 the best ViT recipe and
 # the best CNN, seed 0.
 ROWS = {
-    30: (_VIT_ROWS + _CNN_ROWS + _vit(r.ROUND_THREE_FIRST_BUDGET),
-         _vit([(),
-               ('distillation',), r.BEST, r.ALL, ('locality_guidance', 'mae'),
-               ('locality_guidance', 'long_mae'), r.BEST + ('long_mae',)]) +
-         _CNN_STUDY),
-    100: (_VIT_ROWS + _CNN_ROWS + _vit(r.ROUND_THREE),
-          _vit([(), ('distillation',), r.BEST, r.ALL, r.BEST +
-                ('soft_distillation',), r.BEST +
-                ('trivial_augment',), *TOP_VIT]) + _CNN_STUDY + [_RESNET_TA]),
-    300: ([('simple_cnn', ()), _RESNET_TA, ('vit', TOP_VIT[2]),
-           ('vit', TOP_VIT[1])], 'all'), 1000:
-               ([_RESNET_TA, ('vit', TOP_VIT[1])], []),
+    30: (_COMPARED + _vit(r.ROUND_THREE_FIRST_BUDGET), _SEEDED +
+         _vit([('locality_guidance', 'mae'),
+               ('locality_guidance', 'long_mae'), r.BEST + ('long_mae',)])),
+    100: (_COMPARED + _vit(r.ROUND_THREE), _SEEDED + _vit([
+        r.BEST + ('soft_distillation',), r.BEST + ('trivial_augment',), *TOP_VIT
+    ]) + [_RESNET_TA]), 300: ([('simple_cnn', ()), _RESNET_TA,
+                               ('vit', TOP_VIT[2]), ('vit', TOP_VIT[1])], 'all'
+                             ), 1000: ([_RESNET_TA, ('vit', TOP_VIT[1])], []),
 }
 
 

@@ -204,7 +204,7 @@ def main(argv=None):
       args.workdir, args.folder, args.seeds, args.choose_on)
   logs = runs.logged_metrics(args.folder, args.workdir, found, r.record_name)
   runs.write_summary(args.folder, list(found.values()), str(args.workdir),
-                     sections,
+                     lambda _: sections,
                      {'metrics.jsonl': runs.metrics_file(logs, r.record_name)})
 
 

@@ -153,10 +153,8 @@ def evaluated(workdir: pathlib.Path, run: tuple, name: str) -> dict | None:
   # A run trained again may choose the same step: an evaluation older than
   # the state it names is not of that state.
   state = directory / 'best_checkpoint' / str(best)
-  if evaluation.get('step') != best or (state.exists() and path.stat().st_mtime
-                                        < state.stat().st_mtime):
-    return None
-  return evaluation
+  older = state.exists() and path.stat().st_mtime < state.stat().st_mtime
+  return None if older or evaluation.get('step') != best else evaluation
 
 
 def evaluation_command(run: pathlib.Path, name: str, jpeg: str,
@@ -222,11 +220,8 @@ def main(argv=None):
     # A run's summary.json, {} while unfinished: no unfinished run is stale.
     summary = lambda name: (runs.read_json(workdir / name / 'summary.json')
                             if runs.finished(workdir / name) else {})
-    stale = {
-        folder(run).name: why for run in planned if (why := runs.read_again(
-            summary(folder(run).name).get('runs_read', {}),
-            lambda name: summary(name).get('finished')))
-    }
+    names = [folder(run).name for run in planned]
+    stale = {n: why for n in names if (why := runs.read_again(summary, n))}
     if stale:  # the trainer would find it finished, and train nothing
       one = min(stale)
       sys.stderr.write(

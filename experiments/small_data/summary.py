@@ -107,12 +107,6 @@ def choices_table(records: list[dict]) -> str:
       if (group := _of(records, choice))])
 
 
-def _gap(group: list[dict], model: str) -> tuple[float, float]:
-  """Points of mean test accuracy over the study's, and their 95% interval."""
-  tested = runs.by_seed(group, _TEST)
-  return runs.paired(tested, dict.fromkeys(tested, STUDY[model][0]))
-
-
 def closest(records: list[dict]) -> str:
   """Per model, the most-seeded choice whose validation accuracy is nearest
   the study's test accuracy: a reproduction chosen without the test set."""
@@ -125,7 +119,9 @@ def closest(records: list[dict]) -> str:
     group = min(
         groups, key=lambda g:
         (-len(g), abs(np.mean([r[_VALIDATION] for r in g]) - STUDY[model][0])))
-    gap, half = _gap(group, model)
+    # Points of mean test accuracy over the study's, and their 95% interval.
+    tested = runs.by_seed(group, _TEST)
+    gap, half = runs.paired(tested, dict.fromkeys(tested, STUDY[model][0]))
     validation, test = _cells(group, _VALIDATION, _TEST)
     interval = f' (± {half:.1f}, 95% interval)' if np.isfinite(half) else ''
     lines.append(
