@@ -24,6 +24,7 @@ from vit_jax.errors import TrainingDivergedError
 from vit_jax.errors import WorkdirError
 from vit_jax.runtime import preemption
 from vit_jax.training import flops
+from vit_jax.training import provenance
 from vit_jax.training import train
 
 
@@ -126,8 +127,12 @@ def one_epoch_run(tmp_path_factory):
   root = tmp_path_factory.mktemp('one_epoch_run')
   config = helpers.tiny_config(helpers.cifar10_release(root / 'data', 96),
                                num_epochs=1)
-  return (config, root / 'run', train.train_and_evaluate(config, root / 'run'),
-          helpers.random_cifar(37, 10, seed=3))
+  with pytest.MonkeyPatch.context() as patch:
+    # The checkout moves once the run has saved a checkpoint.
+    saved = lambda: any((root / 'run' / 'checkpoints').glob('[0-9]*'))
+    patch.setattr(provenance, 'commit', lambda: ('b' if saved() else 'a') * 40)
+    summary = train.train_and_evaluate(config, root / 'run')
+  return (config, root / 'run', summary, helpers.random_cifar(37, 10, seed=3))
 
 
 def test_a_finished_run_scored_each_test_example_once_and_reruns_uncompiled(
@@ -144,8 +149,10 @@ def test_a_finished_run_scored_each_test_example_once_and_reruns_uncompiled(
   assert (workdir / 'summary.json').stat().st_mtime_ns == written
   assert 'already holds all 6 steps; nothing to train' in caplog.text
   assert 'Compiled' not in caplog.text
-  # Where the results come from: this checkout, this machine, a date.
-  assert re.fullmatch(r'[0-9a-f]{40}(\+changes)?', first['commit'])
+  # Where the results come from: the checkout as the run started, this
+  # machine, a date.
+  assert first['commit'] == 'a' * 40
+  assert re.fullmatch(r'[0-9a-f]{40}(\+changes)?', provenance.commit())
   assert first['cpu'].endswith(f'{os.cpu_count()} cores')
   assert datetime.datetime.fromisoformat(first['finished']).tzinfo
   # Where its seconds went: the start-up's phases, and each record's.

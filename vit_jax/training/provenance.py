@@ -69,9 +69,9 @@ def runs_read(config) -> dict:
   return read
 
 
-def describe(read: dict) -> dict:
-  """This run's provenance as it finishes training; `read`: `runs_read`'s."""
+def describe(read: dict, code: str | None) -> dict:
+  """This run's provenance; `code`: `commit()` as it started, `read`: `runs_read`'s."""
   now = datetime.datetime.now(datetime.timezone.utc)
-  return dict(commit=commit(), cpu=cpu(),
+  return dict(commit=code, cpu=cpu(),
               finished=now.isoformat(timespec='seconds'),
               **({'runs_read': read} if read else {}))

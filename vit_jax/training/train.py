@@ -130,6 +130,8 @@ def _train_and_evaluate(config, workdir: pathlib.Path,
   model, objective, teachers = startup.trained_model_and_objective(
       config, inputs.num_classes, replicated)
   read = startup.runs_read(config, workdir, bool(checkpoints.steps()))
+  # The code this process runs: the checkout may move while it trains.
+  code = provenance.commit()
   schedule = optimizer.create_learning_rate_schedule(config, plan)
   tx = optimizer.create_optimizer(config, schedule)
   init_key, step_key = jax.random.split(jax.random.key(config.seed))
@@ -277,7 +279,7 @@ def _train_and_evaluate(config, workdir: pathlib.Path,
   earlier = workdir / 'summary.json'
   if not trains and earlier.is_file():
     return json.loads(earlier.read_text())
-  source = {**provenance.describe(read), 'startup_seconds': clock.phases}
+  source = {**provenance.describe(read, code), 'startup_seconds': clock.phases}
   return _write_summary(workdir, history, config.batch_size * flops_per_image,
                         source)
 
