@@ -163,7 +163,7 @@ class RunCheckpoints(contextlib.AbstractContextManager):
               _unrestorable(e))
           damaged.append(step)
         continue
-      if not self._reading:
+      if damaged and not self._reading:
         self._set_aside(damaged)
       return restored
     if damaged:
@@ -246,8 +246,6 @@ class RunCheckpoints(contextlib.AbstractContextManager):
 
   def _set_aside(self, steps: list[int]):
     """`<step>.unrestorable`: orbax saves no step below its latest."""
-    if not steps:
-      return
     self.close()
     if jax.process_index() == 0:
       for step in steps:

@@ -33,8 +33,6 @@ _DECODED_MODES = ('1', 'L', 'P', 'RGB', 'RGBX', 'YCbCr', 'CMYK', *_ALPHA_MODES,
 _WHOLE_FILES = ((b'\xff\xd8\xff', b'\xff\xd9'), (b'\x89PNG\r\n\x1a\n',
                                                  b'IEND\xaeB`\x82'))
 
-_SHOWN_PROBLEMS = 20
-
 
 class _NotDecoded(Exception):
   """An image in a mode `to_rgb` does not decode."""
@@ -221,14 +219,6 @@ def _count(n: int, one: str, many: str | None = None) -> str:
   return f'{n} {one if n == 1 else many or one + "s"}'
 
 
-def _listed(names: list[str]) -> str:
-  """The first _SHOWN_PROBLEMS of `names`; the rest counted."""
-  shown = names[:_SHOWN_PROBLEMS]
-  if len(names) > _SHOWN_PROBLEMS:
-    shown.append(f'... and {len(names) - _SHOWN_PROBLEMS} more')
-  return '; '.join(shown)
-
-
 def open_image_folder(
     data_dir: pathlib.Path,
     cut: Callable[[Dataset], Dataset] = lambda dataset: dataset) -> Dataset:
@@ -300,9 +290,9 @@ def _check(findings: _Findings, paths: list[pathlib.Path],
     raise DatasetError(
         f'{_count(len(findings.problems), "problem")} in the image folder '
         f'{folder} (fix each, or move the file out of the folder, then run '
-        f'again): {_listed(findings.problems)}.')
+        f'again): {files.listed(findings.problems)}.')
   if findings.ignored:
     logging.warning(
         'Ignored %s in %s (not %s images): %s.',
         _count(len(findings.ignored), 'file or folder', 'files and folders'),
-        folder, files.IMAGE_TYPES, _listed(findings.ignored))
+        folder, files.IMAGE_TYPES, files.listed(findings.ignored))

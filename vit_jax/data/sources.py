@@ -35,9 +35,8 @@ def class_counts(sizes: np.ndarray, count: int,
   """How many of `count` to draw per class: one each, then largest remainder."""
   num_classes = len(sizes)
   if count < num_classes:
-    counts = np.zeros(num_classes, np.int64)
-    counts[rng.choice(num_classes, count, replace=False)] = 1
-    return counts
+    return np.bincount(rng.choice(num_classes, count, replace=False),
+                       minlength=num_classes)
   left = np.asarray(sizes, np.int64) - 1
   shares, remainders = np.divmod((count - num_classes) * left, left.sum())
   counts = 1 + shares

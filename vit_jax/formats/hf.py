@@ -153,6 +153,6 @@ def read(path: pathlib.Path, model_name: str | None) -> dict:
   shapes = torch.expected_shapes(
       state, _name, _LAYER, to_state, library='transformers',
       layout="transformers' layout", model_name=model_name, stated=_STATED,
-      config=config_dict, source=str(path), optional=_HEAD,
+      config=config_dict, source=str(path),
       representation_size=None if pooler is None else pooler.shape[0])
   return torch.from_state(state, shapes, _name)

@@ -14,6 +14,7 @@ import numpy as np
 
 from vit_jax.errors import CheckpointError
 from vit_jax.models import names
+from vit_jax.runtime import files
 
 MAX_REPORTED = 12
 # A hybrid's ResNet stem unit: (stage, unit, layer), both numbered from 1.
@@ -122,11 +123,9 @@ def check_params(params: Mapping[str, Any], expected: Mapping[str, Any], *,
   if len(problems) == 1:
     raise CheckpointError(problems[0] + '.')
   if problems:
-    more = len(problems) - MAX_REPORTED
     raise CheckpointError(f'{source[:1].upper()}{source[1:]} does not fit '
                           f'{target} ({len(problems)} problems):\n  ' +
-                          '\n  '.join(problems[:MAX_REPORTED]) +
-                          (f'\n  ... and {more} more' if more > 0 else ''))
+                          files.listed(problems, MAX_REPORTED, '\n  '))
 
 
 def resize_patch_grid(grid: np.ndarray, num_patches: int) -> np.ndarray:

@@ -39,7 +39,6 @@ _HYBRID_FACTORIES = {
     (3, 4, 6, 3): 'vit_large_r50_s32_224', (): 'vit_tiny_r_s16_p8_224',
 }
 _BLOCK = re.compile(r'blocks\.(\d+)\.')
-_HEAD = ('head.weight', 'head.bias')
 _TOP = {
     'cls': 'cls_token', torch.POSITIONS: 'pos_embed',
     'embedding': 'patch_embed.proj', 'Transformer/encoder_norm': 'norm',
@@ -222,7 +221,7 @@ def read(path: pathlib.Path, model_name: str | None) -> dict:
   shapes = torch.expected_shapes(
       state, _names({}), _BLOCK, to_state, library='timm',
       layout="timm's layout", model_name=model_name, stated=_STATED,
-      config=model_args, source=str(path), optional=_HEAD,
+      config=model_args, source=str(path),
       classifier='token' if 'cls_token' in state else 'gap',
       **_hybrid_fields(state, str(path)))
   return torch.from_state(_unfused(state), shapes, _names(shapes))

@@ -6,7 +6,6 @@ from typing import Callable
 
 from absl import logging
 
-import flax
 import jax
 
 from vit_jax import models
@@ -78,13 +77,12 @@ def from_state(state: dict, expected: dict, name: Names) -> dict:
   for key, shape in params_lib.flatten(expected, 'the model').items():
     if (theirs := their_key(key, name)) in state:
       ours[key] = _ours(key, state[theirs], shape.shape)
-  return flax.traverse_util.unflatten_dict(ours, sep='/')
+  return params_lib.unflatten(ours, 'the model')
 
 
 def expected_shapes(state: dict, name: Names, layer: re.Pattern,
-                    to_theirs: Callable[[dict], dict],
-                    optional: tuple[str, ...], *, library: str, layout: str,
-                    model_name: str | None, stated: dict[str, str],
+                    to_theirs: Callable[[dict], dict], *, library: str,
+                    layout: str, model_name: str | None, stated: dict[str, str],
                     config: dict, source: str, **fields) -> dict:
   """Our shapes of the ViT in `state`, checked as `to_theirs` lays them out."""
   mlp = f'{names.ENCODER}/{names.block_name(0)}/{names.MLP}/Dense_0/kernel'
@@ -94,7 +92,9 @@ def expected_shapes(state: dict, name: Names, layer: re.Pattern,
   ]
   if fields.get('classifier', 'token') == 'token':
     required.append(names.CLASS_TOKEN)
-  theirs = {ours: their_key(ours, name) for ours in [*required, 'head/kernel']}
+  # The head is optional: a backbone's state has none.
+  optional = ['head/kernel', 'head/bias']
+  theirs = {ours: their_key(ours, name) for ours in [*required, *optional]}
   for ours in required:
     if theirs[ours] not in state:
       raise CheckpointError(f'{source} is not a {library} ViT: it has no '
@@ -125,13 +125,12 @@ def expected_shapes(state: dict, name: Names, layer: re.Pattern,
       logging.warning(
           '%s says %s=%s, but its weights have %s=%s: the weights decide.',
           source, their_name, value, their_name, getattr(model, field))
-  side = vit_model.grid_side(state[theirs[POSITIONS]].shape[1],
-                             len(model.prefix_tokens), source,
-                             theirs[POSITIONS])
-  shapes = params_lib.param_shapes(model, side * model.effective_patch_size)
+  image_size = vit_model.table_image_size(state[theirs[POSITIONS]].shape[1],
+                                          model, source, theirs[POSITIONS])
+  shapes = params_lib.param_shapes(model, image_size)
   expected = {
       key: value for key, value in jax.eval_shape(to_theirs, shapes).items()
-      if key in state or key not in optional
+      if key in state or key not in [theirs[ours] for ours in optional]
   }
   described = params_lib.describe_architecture(
       params_lib.vit_architecture(shapes))

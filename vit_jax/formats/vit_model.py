@@ -132,16 +132,17 @@ def model_for(params: Mapping[str, Any], *, model_name: str | None = None,
   return model, image_size
 
 
-def grid_side(num_tokens: int, num_prefix_tokens: int, source: str,
-              table: str) -> int:
-  """The side of the square patch grid of a position table."""
-  patches = num_tokens - num_prefix_tokens
+def table_image_size(num_tokens: int, model: models.VisionTransformer,
+                     source: str, table: str) -> int:
+  """`model`'s image side for a position table of a square patch grid."""
+  prefix = len(model.prefix_tokens)
+  patches = num_tokens - prefix
   side = math.isqrt(max(patches, 0))
   if side * side != patches:
     raise CheckpointError(
-        f'{source} has {table} for {patches} patches and {num_prefix_tokens} '
+        f'{source} has {table} for {patches} patches and {prefix} '
         'prefix token(s): not a square grid.')
-  return side
+  return side * model.effective_patch_size
 
 
 def _image_size(params, model: models.VisionTransformer, source: str) -> int:
@@ -152,8 +153,7 @@ def _image_size(params, model: models.VisionTransformer, source: str) -> int:
         f'{source} has no learned position embeddings '
         f'({names.path(names.POSITION_EMBEDDING_TABLE)}), so nothing tells '
         "its image size: evaluate it from its run's workdir.")
-  return grid_side(table.shape[1], len(model.prefix_tokens), source,
-                   'position embeddings') * model.effective_patch_size
+  return table_image_size(table.shape[1], model, source, 'position embeddings')
 
 
 def npz_lacks(model: models.VisionTransformer) -> dict[str, bool]:

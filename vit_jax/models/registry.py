@@ -66,10 +66,9 @@ TRAINING_FIELDS = dict(mae_mask_ratio=0.0, mae_decoder_depth=8,
 
 def vit_of_architecture(architecture: dict) -> str | None:
   """The registered ViT of `formats.params.vit_architecture`'s, if any."""
-  for name, fields in VIT_FIELDS.items():
-    if architecture == {key: fields.get(key) for key in architecture}:
-      return name
-  return None
+  return next((name for name, fields in VIT_FIELDS.items()
+               if architecture == {key: fields.get(key)
+                                   for key in architecture}), None)
 
 
 def _settable_fields(factory) -> list[dataclasses.Field]:

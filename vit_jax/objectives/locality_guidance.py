@@ -48,8 +48,7 @@ class GuidedViT(ViTWrapper):
     grid = (images.shape[1] // size, images.shape[2] // size)
     maps = []
     for k, (block, width) in enumerate(zip(self.blocks, self.widths)):
-      tokens = out['blocks'][block]
-      patches = tokens[:, tokens.shape[1] - grid[0] * grid[1]:]
+      patches = out['blocks'][block][:, len(self.vit.prefix_tokens):]
       patches = patches.reshape(patches.shape[0], *grid, patches.shape[-1])
       maps.append(
           nn.Dense(width, dtype=self.vit.dtype,

@@ -98,6 +98,12 @@ def some_names(names: list[str], shown: int = 5) -> str:
   return ', '.join(names[:shown]) + (' ...' if len(names) > shown else '')
 
 
+def listed(names: list[str], shown: int = 20, separator: str = '; ') -> str:
+  """The first `shown` of `names` joined by `separator`, the rest counted."""
+  more = [f'... and {len(names) - shown} more'] if len(names) > shown else []
+  return separator.join(names[:shown] + more)
+
+
 def foreign_files(directory: pathlib.Path, ours: Callable[[str],
                                                           bool]) -> str | None:
   """Names in `directory` that `ours` does not claim ('a, b', 5 and '...')."""

@@ -39,16 +39,17 @@ def matmul_flops(jaxpr) -> int:
   """2*M*N*K summed over the matmuls and convolutions of `jaxpr`."""
   total = 0
   for eqn in jaxpr.eqns:
+    # Per output, the products summed into it: a matmul's contracted lhs
+    # dimensions, a convolution kernel's (in, *spatial) ones.
+    summed = None
     if eqn.primitive.name == 'dot_general':
-      lhs = eqn.invars[0].aval.shape
       (lhs_contract, _), _ = eqn.params['dimension_numbers']
-      contracted = math.prod(lhs[d] for d in lhs_contract)
-      total += 2 * math.prod(eqn.outvars[0].aval.shape) * contracted
+      summed = [eqn.invars[0].aval.shape[d] for d in lhs_contract]
     elif eqn.primitive.name == 'conv_general_dilated':
-      rhs = eqn.invars[1].aval.shape
       spec = eqn.params['dimension_numbers'].rhs_spec  # (out, in, *spatial)
-      per_output = math.prod(rhs[d] for d in spec[1:])
-      total += 2 * math.prod(eqn.outvars[0].aval.shape) * per_output
+      summed = [eqn.invars[1].aval.shape[d] for d in spec[1:]]
+    if summed is not None:
+      total += 2 * math.prod(eqn.outvars[0].aval.shape) * math.prod(summed)
     # A scan's body runs `length` times (a scanned ViT's blocks).
     times = eqn.params['length'] if eqn.primitive.name == 'scan' else 1
     for param in eqn.params.values():

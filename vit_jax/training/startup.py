@@ -33,8 +33,6 @@ from vit_jax.training import steps
 
 def record_changes(workdir: pathlib.Path, step: int, changed: dict[str, tuple]):
   """Logs and appends to `config_changes.jsonl` what a resumed run changed."""
-  if not changed:
-    return
   logging.info(
       'Resuming with changed %s.',
       ', '.join(f'config.{name} ({old!r} -> {new!r})'

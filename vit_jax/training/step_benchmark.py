@@ -135,10 +135,8 @@ class StepBenchmark:
 
   @functools.cached_property
   def forward_flops_per_image(self) -> int:
-    return flops.forward_flops_per_image(
-        self.module,
-        models.model_variables(self.state.params, self.state.batch_stats),
-        self.config.image_size)
+    return flops.forward_flops_per_image(self.module, self.state.variables,
+                                         self.config.image_size)
 
   def train_flops_per_second(self, seconds: float) -> float:
     """The FLOP/s of a train step (three forward passes) of `seconds`."""

@@ -34,6 +34,12 @@ class TrainState(train_state.TrainState):
 
   batch_stats: Any = None
 
+  @property
+  def variables(self) -> dict:
+    """What the model applies outside training: a moving average's if kept."""
+    return models.model_variables(getattr(self, 'ema_params', self.params),
+                                  self.batch_stats)
+
 
 class AveragedTrainState(TrainState):
   """Plus the weights' moving average; a subclass, so others keep their tree."""
@@ -205,10 +211,7 @@ def eval_step(state: TrainState, sums: dict, data, batch, mask, *,
   """`sums` plus the loss, correct and top-5 counts of unmasked examples."""
   x, y = inputs.model_inputs(data, batch, None)
   # A run with a moving average evaluates the average.
-  params = (state.ema_params
-            if isinstance(state, AveragedTrainState) else state.params)
-  logits = state.apply_fn(models.model_variables(params, state.batch_stats), x,
-                          train=False)
+  logits = state.apply_fn(state.variables, x, train=False)
   # The true labels' cross-entropy, whatever the training targets' smoothing.
   loss = optax.softmax_cross_entropy_with_integer_labels(logits, y)
   # As the paper reports; all classes where there are fewer than five.

@@ -16,7 +16,6 @@ import ml_collections
 
 from vit_jax import config_schema
 from vit_jax import data
-from vit_jax import models
 from vit_jax.checkpoints import best_checkpoint
 from vit_jax.checkpoints import digests
 from vit_jax.checkpoints import reading
@@ -168,7 +167,8 @@ def _train_and_evaluate(config, workdir: pathlib.Path,
                            reading.class_names(workdir))
     logging.info('Resumed from %s at step %d.',
                  checkpoints.directory / str(restored.step), restored.step)
-    startup.record_changes(workdir, restored.step, changed)
+    if changed:
+      startup.record_changes(workdir, restored.step, changed)
     state, sums, history, step = (restored.state, restored.train_sums,
                                   restored.history, restored.step)
     position = restored.position
@@ -196,10 +196,8 @@ def _train_and_evaluate(config, workdir: pathlib.Path,
                                         history, step, checkpoints.steps(),
                                         config.keep_checkpoints, trains=trains)
   writer = metric_writer.MetricWriter(workdir, history)
-  flops_per_image = flops.train_flops_per_image(
-      model,
-      models.model_variables(state_shapes.params, state_shapes.batch_stats),
-      config.image_size, teachers)
+  flops_per_image = flops.train_flops_per_image(model, state_shapes.variables,
+                                                config.image_size, teachers)
   batches = inputs.train_batches(position)
   with contextlib.ExitStack() as closing:  # in reverse order, even on errors
     closing.callback(writer.close)
