@@ -155,10 +155,11 @@ def record(directory: pathlib.Path, description: dict) -> dict:
   kept = {key: summary[key] for key in _SUMMARY_FIELDS if key in summary}
   minutes = round(summary['train_seconds'] / 60, 1)
   # A summary.json without a device is from the project's 2-core CPU.
+  device = summary.get('device', 'cpu')
   return {
       'model': _model_of(config),
       **description, 'epochs': round(summary['epochs']), 'seed': config['seed'],
-      **kept, 'wall_minutes': minutes, 'device': summary.get('device', 'cpu')
+      **kept, 'wall_minutes': minutes, 'device': device
   }
 
 

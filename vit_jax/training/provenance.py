@@ -70,7 +70,7 @@ def runs_read(config) -> dict:
 
 
 def describe(read: dict, code: str | None) -> dict:
-  """This run's provenance; `code`: `commit()` as it started, `read`: `runs_read`'s."""
+  """This run's provenance: `code`, its commit at start; `read`, runs_read's."""
   now = datetime.datetime.now(datetime.timezone.utc)
   return dict(commit=code, cpu=cpu(),
               finished=now.isoformat(timespec='seconds'),
