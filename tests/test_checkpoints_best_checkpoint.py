@@ -15,6 +15,7 @@ from vit_jax.checkpoints import reading
 from vit_jax.data import sources
 from vit_jax.errors import CheckpointError
 from vit_jax.errors import ConfigError
+from vit_jax.errors import DatasetError
 from vit_jax.training import evaluation
 from vit_jax.training import train
 
@@ -26,10 +27,10 @@ def test_the_best_evaluation_is_kept_and_a_resumed_run_keeps_the_same(
   """Chosen on held-out validation examples, never the test split."""
   # Every other step evaluated and checkpointed, all checkpoints kept: the
   # best one's state is also in checkpoints/.
-  config = helpers.tiny_config(cifar10_dir, total_steps=12, eval_every_steps=2,
-                               checkpoint_every_steps=2, keep_checkpoints=6,
-                               keep_best_checkpoint=True, train_examples=72,
-                               validation_examples=16)
+  fields = dict(total_steps=12, eval_every_steps=2, checkpoint_every_steps=2,
+                keep_checkpoints=6, keep_best_checkpoint=True,
+                train_examples=72, validation_examples=16)
+  config = helpers.tiny_config(cifar10_dir, **fields)
   summary = train.train_and_evaluate(config, tmp_path / 'whole')
   records = [r for r in helpers.history(tmp_path / 'whole') if 'test_loss' in r]
   assert {r['validation_examples'] for r in records} == {16}
@@ -53,6 +54,20 @@ def test_the_best_evaluation_is_kept_and_a_resumed_run_keeps_the_same(
     other[field] = value  # a draw holding images it trained on
     with pytest.raises(ConfigError, match=f'{field}={value} differs from'):
       evaluation.evaluate(tmp_path / 'whole', config=other, split='validation')
+  # Its data moved: the same draw. Other data: refused, to resume too.
+  shutil.copytree(cifar10_dir, tmp_path / 'moved')
+  assert evaluation.evaluate(tmp_path / 'whole' / 'best_checkpoint',
+                             data_dir=str(tmp_path / 'moved'),
+                             split='validation')['top1'] == evaluated['top1']
+  other = helpers.cifar10_release(tmp_path / 'other', 96, seeds=(5, 3))
+  with pytest.raises(
+      DatasetError, match='held out other validation examples '
+      'than its data gives here: evaluate it on the data'):
+    evaluation.evaluate(tmp_path / 'whole', data_dir=str(other),
+                        split='validation')
+  with pytest.raises(DatasetError, match='other validation examples'):
+    train.train_and_evaluate(helpers.tiny_config(other, **fields),
+                             tmp_path / 'whole')
   # The test split as logged, from one training image a device.
   converted = []
   monkeypatch.setattr(

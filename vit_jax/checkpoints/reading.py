@@ -33,6 +33,7 @@ class Run:
   params: Any
   batch_stats: Any  # {} for models without BatchNorm
   step: int
+  position: dict  # the input's at `step`: what it trained on and held out
 
   @property
   def variables(self) -> dict:
@@ -121,7 +122,7 @@ def load_run(workdir: str | pathlib.Path, step: int | None = None,
   params = restored.state.get('ema_params') or restored.state['params']
   return Run(ml_collections.ConfigDict(config), jax.device_put(params, device),
              jax.device_put(restored.state.get('batch_stats') or {}, device),
-             restored.step)
+             restored.step, restored.position)
 
 
 # As `vit_jax.convert --format` names them.
@@ -207,6 +208,7 @@ class Loaded:
   step: int | None  # a workdir's checkpoint step
   pixels: tuple[tuple, tuple]
   class_names: tuple[str, ...] = ()  # where a run or a folder names them
+  position: dict = dataclasses.field(default_factory=dict)  # a run's
 
   @property
   def params(self) -> Any:
@@ -227,10 +229,10 @@ def load(source: str | pathlib.Path, *, model_name: str | None = None,
                                run.params[names.HEAD]['bias'].shape[-1])
     variables = {**run.variables, 'params': names.inference_params(run.params)}
     recorded = class_names(run_directory(path))  # a file of the run's count
-    return Loaded(WORKDIR, model, variables, run.config.image_size, run.config,
-                  run.step,
-                  (tuple(run.config.pixel_mean), tuple(run.config.pixel_std)),
-                  recorded if len(recorded) == model.num_classes else ())
+    return Loaded(
+        WORKDIR, model, variables, run.config.image_size, run.config, run.step,
+        (tuple(run.config.pixel_mean), tuple(run.config.pixel_std)),
+        recorded if len(recorded) == model.num_classes else (), run.position)
   params = load_params(path, step, model_name)
   model, image_size = vit_model.model_for(params, model_name=model_name,
                                           source=str(path))

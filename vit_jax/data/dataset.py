@@ -1,6 +1,7 @@
 """What every dataset reader returns: a `Dataset` of two indexed `Source`s."""
 
 import dataclasses
+import hashlib
 from typing import Protocol
 
 import numpy as np
@@ -56,6 +57,22 @@ class SubsetSource:
   def labels(self) -> np.ndarray:
     """The labels, where the source has them without decoding images."""
     return np.asarray(self.source.labels)[self.indices]
+
+
+def identity(source: Source) -> str | None:
+  """A digest of the examples `source` holds; None where only decoding tells."""
+  as_bytes = lambda numbers: np.asarray(numbers, np.int64).tobytes()
+  if isinstance(source, SubsetSource):  # which of its pool's
+    pool = identity(source.source)
+    held = pool and [pool.encode(), as_bytes(source.indices)]
+  elif isinstance(source, ArraySource):
+    held = [source.images.tobytes(), as_bytes(source.labels)]
+  elif hasattr(source, 'paths'):  # image files, by name wherever they lie
+    names = '\n'.join(f'{p.parent.name}/{p.name}' for p in source.paths)
+    held = [names.encode(), as_bytes(source.labels)]
+  else:
+    return None
+  return held and hashlib.sha256(b'\0'.join(held)).hexdigest()[:16]
 
 
 @dataclasses.dataclass(frozen=True)

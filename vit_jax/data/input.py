@@ -8,12 +8,14 @@ import jax
 import numpy as np
 
 from vit_jax.data import preprocess
+from vit_jax.data.dataset import identity
 from vit_jax.errors import DatasetError
 
 # Where the next training batch comes from: {'epoch': e (from 1), 'batch': b
-# (from 0, within the epoch), 'train_examples': the epochs' size}. JSON, so
-# checkpoints store it as it is.
-Position = dict[str, int]
+# (from 0, within the epoch), 'train_examples': the epochs' size, and where
+# held out, 'validation': `dataset.identity` of the validation examples}. JSON,
+# so checkpoints store it as it is.
+Position = dict[str, int | str]
 
 
 class Input(abc.ABC):
@@ -42,6 +44,8 @@ class Input(abc.ABC):
     self._evaluated = {'test': dataset.test}
     if dataset.validation is not None:
       self._evaluated['validation'] = dataset.validation
+    drawn = dataset.validation and identity(dataset.validation)
+    self._held_out = {'validation': drawn} if drawn else {}
     self.eval_sizes = {
         split: len(examples) for split, examples in self._evaluated.items()
     }
@@ -64,7 +68,8 @@ class Input(abc.ABC):
   def position(self, step: int) -> Position:
     """Where the batch after `step` finished steps comes from."""
     epoch, batch = divmod(step, self.steps_per_epoch)
-    return dict(epoch=epoch + 1, batch=batch, train_examples=self.train_size)
+    return dict(epoch=epoch + 1, batch=batch, train_examples=self.train_size,
+                **self._held_out)
 
   def check_class_names(self, run_names: tuple[str, ...], source,
                         advice: str) -> None:
@@ -85,6 +90,14 @@ class Input(abc.ABC):
       raise DatasetError(f'{workdir} trained on {counted} training examples, '
                          f'and its data holds {self.train_size}: {restore}')
     self.check_class_names(run_names, workdir, restore)
+    self.check_validation(position, workdir, restore)
+
+  def check_validation(self, position: Position, source, advice: str) -> None:
+    """DatasetError where a run held out other validation examples."""
+    if position.get('validation') not in (None,
+                                          self._held_out.get('validation')):
+      raise DatasetError(f'{source} held out other validation examples than '
+                         f'its data gives here: {advice}')
 
   def epoch_table(self, epoch: int) -> np.ndarray:
     return epoch_batches(self.config.seed, epoch, self.train_size,

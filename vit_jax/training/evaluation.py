@@ -101,6 +101,11 @@ def evaluate(source, *, config=None, model_name=None, step=None, data_dir=None,
     inputs.check_class_names(
         loaded.class_names, source, 'evaluate it on the classes it was '
         f'trained on, in the order its {reading.CLASS_NAMES_FILE} lists them.')
+    if split == 'validation' and config.validation_dir == loaded.config.get(
+        'validation_dir', ''):  # the run's held-out images, else the user's
+      inputs.check_validation(
+          loaded.position, source, 'evaluate it on the data it was trained '
+          'on, or pass --config.validation_dir=DIR of other images.')
   replicated = sharding.replicated(mesh)
   variables = jax.tree.map(lambda x: sharding.replicate(x, replicated),
                            jax.device_get(loaded.variables))
