@@ -63,6 +63,7 @@ def test_paper_recipes_match_the_tables():
           pretrain.num_epochs) == (4096, 10_000, 1e-3, 0.03, 'linear', 90)
   assert (pretrain.adam_b1, pretrain.adam_b2,
           pretrain.grad_clip_norm) == (0.9, 0.999, 1.0)
+  assert pretrain.model_overrides.representation_size == 768  # Sec. 3.1
   imagenet = _config('vit_pretrain:imagenet2012')
   assert (imagenet.num_epochs, imagenet.learning_rate, imagenet.weight_decay,
           imagenet.lr_decay) == (300, 3e-3, 0.3, 'cosine')
@@ -70,6 +71,7 @@ def test_paper_recipes_match_the_tables():
   assert (finetune.optimizer, finetune.momentum, finetune.batch_size,
           finetune.weight_decay, finetune.grad_clip_norm,
           finetune.image_size) == ('sgd', 0.9, 512, 0.0, 1.0, 384)
+  assert 'dropout_rate' not in finetune.model_overrides  # the model's own
   # Every paper recipe streams its dataset, as the official code does.
   assert {c.input_pipeline
           for c in (pretrain, imagenet, finetune)} == {'streaming'}
