@@ -62,20 +62,17 @@ def test_a_run_converts_to_every_format_and_back_exactly_in_the_umasks_modes(
                          jax.device_get(run.params))
   np.testing.assert_array_equal(logits['timm'], logits['npz'])
   np.testing.assert_array_equal(logits['hf'], logits['npz'])
+  folders = ('timm', 'hf', 'hf2')
   files = [
       'run.npz', 'again.npz', 'hf/preprocessor_config.json',
-      'hf2/preprocessor_config.json'
-  ]
-  files += [
-      f'{folder}/{name}' for folder in ('timm', 'hf', 'hf2')
-      for name in ('model.safetensors', 'config.json')
+      'hf2/preprocessor_config.json',
+      *(f'{folder}/{name}' for folder in folders
+        for name in ('model.safetensors', 'config.json'))
   ]
   assert {
       p.relative_to(tmp_path).as_posix(): p.stat().st_mode & 0o777
       for p in tmp_path.rglob('*')
-  } == {
-      **dict.fromkeys(files, 0o644), 'timm': 0o755, 'hf': 0o755, 'hf2': 0o755
-  }
+  } == {**dict.fromkeys(files, 0o644), **dict.fromkeys(folders, 0o755)}
 
 
 def test_a_destination_that_would_lose_something_is_one_line(

@@ -51,29 +51,27 @@ def test_an_intervals_checkpoint_waits_its_seconds_after_the_newest(
                      _CONFIG)
     checkpoints.check(wait=True)
 
-  paced = RunCheckpoints(tmp_path / 'paced', keep=5, min_seconds=30)
-  assert paced.due(1)
-  save(paced, 1)
-  assert not paced.due(2)
-  save(paced, 3)  # the last step, or a stop signal
-  assert not paced.due(4)
-  paced.close()  # the background finalization included
-  never = RunCheckpoints(tmp_path / 'paced', keep=5, min_seconds=float('inf'))
-  assert not never.due(5)  # step 3's time, read from disk
-  never.close()
+  # Each closed at its block's end, the background finalization included.
+  with RunCheckpoints(tmp_path / 'paced', keep=5, min_seconds=30) as paced:
+    assert paced.due(1)
+    save(paced, 1)
+    assert not paced.due(2)
+    save(paced, 3)  # the last step, or a stop signal
+    assert not paced.due(4)
+  with RunCheckpoints(tmp_path / 'paced', keep=5,
+                      min_seconds=float('inf')) as never:
+    assert not never.due(5)  # step 3's time, read from disk
   time.sleep(0.6)
-  resumed = RunCheckpoints(tmp_path / 'paced', keep=5, min_seconds=0.5)
-  assert resumed.due(5) and resumed.steps() == [1, 3]
-  resumed.close()
+  with RunCheckpoints(tmp_path / 'paced', keep=5, min_seconds=0.5) as resumed:
+    assert resumed.due(5) and resumed.steps() == [1, 3]
   assert not sync_points
-  every = RunCheckpoints(tmp_path / 'every', keep=5)
-  save(every, 1)
-  assert every.due(2)
-  with pytest.raises(
-      CheckpointError, match=r'orbax would not save step 1 in .*every \(it '
-      r'holds steps \[1\]\); move the directory away.'):
+  with RunCheckpoints(tmp_path / 'every', keep=5) as every:
     save(every, 1)
-  every.close()
+    assert every.due(2)
+    with pytest.raises(
+        CheckpointError, match=r'orbax would not save step 1 in .*every \(it '
+        r'holds steps \[1\]\); move the directory away.'):
+      save(every, 1)
 
 
 def test_restores_the_newest_checkpoint_the_loop_saved_or_says_what_to_do(
@@ -138,8 +136,7 @@ def test_a_checkpoint_rotated_away_while_read_is_not_called_damaged(
     RunCheckpoints(directory).restore_latest()
   assert caplog.messages == []
   killed = tmp_path / 'killed'  # in its first save
-  killed.mkdir()
-  (killed / '2.orbax-checkpoint-tmp-1').mkdir()
+  (killed / '2.orbax-checkpoint-tmp-1').mkdir(parents=True)
   assert RunCheckpoints(killed).steps() == []
 
 

@@ -28,8 +28,7 @@ def test_saved_runs_load_as_plain_vits_without_what_only_training_read():
 def test_a_saved_mae_run_resumes(tmp_path):
   # The data and config it was trained with.
   helpers.cifar10_release(tmp_path / 'data', 32, 16)
-  workdir = tmp_path / 'mae'
-  shutil.copytree(SAVED / 'mae', workdir)
+  workdir = shutil.copytree(SAVED / 'mae', tmp_path / 'mae')
   mae = dict(mae_mask_ratio=0.75, mae_decoder_depth=1, mae_decoder_width=32)
   config = helpers.tiny_config(tmp_path / 'data', total_steps=4, num_epochs=0,
                                warmup_epochs=0, cpu_devices=1,

@@ -105,8 +105,7 @@ def test_the_readme_section_is_the_report_and_summarize_only_rewrites_it(
   assert readme.read_text().split(section) == committed.split(
       _section(HERE / 'README.md'))
 
-  copy = tmp_path / 'README.md'
-  shutil.copy(HERE / 'README.md', copy)
+  copy = shutil.copy(HERE / 'README.md', tmp_path / 'README.md')
   output = tmp_path / 'gpu_results.json'
   output.write_text(json.dumps(results))
   helpers.script_main(monkeypatch, gpu.main, 'gpu.py', '--summarize_only',
@@ -139,13 +138,9 @@ def test_the_report_reads_the_whole_studies_and_each_profile(landed):
           'ms_per_step': 0.02, 'computes': 'LayerNorm_0, backward: reduce_sum'
       }]
   }
-  rows += [
-      profile, {
-          **profile, 'model': 'ViT-L/16', 'heaviest_kernels': [],
-          'ms_per_step_by_model_part': 'ValueError: no parts'
-      }
-  ]
-  section = gpu_report.report({**results, 'rows': rows})
+  large = dict(profile, model='ViT-L/16', heaviest_kernels=[],
+               ms_per_step_by_model_part='ValueError: no parts')
+  section = gpu_report.report({**results, 'rows': rows + [profile, large]})
   assert ('| the study end to end, cold compilation cache, < 15 s | 40.0 s | '
           'not met |') in section
   assert ('| the study end to end, warm compilation cache, < 8 s | 7.5 s | '

@@ -41,11 +41,8 @@ def test_batch_stats_train_only_eval_reads_them_and_bfloat16_is_close(
                              model.apply(variables, images[:2], train=False),
                              atol=1e-5)
   # ...but do depend on the running statistics.
-  shifted = jax.tree.map(lambda s: s + 1.0, stats)
-  assert not np.allclose(
-      full,
-      model.apply({'params': variables['params'], **shifted}, images,
-                  train=False))
+  shifted = {**variables, **jax.tree.map(lambda s: s + 1.0, stats)}
+  assert not np.allclose(full, model.apply(shifted, images, train=False))
 
 
 def test_small_resnet_projects_only_where_the_shape_changes():
@@ -61,15 +58,14 @@ def test_small_resnet_projects_only_where_the_shape_changes():
   assert not any(k.endswith('conv_0/bias') for k in flat)
 
 
-@pytest.mark.parametrize('model_class,shapes',
-                         [(SimpleCNN, [(32, 32, 32), (16, 16, 64),
-                                       (8, 8, 128)]),
-                          (SmallResNet, [(32, 32, 16), (16, 16, 32),
-                                         (8, 8, 64)]),
-                          (functools.partial(SmallResNet, stem_stride=2,
-                                             stem_pool=True), [(8, 8, 16),
-                                                               (4, 4, 32),
-                                                               (2, 2, 64)])])
+STEM_POOLED = functools.partial(SmallResNet, stem_stride=2, stem_pool=True)
+# The (height, width, channels) each stage ends in, of 32x32 images.
+STAGE_SHAPES = [(SimpleCNN, [(32, 32, 32), (16, 16, 64), (8, 8, 128)]),
+                (SmallResNet, [(32, 32, 16), (16, 16, 32), (8, 8, 64)]),
+                (STEM_POOLED, [(8, 8, 16), (4, 4, 32), (2, 2, 64)])]
+
+
+@pytest.mark.parametrize('model_class,shapes', STAGE_SHAPES)
 def test_each_stage_sows_the_feature_map_it_ends_with(model_class, shapes):
   model = model_class(num_classes=7)
   variables = helpers.random_cnn_variables(model, helpers.images(4, 32, seed=0))

@@ -46,9 +46,8 @@ def test_the_error_is_maes_normalized_pixel_loss_over_the_masked_patches():
   mask = jnp.array([[1.0, 0, 0, 1], [0, 1, 0, 0]])
   # Each image's 4x4 patches in the order of the tokens (row-major), their
   # pixels row by row: another order of either would change the errors.
-  target = np.asarray(images).reshape(2, 2, 4, 2, 4,
-                                      3).transpose(0, 1, 3, 2, 4,
-                                                   5).reshape(2, 4, 48)
+  patches = np.asarray(images).reshape(2, 2, 4, 2, 4, 3).swapaxes(2, 3)
+  target = patches.reshape(2, 4, 48)
   target = (target - target.mean(-1, keepdims=True)
            ) / np.sqrt(target.var(-1, keepdims=True, ddof=1) + 1e-6)
   error = ((np.asarray(predictions) - target)**2).mean(-1)

@@ -129,10 +129,12 @@ class Stem(nn.Module):
     return resnet.resnet_stem(images, self.stages)
 
 
-@pytest.mark.parametrize('stages,stride,features', [((), 4, 64), ((3,), 4, 256),
-                                                    ((2, 2), 8, 512),
-                                                    ((3, 4, 9), 16, 1024),
-                                                    ((3, 4, 6, 3), 32, 2048)])
+# Stages, and the stem's stride and features.
+STEMS = [((), 4, 64), ((3,), 4, 256), ((2, 2), 8, 512), ((3, 4, 9), 16, 1024),
+         ((3, 4, 6, 3), 32, 2048)]
+
+
+@pytest.mark.parametrize('stages,stride,features', STEMS)
 def test_stem_stride_and_features(stages, stride, features):
   size = 2 * stride
   out = jax.eval_shape(lambda: Stem(stages).init_with_output(
