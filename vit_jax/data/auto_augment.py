@@ -32,7 +32,10 @@ class OpRanges:
   posterize: int  # bits dropped of 8
 
 
-# torchvision's TrivialAugmentWide ranges, and its magnitude bins.
+# torchvision's TrivialAugmentWide ranges, and its magnitude bins; a shift
+# rounds to whole pixels (torchvision truncates: 14 of the 31 bins shift one
+# pixel less there) and solarize thresholds at 256 (1 - m) as the authors' code
+# (torchvision's 255 (1 - m) inverts white pixels at magnitude 0).
 _MAGNITUDE_BINS = 31
 TRIVIAL_AUGMENT_WIDE = OpRanges(rotate=135.0, shear=0.99, translate=32.0,
                                 translate_relative=False, enhance=0.99,
