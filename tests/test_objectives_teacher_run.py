@@ -10,8 +10,10 @@ import pytest
 from tests import helpers
 from vit_jax.checkpoints import reading
 from vit_jax.errors import ConfigError
+from vit_jax.errors import DatasetError
 from vit_jax.models import SimpleCNN
 from vit_jax.objectives import teacher_run
+from vit_jax.training import train
 
 
 @pytest.mark.parametrize('field',
@@ -34,11 +36,13 @@ def test_a_teacher_read_at_its_best_is_its_best_evaluations_state(
   config = helpers.tiny_config(data_dir, teacher_checkpoint='best',
                                distillation_teacher=str(workdir))
   _, variables = teacher_run.load(config, 'distillation_teacher', 10, None)
+  assert summary['best_step'] != reading.load_run(workdir).step  # two states
   at_best = reading.load_run(workdir, step=summary['best_step']).variables
   jax.tree.map(np.testing.assert_array_equal, variables, at_best)
 
 
-def test_a_teacher_that_saw_other_inputs_is_a_clear_error(trained_cnn_run):
+def test_a_teacher_that_saw_other_inputs_is_a_clear_error(
+    trained_cnn_run, tmp_path):
   """A missing run: test_checkpoints_reading, wrapped as the damaged one is."""
   workdir, data_dir = trained_cnn_run
   field = 'locality_guidance_teacher'
@@ -54,6 +58,18 @@ def test_a_teacher_that_saw_other_inputs_is_a_clear_error(trained_cnn_run):
       ConfigError, match=r'classifies 10 classes, this run\'s '
       'data has 3: the teacher must know the same classes.$'):
     teacher_run.load(config, field, 3, None)
+  # As many classes, named otherwise: the run stops before it trains.
+  renamed = shutil.copytree(workdir, tmp_path / 'renamed')
+  (renamed / 'classes.json').write_text(json.dumps(['dog'] * 10))
+  with pytest.raises(
+      DatasetError, match=rf"^config.distillation_teacher={renamed} was "
+      "trained with label 0 for the class 'dog', but its data names it "
+      "'airplane'"):
+    train.train_and_evaluate(
+        helpers.tiny_config(data_dir, distillation_teacher=str(renamed),
+                            model_fields=dict(distillation_token=True)),
+        tmp_path / 'run')
+  assert not (tmp_path / 'run' / 'checkpoints').exists()
 
 
 def test_a_teacher_without_a_sound_checkpoint_is_refused_in_one_line(

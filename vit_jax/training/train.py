@@ -128,6 +128,12 @@ def _train_and_evaluate(config, workdir: pathlib.Path,
   plan = plan_lib.step_plan(config, inputs.steps_per_epoch)
   model, objective, teachers = startup.trained_model_and_objective(
       config, inputs.num_classes, replicated)
+  for field in ('distillation_teacher', 'locality_guidance_teacher'):
+    if teacher := config[field]:  # a label means one class to both runs
+      inputs.check_class_names(
+          reading.class_names(reading.run_directory(teacher)),
+          f'config.{field}={teacher}', "train the teacher on this run's "
+          'classes, in the same order.')
   read = startup.runs_read(config, workdir, bool(checkpoints.steps()))
   # The code this process runs: the checkout may move while it trains.
   code = provenance.commit()
