@@ -147,10 +147,9 @@ def _check_out(out: pathlib.Path):
   if others := files.foreign_files(
       out, lambda name: name in _WRITTEN or
       (name.startswith('rollout_') and name.endswith('.png'))):
-    raise AnalysisError(
-        f'--out={out} holds files an analysis does not ({others}), which '
-        'this one would replace: pass a new directory, or one of an earlier '
-        'analysis.')
+    raise AnalysisError(f'--out={out} holds files an analysis '
+                        f'does not ({others}), which this one would replace: '
+                        'pass a new directory, or one of an earlier analysis.')
 
 
 def _not_drawn(result: dict, reason: str, *figure_files: str):

@@ -115,11 +115,10 @@ def main(argv):
     print(f'{r["loader"]:<22} {r["images_per_second"]:9.1f} '
           f'{r["images_per_second_per_core"]:9.1f} {r["ms_per_batch"]:9.1f} '
           f'{r["first_batch_seconds"]:14.2f}')
-  print(
-      json.dumps(
-          dict(dataset=config.dataset, image_size=args.image_size,
-               batch_size=args.batch_size, steps=args.steps, rounds=args.rounds,
-               cpus=os.cpu_count(), results=results)))
+  summary = dict(dataset=config.dataset, image_size=args.image_size,
+                 batch_size=args.batch_size, steps=args.steps,
+                 rounds=args.rounds, cpus=os.cpu_count(), results=results)
+  print(json.dumps(summary))
 
 
 def _define_flags():
@@ -131,9 +130,8 @@ def _define_flags():
   flags.DEFINE_integer('image_size', 224, 'Output resolution.', lower_bound=1)
   flags.DEFINE_integer('batch_size', 256, 'Images per batch.', lower_bound=1)
   flags.DEFINE_list(
-      'workers', ['0', '-1'],
-      'config.input_workers settings to compare: 0 threads, '
-      '-1 one process per CPU core, N processes.')
+      'workers', ['0', '-1'], 'config.input_workers settings '
+      'to compare: 0 threads, -1 one process per CPU core, N processes.')
   flags.register_validator(
       'workers', lambda ws: all(w.lstrip('-').isdigit() for w in ws),
       'each must be an integer: 0 (threads), -1 or N (processes).')

@@ -43,9 +43,8 @@ class Field:
 
 FIELDS: dict[str, Field] = dict(
     # The model.
-    model=Field('ViT-Tiny-CIFAR_4',
-                'A registered model name (vit_jax.models.registry).',
-                models.MODEL_NAMES),
+    model=Field('ViT-Tiny-CIFAR_4', 'A registered model '
+                'name (vit_jax.models.registry).', models.MODEL_NAMES),
     model_overrides=Field(
         {}, "Model fields to change, e.g. {'dropout_rate': 0.0}; only 'remat' "
         "and 'attention' may change when a run resumes."),
@@ -127,9 +126,8 @@ FIELDS: dict[str, Field] = dict(
     locality_guidance_weight=Field(
         2.5, 'Locality guidance: the weight of the imitation loss added to '
         'the objective (Li et al.: 2.5).', check=_NON_NEGATIVE),
-    pixel_mean=Field(RELEASED_PIXELS[0],
-                     'Per-channel mean subtracted from pixels in [0, 1].',
-                     check=_PER_CHANNEL),
+    pixel_mean=Field(RELEASED_PIXELS[0], 'Per-channel mean '
+                     'subtracted from pixels in [0, 1].', check=_PER_CHANNEL),
     pixel_std=Field(
         RELEASED_PIXELS[1], 'Per-channel std pixels are divided by.',
         check=(lambda v: _PER_CHANNEL[0](v) and min(v) > 0,
@@ -324,10 +322,9 @@ def validate(config: ml_collections.ConfigDict, num_devices: int,
           'config.cpu_devices sets the number of devices).')
   accumulation = config.grad_accumulation_steps
   if training and config.batch_size % (accumulation * num_devices):
-    raise ConfigError(
-        f'config.grad_accumulation_steps={accumulation} must split '
-        f'config.batch_size={config.batch_size} into micro-batches divisible '
-        f'by the {num_devices} devices.')
+    raise ConfigError(f'config.grad_accumulation_steps={accumulation} '
+                      f'must split config.batch_size={config.batch_size} into '
+                      f'micro-batches divisible by the {num_devices} devices.')
 
 
 def comparable(value) -> Any:

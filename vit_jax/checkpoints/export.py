@@ -67,10 +67,9 @@ def convert(source: str | pathlib.Path, dest: str | pathlib.Path,
     raise
   except Exception as e:  # pylint: disable=broad-except
     # A full or read-only disk: OSError, or safetensors' own error.
-    raise CheckpointError(
-        errors.write_failed(
-            dest, e, f'{"the file" if format_name == "npz" else "the folder"} '
-            'is as it was', 'another DEST')) from e
+    kept = f'the {"file" if format_name == "npz" else "folder"} is as it was'
+    raise CheckpointError(errors.write_failed(dest, e, kept,
+                                              'another DEST')) from e
   described = params_lib.describe_architecture(
       params_lib.vit_architecture(params))
   line = (f'Wrote {dest} ({format_name}): {described}, '

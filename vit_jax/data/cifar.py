@@ -27,9 +27,8 @@ def _read_binary(path: pathlib.Path, label_bytes: int,
   raw = np.fromfile(path, dtype=np.uint8)
   record = label_bytes + _PIXELS
   if raw.size == 0 or raw.size % record:
-    raise DatasetError(
-        f'{path} is not a CIFAR binary file: {raw.size} bytes is not a '
-        f'multiple of the {record}-byte record.')
+    raise DatasetError(f'{path} is not a CIFAR binary file: {raw.size} '
+                       f'bytes is not a multiple of the {record}-byte record.')
   raw = raw.reshape(-1, record)
   return ArraySource(_planar_to_nhwc(raw[:, label_bytes:]),
                      raw[:, label_offset].astype(np.int32))

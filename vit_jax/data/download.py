@@ -97,11 +97,10 @@ def _download(release: Release, path: pathlib.Path):
       print(file=sys.stderr)
   except OSError as e:  # urllib's URLError too
     reason = getattr(e, 'reason', None) or e
-    raise DatasetError(
-        f'Could not download {release.url} ({reason}). Without internet, '
-        f'download it elsewhere and unpack it into {path.parent} (it holds '
-        f'{release.folder}/), or pass --config.data_dir=DIR of an unpacked '
-        'copy.') from e
+    raise DatasetError(f'Could not download {release.url} ({reason}). '
+                       'Without internet, download it elsewhere and unpack it '
+                       f'into {path.parent} (it holds {release.folder}/), or '
+                       'pass --config.data_dir=DIR of an unpacked copy.') from e
   if received != release.size or digest.hexdigest() != release.sha256:
     raise DatasetError(
         f'The download of {release.url} is damaged ({received} bytes, sha256 '

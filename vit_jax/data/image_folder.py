@@ -41,6 +41,8 @@ class _NotDecoded(Exception):
 # What PIL's plugins raise on a malformed file.
 _DECODE_ERRORS = (OSError, SyntaxError, ValueError, EOFError, IndexError,
                   struct.error, Image.DecompressionBombError, _NotDecoded)
+# The decoded (height, width) wanted of a stored (height, width).
+Sizes = Callable[[tuple[int, int]], tuple[int, int]]
 
 
 def _on_background(rgba: np.ndarray) -> np.ndarray:
@@ -80,10 +82,7 @@ def _reason(error: BaseException) -> str:
   return f'cannot be decoded ({errors.first_line(error)})'
 
 
-def read_image(
-    path: pathlib.Path,
-    at_least: Callable[[tuple[int, int]], tuple[int, int]] | None = None
-) -> np.ndarray:
+def read_image(path: pathlib.Path, at_least: Sizes | None = None) -> np.ndarray:
   """An image file as uint8 RGB; a JPEG decoded no smaller than `at_least`."""
   try:
     with Image.open(path) as image:

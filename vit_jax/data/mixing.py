@@ -53,9 +53,8 @@ def mix(key: jax.Array, images: jax.Array, targets: jax.Array,
         switch_probability: float = 0.5,
         probability: float = 1.0) -> tuple[jax.Array, jax.Array]:
   """`images` and their soft `targets`, mixed by `mix_parameters`."""
-  if all(
-      isinstance(a, (int, float)) and a <= 0
-      for a in (mixup_alpha, cutmix_alpha)):
+  alphas = (mixup_alpha, cutmix_alpha)
+  if all(isinstance(a, (int, float)) and a <= 0 for a in alphas):
     return images, targets
   lam, use_cutmix, box = mix_parameters(key, images.shape, mixup_alpha,
                                         cutmix_alpha, switch_probability,

@@ -169,9 +169,8 @@ def open_dataset(config, whole: bool = False) -> Dataset:
                                     config.train_split, config.test_split,
                                     whole)
   else:
-    raise DatasetError(
-        f'Unknown dataset {name!r}: use cifar10, cifar100, image_folder or '
-        'tfds:NAME.')
+    raise DatasetError(f'Unknown dataset {name!r}: '
+                       'use cifar10, cifar100, image_folder or tfds:NAME.')
   return _cut(dataset, config)
 
 

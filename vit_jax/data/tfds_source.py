@@ -38,11 +38,10 @@ def _tfds_builder(name: str, data_dir: pathlib.Path | None):
         'the builder of a dataset outside the catalog) and pass '
         '--config.data_dir=DIR where it is.') from e
   if not builder.is_prepared():
-    raise DatasetError(
-        f'tfds:{name} is not prepared in {builder.data_dir}; this job does not '
-        'download. Prepare it where there is network (tfds build '
-        f'{name} --file_format=array_record --data_dir=DIR) and pass '
-        '--config.data_dir=DIR.')
+    raise DatasetError(f'tfds:{name} is not prepared in {builder.data_dir}; '
+                       'this job does not download. Prepare it where there is '
+                       f'network (tfds build {name} --file_format=array_record '
+                       '--data_dir=DIR) and pass --config.data_dir=DIR.')
   features = builder.info.features
   if 'image' not in features or 'label' not in features:
     raise DatasetError(f'tfds:{name} has features {list(features)}; image '
@@ -106,9 +105,8 @@ def open_tfds(name: str, data_dir: pathlib.Path | None, train_split: str,
   except (NotImplementedError, ValueError) as e:
     if whole:
       return _read_whole(builder, name, train_split, test_split)
-    raise DatasetError(
-        f'tfds:{name} in {builder.data_dir} cannot be read by index ({e}). '
-        'Streaming reads the array_record format: convert the prepared '
-        f'dataset ({_convert(builder)}) or rebuild it with '
-        '--file_format=array_record.') from e
+    raise DatasetError(f'tfds:{name} in {builder.data_dir} cannot be read by '
+                       f'index ({e}). Streaming reads the array_record format: '
+                       f'convert the prepared dataset ({_convert(builder)}) or '
+                       'rebuild it with --file_format=array_record.') from e
   return Dataset(TfdsSource(train), TfdsSource(test), **_classes(builder))

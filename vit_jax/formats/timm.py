@@ -86,9 +86,8 @@ def _fused(state: dict) -> dict:
   """`attn.q`, `attn.k` and `attn.v` fused into timm's `attn.qkv`."""
   state = dict(state)
   for key in [key for key in state if '.attn.q.' in key]:
-    state[key.replace('.q.', '.qkv.')] = _xp(state[key]).concatenate([
-        state.pop(key.replace('.q.', f'.{part}.')) for part in 'qkv'
-    ])
+    parts = [state.pop(key.replace('.q.', f'.{part}.')) for part in 'qkv']
+    state[key.replace('.q.', '.qkv.')] = _xp(parts[0]).concatenate(parts)
   return state
 
 
@@ -96,9 +95,8 @@ def _unfused(state: dict) -> dict:
   state = dict(state)
   for key in [key for key in state if '.attn.qkv.' in key]:
     parts = _xp(state[key]).split(state.pop(key), 3)
-    state.update({
-        key.replace('.qkv.', f'.{part}.'): p for part, p in zip('qkv', parts)
-    })
+    for part, p in zip('qkv', parts):
+      state[key.replace('.qkv.', f'.{part}.')] = p
   return state
 
 

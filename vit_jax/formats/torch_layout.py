@@ -66,9 +66,7 @@ def _ours(key: str, array, shape: tuple[int, ...]):
 def to_state(params: dict, name: Names) -> dict:
   """Our tree (either block layout) as their state dict."""
   flat = params_lib.flatten(params_lib.unstack_blocks(params), 'the parameters')
-  return {
-      their_key(key, name): _theirs(key, value) for key, value in flat.items()
-  }
+  return {their_key(k, name): _theirs(k, v) for k, v in flat.items()}
 
 
 def from_state(state: dict, expected: dict, name: Names) -> dict:
@@ -86,10 +84,8 @@ def expected_shapes(state: dict, name: Names, layer: re.Pattern,
                     config: dict, source: str, **fields) -> dict:
   """Our shapes of the ViT in `state`, checked as `to_theirs` lays them out."""
   mlp = f'{names.ENCODER}/{names.block_name(0)}/{names.MLP}/Dense_0/kernel'
-  required = [
-      POSITIONS, 'embedding/kernel',
-      names.path(names.ENCODER_NORM_SCALE), mlp
-  ]
+  norm = names.path(names.ENCODER_NORM_SCALE)
+  required = [POSITIONS, 'embedding/kernel', norm, mlp]
   if fields.get('classifier', 'token') == 'token':
     required.append(names.CLASS_TOKEN)
   # The head is optional: a backbone's state has none.

@@ -67,10 +67,8 @@ def num_heads(hidden_size: int, *, model_name: str | None, stated: int | None,
     return stated
   if model_name:
     return _vit_fields(model_name)['num_heads']
-  heads = {
-      fields['num_heads'] for fields in models.VIT_FIELDS.values()
-      if fields['hidden_size'] == hidden_size
-  }
+  vits = models.VIT_FIELDS.values()
+  heads = {f['num_heads'] for f in vits if f['hidden_size'] == hidden_size}
   if len(heads) != 1:
     raise CheckpointError(
         f'{source} has hidden size {hidden_size}, which no registered ViT '
@@ -121,9 +119,8 @@ def model_for(params: Mapping[str, Any], *, model_name: str | None = None,
   else:
     # The architecture's fields; a plain ViT's stem ones (None) as default,
     # and placeholders for arrays block 0 lacks, which check_params names.
-    stated = dict(num_heads=1, mlp_dim=1) | {
-        k: v for k, v in architecture.items() if v is not None
-    }
+    stated = {k: v for k, v in architecture.items() if v is not None}
+    stated = dict(num_heads=1, mlp_dim=1) | stated
     model = models.VisionTransformer(**stated, **fields)
   image_size = _image_size(params, model, source)
   params_lib.check_params(
@@ -139,9 +136,8 @@ def table_image_size(num_tokens: int, model: models.VisionTransformer,
   patches = num_tokens - prefix
   side = math.isqrt(max(patches, 0))
   if side * side != patches:
-    raise CheckpointError(
-        f'{source} has {table} for {patches} patches and {prefix} '
-        'prefix token(s): not a square grid.')
+    raise CheckpointError(f'{source} has {table} for {patches} patches '
+                          f'and {prefix} prefix token(s): not a square grid.')
   return side * model.effective_patch_size
 
 

@@ -118,10 +118,9 @@ class SmallResNet(nn.Module):
       x = nn.max_pool(x, (3, 3), strides=(2, 2), padding='SAME')
     for stage, width in enumerate(self.stage_widths):
       for block in range(self.blocks_per_stage):
-        x = BasicBlock(width, strides=2 if stage > 0 and block == 0 else 1,
-                       dtype=self.dtype,
-                       name=f'stage{stage + 1}_block{block + 1}')(x,
-                                                                  train=train)
+        strides = 2 if stage > 0 and block == 0 else 1
+        name = f'stage{stage + 1}_block{block + 1}'
+        x = BasicBlock(width, strides, self.dtype, name=name)(x, train=train)
       stages.append(x)
     logits = _head(jnp.mean(x, axis=(1, 2)), self.num_classes)
     return (logits, {'stages': stages}) if return_out else logits

@@ -46,9 +46,8 @@ class Encoder(nn.Module):
       rates = drop_path_rates(self.stochastic_depth_rate, self.num_layers)
       call = remat_scan.block_call(self.remat, not train, prevent_cse=True)
       for i in range(self.num_layers):
-        x = call(
-            Encoder1DBlock(self.block, drop_path_rate=rates[i],
-                           name=names.block_name(i)), x)
+        layer = Encoder1DBlock(self.block, rates[i], name=names.block_name(i))
+        x = call(layer, x)
         blocks.append(x)
     norm = nn.LayerNorm(dtype=self.block.dtype, name=names.ENCODER_NORM)
     return norm(x), tuple(blocks)

@@ -20,9 +20,8 @@ HEAD_SIZE = 32
 def kept_count(num_patches: int, mask_ratio: float) -> int:
   """How many of `num_patches` an image keeps; ValueError for none."""
   if (kept := int(num_patches * (1 - mask_ratio))) < 1:
-    raise ValueError(
-        f'mae_mask_ratio={mask_ratio} keeps none of {num_patches} patches: '
-        'lower it, or use smaller patches.')
+    raise ValueError(f'mae_mask_ratio={mask_ratio} keeps none of {num_patches} '
+                     'patches: lower it, or use smaller patches.')
   return kept
 
 

@@ -73,10 +73,8 @@ def vit_of_architecture(architecture: dict) -> str | None:
 
 def _settable_fields(factory) -> list[dataclasses.Field]:
   """The fields an override may set: all but linen's own and num_classes."""
-  return [
-      f for f in dataclasses.fields(getattr(factory, 'func', factory))
-      if f.name not in ('parent', 'name', 'num_classes')
-  ]
+  fields = dataclasses.fields(getattr(factory, 'func', factory))
+  return [f for f in fields if f.name not in ('parent', 'name', 'num_classes')]
 
 
 def default_fields(name: str) -> dict:
@@ -94,10 +92,8 @@ def default_fields(name: str) -> dict:
 
 def training_fields(config) -> dict:
   """`TRAINING_FIELDS` as `config` sets them (all defaults for a CNN)."""
-  return {
-      name: config.model_overrides.get(name, default)
-      for name, default in TRAINING_FIELDS.items()
-  }
+  overrides = config.model_overrides
+  return {n: overrides.get(n, d) for n, d in TRAINING_FIELDS.items()}
 
 
 def model_variables(params, batch_stats=None) -> dict:

@@ -101,8 +101,7 @@ class VisionTransformer(nn.Module):
     if self.resnet_stages is not None and self.resnet_width_factor < 1:
       raise ValueError(
           f'width_factor={self.resnet_width_factor} must be at least 1.')
-    if self.resnet_stages is not None and any(n < 1
-                                              for n in self.resnet_stages):
+    if any(n < 1 for n in self.resnet_stages or ()):
       raise ValueError(f'Every ResNet stage needs at least one unit, got '
                        f'stages={tuple(self.resnet_stages)}.')
     if self.posemb == 'sincos2d' and self.hidden_size % 4:

@@ -20,10 +20,8 @@ from vit_jax.runtime import distributed
 def _config_files(argv: list[str]) -> set[str]:
   """The resolved paths the --config (or -config) flags of `argv` name."""
   names = ('--config', '-config')
-  values = [
-      arg.split('=', 1)[1] for arg in argv
-      if arg.startswith(tuple(f'{name}=' for name in names))
-  ]
+  prefixes = tuple(f'{name}=' for name in names)
+  values = [arg.split('=', 1)[1] for arg in argv if arg.startswith(prefixes)]
   values += [after for arg, after in zip(argv, argv[1:]) if arg in names]
   return {str(pathlib.Path(value.split(':')[0]).resolve()) for value in values}
 
@@ -124,11 +122,10 @@ _OURS = tuple(
 flags.disclaim_key_flags()
 
 _SHARED_FLAGS = dict(
-    checkpoint=(
-        flags.DEFINE_string,
-        'Any checkpoint: a vit_jax.main workdir (WORKDIR/best_checkpoint: at '
-        'its best evaluation), an official .npz, a timm model.safetensors or '
-        'hub folder, a transformers ViT folder.'),
+    checkpoint=(flags.DEFINE_string, 'Any checkpoint: '
+                'a vit_jax.main workdir (WORKDIR/best_checkpoint: at its '
+                'best evaluation), an official .npz, a timm '
+                'model.safetensors or hub folder, a transformers ViT folder.'),
     model=(flags.DEFINE_string,
            "The checkpoint's architecture, e.g. ViT-B_16 (default: read from "
            'its shapes and config).'),

@@ -80,7 +80,6 @@ def forward_flops_per_image(model, variables, image_size: int,
 def train_flops_per_image(model, variables, image_size: int,
                           teachers: list[tuple[Any, Any]]) -> int:
   """Matmul FLOPs of one image's train step: 3 forward passes, and teachers'."""
-  return 3 * forward_flops_per_image(
-      model, variables, image_size, train=True) + sum(
-          forward_flops_per_image(module, teacher_variables, image_size)
-          for module, teacher_variables in teachers)
+  student = forward_flops_per_image(model, variables, image_size, train=True)
+  taught = sum(forward_flops_per_image(m, v, image_size) for m, v in teachers)
+  return 3 * student + taught

@@ -20,10 +20,8 @@ class StepPlan:
 
   def steps_to_next_event(self, step: int) -> int:
     """Steps from `step` to the next log, evaluation, checkpoint or end."""
-    return min(
-        self.total_steps - step,
-        *(every - step % every for every in (self.log_every, self.eval_every,
-                                             self.checkpoint_every)))
+    intervals = (self.log_every, self.eval_every, self.checkpoint_every)
+    return min(self.total_steps - step, *(n - step % n for n in intervals))
 
 
 def step_plan(config, steps_per_epoch: int) -> StepPlan:

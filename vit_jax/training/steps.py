@@ -304,10 +304,8 @@ def compile_steps(config, inputs, state: TrainState, key,
     threads = dict(train=threading.get_ident(),
                    eval=thread.submit(threading.get_ident).result())
   cached = [n for n in ('train', 'eval') if hits.by_thread[threads[n]]]
-  logging.info(
-      'Compiled the %s in %.1fs%s.',
-      'train and eval steps' if evaluate else 'train step',
-      time.perf_counter() - start,
-      f' ({" step and ".join(cached)} step from the compilation cache)'
-      if cached else '')
+  hit = f' ({" step and ".join(cached)} step from the compilation cache)'
+  logging.info('Compiled the %s in %.1fs%s.',
+               'train and eval steps' if evaluate else 'train step',
+               time.perf_counter() - start, hit if cached else '')
   return CompiledSteps(train, evaluated, train_seconds, per_call)

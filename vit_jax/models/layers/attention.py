@@ -138,9 +138,8 @@ class MultiHeadSelfAttention(nn.Module):
       return 'einsum'
     if self.attention != 'auto':
       return self.attention
-    fused = (self.dropout_rate == 0 and
-             not self.locality and fused_attention.cudnn_applies(
-                 jax.devices()[0], self.dtype, head_dim))
+    fused = self.dropout_rate == 0 and not self.locality and (
+        fused_attention.cudnn_applies(jax.devices()[0], self.dtype, head_dim))
     return 'cudnn' if fused else 'einsum'
 
 

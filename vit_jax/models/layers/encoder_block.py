@@ -30,10 +30,8 @@ class BlockConfig:
   @classmethod
   def of(cls, model: Any) -> 'BlockConfig':
     """The block fields of `model` (a ViT), read by name."""
-    return cls(**{
-        field.name: getattr(model, field.name)
-        for field in dataclasses.fields(cls)
-    })
+    fields = dataclasses.fields(cls)
+    return cls(**{field.name: getattr(model, field.name) for field in fields})
 
 
 class Encoder1DBlock(nn.Module):

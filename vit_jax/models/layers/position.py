@@ -39,9 +39,8 @@ def posemb_sincos_2d(h: int, w: int, width: int, temperature: float = 10_000.,
   omega = 1.0 / (temperature**omega)
   x = x.reshape(-1)[:, None] * omega[None, :]
   y = y.reshape(-1)[:, None] * omega[None, :]
-  return jnp.concatenate(
-      [jnp.sin(x), jnp.cos(x), jnp.sin(y),
-       jnp.cos(y)], axis=1)[None].astype(dtype)
+  parts = [jnp.sin(x), jnp.cos(x), jnp.sin(y), jnp.cos(y)]
+  return jnp.concatenate(parts, axis=1)[None].astype(dtype)
 
 
 class AddSincos2dPositionEmbs(nn.Module):
