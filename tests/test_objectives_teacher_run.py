@@ -61,14 +61,13 @@ def test_a_teacher_that_saw_other_inputs_is_a_clear_error(
   # As many classes, named otherwise: the run stops before it trains.
   renamed = shutil.copytree(workdir, tmp_path / 'renamed')
   (renamed / 'classes.json').write_text(json.dumps(['dog'] * 10))
+  config = helpers.tiny_config(data_dir, distillation_teacher=str(renamed),
+                               model_fields=dict(distillation_token=True))
   with pytest.raises(
       DatasetError, match=rf"^config.distillation_teacher={renamed} was "
       "trained with label 0 for the class 'dog', but its data names it "
       "'airplane'"):
-    train.train_and_evaluate(
-        helpers.tiny_config(data_dir, distillation_teacher=str(renamed),
-                            model_fields=dict(distillation_token=True)),
-        tmp_path / 'run')
+    train.train_and_evaluate(config, tmp_path / 'run')
   assert not (tmp_path / 'run' / 'checkpoints').exists()
 
 
