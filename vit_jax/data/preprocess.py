@@ -12,9 +12,11 @@ from vit_jax.data import auto_augment
 from vit_jax.data import dataset
 from vit_jax.data import random_erasing
 
+# tf.image.sample_distorted_bounding_box as the official code calls it: its
+# default aspect ratios (width / height) and attempts.
 _INCEPTION_AREA = (0.05, 1.0)
-_INCEPTION_ASPECT = (3 / 4, 4 / 3)
-_CROP_ATTEMPTS = 10
+_INCEPTION_ASPECT = (0.75, 1.33)
+_CROP_ATTEMPTS = 100
 
 
 def resize(image: np.ndarray, size: int) -> np.ndarray:
@@ -30,15 +32,37 @@ def inception_crop_box(height: int, width: int,
                        rng: np.random.Generator) -> tuple[int, int, int, int]:
   """(top, left, height, width) of the official code's Inception crop."""
   for _ in range(_CROP_ATTEMPTS):
-    area = rng.uniform(*_INCEPTION_AREA) * height * width
-    aspect = math.exp(rng.uniform(*np.log(_INCEPTION_ASPECT)))
-    crop_width = round(math.sqrt(area * aspect))
-    crop_height = round(math.sqrt(area / aspect))
-    if 0 < crop_height <= height and 0 < crop_width <= width:
-      return (int(rng.integers(0, height - crop_height + 1)),
-              int(rng.integers(0, width - crop_width + 1)), crop_height,
-              crop_width)
+    if box := _crop_box(height, width, rng.uniform(*_INCEPTION_ASPECT), rng):
+      return box
   return 0, 0, height, width
+
+
+def _crop_box(height: int, width: int, aspect: float,
+              rng: np.random.Generator) -> tuple[int, int, int, int] | None:
+  """TensorFlow's draw of one crop: its height uniform between the areas'."""
+  low, high = (a * height * width for a in _INCEPTION_AREA)
+  crop_height, tallest = (round(math.sqrt(a / aspect)) for a in (low, high))
+  if round(tallest * aspect) > width:  # the tallest whose width still fits
+    tallest = int((width + 0.5 - 1e-7) / aspect)
+    if round(tallest * aspect) > width:
+      tallest -= 1
+  tallest = min(tallest, height)
+  crop_height = min(crop_height, tallest)
+  crop_height += int(rng.integers(0, tallest - crop_height + 1))
+  crop_width = round(crop_height * aspect)
+  # A row more or less where rounding left the area outside the range.
+  if crop_width * crop_height < low:
+    crop_height += 1
+    crop_width = round(crop_height * aspect)
+  if crop_width * crop_height > high:
+    crop_height -= 1
+    crop_width = round(crop_height * aspect)
+  if not (low <= crop_width * crop_height <= high and
+          0 < crop_height <= height and 0 < crop_width <= width):
+    return None
+  top = int(rng.integers(0, max(height - crop_height, 1)))
+  left = int(rng.integers(0, max(width - crop_width, 1)))
+  return top, left, crop_height, crop_width
 
 
 def train_example(source: dataset.Source, index: int, size: int, augment: bool,
