@@ -41,8 +41,9 @@ They log every 10 steps, evaluate every 100 (as the official code) and
 checkpoint every 500. They need the dataset prepared for tensorflow-datasets
 in the array_record format (`tfds build NAME --file_format=array_record`):
 the presets stream it, each host decoding, Inception-cropping and resizing its
-share of every batch as the official code does (`vit_jax/data/streaming.py`),
-so no dataset has to fit in memory. For ViT-B/16 at 384x384 and batch 512
+share of every batch as the official code does (`vit_jax/data/streaming.py`;
+docs/training.md says where the pixels differ), so no dataset has to fit in
+memory. For ViT-B/16 at 384x384 and batch 512
 they need GPUs or TPUs with grad_accumulation_steps raised until a
 micro-batch fits (the official code uses 8 on 8 V100s). The paper reports
 its Table 5 row of the model (e.g. ViT-B/16 from ImageNet-21k: CIFAR-10
