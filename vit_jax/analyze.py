@@ -59,13 +59,29 @@ _COMPONENTS = flags.DEFINE_integer(
     lower_bound=1)
 flags.mark_flags_as_required(['out'])
 
+# And `rollout_<image>.png` with --images.
+_WRITTEN = ('cls_attention.png', 'cls_attention_layers.png',
+            'dist_attention.png', 'attention_rollout.png',
+            'attention_distance.png', 'position_embeddings.png',
+            'embedding_filters.png', 'analysis.json')
+
 
 def analyze(out, *, workdir=None, step=None, data_dir=None, checkpoint=None,
             model=None, images=None, class_names=None, num_images=4,
             distance_images=512, components=28) -> dict:
   """Writes the figures and analysis.json of a run or checkpoint into `out`."""
   out = pathlib.Path(out)
-  _check_out(out)  # before minutes of work
+  # Before minutes of work: --out is replaced whole, and may hold an earlier
+  # analysis only.
+  if out.is_file():
+    raise AnalysisError(f'--out={out} is a file: pass a new directory, or '
+                        'one of an earlier analysis.')
+  if others := files.foreign_files(
+      out, lambda name: name in _WRITTEN or
+      (name.startswith('rollout_') and name.endswith('.png'))):
+    raise AnalysisError(f'--out={out} holds files an analysis '
+                        f'does not ({others}), which this one would replace: '
+                        'pass a new directory, or one of an earlier analysis.')
   if (workdir is None) == (checkpoint is None):
     raise AnalysisError('Pass one of --workdir (a run) and --checkpoint '
                         '(any checkpoint).')
@@ -130,26 +146,6 @@ def analyze(out, *, workdir=None, step=None, data_dir=None, checkpoint=None,
           errors.write_failed(events, e,
                               f'the analysis in {out} is whole')) from e
   return result
-
-
-# And `rollout_<image>.png` with --images.
-_WRITTEN = ('cls_attention.png', 'cls_attention_layers.png',
-            'dist_attention.png', 'attention_rollout.png',
-            'attention_distance.png', 'position_embeddings.png',
-            'embedding_filters.png', 'analysis.json')
-
-
-def _check_out(out: pathlib.Path):
-  """--out is replaced whole: it may hold an earlier analysis only."""
-  if out.is_file():
-    raise AnalysisError(f'--out={out} is a file: pass a new directory, or '
-                        'one of an earlier analysis.')
-  if others := files.foreign_files(
-      out, lambda name: name in _WRITTEN or
-      (name.startswith('rollout_') and name.endswith('.png'))):
-    raise AnalysisError(f'--out={out} holds files an analysis '
-                        f'does not ({others}), which this one would replace: '
-                        'pass a new directory, or one of an earlier analysis.')
 
 
 def _not_drawn(result: dict, reason: str, *figure_files: str):

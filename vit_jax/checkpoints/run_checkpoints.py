@@ -32,8 +32,7 @@ class Restored:
 
 def _unrestorable(error: BaseException) -> str:
   """What damaged a checkpoint: the error orbax wraps (tensorstore's)."""
-  *_, innermost = errors.causes(error)
-  return first_line(innermost)
+  return first_line(list(errors.causes(error))[-1])
 
 
 def _as_saved(step_dir: pathlib.Path) -> tuple[Any, Any]:
@@ -164,7 +163,16 @@ class RunCheckpoints(contextlib.AbstractContextManager):
           damaged.append(step)
         continue
       if damaged and not self._reading:
-        self._set_aside(damaged)
+        # Set aside as `<step>.unrestorable`: orbax saves no step below its
+        # latest.
+        self.close()
+        if jax.process_index() == 0:
+          for bad in damaged:
+            os.replace(self.directory / str(bad),
+                       self.directory / f'{bad}.unrestorable')
+        if jax.process_count() > 1:
+          multihost_utils.sync_global_devices(
+              'vit_jax: damaged checkpoints moved')
       return restored
     if damaged:
       raise CheckpointError(
@@ -243,16 +251,6 @@ class RunCheckpoints(contextlib.AbstractContextManager):
             'Skipping the config of checkpoint %s, which '
             'cannot be read (%s).', step_dir, _unrestorable(e))
     return None
-
-  def _set_aside(self, steps: list[int]):
-    """`<step>.unrestorable`: orbax saves no step below its latest."""
-    self.close()
-    if jax.process_index() == 0:
-      for step in steps:
-        os.replace(self.directory / str(step),
-                   self.directory / f'{step}.unrestorable')
-    if jax.process_count() > 1:
-      multihost_utils.sync_global_devices('vit_jax: damaged checkpoints moved')
 
   def save(self, step: int, state, train_sums: dict, history: list[dict],
            position: dict, config: dict):

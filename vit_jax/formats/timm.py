@@ -94,8 +94,7 @@ def _fused(state: dict) -> dict:
 def _unfused(state: dict) -> dict:
   state = dict(state)
   for key in [key for key in state if '.attn.qkv.' in key]:
-    parts = _xp(state[key]).split(state.pop(key), 3)
-    for part, p in zip('qkv', parts):
+    for part, p in zip('qkv', _xp(state[key]).split(state.pop(key), 3)):
       state[key.replace('.qkv.', f'.{part}.')] = p
   return state
 

@@ -58,9 +58,7 @@ def _ours(key: str, array, shape: tuple[int, ...]):
   """The inverse of `_theirs` for an array of our `shape`."""
   if key.endswith('/kernel') and len(shape) == 4:
     return array.transpose(2, 3, 1, 0)
-  if key.endswith('/kernel'):
-    return array.T.reshape(shape)
-  return array.reshape(shape)
+  return (array.T if key.endswith('/kernel') else array).reshape(shape)
 
 
 def to_state(params: dict, name: Names) -> dict:

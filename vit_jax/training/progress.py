@@ -41,26 +41,22 @@ def progress_line(record: dict, plan: plan_lib.StepPlan,
   return '  '.join(parts)
 
 
-def _process_age() -> float | None:
-  """Wall seconds since this process started (Linux); None elsewhere."""
-  try:
-    with open('/proc/self/stat') as stat, open('/proc/uptime') as uptime:
-      # Field 22, the start in clock ticks after boot; the name before it,
-      # in parentheses, may hold spaces.
-      started = int(stat.read().rsplit(')', 1)[1].split()[19])
-      return float(
-          uptime.read().split()[0]) - started / os.sysconf('SC_CLK_TCK')
-  except (OSError, ValueError, IndexError):
-    return None
-
-
 class StartupClock:
   """The seconds of each start-up phase, `imports` from the process's start."""
 
   def __init__(self):
     self._last = time.perf_counter()
-    age = _process_age()
-    self.phases = {} if age is None else {'imports': round(age, 3)}
+    self.phases = {}
+    try:  # the wall seconds since this process started (Linux)
+      with open('/proc/self/stat') as stat, open('/proc/uptime') as uptime:
+        # Field 22, the start in clock ticks after boot; the name before it,
+        # in parentheses, may hold spaces.
+        started = int(stat.read().rsplit(')', 1)[1].split()[19])
+        age = float(
+            uptime.read().split()[0]) - started / os.sysconf('SC_CLK_TCK')
+      self.phases['imports'] = round(age, 3)
+    except (OSError, ValueError, IndexError):
+      pass
 
   def line(self) -> str:
     return f'Started in {sum(self.phases.values()):.1f} s: ' + ', '.join(
