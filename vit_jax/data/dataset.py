@@ -62,6 +62,7 @@ class SubsetSource:
 def identity(source: Source) -> str | None:
   """A digest of the examples `source` holds; None where only decoding tells."""
   as_bytes = lambda numbers: np.asarray(numbers, np.int64).tobytes()
+  held = None  # nothing tells its examples without decoding them
   if isinstance(source, SubsetSource):  # which of its pool's
     pool = identity(source.source)
     held = pool and [pool.encode(), as_bytes(source.indices)]
@@ -70,8 +71,6 @@ def identity(source: Source) -> str | None:
   elif hasattr(source, 'paths'):  # image files, by name wherever they lie
     names = '\n'.join(f'{p.parent.name}/{p.name}' for p in source.paths)
     held = [names.encode(), as_bytes(source.labels)]
-  else:
-    return None
   return held and hashlib.sha256(b'\0'.join(held)).hexdigest()[:16]
 
 

@@ -30,7 +30,7 @@ def resize(image: np.ndarray, size: int) -> np.ndarray:
   scale = (width / size, 0, 0, 0, height / size, 0)
   return np.asarray(
       Image.fromarray(image).transform((size, size), Image.AFFINE, scale,
-                                       Image.BILINEAR), np.uint8)
+                                       Image.BILINEAR))
 
 
 def inception_crop_box(height: int, width: int,
@@ -46,14 +46,13 @@ def _crop_box(height: int, width: int, aspect: float,
               rng: np.random.Generator) -> tuple[int, int, int, int] | None:
   """TensorFlow's draw of one crop: its height uniform between the areas'."""
   low, high = (a * height * width for a in _INCEPTION_AREA)
-  crop_height, tallest = (round(math.sqrt(a / aspect)) for a in (low, high))
+  shortest, tallest = (round(math.sqrt(a / aspect)) for a in (low, high))
   if round(tallest * aspect) > width:  # the tallest whose width still fits
     tallest = int((width + 0.5 - 1e-7) / aspect)
     if round(tallest * aspect) > width:
       tallest -= 1
   tallest = min(tallest, height)
-  crop_height = min(crop_height, tallest)
-  crop_height += int(rng.integers(0, tallest - crop_height + 1))
+  crop_height = int(rng.integers(min(shortest, tallest), tallest + 1))
   crop_width = round(crop_height * aspect)
   # A row more or less where rounding left the area outside the range.
   if crop_width * crop_height < low:

@@ -132,8 +132,7 @@ def _train_and_evaluate(config, workdir: pathlib.Path,
     if teacher := config[field]:  # a label means one class to both runs
       inputs.check_class_names(
           reading.class_names(reading.run_directory(teacher)),
-          f'config.{field}={teacher}', "train the teacher on this run's "
-          'classes, in the same order.')
+          f'config.{field}={teacher}', 'train the teacher on these classes.')
   read = startup.runs_read(config, workdir, bool(checkpoints.steps()))
   # The code this process runs: the checkout may move while it trains.
   code = provenance.commit()
