@@ -110,6 +110,13 @@ def test_a_timm_model_of_another_design_is_one_line(tmp_path, key, shape, said):
     timm.read(path, None)
 
 
+def test_a_class_token_model_that_pools_its_tokens_is_one_line(tmp_path):
+  path = _written(tmp_path, {}).parent
+  helpers.edit_json(path / 'config.json', global_pool='avg')
+  with pytest.raises(CheckpointError, match="global_pool='avg'.* class token"):
+    timm.read(path, None)
+
+
 def test_a_width_no_registered_vit_has_needs_its_heads(tmp_path):
   model, params = helpers.one_block_vit('ViT-Tiny-CIFAR_4', hidden_size=96,
                                         num_heads=6, mlp_dim=64)
@@ -190,6 +197,7 @@ def test_the_hub_folder_builds_timms_model_of_our_logits_and_pixels(tmp_path):
       'norm_layer': 'layernorm', 'num_classes': 7
   }
   assert written['pretrained_cfg']['input_size'] == [3, 64, 64]
+  assert written['pretrained_cfg']['crop_mode'] == 'squash'  # resized whole
   assert written['pretrained_cfg']['mean'] == list(imagenet[0])
   assert timm.pixels(tmp_path) == imagenet
   # Older hub configs state them at the top level; one that states none

@@ -142,7 +142,7 @@ def config(model: models.VisionTransformer, image_size: int,
       num_classes=model.num_classes, num_features=model.hidden_size,
       global_pool=global_pool, model_args=model_args, pretrained_cfg=dict(
           input_size=[3, image_size, image_size], fixed_input_size=True,
-          interpolation='bilinear', crop_pct=1.0, crop_mode='center', mean=mean,
+          interpolation='bilinear', crop_pct=1.0, crop_mode='squash', mean=mean,
           std=std, num_classes=model.num_classes,
           first_conv=stem if hybrid else 'patch_embed.proj', classifier='head'))
 
@@ -211,6 +211,11 @@ def read(path: pathlib.Path, model_name: str | None) -> dict:
         '%s was trained with exact GELU (timm\'s default), which vit_jax '
         'computes with the tanh approximation of the official model: its '
         'logits move slightly (docs/checkpoints.md).', path)
+  if 'cls_token' in state and (pool := (config_dict or {}).get(
+      'global_pool', 'token')) != 'token':
+    raise CheckpointError(f'{path} pools its tokens (global_pool={pool!r}) '
+                          'beside a class token, which the official ViT '
+                          'reads alone.')
   for key, what in _REFUSED.items():
     if key in state:
       raise CheckpointError(f'{path} holds a timm ViT with {what} ({key}), '
