@@ -64,9 +64,8 @@ def test_a_teacher_that_saw_other_inputs_is_a_clear_error(
   config = helpers.tiny_config(data_dir, distillation_teacher=str(renamed),
                                model_fields=dict(distillation_token=True))
   with pytest.raises(
-      DatasetError, match=rf"^config.distillation_teacher={renamed} was "
-      "trained with label 0 for the class 'dog', but its data names it "
-      "'airplane'"):
+      DatasetError, match="distillation_teacher=.* label 0 "
+      "for the class 'dog', but its data names it 'airplane'"):
     train.train_and_evaluate(config, tmp_path / 'run')
   assert not (tmp_path / 'run' / 'checkpoints').exists()
 

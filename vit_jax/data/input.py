@@ -44,8 +44,7 @@ class Input(abc.ABC):
     self._evaluated = {'test': dataset.test}
     if dataset.validation is not None:
       self._evaluated['validation'] = dataset.validation
-    drawn = dataset.validation and identity(dataset.validation)
-    self._held_out = {'validation': drawn} if drawn else {}
+    self._drawn = dataset.validation and identity(dataset.validation)
     self.eval_sizes = {
         split: len(examples) for split, examples in self._evaluated.items()
     }
@@ -69,7 +68,7 @@ class Input(abc.ABC):
     """Where the batch after `step` finished steps comes from."""
     epoch, batch = divmod(step, self.steps_per_epoch)
     return dict(epoch=epoch + 1, batch=batch, train_examples=self.train_size,
-                **self._held_out)
+                **({'validation': self._drawn} if self._drawn else {}))
 
   def check_class_names(self, run_names: tuple[str, ...], source,
                         advice: str) -> None:
@@ -94,8 +93,7 @@ class Input(abc.ABC):
 
   def check_validation(self, position: Position, source, advice: str) -> None:
     """DatasetError where a run held out other validation examples."""
-    if position.get('validation') not in (None,
-                                          self._held_out.get('validation')):
+    if position.get('validation') not in (None, self._drawn):
       raise DatasetError(f'{source} held out other validation examples than '
                          f'its data gives here: {advice}')
 

@@ -26,11 +26,10 @@ def resize(image: np.ndarray, size: int) -> np.ndarray:
   from PIL import Image  # pylint: disable=g-import-not-at-top
   # Each pixel's centre sampled bilinearly, without antialiasing, as the
   # official code; PIL's resize would average the pixels a shrink drops.
-  height, width = image.shape[:2]
-  scale = (width / size, 0, 0, 0, height / size, 0)
+  image = Image.fromarray(image)
+  scale = (image.width / size, 0, 0, 0, image.height / size, 0)
   return np.asarray(
-      Image.fromarray(image).transform((size, size), Image.AFFINE, scale,
-                                       Image.BILINEAR))
+      image.transform((size, size), Image.AFFINE, scale, Image.BILINEAR))
 
 
 def inception_crop_box(height: int, width: int,

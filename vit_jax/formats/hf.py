@@ -8,7 +8,6 @@ from absl import logging
 import jax
 
 from vit_jax import models
-from vit_jax.errors import CheckpointError
 from vit_jax.formats import safetensors_file
 from vit_jax.formats import torch_layout as torch
 from vit_jax.formats import vit_model
@@ -151,12 +150,6 @@ def read(path: pathlib.Path, model_name: str | None) -> dict:
       for key, value in state.items()
   }
   pooler = state.get(_PREFIX + 'pooler.dense.bias')
-  if pooler is not None and (act :=
-                             config_dict.get('pooler_act')) not in (None,
-                                                                    'tanh'):
-    raise CheckpointError(
-        f'{path} pools with {act}; the official pre-logits '
-        'layer, which vit_jax reads its pooler as, with tanh.')
   shapes = torch.expected_shapes(
       state, _name, _LAYER, to_state, library='transformers',
       layout="transformers' layout", model_name=model_name, stated=_STATED,

@@ -211,11 +211,11 @@ def read(path: pathlib.Path, model_name: str | None) -> dict:
         '%s was trained with exact GELU (timm\'s default), which vit_jax '
         'computes with the tanh approximation of the official model: its '
         'logits move slightly (docs/checkpoints.md).', path)
-  if 'cls_token' in state and (pool := (config_dict or {}).get(
-      'global_pool', 'token')) != 'token':
+  pool = (config_dict or {}).get('global_pool', 'token')
+  if 'cls_token' in state and pool != 'token':
     raise CheckpointError(f'{path} pools its tokens (global_pool={pool!r}) '
-                          'beside a class token, which the official ViT '
-                          'reads alone.')
+                          'beside a class token, which the official ViT reads '
+                          'alone.')
   for key, what in _REFUSED.items():
     if key in state:
       raise CheckpointError(f'{path} holds a timm ViT with {what} ({key}), '

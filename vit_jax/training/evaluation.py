@@ -103,9 +103,8 @@ def evaluate(source, *, config=None, model_name=None, step=None, data_dir=None,
         f'trained on, in the order its {reading.CLASS_NAMES_FILE} lists them.')
     if split == 'validation' and config.validation_dir == loaded.config.get(
         'validation_dir', ''):  # the run's held-out images, else the user's
-      inputs.check_validation(
-          loaded.position, source, 'evaluate it on the data it was trained '
-          'on, or pass --config.validation_dir=DIR of other images.')
+      inputs.check_validation(loaded.position, source,
+                              'evaluate it on the data it trained on.')
   replicated = sharding.replicated(mesh)
   variables = jax.tree.map(lambda x: sharding.replicate(x, replicated),
                            jax.device_get(loaded.variables))

@@ -90,9 +90,8 @@ def trained_model(config, num_classes: int):
   """The model the step trains: `config.model` and its training wrappers."""
   if config.dtype == 'bfloat16' and jax.default_backend() == 'cpu':
     logging.warning(
-        'config.dtype=bfloat16 on a CPU: XLA:CPU sums the gradients of biases, '
-        'tokens and position embeddings over the batch in bfloat16, which '
-        'loses part of them; train in float32 on a CPU.')
+        'config.dtype=bfloat16 on a CPU, which sums a bias\'s gradient in '
+        'bfloat16 and loses part of it: train in float32 on a CPU.')
   model = models.from_config(config, num_classes)
   fields = models.training_fields(config)
   try:
