@@ -20,9 +20,11 @@ DeiT's distillation (`--config.model_overrides.distillation_token=True
 pre-training is `--config.model_overrides.mae_mask_ratio=0.75
 --config.model_overrides.shifted_patches=False` (shifted patches would show
 the hidden patches' pixels) with a decoder of your size (the default, the
-MAE paper's 8 blocks of 512, trains 25 M parameters;
-experiments/data_efficiency's recipe `mae_pretraining` uses 2 of 128, no
-augmentation, weight decay 0.05 and Adam's b2 0.95), then
+MAE paper's 8 blocks of 512, trains 25 M parameters; on this config it
+reconstructs images mixed and erased by its augmentations, where MAE crops and
+flips only: experiments/data_efficiency's recipe `mae_pretraining` starts from
+configs/cifar_small.py, the study's crop and flip, with 2 blocks of 128,
+weight decay 0.05 and Adam's b2 0.95), then
 `--config.init_from=WORKDIR --config.model_overrides.shifted_patches=False`
 fine-tunes it (the patch embedding is the pre-training's).
 

@@ -36,7 +36,8 @@ INGREDIENTS = dict([
     ('locality_guidance', {'model_overrides.guided_blocks': (0, 3, 5)}),
     # Masked-autoencoder pre-training without labels (He et al. 2022), as
     # MAE pre-trains: 75% of the patches hidden, normalized pixels, no
-    # dropout, weight decay 0.05, Adam's beta2 0.95; a decoder of 2 blocks
+    # dropout, weight decay 0.05 (on every parameter: MAE spares biases and
+    # norms), Adam's beta2 0.95; a decoder of 2 blocks
     # as wide as the encoder (MAE's ablation: one block fine-tunes as well as
     # eight). Its run is read by the 'mae' rows (`SOURCES`) alone.
     ('mae_pretraining', {'model_overrides.mae_mask_ratio': 0.75,
