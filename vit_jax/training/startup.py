@@ -89,9 +89,8 @@ def sole_writer(workdir: pathlib.Path):
 def trained_model(config, num_classes: int):
   """The model the step trains: `config.model` and its training wrappers."""
   if config.dtype == 'bfloat16' and jax.default_backend() == 'cpu':
-    logging.warning(
-        'config.dtype=bfloat16 on a CPU, which sums a bias\'s gradient in '
-        'bfloat16 and loses part of it: train in float32 on a CPU.')
+    logging.warning('config.dtype=bfloat16 on a CPU sums bias gradients in '
+                    'bfloat16, losing part of them: train in float32.')
   model = models.from_config(config, num_classes)
   fields = models.training_fields(config)
   try:

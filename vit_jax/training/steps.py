@@ -133,8 +133,11 @@ def _accumulated(gradients, micro_batches: int):
 
     zeros = (jax.tree.map(jnp.zeros_like, state.params),
              {name: jnp.zeros((), dtype) for name, dtype in METRIC_SUMS.items()})
-    slices = jax.tree.map(lambda a: a.reshape(micro_batches, -1, *a.shape[1:]),
-                          batch)
+    # Strided, not in blocks: every device's rows feed each micro-batch, so
+    # that none is gathered onto devices that do not hold it.
+    slices = jax.tree.map(
+        lambda a: a.reshape(-1, micro_batches, *a.shape[1:]).swapaxes(0, 1),
+        batch)
     (batch_stats, grads,
      metrics), _ = jax.lax.scan(one, (batch_stats, *zeros),
                                 (jnp.arange(micro_batches), slices))
