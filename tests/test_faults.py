@@ -404,6 +404,32 @@ def test_a_resumed_two_process_job_signalled_at_start_up_stops_before_training(
   assert helpers.steps_saved(run.workdir) == saved
 
 
+@pytest.mark.slow  # 25 s
+def test_a_host_listing_other_checkpoints_stops_the_job_before_it_restores(
+    run, monkeypatch):
+  """A shared filesystem's stale listing on one host: one line, none moved."""
+  shutil.copytree(run.reference, run.workdir)
+  saved = helpers.steps_saved(run.workdir)
+  # Process 1 lists every checkpoint but the newest.
+  (run.tmp_path / 'sitecustomize.py').write_text(
+      "import sys\nif '--process_id=1' in sys.argv:\n"
+      '  from vit_jax.checkpoints.run_checkpoints import RunCheckpoints as R\n'
+      '  steps = R.steps\n  R.steps = lambda *a, **k: steps(*a, **k)[:-1]\n')
+  monkeypatch.setenv('PYTHONPATH', str(run.tmp_path))
+  processes, logs = helpers.start_two_processes(run.config_file, run.workdir,
+                                                run.tmp_path)
+  assert helpers.wait_all(processes, timeout=120) == [1, 1]
+  for process_id, log in enumerate(logs):
+    assert _error_lines(log.read_text()) == [
+        f'error: Process(es) [1] list other checkpoints in '
+        f'{run.workdir / "checkpoints"} than process 0 (process {process_id} '
+        f'lists steps {saved[:len(saved) - process_id]}): every '
+        'host must see the same files there (a shared filesystem without '
+        'stale caches). Start the job again.'
+    ]
+  assert helpers.steps_saved(run.workdir) == saved
+
+
 # ---- readers verify; config.json; init_from ----
 
 

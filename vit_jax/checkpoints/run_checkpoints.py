@@ -11,12 +11,14 @@ from typing import Any
 from absl import logging
 import jax
 from jax.experimental import multihost_utils
+import numpy as np
 import orbax.checkpoint as ocp
 
 from vit_jax import errors
 from vit_jax.checkpoints import digests
 from vit_jax.errors import CheckpointError
 from vit_jax.errors import first_line
+from vit_jax.runtime import distributed
 
 
 @dataclasses.dataclass(frozen=True)
@@ -141,6 +143,17 @@ class RunCheckpoints(contextlib.AbstractContextManager):
   def restore_latest(self, state_shapes=None,
                      sum_shapes=None) -> Restored | None:
     """The newest sound checkpoint, or None; a damaged one is set aside."""
+    # Hosts that list other steps (a shared filesystem's stale cache) would
+    # restore different states, or wait on each other's restores for ever.
+    if differ := distributed.processes_that_differ([
+        np.array(self.steps(fresh=True))
+    ]):
+      raise CheckpointError(
+          f'Process(es) {differ} list other checkpoints in {self.directory} '
+          f'than process 0 (process {jax.process_index()} lists steps '
+          f'{self.steps()}): every host must see the '
+          'same files there (a shared filesystem without stale caches). '
+          'Start the job again.')
     tried, damaged, deleted = set(), [], []
     while len(deleted) < _MAX_ROTATED_WHILE_READ:
       untried = [s for s in self.steps(fresh=bool(tried)) if s not in tried]
