@@ -436,6 +436,10 @@ def wait_all(processes, timeout=300) -> list[int]:
   return [process.returncode for process in processes]
 
 
+def one_device() -> jax.sharding.Sharding:
+  return jax.sharding.SingleDeviceSharding(jax.devices()[0])
+
+
 def normal(shape, seed: int = 0):
   """Float32 N(0, 1) draws, in numpy: jax.random would compile per shape."""
   return jnp.asarray(

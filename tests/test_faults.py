@@ -404,28 +404,60 @@ def test_a_resumed_two_process_job_signalled_at_start_up_stops_before_training(
   assert helpers.steps_saved(run.workdir) == saved
 
 
-@pytest.mark.slow  # 25 s
-def test_a_host_listing_other_checkpoints_stops_the_job_before_it_restores(
-    run, monkeypatch):
-  """A shared filesystem's stale listing on one host: one line, none moved."""
-  shutil.copytree(run.reference, run.workdir)
+# What process 1 of a job sees otherwise (its sitecustomize.py changes it),
+# the job's flags, and the line each process ends with.
+_R = ('from vit_jax.checkpoints.run_checkpoints import RunCheckpoints as R\n'
+      'steps = R.steps\n')
+_LISTED = ('list other checkpoints in {workdir}/%s than process 0 (process '
+           '{process_id} lists steps {steps}): every host must see the same '
+           'files there (a shared filesystem without stale caches). Start the '
+           'job again.')
+_SEEN_OTHERWISE = {
+    'a stale checkpoint listing':
+        (_R + 'R.steps = lambda *a, **k: steps(*a, **k)[:-1]', [],
+         _LISTED % 'checkpoints'), 'a stale best checkpoint listing':
+             (_R + 'R.steps = lambda s, *a, **k: steps(s, *a, **k) + [4] * '
+              "(s.directory.name == 'best_checkpoint')", [
+                  '--config.keep_best_checkpoint=True'
+              ], _LISTED % 'best_checkpoint'),
+    'another init_from file':
+        ('import jax\nfrom vit_jax.training import finetune as f\n'
+         'read = f._read\nf._read = lambda c: jax.tree.map(lambda x: x + 1, '
+         'read(c))', ['--config.init_from={reference}'],
+         'read other values from config.init_from={reference} than process 0: '
+         'every host must read the same files (a shared filesystem without '
+         'stale caches, or identical copies). Start the job again.'),
+    'another config': ("sys.argv.append('--config.learning_rate=0.5')", [],
+                       'run another config or commit than process 0: start '
+                       'every process with the same flags, from the same '
+                       'checkout.'),
+}
+
+
+@pytest.mark.slow  # 25 s each
+@pytest.mark.parametrize('seen', _SEEN_OTHERWISE)
+def test_a_host_that_sees_otherwise_stops_the_job_in_one_line_before_it_trains(
+    run, monkeypatch, seen):
+  """Where replicas would train apart, or wait on each other for ever."""
+  on_process_1, flags, said = _SEEN_OTHERWISE[seen]
+  if seen == 'a stale checkpoint listing':
+    shutil.copytree(run.reference, run.workdir)
   saved = helpers.steps_saved(run.workdir)
-  # Process 1 lists every checkpoint but the newest.
-  (run.tmp_path / 'sitecustomize.py').write_text(
-      "import sys\nif '--process_id=1' in sys.argv:\n"
-      '  from vit_jax.checkpoints.run_checkpoints import RunCheckpoints as R\n'
-      '  steps = R.steps\n  R.steps = lambda *a, **k: steps(*a, **k)[:-1]\n')
+  (run.tmp_path / 'sitecustomize.py'
+  ).write_text("import sys\nif '--process_id=1' in sys.argv:\n" +
+               ''.join(f'  {line}\n' for line in on_process_1.splitlines()))
   monkeypatch.setenv('PYTHONPATH', str(run.tmp_path))
-  processes, logs = helpers.start_two_processes(run.config_file, run.workdir,
-                                                run.tmp_path)
+  processes, logs = helpers.start_two_processes(
+      run.config_file, run.workdir, run.tmp_path,
+      *(flag.format(reference=run.reference) for flag in flags))
   assert helpers.wait_all(processes, timeout=120) == [1, 1]
   for process_id, log in enumerate(logs):
+    # Process 1 lists the newest checkpoint's step less, or best step 4 more.
+    steps = saved[:-1] or [4] if process_id else saved
     assert _error_lines(log.read_text()) == [
-        f'error: Process(es) [1] list other checkpoints in '
-        f'{run.workdir / "checkpoints"} than process 0 (process {process_id} '
-        f'lists steps {saved[:len(saved) - process_id]}): every '
-        'host must see the same files there (a shared filesystem without '
-        'stale caches). Start the job again.'
+        'error: Process(es) [1] ' +
+        said.format(workdir=run.workdir, reference=run.reference,
+                    process_id=process_id, steps=steps)
     ]
   assert helpers.steps_saved(run.workdir) == saved
 

@@ -11,6 +11,7 @@ import pytest
 
 from tests import helpers
 from tests import test_training_steps
+from tests import test_training_train
 from vit_jax import models
 from vit_jax.checkpoints import reading
 from vit_jax.data import preprocess
@@ -108,6 +109,15 @@ def test_a_distilled_run_trains_and_evaluates(trained_cnn_run, tmp_path):
           }
       }
   }
+  # Two processes, each reading the teacher, train as one process did.
+  config_file = helpers.write_process_config(
+      tmp_path, data_dir, 'tiny_config', num_epochs=1, warmup_epochs=0,
+      distillation_teacher=str(teacher_workdir),
+      model_overrides=dict(distillation_token=True))
+  processes, logs = helpers.start_two_processes(config_file, tmp_path / 'two',
+                                                tmp_path)
+  assert helpers.wait_all(processes) == [0, 0], logs[0].read_text()[-3000:]
+  test_training_train.assert_logged_as(tmp_path / 'two', tmp_path / 'student')
   # Trained again (its summary moved away) once the teacher's summary is gone,
   # it records the teacher as its first start-up read it.
   (tmp_path / 'student' / 'summary.json').rename(tmp_path / 'first.json')

@@ -117,7 +117,8 @@ def test_a_run_that_teaches_and_guides_is_run_once_a_step(
     trained_cnn_run, tmp_path):
   teacher_workdir, data_dir = trained_cnn_run
   config = _guided_config(data_dir, teacher_workdir, distilled=True)
-  _, objective, teachers = startup.trained_model_and_objective(config, 10, None)
+  _, objective, teachers = startup.trained_model_and_objective(
+      config, 10, helpers.one_device())
   [(module, variables)] = teachers  # the trainer counts its FLOPs once
   logits = helpers.normal((2, 10), 1)
   outputs = {
@@ -136,7 +137,9 @@ def test_a_run_that_teaches_and_guides_is_run_once_a_step(
   # Another run, even a copy, is read and counted apart.
   config.distillation_teacher = str(
       shutil.copytree(teacher_workdir, tmp_path / 'copy'))
-  assert len(startup.trained_model_and_objective(config, 10, None)[2]) == 2
+  assert len(
+      startup.trained_model_and_objective(config, 10,
+                                          helpers.one_device())[2]) == 2
 
 
 def test_a_teacher_of_other_widths_is_one_line_saying_which(trained_cnn_run):
@@ -148,7 +151,7 @@ def test_a_teacher_of_other_widths_is_one_line_saying_which(trained_cnn_run):
       match=(r"stages end in \(4, 8, 8\) channels, but config.model_overrides."
              r"guidance_widths=\(4, 8, 16\): set --config.model_overrides."
              r"guidance_widths='\(4, 8, 8\)'")):
-    locality_guidance.load_guide(config, 10, None)
+    locality_guidance.load_guide(config, 10, helpers.one_device())
 
 
 def test_an_unfinished_teacher_teaches_with_a_warning(trained_cnn_run, tmp_path,
@@ -157,7 +160,7 @@ def test_an_unfinished_teacher_teaches_with_a_warning(trained_cnn_run, tmp_path,
   unfinished = shutil.copytree(teacher_workdir, tmp_path / 'teacher')
   (unfinished / 'summary.json').unlink()
   assert locality_guidance.load_guide(_guided_config(data_dir, unfinished), 10,
-                                      None)
+                                      helpers.one_device())
   assert (f'config.locality_guidance_teacher={unfinished} has not finished '
           'training: it teaches as its step') in caplog.text
 
@@ -168,7 +171,7 @@ def test_a_vit_run_as_the_teacher_is_refused(trained_vit_run):
   with pytest.raises(
       ConfigError, match='trained a VisionTransformer; '
       'locality guidance imitates a CNN'):
-    locality_guidance.load_guide(config, 10, None)
+    locality_guidance.load_guide(config, 10, helpers.one_device())
 
 
 VIT = helpers.small_vit(num_layers=3)

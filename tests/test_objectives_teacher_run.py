@@ -22,7 +22,7 @@ def test_the_teacher_is_the_runs_model_and_variables(trained_cnn_run, field):
   workdir, data_dir = trained_cnn_run
   config = helpers.tiny_config(data_dir, dtype='bfloat16',
                                **{field: str(workdir)})
-  module, variables = teacher_run.load(config, field, 10, None)
+  module, variables = teacher_run.load(config, field, 10, helpers.one_device())
   assert isinstance(module, SimpleCNN)
   assert module.dtype == 'bfloat16'  # computes as the student does
   assert set(variables) == {'params', 'batch_stats'}
@@ -35,7 +35,8 @@ def test_a_teacher_read_at_its_best_is_its_best_evaluations_state(
   summary = json.loads((workdir / 'summary.json').read_text())
   config = helpers.tiny_config(data_dir, teacher_checkpoint='best',
                                distillation_teacher=str(workdir))
-  _, variables = teacher_run.load(config, 'distillation_teacher', 10, None)
+  _, variables = teacher_run.load(config, 'distillation_teacher', 10,
+                                  helpers.one_device())
   assert summary['best_step'] != reading.load_run(workdir).step  # two states
   at_best = reading.load_run(workdir, step=summary['best_step']).variables
   jax.tree.map(np.testing.assert_array_equal, variables, at_best)
@@ -52,12 +53,12 @@ def test_a_teacher_that_saw_other_inputs_is_a_clear_error(
       ConfigError, match=rf'^config.{field}=.* was trained '
       r'with pixel_mean=.*: the teacher must see the same '
       r'inputs; set --config.pixel_mean to the teacher'):
-    teacher_run.load(config, field, 10, None)
+    teacher_run.load(config, field, 10, helpers.one_device())
   config.pixel_mean = helpers.tiny_config(data_dir).pixel_mean
   with pytest.raises(
       ConfigError, match=r'classifies 10 classes, this run\'s '
       'data has 3: the teacher must know the same classes.$'):
-    teacher_run.load(config, field, 3, None)
+    teacher_run.load(config, field, 3, helpers.one_device())
   # As many classes, named otherwise: the run stops before it trains.
   renamed = shutil.copytree(workdir, tmp_path / 'renamed')
   (renamed / 'classes.json').write_text(json.dumps(['dog'] * 10))
@@ -80,4 +81,4 @@ def test_a_teacher_without_a_sound_checkpoint_is_refused_in_one_line(
   with pytest.raises(
       ConfigError, match=rf'^config.distillation_teacher={damaged}: None of '
       rf'the checkpoints in .* can be restored; the warnings above say why\.$'):
-    teacher_run.load(config, 'distillation_teacher', 10, None)
+    teacher_run.load(config, 'distillation_teacher', 10, helpers.one_device())

@@ -325,7 +325,7 @@ def _train_in_two_processes(data_dir, workdir, tmp_path, **overrides):
   return [log.read_text() for log in logs]
 
 
-def _assert_logged_as(workdir, reference):
+def assert_logged_as(workdir, reference):
   """`workdir`'s one record is `reference`'s: counts the same, losses close."""
   [record], expected = helpers.history(workdir), helpers.history(reference)[0]
   for metric in ('train_loss', 'test_loss'):
@@ -342,7 +342,7 @@ def test_two_processes_give_the_two_device_loss_and_one_set_of_files(
   logs = _train_in_two_processes(data_dir, workdir, tmp_path)
   assert '[process 1/2] step 6/6 (epoch 1)' in logs[1]
 
-  _assert_logged_as(workdir, reference)  # written once, by process 0
+  assert_logged_as(workdir, reference)  # written once, by process 0
   assert json.loads((workdir / 'config.json').read_text()) == json.loads(
       (reference / 'config.json').read_text())
   assert json.loads((workdir / 'summary.json').read_text())['steps'] == 6
@@ -368,7 +368,7 @@ def test_two_streaming_processes_each_read_their_half_of_every_batch(
   for process_id, log in enumerate(logs):
     rows = f'{8 * process_id}:{8 * (process_id + 1)}'
     assert f'reads rows {rows} of every training batch of 16' in log
-  _assert_logged_as(tmp_path / 'run', tmp_path / 'reference')
+  assert_logged_as(tmp_path / 'run', tmp_path / 'reference')
 
 
 @pytest.mark.slow  # 30 s: two processes

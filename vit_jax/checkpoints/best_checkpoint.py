@@ -4,8 +4,6 @@ import math
 import pathlib
 
 from absl import logging
-import jax
-from jax.experimental import multihost_utils
 
 from vit_jax.checkpoints import run_checkpoints
 
@@ -39,9 +37,8 @@ class BestCheckpoint:
     if not trains:
       return
     self._regular, self._keep_regular = list(regular_steps), keep_regular
-    self._held = self._checkpoints.steps()
-    if jax.process_count() > 1:  # listed by every process before any deletes
-      multihost_utils.sync_global_devices(f'vit_jax: {DIRECTORY} listed')
+    # Listed by every process before any deletes.
+    self._held = self._checkpoints.steps_every_process_lists()
     best = best_evaluation(history)
     self._accuracy = best[ranked_on(best)] if best else -math.inf
     kept = [s for s in self._held if s <= step]

@@ -140,20 +140,25 @@ class RunCheckpoints(contextlib.AbstractContextManager):
         if last:
           raise
 
-  def restore_latest(self, state_shapes=None,
-                     sum_shapes=None) -> Restored | None:
-    """The newest sound checkpoint, or None; a damaged one is set aside."""
+  def steps_every_process_lists(self) -> list[int]:
+    """The steps, listed afresh; an error unless every process lists them."""
     # Hosts that list other steps (a shared filesystem's stale cache) would
-    # restore different states, or wait on each other's restores for ever.
-    if differ := distributed.processes_that_differ([
-        np.array(self.steps(fresh=True))
-    ]):
+    # restore different states, or wait on each other's restores or deletes
+    # for ever.
+    steps = self.steps(fresh=True)
+    if differ := distributed.processes_that_differ([np.array(steps)]):
       raise CheckpointError(
           f'Process(es) {differ} list other checkpoints in {self.directory} '
           f'than process 0 (process {jax.process_index()} lists steps '
-          f'{self.steps()}): every host must see the '
+          f'{steps}): every host must see the '
           'same files there (a shared filesystem without stale caches). '
           'Start the job again.')
+    return steps
+
+  def restore_latest(self, state_shapes=None,
+                     sum_shapes=None) -> Restored | None:
+    """The newest sound checkpoint, or None; a damaged one is set aside."""
+    self.steps_every_process_lists()
     tried, damaged, deleted = set(), [], []
     while len(deleted) < _MAX_ROTATED_WHILE_READ:
       untried = [s for s in self.steps(fresh=bool(tried)) if s not in tried]

@@ -4,13 +4,13 @@ from typing import Any
 
 from absl import logging
 import flax.linen as nn
-import jax
 
 from vit_jax import config_schema
 from vit_jax import models
 from vit_jax.checkpoints import reading
 from vit_jax.errors import CheckpointError
 from vit_jax.errors import ConfigError
+from vit_jax.runtime import sharding as sharding_lib
 
 # Teacher fields that must equal the student's: the teacher sees the
 # student's normalized images.
@@ -43,4 +43,5 @@ def load(config, field: str, num_classes: int,
         f'data has {num_classes}: the teacher must know the same classes.')
   teacher_config.dtype = config.dtype
   module = models.from_config(teacher_config, num_classes)
-  return module, jax.device_put(run.variables, sharding)
+  return module, sharding_lib.from_hosts(run.variables, sharding,
+                                         f'config.{field}={workdir}')

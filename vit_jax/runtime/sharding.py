@@ -5,6 +5,9 @@ import math
 import jax
 import numpy as np
 
+from vit_jax.errors import DistributedError
+from vit_jax.runtime import distributed
+
 
 def make_mesh(fsdp: int = 1) -> jax.sharding.Mesh:
   """All devices on a (`data`, `fsdp`) mesh of `fsdp` columns (-1: one row)."""
@@ -51,6 +54,20 @@ def replicate(array: np.ndarray, sharding: jax.sharding.Sharding) -> jax.Array:
   array = np.asarray(array)
   return jax.make_array_from_callback(array.shape, sharding,
                                       lambda index: array[index])
+
+
+def from_hosts(tree, shardings, source: str):
+  """`tree`, read by every process from `source`, as global arrays; checked."""
+  tree = jax.device_get(tree)
+  # Replicas built from different reads would train apart, silently.
+  if differ := distributed.processes_that_differ(jax.tree.leaves(tree)):
+    raise DistributedError(
+        f'Process(es) {differ} read other values from {source} than process '
+        '0: every host must read the same files (a shared filesystem without '
+        'stale caches, or identical copies). Start the job again.')
+  if isinstance(shardings, jax.sharding.Sharding):
+    return jax.tree.map(lambda x: replicate(x, shardings), tree)
+  return jax.tree.map(replicate, tree, shardings)
 
 
 def process_rows(sharding: jax.sharding.Sharding, batch_size: int) -> slice:

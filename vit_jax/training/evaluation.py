@@ -106,8 +106,7 @@ def evaluate(source, *, config=None, model_name=None, step=None, data_dir=None,
       inputs.check_validation(loaded.position, source,
                               'evaluate it on the data it trained on.')
   replicated = sharding.replicated(mesh)
-  variables = jax.tree.map(lambda x: sharding.replicate(x, replicated),
-                           jax.device_get(loaded.variables))
+  variables = sharding.from_hosts(loaded.variables, replicated, str(source))
   apply = model.apply
   if class_head:
     if not getattr(model, 'distillation_token', False):

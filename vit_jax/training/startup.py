@@ -16,12 +16,14 @@ from vit_jax import data
 from vit_jax import models
 from vit_jax.checkpoints import reading
 from vit_jax.errors import ConfigError
+from vit_jax.errors import DistributedError
 from vit_jax.errors import WorkdirError
 from vit_jax.models import masked_autoencoder
 from vit_jax.models import names
 from vit_jax.objectives import distillation
 from vit_jax.objectives import locality_guidance
 from vit_jax.objectives import losses
+from vit_jax.runtime import distributed
 from vit_jax.runtime import files
 from vit_jax.runtime import sharding
 from vit_jax.runtime import workdir_lock
@@ -142,16 +144,26 @@ def trained_model_and_objective(
 
 def pretrained_state(config, state, state_shapes, pretrained):
   """`state` with `config.init_from`'s parameters, laid out as before."""
-  params = jax.tree.map(
-      lambda x, shape: sharding.replicate(x, shape.sharding),
+  params = sharding.from_hosts(
       finetune.pretrained_params(config, state.params, pretrained),
-      state_shapes.params)
+      jax.tree.map(lambda shape: shape.sharding, state_shapes.params),
+      f'config.init_from={config.init_from}')
   state = state.replace(params=params)
   if isinstance(state, steps.AveragedTrainState):
     # A copy: the step donates the state, and a buffer cannot be donated
     # twice.
     state = state.replace(ema_params=jax.tree.map(jnp.copy, params))
   return state
+
+
+def check_processes_agree(config, code: str | None):
+  """DistributedError unless every process runs `config` at commit `code`."""
+  run = np.frombuffer(f'{code} {config.to_json_best_effort()}'.encode(),
+                      np.uint8)
+  if differ := distributed.processes_that_differ([run]):
+    raise DistributedError(
+        f'Process(es) {differ} run another config or commit than process 0: '
+        'start every process with the same flags, from the same checkout.')
 
 
 def check_ema(config, state_shapes):

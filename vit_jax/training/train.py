@@ -101,8 +101,11 @@ def train_and_evaluate(config: ml_collections.ConfigDict,
 def _train_and_evaluate(config, workdir: pathlib.Path,
                         signals: preemption.Preemption,
                         clock: progress.StartupClock) -> dict:
-  # The workdir: a run there must be this config's; config.init_from is
-  # read and checked before any data loads.
+  # The code this process runs (the checkout may move while it trains), the
+  # same as every other process's; the workdir: a run there must be this
+  # config's; config.init_from is read and checked before any data loads.
+  code = provenance.commit()
+  startup.check_processes_agree(config, code)
   checkpoints = run_checkpoints.RunCheckpoints(
       workdir / 'checkpoints', config.keep_checkpoints,
       plan_lib.checkpoint_min_seconds(config))
@@ -134,8 +137,6 @@ def _train_and_evaluate(config, workdir: pathlib.Path,
           reading.class_names(reading.run_directory(teacher)),
           f'config.{field}={teacher}', 'train the teacher on these classes.')
   read = startup.runs_read(config, workdir, bool(checkpoints.steps()))
-  # The code this process runs: the checkout may move while it trains.
-  code = provenance.commit()
   schedule = optimizer.create_learning_rate_schedule(config, plan)
   tx = optimizer.create_optimizer(config, schedule)
   init_key, step_key = jax.random.split(jax.random.key(config.seed))
