@@ -168,9 +168,7 @@ def finished_run(directory: pathlib.Path, seed: int = 3, model: str = 'vit',
   edit its JSON, `history` the records of its metrics.jsonl (None: none)."""
   shutil.rmtree(directory, ignore_errors=True)
   directory.mkdir(parents=True)
-  config = {
-      'model': cifar_small.MODELS[model][0], 'seed': seed, **(config or {})
-  }
+  config = dict(model=cifar_small.MODELS[model][0], seed=seed) | (config or {})
   (directory / 'config.json').write_text(json.dumps(config))
   if history is not None:
     (directory / 'metrics.jsonl').write_text(''.join(

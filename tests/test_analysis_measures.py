@@ -94,8 +94,7 @@ def test_hand_built_2d_embedding_gives_2d_similarity_structure():
   assert centre.argmax() == 12  # the centre itself
   # Falls off with grid distance from the centre, the same in every direction.
   assert centre[2, 2] > centre[2, 3] > centre[2, 4]
-  assert centre[2, 3] == pytest.approx(centre[3, 2])
-  assert centre[2, 3] == pytest.approx(centre[2, 1])
+  assert centre[3, 2] == pytest.approx(centre[2, 3]) == centre[2, 1]
   assert measures.similarity_distance_correlation(similarity) < -0.8
   random = np.random.default_rng(0).normal(size=(64, 256))
   similarity = measures.position_embedding_similarity(random, (8, 8))
@@ -193,8 +192,7 @@ def test_every_measure_is_the_packages_own_name_imported_alone():
   assert public == set(analysis.__all__)
   assert all(
       getattr(analysis, name) is getattr(measures, name) for name in public)
-  loaded = helpers.run_python(
+  assert helpers.run_python(
       '-c', 'import sys; from vit_jax import analysis; '
       "print(sorted({'jax', 'matplotlib'} & set(sys.modules)))",
-      status=0).stdout
-  assert loaded.strip() == '[]'
+      status=0).stdout.strip() == '[]'

@@ -236,9 +236,8 @@ def test_a_scanned_distillation_token_sincos_run_is_analysed_as_unscanned(
                      posemb='sincos2d', **scan)) for name, scan in runs.items())
   for out in ('plain_out', 'scanned_out'):
     assert _written(tmp_path / out) == sorted((*FIGURES, 'dist_attention.png'))
-  assert scanned['prefix_tokens'] == ['cls', 'dist']
-  assert scanned['grid'] == [4, 4]
-  assert scanned['position_embedding'] == 'sincos2d'
+  assert [scanned[k] for k in ('prefix_tokens', 'grid', 'position_embedding')
+         ] == [['cls', 'dist'], [4, 4], 'sincos2d']
   assert 'not_drawn' not in scanned and scanned.keys() == plain.keys()
   assert scanned['position_similarity_distance_correlation'] < -0.5
   per_head = scanned['mean_attention_distance_per_head']
@@ -274,8 +273,7 @@ def test_a_gap_run_without_position_embedding_says_what_it_did_not_draw(
       'cls_attention_layers.png, attention_rollout.png not drawn'
   ]
   result = json.loads((figures / 'analysis.json').read_text())
-  assert result['prefix_tokens'] == []
-  assert result['position_embedding'] == 'none'
+  assert (result['prefix_tokens'], result['position_embedding']) == ([], 'none')
   assert 'position_similarity_distance_correlation' not in result
   assert len(result['embedding_filter_explained_variance']) == 5
   distances = np.array(result['mean_attention_distance_per_head'])

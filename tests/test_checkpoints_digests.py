@@ -18,11 +18,10 @@ class _State:
 
 
 def _contents(**changes):
-  contents = dict(
-      state=_State(step=jnp.array(3), params={'w': jnp.arange(6.0)}),
-      train_sums={'loss': jnp.array(1.5)}, history=[{'step': 3}],
-      position={'epoch': 1}, config={'model': 'ViT-B_16'})
-  return {**contents, **changes}
+  return dict(
+      dict(state=_State(step=jnp.array(3), params={'w': jnp.arange(6.0)}),
+           train_sums={'loss': jnp.array(1.5)}, history=[{'step': 3}],
+           position={'epoch': 1}, config={'model': 'ViT-B_16'}), **changes)
 
 
 def test_any_flipped_bit_of_any_array_changes_the_digest():

@@ -54,10 +54,9 @@ def test_a_lost_config_json_is_read_from_the_checkpoint_or_rebuilt(
   assert not config_file.exists()  # a reader changes nothing
   assert reading.saved_config(workdir) == original
   assert json.loads(config_file.read_text()) == original
-  warnings = caplog.messages
-  assert len(warnings) == 3
-  assert warnings[0].startswith(f'{config_file} is not valid JSON (')
-  assert warnings[1:] == [
+  assert len(caplog.messages) == 3
+  assert caplog.messages[0].startswith(f'{config_file} is not valid JSON (')
+  assert caplog.messages[1:] == [
       f'{config_file} is missing: reading the config saved with checkpoint '
       f'{newest}.', f'{config_file} is missing: rebuilt from the config saved '
       f'with checkpoint {newest}.'

@@ -108,8 +108,7 @@ def test_a_checkpoint_rotated_away_while_read_is_not_called_damaged(
     return [] if len(listings) == 1 else listings[-1]
 
   monkeypatch.setattr(ocp.CheckpointManager, 'all_steps', rotating)
-  reader = RunCheckpoints(saved_later)
-  assert reader.steps() == [6] and len(listings) >= 2
+  assert RunCheckpoints(saved_later).steps() == [6] and len(listings) >= 2
   monkeypatch.undo()
   read = RunCheckpoints._restore  # pylint: disable=protected-access
 
@@ -121,8 +120,7 @@ def test_a_checkpoint_rotated_away_while_read_is_not_called_damaged(
     return read(self, step, *shapes)
 
   monkeypatch.setattr(RunCheckpoints, '_restore', rotated_while_read)
-  reader = RunCheckpoints(directory)
-  assert reader.restore_latest().step == 6
+  assert RunCheckpoints(directory).restore_latest().step == 6
   assert caplog.messages == []
 
   def deleted_while_read(self, step, *shapes):

@@ -85,10 +85,7 @@ def test_resuming_refuses_what_changes_the_checkpoints_meaning(tmp_path):
 
 def test_a_resumed_runs_model_overrides(tmp_path):
   """remat and attention may change; overriding to the model's value is none."""
-
-  def config(**fields):
-    return helpers.tiny_config('', model_fields=fields)
-
+  config = lambda **fields: helpers.tiny_config('', model_fields=fields)
   saved = config(remat='full', scan=True).to_dict()
   changes = lambda **o: check_resumable(saved, config(scan=True, **o), tmp_path)
   assert changes(remat='none') == {'model_overrides.remat': ('full', 'none')}

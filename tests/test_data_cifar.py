@@ -83,9 +83,9 @@ def test_the_study_subset_is_the_same_from_the_full_release(tmp_path):
   }
   helpers.write_cifar_binary(tmp_path / 'subset' / 'cifar-10-batches-bin',
                              subset)
-  from_full = cifar.load_cifar('cifar10', tmp_path / 'full', train_per_file=4)
-  from_subset = cifar.load_cifar('cifar10', tmp_path / 'subset',
-                                 train_per_file=4)
+  from_full, from_subset = (cifar.load_cifar('cifar10', tmp_path / folder,
+                                             train_per_file=4)
+                            for folder in ('full', 'subset'))
   _assert_same(from_full.train, from_subset.train)
   np.testing.assert_array_equal(from_full.test.images[:5],
                                 from_subset.test.images)

@@ -42,8 +42,7 @@ def server(tmp_path, monkeypatch):
       time.sleep(settings['pause'])
       self.wfile.write(sent[len(sent) // 2:])
 
-    def log_message(self, *args):
-      del args
+    log_message = lambda self, *args: None
 
   httpd = http.server.ThreadingHTTPServer(('127.0.0.1', port), Handler)
   threading.Thread(target=httpd.serve_forever, daemon=True).start()
@@ -135,7 +134,6 @@ def test_an_archive_cannot_write_outside_its_folder(tmp_path):
   (tmp_path / 'into').mkdir()
   download._unpack(  # pylint: disable=protected-access
       tmp_path / 'archive.tar.gz', tmp_path / 'into', 'cifar-10-batches-bin')
-  assert not (tmp_path / 'escaped').exists()
-  assert not (tmp_path / 'escaped2').exists()
+  assert not any((tmp_path / name).exists() for name in ('escaped', 'escaped2'))
   assert (tmp_path / 'into' / 'cifar-10-batches-bin' /
           'test_batch.bin').read_bytes() == b'x'

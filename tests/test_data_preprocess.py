@@ -86,10 +86,8 @@ def test_a_jpeg_is_decoded_at_the_smallest_scale_its_crop_allows(
     assert scaled.shape == full.shape == (size, size, 3)
     assert label == full_label == seed % 4 % 3
     differences.append(np.abs(scaled.astype(int) - full).mean())
-    factor, = [
-        f for f in (1, 2, 4, 8)
-        if recorded.sizes[-1] == (-(-375 // f), -(-500 // f))
-    ]
+    factor, = (f for f in (1, 2, 4, 8)
+               if recorded.sizes[-1] == (-(-375 // f), -(-500 // f)))
     # Reduced, the crop is still the output's size.
     assert factor == 1 or min(box[2], box[3]) / factor >= size
   if size == 224:  # 500x375 leaves no crop of 448 pixels each way...

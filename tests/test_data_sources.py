@@ -63,11 +63,8 @@ def test_class_counts_are_proportional_and_add_up(sizes, count, expected):
 
 
 def test_class_counts_break_ties_and_fall_short_by_the_seed():
-
-  def counts(count, seed):
-    return sources.class_counts(np.array([3] * 10), count,
-                                np.random.default_rng(seed))
-
+  counts = lambda count, seed: sources.class_counts(np.array([3] * 10), count,
+                                                    np.random.default_rng(seed))
   # The second count is fewer than the classes.
   for count, expected in ((15, [1] * 5 + [2] * 5), (4, [0] * 6 + [1] * 4)):
     assert sorted(counts(count, 0)) == expected

@@ -51,9 +51,8 @@ def test_tfds_array_record_is_read_by_index_or_whole_without_tensorflow(
       tmp_path, 'VitJaxVariableSizeTest', 7, 4, lambda i:
       (20 + 3 * i, 30 - 2 * i, 3), names=['cat', 'dog', 'bird'])
   dataset = _open(tmp_path, name, whole=False)
-  assert (len(dataset.train), len(dataset.test), dataset.num_classes) == (7, 4,
-                                                                          3)
-  assert dataset.class_names == ('cat', 'dog', 'bird')
+  assert (len(dataset.train), len(dataset.test), dataset.num_classes,
+          dataset.class_names) == (7, 4, 3, ('cat', 'dog', 'bird'))
   assert {dataset.train[i][0].shape
           for i in range(7)} == {(20 + 3 * i, 30 - 2 * i, 3) for i in range(7)}
   assert sorted(dataset.train[i][1] for i in range(7)) == [0, 0, 0, 1, 1, 2, 2]
@@ -84,7 +83,6 @@ def test_tfds_array_record_is_read_by_index_or_whole_without_tensorflow(
                                            2, lambda i: (8, 8, 3))
   dataset = _open(tmp_path, name)
   images, labels = sources.to_arrays(dataset.train, 8)
-  assert images.shape == (4, 8, 8, 3)
-  assert sorted(labels.tolist()) == [0, 0, 1, 2]
-  assert dataset.num_classes == 3
+  assert (images.shape, sorted(labels.tolist()),
+          dataset.num_classes) == ((4, 8, 8, 3), [0, 0, 1, 2], 3)
   assert dataset.class_names == ()  # numbered: no names to record

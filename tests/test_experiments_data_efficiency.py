@@ -16,9 +16,7 @@ from experiments.data_efficiency import sweep
 from vit_jax import config_schema
 from vit_jax import models
 
-
-def _recipe_config(model, ingredients, epochs=100):
-  return recipes.recipe_config(model, ingredients, epochs)
+_recipe_config = functools.partial(recipes.recipe_config, epochs=100)
 
 
 def _assert_same_training(config, reference):
@@ -48,7 +46,7 @@ def test_the_recipes_configs():
   # Stochastic depth grows with the budget.
   assert [
       _recipe_config('vit', ('budget_stochastic_depth',),
-                     epochs).model_overrides.stochastic_depth_rate
+                     epochs=epochs).model_overrides.stochastic_depth_rate
       for epochs in (30, 100, 300, 1000)
   ] == [0.048, 0.1, 0.148, 0.2]
   # The study recipe is the study's config at batch 128, and
@@ -220,10 +218,9 @@ def test_the_table_and_the_answer_across_budgets():
   with_lucky = summary.table(BUDGETS + lucky)
   assert '(best CNN: SmallResNet, study, 68.0%)' in with_lucky
   best = budgets.best_rows(BUDGETS)
-  assert list(best) == [30, 300]
-  assert best[30]['vit'][0] == 'study+distillation'
-  assert best[30]['study'][0] == 'study'
-  assert best[300]['small_resnet'][0] == 'study'
+  assert (list(best), best[30]['vit'][0], best[30]['study'][0],
+          best[300]['small_resnet'][0]) == ([30, 300], 'study+distillation',
+                                            'study', 'study')
   lines = budgets.answer(BUDGETS).splitlines()
   # Paired by seed, in the words its interval allows; the ViT named for the
   # CNN that teaches it.

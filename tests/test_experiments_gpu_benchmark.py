@@ -44,8 +44,7 @@ def landed(tmp_path_factory):
   root = tmp_path_factory.mktemp('gpu_rows')
   results = _results(root, time.monotonic())
   peaks = {'datasheet': None, 'matmul': 1e11}
-  label, model, batch = PLAN.models[0]
-  rows = gpu_sections.compare_model(label, model, batch, PLAN, peaks, None,
+  rows = gpu_sections.compare_model(*PLAN.models[0], PLAN, peaks, None,
                                     'no torch here')
   rows += gpu_sections.attention_rows(PLAN, lambda: 60)
   results.add(*rows)
@@ -80,13 +79,12 @@ def test_each_contender_and_attention_is_a_row_and_the_summary_the_fastest(
 
   fastest = max(steps['vit_jax', 'einsum'], steps['vit_jax', 'auto'],
                 key=lambda r: r['images_per_second'])
-  assert results['summary'] == {
-      'device': jax.devices()[0].device_kind, 'vit_b16_images_per_second':
-          fastest['images_per_second'], 'vit_b16_attention': fastest['variant'],
-      'vit_b16_batch_size': 8, 'vit_b16_peak_share': None,
-      'timm_b16_best_images_per_second': None, 'timm_b16_best_mode': None,
-      'study_cold_seconds': None, 'study_warm_seconds': None
-  }
+  assert results['summary'] == dict(
+      device=jax.devices()[0].device_kind,
+      vit_b16_images_per_second=fastest['images_per_second'],
+      vit_b16_attention=fastest['variant'], vit_b16_batch_size=8,
+      vit_b16_peak_share=None, timm_b16_best_images_per_second=None,
+      timm_b16_best_mode=None, study_cold_seconds=None, study_warm_seconds=None)
 
 
 def test_the_readme_section_is_the_report_and_summarize_only_rewrites_it(
@@ -129,15 +127,14 @@ def test_the_report_reads_the_whole_studies_and_each_profile(landed):
       study('warm', 0.505, 7.5),
       study('warm', 0.31, 20.0, steps_per_dispatch=1, num_epochs=6)
   ]
-  profile = {
-      'section': 'profile', 'model': 'ViT-B/16', 'batch_size': 256,
-      'step_ms': 81.9, 'ms_per_step_by_kind': {'matmuls': 0.25},
-      'ms_per_step_by_model_part': {f'part {i}': 20.0 - i for i in range(17)},
-      'heaviest_kernels': [{
-          'kernel': 'input_reduce_fusion', 'kind': 'layer norms',
-          'ms_per_step': 0.02, 'computes': 'LayerNorm_0, backward: reduce_sum'
-      }]
-  }
+  profile = dict(
+      section='profile', model='ViT-B/16', batch_size=256, step_ms=81.9,
+      ms_per_step_by_kind={'matmuls': 0.25}, ms_per_step_by_model_part={
+          f'part {i}': 20.0 - i for i in range(17)
+      }, heaviest_kernels=[
+          dict(kernel='input_reduce_fusion', kind='layer norms',
+               ms_per_step=0.02, computes='LayerNorm_0, backward: reduce_sum')
+      ])
   large = dict(profile, model='ViT-L/16', heaviest_kernels=[],
                ms_per_step_by_model_part='ValueError: no parts')
   section = gpu_report.report({**results, 'rows': rows + [profile, large]})
@@ -358,9 +355,8 @@ def test_the_timeline_of_a_run_says_where_its_seconds_went(tmp_path):
       } for epoch in (1, 2)], startup_seconds={'imports': 2.0, 'compile': 5.5})
   measured = timeline.timeline(runs.read_json(tmp_path / 'summary.json'),
                                runs.history(tmp_path))
-  assert measured['records'][1] == {
-      'epoch': 2.0, 'seconds': 1.5, 'input': 0.2, 'steps': 1.0, 'other': 0.3
-  }
+  assert measured['records'][1] == dict(epoch=2.0, seconds=1.5, input=0.2,
+                                        steps=1.0, other=0.3)
   assert timeline.table(measured).splitlines() == [
       'Start-up, 7.50 s: imports 2.00, compile 5.50', '',
       '| epoch | seconds | steps | input | evaluation | checkpoint | other |',

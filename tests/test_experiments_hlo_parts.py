@@ -157,8 +157,8 @@ def test_fusions_read_their_computations_and_copies_their_operand():
   parts = hlo_parts.model_parts(_HLO)
   layer_norm = Part('Transformer/encoderblock_*/LayerNorm_0', 'backward',
                     ('reduce_sum',))
-  assert parts['input_reduce_fusion.7'] == layer_norm
-  assert parts['custom-call.11'] == layer_norm  # calls in braces
+  # The second calls its computations in braces.
+  assert parts['input_reduce_fusion.7'] == parts['custom-call.11'] == layer_norm
   # A matmul's fusion is its Dense's, however many operations of its block
   # XLA fused around it.
   assert parts['ynn_fusion.10'] == Part(

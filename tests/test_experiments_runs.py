@@ -35,12 +35,11 @@ def test_records_of_the_planned_finished_runs(tmp_path, capsys):
   assert sorted(records) == ['a', 'b', 'c']
   # A run the workdir holds is its own record, not the committed one.
   assert records['a'] == {'name': 'a'}
-  assert records['b'] == {
-      'model': 'small_resnet', 'recipe': 'study', 'train_examples': 5000,
-      'epochs': 30, 'seed': 3, 'best_test_accuracy': 0.514, 'best_epoch': 28.0,
-      'final_test_accuracy': 0.513, 'final_train_accuracy': 0.57,
-      'finished': '1', 'wall_minutes': 16.5, 'device': 'cpu'
-  }
+  assert records['b'] == dict(
+      model='small_resnet', recipe='study', train_examples=5000, epochs=30,
+      seed=3, best_test_accuracy=0.514, best_epoch=28.0,
+      final_test_accuracy=0.513, final_train_accuracy=0.57, finished='1',
+      wall_minutes=16.5, device='cpu')
   assert records['c']['device'] == 'NVIDIA H100 80GB HBM3'
   # Trained again, a run's record keeps the one it replaces.
   name_b = lambda r: 'b'
@@ -112,13 +111,10 @@ def test_records_of_the_planned_finished_runs(tmp_path, capsys):
   config = helpers.schema_config(
       init_from=str(tmp_path / 'c'),
       distillation_teacher=str(tmp_path / 'e' / 'best_checkpoint'))
-  assert provenance.runs_read(config) == {
-      'init_from': {'workdir': str(tmp_path / 'c'), 'finished': '2026-02-01'},
-      'distillation_teacher': {
-          'workdir': str(tmp_path / 'e'), 'checkpoint': 'best',
-          'best_test_accuracy': 0.514
-      }
-  }
+  assert provenance.runs_read(config) == dict(
+      init_from={'workdir': str(tmp_path / 'c'), 'finished': '2026-02-01'},
+      distillation_teacher=dict(workdir=str(tmp_path / 'e'), checkpoint='best',
+                                best_test_accuracy=0.514))
   (tmp_path / 'hf').mkdir()
   (tmp_path / 'hf' / 'config.json').write_text('{"model_type": "vit"}')
   for released in (tmp_path / 'c' / 'summary.json', tmp_path / 'hf'):

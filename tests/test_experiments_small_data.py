@@ -102,10 +102,8 @@ def test_the_summary_chooses_on_validation_and_pairs_by_seed(
   records = json.loads((tmp_path / 'results.json').read_text())
   assert {r['commit'] for r in records} == {'abc'} and len(records) == 10
   logged = helpers.history(tmp_path)
-  assert logged[0] == {
-      'run': 'simple_cnn_batch128_seed0', 'step': 39, 'epoch': 1,
-      'train_accuracy': 0.66
-  } and len(logged) == 40
+  assert logged[0] == dict(run='simple_cnn_batch128_seed0', step=39, epoch=1,
+                           train_accuracy=0.66) and len(logged) == 40
   assert (tmp_path / 'learning_curves.png').stat().st_size > 0
   # A workdir holding some of the runs keeps the others' committed records.
   shutil.rmtree(runs_dir / 'vit_seed0')

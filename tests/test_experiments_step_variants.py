@@ -127,10 +127,8 @@ def test_a_run_that_outlasts_its_time_keeps_what_it_timed(monkeypatch):
                                run_timeout=120.0)
   run = step_variants._run(step_variants.PROFILED, args)
   assert run == {'variant': step_variants.PROFILED, 'failed': 'over 120 s'}
-  printed += [
-      b'jax starting\n',
-      f'{step_variants.RESULT}{json.dumps(timed)}\n'.encode()
-  ]
+  printed += (b'jax starting\n',
+              f'{step_variants.RESULT}{json.dumps(timed)}\n'.encode())
   run = step_variants._run(step_variants.PROFILED, args)
   assert run == {**timed, 'profile': {'failed': 'over 120 s'}}
 

@@ -152,10 +152,8 @@ def test_a_damaged_latest_checkpoint_is_skipped_and_nothing_is_lost(
 
   caplog.set_level('INFO')
   run.finish()
-  [warning] = [
-      r.getMessage() for r in caplog.records
-      if r.levelname == 'WARNING' and 'Skipping' in r.getMessage()
-  ]
+  [warning] = (r.getMessage() for r in caplog.records
+               if r.levelname == 'WARNING' and 'Skipping' in r.getMessage())
   assert warning.startswith(
       f'Skipping checkpoint {run.workdir / "checkpoints" / "40"}, which cannot '
       'be restored (')

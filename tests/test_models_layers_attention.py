@@ -126,9 +126,8 @@ def test_locality_attention_learns_a_temperature_and_masks_self():
                             deterministic=True)['params']
   np.testing.assert_allclose(params['temperature'], [8**-0.5] * 4)
   temperature = np.float32([0.7, 0.3, 1.1, 0.5])  # one per head
-  params = {
-      **helpers.randomized(params), 'temperature': jnp.asarray(temperature)
-  }
+  params = dict(helpers.randomized(params),
+                temperature=jnp.asarray(temperature))
   out, state = helpers.compiled(attention.apply, {'params': params}, x,
                                 deterministic=True, mutable=['intermediates'])
   weights = state['intermediates']['attention_weights'][0]

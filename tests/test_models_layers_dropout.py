@@ -64,11 +64,8 @@ def test_stochastic_depth_is_train_only_and_adds_no_parameters():
                               images) == helpers.param_shapes(plain, images)
   params = {'params': helpers.random_params(plain, images, train=False)}
   evaluated = plain.apply(params, images, train=False)
-
-  def run(train, seed):
-    return deep.apply(params, images, train=train,
-                      rngs={'dropout': jax.random.key(seed)})
-
+  run = lambda train, seed: deep.apply(params, images, train=train, rngs=
+                                       {'dropout': jax.random.key(seed)})
   np.testing.assert_array_equal(run(False, 1), evaluated)
   # The last block's branches are dropped, or kept and scaled by 100, so no
   # example comes out as in eval.

@@ -156,8 +156,7 @@ def test_hybrid_config_tree_and_count_follow_the_official_model():
                                    mlp=3072, tokens=197, num_classes=1000)
   official['embedding/kernel'] = (1, 1, 1024, 768)  # 1x1 on the feature map.
   stem = official_stem_shapes(R50_STAGES)
-  official.update(stem)
-  assert shapes == official
+  assert shapes == official | stem
   assert sum(np.prod(shape) for shape in stem.values()) == R50_STEM_PARAMS
   count = sum(np.prod(shape) for shape in shapes.values())  # the registry's
   # ViT-B_16, with the stem and a 1x1x1024 instead of 16x16x3 embedding.

@@ -23,28 +23,22 @@ def official_param_shapes(*, patch, hidden, layers, heads, mlp, tokens,
                           representation_size=None):
   """Path -> shape of google-research/vision_transformer's linen ViT."""
 
-  def dense(inputs, outputs):
-    return {'kernel': (inputs, outputs), 'bias': (outputs,)}
-
+  dense = lambda fan_in, out: {'kernel': (fan_in, out), 'bias': (out,)}
   norm = {'scale': (hidden,), 'bias': (hidden,)}
   head_dim = hidden // heads
   projection = {'kernel': (hidden, heads, head_dim), 'bias': (heads, head_dim)}
   attention = dict.fromkeys(('query', 'key', 'value'), projection)
   attention['out'] = {'kernel': (heads, head_dim, hidden), 'bias': (hidden,)}
-  block = {
-      'LayerNorm_0': norm, 'LayerNorm_1': norm,
-      'MultiHeadDotProductAttention_0': attention, 'MlpBlock_0': {
-          'Dense_0': dense(hidden, mlp), 'Dense_1': dense(mlp, hidden)
-      }
-  }
-  tree = {
-      'embedding': {'kernel': (patch, patch, 3, hidden), 'bias': (hidden,)},
-      'Transformer': {
-          'posembed_input': {'pos_embedding':
-              (1, tokens, hidden)}, 'encoder_norm': norm,
-          **{f'encoderblock_{i}': block for i in range(layers)}
-      }, 'head': dense(representation_size or hidden, num_classes)
-  }
+  block = dict(
+      LayerNorm_0=norm, LayerNorm_1=norm,
+      MultiHeadDotProductAttention_0=attention,
+      MlpBlock_0=dict(Dense_0=dense(hidden, mlp), Dense_1=dense(mlp, hidden)))
+  blocks = {f'encoderblock_{i}': block for i in range(layers)}
+  tree = dict(
+      embedding={'kernel': (patch, patch, 3, hidden), 'bias': (hidden,)},
+      Transformer=dict(posembed_input={'pos_embedding': (1, tokens, hidden)},
+                       encoder_norm=norm, **blocks),
+      head=dense(representation_size or hidden, num_classes))
   if classifier == 'token':
     tree['cls'] = (1, 1, hidden)
   if representation_size:
@@ -147,11 +141,8 @@ def test_eval_is_deterministic_and_train_applies_dropout():
   images = helpers.images()
   variables = {'params': helpers.random_params(model, images, train=False)}
   apply = jax.jit(model.apply, static_argnames='train')
-
-  def run(train, seed):
-    return apply(variables, images, train=train,
-                 rngs={'dropout': jax.random.key(seed)})
-
+  run = lambda train, seed: apply(variables, images, train=train, rngs=dict(
+      dropout=jax.random.key(seed)))
   np.testing.assert_array_equal(run(False, 1), run(False, 2))
   np.testing.assert_array_equal(run(False, 1),
                                 apply(variables, images, train=False))
@@ -275,12 +266,9 @@ def test_techniques_are_registry_overrides_and_off_by_default():
 @functools.partial(jax.jit, static_argnums=0)
 def _logits_and_grads(model, params, images):
   """Eval logits and a training loss's gradient (no dropout: rngs moot)."""
-
-  def loss(p):
-    return jnp.sum(model.apply({'params': p}, images, train=True)**2)
-
-  return (model.apply({'params': params}, images,
-                      train=False), jax.grad(loss)(params))
+  loss = lambda p: jnp.sum(model.apply({'params': p}, images, train=True)**2)
+  return model.apply({'params': params}, images,
+                     train=False), jax.grad(loss)(params)
 
 
 def _assert_close_trees(got, want):

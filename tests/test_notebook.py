@@ -23,10 +23,8 @@ def test_the_notebook_runs_and_draws_every_figure(cifar10_dir, tmp_path):
   (tmp_path / 'cat.png').write_bytes(
       helpers.png(np.zeros((20, 30, 3), np.uint8)))
   notebook = nbformat.read(helpers.ROOT / 'notebooks' / 'vit_jax.ipynb', 4)
-  [parameters] = [
-      cell for cell in notebook.cells
-      if 'parameters' in cell.metadata.get('tags', [])
-  ]
+  [parameters] = (cell for cell in notebook.cells
+                  if 'parameters' in cell.metadata.get('tags', []))
   parameters.source = '\n'.join(f'{name} = {value!r}' for name, value in dict(
       checkpoint=str(tmp_path / 'run'), model_name=None,
       images=[str(tmp_path / 'cat.png')], class_names=None,

@@ -102,13 +102,12 @@ def test_a_distilled_run_trains_and_evaluates(trained_cnn_run, tmp_path):
     evaluation.evaluate(teacher_workdir, class_head=True)
   # The student's summary names its teacher's run and what it achieved.
   teacher = json.loads((teacher_workdir / 'summary.json').read_text())
-  assert summary['runs_read'] == {
-      'distillation_teacher': {
-          'workdir': str(teacher_workdir), 'checkpoint': 'last', **{
-              k: teacher[k] for k in ('chosen_on', 'best_step', 'best_test_accuracy', 'test_accuracy_at_best_step', 'commit', 'finished')
-          }
-      }
-  }
+  assert summary['runs_read'] == dict(distillation_teacher=dict(
+      workdir=str(teacher_workdir), checkpoint='last', **{
+          k: teacher[k]
+          for k in ('chosen_on', 'best_step', 'best_test_accuracy',
+                    'test_accuracy_at_best_step', 'commit', 'finished')
+      }))
   # Two processes, each reading the teacher, train as one process did.
   config_file = helpers.write_process_config(
       tmp_path, data_dir, 'tiny_config', num_epochs=1, warmup_epochs=0,
@@ -147,15 +146,12 @@ def test_the_distillation_head_learns_the_teachers_class_or_probabilities(
   variables = {'params': helpers.random_params(module, images, train=False)}
   teacher = distillation.Teacher(module, variables, 'workdir', target,
                                  temperature=2.0)
-  outputs = {
-      'class_logits': helpers.normal((4, 3), 2),
-      'distillation_logits': helpers.normal((4, 3), 3)
-  }
+  outputs = dict(class_logits=helpers.normal((4, 3), 2),
+                 distillation_logits=helpers.normal((4, 3), 3))
   targets = jax.nn.one_hot(jnp.array([0, 1, 2, 0]), 3)
 
-  def base(logits, outputs, targets, images):
-    del outputs, images
-    return optax.softmax_cross_entropy(logits, targets)
+  base = lambda logits, outputs, targets, images: optax.softmax_cross_entropy(
+      logits, targets)
 
   @jax.jit  # one program, not one per operation
   def loss_and_expected(outputs, targets, images):

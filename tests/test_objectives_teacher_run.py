@@ -23,9 +23,9 @@ def test_the_teacher_is_the_runs_model_and_variables(trained_cnn_run, field):
   config = helpers.tiny_config(data_dir, dtype='bfloat16',
                                **{field: str(workdir)})
   module, variables = teacher_run.load(config, field, 10, helpers.one_device())
-  assert isinstance(module, SimpleCNN)
-  assert module.dtype == 'bfloat16'  # computes as the student does
-  assert set(variables) == {'params', 'batch_stats'}
+  # A SimpleCNN that computes as the student does.
+  assert (type(module), module.dtype,
+          set(variables)) == (SimpleCNN, 'bfloat16', {'params', 'batch_stats'})
   assert np.all(np.isfinite(jax.tree.leaves(variables)[0]))
 
 

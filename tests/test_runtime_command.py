@@ -146,11 +146,8 @@ def test_libraries_info_records_are_left_out_unless_asked_for():
   command.quiet_libraries()  # once is enough
   handler = logging.get_absl_handler()
   assert handler.filters.count(command._quiet_libraries) == 1  # pylint: disable=protected-access
-
-  def shown(path, level, exc_info=None):
-    return handler.filter(
-        python_logging.LogRecord('absl', level, path, 1, 'm', (), exc_info))
-
+  shown = lambda path, level, exc_info=None: handler.filter(
+      python_logging.LogRecord('absl', level, path, 1, 'm', (), exc_info))
   orbax = '/site-packages/orbax/checkpoint/checkpoint_manager.py'
   assert not shown(orbax, python_logging.INFO)
   assert not shown(orbax, python_logging.WARNING)

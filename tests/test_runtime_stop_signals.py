@@ -13,8 +13,9 @@ from vit_jax.runtime import stop_signals
 
 
 def _wait_until_received(count: int):
-  received = stop_signals._received  # pylint: disable=protected-access
-  helpers.wait_until(lambda: len(received) >= count, 5)  # the watcher's
+  # The watcher's records.
+  # pylint: disable-next=protected-access
+  helpers.wait_until(lambda: len(stop_signals._received) >= count, 5)
 
 
 def _send(signum, training: bool = False):

@@ -43,11 +43,9 @@ def test_a_workdir_created_for_nothing_is_removed_and_others_are_kept(tmp_path):
 
 def _lock_held_by(workdir, renewed_seconds_ago, host='elsewhere', pid=7):
   workdir.mkdir()
-  lock = workdir / 'lock'
-  holder = dict(host=host, pid=pid, since='2026-11-25T08:00:00+00:00')
-  lock.write_text(json.dumps(holder))
-  renewed = time.time() - renewed_seconds_ago
-  os.utime(lock, (renewed, renewed))
+  (workdir / 'lock').write_text(
+      json.dumps(dict(host=host, pid=pid, since='2026-11-25T08:00:00+00:00')))
+  os.utime(workdir / 'lock', (time.time() - renewed_seconds_ago,) * 2)
 
 
 def test_another_hosts_renewed_lock_is_refused_until_it_lapses(

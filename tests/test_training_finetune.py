@@ -70,10 +70,9 @@ def test_any_vit_fine_tunes_at_a_new_resolution(overrides, tmp_path, caplog):
   config = helpers.tiny_config('', init_from=str(tmp_path / 'small.npz'),
                                image_size=24)
   config.model_overrides = dict(SMALL_VIT, **overrides)
-  model = models.from_config(config, num_classes=10)
   fresh = vit_params(24, 10, **overrides)
   start = finetune.pretrained_params(config, fresh)
-  tokens = 36 + len(model.prefix_tokens)
+  tokens = 36 + len(models.from_config(config, num_classes=10).prefix_tokens)
   assert positions(start).shape == (1, tokens, 8)
   assert [m for m in caplog.messages if m.startswith('Resizing')] == [
       f'Resizing the position embeddings from (1, {tokens - 20}, 8) to '

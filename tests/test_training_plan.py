@@ -5,16 +5,13 @@ from vit_jax.training import plan
 
 
 def test_epochs_become_steps_and_intervals_default_to_an_epoch():
-  epochs = plan.step_plan(
-      helpers.tiny_config('', num_epochs=3, warmup_epochs=1), 7)
-  assert (epochs.total_steps, epochs.warmup_steps, epochs.log_every,
-          epochs.eval_every, epochs.checkpoint_every) == (21, 7, 7, 7, 7)
+  assert plan.step_plan(helpers.tiny_config('', num_epochs=3, warmup_epochs=1),
+                        7) == plan.StepPlan(7, 21, 7, 7, 7, 7)
   steps = plan.step_plan(
       helpers.tiny_config('', total_steps=100, warmup_steps=10,
                           log_every_steps=5, eval_every_steps=20,
                           checkpoint_every_steps=50), 7)
-  assert (steps.total_steps, steps.warmup_steps, steps.log_every,
-          steps.eval_every, steps.checkpoint_every) == (100, 10, 5, 20, 50)
+  assert steps == plan.StepPlan(7, 100, 10, 5, 20, 50)
   assert steps.epoch(14) == 2.0
 
 

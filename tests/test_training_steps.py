@@ -172,7 +172,6 @@ def _fsdp_runs() -> dict:
     config.update(dict(batch_size=16, eval_batch_size=16, fsdp=fsdp))
     config.model_overrides.num_layers = 1
     mesh = sharding.make_mesh(config.fsdp)
-    replicated = sharding.replicated(mesh)
     inputs = on_device.OnDeviceInput(sources.Dataset(split, split, 10), config,
                                      mesh)
     model = models.from_config(config, 10)
@@ -180,7 +179,7 @@ def _fsdp_runs() -> dict:
     state = steps.initial_state(jax.random.key(0), model, tx, 32, mesh)
     compiled = steps.compile_steps(config, inputs, state, jax.random.key(1),
                                    evaluate=False)
-    sums = steps.zero_sums(replicated)
+    sums = steps.zero_sums(sharding.replicated(mesh))
     for i in range(2):
       stacked = inputs.stack([np.arange(16 * i, 16 * (i + 1), dtype=np.int32)],
                              compiled.steps_per_dispatch)
@@ -222,11 +221,10 @@ def _print_initial_states():
     model = models.from_config(config, 10).clone(mimetic_init=mimetic)
     tx = optimizer.create_optimizer(config, lambda step: 1e-3)
     mesh = sharding.make_mesh(config.fsdp)
-    state = steps.initial_state(jax.random.key(0), model, tx, 32, mesh)
-    shapes = steps.state_shapes(jax.random.key(0), model, tx, 32, mesh)
-    assert jax.tree.map(lambda a: (a.shape, a.dtype, a.sharding),
-                        state) == (jax.tree.map(
-                            lambda a: (a.shape, a.dtype, a.sharding), shapes))
+    state, shapes = (jax.tree.map(lambda a: (a.shape, a.dtype, a.sharding),
+                                  made(jax.random.key(0), model, tx, 32, mesh))
+                     for made in (steps.initial_state, steps.state_shapes))
+    assert state == shapes
     print('initialized with fsdp', fsdp, 'mimetic' if mimetic else 'plain')
 
 

@@ -156,8 +156,7 @@ def draw_position_embeddings(out: pathlib.Path, subject: reading.Loaded,
                              result: dict):
   """position_embeddings.png and its number, or why not, into `result`."""
   model, grid = subject.model, subjects.grid(subject)
-  table = subjects.position_table(model, subject.params, grid)
-  if table is None:
+  if (table := subjects.position_table(model, subject.params, grid)) is None:
     _not_drawn(result, f"no position embedding (posemb='{model.posemb}')",
                'position_embeddings.png')
     return

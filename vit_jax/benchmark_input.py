@@ -51,8 +51,7 @@ def _time_loader(config: ml_collections.ConfigDict, steps: int,
     raise ValueError(f'{steps + 1} batches of {config.batch_size} need '
                      f'{needed} training images; the dataset has '
                      f'{inputs.train_size}. Lower --steps or --batch_size.')
-  start = time.perf_counter()
-  batches = inputs.train_batches(inputs.position(0))
+  start, batches = time.perf_counter(), inputs.train_batches(inputs.position(0))
 
   def on_device():  # as the loop takes it: a block of one step
     return jax.block_until_ready(inputs.stack([next(batches)], 1))

@@ -61,8 +61,8 @@ def out_of_space(error: BaseException | None) -> bool:
 def write_failed(path, error: BaseException, kept: str,
                  elsewhere: str | None = None) -> str:
   """The line for a failed write to `path`: what failed, is `kept`, the fix."""
-  where = os.path.dirname(os.path.abspath(path))
-  found = where  # the folder nearest `path` that exists, or a file in its way
+  # `found`: the folder nearest `path` that exists, or a file in its way.
+  where = found = os.path.dirname(os.path.abspath(path))
   while not os.path.exists(found):
     found = os.path.dirname(found)
   fix = (f'Free space there (df -h {where})'

@@ -16,8 +16,7 @@ def cls_attention(attention: np.ndarray, grid: tuple[int, int], prefix: int = 1,
                   query: int = 0) -> np.ndarray:
   """Row `query` of (..., tokens, tokens) attention (or rollout) as grids."""
   matrix = np.asarray(attention)
-  tokens = matrix.shape[-1]
-  if tokens != prefix + grid[0] * grid[1]:
+  if (tokens := matrix.shape[-1]) != prefix + grid[0] * grid[1]:
     raise ValueError(f'{tokens} tokens are not {prefix} prefix token(s) and '
                      f'a {grid[0]}x{grid[1]} patch grid.')
   if not 0 <= query < prefix:
@@ -52,8 +51,7 @@ def mean_attention_distance(attention: np.ndarray, grid: tuple[int, int],
                             prefix: int | None = None) -> np.ndarray:
   """Mean attention distance in pixels of each head (the paper's Figure 7)."""
   attention = np.asarray(attention, np.float64)
-  num_patches = grid[0] * grid[1]
-  tokens = attention.shape[-1]
+  num_patches, tokens = grid[0] * grid[1], attention.shape[-1]
   if tokens < num_patches:
     raise ValueError(f'{tokens} tokens cannot hold a '
                      f'{grid[0]}x{grid[1]} patch grid.')
@@ -87,8 +85,7 @@ def position_embedding_similarity(position_embeddings: np.ndarray,
   """(h, w, h, w) cosine similarity of the patch positions' embeddings."""
   table = np.asarray(position_embeddings).reshape(-1,
                                                   position_embeddings.shape[-1])
-  num_patches = grid[0] * grid[1]
-  if len(table) < num_patches:
+  if len(table) < (num_patches := grid[0] * grid[1]):
     raise ValueError(f'{len(table)} position embeddings cannot cover a '
                      f'{grid[0]}x{grid[1]} patch grid.')
   table = table[len(table) - num_patches:]
@@ -104,8 +101,7 @@ def similarity_to_centre(similarity: np.ndarray) -> np.ndarray:
 def similarity_distance_correlation(similarity: np.ndarray) -> float:
   """Pearson correlation of two positions' similarity with their distance."""
   h, w = similarity.shape[:2]
-  distances = _patch_distances((h, w), 1)
-  pairs = ~np.eye(h * w, dtype=bool)
+  distances, pairs = _patch_distances((h, w), 1), ~np.eye(h * w, dtype=bool)
   similarity = similarity.reshape(h * w, h * w)[pairs]
   return float(np.corrcoef(similarity, distances[pairs])[0, 1])
 
@@ -133,9 +129,8 @@ def shifted_patch_filters(kernel: np.ndarray, patch_size: int,
   features, width = kernel.shape
   per_copy, remainder = divmod(features, patch_size * patch_size * 5)
   if remainder or not per_copy:
-    raise ValueError(f'A ({features}, {width}) kernel is not over '
-                     f'{patch_size}x{patch_size} patches of 5 copies of the '
-                     'image.')
+    raise ValueError(f'A ({features}, {width}) kernel is not over {patch_size}x'
+                     f'{patch_size} patches of 5 copies of the image.')
   if norm_scale is not None:  # its centring and bias are not linear in pixels
     kernel = kernel * np.asarray(norm_scale, np.float64).reshape(-1, 1)
   return kernel.reshape(patch_size, patch_size, 5, per_copy, width)[:, :, 0]

@@ -147,9 +147,8 @@ def position_table(model: models.VisionTransformer, params,
   if model.posemb == 'learned':
     encoder, embedding, table = names.POSITION_EMBEDDING_TABLE
     return params[encoder][embedding][table]
-  if model.posemb == 'sincos2d':
-    return np.asarray(position.posemb_sincos_2d(*grid, model.hidden_size))
-  return None
+  return (np.asarray(position.posemb_sincos_2d(*grid, model.hidden_size))
+          if model.posemb == 'sincos2d' else None)
 
 
 def embedding_filters(model: models.VisionTransformer,

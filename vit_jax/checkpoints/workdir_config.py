@@ -11,8 +11,7 @@ from vit_jax.checkpoints import reading
 
 
 def get_config(source: str) -> ml_collections.ConfigDict:
-  path = pathlib.Path(source)
-  if path.suffix != '.json':
+  if (path := pathlib.Path(source)).suffix != '.json':
     return ml_collections.ConfigDict(
         reading.saved_config(reading.run_directory(path)))
   try:

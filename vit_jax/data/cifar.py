@@ -24,8 +24,7 @@ _PIXELS = _SIDE * _SIDE * 3
 
 def _read_binary(path: pathlib.Path, label_bytes: int,
                  label_offset: int) -> ArraySource:
-  raw = np.fromfile(path, dtype=np.uint8)
-  record = label_bytes + _PIXELS
+  raw, record = np.fromfile(path, dtype=np.uint8), label_bytes + _PIXELS
   if raw.size == 0 or raw.size % record:
     raise DatasetError(f'{path} is not a CIFAR binary file: {raw.size} '
                        f'bytes is not a multiple of the {record}-byte record.')
@@ -129,8 +128,7 @@ def _class_names(name: str, root: pathlib.Path) -> tuple[str, ...]:
 def load_cifar(name: str, data_dir: pathlib.Path,
                train_per_file: int = 0) -> Dataset:
   """CIFAR-10/100 from `data_dir`; `train_per_file` > 0 keeps as many."""
-  found = _find(name, data_dir)
-  if found is None:
+  if (found := _find(name, data_dir)) is None:
     binary, python = (f[0] for f in _FORMATS[name])
     raise DatasetError(
         f'No {name} found in {data_dir} (looked for {binary}/ and {python}/ '

@@ -48,8 +48,7 @@ def cache_dir() -> pathlib.Path:
 def fetch(name: str, cache: pathlib.Path) -> pathlib.Path:
   """`cache/<folder>` of release `name`, downloaded unless it is there."""
   release = RELEASES[name]
-  target = cache / release.folder
-  if target.is_dir():
+  if (target := cache / release.folder).is_dir():
     return target
   try:
     cache.mkdir(parents=True, exist_ok=True)

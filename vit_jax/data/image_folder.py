@@ -100,8 +100,7 @@ def _file_problem(path: pathlib.Path) -> str | None:
     # A file that starts and ends as a whole JPEG or PNG does is not decoded:
     # checking a folder costs little more than listing it.
     with open(path, 'rb') as f:
-      head = f.read(8)
-      size = f.seek(0, os.SEEK_END)
+      head, size = f.read(8), f.seek(0, os.SEEK_END)
       f.seek(max(size - 8, 0))
       tail = f.read()
     if not any(
@@ -259,8 +258,7 @@ def open_split(folder: pathlib.Path, dataset: Dataset,
   if not folder.is_dir():
     raise DatasetError(f'No folder {folder}: pass a folder holding one '
                        '<class>/ folder of images per class.')
-  class_names = _class_folders(folder)
-  if len(class_names) != dataset.num_classes:
+  if len(class_names := _class_folders(folder)) != dataset.num_classes:
     raise DatasetError(
         f'{folder} holds {_count(len(class_names), "class folder")}, but the '
         f'dataset has {dataset.num_classes} classes: give it one per class, '

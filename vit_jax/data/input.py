@@ -35,19 +35,15 @@ class Input(abc.ABC):
   default_steps_per_dispatch: int
 
   def __init__(self, dataset, config, mesh: jax.sharding.Mesh):
-    self.num_classes = dataset.num_classes
-    self.class_names = dataset.class_names
-    self.config = config
-    self.mesh = mesh
+    self.num_classes, self.class_names = dataset.num_classes, dataset.class_names
+    self.config, self.mesh = config, mesh
     self._policy = preprocess.device_policy(config)
     self.train_size = len(dataset.train)
     self._evaluated = {'test': dataset.test}
     if dataset.validation is not None:
       self._evaluated['validation'] = dataset.validation
     self._drawn = dataset.validation and identity(dataset.validation)
-    self.eval_sizes = {
-        split: len(examples) for split, examples in self._evaluated.items()
-    }
+    self.eval_sizes = {split: len(e) for split, e in self._evaluated.items()}
 
   @property
   def steps_per_dispatch(self) -> int:

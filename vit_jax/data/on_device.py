@@ -27,9 +27,7 @@ class OnDeviceInput(input_lib.Input):
     # resizes every image to config.image_size.
     held = [s for s in splits.values() if isinstance(s, sources.ArraySource)]
     size = held[0].images.shape[1] if held else config.image_size
-    self._arrays = {
-        name: sources.to_arrays(split, size) for name, split in splits.items()
-    }
+    self._arrays = {n: sources.to_arrays(s, size) for n, s in splits.items()}
     replicate = functools.partial(
         jax.tree.map, lambda a: sharding.replicate(a, self._replicated))
     evaluated = [self._arrays[name] for name in self.eval_sizes]

@@ -39,8 +39,7 @@ def class_counts(sizes: np.ndarray, count: int,
                        minlength=num_classes)
   left = np.asarray(sizes, np.int64) - 1
   shares, remainders = np.divmod((count - num_classes) * left, left.sum())
-  counts = 1 + shares
-  ties_drawn = rng.permutation(num_classes)
+  counts, ties_drawn = 1 + shares, rng.permutation(num_classes)
   largest_first = ties_drawn[np.argsort(-remainders[ties_drawn], kind='stable')]
   counts[largest_first[:count - counts.sum()]] += 1
   return counts
@@ -99,8 +98,7 @@ def _training_and_validation(dataset: Dataset,
                              config) -> tuple[Source, Source | None]:
   """The examples the run trains on, and those it holds out for validation."""
   kept, count = config.train_examples, config.validation_examples
-  trained = _chosen(dataset, 'train', kept, config.seed)
-  validation = None
+  trained, validation = _chosen(dataset, 'train', kept, config.seed), None
   if count and config.validation_dir:  # only the images drawn are read
     folder = config.validation_dir
     validation = image_folder.open_split(
@@ -137,8 +135,7 @@ def data_dir(config) -> pathlib.Path | None:
 
 def _local_data_dir(config) -> pathlib.Path:
   """`data_dir(config)`, which must be a readable directory."""
-  directory = data_dir(config)
-  if directory is None:
+  if (directory := data_dir(config)) is None:
     raise DatasetError(f'{config.dataset} is read from a local directory: pass '
                        f'--config.data_dir=DIR or set ${DATA_DIR_ENV}=DIR.')
   if directory.exists() and not directory.is_dir():

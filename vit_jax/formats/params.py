@@ -57,8 +57,7 @@ def is_stacked(params: Mapping[str, Any]) -> bool:
 def stack_blocks(params: Mapping[str, Any]) -> dict[str, Any]:
   """The official tree's blocks stacked as a scanned ViT's; others as is."""
   params = dict(flax.core.unfreeze(params))
-  encoder = dict(params.get(names.ENCODER, {}))
-  blocks = []
+  encoder, blocks = dict(params.get(names.ENCODER, {})), []
   while names.block_name(len(blocks)) in encoder:
     blocks.append(encoder.pop(names.block_name(len(blocks))))
   if not blocks:
@@ -166,8 +165,7 @@ def _fitted_position_table(table: np.ndarray, want: Any,
       return np.asarray(want)[:, i:i + 1].astype(table.dtype)
     return np.zeros((1, 1, want.shape[2]), table.dtype)
 
-  grid = table[:, len(theirs):]
-  if grid.shape[1] != want.shape[1] - len(ours):
+  if (grid := table[:, len(theirs):]).shape[1] != want.shape[1] - len(ours):
     notes.append(f'Resizing the position embeddings from {table.shape} to '
                  f'{want.shape}.')
     grid = resize_patch_grid(grid, want.shape[1] - len(ours))
@@ -222,8 +220,7 @@ def vit_architecture(params: Mapping[str, Any]) -> dict | None:
   """A ViT's registry fields from its shapes; None for another model."""
   official = jax.eval_shape(unstack_blocks, params)
   shapes = _shapes(official, 'the parameters')
-  norm = names.path(names.ENCODER_NORM_SCALE)
-  if norm not in shapes:
+  if (norm := names.path(names.ENCODER_NORM_SCALE)) not in shapes:
     return None
   block = f'{names.ENCODER}/{names.block_name(0)}/'
   query = shapes.get(f'{block}{names.ATTENTION}/query/kernel')

@@ -156,19 +156,18 @@ def write(
     class_names: tuple[str, ...] = ()
 ) -> None:
   """timm's hub folder in `directory`; `pixels`: the training (mean, std)."""
+  stages, factor = model.resnet_stages, model.resnet_width_factor
+  built = ', '.join(map(str, list(_HYBRID_FACTORIES)[:-1]))
+  # timm's MLP width: int(hidden_size * mlp_ratio).
+  rounded = int(model.hidden_size * (model.mlp_dim / model.hidden_size))
+  other_stem = stages is not None and (tuple(stages) not in _HYBRID_FACTORIES or
+                                       factor != 1)
   vit_model.check_exportable(
       model, NAME, {
-          **vit_model.folder_lacks(model), f'MLP of width {model.mlp_dim} (timm builds int(width x '
-          'mlp_ratio), which rounds it down)':
-              int(model.hidden_size *
-                  (model.mlp_dim / model.hidden_size)) != model.mlp_dim,
-          f'hybrid of ResNet stages {model.resnet_stages} and width factor '
-          f'{model.resnet_width_factor} (its factories build stages '
-          f'{", ".join(map(str, list(_HYBRID_FACTORIES)[:-1]))} or none, of '
-          'width factor 1)':
-              model.resnet_stages is not None and
-              (tuple(model.resnet_stages) not in _HYBRID_FACTORIES or
-               model.resnet_width_factor != 1),
+          **vit_model.folder_lacks(model), f'MLP of width {model.mlp_dim} (timm builds int(width x mlp_ratio), '
+          'which rounds it down)': rounded != model.mlp_dim,
+          f'hybrid of ResNet stages {stages} and width factor {factor} (its '
+          f'factories build stages {built} or none, of width factor 1)': other_stem,
       })
   hub_config = config(model, image_size, pixels)
   if class_names:  # as timm's push_to_hf_hub writes them
@@ -179,8 +178,7 @@ def write(
 
 def pixels(path: pathlib.Path) -> tuple[tuple, tuple]:
   """The (mean, std) of the hub folder's config.json, else [-1, 1]."""
-  config_dict = vit_model.folder_config(path, 'config.json')
-  if config_dict is None:
+  if (config_dict := vit_model.folder_config(path, 'config.json')) is None:
     return vit_model.RELEASED_PIXELS
   source = str(pathlib.Path(path) / 'config.json')
   pretrained = config_dict.get('pretrained_cfg', config_dict)
@@ -193,8 +191,7 @@ def pixels(path: pathlib.Path) -> tuple[tuple, tuple]:
 def class_names(path: pathlib.Path) -> tuple[str, ...]:
   """The folder's `label_names`, each as its `label_descriptions` says it."""
   config_dict = vit_model.folder_config(path, 'config.json') or {}
-  names = config_dict.get('label_names')
-  if not isinstance(names, list):
+  if not isinstance(names := config_dict.get('label_names'), list):
     return ()
   described = config_dict.get('label_descriptions')
   described = described if isinstance(described, dict) else {}

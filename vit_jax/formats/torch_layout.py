@@ -49,9 +49,8 @@ def _theirs(key: str, array):
   if array.ndim == 4:
     return array.transpose(3, 2, 0, 1)
   # The attention's output projection has its heads on the input side.
-  if key.endswith('/out/kernel'):
-    return array.reshape(-1, array.shape[-1]).T
-  return array.reshape(array.shape[0], -1).T
+  return (array.reshape(-1, array.shape[-1]).T if key.endswith('/out/kernel')
+          else array.reshape(array.shape[0], -1).T)
 
 
 def _ours(key: str, array, shape: tuple[int, ...]):

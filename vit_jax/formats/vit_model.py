@@ -17,8 +17,7 @@ RELEASED_PIXELS = ((0.5, 0.5, 0.5), (0.5, 0.5, 0.5))
 
 def folder_config(path: pathlib.Path, name: str) -> dict | None:
   """The JSON object `name` in the checkpoint folder `path`, or None."""
-  config_file = pathlib.Path(path) / name
-  if not config_file.is_file():
+  if not (config_file := pathlib.Path(path) / name).is_file():
     return None
   try:
     config = json.loads(config_file.read_text())
@@ -95,8 +94,7 @@ def _head_fields(params: Mapping[str, Any], source: str) -> dict:
 def model_for(params: Mapping[str, Any], *, model_name: str | None = None,
               source: str) -> tuple[models.VisionTransformer, int]:
   """The ViT that applies `params`, `model_name`'s if given; its image size."""
-  architecture = params_lib.vit_architecture(params)
-  if architecture is None:
+  if (architecture := params_lib.vit_architecture(params)) is None:
     raise CheckpointError(f'{source} holds no ViT: it has no '
                           f'{names.path(names.ENCODER_NORM_SCALE)}.')
   fields = _head_fields(params, source)
@@ -143,8 +141,7 @@ def table_image_size(num_tokens: int, model: models.VisionTransformer,
 
 def _image_size(params, model: models.VisionTransformer, source: str) -> int:
   encoder, embedding, table = names.POSITION_EMBEDDING_TABLE
-  table = params.get(encoder, {}).get(embedding, {}).get(table)
-  if table is None:
+  if (table := params.get(encoder, {}).get(embedding, {}).get(table)) is None:
     raise CheckpointError(
         f'{source} has no learned position embeddings '
         f'({names.path(names.POSITION_EMBEDDING_TABLE)}), so nothing tells '

@@ -130,8 +130,8 @@ def create_model(name: str, num_classes: int, **overrides) -> nn.Module:
   # (`--config.model_overrides.num_layers=abc` arrives as a string).
   defaults = default_fields(name)
   for field, value in overrides.items():
-    default = defaults.get(field)
-    if type(default) not in _KINDS:  # None, tuples, dtypes: the model checks
+    # A default of None, a tuple or a dtype: the model checks the value.
+    if type(default := defaults.get(field)) not in _KINDS:
       continue
     kind, accepted = _KINDS[type(default)]
     # A bool is a numbers.Integral, yet no value for a number field.

@@ -50,8 +50,7 @@ class ResidualUnit(nn.Module):
 
   @nn.compact
   def __call__(self, x: jax.Array) -> jax.Array:
-    out = 4 * self.features
-    shortcut = x
+    out, shortcut = 4 * self.features, x
     if x.shape[-1] != out or self.strides != 1:
       shortcut = StdConv(out, 1, self.strides, self.dtype, name='conv_proj')(x)
       shortcut = _group_norm(shortcut, 'gn_proj', self.dtype)

@@ -49,9 +49,8 @@ class VisionTransformer(nn.Module):
   @property
   def effective_patch_size(self) -> int:
     """Side in image pixels of each token's square (16 for R50+ViT-B_16)."""
-    if self.resnet_stages is None:
-      return self.patch_size
-    return resnet.stem_stride(self.resnet_stages) * self.patch_size
+    return (self.patch_size if self.resnet_stages is None else
+            resnet.stem_stride(self.resnet_stages) * self.patch_size)
 
   @property
   def prefix_tokens(self) -> tuple[str, ...]:
@@ -62,8 +61,7 @@ class VisionTransformer(nn.Module):
 
   def check_image_size(self, height: int, width: int) -> None:
     """Raises ValueError unless the patches tile a height x width image."""
-    size = self.effective_patch_size
-    if height % size or width % size:
+    if height % (size := self.effective_patch_size) or width % size:
       factor = f'the patch size {self.patch_size}'
       if self.resnet_stages is not None:
         factor = (f'{size}, the ResNet stem\'s stride '

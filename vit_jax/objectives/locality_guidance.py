@@ -45,8 +45,7 @@ class GuidedViT(ViTWrapper):
                return_out: bool = False):
     logits, out = self.vit(images, train=train, return_out=True)
     size = self.vit.effective_patch_size
-    grid = (images.shape[1] // size, images.shape[2] // size)
-    maps = []
+    grid, maps = (images.shape[1] // size, images.shape[2] // size), []
     for k, (block, width) in enumerate(zip(self.blocks, self.widths)):
       patches = out['blocks'][block][:, len(self.vit.prefix_tokens):]
       patches = patches.reshape(patches.shape[0], *grid, patches.shape[-1])

@@ -47,8 +47,7 @@ def replace_atomically(path: pathlib.Path, write: Writer) -> None:
 
 def replace_together(writes: dict[pathlib.Path, Writer]) -> None:
   """Each `write(partial)`, then every partial renamed into place."""
-  partials = {}
-  mode = 0o666 & ~_umask()
+  partials, mode = {}, 0o666 & ~_umask()
   try:
     for path, write in writes.items():
       partial = partials[path] = partial_path(pathlib.Path(path))

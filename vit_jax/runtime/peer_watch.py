@@ -77,8 +77,7 @@ def watch(timeout: float) -> None:
         end_lost('process 0 (the coordinator)', errors.first_line(e, 160))
       now = time.monotonic()
       for peer in range(count):
-        value = beats.get(f'{_KEY}{peer}')
-        if value != last[peer][0]:
+        if (value := beats.get(f'{_KEY}{peer}')) != last[peer][0]:
           last[peer] = (value, now)
         elif not _leaving and _too_long(silent := now - last[peer][1]):
           end_lost(f'process {peer}', f'no sign of life for {silent:.0f} s')
@@ -87,8 +86,7 @@ def watch(timeout: float) -> None:
   def judge_the_coordinator():  # the beats may wait on it for ever
     while not _leaving:
       time.sleep(period)
-      silent = _coordinator_silence()
-      if _too_long(silent):
+      if _too_long(silent := _coordinator_silence()):
         end_lost('process 0 (the coordinator)', f'no answer for {silent:.0f} s')
 
   threading.Thread(target=beat_and_read, daemon=True,
@@ -110,8 +108,7 @@ def _catch_coordinator_abort(coordinator_address: str) -> None:
     # A killed process's socket may accept for a while as it dies: ask again.
     deadline = time.monotonic() + 4 * _watching[1] + 1
     while time.monotonic() < deadline:
-      silent = _coordinator_silence()
-      if silent > 2 * _watching[1]:
+      if (silent := _coordinator_silence()) > 2 * _watching[1]:
         end_lost('process 0 (the coordinator)', f'no answer for {silent:.0f} s')
       try:
         socket.create_connection((host, int(port)), timeout=1).close()

@@ -34,8 +34,7 @@ class Preemption:
     if self._multi_process:
       stop_signals.hand_on_to_jax()
     # For a script calling train_and_evaluate, caught here until `close`.
-    self._caught_here = stop_signals.catch()
-    self._calls = 0
+    self._caught_here, self._calls = stop_signals.catch(), 0
 
   @property
   def signal_name(self) -> str:

@@ -34,8 +34,7 @@ MIN_ELEMENTS_TO_SHARD = 2**14
 def _fsdp_sharding(shape: tuple[int, ...],
                    mesh: jax.sharding.Mesh) -> jax.sharding.NamedSharding:
   """Split on the largest axis `fsdp` divides (big_vision's rule), else none."""
-  shards = dict(mesh.shape).get('fsdp', 1)
-  spec = [None] * len(shape)
+  shards, spec = dict(mesh.shape).get('fsdp', 1), [None] * len(shape)
   if shards > 1 and math.prod(shape) >= MIN_ELEMENTS_TO_SHARD:
     for axis in sorted(range(len(shape)), key=lambda a: -shape[a]):
       if shape[axis] % shards == 0:

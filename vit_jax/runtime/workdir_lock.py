@@ -61,11 +61,9 @@ class WorkdirLock:
   def __init__(self, workdir: pathlib.Path):
     self.workdir = pathlib.Path(workdir)
     self.path = self.workdir / LOCK_FILE
-    self._fd = None
-    self._flocked = False
+    self._fd, self._flocked, self._renewing = None, False, None
     self._created: list[pathlib.Path] = []
     self._stop_renewing = threading.Event()
-    self._renewing = None
 
   def acquire(self) -> None:
     """Takes the lock (creating the workdir), or raises WorkdirError."""

@@ -84,8 +84,7 @@ def _remove_unreadable(message, category, filename, lineno, file=None,
                        line=None):
   """A `warnings.showwarning` that removes the entries jax fails to use."""
   # jax never replaces an entry: one it cannot read is compiled every run.
-  entry = _ENTRY.match(str(message))
-  path = jax.config.jax_compilation_cache_dir
+  entry, path = _ENTRY.match(str(message)), jax.config.jax_compilation_cache_dir
   if entry is None or not path:
     _show_warning(message, category, filename, lineno, file, line)
     return

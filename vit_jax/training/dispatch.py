@@ -24,10 +24,8 @@ class Dispatcher:
   """Runs train steps in calls of `compiled.train` over stacked batches."""
 
   def __init__(self, compiled: steps.CompiledSteps, inputs, key: jax.Array):
-    self._train = compiled.train
-    self._per_call = compiled.steps_per_dispatch
-    self._inputs = inputs
-    self._key = key
+    self._train, self._per_call = compiled.train, compiled.steps_per_dispatch
+    self._inputs, self._key = inputs, key
     self._calls: list[_Call] = []  # in flight, oldest first
     self._seconds_per_step = None  # of the newest call finished
     self._agreed = 1  # a multi-process job's steps a call, as of its drain

@@ -23,9 +23,8 @@ TENSORBOARD_TAGS = dict(
 
 def _json_line(record: dict) -> str:
   finite = {
-      name: None
-            if isinstance(value, float) and not math.isfinite(value) else value
-      for name, value in record.items()
+      k: None if isinstance(v, float) and not math.isfinite(v) else v
+      for k, v in record.items()
   }
   return json.dumps(finite, allow_nan=False) + '\n'
 

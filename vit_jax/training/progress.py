@@ -45,8 +45,7 @@ class StartupClock:
   """The seconds of each start-up phase, `imports` from the process's start."""
 
   def __init__(self):
-    self._last = time.perf_counter()
-    self.phases = {}
+    self._last, self.phases = time.perf_counter(), {}
     try:  # the wall seconds since this process started (Linux)
       with open('/proc/self/stat') as stat, open('/proc/uptime') as uptime:
         # Field 22, the start in clock ticks after boot; the name before it,
@@ -78,14 +77,12 @@ class Throughput:
 
   def __init__(self, start_step: int, batch_size: int,
                train_flops_per_image: float, peak: float | None):
-    self._loop_start = self._interval_start = time.perf_counter()
+    now = time.perf_counter()
+    self._loop_start = self._interval_start = self._last_record = now
     self._start_step = self._interval_step = start_step
-    self._batch_size = batch_size
-    self._excluded = 0.0
+    self._batch_size, self._peak = batch_size, peak
     self._flops_per_image = train_flops_per_image
-    self._peak = peak
-    self._last_record = self._loop_start
-    self._phases = {}
+    self._excluded, self._phases = 0.0, {}
 
   @contextlib.contextmanager
   def timed(self, phase: str):

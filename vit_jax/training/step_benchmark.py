@@ -59,8 +59,7 @@ def median_seconds(run, steps: int, warmup: int = 2) -> float:
 
 def _memory_mb(compiled) -> dict[str, float]:
   """XLA's estimate of one device's memory while the step runs."""
-  analysis = compiled.memory_analysis()
-  if analysis is None:
+  if (analysis := compiled.memory_analysis()) is None:
     return {}
   total = (analysis.argument_size_in_bytes + analysis.output_size_in_bytes +
            analysis.temp_size_in_bytes - analysis.alias_size_in_bytes)
@@ -94,8 +93,7 @@ class StepBenchmark:
   def __init__(self, config: ml_collections.ConfigDict, num_classes: int = 10,
                memory_only: bool = False, evaluate: bool = True):
     config_schema.validate(config, jax.device_count())
-    self.config = config
-    self.module = models.from_config(config, num_classes)
+    self.config, self.module = config, models.from_config(config, num_classes)
     self.mesh = sharding.make_mesh(config.fsdp)
     self.replicated = sharding.replicated(self.mesh)
     tx = optimizer.create_optimizer(config, lambda step: 1e-3)
@@ -111,8 +109,7 @@ class StepBenchmark:
                                      config, self.mesh)
     indices = np.arange(batch_size, dtype=np.int32)
     self.indices, self.mask = next(self.inputs.eval_batches('test'))
-    self.key = jax.random.key(1)
-    start = time.perf_counter()
+    self.key, start = jax.random.key(1), time.perf_counter()
     self.compiled = steps.compile_steps(config, self.inputs, self.state,
                                         self.key, evaluate=evaluate)
     self.compile_seconds = time.perf_counter() - start

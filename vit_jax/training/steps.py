@@ -280,8 +280,7 @@ def compile_steps(config, inputs, state: TrainState, key,
                   objective: losses.Objective = losses.classification,
                   evaluate: bool = True) -> CompiledSteps:
   """Both steps compiled for `inputs`' batches; `state` may be shapes."""
-  start = time.perf_counter()
-  options = compiler_options(config)
+  start, options = time.perf_counter(), compiler_options(config)
   replicated = sharding.replicated(inputs.mesh)
   per_call = inputs.steps_per_dispatch
   # The state leaves each step where it came in, sharded or not.

@@ -49,8 +49,7 @@ def _check_finite(record: dict, step: int, checkpoints, history: list[dict]):
 
 def _what_is_kept(checkpoints, history: list[dict]) -> str:
   """The newest checkpoint, its train loss, and advice this workdir allows."""
-  latest = checkpoints.latest_step()
-  if latest is None:
+  if (latest := checkpoints.latest_step()) is None:
     return ('No checkpoint had been saved yet: rerun with a lower '
             'config.learning_rate or with config.grad_clip_norm set.')
   kept = f'Kept: the newest checkpoint, step {latest} in {checkpoints.directory}'
@@ -232,8 +231,7 @@ def _train_and_evaluate(config, workdir: pathlib.Path,
       if step % plan.log_every == 0 or last:
         with throughput.timed('steps'):
           dispatcher.drain()  # the steps' time is training time
-        train = steps.averages(sums)
-        sums = steps.zero_sums(replicated)
+        train, sums = steps.averages(sums), steps.zero_sums(replicated)
         # The learning rate the last step trained at.
         record.update(train_loss=train['loss'],
                       train_accuracy=train['accuracy'],
@@ -280,8 +278,7 @@ def _train_and_evaluate(config, workdir: pathlib.Path,
 
   # The summary; a run that trained no step here keeps its own as it was:
   # the machine, the FLOPs rule and the checkout that trained it.
-  earlier = workdir / 'summary.json'
-  if not trains and earlier.is_file():
+  if not trains and (earlier := workdir / 'summary.json').is_file():
     return json.loads(earlier.read_text())
   source = {**provenance.describe(read, code), 'startup_seconds': clock.phases}
   return _write_summary(workdir, history, config.batch_size * flops_per_image,

@@ -95,8 +95,7 @@ class MultiHeadSelfAttention(nn.Module):
     wo, bo = projection('out', (heads, head_dim, hidden), (hidden,), 2)
     x = x.astype(self.dtype)
 
-    attention = self._implementation(head_dim)
-    if attention in fused_attention.KERNELS:
+    if (attention := self._implementation(head_dim)) in fused_attention.KERNELS:
       q, k, v = project_qkv(x, ((wq, bq), (wk, bk), (wv, bv)), 'bthe')
       kernel, token_multiple = fused_attention.KERNELS[attention]
       out = fused_attention.attend(q, k, v, scale=head_dim**-0.5,

@@ -30,8 +30,7 @@ def attend(query: jax.Array, key: jax.Array, value: jax.Array, *, scale: float,
            token_multiple: int = CUDNN_TOKEN_MULTIPLE) -> jax.Array:
   """softmax(q k^T * scale) v, tokens padded to `token_multiple`, masked."""
   batch, tokens = query.shape[:2]
-  padded = -(-tokens // token_multiple) * token_multiple
-  if padded == tokens:
+  if (padded := -(-tokens // token_multiple) * token_multiple) == tokens:
     return jax.nn.dot_product_attention(query, key, value, scale=scale,
                                         implementation=implementation)
   widths = ((0, 0), (0, padded - tokens), (0, 0), (0, 0))

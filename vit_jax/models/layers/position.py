@@ -54,5 +54,4 @@ class AddSincos2dPositionEmbs(nn.Module):
     # The encoder passes the grid its patch tokens were cut into.
     prefix = tokens.shape[1] - h * w
     embedding = posemb_sincos_2d(h, w, tokens.shape[2], dtype=tokens.dtype)
-    embedding = jnp.pad(embedding, ((0, 0), (prefix, 0), (0, 0)))
-    return tokens + embedding
+    return tokens + jnp.pad(embedding, ((0, 0), (prefix, 0), (0, 0)))
