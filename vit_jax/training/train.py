@@ -108,6 +108,8 @@ def _train_and_evaluate(config, workdir: pathlib.Path,
   checkpoints = run_checkpoints.RunCheckpoints(
       workdir / 'checkpoints', config.keep_checkpoints,
       plan_lib.checkpoint_min_seconds(config))
+  # Listed alike by every process, so that each takes the branches below alike.
+  checkpoints.steps_every_process_lists()
   if not checkpoints.steps() and (workdir / 'summary.json').exists():
     raise WorkdirError(
         f'{workdir} holds the summary.json of a finished run but none of its '
