@@ -425,6 +425,13 @@ _SEEN_OTHERWISE = {
          'read other values from config.init_from={reference} than process 0: '
          'every host must read the same files (a shared filesystem without '
          'stale caches, or identical copies). Start the job again.'),
+    'a read error': (_R.replace('steps = R.steps', 'read = R._restore') +
+                     'R._restore = lambda s, i, *a: read(s, i - (i == max('
+                     's.steps())) * 10**6, *a)', [], 'restored another '
+                     'checkpoint from {workdir}/checkpoints than process 0 '
+                     '(process {process_id} restored step {step}): every host '
+                     'must read the same files there (a shared filesystem '
+                     'without stale caches). Start the job again.'),
     'another config': ("sys.argv.append('--config.learning_rate=0.5')", [],
                        'run another config or commit than process 0: start '
                        'every process with the same flags, from the same '
@@ -438,7 +445,7 @@ def test_a_host_that_sees_otherwise_stops_the_job_in_one_line_before_it_trains(
     run, monkeypatch, seen):
   """Where replicas would train apart, or wait on each other for ever."""
   on_process_1, flags, said = _SEEN_OTHERWISE[seen]
-  if seen == 'a stale checkpoint listing':
+  if seen in ('a stale checkpoint listing', 'a read error'):
     shutil.copytree(run.reference, run.workdir)
   saved = helpers.steps_saved(run.workdir)
   (run.tmp_path / 'sitecustomize.py'
@@ -450,12 +457,13 @@ def test_a_host_that_sees_otherwise_stops_the_job_in_one_line_before_it_trains(
       *(flag.format(reference=run.reference) for flag in flags))
   assert helpers.wait_all(processes, timeout=120) == [1, 1]
   for process_id, log in enumerate(logs):
-    # Process 1 lists the newest checkpoint's step less, or best step 4 more.
+    # Process 1 lists (or restores) the newest checkpoint's step less, or best
+    # step 4 more.
     steps = saved[:-1] or [4] if process_id else saved
     assert _error_lines(log.read_text()) == [
-        'error: Process(es) [1] ' +
-        said.format(workdir=run.workdir, reference=run.reference,
-                    process_id=process_id, steps=steps)
+        'error: Process(es) [1] ' + said.format(
+            workdir=run.workdir, reference=run.reference, process_id=process_id,
+            steps=steps, step=steps and steps[-1])
     ]
   assert helpers.steps_saved(run.workdir) == saved
 

@@ -180,6 +180,15 @@ class RunCheckpoints(contextlib.AbstractContextManager):
               _unrestorable(e))
           damaged.append(step)
         continue
+      # A read that failed on some hosts only (a stale cache, a transient
+      # error): set nothing aside, and train no replica from another state.
+      if differ := distributed.processes_that_differ([np.array(step)]):
+        raise CheckpointError(
+            f'Process(es) {differ} restored another checkpoint from '
+            f'{self.directory} than process 0 (process {jax.process_index()} '
+            f'restored step {step}): every host must read the same files '
+            'there (a shared filesystem without stale caches). Start the job '
+            'again.')
       if damaged and not self._reading:
         # Set aside as `<step>.unrestorable`: orbax saves no step below its
         # latest.
