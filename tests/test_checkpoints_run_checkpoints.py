@@ -143,9 +143,8 @@ def test_a_reader_verifies_as_the_trainer_does_and_changes_nothing(
   caplog.set_level(logging.WARNING)
   directory = tmp_path / 'checkpoints'
   _saved_steps(directory, [2, 4])
-  reader = RunCheckpoints(directory)
   # Sound: everything as saved, on one device, and not a warning.
-  restored = reader.restore_latest()
+  restored = (reader := RunCheckpoints(directory)).restore_latest()
   assert restored.step == 4 and caplog.messages == []
   np.testing.assert_array_equal(restored.state['w'], np.full((3, 4), 4.0))
   assert restored.state['w'].sharding.device_set == {jax.devices()[0]}

@@ -26,6 +26,7 @@ from vit_jax.errors import DatasetError
 from vit_jax.errors import TrainingDivergedError
 from vit_jax.errors import WorkdirError
 from vit_jax.runtime import command
+from vit_jax.runtime import distributed
 from vit_jax.runtime import preemption
 from vit_jax.training import train
 
@@ -176,8 +177,7 @@ def test_a_second_run_is_refused_and_the_first_killed_mid_epoch_resumes_identica
   winner = processes[1 - loser]
   output = run.output(f'log{loser}')
   assert processes[loser].returncode == 1, output[-3000:]
-  assert len(_error_lines(output)) == 1
-  assert _error_lines(output)[0].startswith(
+  assert len(_error_lines(output)) == 1 and _error_lines(output)[0].startswith(
       f'error: The workdir {run.workdir} is in use by another run (process '
       f'{winner.pid} on ')
   assert 'Traceback' not in output
@@ -405,38 +405,42 @@ def test_a_resumed_two_process_job_signalled_at_start_up_stops_before_training(
 # What process 1 of a job sees otherwise (its sitecustomize.py changes it),
 # the job's flags, and the line each process ends with.
 _R = ('from vit_jax.checkpoints.run_checkpoints import RunCheckpoints as R\n'
-      'steps = R.steps\n')
+      'steps, read = R.steps, R._restore\n')
 _LISTED = ('list other checkpoints in {workdir}/%s than process 0 (process '
-           '{process_id} lists steps {steps}): every host must see the same '
-           'files there (a shared filesystem without stale caches). Start the '
-           'job again.')
+           '{process_id} lists steps {steps}): ' +
+           distributed.SEE_THE_SAME_FILES)
+# yapf: disable
 _SEEN_OTHERWISE = {
-    'a stale checkpoint listing':
-        (_R + 'R.steps = lambda *a, **k: steps(*a, **k)[:-1]', [],
-         _LISTED % 'checkpoints'), 'a stale best checkpoint listing':
-             (_R + 'R.steps = lambda s, *a, **k: steps(s, *a, **k) + [4] * '
-              "(s.directory.name == 'best_checkpoint')", [
-                  '--config.keep_best_checkpoint=True'
-              ], _LISTED % 'best_checkpoint'),
-    'another init_from file':
-        ('import jax\nfrom vit_jax.training import finetune as f\n'
-         'read = f._read\nf._read = lambda c: jax.tree.map(lambda x: x + 1, '
-         'read(c))', ['--config.init_from={reference}'],
-         'read other values from config.init_from={reference} than process 0: '
-         'every host must read the same files (a shared filesystem without '
-         'stale caches, or identical copies). Start the job again.'),
-    'a read error': (_R.replace('steps = R.steps', 'read = R._restore') +
-                     'R._restore = lambda s, i, *a: read(s, i - (i == max('
-                     's.steps())) * 10**6, *a)', [], 'restored another '
-                     'checkpoint from {workdir}/checkpoints than process 0 '
-                     '(process {process_id} restored step {step}): every host '
-                     'must read the same files there (a shared filesystem '
-                     'without stale caches). Start the job again.'),
-    'another config': ("sys.argv.append('--config.learning_rate=0.5')", [],
-                       'run another config or commit than process 0: start '
-                       'every process with the same flags, from the same '
-                       'checkout.'),
+    'a stale checkpoint listing': (
+        _R + 'R.steps = lambda *a, **k: steps(*a, **k)[:-1]', [],
+        _LISTED % 'checkpoints'),
+    'a stale best checkpoint listing': (
+        _R + 'R.steps = lambda s, *a, **k: steps(s, *a, **k) + [4] * '
+        "(s.directory.name == 'best_checkpoint')",
+        ['--config.keep_best_checkpoint=True'], _LISTED % 'best_checkpoint'),
+    'a read error': (
+        _R + 'R._restore = lambda s, i, *a: read(s, i - (i == max(s.steps()))'
+        ' * 10**6, *a)', [], 'restored another checkpoint from {workdir}/'
+        'checkpoints than process 0 (process {process_id} restored step '
+        '{step}): ' + distributed.SEE_THE_SAME_FILES),
+    'a stale config.json': (
+        'from vit_jax.runtime import files\nfiles.read_json = lambda p, r='
+        "files.read_json: (None, '') if p.name == 'config.json' else r(p)", [],
+        'read another {workdir}/config.json than process 0: ' +
+        distributed.SEE_THE_SAME_FILES),
+    'another init_from file': (
+        'import jax\nfrom vit_jax.training import finetune as f\n'
+        'read = f._read\nf._read = lambda c: jax.tree.map(lambda x: x + 1, '
+        'read(c))', ['--config.init_from={reference}'],
+        'read other values from config.init_from={reference} than process 0: '
+        'every host must read the same files (a shared filesystem without '
+        'stale caches, or identical copies). Start the job again.'),
+    'another config': (
+        "sys.argv.append('--config.learning_rate=0.5')", [],
+        'run another config or commit than process 0: start every process '
+        'with the same flags, from the same checkout.'),
 }
+# yapf: enable
 
 
 @pytest.mark.slow  # 25 s each
@@ -445,7 +449,7 @@ def test_a_host_that_sees_otherwise_stops_the_job_in_one_line_before_it_trains(
     run, monkeypatch, seen):
   """Where replicas would train apart, or wait on each other for ever."""
   on_process_1, flags, said = _SEEN_OTHERWISE[seen]
-  if seen in ('a stale checkpoint listing', 'a read error'):
+  if '{workdir}/c' in said:  # of its checkpoints or config.json: resumes
     shutil.copytree(run.reference, run.workdir)
   saved = helpers.steps_saved(run.workdir)
   (run.tmp_path / 'sitecustomize.py'
@@ -457,8 +461,7 @@ def test_a_host_that_sees_otherwise_stops_the_job_in_one_line_before_it_trains(
       *(flag.format(reference=run.reference) for flag in flags))
   assert helpers.wait_all(processes, timeout=120) == [1, 1]
   for process_id, log in enumerate(logs):
-    # Process 1 lists (or restores) the newest checkpoint's step less, or best
-    # step 4 more.
+    # Process 1 lists or restores a step less, or lists best step 4 more.
     steps = saved[:-1] or [4] if process_id else saved
     assert _error_lines(log.read_text()) == [
         'error: Process(es) [1] ' + said.format(

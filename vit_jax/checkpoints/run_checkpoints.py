@@ -150,9 +150,7 @@ class RunCheckpoints(contextlib.AbstractContextManager):
       raise CheckpointError(
           f'Process(es) {differ} list other checkpoints in {self.directory} '
           f'than process 0 (process {jax.process_index()} lists steps '
-          f'{steps}): every host must see the '
-          'same files there (a shared filesystem without stale caches). '
-          'Start the job again.')
+          f'{steps}): {distributed.SEE_THE_SAME_FILES}')
     return steps
 
   def restore_latest(self, state_shapes=None,
@@ -186,9 +184,7 @@ class RunCheckpoints(contextlib.AbstractContextManager):
         raise CheckpointError(
             f'Process(es) {differ} restored another checkpoint from '
             f'{self.directory} than process 0 (process {jax.process_index()} '
-            f'restored step {step}): every host must read the same files '
-            'there (a shared filesystem without stale caches). Start the job '
-            'again.')
+            f'restored step {step}): {distributed.SEE_THE_SAME_FILES}')
       if damaged and not self._reading:
         # Set aside as `<step>.unrestorable`: orbax saves no step below its
         # latest.

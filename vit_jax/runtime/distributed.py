@@ -26,6 +26,9 @@ DEFAULT_CPU_DEVICES = 4
 DEFAULT_LOST_PROCESS_TIMEOUT = 30
 # Seconds every process has to join the job: jax's default wait.
 DEFAULT_JOIN_TIMEOUT = 300
+# What to do when processes read a folder of the job's otherwise.
+SEE_THE_SAME_FILES = ('every host must see the same files there (a shared '
+                      'filesystem without stale caches). Start the job again.')
 
 
 def set_cpu_devices(count: int | None = None):

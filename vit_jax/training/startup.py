@@ -156,14 +156,23 @@ def pretrained_state(config, state, state_shapes, pretrained):
   return state
 
 
-def check_processes_agree(config, code: str | None):
-  """DistributedError unless every process runs `config` at commit `code`."""
+def check_processes_agree(config, code: str | None, workdir: pathlib.Path):
+  """DistributedError unless all share `config`, commit `code`, config.json."""
   run = np.frombuffer(f'{code} {config.to_json_best_effort()}'.encode(),
                       np.uint8)
   if differ := distributed.processes_that_differ([run]):
     raise DistributedError(
         f'Process(es) {differ} run another config or commit than process 0: '
         'start every process with the same flags, from the same checkout.')
+  # A host without it would rebuild it from a checkpoint, through a restore
+  # whose barrier the others never reach.
+  saved, _ = files.read_json(workdir / 'config.json')
+  if differ := distributed.processes_that_differ([
+      np.frombuffer(json.dumps(saved).encode(), np.uint8)
+  ]):
+    raise DistributedError(
+        f'Process(es) {differ} read another {workdir / "config.json"} than '
+        f'process 0: {distributed.SEE_THE_SAME_FILES}')
 
 
 def check_ema(config, state_shapes):

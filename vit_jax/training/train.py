@@ -104,7 +104,7 @@ def _train_and_evaluate(config, workdir: pathlib.Path,
   # same as every other process's; the workdir: a run there must be this
   # config's; config.init_from is read and checked before any data loads.
   code = provenance.commit()
-  startup.check_processes_agree(config, code)
+  startup.check_processes_agree(config, code, workdir)
   checkpoints = run_checkpoints.RunCheckpoints(
       workdir / 'checkpoints', config.keep_checkpoints,
       plan_lib.checkpoint_min_seconds(config))
