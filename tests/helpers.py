@@ -54,11 +54,10 @@ def write_cifar_binary(folder: pathlib.Path, files: dict, label_bytes=1):
 def cifar10_files(train, test) -> dict:
   """The binary release's files: `train` over five files, `test` in one."""
   images, labels = train
-  files = {
+  return {
       f'data_batch_{i}.bin': (images[part], labels[part])
       for i, part in enumerate(np.array_split(np.arange(len(labels)), 5), 1)
-  }
-  return {**files, 'test_batch.bin': test}
+  } | {'test_batch.bin': test}
 
 
 CIFAR10_CLASSES = ('airplane', 'automobile', 'bird', 'cat', 'deer', 'dog',
@@ -97,8 +96,7 @@ def write_image_folder(root: pathlib.Path, counts: dict, classes=('cat', 'dog'),
   """root/<split>/<class>/<i>.png: `counts[split]` a class (or a count a
   class), each `draw(rng, i, label)` (random 8x8); {split: (image, label)s}."""
   rng = np.random.default_rng(0)
-  draw = draw or (lambda rng, i, label: rng.integers(0, 256,
-                                                     (8, 8, 3), np.uint8))
+  draw = draw or (lambda rng, *_: rng.integers(0, 256, (8, 8, 3), np.uint8))
   written = {}
   for split, count in counts.items():
     per_class = count if isinstance(count, tuple) else (count,) * len(classes)
@@ -131,10 +129,8 @@ def prepare_tfds_array_record(data_dir: pathlib.Path, class_name: str,
 
   def split_generators(self, dl_manager):
     del dl_manager
-    return {
-        'train': self._generate_examples(num_train, 0),
-        'test': self._generate_examples(num_test, 1)
-    }
+    return dict(train=self._generate_examples(num_train, 0),
+                test=self._generate_examples(num_test, 1))
 
   def generate_examples(self, count, seed):
     del self
@@ -145,20 +141,18 @@ def prepare_tfds_array_record(data_dir: pathlib.Path, class_name: str,
 
   # No code_path: no checksums file to look up beside this module.
   builder_class = type(
-      class_name, (tfds.core.GeneratorBasedBuilder,), {
-          'VERSION': tfds.core.Version('1.0.0'), 'code_path': None,
-          '_info': info, '_split_generators': split_generators,
-          '_generate_examples': generate_examples,
-      })
+      class_name, (tfds.core.GeneratorBasedBuilder,),
+      dict(VERSION=tfds.core.Version('1.0.0'), code_path=None, _info=info,
+           _split_generators=split_generators,
+           _generate_examples=generate_examples))
   builder = builder_class(data_dir=str(data_dir), file_format='array_record')
   builder.download_and_prepare()
   return f'tfds:{builder.name}'
 
 
-TINY_MODELS = {
-    'vit': dict(num_layers=1, hidden_size=16, num_heads=2, mlp_dim=32,
-                patch_size=8), 'simple_cnn': dict(widths=(4, 4, 8, 8, 8)),
-}
+TINY_MODELS = dict(
+    vit=dict(num_layers=1, hidden_size=16, num_heads=2, mlp_dim=32,
+             patch_size=8), simple_cnn=dict(widths=(4, 4, 8, 8, 8)))
 
 
 def finished_run(directory: pathlib.Path, seed: int = 3, model: str = 'vit',
@@ -174,11 +168,10 @@ def finished_run(directory: pathlib.Path, seed: int = 3, model: str = 'vit',
     (directory / 'metrics.jsonl').write_text(''.join(
         json.dumps(record) + '\n' for record in history))
   (directory / 'summary.json').write_text(
-      json.dumps({
-          'best_test_accuracy': 0.514, 'best_epoch': 28.0, 'epochs': 30.0,
-          'final_test_accuracy': 0.513, 'final_train_accuracy': 0.57,
-          'train_seconds': 989.2, **summary
-      }))
+      json.dumps(
+          dict(best_test_accuracy=0.514, best_epoch=28.0, epochs=30.0,
+               final_test_accuracy=0.513, final_train_accuracy=0.57,
+               train_seconds=989.2) | summary))
 
 
 def edit_json(path: pathlib.Path, **fields):

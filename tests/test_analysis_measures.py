@@ -146,15 +146,13 @@ def test_cls_attention_and_rollout_over_the_patch_grid():
   rollout = measures.attention_rollout([identity] * 4)
   close(rollout, np.broadcast_to(np.eye(TOKENS), (2, TOKENS, TOKENS)))
   # Every token attends only to the class token.
-  to_cls = np.zeros((1, 1, 3, 3))
-  to_cls[..., 0] = 1.0
+  to_cls = np.broadcast_to([1.0, 0.0, 0.0], (1, 1, 3, 3))
   one_layer = 0.5 * (to_cls[0, 0] + np.eye(3))
   close(measures.attention_rollout([to_cls])[0], one_layer)
   close(measures.attention_rollout([to_cls, to_cls])[0], one_layer @ one_layer)
   # Heads are averaged before the residual is added.
   two_heads = np.stack([to_cls[0, 0], np.eye(3)])[None]
-  expected = 0.5 * (0.5 * (to_cls[0, 0] + np.eye(3)) + np.eye(3))
-  close(measures.attention_rollout([two_heads])[0], expected)
+  close(measures.attention_rollout([two_heads])[0], (one_layer + np.eye(3)) / 2)
 
 
 def test_shifted_patch_filters_are_the_unshifted_copys_slice():
@@ -184,11 +182,10 @@ def test_shifted_patch_filters_are_the_unshifted_copys_slice():
 
 def test_every_measure_is_the_packages_own_name_imported_alone():
   """Importing the measures loads neither matplotlib nor jax."""
-  public = {
+  public = set(
       name
       for name, function in inspect.getmembers(measures, inspect.isfunction)
-      if function.__module__ == measures.__name__ and not name.startswith('_')
-  }
+      if function.__module__ == measures.__name__ and not name.startswith('_'))
   assert public == set(analysis.__all__)
   assert all(
       getattr(analysis, name) is getattr(measures, name) for name in public)

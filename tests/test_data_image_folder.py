@@ -180,8 +180,7 @@ def test_only_image_files_are_read_whole_or_with_trailing_bytes(
 
 
 def test_a_folder_of_one_class_is_refused(tmp_path):
-  helpers.write_image_folder(tmp_path, {'train': 2, 'test': 1},
-                             classes=('cat',))
+  helpers.write_image_folder(tmp_path, dict(train=2, test=1), classes=('cat',))
   with pytest.raises(
       DatasetError, match=r'train/: holds one class \(cat/\): '
       'a classifier needs two or more'):

@@ -84,8 +84,7 @@ def test_an_image_folder_subset_holds_every_class_in_proportion(tmp_path):
     return dataset.train, dataset.test
 
   train, test = cut(seed=0, train_examples=12, test_examples=9)
-  assert (len(train), len(test)) == (12, 9)
-  assert len(cut(seed=0)[0]) == 24
+  assert (len(train), len(test), len(cut(seed=0)[0])) == (12, 9, 24)
   np.testing.assert_array_equal(np.bincount(train.labels), [6, 4, 2])
   np.testing.assert_array_equal(np.bincount(test.labels), [3, 3, 3])
   assert [train[i][1] for i in range(12)] == sorted(train.labels)

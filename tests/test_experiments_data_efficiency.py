@@ -105,8 +105,7 @@ def _sweep(capsys, *flags) -> dict[str, dict]:
 def test_the_sweeps_stages_and_the_runs_each_reads(capsys):
   first, second = _sweep(capsys, '--stage=1'), _sweep(capsys, '--stage=2')
   runs_ = _sweep(capsys)
-  assert list(runs_) == list(first) + list(second)
-  assert len(runs_) == 129
+  assert list(runs_) == list(first) + list(second) and len(runs_) == 129
   assert list(summary.planned()) == list(runs_)  # the summary's runs
   # Stage one holds every run that another reads, and reads none.
   fields = ('config.distillation_teacher', 'config.locality_guidance_teacher',
@@ -214,9 +213,8 @@ def test_the_table_and_the_answer_across_budgets():
   assert rows['study+spt_lsa'][4] == '-5% (-1.0)'
   # The answer across budgets compares the best ViT with the best CNN, the
   # table's: three seeds first, then the mean.
-  lucky = _seeds('small_resnet', 'study+trivial_augment', [0.9])
-  with_lucky = summary.table(BUDGETS + lucky)
-  assert '(best CNN: SmallResNet, study, 68.0%)' in with_lucky
+  assert '(best CNN: SmallResNet, study, 68.0%)' in summary.table(
+      BUDGETS + _seeds('small_resnet', 'study+trivial_augment', [0.9]))  # lucky
   best = budgets.best_rows(BUDGETS)
   assert (list(best), best[30]['vit'][0], best[30]['study'][0],
           best[300]['small_resnet'][0]) == ([30, 300], 'study+distillation',

@@ -44,14 +44,11 @@ def test_the_names_and_shapes_are_transformers():
           (192,), 'vit.layernorm.weight': (192,), 'vit.layernorm.bias':
               (192,), 'classifier.weight': (7, 192), 'classifier.bias': (7,),
   }
-  dense = {
-      'attention.output.dense': (192, 192), 'intermediate.dense': (768, 192),
-      'output.dense': (192, 768), 'layernorm_before': (192,), 'layernorm_after':
-          (192,)
-  }
-  dense |= {
-      f'attention.attention.{n}': (192, 192) for n in ('query', 'key', 'value')
-  }
+  dense = {'intermediate.dense': (768, 192), 'output.dense': (192, 768)}
+  dense |= dict.fromkeys(('layernorm_before', 'layernorm_after'), (192,))
+  dense |= dict.fromkeys(
+      ('attention.attention.query', 'attention.attention.key',
+       'attention.attention.value', 'attention.output.dense'), (192, 192))
   for i in range(12):
     for name, shape in dense.items():
       expected[f'vit.encoder.layer.{i}.{name}.weight'] = shape

@@ -38,12 +38,11 @@ def test_the_names_and_shapes_are_timms():
   """timm/models/vision_transformer.py's layout, ViT-Ti/16 at 32x32."""
   params = helpers.random_vit_params(models.create_model('ViT-Ti_16', 7), 32)
   state = timm.to_state(params)
-  expected = {
-      'cls_token': (1, 1, 192), 'pos_embed': (1, 5, 192),
-      'patch_embed.proj.weight': (192, 3, 16, 16), 'patch_embed.proj.bias':
-          (192,), 'norm.weight': (192,), 'norm.bias': (192,), 'head.weight':
-              (7, 192), 'head.bias': (7,),
-  }
+  expected = {'cls_token': (1, 1, 192), 'pos_embed': (1, 5, 192)}
+  expected |= {'head.weight': (7, 192), 'head.bias': (7,)}
+  expected['patch_embed.proj.weight'] = (192, 3, 16, 16)
+  expected |= dict.fromkeys(
+      ('patch_embed.proj.bias', 'norm.weight', 'norm.bias'), (192,))
   for i in range(12):
     for layer, out, fan_in in (('norm1', 192, None), ('attn.qkv', 576, 192),
                                ('attn.proj', 192, 192), ('norm2', 192, None),

@@ -19,10 +19,9 @@ def test_shifted_patch_tokens_match_a_numpy_reference(patch):
   images = np.asarray(helpers.images(batch=1, size=2 * patch))
   s = patch // 2
   # The image, then its copies moved up-left, up-right, down-left, down-right.
-  stacked = np.concatenate([images] + [
-      _shifted(images, dy, dx)
-      for dy, dx in ((-s, -s), (-s, s), (s, -s), (s, s))
-  ], axis=-1)
+  stacked = np.concatenate(
+      [images] + [_shifted(images, dy, dx) for dy in (-s, s)
+                  for dx in (-s, s)], axis=-1)
   expected = np.stack([
       np.stack([
           stacked[0, r * patch:(r + 1) * patch,

@@ -38,10 +38,8 @@ def official_stem_shapes(stages):
   shapes = {}
   for conv, shape in convs.items():
     norm = conv.replace('conv', 'gn')
-    shapes.update({
-        f'{conv}/kernel': shape, f'{norm}/scale': shape[-1:],
-        f'{norm}/bias': shape[-1:]
-    })
+    shapes[f'{conv}/kernel'] = shape
+    shapes |= dict.fromkeys((f'{norm}/scale', f'{norm}/bias'), shape[-1:])
   return shapes
 
 

@@ -32,11 +32,9 @@ def test_sets_the_cpu_device_count_unless_an_xla_flag_does(monkeypatch):
 
 # ------------------------------------------------------- multi-process -----
 
-_SLURM_STEP = {
-    'SLURM_JOB_ID': '17', 'SLURM_STEP_NODELIST': 'node[01-02]',
-    'SLURM_NTASKS': '2', 'SLURM_STEP_NUM_TASKS': '2', 'SLURM_PROCID': '1',
-    'SLURM_LOCALID': '0'
-}
+_SLURM_STEP = dict(SLURM_JOB_ID='17', SLURM_STEP_NODELIST='node[01-02]',
+                   SLURM_NTASKS='2', SLURM_STEP_NUM_TASKS='2', SLURM_PROCID='1',
+                   SLURM_LOCALID='0')
 _OPEN_MPI = {'OMPI_MCA_orte_hnp_uri': '1.0;tcp://10.0.0.1:5'}
 
 _SBATCH_SCRIPT_ENVIRON = {

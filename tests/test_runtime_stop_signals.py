@@ -110,9 +110,8 @@ _AT_ONCE = (
 def _stop_at_once(script: str, ready: str, ctrl_c_ignored: bool = False):
   """Runs `script` after `catch(at_once=...)`, SIGTERMs it once it prints
   `ready` and checks status 75 and the stop line last; returns stderr."""
-  command = [sys.executable, '-c', _AT_ONCE + script]
-  if ctrl_c_ignored:
-    command = _CTRL_C_IGNORED + command
+  command = ((_CTRL_C_IGNORED if ctrl_c_ignored else []) +
+             [sys.executable, '-c', _AT_ONCE + script])
   process = subprocess.Popen(command, cwd=helpers.ROOT, stdout=subprocess.PIPE,
                              stderr=subprocess.PIPE, text=True)
   assert process.stdout.readline() == ready + '\n'

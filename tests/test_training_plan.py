@@ -11,8 +11,7 @@ def test_epochs_become_steps_and_intervals_default_to_an_epoch():
       helpers.tiny_config('', total_steps=100, warmup_steps=10,
                           log_every_steps=5, eval_every_steps=20,
                           checkpoint_every_steps=50), 7)
-  assert steps == plan.StepPlan(7, 100, 10, 5, 20, 50)
-  assert steps.epoch(14) == 2.0
+  assert (steps, steps.epoch(14)) == (plan.StepPlan(7, 100, 10, 5, 20, 50), 2.0)
 
 
 def test_an_epochs_checkpoint_waits_its_seconds_one_set_in_steps_does_not():

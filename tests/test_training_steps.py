@@ -154,11 +154,9 @@ def test_bfloat16_training_stays_close_to_float32():
           key=jax.random.key(1))
       losses[dtype].append(float(metrics['loss'] / metrics['count']))
     # Parameters and optimizer state stay float32.
-    assert {leaf.dtype
-            for leaf in jax.tree.leaves(state.params)} == {np.dtype('float32')}
-    assert {
+    assert ({leaf.dtype for leaf in jax.tree.leaves(state.params)}, {
         leaf.dtype for leaf in jax.tree.leaves(state.opt_state) if leaf.ndim
-    } == {np.dtype('float32')}
+    }) == ({np.dtype('float32')},) * 2
   np.testing.assert_allclose(losses['bfloat16'], losses['float32'], rtol=0.02)
 
 
