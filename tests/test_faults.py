@@ -435,6 +435,17 @@ _SEEN_OTHERWISE = {
         'read other values from config.init_from={reference} than process 0: '
         'every host must read the same files (a shared filesystem without '
         'stale caches, or identical copies). Start the job again.'),
+    'another label streamed': (
+        'import dataclasses\nimport numpy as np\n'
+        'from vit_jax.data import sources\n'
+        'def moved(config, *a, open_dataset=sources.open_dataset, **k):\n'
+        '  d = open_dataset(config, *a, **k); labels = np.array(d.train.labels)\n'
+        '  labels[40] = (labels[40] + 1) % 10; return dataclasses.replace(d, '
+        'train=dataclasses.replace(d.train, labels=labels))\n'
+        'sources.open_dataset = moved', ['--config.input_pipeline=streaming'],
+        'read a different dataset, or shuffle it differently, than process 0: '
+        'give every process the same data (config.data_dir on a shared '
+        'filesystem or identical copies) and the same numpy version.'),
     'another config': (
         "sys.argv.append('--config.learning_rate=0.5')", [],
         'run another config or commit than process 0: start every process '

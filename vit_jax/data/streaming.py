@@ -48,12 +48,19 @@ class StreamingInput(input_lib.Input):
         self._train_rows.start, self._train_rows.stop, config.batch_size)
 
   def fingerprint(self) -> list[np.ndarray]:
-    """The split sizes, each split's first example and the shuffle."""
-    images, labels = zip(*(split[0] for split in (self.dataset.train,
-                                                  *self._evaluated.values())))
+    """The split sizes, each split's first example and identity, the shuffle."""
+    # The identities (labels and file names) tell a host whose files are
+    # labelled otherwise: each process reads its own rows.
+    splits = (self.dataset.train, *self._evaluated.values())
+    images, labels = zip(*(split[0] for split in splits))
     sizes = (self.train_size, *self.eval_sizes.values(), self.num_classes,
              *labels)
-    return [np.array(sizes), *images, self.epoch_table(1)]
+    held = ' '.join(input_lib.identity(split) or '-' for split in splits)
+    return [
+        np.array(sizes), *images,
+        self.epoch_table(1),
+        np.frombuffer(held.encode(), np.uint8)
+    ]
 
   def batch_specs(self):
     spec = functools.partial(jax.ShapeDtypeStruct, sharding=self._sharding)
