@@ -53,6 +53,23 @@ def test_two_processes_evaluate_a_run_to_the_accuracy_it_logged(
       r'xla_bridge', outputs[0]), outputs[0]
 
 
+def test_a_process_that_evaluates_another_config_stops_the_job_in_one_line(
+    trained_vit_run, tmp_path, monkeypatch):
+  """Its batches would not match the others' collectives: a native abort."""
+  (tmp_path / 'sitecustomize.py').write_text(
+      "import sys\nif '--process_id=1' in sys.argv:\n"
+      "  sys.argv.append('--config.eval_batch_size=8')\n")
+  monkeypatch.setenv('PYTHONPATH', str(tmp_path))
+  processes, logs = helpers.start_two_process_job(
+      ['vit_jax.evaluate', f'--checkpoint={trained_vit_run[0]}'], tmp_path)
+  assert helpers.wait_all(processes, timeout=120) == [1, 1]
+  said = ('error: Process(es) [1] evaluate another config than process 0 (its '
+          "flags, --config file or the run's config.json): start every process "
+          'with the same flags; every host must see the same files.')
+  for output in (log.read_text() for log in logs):
+    assert [s for s in output.splitlines() if s.startswith('error')] == [said]
+
+
 def test_a_run_evaluates_on_its_configs_cpu_devices_and_overrides(
     trained_vit_run, tmp_path):
   workdir = shutil.copytree(trained_vit_run[0], tmp_path / 'run')
