@@ -146,11 +146,11 @@ class RunCheckpoints(contextlib.AbstractContextManager):
     # restore different states, or wait on each other's restores or deletes
     # for ever.
     steps = self.steps(fresh=True)
-    if differ := distributed.processes_that_differ([np.array(steps)]):
-      raise CheckpointError(
-          f'Process(es) {differ} list other checkpoints in {self.directory} '
-          f'than process 0 (process {jax.process_index()} lists steps '
-          f'{steps}): {distributed.SEE_THE_SAME_FILES}')
+    distributed.check_alike(
+        [np.array(steps)],
+        f'list other checkpoints in {self.directory} than process 0 (process '
+        f'{jax.process_index()} lists steps {steps}): '
+        f'{distributed.SEE_THE_SAME_FILES}', CheckpointError)
     return steps
 
   def restore_latest(self, state_shapes=None,
@@ -180,11 +180,11 @@ class RunCheckpoints(contextlib.AbstractContextManager):
         continue
       # A read that failed on some hosts only (a stale cache, a transient
       # error): set nothing aside, and train no replica from another state.
-      if differ := distributed.processes_that_differ([np.array(step)]):
-        raise CheckpointError(
-            f'Process(es) {differ} restored another checkpoint from '
-            f'{self.directory} than process 0 (process {jax.process_index()} '
-            f'restored step {step}): {distributed.SEE_THE_SAME_FILES}')
+      distributed.check_alike(
+          [np.array(step)],
+          f'restored another checkpoint from {self.directory} than process 0 '
+          f'(process {jax.process_index()} restored step {step}): '
+          f'{distributed.SEE_THE_SAME_FILES}', CheckpointError)
       if damaged and not self._reading:
         # Set aside as `<step>.unrestorable`: orbax saves no step below its
         # latest.

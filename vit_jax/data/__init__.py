@@ -15,12 +15,11 @@ def create_input(config, mesh) -> Input:
   on_device = config.input_pipeline == 'on_device'
   kind = OnDeviceInput if on_device else StreamingInput
   inputs = kind(sources.open_dataset(config, whole=on_device), config, mesh)
-  if differ := distributed.processes_that_differ(inputs.fingerprint()):
-    raise DatasetError(
-        f'Process(es) {differ} read a different dataset, or shuffle it '
-        'differently, than process 0: give every process the same data '
-        '(config.data_dir on a shared filesystem or identical copies) and the '
-        'same numpy version.')
+  distributed.check_alike(
+      inputs.fingerprint(), 'read a different dataset, or shuffle it '
+      'differently, than process 0: give every process the same data '
+      '(config.data_dir on a shared filesystem or identical copies) and the '
+      'same numpy version.', DatasetError)
   if config.batch_size > inputs.train_size:
     raise DatasetError(f'config.batch_size={config.batch_size} is larger than '
                        f'the {inputs.train_size} training examples.')

@@ -193,15 +193,17 @@ def leave_job(status: int, every_process_here: bool) -> None:
 
 
 def _checksum(array) -> int:
-  array = np.ascontiguousarray(array)
+  array = (np.frombuffer(array.encode(), np.uint8)
+           if isinstance(array, str) else np.ascontiguousarray(array))
   crc = zlib.crc32(repr((array.shape, array.dtype.str)).encode())
   return zlib.crc32(memoryview(array).cast('B'), crc)
 
 
-def processes_that_differ(arrays: list[np.ndarray]) -> list[int]:
-  """The processes whose `arrays` differ from process 0's, by checksum."""
-  if jax.process_count() == 1:
-    return []
+def check_alike(arrays: list, says: str, error=DistributedError) -> None:
+  """`error('Process(es) [i, ...] ' + says)` unless all have process 0's."""
+  if jax.process_count() == 1:  # `arrays`, or texts, compared by checksum
+    return
   local = np.array([_checksum(a) for a in arrays], np.uint32)
   every = np.asarray(multihost_utils.process_allgather(local))
-  return [i for i in range(len(every)) if (every[i] != every[0]).any()]
+  if differ := [i for i in range(len(every)) if (every[i] != every[0]).any()]:
+    raise error(f'Process(es) {differ} {says}')

@@ -5,7 +5,6 @@ import math
 import jax
 import numpy as np
 
-from vit_jax.errors import DistributedError
 from vit_jax.runtime import distributed
 
 
@@ -59,11 +58,11 @@ def from_hosts(tree, shardings, source: str):
   """`tree`, read by every process from `source`, as global arrays; checked."""
   tree = jax.device_get(tree)
   # Replicas built from different reads would train apart, silently.
-  if differ := distributed.processes_that_differ(jax.tree.leaves(tree)):
-    raise DistributedError(
-        f'Process(es) {differ} read other values from {source} than process '
-        '0: every host must read the same files (a shared filesystem without '
-        'stale caches, or identical copies). Start the job again.')
+  distributed.check_alike(
+      jax.tree.leaves(tree),
+      f'read other values from {source} than process 0: every host must read '
+      'the same files (a shared filesystem without stale caches, or identical '
+      'copies). Start the job again.')
   if isinstance(shardings, jax.sharding.Sharding):
     return jax.tree.map(lambda x: replicate(x, shardings), tree)
   return jax.tree.map(replicate, tree, shardings)

@@ -4,14 +4,12 @@ from absl import logging
 import jax
 import jax.numpy as jnp
 import ml_collections
-import numpy as np
 import optax
 
 from vit_jax import config_schema
 from vit_jax import data
 from vit_jax.checkpoints import reading
 from vit_jax.errors import ConfigError
-from vit_jax.errors import DistributedError
 from vit_jax.runtime import distributed
 from vit_jax.runtime import sharding
 from vit_jax.training import steps
@@ -82,13 +80,11 @@ def evaluate(source, *, config=None, model_name=None, step=None, data_dir=None,
   """Loss, top-1 and top-5 of `source` on `config`'s (or its own) `split`."""
   loaded = reading.load(source, model_name=model_name, step=step)
   config = _config_for(loaded, config, source, data_dir, released_preprocessing)
-  if differ := distributed.processes_that_differ([
-      np.frombuffer(config.to_json_best_effort().encode(), np.uint8)
-  ]):
-    raise DistributedError(
-        f'Process(es) {differ} evaluate another config than process 0 (its '
-        "flags, --config file or the run's config.json): start every process "
-        'with the same flags; every host must see the same files.')
+  distributed.check_alike(
+      [config.to_json_best_effort()],
+      "evaluate another config than process 0 (its flags, --config file or the "
+      "run's config.json): start every process with the same flags; every "
+      'host must see the same files.')
   if split == 'test':
     # The test split reads no training image: the input is given the fewest
     # it accepts (a batch of one a device, whatever the run's batch), drawn

@@ -16,7 +16,6 @@ from vit_jax import data
 from vit_jax import models
 from vit_jax.checkpoints import reading
 from vit_jax.errors import ConfigError
-from vit_jax.errors import DistributedError
 from vit_jax.errors import WorkdirError
 from vit_jax.models import masked_autoencoder
 from vit_jax.models import names
@@ -158,21 +157,16 @@ def pretrained_state(config, state, state_shapes, pretrained):
 
 def check_processes_agree(config, code: str | None, workdir: pathlib.Path):
   """DistributedError unless all share `config`, commit `code`, config.json."""
-  run = np.frombuffer(f'{code} {config.to_json_best_effort()}'.encode(),
-                      np.uint8)
-  if differ := distributed.processes_that_differ([run]):
-    raise DistributedError(
-        f'Process(es) {differ} run another config or commit than process 0: '
-        'start every process with the same flags, from the same checkout.')
+  distributed.check_alike([f'{code} {config.to_json_best_effort()}'],
+                          'run another config or commit than process 0: start '
+                          'every process with the same flags, from the same '
+                          'checkout.')
   # A host without it would rebuild it from a checkpoint, through a restore
   # whose barrier the others never reach.
   saved, _ = files.read_json(workdir / 'config.json')
-  if differ := distributed.processes_that_differ([
-      np.frombuffer(json.dumps(saved).encode(), np.uint8)
-  ]):
-    raise DistributedError(
-        f'Process(es) {differ} read another {workdir / "config.json"} than '
-        f'process 0: {distributed.SEE_THE_SAME_FILES}')
+  distributed.check_alike([json.dumps(saved)],
+                          f'read another {workdir / "config.json"} than '
+                          f'process 0: {distributed.SEE_THE_SAME_FILES}')
 
 
 def check_ema(config, state_shapes):
