@@ -98,8 +98,8 @@ class Input(abc.ABC):
                          self.config.batch_size)
 
   @abc.abstractmethod
-  def fingerprint(self) -> list[np.ndarray]:
-    """Arrays every process must hold identically (the data, the shuffle)."""
+  def fingerprint(self) -> list:
+    """Arrays or texts every process must hold alike (the data, the shuffle)."""
 
   @abc.abstractmethod
   def batch_specs(self) -> tuple[Any, Any, jax.ShapeDtypeStruct]:

@@ -47,7 +47,7 @@ class StreamingInput(input_lib.Input):
         ' / '.join(f'{n} {split}' for split, n in self.eval_sizes.items()),
         self._train_rows.start, self._train_rows.stop, config.batch_size)
 
-  def fingerprint(self) -> list[np.ndarray]:
+  def fingerprint(self) -> list:
     """The split sizes, each split's first example and identity, the shuffle."""
     # The identities (labels and file names) tell a host whose files are
     # labelled otherwise: each process reads its own rows.
@@ -56,11 +56,7 @@ class StreamingInput(input_lib.Input):
     sizes = (self.train_size, *self.eval_sizes.values(), self.num_classes,
              *labels)
     held = ' '.join(input_lib.identity(split) or '-' for split in splits)
-    return [
-        np.array(sizes), *images,
-        self.epoch_table(1),
-        np.frombuffer(held.encode(), np.uint8)
-    ]
+    return [np.array(sizes), *images, self.epoch_table(1), held]
 
   def batch_specs(self):
     spec = functools.partial(jax.ShapeDtypeStruct, sharding=self._sharding)
