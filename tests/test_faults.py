@@ -482,6 +482,24 @@ def test_a_host_that_sees_otherwise_stops_the_job_in_one_line_before_it_trains(
   assert helpers.steps_saved(run.workdir) == saved
 
 
+@pytest.mark.slow  # 25 s
+def test_a_process_that_fails_at_the_end_fails_every_process(run, monkeypatch):
+  """Process 0 cannot write the summary: no process says that the job ended."""
+  (run.tmp_path / 'sitecustomize.py').write_text(
+      "import sys\nif '--process_id=0' in sys.argv:\n"
+      '  from vit_jax.runtime import files\n  write = files.write_json\n'
+      '  def full(path, *args, **kwargs):\n'
+      "    if path.name == 'summary.json': raise OSError(28, 'No space left')\n"
+      '    return write(path, *args, **kwargs)\n  files.write_json = full\n')
+  monkeypatch.setenv('PYTHONPATH', str(run.tmp_path))
+  processes, logs = helpers.start_two_processes(run.config_file, run.workdir,
+                                                run.tmp_path)
+  assert helpers.wait_all(processes, timeout=120) == [1, 1]
+  assert _error_lines(logs[1].read_text())[0].startswith(
+      'error: Process 1 of 2 lost process 0 (the coordinator) of the job')
+  assert not (run.workdir / 'summary.json').exists()
+
+
 # ---- readers verify; config.json; init_from ----
 
 

@@ -131,11 +131,21 @@ def _catch_coordinator_abort(coordinator_address: str) -> None:
 
 
 def wait_for_all_to_leave(status: int) -> None:
-  """Waits up to the timeout for all to be done; a peer's exit is no loss."""
+  """Waits up to the timeout for all to be done; a peer that fails fails it."""
+  # Watched while it waits, unless stopped (then every process has saved).
+  _leaving[:] = [status] if status else []
+  client = jax_distributed.global_state.client
+  try:
+    client.wait_at_barrier('vit_jax: leaving the job', int(_watching[0] * 1000))
+  except Exception:  # pylint: disable=broad-except
+    end_lost('another process', 'it ended before the job did')
   _leaving[:] = [status]
-  with contextlib.suppress(Exception):  # a peer is lost: leave all the same
-    jax_distributed.global_state.client.wait_at_barrier(
-        'vit_jax: leaving the job', int(_watching[0] * 1000))
+  # Process 0 serves the barrier: it stays until the others heard it pass.
+  with contextlib.suppress(Exception):
+    if me := jax.process_index():
+      client.key_value_set(f'vit_jax/left/{me}', '')
+    for peer in range(1, 1 if me else jax.process_count()):
+      client.blocking_key_value_get(f'vit_jax/left/{peer}', 5000)
 
 
 def await_verdict() -> None:
