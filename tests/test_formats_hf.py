@@ -135,3 +135,6 @@ def test_a_config_that_contradicts_its_weights_is_named(tmp_path, caplog):
   assert_trees_identical(hf.read(tmp_path, None), params)
   assert (f'{tmp_path / "model.safetensors"} says hidden_size=192, but its '
           'weights have hidden_size=128: the weights decide.') in caplog.text
+  helpers.edit_json(tmp_path / 'config.json', image_size=[16, 4])  # 4x1 of 2x2
+  with pytest.raises(CheckpointError, match='says its images are 16x4: only'):
+    hf.read(tmp_path, None)

@@ -114,8 +114,7 @@ def model_inputs(images: np.ndarray,
 
 def forward(model, variables, inputs: np.ndarray, keep: int | None = None,
             each_batch=None):
-  """The logits of `inputs` and every layer's attention for the first `keep`
-  (all unless told), in batches; `each_batch` sees every batch's attention."""
+  """Logits, the first `keep`'s attention; `each_batch` sees every batch's."""
   tokens = ((inputs.shape[1] // model.effective_patch_size)**2 +
             len(model.prefix_tokens))
   image_bytes = model.num_layers * model.num_heads * tokens**2 * 4

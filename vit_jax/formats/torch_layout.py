@@ -132,10 +132,24 @@ def expected_shapes(state: dict, name: Names, layer: re.Pattern,
   return shapes
 
 
+def _check_square(config: dict, source: pathlib.Path) -> None:
+  """One line if timm's or transformers' config.json says non-square images."""
+  # timm builds model_args' img_size, else pretrained_cfg's input_size; an
+  # n x n grid of patches would hold the n*n of another shape's.
+  timm = config.get('pretrained_cfg', config)
+  size = ((config.get('model_args') or {}).get('img_size') or
+          config.get('image_size') or
+          (isinstance(timm, dict) and timm.get('input_size')))
+  if isinstance(size, list) and len(set(size[-2:])) > 1:
+    raise CheckpointError(f'{source} says its images are {size[-2]}x{size[-1]}'
+                          ': only ViTs of square images read in.')
+
+
 def read_weights(path: pathlib.Path) -> tuple[dict | None, pathlib.Path, dict]:
   """The config.json (or None), weights path and arrays of a folder or file."""
   path = pathlib.Path(path)
   config = vit_model.folder_config(path, 'config.json')
+  _check_square(config or {}, path / 'config.json')
   if path.is_dir():
     path = path / safetensors_file.WEIGHTS_NAME
   return config, path, safetensors_file.read(path)
