@@ -186,8 +186,7 @@ def test_every_measure_is_the_packages_own_name_imported_alone():
       name
       for name, function in inspect.getmembers(measures, inspect.isfunction)
       if function.__module__ == measures.__name__ and not name.startswith('_'))
-  assert public == set(analysis.__all__)
-  assert all(
+  assert public == set(analysis.__all__) and all(
       getattr(analysis, name) is getattr(measures, name) for name in public)
   assert helpers.run_python(
       '-c', 'import sys; from vit_jax import analysis; '

@@ -38,10 +38,9 @@ def test_image_files_are_the_named_ones_then_each_directorys_sorted(tmp_path):
     subjects.image_files([str(tmp_path / 'missing')])
   # top5 names the likeliest classes first.
   logits = np.log(np.array([[0.1, 0.6, 0.3]]))
-  assert subjects.top5(logits, ['cat', 'dog', 'bird']) == [[['dog', 0.6],
-                                                            ['bird', 0.3],
-                                                            ['cat', 0.1]]]
-  assert [c for c, _ in subjects.top5(logits, None)[0]] == [1, 2, 0]
+  assert subjects.top5(logits, ['cat', 'dog', 'bird']) == [
+      [['dog', 0.6], ['bird', 0.3], ['cat', 0.1]]
+  ] and [c for c, _ in subjects.top5(logits, None)[0]] == [1, 2, 0]
 
 
 def test_the_position_table_and_filters_are_whatever_the_model_has():

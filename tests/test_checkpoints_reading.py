@@ -52,9 +52,8 @@ def test_a_lost_config_json_is_read_from_the_checkpoint_or_rebuilt(
   config_file.unlink()
   assert reading.load_run(workdir).config.to_dict() == original
   assert not config_file.exists()  # a reader changes nothing
-  assert reading.saved_config(workdir) == original
-  assert json.loads(config_file.read_text()) == original
-  assert len(caplog.messages) == 3
+  assert (reading.saved_config(workdir), json.loads(config_file.read_text()),
+          len(caplog.messages)) == (original, original, 3)
   assert caplog.messages[0].startswith(f'{config_file} is not valid JSON (')
   assert caplog.messages[1:] == [
       f'{config_file} is missing: reading the config saved with checkpoint '

@@ -154,12 +154,11 @@ def test_a_reader_verifies_as_the_trainer_does_and_changes_nothing(
   shutil.rmtree(directory / '4' / 'state')
   shutil.copytree(directory / '2' / 'state', directory / '4' / 'state')
   reader = RunCheckpoints(directory)  # nothing cached
-  assert reader.restore_latest().step == 2
-  assert caplog.messages == [
+  assert (reader.restore_latest().step, caplog.messages) == (2, [
       f'Skipping checkpoint {directory / "4"}, which cannot be restored '
       '(DigestMismatchError: its state does not match the digest saved with '
       'it: a damaged file); trying the one before it.'
-  ]
+  ])
   assert reader.steps() == [2, 4]  # nothing set aside
   with pytest.raises(
       CheckpointError, match=rf'^The checkpoint {directory / "4"} cannot be '

@@ -118,8 +118,8 @@ def test_an_interrupted_damaged_or_offline_download_leaves_nothing(
   assert (f'unpack it into {tmp_path / "cache"} (it holds '
           'cifar-10-batches-bin/)') in str(offline.value)
   monkeypatch.setitem(download.RELEASES, 'cifar10', release)
-  assert len(_open().train) == 20  # the next run downloads it whole
-  assert len(served) == 3
+  # The next run downloads it whole.
+  assert len(_open().train) == 20 and len(served) == 3
 
 
 def test_an_archive_cannot_write_outside_its_folder(tmp_path):

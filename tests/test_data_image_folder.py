@@ -175,8 +175,7 @@ def test_only_image_files_are_read_whole_or_with_trailing_bytes(
   assert image.shape == (5, 6, 3) and label == 1
   np.testing.assert_array_equal(image, 7)
   assert 'Ignored 1 file or folder in' in caplog.text
-  assert 'train/cat/notes.txt' in caplog.text
-  assert 'DS_Store' not in caplog.text
+  assert 'train/cat/notes.txt' in caplog.text and 'DS_Store' not in caplog.text
 
 
 def test_a_folder_of_one_class_is_refused(tmp_path):

@@ -28,8 +28,7 @@ def test_random_erasing_fills_one_rectangle_as_timm_fills_it():
   # The area range (0.02, 1/3) and aspect range (0.3, 1/0.3), up to rounding
   # the sides to whole pixels.
   assert 0.01 <= min(fractions) and max(fractions) <= 0.38
-  assert 0.2 <= min(aspects) and max(aspects) <= 4.5
-  assert len(set(fractions)) > 5
+  assert 0.2 <= min(aspects) and max(aspects) <= 4.5 and len(set(fractions)) > 5
   # With probability zero, the identity.
   np.testing.assert_array_equal(_erase(jax.random.key(1), images, 0.0), images)
   # The fill is timm's zeros once normalized (its noise: test_data_preprocess).

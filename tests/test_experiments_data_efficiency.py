@@ -73,12 +73,11 @@ def test_the_recipes_configs():
     config.distillation_teacher = config.locality_guidance_teacher = '/teacher'
     config_schema.validate(config, num_devices=4)
     # Only what the recipes override can differ.
-    changed = {
+    changed = set(
         key for key in {
             **recipes.recipe_overrides('vit', levers, 100),
             **recipes.recipe_overrides('vit', recipes.BEST, 100)
-        } if _value(config, key) != _value(best, key)
-    }
+        } if _value(config, key) != _value(best, key))
     assert levers[:len(recipes.BEST)] == recipes.BEST
     # A teacher of other stages changes the widths guidance imitates.
     assert changed == {
@@ -110,10 +109,8 @@ def test_the_sweeps_stages_and_the_runs_each_reads(capsys):
   # Stage one holds every run that another reads, and reads none.
   fields = ('config.distillation_teacher', 'config.locality_guidance_teacher',
             'config.init_from')
-  assert {
-      run[field].removeprefix('/w/') for run in second.values()
-      for field in fields if field in run
-  } == set(first)
+  assert set(run[field].removeprefix('/w/') for run in second.values()
+             for field in fields if field in run) == set(first)
   assert all(field not in run for run in first.values() for field in fields)
   # Each teacher keeps its best checkpoint, which 'best_teacher' reads.
   assert all(run['config.keep_best_checkpoint'] == 'True'

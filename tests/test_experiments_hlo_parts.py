@@ -85,11 +85,10 @@ def test_a_compiled_steps_instructions_are_mapped_to_its_modules():
       gradients.lower(model.init(jax.random.key(0), x)).compile().as_text())
   # One part a module and pass, free of how scan and remat run them; scan's
   # own loop is the model's.
-  assert {p.label for p in parts.values()} == {hlo_parts.OUTSIDE} | {
+  assert {p.label for p in parts.values()} == {hlo_parts.OUTSIDE} | set(
       f'{path}, {direction}' for direction in ('forward', 'backward')
       for path in ('_Block_0/LayerNorm_0', '_Block_0/Dense_0',
-                   '_Block_0/Dense_1', '_Block_0', '_Blocks')
-  }
+                   '_Block_0/Dense_1', '_Block_0', '_Blocks'))
   # A kernel is found by its name too, '.' written '_'.
   dotted = [name for name in parts if '.' in name]
   assert dotted and all(

@@ -17,12 +17,11 @@ from tests import helpers
 def test_the_sweeps_print_every_run(capsys):
   sweep.main(['--workdir=/w', '--data_dir=/d', '--validation_dir=/v'])
   lines = capsys.readouterr().out.splitlines()
-  assert len(lines) == 22
-  assert shlex.split(lines[0]) == [
+  assert (len(lines), shlex.split(lines[0])) == (22, [
       'python', '-m', 'vit_jax.main', '--config=configs/cifar_small.py:vit',
       '--workdir=/w/vit_seed0', '--config.seed=0', '--config.data_dir=/d',
       '--config.validation_examples=5000', '--config.validation_dir=/v'
-  ]
+  ])
   assert shlex.split(lines[-1])[3:] == [
       '--config=configs/cifar_small.py:small_resnet',
       '--workdir=/w/small_resnet_batch128_stem_pool_seed0', '--config.seed=0',

@@ -66,8 +66,7 @@ def assert_trees_identical(actual, expected):
   assert jax.tree.structure(actual) == jax.tree.structure(expected)
   for a, e in zip(jax.tree.leaves(actual), jax.tree.leaves(expected)):
     a, e = np.asarray(a), np.asarray(e)
-    assert (a.dtype, a.shape) == (e.dtype, e.shape)
-    assert a.tobytes() == e.tobytes()
+    assert (a.dtype, a.shape, a.tobytes()) == (e.dtype, e.shape, e.tobytes())
 
 
 def assert_npz_identical(actual_path, expected_path):

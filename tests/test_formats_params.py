@@ -115,10 +115,9 @@ def test_each_misfit_is_named():
 
 def test_the_architecture_is_read_from_the_shapes():
   architecture = params_lib.vit_architecture(vit_params(16, 10, num_layers=2))
-  assert architecture == dict(hidden_size=8, num_layers=2, num_heads=2,
-                              mlp_dim=16, patch_size=4, resnet_stages=None,
-                              resnet_width_factor=None)
-  assert params_lib.describe_architecture(architecture) == (
+  assert (architecture, params_lib.describe_architecture(architecture)) == (
+      dict(hidden_size=8, num_layers=2, num_heads=2, mlp_dim=16, patch_size=4,
+           resnet_stages=None, resnet_width_factor=None),
       'a ViT with hidden size 8, 2 layers of 2 heads, MLP 16, patch 4x4')
   shifted = models.create_model('ViT-Tiny-CIFAR_4', 3, shifted_patches=True)
   assert params_lib.describe_architecture(
@@ -156,8 +155,7 @@ def test_blocks_stack_for_a_scanned_model_and_back_and_adapt_to_either():
   # The architecture is the same whichever the layout, shapes or arrays.
   architecture = params_lib.vit_architecture(official)
   assert architecture['num_layers'] == 3
-  assert params_lib.vit_architecture(scanned) == architecture
-  assert params_lib.vit_architecture(
+  assert params_lib.vit_architecture(scanned) == params_lib.vit_architecture(
       jax.eval_shape(lambda: scanned)) == architecture
   # Adapting stacks or unstacks to the new model's layout.
   for pretrained, scan in ((official, True), (stacked, False)):

@@ -221,10 +221,9 @@ def test_mimetic_init_changes_only_the_attention_kernels(scan):
                     for m in (mimetic, plain))
   assert helpers.shapes(before) == helpers.shapes(params)
   before, after = helpers.flat(before), helpers.flat(params)
-  assert {k for k in before if not np.array_equal(before[k], after[k])} == {
+  assert {k for k in before if not np.array_equal(before[k], after[k])} == set(
       k for k in before
-      if 'MultiHeadDotProductAttention_0' in k and k.endswith('kernel')
-  }
+      if 'MultiHeadDotProductAttention_0' in k and k.endswith('kernel'))
 
   def kernel(name, layer):
     if scan:  # stacked: (layers, ...)

@@ -22,10 +22,8 @@ def test_writes_strict_json_lines_and_groups_tensorboard_tags(tmp_path):
   assert [json.loads(line, parse_constant=pytest.fail)
           for line in lines] == [{'epoch': 1, 'step': 1, 'test_loss': None},
                                  {**record, 'images_per_second': None}]
-  assert {
-      v.tag for e in helpers.tensorboard_events(tmp_path)
-      for v in e.summary.value
-  } == {
+  events = helpers.tensorboard_events(tmp_path)
+  assert {v.tag for e in events for v in e.summary.value} == {
       'accuracy/train', 'accuracy/test', 'loss/train', 'loss/test',
       'optimizer/learning_rate', 'speed/images_per_second',
       'speed/flops_per_second'

@@ -43,19 +43,15 @@ def test_weight_decay_applies_to_the_parameters_named(optimizer_name, decay_on,
   """With zero gradients, a step moves exactly the decayed parameters."""
   config = helpers.tiny_config('', optimizer=optimizer_name, weight_decay=0.5,
                                weight_decay_on=decay_on)
-  params = {
-      'Dense_0': {'kernel': jnp.ones((2, 3)),
-                  'bias': jnp.ones(3)}, 'LayerNorm_0': {'scale': jnp.ones(3)},
-      'posembed_input': {'pos_embedding': jnp.ones((1, 4, 3))}
-  }
+  params = dict(Dense_0=dict(kernel=jnp.ones([2, 3]), bias=jnp.ones(3)),
+                LayerNorm_0=dict(scale=jnp.ones(3)),
+                posembed_input=dict(pos_embedding=jnp.ones((1, 4, 3))))
   tx = optimizer.create_optimizer(config, lambda step: 0.1)
   updates, _ = tx.update(jax.tree.map(jnp.zeros_like, params), tx.init(params),
                          params)
-  assert {
-      path[-1].key
-      for path, update in jax.tree_util.tree_leaves_with_path(updates)
-      if np.any(np.asarray(update) != 0)
-  } == decayed
+  assert set(path[-1].key
+             for path, update in jax.tree_util.tree_leaves_with_path(updates)
+             if np.any(np.asarray(update) != 0)) == decayed
 
 
 def test_decay_on_every_parameter_keeps_the_optimizer_state_of_old_runs():
