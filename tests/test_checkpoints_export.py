@@ -40,8 +40,9 @@ def test_a_run_converts_to_every_format_and_back_exactly_in_the_umasks_modes(
     # Said where the format cannot hold it (the run's CIFAR-10 statistics).
     mean, std = (','.join(f'{x:g}' for x in p)
                  for p in (cifar_small.CIFAR10_MEAN, cifar_small.CIFAR10_STD))
-    assert line.endswith(f'--config.pixel_mean={mean} --config.pixel_std='
-                         f'{std}.') == (format_name == 'npz')
+    assert line.endswith(
+        f'--config.pixel_mean={mean} --config.pixel_std='
+        f'{std}; analyze {workdir} instead.') == (format_name == 'npz')
     loaded = reading.load(dest)
     assert loaded.kind == format_name and loaded.image_size == 24
     if format_name != 'npz':  # so are their weights alone

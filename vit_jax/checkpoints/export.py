@@ -79,5 +79,5 @@ def convert(source: str | pathlib.Path, dest: str | pathlib.Path,
   if format_name == reading.NPZ and loaded.pixels != vit_model.RELEASED_PIXELS:
     line += (' An .npz does not hold the normalization it was trained with: '
              f'evaluate or fine-tune it with '
-             f'{reading.pixel_flags(loaded.pixels)}.')
+             f'{reading.pixel_flags(loaded.pixels)}; analyze {source} instead.')
   return line

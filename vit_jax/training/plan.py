@@ -34,8 +34,8 @@ def step_plan(config, steps_per_epoch: int) -> StepPlan:
   warmup = config.warmup_steps or config.warmup_epochs * steps_per_epoch
   if warmup >= total:
     logging.warning(
-        'The warmup (%d steps) is not shorter than the run (%d '
-        'steps): the run only warms up.', warmup, total)
+        'The warmup (%d steps) is not shorter than the run (%d steps): the '
+        'learning rate rises all run, to its peak.', warmup, total)
     warmup = total
   return StepPlan(
       steps_per_epoch=steps_per_epoch, total_steps=total, warmup_steps=warmup,
