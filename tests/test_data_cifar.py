@@ -102,8 +102,8 @@ def test_missing_or_malformed_data_says_where_and_what_to_do(
     cifar10_dir, tmp_path):
   with pytest.raises(
       DatasetError, match=r'No cifar10 found in .*cifar-10-batches-bin.*'
-      r'--config.data_dir=DIR, or leave data_dir unset to '
-      r'download it'):
+      r'--config.data_dir=DIR, or leave it unset to download it \(class '
+      r'folders: --config.dataset=image_folder\)\.$'):
     cifar.load_cifar('cifar10', tmp_path / 'elsewhere')
   # A truncated file: tests/test_faults.py.
   (cifar10_dir / 'cifar-10-batches-bin' / 'data_batch_4.bin').unlink()

@@ -133,8 +133,8 @@ def load_cifar(name: str, data_dir: pathlib.Path,
     raise DatasetError(
         f'No {name} found in {data_dir} (looked for {binary}/ and {python}/ '
         f'in it, and for their files in it directly). Unpack the official '
-        f'{name} release (binary or python version) into a directory and '
-        f'pass --config.data_dir=DIR, or leave data_dir unset to download it.')
+        f'{name} release into DIR and pass --config.data_dir=DIR, or leave it '
+        'unset to download it (class folders: --config.dataset=image_folder).')
   root, train_files, test_file, read = found
   train = [_read_file(read, p) for p in train_files]
   if short := [
