@@ -1,14 +1,15 @@
 #!/bin/bash
-# Before and after the streaming input moved from a hand-written thread pool
-# (commit 7120ad2) to grain: `python -m vit_jax.benchmark_input` of each
-# version, alternating, ROUNDS rounds, medians. Usage, from the repository
+# The streaming input's thread-pool loader, kept at the commit POOL_COMMIT
+# pins as a baseline, against this tree's grain loader (its threads and its
+# worker processes): `python -m vit_jax.benchmark_input` of each,
+# alternating, ROUNDS rounds, medians. Usage, from the repository
 # root, with the CIFAR-10 JPEGs unpacked in DIR
 # (tar xzf ../shared/data/cifar10-jpeg-full.tar.gz -C DIR):
 #   bash experiments/streaming_input/run.sh DIR [ROUNDS]
 set -eu
 DATA=${1:?usage: run.sh JPEG_DIR [ROUNDS]}
 ROUNDS=${2:-5}
-POOL_COMMIT=7120ad2
+POOL_COMMIT=7120ad2  # the thread-pool loader's baseline, checked out as is
 ROOT=$(pwd)
 TMP=$(mktemp -d)
 trap 'git -C "$ROOT" worktree remove --force "$TMP/pool"; rm -rf "$TMP"' EXIT
