@@ -100,15 +100,18 @@ def analyze(out, *, workdir=None, step=None, data_dir=None, checkpoint=None,
   inputs, display = subjects.model_inputs(pixels, subject)
   names = (subjects.read_class_names(class_names, subject)
            if class_names else subject.class_names)
-  # Every layer's attention is kept for the images drawn; the distances
-  # are summed batch by batch: a large model's maps of 512 images would not
-  # fit in memory.
-  distance_sums = []
-  logits, attentions = subjects.forward(
-      subject.model, subject.variables, inputs,
-      keep=len(image_files) if image_files else num_images,
-      each_batch=lambda a: distance_sums.append(
-          len(a[0]) * attention_distances(subject, a)))
+  # A large model's maps of 512 images (or of every --images file) would not
+  # fit in memory: every layer's are kept for the images shown, and each
+  # batch's distances summed and rollout's [CLS] row (the first token's) kept.
+  distance_sums, rollouts = [], []
+
+  def each_batch(attention: list[np.ndarray]):
+    distance_sums.append(
+        len(attention[0]) * attention_distances(subject, attention))
+    rollouts.append(measures.attention_rollout(attention)[:, :1])
+
+  logits, attentions = subjects.forward(subject.model, subject.variables,
+                                        inputs, num_images, each_batch)
   result = dict(described, image_size=subject.image_size,
                 patch_size=subject.model.effective_patch_size, grid=list(
                     subjects.grid(subject)), distance_images=len(inputs),
@@ -118,8 +121,8 @@ def analyze(out, *, workdir=None, step=None, data_dir=None, checkpoint=None,
   def write(into: pathlib.Path):
     draw_position_embeddings(into, subject, result)
     draw_embedding_filters(into, subject, components, result)
-    draw_token_attention(into, subject, display, attentions, num_images,
-                         image_files, result)
+    draw_token_attention(into, subject, display, attentions,
+                         np.concatenate(rollouts), image_files, result)
     draw_attention_distance(into, subject,
                             sum(distance_sums) / len(inputs), result)
     if image_files:
@@ -184,8 +187,8 @@ def draw_embedding_filters(out: pathlib.Path, subject: reading.Loaded,
 
 def draw_token_attention(out: pathlib.Path, subject: reading.Loaded,
                          display: np.ndarray, attentions: list[np.ndarray],
-                         num_images: int, image_files, result: dict):
-  """The prefix tokens' attention and the rollout, or why not."""
+                         rollout: np.ndarray, image_files, result: dict):
+  """The prefix tokens' attention and `rollout`'s [CLS] row, or why not."""
   model, grid = subject.model, subjects.grid(subject)
   prefix = model.prefix_tokens
   if names.CLASS_TOKEN not in prefix:
@@ -193,7 +196,7 @@ def draw_token_attention(out: pathlib.Path, subject: reading.Loaded,
                'cls_attention.png', 'cls_attention_layers.png',
                'attention_rollout.png')
     return
-  shown = slice(0, num_images)
+  shown = slice(0, len(attentions[-1]))  # the images whose maps are kept
   last_layer = attentions[-1][shown]
   figures.plot_cls_attention(
       out / 'cls_attention.png', display[shown],
@@ -208,9 +211,7 @@ def draw_token_attention(out: pathlib.Path, subject: reading.Loaded,
         measures.cls_attention(last_layer, grid, len(prefix),
                                query=prefix.index(names.DISTILLATION_TOKEN)),
         token='distillation')
-  # Of the images whose attention `forward` kept; [CLS] is the first token.
-  rollout = measures.cls_attention(measures.attention_rollout(attentions), grid,
-                                   len(prefix))
+  rollout = measures.cls_attention(rollout, grid, len(prefix))
   figures.plot_rollout(out / 'attention_rollout.png', display[shown],
                        rollout[shown])
   stems, names_used = [path.stem for path in image_files or []], []
