@@ -86,11 +86,13 @@ def test_one_wrong_shape_is_one_line_and_a_missing_head_is_a_backbone(tmp_path):
   helpers.edit_json(path.parent / 'config.json', global_pool='avg')
   with pytest.raises(CheckpointError, match="global_pool='avg'.* class token"):
     timm.read(path.parent, None)
-  # 1x4 patches, as many as its 2x2: as timm builds them, from input_size.
-  helpers.edit_json(path.parent / 'config.json', global_pool='token',
-                    model_args={}, pretrained_cfg=dict(input_size=[3, 4, 16]))
-  with pytest.raises(CheckpointError, match='says its images are 4x16: only'):
-    timm.read(path.parent, None)
+  # 1x4 patches, as many as its 2x2: timm builds model_args' img_size, else
+  # pretrained_cfg's input_size.
+  for size in (dict(pretrained_cfg=dict(input_size=[3, 4, 16]), model_args={}),
+               dict(model_args=dict(img_size=[4, 16]), pretrained_cfg={})):
+    helpers.edit_json(path.parent / 'config.json', global_pool='token', **size)
+    with pytest.raises(CheckpointError, match='says its images are 4x16: only'):
+      timm.read(path.parent, None)
 
 
 @pytest.mark.parametrize(
