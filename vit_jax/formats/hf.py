@@ -5,7 +5,6 @@ import re
 from typing import Any
 
 from absl import logging
-import jax
 
 from vit_jax import models
 from vit_jax.formats import safetensors_file
@@ -104,7 +103,7 @@ def write(
           "'gap' head (it reads the class token)": model.classifier == 'gap',
       })
   torch.write_folder(
-      directory, to_state(jax.device_get(params)), {
+      directory, to_state(params), {
           'config.json': config(model, image_size, class_names),
           PREPROCESSOR_CONFIG: preprocessor_config(image_size, pixels)
       }, metadata={'format': 'pt'})

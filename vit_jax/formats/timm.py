@@ -5,7 +5,6 @@ import re
 from typing import Any
 
 from absl import logging
-import jax
 import jax.numpy as jnp
 import numpy as np
 
@@ -172,8 +171,7 @@ def write(
   hub_config = config(model, image_size, pixels)
   if class_names:  # as timm's push_to_hf_hub writes them
     hub_config['label_names'] = list(class_names)
-  torch.write_folder(directory, to_state(jax.device_get(params)),
-                     {'config.json': hub_config})
+  torch.write_folder(directory, to_state(params), {'config.json': hub_config})
 
 
 def pixels(path: pathlib.Path) -> tuple[tuple, tuple]:

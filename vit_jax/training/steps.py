@@ -2,7 +2,6 @@
 
 from collections.abc import Callable
 import concurrent.futures
-import contextlib
 import functools
 import threading
 import time
@@ -243,11 +242,11 @@ def compiler_options(config) -> dict[str, str] | None:
   return options or None
 
 
-@contextlib.contextmanager
-def _options_blamed(options: dict[str, str] | None):
-  """Turns a compile error with XLA `options` set into a ConfigError."""
-  try:
-    yield
+def _compiled(config, jitted, *args):
+  """`jitted` lowered for `args`, compiled with `compiler_options`."""
+  lowered = jitted.lower(*args)
+  try:  # where the options are bad: ConfigError
+    return lowered.compile(options := compiler_options(config))
   except jax.errors.JaxRuntimeError as e:
     if options is None:
       raise
@@ -258,14 +257,12 @@ def _options_blamed(options: dict[str, str] | None):
 
 def compile_eval(config, inputs, state: TrainState):
   """The eval step compiled for `inputs`' evaluation batches."""
-  options = compiler_options(config)
   replicated = sharding.replicated(inputs.mesh)
   _, eval_batch, eval_mask = inputs.batch_specs()
-  with _options_blamed(options):
-    return jax.jit(functools.partial(eval_step, inputs=inputs),
-                   out_shardings=replicated, donate_argnums=1).lower(
-                       state, sum_shapes(replicated, EVAL_SUMS),
-                       inputs.eval_data, eval_batch, eval_mask).compile(options)
+  jitted = jax.jit(functools.partial(eval_step, inputs=inputs),
+                   out_shardings=replicated, donate_argnums=1)
+  return _compiled(config, jitted, state, sum_shapes(replicated, EVAL_SUMS),
+                   inputs.eval_data, eval_batch, eval_mask)
 
 
 class CompiledSteps(NamedTuple):
@@ -280,7 +277,7 @@ def compile_steps(config, inputs, state: TrainState, key,
                   objective: losses.Objective = losses.classification,
                   evaluate: bool = True) -> CompiledSteps:
   """Both steps compiled for `inputs`' batches; `state` may be shapes."""
-  start, options = time.perf_counter(), compiler_options(config)
+  start = time.perf_counter()
   replicated = sharding.replicated(inputs.mesh)
   per_call = inputs.steps_per_dispatch
   # The state leaves each step where it came in, sharded or not.
@@ -293,13 +290,12 @@ def compile_steps(config, inputs, state: TrainState, key,
         concurrent.futures.ThreadPoolExecutor(1) as thread):
     evaluated = (thread.submit(compile_eval, config, inputs, state)
                  if evaluate else None)
-    with _options_blamed(options):
-      train = jax.jit(make_train_steps(config, inputs, per_call, objective),
-                      out_shardings=(state_out, replicated, replicated),
-                      donate_argnums=(0, 1)).lower(
-                          state, sum_shapes(replicated), inputs.train_data,
-                          inputs.stacked_specs(per_call), count,
-                          key).compile(options)
+    jitted = jax.jit(make_train_steps(config, inputs, per_call, objective),
+                     out_shardings=(state_out, replicated, replicated),
+                     donate_argnums=(0, 1))
+    train = _compiled(config, jitted, state,
+                      sum_shapes(replicated), inputs.train_data,
+                      inputs.stacked_specs(per_call), count, key)
     train_seconds = time.perf_counter() - start
     evaluated = evaluated and evaluated.result()
     # The thread each step compiled in: this one, and the pool's only one.
