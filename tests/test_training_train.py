@@ -148,7 +148,9 @@ def test_a_finished_run_scored_each_test_example_once_and_reruns_uncompiled(
   assert again == first
   assert (workdir / 'summary.json').stat().st_mtime_ns == written
   assert 'already holds all 6 steps; nothing to train' in caplog.text
-  assert 'Compiled' not in caplog.text
+  assert 'Compiled' not in caplog.text and (
+      f"Done: best test accuracy {100 * first['best_test_accuracy']:.2f}% at "
+      f"step {first['best_step']}") in caplog.text
   # Where the results come from: the checkout as the run started, this
   # machine, a date.
   assert first['commit'] == 'a' * 40

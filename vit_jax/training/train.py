@@ -281,10 +281,11 @@ def _train_and_evaluate(config, workdir: pathlib.Path,
   # The summary; a run that trained no step here keeps its own as it was:
   # the machine, the FLOPs rule and the checkout that trained it.
   if not trains and (earlier := workdir / 'summary.json').is_file():
-    return json.loads(earlier.read_text())
+    return _said_done(json.loads(earlier.read_text()))
   source = {**provenance.describe(read, code), 'startup_seconds': clock.phases}
-  return _write_summary(workdir, history, config.batch_size * flops_per_image,
-                        source)
+  return _said_done(
+      _write_summary(workdir, history, config.batch_size * flops_per_image,
+                     source))
 
 
 def _write_summary(workdir: pathlib.Path, history: list[dict],
@@ -310,11 +311,18 @@ def _write_summary(workdir: pathlib.Path, history: list[dict],
                  device=jax.devices()[0].device_kind, **source)
   if jax.process_index() == 0:
     files.write_json(workdir / 'summary.json', summary, indent=2)
-  at_best = (f', test accuracy {100 * best["test_accuracy"]:.2f}% there'
-             if chosen_on == 'validation' else '')
+  return summary
+
+
+def _said_done(summary: dict) -> dict:
+  """`summary`, its best and final accuracies logged in one line."""
+  on = summary.get('chosen_on', 'test')  # a summary without it chose on test
+  at_best = (
+      f', test accuracy {100 * summary["test_accuracy_at_best_step"]:.2f}'
+      '% there' if on == 'validation' else '')
   logging.info(
       'Done: best %s accuracy %.2f%% at step %d (epoch %g)%s; final '
-      'train accuracy %.2f%%.', chosen_on, 100 * best[f'{chosen_on}_accuracy'],
-      best['step'], best['epoch'], at_best,
+      'train accuracy %.2f%%.', on, 100 * summary[f'best_{on}_accuracy'],
+      summary['best_step'], summary['best_epoch'], at_best,
       100 * summary['final_train_accuracy'])
   return summary
