@@ -100,18 +100,7 @@ def analyze(out, *, workdir=None, step=None, data_dir=None, checkpoint=None,
   inputs, display = subjects.model_inputs(pixels, subject)
   names = (subjects.read_class_names(class_names, subject)
            if class_names else subject.class_names)
-  # A large model's maps of 512 images (or of every --images file) would not
-  # fit in memory: every layer's are kept for the images shown, and each
-  # batch's distances summed and rollout's [CLS] row (the first token's) kept.
-  distance_sums, rollouts = [], []
-
-  def each_batch(attention: list[np.ndarray]):
-    distance_sums.append(
-        len(attention[0]) * attention_distances(subject, attention))
-    rollouts.append(measures.attention_rollout(attention)[:, :1])
-
-  logits, attentions = subjects.forward(subject.model, subject.variables,
-                                        inputs, num_images, each_batch)
+  logits, attentions, distances, rollout = _forward(subject, inputs, num_images)
   result = dict(described, image_size=subject.image_size,
                 patch_size=subject.model.effective_patch_size, grid=list(
                     subjects.grid(subject)), distance_images=len(inputs),
@@ -121,10 +110,9 @@ def analyze(out, *, workdir=None, step=None, data_dir=None, checkpoint=None,
   def write(into: pathlib.Path):
     draw_position_embeddings(into, subject, result)
     draw_embedding_filters(into, subject, components, result)
-    draw_token_attention(into, subject, display, attentions,
-                         np.concatenate(rollouts), image_files, result)
-    draw_attention_distance(into, subject,
-                            sum(distance_sums) / len(inputs), result)
+    draw_token_attention(into, subject, display, attentions, rollout,
+                         image_files, result)
+    draw_attention_distance(into, subject, distances, result)
     if image_files:
       result['top5'] = dict(
           zip(map(str, image_files), subjects.top5(logits, names)))
@@ -149,6 +137,24 @@ def analyze(out, *, workdir=None, step=None, data_dir=None, checkpoint=None,
           errors.write_failed(events, e,
                               f'the analysis in {out} is whole')) from e
   return result
+
+
+def _forward(subject: reading.Loaded, inputs: np.ndarray, num_images: int):
+  """Logits, the maps shown, the mean distances, each rollout's [CLS] row."""
+  # A large model's maps of 512 images (or of every --images file) would not
+  # fit in memory: every layer's are kept for the images shown, and each
+  # batch's distances summed and rollout's first row ([CLS]'s) kept.
+  distance_sums, rollouts = [], []
+
+  def each_batch(attention: list[np.ndarray]):
+    distance_sums.append(
+        len(attention[0]) * attention_distances(subject, attention))
+    rollouts.append(measures.attention_rollout(attention)[:, :1])
+
+  logits, attentions = subjects.forward(subject.model, subject.variables,
+                                        inputs, num_images, each_batch)
+  return (logits, attentions, sum(distance_sums) / len(inputs),
+          np.concatenate(rollouts))
 
 
 def _not_drawn(result: dict, reason: str, *figure_files: str):
